@@ -1,0 +1,250 @@
+"""The embedded default adapter: a terminal chat that asks approvals and questions inline."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import signal
+import sys
+import threading
+from typing import Any, TextIO
+
+from bot.domain import (
+    Decision,
+    DecisionKind,
+    Request,
+    RequestKind,
+    RunStatus,
+    Session,
+    new_id,
+)
+from bot.events import Event
+from bot.runs import LiveRun, ResumeRefused, Supervisor
+from bot.state import RunState
+from bot.store import StoreError
+
+HELP = """commands:
+  /runs              recent runs
+  /resume RUN        resume a suspended run here
+  /cancel RUN        cancel a run
+  /quit              leave (Ctrl-D works too)
+Ctrl-C while a run works suspends it at the next loop boundary; a second Ctrl-C aborts."""
+
+
+class ConsoleIO:
+    """Lines in from a reader thread (so a blocked read never holds the event loop), text out."""
+
+    def __init__(self, stdin: TextIO = sys.stdin, stdout: TextIO = sys.stdout) -> None:
+        self._stdin = stdin
+        self._stdout = stdout
+        self._lines: asyncio.Queue[str | None] = asyncio.Queue()
+        self._started = False
+
+    def _start(self) -> None:
+        loop = asyncio.get_running_loop()
+
+        def pump() -> None:
+            for line in iter(self._stdin.readline, ""):
+                loop.call_soon_threadsafe(self._lines.put_nowait, line.rstrip("\n"))
+            loop.call_soon_threadsafe(self._lines.put_nowait, None)
+
+        threading.Thread(target=pump, name="console-stdin", daemon=True).start()
+        self._started = True
+
+    async def readline(self, prompt: str) -> str | None:
+        """Show ``prompt`` and wait for one line; None at end of input."""
+        if not self._started:
+            self._start()
+        self.write(prompt, end="")
+        line = await self._lines.get()
+        if line is None:
+            self._lines.put_nowait(None)
+            self.write("")
+            return None
+        if not self._stdin.isatty():
+            self.write(line)
+        return line
+
+    def write(self, text: str, end: str = "\n") -> None:
+        """Print and flush."""
+        self._stdout.write(text + end)
+        self._stdout.flush()
+
+
+class ConsolePrompter:
+    """The person at the terminal: answers approvals and questions inline, or says later."""
+
+    def __init__(self, io: ConsoleIO, user: str) -> None:
+        self._io = io
+        self._user = user
+
+    @property
+    def present(self) -> bool:
+        """Someone is at the terminal."""
+        return True
+
+    async def ask(self, request: Request) -> Decision | None:
+        """Ask inline; None (defer, the run suspends) on "later" or at end of input."""
+        if request.kind is RequestKind.WAIT_APPROVAL:
+            return await self._approval(request)
+        if request.kind is RequestKind.WAIT_EFFECT:
+            return await self._effect(request)
+        return await self._question(request)
+
+    async def _approval(self, request: Request) -> Decision | None:
+        args = json.dumps(request.arguments, sort_keys=True)
+        self._io.write(f"  ┌ approval needed: {request.tool} {args}")
+        self._io.write(f"  │ asked by {request.requested_by or 'the run'}; request {request.id}")
+        if request.deadline:
+            self._io.write(f"  │ expires {request.deadline:%Y-%m-%d %H:%M UTC}")
+        choices = {"a": DecisionKind.APPROVE, "r": DecisionKind.APPROVE_ALWAYS}
+        while True:
+            line = await self._io.readline("  └ [a]pprove once, approve for this [r]un, [d]eny, [l]ater? ")
+            choice = (line or "l").strip().lower()[:1]
+            if choice in choices:
+                return self._decide(request, choices[choice])
+            if choice == "d":
+                reason = await self._io.readline("    reason (optional): ")
+                return self._decide(request, DecisionKind.DENY, reason or "")
+            if choice == "l":
+                return None
+
+    async def _effect(self, request: Request) -> Decision | None:
+        self._io.write(f"  ? {request.prompt}")
+        kinds = {"r": DecisionKind.RETRY, "d": DecisionKind.DONE, "f": DecisionKind.FAILED}
+        line = await self._io.readline("    [r]etry, mark [d]one, mark [f]ailed, [l]ater? ")
+        kind = kinds.get((line or "l").strip().lower()[:1])
+        return self._decide(request, kind) if kind else None
+
+    async def _question(self, request: Request) -> Decision | None:
+        self._io.write(f"  ? {request.prompt}")
+        if request.options:
+            self._io.write("    options: " + " / ".join(request.options))
+        line = await self._io.readline("    answer (empty = later): ")
+        if not line or not line.strip():
+            return None
+        return self._decide(request, DecisionKind.ANSWER, line.strip())
+
+    def _decide(self, request: Request, kind: DecisionKind, text: str = "") -> Decision:
+        return Decision(request_id=request.id, kind=kind, text=text, by=self._user)
+
+
+class ConsoleRenderer:
+    """Shows a run's progress as it happens."""
+
+    def __init__(self, io: ConsoleIO) -> None:
+        self._io = io
+
+    def emit(self, event: Event) -> None:
+        """Render the events a person at the terminal wants to see."""
+        data = event.data
+        if event.kind == "tool_started":
+            args = json.dumps(data.get("arguments", {}), sort_keys=True)
+            self._io.write(f"  ⚙ {data.get('tool')} {args}")
+        elif event.kind == "tool_exit" and data.get("outcome") != "ok":
+            self._io.write(f"  ✗ {data.get('tool')}: {data.get('outcome')}")
+        elif event.kind == "model_turn" and data.get("calls") and data.get("text"):
+            self._io.write(f"  … {data['text']}")
+        elif event.kind == "advisory":
+            self._io.write(f"  ! {data.get('text')}")
+
+
+class ConsoleChat:
+    """The terminal chat: one session, turns one after another."""
+
+    def __init__(self, supervisor: Supervisor, io: ConsoleIO, user: str = "console") -> None:
+        self.supervisor = supervisor
+        self.io = io
+        self.user = user
+        self.prompter = ConsolePrompter(io, user)
+        self.session = Session(id=new_id("ses"), platform="console")
+        self._live: LiveRun | None = None
+        self._interrupts = 0
+        supervisor.rt.events.add(ConsoleRenderer(io))
+
+    async def run(self, banner: str) -> None:
+        """Read messages until end of input or /quit."""
+        self.io.write(banner)
+        with self._sigint():
+            while True:
+                line = await self.io.readline("you> ")
+                if line is None or line.strip() == "/quit":
+                    return
+                if line.strip():
+                    await self._handle(line.strip())
+
+    async def _handle(self, line: str) -> None:
+        if line.startswith("/"):
+            await self._command(line)
+            return
+        live = await self.supervisor.start_turn(
+            line, session=self.session, requested_by=self.user, prompter=self.prompter
+        )
+        await self._follow(live)
+
+    async def _follow(self, live: LiveRun) -> None:
+        self._live, self._interrupts = live, 0
+        try:
+            state = await self.supervisor.wait(live)
+        finally:
+            self._live = None
+        self._report(state)
+
+    def _report(self, state: RunState) -> None:
+        result = state.result
+        if result is None:
+            waiting = ", ".join(f"{r.kind.value} {r.id}" for r in state.open_requests)
+            self.io.write(f"kestrel> (run {state.run_id} suspended{': ' + waiting if waiting else ''})")
+            self.io.write(f"         resume it with /resume {state.run_id} or `kestrel runs resume`")
+            return
+        if result.status is RunStatus.COMPLETED:
+            self.io.write(f"kestrel> {result.text}")
+            return
+        self.io.write(f"kestrel> (run {result.status.value}: {result.stop_reason.value}) {result.error}")
+
+    async def _command(self, line: str) -> None:
+        name, _, arg = line.partition(" ")
+        arg = arg.strip()
+        try:
+            await self._dispatch(name, arg)
+        except (ResumeRefused, StoreError) as exc:
+            self.io.write(f"  ! {exc}")
+
+    async def _dispatch(self, name: str, arg: str) -> None:
+        if name == "/runs":
+            for record in await self.supervisor.rt.store.list_runs(limit=10):
+                self.io.write(f"  {record.id}  {record.status.value:<10} {record.prompt[:60]}")
+        elif name == "/resume" and arg:
+            live = await self.supervisor.resume(arg, prompter=self.prompter)
+            if live is None:
+                self.io.write("  nothing to resume: the run ended or still waits for an answer")
+                return
+            await self._follow(live)
+        elif name == "/cancel" and arg:
+            self.io.write("  " + await self.supervisor.cancel(arg, by=self.user))
+        else:
+            self.io.write(HELP)
+
+    @contextlib.contextmanager
+    def _sigint(self) -> Any:
+        loop = asyncio.get_running_loop()
+        main = asyncio.current_task()
+        try:
+            loop.add_signal_handler(signal.SIGINT, self._interrupt, main)
+        except (NotImplementedError, RuntimeError):
+            yield
+            return
+        try:
+            yield
+        finally:
+            loop.remove_signal_handler(signal.SIGINT)
+
+    def _interrupt(self, main: asyncio.Task[Any] | None) -> None:
+        self._interrupts += 1
+        if self._live is not None and self._interrupts == 1:
+            self._live.signals.suspend.set()
+            self.io.write("\n  (suspending at the next loop boundary; Ctrl-C again aborts)")
+            return
+        if main is not None:
+            main.cancel()

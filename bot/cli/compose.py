@@ -1,0 +1,111 @@
+"""The composition root: concrete store, model and tools built from the settings."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from bot.config import ConfigError, Settings
+from bot.events import FanOut, LogSink
+from bot.guard import pii_hooks
+from bot.hooks import Hooks
+from bot.llm.base import ModelProvider
+from bot.llm.openai_provider import OpenAIProvider
+from bot.llm.scripted import ScriptedProvider, ScriptError, load_script
+from bot.pii import PiiBuildError, PiiGuard
+from bot.runtime import Runtime, ToolSource
+from bot.store import Store
+from bot.tools.ask_human import ask_human_tools
+from bot.tools.catalog import CatalogError, load_catalogs
+from bot.tools.toolset import ToolCollision, ToolSet
+
+
+def build_model(settings: Settings) -> ModelProvider:
+    """The configured model provider; the scripted demo when no endpoint is configured."""
+    if settings.provider == "scripted":
+        try:
+            return ScriptedProvider(load_script(settings.script_path()))
+        except (OSError, ScriptError) as exc:
+            raise ConfigError(f"model.script: {exc}") from exc
+    key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
+    if key is None and settings.openai_base_url is None:
+        raise ConfigError("model.provider is openai but OPENAI_API_KEY is not set")
+    return OpenAIProvider(
+        settings.model.name,
+        api_key=key,
+        base_url=settings.openai_base_url,
+        max_retries=settings.model.max_retries,
+    )
+
+
+def build_tools(settings: Settings) -> ToolSet:
+    """Catalog tools, then the ask_human tools: one namespace, any collision is an error."""
+    try:
+        catalog = load_catalogs(settings.tool_patterns(), settings.base_dir)
+        human = ask_human_tools() if settings.human_in_the_loop else []
+        return ToolSet.assemble(catalog, human)
+    except CatalogError as exc:
+        raise ConfigError(f"tools: {exc}") from exc
+    except ToolCollision as exc:
+        raise ConfigError(f"tools: {exc}") from exc
+
+
+def build_guard(settings: Settings) -> PiiGuard:
+    """The PII guard; a mode other than off whose scanner will not build is an error."""
+    try:
+        return PiiGuard(settings.pii)
+    except PiiBuildError as exc:
+        raise ConfigError(f"pii: the scanner will not build: {exc}") from exc
+
+
+def build_hooks(settings: Settings) -> Hooks:
+    """The caller's hooks named in the settings."""
+    section = settings.hooks
+    try:
+        return Hooks.from_references(
+            user_prompt_submit=section.user_prompt_submit,
+            pre_tool_use=section.pre_tool_use,
+            post_tool_use=section.post_tool_use,
+            run_end=section.run_end,
+            timeout=section.timeout,
+        )
+    except ValueError as exc:
+        raise ConfigError(f"hooks: {exc}") from exc
+
+
+async def open_store(settings: Settings) -> Store:
+    """The store named by ``database``: a SQLite file, or a PostgreSQL URL."""
+    url = settings.database
+    if url.startswith(("postgres://", "postgresql://")):
+        from storage.postgres import open_postgres
+
+        return await open_postgres(url)
+    from storage.sqlite import open_sqlite
+
+    path = url.removeprefix("sqlite:///")
+    return await open_sqlite(settings.resolve(path))
+
+
+@asynccontextmanager
+async def runtime(settings: Settings) -> AsyncIterator[Runtime]:
+    """A runtime for one process, its store closed on exit."""
+    model = build_model(settings)
+    tools = build_tools(settings)
+    guard = build_guard(settings)
+    hooks = build_hooks(settings)
+    store = await open_store(settings)
+    events = FanOut(LogSink())
+    try:
+        yield Runtime(
+            store=store,
+            model=model,
+            tools=ToolSource(tools),
+            hooks=hooks,
+            events=events,
+            system_prompt=settings.system_prompt,
+            budgets=settings.budgets.to_budgets(),
+            model_timeout=settings.model.timeout,
+            guard_hooks=lambda: pii_hooks(guard, events),
+        )
+    finally:
+        await store.close()

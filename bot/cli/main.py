@@ -1,0 +1,355 @@
+"""The ``kestrel`` command."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import logging
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, ParamSpec, TypeVar
+
+import click
+
+from bot.cli import compose, render
+from bot.config import ConfigError, Settings, load_settings
+from bot.domain import TERMINAL_STATUSES, Decision, DecisionKind
+from bot.runs import ResumeRefused, Supervisor
+from bot.runtime import Runtime
+from bot.state import fold
+from bot.store import StoreError, UnknownRun
+from bot.tools.catalog import check_catalog
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+EXIT_USAGE = 2
+
+
+class Failure(Exception):
+    """A user-facing error: printed as one line, exit status 2."""
+
+
+def one_line_errors(fn: Callable[P, R]) -> Callable[P, R]:
+    """Bad configuration, stores and arguments end in one clear line, never a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return fn(*args, **kwargs)
+        except (ConfigError, StoreError, ResumeRefused, Failure) as exc:
+            click.echo(f"kestrel: {exc}", err=True)
+            sys.exit(EXIT_USAGE)
+        except UnknownRun as exc:
+            click.echo(f"kestrel: unknown run {exc}", err=True)
+            sys.exit(EXIT_USAGE)
+
+    return wrapper
+
+
+def settings_of(ctx: click.Context) -> Settings:
+    """The settings, loaded once per invocation."""
+    obj: dict[str, Any] = ctx.ensure_object(dict)
+    if "settings" not in obj:
+        obj["settings"] = load_settings(obj.get("config"))
+    settings: Settings = obj["settings"]
+    return settings
+
+
+def with_runtime(work: Callable[[Runtime], Awaitable[R]]) -> R:
+    """Run ``work`` with a runtime built from the current settings."""
+    settings = settings_of(click.get_current_context())
+
+    async def main() -> R:
+        async with compose.runtime(settings) as rt:
+            return await work(rt)
+
+    return asyncio.run(main())
+
+
+@click.group()
+@click.option("--config", "config", type=click.Path(), help="kestrel.yaml to use.")
+@click.option("-v", "--verbose", is_flag=True, help="Log to stderr.")
+@click.pass_context
+def cli(ctx: click.Context, config: str | None, verbose: bool) -> None:
+    """Kestrel: a chat-ops agent with people in the loop."""
+    ctx.ensure_object(dict)["config"] = config
+    logging.basicConfig(level=logging.INFO if verbose else logging.ERROR, stream=sys.stderr)
+
+
+@cli.command()
+@click.option("--as", "user", default="console", help="Your user id in this session.")
+@one_line_errors
+def chat(user: str) -> None:
+    """Chat in the terminal (the offline demo when no model endpoint is configured)."""
+    from adapters.console import ConsoleChat, ConsoleIO
+
+    settings = settings_of(click.get_current_context())
+
+    async def work(rt: Runtime) -> None:
+        supervisor = Supervisor(rt)
+        banner = (
+            f"Kestrel chat: model {rt.model.provider}/{rt.model.model}, "
+            f"{len(rt.tools.current())} tools, journal {settings.database}. "
+            "/help for commands, Ctrl-D to leave."
+        )
+        try:
+            await ConsoleChat(supervisor, ConsoleIO(), user).run(banner)
+        finally:
+            await supervisor.shutdown()
+
+    try:
+        with_runtime(work)
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        click.echo("\naborted", err=True)
+        sys.exit(130)
+
+
+@cli.command()
+@click.argument("prompt")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--defer", is_flag=True, help="Defer approvals and questions: suspend and exit.")
+@click.option("--as", "user", default="cli", help="Who asks.")
+@one_line_errors
+def run(prompt: str, as_json: bool, defer: bool, user: str) -> None:
+    """Run one prompt headless: gated calls are refused (or deferred with --defer)."""
+    from bot.prompters import DeferringPrompter
+
+    async def work(rt: Runtime) -> dict[str, Any]:
+        supervisor = Supervisor(rt)
+        prompter = DeferringPrompter() if defer else None
+        live = await supervisor.start_turn(prompt, requested_by=user, prompter=prompter)
+        await supervisor.wait(live)
+        return await _run_object(rt, live.run_id)
+
+    obj = with_runtime(work)
+    _print_run(obj, as_json)
+
+
+async def _run_object(rt: Runtime, run_id: str) -> dict[str, Any]:
+    record = await rt.store.get_run(run_id)
+    state = fold(await rt.store.load(run_id), run_id)
+    return render.run_object(record, state)
+
+
+def _print_run(obj: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(obj, indent=2, sort_keys=True))
+        return
+    if obj["text"]:
+        click.echo(obj["text"])
+    click.echo(f"[{obj['run_id']}: {obj['status']}, {obj['stop_reason']}]", err=True)
+    if obj["error"]:
+        click.echo(f"  {obj['error']}", err=True)
+    for request in obj["requests"]:
+        args = json.dumps(request["arguments"], sort_keys=True)
+        click.echo(f"  waiting: {request['kind']} {request['id']} {request['tool']} {args}", err=True)
+
+
+@cli.group()
+def runs() -> None:
+    """Inspect and operate runs."""
+
+
+@runs.command("list")
+@click.option("--limit", default=20, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@one_line_errors
+def runs_list(limit: int, as_json: bool) -> None:
+    """The newest runs."""
+
+    async def work(rt: Runtime) -> list[Any]:
+        return list(await rt.store.list_runs(limit=limit))
+
+    records = with_runtime(work)
+    if as_json:
+        click.echo(json.dumps([r.model_dump(mode="json") for r in records]))
+        return
+    for r in records:
+        click.echo(f"{r.id}  {r.status.value:<10} {r.stop_reason or '-':<16} {r.prompt[:60]}")
+
+
+@runs.command("show")
+@click.argument("run_id")
+@click.option("--json", "as_json", is_flag=True)
+@one_line_errors
+def runs_show(run_id: str, as_json: bool) -> None:
+    """A run's transcript and terminal result."""
+
+    async def work(rt: Runtime) -> tuple[dict[str, Any], str]:
+        record = await rt.store.get_run(run_id)
+        state = fold(await rt.store.load(run_id), run_id)
+        return render.run_object(record, state), render.transcript(record, state)
+
+    obj, text = with_runtime(work)
+    click.echo(json.dumps(obj, indent=2, sort_keys=True) if as_json else text)
+
+
+@runs.command("resume")
+@click.argument("run_id")
+@click.option("--force", is_flag=True, help="Resume although the model, tools or prompt changed.")
+@click.option("--json", "as_json", is_flag=True)
+@one_line_errors
+def runs_resume(run_id: str, force: bool, as_json: bool) -> None:
+    """Continue a suspended run from its journal."""
+
+    async def work(rt: Runtime) -> dict[str, Any]:
+        supervisor = Supervisor(rt)
+        live = await supervisor.resume(run_id, force=force)
+        if live is None:
+            record = await rt.store.get_run(run_id)
+            if record.status not in TERMINAL_STATUSES:
+                click.echo("the run still waits for an answer (kestrel runs pending)", err=True)
+        else:
+            await supervisor.wait(live)
+        return await _run_object(rt, run_id)
+
+    _print_run(with_runtime(work), as_json)
+
+
+@runs.command("cancel")
+@click.argument("run_id")
+@click.option("--as", "user", default="cli")
+@one_line_errors
+def runs_cancel(run_id: str, user: str) -> None:
+    """Cancel a run."""
+
+    async def work(rt: Runtime) -> str:
+        return await Supervisor(rt).cancel(run_id, by=user)
+
+    click.echo(with_runtime(work))
+
+
+@runs.command("pending")
+@click.option("--json", "as_json", is_flag=True)
+@one_line_errors
+def runs_pending(as_json: bool) -> None:
+    """Open requests: approvals, questions and uncertain effects."""
+
+    async def work(rt: Runtime) -> list[Any]:
+        return list(await rt.store.list_requests())
+
+    rows = with_runtime(work)
+    if as_json:
+        click.echo(json.dumps([render.request_object(r) | {"run_id": r.run_id} for r, _s, _d in rows]))
+        return
+    for request, status, decision in rows:
+        click.echo(render.pending_line(request, status, decision))
+    if not rows:
+        click.echo("no open requests")
+
+
+def _decide(run_id: str, request_id: str, kind: DecisionKind, text: str, user: str) -> None:
+    async def work(rt: Runtime) -> str:
+        supervisor = Supervisor(rt)
+        decision = Decision(request_id=request_id, kind=kind, text=text, by=user)
+        answered = await supervisor.answer(decision, run_id=run_id)
+        if not answered.accepted:
+            raise Failure(answered.message)
+        if not answered.ready:
+            return answered.message
+        live = await supervisor.resume(run_id)
+        if live is not None:
+            await supervisor.wait(live)
+        obj = await _run_object(rt, run_id)
+        return f"{answered.message}; run {run_id} is now {obj['status']}" + (
+            f": {obj['text']}" if obj["text"] else ""
+        )
+
+    click.echo(with_runtime(work))
+
+
+@runs.command("approve")
+@click.argument("run_id")
+@click.argument("request_id")
+@click.option("--always", is_flag=True, help="Approve this tool for the rest of the run.")
+@click.option("--as", "user", required=True, help="Your user id.")
+@one_line_errors
+def runs_approve(run_id: str, request_id: str, always: bool, user: str) -> None:
+    """Approve a waiting call."""
+    kind = DecisionKind.APPROVE_ALWAYS if always else DecisionKind.APPROVE
+    _decide(run_id, request_id, kind, "", user)
+
+
+@runs.command("deny")
+@click.argument("run_id")
+@click.argument("request_id")
+@click.option("--reason", default="")
+@click.option("--as", "user", required=True)
+@one_line_errors
+def runs_deny(run_id: str, request_id: str, reason: str, user: str) -> None:
+    """Deny a waiting call; the model reads the reason."""
+    _decide(run_id, request_id, DecisionKind.DENY, reason, user)
+
+
+@runs.command("answer")
+@click.argument("run_id")
+@click.argument("request_id")
+@click.argument("text")
+@click.option("--as", "user", required=True)
+@one_line_errors
+def runs_answer(run_id: str, request_id: str, text: str, user: str) -> None:
+    """Answer a question the run asked."""
+    _decide(run_id, request_id, DecisionKind.ANSWER, text, user)
+
+
+@runs.command("effect")
+@click.argument("run_id")
+@click.argument("request_id")
+@click.argument("choice", type=click.Choice(["retry", "done", "failed"]))
+@click.option("--output", default="", help="With done: the output to record.")
+@click.option("--as", "user", required=True)
+@one_line_errors
+def runs_effect(run_id: str, request_id: str, choice: str, output: str, user: str) -> None:
+    """Settle an effect of uncertain outcome: retry it, or mark it done or failed."""
+    _decide(run_id, request_id, DecisionKind(choice), output, user)
+
+
+@cli.command()
+@click.option("--run", "run_id", default=None)
+@click.option("--limit", default=200, show_default=True)
+@one_line_errors
+def audit(run_id: str | None, limit: int) -> None:
+    """Who requested, decided, answered, expired and resumed what."""
+
+    async def work(rt: Runtime) -> list[Any]:
+        return list(await rt.store.list_audit(run_id=run_id, limit=limit))
+
+    for entry in with_runtime(work):
+        target = entry.request_id or entry.run_id
+        click.echo(f"{entry.at:%Y-%m-%d %H:%M:%S}  {entry.actor:<16} {entry.action:<14} {target}  {entry.detail}")
+
+
+@cli.group()
+def tools() -> None:
+    """The tool catalog."""
+
+
+@tools.command("list")
+@one_line_errors
+def tools_list() -> None:
+    """The tools a run gets, with their flags."""
+    toolset = compose.build_tools(settings_of(click.get_current_context()))
+    for name, tool in toolset.items():
+        flags = [f for f in ("confirm", "idempotent", "operator_paced", "deny") if getattr(tool.flags, f)]
+        click.echo(f"{name:<24} {' '.join(flags) or '-':<28} {tool.description}")
+
+
+@tools.command("check")
+@click.argument("files", nargs=-1, required=True, type=click.Path())
+def tools_check(files: tuple[str, ...]) -> None:
+    """Validate catalog files; every problem is reported with file and line."""
+    problems = [p for f in files for p in check_catalog(Path(f))]
+    for problem in problems:
+        click.echo(problem, err=True)
+    if problems:
+        sys.exit(1)
+    click.echo(f"{len(files)} catalog file(s) OK")
+
+
+def main() -> None:
+    """Entry point of the ``kestrel`` script."""
+    cli(obj={})
+

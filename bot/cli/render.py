@@ -1,0 +1,91 @@
+"""How runs look on the command line: one JSON object, or a readable transcript."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from bot.domain import Decision, Request, RequestStatus, RunRecord
+from bot.llm import base as msg
+from bot.state import RunState
+
+
+def run_object(record: RunRecord, state: RunState) -> dict[str, Any]:
+    """The stable JSON shape of ``run --json`` and ``runs show --json``."""
+    result = state.result
+    usage = result.usage if result else state.usage
+    return {
+        "run_id": record.id,
+        "status": record.status.value,
+        "stop_reason": result.stop_reason.value if result else record.stop_reason or None,
+        "text": result.text if result else state.last_text,
+        "payload": result.payload if result else None,
+        "error": result.error if result else "",
+        "usage": {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens},
+        "outcomes": state.outcomes(),
+        "requests": [request_object(r) for r in state.open_requests],
+        "requested_by": record.requested_by,
+        "created_at": record.created_at.isoformat(),
+    }
+
+
+def request_object(request: Request) -> dict[str, Any]:
+    """One open request as JSON."""
+    return {
+        "id": request.id,
+        "kind": request.kind.value,
+        "tool": request.tool,
+        "arguments": request.arguments,
+        "prompt": request.prompt,
+        "options": list(request.options),
+        "deadline": request.deadline.isoformat() if request.deadline else None,
+    }
+
+
+def transcript(record: RunRecord, state: RunState) -> str:
+    """The conversation and the terminal result, for people."""
+    lines = [f"run {record.id}  [{record.status.value}]  by {record.requested_by or '-'}"]
+    for message in state.messages:
+        lines += _message_lines(message)
+    for request in state.open_requests:
+        lines.append(f"  waiting: {request.kind.value} {request.id} for {request.tool}")
+    for text in state.advisories:
+        lines.append(f"  advisory: {text}")
+    result = state.result
+    if result is not None:
+        lines.append(f"result: {result.status.value} ({result.stop_reason.value})")
+        if result.error:
+            lines.append(f"  error: {result.error}")
+        if result.payload is not None:
+            lines.append("  payload: " + json.dumps(result.payload, sort_keys=True))
+        usage = result.usage
+        lines.append(f"  usage: {usage.input_tokens} in, {usage.output_tokens} out")
+        lines.append("  calls: " + json.dumps(result.outcomes, sort_keys=True))
+    return "\n".join(lines)
+
+
+def _message_lines(message: msg.Message) -> list[str]:
+    if isinstance(message, msg.SystemMessage):
+        return []
+    if isinstance(message, msg.UserMessage):
+        return [f"user: {message.text}"]
+    if isinstance(message, msg.AssistantMessage):
+        turn = message.turn
+        lines = [f"assistant: {turn.text}"] if turn.text else []
+        return lines + [f"  call {c.id}: {c.name} {c.arguments}" for c in turn.calls]
+    return [f"  result {r.call_id}: {_short(r.output)}" for r in message.results]
+
+
+def _short(text: str, limit: int = 300) -> str:
+    flat = text.replace("\n", " ⏎ ")
+    return flat if len(flat) <= limit else flat[:limit] + "…"
+
+
+def pending_line(request: Request, status: RequestStatus, decision: Decision | None) -> str:
+    """One line of ``runs pending``."""
+    args = json.dumps(request.arguments, sort_keys=True)
+    deadline = f" deadline {request.deadline:%Y-%m-%d %H:%M}" if request.deadline else ""
+    return (
+        f"{request.run_id}  {request.id}  {request.kind.value:<13} {request.tool} {args}"
+        f"  opened {request.created_at:%Y-%m-%d %H:%M}{deadline}  [{status.value}]"
+    )

@@ -1,0 +1,231 @@
+"""executeTool: every exit a tool call can take, in the seed's order, under one span."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bot.domain import (
+    GrantWritten,
+    Request,
+    ToolCall,
+    ToolDeferred,
+    ToolDispatched,
+    ToolOutcome,
+    ToolResultEntry,
+    new_id,
+)
+from bot.events import Event, EventSink
+from bot.gate import Gate
+from bot.hooks import HookContext, HookFailure, Hooks
+from bot.journal import RunJournal, TakenOver
+from bot.prompter import Prompter
+from bot.telemetry import span
+from bot.tools.base import Deferral, Tool, ToolContext, ToolResult
+from bot.tools.toolset import ToolSet
+
+log = logging.getLogger("kestrel.execute")
+
+WITHHELD_BY_HOOK = "[output withheld: an output hook failed]"
+
+
+class HookAbort(Exception):
+    """A PreToolUse rewrite named an unregistered tool or carried invalid JSON."""
+
+
+@dataclass(frozen=True)
+class CallExit:
+    """How one call left executeTool."""
+
+    outcome: ToolOutcome
+    output: str
+    is_error: bool = False
+    request: Request | None = None
+
+
+@dataclass
+class CallEnv:
+    """Everything executeTool needs for the calls of one batch."""
+
+    journal: RunJournal
+    tools: ToolSet
+    hooks: Hooks
+    hook_ctx: HookContext
+    gate: Gate
+    events: EventSink
+    open_request: Callable[[Request], Awaitable[None]]
+    prompter: Prompter | None = None
+    workdir: Path | None = None
+
+    def emit(self, kind: str, **data: Any) -> None:
+        """Send one event about this run."""
+        self.events.emit(Event(kind, self.journal.run_id, data))
+
+
+def _error(outcome: ToolOutcome, output: str) -> CallExit:
+    return CallExit(outcome, output, is_error=True)
+
+
+async def execute_tool(call: ToolCall, env: CallEnv) -> CallExit:
+    """Run one call through all its checks; journal and count whichever exit it takes."""
+    with span("tool", tool=call.name, call_id=call.id) as current:
+        try:
+            result = await _execute(call, env)
+        except TakenOver:
+            env.emit("tool_exit", call_id=call.id, tool=call.name, outcome="taken_over")
+            raise
+        current.set("outcome", result.outcome.value)
+        await _journal_exit(call, result, env)
+        return result
+
+
+async def _execute(call: ToolCall, env: CallEnv) -> CallExit:
+    original = env.tools.get(call.name)
+    if original is None:
+        env.emit("advisory", text=f"the model called an unknown tool {call.name!r}")
+        known = ", ".join(sorted(env.tools)) or "none"
+        return _error(ToolOutcome.UNKNOWN_TOOL, f"unknown tool {call.name!r}; tools: {known}")
+    gated = original.flags.confirm
+    try:
+        verdict = await env.hooks.on_pre_tool(call, env.hook_ctx)
+    except HookFailure as exc:
+        log.warning("run %s: %s", env.journal.run_id, exc)
+        env.emit("advisory", text=str(exc))
+        return _error(ToolOutcome.HOOK_DENIED, "denied: a policy hook could not check this call")
+    if not verdict.allow:
+        return _error(ToolOutcome.HOOK_DENIED, f"denied by policy: {verdict.reason or 'no reason'}")
+    effective, raw_arguments = _effective(call, verdict.tool, verdict.arguments, env.tools)
+    arguments, problems = _parse_arguments(raw_arguments)
+    if not problems:
+        problems = env.tools.validate(effective.name, arguments)
+    if problems:
+        return _error(ToolOutcome.INVALID_ARGUMENTS, "invalid arguments: " + "; ".join(problems))
+    if gated or effective.flags.confirm:
+        gate = await env.gate.check(call.id, original, effective, arguments)
+        if gate.request is not None:
+            return CallExit(ToolOutcome.DEFERRED, gate.reason, request=gate.request)
+        if not gate.allowed:
+            return _error(ToolOutcome.GATE_DENIED, gate.reason)
+    return await _dispatch(call, effective, arguments, env)
+
+
+def _effective(
+    call: ToolCall, name: str | None, arguments: str | None, tools: ToolSet
+) -> tuple[Tool, str]:
+    """The tool and raw arguments after PreToolUse; a malformed rewrite aborts the run."""
+    effective_name = name or call.name
+    effective_arguments = arguments if arguments is not None else call.arguments
+    tool = tools.get(effective_name)
+    if tool is None:
+        raise HookAbort(f"a PreToolUse hook rewrote {call.name!r} to unknown tool {name!r}")
+    if effective_arguments != call.arguments:
+        try:
+            json.loads(effective_arguments)
+        except ValueError as exc:
+            raise HookAbort(f"a PreToolUse hook rewrote {call.name!r} with invalid JSON") from exc
+    return tool, effective_arguments
+
+
+def _parse_arguments(raw: str) -> tuple[dict[str, Any], list[str]]:
+    try:
+        value = json.loads(raw or "{}")
+    except ValueError as exc:
+        return {}, [f"arguments are not valid JSON ({exc})"]
+    if not isinstance(value, dict):
+        return {}, ["arguments must be a JSON object"]
+    return value, []
+
+
+async def _dispatch(
+    call: ToolCall, tool: Tool, arguments: dict[str, Any], env: CallEnv
+) -> CallExit:
+    ctx = ToolContext(
+        run_id=env.journal.run_id,
+        call_id=call.id,
+        requested_by=env.hook_ctx.requested_by,
+        prompter=env.prompter if tool.flags.needs_prompter else None,
+        workdir=env.workdir if tool.flags.needs_workdir else None,
+    )
+    await _takeover_check(call, tool, env)
+    env.emit("tool_started", call_id=call.id, tool=tool.name, arguments=arguments)
+    outcome, output, is_error, deferral = await _invoke(tool, arguments, ctx)
+    if deferral is not None:
+        request = Request(
+            id=deferral.request_id or new_id("req"),
+            run_id=env.journal.run_id,
+            kind=deferral.kind,
+            call_id=call.id,
+            tool=tool.name,
+            arguments=arguments,
+            prompt=deferral.prompt,
+            options=deferral.options,
+            requested_by=env.hook_ctx.requested_by,
+        )
+        return CallExit(ToolOutcome.DEFERRED, deferral.prompt, request=request)
+    output = await _post_tool(call, output, env)
+    return CallExit(outcome, output, is_error)
+
+
+async def _takeover_check(call: ToolCall, tool: Tool, env: CallEnv) -> None:
+    """The last check before an effect: a fenced dispatch record, or an epoch read."""
+    if not tool.flags.idempotent:
+        await env.journal.append(ToolDispatched(call_id=call.id, tool=tool.name))
+        return
+    if not await env.journal.still_owner():
+        raise TakenOver(f"run {env.journal.run_id} was claimed by another owner")
+
+
+async def _invoke(
+    tool: Tool, arguments: dict[str, Any], ctx: ToolContext
+) -> tuple[ToolOutcome, str, bool, Deferral | None]:
+    paced = tool.flags.operator_paced or tool.flags.timeout <= 0
+    limit = None if paced else tool.flags.timeout
+    try:
+        async with asyncio.timeout(limit):
+            answer = await tool.call(arguments, ctx)
+    except TimeoutError:
+        return ToolOutcome.TIMEOUT, f"timed out after {limit:g}s; the tool was stopped", True, None
+    except Exception as exc:
+        log.warning("tool %s raised", tool.name, exc_info=True)
+        return ToolOutcome.ERROR, f"the tool failed: {type(exc).__name__}: {exc}", True, None
+    if isinstance(answer, Deferral):
+        return ToolOutcome.DEFERRED, answer.prompt, False, answer
+    result = answer if isinstance(answer, ToolResult) else ToolResult(str(answer))
+    return ToolOutcome.OK, result.output, result.is_error, None
+
+
+async def _post_tool(call: ToolCall, output: str, env: CallEnv) -> str:
+    try:
+        return await env.hooks.on_post_tool(call, output, env.hook_ctx)
+    except HookFailure as exc:
+        log.warning("run %s: %s", env.journal.run_id, exc)
+        env.emit("advisory", text=str(exc))
+        return WITHHELD_BY_HOOK
+
+
+async def _journal_exit(call: ToolCall, result: CallExit, env: CallEnv) -> None:
+    """Journal the exit, then write the grants it staged (never before the call is answered)."""
+    if result.request is not None:
+        await env.journal.append(
+            ToolDeferred(call_id=call.id, tool=result.request.tool, request=result.request)
+        )
+        await env.open_request(result.request)
+        env.emit("request_opened", request=result.request.model_dump(mode="json"))
+    else:
+        entry = ToolResultEntry(
+            call_id=call.id,
+            tool=call.name,
+            outcome=result.outcome,
+            output=result.output,
+            is_error=result.is_error,
+        )
+        await env.journal.append(entry)
+    for grant in env.gate.flush():
+        await env.journal.append(GrantWritten(grant=grant))
+    env.emit("tool_exit", call_id=call.id, tool=call.name, outcome=result.outcome.value)
+

@@ -1,0 +1,55 @@
+"""The PII guard as hooks: UserPromptSubmit and PostToolUse, composed after the caller's."""
+
+from __future__ import annotations
+
+import logging
+
+from bot.domain import ToolCall
+from bot.events import Event, EventSink
+from bot.hooks import HookContext, Hooks, PromptVerdict
+from bot.pii import PiiGuard, PiiMode, ScanOutcome
+
+log = logging.getLogger("kestrel.pii")
+
+
+class _RunGuard:
+    """One run's view of the guard: it warns the operator once per run, not once per hit."""
+
+    def __init__(self, guard: PiiGuard, events: EventSink) -> None:
+        self._guard = guard
+        self._events = events
+        self._warned = False
+
+    async def prompt(self, text: str, ctx: HookContext) -> PromptVerdict:
+        outcome = self._guard.scan_prompt(text)
+        self._report(outcome, ctx, "the prompt")
+        if not outcome.allowed:
+            return PromptVerdict(allow=False, reason="it contains sensitive data")
+        return PromptVerdict(text=outcome.text)
+
+    async def output(self, call: ToolCall, output: str, ctx: HookContext) -> str:
+        outcome = self._guard.scan_output(output)
+        self._report(outcome, ctx, f"the output of {call.name}")
+        return outcome.text
+
+    def _report(self, outcome: ScanOutcome, ctx: HookContext, what: str) -> None:
+        if outcome.error:
+            log.warning("run %s: PII scan of %s failed: %s", ctx.run_id, what, outcome.error)
+            self._advise(ctx, f"the PII scan of {what} failed ({outcome.error}); it was withheld")
+            return
+        if outcome.hits and not self._warned:
+            self._warned = True
+            kinds = sorted({hit.entity_type for hit in outcome.hits})
+            verb = "redacted" if self._guard.mode is PiiMode.REDACT else "withheld"
+            self._advise(ctx, f"sensitive data ({', '.join(kinds)}) in {what} was {verb}")
+
+    def _advise(self, ctx: HookContext, text: str) -> None:
+        self._events.emit(Event("advisory", ctx.run_id, {"text": text, "source": "pii"}))
+
+
+def pii_hooks(guard: PiiGuard, events: EventSink) -> Hooks:
+    """Fresh guard hooks for one run; none at all when the mode is off."""
+    if guard.mode is PiiMode.OFF:
+        return Hooks()
+    run_guard = _RunGuard(guard, events)
+    return Hooks(user_prompt_submit=[run_guard.prompt], post_tool_use=[run_guard.output])

@@ -1,0 +1,408 @@
+"""One run of the agent loop: iterations, budgets, no-progress, suspend, terminal result."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bot.domain import (
+    AdvisoryEntry,
+    AnswerSupplied,
+    AssistantTurn,
+    AssistantTurnEntry,
+    Decision,
+    DecisionKind,
+    Request,
+    RequestKind,
+    RequestStatus,
+    RunEnded,
+    RunStatus,
+    RunSuspended,
+    StopReason,
+    TerminalResult,
+    ToolDeferred,
+    ToolOutcome,
+    ToolResultEntry,
+)
+from bot.events import Event, EventSink
+from bot.execute import CallEnv, HookAbort, execute_tool
+from bot.gate import Gate
+from bot.hooks import HookContext, Hooks
+from bot.journal import RunJournal, TakenOver
+from bot.llm.base import ModelError, ModelProvider
+from bot.prompter import Prompter
+from bot.state import CallState, RunState
+from bot.telemetry import span
+from bot.tools.toolset import ToolSet
+
+log = logging.getLogger("kestrel.loop")
+
+
+@dataclass
+class Signals:
+    """The run's inbox: requests from outside, picked up at the loop boundary only."""
+
+    suspend: asyncio.Event = field(default_factory=asyncio.Event)
+    cancel: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+@dataclass
+class LoopDeps:
+    """What a run needs from the world; assembled by the supervisor."""
+
+    model: ModelProvider
+    tools: Callable[[], ToolSet]
+    hooks: Hooks
+    events: EventSink
+    prompter: Prompter | None = None
+    workdir: Path | None = None
+    model_timeout: float = 60.0
+    advisories: Callable[[], list[str]] = lambda: []
+    lookup_request: Callable[[str], Awaitable[tuple[RequestStatus, Decision | None] | None]] = (
+        lambda _id: _no_request()
+    )
+    open_request: Callable[[Request], Awaitable[None]] = lambda _r: _nothing()
+    clock: Callable[[], float] = time.monotonic
+
+
+async def _no_request() -> None:
+    return None
+
+
+async def _nothing() -> None:
+    return None
+
+
+class Stop(Exception):
+    """Ends the run with a terminal result."""
+
+    def __init__(
+        self, status: RunStatus, reason: StopReason, error: str = "", text: str = ""
+    ) -> None:
+        super().__init__(error or reason.value)
+        self.status = status
+        self.reason = reason
+        self.error = error
+        self.text = text
+
+
+class Suspend(Exception):
+    """Ends the task with the run suspended."""
+
+    def __init__(self, reason: StopReason, requests: Sequence[Request] = ()) -> None:
+        super().__init__(reason.value)
+        self.reason = reason
+        self.requests = tuple(requests)
+
+
+class AgentLoop:
+    """Drives one run from its journaled state until it ends or suspends."""
+
+    def __init__(self, journal: RunJournal, deps: LoopDeps, signals: Signals) -> None:
+        self.journal = journal
+        self.deps = deps
+        self.signals = signals
+        started = journal.state.started
+        assert started is not None, "a run's journal starts with run_started"
+        self.started = started
+        self.budgets = started.budgets
+        self._t0 = deps.clock()
+        self.hook_ctx = HookContext(run_id=journal.run_id, requested_by=started.requested_by)
+
+    @property
+    def state(self) -> RunState:
+        """The folded state, kept in step by every append."""
+        return self.journal.state
+
+    async def run(self) -> RunState:
+        """Iterate until a terminal result or a suspend; journal whichever it is."""
+        try:
+            await self._iterate()
+        except Suspend as pause:
+            await self._suspend(pause)
+        except Stop as stop:
+            await self._end(stop.status, stop.reason, stop.error, stop.text)
+        return self.state
+
+    async def _iterate(self) -> None:
+        if self.state.open_batch:
+            await self._finish_batch(resuming=True)
+        while True:
+            self._poll()
+            tools = self.deps.tools()
+            await self._drain_advisories()
+            turn = await self._call_model(tools)
+            await self.journal.append(AssistantTurnEntry(iteration=self.state.iteration, turn=turn))
+            self._emit("model_turn", text=turn.text or "", calls=len(turn.calls))
+            if turn.finish_reason == "length":
+                raise Stop(
+                    RunStatus.FAILED,
+                    StopReason.TRUNCATED,
+                    "the model's reply was cut at its output limit; no tool was run",
+                    turn.text or "",
+                )
+            if not turn.calls:
+                raise Stop(RunStatus.COMPLETED, StopReason.ANSWERED, text=turn.text or "")
+            self._check_batch_budgets(len(turn.calls))
+            await self._run_batch(tools)
+
+    def _poll(self) -> None:
+        """The loop boundary: cancel, suspend and the limits, before an iteration is used."""
+        if self.signals.cancel.is_set():
+            raise Stop(RunStatus.CANCELLED, StopReason.CANCELLED, "cancelled on request")
+        if self.signals.suspend.is_set():
+            raise Suspend(StopReason.SUSPEND_REQUESTED)
+        if self.state.iteration >= self.budgets.max_iterations:
+            limit = self.budgets.max_iterations
+            raise Stop(RunStatus.FAILED, StopReason.ITERATION_LIMIT, f"{limit} iterations used")
+        self._check_deadline()
+        if self.state.iteration > 0:
+            self._check_tokens()
+
+    def _check_batch_budgets(self, calls: int) -> None:
+        self._check_tokens()
+        self._check_deadline()
+        limit = self.budgets.max_tool_calls
+        if self.state.tool_calls + calls > limit:
+            raise Stop(
+                RunStatus.FAILED,
+                StopReason.TOOL_CALL_LIMIT,
+                f"the next batch would exceed {limit} tool calls",
+            )
+
+    def _check_tokens(self) -> None:
+        used, limit = self.state.usage.total, self.budgets.max_tokens
+        if limit and used >= limit:
+            raise Stop(RunStatus.FAILED, StopReason.TOKEN_BUDGET, f"{used} of {limit} tokens used")
+
+    def _remaining(self) -> float | None:
+        if not self.budgets.deadline_seconds:
+            return None
+        return self.budgets.deadline_seconds - (self.deps.clock() - self._t0)
+
+    def _check_deadline(self) -> None:
+        remaining = self._remaining()
+        if remaining is not None and remaining <= 0:
+            raise Stop(RunStatus.FAILED, StopReason.DEADLINE, "the run's deadline passed")
+
+    async def _drain_advisories(self) -> None:
+        for text in self.deps.advisories():
+            await self.journal.append(AdvisoryEntry(text=text))
+            self._emit("advisory", text=text)
+
+    async def _call_model(self, tools: ToolSet) -> AssistantTurn:
+        timeout = self.deps.model_timeout
+        remaining = self._remaining()
+        if remaining is not None:
+            timeout = min(timeout, remaining)
+        with span("model_call", run_id=self.journal.run_id, iteration=self.state.iteration):
+            try:
+                return await self.deps.model.complete(self.state.messages, tools.specs(), timeout)
+            except ModelError as exc:
+                raise Stop(RunStatus.FAILED, StopReason.MODEL_ERROR, str(exc)) from exc
+
+    def _gate(self, answers: dict[str, Decision] | None = None) -> Gate:
+        return Gate(
+            run_id=self.journal.run_id,
+            requested_by=self.started.requested_by,
+            prompter=self.deps.prompter,
+            expired=lambda: (self._remaining() or 1) <= 0,
+            written=self.state.grants,
+            answers=answers,
+        )
+
+    def _env(self, tools: ToolSet, gate: Gate) -> CallEnv:
+        return CallEnv(
+            journal=self.journal,
+            tools=tools,
+            hooks=self.deps.hooks,
+            hook_ctx=self.hook_ctx,
+            gate=gate,
+            events=self.deps.events,
+            open_request=self.deps.open_request,
+            prompter=self.deps.prompter,
+            workdir=self.deps.workdir,
+        )
+
+    async def _run_batch(self, tools: ToolSet) -> None:
+        env = self._env(tools, self._gate())
+        for call_state in list(self.state.batch):
+            await self._execute(call_state, env)
+        self._after_batch()
+
+    async def _execute(self, call_state: CallState, env: CallEnv) -> None:
+        try:
+            await execute_tool(call_state.call, env)
+        except HookAbort as exc:
+            raise Stop(RunStatus.FAILED, StopReason.HOOK_ABORT, str(exc)) from exc
+
+    def _after_batch(self) -> None:
+        """Suspend on open requests, or stop when the same call keeps giving the same result."""
+        if self.state.open_requests:
+            raise Suspend(StopReason.WAITING, self.state.open_requests)
+        repeats = self.budgets.no_progress_repeats
+        if repeats and self.state.signatures and max(self.state.signatures.values()) >= repeats:
+            call = self.state.batch[-1]
+            evidence = call.result.output[:500] if call.result else ""
+            raise Stop(
+                RunStatus.FAILED,
+                StopReason.NO_PROGRESS,
+                f"the same call ({call.call.name} {call.call.arguments}) gave the same result "
+                f"{repeats} times; last result: {evidence}",
+            )
+
+    async def _finish_batch(self, resuming: bool) -> None:
+        """Answer the calls of a batch interrupted by a suspend or a crash, from the journal."""
+        tools = self.deps.tools()
+        answers: dict[str, Decision] = {}
+        for call_state in self.state.batch:
+            request = call_state.deferred
+            if call_state.result is None and request is not None:
+                decision = await self._supplied(request)
+                if decision is not None and request.kind is RequestKind.WAIT_APPROVAL:
+                    answers[call_state.call.id] = decision
+        env = self._env(tools, self._gate(answers))
+        for call_state in list(self.state.batch):
+            if call_state.result is None:
+                await self._finish_call(call_state, env)
+        self._after_batch()
+
+    async def _finish_call(self, call_state: CallState, env: CallEnv) -> None:
+        request = call_state.deferred
+        if request is None and call_state.dispatched:
+            await self._uncertain(call_state, env)
+            return
+        if request is None:
+            await self._execute(call_state, env)
+            return
+        decision = self.state.answers.get(request.id)
+        if decision is None:
+            return
+        if request.kind is RequestKind.WAIT_APPROVAL:
+            await self._execute(call_state, env)
+        elif request.kind is RequestKind.WAIT_EFFECT:
+            await self._settle_effect(call_state, decision, env)
+        else:
+            await self._answer_question(call_state, decision)
+
+    async def _supplied(self, request: Request) -> Decision | None:
+        """The checkpoint's answer for a request, journaled once; None while it is open."""
+        known = self.state.answers.get(request.id)
+        if known is not None:
+            return known
+        found = await self.deps.lookup_request(request.id)
+        if found is None:
+            await self.deps.open_request(request)
+            return None
+        status, decision = found
+        if status is RequestStatus.OPEN or decision is None:
+            return None
+        await self.journal.append(AnswerSupplied(decision=decision))
+        self._emit("answer_supplied", request_id=request.id, decision=decision.kind.value)
+        return decision
+
+    async def _uncertain(self, call_state: CallState, env: CallEnv) -> None:
+        """A dispatched call with no result: rerun it if idempotent, else ask on-call."""
+        tool = env.tools.get(call_state.call.name)
+        if tool is not None and tool.flags.idempotent:
+            await self._execute(call_state, env)
+            return
+        request = Request(
+            run_id=self.journal.run_id,
+            kind=RequestKind.WAIT_EFFECT,
+            call_id=call_state.call.id,
+            tool=call_state.call.name,
+            arguments=_arguments(call_state.call.arguments),
+            prompt=(
+                f"{call_state.call.name} was started but its outcome is unknown "
+                "(the process stopped mid-effect): retry, mark done or mark failed?"
+            ),
+            options=("retry", "done", "failed"),
+            requested_by=self.started.requested_by,
+        )
+        await self.journal.append(
+            ToolDeferred(call_id=call_state.call.id, tool=request.tool, request=request)
+        )
+        await self.deps.open_request(request)
+        self._emit("request_opened", request=request.model_dump(mode="json"))
+
+    async def _settle_effect(self, call_state: CallState, decision: Decision, env: CallEnv) -> None:
+        if decision.kind is DecisionKind.RETRY:
+            await self._execute(call_state, env)
+            return
+        if decision.kind is DecisionKind.DONE:
+            output = decision.text or f"marked done by {decision.by or 'on-call'}"
+            await self._result(call_state, ToolOutcome.OK, output, False)
+            return
+        output = f"marked failed by {decision.by or 'on-call'}" + (
+            f": {decision.text}" if decision.text else ""
+        )
+        await self._result(call_state, ToolOutcome.ERROR, output, True)
+
+    async def _answer_question(self, call_state: CallState, decision: Decision) -> None:
+        if decision.kind is DecisionKind.EXPIRED:
+            await self._result(call_state, ToolOutcome.OK, "no answer before the deadline", False)
+            return
+        who = f" (answered by {decision.by})" if decision.by else ""
+        await self._result(call_state, ToolOutcome.OK, (decision.text or "") + who, False)
+
+    async def _result(self, call_state: CallState, outcome: ToolOutcome, out: str, err: bool) -> None:
+        call = call_state.call
+        entry = ToolResultEntry(
+            call_id=call.id, tool=call.name, outcome=outcome, output=out, is_error=err
+        )
+        await self.journal.append(entry)
+
+    async def _suspend(self, pause: Suspend) -> None:
+        ids = tuple(r.id for r in pause.requests)
+        await self.journal.append(RunSuspended(reason=pause.reason, request_ids=ids))
+        self._emit("run_suspended", reason=pause.reason.value, requests=list(ids))
+
+    async def _end(self, status: RunStatus, reason: StopReason, error: str, text: str) -> None:
+        result = TerminalResult(
+            status=status,
+            stop_reason=reason,
+            text=text,
+            payload=extract_payload(text) if status is RunStatus.COMPLETED else None,
+            error=error,
+            usage=self.state.usage,
+            outcomes=self.state.outcomes(),
+        )
+        await self.journal.append(RunEnded(result=result))
+
+    def _emit(self, kind: str, **data: Any) -> None:
+        self.deps.events.emit(Event(kind, self.journal.run_id, data))
+
+
+def _arguments(raw: str) -> dict[str, Any]:
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return {"raw": raw}
+    return value if isinstance(value, dict) else {"raw": raw}
+
+
+def extract_payload(text: str) -> dict[str, Any] | None:
+    """The structured finalized payload: a JSON object that is the answer, or fenced in it."""
+    candidates = [text.strip()]
+    if "```" in text:
+        candidates += [part.removeprefix("json").strip() for part in text.split("```")[1::2]]
+    for candidate in candidates:
+        if not candidate.startswith("{"):
+            continue
+        try:
+            value = json.loads(candidate)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            return value
+    return None
+
+
+__all__ = ["AgentLoop", "LoopDeps", "Signals", "Stop", "Suspend", "TakenOver", "extract_payload"]

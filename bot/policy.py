@@ -1,0 +1,100 @@
+"""Authorization: who may start runs, approve which tools, answer questions, operate runs.
+
+Identities are the platform's immutable user and group ids; a button's payload is never trusted
+for who may do what, only this policy and the store are.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from bot.config import PolicySettings
+from bot.domain import DecisionKind, Request, RequestKind
+from bot.tools.base import ToolFlags
+
+EVERYONE = "*"
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Someone acting: their user id, the groups they belong to, the channel they act in."""
+
+    user: str
+    groups: frozenset[str] = field(default_factory=frozenset)
+    channel: str = ""
+
+    def matches(self, principals: list[str]) -> bool:
+        """Whether any principal (user id, ``group:ID``, ``channel:ID``, ``*``) names this actor."""
+        for principal in principals:
+            if principal in (EVERYONE, self.user):
+                return True
+            kind, _, ident = principal.partition(":")
+            if kind == "group" and ident in self.groups:
+                return True
+            if kind == "channel" and ident == self.channel and self.channel:
+                return True
+        return False
+
+
+_KINDS_FOR = {
+    RequestKind.WAIT_APPROVAL: {DecisionKind.APPROVE, DecisionKind.APPROVE_ALWAYS, DecisionKind.DENY},
+    RequestKind.WAIT_USER: {DecisionKind.ANSWER},
+    RequestKind.WAIT_EFFECT: {DecisionKind.RETRY, DecisionKind.DONE, DecisionKind.FAILED},
+}
+
+
+class Policy:
+    """The rules of ``policy:`` in kestrel.yaml."""
+
+    def __init__(self, settings: PolicySettings) -> None:
+        self.settings = settings
+
+    def may_start(self, actor: Actor) -> bool:
+        """Whether ``actor`` may start a run."""
+        return actor.matches(self.settings.requesters)
+
+    def may_operate(self, actor: Actor) -> bool:
+        """On-call: may resume, cancel and settle uncertain effects."""
+        return actor.matches(self.settings.oncall)
+
+    def check_decision(
+        self, actor: Actor, kind: DecisionKind, request: Request, flags: ToolFlags | None
+    ) -> str:
+        """Empty when ``actor`` may decide ``kind`` on ``request``; else the reason they may not."""
+        if kind not in _KINDS_FOR[request.kind]:
+            return f"{kind.value} is not an answer to a {request.kind.value} request"
+        if request.kind is RequestKind.WAIT_APPROVAL:
+            return self._approval(actor, kind, request, flags or ToolFlags())
+        if request.kind is RequestKind.WAIT_EFFECT:
+            return "" if self.may_operate(actor) else "only on-call may settle an uncertain effect"
+        return self._answer(actor, request)
+
+    def _approval(self, actor: Actor, kind: DecisionKind, request: Request, flags: ToolFlags) -> str:
+        if kind is DecisionKind.DENY and actor.user == request.requested_by:
+            return ""
+        if not self._approver_of(actor, request.tool, flags.tags):
+            return f"{actor.user} may not approve {request.tool}"
+        if kind is DecisionKind.DENY:
+            return ""
+        if flags.deny:
+            return f"policy never allows {request.tool}"
+        if actor.user == request.requested_by and not self._self_approval(request):
+            return "you asked for this run: someone else must approve it"
+        if kind is DecisionKind.APPROVE_ALWAYS and request.approvals_needed > 1:
+            return f"{request.tool} needs {request.approvals_needed} approvers for every call"
+        return ""
+
+    def _self_approval(self, request: Request) -> bool:
+        # The two-person rule counts the requester as neither approver, whatever the setting.
+        return self.settings.self_approval and request.approvals_needed <= 1
+
+    def _approver_of(self, actor: Actor, tool: str, tags: tuple[str, ...]) -> bool:
+        keys = [tool, *(f"tag:{tag}" for tag in tags), EVERYONE]
+        return any(actor.matches(self.settings.approvers.get(key, [])) for key in keys)
+
+    def _answer(self, actor: Actor, request: Request) -> str:
+        if actor.user == request.requested_by or self.may_operate(actor):
+            return ""
+        if actor.matches(self.settings.answerers):
+            return ""
+        return f"{actor.user} may not answer this question"

@@ -1,0 +1,427 @@
+"""The supervisor: one asyncio task per live run; start, resume, answer, cancel, leases."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import traceback
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+from bot.domain import (
+    TERMINAL_STATUSES,
+    Decision,
+    DecisionKind,
+    Request,
+    RequestStatus,
+    RunEnded,
+    RunRecord,
+    RunResumed,
+    RunStarted,
+    RunStatus,
+    Session,
+    StopReason,
+    TerminalResult,
+    UserMessage,
+    new_id,
+    utcnow,
+)
+from bot.events import Event
+from bot.hooks import HookContext, HookFailure, Hooks
+from bot.journal import RunJournal, TakenOver
+from bot.llm import base as msg
+from bot.loop import AgentLoop, LoopDeps, Signals
+from bot.policy import Actor
+from bot.prompter import Prompter
+from bot.runtime import Runtime
+from bot.state import RunState, fold
+from bot.store import StoreError
+
+log = logging.getLogger("kestrel.runs")
+
+HISTORY_TURNS = 5
+
+
+@dataclass(frozen=True)
+class Answered:
+    """What became of an answer: whether it counted, why, and whether the run can go on."""
+
+    accepted: bool
+    message: str
+    ready: bool = False
+
+
+class ResumeRefused(Exception):
+    """The run cannot be resumed as asked; the message says why and what to do."""
+
+
+@dataclass
+class LiveRun:
+    """A run driven by a task of this process."""
+
+    run_id: str
+    signals: Signals = field(default_factory=Signals)
+    task: asyncio.Task[RunState] | None = None
+
+
+class Supervisor:
+    """Starts and resumes runs, each on exactly one task, and keeps their leases alive."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.rt = runtime
+        self.live: dict[str, LiveRun] = {}
+
+    # --- entry points -------------------------------------------------------------------
+
+    async def start_turn(
+        self,
+        prompt: str,
+        *,
+        session: Session | None = None,
+        requested_by: str = "",
+        prompter: Prompter | None = None,
+    ) -> LiveRun:
+        """Start a run for one human message; its task runs in the background."""
+        run_id = new_id("run")
+        session = session or Session(id=new_id("ses"))
+        live = LiveRun(run_id)
+        work = self._start(live, prompt, session, requested_by, prompter)
+        live.task = asyncio.create_task(self._barrier(live, work), name=run_id)
+        self.live[run_id] = live
+        return live
+
+    async def resume(
+        self, run_id: str, *, prompter: Prompter | None = None, force: bool = False
+    ) -> LiveRun | None:
+        """Continue a suspended (or orphaned) run; None when it has nothing to do yet."""
+        if run_id in self.live:
+            return self.live[run_id]
+        record = await self.rt.store.get_run(run_id)
+        if record.status in TERMINAL_STATUSES:
+            return None
+        state = fold(await self.rt.store.load(run_id), run_id)
+        self._check_fingerprint(state, force)
+        if not await self._has_work(state):
+            return None
+        epoch = await self.rt.store.claim(run_id, self.rt.owner, self.rt.lease_seconds)
+        if epoch is None:
+            raise ResumeRefused(f"run {run_id} is live on {record.owner}; its lease has not expired")
+        live = LiveRun(run_id)
+        work = self._resume(live, epoch, prompter, force)
+        live.task = asyncio.create_task(self._barrier(live, work), name=run_id)
+        self.live[run_id] = live
+        return live
+
+    async def answer(
+        self, decision: Decision, *, run_id: str, actor: Actor | None = None, digest: str = ""
+    ) -> Answered:
+        """Check a decision against the store and policy, then write it; one winner per request."""
+        actor = actor or Actor(decision.by)
+        try:
+            request, status, _ = await self.rt.store.get_request(decision.request_id)
+        except KeyError:
+            return Answered(False, f"there is no request {decision.request_id}")
+        refusal = self._refusal(request, status, decision, actor, run_id, digest)
+        if refusal:
+            return Answered(False, refusal)
+        if decision.kind is DecisionKind.APPROVE and request.approvals_needed > 1:
+            count = await self.rt.store.add_approval(request.id, actor.user)
+            await self.rt.store.audit(actor.user, "approve_partial", run_id, request.id, request.digest)
+            if count < request.approvals_needed:
+                return Answered(True, f"approval {count} of {request.approvals_needed} recorded")
+        if not await self.rt.store.decide(decision, RequestStatus.ANSWERED):
+            return Answered(False, "this request was already answered")
+        await self.rt.store.audit(actor.user, decision.kind.value, run_id, request.id, request.digest)
+        remaining = await self.rt.store.list_requests(run_id=run_id)
+        return Answered(True, "recorded", ready=not remaining)
+
+    def _refusal(
+        self,
+        request: Request,
+        status: RequestStatus,
+        decision: Decision,
+        actor: Actor,
+        run_id: str,
+        digest: str,
+    ) -> str:
+        if request.run_id != run_id:
+            return f"request {request.id} does not belong to run {run_id}"
+        if status is not RequestStatus.OPEN:
+            return f"request {request.id} is already {status.value}"
+        if request.deadline is not None and request.deadline <= utcnow():
+            return f"request {request.id} expired at {request.deadline:%Y-%m-%d %H:%M} UTC"
+        if digest and digest != request.digest:
+            return "this card is stale: the call it shows is not the one waiting"
+        tool = self.rt.tools.current().get(request.tool)
+        return self.rt.policy.check_decision(
+            actor, decision.kind, request, tool.flags if tool else None
+        )
+
+    async def cancel(self, run_id: str, by: str = "") -> str:
+        """Cancel a run: a live one at its next loop boundary, a suspended one at once."""
+        live = self.live.get(run_id)
+        if live is not None:
+            live.signals.cancel.set()
+            return "cancelling at the next loop boundary"
+        record = await self.rt.store.get_run(run_id)
+        if record.status in TERMINAL_STATUSES:
+            return f"run {run_id} already ended {record.status.value}"
+        epoch = await self.rt.store.claim(run_id, self.rt.owner, self.rt.lease_seconds)
+        if epoch is None:
+            return f"run {run_id} is live on {record.owner}; try again when it suspends"
+        state = fold(await self.rt.store.load(run_id), run_id)
+        journal = RunJournal(self.rt.store, state, epoch)
+        result = TerminalResult(
+            status=RunStatus.CANCELLED,
+            stop_reason=StopReason.CANCELLED,
+            error=f"cancelled by {by or 'an operator'}",
+            usage=state.usage,
+            outcomes=state.outcomes(),
+        )
+        await journal.append(RunEnded(result=result))
+        await self._close_requests(run_id, by)
+        await self.rt.store.audit(by, "cancel", run_id=run_id)
+        await self._finished(state)
+        await self.rt.store.release(run_id, self.rt.owner, epoch)
+        return "cancelled"
+
+    async def wait(self, live: LiveRun) -> RunState:
+        """Wait for a live run's task to end (suspended, ended, or given up)."""
+        assert live.task is not None
+        return await live.task
+
+    async def shutdown(self) -> None:
+        """Suspend every live run at its loop boundary and wait for their tasks."""
+        for live in list(self.live.values()):
+            live.signals.suspend.set()
+        tasks = [live.task for live in self.live.values() if live.task is not None]
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    # --- one task per run ---------------------------------------------------------------
+
+    async def _start(
+        self,
+        live: LiveRun,
+        prompt: str,
+        session: Session,
+        requested_by: str,
+        prompter: Prompter | None,
+    ) -> RunState:
+        hooks = self.rt.run_hooks()
+        ctx = HookContext(run_id=live.run_id, requested_by=requested_by)
+        refusal, text = await _screen_prompt(hooks, prompt, ctx)
+        await self.rt.store.ensure_session(session)
+        history = await self._history(session.id)
+        record = RunRecord(
+            id=live.run_id, session_id=session.id, prompt=text[:200], requested_by=requested_by
+        )
+        epoch = await self.rt.store.create_run(record, self.rt.owner, self.rt.lease_seconds)
+        journal = RunJournal(self.rt.store, RunState(live.run_id), epoch)
+        await journal.append(
+            RunStarted(
+                run_id=live.run_id,
+                session_id=session.id,
+                requested_by=requested_by,
+                system_prompt=self.rt.system_prompt,
+                fingerprint=self.rt.fingerprint(),
+                budgets=self.rt.budgets,
+                has_prompter=prompter is not None,
+                history=history,
+            )
+        )
+        self._emit("run_started", live.run_id, requested_by=requested_by)
+        if refusal:
+            return await self._refuse(journal, refusal, hooks)
+        await journal.append(UserMessage(text=text, by=requested_by))
+        return await self._drive(live, journal, prompter, hooks)
+
+    async def _resume(
+        self, live: LiveRun, epoch: int, prompter: Prompter | None, forced: bool
+    ) -> RunState:
+        state = fold(await self.rt.store.load(live.run_id), live.run_id)
+        journal = RunJournal(self.rt.store, state, epoch)
+        await journal.append(RunResumed(owner=self.rt.owner, forced=forced))
+        await self.rt.store.audit(self.rt.owner, "resume", run_id=live.run_id)
+        self._emit("run_resumed", live.run_id)
+        return await self._drive(live, journal, prompter, self.rt.run_hooks())
+
+    async def _drive(
+        self, live: LiveRun, journal: RunJournal, prompter: Prompter | None, hooks: Hooks
+    ) -> RunState:
+        deps = LoopDeps(
+            model=self.rt.model,
+            tools=self.rt.tools.current,
+            hooks=hooks,
+            events=self.rt.events,
+            prompter=prompter,
+            workdir=self.rt.workdir,
+            model_timeout=self.rt.model_timeout,
+            advisories=self.rt.tools.drain,
+            lookup_request=self._lookup_request,
+            open_request=self.rt.store.open_request,
+        )
+        renewal = asyncio.create_task(self._renew(journal))
+        try:
+            state = await AgentLoop(journal, deps, live.signals).run()
+        finally:
+            renewal.cancel()
+        if state.result is not None:
+            await self._finished(state, hooks)
+        return state
+
+    async def _refuse(self, journal: RunJournal, refusal: str, hooks: Hooks) -> RunState:
+        result = TerminalResult(
+            status=RunStatus.FAILED, stop_reason=StopReason.POLICY, error=refusal
+        )
+        await journal.append(RunEnded(result=result))
+        await self._finished(journal.state, hooks)
+        return journal.state
+
+    async def _barrier(self, live: LiveRun, work: Coroutine[Any, Any, RunState]) -> RunState:
+        """The panic barrier: whatever escapes the run ends it failed, RunEnd fires once."""
+        state = RunState(live.run_id)
+        try:
+            state = await work
+        except TakenOver as exc:
+            log.warning("run %s taken over: %s", live.run_id, exc)
+            self._emit("run_taken_over", live.run_id, detail=str(exc))
+            with contextlib.suppress(StoreError):
+                await self.rt.store.audit(self.rt.owner, "taken_over", run_id=live.run_id)
+        except Exception as exc:
+            stack = traceback.format_exc()
+            state = await self._panic(live.run_id, exc, stack)
+        finally:
+            self.live.pop(live.run_id, None)
+            with contextlib.suppress(Exception):
+                record = await self.rt.store.get_run(live.run_id)
+                await self.rt.store.release(live.run_id, self.rt.owner, record.epoch)
+        return state
+
+    async def _panic(self, run_id: str, exc: Exception, stack: str) -> RunState:
+        try:
+            self._emit("panic", run_id, traceback=stack)
+        except Exception:
+            log.exception("event sink failed while reporting a panic in %s", run_id)
+        log.error("run %s panicked:\n%s", run_id, stack)
+        try:
+            record = await self.rt.store.get_run(run_id)
+            state = fold(await self.rt.store.load(run_id), run_id)
+            if state.result is not None:
+                return state
+            journal = RunJournal(self.rt.store, state, record.epoch)
+            result = TerminalResult(
+                status=RunStatus.FAILED,
+                stop_reason=StopReason.PANIC,
+                error=f"internal error: {type(exc).__name__}: {exc}",
+                usage=state.usage,
+                outcomes=state.outcomes(),
+            )
+            await journal.append(RunEnded(result=result))
+            await self._finished(state)
+            return state
+        except Exception:
+            log.exception("could not journal the panic of %s", run_id)
+            return RunState(run_id)
+
+    async def _finished(self, state: RunState, hooks: Hooks | None = None) -> None:
+        """RunEnd hooks and the end event, exactly once, when a terminal result is journaled."""
+        assert state.result is not None
+        hooks = hooks or self.rt.run_hooks()
+        ctx = HookContext(
+            run_id=state.run_id, requested_by=state.started.requested_by if state.started else ""
+        )
+        await hooks.on_run_end(state.result, ctx)
+        self._emit("run_ended", state.run_id, result=state.result.model_dump(mode="json"))
+
+    async def _renew(self, journal: RunJournal) -> None:
+        interval = max(self.rt.lease_seconds / 3, 0.05)
+        while True:
+            await asyncio.sleep(interval)
+            held = await self.rt.store.renew(
+                journal.run_id, self.rt.owner, journal.epoch, self.rt.lease_seconds
+            )
+            if not held:
+                log.warning("run %s: lease lost", journal.run_id)
+                return
+
+    # --- helpers ------------------------------------------------------------------------
+
+    async def _lookup_request(self, request_id: str) -> tuple[RequestStatus, Decision | None] | None:
+        try:
+            _request, status, decision = await self.rt.store.get_request(request_id)
+        except KeyError:
+            return None
+        return status, decision
+
+    async def _has_work(self, state: RunState) -> bool:
+        """A run with every open request still unanswered stays suspended."""
+        requests = state.open_requests
+        if not requests:
+            return True
+        for request in requests:
+            found = await self._lookup_request(request.id)
+            if found is None or found[0] is not RequestStatus.OPEN:
+                return True
+        return False
+
+    def _check_fingerprint(self, state: RunState, force: bool) -> None:
+        if state.started is None:
+            return
+        before, now = state.started.fingerprint, self.rt.fingerprint()
+        if before.provider != now.provider:
+            raise ResumeRefused(
+                f"run was started with provider {before.provider!r}, now {now.provider!r}; "
+                "a run cannot change provider"
+            )
+        changed = [
+            name
+            for name, old, new in (
+                ("model", before.model, now.model),
+                ("tool set", before.tools_digest, now.tools_digest),
+                ("system prompt", before.system_prompt_digest, now.system_prompt_digest),
+            )
+            if old != new
+        ]
+        if changed and not force:
+            raise ResumeRefused(
+                f"the {', '.join(changed)} changed since the run started; resume with --force"
+            )
+
+    async def _history(self, session_id: str) -> tuple[tuple[str, str], ...]:
+        """The last few finished turns of the session, as (role, text) pairs."""
+        runs = await self.rt.store.list_runs(limit=HISTORY_TURNS, session_id=session_id)
+        pairs: list[tuple[str, str]] = []
+        for record in reversed(runs):
+            state = fold(await self.rt.store.load(record.id), record.id)
+            prompt = next((m.text for m in state.messages if _is_user(m)), "")
+            answer = state.result.text if state.result else ""
+            if prompt and answer:
+                pairs += [("user", prompt), ("assistant", answer)]
+        return tuple(pairs)
+
+    async def _close_requests(self, run_id: str, by: str) -> None:
+        for request, _status, _decision in await self.rt.store.list_requests(run_id=run_id):
+            decision = Decision(request_id=request.id, kind=DecisionKind.DENY, by=by)
+            await self.rt.store.decide(decision, RequestStatus.CANCELLED)
+
+    def _emit(self, kind: str, run_id: str, **data: Any) -> None:
+        self.rt.events.emit(Event(kind, run_id, data))
+
+
+def _is_user(message: object) -> bool:
+    return isinstance(message, msg.UserMessage)
+
+
+async def _screen_prompt(hooks: Hooks, prompt: str, ctx: HookContext) -> tuple[str, str]:
+    """UserPromptSubmit: (refusal, text); a failing hook refuses (fails closed)."""
+    try:
+        verdict = await hooks.on_prompt(prompt, ctx)
+    except HookFailure as exc:
+        log.warning("run %s: %s", ctx.run_id, exc)
+        return "the prompt could not be checked by a policy hook", ""
+    if not verdict.allow:
+        return f"the prompt was refused: {verdict.reason or 'policy'}", ""
+    return "", verdict.text if verdict.text is not None else prompt

@@ -1,0 +1,79 @@
+"""What every run of one process shares: store, model, tools, hooks, events and settings."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bot.config import PolicySettings
+from bot.domain import Budgets, Fingerprint, new_id
+from bot.events import FanOut
+from bot.hooks import Hooks
+from bot.llm.base import ModelProvider
+from bot.policy import Policy
+from bot.store import Store
+from bot.tools.toolset import ToolSet
+
+
+class ToolSource:
+    """Holds the current immutable tool set, replaced whole, and the advisories about changes."""
+
+    def __init__(self, tools: ToolSet) -> None:
+        self._tools = tools
+        self._advisories: list[str] = []
+
+    def current(self) -> ToolSet:
+        """The whole set as it is now; a caller keeps its snapshot for a model call and batch."""
+        return self._tools
+
+    def replace(self, tools: ToolSet, advisory: str = "") -> None:
+        """Swap the whole set; the advisory reaches the loop with the next model call."""
+        self._tools = tools
+        if advisory:
+            self._advisories.append(advisory)
+
+    def drain(self) -> list[str]:
+        """Take the queued advisories."""
+        drained, self._advisories = self._advisories, []
+        return drained
+
+
+def default_owner() -> str:
+    """This process's identity as a lease owner: host, pid and a random suffix."""
+    return f"{socket.gethostname()}:{os.getpid()}:{new_id('p')[-6:]}"
+
+
+@dataclass
+class Runtime:
+    """The shared parts runs are built from."""
+
+    store: Store
+    model: ModelProvider
+    tools: ToolSource
+    hooks: Hooks = field(default_factory=Hooks)
+    events: FanOut = field(default_factory=FanOut)
+    system_prompt: str = ""
+    budgets: Budgets = field(default_factory=Budgets)
+    model_timeout: float = 60.0
+    owner: str = field(default_factory=default_owner)
+    lease_seconds: float = 30.0
+    workdir: Path | None = None
+    guard_hooks: Callable[[], Hooks] = Hooks
+    policy: Policy = field(default_factory=lambda: Policy(PolicySettings()))
+
+    def fingerprint(self) -> Fingerprint:
+        """What resume compares: provider, model, tool set and system prompt."""
+        return Fingerprint(
+            provider=self.model.provider,
+            model=self.model.model,
+            tools_digest=self.tools.current().digest(),
+            system_prompt_digest=hashlib.sha256(self.system_prompt.encode()).hexdigest()[:16],
+        )
+
+    def run_hooks(self) -> Hooks:
+        """The caller's hooks, then the guard's (the run installs the guard itself)."""
+        return self.hooks.then(self.guard_hooks())

@@ -1,0 +1,210 @@
+"""``fold``: the one way a run's state is rebuilt, from its journal alone."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from collections.abc import Callable, Iterable
+from typing import Any
+from dataclasses import dataclass, field
+
+from bot.domain import (
+    AdvisoryEntry,
+    AnswerSupplied,
+    AssistantTurn,
+    AssistantTurnEntry,
+    Decision,
+    Entry,
+    Grant,
+    GrantWritten,
+    JournalRecord,
+    Request,
+    RunEnded,
+    RunResumed,
+    RunStarted,
+    RunStatus,
+    RunSuspended,
+    TerminalResult,
+    ToolCall,
+    ToolDeferred,
+    ToolDispatched,
+    ToolResultEntry,
+    Usage,
+    UserMessage,
+)
+from bot.llm import base as msg
+
+
+@dataclass
+class CallState:
+    """What the journal says about one call of the current batch."""
+
+    call: ToolCall
+    result: ToolResultEntry | None = None
+    deferred: Request | None = None
+    dispatched: bool = False
+
+
+@dataclass
+class RunState:
+    """A run as its journal tells it."""
+
+    run_id: str
+    started: RunStarted | None = None
+    next_seq: int = 0
+    messages: list[msg.Message] = field(default_factory=list)
+    iteration: int = 0
+    tool_calls: int = 0
+    usage: Usage = Usage()
+    batch: list[CallState] = field(default_factory=list)
+    grants: list[Grant] = field(default_factory=list)
+    answers: dict[str, Decision] = field(default_factory=dict)
+    advisories: list[str] = field(default_factory=list)
+    signatures: Counter[str] = field(default_factory=Counter)
+    status: RunStatus = RunStatus.RUNNING
+    result: TerminalResult | None = None
+    last_text: str = ""
+    outcome_counts: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def open_batch(self) -> bool:
+        """Whether the last assistant turn still has calls without a result."""
+        return any(c.result is None for c in self.batch)
+
+    @property
+    def open_requests(self) -> list[Request]:
+        """Requests of the current batch whose call has no result yet."""
+        return [c.deferred for c in self.batch if c.deferred and c.result is None]
+
+    def outcomes(self) -> dict[str, int]:
+        """Calls counted by the exit that answered them (a still-open deferral counts as one)."""
+        return {kind: n for kind, n in self.outcome_counts.items() if n}
+
+
+def call_signature(tool: str, arguments: str, output: str) -> str:
+    """Identifies 'the same call with the same result' for no-progress detection."""
+    try:
+        canonical = json.dumps(json.loads(arguments), sort_keys=True)
+    except ValueError:
+        canonical = arguments
+    digest = hashlib.sha256(f"{tool}\0{canonical}\0{output}".encode()).hexdigest()
+    return digest[:24]
+
+
+def fold(records: Iterable[JournalRecord], run_id: str = "") -> RunState:
+    """Rebuild a run's state from its journal records, in order."""
+    state = RunState(run_id=run_id)
+    for record in records:
+        state.run_id = record.run_id
+        state.next_seq = record.seq + 1
+        apply(state, record.entry)
+    return state
+
+
+def apply(state: RunState, entry: Entry) -> None:
+    """Apply one entry to a state; the loop uses it after each append to stay in step."""
+    handler = _HANDLERS.get(type(entry))
+    if handler is not None:
+        handler(state, entry)
+
+
+def _started(state: RunState, entry: RunStarted) -> None:
+    state.started = entry
+    state.run_id = entry.run_id
+    if entry.system_prompt:
+        state.messages.append(msg.SystemMessage(entry.system_prompt))
+    for role, text in entry.history:
+        turn = AssistantTurn(text=text)
+        state.messages.append(msg.UserMessage(text) if role == "user" else msg.AssistantMessage(turn))
+
+
+def _user(state: RunState, entry: UserMessage) -> None:
+    state.messages.append(msg.UserMessage(entry.text))
+
+
+def _assistant(state: RunState, entry: AssistantTurnEntry) -> None:
+    turn: AssistantTurn = entry.turn
+    state.iteration = entry.iteration + 1
+    state.usage = state.usage + turn.usage
+    state.messages.append(msg.AssistantMessage(turn))
+    state.batch = [CallState(call) for call in turn.calls]
+    if turn.text:
+        state.last_text = turn.text
+
+
+def _find(state: RunState, call_id: str) -> CallState | None:
+    return next((c for c in state.batch if c.call.id == call_id), None)
+
+
+def _dispatched(state: RunState, entry: ToolDispatched) -> None:
+    call = _find(state, entry.call_id)
+    if call is not None:
+        call.dispatched = True
+
+
+def _deferred(state: RunState, entry: ToolDeferred) -> None:
+    call = _find(state, entry.call_id)
+    if call is None:
+        return
+    call.deferred = entry.request
+    state.outcome_counts["deferred"] += 1
+
+
+def _result(state: RunState, entry: ToolResultEntry) -> None:
+    call = _find(state, entry.call_id)
+    if call is None or call.result is not None:
+        return
+    if call.deferred is not None:
+        state.outcome_counts["deferred"] -= 1
+    call.result = entry
+    state.outcome_counts[entry.outcome.value] += 1
+    state.tool_calls += 1
+    state.signatures[call_signature(entry.tool, call.call.arguments, entry.output)] += 1
+    if not state.open_batch:
+        items = tuple(
+            msg.ToolResultItem(c.call.id, c.call.name, c.result.output if c.result else "")
+            for c in state.batch
+        )
+        state.messages.append(msg.ToolResultsMessage(items))
+
+
+def _grant(state: RunState, entry: GrantWritten) -> None:
+    state.grants.append(entry.grant)
+
+
+def _answer(state: RunState, entry: AnswerSupplied) -> None:
+    state.answers[entry.decision.request_id] = entry.decision
+
+
+def _suspended(state: RunState, entry: RunSuspended) -> None:
+    state.status = RunStatus.SUSPENDED
+
+
+def _resumed(state: RunState, entry: RunResumed) -> None:
+    state.status = RunStatus.RUNNING
+
+
+def _advisory(state: RunState, entry: AdvisoryEntry) -> None:
+    state.advisories.append(entry.text)
+
+
+def _ended(state: RunState, entry: RunEnded) -> None:
+    state.status = entry.result.status
+    state.result = entry.result
+
+
+_HANDLERS: dict[type, Callable[[RunState, Any], None]] = {
+    RunStarted: _started,
+    UserMessage: _user,
+    AssistantTurnEntry: _assistant,
+    ToolDispatched: _dispatched,
+    ToolDeferred: _deferred,
+    ToolResultEntry: _result,
+    GrantWritten: _grant,
+    AnswerSupplied: _answer,
+    RunSuspended: _suspended,
+    RunResumed: _resumed,
+    AdvisoryEntry: _advisory,
+    RunEnded: _ended,
+}

@@ -1,0 +1,134 @@
+"""The ``Store`` protocol: the journal and the checkpoint behind one interface."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Protocol
+
+from bot.domain import (
+    Decision,
+    Entry,
+    JournalRecord,
+    Request,
+    RequestStatus,
+    RunRecord,
+    Session,
+)
+
+
+class StoreError(Exception):
+    """A store operation failed for a reason the caller should report."""
+
+
+class StaleEpoch(StoreError):
+    """The append carried an epoch older than the run's current lease: the caller lost ownership."""
+
+
+class SeqConflict(StoreError):
+    """A different record already stands at that sequence number."""
+
+
+class SeqGap(StoreError):
+    """The append would leave a gap in the run's sequence numbers."""
+
+
+class UnknownRun(StoreError):
+    """No run has that id."""
+
+
+class AuditRecord(Protocol):
+    """One audited fact: who did what to which request or run, when."""
+
+    at: datetime
+    actor: str
+    action: str
+    run_id: str
+    request_id: str
+    detail: str
+
+
+class Store(Protocol):
+    """Sessions, runs, the fenced journal, open requests and audit."""
+
+    async def migrate(self) -> int:
+        """Bring the schema to the current version; return that version."""
+        ...
+
+    async def close(self) -> None:
+        """Release connections."""
+        ...
+
+    async def ensure_session(self, session: Session) -> None:
+        """Create the session if it does not exist."""
+        ...
+
+    async def create_run(self, run: RunRecord, owner: str, lease_seconds: float) -> int:
+        """Insert a run owned by ``owner`` and return its first epoch."""
+        ...
+
+    async def get_run(self, run_id: str) -> RunRecord:
+        """The run's row; raises ``UnknownRun``."""
+        ...
+
+    async def list_runs(self, limit: int = 50, session_id: str | None = None) -> list[RunRecord]:
+        """The newest runs first."""
+        ...
+
+    async def claim(
+        self, run_id: str, owner: str, lease_seconds: float, *, force: bool = False
+    ) -> int | None:
+        """Take the run's lease and return a new epoch, or None while another owner's lease lives."""
+        ...
+
+    async def renew(self, run_id: str, owner: str, epoch: int, lease_seconds: float) -> bool:
+        """Extend a lease still held at ``epoch``; False when it was taken."""
+        ...
+
+    async def release(self, run_id: str, owner: str, epoch: int) -> None:
+        """Give the lease up if still held at ``epoch``."""
+        ...
+
+    async def current_epoch(self, run_id: str) -> int:
+        """The run's epoch now (the takeover check compares its own with this)."""
+        ...
+
+    async def append(self, run_id: str, seq: int, epoch: int, entry: Entry) -> None:
+        """Append at ``seq`` fenced by ``epoch``: identical record there is a no-op; raises
+        ``StaleEpoch``, ``SeqConflict`` or ``SeqGap``."""
+        ...
+
+    async def load(self, run_id: str) -> list[JournalRecord]:
+        """The run's whole journal, in order."""
+        ...
+
+    async def open_request(self, request: Request) -> None:
+        """Record a request as open (idempotent for the same id)."""
+        ...
+
+    async def get_request(self, request_id: str) -> tuple[Request, RequestStatus, Decision | None]:
+        """A request, its status and its decision if any; raises ``KeyError`` if unknown."""
+        ...
+
+    async def list_requests(
+        self, *, run_id: str | None = None, status: RequestStatus | None = RequestStatus.OPEN
+    ) -> list[tuple[Request, RequestStatus, Decision | None]]:
+        """Requests filtered by run and status, oldest first."""
+        ...
+
+    async def decide(self, decision: Decision, status: RequestStatus) -> bool:
+        """Close an open request with ``decision``; True only for the one caller that won."""
+        ...
+
+    async def add_approval(self, request_id: str, by: str) -> int:
+        """Record one distinct approver of an open request; return how many it has now."""
+        ...
+
+    async def audit(
+        self, actor: str, action: str, run_id: str = "", request_id: str = "", detail: str = ""
+    ) -> None:
+        """Record one audited fact."""
+        ...
+
+    async def list_audit(self, run_id: str | None = None, limit: int = 200) -> list[AuditRecord]:
+        """Audited facts, oldest first."""
+        ...

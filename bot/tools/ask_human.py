@@ -1,0 +1,77 @@
+"""The ask_human_* tools: questions to people, answered inline or through the checkpoint."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from bot.domain import DecisionKind, Request, RequestKind
+from bot.tools.base import Deferral, Tool, ToolContext, ToolFlags, ToolResult
+
+_QUESTION = {"type": "string", "description": "The question, in one or two sentences."}
+
+
+@dataclass(frozen=True)
+class AskHumanTool:
+    """Asks the people in the conversation; operator-paced, so no tool timeout cancels it."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    flags: ToolFlags = ToolFlags(operator_paced=True, idempotent=True, needs_prompter=True)
+
+    async def call(self, arguments: dict[str, Any], ctx: ToolContext) -> ToolResult | Deferral:
+        """Ask now if someone can answer now; otherwise defer on a ``wait_user`` request."""
+        question = str(arguments["question"])
+        options = self._options(arguments)
+        if ctx.prompter is None or not ctx.prompter.present:
+            return ToolResult("no one is present to answer questions in this run", is_error=True)
+        request = Request(
+            run_id=ctx.run_id,
+            kind=RequestKind.WAIT_USER,
+            call_id=ctx.call_id,
+            tool=self.name,
+            arguments=arguments,
+            prompt=question,
+            options=options,
+            requested_by=ctx.requested_by,
+        )
+        decision = await ctx.prompter.ask(request)
+        if decision is None:
+            return Deferral(RequestKind.WAIT_USER, question, options, request.id)
+        if decision.kind is DecisionKind.EXPIRED:
+            return ToolResult("no answer before the deadline")
+        return ToolResult(decision.text or "(empty answer)")
+
+    def _options(self, arguments: dict[str, Any]) -> tuple[str, ...]:
+        if self.name == "ask_human_confirm":
+            return ("yes", "no")
+        return tuple(str(option) for option in arguments.get("options", ()))
+
+
+def ask_human_tools() -> list[Tool]:
+    """The three question tools added when human_in_the_loop is on."""
+    return [
+        AskHumanTool(
+            "ask_human_input",
+            "Ask the people in this conversation a free-text question and wait for the answer.",
+            {"type": "object", "properties": {"question": _QUESTION}, "required": ["question"]},
+        ),
+        AskHumanTool(
+            "ask_human_select",
+            "Ask the people in this conversation to pick one of several options.",
+            {
+                "type": "object",
+                "properties": {
+                    "question": _QUESTION,
+                    "options": {"type": "array", "items": {"type": "string"}, "minItems": 2},
+                },
+                "required": ["question", "options"],
+            },
+        ),
+        AskHumanTool(
+            "ask_human_confirm",
+            "Ask the people in this conversation a yes/no question.",
+            {"type": "object", "properties": {"question": _QUESTION}, "required": ["question"]},
+        ),
+    ]

@@ -1,0 +1,83 @@
+"""The ``Tool`` protocol: what a tool declares, what it is given, what it answers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from bot.domain import RequestKind
+from bot.prompter import Prompter
+
+
+@dataclass(frozen=True)
+class ToolFlags:
+    """How the loop must treat a tool."""
+
+    confirm: bool = False
+    idempotent: bool = False
+    operator_paced: bool = False
+    timeout: float = 30.0
+    tags: tuple[str, ...] = ()
+    approvals: int = 1
+    deny: bool = False
+    needs_prompter: bool = False
+    needs_workdir: bool = False
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """A tool's answer; a command's non-zero exit is an answer too, not an error."""
+
+    output: str
+    is_error: bool = False
+
+
+@dataclass(frozen=True)
+class Deferral:
+    """The tool will answer later: the run suspends on a request of this kind."""
+
+    kind: RequestKind
+    prompt: str = ""
+    options: tuple[str, ...] = ()
+    request_id: str = ""
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """What one call is given; the prompter and work directory only if the tool asked for them."""
+
+    run_id: str
+    call_id: str
+    requested_by: str = ""
+    prompter: Prompter | None = None
+    workdir: Path | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Tool(Protocol):
+    """A named capability the model may call."""
+
+    @property
+    def name(self) -> str:
+        """The unique name in the tool set."""
+        ...
+
+    @property
+    def description(self) -> str:
+        """One line for the model."""
+        ...
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        """The JSON Schema of the arguments."""
+        ...
+
+    @property
+    def flags(self) -> ToolFlags:
+        """Gating, idempotency, pacing and timeout."""
+        ...
+
+    async def call(self, arguments: dict[str, Any], ctx: ToolContext) -> ToolResult | Deferral:
+        """Run once with validated arguments."""
+        ...

@@ -1,0 +1,339 @@
+"""YAML tool catalogs: validated into ``CommandTool``s, every problem reported as file:line.
+
+An argv element starting with ``./`` (and a relative ``cwd``) is resolved against the catalog
+file's directory, so a catalog can ship its own scripts next to it.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any
+
+import yaml
+from jsonschema.exceptions import SchemaError
+from jsonschema.validators import validator_for
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+
+from bot.tools.base import ToolFlags
+from bot.tools.command import DEFAULT_MAX_OUTPUT, TOOL_NAME_PATTERN, CommandTool, template_problems
+
+Loc = tuple[str | int, ...]
+
+_EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+
+
+def _no_parameters() -> dict[str, Any]:
+    return {"type": "object", "properties": {}}
+
+
+class CatalogError(Exception):
+    """A catalog cannot be loaded; ``problems`` holds one ``file:line: …`` message per problem."""
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        self.problems = list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+class ToolEntry(BaseModel):
+    """One command tool as declared in a catalog."""
+
+    # Strict: a config value of the wrong type is an error, not something silently coerced.
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    name: Annotated[str, StringConstraints(pattern=TOOL_NAME_PATTERN)]
+    description: Annotated[str, StringConstraints(min_length=1)]
+    command: Annotated[list[str], Field(min_length=1)]
+    parameters: dict[str, Any] = Field(default_factory=_no_parameters)
+    confirm: bool = False
+    idempotent: bool = False
+    timeout: Annotated[float, Field(ge=0)] = 30
+    operator_paced: bool = False
+    tags: list[str] = []
+    approvals: Annotated[int, Field(ge=1)] = 1
+    deny: bool = False
+    env: list[_EnvName] = []
+    cwd: str | None = None
+    max_output: Annotated[int, Field(gt=0)] = DEFAULT_MAX_OUTPUT
+
+
+class CatalogFile(BaseModel):
+    """The top level of a catalog file; entries are validated one by one."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    tools: list[Any]
+
+
+def _dotted(loc: Loc) -> str:
+    """``('tools', 2, 'timeout')`` as ``tools[2].timeout``."""
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else f".{part}" if text else str(part)
+    return text
+
+
+def _child(node: yaml.Node, part: str | int, *, key: bool) -> yaml.Node | None:
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.value == str(part):
+                return key_node if key else value_node
+    if isinstance(node, yaml.SequenceNode) and isinstance(part, int):
+        return node.value[part] if 0 <= part < len(node.value) else None
+    return None
+
+
+def _line_of(root: yaml.Node, loc: Loc) -> int:
+    """The 1-based line of the deepest node on ``loc`` (the key itself for a mapping entry)."""
+    node = root
+    for index, part in enumerate(loc):
+        child = _child(node, part, key=index == len(loc) - 1)
+        if child is None:
+            break
+        node = child
+    return node.start_mark.line + 1
+
+
+@dataclass
+class _Report:
+    """Problems of one file, each placed at the line its path leads to."""
+
+    shown: str
+    root: yaml.Node | None = None
+    problems: list[str] = field(default_factory=list)
+
+    def at(self, loc: Loc, message: str, *, line: int | None = None) -> None:
+        """Record a problem at ``line``, or else at the node ``loc`` leads to."""
+        where = f"{_dotted(loc)}: " if loc else ""
+        self.problems.append(f"{self.shown}:{line or self.line(loc)}: {where}{message}")
+
+    def line(self, loc: Loc) -> int:
+        """The line ``loc`` leads to."""
+        return _line_of(self.root, loc) if self.root is not None else 1
+
+
+def _pydantic_problems(report: _Report, exc: ValidationError, prefix: Loc) -> None:
+    for error in exc.errors():
+        loc = prefix + tuple(error["loc"])
+        if error["type"] == "extra_forbidden":
+            report.at(loc, "unknown key")
+        elif error["type"] == "missing":
+            report.at(loc, "required key is missing")
+        else:
+            report.at(loc, error["msg"])
+
+
+def _duplicate_keys(report: _Report, node: yaml.Node, loc: Loc = ()) -> None:
+    """Report repeated mapping keys, which YAML would otherwise resolve silently (last wins)."""
+    if isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            _duplicate_keys(report, item, (*loc, index))
+        return
+    if not isinstance(node, yaml.MappingNode):
+        return
+    seen: dict[str, int] = {}
+    for key_node, value_node in node.value:
+        name = str(key_node.value)
+        line = key_node.start_mark.line + 1
+        if name in seen:
+            report.at((*loc, name), f"duplicate key (first at line {seen[name]})", line=line)
+            continue
+        seen[name] = line
+        _duplicate_keys(report, value_node, (*loc, name))
+
+
+def _schema_problems(report: _Report, parameters: Any, prefix: Loc) -> None:
+    if not isinstance(parameters, dict):
+        return
+    try:
+        validator_for(parameters).check_schema(parameters)
+    except SchemaError as exc:
+        report.at((*prefix, *exc.path), f"invalid JSON Schema: {exc.message}")
+        return
+    if parameters.get("type") != "object":
+        report.at(prefix, "parameters must be a JSON Schema with type: object")
+
+
+def _command_problems(report: _Report, raw: dict[str, Any], prefix: Loc) -> None:
+    command = raw.get("command")
+    parameters = raw.get("parameters", _no_parameters())
+    if not isinstance(command, list) or not isinstance(parameters, dict):
+        return
+    properties = parameters.get("properties", {})
+    if not isinstance(properties, dict):
+        return
+    elements = [element if isinstance(element, str) else str(element) for element in command]
+    for index, message in template_problems(elements, properties):
+        report.at((*prefix, "command", index), message)
+
+
+def _entry(report: _Report, raw: Any, index: int) -> ToolEntry | None:
+    """Validate one entry, reporting every problem found; the entry if there were none."""
+    prefix: Loc = ("tools", index)
+    before = len(report.problems)
+    entry: ToolEntry | None = None
+    try:
+        entry = ToolEntry.model_validate(raw)
+    except ValidationError as exc:
+        _pydantic_problems(report, exc, prefix)
+    if isinstance(raw, dict):
+        _schema_problems(report, raw.get("parameters"), (*prefix, "parameters"))
+        _command_problems(report, raw, prefix)
+    return entry if len(report.problems) == before else None
+
+
+def _resolve(element: str, folder: Path) -> str:
+    return str(folder / element[2:]) if element.startswith("./") else element
+
+
+def _build(entry: ToolEntry, folder: Path) -> CommandTool:
+    flags = ToolFlags(
+        confirm=entry.confirm,
+        idempotent=entry.idempotent,
+        operator_paced=entry.operator_paced,
+        timeout=entry.timeout,
+        tags=tuple(entry.tags),
+        approvals=entry.approvals,
+        deny=entry.deny,
+    )
+    return CommandTool(
+        entry.name,
+        entry.description,
+        [_resolve(element, folder) for element in entry.command],
+        parameters=entry.parameters,
+        flags=flags,
+        env=entry.env,
+        cwd=folder / entry.cwd if entry.cwd else None,
+        max_output=entry.max_output,
+    )
+
+
+def _compose(report: _Report, text: str) -> Any:
+    """Parse YAML keeping the node tree for line numbers; syntax errors are reported."""
+    loader = yaml.SafeLoader(text)
+    try:
+        report.root = loader.get_single_node()
+        return loader.construct_document(report.root) if report.root is not None else None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark is not None else 1
+        report.problems.append(f"{report.shown}:{line}: YAML error: {exc.problem or exc}")
+        return None
+    finally:
+        loader.dispose()
+
+
+@dataclass
+class _Parsed:
+    """One file's tools (only if it had no problems), problems, and each tool's line."""
+
+    tools: list[CommandTool] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    lines: dict[str, int] = field(default_factory=dict)
+
+
+def _entries(report: _Report, data: Any) -> list[tuple[int, Any]]:
+    """The raw entries by index; top-level problems are reported without hiding theirs."""
+    if data is None:
+        report.problems.append(f"{report.shown}:1: the file is empty; expected 'tools:'")
+        return []
+    try:
+        CatalogFile.model_validate(data)
+    except ValidationError as exc:
+        _pydantic_problems(report, exc, ())
+    tools = data.get("tools") if isinstance(data, dict) else None
+    return list(enumerate(tools)) if isinstance(tools, list) else []
+
+
+def _valid_entries(report: _Report, data: Any) -> dict[int, ToolEntry]:
+    """Entries without problems, by index; the others are reported."""
+    valid: dict[int, ToolEntry] = {}
+    for index, raw in _entries(report, data):
+        entry = _entry(report, raw, index)
+        if entry is not None:
+            valid[index] = entry
+    return valid
+
+
+def _name_lines(report: _Report, entries: dict[int, ToolEntry]) -> dict[str, int]:
+    """Each tool name's line; a name declared twice in the file is reported."""
+    lines: dict[str, int] = {}
+    for index, entry in entries.items():
+        loc: Loc = ("tools", index, "name")
+        if entry.name in lines:
+            report.at(loc, f"duplicate tool name (first at line {lines[entry.name]})")
+            continue
+        lines[entry.name] = report.line(loc)
+    return lines
+
+
+def _parse(path: Path) -> _Parsed:
+    report = _Report(shown=str(path))
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        return _Parsed(problems=[f"{path}: cannot read catalog: {exc}"])
+    data = _compose(report, text)
+    if report.problems:
+        return _Parsed(problems=report.problems)
+    if report.root is not None:
+        _duplicate_keys(report, report.root)
+    entries = _valid_entries(report, data)
+    lines = _name_lines(report, entries)
+    if report.problems:
+        return _Parsed(problems=report.problems)
+    folder = path.resolve().parent
+    return _Parsed(tools=[_build(entry, folder) for entry in entries.values()], lines=lines)
+
+
+def check_catalog(path: Path | str) -> list[str]:
+    """Every problem of one catalog file, ``file:line: …`` each; empty if it is fine."""
+    return _parse(Path(path)).problems
+
+
+def load_catalog(path: Path | str) -> list[CommandTool]:
+    """The tools of one catalog file; ``CatalogError`` listing every problem otherwise."""
+    parsed = _parse(Path(path))
+    if parsed.problems:
+        raise CatalogError(parsed.problems)
+    return parsed.tools
+
+
+def _expand(patterns: Sequence[str], base_dir: Path, problems: list[str]) -> list[Path]:
+    """Files matched by the patterns (relative to ``base_dir``), in order, each once."""
+    files: list[Path] = []
+    seen: set[Path] = set()
+    for pattern in patterns:
+        full = os.path.join(glob.escape(str(base_dir)), pattern)
+        matches = [Path(m) for m in sorted(glob.glob(full, recursive=True)) if Path(m).is_file()]
+        if not matches:
+            problems.append(f"{pattern}: catalog pattern matches no file (in {base_dir})")
+        for match in matches:
+            if match.resolve() not in seen:
+                seen.add(match.resolve())
+                files.append(match)
+    return files
+
+
+def load_catalogs(patterns: Sequence[str], base_dir: Path) -> list[CommandTool]:
+    """The tools of every file the glob patterns match; one ``CatalogError`` for all problems."""
+    problems: list[str] = []
+    tools: list[CommandTool] = []
+    declared: dict[str, str] = {}
+    for path in _expand(patterns, base_dir, problems):
+        parsed = _parse(path)
+        problems.extend(parsed.problems)
+        for tool in parsed.tools:
+            where = f"{path}:{parsed.lines[tool.name]}"
+            if tool.name in declared:
+                first = declared[tool.name]
+                problems.append(f"{where}: tool {tool.name!r} is also declared at {first}")
+                continue
+            declared[tool.name] = where
+            tools.append(tool)
+    if problems:
+        raise CatalogError(problems)
+    return tools

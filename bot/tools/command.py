@@ -1,0 +1,296 @@
+"""``CommandTool``: runs a declared argv (never a shell) in its own process group.
+
+Substitution rule: an argv element that is exactly ``{param}`` is replaced by that argument's
+value as one whole element; an element that is ``{param}`` for an argument absent from the call
+is dropped entirely (so optional flags and trailing positionals simply disappear). An element
+that contains ``{param}`` among other text is refused when the tool is built: splicing a value
+into a larger element would let a caller smuggle extra syntax into it. The program (the first
+element) is always literal, so the model never chooses what runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from bot.tools.base import ToolContext, ToolFlags, ToolResult
+
+TOOL_NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"
+SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
+DEFAULT_MAX_OUTPUT = 65536
+
+_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_-]*)\}")
+# After the direct child exits, a grandchild may still hold stdout open; wait this long for EOF.
+_PIPE_GRACE = 1.0
+# After killing the group, how long to collect what the killed processes already wrote.
+_DRAIN_AFTER_KILL = 0.2
+_NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
+
+
+def placeholder(element: str) -> str | None:
+    """The parameter name if the element is exactly ``{param}``, else None."""
+    match = _PLACEHOLDER.fullmatch(element)
+    return match.group(1) if match else None
+
+
+def template_problems(
+    command: Sequence[str], properties: Mapping[str, Any]
+) -> list[tuple[int, str]]:
+    """Problems of an argv template as (element index, message); empty if it is sound."""
+    if not command:
+        return [(0, "command must have at least one element (the program)")]
+    problems: list[tuple[int, str]] = []
+    for index, element in enumerate(command):
+        problem = _element_problem(index, element, properties)
+        if problem:
+            problems.append((index, problem))
+    return problems
+
+
+def _element_problem(index: int, element: str, properties: Mapping[str, Any]) -> str | None:
+    name = placeholder(element)
+    if name is None:
+        if _PLACEHOLDER.search(element):
+            return (
+                f"{element!r} embeds a placeholder in other text; "
+                "a {param} must be a whole argv element"
+            )
+        return None
+    if index == 0:
+        return "the program (first element) must be literal, not a placeholder"
+    if name not in properties:
+        return f"placeholder {{{name}}} is not a declared parameter"
+    declared = properties[name]
+    kind = declared.get("type") if isinstance(declared, Mapping) else None
+    if kind in ("object", "array"):
+        return f"placeholder {{{name}}} has type {kind}; an argv element needs a scalar"
+    return None
+
+
+def format_value(value: Any) -> str | None:
+    """One argument value as argv text, or None if it cannot be one element."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else repr(value)
+    if isinstance(value, str):
+        return value
+    return None
+
+
+def minimal_env(allow: Sequence[str], home: str) -> dict[str, str]:
+    """The child's whole environment: safe defaults plus allowlisted variables that are set."""
+    env = {"PATH": SAFE_PATH, "LANG": "C.UTF-8", "HOME": home}
+    for name in allow:
+        if name in os.environ:
+            env[name] = os.environ[name]
+    return env
+
+
+class _Capture(asyncio.SubprocessProtocol):
+    """Output kept up to a cap; the rest is counted and dropped so the child never blocks.
+
+    A protocol rather than ``Process.wait()``: on Python 3.11 that waits for every pipe to
+    close, so a grandchild holding stdout would hide the direct child's exit.
+    """
+
+    def __init__(self, cap: int) -> None:
+        loop = asyncio.get_running_loop()
+        self.cap = cap
+        self.kept = bytearray()
+        self.total = 0
+        self.exited: asyncio.Future[None] = loop.create_future()
+        self.eof: asyncio.Future[None] = loop.create_future()
+
+    def pipe_data_received(self, fd: int, data: bytes | str) -> None:
+        """Keep what fits under the cap, count the rest."""
+        chunk = data.encode() if isinstance(data, str) else data
+        self.total += len(chunk)
+        room = self.cap - len(self.kept)
+        if room > 0:
+            self.kept += chunk[:room]
+
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        """Every holder of the write end has closed it."""
+        if not self.eof.done():
+            self.eof.set_result(None)
+
+    def process_exited(self) -> None:
+        """The direct child exited (and was reaped)."""
+        if not self.exited.done():
+            self.exited.set_result(None)
+
+    def render(self, status: int) -> str:
+        """The output, a truncation marker if any, and the exit status line."""
+        text = self.kept.decode("utf-8", errors="replace")
+        if text and not text.endswith("\n"):
+            text += "\n"
+        if self.total > self.cap:
+            text += f"[output truncated: {self.total} bytes total, first {self.cap} shown]\n"
+        return text + _status_line(status)
+
+
+def _status_line(status: int) -> str:
+    if status >= 0:
+        return f"[exit status {status}]"
+    try:
+        return f"[killed by signal {signal.Signals(-status).name}]"
+    except ValueError:
+        return f"[killed by signal {-status}]"
+
+
+def _kill_group(pgid: int) -> None:
+    # The child leads its own session, so its pid is the group id of everything it spawned.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+async def _within(future: asyncio.Future[None], seconds: float | None = None) -> None:
+    """Wait up to ``seconds`` (None: no limit) for the future, never cancelling it."""
+    await asyncio.wait({future}, timeout=seconds)
+
+
+class CommandTool:
+    """A tool that runs one declared argv with whole-element argument substitution."""
+
+    def __init__(
+        self,
+        name: str,
+        description: str,
+        command: Sequence[str],
+        *,
+        parameters: Mapping[str, Any] | None = None,
+        flags: ToolFlags | None = None,
+        env: Sequence[str] = (),
+        cwd: Path | None = None,
+        max_output: int = DEFAULT_MAX_OUTPUT,
+    ) -> None:
+        schema = dict(parameters) if parameters is not None else _NO_PARAMETERS
+        if not re.fullmatch(TOOL_NAME_PATTERN, name):
+            raise ValueError(f"tool name {name!r} must match {TOOL_NAME_PATTERN}")
+        problems = template_problems(command, schema.get("properties") or {})
+        if problems:
+            index, message = problems[0]
+            raise ValueError(f"tool {name!r}: command[{index}]: {message}")
+        if max_output <= 0:
+            raise ValueError(f"tool {name!r}: max_output must be positive")
+        self._name = name
+        self._description = description
+        self._command = tuple(command)
+        self._parameters = copy.deepcopy(schema)
+        self._flags = flags or ToolFlags()
+        self._env = tuple(env)
+        self._cwd = cwd
+        self._max_output = max_output
+
+    @property
+    def name(self) -> str:
+        """The unique name in the tool set."""
+        return self._name
+
+    @property
+    def description(self) -> str:
+        """One line for the model."""
+        return self._description
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        """The JSON Schema of the arguments."""
+        return self._parameters
+
+    @property
+    def flags(self) -> ToolFlags:
+        """Gating, idempotency, pacing and timeout."""
+        return self._flags
+
+    @property
+    def command(self) -> tuple[str, ...]:
+        """The argv template."""
+        return self._command
+
+    def argv(self, arguments: Mapping[str, Any]) -> list[str]:
+        """The argv for these arguments; ValueError if an argument cannot be one element."""
+        required = set(self._parameters.get("required") or ())
+        argv: list[str] = []
+        for element in self._command:
+            name = placeholder(element)
+            if name is None:
+                argv.append(element)
+                continue
+            value = arguments.get(name)
+            if value is None:
+                if name in required:
+                    raise ValueError(f"missing required argument {name!r}")
+                continue
+            text = format_value(value)
+            if text is None:
+                raise ValueError(f"argument {name!r} must be a string, number or boolean")
+            if "\0" in text:
+                raise ValueError(f"argument {name!r} contains a NUL byte")
+            argv.append(text)
+        return argv
+
+    async def call(self, arguments: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        """Run once; the caller bounds it with ``asyncio.timeout``; cancelling kills the group."""
+        try:
+            argv = self.argv(arguments)
+        except ValueError as exc:
+            return ToolResult(output=str(exc), is_error=True)
+        home = tempfile.mkdtemp(prefix="kestrel-home-")
+        try:
+            return await self._spawn_and_run(argv, home, ctx)
+        finally:
+            shutil.rmtree(home, ignore_errors=True)
+
+    async def _spawn_and_run(self, argv: list[str], home: str, ctx: ToolContext) -> ToolResult:
+        loop = asyncio.get_running_loop()
+        try:
+            transport, capture = await loop.subprocess_exec(
+                lambda: _Capture(self._max_output),
+                *argv,
+                start_new_session=True,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                env=minimal_env(self._env, home),
+                cwd=ctx.workdir or self._cwd or Path(home),
+            )
+        except OSError as exc:
+            cause = exc.strerror or str(exc)
+            where = f" ({exc.filename})" if exc.filename else ""
+            return ToolResult(output=f"cannot start {argv[0]!r}: {cause}{where}", is_error=True)
+        try:
+            return await self._run(transport, capture)
+        finally:
+            transport.close()
+
+    @staticmethod
+    async def _run(transport: asyncio.SubprocessTransport, capture: _Capture) -> ToolResult:
+        pgid = transport.get_pid()
+        try:
+            await _within(capture.exited)
+            await _within(capture.eof, _PIPE_GRACE)
+        except BaseException:
+            # Cancellation is how the caller's timeout arrives: leave nothing running behind,
+            # then let the child be reaped before the cancellation goes on.
+            _kill_group(pgid)
+            await _within(capture.exited, _PIPE_GRACE)
+            raise
+        # The call's processes do not outlive it: background leftovers and pipe holders go too.
+        _kill_group(pgid)
+        await _within(capture.eof, _DRAIN_AFTER_KILL)
+        status = transport.get_returncode()
+        assert status is not None  # the child has exited
+        return ToolResult(output=capture.render(status))

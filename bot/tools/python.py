@@ -1,0 +1,174 @@
+"""In-process tools: an async function of a pydantic arguments model (and maybe the context)."""
+
+from __future__ import annotations
+
+import inspect
+import re
+import typing
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, overload
+
+from pydantic import BaseModel, ValidationError
+
+from bot.tools.base import Deferral, ToolContext, ToolFlags, ToolResult
+from bot.tools.command import TOOL_NAME_PATTERN
+
+ToolReturn = str | ToolResult | Deferral
+ToolFunction = Callable[..., Awaitable[ToolReturn]]
+
+
+def _arguments_model(fn: ToolFunction) -> tuple[type[BaseModel], bool]:
+    """The pydantic model of the first parameter, and whether a second (the context) is taken."""
+    if not inspect.iscoroutinefunction(fn):
+        raise TypeError(f"{fn.__qualname__} must be an async def")
+    params = list(inspect.signature(fn).parameters.values())
+    if len(params) not in (1, 2):
+        raise TypeError(f"{fn.__qualname__} must take (args) or (args, ctx)")
+    try:
+        hints = typing.get_type_hints(fn)
+    except NameError as exc:
+        raise TypeError(f"{fn.__qualname__}: cannot resolve annotations: {exc}") from exc
+    model = hints.get(params[0].name)
+    if not (inspect.isclass(model) and issubclass(model, BaseModel)):
+        raise TypeError(f"{fn.__qualname__}: first parameter must be annotated with a BaseModel")
+    return model, len(params) == 2
+
+
+def _first_doc_line(fn: ToolFunction) -> str:
+    doc = inspect.getdoc(fn) or ""
+    return doc.strip().splitlines()[0] if doc.strip() else ""
+
+
+def readable_errors(exc: ValidationError) -> str:
+    """A validation error as one ``field: message`` line per problem."""
+    lines = []
+    for error in exc.errors():
+        where = ".".join(str(part) for part in error["loc"]) or "(arguments)"
+        lines.append(f"{where}: {error['msg']}")
+    return "invalid arguments:\n" + "\n".join(lines)
+
+
+class PythonTool:
+    """A tool that runs in the bot's own process."""
+
+    def __init__(
+        self,
+        fn: ToolFunction,
+        *,
+        name: str,
+        description: str,
+        flags: ToolFlags,
+    ) -> None:
+        if not re.fullmatch(TOOL_NAME_PATTERN, name):
+            raise ValueError(f"tool name {name!r} must match {TOOL_NAME_PATTERN}")
+        if not description:
+            raise ValueError(f"tool {name!r} needs a description (or a docstring)")
+        self._fn = fn
+        self._model, self._wants_ctx = _arguments_model(fn)
+        self._name = name
+        self._description = description
+        self._parameters = self._model.model_json_schema()
+        self._flags = flags
+
+    @classmethod
+    def from_function(
+        cls,
+        fn: ToolFunction,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        confirm: bool = False,
+        idempotent: bool = True,
+        operator_paced: bool = False,
+        timeout: float = 30,
+        tags: Sequence[str] = (),
+        approvals: int = 1,
+        deny: bool = False,
+        needs_prompter: bool = False,
+        needs_workdir: bool = False,
+    ) -> PythonTool:
+        """A tool from an async function; name and description default to its own."""
+        flags = ToolFlags(
+            confirm=confirm,
+            idempotent=idempotent,
+            operator_paced=operator_paced,
+            timeout=float(timeout),
+            tags=tuple(tags),
+            approvals=approvals,
+            deny=deny,
+            needs_prompter=needs_prompter,
+            needs_workdir=needs_workdir,
+        )
+        return cls(
+            fn,
+            name=name or fn.__name__,
+            description=description or _first_doc_line(fn),
+            flags=flags,
+        )
+
+    @property
+    def name(self) -> str:
+        """The unique name in the tool set."""
+        return self._name
+
+    @property
+    def description(self) -> str:
+        """One line for the model."""
+        return self._description
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        """The JSON Schema of the arguments, from the pydantic model."""
+        return self._parameters
+
+    @property
+    def flags(self) -> ToolFlags:
+        """Gating, idempotency, pacing and timeout."""
+        return self._flags
+
+    async def call(self, arguments: dict[str, Any], ctx: ToolContext) -> ToolResult | Deferral:
+        """Build the arguments model and run the function; its exceptions propagate."""
+        try:
+            args = self._model.model_validate(arguments)
+        except ValidationError as exc:
+            return ToolResult(output=readable_errors(exc), is_error=True)
+        answer = await (self._fn(args, ctx) if self._wants_ctx else self._fn(args))
+        if isinstance(answer, str):
+            return ToolResult(output=answer)
+        if isinstance(answer, ToolResult | Deferral):
+            return answer
+        raise TypeError(f"tool {self._name!r} returned {type(answer).__name__}, not a str")
+
+
+@overload
+def function_tool(fn: ToolFunction, /) -> PythonTool: ...
+
+
+@overload
+def function_tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    confirm: bool = False,
+    idempotent: bool = True,
+    operator_paced: bool = False,
+    timeout: float = 30,
+    tags: Sequence[str] = (),
+    approvals: int = 1,
+    deny: bool = False,
+    needs_prompter: bool = False,
+    needs_workdir: bool = False,
+) -> Callable[[ToolFunction], PythonTool]: ...
+
+
+def function_tool(
+    fn: ToolFunction | None = None, /, **options: Any
+) -> PythonTool | Callable[[ToolFunction], PythonTool]:
+    """Decorate an async function into a ``PythonTool``, bare or with ``from_function`` options."""
+    if fn is not None:
+        return PythonTool.from_function(fn, **options)
+
+    def decorate(inner: ToolFunction) -> PythonTool:
+        return PythonTool.from_function(inner, **options)
+
+    return decorate

@@ -1,0 +1,73 @@
+"""An immutable set of tools in one flat namespace, replaced whole, never changed in place."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from types import MappingProxyType
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.protocols import Validator
+from jsonschema.validators import validator_for
+
+from bot.llm.base import ToolSpec
+from bot.tools.base import Tool
+
+
+class ToolCollision(Exception):
+    """Two tools claim one name; assembly aborts rather than shadow one (and maybe its gate)."""
+
+
+class ToolSet(Mapping[str, Tool]):
+    """Tools by name, frozen at construction."""
+
+    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+        by_name: dict[str, Tool] = {}
+        for tool in tools:
+            if tool.name in by_name:
+                raise ToolCollision(f"tool name collision: {tool.name!r} is declared twice")
+            by_name[tool.name] = tool
+        self._tools = MappingProxyType(by_name)
+        self._validators: dict[str, Validator] = {
+            name: _validator(tool.parameters) for name, tool in by_name.items()
+        }
+
+    @classmethod
+    def assemble(cls, *sources: Iterable[Tool]) -> ToolSet:
+        """Join sources in the order given into one namespace; any collision raises."""
+        return cls(tool for source in sources for tool in source)
+
+    def __getitem__(self, name: str) -> Tool:
+        return self._tools[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._tools)
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def validate(self, name: str, arguments: dict[str, Any]) -> list[str]:
+        """Every way ``arguments`` break the tool's JSON Schema, as readable lines."""
+        errors = self._validators[name].iter_errors(arguments)
+        return [_describe(error.absolute_path, error.message) for error in errors]
+
+    def specs(self) -> list[ToolSpec]:
+        """What the model is told, in assembly order."""
+        return [ToolSpec(t.name, t.description, t.parameters) for t in self._tools.values()]
+
+    def digest(self) -> str:
+        """A digest of names, schemas and flags: part of a run's configuration fingerprint."""
+        shape = [[t.name, t.description, t.parameters, repr(t.flags)] for t in self._tools.values()]
+        return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _validator(schema: dict[str, Any]) -> Validator:
+    cls = validator_for(schema, default=Draft202012Validator)
+    return cls(schema)  # type: ignore[no-any-return]
+
+
+def _describe(path: Iterable[object], message: str) -> str:
+    where = ".".join(str(part) for part in path)
+    return f"{where}: {message}" if where else message

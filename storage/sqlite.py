@@ -1,0 +1,808 @@
+"""SqliteStore: the embedded default ``Store`` on aiosqlite (WAL), with group-committed appends."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+import stat
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Final, TypeVar, cast
+
+import aiosqlite
+from pydantic import TypeAdapter, ValidationError
+
+from bot.domain import (
+    Decision,
+    Entry,
+    JournalRecord,
+    Request,
+    RequestStatus,
+    RunEnded,
+    RunRecord,
+    RunStatus,
+    RunSuspended,
+    Session,
+    status_after,
+    utcnow,
+)
+from bot.store import AuditRecord, SeqConflict, SeqGap, StaleEpoch, StoreError, UnknownRun
+from storage.sqlite_schema import CREATE_VERSION_TABLE, SCHEMA_VERSION, migration_script
+
+_T = TypeVar("_T")
+_Row = Sequence[Any]
+
+_SYNCHRONOUS_MODES: Final = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
+# Bounds one transaction's size (and the latency of the appends queued behind it).
+_MAX_BATCH: Final = 1024
+_ENTRY: Final[TypeAdapter[Entry]] = TypeAdapter(Entry)
+
+# The fast path of an append: it lands only if the epoch is the run's current one and the seq
+# is the next free one, so the common case needs no read before the write.
+_INSERT_ENTRY: Final = """
+INSERT INTO journal(run_id, seq, epoch, kind, body, at)
+SELECT ?1, ?2, ?3, ?4, ?5, ?6
+WHERE (SELECT epoch FROM runs WHERE id = ?1) = ?3
+  AND (SELECT COALESCE(MAX(seq), -1) + 1 FROM journal WHERE run_id = ?1) = ?2
+"""
+_DIAGNOSE_ENTRY: Final = """
+SELECT epoch,
+       (SELECT body FROM journal WHERE run_id = ?1 AND seq = ?2),
+       (SELECT COALESCE(MAX(seq), -1) + 1 FROM journal WHERE run_id = ?1)
+FROM runs WHERE id = ?1
+"""
+_PROJECT_STATUS: Final = "UPDATE runs SET status = ?, stop_reason = ?, updated_at = ? WHERE id = ?"
+_RUN_COLUMNS: Final = (
+    "id, session_id, prompt, requested_by, status, stop_reason, owner, epoch,"
+    " lease_expires, created_at, updated_at"
+)
+_REQUEST_COLUMNS: Final = "body, status, decision"
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEntry:
+    """One audited fact as stored."""
+
+    at: datetime
+    actor: str
+    action: str
+    run_id: str
+    request_id: str
+    detail: str
+
+
+@dataclass(slots=True)
+class _Append:
+    """One append waiting in the group-commit queue for its transaction."""
+
+    run_id: str
+    seq: int
+    epoch: int
+    kind: str
+    body: str
+    projection: tuple[RunStatus, str] | None
+    done: asyncio.Future[None]
+
+    def params(self, at: str) -> tuple[Any, ...]:
+        return (self.run_id, self.seq, self.epoch, self.kind, self.body, at)
+
+
+class SqliteStore:
+    """The journal, runs, requests and audit in one SQLite file (WAL, one writer connection)."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        synchronous: str = "FULL",
+        clock: Callable[[], datetime] = utcnow,
+        busy_timeout: float = 5.0,
+    ) -> None:
+        if str(path) == ":memory:" or str(path).startswith("file::memory:"):
+            raise StoreError("SqliteStore needs a database file; ':memory:' is not shared")
+        if synchronous.upper() not in _SYNCHRONOUS_MODES:
+            raise ValueError(f"synchronous must be one of {sorted(_SYNCHRONOUS_MODES)}")
+        self._path = Path(path)
+        self._synchronous = synchronous.upper()
+        self._clock = clock
+        self._busy_timeout = busy_timeout
+        self._wconn: aiosqlite.Connection | None = None
+        self._rconn: aiosqlite.Connection | None = None
+        # Serializes every use of the writer connection: a batch and a single write must
+        # never share (or commit) each other's transaction.
+        self._write_lock = asyncio.Lock()
+        self._queue: asyncio.Queue[_Append | None] | None = None
+        self._flusher: asyncio.Task[None] | None = None
+        self._closed = False
+
+    @property
+    def path(self) -> Path:
+        """The database file."""
+        return self._path
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def migrate(self) -> int:
+        """Open the connections if needed and bring the schema to the current version."""
+        if self._closed:
+            raise self._closed_error()
+        try:
+            if self._wconn is None:
+                self._wconn = await self._connect_writer()
+            version = await self._apply_migrations(self._wconn)
+            if self._rconn is None:
+                self._rconn = await self._connect_reader()
+        except BaseException:
+            await self._disconnect()
+            raise
+        return version
+
+    async def close(self) -> None:
+        """Write what is queued, stop the writer task and close both connections."""
+        if self._closed:
+            return
+        self._closed = True
+        await self._stop_flusher()
+        async with self._write_lock:
+            await self._disconnect()
+
+    # -- sessions and runs -------------------------------------------------------------------
+
+    async def ensure_session(self, session: Session) -> None:
+        """Create the session if it does not exist."""
+        await self._write(
+            "ensure_session",
+            "INSERT INTO sessions(id, platform, channel, thread, created_at)"
+            " VALUES (?, ?, ?, ?, ?) ON CONFLICT(id) DO NOTHING",
+            (session.id, session.platform, session.channel, session.thread, self._now()),
+        )
+
+    async def create_run(self, run: RunRecord, owner: str, lease_seconds: float) -> int:
+        """Insert a run owned by ``owner`` at epoch 1 and return that epoch."""
+
+        def refused(cause: str) -> StoreError:
+            if "FOREIGN KEY" in cause:
+                return StoreError(f"unknown session {run.session_id!r}: call ensure_session first")
+            return StoreError(f"run {run.id!r} already exists")
+
+        await self._write(
+            "create_run",
+            f"INSERT INTO runs({_RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?)",
+            (
+                run.id,
+                run.session_id,
+                run.prompt,
+                run.requested_by,
+                run.status.value,
+                run.stop_reason,
+                owner,
+                self._lease_until(lease_seconds),
+                _ts(run.created_at),
+                _ts(run.updated_at),
+            ),
+            on_integrity=refused,
+        )
+        return 1
+
+    async def get_run(self, run_id: str) -> RunRecord:
+        """The run's row; raises ``UnknownRun``."""
+        rows = await self._read(f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = ?", (run_id,))
+        if not rows:
+            raise UnknownRun(f"unknown run {run_id!r}")
+        return _run_from_row(rows[0])
+
+    async def list_runs(self, limit: int = 50, session_id: str | None = None) -> list[RunRecord]:
+        """The newest runs first, optionally of one session."""
+        where, params = _where(session_id=session_id)
+        rows = await self._read(
+            f"SELECT {_RUN_COLUMNS} FROM runs {where} ORDER BY created_at DESC, rowid DESC LIMIT ?",
+            (*params, limit),
+        )
+        return [_run_from_row(row) for row in rows]
+
+    # -- leases ------------------------------------------------------------------------------
+
+    async def claim(
+        self, run_id: str, owner: str, lease_seconds: float, *, force: bool = False
+    ) -> int | None:
+        """Take the lease (free, expired, already ours, or forced) and return the new epoch."""
+        now = self._now()
+        rows = await self._write_returning(
+            "claim",
+            "UPDATE runs SET owner = ?1, epoch = epoch + 1, lease_expires = ?2, updated_at = ?3"
+            " WHERE id = ?4 AND (?5 OR owner = '' OR owner = ?1"
+            "   OR lease_expires IS NULL OR lease_expires <= ?3)"
+            " RETURNING epoch",
+            (owner, self._lease_until(lease_seconds), now, run_id, int(force)),
+        )
+        if rows:
+            return int(rows[0][0])
+        await self._require_run(run_id)
+        return None
+
+    async def renew(self, run_id: str, owner: str, epoch: int, lease_seconds: float) -> bool:
+        """Extend a lease still held at ``epoch``; False when it was taken."""
+        changed = await self._write(
+            "renew",
+            "UPDATE runs SET lease_expires = ?, updated_at = ?"
+            " WHERE id = ? AND owner = ? AND epoch = ?",
+            (self._lease_until(lease_seconds), self._now(), run_id, owner, epoch),
+        )
+        return changed == 1
+
+    async def release(self, run_id: str, owner: str, epoch: int) -> None:
+        """Give the lease up if still held at ``epoch``."""
+        await self._write(
+            "release",
+            "UPDATE runs SET owner = '', lease_expires = NULL, updated_at = ?"
+            " WHERE id = ? AND owner = ? AND epoch = ?",
+            (self._now(), run_id, owner, epoch),
+        )
+
+    async def current_epoch(self, run_id: str) -> int:
+        """The run's epoch as the database has it now."""
+        rows = await self._read("SELECT epoch FROM runs WHERE id = ?", (run_id,))
+        if not rows:
+            raise UnknownRun(f"unknown run {run_id!r}")
+        return int(rows[0][0])
+
+    # -- journal -----------------------------------------------------------------------------
+
+    async def append(self, run_id: str, seq: int, epoch: int, entry: Entry) -> None:
+        """Append at ``seq`` fenced by ``epoch``; returns once the commit holding it is durable."""
+        queue = self._append_queue()
+        item = _Append(
+            run_id=run_id,
+            seq=seq,
+            epoch=epoch,
+            kind=entry.kind,
+            body=entry.model_dump_json(),
+            projection=_projection(entry),
+            done=asyncio.get_running_loop().create_future(),
+        )
+        queue.put_nowait(item)
+        await item.done
+
+    async def load(self, run_id: str) -> list[JournalRecord]:
+        """The run's whole journal, in order; raises ``UnknownRun``."""
+        rows = await self._read(
+            "SELECT seq, epoch, body FROM journal WHERE run_id = ? ORDER BY seq", (run_id,)
+        )
+        if not rows:
+            await self._require_run(run_id)
+        return [_record(run_id, int(seq), int(epoch), body) for seq, epoch, body in rows]
+
+    # -- requests ----------------------------------------------------------------------------
+
+    async def open_request(self, request: Request) -> None:
+        """Record a request as open; a second call with the same id changes nothing."""
+
+        def refused(cause: str) -> StoreError:
+            return UnknownRun(f"unknown run {request.run_id!r} for request {request.id!r}")
+
+        await self._write(
+            "open_request",
+            "INSERT INTO requests(id, run_id, kind, call_id, tool, body, status, decision,"
+            " created_at, deadline) VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?, ?)"
+            " ON CONFLICT(id) DO NOTHING",
+            (
+                request.id,
+                request.run_id,
+                request.kind.value,
+                request.call_id,
+                request.tool,
+                request.model_dump_json(),
+                RequestStatus.OPEN.value,
+                _ts(request.created_at),
+                None if request.deadline is None else _ts(request.deadline),
+            ),
+            on_integrity=refused,
+        )
+
+    async def get_request(self, request_id: str) -> tuple[Request, RequestStatus, Decision | None]:
+        """A request, its status and its decision; raises ``KeyError`` if unknown."""
+        rows = await self._read(
+            f"SELECT {_REQUEST_COLUMNS} FROM requests WHERE id = ?", (request_id,)
+        )
+        if not rows:
+            raise KeyError(request_id)
+        return _request_from_row(rows[0])
+
+    async def list_requests(
+        self, *, run_id: str | None = None, status: RequestStatus | None = RequestStatus.OPEN
+    ) -> list[tuple[Request, RequestStatus, Decision | None]]:
+        """Requests filtered by run and status, oldest first."""
+        where, params = _where(run_id=run_id, status=None if status is None else status.value)
+        rows = await self._read(
+            f"SELECT {_REQUEST_COLUMNS} FROM requests {where} ORDER BY created_at, rowid",
+            params,
+        )
+        return [_request_from_row(row) for row in rows]
+
+    async def decide(self, decision: Decision, status: RequestStatus) -> bool:
+        """Close an open request; True only for the one caller whose update changed it."""
+        if status is RequestStatus.OPEN:
+            raise ValueError("decide() needs a closing status, not 'open'")
+        changed = await self._write(
+            "decide",
+            "UPDATE requests SET status = ?, decision = ? WHERE id = ? AND status = 'open'",
+            (status.value, decision.model_dump_json(), decision.request_id),
+        )
+        if changed == 1:
+            return True
+        await self.get_request(decision.request_id)  # unknown ids raise KeyError, not False
+        return False
+
+    # -- audit -------------------------------------------------------------------------------
+
+    async def audit(
+        self, actor: str, action: str, run_id: str = "", request_id: str = "", detail: str = ""
+    ) -> None:
+        """Record one audited fact."""
+        await self._write(
+            "audit",
+            "INSERT INTO audit(at, actor, action, run_id, request_id, detail)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            (self._now(), actor, action, run_id, request_id, detail),
+        )
+
+    async def list_audit(self, run_id: str | None = None, limit: int = 200) -> list[AuditRecord]:
+        """The newest ``limit`` audited facts (of one run, if given), oldest first."""
+        where, params = _where(run_id=run_id)
+        rows = await self._read(
+            "SELECT at, actor, action, run_id, request_id, detail FROM ("
+            f" SELECT id, at, actor, action, run_id, request_id, detail FROM audit {where}"
+            " ORDER BY id DESC LIMIT ?) ORDER BY id",
+            (*params, limit),
+        )
+        entries = [
+            AuditEntry(_parse_ts(at), actor, action, rid, req, detail)
+            for at, actor, action, rid, req, detail in rows
+        ]
+        # AuditRecord declares plain (settable) attributes; readers only read them, and a
+        # frozen record is what we want to hand out, so the list is cast rather than copied.
+        return cast(list[AuditRecord], entries)
+
+    # -- group commit --------------------------------------------------------------------------
+
+    def _append_queue(self) -> asyncio.Queue[_Append | None]:
+        """The queue of the writer task on the running loop, starting the task if needed."""
+        self._writer()  # fail fast when closed or not migrated
+        loop = asyncio.get_running_loop()
+        if self._queue is None or self._flusher is None or self._flusher.get_loop() is not loop:
+            self._queue = asyncio.Queue()
+            self._flusher = loop.create_task(self._flush_loop(self._queue))
+        return self._queue
+
+    async def _stop_flusher(self) -> None:
+        """Let the writer task write what is queued, then end it."""
+        task, queue = self._flusher, self._queue
+        self._flusher = self._queue = None
+        if task is None or queue is None or task.done():
+            return
+        # A task of another (possibly closed) loop cannot be awaited from this one.
+        if task.get_loop() is not asyncio.get_running_loop():
+            return
+        queue.put_nowait(None)
+        await task
+
+    async def _flush_loop(self, queue: asyncio.Queue[_Append | None]) -> None:
+        """Drain everything queued, write it in one transaction, repeat until stopped."""
+        batch: list[_Append] = []
+        try:
+            while True:
+                batch, stop = await _next_batch(queue)
+                if batch:
+                    await self._commit_batch(batch)
+                batch = []
+                if stop:
+                    return
+        finally:
+            # Only reached with work left when the task is cancelled: nobody may hang.
+            _fail_pending(batch, queue, self._closed_error())
+
+    async def _commit_batch(self, batch: list[_Append]) -> None:
+        """Write one batch and settle each append's future after the commit."""
+        try:
+            async with self._write_lock:
+                # Not ``_writer()``: close() flushes the queue after marking the store closed.
+                conn = self._wconn
+                if conn is None:
+                    raise self._closed_error()
+                with self._errors("append"):
+                    outcomes = await self._write_batch(conn, batch)
+        except Exception as exc:
+            # The transaction as a whole failed (I/O, busy timeout): every append in it failed.
+            error = exc if isinstance(exc, StoreError) else StoreError(f"append failed: {exc!r}")
+            outcomes = [error] * len(batch)
+        for item, outcome in zip(batch, outcomes, strict=True):
+            _settle(item.done, outcome)
+
+    async def _write_batch(
+        self, conn: aiosqlite.Connection, batch: list[_Append]
+    ) -> list[StoreError | None]:
+        """One transaction for the whole batch: the fast path, or row by row when a row misses."""
+        at = self._now()
+        try:
+            cursor = await conn.executemany(_INSERT_ENTRY, [item.params(at) for item in batch])
+            if cursor.rowcount == len(batch):
+                await _project(conn, batch, at)
+                await conn.commit()
+                return [None] * len(batch)
+            # Some row was refused and we cannot tell which: start over one row at a time, so
+            # exactly the rows that land get their status projected and the others an error.
+            await conn.rollback()
+            outcomes = await self._write_rows(conn, batch, at)
+            await conn.commit()
+            return outcomes
+        except BaseException:
+            await _rollback_quietly(conn)
+            raise
+
+    async def _write_rows(
+        self, conn: aiosqlite.Connection, batch: list[_Append], at: str
+    ) -> list[StoreError | None]:
+        """The slow path: insert each row alone and diagnose the ones that miss."""
+        outcomes: list[StoreError | None] = []
+        landed: list[_Append] = []
+        for item in batch:
+            cursor = await conn.execute(_INSERT_ENTRY, item.params(at))
+            if cursor.rowcount == 1:
+                landed.append(item)
+                outcomes.append(None)
+                continue
+            outcomes.append(await _diagnose(conn, item))
+        await _project(conn, landed, at)
+        return outcomes
+
+    # -- connections and helpers -------------------------------------------------------------
+
+    async def _connect_writer(self) -> aiosqlite.Connection:
+        """Open the writer: WAL, durable commits, enforced foreign keys."""
+        self._refuse_read_only_file()
+        with self._errors("open"):
+            # Legacy transaction control with IMMEDIATE: the first write statement opens
+            # BEGIN IMMEDIATE in the same thread hop, and the write lock is taken up front
+            # (waiting up to the busy timeout) instead of failing on a lock upgrade.
+            conn = await aiosqlite.connect(
+                self._path, timeout=self._busy_timeout, isolation_level="IMMEDIATE"
+            )
+        try:
+            with self._errors("open"):
+                await conn.executescript(self._connection_pragmas())
+                rows = list(await conn.execute_fetchall("PRAGMA journal_mode = WAL"))
+            if str(rows[0][0]).lower() != "wal":
+                raise StoreError(f"SQLite database {self._path}: cannot switch to WAL mode")
+        except BaseException:
+            await _close_quietly(conn)
+            raise
+        return conn
+
+    async def _connect_reader(self) -> aiosqlite.Connection:
+        """Open the reader: autocommit, so every query sees the latest commit."""
+        with self._errors("open"):
+            conn = await aiosqlite.connect(
+                self._path, timeout=self._busy_timeout, isolation_level=None
+            )
+        try:
+            with self._errors("open"):
+                await conn.executescript(self._connection_pragmas() + "PRAGMA query_only = ON;")
+        except BaseException:
+            await _close_quietly(conn)
+            raise
+        return conn
+
+    def _connection_pragmas(self) -> str:
+        return (
+            f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)};"
+            "PRAGMA foreign_keys = ON;"
+            f"PRAGMA synchronous = {self._synchronous};"
+        )
+
+    def _refuse_read_only_file(self) -> None:
+        """Refuse a file without write permission bits, even for root, whom SQLite lets write."""
+        try:
+            mode = self._path.stat().st_mode
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise StoreError(f"SQLite database {self._path}: cannot open: {exc.strerror}") from exc
+        if stat.S_ISREG(mode) and not mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH):
+            raise StoreError(f"SQLite database {self._path}: cannot open: the file is read-only")
+
+    async def _apply_migrations(self, conn: aiosqlite.Connection) -> int:
+        """Apply the missing migrations, one transaction each; refuse a newer schema."""
+        with self._errors("migrate"):
+            await conn.executescript(CREATE_VERSION_TABLE)
+        version = await self._schema_version(conn)
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"SQLite database {self._path}: schema version {version} is newer than this"
+                f" Kestrel supports ({SCHEMA_VERSION}); upgrade Kestrel to open it"
+            )
+        while version < SCHEMA_VERSION:
+            await self._apply_migration(conn, version + 1)
+            version = await self._schema_version(conn)
+        return version
+
+    async def _apply_migration(self, conn: aiosqlite.Connection, version: int) -> None:
+        try:
+            await conn.executescript(migration_script(version))
+        except sqlite3.IntegrityError:
+            # Another process applied this version first; the caller re-reads the version.
+            await _rollback_quietly(conn)
+        except sqlite3.Error as exc:
+            await _rollback_quietly(conn)
+            raise self._store_error(f"migration {version}", exc) from exc
+
+    async def _schema_version(self, conn: aiosqlite.Connection) -> int:
+        with self._errors("migrate"):
+            rows = list(
+                await conn.execute_fetchall("SELECT COALESCE(MAX(version), 0) FROM schema_version")
+            )
+        return int(rows[0][0])
+
+    async def _disconnect(self) -> None:
+        wconn, rconn = self._wconn, self._rconn
+        self._wconn = self._rconn = None
+        for conn in (wconn, rconn):
+            if conn is not None:
+                await _close_quietly(conn)
+
+    async def _read(self, sql: str, params: Sequence[Any]) -> list[_Row]:
+        """One query on the reader connection (one thread hop)."""
+        conn = self._reader()
+        with self._errors("read"):
+            return list(await conn.execute_fetchall(sql, params))
+
+    async def _write(
+        self,
+        action: str,
+        sql: str,
+        params: Sequence[Any],
+        *,
+        on_integrity: Callable[[str], StoreError] | None = None,
+    ) -> int:
+        """One write statement in its own committed transaction; the rows it changed."""
+
+        async def run(conn: aiosqlite.Connection) -> int:
+            cursor = await conn.execute(sql, params)
+            return cursor.rowcount
+
+        return await self._transact(action, run, on_integrity)
+
+    async def _write_returning(self, action: str, sql: str, params: Sequence[Any]) -> list[_Row]:
+        """One write statement with RETURNING in its own committed transaction."""
+
+        async def run(conn: aiosqlite.Connection) -> list[_Row]:
+            return list(await conn.execute_fetchall(sql, params))
+
+        return await self._transact(action, run, None)
+
+    async def _transact(
+        self,
+        action: str,
+        body: Callable[[aiosqlite.Connection], Awaitable[_T]],
+        on_integrity: Callable[[str], StoreError] | None,
+    ) -> _T:
+        conn = self._writer()
+        async with self._write_lock:
+            with self._errors(action, on_integrity):
+                try:
+                    result = await body(conn)
+                    await conn.commit()
+                except BaseException:
+                    # A failed statement leaves its transaction (and the write lock) open.
+                    await _rollback_quietly(conn)
+                    raise
+        return result
+
+    async def _require_run(self, run_id: str) -> None:
+        if not await self._read("SELECT 1 FROM runs WHERE id = ?", (run_id,)):
+            raise UnknownRun(f"unknown run {run_id!r}")
+
+    def _writer(self) -> aiosqlite.Connection:
+        if self._closed:
+            raise self._closed_error()
+        if self._wconn is None:
+            raise StoreError(f"SQLite database {self._path}: not open; await migrate() first")
+        return self._wconn
+
+    def _reader(self) -> aiosqlite.Connection:
+        if self._closed:
+            raise self._closed_error()
+        if self._rconn is None:
+            raise StoreError(f"SQLite database {self._path}: not open; await migrate() first")
+        return self._rconn
+
+    def _closed_error(self) -> StoreError:
+        return StoreError(f"SQLite database {self._path}: the store is closed")
+
+    @contextlib.contextmanager
+    def _errors(
+        self, action: str, on_integrity: Callable[[str], StoreError] | None = None
+    ) -> Iterator[None]:
+        """Turn sqlite3 errors into one-line ``StoreError``s naming the file and the cause."""
+        try:
+            yield
+        except sqlite3.IntegrityError as exc:
+            if on_integrity is None:
+                raise self._store_error(action, exc) from exc
+            raise on_integrity(str(exc)) from exc
+        except sqlite3.Error as exc:
+            raise self._store_error(action, exc) from exc
+
+    def _store_error(self, action: str, exc: sqlite3.Error) -> StoreError:
+        cause = " ".join(str(exc).split()) or type(exc).__name__
+        if "locked" in cause or "busy" in cause:
+            cause += f" (still busy after the {self._busy_timeout:g} s busy timeout)"
+        return StoreError(f"SQLite database {self._path}: {action} failed: {cause}")
+
+    def _now(self) -> str:
+        return _ts(self._clock())
+
+    def _lease_until(self, lease_seconds: float) -> str:
+        return _ts(self._clock() + timedelta(seconds=lease_seconds))
+
+
+async def open_sqlite(path: str | Path, *, synchronous: str = "FULL") -> SqliteStore:
+    """Open the SQLite store at ``path`` and bring its schema up to date."""
+    store = SqliteStore(path, synchronous=synchronous)
+    try:
+        await store.migrate()
+    except BaseException:
+        await store.close()
+        raise
+    return store
+
+
+# -- module helpers -----------------------------------------------------------------------------
+
+
+async def _next_batch(queue: asyncio.Queue[_Append | None]) -> tuple[list[_Append], bool]:
+    """Wait for one append, then take everything else already queued; True once stopped."""
+    batch: list[_Append] = []
+    item = await queue.get()
+    while True:
+        if item is None:
+            return batch, True
+        # A caller cancelled before its turn gives up the append: it is not written.
+        if not item.done.done():
+            batch.append(item)
+        if len(batch) >= _MAX_BATCH or queue.empty():
+            return batch, False
+        item = queue.get_nowait()
+
+
+async def _project(conn: aiosqlite.Connection, items: list[_Append], at: str) -> None:
+    """Move the status of the runs whose landed entries change it (same transaction)."""
+    updates = [
+        (item.projection[0].value, item.projection[1], at, item.run_id)
+        for item in items
+        if item.projection is not None
+    ]
+    if updates:
+        await conn.executemany(_PROJECT_STATUS, updates)
+
+
+async def _diagnose(conn: aiosqlite.Connection, item: _Append) -> StoreError | None:
+    """Why a row did not land: None when an identical record is already there."""
+    rows = list(await conn.execute_fetchall(_DIAGNOSE_ENTRY, (item.run_id, item.seq)))
+    if not rows:
+        return UnknownRun(f"unknown run {item.run_id!r}")
+    epoch, body, next_seq = rows[0]
+    if body == item.body:
+        return None
+    # Fencing first: a stale owner learns it lost the run, whatever now stands at its seq.
+    if epoch != item.epoch:
+        return StaleEpoch(
+            f"run {item.run_id!r}: epoch {item.epoch} is stale, the run is at epoch {epoch}"
+        )
+    if body is not None:
+        return SeqConflict(f"run {item.run_id!r}: a different record stands at seq {item.seq}")
+    return SeqGap(f"run {item.run_id!r}: seq {item.seq} would leave a gap; next is {next_seq}")
+
+
+def _settle(future: asyncio.Future[None], outcome: StoreError | None) -> None:
+    if future.done():
+        return
+    if outcome is None:
+        future.set_result(None)
+        return
+    # A fresh exception per waiter: one shared instance would collect every waiter's traceback.
+    error = type(outcome)(*outcome.args)
+    error.__cause__ = outcome.__cause__
+    future.set_exception(error)
+
+
+def _fail_pending(
+    batch: list[_Append], queue: asyncio.Queue[_Append | None], error: StoreError
+) -> None:
+    for item in batch:
+        _settle(item.done, error)
+    while not queue.empty():
+        queued = queue.get_nowait()
+        if queued is not None:
+            _settle(queued.done, error)
+
+
+async def _rollback_quietly(conn: aiosqlite.Connection) -> None:
+    # Called while another error propagates: that error is the one worth reporting.
+    with contextlib.suppress(sqlite3.Error, ValueError):
+        await conn.rollback()
+
+
+async def _close_quietly(conn: aiosqlite.Connection) -> None:
+    # Closing must also stop aiosqlite's (non-daemon) thread, whatever the connection's state.
+    with contextlib.suppress(sqlite3.Error, ValueError):
+        await conn.close()
+
+
+def _projection(entry: Entry) -> tuple[RunStatus, str] | None:
+    """The run status and stop reason an entry moves the run to, if it moves it."""
+    status = status_after(entry)
+    if status is None:
+        return None
+    if isinstance(entry, RunSuspended):
+        return status, entry.reason.value
+    if isinstance(entry, RunEnded):
+        return status, entry.result.stop_reason.value
+    return status, ""
+
+
+def _where(**filters: str | None) -> tuple[str, tuple[str, ...]]:
+    """A WHERE clause over the given columns, skipping the filters that are None."""
+    used = {column: value for column, value in filters.items() if value is not None}
+    if not used:
+        return "", ()
+    return "WHERE " + " AND ".join(f"{column} = ?" for column in used), tuple(used.values())
+
+
+def _record(run_id: str, seq: int, epoch: int, body: str) -> JournalRecord:
+    try:
+        entry = _ENTRY.validate_json(body)
+    except ValidationError as exc:
+        raise StoreError(
+            f"run {run_id!r}: journal entry at seq {seq} is unreadable: {exc.error_count()}"
+            " validation error(s)"
+        ) from exc
+    return JournalRecord(run_id=run_id, seq=seq, epoch=epoch, entry=entry)
+
+
+def _run_from_row(row: _Row) -> RunRecord:
+    return RunRecord(
+        id=row[0],
+        session_id=row[1],
+        prompt=row[2],
+        requested_by=row[3],
+        status=RunStatus(row[4]),
+        stop_reason=row[5],
+        owner=row[6],
+        epoch=row[7],
+        lease_expires=None if row[8] is None else _parse_ts(row[8]),
+        created_at=_parse_ts(row[9]),
+        updated_at=_parse_ts(row[10]),
+    )
+
+
+def _request_from_row(row: _Row) -> tuple[Request, RequestStatus, Decision | None]:
+    body, status, decision = row
+    return (
+        Request.model_validate_json(body),
+        RequestStatus(status),
+        None if decision is None else Decision.model_validate_json(decision),
+    )
+
+
+def _ts(moment: datetime) -> str:
+    """A UTC timestamp in one fixed format, so that text order is time order in SQL."""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+def _parse_ts(text: str) -> datetime:
+    return datetime.fromisoformat(text)

@@ -1,0 +1,91 @@
+"""The SQLite schema as ordered migrations; version N is the first N scripts applied."""
+
+from __future__ import annotations
+
+# Each script runs in its own transaction together with the insert of its version into
+# ``schema_version`` (see ``migration_script``). Never edit a released script: append a new one.
+MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE sessions (
+        id         TEXT PRIMARY KEY,
+        platform   TEXT NOT NULL,
+        channel    TEXT NOT NULL,
+        thread     TEXT NOT NULL,
+        created_at TEXT NOT NULL
+    );
+
+    CREATE TABLE runs (
+        id            TEXT PRIMARY KEY,
+        session_id    TEXT NOT NULL REFERENCES sessions(id),
+        prompt        TEXT NOT NULL,
+        requested_by  TEXT NOT NULL,
+        status        TEXT NOT NULL,
+        stop_reason   TEXT NOT NULL DEFAULT '',
+        owner         TEXT NOT NULL DEFAULT '',
+        epoch         INTEGER NOT NULL,
+        lease_expires TEXT,
+        created_at    TEXT NOT NULL,
+        updated_at    TEXT NOT NULL
+    );
+    CREATE INDEX runs_by_created ON runs(created_at);
+    CREATE INDEX runs_by_session ON runs(session_id, created_at);
+
+    CREATE TABLE journal (
+        run_id TEXT NOT NULL REFERENCES runs(id),
+        seq    INTEGER NOT NULL CHECK (seq >= 0),
+        epoch  INTEGER NOT NULL,
+        kind   TEXT NOT NULL,
+        body   TEXT NOT NULL,
+        at     TEXT NOT NULL,
+        PRIMARY KEY (run_id, seq)
+    );
+
+    CREATE TABLE requests (
+        id         TEXT PRIMARY KEY,
+        run_id     TEXT NOT NULL REFERENCES runs(id),
+        kind       TEXT NOT NULL,
+        call_id    TEXT NOT NULL,
+        tool       TEXT NOT NULL,
+        body       TEXT NOT NULL,
+        status     TEXT NOT NULL,
+        decision   TEXT,
+        created_at TEXT NOT NULL,
+        deadline   TEXT
+    );
+    CREATE INDEX requests_by_status ON requests(status, created_at);
+    CREATE INDEX requests_by_run ON requests(run_id, created_at);
+
+    CREATE TABLE audit (
+        id         INTEGER PRIMARY KEY AUTOINCREMENT,
+        at         TEXT NOT NULL,
+        actor      TEXT NOT NULL,
+        action     TEXT NOT NULL,
+        run_id     TEXT NOT NULL DEFAULT '',
+        request_id TEXT NOT NULL DEFAULT '',
+        detail     TEXT NOT NULL DEFAULT ''
+    );
+    CREATE INDEX audit_by_run ON audit(run_id, id);
+    """,
+)
+
+SCHEMA_VERSION = len(MIGRATIONS)
+
+CREATE_VERSION_TABLE = """
+CREATE TABLE IF NOT EXISTS schema_version (
+    version    INTEGER PRIMARY KEY,
+    applied_at TEXT NOT NULL
+);
+"""
+
+
+def migration_script(version: int) -> str:
+    """The script that applies migration ``version`` (1-based) in one transaction."""
+    # The version row goes in first: a process racing us to the same migration then fails
+    # on its primary key, rolls back and re-reads the version instead of half-applying DDL.
+    return (
+        "BEGIN IMMEDIATE;\n"
+        "INSERT INTO schema_version(version, applied_at)"
+        f" VALUES ({version:d}, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'));\n"
+        f"{MIGRATIONS[version - 1]}\n"
+        "COMMIT;\n"
+    )

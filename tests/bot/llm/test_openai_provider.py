@@ -1,0 +1,285 @@
+"""The OpenAI provider through the real ``openai`` client against a local fake server."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import AsyncIterator
+
+import pytest
+
+from bot.domain import AssistantTurn, ToolCall
+from bot.llm.base import (
+    AssistantMessage,
+    ModelError,
+    SystemMessage,
+    ToolResultItem,
+    ToolResultsMessage,
+    ToolSpec,
+    UserMessage,
+)
+from bot.llm.openai_provider import OpenAIProvider
+from tests.fakes.openai_server import Canned, FakeOpenAI
+
+KEY = "sk-test-very-secret-key"
+STATUS_TOOL = ToolSpec(
+    name="service_status",
+    description="Show a service's status.",
+    parameters={
+        "type": "object",
+        "properties": {"service": {"type": "string"}},
+        "required": ["service"],
+    },
+)
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeOpenAI]:
+    async with FakeOpenAI([{"text": "first"}, {"text": "second"}]) as server:
+        yield server
+
+
+@pytest.fixture
+async def provider(fake: FakeOpenAI) -> AsyncIterator[OpenAIProvider]:
+    model = OpenAIProvider("gpt-test", api_key=KEY, base_url=fake.base_url, max_retries=2)
+    yield model
+    await model.aclose()
+
+
+def _conversation() -> list[SystemMessage | UserMessage | AssistantMessage | ToolResultsMessage]:
+    turn = AssistantTurn(
+        text="Checking both.",
+        calls=(
+            ToolCall(id="call_a", name="service_status", arguments='{"service": "checkout"}'),
+            ToolCall(id="call_b", name="tail_logs", arguments='{"service": "checkout"}'),
+        ),
+        finish_reason="tool_calls",
+    )
+    results = (
+        ToolResultItem(call_id="call_a", name="service_status", output="checkout: degraded"),
+        ToolResultItem(call_id="call_b", name="tail_logs", output="OOMKilled"),
+    )
+    return [
+        SystemMessage("You are Kestrel."),
+        UserMessage("checkout is failing"),
+        AssistantMessage(turn),
+        ToolResultsMessage(results),
+    ]
+
+
+async def test_request_maps_messages_and_tools(fake: FakeOpenAI, provider: OpenAIProvider) -> None:
+    turn = await provider.complete(_conversation(), [STATUS_TOOL], timeout=5)
+
+    body = fake.requests[0]
+    assert body["model"] == "gpt-test"
+    assert [m["role"] for m in body["messages"]] == ["system", "user", "assistant", "tool", "tool"]
+    assistant = body["messages"][2]
+    assert assistant["content"] == "Checking both."
+    assert assistant["tool_calls"] == [
+        {
+            "id": "call_a",
+            "type": "function",
+            "function": {"name": "service_status", "arguments": '{"service": "checkout"}'},
+        },
+        {
+            "id": "call_b",
+            "type": "function",
+            "function": {"name": "tail_logs", "arguments": '{"service": "checkout"}'},
+        },
+    ]
+    assert body["messages"][3] == {
+        "role": "tool",
+        "tool_call_id": "call_a",
+        "content": "checkout: degraded",
+    }
+    assert body["messages"][4]["tool_call_id"] == "call_b"
+    assert body["tools"] == [
+        {
+            "type": "function",
+            "function": {
+                "name": "service_status",
+                "description": "Show a service's status.",
+                "parameters": STATUS_TOOL.parameters,
+            },
+        }
+    ]
+    # One assistant message in the request: the fake answered its second reply.
+    assert turn.text == "second"
+
+
+async def test_no_tools_key_when_no_tools(fake: FakeOpenAI, provider: OpenAIProvider) -> None:
+    turn = await provider.complete([UserMessage("hi")], [], timeout=5)
+
+    assert "tools" not in fake.requests[0]
+    assert fake.requests[0]["messages"] == [{"role": "user", "content": "hi"}]
+    assert turn.text == "first"
+    assert turn.calls == ()
+    assert turn.finish_reason == "stop"
+
+
+async def test_assistant_with_calls_and_no_text_sends_null_content(
+    fake: FakeOpenAI, provider: OpenAIProvider
+) -> None:
+    turn = AssistantTurn(calls=(ToolCall(id="c1", name="disk_usage"),), finish_reason="tool_calls")
+    results = ToolResultsMessage((ToolResultItem(call_id="c1", name="disk_usage", output="42%"),))
+
+    await provider.complete([UserMessage("disk?"), AssistantMessage(turn), results], [], timeout=5)
+
+    assistant = fake.requests[0]["messages"][1]
+    assert assistant["content"] is None
+    assert assistant["tool_calls"][0]["function"] == {"name": "disk_usage", "arguments": "{}"}
+
+
+async def test_tool_calls_and_usage_are_parsed() -> None:
+    reply = {
+        "text": "Looking.",
+        "calls": [
+            {"name": "service_status", "arguments": {"service": "checkout"}},
+            {"name": "disk_usage"},
+        ],
+        "usage": {"input_tokens": 120, "output_tokens": 17},
+    }
+    async with FakeOpenAI([reply]) as fake:
+        model = OpenAIProvider("m", api_key=KEY, base_url=fake.base_url)
+        turn = await model.complete([UserMessage("status?")], [STATUS_TOOL], timeout=5)
+        await model.aclose()
+
+    assert turn.text == "Looking."
+    assert turn.calls == (
+        ToolCall(id="call_1", name="service_status", arguments='{"service": "checkout"}'),
+        ToolCall(id="call_2", name="disk_usage", arguments="{}"),
+    )
+    assert turn.finish_reason == "tool_calls"
+    assert (turn.usage.input_tokens, turn.usage.output_tokens) == (120, 17)
+
+
+async def test_invalid_json_arguments_pass_through_untouched() -> None:
+    raw = '{"service": "checkout",'
+    async with FakeOpenAI([{"calls": [{"name": "service_status", "arguments": raw}]}]) as fake:
+        model = OpenAIProvider("m", api_key=KEY, base_url=fake.base_url)
+        turn = await model.complete([UserMessage("status?")], [STATUS_TOOL], timeout=5)
+        await model.aclose()
+
+    assert turn.calls[0].arguments == raw
+
+
+async def test_length_finish_reason_passes_through() -> None:
+    async with FakeOpenAI([{"text": "The cause is", "finish_reason": "length"}]) as fake:
+        model = OpenAIProvider("m", api_key=KEY, base_url=fake.base_url)
+        turn = await model.complete([UserMessage("why?")], [], timeout=5)
+        await model.aclose()
+
+    assert turn.finish_reason == "length"
+    assert turn.text == "The cause is"
+
+
+async def test_missing_usage_is_zero(fake: FakeOpenAI, provider: OpenAIProvider) -> None:
+    body = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "m",
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}
+        ],
+    }
+    fake.add_canned(Canned(status=200, body=body))
+
+    turn = await provider.complete([UserMessage("hi")], [], timeout=5)
+
+    assert turn.text == "ok"
+    assert turn.usage.total == 0
+
+
+async def test_401_names_the_cause_without_the_key(
+    fake: FakeOpenAI, provider: OpenAIProvider
+) -> None:
+    echo = {"error": {"message": f"Incorrect API key provided: {KEY}", "type": "invalid_request"}}
+    fake.add_canned(Canned(status=401, body=echo))
+
+    with pytest.raises(ModelError) as caught:
+        await provider.complete([UserMessage("hi")], [], timeout=5)
+
+    message = str(caught.value)
+    assert message.startswith(f"model call failed: 401 Unauthorized from {fake.base_url}")
+    assert "check OPENAI_API_KEY" in message
+    assert KEY not in message
+    assert "\n" not in message
+    assert fake.count == 1  # a 401 is not retried
+
+
+async def test_404_hints_at_model_and_base_url(fake: FakeOpenAI, provider: OpenAIProvider) -> None:
+    fake.add_canned(Canned(status=404))
+
+    with pytest.raises(ModelError, match=r"404 Not Found .*check the model name"):
+        await provider.complete([UserMessage("hi")], [], timeout=5)
+
+
+async def test_500_is_retried_then_fails(fake: FakeOpenAI, provider: OpenAIProvider) -> None:
+    fake.add_canned(*[Canned(status=500)] * 3)
+
+    with pytest.raises(ModelError, match=r"500 Internal Server Error .*after 2 retries"):
+        await provider.complete([UserMessage("hi")], [], timeout=5)
+
+    assert fake.count == 3
+
+
+async def test_429_then_success_is_retried_transparently(
+    fake: FakeOpenAI, provider: OpenAIProvider
+) -> None:
+    fake.add_canned(Canned(status=429))
+
+    turn = await provider.complete([UserMessage("hi")], [], timeout=5)
+
+    assert turn.text == "first"
+    assert fake.count == 2
+
+
+async def test_timeout_becomes_model_error() -> None:
+    async with FakeOpenAI([{"text": "late"}], delay=1.0) as fake:
+        model = OpenAIProvider("m", api_key=KEY, base_url=fake.base_url, max_retries=0)
+        with pytest.raises(ModelError, match=r"timed out after 0.2s waiting for http://127"):
+            await model.complete([UserMessage("hi")], [], timeout=0.2)
+        await model.aclose()
+
+
+async def test_connection_refused_becomes_model_error() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    model = OpenAIProvider("m", api_key=KEY, base_url=f"http://127.0.0.1:{port}/v1", max_retries=0)
+
+    with pytest.raises(ModelError, match=rf"cannot connect to http://127.0.0.1:{port}/v1"):
+        await model.complete([UserMessage("hi")], [], timeout=2)
+    await model.aclose()
+
+
+@pytest.mark.parametrize(
+    ("canned", "cause"),
+    [
+        (Canned(status=200, raw="<html>proxy login</html>"), "expected a chat completion"),
+        (Canned(status=200, body={"object": "chat.completion", "choices": []}), "no choices"),
+        (Canned(status=200, body={"choices": [{"index": 0}]}), "no message"),
+    ],
+)
+async def test_bad_response_shape_becomes_model_error(
+    fake: FakeOpenAI, provider: OpenAIProvider, canned: Canned, cause: str
+) -> None:
+    fake.add_canned(canned)
+
+    with pytest.raises(ModelError, match=f"bad response from .*{cause}"):
+        await provider.complete([UserMessage("hi")], [], timeout=5)
+
+
+def test_missing_key_fails_at_construction() -> None:
+    with pytest.raises(ModelError, match="OPENAI_API_KEY is not set"):
+        OpenAIProvider("gpt-test", api_key=None, base_url=None)
+
+
+async def test_base_url_alone_uses_a_placeholder_key(fake: FakeOpenAI) -> None:
+    model = OpenAIProvider("llama3", api_key=None, base_url=fake.base_url)
+
+    turn = await model.complete([UserMessage("hi")], [], timeout=5)
+    await model.aclose()
+
+    assert turn.text == "first"
+    assert (model.provider, model.model) == ("openai", "llama3")

@@ -1,0 +1,306 @@
+"""The loop end to end on real parts: SQLite journal, scripted model, in-process tools."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bot.domain import (
+    AssistantTurnEntry,
+    Budgets,
+    DecisionKind,
+    RunStatus,
+    StopReason,
+    ToolCall,
+    ToolDispatched,
+    ToolResultEntry,
+)
+from bot.hooks import HookContext, Hooks, ToolVerdict
+from bot.runs import Supervisor
+from bot.state import fold
+from tests.fakes.runtime import (
+    Counter,
+    ScriptedPrompter,
+    call,
+    counting_tools,
+    make_runtime,
+    reply,
+)
+
+
+async def run_once(tmp_path: Path, replies: list[dict[str, object]], **kw: object):  # type: ignore[no-untyped-def]
+    counter = Counter()
+    prompter = kw.pop("prompter", None)
+    rt, rec = await make_runtime(tmp_path / "k.db", replies, counting_tools(counter), **kw)  # type: ignore[arg-type]
+    sup = Supervisor(rt)
+    live = await sup.start_turn("help", requested_by="U0REQ", prompter=prompter)  # type: ignore[arg-type]
+    state = await sup.wait(live)
+    records = await rt.store.load(live.run_id)
+    await rt.store.close()
+    return state, counter, records, rec
+
+
+async def test_a_tool_call_then_an_answer_completes(tmp_path: Path) -> None:
+    state, counter, records, _ = await run_once(
+        tmp_path, [reply(call("echo", text="hi")), reply(text="done")]
+    )
+    assert state.result is not None
+    assert state.result.status is RunStatus.COMPLETED
+    assert state.result.stop_reason is StopReason.ANSWERED
+    assert state.result.text == "done"
+    assert counter.calls == {"echo": 1}
+    kinds = [r.entry.kind for r in records]
+    assert kinds == [
+        "run_started",
+        "user_message",
+        "assistant_turn",
+        "tool_result",
+        "assistant_turn",
+        "run_ended",
+    ]
+    assert [r.seq for r in records] == list(range(len(records)))
+
+
+async def test_assistant_turn_is_journaled_before_the_tool_runs(tmp_path: Path) -> None:
+    state, counter, records, _ = await run_once(
+        tmp_path, [reply(call("write", text="x")), reply(text="ok")]
+    )
+    kinds = [type(r.entry) for r in records]
+    turn = kinds.index(AssistantTurnEntry)
+    assert kinds[turn + 1] is ToolDispatched
+    assert kinds[turn + 2] is ToolResultEntry
+    assert counter.calls == {"write": 1}
+
+
+async def test_unknown_tool_is_answered_and_never_dispatched(tmp_path: Path) -> None:
+    state, counter, records, rec = await run_once(
+        tmp_path, [reply(call("nope", text="x")), reply(text="adapted")]
+    )
+    assert state.result is not None and state.result.status is RunStatus.COMPLETED
+    result = next(r.entry for r in records if isinstance(r.entry, ToolResultEntry))
+    assert result.outcome.value == "unknown_tool"
+    assert "unknown tool 'nope'" in result.output
+    assert counter.calls == {}
+    assert "advisory" in rec.kinds()
+
+
+@pytest.mark.parametrize(
+    ("arguments", "problem"),
+    [
+        ("{not json", "not valid JSON"),
+        ("[1, 2]", "must be a JSON object"),
+        ("{}", "'text' is a required property"),
+        ('{"text": 3}', "is not of type 'string'"),
+    ],
+)
+async def test_invalid_arguments_are_answered_not_dispatched(
+    tmp_path: Path, arguments: str, problem: str
+) -> None:
+    replies = [reply({"name": "deploy", "arguments": arguments}), reply(text="ok")]
+    prompter = ScriptedPrompter([DecisionKind.APPROVE])
+    state, counter, records, _ = await run_once(tmp_path, replies, prompter=prompter)
+    result = next(r.entry for r in records if isinstance(r.entry, ToolResultEntry))
+    assert result.outcome.value == "invalid_arguments"
+    assert problem in result.output
+    assert counter.calls == {}
+    assert prompter.asked == []  # an operator is never asked to approve an invalid call
+
+
+async def test_gated_call_without_prompter_is_refused_without_asking(tmp_path: Path) -> None:
+    state, counter, records, _ = await run_once(
+        tmp_path, [reply(call("deploy", text="v2")), reply(text="could not")]
+    )
+    result = next(r.entry for r in records if isinstance(r.entry, ToolResultEntry))
+    assert result.outcome.value == "gate_denied"
+    assert "no one is present" in result.output
+    assert counter.calls == {}
+
+
+async def test_gated_call_approved_once_runs_once_and_writes_the_grant_after(
+    tmp_path: Path,
+) -> None:
+    prompter = ScriptedPrompter([DecisionKind.APPROVE, DecisionKind.DENY])
+    replies = [
+        reply(call("deploy", text="v2")),
+        reply(call("deploy", text="v3")),
+        reply(text="done"),
+    ]
+    state, counter, records, _ = await run_once(tmp_path, replies, prompter=prompter)
+    assert counter.calls == {"deploy": 1}
+    assert len(prompter.asked) == 2  # a one-shot grant does not cover another call
+    kinds = [r.entry.kind for r in records]
+    first_result = kinds.index("tool_result")
+    assert kinds[first_result + 1] == "grant_written"
+    results = [r.entry for r in records if isinstance(r.entry, ToolResultEntry)]
+    assert [r.outcome.value for r in results] == ["ok", "gate_denied"]
+
+
+async def test_standing_grant_covers_the_rest_of_the_run(tmp_path: Path) -> None:
+    prompter = ScriptedPrompter([DecisionKind.APPROVE_ALWAYS])
+    replies = [
+        reply(call("deploy", text="a"), call("deploy", text="b")),
+        reply(call("deploy", text="c")),
+        reply(text="done"),
+    ]
+    state, counter, _, _ = await run_once(tmp_path, replies, prompter=prompter)
+    assert counter.calls == {"deploy": 3}
+    assert len(prompter.asked) == 1
+
+
+async def test_non_zero_style_error_results_and_exits_are_counted(tmp_path: Path) -> None:
+    replies = [
+        reply(call("slow", text="x"), call("boom", text="y"), call("echo", text="z")),
+        reply(text="done"),
+    ]
+    state, counter, records, _ = await run_once(tmp_path, replies)
+    assert state.result is not None
+    assert state.result.outcomes == {"timeout": 1, "error": 1, "ok": 1}
+    results = [r.entry for r in records if isinstance(r.entry, ToolResultEntry)]
+    assert "timed out after 0.2s" in results[0].output
+    assert "RuntimeError: kaboom" in results[1].output
+
+
+async def test_outcome_counts_sum_to_the_number_of_calls(tmp_path: Path) -> None:
+    replies = [
+        reply(
+            call("echo", text="a"),
+            call("nope"),
+            {"name": "echo", "arguments": "{bad"},
+            call("deploy", text="x"),
+            call("boom", text="b"),
+        ),
+        reply(text="done"),
+    ]
+    state, *_ = await run_once(tmp_path, replies)
+    assert state.result is not None
+    assert sum(state.result.outcomes.values()) == 5
+
+
+async def test_iteration_limit(tmp_path: Path) -> None:
+    replies = [reply(call("echo", text=str(i))) for i in range(10)]
+    state, counter, _, _ = await run_once(tmp_path, replies, budgets=Budgets(max_iterations=3))
+    assert state.result is not None
+    assert state.result.stop_reason is StopReason.ITERATION_LIMIT
+    assert state.result.status is RunStatus.FAILED
+    assert counter.calls == {"echo": 3}
+
+
+async def test_tool_call_limit_stops_before_the_batch(tmp_path: Path) -> None:
+    replies = [
+        reply(call("echo", text="1"), call("echo", text="2")),
+        reply(call("echo", text="3"), call("echo", text="4")),
+    ]
+    state, counter, _, _ = await run_once(tmp_path, replies, budgets=Budgets(max_tool_calls=3))
+    assert state.result is not None and state.result.stop_reason is StopReason.TOOL_CALL_LIMIT
+    assert counter.calls == {"echo": 2}
+
+
+async def test_token_budget_checked_before_a_batch(tmp_path: Path) -> None:
+    usage = {"input_tokens": 600, "output_tokens": 10}
+    replies = [reply(call("echo", text="1"), usage=usage), reply(text="done", usage=usage)]
+    state, counter, _, _ = await run_once(tmp_path, replies, budgets=Budgets(max_tokens=500))
+    assert state.result is not None and state.result.stop_reason is StopReason.TOKEN_BUDGET
+    assert counter.calls == {}
+
+
+async def test_token_budget_not_applied_after_a_completed_answer(tmp_path: Path) -> None:
+    replies = [reply(text="the answer", usage={"input_tokens": 900, "output_tokens": 100})]
+    state, *_ = await run_once(tmp_path, replies, budgets=Budgets(max_tokens=500))
+    assert state.result is not None and state.result.status is RunStatus.COMPLETED
+    assert state.result.usage.total == 1000
+
+
+async def test_token_budget_checked_at_the_head_of_a_follow_up_turn(tmp_path: Path) -> None:
+    replies = [
+        reply(call("echo", text="1"), usage={"input_tokens": 400, "output_tokens": 50}),
+        reply(call("echo", text="2"), usage={"input_tokens": 400, "output_tokens": 50}),
+        reply(text="never asked"),
+    ]
+    state, counter, records, _ = await run_once(tmp_path, replies, budgets=Budgets(max_tokens=800))
+    assert state.result is not None and state.result.stop_reason is StopReason.TOKEN_BUDGET
+    assert counter.calls == {"echo": 1}
+    assert sum(r.entry.kind == "assistant_turn" for r in records) == 2
+
+
+async def test_no_progress_stops_with_evidence(tmp_path: Path) -> None:
+    replies = [reply(call("echo", text="same")) for _ in range(6)]
+    state, counter, _, _ = await run_once(tmp_path, replies)
+    assert state.result is not None
+    assert state.result.stop_reason is StopReason.NO_PROGRESS
+    assert "echo" in state.result.error and "same" in state.result.error
+    assert counter.calls == {"echo": 3}
+
+
+async def test_truncated_reply_is_never_executed(tmp_path: Path) -> None:
+    replies = [reply(call("write", text="half"), finish_reason="length")]
+    state, counter, _, _ = await run_once(tmp_path, replies)
+    assert state.result is not None
+    assert state.result.stop_reason is StopReason.TRUNCATED
+    assert counter.calls == {}
+
+
+async def test_final_json_answer_becomes_the_payload(tmp_path: Path) -> None:
+    text = 'Summary below.\n```json\n{"cause": "oom", "fixed": true}\n```'
+    state, *_ = await run_once(tmp_path, [reply(text=text)])
+    assert state.result is not None
+    assert state.result.text == text
+    assert state.result.payload == {"cause": "oom", "fixed": True}
+
+
+async def test_suspend_is_polled_at_the_boundary_without_using_an_iteration(
+    tmp_path: Path,
+) -> None:
+    counter = Counter()
+    rt, _ = await make_runtime(
+        tmp_path / "k.db", [reply(call("echo", text="1")), reply(text="done")], counting_tools(counter)
+    )
+    sup = Supervisor(rt)
+    live = await sup.start_turn("hi")
+    live.signals.suspend.set()
+    state = await sup.wait(live)
+    assert state.status is RunStatus.SUSPENDED
+    assert state.iteration == 0
+    resumed = await sup.resume(live.run_id)
+    assert resumed is not None
+    state = await sup.wait(resumed)
+    assert state.result is not None and state.result.text == "done"
+    assert counter.calls == {"echo": 1}
+    await rt.store.close()
+
+
+async def test_cancel_at_the_boundary(tmp_path: Path) -> None:
+    rt, _ = await make_runtime(tmp_path / "k.db", [reply(text="x")], [])
+    sup = Supervisor(rt)
+    live = await sup.start_turn("hi")
+    live.signals.cancel.set()
+    state = await sup.wait(live)
+    assert state.result is not None and state.result.status is RunStatus.CANCELLED
+    await rt.store.close()
+
+
+async def test_takeover_stops_before_the_effect(tmp_path: Path) -> None:
+    counter = Counter()
+    store_box: list[object] = []
+
+    async def steal(tool_call: ToolCall, ctx: HookContext) -> ToolVerdict:
+        """Another owner claims the run while this call passes its checks."""
+        await store_box[0].claim(ctx.run_id, "other-owner", 30, force=True)  # type: ignore[attr-defined]
+        return ToolVerdict()
+
+    rt, rec = await make_runtime(
+        tmp_path / "k.db",
+        [reply(call("write", text="x")), reply(text="done")],
+        counting_tools(counter),
+        hooks=Hooks(pre_tool_use=[steal]),
+    )
+    store_box.append(rt.store)
+    sup = Supervisor(rt)
+    live = await sup.start_turn("hi")
+    await sup.wait(live)
+    assert counter.calls == {}
+    assert "run_taken_over" in rec.kinds()
+    state = fold(await rt.store.load(live.run_id), live.run_id)
+    assert state.result is None
+    assert not any(isinstance(r.entry, ToolDispatched) for r in await rt.store.load(live.run_id))
+    await rt.store.close()

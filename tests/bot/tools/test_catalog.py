@@ -1,0 +1,229 @@
+"""Catalogs: validation with file:line for every problem, globs, duplicates, ``./`` paths."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from bot.tools.base import ToolContext
+from bot.tools.catalog import CatalogError, check_catalog, load_catalog, load_catalogs
+
+CTX = ToolContext(run_id="run_1", call_id="call_1")
+
+GOOD = """\
+tools:
+  - name: restart_service
+    description: Restart a unit
+    command: ["systemctl", "restart", "{unit}"]
+    parameters:
+      type: object
+      properties: {unit: {type: string, pattern: "^[a-z0-9@._-]+$"}}
+      required: [unit]
+    confirm: true
+    idempotent: false
+    timeout: 12.5
+    operator_paced: true
+    tags: [prod]
+    approvals: 2
+    deny: false
+    env: [KUBECONFIG]
+    cwd: /var/tmp
+    max_output: 1024
+"""
+
+
+def write(folder: Path, name: str, text: str) -> Path:
+    path = folder / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def only_problem(path: Path) -> str:
+    problems = check_catalog(path)
+    assert len(problems) == 1, problems
+    return problems[0]
+
+
+def test_good_catalog_loads_every_field(tmp_path: Path) -> None:
+    (tool,) = load_catalog(write(tmp_path, "ops.yaml", GOOD))
+    assert tool.name == "restart_service"
+    assert tool.command == ("systemctl", "restart", "{unit}")
+    assert tool.parameters["required"] == ["unit"]
+    flags = tool.flags
+    assert (flags.confirm, flags.idempotent, flags.operator_paced) == (True, False, True)
+    assert (flags.timeout, flags.tags, flags.approvals, flags.deny) == (12.5, ("prod",), 2, False)
+
+
+def test_unknown_key_names_file_line_and_key(tmp_path: Path) -> None:
+    path = write(tmp_path, "ops.yaml", GOOD.replace("    deny: false\n", "    colour: red\n"))
+    assert only_problem(path) == f"{path}:15: tools[0].colour: unknown key"
+
+
+def test_bad_type(tmp_path: Path) -> None:
+    path = write(tmp_path, "ops.yaml", GOOD.replace("timeout: 12.5", "timeout: soon"))
+    assert only_problem(path) == f"{path}:11: tools[0].timeout: Input should be a valid number"
+
+
+def test_strings_are_not_coerced(tmp_path: Path) -> None:
+    path = write(tmp_path, "ops.yaml", GOOD.replace("confirm: true", 'confirm: "false"'))
+    assert only_problem(path).startswith(f"{path}:9: tools[0].confirm: ")
+
+
+def test_missing_key_points_at_the_entry(tmp_path: Path) -> None:
+    path = write(tmp_path, "ops.yaml", GOOD.replace("    description: Restart a unit\n", ""))
+    assert only_problem(path) == f"{path}:2: tools[0].description: required key is missing"
+
+
+def test_bad_schema_points_into_the_schema(tmp_path: Path) -> None:
+    text = """\
+    tools:
+      - name: x
+        description: x
+        command: ["true"]
+        parameters:
+          type: object
+          properties:
+            unit:
+              type: strin
+    """
+    path = write(tmp_path, "ops.yaml", text)
+    problem = only_problem(path)
+    assert problem.startswith(f"{path}:9: tools[0].parameters.properties.unit.type: ")
+    assert "invalid JSON Schema" in problem
+
+
+def test_parameters_must_be_an_object_schema(tmp_path: Path) -> None:
+    path = write(tmp_path, "ops.yaml", GOOD.replace("type: object", "type: array"))
+    assert "type: object" in only_problem(path)
+
+
+def test_undeclared_placeholder(tmp_path: Path) -> None:
+    path = write(tmp_path, "ops.yaml", GOOD.replace('"{unit}"]', '"{unit}", "{since}"]'))
+    assert only_problem(path) == (
+        f"{path}:4: tools[0].command[3]: placeholder {{since}} is not a declared parameter"
+    )
+
+
+def test_embedded_placeholder_is_refused(tmp_path: Path) -> None:
+    path = write(tmp_path, "ops.yaml", GOOD.replace('"{unit}"]', '"--unit={unit}"]'))
+    assert "tools[0].command[2]: '--unit={unit}' embeds a placeholder" in only_problem(path)
+
+
+def test_bad_name(tmp_path: Path) -> None:
+    path = write(tmp_path, "ops.yaml", GOOD.replace("name: restart_service", "name: restart it"))
+    assert only_problem(path).startswith(f"{path}:2: tools[0].name: String should match")
+
+
+def test_yaml_syntax_error_has_a_line(tmp_path: Path) -> None:
+    path = write(tmp_path, "ops.yaml", GOOD.replace("tags: [prod]", "tags: [prod"))
+    assert only_problem(path).startswith(f"{path}:14: YAML error: ")
+
+
+def test_empty_file(tmp_path: Path) -> None:
+    path = write(tmp_path, "ops.yaml", "")
+    assert "empty" in only_problem(path)
+
+
+def test_duplicate_key_is_not_resolved_silently(tmp_path: Path) -> None:
+    path = write(tmp_path, "ops.yaml", GOOD.replace("    deny: false\n", "    confirm: false\n"))
+    assert only_problem(path) == f"{path}:15: tools[0].confirm: duplicate key (first at line 9)"
+
+
+def test_duplicate_name_in_one_file(tmp_path: Path) -> None:
+    second = GOOD.split("tools:\n", 1)[1]
+    path = write(tmp_path, "ops.yaml", GOOD + second)
+    assert only_problem(path) == f"{path}:19: tools[1].name: duplicate tool name (first at line 2)"
+
+
+def test_check_catalog_returns_every_problem(tmp_path: Path) -> None:
+    text = """\
+    tools:
+      - name: bad name
+        description: x
+        command: ["echo", "{nope}", "a{b}c"]
+        timeout: -1
+        shiny: true
+      - name: ok
+        description: x
+        command: ["true"]
+        parameters: {type: object, properties: {a: {type: strin}}}
+    extra: 1
+    """
+    path = write(tmp_path, "ops.yaml", text)
+    problems = check_catalog(path)
+    assert [problem.split(": ", 2)[:2] for problem in problems] == [
+        [f"{path}:11", "extra"],
+        [f"{path}:2", "tools[0].name"],
+        [f"{path}:5", "tools[0].timeout"],
+        [f"{path}:6", "tools[0].shiny"],
+        [f"{path}:4", "tools[0].command[1]"],
+        [f"{path}:4", "tools[0].command[2]"],
+        [f"{path}:10", "tools[1].parameters.properties.a.type"],
+    ]
+    with pytest.raises(CatalogError) as caught:
+        load_catalog(path)
+    assert caught.value.problems == problems
+    assert str(caught.value) == "\n".join(problems)
+
+
+def test_dot_slash_elements_and_cwd_resolve_against_the_catalog_folder(tmp_path: Path) -> None:
+    folder = tmp_path / "catalogs"
+    folder.mkdir()
+    (folder / "run").mkdir()
+    text = """\
+    tools:
+      - name: pwd
+        description: x
+        command: ["./bin/tool", "./data", "data/./x"]
+        cwd: run
+    """
+    (tool,) = load_catalog(write(folder, "ops.yaml", text))
+    assert tool.command == (str(folder / "bin/tool"), str(folder / "data"), "data/./x")
+
+
+async def test_catalog_cwd_is_used(tmp_path: Path) -> None:
+    (tmp_path / "run").mkdir()
+    text = """\
+    tools:
+      - name: where
+        description: x
+        command: ["pwd"]
+        cwd: run
+    """
+    (tool,) = load_catalog(write(tmp_path, "ops.yaml", text))
+    assert (await tool.call({}, CTX)).output == f"{tmp_path / 'run'}\n[exit status 0]"
+
+
+def test_load_catalogs_expands_globs_relative_to_base_dir(tmp_path: Path) -> None:
+    (tmp_path / "tools").mkdir()
+    write(tmp_path / "tools", "a.yaml", GOOD)
+    write(tmp_path / "tools", "b.yaml", GOOD.replace("restart_service", "other"))
+    tools = load_catalogs(["tools/*.yaml", "tools/a.yaml"], tmp_path)
+    assert [tool.name for tool in tools] == ["restart_service", "other"]
+
+
+def test_unmatched_pattern_is_an_error_naming_it(tmp_path: Path) -> None:
+    with pytest.raises(CatalogError) as caught:
+        load_catalogs(["nothing/*.yaml"], tmp_path)
+    expected = f"nothing/*.yaml: catalog pattern matches no file (in {tmp_path})"
+    assert caught.value.problems == [expected]
+
+
+def test_duplicate_name_across_files_names_both(tmp_path: Path) -> None:
+    first = write(tmp_path, "a.yaml", GOOD)
+    second = write(tmp_path, "b.yaml", "# another\n" + GOOD)
+    with pytest.raises(CatalogError) as caught:
+        load_catalogs(["*.yaml"], tmp_path)
+    assert caught.value.problems == [
+        f"{second}:3: tool 'restart_service' is also declared at {first}:2"
+    ]
+
+
+def test_problems_of_every_file_are_reported_together(tmp_path: Path) -> None:
+    write(tmp_path, "a.yaml", GOOD.replace("timeout: 12.5", "timeout: soon"))
+    write(tmp_path, "b.yaml", "tools: [")
+    with pytest.raises(CatalogError) as caught:
+        load_catalogs(["a.yaml", "b.yaml", "c.yaml"], tmp_path)
+    assert len(caught.value.problems) == 3

@@ -1,0 +1,201 @@
+"""CommandTool: whole-element substitution, no shell, minimal env, group kill, output cap."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bot.tools.base import ToolContext, ToolFlags
+from bot.tools.command import CommandTool
+
+PY = sys.executable
+ARGV_SCRIPT = "import json, sys; print(json.dumps(sys.argv[1:]))"
+ENV_SCRIPT = "import json, os; print(json.dumps(dict(os.environ)))"
+CTX = ToolContext(run_id="run_1", call_id="call_1")
+
+SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "unit": {"type": "string"},
+        "since": {"type": "string"},
+        "force": {"type": "boolean"},
+        "count": {"type": "integer"},
+        "ratio": {"type": "number"},
+    },
+    "required": ["unit"],
+}
+
+
+def argv_tool(*elements: str, **kwargs: Any) -> CommandTool:
+    return CommandTool(
+        "argv", "print argv", [PY, "-c", ARGV_SCRIPT, *elements], parameters=SCHEMA, **kwargs
+    )
+
+
+def printed(output: str) -> Any:
+    return json.loads(output.splitlines()[0])
+
+
+def alive(pid: int) -> bool:
+    """Whether the pid runs; a zombie awaiting an absent reaper counts as dead."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] == "Z")
+
+
+async def wait_dead(pid: int, seconds: float = 3.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not alive(pid):
+            return True
+        await asyncio.sleep(0.05)
+    return False
+
+
+async def test_whole_element_substitution() -> None:
+    tool = argv_tool("--unit", "{unit}", "{force}", "{count}", "{ratio}")
+    result = await tool.call({"unit": "a b", "force": True, "count": 3, "ratio": 1.5}, CTX)
+    assert printed(result.output) == ["--unit", "a b", "true", "3", "1.5"]
+
+
+async def test_absent_optional_parameter_drops_its_element() -> None:
+    tool = argv_tool("{unit}", "--since", "{since}", "end")
+    result = await tool.call({"unit": "nginx"}, CTX)
+    assert printed(result.output) == ["nginx", "--since", "end"]
+
+
+async def test_missing_required_argument_is_an_error() -> None:
+    result = await argv_tool("{unit}").call({}, CTX)
+    assert result.is_error
+    assert "unit" in result.output
+
+
+async def test_non_scalar_argument_is_an_error() -> None:
+    result = await argv_tool("{unit}").call({"unit": ["a", "b"]}, CTX)
+    assert result.is_error
+
+
+def test_embedded_placeholder_is_refused() -> None:
+    with pytest.raises(ValueError, match="whole argv element"):
+        argv_tool("--unit={unit}")
+
+
+def test_placeholder_program_is_refused() -> None:
+    with pytest.raises(ValueError, match="program"):
+        CommandTool("x", "x", ["{unit}"], parameters=SCHEMA)
+
+
+def test_undeclared_placeholder_is_refused() -> None:
+    with pytest.raises(ValueError, match="not a declared parameter"):
+        argv_tool("{nope}")
+
+
+async def test_no_shell_argument_arrives_as_one_literal_element(tmp_path: Path) -> None:
+    hostile = "; rm -rf / $(touch pwned) `id` | cat > x"
+    result = await argv_tool("{unit}").call({"unit": hostile}, CTX)
+    assert printed(result.output) == [hostile]
+    assert not (tmp_path / "pwned").exists()
+
+
+async def test_child_sees_only_the_minimal_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SECRET_TOKEN", "hunter2")
+    monkeypatch.setenv("ALLOWED_VAR", "visible")
+    tool = CommandTool("env", "env", [PY, "-c", ENV_SCRIPT], env=["ALLOWED_VAR", "UNSET_VAR"])
+    env = printed((await tool.call({}, CTX)).output)
+    assert "SECRET_TOKEN" not in env
+    assert env["ALLOWED_VAR"] == "visible"
+    assert set(env) == {"PATH", "LANG", "HOME", "ALLOWED_VAR"}
+    assert env["PATH"] == "/usr/local/bin:/usr/bin:/bin"
+    assert env["LANG"] == "C.UTF-8"
+
+
+async def test_cwd_from_context_then_tool(tmp_path: Path) -> None:
+    script = "import os; print(os.getcwd())"
+    (tmp_path / "a").mkdir()
+    tool = CommandTool("cwd", "cwd", [PY, "-c", script], cwd=tmp_path / "a")
+    assert (await tool.call({}, CTX)).output.startswith(f"{tmp_path / 'a'}\n")
+    ctx = ToolContext(run_id="r", call_id="c", workdir=tmp_path)
+    assert (await tool.call({}, ctx)).output.startswith(f"{tmp_path}\n")
+
+
+async def test_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
+    pidfile = tmp_path / "pid"
+    tool = CommandTool(
+        "spawner",
+        "spawns a grandchild",
+        ["sh", "-c", 'sleep 60 & echo $! > "$0"; wait', "{pidfile}"],
+        parameters={"type": "object", "properties": {"pidfile": {"type": "string"}}},
+        flags=ToolFlags(timeout=0.5),
+    )
+    started = time.monotonic()
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.5):
+            await tool.call({"pidfile": str(pidfile)}, CTX)
+    assert time.monotonic() - started < 3
+    grandchild = int(pidfile.read_text())
+    assert await wait_dead(grandchild)
+
+
+async def test_grandchild_holding_the_pipe_is_killed_after_the_child_exits(
+    tmp_path: Path,
+) -> None:
+    pidfile = tmp_path / "pid"
+    tool = CommandTool(
+        "leaver",
+        "leaves a grandchild holding stdout",
+        ["sh", "-c", 'sleep 60 & echo $! > "$0"; echo done', "{pidfile}"],
+        parameters={"type": "object", "properties": {"pidfile": {"type": "string"}}},
+    )
+    started = time.monotonic()
+    result = await tool.call({"pidfile": str(pidfile)}, CTX)
+    assert time.monotonic() - started < 3
+    assert result.output == "done\n[exit status 0]"
+    assert await wait_dead(int(pidfile.read_text()))
+
+
+async def test_output_is_capped_with_a_marker_and_the_child_is_not_blocked() -> None:
+    script = "import sys; sys.stdout.buffer.write(b'x' * 1048576); sys.stdout.flush()"
+    tool = CommandTool("flood", "flood", [PY, "-c", script], max_output=1000)
+    async with asyncio.timeout(10):
+        result = await tool.call({}, CTX)
+    marker = "\n[output truncated: 1048576 bytes total, first 1000 shown]\n"
+    assert result.output == "x" * 1000 + marker + "[exit status 0]"
+    assert not result.is_error
+
+
+async def test_stderr_is_merged_into_the_output() -> None:
+    script = "import sys; sys.stderr.write('oops\\n')"
+    result = await CommandTool("err", "err", [PY, "-c", script]).call({}, CTX)
+    assert result.output == "oops\n[exit status 0]"
+
+
+async def test_non_zero_exit_is_an_answer_not_an_error() -> None:
+    script = "import sys; print('gone'); sys.exit(3)"
+    result = await CommandTool("fail", "fail", [PY, "-c", script]).call({}, CTX)
+    assert not result.is_error
+    assert result.output == "gone\n[exit status 3]"
+
+
+async def test_missing_program_cannot_start() -> None:
+    result = await CommandTool("ghost", "ghost", ["/nonexistent/prog"]).call({}, CTX)
+    assert result.is_error
+    assert result.output.startswith("cannot start '/nonexistent/prog'")
+
+
+async def test_non_executable_program_cannot_start(tmp_path: Path) -> None:
+    script = tmp_path / "script"
+    script.write_text("#!/bin/sh\necho hi\n")
+    script.chmod(0o644)
+    result = await CommandTool("noexec", "noexec", [str(script)]).call({}, CTX)
+    assert result.is_error
+    assert "cannot start" in result.output

@@ -1,0 +1,154 @@
+"""SIGKILL after each kind of journal append, then resume: no model turn asked twice, no
+non-idempotent command run twice. Real processes, real SQLite file, real openai client."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+
+SCRIPT = [
+    {"text": "first", "calls": [{"name": "effect", "arguments": {"name": "a"}}]},
+    {
+        "text": "two more",
+        "calls": [
+            {"name": "effect", "arguments": {"name": "b"}},
+            {"name": "effect", "arguments": {"name": "c"}},
+        ],
+    },
+    {"text": "all done"},
+]
+
+CATALOG = {
+    "tools": [
+        {
+            "name": "effect",
+            "description": "Record a side effect (not idempotent)",
+            "command": ["/bin/sh", "./effect.sh", "{name}"],
+            "parameters": {
+                "type": "object",
+                "properties": {"name": {"type": "string", "pattern": "^[a-z]$"}},
+                "required": ["name"],
+            },
+            "idempotent": False,
+            "env": ["EFFECTS_FILE"],
+        }
+    ]
+}
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[dict[str, Path | str]]:
+    (tmp_path / "script.yaml").write_text(yaml.safe_dump(SCRIPT))
+    (tmp_path / "catalog.yaml").write_text(yaml.safe_dump(CATALOG))
+    (tmp_path / "effect.sh").write_text('echo "$1" >> "$EFFECTS_FILE"\necho "effect $1 done"\n')
+    port_file = tmp_path / "port"
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.fakes.openai_server",
+            "--script",
+            str(tmp_path / "script.yaml"),
+            "--port-file",
+            str(port_file),
+            "--log",
+            str(tmp_path / "requests.jsonl"),
+        ],
+        cwd=ROOT,
+    )
+    deadline = time.monotonic() + 20
+    while not port_file.exists() or not port_file.read_text().strip():
+        assert time.monotonic() < deadline, "fake OpenAI server did not start"
+        time.sleep(0.05)
+    base_url = f"http://127.0.0.1:{port_file.read_text().strip()}/v1"
+    yield {"dir": tmp_path, "base_url": base_url}
+    server.kill()
+    server.wait()
+
+
+def child(world: dict[str, Path | str], *extra: str) -> subprocess.CompletedProcess[str]:
+    folder = Path(world["dir"])
+    env = dict(os.environ, EFFECTS_FILE=str(folder / "effects.txt"))
+    command = [
+        sys.executable,
+        "-m",
+        "tests.crash.child",
+        "--db",
+        str(folder / "k.db"),
+        "--base-url",
+        str(world["base_url"]),
+        "--catalog",
+        str(folder / "catalog.yaml"),
+        "--run-id-file",
+        str(folder / "run_id"),
+        *extra,
+    ]
+    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+
+
+def positions_requested(folder: Path) -> Counter[int]:
+    """How often the model was asked at each conversation position (assistant turns so far)."""
+    counts: Counter[int] = Counter()
+    for line in (folder / "requests.jsonl").read_text().splitlines():
+        body = json.loads(line)
+        counts[sum(m["role"] == "assistant" for m in body["messages"])] += 1
+    return counts
+
+
+def effects(folder: Path) -> list[str]:
+    path = folder / "effects.txt"
+    return path.read_text().split() if path.exists() else []
+
+
+def resume_until_done(world: dict[str, Path | str], run_id: str) -> dict[str, object]:
+    out = json.loads(child(world, "--resume", run_id).stdout)
+    for _ in range(3):
+        if out["status"] != "suspended":
+            break
+        request = out["requests"][0]
+        assert request["kind"] == "wait_effect"
+        settled = child(world, "--resume", run_id, "--settle", f"{request['id']}=done")
+        assert settled.returncode == 0, settled.stderr
+        out = json.loads(settled.stdout)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("crash_after", "effects_before"),
+    [
+        ("assistant_turn:1", 0),  # the first turn journaled, no tool run yet
+        ("tool_dispatched:1", 0),  # an effect was about to start: its outcome is uncertain
+        ("tool_result:1", 1),  # the first effect answered
+        ("tool_result:2", 2),  # mid-batch: between the two calls of the second turn
+    ],
+)
+def test_crash_then_resume_repeats_nothing(
+    world: dict[str, Path | str], crash_after: str, effects_before: int
+) -> None:
+    folder = Path(world["dir"])
+    crashed = child(world, "--crash-after", crash_after)
+    assert crashed.returncode == -9, crashed.stderr
+    assert len(effects(folder)) == effects_before
+    run_id = (folder / "run_id").read_text()
+
+    out = resume_until_done(world, run_id)
+
+    assert out["status"] == "completed"
+    requested = positions_requested(folder)
+    assert all(n == 1 for n in requested.values()), requested
+    assert sorted(requested) == [0, 1, 2]
+    done = effects(folder)
+    assert len(done) == len(set(done)), done
+    expected = {"a", "b", "c"} - ({"a"} if crash_after == "tool_dispatched:1" else set())
+    assert set(done) == expected

@@ -1,0 +1,284 @@
+"""A local fake OpenAI-compatible server (``POST /v1/chat/completions``) playing a script.
+
+In-process: ``async with FakeOpenAI(script) as fake: ... fake.base_url``.
+As a process (crash tests): ``python -m tests.fakes.openai_server --port-file F --log FILE
+--script SCRIPT.yaml``; every request body is appended to the log as one JSON line before it
+is answered, so another process can count requests even after the client was killed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import socket
+import time
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from aiohttp import web
+
+from bot.domain import AssistantTurn
+from bot.llm.scripted import Reply, Script, load_script, parse_script, reply_turn
+
+HOST = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class Canned:
+    """An answer that takes precedence over the script for one request.
+
+    Waits ``delay`` seconds, then answers ``status`` with ``body`` (JSON) or ``raw`` (text);
+    with ``status`` None it answers the scripted reply after the delay (a slow server).
+    """
+
+    status: int | None = 500
+    delay: float = 0.0
+    body: Any = None
+    raw: str | None = None
+    # A tiny Retry-After keeps the client's retry backoff from slowing tests down.
+    headers: Mapping[str, str] = field(default_factory=lambda: {"retry-after-ms": "1"})
+
+
+def error_body(status: int) -> dict[str, Any]:
+    """An OpenAI-style error body for a status code."""
+    return {
+        "error": {
+            "message": f"fake server error {status}",
+            "type": "invalid_request_error" if status < 500 else "server_error",
+            "param": None,
+            "code": None,
+        }
+    }
+
+
+class FakeOpenAI:
+    """The fake server; replies are picked by the number of assistant messages in a request."""
+
+    def __init__(
+        self,
+        script: Script | Sequence[Reply | Mapping[str, Any]] = (),
+        *,
+        canned: Sequence[Canned] = (),
+        delay: float = 0.0,
+        log_path: str | Path | None = None,
+        port: int = 0,
+    ) -> None:
+        self.script = (
+            script
+            if isinstance(script, Script)
+            else parse_script(list(script), name="fake", source="<fake>")
+        )
+        self.requests: list[dict[str, Any]] = []
+        self.delay = delay
+        self._canned: deque[Canned] = deque(canned)
+        self._log_path = Path(log_path) if log_path else None
+        self._port = port
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def count(self) -> int:
+        """How many requests arrived."""
+        return len(self.requests)
+
+    @property
+    def port(self) -> int:
+        """The listening port (ephemeral unless one was given)."""
+        return self._port
+
+    @property
+    def base_url(self) -> str:
+        """The ``base_url`` for ``AsyncOpenAI``."""
+        return f"http://{HOST}:{self._port}/v1"
+
+    def add_canned(self, *answers: Canned) -> None:
+        """Queue answers for the next requests, in order."""
+        self._canned.extend(answers)
+
+    async def start(self) -> None:
+        """Listen on 127.0.0.1."""
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._handle)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((HOST, self._port))
+        self._port = sock.getsockname()[1]
+        await web.SockSite(self._runner, sock).start()
+
+    async def stop(self) -> None:
+        """Stop listening."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> FakeOpenAI:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.requests.append(body)
+        self._log(body)
+        canned = self._canned.popleft() if self._canned else None
+        delay = canned.delay if canned else self.delay
+        if delay:
+            await asyncio.sleep(delay)
+        if canned is not None and canned.status is not None:
+            return _canned_response(canned)
+        return _json(completion_body(self.script, body, self.count))
+
+    def _log(self, body: dict[str, Any]) -> None:
+        if self._log_path is None:
+            return
+        # Open, write, close per request: the line is on disk for other processes at once.
+        with self._log_path.open("a", encoding="utf-8") as log:
+            log.write(json.dumps(body) + "\n")
+            log.flush()
+
+
+def _json(
+    payload: Any, status: int = 200, headers: Mapping[str, str] | None = None
+) -> web.Response:
+    return web.Response(
+        status=status,
+        text=json.dumps(payload),
+        content_type="application/json",
+        headers=dict(headers or {}),
+    )
+
+
+def _canned_response(canned: Canned) -> web.Response:
+    assert canned.status is not None
+    if canned.raw is not None:
+        return web.Response(status=canned.status, text=canned.raw, headers=dict(canned.headers))
+    body = canned.body if canned.body is not None else error_body(canned.status)
+    return _json(body, canned.status, canned.headers)
+
+
+def completion_body(script: Script, request: dict[str, Any], serial: int) -> dict[str, Any]:
+    """A realistic ``chat.completion`` for the scripted reply this request's position calls for."""
+    messages = request.get("messages") or []
+    index = sum(1 for m in messages if m.get("role") == "assistant")
+    turn = reply_turn(
+        script,
+        index,
+        latest_input=_latest_input(messages),
+        prompt_chars=len(json.dumps(messages)),
+    )
+    return {
+        "id": f"chatcmpl-fake-{serial}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": request.get("model", "fake"),
+        "system_fingerprint": "fake",
+        "choices": [
+            {
+                "index": 0,
+                "message": _wire_message(turn),
+                "logprobs": None,
+                "finish_reason": turn.finish_reason,
+            }
+        ],
+        "usage": {
+            "prompt_tokens": turn.usage.input_tokens,
+            "completion_tokens": turn.usage.output_tokens,
+            "total_tokens": turn.usage.total,
+        },
+    }
+
+
+def _wire_message(turn: AssistantTurn) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": turn.text, "refusal": None}
+    if turn.calls:
+        message["tool_calls"] = [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": call.arguments},
+            }
+            for call in turn.calls
+        ]
+    return message
+
+
+def _latest_input(messages: Sequence[dict[str, Any]]) -> str:
+    """The trailing tool results, or else the newest user text (what ``expect`` checks)."""
+    tool_outputs: list[str] = []
+    for message in reversed(messages):
+        role = message.get("role")
+        if role == "tool":
+            tool_outputs.insert(0, _content_text(message.get("content")))
+            continue
+        if tool_outputs:
+            break
+        if role == "user":
+            return _content_text(message.get("content"))
+    return "\n".join(tool_outputs)
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return ""
+
+
+def _write_port(path: Path, port: int) -> None:
+    """Write atomically so a test polling for the file never reads half of it."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(str(port), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    script = load_script(args.script) if args.script else Script(name="fake")
+    canned = [Canned(status=status) for status in args.fail]
+    async with FakeOpenAI(
+        script, canned=canned, delay=args.delay, log_path=args.log, port=args.port
+    ) as fake:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        if args.port_file:
+            _write_port(Path(args.port_file), fake.port)
+        await stop.wait()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Run the fake as a process until SIGTERM or SIGINT."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--script", help="YAML script (the scripted provider's format)")
+    parser.add_argument("--port", type=int, default=0, help="port (default: ephemeral)")
+    parser.add_argument("--port-file", help="write the listening port here once ready")
+    parser.add_argument("--log", help="append each request body here as one JSON line")
+    parser.add_argument("--delay", type=float, default=0.0, help="seconds before each reply")
+    parser.add_argument(
+        "--fail",
+        type=int,
+        action="append",
+        default=[],
+        help="answer the next request with this status (repeatable)",
+    )
+    asyncio.run(_serve(parser.parse_args(argv)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,155 @@
+"""Real parts wired for tests: a SQLite file, the scripted model, in-process tools."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from bot.domain import Budgets, Decision, DecisionKind, Request
+from bot.events import Event, FanOut
+from bot.hooks import Hooks
+from bot.llm.base import ModelProvider
+from bot.llm.scripted import ScriptedProvider
+from bot.runtime import Runtime, ToolSource
+from bot.tools.base import Tool, ToolContext
+from bot.tools.python import function_tool
+from bot.tools.toolset import ToolSet
+from storage.sqlite import open_sqlite
+
+
+def call(name: str, **arguments: Any) -> dict[str, Any]:
+    """One scripted tool call."""
+    return {"name": name, "arguments": arguments}
+
+
+def reply(*calls: dict[str, Any], text: str | None = None, **extra: Any) -> dict[str, Any]:
+    """One scripted model reply."""
+    out: dict[str, Any] = {"text": text, "calls": list(calls)}
+    out.update(extra)
+    return out
+
+
+class Recorder:
+    """An event sink that keeps every event."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+
+    def emit(self, event: Event) -> None:
+        """Keep it."""
+        self.events.append(event)
+
+    def kinds(self) -> list[str]:
+        """The kinds in order."""
+        return [e.kind for e in self.events]
+
+
+class Counter:
+    """Counts executions of in-process tools by name (the effect a test asserts on)."""
+
+    def __init__(self) -> None:
+        self.calls: dict[str, int] = {}
+
+    def hit(self, name: str) -> None:
+        """Count one execution."""
+        self.calls[name] = self.calls.get(name, 0) + 1
+
+
+class TextArgs(BaseModel):
+    """A single text argument."""
+
+    text: str
+
+
+def counting_tools(counter: Counter) -> list[Tool]:
+    """echo (idempotent), deploy (gated, not idempotent), slow (sleeps), boom (raises)."""
+    import asyncio
+
+    @function_tool(name="echo", idempotent=True)
+    async def echo(args: TextArgs) -> str:
+        """Return the text."""
+        counter.hit("echo")
+        return args.text
+
+    @function_tool(name="deploy", confirm=True, idempotent=False)
+    async def deploy(args: TextArgs, ctx: ToolContext) -> str:
+        """Deploy something (gated)."""
+        counter.hit("deploy")
+        return f"deployed {args.text}"
+
+    @function_tool(name="write", idempotent=False)
+    async def write(args: TextArgs) -> str:
+        """A non-idempotent effect without a gate."""
+        counter.hit("write")
+        return f"wrote {args.text}"
+
+    @function_tool(name="slow", idempotent=True, timeout=0.2)
+    async def slow(args: TextArgs) -> str:
+        """Sleep past the timeout."""
+        counter.hit("slow")
+        await asyncio.sleep(5)
+        return "never"
+
+    @function_tool(name="boom", idempotent=True)
+    async def boom(args: TextArgs) -> str:
+        """Raise."""
+        counter.hit("boom")
+        raise RuntimeError("kaboom")
+
+    return [echo, deploy, write, slow, boom]
+
+
+class ScriptedPrompter:
+    """A prompter present at the keyboard that answers from a list (None = later)."""
+
+    def __init__(self, answers: Sequence[DecisionKind | None], by: str = "U0APPROVER") -> None:
+        self.answers = list(answers)
+        self.asked: list[Request] = []
+        self.by = by
+
+    @property
+    def present(self) -> bool:
+        """Someone is there."""
+        return True
+
+    async def ask(self, request: Request) -> Decision | None:
+        """The next scripted answer."""
+        self.asked.append(request)
+        kind = self.answers.pop(0) if self.answers else None
+        if kind is None:
+            return None
+        return Decision(request_id=request.id, kind=kind, by=self.by, text="scripted")
+
+
+async def make_runtime(
+    db: Path,
+    replies: Sequence[Mapping[str, Any]] | ModelProvider,
+    tools: Sequence[Tool] = (),
+    *,
+    budgets: Budgets | None = None,
+    hooks: Hooks | None = None,
+    owner: str = "test-owner",
+    lease_seconds: float = 30.0,
+) -> tuple[Runtime, Recorder]:
+    """A runtime on a fresh SQLite file with a recorder subscribed to its events."""
+    store = await open_sqlite(db)
+    model = (
+        replies
+        if not isinstance(replies, Sequence)
+        else ScriptedProvider.from_replies(list(replies), name="test")
+    )
+    recorder = Recorder()
+    rt = Runtime(
+        store=store,
+        model=model,
+        tools=ToolSource(ToolSet(tools)),
+        hooks=hooks or Hooks(),
+        events=FanOut(recorder),
+        budgets=budgets or Budgets(),
+        owner=owner,
+        lease_seconds=lease_seconds,
+    )
+    return rt, recorder
