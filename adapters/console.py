@@ -100,7 +100,9 @@ class ConsolePrompter:
             self._io.write(f"  │ expires {request.deadline:%Y-%m-%d %H:%M UTC}")
         choices = {"a": DecisionKind.APPROVE, "r": DecisionKind.APPROVE_ALWAYS}
         while True:
-            line = await self._io.readline("  └ [a]pprove once, approve for this [r]un, [d]eny, [l]ater? ")
+            line = await self._io.readline(
+                "  └ [a]pprove once, approve for this [r]un, [d]eny, [l]ater? "
+            )
             choice = (line or "l").strip().lower()[:1]
             if choice in choices:
                 return self._decide(request, choices[choice])
@@ -195,13 +197,19 @@ class ConsoleChat:
         result = state.result
         if result is None:
             waiting = ", ".join(f"{r.kind.value} {r.id}" for r in state.open_requests)
-            self.io.write(f"kestrel> (run {state.run_id} suspended{': ' + waiting if waiting else ''})")
-            self.io.write(f"         resume it with /resume {state.run_id} or `kestrel runs resume`")
+            self.io.write(
+                f"kestrel> (run {state.run_id} suspended{': ' + waiting if waiting else ''})"
+            )
+            self.io.write(
+                f"         resume it with /resume {state.run_id} or `kestrel runs resume`"
+            )
             return
         if result.status is RunStatus.COMPLETED:
             self.io.write(f"kestrel> {result.text}")
             return
-        self.io.write(f"kestrel> (run {result.status.value}: {result.stop_reason.value}) {result.error}")
+        self.io.write(
+            f"kestrel> (run {result.status.value}: {result.stop_reason.value}) {result.error}"
+        )
 
     async def _command(self, line: str) -> None:
         name, _, arg = line.partition(" ")

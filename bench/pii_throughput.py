@@ -133,7 +133,8 @@ def _app_line(rng: random.Random) -> str:
     return (
         f"{_iso(rng)} {rng.choice(_LEVELS):5} [worker-{rng.randint(1, 16)}] "
         f"{rng.choice(_LOGGERS)} - {rng.choice(_WORDS)} path={path} "
-        f"status={rng.choice((200, 200, 201, 204, 404, 500))} latency_ms={rng.uniform(0.1, 900):.2f} "
+        f"status={rng.choice((200, 200, 201, 204, 404, 500))} "
+        f"latency_ms={rng.uniform(0.1, 900):.2f} "
         f"pid={rng.randint(1000, 65000)} request_id={_uuid(rng)}"
     )
 
@@ -148,7 +149,7 @@ def _json_line(rng: random.Random) -> str:
         "duration": round(rng.uniform(0, 5), 6),
         "host": rng.choice(_HOSTS),
         "port": rng.choice((5432, 6379, 8080, 443)),
-        "guild_id": str(rng.randint(10**17, 10**19 - 1)),
+        "guild_id": str(rng.randint(1_100_000_000_000_000_000, 1_300_000_000_000_000_000)),
         "version": f"{rng.randint(0, 3)}.{rng.randint(0, 30)}.{rng.randint(0, 99)}",
     }
     return json.dumps(record)
@@ -157,7 +158,7 @@ def _json_line(rng: random.Random) -> str:
 def _access_line(rng: random.Random) -> str:
     ip = f"10.{rng.randint(0, 255)}.{rng.randint(0, 255)}.{rng.randint(1, 254)}"
     return (
-        f'{ip} - - [01/May/2024:{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:'
+        f"{ip} - - [01/May/2024:{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:"
         f'{rng.randint(0, 59):02d} +0000] "GET {rng.choice(_PATHS)} HTTP/1.1" '
         f'{rng.choice((200, 304, 404))} {rng.randint(0, 99999)} "-" "{rng.choice(_UAS)}"'
     )
@@ -169,8 +170,10 @@ def _python_trace(rng: random.Random) -> str:
         f"in {name}_handler\n    result = await self._call({name}, timeout={rng.randint(1, 60)})"
         for name in rng.sample(("orders", "billing", "auth", "db", "cache", "queue"), 4)
     ]
-    return "Traceback (most recent call last):\n" + "\n".join(frames) + (
-        f"\nTimeoutError: operation timed out after {rng.uniform(1, 30):.3f}s"
+    return (
+        "Traceback (most recent call last):\n"
+        + "\n".join(frames)
+        + (f"\nTimeoutError: operation timed out after {rng.uniform(1, 30):.3f}s")
     )
 
 

@@ -215,4 +215,3 @@ def _describe(exc: ValidationError, path: Path | None) -> str:
         message = "unknown key" if error["type"] == "extra_forbidden" else error["msg"]
         problems.append(f"{key}: {message}")
     return f"{where}: " + "; ".join(problems)
-

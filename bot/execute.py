@@ -59,6 +59,7 @@ class CallEnv:
     gate: Gate
     events: EventSink
     open_request: Callable[[Request], Awaitable[None]]
+    stamp: Callable[[Request], Request]
     prompter: Prompter | None = None
     workdir: Path | None = None
 
@@ -211,11 +212,10 @@ async def _post_tool(call: ToolCall, output: str, env: CallEnv) -> str:
 async def _journal_exit(call: ToolCall, result: CallExit, env: CallEnv) -> None:
     """Journal the exit, then write the grants it staged (never before the call is answered)."""
     if result.request is not None:
-        await env.journal.append(
-            ToolDeferred(call_id=call.id, tool=result.request.tool, request=result.request)
-        )
-        await env.open_request(result.request)
-        env.emit("request_opened", request=result.request.model_dump(mode="json"))
+        request = env.stamp(result.request)
+        await env.journal.append(ToolDeferred(call_id=call.id, tool=request.tool, request=request))
+        await env.open_request(request)
+        env.emit("request_opened", request=request.model_dump(mode="json"))
     else:
         entry = ToolResultEntry(
             call_id=call.id,
@@ -228,4 +228,3 @@ async def _journal_exit(call: ToolCall, result: CallExit, env: CallEnv) -> None:
     for grant in env.gate.flush():
         await env.journal.append(GrantWritten(grant=grant))
     env.emit("tool_exit", call_id=call.id, tool=call.name, outcome=result.outcome.value)
-

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
 from bot.domain import (
@@ -15,7 +14,6 @@ from bot.domain import (
     Request,
     RequestKind,
     call_digest,
-    utcnow,
 )
 from bot.prompter import Prompter
 from bot.tools.base import Tool
@@ -45,14 +43,14 @@ class Gate:
         expired: Callable[[], bool],
         written: Iterable[Grant] = (),
         answers: Mapping[str, Decision] | None = None,
-        approval_ttl: timedelta | None = None,
+        stamp: Callable[[Request], Request] = lambda request: request,
     ) -> None:
         self._run_id = run_id
         self._requested_by = requested_by
         self._prompter = prompter
         self._expired = expired
         self._answers = dict(answers or {})
-        self._approval_ttl = approval_ttl
+        self._stamp = stamp
         self._standing: set[str] = set()
         self._one_shot: set[tuple[str, str]] = set()
         self._staged: list[Grant] = []
@@ -89,11 +87,8 @@ class Gate:
         assert self._prompter is not None
         return await self._prompter.ask(request)
 
-    def _request(
-        self, call_id: str, tool: Tool, arguments: dict[str, Any], digest: str
-    ) -> Request:
-        deadline = utcnow() + self._approval_ttl if self._approval_ttl else None
-        return Request(
+    def _request(self, call_id: str, tool: Tool, arguments: dict[str, Any], digest: str) -> Request:
+        request = Request(
             run_id=self._run_id,
             kind=RequestKind.WAIT_APPROVAL,
             call_id=call_id,
@@ -103,14 +98,18 @@ class Gate:
             prompt=tool.description,
             requested_by=self._requested_by,
             approvals_needed=max(1, tool.flags.approvals),
-            deadline=deadline,
         )
+        return self._stamp(request)
 
     def _decide(self, decision: Decision, tool: str, call_id: str, digest: str) -> GateVerdict:
         if decision.kind is DecisionKind.APPROVE:
             self._stage(
                 Grant(
-                    kind=GrantKind.ONE_SHOT, tool=tool, call_id=call_id, digest=digest, by=decision.by
+                    kind=GrantKind.ONE_SHOT,
+                    tool=tool,
+                    call_id=call_id,
+                    digest=digest,
+                    by=decision.by,
                 )
             )
             return GateVerdict(True)
@@ -118,7 +117,9 @@ class Gate:
             self._stage(Grant(kind=GrantKind.STANDING, tool=tool, by=decision.by))
             return GateVerdict(True)
         if decision.kind is DecisionKind.EXPIRED:
-            return GateVerdict(False, "refused: the approval request expired before anyone answered")
+            return GateVerdict(
+                False, "refused: the approval request expired before anyone answered"
+            )
         who = f" by {decision.by}" if decision.by else ""
         why = f": {decision.text}" if decision.text else ""
         return GateVerdict(False, f"denied{who}{why}")

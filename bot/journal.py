@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
 from bot.domain import Entry
 from bot.state import RunState, apply
 from bot.store import StaleEpoch, Store
@@ -14,10 +17,25 @@ class TakenOver(Exception):
 class RunJournal:
     """Appends at the next seq under this task's epoch, then applies the entry to the state."""
 
-    def __init__(self, store: Store, state: RunState, epoch: int) -> None:
+    def __init__(
+        self,
+        store: Store,
+        state: RunState,
+        epoch: int,
+        lease_seconds: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.store = store
         self.state = state
         self.epoch = epoch
+        self._lease_seconds = lease_seconds
+        self._clock = clock
+        self._sure_until = 0.0
+        self.lease_renewed()
+
+    def lease_renewed(self) -> None:
+        """The lease was just taken or renewed: nobody can claim the run for half its length."""
+        self._sure_until = self._clock() + self._lease_seconds / 2
 
     @property
     def run_id(self) -> str:
@@ -34,5 +52,12 @@ class RunJournal:
         apply(self.state, entry)
 
     async def still_owner(self) -> bool:
-        """The takeover check: does the store still know this task's epoch?"""
+        """The takeover check: a lease known to be live needs no read; else ask the store.
+
+        A claim succeeds only once a lease has expired, so within half a lease of its last
+        renewal (by this process's monotonic clock) nobody can hold a newer epoch. A process
+        paused past that point reads the epoch before any effect.
+        """
+        if self._clock() < self._sure_until:
+            return True
         return await self.store.current_epoch(self.run_id) == self.epoch

@@ -68,6 +68,7 @@ class LoopDeps:
         lambda _id: _no_request()
     )
     open_request: Callable[[Request], Awaitable[None]] = lambda _r: _nothing()
+    stamp: Callable[[Request], Request] = lambda request: request
     clock: Callable[[], float] = time.monotonic
 
 
@@ -215,6 +216,7 @@ class AgentLoop:
             expired=lambda: (self._remaining() or 1) <= 0,
             written=self.state.grants,
             answers=answers,
+            stamp=self.deps.stamp,
         )
 
     def _env(self, tools: ToolSet, gate: Gate) -> CallEnv:
@@ -226,6 +228,7 @@ class AgentLoop:
             gate=gate,
             events=self.deps.events,
             open_request=self.deps.open_request,
+            stamp=self.deps.stamp,
             prompter=self.deps.prompter,
             workdir=self.deps.workdir,
         )
@@ -313,18 +316,20 @@ class AgentLoop:
         if tool is not None and tool.flags.idempotent:
             await self._execute(call_state, env)
             return
-        request = Request(
-            run_id=self.journal.run_id,
-            kind=RequestKind.WAIT_EFFECT,
-            call_id=call_state.call.id,
-            tool=call_state.call.name,
-            arguments=_arguments(call_state.call.arguments),
-            prompt=(
-                f"{call_state.call.name} was started but its outcome is unknown "
-                "(the process stopped mid-effect): retry, mark done or mark failed?"
-            ),
-            options=("retry", "done", "failed"),
-            requested_by=self.started.requested_by,
+        request = self.deps.stamp(
+            Request(
+                run_id=self.journal.run_id,
+                kind=RequestKind.WAIT_EFFECT,
+                call_id=call_state.call.id,
+                tool=call_state.call.name,
+                arguments=_arguments(call_state.call.arguments),
+                prompt=(
+                    f"{call_state.call.name} was started but its outcome is unknown "
+                    "(the process stopped mid-effect): retry, mark done or mark failed?"
+                ),
+                options=("retry", "done", "failed"),
+                requested_by=self.started.requested_by,
+            )
         )
         await self.journal.append(
             ToolDeferred(call_id=call_state.call.id, tool=request.tool, request=request)
@@ -352,7 +357,9 @@ class AgentLoop:
         who = f" (answered by {decision.by})" if decision.by else ""
         await self._result(call_state, ToolOutcome.OK, (decision.text or "") + who, False)
 
-    async def _result(self, call_state: CallState, outcome: ToolOutcome, out: str, err: bool) -> None:
+    async def _result(
+        self, call_state: CallState, outcome: ToolOutcome, out: str, err: bool
+    ) -> None:
         call = call_state.call
         entry = ToolResultEntry(
             call_id=call.id, tool=call.name, outcome=outcome, output=out, is_error=err

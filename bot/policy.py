@@ -37,7 +37,11 @@ class Actor:
 
 
 _KINDS_FOR = {
-    RequestKind.WAIT_APPROVAL: {DecisionKind.APPROVE, DecisionKind.APPROVE_ALWAYS, DecisionKind.DENY},
+    RequestKind.WAIT_APPROVAL: {
+        DecisionKind.APPROVE,
+        DecisionKind.APPROVE_ALWAYS,
+        DecisionKind.DENY,
+    },
     RequestKind.WAIT_USER: {DecisionKind.ANSWER},
     RequestKind.WAIT_EFFECT: {DecisionKind.RETRY, DecisionKind.DONE, DecisionKind.FAILED},
 }
@@ -69,17 +73,19 @@ class Policy:
             return "" if self.may_operate(actor) else "only on-call may settle an uncertain effect"
         return self._answer(actor, request)
 
-    def _approval(self, actor: Actor, kind: DecisionKind, request: Request, flags: ToolFlags) -> str:
-        if kind is DecisionKind.DENY and actor.user == request.requested_by:
-            return ""
-        if not self._approver_of(actor, request.tool, flags.tags):
-            return f"{actor.user} may not approve {request.tool}"
+    def _approval(
+        self, actor: Actor, kind: DecisionKind, request: Request, flags: ToolFlags
+    ) -> str:
+        approver = self._approver_of(actor, request.tool, flags.tags)
         if kind is DecisionKind.DENY:
-            return ""
+            mine = actor.user == request.requested_by
+            return "" if approver or mine else f"{actor.user} may not deny {request.tool}"
         if flags.deny:
             return f"policy never allows {request.tool}"
         if actor.user == request.requested_by and not self._self_approval(request):
             return "you asked for this run: someone else must approve it"
+        if not approver:
+            return f"{actor.user} may not approve {request.tool}"
         if kind is DecisionKind.APPROVE_ALWAYS and request.approvals_needed > 1:
             return f"{request.tool} needs {request.approvals_needed} approvers for every call"
         return ""

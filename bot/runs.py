@@ -64,6 +64,7 @@ class LiveRun:
     run_id: str
     signals: Signals = field(default_factory=Signals)
     task: asyncio.Task[RunState] | None = None
+    error: str = ""
 
 
 class Supervisor:
@@ -103,11 +104,15 @@ class Supervisor:
             return None
         state = fold(await self.rt.store.load(run_id), run_id)
         self._check_fingerprint(state, force)
+        if prompter is not None:
+            await self._ask_again(state, prompter)
         if not await self._has_work(state):
             return None
         epoch = await self.rt.store.claim(run_id, self.rt.owner, self.rt.lease_seconds)
         if epoch is None:
-            raise ResumeRefused(f"run {run_id} is live on {record.owner}; its lease has not expired")
+            raise ResumeRefused(
+                f"run {run_id} is live on {record.owner}; its lease has not expired"
+            )
         live = LiveRun(run_id)
         work = self._resume(live, epoch, prompter, force)
         live.task = asyncio.create_task(self._barrier(live, work), name=run_id)
@@ -128,12 +133,16 @@ class Supervisor:
             return Answered(False, refusal)
         if decision.kind is DecisionKind.APPROVE and request.approvals_needed > 1:
             count = await self.rt.store.add_approval(request.id, actor.user)
-            await self.rt.store.audit(actor.user, "approve_partial", run_id, request.id, request.digest)
+            await self.rt.store.audit(
+                actor.user, "approve_partial", run_id, request.id, request.digest
+            )
             if count < request.approvals_needed:
                 return Answered(True, f"approval {count} of {request.approvals_needed} recorded")
         if not await self.rt.store.decide(decision, RequestStatus.ANSWERED):
             return Answered(False, "this request was already answered")
-        await self.rt.store.audit(actor.user, decision.kind.value, run_id, request.id, request.digest)
+        await self.rt.store.audit(
+            actor.user, decision.kind.value, run_id, request.id, request.digest
+        )
         remaining = await self.rt.store.list_requests(run_id=run_id)
         return Answered(True, "recorded", ready=not remaining)
 
@@ -158,6 +167,17 @@ class Supervisor:
         return self.rt.policy.check_decision(
             actor, decision.kind, request, tool.flags if tool else None
         )
+
+    async def expire(self, request: Request) -> bool:
+        """Close a request whose deadline passed; the run goes on if nothing else is open."""
+        decision = Decision(request_id=request.id, kind=DecisionKind.EXPIRED, by="deadline")
+        if not await self.rt.store.decide(decision, RequestStatus.EXPIRED):
+            return False
+        await self.rt.store.audit("deadline", "expire", request.run_id, request.id, request.digest)
+        self._emit("request_expired", request.run_id, request_id=request.id)
+        if not await self.rt.store.list_requests(run_id=request.run_id):
+            await self.resume(request.run_id)
+        return True
 
     async def cancel(self, run_id: str, by: str = "") -> str:
         """Cancel a run: a live one at its next loop boundary, a suspended one at once."""
@@ -219,7 +239,7 @@ class Supervisor:
             id=live.run_id, session_id=session.id, prompt=text[:200], requested_by=requested_by
         )
         epoch = await self.rt.store.create_run(record, self.rt.owner, self.rt.lease_seconds)
-        journal = RunJournal(self.rt.store, RunState(live.run_id), epoch)
+        journal = RunJournal(self.rt.store, RunState(live.run_id), epoch, self.rt.lease_seconds)
         await journal.append(
             RunStarted(
                 run_id=live.run_id,
@@ -242,7 +262,7 @@ class Supervisor:
         self, live: LiveRun, epoch: int, prompter: Prompter | None, forced: bool
     ) -> RunState:
         state = fold(await self.rt.store.load(live.run_id), live.run_id)
-        journal = RunJournal(self.rt.store, state, epoch)
+        journal = RunJournal(self.rt.store, state, epoch, self.rt.lease_seconds)
         await journal.append(RunResumed(owner=self.rt.owner, forced=forced))
         await self.rt.store.audit(self.rt.owner, "resume", run_id=live.run_id)
         self._emit("run_resumed", live.run_id)
@@ -261,7 +281,8 @@ class Supervisor:
             model_timeout=self.rt.model_timeout,
             advisories=self.rt.tools.drain,
             lookup_request=self._lookup_request,
-            open_request=self.rt.store.open_request,
+            open_request=self._open_request,
+            stamp=self.rt.stamp,
         )
         renewal = asyncio.create_task(self._renew(journal))
         try:
@@ -290,6 +311,11 @@ class Supervisor:
             self._emit("run_taken_over", live.run_id, detail=str(exc))
             with contextlib.suppress(StoreError):
                 await self.rt.store.audit(self.rt.owner, "taken_over", run_id=live.run_id)
+        except StoreError as exc:
+            # The journal cannot be written: stop here; the run resumes from what is durable.
+            live.error = str(exc)
+            log.warning("run %s stopped: %s", live.run_id, exc)
+            self._emit("run_interrupted", live.run_id, error=str(exc))
         except Exception as exc:
             stack = traceback.format_exc()
             state = await self._panic(live.run_id, exc, stack)
@@ -346,10 +372,32 @@ class Supervisor:
             if not held:
                 log.warning("run %s: lease lost", journal.run_id)
                 return
+            journal.lease_renewed()
 
     # --- helpers ------------------------------------------------------------------------
 
-    async def _lookup_request(self, request_id: str) -> tuple[RequestStatus, Decision | None] | None:
+    async def _open_request(self, request: Request) -> None:
+        await self.rt.store.open_request(request)
+        detail = f"{request.kind.value} {request.tool} {request.digest}".strip()
+        await self.rt.store.audit(
+            request.requested_by or "run", "request", request.run_id, request.id, detail
+        )
+
+    async def _ask_again(self, state: RunState, prompter: Prompter) -> None:
+        """Offer a prompter who resumes the run the requests it still waits on."""
+        for request in state.open_requests:
+            found = await self._lookup_request(request.id)
+            if found is None or found[0] is not RequestStatus.OPEN:
+                continue
+            decision = await prompter.ask(request)
+            if decision is not None:
+                answered = await self.answer(decision, run_id=state.run_id)
+                if not answered.accepted:
+                    self._emit("advisory", state.run_id, text=answered.message)
+
+    async def _lookup_request(
+        self, request_id: str
+    ) -> tuple[RequestStatus, Decision | None] | None:
         try:
             _request, status, decision = await self.rt.store.get_request(request_id)
         except KeyError:
@@ -396,7 +444,7 @@ class Supervisor:
         pairs: list[tuple[str, str]] = []
         for record in reversed(runs):
             state = fold(await self.rt.store.load(record.id), record.id)
-            prompt = next((m.text for m in state.messages if _is_user(m)), "")
+            prompt = next((m.text for m in state.messages if isinstance(m, msg.UserMessage)), "")
             answer = state.result.text if state.result else ""
             if prompt and answer:
                 pairs += [("user", prompt), ("assistant", answer)]
@@ -409,10 +457,6 @@ class Supervisor:
 
     def _emit(self, kind: str, run_id: str, **data: Any) -> None:
         self.rt.events.emit(Event(kind, run_id, data))
-
-
-def _is_user(message: object) -> bool:
-    return isinstance(message, msg.UserMessage)
 
 
 async def _screen_prompt(hooks: Hooks, prompt: str, ctx: HookContext) -> tuple[str, str]:

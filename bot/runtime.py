@@ -7,10 +7,11 @@ import os
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 
-from bot.config import PolicySettings
-from bot.domain import Budgets, Fingerprint, new_id
+from bot.config import DeadlineSettings, PolicySettings
+from bot.domain import Budgets, Fingerprint, Request, new_id
 from bot.events import FanOut
 from bot.hooks import Hooks
 from bot.llm.base import ModelProvider
@@ -64,6 +65,18 @@ class Runtime:
     workdir: Path | None = None
     guard_hooks: Callable[[], Hooks] = Hooks
     policy: Policy = field(default_factory=lambda: Policy(PolicySettings()))
+    deadlines: DeadlineSettings = field(default_factory=DeadlineSettings)
+
+    def stamp(self, request: Request) -> Request:
+        """Give a new request its deadline: per tool if configured, else per kind."""
+        if request.deadline is not None:
+            return request
+        seconds = self.deadlines.per_tool.get(request.tool) or getattr(
+            self.deadlines, request.kind.value
+        )
+        return request.model_copy(
+            update={"deadline": request.created_at + timedelta(seconds=seconds)}
+        )
 
     def fingerprint(self) -> Fingerprint:
         """What resume compares: provider, model, tool set and system prompt."""

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections import Counter
 from collections.abc import Callable, Iterable
-from typing import Any
 from dataclasses import dataclass, field
+from typing import Any
 
 from bot.domain import (
     AdvisoryEntry,
@@ -56,12 +54,12 @@ class RunState:
     messages: list[msg.Message] = field(default_factory=list)
     iteration: int = 0
     tool_calls: int = 0
-    usage: Usage = Usage()
+    usage: Usage = field(default_factory=Usage)
     batch: list[CallState] = field(default_factory=list)
     grants: list[Grant] = field(default_factory=list)
     answers: dict[str, Decision] = field(default_factory=dict)
     advisories: list[str] = field(default_factory=list)
-    signatures: Counter[str] = field(default_factory=Counter)
+    signatures: Counter[int] = field(default_factory=Counter)
     status: RunStatus = RunStatus.RUNNING
     result: TerminalResult | None = None
     last_text: str = ""
@@ -82,14 +80,9 @@ class RunState:
         return {kind: n for kind, n in self.outcome_counts.items() if n}
 
 
-def call_signature(tool: str, arguments: str, output: str) -> str:
-    """Identifies 'the same call with the same result' for no-progress detection."""
-    try:
-        canonical = json.dumps(json.loads(arguments), sort_keys=True)
-    except ValueError:
-        canonical = arguments
-    digest = hashlib.sha256(f"{tool}\0{canonical}\0{output}".encode()).hexdigest()
-    return digest[:24]
+def call_signature(tool: str, arguments: str, output: str) -> int:
+    """Identifies 'the same call with the same result' for no-progress detection (in memory)."""
+    return hash((tool, arguments, output))
 
 
 def fold(records: Iterable[JournalRecord], run_id: str = "") -> RunState:
@@ -116,7 +109,9 @@ def _started(state: RunState, entry: RunStarted) -> None:
         state.messages.append(msg.SystemMessage(entry.system_prompt))
     for role, text in entry.history:
         turn = AssistantTurn(text=text)
-        state.messages.append(msg.UserMessage(text) if role == "user" else msg.AssistantMessage(turn))
+        state.messages.append(
+            msg.UserMessage(text) if role == "user" else msg.AssistantMessage(turn)
+        )
 
 
 def _user(state: RunState, entry: UserMessage) -> None:

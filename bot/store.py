@@ -39,12 +39,35 @@ class UnknownRun(StoreError):
 class AuditRecord(Protocol):
     """One audited fact: who did what to which request or run, when."""
 
-    at: datetime
-    actor: str
-    action: str
-    run_id: str
-    request_id: str
-    detail: str
+    @property
+    def at(self) -> datetime:
+        """When."""
+        ...
+
+    @property
+    def actor(self) -> str:
+        """Who (a user id, ``deadline``, or a process)."""
+        ...
+
+    @property
+    def action(self) -> str:
+        """What: request, approve, deny, answer, expire, remind, resume, cancel, taken_over…"""
+        ...
+
+    @property
+    def run_id(self) -> str:
+        """The run concerned."""
+        ...
+
+    @property
+    def request_id(self) -> str:
+        """The request concerned, if any."""
+        ...
+
+    @property
+    def detail(self) -> str:
+        """The digest of the call, or other detail."""
+        ...
 
 
 class Store(Protocol):
@@ -77,7 +100,7 @@ class Store(Protocol):
     async def claim(
         self, run_id: str, owner: str, lease_seconds: float, *, force: bool = False
     ) -> int | None:
-        """Take the run's lease and return a new epoch, or None while another owner's lease lives."""
+        """Take the lease and return a new epoch; None while another owner's lease lives."""
         ...
 
     async def renew(self, run_id: str, owner: str, epoch: int, lease_seconds: float) -> bool:
@@ -121,6 +144,10 @@ class Store(Protocol):
 
     async def add_approval(self, request_id: str, by: str) -> int:
         """Record one distinct approver of an open request; return how many it has now."""
+        ...
+
+    async def mark_once(self, key: str) -> bool:
+        """Claim ``key`` for good; True only for the first caller (deadlines, reminders, cron)."""
         ...
 
     async def audit(

@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Final, TypeVar, cast
+from typing import Any, Final, TypeVar
 
 import aiosqlite
 from pydantic import TypeAdapter, ValidationError
@@ -55,6 +55,16 @@ SELECT epoch,
 FROM runs WHERE id = ?1
 """
 _PROJECT_STATUS: Final = "UPDATE runs SET status = ?, stop_reason = ?, updated_at = ? WHERE id = ?"
+# A closed request takes no more approvals; the same approver twice counts once.
+_INSERT_APPROVAL: Final = """
+INSERT INTO approvals(request_id, approver, at)
+SELECT ?1, ?2, ?3 WHERE EXISTS (SELECT 1 FROM requests WHERE id = ?1 AND status = 'open')
+ON CONFLICT(request_id, approver) DO NOTHING
+"""
+_COUNT_APPROVALS: Final = """
+SELECT (SELECT COUNT(*) FROM approvals WHERE request_id = ?1),
+       EXISTS (SELECT 1 FROM requests WHERE id = ?1)
+"""
 _RUN_COLUMNS: Final = (
     "id, session_id, prompt, requested_by, status, stop_reason, owner, epoch,"
     " lease_expires, created_at, updated_at"
@@ -101,7 +111,8 @@ class SqliteStore:
         clock: Callable[[], datetime] = utcnow,
         busy_timeout: float = 5.0,
     ) -> None:
-        if str(path) == ":memory:" or str(path).startswith("file::memory:"):
+        # The reader is a second connection: an in-memory database would be a different one.
+        if str(path) == ":memory:":
             raise StoreError("SqliteStore needs a database file; ':memory:' is not shared")
         if synchronous.upper() not in _SYNCHRONOUS_MODES:
             raise ValueError(f"synchronous must be one of {sorted(_SYNCHRONOUS_MODES)}")
@@ -336,6 +347,28 @@ class SqliteStore:
         await self.get_request(decision.request_id)  # unknown ids raise KeyError, not False
         return False
 
+    async def add_approval(self, request_id: str, by: str) -> int:
+        """Record ``by`` as an approver of an open request; the number of distinct approvers."""
+
+        async def run(conn: aiosqlite.Connection) -> list[_Row]:
+            await conn.execute(_INSERT_APPROVAL, (request_id, by, self._now()))
+            return list(await conn.execute_fetchall(_COUNT_APPROVALS, (request_id,)))
+
+        rows = await self._transact("add_approval", run, None)
+        count, known = rows[0]
+        if not known:
+            raise KeyError(request_id)
+        return int(count)
+
+    async def mark_once(self, key: str) -> bool:
+        """Claim ``key``; True only for the first caller ever, across processes."""
+        changed = await self._write(
+            "mark_once",
+            "INSERT INTO once_keys(key, at) VALUES (?, ?) ON CONFLICT(key) DO NOTHING",
+            (key, self._now()),
+        )
+        return changed == 1
+
     # -- audit -------------------------------------------------------------------------------
 
     async def audit(
@@ -362,9 +395,7 @@ class SqliteStore:
             AuditEntry(_parse_ts(at), actor, action, rid, req, detail)
             for at, actor, action, rid, req, detail in rows
         ]
-        # AuditRecord declares plain (settable) attributes; readers only read them, and a
-        # frozen record is what we want to hand out, so the list is cast rather than copied.
-        return cast(list[AuditRecord], entries)
+        return list[AuditRecord](entries)
 
     # -- group commit --------------------------------------------------------------------------
 

@@ -66,6 +66,20 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX audit_by_run ON audit(run_id, id);
     """,
+    """
+    CREATE TABLE approvals (
+        request_id TEXT NOT NULL REFERENCES requests(id),
+        approver   TEXT NOT NULL,
+        at         TEXT NOT NULL,
+        PRIMARY KEY (request_id, approver)
+    );
+    """,
+    """
+    CREATE TABLE once_keys (
+        key TEXT PRIMARY KEY,
+        at  TEXT NOT NULL
+    );
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

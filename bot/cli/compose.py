@@ -13,6 +13,7 @@ from bot.llm.base import ModelProvider
 from bot.llm.openai_provider import OpenAIProvider
 from bot.llm.scripted import ScriptedProvider, ScriptError, load_script
 from bot.pii import PiiBuildError, PiiGuard
+from bot.policy import Policy
 from bot.runtime import Runtime, ToolSource
 from bot.store import Store
 from bot.tools.ask_human import ask_human_tools
@@ -77,9 +78,7 @@ async def open_store(settings: Settings) -> Store:
     """The store named by ``database``: a SQLite file, or a PostgreSQL URL."""
     url = settings.database
     if url.startswith(("postgres://", "postgresql://")):
-        from storage.postgres import open_postgres
-
-        return await open_postgres(url)
+        raise ConfigError("database: PostgreSQL is not supported yet; use a SQLite file path")
     from storage.sqlite import open_sqlite
 
     path = url.removeprefix("sqlite:///")
@@ -106,6 +105,8 @@ async def runtime(settings: Settings) -> AsyncIterator[Runtime]:
             budgets=settings.budgets.to_budgets(),
             model_timeout=settings.model.timeout,
             guard_hooks=lambda: pii_hooks(guard, events),
+            policy=Policy(settings.policy),
+            deadlines=settings.deadlines,
         )
     finally:
         await store.close()

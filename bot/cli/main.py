@@ -108,6 +108,31 @@ def chat(user: str) -> None:
 
 
 @cli.command()
+@one_line_errors
+def serve() -> None:
+    """Run until stopped: deadlines, reminders and scheduled prompts (chat adapters come later)."""
+    from bot.schedule import Scheduler
+
+    settings = settings_of(click.get_current_context())
+
+    async def work(rt: Runtime) -> None:
+        supervisor = Supervisor(rt)
+        scheduler = Scheduler(supervisor, settings.deadlines, settings.schedules)
+        await scheduler.start()
+        click.echo(f"kestrel serving as {rt.owner}; Ctrl-C stops (live runs suspend)", err=True)
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await scheduler.stop()
+            await supervisor.shutdown()
+
+    try:
+        with_runtime(work)
+    except KeyboardInterrupt:
+        click.echo("stopped", err=True)
+
+
+@cli.command()
 @click.argument("prompt")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--defer", is_flag=True, help="Defer approvals and questions: suspend and exit.")
@@ -122,6 +147,8 @@ def run(prompt: str, as_json: bool, defer: bool, user: str) -> None:
         prompter = DeferringPrompter() if defer else None
         live = await supervisor.start_turn(prompt, requested_by=user, prompter=prompter)
         await supervisor.wait(live)
+        if live.error:
+            raise Failure(live.error)
         return await _run_object(rt, live.run_id)
 
     obj = with_runtime(work)
@@ -145,7 +172,9 @@ def _print_run(obj: dict[str, Any], as_json: bool) -> None:
         click.echo(f"  {obj['error']}", err=True)
     for request in obj["requests"]:
         args = json.dumps(request["arguments"], sort_keys=True)
-        click.echo(f"  waiting: {request['kind']} {request['id']} {request['tool']} {args}", err=True)
+        click.echo(
+            f"  waiting: {request['kind']} {request['id']} {request['tool']} {args}", err=True
+        )
 
 
 @cli.group()
@@ -204,6 +233,8 @@ def runs_resume(run_id: str, force: bool, as_json: bool) -> None:
                 click.echo("the run still waits for an answer (kestrel runs pending)", err=True)
         else:
             await supervisor.wait(live)
+            if live.error:
+                raise Failure(live.error)
         return await _run_object(rt, run_id)
 
     _print_run(with_runtime(work), as_json)
@@ -233,7 +264,9 @@ def runs_pending(as_json: bool) -> None:
 
     rows = with_runtime(work)
     if as_json:
-        click.echo(json.dumps([render.request_object(r) | {"run_id": r.run_id} for r, _s, _d in rows]))
+        click.echo(
+            json.dumps([render.request_object(r) | {"run_id": r.run_id} for r, _s, _d in rows])
+        )
         return
     for request, status, decision in rows:
         click.echo(render.pending_line(request, status, decision))
@@ -319,7 +352,8 @@ def audit(run_id: str | None, limit: int) -> None:
 
     for entry in with_runtime(work):
         target = entry.request_id or entry.run_id
-        click.echo(f"{entry.at:%Y-%m-%d %H:%M:%S}  {entry.actor:<16} {entry.action:<14} {target}  {entry.detail}")
+        when = f"{entry.at:%Y-%m-%d %H:%M:%S}"
+        click.echo(f"{when}  {entry.actor:<16} {entry.action:<14} {target}  {entry.detail}")
 
 
 @cli.group()
@@ -333,7 +367,9 @@ def tools_list() -> None:
     """The tools a run gets, with their flags."""
     toolset = compose.build_tools(settings_of(click.get_current_context()))
     for name, tool in toolset.items():
-        flags = [f for f in ("confirm", "idempotent", "operator_paced", "deny") if getattr(tool.flags, f)]
+        flags = [
+            f for f in ("confirm", "idempotent", "operator_paced", "deny") if getattr(tool.flags, f)
+        ]
         click.echo(f"{name:<24} {' '.join(flags) or '-':<28} {tool.description}")
 
 
@@ -352,4 +388,3 @@ def tools_check(files: tuple[str, ...]) -> None:
 def main() -> None:
     """Entry point of the ``kestrel`` script."""
     cli(obj={})
-

@@ -90,7 +90,7 @@ class OpenAIProvider:
         self,
         messages: Sequence[Message],
         tools: Sequence[ToolSpec],
-        timeout: float,  # noqa: ASYNC109
+        timeout: float,
     ) -> AssistantTurn:
         """One Chat Completions call; every failure becomes a one-line ``ModelError``."""
         wire_tools = to_wire_tools(tools)

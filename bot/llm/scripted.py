@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -71,6 +72,18 @@ class Script(_Strict):
     name: str
     replies: tuple[Reply, ...] = ()
 
+    @functools.cached_property
+    def _call_offsets(self) -> tuple[int, ...]:
+        offsets, total = [], 0
+        for reply in self.replies:
+            offsets.append(total)
+            total += len(reply.calls)
+        return tuple(offsets)
+
+    def calls_before(self, index: int) -> int:
+        """How many calls the replies before ``index`` make (call ids number across the script)."""
+        return self._call_offsets[index]
+
 
 def load_script(path: str | Path) -> Script:
     """Read and validate a YAML script; the model name is the file's stem."""
@@ -136,7 +149,7 @@ def reply_turn(
             f"in the latest input, got {preview!r})",
             prompt_chars,
         )
-    first = 1 + sum(len(r.calls) for r in script.replies[:index])
+    first = 1 + script.calls_before(index)
     calls = tuple(
         ToolCall(id=f"call_{first + k}", name=c.name, arguments=c.arguments_text())
         for k, c in enumerate(reply.calls)
@@ -223,15 +236,20 @@ class ScriptedProvider:
         self,
         messages: Sequence[Message],
         tools: Sequence[ToolSpec],
-        timeout: float,  # noqa: ASYNC109
+        timeout: float,
     ) -> AssistantTurn:
         """The reply at the conversation's position: one per assistant message already in it."""
         # Counting the conversation, not an in-memory cursor, lets a run resumed in a new
         # process get exactly the reply it would have got before the crash.
         index = sum(isinstance(m, AssistantMessage) for m in messages)
+        replies = self._script.replies
+        reply = replies[index] if index < len(replies) else None
+        # Sizing the whole conversation costs O(n) per call: only when an estimate is needed.
+        expects = reply is not None and reply.expect is not None
+        estimates = reply is None or reply.usage is None or expects
         return reply_turn(
             self._script,
             index,
-            latest_input=latest_input(messages),
-            prompt_chars=prompt_chars(messages),
+            latest_input=latest_input(messages) if expects else "",
+            prompt_chars=prompt_chars(messages) if estimates else 0,
         )

@@ -8,6 +8,8 @@ from typing import Any
 from bot.domain import DecisionKind, Request, RequestKind
 from bot.tools.base import Deferral, Tool, ToolContext, ToolFlags, ToolResult
 
+# Operator-paced: a tool timeout would cancel the operator's own question, not a runaway.
+_FLAGS = ToolFlags(operator_paced=True, idempotent=True, needs_prompter=True)
 _QUESTION = {"type": "string", "description": "The question, in one or two sentences."}
 
 
@@ -18,7 +20,7 @@ class AskHumanTool:
     name: str
     description: str
     parameters: dict[str, Any]
-    flags: ToolFlags = ToolFlags(operator_paced=True, idempotent=True, needs_prompter=True)
+    flags: ToolFlags = _FLAGS
 
     async def call(self, arguments: dict[str, Any], ctx: ToolContext) -> ToolResult | Deferral:
         """Ask now if someone can answer now; otherwise defer on a ``wait_user`` request."""

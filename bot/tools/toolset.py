@@ -65,7 +65,7 @@ class ToolSet(Mapping[str, Tool]):
 
 def _validator(schema: dict[str, Any]) -> Validator:
     cls = validator_for(schema, default=Draft202012Validator)
-    return cls(schema)  # type: ignore[no-any-return]
+    return cls(schema)
 
 
 def _describe(path: Iterable[object], message: str) -> str:

@@ -63,7 +63,7 @@ async def test_a_tool_call_then_an_answer_completes(tmp_path: Path) -> None:
 
 
 async def test_assistant_turn_is_journaled_before_the_tool_runs(tmp_path: Path) -> None:
-    state, counter, records, _ = await run_once(
+    _state, counter, records, _ = await run_once(
         tmp_path, [reply(call("write", text="x")), reply(text="ok")]
     )
     kinds = [type(r.entry) for r in records]
@@ -99,7 +99,7 @@ async def test_invalid_arguments_are_answered_not_dispatched(
 ) -> None:
     replies = [reply({"name": "deploy", "arguments": arguments}), reply(text="ok")]
     prompter = ScriptedPrompter([DecisionKind.APPROVE])
-    state, counter, records, _ = await run_once(tmp_path, replies, prompter=prompter)
+    _state, counter, records, _ = await run_once(tmp_path, replies, prompter=prompter)
     result = next(r.entry for r in records if isinstance(r.entry, ToolResultEntry))
     assert result.outcome.value == "invalid_arguments"
     assert problem in result.output
@@ -108,7 +108,7 @@ async def test_invalid_arguments_are_answered_not_dispatched(
 
 
 async def test_gated_call_without_prompter_is_refused_without_asking(tmp_path: Path) -> None:
-    state, counter, records, _ = await run_once(
+    _state, counter, records, _ = await run_once(
         tmp_path, [reply(call("deploy", text="v2")), reply(text="could not")]
     )
     result = next(r.entry for r in records if isinstance(r.entry, ToolResultEntry))
@@ -126,7 +126,7 @@ async def test_gated_call_approved_once_runs_once_and_writes_the_grant_after(
         reply(call("deploy", text="v3")),
         reply(text="done"),
     ]
-    state, counter, records, _ = await run_once(tmp_path, replies, prompter=prompter)
+    _state, counter, records, _ = await run_once(tmp_path, replies, prompter=prompter)
     assert counter.calls == {"deploy": 1}
     assert len(prompter.asked) == 2  # a one-shot grant does not cover another call
     kinds = [r.entry.kind for r in records]
@@ -143,7 +143,7 @@ async def test_standing_grant_covers_the_rest_of_the_run(tmp_path: Path) -> None
         reply(call("deploy", text="c")),
         reply(text="done"),
     ]
-    state, counter, _, _ = await run_once(tmp_path, replies, prompter=prompter)
+    _state, counter, _, _ = await run_once(tmp_path, replies, prompter=prompter)
     assert counter.calls == {"deploy": 3}
     assert len(prompter.asked) == 1
 
@@ -153,7 +153,7 @@ async def test_non_zero_style_error_results_and_exits_are_counted(tmp_path: Path
         reply(call("slow", text="x"), call("boom", text="y"), call("echo", text="z")),
         reply(text="done"),
     ]
-    state, counter, records, _ = await run_once(tmp_path, replies)
+    state, _counter, records, _ = await run_once(tmp_path, replies)
     assert state.result is not None
     assert state.result.outcomes == {"timeout": 1, "error": 1, "ok": 1}
     results = [r.entry for r in records if isinstance(r.entry, ToolResultEntry)]
@@ -253,7 +253,9 @@ async def test_suspend_is_polled_at_the_boundary_without_using_an_iteration(
 ) -> None:
     counter = Counter()
     rt, _ = await make_runtime(
-        tmp_path / "k.db", [reply(call("echo", text="1")), reply(text="done")], counting_tools(counter)
+        tmp_path / "k.db",
+        [reply(call("echo", text="1")), reply(text="done")],
+        counting_tools(counter),
     )
     sup = Supervisor(rt)
     live = await sup.start_turn("hi")

@@ -13,7 +13,7 @@ import os
 import signal
 from pathlib import Path
 
-from bot.domain import Decision, DecisionKind, Entry
+from bot.domain import Decision, DecisionKind, Entry, Request
 from bot.events import FanOut
 from bot.llm.openai_provider import OpenAIProvider
 from bot.prompters import DeferringPrompter
@@ -38,6 +38,17 @@ class CrashingStore(SqliteStore):
             self._left -= 1
             if self._left == 0:
                 os.kill(os.getpid(), signal.SIGKILL)
+
+
+class ApprovingPrompter:
+    """Someone at the keyboard who approves every call once."""
+
+    @property
+    def present(self) -> bool:
+        return True
+
+    async def ask(self, request: Request) -> Decision | None:
+        return Decision(request_id=request.id, kind=DecisionKind.APPROVE, by="U0APPROVER")
 
 
 async def resume_when_free(sup: Supervisor, run_id: str) -> LiveRun | None:
@@ -72,8 +83,9 @@ async def main(args: argparse.Namespace) -> None:
     if args.resume:
         live = await resume_when_free(sup, args.resume)
     else:
-        live = await sup.start_turn("fix it", requested_by="U0REQ", prompter=DeferringPrompter())
-        Path(args.run_id_file).write_text(live.run_id)
+        prompter = ApprovingPrompter() if args.approve else DeferringPrompter()
+        live = await sup.start_turn("fix it", requested_by="U0REQ", prompter=prompter)
+        Path(args.run_id_file).write_text(live.run_id)  # noqa: ASYNC240 - before any crash
     if live is not None:
         await sup.wait(live)
     run_id = args.resume or live.run_id  # type: ignore[union-attr]
@@ -81,6 +93,7 @@ async def main(args: argparse.Namespace) -> None:
     out = {
         "status": (await store.get_run(run_id)).status.value,
         "requests": [r.model_dump(mode="json") for r in state.open_requests],
+        "outcomes": state.outcomes(),
     }
     print(json.dumps(out))
     await store.close()
@@ -95,4 +108,5 @@ if __name__ == "__main__":
     parser.add_argument("--resume", default="")
     parser.add_argument("--settle", default="")
     parser.add_argument("--run-id-file", default="")
+    parser.add_argument("--approve", action="store_true", help="approve every gated call inline")
     asyncio.run(main(parser.parse_args()))

@@ -42,14 +42,33 @@ CATALOG = {
             },
             "idempotent": False,
             "env": ["EFFECTS_FILE"],
-        }
+        },
+        {
+            "name": "deploy",
+            "description": "Deploy (gated, not idempotent)",
+            "command": ["/bin/sh", "./effect.sh", "{name}"],
+            "parameters": {
+                "type": "object",
+                "properties": {"name": {"type": "string", "pattern": "^[a-z]$"}},
+                "required": ["name"],
+            },
+            "confirm": True,
+            "idempotent": False,
+            "env": ["EFFECTS_FILE"],
+        },
     ]
 }
 
+GATED_SCRIPT = [
+    {"text": "deploying", "calls": [{"name": "deploy", "arguments": {"name": "d"}}]},
+    {"text": "deployed"},
+]
+
 
 @pytest.fixture
-def world(tmp_path: Path) -> Iterator[dict[str, Path | str]]:
-    (tmp_path / "script.yaml").write_text(yaml.safe_dump(SCRIPT))
+def world(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[dict[str, Path | str]]:
+    script = getattr(request, "param", SCRIPT)
+    (tmp_path / "script.yaml").write_text(yaml.safe_dump(script))
     (tmp_path / "catalog.yaml").write_text(yaml.safe_dump(CATALOG))
     (tmp_path / "effect.sh").write_text('echo "$1" >> "$EFFECTS_FILE"\necho "effect $1 done"\n')
     port_file = tmp_path / "port"
@@ -152,3 +171,24 @@ def test_crash_then_resume_repeats_nothing(
     assert len(done) == len(set(done)), done
     expected = {"a", "b", "c"} - ({"a"} if crash_after == "tool_dispatched:1" else set())
     assert set(done) == expected
+
+
+@pytest.mark.parametrize("world", [GATED_SCRIPT], indirect=True)
+def test_crash_between_grant_honoured_and_written_asks_again(
+    world: dict[str, Path | str],
+) -> None:
+    folder = Path(world["dir"])
+    crashed = child(world, "--approve", "--crash-after", "tool_dispatched:1")
+    assert crashed.returncode == -9, crashed.stderr
+    run_id = (folder / "run_id").read_text()
+
+    first = json.loads(child(world, "--resume", run_id).stdout)
+    assert [r["kind"] for r in first["requests"]] == ["wait_effect"]
+    effect = first["requests"][0]["id"]
+    retried = child(world, "--resume", run_id, "--settle", f"{effect}=retry")
+    out = json.loads(retried.stdout)
+
+    assert out["status"] == "suspended"
+    assert [r["kind"] for r in out["requests"]] == ["wait_approval"]
+    assert out["requests"][0]["tool"] == "deploy"
+    assert effects(folder) == []

@@ -64,8 +64,8 @@ class TextArgs(BaseModel):
     text: str
 
 
-def counting_tools(counter: Counter) -> list[Tool]:
-    """echo (idempotent), deploy (gated, not idempotent), slow (sleeps), boom (raises)."""
+def counting_tools(counter: Counter, **deploy_options: Any) -> list[Tool]:
+    """echo (idempotent), deploy (gated, not idempotent), write, slow (sleeps), boom (raises)."""
     import asyncio
 
     @function_tool(name="echo", idempotent=True)
@@ -74,7 +74,7 @@ def counting_tools(counter: Counter) -> list[Tool]:
         counter.hit("echo")
         return args.text
 
-    @function_tool(name="deploy", confirm=True, idempotent=False)
+    @function_tool(name="deploy", confirm=True, idempotent=False, **deploy_options)
     async def deploy(args: TextArgs, ctx: ToolContext) -> str:
         """Deploy something (gated)."""
         counter.hit("deploy")

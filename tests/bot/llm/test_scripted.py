@@ -200,7 +200,7 @@ async def test_demo_plays_through_to_a_final_answer() -> None:
         if not turn.calls:
             break
         names.extend(c.name for c in turn.calls)
-        messages = _answer(messages, turn, "ok")
+        messages = _answer(messages, turn, "checkout: restarted")
 
     assert "restart_service" in names
     assert turn.finish_reason == "stop"

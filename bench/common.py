@@ -1,0 +1,54 @@
+"""Shared pieces of the benchmarks: the W1 runtime, timing and memory helpers."""
+
+from __future__ import annotations
+
+import resource
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+
+from bot.domain import Budgets
+from bot.events import FanOut
+from bot.llm.scripted import ScriptedProvider
+from bot.runtime import Runtime, ToolSource
+from bot.store import Store
+from bot.tools.builtin import builtin_tools
+from bot.tools.toolset import ToolSet
+
+
+def w1_replies(iterations: int) -> list[dict[str, object]]:
+    """One distinct echo call per iteration (so no-progress never trips), then an answer."""
+    usage = {"input_tokens": 100, "output_tokens": 10}
+    calls = [
+        {"calls": [{"name": "echo", "arguments": {"text": f"step {i}"}}], "usage": usage}
+        for i in range(iterations)
+    ]
+    return [*calls, {"text": "done", "usage": usage}]
+
+
+def w1_runtime(store: Store, iterations: int, owner: str = "bench") -> Runtime:
+    """An instant scripted model and the in-process echo tool over ``store``."""
+    return Runtime(
+        store=store,
+        model=ScriptedProvider.from_replies(w1_replies(iterations), name="w1"),
+        tools=ToolSource(ToolSet(builtin_tools())),
+        events=FanOut(),
+        budgets=Budgets(max_iterations=iterations + 1, max_tool_calls=iterations + 1),
+        owner=owner,
+    )
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident set size so far, in MiB."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def median(values: Sequence[float]) -> float:
+    """The median of ``values``."""
+    return statistics.median(values)
+
+
+def size_mib(path: Path) -> float:
+    """A SQLite database's size with its WAL, in MiB."""
+    files = [path, path.with_name(path.name + "-wal")]
+    return sum(f.stat().st_size for f in files if f.exists()) / 2**20

@@ -1,0 +1,89 @@
+"""W1: runs of 20 iterations, one instant in-process tool call each, every append durable.
+
+Each scenario runs in a fresh process so its peak RSS is its own. Prints the median time per
+iteration of a lone run, iterations/s with 1 and with 100 concurrent runs, and peak RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.common import median, peak_rss_mib, w1_runtime
+from bot.runs import Supervisor
+from storage.sqlite import open_sqlite
+
+ITERATIONS = 20
+
+
+async def scenario(db: Path, runs: int, repeats: int) -> dict[str, float]:
+    """Time ``repeats`` rounds of ``runs`` concurrent W1 runs on one store."""
+    store = await open_sqlite(db, synchronous="FULL")
+    supervisor = Supervisor(w1_runtime(store, ITERATIONS))
+    per_iteration, rates = [], []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        lives = [await supervisor.start_turn("go") for _ in range(runs)]
+        states = await asyncio.gather(*(supervisor.wait(live) for live in lives))
+        elapsed = time.perf_counter() - started
+        assert all(s.result is not None and s.result.text == "done" for s in states)
+        total = sum(s.iteration - 1 for s in states)
+        per_iteration.append(elapsed / ITERATIONS * 1000)
+        rates.append(total / elapsed)
+    await store.close()
+    return {
+        "ms_per_iteration": median(per_iteration),
+        "iterations_per_s": median(rates),
+        "peak_rss_mib": peak_rss_mib(),
+    }
+
+
+def run_scenario(runs: int, repeats: int) -> dict[str, float]:
+    """One scenario in a fresh interpreter."""
+    with tempfile.TemporaryDirectory() as folder:
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "bench.w1",
+                "--scenario",
+                str(runs),
+                "--repeats",
+                str(repeats),
+                "--db",
+                str(Path(folder) / "w1.db"),
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+    return json.loads(out.stdout)  # type: ignore[no-any-return]
+
+
+def report() -> None:
+    """Print W1's figures."""
+    lone = run_scenario(1, repeats=15)
+    many = run_scenario(100, repeats=3)
+    print("W1 (SQLite WAL, synchronous=FULL, 20 iterations per run, in-process echo tool)")
+    print(f"  median time per iteration, 1 run:     {lone['ms_per_iteration']:.3f} ms")
+    print(f"  iterations/s, 1 run:                  {lone['iterations_per_s']:.0f}")
+    print(f"  iterations/s, 100 concurrent runs:    {many['iterations_per_s']:.0f}")
+    print(f"  peak RSS, 100 concurrent runs:        {many['peak_rss_mib']:.1f} MiB")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--scenario", type=int)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--db")
+    args = parser.parse_args()
+    if args.scenario:
+        print(json.dumps(asyncio.run(scenario(Path(args.db), args.scenario, args.repeats))))
+    else:
+        report()

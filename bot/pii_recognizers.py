@@ -1,0 +1,718 @@
+"""Built-in recognizers of the PII guard: anchored regexes first, validators after.
+
+The guard scans every tool output, often megabytes of log text, on one core, so each
+regex here starts with a literal (or a rarely seen character) that the regex engine's
+prefix search skips to; a pattern starting with a digit or letter class would enter the
+matcher at a quarter of all positions. Numbers are found from their first separator
+("555-123-4567" from its first "-") and their leading digit group is read backwards in
+Python; card and IBAN runs without separators are found in a "shape" of the text where
+every digit reads 0 and every capital A. Checksums (Luhn, mod-97) and ipaddress run only
+on the few candidates that get that far.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import itertools
+import re
+import string
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# Highest priority first: when two overlapping hits are equally long, the earlier type names them.
+ENTITY_TYPES: tuple[str, ...] = (
+    "PRIVATE_KEY",
+    "AWS_SECRET_KEY",
+    "AWS_ACCESS_KEY",
+    "GITHUB_TOKEN",
+    "SLACK_TOKEN",
+    "STRIPE_KEY",
+    "OPENAI_API_KEY",
+    "GOOGLE_API_KEY",
+    "JWT",
+    "BEARER_TOKEN",
+    "CONNECTION_STRING_PASSWORD",
+    "CREDIT_CARD",
+    "IBAN_CODE",
+    "US_SSN",
+    "EMAIL_ADDRESS",
+    "IP_ADDRESS",
+    "PHONE_NUMBER",
+)
+
+_PRIORITY: dict[str, int] = {name: rank for rank, name in enumerate(ENTITY_TYPES)}
+
+
+def priority(entity_type: str) -> int:
+    """Rank of an entity type for tie-breaks between overlapping hits (lower wins)."""
+    return _PRIORITY.get(entity_type, len(ENTITY_TYPES))
+
+
+@dataclass(frozen=True, slots=True)
+class PiiHit:
+    """One finding: the entity type and its [start, end) span in the scanned text."""
+
+    entity_type: str
+    start: int
+    end: int
+
+
+_SHAPE = str.maketrans(string.digits[1:] + string.ascii_uppercase, "0" * 9 + "A" * 26)
+_WORD = frozenset(string.ascii_letters + string.digits + "_")
+_DIGITS = frozenset(string.digits)
+_HEX = frozenset(string.hexdigits)
+_ESCAPE = re.compile(r"\\[nrt]")
+
+
+class ScanText:
+    """The text under scan and the views of it that recognizers share, each built once."""
+
+    __slots__ = ("_lower", "_shape", "text")
+
+    def __init__(self, text: str) -> None:
+        # Every non-ASCII character becomes one "?", so offsets stay those of the original,
+        # and lower() and translate() below keep the length and take CPython's ASCII paths.
+        if not text.isascii():
+            text = text.encode("ascii", "replace").decode("ascii")
+        if "\\" in text:
+            # The escapes of JSON strings separate words like the characters they stand for:
+            # "...\n4111 1111..." must not read as the word "n4111", so "\n" becomes "\ ".
+            text = _ESCAPE.sub(r"\\ ", text)
+        self.text = text
+        self._lower: str | None = None
+        self._shape: str | None = None
+
+    @property
+    def lower(self) -> str:
+        """The text in lower case, for labels such as "Bearer" or "Password="."""
+        if self._lower is None:
+            self._lower = self.text.lower()
+        return self._lower
+
+    @property
+    def shape(self) -> str:
+        """The text with every digit as "0" and every capital as "A"."""
+        if self._shape is None:
+            self._shape = self.text.translate(_SHAPE)
+        return self._shape
+
+
+Finder = Callable[[ScanText], Iterator[PiiHit]]
+
+
+@dataclass(frozen=True)
+class Recognizer:
+    """A finder and the entity types it can report."""
+
+    entities: frozenset[str]
+    find: Finder
+
+
+# ---------------------------------------------------------------------------------------------
+# Small helpers on ASCII text
+
+
+def _word_before(text: str, index: int) -> bool:
+    return index > 0 and text[index - 1] in _WORD
+
+
+def _word_at(text: str, index: int) -> bool:
+    return index < len(text) and text[index] in _WORD
+
+
+def _run_start(text: str, end: int, chars: frozenset[str], longest: int) -> int:
+    """Start of the run of `chars` ending at `end`; -1 if it is empty or longer than `longest`."""
+    start = end
+    floor = max(0, end - longest - 1)
+    while start > floor and text[start - 1] in chars:
+        start -= 1
+    if start == end or end - start > longest:
+        return -1
+    return start
+
+
+def luhn_ok(digits: str) -> bool:
+    """True if the digit string passes the Luhn checksum."""
+    total = 0
+    for index, char in enumerate(reversed(digits)):
+        value = ord(char) - 48
+        if index % 2:
+            value = value * 2 - 9 if value > 4 else value * 2
+        total += value
+    return total % 10 == 0
+
+
+def card_brand_ok(digits: str, grouped: bool) -> bool:
+    """True if the number has a card network's prefix and length.
+
+    Runs without separators must be 13-16 digits long: the 17-19 digit runs of logs are
+    mostly snowflake ids and epoch nanoseconds, which would pass Luhn one time in ten.
+    """
+    length = len(digits)
+    if not grouped and length > 16:
+        return False
+    two = int(digits[:2])
+    four = int(digits[:4])
+    if digits[0] == "4":
+        return length in (13, 16, 19)
+    if 51 <= two <= 55 or 2221 <= four <= 2720:
+        return length == 16
+    if two in (34, 37):
+        return length == 15
+    if four == 6011 or two == 65 or 644 <= int(digits[:3]) <= 649 or two == 62:
+        return 16 <= length <= 19
+    if 3528 <= four <= 3589:
+        return 16 <= length <= 19
+    if 300 <= int(digits[:3]) <= 305 or two in (36, 38, 39):
+        return 14 <= length <= 19
+    return False
+
+
+def ssn_ok(area: str, group: str, serial: str) -> bool:
+    """True unless the SSN has an area, group or serial the SSA never issues."""
+    return area not in ("000", "666") and area[0] != "9" and group != "00" and serial != "0000"
+
+
+def iban_ok(compact: str) -> bool:
+    """True if the IBAN (no spaces, capitals) has its country's length and a valid mod-97."""
+    if _IBAN_LENGTHS.get(compact[:2]) != len(compact):
+        return False
+    rearranged = compact[4:] + compact[:4]
+    return int("".join(str(int(char, 36)) for char in rearranged)) % 97 == 1
+
+
+def _ip_ok(candidate: str) -> bool:
+    try:
+        ipaddress.ip_address(candidate)
+    except ValueError:
+        return False
+    return True
+
+
+# ---------------------------------------------------------------------------------------------
+# Secrets with a literal prefix
+
+
+_A_KEYS = re.compile(
+    r"A(?<![0-9A-Za-z_]A)(?:"
+    r"(?P<aws>(?:KIA|SIA|BIA|CCA)[A-Z2-7]{16})(?![0-9A-Za-z])"
+    r"|(?P<google>Iza[0-9A-Za-z_-]{35})(?![0-9A-Za-z_-]))"
+)
+
+
+def find_a_keys(src: ScanText) -> Iterator[PiiHit]:
+    """AWS access key ids (AKIA/ASIA...) and Google API keys (AIza...)."""
+    for match in _A_KEYS.finditer(src.text):
+        kind = "AWS_ACCESS_KEY" if match.group("aws") else "GOOGLE_API_KEY"
+        yield PiiHit(kind, match.start(), match.end())
+
+
+_GITHUB = re.compile(
+    r"g(?<![0-9A-Za-z_]g)(?:h[pousr]_[A-Za-z0-9]{36,251}+|ithub_pat_[A-Za-z0-9_]{22,255}+)"
+    r"(?![A-Za-z0-9_])"
+)
+
+
+def find_github(src: ScanText) -> Iterator[PiiHit]:
+    """GitHub tokens: ghp_, gho_, ghu_, ghs_, ghr_ and fine-grained github_pat_."""
+    for match in _GITHUB.finditer(src.text):
+        yield PiiHit("GITHUB_TOKEN", match.start(), match.end())
+
+
+# Anchored on "k" so "sk-", "sk_live_" and "rk_live_" share one pass that skips to a rare letter.
+_K_KEYS = re.compile(
+    r"k(?<=[sr]k)(?<![0-9A-Za-z_-][sr]k)(?:"
+    r"(?<=sk)-(?P<openai>[A-Za-z0-9_-]{32,}+)"
+    r"|_(?:live|test)_(?P<stripe>[A-Za-z0-9]{16,}+)(?![A-Za-z0-9_]))"
+)
+
+
+def _looks_random(token: str) -> bool:
+    """True if the token mixes capitals, small letters and digits, as generated keys do."""
+    return (
+        any(char.isdigit() for char in token)
+        and any(char.isupper() for char in token)
+        and any(char.islower() for char in token)
+    )
+
+
+def find_k_keys(src: ScanText) -> Iterator[PiiHit]:
+    """OpenAI keys (sk-, sk-proj-...) and Stripe secret or restricted keys (sk_/rk_live_...)."""
+    for match in _K_KEYS.finditer(src.text):
+        if match.group("stripe"):
+            yield PiiHit("STRIPE_KEY", match.start() - 1, match.end())
+        elif _looks_random(match.group("openai")):
+            yield PiiHit("OPENAI_API_KEY", match.start() - 1, match.end())
+
+
+_SLACK = re.compile(r"x(?<![0-9A-Za-z_-]x)(?:ox[abeoprs]|app)-[A-Za-z0-9-]{10,}+")
+
+
+def find_slack(src: ScanText) -> Iterator[PiiHit]:
+    """Slack tokens: xoxb-, xoxp-, xoxa-, xoxe-, xoxo-, xoxr-, xoxs- and app tokens xapp-."""
+    text = src.text
+    for match in _SLACK.finditer(text):
+        end = match.end()
+        while text[end - 1] == "-":
+            end -= 1
+        if any(char.isdigit() for char in text[match.start() + 5 : end]):
+            yield PiiHit("SLACK_TOKEN", match.start(), end)
+
+
+# Anchored on the capital J of "eyJ" (base64 of '{"'), much rarer than its "e".
+_JWT = re.compile(
+    r"J(?<=eyJ)(?<![0-9A-Za-z_-]eyJ)[A-Za-z0-9_-]{8,}+\.eyJ[A-Za-z0-9_-]{8,}+\.[A-Za-z0-9_-]*+"
+)
+
+
+def find_jwt(src: ScanText) -> Iterator[PiiHit]:
+    """JSON Web Tokens: three base64url segments, header and payload starting with eyJ."""
+    for match in _JWT.finditer(src.text):
+        yield PiiHit("JWT", match.start() - 2, match.end())
+
+
+_PEM_BEGIN = re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----")
+_PEM_END = re.compile(r"-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----")
+# A block cut short (head -c, a truncated log line) is covered through its last base64 or
+# header line; lines end with real newlines or JSON-escaped ones (read as "\ ", see ScanText).
+_PEM_BODY = re.compile(
+    r"(?:(?:\r?\n|(?:\\ )?\\ )[ \t]*(?:[A-Za-z0-9+/=]++|[A-Za-z][A-Za-z-]*:[^\r\n\\]*+)?[ \t]*"
+    r"(?=\r?\n|\\ |\"|\Z))*+"
+)
+_PEM_REACH = 65536  # a private key block is a few KB; an END farther away belongs to another
+
+
+def find_private_keys(src: ScanText) -> Iterator[PiiHit]:
+    """PEM and PGP private key blocks, BEGIN through END (or through the key material)."""
+    text = src.text
+    begins = list(_PEM_BEGIN.finditer(text))
+    ends = list(_PEM_END.finditer(text, begins[0].end())) if begins else []
+    next_end = 0
+    for index, begin in enumerate(begins):
+        # A block's END lies before the next BEGIN; one beyond it belongs to another key.
+        limit = begins[index + 1].start() if index + 1 < len(begins) else len(text)
+        while next_end < len(ends) and ends[next_end].start() < begin.end():
+            next_end += 1
+        end = ends[next_end] if next_end < len(ends) else None
+        if end is not None and end.end() <= limit and end.start() - begin.end() <= _PEM_REACH:
+            stop = end.end()
+        else:
+            body = _PEM_BODY.match(text, begin.end(), limit)
+            stop = body.end() if body else begin.end()
+            while text[stop - 1] in " \t\r\n\\":
+                stop -= 1  # blank lines (real or escaped) after the key material are not in it
+        yield PiiHit("PRIVATE_KEY", begin.start(), stop)
+
+
+# ---------------------------------------------------------------------------------------------
+# Passwords, bearer tokens and AWS secret keys: found from their labels
+
+
+_URL_CREDENTIALS = re.compile(r"://[^\s:/@\"'<>]{0,256}:(?P<password>[^\s/\"'<>]{1,256})@")
+
+
+def find_url_passwords(src: ScanText) -> Iterator[PiiHit]:
+    """The password of scheme://user:password@host."""
+    for match in _URL_CREDENTIALS.finditer(src.text):
+        yield PiiHit("CONNECTION_STRING_PASSWORD", *match.span("password"))
+
+
+_PASSWORD_KEY = re.compile(r"p(?:ass(?:word|wd)|wd)[ \t]*=[ \t]*")
+_PASSWORD_VALUE = re.compile(
+    r"\"(?P<dq>[^\"\r\n]{1,256})\"|'(?P<sq>[^'\r\n]{1,256})'|\{(?P<br>[^}\r\n]{1,256})\}"
+    r"|(?P<bare>[^\s;&,\"'<>]+)"
+)
+
+_NEXT_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+
+
+def find_keyvalue_passwords(src: ScanText) -> Iterator[PiiHit]:
+    """The value of password=, passwd= or pwd= in key=value connection strings."""
+    text = src.text
+    for key in _PASSWORD_KEY.finditer(src.lower):
+        value = _PASSWORD_VALUE.match(text, key.end())
+        if value is None:
+            continue
+        group = value.lastgroup or "bare"
+        start, end = value.span(group)
+        secret = text[start:end]
+        if set(secret) == {"*"}:
+            continue  # already masked
+        if group == "bare" and key.group()[-1] in " \t" and _NEXT_KEY.match(secret):
+            continue  # "password= dbname=app": the password is empty, the next key follows
+        if key.group().startswith("pwd") and secret[0] in "/~.":
+            continue  # PWD=/home/... is the shell's working directory, not a password
+        yield PiiHit("CONNECTION_STRING_PASSWORD", start, end)
+
+
+_BEARER = re.compile(r"bearer[ \t]+")
+_BEARER_TOKEN = re.compile(r"[A-Za-z0-9._~+/-]{12,}+=*")
+
+
+def find_bearer(src: ScanText) -> Iterator[PiiHit]:
+    """The token after "Bearer" (as in an Authorization header)."""
+    text = src.text
+    for label in _BEARER.finditer(src.lower):
+        if _word_before(src.lower, label.start()):
+            continue
+        token = _BEARER_TOKEN.match(text, label.end())
+        # "Bearer authentication" is prose; tokens carry digits or capitals.
+        if token and any(char.isdigit() or char.isupper() for char in token.group()):
+            yield PiiHit("BEARER_TOKEN", token.start(), token.end())
+
+
+_AWS_SECRET_LABEL = re.compile(r"secret_?(?:access_?)?key")
+_AWS_SECRET_VALUE = re.compile(
+    r"[\"']?[ \t]*(?:=>|[:=])[ \t]*[\"']?(?P<key>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])"
+)
+
+
+def find_aws_secret(src: ScanText) -> Iterator[PiiHit]:
+    """A 40-character AWS secret access key after an aws_secret_access_key-like label."""
+    lower = src.lower
+    for label in _AWS_SECRET_LABEL.finditer(lower):
+        aws_named = lower[max(0, label.start() - 4) : label.start()].rstrip("_-").endswith("aws")
+        if "access" not in label.group() and not aws_named:
+            continue  # a bare secret_key is too generic to call an AWS key
+        value = _AWS_SECRET_VALUE.match(src.text, label.end())
+        if value:
+            yield PiiHit("AWS_SECRET_KEY", *value.span("key"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Email addresses: found from their "@"
+
+_EMAIL_DOMAIN = re.compile(r"@(?=[A-Za-z0-9])[A-Za-z0-9.-]{1,253}")
+# Read backwards from the "@": the reversed local part. "?" stands for a non-ASCII character.
+_EMAIL_LOCAL_REVERSED = re.compile(r"[A-Za-z0-9._%+?-]{1,65}")
+
+
+def _domain_length(domain: str) -> int:
+    """Length of the valid host name at the start of `domain`, or 0."""
+    domain = domain.rstrip(".-")
+    labels = domain.split(".")
+    if len(labels) < 2 or not labels[-1].isalpha() or len(labels[-1]) < 2:
+        return 0
+    for label in labels:
+        if not label or len(label) > 63 or label[0] == "-" or label[-1] == "-":
+            return 0
+    return len(domain)
+
+
+def _is_url_userinfo(text: str, start: int) -> bool:
+    """True if the text before `start` makes user@host the userinfo of a URL."""
+    if start == 0 or text[start - 1] not in "/:":
+        return False
+    if text[start - 1] == "/":
+        return True
+    scheme = text.rfind("://", max(0, start - 256), start)
+    return scheme >= 0 and not any(char.isspace() for char in text[scheme:start])
+
+
+def find_emails(src: ScanText) -> Iterator[PiiHit]:
+    """Email addresses."""
+    text = src.text
+    for match in _EMAIL_DOMAIN.finditer(text):
+        at = match.start()
+        length = _domain_length(match.group()[1:])
+        local = _EMAIL_LOCAL_REVERSED.match(text[max(0, at - 65) : at][::-1])
+        if not length or local is None or local.end() > 64:
+            continue
+        start = at - local.end()
+        while text[start] == ".":
+            start += 1
+        if start == at or text[at - 1] == "." or _is_url_userinfo(text, start):
+            continue
+        yield PiiHit("EMAIL_ADDRESS", start, at + 1 + length)
+
+
+# ---------------------------------------------------------------------------------------------
+# Numbers with separators: cards, SSNs, phones, IPv4
+
+
+_Group = int | tuple[int, int]
+
+# Digit groups after the first one, per separator. A tail must name a real format: dates
+# (4-2-2), versions (1-2-2) and times never match, so the regex fails without calling Python.
+_CARD_TAILS: tuple[tuple[_Group, ...], ...] = ((4, 4, 4, 3), (4, 4, 4), (6, 5), (6, 4))
+_EU_TAILS: tuple[tuple[_Group, ...], ...] = (
+    (2, 2, 2, 2),
+    (4, 4),
+    (3, 4),
+    (4, 3),
+    (3, 3),
+    ((5, 9),),
+)
+_US_TAILS: tuple[tuple[_Group, ...], ...] = ((3, 3, 4), (3, 4))
+_SSN_TAILS: tuple[tuple[_Group, ...], ...] = ((2, 4),)
+_IPV4_TAILS: tuple[tuple[_Group, ...], ...] = (((1, 3), (1, 3), (1, 3)),)
+
+
+def _lengths(group: _Group) -> range:
+    return range(group[0], group[1] + 1) if isinstance(group, tuple) else range(group, group + 1)
+
+
+def _trie(words: Iterable[str], sep: str) -> str:
+    """A regex of `words` ("d" a digit, "s" the separator) factored into a character trie.
+
+    A flat alternation makes the engine retry a dozen formats at every date or UUID;
+    the trie reads each character once and fails at the first one no format allows.
+    """
+    root: dict[str, dict[str, Any]] = {}
+    for word in words:
+        node = root
+        for char in word:
+            node = node.setdefault(char, {})
+        node[""] = {}
+
+    def emit(node: dict[str, Any]) -> str:
+        parts = [
+            ("[0-9]" if key == "d" else sep) + emit(node[key]) for key in ("d", "s") if key in node
+        ]
+        if "" in node:
+            parts.append("")
+        return parts[0] if len(parts) == 1 else "(?:" + "|".join(parts) + ")"
+
+    return emit(root)
+
+
+def _family(sep: str, tails: Iterable[tuple[_Group, ...]]) -> re.Pattern[str]:
+    """A regex anchored on the first `sep` of a number, matching one of the `tails` after it.
+
+    The first digit after the separator is matched before anything else, so the separators
+    of ordinary text ("a - b", prose spaces) are rejected in one step.
+    """
+    escaped = re.escape(sep)
+    words = set()
+    for tail in tails:
+        for lengths in itertools.product(*map(_lengths, tail)):
+            words.add("s".join("d" * length for length in lengths)[1:])
+    return re.compile(
+        rf"{escaped}[0-9](?<=[0-9]{escaped}[0-9]){_trie(words, escaped)}"
+        rf"(?![0-9A-Za-z_]|{escaped}[0-9])"
+    )
+
+
+_DASH = _family("-", _CARD_TAILS + _EU_TAILS + _US_TAILS + _SSN_TAILS)
+# Two-group dotted numbers are left out: 3.510216 and every other long decimal would match.
+_DOT = _family(".", _IPV4_TAILS + _EU_TAILS[:-1] + _US_TAILS)
+_SPACE = _family(" ", _CARD_TAILS + _EU_TAILS + _SSN_TAILS)
+_CARD_SIGNATURES = frozenset({(4, 4, 4, 4), (4, 4, 4, 4, 3), (4, 6, 5), (4, 6, 4)})
+
+
+def _us_phone(groups: Sequence[str]) -> bool:
+    if len(groups) == 4 and groups[0] == "1":
+        groups = groups[1:]
+    # NANP area codes never start with 0 or 1; exchanges are not checked, since the
+    # 555-123-4567 of examples and test data is what people write.
+    return tuple(map(len, groups)) == (3, 3, 4) and groups[0][0] not in "01"
+
+
+def _eu_phone(groups: Sequence[str]) -> bool:
+    """A national number with a trunk 0 (020 7946 0958, 06-12345678, 01 23 45 67 89)."""
+    first = groups[0]
+    total = sum(map(len, groups))
+    return (
+        2 <= len(first) <= 5
+        and first[0] == "0"
+        and first[1] != "0"
+        and 9 <= total <= 12
+        and all(len(group) >= 2 for group in groups)
+    )
+
+
+def _classify(groups: Sequence[str], sep: str) -> str | None:
+    """The entity a separated number is, if any."""
+    signature = tuple(map(len, groups))
+    if signature == (3, 2, 4) and sep != ".":
+        return "US_SSN" if ssn_ok(*groups) else None
+    if signature in _CARD_SIGNATURES and sep != ".":
+        digits = "".join(groups)
+        if card_brand_ok(digits, grouped=True) and luhn_ok(digits):
+            return "CREDIT_CARD"
+        return None
+    if sep == "." and len(groups) == 4 and max(signature) <= 3:
+        return "IP_ADDRESS" if _ip_ok(".".join(groups)) else None
+    if sep != " " and _us_phone(groups):
+        return "PHONE_NUMBER"
+    return "PHONE_NUMBER" if _eu_phone(groups) else None
+
+
+def _separated(text: str, pattern: re.Pattern[str], sep: str) -> Iterator[PiiHit]:
+    for match in pattern.finditer(text):
+        start = _run_start(text, match.start(), _DIGITS, 5)
+        if start < 0 or _word_before(text, start):
+            continue
+        before = text[start - 1] if start else ""
+        if before and (before in "+." or (before == sep and sep != " ")):
+            continue  # part of a longer dotted or dashed id, or of an international number
+        if before == "/" and _word_before(text, start - 1):
+            continue  # a product version: Chrome/124.0.0.0
+        kind = _classify(text[start : match.end()].split(sep), sep)
+        if kind:
+            yield PiiHit(kind, start, match.end())
+
+
+def find_separated_numbers(src: ScanText) -> Iterator[PiiHit]:
+    """Cards, SSNs, US/EU phones and IPv4 addresses written with - . or space separators."""
+    text = src.text
+    yield from _separated(text, _DASH, "-")
+    yield from _separated(text, _DOT, ".")
+    yield from _separated(text, _SPACE, " ")
+
+
+_PAREN_PHONE = re.compile(
+    r"\((?<![0-9A-Za-z_]\()(?P<area>[0-9]{2,5})\)[ -]?"
+    r"(?P<rest>[0-9]{2,8}(?:[ .-][0-9]{2,8}){0,2})(?![0-9A-Za-z_]|[ .-][0-9])"
+)
+_NOT_DIGIT = re.compile(r"[^0-9]")
+
+
+def find_paren_phones(src: ScanText) -> Iterator[PiiHit]:
+    """Phones with the area code in parentheses: (555) 123-4567, (030) 1234567."""
+    for match in _PAREN_PHONE.finditer(src.text):
+        area = match.group("area")
+        groups = [area, *_NOT_DIGIT.split(match.group("rest"))]
+        if (len(area) == 3 and _us_phone(groups)) or _eu_phone(groups):
+            yield PiiHit("PHONE_NUMBER", match.start(), match.end())
+
+
+_INTL_PHONE = re.compile(
+    r"\+(?<![0-9A-Za-z_+]\+)[1-9][0-9]*+"
+    r"(?:[ .-]?\((?P<trunk>0)\)[ .-]?[0-9]++|[ .-]?\([0-9]{1,4}\)[ .-]?[0-9]++|[ .-][0-9]++)*+"
+    r"(?![0-9A-Za-z_])"
+)
+
+
+def find_intl_phones(src: ScanText) -> Iterator[PiiHit]:
+    """International numbers: +44 20 7946 0958, +1-555-123-4567, +4915112345678."""
+    for match in _INTL_PHONE.finditer(src.text):
+        digits = sum(char.isdigit() for char in match.group()) - (1 if match.group("trunk") else 0)
+        if 8 <= digits <= 15:
+            yield PiiHit("PHONE_NUMBER", match.start(), match.end())
+
+
+# ---------------------------------------------------------------------------------------------
+# Runs without separators, searched in the shape of the text
+
+
+# Written out: a repeat like 0{13} would not give the regex engine a literal prefix to skip to.
+_CARD_RUN = re.compile(r"0000000000000(?<![0-9A-Za-z_.]0000000000000)0{0,3}(?![0-9A-Za-z_])")
+
+
+def find_card_runs(src: ScanText) -> Iterator[PiiHit]:
+    """Card numbers written as one run of 13-16 digits."""
+    text = src.text
+    for match in _CARD_RUN.finditer(src.shape):
+        digits = text[match.start() : match.end()]
+        # Every card network starts with 2-6; the epoch milliseconds of JSON logs start with 1.
+        if digits[0] in "23456" and card_brand_ok(digits, grouped=False) and luhn_ok(digits):
+            yield PiiHit("CREDIT_CARD", match.start(), match.end())
+
+
+_IBAN_RUN = re.compile(r"AA00(?<![0-9A-Za-z_]AA00)(?: ?[A0]{4}){2,7}(?: ?[A0]{1,4})?")
+_IBAN_LENGTHS: dict[str, int] = {
+    "AD": 24, "AE": 23, "AL": 28, "AT": 20, "AZ": 28, "BA": 20, "BE": 16, "BG": 22,
+    "BH": 22, "BR": 29, "BY": 28, "CH": 21, "CR": 22, "CY": 28, "CZ": 24, "DE": 22,
+    "DK": 18, "DO": 28, "EE": 20, "EG": 29, "ES": 24, "FI": 18, "FO": 18, "FR": 27,
+    "GB": 22, "GE": 22, "GI": 23, "GL": 18, "GR": 27, "GT": 28, "HR": 21, "HU": 28,
+    "IE": 22, "IL": 23, "IQ": 23, "IS": 26, "IT": 27, "JO": 30, "KW": 30, "KZ": 20,
+    "LB": 28, "LC": 32, "LI": 21, "LT": 20, "LU": 20, "LV": 21, "LY": 25, "MC": 27,
+    "MD": 24, "ME": 22, "MK": 19, "MR": 27, "MT": 31, "MU": 30, "NL": 18, "NO": 15,
+    "PK": 24, "PL": 28, "PS": 29, "PT": 25, "QA": 29, "RO": 24, "RS": 22, "SA": 24,
+    "SC": 31, "SD": 18, "SE": 24, "SI": 19, "SK": 24, "SM": 27, "ST": 25, "SV": 28,
+    "TL": 23, "TN": 24, "TR": 26, "UA": 29, "VA": 22, "VG": 24, "XK": 20,
+}  # fmt: skip
+
+
+def find_ibans(src: ScanText) -> Iterator[PiiHit]:
+    """IBANs, compact or in groups of four, cut to their country's length and mod-97 checked."""
+    text = src.text
+    for match in _IBAN_RUN.finditer(src.shape):
+        length = _IBAN_LENGTHS.get(text[match.start() : match.start() + 2])
+        if length is None:
+            continue
+        end, kept = match.start(), 0
+        while kept < length and end < match.end():
+            kept += text[end] != " "
+            end += 1
+        compact = text[match.start() : end].replace(" ", "")
+        if kept == length and not _word_at(text, end) and iban_ok(compact):
+            yield PiiHit("IBAN_CODE", match.start(), end)
+
+
+# ---------------------------------------------------------------------------------------------
+# IPv6, found from its first colon
+
+
+# The lookahead demands what every IPv6 address has, "::" or seven colons, so the colons of
+# times and "key: value" fail inside the regex engine.
+_IPV6_TAIL = re.compile(
+    r":(?=:|[0-9A-Fa-f:]{0,40}::|(?:[0-9A-Fa-f]{1,4}:){6}[0-9A-Fa-f])"
+    r"[0-9A-Fa-f:]++(?:\.[0-9]{1,3}){0,3}(?:%[0-9A-Za-z]{1,15})?"
+)
+
+
+def find_ipv6(src: ScanText) -> Iterator[PiiHit]:
+    """IPv6 addresses, full or compressed, validated by ipaddress."""
+    text = src.text
+    for match in _IPV6_TAIL.finditer(text):
+        start = _run_start(text, match.start(), _HEX, 4)
+        if start < 0:
+            start = match.start()
+        if start > 0 and (text[start - 1] in _WORD or text[start - 1] in ":."):
+            continue
+        end = match.end()
+        if _ip_ok(text[start:end]):
+            yield PiiHit("IP_ADDRESS", start, end)
+        elif text[end - 1] == ":" and text[end - 2] != ":" and _ip_ok(text[start : end - 1]):
+            yield PiiHit("IP_ADDRESS", start, end - 1)
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+RECOGNIZERS: tuple[Recognizer, ...] = (
+    Recognizer(frozenset({"PRIVATE_KEY"}), find_private_keys),
+    Recognizer(frozenset({"AWS_SECRET_KEY"}), find_aws_secret),
+    Recognizer(frozenset({"AWS_ACCESS_KEY", "GOOGLE_API_KEY"}), find_a_keys),
+    Recognizer(frozenset({"GITHUB_TOKEN"}), find_github),
+    Recognizer(frozenset({"SLACK_TOKEN"}), find_slack),
+    Recognizer(frozenset({"STRIPE_KEY", "OPENAI_API_KEY"}), find_k_keys),
+    Recognizer(frozenset({"JWT"}), find_jwt),
+    Recognizer(frozenset({"BEARER_TOKEN"}), find_bearer),
+    Recognizer(frozenset({"CONNECTION_STRING_PASSWORD"}), find_url_passwords),
+    Recognizer(frozenset({"CONNECTION_STRING_PASSWORD"}), find_keyvalue_passwords),
+    Recognizer(
+        frozenset({"CREDIT_CARD", "US_SSN", "PHONE_NUMBER", "IP_ADDRESS"}),
+        find_separated_numbers,
+    ),
+    Recognizer(frozenset({"CREDIT_CARD"}), find_card_runs),
+    Recognizer(frozenset({"IBAN_CODE"}), find_ibans),
+    Recognizer(frozenset({"EMAIL_ADDRESS"}), find_emails),
+    Recognizer(frozenset({"IP_ADDRESS"}), find_ipv6),
+    Recognizer(frozenset({"PHONE_NUMBER"}), find_paren_phones),
+    Recognizer(frozenset({"PHONE_NUMBER"}), find_intl_phones),
+)
+
+
+class Scanner:
+    """Runs the recognizers of the enabled entity types over a text."""
+
+    def __init__(self, entities: Iterable[str] | None = None) -> None:
+        enabled = frozenset(ENTITY_TYPES if entities is None else entities)
+        unknown = sorted(enabled - set(ENTITY_TYPES))
+        if unknown:
+            raise ValueError(f"unknown entity type(s): {', '.join(unknown)}")
+        self.entities = enabled
+        self._recognizers = tuple(r for r in RECOGNIZERS if r.entities & enabled)
+
+    def __call__(self, text: str) -> list[PiiHit]:
+        """Every hit of an enabled entity type; hits may overlap."""
+        src = ScanText(text)
+        enabled = self.entities
+        hits: list[PiiHit] = []
+        for recognizer in self._recognizers:
+            hits.extend(hit for hit in recognizer.find(src) if hit.entity_type in enabled)
+        return hits

@@ -1,0 +1,137 @@
+"""Deadlines, reminders and scheduled prompts on APScheduler 3.
+
+The store is the truth: deadlines live on the requests, and every firing goes through a
+conditional write (``decide`` or ``mark_once``), so a restart rebuilds the jobs from the store
+and two processes sharing it never fire the same thing twice.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from apscheduler.triggers.cron import CronTrigger
+from apscheduler.triggers.date import DateTrigger
+
+from bot.config import DeadlineSettings, ScheduledPrompt
+from bot.domain import Request, utcnow
+from bot.events import Event
+from bot.runs import LiveRun, Supervisor
+
+log = logging.getLogger("kestrel.schedule")
+
+
+def parse_cron(expression: str) -> CronTrigger:
+    """A standard five-field crontab expression in UTC; ValueError naming the problem."""
+    try:
+        return CronTrigger.from_crontab(expression, timezone="UTC")
+    except ValueError as exc:
+        raise ValueError(f"cron {expression!r}: {exc}") from exc
+
+
+class Scheduler:
+    """Expires requests at their deadline, reminds on-call before it, starts scheduled prompts."""
+
+    def __init__(
+        self,
+        supervisor: Supervisor,
+        deadlines: DeadlineSettings,
+        prompts: list[ScheduledPrompt],
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self.supervisor = supervisor
+        self.deadlines = deadlines
+        self.prompts = {p.name: (p, parse_cron(p.cron)) for p in prompts}
+        self.clock = clock
+        self._aps: AsyncIOScheduler | None = None
+
+    async def start(self) -> None:
+        """Sweep what fell due while no process ran, then schedule jobs from the store."""
+        self._aps = AsyncIOScheduler(timezone="UTC")
+        self._aps.start()
+        await self.sweep()
+        for request, _status, _decision in await self.supervisor.rt.store.list_requests():
+            self._schedule_request(request)
+        for name in self.prompts:
+            self._schedule_prompt(name, self.clock())
+        self.supervisor.rt.events.add(self)
+
+    async def stop(self) -> None:
+        """Drop every job (nothing is lost: the store keeps the deadlines)."""
+        if self._aps is not None:
+            self._aps.shutdown(wait=False)
+            self._aps = None
+
+    def emit(self, event: Event) -> None:
+        """Event sink: a newly opened request gets its deadline and reminder jobs."""
+        if event.kind == "request_opened" and self._aps is not None:
+            self._schedule_request(Request.model_validate(event.data["request"]))
+
+    async def sweep(self, now: datetime | None = None) -> tuple[list[str], list[str]]:
+        """Expire every request past its deadline and remind those close to it, as of ``now``."""
+        now = now or self.clock()
+        expired, reminded = [], []
+        for request, _status, _decision in await self.supervisor.rt.store.list_requests():
+            if request.deadline is None:
+                continue
+            if request.deadline <= now:
+                if await self.supervisor.expire(request):
+                    expired.append(request.id)
+            elif request.deadline - self._remind_before() <= now and await self._remind(request):
+                reminded.append(request.id)
+        return expired, reminded
+
+    async def fire_prompt(self, name: str, at: datetime) -> LiveRun | None:
+        """Start the scheduled prompt for the occurrence ``at``, once across all processes."""
+        prompt, _trigger = self.prompts[name]
+        key = f"cron:{name}:{at.isoformat()}"
+        if not await self.supervisor.rt.store.mark_once(key):
+            return None
+        live = await self.supervisor.start_turn(prompt.prompt, requested_by=f"schedule:{name}")
+        log.info("scheduled prompt %s started run %s", name, live.run_id)
+        return live
+
+    async def _remind(self, request: Request) -> bool:
+        if not await self.supervisor.rt.store.mark_once(f"remind:{request.id}"):
+            return False
+        data = {"request": request.model_dump(mode="json")}
+        self.supervisor.rt.events.emit(Event("request_reminder", request.run_id, data))
+        await self.supervisor.rt.store.audit("deadline", "remind", request.run_id, request.id)
+        return True
+
+    def _remind_before(self) -> timedelta:
+        return timedelta(seconds=self.deadlines.remind_before)
+
+    def _schedule_request(self, request: Request) -> None:
+        if request.deadline is None or self._aps is None:
+            return
+        for when in (request.deadline - self._remind_before(), request.deadline):
+            self._aps.add_job(
+                self.sweep,
+                DateTrigger(run_date=max(when, self.clock())),
+                id=f"{request.id}:{when.isoformat()}",
+                replace_existing=True,
+                misfire_grace_time=None,
+            )
+
+    def _schedule_prompt(self, name: str, after: datetime) -> None:
+        if self._aps is None:
+            return
+        _prompt, trigger = self.prompts[name]
+        at = trigger.get_next_fire_time(None, after)
+        if at is None:
+            return
+        self._aps.add_job(
+            self._occurrence,
+            DateTrigger(run_date=at),
+            args=(name, at),
+            id=f"cron:{name}",
+            replace_existing=True,
+            misfire_grace_time=None,
+        )
+
+    async def _occurrence(self, name: str, at: datetime) -> None:
+        self._schedule_prompt(name, at + timedelta(seconds=1))
+        await self.fire_prompt(name, at)

@@ -1,0 +1,359 @@
+"""People in the loop: approvals, questions, policy, uncertain effects, deadlines, schedules."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bot.config import DeadlineSettings, PolicySettings, ScheduledPrompt
+from bot.domain import (
+    AssistantTurn,
+    AssistantTurnEntry,
+    Decision,
+    DecisionKind,
+    RequestKind,
+    RequestStatus,
+    RunRecord,
+    RunStarted,
+    RunStatus,
+    Session,
+    ToolCall,
+    ToolDispatched,
+    ToolResultEntry,
+    UserMessage,
+    utcnow,
+)
+from bot.journal import RunJournal
+from bot.policy import Actor, Policy
+from bot.prompters import DeferringPrompter
+from bot.runs import Supervisor
+from bot.runtime import Runtime
+from bot.schedule import Scheduler
+from bot.state import RunState, fold
+from bot.tools.ask_human import ask_human_tools
+from tests.fakes.runtime import Counter, call, counting_tools, make_runtime, reply
+
+POLICY = PolicySettings(
+    approvers={"*": ["U0APPROVER", "group:S0SRE"], "deploy": ["U0DEPLOYER"]},
+    oncall=["U0ONCALL"],
+)
+
+
+async def suspended_on_approval(
+    tmp_path: Path, *, policy: PolicySettings = POLICY, **deploy_options: Any
+) -> tuple[Runtime, Supervisor, Counter, str, Any]:
+    """A run that asked for ``deploy`` and suspended waiting for an approval."""
+    counter = Counter()
+    tools = counting_tools(counter, **deploy_options)
+    rt, _ = await make_runtime(
+        tmp_path / "k.db", [reply(call("deploy", text="v2")), reply(text="finished")], tools
+    )
+    rt.policy = Policy(policy)
+    sup = Supervisor(rt)
+    live = await sup.start_turn("ship it", requested_by="U0REQ", prompter=DeferringPrompter())
+    state = await sup.wait(live)
+    assert state.status is RunStatus.SUSPENDED
+    (request,) = state.open_requests
+    assert request.kind is RequestKind.WAIT_APPROVAL
+    return rt, sup, counter, live.run_id, request
+
+
+async def approve_and_finish(
+    sup: Supervisor,
+    run_id: str,
+    request_id: str,
+    user: str,
+    kind: DecisionKind = DecisionKind.APPROVE,
+) -> tuple[bool, str, RunState | None]:
+    decision = Decision(request_id=request_id, kind=kind, by=user, text="why not")
+    answered = await sup.answer(decision, run_id=run_id)
+    if not answered.ready:
+        return answered.accepted, answered.message, None
+    live = await sup.resume(run_id)
+    assert live is not None
+    return answered.accepted, answered.message, await sup.wait(live)
+
+
+async def test_approved_call_runs_once_after_resume(tmp_path: Path) -> None:
+    rt, sup, counter, run_id, request = await suspended_on_approval(tmp_path)
+    ok, _, state = await approve_and_finish(sup, run_id, request.id, "U0DEPLOYER")
+    assert ok and state is not None
+    assert state.result is not None and state.result.text == "finished"
+    assert counter.calls == {"deploy": 1}
+    kinds = [r.entry.kind for r in await rt.store.load(run_id)]
+    assert kinds.count("assistant_turn") == 2
+    assert "grant_written" in kinds
+    await rt.store.close()
+
+
+async def test_denied_call_never_runs_and_the_model_reads_the_reason(tmp_path: Path) -> None:
+    rt, sup, counter, run_id, request = await suspended_on_approval(tmp_path)
+    ok, _, state = await approve_and_finish(
+        sup, run_id, request.id, "U0APPROVER", DecisionKind.DENY
+    )
+    assert ok and state is not None and state.result is not None
+    assert counter.calls == {}
+    result = next(
+        r.entry for r in await rt.store.load(run_id) if isinstance(r.entry, ToolResultEntry)
+    )
+    assert result.outcome.value == "gate_denied"
+    assert "denied by U0APPROVER: why not" in result.output
+    await rt.store.close()
+
+
+async def test_concurrent_approvals_have_one_winner(tmp_path: Path) -> None:
+    rt, sup, counter, run_id, request = await suspended_on_approval(tmp_path)
+    decisions = [
+        Decision(request_id=request.id, kind=DecisionKind.APPROVE, by="U0APPROVER")
+        for _ in range(10)
+    ]
+    results = await asyncio.gather(*(sup.answer(d, run_id=run_id) for d in decisions))
+    assert sum(r.accepted for r in results) == 1
+    live = await sup.resume(run_id)
+    assert live is not None
+    await sup.wait(live)
+    assert counter.calls == {"deploy": 1}
+    await rt.store.close()
+
+
+@pytest.mark.parametrize(
+    ("user", "kind", "refusal"),
+    [
+        ("U0REQ", DecisionKind.APPROVE, "someone else must approve"),
+        ("U0NOBODY", DecisionKind.APPROVE, "may not approve deploy"),
+        ("U0ONCALL", DecisionKind.ANSWER, "not an answer to a wait_approval"),
+    ],
+)
+async def test_approval_policy_refusals(
+    tmp_path: Path, user: str, kind: DecisionKind, refusal: str
+) -> None:
+    rt, sup, _counter, run_id, request = await suspended_on_approval(tmp_path)
+    decision = Decision(request_id=request.id, kind=kind, by=user)
+    answered = await sup.answer(decision, run_id=run_id)
+    assert not answered.accepted
+    assert refusal in answered.message
+    _req, status, _ = await rt.store.get_request(request.id)
+    assert status is RequestStatus.OPEN
+    await rt.store.close()
+
+
+async def test_group_membership_comes_from_the_actor_not_the_payload(tmp_path: Path) -> None:
+    rt, sup, _counter, run_id, request = await suspended_on_approval(tmp_path)
+    decision = Decision(request_id=request.id, kind=DecisionKind.APPROVE, by="U0SRE")
+    answered = await sup.answer(decision, run_id=run_id, actor=Actor("U0SRE", frozenset({"S0SRE"})))
+    assert answered.accepted
+    await rt.store.close()
+
+
+async def test_answer_to_the_wrong_run_or_a_stale_card_is_refused(tmp_path: Path) -> None:
+    rt, sup, _counter, run_id, request = await suspended_on_approval(tmp_path)
+    decision = Decision(request_id=request.id, kind=DecisionKind.APPROVE, by="U0APPROVER")
+    wrong_run = await sup.answer(decision, run_id="run_other")
+    assert not wrong_run.accepted and "does not belong" in wrong_run.message
+    stale = await sup.answer(decision, run_id=run_id, digest="0" * 32)
+    assert not stale.accepted and "stale" in stale.message
+    unknown = await sup.answer(decision.model_copy(update={"request_id": "req_x"}), run_id=run_id)
+    assert not unknown.accepted
+    await rt.store.close()
+
+
+async def test_two_person_rule(tmp_path: Path) -> None:
+    rt, sup, counter, run_id, request = await suspended_on_approval(tmp_path, approvals=2)
+    assert request.approvals_needed == 2
+    first = await sup.answer(
+        Decision(request_id=request.id, kind=DecisionKind.APPROVE, by="U0APPROVER"), run_id=run_id
+    )
+    assert first.accepted and not first.ready and "1 of 2" in first.message
+    again = await sup.answer(
+        Decision(request_id=request.id, kind=DecisionKind.APPROVE, by="U0APPROVER"), run_id=run_id
+    )
+    assert again.accepted and not again.ready  # the same person twice still counts once
+    ok, _, state = await approve_and_finish(sup, run_id, request.id, "U0DEPLOYER")
+    assert ok and state is not None and counter.calls == {"deploy": 1}
+    await rt.store.close()
+
+
+async def test_a_deny_tool_is_refused_without_asking_anyone(tmp_path: Path) -> None:
+    counter = Counter()
+    rt, _ = await make_runtime(
+        tmp_path / "k.db",
+        [reply(call("deploy", text="v2")), reply(text="finished")],
+        counting_tools(counter, deny=True),
+    )
+    sup = Supervisor(rt)
+    live = await sup.start_turn("ship it", requested_by="U0REQ", prompter=DeferringPrompter())
+    state = await sup.wait(live)
+    assert state.result is not None and state.result.outcomes == {"gate_denied": 1}
+    assert await rt.store.list_requests(run_id=live.run_id, status=None) == []
+    assert counter.calls == {}
+    await rt.store.close()
+
+
+async def test_questions_defer_and_the_answer_becomes_the_result(tmp_path: Path) -> None:
+    replies = [
+        reply(call("ask_human_select", question="Which region?", options=["eu", "us"])),
+        reply(text="ok"),
+    ]
+    rt, _ = await make_runtime(tmp_path / "k.db", replies, ask_human_tools())
+    sup = Supervisor(rt)
+    live = await sup.start_turn("go", requested_by="U0REQ", prompter=DeferringPrompter())
+    state = await sup.wait(live)
+    (request,) = state.open_requests
+    assert request.kind is RequestKind.WAIT_USER and request.options == ("eu", "us")
+    stranger = await sup.answer(
+        Decision(request_id=request.id, kind=DecisionKind.ANSWER, text="us", by="U0X"),
+        run_id=live.run_id,
+    )
+    assert not stranger.accepted
+    answered = await sup.answer(
+        Decision(request_id=request.id, kind=DecisionKind.ANSWER, text="eu", by="U0REQ"),
+        run_id=live.run_id,
+    )
+    assert answered.ready
+    resumed = await sup.resume(live.run_id)
+    assert resumed is not None
+    state = await sup.wait(resumed)
+    assert state.result is not None and state.result.text == "ok"
+    result = next(
+        r.entry for r in await rt.store.load(live.run_id) if isinstance(r.entry, ToolResultEntry)
+    )
+    assert result.output.startswith("eu")
+    await rt.store.close()
+
+
+async def test_questions_without_a_prompter_are_refused(tmp_path: Path) -> None:
+    replies = [reply(call("ask_human_input", question="Why?")), reply(text="ok")]
+    rt, _ = await make_runtime(tmp_path / "k.db", replies, ask_human_tools())
+    sup = Supervisor(rt)
+    state = await sup.wait(await sup.start_turn("go"))
+    assert state.result is not None and state.result.status is RunStatus.COMPLETED
+    result = next(
+        r.entry for r in await rt.store.load(state.run_id) if isinstance(r.entry, ToolResultEntry)
+    )
+    assert "no one is present" in result.output
+    await rt.store.close()
+
+
+async def orphaned_dispatch(tmp_path: Path) -> tuple[Runtime, Supervisor, Counter, str]:
+    """A journal that stops right after a non-idempotent dispatch, as a crash leaves it."""
+    counter = Counter()
+    rt, _ = await make_runtime(
+        tmp_path / "k.db",
+        [reply(call("write", text="x")), reply(text="after")],
+        counting_tools(counter),
+    )
+    rt.policy = Policy(POLICY)
+    sup = Supervisor(rt)
+    await rt.store.ensure_session(Session(id="ses_1"))
+    epoch = await rt.store.create_run(RunRecord(id="run_1", session_id="ses_1"), "dead", 0.0)
+    journal = RunJournal(rt.store, RunState("run_1"), epoch)
+    turn = AssistantTurn(calls=(ToolCall(id="call_1", name="write", arguments='{"text": "x"}'),))
+    for entry in (
+        RunStarted(run_id="run_1", session_id="ses_1", fingerprint=rt.fingerprint()),
+        UserMessage(text="write"),
+        AssistantTurnEntry(iteration=0, turn=turn),
+        ToolDispatched(call_id="call_1", tool="write"),
+    ):
+        await journal.append(entry)
+    return rt, sup, counter, "run_1"
+
+
+@pytest.mark.parametrize(
+    ("choice", "runs", "output"),
+    [
+        (DecisionKind.RETRY, 1, "wrote x"),
+        (DecisionKind.DONE, 0, "it worked"),
+        (DecisionKind.FAILED, 0, "marked failed by U0ONCALL"),
+    ],
+)
+async def test_uncertain_effect_waits_for_oncall(
+    tmp_path: Path, choice: DecisionKind, runs: int, output: str
+) -> None:
+    rt, sup, counter, run_id = await orphaned_dispatch(tmp_path)
+    live = await sup.resume(run_id)
+    assert live is not None
+    state = await sup.wait(live)
+    (request,) = state.open_requests
+    assert request.kind is RequestKind.WAIT_EFFECT
+    assert counter.calls == {}
+    not_oncall = await sup.answer(
+        Decision(request_id=request.id, kind=choice, by="U0APPROVER"), run_id=run_id
+    )
+    assert not not_oncall.accepted
+    decision = Decision(
+        request_id=request.id,
+        kind=choice,
+        by="U0ONCALL",
+        text="it worked" if choice is DecisionKind.DONE else "",
+    )
+    assert (await sup.answer(decision, run_id=run_id)).ready
+    live = await sup.resume(run_id)
+    assert live is not None
+    state = await sup.wait(live)
+    assert state.result is not None and state.result.text == "after"
+    assert counter.calls.get("write", 0) == runs
+    result = next(
+        r.entry for r in await rt.store.load(run_id) if isinstance(r.entry, ToolResultEntry)
+    )
+    assert output in result.output
+    await rt.store.close()
+
+
+async def test_deadline_expires_once_across_a_restart(tmp_path: Path) -> None:
+    rt, sup, counter, run_id, request = await suspended_on_approval(tmp_path)
+    assert request.deadline is not None
+    later = request.deadline + timedelta(seconds=1)
+    first = Scheduler(sup, DeadlineSettings(), [], clock=lambda: later)
+    restarted = Scheduler(Supervisor(rt), DeadlineSettings(), [], clock=lambda: later)
+    expired_a, _ = await first.sweep()
+    expired_b, _ = await restarted.sweep()
+    assert expired_a == [request.id] and expired_b == []
+    for live in list(sup.live.values()):
+        await sup.wait(live)
+    state = fold(await rt.store.load(run_id), run_id)
+    assert state.result is not None
+    result = next(
+        r.entry for r in await rt.store.load(run_id) if isinstance(r.entry, ToolResultEntry)
+    )
+    assert "expired" in result.output
+    assert counter.calls == {}
+    actions = [a.action for a in await rt.store.list_audit(run_id=run_id)]
+    assert actions.count("expire") == 1
+    await rt.store.close()
+
+
+async def test_reminder_fires_once_before_the_deadline(tmp_path: Path) -> None:
+    rt, sup, _counter, _run_id, request = await suspended_on_approval(tmp_path)
+    assert request.deadline is not None
+    soon = request.deadline - timedelta(seconds=60)
+    scheduler = Scheduler(sup, DeadlineSettings(remind_before=600), [], clock=lambda: soon)
+    assert (await scheduler.sweep())[1] == [request.id]
+    assert (await scheduler.sweep())[1] == []
+    await rt.store.close()
+
+
+async def test_scheduled_prompt_fires_once_and_refuses_gated_calls(tmp_path: Path) -> None:
+    counter = Counter()
+    rt, _ = await make_runtime(
+        tmp_path / "k.db",
+        [reply(call("deploy", text="nightly")), reply(text="done")],
+        counting_tools(counter),
+    )
+    sup = Supervisor(rt)
+    prompts = [ScheduledPrompt(name="nightly", cron="0 3 * * *", prompt="deploy nightly")]
+    scheduler = Scheduler(sup, DeadlineSettings(), prompts)
+    at = utcnow().replace(hour=3, minute=0, second=0, microsecond=0)
+    live = await scheduler.fire_prompt("nightly", at)
+    assert live is not None
+    assert (
+        await Scheduler(Supervisor(rt), DeadlineSettings(), prompts).fire_prompt("nightly", at)
+        is None
+    )
+    state = await sup.wait(live)
+    assert state.result is not None and state.result.outcomes == {"gate_denied": 1}
+    assert counter.calls == {}
+    await rt.store.close()

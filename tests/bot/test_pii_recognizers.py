@@ -1,0 +1,509 @@
+"""Recognizers of the PII guard: true positives and false positives per entity type."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from bot.pii import resolve_overlaps
+from bot.pii_recognizers import (
+    ENTITY_TYPES,
+    Scanner,
+    card_brand_ok,
+    iban_ok,
+    luhn_ok,
+    ssn_ok,
+)
+
+SCAN = Scanner()
+
+JWT = (
+    "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4gRG9lIiwia"
+    "WF0IjoxNTE2MjM5MDIyfQ.SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c"
+)
+AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+GH_BODY = "1234567890abcdefghijABCDEFGHIJ123456"
+RSA_BLOCK = (
+    "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAx4UbaDzY1W2YBkV\n"
+    "q8T0jDdbB2xY1ZkLd0==\n-----END RSA PRIVATE KEY-----"
+)
+
+
+def found(text: str, entity: str) -> list[str]:
+    """The substrings the scanner reports as `entity`, after overlaps are resolved."""
+    hits = resolve_overlaps(SCAN(text), len(text))
+    return [text[hit.start : hit.end] for hit in hits if hit.entity_type == entity]
+
+
+TRUE_POSITIVES: list[tuple[str, str, str]] = [
+    # EMAIL_ADDRESS
+    ("EMAIL_ADDRESS", "contact alice@example.com now", "alice@example.com"),
+    ("EMAIL_ADDRESS", "bob.smith+tag@mail.example.co.uk", "bob.smith+tag@mail.example.co.uk"),
+    ("EMAIL_ADDRESS", "<ops_team@corp-mail.io>", "ops_team@corp-mail.io"),
+    ("EMAIL_ADDRESS", "mailto:jane.doe@example.org", "jane.doe@example.org"),
+    ("EMAIL_ADDRESS", '{"email": "x.y@sub.example.travel"}', "x.y@sub.example.travel"),
+    ("EMAIL_ADDRESS", "sent to jörg@example.de.", "jörg@example.de"),
+    ("EMAIL_ADDRESS", "Author: Jane <jane@example.com>", "jane@example.com"),
+    # PHONE_NUMBER
+    ("PHONE_NUMBER", "call +44 20 7946 0958 today", "+44 20 7946 0958"),
+    ("PHONE_NUMBER", "+1 (555) 123-4567", "+1 (555) 123-4567"),
+    ("PHONE_NUMBER", "tel:+1-555-123-4567", "+1-555-123-4567"),
+    ("PHONE_NUMBER", "mobile=+4915112345678", "+4915112345678"),
+    ("PHONE_NUMBER", "+33 1 23 45 67 89", "+33 1 23 45 67 89"),
+    ("PHONE_NUMBER", "+44 (0)20 7946 0958", "+44 (0)20 7946 0958"),
+    ("PHONE_NUMBER", "phone: (555) 123-4567", "(555) 123-4567"),
+    ("PHONE_NUMBER", "phone: 555-123-4567", "555-123-4567"),
+    ("PHONE_NUMBER", "phone: 555.123.4567", "555.123.4567"),
+    ("PHONE_NUMBER", "toll free 1-800-555-0199", "1-800-555-0199"),
+    ("PHONE_NUMBER", "London 020 7946 0958", "020 7946 0958"),
+    ("PHONE_NUMBER", "Berlin 030 12345678", "030 12345678"),
+    ("PHONE_NUMBER", "mobiel 06-12345678", "06-12345678"),
+    ("PHONE_NUMBER", "Paris 01 23 45 67 89", "01 23 45 67 89"),
+    ("PHONE_NUMBER", "portable 06.12.34.56.78", "06.12.34.56.78"),
+    ("PHONE_NUMBER", "Tel. (030) 1234567", "(030) 1234567"),
+    ("PHONE_NUMBER", "call 07700 900123 now", "07700 900123"),
+    # CREDIT_CARD
+    ("CREDIT_CARD", "card=4111111111111111", "4111111111111111"),
+    ("CREDIT_CARD", "card 4111 1111 1111 1111 exp 12/29", "4111 1111 1111 1111"),
+    ("CREDIT_CARD", "4111-1111-1111-1111", "4111-1111-1111-1111"),
+    ("CREDIT_CARD", "mc 5500 0000 0000 0004", "5500 0000 0000 0004"),
+    ("CREDIT_CARD", "amex 3782 822463 10005", "3782 822463 10005"),
+    ("CREDIT_CARD", "amex 378282246310005", "378282246310005"),
+    ("CREDIT_CARD", "discover 6011111111111117", "6011111111111117"),
+    ("CREDIT_CARD", "jcb 3530111333300000", "3530111333300000"),
+    ("CREDIT_CARD", "diners 30569309025904", "30569309025904"),
+    ("CREDIT_CARD", "mc2 2221000000000009", "2221000000000009"),
+    ("CREDIT_CARD", '"pan": "4012888888881881"', "4012888888881881"),
+    # IBAN_CODE
+    ("IBAN_CODE", "iban DE89370400440532013000", "DE89370400440532013000"),
+    ("IBAN_CODE", "IBAN: DE89 3704 0044 0532 0130 00.", "DE89 3704 0044 0532 0130 00"),
+    ("IBAN_CODE", "GB82WEST12345698765432", "GB82WEST12345698765432"),
+    ("IBAN_CODE", "GB82 WEST 1234 5698 7654 32", "GB82 WEST 1234 5698 7654 32"),
+    ("IBAN_CODE", "FR1420041010050500013M02606", "FR1420041010050500013M02606"),
+    ("IBAN_CODE", "NL91ABNA0417164300", "NL91ABNA0417164300"),
+    ("IBAN_CODE", "NO9386011117947", "NO9386011117947"),
+    # IP_ADDRESS
+    ("IP_ADDRESS", "10.0.0.1 - - [01/May/2024] GET /", "10.0.0.1"),
+    ("IP_ADDRESS", "client 8.8.8.8 connected", "8.8.8.8"),
+    ("IP_ADDRESS", "http://10.1.2.3:8080/x", "10.1.2.3"),
+    ("IP_ADDRESS", "listen [2001:db8::1]:443", "2001:db8::1"),
+    ("IP_ADDRESS", "fe80::1ff:fe23:4567:890a", "fe80::1ff:fe23:4567:890a"),
+    (
+        "IP_ADDRESS",
+        "addr 2001:0db8:85a3:0000:0000:8a2e:0370:7334 up",
+        "2001:0db8:85a3:0000:0000:8a2e:0370:7334",
+    ),
+    ("IP_ADDRESS", "bound to ::1", "::1"),
+    ("IP_ADDRESS", "peer ::ffff:192.0.2.128", "::ffff:192.0.2.128"),
+    ("IP_ADDRESS", "link fe80::1%eth0 up", "fe80::1%eth0"),
+    # US_SSN
+    ("US_SSN", "ssn 123-45-6789", "123-45-6789"),
+    ("US_SSN", "SSN: 078-05-1120\n", "078-05-1120"),
+    ("US_SSN", "SSN 123 45 6789", "123 45 6789"),
+    # AWS_ACCESS_KEY
+    ("AWS_ACCESS_KEY", "AKIAIOSFODNN7EXAMPLE", "AKIAIOSFODNN7EXAMPLE"),
+    ("AWS_ACCESS_KEY", "id ASIAY34FZKBOKMUTVV7A", "ASIAY34FZKBOKMUTVV7A"),
+    ("AWS_ACCESS_KEY", "key=AKIAIOSFODNN7EXAMPLE;", "AKIAIOSFODNN7EXAMPLE"),
+    # AWS_SECRET_KEY
+    ("AWS_SECRET_KEY", f"aws_secret_access_key = {AWS_SECRET}", AWS_SECRET),
+    ("AWS_SECRET_KEY", f"AWS_SECRET_ACCESS_KEY={AWS_SECRET}", AWS_SECRET),
+    ("AWS_SECRET_KEY", f'"SecretAccessKey": "{AWS_SECRET}"', AWS_SECRET),
+    ("AWS_SECRET_KEY", f"aws_secret_key: {AWS_SECRET}", AWS_SECRET),
+    # GITHUB_TOKEN
+    ("GITHUB_TOKEN", f"token ghp_{GH_BODY}", f"ghp_{GH_BODY}"),
+    ("GITHUB_TOKEN", f"gho_{GH_BODY}", f"gho_{GH_BODY}"),
+    ("GITHUB_TOKEN", f"GH_TOKEN=ghu_{GH_BODY}", f"ghu_{GH_BODY}"),
+    ("GITHUB_TOKEN", f"ghs_{GH_BODY}", f"ghs_{GH_BODY}"),
+    ("GITHUB_TOKEN", f"ghr_{GH_BODY}", f"ghr_{GH_BODY}"),
+    (
+        "GITHUB_TOKEN",
+        "github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ01",
+        "github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ01",
+    ),
+    # SLACK_TOKEN
+    (
+        "SLACK_TOKEN",
+        "SLACK=xoxb-123456789012-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx",
+        "xoxb-123456789012-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx",
+    ),
+    (
+        "SLACK_TOKEN",
+        "xoxp-123456789012-123456789012-123456789012-0123456789abcdef",
+        "xoxp-123456789012-123456789012-123456789012-0123456789abcdef",
+    ),
+    ("SLACK_TOKEN", "xoxa-2-1234567890-abcdefghij", "xoxa-2-1234567890-abcdefghij"),
+    (
+        "SLACK_TOKEN",
+        "app xapp-1-A01234567-1234567890123-abcdef0123456789",
+        "xapp-1-A01234567-1234567890123-abcdef0123456789",
+    ),
+    # OPENAI_API_KEY
+    (
+        "OPENAI_API_KEY",
+        "OPENAI_API_KEY=sk-abcdefghijklmnopqrstuvwxyzABCDEFGH1234567890abcd",
+        "sk-abcdefghijklmnopqrstuvwxyzABCDEFGH1234567890abcd",
+    ),
+    (
+        "OPENAI_API_KEY",
+        "sk-proj-AbCdEf0123456789_abcdefghij-ABCDEFGHIJ0123456789abcdefgh",
+        "sk-proj-AbCdEf0123456789_abcdefghij-ABCDEFGHIJ0123456789abcdefgh",
+    ),
+    # STRIPE_KEY
+    ("STRIPE_KEY", "sk_live_4eC39HqLyjWDarjtT1zdp7dc", "sk_live_4eC39HqLyjWDarjtT1zdp7dc"),
+    ("STRIPE_KEY", "key: rk_live_4eC39HqLyjWDarjtT1zdp7dc", "rk_live_4eC39HqLyjWDarjtT1zdp7dc"),
+    ("STRIPE_KEY", "sk_test_4eC39HqLyjWDarjtT1zdp7dc", "sk_test_4eC39HqLyjWDarjtT1zdp7dc"),
+    # GOOGLE_API_KEY
+    (
+        "GOOGLE_API_KEY",
+        "key=AIzaSyD-9tSrke72PouQMnMX-a7eZSW0jkFMBWY&q=x",
+        "AIzaSyD-9tSrke72PouQMnMX-a7eZSW0jkFMBWY",
+    ),
+    # BEARER_TOKEN
+    ("BEARER_TOKEN", "Authorization: Bearer abcDEF123456ghiJKL", "abcDEF123456ghiJKL"),
+    ("BEARER_TOKEN", "bearer 0123456789abcdef0123", "0123456789abcdef0123"),
+    ("BEARER_TOKEN", "BEARER Zm9vYmFyYmF6cXV4==", "Zm9vYmFyYmF6cXV4=="),
+    # JWT
+    ("JWT", f"token={JWT}", JWT),
+    ("JWT", f"Authorization: Bearer {JWT}", JWT),
+    # PRIVATE_KEY
+    ("PRIVATE_KEY", f"key:\n{RSA_BLOCK}\nnext line", RSA_BLOCK),
+    (
+        "PRIVATE_KEY",
+        "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmU\n"
+        "-----END OPENSSH PRIVATE KEY-----",
+        "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmU\n"
+        "-----END OPENSSH PRIVATE KEY-----",
+    ),
+    (
+        "PRIVATE_KEY",
+        '{"private_key": "-----BEGIN PRIVATE KEY-----\\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC'
+        '\\n-----END PRIVATE KEY-----\\n", "type": "service_account"}',
+        "-----BEGIN PRIVATE KEY-----\\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC"
+        "\\n-----END PRIVATE KEY-----",
+    ),
+    (
+        "PRIVATE_KEY",
+        "-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEIBYq8T0jDdbB2xY1ZkLd0\nAwEHoUQDQgAE\n"
+        "2024-05-01 12:00:00 the output was cut",
+        "-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEIBYq8T0jDdbB2xY1ZkLd0\nAwEHoUQDQgAE",
+    ),
+    (
+        "PRIVATE_KEY",
+        "-----BEGIN RSA PRIVATE KEY-----\nProc-Type: 4,ENCRYPTED\n"
+        "DEK-Info: AES-128-CBC,3F17F5316E2BAC89\n\nMIIEowIBAAKCAQEAx4UbaDzY1W2YBkV",
+        "-----BEGIN RSA PRIVATE KEY-----\nProc-Type: 4,ENCRYPTED\n"
+        "DEK-Info: AES-128-CBC,3F17F5316E2BAC89\n\nMIIEowIBAAKCAQEAx4UbaDzY1W2YBkV",
+    ),
+    (
+        "PRIVATE_KEY",
+        "-----BEGIN PGP PRIVATE KEY BLOCK-----\n\nlQOYBF\n-----END PGP PRIVATE KEY BLOCK-----",
+        "-----BEGIN PGP PRIVATE KEY BLOCK-----\n\nlQOYBF\n-----END PGP PRIVATE KEY BLOCK-----",
+    ),
+    # CONNECTION_STRING_PASSWORD
+    ("CONNECTION_STRING_PASSWORD", "postgres://app:s3cr3t@db:5432/app", "s3cr3t"),
+    ("CONNECTION_STRING_PASSWORD", "redis://:hunter2@cache:6379/0", "hunter2"),
+    ("CONNECTION_STRING_PASSWORD", "mongodb+srv://u:p%40ss@cluster0.example.net/db", "p%40ss"),
+    ("CONNECTION_STRING_PASSWORD", "amqp://guest:p@ss@rabbit/vhost", "p@ss"),
+    ("CONNECTION_STRING_PASSWORD", "Server=db;User Id=sa;Password=Pa55w0rd!;", "Pa55w0rd!"),
+    ("CONNECTION_STRING_PASSWORD", "host=db user=app password=hunter2 dbname=app", "hunter2"),
+    ("CONNECTION_STRING_PASSWORD", "Driver={ODBC};Pwd={secret;val};", "secret;val"),
+    ("CONNECTION_STRING_PASSWORD", 'password="with space" port=5432', "with space"),
+    ("CONNECTION_STRING_PASSWORD", "PGPASSWORD=abc123 psql", "abc123"),
+    ("CONNECTION_STRING_PASSWORD", "[db]\npassword = hunter2\n", "hunter2"),
+]
+
+
+@pytest.mark.parametrize(("entity", "text", "expected"), TRUE_POSITIVES)
+def test_true_positive(entity: str, text: str, expected: str) -> None:
+    assert found(text, entity) == [expected]
+
+
+FALSE_POSITIVES: list[tuple[str, str]] = [
+    # EMAIL_ADDRESS
+    ("EMAIL_ADDRESS", "@app.route('/x')"),
+    ("EMAIL_ADDRESS", "npm i @types/node"),
+    ("EMAIL_ADDRESS", "ssh user@localhost"),
+    ("EMAIL_ADDRESS", "pip install pkg@1.2.3"),
+    ("EMAIL_ADDRESS", "image nginx@sha256:abcdef0123"),
+    ("EMAIL_ADDRESS", "postgres://app:secret@db.example.com/app"),
+    ("EMAIL_ADDRESS", "https://user@example.com/path"),
+    ("EMAIL_ADDRESS", "x@-bad.com"),
+    ("EMAIL_ADDRESS", "foo@bar.c"),
+    # PHONE_NUMBER
+    ("PHONE_NUMBER", "2024-05-01 12:34:56"),
+    ("PHONE_NUMBER", "2024-05-01T12:34:56.789+02:00"),
+    ("PHONE_NUMBER", "request_id=123e4567-e89b-12d3-a456-426614174000"),
+    ("PHONE_NUMBER", '{"ts": 1714567890123}'),
+    ("PHONE_NUMBER", "offset +0000 tz +05:30"),
+    ("PHONE_NUMBER", "Chrome/124.0.6367.91"),
+    ("PHONE_NUMBER", "123-456-7890"),
+    ("PHONE_NUMBER", "00 00 00 00 00 00 00 00"),
+    ("PHONE_NUMBER", "01 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00"),
+    ("PHONE_NUMBER", "sizes 512 256 1024"),
+    ("PHONE_NUMBER", "+12 points, +1234 lines"),
+    ("PHONE_NUMBER", "ISBN 978-3-16-148410-0"),
+    ("PHONE_NUMBER", "12/25/2024 and 2024/05/01"),
+    ("PHONE_NUMBER", "1,234,567 rows"),
+    ("PHONE_NUMBER", "port 8080 pid 12345 version 10.2.3"),
+    ("PHONE_NUMBER", "01.02.2024 12:00"),
+    ("PHONE_NUMBER", "HTTP/1.1 200 90493"),
+    ("PHONE_NUMBER", "3.14159265358979"),
+    # CREDIT_CARD
+    ("CREDIT_CARD", "4111111111111112"),
+    ("CREDIT_CARD", "1234567812345670"),
+    ("CREDIT_CARD", '{"ts": 1714567890123}'),
+    ("CREDIT_CARD", "guild 1222661216587828173"),
+    ("CREDIT_CARD", "4111111111111111111"),
+    ("CREDIT_CARD", "4111 1111 1111 1112"),
+    ("CREDIT_CARD", "0000 0000 0000 0000"),
+    ("CREDIT_CARD", "a4111111111111111b"),
+    ("CREDIT_CARD", "v4.111.1111.1111.1111"),
+    # IBAN_CODE
+    ("IBAN_CODE", "DE89370400440532013001"),
+    ("IBAN_CODE", "XX89370400440532013000"),
+    ("IBAN_CODE", "DE8937040044053201300"),
+    ("IBAN_CODE", "DE893704004405320130001"),
+    ("IBAN_CODE", "HTTP/1.1 UTF8 AB12"),
+    # IP_ADDRESS
+    ("IP_ADDRESS", "999.1.1.1"),
+    ("IP_ADDRESS", "1.2.3"),
+    ("IP_ADDRESS", "oid 1.2.3.4.5"),
+    ("IP_ADDRESS", "v1.2.3.4"),
+    ("IP_ADDRESS", "Mozilla/5.0 Chrome/124.0.0.0"),
+    ("IP_ADDRESS", "12:34:56"),
+    ("IP_ADDRESS", "std::vector<int> Foo::bar"),
+    ("IP_ADDRESS", "mac 00:1A:2B:3C:4D:5E"),
+    ("IP_ADDRESS", "01.02.03.04"),
+    ("IP_ADDRESS", "1.2.3.4a"),
+    # US_SSN
+    ("US_SSN", "000-12-3456"),
+    ("US_SSN", "666-12-3456"),
+    ("US_SSN", "900-12-3456"),
+    ("US_SSN", "123-00-4567"),
+    ("US_SSN", "123-45-0000"),
+    ("US_SSN", "123-45-67890"),
+    ("US_SSN", "a123-45-6789"),
+    ("US_SSN", "123.45.6789"),
+    ("US_SSN", "2024-05-01"),
+    # AWS_ACCESS_KEY
+    ("AWS_ACCESS_KEY", "AKIAIOSFODNN7EXAMPL"),
+    ("AWS_ACCESS_KEY", "AKIAIOSFODNN7EXAMPLE1"),
+    ("AWS_ACCESS_KEY", "XAKIAIOSFODNN7EXAMPLE"),
+    ("AWS_ACCESS_KEY", "AKIAiosfodnn7example"),
+    # AWS_SECRET_KEY
+    ("AWS_SECRET_KEY", f"secret_key = {AWS_SECRET}"),
+    ("AWS_SECRET_KEY", "aws_secret_access_key = short"),
+    ("AWS_SECRET_KEY", f"aws_secret_access_key = {AWS_SECRET}X"),
+    ("AWS_SECRET_KEY", AWS_SECRET),
+    # GITHUB_TOKEN
+    ("GITHUB_TOKEN", "ghp_short"),
+    ("GITHUB_TOKEN", f"ghx_{GH_BODY}"),
+    ("GITHUB_TOKEN", f"xghp_{GH_BODY}"),
+    ("GITHUB_TOKEN", "github_pat_short"),
+    # SLACK_TOKEN
+    ("SLACK_TOKEN", "xoxb- placeholder"),
+    ("SLACK_TOKEN", "xoxb-abcdefghijkl"),
+    ("SLACK_TOKEN", "xoxz-123456789012"),
+    # OPENAI_API_KEY
+    ("OPENAI_API_KEY", "sk-learn-is-a-python-library-for-machine-learning"),
+    ("OPENAI_API_KEY", "task-1234567890ABCDEFGHIJabcdefghij12345"),
+    ("OPENAI_API_KEY", "sk-short1A"),
+    # STRIPE_KEY
+    ("STRIPE_KEY", "pk_live_4eC39HqLyjWDarjtT1zdp7dc"),
+    ("STRIPE_KEY", "sk_live_short"),
+    ("STRIPE_KEY", "disk_live_4eC39HqLyjWDarjtT1zdp7dc"),
+    # GOOGLE_API_KEY
+    ("GOOGLE_API_KEY", "AIzaSyD-short"),
+    ("GOOGLE_API_KEY", "AIzaSyD-9tSrke72PouQMnMX-a7eZSW0jkFMBWYx"),
+    # BEARER_TOKEN
+    ("BEARER_TOKEN", "Bearer authentication is required"),
+    ("BEARER_TOKEN", 'WWW-Authenticate: Bearer realm="example"'),
+    ("BEARER_TOKEN", "the bearer token expired"),
+    ("BEARER_TOKEN", "Authorization: Bearer ${TOKEN}"),
+    ("BEARER_TOKEN", "Authorization: Bearer <redacted>"),
+    # JWT
+    ("JWT", "eyJhbGciOiJIUzI1NiJ9 only a header"),
+    ("JWT", "eyJ.eyJ.x"),
+    # PRIVATE_KEY
+    ("PRIVATE_KEY", "-----BEGIN PUBLIC KEY-----\nMIIBIjANBgkqh\n-----END PUBLIC KEY-----"),
+    ("PRIVATE_KEY", "-----BEGIN CERTIFICATE-----\nMIIBIjANBgkqh\n-----END CERTIFICATE-----"),
+    ("PRIVATE_KEY", "the private key is stored in vault"),
+    # CONNECTION_STRING_PASSWORD
+    ("CONNECTION_STRING_PASSWORD", "https://example.com:8443/path"),
+    ("CONNECTION_STRING_PASSWORD", "password= dbname=app"),
+    ("CONNECTION_STRING_PASSWORD", "password=*** user=app"),
+    ("CONNECTION_STRING_PASSWORD", "PWD=/home/user OLDPWD=/tmp"),
+    ("CONNECTION_STRING_PASSWORD", "password: required"),
+    ("CONNECTION_STRING_PASSWORD", "http://user@host/"),
+]
+
+
+@pytest.mark.parametrize(("entity", "text"), FALSE_POSITIVES)
+def test_false_positive(entity: str, text: str) -> None:
+    assert found(text, entity) == []
+
+
+BENIGN_LOG_LINES = [
+    "2024-05-01T12:34:56.789Z INFO  [worker-3] request completed in 12.5ms pid=4312 port=8080",
+    '{"ts": 1714567890123, "level": "info", "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736"}',
+    '{"duration": 0.013, "span_id": "52ee06fdc8426514", "version": "1.17.98"}',
+    "request_id=123e4567-e89b-12d3-a456-426614174000",
+    "python 3.11.4 / pip 23.2.1 / Chrome/124.0.6367.91",
+    "sha256:0337f2143e4f17400fcb44b3fcba4843d2380b6a8c10562b7b994e16150e5651",
+    "guild 1222661216587828173 channel 1100000000000000001",
+    '  File "/usr/lib/python3.11/site-packages/app/db.py", line 469, in db_handler',
+    "\tat com.example.db.ConnectionPool.acquire(ConnectionPool.java:123)",
+    "uptime 3d4h, load 0.52 0.48 0.40, mem 16314956 8745620",
+    "00000010: 0a1b 2c3d 4e5f 6071 8293 a4b5 c6d7 e8f9  ..,=N_`q........",
+    "HTTP/1.1 200 OK Content-Length: 5321",
+    "Date: Wed, 01 May 2024 12:34:56 GMT",
+    "version 1.2.3-rc.4+build.5, took 1234567 ns, 0.000123 s, 1e-05",
+    "api-7d9f8b6c5-x2x9z   1/1     Running   0          3d4h",
+    "Mon May  1 12:34:56 UTC 2024 PID 12345 PPID 1 UID 1000 GID 1000",
+    "/dev/sda1 102687672 45678912 51234567 48% /",
+    "Traceback (most recent call last): TimeoutError: timed out after 14.575s",
+    "build 20240501-123456 commit 3f9a1c2 tag v2.14.0",
+]
+
+
+@pytest.mark.parametrize("line", BENIGN_LOG_LINES)
+def test_benign_log_line_has_no_hits(line: str) -> None:
+    assert SCAN(line) == []
+
+
+def test_offsets_are_those_of_the_original_text_when_it_is_not_ascii() -> None:
+    text = "Grüße 🙂 an jörg@example.de und 10.0.0.1"
+    hits = resolve_overlaps(SCAN(text), len(text))
+    assert [text[hit.start : hit.end] for hit in hits] == ["jörg@example.de", "10.0.0.1"]
+
+
+def test_scanner_reports_only_the_enabled_entities() -> None:
+    text = "alice@example.com 10.0.0.1"
+    hits = Scanner(["IP_ADDRESS"])(text)
+    assert [hit.entity_type for hit in hits] == ["IP_ADDRESS"]
+
+
+def test_scanner_with_no_entities_finds_nothing() -> None:
+    assert Scanner([])("alice@example.com") == []
+
+
+def test_scanner_rejects_an_unknown_entity() -> None:
+    with pytest.raises(ValueError, match="PASSPORT"):
+        Scanner(["PASSPORT"])
+
+
+def test_every_entity_type_has_a_recognizer_and_a_true_positive() -> None:
+    assert {entity for entity, _, _ in TRUE_POSITIVES} == set(ENTITY_TYPES)
+
+
+@pytest.mark.parametrize(
+    ("digits", "valid"),
+    [("4111111111111111", True), ("79927398713", True), ("4111111111111112", False)],
+)
+def test_luhn(digits: str, valid: bool) -> None:
+    assert luhn_ok(digits) is valid
+
+
+@pytest.mark.parametrize(
+    ("digits", "grouped", "valid"),
+    [
+        ("4111111111111", False, True),
+        ("4111111111111111111", False, False),
+        ("4111111111111111111", True, True),
+        ("5100000000000000", False, True),
+        ("5600000000000000", False, False),
+        ("340000000000000", False, True),
+        ("1234567812345670", False, False),
+    ],
+)
+def test_card_brand(digits: str, grouped: bool, valid: bool) -> None:
+    assert card_brand_ok(digits, grouped) is valid
+
+
+@pytest.mark.parametrize(
+    ("iban", "valid"),
+    [
+        ("DE89370400440532013000", True),
+        ("GB82WEST12345698765432", True),
+        ("GB82WEST12345698765433", False),
+        ("DE8937040044053201300", False),
+        ("ZZ89370400440532013000", False),
+    ],
+)
+def test_iban_checksum(iban: str, valid: bool) -> None:
+    assert iban_ok(iban) is valid
+
+
+@pytest.mark.parametrize(
+    ("ssn", "valid"),
+    [
+        (("123", "45", "6789"), True),
+        (("000", "45", "6789"), False),
+        (("666", "45", "6789"), False),
+        (("912", "45", "6789"), False),
+        (("123", "00", "6789"), False),
+        (("123", "45", "0000"), False),
+    ],
+)
+def test_ssn_validity(ssn: tuple[str, str, str], valid: bool) -> None:
+    assert ssn_ok(*ssn) is valid
+
+
+def test_truncated_private_key_stops_before_blank_lines() -> None:
+    text = "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n\n\nmore words here"
+    assert found(text, "PRIVATE_KEY") == [
+        "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC"
+    ]
+
+
+def test_two_keys_one_truncated() -> None:
+    text = f"-----BEGIN PRIVATE KEY-----\nAAAA\nlog line here\n{RSA_BLOCK}"
+    assert found(text, "PRIVATE_KEY") == ["-----BEGIN PRIVATE KEY-----\nAAAA", RSA_BLOCK]
+
+
+ADVERSARIAL = [
+    "1" * 100_000,
+    "1-" * 50_000,
+    "1." * 50_000,
+    "a@" * 50_000,
+    "1:" * 50_000,
+    "a:" * 50_000,
+    "+1 " * 30_000,
+    'password="' * 10_000,
+    "-----BEGIN PRIVATE KEY-----\n" * 3_000,
+    "://a:b" * 20_000,
+    "eyJaaaaaaaaa." * 8_000,
+]
+
+
+@pytest.mark.parametrize("text", ADVERSARIAL, ids=lambda text: repr(text[:12]))
+def test_adversarial_input_scans_in_linear_time(text: str) -> None:
+    started = time.perf_counter()
+    SCAN(text)
+    assert time.perf_counter() - started < 2.0
+
+
+def test_json_escapes_separate_words() -> None:
+    text = json.dumps(
+        {
+            "body": "line one\n4111 1111 1111 1111\tDE89370400440532013000\nAKIAIOSFODNN7EXAMPLE"
+            f"\nalice@example.com\r\n10.0.0.1\nghp_{GH_BODY}",
+            "key": "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\nAAAA\n",
+        }
+    )
+    hits = resolve_overlaps(SCAN(text), len(text))
+    assert [(hit.entity_type, text[hit.start : hit.end]) for hit in hits] == [
+        ("CREDIT_CARD", "4111 1111 1111 1111"),
+        ("IBAN_CODE", "DE89370400440532013000"),
+        ("AWS_ACCESS_KEY", "AKIAIOSFODNN7EXAMPLE"),
+        ("EMAIL_ADDRESS", "alice@example.com"),
+        ("IP_ADDRESS", "10.0.0.1"),
+        ("GITHUB_TOKEN", f"ghp_{GH_BODY}"),
+        ("PRIVATE_KEY", "-----BEGIN PRIVATE KEY-----\\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\\nAAAA"),
+    ]
+
+
+def test_empty_text() -> None:
+    assert SCAN("") == []

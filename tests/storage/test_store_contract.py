@@ -1,0 +1,829 @@
+"""The ``Store`` contract, run against every backend of the ``store`` / ``backend`` fixtures."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import stat
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from bot.domain import (
+    AdvisoryEntry,
+    AnswerSupplied,
+    AssistantTurn,
+    AssistantTurnEntry,
+    Budgets,
+    Decision,
+    DecisionKind,
+    Entry,
+    Fingerprint,
+    Grant,
+    GrantKind,
+    GrantWritten,
+    Request,
+    RequestKind,
+    RequestStatus,
+    RunEnded,
+    RunRecord,
+    RunResumed,
+    RunStarted,
+    RunStatus,
+    RunSuspended,
+    Session,
+    StopReason,
+    TerminalResult,
+    ToolCall,
+    ToolDeferred,
+    ToolDispatched,
+    ToolOutcome,
+    ToolResultEntry,
+    Usage,
+    UserMessage,
+    new_id,
+)
+from bot.store import SeqConflict, SeqGap, StaleEpoch, Store, StoreError, UnknownRun
+from storage.sqlite import SqliteStore
+from storage.sqlite_schema import CREATE_VERSION_TABLE, SCHEMA_VERSION, migration_script
+from tests.storage.conftest import Backend, FakeClock
+
+LEASE = 30.0
+AT = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
+FINGERPRINT = Fingerprint(
+    provider="scripted", model="demo", tools_digest="t1", system_prompt_digest="s1"
+)
+
+
+async def new_run(store: Store, owner: str = "w1", session_id: str = "s1") -> tuple[str, int]:
+    """A fresh run owned by ``owner``; its id and first epoch."""
+    await store.ensure_session(Session(id=session_id, platform="slack", channel="C1", thread="T1"))
+    run_id = new_id("run")
+    epoch = await store.create_run(
+        RunRecord(id=run_id, session_id=session_id, prompt="restart web", requested_by="ann"),
+        owner,
+        LEASE,
+    )
+    return run_id, epoch
+
+
+def a_request(run_id: str, **changes: object) -> Request:
+    fields: dict[str, object] = {
+        "run_id": run_id,
+        "kind": RequestKind.WAIT_APPROVAL,
+        "call_id": "call_1",
+        "tool": "restart_service",
+        "arguments": {"service": "web", "force": True},
+        "digest": "d1",
+        "prompt": "Restart web?",
+        "options": ("approve", "deny"),
+        "requested_by": "ann",
+        "created_at": AT,
+        "deadline": datetime(2030, 1, 2, tzinfo=UTC),
+    }
+    fields.update(changes)
+    return Request.model_validate(fields)
+
+
+def every_entry(run_id: str) -> list[Entry]:
+    """One entry of each journal type, with non-default fields."""
+    request = a_request(run_id)
+    decision = Decision(request_id=request.id, kind=DecisionKind.APPROVE, by="bob", at=AT)
+    call = ToolCall(id="call_1", name="restart_service", arguments='{"service": "web"}')
+    return [
+        RunStarted(
+            run_id=run_id,
+            session_id="s1",
+            requested_by="ann",
+            system_prompt="be brief",
+            fingerprint=FINGERPRINT,
+            budgets=Budgets(max_iterations=7, deadline_seconds=1.5),
+            has_prompter=True,
+            at=AT,
+        ),
+        UserMessage(text="restart web please", by="ann"),
+        AssistantTurnEntry(
+            iteration=1,
+            turn=AssistantTurn(
+                text="on it",
+                calls=(call,),
+                finish_reason="tool_calls",
+                usage=Usage(input_tokens=12, output_tokens=3),
+            ),
+        ),
+        ToolDispatched(call_id="call_1", tool="restart_service"),
+        ToolDeferred(call_id="call_1", tool="restart_service", request=request),
+        AnswerSupplied(decision=decision),
+        GrantWritten(
+            grant=Grant(
+                kind=GrantKind.ONE_SHOT, tool="restart_service", call_id="call_1", digest="d1"
+            )
+        ),
+        ToolResultEntry(
+            call_id="call_1",
+            tool="restart_service",
+            outcome=ToolOutcome.OK,
+            output="restarted ✓",
+            is_error=False,
+        ),
+        AdvisoryEntry(text="mcp server flapped"),
+        RunSuspended(reason=StopReason.WAITING, request_ids=(request.id,)),
+        RunResumed(owner="w2", forced=True),
+        RunEnded(
+            result=TerminalResult(
+                status=RunStatus.COMPLETED,
+                stop_reason=StopReason.ANSWERED,
+                text="done",
+                payload={"restarted": ["web"], "count": 1},
+                usage=Usage(input_tokens=40, output_tokens=9),
+                outcomes={"ok": 1},
+            )
+        ),
+    ]
+
+
+def message(text: str) -> UserMessage:
+    return UserMessage(text=text, by="ann")
+
+
+# -- journal ------------------------------------------------------------------------------------
+
+
+async def test_every_entry_type_round_trips(store: Store) -> None:
+    run_id, epoch = await new_run(store)
+    entries = every_entry(run_id)
+    assert {e.kind for e in entries} == {
+        "run_started",
+        "user_message",
+        "assistant_turn",
+        "tool_dispatched",
+        "tool_deferred",
+        "answer_supplied",
+        "grant_written",
+        "tool_result",
+        "advisory",
+        "run_suspended",
+        "run_resumed",
+        "run_ended",
+    }
+    for seq, entry in enumerate(entries):
+        await store.append(run_id, seq, epoch, entry)
+
+    records = await store.load(run_id)
+
+    assert [(r.run_id, r.seq, r.epoch) for r in records] == [
+        (run_id, seq, epoch) for seq in range(len(entries))
+    ]
+    assert [r.entry for r in records] == entries
+
+
+async def test_load_of_a_run_without_entries_is_empty(store: Store) -> None:
+    run_id, _ = await new_run(store)
+    assert await store.load(run_id) == []
+
+
+async def test_identical_record_at_existing_seq_is_a_no_op(store: Store) -> None:
+    run_id, epoch = await new_run(store)
+    await store.append(run_id, 0, epoch, message("hi"))
+    await store.append(run_id, 1, epoch, message("there"))
+
+    await store.append(run_id, 0, epoch, message("hi"))
+    await store.append(run_id, 1, epoch, message("there"))
+
+    assert [r.entry for r in await store.load(run_id)] == [message("hi"), message("there")]
+
+
+async def test_different_record_at_existing_seq_conflicts(store: Store) -> None:
+    run_id, epoch = await new_run(store)
+    await store.append(run_id, 0, epoch, message("hi"))
+
+    with pytest.raises(SeqConflict):
+        await store.append(run_id, 0, epoch, message("bye"))
+
+    assert [r.entry for r in await store.load(run_id)] == [message("hi")]
+
+
+@pytest.mark.parametrize("seq", [1, 5, -1])
+async def test_gap_is_refused(store: Store, seq: int) -> None:
+    run_id, epoch = await new_run(store)
+
+    with pytest.raises(SeqGap):
+        await store.append(run_id, seq, epoch, message("early"))
+
+    await store.append(run_id, 0, epoch, message("first"))
+    with pytest.raises(SeqGap):
+        await store.append(run_id, 2, epoch, message("skips 1"))
+    assert len(await store.load(run_id)) == 1
+
+
+async def test_unknown_run_is_reported(store: Store) -> None:
+    with pytest.raises(UnknownRun):
+        await store.append("run_missing", 0, 1, message("hi"))
+    with pytest.raises(UnknownRun):
+        await store.load("run_missing")
+    with pytest.raises(UnknownRun):
+        await store.get_run("run_missing")
+    with pytest.raises(UnknownRun):
+        await store.current_epoch("run_missing")
+    with pytest.raises(UnknownRun):
+        await store.claim("run_missing", "w1", LEASE)
+
+
+async def test_stale_epoch_is_refused_after_a_claim(store: Store) -> None:
+    run_id, first = await new_run(store, owner="w1")
+    await store.append(run_id, 0, first, message("by w1"))
+
+    second = await store.claim(run_id, "w2", LEASE, force=True)
+
+    assert second == first + 1
+    assert await store.current_epoch(run_id) == second
+    with pytest.raises(StaleEpoch):
+        await store.append(run_id, 1, first, message("late w1"))
+    # Fencing wins over whatever stands at the seq: the stale owner learns it lost the run.
+    await store.append(run_id, 1, second, message("by w2"))
+    with pytest.raises(StaleEpoch):
+        await store.append(run_id, 1, first, message("late w1"))
+    records = await store.load(run_id)
+    assert [(r.epoch, r.entry) for r in records] == [
+        (first, message("by w1")),
+        (second, message("by w2")),
+    ]
+
+
+async def test_group_commit_lands_every_append_and_fails_only_the_stale_one(store: Store) -> None:
+    runs = [await new_run(store) for _ in range(50)]
+    stale_run, stale_epoch = await new_run(store)
+    assert await store.claim(stale_run, "w2", LEASE, force=True) == stale_epoch + 1
+    appends = [
+        store.append(run_id, seq, epoch, message(f"{run_id}:{seq}"))
+        for seq in range(4)
+        for run_id, epoch in runs
+    ]
+    appends.insert(100, store.append(stale_run, 0, stale_epoch, message("stale")))
+
+    results = await asyncio.gather(*appends, return_exceptions=True)
+
+    failures = [r for r in results if r is not None]
+    assert len(results) == 201
+    assert len(failures) == 1
+    assert isinstance(failures[0], StaleEpoch)
+    assert results[100] is failures[0]
+    for run_id, epoch in runs:
+        records = await store.load(run_id)
+        assert [(r.seq, r.epoch, r.entry) for r in records] == [
+            (seq, epoch, message(f"{run_id}:{seq}")) for seq in range(4)
+        ]
+    assert await store.load(stale_run) == []
+
+
+async def test_mixed_failures_in_one_batch_fail_alone(store: Store) -> None:
+    (ok_run, ok_epoch), (dup_run, dup_epoch), (bad_run, bad_epoch) = [
+        await new_run(store) for _ in range(3)
+    ]
+    await store.append(dup_run, 0, dup_epoch, message("kept"))
+    await store.append(bad_run, 0, bad_epoch, message("kept"))
+
+    results = await asyncio.gather(
+        store.append(ok_run, 0, ok_epoch, message("a")),
+        store.append(dup_run, 0, dup_epoch, message("kept")),
+        store.append(bad_run, 0, bad_epoch, message("other")),
+        store.append(ok_run, 1, ok_epoch, message("b")),
+        store.append(bad_run, 3, bad_epoch, message("gap")),
+        store.append("run_missing", 0, 1, message("nobody")),
+        store.append(dup_run, 1, dup_epoch, message("next")),
+        store.append(ok_run, 2, ok_epoch, RunSuspended(reason=StopReason.WAITING)),
+        return_exceptions=True,
+    )
+
+    assert [type(r) for r in results] == [
+        type(None),
+        type(None),
+        SeqConflict,
+        type(None),
+        SeqGap,
+        UnknownRun,
+        type(None),
+        type(None),
+    ]
+    assert [r.entry for r in await store.load(ok_run)] == [
+        message("a"),
+        message("b"),
+        RunSuspended(reason=StopReason.WAITING),
+    ]
+    assert [r.entry for r in await store.load(dup_run)] == [message("kept"), message("next")]
+    assert [r.entry for r in await store.load(bad_run)] == [message("kept")]
+    assert (await store.get_run(ok_run)).status is RunStatus.SUSPENDED
+
+
+async def test_status_follows_the_journal(store: Store) -> None:
+    run_id, epoch = await new_run(store)
+    entries = every_entry(run_id)
+    started, suspended, resumed, ended = entries[0], entries[9], entries[10], entries[11]
+
+    await store.append(run_id, 0, epoch, started)
+    run = await store.get_run(run_id)
+    assert (run.status, run.stop_reason) == (RunStatus.RUNNING, "")
+
+    await store.append(run_id, 1, epoch, message("not a status change"))
+    await store.append(run_id, 2, epoch, suspended)
+    run = await store.get_run(run_id)
+    assert (run.status, run.stop_reason) == (RunStatus.SUSPENDED, "waiting")
+
+    await store.append(run_id, 3, epoch, resumed)
+    run = await store.get_run(run_id)
+    assert (run.status, run.stop_reason) == (RunStatus.RUNNING, "")
+
+    await store.append(run_id, 4, epoch, ended)
+    run = await store.get_run(run_id)
+    assert (run.status, run.stop_reason) == (RunStatus.COMPLETED, "answered")
+
+    # Replaying an old status entry (an identical no-op) must not move the status back.
+    await store.append(run_id, 2, epoch, suspended)
+    assert (await store.get_run(run_id)).status is RunStatus.COMPLETED
+
+
+async def test_failed_run_keeps_its_stop_reason(store: Store) -> None:
+    run_id, epoch = await new_run(store)
+    result = TerminalResult(status=RunStatus.FAILED, stop_reason=StopReason.ITERATION_LIMIT)
+    await store.append(run_id, 0, epoch, RunEnded(result=result))
+
+    run = await store.get_run(run_id)
+
+    assert (run.status, run.stop_reason) == (RunStatus.FAILED, "iteration_limit")
+
+
+async def test_close_never_leaves_an_append_hanging(backend: Backend) -> None:
+    store = await backend.open()
+    runs = [await new_run(store) for _ in range(20)]
+    appends = [
+        asyncio.ensure_future(store.append(run_id, seq, epoch, message(str(seq))))
+        for seq in range(3)
+        for run_id, epoch in runs
+    ]
+    await asyncio.sleep(0)
+
+    await asyncio.wait_for(store.close(), timeout=10)
+    results = await asyncio.wait_for(asyncio.gather(*appends, return_exceptions=True), 10)
+
+    assert all(r is None or isinstance(r, StoreError) for r in results)
+    with pytest.raises(StoreError):
+        await store.append(runs[0][0], 3, runs[0][1], message("after close"))
+
+
+# -- runs and leases ----------------------------------------------------------------------------
+
+
+async def test_created_run_reads_back(store: Store, clock: FakeClock) -> None:
+    run_id, epoch = await new_run(store, owner="w1")
+
+    run = await store.get_run(run_id)
+
+    assert epoch == 1
+    assert (run.id, run.session_id, run.prompt, run.requested_by) == (
+        run_id,
+        "s1",
+        "restart web",
+        "ann",
+    )
+    assert (run.status, run.owner, run.epoch) == (RunStatus.RUNNING, "w1", 1)
+    assert run.lease_expires is not None
+    assert (run.lease_expires - clock()).total_seconds() == pytest.approx(LEASE)
+
+
+async def test_create_run_needs_a_known_session_and_a_new_id(store: Store) -> None:
+    with pytest.raises(StoreError):
+        await store.create_run(RunRecord(id="run_x", session_id="nowhere"), "w1", LEASE)
+    run_id, _ = await new_run(store)
+    with pytest.raises(StoreError):
+        await store.create_run(RunRecord(id=run_id, session_id="s1"), "w1", LEASE)
+
+
+async def test_list_runs_newest_first(store: Store) -> None:
+    await store.ensure_session(Session(id="s1"))
+    await store.ensure_session(Session(id="s1"))  # idempotent
+    await store.ensure_session(Session(id="s2"))
+    for i, session_id in enumerate(["s1", "s2", "s1", "s1"]):
+        created = datetime(2030, 1, 1, 0, i, tzinfo=UTC)
+        record = RunRecord(id=f"run_{i}", session_id=session_id, created_at=created)
+        await store.create_run(record, "w1", LEASE)
+
+    assert [r.id for r in await store.list_runs()] == ["run_3", "run_2", "run_1", "run_0"]
+    assert [r.id for r in await store.list_runs(limit=2)] == ["run_3", "run_2"]
+    assert [r.id for r in await store.list_runs(session_id="s1")] == ["run_3", "run_2", "run_0"]
+    assert await store.list_runs(session_id="s9") == []
+
+
+async def test_claim_waits_for_a_live_lease_of_another_owner(
+    store: Store, clock: FakeClock
+) -> None:
+    run_id, first = await new_run(store, owner="w1")
+
+    assert await store.claim(run_id, "w2", LEASE) is None
+    clock.advance(LEASE - 1)
+    assert await store.claim(run_id, "w2", LEASE) is None
+    assert await store.current_epoch(run_id) == first
+
+    clock.advance(2)
+    second = await store.claim(run_id, "w2", LEASE)
+
+    assert second == first + 1
+    run = await store.get_run(run_id)
+    assert (run.owner, run.epoch) == ("w2", second)
+    assert await store.claim(run_id, "w1", LEASE) is None
+
+
+async def test_force_claim_and_same_owner_reclaim(store: Store) -> None:
+    run_id, first = await new_run(store, owner="w1")
+
+    forced = await store.claim(run_id, "w2", LEASE, force=True)
+    again = await store.claim(run_id, "w2", LEASE)
+
+    assert (forced, again) == (first + 1, first + 2)
+    assert await store.current_epoch(run_id) == first + 2
+
+
+async def test_renew_and_release_are_fenced_by_epoch(store: Store, clock: FakeClock) -> None:
+    run_id, first = await new_run(store, owner="w1")
+    clock.advance(LEASE - 1)
+    assert await store.renew(run_id, "w1", first, LEASE) is True
+    clock.advance(LEASE - 1)
+    assert await store.claim(run_id, "w2", LEASE) is None  # the renewal kept it alive
+
+    second = await store.claim(run_id, "w2", LEASE, force=True)
+    assert second is not None
+    assert await store.renew(run_id, "w1", first, LEASE) is False
+    await store.release(run_id, "w1", first)  # stale: changes nothing
+    run = await store.get_run(run_id)
+    assert (run.owner, run.epoch) == ("w2", second)
+
+    await store.release(run_id, "w2", second)
+    run = await store.get_run(run_id)
+    assert (run.owner, run.lease_expires, run.epoch) == ("", None, second)
+    assert await store.claim(run_id, "w1", LEASE) == second + 1
+
+
+async def test_takeover_mid_stream_leaves_no_gap_or_duplicate(backend: Backend) -> None:
+    first_store, second_store = await backend.open(), await backend.open()
+    run_id, first = await new_run(first_store, owner="w1")
+    taken = asyncio.Event()
+
+    async def first_writer() -> int:
+        seq = 0
+        while True:
+            try:
+                await first_store.append(run_id, seq, first, message(f"w1:{seq}"))
+            except StaleEpoch:
+                return seq
+            seq += 1
+            if seq == 5:
+                taken.set()
+
+    async def second_writer() -> int:
+        await taken.wait()
+        second = await second_store.claim(run_id, "w2", LEASE, force=True)
+        assert second == first + 1
+        start = len(await second_store.load(run_id))
+        for seq in range(start, start + 10):
+            await second_store.append(run_id, seq, second, message(f"w2:{seq}"))
+        return start
+
+    refused_at, taken_at = await asyncio.wait_for(
+        asyncio.gather(first_writer(), second_writer()), timeout=30
+    )
+
+    records = await first_store.load(run_id)
+    assert refused_at == taken_at
+    assert [r.seq for r in records] == list(range(taken_at + 10))
+    assert [r.entry for r in records] == [
+        message(f"w1:{s}") if s < taken_at else message(f"w2:{s}") for s in range(taken_at + 10)
+    ]
+    assert [r.epoch for r in records] == [first] * taken_at + [first + 1] * 10
+
+
+async def test_two_instances_race_on_one_seq_only_the_owner_wins(backend: Backend) -> None:
+    first_store, second_store = await backend.open(), await backend.open()
+    run_id, first = await new_run(first_store, owner="w1")
+    second = await second_store.claim(run_id, "w2", LEASE, force=True)
+    assert second is not None
+
+    for seq in range(10):
+        results = await asyncio.gather(
+            first_store.append(run_id, seq, first, message(f"w1:{seq}")),
+            second_store.append(run_id, seq, second, message(f"w2:{seq}")),
+            return_exceptions=True,
+        )
+        assert results[1] is None
+        assert isinstance(results[0], StaleEpoch)
+
+    records = await first_store.load(run_id)
+    assert [(r.seq, r.epoch) for r in records] == [(s, second) for s in range(10)]
+
+
+# -- requests -----------------------------------------------------------------------------------
+
+
+async def test_request_opens_once_and_reads_back(store: Store) -> None:
+    run_id, _ = await new_run(store)
+    request = a_request(run_id)
+
+    await store.open_request(request)
+    await store.open_request(request)
+
+    assert await store.get_request(request.id) == (request, RequestStatus.OPEN, None)
+    assert await store.list_requests() == [(request, RequestStatus.OPEN, None)]
+    with pytest.raises(KeyError):
+        await store.get_request("req_missing")
+
+
+async def test_request_of_unknown_run_is_refused(store: Store) -> None:
+    with pytest.raises(UnknownRun):
+        await store.open_request(a_request("run_missing"))
+
+
+async def test_list_requests_filters_by_run_and_status(store: Store) -> None:
+    run_a, _ = await new_run(store)
+    run_b, _ = await new_run(store)
+    older = a_request(run_a, created_at=datetime(2030, 1, 1, 1, tzinfo=UTC))
+    newer = a_request(run_a, created_at=datetime(2030, 1, 1, 2, tzinfo=UTC))
+    other = a_request(run_b, kind=RequestKind.WAIT_USER)
+    for request in (newer, other, older):
+        await store.open_request(request)
+    decision = Decision(request_id=newer.id, kind=DecisionKind.DENY, by="bob", at=AT)
+    assert await store.decide(decision, RequestStatus.ANSWERED)
+
+    def ids(rows: list[tuple[Request, RequestStatus, Decision | None]]) -> list[str]:
+        return [row[0].id for row in rows]
+
+    assert ids(await store.list_requests(run_id=run_a)) == [older.id]
+    assert ids(await store.list_requests(run_id=run_a, status=None)) == [older.id, newer.id]
+    assert ids(await store.list_requests(status=RequestStatus.ANSWERED)) == [newer.id]
+    assert ids(await store.list_requests(run_id=run_b)) == [other.id]
+    assert await store.list_requests(run_id=run_b, status=RequestStatus.EXPIRED) == []
+
+
+async def test_decide_has_exactly_one_winner(store: Store) -> None:
+    run_id, _ = await new_run(store)
+    request = a_request(run_id)
+    await store.open_request(request)
+    decisions = [
+        Decision(request_id=request.id, kind=DecisionKind.APPROVE, by=f"user{i}", at=AT)
+        for i in range(20)
+    ]
+
+    won = await asyncio.gather(*(store.decide(d, RequestStatus.ANSWERED) for d in decisions))
+
+    assert won.count(True) == 1
+    winner = decisions[won.index(True)]
+    assert await store.get_request(request.id) == (request, RequestStatus.ANSWERED, winner)
+    assert await store.list_requests() == []
+
+
+async def test_decide_has_exactly_one_winner_across_instances(backend: Backend) -> None:
+    first_store, second_store = await backend.open(), await backend.open()
+    run_id, _ = await new_run(first_store)
+    requests = [a_request(run_id, call_id=f"call_{i}") for i in range(5)]
+    for request in requests:
+        await first_store.open_request(request)
+
+    for request in requests:
+        attempts = [
+            (first_store if i % 2 else second_store).decide(
+                Decision(request_id=request.id, kind=DecisionKind.APPROVE, by=f"user{i}"),
+                RequestStatus.ANSWERED,
+            )
+            for i in range(20)
+        ]
+        won = await asyncio.gather(*attempts)
+        assert won.count(True) == 1
+        _, status, decision = await second_store.get_request(request.id)
+        assert status is RequestStatus.ANSWERED
+        assert decision is not None
+        assert decision.by == f"user{won.index(True)}"
+
+
+async def test_decide_on_a_closed_or_unknown_request(store: Store) -> None:
+    run_id, _ = await new_run(store)
+    request = a_request(run_id)
+    await store.open_request(request)
+    expired = Decision(request_id=request.id, kind=DecisionKind.EXPIRED, by="deadline", at=AT)
+    late = Decision(request_id=request.id, kind=DecisionKind.APPROVE, by="bob", at=AT)
+
+    assert await store.decide(expired, RequestStatus.EXPIRED) is True
+    assert await store.decide(late, RequestStatus.ANSWERED) is False
+    assert await store.get_request(request.id) == (request, RequestStatus.EXPIRED, expired)
+    with pytest.raises(KeyError):
+        await store.decide(
+            Decision(request_id="req_missing", kind=DecisionKind.DENY), RequestStatus.ANSWERED
+        )
+    with pytest.raises(ValueError):
+        await store.decide(late, RequestStatus.OPEN)
+
+
+async def test_approvals_count_distinct_approvers(store: Store) -> None:
+    run_id, _ = await new_run(store)
+    request = a_request(run_id, approvals_needed=2)
+    await store.open_request(request)
+
+    assert await store.add_approval(request.id, "bob") == 1
+    assert await store.add_approval(request.id, "bob") == 1
+    assert await store.add_approval(request.id, "eve") == 2
+    with pytest.raises(KeyError):
+        await store.add_approval("req_missing", "bob")
+
+
+async def test_concurrent_approvals_each_count_once(backend: Backend) -> None:
+    first_store, second_store = await backend.open(), await backend.open()
+    run_id, _ = await new_run(first_store)
+    request = a_request(run_id, approvals_needed=3)
+    await first_store.open_request(request)
+
+    counts = await asyncio.gather(
+        *(
+            (first_store if i % 2 else second_store).add_approval(request.id, f"user{i % 10}")
+            for i in range(20)
+        )
+    )
+
+    assert max(counts) == 10
+    assert set(counts) <= set(range(1, 11))
+    assert await first_store.add_approval(request.id, "user0") == 10
+
+
+async def test_a_closed_request_takes_no_more_approvals(store: Store) -> None:
+    run_id, _ = await new_run(store)
+    request = a_request(run_id, approvals_needed=2)
+    await store.open_request(request)
+    assert await store.add_approval(request.id, "bob") == 1
+    denied = Decision(request_id=request.id, kind=DecisionKind.DENY, by="eve", at=AT)
+    assert await store.decide(denied, RequestStatus.ANSWERED)
+
+    assert await store.add_approval(request.id, "ann") == 1
+
+
+# -- audit --------------------------------------------------------------------------------------
+
+
+async def test_audit_lists_oldest_first(store: Store, clock: FakeClock) -> None:
+    run_id, _ = await new_run(store)
+    await store.audit("bob", "approve", run_id=run_id, request_id="req_1", detail="once")
+    clock.advance(1)
+    await store.audit("ann", "cancel")
+    clock.advance(1)
+    await store.audit("bob", "resume", run_id=run_id)
+
+    facts = await store.list_audit()
+    assert [(f.actor, f.action, f.run_id, f.request_id, f.detail) for f in facts] == [
+        ("bob", "approve", run_id, "req_1", "once"),
+        ("ann", "cancel", "", "", ""),
+        ("bob", "resume", run_id, "", ""),
+    ]
+    assert facts[0].at == datetime(2030, 1, 1, tzinfo=UTC)
+    assert [f.action for f in await store.list_audit(run_id=run_id)] == ["approve", "resume"]
+    assert [f.action for f in await store.list_audit(limit=2)] == ["cancel", "resume"]
+
+
+# -- lifecycle ----------------------------------------------------------------------------------
+
+
+async def test_reopened_store_keeps_everything(backend: Backend) -> None:
+    store = await backend.open()
+    run_id, epoch = await new_run(store)
+    entries = every_entry(run_id)
+    for seq, entry in enumerate(entries):
+        await store.append(run_id, seq, epoch, entry)
+    request = a_request(run_id)
+    await store.open_request(request)
+    await store.audit("bob", "approve", run_id=run_id)
+    run_before = await store.get_run(run_id)
+    await store.close()
+
+    reopened = await backend.open()
+
+    assert [r.entry for r in await reopened.load(run_id)] == entries
+    assert await reopened.get_run(run_id) == run_before
+    assert await reopened.get_request(request.id) == (request, RequestStatus.OPEN, None)
+    assert [f.action for f in await reopened.list_audit()] == ["approve"]
+    await reopened.append(run_id, len(entries), epoch, message("after reopen"))
+
+
+async def test_migrate_is_idempotent(backend: Backend) -> None:
+    store = await backend.open()
+    run_id, _ = await new_run(store)
+
+    version = await store.migrate()
+    again = await store.migrate()
+    other = await (await backend.open()).migrate()
+
+    assert version >= 1
+    assert version == again == other
+    assert (await store.get_run(run_id)).id == run_id
+
+
+# -- SQLite files -------------------------------------------------------------------------------
+
+
+async def test_sqlite_refuses_a_newer_schema(tmp_path: Path) -> None:
+    path = tmp_path / "k.db"
+    store = SqliteStore(path)
+    version = await store.migrate()
+    await store.close()
+    with sqlite3.connect(path) as conn:
+        conn.execute("INSERT INTO schema_version VALUES (?, 'future')", (version + 1,))
+    conn.close()
+
+    newer = SqliteStore(path)
+    with pytest.raises(StoreError, match="newer") as caught:
+        await newer.migrate()
+    await newer.close()
+
+    assert str(path) in str(caught.value)
+    assert f"schema version {version + 1}" in str(caught.value)
+
+
+async def test_sqlite_upgrades_an_older_schema_in_place(tmp_path: Path) -> None:
+    path = tmp_path / "k.db"
+    with sqlite3.connect(path, isolation_level=None) as conn:
+        conn.executescript(CREATE_VERSION_TABLE + migration_script(1))
+        conn.execute("INSERT INTO sessions VALUES ('s1', 'console', '', '', '2030')")
+    conn.close()
+
+    store = SqliteStore(path)
+    version = await store.migrate()
+    run_id, _ = await new_run(store)
+    await store.close()
+
+    assert version == SCHEMA_VERSION > 1
+    with sqlite3.connect(path) as conn:
+        applied = [row[0] for row in conn.execute("SELECT version FROM schema_version")]
+        sessions = conn.execute("SELECT COUNT(*) FROM sessions").fetchone()[0]
+    conn.close()
+    assert applied == list(range(1, SCHEMA_VERSION + 1))
+    assert sessions == 1
+    assert run_id
+
+
+async def test_sqlite_refuses_a_file_that_is_not_a_database(tmp_path: Path) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_bytes(b"these are my notes, not a database\n" * 200)
+
+    store = SqliteStore(path)
+    with pytest.raises(StoreError) as caught:
+        await store.migrate()
+    await store.close()
+
+    assert str(path) in str(caught.value)
+    assert "not a database" in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+async def test_sqlite_refuses_a_read_only_file(tmp_path: Path) -> None:
+    path = tmp_path / "k.db"
+    store = SqliteStore(path)
+    await store.migrate()
+    await store.close()
+    os.chmod(path, stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
+
+    reopened = SqliteStore(path)
+    with pytest.raises(StoreError, match="read-only") as caught:
+        await reopened.migrate()
+    await reopened.close()
+
+    assert str(path) in str(caught.value)
+
+
+async def test_sqlite_reports_a_lock_held_past_the_busy_timeout(tmp_path: Path) -> None:
+    path = tmp_path / "k.db"
+    store = SqliteStore(path, busy_timeout=0.2)
+    await store.migrate()
+    run_id, epoch = await new_run(store)
+    blocker = sqlite3.connect(path, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(StoreError, match="locked") as caught:
+            await store.audit("bob", "approve")
+        with pytest.raises(StoreError, match="locked"):
+            await asyncio.wait_for(store.append(run_id, 0, epoch, message("hi")), 10)
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+
+    assert str(path) in str(caught.value)
+    await store.append(run_id, 0, epoch, message("hi"))  # the store recovers once it is free
+    await store.close()
+
+
+async def test_sqlite_needs_migrate_before_use(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "k.db")
+    with pytest.raises(StoreError, match="migrate"):
+        await store.get_run("run_1")
+    await store.close()
+
+
+async def test_mark_once_has_one_first_caller(store: Store) -> None:
+    results = await asyncio.gather(
+        *(store.mark_once("cron:nightly:2026-01-01T03:00") for _ in range(10))
+    )
+    assert sum(results) == 1
+    assert await store.mark_once("cron:nightly:2026-01-02T03:00")
