@@ -7,9 +7,12 @@ import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
-from bot.domain import Budgets
+from bot.domain import Budgets, ToolCall
 from bot.events import FanOut
+from bot.guard import pii_hooks
+from bot.hooks import HookContext, Hooks, ToolVerdict
 from bot.llm.scripted import ScriptedProvider
+from bot.pii import PiiGuard, PiiMode, PiiSettings
 from bot.runtime import Runtime, ToolSource
 from bot.store import Store
 from bot.tools.builtin import builtin_tools
@@ -26,16 +29,34 @@ def w1_replies(iterations: int) -> list[dict[str, object]]:
     return [*calls, {"text": "done", "usage": usage}]
 
 
-def w1_runtime(store: Store, iterations: int, owner: str = "bench") -> Runtime:
-    """An instant scripted model and the in-process echo tool over ``store``."""
+def w1_runtime(
+    store: Store, iterations: int, owner: str = "bench", guarded: bool = False
+) -> Runtime:
+    """An instant scripted model and the in-process echo tool over ``store``.
+
+    ``guarded`` adds a caller's PreToolUse and PostToolUse hook and the PII guard (redact).
+    """
+    events = FanOut()
+    guard = PiiGuard(PiiSettings(mode=PiiMode.REDACT if guarded else PiiMode.OFF))
+    hooks = Hooks(pre_tool_use=[_allow], post_tool_use=[_keep]) if guarded else Hooks()
     return Runtime(
         store=store,
         model=ScriptedProvider.from_replies(w1_replies(iterations), name="w1"),
         tools=ToolSource(ToolSet(builtin_tools())),
-        events=FanOut(),
+        events=events,
+        hooks=hooks,
+        guard_hooks=lambda: pii_hooks(guard, events),
         budgets=Budgets(max_iterations=iterations + 1, max_tool_calls=iterations + 1),
         owner=owner,
     )
+
+
+async def _allow(call: ToolCall, ctx: HookContext) -> ToolVerdict:
+    return ToolVerdict()
+
+
+async def _keep(call: ToolCall, output: str, ctx: HookContext) -> str | None:
+    return None
 
 
 def peak_rss_mib() -> float:

@@ -22,10 +22,10 @@ from storage.sqlite import open_sqlite
 ITERATIONS = 20
 
 
-async def scenario(db: Path, runs: int, repeats: int) -> dict[str, float]:
+async def scenario(db: Path, runs: int, repeats: int, guarded: bool = False) -> dict[str, float]:
     """Time ``repeats`` rounds of ``runs`` concurrent W1 runs on one store."""
     store = await open_sqlite(db, synchronous="FULL")
-    supervisor = Supervisor(w1_runtime(store, ITERATIONS))
+    supervisor = Supervisor(w1_runtime(store, ITERATIONS, guarded=guarded))
     per_iteration, rates = [], []
     for _ in range(repeats):
         started = time.perf_counter()
@@ -44,25 +44,13 @@ async def scenario(db: Path, runs: int, repeats: int) -> dict[str, float]:
     }
 
 
-def run_scenario(runs: int, repeats: int) -> dict[str, float]:
+def run_scenario(runs: int, repeats: int, guarded: bool = False) -> dict[str, float]:
     """One scenario in a fresh interpreter."""
     with tempfile.TemporaryDirectory() as folder:
-        out = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "bench.w1",
-                "--scenario",
-                str(runs),
-                "--repeats",
-                str(repeats),
-                "--db",
-                str(Path(folder) / "w1.db"),
-            ],
-            check=True,
-            capture_output=True,
-            text=True,
-        )
+        command = [sys.executable, "-m", "bench.w1", "--scenario", str(runs)]
+        command += ["--repeats", str(repeats), "--db", str(Path(folder) / "w1.db")]
+        command += ["--guarded"] if guarded else []
+        out = subprocess.run(command, check=True, capture_output=True, text=True)
     return json.loads(out.stdout)  # type: ignore[no-any-return]
 
 
@@ -70,11 +58,18 @@ def report() -> None:
     """Print W1's figures."""
     lone = run_scenario(1, repeats=15)
     many = run_scenario(100, repeats=3)
+    guarded = run_scenario(1, repeats=15, guarded=True)
+    guarded_many = run_scenario(100, repeats=3, guarded=True)
     print("W1 (SQLite WAL, synchronous=FULL, 20 iterations per run, in-process echo tool)")
     print(f"  median time per iteration, 1 run:     {lone['ms_per_iteration']:.3f} ms")
     print(f"  iterations/s, 1 run:                  {lone['iterations_per_s']:.0f}")
     print(f"  iterations/s, 100 concurrent runs:    {many['iterations_per_s']:.0f}")
     print(f"  peak RSS, 100 concurrent runs:        {many['peak_rss_mib']:.1f} MiB")
+    extra = (guarded["ms_per_iteration"] - lone["ms_per_iteration"]) * 1000
+    print("  with a PreToolUse + PostToolUse hook and the PII guard (redact):")
+    print(f"    median time per iteration, 1 run:   {guarded['ms_per_iteration']:.3f} ms")
+    print(f"    iterations/s, 100 concurrent runs:  {guarded_many['iterations_per_s']:.0f}")
+    print(f"    overhead per tool call (1 run):     {extra:+.0f} µs")
 
 
 if __name__ == "__main__":
@@ -82,8 +77,10 @@ if __name__ == "__main__":
     parser.add_argument("--scenario", type=int)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--db")
+    parser.add_argument("--guarded", action="store_true")
     args = parser.parse_args()
     if args.scenario:
-        print(json.dumps(asyncio.run(scenario(Path(args.db), args.scenario, args.repeats))))
+        figures = scenario(Path(args.db), args.scenario, args.repeats, args.guarded)
+        print(json.dumps(asyncio.run(figures)))
     else:
         report()

@@ -8,7 +8,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -98,6 +106,32 @@ class HookSettings(Section):
     timeout: float = Field(10.0, gt=0)
 
 
+class McpServerSettings(Section):
+    """One MCP server whose tools join the tool set as ``{name}__{tool}``."""
+
+    name: str = Field(pattern=r"^[a-z0-9_-]{1,24}$")
+    transport: Literal["stdio", "http"]
+    command: list[str] = []
+    env: dict[str, str] = {}
+    cwd: str | None = None
+    url: str | None = None
+    confirm: list[str] = []
+    timeout: float = Field(30.0, gt=0)
+
+    @model_validator(mode="after")
+    def _transport_fields(self) -> McpServerSettings:
+        """Each transport has its own keys; a key of the other one is a mistake, not a no-op."""
+        if self.transport == "stdio" and not self.command:
+            raise ValueError("a stdio server needs command")
+        if self.transport == "stdio" and self.url is not None:
+            raise ValueError("url is for http servers")
+        if self.transport == "http" and not self.url:
+            raise ValueError("an http server needs url")
+        if self.transport == "http" and (self.command or self.env or self.cwd):
+            raise ValueError("command, env and cwd are for stdio servers")
+        return self
+
+
 class Settings(BaseSettings):
     """The whole configuration of one Kestrel process."""
 
@@ -121,6 +155,7 @@ class Settings(BaseSettings):
     deadlines: DeadlineSettings = DeadlineSettings()
     schedules: list[ScheduledPrompt] = []
     hooks: HookSettings = HookSettings()
+    mcp_servers: list[McpServerSettings] = []
     openai_api_key: SecretStr | None = Field(
         None, validation_alias=AliasChoices("OPENAI_API_KEY", "openai_api_key")
     )

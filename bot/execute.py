@@ -226,5 +226,5 @@ async def _journal_exit(call: ToolCall, result: CallExit, env: CallEnv) -> None:
         )
         await env.journal.append(entry)
     for grant in env.gate.flush():
-        await env.journal.append(GrantWritten(grant=grant))
+        env.journal.append_soon(GrantWritten(grant=grant))
     env.emit("tool_exit", call_id=call.id, tool=call.name, outcome=result.outcome.value)

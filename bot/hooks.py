@@ -12,7 +12,7 @@ import importlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar, cast
 
 from bot.domain import TerminalResult, ToolCall
 
@@ -55,7 +55,26 @@ RunEndHook = Callable[[TerminalResult, HookContext], Awaitable[None]]
 
 
 class HookFailure(Exception):
-    """A hook raised or timed out; the caller fails closed."""
+    """A hook raised, timed out or answered with something unusable; the caller fails closed."""
+
+
+@dataclass(frozen=True)
+class _Bounded:
+    """A hook composed from another ``Hooks``: it keeps that one's timeout."""
+
+    hook: Callable[..., Awaitable[Any]]
+    timeout: float
+
+    def __call__(self, *args: Any) -> Awaitable[Any]:
+        return self.hook(*args)
+
+
+H = TypeVar("H", bound=Callable[..., Awaitable[Any]])
+
+
+def _bounded(hooks: list[H], timeout: float) -> list[H]:
+    """The hooks, each bound to ``timeout`` unless it already carries its own."""
+    return [h if isinstance(h, _Bounded) else cast(H, _Bounded(h, timeout)) for h in hooks]
 
 
 @dataclass
@@ -88,19 +107,25 @@ class Hooks:
         )
 
     def then(self, other: Hooks) -> Hooks:
-        """These hooks first, then ``other``'s (how the PII guard composes after the caller's)."""
+        """These hooks first, then ``other``'s (how the PII guard composes after the caller's).
+
+        Each hook keeps the timeout of the ``Hooks`` it came from: composing the guard neither
+        cuts a caller's patient hook short nor lets a caller's short timeout bound the guard.
+        """
         return Hooks(
-            self.user_prompt_submit + other.user_prompt_submit,
-            self.pre_tool_use + other.pre_tool_use,
-            self.post_tool_use + other.post_tool_use,
-            self.run_end + other.run_end,
-            min(self.timeout, other.timeout),
+            self.user_prompt_submit + _bounded(other.user_prompt_submit, other.timeout),
+            self.pre_tool_use + _bounded(other.pre_tool_use, other.timeout),
+            self.post_tool_use + _bounded(other.post_tool_use, other.timeout),
+            self.run_end + _bounded(other.run_end, other.timeout),
+            self.timeout,
         )
 
     async def on_prompt(self, text: str, ctx: HookContext) -> PromptVerdict:
         """Run UserPromptSubmit hooks in turn; each sees the previous one's rewrite."""
         for hook in self.user_prompt_submit:
-            verdict = await self._guarded(hook(text, ctx), hook)
+            verdict = await self._guarded(hook, text, ctx)
+            if not isinstance(verdict, PromptVerdict) or not _optional_str(verdict.text):
+                raise HookFailure(f"hook {_name(hook)} {_misanswered(verdict, 'PromptVerdict')}")
             if not verdict.allow:
                 return verdict
             text = verdict.text if verdict.text is not None else text
@@ -109,7 +134,13 @@ class Hooks:
     async def on_pre_tool(self, call: ToolCall, ctx: HookContext) -> ToolVerdict:
         """Run PreToolUse hooks in turn; a rewrite is passed on to the next hook."""
         for hook in self.pre_tool_use:
-            verdict = await self._guarded(hook(call, ctx), hook)
+            verdict = await self._guarded(hook, call, ctx)
+            if not (
+                isinstance(verdict, ToolVerdict)
+                and _optional_str(verdict.tool)
+                and _optional_str(verdict.arguments)
+            ):
+                raise HookFailure(f"hook {_name(hook)} {_misanswered(verdict, 'ToolVerdict')}")
             if not verdict.allow:
                 return verdict
             call = ToolCall(
@@ -120,9 +151,11 @@ class Hooks:
         return ToolVerdict(tool=call.name, arguments=call.arguments)
 
     async def on_post_tool(self, call: ToolCall, output: str, ctx: HookContext) -> str:
-        """Run PostToolUse hooks in turn; each may rewrite the output."""
+        """Run PostToolUse hooks in turn; each may rewrite the output (None keeps it)."""
         for hook in self.post_tool_use:
-            rewritten = await self._guarded(hook(call, output, ctx), hook)
+            rewritten = await self._guarded(hook, call, output, ctx)
+            if not _optional_str(rewritten):
+                raise HookFailure(f"hook {_name(hook)} {_misanswered(rewritten, 'str or None')}")
             output = rewritten if rewritten is not None else output
         return output
 
@@ -130,22 +163,42 @@ class Hooks:
         """Run every RunEnd hook; one failing does not keep the others from running."""
         for hook in self.run_end:
             try:
-                await self._guarded(hook(result, ctx), hook)
+                await self._guarded(hook, result, ctx)
             except HookFailure as exc:
                 log.warning("RunEnd hook failed for %s: %s", ctx.run_id, exc)
 
-    async def _guarded(self, pending: Awaitable[T], hook: object) -> T:
+    async def _guarded(self, hook: Callable[..., Awaitable[T]], *args: object) -> T:
+        """Call and await one hook under its timeout; anything it raises is a HookFailure.
+
+        The call itself is inside the guard: a hook that is not a coroutine function, or
+        takes the wrong arguments, raises when called, not when awaited.
+        """
+        limit = hook.timeout if isinstance(hook, _Bounded) else self.timeout
+        scope = asyncio.timeout(limit)
         try:
-            async with asyncio.timeout(self.timeout):
-                return await pending
+            async with scope:
+                return await hook(*args)
         except TimeoutError as exc:
-            raise HookFailure(f"hook {_name(hook)} timed out after {self.timeout:g}s") from exc
+            if scope.expired():
+                raise HookFailure(f"hook {_name(hook)} timed out after {limit:g}s") from exc
+            raise HookFailure(f"hook {_name(hook)} failed: TimeoutError: {exc}") from exc
         except Exception as exc:
             raise HookFailure(f"hook {_name(hook)} failed: {type(exc).__name__}: {exc}") from exc
 
 
+def _optional_str(value: object) -> bool:
+    return value is None or isinstance(value, str)
+
+
+def _misanswered(answer: object, expected: str) -> str:
+    """Why an answer is unusable, by type only: its content may be what must not leak."""
+    return f"answered with an unusable {type(answer).__name__} (expected {expected})"
+
+
 def _name(hook: object) -> str:
-    return getattr(hook, "__qualname__", repr(hook))
+    if isinstance(hook, _Bounded):
+        hook = hook.hook
+    return getattr(hook, "__qualname__", None) or repr(hook)
 
 
 def load_hook(reference: str) -> Callable[..., Awaitable[object]]:

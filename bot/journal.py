@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 
@@ -31,6 +32,7 @@ class RunJournal:
         self._lease_seconds = lease_seconds
         self._clock = clock
         self._sure_until = 0.0
+        self._pending: list[asyncio.Future[None]] = []
         self.lease_renewed()
 
     def lease_renewed(self) -> None:
@@ -43,13 +45,33 @@ class RunJournal:
         return self.state.run_id
 
     async def append(self, entry: Entry) -> None:
-        """Append durably; a stale epoch means the run was taken over."""
-        try:
-            await self.store.append(self.run_id, self.state.next_seq, self.epoch, entry)
-        except StaleEpoch as exc:
-            raise TakenOver(str(exc)) from exc
+        """Append durably (with every entry queued before it); a stale epoch means takeover."""
+        self.append_soon(entry)
+        await self.flush()
+
+    def append_soon(self, entry: Entry) -> None:
+        """Queue an entry that need not be durable before the task goes on.
+
+        The next ``append`` (or ``flush``) waits for it: entries commit in order, so an effect
+        is never started, nor a model turn taken as had, before what precedes it is durable.
+        """
+        done = self.store.submit(self.run_id, self.state.next_seq, self.epoch, entry)
+        self._pending.append(done)
         self.state.next_seq += 1
         apply(self.state, entry)
+
+    async def flush(self) -> None:
+        """Wait until every queued entry is durable; raise the first failure."""
+        pending, self._pending = self._pending, []
+        try:
+            for done in pending:
+                await done
+        except StaleEpoch as exc:
+            raise TakenOver(str(exc)) from exc
+        finally:
+            for done in pending:
+                if done.done() and not done.cancelled():
+                    done.exception()  # every failure is seen, the first one is raised
 
     async def still_owner(self) -> bool:
         """The takeover check: a lease known to be live needs no read; else ask the store.

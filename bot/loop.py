@@ -136,6 +136,8 @@ class AgentLoop:
             await self._finish_batch(resuming=True)
         while True:
             self._poll()
+            # Whatever was queued (grants, the run's start) is durable before the model is asked.
+            await self.journal.flush()
             tools = self.deps.tools()
             await self._drain_advisories()
             turn = await self._call_model(tools)

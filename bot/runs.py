@@ -240,7 +240,7 @@ class Supervisor:
         )
         epoch = await self.rt.store.create_run(record, self.rt.owner, self.rt.lease_seconds)
         journal = RunJournal(self.rt.store, RunState(live.run_id), epoch, self.rt.lease_seconds)
-        await journal.append(
+        journal.append_soon(
             RunStarted(
                 run_id=live.run_id,
                 session_id=session.id,

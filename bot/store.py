@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime
 from typing import Protocol
 
@@ -118,6 +119,11 @@ class Store(Protocol):
     async def append(self, run_id: str, seq: int, epoch: int, entry: Entry) -> None:
         """Append at ``seq`` fenced by ``epoch``: identical record there is a no-op; raises
         ``StaleEpoch``, ``SeqConflict`` or ``SeqGap``."""
+        ...
+
+    def submit(self, run_id: str, seq: int, epoch: int, entry: Entry) -> asyncio.Future[None]:
+        """``append`` without waiting: queued at once, written in submission order; the future
+        settles (or fails as ``append`` would) once the entry is durable."""
         ...
 
     async def load(self, run_id: str) -> list[JournalRecord]:

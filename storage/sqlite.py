@@ -264,6 +264,10 @@ class SqliteStore:
 
     async def append(self, run_id: str, seq: int, epoch: int, entry: Entry) -> None:
         """Append at ``seq`` fenced by ``epoch``; returns once the commit holding it is durable."""
+        await self.submit(run_id, seq, epoch, entry)
+
+    def submit(self, run_id: str, seq: int, epoch: int, entry: Entry) -> asyncio.Future[None]:
+        """Queue an append now (written in submission order); the future settles after commit."""
         queue = self._append_queue()
         item = _Append(
             run_id=run_id,
@@ -275,7 +279,7 @@ class SqliteStore:
             done=asyncio.get_running_loop().create_future(),
         )
         queue.put_nowait(item)
-        await item.done
+        return item.done
 
     async def load(self, run_id: str) -> list[JournalRecord]:
         """The run's whole journal, in order; raises ``UnknownRun``."""

@@ -18,6 +18,7 @@ from bot.runtime import Runtime, ToolSource
 from bot.store import Store
 from bot.tools.ask_human import ask_human_tools
 from bot.tools.catalog import CatalogError, load_catalogs
+from bot.tools.mcp import McpStartError, McpTools, mcp_tools
 from bot.tools.toolset import ToolCollision, ToolSet
 
 
@@ -85,11 +86,19 @@ async def open_store(settings: Settings) -> Store:
     return await open_sqlite(settings.resolve(path))
 
 
+async def start_mcp(tools: McpTools) -> ToolSource:
+    """Start the MCP servers and assemble the one tool set; a failure is a config error."""
+    try:
+        return await tools.start()
+    except (McpStartError, ToolCollision) as exc:
+        raise ConfigError(f"mcp_servers: {exc}") from exc
+
+
 @asynccontextmanager
 async def runtime(settings: Settings) -> AsyncIterator[Runtime]:
-    """A runtime for one process, its store closed on exit."""
+    """A runtime for one process, its MCP sessions and store closed on exit."""
     model = build_model(settings)
-    tools = build_tools(settings)
+    tools = mcp_tools(settings, build_tools(settings).values())
     guard = build_guard(settings)
     hooks = build_hooks(settings)
     store = await open_store(settings)
@@ -98,7 +107,7 @@ async def runtime(settings: Settings) -> AsyncIterator[Runtime]:
         yield Runtime(
             store=store,
             model=model,
-            tools=ToolSource(tools),
+            tools=await start_mcp(tools),
             hooks=hooks,
             events=events,
             system_prompt=settings.system_prompt,
@@ -109,4 +118,5 @@ async def runtime(settings: Settings) -> AsyncIterator[Runtime]:
             deadlines=settings.deadlines,
         )
     finally:
+        await tools.close()
         await store.close()

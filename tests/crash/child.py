@@ -32,12 +32,13 @@ class CrashingStore(SqliteStore):
         super().__init__(path)
         self._kind, self._left = kind, nth
 
-    async def append(self, run_id: str, seq: int, epoch: int, entry: Entry) -> None:
-        await super().append(run_id, seq, epoch, entry)
+    def submit(self, run_id: str, seq: int, epoch: int, entry: Entry) -> asyncio.Future[None]:
+        done = super().submit(run_id, seq, epoch, entry)
         if entry.kind == self._kind:
             self._left -= 1
             if self._left == 0:
-                os.kill(os.getpid(), signal.SIGKILL)
+                done.add_done_callback(lambda _: os.kill(os.getpid(), signal.SIGKILL))
+        return done
 
 
 class ApprovingPrompter:

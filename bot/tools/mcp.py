@@ -1,0 +1,440 @@
+"""MCP servers as tool sources: one open session per server, its tools in the one flat set.
+
+Naming: a server's tool ``T`` is offered to the model as ``{server}__{T}``. OpenAI tool names
+allow only ``[a-zA-Z0-9_-]{1,64}``; a name that would break that (MCP also allows ``.`` and
+longer names) has each other character replaced by ``_``, is cut to fit, and ends in ``_``
+and 8 hex digits of the SHA-256 of the original tool name, so two tools never map to one name
+and a name stays the same across re-listings. The call goes out under the server's own name.
+
+Flags: ``readOnlyHint`` or ``idempotentHint`` makes a tool idempotent (safe to rerun after a
+crash); a tool that is not read-only and is destructive (MCP's default when the server says
+nothing) is confirm-gated, and so is every tool named in the server's ``confirm:`` list.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import mcp_types as types
+from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.client import IncomingMessage, Transport
+from mcp.client.streamable_http import streamable_http_client
+
+from bot.config import McpServerSettings, Settings
+from bot.runtime import ToolSource
+from bot.tools.base import Tool, ToolContext, ToolFlags, ToolResult
+from bot.tools.toolset import ToolCollision, ToolSet
+
+log = logging.getLogger("kestrel.mcp")
+
+SEPARATOR = "__"
+MAX_NAME = 64
+CLIENT_INFO = types.Implementation(name="kestrel", version="1")
+# How long a finished call waits for a tool re-listing its own call set off.
+SETTLE_SECONDS = 2.0
+CLOSE_SECONDS = 10.0
+MAX_PAGES = 100
+BUILTIN_OWNER = "the built-in tools (catalog and ask_human)"
+
+_INVALID = re.compile(r"[^a-zA-Z0-9_-]")
+
+
+class McpStartError(Exception):
+    """The servers cannot be started as configured; the message names the server and why."""
+
+
+def tool_name(server: str, remote: str) -> str:
+    """The model-facing name of ``remote`` on ``server`` (see the module docstring)."""
+    name = f"{server}{SEPARATOR}{remote}"
+    if len(name) <= MAX_NAME and not _INVALID.search(remote):
+        return name
+    digest = hashlib.sha256(remote.encode()).hexdigest()[:8]
+    room = MAX_NAME - len(server) - len(SEPARATOR) - len(digest) - 1
+    return f"{server}{SEPARATOR}{_INVALID.sub('_', remote)[:room]}_{digest}"
+
+
+def tool_flags(
+    annotations: types.ToolAnnotations | None, gated: bool, timeout: float, server: str = ""
+) -> ToolFlags:
+    """Flags from MCP's hints: unset hints take MCP's defaults (not read-only, destructive).
+
+    Tags ``mcp`` and ``mcp:{server}`` let the policy name approvers per server.
+    """
+    hints = annotations or types.ToolAnnotations()
+    read_only = hints.read_only_hint is True
+    destructive = hints.destructive_hint is not False
+    return ToolFlags(
+        confirm=gated or (destructive and not read_only),
+        idempotent=read_only or hints.idempotent_hint is True,
+        timeout=timeout,
+        tags=("mcp", f"mcp:{server}") if server else ("mcp",),
+    )
+
+
+def render(result: types.CallToolResult) -> str:
+    """The result as text: text parts joined, other parts summarized, else structured content."""
+    parts = [_render_block(block) for block in result.content]
+    if not parts and result.structured_content is not None:
+        return json.dumps(result.structured_content)
+    return "\n".join(parts)
+
+
+def _render_block(block: types.ContentBlock) -> str:
+    if isinstance(block, types.TextContent):
+        return block.text
+    if isinstance(block, types.ImageContent | types.AudioContent):
+        return f"[{block.type}: {block.mime_type}]"
+    if isinstance(block, types.ResourceLink):
+        return f"[resource link: {block.uri}]"
+    resource = block.resource
+    if isinstance(resource, types.TextResourceContents):
+        return f"[resource: {resource.uri}]\n{resource.text}"
+    return f"[resource: {resource.uri} ({resource.mime_type or 'binary'})]"
+
+
+def _reason(exc: BaseException) -> str:
+    """One line for an error; anyio wraps a lone failure in a group, which says nothing."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+@dataclass(frozen=True)
+class McpTool:
+    """One tool of one MCP server, called through that server's open session."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    flags: ToolFlags
+    remote: str
+    source: McpSource
+
+    async def call(self, arguments: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        """Call the server's tool; every failure, a vanished tool included, is an error result."""
+        started = time.monotonic()
+        result = await self.source.call(self.remote, arguments)
+        # A call that changed the server's tool list hears of it before its own answer; waiting
+        # for the re-listing means the model's next call sees the set this call produced.
+        await self.source.settled(self._settle_budget(time.monotonic() - started))
+        return result
+
+    def _settle_budget(self, elapsed: float) -> float:
+        """Never let the wait push a finished call past its own timeout."""
+        if self.flags.timeout <= 0:
+            return SETTLE_SECONDS
+        return min(SETTLE_SECONDS, (self.flags.timeout - elapsed) / 2)
+
+
+class McpSource:
+    """One MCP server: a session open from ``start()`` to ``close()``, and its latest listing."""
+
+    def __init__(self, settings: McpServerSettings, *, cwd: Path | None = None) -> None:
+        self.settings = settings
+        self._cwd = cwd
+        self._tools: tuple[McpTool, ...] = ()
+        self._session: ClientSession | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._stop = asyncio.Event()
+        self._lock = asyncio.Lock()
+        self._relisting = 0
+        self._settled = asyncio.Event()
+        self._settled.set()
+        self._on_change: Callable[[McpSource], None] = lambda _source: None
+        self._on_error: Callable[[McpSource, str], None] = lambda _source, _reason: None
+
+    @property
+    def name(self) -> str:
+        """The server's name, the prefix of its tools."""
+        return self.settings.name
+
+    @property
+    def tools(self) -> tuple[McpTool, ...]:
+        """The server's tools as last listed."""
+        return self._tools
+
+    async def start(
+        self,
+        on_change: Callable[[McpSource], None] | None = None,
+        on_error: Callable[[McpSource, str], None] | None = None,
+    ) -> None:
+        """Connect, initialize and list; later re-listings report to the callbacks."""
+        if self._task is not None:
+            raise RuntimeError(f"MCP server {self.name} is already started")
+        self._on_change = on_change or self._on_change
+        self._on_error = on_error or self._on_error
+        self._stop.clear()
+        ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        # The session lives on a task of its own: anyio scopes must be entered and left by one
+        # task, and the caller's task need not be the one that closes the source.
+        self._task = asyncio.create_task(self._serve(ready), name=f"mcp:{self.name}")
+        try:
+            await asyncio.wait_for(ready, self.settings.timeout)
+        except TimeoutError:
+            await self._abort()
+            raise McpStartError(
+                f"MCP server {self.name}: no answer within {self.settings.timeout:g}s"
+            ) from None
+        except BaseException:
+            await self._abort()
+            raise
+
+    async def close(self) -> None:
+        """End the session (and a stdio server's process); safe to call twice."""
+        task, self._task = self._task, None
+        if task is None:
+            return
+        self._stop.set()
+        try:
+            await asyncio.wait_for(task, CLOSE_SECONDS)
+        except TimeoutError:
+            log.warning("MCP server %s did not close within %gs", self.name, CLOSE_SECONDS)
+
+    async def _abort(self) -> None:
+        """Stop a start that failed or timed out: cancel it mid-connect rather than wait."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def call(self, remote: str, arguments: dict[str, Any]) -> ToolResult:
+        """Call one tool by the server's own name; failures become error results."""
+        session = self._session
+        if session is None:
+            return ToolResult(f"MCP server {self.name} is not connected", is_error=True)
+        try:
+            result = await session.call_tool(remote, arguments)
+        except Exception as exc:
+            return ToolResult(f"MCP server {self.name}: {remote}: {_reason(exc)}", is_error=True)
+        return ToolResult(render(result), is_error=result.is_error)
+
+    async def settled(self, within: float) -> None:
+        """Wait at most ``within`` seconds for re-listings in flight to land."""
+        if within <= 0 or self._settled.is_set():
+            return
+        try:
+            async with asyncio.timeout(within):
+                await self._settled.wait()
+        except TimeoutError:
+            log.info("MCP server %s: tool re-listing still running after %gs", self.name, within)
+
+    async def _serve(self, ready: asyncio.Future[None]) -> None:
+        try:
+            async with AsyncExitStack() as stack:
+                await self._connect(stack)
+                if not ready.done():
+                    ready.set_result(None)
+                await self._stop.wait()
+        except Exception as exc:
+            failure = McpStartError(f"MCP server {self.name}: cannot start: {_reason(exc)}")
+            if ready.done():
+                log.warning("MCP server %s: the session ended: %s", self.name, _reason(exc))
+            else:
+                ready.set_exception(failure)
+        finally:
+            self._session = None
+
+    async def _connect(self, stack: AsyncExitStack) -> None:
+        read, write = await stack.enter_async_context(self._transport())
+        session = ClientSession(
+            read,
+            write,
+            read_timeout_seconds=self.settings.timeout,
+            message_handler=self._on_message,
+            client_info=CLIENT_INFO,
+        )
+        await stack.enter_async_context(session)
+        await session.initialize()
+        # Under the lock, so a change announced during start is re-listed after this listing.
+        async with self._lock:
+            self._session = session
+            self._tools = await self._list(session)
+
+    def _transport(self) -> Transport:
+        settings = self.settings
+        if settings.transport == "http":
+            assert settings.url is not None, "config validation requires url for http"
+            return streamable_http_client(settings.url)
+        command, *args = settings.command
+        # The stdio client passes only a safe subset of our environment, plus ``env``.
+        params = StdioServerParameters(
+            command=command, args=args, env=settings.env or None, cwd=self._cwd
+        )
+        return stdio_client(params)
+
+    async def _list(self, session: ClientSession) -> tuple[McpTool, ...]:
+        listed: list[types.Tool] = []
+        cursor: str | None = None
+        for _ in range(MAX_PAGES):
+            params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
+            page = await session.list_tools(params=params)
+            listed += page.tools
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        return tuple(self._tool(tool) for tool in listed)
+
+    def _tool(self, tool: types.Tool) -> McpTool:
+        gated = tool.name in self.settings.confirm
+        return McpTool(
+            name=tool_name(self.name, tool.name),
+            description=tool.description or tool.title or f"{tool.name} on MCP server {self.name}",
+            parameters=dict(tool.input_schema),
+            flags=tool_flags(tool.annotations, gated, self.settings.timeout, self.name),
+            remote=tool.name,
+            source=self,
+        )
+
+    async def _on_message(self, message: IncomingMessage) -> None:
+        """Runs on the session's own task; only a tool-list change matters here."""
+        if not isinstance(message, types.ToolListChangedNotification):
+            return
+        self._relisting += 1
+        self._settled.clear()
+        try:
+            async with self._lock:
+                await self._relist()
+        finally:
+            self._relisting -= 1
+            if not self._relisting:
+                self._settled.set()
+
+    async def _relist(self) -> None:
+        session = self._session
+        if session is None:
+            return
+        try:
+            self._tools = await self._list(session)
+        except Exception as exc:
+            self._on_error(self, _reason(exc))
+            return
+        self._on_change(self)
+
+
+class McpTools:
+    """The process's tools: built-in ones, then each MCP server's in config order, as one set."""
+
+    def __init__(self, builtin: Iterable[Tool], sources: Sequence[McpSource] = ()) -> None:
+        self._builtin = tuple(builtin)
+        self._sources = tuple(sources)
+        self._accepted: dict[str, tuple[McpTool, ...]] = {}
+        self._started = False
+        self.source = ToolSource(ToolSet(self._builtin))
+
+    async def start(self) -> ToolSource:
+        """Start every server and assemble the set; any failure or collision closes them all."""
+        _check_unique(self._sources)
+        try:
+            for server in self._sources:
+                await server.start(self._changed, self._relist_failed)
+            accepted = {server.name: server.tools for server in self._sources}
+            self.source.replace(self._assemble(accepted))
+        except BaseException:
+            await self.close()
+            raise
+        self._accepted = accepted
+        self._started = True
+        return self.source
+
+    async def close(self) -> None:
+        """Close every server's session."""
+        self._started = False
+        for server in self._sources:
+            await server.close()
+
+    def _assemble(self, accepted: Mapping[str, tuple[McpTool, ...]]) -> ToolSet:
+        groups: list[tuple[str, Sequence[Tool]]] = [(BUILTIN_OWNER, self._builtin)]
+        groups += [(f"MCP server {s.name}", accepted[s.name]) for s in self._sources]
+        _check_owners(groups)
+        return ToolSet.assemble(*(tools for _, tools in groups))
+
+    # The two callbacks below run on an MCP session's task, not a run's. They share only the
+    # ToolSource with the runs, and touch it without an await in between: a whole-set pointer
+    # assignment and a list append on the event loop's one thread, so no run sees half a change.
+
+    def _changed(self, server: McpSource) -> None:
+        """Swap in a new whole set for the server's new listing, or refuse it with a reason."""
+        if not self._started:
+            return  # start() assembles from whatever listing it finds
+        before, after = self._accepted[server.name], server.tools
+        change = describe_change(before, after)
+        if not change:
+            return
+        candidate = {**self._accepted, server.name: after}
+        try:
+            tools = self._assemble(candidate)
+        except ToolCollision as exc:
+            self._advise(f"MCP server {server.name}: refused a tool list change ({change}): {exc}")
+            return
+        self._accepted = candidate
+        self.source.replace(tools, f"MCP server {server.name}: {change}")
+
+    def _relist_failed(self, server: McpSource, reason: str) -> None:
+        if not self._started:
+            return  # a re-listing cut short by close() is no news
+        self._advise(
+            f"MCP server {server.name}: its tool list changed but could not be re-listed "
+            f"({reason}); its previous tools stay"
+        )
+
+    def _advise(self, text: str) -> None:
+        """Queue an advisory without changing the set (the same set, replaced by itself)."""
+        self.source.replace(self.source.current(), text)
+
+
+def describe_change(before: Sequence[Tool], after: Sequence[Tool]) -> str:
+    """What changed between two listings, e.g. ``tools added: a; removed: b``; empty if nothing."""
+    old = {tool.name: _shape(tool) for tool in before}
+    new = {tool.name: _shape(tool) for tool in after}
+    added = [name for name in new if name not in old]
+    removed = [name for name in old if name not in new]
+    changed = [name for name in new if name in old and new[name] != old[name]]
+    parts = [
+        f"{label}: {', '.join(names)}"
+        for label, names in (("added", added), ("removed", removed), ("changed", changed))
+        if names
+    ]
+    return ("tools " + "; ".join(parts)) if parts else ""
+
+
+def _shape(tool: Tool) -> str:
+    return json.dumps([tool.description, tool.parameters, repr(tool.flags)], sort_keys=True)
+
+
+def _check_unique(sources: Sequence[McpSource]) -> None:
+    names = [source.name for source in sources]
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise McpStartError(f"MCP server names must be unique: {', '.join(duplicates)}")
+
+
+def _check_owners(groups: Sequence[tuple[str, Sequence[Tool]]]) -> None:
+    """Raise on the first name two owners claim, naming both."""
+    owners: dict[str, str] = {}
+    for owner, tools in groups:
+        for tool in tools:
+            first = owners.setdefault(tool.name, owner)
+            if first != owner:
+                raise ToolCollision(
+                    f"tool name collision: {tool.name!r} is declared by {first} and by {owner}"
+                )
+
+
+def mcp_tools(settings: Settings, builtin: Iterable[Tool]) -> McpTools:
+    """The configured servers over the built-in tools; a stdio ``cwd`` is config-relative."""
+    sources = [
+        McpSource(server, cwd=settings.resolve(server.cwd) if server.cwd else None)
+        for server in settings.mcp_servers
+    ]
+    return McpTools(builtin, sources)

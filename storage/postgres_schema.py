@@ -1,0 +1,104 @@
+"""The PostgreSQL schema as ordered migrations; version N is the first N scripts applied."""
+
+from __future__ import annotations
+
+# Each script runs in its own transaction, under the migration advisory lock, together with the
+# insert of its version into ``schema_version``. Never edit a released script: append a new one.
+#
+# Bodies are ``json``, not ``jsonb``: ``json`` keeps the exact text, so an identical re-append
+# compares equal byte for byte as in SQLite, and it accepts ``\u0000`` (command output can hold
+# NUL characters), which ``jsonb`` refuses. ``pos`` is insertion order, the tiebreak of equal
+# timestamps that SQLite gets from its rowid.
+MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE sessions (
+        id         text PRIMARY KEY,
+        platform   text NOT NULL,
+        channel    text NOT NULL,
+        thread     text NOT NULL,
+        created_at timestamptz NOT NULL
+    );
+
+    CREATE TABLE runs (
+        id            text PRIMARY KEY,
+        pos           bigint GENERATED ALWAYS AS IDENTITY,
+        session_id    text NOT NULL REFERENCES sessions(id),
+        prompt        text NOT NULL,
+        requested_by  text NOT NULL,
+        status        text NOT NULL,
+        stop_reason   text NOT NULL DEFAULT '',
+        owner         text NOT NULL DEFAULT '',
+        epoch         bigint NOT NULL,
+        lease_expires timestamptz,
+        created_at    timestamptz NOT NULL,
+        updated_at    timestamptz NOT NULL
+    );
+    CREATE INDEX runs_by_created ON runs(created_at, pos);
+    CREATE INDEX runs_by_session ON runs(session_id, created_at, pos);
+
+    CREATE TABLE journal (
+        run_id text NOT NULL REFERENCES runs(id),
+        seq    bigint NOT NULL CHECK (seq >= 0),
+        epoch  bigint NOT NULL,
+        kind   text NOT NULL,
+        body   json NOT NULL,
+        at     timestamptz NOT NULL,
+        PRIMARY KEY (run_id, seq)
+    );
+
+    CREATE TABLE requests (
+        id         text PRIMARY KEY,
+        pos        bigint GENERATED ALWAYS AS IDENTITY,
+        run_id     text NOT NULL REFERENCES runs(id),
+        kind       text NOT NULL,
+        call_id    text NOT NULL,
+        tool       text NOT NULL,
+        body       json NOT NULL,
+        status     text NOT NULL,
+        decision   json,
+        created_at timestamptz NOT NULL,
+        deadline   timestamptz
+    );
+    CREATE INDEX requests_by_status ON requests(status, created_at, pos);
+    CREATE INDEX requests_by_run ON requests(run_id, created_at, pos);
+
+    CREATE TABLE audit (
+        id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        at         timestamptz NOT NULL,
+        actor      text NOT NULL,
+        action     text NOT NULL,
+        run_id     text NOT NULL DEFAULT '',
+        request_id text NOT NULL DEFAULT '',
+        detail     text NOT NULL DEFAULT ''
+    );
+    CREATE INDEX audit_by_run ON audit(run_id, id);
+    """,
+    """
+    CREATE TABLE approvals (
+        request_id text NOT NULL REFERENCES requests(id),
+        approver   text NOT NULL,
+        at         timestamptz NOT NULL,
+        PRIMARY KEY (request_id, approver)
+    );
+    """,
+    """
+    CREATE TABLE once_keys (
+        key text PRIMARY KEY,
+        at  timestamptz NOT NULL
+    );
+    """,
+)
+
+SCHEMA_VERSION = len(MIGRATIONS)
+
+CREATE_VERSION_TABLE = """
+CREATE TABLE schema_version (
+    version    integer PRIMARY KEY,
+    applied_at timestamptz NOT NULL DEFAULT now()
+);
+"""
+
+
+def migration_script(version: int) -> str:
+    """The DDL of migration ``version`` (1-based)."""
+    return MIGRATIONS[version - 1]
