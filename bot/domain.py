@@ -314,6 +314,7 @@ class RunResumed(Model):
     kind: Literal["run_resumed"] = "run_resumed"
     owner: str = ""
     forced: bool = False
+    taken_over_from: str = ""
 
 
 class AdvisoryEntry(Model):

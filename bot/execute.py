@@ -168,7 +168,7 @@ async def _dispatch(
             requested_by=env.hook_ctx.requested_by,
         )
         return CallExit(ToolOutcome.DEFERRED, deferral.prompt, request=request)
-    output = await _post_tool(call, output, env)
+    output = await post_tool(call, output, env)
     return CallExit(outcome, output, is_error)
 
 
@@ -200,7 +200,8 @@ async def _invoke(
     return ToolOutcome.OK, result.output, result.is_error, None
 
 
-async def _post_tool(call: ToolCall, output: str, env: CallEnv) -> str:
+async def post_tool(call: ToolCall, output: str, env: CallEnv) -> str:
+    """PostToolUse (the PII guard among them); a failing hook withholds the output."""
     try:
         return await env.hooks.on_post_tool(call, output, env.hook_ctx)
     except HookFailure as exc:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import weakref
+from collections import OrderedDict
 
 from bot.domain import ToolCall
 from bot.events import Event, EventSink
@@ -11,6 +13,28 @@ from bot.pii import PiiGuard, PiiMode, ScanOutcome
 
 log = logging.getLogger("kestrel.pii")
 
+# What each guard has warned each run about: "hit" (sensitive data found) and "failure" (a scan
+# failed), each at most once per run. A run builds fresh hooks whenever its task starts (start,
+# every resume, a cancel or panic report), so the memory cannot live in the hooks; it is kept
+# per guard, for the most recently warned runs, within this process.
+_WARNED: weakref.WeakKeyDictionary[PiiGuard, OrderedDict[tuple[str, str], None]] = (
+    weakref.WeakKeyDictionary()
+)
+_WARNED_KEPT = 4096
+
+
+def _first_warning(guard: PiiGuard, run_id: str, about: str) -> bool:
+    """Whether this run has not been warned ``about`` this yet (and note that it now is)."""
+    warned = _WARNED.setdefault(guard, OrderedDict())
+    key = (run_id, about)
+    if key in warned:
+        warned.move_to_end(key)
+        return False
+    warned[key] = None
+    if len(warned) > _WARNED_KEPT:
+        warned.popitem(last=False)
+    return True
+
 
 class _RunGuard:
     """One run's view of the guard: it warns the operator once per run, not once per hit."""
@@ -18,7 +42,6 @@ class _RunGuard:
     def __init__(self, guard: PiiGuard, events: EventSink) -> None:
         self._guard = guard
         self._events = events
-        self._warned = False
 
     async def prompt(self, text: str, ctx: HookContext) -> PromptVerdict:
         outcome = self._guard.scan_prompt(text)
@@ -34,11 +57,14 @@ class _RunGuard:
 
     def _report(self, outcome: ScanOutcome, ctx: HookContext, what: str) -> None:
         if outcome.error:
+            # Every failure is logged; the operator is told the first cause, once per run.
             log.warning("run %s: PII scan of %s failed: %s", ctx.run_id, what, outcome.error)
-            self._advise(ctx, f"the PII scan of {what} failed ({outcome.error}); it was withheld")
+            if _first_warning(self._guard, ctx.run_id, "failure"):
+                self._advise(
+                    ctx, f"the PII scan of {what} failed ({outcome.error}); it was withheld"
+                )
             return
-        if outcome.hits and not self._warned:
-            self._warned = True
+        if outcome.hits and _first_warning(self._guard, ctx.run_id, "hit"):
             kinds = sorted({hit.entity_type for hit in outcome.hits})
             verb = "redacted" if self._guard.mode is PiiMode.REDACT else "withheld"
             self._advise(ctx, f"sensitive data ({', '.join(kinds)}) in {what} was {verb}")

@@ -31,7 +31,7 @@ from bot.domain import (
     ToolResultEntry,
 )
 from bot.events import Event, EventSink
-from bot.execute import CallEnv, HookAbort, execute_tool
+from bot.execute import CallEnv, HookAbort, execute_tool, post_tool
 from bot.gate import Gate
 from bot.hooks import HookContext, Hooks
 from bot.journal import RunJournal, TakenOver
@@ -294,7 +294,7 @@ class AgentLoop:
         elif request.kind is RequestKind.WAIT_EFFECT:
             await self._settle_effect(call_state, decision, env)
         else:
-            await self._answer_question(call_state, decision)
+            await self._answer_question(call_state, decision, env)
 
     async def _supplied(self, request: Request) -> Decision | None:
         """The checkpoint's answer for a request, journaled once; None while it is open."""
@@ -345,26 +345,31 @@ class AgentLoop:
             return
         if decision.kind is DecisionKind.DONE:
             output = decision.text or f"marked done by {decision.by or 'on-call'}"
-            await self._result(call_state, ToolOutcome.OK, output, False)
+            await self._result(call_state, ToolOutcome.OK, output, False, env)
             return
         output = f"marked failed by {decision.by or 'on-call'}" + (
             f": {decision.text}" if decision.text else ""
         )
-        await self._result(call_state, ToolOutcome.ERROR, output, True)
+        await self._result(call_state, ToolOutcome.ERROR, output, True, env)
 
-    async def _answer_question(self, call_state: CallState, decision: Decision) -> None:
+    async def _answer_question(
+        self, call_state: CallState, decision: Decision, env: CallEnv
+    ) -> None:
         if decision.kind is DecisionKind.EXPIRED:
-            await self._result(call_state, ToolOutcome.OK, "no answer before the deadline", False)
-            return
-        who = f" (answered by {decision.by})" if decision.by else ""
-        await self._result(call_state, ToolOutcome.OK, (decision.text or "") + who, False)
+            output = "no answer before the deadline"
+        else:
+            who = f" (answered by {decision.by})" if decision.by else ""
+            output = (decision.text or "") + who
+        await self._result(call_state, ToolOutcome.OK, output, False, env)
 
     async def _result(
-        self, call_state: CallState, outcome: ToolOutcome, out: str, err: bool
+        self, call_state: CallState, outcome: ToolOutcome, output: str, err: bool, env: CallEnv
     ) -> None:
+        """Journal a result supplied through the checkpoint, after PostToolUse like any other."""
         call = call_state.call
+        output = await post_tool(call, output, env)
         entry = ToolResultEntry(
-            call_id=call.id, tool=call.name, outcome=outcome, output=out, is_error=err
+            call_id=call.id, tool=call.name, outcome=outcome, output=output, is_error=err
         )
         await self.journal.append(entry)
 

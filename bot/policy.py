@@ -70,8 +70,20 @@ class Policy:
         if request.kind is RequestKind.WAIT_APPROVAL:
             return self._approval(actor, kind, request, flags or ToolFlags())
         if request.kind is RequestKind.WAIT_EFFECT:
-            return "" if self.may_operate(actor) else "only on-call may settle an uncertain effect"
+            if self.may_operate(actor):
+                return ""
+            return "only on-call (policy.oncall) may settle an uncertain effect"
         return self._answer(actor, request)
+
+    def who_may_answer(self, request: Request, flags: ToolFlags | None) -> list[str]:
+        """The principals that may answer ``request``, for people deciding who to ping."""
+        if request.kind is RequestKind.WAIT_EFFECT:
+            return list(self.settings.oncall)
+        if request.kind is RequestKind.WAIT_USER:
+            return _unique([request.requested_by, *self.settings.oncall, *self.settings.answerers])
+        tags = flags.tags if flags else ()
+        keys = [request.tool, *(f"tag:{tag}" for tag in tags), EVERYONE]
+        return _unique([p for key in keys for p in self.settings.approvers.get(key, [])])
 
     def _approval(
         self, actor: Actor, kind: DecisionKind, request: Request, flags: ToolFlags
@@ -104,3 +116,7 @@ class Policy:
         if actor.matches(self.settings.answerers):
             return ""
         return f"{actor.user} may not answer this question"
+
+
+def _unique(principals: list[str]) -> list[str]:
+    return [p for i, p in enumerate(principals) if p and p not in principals[:i]]

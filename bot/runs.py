@@ -113,8 +113,13 @@ class Supervisor:
             raise ResumeRefused(
                 f"run {run_id} is live on {record.owner}; its lease has not expired"
             )
+        if not await self._has_work(fold(await self.rt.store.load(run_id), run_id)):
+            # Another owner moved it on between our look and our claim: nothing left to do.
+            await self.rt.store.release(run_id, self.rt.owner, epoch)
+            return None
         live = LiveRun(run_id)
-        work = self._resume(live, epoch, prompter, force)
+        previous = record.owner if record.owner != self.rt.owner else ""
+        work = self._resume(live, epoch, prompter, force, previous)
         live.task = asyncio.create_task(self._barrier(live, work), name=run_id)
         self.live[run_id] = live
         return live
@@ -167,6 +172,19 @@ class Supervisor:
         return self.rt.policy.check_decision(
             actor, decision.kind, request, tool.flags if tool else None
         )
+
+    async def adopt_orphans(self) -> list[str]:
+        """Resume the runs whose owner died (lease expired while running); each once."""
+        adopted = []
+        for run_id in await self.rt.store.orphaned_runs():
+            try:
+                live = await self.resume(run_id)
+            except ResumeRefused as exc:
+                log.info("not adopting %s: %s", run_id, exc)
+                continue
+            if live is not None:
+                adopted.append(run_id)
+        return adopted
 
     async def expire(self, request: Request) -> bool:
         """Close a request whose deadline passed; the run goes on if nothing else is open."""
@@ -232,7 +250,7 @@ class Supervisor:
     ) -> RunState:
         hooks = self.rt.run_hooks()
         ctx = HookContext(run_id=live.run_id, requested_by=requested_by)
-        refusal, text = await _screen_prompt(hooks, prompt, ctx)
+        refusal, text, cause = await _screen_prompt(hooks, prompt, ctx)
         await self.rt.store.ensure_session(session)
         history = await self._history(session.id)
         record = RunRecord(
@@ -253,17 +271,20 @@ class Supervisor:
             )
         )
         self._emit("run_started", live.run_id, requested_by=requested_by)
+        if cause:
+            self._emit("advisory", live.run_id, text=cause)
         if refusal:
             return await self._refuse(journal, refusal, hooks)
         await journal.append(UserMessage(text=text, by=requested_by))
         return await self._drive(live, journal, prompter, hooks)
 
     async def _resume(
-        self, live: LiveRun, epoch: int, prompter: Prompter | None, forced: bool
+        self, live: LiveRun, epoch: int, prompter: Prompter | None, forced: bool, previous: str
     ) -> RunState:
         state = fold(await self.rt.store.load(live.run_id), live.run_id)
         journal = RunJournal(self.rt.store, state, epoch, self.rt.lease_seconds)
-        await journal.append(RunResumed(owner=self.rt.owner, forced=forced))
+        resumed = RunResumed(owner=self.rt.owner, forced=forced, taken_over_from=previous)
+        await journal.append(resumed)
         await self.rt.store.audit(self.rt.owner, "resume", run_id=live.run_id)
         self._emit("run_resumed", live.run_id)
         return await self._drive(live, journal, prompter, self.rt.run_hooks())
@@ -384,16 +405,22 @@ class Supervisor:
         )
 
     async def _ask_again(self, state: RunState, prompter: Prompter) -> None:
-        """Offer a prompter who resumes the run the requests it still waits on."""
+        """Offer the requests a run still waits on to the prompter who resumes it.
+
+        A prompter's answer is authoritative, as it is inline in the gate: the adapter that
+        built it answers for the person at it (the console's operator).
+        """
         for request in state.open_requests:
             found = await self._lookup_request(request.id)
             if found is None or found[0] is not RequestStatus.OPEN:
                 continue
             decision = await prompter.ask(request)
-            if decision is not None:
-                answered = await self.answer(decision, run_id=state.run_id)
-                if not answered.accepted:
-                    self._emit("advisory", state.run_id, text=answered.message)
+            if decision is not None and await self.rt.store.decide(
+                decision, RequestStatus.ANSWERED
+            ):
+                await self.rt.store.audit(
+                    decision.by, decision.kind.value, state.run_id, request.id, request.digest
+                )
 
     async def _lookup_request(
         self, request_id: str
@@ -459,13 +486,13 @@ class Supervisor:
         self.rt.events.emit(Event(kind, run_id, data))
 
 
-async def _screen_prompt(hooks: Hooks, prompt: str, ctx: HookContext) -> tuple[str, str]:
-    """UserPromptSubmit: (refusal, text); a failing hook refuses (fails closed)."""
+async def _screen_prompt(hooks: Hooks, prompt: str, ctx: HookContext) -> tuple[str, str, str]:
+    """UserPromptSubmit: (refusal, text, failure cause); a failing hook refuses (fails closed)."""
     try:
         verdict = await hooks.on_prompt(prompt, ctx)
     except HookFailure as exc:
         log.warning("run %s: %s", ctx.run_id, exc)
-        return "the prompt could not be checked by a policy hook", ""
+        return "the prompt could not be checked by a policy hook", "", str(exc)
     if not verdict.allow:
-        return f"the prompt was refused: {verdict.reason or 'policy'}", ""
-    return "", verdict.text if verdict.text is not None else prompt
+        return f"the prompt was refused: {verdict.reason or 'policy'}", "", ""
+    return "", verdict.text if verdict.text is not None else prompt, ""

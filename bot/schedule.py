@@ -56,6 +56,8 @@ class Scheduler:
             self._schedule_request(request)
         for name in self.prompts:
             self._schedule_prompt(name, self.clock())
+        every = max(self.supervisor.rt.lease_seconds / 2, 1.0)
+        self._aps.add_job(self.supervisor.adopt_orphans, "interval", seconds=every, id="adopt")
         self.supervisor.rt.events.add(self)
 
     async def stop(self) -> None:

@@ -63,6 +63,7 @@ class RunState:
     status: RunStatus = RunStatus.RUNNING
     result: TerminalResult | None = None
     last_text: str = ""
+    takeovers: list[str] = field(default_factory=list)
     outcome_counts: Counter[str] = field(default_factory=Counter)
 
     @property
@@ -178,6 +179,8 @@ def _suspended(state: RunState, entry: RunSuspended) -> None:
 
 def _resumed(state: RunState, entry: RunResumed) -> None:
     state.status = RunStatus.RUNNING
+    if entry.taken_over_from:
+        state.takeovers.append(entry.taken_over_from)
 
 
 def _advisory(state: RunState, entry: AdvisoryEntry) -> None:

@@ -98,6 +98,10 @@ class Store(Protocol):
         """The newest runs first."""
         ...
 
+    async def orphaned_runs(self, limit: int = 100) -> list[str]:
+        """Ids of runs marked running whose lease expired or was released (their owner died)."""
+        ...
+
     async def claim(
         self, run_id: str, owner: str, lease_seconds: float, *, force: bool = False
     ) -> int | None:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import os
 import re
 import socket
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
@@ -103,27 +104,30 @@ class AuditEntry:
     detail: str
 
 
-class _RunTurns:
-    """One FIFO lock per run with appends in flight (dropped when idle)."""
+class _AppendQueue:
+    """The appends in flight: each one waits for the one submitted before it to the same run."""
 
     def __init__(self) -> None:
-        self._locks: dict[str, asyncio.Lock] = {}
-        self._users: dict[str, int] = {}
+        self._tails: dict[str, asyncio.Task[None]] = {}
+        self._pending: set[asyncio.Task[None]] = set()
 
-    @contextlib.asynccontextmanager
-    async def turn(self, run_id: str) -> AsyncIterator[None]:
-        """Wait for the appends to ``run_id`` issued before this one."""
-        lock = self._locks.get(run_id)
-        if lock is None:
-            lock = self._locks[run_id] = asyncio.Lock()
-        self._users[run_id] = self._users.get(run_id, 0) + 1
-        try:
-            async with lock:
-                yield
-        finally:
-            self._users[run_id] -= 1
-            if not self._users[run_id]:
-                del self._users[run_id], self._locks[run_id]
+    def submit(self, run_id: str, write: Callable[[], Awaitable[None]]) -> asyncio.Task[None]:
+        """Start ``write`` once the run's previous append has settled, whatever its outcome."""
+        task = asyncio.get_running_loop().create_task(_after(self._tails.get(run_id), write))
+        self._tails[run_id] = task
+        self._pending.add(task)
+        task.add_done_callback(functools.partial(self._settled, run_id))
+        return task
+
+    async def drain(self, timeout: float) -> None:
+        """Wait (at most ``timeout`` seconds) until every submitted append has settled."""
+        if self._pending:
+            await asyncio.wait(set(self._pending), timeout=timeout)
+
+    def _settled(self, run_id: str, task: asyncio.Task[None]) -> None:
+        self._pending.discard(task)
+        if self._tails.get(run_id) is task:
+            del self._tails[run_id]
 
 
 class PostgresStore:
@@ -141,7 +145,8 @@ class PostgresStore:
     ) -> None:
         scheme = urlsplit(dsn).scheme
         if scheme not in ("postgres", "postgresql"):
-            raise StoreError(f"PostgreSQL DSN must be a postgresql:// URL, not {scheme or 'a'!r}")
+            got = f"{scheme}://" if scheme else "no scheme"
+            raise StoreError(f"PostgreSQL DSN must start with postgresql:// (got {got})")
         if not _SCHEMA_NAME.fullmatch(schema):
             raise ValueError(f"schema must be a plain identifier, got {schema!r}")
         self._dsn = dsn
@@ -153,9 +158,9 @@ class PostgresStore:
         self._target = _describe(dsn, schema)
         self._secrets = _secrets(dsn)
         self._pool: asyncpg.Pool | None = None
-        # Appends to one run issued concurrently on this instance land in call order, as they
-        # do behind SQLite's single writer; across runs they use the whole pool.
-        self._turns = _RunTurns()
+        # Appends to one run land in submission order, as they do behind SQLite's single
+        # writer; appends to different runs use the whole pool at once.
+        self._appends = _AppendQueue()
         self._closed = False
 
     @property
@@ -180,10 +185,11 @@ class PostgresStore:
             raise
 
     async def close(self) -> None:
-        """Let statements in flight finish, then close every pooled connection."""
+        """Write the appends already submitted, then close every pooled connection."""
         if self._closed:
             return
         self._closed = True
+        await self._appends.drain(_CLOSE_TIMEOUT)
         pool, self._pool = self._pool, None
         if pool is not None:
             await _close_pool(pool)
@@ -230,7 +236,9 @@ class PostgresStore:
 
     async def get_run(self, run_id: str) -> RunRecord:
         """The run's row; raises ``UnknownRun``."""
-        rows = await self._fetch("get_run", f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = $1", run_id)
+        rows = await self._fetch(
+            "get_run", f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = $1", run_id
+        )
         if not rows:
             raise UnknownRun(f"unknown run {run_id!r}")
         return _run_from_row(rows[0])
@@ -246,6 +254,18 @@ class PostgresStore:
             limit,
         )
         return [_run_from_row(row) for row in rows]
+
+    async def orphaned_runs(self, limit: int = 100) -> list[str]:
+        """Runs marked running whose owner's lease expired or was given up: nobody drives them."""
+        rows = await self._fetch(
+            "orphaned_runs",
+            "SELECT id FROM runs WHERE status = 'running'"
+            " AND (owner = '' OR lease_expires IS NULL OR lease_expires < $1)"
+            " ORDER BY updated_at LIMIT $2",
+            self._now(),
+            limit,
+        )
+        return [str(row["id"]) for row in rows]
 
     # -- leases ------------------------------------------------------------------------------
 
@@ -301,18 +321,30 @@ class PostgresStore:
 
     async def append(self, run_id: str, seq: int, epoch: int, entry: Entry) -> None:
         """Append at ``seq`` fenced by ``epoch``; returns once the row is committed."""
+        await self.submit(run_id, seq, epoch, entry)
+
+    def submit(self, run_id: str, seq: int, epoch: int, entry: Entry) -> asyncio.Future[None]:
+        """Queue an append now (written after the run's earlier ones); settles after commit."""
+        self._ready()  # fail at once when closed or not migrated
+        write = functools.partial(self._write_entry, run_id, seq, epoch, entry)
+        return self._appends.submit(run_id, write)
+
+    async def _write_entry(self, run_id: str, seq: int, epoch: int, entry: Entry) -> None:
+        """The append itself: one conditional insert, and a diagnosis only when it missed."""
+        # Not ``_ready()``: close() lets the appends submitted before it land.
+        pool = self._pool
+        if pool is None:
+            raise self._closed_error()
         body = entry.model_dump_json()
         status, reason = _projection(entry)
-        async with self._turns.turn(run_id):
-            pool = self._ready()
-            with self._errors("append"):
-                async with pool.acquire() as conn:
-                    landed = await conn.fetchval(
-                        _APPEND, run_id, seq, epoch, entry.kind, body, self._now(), status, reason
-                    )
-                    if landed:
-                        return
-                    row = await conn.fetchrow(_DIAGNOSE_APPEND, run_id, seq)
+        with self._errors("append"):
+            async with pool.acquire() as conn:
+                landed = await conn.fetchval(
+                    _APPEND, run_id, seq, epoch, entry.kind, body, self._now(), status, reason
+                )
+                if landed:
+                    return
+                row = await conn.fetchrow(_DIAGNOSE_APPEND, run_id, seq)
         error = _diagnose(run_id, seq, epoch, body, row)
         if error is not None:
             raise error
@@ -462,6 +494,7 @@ class PostgresStore:
                     max_size=self._max_size,
                     timeout=self._connect_timeout,
                     server_settings={"search_path": _quote_ident(self._schema)},
+                    reset=_keep_session,
                 )
             except ValueError as exc:
                 # A DSN asyncpg cannot parse; its message may quote the DSN, hence the scrub.
@@ -581,6 +614,20 @@ async def open_postgres(dsn: str, *, schema: str = "public") -> PostgresStore:
 
 
 # -- module helpers -----------------------------------------------------------------------------
+
+
+async def _after(previous: asyncio.Task[None] | None, write: Callable[[], Awaitable[None]]) -> None:
+    """Run ``write`` after ``previous`` has settled; its outcome is its own caller's."""
+    if previous is not None:
+        await asyncio.wait({previous})
+    await write()
+
+
+async def _keep_session(conn: asyncpg.Connection) -> None:
+    """Release a connection as it is: no reset query."""
+    # This store never changes session state (no SET, LISTEN, cursors or session-level locks),
+    # so asyncpg's default reset would cost one more round trip per call; asyncpg still rolls
+    # back a transaction left open before calling this.
 
 
 async def _close_pool(pool: asyncpg.Pool) -> None:

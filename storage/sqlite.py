@@ -214,6 +214,16 @@ class SqliteStore:
         )
         return [_run_from_row(row) for row in rows]
 
+    async def orphaned_runs(self, limit: int = 100) -> list[str]:
+        """Runs marked running whose owner's lease expired or was given up: nobody drives them."""
+        rows = await self._read(
+            "SELECT id FROM runs WHERE status = 'running'"
+            " AND (owner = '' OR lease_expires IS NULL OR lease_expires < ?)"
+            " ORDER BY updated_at LIMIT ?",
+            (self._now(), limit),
+        )
+        return [str(row[0]) for row in rows]
+
     # -- leases ------------------------------------------------------------------------------
 
     async def claim(

@@ -18,7 +18,6 @@ from bot.runtime import Runtime, ToolSource
 from bot.store import Store
 from bot.tools.ask_human import ask_human_tools
 from bot.tools.catalog import CatalogError, load_catalogs
-from bot.tools.mcp import McpStartError, McpTools, mcp_tools
 from bot.tools.toolset import ToolCollision, ToolSet
 
 
@@ -79,44 +78,69 @@ async def open_store(settings: Settings) -> Store:
     """The store named by ``database``: a SQLite file, or a PostgreSQL URL."""
     url = settings.database
     if url.startswith(("postgres://", "postgresql://")):
-        raise ConfigError("database: PostgreSQL is not supported yet; use a SQLite file path")
+        try:
+            from storage.postgres import open_postgres
+        except ImportError as exc:
+            raise ConfigError(
+                "database: PostgreSQL needs asyncpg: pip install 'kestrel[postgres]'"
+            ) from exc
+        return await open_postgres(url)
     from storage.sqlite import open_sqlite
 
     path = url.removeprefix("sqlite:///")
     return await open_sqlite(settings.resolve(path))
 
 
-async def start_mcp(tools: McpTools) -> ToolSource:
-    """Start the MCP servers and assemble the one tool set; a failure is a config error."""
+@asynccontextmanager
+async def tool_source(settings: Settings) -> AsyncIterator[ToolSource]:
+    """The tool set; with MCP servers configured, their sessions live as long as the block.
+
+    The ``mcp`` package is imported only then: it is an optional extra and slow to import.
+    """
+    builtin = build_tools(settings)
+    if not settings.mcp_servers:
+        yield ToolSource(builtin)
+        return
     try:
-        return await tools.start()
+        from bot.tools.mcp import McpStartError, mcp_tools
+    except ImportError as exc:
+        raise ConfigError(
+            "mcp_servers: the mcp package is missing: pip install 'kestrel[mcp]'"
+        ) from exc
+    tools = mcp_tools(settings, builtin.values())
+    try:
+        source = await tools.start()
     except (McpStartError, ToolCollision) as exc:
+        await tools.close()
         raise ConfigError(f"mcp_servers: {exc}") from exc
+    try:
+        yield source
+    finally:
+        await tools.close()
 
 
 @asynccontextmanager
 async def runtime(settings: Settings) -> AsyncIterator[Runtime]:
-    """A runtime for one process, its MCP sessions and store closed on exit."""
+    """A runtime for one process; its MCP sessions and store are closed on exit."""
     model = build_model(settings)
-    tools = mcp_tools(settings, build_tools(settings).values())
     guard = build_guard(settings)
     hooks = build_hooks(settings)
-    store = await open_store(settings)
     events = FanOut(LogSink())
-    try:
-        yield Runtime(
-            store=store,
-            model=model,
-            tools=await start_mcp(tools),
-            hooks=hooks,
-            events=events,
-            system_prompt=settings.system_prompt,
-            budgets=settings.budgets.to_budgets(),
-            model_timeout=settings.model.timeout,
-            guard_hooks=lambda: pii_hooks(guard, events),
-            policy=Policy(settings.policy),
-            deadlines=settings.deadlines,
-        )
-    finally:
-        await tools.close()
-        await store.close()
+    async with tool_source(settings) as tools:
+        store = await open_store(settings)
+        try:
+            yield Runtime(
+                store=store,
+                model=model,
+                tools=tools,
+                hooks=hooks,
+                events=events,
+                system_prompt=settings.system_prompt,
+                budgets=settings.budgets.to_budgets(),
+                model_timeout=settings.model.timeout,
+                guard_hooks=lambda: pii_hooks(guard, events),
+                policy=Policy(settings.policy),
+                deadlines=settings.deadlines,
+            )
+        finally:
+            await store.close()

@@ -15,7 +15,7 @@ import click
 
 from bot.cli import compose, render
 from bot.config import ConfigError, Settings, load_settings
-from bot.domain import TERMINAL_STATUSES, Decision, DecisionKind
+from bot.domain import TERMINAL_STATUSES, Decision, DecisionKind, Request, utcnow
 from bot.runs import ResumeRefused, Supervisor
 from bot.runtime import Runtime
 from bot.state import fold
@@ -259,17 +259,24 @@ def runs_cancel(run_id: str, user: str) -> None:
 def runs_pending(as_json: bool) -> None:
     """Open requests: approvals, questions and uncertain effects."""
 
-    async def work(rt: Runtime) -> list[Any]:
-        return list(await rt.store.list_requests())
+    async def work(rt: Runtime) -> list[tuple[Request, list[str]]]:
+        tools = rt.tools.current()
+        rows = []
+        for request, _status, _decision in await rt.store.list_requests():
+            tool = tools.get(request.tool)
+            rows.append((request, rt.policy.who_may_answer(request, tool.flags if tool else None)))
+        return rows
 
     rows = with_runtime(work)
     if as_json:
-        click.echo(
-            json.dumps([render.request_object(r) | {"run_id": r.run_id} for r, _s, _d in rows])
-        )
+        objects = [
+            render.request_object(r) | {"run_id": r.run_id, "may_answer": who} for r, who in rows
+        ]
+        click.echo(json.dumps(objects))
         return
-    for request, status, decision in rows:
-        click.echo(render.pending_line(request, status, decision))
+    now = utcnow()
+    for request, who in rows:
+        click.echo(render.pending_line(request, who, now))
     if not rows:
         click.echo("no open requests")
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime, timedelta
 from typing import Any
 
-from bot.domain import Decision, Request, RequestStatus, RunRecord
+from bot.domain import Request, RunRecord
 from bot.llm import base as msg
 from bot.state import RunState
 
@@ -47,6 +48,8 @@ def transcript(record: RunRecord, state: RunState) -> str:
     lines = [f"run {record.id}  [{record.status.value}]  by {record.requested_by or '-'}"]
     for message in state.messages:
         lines += _message_lines(message)
+    for owner in state.takeovers:
+        lines.append(f"  taken over from {owner}")
     for request in state.open_requests:
         lines.append(f"  waiting: {request.kind.value} {request.id} for {request.tool}")
     for text in state.advisories:
@@ -81,11 +84,21 @@ def _short(text: str, limit: int = 300) -> str:
     return flat if len(flat) <= limit else flat[:limit] + "…"
 
 
-def pending_line(request: Request, status: RequestStatus, decision: Decision | None) -> str:
-    """One line of ``runs pending``."""
+def pending_line(request: Request, who: list[str], now: datetime) -> str:
+    """One line of ``runs pending``: what waits, how long, until when, and for whom."""
     args = json.dumps(request.arguments, sort_keys=True)
-    deadline = f" deadline {request.deadline:%Y-%m-%d %H:%M}" if request.deadline else ""
+    age = _duration(now - request.created_at)
+    deadline = f", expires in {_duration(request.deadline - now)}" if request.deadline else ""
     return (
         f"{request.run_id}  {request.id}  {request.kind.value:<13} {request.tool} {args}"
-        f"  opened {request.created_at:%Y-%m-%d %H:%M}{deadline}  [{status.value}]"
+        f"  (open {age}{deadline}; may answer: {', '.join(who) or 'nobody'})"
     )
+
+
+def _duration(delta: timedelta) -> str:
+    seconds = max(0, int(delta.total_seconds()))
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"

@@ -298,6 +298,9 @@ class McpSource:
 
     async def _on_message(self, message: IncomingMessage) -> None:
         """Runs on the session's own task; only a tool-list change matters here."""
+        if isinstance(message, Exception):
+            log.warning("MCP server %s: transport error: %s", self.name, _reason(message))
+            return
         if not isinstance(message, types.ToolListChangedNotification):
             return
         self._relisting += 1

@@ -69,7 +69,7 @@ def test_chat_later_suspends_and_resume_continues(tmp_path: Path) -> None:
     shown = json.loads(kestrel(tmp_path, "runs", "show", run_id, "--json").stdout)
     assert shown["status"] == "suspended"
     assert [r["kind"] for r in shown["requests"]] == ["wait_approval"]
-    approved = kestrel(tmp_path, "chat", "--as", "U0OPS", stdin=f"/resume {run_id}\na\n")
+    approved = kestrel(tmp_path, "chat", stdin=f"/resume {run_id}\na\n")
     assert "Checkout is back up." in approved.stdout
     shown = json.loads(kestrel(tmp_path, "runs", "show", run_id, "--json").stdout)
     assert shown["status"] == "completed"
@@ -93,7 +93,7 @@ def test_run_defer_then_approve_from_another_process(tmp_path: Path) -> None:
     (request,) = deferred["requests"]
     assert request["kind"] == "wait_approval" and request["tool"] == "restart_service"
     pending = kestrel(tmp_path, "runs", "pending")
-    assert request["id"] in pending.stdout
+    assert request["id"] in pending.stdout and "may answer: *" in pending.stdout
     mine = kestrel(tmp_path, "runs", "approve", deferred["run_id"], request["id"], "--as", "U0REQ")
     assert "someone else must approve" in one_line_error(mine)
     approved = kestrel(

@@ -357,3 +357,23 @@ async def test_scheduled_prompt_fires_once_and_refuses_gated_calls(tmp_path: Pat
     assert state.result is not None and state.result.outcomes == {"gate_denied": 1}
     assert counter.calls == {}
     await rt.store.close()
+
+
+async def test_an_orphaned_run_is_adopted_by_exactly_one_replica(tmp_path: Path) -> None:
+    rt, sup, counter, run_id = await orphaned_dispatch(tmp_path)
+    other_rt, _ = await make_runtime(
+        tmp_path / "k.db", [reply(text="x")], counting_tools(Counter())
+    )
+    other_rt.owner = "replica-b"
+    other = Supervisor(other_rt)
+    adopted = await asyncio.gather(sup.adopt_orphans(), other.adopt_orphans())
+    assert sorted(len(a) for a in adopted) == [0, 1]
+    for live in [*sup.live.values(), *other.live.values()]:
+        await (sup if live.run_id in sup.live else other).wait(live)
+    state = fold(await rt.store.load(run_id), run_id)
+    assert [r.kind for r in state.open_requests] == [RequestKind.WAIT_EFFECT]
+    assert state.takeovers == ["dead"]
+    assert counter.calls == {}
+    assert await rt.store.orphaned_runs() == []
+    await other_rt.store.close()
+    await rt.store.close()

@@ -3,20 +3,30 @@
 To add a backend, write an async context manager factory like ``_sqlite_backend`` (it gets
 ``tmp_path`` and the test clock and yields an opener of new store instances on one fresh
 database) and register it in ``BACKENDS``. The tests never name a backend.
+
+The PostgreSQL backend runs against the server named by ``KESTREL_TEST_POSTGRES_DSN``: its tests
+skip when the variable is unset and fail when it is set but the server cannot be reached. Each
+test gets its own schema, dropped afterwards, so tests may run in parallel on one database.
 """
 
 from __future__ import annotations
 
+import os
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import asyncpg
 import pytest
 
 from bot.store import Store
+from storage.postgres import PostgresStore
 from storage.sqlite import SqliteStore
+
+POSTGRES_DSN_VAR = "KESTREL_TEST_POSTGRES_DSN"
 
 Opener = Callable[[], Awaitable[Store]]
 BackendFactory = Callable[[Path, "FakeClock"], AbstractAsyncContextManager[Opener]]
@@ -48,7 +58,46 @@ async def _sqlite_backend(tmp_path: Path, clock: FakeClock) -> AsyncIterator[Ope
     yield open_store
 
 
-BACKENDS: dict[str, BackendFactory] = {"sqlite": _sqlite_backend}
+def postgres_dsn() -> str:
+    """The test server's DSN; skips the calling test when none is configured."""
+    dsn = os.environ.get(POSTGRES_DSN_VAR, "")
+    if not dsn:
+        pytest.skip(f"set {POSTGRES_DSN_VAR} to run the PostgreSQL store tests")
+    return dsn
+
+
+@asynccontextmanager
+async def postgres_schema(dsn: str, *, create: bool = True) -> AsyncIterator[str]:
+    """A schema name of this test alone (created unless told not to), dropped afterwards."""
+    schema = f"kt_{uuid.uuid4().hex}"
+    try:
+        admin = await asyncpg.connect(dsn, timeout=10)
+    except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        # A configured server that is down is a failure, never a silent skip.
+        pytest.fail(f"{POSTGRES_DSN_VAR} is set but the server cannot be reached: {exc!r}")
+    try:
+        if create:
+            await admin.execute(f"CREATE SCHEMA {schema}")
+        yield schema
+    finally:
+        await admin.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        await admin.close()
+
+
+@asynccontextmanager
+async def _postgres_backend(tmp_path: Path, clock: FakeClock) -> AsyncIterator[Opener]:
+    dsn = postgres_dsn()
+    async with postgres_schema(dsn) as schema:
+
+        async def open_store() -> Store:
+            store = PostgresStore(dsn, schema=schema, clock=clock)
+            await store.migrate()
+            return store
+
+        yield open_store
+
+
+BACKENDS: dict[str, BackendFactory] = {"sqlite": _sqlite_backend, "postgres": _postgres_backend}
 
 
 @dataclass

@@ -827,3 +827,17 @@ async def test_mark_once_has_one_first_caller(store: Store) -> None:
     )
     assert sum(results) == 1
     assert await store.mark_once("cron:nightly:2026-01-02T03:00")
+
+
+async def test_orphaned_runs_are_running_runs_without_a_live_lease(
+    store: Store, clock: FakeClock
+) -> None:
+    await store.ensure_session(Session(id="ses_o"))
+    await store.create_run(RunRecord(id="run_live", session_id="ses_o"), "a", 30)
+    await store.create_run(RunRecord(id="run_dead", session_id="ses_o"), "b", 5)
+    assert await store.orphaned_runs() == []
+    clock.advance(10)
+    assert await store.orphaned_runs() == ["run_dead"]
+    epoch = await store.claim("run_dead", "c", 30)
+    assert epoch is not None
+    assert await store.orphaned_runs() == []

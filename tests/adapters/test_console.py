@@ -1,0 +1,103 @@
+"""The console adapter in a real process: Ctrl-C suspends at the loop boundary, twice aborts."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+
+SCRIPT = [
+    {"text": "napping", "calls": [{"name": "nap", "arguments": {}}]},
+    {"text": "never reached"},
+]
+CATALOG = {
+    "tools": [
+        {
+            "name": "nap",
+            "description": "Sleep a little",
+            "command": ["sleep", "1.5"],
+            "idempotent": True,
+            "timeout": 10,
+        }
+    ]
+}
+
+
+def start_chat(folder: Path) -> subprocess.Popen[str]:
+    (folder / "script.yaml").write_text(yaml.safe_dump(SCRIPT))
+    (folder / "tools.yaml").write_text(yaml.safe_dump(CATALOG))
+    config = {"model": {"provider": "scripted", "script": "script.yaml"}, "tools": ["tools.yaml"]}
+    (folder / "kestrel.yaml").write_text(yaml.safe_dump(config))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "KESTREL_"))}
+    chat = subprocess.Popen(
+        [sys.executable, "-c", "from bot.cli.main import main; main()", "chat"],
+        cwd=folder,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert chat.stdin is not None
+    chat.stdin.write("take a nap\n")
+    chat.stdin.close()
+    chat.stdin = None  # closed: communicate() must not flush it
+    return chat
+
+
+def wait_for(chat: subprocess.Popen[str], text: str) -> list[str]:
+    """Read lines until one contains ``text``."""
+    assert chat.stdout is not None
+    seen: list[str] = []
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        line = chat.stdout.readline()
+        seen.append(line)
+        if text in line:
+            return seen
+    raise AssertionError(f"{text!r} never appeared in {seen}")
+
+
+def runs(folder: Path) -> list[dict[str, object]]:
+    out = subprocess.run(
+        [sys.executable, "-c", "from bot.cli.main import main; main()", "runs", "list", "--json"],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(out.stdout)  # type: ignore[no-any-return]
+
+
+def test_ctrl_c_suspends_at_the_next_loop_boundary(tmp_path: Path) -> None:
+    chat = start_chat(tmp_path)
+    wait_for(chat, "⚙ nap")
+    chat.send_signal(signal.SIGINT)
+    rest, _ = chat.communicate(timeout=30)
+    assert chat.returncode == 0
+    assert "suspending at the next loop boundary" in rest
+    assert "suspended" in rest and "never reached" not in rest
+    (run,) = runs(tmp_path)
+    assert run["status"] == "suspended"
+    assert run["stop_reason"] == "suspend_requested"
+
+
+def test_a_second_ctrl_c_aborts(tmp_path: Path) -> None:
+    chat = start_chat(tmp_path)
+    wait_for(chat, "⚙ nap")
+    chat.send_signal(signal.SIGINT)
+    time.sleep(0.2)
+    chat.send_signal(signal.SIGINT)
+    _, err = chat.communicate(timeout=30)
+    assert chat.returncode == 130
+    assert "Traceback" not in err
+    (run,) = runs(tmp_path)
+    assert run["status"] in ("running", "suspended")  # the journal is intact and resumable

@@ -1,0 +1,248 @@
+"""MCP servers as tool sources, against a real MCP server subprocess over stdio."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import mcp_types as types
+import pytest
+from pydantic import ValidationError
+
+from bot.cli.compose import runtime
+from bot.config import ConfigError, McpServerSettings, Settings
+from bot.domain import AdvisoryEntry, AssistantTurn, DecisionKind, RunStatus, ToolResultEntry
+from bot.llm.base import Message, ToolSpec
+from bot.llm.scripted import Script, ScriptedProvider
+from bot.runs import Supervisor
+from bot.runtime import Runtime
+from bot.tools.base import Tool, ToolContext, ToolResult
+from bot.tools.mcp import McpSource, McpStartError, McpTools, render, tool_flags, tool_name
+from bot.tools.python import function_tool
+from bot.tools.toolset import ToolCollision
+from storage.sqlite import open_sqlite
+from tests.fakes.runtime import ScriptedPrompter, TextArgs, call, reply
+
+SERVER = Path(__file__).resolve().parents[2] / "fakes" / "mcp_server.py"
+CTX = ToolContext(run_id="run_test", call_id="call_test")
+CHANGE = "MCP server srv: tools added: srv__extra; removed: srv__plain"
+
+
+def settings(**overrides: Any) -> McpServerSettings:
+    """The fake server, run by this interpreter over stdio."""
+    values: dict[str, Any] = {
+        "name": "srv",
+        "transport": "stdio",
+        "command": [sys.executable, str(SERVER)],
+        "timeout": 15,
+    }
+    return McpServerSettings(**(values | overrides))
+
+
+def builtin(name: str) -> Tool:
+    """An in-process tool with a chosen name."""
+
+    @function_tool(name=name, idempotent=True)
+    async def echo(args: TextArgs) -> str:
+        """Return the text."""
+        return args.text
+
+    return echo
+
+
+@pytest.fixture
+async def mcp() -> AsyncIterator[McpTools]:
+    """The fake server (``lookup`` gated by config) behind an aggregator with one built-in tool."""
+    tools = McpTools([builtin("echo")], [McpSource(settings(confirm=["lookup"]))])
+    await tools.start()
+    yield tools
+    await tools.close()
+
+
+async def call_tool(tools: McpTools, name: str, **arguments: Any) -> ToolResult:
+    """Call a tool of the current set, bounded."""
+    async with asyncio.timeout(10):
+        result = await tools.source.current()[name].call(arguments, CTX)
+    assert isinstance(result, ToolResult)
+    return result
+
+
+async def test_tools_come_with_the_prefix_and_flags_and_answer_calls(mcp: McpTools) -> None:
+    current = mcp.source.current()
+    assert list(current) == ["echo", "srv__lookup", "srv__restart", "srv__plain", "srv__mutate"]
+    flags = {name: current[name].flags for name in current}
+    assert (flags["srv__lookup"].confirm, flags["srv__lookup"].idempotent) == (True, True)
+    assert (flags["srv__restart"].confirm, flags["srv__restart"].idempotent) == (True, False)
+    assert (flags["srv__plain"].confirm, flags["srv__plain"].idempotent) == (True, False)
+    assert (flags["srv__mutate"].confirm, flags["srv__mutate"].idempotent) == (False, False)
+    assert flags["srv__lookup"].tags == ("mcp", "mcp:srv")
+    assert current["srv__lookup"].parameters["required"] == ["key"]
+    assert current.validate("srv__lookup", {}) != []
+    # One server start serves the calls too: starting one costs about a second.
+    assert await call_tool(mcp, "srv__lookup", key="disk") == ToolResult("value of disk")
+    failed = await call_tool(mcp, "srv__lookup", key="missing")
+    assert failed.is_error and "no such key: missing" in failed.output
+
+
+async def test_a_list_change_swaps_a_new_whole_set_and_leaves_the_snapshot(
+    mcp: McpTools,
+) -> None:
+    snapshot = mcp.source.current()
+    assert await call_tool(mcp, "srv__mutate") == ToolResult("mutated")
+    current = mcp.source.current()
+    assert current is not snapshot
+    assert "srv__extra" in current and "srv__plain" not in current
+    assert "srv__plain" in snapshot and "srv__extra" not in snapshot
+    assert mcp.source.drain() == [CHANGE]
+    gone = await snapshot["srv__plain"].call({"text": "x"}, CTX)
+    assert isinstance(gone, ToolResult) and gone.is_error
+    assert "Unknown tool: plain" in gone.output
+    assert await call_tool(mcp, "srv__extra") == ToolResult("extra")
+
+
+async def test_a_change_that_would_collide_is_refused_and_the_old_set_stays() -> None:
+    tools = McpTools([builtin("srv__extra")], [McpSource(settings())])
+    await tools.start()
+    try:
+        before = tools.source.current()
+        assert await call_tool(tools, "srv__mutate") == ToolResult("mutated")
+        assert tools.source.current() is before
+        [advisory] = tools.source.drain()
+        assert advisory.startswith("MCP server srv: refused a tool list change")
+        assert "'srv__extra' is declared by the built-in tools" in advisory
+    finally:
+        await tools.close()
+
+
+async def test_a_collision_with_a_catalog_tool_aborts_assembly() -> None:
+    source = McpSource(settings())
+    tools = McpTools([builtin("srv__lookup")], [source])
+    with pytest.raises(ToolCollision) as caught:
+        await tools.start()
+    assert str(caught.value) == (
+        "tool name collision: 'srv__lookup' is declared by the built-in tools "
+        "(catalog and ask_human) and by MCP server srv"
+    )
+    assert await source.call("lookup", {"key": "k"}) == ToolResult(
+        "MCP server srv is not connected", is_error=True
+    )
+
+
+async def test_a_server_that_exits_at_once_fails_start_with_its_name() -> None:
+    tools = McpTools([], [McpSource(settings(command=[sys.executable, "-c", "pass"]))])
+    with pytest.raises(McpStartError, match="MCP server srv: cannot start"):
+        await tools.start()
+
+
+async def test_the_runtime_starts_the_configured_servers_and_closes_them(tmp_path: Path) -> None:
+    config = Settings(database=str(tmp_path / "k.db"), mcp_servers=[settings()])
+    async with runtime(config) as rt:
+        lookup = rt.tools.current()["srv__lookup"]
+        assert await lookup.call({"key": "k"}, CTX) == ToolResult("value of k")
+    closed = await lookup.call({"key": "k"}, CTX)
+    assert closed == ToolResult("MCP server srv is not connected", is_error=True)
+
+
+async def test_a_server_that_will_not_start_is_a_config_error(tmp_path: Path) -> None:
+    broken = settings(command=[sys.executable, "-c", "pass"])
+    config = Settings(database=str(tmp_path / "k.db"), mcp_servers=[broken])
+    with pytest.raises(ConfigError, match="mcp_servers: MCP server srv: cannot start"):
+        async with runtime(config):
+            pass
+
+
+class RecordingProvider(ScriptedProvider):
+    """The scripted model, keeping the tool names each call was given."""
+
+    def __init__(self, script: Script) -> None:
+        super().__init__(script)
+        self.seen: list[list[str]] = []
+
+    async def complete(
+        self, messages: Sequence[Message], tools: Sequence[ToolSpec], timeout: float
+    ) -> AssistantTurn:
+        """Record, then reply from the script."""
+        self.seen.append([tool.name for tool in tools])
+        return await super().complete(messages, tools, timeout)
+
+
+async def test_a_batch_keeps_its_snapshot_and_the_advisory_comes_with_the_next_call(
+    tmp_path: Path, mcp: McpTools
+) -> None:
+    model = RecordingProvider.from_replies(
+        [reply(call("srv__mutate"), call("srv__plain", text="x")), reply(text="done")]
+    )
+    assert isinstance(model, RecordingProvider)
+    store = await open_sqlite(tmp_path / "k.db")
+    sup = Supervisor(Runtime(store=store, model=model, tools=mcp.source))
+    prompter = ScriptedPrompter([DecisionKind.APPROVE])
+    try:
+        live = await sup.start_turn("change the tools", requested_by="U0REQ", prompter=prompter)
+        async with asyncio.timeout(20):
+            state = await sup.wait(live)
+        records = await store.load(live.run_id)
+    finally:
+        await store.close()
+    assert state.result is not None and state.result.status is RunStatus.COMPLETED
+    results = {r.entry.tool: r.entry for r in records if isinstance(r.entry, ToolResultEntry)}
+    assert results["srv__mutate"].output == "mutated"
+    assert results["srv__plain"].is_error
+    assert "Unknown tool: plain" in results["srv__plain"].output
+    assert [request.tool for request in prompter.asked] == ["srv__plain"]
+    kinds = [r.entry.kind for r in records]
+    turns = [i for i, kind in enumerate(kinds) if kind == "assistant_turn"]
+    advisories = [r.entry for r in records if isinstance(r.entry, AdvisoryEntry)]
+    assert [a.text for a in advisories] == [CHANGE]
+    assert kinds.index("advisory") == turns[1] - 1
+    assert "srv__plain" in model.seen[0] and "srv__extra" not in model.seen[0]
+    assert "srv__extra" in model.seen[1] and "srv__plain" not in model.seen[1]
+
+
+def test_names_fit_the_model_alphabet_and_stay_distinct() -> None:
+    assert tool_name("ops", "scale") == "ops__scale"
+    dotted, underscored = tool_name("ops", "db.query"), tool_name("ops", "db_query")
+    assert dotted.startswith("ops__db_query_") and dotted != underscored
+    long = tool_name("a" * 24, "t" * 100)
+    assert len(long) == 64 and long == tool_name("a" * 24, "t" * 100)
+    assert tool_name("ops", "x" * 70) != tool_name("ops", "x" * 71)
+
+
+def test_flags_follow_the_hints_and_the_confirm_list() -> None:
+    read_only = types.ToolAnnotations(read_only_hint=True)
+    idempotent = types.ToolAnnotations(idempotent_hint=True, destructive_hint=False)
+    assert not tool_flags(read_only, gated=False, timeout=5).confirm
+    assert tool_flags(read_only, gated=True, timeout=5).confirm
+    assert tool_flags(idempotent, gated=False, timeout=5).idempotent
+    assert tool_flags(None, gated=False, timeout=5).confirm
+    assert tool_flags(types.ToolAnnotations(), gated=False, timeout=5).confirm
+
+
+def test_content_parts_are_rendered_as_text_or_summaries() -> None:
+    resource = types.TextResourceContents(uri="file:///a.txt", text="alpha")
+    result = types.CallToolResult(
+        content=[
+            types.TextContent(text="one"),
+            types.ImageContent(data="", mime_type="image/png"),
+            types.EmbeddedResource(resource=resource),
+        ]
+    )
+    assert render(result) == "one\n[image: image/png]\n[resource: file:///a.txt]\nalpha"
+    assert render(types.CallToolResult(content=[], structured_content={"n": 1})) == '{"n": 1}'
+
+
+@pytest.mark.parametrize(
+    ("values", "problem"),
+    [
+        ({"transport": "stdio"}, "a stdio server needs command"),
+        ({"transport": "http"}, "an http server needs url"),
+        ({"transport": "http", "url": "http://x", "command": ["y"]}, "are for stdio servers"),
+        ({"transport": "stdio", "command": ["y"], "name": "Bad Name"}, "should match pattern"),
+        ({"transport": "stdio", "command": ["y"], "extra": 1}, "Extra inputs"),
+    ],
+)
+def test_server_settings_are_checked(values: dict[str, Any], problem: str) -> None:
+    with pytest.raises(ValidationError, match=problem):
+        McpServerSettings(**({"name": "srv"} | values))

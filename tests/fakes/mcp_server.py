@@ -1,0 +1,52 @@
+"""A tiny MCP server over stdio for the MCP tool-source tests; run as ``python -m``."""
+
+from __future__ import annotations
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import ToolAnnotations
+
+server = MCPServer("kestrel-test")
+
+READ_ONLY = ToolAnnotations(read_only_hint=True)
+DESTRUCTIVE = ToolAnnotations(destructive_hint=True)
+# Changes what the server offers but destroys nothing: not gated by annotations.
+ADDITIVE = ToolAnnotations(destructive_hint=False)
+
+
+@server.tool(annotations=READ_ONLY)
+def lookup(key: str) -> str:
+    """Look a key up; an unknown key is a tool error."""
+    if key == "missing":
+        raise ToolError(f"no such key: {key}")
+    return f"value of {key}"
+
+
+@server.tool(annotations=DESTRUCTIVE)
+def restart(service: str) -> str:
+    """Restart a service."""
+    return f"restarted {service}"
+
+
+@server.tool()
+def plain(text: str) -> str:
+    """Echo the text; declares no annotations."""
+    return f"plain {text}"
+
+
+def extra() -> str:
+    """A tool that exists only after ``mutate``."""
+    return "extra"
+
+
+@server.tool(annotations=ADDITIVE)
+async def mutate(ctx: Context) -> str:
+    """Add ``extra``, remove ``plain`` and tell the client the tool list changed."""
+    server.add_tool(extra, annotations=READ_ONLY)
+    server.remove_tool("plain")
+    await ctx.session.send_tool_list_changed()
+    return "mutated"
+
+
+if __name__ == "__main__":
+    server.run("stdio")

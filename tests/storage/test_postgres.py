@@ -1,0 +1,459 @@
+"""PostgreSQL-only behaviour: races across pools and processes, migrations, connection errors."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import sys
+import textwrap
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import asyncpg
+import pytest
+
+from bot.domain import (
+    Decision,
+    DecisionKind,
+    Request,
+    RequestKind,
+    RequestStatus,
+    RunRecord,
+    Session,
+    ToolOutcome,
+    ToolResultEntry,
+    UserMessage,
+)
+from bot.store import StaleEpoch, StoreError, UnknownRun
+from storage.postgres import PostgresStore, open_postgres
+from storage.postgres_schema import CREATE_VERSION_TABLE, SCHEMA_VERSION, migration_script
+from tests.storage.conftest import postgres_dsn, postgres_schema
+
+REPO = Path(__file__).resolve().parents[2]
+SECRET = "hunter2-s3cret"
+
+
+@pytest.fixture
+def dsn() -> str:
+    """The test server; the test skips without ``KESTREL_TEST_POSTGRES_DSN``."""
+    return postgres_dsn()
+
+
+@pytest.fixture
+async def schema(dsn: str) -> AsyncIterator[str]:
+    """An empty schema of this test alone."""
+    async with postgres_schema(dsn) as name:
+        yield name
+
+
+@pytest.fixture
+async def missing_schema(dsn: str) -> AsyncIterator[str]:
+    """A schema name of this test alone that does not exist yet."""
+    async with postgres_schema(dsn, create=False) as name:
+        yield name
+
+
+async def opened(dsn: str, schema: str) -> PostgresStore:
+    store = PostgresStore(dsn, schema=schema)
+    await store.migrate()
+    return store
+
+
+async def requests_of_one_run(store: PostgresStore, count: int) -> list[str]:
+    await store.ensure_session(Session(id="s1"))
+    await store.create_run(RunRecord(id="run_1", session_id="s1"), "w1", 30)
+    requests = [
+        Request(run_id="run_1", kind=RequestKind.WAIT_APPROVAL, call_id=f"call_{i}", tool="t")
+        for i in range(count)
+    ]
+    for request in requests:
+        await store.open_request(request)
+    return [request.id for request in requests]
+
+
+def with_credentials(dsn: str, userinfo: str) -> str:
+    """The test DSN's server and database with other credentials."""
+    parts = urlsplit(dsn)
+    return (
+        f"postgresql://{userinfo}@{parts.hostname or 'localhost'}:{parts.port or 5432}{parts.path}"
+    )
+
+
+def free_port() -> int:
+    """A local TCP port nobody listens on."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+# -- races --------------------------------------------------------------------------------------
+
+
+async def test_two_pools_decide_one_request_once(dsn: str, schema: str) -> None:
+    first, second = await opened(dsn, schema), await opened(dsn, schema)
+    try:
+        (request_id,) = await requests_of_one_run(first, 1)
+        decisions = [
+            Decision(request_id=request_id, kind=DecisionKind.APPROVE, by=f"user{i}")
+            for i in range(40)
+        ]
+
+        won = await asyncio.gather(
+            *(
+                (first if i % 2 else second).decide(d, RequestStatus.ANSWERED)
+                for i, d in enumerate(decisions)
+            )
+        )
+
+        assert won.count(True) == 1
+        _, status, decision = await second.get_request(request_id)
+        assert status is RequestStatus.ANSWERED
+        assert decision == decisions[won.index(True)]
+    finally:
+        await first.close()
+        await second.close()
+
+
+async def test_the_last_of_racing_approvers_sees_every_approval(dsn: str, schema: str) -> None:
+    first, second = await opened(dsn, schema), await opened(dsn, schema)
+    try:
+        ids = await requests_of_one_run(first, 30)
+
+        for request_id in ids:
+            counts = await asyncio.gather(
+                *(
+                    (first if i % 2 else second).add_approval(request_id, f"user{i}")
+                    for i in range(4)
+                )
+            )
+            # Two "last" approvers that both saw one too few would leave the request stuck.
+            assert sorted(counts) == [1, 2, 3, 4]
+    finally:
+        await first.close()
+        await second.close()
+
+
+# Each child opens its own store, says it is ready and waits for the start line on stdin. Then
+# it decides the hot request 10 times at once and sweeps the others in its own order (alpha
+# forwards, beta backwards, so they contend in the middle), and prints what it won.
+CHILD = textwrap.dedent(
+    """
+    import asyncio, json, sys
+
+    from bot.domain import Decision, DecisionKind, RequestStatus
+    from storage.postgres import open_postgres
+
+    async def main(dsn: str, schema: str, name: str, hot: str, ids: list[str]) -> None:
+        store = await open_postgres(dsn, schema=schema)
+        try:
+            print("ready", flush=True)
+            sys.stdin.readline()
+            decide = lambda rid: store.decide(
+                Decision(request_id=rid, kind=DecisionKind.APPROVE, by=name),
+                RequestStatus.ANSWERED,
+            )
+            hot_wins = sum(await asyncio.gather(*(decide(hot) for _ in range(10))))
+            order = ids if name == "alpha" else ids[::-1]
+            won = [rid for rid in order if await decide(rid)]
+            print(json.dumps({"hot": hot_wins, "won": won}))
+        finally:
+            await store.close()
+
+    asyncio.run(main(*sys.argv[1:5], json.loads(sys.argv[5])))
+    """
+)
+
+
+async def test_two_processes_decide_each_request_once(dsn: str, schema: str) -> None:
+    store = await opened(dsn, schema)
+    try:
+        hot, *ids = await requests_of_one_run(store, 41)
+        reports = await _race_children(dsn, schema, hot, ids)
+
+        assert sum(report["hot"] for report in reports.values()) == 1
+        alpha, beta = set(reports["alpha"]["won"]), set(reports["beta"]["won"])
+        assert alpha.isdisjoint(beta)
+        assert alpha | beta == set(ids)
+        _, _, hot_decision = await store.get_request(hot)
+        assert hot_decision is not None
+        assert reports[hot_decision.by]["hot"] == 1
+        for rid in ids:
+            _, _, decision = await store.get_request(rid)
+            assert decision is not None
+            assert decision.by == ("alpha" if rid in alpha else "beta")
+    finally:
+        await store.close()
+
+
+async def _race_children(
+    dsn: str, schema: str, hot: str, ids: list[str]
+) -> dict[str, dict[str, Any]]:
+    """Start both children, release them together, and return their reports by name."""
+    pythonpath = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": pythonpath}
+    names = ("alpha", "beta")
+    children = [
+        await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            CHILD,
+            dsn,
+            schema,
+            name,
+            hot,
+            json.dumps(ids),
+            cwd=REPO,
+            env=env,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        for name in names
+    ]
+    try:
+        await asyncio.wait_for(asyncio.gather(*(_ready(child) for child in children)), 60)
+        for child in children:
+            assert child.stdin is not None
+            child.stdin.write(b"go\n")
+        outputs = await asyncio.wait_for(
+            asyncio.gather(*(child.communicate() for child in children)), timeout=60
+        )
+    finally:
+        for child in children:
+            if child.returncode is None:
+                child.kill()
+                await child.wait()
+    for child, (_, stderr) in zip(children, outputs, strict=True):
+        assert child.returncode == 0, stderr.decode()
+    return {name: json.loads(stdout) for name, (stdout, _) in zip(names, outputs, strict=True)}
+
+
+async def _ready(child: asyncio.subprocess.Process) -> None:
+    assert child.stdout is not None
+    line = await child.stdout.readline()
+    if line != b"ready\n":
+        _, stderr = await child.communicate()
+        raise AssertionError(f"child failed to start: {stderr.decode()}")
+
+
+async def test_stale_append_waits_for_a_claim_in_flight_and_is_refused(
+    dsn: str, schema: str
+) -> None:
+    store = await opened(dsn, schema)
+    admin = await asyncpg.connect(dsn, server_settings={"search_path": schema})
+    try:
+        await store.ensure_session(Session(id="s1"))
+        epoch = await store.create_run(RunRecord(id="run_1", session_id="s1"), "w1", 30)
+        claim = admin.transaction()
+        await claim.start()
+        await admin.execute("UPDATE runs SET owner = 'w2', epoch = epoch + 1 WHERE id = 'run_1'")
+
+        append = asyncio.ensure_future(store.append("run_1", 0, epoch, UserMessage(text="late")))
+        await asyncio.sleep(0.2)
+        assert not append.done()  # the append waits on the run's row, it does not slip in
+        await claim.commit()
+
+        with pytest.raises(StaleEpoch):
+            await asyncio.wait_for(append, 10)
+        assert await store.load("run_1") == []
+    finally:
+        await admin.close()
+        await store.close()
+
+
+async def test_a_hundred_writers_land_every_append_in_order(dsn: str, schema: str) -> None:
+    store = PostgresStore(dsn, schema=schema, max_size=20)
+    await store.migrate()
+    try:
+        await store.ensure_session(Session(id="s1"))
+        runs = [f"run_{i}" for i in range(100)]
+        for run_id in runs:
+            await store.create_run(RunRecord(id=run_id, session_id="s1"), "w1", 30)
+
+        async def writer(run_id: str) -> None:
+            for seq in range(10):
+                await store.append(run_id, seq, 1, UserMessage(text=f"{run_id}:{seq}"))
+
+        await asyncio.gather(*(writer(run_id) for run_id in runs))
+
+        for run_id in runs:
+            records = await store.load(run_id)
+            assert [r.entry for r in records] == [
+                UserMessage(text=f"{run_id}:{seq}") for seq in range(10)
+            ]
+    finally:
+        await store.close()
+
+
+async def test_submitted_appends_land_in_submission_order(dsn: str, schema: str) -> None:
+    store = await opened(dsn, schema)
+    try:
+        await store.ensure_session(Session(id="s1"))
+        epoch = await store.create_run(RunRecord(id="run_1", session_id="s1"), "w1", 30)
+
+        futures = [
+            store.submit("run_1", seq, epoch, UserMessage(text=str(seq))) for seq in range(5)
+        ]
+        await store.append("run_1", 5, epoch, UserMessage(text="5"))
+        await asyncio.gather(*futures)
+
+        records = await store.load("run_1")
+        assert [r.entry for r in records] == [UserMessage(text=str(s)) for s in range(6)]
+    finally:
+        await store.close()
+
+
+async def test_nul_characters_round_trip(dsn: str, schema: str) -> None:
+    store = await opened(dsn, schema)
+    try:
+        await store.ensure_session(Session(id="s1"))
+        epoch = await store.create_run(RunRecord(id="run_1", session_id="s1"), "w1", 30)
+        output = ToolResultEntry(call_id="c1", tool="cat", outcome=ToolOutcome.OK, output="a\x00b")
+
+        await store.append("run_1", 0, epoch, output)
+        await store.append("run_1", 0, epoch, output)  # identical: a no-op
+
+        assert [r.entry for r in await store.load("run_1")] == [output]
+    finally:
+        await store.close()
+
+
+async def test_schemas_are_isolated(dsn: str, schema: str, missing_schema: str) -> None:
+    first, second = await opened(dsn, schema), await opened(dsn, missing_schema)
+    try:
+        await first.ensure_session(Session(id="s1"))
+        await first.create_run(RunRecord(id="run_1", session_id="s1"), "w1", 30)
+
+        assert (await first.get_run("run_1")).id == "run_1"
+        with pytest.raises(UnknownRun):
+            await second.get_run("run_1")
+    finally:
+        await first.close()
+        await second.close()
+
+
+# -- migrations ---------------------------------------------------------------------------------
+
+
+async def test_replicas_migrating_at_once_apply_each_version_once(
+    dsn: str, missing_schema: str
+) -> None:
+    stores = [PostgresStore(dsn, schema=missing_schema) for _ in range(6)]
+    try:
+        versions = await asyncio.gather(*(store.migrate() for store in stores))
+    finally:
+        for store in stores:
+            await store.close()
+
+    assert versions == [SCHEMA_VERSION] * len(stores)
+    admin = await asyncpg.connect(dsn)
+    try:
+        applied = await admin.fetch(f"SELECT version FROM {missing_schema}.schema_version")
+    finally:
+        await admin.close()
+    assert sorted(row["version"] for row in applied) == list(range(1, SCHEMA_VERSION + 1))
+
+
+async def test_upgrades_an_older_schema_in_place(dsn: str, schema: str) -> None:
+    admin = await asyncpg.connect(dsn, server_settings={"search_path": schema})
+    try:
+        await admin.execute(CREATE_VERSION_TABLE + migration_script(1))
+        await admin.execute("INSERT INTO schema_version(version) VALUES (1)")
+        await admin.execute("INSERT INTO sessions VALUES ('s1', 'console', '', '', now())")
+
+        store = await opened(dsn, schema)
+        await store.create_run(RunRecord(id="run_1", session_id="s1"), "w1", 30)
+        await store.close()
+
+        applied = await admin.fetch("SELECT version FROM schema_version ORDER BY version")
+    finally:
+        await admin.close()
+    assert [row["version"] for row in applied] == list(range(1, SCHEMA_VERSION + 1))
+
+
+async def test_refuses_a_newer_schema(dsn: str, schema: str) -> None:
+    store = await opened(dsn, schema)
+    await store.close()
+    admin = await asyncpg.connect(dsn, server_settings={"search_path": schema})
+    try:
+        await admin.execute("INSERT INTO schema_version(version) VALUES ($1)", SCHEMA_VERSION + 1)
+    finally:
+        await admin.close()
+
+    newer = PostgresStore(dsn, schema=schema)
+    with pytest.raises(StoreError, match="newer") as caught:
+        await newer.migrate()
+    await newer.close()
+
+    assert f"schema version {SCHEMA_VERSION + 1}" in str(caught.value)
+    assert schema in str(caught.value)
+
+
+async def test_needs_migrate_before_use(dsn: str, schema: str) -> None:
+    store = PostgresStore(dsn, schema=schema)
+    with pytest.raises(StoreError, match="migrate"):
+        await store.get_run("run_1")
+    with pytest.raises(StoreError, match="migrate"):
+        store.submit("run_1", 0, 1, UserMessage(text="hi"))
+    await store.close()
+
+
+# -- connection errors (no server needed) -------------------------------------------------------
+
+
+async def test_unreachable_server_is_one_line_naming_the_host_not_the_password() -> None:
+    port = free_port()
+    store = PostgresStore(f"postgresql://kestrel:{SECRET}@127.0.0.1:{port}/kestrel")
+
+    with pytest.raises(StoreError) as caught:
+        await store.migrate()
+    await store.close()
+
+    message = str(caught.value)
+    assert f"127.0.0.1:{port}" in message
+    assert "refused" in message.lower()
+    assert SECRET not in message
+    assert "\n" not in message
+
+
+async def test_open_postgres_reports_an_unknown_host() -> None:
+    with pytest.raises(StoreError) as caught:
+        await open_postgres(f"postgresql://kestrel:{SECRET}@db.invalid:5432/kestrel")
+
+    assert "db.invalid" in str(caught.value)
+    assert "resolve" in str(caught.value)
+    assert SECRET not in str(caught.value)
+
+
+async def test_bad_dsns_are_refused_without_the_password() -> None:
+    with pytest.raises(StoreError, match="postgresql://"):
+        PostgresStore(f"mysql://kestrel:{SECRET}@127.0.0.1/kestrel")
+
+    store = PostgresStore(f"postgresql://kestrel:{SECRET}@127.0.0.1:notaport/kestrel")
+    with pytest.raises(StoreError) as caught:
+        await store.migrate()
+    await store.close()
+
+    assert "127.0.0.1:notaport" in str(caught.value)
+    assert SECRET not in str(caught.value)
+    with pytest.raises(ValueError, match="schema"):
+        PostgresStore("postgresql://127.0.0.1/kestrel", schema="x; DROP TABLE runs")
+
+
+async def test_refused_login_names_the_host_and_user_not_the_password(dsn: str) -> None:
+    bad = with_credentials(dsn, f"kestrel_nobody:{SECRET}")
+    store = PostgresStore(bad)
+
+    with pytest.raises(StoreError) as caught:
+        await store.migrate()
+    await store.close()
+
+    message = str(caught.value)
+    assert "kestrel_nobody@" in message
+    assert (urlsplit(dsn).hostname or "localhost") in message
+    assert SECRET not in message
+    assert "\n" not in message
