@@ -15,6 +15,7 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
+    field_validator,
     model_validator,
 )
 from pydantic_settings import (
@@ -23,6 +24,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from bot.cron import parse_cron
 from bot.domain import Budgets
 from bot.pii import PiiSettings
 
@@ -89,11 +91,24 @@ class DeadlineSettings(Section):
 
 
 class ScheduledPrompt(Section):
-    """A prompt started on a cron schedule, with no prompter."""
+    """A prompt started on a cron schedule (UTC; five fields, or six with seconds first)."""
 
     name: str
     cron: str
     prompt: str
+
+    @field_validator("cron")
+    @classmethod
+    def _valid_cron(cls, value: str) -> str:
+        parse_cron(value)
+        return value
+
+
+class ReplicaSettings(Section):
+    """How a process shares the store with other replicas."""
+
+    lease_seconds: float = Field(30.0, gt=0)
+    poll_seconds: float = Field(1.0, gt=0)
 
 
 class HookSettings(Section):
@@ -155,6 +170,7 @@ class Settings(BaseSettings):
     deadlines: DeadlineSettings = DeadlineSettings()
     schedules: list[ScheduledPrompt] = []
     hooks: HookSettings = HookSettings()
+    replica: ReplicaSettings = ReplicaSettings()
     mcp_servers: list[McpServerSettings] = []
     openai_api_key: SecretStr | None = Field(
         None, validation_alias=AliasChoices("OPENAI_API_KEY", "openai_api_key")

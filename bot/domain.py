@@ -384,6 +384,25 @@ class RunRecord(Model):
     updated_at: datetime = Field(default_factory=utcnow)
 
 
+class WorkItem(Model):
+    """Inbound work any replica may take: ``start`` a turn or ``resume`` a run."""
+
+    id: int
+    kind: Literal["start", "resume"]
+    payload: dict[str, Any] = {}
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class Replica(Model):
+    """A live Kestrel process sharing the store, and the runs it holds leases on."""
+
+    owner: str
+    info: str = ""
+    started_at: datetime
+    last_seen: datetime
+    runs: tuple[tuple[str, datetime | None], ...] = ()
+
+
 class Session(Model):
     """One conversation: a chat thread, or a console session."""
 

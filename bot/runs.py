@@ -65,6 +65,7 @@ class LiveRun:
     signals: Signals = field(default_factory=Signals)
     task: asyncio.Task[RunState] | None = None
     error: str = ""
+    created: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class Supervisor:
@@ -83,9 +84,10 @@ class Supervisor:
         session: Session | None = None,
         requested_by: str = "",
         prompter: Prompter | None = None,
+        run_id: str = "",
     ) -> LiveRun:
         """Start a run for one human message; its task runs in the background."""
-        run_id = new_id("run")
+        run_id = run_id or new_id("run")
         session = session or Session(id=new_id("ses"))
         live = LiveRun(run_id)
         work = self._start(live, prompt, session, requested_by, prompter)
@@ -257,6 +259,7 @@ class Supervisor:
             id=live.run_id, session_id=session.id, prompt=text[:200], requested_by=requested_by
         )
         epoch = await self.rt.store.create_run(record, self.rt.owner, self.rt.lease_seconds)
+        live.created.set()
         journal = RunJournal(self.rt.store, RunState(live.run_id), epoch, self.rt.lease_seconds)
         journal.append_soon(
             RunStarted(

@@ -12,23 +12,15 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
-from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.date import DateTrigger
 
 from bot.config import DeadlineSettings, ScheduledPrompt
+from bot.cron import parse_cron
 from bot.domain import Request, utcnow
 from bot.events import Event
 from bot.runs import LiveRun, Supervisor
 
 log = logging.getLogger("kestrel.schedule")
-
-
-def parse_cron(expression: str) -> CronTrigger:
-    """A standard five-field crontab expression in UTC; ValueError naming the problem."""
-    try:
-        return CronTrigger.from_crontab(expression, timezone="UTC")
-    except ValueError as exc:
-        raise ValueError(f"cron {expression!r}: {exc}") from exc
 
 
 class Scheduler:
@@ -56,8 +48,10 @@ class Scheduler:
             self._schedule_request(request)
         for name in self.prompts:
             self._schedule_prompt(name, self.clock())
+        # Other replicas open requests this one hears nothing of: sweep the store regularly.
         every = max(self.supervisor.rt.lease_seconds / 2, 1.0)
         self._aps.add_job(self.supervisor.adopt_orphans, "interval", seconds=every, id="adopt")
+        self._aps.add_job(self.sweep, "interval", seconds=every, id="sweep")
         self.supervisor.rt.events.add(self)
 
     async def stop(self) -> None:

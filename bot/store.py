@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import asyncio
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from bot.domain import (
     Decision,
     Entry,
     JournalRecord,
+    Replica,
     Request,
     RequestStatus,
     RunRecord,
     Session,
+    WorkItem,
 )
 
 
@@ -158,6 +160,33 @@ class Store(Protocol):
 
     async def mark_once(self, key: str) -> bool:
         """Claim ``key`` for good; True only for the first caller (deadlines, reminders, cron)."""
+        ...
+
+    async def enqueue_work(self, kind: str, payload: dict[str, Any]) -> int:
+        """Add inbound work for any replica and wake the waiting ones; return its id."""
+        ...
+
+    async def take_work(
+        self, owner: str, limit: int = 10, retake_after: float = 60.0
+    ) -> list[WorkItem]:
+        """Take up to ``limit`` untaken items (or items taken longer ago than ``retake_after``
+        seconds and never finished: their taker died); each item goes to one taker at a time."""
+        ...
+
+    async def finish_work(self, work_id: int) -> None:
+        """Mark an item done so nobody takes it again."""
+        ...
+
+    async def wait_for_work(self, timeout: float) -> None:
+        """Return when work may have been enqueued (a notification) or after ``timeout``."""
+        ...
+
+    async def heartbeat(self, owner: str, info: str = "") -> None:
+        """Record that replica ``owner`` is alive (first call registers it)."""
+        ...
+
+    async def list_replicas(self, alive_within: float = 60.0) -> list[Replica]:
+        """Replicas seen within ``alive_within`` seconds, with the runs they hold leases on."""
         ...
 
     async def audit(

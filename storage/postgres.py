@@ -10,32 +10,44 @@ import os
 import re
 import socket
 from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Final
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import asyncpg
-from pydantic import TypeAdapter, ValidationError
 
 from bot.domain import (
     Decision,
     Entry,
     JournalRecord,
+    Replica,
     Request,
     RequestStatus,
-    RunEnded,
     RunRecord,
-    RunStatus,
-    RunSuspended,
     Session,
-    status_after,
+    WorkItem,
     utcnow,
 )
-from bot.store import AuditRecord, SeqConflict, SeqGap, StaleEpoch, StoreError, UnknownRun
+from bot.store import AuditRecord, StoreError, UnknownRun
+from storage.common import (
+    RUN_COLUMNS,
+    AuditEntry,
+    diagnose,
+    dollar,
+    projection,
+    record,
+    replicas_from_rows,
+    replicas_query,
+    request_from_row,
+    run_from_row,
+    utc,
+    wait_for_event,
+    where,
+    work_from_row,
+    work_payload,
+)
 from storage.postgres_schema import CREATE_VERSION_TABLE, SCHEMA_VERSION, migration_script
 
-_ENTRY: Final[TypeAdapter[Entry]] = TypeAdapter(Entry)
 _SCHEMA_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 _CLOSE_TIMEOUT: Final = 10.0
 # What asyncpg raises for a failed statement, a lost connection or a closed pool.
@@ -85,23 +97,35 @@ _INSERT_APPROVAL: Final = """
 INSERT INTO approvals(request_id, approver, at) VALUES ($1, $2, $3)
 ON CONFLICT (request_id, approver) DO NOTHING
 """
-_RUN_COLUMNS: Final = (
-    "id, session_id, prompt, requested_by, status, stop_reason, owner, epoch,"
-    " lease_expires, created_at, updated_at"
-)
 _REQUEST_COLUMNS: Final = "body::text, status, decision::text"
-
-
-@dataclass(frozen=True, slots=True)
-class AuditEntry:
-    """One audited fact as stored."""
-
-    at: datetime
-    actor: str
-    action: str
-    run_id: str
-    request_id: str
-    detail: str
+# The notification goes out when the insert commits (one statement, one transaction), so a
+# woken replica always finds the row.
+_ENQUEUE_WORK: Final = """
+WITH added AS (
+    INSERT INTO work(kind, payload, created_at) VALUES ($1, $2::json, $3) RETURNING id
+)
+SELECT id, pg_notify($4, id::text) FROM added
+"""
+# SKIP LOCKED lets concurrent takers pass over each other's rows instead of queueing on them,
+# so each row goes to one taker. MATERIALIZED keeps the locking LIMIT subquery from being
+# evaluated more than once. RETURNING order is unspecified: callers sort.
+_TAKE_WORK: Final = """
+WITH picked AS MATERIALIZED (
+    SELECT id FROM work
+    WHERE done_at IS NULL AND (taken_at IS NULL OR taken_at < $3)
+    ORDER BY id LIMIT $4
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE work SET taken_by = $1, taken_at = $2
+WHERE id IN (SELECT id FROM picked)
+RETURNING id, kind, payload::text, created_at
+"""
+_HEARTBEAT: Final = """
+INSERT INTO replicas(owner, info, started_at, last_seen) VALUES ($1, $2, $3, $3)
+ON CONFLICT (owner) DO UPDATE SET info = excluded.info, last_seen = excluded.last_seen
+"""
+# The longest channel name: LISTEN cuts longer ones short and pg_notify refuses them.
+_MAX_IDENTIFIER: Final = 63
 
 
 class _AppendQueue:
@@ -161,6 +185,11 @@ class PostgresStore:
         # Appends to one run land in submission order, as they do behind SQLite's single
         # writer; appends to different runs use the whole pool at once.
         self._appends = _AppendQueue()
+        # A dedicated connection LISTENs for this schema's work (pooled ones would lose it).
+        self._channel = _work_channel(schema)
+        self._listener: asyncpg.Connection | None = None
+        self._listen_lock = asyncio.Lock()
+        self._work_added = asyncio.Event()
         self._closed = False
 
     @property
@@ -189,7 +218,11 @@ class PostgresStore:
         if self._closed:
             return
         self._closed = True
+        self._work_added.set()  # waiters return, and their next call reports the closed store
         await self._appends.drain(_CLOSE_TIMEOUT)
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            await _close_connection(listener)
         pool, self._pool = self._pool, None
         if pool is not None:
             await _close_pool(pool)
@@ -219,7 +252,7 @@ class PostgresStore:
 
         await self._execute(
             "create_run",
-            f"INSERT INTO runs({_RUN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, 1, $8, $9, $10)",
+            f"INSERT INTO runs({RUN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, 1, $8, $9, $10)",
             run.id,
             run.session_id,
             run.prompt,
@@ -228,32 +261,30 @@ class PostgresStore:
             run.stop_reason,
             owner,
             self._lease_until(lease_seconds),
-            _utc(run.created_at),
-            _utc(run.updated_at),
+            utc(run.created_at),
+            utc(run.updated_at),
             on_integrity=refused,
         )
         return 1
 
     async def get_run(self, run_id: str) -> RunRecord:
         """The run's row; raises ``UnknownRun``."""
-        rows = await self._fetch(
-            "get_run", f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = $1", run_id
-        )
+        rows = await self._fetch("get_run", f"SELECT {RUN_COLUMNS} FROM runs WHERE id = $1", run_id)
         if not rows:
             raise UnknownRun(f"unknown run {run_id!r}")
-        return _run_from_row(rows[0])
+        return run_from_row(rows[0], utc)
 
     async def list_runs(self, limit: int = 50, session_id: str | None = None) -> list[RunRecord]:
         """The newest runs first, optionally of one session."""
-        where, params = _where(session_id=session_id)
+        clause, params = where(dollar, session_id=session_id)
         rows = await self._fetch(
             "list_runs",
-            f"SELECT {_RUN_COLUMNS} FROM runs {where}"
+            f"SELECT {RUN_COLUMNS} FROM runs {clause}"
             f" ORDER BY created_at DESC, pos DESC LIMIT ${len(params) + 1}",
             *params,
             limit,
         )
-        return [_run_from_row(row) for row in rows]
+        return [run_from_row(row, utc) for row in rows]
 
     async def orphaned_runs(self, limit: int = 100) -> list[str]:
         """Runs marked running whose owner's lease expired or was given up: nobody drives them."""
@@ -336,7 +367,8 @@ class PostgresStore:
         if pool is None:
             raise self._closed_error()
         body = entry.model_dump_json()
-        status, reason = _projection(entry)
+        moved = projection(entry)
+        status, reason = (None, None) if moved is None else (moved[0].value, moved[1])
         with self._errors("append"):
             async with pool.acquire() as conn:
                 landed = await conn.fetchval(
@@ -345,7 +377,7 @@ class PostgresStore:
                 if landed:
                     return
                 row = await conn.fetchrow(_DIAGNOSE_APPEND, run_id, seq)
-        error = _diagnose(run_id, seq, epoch, body, row)
+        error = diagnose(run_id, seq, epoch, body, row)
         if error is not None:
             raise error
 
@@ -358,7 +390,7 @@ class PostgresStore:
         )
         if not rows:
             await self.current_epoch(run_id)  # unknown runs raise UnknownRun
-        return [_record(run_id, int(seq), int(epoch), body) for seq, epoch, body in rows]
+        return [record(run_id, int(seq), int(epoch), body) for seq, epoch, body in rows]
 
     # -- requests ----------------------------------------------------------------------------
 
@@ -380,8 +412,8 @@ class PostgresStore:
             request.tool,
             request.model_dump_json(),
             RequestStatus.OPEN.value,
-            _utc(request.created_at),
-            None if request.deadline is None else _utc(request.deadline),
+            utc(request.created_at),
+            None if request.deadline is None else utc(request.deadline),
             on_integrity=refused,
         )
 
@@ -392,19 +424,21 @@ class PostgresStore:
         )
         if not rows:
             raise KeyError(request_id)
-        return _request_from_row(rows[0])
+        return request_from_row(rows[0])
 
     async def list_requests(
         self, *, run_id: str | None = None, status: RequestStatus | None = RequestStatus.OPEN
     ) -> list[tuple[Request, RequestStatus, Decision | None]]:
         """Requests filtered by run and status, oldest first."""
-        where, params = _where(run_id=run_id, status=None if status is None else status.value)
+        clause, params = where(
+            dollar, run_id=run_id, status=None if status is None else status.value
+        )
         rows = await self._fetch(
             "list_requests",
-            f"SELECT {_REQUEST_COLUMNS} FROM requests {where} ORDER BY created_at, pos",
+            f"SELECT {_REQUEST_COLUMNS} FROM requests {clause} ORDER BY created_at, pos",
             *params,
         )
-        return [_request_from_row(row) for row in rows]
+        return [request_from_row(row) for row in rows]
 
     async def decide(self, decision: Decision, status: RequestStatus) -> bool:
         """Close an open request; True only for the one caller whose update changed it."""
@@ -450,6 +484,92 @@ class PostgresStore:
         )
         return first is True
 
+    # -- work and replicas -------------------------------------------------------------------
+
+    async def enqueue_work(self, kind: str, payload: dict[str, Any]) -> int:
+        """Add inbound work and notify every replica listening on this schema; its id."""
+        work_id = await self._fetchval(
+            "enqueue_work",
+            _ENQUEUE_WORK,
+            kind,
+            work_payload(kind, payload),
+            self._now(),
+            self._channel,
+        )
+        return int(work_id)
+
+    async def take_work(
+        self, owner: str, limit: int = 10, retake_after: float = 60.0
+    ) -> list[WorkItem]:
+        """Take up to ``limit`` untaken or abandoned items, oldest first, for ``owner``."""
+        if limit <= 0:
+            return []
+        now = self._now()
+        abandoned_before = now - timedelta(seconds=retake_after)
+        rows = await self._fetch("take_work", _TAKE_WORK, owner, now, abandoned_before, limit)
+        items = [work_from_row(row, utc) for row in rows]
+        return sorted(items, key=lambda item: item.id)
+
+    async def finish_work(self, work_id: int) -> None:
+        """Mark an item done so nobody takes it again; finishing it twice changes nothing."""
+        await self._execute(
+            "finish_work",
+            "UPDATE work SET done_at = $1 WHERE id = $2 AND done_at IS NULL",
+            self._now(),
+            work_id,
+        )
+
+    async def wait_for_work(self, timeout: float) -> None:
+        """Return on a notification of new work in this schema, or after ``timeout``."""
+        if await self._listen():
+            # Nobody heard what was enqueued before the LISTEN: the caller must look again.
+            return
+        await wait_for_event(self._work_added, timeout)
+
+    async def heartbeat(self, owner: str, info: str = "") -> None:
+        """Register replica ``owner``, or refresh its info and last-seen time."""
+        await self._execute("heartbeat", _HEARTBEAT, owner, info, self._now())
+
+    async def list_replicas(self, alive_within: float = 60.0) -> list[Replica]:
+        """Replicas seen within ``alive_within`` seconds, with the runs they own."""
+        since = self._now() - timedelta(seconds=alive_within)
+        rows = await self._fetch("list_replicas", replicas_query(dollar), since)
+        return replicas_from_rows(rows, utc)
+
+    async def _listen(self) -> bool:
+        """Open the listening connection unless it is open; True when it was just opened."""
+        self._ready()  # fail fast when closed or not migrated
+        async with self._listen_lock:
+            if self._listener is not None and not self._listener.is_closed():
+                return False
+            listener = await self._connect_listener()
+            if self._closed:  # close() ran while we connected, before this connection existed
+                await _close_connection(listener)
+                raise self._closed_error()
+            self._listener = listener
+        # What woke waiters before (a lost connection) is covered by the caller looking again.
+        self._work_added.clear()
+        return True
+
+    async def _connect_listener(self) -> asyncpg.Connection:
+        """A connection of its own that LISTENs on this schema's work channel."""
+        with self._errors("listen"):
+            conn = await asyncpg.connect(self._dsn, timeout=self._connect_timeout)
+            try:
+                await conn.add_listener(self._channel, self._on_work)
+            except BaseException:
+                await _close_connection(conn)
+                raise
+        # A lost connection may have missed notifications: wake the waiters to look again.
+        conn.add_termination_listener(self._on_listener_lost)
+        return conn
+
+    def _on_work(self, conn: asyncpg.Connection, pid: int, channel: str, payload: str) -> None:
+        self._work_added.set()
+
+    def _on_listener_lost(self, conn: asyncpg.Connection) -> None:
+        self._work_added.set()
+
     # -- audit -------------------------------------------------------------------------------
 
     async def audit(
@@ -470,11 +590,11 @@ class PostgresStore:
 
     async def list_audit(self, run_id: str | None = None, limit: int = 200) -> list[AuditRecord]:
         """The newest ``limit`` audited facts (of one run, if given), oldest first."""
-        where, params = _where(run_id=run_id)
+        clause, params = where(dollar, run_id=run_id)
         rows = await self._fetch(
             "list_audit",
             "SELECT at, actor, action, run_id, request_id, detail FROM ("
-            f" SELECT id, at, actor, action, run_id, request_id, detail FROM audit {where}"
+            f" SELECT id, at, actor, action, run_id, request_id, detail FROM audit {clause}"
             f" ORDER BY id DESC LIMIT ${len(params) + 1}) AS newest ORDER BY id",
             *params,
             limit,
@@ -596,7 +716,7 @@ class PostgresStore:
         return f"PostgreSQL {self._target}: {action} failed: {' '.join(cause.split())}"
 
     def _now(self) -> datetime:
-        return _utc(self._clock())
+        return utc(self._clock())
 
     def _lease_until(self, lease_seconds: float) -> datetime:
         return self._now() + timedelta(seconds=lease_seconds)
@@ -625,9 +745,17 @@ async def _after(previous: asyncio.Task[None] | None, write: Callable[[], Awaita
 
 async def _keep_session(conn: asyncpg.Connection) -> None:
     """Release a connection as it is: no reset query."""
-    # This store never changes session state (no SET, LISTEN, cursors or session-level locks),
-    # so asyncpg's default reset would cost one more round trip per call; asyncpg still rolls
-    # back a transaction left open before calling this.
+    # Pooled connections never change session state (no SET, LISTEN, cursors or session-level
+    # locks; LISTEN has a connection of its own), so asyncpg's default reset would cost one
+    # more round trip per call; asyncpg still rolls back a transaction left open before this.
+
+
+async def _close_connection(conn: asyncpg.Connection) -> None:
+    """Close gracefully, or drop the connection when it will not close in time."""
+    try:
+        await asyncio.wait_for(conn.close(), _CLOSE_TIMEOUT)
+    except (TimeoutError, *_DRIVER_ERRORS):
+        conn.terminate()
 
 
 async def _close_pool(pool: asyncpg.Pool) -> None:
@@ -638,87 +766,6 @@ async def _close_pool(pool: asyncpg.Pool) -> None:
         pool.terminate()
 
 
-def _diagnose(
-    run_id: str, seq: int, epoch: int, body: str, row: asyncpg.Record | None
-) -> StoreError | None:
-    """Why an append did not land: None when an identical record is already there."""
-    if row is None:
-        return UnknownRun(f"unknown run {run_id!r}")
-    current, stored, next_seq = row
-    if stored == body:
-        return None
-    # Fencing first: a stale owner learns it lost the run, whatever now stands at its seq.
-    if current != epoch:
-        return StaleEpoch(f"run {run_id!r}: epoch {epoch} is stale, the run is at epoch {current}")
-    if stored is not None:
-        return SeqConflict(f"run {run_id!r}: a different record stands at seq {seq}")
-    return SeqGap(f"run {run_id!r}: seq {seq} would leave a gap; next is {next_seq}")
-
-
-def _projection(entry: Entry) -> tuple[str | None, str | None]:
-    """The run status and stop reason an entry moves the run to; (None, None) if it does not."""
-    status = status_after(entry)
-    if status is None:
-        return None, None
-    if isinstance(entry, RunSuspended):
-        return status.value, entry.reason.value
-    if isinstance(entry, RunEnded):
-        return status.value, entry.result.stop_reason.value
-    return status.value, ""
-
-
-def _where(**filters: str | None) -> tuple[str, tuple[str, ...]]:
-    """A WHERE clause over the given columns, skipping the filters that are None."""
-    used = {column: value for column, value in filters.items() if value is not None}
-    if not used:
-        return "", ()
-    clauses = [f"{column} = ${n}" for n, column in enumerate(used, start=1)]
-    return "WHERE " + " AND ".join(clauses), tuple(used.values())
-
-
-def _record(run_id: str, seq: int, epoch: int, body: str) -> JournalRecord:
-    try:
-        entry = _ENTRY.validate_json(body)
-    except ValidationError as exc:
-        raise StoreError(
-            f"run {run_id!r}: journal entry at seq {seq} is unreadable: {exc.error_count()}"
-            " validation error(s)"
-        ) from exc
-    return JournalRecord(run_id=run_id, seq=seq, epoch=epoch, entry=entry)
-
-
-def _run_from_row(row: asyncpg.Record) -> RunRecord:
-    return RunRecord(
-        id=row["id"],
-        session_id=row["session_id"],
-        prompt=row["prompt"],
-        requested_by=row["requested_by"],
-        status=RunStatus(row["status"]),
-        stop_reason=row["stop_reason"],
-        owner=row["owner"],
-        epoch=row["epoch"],
-        lease_expires=row["lease_expires"],
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-    )
-
-
-def _request_from_row(row: asyncpg.Record) -> tuple[Request, RequestStatus, Decision | None]:
-    body, status, decision = row
-    return (
-        Request.model_validate_json(body),
-        RequestStatus(status),
-        None if decision is None else Decision.model_validate_json(decision),
-    )
-
-
-def _utc(moment: datetime) -> datetime:
-    """An aware UTC datetime; naive ones are taken to be UTC already."""
-    if moment.tzinfo is None:
-        return moment.replace(tzinfo=UTC)
-    return moment.astimezone(UTC)
-
-
 def _quote_ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
@@ -727,6 +774,15 @@ def _migration_lock_key(schema: str) -> int:
     """A stable 64-bit advisory lock key per schema, so schemas migrate independently."""
     digest = hashlib.sha256(f"kestrel.migrate:{schema}".encode()).digest()
     return int.from_bytes(digest[:8], "big", signed=True)
+
+
+def _work_channel(schema: str) -> str:
+    """The NOTIFY channel of one schema's work, so replicas of other schemas never hear it."""
+    channel = f"kestrel_work.{schema}"
+    if len(channel) <= _MAX_IDENTIFIER:
+        return channel
+    # Schema names are ASCII, so characters are bytes; a long one is replaced by its digest.
+    return f"kestrel_work.{hashlib.sha256(schema.encode()).hexdigest()[:32]}"
 
 
 def _describe(dsn: str, schema: str) -> str:

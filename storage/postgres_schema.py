@@ -87,6 +87,28 @@ MIGRATIONS: tuple[str, ...] = (
         at  timestamptz NOT NULL
     );
     """,
+    # Work any replica may take, and the replicas themselves. Only unfinished items are
+    # scanned by ``take_work``, hence the partial index; ``list_replicas`` joins runs by owner.
+    """
+    CREATE TABLE work (
+        id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        kind       text NOT NULL,
+        payload    json NOT NULL,
+        created_at timestamptz NOT NULL,
+        taken_by   text,
+        taken_at   timestamptz,
+        done_at    timestamptz
+    );
+    CREATE INDEX work_unfinished ON work(id) WHERE done_at IS NULL;
+
+    CREATE TABLE replicas (
+        owner      text PRIMARY KEY,
+        info       text NOT NULL DEFAULT '',
+        started_at timestamptz NOT NULL,
+        last_seen  timestamptz NOT NULL
+    );
+    CREATE INDEX runs_by_owner ON runs(owner);
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -8,28 +8,43 @@ import sqlite3
 import stat
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
 import aiosqlite
-from pydantic import TypeAdapter, ValidationError
 
 from bot.domain import (
     Decision,
     Entry,
     JournalRecord,
+    Replica,
     Request,
     RequestStatus,
-    RunEnded,
     RunRecord,
     RunStatus,
-    RunSuspended,
     Session,
-    status_after,
+    WorkItem,
     utcnow,
 )
-from bot.store import AuditRecord, SeqConflict, SeqGap, StaleEpoch, StoreError, UnknownRun
+from bot.store import AuditRecord, StoreError, UnknownRun
+from storage.common import (
+    RUN_COLUMNS,
+    AuditEntry,
+    diagnose,
+    projection,
+    qmark,
+    record,
+    replicas_from_rows,
+    replicas_query,
+    request_from_row,
+    run_from_row,
+    utc,
+    wait_for_event,
+    where,
+    work_from_row,
+    work_payload,
+)
 from storage.sqlite_schema import CREATE_VERSION_TABLE, SCHEMA_VERSION, migration_script
 
 _T = TypeVar("_T")
@@ -38,7 +53,6 @@ _Row = Sequence[Any]
 _SYNCHRONOUS_MODES: Final = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
 # Bounds one transaction's size (and the latency of the appends queued behind it).
 _MAX_BATCH: Final = 1024
-_ENTRY: Final[TypeAdapter[Entry]] = TypeAdapter(Entry)
 
 # The fast path of an append: it lands only if the epoch is the run's current one and the seq
 # is the next free one, so the common case needs no read before the write.
@@ -65,23 +79,24 @@ _COUNT_APPROVALS: Final = """
 SELECT (SELECT COUNT(*) FROM approvals WHERE request_id = ?1),
        EXISTS (SELECT 1 FROM requests WHERE id = ?1)
 """
-_RUN_COLUMNS: Final = (
-    "id, session_id, prompt, requested_by, status, stop_reason, owner, epoch,"
-    " lease_expires, created_at, updated_at"
-)
 _REQUEST_COLUMNS: Final = "body, status, decision"
-
-
-@dataclass(frozen=True, slots=True)
-class AuditEntry:
-    """One audited fact as stored."""
-
-    at: datetime
-    actor: str
-    action: str
-    run_id: str
-    request_id: str
-    detail: str
+# Runs inside the writer's BEGIN IMMEDIATE: no other connection, in any process, can take the
+# same rows between the select and the update. RETURNING order is unspecified: callers sort.
+_TAKE_WORK: Final = """
+UPDATE work SET taken_by = ?1, taken_at = ?2
+WHERE id IN (
+    SELECT id FROM work
+    WHERE done_at IS NULL AND (taken_at IS NULL OR taken_at < ?3)
+    ORDER BY id LIMIT ?4
+)
+RETURNING id, kind, payload, created_at
+"""
+_HEARTBEAT: Final = """
+INSERT INTO replicas(owner, info, started_at, last_seen) VALUES (?1, ?2, ?3, ?3)
+ON CONFLICT(owner) DO UPDATE SET info = excluded.info, last_seen = excluded.last_seen
+"""
+# SQLite cannot wake other processes: a waiter polls at this interval for their work.
+_WORK_POLL: Final = 0.2
 
 
 @dataclass(slots=True)
@@ -127,6 +142,8 @@ class SqliteStore:
         self._write_lock = asyncio.Lock()
         self._queue: asyncio.Queue[_Append | None] | None = None
         self._flusher: asyncio.Task[None] | None = None
+        # Set by this instance's enqueues (and by close): wakes its ``wait_for_work`` callers.
+        self._work_added = asyncio.Event()
         self._closed = False
 
     @property
@@ -156,6 +173,7 @@ class SqliteStore:
         if self._closed:
             return
         self._closed = True
+        self._work_added.set()
         await self._stop_flusher()
         async with self._write_lock:
             await self._disconnect()
@@ -181,7 +199,7 @@ class SqliteStore:
 
         await self._write(
             "create_run",
-            f"INSERT INTO runs({_RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?)",
+            f"INSERT INTO runs({RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?)",
             (
                 run.id,
                 run.session_id,
@@ -200,19 +218,19 @@ class SqliteStore:
 
     async def get_run(self, run_id: str) -> RunRecord:
         """The run's row; raises ``UnknownRun``."""
-        rows = await self._read(f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = ?", (run_id,))
+        rows = await self._read(f"SELECT {RUN_COLUMNS} FROM runs WHERE id = ?", (run_id,))
         if not rows:
             raise UnknownRun(f"unknown run {run_id!r}")
-        return _run_from_row(rows[0])
+        return run_from_row(rows[0], _parse_ts)
 
     async def list_runs(self, limit: int = 50, session_id: str | None = None) -> list[RunRecord]:
         """The newest runs first, optionally of one session."""
-        where, params = _where(session_id=session_id)
+        clause, params = where(qmark, session_id=session_id)
         rows = await self._read(
-            f"SELECT {_RUN_COLUMNS} FROM runs {where} ORDER BY created_at DESC, rowid DESC LIMIT ?",
+            f"SELECT {RUN_COLUMNS} FROM runs {clause} ORDER BY created_at DESC, rowid DESC LIMIT ?",
             (*params, limit),
         )
-        return [_run_from_row(row) for row in rows]
+        return [run_from_row(row, _parse_ts) for row in rows]
 
     async def orphaned_runs(self, limit: int = 100) -> list[str]:
         """Runs marked running whose owner's lease expired or was given up: nobody drives them."""
@@ -285,7 +303,7 @@ class SqliteStore:
             epoch=epoch,
             kind=entry.kind,
             body=entry.model_dump_json(),
-            projection=_projection(entry),
+            projection=projection(entry),
             done=asyncio.get_running_loop().create_future(),
         )
         queue.put_nowait(item)
@@ -298,7 +316,7 @@ class SqliteStore:
         )
         if not rows:
             await self._require_run(run_id)
-        return [_record(run_id, int(seq), int(epoch), body) for seq, epoch, body in rows]
+        return [record(run_id, int(seq), int(epoch), body) for seq, epoch, body in rows]
 
     # -- requests ----------------------------------------------------------------------------
 
@@ -334,18 +352,20 @@ class SqliteStore:
         )
         if not rows:
             raise KeyError(request_id)
-        return _request_from_row(rows[0])
+        return request_from_row(rows[0])
 
     async def list_requests(
         self, *, run_id: str | None = None, status: RequestStatus | None = RequestStatus.OPEN
     ) -> list[tuple[Request, RequestStatus, Decision | None]]:
         """Requests filtered by run and status, oldest first."""
-        where, params = _where(run_id=run_id, status=None if status is None else status.value)
+        clause, params = where(
+            qmark, run_id=run_id, status=None if status is None else status.value
+        )
         rows = await self._read(
-            f"SELECT {_REQUEST_COLUMNS} FROM requests {where} ORDER BY created_at, rowid",
+            f"SELECT {_REQUEST_COLUMNS} FROM requests {clause} ORDER BY created_at, rowid",
             params,
         )
-        return [_request_from_row(row) for row in rows]
+        return [request_from_row(row) for row in rows]
 
     async def decide(self, decision: Decision, status: RequestStatus) -> bool:
         """Close an open request; True only for the one caller whose update changed it."""
@@ -383,6 +403,55 @@ class SqliteStore:
         )
         return changed == 1
 
+    # -- work and replicas -------------------------------------------------------------------
+
+    async def enqueue_work(self, kind: str, payload: dict[str, Any]) -> int:
+        """Add inbound work and wake this instance's waiters (other processes poll); its id."""
+        rows = await self._write_returning(
+            "enqueue_work",
+            "INSERT INTO work(kind, payload, created_at) VALUES (?, ?, ?) RETURNING id",
+            (kind, work_payload(kind, payload), self._now()),
+        )
+        self._work_added.set()
+        return int(rows[0][0])
+
+    async def take_work(
+        self, owner: str, limit: int = 10, retake_after: float = 60.0
+    ) -> list[WorkItem]:
+        """Take up to ``limit`` untaken or abandoned items, oldest first, for ``owner``."""
+        if limit <= 0:
+            return []
+        now = self._clock()
+        abandoned_before = _ts(now - timedelta(seconds=retake_after))
+        rows = await self._write_returning(
+            "take_work", _TAKE_WORK, (owner, _ts(now), abandoned_before, limit)
+        )
+        items = [work_from_row(row, _parse_ts) for row in rows]
+        return sorted(items, key=lambda item: item.id)
+
+    async def finish_work(self, work_id: int) -> None:
+        """Mark an item done so nobody takes it again; finishing it twice changes nothing."""
+        await self._write(
+            "finish_work",
+            "UPDATE work SET done_at = ? WHERE id = ? AND done_at IS NULL",
+            (self._now(), work_id),
+        )
+
+    async def wait_for_work(self, timeout: float) -> None:
+        """Return once this instance enqueued work, or after ``timeout`` (0.2 s at most)."""
+        self._reader()  # fail fast when closed or not migrated
+        await wait_for_event(self._work_added, min(timeout, _WORK_POLL))
+
+    async def heartbeat(self, owner: str, info: str = "") -> None:
+        """Register replica ``owner``, or refresh its info and last-seen time."""
+        await self._write("heartbeat", _HEARTBEAT, (owner, info, self._now()))
+
+    async def list_replicas(self, alive_within: float = 60.0) -> list[Replica]:
+        """Replicas seen within ``alive_within`` seconds, with the runs they own."""
+        since = _ts(self._clock() - timedelta(seconds=alive_within))
+        rows = await self._read(replicas_query(qmark), (since,))
+        return replicas_from_rows(rows, _parse_ts)
+
     # -- audit -------------------------------------------------------------------------------
 
     async def audit(
@@ -398,10 +467,10 @@ class SqliteStore:
 
     async def list_audit(self, run_id: str | None = None, limit: int = 200) -> list[AuditRecord]:
         """The newest ``limit`` audited facts (of one run, if given), oldest first."""
-        where, params = _where(run_id=run_id)
+        clause, params = where(qmark, run_id=run_id)
         rows = await self._read(
             "SELECT at, actor, action, run_id, request_id, detail FROM ("
-            f" SELECT id, at, actor, action, run_id, request_id, detail FROM audit {where}"
+            f" SELECT id, at, actor, action, run_id, request_id, detail FROM audit {clause}"
             " ORDER BY id DESC LIMIT ?) ORDER BY id",
             (*params, limit),
         )
@@ -736,19 +805,7 @@ async def _project(conn: aiosqlite.Connection, items: list[_Append], at: str) ->
 async def _diagnose(conn: aiosqlite.Connection, item: _Append) -> StoreError | None:
     """Why a row did not land: None when an identical record is already there."""
     rows = list(await conn.execute_fetchall(_DIAGNOSE_ENTRY, (item.run_id, item.seq)))
-    if not rows:
-        return UnknownRun(f"unknown run {item.run_id!r}")
-    epoch, body, next_seq = rows[0]
-    if body == item.body:
-        return None
-    # Fencing first: a stale owner learns it lost the run, whatever now stands at its seq.
-    if epoch != item.epoch:
-        return StaleEpoch(
-            f"run {item.run_id!r}: epoch {item.epoch} is stale, the run is at epoch {epoch}"
-        )
-    if body is not None:
-        return SeqConflict(f"run {item.run_id!r}: a different record stands at seq {item.seq}")
-    return SeqGap(f"run {item.run_id!r}: seq {item.seq} would leave a gap; next is {next_seq}")
+    return diagnose(item.run_id, item.seq, item.epoch, item.body, rows[0] if rows else None)
 
 
 def _settle(future: asyncio.Future[None], outcome: StoreError | None) -> None:
@@ -786,67 +843,9 @@ async def _close_quietly(conn: aiosqlite.Connection) -> None:
         await conn.close()
 
 
-def _projection(entry: Entry) -> tuple[RunStatus, str] | None:
-    """The run status and stop reason an entry moves the run to, if it moves it."""
-    status = status_after(entry)
-    if status is None:
-        return None
-    if isinstance(entry, RunSuspended):
-        return status, entry.reason.value
-    if isinstance(entry, RunEnded):
-        return status, entry.result.stop_reason.value
-    return status, ""
-
-
-def _where(**filters: str | None) -> tuple[str, tuple[str, ...]]:
-    """A WHERE clause over the given columns, skipping the filters that are None."""
-    used = {column: value for column, value in filters.items() if value is not None}
-    if not used:
-        return "", ()
-    return "WHERE " + " AND ".join(f"{column} = ?" for column in used), tuple(used.values())
-
-
-def _record(run_id: str, seq: int, epoch: int, body: str) -> JournalRecord:
-    try:
-        entry = _ENTRY.validate_json(body)
-    except ValidationError as exc:
-        raise StoreError(
-            f"run {run_id!r}: journal entry at seq {seq} is unreadable: {exc.error_count()}"
-            " validation error(s)"
-        ) from exc
-    return JournalRecord(run_id=run_id, seq=seq, epoch=epoch, entry=entry)
-
-
-def _run_from_row(row: _Row) -> RunRecord:
-    return RunRecord(
-        id=row[0],
-        session_id=row[1],
-        prompt=row[2],
-        requested_by=row[3],
-        status=RunStatus(row[4]),
-        stop_reason=row[5],
-        owner=row[6],
-        epoch=row[7],
-        lease_expires=None if row[8] is None else _parse_ts(row[8]),
-        created_at=_parse_ts(row[9]),
-        updated_at=_parse_ts(row[10]),
-    )
-
-
-def _request_from_row(row: _Row) -> tuple[Request, RequestStatus, Decision | None]:
-    body, status, decision = row
-    return (
-        Request.model_validate_json(body),
-        RequestStatus(status),
-        None if decision is None else Decision.model_validate_json(decision),
-    )
-
-
 def _ts(moment: datetime) -> str:
     """A UTC timestamp in one fixed format, so that text order is time order in SQL."""
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.astimezone(UTC).isoformat(timespec="microseconds")
+    return utc(moment).isoformat(timespec="microseconds")
 
 
 def _parse_ts(text: str) -> datetime:

@@ -80,6 +80,28 @@ MIGRATIONS: tuple[str, ...] = (
         at  TEXT NOT NULL
     );
     """,
+    # Work any replica may take, and the replicas themselves. Only unfinished items are
+    # scanned by ``take_work``, hence the partial index; ``list_replicas`` joins runs by owner.
+    """
+    CREATE TABLE work (
+        id         INTEGER PRIMARY KEY AUTOINCREMENT,
+        kind       TEXT NOT NULL,
+        payload    TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        taken_by   TEXT,
+        taken_at   TEXT,
+        done_at    TEXT
+    );
+    CREATE INDEX work_unfinished ON work(id) WHERE done_at IS NULL;
+
+    CREATE TABLE replicas (
+        owner      TEXT PRIMARY KEY,
+        info       TEXT NOT NULL DEFAULT '',
+        started_at TEXT NOT NULL,
+        last_seen  TEXT NOT NULL
+    );
+    CREATE INDEX runs_by_owner ON runs(owner);
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from bot.config import ConfigError, Settings
 from bot.events import FanOut, LogSink
@@ -74,6 +75,14 @@ def build_hooks(settings: Settings) -> Hooks:
         raise ConfigError(f"hooks: {exc}") from exc
 
 
+def postgres_schema(url: str) -> tuple[str, str]:
+    """Split an optional ``?schema=NAME`` (Kestrel's, not libpq's) off a PostgreSQL URL."""
+    parts = urlsplit(url)
+    query = [(k, v) for k, v in parse_qsl(parts.query) if k != "schema"]
+    schema = dict(parse_qsl(parts.query)).get("schema", "public")
+    return urlunsplit(parts._replace(query=urlencode(query))), schema
+
+
 async def open_store(settings: Settings) -> Store:
     """The store named by ``database``: a SQLite file, or a PostgreSQL URL."""
     url = settings.database
@@ -84,7 +93,8 @@ async def open_store(settings: Settings) -> Store:
             raise ConfigError(
                 "database: PostgreSQL needs asyncpg: pip install 'kestrel[postgres]'"
             ) from exc
-        return await open_postgres(url)
+        dsn, schema = postgres_schema(url)
+        return await open_postgres(dsn, schema=schema)
     from storage.sqlite import open_sqlite
 
     path = url.removeprefix("sqlite:///")
@@ -141,6 +151,7 @@ async def runtime(settings: Settings) -> AsyncIterator[Runtime]:
                 guard_hooks=lambda: pii_hooks(guard, events),
                 policy=Policy(settings.policy),
                 deadlines=settings.deadlines,
+                lease_seconds=settings.replica.lease_seconds,
             )
         finally:
             await store.close()

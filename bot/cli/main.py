@@ -6,6 +6,7 @@ import asyncio
 import functools
 import json
 import logging
+import signal
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -110,26 +111,99 @@ def chat(user: str) -> None:
 @cli.command()
 @one_line_errors
 def serve() -> None:
-    """Run until stopped: deadlines, reminders and scheduled prompts (chat adapters come later)."""
+    """Run until stopped: take work from the store, adopt orphaned runs, fire deadlines,
+    reminders and scheduled prompts. SIGTERM or Ctrl-C suspends live runs and hands them back."""
+    from bot.dispatch import Dispatcher
     from bot.schedule import Scheduler
 
     settings = settings_of(click.get_current_context())
 
     async def work(rt: Runtime) -> None:
         supervisor = Supervisor(rt)
+        dispatcher = Dispatcher(supervisor)
         scheduler = Scheduler(supervisor, settings.deadlines, settings.schedules)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
         await scheduler.start()
-        click.echo(f"kestrel serving as {rt.owner}; Ctrl-C stops (live runs suspend)", err=True)
-        try:
-            await asyncio.Event().wait()
-        finally:
-            await scheduler.stop()
-            await supervisor.shutdown()
+        taking = asyncio.create_task(dispatcher.run())
+        click.echo(f"kestrel serving as {rt.owner}", err=True)
+        await stop.wait()
+        dispatcher.stop()
+        await scheduler.stop()
+        await supervisor.shutdown()
+        taking.cancel()
+        await asyncio.gather(taking, return_exceptions=True)
+        click.echo("stopped: live runs suspended and their leases released", err=True)
 
-    try:
-        with_runtime(work)
-    except KeyboardInterrupt:
-        click.echo("stopped", err=True)
+    with_runtime(work)
+
+
+@cli.group()
+def db() -> None:
+    """The store's schema."""
+
+
+@db.command("migrate")
+@one_line_errors
+def db_migrate() -> None:
+    """Bring the schema to the current version."""
+
+    async def work(rt: Runtime) -> int:
+        return await rt.store.migrate()
+
+    click.echo(f"schema at version {with_runtime(work)}")
+
+
+@db.command("check")
+@one_line_errors
+def db_check() -> None:
+    """Connect, and report the schema version and how many runs and open requests there are."""
+
+    async def work(rt: Runtime) -> tuple[int, int, int]:
+        version = await rt.store.migrate()
+        runs = await rt.store.list_runs(limit=1_000_000)
+        return version, len(runs), len(await rt.store.list_requests())
+
+    version, runs, requests = with_runtime(work)
+    database = settings_of(click.get_current_context()).database
+    counts = f"{runs} runs, {requests} open requests"
+    click.echo(f"{_safe_url(database)}: ok, schema version {version}, {counts}")
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True)
+@one_line_errors
+def replicas(as_json: bool) -> None:
+    """Live replicas sharing the store, with the runs they hold and their lease ages."""
+
+    async def work(rt: Runtime) -> list[Any]:
+        return list(await rt.store.list_replicas())
+
+    rows = with_runtime(work)
+    if as_json:
+        click.echo(json.dumps([r.model_dump(mode="json") for r in rows]))
+        return
+    now = utcnow()
+    for replica in rows:
+        seen = (now - replica.last_seen).total_seconds()
+        click.echo(f"{replica.owner}  seen {seen:.0f}s ago  {len(replica.runs)} live run(s)")
+        for run_id, expires in replica.runs:
+            left = f"lease {(expires - now).total_seconds():+.0f}s" if expires else "no lease"
+            click.echo(f"    {run_id}  {left}")
+    if not rows:
+        click.echo("no live replicas")
+
+
+def _safe_url(url: str) -> str:
+    """A database URL without its password."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or "@" not in rest:
+        return url
+    credentials, _, host = rest.rpartition("@")
+    user = credentials.split(":", 1)[0]
+    return f"{scheme}://{user}@{host}"
 
 
 @cli.command()

@@ -7,13 +7,14 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
+
+from tests.fakes.processes import FakeOpenAIProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -67,33 +68,11 @@ GATED_SCRIPT = [
 
 @pytest.fixture
 def world(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[dict[str, Path | str]]:
-    script = getattr(request, "param", SCRIPT)
-    (tmp_path / "script.yaml").write_text(yaml.safe_dump(script))
     (tmp_path / "catalog.yaml").write_text(yaml.safe_dump(CATALOG))
     (tmp_path / "effect.sh").write_text('echo "$1" >> "$EFFECTS_FILE"\necho "effect $1 done"\n')
-    port_file = tmp_path / "port"
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tests.fakes.openai_server",
-            "--script",
-            str(tmp_path / "script.yaml"),
-            "--port-file",
-            str(port_file),
-            "--log",
-            str(tmp_path / "requests.jsonl"),
-        ],
-        cwd=ROOT,
-    )
-    deadline = time.monotonic() + 20
-    while not port_file.exists() or not port_file.read_text().strip():
-        assert time.monotonic() < deadline, "fake OpenAI server did not start"
-        time.sleep(0.05)
-    base_url = f"http://127.0.0.1:{port_file.read_text().strip()}/v1"
-    yield {"dir": tmp_path, "base_url": base_url}
-    server.kill()
-    server.wait()
+    server = FakeOpenAIProcess(tmp_path, getattr(request, "param", SCRIPT))
+    yield {"dir": tmp_path, "base_url": server.base_url}
+    server.stop()
 
 
 def child(world: dict[str, Path | str], *extra: str) -> subprocess.CompletedProcess[str]:

@@ -181,6 +181,7 @@ def completion_body(script: Script, request: dict[str, Any], serial: int) -> dic
         latest_input=_latest_input(messages),
         prompt_chars=len(json.dumps(messages)),
     )
+    turn = _with_prompt(turn, _first_user_text(messages))
     return {
         "id": f"chatcmpl-fake-{serial}",
         "object": "chat.completion",
@@ -201,6 +202,25 @@ def completion_body(script: Script, request: dict[str, Any], serial: int) -> dic
             "total_tokens": turn.usage.total,
         },
     }
+
+
+PROMPT_MARK = "$PROMPT"
+
+
+def _with_prompt(turn: AssistantTurn, prompt: str) -> AssistantTurn:
+    """``$PROMPT`` in a scripted call's arguments becomes the run's first user text, so one
+    script can drive many runs whose effects stay distinguishable."""
+    if not any(PROMPT_MARK in call.arguments for call in turn.calls):
+        return turn
+    calls = tuple(
+        call.model_copy(update={"arguments": call.arguments.replace(PROMPT_MARK, prompt)})
+        for call in turn.calls
+    )
+    return turn.model_copy(update={"calls": calls})
+
+
+def _first_user_text(messages: Sequence[dict[str, Any]]) -> str:
+    return next((_content_text(m.get("content")) for m in messages if m.get("role") == "user"), "")
 
 
 def _wire_message(turn: AssistantTurn) -> dict[str, Any]:

@@ -8,6 +8,8 @@ import os
 import socket
 import sys
 import textwrap
+import time
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -334,6 +336,51 @@ async def test_schemas_are_isolated(dsn: str, schema: str, missing_schema: str) 
     finally:
         await first.close()
         await second.close()
+
+
+async def ends_early(store: PostgresStore, timeout: float) -> bool:
+    """Whether a wait for work on ``store`` ends well before ``timeout`` (something woke it)."""
+    started = time.monotonic()
+    await store.wait_for_work(timeout)
+    return time.monotonic() - started < timeout / 2
+
+
+async def check_work_wakes_only_its_schema(dsn: str, schema: str, other: str) -> None:
+    here, elsewhere = await opened(dsn, schema), await opened(dsn, other)
+    try:
+        for store in (here, elsewhere):
+            await store.wait_for_work(0)  # a fresh listener ends its first wait at once
+        woken = asyncio.gather(ends_early(here, 10), ends_early(elsewhere, 0.5))
+        await asyncio.sleep(0.05)
+
+        await here.enqueue_work("start", {})
+
+        assert await asyncio.wait_for(woken, 5) == [True, False]
+        assert await elsewhere.take_work("w2") == []
+    finally:
+        await here.close()
+        await elsewhere.close()
+
+
+async def test_work_notifications_stay_in_their_schema(
+    dsn: str, schema: str, missing_schema: str
+) -> None:
+    await check_work_wakes_only_its_schema(dsn, schema, missing_schema)
+
+
+async def test_long_schema_names_that_share_a_prefix_get_channels_of_their_own(dsn: str) -> None:
+    # 63 characters, alike but for the last: a channel name cut at 63 bytes would be shared.
+    prefix = f"kt_{uuid.uuid4().hex}_".ljust(62, "x")
+    first, second = prefix + "a", prefix + "b"
+    try:
+        await check_work_wakes_only_its_schema(dsn, first, second)
+    finally:
+        admin = await asyncpg.connect(dsn, timeout=10)
+        try:
+            for name in (first, second):
+                await admin.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
+        finally:
+            await admin.close()
 
 
 # -- migrations ---------------------------------------------------------------------------------

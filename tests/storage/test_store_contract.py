@@ -6,7 +6,8 @@ import asyncio
 import os
 import sqlite3
 import stat
-from datetime import UTC, datetime
+import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -43,6 +44,7 @@ from bot.domain import (
     ToolResultEntry,
     Usage,
     UserMessage,
+    WorkItem,
     new_id,
 )
 from bot.store import SeqConflict, SeqGap, StaleEpoch, Store, StoreError, UnknownRun
@@ -660,6 +662,211 @@ async def test_a_closed_request_takes_no_more_approvals(store: Store) -> None:
     assert await store.decide(denied, RequestStatus.ANSWERED)
 
     assert await store.add_approval(request.id, "ann") == 1
+
+
+# -- work queue ---------------------------------------------------------------------------------
+
+PAYLOAD = {
+    "run_id": "run_1",
+    "prompt": "restart web ✓",
+    "session": {"id": "s1", "platform": "slack", "thread": None},
+    "tags": ["a", 2, 3.5, True],
+}
+
+
+async def take_all(store: Store, owner: str, limit: int = 3) -> list[int]:
+    """Take batches until none is left; the ids taken, in order."""
+    taken: list[int] = []
+    while items := await store.take_work(owner, limit=limit):
+        taken += [item.id for item in items]
+    return taken
+
+
+async def test_work_round_trips_and_is_taken_once(store: Store, clock: FakeClock) -> None:
+    work_id = await store.enqueue_work("start", PAYLOAD)
+
+    taken = await store.take_work("w1")
+
+    assert taken == [WorkItem(id=work_id, kind="start", payload=PAYLOAD, created_at=clock.now)]
+    assert await store.take_work("w2") == []
+    await store.finish_work(work_id)
+    await store.finish_work(work_id)  # finishing twice changes nothing
+    assert await store.take_work("w2") == []
+
+
+async def test_work_is_taken_oldest_first_up_to_the_limit(store: Store) -> None:
+    ids = [await store.enqueue_work("resume", {"run_id": f"run_{i}"}) for i in range(5)]
+
+    first = await store.take_work("w1", limit=2)
+    rest = await store.take_work("w2", limit=10)
+
+    assert ids == sorted(ids)
+    assert [item.id for item in first] == ids[:2]
+    assert [item.id for item in rest] == ids[2:]
+    assert [item.payload["run_id"] for item in rest] == ["run_2", "run_3", "run_4"]
+    assert await store.take_work("w1", limit=0) == []
+
+
+async def test_concurrent_takers_split_the_work(backend: Backend) -> None:
+    first_store, second_store = await backend.open(), await backend.open()
+    ids = [await first_store.enqueue_work("start", {"n": n}) for n in range(50)]
+
+    takes = await asyncio.gather(
+        take_all(first_store, "w1a"),
+        take_all(second_store, "w2a"),
+        take_all(first_store, "w1b"),
+        take_all(second_store, "w2b"),
+    )
+
+    taken = [work_id for take in takes for work_id in take]
+    assert sorted(taken) == ids  # each item once: disjoint, and together all of them
+    assert all(take == sorted(take) for take in takes)
+
+
+async def test_abandoned_work_is_retaken_after_retake_after(
+    backend: Backend, clock: FakeClock
+) -> None:
+    first_store, second_store = await backend.open(), await backend.open()
+    work_id = await first_store.enqueue_work("resume", {"run_id": "run_1"})
+    assert [item.id for item in await first_store.take_work("w1", retake_after=30)] == [work_id]
+
+    clock.advance(29)
+    assert await second_store.take_work("w2", retake_after=30) == []
+    clock.advance(1)
+    assert await second_store.take_work("w2", retake_after=30) == []  # not more than 30 s yet
+    clock.advance(1)
+    retaken = await second_store.take_work("w2", retake_after=30)
+
+    assert [(item.id, item.payload) for item in retaken] == [(work_id, {"run_id": "run_1"})]
+    assert await first_store.take_work("w1", retake_after=30) == []  # w2 holds it now
+
+
+async def test_finished_work_is_never_retaken(store: Store, clock: FakeClock) -> None:
+    done_id = await store.enqueue_work("start", {"n": 1})
+    open_id = await store.enqueue_work("start", {"n": 2})
+    assert len(await store.take_work("w1")) == 2
+    await store.finish_work(done_id)
+
+    clock.advance(3600)
+
+    assert [item.id for item in await store.take_work("w2", retake_after=60)] == [open_id]
+    clock.advance(3600)
+    await store.finish_work(open_id)
+    assert await store.take_work("w3", retake_after=60) == []
+
+
+async def test_work_of_an_unknown_kind_is_refused(store: Store) -> None:
+    with pytest.raises(ValueError, match="kind"):
+        await store.enqueue_work("reboot", {})
+    assert await store.take_work("w1") == []
+
+
+async def test_wait_for_work_wakes_on_an_enqueue_by_the_same_instance(store: Store) -> None:
+    # A first wait may return at once: work enqueued before a listener existed went unheard.
+    await store.wait_for_work(0)
+    await store.enqueue_work("start", {"n": 1})
+
+    started = time.monotonic()
+    await asyncio.wait_for(store.wait_for_work(30), 5)
+
+    # Well under SQLite's 0.2 s poll: the enqueue itself woke the waiter.
+    assert time.monotonic() - started < 0.1
+
+
+async def test_a_waiting_replica_takes_work_enqueued_by_another(backend: Backend) -> None:
+    producer, consumer = await backend.open(), await backend.open()
+    wakeups = 0
+
+    async def consume() -> list[WorkItem]:
+        nonlocal wakeups
+        while not (items := await consumer.take_work("w2")):
+            await consumer.wait_for_work(30)
+            wakeups += 1
+        return items
+
+    task = asyncio.create_task(consume())
+    await asyncio.sleep(0.3)
+    assert not task.done()
+    work_id = await producer.enqueue_work("start", {"n": 1})
+    enqueued = time.monotonic()
+    items = await asyncio.wait_for(task, 10)
+
+    assert [item.id for item in items] == [work_id]
+    # A notification (or SQLite's short poll) woke it, not the 30 s timeout...
+    assert time.monotonic() - enqueued < 2
+    # ...and it waited in between instead of spinning.
+    assert wakeups <= 5
+
+
+async def test_wait_for_work_times_out_when_nothing_comes(store: Store) -> None:
+    await store.wait_for_work(0)
+    started = time.monotonic()
+
+    await asyncio.wait_for(store.wait_for_work(0.05), 5)
+
+    assert time.monotonic() - started >= 0.04
+
+
+async def test_close_wakes_the_waiters(backend: Backend) -> None:
+    store = await backend.open()
+    await store.wait_for_work(0)
+    waiter = asyncio.create_task(store.wait_for_work(30))
+    await asyncio.sleep(0.05)
+
+    await store.close()
+
+    await asyncio.wait_for(waiter, 5)
+
+
+# -- replicas -----------------------------------------------------------------------------------
+
+
+async def test_replicas_are_listed_with_their_runs_while_alive(
+    store: Store, clock: FakeClock
+) -> None:
+    started = clock.now
+    await store.heartbeat("w1", info="host-a pid 1")
+    runs = sorted([await new_run(store, owner="w1"), await new_run(store, owner="w1")])
+    released, released_epoch = await new_run(store, owner="w1")
+    await store.release(released, "w1", released_epoch)
+    clock.advance(10)
+    await store.heartbeat("w2")
+    await store.heartbeat("w1", info="host-a pid 1 draining")
+
+    w1, w2 = await store.list_replicas(alive_within=60)
+
+    lease = started + timedelta(seconds=LEASE)
+    assert (w1.owner, w1.info, w1.started_at, w1.last_seen) == (
+        "w1",
+        "host-a pid 1 draining",
+        started,
+        clock.now,
+    )
+    assert w1.runs == tuple((run_id, lease) for run_id, _ in runs)
+    assert (w2.owner, w2.info, w2.started_at, w2.runs) == ("w2", "", clock.now, ())
+
+    taken = await store.claim(runs[0][0], "w2", LEASE, force=True)
+    assert taken is not None
+    w1, w2 = await store.list_replicas(alive_within=60)
+    assert [run_id for run_id, _ in w1.runs] == [runs[1][0]]
+    assert w2.runs == ((runs[0][0], clock.now + timedelta(seconds=LEASE)),)
+
+
+async def test_a_silent_replica_is_not_listed(store: Store, clock: FakeClock) -> None:
+    await store.heartbeat("w1")
+    await store.heartbeat("w2")
+    run_id, _ = await new_run(store, owner="w1")
+    clock.advance(50)
+    await store.heartbeat("w2")
+    assert [r.owner for r in await store.list_replicas(alive_within=60)] == ["w1", "w2"]
+
+    clock.advance(11)
+
+    assert [r.owner for r in await store.list_replicas(alive_within=60)] == ["w2"]
+    await store.heartbeat("w1")  # back again: listed, and still starting when it first did
+    w1, _ = await store.list_replicas(alive_within=60)
+    assert w1.started_at == clock.now - timedelta(seconds=61)
+    assert [r for r, _ in w1.runs] == [run_id]
 
 
 # -- audit --------------------------------------------------------------------------------------

@@ -1,0 +1,26 @@
+"""Cron expressions, parsed by APScheduler's trigger."""
+
+from __future__ import annotations
+
+from apscheduler.triggers.cron import CronTrigger
+
+
+def parse_cron(expression: str) -> CronTrigger:
+    """A crontab expression in UTC: five fields, or six with seconds first; ValueError naming
+    the problem."""
+    fields = expression.split()
+    try:
+        if len(fields) == 6:
+            second, minute, hour, day, month, weekday = fields
+            return CronTrigger(
+                second=second,
+                minute=minute,
+                hour=hour,
+                day=day,
+                month=month,
+                day_of_week=weekday,
+                timezone="UTC",
+            )
+        return CronTrigger.from_crontab(expression, timezone="UTC")
+    except ValueError as exc:
+        raise ValueError(f"cron {expression!r}: {exc}") from exc

@@ -1,0 +1,112 @@
+"""Work distribution: inbound turns and resumes go through the store, so any replica can
+accept an event and any can run it; each item is taken by one replica at a time."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from bot.domain import Session, WorkItem, new_id
+from bot.prompters import DeferringPrompter
+from bot.runs import LiveRun, ResumeRefused, Supervisor
+from bot.store import Store, StoreError, UnknownRun
+
+log = logging.getLogger("kestrel.dispatch")
+
+
+class Dispatcher:
+    """Submits work to the store and runs the work this replica takes."""
+
+    def __init__(self, supervisor: Supervisor, *, poll: float = 1.0, batch: int = 10) -> None:
+        self.supervisor = supervisor
+        self.poll = poll
+        self.batch = batch
+        self._stopping = asyncio.Event()
+
+    @property
+    def store(self) -> Store:
+        """The shared store."""
+        return self.supervisor.rt.store
+
+    async def submit_turn(
+        self, prompt: str, *, session: Session, requested_by: str, prompter: bool = True
+    ) -> str:
+        """Queue a new turn for whichever replica takes it first; return the run id it will get."""
+        run_id = new_id("run")
+        payload = {
+            "run_id": run_id,
+            "prompt": prompt,
+            "session": session.model_dump(mode="json"),
+            "requested_by": requested_by,
+            "prompter": prompter,
+        }
+        await self.store.enqueue_work("start", payload)
+        return run_id
+
+    async def submit_resume(self, run_id: str) -> None:
+        """Queue a resume (after the last answer a run waited for)."""
+        await self.store.enqueue_work("resume", {"run_id": run_id})
+
+    async def run(self) -> None:
+        """Take and run work until ``stop``; heartbeat while at it."""
+        rt = self.supervisor.rt
+        while not self._stopping.is_set():
+            await self.store.heartbeat(rt.owner)
+            items = await self.store.take_work(rt.owner, self.batch, retake_after=rt.lease_seconds)
+            for item in items:
+                await self._handle(item)
+            if not items:
+                with contextlib.suppress(StoreError):
+                    await self.store.wait_for_work(self.poll)
+
+    def stop(self) -> None:
+        """Stop taking work (live runs are the supervisor's to suspend)."""
+        self._stopping.set()
+
+    async def _handle(self, item: WorkItem) -> None:
+        try:
+            if item.kind == "start":
+                await self._start(item.payload)
+            else:
+                await self._resume(str(item.payload["run_id"]))
+        except (KeyError, ValueError) as exc:
+            log.warning("dropping malformed work item %s: %s", item.id, exc)
+        await self.store.finish_work(item.id)
+
+    async def _start(self, payload: dict[str, Any]) -> None:
+        run_id = str(payload["run_id"])
+        if await self._exists(run_id):
+            return  # a replica that died after creating it left it to orphan adoption
+        live = await self.supervisor.start_turn(
+            str(payload["prompt"]),
+            session=Session.model_validate(payload["session"]),
+            requested_by=str(payload.get("requested_by", "")),
+            prompter=DeferringPrompter() if payload.get("prompter") else None,
+            run_id=run_id,
+        )
+        await _created(live)
+
+    async def _resume(self, run_id: str) -> None:
+        try:
+            await self.supervisor.resume(run_id)
+        except ResumeRefused as exc:
+            log.info("resume of %s left to its owner: %s", run_id, exc)
+        except UnknownRun:
+            log.warning("resume of unknown run %s dropped", run_id)
+
+    async def _exists(self, run_id: str) -> bool:
+        try:
+            await self.store.get_run(run_id)
+        except UnknownRun:
+            return False
+        return True
+
+
+async def _created(live: LiveRun) -> None:
+    """Wait until the run's record exists (or its task ended): then the work item is done."""
+    assert live.task is not None
+    created = asyncio.ensure_future(live.created.wait())
+    await asyncio.wait({created, live.task}, return_when=asyncio.FIRST_COMPLETED)
+    created.cancel()

@@ -1,0 +1,201 @@
+"""What the SQLite and PostgreSQL stores share: row decoding, projections and small SQL helpers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Final, get_args
+
+from pydantic import TypeAdapter, ValidationError
+
+from bot.domain import (
+    Decision,
+    Entry,
+    JournalRecord,
+    Replica,
+    Request,
+    RequestStatus,
+    RunEnded,
+    RunRecord,
+    RunStatus,
+    RunSuspended,
+    WorkItem,
+    status_after,
+)
+from bot.store import SeqConflict, SeqGap, StaleEpoch, StoreError, UnknownRun
+
+_ENTRY: Final[TypeAdapter[Entry]] = TypeAdapter(Entry)
+_WORK_KINDS: Final = frozenset(get_args(WorkItem.model_fields["kind"].annotation))
+
+RUN_COLUMNS: Final = (
+    "id, session_id, prompt, requested_by, status, stop_reason, owner, epoch,"
+    " lease_expires, created_at, updated_at"
+)
+
+# Reads a stored timestamp (ISO text in SQLite, a datetime in PostgreSQL) as an aware datetime.
+Timestamp = Callable[[Any], datetime]
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEntry:
+    """One audited fact as stored."""
+
+    at: datetime
+    actor: str
+    action: str
+    run_id: str
+    request_id: str
+    detail: str
+
+
+def projection(entry: Entry) -> tuple[RunStatus, str] | None:
+    """The run status and stop reason an entry moves the run to, if it moves it."""
+    status = status_after(entry)
+    if status is None:
+        return None
+    if isinstance(entry, RunSuspended):
+        return status, entry.reason.value
+    if isinstance(entry, RunEnded):
+        return status, entry.result.stop_reason.value
+    return status, ""
+
+
+def qmark(_: int) -> str:
+    """SQLite's parameter marker (positional)."""
+    return "?"
+
+
+def dollar(position: int) -> str:
+    """PostgreSQL's parameter marker for the 1-based ``position``."""
+    return f"${position}"
+
+
+def where(marker: Callable[[int], str], /, **filters: str | None) -> tuple[str, tuple[str, ...]]:
+    """A WHERE clause over the given columns, skipping the filters that are None."""
+    used = {column: value for column, value in filters.items() if value is not None}
+    if not used:
+        return "", ()
+    clauses = [f"{column} = {marker(n)}" for n, column in enumerate(used, start=1)]
+    return "WHERE " + " AND ".join(clauses), tuple(used.values())
+
+
+def record(run_id: str, seq: int, epoch: int, body: str) -> JournalRecord:
+    """A stored journal row as a record; an unreadable body is a ``StoreError``."""
+    try:
+        entry = _ENTRY.validate_json(body)
+    except ValidationError as exc:
+        raise StoreError(
+            f"run {run_id!r}: journal entry at seq {seq} is unreadable: {exc.error_count()}"
+            " validation error(s)"
+        ) from exc
+    return JournalRecord(run_id=run_id, seq=seq, epoch=epoch, entry=entry)
+
+
+def diagnose(
+    run_id: str, seq: int, epoch: int, body: str, row: Sequence[Any] | None
+) -> StoreError | None:
+    """Why an append did not land, from (epoch, body at seq, next seq): None if identical."""
+    if row is None:
+        return UnknownRun(f"unknown run {run_id!r}")
+    current, stored, next_seq = row
+    if stored == body:
+        return None
+    # Fencing first: a stale owner learns it lost the run, whatever now stands at its seq.
+    if current != epoch:
+        return StaleEpoch(f"run {run_id!r}: epoch {epoch} is stale, the run is at epoch {current}")
+    if stored is not None:
+        return SeqConflict(f"run {run_id!r}: a different record stands at seq {seq}")
+    return SeqGap(f"run {run_id!r}: seq {seq} would leave a gap; next is {next_seq}")
+
+
+def run_from_row(row: Sequence[Any], timestamp: Timestamp) -> RunRecord:
+    """A run from a row of ``RUN_COLUMNS``."""
+    return RunRecord(
+        id=row[0],
+        session_id=row[1],
+        prompt=row[2],
+        requested_by=row[3],
+        status=RunStatus(row[4]),
+        stop_reason=row[5],
+        owner=row[6],
+        epoch=row[7],
+        lease_expires=None if row[8] is None else timestamp(row[8]),
+        created_at=timestamp(row[9]),
+        updated_at=timestamp(row[10]),
+    )
+
+
+def request_from_row(row: Sequence[Any]) -> tuple[Request, RequestStatus, Decision | None]:
+    """A request, its status and its decision from a (body, status, decision) row."""
+    body, status, decision = row
+    return (
+        Request.model_validate_json(body),
+        RequestStatus(status),
+        None if decision is None else Decision.model_validate_json(decision),
+    )
+
+
+def work_payload(kind: str, payload: dict[str, Any]) -> str:
+    """The payload as JSON text, once ``kind`` is one a ``WorkItem`` can carry."""
+    # Checked before the insert: an item nobody can decode would fail every later take.
+    if kind not in _WORK_KINDS:
+        raise ValueError(f"work kind must be one of {sorted(_WORK_KINDS)}, got {kind!r}")
+    return json.dumps(payload, allow_nan=False)
+
+
+def work_from_row(row: Sequence[Any], timestamp: Timestamp) -> WorkItem:
+    """A work item from an (id, kind, payload JSON text, created_at) row."""
+    work_id, kind, payload, created_at = row
+    try:
+        return WorkItem(
+            id=work_id, kind=kind, payload=json.loads(payload), created_at=timestamp(created_at)
+        )
+    except (ValueError, ValidationError) as exc:
+        raise StoreError(f"work item {work_id}: unreadable: {exc}") from exc
+
+
+def replicas_query(marker: Callable[[int], str]) -> str:
+    """The replicas seen since parameter 1, one row per run each owns (NULLs for none)."""
+    return (
+        "SELECT replicas.owner, replicas.info, replicas.started_at, replicas.last_seen,"
+        " runs.id, runs.lease_expires"
+        " FROM replicas LEFT JOIN runs ON runs.owner = replicas.owner"
+        f" WHERE replicas.last_seen >= {marker(1)} ORDER BY replicas.owner, runs.id"
+    )
+
+
+def replicas_from_rows(rows: Iterable[Sequence[Any]], timestamp: Timestamp) -> list[Replica]:
+    """Replicas from ``replicas_query`` rows, ordered by owner."""
+    found: dict[str, tuple[Sequence[Any], list[tuple[str, datetime | None]]]] = {}
+    for row in rows:
+        _, runs = found.setdefault(row[0], (row, []))
+        if row[4] is not None:
+            runs.append((row[4], None if row[5] is None else timestamp(row[5])))
+    return [
+        Replica(
+            owner=owner,
+            info=head[1],
+            started_at=timestamp(head[2]),
+            last_seen=timestamp(head[3]),
+            runs=tuple(runs),
+        )
+        for owner, (head, runs) in sorted(found.items())
+    ]
+
+
+async def wait_for_event(event: asyncio.Event, timeout: float) -> None:
+    """Return once ``event`` is set (clearing it for the next wait) or after ``timeout``."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(event.wait(), max(timeout, 0.0))
+    event.clear()
+
+
+def utc(moment: datetime) -> datetime:
+    """An aware UTC datetime; naive ones are taken to be UTC already."""
+    if moment.tzinfo is None:
+        return moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC)

@@ -1,0 +1,50 @@
+"""Settings: the shipped example validates, the environment overrides the file, errors name keys."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bot.config import ConfigError, load_settings
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_example_configuration_is_valid() -> None:
+    settings = load_settings(str(ROOT / "kestrel.example.yaml"))
+    assert settings.policy.oncall == ["U0ONCALL"]
+    assert settings.schedules[0].name == "morning-check"
+
+
+def test_environment_overrides_nested_keys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "kestrel.yaml"
+    path.write_text("model: {name: from-file}\nbudgets: {max_iterations: 5}\n")
+    monkeypatch.setenv("KESTREL_MODEL__NAME", "from-env")
+    settings = load_settings(str(path))
+    assert settings.model.name == "from-env"
+    assert settings.budgets.max_iterations == 5
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("modle: {name: x}\n", "modle: unknown key"),
+        ("budgets: {max_iterations: 0}\n", "budgets.max_iterations"),
+        ("schedules: [{name: a, cron: 'not a cron', prompt: p}]\n", "cron 'not a cron'"),
+        ("tools: [a\n", "kestrel.yaml:2"),
+        ("- just a list\n", "top level must be a mapping"),
+    ],
+)
+def test_bad_configuration_names_the_cause(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "kestrel.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        load_settings(str(path))
+    assert message in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_missing_config_file_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_settings(str(tmp_path / "nope.yaml"))

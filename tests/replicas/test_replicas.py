@@ -1,0 +1,387 @@
+"""Several ``kestrel serve`` replicas on one PostgreSQL database: real processes, real kills.
+
+Each test gets its own schema; the model is the fake OpenAI server in its own process, which
+logs every request, and every command writes to a side-effect file, so a step run twice or a
+model turn asked twice shows up in the files.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import os
+import signal
+import subprocess
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+import yaml
+
+from bot.domain import (
+    Decision,
+    DecisionKind,
+    RequestKind,
+    RequestStatus,
+    RunStatus,
+    Session,
+    new_id,
+)
+from bot.state import fold
+from storage.postgres import PostgresStore
+from tests.fakes.processes import KESTREL, FakeOpenAIProcess, clean_env
+
+DSN = os.environ.get("KESTREL_TEST_POSTGRES_DSN", "")
+pytestmark = pytest.mark.skipif(
+    not DSN, reason="set KESTREL_TEST_POSTGRES_DSN to run the multi-replica tests"
+)
+
+LEASE = 2.0
+NAME = {"type": "string", "pattern": "^[a-z0-9-]+$"}
+
+
+def tool(name: str, script: str, **flags: Any) -> dict[str, Any]:
+    """A catalog entry running a small sh script that records its effect."""
+    return {
+        "name": name,
+        "description": f"{name} (records an effect)",
+        "command": ["/bin/sh", f"./{script}", "{name}"],
+        "parameters": {"type": "object", "properties": {"name": NAME}, "required": ["name"]},
+        "idempotent": False,
+        "env": ["EFFECTS_FILE"],
+        **flags,
+    }
+
+
+CATALOG = {
+    "tools": [
+        tool("effect", "effect.sh"),
+        tool("slow_effect", "slow.sh", timeout=30),
+        tool("deploy", "deploy.sh", confirm=True),
+    ]
+}
+
+
+class Cluster:
+    """A folder with a config, the fake model, and the replicas started on it."""
+
+    def __init__(self, folder: Path, schema: str, script: list[dict[str, Any]], **config: Any):
+        self.folder = folder
+        self.schema = schema
+        self.model = FakeOpenAIProcess(folder, script)
+        self.replicas: list[subprocess.Popen[str]] = []
+        (folder / "catalog.yaml").write_text(yaml.safe_dump(CATALOG))
+        (folder / "effect.sh").write_text('echo "effect $1" >> "$EFFECTS_FILE"\n')
+        (folder / "deploy.sh").write_text('echo "deploy $1" >> "$EFFECTS_FILE"\n')
+        (folder / "slow.sh").write_text(
+            'echo "start $1" >> "$EFFECTS_FILE"\nsleep 3\necho "done $1" >> "$EFFECTS_FILE"\n'
+        )
+        settings = {
+            "database": f"{DSN}?schema={schema}",
+            "model": {"provider": "openai", "name": "fake", "max_retries": 0},
+            "tools": ["catalog.yaml"],
+            "replica": {"lease_seconds": LEASE, "poll_seconds": 0.2},
+            "policy": {"approvers": {"*": ["U0APPROVER"]}, "oncall": ["U0ONCALL"]},
+            **config,
+        }
+        (folder / "kestrel.yaml").write_text(yaml.safe_dump(settings))
+        self.env = clean_env(
+            OPENAI_BASE_URL=self.model.base_url,
+            OPENAI_API_KEY="test",
+            EFFECTS_FILE=str(folder / "effects.txt"),
+        )
+
+    def start_replica(self) -> subprocess.Popen[str]:
+        """One more ``kestrel serve`` process."""
+        replica = subprocess.Popen(
+            [*KESTREL, "serve"],
+            cwd=self.folder,
+            env=self.env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.replicas.append(replica)
+        return replica
+
+    def kestrel(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """A one-shot command against the cluster's store."""
+        return subprocess.run(
+            [*KESTREL, *args],
+            cwd=self.folder,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    def effects(self) -> list[str]:
+        path = self.folder / "effects.txt"
+        return path.read_text().splitlines() if path.exists() else []
+
+    def model_positions(self) -> Counter[tuple[str, int]]:
+        """How often the model was asked, per (first user text, assistant turns so far)."""
+        counts: Counter[tuple[str, int]] = Counter()
+        for line in self.model.log.read_text().splitlines():
+            messages = json.loads(line)["messages"]
+            prompt = next(m["content"] for m in messages if m["role"] == "user")
+            counts[(prompt, sum(m["role"] == "assistant" for m in messages))] += 1
+        return counts
+
+    def stop(self) -> None:
+        for replica in self.replicas:
+            if replica.poll() is None:
+                replica.send_signal(signal.SIGCONT)
+                replica.kill()
+            replica.wait()
+        self.model.stop()
+
+
+@pytest.fixture
+def schema() -> Iterator[str]:
+    name = f"kr_{uuid.uuid4().hex[:12]}"
+    yield name
+
+    async def drop() -> None:
+        conn = await asyncpg.connect(DSN)
+        await conn.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
+        await conn.close()
+
+    asyncio.run(drop())
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, schema: str) -> Iterator[Callable[..., Cluster]]:
+    made: list[Cluster] = []
+
+    def make(script: list[dict[str, Any]], **config: Any) -> Cluster:
+        made.append(Cluster(tmp_path, schema, script, **config))
+        return made[-1]
+
+    yield make
+    for each in made:
+        each.stop()
+
+
+async def store_of(schema: str) -> PostgresStore:
+    store = PostgresStore(DSN, schema=schema)
+    await store.migrate()
+    return store
+
+
+async def submit(store: PostgresStore, prompt: str) -> str:
+    """Queue a turn as a chat adapter on any replica would."""
+    run_id = new_id("run")
+    session = Session(id=new_id("ses"), platform="test")
+    payload = {
+        "run_id": run_id,
+        "prompt": prompt,
+        "session": session.model_dump(mode="json"),
+        "requested_by": "U0REQ",
+        "prompter": True,
+    }
+    await store.enqueue_work("start", payload)
+    return run_id
+
+
+def run_together(c: Cluster, command: list[str], copies: int) -> list[int]:
+    """Start ``copies`` of a command at once; their exit codes, sorted."""
+    started = [
+        subprocess.Popen(
+            command, cwd=c.folder, env=c.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        for _ in range(copies)
+    ]
+    return sorted(p.wait(timeout=60) for p in started)
+
+
+async def until(check: Callable[[], Any], timeout: float = 40.0) -> Any:
+    """Poll a condition (plain or async) until it returns something truthy."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if inspect.isawaitable(value):
+            value = await value
+        if value:
+            return value
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"condition not met within {timeout}s")
+
+
+async def statuses(store: PostgresStore, run_ids: list[str]) -> dict[str, RunStatus]:
+    found = {r.id: r.status for r in await store.list_runs(limit=10_000)}
+    return {run_id: found[run_id] for run_id in run_ids if run_id in found}
+
+
+ONE_EFFECT = [
+    {"text": "on it", "calls": [{"name": "effect", "arguments": {"name": "$PROMPT"}}]},
+    {"text": "done"},
+]
+
+
+async def test_two_replicas_run_fifty_runs_each_step_once(cluster: Callable[..., Cluster]) -> None:
+    c = cluster(ONE_EFFECT)
+    c.start_replica()
+    c.start_replica()
+    store = await store_of(c.schema)
+    run_ids = [await submit(store, f"t{i:02d}") for i in range(50)]
+
+    async def all_done() -> bool:
+        done = await statuses(store, run_ids)
+        return len(done) == 50 and all(s is RunStatus.COMPLETED for s in done.values())
+
+    await until(all_done, timeout=90)
+    effects = c.effects()
+    assert sorted(effects) == sorted(f"effect t{i:02d}" for i in range(50))
+    positions = c.model_positions()
+    assert len(positions) == 100 and set(positions.values()) == {1}
+    await store.close()
+
+
+GATED_AFTER_SLOW = [
+    {"text": "slow first", "calls": [{"name": "slow_effect", "arguments": {"name": "$PROMPT"}}]},
+    {"text": "now deploy", "calls": [{"name": "deploy", "arguments": {"name": "$PROMPT"}}]},
+    {"text": "all done"},
+]
+
+
+async def test_sigkill_a_replica_the_other_adopts_its_runs(cluster: Callable[..., Cluster]) -> None:
+    c = cluster(GATED_AFTER_SLOW)
+    first = c.start_replica()
+    store = await store_of(c.schema)
+    waiting = [await submit(store, f"w{i}") for i in range(3)]
+
+    async def suspended() -> bool:
+        done = await statuses(store, waiting)
+        return len(done) == 3 and all(s is RunStatus.SUSPENDED for s in done.values())
+
+    await until(suspended)
+    live = [await submit(store, f"l{i}") for i in range(3)]
+    await until(lambda: sum(e.startswith("start l") for e in c.effects()) == 3)
+    first.kill()
+    first.wait()
+    killed_at = time.monotonic()
+    c.start_replica()
+
+    async def adopted() -> bool:
+        requests = await store.list_requests()
+        return sum(r.kind is RequestKind.WAIT_EFFECT for r, _, _ in requests) == 3
+
+    await until(adopted)
+    assert time.monotonic() - killed_at >= LEASE * 0.5  # not before the lease could expire
+    assert sorted(e for e in c.effects() if e.startswith("start l")) == [
+        "start l0",
+        "start l1",
+        "start l2",
+    ]
+    for request, _status, _decision in await store.list_requests():
+        if request.kind is RequestKind.WAIT_APPROVAL:
+            decision = Decision(request_id=request.id, kind=DecisionKind.APPROVE, by="U0APPROVER")
+            assert await store.decide(decision, RequestStatus.ANSWERED)
+            await store.enqueue_work("resume", {"run_id": request.run_id})
+
+    async def finished() -> bool:
+        done = await statuses(store, waiting)
+        return all(s is RunStatus.COMPLETED for s in done.values())
+
+    await until(finished)
+    deploys = [e for e in c.effects() if e.startswith("deploy")]
+    assert sorted(deploys) == ["deploy w0", "deploy w1", "deploy w2"]
+    for run_id in live:
+        state = fold(await store.load(run_id), run_id)
+        assert [r.kind for r in state.open_requests] == [RequestKind.WAIT_EFFECT]
+        assert state.takeovers
+    await store.close()
+
+
+async def test_a_paused_stale_owner_appends_and_executes_nothing(
+    cluster: Callable[..., Cluster],
+) -> None:
+    c = cluster(GATED_AFTER_SLOW)
+    first = c.start_replica()
+    store = await store_of(c.schema)
+    run_id = await submit(store, "s0")
+    await until(lambda: "start s0" in c.effects())
+    first.send_signal(signal.SIGSTOP)
+    c.start_replica()
+
+    async def taken() -> bool:
+        state = fold(await store.load(run_id), run_id)
+        return bool(state.open_requests)
+
+    await until(taken)
+    claimed = await store.current_epoch(run_id)
+    first.send_signal(signal.SIGCONT)
+    await asyncio.sleep(4)  # the stale owner's command finishes; it must stop at its next append
+    records = await store.load(run_id)
+    resumed_at = max(r.seq for r in records if r.entry.kind == "run_resumed")
+    assert all(r.epoch == claimed for r in records if r.seq >= resumed_at)
+    assert not any(e.startswith("deploy") for e in c.effects())
+    assert first.poll() is None  # the process survives; only the run's task stopped
+    audit = await store.list_audit(run_id=run_id)
+    assert any(a.action == "taken_over" for a in audit)
+    await store.close()
+
+
+async def test_concurrent_approvals_from_two_processes_one_winner(
+    cluster: Callable[..., Cluster],
+) -> None:
+    c = cluster(
+        [
+            {"text": "deploy", "calls": [{"name": "deploy", "arguments": {"name": "$PROMPT"}}]},
+            {"text": "deployed"},
+        ]
+    )
+    c.start_replica()
+    store = await store_of(c.schema)
+    run_id = await submit(store, "a0")
+
+    async def waiting() -> Any:
+        return [r for r, _, _ in await store.list_requests(run_id=run_id)]
+
+    (request,) = await until(waiting)
+    command = [*KESTREL, "runs", "approve", run_id, request.id, "--as", "U0APPROVER"]
+    codes = await asyncio.to_thread(run_together, c, command, 2)
+    assert codes == [0, 2]
+    await until(lambda: "deploy a0" in c.effects())
+    await asyncio.sleep(1)
+    assert c.effects().count("deploy a0") == 1
+    await store.close()
+
+
+async def test_deadline_and_cron_fire_once_with_three_replicas(
+    cluster: Callable[..., Cluster],
+) -> None:
+    script = [
+        {"text": "deploy", "calls": [{"name": "deploy", "arguments": {"name": "$PROMPT"}}]},
+        {"text": "could not deploy"},
+    ]
+    c = cluster(
+        script,
+        deadlines={"wait_approval": 2, "remind_before": 0},
+        schedules=[{"name": "tick", "cron": "*/2 * * * * *", "prompt": "tick"}],
+    )
+    for _ in range(3):
+        c.start_replica()
+    store = await store_of(c.schema)
+    run_id = await submit(store, "d0")
+
+    async def ended() -> bool:
+        return (await statuses(store, [run_id])).get(run_id) is RunStatus.COMPLETED
+
+    await until(ended, timeout=30)
+    expiries = [a for a in await store.list_audit(run_id=run_id) if a.action == "expire"]
+    assert len(expiries) == 1
+    await asyncio.sleep(5)
+    ticks = [r for r in await store.list_runs(limit=1000) if r.requested_by == "schedule:tick"]
+    starts = Counter(r.created_at.replace(microsecond=0) for r in ticks)
+    assert ticks and len(ticks) <= 6  # one run per two-second occurrence, not three
+    assert max(starts.values()) == 1
+    await store.close()
