@@ -133,7 +133,7 @@ class AgentLoop:
 
     async def _iterate(self) -> None:
         if self.state.open_batch:
-            await self._finish_batch(resuming=True)
+            await self._finish_batch()
         while True:
             self._poll()
             # Whatever was queued (grants, the run's start) is durable before the model is asked.
@@ -262,7 +262,7 @@ class AgentLoop:
                 f"{repeats} times; last result: {evidence}",
             )
 
-    async def _finish_batch(self, resuming: bool) -> None:
+    async def _finish_batch(self) -> None:
         """Answer the calls of a batch interrupted by a suspend or a crash, from the journal."""
         tools = self.deps.tools()
         answers: dict[str, Decision] = {}

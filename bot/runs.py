@@ -212,18 +212,10 @@ class Supervisor:
         if epoch is None:
             return f"run {run_id} is live on {record.owner}; try again when it suspends"
         state = fold(await self.rt.store.load(run_id), run_id)
-        journal = RunJournal(self.rt.store, state, epoch)
-        result = TerminalResult(
-            status=RunStatus.CANCELLED,
-            stop_reason=StopReason.CANCELLED,
-            error=f"cancelled by {by or 'an operator'}",
-            usage=state.usage,
-            outcomes=state.outcomes(),
-        )
-        await journal.append(RunEnded(result=result))
+        cause = f"cancelled by {by or 'an operator'}"
         await self._close_requests(run_id, by)
+        await self._end_outside(state, epoch, RunStatus.CANCELLED, StopReason.CANCELLED, cause)
         await self.rt.store.audit(by, "cancel", run_id=run_id)
-        await self._finished(state)
         await self.rt.store.release(run_id, self.rt.owner, epoch)
         return "cancelled"
 
@@ -361,20 +353,26 @@ class Supervisor:
             state = fold(await self.rt.store.load(run_id), run_id)
             if state.result is not None:
                 return state
-            journal = RunJournal(self.rt.store, state, record.epoch)
-            result = TerminalResult(
-                status=RunStatus.FAILED,
-                stop_reason=StopReason.PANIC,
-                error=f"internal error: {type(exc).__name__}: {exc}",
-                usage=state.usage,
-                outcomes=state.outcomes(),
-            )
-            await journal.append(RunEnded(result=result))
-            await self._finished(state)
+            cause = f"internal error: {type(exc).__name__}: {exc}"
+            await self._end_outside(state, record.epoch, RunStatus.FAILED, StopReason.PANIC, cause)
             return state
         except Exception:
             log.exception("could not journal the panic of %s", run_id)
             return RunState(run_id)
+
+    async def _end_outside(
+        self, state: RunState, epoch: int, status: RunStatus, reason: StopReason, error: str
+    ) -> None:
+        """End a run that no loop drives (cancel of a suspended run, a panic): journal, RunEnd."""
+        result = TerminalResult(
+            status=status,
+            stop_reason=reason,
+            error=error,
+            usage=state.usage,
+            outcomes=state.outcomes(),
+        )
+        await RunJournal(self.rt.store, state, epoch).append(RunEnded(result=result))
+        await self._finished(state)
 
     async def _finished(self, state: RunState, hooks: Hooks | None = None) -> None:
         """RunEnd hooks and the end event, exactly once, when a terminal result is journaled."""

@@ -176,3 +176,18 @@ def test_resume_refuses_a_changed_system_prompt_without_force(tmp_path: Path) ->
     assert "system prompt changed" in refused and "--force" in refused
     write_config(tmp_path, model={"provider": "openai"}, openai_base_url="http://127.0.0.1:9/v1")
     assert "provider" in one_line_error(kestrel(tmp_path, "runs", "resume", deferred["run_id"]))
+
+
+def test_db_migrate_check_and_replicas(tmp_path: Path) -> None:
+    migrated = kestrel(tmp_path, "db", "migrate")
+    assert migrated.returncode == 0 and "schema at version" in migrated.stdout
+    assert kestrel(tmp_path, "run", "checkout is failing").returncode == 0
+    checked = kestrel(tmp_path, "db", "check")
+    assert "ok, schema version" in checked.stdout and "1 runs" in checked.stdout
+    assert "no live replicas" in kestrel(tmp_path, "replicas").stdout
+
+
+def test_postgres_url_without_a_server_is_one_line(tmp_path: Path) -> None:
+    write_config(tmp_path, database="postgresql://kestrel:secret@127.0.0.1:1/kestrel")
+    message = one_line_error(kestrel(tmp_path, "db", "check"))
+    assert "127.0.0.1:1" in message and "secret" not in message
