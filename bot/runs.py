@@ -35,6 +35,7 @@ from bot.llm import base as msg
 from bot.loop import AgentLoop, LoopDeps, Signals
 from bot.policy import Actor
 from bot.prompter import Prompter
+from bot.prompters import DeferringPrompter
 from bot.runtime import Runtime
 from bot.state import RunState, fold
 from bot.store import StoreError
@@ -106,6 +107,9 @@ class Supervisor:
             return None
         state = fold(await self.rt.store.load(run_id), run_id)
         self._check_fingerprint(state, force)
+        if prompter is None and state.started is not None and state.started.has_prompter:
+            # Started where people could be asked (chat, --defer): they still can, later.
+            prompter = DeferringPrompter()
         if prompter is not None:
             await self._ask_again(state, prompter)
         if not await self._has_work(state):

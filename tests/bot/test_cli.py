@@ -49,7 +49,7 @@ def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
 
 
 def test_chat_with_piped_input_completes_the_demo(tmp_path: Path) -> None:
-    result = kestrel(tmp_path, "chat", stdin="checkout is failing, can you look?\na\n")
+    result = kestrel(tmp_path, "chat", stdin="checkout is failing, can you look?\na\nyes\n")
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "approval needed: restart_service" in out
@@ -69,7 +69,7 @@ def test_chat_later_suspends_and_resume_continues(tmp_path: Path) -> None:
     shown = json.loads(kestrel(tmp_path, "runs", "show", run_id, "--json").stdout)
     assert shown["status"] == "suspended"
     assert [r["kind"] for r in shown["requests"]] == ["wait_approval"]
-    approved = kestrel(tmp_path, "chat", stdin=f"/resume {run_id}\na\n")
+    approved = kestrel(tmp_path, "chat", stdin=f"/resume {run_id}\na\nyes\n")
     assert "Checkout is back up." in approved.stdout
     shown = json.loads(kestrel(tmp_path, "runs", "show", run_id, "--json").stdout)
     assert shown["status"] == "completed"
@@ -100,8 +100,15 @@ def test_run_defer_then_approve_from_another_process(tmp_path: Path) -> None:
         tmp_path, "runs", "approve", deferred["run_id"], request["id"], "--as", "U0BOSS"
     )
     assert approved.returncode == 0, approved.stderr
-    assert "completed" in approved.stdout
+    assert "suspended" in approved.stdout  # it went on, and now asks its question
     assert (tmp_path / "demo-state" / "restarts.log").read_text() == "restart checkout\n"
+    shown = json.loads(kestrel(tmp_path, "runs", "show", deferred["run_id"], "--json").stdout)
+    (question,) = shown["requests"]
+    assert question["kind"] == "wait_user" and question["tool"] == "ask_human_confirm"
+    answered = kestrel(
+        tmp_path, "runs", "answer", deferred["run_id"], question["id"], "yes", "--as", "U0REQ"
+    )
+    assert "completed" in answered.stdout, answered.stderr
     audit = kestrel(tmp_path, "audit", "--run", deferred["run_id"]).stdout
     assert "U0BOSS" in audit and "approve" in audit and "resume" in audit
 

@@ -176,15 +176,16 @@ def test_shipped_demo_script_is_valid() -> None:
 
     calls = [call for reply in script.replies for call in reply.calls]
     assert script.name == "demo"
-    assert {call.name for call in calls} <= CATALOG_TOOLS
+    assert {call.name for call in calls} <= CATALOG_TOOLS | {"ask_human_confirm"}
     assert [call.name for call in calls] == [
         "service_status",
         "tail_logs",
         "restart_service",
         "service_status",
+        "ask_human_confirm",
     ]
     assert all(isinstance(call.arguments, dict) for call in calls)
-    assert all(call.arguments["service"] == "checkout" for call in calls)
+    assert all(call.arguments["service"] == "checkout" for call in calls[:-1])
     final = script.replies[-1]
     assert final.calls == ()
     assert final.text is not None and "OOM" in final.text
@@ -200,7 +201,7 @@ async def test_demo_plays_through_to_a_final_answer() -> None:
         if not turn.calls:
             break
         names.extend(c.name for c in turn.calls)
-        messages = _answer(messages, turn, "checkout: restarted")
+        messages = _answer(messages, turn, "checkout: restarted via kestrel 1 time(s)")
 
     assert "restart_service" in names
     assert turn.finish_reason == "stop"
