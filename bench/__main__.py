@@ -1,9 +1,47 @@
-"""``python -m bench``: every workload, one after another, printing its figures."""
+"""``python -m bench``: every workload, one after another, printing its figures.
 
-from bench import pii_throughput, w1, w2
+SQLite first (W1, W2, the PII guard's throughput), then the same on PostgreSQL
+(``KESTREL_BENCH_POSTGRES_DSN``, a fresh schema per scenario), two replicas on one store, and
+the takeover latency. When PostgreSQL is unreachable its figures are skipped, saying why.
+"""
 
-w1.report()
-print()
-w2.report()
-print()
-pii_throughput.main()
+from bench import pii_throughput, replicas, takeover, w1, w2
+from bench.stores import postgres_server
+
+
+def sqlite_figures() -> None:
+    """W1, W2 and the PII guard's throughput, on SQLite."""
+    w1.report("sqlite")
+    print()
+    w2.report("sqlite")
+    print()
+    pii_throughput.main()
+
+
+def postgres_figures(server: str) -> None:
+    """W1 and W2 on PostgreSQL, two replicas (beside SQLite's), and the takeover latency."""
+    print(f"On {server}; each scenario in a fresh schema")
+    print()
+    w1.report("postgres")
+    print()
+    w2.report("postgres")
+    print()
+    replicas.report(("postgres", "sqlite"))
+    print()
+    takeover.report()
+
+
+def main() -> None:
+    """Print every figure; PostgreSQL's only when its server can be reached."""
+    sqlite_figures()
+    print()
+    server, problem = postgres_server()
+    if problem:
+        print(f"PostgreSQL figures skipped: {problem}")
+        print()
+        replicas.report(("sqlite",))
+    else:
+        postgres_figures(server)
+
+
+main()

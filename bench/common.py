@@ -1,11 +1,15 @@
-"""Shared pieces of the benchmarks: the W1 runtime, timing and memory helpers."""
+"""Shared pieces of the benchmarks: the W1 runtime, subprocesses, timing and memory helpers."""
 
 from __future__ import annotations
 
+import json
 import resource
 import statistics
+import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import IO, Any
 
 from bot.domain import Budgets, ToolCall
 from bot.events import FanOut
@@ -22,7 +26,7 @@ from bot.tools.toolset import ToolSet
 def w1_replies(iterations: int) -> list[dict[str, object]]:
     """One distinct echo call per iteration (so no-progress never trips), then an answer."""
     usage = {"input_tokens": 100, "output_tokens": 10}
-    calls = [
+    calls: list[dict[str, object]] = [
         {"calls": [{"name": "echo", "arguments": {"text": f"step {i}"}}], "usage": usage}
         for i in range(iterations)
     ]
@@ -73,3 +77,43 @@ def size_mib(path: Path) -> float:
     """A SQLite database's size with its WAL, in MiB."""
     files = [path, path.with_name(path.name + "-wal")]
     return sum(f.stat().st_size for f in files if f.exists()) / 2**20
+
+
+def bench_command(module: str, *args: str) -> list[str]:
+    """The command line running ``python -m bench.MODULE ARGS`` with this interpreter."""
+    return [sys.executable, "-m", f"bench.{module}", *args]
+
+
+def run_json(command: list[str]) -> dict[str, Any]:
+    """Run a bench subprocess to its end and parse the JSON it prints; its stderr if it fails."""
+    out = subprocess.run(command, capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        raise RuntimeError(f"{command[2]} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout)  # type: ignore[no-any-return]
+
+
+def spawn(command: list[str], errors: Path) -> subprocess.Popen[str]:
+    """Start a long-lived bench subprocess that talks on stdout; its stderr goes to ``errors``."""
+    with errors.open("w") as sink:
+        return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=sink, text=True)
+
+
+def expect(process: subprocess.Popen[str], prefix: str, errors: Path) -> str:
+    """The next line ``process`` prints, which must start with ``prefix``."""
+    stdout: IO[str] | None = process.stdout
+    assert stdout is not None
+    line = stdout.readline().strip()
+    if not line.startswith(prefix):
+        process.kill()
+        process.wait()
+        tail = errors.read_text()[-3000:] if errors.exists() else ""
+        raise RuntimeError(f"expected {prefix!r} from a bench process, got {line!r}\n{tail}")
+    return line
+
+
+def stop(processes: Sequence[subprocess.Popen[str]]) -> None:
+    """Kill whichever of ``processes`` still run, and reap them all."""
+    for process in processes:
+        if process.poll() is None:
+            process.kill()
+        process.wait()

@@ -1,7 +1,8 @@
 """W1: runs of 20 iterations, one instant in-process tool call each, every append durable.
 
-Each scenario runs in a fresh process so its peak RSS is its own. Prints the median time per
-iteration of a lone run, iterations/s with 1 and with 100 concurrent runs, and peak RSS.
+Each scenario runs in a fresh process on a fresh store (a SQLite file, or a PostgreSQL schema),
+so its peak RSS is its own. Prints the median time per iteration of a lone run, iterations/s
+with 1 and with 100 concurrent runs, and peak RSS (``--database sqlite|postgres``).
 """
 
 from __future__ import annotations
@@ -9,22 +10,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import subprocess
-import sys
-import tempfile
 import time
-from pathlib import Path
 
-from bench.common import median, peak_rss_mib, w1_runtime
+from bench.common import bench_command, median, peak_rss_mib, run_json, w1_runtime
+from bench.stores import DATABASES, LABELS, open_store, scratch
 from bot.runs import Supervisor
-from storage.sqlite import open_sqlite
 
 ITERATIONS = 20
 
 
-async def scenario(db: Path, runs: int, repeats: int, guarded: bool = False) -> dict[str, float]:
-    """Time ``repeats`` rounds of ``runs`` concurrent W1 runs on one store."""
-    store = await open_sqlite(db, synchronous="FULL")
+async def scenario(url: str, runs: int, repeats: int, guarded: bool = False) -> dict[str, float]:
+    """Time ``repeats`` rounds of ``runs`` concurrent W1 runs on the store at ``url``."""
+    store = await open_store(url)
     supervisor = Supervisor(w1_runtime(store, ITERATIONS, guarded=guarded))
     per_iteration, rates = [], []
     for _ in range(repeats):
@@ -44,23 +41,20 @@ async def scenario(db: Path, runs: int, repeats: int, guarded: bool = False) -> 
     }
 
 
-def run_scenario(runs: int, repeats: int, guarded: bool = False) -> dict[str, float]:
-    """One scenario in a fresh interpreter."""
-    with tempfile.TemporaryDirectory() as folder:
-        command = [sys.executable, "-m", "bench.w1", "--scenario", str(runs)]
-        command += ["--repeats", str(repeats), "--db", str(Path(folder) / "w1.db")]
-        command += ["--guarded"] if guarded else []
-        out = subprocess.run(command, check=True, capture_output=True, text=True)
-    return json.loads(out.stdout)  # type: ignore[no-any-return]
+def run_scenario(database: str, runs: int, repeats: int, guarded: bool = False) -> dict[str, float]:
+    """One scenario in a fresh interpreter on a fresh store."""
+    with scratch(database) as url:
+        args = ["--scenario", str(runs), "--repeats", str(repeats), "--store", url]
+        return run_json(bench_command("w1", *args, *(["--guarded"] if guarded else [])))
 
 
-def report() -> None:
-    """Print W1's figures."""
-    lone = run_scenario(1, repeats=15)
-    many = run_scenario(100, repeats=3)
-    guarded = run_scenario(1, repeats=15, guarded=True)
-    guarded_many = run_scenario(100, repeats=3, guarded=True)
-    print("W1 (SQLite WAL, synchronous=FULL, 20 iterations per run, in-process echo tool)")
+def report(database: str = "sqlite") -> None:
+    """Print W1's figures on ``database``."""
+    lone = run_scenario(database, 1, repeats=15)
+    many = run_scenario(database, 100, repeats=3)
+    guarded = run_scenario(database, 1, repeats=15, guarded=True)
+    guarded_many = run_scenario(database, 100, repeats=3, guarded=True)
+    print(f"W1 ({LABELS[database]}, 20 iterations per run, in-process echo tool)")
     print(f"  median time per iteration, 1 run:     {lone['ms_per_iteration']:.3f} ms")
     print(f"  iterations/s, 1 run:                  {lone['iterations_per_s']:.0f}")
     print(f"  iterations/s, 100 concurrent runs:    {many['iterations_per_s']:.0f}")
@@ -76,11 +70,12 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--scenario", type=int)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--db")
+    parser.add_argument("--store", help="the scenario's store URL")
     parser.add_argument("--guarded", action="store_true")
+    parser.add_argument("--database", choices=DATABASES, default="sqlite")
     args = parser.parse_args()
     if args.scenario:
-        figures = scenario(Path(args.db), args.scenario, args.repeats, args.guarded)
+        figures = scenario(args.store, args.scenario, args.repeats, args.guarded)
         print(json.dumps(asyncio.run(figures)))
     else:
-        report()
+        report(args.database)

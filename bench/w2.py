@@ -2,7 +2,7 @@
 
 Prints the time to suspend them all, the store's size, the memory the process holds while they
 wait (measured with 100 and with 1,000 suspended: it must not grow with their number), and the
-time to approve and finish all of them from a new process.
+time to approve and finish all of them from a new process (``--database sqlite|postgres``).
 """
 
 from __future__ import annotations
@@ -12,15 +12,14 @@ import asyncio
 import gc
 import json
 import os
-import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel
 
-from bench.common import size_mib
+from bench.common import bench_command, run_json
+from bench.stores import DATABASES, LABELS, open_store, scratch, store_mib
 from bot.config import PolicySettings
 from bot.domain import Budgets, Decision, DecisionKind, Request, RequestKind
 from bot.events import FanOut
@@ -30,9 +29,9 @@ from bot.prompters import DeferringPrompter
 from bot.runs import Supervisor
 from bot.runtime import Runtime, ToolSource
 from bot.state import RunState
+from bot.store import Store
 from bot.tools.python import function_tool
 from bot.tools.toolset import ToolSet
-from storage.sqlite import open_sqlite
 
 RUNS = 1000
 CHUNK = 100
@@ -50,14 +49,14 @@ async def deploy(args: Target) -> str:
     return f"deployed {args.service}"
 
 
-def runtime(store: object) -> Runtime:
+def runtime(store: Store) -> Runtime:
     """The W2 runtime: a gated tool, a two-reply script, approvers allowed by policy."""
-    replies = [
+    replies: list[dict[str, Any]] = [
         {"calls": [{"name": "deploy", "arguments": {"service": "checkout"}}]},
         {"text": "deployed"},
     ]
     return Runtime(
-        store=store,  # type: ignore[arg-type]
+        store=store,
         model=ScriptedProvider.from_replies(replies, name="w2"),
         tools=ToolSource(ToolSet([deploy])),
         events=FanOut(),
@@ -74,9 +73,9 @@ def held_mib() -> float:
     return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-async def suspend_all(db: Path) -> dict[str, float]:
+async def suspend_all(url: str) -> dict[str, float]:
     """Phase one: start RUNS runs in chunks; each suspends on its approval."""
-    store = await open_sqlite(db)
+    store = await open_store(url)
     supervisor = Supervisor(runtime(store))
     held: dict[int, float] = {}
     started = time.perf_counter()
@@ -96,13 +95,13 @@ async def suspend_all(db: Path) -> dict[str, float]:
         "suspend_s": elapsed,
         "held_mib_100": held[CHUNK],
         "held_mib_1000": held[RUNS],
-        "store_mib": size_mib(db),
+        "store_mib": await store_mib(url),
     }
 
 
-async def approve_all(db: Path) -> dict[str, float]:
+async def approve_all(url: str) -> dict[str, float]:
     """Phase two, in a fresh process: approve every request and finish every run."""
-    store = await open_sqlite(db)
+    store = await open_store(url)
     supervisor = Supervisor(runtime(store))
     started = time.perf_counter()
     pending = await store.list_requests()
@@ -125,26 +124,20 @@ async def approve_all(db: Path) -> dict[str, float]:
     return {"approve_s": elapsed}
 
 
-def phase(name: str, db: Path) -> dict[str, float]:
+def phase(name: str, url: str) -> dict[str, float]:
     """One phase in a fresh interpreter."""
-    out = subprocess.run(
-        [sys.executable, "-m", "bench.w2", "--phase", name, "--db", str(db)],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    return json.loads(out.stdout)  # type: ignore[no-any-return]
+    return run_json(bench_command("w2", "--phase", name, "--store", url))
 
 
-def report() -> None:
-    """Print W2's figures."""
-    with tempfile.TemporaryDirectory() as folder:
-        db = Path(folder) / "w2.db"
-        first = phase("suspend", db)
-        second = phase("approve", db)
-    print(f"W2 ({RUNS} runs suspended on an approval, SQLite WAL, synchronous=FULL)")
+def report(database: str = "sqlite") -> None:
+    """Print W2's figures on ``database``."""
+    with scratch(database) as url:
+        first = phase("suspend", url)
+        second = phase("approve", url)
+    print(f"W2 ({RUNS} runs suspended on an approval, {LABELS[database]})")
     print(f"  time to suspend all:                  {first['suspend_s']:.2f} s")
-    print(f"  store size:                           {first['store_mib']:.1f} MiB")
+    size = "store size:" if database == "sqlite" else "store size (tables, indexes):"
+    print(f"  {size:<38}{first['store_mib']:.1f} MiB")
     print(
         "  resident memory while they wait:      "
         f"{first['held_mib_100']:.1f} MiB with 100 suspended, "
@@ -156,11 +149,12 @@ def report() -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--phase", choices=["suspend", "approve"])
-    parser.add_argument("--db")
+    parser.add_argument("--store", help="the store URL both phases use")
+    parser.add_argument("--database", choices=DATABASES, default="sqlite")
     args = parser.parse_args()
     if args.phase == "suspend":
-        print(json.dumps(asyncio.run(suspend_all(Path(args.db)))))
+        print(json.dumps(asyncio.run(suspend_all(args.store))))
     elif args.phase == "approve":
-        print(json.dumps(asyncio.run(approve_all(Path(args.db)))))
+        print(json.dumps(asyncio.run(approve_all(args.store))))
     else:
-        report()
+        report(args.database)
