@@ -1,4 +1,4 @@
-"""The supervisor: one asyncio task per live run; start, resume, answer, cancel, leases."""
+"""The supervisor: one asyncio task per live run; start, resume, cancel, leases, panics."""
 
 from __future__ import annotations
 
@@ -10,12 +10,11 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
+from bot.checkpoint import Answered, Checkpoint
 from bot.domain import (
     TERMINAL_STATUSES,
     Decision,
-    DecisionKind,
     Request,
-    RequestStatus,
     RunEnded,
     RunRecord,
     RunResumed,
@@ -26,7 +25,6 @@ from bot.domain import (
     TerminalResult,
     UserMessage,
     new_id,
-    utcnow,
 )
 from bot.events import Event
 from bot.hooks import HookContext, HookFailure, Hooks
@@ -43,15 +41,6 @@ from bot.store import StoreError
 log = logging.getLogger("kestrel.runs")
 
 HISTORY_TURNS = 5
-
-
-@dataclass(frozen=True)
-class Answered:
-    """What became of an answer: whether it counted, why, and whether the run can go on."""
-
-    accepted: bool
-    message: str
-    ready: bool = False
 
 
 class ResumeRefused(Exception):
@@ -74,6 +63,7 @@ class Supervisor:
 
     def __init__(self, runtime: Runtime) -> None:
         self.rt = runtime
+        self.checkpoint = Checkpoint(runtime)
         self.live: dict[str, LiveRun] = {}
 
     # --- entry points -------------------------------------------------------------------
@@ -111,15 +101,15 @@ class Supervisor:
             # Started where people could be asked (chat, --defer): they still can, later.
             prompter = DeferringPrompter()
         if prompter is not None:
-            await self._ask_again(state, prompter)
-        if not await self._has_work(state):
+            await self.checkpoint.ask_again(state, prompter)
+        if not await self.checkpoint.has_work(state):
             return None
         epoch = await self.rt.store.claim(run_id, self.rt.owner, self.rt.lease_seconds)
         if epoch is None:
             raise ResumeRefused(
                 f"run {run_id} is live on {record.owner}; its lease has not expired"
             )
-        if not await self._has_work(fold(await self.rt.store.load(run_id), run_id)):
+        if not await self.checkpoint.has_work(fold(await self.rt.store.load(run_id), run_id)):
             # Another owner moved it on between our look and our claim: nothing left to do.
             await self.rt.store.release(run_id, self.rt.owner, epoch)
             return None
@@ -133,51 +123,8 @@ class Supervisor:
     async def answer(
         self, decision: Decision, *, run_id: str, actor: Actor | None = None, digest: str = ""
     ) -> Answered:
-        """Check a decision against the store and policy, then write it; one winner per request."""
-        actor = actor or Actor(decision.by)
-        try:
-            request, status, _ = await self.rt.store.get_request(decision.request_id)
-        except KeyError:
-            return Answered(False, f"there is no request {decision.request_id}")
-        refusal = self._refusal(request, status, decision, actor, run_id, digest)
-        if refusal:
-            return Answered(False, refusal)
-        if decision.kind is DecisionKind.APPROVE and request.approvals_needed > 1:
-            count = await self.rt.store.add_approval(request.id, actor.user)
-            await self.rt.store.audit(
-                actor.user, "approve_partial", run_id, request.id, request.digest
-            )
-            if count < request.approvals_needed:
-                return Answered(True, f"approval {count} of {request.approvals_needed} recorded")
-        if not await self.rt.store.decide(decision, RequestStatus.ANSWERED):
-            return Answered(False, "this request was already answered")
-        await self.rt.store.audit(
-            actor.user, decision.kind.value, run_id, request.id, request.digest
-        )
-        remaining = await self.rt.store.list_requests(run_id=run_id)
-        return Answered(True, "recorded", ready=not remaining)
-
-    def _refusal(
-        self,
-        request: Request,
-        status: RequestStatus,
-        decision: Decision,
-        actor: Actor,
-        run_id: str,
-        digest: str,
-    ) -> str:
-        if request.run_id != run_id:
-            return f"request {request.id} does not belong to run {run_id}"
-        if status is not RequestStatus.OPEN:
-            return f"request {request.id} is already {status.value}"
-        if request.deadline is not None and request.deadline <= utcnow():
-            return f"request {request.id} expired at {request.deadline:%Y-%m-%d %H:%M} UTC"
-        if digest and digest != request.digest:
-            return "this card is stale: the call it shows is not the one waiting"
-        tool = self.rt.tools.current().get(request.tool)
-        return self.rt.policy.check_decision(
-            actor, decision.kind, request, tool.flags if tool else None
-        )
+        """Check a decision against the store and policy and write it (see ``Checkpoint``)."""
+        return await self.checkpoint.answer(decision, run_id=run_id, actor=actor, digest=digest)
 
     async def adopt_orphans(self) -> list[str]:
         """Resume the runs whose owner died (lease expired while running); each once."""
@@ -194,11 +141,8 @@ class Supervisor:
 
     async def expire(self, request: Request) -> bool:
         """Close a request whose deadline passed; the run goes on if nothing else is open."""
-        decision = Decision(request_id=request.id, kind=DecisionKind.EXPIRED, by="deadline")
-        if not await self.rt.store.decide(decision, RequestStatus.EXPIRED):
+        if not await self.checkpoint.expire(request):
             return False
-        await self.rt.store.audit("deadline", "expire", request.run_id, request.id, request.digest)
-        self._emit("request_expired", request.run_id, request_id=request.id)
         if not await self.rt.store.list_requests(run_id=request.run_id):
             await self.resume(request.run_id)
         return True
@@ -217,7 +161,7 @@ class Supervisor:
             return f"run {run_id} is live on {record.owner}; try again when it suspends"
         state = fold(await self.rt.store.load(run_id), run_id)
         cause = f"cancelled by {by or 'an operator'}"
-        await self._close_requests(run_id, by)
+        await self.checkpoint.close_requests(run_id, by)
         await self._end_outside(state, epoch, RunStatus.CANCELLED, StopReason.CANCELLED, cause)
         await self.rt.store.audit(by, "cancel", run_id=run_id)
         await self.rt.store.release(run_id, self.rt.owner, epoch)
@@ -300,8 +244,8 @@ class Supervisor:
             workdir=self.rt.workdir,
             model_timeout=self.rt.model_timeout,
             advisories=self.rt.tools.drain,
-            lookup_request=self._lookup_request,
-            open_request=self._open_request,
+            lookup_request=self.checkpoint.lookup,
+            open_request=self.checkpoint.open_request,
             stamp=self.rt.stamp,
         )
         renewal = asyncio.create_task(self._renew(journal))
@@ -402,51 +346,6 @@ class Supervisor:
 
     # --- helpers ------------------------------------------------------------------------
 
-    async def _open_request(self, request: Request) -> None:
-        await self.rt.store.open_request(request)
-        detail = f"{request.kind.value} {request.tool} {request.digest}".strip()
-        await self.rt.store.audit(
-            request.requested_by or "run", "request", request.run_id, request.id, detail
-        )
-
-    async def _ask_again(self, state: RunState, prompter: Prompter) -> None:
-        """Offer the requests a run still waits on to the prompter who resumes it.
-
-        A prompter's answer is authoritative, as it is inline in the gate: the adapter that
-        built it answers for the person at it (the console's operator).
-        """
-        for request in state.open_requests:
-            found = await self._lookup_request(request.id)
-            if found is None or found[0] is not RequestStatus.OPEN:
-                continue
-            decision = await prompter.ask(request)
-            if decision is not None and await self.rt.store.decide(
-                decision, RequestStatus.ANSWERED
-            ):
-                await self.rt.store.audit(
-                    decision.by, decision.kind.value, state.run_id, request.id, request.digest
-                )
-
-    async def _lookup_request(
-        self, request_id: str
-    ) -> tuple[RequestStatus, Decision | None] | None:
-        try:
-            _request, status, decision = await self.rt.store.get_request(request_id)
-        except KeyError:
-            return None
-        return status, decision
-
-    async def _has_work(self, state: RunState) -> bool:
-        """A run with every open request still unanswered stays suspended."""
-        requests = state.open_requests
-        if not requests:
-            return True
-        for request in requests:
-            found = await self._lookup_request(request.id)
-            if found is None or found[0] is not RequestStatus.OPEN:
-                return True
-        return False
-
     def _check_fingerprint(self, state: RunState, force: bool) -> None:
         if state.started is None:
             return
@@ -481,11 +380,6 @@ class Supervisor:
             if prompt and answer:
                 pairs += [("user", prompt), ("assistant", answer)]
         return tuple(pairs)
-
-    async def _close_requests(self, run_id: str, by: str) -> None:
-        for request, _status, _decision in await self.rt.store.list_requests(run_id=run_id):
-            decision = Decision(request_id=request.id, kind=DecisionKind.DENY, by=by)
-            await self.rt.store.decide(decision, RequestStatus.CANCELLED)
 
     def _emit(self, kind: str, run_id: str, **data: Any) -> None:
         self.rt.events.emit(Event(kind, run_id, data))

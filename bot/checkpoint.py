@@ -1,0 +1,143 @@
+"""The checkpoint: how answers, decisions and expiries reach suspended runs.
+
+Every decision is checked against the store (the request is open, belongs to the run, has not
+expired, the card's digest matches) and the policy (who may decide what), then written by a
+conditional update that exactly one caller wins, and audited.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bot.domain import Decision, DecisionKind, Request, RequestStatus, utcnow
+from bot.events import Event
+from bot.policy import Actor
+from bot.prompter import Prompter
+from bot.runtime import Runtime
+from bot.state import RunState
+
+
+@dataclass(frozen=True)
+class Answered:
+    """What became of an answer: whether it counted, why, and whether the run can go on."""
+
+    accepted: bool
+    message: str
+    ready: bool = False
+
+
+class Checkpoint:
+    """Answers in, open requests out: the store and the policy between people and runs."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.rt = runtime
+
+    async def answer(
+        self, decision: Decision, *, run_id: str, actor: Actor | None = None, digest: str = ""
+    ) -> Answered:
+        """Check a decision against the store and policy, then write it; one winner per request."""
+        actor = actor or Actor(decision.by)
+        try:
+            request, status, _ = await self.rt.store.get_request(decision.request_id)
+        except KeyError:
+            return Answered(False, f"there is no request {decision.request_id}")
+        refusal = self._refusal(request, status, decision, actor, run_id, digest)
+        if refusal:
+            return Answered(False, refusal)
+        if decision.kind is DecisionKind.APPROVE and request.approvals_needed > 1:
+            count = await self.rt.store.add_approval(request.id, actor.user)
+            await self.rt.store.audit(
+                actor.user, "approve_partial", run_id, request.id, request.digest
+            )
+            if count < request.approvals_needed:
+                return Answered(True, f"approval {count} of {request.approvals_needed} recorded")
+        if not await self.rt.store.decide(decision, RequestStatus.ANSWERED):
+            return Answered(False, "this request was already answered")
+        await self.rt.store.audit(
+            actor.user, decision.kind.value, run_id, request.id, request.digest
+        )
+        remaining = await self.rt.store.list_requests(run_id=run_id)
+        return Answered(True, "recorded", ready=not remaining)
+
+    def _refusal(
+        self,
+        request: Request,
+        status: RequestStatus,
+        decision: Decision,
+        actor: Actor,
+        run_id: str,
+        digest: str,
+    ) -> str:
+        if request.run_id != run_id:
+            return f"request {request.id} does not belong to run {run_id}"
+        if status is not RequestStatus.OPEN:
+            return f"request {request.id} is already {status.value}"
+        if request.deadline is not None and request.deadline <= utcnow():
+            return f"request {request.id} expired at {request.deadline:%Y-%m-%d %H:%M} UTC"
+        if digest and digest != request.digest:
+            return "this card is stale: the call it shows is not the one waiting"
+        tool = self.rt.tools.current().get(request.tool)
+        return self.rt.policy.check_decision(
+            actor, decision.kind, request, tool.flags if tool else None
+        )
+
+    async def expire(self, request: Request) -> bool:
+        """Close a request whose deadline passed; True only for the one caller that won."""
+        decision = Decision(request_id=request.id, kind=DecisionKind.EXPIRED, by="deadline")
+        if not await self.rt.store.decide(decision, RequestStatus.EXPIRED):
+            return False
+        await self.rt.store.audit("deadline", "expire", request.run_id, request.id, request.digest)
+        event = Event("request_expired", request.run_id, {"request_id": request.id})
+        self.rt.events.emit(event)
+        return True
+
+    async def open_request(self, request: Request) -> None:
+        """Record a request as open, with its audit record."""
+        await self.rt.store.open_request(request)
+        detail = f"{request.kind.value} {request.tool} {request.digest}".strip()
+        await self.rt.store.audit(
+            request.requested_by or "run", "request", request.run_id, request.id, detail
+        )
+
+    async def ask_again(self, state: RunState, prompter: Prompter) -> None:
+        """Offer the requests a run still waits on to the prompter who resumes it.
+
+        A prompter's answer is authoritative, as it is inline in the gate: the adapter that
+        built it answers for the person at it (the console's operator).
+        """
+        for request in state.open_requests:
+            found = await self.lookup(request.id)
+            if found is None or found[0] is not RequestStatus.OPEN:
+                continue
+            decision = await prompter.ask(request)
+            if decision is not None and await self.rt.store.decide(
+                decision, RequestStatus.ANSWERED
+            ):
+                await self.rt.store.audit(
+                    decision.by, decision.kind.value, state.run_id, request.id, request.digest
+                )
+
+    async def lookup(self, request_id: str) -> tuple[RequestStatus, Decision | None] | None:
+        """A request's status and decision; None if the store does not know it."""
+        try:
+            _request, status, decision = await self.rt.store.get_request(request_id)
+        except KeyError:
+            return None
+        return status, decision
+
+    async def has_work(self, state: RunState) -> bool:
+        """A run with every open request still unanswered stays suspended."""
+        requests = state.open_requests
+        if not requests:
+            return True
+        for request in requests:
+            found = await self.lookup(request.id)
+            if found is None or found[0] is not RequestStatus.OPEN:
+                return True
+        return False
+
+    async def close_requests(self, run_id: str, by: str) -> None:
+        """Cancel every open request of a run (it was cancelled)."""
+        for request, _status, _decision in await self.rt.store.list_requests(run_id=run_id):
+            decision = Decision(request_id=request.id, kind=DecisionKind.DENY, by=by)
+            await self.rt.store.decide(decision, RequestStatus.CANCELLED)
