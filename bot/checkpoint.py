@@ -126,15 +126,15 @@ class Checkpoint:
         return status, decision
 
     async def has_work(self, state: RunState) -> bool:
-        """A run with every open request still unanswered stays suspended."""
-        requests = state.open_requests
-        if not requests:
-            return True
-        for request in requests:
+        """Whether a suspended run can go on: every request it waits on was answered (or one
+        is missing from the store, which the run re-opens)."""
+        for request in state.open_requests:
             found = await self.lookup(request.id)
-            if found is None or found[0] is not RequestStatus.OPEN:
+            if found is None:
                 return True
-        return False
+            if found[0] is RequestStatus.OPEN:
+                return False
+        return True
 
     async def close_requests(self, run_id: str, by: str) -> None:
         """Cancel every open request of a run (it was cancelled)."""

@@ -9,6 +9,7 @@ import logging
 from typing import Any
 
 from bot.domain import Session, WorkItem, new_id
+from bot.policy import Actor
 from bot.prompters import DeferringPrompter
 from bot.runs import LiveRun, ResumeRefused, Supervisor
 from bot.store import Store, StoreError, UnknownRun
@@ -79,10 +80,15 @@ class Dispatcher:
         run_id = str(payload["run_id"])
         if await self._exists(run_id):
             return  # a replica that died after creating it left it to orphan adoption
+        session = Session.model_validate(payload["session"])
+        requester = Actor(str(payload.get("requested_by", "")), channel=session.channel)
+        if not self.supervisor.rt.policy.may_start(requester):
+            log.warning("%s may not start runs (policy.requesters): dropped", requester.user)
+            return
         live = await self.supervisor.start_turn(
             str(payload["prompt"]),
-            session=Session.model_validate(payload["session"]),
-            requested_by=str(payload.get("requested_by", "")),
+            session=session,
+            requested_by=requester.user,
             prompter=DeferringPrompter() if payload.get("prompter") else None,
             run_id=run_id,
         )

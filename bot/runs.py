@@ -172,13 +172,22 @@ class Supervisor:
         assert live.task is not None
         return await live.task
 
-    async def shutdown(self) -> None:
-        """Suspend every live run at its loop boundary and wait for their tasks."""
-        for live in list(self.live.values()):
+    async def shutdown(self) -> list[str]:
+        """Suspend every live run at its loop boundary, wait for their tasks, and return the
+        runs that were suspended only because of it (for another process to take on)."""
+        lives = list(self.live.values())
+        for live in lives:
             live.signals.suspend.set()
-        tasks = [live.task for live in self.live.values() if live.task is not None]
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        states = await asyncio.gather(
+            *(live.task for live in lives if live.task is not None), return_exceptions=True
+        )
+        return [
+            state.run_id
+            for state in states
+            if isinstance(state, RunState)
+            and state.status is RunStatus.SUSPENDED
+            and not state.open_requests
+        ]
 
     # --- one task per run ---------------------------------------------------------------
 

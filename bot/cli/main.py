@@ -17,6 +17,7 @@ import click
 from bot.cli import compose, render
 from bot.config import ConfigError, Settings, load_settings
 from bot.domain import TERMINAL_STATUSES, Decision, DecisionKind, Request, utcnow
+from bot.policy import Actor
 from bot.runs import ResumeRefused, Supervisor
 from bot.runtime import Runtime
 from bot.state import fold
@@ -132,7 +133,8 @@ def serve() -> None:
         await stop.wait()
         dispatcher.stop()
         await scheduler.stop()
-        await supervisor.shutdown()
+        for run_id in await supervisor.shutdown():
+            await dispatcher.submit_resume(run_id)  # handed back: another replica goes on
         taking.cancel()
         await asyncio.gather(taking, return_exceptions=True)
         click.echo("stopped: live runs suspended and their leases released", err=True)
@@ -217,6 +219,8 @@ def run(prompt: str, as_json: bool, defer: bool, user: str) -> None:
     from bot.prompters import DeferringPrompter
 
     async def work(rt: Runtime) -> dict[str, Any]:
+        if not rt.policy.may_start(Actor(user)):
+            raise Failure(f"{user} may not start runs (policy.requesters)")
         supervisor = Supervisor(rt)
         prompter = DeferringPrompter() if defer else None
         live = await supervisor.start_turn(prompt, requested_by=user, prompter=prompter)

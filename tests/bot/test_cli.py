@@ -198,3 +198,10 @@ def test_postgres_url_without_a_server_is_one_line(tmp_path: Path) -> None:
     write_config(tmp_path, database="postgresql://kestrel:secret@127.0.0.1:1/kestrel")
     message = one_line_error(kestrel(tmp_path, "db", "check"))
     assert "127.0.0.1:1" in message and "secret" not in message
+
+
+def test_only_requesters_may_start_runs(tmp_path: Path) -> None:
+    write_config(tmp_path, policy={"requesters": ["U0ALLOWED", "group:S0OPS"]})
+    refused = one_line_error(kestrel(tmp_path, "run", "hi", "--as", "U0OTHER"))
+    assert "U0OTHER may not start runs" in refused
+    assert kestrel(tmp_path, "run", "checkout is failing", "--as", "U0ALLOWED").returncode == 0

@@ -377,3 +377,42 @@ async def test_an_orphaned_run_is_adopted_by_exactly_one_replica(tmp_path: Path)
     assert await rt.store.orphaned_runs() == []
     await other_rt.store.close()
     await rt.store.close()
+
+
+async def test_requests_of_one_batch_are_answered_independently(tmp_path: Path) -> None:
+    counter = Counter()
+    tools = [*counting_tools(counter), *ask_human_tools()]
+    replies = [
+        reply(call("deploy", text="v2"), call("ask_human_input", question="Which window?")),
+        reply(text="both settled"),
+    ]
+    rt, _ = await make_runtime(tmp_path / "k.db", replies, tools)
+    rt.policy = Policy(POLICY)
+    sup = Supervisor(rt)
+    live = await sup.start_turn("ship", requested_by="U0REQ", prompter=DeferringPrompter())
+    state = await sup.wait(live)
+    approval, question = state.open_requests
+    assert (approval.kind, question.kind) == (RequestKind.WAIT_APPROVAL, RequestKind.WAIT_USER)
+    first = await sup.answer(
+        Decision(request_id=question.id, kind=DecisionKind.ANSWER, text="tonight", by="U0REQ"),
+        run_id=live.run_id,
+    )
+    assert first.accepted and not first.ready
+    assert await sup.resume(live.run_id) is None  # still waits for the approval
+    second = await sup.answer(
+        Decision(request_id=approval.id, kind=DecisionKind.APPROVE, by="U0DEPLOYER"),
+        run_id=live.run_id,
+    )
+    assert second.ready
+    resumed = await sup.resume(live.run_id)
+    assert resumed is not None
+    state = await sup.wait(resumed)
+    assert state.result is not None and state.result.text == "both settled"
+    assert counter.calls == {"deploy": 1}
+    outputs = [
+        r.entry.output
+        for r in await rt.store.load(live.run_id)
+        if isinstance(r.entry, ToolResultEntry)
+    ]
+    assert outputs[0] == "deployed v2" and outputs[1].startswith("tonight")
+    await rt.store.close()

@@ -385,3 +385,31 @@ async def test_deadline_and_cron_fire_once_with_three_replicas(
     assert ticks and len(ticks) <= 6  # one run per two-second occurrence, not three
     assert max(starts.values()) == 1
     await store.close()
+
+
+async def test_sigterm_hands_live_runs_back_to_another_replica(
+    cluster: Callable[..., Cluster],
+) -> None:
+    script = [
+        {"text": "slow", "calls": [{"name": "slow_effect", "arguments": {"name": "$PROMPT"}}]},
+        {"text": "then", "calls": [{"name": "effect", "arguments": {"name": "$PROMPT"}}]},
+        {"text": "finished"},
+    ]
+    c = cluster(script)
+    first = c.start_replica()
+    store = await store_of(c.schema)
+    run_id = await submit(store, "g0")
+    await until(lambda: "start g0" in c.effects())
+    first.send_signal(signal.SIGTERM)
+    assert await asyncio.to_thread(first.wait, 30) == 0
+    record = (await store.list_runs(limit=10))[0]
+    assert record.status is RunStatus.SUSPENDED and record.owner == ""
+    assert record.stop_reason == "suspend_requested"
+    c.start_replica()
+
+    async def completed() -> bool:
+        return (await statuses(store, [run_id])).get(run_id) is RunStatus.COMPLETED
+
+    await until(completed)
+    assert c.effects().count("start g0") == 1 and c.effects().count("effect g0") == 1
+    await store.close()
