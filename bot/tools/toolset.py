@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Iterable, Iterator, Mapping
@@ -59,6 +60,11 @@ class ToolSet(Mapping[str, Tool]):
 
     def digest(self) -> str:
         """A digest of names, schemas and flags: part of a run's configuration fingerprint."""
+        return self._digest
+
+    @functools.cached_property
+    def _digest(self) -> str:
+        # The set never changes, so every run started on it shares one computation.
         shape = [[t.name, t.description, t.parameters, repr(t.flags)] for t in self._tools.values()]
         return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
 
