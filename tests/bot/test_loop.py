@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -19,9 +20,11 @@ from bot.domain import (
 from bot.hooks import HookContext, Hooks, ToolVerdict
 from bot.runs import Supervisor
 from bot.state import fold
+from bot.tools.python import function_tool
 from tests.fakes.runtime import (
     Counter,
     ScriptedPrompter,
+    TextArgs,
     call,
     counting_tools,
     make_runtime,
@@ -305,4 +308,22 @@ async def test_takeover_stops_before_the_effect(tmp_path: Path) -> None:
     state = fold(await rt.store.load(live.run_id), live.run_id)
     assert state.result is None
     assert not any(isinstance(r.entry, ToolDispatched) for r in await rt.store.load(live.run_id))
+    await rt.store.close()
+
+
+@pytest.mark.parametrize("flags", [{"operator_paced": True, "timeout": 0.1}, {"timeout": 0}])
+async def test_timeout_exemptions_operator_paced_and_none(
+    tmp_path: Path, flags: dict[str, object]
+) -> None:
+    @function_tool(name="wait_for_operator", **flags)  # type: ignore[call-overload]
+    async def wait_for_operator(args: TextArgs) -> str:
+        """Takes longer than a tool timeout would allow."""
+        await asyncio.sleep(0.3)
+        return "the operator answered"
+
+    replies = [reply(call("wait_for_operator", text="?")), reply(text="done")]
+    rt, _ = await make_runtime(tmp_path / "k.db", replies, [wait_for_operator])
+    sup = Supervisor(rt)
+    state = await sup.wait(await sup.start_turn("go"))
+    assert state.result is not None and state.result.outcomes == {"ok": 1}
     await rt.store.close()
