@@ -8,6 +8,7 @@ import json
 import signal
 import sys
 import threading
+from collections.abc import Iterator
 from typing import Any, TextIO
 
 from bot.domain import (
@@ -235,14 +236,13 @@ class ConsoleChat:
             self.io.write(HELP)
 
     @contextlib.contextmanager
-    def _sigint(self) -> Any:
-        loop = asyncio.get_running_loop()
-        main = asyncio.current_task()
-        try:
-            loop.add_signal_handler(signal.SIGINT, self._interrupt, main)
-        except (NotImplementedError, RuntimeError):
+    def _sigint(self) -> Iterator[None]:
+        # Event-loop signal handlers exist on POSIX only; elsewhere Ctrl-C stays Python's own.
+        if sys.platform == "win32":
             yield
             return
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGINT, self._interrupt, asyncio.current_task())
         try:
             yield
         finally:
