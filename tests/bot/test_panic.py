@@ -14,8 +14,7 @@ from bot.domain import AssistantTurn, RunStatus, StopReason, ToolCall
 from bot.events import Event, FanOut
 from bot.hooks import HookContext, Hooks, ToolVerdict
 from bot.llm import base as msg
-from bot.llm.scripted import ScriptedProvider
-from tests.fakes.kit import Kit, build_kit, results
+from tests.fakes.kit import Kit, RecordingModel, build_kit, results
 from tests.fakes.runtime import call, reply
 
 BUG = "list index out of range in the adapter"
@@ -36,7 +35,7 @@ async def kit(tmp_path: Path) -> AsyncIterator[Build]:
         await done.rt.store.close()
 
 
-class BuggyModel:
+class BuggyModel(RecordingModel):
     """Plays a script, but raises a plain RuntimeError (a bug, not a ModelError) when asked to.
 
     A conversation whose prompt says "explode" raises on model call ``explode_at``; one that
@@ -47,19 +46,11 @@ class BuggyModel:
     def __init__(
         self, replies: Sequence[Mapping[str, Any]], explode_at: int = 0, paired: bool = False
     ) -> None:
-        self.inner = ScriptedProvider.from_replies(list(replies), name="buggy")
+        super().__init__(replies)
         self.explode_at = explode_at
         self.paired = paired
         self.holding = asyncio.Event()
         self.release = asyncio.Event()
-
-    @property
-    def provider(self) -> str:
-        return self.inner.provider
-
-    @property
-    def model(self) -> str:
-        return self.inner.model
 
     async def complete(
         self, messages: Sequence[msg.Message], tools: Sequence[msg.ToolSpec], timeout: float
@@ -73,7 +64,7 @@ class BuggyModel:
         if "wait" in prompt and turns == 0:
             self.holding.set()
             await asyncio.wait_for(self.release.wait(), timeout=5)
-        return await self.inner.complete(messages, tools, timeout)
+        return await super().complete(messages, tools, timeout)
 
 
 class Releases:

@@ -29,7 +29,8 @@ from storage.sqlite import SqliteStore
 POSTGRES_DSN_VAR = "KESTREL_TEST_POSTGRES_DSN"
 
 Opener = Callable[[], Awaitable[Store]]
-BackendFactory = Callable[[Path, "FakeClock"], AbstractAsyncContextManager[Opener]]
+# The opener, and the database's address for another process (a file path or a DSN+schema).
+BackendFactory = Callable[[Path, "FakeClock"], AbstractAsyncContextManager[tuple[Opener, str]]]
 
 
 class FakeClock:
@@ -47,7 +48,7 @@ class FakeClock:
 
 
 @asynccontextmanager
-async def _sqlite_backend(tmp_path: Path, clock: FakeClock) -> AsyncIterator[Opener]:
+async def _sqlite_backend(tmp_path: Path, clock: FakeClock) -> AsyncIterator[tuple[Opener, str]]:
     path = tmp_path / "kestrel.db"
 
     async def open_store() -> Store:
@@ -55,7 +56,7 @@ async def _sqlite_backend(tmp_path: Path, clock: FakeClock) -> AsyncIterator[Ope
         await store.migrate()
         return store
 
-    yield open_store
+    yield open_store, str(path)
 
 
 def postgres_dsn() -> str:
@@ -85,7 +86,7 @@ async def postgres_schema(dsn: str, *, create: bool = True) -> AsyncIterator[str
 
 
 @asynccontextmanager
-async def _postgres_backend(tmp_path: Path, clock: FakeClock) -> AsyncIterator[Opener]:
+async def _postgres_backend(tmp_path: Path, clock: FakeClock) -> AsyncIterator[tuple[Opener, str]]:
     dsn = postgres_dsn()
     async with postgres_schema(dsn) as schema:
 
@@ -94,7 +95,7 @@ async def _postgres_backend(tmp_path: Path, clock: FakeClock) -> AsyncIterator[O
             await store.migrate()
             return store
 
-        yield open_store
+        yield open_store, f"{dsn}?schema={schema}"
 
 
 BACKENDS: dict[str, BackendFactory] = {"sqlite": _sqlite_backend, "postgres": _postgres_backend}
@@ -106,6 +107,7 @@ class Backend:
 
     name: str
     opener: Opener
+    address: str
     opened: list[Store] = field(default_factory=list)
 
     async def open(self) -> Store:
@@ -126,8 +128,8 @@ async def backend(
     request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock
 ) -> AsyncIterator[Backend]:
     """A fresh database of each registered backend."""
-    async with BACKENDS[request.param](tmp_path, clock) as opener:
-        backend = Backend(request.param, opener)
+    async with BACKENDS[request.param](tmp_path, clock) as (opener, address):
+        backend = Backend(request.param, opener, address)
         try:
             yield backend
         finally:

@@ -1,18 +1,13 @@
-"""PostgreSQL-only behaviour: races across pools and processes, migrations, connection errors."""
+"""PostgreSQL-only behaviour: races across pools, migrations, notifications, connection errors."""
 
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import socket
-import sys
-import textwrap
 import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 import asyncpg
@@ -137,109 +132,6 @@ async def test_the_last_of_racing_approvers_sees_every_approval(dsn: str, schema
     finally:
         await first.close()
         await second.close()
-
-
-# Each child opens its own store, says it is ready and waits for the start line on stdin. Then
-# it decides the hot request 10 times at once and sweeps the others in its own order (alpha
-# forwards, beta backwards, so they contend in the middle), and prints what it won.
-CHILD = textwrap.dedent(
-    """
-    import asyncio, json, sys
-
-    from bot.domain import Decision, DecisionKind, RequestStatus
-    from storage.postgres import open_postgres
-
-    async def main(dsn: str, schema: str, name: str, hot: str, ids: list[str]) -> None:
-        store = await open_postgres(dsn, schema=schema)
-        try:
-            print("ready", flush=True)
-            sys.stdin.readline()
-            decide = lambda rid: store.decide(
-                Decision(request_id=rid, kind=DecisionKind.APPROVE, by=name),
-                RequestStatus.ANSWERED,
-            )
-            hot_wins = sum(await asyncio.gather(*(decide(hot) for _ in range(10))))
-            order = ids if name == "alpha" else ids[::-1]
-            won = [rid for rid in order if await decide(rid)]
-            print(json.dumps({"hot": hot_wins, "won": won}))
-        finally:
-            await store.close()
-
-    asyncio.run(main(*sys.argv[1:5], json.loads(sys.argv[5])))
-    """
-)
-
-
-async def test_two_processes_decide_each_request_once(dsn: str, schema: str) -> None:
-    store = await opened(dsn, schema)
-    try:
-        hot, *ids = await requests_of_one_run(store, 41)
-        reports = await _race_children(dsn, schema, hot, ids)
-
-        assert sum(report["hot"] for report in reports.values()) == 1
-        alpha, beta = set(reports["alpha"]["won"]), set(reports["beta"]["won"])
-        assert alpha.isdisjoint(beta)
-        assert alpha | beta == set(ids)
-        _, _, hot_decision = await store.get_request(hot)
-        assert hot_decision is not None
-        assert reports[hot_decision.by]["hot"] == 1
-        for rid in ids:
-            _, _, decision = await store.get_request(rid)
-            assert decision is not None
-            assert decision.by == ("alpha" if rid in alpha else "beta")
-    finally:
-        await store.close()
-
-
-async def _race_children(
-    dsn: str, schema: str, hot: str, ids: list[str]
-) -> dict[str, dict[str, Any]]:
-    """Start both children, release them together, and return their reports by name."""
-    pythonpath = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-    env = {**os.environ, "PYTHONPATH": pythonpath}
-    names = ("alpha", "beta")
-    children = [
-        await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-c",
-            CHILD,
-            dsn,
-            schema,
-            name,
-            hot,
-            json.dumps(ids),
-            cwd=REPO,
-            env=env,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        for name in names
-    ]
-    try:
-        await asyncio.wait_for(asyncio.gather(*(_ready(child) for child in children)), 60)
-        for child in children:
-            assert child.stdin is not None
-            child.stdin.write(b"go\n")
-        outputs = await asyncio.wait_for(
-            asyncio.gather(*(child.communicate() for child in children)), timeout=60
-        )
-    finally:
-        for child in children:
-            if child.returncode is None:
-                child.kill()
-                await child.wait()
-    for child, (_, stderr) in zip(children, outputs, strict=True):
-        assert child.returncode == 0, stderr.decode()
-    return {name: json.loads(stdout) for name, (stdout, _) in zip(names, outputs, strict=True)}
-
-
-async def _ready(child: asyncio.subprocess.Process) -> None:
-    assert child.stdout is not None
-    line = await child.stdout.readline()
-    if line != b"ready\n":
-        _, stderr = await child.communicate()
-        raise AssertionError(f"child failed to start: {stderr.decode()}")
 
 
 async def test_stale_append_waits_for_a_claim_in_flight_and_is_refused(
