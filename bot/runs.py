@@ -79,7 +79,6 @@ class Supervisor:
     ) -> LiveRun:
         """Start a run for one human message; its task runs in the background."""
         run_id = run_id or new_id("run")
-        session = session or Session(id=new_id("ses"))
         live = LiveRun(run_id)
         work = self._start(live, prompt, session, requested_by, prompter)
         live.task = asyncio.create_task(self._barrier(live, work), name=run_id)
@@ -162,9 +161,9 @@ class Supervisor:
         state = fold(await self.rt.store.load(run_id), run_id)
         cause = f"cancelled by {by or 'an operator'}"
         await self.checkpoint.close_requests(run_id, by)
+        # RunEnded gives the lease up as it is written.
         await self._end_outside(state, epoch, RunStatus.CANCELLED, StopReason.CANCELLED, cause)
         await self.rt.store.audit(by, "cancel", run_id=run_id)
-        await self.rt.store.release(run_id, self.rt.owner, epoch)
         return "cancelled"
 
     async def wait(self, live: LiveRun) -> RunState:
@@ -195,19 +194,21 @@ class Supervisor:
         self,
         live: LiveRun,
         prompt: str,
-        session: Session,
+        session: Session | None,
         requested_by: str,
         prompter: Prompter | None,
     ) -> RunState:
         hooks = self.rt.run_hooks()
         ctx = HookContext(run_id=live.run_id, requested_by=requested_by)
         refusal, text, cause = await _screen_prompt(hooks, prompt, ctx)
-        await self.rt.store.ensure_session(session)
-        history = await self._history(session.id)
+        # A session made up for this run has no history to read.
+        history = await self._history(session.id) if session else ()
+        session = session or Session(id=new_id("ses"))
         record = RunRecord(
             id=live.run_id, session_id=session.id, prompt=text[:200], requested_by=requested_by
         )
-        epoch = await self.rt.store.create_run(record, self.rt.owner, self.rt.lease_seconds)
+        lease = self.rt.lease_seconds
+        epoch = await self.rt.store.create_run(record, self.rt.owner, lease, session=session)
         live.created.set()
         journal = RunJournal(self.rt.store, RunState(live.run_id), epoch, self.rt.lease_seconds)
         journal.append_soon(
@@ -294,9 +295,11 @@ class Supervisor:
             state = await self._panic(live.run_id, exc, stack)
         finally:
             self.live.pop(live.run_id, None)
-            with contextlib.suppress(Exception):
-                record = await self.rt.store.get_run(live.run_id)
-                await self.rt.store.release(live.run_id, self.rt.owner, record.epoch)
+            # A suspended or ended run's last entry gave the lease up as it was written.
+            if state.status is RunStatus.RUNNING:
+                with contextlib.suppress(Exception):
+                    record = await self.rt.store.get_run(live.run_id)
+                    await self.rt.store.release(live.run_id, self.rt.owner, record.epoch)
         return state
 
     async def _panic(self, run_id: str, exc: Exception, stack: str) -> RunState:

@@ -88,8 +88,11 @@ class Store(Protocol):
         """Create the session if it does not exist."""
         ...
 
-    async def create_run(self, run: RunRecord, owner: str, lease_seconds: float) -> int:
-        """Insert a run owned by ``owner`` and return its first epoch."""
+    async def create_run(
+        self, run: RunRecord, owner: str, lease_seconds: float, session: Session | None = None
+    ) -> int:
+        """Insert a run owned by ``owner`` and return its first epoch; ``session``, if given,
+        is ensured in the same transaction."""
         ...
 
     async def get_run(self, run_id: str) -> RunRecord:
@@ -124,7 +127,8 @@ class Store(Protocol):
 
     async def append(self, run_id: str, seq: int, epoch: int, entry: Entry) -> None:
         """Append at ``seq`` fenced by ``epoch``: identical record there is a no-op; raises
-        ``StaleEpoch``, ``SeqConflict`` or ``SeqGap``."""
+        ``StaleEpoch``, ``SeqConflict`` or ``SeqGap``. In the same transaction the run's row
+        takes the status the entry moves it to, and a suspend or an end releases the lease."""
         ...
 
     def submit(self, run_id: str, seq: int, epoch: int, entry: Entry) -> asyncio.Future[None]:

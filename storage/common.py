@@ -52,16 +52,28 @@ class AuditEntry:
     detail: str
 
 
-def projection(entry: Entry) -> tuple[RunStatus, str] | None:
-    """The run status and stop reason an entry moves the run to, if it moves it."""
+@dataclass(frozen=True, slots=True)
+class Projection:
+    """How an entry moves its run's row, written in the transaction that appends it."""
+
+    status: RunStatus
+    stop_reason: str
+    # A suspended or ended run has no task driving it: its lease is given up with the entry
+    # that says so, saving the owner a write of its own.
+    releases: bool
+
+
+def projection(entry: Entry) -> Projection | None:
+    """How an entry moves the run's status, stop reason and lease, if it moves them."""
     status = status_after(entry)
     if status is None:
         return None
+    releases = status is not RunStatus.RUNNING
     if isinstance(entry, RunSuspended):
-        return status, entry.reason.value
+        return Projection(status, entry.reason.value, releases)
     if isinstance(entry, RunEnded):
-        return status, entry.result.stop_reason.value
-    return status, ""
+        return Projection(status, entry.result.stop_reason.value, releases)
+    return Projection(status, "", releases)
 
 
 def qmark(_: int) -> str:
@@ -110,6 +122,24 @@ def diagnose(
     if stored is not None:
         return SeqConflict(f"run {run_id!r}: a different record stands at seq {seq}")
     return SeqGap(f"run {run_id!r}: seq {seq} would leave a gap; next is {next_seq}")
+
+
+def new_run_row(
+    run: RunRecord, owner: str, lease_expires: datetime, stamp: Callable[[datetime], Any]
+) -> tuple[Any, ...]:
+    """The values of a new run's row at epoch 1: ``RUN_COLUMNS`` without the epoch."""
+    return (
+        run.id,
+        run.session_id,
+        run.prompt,
+        run.requested_by,
+        run.status.value,
+        run.stop_reason,
+        owner,
+        stamp(lease_expires),
+        stamp(run.created_at),
+        stamp(run.updated_at),
+    )
 
 
 def run_from_row(row: Sequence[Any], timestamp: Timestamp) -> RunRecord:

@@ -34,6 +34,7 @@ from storage.common import (
     AuditEntry,
     diagnose,
     dollar,
+    new_run_row,
     projection,
     record,
     replicas_from_rows,
@@ -73,11 +74,20 @@ WITH landed AS (
     ON CONFLICT (run_id, seq) DO NOTHING
     RETURNING run_id
 ), projected AS (
-    UPDATE runs SET status = $7::text, stop_reason = $8::text, updated_at = $6
+    UPDATE runs SET status = $7::text, stop_reason = $8::text, updated_at = $6,
+        owner = CASE WHEN $9::boolean THEN '' ELSE owner END,
+        lease_expires = CASE WHEN $9::boolean THEN NULL ELSE lease_expires END
     WHERE $7::text IS NOT NULL AND id IN (SELECT run_id FROM landed)
 )
 SELECT COUNT(*) FROM landed
 """
+_ENSURE_SESSION: Final = """
+INSERT INTO sessions(id, platform, channel, thread, created_at) VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (id) DO NOTHING
+"""
+_CREATE_RUN: Final = (
+    f"INSERT INTO runs({RUN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, 1, $8, $9, $10)"
+)
 _DIAGNOSE_APPEND: Final = """
 SELECT epoch,
        (SELECT body::text FROM journal WHERE run_id = $1 AND seq = $2),
@@ -231,41 +241,29 @@ class PostgresStore:
 
     async def ensure_session(self, session: Session) -> None:
         """Create the session if it does not exist."""
-        await self._execute(
-            "ensure_session",
-            "INSERT INTO sessions(id, platform, channel, thread, created_at)"
-            " VALUES ($1, $2, $3, $4, $5) ON CONFLICT (id) DO NOTHING",
-            session.id,
-            session.platform,
-            session.channel,
-            session.thread,
-            self._now(),
-        )
+        await self._execute("ensure_session", _ENSURE_SESSION, *self._session_row(session))
 
-    async def create_run(self, run: RunRecord, owner: str, lease_seconds: float) -> int:
-        """Insert a run owned by ``owner`` at epoch 1 and return that epoch."""
+    async def create_run(
+        self, run: RunRecord, owner: str, lease_seconds: float, session: Session | None = None
+    ) -> int:
+        """Insert a run owned by ``owner`` at epoch 1 (and ``session``, if new); the epoch."""
 
         def refused(exc: asyncpg.IntegrityConstraintViolationError) -> StoreError:
             if isinstance(exc, asyncpg.ForeignKeyViolationError):
                 return StoreError(f"unknown session {run.session_id!r}: call ensure_session first")
             return StoreError(f"run {run.id!r} already exists")
 
-        await self._execute(
-            "create_run",
-            f"INSERT INTO runs({RUN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, 1, $8, $9, $10)",
-            run.id,
-            run.session_id,
-            run.prompt,
-            run.requested_by,
-            run.status.value,
-            run.stop_reason,
-            owner,
-            self._lease_until(lease_seconds),
-            utc(run.created_at),
-            utc(run.updated_at),
-            on_integrity=refused,
-        )
+        row = new_run_row(run, owner, self._lease_until(lease_seconds), utc)
+        pool = self._ready()
+        with self._errors("create_run", refused):
+            async with pool.acquire() as conn, conn.transaction():
+                if session is not None:
+                    await conn.execute(_ENSURE_SESSION, *self._session_row(session))
+                await conn.execute(_CREATE_RUN, *row)
         return 1
+
+    def _session_row(self, session: Session) -> tuple[Any, ...]:
+        return (session.id, session.platform, session.channel, session.thread, self._now())
 
     async def get_run(self, run_id: str) -> RunRecord:
         """The run's row; raises ``UnknownRun``."""
@@ -368,11 +366,21 @@ class PostgresStore:
             raise self._closed_error()
         body = entry.model_dump_json()
         moved = projection(entry)
-        status, reason = (None, None) if moved is None else (moved[0].value, moved[1])
+        status, reason = (None, None) if moved is None else (moved.status.value, moved.stop_reason)
+        releases = moved is not None and moved.releases
         with self._errors("append"):
             async with pool.acquire() as conn:
                 landed = await conn.fetchval(
-                    _APPEND, run_id, seq, epoch, entry.kind, body, self._now(), status, reason
+                    _APPEND,
+                    run_id,
+                    seq,
+                    epoch,
+                    entry.kind,
+                    body,
+                    self._now(),
+                    status,
+                    reason,
+                    releases,
                 )
                 if landed:
                     return

@@ -1,4 +1,8 @@
-"""SqliteStore: the embedded default ``Store`` on aiosqlite (WAL), with group-committed appends."""
+"""SqliteStore: the embedded default ``Store`` (WAL), with group-committed appends.
+
+Reads go through aiosqlite; writes through ``SqliteWriter``, which commits inline while
+SQLite's write lock is free.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,7 @@ import asyncio
 import contextlib
 import sqlite3
 import stat
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -22,7 +26,6 @@ from bot.domain import (
     Request,
     RequestStatus,
     RunRecord,
-    RunStatus,
     Session,
     WorkItem,
     utcnow,
@@ -31,7 +34,9 @@ from bot.store import AuditRecord, StoreError, UnknownRun
 from storage.common import (
     RUN_COLUMNS,
     AuditEntry,
+    Projection,
     diagnose,
+    new_run_row,
     projection,
     qmark,
     record,
@@ -46,6 +51,7 @@ from storage.common import (
     work_payload,
 )
 from storage.sqlite_schema import CREATE_VERSION_TABLE, SCHEMA_VERSION, migration_script
+from storage.sqlite_writer import SqliteWriter
 
 _T = TypeVar("_T")
 _Row = Sequence[Any]
@@ -53,6 +59,7 @@ _Row = Sequence[Any]
 _SYNCHRONOUS_MODES: Final = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
 # Bounds one transaction's size (and the latency of the appends queued behind it).
 _MAX_BATCH: Final = 1024
+
 
 # The fast path of an append: it lands only if the epoch is the run's current one and the seq
 # is the next free one, so the common case needs no read before the write.
@@ -62,13 +69,23 @@ SELECT ?1, ?2, ?3, ?4, ?5, ?6
 WHERE (SELECT epoch FROM runs WHERE id = ?1) = ?3
   AND (SELECT COALESCE(MAX(seq), -1) + 1 FROM journal WHERE run_id = ?1) = ?2
 """
+_ENSURE_SESSION: Final = """
+INSERT INTO sessions(id, platform, channel, thread, created_at) VALUES (?, ?, ?, ?, ?)
+ON CONFLICT(id) DO NOTHING
+"""
+_CREATE_RUN: Final = f"INSERT INTO runs({RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?)"
 _DIAGNOSE_ENTRY: Final = """
 SELECT epoch,
        (SELECT body FROM journal WHERE run_id = ?1 AND seq = ?2),
        (SELECT COALESCE(MAX(seq), -1) + 1 FROM journal WHERE run_id = ?1)
 FROM runs WHERE id = ?1
 """
-_PROJECT_STATUS: Final = "UPDATE runs SET status = ?, stop_reason = ?, updated_at = ? WHERE id = ?"
+_PROJECT_STATUS: Final = """
+UPDATE runs SET status = ?1, stop_reason = ?2, updated_at = ?3,
+    owner = CASE WHEN ?5 THEN '' ELSE owner END,
+    lease_expires = CASE WHEN ?5 THEN NULL ELSE lease_expires END
+WHERE id = ?4
+"""
 # A closed request takes no more approvals; the same approver twice counts once.
 _INSERT_APPROVAL: Final = """
 INSERT INTO approvals(request_id, approver, at)
@@ -108,7 +125,7 @@ class _Append:
     epoch: int
     kind: str
     body: str
-    projection: tuple[RunStatus, str] | None
+    projection: Projection | None
     done: asyncio.Future[None]
 
     def params(self, at: str) -> tuple[Any, ...]:
@@ -135,11 +152,8 @@ class SqliteStore:
         self._synchronous = synchronous.upper()
         self._clock = clock
         self._busy_timeout = busy_timeout
-        self._wconn: aiosqlite.Connection | None = None
+        self._wconn: SqliteWriter | None = None
         self._rconn: aiosqlite.Connection | None = None
-        # Serializes every use of the writer connection: a batch and a single write must
-        # never share (or commit) each other's transaction.
-        self._write_lock = asyncio.Lock()
         self._queue: asyncio.Queue[_Append | None] | None = None
         self._flusher: asyncio.Task[None] | None = None
         # Set by this instance's enqueues (and by close): wakes its ``wait_for_work`` callers.
@@ -175,46 +189,36 @@ class SqliteStore:
         self._closed = True
         self._work_added.set()
         await self._stop_flusher()
-        async with self._write_lock:
-            await self._disconnect()
+        await self._disconnect()
 
     # -- sessions and runs -------------------------------------------------------------------
 
     async def ensure_session(self, session: Session) -> None:
         """Create the session if it does not exist."""
-        await self._write(
-            "ensure_session",
-            "INSERT INTO sessions(id, platform, channel, thread, created_at)"
-            " VALUES (?, ?, ?, ?, ?) ON CONFLICT(id) DO NOTHING",
-            (session.id, session.platform, session.channel, session.thread, self._now()),
-        )
+        await self._write("ensure_session", _ENSURE_SESSION, self._session_row(session))
 
-    async def create_run(self, run: RunRecord, owner: str, lease_seconds: float) -> int:
-        """Insert a run owned by ``owner`` at epoch 1 and return that epoch."""
+    async def create_run(
+        self, run: RunRecord, owner: str, lease_seconds: float, session: Session | None = None
+    ) -> int:
+        """Insert a run owned by ``owner`` at epoch 1 (and ``session``, if new); the epoch."""
 
         def refused(cause: str) -> StoreError:
             if "FOREIGN KEY" in cause:
                 return StoreError(f"unknown session {run.session_id!r}: call ensure_session first")
             return StoreError(f"run {run.id!r} already exists")
 
-        await self._write(
-            "create_run",
-            f"INSERT INTO runs({RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?)",
-            (
-                run.id,
-                run.session_id,
-                run.prompt,
-                run.requested_by,
-                run.status.value,
-                run.stop_reason,
-                owner,
-                self._lease_until(lease_seconds),
-                _ts(run.created_at),
-                _ts(run.updated_at),
-            ),
-            on_integrity=refused,
-        )
+        def insert(conn: sqlite3.Connection) -> None:
+            if session is not None:
+                conn.execute(_ENSURE_SESSION, self._session_row(session))
+            conn.execute(_CREATE_RUN, row)
+
+        lease_expires = self._clock() + timedelta(seconds=lease_seconds)
+        row = new_run_row(run, owner, lease_expires, _ts)
+        await self._transact("create_run", insert, refused)
         return 1
+
+    def _session_row(self, session: Session) -> tuple[Any, ...]:
+        return (session.id, session.platform, session.channel, session.thread, self._now())
 
     async def get_run(self, run_id: str) -> RunRecord:
         """The run's row; raises ``UnknownRun``."""
@@ -384,9 +388,9 @@ class SqliteStore:
     async def add_approval(self, request_id: str, by: str) -> int:
         """Record ``by`` as an approver of an open request; the number of distinct approvers."""
 
-        async def run(conn: aiosqlite.Connection) -> list[_Row]:
-            await conn.execute(_INSERT_APPROVAL, (request_id, by, self._now()))
-            return list(await conn.execute_fetchall(_COUNT_APPROVALS, (request_id,)))
+        def run(conn: sqlite3.Connection) -> list[_Row]:
+            conn.execute(_INSERT_APPROVAL, (request_id, by, self._now()))
+            return conn.execute(_COUNT_APPROVALS, (request_id,)).fetchall()
 
         rows = await self._transact("add_approval", run, None)
         count, known = rows[0]
@@ -520,14 +524,13 @@ class SqliteStore:
 
     async def _commit_batch(self, batch: list[_Append]) -> None:
         """Write one batch and settle each append's future after the commit."""
+        # Not ``_writer()``: close() flushes the queue after marking the store closed.
+        writer = self._wconn
         try:
-            async with self._write_lock:
-                # Not ``_writer()``: close() flushes the queue after marking the store closed.
-                conn = self._wconn
-                if conn is None:
-                    raise self._closed_error()
-                with self._errors("append"):
-                    outcomes = await self._write_batch(conn, batch)
+            if writer is None:
+                raise self._closed_error()
+            with self._errors("append"):
+                outcomes = await self._write_batch(writer, batch)
         except Exception as exc:
             # The transaction as a whole failed (I/O, busy timeout): every append in it failed.
             error = exc if isinstance(exc, StoreError) else StoreError(f"append failed: {exc!r}")
@@ -536,64 +539,40 @@ class SqliteStore:
             _settle(item.done, outcome)
 
     async def _write_batch(
-        self, conn: aiosqlite.Connection, batch: list[_Append]
+        self, writer: SqliteWriter, batch: list[_Append]
     ) -> list[StoreError | None]:
         """One transaction for the whole batch: the fast path, or row by row when a row misses."""
         at = self._now()
+
+        def all_rows(conn: sqlite3.Connection) -> list[StoreError | None]:
+            cursor = conn.executemany(_INSERT_ENTRY, [item.params(at) for item in batch])
+            if cursor.rowcount != len(batch):
+                raise _RowMissed
+            _project(conn, batch, at)
+            return [None] * len(batch)
+
         try:
-            cursor = await conn.executemany(_INSERT_ENTRY, [item.params(at) for item in batch])
-            if cursor.rowcount == len(batch):
-                await _project(conn, batch, at)
-                await conn.commit()
-                return [None] * len(batch)
+            return await writer.transact(all_rows)
+        except _RowMissed:
             # Some row was refused and we cannot tell which: start over one row at a time, so
             # exactly the rows that land get their status projected and the others an error.
-            await conn.rollback()
-            outcomes = await self._write_rows(conn, batch, at)
-            await conn.commit()
-            return outcomes
-        except BaseException:
-            await _rollback_quietly(conn)
-            raise
-
-    async def _write_rows(
-        self, conn: aiosqlite.Connection, batch: list[_Append], at: str
-    ) -> list[StoreError | None]:
-        """The slow path: insert each row alone and diagnose the ones that miss."""
-        outcomes: list[StoreError | None] = []
-        landed: list[_Append] = []
-        for item in batch:
-            cursor = await conn.execute(_INSERT_ENTRY, item.params(at))
-            if cursor.rowcount == 1:
-                landed.append(item)
-                outcomes.append(None)
-                continue
-            outcomes.append(await _diagnose(conn, item))
-        await _project(conn, landed, at)
-        return outcomes
+            return await writer.transact(lambda conn: _write_rows(conn, batch, at))
 
     # -- connections and helpers -------------------------------------------------------------
 
-    async def _connect_writer(self) -> aiosqlite.Connection:
+    async def _connect_writer(self) -> SqliteWriter:
         """Open the writer: WAL, durable commits, enforced foreign keys."""
         self._refuse_read_only_file()
-        with self._errors("open"):
-            # Legacy transaction control with IMMEDIATE: the first write statement opens
-            # BEGIN IMMEDIATE in the same thread hop, and the write lock is taken up front
-            # (waiting up to the busy timeout) instead of failing on a lock upgrade.
-            conn = await aiosqlite.connect(
-                self._path, timeout=self._busy_timeout, isolation_level="IMMEDIATE"
-            )
-        try:
-            with self._errors("open"):
-                await conn.executescript(self._connection_pragmas())
-                rows = list(await conn.execute_fetchall("PRAGMA journal_mode = WAL"))
-            if str(rows[0][0]).lower() != "wal":
+
+        def wal(conn: sqlite3.Connection) -> None:
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
                 raise StoreError(f"SQLite database {self._path}: cannot switch to WAL mode")
-        except BaseException:
-            await _close_quietly(conn)
-            raise
-        return conn
+
+        with self._errors("open"):
+            return await SqliteWriter.open(
+                self._path, self._connection_pragmas(), self._busy_timeout, setup=wal
+            )
 
     async def _connect_reader(self) -> aiosqlite.Connection:
         """Open the reader: autocommit, so every query sees the latest commit."""
@@ -627,44 +606,46 @@ class SqliteStore:
         if stat.S_ISREG(mode) and not mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH):
             raise StoreError(f"SQLite database {self._path}: cannot open: the file is read-only")
 
-    async def _apply_migrations(self, conn: aiosqlite.Connection) -> int:
+    async def _apply_migrations(self, writer: SqliteWriter) -> int:
         """Apply the missing migrations, one transaction each; refuse a newer schema."""
         with self._errors("migrate"):
-            await conn.executescript(CREATE_VERSION_TABLE)
-        version = await self._schema_version(conn)
+            await writer.script(CREATE_VERSION_TABLE)
+        version = await self._schema_version(writer)
         if version > SCHEMA_VERSION:
             raise StoreError(
                 f"SQLite database {self._path}: schema version {version} is newer than this"
                 f" Kestrel supports ({SCHEMA_VERSION}); upgrade Kestrel to open it"
             )
         while version < SCHEMA_VERSION:
-            await self._apply_migration(conn, version + 1)
-            version = await self._schema_version(conn)
+            await self._apply_migration(writer, version + 1)
+            version = await self._schema_version(writer)
         return version
 
-    async def _apply_migration(self, conn: aiosqlite.Connection, version: int) -> None:
+    async def _apply_migration(self, writer: SqliteWriter, version: int) -> None:
         try:
-            await conn.executescript(migration_script(version))
+            await writer.script(migration_script(version))
         except sqlite3.IntegrityError:
-            # Another process applied this version first; the caller re-reads the version.
-            await _rollback_quietly(conn)
+            pass  # another process applied this version first; the caller re-reads the version
         except sqlite3.Error as exc:
-            await _rollback_quietly(conn)
             raise self._store_error(f"migration {version}", exc) from exc
 
-    async def _schema_version(self, conn: aiosqlite.Connection) -> int:
-        with self._errors("migrate"):
-            rows = list(
-                await conn.execute_fetchall("SELECT COALESCE(MAX(version), 0) FROM schema_version")
+    async def _schema_version(self, writer: SqliteWriter) -> int:
+        def read(conn: sqlite3.Connection) -> int:
+            return int(
+                conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version").fetchone()[0]
             )
-        return int(rows[0][0])
+
+        with self._errors("migrate"):
+            return await writer.transact(read)
 
     async def _disconnect(self) -> None:
         wconn, rconn = self._wconn, self._rconn
         self._wconn = self._rconn = None
-        for conn in (wconn, rconn):
-            if conn is not None:
-                await _close_quietly(conn)
+        if wconn is not None:
+            with contextlib.suppress(sqlite3.Error):
+                await wconn.close()
+        if rconn is not None:
+            await _close_quietly(rconn)
 
     async def _read(self, sql: str, params: Sequence[Any]) -> list[_Row]:
         """One query on the reader connection (one thread hop)."""
@@ -682,43 +663,30 @@ class SqliteStore:
     ) -> int:
         """One write statement in its own committed transaction; the rows it changed."""
 
-        async def run(conn: aiosqlite.Connection) -> int:
-            cursor = await conn.execute(sql, params)
-            return cursor.rowcount
+        def run(conn: sqlite3.Connection) -> int:
+            return conn.execute(sql, params).rowcount
 
         return await self._transact(action, run, on_integrity)
 
     async def _write_returning(self, action: str, sql: str, params: Sequence[Any]) -> list[_Row]:
         """One write statement with RETURNING in its own committed transaction."""
-
-        async def run(conn: aiosqlite.Connection) -> list[_Row]:
-            return list(await conn.execute_fetchall(sql, params))
-
-        return await self._transact(action, run, None)
+        return await self._transact(action, lambda conn: conn.execute(sql, params).fetchall(), None)
 
     async def _transact(
         self,
         action: str,
-        body: Callable[[aiosqlite.Connection], Awaitable[_T]],
+        body: Callable[[sqlite3.Connection], _T],
         on_integrity: Callable[[str], StoreError] | None,
     ) -> _T:
-        conn = self._writer()
-        async with self._write_lock:
-            with self._errors(action, on_integrity):
-                try:
-                    result = await body(conn)
-                    await conn.commit()
-                except BaseException:
-                    # A failed statement leaves its transaction (and the write lock) open.
-                    await _rollback_quietly(conn)
-                    raise
-        return result
+        writer = self._writer()
+        with self._errors(action, on_integrity):
+            return await writer.transact(body)
 
     async def _require_run(self, run_id: str) -> None:
         if not await self._read("SELECT 1 FROM runs WHERE id = ?", (run_id,)):
             raise UnknownRun(f"unknown run {run_id!r}")
 
-    def _writer(self) -> aiosqlite.Connection:
+    def _writer(self) -> SqliteWriter:
         if self._closed:
             raise self._closed_error()
         if self._wconn is None:
@@ -791,21 +759,39 @@ async def _next_batch(queue: asyncio.Queue[_Append | None]) -> tuple[list[_Appen
         item = queue.get_nowait()
 
 
-async def _project(conn: aiosqlite.Connection, items: list[_Append], at: str) -> None:
+class _RowMissed(Exception):
+    """A batch's fast path did not land every row: its transaction is rolled back."""
+
+
+def _write_rows(conn: sqlite3.Connection, batch: list[_Append], at: str) -> list[StoreError | None]:
+    """The slow path: insert each row alone and diagnose the ones that miss."""
+    outcomes: list[StoreError | None] = []
+    landed: list[_Append] = []
+    for item in batch:
+        if conn.execute(_INSERT_ENTRY, item.params(at)).rowcount == 1:
+            landed.append(item)
+            outcomes.append(None)
+            continue
+        outcomes.append(_diagnose(conn, item))
+    _project(conn, landed, at)
+    return outcomes
+
+
+def _project(conn: sqlite3.Connection, items: list[_Append], at: str) -> None:
     """Move the status of the runs whose landed entries change it (same transaction)."""
     updates = [
-        (item.projection[0].value, item.projection[1], at, item.run_id)
+        (moved.status.value, moved.stop_reason, at, item.run_id, moved.releases)
         for item in items
-        if item.projection is not None
+        if (moved := item.projection) is not None
     ]
     if updates:
-        await conn.executemany(_PROJECT_STATUS, updates)
+        conn.executemany(_PROJECT_STATUS, updates)
 
 
-async def _diagnose(conn: aiosqlite.Connection, item: _Append) -> StoreError | None:
+def _diagnose(conn: sqlite3.Connection, item: _Append) -> StoreError | None:
     """Why a row did not land: None when an identical record is already there."""
-    rows = list(await conn.execute_fetchall(_DIAGNOSE_ENTRY, (item.run_id, item.seq)))
-    return diagnose(item.run_id, item.seq, item.epoch, item.body, rows[0] if rows else None)
+    row = conn.execute(_DIAGNOSE_ENTRY, (item.run_id, item.seq)).fetchone()
+    return diagnose(item.run_id, item.seq, item.epoch, item.body, row)
 
 
 def _settle(future: asyncio.Future[None], outcome: StoreError | None) -> None:
@@ -829,12 +815,6 @@ def _fail_pending(
         queued = queue.get_nowait()
         if queued is not None:
             _settle(queued.done, error)
-
-
-async def _rollback_quietly(conn: aiosqlite.Connection) -> None:
-    # Called while another error propagates: that error is the one worth reporting.
-    with contextlib.suppress(sqlite3.Error, ValueError):
-        await conn.rollback()
 
 
 async def _close_quietly(conn: aiosqlite.Connection) -> None:

@@ -329,20 +329,24 @@ async def test_status_follows_the_journal(store: Store) -> None:
     assert (run.status, run.stop_reason) == (RunStatus.RUNNING, "")
 
     await store.append(run_id, 1, epoch, message("not a status change"))
+    assert (await store.get_run(run_id)).owner == "w1"
     await store.append(run_id, 2, epoch, suspended)
     run = await store.get_run(run_id)
     assert (run.status, run.stop_reason) == (RunStatus.SUSPENDED, "waiting")
+    assert (run.owner, run.lease_expires) == ("", None)  # the suspend gave the lease up
 
-    await store.append(run_id, 3, epoch, resumed)
+    assert await store.claim(run_id, "w2", LEASE) == epoch + 1
+    await store.append(run_id, 3, epoch + 1, resumed)
     run = await store.get_run(run_id)
-    assert (run.status, run.stop_reason) == (RunStatus.RUNNING, "")
+    assert (run.status, run.stop_reason, run.owner) == (RunStatus.RUNNING, "", "w2")
 
-    await store.append(run_id, 4, epoch, ended)
+    await store.append(run_id, 4, epoch + 1, ended)
     run = await store.get_run(run_id)
     assert (run.status, run.stop_reason) == (RunStatus.COMPLETED, "answered")
+    assert (run.owner, run.lease_expires) == ("", None)
 
     # Replaying an old status entry (an identical no-op) must not move the status back.
-    await store.append(run_id, 2, epoch, suspended)
+    await store.append(run_id, 2, epoch + 1, suspended)
     assert (await store.get_run(run_id)).status is RunStatus.COMPLETED
 
 
@@ -400,6 +404,19 @@ async def test_create_run_needs_a_known_session_and_a_new_id(store: Store) -> No
     run_id, _ = await new_run(store)
     with pytest.raises(StoreError):
         await store.create_run(RunRecord(id=run_id, session_id="s1"), "w1", LEASE)
+
+
+async def test_create_run_can_ensure_its_session_in_the_same_write(store: Store) -> None:
+    session = Session(id="s_new", platform="slack", channel="C9", thread="T9")
+    first = RunRecord(id="run_a", session_id="s_new")
+    second = RunRecord(id="run_b", session_id="s_new")
+
+    assert await store.create_run(first, "w1", LEASE, session=session) == 1
+    assert await store.create_run(second, "w1", LEASE, session=session) == 1  # already there
+
+    assert [r.id for r in await store.list_runs(session_id="s_new")] == ["run_b", "run_a"]
+    with pytest.raises(StoreError, match="already exists"):
+        await store.create_run(first, "w1", LEASE, session=session)
 
 
 async def test_list_runs_newest_first(store: Store) -> None:
