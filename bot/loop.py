@@ -141,7 +141,11 @@ class AgentLoop:
             tools = self.deps.tools()
             await self._drain_advisories()
             turn = await self._call_model(tools)
-            await self.journal.append(AssistantTurnEntry(iteration=self.state.iteration, turn=turn))
+            entry = AssistantTurnEntry(iteration=self.state.iteration, turn=turn)
+            if turn.calls and turn.finish_reason != "length":
+                await self.journal.append(entry)  # durable before any of its tools runs
+            else:
+                self.journal.append_soon(entry)  # the run's end, next, commits with it
             self._emit("model_turn", text=turn.text or "", calls=len(turn.calls))
             if turn.finish_reason == "length":
                 raise Stop(

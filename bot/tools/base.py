@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from bot.domain import RequestKind
 from bot.prompter import Prompter
@@ -53,6 +53,15 @@ class ToolContext:
     prompter: Prompter | None = None
     workdir: Path | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class ChecksArguments(Protocol):
+    """A tool that checks its own arguments, faster or more exactly than its JSON Schema."""
+
+    def argument_errors(self, arguments: dict[str, Any]) -> list[str]:
+        """Every way ``arguments`` are invalid, one readable line each; empty when valid."""
+        ...
 
 
 class Tool(Protocol):

@@ -39,13 +39,13 @@ def _first_doc_line(fn: ToolFunction) -> str:
     return doc.strip().splitlines()[0] if doc.strip() else ""
 
 
-def readable_errors(exc: ValidationError) -> str:
+def error_lines(exc: ValidationError) -> list[str]:
     """A validation error as one ``field: message`` line per problem."""
     lines = []
     for error in exc.errors():
         where = ".".join(str(part) for part in error["loc"]) or "(arguments)"
         lines.append(f"{where}: {error['msg']}")
-    return "invalid arguments:\n" + "\n".join(lines)
+    return lines
 
 
 class PythonTool:
@@ -126,12 +126,21 @@ class PythonTool:
         """Gating, idempotency, pacing and timeout."""
         return self._flags
 
+    def argument_errors(self, arguments: dict[str, Any]) -> list[str]:
+        """Every way ``arguments`` break the pydantic model: the very check ``call`` makes."""
+        try:
+            self._model.model_validate(arguments)
+        except ValidationError as exc:
+            return error_lines(exc)
+        return []
+
     async def call(self, arguments: dict[str, Any], ctx: ToolContext) -> ToolResult | Deferral:
         """Build the arguments model and run the function; its exceptions propagate."""
         try:
             args = self._model.model_validate(arguments)
         except ValidationError as exc:
-            return ToolResult(output=readable_errors(exc), is_error=True)
+            output = "invalid arguments:\n" + "\n".join(error_lines(exc))
+            return ToolResult(output=output, is_error=True)
         answer = await (self._fn(args, ctx) if self._wants_ctx else self._fn(args))
         if isinstance(answer, str):
             return ToolResult(output=answer)

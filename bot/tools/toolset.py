@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -14,7 +14,7 @@ from jsonschema.protocols import Validator
 from jsonschema.validators import validator_for
 
 from bot.llm.base import ToolSpec
-from bot.tools.base import Tool
+from bot.tools.base import ChecksArguments, Tool
 
 
 class ToolCollision(Exception):
@@ -31,8 +31,8 @@ class ToolSet(Mapping[str, Tool]):
                 raise ToolCollision(f"tool name collision: {tool.name!r} is declared twice")
             by_name[tool.name] = tool
         self._tools = MappingProxyType(by_name)
-        self._validators: dict[str, Validator] = {
-            name: _validator(tool.parameters) for name, tool in by_name.items()
+        self._checks: dict[str, Callable[[dict[str, Any]], list[str]]] = {
+            name: _check(tool) for name, tool in by_name.items()
         }
 
     @classmethod
@@ -50,9 +50,8 @@ class ToolSet(Mapping[str, Tool]):
         return len(self._tools)
 
     def validate(self, name: str, arguments: dict[str, Any]) -> list[str]:
-        """Every way ``arguments`` break the tool's JSON Schema, as readable lines."""
-        errors = self._validators[name].iter_errors(arguments)
-        return [_describe(error.absolute_path, error.message) for error in errors]
+        """Every way ``arguments`` are invalid for the tool, as readable lines."""
+        return self._checks[name](arguments)
 
     def specs(self) -> list[ToolSpec]:
         """What the model is told, in assembly order."""
@@ -69,9 +68,19 @@ class ToolSet(Mapping[str, Tool]):
         return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _validator(schema: dict[str, Any]) -> Validator:
-    cls = validator_for(schema, default=Draft202012Validator)
-    return cls(schema)
+def _check(tool: Tool) -> Callable[[dict[str, Any]], list[str]]:
+    """The tool's own check if it has one (in-process tools), else its JSON Schema."""
+    if isinstance(tool, ChecksArguments):
+        return tool.argument_errors
+    validator: Validator = validator_for(tool.parameters, default=Draft202012Validator)(
+        tool.parameters
+    )
+
+    def check(arguments: dict[str, Any]) -> list[str]:
+        errors = validator.iter_errors(arguments)
+        return [_describe(error.absolute_path, error.message) for error in errors]
+
+    return check
 
 
 def _describe(path: Iterable[object], message: str) -> str:

@@ -93,8 +93,8 @@ async def test_unknown_tool_is_answered_and_never_dispatched(tmp_path: Path) -> 
     [
         ("{not json", "not valid JSON"),
         ("[1, 2]", "must be a JSON object"),
-        ("{}", "'text' is a required property"),
-        ('{"text": 3}', "is not of type 'string'"),
+        ("{}", "text: Field required"),
+        ('{"text": 3}', "text: Input should be a valid string"),
     ],
 )
 async def test_invalid_arguments_are_answered_not_dispatched(
