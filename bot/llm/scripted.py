@@ -208,6 +208,8 @@ class ScriptedProvider:
 
     def __init__(self, script: Script) -> None:
         self._script = script
+        # Turns that depend on nothing but their position, built once (they are immutable).
+        self._fixed: dict[int, AssistantTurn] = {}
 
     @classmethod
     def from_replies(
@@ -244,12 +246,22 @@ class ScriptedProvider:
         index = sum(isinstance(m, AssistantMessage) for m in messages)
         replies = self._script.replies
         reply = replies[index] if index < len(replies) else None
-        # Sizing the whole conversation costs O(n) per call: only when an estimate is needed.
+        if reply is not None and reply.usage is not None and reply.expect is None:
+            return self._fixed_turn(index)
+        # Otherwise the turn depends on the conversation: its size (O(n)) or its latest input.
         expects = reply is not None and reply.expect is not None
-        estimates = reply is None or reply.usage is None or expects
         return reply_turn(
             self._script,
             index,
             latest_input=latest_input(messages) if expects else "",
-            prompt_chars=prompt_chars(messages) if estimates else 0,
+            prompt_chars=prompt_chars(messages),
         )
+
+    def _fixed_turn(self, index: int) -> AssistantTurn:
+        """The turn of a reply that states its usage and expects nothing: built once."""
+        turn = self._fixed.get(index)
+        if turn is None:
+            turn = self._fixed[index] = reply_turn(
+                self._script, index, latest_input="", prompt_chars=0
+            )
+        return turn
