@@ -11,7 +11,6 @@ import contextlib
 import sqlite3
 import stat
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -34,8 +33,6 @@ from bot.store import AuditRecord, StoreError, UnknownRun
 from storage.common import (
     RUN_COLUMNS,
     AuditEntry,
-    Projection,
-    diagnose,
     new_run_row,
     projection,
     qmark,
@@ -50,6 +47,7 @@ from storage.common import (
     work_from_row,
     work_payload,
 )
+from storage.sqlite_appends import GroupCommit, PendingAppend
 from storage.sqlite_schema import CREATE_VERSION_TABLE, SCHEMA_VERSION, migration_script
 from storage.sqlite_writer import SqliteWriter
 
@@ -61,35 +59,11 @@ _SYNCHRONOUS_MODES: Final = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
 # 4 MiB: a commit that grows the file pays for a second sync of its size, so a process
 # reaches cheap commits after a few hundred writes instead of a few thousand.
 _WAL_PAGES: Final = 256
-# Bounds one transaction's size (and the latency of the appends queued behind it).
-_MAX_BATCH: Final = 1024
-
-
-# The fast path of an append: it lands only if the epoch is the run's current one and the seq
-# is the next free one, so the common case needs no read before the write.
-_INSERT_ENTRY: Final = """
-INSERT INTO journal(run_id, seq, epoch, kind, body, at)
-SELECT ?1, ?2, ?3, ?4, ?5, ?6
-WHERE (SELECT epoch FROM runs WHERE id = ?1) = ?3
-  AND (SELECT COALESCE(MAX(seq), -1) + 1 FROM journal WHERE run_id = ?1) = ?2
-"""
 _ENSURE_SESSION: Final = """
 INSERT INTO sessions(id, platform, channel, thread, created_at) VALUES (?, ?, ?, ?, ?)
 ON CONFLICT(id) DO NOTHING
 """
 _CREATE_RUN: Final = f"INSERT INTO runs({RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?)"
-_DIAGNOSE_ENTRY: Final = """
-SELECT epoch,
-       (SELECT body FROM journal WHERE run_id = ?1 AND seq = ?2),
-       (SELECT COALESCE(MAX(seq), -1) + 1 FROM journal WHERE run_id = ?1)
-FROM runs WHERE id = ?1
-"""
-_PROJECT_STATUS: Final = """
-UPDATE runs SET status = ?1, stop_reason = ?2, updated_at = ?3,
-    owner = CASE WHEN ?5 THEN '' ELSE owner END,
-    lease_expires = CASE WHEN ?5 THEN NULL ELSE lease_expires END
-WHERE id = ?4
-"""
 # A closed request takes no more approvals; the same approver twice counts once.
 _INSERT_APPROVAL: Final = """
 INSERT INTO approvals(request_id, approver, at)
@@ -120,22 +94,6 @@ ON CONFLICT(owner) DO UPDATE SET info = excluded.info, last_seen = excluded.last
 _WORK_POLL: Final = 0.2
 
 
-@dataclass(slots=True)
-class _Append:
-    """One append waiting in the group-commit queue for its transaction."""
-
-    run_id: str
-    seq: int
-    epoch: int
-    kind: str
-    body: str
-    projection: Projection | None
-    done: asyncio.Future[None]
-
-    def params(self, at: str) -> tuple[Any, ...]:
-        return (self.run_id, self.seq, self.epoch, self.kind, self.body, at)
-
-
 class SqliteStore:
     """The journal, runs, requests and audit in one SQLite file (WAL, one writer connection)."""
 
@@ -158,8 +116,7 @@ class SqliteStore:
         self._busy_timeout = busy_timeout
         self._wconn: SqliteWriter | None = None
         self._rconn: aiosqlite.Connection | None = None
-        self._queue: asyncio.Queue[_Append | None] | None = None
-        self._flusher: asyncio.Task[None] | None = None
+        self._appends: GroupCommit | None = None
         # Set by this instance's enqueues (and by close): wakes its ``wait_for_work`` callers.
         self._work_added = asyncio.Event()
         self._closed = False
@@ -178,6 +135,7 @@ class SqliteStore:
         try:
             if self._wconn is None:
                 self._wconn = await self._connect_writer()
+                self._appends = GroupCommit(self._wconn, self._now, self._append_failure)
             version = await self._apply_migrations(self._wconn)
             if self._rconn is None:
                 self._rconn = await self._connect_reader()
@@ -187,12 +145,13 @@ class SqliteStore:
         return version
 
     async def close(self) -> None:
-        """Write what is queued, stop the writer task and close both connections."""
+        """Write what is queued and close both connections."""
         if self._closed:
             return
         self._closed = True
         self._work_added.set()
-        await self._stop_flusher()
+        if self._appends is not None:
+            await self._appends.drain()
         await self._disconnect()
 
     # -- sessions and runs -------------------------------------------------------------------
@@ -304,8 +263,9 @@ class SqliteStore:
 
     def submit(self, run_id: str, seq: int, epoch: int, entry: Entry) -> asyncio.Future[None]:
         """Queue an append now (written in submission order); the future settles after commit."""
-        queue = self._append_queue()
-        item = _Append(
+        self._writer()  # fail fast when closed or not migrated
+        assert self._appends is not None
+        item = PendingAppend(
             run_id=run_id,
             seq=seq,
             epoch=epoch,
@@ -314,7 +274,7 @@ class SqliteStore:
             projection=projection(entry),
             done=asyncio.get_running_loop().create_future(),
         )
-        queue.put_nowait(item)
+        self._appends.submit(item)
         return item.done
 
     async def load(self, run_id: str) -> list[JournalRecord]:
@@ -488,80 +448,6 @@ class SqliteStore:
         ]
         return list[AuditRecord](entries)
 
-    # -- group commit --------------------------------------------------------------------------
-
-    def _append_queue(self) -> asyncio.Queue[_Append | None]:
-        """The queue of the writer task on the running loop, starting the task if needed."""
-        self._writer()  # fail fast when closed or not migrated
-        loop = asyncio.get_running_loop()
-        if self._queue is None or self._flusher is None or self._flusher.get_loop() is not loop:
-            self._queue = asyncio.Queue()
-            self._flusher = loop.create_task(self._flush_loop(self._queue))
-        return self._queue
-
-    async def _stop_flusher(self) -> None:
-        """Let the writer task write what is queued, then end it."""
-        task, queue = self._flusher, self._queue
-        self._flusher = self._queue = None
-        if task is None or queue is None or task.done():
-            return
-        # A task of another (possibly closed) loop cannot be awaited from this one.
-        if task.get_loop() is not asyncio.get_running_loop():
-            return
-        queue.put_nowait(None)
-        await task
-
-    async def _flush_loop(self, queue: asyncio.Queue[_Append | None]) -> None:
-        """Drain everything queued, write it in one transaction, repeat until stopped."""
-        batch: list[_Append] = []
-        try:
-            while True:
-                batch, stop = await _next_batch(queue)
-                if batch:
-                    await self._commit_batch(batch)
-                batch = []
-                if stop:
-                    return
-        finally:
-            # Only reached with work left when the task is cancelled: nobody may hang.
-            _fail_pending(batch, queue, self._closed_error())
-
-    async def _commit_batch(self, batch: list[_Append]) -> None:
-        """Write one batch and settle each append's future after the commit."""
-        # Not ``_writer()``: close() flushes the queue after marking the store closed.
-        writer = self._wconn
-        try:
-            if writer is None:
-                raise self._closed_error()
-            with self._errors("append"):
-                outcomes = await self._write_batch(writer, batch)
-        except Exception as exc:
-            # The transaction as a whole failed (I/O, busy timeout): every append in it failed.
-            error = exc if isinstance(exc, StoreError) else StoreError(f"append failed: {exc!r}")
-            outcomes = [error] * len(batch)
-        for item, outcome in zip(batch, outcomes, strict=True):
-            _settle(item.done, outcome)
-
-    async def _write_batch(
-        self, writer: SqliteWriter, batch: list[_Append]
-    ) -> list[StoreError | None]:
-        """One transaction for the whole batch: the fast path, or row by row when a row misses."""
-        at = self._now()
-
-        def all_rows(conn: sqlite3.Connection) -> list[StoreError | None]:
-            cursor = conn.executemany(_INSERT_ENTRY, [item.params(at) for item in batch])
-            if cursor.rowcount != len(batch):
-                raise _RowMissed
-            _project(conn, batch, at)
-            return [None] * len(batch)
-
-        try:
-            return await writer.transact(all_rows)
-        except _RowMissed:
-            # Some row was refused and we cannot tell which: start over one row at a time, so
-            # exactly the rows that land get their status projected and the others an error.
-            return await writer.transact(lambda conn: _write_rows(conn, batch, at))
-
     # -- connections and helpers -------------------------------------------------------------
 
     async def _connect_writer(self) -> SqliteWriter:
@@ -720,6 +606,11 @@ class SqliteStore:
         except sqlite3.Error as exc:
             raise self._store_error(action, exc) from exc
 
+    def _append_failure(self, exc: Exception) -> StoreError:
+        if isinstance(exc, sqlite3.Error):
+            return self._store_error("append", exc)
+        return StoreError(f"SQLite database {self._path}: append failed: {exc!r}")
+
     def _store_error(self, action: str, exc: sqlite3.Error) -> StoreError:
         cause = " ".join(str(exc).split()) or type(exc).__name__
         if "locked" in cause or "busy" in cause:
@@ -745,79 +636,6 @@ async def open_sqlite(path: str | Path, *, synchronous: str = "FULL") -> SqliteS
 
 
 # -- module helpers -----------------------------------------------------------------------------
-
-
-async def _next_batch(queue: asyncio.Queue[_Append | None]) -> tuple[list[_Append], bool]:
-    """Wait for one append, then take everything else already queued; True once stopped."""
-    batch: list[_Append] = []
-    item = await queue.get()
-    while True:
-        if item is None:
-            return batch, True
-        # A caller cancelled before its turn gives up the append: it is not written.
-        if not item.done.done():
-            batch.append(item)
-        if len(batch) >= _MAX_BATCH or queue.empty():
-            return batch, False
-        item = queue.get_nowait()
-
-
-class _RowMissed(Exception):
-    """A batch's fast path did not land every row: its transaction is rolled back."""
-
-
-def _write_rows(conn: sqlite3.Connection, batch: list[_Append], at: str) -> list[StoreError | None]:
-    """The slow path: insert each row alone and diagnose the ones that miss."""
-    outcomes: list[StoreError | None] = []
-    landed: list[_Append] = []
-    for item in batch:
-        if conn.execute(_INSERT_ENTRY, item.params(at)).rowcount == 1:
-            landed.append(item)
-            outcomes.append(None)
-            continue
-        outcomes.append(_diagnose(conn, item))
-    _project(conn, landed, at)
-    return outcomes
-
-
-def _project(conn: sqlite3.Connection, items: list[_Append], at: str) -> None:
-    """Move the status of the runs whose landed entries change it (same transaction)."""
-    updates = [
-        (moved.status.value, moved.stop_reason, at, item.run_id, moved.releases)
-        for item in items
-        if (moved := item.projection) is not None
-    ]
-    if updates:
-        conn.executemany(_PROJECT_STATUS, updates)
-
-
-def _diagnose(conn: sqlite3.Connection, item: _Append) -> StoreError | None:
-    """Why a row did not land: None when an identical record is already there."""
-    row = conn.execute(_DIAGNOSE_ENTRY, (item.run_id, item.seq)).fetchone()
-    return diagnose(item.run_id, item.seq, item.epoch, item.body, row)
-
-
-def _settle(future: asyncio.Future[None], outcome: StoreError | None) -> None:
-    if future.done():
-        return
-    if outcome is None:
-        future.set_result(None)
-        return
-    # A fresh exception per waiter: one shared instance would collect every waiter's traceback.
-    error = type(outcome)(*outcome.args)
-    error.__cause__ = outcome.__cause__
-    future.set_exception(error)
-
-
-def _fail_pending(
-    batch: list[_Append], queue: asyncio.Queue[_Append | None], error: StoreError
-) -> None:
-    for item in batch:
-        _settle(item.done, error)
-    while not queue.empty():
-        queued = queue.get_nowait()
-        if queued is not None:
-            _settle(queued.done, error)
 
 
 async def _close_quietly(conn: aiosqlite.Connection) -> None:

@@ -22,7 +22,7 @@ _T = TypeVar("_T")
 _BUSY_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 
 
-class _Contended(Exception):
+class Contended(Exception):
     """The write lock (ours or SQLite's) is held: the transaction must wait on the thread."""
 
 
@@ -74,8 +74,8 @@ class SqliteWriter:
     async def transact(self, body: Callable[[sqlite3.Connection], _T]) -> _T:
         """Run ``body`` in one committed transaction; rolled back if it raises."""
         try:
-            return self._inline(body)
-        except _Contended:
+            return self.try_inline(body)
+        except Contended:
             return await self._on_thread(lambda: self._waiting(body))
 
     async def script(self, sql: str) -> None:
@@ -103,15 +103,17 @@ class SqliteWriter:
         finally:
             self._thread.shutdown(wait=False)
 
-    def _inline(self, body: Callable[[sqlite3.Connection], _T]) -> _T:
+    def try_inline(self, body: Callable[[sqlite3.Connection], _T]) -> _T:
+        """Run ``body`` in one committed transaction on this thread; ``Contended`` if the
+        connection is in use or another connection holds SQLite's write lock."""
         if not self._lock.acquire(blocking=False):
-            raise _Contended
+            raise Contended
         try:
             try:
                 self._conn.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError as exc:
                 if exc.sqlite_errorcode in _BUSY_CODES:
-                    raise _Contended from exc
+                    raise Contended from exc
                 raise
             return self._finish(body)
         finally:

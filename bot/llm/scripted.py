@@ -6,6 +6,7 @@ import functools
 import json
 import math
 from collections.abc import Mapping, Sequence
+from operator import countOf
 from pathlib import Path
 from typing import Any
 
@@ -243,7 +244,7 @@ class ScriptedProvider:
         """The reply at the conversation's position: one per assistant message already in it."""
         # Counting the conversation, not an in-memory cursor, lets a run resumed in a new
         # process get exactly the reply it would have got before the crash.
-        index = sum(isinstance(m, AssistantMessage) for m in messages)
+        index = countOf(map(type, messages), AssistantMessage)
         replies = self._script.replies
         reply = replies[index] if index < len(replies) else None
         if reply is not None and reply.usage is not None and reply.expect is None:

@@ -1038,6 +1038,25 @@ async def test_sqlite_reports_a_lock_held_past_the_busy_timeout(tmp_path: Path) 
     await store.close()
 
 
+async def test_sqlite_appends_wait_out_a_held_lock_in_order(tmp_path: Path) -> None:
+    path = tmp_path / "k.db"
+    store = SqliteStore(path)
+    await store.migrate()
+    run_id, epoch = await new_run(store)
+    blocker = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    blocker.execute("BEGIN IMMEDIATE")
+    asyncio.get_running_loop().call_later(0.3, blocker.execute, "COMMIT")
+
+    first = [store.submit(run_id, seq, epoch, message(f"m{seq}")) for seq in range(3)]
+    await asyncio.sleep(0.1)  # the first batch now waits on the writer's thread
+    later = store.submit(run_id, 3, epoch, message("m3"))  # queued behind it
+    await asyncio.wait_for(asyncio.gather(*first, later), 10)
+    blocker.close()
+
+    assert [r.entry for r in await store.load(run_id)] == [message(f"m{i}") for i in range(4)]
+    await store.close()
+
+
 async def test_sqlite_needs_migrate_before_use(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "k.db")
     with pytest.raises(StoreError, match="migrate"):
