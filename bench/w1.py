@@ -51,9 +51,9 @@ def run_scenario(database: str, runs: int, repeats: int, guarded: bool = False) 
 def report(database: str = "sqlite") -> None:
     """Print W1's figures on ``database``."""
     lone = run_scenario(database, 1, repeats=15)
-    many = run_scenario(database, 100, repeats=3)
+    many = run_scenario(database, 100, repeats=5)
     guarded = run_scenario(database, 1, repeats=15, guarded=True)
-    guarded_many = run_scenario(database, 100, repeats=3, guarded=True)
+    guarded_many = run_scenario(database, 100, repeats=5, guarded=True)
     print(f"W1 ({LABELS[database]}, 20 iterations per run, in-process echo tool)")
     print(f"  median time per iteration, 1 run:     {lone['ms_per_iteration']:.3f} ms")
     print(f"  iterations/s, 1 run:                  {lone['iterations_per_s']:.0f}")

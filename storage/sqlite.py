@@ -47,7 +47,7 @@ from storage.common import (
     work_from_row,
     work_payload,
 )
-from storage.sqlite_appends import GroupCommit, PendingAppend
+from storage.sqlite_group_commit import GroupCommit, PendingAppend
 from storage.sqlite_schema import CREATE_VERSION_TABLE, SCHEMA_VERSION, migration_script
 from storage.sqlite_writer import SqliteWriter
 
@@ -116,7 +116,7 @@ class SqliteStore:
         self._busy_timeout = busy_timeout
         self._wconn: SqliteWriter | None = None
         self._rconn: aiosqlite.Connection | None = None
-        self._appends: GroupCommit | None = None
+        self._group: GroupCommit | None = None
         # Set by this instance's enqueues (and by close): wakes its ``wait_for_work`` callers.
         self._work_added = asyncio.Event()
         self._closed = False
@@ -135,7 +135,7 @@ class SqliteStore:
         try:
             if self._wconn is None:
                 self._wconn = await self._connect_writer()
-                self._appends = GroupCommit(self._wconn, self._now, self._append_failure)
+                self._group = GroupCommit(self._wconn, self._now, self._append_failure)
             version = await self._apply_migrations(self._wconn)
             if self._rconn is None:
                 self._rconn = await self._connect_reader()
@@ -150,8 +150,8 @@ class SqliteStore:
             return
         self._closed = True
         self._work_added.set()
-        if self._appends is not None:
-            await self._appends.drain()
+        if self._group is not None:
+            await self._group.drain()
         await self._disconnect()
 
     # -- sessions and runs -------------------------------------------------------------------
@@ -264,7 +264,7 @@ class SqliteStore:
     def submit(self, run_id: str, seq: int, epoch: int, entry: Entry) -> asyncio.Future[None]:
         """Queue an append now (written in submission order); the future settles after commit."""
         self._writer()  # fail fast when closed or not migrated
-        assert self._appends is not None
+        assert self._group is not None
         item = PendingAppend(
             run_id=run_id,
             seq=seq,
@@ -274,7 +274,7 @@ class SqliteStore:
             projection=projection(entry),
             done=asyncio.get_running_loop().create_future(),
         )
-        self._appends.submit(item)
+        self._group.append(item)
         return item.done
 
     async def load(self, run_id: str) -> list[JournalRecord]:
@@ -567,9 +567,11 @@ class SqliteStore:
         body: Callable[[sqlite3.Connection], _T],
         on_integrity: Callable[[str], StoreError] | None,
     ) -> _T:
-        writer = self._writer()
+        """Run ``body`` in the next group commit (its own savepoint); its result once durable."""
+        self._writer()  # fail fast when closed or not migrated
+        assert self._group is not None
         with self._errors(action, on_integrity):
-            return await writer.transact(body)
+            return await self._group.write(body)
 
     async def _require_run(self, run_id: str) -> None:
         if not await self._read("SELECT 1 FROM runs WHERE id = ?", (run_id,)):

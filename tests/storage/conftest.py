@@ -12,6 +12,7 @@ test gets its own schema, dropped afterwards, so tests may run in parallel on on
 from __future__ import annotations
 
 import os
+import sqlite3
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -141,3 +142,19 @@ async def backend(
 async def store(backend: Backend) -> Store:
     """A migrated store on a fresh database."""
     return await backend.open()
+
+
+@pytest.fixture
+def table_db(tmp_path: Path) -> Path:
+    """A WAL-mode SQLite file with one table ``t (x TEXT UNIQUE)``, for the writer's tests."""
+    path = tmp_path / "t.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("CREATE TABLE t (x TEXT UNIQUE)")
+    return path
+
+
+def table_rows(path: Path) -> list[str]:
+    """The values in ``t``, in insertion order."""
+    with sqlite3.connect(path) as conn:
+        return [x for (x,) in conn.execute("SELECT x FROM t ORDER BY rowid")]

@@ -12,37 +12,24 @@ from pathlib import Path
 import pytest
 
 from storage.sqlite_writer import SqliteWriter
+from tests.storage.conftest import table_rows
 
 PRAGMAS = "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL;"
 
 
 @pytest.fixture
-def db(tmp_path: Path) -> Path:
-    path = tmp_path / "w.db"
-    with sqlite3.connect(path) as conn:
-        conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute("CREATE TABLE t (x TEXT)")
-    return path
-
-
-@pytest.fixture
-async def writer(db: Path) -> AsyncIterator[SqliteWriter]:
-    opened = await SqliteWriter.open(db, PRAGMAS, busy_timeout=5.0)
+async def writer(table_db: Path) -> AsyncIterator[SqliteWriter]:
+    opened = await SqliteWriter.open(table_db, PRAGMAS, busy_timeout=5.0)
     yield opened
     await opened.close()
 
 
 @pytest.fixture
-def other(db: Path) -> Iterator[sqlite3.Connection]:
+def other(table_db: Path) -> Iterator[sqlite3.Connection]:
     """Another connection, as another process would hold one."""
-    conn = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+    conn = sqlite3.connect(table_db, isolation_level=None, check_same_thread=False)
     yield conn
     conn.close()
-
-
-def rows(db: Path) -> list[str]:
-    with sqlite3.connect(db) as conn:
-        return [x for (x,) in conn.execute("SELECT x FROM t ORDER BY rowid")]
 
 
 def insert(value: str) -> Callable[[sqlite3.Connection], int]:
@@ -56,16 +43,16 @@ def insert(value: str) -> Callable[[sqlite3.Connection], int]:
 
 
 async def test_an_uncontended_transaction_commits_on_the_callers_thread(
-    writer: SqliteWriter, db: Path
+    writer: SqliteWriter, table_db: Path
 ) -> None:
     thread = await writer.transact(insert("a"))
 
     assert thread == threading.get_ident()
-    assert rows(db) == ["a"]
+    assert table_rows(table_db) == ["a"]
 
 
 async def test_a_held_lock_is_waited_out_on_the_thread_while_the_loop_runs(
-    writer: SqliteWriter, other: sqlite3.Connection, db: Path
+    writer: SqliteWriter, other: sqlite3.Connection, table_db: Path
 ) -> None:
     other.execute("BEGIN IMMEDIATE")
     other.execute("INSERT INTO t VALUES ('other')")
@@ -84,13 +71,13 @@ async def test_a_held_lock_is_waited_out_on_the_thread_while_the_loop_runs(
 
     assert thread != threading.get_ident()
     assert ticks >= 10  # the event loop kept running while the writer waited
-    assert rows(db) == ["other", "mine"]
+    assert table_rows(table_db) == ["other", "mine"]
 
 
 async def test_a_lock_held_past_the_busy_timeout_fails_without_writing(
-    db: Path, other: sqlite3.Connection
+    table_db: Path, other: sqlite3.Connection
 ) -> None:
-    writer = await SqliteWriter.open(db, PRAGMAS, busy_timeout=0.2)
+    writer = await SqliteWriter.open(table_db, PRAGMAS, busy_timeout=0.2)
     other.execute("BEGIN IMMEDIATE")
     try:
         with pytest.raises(sqlite3.OperationalError, match="locked"):
@@ -100,11 +87,11 @@ async def test_a_lock_held_past_the_busy_timeout_fails_without_writing(
     finally:
         await writer.close()
 
-    assert rows(db) == ["after"]
+    assert table_rows(table_db) == ["after"]
 
 
 async def test_a_failing_body_rolls_back_and_leaves_the_writer_usable(
-    writer: SqliteWriter, db: Path
+    writer: SqliteWriter, table_db: Path
 ) -> None:
     def half_then_fail(conn: sqlite3.Connection) -> None:
         conn.execute("INSERT INTO t VALUES ('half')")
@@ -114,11 +101,11 @@ async def test_a_failing_body_rolls_back_and_leaves_the_writer_usable(
         await writer.transact(half_then_fail)
     await writer.transact(insert("whole"))
 
-    assert rows(db) == ["whole"]
+    assert table_rows(table_db) == ["whole"]
 
 
 async def test_transactions_never_interleave_on_the_connection(
-    writer: SqliteWriter, other: sqlite3.Connection, db: Path
+    writer: SqliteWriter, other: sqlite3.Connection, table_db: Path
 ) -> None:
     # All wait on the thread while the lock is held; none may start a transaction inside
     # another's (SQLite would refuse a nested BEGIN), and each lands whole.
@@ -126,4 +113,4 @@ async def test_transactions_never_interleave_on_the_connection(
     asyncio.get_running_loop().call_later(0.1, other.execute, "COMMIT")
     await asyncio.gather(*(writer.transact(insert(str(i))) for i in range(5)))
 
-    assert sorted(rows(db)) == ["0", "1", "2", "3", "4"]
+    assert sorted(table_rows(table_db)) == ["0", "1", "2", "3", "4"]

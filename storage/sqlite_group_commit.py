@@ -1,0 +1,251 @@
+"""Group commit of SQLite writes.
+
+The writes queued during one pass of the event loop (journal appends, and every other write
+of the store) are committed together, in one transaction, by a callback that runs right after
+that pass: a hundred runs each waiting on a write share one fsync. The callback commits inline
+while SQLite's write lock is free; when another connection holds it, a task waits for it on the
+writer's thread, and the writes queued meanwhile go into the next batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final, TypeVar
+
+from bot.store import StoreError
+from storage.common import Projection, diagnose
+from storage.sqlite_writer import Contended, SqliteWriter
+
+# Bounds one transaction's size (and the latency of the appends queued behind it).
+MAX_BATCH: Final = 1024
+
+# It lands only if the epoch is the run's current one and the seq is the next free one, so
+# the common case needs no read before the write.
+_INSERT_ENTRY: Final = """
+INSERT INTO journal(run_id, seq, epoch, kind, body, at)
+SELECT ?1, ?2, ?3, ?4, ?5, ?6
+WHERE (SELECT epoch FROM runs WHERE id = ?1) = ?3
+  AND (SELECT COALESCE(MAX(seq), -1) + 1 FROM journal WHERE run_id = ?1) = ?2
+"""
+_DIAGNOSE_ENTRY: Final = """
+SELECT epoch,
+       (SELECT body FROM journal WHERE run_id = ?1 AND seq = ?2),
+       (SELECT COALESCE(MAX(seq), -1) + 1 FROM journal WHERE run_id = ?1)
+FROM runs WHERE id = ?1
+"""
+_PROJECT_STATUS: Final = """
+UPDATE runs SET status = ?1, stop_reason = ?2, updated_at = ?3,
+    owner = CASE WHEN ?5 THEN '' ELSE owner END,
+    lease_expires = CASE WHEN ?5 THEN NULL ELSE lease_expires END
+WHERE id = ?4
+"""
+
+_T = TypeVar("_T")
+
+
+@dataclass(slots=True)
+class PendingAppend:
+    """One append waiting for the transaction that will hold it."""
+
+    run_id: str
+    seq: int
+    epoch: int
+    kind: str
+    body: str
+    projection: Projection | None
+    done: asyncio.Future[None]
+
+    def params(self, at: str) -> tuple[Any, ...]:
+        """The row's values for ``_INSERT_ENTRY``."""
+        return (self.run_id, self.seq, self.epoch, self.kind, self.body, at)
+
+
+@dataclass(slots=True)
+class _Write:
+    """Any other write: a body run in its own savepoint of the batch's transaction."""
+
+    body: Callable[[sqlite3.Connection], Any]
+    done: asyncio.Future[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class _Failed:
+    """A write whose body raised: its savepoint was rolled back, the batch goes on."""
+
+    error: Exception
+
+
+_Job = PendingAppend | _Write
+
+
+class GroupCommit:
+    """Queues writes and commits them in batches, in submission order, one batch at a time."""
+
+    def __init__(
+        self,
+        writer: SqliteWriter,
+        now: Callable[[], str],
+        failure: Callable[[Exception], StoreError],
+    ) -> None:
+        self._writer = writer
+        self._now = now
+        self._failure = failure
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pending: list[_Job] = []
+        self._kick: asyncio.Handle | None = None
+        self._waiting: asyncio.Task[None] | None = None
+
+    def append(self, item: PendingAppend) -> None:
+        """Queue an append; its future settles once the commit holding it is durable (or
+        fails with why the row did not land)."""
+        self._queue(item)
+
+    def write(self, body: Callable[[sqlite3.Connection], _T]) -> asyncio.Future[_T]:
+        """Queue a write; the future has what ``body`` returned once the commit is durable,
+        or what it raised (nothing of it written)."""
+        done: asyncio.Future[_T] = asyncio.get_running_loop().create_future()
+        self._queue(_Write(body, done))
+        return done
+
+    async def drain(self) -> None:
+        """Commit everything queued, waiting for a batch on the thread if there is one."""
+        if self._loop is not asyncio.get_running_loop():
+            return
+        if self._kick is not None:
+            self._kick.cancel()
+            self._kick = None
+        while self._waiting is not None or self._pending:
+            if self._waiting is not None:
+                await self._waiting
+            else:
+                self._commit()
+
+    def _queue(self, job: _Job) -> None:
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            # Writes queued on another (closed) loop have nobody left to wait for them.
+            self._loop, self._pending, self._kick, self._waiting = loop, [], None, None
+        self._pending.append(job)
+        self._schedule()
+
+    def _schedule(self) -> None:
+        if self._kick is None and self._waiting is None and self._pending:
+            assert self._loop is not None
+            self._kick = self._loop.call_soon(self._commit)
+
+    def _commit(self) -> None:
+        self._kick = None
+        # A caller cancelled before its turn gives up the write: it is not made.
+        batch = [job for job in self._pending[:MAX_BATCH] if not job.done.done()]
+        del self._pending[:MAX_BATCH]
+        if not batch:
+            self._schedule()
+            return
+        write = _batch_writer(batch, self._now())
+        try:
+            outcomes = self._writer.try_inline(write)
+        except Contended:
+            assert self._loop is not None
+            self._waiting = self._loop.create_task(self._commit_waiting(batch, write))
+            return
+        except Exception as exc:
+            outcomes = [exc] * len(batch)
+        self._settle_all(batch, outcomes)
+        self._schedule()
+
+    async def _commit_waiting(
+        self, batch: list[_Job], write: Callable[[sqlite3.Connection], list[object]]
+    ) -> None:
+        try:
+            outcomes = await self._writer.transact(write)
+        except Exception as exc:
+            outcomes = [exc] * len(batch)
+        except BaseException as exc:
+            # Cancelled with the loop: nobody may be left waiting.
+            self._settle_all(batch, [StoreError(f"write abandoned: {exc!r}")] * len(batch))
+            raise
+        finally:
+            self._waiting = None
+        self._settle_all(batch, outcomes)
+        self._schedule()
+
+    def _settle_all(self, batch: list[_Job], outcomes: list[object]) -> None:
+        """Hand each job its outcome; an exception in place of every outcome failed the batch."""
+        for job, outcome in zip(batch, outcomes, strict=True):
+            if job.done.done():
+                continue
+            if isinstance(job, PendingAppend):
+                _settle_append(job.done, self._append_outcome(outcome))
+            elif isinstance(outcome, _Failed):
+                job.done.set_exception(outcome.error)
+            elif isinstance(outcome, Exception):
+                job.done.set_exception(outcome)
+            else:
+                job.done.set_result(outcome)
+
+    def _append_outcome(self, outcome: object) -> StoreError | None:
+        if outcome is None or isinstance(outcome, StoreError):
+            return outcome
+        assert isinstance(outcome, Exception)
+        return self._failure(outcome)
+
+
+def _batch_writer(batch: list[_Job], at: str) -> Callable[[sqlite3.Connection], list[object]]:
+    """The transaction's body: each job in order, with what became of it."""
+
+    def write(conn: sqlite3.Connection) -> list[object]:
+        return [
+            _append(conn, job, at) if isinstance(job, PendingAppend) else _run(conn, job.body)
+            for job in batch
+        ]
+
+    return write
+
+
+def _append(conn: sqlite3.Connection, item: PendingAppend, at: str) -> StoreError | None:
+    """Insert one row; on a miss, why (None when an identical record is already there)."""
+    if conn.execute(_INSERT_ENTRY, item.params(at)).rowcount == 1:
+        # At once, not at the batch's end: a later write of the batch (a claim) sees it.
+        _project(conn, item, at)
+        return None
+    return _diagnose(conn, item)
+
+
+def _run(conn: sqlite3.Connection, body: Callable[[sqlite3.Connection], Any]) -> object:
+    """A write in its own savepoint: if it raises, only its own changes are undone."""
+    conn.execute("SAVEPOINT write")
+    try:
+        value = body(conn)
+    except Exception as exc:
+        conn.execute("ROLLBACK TO write")
+        conn.execute("RELEASE write")
+        return _Failed(exc)
+    conn.execute("RELEASE write")
+    return value
+
+
+def _project(conn: sqlite3.Connection, item: PendingAppend, at: str) -> None:
+    """Move the status (and lease) of the run whose landed entry changes it."""
+    moved = item.projection
+    if moved is not None:
+        params = (moved.status.value, moved.stop_reason, at, item.run_id, moved.releases)
+        conn.execute(_PROJECT_STATUS, params)
+
+
+def _diagnose(conn: sqlite3.Connection, item: PendingAppend) -> StoreError | None:
+    """Why a row did not land: None when an identical record is already there."""
+    row = conn.execute(_DIAGNOSE_ENTRY, (item.run_id, item.seq)).fetchone()
+    return diagnose(item.run_id, item.seq, item.epoch, item.body, row)
+
+
+def _settle_append(future: asyncio.Future[None], outcome: StoreError | None) -> None:
+    if outcome is None:
+        future.set_result(None)
+        return
+    # A fresh exception per waiter: one shared instance would collect every waiter's traceback.
+    error = type(outcome)(*outcome.args)
+    error.__cause__ = outcome.__cause__
+    future.set_exception(error)

@@ -1,0 +1,73 @@
+"""GroupCommit: the writes of one event-loop pass share a transaction; each stands alone."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+from bot.store import StoreError
+from storage.sqlite_group_commit import GroupCommit
+from storage.sqlite_writer import SqliteWriter
+from tests.storage.conftest import table_rows
+
+
+@pytest.fixture
+async def group(table_db: Path) -> AsyncIterator[GroupCommit]:
+    writer = await SqliteWriter.open(table_db, "PRAGMA synchronous = FULL;", busy_timeout=5.0)
+    yield GroupCommit(writer, now=lambda: "2030-01-01T00:00:00", failure=StoreError)
+    await writer.close()
+
+
+def insert(*values: str) -> Callable[[sqlite3.Connection], str]:
+    """A write that inserts ``values`` and returns the last of them."""
+
+    def body(conn: sqlite3.Connection) -> str:
+        for value in values:
+            conn.execute("INSERT INTO t VALUES (?)", (value,))
+        return values[-1]
+
+    return body
+
+
+async def test_a_failing_write_is_undone_alone_and_the_others_land_in_order(
+    group: GroupCommit, table_db: Path
+) -> None:
+    first = group.write(insert("a"))
+    failing = group.write(insert("b", "a"))  # "a" again: UNIQUE fails
+    last = group.write(insert("c"))
+
+    results = await asyncio.gather(first, failing, last, return_exceptions=True)
+
+    assert results[0] == "a" and results[2] == "c"
+    assert isinstance(results[1], sqlite3.IntegrityError)
+    assert table_rows(table_db) == ["a", "c"]  # nothing of the failing write, not even its "b"
+
+
+async def test_writes_of_later_passes_commit_in_later_batches(
+    group: GroupCommit, table_db: Path
+) -> None:
+    await group.write(insert("one"))
+    assert table_rows(table_db) == ["one"]  # durable once awaited
+
+    await asyncio.gather(group.write(insert("two")), group.write(insert("three")))
+
+    assert table_rows(table_db) == ["one", "two", "three"]
+
+
+async def test_a_cancelled_write_is_not_made(group: GroupCommit, table_db: Path) -> None:
+    given_up = group.write(insert("never"))
+    given_up.cancel()
+    await group.write(insert("kept"))
+
+    assert table_rows(table_db) == ["kept"]
+
+
+async def test_drain_commits_what_is_queued(group: GroupCommit, table_db: Path) -> None:
+    queued = group.write(insert("queued"))
+    await group.drain()
+
+    assert queued.done() and table_rows(table_db) == ["queued"]
