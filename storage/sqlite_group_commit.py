@@ -152,8 +152,9 @@ class GroupCommit:
             self._waiting = self._loop.create_task(self._commit_waiting(batch, write))
             return
         except Exception as exc:
-            outcomes = [exc] * len(batch)
-        self._settle_all(batch, outcomes)
+            self._fail_all(batch, exc)
+        else:
+            _settle_all(batch, outcomes)
         self._schedule()
 
     async def _commit_waiting(
@@ -162,35 +163,24 @@ class GroupCommit:
         try:
             outcomes = await self._writer.transact(write)
         except Exception as exc:
-            outcomes = [exc] * len(batch)
+            self._fail_all(batch, exc)
         except BaseException as exc:
             # Cancelled with the loop: nobody may be left waiting.
-            self._settle_all(batch, [StoreError(f"write abandoned: {exc!r}")] * len(batch))
+            self._fail_all(batch, StoreError(f"write abandoned: {exc!r}"))
             raise
+        else:
+            _settle_all(batch, outcomes)
         finally:
             self._waiting = None
-        self._settle_all(batch, outcomes)
         self._schedule()
 
-    def _settle_all(self, batch: list[_Job], outcomes: list[object]) -> None:
-        """Hand each job its outcome; an exception in place of every outcome failed the batch."""
-        for job, outcome in zip(batch, outcomes, strict=True):
-            if job.done.done():
-                continue
-            if isinstance(job, PendingAppend):
-                _settle_append(job.done, self._append_outcome(outcome))
-            elif isinstance(outcome, _Failed):
-                job.done.set_exception(outcome.error)
-            elif isinstance(outcome, Exception):
-                job.done.set_exception(outcome)
-            else:
-                job.done.set_result(outcome)
-
-    def _append_outcome(self, outcome: object) -> StoreError | None:
-        if outcome is None or isinstance(outcome, StoreError):
-            return outcome
-        assert isinstance(outcome, Exception)
-        return self._failure(outcome)
+    def _fail_all(self, batch: list[_Job], exc: Exception) -> None:
+        """The transaction as a whole failed (I/O, busy timeout): so did every write in it."""
+        as_store_error = exc if isinstance(exc, StoreError) else self._failure(exc)
+        failures: list[object] = [
+            _Failed(as_store_error if isinstance(job, PendingAppend) else exc) for job in batch
+        ]
+        _settle_all(batch, failures)
 
 
 def _batch_writer(batch: list[_Job], at: str) -> Callable[[sqlite3.Connection], list[object]]:
@@ -205,13 +195,14 @@ def _batch_writer(batch: list[_Job], at: str) -> Callable[[sqlite3.Connection], 
     return write
 
 
-def _append(conn: sqlite3.Connection, item: PendingAppend, at: str) -> StoreError | None:
-    """Insert one row; on a miss, why (None when an identical record is already there)."""
+def _append(conn: sqlite3.Connection, item: PendingAppend, at: str) -> _Failed | None:
+    """Insert one row; on a miss, why (nothing when an identical record is already there)."""
     if conn.execute(_INSERT_ENTRY, item.params(at)).rowcount == 1:
         # At once, not at the batch's end: a later write of the batch (a claim) sees it.
         _project(conn, item, at)
         return None
-    return _diagnose(conn, item)
+    refused = _diagnose(conn, item)
+    return None if refused is None else _Failed(refused)
 
 
 def _run(conn: sqlite3.Connection, body: Callable[[sqlite3.Connection], Any]) -> object:
@@ -241,11 +232,24 @@ def _diagnose(conn: sqlite3.Connection, item: PendingAppend) -> StoreError | Non
     return diagnose(item.run_id, item.seq, item.epoch, item.body, row)
 
 
-def _settle_append(future: asyncio.Future[None], outcome: StoreError | None) -> None:
-    if outcome is None:
-        future.set_result(None)
-        return
-    # A fresh exception per waiter: one shared instance would collect every waiter's traceback.
-    error = type(outcome)(*outcome.args)
-    error.__cause__ = outcome.__cause__
-    future.set_exception(error)
+def _settle_all(batch: list[_Job], outcomes: list[object]) -> None:
+    """Hand each job what its body gave, or raise in it what made it fail."""
+    for job, outcome in zip(batch, outcomes, strict=True):
+        if job.done.done():
+            continue
+        if isinstance(outcome, _Failed):
+            job.done.set_exception(_own_copy(outcome.error))
+        elif isinstance(job, PendingAppend):
+            job.done.set_result(None)
+        else:
+            job.done.set_result(outcome)
+
+
+def _own_copy(error: Exception) -> Exception:
+    """A store error of its own per waiter: one shared instance would collect every waiter's
+    traceback. Other exceptions belong to the one write that raised them."""
+    if not isinstance(error, StoreError):
+        return error
+    copy = type(error)(*error.args)
+    copy.__cause__ = error.__cause__
+    return copy
