@@ -1,7 +1,7 @@
-"""SqliteStore: the embedded default ``Store`` (WAL), with group-committed appends.
+"""SqliteStore: the embedded default ``Store`` (WAL).
 
-Reads go through aiosqlite; writes through ``SqliteWriter``, which commits inline while
-SQLite's write lock is free.
+Reads go through aiosqlite. Every write joins a ``GroupCommit``: one transaction per pass of
+the event loop, through ``SqliteWriter``, which commits inline while SQLite's write lock is free.
 """
 
 from __future__ import annotations
