@@ -1,0 +1,69 @@
+"""W1 in instructions per iteration, counted by ``valgrind --tool=callgrind``: a figure the
+machine's noise does not move (``python -m bench.instructions``; needs valgrind, about 1.5 min).
+
+Two processes run under callgrind: one that only sets up (imports, store, runtime), one that
+then runs rounds of concurrent W1 runs. Their difference, per iteration, is the loop's cost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import shutil
+import subprocess
+
+from bench.common import bench_command, w1_runtime
+from bench.stores import open_store, scratch
+from bot.runs import Supervisor
+
+ITERATIONS = 20
+RUNS = 50
+ROUNDS = 2
+
+
+async def scenario(url: str, rounds: int) -> None:
+    """Set up W1 on ``url`` and play ``rounds`` rounds of ``RUNS`` concurrent runs."""
+    store = await open_store(url)
+    supervisor = Supervisor(w1_runtime(store, ITERATIONS))
+    for _ in range(rounds):
+        lives = [await supervisor.start_turn("go") for _ in range(RUNS)]
+        await asyncio.gather(*(supervisor.wait(live) for live in lives))
+    await store.close()
+
+
+def counted(rounds: int) -> int:
+    """Instructions of one scenario process under callgrind, on a fresh SQLite store."""
+    with scratch("sqlite") as url:
+        command = [
+            "valgrind",
+            "--tool=callgrind",
+            "--callgrind-out-file=/dev/null",
+            *bench_command("instructions", "--store", url, "--rounds", str(rounds)),
+        ]
+        out = subprocess.run(command, capture_output=True, text=True, check=True)
+    found = re.search(r"Collected : (\d+)", out.stderr)
+    if found is None:
+        raise RuntimeError(f"no instruction count from callgrind:\n{out.stderr[-2000:]}")
+    return int(found.group(1))
+
+
+def report() -> None:
+    """Print W1's instructions per iteration, or why they cannot be counted."""
+    if shutil.which("valgrind") is None:
+        print("W1 instructions skipped: valgrind is not installed")
+        return
+    per_iteration = (counted(ROUNDS) - counted(0)) / (ROUNDS * RUNS * ITERATIONS)
+    print(f"W1 under callgrind (SQLite, {ROUNDS} rounds of {RUNS} concurrent runs)")
+    print(f"  instructions per iteration:           {per_iteration:,.0f}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--store", help="run one scenario process on this store URL")
+    parser.add_argument("--rounds", type=int, default=ROUNDS)
+    args = parser.parse_args()
+    if args.store:
+        asyncio.run(scenario(args.store, args.rounds))
+    else:
+        report()
