@@ -153,6 +153,10 @@ class GroupCommit:
             return
         except Exception as exc:
             self._fail_all(batch, exc)
+        except BaseException as exc:
+            # Interrupted mid-commit (Ctrl-C): nobody may be left waiting.
+            self._fail_all(batch, StoreError(f"write abandoned: {exc!r}"))
+            raise
         else:
             _settle_all(batch, outcomes)
         self._schedule()
