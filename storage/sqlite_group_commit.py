@@ -10,8 +10,9 @@ writer's thread, and the writes queued meanwhile go into the next batch.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
@@ -145,19 +146,13 @@ class GroupCommit:
             self._schedule()
             return
         write = _batch_writer(batch, self._now())
-        try:
-            outcomes = self._writer.try_inline(write)
-        except Contended:
-            assert self._loop is not None
-            self._waiting = self._loop.create_task(self._commit_waiting(batch, write))
-            return
-        except Exception as exc:
-            self._fail_all(batch, exc)
-        except BaseException as exc:
-            # Interrupted mid-commit (Ctrl-C): nobody may be left waiting.
-            self._fail_all(batch, StoreError(f"write abandoned: {exc!r}"))
-            raise
-        else:
+        with self._failing_together(batch):
+            try:
+                outcomes = self._writer.try_inline(write)
+            except Contended:
+                assert self._loop is not None
+                self._waiting = self._loop.create_task(self._commit_waiting(batch, write))
+                return
             _settle_all(batch, outcomes)
         self._schedule()
 
@@ -165,18 +160,23 @@ class GroupCommit:
         self, batch: list[_Job], write: Callable[[sqlite3.Connection], list[object]]
     ) -> None:
         try:
-            outcomes = await self._writer.transact(write)
-        except Exception as exc:
-            self._fail_all(batch, exc)
-        except BaseException as exc:
-            # Cancelled with the loop: nobody may be left waiting.
-            self._fail_all(batch, StoreError(f"write abandoned: {exc!r}"))
-            raise
-        else:
-            _settle_all(batch, outcomes)
+            with self._failing_together(batch):
+                _settle_all(batch, await self._writer.transact(write))
         finally:
             self._waiting = None
         self._schedule()
+
+    @contextlib.contextmanager
+    def _failing_together(self, batch: list[_Job]) -> Iterator[None]:
+        """Whatever stops the batch's transaction fails every write in it; an interruption
+        (Ctrl-C, the loop's cancellation) too, so that nobody is left waiting."""
+        try:
+            yield
+        except Exception as exc:
+            self._fail_all(batch, exc)
+        except BaseException as exc:
+            self._fail_all(batch, StoreError(f"write abandoned: {exc!r}"))
+            raise
 
     def _fail_all(self, batch: list[_Job], exc: Exception) -> None:
         """The transaction as a whole failed (I/O, busy timeout): so did every write in it."""
