@@ -8,14 +8,24 @@ matcher at a quarter of all positions. Numbers are found from their first separa
 Python; card and IBAN runs without separators are found in a "shape" of the text where
 every digit reads 0 and every capital A. Checksums (Luhn, mod-97) and ipaddress run only
 on the few candidates that get that far.
+
+Text that is not ASCII is folded for detection first (per-character NFKC, other scripts'
+digits, dashes and spaces made ASCII, invisible characters dropped), so full-width digits,
+no-break or zero-width spaces cannot hide a number; hits are mapped back to the original.
+Encoded secrets (base64, hex) are found from runs of base64 characters and decoded and
+scanned again only when they read as text.
 """
 
 from __future__ import annotations
 
+import binascii
+import functools
 import ipaddress
 import itertools
 import re
 import string
+import unicodedata
+from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -32,7 +42,9 @@ ENTITY_TYPES: tuple[str, ...] = (
     "GOOGLE_API_KEY",
     "JWT",
     "BEARER_TOKEN",
+    "BASIC_AUTH",
     "CONNECTION_STRING_PASSWORD",
+    "GENERIC_SECRET",
     "CREDIT_CARD",
     "IBAN_CODE",
     "US_SSN",
@@ -63,18 +75,146 @@ _WORD = frozenset(string.ascii_letters + string.digits + "_")
 _DIGITS = frozenset(string.digits)
 _HEX = frozenset(string.hexdigits)
 _ESCAPE = re.compile(r"\\[nrt]")
+_BASE64_CHARS = frozenset(string.ascii_letters + string.digits + "+/")
+_BASE64_VIEW = str.maketrans(string.ascii_letters + string.digits + "+/", "b" * 64)
+
+
+# ---------------------------------------------------------------------------------------------
+# Folding non-ASCII text for detection
+
+# Code point ranges worth folding; the large CJK, Hangul and private-use blocks are left out,
+# since NFKC leaves them as they are and the fold table is built once, on first use.
+_FOLD_RANGES = (
+    (0x80, 0x3400),
+    (0x4DC0, 0x4E00),
+    (0xA4D0, 0xAC00),
+    (0xD7A4, 0xD800),
+    (0xF900, 0x10A00),
+    (0x11000, 0x11E00),
+    (0x16A00, 0x16B60),
+    (0x1D400, 0x1D800),
+    (0x1E100, 0x1E960),
+    (0x1F100, 0x1F200),
+    (0x1FBF0, 0x1FC00),
+    (0xE0000, 0xE01F0),
+)
+# Invisible: format characters (zero-width spaces and joiners, soft hyphen, BOM, bidi controls,
+# tags), combining and enclosing marks (variation selectors, keycaps), C1 controls.
+_DROPPED_CATEGORIES = frozenset({"Cf", "Mn", "Me", "Cc"})
+# Word-like spaces NFKC leaves alone: the Hangul fillers render as nothing.
+_DROPPED_CHARS = frozenset("\u115f\u1160\u3164\uffa0")
+_FULL_STOPS = frozenset("\u3002\uff61\u2024\ufe52")
+
+
+def _fold_one(char: str) -> str:
+    """A character of NFKC output as detection reads it: ASCII where a reader would see ASCII."""
+    if char.isascii():
+        return char
+    category = unicodedata.category(char)
+    if category in _DROPPED_CATEGORIES:
+        return ""
+    if category == "Nd":
+        return str(unicodedata.decimal(char))
+    if category == "Zs":
+        return " "
+    if category in ("Zl", "Zp"):
+        return "\n"
+    if category == "Pd" or char == "\u2212":
+        return "-"
+    if char in _FULL_STOPS:
+        return "."
+    return char
+
+
+def fold_char(char: str) -> str:
+    """What one character reads as for detection: "" (invisible), ASCII, or itself."""
+    if unicodedata.category(char) in _DROPPED_CATEGORIES or char in _DROPPED_CHARS:
+        return ""
+    return "".join(map(_fold_one, unicodedata.normalize("NFKC", char)))
+
+
+@functools.cache
+def _fold_table() -> dict[str, str]:
+    """What every character that folds reads as, non-ASCII left in it made "?"."""
+    table: dict[str, str] = {}
+    for low, high in _FOLD_RANGES:
+        for code in range(low, high):
+            char = chr(code)
+            if unicodedata.category(char) in ("Cn", "Co", "Cs"):
+                continue
+            folded = fold_char(char).encode("ascii", "replace").decode("ascii")
+            if folded != "?":  # a lone "?" is what encoding gives it anyway
+                table[char] = folded
+    return table
+
+
+@dataclass(frozen=True, slots=True)
+class _Resizes:
+    """Where folding changed the length: original index, folded index, folded length."""
+
+    origins: list[int]
+    folded: list[int]
+    lengths: list[int]
+
+    def original(self, index: int) -> tuple[int, int]:
+        """The original span of the character read at folded `index`."""
+        slot = bisect_right(self.folded, index) - 1
+        if slot < 0:
+            return index, index + 1
+        origin, start, length = self.origins[slot], self.folded[slot], self.lengths[slot]
+        if index < start + length:
+            return origin, origin + 1  # inside one character's expansion ("½" read as "1/2")
+        position = origin + 1 + index - start - length
+        return position, position + 1
+
+
+def fold(text: str) -> tuple[str, _Resizes | None]:
+    """The text as detection reads it (ASCII, "?" for the rest) and where its length changed."""
+    table = _fold_table()
+    # Encoding makes every non-ASCII character one "?"; memchr finds them, so text with a few
+    # of them costs little more than ASCII (str.translate with a dict costs a lookup per char).
+    data = bytearray(text.encode("ascii", "replace"))
+    origins: list[int] = []
+    replacements: list[str] = []
+    position = data.find(b"?")
+    while position >= 0:
+        folded = table.get(text[position])
+        if folded is not None:
+            if len(folded) == 1:
+                data[position] = ord(folded)
+            else:
+                origins.append(position)
+                replacements.append(folded)
+        position = data.find(b"?", position + 1)
+    ascii_text = data.decode("ascii")
+    if not origins:
+        return ascii_text, None
+    pieces: list[str] = []
+    folded_at: list[int] = []
+    done = shift = 0
+    for origin, replacement in zip(origins, replacements, strict=True):
+        pieces.append(ascii_text[done:origin])
+        pieces.append(replacement)
+        folded_at.append(origin + shift)
+        shift += len(replacement) - 1
+        done = origin + 1
+    pieces.append(ascii_text[done:])
+    lengths = [len(replacement) for replacement in replacements]
+    return "".join(pieces), _Resizes(origins, folded_at, lengths)
 
 
 class ScanText:
     """The text under scan and the views of it that recognizers share, each built once."""
 
-    __slots__ = ("_lower", "_shape", "text")
+    __slots__ = ("_encoded", "_lower", "_resizes", "_shape", "text")
 
     def __init__(self, text: str) -> None:
-        # Every non-ASCII character becomes one "?", so offsets stay those of the original,
-        # and lower() and translate() below keep the length and take CPython's ASCII paths.
+        self._resizes: _Resizes | None = None
         if not text.isascii():
-            text = text.encode("ascii", "replace").decode("ascii")
+            # Folded, full-width digits, no-break and zero-width spaces read as what they show;
+            # every other non-ASCII character becomes one "?", so lower() and translate()
+            # below keep the length and take CPython's ASCII paths.
+            text, self._resizes = fold(text)
         if "\\" in text:
             # The escapes of JSON strings separate words like the characters they stand for:
             # "...\n4111 1111..." must not read as the word "n4111", so "\n" becomes "\ ".
@@ -82,6 +222,7 @@ class ScanText:
         self.text = text
         self._lower: str | None = None
         self._shape: str | None = None
+        self._encoded: str | None = None
 
     @property
     def lower(self) -> str:
@@ -96,6 +237,21 @@ class ScanText:
         if self._shape is None:
             self._shape = self.text.translate(_SHAPE)
         return self._shape
+
+    @property
+    def encoded(self) -> str:
+        """The text with every base64 character as "b", to find long runs of them."""
+        if self._encoded is None:
+            self._encoded = self.text.translate(_BASE64_VIEW)
+        return self._encoded
+
+    def original(self, hit: PiiHit) -> PiiHit:
+        """The hit with the span it has in the text before folding."""
+        if self._resizes is None:
+            return hit
+        start = self._resizes.original(hit.start)[0]
+        end = self._resizes.original(hit.end - 1)[1]
+        return PiiHit(hit.entity_type, start, end)
 
 
 Finder = Callable[[ScanText], Iterator[PiiHit]]
@@ -201,11 +357,32 @@ _A_KEYS = re.compile(
 )
 
 
+# A 40-character secret access key, unlabelled, next to its key id (a credentials CSV,
+# "aws configure" answers, two env values pasted on one line).
+_AWS_SECRET_SHAPE = re.compile(r"(?<![A-Za-z0-9/+=])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])")
+_AWS_PAIR_REACH = 256
+
+
+def _aws_secrets_near(text: str, start: int, end: int) -> Iterator[PiiHit]:
+    low, high = max(0, start - _AWS_PAIR_REACH), min(len(text), end + _AWS_PAIR_REACH)
+    for match in _AWS_SECRET_SHAPE.finditer(text, low, high):
+        if match.end() == high and high < len(text) and text[high] in _BASE64_CHARS:
+            continue  # a longer run cut by the window
+        key = match.group()
+        # Generated keys mix cases; a git sha or a hex digest of the same length does not.
+        if not key.islower() and not key.isupper() and not key.isalpha():
+            yield PiiHit("AWS_SECRET_KEY", match.start(), match.end())
+
+
 def find_a_keys(src: ScanText) -> Iterator[PiiHit]:
-    """AWS access key ids (AKIA/ASIA...) and Google API keys (AIza...)."""
-    for match in _A_KEYS.finditer(src.text):
-        kind = "AWS_ACCESS_KEY" if match.group("aws") else "GOOGLE_API_KEY"
-        yield PiiHit(kind, match.start(), match.end())
+    """AWS access key ids (AKIA/ASIA...) with any secret key beside them, Google API keys."""
+    text = src.text
+    for match in _A_KEYS.finditer(text):
+        if match.group("aws"):
+            yield PiiHit("AWS_ACCESS_KEY", match.start(), match.end())
+            yield from _aws_secrets_near(text, match.start(), match.end())
+        else:
+            yield PiiHit("GOOGLE_API_KEY", match.start(), match.end())
 
 
 _GITHUB = re.compile(
@@ -318,7 +495,9 @@ def find_url_passwords(src: ScanText) -> Iterator[PiiHit]:
         yield PiiHit("CONNECTION_STRING_PASSWORD", *match.span("password"))
 
 
-_PASSWORD_KEY = re.compile(r"p(?:ass(?:word|wd)|wd)[ \t]*=[ \t]*")
+# key=value, and a quoted key with a quoted value ("password": "x"): a colon after a bare
+# word ("password: required") is prose as often as it is YAML.
+_PASSWORD_KEY = re.compile(r"p(?:ass(?:word|wd)|wd)(?:[ \t]*=[ \t]*|[\"'][ \t]*:[ \t]*(?=[\"']))")
 _PASSWORD_VALUE = re.compile(
     r"\"(?P<dq>[^\"\r\n]{1,256})\"|'(?P<sq>[^'\r\n]{1,256})'|\{(?P<br>[^}\r\n]{1,256})\}"
     r"|(?P<bare>[^\s;&,\"'<>]+)"
@@ -346,20 +525,57 @@ def find_keyvalue_passwords(src: ScanText) -> Iterator[PiiHit]:
         yield PiiHit("CONNECTION_STRING_PASSWORD", start, end)
 
 
-_BEARER = re.compile(r"bearer[ \t]+")
+# One pass for both schemes: "b" is rarer in logs than two separate six-letter scans cost.
+_AUTH_SCHEME = re.compile(r"b(?:earer|asic)[ \t]+")
 _BEARER_TOKEN = re.compile(r"[A-Za-z0-9._~+/-]{12,}+=*")
+_BASIC_TOKEN = re.compile(r"[A-Za-z0-9+/]{4,}+=*(?![A-Za-z0-9_.~-])")
 
 
-def find_bearer(src: ScanText) -> Iterator[PiiHit]:
-    """The token after "Bearer" (as in an Authorization header)."""
-    text = src.text
-    for label in _BEARER.finditer(src.lower):
-        if _word_before(src.lower, label.start()):
+def find_bearer_and_basic(src: ScanText) -> Iterator[PiiHit]:
+    """The token after "Bearer", and the credentials after "Basic" (as in Authorization)."""
+    text, lower = src.text, src.lower
+    for label in _AUTH_SCHEME.finditer(lower):
+        if _word_before(lower, label.start()):
             continue
-        token = _BEARER_TOKEN.match(text, label.end())
-        # "Bearer authentication" is prose; tokens carry digits or capitals.
-        if token and any(char.isdigit() or char.isupper() for char in token.group()):
-            yield PiiHit("BEARER_TOKEN", token.start(), token.end())
+        if lower[label.start() + 1] == "e":
+            token = _BEARER_TOKEN.match(text, label.end())
+            # "Bearer authentication" is prose; tokens carry digits or capitals.
+            if token and any(char.isdigit() or char.isupper() for char in token.group()):
+                yield PiiHit("BEARER_TOKEN", token.start(), token.end())
+            continue
+        token = _BASIC_TOKEN.match(text, label.end())
+        if token is None:
+            continue
+        decoded = _decode_base64(token.group(), shortest=3)
+        # "Basic authentication" is prose; credentials decode to user:password.
+        if (decoded is not None and ":" in decoded) or (
+            len(token.group()) >= 12 and _looks_random(token.group())
+        ):
+            yield PiiHit("BASIC_AUTH", token.start(), token.end())
+
+
+_AUTHORIZATION = re.compile(r"authorization[\"']?[ \t]*[:=][ \t]*[\"']?")
+_AUTH_VALUE = re.compile(r"[^\s\"'\\]++(?:[ \t]++[^\s\"'\\]++)*+")
+# Schemes whose credentials follow them; Bearer and Basic have recognizers of their own.
+_AUTH_SCHEMES = frozenset(
+    {"token", "digest", "apikey", "api-key", "key", "sso-key", "ssws", "splunk", "negotiate"}
+    | {"ntlm", "hoba", "mutual", "aws4-hmac-sha256", "vapid", "dpop", "gosso", "otp"}
+)
+
+
+def find_authorization(src: ScanText) -> Iterator[PiiHit]:
+    """The credentials of an Authorization header in a scheme other than Bearer or Basic."""
+    text = src.text
+    for label in _AUTHORIZATION.finditer(src.lower):
+        value = _AUTH_VALUE.match(text, label.end())
+        if value is None:
+            continue
+        scheme, _, rest = value.group().partition(" ")
+        rest = rest.lstrip(" \t")
+        if scheme.lower() in _AUTH_SCHEMES and rest:
+            yield PiiHit("GENERIC_SECRET", value.end() - len(rest), value.end())
+        elif not rest and len(scheme) >= 12 and _looks_secret(scheme):
+            yield PiiHit("GENERIC_SECRET", value.start(), value.end())
 
 
 _AWS_SECRET_LABEL = re.compile(r"secret_?(?:access_?)?key")
@@ -410,21 +626,116 @@ def _is_url_userinfo(text: str, start: int) -> bool:
     return scheme >= 0 and not any(char.isspace() for char in text[scheme:start])
 
 
+def _plain_email(text: str, at: int) -> PiiHit | None:
+    match = _EMAIL_DOMAIN.match(text, at)
+    if match is None:
+        return None
+    length = _domain_length(match.group()[1:])
+    local = _EMAIL_LOCAL_REVERSED.match(text[max(0, at - 65) : at][::-1])
+    if not length or local is None or local.end() > 64:
+        return None
+    start = at - local.end()
+    while text[start] == ".":
+        start += 1
+    if start == at or text[at - 1] == "." or _is_url_userinfo(text, start):
+        return None
+    return PiiHit("EMAIL_ADDRESS", start, at + 1 + length)
+
+
 def find_emails(src: ScanText) -> Iterator[PiiHit]:
-    """Email addresses."""
+    """Email addresses, also with spaces around the "@" or a written-out dot after it."""
     text = src.text
-    for match in _EMAIL_DOMAIN.finditer(text):
-        at = match.start()
-        length = _domain_length(match.group()[1:])
-        local = _EMAIL_LOCAL_REVERSED.match(text[max(0, at - 65) : at][::-1])
-        if not length or local is None or local.end() > 64:
+    for match in _AT_SIGN.finditer(text):
+        hit = _plain_email(text, match.start()) or _spaced_at(src, match.start())
+        if hit:
+            yield hit
+
+
+# Written-out addresses: "jane at example dot com", "jane[at]example[dot]com",
+# "jane%40example.com", "jane @ example.com". Found on the lower-case text from their "at":
+# the word or bracketed "at", "%40" and the HTML entities, and every "@" (rare in logs).
+_DOT_SEPARATOR = r"(?:\.|%2e|[ \t]*[\[({<][ \t]*(?:dot|\.)[ \t]*[\])}>][ \t]*|[ \t]+dot[ \t]+)"
+_LOOSE_DOMAIN = re.compile(rf"[a-z0-9-]{{1,63}}(?:{_DOT_SEPARATOR}[a-z0-9-]{{1,63}})+")
+_DOT_SPLIT = re.compile(_DOT_SEPARATOR)
+# The word "at" counts only before a written-out dot: "deployed at api.example.com" is prose.
+_AT_WORD = re.compile(
+    r"at(?:[ \t]*[\])}>]|[ \t]+(?=[a-z0-9-]{1,63}(?:[ \t]+dot[ \t]|[ \t]*[\[({<][ \t]*dot\b)))"
+)
+# Two passes: an alternation that does not start with one literal is scanned ten times slower.
+_AT_PERCENT = re.compile(r"%40")
+_AT_ENTITY = re.compile(r"&(?:#0*64|#x0*40|commat);")
+_AT_SIGN = re.compile(r"@")
+_OPEN_BRACKETS = " \t[({<"
+
+
+def _loose_email(src: ScanText, at_start: int, at_end: int, plain_dots: bool) -> PiiHit | None:
+    """The address around the "at" at [at_start, at_end), if its parts make one."""
+    lower = src.lower
+    domain = _LOOSE_DOMAIN.match(lower, at_end)
+    if domain is None:
+        return None
+    labels = _DOT_SPLIT.split(domain.group())
+    written_out = any(dot != "." for dot in _DOT_SPLIT.findall(domain.group()))
+    if not (plain_dots or written_out):
+        return None
+    if not labels[-1].isalpha() or len(labels[-1]) < 2:
+        return None
+    if any(label[0] == "-" or label[-1] == "-" for label in labels):
+        return None
+    local = _EMAIL_LOCAL_REVERSED.match(src.text[max(0, at_start - 65) : at_start][::-1])
+    if local is None or local.end() > 64:
+        return None
+    start = at_start - local.end()
+    while src.text[start] == ".":
+        start += 1
+    if start == at_start or _word_before(src.text, start):
+        return None
+    return PiiHit("EMAIL_ADDRESS", start, domain.end())
+
+
+def find_loose_emails(src: ScanText) -> Iterator[PiiHit]:
+    """Email addresses written out or encoded to slip past a plain address pattern."""
+    lower = src.lower
+    for match in _AT_WORD.finditer(lower):
+        start = match.start()
+        if match.group()[-1] in " \t":  # the word: "jane at example dot com"
+            if start and lower[start - 1] in " \t":
+                end = start
+                while end and lower[end - 1] in " \t":
+                    end -= 1
+                hit = _loose_email(src, end, match.end(), plain_dots=False)
+                if hit:
+                    yield hit
             continue
-        start = at - local.end()
-        while text[start] == ".":
-            start += 1
-        if start == at or text[at - 1] == "." or _is_url_userinfo(text, start):
-            continue
-        yield PiiHit("EMAIL_ADDRESS", start, at + 1 + length)
+        opening = start  # bracketed: "jane[at]example", "jane (at) example"
+        while opening and lower[opening - 1] in " \t":
+            opening -= 1
+        if opening and lower[opening - 1] in "[({<":
+            end = opening - 1
+            while end and lower[end - 1] in " \t":
+                end -= 1
+            after = match.end()
+            while after < len(lower) and lower[after] in " \t":
+                after += 1
+            hit = _loose_email(src, end, after, plain_dots=True)
+            if hit:
+                yield hit
+    for pattern in (_AT_PERCENT, _AT_ENTITY):
+        for match in pattern.finditer(lower):
+            hit = _loose_email(src, match.start(), match.end(), plain_dots=True)
+            if hit:
+                yield hit
+
+
+def _spaced_at(src: ScanText, at: int) -> PiiHit | None:
+    """An address with spaces around its "@" or a written-out dot after it."""
+    lower = src.lower
+    start, end = at, at + 1
+    while start and lower[start - 1] in " \t":
+        start -= 1
+    while end < len(lower) and lower[end] in " \t":
+        end += 1
+    return _loose_email(src, start, end, plain_dots=(start, end) != (at, at + 1))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -488,9 +799,12 @@ def _family(sep: str, tails: Iterable[tuple[_Group, ...]]) -> re.Pattern[str]:
     for tail in tails:
         for lengths in itertools.product(*map(_lengths, tail)):
             words.add("s".join("d" * length for length in lengths)[1:])
+    # The second branch takes any other run with at least seven more digits: a card in an
+    # odd grouping ("41 11 11 ...", "4111.1111.1111.1111"), judged in Python.
     return re.compile(
-        rf"{escaped}[0-9](?<=[0-9]{escaped}[0-9]){_trie(words, escaped)}"
+        rf"{escaped}[0-9](?<=[0-9]{escaped}[0-9])(?:{_trie(words, escaped)}"
         rf"(?![0-9A-Za-z_]|{escaped}[0-9])"
+        rf"|{f'{escaped}?[0-9]' * 6}(?P<run>[0-9]*+(?:{escaped}[0-9]++)*+)(?![0-9A-Za-z_]))"
     )
 
 
@@ -539,9 +853,28 @@ def _classify(groups: Sequence[str], sep: str) -> str | None:
     return "PHONE_NUMBER" if _eu_phone(groups) else None
 
 
+def _odd_card(groups: Sequence[str]) -> str | None:
+    """CREDIT_CARD if the groups, however cut, spell a valid card number."""
+    digits = "".join(groups)
+    if len(groups) < 3 or not 13 <= len(digits) <= 19 or max(map(len, groups)) > 6:
+        return None  # two groups: a decimal (3.7123456789012) or two numbers of a table
+    return "CREDIT_CARD" if card_brand_ok(digits, grouped=True) and luhn_ok(digits) else None
+
+
+# "version 10.2.3.4" and "kernel: 5.15.0.1" name versions, whatever they look like.
+_VERSION_LABEL = re.compile(
+    r"(?:version|release|firmware|kernel|build|driver|ver)[\"']?[ \t]*[:=]?[ \t]*[\"']?\Z"
+)
+
+
+def _is_version(text: str, start: int) -> bool:
+    return _VERSION_LABEL.search(text[max(0, start - 16) : start].lower()) is not None
+
+
 def _separated(text: str, pattern: re.Pattern[str], sep: str) -> Iterator[PiiHit]:
     for match in pattern.finditer(text):
-        start = _run_start(text, match.start(), _DIGITS, 5)
+        odd = match.group("run") is not None
+        start = _run_start(text, match.start(), _DIGITS, 6 if odd else 5)
         if start < 0 or _word_before(text, start):
             continue
         before = text[start - 1] if start else ""
@@ -549,7 +882,10 @@ def _separated(text: str, pattern: re.Pattern[str], sep: str) -> Iterator[PiiHit
             continue  # part of a longer dotted or dashed id, or of an international number
         if before == "/" and _word_before(text, start - 1):
             continue  # a product version: Chrome/124.0.0.0
-        kind = _classify(text[start : match.end()].split(sep), sep)
+        groups = text[start : match.end()].split(sep)
+        kind = _odd_card(groups) if odd else _classify(groups, sep)
+        if kind == "IP_ADDRESS" and _is_version(text, start):
+            continue
         if kind:
             yield PiiHit(kind, start, match.end())
 
@@ -671,17 +1007,204 @@ def find_ipv6(src: ScanText) -> Iterator[PiiHit]:
 
 
 # ---------------------------------------------------------------------------------------------
+# Secrets in a secret-ish context, and secrets encoded in base64 or hex
+
+
+# A run this long of base64 characters is a candidate: long enough for "password=hunter2" in
+# base64 (24), longer than the 16-hex span ids of tracing logs, which would double the work.
+_MIN_ENCODED = 20
+_ENCODED_RUN = re.compile("b" * _MIN_ENCODED + "b*")
+_TOKEN_CHARS = frozenset(string.ascii_letters + string.digits + "+/_-")
+_TOKEN_REACH = 512
+# The end of a key that names a secret; matched on the lower-case text before the value.
+_SECRET_LABELS = (
+    "secret",
+    "token",
+    "password",
+    "passwd",
+    "passphrase",
+    "apikey",
+    "api_key",
+    "api-key",
+    "secretkey",
+    "secret_key",
+    "secret-key",
+    "privatekey",
+    "private_key",
+    "private-key",
+    "accesskey",
+    "access_key",
+    "access-key",
+    "signingkey",
+    "signing_key",
+    "encryption_key",
+    "master_key",
+    "auth",
+    "credential",
+    "credentials",
+    "session",
+)
+_VALUE_OPENERS = frozenset("=:\"' \t")
+_HIGH_NIBBLES = "234567"  # hex of printable ASCII: every other digit is one of these
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufffd]")
+_MAX_DEPTH = 2  # base64 inside base64 is still found; deeper nesting is not worth a scan
+_B64_CONTINUATION = re.compile(
+    r"(?:\r?\n|\\ )[ \t]*([A-Za-z0-9+/]++=*)(?=[ \t]*(?:\r?\n|\\ |[\"',]|\Z))"
+)
+
+Rescan = Callable[[str], list[PiiHit]]
+
+
+def _looks_secret(token: str) -> bool:
+    """True if the token mixes letters and digits, as generated secrets do (words do not)."""
+    return (
+        any(char.isdigit() for char in token)
+        and any(char.isalpha() for char in token)
+        and len(set(token)) > 4
+    )
+
+
+def _decode_base64(token: str, shortest: int = 6) -> str | None:
+    """The token decoded from base64 (standard or URL-safe) if that gives text, else None."""
+    core = token.rstrip("=")
+    if "-" in core or "_" in core:
+        core = core.replace("-", "+").replace("_", "/")
+    if len(core) % 4 == 1:
+        return None
+    try:
+        raw = binascii.a2b_base64(core + "=" * (-len(core) % 4))
+    except binascii.Error:
+        return None
+    return _as_text(raw, shortest)
+
+
+def _decode_hex(token: str) -> str | None:
+    """The token decoded from hex if it is the hex of text, else None."""
+    if len(token) % 2 or token[::2].strip(_HIGH_NIBBLES) or not all(c in _HEX for c in token):
+        return None
+    return _as_text(bytes.fromhex(token), 6)
+
+
+def _as_text(raw: bytes, shortest: int) -> str | None:
+    text = raw.decode("utf-8", "replace")
+    if len(text) < shortest or _CONTROL.search(text):
+        return None  # binary: a random token, a digest, compressed data
+    return text
+
+
+# Read backwards from the value: most runs are hex ids after a key such as "trace_id" that is
+# not secret-ish, and one anchored match plus one startswith decide them in C.
+_REVERSED_LABELS = tuple(label[::-1] for label in _SECRET_LABELS)
+_SEPARATOR_REVERSED = re.compile(r"[\"']?[ \t]*(?:[:=]|>=)[ \t]*[\"']?")  # token=, "apiKey": "
+_BLANKS = re.compile(r"[ \t]+")
+_FLAG_REVERSED = re.compile(r"[a-z0-9_-]{0,32}?--(?![a-z0-9_-])")  # --client-secret VALUE
+_LABEL_REACH = 48
+
+
+def _secret_label_before(lower: str, start: int) -> bool:
+    """True if the value at `start` follows a secret-ish key: token=, "apiKey": ", --secret ."""
+    before = lower[max(0, start - _LABEL_REACH) : start][::-1]
+    separator = _SEPARATOR_REVERSED.match(before)
+    if separator is not None:
+        return before.startswith(_REVERSED_LABELS, separator.end())
+    blanks = _BLANKS.match(before)
+    if blanks is None:
+        return False
+    for label in _REVERSED_LABELS:
+        if before.startswith(label, blanks.end()):
+            return _FLAG_REVERSED.match(before, blanks.end() + len(label)) is not None
+    return False
+
+
+def _token_end(text: str, end: int) -> int:
+    limit = min(len(text), end + _TOKEN_REACH)
+    while end < limit and text[end] in _TOKEN_CHARS:
+        end += 1
+    while end < len(text) and text[end] == "=":
+        end += 1
+    return end
+
+
+def _wrapped(text: str, start: int, end: int) -> tuple[int, list[str]]:
+    """The end of a base64 block wrapped over lines (as base64(1) prints it), and its lines."""
+    lines = [text[start:end]]
+    width = len(lines[0])
+    # Only a full line (64 or 76 characters, no padding) is followed by more of the block.
+    while width >= 60 and width % 4 == 0 and len(lines[-1]) == width and text[end - 1] != "=":
+        line = _B64_CONTINUATION.match(text, end)
+        if line is None or len(line.group(1)) > width:
+            break
+        lines.append(line.group(1))
+        end = line.end()
+    return end, lines
+
+
+def _decoded_hit(text: str, start: int, end: int, rescan: Rescan) -> PiiHit | None:
+    """A hit over the encoded token at [start, end) if what it decodes to has one."""
+    token = text[start:end]
+    decoded = _decode_hex(token)
+    if decoded is None and not token.islower() and not token.isupper():
+        end, lines = _wrapped(text, start, end)
+        decoded = _decode_base64("".join(lines))
+        if decoded is None and len(lines) > 1:
+            # The last "line" may be the next line of text after a block that ended full.
+            decoded = _decode_base64("".join(lines[:-1]))
+    if decoded is None:
+        return None
+    hits = rescan(decoded)
+    if not hits:
+        return None
+    return PiiHit(min((hit.entity_type for hit in hits), key=priority), start, end)
+
+
+def find_encoded(src: ScanText, rescan: Rescan | None) -> Iterator[PiiHit]:
+    """Long tokens after a secret-ish key, and base64 or hex whose decoded text has a hit.
+
+    `rescan` scans decoded text; None when the nesting is already too deep to decode again.
+    """
+    text, lower = src.text, src.lower
+    size = len(text)
+    done = 0
+    # Most runs are hex ids and digests after a key that is not secret-ish; the loop keeps
+    # their path to a few C calls.
+    for match in _ENCODED_RUN.finditer(src.encoded):
+        start, end = match.span()
+        if start < done:
+            continue
+        before = text[start - 1] if start else ""
+        if before in "-_" and before:
+            joined = _run_start(text, start, _TOKEN_CHARS, _TOKEN_REACH)
+            start = start if joined < 0 else joined
+            before = text[start - 1] if start else ""
+        if end < size and text[end] in "-_=":
+            end = _token_end(text, end)
+        done = end
+        token = text[start:end]
+        if before in _VALUE_OPENERS and _secret_label_before(lower, start) and _looks_secret(token):
+            yield PiiHit("GENERIC_SECRET", start, end)
+        elif rescan is not None and (
+            not (token.islower() or token.isupper() or token.isdigit())
+            or not token[::2].strip(_HIGH_NIBBLES)
+        ):
+            hit = _decoded_hit(text, start, end, rescan)
+            if hit:
+                done = hit.end
+                yield hit
+
+
+# ---------------------------------------------------------------------------------------------
 
 
 RECOGNIZERS: tuple[Recognizer, ...] = (
     Recognizer(frozenset({"PRIVATE_KEY"}), find_private_keys),
     Recognizer(frozenset({"AWS_SECRET_KEY"}), find_aws_secret),
-    Recognizer(frozenset({"AWS_ACCESS_KEY", "GOOGLE_API_KEY"}), find_a_keys),
+    Recognizer(frozenset({"AWS_ACCESS_KEY", "AWS_SECRET_KEY", "GOOGLE_API_KEY"}), find_a_keys),
     Recognizer(frozenset({"GITHUB_TOKEN"}), find_github),
     Recognizer(frozenset({"SLACK_TOKEN"}), find_slack),
     Recognizer(frozenset({"STRIPE_KEY", "OPENAI_API_KEY"}), find_k_keys),
     Recognizer(frozenset({"JWT"}), find_jwt),
-    Recognizer(frozenset({"BEARER_TOKEN"}), find_bearer),
+    Recognizer(frozenset({"BEARER_TOKEN", "BASIC_AUTH"}), find_bearer_and_basic),
+    Recognizer(frozenset({"GENERIC_SECRET"}), find_authorization),
     Recognizer(frozenset({"CONNECTION_STRING_PASSWORD"}), find_url_passwords),
     Recognizer(frozenset({"CONNECTION_STRING_PASSWORD"}), find_keyvalue_passwords),
     Recognizer(
@@ -691,6 +1214,7 @@ RECOGNIZERS: tuple[Recognizer, ...] = (
     Recognizer(frozenset({"CREDIT_CARD"}), find_card_runs),
     Recognizer(frozenset({"IBAN_CODE"}), find_ibans),
     Recognizer(frozenset({"EMAIL_ADDRESS"}), find_emails),
+    Recognizer(frozenset({"EMAIL_ADDRESS"}), find_loose_emails),
     Recognizer(frozenset({"IP_ADDRESS"}), find_ipv6),
     Recognizer(frozenset({"PHONE_NUMBER"}), find_paren_phones),
     Recognizer(frozenset({"PHONE_NUMBER"}), find_intl_phones),
@@ -709,10 +1233,18 @@ class Scanner:
         self._recognizers = tuple(r for r in RECOGNIZERS if r.entities & enabled)
 
     def __call__(self, text: str) -> list[PiiHit]:
-        """Every hit of an enabled entity type; hits may overlap."""
+        """Every hit of an enabled entity type, as spans of `text`; hits may overlap."""
+        return self._scan(text, 0)
+
+    def _scan(self, text: str, depth: int) -> list[PiiHit]:
+        if not self.entities:
+            return []
         src = ScanText(text)
         enabled = self.entities
         hits: list[PiiHit] = []
         for recognizer in self._recognizers:
             hits.extend(hit for hit in recognizer.find(src) if hit.entity_type in enabled)
-        return hits
+        # Decoded text is scanned by the same recognizers, one level deeper each time.
+        rescan = functools.partial(self._scan, depth=depth + 1) if depth < _MAX_DEPTH else None
+        hits.extend(hit for hit in find_encoded(src, rescan) if hit.entity_type in enabled)
+        return [src.original(hit) for hit in hits]

@@ -164,6 +164,16 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
     ("BEARER_TOKEN", "Authorization: Bearer abcDEF123456ghiJKL", "abcDEF123456ghiJKL"),
     ("BEARER_TOKEN", "bearer 0123456789abcdef0123", "0123456789abcdef0123"),
     ("BEARER_TOKEN", "BEARER Zm9vYmFyYmF6cXV4==", "Zm9vYmFyYmF6cXV4=="),
+    # BASIC_AUTH
+    ("BASIC_AUTH", "Authorization: Basic dXNlcjpwYXNzd29yZA==", "dXNlcjpwYXNzd29yZA=="),
+    ("BASIC_AUTH", "curl -H 'Authorization: basic YTpi'", "YTpi"),
+    # GENERIC_SECRET
+    (
+        "GENERIC_SECRET",
+        "client_secret=9f86d081884c7d659a2feaa0c55ad015",
+        "9f86d081884c7d659a2feaa0c55ad015",
+    ),
+    ("GENERIC_SECRET", "Authorization: Token 9a8b7c6d5e4f3a2b1c0d", "9a8b7c6d5e4f3a2b1c0d"),
     # JWT
     ("JWT", f"token={JWT}", JWT),
     ("JWT", f"Authorization: Bearer {JWT}", JWT),
@@ -323,6 +333,14 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     ("BEARER_TOKEN", "the bearer token expired"),
     ("BEARER_TOKEN", "Authorization: Bearer ${TOKEN}"),
     ("BEARER_TOKEN", "Authorization: Bearer <redacted>"),
+    # BASIC_AUTH
+    ("BASIC_AUTH", "Basic authentication is required"),
+    ("BASIC_AUTH", 'WWW-Authenticate: Basic realm="example"'),
+    # GENERIC_SECRET
+    ("GENERIC_SECRET", "trace_id=4bf92f3577b34da6a3ce929d0e0e4736"),
+    ("GENERIC_SECRET", "secret_name: db-credentials-production"),
+    ("GENERIC_SECRET", "token: xxxxxxxxxxxxxxxxxxxxxxxx"),
+    ("GENERIC_SECRET", "authorization: required for this endpoint"),
     # JWT
     ("JWT", "eyJhbGciOiJIUzI1NiJ9 only a header"),
     ("JWT", "eyJ.eyJ.x"),
