@@ -2,13 +2,30 @@
 
 An argv element starting with ``./`` (and a relative ``cwd``) is resolved against the catalog
 file's directory, so a catalog can ship its own scripts next to it.
+
+Option injection: a value that fills an argv element and starts with ``-`` is refused (the model
+gets an error result) unless the element comes after a literal ``"--"`` in ``command`` or the
+parameter is listed in the tool's ``allow_leading_dash: [param, ...]``. The list sits beside
+``command`` rather than inside ``parameters`` because the parameters are sent to the model as
+plain JSON Schema.
+
+Patterns: every ``pattern`` in ``parameters`` is evaluated by RE2 (linear time, so no value can
+stall the event loop) with JSON Schema's search semantics: unanchored unless anchored, and ``^``
+and ``$`` mean the start and end of the whole value, so ``^[a-z]+$`` refuses ``"abc\n"`` (Python's
+``re`` would accept it). A pattern RE2 cannot run (backreferences, lookaround) is an error, not a
+warning: the catalog does not load, since the only alternative engine can backtrack for seconds.
+``patternProperties`` is an error too: a command uses only arguments declared under
+``properties``.
+
+Names are one namespace: a name declared in two files, or one that is a built-in tool's (passed
+as ``reserved``), is reported at the line that declares it.
 """
 
 from __future__ import annotations
 
 import glob
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
@@ -19,7 +36,14 @@ from jsonschema.validators import validator_for
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from bot.tools.base import ToolFlags
-from bot.tools.command import DEFAULT_MAX_OUTPUT, TOOL_NAME_PATTERN, CommandTool, template_problems
+from bot.tools.command import (
+    DEFAULT_MAX_OUTPUT,
+    TOOL_NAME_PATTERN,
+    CommandTool,
+    pattern_problems,
+    placeholder,
+    template_problems,
+)
 
 Loc = tuple[str | int, ...]
 
@@ -58,6 +82,7 @@ class ToolEntry(BaseModel):
     env: list[_EnvName] = []
     cwd: str | None = None
     max_output: Annotated[int, Field(gt=0)] = DEFAULT_MAX_OUTPUT
+    allow_leading_dash: list[str] = []
 
 
 class CatalogFile(BaseModel):
@@ -145,7 +170,14 @@ def _duplicate_keys(report: _Report, node: yaml.Node, loc: Loc = ()) -> None:
         _duplicate_keys(report, value_node, (*loc, name))
 
 
-def _schema_problems(report: _Report, parameters: Any, prefix: Loc) -> None:
+def _tool(raw: dict[str, Any]) -> str:
+    """``tool 'name': `` for messages that must name the tool, if the entry has a name."""
+    name = raw.get("name")
+    return f"tool {name!r}: " if isinstance(name, str) else ""
+
+
+def _schema_problems(report: _Report, raw: dict[str, Any], prefix: Loc) -> None:
+    parameters = raw.get("parameters")
     if not isinstance(parameters, dict):
         return
     try:
@@ -155,6 +187,8 @@ def _schema_problems(report: _Report, parameters: Any, prefix: Loc) -> None:
         return
     if parameters.get("type") != "object":
         report.at(prefix, "parameters must be a JSON Schema with type: object")
+    for path, message in pattern_problems(parameters):
+        report.at((*prefix, *path), _tool(raw) + message)
 
 
 def _command_problems(report: _Report, raw: dict[str, Any], prefix: Loc) -> None:
@@ -168,6 +202,29 @@ def _command_problems(report: _Report, raw: dict[str, Any], prefix: Loc) -> None
     elements = [element if isinstance(element, str) else str(element) for element in command]
     for index, message in template_problems(elements, properties):
         report.at((*prefix, "command", index), message)
+    _dash_problems(report, raw, elements, properties, prefix)
+
+
+def _dash_problems(
+    report: _Report,
+    raw: dict[str, Any],
+    command: list[str],
+    properties: dict[str, Any],
+    prefix: Loc,
+) -> None:
+    """Each ``allow_leading_dash`` name must be a parameter the command uses."""
+    allowed = raw.get("allow_leading_dash")
+    if not isinstance(allowed, list):
+        return
+    used = {placeholder(element) for element in command}
+    for index, name in enumerate(allowed):
+        loc = (*prefix, "allow_leading_dash", index)
+        if not isinstance(name, str):
+            continue  # the entry's own validation reports it
+        if name not in properties:
+            report.at(loc, f"{_tool(raw)}{name!r} is not a declared parameter")
+        elif name not in used:
+            report.at(loc, f"{_tool(raw)}{name!r} is not a placeholder of the command")
 
 
 def _entry(report: _Report, raw: Any, index: int) -> ToolEntry | None:
@@ -180,7 +237,7 @@ def _entry(report: _Report, raw: Any, index: int) -> ToolEntry | None:
     except ValidationError as exc:
         _pydantic_problems(report, exc, prefix)
     if isinstance(raw, dict):
-        _schema_problems(report, raw.get("parameters"), (*prefix, "parameters"))
+        _schema_problems(report, raw, (*prefix, "parameters"))
         _command_problems(report, raw, prefix)
     return entry if len(report.problems) == before else None
 
@@ -189,7 +246,7 @@ def _resolve(element: str, folder: Path) -> str:
     return str(folder / element[2:]) if element.startswith("./") else element
 
 
-def _build(entry: ToolEntry, folder: Path) -> CommandTool:
+def _build(entry: ToolEntry, folder: Path, origin: str) -> CommandTool:
     flags = ToolFlags(
         confirm=entry.confirm,
         idempotent=entry.idempotent,
@@ -208,6 +265,8 @@ def _build(entry: ToolEntry, folder: Path) -> CommandTool:
         env=entry.env,
         cwd=folder / entry.cwd if entry.cwd else None,
         max_output=entry.max_output,
+        allow_leading_dash=entry.allow_leading_dash,
+        origin=origin,
     )
 
 
@@ -228,7 +287,7 @@ def _compose(report: _Report, text: str) -> Any:
 
 @dataclass
 class _Parsed:
-    """One file's tools (only if it had no problems), problems, and each tool's line."""
+    """One file's tools (only if it had no problems), problems, and each valid entry's line."""
 
     tools: list[CommandTool] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
@@ -284,14 +343,21 @@ def _parse(path: Path) -> _Parsed:
     entries = _valid_entries(report, data)
     lines = _name_lines(report, entries)
     if report.problems:
-        return _Parsed(problems=report.problems)
+        # The lines still let names clash across files while this file is being fixed.
+        return _Parsed(problems=report.problems, lines=lines)
     folder = path.resolve().parent
-    return _Parsed(tools=[_build(entry, folder) for entry in entries.values()], lines=lines)
+    tools = [_build(entry, folder, f"{path}:{lines[entry.name]}") for entry in entries.values()]
+    return _Parsed(tools=tools, lines=lines)
 
 
 def check_catalog(path: Path | str) -> list[str]:
     """Every problem of one catalog file, ``file:line: …`` each; empty if it is fine."""
     return _parse(Path(path)).problems
+
+
+def check_catalogs(paths: Iterable[Path | str], reserved: Iterable[str] = ()) -> list[str]:
+    """Every problem of the files as one set: each file's, clashes, and ``reserved`` names."""
+    return _collect(_unique(Path(path) for path in paths), set(reserved))[1]
 
 
 def load_catalog(path: Path | str) -> list[CommandTool]:
@@ -318,22 +384,53 @@ def _expand(patterns: Sequence[str], base_dir: Path, problems: list[str]) -> lis
     return files
 
 
-def load_catalogs(patterns: Sequence[str], base_dir: Path) -> list[CommandTool]:
-    """The tools of every file the glob patterns match; one ``CatalogError`` for all problems."""
+def _unique(paths: Iterable[Path]) -> list[Path]:
+    """Each file once, in order: a file named twice must not clash with itself."""
+    seen: set[Path] = set()
+    files: list[Path] = []
+    for path in paths:
+        if path.resolve() not in seen:
+            seen.add(path.resolve())
+            files.append(path)
+    return files
+
+
+def _collect(paths: Sequence[Path], reserved: set[str]) -> tuple[list[CommandTool], list[str]]:
+    """The tools of the files as one namespace, and every problem of any file or of the set."""
     problems: list[str] = []
     tools: list[CommandTool] = []
     declared: dict[str, str] = {}
-    for path in _expand(patterns, base_dir, problems):
+    for path in paths:
         parsed = _parse(path)
         problems.extend(parsed.problems)
-        for tool in parsed.tools:
-            where = f"{path}:{parsed.lines[tool.name]}"
-            if tool.name in declared:
-                first = declared[tool.name]
-                problems.append(f"{where}: tool {tool.name!r} is also declared at {first}")
-                continue
-            declared[tool.name] = where
-            tools.append(tool)
+        problems.extend(_clashes(path, parsed.lines, declared, reserved))
+        tools.extend(parsed.tools)
+    return tools, problems
+
+
+def _clashes(
+    path: Path, lines: dict[str, int], declared: dict[str, str], reserved: set[str]
+) -> list[str]:
+    """Names of one file taken already, by a built-in or an earlier file; the rest are claimed."""
+    problems: list[str] = []
+    for name, line in lines.items():
+        where = f"{path}:{line}"
+        if name in reserved:
+            problems.append(f"{where}: tool {name!r} shadows the built-in tool of that name")
+        elif name in declared:
+            problems.append(f"{where}: tool {name!r} is also declared at {declared[name]}")
+        else:
+            declared[name] = where
+    return problems
+
+
+def load_catalogs(
+    patterns: Sequence[str], base_dir: Path, reserved: Iterable[str] = ()
+) -> list[CommandTool]:
+    """The tools of every file the glob patterns match; one ``CatalogError`` for all problems."""
+    problems: list[str] = []
+    tools, found = _collect(_expand(patterns, base_dir, problems), set(reserved))
+    problems.extend(found)
     if problems:
         raise CatalogError(problems)
     return tools

@@ -28,7 +28,7 @@ class ToolSet(Mapping[str, Tool]):
         by_name: dict[str, Tool] = {}
         for tool in tools:
             if tool.name in by_name:
-                raise ToolCollision(f"tool name collision: {tool.name!r} is declared twice")
+                raise ToolCollision(_collision(by_name[tool.name], tool))
             by_name[tool.name] = tool
         self._tools = MappingProxyType(by_name)
         self._checks: dict[str, Callable[[dict[str, Any]], list[str]]] = {
@@ -66,6 +66,13 @@ class ToolSet(Mapping[str, Tool]):
         # The set never changes, so every run started on it shares one computation.
         shape = [[t.name, t.description, t.parameters, repr(t.flags)] for t in self._tools.values()]
         return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _collision(first: Tool, second: Tool) -> str:
+    """One line naming both claims, each at its ``file:line`` if it came from a catalog."""
+    # Catalog tools know their file:line; MCP clashes are caught before, so the rest are built in.
+    places = [getattr(tool, "origin", None) or "a built-in tool" for tool in (first, second)]
+    return f"tool name collision: {first.name!r} is declared twice ({places[0]} and {places[1]})"
 
 
 def _check(tool: Tool) -> Callable[[dict[str, Any]], list[str]]:

@@ -9,6 +9,7 @@ import pytest
 
 from bot.tools.base import ToolContext
 from bot.tools.catalog import CatalogError, check_catalog, load_catalog, load_catalogs
+from bot.tools.toolset import ToolSet
 
 CTX = ToolContext(run_id="run_1", call_id="call_1")
 
@@ -227,3 +228,59 @@ def test_problems_of_every_file_are_reported_together(tmp_path: Path) -> None:
     with pytest.raises(CatalogError) as caught:
         load_catalogs(["a.yaml", "b.yaml", "c.yaml"], tmp_path)
     assert len(caught.value.problems) == 3
+
+
+DASHED = """\
+tools:
+  - name: shift
+    description: Move by an offset
+    command: ["date", "{offset}", "{unit}"]
+    parameters:
+      type: object
+      properties:
+        offset: {type: integer}
+        unit: {type: string}
+    allow_leading_dash: [offset]
+"""
+
+
+async def test_allow_leading_dash_lets_only_the_named_parameter_start_with_a_dash(
+    tmp_path: Path,
+) -> None:
+    (tool,) = load_catalog(write(tmp_path, "ops.yaml", DASHED))
+    assert tool.argv({"offset": -5, "unit": "days"}) == ["date", "-5", "days"]
+    with pytest.raises(ValueError, match="argument 'unit' must not start with '-'"):
+        tool.argv({"offset": 5, "unit": "--days"})
+
+
+def test_allow_leading_dash_names_a_declared_placeholder(tmp_path: Path) -> None:
+    path = write(tmp_path, "ops.yaml", DASHED.replace("[offset]", "[offset, ofset, unit]"))
+    assert check_catalog(path) == [
+        f"{path}:10: tools[0].allow_leading_dash[1]: tool 'shift': 'ofset' is not a declared "
+        "parameter"
+    ]
+    unused = write(
+        tmp_path, "unused.yaml", DASHED.replace(', "{unit}"', "").replace("[offset]", "[unit]")
+    )
+    assert check_catalog(unused) == [
+        f"{unused}:10: tools[0].allow_leading_dash[0]: tool 'shift': 'unit' is not a placeholder "
+        "of the command"
+    ]
+
+
+def test_allow_leading_dash_must_be_a_list_of_names(tmp_path: Path) -> None:
+    path = write(tmp_path, "ops.yaml", DASHED.replace("[offset]", "true"))
+    assert only_problem(path).startswith(f"{path}:10: tools[0].allow_leading_dash: ")
+
+
+def test_pattern_anchors_mean_the_whole_value(tmp_path: Path) -> None:
+    (tool,) = load_catalog(write(tmp_path, "ops.yaml", GOOD))
+    tools = ToolSet([tool])
+    assert tools.validate("restart_service", {"unit": "nginx"}) == []
+    (problem,) = tools.validate("restart_service", {"unit": "nginx\n"})
+    assert problem == "unit: 'nginx\\n' does not match '^[a-z0-9@._-]+$'"
+
+
+def test_an_unanchored_pattern_still_searches(tmp_path: Path) -> None:
+    (tool,) = load_catalog(write(tmp_path, "ops.yaml", GOOD.replace("^[a-z0-9@._-]+$", "x")))
+    assert ToolSet([tool]).validate("restart_service", {"unit": "axb"}) == []

@@ -100,6 +100,52 @@ def test_undeclared_placeholder_is_refused() -> None:
         argv_tool("{nope}")
 
 
+async def test_a_value_that_looks_like_an_option_is_refused_before_anything_runs() -> None:
+    schema = {"type": "object", "properties": {"path": {"type": "string"}}}
+    tool = CommandTool("ls", "list", ["ls", "{path}"], parameters=schema)
+    result = await tool.call({"path": "--version"}, CTX)
+    assert result.is_error
+    assert result.output == (
+        "argument 'path' must not start with '-': the program would read it as an option"
+    )
+    assert tool.argument_errors({"path": "--version"}) == [result.output]
+
+
+async def test_after_a_literal_double_dash_a_dash_value_is_an_operand() -> None:
+    result = await argv_tool("--", "{unit}").call({"unit": "--version"}, CTX)
+    assert printed(result.output) == ["--", "--version"]
+
+
+async def test_allow_leading_dash_admits_the_named_parameter_only() -> None:
+    tool = argv_tool("{count}", "{unit}", allow_leading_dash=["count"])
+    assert printed((await tool.call({"count": -3, "unit": "a"}, CTX)).output) == ["-3", "a"]
+    assert tool.argument_errors({"count": -3, "unit": "-a"}) == [
+        "argument 'unit' must not start with '-': the program would read it as an option"
+    ]
+
+
+def test_allow_leading_dash_must_name_a_parameter() -> None:
+    with pytest.raises(ValueError, match="allow_leading_dash: 'nope' is not a declared parameter"):
+        argv_tool("{unit}", allow_leading_dash=["nope"])
+
+
+def test_argument_errors_give_one_line_per_argument() -> None:
+    tool = argv_tool("{unit}", "{since}")
+    assert tool.argument_errors({"unit": ["a"], "since": "x\0y"}) == [
+        "unit: ['a'] is not of type 'string'",
+        "argument 'since' contains a NUL byte",
+    ]
+
+
+def test_a_pattern_re2_cannot_run_or_pattern_properties_is_refused() -> None:
+    backreference = {"type": "object", "properties": {"unit": {"pattern": r"(a)\1"}}}
+    with pytest.raises(ValueError, match=r"parameters.properties.unit.pattern: .* linear time"):
+        CommandTool("x", "x", ["true"], parameters=backreference)
+    by_pattern = {"type": "object", "patternProperties": {"^a": {}}}
+    with pytest.raises(ValueError, match="patternProperties is not supported"):
+        CommandTool("x", "x", ["true"], parameters=by_pattern)
+
+
 async def test_no_shell_argument_arrives_as_one_literal_element(tmp_path: Path) -> None:
     hostile = "; rm -rf / $(touch pwned) `id` | cat > x"
     result = await argv_tool("{unit}").call({"unit": hostile}, CTX)

@@ -7,13 +7,15 @@ from pathlib import Path
 import pytest
 
 from bot.tools.base import ToolContext
-from bot.tools.catalog import check_catalog, load_catalogs
+from bot.tools.catalog import check_catalog, load_catalog, load_catalogs
 from bot.tools.command import CommandTool
+from bot.tools.toolset import ToolSet
 
 ROOT = Path(__file__).resolve().parents[3]
 CATALOG = ROOT / "bot" / "demo" / "tools" / "ops.yaml"
 EXAMPLE = ROOT / "manifests" / "tools" / "ops.yaml"
 CTX = ToolContext(run_id="run_1", call_id="call_1")
+SHIPPED = "^[a-z0-9][a-z0-9@._-]*$"
 
 
 @pytest.fixture
@@ -58,3 +60,31 @@ async def test_restart_effect_is_visible(tools: dict[str, CommandTool], tmp_path
     assert (tmp_path / "restarts.log").read_text() == "restart checkout\n"
     status = await tools["service_status"].call({"service": "checkout"}, CTX)
     assert "restarted via kestrel 1 time(s)" in status.output
+
+
+def patterned(catalog: Path) -> list[tuple[ToolSet, str, str, dict[str, object]]]:
+    """(tools, tool, parameter, otherwise valid arguments) for every parameter with a pattern."""
+    tools = ToolSet(load_catalog(catalog))
+    found = []
+    for tool in tools.values():
+        properties = tool.parameters["properties"]
+        base = {"lines": 10} if "lines" in properties else {}
+        found += [
+            (tools, tool.name, name, base) for name in properties if "pattern" in properties[name]
+        ]
+    assert len(found) == 3
+    return found
+
+
+@pytest.mark.parametrize("catalog", [CATALOG, EXAMPLE], ids=["demo", "example"])
+@pytest.mark.parametrize("value", ["-rf", "--help", "-", "checkout\n", "..", ".hidden", ""])
+def test_shipped_patterns_refuse_options_newlines_and_dots(catalog: Path, value: str) -> None:
+    for tools, tool, name, base in patterned(catalog):
+        (problem,) = tools.validate(tool, {**base, name: value})
+        assert f"does not match '{SHIPPED}'" in problem
+
+
+@pytest.mark.parametrize("catalog", [CATALOG, EXAMPLE], ids=["demo", "example"])
+def test_shipped_patterns_admit_real_names(catalog: Path) -> None:
+    for tools, tool, name, base in patterned(catalog):
+        assert tools.validate(tool, {**base, name: "foo@bar-2.service"}) == []
