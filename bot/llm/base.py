@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from bot.domain import AssistantTurn
+from bot.domain import AssistantTurn, ToolCall
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,33 @@ class ToolSpec:
     parameters: dict[str, Any] = field(default_factory=lambda: {"type": "object"})
 
 
+def unique_call_ids(turn: AssistantTurn, messages: Sequence[Message]) -> AssistantTurn:
+    """``turn`` with every call id unique in the run; returns ``turn`` itself if already so.
+
+    A missing id becomes ``call_<n>``, a repeated one ``<id>_<n>`` (the first free ``n``).
+    """
+    # Results, deferrals and one-shot grants are keyed by call id across the whole run, so a
+    # repeat within the turn or of an earlier turn's id would answer or authorise the wrong call.
+    taken = {call.id for m in messages if isinstance(m, AssistantMessage) for call in m.turn.calls}
+    calls: list[ToolCall] = []
+    for call in turn.calls:
+        free = _free_id(call.id, taken)
+        taken.add(free)
+        calls.append(call if free == call.id else call.model_copy(update={"id": free}))
+    if all(new is old for new, old in zip(calls, turn.calls, strict=True)):
+        return turn
+    return turn.model_copy(update={"calls": tuple(calls)})
+
+
+def _free_id(wanted: str, taken: set[str]) -> str:
+    if wanted and wanted not in taken:
+        return wanted
+    stem, n = (wanted, 2) if wanted else ("call", 1)
+    while f"{stem}_{n}" in taken:
+        n += 1
+    return f"{stem}_{n}"
+
+
 class ModelError(Exception):
     """The model call failed (after the provider's own retries); the message names the cause."""
 
@@ -78,5 +105,9 @@ class ModelProvider(Protocol):
     async def complete(
         self, messages: Sequence[Message], tools: Sequence[ToolSpec], timeout: float
     ) -> AssistantTurn:
-        """One model call; raises ``ModelError`` on failure or timeout."""
+        """One model call, retries included, within ``timeout`` seconds; ``ModelError`` otherwise.
+
+        Every call id in the returned turn is non-empty and unique in the run (see
+        ``unique_call_ids``): the loop keys results and grants by it.
+        """
         ...

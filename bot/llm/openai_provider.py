@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Sequence
+import logging
+from collections.abc import Mapping, Sequence
 from http import HTTPStatus
 from typing import Any
 
 import openai
-from openai import AsyncOpenAI
+from openai import AsyncAPIResponse, AsyncOpenAI
 from openai.types.chat import (
-    ChatCompletion,
     ChatCompletionFunctionToolParam,
     ChatCompletionMessageFunctionToolCallParam,
     ChatCompletionMessageParam,
@@ -25,7 +26,10 @@ from bot.llm.base import (
     ToolResultsMessage,
     ToolSpec,
     UserMessage,
+    unique_call_ids,
 )
+
+log = logging.getLogger("kestrel.llm")
 
 PROVIDER = "openai"
 # Local servers (Ollama, vLLM, LM Studio) ignore the key, but the client insists on one.
@@ -39,6 +43,11 @@ _HINTS = {
     429: "rate limited or out of quota",
 }
 _DETAIL_CHARS = 200
+# The largest legitimate reply (about 128k output tokens, JSON-escaped) stays under 4 MiB,
+# while a runaway server's body is refused before it costs a parse, a journal row and a copy.
+DEFAULT_MAX_REPLY_BYTES = 4 * 1024 * 1024
+# Below this not even an empty completion fits; a smaller cap is a configuration mistake.
+MIN_REPLY_BYTES = 1024
 
 
 class OpenAIProvider:
@@ -51,10 +60,14 @@ class OpenAIProvider:
         api_key: str | None,
         base_url: str | None,
         max_retries: int = 2,
+        max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
         client: AsyncOpenAI | None = None,
     ) -> None:
+        if max_reply_bytes < MIN_REPLY_BYTES:
+            raise ValueError(f"max_reply_bytes must be at least {MIN_REPLY_BYTES}")
         self._model = model
         self._max_retries = max_retries
+        self._max_reply_bytes = max_reply_bytes
         if client is not None:
             self._client = client.with_options(max_retries=max_retries)
             return
@@ -85,30 +98,67 @@ class OpenAIProvider:
         """Close the HTTP connections the client holds."""
         await self._client.close()
 
-    # The protocol fixes ``timeout``; it bounds each HTTP attempt inside the client.
     async def complete(
         self,
         messages: Sequence[Message],
         tools: Sequence[ToolSpec],
         timeout: float,
     ) -> AssistantTurn:
-        """One Chat Completions call; every failure becomes a one-line ``ModelError``."""
-        wire_tools = to_wire_tools(tools)
-        try:
-            completion = await self._client.chat.completions.create(
-                model=self._model,
-                messages=to_wire_messages(messages),
-                tools=wire_tools if wire_tools else openai.omit,
-                timeout=timeout,
+        """One Chat Completions call within ``timeout``; a failure is a one-line ``ModelError``."""
+        if timeout <= 0:
+            raise ModelError(
+                f"model call failed: no time left for it (timeout {_seconds(timeout)})"
             )
+        try:
+            # The client's own timeout is per attempt; this bounds retries and backoff as well,
+            # so the loop's min(model timeout, time left) really is the most the call takes.
+            async with asyncio.timeout(timeout):
+                body = await self._post(messages, tools, timeout)
+        except TimeoutError:
+            raise ModelError(self._timed_out(timeout)) from None
         except openai.OpenAIError as exc:
             raise ModelError(self._describe(exc, timeout)) from exc
+        except _ReadFailed as exc:
+            raise ModelError(f"model call failed: the reply from {self.base_url} {exc}") from None
         try:
-            return parse_completion(completion)
+            turn = parse_completion(decode_body(body))
         except _BadShape as exc:
             raise ModelError(
                 f"model call failed: bad response from {self.base_url}: {exc}"
             ) from None
+        return self._with_unique_ids(turn, messages)
+
+    async def _post(
+        self, messages: Sequence[Message], tools: Sequence[ToolSpec], timeout: float
+    ) -> bytes:
+        """The 200 body's bytes, read no further than the cap (errors still raise as usual)."""
+        wire_tools = to_wire_tools(tools)
+        # A streaming response leaves the body unread, so its size is checked before it is all
+        # in memory; retries and status errors are handled by the client exactly as before.
+        async with self._client.chat.completions.with_streaming_response.create(
+            model=self._model,
+            messages=to_wire_messages(messages),
+            tools=wire_tools if wire_tools else openai.omit,
+            timeout=timeout,
+        ) as response:
+            return await read_capped(response, self._max_reply_bytes)
+
+    def _with_unique_ids(self, turn: AssistantTurn, messages: Sequence[Message]) -> AssistantTurn:
+        unique = unique_call_ids(turn, messages)
+        if unique is not turn:
+            renamed = [
+                f"{a.id!r}->{b.id!r}"
+                for a, b in zip(turn.calls, unique.calls, strict=True)
+                if a != b
+            ]
+            log.warning(
+                "%s sent missing or repeated tool-call ids; renamed %s", self.base_url, renamed
+            )
+        return unique
+
+    def _timed_out(self, timeout: float) -> str:
+        line = f"model call failed: timed out after {_seconds(timeout)} waiting for {self.base_url}"
+        return line + (" (retries included)" if self._max_retries else "")
 
     def _describe(self, exc: openai.OpenAIError, timeout: float) -> str:
         """One readable line naming the cause, with the API key scrubbed out."""
@@ -123,7 +173,7 @@ class OpenAIProvider:
 
 def _cause(exc: openai.OpenAIError, where: str, timeout: float) -> str:
     if isinstance(exc, openai.APITimeoutError):
-        return f"timed out after {timeout:g}s waiting for {where}"
+        return f"timed out after {_seconds(timeout)} waiting for {where}"
     if isinstance(exc, openai.APIConnectionError):
         reason = exc.__cause__ or exc
         return f"cannot connect to {where} ({type(reason).__name__}: {_one_line(str(reason))})"
@@ -132,6 +182,11 @@ def _cause(exc: openai.OpenAIError, where: str, timeout: float) -> str:
     if isinstance(exc, openai.APIResponseValidationError):
         return f"bad response from {where}: {_one_line(exc.message)}"
     return _one_line(str(exc))
+
+
+def _seconds(value: float) -> str:
+    # A timeout cut to the run's remaining time is e.g. 3.99996; nobody needs the digits.
+    return f"{round(value, 2):g}s"
 
 
 def _was_retried(exc: openai.OpenAIError) -> bool:
@@ -224,45 +279,93 @@ class _BadShape(Exception):
     """The server answered 200 with something that is not a usable chat completion."""
 
 
-def parse_completion(completion: object) -> AssistantTurn:
-    """The first choice of a completion as an ``AssistantTurn``; arguments stay raw text."""
-    # The client builds response models without validating them, so every field is checked here.
-    if not isinstance(completion, ChatCompletion):
-        raise _BadShape(f"expected a chat completion, got {_preview(completion)}")
-    choices = getattr(completion, "choices", None)
+class _ReadFailed(Exception):
+    """The 200's body could not be had whole: over the cap, or the connection broke."""
+
+
+async def read_capped(response: AsyncAPIResponse[Any], limit: int) -> bytes:
+    """The whole body, or ``_ReadFailed`` as soon as it is known to exceed ``limit`` bytes."""
+    declared = response.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise _ReadFailed(_too_large(limit, f"it declared {int(declared)} bytes"))
+    body = bytearray()
+    try:
+        # Decoded bytes are counted, so a compressed body cannot slip a huge reply past the cap.
+        async for chunk in response.iter_bytes():
+            body += chunk
+            if len(body) > limit:
+                raise _ReadFailed(_too_large(limit, "reading stopped there"))
+    except _ReadFailed:
+        raise
+    # The body is read outside the client's retry loop, so its transport errors arrive raw, as
+    # httpx or httpx2 types depending on the openai version; any of them means a broken reply.
+    except Exception as exc:
+        cause = f"{type(exc).__name__}: {_one_line(str(exc))}".rstrip(": ")
+        raise _ReadFailed(f"broke off after {len(body)} bytes ({cause})") from exc
+    return bytes(body)
+
+
+def _too_large(limit: int, how: str) -> str:
+    return f"is larger than {limit} bytes (model.max_reply_bytes); {how}, nothing was kept"
+
+
+def decode_body(body: bytes) -> object:
+    """The body as JSON; anything else (HTML from a proxy, a cut body) is a bad response."""
+    try:
+        return json.loads(body)
+    # RecursionError: deeply nested arrays, which json gives up on rather than parse.
+    except (ValueError, RecursionError):
+        raise _BadShape(f"expected a chat completion, got {_preview(body)}") from None
+
+
+def parse_completion(data: object) -> AssistantTurn:
+    """The first choice of a decoded completion as an ``AssistantTurn``; arguments stay raw."""
+    if not isinstance(data, Mapping):
+        raise _BadShape(f"expected a chat completion, got {type(data).__name__}")
+    choices = data.get("choices")
     if not isinstance(choices, list) or not choices:
+        # Some compatible servers report failures as a 200 with an OpenAI-style error body.
+        error = data.get("error")
+        if error:
+            raise _BadShape(f"the server answered 200 with an error{_server_detail(error)}")
         raise _BadShape("the completion has no choices")
-    message = getattr(choices[0], "message", None)
-    if message is None:
+    choice = choices[0] if isinstance(choices[0], Mapping) else {}
+    message = choice.get("message")
+    if not isinstance(message, Mapping):
         raise _BadShape("the first choice has no message")
-    text = getattr(message, "content", None)
+    text = message.get("content")
     if text is not None and not isinstance(text, str):
         raise _BadShape("the message content is not text")
-    calls = tuple(_tool_call(raw) for raw in getattr(message, "tool_calls", None) or ())
-    finish = getattr(choices[0], "finish_reason", None)
+    raw_calls = message.get("tool_calls") or []
+    if not isinstance(raw_calls, list):
+        raise _BadShape("the message's tool_calls is not a list")
+    calls = tuple(_tool_call(raw) for raw in raw_calls)
+    finish = choice.get("finish_reason")
     return AssistantTurn(
         text=text,
         calls=calls,
         # Some compatible servers leave finish_reason empty; infer the obvious one.
         finish_reason=finish if isinstance(finish, str) else ("tool_calls" if calls else "stop"),
-        usage=_usage(getattr(completion, "usage", None)),
+        usage=_usage(data.get("usage")),
     )
 
 
 def _tool_call(raw: object) -> ToolCall:
-    function = getattr(raw, "function", None)
-    call_id = getattr(raw, "id", None)
-    name = getattr(function, "name", None)
-    if not isinstance(call_id, str) or not call_id:
-        raise _BadShape("a tool call has no id")
+    """One call; a missing id is kept empty here and given a fresh one by ``unique_call_ids``."""
+    fields: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+    function = fields.get("function")
+    function = function if isinstance(function, Mapping) else {}
+    call_id = fields.get("id")
+    call_id = call_id if isinstance(call_id, str) else ""
+    name = function.get("name")
     if not isinstance(name, str) or not name:
-        raise _BadShape(f"tool call {call_id} has no function name")
+        raise _BadShape(f"tool call {call_id or '(no id)'} has no function name")
     return ToolCall(id=call_id, name=name, arguments=_arguments_text(call_id, function))
 
 
-def _arguments_text(call_id: str, function: object) -> str:
+def _arguments_text(call_id: str, function: Mapping[str, Any]) -> str:
     """The arguments exactly as sent; the loop, not the provider, decides whether they are valid."""
-    arguments = getattr(function, "arguments", None)
+    arguments = function.get("arguments")
     if isinstance(arguments, str):
         return arguments
     if arguments is None:
@@ -273,16 +376,22 @@ def _arguments_text(call_id: str, function: object) -> str:
     raise _BadShape(f"tool call {call_id} has arguments of type {type(arguments).__name__}")
 
 
-def _usage(usage: Any) -> Usage:
+def _usage(usage: object) -> Usage:
     """Token counts; a server that reports none costs zero rather than failing the call."""
-    prompt = getattr(usage, "prompt_tokens", None)
-    completion = getattr(usage, "completion_tokens", None)
-    return Usage(
-        input_tokens=prompt if isinstance(prompt, int) else 0,
-        output_tokens=completion if isinstance(completion, int) else 0,
-    )
+    counts: Mapping[str, Any] = usage if isinstance(usage, Mapping) else {}
+    prompt = counts.get("prompt_tokens")
+    completion = counts.get("completion_tokens")
+    return Usage(input_tokens=_count(prompt), output_tokens=_count(completion))
 
 
-def _preview(value: object) -> str:
-    text = _one_line(value if isinstance(value, str) else type(value).__name__)
+def _count(value: object) -> int:
+    # JSON true is an int to Python, and a negative count would lower the run's spend.
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def _preview(body: bytes) -> str:
+    text = _one_line(body[:_PREVIEW_BYTES].decode("utf-8", errors="replace"))
     return repr(text[:80]) if text else "an empty body"
+
+
+_PREVIEW_BYTES = 320

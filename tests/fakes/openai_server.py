@@ -34,16 +34,66 @@ HOST = "127.0.0.1"
 class Canned:
     """An answer that takes precedence over the script for one request.
 
-    Waits ``delay`` seconds, then answers ``status`` with ``body`` (JSON) or ``raw`` (text);
-    with ``status`` None it answers the scripted reply after the delay (a slow server).
+    Waits ``delay`` seconds, then answers ``status`` with ``body`` (JSON) or ``raw`` (text, sent
+    as ``content_type``); with ``status`` None it answers the scripted reply after the delay (a
+    slow server). ``chunked`` sends the body without a Content-Length, in pieces; with
+    ``cut_after`` it drops the connection after that many bytes of it.
     """
 
     status: int | None = 500
     delay: float = 0.0
     body: Any = None
     raw: str | None = None
+    content_type: str = "text/plain"
+    chunked: bool = False
+    cut_after: int | None = None
     # A tiny Retry-After keeps the client's retry backoff from slowing tests down.
     headers: Mapping[str, str] = field(default_factory=lambda: {"retry-after-ms": "1"})
+
+
+def non_json_200(text: str = '{"choices": [') -> Canned:
+    """A 200 that claims to be JSON but is not (a proxy, a crashed worker, a cut body)."""
+    return Canned(status=200, raw=text, content_type="application/json")
+
+
+def chat_completion(
+    text: str | None = None,
+    calls: Sequence[tuple[str | None, str, str]] = (),
+) -> dict[str, Any]:
+    """A ``chat.completion`` body with exactly these tool calls: (id or None, name, arguments).
+
+    Unlike scripted replies, ids are taken as given, so duplicates and missing ids can be sent.
+    """
+    message: dict[str, Any] = {"role": "assistant", "content": text, "refusal": None}
+    if calls:
+        message["tool_calls"] = [
+            {
+                **({"id": call_id} if call_id is not None else {}),
+                "type": "function",
+                "function": {"name": name, "arguments": arguments},
+            }
+            for call_id, name, arguments in calls
+        ]
+    return {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "fake",
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "logprobs": None,
+                "finish_reason": "tool_calls" if calls else "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    }
+
+
+def huge_reply(size: int, *, chunked: bool = False) -> Canned:
+    """A 200 whose body is a valid completion of about ``size`` bytes (a runaway model)."""
+    return Canned(status=200, body=chat_completion(text="x" * size), chunked=chunked)
 
 
 def error_body(status: int) -> dict[str, Any]:
@@ -59,7 +109,10 @@ def error_body(status: int) -> dict[str, Any]:
 
 
 class FakeOpenAI:
-    """The fake server; replies are picked by the number of assistant messages in a request."""
+    """The fake server; replies are picked by the number of assistant messages in a request.
+
+    With ``hang`` every request is read and then never answered until the server stops.
+    """
 
     def __init__(
         self,
@@ -67,6 +120,7 @@ class FakeOpenAI:
         *,
         canned: Sequence[Canned] = (),
         delay: float = 0.0,
+        hang: bool = False,
         log_path: str | Path | None = None,
         port: int = 0,
     ) -> None:
@@ -77,6 +131,8 @@ class FakeOpenAI:
         )
         self.requests: list[dict[str, Any]] = []
         self.delay = delay
+        self.hang = hang
+        self._stopping = asyncio.Event()
         self._canned: deque[Canned] = deque(canned)
         self._log_path = Path(log_path) if log_path else None
         self._port = port
@@ -115,6 +171,8 @@ class FakeOpenAI:
 
     async def stop(self) -> None:
         """Stop listening."""
+        # Hanging handlers return first, or cleanup would wait for them.
+        self._stopping.set()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -131,16 +189,19 @@ class FakeOpenAI:
     ) -> None:
         await self.stop()
 
-    async def _handle(self, request: web.Request) -> web.Response:
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.requests.append(body)
         self._log(body)
+        if self.hang:
+            await self._stopping.wait()
+            return web.Response(status=503)
         canned = self._canned.popleft() if self._canned else None
         delay = canned.delay if canned else self.delay
         if delay:
             await asyncio.sleep(delay)
         if canned is not None and canned.status is not None:
-            return _canned_response(canned)
+            return await _canned_response(canned, request)
         return _json(completion_body(self.script, body, self.count))
 
     def _log(self, body: dict[str, Any]) -> None:
@@ -163,12 +224,44 @@ def _json(
     )
 
 
-def _canned_response(canned: Canned) -> web.Response:
+async def _canned_response(canned: Canned, request: web.Request) -> web.StreamResponse:
     assert canned.status is not None
+    if canned.chunked:
+        return await _chunked(canned, request)
     if canned.raw is not None:
-        return web.Response(status=canned.status, text=canned.raw, headers=dict(canned.headers))
+        return web.Response(
+            status=canned.status,
+            text=canned.raw,
+            content_type=canned.content_type,
+            headers=dict(canned.headers),
+        )
     body = canned.body if canned.body is not None else error_body(canned.status)
     return _json(body, canned.status, canned.headers)
+
+
+_CHUNK = 64 * 1024
+
+
+async def _chunked(canned: Canned, request: web.Request) -> web.StreamResponse:
+    """The body in pieces with no Content-Length, so a client cannot know its size up front."""
+    assert canned.status is not None
+    data = (canned.raw if canned.raw is not None else json.dumps(canned.body)).encode()
+    response = web.StreamResponse(status=canned.status, headers=dict(canned.headers))
+    response.content_type = "application/json" if canned.raw is None else canned.content_type
+    response.enable_chunked_encoding()
+    await response.prepare(request)
+    if canned.cut_after is not None:
+        data = data[: canned.cut_after]
+    try:
+        for start in range(0, len(data), _CHUNK):
+            await response.write(data[start : start + _CHUNK])
+        if canned.cut_after is not None and request.transport is not None:
+            request.transport.close()  # no final chunk: the client sees a broken body
+            return response
+        await response.write_eof()
+    except ConnectionError:
+        pass  # the client gave up reading, as a capped client should
+    return response
 
 
 def completion_body(script: Script, request: dict[str, Any], serial: int) -> dict[str, Any]:
@@ -271,7 +364,12 @@ async def _serve(args: argparse.Namespace) -> None:
     script = load_script(args.script) if args.script else Script(name="fake")
     canned = [Canned(status=status) for status in args.fail]
     async with FakeOpenAI(
-        script, canned=canned, delay=args.delay, log_path=args.log, port=args.port
+        script,
+        canned=canned,
+        delay=args.delay,
+        hang=args.hang,
+        log_path=args.log,
+        port=args.port,
     ) as fake:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -290,6 +388,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--port-file", help="write the listening port here once ready")
     parser.add_argument("--log", help="append each request body here as one JSON line")
     parser.add_argument("--delay", type=float, default=0.0, help="seconds before each reply")
+    parser.add_argument("--hang", action="store_true", help="never answer any request")
     parser.add_argument(
         "--fail",
         type=int,

@@ -1,0 +1,201 @@
+"""The OpenAI provider's bounds: whole-call timeout, bad bodies, call ids, reply size."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from bot.domain import AssistantTurn, ToolCall
+from bot.llm.base import (
+    AssistantMessage,
+    Message,
+    ModelError,
+    ToolResultItem,
+    ToolResultsMessage,
+    UserMessage,
+)
+from bot.llm.openai_provider import OpenAIProvider
+from tests.fakes.openai_server import (
+    Canned,
+    FakeOpenAI,
+    chat_completion,
+    huge_reply,
+    non_json_200,
+)
+
+KEY = "sk-test-key"
+HI: list[Message] = [UserMessage("hi")]
+
+
+def _provider(fake: FakeOpenAI, **options: int) -> OpenAIProvider:
+    return OpenAIProvider("m", api_key=KEY, base_url=fake.base_url, **options)
+
+
+# The whole call, retries and their backoff included, is bounded by ``timeout``.
+
+
+async def test_hanging_server_fails_within_the_timeout_despite_retries() -> None:
+    async with FakeOpenAI(hang=True) as fake:
+        model = _provider(fake, max_retries=2)
+        started = time.monotonic()
+        with pytest.raises(ModelError, match=r"timed out after 1s waiting for http://127"):
+            await model.complete(HI, [], timeout=1.0)
+        elapsed = time.monotonic() - started
+        await model.aclose()
+
+    # Per attempt, three attempts and two backoffs took over 3 s; the bound is the whole call.
+    assert elapsed < 1.0 + 1.5
+    assert fake.count >= 1
+
+
+async def test_retry_backoff_counts_against_the_timeout() -> None:
+    slow_retry = {"retry-after-ms": "2000"}  # the client honours it, so each retry waits 2 s
+    canned = [Canned(status=503, headers=slow_retry)] * 3
+    async with FakeOpenAI([{"text": "late"}], canned=canned) as fake:
+        model = _provider(fake, max_retries=2)
+        started = time.monotonic()
+        with pytest.raises(ModelError, match="timed out after 1s"):
+            await model.complete(HI, [], timeout=1.0)
+        elapsed = time.monotonic() - started
+        await model.aclose()
+
+    assert elapsed < 1.0 + 1.5
+    assert fake.count == 1  # the first retry was still sleeping when time ran out
+
+
+async def test_no_time_left_fails_without_a_request() -> None:
+    async with FakeOpenAI([{"text": "late"}]) as fake:
+        model = _provider(fake)
+        with pytest.raises(ModelError, match="no time left"):
+            await model.complete(HI, [], timeout=0)
+        await model.aclose()
+
+    assert fake.count == 0
+
+
+# A 200 that is not a chat completion is a model error, never an escaping exception.
+
+
+@pytest.mark.parametrize(
+    ("canned", "cause"),
+    [
+        (non_json_200(), r"expected a chat completion, got '\{\"choices\": \['"),
+        (non_json_200(""), "expected a chat completion, got an empty body"),
+        (non_json_200("[" * 100_000), "expected a chat completion"),
+        (Canned(status=200, body=["not", "an", "object"]), "expected a chat completion"),
+        (
+            Canned(status=200, body={"error": {"message": "worker crashed"}}),
+            "the server answered 200 with an error: worker crashed",
+        ),
+    ],
+)
+async def test_a_200_that_is_not_a_completion_is_a_model_error(canned: Canned, cause: str) -> None:
+    async with FakeOpenAI([{"text": "unused"}], canned=[canned]) as fake:
+        model = _provider(fake)
+        with pytest.raises(ModelError, match=f"bad response from {fake.base_url}: {cause}"):
+            await model.complete(HI, [], timeout=5)
+        await model.aclose()
+
+    assert fake.count == 1  # a bad 200 is not retried
+
+
+# Call ids are unique in the run, whatever the server sent.
+
+
+async def _turn_for(canned: Canned, messages: list[Message] = HI) -> AssistantTurn:
+    async with FakeOpenAI([{"text": "unused"}], canned=[canned]) as fake:
+        model = _provider(fake)
+        turn = await model.complete(messages, [], timeout=5)
+        await model.aclose()
+    return turn
+
+
+async def test_duplicate_call_ids_are_renamed_and_every_call_kept() -> None:
+    body = chat_completion(
+        calls=[
+            ("call_0", "service_status", '{"service": "checkout"}'),
+            ("call_0", "service_status", '{"service": "payments"}'),
+            ("call_0", "tail_logs", "{}"),
+        ]
+    )
+
+    turn = await _turn_for(Canned(status=200, body=body))
+
+    assert [c.id for c in turn.calls] == ["call_0", "call_0_2", "call_0_3"]
+    assert [c.arguments for c in turn.calls][:2] == [
+        '{"service": "checkout"}',
+        '{"service": "payments"}',
+    ]
+
+
+async def test_missing_and_empty_call_ids_get_fresh_ones() -> None:
+    body = chat_completion(calls=[(None, "disk_usage", "{}"), ("", "disk_usage", "{}")])
+
+    turn = await _turn_for(Canned(status=200, body=body))
+
+    assert [c.id for c in turn.calls] == ["call_1", "call_2"]
+
+
+async def test_ids_already_used_in_the_run_are_renamed() -> None:
+    # Some servers number calls per reply, so "call_0" comes back every turn; one-shot grants
+    # and results are keyed by id across the run, so a reused id must not look like the old one.
+    earlier = ToolCall(id="call_0", name="disk_usage")
+    messages: list[Message] = [
+        UserMessage("disk?"),
+        AssistantMessage(AssistantTurn(calls=(earlier,), finish_reason="tool_calls")),
+        ToolResultsMessage((ToolResultItem("call_0", "disk_usage", "42%"),)),
+    ]
+    body = chat_completion(calls=[("call_0", "disk_usage", "{}")])
+
+    turn = await _turn_for(Canned(status=200, body=body), messages)
+
+    assert [c.id for c in turn.calls] == ["call_0_2"]
+
+
+async def test_unique_ids_are_left_alone() -> None:
+    body = chat_completion(calls=[("a", "x", "{}"), ("b", "y", "{}")])
+
+    turn = await _turn_for(Canned(status=200, body=body))
+
+    assert [c.id for c in turn.calls] == ["a", "b"]
+
+
+# A reply is capped in bytes before it is parsed.
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+async def test_a_reply_over_the_cap_is_a_model_error(chunked: bool) -> None:
+    async with FakeOpenAI([{"text": "unused"}], canned=[huge_reply(1 << 20, chunked=chunked)]) as f:
+        model = _provider(f, max_reply_bytes=64 * 1024)
+        with pytest.raises(ModelError) as caught:
+            await model.complete(HI, [], timeout=5)
+        await model.aclose()
+
+    message = str(caught.value)
+    assert "larger than 65536 bytes" in message
+    assert "model.max_reply_bytes" in message
+    assert f.count == 1  # an oversized reply is not asked for again
+
+
+async def test_a_reply_under_the_cap_is_parsed() -> None:
+    async with FakeOpenAI([{"text": "unused"}], canned=[huge_reply(32 * 1024, chunked=True)]) as f:
+        model = _provider(f, max_reply_bytes=64 * 1024)
+        turn = await model.complete(HI, [], timeout=5)
+        await model.aclose()
+
+    assert turn.text == "x" * 32 * 1024
+
+
+async def test_a_body_cut_off_midway_is_a_model_error() -> None:
+    canned = Canned(status=200, body=chat_completion(text="x" * 1000), chunked=True, cut_after=100)
+    async with FakeOpenAI([{"text": "unused"}], canned=[canned]) as fake:
+        model = _provider(fake)
+        with pytest.raises(ModelError, match=r"the reply from .* broke off after \d+ bytes"):
+            await model.complete(HI, [], timeout=5)
+        await model.aclose()
+
+
+def test_the_cap_must_fit_a_completion() -> None:
+    with pytest.raises(ValueError, match="max_reply_bytes"):
+        OpenAIProvider("m", api_key=KEY, base_url=None, max_reply_bytes=10)

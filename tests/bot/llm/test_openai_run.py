@@ -1,0 +1,92 @@
+"""Whole runs on the OpenAI provider against the fake server: what a bad server does to a run."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from bot.domain import Budgets, JournalRecord, RunStatus, StopReason
+from bot.llm.openai_provider import OpenAIProvider
+from bot.runs import Supervisor
+from bot.state import RunState
+from tests.fakes.openai_server import Canned, FakeOpenAI, chat_completion, huge_reply, non_json_200
+from tests.fakes.runtime import Counter, Recorder, counting_tools, make_runtime
+
+
+async def _run(
+    tmp_path: Path,
+    fake: FakeOpenAI,
+    *,
+    budgets: Budgets | None = None,
+    model_timeout: float = 60.0,
+    max_reply_bytes: int = 1 << 20,
+) -> tuple[RunState, Counter, list[JournalRecord], Recorder]:
+    model = OpenAIProvider(
+        "m", api_key="k", base_url=fake.base_url, max_retries=2, max_reply_bytes=max_reply_bytes
+    )
+    counter = Counter()
+    rt, rec = await make_runtime(tmp_path / "k.db", model, counting_tools(counter), budgets=budgets)
+    rt.model_timeout = model_timeout
+    try:
+        sup = Supervisor(rt)
+        state = await sup.wait(await sup.start_turn("help", requested_by="U0REQ"))
+        records = await rt.store.load(state.run_id)
+    finally:
+        await rt.store.close()
+        await model.aclose()
+    return state, counter, records, rec
+
+
+async def test_a_non_json_200_fails_the_run_as_a_model_error(tmp_path: Path) -> None:
+    async with FakeOpenAI([{"text": "unused"}], canned=[non_json_200()]) as fake:
+        state, _, _, rec = await _run(tmp_path, fake)
+
+    assert state.result is not None
+    assert (state.result.status, state.result.stop_reason) == (
+        RunStatus.FAILED,
+        StopReason.MODEL_ERROR,
+    )
+    assert "expected a chat completion" in state.result.error
+    assert "panic" not in rec.kinds()
+
+
+async def test_duplicate_ids_run_each_call_once_and_answer_each(tmp_path: Path) -> None:
+    first = chat_completion(
+        calls=[("call_0", "echo", '{"text": "a"}'), ("call_0", "echo", '{"text": "b"}')]
+    )
+    script = [{"text": "unused"}, {"text": "done"}]
+    async with FakeOpenAI(script, canned=[Canned(status=200, body=first)]) as fake:
+        state, counter, _, _ = await _run(tmp_path, fake)
+
+    assert state.result is not None
+    assert state.result.stop_reason is StopReason.ANSWERED
+    assert counter.calls == {"echo": 2}
+    second = fake.requests[1]["messages"]
+    assistant = next(m for m in second if m["role"] == "assistant")
+    sent_ids = [c["id"] for c in assistant["tool_calls"]]
+    answered = [(m["tool_call_id"], m["content"]) for m in second if m["role"] == "tool"]
+    assert len(set(sent_ids)) == 2
+    assert answered == [(sent_ids[0], "a"), (sent_ids[1], "b")]
+
+
+async def test_a_hanging_server_does_not_overrun_the_run_deadline(tmp_path: Path) -> None:
+    async with FakeOpenAI(hang=True) as fake:
+        started = time.monotonic()
+        state, _, _, _ = await _run(tmp_path, fake, budgets=Budgets(deadline_seconds=1.5))
+        elapsed = time.monotonic() - started
+
+    assert state.result is not None
+    assert state.result.status is RunStatus.FAILED
+    # Retried per attempt, this took three timeouts plus backoff (about 5 s).
+    assert elapsed < 1.5 + 1.5
+
+
+async def test_a_reply_over_the_cap_ends_the_run_with_a_clear_error(tmp_path: Path) -> None:
+    canned = [huge_reply(2 << 20)]
+    async with FakeOpenAI([{"text": "unused"}], canned=canned) as fake:
+        state, _, records, _ = await _run(tmp_path, fake, max_reply_bytes=1 << 20)
+
+    assert state.result is not None
+    assert state.result.stop_reason is StopReason.MODEL_ERROR
+    assert "larger than 1048576 bytes (model.max_reply_bytes)" in state.result.error
+    assert "assistant_turn" not in [r.entry.kind for r in records]
