@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import codecs
 import contextlib
 import json
+import os
 import signal
 import sys
 import threading
 from collections.abc import Iterator
 from typing import Any, TextIO
 
+from bot.cli.render import printable
 from bot.domain import (
     Decision,
     DecisionKind,
@@ -21,6 +24,7 @@ from bot.domain import (
     new_id,
 )
 from bot.events import Event
+from bot.policy import NotPermitted
 from bot.runs import LiveRun, ResumeRefused, Supervisor
 from bot.state import RunState
 from bot.store import StoreError
@@ -30,7 +34,8 @@ HELP = """commands:
   /resume RUN        resume a suspended run here
   /cancel RUN        cancel a run
   /quit              leave (Ctrl-D works too)
-Ctrl-C while a run works suspends it at the next loop boundary; a second Ctrl-C aborts."""
+Ctrl-C while a run works stops its model call or command and suspends it; a second Ctrl-C
+leaves the chat. SIGTERM suspends the run and leaves."""
 
 
 class ConsoleIO:
@@ -46,8 +51,8 @@ class ConsoleIO:
         loop = asyncio.get_running_loop()
 
         def pump() -> None:
-            for line in iter(self._stdin.readline, ""):
-                loop.call_soon_threadsafe(self._lines.put_nowait, line.rstrip("\n"))
+            for line in _lines_of(self._stdin):
+                loop.call_soon_threadsafe(self._lines.put_nowait, line)
             loop.call_soon_threadsafe(self._lines.put_nowait, None)
 
         threading.Thread(target=pump, name="console-stdin", daemon=True).start()
@@ -68,9 +73,30 @@ class ConsoleIO:
         return line
 
     def write(self, text: str, end: str = "\n") -> None:
-        """Print and flush."""
-        self._stdout.write(text + end)
+        """Print and flush; model and tool text never reaches the terminal as control codes."""
+        self._stdout.write(printable(text) + end)
         self._stdout.flush()
+
+
+def _lines_of(stdin: TextIO) -> Iterator[str]:
+    """The lines of ``stdin``, read from its file descriptor when it has one.
+
+    A thread blocked in ``readline`` holds the stream's lock, and Python's exit waits for that
+    lock to close the stream: leaving on Ctrl-C would hang until the next line was typed.
+    """
+    try:
+        fd = stdin.fileno()
+    except (AttributeError, OSError, ValueError):
+        yield from (line.rstrip("\n") for line in iter(stdin.readline, ""))
+        return
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    pending = ""
+    while chunk := os.read(fd, 65536):
+        *lines, pending = (pending + decoder.decode(chunk)).split("\n")
+        yield from lines
+    pending += decoder.decode(b"", final=True)
+    if pending:
+        yield pending
 
 
 class ConsolePrompter:
@@ -164,18 +190,28 @@ class ConsoleChat:
         self.session = Session(id=new_id("ses"), platform="console")
         self._live: LiveRun | None = None
         self._interrupts = 0
+        self.terminated = False  # SIGTERM arrived: leave once the run under way has suspended
+        self._leaving = False
         supervisor.rt.events.add(ConsoleRenderer(io))
 
     async def run(self, banner: str) -> None:
         """Read messages until end of input or /quit."""
         self.io.write(banner)
-        with self._sigint():
-            while True:
-                line = await self.io.readline("you> ")
-                if line is None or line.strip() == "/quit":
-                    return
-                if line.strip():
-                    await self._handle(line.strip())
+        with self._signals():
+            try:
+                await self._read_turns()
+            except asyncio.CancelledError:
+                if not self.terminated:
+                    raise  # a second Ctrl-C: leave; the caller's shutdown suspends the run
+                asyncio.current_task().uncancel()  # type: ignore[union-attr]
+
+    async def _read_turns(self) -> None:
+        while not self.terminated:
+            line = await self.io.readline("you> ")
+            if line is None or line.strip() == "/quit":
+                return
+            if line.strip():
+                await self._handle(line.strip())
 
     async def _handle(self, line: str) -> None:
         if line.startswith("/"):
@@ -217,7 +253,7 @@ class ConsoleChat:
         arg = arg.strip()
         try:
             await self._dispatch(name, arg)
-        except (ResumeRefused, StoreError) as exc:
+        except (ResumeRefused, StoreError, NotPermitted) as exc:
             self.io.write(f"  ! {exc}")
 
     async def _dispatch(self, name: str, arg: str) -> None:
@@ -236,23 +272,38 @@ class ConsoleChat:
             self.io.write(HELP)
 
     @contextlib.contextmanager
-    def _sigint(self) -> Iterator[None]:
+    def _signals(self) -> Iterator[None]:
         # Event-loop signal handlers exist on POSIX only; elsewhere Ctrl-C stays Python's own.
         if sys.platform == "win32":
             yield
             return
         loop = asyncio.get_running_loop()
-        loop.add_signal_handler(signal.SIGINT, self._interrupt, asyncio.current_task())
+        main = asyncio.current_task()
+        loop.add_signal_handler(signal.SIGINT, self._interrupt, main)
+        loop.add_signal_handler(signal.SIGTERM, self._terminate, main)
         try:
             yield
         finally:
-            loop.remove_signal_handler(signal.SIGINT)
+            # The handlers stay (the loop removes them when it closes) but do nothing more:
+            # Python's own Ctrl-C would raise in the middle of closing the journal.
+            self._leaving = True
+
+    def _terminate(self, main: asyncio.Task[Any] | None) -> None:
+        if self._leaving:
+            return
+        self.terminated = True
+        if self._live is not None:
+            self._live.signals.interrupt.request()
+        elif main is not None:
+            main.cancel()
 
     def _interrupt(self, main: asyncio.Task[Any] | None) -> None:
+        if self._leaving:
+            return
         self._interrupts += 1
         if self._live is not None and self._interrupts == 1:
-            self._live.signals.suspend.set()
-            self.io.write("\n  (suspending at the next loop boundary; Ctrl-C again aborts)")
+            self._live.signals.interrupt.request()
+            self.io.write("\n  (stopping: the run suspends now; Ctrl-C again leaves the chat)")
             return
         if main is not None:
             main.cancel()

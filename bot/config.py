@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal, get_origin
 
 import yaml
+from dotenv import dotenv_values
 from pydantic import (
     AliasChoices,
     BaseModel,
@@ -20,8 +23,10 @@ from pydantic import (
 )
 from pydantic_settings import (
     BaseSettings,
+    EnvSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    SettingsError,
 )
 
 from bot.cron import parse_cron
@@ -29,6 +34,26 @@ from bot.domain import Budgets
 from bot.pii import PiiSettings
 
 DEFAULT_CONFIG_NAME = "kestrel.yaml"
+ENV_PREFIX: Final = "KESTREL_"
+ENV_FILE: Final = ".env"
+# Variables with the prefix that the program reads itself and that are not settings.
+NON_SETTING_VARIABLES: Final = frozenset(
+    {
+        "KESTREL_CONFIG",
+        "KESTREL_DEMO_STATE",
+        "KESTREL_TEST_POSTGRES_DSN",
+        "KESTREL_BENCH_POSTGRES_DSN",
+        "KESTREL_WEB_TOKEN",
+    }
+)
+# Settings whose variable is not KESTREL_<NAME>: the variable's name, by setting.
+_VARIABLE_OF: Final = {
+    "database": "KESTREL_DATABASE_URL",
+    "openai_api_key": "OPENAI_API_KEY",
+    "openai_base_url": "OPENAI_BASE_URL",
+}
+# Derived from where the configuration file is, so never read from the file or environment.
+_NOT_SETTABLE: Final = frozenset({"base_dir"})
 DEFAULT_SYSTEM_PROMPT = (
     "You are Kestrel, an on-call assistant in a team chat. Investigate with the tools you "
     "have, prefer read-only tools first, explain what you found and what you changed, and "
@@ -52,8 +77,12 @@ class ModelSettings(Section):
     provider: Literal["openai", "scripted"] | None = None
     name: str = "gpt-4.1-mini"
     script: str | None = None
+    # The whole call, the client's retries and their backoff included.
     timeout: float = Field(60.0, gt=0)
     max_retries: int = Field(2, ge=0, le=10)
+    # A reply body over this many bytes ends the run as a model error (4 MiB: any real reply
+    # fits, a runaway server's does not get parsed, journaled and held in memory).
+    max_reply_bytes: int = Field(4 * 1024 * 1024, ge=1024)
 
 
 class BudgetSettings(Section):
@@ -109,6 +138,8 @@ class ReplicaSettings(Section):
 
     lease_seconds: float = Field(30.0, gt=0)
     poll_seconds: float = Field(1.0, gt=0)
+    # On SIGTERM a tool under way may finish for this long; then it is killed (on-call decides).
+    shutdown_grace_seconds: float = Field(20.0, ge=0)
 
 
 class HookSettings(Section):
@@ -151,9 +182,9 @@ class Settings(BaseSettings):
     """The whole configuration of one Kestrel process."""
 
     model_config = SettingsConfigDict(
-        env_prefix="KESTREL_",
+        env_prefix=ENV_PREFIX,
         env_nested_delimiter="__",
-        env_file=".env",
+        env_file=ENV_FILE,
         extra="forbid",
     )
 
@@ -190,7 +221,20 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         """The environment overrides ``.env``, which overrides the YAML file (passed as init)."""
+        for source in (env_settings, dotenv_settings):
+            if isinstance(source, EnvSettingsSource):  # DotEnvSettingsSource is one too
+                # An alias is also read as an unprefixed variable (``DATABASE`` moved the
+                # journal): only KESTREL_ settings and the OpenAI variables are read.
+                source.env_vars = {k: v for k, v in source.env_vars.items() if _is_setting_var(k)}
         return env_settings, dotenv_settings, init_settings
+
+    @field_validator("pii", mode="before")
+    @classmethod
+    def _pii_mode_off(cls, value: Any) -> Any:
+        """YAML 1.1 reads ``mode: off`` as false: take it as the ``off`` it was written as."""
+        if isinstance(value, Mapping) and value.get("mode") is False:
+            return {**value, "mode": "off"}
+        return value
 
     @property
     def provider(self) -> str:
@@ -220,8 +264,8 @@ def demo_file(name: str) -> Path:
 
 
 def config_path(explicit: str | None) -> Path | None:
-    """``--config``, else ``KESTREL_CONFIG``, else ``./kestrel.yaml`` if it exists."""
-    chosen = explicit or os.environ.get("KESTREL_CONFIG")
+    """``--config``, else ``KESTREL_CONFIG`` (environment or ``.env``), else ``./kestrel.yaml``."""
+    chosen = explicit or os.environ.get("KESTREL_CONFIG") or _dotenv().get("KESTREL_CONFIG")
     if chosen:
         path = Path(chosen)
         if not path.is_file():
@@ -235,11 +279,81 @@ def load_settings(explicit: str | None = None) -> Settings:
     """Read the YAML file (if any), then the environment; one readable error on failure."""
     path = config_path(explicit)
     data = _read_yaml(path) if path else {}
+    variables = {
+        **_setting_variables(_dotenv(), ENV_FILE),
+        **_setting_variables(os.environ, "environment"),
+    }
     base_dir = path.parent.resolve() if path else Path.cwd()
     try:
         return Settings(**data, base_dir=base_dir)
     except ValidationError as exc:
-        raise ConfigError(_describe(exc, path)) from exc
+        raise ConfigError(_describe(exc, path, variables)) from exc
+    except SettingsError as exc:
+        raise ConfigError(_describe_unparsable(exc, variables)) from exc
+
+
+def _dotenv() -> dict[str, str | None]:
+    """The variables of ``./.env``, which the settings read too."""
+    env_file = Path(ENV_FILE)
+    return dotenv_values(env_file) if env_file.is_file() else {}
+
+
+def _is_setting_var(name: str) -> bool:
+    """Whether the settings read variable ``name`` (in any case)."""
+    upper = name.upper()
+    if upper in NON_SETTING_VARIABLES:
+        return False
+    return upper.startswith(ENV_PREFIX) or upper in _VARIABLE_OF.values()
+
+
+def _setting_variables(
+    environ: Mapping[str, str | None], source: str
+) -> dict[tuple[str, ...], str]:
+    """The setting each KESTREL_ variable sets, as ``{path: "source NAME"}``.
+
+    Raises ``ConfigError`` naming the first variable that is no setting: a typo must not be
+    silently ignored.
+    """
+    found: dict[tuple[str, ...], str] = {}
+    for name in sorted(environ):
+        upper = name.upper()
+        if upper in _VARIABLE_OF.values():
+            setting = next(k for k, v in _VARIABLE_OF.items() if v == upper)
+            found[(setting,)] = f"{source} {name}"
+        elif upper.startswith(ENV_PREFIX) and upper not in NON_SETTING_VARIABLES:
+            found[_setting_path(name, source)] = f"{source} {name}"
+    return found
+
+
+def _setting_path(name: str, source: str) -> tuple[str, ...]:
+    """The settings path a ``KESTREL_A__B`` variable names; ``ConfigError`` if none."""
+    parts = tuple(name[len(ENV_PREFIX) :].lower().split("__"))
+    if parts[0] in _NOT_SETTABLE:
+        raise ConfigError(
+            f"{source} {name}: {parts[0]} is not a setting (paths are relative to the folder"
+            " of the configuration file)"
+        )
+    if parts[0] in _VARIABLE_OF or not _known_path(Settings, parts):
+        hint = f" (did you mean {_VARIABLE_OF[parts[0]]}?)" if parts[0] in _VARIABLE_OF else ""
+        raise ConfigError(
+            f"{source} {name}: unknown variable{hint}; settings are {ENV_PREFIX}<KEY>,"
+            " nested with __ (e.g. KESTREL_MODEL__NAME); see .env.example"
+        )
+    return parts
+
+
+def _known_path(model: type[BaseModel], parts: tuple[str, ...]) -> bool:
+    """Whether ``parts`` names a field of ``model`` (then of its sections, recursively)."""
+    field = model.model_fields.get(parts[0])
+    if field is None or parts[0] in _NOT_SETTABLE:
+        return False
+    rest, annotation = parts[1:], field.annotation
+    if not rest:
+        return True
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return _known_path(annotation, rest)
+    # Below a mapping, keys are data (tool names, entity types), not setting names.
+    return get_origin(annotation) is dict
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
@@ -255,14 +369,47 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of settings")
+    for key in data:
+        if not isinstance(key, str):
+            raise ConfigError(f"{path}: {key!r}: keys must be names")
+        if key in _NOT_SETTABLE:
+            raise ConfigError(
+                f"{path}: {key}: not a setting (paths are relative to this file's folder)"
+            )
     return data
 
 
-def _describe(exc: ValidationError, path: Path | None) -> str:
-    where = str(path) if path else "configuration"
+def _describe(
+    exc: ValidationError, path: Path | None, variables: Mapping[tuple[str, ...], str]
+) -> str:
+    """Every problem on one line, each blamed on the variable or the file it came from."""
     problems = []
     for error in exc.errors():
-        key = ".".join(str(part) for part in error["loc"]) or "(top level)"
+        loc = tuple(str(part) for part in error["loc"])
+        key = ".".join(loc) or "(top level)"
         message = "unknown key" if error["type"] == "extra_forbidden" else error["msg"]
-        problems.append(f"{key}: {message}")
-    return f"{where}: " + "; ".join(problems)
+        problems.append(f"{_source_of(loc, path, variables)}: {key}: {message}")
+    return "; ".join(problems)
+
+
+def _source_of(
+    loc: tuple[str, ...], path: Path | None, variables: Mapping[tuple[str, ...], str]
+) -> str:
+    """The variable that set ``loc`` (or a key above or below it), else the file."""
+    lowered = tuple(part.lower() for part in loc)
+    for setting, variable in variables.items():
+        common = min(len(setting), len(lowered))
+        if common and setting[:common] == lowered[:common]:
+            return variable
+    return str(path) if path else "configuration"
+
+
+def _describe_unparsable(exc: SettingsError, variables: Mapping[tuple[str, ...], str]) -> str:
+    """A variable whose value is not the JSON its section needs, named."""
+    match = re.search(r'field "([^"]+)"', str(exc))
+    field = match.group(1) if match else ""
+    where = ", ".join(v for setting, v in variables.items() if setting[0] == field)
+    return (
+        f"{where or 'environment'}: {field or 'a setting'}: not valid JSON; set a section as JSON,"
+        f" or one key at a time as {ENV_PREFIX}{field.upper() or 'SECTION'}__KEY"
+    )

@@ -60,6 +60,7 @@ class StopReason(StrEnum):
     HOOK_ABORT = "hook_abort"
     SETUP_ERROR = "setup_error"
     SUSPEND_REQUESTED = "suspend_requested"
+    INTERRUPTED = "interrupted"
     WAITING = "waiting"
 
 
@@ -266,6 +267,23 @@ class ToolDispatched(Model):
     tool: str
 
 
+class ProcessStamp(Model):
+    """One process group on one host, identified even after its ids are reused."""
+
+    host: str
+    host_key: str
+    pgid: int
+    start_ticks: int
+
+
+class ToolProcess(Model):
+    """Where a dispatched command's processes run, so an owner's successor can find an orphan."""
+
+    kind: Literal["tool_process"] = "tool_process"
+    call_id: str
+    process: ProcessStamp
+
+
 class ToolResultEntry(Model):
     """The answer to one call, whatever exit produced it."""
 
@@ -329,6 +347,42 @@ class RunEnded(Model):
 
     kind: Literal["run_ended"] = "run_ended"
     result: TerminalResult
+    # The result's text is the run's last model turn, journaled once, with that turn.
+    text_is_last_turn: bool = False
+
+    @classmethod
+    def of(cls, result: TerminalResult, last_turn_text: str) -> RunEnded:
+        """The entry for ``result``, without a second copy of a text the journal holds."""
+        if not result.text or result.text != last_turn_text:
+            return cls(result=result)
+        return cls(
+            result=result.model_copy(update={"text": "", "payload": None}), text_is_last_turn=True
+        )
+
+    def restored(self, last_turn_text: str) -> TerminalResult:
+        """The whole result, given the text of the run's last model turn."""
+        if not self.text_is_last_turn:
+            return self.result
+        completed = self.result.status is RunStatus.COMPLETED
+        payload = extract_payload(last_turn_text) if completed else None
+        return self.result.model_copy(update={"text": last_turn_text, "payload": payload})
+
+
+def extract_payload(text: str) -> dict[str, Any] | None:
+    """The structured finalized payload: a JSON object that is the answer, or fenced in it."""
+    candidates = [text.strip()]
+    if "```" in text:
+        candidates += [part.removeprefix("json").strip() for part in text.split("```")[1::2]]
+    for candidate in candidates:
+        if not candidate.startswith("{"):
+            continue
+        try:
+            value = json.loads(candidate)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            return value
+    return None
 
 
 Entry = Annotated[
@@ -336,6 +390,7 @@ Entry = Annotated[
     | UserMessage
     | AssistantTurnEntry
     | ToolDispatched
+    | ToolProcess
     | ToolResultEntry
     | ToolDeferred
     | GrantWritten

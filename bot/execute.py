@@ -6,7 +6,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,15 +17,18 @@ from bot.domain import (
     ToolDeferred,
     ToolDispatched,
     ToolOutcome,
+    ToolProcess,
     ToolResultEntry,
     new_id,
 )
 from bot.events import Event, EventSink
 from bot.gate import Gate
 from bot.hooks import HookContext, HookFailure, Hooks
+from bot.interrupt import Interrupt, Interrupted
 from bot.journal import RunJournal, TakenOver
 from bot.prompter import Prompter
 from bot.telemetry import span
+from bot.tools import orphans
 from bot.tools.base import Deferral, Tool, ToolContext, ToolResult
 from bot.tools.toolset import ToolSet
 
@@ -62,6 +65,7 @@ class CallEnv:
     stamp: Callable[[Request], Request]
     prompter: Prompter | None = None
     workdir: Path | None = None
+    interrupt: Interrupt = field(default_factory=Interrupt)
 
     def emit(self, kind: str, **data: Any) -> None:
         """Send one event about this run."""
@@ -107,7 +111,8 @@ async def _execute(call: ToolCall, env: CallEnv) -> CallExit:
     if problems:
         return _error(ToolOutcome.INVALID_ARGUMENTS, "invalid arguments: " + "; ".join(problems))
     if gated or effective.flags.confirm:
-        gate = await env.gate.check(call.id, original, effective, arguments)
+        async with env.interrupt.guard():  # an approval asked inline may wait on a person
+            gate = await env.gate.check(call.id, original, effective, arguments)
         if gate.request is not None:
             return CallExit(ToolOutcome.DEFERRED, gate.reason, request=gate.request)
         if not gate.allowed:
@@ -151,10 +156,11 @@ async def _dispatch(
         requested_by=env.hook_ctx.requested_by,
         prompter=env.prompter if tool.flags.needs_prompter else None,
         workdir=env.workdir if tool.flags.needs_workdir else None,
+        started=None if tool.flags.idempotent else _process_recorder(call, env),
     )
     await _takeover_check(call, tool, env)
     env.emit("tool_started", call_id=call.id, tool=tool.name, arguments=arguments)
-    outcome, output, is_error, deferral = await _invoke(tool, arguments, ctx)
+    outcome, output, is_error, deferral = await _invoke(tool, arguments, ctx, env.interrupt)
     if deferral is not None:
         request = Request(
             id=deferral.request_id or new_id("req"),
@@ -181,14 +187,28 @@ async def _takeover_check(call: ToolCall, tool: Tool, env: CallEnv) -> None:
         raise TakenOver(f"run {env.journal.run_id} was claimed by another owner")
 
 
+def _process_recorder(call: ToolCall, env: CallEnv) -> Callable[[int], None]:
+    """Journals where a dispatched command runs, so a successor can find it if we die."""
+
+    def record(pgid: int) -> None:
+        process = orphans.stamp(pgid)
+        if process is not None:
+            # Queued, not awaited: the command is already running, and a write is never cut.
+            env.journal.append_soon(ToolProcess(call_id=call.id, process=process))
+
+    return record
+
+
 async def _invoke(
-    tool: Tool, arguments: dict[str, Any], ctx: ToolContext
+    tool: Tool, arguments: dict[str, Any], ctx: ToolContext, interrupt: Interrupt
 ) -> tuple[ToolOutcome, str, bool, Deferral | None]:
     paced = tool.flags.operator_paced or tool.flags.timeout <= 0
     limit = None if paced else tool.flags.timeout
     try:
-        async with asyncio.timeout(limit):
+        async with interrupt.guard(tool=True), asyncio.timeout(limit):
             answer = await tool.call(arguments, ctx)
+    except Interrupted:
+        raise
     except TimeoutError:
         return ToolOutcome.TIMEOUT, f"timed out after {limit:g}s; the tool was stopped", True, None
     except Exception as exc:

@@ -29,16 +29,19 @@ from bot.domain import (
     ToolDeferred,
     ToolOutcome,
     ToolResultEntry,
+    extract_payload,
 )
 from bot.events import Event, EventSink
 from bot.execute import CallEnv, HookAbort, execute_tool, post_tool
 from bot.gate import Gate
 from bot.hooks import HookContext, Hooks
+from bot.interrupt import Interrupt, Interrupted
 from bot.journal import RunJournal, TakenOver
 from bot.llm.base import ModelError, ModelProvider
 from bot.prompter import Prompter
 from bot.state import CallState, RunState
 from bot.telemetry import span
+from bot.tools import orphans
 from bot.tools.toolset import ToolSet
 
 log = logging.getLogger("kestrel.loop")
@@ -50,6 +53,8 @@ class Signals:
 
     suspend: asyncio.Event = field(default_factory=asyncio.Event)
     cancel: asyncio.Event = field(default_factory=asyncio.Event)
+    # Unlike the others, cuts the model call, prompt or tool under way (shutdown, signals).
+    interrupt: Interrupt = field(default_factory=Interrupt)
 
 
 @dataclass
@@ -125,6 +130,8 @@ class AgentLoop:
         """Iterate until a terminal result or a suspend; journal whichever it is."""
         try:
             await self._iterate()
+        except Interrupted:
+            await self._suspend(Suspend(StopReason.INTERRUPTED))
         except Suspend as pause:
             await self._suspend(pause)
         except Stop as stop:
@@ -163,6 +170,8 @@ class AgentLoop:
         """The loop boundary: cancel, suspend and the limits, before an iteration is used."""
         if self.signals.cancel.is_set():
             raise Stop(RunStatus.CANCELLED, StopReason.CANCELLED, "cancelled on request")
+        if self.signals.interrupt.requested:
+            raise Suspend(StopReason.INTERRUPTED)
         if self.signals.suspend.is_set():
             raise Suspend(StopReason.SUSPEND_REQUESTED)
         if self.state.iteration >= self.budgets.max_iterations:
@@ -210,8 +219,12 @@ class AgentLoop:
             timeout = min(timeout, remaining)
         with span("model_call", run_id=self.journal.run_id, iteration=self.state.iteration):
             try:
-                return await self.deps.model.complete(self.state.messages, tools.specs(), timeout)
+                async with self.signals.interrupt.guard():
+                    return await self.deps.model.complete(
+                        self.state.messages, tools.specs(), timeout
+                    )
             except ModelError as exc:
+                self._check_deadline()  # a call cut short by the run's deadline stops for it
                 raise Stop(RunStatus.FAILED, StopReason.MODEL_ERROR, str(exc)) from exc
 
     def _gate(self, answers: dict[str, Decision] | None = None) -> Gate:
@@ -237,6 +250,7 @@ class AgentLoop:
             stamp=self.deps.stamp,
             prompter=self.deps.prompter,
             workdir=self.deps.workdir,
+            interrupt=self.signals.interrupt,
         )
 
     async def _run_batch(self, tools: ToolSet) -> None:
@@ -283,10 +297,12 @@ class AgentLoop:
         self._after_batch()
 
     async def _finish_call(self, call_state: CallState, env: CallEnv) -> None:
-        request = call_state.deferred
-        if request is None and call_state.dispatched:
+        # Whatever path started it (a first run, an approval, a grant, a retry), an effect
+        # journaled as started and never answered is not started again without on-call.
+        if call_state.dispatched:
             await self._uncertain(call_state, env)
             return
+        request = call_state.deferred
         if request is None:
             await self._execute(call_state, env)
             return
@@ -322,6 +338,10 @@ class AgentLoop:
         if tool is not None and tool.flags.idempotent:
             await self._execute(call_state, env)
             return
+        found = ""
+        if call_state.process is not None:
+            # Before anyone can answer "retry", the first attempt must not still be running.
+            found = f"; {await orphans.end_orphan(call_state.process)}"
         request = self.deps.stamp(
             Request(
                 run_id=self.journal.run_id,
@@ -331,7 +351,7 @@ class AgentLoop:
                 arguments=_arguments(call_state.call.arguments),
                 prompt=(
                     f"{call_state.call.name} was started but its outcome is unknown "
-                    "(the process stopped mid-effect): retry, mark done or mark failed?"
+                    f"(the process stopped mid-effect{found}): retry, mark done or mark failed?"
                 ),
                 options=("retry", "done", "failed"),
                 requested_by=self.started.requested_by,
@@ -392,7 +412,7 @@ class AgentLoop:
             usage=self.state.usage,
             outcomes=self.state.outcomes(),
         )
-        await self.journal.append(RunEnded(result=result))
+        await self.journal.append(RunEnded.of(result, last_turn_text=self.state.last_text))
 
     def _emit(self, kind: str, **data: Any) -> None:
         self.deps.events.emit(Event(kind, self.journal.run_id, data))
@@ -406,21 +426,4 @@ def _arguments(raw: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {"raw": raw}
 
 
-def extract_payload(text: str) -> dict[str, Any] | None:
-    """The structured finalized payload: a JSON object that is the answer, or fenced in it."""
-    candidates = [text.strip()]
-    if "```" in text:
-        candidates += [part.removeprefix("json").strip() for part in text.split("```")[1::2]]
-    for candidate in candidates:
-        if not candidate.startswith("{"):
-            continue
-        try:
-            value = json.loads(candidate)
-        except ValueError:
-            continue
-        if isinstance(value, dict):
-            return value
-    return None
-
-
-__all__ = ["AgentLoop", "LoopDeps", "Signals", "Stop", "Suspend", "TakenOver", "extract_payload"]
+__all__ = ["AgentLoop", "LoopDeps", "Signals", "Stop", "Suspend", "TakenOver"]

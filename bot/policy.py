@@ -15,6 +15,10 @@ from bot.tools.base import ToolFlags
 EVERYONE = "*"
 
 
+class NotPermitted(Exception):
+    """The policy refuses an action; the message names who may take it."""
+
+
 @dataclass(frozen=True)
 class Actor:
     """Someone acting: their user id, the groups they belong to, the channel they act in."""
@@ -61,6 +65,33 @@ class Policy:
         """On-call: may resume, cancel and settle uncertain effects."""
         return actor.matches(self.settings.oncall)
 
+    def check_cancel(self, actor: Actor, run_id: str, requested_by: str) -> str:
+        """Empty when ``actor`` may cancel the run (its requester, or on-call); else why not."""
+        if (requested_by and actor.user == requested_by) or self.may_operate(actor):
+            return ""
+        requester = f"its requester ({requested_by or 'none recorded'})"
+        if self.settings.oncall:
+            return f"{actor.user} may not cancel run {run_id}: only {requester} or on-call may"
+        return (
+            f"{actor.user} may not cancel run {run_id}: only {requester} may"
+            " (policy.oncall is empty)"
+        )
+
+    def notices(self) -> list[str]:
+        """What people should know about this policy when it is loaded."""
+        if self.settings.oncall:
+            return []
+        return [
+            "policy.oncall is empty: an uncertain effect (wait_effect) can be settled only by"
+            " the run's requester, and waits until deadlines.wait_effect (24 h by default)"
+        ]
+
+    def answer_note(self, request: Request) -> str:
+        """Why the people who may answer ``request`` are who they are, when it is not obvious."""
+        if request.kind is RequestKind.WAIT_EFFECT and not self.settings.oncall:
+            return "the requester settles it: policy.oncall is empty"
+        return ""
+
     def check_decision(
         self, actor: Actor, kind: DecisionKind, request: Request, flags: ToolFlags | None
     ) -> str:
@@ -70,15 +101,14 @@ class Policy:
         if request.kind is RequestKind.WAIT_APPROVAL:
             return self._approval(actor, kind, request, flags or ToolFlags())
         if request.kind is RequestKind.WAIT_EFFECT:
-            if self.may_operate(actor):
-                return ""
-            return "only on-call (policy.oncall) may settle an uncertain effect"
+            return self._settle(actor, request)
         return self._answer(actor, request)
 
     def who_may_answer(self, request: Request, flags: ToolFlags | None) -> list[str]:
         """The principals that may answer ``request``, for people deciding who to ping."""
         if request.kind is RequestKind.WAIT_EFFECT:
-            return list(self.settings.oncall)
+            # Without on-call nobody else could settle it: the requester does.
+            return list(self.settings.oncall) or _unique([request.requested_by])
         if request.kind is RequestKind.WAIT_USER:
             return _unique([request.requested_by, *self.settings.oncall, *self.settings.answerers])
         tags = flags.tags if flags else ()
@@ -109,6 +139,18 @@ class Policy:
     def _approver_of(self, actor: Actor, tool: str, tags: tuple[str, ...]) -> bool:
         keys = [tool, *(f"tag:{tag}" for tag in tags), EVERYONE]
         return any(actor.matches(self.settings.approvers.get(key, [])) for key in keys)
+
+    def _settle(self, actor: Actor, request: Request) -> str:
+        if self.may_operate(actor):
+            return ""
+        if not self.settings.oncall:
+            if request.requested_by and actor.user == request.requested_by:
+                return ""
+            return (
+                "only the run's requester may settle an uncertain effect while policy.oncall"
+                " is empty"
+            )
+        return "only on-call (policy.oncall) may settle an uncertain effect"
 
     def _answer(self, actor: Actor, request: Request) -> str:
         if actor.user == request.requested_by or self.may_operate(actor):

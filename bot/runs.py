@@ -31,7 +31,7 @@ from bot.hooks import HookContext, HookFailure, Hooks
 from bot.journal import RunJournal, TakenOver
 from bot.llm import base as msg
 from bot.loop import AgentLoop, LoopDeps, Signals
-from bot.policy import Actor
+from bot.policy import Actor, NotPermitted
 from bot.prompter import Prompter
 from bot.prompters import DeferringPrompter
 from bot.runtime import Runtime
@@ -146,13 +146,24 @@ class Supervisor:
             await self.resume(request.run_id)
         return True
 
-    async def cancel(self, run_id: str, by: str = "") -> str:
-        """Cancel a run: a live one at its next loop boundary, a suspended one at once."""
+    async def cancel(self, run_id: str, by: str = "", actor: Actor | None = None) -> str:
+        """Cancel a run: a live one at its next loop boundary, a suspended one at once.
+
+        Only the run's requester or on-call may; anyone else gets ``NotPermitted`` (audited).
+        """
+
+        actor = actor or Actor(by)
+        by = by or actor.user
+        record = await self.rt.store.get_run(run_id)
+        refusal = self.rt.policy.check_cancel(actor, run_id, record.requested_by)
+        if refusal:
+            await self.rt.store.audit(by, "cancel_refused", run_id=run_id, detail=refusal)
+            raise NotPermitted(refusal)
         live = self.live.get(run_id)
         if live is not None:
             live.signals.cancel.set()
+            await self.rt.store.audit(by, "cancel", run_id=run_id, detail="at the loop boundary")
             return "cancelling at the next loop boundary"
-        record = await self.rt.store.get_run(run_id)
         if record.status in TERMINAL_STATUSES:
             return f"run {run_id} already ended {record.status.value}"
         epoch = await self.rt.store.claim(run_id, self.rt.owner, self.rt.lease_seconds)
@@ -167,19 +178,29 @@ class Supervisor:
         return "cancelled"
 
     async def wait(self, live: LiveRun) -> RunState:
-        """Wait for a live run's task to end (suspended, ended, or given up)."""
-        assert live.task is not None
-        return await live.task
+        """Wait for a live run's task to end (suspended, ended, or given up).
 
-    async def shutdown(self) -> list[str]:
-        """Suspend every live run at its loop boundary, wait for their tasks, and return the
-        runs that were suspended only because of it (for another process to take on)."""
-        lives = list(self.live.values())
-        for live in lives:
-            live.signals.suspend.set()
-        states = await asyncio.gather(
-            *(live.task for live in lives if live.task is not None), return_exceptions=True
-        )
+        A waiter that is cancelled (Ctrl-C) leaves the run's task alone: ``shutdown`` stops it.
+        """
+        assert live.task is not None
+        return await asyncio.shield(live.task)
+
+    def interrupt_all(self, *, spare_tools: bool = False) -> None:
+        """Cut every live run's model call, prompt or tool short; each suspends at once (after
+        the tool under way, with ``spare_tools``)."""
+        for live in self.live.values():
+            live.signals.interrupt.request(spare_tools=spare_tools)
+
+    async def shutdown(self, tool_grace: float = 0.0) -> list[str]:
+        """Suspend every live run now, letting a tool under way finish for ``tool_grace``
+        seconds first; wait for their tasks, and return the runs suspended only because of
+        it (for another process to take on)."""
+        tasks = [live.task for live in self.live.values() if live.task is not None]
+        self.interrupt_all(spare_tools=tool_grace > 0)
+        if tasks and tool_grace > 0:
+            await asyncio.wait(tasks, timeout=tool_grace)
+            self.interrupt_all()
+        states = await asyncio.gather(*tasks, return_exceptions=True)
         return [
             state.run_id
             for state in states

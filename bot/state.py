@@ -17,6 +17,7 @@ from bot.domain import (
     Grant,
     GrantWritten,
     JournalRecord,
+    ProcessStamp,
     Request,
     RunEnded,
     RunResumed,
@@ -27,6 +28,7 @@ from bot.domain import (
     ToolCall,
     ToolDeferred,
     ToolDispatched,
+    ToolProcess,
     ToolResultEntry,
     Usage,
     UserMessage,
@@ -41,7 +43,10 @@ class CallState:
     call: ToolCall
     result: ToolResultEntry | None = None
     deferred: Request | None = None
+    # An effect started after the call's latest request (or with none): until a result says
+    # how it went, running the call again needs a fresh decision by on-call.
     dispatched: bool = False
+    process: ProcessStamp | None = None
 
 
 @dataclass
@@ -136,15 +141,23 @@ def _find(state: RunState, call_id: str) -> CallState | None:
 def _dispatched(state: RunState, entry: ToolDispatched) -> None:
     call = _find(state, entry.call_id)
     if call is not None:
-        call.dispatched = True
+        call.dispatched, call.process = True, None
+
+
+def _process(state: RunState, entry: ToolProcess) -> None:
+    call = _find(state, entry.call_id)
+    if call is not None:
+        call.process = entry.process
 
 
 def _deferred(state: RunState, entry: ToolDeferred) -> None:
     call = _find(state, entry.call_id)
     if call is None:
         return
-    call.deferred = entry.request
-    state.outcome_counts["deferred"] += 1
+    if call.deferred is None:
+        state.outcome_counts["deferred"] += 1
+    # The request answers for any effect started before it: its decision settles the call.
+    call.deferred, call.dispatched, call.process = entry.request, False, None
 
 
 def _result(state: RunState, entry: ToolResultEntry) -> None:
@@ -189,7 +202,7 @@ def _advisory(state: RunState, entry: AdvisoryEntry) -> None:
 
 def _ended(state: RunState, entry: RunEnded) -> None:
     state.status = entry.result.status
-    state.result = entry.result
+    state.result = entry.restored(state.last_text)
 
 
 _HANDLERS: dict[type, Callable[[RunState, Any], None]] = {
@@ -197,6 +210,7 @@ _HANDLERS: dict[type, Callable[[RunState, Any], None]] = {
     UserMessage: _user,
     AssistantTurnEntry: _assistant,
     ToolDispatched: _dispatched,
+    ToolProcess: _process,
     ToolDeferred: _deferred,
     ToolResultEntry: _result,
     GrantWritten: _grant,

@@ -164,6 +164,10 @@ class _AppendQueue:
             del self._tails[run_id]
 
 
+class SchemaNameError(StoreError, ValueError):
+    """A schema name that is not a plain identifier: never quoted into SQL, refused."""
+
+
 class PostgresStore:
     """The journal, runs, requests and audit in one PostgreSQL schema, shared by replicas."""
 
@@ -182,7 +186,10 @@ class PostgresStore:
             got = f"{scheme}://" if scheme else "no scheme"
             raise StoreError(f"PostgreSQL DSN must start with postgresql:// (got {got})")
         if not _SCHEMA_NAME.fullmatch(schema):
-            raise ValueError(f"schema must be a plain identifier, got {schema!r}")
+            raise SchemaNameError(
+                "PostgreSQL: ?schema= must be a plain identifier (a letter or _, then letters,"
+                f" digits or _, at most 63), got {schema!r}"
+            )
         self._dsn = dsn
         self._schema = schema
         self._clock = clock

@@ -2,12 +2,14 @@
 
 Reads go through aiosqlite. Every write joins a ``GroupCommit``: one transaction per pass of
 the event loop, through ``SqliteWriter``, which commits inline while SQLite's write lock is free.
+A store opened ``read_only`` has no writer at all: it neither migrates nor needs write access.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sqlite3
 import stat
 from collections.abc import Callable, Iterator, Sequence
@@ -104,6 +106,7 @@ class SqliteStore:
         synchronous: str = "FULL",
         clock: Callable[[], datetime] = utcnow,
         busy_timeout: float = 5.0,
+        read_only: bool = False,
     ) -> None:
         # The reader is a second connection: an in-memory database would be a different one.
         if str(path) == ":memory:":
@@ -114,6 +117,7 @@ class SqliteStore:
         self._synchronous = synchronous.upper()
         self._clock = clock
         self._busy_timeout = busy_timeout
+        self._read_only = read_only
         self._wconn: SqliteWriter | None = None
         self._rconn: aiosqlite.Connection | None = None
         self._group: GroupCommit | None = None
@@ -129,9 +133,14 @@ class SqliteStore:
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def migrate(self) -> int:
-        """Open the connections if needed and bring the schema to the current version."""
+        """Open the connections if needed and bring the schema to the current version.
+
+        Read-only, open the reader alone and check the schema instead: nothing is written.
+        """
         if self._closed:
             raise self._closed_error()
+        if self._read_only:
+            return await self._open_read_only()
         try:
             if self._wconn is None:
                 self._wconn = await self._connect_writer()
@@ -465,9 +474,10 @@ class SqliteStore:
 
     async def _connect_reader(self) -> aiosqlite.Connection:
         """Open the reader: autocommit, so every query sees the latest commit."""
+        target: str | Path = self._reader_uri() if self._read_only else self._path
         with self._errors("open"):
             conn = await aiosqlite.connect(
-                self._path, timeout=self._busy_timeout, isolation_level=None
+                target, timeout=self._busy_timeout, isolation_level=None, uri=self._read_only
             )
         try:
             with self._errors("open"):
@@ -476,6 +486,72 @@ class SqliteStore:
             await _close_quietly(conn)
             raise
         return conn
+
+    def _reader_uri(self) -> str:
+        """The read-only reader's URI: ``mode=ro``, or ``immutable`` for a file nobody writes.
+
+        A WAL reader needs the -shm file; ``mode=ro`` creates it (and an empty -wal) when it
+        is missing, with the database's permissions, which would leave a read-only -shm behind
+        next to a read-only file. Without a -wal no writer is at work (the last one to close
+        removes it) and nobody may write the file, so it is read as it stands.
+        """
+        uri = self._path.resolve().as_uri()
+        wal = self._path.with_name(self._path.name + "-wal")
+        if not self._writable() and not wal.exists():
+            return uri + "?immutable=1"
+        return uri + "?mode=ro"
+
+    def _writable(self) -> bool:
+        # Permission bits too: root may write any file, yet a 0444 file says "do not write".
+        mode = self._path.stat().st_mode
+        has_bits = bool(mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+        return has_bits and os.access(self._path, os.W_OK)
+
+    async def _open_read_only(self) -> int:
+        """Open the reader on a database whose schema this Kestrel can read.
+
+        A database that does not exist yet reads as an empty journal; no file is created.
+        """
+        try:
+            if self._rconn is None:
+                exists = self._path.is_file()
+                self._rconn = await (self._connect_reader() if exists else self._connect_empty())
+            version = await self._read_schema_version()
+        except BaseException:
+            await self._disconnect()
+            raise
+        if version != SCHEMA_VERSION:
+            newer = version > SCHEMA_VERSION
+            fix = "upgrade Kestrel to read it" if newer else "run `kestrel db migrate` first"
+            raise StoreError(
+                f"SQLite database {self._path}: schema version {version}, this Kestrel reads"
+                f" {SCHEMA_VERSION}; {fix}"
+            )
+        return version
+
+    async def _connect_empty(self) -> aiosqlite.Connection:
+        """An empty journal in memory, with the current schema, for a database not made yet."""
+        conn = await aiosqlite.connect(":memory:", isolation_level=None)
+        scripts = [migration_script(version) for version in range(1, SCHEMA_VERSION + 1)]
+        try:
+            with self._errors("open"):
+                await conn.executescript(
+                    CREATE_VERSION_TABLE + "".join(scripts) + "PRAGMA query_only = ON;"
+                )
+        except BaseException:
+            await _close_quietly(conn)
+            raise
+        return conn
+
+    async def _read_schema_version(self) -> int:
+        """The applied version as the reader sees it; 0 without a version table."""
+        exists = await self._read(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'", ()
+        )
+        if not exists:
+            return 0
+        rows = await self._read("SELECT COALESCE(MAX(version), 0) FROM schema_version", ())
+        return int(rows[0][0])
 
     def _connection_pragmas(self) -> str:
         return (
@@ -580,6 +656,8 @@ class SqliteStore:
     def _writer(self) -> SqliteWriter:
         if self._closed:
             raise self._closed_error()
+        if self._read_only:
+            raise StoreError(f"SQLite database {self._path}: opened read-only; cannot write")
         if self._wconn is None:
             raise StoreError(f"SQLite database {self._path}: not open; await migrate() first")
         return self._wconn
@@ -626,9 +704,11 @@ class SqliteStore:
         return _ts(self._clock() + timedelta(seconds=lease_seconds))
 
 
-async def open_sqlite(path: str | Path, *, synchronous: str = "FULL") -> SqliteStore:
-    """Open the SQLite store at ``path`` and bring its schema up to date."""
-    store = SqliteStore(path, synchronous=synchronous)
+async def open_sqlite(
+    path: str | Path, *, synchronous: str = "FULL", read_only: bool = False
+) -> SqliteStore:
+    """Open the SQLite store at ``path`` and bring its schema up to date (read-only: check it)."""
+    store = SqliteStore(path, synchronous=synchronous, read_only=read_only)
     try:
         await store.migrate()
     except BaseException:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -21,6 +22,8 @@ from bot.tools.ask_human import ask_human_tools
 from bot.tools.catalog import CatalogError, load_catalogs
 from bot.tools.toolset import ToolCollision, ToolSet
 
+log = logging.getLogger("kestrel.policy")
+
 
 def build_model(settings: Settings) -> ModelProvider:
     """The configured model provider; the scripted demo when no endpoint is configured."""
@@ -37,6 +40,7 @@ def build_model(settings: Settings) -> ModelProvider:
         api_key=key,
         base_url=settings.openai_base_url,
         max_retries=settings.model.max_retries,
+        max_reply_bytes=settings.model.max_reply_bytes,
     )
 
 
@@ -77,14 +81,20 @@ def build_hooks(settings: Settings) -> Hooks:
 
 def postgres_schema(url: str) -> tuple[str, str]:
     """Split an optional ``?schema=NAME`` (Kestrel's, not libpq's) off a PostgreSQL URL."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:
+        raise ConfigError(f"database: not a valid PostgreSQL URL: {exc}") from None
     query = [(k, v) for k, v in parse_qsl(parts.query) if k != "schema"]
     schema = dict(parse_qsl(parts.query)).get("schema", "public")
     return urlunsplit(parts._replace(query=urlencode(query))), schema
 
 
-async def open_store(settings: Settings) -> Store:
-    """The store named by ``database``: a SQLite file, or a PostgreSQL URL."""
+async def open_store(settings: Settings, *, read_only: bool = False) -> Store:
+    """The store named by ``database``: a SQLite file, or a PostgreSQL URL.
+
+    ``read_only`` (SQLite): no migration, no write access and no write lock needed.
+    """
     url = settings.database
     if url.startswith(("postgres://", "postgresql://")):
         try:
@@ -98,7 +108,17 @@ async def open_store(settings: Settings) -> Store:
     from storage.sqlite import open_sqlite
 
     path = url.removeprefix("sqlite:///")
-    return await open_sqlite(settings.resolve(path))
+    return await open_sqlite(settings.resolve(path), read_only=read_only)
+
+
+@asynccontextmanager
+async def reader(settings: Settings) -> AsyncIterator[Store]:
+    """The store alone, opened for reading: what inspecting commands need, no model or tools."""
+    store = await open_store(settings, read_only=True)
+    try:
+        yield store
+    finally:
+        await store.close()
 
 
 @asynccontextmanager
@@ -136,6 +156,9 @@ async def runtime(settings: Settings) -> AsyncIterator[Runtime]:
     guard = build_guard(settings)
     hooks = build_hooks(settings)
     events = FanOut(LogSink())
+    policy = Policy(settings.policy)
+    for notice in policy.notices():
+        log.warning("%s", notice)
     async with tool_source(settings) as tools:
         store = await open_store(settings)
         try:
@@ -149,7 +172,7 @@ async def runtime(settings: Settings) -> AsyncIterator[Runtime]:
                 budgets=settings.budgets.to_budgets(),
                 model_timeout=settings.model.timeout,
                 guard_hooks=lambda: pii_hooks(guard, events),
-                policy=Policy(settings.policy),
+                policy=policy,
                 deadlines=settings.deadlines,
                 lease_seconds=settings.replica.lease_seconds,
             )

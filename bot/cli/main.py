@@ -17,21 +17,42 @@ import click
 from bot.cli import compose, render
 from bot.config import ConfigError, Settings, load_settings
 from bot.domain import TERMINAL_STATUSES, Decision, DecisionKind, Request, utcnow
-from bot.policy import Actor
+from bot.policy import Actor, NotPermitted, Policy
 from bot.runs import ResumeRefused, Supervisor
 from bot.runtime import Runtime
 from bot.state import fold
-from bot.store import StoreError, UnknownRun
-from bot.tools.catalog import check_catalog
+from bot.store import Store, StoreError
+from bot.tools.catalog import check_catalogs
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
+# Exit statuses of ``kestrel run`` (see its --help); 2 is also click's for usage errors.
+EXIT_COMPLETED = 0
+EXIT_FAILED = 1
 EXIT_USAGE = 2
+EXIT_SUSPENDED = 3
+EXIT_CANCELLED = 4
+_EXIT_BY_STATUS = {"completed": EXIT_COMPLETED, "failed": EXIT_FAILED, "cancelled": EXIT_CANCELLED}
 
 
 class Failure(Exception):
     """A user-facing error: printed as one line, exit status 2."""
+
+
+def exit_status(run_status: str) -> int:
+    """The exit status for a run that stopped in ``run_status``; not ended is suspended."""
+    return _EXIT_BY_STATUS.get(run_status, EXIT_SUSPENDED)
+
+
+def echo(text: str, *, err: bool = False) -> None:
+    """Print for a terminal: model and tool text never reaches it with control sequences."""
+    click.echo(render.printable(text), err=err)
+
+
+def fail(message: str) -> None:
+    """The one line a user sees on error, on stderr."""
+    echo("kestrel: " + " ".join(message.split()), err=True)
 
 
 def one_line_errors(fn: Callable[P, R]) -> Callable[P, R]:
@@ -41,11 +62,8 @@ def one_line_errors(fn: Callable[P, R]) -> Callable[P, R]:
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return fn(*args, **kwargs)
-        except (ConfigError, StoreError, ResumeRefused, Failure) as exc:
-            click.echo(f"kestrel: {exc}", err=True)
-            sys.exit(EXIT_USAGE)
-        except UnknownRun as exc:
-            click.echo(f"kestrel: unknown run {exc}", err=True)
+        except (ConfigError, StoreError, ResumeRefused, NotPermitted, Failure) as exc:
+            fail(str(exc))
             sys.exit(EXIT_USAGE)
 
     return wrapper
@@ -71,6 +89,17 @@ def with_runtime(work: Callable[[Runtime], Awaitable[R]]) -> R:
     return asyncio.run(main())
 
 
+def with_reader(work: Callable[[Store], Awaitable[R]]) -> R:
+    """Run ``work`` with the store opened for reading only (no migration, no write lock)."""
+    settings = settings_of(click.get_current_context())
+
+    async def main() -> R:
+        async with compose.reader(settings) as store:
+            return await work(store)
+
+    return asyncio.run(main())
+
+
 @click.group()
 @click.option("--config", "config", type=click.Path(), help="kestrel.yaml to use.")
 @click.option("-v", "--verbose", is_flag=True, help="Log to stderr.")
@@ -90,23 +119,28 @@ def chat(user: str) -> None:
 
     settings = settings_of(click.get_current_context())
 
-    async def work(rt: Runtime) -> None:
+    async def work(rt: Runtime) -> bool:
         supervisor = Supervisor(rt)
         banner = (
             f"Kestrel chat: model {rt.model.provider}/{rt.model.model}, "
             f"{len(rt.tools.current())} tools, journal {settings.database}. "
             "/help for commands, Ctrl-D to leave."
-        )
+        ) + "".join(f"\nnote: {notice}" for notice in rt.policy.notices())
+        console = ConsoleChat(supervisor, ConsoleIO(), user)
         try:
-            await ConsoleChat(supervisor, ConsoleIO(), user).run(banner)
+            await console.run(banner)
         finally:
             await supervisor.shutdown()
+        return console.terminated
 
     try:
-        with_runtime(work)
+        terminated = with_runtime(work)
     except (KeyboardInterrupt, asyncio.CancelledError):
         click.echo("\naborted", err=True)
         sys.exit(130)
+    if terminated:
+        click.echo("stopped: the run under way was suspended", err=True)
+        sys.exit(128 + signal.SIGTERM)
 
 
 @cli.command()
@@ -124,16 +158,17 @@ def serve() -> None:
         dispatcher = Dispatcher(supervisor)
         scheduler = Scheduler(supervisor, settings.deadlines, settings.schedules)
         stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(signum, stop.set)
+        _on_stop_signals(lambda _signum: stop.set())
         await scheduler.start()
         taking = asyncio.create_task(dispatcher.run())
         click.echo(f"kestrel serving as {rt.owner}", err=True)
+        for notice in rt.policy.notices():
+            echo(f"note: {notice}", err=True)
         await stop.wait()
         dispatcher.stop()
         await scheduler.stop()
-        for run_id in await supervisor.shutdown():
+        grace = settings.replica.shutdown_grace_seconds
+        for run_id in await supervisor.shutdown(tool_grace=grace):
             await dispatcher.submit_resume(run_id)  # handed back: another replica goes on
         taking.cancel()
         await asyncio.gather(taking, return_exceptions=True)
@@ -171,7 +206,7 @@ def db_check() -> None:
     version, runs, requests = with_runtime(work)
     database = settings_of(click.get_current_context()).database
     counts = f"{runs} runs, {requests} open requests"
-    click.echo(f"{_safe_url(database)}: ok, schema version {version}, {counts}")
+    echo(f"{_safe_url(database)}: ok, schema version {version}, {counts}")
 
 
 @cli.command()
@@ -180,22 +215,29 @@ def db_check() -> None:
 def replicas(as_json: bool) -> None:
     """Live replicas sharing the store, with the runs they hold and their lease ages."""
 
-    async def work(rt: Runtime) -> list[Any]:
-        return list(await rt.store.list_replicas())
+    async def work(store: Store) -> list[Any]:
+        return list(await store.list_replicas())
 
-    rows = with_runtime(work)
+    rows = with_reader(work)
     if as_json:
-        click.echo(json.dumps([r.model_dump(mode="json") for r in rows]))
+        echo(json.dumps([r.model_dump(mode="json") for r in rows]))
         return
     now = utcnow()
     for replica in rows:
         seen = (now - replica.last_seen).total_seconds()
-        click.echo(f"{replica.owner}  seen {seen:.0f}s ago  {len(replica.runs)} live run(s)")
+        echo(f"{replica.owner}  seen {seen:.0f}s ago  {len(replica.runs)} live run(s)")
         for run_id, expires in replica.runs:
             left = f"lease {(expires - now).total_seconds():+.0f}s" if expires else "no lease"
-            click.echo(f"    {run_id}  {left}")
+            echo(f"    {run_id}  {left}")
     if not rows:
-        click.echo("no live replicas")
+        echo("no live replicas")
+
+
+def _on_stop_signals(handler: Callable[[int], object]) -> None:
+    """Call ``handler(signum)`` on SIGINT and SIGTERM instead of dying mid-write."""
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, handler, signum)
 
 
 def _safe_url(url: str) -> str:
@@ -215,7 +257,18 @@ def _safe_url(url: str) -> str:
 @click.option("--as", "user", default="cli", help="Who asks.")
 @one_line_errors
 def run(prompt: str, as_json: bool, defer: bool, user: str) -> None:
-    """Run one prompt headless: gated calls are refused (or deferred with --defer)."""
+    """Run one prompt headless: gated calls are refused (or deferred with --defer).
+
+    The exit status says how the run stopped (with --json too):
+
+    \b
+      0  completed
+      1  failed (model error, budget or deadline, no progress, refused, internal error)
+      2  not run: bad usage, configuration or store (one line on stderr)
+      3  suspended: waits for an approval, an answer or on-call (kestrel runs pending)
+      4  cancelled
+      128+N  stopped by signal N (130 Ctrl-C, 143 SIGTERM): the run is suspended
+    """
     from bot.prompters import DeferringPrompter
 
     async def work(rt: Runtime) -> dict[str, Any]:
@@ -224,13 +277,24 @@ def run(prompt: str, as_json: bool, defer: bool, user: str) -> None:
         supervisor = Supervisor(rt)
         prompter = DeferringPrompter() if defer else None
         live = await supervisor.start_turn(prompt, requested_by=user, prompter=prompter)
+
+        def stop(signum: int) -> None:
+            received.append(signum)
+            supervisor.interrupt_all()
+
+        _on_stop_signals(stop)
         await supervisor.wait(live)
         if live.error:
             raise Failure(live.error)
         return await _run_object(rt, live.run_id)
 
+    received: list[int] = []
     obj = with_runtime(work)
     _print_run(obj, as_json)
+    if received:
+        # The run was suspended with its lease released; the shell's convention for the code.
+        sys.exit(128 + received[0])
+    sys.exit(exit_status(obj["status"]))
 
 
 async def _run_object(rt: Runtime, run_id: str) -> dict[str, Any]:
@@ -241,18 +305,16 @@ async def _run_object(rt: Runtime, run_id: str) -> dict[str, Any]:
 
 def _print_run(obj: dict[str, Any], as_json: bool) -> None:
     if as_json:
-        click.echo(json.dumps(obj, indent=2, sort_keys=True))
+        echo(json.dumps(obj, indent=2, sort_keys=True))
         return
     if obj["text"]:
-        click.echo(obj["text"])
-    click.echo(f"[{obj['run_id']}: {obj['status']}, {obj['stop_reason']}]", err=True)
+        echo(obj["text"])
+    echo(f"[{obj['run_id']}: {obj['status']}, {obj['stop_reason']}]", err=True)
     if obj["error"]:
-        click.echo(f"  {obj['error']}", err=True)
+        echo(f"  {obj['error']}", err=True)
     for request in obj["requests"]:
         args = json.dumps(request["arguments"], sort_keys=True)
-        click.echo(
-            f"  waiting: {request['kind']} {request['id']} {request['tool']} {args}", err=True
-        )
+        echo(f"  waiting: {request['kind']} {request['id']} {request['tool']} {args}", err=True)
 
 
 @cli.group()
@@ -267,15 +329,15 @@ def runs() -> None:
 def runs_list(limit: int, as_json: bool) -> None:
     """The newest runs."""
 
-    async def work(rt: Runtime) -> list[Any]:
-        return list(await rt.store.list_runs(limit=limit))
+    async def work(store: Store) -> list[Any]:
+        return list(await store.list_runs(limit=limit))
 
-    records = with_runtime(work)
+    records = with_reader(work)
     if as_json:
-        click.echo(json.dumps([r.model_dump(mode="json") for r in records]))
+        echo(json.dumps([r.model_dump(mode="json") for r in records]))
         return
     for r in records:
-        click.echo(f"{r.id}  {r.status.value:<10} {r.stop_reason or '-':<16} {r.prompt[:60]}")
+        echo(f"{r.id}  {r.status.value:<10} {r.stop_reason or '-':<16} {r.prompt[:60]}")
 
 
 @runs.command("show")
@@ -285,13 +347,13 @@ def runs_list(limit: int, as_json: bool) -> None:
 def runs_show(run_id: str, as_json: bool) -> None:
     """A run's transcript and terminal result."""
 
-    async def work(rt: Runtime) -> tuple[dict[str, Any], str]:
-        record = await rt.store.get_run(run_id)
-        state = fold(await rt.store.load(run_id), run_id)
+    async def work(store: Store) -> tuple[dict[str, Any], str]:
+        record = await store.get_run(run_id)
+        state = fold(await store.load(run_id), run_id)
         return render.run_object(record, state), render.transcript(record, state)
 
-    obj, text = with_runtime(work)
-    click.echo(json.dumps(obj, indent=2, sort_keys=True) if as_json else text)
+    obj, text = with_reader(work)
+    echo(json.dumps(obj, indent=2, sort_keys=True) if as_json else text)
 
 
 @runs.command("resume")
@@ -308,7 +370,7 @@ def runs_resume(run_id: str, force: bool, as_json: bool) -> None:
         if live is None:
             record = await rt.store.get_run(run_id)
             if record.status not in TERMINAL_STATUSES:
-                click.echo("the run still waits for an answer (kestrel runs pending)", err=True)
+                echo("the run still waits for an answer (kestrel runs pending)", err=True)
         else:
             await supervisor.wait(live)
             if live.error:
@@ -323,12 +385,12 @@ def runs_resume(run_id: str, force: bool, as_json: bool) -> None:
 @click.option("--as", "user", default="cli")
 @one_line_errors
 def runs_cancel(run_id: str, user: str) -> None:
-    """Cancel a run."""
+    """Cancel a run: its requester or on-call (policy.oncall) may; audited either way."""
 
     async def work(rt: Runtime) -> str:
         return await Supervisor(rt).cancel(run_id, by=user)
 
-    click.echo(with_runtime(work))
+    echo(with_runtime(work))
 
 
 @runs.command("pending")
@@ -337,26 +399,32 @@ def runs_cancel(run_id: str, user: str) -> None:
 def runs_pending(as_json: bool) -> None:
     """Open requests: approvals, questions and uncertain effects."""
 
-    async def work(rt: Runtime) -> list[tuple[Request, list[str]]]:
-        tools = rt.tools.current()
+    settings = settings_of(click.get_current_context())
+    # The catalog's flags (tags) pick approvers; MCP servers are not started for this.
+    tools = compose.build_tools(settings)
+    policy = Policy(settings.policy)
+
+    async def work(store: Store) -> list[tuple[Request, list[str], str]]:
         rows = []
-        for request, _status, _decision in await rt.store.list_requests():
+        for request, _status, _decision in await store.list_requests():
             tool = tools.get(request.tool)
-            rows.append((request, rt.policy.who_may_answer(request, tool.flags if tool else None)))
+            who = policy.who_may_answer(request, tool.flags if tool else None)
+            rows.append((request, who, policy.answer_note(request)))
         return rows
 
-    rows = with_runtime(work)
+    rows = with_reader(work)
     if as_json:
         objects = [
-            render.request_object(r) | {"run_id": r.run_id, "may_answer": who} for r, who in rows
+            render.request_object(r) | {"run_id": r.run_id, "may_answer": who, "note": note}
+            for r, who, note in rows
         ]
-        click.echo(json.dumps(objects))
+        echo(json.dumps(objects))
         return
     now = utcnow()
-    for request, who in rows:
-        click.echo(render.pending_line(request, who, now))
+    for request, who, note in rows:
+        echo(render.pending_line(request, who, now, note))
     if not rows:
-        click.echo("no open requests")
+        echo("no open requests")
 
 
 def _decide(run_id: str, request_id: str, kind: DecisionKind, text: str, user: str) -> None:
@@ -376,7 +444,7 @@ def _decide(run_id: str, request_id: str, kind: DecisionKind, text: str, user: s
             f": {obj['text']}" if obj["text"] else ""
         )
 
-    click.echo(with_runtime(work))
+    echo(with_runtime(work))
 
 
 @runs.command("approve")
@@ -432,13 +500,13 @@ def runs_effect(run_id: str, request_id: str, choice: str, output: str, user: st
 def audit(run_id: str | None, limit: int) -> None:
     """Who requested, decided, answered, expired and resumed what."""
 
-    async def work(rt: Runtime) -> list[Any]:
-        return list(await rt.store.list_audit(run_id=run_id, limit=limit))
+    async def work(store: Store) -> list[Any]:
+        return list(await store.list_audit(run_id=run_id, limit=limit))
 
-    for entry in with_runtime(work):
+    for entry in with_reader(work):
         target = entry.request_id or entry.run_id
         when = f"{entry.at:%Y-%m-%d %H:%M:%S}"
-        click.echo(f"{when}  {entry.actor:<16} {entry.action:<14} {target}  {entry.detail}")
+        echo(f"{when}  {entry.actor:<16} {entry.action:<14} {target}  {entry.detail}")
 
 
 @cli.group()
@@ -461,8 +529,12 @@ def tools_list() -> None:
 @tools.command("check")
 @click.argument("files", nargs=-1, required=True, type=click.Path())
 def tools_check(files: tuple[str, ...]) -> None:
-    """Validate catalog files; every problem is reported with file and line."""
-    problems = [p for f in files for p in check_catalog(Path(f))]
+    """Validate catalog files as one tool set; every problem is reported with file and line."""
+    from bot.tools.ask_human import ask_human_tools
+
+    # Reserved whether or not human_in_the_loop is on: a catalog must not depend on it being off.
+    builtin = [tool.name for tool in ask_human_tools()]
+    problems = check_catalogs([Path(f) for f in files], reserved=builtin)
     for problem in problems:
         click.echo(problem, err=True)
     if problems:

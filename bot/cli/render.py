@@ -3,12 +3,31 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Final
 
 from bot.domain import Request, RunRecord
 from bot.llm import base as msg
 from bot.state import RunState
+
+# Escape sequences a terminal acts on, 7-bit (ESC ...) and 8-bit (C1) forms: control strings
+# (OSC, DCS, SOS, PM, APC) up to their terminator (BEL or ST) or the end of the text, CSI
+# sequences, and the two- and three-byte escapes (charset selection, keypad modes, resets).
+_ESCAPES: Final = re.compile(
+    r"(?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f]).*?(?:\x07|\x1b\\|\x9c|$)"
+    r"|(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]?"
+    r"|\x1b[ -/]*[0-~]?",
+    re.DOTALL,
+)
+# Whatever control characters are left, C0 (but tab and newline), DEL and C1.
+_CONTROLS: Final = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` safe for a terminal: escape sequences and control characters (but tab and
+    newline) removed, so model and tool text cannot retitle, clear or rewrite the screen."""
+    return _CONTROLS.sub("", _ESCAPES.sub("", text))
 
 
 def run_object(record: RunRecord, state: RunState) -> dict[str, Any]:
@@ -84,14 +103,15 @@ def _short(text: str, limit: int = 300) -> str:
     return flat if len(flat) <= limit else flat[:limit] + "…"
 
 
-def pending_line(request: Request, who: list[str], now: datetime) -> str:
-    """One line of ``runs pending``: what waits, how long, until when, and for whom."""
+def pending_line(request: Request, who: list[str], now: datetime, note: str = "") -> str:
+    """One line of ``runs pending``: what waits, how long, until when, for whom, and why."""
     args = json.dumps(request.arguments, sort_keys=True)
     age = _duration(now - request.created_at)
     deadline = f", expires in {_duration(request.deadline - now)}" if request.deadline else ""
+    because = f"; {note}" if note else ""
     return (
         f"{request.run_id}  {request.id}  {request.kind.value:<13} {request.tool} {args}"
-        f"  (open {age}{deadline}; may answer: {', '.join(who) or 'nobody'})"
+        f"  (open {age}{deadline}; may answer: {', '.join(who) or 'nobody'}{because})"
     )
 
 

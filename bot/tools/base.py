@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -53,6 +54,8 @@ class ToolContext:
     prompter: Prompter | None = None
     workdir: Path | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # Told a command's process group once it runs, for a dispatch whose outcome must be known.
+    started: Callable[[int], None] | None = None
 
 
 @runtime_checkable

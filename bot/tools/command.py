@@ -6,6 +6,18 @@ is dropped entirely (so optional flags and trailing positionals simply disappear
 that contains ``{param}`` among other text is refused when the tool is built: splicing a value
 into a larger element would let a caller smuggle extra syntax into it. The program (the first
 element) is always literal, so the model never chooses what runs.
+
+Option rule: a value that starts with ``-`` (``--version``, ``-rf``, ``-``, a negative number) is
+refused with an error result, because the program would read it as an option, unless the
+parameter is listed in ``allow_leading_dash`` or every element it fills comes after a literal
+``--`` element (the conventional end of options).
+
+Patterns: a ``pattern`` keyword in the parameters is evaluated by RE2, which runs in time linear
+in the value, so no pattern can stall the event loop. Search semantics as JSON Schema says (a
+pattern matches anywhere unless anchored), and ``^`` and ``$`` mean the start and end of the whole
+value, never of a line: ``$`` does not match before a trailing newline. A pattern RE2 cannot run
+(backreferences, lookaround) is refused when the tool is built, and so is ``patternProperties``
+(a command only uses arguments declared under ``properties``).
 """
 
 from __future__ import annotations
@@ -13,15 +25,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import functools
 import os
 import re
 import shutil
 import signal
 import subprocess
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+import re2
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import ValidationError
+from jsonschema.protocols import Validator
+from jsonschema.validators import extend, validator_for
 
 from bot.tools.base import ToolContext, ToolFlags, ToolResult
 
@@ -35,6 +54,37 @@ _PIPE_GRACE = 1.0
 # After killing the group, how long to collect what the killed processes already wrote.
 _DRAIN_AFTER_KILL = 0.2
 _NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
+END_OF_OPTIONS = "--"
+SchemaPath = tuple[str | int, ...]
+
+# RE2 reports a pattern it cannot run through the exception; left on, it also logs to stderr.
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False
+# Keywords whose value is a subschema or a list or map of them: where a ``pattern`` can be.
+# Instance data (``const``, ``enum``, ``default``, ``examples``) is deliberately not walked.
+_SUBSCHEMA_KEYWORDS = frozenset(
+    {
+        "additionalItems",
+        "additionalProperties",
+        "allOf",
+        "anyOf",
+        "contains",
+        "contentSchema",
+        "else",
+        "if",
+        "items",
+        "not",
+        "oneOf",
+        "prefixItems",
+        "propertyNames",
+        "then",
+        "unevaluatedItems",
+        "unevaluatedProperties",
+    }
+)
+_SUBSCHEMA_MAPS = frozenset(
+    {"$defs", "definitions", "dependencies", "dependentSchemas", "properties"}
+)
 
 
 def placeholder(element: str) -> str | None:
@@ -88,6 +138,98 @@ def format_value(value: Any) -> str | None:
     if isinstance(value, str):
         return value
     return None
+
+
+def dash_guarded(command: Sequence[str], allow_leading_dash: Iterable[str] = ()) -> frozenset[str]:
+    """Parameters whose values must not start with ``-`` (see the module docstring)."""
+    allowed = set(allow_leading_dash)
+    guarded: set[str] = set()
+    after_end_of_options = False
+    for element in command:
+        after_end_of_options = after_end_of_options or element == END_OF_OPTIONS
+        name = placeholder(element)
+        if name is not None and not after_end_of_options and name not in allowed:
+            guarded.add(name)
+    return frozenset(guarded)
+
+
+@functools.lru_cache(maxsize=1024)
+def compile_pattern(pattern: str) -> Any:
+    """``pattern`` compiled by RE2; ValueError with RE2's reason if RE2 cannot run it."""
+    try:
+        return re2.compile(pattern, options=_RE2_OPTIONS)
+    except re2.error as exc:
+        reason = exc.args[0] if exc.args else exc
+        text = reason.decode(errors="replace") if isinstance(reason, bytes) else str(reason)
+        raise ValueError(text) from None
+
+
+def pattern_problems(schema: Any, path: SchemaPath = ()) -> list[tuple[SchemaPath, str]]:
+    """Patterns RE2 cannot run, and ``patternProperties`` (refused), as (schema path, message)."""
+    if not isinstance(schema, Mapping):
+        return []
+    problems: list[tuple[SchemaPath, str]] = []
+    pattern = schema.get("pattern")
+    if isinstance(pattern, str):
+        try:
+            compile_pattern(pattern)
+        except ValueError as exc:
+            message = (
+                f"pattern {pattern!r} cannot be checked in linear time ({exc}); "
+                "RE2 has no backreferences or lookaround"
+            )
+            problems.append(((*path, "pattern"), message))
+    if "patternProperties" in schema:
+        message = "patternProperties is not supported: a command uses only declared properties"
+        problems.append(((*path, "patternProperties"), message))
+    for where, subschema in _subschemas(schema):
+        problems += pattern_problems(subschema, (*path, *where))
+    return problems
+
+
+def _subschemas(schema: Mapping[str, Any]) -> Iterator[tuple[SchemaPath, Any]]:
+    for keyword, value in schema.items():
+        if keyword in _SUBSCHEMA_MAPS and isinstance(value, Mapping):
+            for name, subschema in value.items():
+                yield (keyword, name), subschema
+        elif keyword in _SUBSCHEMA_KEYWORDS and isinstance(value, list):
+            for index, subschema in enumerate(value):
+                yield (keyword, index), subschema
+        elif keyword in _SUBSCHEMA_KEYWORDS:
+            yield (keyword,), value
+
+
+def _linear_pattern(
+    validator: Any, pattern: Any, instance: Any, schema: Any
+) -> Iterator[ValidationError]:
+    """The ``pattern`` keyword on RE2, never on Python's backtracking ``re``."""
+    if not validator.is_type(instance, "string") or not isinstance(pattern, str):
+        return
+    try:
+        compiled = compile_pattern(pattern)
+    except ValueError as exc:
+        yield ValidationError(f"pattern {pattern!r} cannot be checked in linear time ({exc})")
+        return
+    try:
+        found = compiled.search(instance)
+    except UnicodeError:
+        # A lone surrogate survives json.loads but is not text any program could be given.
+        yield ValidationError(f"{instance!r} is not valid Unicode text")
+        return
+    if found is None:
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+@functools.cache
+def _linear(base: type[Validator]) -> type[Validator]:
+    # One class per draft, so a catalog's ``$schema`` keeps its own draft's other keywords.
+    extended: type[Validator] = extend(base, {"pattern": _linear_pattern})  # type: ignore[no-untyped-call]
+    return extended
+
+
+def schema_validator(schema: Mapping[str, Any]) -> Validator:
+    """A validator of ``schema`` whose ``pattern`` keywords run on RE2 (module docstring)."""
+    return _linear(validator_for(schema, default=Draft202012Validator))(schema)
 
 
 def minimal_env(allow: Sequence[str], home: str) -> dict[str, str]:
@@ -162,8 +304,35 @@ async def _within(future: asyncio.Future[None], seconds: float | None = None) ->
     await asyncio.wait({future}, timeout=seconds)
 
 
+def _first_problem(
+    command: Sequence[str], schema: Mapping[str, Any], allow_leading_dash: Sequence[str]
+) -> str | None:
+    """The first reason the tool cannot be built, as ``where: message``; None if it can."""
+    properties = schema.get("properties") or {}
+    template = template_problems(command, properties)
+    if template:
+        index, message = template[0]
+        return f"command[{index}]: {message}"
+    undeclared = [name for name in allow_leading_dash if name not in properties]
+    if undeclared:
+        return f"allow_leading_dash: {undeclared[0]!r} is not a declared parameter"
+    patterns = pattern_problems(schema)
+    if patterns:
+        path, message = patterns[0]
+        return _error_line(("parameters", *path), message)
+    return None
+
+
+def _error_line(path: Iterable[object], message: str) -> str:
+    where = ".".join(str(part) for part in path)
+    return f"{where}: {message}" if where else message
+
+
 class CommandTool:
     """A tool that runs one declared argv with whole-element argument substitution."""
+
+    # Where the tool was declared (``file:line``), for messages that must point at it.
+    origin: str | None
 
     def __init__(
         self,
@@ -176,14 +345,15 @@ class CommandTool:
         env: Sequence[str] = (),
         cwd: Path | None = None,
         max_output: int = DEFAULT_MAX_OUTPUT,
+        allow_leading_dash: Sequence[str] = (),
+        origin: str | None = None,
     ) -> None:
         schema = dict(parameters) if parameters is not None else _NO_PARAMETERS
         if not re.fullmatch(TOOL_NAME_PATTERN, name):
             raise ValueError(f"tool name {name!r} must match {TOOL_NAME_PATTERN}")
-        problems = template_problems(command, schema.get("properties") or {})
-        if problems:
-            index, message = problems[0]
-            raise ValueError(f"tool {name!r}: command[{index}]: {message}")
+        problem = _first_problem(command, schema, allow_leading_dash)
+        if problem:
+            raise ValueError(f"tool {name!r}: {problem}")
         if max_output <= 0:
             raise ValueError(f"tool {name!r}: max_output must be positive")
         self._name = name
@@ -194,6 +364,10 @@ class CommandTool:
         self._env = tuple(env)
         self._cwd = cwd
         self._max_output = max_output
+        self._guarded = dash_guarded(self._command, allow_leading_dash)
+        self._placeholders = tuple(dict.fromkeys(filter(None, map(placeholder, self._command))))
+        self._validator = schema_validator(self._parameters)
+        self.origin = origin
 
     @property
     def name(self) -> str:
@@ -234,13 +408,37 @@ class CommandTool:
                 if name in required:
                     raise ValueError(f"missing required argument {name!r}")
                 continue
-            text = format_value(value)
-            if text is None:
-                raise ValueError(f"argument {name!r} must be a string, number or boolean")
-            if "\0" in text:
-                raise ValueError(f"argument {name!r} contains a NUL byte")
-            argv.append(text)
+            argv.append(self._element(name, value))
         return argv
+
+    def argument_errors(self, arguments: dict[str, Any]) -> list[str]:
+        """Every way ``arguments`` are invalid: the schema (patterns on RE2), then argv rules."""
+        errors = list(self._validator.iter_errors(arguments))
+        problems = [_error_line(error.absolute_path, error.message) for error in errors]
+        # One line per argument: one the schema already refused is not judged again.
+        refused = {error.absolute_path[0] for error in errors if error.absolute_path}
+        for name in self._placeholders:
+            value = arguments.get(name)
+            if value is None or name in refused:
+                continue
+            try:
+                self._element(name, value)
+            except ValueError as exc:
+                problems.append(str(exc))
+        return problems
+
+    def _element(self, name: str, value: Any) -> str:
+        """One argument as one argv element; ValueError naming the argument if it cannot be."""
+        text = format_value(value)
+        if text is None:
+            raise ValueError(f"argument {name!r} must be a string, number or boolean")
+        if "\0" in text:
+            raise ValueError(f"argument {name!r} contains a NUL byte")
+        if text.startswith("-") and name in self._guarded:
+            raise ValueError(
+                f"argument {name!r} must not start with '-': the program would read it as an option"
+            )
+        return text
 
     async def call(self, arguments: dict[str, Any], ctx: ToolContext) -> ToolResult:
         """Run once; the caller bounds it with ``asyncio.timeout``; cancelling kills the group."""
@@ -272,14 +470,18 @@ class CommandTool:
             where = f" ({exc.filename})" if exc.filename else ""
             return ToolResult(output=f"cannot start {argv[0]!r}: {cause}{where}", is_error=True)
         try:
-            return await self._run(transport, capture)
+            return await self._run(transport, capture, ctx)
         finally:
             transport.close()
 
     @staticmethod
-    async def _run(transport: asyncio.SubprocessTransport, capture: _Capture) -> ToolResult:
+    async def _run(
+        transport: asyncio.SubprocessTransport, capture: _Capture, ctx: ToolContext
+    ) -> ToolResult:
         pgid = transport.get_pid()
         try:
+            if ctx.started is not None:
+                ctx.started(pgid)
             await _within(capture.exited)
             await _within(capture.eof, _PIPE_GRACE)
         except BaseException:

@@ -530,7 +530,7 @@ async def test_run_end_fires_once_after_a_deferred_approval_is_answered(kit: Bui
 async def test_run_end_fires_once_when_a_suspended_run_is_cancelled(kit: Build) -> None:
     k = await kit([reply(call("deploy", text="v2")), reply(text="never")])
     state, _ = await k.run(prompter=DeferringPrompter())
-    assert await k.sup.cancel(state.run_id, by="U0OPS") == "cancelled"
+    assert await k.sup.cancel(state.run_id, by="U0REQ") == "cancelled"
     (result,) = k.ends.of(state.run_id)
     assert result.status is RunStatus.CANCELLED
 

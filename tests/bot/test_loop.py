@@ -327,3 +327,16 @@ async def test_timeout_exemptions_operator_paced_and_none(
     state = await sup.wait(await sup.start_turn("go"))
     assert state.result is not None and state.result.outcomes == {"ok": 1}
     await rt.store.close()
+
+
+async def test_the_final_answer_is_journaled_once(tmp_path: Path) -> None:
+    answer = 'Here you are:\n```json\n{"healthy": true}\n```' + " padding" * 1000
+    state, _, records, _ = await run_once(tmp_path, [reply(text=answer)])
+
+    stored = [r.model_dump_json() for r in records]
+    assert sum(answer[-2000:] in row for row in stored) == 1
+    replayed = fold(records)
+    assert replayed.result is not None
+    assert replayed.result.text == answer
+    assert replayed.result.payload == {"healthy": True}
+    assert replayed.result == state.result

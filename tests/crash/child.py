@@ -1,4 +1,4 @@
-"""A Kestrel process for crash tests: starts or resumes one run, and SIGKILLs itself on cue.
+"""A Kestrel process for crash tests: starts, resumes or adopts one run, SIGKILLed on cue.
 
 The kill comes from a thin subclass of the real SQLite store: right after the N-th durable
 append of a given entry kind, the process sends itself SIGKILL, as a crash would.
@@ -11,6 +11,9 @@ import asyncio
 import json
 import os
 import signal
+import subprocess
+import sys
+import traceback
 from pathlib import Path
 
 from bot.domain import Decision, DecisionKind, Entry, Request
@@ -58,8 +61,17 @@ async def resume_when_free(sup: Supervisor, run_id: str) -> LiveRun | None:
         try:
             return await sup.resume(run_id, prompter=DeferringPrompter())
         except ResumeRefused:
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(0.1)
     raise SystemExit("the crashed owner's lease never expired")
+
+
+async def adopt_when_free(sup: Supervisor, run_id: str) -> LiveRun | None:
+    """Adopt the run as a ``serve`` replica does, once the dead owner's lease has expired."""
+    for _ in range(50):
+        if run_id in await sup.adopt_orphans():
+            return sup.live.get(run_id)
+        await asyncio.sleep(0.1)
+    raise SystemExit("the run was never adopted")
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -72,16 +84,18 @@ async def main(args: argparse.Namespace) -> None:
         tools=ToolSource(ToolSet(load_catalog(args.catalog))),
         events=FanOut(),
         owner=f"child-{os.getpid()}",
-        lease_seconds=0.5,
+        lease_seconds=0.3,
     )
     sup = Supervisor(rt)
-    if args.settle:
-        request_id, choice = args.settle.split("=")
+    rt.policy.settings.oncall.append("U0ONCALL")
+    for settle in args.settle:
+        request_id, choice = settle.split("=")
         decision = Decision(request_id=request_id, kind=DecisionKind(choice), by="U0ONCALL")
-        rt.policy.settings.oncall.append("U0ONCALL")
         answered = await sup.answer(decision, run_id=args.resume)
         assert answered.accepted, answered.message
-    if args.resume:
+    if args.resume and args.adopt:
+        live = await adopt_when_free(sup, args.resume)
+    elif args.resume:
         live = await resume_when_free(sup, args.resume)
     else:
         prompter = ApprovingPrompter() if args.approve else DeferringPrompter()
@@ -100,14 +114,47 @@ async def main(args: argparse.Namespace) -> None:
     await store.close()
 
 
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--db", required=True)
-    parser.add_argument("--base-url", required=True)
-    parser.add_argument("--catalog", required=True)
-    parser.add_argument("--crash-after", default="")
-    parser.add_argument("--resume", default="")
-    parser.add_argument("--settle", default="")
-    parser.add_argument("--run-id-file", default="")
-    parser.add_argument("--approve", action="store_true", help="approve every gated call inline")
-    asyncio.run(main(parser.parse_args()))
+def parser() -> argparse.ArgumentParser:
+    """The child's options."""
+    options = argparse.ArgumentParser()
+    options.add_argument("--db", required=True)
+    options.add_argument("--base-url", required=True)
+    options.add_argument("--catalog", required=True)
+    options.add_argument("--crash-after", default="")
+    options.add_argument("--resume", default="")
+    options.add_argument("--settle", action="append", default=[], help="REQ=decision kind")
+    options.add_argument("--adopt", action="store_true", help="take the run over as serve does")
+    options.add_argument("--run-id-file", default="")
+    options.add_argument("--approve", action="store_true", help="approve every gated call inline")
+    return options
+
+
+def run_child(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """Run the child in a real process forked from this one (its imports already done, so a
+    child costs milliseconds, not an interpreter start); its stdout comes back as text."""
+    args = parser().parse_args(argv)
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_end)
+        sys.stdout = os.fdopen(write_end, "w")  # not pytest's capture, which the fork copied
+        os.environ.update(env)
+        code = 0
+        try:
+            asyncio.run(main(args))
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        sys.stdout.flush()
+        os._exit(code)
+    os.close(write_end)
+    with os.fdopen(read_end) as output:
+        out = output.read()
+    _, status = os.waitpid(pid, 0)
+    return subprocess.CompletedProcess(argv, _exit_code(status), out, "")
+
+
+def _exit_code(status: int) -> int:
+    if os.WIFSIGNALED(status):
+        return -os.WTERMSIG(status)
+    return os.WEXITSTATUS(status)

@@ -4,16 +4,17 @@ non-idempotent command run twice. Real processes, real SQLite file, real openai 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
+from tests.crash.child import run_child
 from tests.fakes.processes import FakeOpenAIProcess
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,19 +70,17 @@ GATED_SCRIPT = [
 @pytest.fixture
 def world(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[dict[str, Path | str]]:
     (tmp_path / "catalog.yaml").write_text(yaml.safe_dump(CATALOG))
-    (tmp_path / "effect.sh").write_text('echo "$1" >> "$EFFECTS_FILE"\necho "effect $1 done"\n')
-    server = FakeOpenAIProcess(tmp_path, getattr(request, "param", SCRIPT))
+    # Long enough for its process to be journaled while it runs.
+    effect = 'sleep 0.1\necho "$1" >> "$EFFECTS_FILE"\necho "effect $1 done"\n'
+    (tmp_path / "effect.sh").write_text(effect)
+    server = FakeOpenAIProcess(tmp_path, getattr(request, "param", SCRIPT), forked=True)
     yield {"dir": tmp_path, "base_url": server.base_url}
     server.stop()
 
 
 def child(world: dict[str, Path | str], *extra: str) -> subprocess.CompletedProcess[str]:
     folder = Path(world["dir"])
-    env = dict(os.environ, EFFECTS_FILE=str(folder / "effects.txt"))
-    command = [
-        sys.executable,
-        "-m",
-        "tests.crash.child",
+    argv = [
         "--db",
         str(folder / "k.db"),
         "--base-url",
@@ -92,7 +91,7 @@ def child(world: dict[str, Path | str], *extra: str) -> subprocess.CompletedProc
         str(folder / "run_id"),
         *extra,
     ]
-    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    return run_child(argv, {"EFFECTS_FILE": str(folder / "effects.txt")})
 
 
 def positions_requested(folder: Path) -> Counter[int]:
@@ -170,4 +169,197 @@ def test_crash_between_grant_honoured_and_written_asks_again(
     assert out["status"] == "suspended"
     assert [r["kind"] for r in out["requests"]] == ["wait_approval"]
     assert out["requests"][0]["tool"] == "deploy"
+    assert effects(folder) == []
+
+
+STANDING_SCRIPT = [
+    {"text": "deploying", "calls": [{"name": "deploy", "arguments": {"name": "d"}}]},
+    {"text": "and the next", "calls": [{"name": "deploy", "arguments": {"name": "e"}}]},
+    {"text": "deployed both"},
+]
+
+# Every way a call reaches execution, with the append kinds its deciding process makes.
+PATHS: dict[str, tuple[list[dict[str, object]], list[str]]] = {
+    "first_run": (
+        SCRIPT,
+        [
+            "run_started",
+            "user_message",
+            "assistant_turn",
+            "tool_dispatched",
+            "tool_process",
+            "tool_result",
+            "run_ended",
+        ],
+    ),
+    "chat_inline_approval": (
+        GATED_SCRIPT,
+        [
+            "run_started",
+            "user_message",
+            "assistant_turn",
+            "tool_dispatched",
+            "tool_process",
+            "tool_result",
+            "grant_written",
+            "run_ended",
+        ],
+    ),
+    "approved_once": (
+        GATED_SCRIPT,
+        [
+            "run_resumed",
+            "answer_supplied",
+            "tool_dispatched",
+            "tool_process",
+            "tool_result",
+            "grant_written",
+            "assistant_turn",
+            "run_ended",
+        ],
+    ),
+    "standing_grant": (
+        STANDING_SCRIPT,
+        [
+            "run_resumed",
+            "answer_supplied",
+            "tool_dispatched",
+            "tool_process",
+            "tool_result",
+            "grant_written",
+            "assistant_turn",
+            "tool_dispatched:2",
+            "tool_process:2",
+            "tool_result:2",
+            "run_ended",
+        ],
+    ),
+    "retry": (
+        SCRIPT,
+        [
+            "run_resumed",
+            "answer_supplied",
+            "tool_dispatched",
+            "tool_process",
+            "tool_result",
+            "assistant_turn",
+            "run_ended",
+        ],
+    ),
+    "adoption": (
+        SCRIPT,
+        [
+            "run_resumed",
+            "assistant_turn",
+            "tool_dispatched",
+            "tool_process",
+            "tool_result",
+            "run_ended",
+        ],
+    ),
+}
+
+
+def settle_args(requests: list[dict[str, Any]], retries: Counter[str]) -> list[str]:
+    """Approve what waits for approval; answer ``retry`` to every uncertain effect."""
+    args: list[str] = []
+    for request in requests:
+        if request["kind"] == "wait_effect":
+            retries[request["arguments"]["name"]] += 1
+            args += ["--settle", f"{request['id']}=retry"]
+        else:
+            args += ["--settle", f"{request['id']}=approve"]
+    return args
+
+
+def deciding_process(
+    world: dict[str, Path | str], path: str, crash: str, retries: Counter[str]
+) -> subprocess.CompletedProcess[str]:
+    """Bring the run to where ``path`` reaches execution, in a process that crashes on cue."""
+    folder = Path(world["dir"])
+    crash_args = ["--crash-after", crash if ":" in crash else f"{crash}:1"]
+    if path == "first_run":
+        return child(world, *crash_args)
+    if path == "chat_inline_approval":
+        return child(world, "--approve", *crash_args)  # as `kestrel chat`'s prompter does
+    if path in ("approved_once", "standing_grant"):
+        started = json.loads(child(world).stdout)
+        (request,) = started["requests"]
+        kind = "approve" if path == "approved_once" else "approve_always"
+        run_id = (folder / "run_id").read_text()
+        return child(world, "--resume", run_id, "--settle", f"{request['id']}={kind}", *crash_args)
+    if path == "retry":
+        assert child(world, "--crash-after", "tool_dispatched:1").returncode == -9
+        run_id = (folder / "run_id").read_text()
+        asked = json.loads(child(world, "--resume", run_id).stdout)
+        return child(
+            world, "--resume", run_id, *settle_args(asked["requests"], retries), *crash_args
+        )
+    assert path == "adoption"
+    assert child(world, "--crash-after", "tool_result:1").returncode == -9
+    run_id = (folder / "run_id").read_text()
+    return child(world, "--resume", run_id, "--adopt", *crash_args)
+
+
+def finish(world: dict[str, Path | str], run_id: str, retries: Counter[str]) -> dict[str, Any]:
+    """Resume after the crash, deciding every request as people would, until the run ends."""
+    out: dict[str, Any] = json.loads(child(world, "--resume", run_id).stdout)
+    for _ in range(6):
+        if out["status"] != "suspended":
+            return out
+        settled = child(world, "--resume", run_id, *settle_args(out["requests"], retries))
+        assert settled.returncode == 0, settled.stderr
+        out = json.loads(settled.stdout)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("world", "path", "crash"),
+    [(script, path, crash) for path, (script, kinds) in PATHS.items() for crash in kinds],
+    indirect=["world"],
+    ids=[f"{path}-{crash}" for path, (_, kinds) in PATHS.items() for crash in kinds],
+)
+def test_no_effect_runs_again_without_a_fresh_decision(
+    world: dict[str, Path | str], path: str, crash: str
+) -> None:
+    folder = Path(world["dir"])
+    retries: Counter[str] = Counter()
+    crashed = deciding_process(world, path, crash, retries)
+    assert crashed.returncode == -9, f"no {crash} append on this path: {crashed.stderr}"
+    run_id = (folder / "run_id").read_text()
+
+    out = finish(world, run_id, retries)
+
+    assert out["status"] == "completed", out
+    assert all(n == 1 for n in positions_requested(folder).values())
+    runs = Counter(effects(folder))
+    assert all(runs[name] <= 1 + retries[name] for name in runs), (runs, retries)
+
+
+SLOW_SCRIPT = [
+    {"text": "slowly", "calls": [{"name": "slow", "arguments": {"name": "s"}}]},
+    {"text": "done"},
+]
+
+
+@pytest.mark.parametrize("world", [SLOW_SCRIPT], indirect=True)
+def test_an_orphaned_command_is_stopped_before_on_call_is_asked(
+    world: dict[str, Path | str],
+) -> None:
+    folder = Path(world["dir"])
+    (folder / "slow.sh").write_text('sleep 2\necho "late $1" >> "$EFFECTS_FILE"\n')
+    catalog = yaml.safe_load((folder / "catalog.yaml").read_text())
+    slow = {**catalog["tools"][0], "name": "slow", "command": ["/bin/sh", "./slow.sh", "{name}"]}
+    catalog["tools"].append(slow)
+    (folder / "catalog.yaml").write_text(yaml.safe_dump(catalog))
+
+    crashed = child(world, "--crash-after", "tool_process:1")
+    assert crashed.returncode == -9
+    run_id = (folder / "run_id").read_text()
+    asked = json.loads(child(world, "--resume", run_id).stdout)
+
+    (request,) = asked["requests"]
+    assert request["kind"] == "wait_effect"
+    assert "was still running and was stopped" in request["prompt"], request["prompt"]
+    time.sleep(2.5)  # past the moment the orphan would have written its effect
     assert effects(folder) == []

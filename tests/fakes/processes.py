@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -16,37 +17,55 @@ KESTREL = [sys.executable, "-c", "from bot.cli.main import main; main()"]
 
 
 class FakeOpenAIProcess:
-    """The fake OpenAI-compatible server in its own process, logging every request to a file."""
+    """The fake OpenAI-compatible server in its own process, logging every request to a file.
 
-    def __init__(self, folder: Path, script: list[dict[str, Any]]) -> None:
+    ``forked`` starts it by forking this process (its imports already done) instead of a new
+    interpreter: milliseconds instead of a second, for tests that start one per case.
+    ``hang`` reads and logs every request and never answers it.
+    """
+
+    def __init__(
+        self,
+        folder: Path,
+        script: list[dict[str, Any]],
+        *,
+        forked: bool = False,
+        hang: bool = False,
+    ) -> None:
         self.folder = folder
         (folder / "script.yaml").write_text(yaml.safe_dump(script))
         port_file = folder / "port"
         self.log = folder / "requests.jsonl"
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tests.fakes.openai_server",
-                "--script",
-                str(folder / "script.yaml"),
-                "--port-file",
-                str(port_file),
-                "--log",
-                str(self.log),
-            ],
-            cwd=ROOT,
-        )
+        argv = ["--script", str(folder / "script.yaml"), "--port-file", str(port_file)]
+        argv += ["--log", str(self.log), *(["--hang"] if hang else [])]
+        self.pid = _fork(argv) if forked else _spawn(argv)
         deadline = time.monotonic() + 20
         while not port_file.exists() or not port_file.read_text().strip():
             assert time.monotonic() < deadline, "fake OpenAI server did not start"
-            time.sleep(0.05)
+            time.sleep(0.02)
         self.base_url = f"http://127.0.0.1:{port_file.read_text().strip()}/v1"
 
     def stop(self) -> None:
         """Kill it."""
-        self.process.kill()
-        self.process.wait()
+        os.kill(self.pid, signal.SIGKILL)
+        os.waitpid(self.pid, 0)
+
+
+def _spawn(argv: list[str]) -> int:
+    command = [sys.executable, "-m", "tests.fakes.openai_server", *argv]
+    return subprocess.Popen(command, cwd=ROOT).pid
+
+
+def _fork(argv: list[str]) -> int:
+    from tests.fakes import openai_server
+
+    pid = os.fork()
+    if pid == 0:
+        try:
+            openai_server.main(argv)
+        finally:
+            os._exit(0)
+    return pid
 
 
 def clean_env(**extra: str) -> dict[str, str]:

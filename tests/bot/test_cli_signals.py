@@ -1,0 +1,205 @@
+"""SIGTERM and SIGINT stop `kestrel run`, `chat` and `serve` at once: the model call or the
+command under way is cut short, the run suspends and gives its lease up, the process exits.
+Real processes, real signals, a real SQLite file."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from bot.domain import RunStatus, Session, ToolProcess, new_id
+from bot.tools import orphans
+from storage.sqlite import SqliteStore
+from tests.fakes.processes import KESTREL, FakeOpenAIProcess, clean_env
+
+SLOW = {
+    "name": "slow",
+    "description": "A slow effect",
+    "command": ["/bin/sh", "./slow.sh"],
+    "idempotent": False,
+    "timeout": 60,
+    "env": ["EFFECTS_FILE"],
+}
+SLOW_SCRIPT = [{"text": "working", "calls": [{"name": "slow", "arguments": {}}]}, {"text": "done"}]
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    (tmp_path / "slow.sh").write_text(
+        'echo start >> "$EFFECTS_FILE"\nsleep 30\necho end >> "$EFFECTS_FILE"\n'
+    )
+    (tmp_path / "tools.yaml").write_text(yaml.safe_dump({"tools": [SLOW]}))
+    return tmp_path
+
+
+@pytest.fixture
+def hanging_model(folder: Path) -> Iterator[FakeOpenAIProcess]:
+    server = FakeOpenAIProcess(folder, [{"text": "never"}], forked=True, hang=True)
+    yield server
+    server.stop()
+
+
+def configure(folder: Path, model: dict[str, Any]) -> dict[str, str]:
+    config = {"model": model, "tools": ["tools.yaml"], "replica": {"poll_seconds": 0.1}}
+    (folder / "kestrel.yaml").write_text(yaml.safe_dump(config))
+    return clean_env(EFFECTS_FILE=str(folder / "effects.txt"), OPENAI_API_KEY="test")
+
+
+def scripted(folder: Path) -> dict[str, str]:
+    (folder / "script.yaml").write_text(yaml.safe_dump(SLOW_SCRIPT))
+    return configure(folder, {"provider": "scripted", "script": "script.yaml"})
+
+
+def fake_openai(folder: Path, server: FakeOpenAIProcess) -> dict[str, str]:
+    env = configure(folder, {"provider": "openai", "name": "fake", "max_retries": 0})
+    return {**env, "OPENAI_BASE_URL": server.base_url}
+
+
+def start(folder: Path, env: dict[str, str], *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [*KESTREL, *args],
+        cwd=folder,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_until(condition: Any, what: str) -> None:
+    deadline = time.monotonic() + 20
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} never happened"
+        time.sleep(0.05)
+
+
+def effects(folder: Path) -> list[str]:
+    path = folder / "effects.txt"
+    return path.read_text().split() if path.exists() else []
+
+
+def the_run(folder: Path) -> tuple[Any, list[Any]]:
+    """The one run in the journal, and its entries."""
+
+    async def read() -> tuple[Any, list[Any]]:
+        store = SqliteStore(folder / "kestrel.db")
+        await store.migrate()
+        try:
+            (record,) = await store.list_runs()
+            return record, [r.entry for r in await store.load(record.id)]
+        finally:
+            await store.close()
+
+    return asyncio.run(read())
+
+
+def assert_suspended_and_released(folder: Path) -> list[Any]:
+    record, entries = the_run(folder)
+    assert record.status is RunStatus.SUSPENDED
+    assert record.stop_reason == "interrupted"
+    assert record.owner == "" and record.lease_expires is None
+    return entries
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_run_stops_the_command_and_suspends(folder: Path, signum: signal.Signals) -> None:
+    run = start(folder, scripted(folder), "run", "do the slow thing")
+    wait_until(lambda: effects(folder) == ["start"], "the command's start")
+
+    run.send_signal(signum)
+    _, err = run.communicate(timeout=10)
+
+    assert run.returncode == 128 + signum, err
+    assert "Traceback" not in err
+    entries = assert_suspended_and_released(folder)
+    (process,) = [e.process for e in entries if isinstance(e, ToolProcess)]
+    assert orphans.members(process) == []  # the whole group went with it
+    time.sleep(0.3)
+    assert effects(folder) == ["start"]
+
+
+def test_a_resumed_interrupted_command_asks_on_call_instead_of_running_again(
+    folder: Path,
+) -> None:
+    env = scripted(folder)
+    run = start(folder, env, "run", "do the slow thing")
+    wait_until(lambda: effects(folder) == ["start"], "the command's start")
+    run.send_signal(signal.SIGTERM)
+    run.communicate(timeout=10)
+    record, _ = the_run(folder)
+
+    resumed = subprocess.run(
+        [*KESTREL, "runs", "resume", record.id, "--json"],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+    out = json.loads(resumed.stdout)
+    assert [r["kind"] for r in out["requests"]] == ["wait_effect"], resumed.stderr
+    assert effects(folder) == ["start"]
+
+
+def test_run_cuts_a_hanging_model_call_short(
+    folder: Path, hanging_model: FakeOpenAIProcess
+) -> None:
+    run = start(folder, fake_openai(folder, hanging_model), "run", "hello")
+    wait_until(hanging_model.log.exists, "the model call")
+
+    run.send_signal(signal.SIGINT)
+    _, err = run.communicate(timeout=10)
+
+    assert run.returncode == 130, err
+    assert_suspended_and_released(folder)
+
+
+def test_serve_suspends_a_run_waiting_on_a_hanging_model(
+    folder: Path, hanging_model: FakeOpenAIProcess
+) -> None:
+    env = fake_openai(folder, hanging_model)
+    serve = start(folder, env, "serve")
+    run_id = new_id("run")
+
+    async def submit() -> None:
+        store = SqliteStore(folder / "kestrel.db")
+        await store.migrate()
+        session = Session(id=new_id("ses"), platform="test")
+        payload = {"run_id": run_id, "prompt": "hello", "session": session.model_dump()}
+        await store.enqueue_work("start", {**payload, "requested_by": "U0REQ"})
+        await store.close()
+
+    asyncio.run(submit())
+    wait_until(hanging_model.log.exists, "the model call")
+
+    serve.send_signal(signal.SIGTERM)
+    _, err = serve.communicate(timeout=10)
+
+    assert serve.returncode == 0, err
+    assert_suspended_and_released(folder)
+
+
+def test_chat_stops_on_sigterm(folder: Path) -> None:
+    chat = start(folder, scripted(folder), "chat")
+    assert chat.stdin is not None
+    chat.stdin.write("do the slow thing\n")
+    chat.stdin.flush()
+    wait_until(lambda: effects(folder) == ["start"], "the command's start")
+
+    chat.send_signal(signal.SIGTERM)
+    out, err = chat.communicate(timeout=10)
+
+    assert chat.returncode == 143, err
+    assert "suspended" in out
+    assert_suspended_and_released(folder)

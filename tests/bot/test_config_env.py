@@ -1,0 +1,152 @@
+"""The environment: unknown KESTREL_ variables are refused, errors blame their real source."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from bot.config import NON_SETTING_VARIABLES, ConfigError, Settings, load_settings
+from tests.bot.test_cli import kestrel, one_line_error, write_config
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A folder of its own (``.env`` is read from it) and no variables of the developer's."""
+    monkeypatch.chdir(tmp_path)
+    for name in [n for n in os.environ if n.startswith(("KESTREL_", "OPENAI_"))]:
+        monkeypatch.delenv(name)
+    monkeypatch.delenv("DATABASE", raising=False)
+    return tmp_path
+
+
+def refusal(**variables: str) -> str:
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in variables.items():
+            patch.setenv(name, value)
+        with pytest.raises(ConfigError) as caught:
+            load_settings()
+    message = str(caught.value)
+    assert "\n" not in message
+    return message
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("KESTREL_MODLE__NAME", "environment KESTREL_MODLE__NAME: unknown variable"),
+        ("KESTREL_MODEL__NAMME", "environment KESTREL_MODEL__NAMME: unknown variable"),
+        ("KESTREL_BUDGETS__MAX_ITERATIONS__X", "KESTREL_BUDGETS__MAX_ITERATIONS__X: unknown"),
+        ("KESTREL_DATABASE", "did you mean KESTREL_DATABASE_URL?"),
+        ("KESTREL_OPENAI_API_KEY", "did you mean OPENAI_API_KEY?"),
+        ("kestrel_modle__name", "kestrel_modle__name: unknown variable"),
+        ("KESTREL_BASE_DIR", "KESTREL_BASE_DIR: base_dir is not a setting"),
+    ],
+)
+def test_unknown_variables_are_refused_by_name(name: str, expected: str) -> None:
+    assert expected in refusal(**{name: "x"})
+
+
+def test_unknown_variables_in_dotenv_are_refused_by_name(clean_environment: Path) -> None:
+    (clean_environment / ".env").write_text("OTHER_TOOL=1\nKESTREL_MODLE__NAME=x\n")
+    assert ".env KESTREL_MODLE__NAME: unknown variable" in refusal()
+
+
+def test_the_programs_own_variables_and_nested_mappings_are_allowed(
+    clean_environment: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in NON_SETTING_VARIABLES - {"KESTREL_CONFIG"}:
+        monkeypatch.setenv(name, "x")
+    monkeypatch.setenv("KESTREL_MODEL__NAME", "from-env")
+    monkeypatch.setenv("KESTREL_DEADLINES__PER_TOOL__RESTART_UNIT", "60")
+    monkeypatch.setenv("KESTREL_DATABASE_URL", "env.db")
+    (clean_environment / ".env").write_text("KESTREL_BUDGETS__MAX_ITERATIONS=7\nOTHER=1\n")
+    settings = load_settings()
+    assert settings.model.name == "from-env"
+    assert settings.deadlines.per_tool == {"restart_unit": 60}
+    assert settings.database == "env.db"
+    assert settings.budgets.max_iterations == 7
+
+
+def test_dotenv_may_name_the_config_file(clean_environment: Path) -> None:
+    (clean_environment / "other.yaml").write_text("model: {name: from-other}\n")
+    (clean_environment / ".env").write_text("KESTREL_CONFIG=other.yaml\n")
+    assert load_settings().model.name == "from-other"
+
+
+def test_an_unprefixed_database_variable_does_not_move_the_journal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("DATABASE", "/tmp/elsewhere.db")
+    assert load_settings().database == "kestrel.db"
+    assert Settings().database == "kestrel.db"
+
+
+def test_the_file_database_key_still_works_and_the_environment_overrides_it(
+    clean_environment: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_config(clean_environment, database="file.db")
+    assert load_settings().database == "file.db"
+    monkeypatch.setenv("KESTREL_DATABASE_URL", "env.db")
+    assert load_settings().database == "env.db"
+
+
+def test_base_dir_is_not_settable(clean_environment: Path) -> None:
+    write_config(clean_environment, base_dir="/elsewhere")
+    assert "kestrel.yaml: base_dir: not a setting" in refusal()
+    (clean_environment / "kestrel.yaml").unlink()
+    assert load_settings().base_dir == clean_environment
+
+
+def test_errors_from_the_environment_blame_the_variable(clean_environment: Path) -> None:
+    write_config(clean_environment, budgets={"max_tool_calls": 0})
+    message = refusal(KESTREL_BUDGETS__MAX_ITERATIONS="0")
+    assert "environment KESTREL_BUDGETS__MAX_ITERATIONS: budgets.max_iterations:" in message
+    assert "kestrel.yaml: budgets.max_tool_calls:" in message
+    assert "kestrel.yaml: budgets.max_iterations" not in message
+
+
+def test_a_section_that_is_not_json_names_the_variable() -> None:
+    message = refusal(KESTREL_BUDGETS="max_iterations=3")
+    assert message.startswith("environment KESTREL_BUDGETS: budgets: not valid JSON")
+    assert "KESTREL_BUDGETS__KEY" in message
+
+
+@pytest.mark.parametrize("written", ["off", "Off", "false", "no"])
+def test_pii_mode_off_as_yaml_reads_it(clean_environment: Path, written: str) -> None:
+    (clean_environment / "kestrel.yaml").write_text(f"pii: {{mode: {written}}}\n")
+    assert load_settings().pii.mode.value == "off"
+
+
+def test_every_variable_is_listed_in_the_example_env_file() -> None:
+    listed = set(re.findall(r"^#? ?([A-Z][A-Z0-9_]+)=", (ROOT / ".env.example").read_text(), re.M))
+    for name in NON_SETTING_VARIABLES | {"KESTREL_DATABASE_URL", "OPENAI_API_KEY"}:
+        assert name in listed, name
+    for name in listed:
+        if name.startswith("KESTREL_") and name not in NON_SETTING_VARIABLES:
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setenv(name, "1")
+                try:
+                    load_settings()
+                except ConfigError as exc:
+                    assert "unknown variable" not in str(exc), name
+                    assert "not a setting" not in str(exc), name
+
+
+def test_environment_errors_are_one_line_from_the_command(tmp_path: Path) -> None:
+    message = one_line_error(kestrel(tmp_path, "runs", "list", env={"KESTREL_MODLE__NAME": "x"}))
+    assert "KESTREL_MODLE__NAME" in message
+    unparsable = one_line_error(kestrel(tmp_path, "runs", "list", env={"KESTREL_POLICY": "{"}))
+    assert "KESTREL_POLICY" in unparsable
+
+
+def test_a_hostile_postgres_schema_is_one_line(tmp_path: Path) -> None:
+    write_config(tmp_path, database="postgresql://k@127.0.0.1:1/k?schema=x;DROP TABLE runs")
+    message = one_line_error(kestrel(tmp_path, "db", "check"))
+    assert "schema" in message and "plain identifier" in message
+    write_config(tmp_path, database="postgresql://k@[::1/k")
+    assert "not a valid PostgreSQL URL" in one_line_error(kestrel(tmp_path, "db", "check"))
