@@ -14,20 +14,12 @@ from collections.abc import Iterator
 from typing import Any, TextIO
 
 from bot.cli.render import printable
-from bot.domain import (
-    Decision,
-    DecisionKind,
-    Request,
-    RequestKind,
-    RunStatus,
-    Session,
-    new_id,
-)
+from bot.domain import Decision, DecisionKind, Request, RequestKind, RunStatus, Session, new_id
 from bot.events import Event
+from bot.journal.fold import RunState
 from bot.policy import NotPermitted
-from bot.runs import LiveRun, ResumeRefused, Supervisor
-from bot.state import RunState
 from bot.store import StoreError
+from bot.supervisor import LiveRun, ResumeRefused, Supervisor
 
 HELP = """commands:
   /runs              recent runs

@@ -13,10 +13,10 @@ from typing import IO, Any
 
 from bot.domain import Budgets, ToolCall
 from bot.events import FanOut
-from bot.guard import pii_hooks
 from bot.hooks import HookContext, Hooks, ToolVerdict
 from bot.llm.scripted import ScriptedProvider
-from bot.pii import PiiGuard, PiiMode, PiiSettings
+from bot.pii.guard import PiiGuard, PiiMode, PiiSettings
+from bot.pii.hooks import pii_hooks
 from bot.runtime import Runtime, ToolSource
 from bot.store import Store
 from bot.tools.builtin import builtin_tools

@@ -18,7 +18,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
-from bot.pii import PiiGuard, PiiMode, PiiSettings
+from bot.pii.guard import PiiGuard, PiiMode, PiiSettings
 
 _LEVELS = ("INFO", "INFO", "INFO", "DEBUG", "DEBUG", "WARN", "ERROR")
 _LOGGERS = (

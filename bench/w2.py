@@ -23,13 +23,13 @@ from bench.stores import DATABASES, LABELS, open_store, scratch, store_mib
 from bot.config import PolicySettings
 from bot.domain import Budgets, Decision, DecisionKind, Request, RequestKind
 from bot.events import FanOut
+from bot.journal.fold import RunState
 from bot.llm.scripted import ScriptedProvider
 from bot.policy import Policy
-from bot.prompters import DeferringPrompter
-from bot.runs import Supervisor
+from bot.prompter import DeferringPrompter
 from bot.runtime import Runtime, ToolSource
-from bot.state import RunState
 from bot.store import Store
+from bot.supervisor import Supervisor
 from bot.tools.python import function_tool
 from bot.tools.toolset import ToolSet
 

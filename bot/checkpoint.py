@@ -11,10 +11,10 @@ from dataclasses import dataclass
 
 from bot.domain import Decision, DecisionKind, Request, RequestStatus, utcnow
 from bot.events import Event
+from bot.journal.fold import RunState
 from bot.policy import Actor
 from bot.prompter import Prompter
 from bot.runtime import Runtime
-from bot.state import RunState
 
 
 @dataclass(frozen=True)

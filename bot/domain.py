@@ -7,7 +7,7 @@ import json
 import uuid
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -22,7 +22,7 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-class Model(BaseModel):
+class DomainModel(BaseModel):
     """Base of every domain model: immutable, no unknown fields."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -64,7 +64,7 @@ class StopReason(StrEnum):
     WAITING = "waiting"
 
 
-class Usage(Model):
+class Usage(DomainModel):
     """Tokens spent by model calls."""
 
     input_tokens: int = 0
@@ -82,7 +82,7 @@ class Usage(Model):
         )
 
 
-class ToolCall(Model):
+class ToolCall(DomainModel):
     """One tool call proposed by the model; ``arguments`` is the raw JSON text it sent."""
 
     id: str
@@ -90,7 +90,7 @@ class ToolCall(Model):
     arguments: str = "{}"
 
 
-class AssistantTurn(Model):
+class AssistantTurn(DomainModel):
     """One model reply: text and/or tool calls, why it finished, what it cost."""
 
     text: str | None = None
@@ -136,7 +136,7 @@ def call_digest(tool: str, arguments: dict[str, Any]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:32]
 
 
-class Request(Model):
+class Request(DomainModel):
     """An open wait with an exact identity, bound to one call of one run."""
 
     id: str = Field(default_factory=lambda: new_id("req"))
@@ -167,7 +167,7 @@ class DecisionKind(StrEnum):
     EXPIRED = "expired"
 
 
-class Decision(Model):
+class Decision(DomainModel):
     """One answer to one request, with who gave it."""
 
     request_id: str
@@ -184,7 +184,7 @@ class GrantKind(StrEnum):
     STANDING = "standing"
 
 
-class Grant(Model):
+class Grant(DomainModel):
     """Permission to run a gated call."""
 
     kind: GrantKind
@@ -194,7 +194,7 @@ class Grant(Model):
     by: str = ""
 
 
-class TerminalResult(Model):
+class TerminalResult(DomainModel):
     """A run's final word: status, reason, the assistant's text and its structured payload."""
 
     status: RunStatus
@@ -206,7 +206,7 @@ class TerminalResult(Model):
     outcomes: dict[str, int] = {}
 
 
-class Fingerprint(Model):
+class Fingerprint(DomainModel):
     """What a run was started with; resume compares it with the current configuration."""
 
     provider: str
@@ -215,7 +215,7 @@ class Fingerprint(Model):
     system_prompt_digest: str
 
 
-class Budgets(Model):
+class Budgets(DomainModel):
     """Limits of one run."""
 
     max_iterations: int = 20
@@ -225,147 +225,13 @@ class Budgets(Model):
     no_progress_repeats: int = 3
 
 
-# Journal entries. Each is one append; ``fold`` rebuilds a run from them alone.
-
-
-class RunStarted(Model):
-    """The run's identity and the configuration it started with."""
-
-    kind: Literal["run_started"] = "run_started"
-    run_id: str
-    session_id: str
-    requested_by: str = ""
-    system_prompt: str = ""
-    fingerprint: Fingerprint
-    budgets: Budgets = Budgets()
-    has_prompter: bool = False
-    history: tuple[tuple[str, str], ...] = ()
-    at: datetime = Field(default_factory=utcnow)
-
-
-class UserMessage(Model):
-    """A human message entering the conversation (after hooks and PII)."""
-
-    kind: Literal["user_message"] = "user_message"
-    text: str
-    by: str = ""
-
-
-class AssistantTurnEntry(Model):
-    """A model reply, journaled before any tool of its batch runs."""
-
-    kind: Literal["assistant_turn"] = "assistant_turn"
-    iteration: int
-    turn: AssistantTurn
-
-
-class ToolDispatched(Model):
-    """A non-idempotent effect is about to start."""
-
-    kind: Literal["tool_dispatched"] = "tool_dispatched"
-    call_id: str
-    tool: str
-
-
-class ProcessStamp(Model):
+class ProcessStamp(DomainModel):
     """One process group on one host, identified even after its ids are reused."""
 
     host: str
     host_key: str
     pgid: int
     start_ticks: int
-
-
-class ToolProcess(Model):
-    """Where a dispatched command's processes run, so an owner's successor can find an orphan."""
-
-    kind: Literal["tool_process"] = "tool_process"
-    call_id: str
-    process: ProcessStamp
-
-
-class ToolResultEntry(Model):
-    """The answer to one call, whatever exit produced it."""
-
-    kind: Literal["tool_result"] = "tool_result"
-    call_id: str
-    tool: str
-    outcome: ToolOutcome
-    output: str
-    is_error: bool = False
-
-
-class ToolDeferred(Model):
-    """The call will be answered later, through the checkpoint, for this request."""
-
-    kind: Literal["tool_deferred"] = "tool_deferred"
-    call_id: str
-    tool: str
-    request: Request
-
-
-class GrantWritten(Model):
-    """A grant flushed after its triggering call was answered or deferred."""
-
-    kind: Literal["grant_written"] = "grant_written"
-    grant: Grant
-
-
-class AnswerSupplied(Model):
-    """A decision for a request, taken from the checkpoint by the run's task."""
-
-    kind: Literal["answer_supplied"] = "answer_supplied"
-    decision: Decision
-
-
-class RunSuspended(Model):
-    """The run ended its task; it waits for the listed requests or a resume."""
-
-    kind: Literal["run_suspended"] = "run_suspended"
-    reason: StopReason
-    request_ids: tuple[str, ...] = ()
-
-
-class RunResumed(Model):
-    """A task picked the run up again."""
-
-    kind: Literal["run_resumed"] = "run_resumed"
-    owner: str = ""
-    forced: bool = False
-    taken_over_from: str = ""
-
-
-class AdvisoryEntry(Model):
-    """Something the operator should know, kept out of the model's context."""
-
-    kind: Literal["advisory"] = "advisory"
-    text: str
-
-
-class RunEnded(Model):
-    """The terminal result."""
-
-    kind: Literal["run_ended"] = "run_ended"
-    result: TerminalResult
-    # The result's text is the run's last model turn, journaled once, with that turn.
-    text_is_last_turn: bool = False
-
-    @classmethod
-    def of(cls, result: TerminalResult, last_turn_text: str) -> RunEnded:
-        """The entry for ``result``, without a second copy of a text the journal holds."""
-        if not result.text or result.text != last_turn_text:
-            return cls(result=result)
-        return cls(
-            result=result.model_copy(update={"text": "", "payload": None}), text_is_last_turn=True
-        )
-
-    def restored(self, last_turn_text: str) -> TerminalResult:
-        """The whole result, given the text of the run's last model turn."""
-        if not self.text_is_last_turn:
-            return self.result
-        completed = self.result.status is RunStatus.COMPLETED
-        payload = extract_payload(last_turn_text) if completed else None
-        return self.result.model_copy(update={"text": last_turn_text, "payload": payload})
 
 
 def extract_payload(text: str) -> dict[str, Any] | None:
@@ -385,80 +251,7 @@ def extract_payload(text: str) -> dict[str, Any] | None:
     return None
 
 
-Entry = Annotated[
-    RunStarted
-    | UserMessage
-    | AssistantTurnEntry
-    | ToolDispatched
-    | ToolProcess
-    | ToolResultEntry
-    | ToolDeferred
-    | GrantWritten
-    | AnswerSupplied
-    | RunSuspended
-    | RunResumed
-    | AdvisoryEntry
-    | RunEnded,
-    Field(discriminator="kind"),
-]
-
-
-class JournalRecord(Model):
-    """One stored entry with its position and the epoch that wrote it."""
-
-    run_id: str
-    seq: int
-    epoch: int
-    entry: Entry
-
-
-def status_after(entry: Entry) -> RunStatus | None:
-    """The run status an entry moves to, if it moves it at all."""
-    if isinstance(entry, RunStarted | RunResumed):
-        return RunStatus.RUNNING
-    if isinstance(entry, RunSuspended):
-        return RunStatus.SUSPENDED
-    if isinstance(entry, RunEnded):
-        return entry.result.status
-    return None
-
-
-class RunRecord(Model):
-    """A run's row: identity and the projection of its journal that listings need."""
-
-    id: str
-    session_id: str
-    prompt: str = ""
-    requested_by: str = ""
-    status: RunStatus = RunStatus.RUNNING
-    stop_reason: str = ""
-    owner: str = ""
-    epoch: int = 0
-    lease_expires: datetime | None = None
-    created_at: datetime = Field(default_factory=utcnow)
-    updated_at: datetime = Field(default_factory=utcnow)
-
-
-class WorkItem(Model):
-    """Inbound work any replica may take: ``start`` a turn or ``resume`` a run."""
-
-    id: int
-    kind: Literal["start", "resume"]
-    payload: dict[str, Any] = {}
-    created_at: datetime = Field(default_factory=utcnow)
-
-
-class Replica(Model):
-    """A live Kestrel process sharing the store, and the runs it holds leases on."""
-
-    owner: str
-    info: str = ""
-    started_at: datetime
-    last_seen: datetime
-    runs: tuple[tuple[str, datetime | None], ...] = ()
-
-
-class Session(Model):
+class Session(DomainModel):
     """One conversation: a chat thread, or a console session."""
 
     id: str

@@ -10,22 +10,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bot.domain import (
-    GrantWritten,
-    Request,
-    ToolCall,
-    ToolDeferred,
-    ToolDispatched,
-    ToolOutcome,
-    ToolProcess,
-    ToolResultEntry,
-    new_id,
-)
+from bot.domain import Request, ToolCall, ToolOutcome, new_id
 from bot.events import Event, EventSink
 from bot.gate import Gate
 from bot.hooks import HookContext, HookFailure, Hooks
 from bot.interrupt import Interrupt, Interrupted
-from bot.journal import RunJournal, TakenOver
+from bot.journal.entries import (
+    GrantWritten,
+    ToolDeferred,
+    ToolDispatched,
+    ToolProcess,
+    ToolResultEntry,
+)
+from bot.journal.writer import RunJournal, TakenOver
 from bot.prompter import Prompter
 from bot.telemetry import span
 from bot.tools import orphans

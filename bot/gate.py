@@ -6,15 +6,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from bot.domain import (
-    Decision,
-    DecisionKind,
-    Grant,
-    GrantKind,
-    Request,
-    RequestKind,
-    call_digest,
-)
+from bot.domain import Decision, DecisionKind, Grant, GrantKind, Request, RequestKind, call_digest
 from bot.prompter import Prompter
 from bot.tools.base import Tool
 

@@ -12,23 +12,16 @@ from pathlib import Path
 from typing import Any
 
 from bot.domain import (
-    AdvisoryEntry,
-    AnswerSupplied,
     AssistantTurn,
-    AssistantTurnEntry,
     Decision,
     DecisionKind,
     Request,
     RequestKind,
     RequestStatus,
-    RunEnded,
     RunStatus,
-    RunSuspended,
     StopReason,
     TerminalResult,
-    ToolDeferred,
     ToolOutcome,
-    ToolResultEntry,
     extract_payload,
 )
 from bot.events import Event, EventSink
@@ -36,10 +29,19 @@ from bot.execute import CallEnv, HookAbort, execute_tool, post_tool
 from bot.gate import Gate
 from bot.hooks import HookContext, Hooks
 from bot.interrupt import Interrupt, Interrupted
-from bot.journal import RunJournal, TakenOver
+from bot.journal.entries import (
+    AdvisoryEntry,
+    AnswerSupplied,
+    AssistantTurnEntry,
+    RunEnded,
+    RunSuspended,
+    ToolDeferred,
+    ToolResultEntry,
+)
+from bot.journal.fold import CallState, RunState
+from bot.journal.writer import RunJournal, TakenOver
 from bot.llm.base import ModelError, ModelProvider
 from bot.prompter import Prompter
-from bot.state import CallState, RunState
 from bot.telemetry import span
 from bot.tools import orphans
 from bot.tools.toolset import ToolSet

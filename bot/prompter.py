@@ -1,4 +1,4 @@
-"""The ``Prompter`` protocol: someone present who can be asked."""
+"""The ``Prompter`` protocol (someone present who can be asked) and the deferring prompter."""
 
 from __future__ import annotations
 
@@ -18,3 +18,19 @@ class Prompter(Protocol):
     async def ask(self, request: Request) -> Decision | None:
         """Answer now, or return None to defer (the run then suspends on the request)."""
         ...
+
+
+class DeferringPrompter:
+    """Someone can be asked, but not now: every question becomes a request and the run suspends.
+
+    Chat threads and ``kestrel run --defer`` use it: people answer later, from anywhere.
+    """
+
+    @property
+    def present(self) -> bool:
+        """People will see the request (in the thread, or in ``kestrel runs pending``)."""
+        return True
+
+    async def ask(self, request: Request) -> Decision | None:
+        """Always defer; adapters render the request from the event that opened it."""
+        return None

@@ -18,7 +18,7 @@ from bot.config import DeadlineSettings, ScheduledPrompt
 from bot.cron import parse_cron
 from bot.domain import Request, utcnow
 from bot.events import Event
-from bot.runs import LiveRun, Supervisor
+from bot.supervisor import LiveRun, Supervisor
 
 log = logging.getLogger("kestrel.schedule")
 

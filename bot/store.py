@@ -6,17 +6,9 @@ import asyncio
 from datetime import datetime
 from typing import Any, Protocol
 
-from bot.domain import (
-    Decision,
-    Entry,
-    JournalRecord,
-    Replica,
-    Request,
-    RequestStatus,
-    RunRecord,
-    Session,
-    WorkItem,
-)
+from bot.domain import Decision, Request, RequestStatus, Session
+from bot.journal.entries import Entry
+from bot.records import JournalRecord, Replica, RunRecord, WorkItem
 
 
 class StoreError(Exception):

@@ -12,20 +12,9 @@ from typing import Any, Final, get_args
 
 from pydantic import TypeAdapter, ValidationError
 
-from bot.domain import (
-    Decision,
-    Entry,
-    JournalRecord,
-    Replica,
-    Request,
-    RequestStatus,
-    RunEnded,
-    RunRecord,
-    RunStatus,
-    RunSuspended,
-    WorkItem,
-    status_after,
-)
+from bot.domain import Decision, Request, RequestStatus, RunStatus
+from bot.journal.entries import Entry, RunEnded, RunSuspended, status_after
+from bot.records import JournalRecord, Replica, RunRecord, WorkItem
 from bot.store import SeqConflict, SeqGap, StaleEpoch, StoreError, UnknownRun
 
 _ENTRY: Final[TypeAdapter[Entry]] = TypeAdapter(Entry)

@@ -16,18 +16,9 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import asyncpg
 
-from bot.domain import (
-    Decision,
-    Entry,
-    JournalRecord,
-    Replica,
-    Request,
-    RequestStatus,
-    RunRecord,
-    Session,
-    WorkItem,
-    utcnow,
-)
+from bot.domain import Decision, Request, RequestStatus, Session, utcnow
+from bot.journal.entries import Entry
+from bot.records import JournalRecord, Replica, RunRecord, WorkItem
 from bot.store import AuditRecord, StoreError, UnknownRun
 from storage.common import (
     RUN_COLUMNS,

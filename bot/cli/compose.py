@@ -9,12 +9,12 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from bot.config import ConfigError, Settings
 from bot.events import FanOut, LogSink
-from bot.guard import pii_hooks
 from bot.hooks import Hooks
 from bot.llm.base import ModelProvider
 from bot.llm.openai_provider import OpenAIProvider
 from bot.llm.scripted import ScriptedProvider, ScriptError, load_script
-from bot.pii import PiiBuildError, PiiGuard
+from bot.pii.guard import PiiBuildError, PiiGuard
+from bot.pii.hooks import pii_hooks
 from bot.policy import Policy
 from bot.runtime import Runtime, ToolSource
 from bot.store import Store

@@ -17,11 +17,11 @@ import click
 from bot.cli import compose, render
 from bot.config import ConfigError, Settings, load_settings
 from bot.domain import TERMINAL_STATUSES, Decision, DecisionKind, Request, utcnow
+from bot.journal.fold import fold
 from bot.policy import Actor, NotPermitted, Policy
-from bot.runs import ResumeRefused, Supervisor
 from bot.runtime import Runtime
-from bot.state import fold
 from bot.store import Store, StoreError
+from bot.supervisor import ResumeRefused, Supervisor
 from bot.tools.catalog import check_catalogs
 
 P = ParamSpec("P")
@@ -148,28 +148,28 @@ def chat(user: str) -> None:
 def serve() -> None:
     """Run until stopped: take work from the store, adopt orphaned runs, fire deadlines,
     reminders and scheduled prompts. SIGTERM or Ctrl-C suspends live runs and hands them back."""
-    from bot.dispatch import Dispatcher
     from bot.schedule import Scheduler
+    from bot.work import WorkTaker
 
     settings = settings_of(click.get_current_context())
 
     async def work(rt: Runtime) -> None:
         supervisor = Supervisor(rt)
-        dispatcher = Dispatcher(supervisor)
+        taker = WorkTaker(supervisor)
         scheduler = Scheduler(supervisor, settings.deadlines, settings.schedules)
         stop = asyncio.Event()
         _on_stop_signals(lambda _signum: stop.set())
         await scheduler.start()
-        taking = asyncio.create_task(dispatcher.run())
+        taking = asyncio.create_task(taker.run())
         click.echo(f"kestrel serving as {rt.owner}", err=True)
         for notice in rt.policy.notices():
             echo(f"note: {notice}", err=True)
         await stop.wait()
-        dispatcher.stop()
+        taker.stop()
         await scheduler.stop()
         grace = settings.replica.shutdown_grace_seconds
         for run_id in await supervisor.shutdown(tool_grace=grace):
-            await dispatcher.submit_resume(run_id)  # handed back: another replica goes on
+            await taker.submit_resume(run_id)  # handed back: another replica goes on
         taking.cancel()
         await asyncio.gather(taking, return_exceptions=True)
         click.echo("stopped: live runs suspended and their leases released", err=True)
@@ -269,7 +269,7 @@ def run(prompt: str, as_json: bool, defer: bool, user: str) -> None:
       4  cancelled
       128+N  stopped by signal N (130 Ctrl-C, 143 SIGTERM): the run is suspended
     """
-    from bot.prompters import DeferringPrompter
+    from bot.prompter import DeferringPrompter
 
     async def work(rt: Runtime) -> dict[str, Any]:
         if not rt.policy.may_start(Actor(user)):

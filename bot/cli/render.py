@@ -7,9 +7,10 @@ import re
 from datetime import datetime, timedelta
 from typing import Any, Final
 
-from bot.domain import Request, RunRecord
-from bot.llm import base as msg
-from bot.state import RunState
+from bot.domain import Request
+from bot.journal.fold import RunState
+from bot.llm.base import AssistantMessage, Message, SystemMessage, UserMessage
+from bot.records import RunRecord
 
 # Escape sequences a terminal acts on, 7-bit (ESC ...) and 8-bit (C1) forms: control strings
 # (OSC, DCS, SOS, PM, APC) up to their terminator (BEL or ST) or the end of the text, CSI
@@ -86,12 +87,12 @@ def transcript(record: RunRecord, state: RunState) -> str:
     return "\n".join(lines)
 
 
-def _message_lines(message: msg.Message) -> list[str]:
-    if isinstance(message, msg.SystemMessage):
+def _message_lines(message: Message) -> list[str]:
+    if isinstance(message, SystemMessage):
         return []
-    if isinstance(message, msg.UserMessage):
+    if isinstance(message, UserMessage):
         return [f"user: {message.text}"]
-    if isinstance(message, msg.AssistantMessage):
+    if isinstance(message, AssistantMessage):
         turn = message.turn
         lines = [f"assistant: {turn.text}"] if turn.text else []
         return lines + [f"  call {c.id}: {c.name} {c.arguments}" for c in turn.calls]

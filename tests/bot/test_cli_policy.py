@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from bot.config import PolicySettings
-from bot.domain import DecisionKind, Request, RequestKind, RunRecord, Session, new_id
+from bot.domain import DecisionKind, Request, RequestKind, Session, new_id
 from bot.policy import Actor, Policy
+from bot.records import RunRecord
 from storage.sqlite import open_sqlite
 from tests.bot.test_cli import kestrel, one_line_error, write_config
 

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
-from bot.domain import RunStatus, Session, ToolProcess, new_id
+from bot.domain import RunStatus, Session, new_id
+from bot.journal.entries import ToolProcess
 from bot.tools import orphans
 from storage.sqlite import SqliteStore
 from tests.fakes.processes import KESTREL, FakeOpenAIProcess, clean_env

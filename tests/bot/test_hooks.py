@@ -10,21 +10,12 @@ from typing import Any
 
 import pytest
 
-from bot.domain import (
-    AssistantTurnEntry,
-    Budgets,
-    Decision,
-    DecisionKind,
-    RunStatus,
-    StopReason,
-    ToolCall,
-    ToolDispatched,
-    ToolResultEntry,
-)
+from bot.domain import Budgets, Decision, DecisionKind, RunStatus, StopReason, ToolCall
 from bot.execute import WITHHELD_BY_HOOK
 from bot.hooks import HookContext, Hooks, PromptVerdict, ToolVerdict
-from bot.llm import base as msg
-from bot.prompters import DeferringPrompter
+from bot.journal.entries import AssistantTurnEntry, ToolDispatched, ToolResultEntry
+from bot.llm.base import ToolResultsMessage, UserMessage
+from bot.prompter import DeferringPrompter
 from tests.fakes.kit import Ends, Kit, build_kit, results, user_messages
 from tests.fakes.runtime import ScriptedPrompter, call, reply
 
@@ -74,7 +65,7 @@ async def test_prompt_rewrite_is_what_is_journaled_and_sent(kit: Build) -> None:
     state, records = await k.run("restart checkout")
     assert user_messages(records) == ["[from U0REQ] restart checkout"]
     (first,) = k.model.calls
-    assert [m.text for m in first if isinstance(m, msg.UserMessage)] == [
+    assert [m.text for m in first if isinstance(m, UserMessage)] == [
         "[from U0REQ] restart checkout"
     ]
     assert (await k.rt.store.get_run(state.run_id)).prompt == "[from U0REQ] restart checkout"
@@ -249,7 +240,7 @@ async def test_post_tool_rewrite_reaches_the_journal_and_the_next_model_call(kit
     (result,) = results(records)
     assert result.output == "QUIET"
     last = k.model.calls[1][-1]
-    assert isinstance(last, msg.ToolResultsMessage)
+    assert isinstance(last, ToolResultsMessage)
     assert [item.output for item in last.results] == ["QUIET"]
 
 
@@ -351,7 +342,7 @@ async def test_failing_post_tool_hook_withholds_the_output(
     assert cause in caplog.text
     assert cause not in k.seen_by_model()
     last = k.model.calls[1][-1]
-    assert isinstance(last, msg.ToolResultsMessage)
+    assert isinstance(last, ToolResultsMessage)
     assert [item.output for item in last.results] == [WITHHELD_BY_HOOK]
 
 

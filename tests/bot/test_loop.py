@@ -7,19 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from bot.domain import (
-    AssistantTurnEntry,
-    Budgets,
-    DecisionKind,
-    RunStatus,
-    StopReason,
-    ToolCall,
-    ToolDispatched,
-    ToolResultEntry,
-)
+from bot.domain import Budgets, DecisionKind, RunStatus, StopReason, ToolCall
 from bot.hooks import HookContext, Hooks, ToolVerdict
-from bot.runs import Supervisor
-from bot.state import fold
+from bot.journal.entries import AssistantTurnEntry, ToolDispatched, ToolResultEntry
+from bot.journal.fold import fold
+from bot.supervisor import Supervisor
 from bot.tools.python import function_tool
 from tests.fakes.runtime import (
     Counter,

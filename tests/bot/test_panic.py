@@ -13,7 +13,7 @@ import pytest
 from bot.domain import AssistantTurn, RunStatus, StopReason, ToolCall
 from bot.events import Event, FanOut
 from bot.hooks import HookContext, Hooks, ToolVerdict
-from bot.llm import base as msg
+from bot.llm.base import AssistantMessage, Message, ToolSpec, UserMessage
 from tests.fakes.kit import Kit, RecordingModel, build_kit, results
 from tests.fakes.runtime import call, reply
 
@@ -53,10 +53,10 @@ class BuggyModel(RecordingModel):
         self.release = asyncio.Event()
 
     async def complete(
-        self, messages: Sequence[msg.Message], tools: Sequence[msg.ToolSpec], timeout: float
+        self, messages: Sequence[Message], tools: Sequence[ToolSpec], timeout: float
     ) -> AssistantTurn:
-        prompt = next(m.text for m in messages if isinstance(m, msg.UserMessage))
-        turns = sum(isinstance(m, msg.AssistantMessage) for m in messages)
+        prompt = next(m.text for m in messages if isinstance(m, UserMessage))
+        turns = sum(isinstance(m, AssistantMessage) for m in messages)
         if "explode" in prompt and turns == self.explode_at:
             if self.paired:
                 await asyncio.wait_for(self.holding.wait(), timeout=5)

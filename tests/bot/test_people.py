@@ -12,28 +12,30 @@ import pytest
 from bot.config import DeadlineSettings, PolicySettings, ScheduledPrompt
 from bot.domain import (
     AssistantTurn,
-    AssistantTurnEntry,
     Decision,
     DecisionKind,
     RequestKind,
     RequestStatus,
-    RunRecord,
-    RunStarted,
     RunStatus,
     Session,
     ToolCall,
-    ToolDispatched,
-    ToolResultEntry,
-    UserMessage,
     utcnow,
 )
-from bot.journal import RunJournal
+from bot.journal.entries import (
+    AssistantTurnEntry,
+    RunStarted,
+    ToolDispatched,
+    ToolResultEntry,
+    UserMessageEntry,
+)
+from bot.journal.fold import RunState, fold
+from bot.journal.writer import RunJournal
 from bot.policy import Actor, Policy
-from bot.prompters import DeferringPrompter
-from bot.runs import Supervisor
+from bot.prompter import DeferringPrompter
+from bot.records import RunRecord
 from bot.runtime import Runtime
 from bot.schedule import Scheduler
-from bot.state import RunState, fold
+from bot.supervisor import Supervisor
 from bot.tools.ask_human import ask_human_tools
 from tests.fakes.runtime import Counter, call, counting_tools, make_runtime, reply
 
@@ -254,7 +256,7 @@ async def orphaned_dispatch(tmp_path: Path) -> tuple[Runtime, Supervisor, Counte
     turn = AssistantTurn(calls=(ToolCall(id="call_1", name="write", arguments='{"text": "x"}'),))
     for entry in (
         RunStarted(run_id="run_1", session_id="ses_1", fingerprint=rt.fingerprint()),
-        UserMessage(text="write"),
+        UserMessageEntry(text="write"),
         AssistantTurnEntry(iteration=0, turn=turn),
         ToolDispatched(call_id="call_1", tool="write"),
     ):

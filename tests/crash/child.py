@@ -16,13 +16,14 @@ import sys
 import traceback
 from pathlib import Path
 
-from bot.domain import Decision, DecisionKind, Entry, Request
+from bot.domain import Decision, DecisionKind, Request
 from bot.events import FanOut
+from bot.journal.entries import Entry
+from bot.journal.fold import fold
 from bot.llm.openai_provider import OpenAIProvider
-from bot.prompters import DeferringPrompter
-from bot.runs import LiveRun, ResumeRefused, Supervisor
+from bot.prompter import DeferringPrompter
 from bot.runtime import Runtime, ToolSource
-from bot.state import fold
+from bot.supervisor import LiveRun, ResumeRefused, Supervisor
 from bot.tools.catalog import load_catalog
 from bot.tools.toolset import ToolSet
 from storage.sqlite import SqliteStore

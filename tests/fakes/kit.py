@@ -7,18 +7,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bot.domain import JournalRecord, TerminalResult, ToolResultEntry, UserMessage
+from bot.domain import TerminalResult
 from bot.events import EventSink
-from bot.guard import pii_hooks
 from bot.hooks import HookContext, Hooks
-from bot.llm import base as msg
-from bot.llm.base import ModelProvider
+from bot.journal.entries import ToolResultEntry, UserMessageEntry
+from bot.journal.fold import RunState
+from bot.llm.base import (
+    Message,
+    ModelProvider,
+    SystemMessage,
+    ToolResultsMessage,
+    ToolSpec,
+    UserMessage,
+)
 from bot.llm.scripted import ScriptedProvider
-from bot.pii import PiiGuard
+from bot.pii.guard import PiiGuard
+from bot.pii.hooks import pii_hooks
 from bot.prompter import Prompter
-from bot.runs import Supervisor
+from bot.records import JournalRecord
 from bot.runtime import Runtime
-from bot.state import RunState
+from bot.supervisor import Supervisor
 from bot.tools.base import Tool
 from tests.fakes.runtime import Counter, Recorder, counting_tools, make_runtime
 
@@ -32,7 +40,7 @@ class RecordingModel:
             if isinstance(inner, Sequence)
             else inner
         )
-        self.calls: list[list[msg.Message]] = []
+        self.calls: list[list[Message]] = []
 
     @property
     def provider(self) -> str:
@@ -45,7 +53,7 @@ class RecordingModel:
         return self.inner.model
 
     async def complete(
-        self, messages: Sequence[msg.Message], tools: Sequence[msg.ToolSpec], timeout: float
+        self, messages: Sequence[Message], tools: Sequence[ToolSpec], timeout: float
     ) -> Any:
         """Record the conversation, then ask the wrapped model."""
         self.calls.append(list(messages))
@@ -102,7 +110,7 @@ class Kit:
             item.output
             for conversation in self.model.calls
             for message in conversation
-            if isinstance(message, msg.ToolResultsMessage)
+            if isinstance(message, ToolResultsMessage)
             for item in message.results
         ]
 
@@ -111,9 +119,9 @@ class Kit:
         parts: list[str] = []
         for conversation in self.model.calls:
             for message in conversation:
-                if isinstance(message, msg.SystemMessage | msg.UserMessage):
+                if isinstance(message, SystemMessage | UserMessage):
                     parts.append(message.text)
-                elif isinstance(message, msg.ToolResultsMessage):
+                elif isinstance(message, ToolResultsMessage):
                     parts += [item.output for item in message.results]
                 else:
                     parts.append(message.turn.model_dump_json())
@@ -156,4 +164,4 @@ def results(records: Sequence[JournalRecord]) -> list[ToolResultEntry]:
 
 def user_messages(records: Sequence[JournalRecord]) -> list[str]:
     """The journaled user messages."""
-    return [r.entry.text for r in records if isinstance(r.entry, UserMessage)]
+    return [r.entry.text for r in records if isinstance(r.entry, UserMessageEntry)]

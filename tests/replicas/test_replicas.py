@@ -33,7 +33,7 @@ from bot.domain import (
     Session,
     new_id,
 )
-from bot.state import fold
+from bot.journal.fold import fold
 from storage.postgres import PostgresStore
 from tests.fakes.processes import KESTREL, FakeOpenAIProcess, clean_env
 

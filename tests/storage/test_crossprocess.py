@@ -10,7 +10,8 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from bot.domain import Request, RequestKind, RunRecord, Session
+from bot.domain import Request, RequestKind, Session
+from bot.records import RunRecord
 from bot.store import Store
 from tests.storage.conftest import Backend
 
@@ -27,7 +28,7 @@ CHILD = textwrap.dedent(
     import asyncio, json, sys
 
     from bot.cli.compose import postgres_schema
-    from bot.domain import Decision, DecisionKind, RequestStatus
+    from bot.domain import (Decision, DecisionKind, RequestStatus,)
 
     async def open_address(address):
         if address.startswith("postgresql://"):

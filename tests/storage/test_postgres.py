@@ -19,12 +19,11 @@ from bot.domain import (
     Request,
     RequestKind,
     RequestStatus,
-    RunRecord,
     Session,
     ToolOutcome,
-    ToolResultEntry,
-    UserMessage,
 )
+from bot.journal.entries import ToolResultEntry, UserMessageEntry
+from bot.records import RunRecord
 from bot.store import StaleEpoch, StoreError, UnknownRun
 from storage.postgres import PostgresStore, open_postgres
 from storage.postgres_schema import CREATE_VERSION_TABLE, SCHEMA_VERSION, migration_script
@@ -146,7 +145,9 @@ async def test_stale_append_waits_for_a_claim_in_flight_and_is_refused(
         await claim.start()
         await admin.execute("UPDATE runs SET owner = 'w2', epoch = epoch + 1 WHERE id = 'run_1'")
 
-        append = asyncio.ensure_future(store.append("run_1", 0, epoch, UserMessage(text="late")))
+        append = asyncio.ensure_future(
+            store.append("run_1", 0, epoch, UserMessageEntry(text="late"))
+        )
         await asyncio.sleep(0.2)
         assert not append.done()  # the append waits on the run's row, it does not slip in
         await claim.commit()
@@ -170,14 +171,14 @@ async def test_a_hundred_writers_land_every_append_in_order(dsn: str, schema: st
 
         async def writer(run_id: str) -> None:
             for seq in range(10):
-                await store.append(run_id, seq, 1, UserMessage(text=f"{run_id}:{seq}"))
+                await store.append(run_id, seq, 1, UserMessageEntry(text=f"{run_id}:{seq}"))
 
         await asyncio.gather(*(writer(run_id) for run_id in runs))
 
         for run_id in runs:
             records = await store.load(run_id)
             assert [r.entry for r in records] == [
-                UserMessage(text=f"{run_id}:{seq}") for seq in range(10)
+                UserMessageEntry(text=f"{run_id}:{seq}") for seq in range(10)
             ]
     finally:
         await store.close()
@@ -190,13 +191,13 @@ async def test_submitted_appends_land_in_submission_order(dsn: str, schema: str)
         epoch = await store.create_run(RunRecord(id="run_1", session_id="s1"), "w1", 30)
 
         futures = [
-            store.submit("run_1", seq, epoch, UserMessage(text=str(seq))) for seq in range(5)
+            store.submit("run_1", seq, epoch, UserMessageEntry(text=str(seq))) for seq in range(5)
         ]
-        await store.append("run_1", 5, epoch, UserMessage(text="5"))
+        await store.append("run_1", 5, epoch, UserMessageEntry(text="5"))
         await asyncio.gather(*futures)
 
         records = await store.load("run_1")
-        assert [r.entry for r in records] == [UserMessage(text=str(s)) for s in range(6)]
+        assert [r.entry for r in records] == [UserMessageEntry(text=str(s)) for s in range(6)]
     finally:
         await store.close()
 
@@ -337,7 +338,7 @@ async def test_needs_migrate_before_use(dsn: str, schema: str) -> None:
     with pytest.raises(StoreError, match="migrate"):
         await store.get_run("run_1")
     with pytest.raises(StoreError, match="migrate"):
-        store.submit("run_1", 0, 1, UserMessage(text="hi"))
+        store.submit("run_1", 0, 1, UserMessageEntry(text="hi"))
     await store.close()
 
 

@@ -13,40 +13,41 @@ from pathlib import Path
 import pytest
 
 from bot.domain import (
-    AdvisoryEntry,
-    AnswerSupplied,
     AssistantTurn,
-    AssistantTurnEntry,
     Budgets,
     Decision,
     DecisionKind,
-    Entry,
     Fingerprint,
     Grant,
     GrantKind,
-    GrantWritten,
     Request,
     RequestKind,
     RequestStatus,
-    RunEnded,
-    RunRecord,
-    RunResumed,
-    RunStarted,
     RunStatus,
-    RunSuspended,
     Session,
     StopReason,
     TerminalResult,
     ToolCall,
-    ToolDeferred,
-    ToolDispatched,
     ToolOutcome,
-    ToolResultEntry,
     Usage,
-    UserMessage,
-    WorkItem,
     new_id,
 )
+from bot.journal.entries import (
+    AdvisoryEntry,
+    AnswerSupplied,
+    AssistantTurnEntry,
+    Entry,
+    GrantWritten,
+    RunEnded,
+    RunResumed,
+    RunStarted,
+    RunSuspended,
+    ToolDeferred,
+    ToolDispatched,
+    ToolResultEntry,
+    UserMessageEntry,
+)
+from bot.records import RunRecord, WorkItem
 from bot.store import SeqConflict, SeqGap, StaleEpoch, Store, StoreError, UnknownRun
 from storage.sqlite import SqliteStore
 from storage.sqlite_schema import CREATE_VERSION_TABLE, SCHEMA_VERSION, migration_script
@@ -105,7 +106,7 @@ def every_entry(run_id: str) -> list[Entry]:
             has_prompter=True,
             at=AT,
         ),
-        UserMessage(text="restart web please", by="ann"),
+        UserMessageEntry(text="restart web please", by="ann"),
         AssistantTurnEntry(
             iteration=1,
             turn=AssistantTurn(
@@ -146,8 +147,8 @@ def every_entry(run_id: str) -> list[Entry]:
     ]
 
 
-def message(text: str) -> UserMessage:
-    return UserMessage(text=text, by="ann")
+def message(text: str) -> UserMessageEntry:
+    return UserMessageEntry(text=text, by="ann")
 
 
 # -- journal ------------------------------------------------------------------------------------

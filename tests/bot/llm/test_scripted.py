@@ -16,13 +16,7 @@ from bot.llm.base import (
     ToolResultsMessage,
     UserMessage,
 )
-from bot.llm.scripted import (
-    DEMO_SCRIPT,
-    EXHAUSTED,
-    ScriptedProvider,
-    ScriptError,
-    load_script,
-)
+from bot.llm.scripted import DEMO_SCRIPT, EXHAUSTED, ScriptedProvider, ScriptError, load_script
 
 CATALOG_TOOLS = {"service_status", "tail_logs", "restart_service", "disk_usage"}
 

@@ -7,15 +7,8 @@ import time
 
 import pytest
 
-from bot.pii import resolve_overlaps
-from bot.pii_recognizers import (
-    ENTITY_TYPES,
-    Scanner,
-    card_brand_ok,
-    iban_ok,
-    luhn_ok,
-    ssn_ok,
-)
+from bot.pii.guard import resolve_overlaps
+from bot.pii.recognizers import ENTITY_TYPES, Scanner, card_brand_ok, iban_ok, luhn_ok, ssn_ok
 
 SCAN = Scanner()
 

@@ -9,7 +9,7 @@ from collections import OrderedDict
 from bot.domain import ToolCall
 from bot.events import Event, EventSink
 from bot.hooks import HookContext, Hooks, PromptVerdict
-from bot.pii import PiiGuard, PiiMode, ScanOutcome
+from bot.pii.guard import PiiGuard, PiiMode, ScanOutcome
 
 log = logging.getLogger("kestrel.pii")
 

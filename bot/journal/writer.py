@@ -6,8 +6,8 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from bot.domain import Entry
-from bot.state import RunState, apply
+from bot.journal.entries import Entry
+from bot.journal.fold import RunState, apply
 from bot.store import StaleEpoch, Store
 
 

@@ -8,32 +8,41 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bot.domain import (
-    AdvisoryEntry,
-    AnswerSupplied,
     AssistantTurn,
-    AssistantTurnEntry,
     Decision,
-    Entry,
     Grant,
-    GrantWritten,
-    JournalRecord,
     ProcessStamp,
     Request,
+    RunStatus,
+    TerminalResult,
+    ToolCall,
+    Usage,
+)
+from bot.journal.entries import (
+    AdvisoryEntry,
+    AnswerSupplied,
+    AssistantTurnEntry,
+    Entry,
+    GrantWritten,
     RunEnded,
     RunResumed,
     RunStarted,
-    RunStatus,
     RunSuspended,
-    TerminalResult,
-    ToolCall,
     ToolDeferred,
     ToolDispatched,
     ToolProcess,
     ToolResultEntry,
-    Usage,
+    UserMessageEntry,
+)
+from bot.llm.base import (
+    AssistantMessage,
+    Message,
+    SystemMessage,
+    ToolResultItem,
+    ToolResultsMessage,
     UserMessage,
 )
-from bot.llm import base as msg
+from bot.records import JournalRecord
 
 
 @dataclass
@@ -56,7 +65,7 @@ class RunState:
     run_id: str
     started: RunStarted | None = None
     next_seq: int = 0
-    messages: list[msg.Message] = field(default_factory=list)
+    messages: list[Message] = field(default_factory=list)
     iteration: int = 0
     tool_calls: int = 0
     usage: Usage = field(default_factory=Usage)
@@ -112,23 +121,21 @@ def _started(state: RunState, entry: RunStarted) -> None:
     state.started = entry
     state.run_id = entry.run_id
     if entry.system_prompt:
-        state.messages.append(msg.SystemMessage(entry.system_prompt))
+        state.messages.append(SystemMessage(entry.system_prompt))
     for role, text in entry.history:
         turn = AssistantTurn(text=text)
-        state.messages.append(
-            msg.UserMessage(text) if role == "user" else msg.AssistantMessage(turn)
-        )
+        state.messages.append(UserMessage(text) if role == "user" else AssistantMessage(turn))
 
 
-def _user(state: RunState, entry: UserMessage) -> None:
-    state.messages.append(msg.UserMessage(entry.text))
+def _user(state: RunState, entry: UserMessageEntry) -> None:
+    state.messages.append(UserMessage(entry.text))
 
 
 def _assistant(state: RunState, entry: AssistantTurnEntry) -> None:
     turn: AssistantTurn = entry.turn
     state.iteration = entry.iteration + 1
     state.usage = state.usage + turn.usage
-    state.messages.append(msg.AssistantMessage(turn))
+    state.messages.append(AssistantMessage(turn))
     state.batch = [CallState(call) for call in turn.calls]
     if turn.text:
         state.last_text = turn.text
@@ -172,10 +179,10 @@ def _result(state: RunState, entry: ToolResultEntry) -> None:
     state.signatures[call_signature(entry.tool, call.call.arguments, entry.output)] += 1
     if not state.open_batch:
         items = tuple(
-            msg.ToolResultItem(c.call.id, c.call.name, c.result.output if c.result else "")
+            ToolResultItem(c.call.id, c.call.name, c.result.output if c.result else "")
             for c in state.batch
         )
-        state.messages.append(msg.ToolResultsMessage(items))
+        state.messages.append(ToolResultsMessage(items))
 
 
 def _grant(state: RunState, entry: GrantWritten) -> None:
@@ -207,7 +214,7 @@ def _ended(state: RunState, entry: RunEnded) -> None:
 
 _HANDLERS: dict[type, Callable[[RunState, Any], None]] = {
     RunStarted: _started,
-    UserMessage: _user,
+    UserMessageEntry: _user,
     AssistantTurnEntry: _assistant,
     ToolDispatched: _dispatched,
     ToolProcess: _process,

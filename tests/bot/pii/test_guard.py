@@ -9,7 +9,7 @@ import pytest
 from presidio_anonymizer import AnonymizerEngine, OperatorConfig, RecognizerResult
 from pydantic import ValidationError
 
-from bot.pii import (
+from bot.pii.guard import (
     WITHHELD_MESSAGE,
     OperatorSpec,
     PiiBuildError,

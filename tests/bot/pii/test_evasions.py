@@ -15,8 +15,8 @@ import time
 
 import pytest
 
-from bot.pii import PiiGuard, PiiMode, PiiSettings, resolve_overlaps
-from bot.pii_recognizers import Scanner, fold
+from bot.pii.guard import PiiGuard, PiiMode, PiiSettings, resolve_overlaps
+from bot.pii.recognizers import Scanner, fold
 
 GUARD = PiiGuard(PiiSettings(mode=PiiMode.REDACT))
 AWS_ID = "AKIAIOSFODNN7EXAMPLE"

@@ -8,16 +8,17 @@ import contextlib
 import logging
 from typing import Any
 
-from bot.domain import Session, WorkItem, new_id
+from bot.domain import Session, new_id
 from bot.policy import Actor
-from bot.prompters import DeferringPrompter
-from bot.runs import LiveRun, ResumeRefused, Supervisor
+from bot.prompter import DeferringPrompter
+from bot.records import WorkItem
 from bot.store import Store, StoreError, UnknownRun
+from bot.supervisor import LiveRun, ResumeRefused, Supervisor
 
-log = logging.getLogger("kestrel.dispatch")
+log = logging.getLogger("kestrel.work")
 
 
-class Dispatcher:
+class WorkTaker:
     """Submits work to the store and runs the work this replica takes."""
 
     def __init__(self, supervisor: Supervisor, *, poll: float = 1.0, batch: int = 10) -> None:

@@ -1,6 +1,6 @@
 """The PII guard: scans prompts and tool outputs, then redacts, rejects or lets them pass.
 
-Recognizers live in bot.pii_recognizers. Rewriting goes through presidio-anonymizer's
+Recognizers live in bot.pii.recognizers. Rewriting goes through presidio-anonymizer's
 operators, except the default replace, which is a fixed string per entity type and is
 spliced in directly (the engine rebuilds the whole text once per hit).
 """
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from bot.pii_recognizers import ENTITY_TYPES, PiiHit, Scanner, priority
+from bot.pii.recognizers import ENTITY_TYPES, PiiHit, Scanner, priority
 
 if TYPE_CHECKING:
     from presidio_anonymizer import AnonymizerEngine, OperatorConfig, RecognizerResult

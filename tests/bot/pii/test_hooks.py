@@ -16,8 +16,8 @@ import pytest
 from bot.config import ConfigError, Settings
 from bot.domain import Decision, DecisionKind, RunStatus, StopReason, ToolCall
 from bot.hooks import HookContext, Hooks, PromptVerdict
-from bot.pii import WITHHELD_MESSAGE, PiiBuildError, PiiGuard, PiiHit, PiiMode, PiiSettings
-from bot.prompters import DeferringPrompter
+from bot.pii.guard import WITHHELD_MESSAGE, PiiBuildError, PiiGuard, PiiHit, PiiMode, PiiSettings
+from bot.prompter import DeferringPrompter
 from bot.tools.ask_human import ask_human_tools
 from tests.bot.test_cli import kestrel, one_line_error, write_config
 from tests.fakes.kit import Kit, build_kit, results, user_messages
@@ -296,7 +296,7 @@ def test_a_scanner_that_will_not_build_is_a_config_error(monkeypatch: pytest.Mon
     def broken(entities: object) -> Any:
         raise PiiBuildError("recognizers cannot load")
 
-    monkeypatch.setattr("bot.pii._build_scanner", broken)
+    monkeypatch.setattr("bot.pii.guard._build_scanner", broken)
     with pytest.raises(ConfigError, match="pii: the scanner will not build: recognizers"):
         compose.build_guard(Settings(pii=PiiSettings(mode=PiiMode.REDACT)))
     assert compose.build_guard(Settings(pii=PiiSettings(mode=PiiMode.OFF))).mode is PiiMode.OFF
@@ -311,10 +311,10 @@ def test_run_with_an_unknown_pii_entity_is_one_line(tmp_path: Path) -> None:
 
 def test_run_whose_scanner_will_not_build_is_one_line(tmp_path: Path) -> None:
     patched = (
-        "import bot.pii\n"
+        "import bot.pii.guard\n"
         "def broken(entities):\n"
-        "    raise bot.pii.PiiBuildError('recognizers cannot load')\n"
-        "bot.pii._build_scanner = broken\n"
+        "    raise bot.pii.guard.PiiBuildError('recognizers cannot load')\n"
+        "bot.pii.guard._build_scanner = broken\n"
         "from bot.cli.main import main\n"
         "main()\n"
     )

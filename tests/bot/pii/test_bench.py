@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from bench.pii_throughput import build_corpus, measure, split_chunks
-from bot.pii import PiiGuard, PiiSettings
+from bot.pii.guard import PiiGuard, PiiSettings
 
 
 def test_corpus_is_deterministic_and_sized() -> None:

@@ -15,27 +15,23 @@ from bot.domain import (
     TERMINAL_STATUSES,
     Decision,
     Request,
-    RunEnded,
-    RunRecord,
-    RunResumed,
-    RunStarted,
     RunStatus,
     Session,
     StopReason,
     TerminalResult,
-    UserMessage,
     new_id,
 )
 from bot.events import Event
 from bot.hooks import HookContext, HookFailure, Hooks
-from bot.journal import RunJournal, TakenOver
-from bot.llm import base as msg
+from bot.journal.entries import RunEnded, RunResumed, RunStarted, UserMessageEntry
+from bot.journal.fold import RunState, fold
+from bot.journal.writer import RunJournal, TakenOver
+from bot.llm.base import UserMessage
 from bot.loop import AgentLoop, LoopDeps, Signals
 from bot.policy import Actor, NotPermitted
-from bot.prompter import Prompter
-from bot.prompters import DeferringPrompter
+from bot.prompter import DeferringPrompter, Prompter
+from bot.records import RunRecord
 from bot.runtime import Runtime
-from bot.state import RunState, fold
 from bot.store import StoreError
 
 log = logging.getLogger("kestrel.runs")
@@ -249,7 +245,7 @@ class Supervisor:
             self._emit("advisory", live.run_id, text=cause)
         if refusal:
             return await self._refuse(journal, refusal, hooks)
-        await journal.append(UserMessage(text=text, by=requested_by))
+        await journal.append(UserMessageEntry(text=text, by=requested_by))
         return await self._drive(live, journal, prompter, hooks)
 
     async def _resume(
@@ -408,7 +404,7 @@ class Supervisor:
         pairs: list[tuple[str, str]] = []
         for record in reversed(runs):
             state = fold(await self.rt.store.load(record.id), record.id)
-            prompt = next((m.text for m in state.messages if isinstance(m, msg.UserMessage)), "")
+            prompt = next((m.text for m in state.messages if isinstance(m, UserMessage)), "")
             answer = state.result.text if state.result else ""
             if prompt and answer:
                 pairs += [("user", prompt), ("assistant", answer)]

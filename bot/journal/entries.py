@@ -1,0 +1,185 @@
+"""Journal entries: each is one append; ``fold`` rebuilds a run from them alone."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from bot.domain import (
+    AssistantTurn,
+    Budgets,
+    Decision,
+    DomainModel,
+    Fingerprint,
+    Grant,
+    ProcessStamp,
+    Request,
+    RunStatus,
+    StopReason,
+    TerminalResult,
+    ToolOutcome,
+    extract_payload,
+    utcnow,
+)
+
+
+class RunStarted(DomainModel):
+    """The run's identity and the configuration it started with."""
+
+    kind: Literal["run_started"] = "run_started"
+    run_id: str
+    session_id: str
+    requested_by: str = ""
+    system_prompt: str = ""
+    fingerprint: Fingerprint
+    budgets: Budgets = Budgets()
+    has_prompter: bool = False
+    history: tuple[tuple[str, str], ...] = ()
+    at: datetime = Field(default_factory=utcnow)
+
+
+class UserMessageEntry(DomainModel):
+    """A human message entering the conversation (after hooks and PII)."""
+
+    kind: Literal["user_message"] = "user_message"
+    text: str
+    by: str = ""
+
+
+class AssistantTurnEntry(DomainModel):
+    """A model reply, journaled before any tool of its batch runs."""
+
+    kind: Literal["assistant_turn"] = "assistant_turn"
+    iteration: int
+    turn: AssistantTurn
+
+
+class ToolDispatched(DomainModel):
+    """A non-idempotent effect is about to start."""
+
+    kind: Literal["tool_dispatched"] = "tool_dispatched"
+    call_id: str
+    tool: str
+
+
+class ToolProcess(DomainModel):
+    """Where a dispatched command's processes run, so an owner's successor can find an orphan."""
+
+    kind: Literal["tool_process"] = "tool_process"
+    call_id: str
+    process: ProcessStamp
+
+
+class ToolResultEntry(DomainModel):
+    """The answer to one call, whatever exit produced it."""
+
+    kind: Literal["tool_result"] = "tool_result"
+    call_id: str
+    tool: str
+    outcome: ToolOutcome
+    output: str
+    is_error: bool = False
+
+
+class ToolDeferred(DomainModel):
+    """The call will be answered later, through the checkpoint, for this request."""
+
+    kind: Literal["tool_deferred"] = "tool_deferred"
+    call_id: str
+    tool: str
+    request: Request
+
+
+class GrantWritten(DomainModel):
+    """A grant flushed after its triggering call was answered or deferred."""
+
+    kind: Literal["grant_written"] = "grant_written"
+    grant: Grant
+
+
+class AnswerSupplied(DomainModel):
+    """A decision for a request, taken from the checkpoint by the run's task."""
+
+    kind: Literal["answer_supplied"] = "answer_supplied"
+    decision: Decision
+
+
+class RunSuspended(DomainModel):
+    """The run ended its task; it waits for the listed requests or a resume."""
+
+    kind: Literal["run_suspended"] = "run_suspended"
+    reason: StopReason
+    request_ids: tuple[str, ...] = ()
+
+
+class RunResumed(DomainModel):
+    """A task picked the run up again."""
+
+    kind: Literal["run_resumed"] = "run_resumed"
+    owner: str = ""
+    forced: bool = False
+    taken_over_from: str = ""
+
+
+class AdvisoryEntry(DomainModel):
+    """Something the operator should know, kept out of the model's context."""
+
+    kind: Literal["advisory"] = "advisory"
+    text: str
+
+
+class RunEnded(DomainModel):
+    """The terminal result."""
+
+    kind: Literal["run_ended"] = "run_ended"
+    result: TerminalResult
+    # The result's text is the run's last model turn, journaled once, with that turn.
+    text_is_last_turn: bool = False
+
+    @classmethod
+    def of(cls, result: TerminalResult, last_turn_text: str) -> RunEnded:
+        """The entry for ``result``, without a second copy of a text the journal holds."""
+        if not result.text or result.text != last_turn_text:
+            return cls(result=result)
+        return cls(
+            result=result.model_copy(update={"text": "", "payload": None}), text_is_last_turn=True
+        )
+
+    def restored(self, last_turn_text: str) -> TerminalResult:
+        """The whole result, given the text of the run's last model turn."""
+        if not self.text_is_last_turn:
+            return self.result
+        completed = self.result.status is RunStatus.COMPLETED
+        payload = extract_payload(last_turn_text) if completed else None
+        return self.result.model_copy(update={"text": last_turn_text, "payload": payload})
+
+
+Entry = Annotated[
+    RunStarted
+    | UserMessageEntry
+    | AssistantTurnEntry
+    | ToolDispatched
+    | ToolProcess
+    | ToolResultEntry
+    | ToolDeferred
+    | GrantWritten
+    | AnswerSupplied
+    | RunSuspended
+    | RunResumed
+    | AdvisoryEntry
+    | RunEnded,
+    Field(discriminator="kind"),
+]
+
+
+def status_after(entry: Entry) -> RunStatus | None:
+    """The run status an entry moves to, if it moves it at all."""
+    if isinstance(entry, RunStarted | RunResumed):
+        return RunStatus.RUNNING
+    if isinstance(entry, RunSuspended):
+        return RunStatus.SUSPENDED
+    if isinstance(entry, RunEnded):
+        return entry.result.status
+    return None

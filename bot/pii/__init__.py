@@ -1,0 +1,1 @@
+"""The PII guard: recognizers, the guard that redacts or rejects, and the hooks that install it."""

@@ -1,0 +1,55 @@
+"""The rows the store keeps beside the journal: runs, journal records, work, replicas."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import Field
+
+from bot.domain import DomainModel, RunStatus, utcnow
+from bot.journal.entries import Entry
+
+
+class JournalRecord(DomainModel):
+    """One stored entry with its position and the epoch that wrote it."""
+
+    run_id: str
+    seq: int
+    epoch: int
+    entry: Entry
+
+
+class RunRecord(DomainModel):
+    """A run's row: identity and the projection of its journal that listings need."""
+
+    id: str
+    session_id: str
+    prompt: str = ""
+    requested_by: str = ""
+    status: RunStatus = RunStatus.RUNNING
+    stop_reason: str = ""
+    owner: str = ""
+    epoch: int = 0
+    lease_expires: datetime | None = None
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)
+
+
+class WorkItem(DomainModel):
+    """Inbound work any replica may take: ``start`` a turn or ``resume`` a run."""
+
+    id: int
+    kind: Literal["start", "resume"]
+    payload: dict[str, Any] = {}
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class Replica(DomainModel):
+    """A live Kestrel process sharing the store, and the runs it holds leases on."""
+
+    owner: str
+    info: str = ""
+    started_at: datetime
+    last_seen: datetime
+    runs: tuple[tuple[str, datetime | None], ...] = ()
