@@ -11,11 +11,37 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator
-from typing import Any, TextIO
+from typing import Any, TextIO, assert_never
 
 from bot.cli.render import printable
-from bot.domain import Decision, DecisionKind, Request, RequestKind, RunStatus, Session, new_id
-from bot.events import Event
+from bot.domain import (
+    Decision,
+    DecisionKind,
+    Request,
+    RequestKind,
+    RunStatus,
+    Session,
+    ToolOutcome,
+    new_id,
+)
+from bot.events import (
+    AdvisoryEvent,
+    AnswerSuppliedEvent,
+    Event,
+    JournalFailedEvent,
+    ModelTurnEvent,
+    PanicEvent,
+    RequestExpiredEvent,
+    RequestOpenedEvent,
+    RequestReminderEvent,
+    RunEndedEvent,
+    RunResumedEvent,
+    RunStartedEvent,
+    RunSuspendedEvent,
+    RunTakenOverEvent,
+    ToolExitEvent,
+    ToolStartedEvent,
+)
 from bot.journal.fold import RunState
 from bot.policy import NotPermitted
 from bot.store import StoreError
@@ -159,16 +185,33 @@ class ConsoleRenderer:
 
     def emit(self, event: Event) -> None:
         """Render the events a person at the terminal wants to see."""
-        data = event.data
-        if event.kind == "tool_started":
-            args = json.dumps(data.get("arguments", {}), sort_keys=True)
-            self._io.write(f"  ⚙ {data.get('tool')} {args}")
-        elif event.kind == "tool_exit" and data.get("outcome") != "ok":
-            self._io.write(f"  ✗ {data.get('tool')}: {data.get('outcome')}")
-        elif event.kind == "model_turn" and data.get("calls") and data.get("text"):
-            self._io.write(f"  … {data['text']}")
-        elif event.kind == "advisory":
-            self._io.write(f"  ! {data.get('text')}")
+        match event:
+            case ToolStartedEvent(tool=tool, arguments=arguments):
+                self._io.write(f"  ⚙ {tool} {json.dumps(arguments, sort_keys=True)}")
+            case ToolExitEvent(tool=tool, outcome=outcome) if outcome is not ToolOutcome.OK:
+                self._io.write(f"  ✗ {tool}: {outcome.value}")
+            case ModelTurnEvent(text=text, calls=calls) if calls and text:
+                self._io.write(f"  … {text}")
+            case AdvisoryEvent(text=text):
+                self._io.write(f"  ! {text}")
+            case (
+                ToolExitEvent()
+                | ModelTurnEvent()
+                | RunStartedEvent()
+                | RunResumedEvent()
+                | RequestOpenedEvent()
+                | AnswerSuppliedEvent()
+                | RequestReminderEvent()
+                | RequestExpiredEvent()
+                | RunSuspendedEvent()
+                | RunEndedEvent()
+                | RunTakenOverEvent()
+                | JournalFailedEvent()
+                | PanicEvent()
+            ):
+                pass  # the prompter asks requests inline; the chat reports how the run ended
+            case _:
+                assert_never(event)
 
 
 class ConsoleChat:

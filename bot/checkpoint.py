@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bot.domain import Decision, DecisionKind, Request, RequestStatus, utcnow
-from bot.events import Event
+from bot.events import RequestExpiredEvent
 from bot.journal.fold import RunState
 from bot.policy import Actor
 from bot.prompter import Prompter
@@ -87,8 +87,7 @@ class Checkpoint:
         if not await self.rt.store.decide(decision, RequestStatus.EXPIRED):
             return False
         await self.rt.store.audit("deadline", "expire", request.run_id, request.id, request.digest)
-        event = Event("request_expired", request.run_id, {"request_id": request.id})
-        self.rt.events.emit(event)
+        self.rt.events.emit(RequestExpiredEvent(request.run_id, request.id))
         return True
 
     async def open_request(self, request: Request) -> None:

@@ -1,21 +1,192 @@
-"""Structured events that adapters render and logs record."""
+"""Typed events: what happened in a run, for adapters to render and logs to record.
+
+Each event is a small frozen dataclass; ``Event`` is their union, so a sink that matches on
+the type and ends with ``assert_never`` is told by mypy when it forgets a case. ``to_json``
+is the one place an event becomes JSON (logs, OpenTelemetry).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol
+
+from pydantic import BaseModel
+
+from bot.domain import DecisionKind, Request, StopReason, TerminalResult, ToolOutcome
 
 log = logging.getLogger("kestrel.events")
 
 
-@dataclass(frozen=True)
-class Event:
-    """One thing that happened in a run: ``kind`` names it, ``data`` carries its facts."""
+@dataclass(frozen=True, slots=True)
+class RunStartedEvent:
+    """A turn started a run."""
 
-    kind: str
+    kind: ClassVar[str] = "run_started"
     run_id: str
-    data: dict[str, Any] = field(default_factory=dict)
+    requested_by: str
+
+
+@dataclass(frozen=True, slots=True)
+class RunResumedEvent:
+    """A suspended or orphaned run goes on in this process."""
+
+    kind: ClassVar[str] = "run_resumed"
+    run_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ModelTurnEvent:
+    """The model answered: its text, and how many tool calls it asked for."""
+
+    kind: ClassVar[str] = "model_turn"
+    run_id: str
+    text: str
+    calls: int
+
+
+@dataclass(frozen=True, slots=True)
+class ToolStartedEvent:
+    """A call passed every check and its tool runs now."""
+
+    kind: ClassVar[str] = "tool_started"
+    run_id: str
+    call_id: str
+    tool: str
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolExitEvent:
+    """A call left executeTool through one of its exits."""
+
+    kind: ClassVar[str] = "tool_exit"
+    run_id: str
+    call_id: str
+    tool: str
+    outcome: ToolOutcome
+
+
+@dataclass(frozen=True, slots=True)
+class AdvisoryEvent:
+    """Something the operator should know that the model is not told (``source``: who says)."""
+
+    kind: ClassVar[str] = "advisory"
+    run_id: str
+    text: str
+    source: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestOpenedEvent:
+    """The run waits on a request: an approval, a question or an uncertain effect."""
+
+    kind: ClassVar[str] = "request_opened"
+    run_id: str
+    request: Request
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerSuppliedEvent:
+    """A decision reached the run through the checkpoint and was journaled."""
+
+    kind: ClassVar[str] = "answer_supplied"
+    run_id: str
+    request_id: str
+    decision: DecisionKind
+
+
+@dataclass(frozen=True, slots=True)
+class RequestReminderEvent:
+    """A request's deadline is near and nobody has answered."""
+
+    kind: ClassVar[str] = "request_reminder"
+    run_id: str
+    request: Request
+
+
+@dataclass(frozen=True, slots=True)
+class RequestExpiredEvent:
+    """A request's deadline passed: it is closed as expired."""
+
+    kind: ClassVar[str] = "request_expired"
+    run_id: str
+    request_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class RunSuspendedEvent:
+    """The run's task ended with the run waiting (on requests, or to go on elsewhere)."""
+
+    kind: ClassVar[str] = "run_suspended"
+    run_id: str
+    reason: StopReason
+    request_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RunEndedEvent:
+    """The run's terminal result was journaled."""
+
+    kind: ClassVar[str] = "run_ended"
+    run_id: str
+    result: TerminalResult
+
+
+@dataclass(frozen=True, slots=True)
+class RunTakenOverEvent:
+    """Another owner claimed the run: this process stopped driving it."""
+
+    kind: ClassVar[str] = "run_taken_over"
+    run_id: str
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class JournalFailedEvent:
+    """The journal could not be written: the task stopped; the run resumes from what is durable."""
+
+    kind: ClassVar[str] = "journal_failed"
+    run_id: str
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class PanicEvent:
+    """An internal error escaped the run; the run ended failed."""
+
+    kind: ClassVar[str] = "panic"
+    run_id: str
+    traceback: str
+
+
+Event = (
+    RunStartedEvent
+    | RunResumedEvent
+    | ModelTurnEvent
+    | ToolStartedEvent
+    | ToolExitEvent
+    | AdvisoryEvent
+    | RequestOpenedEvent
+    | AnswerSuppliedEvent
+    | RequestReminderEvent
+    | RequestExpiredEvent
+    | RunSuspendedEvent
+    | RunEndedEvent
+    | RunTakenOverEvent
+    | JournalFailedEvent
+    | PanicEvent
+)
+
+
+def to_json(event: Event) -> dict[str, Any]:
+    """The event as a JSON-ready dict, ``kind`` first."""
+    data: dict[str, Any] = {"kind": event.kind}
+    for field in dataclasses.fields(event):
+        value = getattr(event, field.name)
+        data[field.name] = value.model_dump(mode="json") if isinstance(value, BaseModel) else value
+    return data
 
 
 class EventSink(Protocol):
@@ -30,8 +201,9 @@ class LogSink:
     """An event sink that writes each event to the ``kestrel.events`` logger."""
 
     def emit(self, event: Event) -> None:
-        """Log the event at debug level."""
-        log.debug("%s %s %s", event.run_id, event.kind, event.data)
+        """Log the event at debug level, as JSON-ready data."""
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("%s", to_json(event))
 
 
 class FanOut:

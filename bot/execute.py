@@ -11,7 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from bot.domain import Request, ToolCall, ToolOutcome, new_id
-from bot.events import Event, EventSink
+from bot.events import (
+    AdvisoryEvent,
+    EventSink,
+    RequestOpenedEvent,
+    ToolExitEvent,
+    ToolStartedEvent,
+)
 from bot.gate import Gate
 from bot.hooks import HookContext, HookFailure, Hooks
 from bot.interrupt import Interrupt, Interrupted
@@ -64,9 +70,10 @@ class CallEnv:
     workdir: Path | None = None
     interrupt: Interrupt = field(default_factory=Interrupt)
 
-    def emit(self, kind: str, **data: Any) -> None:
-        """Send one event about this run."""
-        self.events.emit(Event(kind, self.journal.run_id, data))
+    @property
+    def run_id(self) -> str:
+        """The run these calls belong to."""
+        return self.journal.run_id
 
 
 def _error(outcome: ToolOutcome, output: str) -> CallExit:
@@ -79,7 +86,8 @@ async def execute_tool(call: ToolCall, env: CallEnv) -> CallExit:
         try:
             result = await _execute(call, env)
         except TakenOver:
-            env.emit("tool_exit", call_id=call.id, tool=call.name, outcome="taken_over")
+            taken = ToolExitEvent(env.run_id, call.id, call.name, ToolOutcome.TAKEN_OVER)
+            env.events.emit(taken)
             raise
         current.set("outcome", result.outcome.value)
         await _journal_exit(call, result, env)
@@ -89,15 +97,16 @@ async def execute_tool(call: ToolCall, env: CallEnv) -> CallExit:
 async def _execute(call: ToolCall, env: CallEnv) -> CallExit:
     original = env.tools.get(call.name)
     if original is None:
-        env.emit("advisory", text=f"the model called an unknown tool {call.name!r}")
+        advice = f"the model called an unknown tool {call.name!r}"
+        env.events.emit(AdvisoryEvent(env.run_id, advice))
         known = ", ".join(sorted(env.tools)) or "none"
         return _error(ToolOutcome.UNKNOWN_TOOL, f"unknown tool {call.name!r}; tools: {known}")
     gated = original.flags.confirm
     try:
         verdict = await env.hooks.on_pre_tool(call, env.hook_ctx)
     except HookFailure as exc:
-        log.warning("run %s: %s", env.journal.run_id, exc)
-        env.emit("advisory", text=str(exc))
+        log.warning("run %s: %s", env.run_id, exc)
+        env.events.emit(AdvisoryEvent(env.run_id, str(exc)))
         return _error(ToolOutcome.HOOK_DENIED, "denied: a policy hook could not check this call")
     if not verdict.allow:
         return _error(ToolOutcome.HOOK_DENIED, f"denied by policy: {verdict.reason or 'no reason'}")
@@ -156,7 +165,7 @@ async def _dispatch(
         started=None if tool.flags.idempotent else _process_recorder(call, env),
     )
     await _takeover_check(call, tool, env)
-    env.emit("tool_started", call_id=call.id, tool=tool.name, arguments=arguments)
+    env.events.emit(ToolStartedEvent(env.run_id, call.id, tool.name, arguments))
     outcome, output, is_error, deferral = await _invoke(tool, arguments, ctx, env.interrupt)
     if deferral is not None:
         request = Request(
@@ -222,8 +231,8 @@ async def post_tool(call: ToolCall, output: str, env: CallEnv) -> str:
     try:
         return await env.hooks.on_post_tool(call, output, env.hook_ctx)
     except HookFailure as exc:
-        log.warning("run %s: %s", env.journal.run_id, exc)
-        env.emit("advisory", text=str(exc))
+        log.warning("run %s: %s", env.run_id, exc)
+        env.events.emit(AdvisoryEvent(env.run_id, str(exc)))
         return WITHHELD_BY_HOOK
 
 
@@ -233,7 +242,7 @@ async def _journal_exit(call: ToolCall, result: CallExit, env: CallEnv) -> None:
         request = env.stamp(result.request)
         await env.journal.append(ToolDeferred(call_id=call.id, tool=request.tool, request=request))
         await env.open_request(request)
-        env.emit("request_opened", request=request.model_dump(mode="json"))
+        env.events.emit(RequestOpenedEvent(env.run_id, request))
     else:
         entry = ToolResultEntry(
             call_id=call.id,
@@ -245,4 +254,4 @@ async def _journal_exit(call: ToolCall, result: CallExit, env: CallEnv) -> None:
         await env.journal.append(entry)
     for grant in env.gate.flush():
         env.journal.append_soon(GrantWritten(grant=grant))
-    env.emit("tool_exit", call_id=call.id, tool=call.name, outcome=result.outcome.value)
+    env.events.emit(ToolExitEvent(env.run_id, call.id, call.name, result.outcome))

@@ -24,7 +24,14 @@ from bot.domain import (
     ToolOutcome,
     extract_payload,
 )
-from bot.events import Event, EventSink
+from bot.events import (
+    AdvisoryEvent,
+    AnswerSuppliedEvent,
+    EventSink,
+    ModelTurnEvent,
+    RequestOpenedEvent,
+    RunSuspendedEvent,
+)
 from bot.execute import CallEnv, HookAbort, execute_tool, post_tool
 from bot.gate import Gate
 from bot.hooks import HookContext, Hooks
@@ -124,6 +131,11 @@ class AgentLoop:
         self.hook_ctx = HookContext(run_id=journal.run_id, requested_by=started.requested_by)
 
     @property
+    def run_id(self) -> str:
+        """The run this loop drives."""
+        return self.journal.run_id
+
+    @property
     def state(self) -> RunState:
         """The folded state, kept in step by every append."""
         return self.journal.state
@@ -155,7 +167,7 @@ class AgentLoop:
                 await self.journal.append(entry)  # durable before any of its tools runs
             else:
                 self.journal.append_soon(entry)  # the run's end, next, commits with it
-            self._emit("model_turn", text=turn.text or "", calls=len(turn.calls))
+            self.deps.events.emit(ModelTurnEvent(self.run_id, turn.text or "", len(turn.calls)))
             if turn.finish_reason == "length":
                 raise Stop(
                     RunStatus.FAILED,
@@ -212,7 +224,7 @@ class AgentLoop:
     async def _drain_advisories(self) -> None:
         for text in self.deps.advisories():
             await self.journal.append(AdvisoryEntry(text=text))
-            self._emit("advisory", text=text)
+            self.deps.events.emit(AdvisoryEvent(self.run_id, text))
 
     async def _call_model(self, tools: ToolSet) -> AssistantTurn:
         timeout = self.deps.model_timeout
@@ -331,7 +343,7 @@ class AgentLoop:
         if status is RequestStatus.OPEN or decision is None:
             return None
         await self.journal.append(AnswerSupplied(decision=decision))
-        self._emit("answer_supplied", request_id=request.id, decision=decision.kind.value)
+        self.deps.events.emit(AnswerSuppliedEvent(self.run_id, request.id, decision.kind))
         return decision
 
     async def _uncertain(self, call_state: CallState, env: CallEnv) -> None:
@@ -363,7 +375,7 @@ class AgentLoop:
             ToolDeferred(call_id=call_state.call.id, tool=request.tool, request=request)
         )
         await self.deps.open_request(request)
-        self._emit("request_opened", request=request.model_dump(mode="json"))
+        self.deps.events.emit(RequestOpenedEvent(self.run_id, request))
 
     async def _settle_effect(self, call_state: CallState, decision: Decision, env: CallEnv) -> None:
         if decision.kind is DecisionKind.RETRY:
@@ -402,7 +414,7 @@ class AgentLoop:
     async def _suspend(self, pause: Suspend) -> None:
         ids = tuple(r.id for r in pause.requests)
         await self.journal.append(RunSuspended(reason=pause.reason, request_ids=ids))
-        self._emit("run_suspended", reason=pause.reason.value, requests=list(ids))
+        self.deps.events.emit(RunSuspendedEvent(self.run_id, pause.reason, ids))
 
     async def _end(self, status: RunStatus, reason: StopReason, error: str, text: str) -> None:
         result = TerminalResult(
@@ -415,9 +427,6 @@ class AgentLoop:
             outcomes=self.state.outcomes(),
         )
         await self.journal.append(RunEnded.of(result, last_turn_text=self.state.last_text))
-
-    def _emit(self, kind: str, **data: Any) -> None:
-        self.deps.events.emit(Event(kind, self.journal.run_id, data))
 
 
 def _arguments(raw: str) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from apscheduler.triggers.date import DateTrigger
 from bot.config import DeadlineSettings, ScheduledPrompt
 from bot.cron import parse_cron
 from bot.domain import Request, utcnow
-from bot.events import Event
+from bot.events import Event, RequestOpenedEvent, RequestReminderEvent
 from bot.supervisor import LiveRun, Supervisor
 
 log = logging.getLogger("kestrel.schedule")
@@ -62,8 +62,8 @@ class Scheduler:
 
     def emit(self, event: Event) -> None:
         """Event sink: a newly opened request gets its deadline and reminder jobs."""
-        if event.kind == "request_opened" and self._aps is not None:
-            self._schedule_request(Request.model_validate(event.data["request"]))
+        if isinstance(event, RequestOpenedEvent) and self._aps is not None:
+            self._schedule_request(event.request)
 
     async def sweep(self, now: datetime | None = None) -> tuple[list[str], list[str]]:
         """Expire every request past its deadline and remind those close to it, as of ``now``."""
@@ -92,8 +92,7 @@ class Scheduler:
     async def _remind(self, request: Request) -> bool:
         if not await self.supervisor.rt.store.mark_once(f"remind:{request.id}"):
             return False
-        data = {"request": request.model_dump(mode="json")}
-        self.supervisor.rt.events.emit(Event("request_reminder", request.run_id, data))
+        self.supervisor.rt.events.emit(RequestReminderEvent(request.run_id, request))
         await self.supervisor.rt.store.audit("deadline", "remind", request.run_id, request.id)
         return True
 

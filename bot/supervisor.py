@@ -21,7 +21,15 @@ from bot.domain import (
     TerminalResult,
     new_id,
 )
-from bot.events import Event
+from bot.events import (
+    AdvisoryEvent,
+    JournalFailedEvent,
+    PanicEvent,
+    RunEndedEvent,
+    RunResumedEvent,
+    RunStartedEvent,
+    RunTakenOverEvent,
+)
 from bot.hooks import HookContext, HookFailure, Hooks
 from bot.journal.entries import RunEnded, RunResumed, RunStarted, UserMessageEntry
 from bot.journal.fold import RunState, fold
@@ -34,7 +42,7 @@ from bot.records import RunRecord
 from bot.runtime import Runtime
 from bot.store import StoreError
 
-log = logging.getLogger("kestrel.runs")
+log = logging.getLogger("kestrel.supervisor")
 
 HISTORY_TURNS = 5
 
@@ -240,9 +248,9 @@ class Supervisor:
                 history=history,
             )
         )
-        self._emit("run_started", live.run_id, requested_by=requested_by)
+        self.rt.events.emit(RunStartedEvent(live.run_id, requested_by))
         if cause:
-            self._emit("advisory", live.run_id, text=cause)
+            self.rt.events.emit(AdvisoryEvent(live.run_id, cause))
         if refusal:
             return await self._refuse(journal, refusal, hooks)
         await journal.append(UserMessageEntry(text=text, by=requested_by))
@@ -256,7 +264,7 @@ class Supervisor:
         resumed = RunResumed(owner=self.rt.owner, forced=forced, taken_over_from=previous)
         await journal.append(resumed)
         await self.rt.store.audit(self.rt.owner, "resume", run_id=live.run_id)
-        self._emit("run_resumed", live.run_id)
+        self.rt.events.emit(RunResumedEvent(live.run_id))
         return await self._drive(live, journal, prompter, self.rt.run_hooks())
 
     async def _drive(
@@ -299,14 +307,14 @@ class Supervisor:
             state = await work
         except TakenOver as exc:
             log.warning("run %s taken over: %s", live.run_id, exc)
-            self._emit("run_taken_over", live.run_id, detail=str(exc))
+            self.rt.events.emit(RunTakenOverEvent(live.run_id, str(exc)))
             with contextlib.suppress(StoreError):
                 await self.rt.store.audit(self.rt.owner, "taken_over", run_id=live.run_id)
         except StoreError as exc:
             # The journal cannot be written: stop here; the run resumes from what is durable.
             live.error = str(exc)
             log.warning("run %s stopped: %s", live.run_id, exc)
-            self._emit("run_interrupted", live.run_id, error=str(exc))
+            self.rt.events.emit(JournalFailedEvent(live.run_id, str(exc)))
         except Exception as exc:
             stack = traceback.format_exc()
             state = await self._panic(live.run_id, exc, stack)
@@ -321,7 +329,7 @@ class Supervisor:
 
     async def _panic(self, run_id: str, exc: Exception, stack: str) -> RunState:
         try:
-            self._emit("panic", run_id, traceback=stack)
+            self.rt.events.emit(PanicEvent(run_id, stack))
         except Exception:
             log.exception("event sink failed while reporting a panic in %s", run_id)
         log.error("run %s panicked:\n%s", run_id, stack)
@@ -359,7 +367,7 @@ class Supervisor:
             run_id=state.run_id, requested_by=state.started.requested_by if state.started else ""
         )
         await hooks.on_run_end(state.result, ctx)
-        self._emit("run_ended", state.run_id, result=state.result.model_dump(mode="json"))
+        self.rt.events.emit(RunEndedEvent(state.run_id, state.result))
 
     async def _renew(self, journal: RunJournal) -> None:
         interval = max(self.rt.lease_seconds / 3, 0.05)
@@ -409,9 +417,6 @@ class Supervisor:
             if prompt and answer:
                 pairs += [("user", prompt), ("assistant", answer)]
         return tuple(pairs)
-
-    def _emit(self, kind: str, run_id: str, **data: Any) -> None:
-        self.rt.events.emit(Event(kind, run_id, data))
 
 
 async def _screen_prompt(hooks: Hooks, prompt: str, ctx: HookContext) -> tuple[str, str, str]:

@@ -7,7 +7,7 @@ import weakref
 from collections import OrderedDict
 
 from bot.domain import ToolCall
-from bot.events import Event, EventSink
+from bot.events import AdvisoryEvent, EventSink
 from bot.hooks import HookContext, Hooks, PromptVerdict
 from bot.pii.guard import PiiGuard, PiiMode, ScanOutcome
 
@@ -70,7 +70,7 @@ class _RunGuard:
             self._advise(ctx, f"sensitive data ({', '.join(kinds)}) in {what} was {verb}")
 
     def _advise(self, ctx: HookContext, text: str) -> None:
-        self._events.emit(Event("advisory", ctx.run_id, {"text": text, "source": "pii"}))
+        self._events.emit(AdvisoryEvent(ctx.run_id, text, source="pii"))
 
 
 def pii_hooks(guard: PiiGuard, events: EventSink) -> Hooks:

@@ -124,7 +124,7 @@ async def test_pre_tool_rewrite_of_arguments_is_what_the_tool_sees(kit: Build) -
     (result,) = results(records)
     assert result.output == "rewritten"
     started = [e for e in k.rec.events if e.kind == "tool_started"]
-    assert [e.data["arguments"] for e in started] == [{"text": "rewritten"}]
+    assert [e.arguments for e in started] == [{"text": "rewritten"}]
 
 
 async def test_pre_tool_sees_the_call_the_model_asked_for(kit: Build) -> None:

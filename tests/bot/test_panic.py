@@ -109,7 +109,7 @@ def assert_panicked(k: Kit, run_id: str) -> None:
     assert "Traceback" not in result.error and 'File "' not in result.error
     ended = [e for e in k.rec.events if e.kind == "run_ended" and e.run_id == run_id]
     assert len(ended) == 1
-    assert ended[0].data["result"]["stop_reason"] == "panic"
+    assert ended[0].result.stop_reason == "panic"
 
 
 async def test_a_bug_in_the_model_ends_the_run_failed_and_a_concurrent_run_completes(
@@ -126,7 +126,7 @@ async def test_a_bug_in_the_model_ends_the_run_failed_and_a_concurrent_run_compl
     assert_panicked(k, exploding.run_id)
     (panic,) = [e for e in k.rec.events if e.kind == "panic"]
     assert panic.run_id == exploding.run_id
-    stack = panic.data["traceback"]
+    stack = panic.traceback
     assert stack.startswith("Traceback (most recent call last)")
     assert f"RuntimeError: {BUG}" in stack and "in complete" in stack
     record = await k.rt.store.get_run(exploding.run_id)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from bot.domain import TerminalResult
-from bot.events import EventSink
+from bot.events import AdvisoryEvent, EventSink
 from bot.hooks import HookContext, Hooks
 from bot.journal.entries import ToolResultEntry, UserMessageEntry
 from bot.journal.fold import RunState
@@ -97,11 +97,11 @@ class Kit:
     def advisories(self, run_id: str | None = None, source: str | None = None) -> list[str]:
         """The texts of the advisory events (of one run, of one source)."""
         return [
-            str(e.data["text"])
+            e.text
             for e in self.rec.events
-            if e.kind == "advisory"
+            if isinstance(e, AdvisoryEvent)
             and (run_id is None or e.run_id == run_id)
-            and (source is None or e.data.get("source") == source)
+            and (source is None or e.source == source)
         ]
 
     def tool_outputs_seen(self) -> list[str]:

@@ -1,0 +1,59 @@
+"""Typed events: every kind serialises to JSON in the one place, with its facts."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import typing
+from typing import Any
+
+from bot.domain import (
+    DecisionKind,
+    Request,
+    RequestKind,
+    RunStatus,
+    StopReason,
+    TerminalResult,
+    ToolOutcome,
+)
+from bot.events import Event, ModelTurnEvent, RequestOpenedEvent, to_json
+
+REQUEST = Request(run_id="run_1", kind=RequestKind.WAIT_APPROVAL, call_id="c1", tool="deploy")
+VALUES: dict[Any, Any] = {
+    str: "text",
+    int: 2,
+    dict[str, Any]: {"unit": "checkout"},
+    ToolOutcome: ToolOutcome.TIMEOUT,
+    Request: REQUEST,
+    DecisionKind: DecisionKind.APPROVE,
+    StopReason: StopReason.WAITING,
+    tuple[str, ...]: ("req_1",),
+    TerminalResult: TerminalResult(status=RunStatus.COMPLETED, stop_reason=StopReason.ANSWERED),
+}
+
+
+def example(kind: type[Any]) -> Any:
+    hints = typing.get_type_hints(kind)
+    return kind(**{f.name: VALUES[hints[f.name]] for f in dataclasses.fields(kind)})
+
+
+def test_every_event_kind_serialises_with_its_kind_first() -> None:
+    kinds = typing.get_args(Event)
+    assert len({kind.kind for kind in kinds}) == len(kinds)
+    for kind in kinds:
+        data = to_json(example(kind))
+        assert next(iter(data)) == "kind" and data["kind"] == kind.kind
+        assert data["run_id"] == "text"
+        json.dumps(data)
+
+
+def test_models_inside_events_become_plain_json() -> None:
+    data = to_json(RequestOpenedEvent("run_1", REQUEST))
+    assert data["request"]["tool"] == "deploy"
+    assert data["request"]["kind"] == "wait_approval"
+    assert to_json(ModelTurnEvent("run_1", "hi", 0)) == {
+        "kind": "model_turn",
+        "run_id": "run_1",
+        "text": "hi",
+        "calls": 0,
+    }
