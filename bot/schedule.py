@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import Protocol
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.date import DateTrigger
@@ -18,9 +19,14 @@ from bot.config import DeadlineSettings, ScheduledPrompt
 from bot.cron import parse_cron
 from bot.domain import Request, utcnow
 from bot.events import Event, RequestOpenedEvent, RequestReminderEvent
+from bot.store import AuditLog, OnceMarks, Requests
 from bot.supervisor import LiveRun, Supervisor
 
 log = logging.getLogger("kestrel.schedule")
+
+
+class SchedulerStore(Requests, OnceMarks, AuditLog, Protocol):
+    """The roles the scheduler uses: open requests, once-marks, and the audit."""
 
 
 class Scheduler:
@@ -31,9 +37,12 @@ class Scheduler:
         supervisor: Supervisor,
         deadlines: DeadlineSettings,
         prompts: list[ScheduledPrompt],
+        *,
+        store: SchedulerStore,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self.supervisor = supervisor
+        self.store = store
         self.deadlines = deadlines
         self.prompts = {p.name: (p, parse_cron(p.cron)) for p in prompts}
         self.clock = clock
@@ -44,7 +53,7 @@ class Scheduler:
         self._aps = AsyncIOScheduler(timezone="UTC")
         self._aps.start()
         await self.sweep()
-        for request, _status, _decision in await self.supervisor.rt.store.list_requests():
+        for request, _status, _decision in await self.store.list_requests():
             self._schedule_request(request)
         for name in self.prompts:
             self._schedule_prompt(name, self.clock())
@@ -69,7 +78,7 @@ class Scheduler:
         """Expire every request past its deadline and remind those close to it, as of ``now``."""
         now = now or self.clock()
         expired, reminded = [], []
-        for request, _status, _decision in await self.supervisor.rt.store.list_requests():
+        for request, _status, _decision in await self.store.list_requests():
             if request.deadline is None:
                 continue
             if request.deadline <= now:
@@ -83,17 +92,17 @@ class Scheduler:
         """Start the scheduled prompt for the occurrence ``at``, once across all processes."""
         prompt, _trigger = self.prompts[name]
         key = f"cron:{name}:{at.isoformat()}"
-        if not await self.supervisor.rt.store.mark_once(key):
+        if not await self.store.mark_once(key):
             return None
         live = await self.supervisor.start_turn(prompt.prompt, requested_by=f"schedule:{name}")
         log.info("scheduled prompt %s started run %s", name, live.run_id)
         return live
 
     async def _remind(self, request: Request) -> bool:
-        if not await self.supervisor.rt.store.mark_once(f"remind:{request.id}"):
+        if not await self.store.mark_once(f"remind:{request.id}"):
             return False
         self.supervisor.rt.events.emit(RequestReminderEvent(request.run_id, request))
-        await self.supervisor.rt.store.audit("deadline", "remind", request.run_id, request.id)
+        await self.store.audit("deadline", "remind", request.run_id, request.id)
         return True
 
     def _remind_before(self) -> timedelta:

@@ -1,4 +1,4 @@
-"""The ``Store`` protocol: the journal and the checkpoint behind one interface."""
+"""The store as small roles, each handed only to the code that uses it; ``Store`` is all of them."""
 
 from __future__ import annotations
 
@@ -65,8 +65,8 @@ class AuditRecord(Protocol):
         ...
 
 
-class Store(Protocol):
-    """Sessions, runs, the fenced journal, open requests and audit."""
+class Admin(Protocol):
+    """The store's life: its schema and its connections (the composition root)."""
 
     async def migrate(self) -> int:
         """Bring the schema to the current version; return that version."""
@@ -75,6 +75,10 @@ class Store(Protocol):
     async def close(self) -> None:
         """Release connections."""
         ...
+
+
+class RunRows(Protocol):
+    """Sessions and runs as rows: what listings and history read."""
 
     async def ensure_session(self, session: Session) -> None:
         """Create the session if it does not exist."""
@@ -95,9 +99,9 @@ class Store(Protocol):
         """The newest runs first."""
         ...
 
-    async def orphaned_runs(self, limit: int = 100) -> list[str]:
-        """Ids of runs marked running whose lease expired or was released (their owner died)."""
-        ...
+
+class Leases(Protocol):
+    """Who drives a run: leases with epochs, and the runs whose owner died."""
 
     async def claim(
         self, run_id: str, owner: str, lease_seconds: float, *, force: bool = False
@@ -112,6 +116,14 @@ class Store(Protocol):
     async def release(self, run_id: str, owner: str, epoch: int) -> None:
         """Give the lease up if still held at ``epoch``."""
         ...
+
+    async def orphaned_runs(self, limit: int = 100) -> list[str]:
+        """Ids of runs marked running whose lease expired or was released (their owner died)."""
+        ...
+
+
+class JournalLog(Protocol):
+    """A run's journal: fenced appends, the epoch that fences them, the whole journal back."""
 
     async def current_epoch(self, run_id: str) -> int:
         """The run's epoch now (the takeover check compares its own with this)."""
@@ -131,6 +143,10 @@ class Store(Protocol):
     async def load(self, run_id: str) -> list[JournalRecord]:
         """The run's whole journal, in order."""
         ...
+
+
+class Requests(Protocol):
+    """Open requests and the decisions that close them; exactly one decider wins."""
 
     async def open_request(self, request: Request) -> None:
         """Record a request as open (idempotent for the same id)."""
@@ -154,9 +170,17 @@ class Store(Protocol):
         """Record one distinct approver of an open request; return how many it has now."""
         ...
 
+
+class OnceMarks(Protocol):
+    """Keys claimed for good, so a deadline, reminder or cron prompt fires once."""
+
     async def mark_once(self, key: str) -> bool:
         """Claim ``key`` for good; True only for the first caller (deadlines, reminders, cron)."""
         ...
+
+
+class WorkQueue(Protocol):
+    """Inbound turns and resumes for any replica to take."""
 
     async def enqueue_work(self, kind: str, payload: dict[str, Any]) -> int:
         """Add inbound work for any replica and wake the waiting ones; return its id."""
@@ -177,6 +201,10 @@ class Store(Protocol):
         """Return when work may have been enqueued (a notification) or after ``timeout``."""
         ...
 
+
+class ReplicaRegistry(Protocol):
+    """Which replicas are alive and which runs they hold."""
+
     async def heartbeat(self, owner: str, info: str = "") -> None:
         """Record that replica ``owner`` is alive (first call registers it)."""
         ...
@@ -184,6 +212,10 @@ class Store(Protocol):
     async def list_replicas(self, alive_within: float = 60.0) -> list[Replica]:
         """Replicas seen within ``alive_within`` seconds, with the runs they hold leases on."""
         ...
+
+
+class AuditLog(Protocol):
+    """Who requested, decided, answered, expired and resumed what."""
 
     async def audit(
         self, actor: str, action: str, run_id: str = "", request_id: str = "", detail: str = ""
@@ -194,3 +226,21 @@ class Store(Protocol):
     async def list_audit(self, run_id: str | None = None, limit: int = 200) -> list[AuditRecord]:
         """Audited facts, oldest first."""
         ...
+
+
+class Store(
+    Admin,
+    RunRows,
+    Leases,
+    JournalLog,
+    Requests,
+    OnceMarks,
+    WorkQueue,
+    ReplicaRegistry,
+    AuditLog,
+    Protocol,
+):
+    """Every role at once: what one backend class implements and the composition root holds.
+
+    Code below the composition root is handed only the roles it uses.
+    """

@@ -6,31 +6,33 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any
+from typing import Any, Protocol
 
 from bot.domain import Session, new_id
 from bot.policy import Actor
 from bot.prompter import DeferringPrompter
 from bot.records import WorkItem
-from bot.store import Store, StoreError, UnknownRun
+from bot.store import ReplicaRegistry, RunRows, StoreError, UnknownRun, WorkQueue
 from bot.supervisor import LiveRun, ResumeRefused, Supervisor
 
 log = logging.getLogger("kestrel.work")
 
 
+class TakerStore(WorkQueue, ReplicaRegistry, RunRows, Protocol):
+    """The roles a work taker uses: the queue, its heartbeat, and whether a run exists."""
+
+
 class WorkTaker:
     """Submits work to the store and runs the work this replica takes."""
 
-    def __init__(self, supervisor: Supervisor, *, poll: float = 1.0, batch: int = 10) -> None:
+    def __init__(
+        self, supervisor: Supervisor, store: TakerStore, *, poll: float = 1.0, batch: int = 10
+    ) -> None:
         self.supervisor = supervisor
+        self.store = store
         self.poll = poll
         self.batch = batch
         self._stopping = asyncio.Event()
-
-    @property
-    def store(self) -> Store:
-        """The shared store."""
-        return self.supervisor.rt.store
 
     async def submit_turn(
         self, prompt: str, *, session: Session, requested_by: str, prompter: bool = True

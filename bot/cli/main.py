@@ -155,8 +155,8 @@ def serve() -> None:
 
     async def work(rt: Runtime) -> None:
         supervisor = Supervisor(rt)
-        taker = WorkTaker(supervisor)
-        scheduler = Scheduler(supervisor, settings.deadlines, settings.schedules)
+        taker = WorkTaker(supervisor, rt.store)
+        scheduler = Scheduler(supervisor, settings.deadlines, settings.schedules, store=rt.store)
         stop = asyncio.Event()
         _on_stop_signals(lambda _signum: stop.set())
         await scheduler.start()

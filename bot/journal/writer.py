@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from bot.journal.entries import Entry
 from bot.journal.fold import RunState, apply
-from bot.store import StaleEpoch, Store
+from bot.store import JournalLog, StaleEpoch
 
 
 class TakenOver(Exception):
@@ -20,7 +20,7 @@ class RunJournal:
 
     def __init__(
         self,
-        store: Store,
+        store: JournalLog,
         state: RunState,
         epoch: int,
         lease_seconds: float = 0.0,

@@ -309,8 +309,10 @@ async def test_deadline_expires_once_across_a_restart(tmp_path: Path) -> None:
     rt, sup, counter, run_id, request = await suspended_on_approval(tmp_path)
     assert request.deadline is not None
     later = request.deadline + timedelta(seconds=1)
-    first = Scheduler(sup, DeadlineSettings(), [], clock=lambda: later)
-    restarted = Scheduler(Supervisor(rt), DeadlineSettings(), [], clock=lambda: later)
+    first = Scheduler(sup, DeadlineSettings(), [], store=rt.store, clock=lambda: later)
+    restarted = Scheduler(
+        Supervisor(rt), DeadlineSettings(), [], store=rt.store, clock=lambda: later
+    )
     expired_a, _ = await first.sweep()
     expired_b, _ = await restarted.sweep()
     assert expired_a == [request.id] and expired_b == []
@@ -332,7 +334,9 @@ async def test_reminder_fires_once_before_the_deadline(tmp_path: Path) -> None:
     rt, sup, _counter, _run_id, request = await suspended_on_approval(tmp_path)
     assert request.deadline is not None
     soon = request.deadline - timedelta(seconds=60)
-    scheduler = Scheduler(sup, DeadlineSettings(remind_before=600), [], clock=lambda: soon)
+    scheduler = Scheduler(
+        sup, DeadlineSettings(remind_before=600), [], store=rt.store, clock=lambda: soon
+    )
     assert (await scheduler.sweep())[1] == [request.id]
     assert (await scheduler.sweep())[1] == []
     await rt.store.close()
@@ -347,12 +351,14 @@ async def test_scheduled_prompt_fires_once_and_refuses_gated_calls(tmp_path: Pat
     )
     sup = Supervisor(rt)
     prompts = [ScheduledPrompt(name="nightly", cron="0 3 * * *", prompt="deploy nightly")]
-    scheduler = Scheduler(sup, DeadlineSettings(), prompts)
+    scheduler = Scheduler(sup, DeadlineSettings(), prompts, store=rt.store)
     at = utcnow().replace(hour=3, minute=0, second=0, microsecond=0)
     live = await scheduler.fire_prompt("nightly", at)
     assert live is not None
     assert (
-        await Scheduler(Supervisor(rt), DeadlineSettings(), prompts).fire_prompt("nightly", at)
+        await Scheduler(Supervisor(rt), DeadlineSettings(), prompts, store=rt.store).fire_prompt(
+            "nightly", at
+        )
         is None
     )
     state = await sup.wait(live)
