@@ -13,6 +13,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any, TextIO, assert_never
 
+from bot.chat import ChatService
 from bot.cli.render import printable
 from bot.domain import (
     Decision,
@@ -43,9 +44,10 @@ from bot.events import (
     ToolStartedEvent,
 )
 from bot.journal.fold import RunState
-from bot.policy import NotPermitted
+from bot.policy import Actor, NotPermitted
 from bot.store import StoreError
-from bot.supervisor import LiveRun, ResumeRefused, Supervisor
+from bot.supervisor import LiveRun, ResumeRefused
+from bot.tools.ask_human import answer_refusal, match_option
 
 HELP = """commands:
   /runs              recent runs
@@ -167,11 +169,26 @@ class ConsolePrompter:
     async def _question(self, request: Request) -> Decision | None:
         self._io.write(f"  ? {request.prompt}")
         if request.options:
-            self._io.write("    options: " + " / ".join(request.options))
+            return await self._choice(request)
         line = await self._io.readline("    answer (empty = later): ")
         if not line or not line.strip():
             return None
         return self._decide(request, DecisionKind.ANSWER, line.strip())
+
+    async def _choice(self, request: Request) -> Decision | None:
+        """One of the question's options, asked until given; None on later or end of input."""
+        options = " / ".join(request.options)
+        while True:
+            line = await self._io.readline(f"    answer {options}, or [l]ater: ")
+            if line is None or not line.strip():
+                return None
+            picked = match_option(line, request.options)
+            if picked is not None:
+                return self._decide(request, DecisionKind.ANSWER, picked)
+            # An option spelled "l" wins over later: the question's options come first.
+            if line.strip().lower() == "l":
+                return None
+            self._io.write(f"    ! {answer_refusal(line, request.options)}")
 
     def _decide(self, request: Request, kind: DecisionKind, text: str = "") -> Decision:
         return Decision(request_id=request.id, kind=kind, text=text, by=self._user)
@@ -217,17 +234,18 @@ class ConsoleRenderer:
 class ConsoleChat:
     """The terminal chat: one session, turns one after another."""
 
-    def __init__(self, supervisor: Supervisor, io: ConsoleIO, user: str = "console") -> None:
-        self.supervisor = supervisor
+    def __init__(self, chat: ChatService, io: ConsoleIO, user: str = "console") -> None:
+        self.chat = chat
         self.io = io
         self.user = user
+        self.actor = Actor(user)
         self.prompter = ConsolePrompter(io, user)
         self.session = Session(id=new_id("ses"), platform="console")
         self._live: LiveRun | None = None
         self._interrupts = 0
         self.terminated = False  # SIGTERM arrived: leave once the run under way has suspended
         self._leaving = False
-        supervisor.rt.events.add(ConsoleRenderer(io))
+        chat.subscribe(ConsoleRenderer(io))
 
     async def run(self, banner: str) -> None:
         """Read messages until end of input or /quit."""
@@ -252,15 +270,19 @@ class ConsoleChat:
         if line.startswith("/"):
             await self._command(line)
             return
-        live = await self.supervisor.start_turn(
-            line, session=self.session, requested_by=self.user, prompter=self.prompter
-        )
+        try:
+            live = await self.chat.submit_turn(
+                line, user=self.actor, session=self.session, prompter=self.prompter
+            )
+        except NotPermitted as exc:
+            self.io.write(f"  ! {exc}")
+            return
         await self._follow(live)
 
     async def _follow(self, live: LiveRun) -> None:
         self._live, self._interrupts = live, 0
         try:
-            state = await self.supervisor.wait(live)
+            state = await self.chat.wait(live)
         finally:
             self._live = None
         self._report(state)
@@ -293,16 +315,16 @@ class ConsoleChat:
 
     async def _dispatch(self, name: str, arg: str) -> None:
         if name == "/runs":
-            for record in await self.supervisor.rt.store.list_runs(limit=10):
+            for record in await self.chat.recent(limit=10):
                 self.io.write(f"  {record.id}  {record.status.value:<10} {record.prompt[:60]}")
         elif name == "/resume" and arg:
-            live = await self.supervisor.resume(arg, prompter=self.prompter)
+            live = await self.chat.resume(arg, user=self.actor, prompter=self.prompter)
             if live is None:
                 self.io.write("  nothing to resume: the run ended or still waits for an answer")
                 return
             await self._follow(live)
         elif name == "/cancel" and arg:
-            self.io.write("  " + await self.supervisor.cancel(arg, by=self.user))
+            self.io.write("  " + await self.chat.cancel(arg, user=self.actor))
         else:
             self.io.write(HELP)
 

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bot.domain import Decision, DecisionKind, Request, RequestStatus, utcnow
+from bot.domain import Decision, DecisionKind, Request, RequestKind, RequestStatus, utcnow
 from bot.events import RequestExpiredEvent
 from bot.journal.fold import RunState
 from bot.policy import Actor
 from bot.prompter import Prompter
 from bot.runtime import Runtime
+from bot.store import Store
+from bot.tools.ask_human import answer_refusal, match_option
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,10 @@ class Checkpoint:
         refusal = self._refusal(request, status, decision, actor, run_id, digest)
         if refusal:
             return Answered(False, refusal)
+        if request.options and decision.kind is DecisionKind.ANSWER:
+            # The option as the question spells it ("Y" answers "yes"): the model reads that.
+            picked = match_option(decision.text, request.options) or decision.text
+            decision = decision.model_copy(update={"text": picked})
         if decision.kind is DecisionKind.APPROVE and request.approvals_needed > 1:
             count = await self.rt.store.add_approval(request.id, actor.user)
             await self.rt.store.audit(
@@ -77,9 +83,13 @@ class Checkpoint:
         if digest and digest != request.digest:
             return "this card is stale: the call it shows is not the one waiting"
         tool = self.rt.tools.current().get(request.tool)
-        return self.rt.policy.check_decision(
+        refusal = self.rt.policy.check_decision(
             actor, decision.kind, request, tool.flags if tool else None
         )
+        if refusal or request.kind is not RequestKind.WAIT_USER:
+            return refusal
+        # A question with options (ask_human_confirm, ask_human_select) takes one of them only.
+        return answer_refusal(decision.text, request.options)
 
     async def expire(self, request: Request) -> bool:
         """Close a request whose deadline passed; True only for the one caller that won."""
@@ -116,6 +126,12 @@ class Checkpoint:
                     decision.by, decision.kind.value, state.run_id, request.id, request.digest
                 )
 
+    def audited(self, prompter: Prompter | None) -> Prompter | None:
+        """``prompter`` with every decision it makes audited (None stays None: no one to ask)."""
+        if prompter is None or isinstance(prompter, AuditedPrompter):
+            return prompter
+        return AuditedPrompter(prompter, self.rt.store)
+
     async def lookup(self, request_id: str) -> tuple[RequestStatus, Decision | None] | None:
         """A request's status and decision; None if the store does not know it."""
         try:
@@ -140,3 +156,30 @@ class Checkpoint:
         for request, _status, _decision in await self.rt.store.list_requests(run_id=run_id):
             decision = Decision(request_id=request.id, kind=DecisionKind.DENY, by=by)
             await self.rt.store.decide(decision, RequestStatus.CANCELLED)
+
+
+class AuditedPrompter:
+    """A prompter whose decisions are audited as the checkpoint audits those it is given.
+
+    Inline answers (an approval in ``kestrel chat``, a question answered at the terminal) never
+    reach the store's requests, so without this the audit would miss them.
+    """
+
+    def __init__(self, prompter: Prompter, store: Store) -> None:
+        self._prompter = prompter
+        self._store = store
+
+    @property
+    def present(self) -> bool:
+        """Whether the wrapped prompter can ask someone now."""
+        return self._prompter.present
+
+    async def ask(self, request: Request) -> Decision | None:
+        """Ask the wrapped prompter; a decision is audited before the run acts on it."""
+        decision = await self._prompter.ask(request)
+        if decision is not None:
+            detail = f"{request.tool} {request.digest}".strip() + " (inline)"
+            await self._store.audit(
+                decision.by or "unknown", decision.kind.value, request.run_id, request.id, detail
+            )
+        return decision

@@ -65,15 +65,16 @@ class Policy:
         """On-call: may resume, cancel and settle uncertain effects."""
         return actor.matches(self.settings.oncall)
 
-    def check_cancel(self, actor: Actor, run_id: str, requested_by: str) -> str:
-        """Empty when ``actor`` may cancel the run (its requester, or on-call); else why not."""
+    def check_operate(self, actor: Actor, verb: str, run_id: str, requested_by: str) -> str:
+        """Empty when ``actor`` may ``verb`` (cancel, resume) the run: its requester, or
+        on-call; else why not."""
         if (requested_by and actor.user == requested_by) or self.may_operate(actor):
             return ""
         requester = f"its requester ({requested_by or 'none recorded'})"
         if self.settings.oncall:
-            return f"{actor.user} may not cancel run {run_id}: only {requester} or on-call may"
+            return f"{actor.user} may not {verb} run {run_id}: only {requester} or on-call may"
         return (
-            f"{actor.user} may not cancel run {run_id}: only {requester} may"
+            f"{actor.user} may not {verb} run {run_id}: only {requester} may"
             " (policy.oncall is empty)"
         )
 

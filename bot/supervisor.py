@@ -159,7 +159,7 @@ class Supervisor:
         actor = actor or Actor(by)
         by = by or actor.user
         record = await self.rt.store.get_run(run_id)
-        refusal = self.rt.policy.check_cancel(actor, run_id, record.requested_by)
+        refusal = self.rt.policy.check_operate(actor, "cancel", run_id, record.requested_by)
         if refusal:
             await self.rt.store.audit(by, "cancel_refused", run_id=run_id, detail=refusal)
             raise NotPermitted(refusal)
@@ -275,7 +275,8 @@ class Supervisor:
             tools=self.rt.tools.current,
             hooks=hooks,
             events=self.rt.events,
-            prompter=prompter,
+            # Whichever client decides inline (chat, a chat thread), its decisions are audited.
+            prompter=self.checkpoint.audited(prompter),
             workdir=self.rt.workdir,
             model_timeout=self.rt.model_timeout,
             advisories=self.rt.tools.drain,

@@ -2,27 +2,28 @@
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
-import logging
 import signal
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import click
 
-from bot.cli import compose, render
-from bot.config import ConfigError, Settings, load_settings
-from bot.domain import TERMINAL_STATUSES, Decision, DecisionKind, Request, utcnow
-from bot.journal.fold import fold
-from bot.policy import Actor, NotPermitted, Policy
-from bot.runtime import Runtime
-from bot.store import Store, StoreError
-from bot.supervisor import ResumeRefused, Supervisor
-from bot.tools.catalog import check_catalogs
+from bot.cli import render
+
+# Each command imports what it needs when it runs: ``kestrel --help`` needs click alone, and
+# the read-only commands (``runs list``, ``runs pending``) the settings and the store, never the
+# model client, the supervisor or the PII scanner. See bench/startup.py.
+if TYPE_CHECKING:
+    from bot.chat import PendingRequest
+    from bot.config import Settings
+    from bot.domain import DecisionKind
+    from bot.runtime import Runtime
+    from bot.store import Store
+    from bot.tools.base import ToolFlags
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -62,17 +63,42 @@ def one_line_errors(fn: Callable[P, R]) -> Callable[P, R]:
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return fn(*args, **kwargs)
-        except (ConfigError, StoreError, ResumeRefused, NotPermitted, Failure) as exc:
+        except Exception as exc:
+            if not _is_user_error(exc):
+                raise
             fail(str(exc))
             sys.exit(EXIT_USAGE)
 
     return wrapper
 
 
+# The errors a user sees as one line, by module: configuration, store, resume and policy.
+_USER_ERRORS = (
+    ("bot.config", "ConfigError"),
+    ("bot.store", "StoreError"),
+    ("bot.supervisor", "ResumeRefused"),
+    ("bot.policy", "NotPermitted"),
+)
+
+
+def _is_user_error(exc: Exception) -> bool:
+    """Whether ``exc`` ends in one line. A module not imported yet raised none of its errors, so
+    only the imported ones are checked: this wrapper imports nothing."""
+    if isinstance(exc, Failure):
+        return True
+    for module, name in _USER_ERRORS:
+        loaded = sys.modules.get(module)
+        if loaded is not None and isinstance(exc, getattr(loaded, name)):
+            return True
+    return False
+
+
 def settings_of(ctx: click.Context) -> Settings:
     """The settings, loaded once per invocation."""
     obj: dict[str, Any] = ctx.ensure_object(dict)
     if "settings" not in obj:
+        from bot.config import load_settings
+
         obj["settings"] = load_settings(obj.get("config"))
     settings: Settings = obj["settings"]
     return settings
@@ -80,6 +106,10 @@ def settings_of(ctx: click.Context) -> Settings:
 
 def with_runtime(work: Callable[[Runtime], Awaitable[R]]) -> R:
     """Run ``work`` with a runtime built from the current settings."""
+    import asyncio
+
+    from bot.cli import compose
+
     settings = settings_of(click.get_current_context())
 
     async def main() -> R:
@@ -91,6 +121,10 @@ def with_runtime(work: Callable[[Runtime], Awaitable[R]]) -> R:
 
 def with_reader(work: Callable[[Store], Awaitable[R]]) -> R:
     """Run ``work`` with the store opened for reading only (no migration, no write lock)."""
+    import asyncio
+
+    from bot.cli import compose
+
     settings = settings_of(click.get_current_context())
 
     async def main() -> R:
@@ -106,6 +140,8 @@ def with_reader(work: Callable[[Store], Awaitable[R]]) -> R:
 @click.pass_context
 def cli(ctx: click.Context, config: str | None, verbose: bool) -> None:
     """Kestrel: a chat-ops agent with people in the loop."""
+    import logging
+
     ctx.ensure_object(dict)["config"] = config
     logging.basicConfig(level=logging.INFO if verbose else logging.ERROR, stream=sys.stderr)
 
@@ -115,7 +151,11 @@ def cli(ctx: click.Context, config: str | None, verbose: bool) -> None:
 @one_line_errors
 def chat(user: str) -> None:
     """Chat in the terminal (the offline demo when no model endpoint is configured)."""
+    import asyncio
+
     from adapters.console import ConsoleChat, ConsoleIO
+    from bot.chat import ChatService
+    from bot.supervisor import Supervisor
 
     settings = settings_of(click.get_current_context())
 
@@ -126,7 +166,7 @@ def chat(user: str) -> None:
             f"{len(rt.tools.current())} tools, journal {settings.database}. "
             "/help for commands, Ctrl-D to leave."
         ) + "".join(f"\nnote: {notice}" for notice in rt.policy.notices())
-        console = ConsoleChat(supervisor, ConsoleIO(), user)
+        console = ConsoleChat(ChatService(supervisor), ConsoleIO(), user)
         try:
             await console.run(banner)
         finally:
@@ -148,7 +188,10 @@ def chat(user: str) -> None:
 def serve() -> None:
     """Run until stopped: take work from the store, adopt orphaned runs, fire deadlines,
     reminders and scheduled prompts. SIGTERM or Ctrl-C suspends live runs and hands them back."""
+    import asyncio
+
     from bot.schedule import Scheduler
+    from bot.supervisor import Supervisor
     from bot.work import WorkTaker
 
     settings = settings_of(click.get_current_context())
@@ -214,6 +257,7 @@ def db_check() -> None:
 @one_line_errors
 def replicas(as_json: bool) -> None:
     """Live replicas sharing the store, with the runs they hold and their lease ages."""
+    from bot.domain import utcnow
 
     async def work(store: Store) -> list[Any]:
         return list(await store.list_replicas())
@@ -235,6 +279,8 @@ def replicas(as_json: bool) -> None:
 
 def _on_stop_signals(handler: Callable[[int], object]) -> None:
     """Call ``handler(signum)`` on SIGINT and SIGTERM instead of dying mid-write."""
+    import asyncio
+
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, handler, signum)
@@ -269,14 +315,17 @@ def run(prompt: str, as_json: bool, defer: bool, user: str) -> None:
       4  cancelled
       128+N  stopped by signal N (130 Ctrl-C, 143 SIGTERM): the run is suspended
     """
+    from bot.chat import ChatService
+    from bot.policy import Actor
     from bot.prompter import DeferringPrompter
+    from bot.supervisor import Supervisor
 
     async def work(rt: Runtime) -> dict[str, Any]:
-        if not rt.policy.may_start(Actor(user)):
-            raise Failure(f"{user} may not start runs (policy.requesters)")
         supervisor = Supervisor(rt)
         prompter = DeferringPrompter() if defer else None
-        live = await supervisor.start_turn(prompt, requested_by=user, prompter=prompter)
+        live = await ChatService(supervisor).submit_turn(
+            prompt, user=Actor(user), prompter=prompter
+        )
 
         def stop(signum: int) -> None:
             received.append(signum)
@@ -298,6 +347,8 @@ def run(prompt: str, as_json: bool, defer: bool, user: str) -> None:
 
 
 async def _run_object(rt: Runtime, run_id: str) -> dict[str, Any]:
+    from bot.journal.fold import fold
+
     record = await rt.store.get_run(run_id)
     state = fold(await rt.store.load(run_id), run_id)
     return render.run_object(record, state)
@@ -346,6 +397,7 @@ def runs_list(limit: int, as_json: bool) -> None:
 @one_line_errors
 def runs_show(run_id: str, as_json: bool) -> None:
     """A run's transcript and terminal result."""
+    from bot.journal.fold import fold
 
     async def work(store: Store) -> tuple[dict[str, Any], str]:
         record = await store.get_run(run_id)
@@ -360,19 +412,22 @@ def runs_show(run_id: str, as_json: bool) -> None:
 @click.argument("run_id")
 @click.option("--force", is_flag=True, help="Resume although the model, tools or prompt changed.")
 @click.option("--json", "as_json", is_flag=True)
+@click.option("--as", "user", default="cli", help="Who resumes (the requester or on-call).")
 @one_line_errors
-def runs_resume(run_id: str, force: bool, as_json: bool) -> None:
+def runs_resume(run_id: str, force: bool, as_json: bool, user: str) -> None:
     """Continue a suspended run from its journal."""
+    from bot.chat import ChatService
+    from bot.policy import Actor
+    from bot.supervisor import Supervisor
 
     async def work(rt: Runtime) -> dict[str, Any]:
-        supervisor = Supervisor(rt)
-        live = await supervisor.resume(run_id, force=force)
+        chat = ChatService(Supervisor(rt))
+        live = await chat.resume(run_id, user=Actor(user), force=force)
         if live is None:
-            record = await rt.store.get_run(run_id)
-            if record.status not in TERMINAL_STATUSES:
+            if not await chat.ended(run_id):
                 echo("the run still waits for an answer (kestrel runs pending)", err=True)
         else:
-            await supervisor.wait(live)
+            await chat.wait(live)
             if live.error:
                 raise Failure(live.error)
         return await _run_object(rt, run_id)
@@ -386,9 +441,12 @@ def runs_resume(run_id: str, force: bool, as_json: bool) -> None:
 @one_line_errors
 def runs_cancel(run_id: str, user: str) -> None:
     """Cancel a run: its requester or on-call (policy.oncall) may; audited either way."""
+    from bot.chat import ChatService
+    from bot.policy import Actor
+    from bot.supervisor import Supervisor
 
     async def work(rt: Runtime) -> str:
-        return await Supervisor(rt).cancel(run_id, by=user)
+        return await ChatService(Supervisor(rt)).cancel(run_id, user=Actor(user))
 
     echo(with_runtime(work))
 
@@ -398,49 +456,55 @@ def runs_cancel(run_id: str, user: str) -> None:
 @one_line_errors
 def runs_pending(as_json: bool) -> None:
     """Open requests: approvals, questions and uncertain effects."""
+    from bot.chat import pending_requests
+    from bot.cli import compose
+    from bot.domain import utcnow
+    from bot.policy import Policy
 
     settings = settings_of(click.get_current_context())
     # The catalog's flags (tags) pick approvers; MCP servers are not started for this.
     tools = compose.build_tools(settings)
     policy = Policy(settings.policy)
 
-    async def work(store: Store) -> list[tuple[Request, list[str], str]]:
-        rows = []
-        for request, _status, _decision in await store.list_requests():
-            tool = tools.get(request.tool)
-            who = policy.who_may_answer(request, tool.flags if tool else None)
-            rows.append((request, who, policy.answer_note(request)))
-        return rows
+    def flags_of(name: str) -> ToolFlags | None:
+        tool = tools.get(name)
+        return tool.flags if tool else None
+
+    async def work(store: Store) -> list[PendingRequest]:
+        return await pending_requests(store, policy, flags_of)
 
     rows = with_reader(work)
     if as_json:
         objects = [
-            render.request_object(r) | {"run_id": r.run_id, "may_answer": who, "note": note}
-            for r, who, note in rows
+            render.request_object(p.request)
+            | {"run_id": p.request.run_id, "may_answer": list(p.may_answer), "note": p.note}
+            for p in rows
         ]
         echo(json.dumps(objects))
         return
     now = utcnow()
-    for request, who, note in rows:
-        echo(render.pending_line(request, who, now, note))
+    for p in rows:
+        echo(render.pending_line(p.request, list(p.may_answer), now, p.note))
     if not rows:
         echo("no open requests")
 
 
 def _decide(run_id: str, request_id: str, kind: DecisionKind, text: str, user: str) -> None:
+    from bot.chat import ChatService
+    from bot.policy import Actor
+    from bot.supervisor import Supervisor
+
     async def work(rt: Runtime) -> str:
-        supervisor = Supervisor(rt)
-        decision = Decision(request_id=request_id, kind=kind, text=text, by=user)
-        answered = await supervisor.answer(decision, run_id=run_id)
-        if not answered.accepted:
-            raise Failure(answered.message)
-        if not answered.ready:
-            return answered.message
-        live = await supervisor.resume(run_id)
-        if live is not None:
-            await supervisor.wait(live)
+        chat = ChatService(Supervisor(rt))
+        decided = await chat.decide(run_id, request_id, kind, user=Actor(user), text=text)
+        if not decided.accepted:
+            raise Failure(decided.message)
+        if decided.resumed is not None:
+            await chat.wait(decided.resumed)
+        elif not await chat.ended(run_id):
+            return decided.message
         obj = await _run_object(rt, run_id)
-        return f"{answered.message}; run {run_id} is now {obj['status']}" + (
+        return f"{decided.message}; run {run_id} is now {obj['status']}" + (
             f": {obj['text']}" if obj["text"] else ""
         )
 
@@ -455,6 +519,8 @@ def _decide(run_id: str, request_id: str, kind: DecisionKind, text: str, user: s
 @one_line_errors
 def runs_approve(run_id: str, request_id: str, always: bool, user: str) -> None:
     """Approve a waiting call."""
+    from bot.domain import DecisionKind
+
     kind = DecisionKind.APPROVE_ALWAYS if always else DecisionKind.APPROVE
     _decide(run_id, request_id, kind, "", user)
 
@@ -467,6 +533,8 @@ def runs_approve(run_id: str, request_id: str, always: bool, user: str) -> None:
 @one_line_errors
 def runs_deny(run_id: str, request_id: str, reason: str, user: str) -> None:
     """Deny a waiting call; the model reads the reason."""
+    from bot.domain import DecisionKind
+
     _decide(run_id, request_id, DecisionKind.DENY, reason, user)
 
 
@@ -478,6 +546,8 @@ def runs_deny(run_id: str, request_id: str, reason: str, user: str) -> None:
 @one_line_errors
 def runs_answer(run_id: str, request_id: str, text: str, user: str) -> None:
     """Answer a question the run asked."""
+    from bot.domain import DecisionKind
+
     _decide(run_id, request_id, DecisionKind.ANSWER, text, user)
 
 
@@ -490,6 +560,8 @@ def runs_answer(run_id: str, request_id: str, text: str, user: str) -> None:
 @one_line_errors
 def runs_effect(run_id: str, request_id: str, choice: str, output: str, user: str) -> None:
     """Settle an effect of uncertain outcome: retry it, or mark it done or failed."""
+    from bot.domain import DecisionKind
+
     _decide(run_id, request_id, DecisionKind(choice), output, user)
 
 
@@ -518,6 +590,8 @@ def tools() -> None:
 @one_line_errors
 def tools_list() -> None:
     """The tools a run gets, with their flags."""
+    from bot.cli import compose
+
     toolset = compose.build_tools(settings_of(click.get_current_context()))
     for name, tool in toolset.items():
         flags = [
@@ -531,6 +605,7 @@ def tools_list() -> None:
 def tools_check(files: tuple[str, ...]) -> None:
     """Validate catalog files as one tool set; every problem is reported with file and line."""
     from bot.tools.ask_human import ask_human_tools
+    from bot.tools.catalog import check_catalogs
 
     # Reserved whether or not human_in_the_loop is on: a catalog must not depend on it being off.
     builtin = [tool.name for tool in ask_human_tools()]

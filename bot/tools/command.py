@@ -32,7 +32,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Coroutine, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -299,6 +299,24 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
+async def _started(
+    spawning: Coroutine[Any, Any, tuple[asyncio.SubprocessTransport, _Capture]],
+) -> tuple[asyncio.SubprocessTransport, _Capture]:
+    """The started process; a cancellation (a timeout, an interrupt) that lands while it
+    starts still waits for it and kills its whole group: asyncio would kill the direct child
+    only, leaving what it already spawned running unrecorded."""
+    starting = asyncio.ensure_future(spawning)
+    try:
+        return await asyncio.shield(starting)
+    except asyncio.CancelledError:
+        with contextlib.suppress(OSError):
+            transport, capture = await starting
+            _kill_group(transport.get_pid())
+            await _within(capture.exited, _PIPE_GRACE)
+            transport.close()
+        raise
+
+
 async def _within(future: asyncio.Future[None], seconds: float | None = None) -> None:
     """Wait up to ``seconds`` (None: no limit) for the future, never cancelling it."""
     await asyncio.wait({future}, timeout=seconds)
@@ -454,17 +472,18 @@ class CommandTool:
 
     async def _spawn_and_run(self, argv: list[str], home: str, ctx: ToolContext) -> ToolResult:
         loop = asyncio.get_running_loop()
+        spawning = loop.subprocess_exec(
+            lambda: _Capture(self._max_output),
+            *argv,
+            start_new_session=True,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=minimal_env(self._env, home),
+            cwd=ctx.workdir or self._cwd or Path(home),
+        )
         try:
-            transport, capture = await loop.subprocess_exec(
-                lambda: _Capture(self._max_output),
-                *argv,
-                start_new_session=True,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                env=minimal_env(self._env, home),
-                cwd=ctx.workdir or self._cwd or Path(home),
-            )
+            transport, capture = await _started(spawning)
         except OSError as exc:
             cause = exc.strerror or str(exc)
             where = f" ({exc.filename})" if exc.filename else ""

@@ -115,7 +115,14 @@ def test_an_empty_oncall_is_announced() -> None:
 
 def test_cancel_rules() -> None:
     policy = Policy(PolicySettings(oncall=["group:S0SRE"]))
-    assert policy.check_cancel(Actor("U0REQ"), "run_1", "U0REQ") == ""
-    assert policy.check_cancel(Actor("U0X", groups=frozenset({"S0SRE"})), "run_1", "U0REQ") == ""
-    assert "U0X may not cancel run run_1" in policy.check_cancel(Actor("U0X"), "run_1", "U0REQ")
-    assert policy.check_cancel(Actor(""), "run_1", "") != ""  # no requester: nobody by default
+    assert policy.check_operate(Actor("U0REQ"), "cancel", "run_1", "U0REQ") == ""
+    assert (
+        policy.check_operate(Actor("U0X", groups=frozenset({"S0SRE"})), "cancel", "run_1", "U0REQ")
+        == ""
+    )
+    assert "U0X may not cancel run run_1" in policy.check_operate(
+        Actor("U0X"), "cancel", "run_1", "U0REQ"
+    )
+    assert (
+        policy.check_operate(Actor(""), "cancel", "run_1", "") != ""
+    )  # no requester: nobody by default

@@ -123,7 +123,9 @@ def test_run_stops_the_command_and_suspends(folder: Path, signum: signal.Signals
     assert run.returncode == 128 + signum, err
     assert "Traceback" not in err
     entries = assert_suspended_and_released(folder)
-    (process,) = [e.process for e in entries if isinstance(e, ToolProcess)]
+    processes = [e.process for e in entries if isinstance(e, ToolProcess)]
+    assert len(processes) == 1, [e.kind for e in entries]
+    (process,) = processes
     assert orphans.members(process) == []  # the whole group went with it
     time.sleep(0.3)
     assert effects(folder) == ["start"]

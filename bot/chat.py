@@ -1,0 +1,178 @@
+"""The chat-facing service: the one interface chat adapters and the command line drive runs by.
+
+An adapter passes who is acting (an ``Actor``: user id, groups, channel) and what they asked
+for; whether they may is decided here, from the store and the policy, never from anything
+else the adapter passes. What happens in runs comes back as typed events (``subscribe``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from bot.domain import Decision, DecisionKind, Request, RunStatus, Session
+from bot.events import EventSink
+from bot.journal.fold import RunState, fold
+from bot.policy import Actor, NotPermitted, Policy
+from bot.prompter import Prompter
+from bot.records import RunRecord
+from bot.store import Requests
+from bot.supervisor import LiveRun, Supervisor
+from bot.tools.base import ToolFlags
+
+
+@dataclass(frozen=True)
+class PendingRequest:
+    """An open request with the principals who may answer it (and why, when not obvious)."""
+
+    request: Request
+    may_answer: tuple[str, ...]
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class RunView:
+    """A run as a thread or a terminal shows it: where it stands, what it waits on, its budgets."""
+
+    record: RunRecord
+    state: RunState
+
+    @property
+    def open_requests(self) -> list[Request]:
+        """The requests the run waits on."""
+        return self.state.open_requests
+
+    @property
+    def budgets_used(self) -> dict[str, tuple[int | float, int | float]]:
+        """Each budget as (used, limit); a limit of 0 means none."""
+        started = self.state.started
+        if started is None:
+            return {}
+        budgets = started.budgets
+        return {
+            "iterations": (self.state.iteration, budgets.max_iterations),
+            "tool_calls": (self.state.tool_calls, budgets.max_tool_calls),
+            "tokens": (self.state.usage.total, budgets.max_tokens),
+        }
+
+
+@dataclass(frozen=True)
+class Decided:
+    """What became of a decision: whether it counted, why, and the run it resumed, if any."""
+
+    accepted: bool
+    message: str
+    resumed: LiveRun | None = None
+
+
+async def pending_requests(
+    requests: Requests, policy: Policy, flags_of: Callable[[str], ToolFlags | None]
+) -> list[PendingRequest]:
+    """Every open request in the store, oldest first, with who may answer it.
+
+    A function of its own so that read-only commands can list them without a runtime.
+    """
+    pending = []
+    for request, _status, _decision in await requests.list_requests():
+        who = policy.who_may_answer(request, flags_of(request.tool))
+        pending.append(PendingRequest(request, tuple(who), policy.answer_note(request)))
+    return pending
+
+
+class ChatService:
+    """Submit turns, decide requests, cancel, resume, and read runs, as a given person."""
+
+    def __init__(self, supervisor: Supervisor) -> None:
+        self._supervisor = supervisor
+        self._rt = supervisor.rt
+
+    def subscribe(self, sink: EventSink) -> None:
+        """Receive every event of every run this process drives."""
+        self._rt.events.add(sink)
+
+    async def submit_turn(
+        self,
+        text: str,
+        *,
+        user: Actor,
+        session: Session | None = None,
+        prompter: Prompter | None = None,
+    ) -> LiveRun:
+        """Start a run for one message in a session (a thread; None: a new one of its own);
+        it runs in the background."""
+        if not self._rt.policy.may_start(user):
+            raise NotPermitted(f"{user.user} may not start runs (policy.requesters)")
+        return await self._supervisor.start_turn(
+            text, session=session, requested_by=user.user, prompter=prompter
+        )
+
+    async def decide(
+        self,
+        run_id: str,
+        request_id: str,
+        kind: DecisionKind,
+        *,
+        user: Actor,
+        text: str = "",
+        digest: str = "",
+    ) -> Decided:
+        """Answer a request as ``user`` (checked against the store and policy); once the run
+        waits on nothing more, it resumes in this process."""
+        decision = Decision(request_id=request_id, kind=kind, text=text, by=user.user)
+        answered = await self._supervisor.answer(decision, run_id=run_id, actor=user, digest=digest)
+        if not answered.accepted or not answered.ready:
+            return Decided(answered.accepted, answered.message)
+        return Decided(True, answered.message, await self._supervisor.resume(run_id))
+
+    async def cancel(self, run_id: str, *, user: Actor) -> str:
+        """Cancel a run (its requester or on-call may); what happened, in a sentence."""
+        return await self._supervisor.cancel(run_id, actor=user)
+
+    async def resume(
+        self,
+        run_id: str,
+        *,
+        user: Actor,
+        force: bool = False,
+        prompter: Prompter | None = None,
+    ) -> LiveRun | None:
+        """Continue a suspended run (its requester or on-call may); None if it still waits."""
+        record = await self._rt.store.get_run(run_id)
+        refusal = self._rt.policy.check_operate(user, "resume", run_id, record.requested_by)
+        if refusal:
+            await self._rt.store.audit(user.user, "resume_refused", run_id=run_id, detail=refusal)
+            raise NotPermitted(refusal)
+        return await self._supervisor.resume(run_id, prompter=prompter, force=force)
+
+    async def wait(self, live: LiveRun) -> RunState:
+        """Wait until a run this process drives suspends or ends."""
+        return await self._supervisor.wait(live)
+
+    async def status(self, run_id: str) -> RunView:
+        """One run as its journal tells it."""
+        record = await self._rt.store.get_run(run_id)
+        return RunView(record, fold(await self._rt.store.load(run_id), run_id))
+
+    async def latest(self, session: Session) -> RunView | None:
+        """The newest run of a session (a thread), if it has one."""
+        records = await self._rt.store.list_runs(limit=1, session_id=session.id)
+        return await self.status(records[0].id) if records else None
+
+    async def recent(self, limit: int = 10) -> list[RunRecord]:
+        """The newest runs, newest first."""
+        return await self._rt.store.list_runs(limit=limit)
+
+    async def pending(self) -> list[PendingRequest]:
+        """Every open request of the workspace, oldest first, with who may answer it."""
+        tools = self._rt.tools.current()
+
+        def flags_of(name: str) -> ToolFlags | None:
+            tool = tools.get(name)
+            return tool.flags if tool else None
+
+        return await pending_requests(self._rt.store, self._rt.policy, flags_of)
+
+    async def ended(self, run_id: str) -> bool:
+        """Whether the run has a terminal result."""
+        record = await self._rt.store.get_run(run_id)
+        return record.status in (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED)
