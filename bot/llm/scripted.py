@@ -1,22 +1,35 @@
-"""The scripted model: replies read from a YAML script, picked by the conversation's position."""
+"""The scripted model: replies read from a YAML script, picked by the conversation's position.
+
+A position holds one reply, or (``one_of``) alternatives of which the first whose expectation
+the latest input meets is played: enough for a script to follow every path a run can take.
+"""
 
 from __future__ import annotations
 
 import functools
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
-from operator import countOf
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    field_validator,
+)
 
 from bot.domain import AssistantTurn, ToolCall, Usage
 from bot.llm.base import (
     AssistantMessage,
     Message,
+    ModelError,
     SystemMessage,
     ToolResultsMessage,
     ToolSpec,
@@ -31,6 +44,10 @@ _PREVIEW = 200
 
 class ScriptError(ValueError):
     """A script that cannot be read or does not validate; the message names the source and cause."""
+
+
+class ScriptMismatch(ModelError):
+    """The conversation left the script: no reply at this position expects its latest input."""
 
 
 class _Strict(BaseModel):
@@ -58,31 +75,98 @@ class ScriptUsage(_Strict):
 
 
 class Reply(_Strict):
-    """One scripted model reply."""
+    """One scripted model reply; ``expect`` (a substring) and ``match`` (a regex) guard it."""
 
     text: str | None = None
     calls: tuple[ScriptCall, ...] = ()
     finish_reason: str | None = None
     usage: ScriptUsage | None = None
     expect: str | None = None
+    match: str | None = None
+
+    @field_validator("match")
+    @classmethod
+    def _compiles(cls, pattern: str | None) -> str | None:
+        if pattern is not None:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"not a valid regular expression: {exc}") from None
+        return pattern
+
+    @property
+    def guarded(self) -> bool:
+        """Whether the reply depends on the latest input."""
+        return self.expect is not None or self.match is not None
+
+    def accepts(self, latest: str) -> dict[str, str] | None:
+        """The ``match`` groups (empty without one) when ``latest`` meets the guards; else None."""
+        if self.expect is not None and self.expect not in latest:
+            return None
+        if self.match is None:
+            return {}
+        found = re.search(self.match, latest)
+        if found is None:
+            return None
+        return {name: value or "" for name, value in found.groupdict().items()}
+
+    def expectation(self) -> str:
+        """The guards as a script author wrote them, for a mismatch message."""
+        guards = [repr(self.expect)] if self.expect is not None else []
+        guards += [f"/{self.match}/"] if self.match is not None else []
+        return " and ".join(guards) or "anything"
+
+
+class Choice(_Strict):
+    """Alternative replies at one position: the first whose guards the latest input meets."""
+
+    one_of: tuple[Reply, ...] = Field(min_length=1)
+
+    def pick(self, latest: str) -> tuple[Reply, dict[str, str]] | None:
+        """The first alternative accepting ``latest``, with its match groups."""
+        for reply in self.one_of:
+            groups = reply.accepts(latest)
+            if groups is not None:
+                return reply, groups
+        return None
+
+    def expectation(self) -> str:
+        """Every alternative's guards, for a mismatch message."""
+        return " or ".join(reply.expectation() for reply in self.one_of)
+
+
+def _step_kind(raw: Any) -> str:
+    """Which model a position validates as: a mapping with ``one_of`` is a choice."""
+    if isinstance(raw, Choice) or (isinstance(raw, Mapping) and "one_of" in raw):
+        return "Choice"
+    return "Reply"
+
+
+Step = Annotated[
+    Annotated[Reply, Tag("Reply")] | Annotated[Choice, Tag("Choice")],
+    Discriminator(_step_kind),
+]
 
 
 class Script(_Strict):
-    """A named list of replies, played in conversation order."""
+    """A named list of positions (replies or choices), played in conversation order."""
 
     name: str
-    replies: tuple[Reply, ...] = ()
+    replies: tuple[Step, ...] = ()
 
     @functools.cached_property
     def _call_offsets(self) -> tuple[int, ...]:
         offsets, total = [], 0
-        for reply in self.replies:
+        for step in self.replies:
             offsets.append(total)
-            total += len(reply.calls)
+            # Every alternative of a position numbers from the same offset: ids stay unique
+            # on whichever path the run takes.
+            options = step.one_of if isinstance(step, Choice) else (step,)
+            total += max(len(reply.calls) for reply in options)
         return tuple(offsets)
 
     def calls_before(self, index: int) -> int:
-        """How many calls the replies before ``index`` make (call ids number across the script)."""
+        """How many call ids the positions before ``index`` use (ids number across the script)."""
         return self._call_offsets[index]
 
 
@@ -127,8 +211,8 @@ def _place(loc: tuple[int | str, ...]) -> str:
     if len(parts) >= 2 and parts[0] == "replies" and isinstance(parts[1], int):
         reply = f"reply {parts[1] + 1}"
         parts = parts[2:]
-    # Union branches add their type name to the location; it only confuses a script author.
-    path = ".".join(str(p) for p in parts if p not in ("str", "dict[str,any]"))
+    # Union branches add their type or tag name to the location; it only confuses an author.
+    path = ".".join(str(p) for p in parts if p not in ("str", "dict[str,any]", "Reply", "Choice"))
     return ": ".join(p for p in (reply, path) if p)
 
 
@@ -139,29 +223,49 @@ def _one_line(text: str) -> str:
 def reply_turn(
     script: Script, index: int, *, latest_input: str, prompt_chars: int
 ) -> AssistantTurn:
-    """The turn for the reply at ``index``, checked against the latest input it answers."""
+    """The turn for the position ``index``, chosen by the latest input it answers.
+
+    Raises ``ScriptMismatch`` when no reply there expects that input: the run then fails with
+    a model error naming the script and the position, instead of completing with a made-up text.
+    """
     if index >= len(script.replies):
         return _text_turn(EXHAUSTED, prompt_chars)
-    reply = script.replies[index]
-    if reply.expect is not None and reply.expect not in latest_input:
+    step = script.replies[index]
+    picked = step.pick(latest_input) if isinstance(step, Choice) else _single(step, latest_input)
+    if picked is None:
         preview = _one_line(latest_input)[:_PREVIEW]
-        return _text_turn(
-            f"(script mismatch at reply {index + 1}: expected {reply.expect!r} "
-            f"in the latest input, got {preview!r})",
-            prompt_chars,
+        raise ScriptMismatch(
+            f"script {script.name!r} left its path at reply {index + 1}: expected "
+            f"{step.expectation()} in the latest input, got {preview!r}"
         )
+    reply, groups = picked
     first = 1 + script.calls_before(index)
     calls = tuple(
         ToolCall(id=f"call_{first + k}", name=c.name, arguments=c.arguments_text())
         for k, c in enumerate(reply.calls)
     )
-    output_chars = len(reply.text or "") + sum(len(c.name) + len(c.arguments) for c in calls)
+    text = _fill(reply.text, groups)
+    output_chars = len(text or "") + sum(len(c.name) + len(c.arguments) for c in calls)
     return AssistantTurn(
-        text=reply.text,
+        text=text,
         calls=calls,
         finish_reason=reply.finish_reason or ("tool_calls" if calls else "stop"),
         usage=_usage(reply.usage) if reply.usage else _estimate(prompt_chars, output_chars),
     )
+
+
+def _single(reply: Reply, latest: str) -> tuple[Reply, dict[str, str]] | None:
+    groups = reply.accepts(latest)
+    return None if groups is None else (reply, groups)
+
+
+def _fill(text: str | None, groups: Mapping[str, str]) -> str | None:
+    """``text`` with each ``{group}`` of the reply's ``match`` replaced by what it matched."""
+    if text is None:
+        return None
+    for name, value in groups.items():
+        text = text.replace(f"{{{name}}}", value.strip())
+    return text
 
 
 def _text_turn(text: str, prompt_chars: int) -> AssistantTurn:
@@ -178,6 +282,19 @@ def _estimate(input_chars: int, output_chars: int) -> Usage:
         input_tokens=max(1, math.ceil(input_chars / 4)),
         output_tokens=max(1, math.ceil(output_chars / 4)),
     )
+
+
+def position(messages: Sequence[Message]) -> int:
+    """The assistant turns since the run's own user message: the index of the next reply.
+
+    Earlier turns of a chat session come first as history; a run's script starts after them.
+    """
+    count = 0
+    for message in reversed(messages):
+        if isinstance(message, UserMessage):
+            break
+        count += isinstance(message, AssistantMessage)
+    return count
 
 
 def latest_input(messages: Sequence[Message]) -> str:
@@ -214,9 +331,9 @@ class ScriptedProvider:
 
     @classmethod
     def from_replies(
-        cls, replies: Sequence[Reply | Mapping[str, Any]], name: str = "inline"
+        cls, replies: Sequence[Reply | Choice | Mapping[str, Any]], name: str = "inline"
     ) -> ScriptedProvider:
-        """A provider over replies given in code (mappings in the YAML format, or ``Reply``)."""
+        """A provider over replies given in code (mappings in the YAML format, or models)."""
         return cls(parse_script(list(replies), name=name, source=f"<{name}>"))
 
     @property
@@ -241,20 +358,20 @@ class ScriptedProvider:
         tools: Sequence[ToolSpec],
         timeout: float,
     ) -> AssistantTurn:
-        """The reply at the conversation's position: one per assistant message already in it."""
+        """The reply at the conversation's position: one per assistant message of this run."""
         # Counting the conversation, not an in-memory cursor, lets a run resumed in a new
         # process get exactly the reply it would have got before the crash.
-        index = countOf(map(type, messages), AssistantMessage)
+        index = position(messages)
         replies = self._script.replies
-        reply = replies[index] if index < len(replies) else None
-        if reply is not None and reply.usage is not None and reply.expect is None:
+        step = replies[index] if index < len(replies) else None
+        if isinstance(step, Reply) and step.usage is not None and not step.guarded:
             return self._fixed_turn(index)
         # Otherwise the turn depends on the conversation: its size (O(n)) or its latest input.
-        expects = reply is not None and reply.expect is not None
+        guarded = isinstance(step, Choice) or (step is not None and step.guarded)
         return reply_turn(
             self._script,
             index,
-            latest_input=latest_input(messages) if expects else "",
+            latest_input=latest_input(messages) if guarded else "",
             prompt_chars=prompt_chars(messages),
         )
 

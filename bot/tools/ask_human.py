@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,6 +12,31 @@ from bot.tools.base import Deferral, Tool, ToolContext, ToolFlags, ToolResult
 # Operator-paced: a tool timeout would cancel the operator's own question, not a runaway.
 _FLAGS = ToolFlags(operator_paced=True, idempotent=True, needs_prompter=True)
 _QUESTION = {"type": "string", "description": "The question, in one or two sentences."}
+# Shorthands people type for a yes/no question's options.
+_ALIASES = {"y": "yes", "n": "no"}
+
+
+def match_option(answer: str, options: Sequence[str]) -> str | None:
+    """The option ``answer`` picks, as the question spells it (any case; y/n for yes/no)."""
+    wanted = answer.strip().casefold()
+    spelled = {option.strip().casefold(): option for option in options}
+    if wanted in spelled:
+        return spelled[wanted]
+    alias = _ALIASES.get(wanted)
+    return spelled.get(alias) if alias else None
+
+
+def answer_refusal(answer: str, options: Sequence[str]) -> str:
+    """Empty when ``answer`` answers a question with these options (any, without); else why."""
+    if not options or match_option(answer, options) is not None:
+        return ""
+    return f"{answer.strip()!r} is not one of the options: answer {_listed(options)}"
+
+
+def _listed(options: Sequence[str]) -> str:
+    """``yes or no``; ``eu, us or ap``."""
+    quoted = [repr(option) for option in options]
+    return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
 
 
 @dataclass(frozen=True)
@@ -43,7 +69,14 @@ class AskHumanTool:
             return Deferral(RequestKind.WAIT_USER, question, options, request.id)
         if decision.kind is DecisionKind.EXPIRED:
             return ToolResult("no answer before the deadline")
-        return ToolResult(decision.text or "(empty answer)")
+        if not options:
+            return ToolResult(decision.text or "(empty answer)")
+        picked = match_option(decision.text, options)
+        if picked is None:
+            # A question with options takes one of them only: anything else leaves it open,
+            # for an answer the checkpoint checks (``kestrel runs answer``, a chat button).
+            return Deferral(RequestKind.WAIT_USER, question, options, request.id)
+        return ToolResult(picked)
 
     def _options(self, arguments: dict[str, Any]) -> tuple[str, ...]:
         if self.name == "ask_human_confirm":

@@ -11,12 +11,22 @@ from bot.domain import AssistantTurn
 from bot.llm.base import (
     AssistantMessage,
     Message,
+    ModelError,
     SystemMessage,
     ToolResultItem,
     ToolResultsMessage,
     UserMessage,
 )
-from bot.llm.scripted import DEMO_SCRIPT, EXHAUSTED, ScriptedProvider, ScriptError, load_script
+from bot.llm.scripted import (
+    DEMO_SCRIPT,
+    EXHAUSTED,
+    Choice,
+    Reply,
+    ScriptedProvider,
+    ScriptError,
+    ScriptMismatch,
+    load_script,
+)
 
 CATALOG_TOOLS = {"service_status", "tail_logs", "restart_service", "disk_usage"}
 
@@ -83,28 +93,99 @@ async def test_usage_is_estimated_when_not_scripted() -> None:
     assert turn.usage.output_tokens == 10
 
 
-async def test_expect_mismatch_answers_with_an_explanation() -> None:
-    model = ScriptedProvider.from_replies(REPLIES)
+async def test_expect_mismatch_is_a_model_error_naming_the_script() -> None:
+    model = ScriptedProvider.from_replies(REPLIES, name="incident")
     first = await model.complete([UserMessage("is api ok?")], [], timeout=1)
 
-    turn = await model.complete(_answer([UserMessage("q")], first, "api: healthy"), [], timeout=1)
+    with pytest.raises(ModelError) as caught:
+        await model.complete(_answer([UserMessage("q")], first, "api: healthy"), [], timeout=1)
 
-    assert turn.calls == ()
-    assert turn.finish_reason == "stop"
-    assert turn.text is not None
-    assert "script mismatch at reply 2" in turn.text
-    assert "'degraded'" in turn.text
-    assert "api: healthy" in turn.text
+    message = str(caught.value)
+    assert isinstance(caught.value, ScriptMismatch)
+    assert "'incident'" in message and "reply 2" in message
+    assert "'degraded'" in message and "api: healthy" in message
 
 
 async def test_expect_checks_user_text() -> None:
     model = ScriptedProvider.from_replies([{"text": "on it", "expect": "checkout"}])
 
     hit = await model.complete([UserMessage("checkout is failing")], [], timeout=1)
-    miss = await model.complete([UserMessage("search is failing")], [], timeout=1)
 
     assert hit.text == "on it"
-    assert miss.text is not None and "script mismatch" in miss.text
+    with pytest.raises(ScriptMismatch, match="expected 'checkout'"):
+        await model.complete([UserMessage("search is failing")], [], timeout=1)
+
+
+CHOICE = [
+    {"text": "restarting", "calls": [{"name": "restart_service", "arguments": {"service": "a"}}]},
+    {
+        "one_of": [
+            {"match": "^denied by (?P<who>[^:]+): (?P<why>.+)", "text": "{who} said: {why}."},
+            {"match": "^denied", "text": "denied, no reason"},
+            {"expect": "restarted", "calls": [{"name": "service_status", "arguments": {}}]},
+            {"text": "something else"},
+        ]
+    },
+    {"text": "healthy", "calls": [{"name": "disk_usage", "arguments": {}}]},
+]
+
+
+@pytest.mark.parametrize(
+    ("output", "text", "calls"),
+    [
+        ("denied by U0BOSS: not now", "U0BOSS said: not now.", []),
+        ("denied by U0BOSS", "denied, no reason", []),
+        ("a: restarted", None, ["call_2"]),
+        ("refused: no one is present", "something else", []),
+    ],
+)
+async def test_one_of_plays_the_first_alternative_that_matches(
+    output: str, text: str | None, calls: list[str]
+) -> None:
+    model = ScriptedProvider.from_replies(CHOICE)
+    first = await model.complete([UserMessage("go")], [], timeout=1)
+
+    turn = await model.complete(_answer([UserMessage("go")], first, output), [], timeout=1)
+
+    assert turn.text == text
+    assert [c.id for c in turn.calls] == calls
+
+
+async def test_call_ids_stay_unique_whichever_alternative_played() -> None:
+    model = ScriptedProvider.from_replies(CHOICE)
+    start: list[Message] = [UserMessage("go")]
+    first = await model.complete(start, [], timeout=1)
+    second_messages = _answer(start, first, "a: restarted")
+    second = await model.complete(second_messages, [], timeout=1)
+
+    third = await model.complete(_answer(second_messages, second, "ok"), [], timeout=1)
+
+    assert [c.id for c in (*first.calls, *second.calls, *third.calls)] == [
+        "call_1",
+        "call_2",
+        "call_3",
+    ]
+
+
+async def test_no_alternative_matching_lists_every_expectation() -> None:
+    model = ScriptedProvider.from_replies(
+        [{"one_of": [{"expect": "yes", "text": "a"}, {"match": "^no", "text": "b"}]}]
+    )
+
+    with pytest.raises(ScriptMismatch, match=r"expected 'yes' or /\^no/ in the latest input"):
+        await model.complete([UserMessage("maybe")], [], timeout=1)
+
+
+async def test_a_chat_sessions_history_does_not_move_the_script() -> None:
+    model = ScriptedProvider.from_replies(REPLIES)
+    history: list[Message] = [
+        UserMessage("earlier"),
+        AssistantMessage(AssistantTurn(text="earlier answer")),
+    ]
+
+    turn = await model.complete([*history, UserMessage("is api ok?")], [], timeout=1)
+
+    assert turn.text == "Checking."
 
 
 async def test_exhausted_script_gives_a_final_text() -> None:
@@ -142,6 +223,9 @@ def test_provider_and_model_names(tmp_path: Path) -> None:
         ("text: hi\n", r"a script is a list of replies, got dict"),
         ("", r"a script is a list of replies, got nothing"),
         ("- text: [unclosed\n", r"not valid YAML"),
+        ("- match: '(unclosed'\n", r"reply 1: match: .*not a valid regular expression"),
+        ("- one_of: []\n", r"reply 1: one_of: "),
+        ("- one_of: [{txt: typo}]\n", r"reply 1: one_of\.0\.txt: Extra inputs"),
     ],
 )
 def test_invalid_script_names_file_and_cause(tmp_path: Path, content: str, cause: str) -> None:
@@ -165,11 +249,16 @@ def test_from_replies_validates() -> None:
         ScriptedProvider.from_replies([{"calls": "service_status"}])
 
 
-def test_shipped_demo_script_is_valid() -> None:
-    script = load_script(DEMO_SCRIPT)
+def _alternatives(script_path: Path = DEMO_SCRIPT) -> list[tuple[Reply, ...]]:
+    script = load_script(script_path)
+    return [s.one_of if isinstance(s, Choice) else (s,) for s in script.replies]
 
-    calls = [call for reply in script.replies for call in reply.calls]
-    assert script.name == "demo"
+
+def test_shipped_demo_script_is_valid() -> None:
+    positions = _alternatives()
+
+    calls = [call for options in positions for reply in options for call in reply.calls]
+    assert load_script(DEMO_SCRIPT).name == "demo"
     assert {call.name for call in calls} <= CATALOG_TOOLS | {"ask_human_confirm"}
     assert [call.name for call in calls] == [
         "service_status",
@@ -180,23 +269,92 @@ def test_shipped_demo_script_is_valid() -> None:
     ]
     assert all(isinstance(call.arguments, dict) for call in calls)
     assert all(call.arguments["service"] == "checkout" for call in calls[:-1])
-    final = script.replies[-1]
-    assert final.calls == ()
-    assert final.text is not None and "OOM" in final.text
 
 
-async def test_demo_plays_through_to_a_final_answer() -> None:
+def test_the_demo_cannot_leave_its_script() -> None:
+    # Every position ends with a reply that takes any input, and every path ends in a text:
+    # whatever a run does, the demo answers like a model, never with a script mismatch.
+    for options in _alternatives():
+        assert not options[-1].guarded
+        assert all(reply.calls or reply.text for reply in options)
+    assert all(not reply.calls for reply in _alternatives()[-1])
+
+
+DEMO_PATHS = [
+    # (the results each call gets, in order; what the final answer says)
+    (
+        [
+            "checkout: degraded",
+            "Killed: out of memory",
+            "refused: this command needs approval and no one is present",
+        ],
+        "no one was there",
+    ),
+    (
+        ["checkout: degraded", "out of memory", "denied by U0BOSS: busy"],
+        'U0BOSS denied the restart ("busy")',
+    ),
+    (["checkout: degraded", "out of memory", "denied by U0BOSS"], "U0BOSS denied the restart."),
+    (
+        ["checkout: degraded", "out of memory", "refused: the approval request expired before"],
+        "the approval request expired",
+    ),
+    (
+        ["checkout: degraded", "out of memory", "refused: the run's deadline has passed"],
+        "refused (the run's deadline has passed)",
+    ),
+    (["checkout: degraded", "out of memory", "exit status 1"], "did not go through"),
+    (["checkout: degraded", "out of memory", "restarted", "degraded"], "not look healthy yet"),
+    (
+        ["checkout: degraded", "out of memory", "restarted", "restarted via kestrel 1", "yes"],
+        "Follow-up (as you asked)",
+    ),
+    (
+        [
+            "checkout: degraded",
+            "out of memory",
+            "restarted",
+            "restarted via kestrel 1",
+            "no (answered by U0REQ)",
+        ],
+        "no follow-up recorded",
+    ),
+    (
+        [
+            "checkout: degraded",
+            "out of memory",
+            "restarted",
+            "restarted via kestrel 1",
+            "no answer before the deadline",
+        ],
+        "no one answered",
+    ),
+    (["checkout: active (running) for 0 days"], "nothing for me to restart"),
+    (["unknown service"], "could not get checkout's status"),
+    (["checkout: degraded", "timed out"], "could not read its logs"),
+]
+
+
+@pytest.mark.parametrize(("results", "answer"), DEMO_PATHS)
+async def test_demo_answers_every_path_like_a_model(results: list[str], answer: str) -> None:
     model = ScriptedProvider(load_script(DEMO_SCRIPT))
     messages: list[Message] = [UserMessage("checkout is failing, can you look?")]
-    names: list[str] = []
 
-    for _ in range(10):
+    for output in results:
         turn = await model.complete(messages, [], timeout=1)
-        if not turn.calls:
-            break
-        names.extend(c.name for c in turn.calls)
-        messages = _answer(messages, turn, "checkout: restarted via kestrel 1 time(s)")
+        assert turn.calls, (output, turn.text)
+        messages = _answer(messages, turn, output)
+    final = await model.complete(messages, [], timeout=1)
 
-    assert "restart_service" in names
-    assert turn.finish_reason == "stop"
-    assert turn.text is not None and "Cause" in turn.text
+    assert final.calls == () and final.text is not None
+    assert answer in final.text
+    assert "script" not in final.text and "{" not in final.text
+
+
+async def test_demo_answers_another_question_with_what_it_can_do() -> None:
+    model = ScriptedProvider(load_script(DEMO_SCRIPT))
+
+    turn = await model.complete([UserMessage("what is the disk usage on db1?")], [], timeout=1)
+
+    assert turn.calls == ()
+    assert turn.text is not None and "checkout is failing, can you look?" in turn.text
