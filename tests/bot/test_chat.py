@@ -1,0 +1,113 @@
+"""The chat-facing service: who may do what is decided inside it, from the store and policy."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from bot.chat import ChatService
+from bot.config import PolicySettings
+from bot.domain import DecisionKind, RequestKind, RunStatus, Session, new_id
+from bot.policy import Actor, NotPermitted, Policy
+from bot.prompter import DeferringPrompter
+from bot.supervisor import Supervisor
+from tests.fakes.runtime import Counter, call, counting_tools, make_runtime, reply
+
+POLICY = PolicySettings(
+    requesters=["U0REQ", "group:S0DEV"],
+    approvers={"deploy": ["U0BOSS"]},
+    oncall=["group:S0SRE"],
+)
+
+
+@pytest.fixture
+async def chat(tmp_path: Path) -> AsyncIterator[tuple[ChatService, Counter]]:
+    counter = Counter()
+    replies = [reply(call("deploy", text="v2"), text="deploying"), reply(text="done")]
+    rt, _ = await make_runtime(tmp_path / "k.db", replies, counting_tools(counter))
+    rt.policy = Policy(POLICY)
+    yield ChatService(Supervisor(rt)), counter
+    await rt.store.close()
+
+
+async def suspended_on_approval(service: ChatService, session: Session) -> tuple[str, str]:
+    live = await service.submit_turn(
+        "ship it", user=Actor("U0REQ"), session=session, prompter=DeferringPrompter()
+    )
+    state = await service.wait(live)
+    (request,) = state.open_requests
+    assert request.kind is RequestKind.WAIT_APPROVAL
+    return live.run_id, request.id
+
+
+def thread() -> Session:
+    return Session(id=new_id("ses"), platform="test", channel="C1", thread="1700000000.1")
+
+
+async def test_only_requesters_may_start_a_run(chat: tuple[ChatService, Counter]) -> None:
+    service, _ = chat
+    with pytest.raises(NotPermitted, match="U0NEW may not start runs"):
+        await service.submit_turn("hi", user=Actor("U0NEW"), session=thread())
+    live = await service.submit_turn(
+        "hi", user=Actor("U0NEW", groups=frozenset({"S0DEV"})), session=thread()
+    )
+    assert live.run_id
+
+
+async def test_a_decision_is_checked_against_the_store_and_policy(
+    chat: tuple[ChatService, Counter],
+) -> None:
+    service, counter = chat
+    run_id, request_id = await suspended_on_approval(service, thread())
+
+    mine = await service.decide(run_id, request_id, DecisionKind.APPROVE, user=Actor("U0REQ"))
+    stranger = await service.decide(run_id, request_id, DecisionKind.APPROVE, user=Actor("U0X"))
+    stale = await service.decide(
+        run_id, request_id, DecisionKind.APPROVE, user=Actor("U0BOSS"), digest="0" * 16
+    )
+    assert not mine.accepted and "someone else must approve" in mine.message
+    assert not stranger.accepted and "may not approve deploy" in stranger.message
+    assert not stale.accepted and "stale" in stale.message
+    assert counter.calls == {}
+
+    approved = await service.decide(run_id, request_id, DecisionKind.APPROVE, user=Actor("U0BOSS"))
+    assert approved.accepted and approved.resumed is not None
+    await service.wait(approved.resumed)
+    again = await service.decide(run_id, request_id, DecisionKind.APPROVE, user=Actor("U0BOSS"))
+    assert not again.accepted and "already answered" in again.message
+    assert counter.calls == {"deploy": 1}
+    assert (await service.status(run_id)).record.status is RunStatus.COMPLETED
+
+
+async def test_cancel_and_resume_are_for_the_requester_or_on_call(
+    chat: tuple[ChatService, Counter],
+) -> None:
+    service, _ = chat
+    run_id, _ = await suspended_on_approval(service, thread())
+
+    for act in (service.cancel, service.resume):
+        with pytest.raises(NotPermitted, match="only its requester"):
+            await act(run_id, user=Actor("U0X"))
+    assert await service.resume(run_id, user=Actor("U0REQ")) is None  # still waits
+    sre = Actor("U0Y", groups=frozenset({"S0SRE"}))
+    assert await service.cancel(run_id, user=sre) == "cancelled"
+    assert (await service.status(run_id)).record.status is RunStatus.CANCELLED
+
+
+async def test_status_and_pending_say_what_a_thread_waits_on(
+    chat: tuple[ChatService, Counter],
+) -> None:
+    service, _ = chat
+    session = thread()
+    run_id, request_id = await suspended_on_approval(service, session)
+
+    view = await service.latest(session)
+    pending = await service.pending()
+
+    assert view is not None and view.record.id == run_id
+    assert [r.id for r in view.open_requests] == [request_id]
+    assert view.budgets_used["iterations"] == (1, 20)
+    assert view.budgets_used["tool_calls"] == (0, 50)
+    assert [(p.request.id, p.may_answer) for p in pending] == [(request_id, ("U0BOSS",))]
