@@ -5,21 +5,20 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+from bot.context import RunContext
 from bot.domain import Request, ToolCall, ToolOutcome, new_id
 from bot.events import (
     AdvisoryEvent,
-    EventSink,
     RequestOpenedEvent,
     ToolExitEvent,
     ToolStartedEvent,
 )
 from bot.gate import Gate
-from bot.hooks import HookContext, HookFailure, Hooks
+from bot.hooks import HookFailure
 from bot.interrupt import Interrupt, Interrupted
 from bot.journal.entries import (
     GrantWritten,
@@ -28,8 +27,7 @@ from bot.journal.entries import (
     ToolProcess,
     ToolResultEntry,
 )
-from bot.journal.writer import RunJournal, TakenOver
-from bot.prompter import Prompter
+from bot.journal.writer import TakenOver
 from bot.telemetry import span
 from bot.tools import orphans
 from bot.tools.base import Deferral, Tool, ToolContext, ToolResult
@@ -56,24 +54,11 @@ class CallExit:
 
 @dataclass
 class CallEnv:
-    """Everything executeTool needs for the calls of one batch."""
+    """What executeTool needs for the calls of one batch: the run, its tool snapshot, its gate."""
 
-    journal: RunJournal
+    run: RunContext
     tools: ToolSet
-    hooks: Hooks
-    hook_ctx: HookContext
     gate: Gate
-    events: EventSink
-    open_request: Callable[[Request], Awaitable[None]]
-    stamp: Callable[[Request], Request]
-    prompter: Prompter | None = None
-    workdir: Path | None = None
-    interrupt: Interrupt = field(default_factory=Interrupt)
-
-    @property
-    def run_id(self) -> str:
-        """The run these calls belong to."""
-        return self.journal.run_id
 
 
 def _error(outcome: ToolOutcome, output: str) -> CallExit:
@@ -86,8 +71,8 @@ async def execute_tool(call: ToolCall, env: CallEnv) -> CallExit:
         try:
             result = await _execute(call, env)
         except TakenOver:
-            taken = ToolExitEvent(env.run_id, call.id, call.name, ToolOutcome.TAKEN_OVER)
-            env.events.emit(taken)
+            taken = ToolExitEvent(env.run.run_id, call.id, call.name, ToolOutcome.TAKEN_OVER)
+            env.run.events.emit(taken)
             raise
         current.set("outcome", result.outcome.value)
         await _journal_exit(call, result, env)
@@ -98,15 +83,15 @@ async def _execute(call: ToolCall, env: CallEnv) -> CallExit:
     original = env.tools.get(call.name)
     if original is None:
         advice = f"the model called an unknown tool {call.name!r}"
-        env.events.emit(AdvisoryEvent(env.run_id, advice))
+        env.run.events.emit(AdvisoryEvent(env.run.run_id, advice))
         known = ", ".join(sorted(env.tools)) or "none"
         return _error(ToolOutcome.UNKNOWN_TOOL, f"unknown tool {call.name!r}; tools: {known}")
     gated = original.flags.confirm
     try:
-        verdict = await env.hooks.on_pre_tool(call, env.hook_ctx)
+        verdict = await env.run.hooks.on_pre_tool(call, env.run.hook_ctx)
     except HookFailure as exc:
-        log.warning("run %s: %s", env.run_id, exc)
-        env.events.emit(AdvisoryEvent(env.run_id, str(exc)))
+        log.warning("run %s: %s", env.run.run_id, exc)
+        env.run.events.emit(AdvisoryEvent(env.run.run_id, str(exc)))
         return _error(ToolOutcome.HOOK_DENIED, "denied: a policy hook could not check this call")
     if not verdict.allow:
         return _error(ToolOutcome.HOOK_DENIED, f"denied by policy: {verdict.reason or 'no reason'}")
@@ -117,7 +102,7 @@ async def _execute(call: ToolCall, env: CallEnv) -> CallExit:
     if problems:
         return _error(ToolOutcome.INVALID_ARGUMENTS, "invalid arguments: " + "; ".join(problems))
     if gated or effective.flags.confirm:
-        async with env.interrupt.guard():  # an approval asked inline may wait on a person
+        async with env.run.interrupt.guard():  # an approval asked inline may wait on a person
             gate = await env.gate.check(call.id, original, effective, arguments)
         if gate.request is not None:
             return CallExit(ToolOutcome.DEFERRED, gate.reason, request=gate.request)
@@ -157,27 +142,25 @@ async def _dispatch(
     call: ToolCall, tool: Tool, arguments: dict[str, Any], env: CallEnv
 ) -> CallExit:
     ctx = ToolContext(
-        run_id=env.journal.run_id,
+        run_id=env.run.journal.run_id,
         call_id=call.id,
-        requested_by=env.hook_ctx.requested_by,
-        prompter=env.prompter if tool.flags.needs_prompter else None,
-        workdir=env.workdir if tool.flags.needs_workdir else None,
+        requested_by=env.run.hook_ctx.requested_by,
+        prompter=env.run.prompter if tool.flags.needs_prompter else None,
+        workdir=env.run.workdir if tool.flags.needs_workdir else None,
         started=None if tool.flags.idempotent else _process_recorder(call, env),
     )
     await _takeover_check(call, tool, env)
-    env.events.emit(ToolStartedEvent(env.run_id, call.id, tool.name, arguments))
-    outcome, output, is_error, deferral = await _invoke(tool, arguments, ctx, env.interrupt)
+    env.run.events.emit(ToolStartedEvent(env.run.run_id, call.id, tool.name, arguments))
+    outcome, output, is_error, deferral = await _invoke(tool, arguments, ctx, env.run.interrupt)
     if deferral is not None:
-        request = Request(
+        request = env.run.request(
+            deferral.kind,
+            call.id,
+            tool.name,
+            arguments,
             id=deferral.request_id or new_id("req"),
-            run_id=env.journal.run_id,
-            kind=deferral.kind,
-            call_id=call.id,
-            tool=tool.name,
-            arguments=arguments,
             prompt=deferral.prompt,
             options=deferral.options,
-            requested_by=env.hook_ctx.requested_by,
         )
         return CallExit(ToolOutcome.DEFERRED, deferral.prompt, request=request)
     output = await post_tool(call, output, env)
@@ -187,10 +170,10 @@ async def _dispatch(
 async def _takeover_check(call: ToolCall, tool: Tool, env: CallEnv) -> None:
     """The last check before an effect: a fenced dispatch record, or an epoch read."""
     if not tool.flags.idempotent:
-        await env.journal.append(ToolDispatched(call_id=call.id, tool=tool.name))
+        await env.run.journal.append(ToolDispatched(call_id=call.id, tool=tool.name))
         return
-    if not await env.journal.still_owner():
-        raise TakenOver(f"run {env.journal.run_id} was claimed by another owner")
+    if not await env.run.journal.still_owner():
+        raise TakenOver(f"run {env.run.journal.run_id} was claimed by another owner")
 
 
 def _process_recorder(call: ToolCall, env: CallEnv) -> Callable[[int], None]:
@@ -200,7 +183,7 @@ def _process_recorder(call: ToolCall, env: CallEnv) -> Callable[[int], None]:
         process = orphans.stamp(pgid)
         if process is not None:
             # Queued, not awaited: the command is already running, and a write is never cut.
-            env.journal.append_soon(ToolProcess(call_id=call.id, process=process))
+            env.run.journal.append_soon(ToolProcess(call_id=call.id, process=process))
 
     return record
 
@@ -229,20 +212,22 @@ async def _invoke(
 async def post_tool(call: ToolCall, output: str, env: CallEnv) -> str:
     """PostToolUse (the PII guard among them); a failing hook withholds the output."""
     try:
-        return await env.hooks.on_post_tool(call, output, env.hook_ctx)
+        return await env.run.hooks.on_post_tool(call, output, env.run.hook_ctx)
     except HookFailure as exc:
-        log.warning("run %s: %s", env.run_id, exc)
-        env.events.emit(AdvisoryEvent(env.run_id, str(exc)))
+        log.warning("run %s: %s", env.run.run_id, exc)
+        env.run.events.emit(AdvisoryEvent(env.run.run_id, str(exc)))
         return WITHHELD_BY_HOOK
 
 
 async def _journal_exit(call: ToolCall, result: CallExit, env: CallEnv) -> None:
     """Journal the exit, then write the grants it staged (never before the call is answered)."""
     if result.request is not None:
-        request = env.stamp(result.request)
-        await env.journal.append(ToolDeferred(call_id=call.id, tool=request.tool, request=request))
-        await env.open_request(request)
-        env.events.emit(RequestOpenedEvent(env.run_id, request))
+        request = result.request
+        await env.run.journal.append(
+            ToolDeferred(call_id=call.id, tool=request.tool, request=request)
+        )
+        await env.run.open_request(request)
+        env.run.events.emit(RequestOpenedEvent(env.run.run_id, request))
     else:
         entry = ToolResultEntry(
             call_id=call.id,
@@ -251,7 +236,7 @@ async def _journal_exit(call: ToolCall, result: CallExit, env: CallEnv) -> None:
             output=result.output,
             is_error=result.is_error,
         )
-        await env.journal.append(entry)
+        await env.run.journal.append(entry)
     for grant in env.gate.flush():
-        env.journal.append_soon(GrantWritten(grant=grant))
-    env.events.emit(ToolExitEvent(env.run_id, call.id, call.name, result.outcome))
+        env.run.journal.append_soon(GrantWritten(grant=grant))
+    env.run.events.emit(ToolExitEvent(env.run.run_id, call.id, call.name, result.outcome))

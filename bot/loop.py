@@ -8,9 +8,9 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from bot.context import RunContext
 from bot.domain import (
     AssistantTurn,
     Decision,
@@ -27,14 +27,12 @@ from bot.domain import (
 from bot.events import (
     AdvisoryEvent,
     AnswerSuppliedEvent,
-    EventSink,
     ModelTurnEvent,
     RequestOpenedEvent,
     RunSuspendedEvent,
 )
 from bot.execute import CallEnv, HookAbort, execute_tool, post_tool
 from bot.gate import Gate
-from bot.hooks import HookContext, Hooks
 from bot.interrupt import Interrupt, Interrupted
 from bot.journal.entries import (
     AdvisoryEntry,
@@ -46,9 +44,8 @@ from bot.journal.entries import (
     ToolResultEntry,
 )
 from bot.journal.fold import CallState, RunState
-from bot.journal.writer import RunJournal, TakenOver
+from bot.journal.writer import TakenOver
 from bot.llm.base import ModelError, ModelProvider
-from bot.prompter import Prompter
 from bot.telemetry import span
 from bot.tools import orphans
 from bot.tools.toolset import ToolSet
@@ -68,29 +65,19 @@ class Signals:
 
 @dataclass
 class LoopDeps:
-    """What a run needs from the world; assembled by the supervisor."""
+    """What the loop alone needs from the world (the rest is the run's ``RunContext``)."""
 
     model: ModelProvider
     tools: Callable[[], ToolSet]
-    hooks: Hooks
-    events: EventSink
-    prompter: Prompter | None = None
-    workdir: Path | None = None
     model_timeout: float = 60.0
     advisories: Callable[[], list[str]] = lambda: []
     lookup_request: Callable[[str], Awaitable[tuple[RequestStatus, Decision | None] | None]] = (
         lambda _id: _no_request()
     )
-    open_request: Callable[[Request], Awaitable[None]] = lambda _r: _nothing()
-    stamp: Callable[[Request], Request] = lambda request: request
     clock: Callable[[], float] = time.monotonic
 
 
 async def _no_request() -> None:
-    return None
-
-
-async def _nothing() -> None:
     return None
 
 
@@ -119,16 +106,16 @@ class Suspend(Exception):
 class AgentLoop:
     """Drives one run from its journaled state until it ends or suspends."""
 
-    def __init__(self, journal: RunJournal, deps: LoopDeps, signals: Signals) -> None:
-        self.journal = journal
+    def __init__(self, run: RunContext, deps: LoopDeps, signals: Signals) -> None:
+        self.run_ctx = run
+        self.journal = run.journal
         self.deps = deps
         self.signals = signals
-        started = journal.state.started
+        started = self.journal.state.started
         assert started is not None, "a run's journal starts with run_started"
         self.started = started
         self.budgets = started.budgets
         self._t0 = deps.clock()
-        self.hook_ctx = HookContext(run_id=journal.run_id, requested_by=started.requested_by)
 
     @property
     def run_id(self) -> str:
@@ -167,7 +154,7 @@ class AgentLoop:
                 await self.journal.append(entry)  # durable before any of its tools runs
             else:
                 self.journal.append_soon(entry)  # the run's end, next, commits with it
-            self.deps.events.emit(ModelTurnEvent(self.run_id, turn.text or "", len(turn.calls)))
+            self.run_ctx.events.emit(ModelTurnEvent(self.run_id, turn.text or "", len(turn.calls)))
             if turn.finish_reason == "length":
                 raise Stop(
                     RunStatus.FAILED,
@@ -224,7 +211,7 @@ class AgentLoop:
     async def _drain_advisories(self) -> None:
         for text in self.deps.advisories():
             await self.journal.append(AdvisoryEntry(text=text))
-            self.deps.events.emit(AdvisoryEvent(self.run_id, text))
+            self.run_ctx.events.emit(AdvisoryEvent(self.run_id, text))
 
     async def _call_model(self, tools: ToolSet) -> AssistantTurn:
         timeout = self.deps.model_timeout
@@ -245,27 +232,15 @@ class AgentLoop:
         return Gate(
             run_id=self.journal.run_id,
             requested_by=self.started.requested_by,
-            prompter=self.deps.prompter,
+            prompter=self.run_ctx.prompter,
             expired=lambda: (self._remaining() or 1) <= 0,
             written=self.state.grants,
             answers=answers,
-            stamp=self.deps.stamp,
+            stamp=self.run_ctx.stamp,
         )
 
     def _env(self, tools: ToolSet, gate: Gate) -> CallEnv:
-        return CallEnv(
-            journal=self.journal,
-            tools=tools,
-            hooks=self.deps.hooks,
-            hook_ctx=self.hook_ctx,
-            gate=gate,
-            events=self.deps.events,
-            open_request=self.deps.open_request,
-            stamp=self.deps.stamp,
-            prompter=self.deps.prompter,
-            workdir=self.deps.workdir,
-            interrupt=self.signals.interrupt,
-        )
+        return CallEnv(run=self.run_ctx, tools=tools, gate=gate)
 
     async def _run_batch(self, tools: ToolSet) -> None:
         env = self._env(tools, self._gate())
@@ -337,13 +312,13 @@ class AgentLoop:
             return known
         found = await self.deps.lookup_request(request.id)
         if found is None:
-            await self.deps.open_request(request)
+            await self.run_ctx.open_request(request)
             return None
         status, decision = found
         if status is RequestStatus.OPEN or decision is None:
             return None
         await self.journal.append(AnswerSupplied(decision=decision))
-        self.deps.events.emit(AnswerSuppliedEvent(self.run_id, request.id, decision.kind))
+        self.run_ctx.events.emit(AnswerSuppliedEvent(self.run_id, request.id, decision.kind))
         return decision
 
     async def _uncertain(self, call_state: CallState, env: CallEnv) -> None:
@@ -356,26 +331,23 @@ class AgentLoop:
         if call_state.process is not None:
             # Before anyone can answer "retry", the first attempt must not still be running.
             found = f"; {await orphans.end_orphan(call_state.process)}"
-        request = self.deps.stamp(
-            Request(
-                run_id=self.journal.run_id,
-                kind=RequestKind.WAIT_EFFECT,
-                call_id=call_state.call.id,
-                tool=call_state.call.name,
-                arguments=_arguments(call_state.call.arguments),
-                prompt=(
-                    f"{call_state.call.name} was started but its outcome is unknown "
-                    f"(the process stopped mid-effect{found}): retry, mark done or mark failed?"
-                ),
-                options=("retry", "done", "failed"),
-                requested_by=self.started.requested_by,
-            )
+        call = call_state.call
+        request = self.run_ctx.request(
+            RequestKind.WAIT_EFFECT,
+            call.id,
+            call.name,
+            _arguments(call.arguments),
+            prompt=(
+                f"{call.name} was started but its outcome is unknown "
+                f"(the process stopped mid-effect{found}): retry, mark done or mark failed?"
+            ),
+            options=("retry", "done", "failed"),
         )
         await self.journal.append(
             ToolDeferred(call_id=call_state.call.id, tool=request.tool, request=request)
         )
-        await self.deps.open_request(request)
-        self.deps.events.emit(RequestOpenedEvent(self.run_id, request))
+        await self.run_ctx.open_request(request)
+        self.run_ctx.events.emit(RequestOpenedEvent(self.run_id, request))
 
     async def _settle_effect(self, call_state: CallState, decision: Decision, env: CallEnv) -> None:
         if decision.kind is DecisionKind.RETRY:
@@ -414,7 +386,7 @@ class AgentLoop:
     async def _suspend(self, pause: Suspend) -> None:
         ids = tuple(r.id for r in pause.requests)
         await self.journal.append(RunSuspended(reason=pause.reason, request_ids=ids))
-        self.deps.events.emit(RunSuspendedEvent(self.run_id, pause.reason, ids))
+        self.run_ctx.events.emit(RunSuspendedEvent(self.run_id, pause.reason, ids))
 
     async def _end(self, status: RunStatus, reason: StopReason, error: str, text: str) -> None:
         result = TerminalResult(

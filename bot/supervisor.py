@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bot.checkpoint import Answered, Checkpoint
+from bot.context import RunContext
 from bot.domain import (
     TERMINAL_STATUSES,
     Decision,
@@ -270,23 +271,27 @@ class Supervisor:
     async def _drive(
         self, live: LiveRun, journal: RunJournal, prompter: Prompter | None, hooks: Hooks
     ) -> RunState:
-        deps = LoopDeps(
-            model=self.rt.model,
-            tools=self.rt.tools.current,
+        run = RunContext(
+            journal=journal,
             hooks=hooks,
             events=self.rt.events,
+            open_request=self.checkpoint.open_request,
+            stamp=self.rt.stamp,
             # Whichever client decides inline (chat, a chat thread), its decisions are audited.
             prompter=self.checkpoint.audited(prompter),
             workdir=self.rt.workdir,
+            interrupt=live.signals.interrupt,
+        )
+        deps = LoopDeps(
+            model=self.rt.model,
+            tools=self.rt.tools.current,
             model_timeout=self.rt.model_timeout,
             advisories=self.rt.tools.drain,
             lookup_request=self.checkpoint.lookup,
-            open_request=self.checkpoint.open_request,
-            stamp=self.rt.stamp,
         )
         renewal = asyncio.create_task(self._renew(journal))
         try:
-            state = await AgentLoop(journal, deps, live.signals).run()
+            state = await AgentLoop(run, deps, live.signals).run()
         finally:
             renewal.cancel()
         if state.result is not None:
