@@ -1,21 +1,26 @@
 """``python -m bench``: every workload, one after another, printing its figures.
 
-SQLite first (W1, W2, the PII guard's throughput), then the same on PostgreSQL
+SQLite first (W1, W2, the PII guard's throughput, the durable commits of a run waiting for an
+approval, the command line's start-up), then the same on PostgreSQL
 (``KESTREL_BENCH_POSTGRES_DSN``, a fresh schema per scenario), two replicas on one store, and
 the takeover latency. When PostgreSQL is unreachable its figures are skipped, saying why.
 """
 
-from bench import pii_throughput, replicas, takeover, w1, w2
+from bench import commits, pii_throughput, replicas, startup, takeover, w1, w2
 from bench.stores import postgres_server
 
 
 def sqlite_figures() -> None:
-    """W1, W2 and the PII guard's throughput, on SQLite."""
+    """W1, W2, the PII guard's throughput, commits per approval, and start-up, on SQLite."""
     w1.report("sqlite")
     print()
     w2.report("sqlite")
     print()
     pii_throughput.main()
+    print()
+    commits.report()
+    print()
+    startup.report()
 
 
 def postgres_figures(server: str) -> None:

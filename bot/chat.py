@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from bot.domain import Decision, DecisionKind, Request, RunStatus, Session
 from bot.events import EventSink
@@ -17,8 +18,10 @@ from bot.policy import Actor, NotPermitted, Policy
 from bot.prompter import Prompter
 from bot.records import RunRecord
 from bot.store import Requests
-from bot.supervisor import LiveRun, Supervisor
 from bot.tools.base import ToolFlags
+
+if TYPE_CHECKING:  # the read-only commands import this module without starting any run
+    from bot.supervisor import LiveRun, Supervisor
 
 
 @dataclass(frozen=True)

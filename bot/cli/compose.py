@@ -5,29 +5,33 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from bot.config import ConfigError, Settings
-from bot.events import FanOut, LogSink
-from bot.hooks import Hooks
-from bot.llm.base import ModelProvider
-from bot.llm.openai_provider import OpenAIProvider
-from bot.llm.scripted import ScriptedProvider, ScriptError, load_script
-from bot.pii.guard import PiiBuildError, PiiGuard
-from bot.pii.hooks import pii_hooks
-from bot.policy import Policy
-from bot.runtime import Runtime, ToolSource
-from bot.store import Store
-from bot.tools.ask_human import ask_human_tools
-from bot.tools.catalog import CatalogError, load_catalogs
-from bot.tools.toolset import ToolCollision, ToolSet
+from bot.config import ConfigError
+
+# The parts are imported by the builders that need them, not here: ``runs list`` opens the
+# store alone and must not pay for the model client, the tool catalogs or the PII scanner.
+if TYPE_CHECKING:
+    from bot.config import Settings
+    from bot.hooks import Hooks
+    from bot.llm.base import ModelProvider
+    from bot.pii.guard import PiiGuard
+    from bot.runtime import Runtime, ToolSource
+    from bot.store import Store
+    from bot.tools.toolset import ToolSet
 
 log = logging.getLogger("kestrel.policy")
 
 
 def build_model(settings: Settings) -> ModelProvider:
-    """The configured model provider; the scripted demo when no endpoint is configured."""
+    """The configured model provider; the scripted demo when no endpoint is configured.
+
+    The OpenAI client is imported only for the OpenAI provider: it is slow to import.
+    """
     if settings.provider == "scripted":
+        from bot.llm.scripted import ScriptedProvider, ScriptError, load_script
+
         try:
             return ScriptedProvider(load_script(settings.script_path()))
         except (OSError, ScriptError) as exc:
@@ -35,6 +39,8 @@ def build_model(settings: Settings) -> ModelProvider:
     key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
     if key is None and settings.openai_base_url is None:
         raise ConfigError("model.provider is openai but OPENAI_API_KEY is not set")
+    from bot.llm.openai_provider import OpenAIProvider
+
     return OpenAIProvider(
         settings.model.name,
         api_key=key,
@@ -46,6 +52,10 @@ def build_model(settings: Settings) -> ModelProvider:
 
 def build_tools(settings: Settings) -> ToolSet:
     """Catalog tools, then the ask_human tools: one namespace, any collision is an error."""
+    from bot.tools.ask_human import ask_human_tools
+    from bot.tools.catalog import CatalogError, load_catalogs
+    from bot.tools.toolset import ToolCollision, ToolSet
+
     try:
         catalog = load_catalogs(settings.tool_patterns(), settings.base_dir)
         human = ask_human_tools() if settings.human_in_the_loop else []
@@ -58,6 +68,8 @@ def build_tools(settings: Settings) -> ToolSet:
 
 def build_guard(settings: Settings) -> PiiGuard:
     """The PII guard; a mode other than off whose scanner will not build is an error."""
+    from bot.pii.guard import PiiBuildError, PiiGuard
+
     try:
         return PiiGuard(settings.pii)
     except PiiBuildError as exc:
@@ -66,6 +78,8 @@ def build_guard(settings: Settings) -> PiiGuard:
 
 def build_hooks(settings: Settings) -> Hooks:
     """The caller's hooks named in the settings."""
+    from bot.hooks import Hooks
+
     section = settings.hooks
     try:
         return Hooks.from_references(
@@ -127,6 +141,9 @@ async def tool_source(settings: Settings) -> AsyncIterator[ToolSource]:
 
     The ``mcp`` package is imported only then: it is an optional extra and slow to import.
     """
+    from bot.runtime import ToolSource
+    from bot.tools.toolset import ToolCollision
+
     builtin = build_tools(settings)
     if not settings.mcp_servers:
         yield ToolSource(builtin)
@@ -152,6 +169,11 @@ async def tool_source(settings: Settings) -> AsyncIterator[ToolSource]:
 @asynccontextmanager
 async def runtime(settings: Settings) -> AsyncIterator[Runtime]:
     """A runtime for one process; its MCP sessions and store are closed on exit."""
+    from bot.events import FanOut, LogSink
+    from bot.pii.hooks import pii_hooks
+    from bot.policy import Policy
+    from bot.runtime import Runtime
+
     model = build_model(settings)
     guard = build_guard(settings)
     hooks = build_hooks(settings)

@@ -15,8 +15,8 @@ import click
 from bot.cli import render
 
 # Each command imports what it needs when it runs: ``kestrel --help`` needs click alone, and
-# the read-only commands (``runs list``, ``runs pending``) the settings and the store, never the
-# model client, the supervisor or the PII scanner. See bench/startup.py.
+# the read-only commands (``runs list``, ``runs pending``) the settings and the store, not the
+# model client or the code that drives runs. bench/startup.py times them.
 if TYPE_CHECKING:
     from bot.chat import PendingRequest
     from bot.config import Settings

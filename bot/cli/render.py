@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 import re
 from datetime import datetime, timedelta
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from bot.domain import Request
-from bot.journal.fold import RunState
-from bot.llm.base import AssistantMessage, Message, SystemMessage, UserMessage
-from bot.records import RunRecord
+# Imported where used: ``printable`` serves every command, ``--help`` included, and must not
+# pull in the domain models.
+if TYPE_CHECKING:
+    from bot.domain import Request
+    from bot.journal.fold import RunState
+    from bot.llm.base import Message
+    from bot.records import RunRecord
 
 # Escape sequences a terminal acts on, 7-bit (ESC ...) and 8-bit (C1) forms: control strings
 # (OSC, DCS, SOS, PM, APC) up to their terminator (BEL or ST) or the end of the text, CSI
@@ -88,6 +91,8 @@ def transcript(record: RunRecord, state: RunState) -> str:
 
 
 def _message_lines(message: Message) -> list[str]:
+    from bot.llm.base import AssistantMessage, SystemMessage, UserMessage
+
     if isinstance(message, SystemMessage):
         return []
     if isinstance(message, UserMessage):

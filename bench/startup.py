@@ -1,0 +1,171 @@
+"""Start-up time of the command line: whole processes, against the bare interpreter.
+
+Times ``python -c pass``, ``kestrel --help``, ``kestrel runs list`` and ``kestrel runs pending``
+as whole processes, round-robin so that a slow spell of the machine hits each alike, on a
+small journal (a few runs, one open approval). Prints each one's median wall time and its
+difference to the bare interpreter's (target, issue 10: within 150 ms), and which of the slow
+imports each command pulled in (read from ``PYTHONPROFILEIMPORTTIME``).
+
+    python -m bench.startup [--repeats N] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from bench.commits import EXIT_SUSPENDED, clean_environment, kestrel_command, workspace
+
+TARGET_MS: Final = 150.0
+REPEATS: Final = 21
+# Slow to import, and needed by no read-only command.
+HEAVY: Final = (
+    "openai",
+    "aiohttp",
+    "httpx",
+    "presidio_anonymizer",
+    "mcp",
+    "asyncpg",
+    "jsonschema",
+    "re2",
+    "apscheduler",
+    "bot.supervisor",
+    "bot.loop",
+    "bot.pii.recognizers",
+    "pydantic_settings",
+    "yaml",
+)
+BARE: Final = "python -c pass"
+COMMANDS: Final = {
+    BARE: (),
+    "kestrel --help": ("--help",),
+    "kestrel runs list": ("runs", "list"),
+    "kestrel runs pending": ("runs", "pending"),
+}
+
+
+@dataclass(frozen=True)
+class Startup:
+    """One command's figures."""
+
+    median_ms: float
+    min_ms: float
+    over_bare_ms: float
+    heavy_imports: list[str]
+
+
+def command_line(name: str) -> list[str]:
+    """The process to start for ``name``."""
+    if name == BARE:
+        return [sys.executable, "-c", "pass"]
+    return [*kestrel_command(), *COMMANDS[name]]
+
+
+def prepare(folder: Path) -> None:
+    """A workspace whose journal holds three runs: two completed, one waiting for approval."""
+    workspace(folder)
+    env = clean_environment()
+    for args, status in (
+        (("run", "--defer", "--as", "bob", "restart checkout"), EXIT_SUSPENDED),
+        (("run", "--as", "bob", "restart checkout"), 1),  # headless: the gated call is refused
+        (("run", "--as", "bob", "restart checkout"), 1),
+    ):
+        out = subprocess.run(
+            [*kestrel_command(), *args], cwd=folder, env=env, capture_output=True, text=True
+        )
+        if out.returncode not in (0, 1, status):
+            raise RuntimeError(f"kestrel {' '.join(args)} failed:\n{out.stderr[-3000:]}")
+
+
+def time_once(name: str, folder: Path) -> float:
+    """One whole process's wall time, in ms; it must succeed."""
+    started = time.perf_counter()
+    out = subprocess.run(
+        command_line(name),
+        cwd=folder,
+        env=clean_environment(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        check=False,
+    )
+    elapsed = (time.perf_counter() - started) * 1000
+    if out.returncode != 0:
+        raise RuntimeError(f"{name} failed:\n{out.stderr.decode()[-3000:]}")
+    return elapsed
+
+
+def heavy_imports(name: str, folder: Path) -> list[str]:
+    """Which of ``HEAVY`` the command imports (its own import-time profile)."""
+    env = clean_environment() | {"PYTHONPROFILEIMPORTTIME": "1"}
+    out = subprocess.run(
+        command_line(name), cwd=folder, env=env, capture_output=True, text=True, check=False
+    )
+    imported = {
+        line.rsplit("|", 1)[-1].strip()
+        for line in out.stderr.splitlines()
+        if line.startswith("import time:")
+    }
+    return [module for module in HEAVY if module in imported]
+
+
+def measure(repeats: int = REPEATS) -> dict[str, Startup]:
+    """Median wall time of each command (ms), its difference to the bare interpreter's, and
+    the slow modules it imports."""
+    with tempfile.TemporaryDirectory(prefix="kestrel-bench-startup-") as tmp:
+        folder = Path(tmp)
+        prepare(folder)
+        for name in COMMANDS:
+            time_once(name, folder)  # warm the file cache (and .pyc files) first
+        times: dict[str, list[float]] = {name: [] for name in COMMANDS}
+        for _ in range(repeats):
+            for name in COMMANDS:
+                times[name].append(time_once(name, folder))
+        heavy = {name: heavy_imports(name, folder) for name in COMMANDS if name != BARE}
+    bare = statistics.median(times[BARE])
+    return {
+        name: Startup(
+            median_ms=statistics.median(samples),
+            min_ms=min(samples),
+            over_bare_ms=statistics.median(samples) - bare,
+            heavy_imports=heavy.get(name, []),
+        )
+        for name, samples in times.items()
+    }
+
+
+def report(repeats: int = REPEATS) -> None:
+    """Print the start-up times side by side with their difference to the bare interpreter."""
+    figures = measure(repeats)
+    print(f"Start-up, whole process, median (min) of {repeats}; target: bare + {TARGET_MS:.0f} ms")
+    for name, row in figures.items():
+        line = f"  {name:<22} {row.median_ms:7.1f} ms ({row.min_ms:6.1f})"
+        if name != BARE:
+            verdict = "ok" if row.over_bare_ms <= TARGET_MS else "over"
+            heavy = ", ".join(row.heavy_imports) or "none"
+            line += f"  {row.over_bare_ms:+7.1f} ms {verdict:<4}  slow imports: {heavy}"
+        print(line)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Start-up time of the kestrel command.")
+    parser.add_argument("--repeats", type=int, default=REPEATS)
+    parser.add_argument("--json", action="store_true", help="Print the figures as JSON.")
+    options = parser.parse_args()
+    if options.json:
+        figures = measure(options.repeats)
+        print(json.dumps({k: dataclasses.asdict(v) for k, v in figures.items()}, indent=2))
+    else:
+        report(options.repeats)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,109 @@
+"""The command line imports what a command needs when it runs (bench/startup.py times it)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.commits import clean_environment, store_call, workspace
+
+# What the read-only commands must not import: the model client, the PII engine, MCP, PostgreSQL.
+NEVER_READING: tuple[str, ...] = (
+    "openai",
+    "aiohttp",
+    "presidio_anonymizer",
+    "mcp",
+    "asyncpg",
+    "bot.llm.openai_provider",
+    "bot.pii.hooks",
+)
+# Nor the code that drives runs.
+DRIVING: tuple[str, ...] = ("bot.supervisor", "bot.loop", "bot.execute", "bot.runtime")
+MODULES_AFTER = """
+import json, sys
+sys.argv = ["kestrel", *sys.argv[1:]]
+from bot.cli.main import main
+try:
+    main()
+except SystemExit:
+    pass
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+def imported_by(folder: Path, *args: str) -> set[str]:
+    """The modules a kestrel command has imported by its end (its output's last line)."""
+    out = subprocess.run(
+        [sys.executable, "-c", MODULES_AFTER, *args],
+        cwd=folder,
+        env=clean_environment(),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    return set(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def top_level(modules: set[str]) -> set[str]:
+    return {m.split(".")[0] for m in modules} | modules
+
+
+def test_help_imports_click_and_no_part_of_the_bot(tmp_path: Path) -> None:
+    modules = imported_by(tmp_path, "--help")
+    assert "click" in modules
+    assert {m for m in modules if m.startswith(("bot.", "storage"))} <= {
+        "bot.cli",
+        "bot.cli.main",
+        "bot.cli.render",
+    }
+    assert not {"asyncio", "pydantic", "yaml"} & modules
+
+
+@pytest.mark.parametrize("command", [("runs", "list"), ("runs", "pending")])
+def test_read_only_commands_import_no_model_client_or_pii_engine(
+    tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    workspace(tmp_path)
+    modules = top_level(imported_by(tmp_path, *command))
+    assert "storage.sqlite" in modules  # the command did read the store
+    assert not set(NEVER_READING) & modules
+
+
+def test_list_runs_reads_the_store_without_the_tool_catalog(tmp_path: Path) -> None:
+    workspace(tmp_path)
+    modules = top_level(imported_by(tmp_path, "runs", "list"))
+    assert not {"jsonschema", "re2", "bot.tools.catalog", *DRIVING} & modules
+
+
+def test_pending_requests_do_not_load_the_code_that_drives_runs(tmp_path: Path) -> None:
+    workspace(tmp_path)
+    assert not set(DRIVING) & imported_by(tmp_path, "runs", "pending")
+
+
+@pytest.mark.parametrize(
+    ("sql", "call"),
+    [
+        (
+            "INSERT INTO journal(run_id, seq, epoch, kind, body, at)\n"
+            "SELECT 'run_1', 3, 1, 'tool_deferred', '{}', 't'\nWHERE 1",
+            "append tool_deferred (seq 3)",
+        ),
+        (
+            "INSERT INTO audit(at, actor, action, run_id, request_id, detail)"
+            " VALUES ('t', 'alice', 'approve', 'run_1', 'req_1', '')",
+            "audit approve by alice",
+        ),
+        ("UPDATE runs SET owner = 'me', epoch = epoch + 1, lease_expires = 'x'", "claim"),
+        ("UPDATE runs SET owner = '', lease_expires = NULL, updated_at = 'x'", "release"),
+        ("UPDATE runs SET status = 'suspended'", None),
+        ("SAVEPOINT write", None),
+        ("SELECT 1", None),
+    ],
+)
+def test_commit_counting_names_the_store_call(sql: str, call: str | None) -> None:
+    assert store_call(sql) == call
