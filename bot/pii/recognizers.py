@@ -70,13 +70,16 @@ class PiiHit:
     end: int
 
 
-_SHAPE = str.maketrans(string.digits[1:] + string.ascii_uppercase, "0" * 9 + "A" * 26)
+# The views are bytes (the text is ASCII by then, one byte a character): bytes.translate is a
+# plain table loop, cheaper than str.translate, and the regex engine scans bytes as fast.
+_SHAPE = bytes.maketrans(
+    (string.digits[1:] + string.ascii_uppercase).encode(), b"0" * 9 + b"A" * 26
+)
 _WORD = frozenset(string.ascii_letters + string.digits + "_")
-_DIGITS = frozenset(string.digits)
 _HEX = frozenset(string.hexdigits)
 _ESCAPE = re.compile(r"\\[nrt]")
 _BASE64_CHARS = frozenset(string.ascii_letters + string.digits + "+/")
-_BASE64_VIEW = str.maketrans(string.ascii_letters + string.digits + "+/", "b" * 64)
+_BASE64_VIEW = bytes.maketrans((string.ascii_letters + string.digits + "+/").encode(), b"b" * 64)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -206,7 +209,7 @@ def fold(text: str) -> tuple[str, _Resizes | None]:
 class ScanText:
     """The text under scan and the views of it that recognizers share, each built once."""
 
-    __slots__ = ("_encoded", "_lower", "_resizes", "_shape", "text")
+    __slots__ = ("_ascii", "_encoded", "_lower", "_resizes", "_shape", "text")
 
     def __init__(self, text: str) -> None:
         self._resizes: _Resizes | None = None
@@ -220,9 +223,10 @@ class ScanText:
             # "...\n4111 1111..." must not read as the word "n4111", so "\n" becomes "\ ".
             text = _ESCAPE.sub(r"\\ ", text)
         self.text = text
+        self._ascii: bytes | None = None
         self._lower: str | None = None
-        self._shape: str | None = None
-        self._encoded: str | None = None
+        self._shape: bytes | None = None
+        self._encoded: bytes | None = None
 
     @property
     def lower(self) -> str:
@@ -231,18 +235,24 @@ class ScanText:
             self._lower = self.text.lower()
         return self._lower
 
+    def _bytes(self) -> bytes:
+        # The text is ASCII here (folding made it so): one byte a character, same offsets.
+        if self._ascii is None:
+            self._ascii = self.text.encode("ascii")
+        return self._ascii
+
     @property
-    def shape(self) -> str:
+    def shape(self) -> bytes:
         """The text with every digit as "0" and every capital as "A"."""
         if self._shape is None:
-            self._shape = self.text.translate(_SHAPE)
+            self._shape = self._bytes().translate(_SHAPE)
         return self._shape
 
     @property
-    def encoded(self) -> str:
+    def encoded(self) -> bytes:
         """The text with every base64 character as "b", to find long runs of them."""
         if self._encoded is None:
-            self._encoded = self.text.translate(_BASE64_VIEW)
+            self._encoded = self._bytes().translate(_BASE64_VIEW)
         return self._encoded
 
     def original(self, hit: PiiHit) -> PiiHit:
@@ -275,6 +285,26 @@ def _word_before(text: str, index: int) -> bool:
 
 def _word_at(text: str, index: int) -> bool:
     return index < len(text) and text[index] in _WORD
+
+
+def _anchored(pattern: re.Pattern[str], text: str, anchor: str) -> Iterator[re.Match[str]]:
+    """pattern.finditer(text) for a pattern whose every match starts with the character `anchor`.
+
+    The regex engine scans for a literal prefix at about five instructions a character;
+    str.find skips to a character with memchr, so for characters that are rare in logs
+    ("@", "J", "+") the pass costs next to nothing. Each hit of the anchor costs a Python
+    round trip, though: for letters as common as "g" or "k" the engine's own scan is cheaper.
+    Lookbehinds still see the text before the match.
+    """
+    find, match = text.find, pattern.match
+    position = find(anchor)
+    while position >= 0:
+        found = match(text, position)
+        if found is None:
+            position = find(anchor, position + 1)
+        else:
+            yield found
+            position = find(anchor, found.end())
 
 
 def _run_start(text: str, end: int, chars: frozenset[str], longest: int) -> int:
@@ -338,6 +368,14 @@ def iban_ok(compact: str) -> bool:
     return int("".join(str(int(char, 36)) for char in rearranged)) % 97 == 1
 
 
+def _ipv4_ok(octets: Sequence[str]) -> bool:
+    """True if the groups of 1-3 digits are an IPv4 address, as ipaddress would judge it.
+
+    Access logs hold an address a line; ipaddress costs microseconds for each of them.
+    """
+    return all((octet[0] != "0" or octet == "0") and int(octet) <= 255 for octet in octets)
+
+
 def _ip_ok(candidate: str) -> bool:
     try:
         ipaddress.ip_address(candidate)
@@ -377,7 +415,7 @@ def _aws_secrets_near(text: str, start: int, end: int) -> Iterator[PiiHit]:
 def find_a_keys(src: ScanText) -> Iterator[PiiHit]:
     """AWS access key ids (AKIA/ASIA...) with any secret key beside them, Google API keys."""
     text = src.text
-    for match in _A_KEYS.finditer(text):
+    for match in _anchored(_A_KEYS, text, "A"):
         if match.group("aws"):
             yield PiiHit("AWS_ACCESS_KEY", match.start(), match.end())
             yield from _aws_secrets_near(text, match.start(), match.end())
@@ -445,7 +483,7 @@ _JWT = re.compile(
 
 def find_jwt(src: ScanText) -> Iterator[PiiHit]:
     """JSON Web Tokens: three base64url segments, header and payload starting with eyJ."""
-    for match in _JWT.finditer(src.text):
+    for match in _anchored(_JWT, src.text, "J"):
         yield PiiHit("JWT", match.start() - 2, match.end())
 
 
@@ -463,6 +501,8 @@ _PEM_REACH = 65536  # a private key block is a few KB; an END farther away belon
 def find_private_keys(src: ScanText) -> Iterator[PiiHit]:
     """PEM and PGP private key blocks, BEGIN through END (or through the key material)."""
     text = src.text
+    if "-----BEGIN " not in text:  # a long literal: str's search skips most of the text
+        return
     begins = list(_PEM_BEGIN.finditer(text))
     ends = list(_PEM_END.finditer(text, begins[0].end())) if begins else []
     next_end = 0
@@ -491,6 +531,8 @@ _URL_CREDENTIALS = re.compile(r"://[^\s:/@\"'<>]{0,256}:(?P<password>[^\s/\"'<>]
 
 def find_url_passwords(src: ScanText) -> Iterator[PiiHit]:
     """The password of scheme://user:password@host."""
+    if "@" not in src.text:  # memchr: most outputs have no "@" at all
+        return
     for match in _URL_CREDENTIALS.finditer(src.text):
         yield PiiHit("CONNECTION_STRING_PASSWORD", *match.span("password"))
 
@@ -534,6 +576,8 @@ _BASIC_TOKEN = re.compile(r"[A-Za-z0-9+/]{4,}+=*(?![A-Za-z0-9_.~-])")
 def find_bearer_and_basic(src: ScanText) -> Iterator[PiiHit]:
     """The token after "Bearer", and the credentials after "Basic" (as in Authorization)."""
     text, lower = src.text, src.lower
+    if "bearer" not in lower and "basic" not in lower:  # str's search skips most of the text
+        return
     for label in _AUTH_SCHEME.finditer(lower):
         if _word_before(lower, label.start()):
             continue
@@ -566,6 +610,8 @@ _AUTH_SCHEMES = frozenset(
 def find_authorization(src: ScanText) -> Iterator[PiiHit]:
     """The credentials of an Authorization header in a scheme other than Bearer or Basic."""
     text = src.text
+    if "authorization" not in src.lower:  # a long literal: str's search skips most of the text
+        return
     for label in _AUTHORIZATION.finditer(src.lower):
         value = _AUTH_VALUE.match(text, label.end())
         if value is None:
@@ -587,6 +633,8 @@ _AWS_SECRET_VALUE = re.compile(
 def find_aws_secret(src: ScanText) -> Iterator[PiiHit]:
     """A 40-character AWS secret access key after an aws_secret_access_key-like label."""
     lower = src.lower
+    if "secret" not in lower:  # a long literal: str's search skips most of the text
+        return
     for label in _AWS_SECRET_LABEL.finditer(lower):
         aws_named = lower[max(0, label.start() - 4) : label.start()].rstrip("_-").endswith("aws")
         if "access" not in label.group() and not aws_named:
@@ -645,7 +693,7 @@ def _plain_email(text: str, at: int) -> PiiHit | None:
 def find_emails(src: ScanText) -> Iterator[PiiHit]:
     """Email addresses, also with spaces around the "@" or a written-out dot after it."""
     text = src.text
-    for match in _AT_SIGN.finditer(text):
+    for match in _anchored(_AT_SIGN, text, "@"):
         hit = _plain_email(text, match.start()) or _spaced_at(src, match.start())
         if hit:
             yield hit
@@ -720,8 +768,8 @@ def find_loose_emails(src: ScanText) -> Iterator[PiiHit]:
             hit = _loose_email(src, end, after, plain_dots=True)
             if hit:
                 yield hit
-    for pattern in (_AT_PERCENT, _AT_ENTITY):
-        for match in pattern.finditer(lower):
+    for pattern, anchor in ((_AT_PERCENT, "%"), (_AT_ENTITY, "&")):
+        for match in _anchored(pattern, lower, anchor):
             hit = _loose_email(src, match.start(), match.end(), plain_dots=True)
             if hit:
                 yield hit
@@ -765,7 +813,7 @@ def _lengths(group: _Group) -> range:
 
 
 def _trie(words: Iterable[str], sep: str) -> str:
-    """A regex of `words` ("d" a digit, "s" the separator) factored into a character trie.
+    """A regex of `words` ("d" a digit, as "0" in the shape; "s" the separator) as a trie.
 
     A flat alternation makes the engine retry a dozen formats at every date or UUID;
     the trie reads each character once and fails at the first one no format allows.
@@ -779,7 +827,7 @@ def _trie(words: Iterable[str], sep: str) -> str:
 
     def emit(node: dict[str, Any]) -> str:
         parts = [
-            ("[0-9]" if key == "d" else sep) + emit(node[key]) for key in ("d", "s") if key in node
+            ("0" if key == "d" else sep) + emit(node[key]) for key in ("d", "s") if key in node
         ]
         if "" in node:
             parts.append("")
@@ -788,11 +836,14 @@ def _trie(words: Iterable[str], sep: str) -> str:
     return emit(root)
 
 
-def _family(sep: str, tails: Iterable[tuple[_Group, ...]]) -> re.Pattern[str]:
-    """A regex anchored on the first `sep` of a number, matching one of the `tails` after it.
+def _family(sep: str, tails: Iterable[tuple[_Group, ...]]) -> re.Pattern[bytes]:
+    """A regex for the shape of the text, anchored on the first `sep` of a number and matching
+    one of the `tails` after it.
 
-    The first digit after the separator is matched before anything else, so the separators
-    of ordinary text ("a - b", prose spaces) are rejected in one step.
+    In the shape every digit is "0", so the regex starts with the two-character literal
+    `sep` "0": the engine's prefix search skips the separators of ordinary text ("a - b",
+    prose spaces, the dots of host names) without entering the matcher, and the trie
+    compares literals instead of classes.
     """
     escaped = re.escape(sep)
     words = set()
@@ -802,9 +853,11 @@ def _family(sep: str, tails: Iterable[tuple[_Group, ...]]) -> re.Pattern[str]:
     # The second branch takes any other run with at least seven more digits: a card in an
     # odd grouping ("41 11 11 ...", "4111.1111.1111.1111"), judged in Python.
     return re.compile(
-        rf"{escaped}[0-9](?<=[0-9]{escaped}[0-9])(?:{_trie(words, escaped)}"
-        rf"(?![0-9A-Za-z_]|{escaped}[0-9])"
-        rf"|{f'{escaped}?[0-9]' * 6}(?P<run>[0-9]*+(?:{escaped}[0-9]++)*+)(?![0-9A-Za-z_]))"
+        (
+            rf"{escaped}0(?<=0{escaped}0)(?:{_trie(words, escaped)}"
+            rf"(?![0-9A-Za-z_]|{escaped}0)"
+            rf"|{f'{escaped}?0' * 6}(?P<run>0*+(?:{escaped}0++)*+)(?![0-9A-Za-z_]))"
+        ).encode()
     )
 
 
@@ -847,7 +900,7 @@ def _classify(groups: Sequence[str], sep: str) -> str | None:
             return "CREDIT_CARD"
         return None
     if sep == "." and len(groups) == 4 and max(signature) <= 3:
-        return "IP_ADDRESS" if _ip_ok(".".join(groups)) else None
+        return "IP_ADDRESS" if _ipv4_ok(groups) else None
     if sep != " " and _us_phone(groups):
         return "PHONE_NUMBER"
     return "PHONE_NUMBER" if _eu_phone(groups) else None
@@ -871,31 +924,39 @@ def _is_version(text: str, start: int) -> bool:
     return _VERSION_LABEL.search(text[max(0, start - 16) : start].lower()) is not None
 
 
-def _separated(text: str, pattern: re.Pattern[str], sep: str) -> Iterator[PiiHit]:
-    for match in pattern.finditer(text):
-        odd = match.group("run") is not None
-        start = _run_start(text, match.start(), _DIGITS, 6 if odd else 5)
-        if start < 0 or _word_before(text, start):
+def _separated(src: ScanText, pattern: re.Pattern[bytes], sep: str) -> Iterator[PiiHit]:
+    text, shape = src.text, src.shape
+    # A word character before the leading digits, "+" (an international number) or "." or
+    # the separator itself (part of a longer dotted or dashed id); a space may start a number.
+    rejected = _WORD | {"+", "."} | ({sep} - {" "})
+    for match in pattern.finditer(shape):
+        at, end = match.span()
+        odd = match.lastindex is not None  # only the odd-grouping branch has a group
+        # The leading digit group, read backwards in the shape: one C call, not a loop.
+        longest = 6 if odd else 5
+        window = shape[max(0, at - longest - 1) : at]
+        start = at - (len(window) - len(window.rstrip(b"0")))
+        if at - start > longest:
             continue
-        before = text[start - 1] if start else ""
-        if before and (before in "+." or (before == sep and sep != " ")):
-            continue  # part of a longer dotted or dashed id, or of an international number
-        if before == "/" and _word_before(text, start - 1):
-            continue  # a product version: Chrome/124.0.0.0
-        groups = text[start : match.end()].split(sep)
+        if start:
+            before = text[start - 1]
+            if before in rejected:
+                continue
+            if before == "/" and _word_before(text, start - 1):
+                continue  # a product version: Chrome/124.0.0.0
+        groups = text[start:end].split(sep)
         kind = _odd_card(groups) if odd else _classify(groups, sep)
         if kind == "IP_ADDRESS" and _is_version(text, start):
             continue
         if kind:
-            yield PiiHit(kind, start, match.end())
+            yield PiiHit(kind, start, end)
 
 
 def find_separated_numbers(src: ScanText) -> Iterator[PiiHit]:
     """Cards, SSNs, US/EU phones and IPv4 addresses written with - . or space separators."""
-    text = src.text
-    yield from _separated(text, _DASH, "-")
-    yield from _separated(text, _DOT, ".")
-    yield from _separated(text, _SPACE, " ")
+    yield from _separated(src, _DASH, "-")
+    yield from _separated(src, _DOT, ".")
+    yield from _separated(src, _SPACE, " ")
 
 
 _PAREN_PHONE = re.compile(
@@ -923,7 +984,7 @@ _INTL_PHONE = re.compile(
 
 def find_intl_phones(src: ScanText) -> Iterator[PiiHit]:
     """International numbers: +44 20 7946 0958, +1-555-123-4567, +4915112345678."""
-    for match in _INTL_PHONE.finditer(src.text):
+    for match in _anchored(_INTL_PHONE, src.text, "+"):
         digits = sum(char.isdigit() for char in match.group()) - (1 if match.group("trunk") else 0)
         if 8 <= digits <= 15:
             yield PiiHit("PHONE_NUMBER", match.start(), match.end())
@@ -934,20 +995,23 @@ def find_intl_phones(src: ScanText) -> Iterator[PiiHit]:
 
 
 # Written out: a repeat like 0{13} would not give the regex engine a literal prefix to skip to.
-_CARD_RUN = re.compile(r"0000000000000(?<![0-9A-Za-z_.]0000000000000)0{0,3}(?![0-9A-Za-z_])")
+_CARD_RUN = re.compile(rb"0000000000000(?<![0-9A-Za-z_.]0000000000000)0{0,3}(?![0-9A-Za-z_])")
 
 
 def find_card_runs(src: ScanText) -> Iterator[PiiHit]:
     """Card numbers written as one run of 13-16 digits."""
     text = src.text
     for match in _CARD_RUN.finditer(src.shape):
-        digits = text[match.start() : match.end()]
+        start, end = match.span()
         # Every card network starts with 2-6; the epoch milliseconds of JSON logs start with 1.
-        if digits[0] in "23456" and card_brand_ok(digits, grouped=False) and luhn_ok(digits):
-            yield PiiHit("CREDIT_CARD", match.start(), match.end())
+        if text[start] not in "23456":
+            continue
+        digits = text[start:end]
+        if card_brand_ok(digits, grouped=False) and luhn_ok(digits):
+            yield PiiHit("CREDIT_CARD", start, end)
 
 
-_IBAN_RUN = re.compile(r"AA00(?<![0-9A-Za-z_]AA00)(?: ?[A0]{4}){2,7}(?: ?[A0]{1,4})?")
+_IBAN_RUN = re.compile(rb"AA00(?<![0-9A-Za-z_]AA00)(?: ?[A0]{4}){2,7}(?: ?[A0]{1,4})?")
 _IBAN_LENGTHS: dict[str, int] = {
     "AD": 24, "AE": 23, "AL": 28, "AT": 20, "AZ": 28, "BA": 20, "BE": 16, "BG": 22,
     "BH": 22, "BR": 29, "BY": 28, "CH": 21, "CR": 22, "CY": 28, "CZ": 24, "DE": 22,
@@ -983,17 +1047,22 @@ def find_ibans(src: ScanText) -> Iterator[PiiHit]:
 
 
 # The lookahead demands what every IPv6 address has, "::" or seven colons, so the colons of
-# times and "key: value" fail inside the regex engine.
-_IPV6_TAIL = re.compile(
-    r":(?=:|[0-9A-Fa-f:]{0,40}::|(?:[0-9A-Fa-f]{1,4}:){6}[0-9A-Fa-f])"
-    r"[0-9A-Fa-f:]++(?:\.[0-9]{1,3}){0,3}(?:%[0-9A-Za-z]{1,15})?"
-)
+# times and "key: value" fail inside the regex engine. The seven colons are written out: a
+# repeated group costs the engine an allocation at every colon of the text.
+_SEVEN_COLONS = "[0-9A-Fa-f]{1,4}:" * 6 + "[0-9A-Fa-f]"
+_IPV6_REST = r"[0-9A-Fa-f:]++(?:\.[0-9]{1,3}){0,3}(?:%[0-9A-Za-z]{1,15})?"
+_IPV6_TAIL = re.compile(rf":(?=:|[0-9A-Fa-f:]{{0,40}}::|{_SEVEN_COLONS}){_IPV6_REST}")
+# The same where the text has no "::" (most logs): its first two branches cannot hold, and
+# trying them at every colon (a digest after "sha256:" is 40 characters of backtracking) is
+# much of the recognizer's cost.
+_IPV6_FULL_TAIL = re.compile(rf":(?={_SEVEN_COLONS}){_IPV6_REST}")
 
 
 def find_ipv6(src: ScanText) -> Iterator[PiiHit]:
     """IPv6 addresses, full or compressed, validated by ipaddress."""
     text = src.text
-    for match in _IPV6_TAIL.finditer(text):
+    pattern = _IPV6_TAIL if "::" in text else _IPV6_FULL_TAIL
+    for match in pattern.finditer(text):
         start = _run_start(text, match.start(), _HEX, 4)
         if start < 0:
             start = match.start()
@@ -1013,7 +1082,7 @@ def find_ipv6(src: ScanText) -> Iterator[PiiHit]:
 # A run this long of base64 characters is a candidate: long enough for "password=hunter2" in
 # base64 (24), longer than the 16-hex span ids of tracing logs, which would double the work.
 _MIN_ENCODED = 20
-_ENCODED_RUN = re.compile("b" * _MIN_ENCODED + "b*")
+_ENCODED_RUN = re.compile(b"b" * _MIN_ENCODED + b"b*")
 _TOKEN_CHARS = frozenset(string.ascii_letters + string.digits + "+/_-")
 _TOKEN_REACH = 512
 # The end of a key that names a secret; matched on the lower-case text before the value.
@@ -1093,27 +1162,22 @@ def _as_text(raw: bytes, shortest: int) -> str | None:
 
 
 # Read backwards from the value: most runs are hex ids after a key such as "trace_id" that is
-# not secret-ish, and one anchored match plus one startswith decide them in C.
-_REVERSED_LABELS = tuple(label[::-1] for label in _SECRET_LABELS)
-_SEPARATOR_REVERSED = re.compile(r"[\"']?[ \t]*(?:[:=]|>=)[ \t]*[\"']?")  # token=, "apiKey": "
-_BLANKS = re.compile(r"[ \t]+")
-_FLAG_REVERSED = re.compile(r"[a-z0-9_-]{0,32}?--(?![a-z0-9_-])")  # --client-secret VALUE
+# not secret-ish, and one anchored match on the reversed text before them decides in C.
+# The two forms: a separator right after the key (token=, "apiKey": "), or blanks after a
+# command-line flag that ends with the key (--client-secret VALUE). No label ends another
+# (a test holds that), so the alternation cannot pick a shorter label than the text has.
+_REVERSED_LABELS = "|".join(re.escape(label[::-1]) for label in _SECRET_LABELS)
+_LABEL_BEFORE_REVERSED = re.compile(
+    rf"[\"']?[ \t]*(?:[:=]|>=)[ \t]*[\"']?(?:{_REVERSED_LABELS})"
+    rf"|[ \t]+(?:{_REVERSED_LABELS})[a-z0-9_-]{{0,32}}?--(?![a-z0-9_-])"
+)
 _LABEL_REACH = 48
 
 
 def _secret_label_before(lower: str, start: int) -> bool:
     """True if the value at `start` follows a secret-ish key: token=, "apiKey": ", --secret ."""
     before = lower[max(0, start - _LABEL_REACH) : start][::-1]
-    separator = _SEPARATOR_REVERSED.match(before)
-    if separator is not None:
-        return before.startswith(_REVERSED_LABELS, separator.end())
-    blanks = _BLANKS.match(before)
-    if blanks is None:
-        return False
-    for label in _REVERSED_LABELS:
-        if before.startswith(label, blanks.end()):
-            return _FLAG_REVERSED.match(before, blanks.end() + len(label)) is not None
-    return False
+    return _LABEL_BEFORE_REVERSED.match(before) is not None
 
 
 def _token_end(text: str, end: int) -> int:

@@ -2,13 +2,29 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import re
 import time
 
 import pytest
 
 from bot.pii.guard import resolve_overlaps
-from bot.pii.recognizers import ENTITY_TYPES, Scanner, card_brand_ok, iban_ok, luhn_ok, ssn_ok
+from bot.pii.recognizers import (
+    _A_KEYS,
+    _AT_SIGN,
+    _INTL_PHONE,
+    _JWT,
+    _SECRET_LABELS,
+    ENTITY_TYPES,
+    Scanner,
+    _anchored,
+    _ipv4_ok,
+    card_brand_ok,
+    iban_ok,
+    luhn_ok,
+    ssn_ok,
+)
 
 SCAN = Scanner()
 
@@ -518,3 +534,46 @@ def test_json_escapes_separate_words() -> None:
 
 def test_empty_text() -> None:
     assert SCAN("") == []
+
+
+# Invariants the fast paths of the recognizers rely on.
+
+
+def test_no_secret_label_ends_another() -> None:
+    # The reversed-label alternation takes the first label that fits; with one label ending
+    # another, "--x-secret_key VALUE" could be judged by the shorter one.
+    assert not [(a, b) for a in _SECRET_LABELS for b in _SECRET_LABELS if a != b and b.endswith(a)]
+
+
+@pytest.mark.parametrize(
+    "octets",
+    [
+        ("10", "0", "0", "1"),
+        ("255", "255", "255", "255"),
+        ("256", "1", "1", "1"),
+        ("01", "2", "3", "4"),
+        ("1", "00", "3", "4"),
+        ("0", "0", "0", "0"),
+        ("999", "1", "1", "1"),
+        ("192", "168", "010", "1"),
+    ],
+)
+def test_ipv4_check_agrees_with_ipaddress(octets: tuple[str, ...]) -> None:
+    try:
+        ipaddress.ip_address(".".join(octets))
+        valid = True
+    except ValueError:
+        valid = False
+    assert _ipv4_ok(octets) is valid
+
+
+@pytest.mark.parametrize(
+    ("pattern", "anchor"), [(_A_KEYS, "A"), (_JWT, "J"), (_AT_SIGN, "@"), (_INTL_PHONE, "+")]
+)
+def test_anchored_scan_finds_what_finditer_finds(pattern: re.Pattern[str], anchor: str) -> None:
+    text = (
+        f"AKIAIOSFODNN7EXAMPLE xAKIAIOSFODNN7EXAMPLE A {JWT} eyJ.eyJ a@b.c @@x.io "
+        "+44 20 7946 0958 ++1 555 123 4567 +1-555-0100+ AIzaSyA-1234567890abcdefghijklmnopqrstu"
+    )
+    expected = [match.span() for match in pattern.finditer(text)]
+    assert [match.span() for match in _anchored(pattern, text, anchor)] == expected
