@@ -31,7 +31,7 @@ from pydantic_settings import (
 
 from bot.cron import parse_cron
 from bot.domain import Budgets
-from bot.pii.guard import PiiSettings
+from bot.pii.settings import PiiSettings
 
 DEFAULT_CONFIG_NAME = "kestrel.yaml"
 ENV_PREFIX: Final = "KESTREL_"

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from apscheduler.triggers.cron import CronTrigger
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from apscheduler.triggers.cron import CronTrigger
 
 
 def parse_cron(expression: str) -> CronTrigger:
     """A crontab expression in UTC: five fields, or six with seconds first; ValueError naming
     the problem."""
+    from apscheduler.triggers.cron import CronTrigger  # only where schedules are used
+
     fields = expression.split()
     try:
         if len(fields) == 6:

@@ -10,12 +10,10 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from typing import TYPE_CHECKING, Any
 
 from bot.pii.recognizers import ENTITY_TYPES, PiiHit, Scanner, priority
+from bot.pii.settings import OperatorSpec, PiiMode, PiiSettings, unknown_entities
 
 if TYPE_CHECKING:
     from presidio_anonymizer import AnonymizerEngine, OperatorConfig, RecognizerResult
@@ -39,67 +37,6 @@ WITHHELD_MESSAGE = "[withheld by the PII guard: this text contained sensitive da
 # too, while the hashes cannot be matched against another process's or precomputed tables.
 _PROCESS_SALT = secrets.token_bytes(32)
 _ERROR_LIMIT = 300
-
-
-class PiiMode(StrEnum):
-    """What the guard does with text that holds sensitive data."""
-
-    OFF = "off"
-    REDACT = "redact"
-    REJECT = "reject"
-
-
-def _unknown_entities(names: Iterable[str]) -> str | None:
-    unknown = sorted(set(names) - set(ENTITY_TYPES))
-    if not unknown:
-        return None
-    return f"unknown entity type(s) {', '.join(unknown)}; known: {', '.join(ENTITY_TYPES)}"
-
-
-class OperatorSpec(BaseModel):
-    """How the hits of one entity type are rewritten under redact."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    type: Literal["replace", "mask", "hash"] = "replace"
-    new_value: str | None = None
-    masking_char: str = Field(default="*", min_length=1, max_length=1)
-    chars_to_mask: int = Field(default=100, ge=0)
-    from_end: bool = False
-    salt: str | None = None
-
-    @field_validator("salt")
-    @classmethod
-    def _salt_is_long_enough(cls, salt: str | None) -> str | None:
-        if salt is not None and len(salt.encode()) < 16:
-            raise ValueError("a hash salt must be at least 16 bytes")
-        return salt
-
-
-class PiiSettings(BaseModel):
-    """The `pii:` section of kestrel.yaml."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    mode: PiiMode = PiiMode.REDACT
-    entities: list[str] | None = None
-    operators: dict[str, OperatorSpec] = {}
-
-    @field_validator("entities")
-    @classmethod
-    def _entities_are_known(cls, entities: list[str] | None) -> list[str] | None:
-        problem = _unknown_entities(entities or ())
-        if problem:
-            raise ValueError(problem)
-        return entities
-
-    @field_validator("operators")
-    @classmethod
-    def _operators_are_known(cls, operators: dict[str, OperatorSpec]) -> dict[str, OperatorSpec]:
-        problem = _unknown_entities(operators)
-        if problem:
-            raise ValueError(problem)
-        return operators
 
 
 @dataclass(frozen=True)
@@ -220,7 +157,7 @@ class PiiGuard:
         if self._mode is PiiMode.OFF:
             return
         # Settings made with model_construct skip validation; check again here.
-        problem = _unknown_entities([*(settings.entities or ()), *settings.operators])
+        problem = unknown_entities([*(settings.entities or ()), *settings.operators])
         if problem:
             raise PiiBuildError(problem)
         self._scanner = scanner if scanner is not None else _build_scanner(settings.entities)
