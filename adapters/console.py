@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from typing import Any, TextIO, assert_never
 
 from bot.chat import ChatService
-from bot.cli.render import printable
 from bot.domain import (
     Decision,
     DecisionKind,
@@ -47,6 +46,7 @@ from bot.journal.fold import RunState
 from bot.policy import Actor, NotPermitted
 from bot.store import StoreError
 from bot.supervisor import LiveRun, ResumeRefused
+from bot.text import printable
 from bot.tools.ask_human import answer_refusal, match_option
 
 HELP = """commands:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 import click
 
 from bot.cli import render
+from bot.text import printable
 
 # Each command imports what it needs when it runs: ``kestrel --help`` needs click alone, and
 # the read-only commands (``runs list``, ``runs pending``) the settings and the store, not the
@@ -48,7 +49,7 @@ def exit_status(run_status: str) -> int:
 
 def echo(text: str, *, err: bool = False) -> None:
     """Print for a terminal: model and tool text never reaches it with control sequences."""
-    click.echo(render.printable(text), err=err)
+    click.echo(printable(text), err=err)
 
 
 def fail(message: str) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bot.cli.render import printable
+from bot.text import printable
 from tests.bot.test_cli import kestrel, write_config
 
 # An OSC title change, a screen clear and a cursor move, in 7-bit and 8-bit (C1) forms.
