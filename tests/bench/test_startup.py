@@ -60,6 +60,7 @@ def test_help_imports_click_and_no_part_of_the_bot(tmp_path: Path) -> None:
         "bot.cli",
         "bot.cli.main",
         "bot.cli.render",
+        "bot.text",
     }
     assert not {"asyncio", "pydantic", "yaml"} & modules
 
