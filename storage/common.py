@@ -1,4 +1,4 @@
-"""What the SQLite and PostgreSQL stores share: row decoding, projections and small SQL helpers."""
+"""What the SQLite and PostgreSQL stores share: row decoding, projections, error kinds."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from enum import Enum
 from typing import Any, Final, get_args
 
 from pydantic import TypeAdapter, ValidationError
@@ -27,6 +28,17 @@ RUN_COLUMNS: Final = (
 
 # Reads a stored timestamp (ISO text in SQLite, a datetime in PostgreSQL) as an aware datetime.
 Timestamp = Callable[[Any], datetime]
+
+
+class Violation(Enum):
+    """Which constraint refused a write, as both drivers report it."""
+
+    FOREIGN_KEY = "foreign key"
+    OTHER = "other"
+
+
+# Turns a constraint violation into the error its caller reports.
+Refusal = Callable[[Violation], StoreError]
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,25 +75,6 @@ def projection(entry: Entry) -> Projection | None:
     if isinstance(entry, RunEnded):
         return Projection(status, entry.result.stop_reason.value, releases)
     return Projection(status, "", releases)
-
-
-def qmark(_: int) -> str:
-    """SQLite's parameter marker (positional)."""
-    return "?"
-
-
-def dollar(position: int) -> str:
-    """PostgreSQL's parameter marker for the 1-based ``position``."""
-    return f"${position}"
-
-
-def where(marker: Callable[[int], str], /, **filters: str | None) -> tuple[str, tuple[str, ...]]:
-    """A WHERE clause over the given columns, skipping the filters that are None."""
-    used = {column: value for column, value in filters.items() if value is not None}
-    if not used:
-        return "", ()
-    clauses = [f"{column} = {marker(n)}" for n, column in enumerate(used, start=1)]
-    return "WHERE " + " AND ".join(clauses), tuple(used.values())
 
 
 def record(run_id: str, seq: int, epoch: int, body: str) -> JournalRecord:
@@ -177,18 +170,8 @@ def work_from_row(row: Sequence[Any], timestamp: Timestamp) -> WorkItem:
         raise StoreError(f"work item {work_id}: unreadable: {exc}") from exc
 
 
-def replicas_query(marker: Callable[[int], str]) -> str:
-    """The replicas seen since parameter 1, one row per run each owns (NULLs for none)."""
-    return (
-        "SELECT replicas.owner, replicas.info, replicas.started_at, replicas.last_seen,"
-        " runs.id, runs.lease_expires"
-        " FROM replicas LEFT JOIN runs ON runs.owner = replicas.owner"
-        f" WHERE replicas.last_seen >= {marker(1)} ORDER BY replicas.owner, runs.id"
-    )
-
-
 def replicas_from_rows(rows: Iterable[Sequence[Any]], timestamp: Timestamp) -> list[Replica]:
-    """Replicas from ``replicas_query`` rows, ordered by owner."""
+    """Replicas from ``sql.LIST_REPLICAS`` rows, ordered by owner."""
     found: dict[str, tuple[Sequence[Any], list[tuple[str, datetime | None]]]] = {}
     for row in rows:
         _, runs = found.setdefault(row[0], (row, []))

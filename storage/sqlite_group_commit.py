@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 from bot.store import StoreError
+from storage import sql
 from storage.common import Projection, diagnose
+from storage.sql import SQLITE
 from storage.sqlite_writer import Contended, SqliteWriter
 
 # Bounds one transaction's size (and the latency of the appends queued behind it).
@@ -31,12 +33,7 @@ SELECT ?1, ?2, ?3, ?4, ?5, ?6
 WHERE (SELECT epoch FROM runs WHERE id = ?1) = ?3
   AND (SELECT COALESCE(MAX(seq), -1) + 1 FROM journal WHERE run_id = ?1) = ?2
 """
-_DIAGNOSE_ENTRY: Final = """
-SELECT epoch,
-       (SELECT body FROM journal WHERE run_id = ?1 AND seq = ?2),
-       (SELECT COALESCE(MAX(seq), -1) + 1 FROM journal WHERE run_id = ?1)
-FROM runs WHERE id = ?1
-"""
+_DIAGNOSE_ENTRY: Final = SQLITE.sql(sql.DIAGNOSE_APPEND)
 _PROJECT_STATUS: Final = """
 UPDATE runs SET status = ?1, stop_reason = ?2, updated_at = ?3,
     owner = CASE WHEN ?5 THEN '' ELSE owner END,

@@ -369,7 +369,7 @@ async def test_close_never_leaves_an_append_hanging(backend: Backend) -> None:
         for seq in range(3)
         for run_id, epoch in runs
     ]
-    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # not a wait: one turn of the loop, so every append has started
 
     await asyncio.wait_for(store.close(), timeout=10)
     results = await asyncio.wait_for(asyncio.gather(*appends, return_exceptions=True), 10)
@@ -793,16 +793,22 @@ async def test_wait_for_work_wakes_on_an_enqueue_by_the_same_instance(store: Sto
 
 async def test_a_waiting_replica_takes_work_enqueued_by_another(backend: Backend) -> None:
     producer, consumer = await backend.open(), await backend.open()
+    await consumer.wait_for_work(0)  # a first wait may return at once (see above)
+    waiting = asyncio.Event()
     wakeups = 0
 
     async def consume() -> list[WorkItem]:
         nonlocal wakeups
         while not (items := await consumer.take_work("w2")):
+            waiting.set()  # and straight into the wait: this task yields only inside it
             await consumer.wait_for_work(30)
             wakeups += 1
         return items
 
     task = asyncio.create_task(consume())
+    await asyncio.wait_for(waiting.wait(), 10)
+    # A deliberate gap, longer than SQLite's 0.2 s poll: a consumer that spun instead of
+    # waiting would wake many times in it.
     await asyncio.sleep(0.3)
     assert not task.done()
     work_id = await producer.enqueue_work("start", {"n": 1})
@@ -828,8 +834,15 @@ async def test_wait_for_work_times_out_when_nothing_comes(store: Store) -> None:
 async def test_close_wakes_the_waiters(backend: Backend) -> None:
     store = await backend.open()
     await store.wait_for_work(0)
-    waiter = asyncio.create_task(store.wait_for_work(30))
-    await asyncio.sleep(0.05)
+    waiting = asyncio.Event()
+
+    async def wait() -> None:
+        waiting.set()  # and straight into the wait: this task yields only inside it
+        await store.wait_for_work(30)
+
+    waiter = asyncio.create_task(wait())
+    await asyncio.wait_for(waiting.wait(), 10)
+    assert not waiter.done()
 
     await store.close()
 
@@ -1049,7 +1062,10 @@ async def test_sqlite_appends_wait_out_a_held_lock_in_order(tmp_path: Path) -> N
     asyncio.get_running_loop().call_later(0.3, blocker.execute, "COMMIT")
 
     first = [store.submit(run_id, seq, epoch, message(f"m{seq}")) for seq in range(3)]
-    await asyncio.sleep(0.1)  # the first batch now waits on the writer's thread
+    # Let the first batch reach the writer's thread and wait on the lock there. That hand-off
+    # shows through no store API; if it had not happened yet, m3 would join the first batch
+    # and the test would still pass, covering less: the sleep can cost coverage, not a flake.
+    await asyncio.sleep(0.1)
     later = store.submit(run_id, 3, epoch, message("m3"))  # queued behind it
     await asyncio.wait_for(asyncio.gather(*first, later), 10)
     blocker.close()

@@ -1,0 +1,234 @@
+"""The statements both stores run, each written once, and the dialects that render them.
+
+A statement is written in PostgreSQL's notation: numbered ``$N`` parameters, ``::type`` casts
+where PostgreSQL cannot infer a parameter's type or must read ``json`` as text, and
+``{insertion}`` for the column that orders rows inserted at the same instant. A ``Dialect``
+renders it for its database (once per statement; the result is cached). Upserts need no
+parameter: both databases spell ``ON CONFLICT (...) DO NOTHING / DO UPDATE SET ... = excluded.``
+the same way, and both take the current time from the store's clock, never from SQL.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any, Final
+
+from storage.common import RUN_COLUMNS, utc
+
+_PARAMETER: Final = re.compile(r"\$(\d+)")
+_CAST: Final = re.compile(r"::[a-z]+")
+
+
+class Dialect:
+    """What one database spells or stores differently; renders the shared statements.
+
+    The defaults are PostgreSQL's notation, which statements are written in.
+    """
+
+    def __init__(
+        self,
+        *,
+        insertion: str,
+        stamp: Callable[[datetime], Any],
+        moment: Callable[[Any], datetime],
+        marker: str = "$",
+        casts: bool = True,
+        row_locks: bool = True,
+    ) -> None:
+        # The column that orders rows of equal timestamps by insertion.
+        self.insertion = insertion
+        # A timestamp as a parameter, and a stored one read back as an aware datetime.
+        self.stamp = stamp
+        self.moment = moment
+        # The prefix of a numbered parameter: ``$`` (PostgreSQL) or ``?`` (SQLite).
+        self.marker = marker
+        # False where every value is stored as written (SQLite: JSON and timestamps as text).
+        self.casts = casts
+        # False where a write transaction excludes every other writer (SQLite's BEGIN
+        # IMMEDIATE): a statement then needs no row lock to keep others off its rows.
+        self.row_locks = row_locks
+        # Bounded: statements are constants, or built from a few filter combinations.
+        self._rendered: dict[str, str] = {}
+
+    def sql(self, statement: str) -> str:
+        """``statement`` in this dialect."""
+        rendered = self._rendered.get(statement)
+        if rendered is None:
+            rendered = self._render(statement)
+            self._rendered[statement] = rendered
+        return rendered
+
+    def _render(self, statement: str) -> str:
+        # Statements never hold ``$`` or ``::`` in a literal: only parameters and casts match.
+        text = statement.replace("{insertion}", self.insertion)
+        if not self.casts:
+            text = _CAST.sub("", text)
+        if self.marker != "$":
+            text = _PARAMETER.sub(lambda match: self.marker + match[1], text)
+        return text
+
+
+def iso_stamp(moment: datetime) -> str:
+    """A UTC timestamp in one fixed format, so that text order is time order in SQL."""
+    return utc(moment).isoformat(timespec="microseconds")
+
+
+# ``json`` and ``timestamptz`` columns, and ``pos`` (an identity column) as insertion order.
+POSTGRES: Final = Dialect(insertion="pos", stamp=utc, moment=utc)
+# ``?N`` parameters; typeless columns (JSON and timestamps are text); the rowid as insertion
+# order; the writer's BEGIN IMMEDIATE keeps every other writer out, so no row locks.
+SQLITE: Final = Dialect(
+    insertion="rowid",
+    stamp=iso_stamp,
+    moment=datetime.fromisoformat,
+    marker="?",
+    casts=False,
+    row_locks=False,
+)
+
+
+def where(**filters: str | None) -> tuple[str, tuple[str, ...]]:
+    """A WHERE clause over the given columns (parameters from $1 on), skipping the filters that
+    are None; and the parameters it takes."""
+    used = {column: value for column, value in filters.items() if value is not None}
+    if not used:
+        return "", ()
+    clauses = [f"{column} = ${n}" for n, column in enumerate(used, start=1)]
+    return "WHERE " + " AND ".join(clauses), tuple(used.values())
+
+
+# -- sessions and runs --------------------------------------------------------------------------
+
+ENSURE_SESSION: Final = """
+INSERT INTO sessions(id, platform, channel, thread, created_at) VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (id) DO NOTHING
+"""
+CREATE_RUN: Final = (
+    f"INSERT INTO runs({RUN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, 1, $8, $9, $10)"
+)
+GET_RUN: Final = f"SELECT {RUN_COLUMNS} FROM runs WHERE id = $1"
+ORPHANED_RUNS: Final = """
+SELECT id FROM runs WHERE status = 'running'
+  AND (owner = '' OR lease_expires IS NULL OR lease_expires < $1)
+ORDER BY updated_at LIMIT $2
+"""
+
+
+def list_runs(clause: str, limit: int) -> str:
+    """The newest runs first, filtered by ``clause``; parameter number ``limit`` caps them."""
+    return (
+        f"SELECT {RUN_COLUMNS} FROM runs {clause}"
+        f" ORDER BY created_at DESC, {{insertion}} DESC LIMIT ${limit}"
+    )
+
+
+# -- leases -------------------------------------------------------------------------------------
+
+CLAIM: Final = """
+UPDATE runs SET owner = $1, epoch = epoch + 1, lease_expires = $2, updated_at = $3
+WHERE id = $4 AND ($5::boolean OR owner = '' OR owner = $1
+                   OR lease_expires IS NULL OR lease_expires <= $3)
+RETURNING epoch
+"""
+RENEW: Final = """
+UPDATE runs SET lease_expires = $1, updated_at = $2
+WHERE id = $3 AND owner = $4 AND epoch = $5 RETURNING true
+"""
+RELEASE: Final = """
+UPDATE runs SET owner = '', lease_expires = NULL, updated_at = $1
+WHERE id = $2 AND owner = $3 AND epoch = $4
+"""
+CURRENT_EPOCH: Final = "SELECT epoch FROM runs WHERE id = $1"
+
+# -- journal ------------------------------------------------------------------------------------
+
+LOAD: Final = "SELECT seq, epoch, body::text FROM journal WHERE run_id = $1 ORDER BY seq"
+# Why an append did not land: the run's epoch, the body at the seq, and the next free seq.
+DIAGNOSE_APPEND: Final = """
+SELECT epoch,
+       (SELECT body::text FROM journal WHERE run_id = $1 AND seq = $2),
+       (SELECT COALESCE(MAX(seq), -1) + 1 FROM journal WHERE run_id = $1)
+FROM runs WHERE id = $1
+"""
+
+# -- requests -----------------------------------------------------------------------------------
+
+_REQUEST_COLUMNS: Final = "body::text, status, decision::text"
+OPEN_REQUEST: Final = """
+INSERT INTO requests(id, run_id, kind, call_id, tool, body, status, decision, created_at, deadline)
+VALUES ($1, $2, $3, $4, $5, $6::json, $7, NULL, $8, $9)
+ON CONFLICT (id) DO NOTHING
+"""
+GET_REQUEST: Final = f"SELECT {_REQUEST_COLUMNS} FROM requests WHERE id = $1"
+DECIDE: Final = """
+UPDATE requests SET status = $1, decision = $2::json
+WHERE id = $3 AND status = 'open' RETURNING true
+"""
+# Where rows are locked, concurrent approvers count one after another under this lock, so the
+# last of them sees every approval (two racing "last" approvers must not both see one too few).
+LOCK_REQUEST: Final = "SELECT status FROM requests WHERE id = $1 FOR NO KEY UPDATE"
+# A closed request takes no more approvals; the same approver twice counts once.
+INSERT_APPROVAL: Final = """
+INSERT INTO approvals(request_id, approver, at)
+SELECT $1::text, $2::text, $3::timestamptz
+WHERE EXISTS (SELECT 1 FROM requests WHERE id = $1 AND status = 'open')
+ON CONFLICT (request_id, approver) DO NOTHING
+"""
+COUNT_APPROVALS: Final = """
+SELECT (SELECT COUNT(*) FROM approvals WHERE request_id = $1),
+       EXISTS (SELECT 1 FROM requests WHERE id = $1)
+"""
+MARK_ONCE: Final = """
+INSERT INTO once_keys(key, at) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING RETURNING true
+"""
+
+
+def list_requests(clause: str) -> str:
+    """Requests filtered by ``clause``, oldest first."""
+    return f"SELECT {_REQUEST_COLUMNS} FROM requests {clause} ORDER BY created_at, {{insertion}}"
+
+
+# -- work and replicas --------------------------------------------------------------------------
+
+ENQUEUE_WORK: Final = """
+INSERT INTO work(kind, payload, created_at) VALUES ($1, $2::json, $3) RETURNING id
+"""
+# What a take may pick for $1 at $2: the oldest $4 items untaken, or taken before $3 and never
+# finished (their taker died). Each backend keeps two takers off one item in its own way.
+UNTAKEN_WORK: Final = """
+SELECT id FROM work
+WHERE done_at IS NULL AND (taken_at IS NULL OR taken_at < $3)
+ORDER BY id LIMIT $4
+"""
+# The columns ``work_from_row`` reads, as a take's RETURNING clause.
+TAKEN_WORK: Final = "id, kind, payload::text, created_at"
+FINISH_WORK: Final = "UPDATE work SET done_at = $1 WHERE id = $2 AND done_at IS NULL"
+HEARTBEAT: Final = """
+INSERT INTO replicas(owner, info, started_at, last_seen) VALUES ($1, $2, $3, $3)
+ON CONFLICT (owner) DO UPDATE SET info = excluded.info, last_seen = excluded.last_seen
+"""
+# The replicas seen since $1, one row per run each owns (NULLs for none).
+LIST_REPLICAS: Final = """
+SELECT replicas.owner, replicas.info, replicas.started_at, replicas.last_seen,
+       runs.id, runs.lease_expires
+FROM replicas LEFT JOIN runs ON runs.owner = replicas.owner
+WHERE replicas.last_seen >= $1 ORDER BY replicas.owner, runs.id
+"""
+
+# -- audit --------------------------------------------------------------------------------------
+
+AUDIT: Final = """
+INSERT INTO audit(at, actor, action, run_id, request_id, detail) VALUES ($1, $2, $3, $4, $5, $6)
+"""
+
+
+def list_audit(clause: str, limit: int) -> str:
+    """The newest audited facts matching ``clause``, oldest first; parameter number ``limit``
+    caps them."""
+    return (
+        "SELECT at, actor, action, run_id, request_id, detail FROM ("
+        f" SELECT id, at, actor, action, run_id, request_id, detail FROM audit {clause}"
+        f" ORDER BY id DESC LIMIT ${limit}) AS newest ORDER BY id"
+    )

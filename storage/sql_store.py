@@ -1,0 +1,369 @@
+"""SqlStore: the ``Store`` methods both backends share, written once over a few primitives.
+
+A backend supplies its ``Dialect`` (``storage.sql``), its statement for taking work, and the
+primitives: ``_read``, ``_write`` (one statement, its own transaction), ``_transaction``
+(several statements, one transaction) and how its driver's errors read. It keeps what truly
+differs: connecting and migrating, the journal's write path (``submit``), and wake-ups
+(``enqueue_work``, ``wait_for_work``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Sequence
+from datetime import datetime, timedelta
+from typing import Any, ClassVar, TypeVar
+
+from bot.domain import Decision, Request, RequestStatus, Session
+from bot.journal.entries import Entry
+from bot.records import JournalRecord, Replica, RunRecord, WorkItem
+from bot.store import AuditRecord, StoreError, UnknownRun
+from storage import sql
+from storage.common import (
+    AuditEntry,
+    Refusal,
+    Violation,
+    new_run_row,
+    record,
+    replicas_from_rows,
+    request_from_row,
+    run_from_row,
+    work_from_row,
+)
+from storage.sql import Dialect
+
+_Conn = TypeVar("_Conn")
+_S = TypeVar("_S", bound="SqlStore")
+
+Row = Sequence[Any]
+Params = Sequence[Any]
+# One statement of a transaction (a shared one, rendered by the backend) and its parameters.
+Step = tuple[str, Params]
+
+
+class SqlStore(ABC):
+    """Sessions, runs, leases, journal reads, requests, work, replicas and audit, in SQL."""
+
+    _dialect: ClassVar[Dialect]
+    # Marks ``sql.UNTAKEN_WORK`` taken by $1 at $2, returning ``sql.TAKEN_WORK``: each backend
+    # writes its own, as each keeps two takers off one item in its own way.
+    _take_work: ClassVar[str]
+    # What the driver raises when a constraint refuses a write, and for any other failure.
+    _refusals: ClassVar[tuple[type[Exception], ...]]
+    _failures: ClassVar[tuple[type[Exception], ...]]
+
+    def __init__(self, clock: Callable[[], datetime], label: str) -> None:
+        self._clock = clock
+        # The database as messages name it: "SQLite database PATH", "PostgreSQL USER@HOST/DB".
+        self._label = label
+        # Set when work may have been enqueued (and by close): wakes ``wait_for_work`` callers.
+        self._work_added = asyncio.Event()
+        self._closed = False
+
+    async def close(self) -> None:
+        """Write what is queued, then close every connection."""
+        if self._closed:
+            return
+        self._closed = True
+        self._work_added.set()  # waiters return, and their next call reports the closed store
+        await self._shut_down()
+
+    # -- what each backend does its own way -------------------------------------------------
+
+    @abstractmethod
+    async def migrate(self) -> int:
+        """Open the connections if needed and bring the schema to the current version."""
+
+    @abstractmethod
+    async def _shut_down(self) -> None:
+        """Write what is queued and close every connection (once, on ``close``)."""
+
+    @abstractmethod
+    def submit(self, run_id: str, seq: int, epoch: int, entry: Entry) -> asyncio.Future[None]:
+        """Queue an append now (written after the run's earlier ones); settles after commit."""
+
+    @abstractmethod
+    async def enqueue_work(self, kind: str, payload: dict[str, Any]) -> int:
+        """Add inbound work and wake the replicas waiting for it; its id."""
+
+    @abstractmethod
+    async def wait_for_work(self, timeout: float) -> None:
+        """Return when work may have been enqueued, or after ``timeout``."""
+
+    # -- primitives --------------------------------------------------------------------------
+
+    @abstractmethod
+    async def _read(self, action: str, statement: str, params: Params) -> list[Row]:
+        """The rows of one query (a statement of ``storage.sql``'s notation)."""
+
+    @abstractmethod
+    async def _write(
+        self, action: str, statement: str, params: Params, refused: Refusal | None = None
+    ) -> list[Row]:
+        """One statement in its own committed transaction; the rows it returned."""
+
+    @abstractmethod
+    async def _transaction(
+        self, action: str, steps: Sequence[Step], refused: Refusal | None = None
+    ) -> list[Row]:
+        """Several statements in one committed transaction; the rows the last one returned."""
+
+    @abstractmethod
+    def _failure(self, action: str, exc: Exception) -> StoreError:
+        """A driver error as a one-line ``StoreError`` naming the database and the cause."""
+
+    @abstractmethod
+    def _violation(self, exc: Exception) -> Violation:
+        """Which constraint a refusal of the driver's broke."""
+
+    # -- sessions and runs -------------------------------------------------------------------
+
+    async def ensure_session(self, session: Session) -> None:
+        """Create the session if it does not exist."""
+        await self._write("ensure_session", sql.ENSURE_SESSION, self._session_row(session))
+
+    async def create_run(
+        self, run: RunRecord, owner: str, lease_seconds: float, session: Session | None = None
+    ) -> int:
+        """Insert a run owned by ``owner`` at epoch 1 (and ``session``, if new); the epoch."""
+
+        def refused(violation: Violation) -> StoreError:
+            if violation is Violation.FOREIGN_KEY:
+                return StoreError(f"unknown session {run.session_id!r}: call ensure_session first")
+            return StoreError(f"run {run.id!r} already exists")
+
+        lease_expires = self._clock() + timedelta(seconds=lease_seconds)
+        steps: list[Step] = []
+        if session is not None:
+            steps.append((sql.ENSURE_SESSION, self._session_row(session)))
+        steps.append((sql.CREATE_RUN, new_run_row(run, owner, lease_expires, self._stamp)))
+        await self._transaction("create_run", steps, refused)
+        return 1
+
+    async def get_run(self, run_id: str) -> RunRecord:
+        """The run's row; raises ``UnknownRun``."""
+        rows = await self._read("get_run", sql.GET_RUN, (run_id,))
+        if not rows:
+            raise UnknownRun(f"unknown run {run_id!r}")
+        return run_from_row(rows[0], self._dialect.moment)
+
+    async def list_runs(self, limit: int = 50, session_id: str | None = None) -> list[RunRecord]:
+        """The newest runs first, optionally of one session."""
+        clause, params = sql.where(session_id=session_id)
+        statement = sql.list_runs(clause, len(params) + 1)
+        rows = await self._read("list_runs", statement, (*params, limit))
+        return [run_from_row(row, self._dialect.moment) for row in rows]
+
+    async def orphaned_runs(self, limit: int = 100) -> list[str]:
+        """Runs marked running whose owner's lease expired or was given up: nobody drives them."""
+        rows = await self._read("orphaned_runs", sql.ORPHANED_RUNS, (self._now(), limit))
+        return [str(row[0]) for row in rows]
+
+    # -- leases ------------------------------------------------------------------------------
+
+    async def claim(
+        self, run_id: str, owner: str, lease_seconds: float, *, force: bool = False
+    ) -> int | None:
+        """Take the lease (free, expired, already ours, or forced) and return the new epoch."""
+        params = (owner, self._lease_until(lease_seconds), self._now(), run_id, force)
+        rows = await self._write("claim", sql.CLAIM, params)
+        if rows:
+            return int(rows[0][0])
+        await self.current_epoch(run_id)  # unknown runs raise UnknownRun, not None
+        return None
+
+    async def renew(self, run_id: str, owner: str, epoch: int, lease_seconds: float) -> bool:
+        """Extend a lease still held at ``epoch``; False when it was taken."""
+        params = (self._lease_until(lease_seconds), self._now(), run_id, owner, epoch)
+        return bool(await self._write("renew", sql.RENEW, params))
+
+    async def release(self, run_id: str, owner: str, epoch: int) -> None:
+        """Give the lease up if still held at ``epoch``."""
+        await self._write("release", sql.RELEASE, (self._now(), run_id, owner, epoch))
+
+    async def current_epoch(self, run_id: str) -> int:
+        """The run's epoch as the database has it now."""
+        rows = await self._read("current_epoch", sql.CURRENT_EPOCH, (run_id,))
+        if not rows:
+            raise UnknownRun(f"unknown run {run_id!r}")
+        return int(rows[0][0])
+
+    # -- journal -----------------------------------------------------------------------------
+
+    async def append(self, run_id: str, seq: int, epoch: int, entry: Entry) -> None:
+        """Append at ``seq`` fenced by ``epoch``; returns once the row is durable."""
+        await self.submit(run_id, seq, epoch, entry)
+
+    async def load(self, run_id: str) -> list[JournalRecord]:
+        """The run's whole journal, in order; raises ``UnknownRun``."""
+        rows = await self._read("load", sql.LOAD, (run_id,))
+        if not rows:
+            await self.current_epoch(run_id)  # unknown runs raise UnknownRun
+        return [record(run_id, int(seq), int(epoch), body) for seq, epoch, body in rows]
+
+    # -- requests ----------------------------------------------------------------------------
+
+    async def open_request(self, request: Request) -> None:
+        """Record a request as open; a second call with the same id changes nothing."""
+
+        def refused(violation: Violation) -> StoreError:
+            return UnknownRun(f"unknown run {request.run_id!r} for request {request.id!r}")
+
+        deadline = None if request.deadline is None else self._stamp(request.deadline)
+        params = (
+            request.id,
+            request.run_id,
+            request.kind.value,
+            request.call_id,
+            request.tool,
+            request.model_dump_json(),
+            RequestStatus.OPEN.value,
+            self._stamp(request.created_at),
+            deadline,
+        )
+        await self._write("open_request", sql.OPEN_REQUEST, params, refused)
+
+    async def get_request(self, request_id: str) -> tuple[Request, RequestStatus, Decision | None]:
+        """A request, its status and its decision; raises ``KeyError`` if unknown."""
+        rows = await self._read("get_request", sql.GET_REQUEST, (request_id,))
+        if not rows:
+            raise KeyError(request_id)
+        return request_from_row(rows[0])
+
+    async def list_requests(
+        self, *, run_id: str | None = None, status: RequestStatus | None = RequestStatus.OPEN
+    ) -> list[tuple[Request, RequestStatus, Decision | None]]:
+        """Requests filtered by run and status, oldest first."""
+        clause, params = sql.where(run_id=run_id, status=None if status is None else status.value)
+        rows = await self._read("list_requests", sql.list_requests(clause), params)
+        return [request_from_row(row) for row in rows]
+
+    async def decide(self, decision: Decision, status: RequestStatus) -> bool:
+        """Close an open request; True only for the one caller whose update changed it."""
+        if status is RequestStatus.OPEN:
+            raise ValueError("decide() needs a closing status, not 'open'")
+        params = (status.value, decision.model_dump_json(), decision.request_id)
+        if await self._write("decide", sql.DECIDE, params):
+            return True
+        await self.get_request(decision.request_id)  # unknown ids raise KeyError, not False
+        return False
+
+    async def add_approval(self, request_id: str, by: str) -> int:
+        """Record ``by`` as an approver of an open request; the number of distinct approvers."""
+        steps: list[Step] = [
+            (sql.INSERT_APPROVAL, (request_id, by, self._now())),
+            (sql.COUNT_APPROVALS, (request_id,)),
+        ]
+        if self._dialect.row_locks:
+            steps.insert(0, (sql.LOCK_REQUEST, (request_id,)))
+        count, known = (await self._transaction("add_approval", steps))[0]
+        if not known:
+            raise KeyError(request_id)
+        return int(count)
+
+    async def mark_once(self, key: str) -> bool:
+        """Claim ``key``; True only for the first caller ever, across processes and replicas."""
+        return bool(await self._write("mark_once", sql.MARK_ONCE, (key, self._now())))
+
+    # -- work and replicas -------------------------------------------------------------------
+
+    async def take_work(
+        self, owner: str, limit: int = 10, retake_after: float = 60.0
+    ) -> list[WorkItem]:
+        """Take up to ``limit`` untaken or abandoned items, oldest first, for ``owner``."""
+        if limit <= 0:
+            return []
+        now = self._clock()
+        abandoned_before = self._stamp(now - timedelta(seconds=retake_after))
+        params = (owner, self._stamp(now), abandoned_before, limit)
+        rows = await self._write("take_work", self._take_work, params)
+        items = [work_from_row(row, self._dialect.moment) for row in rows]
+        return sorted(items, key=lambda item: item.id)  # RETURNING order is unspecified
+
+    async def finish_work(self, work_id: int) -> None:
+        """Mark an item done so nobody takes it again; finishing it twice changes nothing."""
+        await self._write("finish_work", sql.FINISH_WORK, (self._now(), work_id))
+
+    async def heartbeat(self, owner: str, info: str = "") -> None:
+        """Register replica ``owner``, or refresh its info and last-seen time."""
+        await self._write("heartbeat", sql.HEARTBEAT, (owner, info, self._now()))
+
+    async def list_replicas(self, alive_within: float = 60.0) -> list[Replica]:
+        """Replicas seen within ``alive_within`` seconds, with the runs they own."""
+        since = self._stamp(self._clock() - timedelta(seconds=alive_within))
+        rows = await self._read("list_replicas", sql.LIST_REPLICAS, (since,))
+        return replicas_from_rows(rows, self._dialect.moment)
+
+    # -- audit -------------------------------------------------------------------------------
+
+    async def audit(
+        self, actor: str, action: str, run_id: str = "", request_id: str = "", detail: str = ""
+    ) -> None:
+        """Record one audited fact."""
+        params = (self._now(), actor, action, run_id, request_id, detail)
+        await self._write("audit", sql.AUDIT, params)
+
+    async def list_audit(self, run_id: str | None = None, limit: int = 200) -> list[AuditRecord]:
+        """The newest ``limit`` audited facts (of one run, if given), oldest first."""
+        clause, params = sql.where(run_id=run_id)
+        statement = sql.list_audit(clause, len(params) + 1)
+        rows = await self._read("list_audit", statement, (*params, limit))
+        moment = self._dialect.moment
+        entries = [
+            AuditEntry(moment(at), actor, action, rid, req, detail)
+            for at, actor, action, rid, req, detail in rows
+        ]
+        return list[AuditRecord](entries)
+
+    # -- errors ------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _errors(self, action: str, refused: Refusal | None = None) -> Iterator[None]:
+        """Turn driver errors into ``_failure``s, and refusals into what ``refused`` makes of
+        them (an error the caller reports, such as an unknown session)."""
+        try:
+            yield
+        except self._refusals as exc:
+            if refused is None:
+                raise self._failure(action, exc) from exc
+            raise refused(self._violation(exc)) from exc
+        except self._failures as exc:
+            raise self._failure(action, exc) from exc
+
+    def _closed_error(self) -> StoreError:
+        return StoreError(f"{self._label}: the store is closed")
+
+    def _opened(self, connection: _Conn | None) -> _Conn:
+        """``connection``, once ``migrate`` opened it and until ``close``."""
+        if self._closed:
+            raise self._closed_error()
+        if connection is None:
+            raise StoreError(f"{self._label}: not open; await migrate() first")
+        return connection
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _session_row(self, session: Session) -> tuple[Any, ...]:
+        return (session.id, session.platform, session.channel, session.thread, self._now())
+
+    def _stamp(self, moment: datetime) -> Any:
+        """``moment`` as this database stores a timestamp."""
+        return self._dialect.stamp(moment)
+
+    def _now(self) -> Any:
+        return self._stamp(self._clock())
+
+    def _lease_until(self, lease_seconds: float) -> Any:
+        return self._stamp(self._clock() + timedelta(seconds=lease_seconds))
+
+
+async def migrated(store: _S) -> _S:
+    """``store`` with its schema brought up to date; closed again if that fails."""
+    try:
+        await store.migrate()
+    except BaseException:
+        await store.close()
+        raise
+    return store
