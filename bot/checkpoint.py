@@ -10,12 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bot.domain import Decision, DecisionKind, Request, RequestKind, RequestStatus, utcnow
-from bot.events import RequestExpiredEvent
+from bot.events import AdvisoryEvent, RequestExpiredEvent
 from bot.journal.fold import RunState
 from bot.policy import Actor
 from bot.prompter import Prompter
 from bot.runtime import Runtime
-from bot.store import Store
 from bot.tools.ask_human import answer_refusal, match_option
 
 
@@ -109,28 +108,23 @@ class Checkpoint:
         )
 
     async def ask_again(self, state: RunState, prompter: Prompter) -> None:
-        """Offer the requests a run still waits on to the prompter who resumes it.
-
-        A prompter's answer is authoritative, as it is inline in the gate: the adapter that
-        built it answers for the person at it (the console's operator).
-        """
+        """Offer the requests a run still waits on to the prompter who resumes it; an answer
+        is checked against the policy and audited as an inline one is."""
+        checked = self.checked(prompter)
+        assert checked is not None
         for request in state.open_requests:
             found = await self.lookup(request.id)
             if found is None or found[0] is not RequestStatus.OPEN:
                 continue
-            decision = await prompter.ask(request)
-            if decision is not None and await self.rt.store.decide(
-                decision, RequestStatus.ANSWERED
-            ):
-                await self.rt.store.audit(
-                    decision.by, decision.kind.value, state.run_id, request.id, request.digest
-                )
+            decision = await checked.ask(request)
+            if decision is not None:
+                await self.rt.store.decide(decision, RequestStatus.ANSWERED)
 
-    def audited(self, prompter: Prompter | None) -> Prompter | None:
-        """``prompter`` with every decision it makes audited (None stays None: no one to ask)."""
-        if prompter is None or isinstance(prompter, AuditedPrompter):
+    def checked(self, prompter: Prompter | None) -> Prompter | None:
+        """``prompter`` with every decision it makes checked and audited (None stays None)."""
+        if prompter is None or isinstance(prompter, CheckedPrompter):
             return prompter
-        return AuditedPrompter(prompter, self.rt.store)
+        return CheckedPrompter(prompter, self)
 
     async def lookup(self, request_id: str) -> tuple[RequestStatus, Decision | None] | None:
         """A request's status and decision; None if the store does not know it."""
@@ -158,16 +152,18 @@ class Checkpoint:
             await self.rt.store.decide(decision, RequestStatus.CANCELLED)
 
 
-class AuditedPrompter:
-    """A prompter whose decisions are audited as the checkpoint audits those it is given.
+class CheckedPrompter:
+    """A prompter whose decisions are checked against the policy and audited, as the
+    checkpoint checks and audits those it is given.
 
     Inline answers (an approval in ``kestrel chat``, a question answered at the terminal) never
-    reach the store's requests, so without this the audit would miss them.
+    reach the store's requests, so without this the policy and the audit would miss them. A
+    refused answer leaves the request open for someone who may decide it, and says why.
     """
 
-    def __init__(self, prompter: Prompter, store: Store) -> None:
+    def __init__(self, prompter: Prompter, checkpoint: Checkpoint) -> None:
         self._prompter = prompter
-        self._store = store
+        self._checkpoint = checkpoint
 
     @property
     def present(self) -> bool:
@@ -175,11 +171,21 @@ class AuditedPrompter:
         return self._prompter.present
 
     async def ask(self, request: Request) -> Decision | None:
-        """Ask the wrapped prompter; a decision is audited before the run acts on it."""
+        """Ask the wrapped prompter; a decision counts only if the policy allows it."""
         decision = await self._prompter.ask(request)
-        if decision is not None:
-            detail = f"{request.tool} {request.digest}".strip() + " (inline)"
-            await self._store.audit(
-                decision.by or "unknown", decision.kind.value, request.run_id, request.id, detail
-            )
+        if decision is None:
+            return None
+        rt = self._checkpoint.rt
+        tool = rt.tools.current().get(request.tool)
+        flags = tool.flags if tool else None
+        refusal = rt.policy.check_decision(
+            Actor(decision.by), decision.kind, request, flags, inline=True
+        )
+        detail = f"{request.tool} {request.digest}".strip() + " (inline)"
+        if refusal:
+            await rt.store.audit(decision.by, "refused", request.run_id, request.id, refusal)
+            text = f"{refusal}; the request stays open for someone who may decide it"
+            rt.events.emit(AdvisoryEvent(request.run_id, text))
+            return None
+        await rt.store.audit(decision.by, decision.kind.value, request.run_id, request.id, detail)
         return decision

@@ -94,13 +94,29 @@ class Policy:
         return ""
 
     def check_decision(
-        self, actor: Actor, kind: DecisionKind, request: Request, flags: ToolFlags | None
+        self,
+        actor: Actor,
+        kind: DecisionKind,
+        request: Request,
+        flags: ToolFlags | None,
+        *,
+        inline: bool = False,
     ) -> str:
-        """Empty when ``actor`` may decide ``kind`` on ``request``; else the reason they may not."""
+        """Empty when ``actor`` may decide ``kind`` on ``request``; else the reason they may not.
+
+        ``inline``: decided at the terminal that runs Kestrel (``kestrel chat``). Its operator
+        holds the configuration, so approving their own run is no escalation; the approver
+        lists, the two-person rule and on-call still hold.
+        """
         if kind not in _KINDS_FOR[request.kind]:
             return f"{kind.value} is not an answer to a {request.kind.value} request"
         if request.kind is RequestKind.WAIT_APPROVAL:
-            return self._approval(actor, kind, request, flags or ToolFlags())
+            if inline and kind is not DecisionKind.DENY and request.approvals_needed > 1:
+                return (
+                    f"{request.tool} needs {request.approvals_needed} approvers: approve with"
+                    " `kestrel runs approve`, one person at a time"
+                )
+            return self._approval(actor, kind, request, flags or ToolFlags(), inline)
         if request.kind is RequestKind.WAIT_EFFECT:
             return self._settle(actor, request)
         return self._answer(actor, request)
@@ -117,7 +133,7 @@ class Policy:
         return _unique([p for key in keys for p in self.settings.approvers.get(key, [])])
 
     def _approval(
-        self, actor: Actor, kind: DecisionKind, request: Request, flags: ToolFlags
+        self, actor: Actor, kind: DecisionKind, request: Request, flags: ToolFlags, inline: bool
     ) -> str:
         approver = self._approver_of(actor, request.tool, flags.tags)
         if kind is DecisionKind.DENY:
@@ -125,7 +141,8 @@ class Policy:
             return "" if approver or mine else f"{actor.user} may not deny {request.tool}"
         if flags.deny:
             return f"policy never allows {request.tool}"
-        if actor.user == request.requested_by and not self._self_approval(request):
+        mine = actor.user == request.requested_by
+        if mine and not inline and not self._self_approval(request):
             return "you asked for this run: someone else must approve it"
         if not approver:
             return f"{actor.user} may not approve {request.tool}"

@@ -277,8 +277,8 @@ class Supervisor:
             events=self.rt.events,
             open_request=self.checkpoint.open_request,
             stamp=self.rt.stamp,
-            # Whichever client decides inline (chat, a chat thread), its decisions are audited.
-            prompter=self.checkpoint.audited(prompter),
+            # Whichever client decides inline, its decisions are checked by the policy and audited.
+            prompter=self.checkpoint.checked(prompter),
             workdir=self.rt.workdir,
             interrupt=live.signals.interrupt,
         )

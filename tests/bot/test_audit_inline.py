@@ -5,9 +5,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bot.checkpoint import AuditedPrompter, Checkpoint
-from bot.domain import Decision, DecisionKind, Request, RequestKind
-from bot.prompter import DeferringPrompter
 from tests.bot.test_cli import kestrel
 
 PROMPT = "checkout is failing, can you look?"
@@ -58,64 +55,3 @@ def test_an_approval_on_resume_is_audited_once(tmp_path: Path) -> None:
     kestrel(tmp_path, "chat", "--as", "U0ME", stdin=f"/resume {run_id}\na\nyes\n")
 
     assert actions_by(audit_lines(tmp_path, run_id), "U0ME") == ["request", "approve", "answer"]
-
-
-class Recorder:
-    """Just the store's audit, remembered."""
-
-    def __init__(self) -> None:
-        self.rows: list[tuple[str, str, str, str, str]] = []
-
-    async def audit(
-        self, actor: str, action: str, run_id: str = "", request_id: str = "", detail: str = ""
-    ) -> None:
-        """Remember one audited fact."""
-        self.rows.append((actor, action, run_id, request_id, detail))
-
-
-class Answering:
-    """Present; answers every request with ``kind`` (None: later)."""
-
-    def __init__(self, kind: DecisionKind | None) -> None:
-        self.kind = kind
-
-    @property
-    def present(self) -> bool:
-        """Someone is there."""
-        return True
-
-    async def ask(self, request: Request) -> Decision | None:
-        """The one scripted decision."""
-        if self.kind is None:
-            return None
-        return Decision(request_id=request.id, kind=self.kind, by="U0ME")
-
-
-REQUEST = Request(
-    run_id="run_1", kind=RequestKind.WAIT_APPROVAL, call_id="call_1", tool="deploy", digest="d1"
-)
-
-
-async def test_the_audited_prompter_audits_decisions_not_deferrals() -> None:
-    store = Recorder()
-    approving = AuditedPrompter(Answering(DecisionKind.APPROVE), store)  # type: ignore[arg-type]
-    later = AuditedPrompter(Answering(None), store)  # type: ignore[arg-type]
-
-    decision = await approving.ask(REQUEST)
-    deferred = await later.ask(REQUEST)
-
-    assert decision is not None and decision.kind is DecisionKind.APPROVE
-    assert deferred is None
-    assert store.rows == [("U0ME", "approve", "run_1", REQUEST.id, "deploy d1 (inline)")]
-    assert approving.present
-
-
-def test_checkpoint_wraps_once_and_leaves_no_prompter_alone() -> None:
-    checkpoint = Checkpoint.__new__(Checkpoint)
-    checkpoint.rt = type("Rt", (), {"store": Recorder()})()  # type: ignore[assignment]
-
-    wrapped = checkpoint.audited(DeferringPrompter())
-
-    assert isinstance(wrapped, AuditedPrompter)
-    assert checkpoint.audited(wrapped) is wrapped
-    assert checkpoint.audited(None) is None

@@ -13,7 +13,14 @@ from bot.domain import DecisionKind, RequestKind, RunStatus, Session, new_id
 from bot.policy import Actor, NotPermitted, Policy
 from bot.prompter import DeferringPrompter
 from bot.supervisor import Supervisor
-from tests.fakes.runtime import Counter, call, counting_tools, make_runtime, reply
+from tests.fakes.runtime import (
+    Counter,
+    ScriptedPrompter,
+    call,
+    counting_tools,
+    make_runtime,
+    reply,
+)
 
 POLICY = PolicySettings(
     requesters=["U0REQ", "group:S0DEV"],
@@ -111,3 +118,36 @@ async def test_status_and_pending_say_what_a_thread_waits_on(
     assert view.budgets_used["iterations"] == (1, 20)
     assert view.budgets_used["tool_calls"] == (0, 50)
     assert [(p.request.id, p.may_answer) for p in pending] == [(request_id, ("U0BOSS",))]
+
+
+async def test_an_inline_answer_counts_only_if_the_policy_allows_it(
+    chat: tuple[ChatService, Counter],
+) -> None:
+    service, counter = chat
+    stranger = ScriptedPrompter([DecisionKind.APPROVE], by="U0X")
+
+    live = await service.submit_turn("ship it", user=Actor("U0REQ"), prompter=stranger)
+    state = await service.wait(live)
+
+    assert counter.calls == {}
+    assert [r.kind for r in state.open_requests] == [RequestKind.WAIT_APPROVAL]
+    assert stranger.asked, "the person at the terminal was asked"
+    entries = await service._rt.store.list_audit(run_id=live.run_id)
+    assert [(e.actor, e.action) for e in entries if e.action == "refused"] == [("U0X", "refused")]
+
+
+async def test_an_inline_approval_by_the_requester_at_the_terminal_counts(
+    chat: tuple[ChatService, Counter], tmp_path: Path
+) -> None:
+    service, counter = chat
+    service._rt.policy = Policy(PolicySettings(approvers={"deploy": ["U0REQ"]}))
+    own = ScriptedPrompter([DecisionKind.APPROVE], by="U0REQ")
+
+    live = await service.submit_turn("ship it", user=Actor("U0REQ"), prompter=own)
+    state = await service.wait(live)
+
+    assert counter.calls == {"deploy": 1}
+    assert state.result is not None and state.result.status is RunStatus.COMPLETED
+    entries = await service._rt.store.list_audit(run_id=live.run_id)
+    approvals = [(e.actor, e.detail.endswith("(inline)")) for e in entries if e.action == "approve"]
+    assert approvals == [("U0REQ", True)]
