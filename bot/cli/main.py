@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from bot.domain import DecisionKind
     from bot.runtime import Runtime
     from bot.store import Store
+    from bot.supervisor import Supervisor
     from bot.tools.base import ToolFlags
 
 P = ParamSpec("P")
@@ -287,6 +288,23 @@ def _on_stop_signals(handler: Callable[[int], object]) -> None:
         loop.add_signal_handler(signum, handler, signum)
 
 
+def _suspend_on_signals(supervisor: Supervisor, received: list[int]) -> None:
+    """On SIGINT or SIGTERM, stop the runs this command drives now (their tools killed): they
+    suspend and give their leases up; ``received`` collects the signal."""
+
+    def stop(signum: int) -> None:
+        received.append(signum)
+        supervisor.interrupt_all()
+
+    _on_stop_signals(stop)
+
+
+def _exit_if_signalled(received: list[int]) -> None:
+    # The run was suspended with its lease released; the shell's convention for the code.
+    if received:
+        sys.exit(128 + received[0])
+
+
 def _safe_url(url: str) -> str:
     """A database URL without its password."""
     scheme, sep, rest = url.partition("://")
@@ -327,12 +345,7 @@ def run(prompt: str, as_json: bool, defer: bool, user: str) -> None:
         live = await ChatService(supervisor).submit_turn(
             prompt, user=Actor(user), prompter=prompter
         )
-
-        def stop(signum: int) -> None:
-            received.append(signum)
-            supervisor.interrupt_all()
-
-        _on_stop_signals(stop)
+        _suspend_on_signals(supervisor, received)
         await supervisor.wait(live)
         if live.error:
             raise Failure(live.error)
@@ -341,9 +354,7 @@ def run(prompt: str, as_json: bool, defer: bool, user: str) -> None:
     received: list[int] = []
     obj = with_runtime(work)
     _print_run(obj, as_json)
-    if received:
-        # The run was suspended with its lease released; the shell's convention for the code.
-        sys.exit(128 + received[0])
+    _exit_if_signalled(received)
     sys.exit(exit_status(obj["status"]))
 
 
@@ -422,7 +433,9 @@ def runs_resume(run_id: str, force: bool, as_json: bool, user: str) -> None:
     from bot.supervisor import Supervisor
 
     async def work(rt: Runtime) -> dict[str, Any]:
-        chat = ChatService(Supervisor(rt))
+        supervisor = Supervisor(rt)
+        chat = ChatService(supervisor)
+        _suspend_on_signals(supervisor, received)
         live = await chat.resume(run_id, user=Actor(user), force=force)
         if live is None:
             if not await chat.ended(run_id):
@@ -433,7 +446,10 @@ def runs_resume(run_id: str, force: bool, as_json: bool, user: str) -> None:
                 raise Failure(live.error)
         return await _run_object(rt, run_id)
 
-    _print_run(with_runtime(work), as_json)
+    received: list[int] = []
+    obj = with_runtime(work)
+    _print_run(obj, as_json)
+    _exit_if_signalled(received)
 
 
 @runs.command("cancel")
@@ -496,7 +512,9 @@ def _decide(run_id: str, request_id: str, kind: DecisionKind, text: str, user: s
     from bot.supervisor import Supervisor
 
     async def work(rt: Runtime) -> str:
-        chat = ChatService(Supervisor(rt))
+        supervisor = Supervisor(rt)
+        chat = ChatService(supervisor)
+        _suspend_on_signals(supervisor, received)
         decided = await chat.decide(run_id, request_id, kind, user=Actor(user), text=text)
         if not decided.accepted:
             raise Failure(decided.message)
@@ -509,7 +527,9 @@ def _decide(run_id: str, request_id: str, kind: DecisionKind, text: str, user: s
             f": {obj['text']}" if obj["text"] else ""
         )
 
+    received: list[int] = []
     echo(with_runtime(work))
+    _exit_if_signalled(received)
 
 
 @runs.command("approve")

@@ -206,3 +206,29 @@ def test_chat_stops_on_sigterm(folder: Path) -> None:
     assert chat.returncode == 143, err
     assert "suspended" in out
     assert_suspended_and_released(folder)
+
+
+def test_approve_stops_the_run_it_carries_on_and_suspends(folder: Path) -> None:
+    catalog = {"tools": [{**SLOW, "confirm": True}]}
+    (folder / "tools.yaml").write_text(yaml.safe_dump(catalog))
+    env = scripted(folder)
+    deferred = subprocess.run(
+        [*KESTREL, "run", "do the slow thing", "--defer", "--json"],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    run = json.loads(deferred.stdout)
+    (request,) = run["requests"]
+    approve = start(folder, env, "runs", "approve", run["run_id"], request["id"], "--as", "U0BOSS")
+    wait_until(lambda: effects(folder) == ["start"], "the approved command's start")
+
+    approve.send_signal(signal.SIGTERM)
+    _, err = approve.communicate(timeout=10)
+
+    assert approve.returncode == 143, err
+    entries = assert_suspended_and_released(folder)
+    (process,) = [e.process for e in entries if isinstance(e, ToolProcess)]
+    assert orphans.members(process) == []
