@@ -365,6 +365,8 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else str(path)
         raise ConfigError(f"{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from exc
+    except RecursionError as exc:
+        raise ConfigError(f"{path}: nested too deeply to be a configuration") from exc
     if data is None:
         return {}
     if not isinstance(data, dict):

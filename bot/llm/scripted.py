@@ -179,6 +179,8 @@ def load_script(path: str | Path) -> Script:
         raise ScriptError(f"{source}: cannot read the script: {exc.strerror or exc}") from exc
     except yaml.YAMLError as exc:
         raise ScriptError(f"{source}: not valid YAML: {_one_line(str(exc))}") from exc
+    except RecursionError as exc:
+        raise ScriptError(f"{source}: nested too deeply to be a script") from exc
     return parse_script(raw, name=source.stem, source=str(source))
 
 

@@ -281,6 +281,9 @@ def _compose(report: _Report, text: str) -> Any:
         line = mark.line + 1 if mark is not None else 1
         report.problems.append(f"{report.shown}:{line}: YAML error: {exc.problem or exc}")
         return None
+    except RecursionError:
+        report.problems.append(f"{report.shown}:1: YAML nested too deeply to be a catalog")
+        return None
     finally:
         loader.dispose()
 

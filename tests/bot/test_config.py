@@ -48,3 +48,10 @@ def test_bad_configuration_names_the_cause(tmp_path: Path, text: str, message: s
 def test_a_missing_config_file_is_named(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="does not exist"):
         load_settings(str(tmp_path / "nope.yaml"))
+
+
+def test_yaml_nested_past_the_parser_is_one_clear_error(tmp_path: Path) -> None:
+    config = tmp_path / "kestrel.yaml"
+    config.write_text("model: " + "[" * 2000 + "]" * 2000 + "\n")
+    with pytest.raises(ConfigError, match="nested too deeply"):
+        load_settings(str(config))

@@ -291,3 +291,10 @@ def test_tools_check_passes_each_shipped_catalog_and_flags_the_two_together() ->
     both = CliRunner().invoke(cli, ["tools", "check", *paths], obj={})
     assert both.exit_code == 1
     assert "tool 'disk_usage' is also declared at" in both.stderr
+
+
+def test_a_catalog_nested_past_the_parser_is_reported_with_its_file(tmp_path: Path) -> None:
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("tools: " + "[" * 2000 + "]" * 2000 + "\n")
+    (problem,) = check_catalogs([deep])
+    assert problem.endswith("deep.yaml:1: YAML nested too deeply to be a catalog")
