@@ -567,6 +567,55 @@ def find_keyvalue_passwords(src: ScanText) -> Iterator[PiiHit]:
         yield PiiHit("CONNECTION_STRING_PASSWORD", start, end)
 
 
+# curl's -u/--user and -U/--proxy-user USER:PASSWORD on a command line. The flag is a word
+# of its own; the value may be quoted or glued to the short flag (-uuser:pass).
+_USER_FLAG = re.compile(
+    r"(?:--(?:proxy-)?user[ \t]+|-[uU][ \t]*)"
+    r"(?:\"(?P<dq>[^\"\r\n]{1,256})\"|'(?P<sq>[^'\r\n]{1,256})'|(?P<bare>[^\s\"'`;|&)]{1,256}))"
+)
+_FLAG_OPENERS = frozenset(" \t\r\n\"'`=(")
+_PLACEHOLDER_STARTS = ("$", "<", "{{", "%")
+
+
+_DASH_U = re.compile(r"-u")
+
+
+def _user_flags(text: str, lower: str) -> Iterator[re.Match[str]]:
+    """The -u, -U, --user and --proxy-user flags with their values, found from "-u".
+
+    A regex that starts with a lookbehind gets no literal prefix to skip to; the two-character
+    literal on the lower-case text, shared with other recognizers, is found in one C pass.
+    """
+    for dash in _DASH_U.finditer(lower):
+        start = position = dash.start()
+        if text.startswith("--user", position - 1):
+            start = position - 1
+        elif text.startswith("--proxy-user", position - 7):
+            start = position - 7
+        if start == 0 or text[start - 1] in _FLAG_OPENERS:
+            found = _USER_FLAG.match(text, start)
+            if found is not None:
+                yield found
+
+
+def find_user_flag_passwords(src: ScanText) -> Iterator[PiiHit]:
+    """The password of -u USER:PASSWORD, --user USER:PASSWORD (curl) and the proxy forms.
+
+    uid:gid (docker run -u 1000:1000) and user:group (-u app:app) are not credentials, and
+    $PASS, <password> or an already masked *** give nothing away.
+    """
+    text = src.text
+    for match in _user_flags(text, src.lower):
+        group = match.lastgroup or "bare"
+        start, end = match.span(group)
+        user, colon, password = text[start:end].partition(":")
+        if not colon or not password or password == user or set(password) == {"*"}:
+            continue
+        if password.startswith(_PLACEHOLDER_STARTS) or (user.isdigit() and password.isdigit()):
+            continue
+        yield PiiHit("BASIC_AUTH", start + len(user) + 1, end)
+
+
 # One pass for both schemes: "b" is rarer in logs than two separate six-letter scans cost.
 _AUTH_SCHEME = re.compile(r"b(?:earer|asic)[ \t]+")
 _BEARER_TOKEN = re.compile(r"[A-Za-z0-9._~+/-]{12,}+=*")
@@ -924,11 +973,46 @@ def _is_version(text: str, start: int) -> bool:
     return _VERSION_LABEL.search(text[max(0, start - 16) : start].lower()) is not None
 
 
+_SHORTEST_CARD = 16  # 4-6-4 with its separators: the shortest card grouping
+
+
+def _cards_inside(text: str, start: int, end: int, sep: str) -> Iterator[PiiHit]:
+    """Cards written in a card's grouping inside a longer run of digit groups.
+
+    A time, a quantity or a year beside a card joins its run ("12:00:01 4111 1111 1111 1111",
+    "4111 1111 1111 1111 2024"), and the run as a whole is no card. Only whole groups in one
+    of the card groupings (4-4-4-4, 4-4-4-4-3, 4-6-5, 4-6-4) are tried, with the network
+    prefix and Luhn checks, so runs of ordinary numbers stay as they are.
+    """
+    groups = text[start:end].split(sep)
+    lengths = [len(group) for group in groups]
+    offsets = list(itertools.accumulate((length + 1 for length in lengths), initial=start))
+    index = 0
+    while index < len(groups):
+        found = 0
+        if lengths[index] == 4:
+            for size in (5, 4, 3):  # the longest grouping first: 19 digits before 16
+                if len(lengths) - index < size:
+                    continue
+                if tuple(lengths[index : index + size]) in _CARD_SIGNATURES:
+                    digits = "".join(groups[index : index + size])
+                    if card_brand_ok(digits, grouped=True) and luhn_ok(digits):
+                        found = size
+                        break
+        if found:
+            yield PiiHit("CREDIT_CARD", offsets[index], offsets[index + found] - 1)
+            index += found
+        else:
+            index += 1
+
+
 def _separated(src: ScanText, pattern: re.Pattern[bytes], sep: str) -> Iterator[PiiHit]:
     text, shape = src.text, src.shape
     # A word character before the leading digits, "+" (an international number) or "." or
     # the separator itself (part of a longer dotted or dashed id); a space may start a number.
     rejected = _WORD | {"+", "."} | ({sep} - {" "})
+    # Dotted runs are versions, addresses and OIDs: no card is looked for inside them.
+    inside = _cards_inside if sep != "." else None
     for match in pattern.finditer(shape):
         at, end = match.span()
         odd = match.lastindex is not None  # only the odd-grouping branch has a group
@@ -936,20 +1020,27 @@ def _separated(src: ScanText, pattern: re.Pattern[bytes], sep: str) -> Iterator[
         longest = 6 if odd else 5
         window = shape[max(0, at - longest - 1) : at]
         start = at - (len(window) - len(window.rstrip(b"0")))
-        if at - start > longest:
+        # A leading group too long for a number, or glued to a word or a longer id, is not
+        # part of one; a card may still follow it ("card2 4111 1111 1111 1111").
+        glued = at - start > longest or (
+            start > 0
+            and (
+                text[start - 1] in rejected
+                or (text[start - 1] == "/" and _word_before(text, start - 1))  # Chrome/124.0
+            )
+        )
+        if glued:
+            if inside is not None and end - at > _SHORTEST_CARD:
+                yield from inside(text, at + 1, end, sep)
             continue
-        if start:
-            before = text[start - 1]
-            if before in rejected:
-                continue
-            if before == "/" and _word_before(text, start - 1):
-                continue  # a product version: Chrome/124.0.0.0
         groups = text[start:end].split(sep)
         kind = _odd_card(groups) if odd else _classify(groups, sep)
         if kind == "IP_ADDRESS" and _is_version(text, start):
             continue
         if kind:
             yield PiiHit(kind, start, end)
+        elif inside is not None and end - start >= _SHORTEST_CARD:
+            yield from inside(text, start, end, sep)
 
 
 def find_separated_numbers(src: ScanText) -> Iterator[PiiHit]:
@@ -1203,6 +1294,18 @@ def _wrapped(text: str, start: int, end: int) -> tuple[int, list[str]]:
     return end, lines
 
 
+# In decoded text a colon after a password key counts too: "password: required" is prose in
+# a log, but nobody base64-encodes prose about passwords (a config blob, a Secret's data).
+_DECODED_PASSWORD = re.compile(
+    r"(?<![a-z0-9_])p(?:ass(?:word|wd)|wd)[\"']?[ \t]*:[ \t]*[\"']?(?P<value>[^\s\"'*][^\s\"']*)"
+)
+
+
+def _decoded_password(decoded: str) -> bool:
+    """True if the decoded text gives a password as "password: value" (YAML, a header)."""
+    return _DECODED_PASSWORD.search(decoded.lower()) is not None
+
+
 def _decoded_hit(text: str, start: int, end: int, rescan: Rescan) -> PiiHit | None:
     """A hit over the encoded token at [start, end) if what it decodes to has one."""
     token = text[start:end]
@@ -1217,6 +1320,8 @@ def _decoded_hit(text: str, start: int, end: int, rescan: Rescan) -> PiiHit | No
         return None
     hits = rescan(decoded)
     if not hits:
+        if _decoded_password(decoded):
+            return PiiHit("CONNECTION_STRING_PASSWORD", start, end)
         return None
     return PiiHit(min((hit.entity_type for hit in hits), key=priority), start, end)
 
@@ -1268,6 +1373,7 @@ RECOGNIZERS: tuple[Recognizer, ...] = (
     Recognizer(frozenset({"STRIPE_KEY", "OPENAI_API_KEY"}), find_k_keys),
     Recognizer(frozenset({"JWT"}), find_jwt),
     Recognizer(frozenset({"BEARER_TOKEN", "BASIC_AUTH"}), find_bearer_and_basic),
+    Recognizer(frozenset({"BASIC_AUTH"}), find_user_flag_passwords),
     Recognizer(frozenset({"GENERIC_SECRET"}), find_authorization),
     Recognizer(frozenset({"CONNECTION_STRING_PASSWORD"}), find_url_passwords),
     Recognizer(frozenset({"CONNECTION_STRING_PASSWORD"}), find_keyvalue_passwords),

@@ -60,6 +60,25 @@ EVASIONS: list[tuple[str, str, str]] = [
     ("card-odd-dashes", "4111-111111-111111", "<CREDIT_CARD>"),
     ("card-amex-dots", "3782.822463.10005", "<CREDIT_CARD>"),
     ("card-keycaps", "4\ufe0f\u20e31\ufe0f\u20e3" + "1" * 14, "<CREDIT_CARD>"),
+    # Cards beside another digit group, which joins their run.
+    ("card-after-time", "12:00:01 4111 1111 1111 1111", "12:00:01 <CREDIT_CARD>"),
+    ("card-after-quantity", "qty 2 4111 1111 1111 1111", "qty 2 <CREDIT_CARD>"),
+    ("card-after-word-digit", "card2 4111 1111 1111 1111", "card2 <CREDIT_CARD>"),
+    ("card-before-year", "4111 1111 1111 1111 2024", "<CREDIT_CARD> 2024"),
+    ("card-amex-after-digit", "amex2 x 1 3782 822463 10005", "amex2 x 1 <CREDIT_CARD>"),
+    ("card-after-epoch-ms", "1714567890123 4111 1111 1111 1111", "1714567890123 <CREDIT_CARD>"),
+    ("card-after-date-dashes", "2024-05-01-4111-1111-1111-1111", "2024-05-01-<CREDIT_CARD>"),
+    (
+        "card-two-in-a-row",
+        "4111 1111 1111 1111 5555 5555 5555 4444",
+        "<CREDIT_CARD> <CREDIT_CARD>",
+    ),
+    ("card-before-status", "card 4111 1111 1111 1111 200 OK", "card <CREDIT_CARD> 200 OK"),
+    (
+        "card-fullwidth-after-time",
+        "１２:００:０１ ４１１１ １１１１ １１１１ １１１１",
+        "１２:００:０１ <CREDIT_CARD>",
+    ),
     # Emails: written out, encoded, spaced, look-alike "@" and ".".
     ("email-at-dot-words", "mail jane at example dot com now", "mail <EMAIL_ADDRESS> now"),
     ("email-at-dot-caps", "JANE AT EXAMPLE DOT COM", "<EMAIL_ADDRESS>"),
@@ -106,6 +125,16 @@ EVASIONS: list[tuple[str, str, str]] = [
         '"authorization": "k3yAbc123456789xyz"',
         '"authorization": "<GENERIC_SECRET>"',
     ),
+    # Basic-auth credentials on a command line.
+    (
+        "curl-u",
+        "curl -u user:hunter2 https://api.example.com/v1",
+        "curl -u user:<BASIC_AUTH> https://api.example.com/v1",
+    ),
+    ("curl-user", "curl --user user:hunter2 -X POST", "curl --user user:<BASIC_AUTH> -X POST"),
+    ("curl-u-glued", "curl -uadmin:s3cr3t x", "curl -uadmin:<BASIC_AUTH> x"),
+    ("curl-u-quoted", "curl -u 'ops:pa ss' x", "curl -u 'ops:<BASIC_AUTH>' x"),
+    ("curl-proxy-user", "curl --proxy-user px:hunter2 x", "curl --proxy-user px:<BASIC_AUTH> x"),
     # AWS secret keys without a label, next to their key id.
     ("aws-pair-space", f"{AWS_ID} {AWS_SECRET}", "<AWS_ACCESS_KEY> <AWS_SECRET_KEY>"),
     (
@@ -135,6 +164,12 @@ EVASIONS: list[tuple[str, str, str]] = [
         "x <CONNECTION_STRING_PASSWORD>",
     ),
     ("b64-twice", f"x {b64(b64('password=hunter2'))}", "x <CONNECTION_STRING_PASSWORD>"),
+    ("b64-password-colon", "cGFzc3dvcmQ6IGh1bnRlcjI=", "<CONNECTION_STRING_PASSWORD>"),
+    (
+        "b64-yaml-password",
+        f"config.yaml: {b64('db:' + chr(10) + '  password: hunter2' + chr(10))}",
+        "config.yaml: <CONNECTION_STRING_PASSWORD>",
+    ),
     ("b64-email", f"user {b64('jane.doe@example.com')}", "user <EMAIL_ADDRESS>"),
     (
         "b64-wrapped",
@@ -243,6 +278,11 @@ OPS_OUTPUT: list[tuple[str, str]] = [
     ("masked", "password=*** api_key: ************************"),
     ("non-ascii-prose", "Grüße aus Köln — “quotes” … 日本語のログ ✓ → done"),
     ("ipv6-like-times", "12:34:56 std::vector<int> Foo::bar"),
+    ("pid-list", "pgrep: 4123 4211 4310 4402 4511 4630"),
+    ("time-and-counts", "12:00:01 1234 5678 9012 3456 2024"),
+    ("docker-user", "docker run -u 1000:1000 img; docker exec -u app:app web sh"),
+    ("user-flag-placeholders", "curl -u $USER:$API_TOKEN x; curl -u admin x; git push -u origin"),
+    ("sort-uniq", "sort -u hosts.txt | uniq -c"),
 ]
 
 
@@ -322,6 +362,11 @@ ADVERSARIAL = [
     "４" * 100_000,
     "½" * 100_000,
     "AKIAIOSFODNN7EXAMPLE " * 5_000,
+    "4111 " * 30_000,
+    "1 4111 1111 1111 1111 " * 6_000,
+    "-u a:b " * 20_000,
+    "-u" * 60_000,
+    b64("password: x " * 9_000),
 ]
 
 
