@@ -1,17 +1,19 @@
 """Stopping a run now (shutdown, Ctrl-C, SIGTERM): its model call, prompt or tool, never a write.
 
-The run's task marks the waits that may be cut short with ``Interrupt.guard``; a request cuts
-the current one at once (a command's process group is killed as on a timeout) and makes every
-later guard refuse, so the run suspends at its next step. A request that spares tools lets one
-already running finish (a replica's graceful shutdown); a later full request cuts it too.
-Journal appends are never guarded, so an interruption cannot leave a half-written journal.
+The run's task marks the waits that may be cut short with ``Interrupt.guard``; a request
+cancels the task while it is inside one (a command's process group is killed as on a timeout)
+and makes every later guard refuse, so the run suspends at its next step. A request that spares
+tools lets one already running finish (a replica's graceful shutdown); a later full request
+cuts it too. Journal appends are never guarded, so an interruption cannot leave a half-written
+journal, and a cut that arrives just as a guarded wait ends is taken inside the guard, never
+at the await that follows it.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+import contextlib
+from types import TracebackType
 
 
 class Interrupted(Exception):
@@ -19,35 +21,59 @@ class Interrupted(Exception):
 
 
 class Interrupt:
-    """A stop request for one run, delivered through the timeout scope of the wait under way."""
+    """A stop request for one run, delivered by cancelling its task inside a guarded wait."""
 
     def __init__(self) -> None:
         self.requested = False
-        self._scope: asyncio.Timeout | None = None
-        self._scope_is_tool = False
+        self._task: asyncio.Task[object] | None = None
+        self._in_tool = False
+        self._cut = False
 
     def request(self, *, spare_tools: bool = False) -> None:
-        """Cut the current guarded wait short (unless it is a tool being spared); every
-        later guard raises ``Interrupted``, so nothing new starts."""
+        """Cut the current guarded wait short (unless it is a tool being spared); every later
+        guard raises ``Interrupted``, so nothing new starts."""
         self.requested = True
-        scope = self._scope
-        if scope is None or scope.expired() or (spare_tools and self._scope_is_tool):
+        if self._task is None or self._cut or (spare_tools and self._in_tool):
             return
-        scope.reschedule(asyncio.get_running_loop().time())
+        self._cut = True
+        self._task.cancel()
 
-    @asynccontextmanager
-    async def guard(self, *, tool: bool = False) -> AsyncIterator[None]:
+    def guard(self, *, tool: bool = False) -> _Guard:
         """A wait that a stop request may cut short (raising ``Interrupted`` instead)."""
-        if self.requested:
+        return _Guard(self, tool)
+
+
+class _Guard:
+    """One guarded wait (a plain class: it runs twice per iteration of every run)."""
+
+    __slots__ = ("_interrupt", "_tool")
+
+    def __init__(self, interrupt: Interrupt, tool: bool) -> None:
+        self._interrupt = interrupt
+        self._tool = tool
+
+    async def __aenter__(self) -> None:
+        interrupt = self._interrupt
+        if interrupt.requested:
             raise Interrupted("the run was interrupted")
-        try:
-            async with asyncio.timeout(None) as scope:
-                self._scope, self._scope_is_tool = scope, tool
-                try:
-                    yield
-                finally:
-                    self._scope = None
-        except TimeoutError:
-            if self.requested:
-                raise Interrupted("the run was interrupted") from None
-            raise
+        interrupt._task = asyncio.current_task()
+        interrupt._in_tool = self._tool
+        interrupt._cut = False
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        interrupt = self._interrupt
+        task, cut = interrupt._task, interrupt._cut
+        interrupt._task, interrupt._cut = None, False
+        if not cut or task is None:
+            return
+        if exc_type is not asyncio.CancelledError:
+            # The wait ended before the cancellation reached it: take it here, not later.
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(0)
+        task.uncancel()
+        raise Interrupted("the run was interrupted") from None
