@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from bot.domain import Decision, DecisionKind, Request, RunStatus, Session
+from bot.domain import TERMINAL_STATUSES, Decision, DecisionKind, Request, Session
 from bot.events import EventSink
 from bot.journal.fold import RunState, fold
 from bot.policy import Actor, NotPermitted, Policy
@@ -178,4 +178,4 @@ class ChatService:
     async def ended(self, run_id: str) -> bool:
         """Whether the run has a terminal result."""
         record = await self._rt.store.get_run(run_id)
-        return record.status in (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED)
+        return record.status in TERMINAL_STATUSES
