@@ -167,12 +167,7 @@ class ChatService:
 
     async def pending(self) -> list[PendingRequest]:
         """Every open request of the workspace, oldest first, with who may answer it."""
-        tools = self._rt.tools.current()
-
-        def flags_of(name: str) -> ToolFlags | None:
-            tool = tools.get(name)
-            return tool.flags if tool else None
-
+        flags_of = self._rt.tools.current().flags_of
         return await pending_requests(self._rt.store, self._rt.policy, flags_of)
 
     async def ended(self, run_id: str) -> bool:

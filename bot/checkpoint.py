@@ -81,10 +81,8 @@ class Checkpoint:
             return f"request {request.id} expired at {request.deadline:%Y-%m-%d %H:%M} UTC"
         if digest and digest != request.digest:
             return "this card is stale: the call it shows is not the one waiting"
-        tool = self.rt.tools.current().get(request.tool)
-        refusal = self.rt.policy.check_decision(
-            actor, decision.kind, request, tool.flags if tool else None
-        )
+        flags = self.rt.tools.current().flags_of(request.tool)
+        refusal = self.rt.policy.check_decision(actor, decision.kind, request, flags)
         if refusal or request.kind is not RequestKind.WAIT_USER:
             return refusal
         # A question with options (ask_human_confirm, ask_human_select) takes one of them only.
@@ -176,16 +174,15 @@ class CheckedPrompter:
         if decision is None:
             return None
         rt = self._checkpoint.rt
-        tool = rt.tools.current().get(request.tool)
-        flags = tool.flags if tool else None
+        flags = rt.tools.current().flags_of(request.tool)
         refusal = rt.policy.check_decision(
             Actor(decision.by), decision.kind, request, flags, inline=True
         )
-        detail = f"{request.tool} {request.digest}".strip() + " (inline)"
         if refusal:
             await rt.store.audit(decision.by, "refused", request.run_id, request.id, refusal)
             text = f"{refusal}; the request stays open for someone who may decide it"
             rt.events.emit(AdvisoryEvent(request.run_id, text))
             return None
+        detail = f"{request.tool} {request.digest}".strip() + " (inline)"
         await rt.store.audit(decision.by, decision.kind.value, request.run_id, request.id, detail)
         return decision

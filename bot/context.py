@@ -27,10 +27,11 @@ class RunContext:
     hooks: Hooks
     events: EventSink
     open_request: Callable[[Request], Awaitable[None]]
+    # The run's own, from its signals: a fresh one here would never hear a stop request.
+    interrupt: Interrupt
     stamp: Callable[[Request], Request] = _unstamped
     prompter: Prompter | None = None
     workdir: Path | None = None
-    interrupt: Interrupt = field(default_factory=Interrupt)
     hook_ctx: HookContext = field(init=False)
 
     def __post_init__(self) -> None:

@@ -25,7 +25,6 @@ if TYPE_CHECKING:
     from bot.runtime import Runtime
     from bot.store import Store
     from bot.supervisor import Supervisor
-    from bot.tools.base import ToolFlags
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -483,12 +482,8 @@ def runs_pending(as_json: bool) -> None:
     tools = compose.build_tools(settings)
     policy = Policy(settings.policy)
 
-    def flags_of(name: str) -> ToolFlags | None:
-        tool = tools.get(name)
-        return tool.flags if tool else None
-
     async def work(store: Store) -> list[PendingRequest]:
-        return await pending_requests(store, policy, flags_of)
+        return await pending_requests(store, policy, tools.flags_of)
 
     rows = with_reader(work)
     if as_json:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import signal
 import socket
@@ -31,6 +32,7 @@ class _Stat:
     start_ticks: int
 
 
+@functools.cache
 def host_key() -> str:
     """This host as the kernel sees it: name, boot and PID namespace (ids mean nothing across)."""
     boot = _read(PROC / "sys/kernel/random/boot_id").strip()

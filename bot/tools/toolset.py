@@ -14,7 +14,7 @@ from jsonschema.protocols import Validator
 from jsonschema.validators import validator_for
 
 from bot.llm.base import ToolSpec
-from bot.tools.base import ChecksArguments, Tool
+from bot.tools.base import ChecksArguments, Tool, ToolFlags
 
 
 class ToolCollision(Exception):
@@ -48,6 +48,11 @@ class ToolSet(Mapping[str, Tool]):
 
     def __len__(self) -> int:
         return len(self._tools)
+
+    def flags_of(self, name: str) -> ToolFlags | None:
+        """The flags of the tool called ``name``; None if the set has no such tool."""
+        tool = self._tools.get(name)
+        return tool.flags if tool else None
 
     def validate(self, name: str, arguments: dict[str, Any]) -> list[str]:
         """Every way ``arguments`` are invalid for the tool, as readable lines."""
