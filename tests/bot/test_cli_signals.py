@@ -5,8 +5,10 @@ Real processes, real signals, a real SQLite file."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import signal
+import sqlite3
 import subprocess
 import time
 from collections.abc import Iterator
@@ -89,6 +91,15 @@ def effects(folder: Path) -> list[str]:
     return path.read_text().split() if path.exists() else []
 
 
+def process_recorded(folder: Path) -> bool:
+    """Whether the journal says where the command's process group runs (a stop that lands
+    before then kills the group while it starts, with nothing to record)."""
+    with contextlib.closing(sqlite3.connect(folder / "kestrel.db")) as db:
+        return (
+            db.execute("SELECT 1 FROM journal WHERE kind = 'tool_process'").fetchone() is not None
+        )
+
+
 def the_run(folder: Path) -> tuple[Any, list[Any]]:
     """The one run in the journal, and its entries."""
 
@@ -116,6 +127,7 @@ def assert_suspended_and_released(folder: Path) -> list[Any]:
 def test_run_stops_the_command_and_suspends(folder: Path, signum: signal.Signals) -> None:
     run = start(folder, scripted(folder), "run", "do the slow thing")
     wait_until(lambda: effects(folder) == ["start"], "the command's start")
+    wait_until(lambda: process_recorded(folder), "the command's process record")
 
     run.send_signal(signum)
     _, err = run.communicate(timeout=10)
@@ -224,6 +236,7 @@ def test_approve_stops_the_run_it_carries_on_and_suspends(folder: Path) -> None:
     (request,) = run["requests"]
     approve = start(folder, env, "runs", "approve", run["run_id"], request["id"], "--as", "U0BOSS")
     wait_until(lambda: effects(folder) == ["start"], "the approved command's start")
+    wait_until(lambda: process_recorded(folder), "the command's process record")
 
     approve.send_signal(signal.SIGTERM)
     _, err = approve.communicate(timeout=10)
