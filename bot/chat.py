@@ -11,7 +11,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from bot.domain import TERMINAL_STATUSES, Decision, DecisionKind, Request, Session
+from bot.domain import (
+    TERMINAL_STATUSES,
+    Decision,
+    DecisionKind,
+    Request,
+    RequestStatus,
+    Session,
+)
 from bot.events import EventSink
 from bot.journal.fold import RunState, fold
 from bot.policy import Actor, NotPermitted, Policy
@@ -60,6 +67,17 @@ class RunView:
 
 
 @dataclass(frozen=True)
+class RequestView:
+    """A request as a card shows it: where it stands, who may answer, why the model asked."""
+
+    request: Request
+    status: RequestStatus
+    decision: Decision | None
+    may_answer: tuple[str, ...]
+    reason: str
+
+
+@dataclass(frozen=True)
 class Decided:
     """What became of a decision: whether it counted, why, and the run it resumed, if any."""
 
@@ -88,6 +106,7 @@ class ChatService:
     def __init__(self, supervisor: Supervisor) -> None:
         self._supervisor = supervisor
         self._rt = supervisor.rt
+        self.duplicates_dropped = 0
 
     def subscribe(self, sink: EventSink) -> None:
         """Receive every event of every run this process drives."""
@@ -126,6 +145,63 @@ class ChatService:
         if not answered.accepted or not answered.ready:
             return Decided(answered.accepted, answered.message)
         return Decided(True, answered.message, await self._supervisor.resume(run_id))
+
+    async def check(self, request_id: str, kind: DecisionKind, *, user: Actor) -> str:
+        """Why ``user`` may not decide ``kind`` on the request now (empty: they may), before
+        asking them for more (a reason); decides nothing."""
+        found = await self.request(request_id)
+        if found is None:
+            return f"there is no request {request_id}"
+        decision = Decision(request_id=request_id, kind=kind, by=user.user)
+        run_id = found.request.run_id
+        return await self._supervisor.checkpoint.refusal(decision, run_id=run_id, actor=user)
+
+    async def request(self, request_id: str) -> RequestView | None:
+        """A request with its status, decision, who may answer it and why it was asked."""
+        try:
+            found = await self._rt.store.get_request(request_id)
+        except KeyError:
+            return None
+        run_id = found[0].run_id
+        return self._view(*found, fold(await self._rt.store.load(run_id), run_id))
+
+    async def requests_of(self, run_id: str) -> list[RequestView]:
+        """Every request a run made, open or closed, oldest first."""
+        found = await self._rt.store.list_requests(run_id=run_id, status=None)
+        if not found:
+            return []
+        state = fold(await self._rt.store.load(run_id), run_id)
+        return [self._view(*row, state) for row in found]
+
+    def _view(
+        self, request: Request, status: RequestStatus, decision: Decision | None, state: RunState
+    ) -> RequestView:
+        flags = self._rt.tools.current().flags_of(request.tool)
+        who = tuple(self._rt.policy.who_may_answer(request, flags))
+        return RequestView(request, status, decision, who, state.reason_for(request.call_id))
+
+    async def session_of(self, run_id: str) -> Session | None:
+        """The session (thread) a run belongs to."""
+        record = await self._rt.store.get_run(run_id)
+        return await self._rt.store.get_session(record.session_id)
+
+    async def feedback(self, run_id: str, *, positive: bool, user: Actor) -> None:
+        """Record a person's 👍 or 👎 on a run's answer (audited)."""
+        await self._rt.store.get_run(run_id)  # UnknownRun for a made-up id
+        verdict = "feedback_positive" if positive else "feedback_negative"
+        await self._rt.store.audit(user.user, verdict, run_id=run_id)
+
+    async def first_delivery(self, key: str) -> bool:
+        """Whether an inbound chat delivery (an event, a message) is new: True once per key,
+        across retries, restarts and replicas; a repeat is counted and should be dropped."""
+        if await self._rt.store.mark_once(f"inbound:{key}"):
+            return True
+        self.duplicates_dropped += 1
+        return False
+
+    def groups_named(self) -> frozenset[str]:
+        """The group ids the policy names (``group:ID``): the only memberships worth looking up."""
+        return self._rt.policy.groups_named()
 
     async def cancel(self, run_id: str, *, user: Actor) -> str:
         """Cancel a run (its requester or on-call may); what happened, in a sentence."""

@@ -44,6 +44,9 @@ class Checkpoint:
             return Answered(False, f"there is no request {decision.request_id}")
         refusal = self._refusal(request, status, decision, actor, run_id, digest)
         if refusal:
+            await self.rt.store.audit(
+                actor.user, f"{decision.kind.value}_refused", run_id, request.id, refusal
+            )
             return Answered(False, refusal)
         if request.options and decision.kind is DecisionKind.ANSWER:
             # The option as the question spells it ("Y" answers "yes"): the model reads that.
@@ -87,6 +90,14 @@ class Checkpoint:
             return refusal
         # A question with options (ask_human_confirm, ask_human_select) takes one of them only.
         return answer_refusal(decision.text, request.options)
+
+    async def refusal(self, decision: Decision, *, run_id: str, actor: Actor) -> str:
+        """Why ``actor`` may not make ``decision`` now (empty: they may); writes nothing."""
+        try:
+            request, status, _ = await self.rt.store.get_request(decision.request_id)
+        except KeyError:
+            return f"there is no request {decision.request_id}"
+        return self._refusal(request, status, decision, actor, run_id, "")
 
     async def expire(self, request: Request) -> bool:
         """Close a request whose deadline passed; True only for the one caller that won."""

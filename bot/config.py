@@ -292,6 +292,13 @@ def load_settings(explicit: str | None = None) -> Settings:
         raise ConfigError(_describe_unparsable(exc, variables)) from exc
 
 
+def environment() -> dict[str, str]:
+    """The process environment over ``./.env``: where platform tokens (``SLACK_*``) are read."""
+    merged = {k: v for k, v in _dotenv().items() if v is not None}
+    merged.update(os.environ)
+    return merged
+
+
 def _dotenv() -> dict[str, str | None]:
     """The variables of ``./.env``, which the settings read too."""
     env_file = Path(ENV_FILE)

@@ -21,14 +21,22 @@ class NotPermitted(Exception):
 
 @dataclass(frozen=True)
 class Actor:
-    """Someone acting: their user id, the groups they belong to, the channel they act in."""
+    """Someone acting: their user id, the groups they belong to, the channel they act in, and
+    whether they come from outside the workspace (a shared channel's guest)."""
 
     user: str
     groups: frozenset[str] = field(default_factory=frozenset)
     channel: str = ""
+    external: bool = False
 
     def matches(self, principals: list[str]) -> bool:
-        """Whether any principal (user id, ``group:ID``, ``channel:ID``, ``*``) names this actor."""
+        """Whether any principal (user id, ``group:ID``, ``channel:ID``, ``*``) names this actor.
+
+        Someone from another workspace is named only by their own user id: ``*``, a channel
+        or a group of ours never lets a guest in by accident.
+        """
+        if self.external:
+            return self.user in principals
         for principal in principals:
             if principal in (EVERYONE, self.user):
                 return True
@@ -77,6 +85,17 @@ class Policy:
             f"{actor.user} may not {verb} run {run_id}: only {requester} may"
             " (policy.oncall is empty)"
         )
+
+    def groups_named(self) -> frozenset[str]:
+        """Every group id a principal of this policy names (``group:ID``)."""
+        lists = [
+            self.settings.requesters,
+            self.settings.oncall,
+            self.settings.answerers,
+            *self.settings.approvers.values(),
+        ]
+        prefix = "group:"
+        return frozenset(p[len(prefix) :] for ps in lists for p in ps if p.startswith(prefix))
 
     def notices(self) -> list[str]:
         """What people should know about this policy when it is loaded."""

@@ -1,4 +1,4 @@
-"""The rows the store keeps beside the journal: runs, journal records, work, replicas."""
+"""The rows the store keeps beside the journal: runs, journal records, work, replicas, outbox."""
 
 from __future__ import annotations
 
@@ -53,3 +53,25 @@ class Replica(DomainModel):
     started_at: datetime
     last_seen: datetime
     runs: tuple[tuple[str, datetime | None], ...] = ()
+
+
+class OutboxMessage(DomainModel):
+    """A chat message as the store wants it shown: where, what, and what the platform shows now."""
+
+    key: str  # stable identity, e.g. "slack:card:req_abc"
+    platform: str  # "slack", "discord"
+    target: dict[str, Any] = {}  # where it goes (channel, thread), platform-specific
+    body: dict[str, Any] = {}  # what it should show now, platform-specific
+    version: int = 1  # bumped each time the body changes
+    delivered_version: int = 0  # the version the platform shows; 0: never delivered
+    ref: str = ""  # the platform's id of the posted message ("" until posted)
+    attempts: int = 0  # claims since the last delivery (a claim counts as an attempt)
+    next_attempt_at: datetime
+    error: str = ""  # the last failure, if any
+    created_at: datetime
+    updated_at: datetime
+
+    @property
+    def due(self) -> bool:
+        """Whether the platform does not show the current version yet."""
+        return self.version > self.delivered_version

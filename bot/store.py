@@ -8,7 +8,7 @@ from typing import Any, Protocol
 
 from bot.domain import Decision, Request, RequestStatus, Session
 from bot.journal.entries import Entry
-from bot.records import JournalRecord, Replica, RunRecord, WorkItem
+from bot.records import JournalRecord, OutboxMessage, Replica, RunRecord, WorkItem
 
 
 class StoreError(Exception):
@@ -97,6 +97,10 @@ class RunRows(Protocol):
 
     async def list_runs(self, limit: int = 50, session_id: str | None = None) -> list[RunRecord]:
         """The newest runs first."""
+        ...
+
+    async def get_session(self, session_id: str) -> Session | None:
+        """A session by id, or None."""
         ...
 
 
@@ -214,6 +218,51 @@ class ReplicaRegistry(Protocol):
         ...
 
 
+class Outbox(Protocol):
+    """Chat messages to show, delivered by any replica at most once each."""
+
+    async def put_message(
+        self, key: str, platform: str, target: dict[str, Any], body: dict[str, Any]
+    ) -> int:
+        """Set what message ``key`` should show: insert it, or replace its body when different
+        (version + 1, due at once); return its version. An identical body changes nothing.
+        ``platform`` and ``target`` are the message's from its first put on."""
+        ...
+
+    async def claim_messages(
+        self,
+        owner: str,
+        lease_seconds: float,
+        limit: int = 20,
+        platform: str | None = None,
+        key: str | None = None,
+    ) -> list[OutboxMessage]:
+        """Claim due messages (version > delivered_version, next_attempt_at <= now, not
+        claimed or claim expired) for ``owner``, oldest first, each by one claimer at a time;
+        each claim adds one to ``attempts``. ``key``: just that message."""
+        ...
+
+    async def message_delivered(self, key: str, owner: str, version: int, ref: str) -> None:
+        """Record that the platform shows ``version`` as ``ref``: releases the claim (if
+        ``owner`` still holds it), resets attempts and error. delivered_version only ever
+        grows (max). A claimer that lost its claim still records ``ref`` where none is
+        recorded yet (its post did land), and never touches another owner's claim."""
+        ...
+
+    async def message_failed(self, key: str, owner: str, retry_at: datetime, error: str) -> None:
+        """Release ``owner``'s claim; the message is due again at ``retry_at`` (keeps
+        ``attempts``). Nothing changes when ``owner`` no longer holds the claim."""
+        ...
+
+    async def get_message(self, key: str) -> OutboxMessage | None:
+        """One message, or None."""
+        ...
+
+    async def outbox_backlog(self, platform: str | None = None) -> int:
+        """How many messages wait for delivery (version > delivered_version)."""
+        ...
+
+
 class AuditLog(Protocol):
     """Who requested, decided, answered, expired and resumed what."""
 
@@ -237,6 +286,7 @@ class Store(
     OnceMarks,
     WorkQueue,
     ReplicaRegistry,
+    Outbox,
     AuditLog,
     Protocol,
 ):

@@ -15,7 +15,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from bot.domain import Decision, Request, RequestStatus, RunStatus
 from bot.journal.entries import Entry, RunEnded, RunSuspended, status_after
-from bot.records import JournalRecord, Replica, RunRecord, WorkItem
+from bot.records import JournalRecord, OutboxMessage, Replica, RunRecord, WorkItem
 from bot.store import SeqConflict, SeqGap, StaleEpoch, StoreError, UnknownRun
 
 _ENTRY: Final[TypeAdapter[Entry]] = TypeAdapter(Entry)
@@ -168,6 +168,35 @@ def work_from_row(row: Sequence[Any], timestamp: Timestamp) -> WorkItem:
         )
     except (ValueError, ValidationError) as exc:
         raise StoreError(f"work item {work_id}: unreadable: {exc}") from exc
+
+
+def outbox_json(value: dict[str, Any]) -> str:
+    """A message's target or body as JSON text in one spelling (keys sorted), so that equal
+    bodies are equal text: the store compares stored bodies as text."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def outbox_from_row(row: Sequence[Any], timestamp: Timestamp) -> OutboxMessage:
+    """A message from a row of the outbox columns that ``storage.sql`` reads."""
+    key, platform, target, body, version, delivered, ref, attempts = row[:8]
+    due_at, error, created_at, updated_at = row[8:]
+    try:
+        return OutboxMessage(
+            key=key,
+            platform=platform,
+            target=json.loads(target),
+            body=json.loads(body),
+            version=version,
+            delivered_version=delivered,
+            ref=ref,
+            attempts=attempts,
+            next_attempt_at=timestamp(due_at),
+            error=error,
+            created_at=timestamp(created_at),
+            updated_at=timestamp(updated_at),
+        )
+    except (ValueError, ValidationError) as exc:
+        raise StoreError(f"outbox message {key!r}: unreadable: {exc}") from exc
 
 
 def replicas_from_rows(rows: Iterable[Sequence[Any]], timestamp: Timestamp) -> list[Replica]:

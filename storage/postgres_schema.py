@@ -109,6 +109,28 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX runs_by_owner ON runs(owner);
     """,
+    # Chat messages to show. ``claim_messages`` and ``outbox_backlog`` scan only the messages
+    # the platform does not show yet, oldest first, hence the partial index.
+    """
+    CREATE TABLE outbox (
+        key               text PRIMARY KEY,
+        pos               bigint GENERATED ALWAYS AS IDENTITY,
+        platform          text NOT NULL,
+        target            json NOT NULL,
+        body              json NOT NULL,
+        version           bigint NOT NULL,
+        delivered_version bigint NOT NULL DEFAULT 0,
+        ref               text NOT NULL DEFAULT '',
+        attempts          bigint NOT NULL DEFAULT 0,
+        next_attempt_at   timestamptz NOT NULL,
+        claimed_by        text NOT NULL DEFAULT '',
+        claim_expires     timestamptz,
+        error             text NOT NULL DEFAULT '',
+        created_at        timestamptz NOT NULL,
+        updated_at        timestamptz NOT NULL
+    );
+    CREATE INDEX outbox_due ON outbox(created_at, pos) WHERE version > delivered_version;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -11,7 +11,7 @@ the same way, and both take the current time from the store's clock, never from 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, Final
 
@@ -89,14 +89,21 @@ SQLITE: Final = Dialect(
 )
 
 
+def equal(first: int = 1, /, **filters: str | None) -> tuple[list[str], tuple[str, ...]]:
+    """A ``column = $N`` condition for each given column (parameters from ``$first`` on),
+    skipping the filters that are None; and the parameters they take."""
+    used = {column: value for column, value in filters.items() if value is not None}
+    conditions = [f"{column} = ${n}" for n, column in enumerate(used, start=first)]
+    return conditions, tuple(used.values())
+
+
 def where(**filters: str | None) -> tuple[str, tuple[str, ...]]:
     """A WHERE clause over the given columns (parameters from $1 on), skipping the filters that
     are None; and the parameters it takes."""
-    used = {column: value for column, value in filters.items() if value is not None}
-    if not used:
+    conditions, params = equal(**filters)
+    if not conditions:
         return "", ()
-    clauses = [f"{column} = ${n}" for n, column in enumerate(used, start=1)]
-    return "WHERE " + " AND ".join(clauses), tuple(used.values())
+    return "WHERE " + " AND ".join(conditions), params
 
 
 # -- sessions and runs --------------------------------------------------------------------------
@@ -105,6 +112,7 @@ ENSURE_SESSION: Final = """
 INSERT INTO sessions(id, platform, channel, thread, created_at) VALUES ($1, $2, $3, $4, $5)
 ON CONFLICT (id) DO NOTHING
 """
+GET_SESSION: Final = "SELECT id, platform, channel, thread FROM sessions WHERE id = $1"
 CREATE_RUN: Final = (
     f"INSERT INTO runs({RUN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, 1, $8, $9, $10)"
 )
@@ -216,6 +224,91 @@ SELECT replicas.owner, replicas.info, replicas.started_at, replicas.last_seen,
 FROM replicas LEFT JOIN runs ON runs.owner = replicas.owner
 WHERE replicas.last_seen >= $1 ORDER BY replicas.owner, runs.id
 """
+
+# -- outbox -------------------------------------------------------------------------------------
+
+# The columns ``outbox_from_row`` reads. Who holds a claim (``claimed_by``, '' for nobody) and
+# until when (``claim_expires``, NULL for nobody) stay inside the store.
+_OUTBOX_COLUMNS: Final = (
+    "key, platform, target::text, body::text, version, delivered_version, ref, attempts,"
+    " next_attempt_at, error, created_at, updated_at"
+)
+# Message $1 of platform $2 at $3 showing $4, put at $5: new, it is version 1, due at once; a
+# different body replaces the stored one as the next version, due at once (the ref, the target
+# and the attempts stay). An identical body returns no row: nothing changed.
+PUT_MESSAGE: Final = """
+INSERT INTO outbox(key, platform, target, body, version, next_attempt_at, created_at, updated_at)
+VALUES ($1, $2, $3::json, $4::json, 1, $5, $5, $5)
+ON CONFLICT (key) DO UPDATE
+SET body = excluded.body, version = outbox.version + 1,
+    next_attempt_at = excluded.next_attempt_at, updated_at = excluded.updated_at
+WHERE outbox.body::text <> excluded.body::text
+RETURNING version
+"""
+MESSAGE_VERSION: Final = "SELECT version FROM outbox WHERE key = $1"
+# A message due at $2: the platform does not show its version yet, its retry time has come,
+# and nobody holds a claim on it (or the claim has run out).
+_DUE_MESSAGE: Final = (
+    "version > delivered_version",
+    "next_attempt_at <= $2",
+    "(claim_expires IS NULL OR claim_expires <= $2)",
+)
+
+
+def claim_messages(filters: Sequence[str], limit: int, row_locks: bool) -> str:
+    """Claims for $1 at $2 until $3 of the oldest due messages that also meet ``filters``
+    (conditions on the parameters after ``limit``), at most parameter number ``limit`` of
+    them, each counting one attempt; returns ``{insertion}`` and ``_OUTBOX_COLUMNS``.
+
+    Where rows are locked, concurrent claimers pass over each other's rows (SKIP LOCKED), so
+    each row goes to one claimer; elsewhere the write transaction runs alone (SQLite's BEGIN
+    IMMEDIATE), so no other claimer can take the rows between the select and the update.
+    MATERIALIZED keeps the locking LIMIT subquery from being evaluated more than once.
+    """
+    due = " AND ".join((*_DUE_MESSAGE, *filters))
+    lock = " FOR UPDATE SKIP LOCKED" if row_locks else ""
+    return f"""
+WITH picked AS MATERIALIZED (
+    SELECT key FROM outbox WHERE {due}
+    ORDER BY created_at, {{insertion}} LIMIT ${limit}{lock}
+)
+UPDATE outbox SET claimed_by = $1, claim_expires = $3, attempts = attempts + 1, updated_at = $2
+WHERE key IN (SELECT key FROM picked)
+RETURNING {{insertion}}, {_OUTBOX_COLUMNS}
+"""
+
+
+# Claimer $2 says message $1 shows version $3 as ref $4, at $5. Its claim, if it still holds it,
+# is released, and attempts and error start afresh (also when nobody holds a claim). A claimer
+# that lost its claim may have posted all the same: it records its ref where none is recorded
+# yet (or its version on the ref recorded) and leaves the claim to its holder. The version
+# recorded only ever grows; a ref is never cleared.
+MESSAGE_DELIVERED: Final = """
+UPDATE outbox SET
+    delivered_version = CASE WHEN $3 > delivered_version THEN $3 ELSE delivered_version END,
+    ref = CASE WHEN $4::text <> '' AND (claimed_by = $2 OR ref = '') THEN $4 ELSE ref END,
+    attempts = CASE WHEN claimed_by IN ($2, '') THEN 0 ELSE attempts END,
+    error = CASE WHEN claimed_by IN ($2, '') THEN '' ELSE error END,
+    claimed_by = CASE WHEN claimed_by = $2 THEN '' ELSE claimed_by END,
+    claim_expires = CASE WHEN claimed_by = $2 THEN NULL ELSE claim_expires END,
+    updated_at = $5
+WHERE key = $1 AND (claimed_by = $2 OR ref = '' OR ref = $4)
+"""
+# Claimer $2 of message $1 gives its claim up after error $4 (at $5); due again at $3.
+MESSAGE_FAILED: Final = """
+UPDATE outbox SET claimed_by = '', claim_expires = NULL, next_attempt_at = $3, error = $4,
+    updated_at = $5
+WHERE key = $1 AND claimed_by = $2
+"""
+GET_MESSAGE: Final = f"SELECT {_OUTBOX_COLUMNS} FROM outbox WHERE key = $1"
+
+
+def outbox_backlog(filters: Sequence[str]) -> str:
+    """How many messages the platform does not show yet, of those meeting ``filters``."""
+    return "SELECT COUNT(*) FROM outbox WHERE " + " AND ".join(
+        ("version > delivered_version", *filters)
+    )
+
 
 # -- audit --------------------------------------------------------------------------------------
 

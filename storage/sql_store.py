@@ -18,7 +18,7 @@ from typing import Any, ClassVar, TypeVar
 
 from bot.domain import Decision, Request, RequestStatus, Session
 from bot.journal.entries import Entry
-from bot.records import JournalRecord, Replica, RunRecord, WorkItem
+from bot.records import JournalRecord, OutboxMessage, Replica, RunRecord, WorkItem
 from bot.store import AuditRecord, StoreError, UnknownRun
 from storage import sql
 from storage.common import (
@@ -26,6 +26,8 @@ from storage.common import (
     Refusal,
     Violation,
     new_run_row,
+    outbox_from_row,
+    outbox_json,
     record,
     replicas_from_rows,
     request_from_row,
@@ -44,7 +46,7 @@ Step = tuple[str, Params]
 
 
 class SqlStore(ABC):
-    """Sessions, runs, leases, journal reads, requests, work, replicas and audit, in SQL."""
+    """Sessions, runs, leases, journal reads, requests, work, replicas, outbox and audit, in SQL."""
 
     _dialect: ClassVar[Dialect]
     # Marks ``sql.UNTAKEN_WORK`` taken by $1 at $2, returning ``sql.TAKEN_WORK``: each backend
@@ -123,6 +125,14 @@ class SqlStore(ABC):
     async def ensure_session(self, session: Session) -> None:
         """Create the session if it does not exist."""
         await self._write("ensure_session", sql.ENSURE_SESSION, self._session_row(session))
+
+    async def get_session(self, session_id: str) -> Session | None:
+        """A session by id, or None."""
+        rows = await self._read("get_session", sql.GET_SESSION, (session_id,))
+        if not rows:
+            return None
+        sid, platform, channel, thread = rows[0]
+        return Session(id=sid, platform=platform, channel=channel, thread=thread)
 
     async def create_run(
         self, run: RunRecord, owner: str, lease_seconds: float, session: Session | None = None
@@ -295,6 +305,65 @@ class SqlStore(ABC):
         since = self._stamp(self._clock() - timedelta(seconds=alive_within))
         rows = await self._read("list_replicas", sql.LIST_REPLICAS, (since,))
         return replicas_from_rows(rows, self._dialect.moment)
+
+    # -- outbox ------------------------------------------------------------------------------
+
+    async def put_message(
+        self, key: str, platform: str, target: dict[str, Any], body: dict[str, Any]
+    ) -> int:
+        """Insert message ``key``, or give it a different body as its next version (due at
+        once); its version. An identical body changes nothing."""
+        params = (key, platform, outbox_json(target), outbox_json(body), self._now())
+        rows = await self._write("put_message", sql.PUT_MESSAGE, params)
+        if not rows:  # the body it shows already: nothing changed
+            rows = await self._read("put_message", sql.MESSAGE_VERSION, (key,))
+        return int(rows[0][0])
+
+    async def claim_messages(
+        self,
+        owner: str,
+        lease_seconds: float,
+        limit: int = 20,
+        platform: str | None = None,
+        key: str | None = None,
+    ) -> list[OutboxMessage]:
+        """Claim up to ``limit`` due messages for ``owner`` for ``lease_seconds``, oldest
+        first (of one platform, or just message ``key``, if given); one claimer each."""
+        if limit <= 0:
+            return []
+        filters, values = sql.equal(5, platform=platform, key=key)
+        statement = sql.claim_messages(filters, 4, self._dialect.row_locks)
+        now = self._clock()
+        until = now + timedelta(seconds=lease_seconds)
+        params = (owner, self._stamp(now), self._stamp(until), limit, *values)
+        rows = await self._write("claim_messages", statement, params)
+        moment = self._dialect.moment
+        claimed = [(outbox_from_row(row[1:], moment), row[0]) for row in rows]
+        # RETURNING order is unspecified: oldest first, insertion order among equal times.
+        claimed.sort(key=lambda pair: (pair[0].created_at, pair[1]))
+        return [message for message, _ in claimed]
+
+    async def message_delivered(self, key: str, owner: str, version: int, ref: str) -> None:
+        """Record that the platform shows ``version`` of message ``key`` as ``ref``; release
+        ``owner``'s claim if it still holds it (never another owner's)."""
+        params = (key, owner, version, ref, self._now())
+        await self._write("message_delivered", sql.MESSAGE_DELIVERED, params)
+
+    async def message_failed(self, key: str, owner: str, retry_at: datetime, error: str) -> None:
+        """Release ``owner``'s claim on message ``key``, due again at ``retry_at``."""
+        params = (key, owner, self._stamp(retry_at), error, self._now())
+        await self._write("message_failed", sql.MESSAGE_FAILED, params)
+
+    async def get_message(self, key: str) -> OutboxMessage | None:
+        """Message ``key``, or None."""
+        rows = await self._read("get_message", sql.GET_MESSAGE, (key,))
+        return outbox_from_row(rows[0], self._dialect.moment) if rows else None
+
+    async def outbox_backlog(self, platform: str | None = None) -> int:
+        """How many messages (of one platform, if given) the platform does not show yet."""
+        filters, params = sql.equal(platform=platform)
+        rows = await self._read("outbox_backlog", sql.outbox_backlog(filters), params)
+        return int(rows[0][0])
 
     # -- audit -------------------------------------------------------------------------------
 

@@ -102,6 +102,27 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX runs_by_owner ON runs(owner);
     """,
+    # Chat messages to show. ``claim_messages`` and ``outbox_backlog`` scan only the messages
+    # the platform does not show yet, oldest first, hence the partial index.
+    """
+    CREATE TABLE outbox (
+        key               TEXT PRIMARY KEY,
+        platform          TEXT NOT NULL,
+        target            TEXT NOT NULL,
+        body              TEXT NOT NULL,
+        version           INTEGER NOT NULL,
+        delivered_version INTEGER NOT NULL DEFAULT 0,
+        ref               TEXT NOT NULL DEFAULT '',
+        attempts          INTEGER NOT NULL DEFAULT 0,
+        next_attempt_at   TEXT NOT NULL,
+        claimed_by        TEXT NOT NULL DEFAULT '',
+        claim_expires     TEXT,
+        error             TEXT NOT NULL DEFAULT '',
+        created_at        TEXT NOT NULL,
+        updated_at        TEXT NOT NULL
+    );
+    CREATE INDEX outbox_due ON outbox(created_at) WHERE version > delivered_version;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

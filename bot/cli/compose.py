@@ -200,3 +200,6 @@ async def runtime(settings: Settings) -> AsyncIterator[Runtime]:
             )
         finally:
             await store.close()
+            close = getattr(model, "aclose", None)
+            if close is not None:  # the OpenAI client's connections, before the loop ends
+                await close()

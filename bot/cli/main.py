@@ -184,13 +184,26 @@ def chat(user: str) -> None:
         sys.exit(128 + signal.SIGTERM)
 
 
+PLATFORMS = ("slack",)
+
+
 @cli.command()
+@click.argument("platforms", nargs=-1, type=click.Choice(PLATFORMS))
+@click.option(
+    "--port",
+    type=int,
+    default=None,
+    help="HTTP port for /healthz and /slack/events [3000 with a platform].",
+)
+@click.option("--host", default="127.0.0.1", show_default=True, help="HTTP address to bind.")
 @one_line_errors
-def serve() -> None:
+def serve(platforms: tuple[str, ...], port: int | None, host: str) -> None:
     """Run until stopped: take work from the store, adopt orphaned runs, fire deadlines,
-    reminders and scheduled prompts. SIGTERM or Ctrl-C suspends live runs and hands them back."""
+    reminders and scheduled prompts, and serve the chat PLATFORMS named (slack). SIGTERM or
+    Ctrl-C suspends live runs and hands them back."""
     import asyncio
 
+    from bot.cli.serving import ChatFront
     from bot.schedule import Scheduler
     from bot.supervisor import Supervisor
     from bot.work import WorkTaker
@@ -199,21 +212,24 @@ def serve() -> None:
 
     async def work(rt: Runtime) -> None:
         supervisor = Supervisor(rt)
+        front = ChatFront(supervisor, platforms, host=host, port=port)
         taker = WorkTaker(supervisor, rt.store)
         scheduler = Scheduler(supervisor, settings.deadlines, settings.schedules, store=rt.store)
         stop = asyncio.Event()
         _on_stop_signals(lambda _signum: stop.set())
+        await front.start()
         await scheduler.start()
         taking = asyncio.create_task(taker.run())
         click.echo(f"kestrel serving as {rt.owner}", err=True)
-        for notice in rt.policy.notices():
-            echo(f"note: {notice}", err=True)
+        for line in [*front.describe(), *(f"note: {n}" for n in rt.policy.notices())]:
+            echo(line, err=True)
         await stop.wait()
         taker.stop()
         await scheduler.stop()
         grace = settings.replica.shutdown_grace_seconds
         for run_id in await supervisor.shutdown(tool_grace=grace):
             await taker.submit_resume(run_id)  # handed back: another replica goes on
+        await front.stop()
         taking.cancel()
         await asyncio.gather(taking, return_exceptions=True)
         click.echo("stopped: live runs suspended and their leases released", err=True)

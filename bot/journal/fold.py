@@ -85,6 +85,15 @@ class RunState:
         """Requests of the current batch whose call has no result yet."""
         return [c.deferred for c in self.batch if c.deferred and c.result is None]
 
+    def reason_for(self, call_id: str) -> str:
+        """What the model said in the turn that made call ``call_id`` (why it asked)."""
+        for message in reversed(self.messages):
+            if isinstance(message, AssistantMessage) and any(
+                call.id == call_id for call in message.turn.calls
+            ):
+                return message.turn.text or ""
+        return ""
+
     def outcomes(self) -> dict[str, int]:
         """Calls counted by the exit that answered them (a still-open deferral counts as one)."""
         return {kind: n for kind, n in self.outcome_counts.items() if n}

@@ -420,6 +420,17 @@ async def test_create_run_can_ensure_its_session_in_the_same_write(store: Store)
         await store.create_run(first, "w1", LEASE, session=session)
 
 
+async def test_a_session_reads_back_by_id(store: Store) -> None:
+    session = Session(id="s_slack", platform="slack", channel="C9", thread="171.5")
+    await store.ensure_session(session)
+    await store.ensure_session(session.model_copy(update={"thread": "other"}))  # first one stays
+
+    assert await store.get_session("s_slack") == session
+    run_id, _ = await new_run(store, session_id="s_slack")
+    assert await store.get_session((await store.get_run(run_id)).session_id) == session
+    assert await store.get_session("nowhere") is None
+
+
 async def test_list_runs_newest_first(store: Store) -> None:
     await store.ensure_session(Session(id="s1"))
     await store.ensure_session(Session(id="s1"))  # idempotent

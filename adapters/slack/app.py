@@ -1,0 +1,141 @@
+"""The Slack adapter put together: bolt's ``AsyncApp``, its listeners, the outbox worker and
+the progress refresher, served over HTTP (``/slack/events``) or Socket Mode."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from aiohttp import web
+from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
+from slack_bolt.async_app import AsyncApp
+from slack_sdk.errors import SlackApiError
+from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
+from slack_sdk.web.async_client import AsyncWebClient
+
+from adapters.slack import ids
+from adapters.slack.identity import Identities
+from adapters.slack.listeners import BotIdentity, SlackListeners
+from adapters.slack.progress import Progress
+from adapters.slack.renderer import SlackRenderer
+from adapters.slack.settings import SlackSettings
+from adapters.slack.transport import SlackTransport
+from bot.chat import ChatService
+from bot.config import ConfigError
+from bot.domain import RequestStatus
+from bot.outbox import Deliveries
+from bot.store import Outbox
+
+log = logging.getLogger("kestrel.slack")
+
+EVENTS_PATH = "/slack/events"
+SLACK_API = "https://slack.com/api/"
+STOP_SECONDS = 5.0
+
+
+class SlackAdapter:
+    """Kestrel in Slack: ``start`` checks the token and wires everything; then serve it with
+    ``web_app`` (HTTP mode) or ``connect`` (Socket Mode); ``stop`` ends both."""
+
+    def __init__(
+        self,
+        chat: ChatService,
+        outbox: Outbox,
+        owner: str,
+        settings: SlackSettings,
+        *,
+        refresh_seconds: float = 90.0,
+        rate_limit_retries: int = 2,
+    ) -> None:
+        self.settings = settings
+        self._chat = chat
+        client = AsyncWebClient(token=settings.bot_token, base_url=settings.api_url or SLACK_API)
+        client.retry_handlers.append(
+            AsyncRateLimitErrorRetryHandler(max_retry_count=rate_limit_retries)
+        )
+        self.client = client
+        self.deliveries = Deliveries(outbox, SlackTransport(client), owner)
+        self.progress = Progress(client, self.deliveries, refresh_seconds=refresh_seconds)
+        self.renderer = SlackRenderer(chat, self.deliveries, self.progress)
+        self.app: AsyncApp | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._socket: AsyncSocketModeHandler | None = None
+
+    async def start(self) -> BotIdentity:
+        """Check the token (``auth.test``), register the listeners, start delivering, and
+        show the cards of requests that were opened while no process could post them."""
+        me = await self._whoami()
+        identities = Identities(self.client, me.team, self._chat.groups_named)
+        listeners = SlackListeners(
+            self._chat, self.client, me, identities, self.progress, self.renderer
+        )
+        self.app = _bolt_app(self.settings, self.client, listeners)
+        self._chat.subscribe(self.renderer)
+        self._tasks = [
+            asyncio.create_task(self.deliveries.run(), name="slack-outbox"),
+            asyncio.create_task(self.progress.keep_alive(), name="slack-progress"),
+        ]
+        await self._show_open_cards()
+        return me
+
+    def web_app(self) -> web.Application:
+        """The HTTP endpoint: ``POST /slack/events`` (events, interactivity, the command)."""
+        assert self.app is not None, "start() first"
+        return self.app.web_app(path=EVENTS_PATH)
+
+    async def connect(self) -> None:
+        """Socket Mode: connect out with the app-level token (no public URL needed)."""
+        assert self.app is not None, "start() first"
+        self._socket = AsyncSocketModeHandler(self.app, self.settings.app_token)
+        await self._socket.connect_async()  # type: ignore[no-untyped-call]
+
+    async def stop(self) -> None:
+        """Disconnect, stop delivering and refreshing (the outbox keeps what is undelivered)."""
+        if self._socket is not None:
+            await self._socket.close_async()  # type: ignore[no-untyped-call]
+        await self.renderer.close()
+        # A delivery under way finishes and records what Slack shows, so that no card is left
+        # claimed by a process that is gone.
+        self.deliveries.stop()
+        delivering, *others = self._tasks
+        for task in others:
+            task.cancel()
+        await asyncio.wait([delivering], timeout=STOP_SECONDS)
+        delivering.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _whoami(self) -> BotIdentity:
+        try:
+            reply = await self.client.auth_test()
+        except SlackApiError as exc:
+            error = exc.response.get("error") or exc
+            raise ConfigError(f"slack: auth.test refused SLACK_BOT_TOKEN: {error}") from exc
+        except OSError as exc:
+            where = self.settings.api_url or "slack.com"
+            raise ConfigError(f"slack: cannot reach {where}: {exc}") from exc
+        return BotIdentity(str(reply["team_id"]), str(reply["user_id"]), str(reply.get("url", "")))
+
+    async def _show_open_cards(self) -> None:
+        # Idempotent: a card already in the outbox with the same body changes nothing.
+        for item in await self._chat.pending():
+            view = await self._chat.request(item.request.id)
+            if view is not None and view.status is RequestStatus.OPEN:
+                await self.renderer.show_card(view)
+
+
+def _bolt_app(settings: SlackSettings, client: AsyncWebClient, on: SlackListeners) -> AsyncApp:
+    app = AsyncApp(
+        client=client,
+        signing_secret=settings.signing_secret or None,
+        # Socket Mode requests come over our own authenticated connection: nothing to sign.
+        request_verification_enabled=not settings.socket_mode,
+        logger=logging.getLogger("kestrel.slack.bolt"),
+    )
+    app.event("app_mention")(on.on_app_mention)
+    app.event("message")(on.on_message)
+    app.event("app_home_opened")(on.on_home_opened)
+    app.action(ids.ACTION_PATTERN)(on.on_action)
+    app.view(ids.DENY_MODAL)(on.on_deny_submitted)
+    app.view(ids.ANSWER_MODAL)(on.on_answer_submitted)
+    app.command("/kestrel")(on.on_command)
+    return app

@@ -1,0 +1,47 @@
+"""What the Slack adapter reads from the environment, checked before anything connects."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from bot.config import ConfigError
+
+
+@dataclass(frozen=True)
+class SlackSettings:
+    """Tokens, the signing secret and where the Web API is."""
+
+    bot_token: str
+    signing_secret: str
+    app_token: str = ""
+    api_url: str = ""
+
+    @property
+    def socket_mode(self) -> bool:
+        """Whether to connect out over Socket Mode (an app-level token is set) instead of HTTP."""
+        return bool(self.app_token)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> SlackSettings:
+        """Read ``SLACK_*``; a missing or malformed value is a ``ConfigError`` naming it."""
+        bot_token = environ.get("SLACK_BOT_TOKEN", "").strip()
+        secret = environ.get("SLACK_SIGNING_SECRET", "").strip()
+        app_token = environ.get("SLACK_APP_TOKEN", "").strip()
+        api_url = environ.get("SLACK_API_URL", "").strip()
+        if not bot_token:
+            raise ConfigError("SLACK_BOT_TOKEN is not set: the bot token (xoxb-…) of the app")
+        if not bot_token.startswith("xoxb-"):
+            raise ConfigError("SLACK_BOT_TOKEN must be a bot token (it starts with xoxb-)")
+        if app_token and not app_token.startswith("xapp-"):
+            raise ConfigError("SLACK_APP_TOKEN must be an app-level token (it starts with xapp-)")
+        if not secret and not app_token:
+            raise ConfigError(
+                "SLACK_SIGNING_SECRET is not set: HTTP mode verifies every request with it"
+                " (or set SLACK_APP_TOKEN for Socket Mode)"
+            )
+        if api_url and not api_url.startswith(("http://", "https://")):
+            raise ConfigError(f"SLACK_API_URL must be an http(s) URL, not {api_url!r}")
+        if api_url and not api_url.endswith("/"):
+            api_url += "/"
+        return cls(bot_token, secret, app_token, api_url)

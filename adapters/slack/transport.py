@@ -1,0 +1,96 @@
+"""The outbox's way into Slack: post, edit and find the bot's messages in a thread.
+
+Each message the bot posts carries its outbox key in Slack's message metadata, so a post
+whose outcome is unknown can be found in the thread instead of being posted a second time.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.outbox import DeliveryFailed
+
+EVENT_TYPE = "kestrel_message"
+
+
+class SlackTransport:
+    """Shows outbox messages in Slack threads (``target``: channel and thread_ts)."""
+
+    platform = "slack"
+
+    def __init__(self, client: AsyncWebClient) -> None:
+        self._client = client
+
+    async def post(self, key: str, target: dict[str, Any], body: dict[str, Any]) -> str:
+        """Post into the thread, marked with ``key``; return the message's ts."""
+        metadata = {"event_type": EVENT_TYPE, "event_payload": {"key": key}}
+        try:
+            reply = await self._client.chat_postMessage(
+                channel=target["channel"],
+                thread_ts=target.get("thread_ts") or None,
+                text=body.get("text", ""),
+                blocks=body.get("blocks") or None,
+                metadata=metadata,
+                unfurl_links=False,
+                unfurl_media=False,
+            )
+        except SlackApiError as exc:
+            raise _failed(exc) from exc
+        return str(reply["ts"])
+
+    async def update(self, ref: str, target: dict[str, Any], body: dict[str, Any]) -> None:
+        """Edit message ``ref`` in place."""
+        try:
+            await self._client.chat_update(
+                channel=target["channel"],
+                ts=ref,
+                text=body.get("text", ""),
+                blocks=body.get("blocks") or [],
+            )
+        except SlackApiError as exc:
+            raise _failed(exc) from exc
+
+    async def find(self, key: str, target: dict[str, Any]) -> str | None:
+        """The ts of the bot's message marked ``key`` in the thread, if it landed."""
+        thread = target.get("thread_ts")
+        if not thread:
+            return None
+        cursor = None
+        try:
+            while True:
+                reply = await self._client.conversations_replies(
+                    channel=target["channel"],
+                    ts=thread,
+                    include_all_metadata=True,
+                    limit=200,
+                    cursor=cursor,
+                )
+                for message in reply.get("messages") or []:
+                    if _key_of(message) == key:
+                        return str(message["ts"])
+                cursor = (reply.get("response_metadata") or {}).get("next_cursor")
+                if not cursor:
+                    return None
+        except SlackApiError as exc:
+            raise _failed(exc) from exc
+
+
+def _key_of(message: dict[str, Any]) -> str:
+    metadata = message.get("metadata") or {}
+    if metadata.get("event_type") != EVENT_TYPE:
+        return ""
+    return str((metadata.get("event_payload") or {}).get("key", ""))
+
+
+def _failed(exc: SlackApiError) -> DeliveryFailed:
+    response = exc.response
+    error = str(response.get("error") or "unknown error")
+    retry_after = None
+    if response.status_code == 429:
+        retry_after = float(
+            response.headers.get("Retry-After", response.headers.get("retry-after", 30))
+        )
+    return DeliveryFailed(f"slack: {error}", retry_after)

@@ -1,0 +1,461 @@
+"""Latency of the Slack adapter in HTTP mode: clicks, mentions, and a burst of mentions.
+
+One Kestrel replica in-process, built as ``kestrel slack`` builds it (a kestrel.yaml, SQLite,
+the real ``openai`` client against a local fake model answering at once, bolt's ``AsyncApp``
+served over HTTP on localhost) and a local fake Slack Web API that stamps each call on arrival.
+Requests are signed as Slack signs them (``tests.fakes``). Scenarios, each measured from just
+before the request is signed and sent:
+
+* refused clicks: a user who may not approve clicks Approve on an open card (signature, ack,
+  identity, the store, the policy; an ephemeral refusal), one at a time;
+* approving clicks: one click on each of that many cards of runs waiting for an approval,
+  to its HTTP response and to the card's ``chat.update`` reaching the fake;
+* mentions, one at a time, each in its own thread: to the HTTP response, to the first
+  visible feedback (``assistant.threads.setStatus`` or ``chat.startStream``), to the answer;
+* a burst of mentions sent at once: how many were acknowledged within Slack's 3 s, and whether
+  every thread got exactly one answer.
+
+Targets (issue): ack p99 under 20 ms (Slack allows 3 s); first feedback p50 under 100 ms.
+The fakes and the sender share the replica's event loop (and its garbage collector), so their
+work is counted too. An action's ack waits at least 10 ms: bolt's async listener runner polls
+for ``ack()`` every 10 ms (``slack_bolt/listener/asyncio_runner.py``); events are acknowledged
+before their listener runs.
+
+    python -m bench.slack [--clicks N] [--approvals N] [--mentions N] [--burst N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import math
+import tempfile
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import yaml
+from aiohttp import web
+
+from adapters.slack import ids
+from adapters.slack.app import EVENTS_PATH, SlackAdapter
+from adapters.slack.settings import SlackSettings
+from bot.chat import ChatService
+from bot.cli import compose
+from bot.config import load_settings
+from bot.supervisor import Supervisor
+from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.slack_api import Call, FakeSlackApi
+from tests.fakes.slack_client import SlackSender, app_mention, block_actions
+
+CLICKS: Final = 500
+APPROVALS: Final = 100  # p99 of 100 is the second-slowest; of 50 it would be the slowest
+MENTIONS: Final = 100
+BURST: Final = 100
+WARMUP: Final = 5  # refused clicks and mentions sent first, not counted
+ACK_TARGET_MS: Final = 20.0
+FEEDBACK_TARGET_MS: Final = 100.0
+SLACK_ACK_S: Final = 3.0
+TIMEOUT_S: Final = 30.0
+
+SECRET: Final = "bench-signing-secret"
+HOST: Final = "127.0.0.1"
+CHANNEL: Final = "C0BENCH"
+REQUESTER: Final = "U0REQ"
+APPROVER: Final = "U0APPROVER"
+STRANGER: Final = "U0STRANGER"
+SRE_GROUP: Final = "S0SRE"
+FEEDBACK_METHODS: Final = ("assistant.threads.setStatus", "chat.startStream")
+
+# A mention naming "restart" asks for the gated tool (its run then waits for an approval);
+# any other gets a plain-text answer at once.
+SCRIPT: Final[list[Any]] = [
+    {
+        "one_of": [
+            {
+                "match": "restart",
+                "text": "Checkout is OOM-killed in a loop; a restart should bring it back.",
+                "calls": [{"name": "restart_service", "arguments": {"service": "checkout"}}],
+            },
+            {"text": "All good."},
+        ]
+    },
+    {"text": "Restarted checkout."},
+]
+
+
+def write_config(folder: Path, model_url: str) -> Path:
+    """kestrel.yaml: SQLite, one gated command, a policy naming the bench's users, the model."""
+    catalog = {
+        "tools": [
+            {
+                "name": "restart_service",
+                "description": "Restart a service",
+                "command": ["/bin/echo", "restarted", "{service}"],
+                "parameters": {
+                    "type": "object",
+                    "properties": {"service": {"type": "string", "pattern": "^[a-z]+$"}},
+                    "required": ["service"],
+                    "additionalProperties": False,
+                },
+                "confirm": True,
+                "idempotent": False,
+                "timeout": 10,
+            }
+        ]
+    }
+    (folder / "catalog.yaml").write_text(yaml.safe_dump(catalog))
+    config = {
+        "database": str(folder / "kestrel.db"),
+        "model": {"provider": "openai", "name": "fake", "timeout": 10, "max_retries": 0},
+        "openai_base_url": model_url,
+        "openai_api_key": "sk-bench",
+        "tools": ["catalog.yaml"],
+        "pii": {"mode": "off"},
+        "policy": {"requesters": ["*"], "approvers": {"*": [APPROVER, f"group:{SRE_GROUP}"]}},
+    }
+    path = folder / "kestrel.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@dataclass
+class Replica:
+    """The replica's HTTP endpoint (through a signing sender) and the fake Slack it calls."""
+
+    api: FakeSlackApi
+    sender: SlackSender
+
+
+@asynccontextmanager
+async def replica(folder: Path) -> AsyncIterator[Replica]:
+    """Start the fakes and one replica serving ``/slack/events``; stop them all on exit."""
+    async with FakeOpenAI(SCRIPT) as model, FakeSlackApi() as api:
+        api.usergroups[SRE_GROUP] = ["U0ONCALL"]
+        settings = load_settings(str(write_config(folder, model.base_url)))
+        async with compose.runtime(settings) as rt:
+            supervisor = Supervisor(rt)
+            chat = ChatService(supervisor)
+            slack = SlackSettings(bot_token="xoxb-bench", signing_secret=SECRET, api_url=api.url)
+            adapter = SlackAdapter(chat, rt.store, rt.owner, slack)
+            await adapter.start()
+            runner = web.AppRunner(adapter.web_app(), access_log=None)
+            await runner.setup()
+            await web.TCPSite(runner, HOST, 0).start()
+            port = runner.addresses[0][1]
+            sender = SlackSender(f"http://{HOST}:{port}{EVENTS_PATH}", SECRET, api=api)
+            try:
+                yield Replica(api, sender)
+            finally:
+                await runner.cleanup()
+                await supervisor.shutdown()
+                await adapter.stop()
+
+
+# --------------------------------------------------------------------------- the fake's calls
+
+
+class Tail:
+    """The fake's calls from now on (each ``first`` looks at each call once: cheap to poll)."""
+
+    def __init__(self, api: FakeSlackApi) -> None:
+        self._api = api
+        self._start = len(api.calls)
+
+    def new(self) -> list[Call]:
+        """The calls that arrived since the last look (for scanning as they come)."""
+        calls = self._api.calls[self._start :]
+        self._start += len(calls)
+        return calls
+
+    async def first(self, matches: Callable[[Call], bool], what: str) -> Call:
+        """The first call since the tail began that ``matches`` (waiting for it)."""
+        seen = self._start
+        deadline = time.monotonic() + TIMEOUT_S
+        while time.monotonic() < deadline:
+            calls = self._api.calls
+            for call in calls[seen:]:
+                if matches(call):
+                    return call
+            seen = len(calls)
+            await asyncio.sleep(0.001)
+        raise RuntimeError(f"no {what} reached the fake Slack within {TIMEOUT_S:.0f} s")
+
+
+def _shows(call: Call, action_id: str) -> bool:
+    """Whether ``call`` posts a message with a button ``action_id``."""
+    return call.method == "chat.postMessage" and action_id in json.dumps(call.args.get("blocks"))
+
+
+def is_answer(call: Call) -> bool:
+    """A run's final answer: the post with the feedback buttons."""
+    return _shows(call, ids.FEEDBACK)
+
+
+def thread_of(call: Call) -> str:
+    """The thread a call posts into."""
+    return str(call.args.get("thread_ts", ""))
+
+
+def answer_in(thread: str) -> Callable[[Call], bool]:
+    """Matches the run's answer in ``thread``."""
+    return lambda call: is_answer(call) and thread_of(call) == thread
+
+
+def feedback_in(thread: str) -> Callable[[Call], bool]:
+    """Matches the first visible feedback in ``thread``: its status line or a stream."""
+    return lambda call: call.method in FEEDBACK_METHODS and thread_of(call) == thread
+
+
+def update_of(ts: str) -> Callable[[Call], bool]:
+    """Matches an edit of the message ``ts``."""
+    return lambda call: call.method == "chat.update" and call.args.get("ts") == ts
+
+
+def button_value(call: Call, action_id: str) -> str:
+    """The value of the button ``action_id`` a post carries."""
+    for block in call.args.get("blocks") or []:
+        for element in block.get("elements") or []:
+            if element.get("action_id") == action_id:
+                return str(element.get("value", ""))
+    raise RuntimeError(f"no {action_id} button on the card")
+
+
+@dataclass(frozen=True)
+class Card:
+    """An approval card as posted: where it is and its Approve button's value."""
+
+    ts: str
+    thread_ts: str
+    value: str
+
+
+# --------------------------------------------------------------------------- requests
+
+
+async def mention(world: Replica, text: str) -> tuple[str, float, float]:
+    """A signed app_mention starting a thread: (its ts, when it was sent, the ack latency in s).
+    Anything but an HTTP 200 is an error."""
+    event = app_mention(REQUESTER, f"<@{world.api.bot_user}> {text}", channel=CHANNEL)
+    started = time.monotonic()
+    response = await world.sender.event(event)
+    acked = time.monotonic() - started
+    if response.status != 200:
+        raise RuntimeError(f"app_mention answered {response.status}: {response.text}")
+    return str(event["ts"]), started, acked
+
+
+async def click(world: Replica, card: Card, user: str) -> tuple[float, float]:
+    """A signed block_actions click on Approve: (when it was sent, the ack latency in s)."""
+    payload = block_actions(
+        user,
+        ids.APPROVE_ONCE,
+        card.value,
+        channel=CHANNEL,
+        message_ts=card.ts,
+        thread_ts=card.thread_ts,
+    )
+    started = time.monotonic()
+    response = await world.sender.action(payload)
+    acked = time.monotonic() - started
+    if response.status != 200:
+        raise RuntimeError(f"block_actions answered {response.status}: {response.text}")
+    return started, acked
+
+
+# --------------------------------------------------------------------------- scenarios
+
+
+@dataclass
+class Figures:
+    """Latencies in ms, by what was timed; the burst's counts."""
+
+    samples: dict[str, list[float]] = field(default_factory=dict)
+    burst: dict[str, float] = field(default_factory=dict)
+
+    def add(self, name: str, seconds: float) -> None:
+        self.samples.setdefault(name, []).append(seconds * 1000)
+
+
+async def open_cards(world: Replica, count: int) -> list[Card]:
+    """``count`` runs each waiting for an approval, and their cards."""
+    start = len(world.api.calls)
+    threads = [(await mention(world, f"restart checkout ({i})"))[0] for i in range(count)]
+    posts: dict[str, Call] = {}
+    deadline = time.monotonic() + TIMEOUT_S
+    while len(posts) < count:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{len(posts)} of {count} approval cards posted")
+        await asyncio.sleep(0.01)
+        calls = world.api.calls[start:]
+        posts = {thread_of(c): c for c in calls if c.response and _shows(c, ids.APPROVE_ONCE)}
+    return [
+        Card(str((posts[t].response or {})["ts"]), t, button_value(posts[t], ids.APPROVE_ONCE))
+        for t in threads
+    ]
+
+
+async def refused_clicks(world: Replica, card: Card, count: int, figures: Figures) -> None:
+    """A user who may not approve clicks Approve, one click at a time."""
+    for i in range(WARMUP + count):
+        tail = Tail(world.api)
+        started, acked = await click(world, card, STRANGER)
+        note = await tail.first(
+            lambda c: c.method == "chat.postEphemeral" and c.args.get("user") == STRANGER,
+            "ephemeral refusal",
+        )
+        if "may not approve" not in str(note.args.get("text")):
+            raise RuntimeError(f"unexpected reply to a refused click: {note.args.get('text')}")
+        if i >= WARMUP:
+            figures.add("refused.ack", acked)
+            figures.add("refused.ephemeral", note.at - started)
+
+
+async def approving_clicks(world: Replica, cards: Sequence[Card], figures: Figures) -> None:
+    """One approving click on each card; the next once that run has answered."""
+    for card in cards:
+        tail = Tail(world.api)
+        started, acked = await click(world, card, APPROVER)
+        update = await tail.first(update_of(card.ts), "card update")
+        figures.add("approve.ack", acked)
+        figures.add("approve.update", update.at - started)
+        await tail.first(answer_in(card.thread_ts), "answer")
+
+
+async def mentions(world: Replica, count: int, figures: Figures) -> None:
+    """Mentions one at a time, each in its own thread, each answered before the next."""
+    for i in range(WARMUP + count):
+        tail = Tail(world.api)
+        thread, started, acked = await mention(world, f"how is checkout? ({i})")
+        shown = await tail.first(feedback_in(thread), "status or stream")
+        answer = await tail.first(answer_in(thread), "answer")
+        if i >= WARMUP:
+            figures.add("mention.ack", acked)
+            figures.add("mention.feedback", shown.at - started)
+            figures.add("mention.answer", answer.at - started)
+
+
+async def burst(world: Replica, count: int, figures: Figures) -> None:
+    """``count`` mentions at once; then every thread's answers, once all are answered."""
+    tail = Tail(world.api)
+    started = time.monotonic()
+    sent = await asyncio.gather(*(mention(world, f"is checkout up? ({i})") for i in range(count)))
+    threads = {thread for thread, _, _ in sent}
+    acks = [acked for _, _, acked in sent]
+    answers: Counter[str] = Counter()
+    last = started
+    deadline = started + TIMEOUT_S
+    while not threads <= answers.keys() and time.monotonic() < deadline:
+        for call in tail.new():
+            if is_answer(call):
+                answers[thread_of(call)] += 1
+                last = call.at
+        await asyncio.sleep(0.005)
+    await asyncio.sleep(1.0)  # time for a second answer to show up, if any would
+    answers.update(thread_of(c) for c in tail.new() if is_answer(c))
+    figures.burst = {
+        "sent": count,
+        "acked_in_time": sum(1 for a in acks if a <= SLACK_ACK_S),
+        "ack_p50_ms": percentile([a * 1000 for a in acks], 50),
+        "ack_max_ms": max(acks) * 1000,
+        "answered": len(threads & answers.keys()),
+        "answered_once": sum(1 for t in threads if answers[t] == 1),
+        "answered_twice_or_more": sum(1 for t in threads if answers[t] > 1),
+        "all_answered_s": last - started,
+    }
+
+
+async def run_all(clicks: int, approvals: int, count: int, at_once: int) -> Figures:
+    """Every scenario on one replica, one after another."""
+    figures = Figures()
+    with tempfile.TemporaryDirectory(prefix="kestrel-bench-slack-") as tmp:
+        async with replica(Path(tmp)) as world:
+            cards = await open_cards(world, approvals + 1)
+            await refused_clicks(world, cards[-1], clicks, figures)
+            await approving_clicks(world, cards[:-1], figures)
+            await mentions(world, count, figures)
+            await burst(world, at_once, figures)
+    return figures
+
+
+def measure(
+    clicks: int = CLICKS, approvals: int = APPROVALS, count: int = MENTIONS, at_once: int = BURST
+) -> Figures:
+    """Run the scenarios with Kestrel's loggers quieted (expected refusals log warnings)."""
+    logging.getLogger("kestrel").setLevel(logging.ERROR)
+    return asyncio.run(run_all(clicks, approvals, count, at_once))
+
+
+# --------------------------------------------------------------------------- report
+
+
+def percentile(values: Sequence[float], p: float) -> float:
+    """The nearest-rank ``p``-th percentile."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
+
+
+ROWS: Final = (
+    ("refused.ack", "refused click -> HTTP response", ACK_TARGET_MS, 99),
+    ("refused.ephemeral", "  -> ephemeral refusal reaches the fake", None, 0),
+    ("approve.ack", "approving click -> HTTP response", ACK_TARGET_MS, 99),
+    ("approve.update", "  -> card's chat.update reaches the fake", None, 0),
+    ("mention.ack", "app_mention -> HTTP response", ACK_TARGET_MS, 99),
+    ("mention.feedback", "  -> first setStatus/startStream", FEEDBACK_TARGET_MS, 50),
+    ("mention.answer", "  -> answer posted", None, 0),
+)
+
+
+def report(
+    clicks: int = CLICKS, approvals: int = APPROVALS, count: int = MENTIONS, at_once: int = BURST
+) -> None:
+    """Print the adapter's latencies (p50, p99, max) and the burst's outcome."""
+    figures = measure(clicks, approvals, count, at_once)
+    print(
+        "Slack adapter over HTTP: one replica on SQLite, instant fake model, fakes in-process"
+        " (python -m bench.slack)"
+    )
+    print(
+        f"  one request at a time ({WARMUP} uncounted refused clicks and mentions first);"
+        f" targets: ack p99 < {ACK_TARGET_MS:.0f} ms (Slack allows {SLACK_ACK_S:.0f} s),"
+        f" first feedback p50 < {FEEDBACK_TARGET_MS:.0f} ms"
+    )
+    print(f"  {'':<44}{'n':>5}{'p50':>10}{'p99':>10}{'max':>10}")
+    for key, label, target, at in ROWS:
+        samples = figures.samples[key]
+        p50, p99 = percentile(samples, 50), percentile(samples, 99)
+        line = f"  {label:<44}{len(samples):>5}{p50:>7.1f} ms{p99:>7.1f} ms{max(samples):>7.1f} ms"
+        if target is not None:
+            verdict = "ok" if (p99 if at == 99 else p50) <= target else "over"
+            line += f"  p{at} {verdict}"
+        print(line)
+    b = figures.burst
+    print(
+        f"  burst of {b['sent']:.0f} mentions at once: {b['acked_in_time']:.0f} acknowledged within"
+        f" {SLACK_ACK_S:.0f} s (p50 {b['ack_p50_ms']:.1f} ms, max {b['ack_max_ms']:.1f} ms)"
+    )
+    print(
+        f"    {b['answered']:.0f} answered, the last {b['all_answered_s']:.2f} s after sending;"
+        f" exactly one answer in {b['answered_once']:.0f} threads,"
+        f" more than one in {b['answered_twice_or_more']:.0f}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Latency of the Slack adapter (HTTP mode).")
+    parser.add_argument("--clicks", type=int, default=CLICKS)
+    parser.add_argument("--approvals", type=int, default=APPROVALS)
+    parser.add_argument("--mentions", type=int, default=MENTIONS)
+    parser.add_argument("--burst", type=int, default=BURST)
+    options = parser.parse_args()
+    report(options.clicks, options.approvals, options.mentions, options.burst)
+
+
+if __name__ == "__main__":
+    main()

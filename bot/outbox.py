@@ -1,0 +1,142 @@
+"""Delivering chat messages from the store's outbox: each shown once, none dropped.
+
+An adapter says what a message should show (``Deliveries.put``); the store keeps it, and a
+worker in any replica converges the platform to it: it posts a message the platform does not
+show yet, edits one whose body changed, and retries with backoff when the platform refuses.
+A post whose outcome is unknown (the process died, the connection broke after sending) is
+looked up on the platform by its key before it is sent again, so it is never posted twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from datetime import timedelta
+from typing import Any, Protocol
+
+from bot.domain import utcnow
+from bot.records import OutboxMessage
+from bot.store import Outbox
+
+log = logging.getLogger("kestrel.outbox")
+
+BACKOFF_SECONDS = (1.0, 5.0, 15.0, 60.0, 300.0)
+
+
+class DeliveryFailed(Exception):
+    """The platform did not take the message; ``retry_after``: when it asked us to retry."""
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class Transport(Protocol):
+    """One platform's way of showing messages (raises ``DeliveryFailed`` when refused)."""
+
+    platform: str
+
+    async def post(self, key: str, target: dict[str, Any], body: dict[str, Any]) -> str:
+        """Post a new message marked with ``key``; return the platform's id of it."""
+        ...
+
+    async def update(self, ref: str, target: dict[str, Any], body: dict[str, Any]) -> None:
+        """Replace what message ``ref`` shows."""
+        ...
+
+    async def find(self, key: str, target: dict[str, Any]) -> str | None:
+        """The id of a message already posted with ``key``, if the platform shows one."""
+        ...
+
+
+class Deliveries:
+    """The outbox worker of one platform in one process."""
+
+    def __init__(
+        self,
+        store: Outbox,
+        transport: Transport,
+        owner: str,
+        *,
+        claim_seconds: float = 60.0,
+        poll_seconds: float = 2.0,
+    ) -> None:
+        self._store = store
+        self._transport = transport
+        self._owner = owner
+        self._claim_seconds = claim_seconds
+        self._poll_seconds = poll_seconds
+        self._wake = asyncio.Event()
+        self._stopped = False
+
+    async def put(self, key: str, target: dict[str, Any], body: dict[str, Any]) -> None:
+        """Make message ``key`` show ``body`` (posted or edited soon, by this or any replica)."""
+        platform = self._transport.platform
+        await self._store.put_message(f"{platform}:{key}", platform, target, body)
+        self._wake.set()
+
+    async def ref_of(self, key: str) -> str:
+        """The platform's id of message ``key`` once posted; empty before."""
+        message = await self._store.get_message(f"{self._transport.platform}:{key}")
+        return message.ref if message else ""
+
+    async def run(self) -> None:
+        """Deliver until ``stop``: at once when woken, else every ``poll_seconds``."""
+        while not self._stopped:
+            self._wake.clear()
+            try:
+                await self.deliver_due()
+            except Exception:  # the store failed: try again at the next poll
+                log.exception("outbox: delivery round failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self._poll_seconds)
+
+    def stop(self) -> None:
+        """Finish after the current round."""
+        self._stopped = True
+        self._wake.set()
+
+    async def deliver_due(self) -> int:
+        """Deliver every message due now; return how many the platform took."""
+        delivered = 0
+        while True:
+            claimed = await self._store.claim_messages(
+                self._owner, self._claim_seconds, platform=self._transport.platform
+            )
+            if not claimed:
+                return delivered
+            for message in claimed:
+                delivered += await self._deliver(message)
+
+    async def _deliver(self, message: OutboxMessage) -> int:
+        try:
+            ref = await self._show(message)
+        except DeliveryFailed as exc:
+            await self._failed(message, str(exc), exc.retry_after)
+            return 0
+        except Exception as exc:  # a bug or a broken connection: the post may have landed
+            log.exception("outbox: delivering %s failed", message.key)
+            await self._failed(message, f"{type(exc).__name__}: {exc}", None)
+            return 0
+        await self._store.message_delivered(message.key, self._owner, message.version, ref)
+        return 1
+
+    async def _show(self, message: OutboxMessage) -> str:
+        transport = self._transport
+        ref = message.ref
+        if not ref and message.attempts > 1:
+            # An earlier attempt may have posted it without living to record so.
+            ref = await transport.find(message.key, message.target) or ""
+        if not ref:
+            return await transport.post(message.key, message.target, message.body)
+        if message.delivered_version < message.version:
+            await transport.update(ref, message.target, message.body)
+        return ref
+
+    async def _failed(self, message: OutboxMessage, error: str, retry_after: float | None) -> None:
+        step = min(message.attempts, len(BACKOFF_SECONDS)) - 1
+        delay = retry_after if retry_after is not None else BACKOFF_SECONDS[max(step, 0)]
+        log.warning("outbox: %s not delivered (%s); retrying in %.0fs", message.key, error, delay)
+        retry_at = utcnow() + timedelta(seconds=delay)
+        await self._store.message_failed(message.key, self._owner, retry_at, error)

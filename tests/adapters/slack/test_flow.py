@@ -1,0 +1,168 @@
+"""Kestrel in Slack end to end: the real bolt AsyncApp over HTTP with signed requests, the real
+runtime and openai client, a fake Slack Web API and a fake model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from adapters.slack import ids
+from bot.domain import RequestStatus, RunStatus
+from tests.adapters.slack.world import (
+    APPROVER,
+    ONCALL,
+    REQUESTER,
+    posted_ts,
+    question_script,
+    restart_script,
+    slack_world,
+    updates_of,
+)
+from tests.fakes.slack_client import view_submission
+
+
+async def _wait_status(world, run_id: str, status: RunStatus) -> None:  # type: ignore[no-untyped-def]
+    import asyncio
+
+    for _ in range(200):
+        if (await world.chat.status(run_id)).record.status is status:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"run {run_id} never reached {status}")
+
+
+async def _run_id(world) -> str:  # type: ignore[no-untyped-def]
+    runs = await world.chat.recent(1)
+    assert runs, "no run started"
+    return runs[0].id
+
+
+async def test_mention_progress_card_approve_result(tmp_path: Path) -> None:
+    async with slack_world(tmp_path, restart_script()) as world:
+        mention = await world.mention("checkout is failing, can you look?")
+        await world.api.wait_for("assistant.threads.setStatus")
+        card = await world.card()
+        thread = mention["ts"]
+        assert card.args["thread_ts"] == thread
+        text = json.dumps(card.args["blocks"])
+        assert "restart_service" in text and "checkout" in text
+        assert "OOM-killed" in text  # why the model asked
+        assert world.executions == []
+
+        await world.click(card, ids.APPROVE_ONCE, user=APPROVER)
+        answer = await world.answer_posted()
+        assert answer.args["thread_ts"] == thread
+        assert "healthy again" in json.dumps(answer.args)
+        assert world.executions == ["checkout"]
+
+        card_ts = posted_ts(world.api, card)
+        closed = updates_of(world.api, card_ts)
+        assert closed, "the card was not updated after the decision"
+        last = json.dumps(closed[-1].args["blocks"])
+        assert APPROVER in last and ids.APPROVE_ONCE not in last  # buttons gone
+        run_id = await _run_id(world)
+        await _wait_status(world, run_id, RunStatus.COMPLETED)
+        # Progress showed the tool by name (a stream task update or the status line).
+        progress = [
+            c
+            for c in world.api.calls
+            if c.method in ("chat.startStream", "chat.appendStream", "assistant.threads.setStatus")
+        ]
+        assert any("restart_service" in json.dumps(c.args) for c in progress)
+        audit = await world.rt.store.list_audit(run_id)
+        assert any(r.action == "approve" and r.actor == APPROVER for r in audit)
+
+
+async def test_deny_with_a_reason_from_the_modal(tmp_path: Path) -> None:
+    async with slack_world(tmp_path, restart_script()) as world:
+        await world.mention("checkout is failing")
+        card = await world.card()
+        await world.click(card, ids.DENY, user=APPROVER)
+        opened = await world.api.wait_for("views.open")
+        modal = opened[0].args["view"]
+        assert modal["callback_id"] == ids.DENY_MODAL
+        submission = view_submission(
+            APPROVER,
+            ids.DENY_MODAL,
+            modal["private_metadata"],
+            {ids.REASON_BLOCK: {ids.REASON_ACTION: {"type": "plain_text_input", "value": "peak"}}},
+        )
+        response = await world.sender.action(submission)
+        assert response.status == 200
+        answer = await world.answer_posted()
+        assert "denied" in json.dumps(answer.args)
+        assert world.executions == []
+        run_id = await _run_id(world)
+        views = await world.chat.requests_of(run_id)
+        assert views[0].status is RequestStatus.ANSWERED
+        assert views[0].decision is not None and views[0].decision.text == "peak"
+
+
+async def test_refused_clicks_change_nothing(tmp_path: Path) -> None:
+    async with slack_world(tmp_path, restart_script()) as world:
+        await world.mention("checkout is failing")
+        card = await world.card()
+        # The requester may not approve their own run; a stranger may not approve at all.
+        await world.click(card, ids.APPROVE_ONCE, user=REQUESTER)
+        note = await world.ephemeral_to(REQUESTER)
+        assert "someone else" in note.args["text"]
+        await world.click(card, ids.APPROVE_ONCE, user="U0STRANGER")
+        note = await world.ephemeral_to("U0STRANGER")
+        assert "may not approve" in note.args["text"]
+        # A forged value naming another request, or no request at all: refused.
+        await world.click(card, ids.APPROVE_ONCE, user=APPROVER, value="req_forged")
+        note = await world.ephemeral_to(APPROVER)
+        assert "no longer exists" in note.args["text"]
+        await world.click(card, ids.APPROVE_ONCE, user=APPROVER, value="<@U0APPROVER>:x")
+        note = await world.ephemeral_to(APPROVER, nth=2)
+        assert "not one of mine" in note.args["text"]
+        run_id = await _run_id(world)
+        views = await world.chat.requests_of(run_id)
+        assert [v.status for v in views] == [RequestStatus.OPEN]
+        assert world.executions == []
+        # Then a real approval, and a second click on the same card.
+        await world.click(card, ids.APPROVE_ONCE, user=APPROVER)
+        await world.answer_posted()
+        await world.click(card, ids.APPROVE_ONCE, user=ONCALL)
+        note = await world.ephemeral_to(ONCALL)
+        assert "already" in note.args["text"]
+        assert world.executions == ["checkout"]
+
+
+async def test_a_question_answered_by_a_thread_reply(tmp_path: Path) -> None:
+    async with slack_world(tmp_path, question_script()) as world:
+        mention = await world.mention("look at the latency")
+        await world.api.wait_for(
+            lambda c: c.method == "chat.postMessage" and "Which region?" in json.dumps(c.args)
+        )
+        # The bot's own message and a stranger's reply are not answers.
+        await world.reply("eu-west", user="U0STRANGER", thread_ts=mention["ts"])
+        note = await world.ephemeral_to("U0STRANGER")
+        assert "may not answer" in note.args["text"]
+        await world.reply("us-east", user=REQUESTER, thread_ts=mention["ts"])
+        answer = await world.answer_posted()
+        assert "looking at us-east" in json.dumps(answer.args)
+
+
+async def test_a_question_answered_through_its_modal(tmp_path: Path) -> None:
+    async with slack_world(tmp_path, question_script()) as world:
+        await world.mention("look at the latency")
+        card = await world.card(ids.ANSWER)
+        await world.click(card, ids.ANSWER, user=REQUESTER)
+        opened = await world.api.wait_for("views.open")
+        modal = opened[0].args["view"]
+        assert modal["callback_id"] == ids.ANSWER_MODAL
+        values = {
+            ids.ANSWER_BLOCK: {ids.ANSWER_ACTION: {"type": "plain_text_input", "value": "ap-south"}}
+        }
+        # Someone who may not answer sees the refusal in the modal, and nothing is decided.
+        refused = await world.sender.action(
+            view_submission("U0STRANGER", ids.ANSWER_MODAL, modal["private_metadata"], values)
+        )
+        assert refused.json is not None and refused.json["response_action"] == "errors"
+        response = await world.sender.action(
+            view_submission(REQUESTER, ids.ANSWER_MODAL, modal["private_metadata"], values)
+        )
+        assert response.status == 200
+        answer = await world.answer_posted()
+        assert "looking at ap-south" in json.dumps(answer.args)

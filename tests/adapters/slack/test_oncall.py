@@ -1,0 +1,166 @@
+"""On-call in Slack: thread commands, the slash command, the App Home, question buttons,
+feedback, and progress where the workspace refuses Slack's AI-app surfaces."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from adapters.slack import ids
+from tests.adapters.slack.world import (
+    APPROVER,
+    ONCALL,
+    REQUESTER,
+    SlackWorld,
+    restart_script,
+    slack_world,
+)
+from tests.fakes.slack_client import event_callback, slash_command
+
+
+def confirm_script() -> list[Any]:
+    """The model asks a yes/no question, then says what it heard."""
+    return [
+        {
+            "text": "Before I go on:",
+            "calls": [{"name": "ask_human_confirm", "arguments": {"question": "Drain node-3?"}}],
+        },
+        {"one_of": [{"match": "(?P<answer>yes|no)", "text": "You said {answer}."}]},
+    ]
+
+
+async def _in_thread(world: SlackWorld, text: str = "checkout is failing") -> str:
+    mention = await world.mention(text)
+    await world.card()
+    await world.adapter.renderer.idle()
+    return str(mention["ts"])
+
+
+async def test_status_cancel_and_resume_in_the_thread(tmp_path: Path) -> None:
+    async with slack_world(tmp_path, restart_script()) as world:
+        thread = await _in_thread(world)
+        await world.mention("status", user=ONCALL, thread_ts=thread)
+        status = await world.ephemeral_to(ONCALL)
+        shown = json.dumps(status.args)
+        assert "suspended" in shown and "restart_service" in shown and "iterations" in shown
+        # Resuming a run that waits on people does nothing, and says so.
+        await world.mention("resume", user=ONCALL, thread_ts=thread)
+        note = await world.ephemeral_to(ONCALL, nth=2)
+        assert "still waits on people" in note.args["text"]
+        # Someone who neither asked nor is on call may not cancel.
+        await world.mention("cancel", user="U0STRANGER", thread_ts=thread)
+        note = await world.ephemeral_to("U0STRANGER")
+        assert "may not cancel" in note.args["text"]
+        run_id = (await world.chat.recent(1))[0].id
+        assert (await world.chat.status(run_id)).record.status.value == "suspended"
+        # The requester may; the card then shows the request closed.
+        await world.mention("cancel", user=REQUESTER, thread_ts=thread)
+        note = await world.ephemeral_to(REQUESTER)
+        assert note.args["text"] == "cancelled"
+        await world.answer_posted()
+        assert world.executions == []
+
+
+async def test_a_new_mention_while_a_run_waits_is_not_a_second_run(tmp_path: Path) -> None:
+    async with slack_world(tmp_path, restart_script()) as world:
+        thread = await _in_thread(world)
+        await world.mention("also look at payments", thread_ts=thread)
+        note = await world.ephemeral_to(REQUESTER)
+        assert "still going" in note.args["text"]
+        assert len(await world.chat.recent(10)) == 1
+
+
+async def test_the_slash_command_lists_what_waits_with_links(tmp_path: Path) -> None:
+    async with slack_world(tmp_path, restart_script()) as world:
+        thread = await _in_thread(world)
+        response = await world.sender.command(slash_command(ONCALL, "runs"))
+        assert response.status == 200
+        body = response.text
+        assert "restart_service" in body
+        assert f"archives/C0001/p{thread.replace('.', '')}" in body
+        usage = await world.sender.command(slash_command(ONCALL, "frobnicate"))
+        assert "Usage" in usage.text
+
+
+async def test_the_app_home_shows_what_waits_on_that_person(tmp_path: Path) -> None:
+    async with slack_world(tmp_path, restart_script()) as world:
+        await _in_thread(world)
+        opened = {"type": "app_home_opened", "user": APPROVER, "channel": "D0001", "tab": "home"}
+        await world.sender.event(opened)
+        published = await world.api.wait_for("views.publish")
+        view = json.dumps(published[0].args["view"])
+        assert "restart_service" in view
+        stranger = {**opened, "user": "U0STRANGER"}
+        await world.sender.event(stranger)
+        published = await world.api.wait_for("views.publish", count=2)
+        assert "restart_service" not in json.dumps(published[1].args["view"])
+
+
+async def test_a_confirm_question_is_answered_with_a_button(tmp_path: Path) -> None:
+    async with slack_world(tmp_path, confirm_script()) as world:
+        await world.mention("drain the node")
+        card = await world.card(ids.CHOOSE)
+        buttons = [
+            element["action_id"]
+            for block in card.args["blocks"]
+            for element in block.get("elements") or []
+            if ids.canonical_action(str(element.get("action_id", ""))) == ids.CHOOSE
+        ]
+        assert len(buttons) == 2
+        await world.click(card, buttons[0], user="U0STRANGER")
+        note = await world.ephemeral_to("U0STRANGER")
+        assert "may not answer" in note.args["text"]
+        await world.click(card, buttons[0], user=REQUESTER)
+        answer = await world.answer_posted()
+        assert "You said yes." in json.dumps(answer.args)
+
+
+async def test_feedback_on_the_answer_is_recorded(tmp_path: Path) -> None:
+    async with slack_world(tmp_path, restart_script()) as world:
+        await _in_thread(world)
+        card = await world.card()
+        await world.click(card, ids.APPROVE_ONCE, user=APPROVER)
+        answer = await world.answer_posted()
+        run_id = (await world.chat.recent(1))[0].id
+        await world.click(
+            answer, ids.FEEDBACK, user=REQUESTER, value=ids.feedback_value(run_id, positive=False)
+        )
+        await world.ephemeral_to(REQUESTER)
+        audit = await world.rt.store.list_audit(run_id)
+        assert any(r.action == "feedback_negative" and r.actor == REQUESTER for r in audit)
+
+
+async def test_progress_falls_back_to_one_message_edited_in_place(tmp_path: Path) -> None:
+    async with slack_world(tmp_path, restart_script()) as world:
+        world.api.refuse("assistant.threads.setStatus", "not_allowed")
+        world.api.refuse("chat.startStream", "not_allowed")
+        thread = await _in_thread(world)
+        card = await world.card()
+        await world.click(card, ids.APPROVE_ONCE, user=APPROVER)
+        await world.answer_posted()
+        await world.adapter.renderer.idle()
+        await world.adapter.deliveries.deliver_due()
+        statuses = [
+            c
+            for c in world.api.calls_to("chat.postMessage")
+            if "restart_service" in json.dumps(c.args) and ids.APPROVE_ONCE not in str(c.args)
+        ]
+        assert len(statuses) == 1, "one status message, not one per step"
+        assert statuses[0].args["thread_ts"] == thread
+        edits = [c for c in world.api.calls_to("chat.update") if "done" in json.dumps(c.args)]
+        assert edits, "the status message was not edited in place"
+
+
+async def test_messages_in_threads_without_a_question_are_ignored(tmp_path: Path) -> None:
+    async with slack_world(tmp_path, restart_script()) as world:
+        thread = await _in_thread(world)
+        before = len(world.api.calls)
+        await world.reply("is it fixed yet?", user=REQUESTER, thread_ts=thread)
+        bot_echo = event_callback(
+            {"type": "message", "subtype": "bot_message", "text": "x", "channel": "C0001"}
+        )
+        await world.sender.event_body(bot_echo)
+        await world.adapter.renderer.idle()
+        later = [c.method for c in world.api.calls[before:]]
+        assert "chat.postEphemeral" not in later and "chat.postMessage" not in later

@@ -1,0 +1,202 @@
+"""Slack's realities: retried and doubled deliveries, bad signatures, rate limits, restarts,
+guests from other workspaces, stale cards, and Socket Mode."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+from adapters.slack import ids
+from adapters.slack.app import SlackAdapter
+from adapters.slack.settings import SlackSettings
+from bot.domain import RunStatus
+from tests.adapters.slack.world import (
+    APPROVER,
+    CHANNEL,
+    ONCALL,
+    REQUESTER,
+    SlackWorld,
+    posted_ts,
+    restart_script,
+    slack_world,
+    updates_of,
+)
+from tests.fakes.slack_api import FakeSlackApi, events_api_envelope
+from tests.fakes.slack_client import app_mention, event_callback, message
+
+
+async def _runs(world: SlackWorld) -> int:
+    return len(await world.chat.recent(100))
+
+
+async def _settled(world: SlackWorld) -> None:
+    """Let the app's listeners and the outbox finish what the last request started."""
+    await world.adapter.renderer.idle()
+    await world.adapter.deliveries.deliver_due()
+
+
+async def test_a_retried_event_starts_one_run(tmp_path: Path) -> None:
+    async with slack_world(tmp_path, restart_script()) as world:
+        event = app_mention(REQUESTER, "checkout is failing")
+        first = await world.sender.event(event, event_id="Ev1")
+        await world.card()
+        retried = await world.sender.event(event, event_id="Ev1", retry_num=1)
+        assert (first.status, retried.status) == (200, 200)
+        again = await world.sender.event(event, event_id="Ev1", retry_num=2)
+        assert again.status == 200
+        await _settled(world)
+        assert await _runs(world) == 1
+        assert world.model.count == 1
+        assert world.chat.duplicates_dropped == 2
+
+
+async def test_a_mention_delivered_as_app_mention_and_message_is_one_turn(
+    tmp_path: Path,
+) -> None:
+    async with slack_world(tmp_path, restart_script()) as world:
+        mention = app_mention(REQUESTER, "checkout is failing")
+        twin = message(REQUESTER, mention["text"], ts=mention["ts"])
+        # The message copy may arrive first: either way one run.
+        await world.sender.event(twin)
+        await world.sender.event(mention)
+        await world.card()
+        await _settled(world)
+        assert await _runs(world) == 1
+        cards = [
+            c for c in world.api.calls_to("chat.postMessage") if ids.APPROVE_ONCE in str(c.args)
+        ]
+        assert len(cards) == 1
+
+
+async def test_a_bad_signature_gets_401_and_changes_nothing(tmp_path: Path) -> None:
+    async with slack_world(tmp_path, restart_script()) as world:
+        body = event_callback(app_mention(REQUESTER, f"<@{world.api.bot_user}> restart it"))
+        response = await world.sender.bad_signature(body)
+        assert response.status == 401
+        stale = await world.sender.stale(json.dumps(body).encode())
+        assert stale.status == 401
+        await _settled(world)
+        assert await _runs(world) == 0
+        assert world.api.calls_to("chat.postMessage") == []
+
+
+async def test_a_rate_limited_card_is_posted_once_when_slack_lets_it(tmp_path: Path) -> None:
+    async with slack_world(tmp_path, restart_script()) as world:
+        # The first call and slack-sdk's own retry both get 429: the outbox retries later.
+        world.api.fail("chat.postMessage", status=429, retry_after=1, times=2)
+        await world.mention("checkout is failing")
+        card = await world.card(timeout=15)
+        posted = [c for c in world.api.calls_to("chat.postMessage") if c.ok]
+        assert len(posted) == 1
+        assert len(world.api.calls_to("chat.postMessage")) == 3
+        await world.click(card, ids.APPROVE_ONCE, user=APPROVER)
+        await world.answer_posted()
+        assert world.executions == ["checkout"]
+
+
+async def test_a_post_that_landed_unrecorded_is_found_not_posted_again(tmp_path: Path) -> None:
+    async with slack_world(tmp_path, restart_script()) as world:
+        original = world.api._post_message  # the fake's own handler: store the message
+
+        def lands_then_fails(call):  # type: ignore[no-untyped-def]
+            original(call)
+            world.api.set_handler("chat.postMessage", None)
+            return {"ok": False, "error": "internal_error"}  # as if the answer was lost
+
+        world.api.set_handler("chat.postMessage", lands_then_fails)
+        await world.mention("checkout is failing")
+        await world.api.wait_for("conversations.replies", timeout=15)
+        await _settled(world)
+        cards = [
+            m
+            for m in world.api.thread(
+                CHANNEL, world.api.calls_to("chat.postMessage")[0].args["thread_ts"]
+            )
+            if ids.APPROVE_ONCE in json.dumps(m.get("blocks") or [])
+        ]
+        assert len(cards) == 1
+
+
+async def test_restart_between_card_and_click(tmp_path: Path) -> None:
+    async with FakeSlackApi() as api:
+        async with slack_world(tmp_path, restart_script(), api=api) as first:
+            await first.mention("checkout is failing")
+            card = await first.card()
+            await _settled(first)
+        posts_before = len(api.calls_to("chat.postMessage"))
+        async with slack_world(tmp_path, restart_script(), api=api) as second:
+            await _settled(second)
+            assert len(api.calls_to("chat.postMessage")) == posts_before  # nothing re-posted
+            await second.click(card, ids.APPROVE_ONCE, user=APPROVER)
+            await second.answer_posted()
+            assert second.executions == ["checkout"]
+            ts = posted_ts(api, card)
+            assert updates_of(api, ts), "the old card was not updated in place"
+            answers = [c for c in api.calls_to("chat.postMessage") if ids.FEEDBACK in str(c.args)]
+            assert len(answers) == 1
+
+
+async def test_a_guest_from_another_workspace_may_not_start_or_decide(tmp_path: Path) -> None:
+    async with slack_world(tmp_path, restart_script()) as world:
+        guest = app_mention("U0GUEST", "restart checkout", user_team="T0OTHER")
+        await world.sender.event(guest)
+        note = await world.ephemeral_to("U0GUEST")
+        assert "may not start" in note.args["text"]
+        assert await _runs(world) == 0
+        await world.mention("checkout is failing")
+        card = await world.card()
+        # An approver's id from another workspace is a different person: refused.
+        await world.click(card, ids.APPROVE_ONCE, user="U0GUEST", user_team="T0OTHER")
+        note = await world.ephemeral_to("U0GUEST", nth=2)
+        assert "may not approve" in note.args["text"]
+        assert world.executions == []
+
+
+async def test_a_guest_named_by_policy_may_start(tmp_path: Path) -> None:
+    policy = {"requesters": ["U0GUEST"]}
+    async with slack_world(tmp_path, restart_script(), extra_policy=policy) as world:
+        await world.sender.event(app_mention("U0GUEST", "checkout is failing", user_team="T0OTHER"))
+        await world.card()
+        assert await _runs(world) == 1
+
+
+async def test_a_click_on_a_cancelled_runs_card_is_refused(tmp_path: Path) -> None:
+    async with slack_world(tmp_path, restart_script()) as world:
+        mention = await world.mention("checkout is failing")
+        card = await world.card()
+        await _settled(world)
+        await world.mention("cancel", user=ONCALL, thread_ts=mention["ts"])
+        note = await world.ephemeral_to(ONCALL)
+        assert "cancelled" in note.args["text"]
+        run_id = (await world.chat.recent(1))[0].id
+        assert (await world.chat.status(run_id)).record.status is RunStatus.CANCELLED
+        await world.click(card, ids.APPROVE_ONCE, user=APPROVER)
+        note = await world.ephemeral_to(APPROVER)
+        assert "cancelled" in note.args["text"]
+        assert world.executions == []
+
+
+async def test_socket_mode_takes_a_retried_envelope_once(tmp_path: Path) -> None:
+    async with FakeSlackApi() as api, slack_world(tmp_path, restart_script(), api=api) as world:
+        settings = SlackSettings(
+            bot_token="xoxb-test", signing_secret="", app_token="xapp-1", api_url=api.url
+        )
+        adapter = SlackAdapter(world.chat, world.rt.store, "socket-owner", settings)
+        await adapter.start()
+        await adapter.connect()
+        try:
+            await api.wait_for_socket()
+            body = event_callback(app_mention(REQUESTER, "checkout is failing"), event_id="EvS1")
+            first = await api.socket_send(events_api_envelope(body))
+            await api.wait_for_ack(first)
+            await world.card()
+            retry = await api.socket_send(
+                events_api_envelope(body, retry_attempt=1, retry_reason="timeout")
+            )
+            await api.wait_for_ack(retry)
+            await asyncio.sleep(0)  # let the retried listener run (it is acked first)
+            await adapter.renderer.idle()
+            assert await _runs(world) == 1
+        finally:
+            await adapter.stop()

@@ -1,0 +1,42 @@
+"""Two replicas on one PostgreSQL store behind one Slack app: a click taken by one replica
+resumes a run the other started; the card and the answer land once."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from adapters.slack import ids
+from tests.adapters.slack.world import APPROVER, posted_ts, restart_script, slack_world
+from tests.fakes.slack_api import FakeSlackApi
+from tests.storage.conftest import postgres_dsn, postgres_schema
+
+
+async def test_a_click_on_one_replica_resumes_a_run_the_other_started(tmp_path: Path) -> None:
+    dsn = postgres_dsn()
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    async with postgres_schema(dsn) as schema, FakeSlackApi() as api:
+        database = f"{dsn}?schema={schema}"
+        async with (
+            slack_world(tmp_path / "a", restart_script(), api=api, database=database) as a,
+            slack_world(tmp_path / "b", restart_script(), api=api, database=database) as b,
+        ):
+            await a.mention("checkout is failing")
+            card = await a.card()
+            await a.adapter.renderer.idle()
+            # Slack delivers the click to the other replica's endpoint.
+            await b.click(card, ids.APPROVE_ONCE, user=APPROVER)
+            await b.answer_posted()
+            for world in (a, b):
+                await world.adapter.renderer.idle()
+                await world.adapter.deliveries.deliver_due()
+            assert a.executions + b.executions == ["checkout"]
+            answers = [c for c in api.calls_to("chat.postMessage") if ids.FEEDBACK in str(c.args)]
+            cards = [c for c in api.calls_to("chat.postMessage") if ids.APPROVE_ONCE in str(c.args)]
+            assert (len(answers), len(cards)) == (1, 1)
+            ts = posted_ts(api, card)
+            updates = [c for c in api.calls_to("chat.update") if c.args.get("ts") == ts]
+            assert updates and APPROVER in json.dumps(updates[-1].args["blocks"])
+            run_id = (await b.chat.recent(1))[0].id
+            assert (await b.chat.status(run_id)).record.status.value == "completed"
