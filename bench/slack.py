@@ -17,9 +17,7 @@ before the request is signed and sent:
 
 Targets (issue): ack p99 under 20 ms (Slack allows 3 s); first feedback p50 under 100 ms.
 The fakes and the sender share the replica's event loop (and its garbage collector), so their
-work is counted too. An action's ack waits at least 10 ms: bolt's async listener runner polls
-for ``ack()`` every 10 ms (``slack_bolt/listener/asyncio_runner.py``); events are acknowledged
-before their listener runs.
+work is counted too.
 
     python -m bench.slack [--clicks N] [--approvals N] [--mentions N] [--burst N]
 """
@@ -40,19 +38,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-import yaml
-from aiohttp import web
-
 from adapters.slack import ids
-from adapters.slack.app import EVENTS_PATH, SlackAdapter
-from adapters.slack.settings import SlackSettings
-from bot.chat import ChatService
-from bot.cli import compose
-from bot.config import load_settings
-from bot.supervisor import Supervisor
-from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.slack_api import Call, FakeSlackApi
-from tests.fakes.slack_client import SlackSender, app_mention, block_actions
+from tests.fakes.slack_client import app_mention, block_actions
+from tests.fakes.slack_world import APPROVER, REQUESTER, SlackWorld, slack_world
 
 CLICKS: Final = 500
 APPROVALS: Final = 100  # p99 of 100 is the second-slowest; of 50 it would be the slowest
@@ -64,11 +53,7 @@ FEEDBACK_TARGET_MS: Final = 100.0
 SLACK_ACK_S: Final = 3.0
 TIMEOUT_S: Final = 30.0
 
-SECRET: Final = "bench-signing-secret"
-HOST: Final = "127.0.0.1"
 CHANNEL: Final = "C0BENCH"
-REQUESTER: Final = "U0REQ"
-APPROVER: Final = "U0APPROVER"
 STRANGER: Final = "U0STRANGER"
 SRE_GROUP: Final = "S0SRE"
 FEEDBACK_METHODS: Final = ("assistant.threads.setStatus", "chat.startStream")
@@ -90,72 +75,13 @@ SCRIPT: Final[list[Any]] = [
 ]
 
 
-def write_config(folder: Path, model_url: str) -> Path:
-    """kestrel.yaml: SQLite, one gated command, a policy naming the bench's users, the model."""
-    catalog = {
-        "tools": [
-            {
-                "name": "restart_service",
-                "description": "Restart a service",
-                "command": ["/bin/echo", "restarted", "{service}"],
-                "parameters": {
-                    "type": "object",
-                    "properties": {"service": {"type": "string", "pattern": "^[a-z]+$"}},
-                    "required": ["service"],
-                    "additionalProperties": False,
-                },
-                "confirm": True,
-                "idempotent": False,
-                "timeout": 10,
-            }
-        ]
-    }
-    (folder / "catalog.yaml").write_text(yaml.safe_dump(catalog))
-    config = {
-        "database": str(folder / "kestrel.db"),
-        "model": {"provider": "openai", "name": "fake", "timeout": 10, "max_retries": 0},
-        "openai_base_url": model_url,
-        "openai_api_key": "sk-bench",
-        "tools": ["catalog.yaml"],
-        "pii": {"mode": "off"},
-        "policy": {"requesters": ["*"], "approvers": {"*": [APPROVER, f"group:{SRE_GROUP}"]}},
-    }
-    path = folder / "kestrel.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
-@dataclass
-class Replica:
-    """The replica's HTTP endpoint (through a signing sender) and the fake Slack it calls."""
-
-    api: FakeSlackApi
-    sender: SlackSender
-
-
 @asynccontextmanager
-async def replica(folder: Path) -> AsyncIterator[Replica]:
-    """Start the fakes and one replica serving ``/slack/events``; stop them all on exit."""
-    async with FakeOpenAI(SCRIPT) as model, FakeSlackApi() as api:
+async def replica(folder: Path) -> AsyncIterator[SlackWorld]:
+    """The fakes and one replica serving ``/slack/events``, as the tests build it."""
+    async with FakeSlackApi() as api:
         api.usergroups[SRE_GROUP] = ["U0ONCALL"]
-        settings = load_settings(str(write_config(folder, model.base_url)))
-        async with compose.runtime(settings) as rt:
-            supervisor = Supervisor(rt)
-            chat = ChatService(supervisor)
-            slack = SlackSettings(bot_token="xoxb-bench", signing_secret=SECRET, api_url=api.url)
-            adapter = SlackAdapter(chat, rt.store, rt.owner, slack)
-            await adapter.start()
-            runner = web.AppRunner(adapter.web_app(), access_log=None)
-            await runner.setup()
-            await web.TCPSite(runner, HOST, 0).start()
-            port = runner.addresses[0][1]
-            sender = SlackSender(f"http://{HOST}:{port}{EVENTS_PATH}", SECRET, api=api)
-            try:
-                yield Replica(api, sender)
-            finally:
-                await runner.cleanup()
-                await supervisor.shutdown()
-                await adapter.stop()
+        async with slack_world(folder, SCRIPT, api=api) as world:
+            yield world
 
 
 # --------------------------------------------------------------------------- the fake's calls
@@ -239,7 +165,7 @@ class Card:
 # --------------------------------------------------------------------------- requests
 
 
-async def mention(world: Replica, text: str) -> tuple[str, float, float]:
+async def mention(world: SlackWorld, text: str) -> tuple[str, float, float]:
     """A signed app_mention starting a thread: (its ts, when it was sent, the ack latency in s).
     Anything but an HTTP 200 is an error."""
     event = app_mention(REQUESTER, f"<@{world.api.bot_user}> {text}", channel=CHANNEL)
@@ -251,7 +177,7 @@ async def mention(world: Replica, text: str) -> tuple[str, float, float]:
     return str(event["ts"]), started, acked
 
 
-async def click(world: Replica, card: Card, user: str) -> tuple[float, float]:
+async def click(world: SlackWorld, card: Card, user: str) -> tuple[float, float]:
     """A signed block_actions click on Approve: (when it was sent, the ack latency in s)."""
     payload = block_actions(
         user,
@@ -283,7 +209,7 @@ class Figures:
         self.samples.setdefault(name, []).append(seconds * 1000)
 
 
-async def open_cards(world: Replica, count: int) -> list[Card]:
+async def open_cards(world: SlackWorld, count: int) -> list[Card]:
     """``count`` runs each waiting for an approval, and their cards."""
     start = len(world.api.calls)
     threads = [(await mention(world, f"restart checkout ({i})"))[0] for i in range(count)]
@@ -301,7 +227,7 @@ async def open_cards(world: Replica, count: int) -> list[Card]:
     ]
 
 
-async def refused_clicks(world: Replica, card: Card, count: int, figures: Figures) -> None:
+async def refused_clicks(world: SlackWorld, card: Card, count: int, figures: Figures) -> None:
     """A user who may not approve clicks Approve, one click at a time."""
     for i in range(WARMUP + count):
         tail = Tail(world.api)
@@ -317,7 +243,7 @@ async def refused_clicks(world: Replica, card: Card, count: int, figures: Figure
             figures.add("refused.ephemeral", note.at - started)
 
 
-async def approving_clicks(world: Replica, cards: Sequence[Card], figures: Figures) -> None:
+async def approving_clicks(world: SlackWorld, cards: Sequence[Card], figures: Figures) -> None:
     """One approving click on each card; the next once that run has answered."""
     for card in cards:
         tail = Tail(world.api)
@@ -328,7 +254,7 @@ async def approving_clicks(world: Replica, cards: Sequence[Card], figures: Figur
         await tail.first(answer_in(card.thread_ts), "answer")
 
 
-async def mentions(world: Replica, count: int, figures: Figures) -> None:
+async def mentions(world: SlackWorld, count: int, figures: Figures) -> None:
     """Mentions one at a time, each in its own thread, each answered before the next."""
     for i in range(WARMUP + count):
         tail = Tail(world.api)
@@ -341,7 +267,7 @@ async def mentions(world: Replica, count: int, figures: Figures) -> None:
             figures.add("mention.answer", answer.at - started)
 
 
-async def burst(world: Replica, count: int, figures: Figures) -> None:
+async def burst(world: SlackWorld, count: int, figures: Figures) -> None:
     """``count`` mentions at once; then every thread's answers, once all are answered."""
     tail = Tail(world.api)
     started = time.monotonic()

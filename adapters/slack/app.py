@@ -58,6 +58,7 @@ class SlackAdapter:
         self.progress = Progress(client, self.deliveries, refresh_seconds=refresh_seconds)
         self.renderer = SlackRenderer(chat, self.deliveries, self.progress)
         self.app: AsyncApp | None = None
+        self.listeners: SlackListeners | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._socket: AsyncSocketModeHandler | None = None
 
@@ -69,6 +70,7 @@ class SlackAdapter:
         listeners = SlackListeners(
             self._chat, self.client, me, identities, self.progress, self.renderer
         )
+        self.listeners = listeners
         self.app = _bolt_app(self.settings, self.client, listeners)
         self._chat.subscribe(self.renderer)
         self._tasks = [
@@ -93,6 +95,8 @@ class SlackAdapter:
         """Disconnect, stop delivering and refreshing (the outbox keeps what is undelivered)."""
         if self._socket is not None:
             await self._socket.close_async()  # type: ignore[no-untyped-call]
+        if self.listeners is not None:
+            await self.listeners.idle(timeout=STOP_SECONDS)
         await self.renderer.close()
         # A delivery under way finishes and records what Slack shows, so that no card is left
         # claimed by a process that is gone.
@@ -129,6 +133,8 @@ def _bolt_app(settings: SlackSettings, client: AsyncWebClient, on: SlackListener
         signing_secret=settings.signing_secret or None,
         # Socket Mode requests come over our own authenticated connection: nothing to sign.
         request_verification_enabled=not settings.socket_mode,
+        # Listeners hand their work to tasks: respond as soon as they return.
+        process_before_response=True,
         logger=logging.getLogger("kestrel.slack.bolt"),
     )
     app.event("app_mention")(on.on_app_mention)

@@ -1,17 +1,20 @@
 """What Kestrel does with what Slack sends: mentions, thread replies, clicks, modals, the
 slash command and the App Home.
 
-Every listener answers Slack at once (bolt acknowledges events itself; actions and commands
-``ack`` first) and passes who is acting to the chat service, which decides whether they may.
+Every listener answers Slack at once: the app runs listeners before it responds (bolt's
+``process_before_response``, which spares the 10 ms polls bolt makes for an ``ack`` otherwise),
+so each one acknowledges and hands the work to a task of its own. Who is acting goes to the
+chat service, which decides whether they may.
 Deliveries are taken once: Slack retries, and a mention arrives both as ``app_mention`` and
 as ``message``, so each message is claimed by its ts in the store before anything happens.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,12 +92,20 @@ class SlackListeners:
         self._progress = progress
         self._renderer = renderer
         self._mention = re.compile(rf"<@{re.escape(me.user)}(\|[^>]*)?>")
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def idle(self, timeout: float | None = None) -> None:
+        """Wait (up to ``timeout`` seconds) for the work the listeners handed off."""
+        while self._tasks:
+            done, _ = await asyncio.wait(list(self._tasks), timeout=timeout)
+            if not done:
+                return
 
     # --- messages ---------------------------------------------------------------------
 
     async def on_app_mention(self, event: dict[str, Any], body: dict[str, Any]) -> None:
         """A message that mentions the bot: a turn, a thread command, or an answer."""
-        await self._guarded(self._on_mention(event, _team_of(body, event)))
+        self._spawn(self._on_mention(event, _team_of(body, event)))
 
     async def on_message(self, event: dict[str, Any], body: dict[str, Any]) -> None:
         """Any message in a channel the bot is in: thread replies may answer questions."""
@@ -102,10 +113,9 @@ class SlackListeners:
             return  # edits, joins, and the bot's own messages are never answers
         team = _team_of(body, event)
         if self._mention.search(event.get("text") or ""):
-            await self._guarded(self._on_mention(event, team))  # the app_mention twin
-            return
-        if event.get("thread_ts"):
-            await self._guarded(self._on_reply(event, team))
+            self._spawn(self._on_mention(event, team))  # the app_mention twin
+        elif event.get("thread_ts"):
+            self._spawn(self._on_reply(event, team))
 
     async def _on_mention(self, event: dict[str, Any], team: str) -> None:
         user = event.get("user")
@@ -207,7 +217,7 @@ class SlackListeners:
     async def on_action(self, ack: Ack, body: dict[str, Any], action: dict[str, Any]) -> None:
         """A button or menu on one of Kestrel's messages."""
         await ack()
-        await self._guarded(self._on_action(body, action))
+        self._spawn(self._on_action(body, action))
 
     async def _on_action(self, body: dict[str, Any], action: dict[str, Any]) -> None:
         action_id = ids.canonical_action(str(action.get("action_id", ""))) or ""
@@ -352,7 +362,7 @@ class SlackListeners:
             await ack(text=f"Usage: `/kestrel runs`, `/kestrel status|cancel|resume RUN`. {HELP}")
             return
         await ack()
-        await self._guarded(self._command_on_run(verb, words[1], command))
+        self._spawn(self._command_on_run(verb, words[1], command))
 
     async def _command_on_run(self, verb: str, run_id: str, command: dict[str, Any]) -> None:
         channel, user = str(command.get("channel_id", "")), str(command.get("user_id", ""))
@@ -374,12 +384,14 @@ class SlackListeners:
     async def on_home_opened(self, event: dict[str, Any], body: dict[str, Any]) -> None:
         """The App Home tab: what waits on this person."""
         user = str(event.get("user", ""))
-        if event.get("tab", "home") != "home" or not user:
-            return
+        if event.get("tab", "home") == "home" and user:
+            self._spawn(self._publish_home(user))
+
+    async def _publish_home(self, user: str) -> None:
         actor = await self._actor(user, "", "")
         waiting = [p for p in await self._chat.pending() if actor.matches(list(p.may_answer))]
         view = home_view(waiting, await self._links(waiting), user)
-        await self._guarded(self._client.views_publish(user_id=user, view=view))
+        await self._client.views_publish(user_id=user, view=view)
 
     async def _links(self, pending: list[PendingRequest] | None = None) -> dict[str, str]:
         links: dict[str, str] = {}
@@ -417,15 +429,22 @@ class SlackListeners:
             blocks=blocks or None,
         )
 
-    async def _guarded(self, work: Awaitable[Any]) -> None:
-        # A Slack refusal or a store failure is logged, never raised into bolt (which would
-        # log a traceback and answer nothing more useful).
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(self._guarded(work))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _guarded(self, work: Coroutine[Any, Any, None]) -> None:
+        # A Slack refusal or a store failure is logged in one line; anything else with its
+        # traceback, in the log only: Slack's user sees nothing but what we post.
         try:
             await work
         except SlackApiError as exc:
             log.warning("slack: %s", exc.response.get("error") or exc)
         except StoreError as exc:
             log.error("slack: the store failed: %s", exc)
+        except Exception:
+            log.exception("slack: handling a request failed")
 
 
 def _session(thread: SlackThread) -> Session:

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from adapters.slack import ids
 from bot.domain import RequestStatus, RunStatus
-from tests.adapters.slack.world import (
+from tests.fakes.slack_client import view_submission
+from tests.fakes.slack_world import (
     APPROVER,
     ONCALL,
     REQUESTER,
@@ -18,7 +19,6 @@ from tests.adapters.slack.world import (
     slack_world,
     updates_of,
 )
-from tests.fakes.slack_client import view_submission
 
 
 async def _wait_status(world, run_id: str, status: RunStatus) -> None:  # type: ignore[no-untyped-def]

@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from adapters.slack import ids
-from tests.adapters.slack.world import (
+from tests.fakes.slack_client import event_callback, slash_command
+from tests.fakes.slack_world import (
     APPROVER,
     ONCALL,
     REQUESTER,
@@ -16,7 +17,6 @@ from tests.adapters.slack.world import (
     restart_script,
     slack_world,
 )
-from tests.fakes.slack_client import event_callback, slash_command
 
 
 def confirm_script() -> list[Any]:
@@ -33,7 +33,7 @@ def confirm_script() -> list[Any]:
 async def _in_thread(world: SlackWorld, text: str = "checkout is failing") -> str:
     mention = await world.mention(text)
     await world.card()
-    await world.adapter.renderer.idle()
+    await world.settled()
     return str(mention["ts"])
 
 
@@ -139,8 +139,7 @@ async def test_progress_falls_back_to_one_message_edited_in_place(tmp_path: Path
         card = await world.card()
         await world.click(card, ids.APPROVE_ONCE, user=APPROVER)
         await world.answer_posted()
-        await world.adapter.renderer.idle()
-        await world.adapter.deliveries.deliver_due()
+        await world.settled()
         statuses = [
             c
             for c in world.api.calls_to("chat.postMessage")
@@ -161,6 +160,6 @@ async def test_messages_in_threads_without_a_question_are_ignored(tmp_path: Path
             {"type": "message", "subtype": "bot_message", "text": "x", "channel": "C0001"}
         )
         await world.sender.event_body(bot_echo)
-        await world.adapter.renderer.idle()
+        await world.settled()
         later = [c.method for c in world.api.calls[before:]]
         assert "chat.postEphemeral" not in later and "chat.postMessage" not in later

@@ -3,7 +3,6 @@ guests from other workspaces, stale cards, and Socket Mode."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 
@@ -11,7 +10,9 @@ from adapters.slack import ids
 from adapters.slack.app import SlackAdapter
 from adapters.slack.settings import SlackSettings
 from bot.domain import RunStatus
-from tests.adapters.slack.world import (
+from tests.fakes.slack_api import FakeSlackApi, events_api_envelope
+from tests.fakes.slack_client import app_mention, event_callback, message
+from tests.fakes.slack_world import (
     APPROVER,
     CHANNEL,
     ONCALL,
@@ -22,18 +23,10 @@ from tests.adapters.slack.world import (
     slack_world,
     updates_of,
 )
-from tests.fakes.slack_api import FakeSlackApi, events_api_envelope
-from tests.fakes.slack_client import app_mention, event_callback, message
 
 
 async def _runs(world: SlackWorld) -> int:
     return len(await world.chat.recent(100))
-
-
-async def _settled(world: SlackWorld) -> None:
-    """Let the app's listeners and the outbox finish what the last request started."""
-    await world.adapter.renderer.idle()
-    await world.adapter.deliveries.deliver_due()
 
 
 async def test_a_retried_event_starts_one_run(tmp_path: Path) -> None:
@@ -45,7 +38,7 @@ async def test_a_retried_event_starts_one_run(tmp_path: Path) -> None:
         assert (first.status, retried.status) == (200, 200)
         again = await world.sender.event(event, event_id="Ev1", retry_num=2)
         assert again.status == 200
-        await _settled(world)
+        await world.settled()
         assert await _runs(world) == 1
         assert world.model.count == 1
         assert world.chat.duplicates_dropped == 2
@@ -61,7 +54,7 @@ async def test_a_mention_delivered_as_app_mention_and_message_is_one_turn(
         await world.sender.event(twin)
         await world.sender.event(mention)
         await world.card()
-        await _settled(world)
+        await world.settled()
         assert await _runs(world) == 1
         cards = [
             c for c in world.api.calls_to("chat.postMessage") if ids.APPROVE_ONCE in str(c.args)
@@ -76,7 +69,7 @@ async def test_a_bad_signature_gets_401_and_changes_nothing(tmp_path: Path) -> N
         assert response.status == 401
         stale = await world.sender.stale(json.dumps(body).encode())
         assert stale.status == 401
-        await _settled(world)
+        await world.settled()
         assert await _runs(world) == 0
         assert world.api.calls_to("chat.postMessage") == []
 
@@ -107,7 +100,7 @@ async def test_a_post_that_landed_unrecorded_is_found_not_posted_again(tmp_path:
         world.api.set_handler("chat.postMessage", lands_then_fails)
         await world.mention("checkout is failing")
         await world.api.wait_for("conversations.replies", timeout=15)
-        await _settled(world)
+        await world.settled()
         cards = [
             m
             for m in world.api.thread(
@@ -123,10 +116,10 @@ async def test_restart_between_card_and_click(tmp_path: Path) -> None:
         async with slack_world(tmp_path, restart_script(), api=api) as first:
             await first.mention("checkout is failing")
             card = await first.card()
-            await _settled(first)
+            await first.settled()
         posts_before = len(api.calls_to("chat.postMessage"))
         async with slack_world(tmp_path, restart_script(), api=api) as second:
-            await _settled(second)
+            await second.settled()
             assert len(api.calls_to("chat.postMessage")) == posts_before  # nothing re-posted
             await second.click(card, ids.APPROVE_ONCE, user=APPROVER)
             await second.answer_posted()
@@ -165,7 +158,7 @@ async def test_a_click_on_a_cancelled_runs_card_is_refused(tmp_path: Path) -> No
     async with slack_world(tmp_path, restart_script()) as world:
         mention = await world.mention("checkout is failing")
         card = await world.card()
-        await _settled(world)
+        await world.settled()
         await world.mention("cancel", user=ONCALL, thread_ts=mention["ts"])
         note = await world.ephemeral_to(ONCALL)
         assert "cancelled" in note.args["text"]
@@ -195,8 +188,8 @@ async def test_socket_mode_takes_a_retried_envelope_once(tmp_path: Path) -> None
                 events_api_envelope(body, retry_attempt=1, retry_reason="timeout")
             )
             await api.wait_for_ack(retry)
-            await asyncio.sleep(0)  # let the retried listener run (it is acked first)
-            await adapter.renderer.idle()
+            assert adapter.listeners is not None
+            await adapter.listeners.idle()
             assert await _runs(world) == 1
         finally:
             await adapter.stop()

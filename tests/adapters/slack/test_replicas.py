@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 from adapters.slack import ids
-from tests.adapters.slack.world import APPROVER, posted_ts, restart_script, slack_world
 from tests.fakes.slack_api import FakeSlackApi
+from tests.fakes.slack_world import APPROVER, posted_ts, restart_script, slack_world
 from tests.storage.conftest import postgres_dsn, postgres_schema
 
 
@@ -24,13 +24,12 @@ async def test_a_click_on_one_replica_resumes_a_run_the_other_started(tmp_path: 
         ):
             await a.mention("checkout is failing")
             card = await a.card()
-            await a.adapter.renderer.idle()
+            await a.settled()
             # Slack delivers the click to the other replica's endpoint.
             await b.click(card, ids.APPROVE_ONCE, user=APPROVER)
             await b.answer_posted()
             for world in (a, b):
-                await world.adapter.renderer.idle()
-                await world.adapter.deliveries.deliver_due()
+                await world.settled()
             assert a.executions + b.executions == ["checkout"]
             answers = [c for c in api.calls_to("chat.postMessage") if ids.FEEDBACK in str(c.args)]
             cards = [c for c in api.calls_to("chat.postMessage") if ids.APPROVE_ONCE in str(c.args)]

@@ -13,7 +13,11 @@ from pathlib import Path
 import aiohttp
 
 from adapters.slack import ids
-from tests.adapters.slack.world import (
+from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.processes import KESTREL, ROOT
+from tests.fakes.slack_api import FakeSlackApi
+from tests.fakes.slack_client import SlackSender, app_mention, block_actions
+from tests.fakes.slack_world import (
     APPROVER,
     REQUESTER,
     SECRET,
@@ -21,10 +25,6 @@ from tests.adapters.slack.world import (
     restart_script,
     write_config,
 )
-from tests.fakes.openai_server import FakeOpenAI
-from tests.fakes.processes import KESTREL, ROOT
-from tests.fakes.slack_api import FakeSlackApi
-from tests.fakes.slack_client import SlackSender, app_mention, block_actions
 
 
 def _free_port() -> int:

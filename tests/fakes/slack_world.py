@@ -126,6 +126,13 @@ class SlackWorld:
     adapter: SlackAdapter
     tmp: Path
 
+    async def settled(self) -> None:
+        """Let the listeners, the renderer and the outbox finish what was started."""
+        assert self.adapter.listeners is not None
+        await self.adapter.listeners.idle()
+        await self.adapter.renderer.idle()
+        await self.adapter.deliveries.deliver_due()
+
     @property
     def executions(self) -> list[str]:
         """Each time the consequential command ran, its argument."""
