@@ -34,6 +34,11 @@ ONCALL = "U0ONCALL"
 CHANNEL = "C0001"
 
 # The one consequential command: it appends a line to a file, so tests count executions.
+# The slow one: it records that it started, then works for a while (``seconds``).
+RECORD_SLOWLY = (
+    "import sys, time; open(sys.argv[1], 'a').write(sys.argv[2] + '\\n');"
+    " time.sleep(float(sys.argv[3])); print('done', sys.argv[2])"
+)
 RECORD = (
     "import sys; open(sys.argv[1], 'a').write(sys.argv[2] + '\\n'); print('restarted', sys.argv[2])"
 )
@@ -55,6 +60,17 @@ def restart_script(*, after: str = "Restarted checkout; it is healthy again.") -
     ]
 
 
+def drain_script(seconds: float) -> list[Any]:
+    """The model drains node-3 (not gated; it takes ``seconds``), then reports."""
+    return [
+        {
+            "text": "Draining node-3.",
+            "calls": [{"name": "drain_node", "arguments": {"node": "node-3", "seconds": seconds}}],
+        },
+        {"text": "node-3 is drained."},
+    ]
+
+
 def question_script() -> list[Any]:
     """The model: asks a free-text question, then echoes the answer."""
     return [
@@ -72,6 +88,7 @@ def write_config(
     *,
     extra_policy: Mapping[str, Any] = (),
     database: str = "",
+    extra_config: Mapping[str, Any] = (),
 ) -> Path:
     """kestrel.yaml with the restart catalog, a policy naming the test users, and the model."""
     executions = tmp / "executions.txt"
@@ -90,7 +107,30 @@ def write_config(
                 "confirm": True,
                 "idempotent": False,
                 "timeout": 10,
-            }
+            },
+            {
+                "name": "drain_node",
+                "description": "Drain a node (takes a while)",
+                "command": [
+                    sys.executable,
+                    "-c",
+                    RECORD_SLOWLY,
+                    str(executions),
+                    "{node}",
+                    "{seconds}",
+                ],
+                "parameters": {
+                    "type": "object",
+                    "properties": {
+                        "node": {"type": "string", "pattern": "^[a-z0-9-]+$"},
+                        "seconds": {"type": "number", "minimum": 0, "maximum": 60},
+                    },
+                    "required": ["node", "seconds"],
+                    "additionalProperties": False,
+                },
+                "idempotent": False,
+                "timeout": 60,
+            },
         ]
     }
     (tmp / "catalog.yaml").write_text(yaml.safe_dump(catalog))
@@ -108,6 +148,7 @@ def write_config(
         "tools": ["catalog.yaml"],
         "pii": {"mode": "off"},
         "policy": policy,
+        **dict(extra_config),
     }
     path = tmp / "kestrel.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -229,6 +270,8 @@ async def slack_world(
     api: FakeSlackApi | None = None,
     extra_policy: Mapping[str, Any] = (),
     database: str = "",
+    refresh_seconds: float = 90.0,
+    extra_config: Mapping[str, Any] = (),
 ) -> AsyncIterator[SlackWorld]:
     """Start everything; stop it all (the store and fakes too) on exit. ``database``: a URL
     instead of a SQLite file in ``tmp`` (replicas share one)."""
@@ -238,7 +281,15 @@ async def slack_world(
         if own_api:
             await fake.start()
         try:
-            async with _replica(tmp, model, fake, extra_policy, database) as world:
+            config = write_config(
+                tmp,
+                model.base_url,
+                extra_policy=extra_policy,
+                database=database,
+                extra_config=extra_config,
+            )
+            replica = _replica(tmp, config, model, fake, refresh_seconds)
+            async with replica as world:
                 yield world
         finally:
             if own_api:
@@ -247,19 +298,16 @@ async def slack_world(
 
 @asynccontextmanager
 async def _replica(
-    tmp: Path,
-    model: FakeOpenAI,
-    api: FakeSlackApi,
-    extra_policy: Mapping[str, Any],
-    database: str,
+    tmp: Path, config: Path, model: FakeOpenAI, api: FakeSlackApi, refresh_seconds: float
 ) -> AsyncIterator[SlackWorld]:
-    config = write_config(tmp, model.base_url, extra_policy=extra_policy, database=database)
     settings = load_settings(str(config))
     async with compose.runtime(settings) as rt:
         supervisor = Supervisor(rt)
         chat = ChatService(supervisor)
         slack = SlackSettings(bot_token="xoxb-test", signing_secret=SECRET, api_url=api.url)
-        adapter = SlackAdapter(chat, rt.store, rt.owner, slack, rate_limit_retries=1)
+        adapter = SlackAdapter(
+            chat, rt.store, rt.owner, slack, rate_limit_retries=1, refresh_seconds=refresh_seconds
+        )
         await adapter.start()
         runner = web.AppRunner(adapter.web_app(), access_log=None)
         await runner.setup()

@@ -3,11 +3,14 @@ runtime and openai client, a fake Slack Web API and a fake model."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 from adapters.slack import ids
 from bot.domain import RequestStatus, RunStatus
+from tests.fakes.slack_api import FakeSlackApi
 from tests.fakes.slack_client import view_submission
 from tests.fakes.slack_world import (
     APPROVER,
@@ -166,3 +169,64 @@ async def test_a_question_answered_through_its_modal(tmp_path: Path) -> None:
         assert response.status == 200
         answer = await world.answer_posted()
         assert "looking at ap-south" in json.dumps(answer.args)
+
+
+async def test_a_member_of_an_approver_group_approves(tmp_path: Path) -> None:
+    async with FakeSlackApi() as api:
+        api.usergroups["S0SRE"] = ["U0SRE1"]
+        async with slack_world(tmp_path, restart_script(), api=api) as world:
+            await world.mention("checkout is failing")
+            card = await world.card()
+            await world.click(card, ids.APPROVE_ONCE, user="U0SRE1")
+            await world.answer_posted()
+            assert world.executions == ["checkout"]
+            # Memberships are cached briefly: one lookup served every click and mention.
+            assert len(api.calls_to("usergroups.users.list")) == 1
+
+
+async def test_full_arguments_open_in_a_modal(tmp_path: Path) -> None:
+    script = restart_script()
+    long_name = "checkout" + "x" * 5000
+    script[0]["calls"][0]["arguments"]["service"] = long_name
+    async with slack_world(tmp_path, script) as world:
+        await world.mention("checkout is failing")
+        card = await world.card(ids.SHOW_ARGUMENTS)
+        assert long_name not in json.dumps(card.args)  # cut on the card
+        await world.click(card, ids.SHOW_ARGUMENTS, user="U0ANYONE")
+        opened = await world.api.wait_for("views.open")
+        shown = "".join(
+            block["text"]["text"]
+            for block in opened[0].args["view"]["blocks"]
+            if block.get("type") == "section"
+        )
+        assert shown.count("x") >= 5000
+
+
+async def test_a_second_mention_in_the_thread_continues_the_conversation(tmp_path: Path) -> None:
+    script = [{"text": "Checkout is fine."}, {"text": "Payments are fine too."}]
+    async with slack_world(tmp_path, script) as world:
+        mention = await world.mention("how is checkout?")
+        await world.answer_posted()
+        await world.settled()
+        await world.mention("and payments?", thread_ts=mention["ts"])
+        await world.api.wait_for(lambda c: "Payments are fine" in json.dumps(c.args))
+        last = world.model.requests[-1]["messages"]
+        said = json.dumps(last)
+        assert "how is checkout?" in said and "Checkout is fine." in said
+
+
+async def test_a_click_after_the_deadline_is_refused(tmp_path: Path) -> None:
+    deadlines = {"deadlines": {"per_tool": {"restart_service": 0.5}}}
+    async with slack_world(tmp_path, restart_script(), extra_config=deadlines) as world:
+        await world.mention("checkout is failing")
+        card = await world.card()
+        run_id = (await world.chat.recent(1))[0].id
+        request = (await world.chat.requests_of(run_id))[0].request
+        assert request.deadline is not None
+        # No scheduler here, so nothing closes it: the click comes after the deadline.
+        left = (request.deadline - datetime.now(UTC)).total_seconds()
+        await asyncio.sleep(max(left, 0) + 0.05)
+        await world.click(card, ids.APPROVE_ONCE, user=APPROVER)
+        note = await world.ephemeral_to(APPROVER)
+        assert "expired" in note.args["text"]
+        assert world.executions == []

@@ -3,17 +3,20 @@ feedback, and progress where the workspace refuses Slack's AI-app surfaces."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
 
 from adapters.slack import ids
+from tests.fakes.slack_api import FakeSlackApi
 from tests.fakes.slack_client import event_callback, slash_command
 from tests.fakes.slack_world import (
     APPROVER,
     ONCALL,
     REQUESTER,
     SlackWorld,
+    drain_script,
     restart_script,
     slack_world,
 )
@@ -163,3 +166,39 @@ async def test_messages_in_threads_without_a_question_are_ignored(tmp_path: Path
         await world.settled()
         later = [c.method for c in world.api.calls[before:]]
         assert "chat.postEphemeral" not in later and "chat.postMessage" not in later
+
+
+async def test_a_long_tool_stays_visible(tmp_path: Path) -> None:
+    async with slack_world(tmp_path, drain_script(1.5), refresh_seconds=0.2) as world:
+        await world.mention("drain node-3")
+        await world.answer_posted()
+
+        def still_running(call: Any) -> bool:
+            return "still running" in json.dumps(call.args)
+
+        assert any(still_running(c) for c in world.api.calls_to("chat.appendStream"))
+        statuses = world.api.calls_to("assistant.threads.setStatus")
+        assert len(statuses) >= 4  # the mention, the tool, and refreshes while it ran
+
+
+async def test_an_effect_cut_by_a_restart_is_settled_from_its_card(tmp_path: Path) -> None:
+    async with FakeSlackApi() as api:
+        async with slack_world(tmp_path, drain_script(30), api=api) as first:
+            mention = await first.mention("drain node-3")
+            for _ in range(200):  # until the drain has started: then stop the replica
+                if first.executions:
+                    break
+                await asyncio.sleep(0.05)
+        thread = str(mention["ts"])
+        async with slack_world(tmp_path, drain_script(0), api=api) as second:
+            await second.mention("resume", user=ONCALL, thread_ts=thread)
+            card = await second.card(ids.EFFECT_DONE)
+            shown = json.dumps(card.args["blocks"])
+            assert "drain_node" in shown and "node-3" in shown
+            await second.click(card, ids.EFFECT_DONE, user="U0STRANGER")
+            note = await second.ephemeral_to("U0STRANGER")
+            assert "on-call" in note.args["text"]
+            await second.click(card, ids.EFFECT_DONE, user=ONCALL)
+            answer = await second.answer_posted()
+            assert "drained" in json.dumps(answer.args)
+            assert second.executions == ["node-3"]  # started once, never run again
