@@ -16,15 +16,15 @@ from slack_sdk.web.async_client import AsyncWebClient
 from adapters.slack import ids
 from adapters.slack.identity import Identities
 from adapters.slack.listeners import BotIdentity, SlackListeners
+from adapters.slack.look import SlackLook
 from adapters.slack.progress import Progress
-from adapters.slack.renderer import SlackRenderer
 from adapters.slack.settings import SlackSettings
 from adapters.slack.transport import SlackTransport
 from bot.chat import ChatService
 from bot.config import ConfigError
-from bot.domain import RequestStatus
 from bot.outbox import Deliveries
 from bot.store import Outbox
+from bot.threads import ThreadRenderer
 
 log = logging.getLogger("kestrel.slack")
 
@@ -56,7 +56,7 @@ class SlackAdapter:
         self.client = client
         self.deliveries = Deliveries(outbox, SlackTransport(client), owner)
         self.progress = Progress(client, self.deliveries, refresh_seconds=refresh_seconds)
-        self.renderer = SlackRenderer(chat, self.deliveries, self.progress)
+        self.renderer = ThreadRenderer(chat, self.deliveries, SlackLook(), self.progress)
         self.app: AsyncApp | None = None
         self.listeners: SlackListeners | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -77,7 +77,7 @@ class SlackAdapter:
             asyncio.create_task(self.deliveries.run(), name="slack-outbox"),
             asyncio.create_task(self.progress.keep_alive(), name="slack-progress"),
         ]
-        await self._show_open_cards()
+        await self.renderer.show_open_cards()
         return me
 
     def web_app(self) -> web.Application:
@@ -118,13 +118,6 @@ class SlackAdapter:
             where = self.settings.api_url or "slack.com"
             raise ConfigError(f"slack: cannot reach {where}: {exc}") from exc
         return BotIdentity(str(reply["team_id"]), str(reply["user_id"]), str(reply.get("url", "")))
-
-    async def _show_open_cards(self) -> None:
-        # Idempotent: a card already in the outbox with the same body changes nothing.
-        for item in await self._chat.pending():
-            view = await self._chat.request(item.request.id)
-            if view is not None and view.status is RequestStatus.OPEN:
-                await self.renderer.show_card(view)
 
 
 def _bolt_app(settings: SlackSettings, client: AsyncWebClient, on: SlackListeners) -> AsyncApp:

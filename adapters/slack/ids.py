@@ -171,26 +171,3 @@ def parse_thread_session(session_id: str) -> SlackThread | None:
     ):
         return None
     return SlackThread(team, channel, thread_ts)
-
-
-# Outbox keys: one message per key and thread, posted once and then edited in place.
-
-
-def card_key(request_id: str) -> str:
-    """The key of a request's card (approval, question, uncertain effect)."""
-    return f"card:{request_id}"
-
-
-def answer_key(run_id: str) -> str:
-    """The key of a run's final answer."""
-    return f"answer:{run_id}"
-
-
-def status_key(run_id: str) -> str:
-    """The key of a run's working/status message, updated in place as it progresses."""
-    return f"status:{run_id}"
-
-
-def notice_key(run_id: str, name: str) -> str:
-    """The key of a one-off notice about a run (``name``: what it is, e.g. ``suspended``)."""
-    return f"notice:{run_id}:{name}"

@@ -3,10 +3,10 @@ slash command and the App Home.
 
 Every listener answers Slack at once: the app runs listeners before it responds (bolt's
 ``process_before_response``, which spares the 10 ms polls bolt makes for an ``ack`` otherwise),
-so each one acknowledges and hands the work to a task of its own. Who is acting goes to the
-chat service, which decides whether they may.
-Deliveries are taken once: Slack retries, and a mention arrives both as ``app_mention`` and
-as ``message``, so each message is claimed by its ts in the store before anything happens.
+so each one acknowledges and hands the work to a task of its own. What a message or a click
+means is the core's ``Conversation``; this module reads Slack's payloads into it and shows
+the outcome. Deliveries are taken once: Slack retries, and a mention arrives both as
+``app_mention`` and as ``message``, so each message is claimed by its ts in the store first.
 """
 
 from __future__ import annotations
@@ -32,14 +32,14 @@ from adapters.slack.blocks import (
 )
 from adapters.slack.identity import Identities
 from adapters.slack.ids import SlackThread, thread_session_id
+from adapters.slack.look import thread_of
 from adapters.slack.progress import Progress
-from adapters.slack.renderer import RunThread, SlackRenderer
-from bot.chat import ChatService, PendingRequest, RunView
-from bot.domain import TERMINAL_STATUSES, DecisionKind, Request, RequestKind, Session
-from bot.policy import Actor, NotPermitted
-from bot.prompter import DeferringPrompter
+from bot.chat import ChatService, PendingRequest
+from bot.conversation import HELP, THREAD_COMMANDS, Conversation, Outcome
+from bot.domain import DecisionKind, Session
+from bot.policy import Actor
 from bot.store import StoreError
-from bot.supervisor import ResumeRefused
+from bot.threads import ThreadRenderer
 
 log = logging.getLogger("kestrel.slack")
 
@@ -52,12 +52,10 @@ DECISIONS = {
     ids.EFFECT_DONE: DecisionKind.DONE,
     ids.EFFECT_FAILED: DecisionKind.FAILED,
 }
-THREAD_COMMANDS = ("status", "cancel", "resume")
-HELP = (
-    "Mention me with what you need and I work on it in the thread. In a thread with a run:"
-    " `@kestrel status`, `@kestrel cancel`, `@kestrel resume`. `/kestrel runs` lists what"
-    " waits on people."
-)
+MODALS = {
+    ids.DENY: (DecisionKind.DENY, deny_modal),
+    ids.ANSWER: (DecisionKind.ANSWER, answer_modal),
+}
 
 
 @dataclass(frozen=True)
@@ -74,7 +72,7 @@ class BotIdentity:
 
 
 class SlackListeners:
-    """The handlers the app registers; each ends without raising into bolt."""
+    """The handlers the app registers; none raises into bolt."""
 
     def __init__(
         self,
@@ -83,9 +81,10 @@ class SlackListeners:
         me: BotIdentity,
         identities: Identities,
         progress: Progress,
-        renderer: SlackRenderer,
+        renderer: ThreadRenderer,
     ) -> None:
         self._chat = chat
+        self._talk = Conversation(chat)
         self._client = client
         self._me = me
         self._identities = identities
@@ -112,105 +111,43 @@ class SlackListeners:
         if event.get("subtype") or event.get("bot_id") or event.get("user") == self._me.user:
             return  # edits, joins, and the bot's own messages are never answers
         team = _team_of(body, event)
-        if self._mention.search(event.get("text") or ""):
+        if self._mention.search(str(event.get("text") or "")):
             self._spawn(self._on_mention(event, team))  # the app_mention twin
         elif event.get("thread_ts"):
             self._spawn(self._on_reply(event, team))
 
     async def _on_mention(self, event: dict[str, Any], team: str) -> None:
-        user = event.get("user")
-        if not user or event.get("bot_id"):
+        user, channel, ts = event.get("user"), event.get("channel"), event.get("ts")
+        if not (user and channel and ts) or event.get("bot_id"):
             return
-        channel, ts = event["channel"], event["ts"]
         if not await self._chat.first_delivery(f"slack:{team}:{channel}:{ts}"):
             return
-        thread = SlackThread(team, channel, event.get("thread_ts") or ts)
-        actor = await self._actor(user, channel, event.get("user_team", ""))
-        text = self._mention.sub("", event.get("text") or "").strip()
+        thread = SlackThread(team, str(channel), str(event.get("thread_ts") or ts))
         session = _session(thread)
-        latest = await self._chat.latest(session)
-        if text.lower() in THREAD_COMMANDS:
-            await self._thread_command(text.lower(), latest, thread, actor)
-        elif not text:
-            await self._ephemeral(thread, user, HELP)
-        elif latest is not None and latest.record.status not in TERMINAL_STATUSES:
-            await self._while_running(latest, thread, actor, text)
-        else:
-            await self._start(text, thread, actor, session)
-
-    async def _start(self, text: str, thread: SlackThread, actor: Actor, session: Session) -> None:
-        try:
-            live = await self._chat.submit_turn(
-                text, user=actor, session=session, prompter=DeferringPrompter()
-            )
-        except NotPermitted as exc:
-            await self._ephemeral(thread, actor.user, str(exc))
+        if session is None:
             return
-        self._progress.follow(live.run_id, thread, actor.user)
-        await self._progress.working(thread)
-
-    async def _while_running(
-        self, latest: RunView, thread: SlackThread, actor: Actor, text: str
-    ) -> None:
-        if _question(latest) is not None:
-            await self._answer_reply(latest, thread, actor, text)
-            return
-        await self._ephemeral(
-            thread,
-            actor.user,
-            f"A run is still going in this thread ({latest.record.status.value}). Wait for"
-            " it, or `@kestrel cancel` it first.",
-        )
+        actor = await self._actor(str(user), thread.channel, str(event.get("user_team", "")))
+        text = self._mention.sub("", str(event.get("text") or "")).strip()
+        outcome = await self._talk.mention(session, actor, text)
+        if outcome.started:
+            self._renderer.expect(outcome.running, session, actor.user)
+        await self._show(outcome, thread, actor.user)
 
     async def _on_reply(self, event: dict[str, Any], team: str) -> None:
-        user = event.get("user")
-        if not user:
+        user, channel, ts = event.get("user"), event.get("channel"), event.get("ts")
+        if not (user and channel and ts):
             return
-        channel, ts = event["channel"], event["ts"]
-        thread = SlackThread(team, channel, event["thread_ts"])
-        latest = await self._chat.latest(_session(thread))
-        if latest is None or _question(latest) is None:
+        thread = SlackThread(team, str(channel), str(event["thread_ts"]))
+        session = _session(thread)
+        question = await self._talk.question(session) if session else None
+        if question is None:
             return  # not an answer to anything: ignored
         if not await self._chat.first_delivery(f"slack:{team}:{channel}:{ts}"):
             return
-        actor = await self._actor(user, channel, event.get("user_team", ""))
-        await self._answer_reply(latest, thread, actor, event.get("text") or "")
-
-    async def _answer_reply(
-        self, latest: RunView, thread: SlackThread, actor: Actor, text: str
-    ) -> None:
-        request = _question(latest)
-        assert request is not None
-        await self._decide(request.id, DecisionKind.ANSWER, actor, thread, text=text)
-
-    # --- on-call in the thread ------------------------------------------------------------
-
-    async def _thread_command(
-        self, command: str, latest: RunView | None, thread: SlackThread, actor: Actor
-    ) -> None:
-        if latest is None:
-            await self._ephemeral(thread, actor.user, "There is no run in this thread.")
-            return
-        run_id = latest.record.id
-        if command == "status":
-            message = status_message(latest)
-            await self._ephemeral(thread, actor.user, message.text, message.blocks)
-            return
-        try:
-            reply = await self._operate(command, run_id, actor, thread)
-        except (NotPermitted, ResumeRefused, StoreError) as exc:
-            reply = str(exc)
-        await self._ephemeral(thread, actor.user, reply)
-
-    async def _operate(self, command: str, run_id: str, actor: Actor, thread: SlackThread) -> str:
-        if command == "cancel":
-            return await self._chat.cancel(run_id, user=actor)
-        live = await self._chat.resume(run_id, user=actor)
-        if live is None:
-            return f"Run {run_id} has nothing to do yet: it still waits on people, or it ended."
-        self._progress.follow(run_id, thread, actor.user)
-        await self._progress.working(thread)
-        return f"Resuming run {run_id}."
+        actor = await self._actor(str(user), thread.channel, str(event.get("user_team", "")))
+        text = str(event.get("text") or "")
+        outcome = await self._talk.decide(question.id, DecisionKind.ANSWER, actor, text=text)
+        await self._show(outcome, thread, actor.user)
 
     # --- clicks and modals --------------------------------------------------------------
 
@@ -228,24 +165,25 @@ class SlackListeners:
         if action_id == ids.FEEDBACK:
             await self._feedback(value, actor, thread)
         elif action_id == ids.CHOOSE:
-            await self._choose(value, actor, thread)
-        elif action_id in (ids.DENY, ids.ANSWER, ids.SHOW_ARGUMENTS):
+            await self._show(await self._choose(value, actor), thread, actor.user)
+        elif action_id in MODALS or action_id == ids.SHOW_ARGUMENTS:
             await self._open_modal(action_id, value, actor, thread, body.get("trigger_id", ""))
         elif action_id in DECISIONS:
             request_id = ids.parse_request_value(value)
-            if request_id is None:
-                await self._ephemeral(thread, actor.user, "This button is not one of mine.")
-                return
-            await self._decide(request_id, DECISIONS[action_id], actor, thread)
+            outcome = (
+                await self._talk.decide(request_id, DECISIONS[action_id], actor)
+                if request_id
+                else Outcome(note="This button is not one of mine.")
+            )
+            await self._show(outcome, thread, actor.user)
 
-    async def _choose(self, value: str, actor: Actor, thread: SlackThread) -> None:
+    async def _choose(self, value: str, actor: Actor) -> Outcome:
         choice = ids.parse_choice(value)
         view = await self._chat.request(choice[0]) if choice else None
         if choice is None or view is None or not 0 <= choice[1] < len(view.request.options):
-            await self._ephemeral(thread, actor.user, "That choice is not one this question has.")
-            return
+            return Outcome(note="That choice is not one this question has.")
         option = view.request.options[choice[1]]
-        await self._decide(view.request.id, DecisionKind.ANSWER, actor, thread, text=option)
+        return await self._talk.decide(view.request.id, DecisionKind.ANSWER, actor, text=option)
 
     async def _open_modal(
         self, action_id: str, value: str, actor: Actor, thread: SlackThread, trigger: str
@@ -258,12 +196,11 @@ class SlackListeners:
         if action_id == ids.SHOW_ARGUMENTS:
             await self._client.views_open(trigger_id=trigger, view=arguments_modal(view.request))
             return
-        kind = DecisionKind.DENY if action_id == ids.DENY else DecisionKind.ANSWER
+        kind, modal = MODALS[action_id]
         refusal = await self._chat.check(view.request.id, kind, user=actor)
         if refusal:
             await self._ephemeral(thread, actor.user, refusal)
             return
-        modal = deny_modal if action_id == ids.DENY else answer_modal
         await self._client.views_open(trigger_id=trigger, view=modal(view.request))
 
     async def on_deny_submitted(self, ack: Ack, body: dict[str, Any], view: dict[str, Any]) -> None:
@@ -292,50 +229,20 @@ class SlackListeners:
         # Decided before the modal closes, so that a refusal shows in the modal itself.
         request_id = ids.parse_request_value(str(view.get("private_metadata", "")))
         found = await self._chat.request(request_id) if request_id else None
-        if found is None:
+        place = await self._renderer.place_of(found.request.run_id) if found else None
+        if found is None or place is None:
             await ack(response_action="errors", errors={block: "That request no longer exists."})
             return
-        where = await self._renderer.thread_of(found.request.run_id)
+        thread = thread_of(place.target)
         user = body.get("user") or {}
-        channel = where.thread.channel if where else ""
-        actor = await self._actor(str(user.get("id", "")), channel, user.get("team_id", ""))
+        actor = await self._actor(str(user.get("id", "")), thread.channel, user.get("team_id", ""))
         text = _input_value(view, block, action)
-        run_id = found.request.run_id
-        decided = await self._chat.decide(run_id, found.request.id, kind, user=actor, text=text)
-        if not decided.accepted:
-            await ack(response_action="errors", errors={block: decided.message})
+        outcome = await self._talk.decide(found.request.id, kind, actor, text=text)
+        if outcome.note:
+            await ack(response_action="errors", errors={block: outcome.note})
             return
         await ack()
-        await self._after_decision(found.request.id, decided.resumed is not None, where)
-
-    async def _decide(
-        self,
-        request_id: str,
-        kind: DecisionKind,
-        actor: Actor,
-        thread: SlackThread,
-        *,
-        text: str = "",
-    ) -> None:
-        view = await self._chat.request(request_id)
-        if view is None:
-            await self._ephemeral(thread, actor.user, "That request no longer exists.")
-            return
-        decided = await self._chat.decide(
-            view.request.run_id, request_id, kind, user=actor, text=text
-        )
-        if not decided.accepted:
-            await self._ephemeral(thread, actor.user, decided.message)
-            return
-        where = await self._renderer.thread_of(view.request.run_id)
-        await self._after_decision(request_id, decided.resumed is not None, where)
-
-    async def _after_decision(
-        self, request_id: str, resumed: bool, where: RunThread | None
-    ) -> None:
-        await self._renderer.refresh_card(request_id)
-        if resumed and where is not None:
-            await self._progress.working(where.thread)
+        self._spawn(self._show(outcome, thread, actor.user))
 
     async def _feedback(self, value: str, actor: Actor, thread: SlackThread) -> None:
         parsed = ids.parse_feedback(value)
@@ -367,19 +274,17 @@ class SlackListeners:
     async def _command_on_run(self, verb: str, run_id: str, command: dict[str, Any]) -> None:
         channel, user = str(command.get("channel_id", "")), str(command.get("user_id", ""))
         actor = await self._actor(user, channel, str(command.get("user_team_id", "")))
-        where = await self._renderer.thread_of(run_id) if ids.is_core_id(run_id) else None
-        if where is None:
-            reply = f"There is no Slack run {run_id}."
-        elif verb == "status":
-            message = status_message(await self._chat.status(run_id))
+        place = await self._renderer.place_of(run_id) if ids.is_core_id(run_id) else None
+        if place is None:
+            await self._respond(command, f"There is no Slack run {run_id}.")
+            return
+        outcome = await self._talk.operate(verb, run_id, actor)
+        if outcome.status is not None:
+            message = status_message(outcome.status)
             await self._respond(command, message.text, message.blocks)
             return
-        else:
-            try:
-                reply = await self._operate(verb, run_id, actor, where.thread)
-            except (NotPermitted, ResumeRefused, StoreError) as exc:
-                reply = str(exc)
-        await self._respond(command, reply)
+        await self._respond(command, outcome.note)
+        await self._follow(outcome)
 
     async def on_home_opened(self, event: dict[str, Any], body: dict[str, Any]) -> None:
         """The App Home tab: what waits on this person."""
@@ -396,14 +301,30 @@ class SlackListeners:
     async def _links(self, pending: list[PendingRequest] | None = None) -> dict[str, str]:
         links: dict[str, str] = {}
         for item in pending if pending is not None else await self._chat.pending():
-            where = await self._renderer.thread_of(item.request.run_id)
-            if where is not None:
-                links[item.request.run_id] = self._me.permalink(
-                    where.thread.channel, where.thread.thread_ts
-                )
+            place = await self._renderer.place_of(item.request.run_id)
+            if place is not None:
+                thread = thread_of(place.target)
+                links[item.request.run_id] = self._me.permalink(thread.channel, thread.thread_ts)
         return links
 
-    # --- replies --------------------------------------------------------------------------
+    # --- showing outcomes -------------------------------------------------------------------
+
+    async def _show(self, outcome: Outcome, thread: SlackThread, user: str) -> None:
+        if outcome.status is not None:
+            message = status_message(outcome.status)
+            await self._ephemeral(thread, user, message.text, message.blocks)
+        elif outcome.note:
+            await self._ephemeral(thread, user, outcome.note)
+        if outcome.decided:
+            await self._renderer.refresh_card(outcome.decided)
+        await self._follow(outcome)
+
+    async def _follow(self, outcome: Outcome) -> None:
+        # The run goes on in this process: show at once that it works.
+        place = await self._renderer.place_of(outcome.running) if outcome.running else None
+        if place is not None:
+            self._progress.follow(outcome.running, place)
+            await self._progress.working(place)
 
     async def _actor(self, user: str, channel: str, team: str) -> Actor:
         return await self._identities.actor(user, channel=channel, team=team)
@@ -447,17 +368,14 @@ class SlackListeners:
             log.exception("slack: handling a request failed")
 
 
-def _session(thread: SlackThread) -> Session:
-    session_id = thread_session_id(thread.team, thread.channel, thread.thread_ts)
+def _session(thread: SlackThread) -> Session | None:
+    """The thread's session; None for ids that are not Slack's (a malformed payload)."""
+    try:
+        session_id = thread_session_id(thread.team, thread.channel, thread.thread_ts)
+    except ValueError:
+        log.info("slack: ignoring a message with malformed ids: %s", thread)
+        return None
     return Session(id=session_id, platform="slack", channel=thread.channel, thread=thread.thread_ts)
-
-
-def _question(view: RunView) -> Request | None:
-    """The oldest question the run waits on, if any."""
-    for request in view.open_requests:
-        if request.kind is RequestKind.WAIT_USER:
-            return request
-    return None
 
 
 def _team_of(body: dict[str, Any], event: dict[str, Any]) -> str:

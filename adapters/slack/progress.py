@@ -14,19 +14,18 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Literal
 
 from slack_sdk.errors import SlackApiError
 from slack_sdk.models.messages.chunk import TaskUpdateChunk
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack.blocks import working_message
-from adapters.slack.ids import SlackThread, status_key
+from adapters.slack.look import thread_of
 from bot.outbox import Deliveries
+from bot.threads import RunPlace, StepStatus, status_key
 
 log = logging.getLogger("kestrel.slack")
 
-StepStatus = Literal["in_progress", "complete", "error"]
 LOADING = ["Reading the thread…", "Thinking…", "Checking the tools…"]
 
 
@@ -34,8 +33,7 @@ LOADING = ["Reading the thread…", "Thinking…", "Checking the tools…"]
 class _Live:
     """One run's surfaces in one thread."""
 
-    thread: SlackThread
-    user: str
+    place: RunPlace
     stream_ts: str = ""
     steps: list[str] = field(default_factory=list)
     running: dict[str, tuple[str, float]] = field(default_factory=dict)
@@ -55,15 +53,16 @@ class Progress:
         self._status_ok: bool | None = None
         self._stream_ok: bool | None = None
 
-    async def working(self, thread: SlackThread, status: str = "is working…") -> None:
+    async def working(self, place: RunPlace, status: str = "") -> None:
         """Show at once that Kestrel works on this thread (a mention, a resume)."""
         if self._status_ok is False:
             return
+        thread = thread_of(place.target)
         try:
             await self._client.assistant_threads_setStatus(
                 channel_id=thread.channel,
                 thread_ts=thread.thread_ts,
-                status=status,
+                status=status or "is working…",
                 loading_messages=LOADING,
             )
             self._status_ok = True
@@ -71,9 +70,9 @@ class Progress:
             self._status_ok = False
             log.info("slack: no thread status here (%s); using a status message", _error(exc))
 
-    def follow(self, run_id: str, thread: SlackThread, user: str) -> None:
+    def follow(self, run_id: str, place: RunPlace) -> None:
         """Start tracking a live run's steps (idempotent)."""
-        self._live.setdefault(run_id, _Live(thread, user))
+        self._live.setdefault(run_id, _Live(place))
 
     async def step(self, run_id: str, call_id: str, title: str, status: StepStatus) -> None:
         """A tool call started or finished."""
@@ -88,7 +87,7 @@ class Progress:
             mark = "done" if status == "complete" else "failed"
             live.steps.append(f"{title}: {mark}")
         if status == "in_progress" and self._status_ok:
-            await self.working(live.thread, f"is running {title}…")
+            await self.working(live.place, f"is running {title}…")
         await self._show(run_id, live, TaskUpdateChunk(id=call_id, title=title, status=status))
 
     async def stop(self, run_id: str, note: str = "") -> None:
@@ -107,7 +106,7 @@ class Progress:
         now = time.monotonic()
         for run_id, live in list(self._live.items()):
             if self._status_ok:
-                await self.working(live.thread)
+                await self.working(live.place)
             for call_id, (title, since) in list(live.running.items()):
                 details = f"still running after {int(now - since)} s"
                 chunk = TaskUpdateChunk(
@@ -130,17 +129,18 @@ class Progress:
         await self._fallback(run_id, live)
 
     async def _stream(self, live: _Live, chunk: TaskUpdateChunk) -> bool:
+        thread = thread_of(live.place.target)
         try:
             if live.stream_ts:
                 await self._client.chat_appendStream(
-                    channel=live.thread.channel, ts=live.stream_ts, chunks=[chunk]
+                    channel=thread.channel, ts=live.stream_ts, chunks=[chunk]
                 )
                 return True
             reply = await self._client.chat_startStream(
-                channel=live.thread.channel,
-                thread_ts=live.thread.thread_ts,
-                recipient_team_id=live.thread.team,
-                recipient_user_id=live.user,
+                channel=thread.channel,
+                thread_ts=thread.thread_ts,
+                recipient_team_id=thread.team,
+                recipient_user_id=live.place.requested_by,
                 chunks=[chunk],
                 task_display_mode="timeline",
             )
@@ -158,15 +158,15 @@ class Progress:
     async def _stop_stream(self, live: _Live, note: str) -> None:
         try:
             await self._client.chat_stopStream(
-                channel=live.thread.channel, ts=live.stream_ts, markdown_text=note or None
+                channel=live.place.target["channel"], ts=live.stream_ts, markdown_text=note or None
             )
         except SlackApiError as exc:
             log.info("slack: closing a stream failed: %s", _error(exc))
 
     async def _fallback(self, run_id: str, live: _Live, note: str = "") -> None:
         lines = [*live.steps, note] if note else live.steps
-        target = {"channel": live.thread.channel, "thread_ts": live.thread.thread_ts}
-        await self._deliveries.put(status_key(run_id), target, working_message(lines).body())
+        body = working_message(lines).body()
+        await self._deliveries.put(status_key(run_id), live.place.target, body)
 
 
 def _error(exc: SlackApiError) -> str:

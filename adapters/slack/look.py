@@ -1,0 +1,57 @@
+"""How Kestrel's thread messages look in Slack, and where a Slack session's messages go."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from adapters.slack.blocks import (
+    ClosedCard,
+    answer_continuations,
+    answer_message,
+    principal,
+    request_card,
+)
+from adapters.slack.ids import SlackThread, parse_thread_session
+from bot.chat import RequestView
+from bot.domain import RequestStatus, Session, TerminalResult
+from bot.threads import Body
+
+
+class SlackLook:
+    """Block Kit bodies for the outbox; a target is a thread (channel, thread_ts, team)."""
+
+    platform = "slack"
+
+    def target(self, session: Session) -> dict[str, Any] | None:
+        """The thread a Slack session lives in; None for another platform's session."""
+        thread = parse_thread_session(session.id)
+        if thread is None:
+            return None
+        return {"channel": thread.channel, "thread_ts": thread.thread_ts, "team": thread.team}
+
+    def card(self, view: RequestView) -> Body:
+        """The request's card: open with its buttons, or closed with who decided."""
+        closed = None
+        if view.status is not RequestStatus.OPEN:
+            closed = ClosedCard(status=view.status, decision=view.decision)
+        message = request_card(
+            view.request, reason=view.reason, may_answer=view.may_answer, closed=closed
+        )
+        return message.body()
+
+    def answer(self, result: TerminalResult, run_id: str) -> list[Body]:
+        """The answer with its feedback buttons, then what did not fit in one message."""
+        first = answer_message(result, run_id=run_id).body()
+        return [first, *(more.body() for more in answer_continuations(result))]
+
+    def reminder(self, view: RequestView) -> Body:
+        """A reminder naming who may answer."""
+        who = ", ".join(principal(p) for p in view.may_answer) or "someone allowed to answer"
+        return {
+            "text": f"Reminder: the request for `{view.request.tool}` above still waits on {who}."
+        }
+
+
+def thread_of(target: dict[str, Any]) -> SlackThread:
+    """The Slack thread an outbox target names."""
+    return SlackThread(target.get("team", ""), target["channel"], target["thread_ts"])
