@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any, Final, Literal, get_origin
+from urllib.parse import urlsplit
 
 import yaml
 from dotenv import dotenv_values
@@ -290,6 +291,20 @@ def load_settings(explicit: str | None = None) -> Settings:
         raise ConfigError(_describe(exc, path, variables)) from exc
     except SettingsError as exc:
         raise ConfigError(_describe_unparsable(exc, variables)) from exc
+
+
+def checked_url(name: str, url: str) -> str:
+    """``url`` if it is an http(s) URL with a host and a valid port; else a ``ConfigError``
+    naming the variable ``name``."""
+    try:
+        parts = urlsplit(url)
+        valid = parts.scheme in ("http", "https") and bool(parts.hostname)
+        parts.port  # noqa: B018 - raises for a port out of range
+    except ValueError:
+        valid = False
+    if not valid:
+        raise ConfigError(f"{name} must be an http(s) URL with a host, not {url!r}")
+    return url
 
 
 def environment() -> dict[str, str]:

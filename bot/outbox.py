@@ -25,11 +25,16 @@ BACKOFF_SECONDS = (1.0, 5.0, 15.0, 60.0, 300.0)
 
 
 class DeliveryFailed(Exception):
-    """The platform did not take the message; ``retry_after``: when it asked us to retry."""
+    """The platform did not take the message; ``retry_after``: when to try again (the
+    platform's own ask, or long for a refusal that waits on a person, e.g. a removed bot)."""
 
     def __init__(self, message: str, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+
+class MessageGone(DeliveryFailed):
+    """The message to edit no longer exists (someone deleted it): post it again."""
 
 
 class Transport(Protocol):
@@ -131,7 +136,11 @@ class Deliveries:
         if not ref:
             return await transport.post(message.key, message.target, message.body)
         if message.delivered_version < message.version:
-            await transport.update(ref, message.target, message.body)
+            try:
+                await transport.update(ref, message.target, message.body)
+            except MessageGone:
+                log.info("outbox: %s was deleted; posting it again", message.key)
+                return await transport.post(message.key, message.target, message.body)
         return ref
 
     async def _failed(self, message: OutboxMessage, error: str, retry_after: float | None) -> None:

@@ -36,6 +36,7 @@ from bot.events import (
     ToolStartedEvent,
 )
 from bot.outbox import Deliveries
+from bot.store import UnknownRun
 
 log = logging.getLogger("kestrel.threads")
 
@@ -163,7 +164,10 @@ class ThreadRenderer:
         """The run's thread on this platform; None for a run of another platform."""
         if run_id in self._places:
             return self._places[run_id]
-        session = await self._chat.session_of(run_id)
+        try:
+            session = await self._chat.session_of(run_id)
+        except UnknownRun:
+            return None
         target = self._look.target(session) if session is not None else None
         found = None
         if session is not None and target is not None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+import aiohttp
 from aiohttp import web
 from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
 from slack_bolt.async_app import AsyncApp
@@ -50,9 +51,11 @@ class SlackAdapter:
         self.settings = settings
         self._chat = chat
         client = AsyncWebClient(token=settings.bot_token, base_url=settings.api_url or SLACK_API)
-        client.retry_handlers.append(
+        # Rate limits only: slack-sdk's default retry of a broken connection would send a post
+        # that may have landed a second time; the outbox retries it after looking it up.
+        client.retry_handlers = [
             AsyncRateLimitErrorRetryHandler(max_retry_count=rate_limit_retries)
-        )
+        ]
         self.client = client
         self.deliveries = Deliveries(outbox, SlackTransport(client), owner)
         self.progress = Progress(client, self.deliveries, refresh_seconds=refresh_seconds)
@@ -114,8 +117,8 @@ class SlackAdapter:
         except SlackApiError as exc:
             error = exc.response.get("error") or exc
             raise ConfigError(f"slack: auth.test refused SLACK_BOT_TOKEN: {error}") from exc
-        except OSError as exc:
-            where = self.settings.api_url or "slack.com"
+        except (OSError, aiohttp.ClientError, ValueError) as exc:
+            where = self.settings.api_url or SLACK_API
             raise ConfigError(f"slack: cannot reach {where}: {exc}") from exc
         return BotIdentity(str(reply["team_id"]), str(reply["user_id"]), str(reply.get("url", "")))
 

@@ -44,10 +44,10 @@ from slack_sdk.models.views import View
 
 from adapters.slack import ids
 from adapters.slack.ids import parse_feedback
+from bot.cards import closing, pretty, shorten
 from bot.chat import PendingRequest, RunView
 from bot.domain import (
     Decision,
-    DecisionKind,
     Request,
     RequestKind,
     RequestStatus,
@@ -345,37 +345,14 @@ def _checked(
 # Arguments
 
 
-def _shorten(value: Any, limit: int) -> tuple[Any, bool]:
-    """``value`` with every string longer than ``limit`` cut and marked."""
-    if isinstance(value, str):
-        if len(value) <= limit:
-            return value, False
-        return f"{value[:limit]}{TRUNCATED} (+{len(value) - limit:,} characters)", True
-    if isinstance(value, Mapping):
-        cut = False
-        out: dict[str, Any] = {}
-        for key, item in value.items():
-            out[str(key)], more = _shorten(item, limit)
-            cut = cut or more
-        return out, cut
-    if isinstance(value, list | tuple):
-        items = [_shorten(item, limit) for item in value]
-        return [item for item, _ in items], any(more for _, more in items)
-    return value, False
-
-
-def _pretty(value: Any) -> str:
-    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
-
-
 def _compact(value: Any) -> str:
     return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
 
 
 def _arguments_section(arguments: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
     """The call's arguments as pretty JSON in a code block; whether anything was cut."""
-    shortened, cut_values = _shorten(dict(arguments), CARD_VALUE_LIMIT)
-    code, cut_whole = _code(_pretty(shortened), CARD_ARGUMENTS_LIMIT)
+    shortened, cut_values = shorten(dict(arguments), CARD_VALUE_LIMIT)
+    code, cut_whole = _code(pretty(shortened), CARD_ARGUMENTS_LIMIT)
     return _section(code), cut_values or cut_whole
 
 
@@ -532,37 +509,29 @@ def _effect_card(
     return SlackMessage(_fit_fallback(text), _checked(blocks))
 
 
+_EMOJI = {
+    "Approved": ":white_check_mark:",
+    "Approved for this run": ":white_check_mark:",
+    "Denied": ":no_entry:",
+    "Answered": ":speech_balloon:",
+    "Retried": ":repeat:",
+    "Marked done": ":white_check_mark:",
+    "Marked failed": ":x:",
+    "Expired": ":hourglass:",
+    "Cancelled": ":heavy_multiplication_x:",
+}
+
+
 def _closed_line(closed: ClosedCard) -> str:
-    decision = closed.decision
-    if closed.status is RequestStatus.CANCELLED:
-        by = f" by {_person(decision.by)}" if decision is not None and decision.by else ""
-        return f":heavy_multiplication_x: Cancelled{by}"
-    if decision is None:
-        if closed.status is RequestStatus.EXPIRED:
-            return ":hourglass: Expired"
-        return f"Closed ({escape(closed.status.value)})"
-    who = _person(decision.by)
-    when = slack_date(decision.at)
-    said = _fit(decision.text.strip(), DECISION_TEXT_LIMIT)
-    match decision.kind:
-        case DecisionKind.APPROVE:
-            return f":white_check_mark: Approved by {who} {when}"
-        case DecisionKind.APPROVE_ALWAYS:
-            return f":white_check_mark: Approved for this run by {who} {when}"
-        case DecisionKind.DENY:
-            return f":no_entry: Denied by {who}" + (f": {said}" if said else "")
-        case DecisionKind.ANSWER:
-            return f":speech_balloon: Answered by {who}" + (f": {said}" if said else "")
-        case DecisionKind.RETRY:
-            return f":repeat: Retried by {who} {when}"
-        case DecisionKind.DONE:
-            return f":white_check_mark: Marked done by {who} {when}"
-        case DecisionKind.FAILED:
-            return f":x: Marked failed by {who} {when}"
-        case DecisionKind.EXPIRED:
-            return f":hourglass: Expired {when}"
-        case _:
-            assert_never(decision.kind)
+    end = closing(closed.status, closed.decision)
+    line = f"{_EMOJI.get(end.phrase, '')} {escape(end.phrase)}".strip()
+    if end.by:
+        line += f" by {_person(end.by)}"
+    if end.at is not None and not end.said:
+        line += f" {slack_date(end.at)}"
+    if end.said:
+        line += f": {_fit(end.said, DECISION_TEXT_LIMIT)}"
+    return line
 
 
 def _fit_fallback(text: str) -> str:
@@ -982,7 +951,7 @@ def arguments_modal(request: Request) -> dict[str, Any]:
     """A call's exact arguments, pretty JSON in code blocks across as many sections as the
     modal holds; says so when even they cannot hold it all."""
     head = _section(f"{_inline(request.tool)} · request {_inline(request.id)}")
-    body = _code_safe(_pretty(request.arguments))
+    body = _code_safe(pretty(request.arguments))
     room = VIEW_BLOCKS_LIMIT - 2
     pieces, rest = _split_escaped(body, SECTION_TEXT_LIMIT - 6, room)
     blocks = [head, *(_section(f"```{piece}```") for piece in pieces)]

@@ -36,11 +36,14 @@ class Identities:
         self._teams: dict[str, tuple[float, str]] = {}
 
     async def actor(self, user: str, *, channel: str = "", team: str = "") -> Actor:
-        """The actor for ``user``; ``team``: their own workspace when the payload says it."""
+        """The actor for ``user``; ``team``: their own workspace when the payload says it.
+
+        Someone whose workspace cannot be told (``users.info`` refused) is taken for a guest:
+        only their own user id in the policy lets them act.
+        """
         team = team or await self._team_of(user)
         groups = frozenset([g for g in self._groups_named() if user in await self._group(g)])
-        external = bool(team) and team != self._home_team
-        return Actor(user, groups, channel, external=external)
+        return Actor(user, groups, channel, external=team != self._home_team)
 
     async def _group(self, group: str) -> frozenset[str]:
         cached = self._members.get(group)

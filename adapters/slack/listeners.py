@@ -26,6 +26,7 @@ from adapters.slack.blocks import (
     answer_modal,
     arguments_modal,
     deny_modal,
+    ephemeral_text,
     home_view,
     runs_message,
     status_message,
@@ -44,6 +45,7 @@ from bot.threads import ThreadRenderer
 log = logging.getLogger("kestrel.slack")
 
 Ack = Callable[..., Awaitable[None]]
+Respond = Callable[..., Awaitable[Any]]
 
 DECISIONS = {
     ids.APPROVE_ONCE: DecisionKind.APPROVE,
@@ -52,6 +54,8 @@ DECISIONS = {
     ids.EFFECT_DONE: DecisionKind.DONE,
     ids.EFFECT_FAILED: DecisionKind.FAILED,
 }
+# A person's message: plain, also sent to the channel, or with a file attached.
+PEOPLE_SUBTYPES = frozenset({None, "thread_broadcast", "file_share"})
 MODALS = {
     ids.DENY: (DecisionKind.DENY, deny_modal),
     ids.ANSWER: (DecisionKind.ANSWER, answer_modal),
@@ -108,8 +112,10 @@ class SlackListeners:
 
     async def on_message(self, event: dict[str, Any], body: dict[str, Any]) -> None:
         """Any message in a channel the bot is in: thread replies may answer questions."""
-        if event.get("subtype") or event.get("bot_id") or event.get("user") == self._me.user:
-            return  # edits, joins, and the bot's own messages are never answers
+        if event.get("subtype") not in PEOPLE_SUBTYPES or event.get("bot_id"):
+            return  # edits, joins and bots' messages are never answers
+        if event.get("user") == self._me.user:
+            return
         team = _team_of(body, event)
         if self._mention.search(str(event.get("text") or "")):
             self._spawn(self._on_mention(event, team))  # the app_mention twin
@@ -257,8 +263,10 @@ class SlackListeners:
 
     # --- the slash command and the App Home ------------------------------------------------
 
-    async def on_command(self, ack: Ack, command: dict[str, Any]) -> None:
-        """``/kestrel runs | status RUN | cancel RUN | resume RUN | help``."""
+    async def on_command(self, ack: Ack, command: dict[str, Any], respond: Respond) -> None:
+        """``/kestrel runs | status RUN | cancel RUN | resume RUN | help``; the answers go
+        through the command's response URL, which works in DMs and channels the bot is not
+        in."""
         words = str(command.get("text") or "").split()
         verb = words[0].lower() if words else "runs"
         if verb == "runs":
@@ -269,21 +277,23 @@ class SlackListeners:
             await ack(text=f"Usage: `/kestrel runs`, `/kestrel status|cancel|resume RUN`. {HELP}")
             return
         await ack()
-        self._spawn(self._command_on_run(verb, words[1], command))
+        self._spawn(self._command_on_run(verb, words[1], command, respond))
 
-    async def _command_on_run(self, verb: str, run_id: str, command: dict[str, Any]) -> None:
+    async def _command_on_run(
+        self, verb: str, run_id: str, command: dict[str, Any], respond: Respond
+    ) -> None:
         channel, user = str(command.get("channel_id", "")), str(command.get("user_id", ""))
         actor = await self._actor(user, channel, str(command.get("user_team_id", "")))
         place = await self._renderer.place_of(run_id) if ids.is_core_id(run_id) else None
         if place is None:
-            await self._respond(command, f"There is no Slack run {run_id}.")
+            await respond(text=ephemeral_text(f"There is no Slack run {run_id}."))
             return
         outcome = await self._talk.operate(verb, run_id, actor)
         if outcome.status is not None:
             message = status_message(outcome.status)
-            await self._respond(command, message.text, message.blocks)
+            await respond(text=message.text, blocks=message.blocks)
             return
-        await self._respond(command, outcome.note)
+        await respond(text=ephemeral_text(outcome.note))
         await self._follow(outcome)
 
     async def on_home_opened(self, event: dict[str, Any], body: dict[str, Any]) -> None:
@@ -336,17 +346,7 @@ class SlackListeners:
             channel=thread.channel,
             user=user,
             thread_ts=thread.thread_ts,
-            text=text,
-            blocks=blocks or None,
-        )
-
-    async def _respond(
-        self, command: dict[str, Any], text: str, blocks: list[Any] | None = None
-    ) -> None:
-        await self._client.chat_postEphemeral(
-            channel=str(command.get("channel_id", "")),
-            user=str(command.get("user_id", "")),
-            text=text,
+            text=text if blocks else ephemeral_text(text),
             blocks=blocks or None,
         )
 

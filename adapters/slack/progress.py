@@ -26,6 +26,7 @@ from bot.threads import RunPlace, StepStatus, status_key
 
 log = logging.getLogger("kestrel.slack")
 
+STREAM_ENDED = frozenset({"message_not_in_streaming_state", "message_not_found"})
 LOADING = ["Reading the thread…", "Thinking…", "Checking the tools…"]
 
 
@@ -35,6 +36,7 @@ class _Live:
 
     place: RunPlace
     stream_ts: str = ""
+    fallback: bool = False  # this run's stream stopped taking steps: its message instead
     steps: list[str] = field(default_factory=list)
     running: dict[str, tuple[str, float]] = field(default_factory=dict)
 
@@ -98,7 +100,7 @@ class Progress:
             return
         if live.stream_ts:
             await self._stop_stream(live, note)
-        elif self._stream_ok is False and live.steps:
+        if (self._stream_ok is False or live.fallback) and live.steps:
             await self._fallback(run_id, live, note or "stopped")
 
     async def refresh(self) -> None:
@@ -124,41 +126,52 @@ class Progress:
                 log.exception("slack: refreshing progress failed")
 
     async def _show(self, run_id: str, live: _Live, chunk: TaskUpdateChunk) -> None:
-        if self._stream_ok is not False and await self._stream(live, chunk):
+        if self._stream_ok is False or live.fallback:
+            await self._fallback(run_id, live)
             return
-        await self._fallback(run_id, live)
-
-    async def _stream(self, live: _Live, chunk: TaskUpdateChunk) -> bool:
-        thread = thread_of(live.place.target)
         try:
-            if live.stream_ts:
+            await self._stream(live, chunk)
+        except SlackApiError as exc:
+            error = _error(exc)
+            if error == "ratelimited":
+                return  # this step is not shown; the stream and the next steps are
+            if not live.stream_ts:
+                self._stream_ok = False  # the workspace refuses streams: every run falls back
+                log.info("slack: no streaming here (%s); using a status message", error)
+            else:
+                log.info("slack: the stream stopped taking steps (%s); using a message", error)
+                await self._stop_stream(live, "")
+                live.fallback = True
+            await self._fallback(run_id, live)
+
+    async def _stream(self, live: _Live, chunk: TaskUpdateChunk) -> None:
+        thread = thread_of(live.place.target)
+        if live.stream_ts:
+            try:
                 await self._client.chat_appendStream(
                     channel=thread.channel, ts=live.stream_ts, chunks=[chunk]
                 )
-                return True
-            reply = await self._client.chat_startStream(
-                channel=thread.channel,
-                thread_ts=thread.thread_ts,
-                recipient_team_id=thread.team,
-                recipient_user_id=live.place.requested_by,
-                chunks=[chunk],
-                task_display_mode="timeline",
-            )
-        except SlackApiError as exc:
-            if not live.stream_ts:
-                self._stream_ok = False
-                log.info("slack: no streaming here (%s); using a status message", _error(exc))
-            else:
-                live.stream_ts = ""  # the stream ended on Slack's side: the next step starts one
-            return False
+                return
+            except SlackApiError as exc:
+                if _error(exc) not in STREAM_ENDED:
+                    raise
+                live.stream_ts = ""  # Slack ended it (left without updates): start another
+        reply = await self._client.chat_startStream(
+            channel=thread.channel,
+            thread_ts=thread.thread_ts,
+            recipient_team_id=thread.team,
+            recipient_user_id=live.place.requested_by,
+            chunks=[chunk],
+            task_display_mode="timeline",
+        )
         self._stream_ok = True
         live.stream_ts = str(reply["ts"])
-        return True
 
     async def _stop_stream(self, live: _Live, note: str) -> None:
+        ts, live.stream_ts = live.stream_ts, ""
         try:
             await self._client.chat_stopStream(
-                channel=live.place.target["channel"], ts=live.stream_ts, markdown_text=note or None
+                channel=live.place.target["channel"], ts=ts, markdown_text=note or None
             )
         except SlackApiError as exc:
             log.info("slack: closing a stream failed: %s", _error(exc))

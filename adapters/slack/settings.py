@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from bot.config import ConfigError
+from bot.config import ConfigError, checked_url
 
 
 @dataclass(frozen=True)
@@ -40,8 +40,7 @@ class SlackSettings:
                 "SLACK_SIGNING_SECRET is not set: HTTP mode verifies every request with it"
                 " (or set SLACK_APP_TOKEN for Socket Mode)"
             )
-        if api_url and not api_url.startswith(("http://", "https://")):
-            raise ConfigError(f"SLACK_API_URL must be an http(s) URL, not {api_url!r}")
-        if api_url and not api_url.endswith("/"):
-            api_url += "/"
+        if api_url:
+            api_url = checked_url("SLACK_API_URL", api_url)
+            api_url += "" if api_url.endswith("/") else "/"
         return cls(bot_token, secret, app_token, api_url)

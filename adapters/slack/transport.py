@@ -11,9 +11,21 @@ from typing import Any
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.outbox import DeliveryFailed
+from bot.outbox import DeliveryFailed, MessageGone
 
 EVENT_TYPE = "kestrel_message"
+# Refusals that only a person can lift (invite the bot, unarchive the channel): retried
+# hourly rather than every few seconds, never dropped.
+NEEDS_A_PERSON = frozenset(
+    {
+        "channel_not_found",
+        "not_in_channel",
+        "is_archived",
+        "restricted_action",
+        "team_access_not_granted",
+    }
+)
+NEEDS_A_PERSON_SECONDS = 3600.0
 
 
 class SlackTransport:
@@ -88,9 +100,12 @@ def _key_of(message: dict[str, Any]) -> str:
 def _failed(exc: SlackApiError) -> DeliveryFailed:
     response = exc.response
     error = str(response.get("error") or "unknown error")
+    if error == "message_not_found":
+        return MessageGone(f"slack: {error}")
+    if error in NEEDS_A_PERSON:
+        return DeliveryFailed(f"slack: {error}", NEEDS_A_PERSON_SECONDS)
     retry_after = None
     if response.status_code == 429:
-        retry_after = float(
-            response.headers.get("Retry-After", response.headers.get("retry-after", 30))
-        )
+        headers = {k.lower(): v for k, v in response.headers.items()}
+        retry_after = float(headers.get("retry-after", 30))
     return DeliveryFailed(f"slack: {error}", retry_after)

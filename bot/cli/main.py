@@ -184,14 +184,14 @@ def chat(user: str) -> None:
         sys.exit(128 + signal.SIGTERM)
 
 
-PLATFORMS = ("slack",)
+PLATFORMS = ("slack", "discord")
 
 
 @cli.command()
 @click.argument("platforms", nargs=-1, type=click.Choice(PLATFORMS))
 @click.option(
     "--port",
-    type=int,
+    type=click.IntRange(1, 65535),
     default=None,
     help="HTTP port for /healthz and /slack/events [3000 with a platform].",
 )
@@ -199,7 +199,7 @@ PLATFORMS = ("slack",)
 @one_line_errors
 def serve(platforms: tuple[str, ...], port: int | None, host: str) -> None:
     """Run until stopped: take work from the store, adopt orphaned runs, fire deadlines,
-    reminders and scheduled prompts, and serve the chat PLATFORMS named (slack). SIGTERM or
+    reminders and scheduled prompts, and serve the chat PLATFORMS named (slack, discord). SIGTERM or
     Ctrl-C suspends live runs and hands them back."""
     import asyncio
 

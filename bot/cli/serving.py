@@ -8,9 +8,10 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from bot.chat import ChatService
-from bot.config import environment
+from bot.config import ConfigError, environment
 
 if TYPE_CHECKING:
+    from adapters.discord.app import DiscordAdapter
     from adapters.slack.app import SlackAdapter
     from bot.supervisor import Supervisor
 
@@ -28,6 +29,7 @@ class ChatFront:
         self._host = host
         self._port = port
         self._slack: SlackAdapter | None = None
+        self._discord: DiscordAdapter | None = None
         self._runner: web.AppRunner | None = None
         self._lines: list[str] = []
 
@@ -37,6 +39,8 @@ class ChatFront:
         application = web.Application()
         if "slack" in self._platforms:
             application = await self._start_slack()
+        if "discord" in self._platforms:
+            await self._start_discord()
         port = self._port if self._port is not None else 3000 if self._platforms else None
         if port is None:
             return
@@ -44,7 +48,13 @@ class ChatFront:
         self._runner = web.AppRunner(application, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self._host, port)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as exc:  # in use, no such address, not permitted
+            await self.stop()
+            raise ConfigError(
+                f"cannot listen on {self._host}:{port}: {exc.strerror or exc}"
+            ) from exc
         self._lines.append(f"http: listening on {self._host}:{port} (/healthz)")
 
     def describe(self) -> list[str]:
@@ -57,6 +67,8 @@ class ChatFront:
             await self._runner.cleanup()
         if self._slack is not None:
             await self._slack.stop()
+        if self._discord is not None:
+            await self._discord.stop()
 
     async def _start_slack(self) -> web.Application:
         from adapters.slack.app import EVENTS_PATH, SlackAdapter
@@ -73,6 +85,17 @@ class ChatFront:
             return web.Application()
         self._lines.append(f"slack: workspace {me.team} as <@{me.user}>, HTTP at {EVENTS_PATH}")
         return adapter.web_app()
+
+    async def _start_discord(self) -> None:
+        from adapters.discord.app import DiscordAdapter
+        from adapters.discord.settings import DiscordSettings
+
+        settings = DiscordSettings.from_env(environment())
+        rt = self._supervisor.rt
+        adapter = DiscordAdapter(self._chat, rt.store, rt.owner, settings)
+        me = await adapter.start()
+        self._discord = adapter
+        self._lines.append(f"discord: connected as {me.name} ({me.id})")
 
 
 async def _healthy(_request: web.Request) -> web.Response:

@@ -30,12 +30,18 @@ def answer_refusal(answer: str, options: Sequence[str]) -> str:
     """Empty when ``answer`` answers a question with these options (any, without); else why."""
     if not options or match_option(answer, options) is not None:
         return ""
-    return f"{answer.strip()!r} is not one of the options: answer {_listed(options)}"
+    return f"{_quoted(answer)} is not one of the options: answer {_listed(options)}"
+
+
+def _quoted(text: str, limit: int = 80) -> str:
+    """Text in quotation marks for people: one line, cut when long."""
+    flat = " ".join(text.split())
+    return f"“{flat if len(flat) <= limit else flat[: limit - 1] + '…'}”"
 
 
 def _listed(options: Sequence[str]) -> str:
-    """``yes or no``; ``eu, us or ap``."""
-    quoted = [repr(option) for option in options]
+    """``“yes” or “no”``; ``“eu”, “us” or “ap”``."""
+    quoted = [_quoted(option) for option in options]
     return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
 
 

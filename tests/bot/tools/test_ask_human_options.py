@@ -37,9 +37,9 @@ def test_match_option(answer: str, options: tuple[str, ...], picked: str | None)
 def test_answer_refusal_names_the_options() -> None:
     assert (
         answer_refusal("maybe", ("yes", "no"))
-        == "'maybe' is not one of the options: answer 'yes' or 'no'"
+        == "“maybe” is not one of the options: answer “yes” or “no”"
     )
-    assert answer_refusal("x", ("a", "b", "c")).endswith("answer 'a', 'b' or 'c'")
+    assert answer_refusal("x", ("a", "b", "c")).endswith("answer “a”, “b” or “c”")
     assert answer_refusal("anything", ()) == ""
     assert answer_refusal("Y", ("yes", "no")) == ""
 
@@ -106,8 +106,8 @@ def test_chat_asks_again_until_an_option(tmp_path: Path) -> None:
 
     assert result.returncode == 0, result.stderr
     out = result.stdout
-    assert "'what is the disk usage on db1?' is not one of the options: answer 'yes' or 'no'" in out
-    assert "'maybe' is not one of the options" in out
+    assert "“what is the disk usage on db1?” is not one of the options: answer “yes” or “no”" in out
+    assert "“maybe” is not one of the options" in out
     assert out.count("answer yes / no, or [l]ater:") == 3
     assert "no follow-up recorded" in out
 
@@ -144,7 +144,7 @@ def test_runs_answer_refuses_free_text_naming_the_options(tmp_path: Path) -> Non
     )
 
     message = one_line_error(refused)
-    assert "is not one of the options: answer 'yes' or 'no'" in message
+    assert "is not one of the options: answer “yes” or “no”" in message
     still = json.loads(kestrel(tmp_path, "runs", "show", run_id, "--json").stdout)
     assert [r["id"] for r in still["requests"]] == [asked["id"]]
     answered = kestrel(tmp_path, "runs", "answer", run_id, asked["id"], "YES", "--as", "U0REQ")

@@ -1,0 +1,92 @@
+"""The Discord adapter's life: log in (a bad token fails here, naming it), connect to the
+gateway REST hands out, deliver the outbox, keep typing indicators alive, and stop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+import discord
+
+from adapters.discord.client import KestrelDiscord
+from adapters.discord.settings import DiscordSettings
+from bot.chat import ChatService
+from bot.config import ConfigError
+from bot.store import Outbox
+
+log = logging.getLogger("kestrel.discord")
+
+READY_SECONDS = 30.0
+STOP_SECONDS = 5.0
+
+
+class DiscordAdapter:
+    """Kestrel in Discord: ``start`` connects and serves; ``stop`` disconnects."""
+
+    def __init__(
+        self, chat: ChatService, outbox: Outbox, owner: str, settings: DiscordSettings
+    ) -> None:
+        self.settings = settings
+        self._chat = chat
+        # Every REST call (interaction callbacks included) and the gateway URL come from here.
+        discord.http.Route.BASE = settings.api_url
+        self.client = KestrelDiscord(chat, outbox, owner, message_content=settings.message_content)
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> discord.ClientUser:
+        """Log in, connect and wait until the gateway says READY; then serve."""
+        client = self.client
+        try:
+            await client.login(self.settings.token)
+        except discord.LoginFailure as exc:
+            raise ConfigError(f"discord: DISCORD_TOKEN was refused: {exc}") from exc
+        except (discord.HTTPException, OSError) as exc:
+            raise ConfigError(f"discord: cannot reach {self.settings.api_url}: {exc}") from exc
+        connecting = asyncio.create_task(client.connect(reconnect=True), name="discord-gateway")
+        ready = asyncio.create_task(client.wait_until_ready())
+        done, _ = await asyncio.wait(
+            [connecting, ready], timeout=READY_SECONDS, return_when=asyncio.FIRST_COMPLETED
+        )
+        if ready not in done:
+            ready.cancel()
+            await self._fail_connect(connecting)
+        assert client.user is not None
+        self._tasks = [
+            connecting,
+            asyncio.create_task(client.deliveries.run(), name="discord-outbox"),
+            asyncio.create_task(client.progress.keep_alive(), name="discord-typing"),
+        ]
+        self._chat.subscribe(client.renderer)
+        await client.renderer.show_open_cards()
+        return client.user
+
+    async def stop(self) -> None:
+        """Finish what is being rendered and delivered, then close the connection."""
+        client = self.client
+        await client.renderer.close(STOP_SECONDS)
+        client.deliveries.stop()
+        if len(self._tasks) > 1:
+            await asyncio.wait([self._tasks[1]], timeout=STOP_SECONDS)
+        await client.close()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _fail_connect(self, connecting: asyncio.Task[None]) -> None:
+        if not connecting.done():
+            connecting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await connecting
+            await self.client.close()
+            raise ConfigError(f"discord: the gateway did not say READY in {READY_SECONDS:.0f} s")
+        await self.client.close()
+        error = connecting.exception()
+        if isinstance(error, discord.PrivilegedIntentsRequired):
+            raise ConfigError(
+                "discord: the Message Content intent is not enabled for this application:"
+                " enable it in the Developer Portal (Bot → Privileged Gateway Intents), or set"
+                " DISCORD_MESSAGE_CONTENT=false (thread replies then cannot answer questions;"
+                " the Answer button still can)"
+            ) from error
+        raise ConfigError(f"discord: the gateway connection failed: {error}") from error

@@ -1,0 +1,427 @@
+"""Kestrel's Discord client: mentions, thread replies, buttons, modals and ``/kestrel``.
+
+Buttons are ``DynamicItem``s registered at start-up and matched by their custom id's
+template, so a card posted before a restart still works after it. Every interaction is
+answered within Discord's 3 s: a decision defers first; Deny and Answer open their modal at
+once (a modal must be the first response). What a message or a click means is the core's
+``Conversation``; who may is decided there, from the store and the policy.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any, Literal
+
+import discord
+from discord import app_commands
+
+from adapters.discord import ids
+from adapters.discord.look import DiscordLook, status_text
+from adapters.discord.progress import DiscordProgress
+from adapters.discord.transport import DiscordTransport
+from bot.chat import ChatService
+from bot.conversation import Conversation, Outcome
+from bot.domain import DecisionKind, Session
+from bot.outbox import Deliveries
+from bot.policy import Actor
+from bot.store import Outbox
+from bot.threads import ThreadRenderer
+
+log = logging.getLogger("kestrel.discord")
+
+NO_PINGS = discord.AllowedMentions.none()
+THREAD_ARCHIVE_MINUTES: Literal[1440] = 1440
+EFFECTS = {"retry": DecisionKind.RETRY, "done": DecisionKind.DONE, "failed": DecisionKind.FAILED}
+
+
+def intents(message_content: bool) -> discord.Intents:
+    """The least Kestrel needs: guilds and their messages; message content only to read plain
+    thread replies (mentions and interactions carry their content without it)."""
+    wanted = discord.Intents.none()
+    wanted.guilds = True
+    wanted.guild_messages = True
+    wanted.message_content = message_content
+    return wanted
+
+
+class KestrelDiscord(discord.Client):
+    """The client: one per process, serving every guild it is in."""
+
+    def __init__(
+        self, chat: ChatService, outbox: Outbox, owner: str, *, message_content: bool = True
+    ) -> None:
+        super().__init__(intents=intents(message_content), allowed_mentions=NO_PINGS)
+        self.chat = chat
+        self.talk = Conversation(chat)
+        self.deliveries = Deliveries(outbox, DiscordTransport(self.http), owner)
+        self.progress = DiscordProgress(self.http, self.deliveries)
+        self.renderer = ThreadRenderer(chat, self.deliveries, DiscordLook(), self.progress)
+        self.tree = app_commands.CommandTree(self)
+        self.tree.add_command(_kestrel_commands())
+
+    async def setup_hook(self) -> None:
+        """Register the buttons' templates (so old cards keep working) and ``/kestrel``."""
+        self.add_dynamic_items(ApproveButton, ApproveRunButton, DenyButton, AnswerButton)
+        self.add_dynamic_items(ChooseButton, EffectButton)
+        try:
+            await self.tree.sync()
+        except discord.HTTPException as exc:
+            log.warning("discord: /kestrel could not be registered: %s", exc)
+
+    # --- messages ---------------------------------------------------------------------
+
+    async def on_message(self, message: discord.Message) -> None:
+        """A mention starts or continues a thread's conversation; a thread reply may answer."""
+        if message.author.bot or message.guild is None or self.user is None:
+            return
+        try:
+            if self.user.mentioned_in(message) and not message.mention_everyone:
+                await self._mentioned(message)
+            elif isinstance(message.channel, discord.Thread):
+                await self._replied(message)
+        except Exception:
+            log.exception("discord: handling message %s failed", message.id)
+
+    async def _mentioned(self, message: discord.Message) -> None:
+        assert self.user is not None and message.guild is not None
+        if not await self.chat.first_delivery(f"discord:{message.id}"):
+            return
+        text = re.sub(rf"<@!?{self.user.id}>", "", message.content).strip()
+        thread = await self._thread_for(message, text)
+        if thread is None:
+            return
+        session = _session(message.guild.id, thread.id)
+        actor = _actor(message.author, str(thread.id))
+        outcome = await self.talk.mention(session, actor, text)
+        if outcome.started:
+            self.renderer.expect(outcome.running, session, actor.user)
+        await self._show(outcome, thread)
+
+    async def _replied(self, message: discord.Message) -> None:
+        assert message.guild is not None
+        session = _session(message.guild.id, message.channel.id)
+        question = await self.talk.question(session)
+        if question is None or not message.content:
+            return  # not an answer to anything (or no message content intent): ignored
+        if not await self.chat.first_delivery(f"discord:{message.id}"):
+            return
+        actor = _actor(message.author, str(message.channel.id))
+        kind = DecisionKind.ANSWER
+        outcome = await self.talk.decide(question.id, kind, actor, text=message.content)
+        await self._show(outcome, message.channel)
+
+    async def _thread_for(self, message: discord.Message, text: str) -> discord.Thread | None:
+        if isinstance(message.channel, discord.Thread):
+            return message.channel
+        name = (text or "Kestrel")[:90]
+        try:
+            return await message.create_thread(
+                name=name, auto_archive_duration=THREAD_ARCHIVE_MINUTES
+            )
+        except discord.HTTPException as exc:
+            log.warning("discord: cannot start a thread in %s: %s", message.channel.id, exc)
+            await message.reply(
+                "I cannot start a thread here: I need the Create Public Threads permission.",
+                mention_author=False,
+            )
+            return None
+
+    async def _show(self, outcome: Outcome, channel: Any) -> None:
+        if outcome.status is not None:
+            await channel.send(status_text(outcome.status), allowed_mentions=NO_PINGS)
+        elif outcome.note:
+            await channel.send(outcome.note, allowed_mentions=NO_PINGS)
+        await self.after(outcome)
+
+    async def after(self, outcome: Outcome) -> None:
+        """Show a decision on its card, and that a run goes on here."""
+        if outcome.decided:
+            await self.renderer.refresh_card(outcome.decided)
+        place = await self.renderer.place_of(outcome.running) if outcome.running else None
+        if place is not None:
+            self.progress.follow(outcome.running, place)
+            await self.progress.working(place)
+
+    # --- clicks -----------------------------------------------------------------------
+
+    async def decide(
+        self, interaction: discord.Interaction, request_id: str, kind: DecisionKind, text: str = ""
+    ) -> None:
+        """A click or a form that decides a request: defer, decide, say how it went."""
+        if not interaction.response.is_done():
+            await interaction.response.defer(ephemeral=True, thinking=True)
+        actor = await self.actor_for(interaction, request_id)
+        outcome = await self.talk.decide(request_id, kind, actor, text=text)
+        await interaction.followup.send(outcome.note or "Recorded.", ephemeral=True)
+        await self.after(outcome)
+
+    async def ask_first(
+        self, interaction: discord.Interaction, request_id: str, kind: DecisionKind
+    ) -> None:
+        """Deny and Answer: check, then open the form (a modal must be the first response)."""
+        actor = await self.actor_for(interaction, request_id)
+        refusal = await self.chat.check(request_id, kind, user=actor)
+        if refusal:
+            await interaction.response.send_message(refusal, ephemeral=True)
+            return
+        form = ReasonModal if kind is DecisionKind.DENY else AnswerModal
+        # A modal is found again by its custom id: one per request and person.
+        await interaction.response.send_modal(form(request_id, interaction.user.id))
+
+    async def actor_for(self, interaction: discord.Interaction, request_id: str) -> Actor:
+        """Who clicked, as the policy sees them; from another guild than the run's, a guest."""
+        view = await self.chat.request(request_id)
+        place = await self.renderer.place_of(view.request.run_id) if view else None
+        guild = place.target.get("guild") if place else None
+        external = guild is not None and str(interaction.guild_id) != guild
+        actor = _actor(interaction.user, str(interaction.channel_id or ""))
+        return Actor(actor.user, actor.groups, actor.channel, external=external)
+
+
+# --- the buttons ------------------------------------------------------------------------
+
+
+def _kestrel(interaction: discord.Interaction) -> KestrelDiscord:
+    client = interaction.client
+    assert isinstance(client, KestrelDiscord)
+    return client
+
+
+class _RequestButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=r"(?!)"):
+    """A button that names one request (its decision and template are the subclass's)."""
+
+    kind = DecisionKind.APPROVE
+
+    def __init__(self, request_id: str) -> None:
+        super().__init__(discord.ui.Button(custom_id=self.custom_id_for(request_id)))
+        self.request_id = request_id
+
+    @classmethod
+    def custom_id_for(cls, request_id: str) -> str:
+        """The custom id of this button for ``request_id``."""
+        raise NotImplementedError
+
+    @classmethod
+    async def from_custom_id(
+        cls, interaction: discord.Interaction, item: discord.ui.Item[Any], match: re.Match[str]
+    ) -> _RequestButton:
+        return cls(match["req"])
+
+    async def callback(self, interaction: discord.Interaction) -> None:
+        await _kestrel(interaction).decide(interaction, self.request_id, self.kind)
+
+
+class ApproveButton(_RequestButton, template=ids.APPROVE):
+    """Approve once."""
+
+    kind = DecisionKind.APPROVE
+
+    @classmethod
+    def custom_id_for(cls, request_id: str) -> str:
+        return ids.custom_id("approve", request_id)
+
+
+class ApproveRunButton(_RequestButton, template=ids.APPROVE_RUN):
+    """Approve this tool for the rest of the run."""
+
+    kind = DecisionKind.APPROVE_ALWAYS
+
+    @classmethod
+    def custom_id_for(cls, request_id: str) -> str:
+        return ids.custom_id("approve_run", request_id)
+
+
+class DenyButton(_RequestButton, template=ids.DENY):
+    """Deny, with an optional reason asked in a modal."""
+
+    kind = DecisionKind.DENY
+
+    @classmethod
+    def custom_id_for(cls, request_id: str) -> str:
+        return ids.custom_id("deny", request_id)
+
+    async def callback(self, interaction: discord.Interaction) -> None:
+        await _kestrel(interaction).ask_first(interaction, self.request_id, self.kind)
+
+
+class AnswerButton(_RequestButton, template=ids.ANSWER):
+    """Answer a free-text question in a modal."""
+
+    kind = DecisionKind.ANSWER
+
+    @classmethod
+    def custom_id_for(cls, request_id: str) -> str:
+        return ids.custom_id("answer", request_id)
+
+    async def callback(self, interaction: discord.Interaction) -> None:
+        await _kestrel(interaction).ask_first(interaction, self.request_id, self.kind)
+
+
+class ChooseButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=ids.CHOOSE):
+    """One option of a question (a button ``…:N``, or the select menu's chosen value)."""
+
+    def __init__(self, request_id: str, index: int | None) -> None:
+        extra = "" if index is None else str(index)
+        super().__init__(discord.ui.Button(custom_id=ids.custom_id("choose", request_id, extra)))
+        self.request_id = request_id
+        self.index = index
+
+    @classmethod
+    async def from_custom_id(
+        cls, interaction: discord.Interaction, item: discord.ui.Item[Any], match: re.Match[str]
+    ) -> ChooseButton:
+        return cls(match["req"], int(match["n"]) if match["n"] else None)
+
+    async def callback(self, interaction: discord.Interaction) -> None:
+        client = _kestrel(interaction)
+        index = self.index
+        if index is None:  # the select menu: the chosen value is the index
+            data: dict[str, Any] = dict(interaction.data or {})
+            values = data.get("values") or []
+            index = int(values[0]) if values and str(values[0]).isdigit() else -1
+        view = await client.chat.request(self.request_id)
+        options = view.request.options if view else ()
+        if not 0 <= index < len(options):
+            await interaction.response.send_message(
+                "That is not one of the options.", ephemeral=True
+            )
+            return
+        await client.decide(interaction, self.request_id, DecisionKind.ANSWER, options[index])
+
+
+class EffectButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=ids.EFFECT):
+    """Retry, Mark done or Mark failed on an uncertain effect."""
+
+    def __init__(self, request_id: str, verb: str) -> None:
+        custom_id = ids.custom_id("effect", request_id, verb)
+        super().__init__(discord.ui.Button(custom_id=custom_id))
+        self.request_id = request_id
+        self.verb = verb
+
+    @classmethod
+    async def from_custom_id(
+        cls, interaction: discord.Interaction, item: discord.ui.Item[Any], match: re.Match[str]
+    ) -> EffectButton:
+        return cls(match["req"], match["verb"])
+
+    async def callback(self, interaction: discord.Interaction) -> None:
+        kind = EFFECTS[self.verb]
+        await _kestrel(interaction).decide(interaction, self.request_id, kind)
+
+
+# --- the forms --------------------------------------------------------------------------
+
+
+class ReasonModal(discord.ui.Modal, title="Deny"):
+    """Deny with an optional reason the model reads."""
+
+    reason: discord.ui.TextInput[Any] = discord.ui.TextInput(
+        label="Reason (optional)",
+        style=discord.TextStyle.paragraph,
+        required=False,
+        max_length=1000,
+    )
+
+    def __init__(self, request_id: str, user: int) -> None:
+        super().__init__(custom_id=f"{ids.DENY_MODAL}:{request_id}:{user}")
+        self.request_id = request_id
+
+    async def on_submit(self, interaction: discord.Interaction) -> None:
+        text = str(self.reason.value or "").strip()
+        await _kestrel(interaction).decide(interaction, self.request_id, DecisionKind.DENY, text)
+
+
+class AnswerModal(discord.ui.Modal, title="Answer"):
+    """Answer a free-text question."""
+
+    answer: discord.ui.TextInput[Any] = discord.ui.TextInput(
+        label="Your answer", style=discord.TextStyle.paragraph, max_length=2000
+    )
+
+    def __init__(self, request_id: str, user: int) -> None:
+        super().__init__(custom_id=f"{ids.ANSWER_MODAL}:{request_id}:{user}")
+        self.request_id = request_id
+
+    async def on_submit(self, interaction: discord.Interaction) -> None:
+        text = str(self.answer.value or "").strip()
+        await _kestrel(interaction).decide(interaction, self.request_id, DecisionKind.ANSWER, text)
+
+
+# --- /kestrel ---------------------------------------------------------------------------
+
+
+def _kestrel_commands() -> app_commands.Group:
+    group = app_commands.Group(name="kestrel", description="Kestrel's runs")
+
+    @group.command(name="status", description="Where a run stands (default: this thread's)")
+    async def status(interaction: discord.Interaction, run: str | None = None) -> None:
+        await _operate(interaction, "status", run)
+
+    @group.command(name="cancel", description="Cancel a run (its requester or on-call)")
+    async def cancel(interaction: discord.Interaction, run: str | None = None) -> None:
+        await _operate(interaction, "cancel", run)
+
+    @group.command(name="resume", description="Resume a suspended run (its requester or on-call)")
+    async def resume(interaction: discord.Interaction, run: str | None = None) -> None:
+        await _operate(interaction, "resume", run)
+
+    @group.command(name="runs", description="What waits on people, with links to the threads")
+    async def runs(interaction: discord.Interaction) -> None:
+        await interaction.response.defer(ephemeral=True, thinking=True)
+        client = _kestrel(interaction)
+        lines = []
+        for item in await client.chat.pending():
+            place = await client.renderer.place_of(item.request.run_id)
+            where = place.target if place else {}
+            link = f"https://discord.com/channels/{where.get('guild')}/{where.get('channel')}"
+            who = ", ".join(item.may_answer) or "nobody"
+            lines.append(
+                f"• {item.request.kind.value} `{item.request.tool}` — may answer: {who} — {link}"
+            )
+        text = "\n".join(lines[:20]) or "Nothing is waiting."
+        await interaction.followup.send(text[:2000], ephemeral=True)
+
+    return group
+
+
+async def _operate(interaction: discord.Interaction, verb: str, run: str | None) -> None:
+    await interaction.response.defer(ephemeral=True, thinking=True)
+    client = _kestrel(interaction)
+    run_id = run or await _thread_run(client, interaction)
+    if not run_id:
+        await interaction.followup.send(
+            "Name a run, or use this in a run's thread.", ephemeral=True
+        )
+        return
+    place = await client.renderer.place_of(run_id) if _known(run_id) else None
+    if place is None:
+        await interaction.followup.send(f"There is no Discord run {run_id}.", ephemeral=True)
+        return
+    actor = _actor(interaction.user, str(interaction.channel_id or ""))
+    outcome = await client.talk.operate(verb, run_id, actor)
+    text = status_text(outcome.status) if outcome.status is not None else outcome.note
+    await interaction.followup.send(text, ephemeral=True)
+    await client.after(outcome)
+
+
+async def _thread_run(client: KestrelDiscord, interaction: discord.Interaction) -> str:
+    if interaction.guild_id is None or interaction.channel_id is None:
+        return ""
+    latest = await client.chat.latest(_session(interaction.guild_id, interaction.channel_id))
+    return latest.record.id if latest else ""
+
+
+def _known(run_id: str) -> bool:
+    return re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}", run_id) is not None
+
+
+def _session(guild: int, thread: int) -> Session:
+    session_id = ids.thread_session_id(guild, thread)
+    return Session(id=session_id, platform="discord", channel=str(thread), thread=str(thread))
+
+
+def _actor(user: discord.User | discord.Member, channel: str) -> Actor:
+    """A user with their roles in this guild as groups (``group:ROLE_ID`` in the policy)."""
+    roles = getattr(user, "roles", ())
+    return Actor(str(user.id), frozenset(str(role.id) for role in roles), channel)

@@ -1,0 +1,256 @@
+"""How Kestrel's thread messages look in Discord: message JSON as the REST API takes it.
+
+Cards are an embed (what is asked, its exact arguments, why, who asked, who may answer, the
+deadline) with a row of buttons whose custom ids carry only the request id. Nothing Kestrel
+posts pings anyone: every message says ``allowed_mentions: {"parse": []}``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from adapters.discord import ids
+from bot.cards import closing, pretty, shorten, title
+from bot.chat import RequestView, RunView
+from bot.domain import RequestKind, RequestStatus, RunStatus, Session, TerminalResult
+from bot.threads import Body
+
+CONTENT_LIMIT = 2000
+FIELD_LIMIT = 1024
+DESCRIPTION_LIMIT = 4096
+VALUE_LIMIT = 200
+BUTTONS_PER_ROW = 5
+SELECT_LIMIT = 25
+MAX_CONTINUATIONS = 10
+NO_PINGS: dict[str, list[str]] = {"parse": []}
+
+PRIMARY, SECONDARY, SUCCESS, DANGER = 1, 2, 3, 4
+COLOR_OPEN, COLOR_CLOSED, COLOR_OK, COLOR_FAILED = 0xF2A33A, 0x8A8F98, 0x3BA55D, 0xED4245
+
+
+class DiscordLook:
+    """Message bodies for the outbox; a target is a thread (its channel id) in a guild."""
+
+    platform = "discord"
+
+    def target(self, session: Session) -> dict[str, Any] | None:
+        """The thread a Discord session lives in; None for another platform's session."""
+        thread = ids.parse_thread_session(session.id)
+        if thread is None:
+            return None
+        return {"channel": thread.thread, "guild": thread.guild}
+
+    def card(self, view: RequestView) -> Body:
+        """The request's card: open with its buttons, or closed with who decided."""
+        request = view.request
+        is_open = view.status is RequestStatus.OPEN
+        fields = []
+        if request.kind is not RequestKind.WAIT_USER:
+            fields.append(_field("Arguments", _code(request.arguments)))
+        fields.append(_field("Requested by", person(request.requested_by) or "the run", True))
+        if is_open:
+            who = ", ".join(principal(p) for p in view.may_answer) or "nobody"
+            fields.append(_field("May answer", who, True))
+            if request.deadline is not None:
+                fields.append(_field("Expires", when(request.deadline), True))
+        else:
+            fields.append(_field("Outcome", closed_line(view)))
+        head = title(request, open_=is_open)
+        embed = {
+            "title": _cut(f"{head}: {request.tool}", 256),
+            "description": _cut(_description(view), DESCRIPTION_LIMIT),
+            "color": COLOR_OPEN if is_open else COLOR_CLOSED,
+            "fields": fields,
+        }
+        rows = _buttons(view) if is_open else []
+        return {"content": "", "embeds": [embed], "components": rows, "allowed_mentions": NO_PINGS}
+
+    def answer(self, result: TerminalResult, run_id: str) -> list[Body]:
+        """The answer in as many messages as it takes (up to a limit), the payload as fields."""
+        text = result.text.strip() or "(no text)"
+        if result.status is not RunStatus.COMPLETED:
+            cause = result.error or result.stop_reason.value.replace("_", " ")
+            text = f"**Run {result.status.value}: {cause}**\n\n{text}"
+        parts = _split(text, CONTENT_LIMIT)[: 1 + MAX_CONTINUATIONS]
+        bodies: list[Body] = [{"content": part, "allowed_mentions": NO_PINGS} for part in parts]
+        if result.payload:
+            color = COLOR_OK if result.status is RunStatus.COMPLETED else COLOR_FAILED
+            fields = [
+                _field(str(key)[:256], _cut(_compact(value), FIELD_LIMIT), True)
+                for key, value in list(result.payload.items())[:25]
+            ]
+            bodies[-1]["embeds"] = [{"title": "Result", "color": color, "fields": fields}]
+        return bodies
+
+    def reminder(self, view: RequestView) -> Body:
+        """A reminder naming who may answer (without pinging them)."""
+        who = ", ".join(principal(p) for p in view.may_answer) or "someone allowed to answer"
+        content = f"Reminder: the request for `{view.request.tool}` above still waits on {who}."
+        return {"content": content, "allowed_mentions": NO_PINGS}
+
+
+def working(lines: Sequence[str]) -> Body:
+    """The status message edited in place while a run works: its last steps."""
+    shown = "\n".join(f"• {line}" for line in list(lines)[-10:])
+    return {
+        "content": _cut(f"Working…\n{shown}".strip(), CONTENT_LIMIT),
+        "allowed_mentions": NO_PINGS,
+    }
+
+
+def status_text(view: RunView) -> str:
+    """A run's status for ``/kestrel status``: state, what it waits on, budgets used."""
+    record = view.record
+    lines = [f"Run `{record.id}`: **{record.status.value}**"]
+    if record.stop_reason:
+        lines[0] += f" ({record.stop_reason})"
+    lines.append(f"Requested by {person(record.requested_by) or 'nobody recorded'}")
+    for request in view.open_requests:
+        deadline = f", expires {when(request.deadline)}" if request.deadline else ""
+        lines.append(f"Waits on: {request.kind.value} `{request.tool}`{deadline}")
+    used = ", ".join(
+        f"{name.replace('_', ' ')} {done}/{limit}" if limit else f"{name.replace('_', ' ')} {done}"
+        for name, (done, limit) in view.budgets_used.items()
+    )
+    if used:
+        lines.append(f"Budgets: {used}")
+    return _cut("\n".join(lines), CONTENT_LIMIT)
+
+
+def closed_line(view: RequestView) -> str:
+    """How a closed request ended: "Approved by @x <time>", "Denied by @x: reason"…"""
+    end = closing(view.status, view.decision)
+    line = end.phrase
+    if end.by:
+        line += f" by {person(end.by) or end.by}"
+    if end.at is not None:
+        line += f" {when(end.at)}"
+    if end.said:
+        line += f": {_cut(end.said, 500)}"
+    return line
+
+
+def person(user: str) -> str:
+    """A user as Discord shows them (``<@id>``); other names as code."""
+    if not user:
+        return ""
+    return f"<@{user}>" if user.isdigit() else f"`{_plain(user)}`"
+
+
+def principal(value: str) -> str:
+    """A policy principal: a user, ``group:ROLE``, ``channel:ID`` or ``*``."""
+    kind, _, ident = value.partition(":")
+    if value == "*":
+        return "anyone in the server"
+    if kind == "group" and ident.isdigit():
+        return f"<@&{ident}>"
+    if kind == "channel" and ident.isdigit():
+        return f"<#{ident}>"
+    return person(value)
+
+
+def when(moment: datetime) -> str:
+    """A time each reader sees in their own zone."""
+    return f"<t:{int(moment.timestamp())}:f>"
+
+
+def _description(view: RequestView) -> str:
+    request = view.request
+    if request.kind is RequestKind.WAIT_USER:
+        return _plain(request.prompt) or "(no question text)"
+    reason = view.reason.strip()
+    return f"**Why:** {_plain(reason)}" if reason else ""
+
+
+def _buttons(view: RequestView) -> list[dict[str, Any]]:
+    request = view.request
+    match request.kind:
+        case RequestKind.WAIT_APPROVAL:
+            buttons = [_button("Approve once", ids.custom_id("approve", request.id), SUCCESS)]
+            if request.approvals_needed <= 1:
+                buttons.append(
+                    _button("Approve for this run", ids.custom_id("approve_run", request.id))
+                )
+            buttons.append(_button("Deny", ids.custom_id("deny", request.id), DANGER))
+            return [_row(buttons)]
+        case RequestKind.WAIT_EFFECT:
+            verbs = [("Retry", "retry", SECONDARY), ("Mark done", "done", SUCCESS)]
+            verbs.append(("Mark failed", "failed", DANGER))
+            return [
+                _row(
+                    [
+                        _button(label, ids.custom_id("effect", request.id, verb), style)
+                        for label, verb, style in verbs
+                    ]
+                )
+            ]
+        case RequestKind.WAIT_USER:
+            return _question_components(view)
+
+
+def _question_components(view: RequestView) -> list[dict[str, Any]]:
+    request = view.request
+    options = list(request.options)
+    if not options:
+        return [_row([_button("Answer", ids.custom_id("answer", request.id), PRIMARY)])]
+    if len(options) <= BUTTONS_PER_ROW * 5:
+        buttons = [
+            _button(option, ids.custom_id("choose", request.id, str(i)), SECONDARY)
+            for i, option in enumerate(options)
+        ]
+        return [_row(buttons[i : i + BUTTONS_PER_ROW]) for i in range(0, len(buttons), 5)]
+    select = {
+        "type": 3,
+        "custom_id": ids.custom_id("choose", request.id),
+        "placeholder": "Choose an answer",
+        "options": [
+            {"label": _cut(option, 100), "value": str(i)}
+            for i, option in enumerate(options[:SELECT_LIMIT])
+        ],
+    }
+    return [_row([select])]
+
+
+def _button(label: str, custom_id: str, style: int = PRIMARY) -> dict[str, Any]:
+    return {"type": 2, "style": style, "label": _cut(label, 80), "custom_id": custom_id}
+
+
+def _row(components: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"type": 1, "components": components}
+
+
+def _field(name: str, value: str, inline: bool = False) -> dict[str, Any]:
+    return {"name": name, "value": _cut(value or "-", FIELD_LIMIT), "inline": inline}
+
+
+def _code(arguments: dict[str, Any]) -> str:
+    shortened, _ = shorten(arguments, VALUE_LIMIT)
+    body = pretty(shortened).replace("```", "`\u200b``")
+    fence = "```json\n{}\n```"
+    room = FIELD_LIMIT - len(fence) + 2
+    return fence.format(body if len(body) <= room else body[: room - 1] + "…")
+
+
+def _compact(value: Any) -> str:
+    return value if isinstance(value, str) else pretty(value)
+
+
+def _plain(text: str) -> str:
+    """Text as written, with Discord's mentions defused (no ping, no fake link)."""
+    return text.replace("@", "@\u200b").replace("<#", "<\u200b#")
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _split(text: str, limit: int) -> list[str]:
+    parts = []
+    while len(text) > limit:
+        cut = text.rfind("\n", 0, limit)
+        cut = cut if cut > limit // 2 else limit
+        parts.append(text[:cut])
+        text = text[cut:].lstrip("\n")
+    return [*parts, text]

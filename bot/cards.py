@@ -1,0 +1,89 @@
+"""What a card says, on every platform: its title, its arguments, how it closed.
+
+Platforms differ in markup (Block Kit, Discord embeds), in how they name a person and a time,
+and in their limits; the words and the decisions behind them are the same, and live here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, assert_never
+
+from bot.domain import Decision, DecisionKind, Request, RequestKind, RequestStatus
+
+TRUNCATED = "…"
+
+
+def title(request: Request, *, open_: bool) -> str:
+    """The card's headline: what the request is."""
+    match request.kind:
+        case RequestKind.WAIT_APPROVAL:
+            return "Approval needed" if open_ else "Approval requested"
+        case RequestKind.WAIT_USER:
+            return "Question"
+        case RequestKind.WAIT_EFFECT:
+            return "Outcome uncertain" if open_ else "Outcome was uncertain"
+        case _:
+            assert_never(request.kind)
+
+
+def shorten(value: Any, limit: int) -> tuple[Any, bool]:
+    """``value`` with every string longer than ``limit`` cut and marked; whether any was."""
+    if isinstance(value, str):
+        if len(value) <= limit:
+            return value, False
+        return f"{value[:limit]}{TRUNCATED} (+{len(value) - limit:,} characters)", True
+    if isinstance(value, Mapping):
+        cut = False
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            out[str(key)], more = shorten(item, limit)
+            cut = cut or more
+        return out, cut
+    if isinstance(value, list | tuple):
+        items = [shorten(item, limit) for item in value]
+        return [item for item, _ in items], any(more for _, more in items)
+    return value, False
+
+
+def pretty(value: Any) -> str:
+    """JSON for people: indented, keys sorted, unicode as is."""
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+
+
+@dataclass(frozen=True)
+class Closing:
+    """How a request closed: a verb phrase, by whom, when, and what they said."""
+
+    phrase: str  # "Approved", "Approved for this run", "Denied", "Expired", "Cancelled"…
+    by: str = ""
+    at: datetime | None = None
+    said: str = ""
+
+
+_PHRASES = {
+    DecisionKind.APPROVE: "Approved",
+    DecisionKind.APPROVE_ALWAYS: "Approved for this run",
+    DecisionKind.DENY: "Denied",
+    DecisionKind.ANSWER: "Answered",
+    DecisionKind.RETRY: "Retried",
+    DecisionKind.DONE: "Marked done",
+    DecisionKind.FAILED: "Marked failed",
+    DecisionKind.EXPIRED: "Expired",
+}
+
+
+def closing(status: RequestStatus, decision: Decision | None) -> Closing:
+    """How a closed request ended, from its status and decision."""
+    if status is RequestStatus.CANCELLED:
+        return Closing("Cancelled", by=decision.by if decision else "")
+    if decision is None:
+        return Closing("Expired" if status is RequestStatus.EXPIRED else f"Closed ({status})")
+    by = "" if decision.kind is DecisionKind.EXPIRED else decision.by
+    said = (
+        decision.text.strip() if decision.kind in (DecisionKind.DENY, DecisionKind.ANSWER) else ""
+    )
+    return Closing(_PHRASES[decision.kind], by=by, at=decision.at, said=said)

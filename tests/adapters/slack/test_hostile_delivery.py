@@ -1,0 +1,159 @@
+"""Hostile delivery: Slack answering 500s, dropping connections, losing messages, and
+refusing streaming midway. Each failing test here is one finding."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from adapters.slack import ids
+from tests.fakes.slack_api import FakeSlackApi
+from tests.fakes.slack_client import block_actions
+from tests.fakes.slack_world import (
+    APPROVER,
+    CHANNEL,
+    button_value,
+    posted_ts,
+    restart_script,
+    slack_world,
+)
+
+
+def _cards_in_thread(api: FakeSlackApi, thread_ts: str) -> list[dict[str, Any]]:
+    return [
+        m
+        for m in api.thread(CHANNEL, thread_ts)
+        if m.get("bot_id") and ids.APPROVE_ONCE in json.dumps(m.get("blocks") or [])
+    ]
+
+
+class DroppingApi(FakeSlackApi):
+    """Takes the first chat.postMessage, stores it, then cuts the connection before answering
+    (as a load balancer timing out, or a reset after Slack has processed the request)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dropped = 0
+
+    async def _handle_api(self, request: web.Request) -> web.StreamResponse:
+        method = request.match_info["method"]
+        response = await super()._handle_api(request)
+        if method == "chat.postMessage" and self.dropped == 0:
+            self.dropped += 1
+            assert request.transport is not None
+            request.transport.close()  # the message landed; the answer never arrives
+        return response
+
+
+async def test_hostile_connection_cut_after_post_lands_does_not_post_twice(tmp_path: Path) -> None:
+    async with DroppingApi() as api, slack_world(tmp_path, restart_script(), api=api) as world:
+        mention = await world.mention("checkout is failing")
+        await world.card(timeout=15)
+        for _ in range(40):  # let the outbox retry (1 s backoff) and settle
+            await world.settled()
+            await asyncio.sleep(0.1)
+        assert api.dropped == 1
+        cards = _cards_in_thread(api, mention["ts"])
+        assert len(cards) == 1, f"the approval card was posted {len(cards)} times"
+
+
+async def test_hostile_500_on_post_is_retried_once_landed(tmp_path: Path) -> None:
+    async with slack_world(tmp_path, restart_script()) as world:
+        world.api.fail("chat.postMessage", status=500, error="internal_error", times=2)
+        mention = await world.mention("checkout is failing")
+        card = await world.card(timeout=15)
+        await world.settled()
+        assert len(_cards_in_thread(world.api, mention["ts"])) == 1
+        await world.click(card, ids.APPROVE_ONCE, user=APPROVER)
+        await world.answer_posted()
+        assert world.executions == ["checkout"]
+
+
+async def test_hostile_deleted_card_is_shown_again_after_the_decision(tmp_path: Path) -> None:
+    """Someone deletes the card (or an admin's retention policy does): chat.update then answers
+    message_not_found forever. The decision must still reach the thread, not be retried every
+    5 minutes forever."""
+    async with slack_world(tmp_path, restart_script()) as world:
+        mention = await world.mention("checkout is failing")
+        card = await world.card()
+        await world.settled()
+        ts = posted_ts(world.api, card)
+        world.api.messages[CHANNEL] = [m for m in world.api.messages[CHANNEL] if m["ts"] != ts]
+        click = block_actions(
+            APPROVER,
+            ids.APPROVE_ONCE,
+            button_value(card, ids.APPROVE_ONCE),
+            channel=CHANNEL,
+            message_ts=ts,
+            thread_ts=mention["ts"],
+        )
+        assert (await world.sender.action(click)).status == 200
+        await world.answer_posted()
+        for _ in range(30):
+            await world.settled()
+            await asyncio.sleep(0.1)
+        failed_updates = [
+            c for c in world.api.calls_to("chat.update") if c.args.get("ts") == ts and not c.ok
+        ]
+        assert failed_updates, "the card's update was never attempted"
+        shown = [
+            m
+            for m in world.api.thread(CHANNEL, mention["ts"])
+            if m.get("bot_id")
+            and APPROVER in json.dumps(m.get("blocks") or [])
+            and "restart_service" in json.dumps(m.get("blocks") or [])
+        ]
+        backlog = await world.rt.store.outbox_backlog("slack")
+        assert shown or backlog == 0, (
+            "the card's decision is nowhere in the thread and its outbox entry is retried"
+            " forever (message_not_found is permanent)"
+        )
+
+
+def _three_steps() -> list[Any]:
+    calls = [
+        {"name": "drain_node", "arguments": {"node": f"node-{i}", "seconds": 0}} for i in (1, 2, 3)
+    ]
+    return [
+        {"text": "Draining node-1.", "calls": [calls[0]]},
+        {"text": "Draining node-2.", "calls": [calls[1]]},
+        {"text": "Draining node-3.", "calls": [calls[2]]},
+        {"text": "All drained."},
+    ]
+
+
+async def test_hostile_streaming_refused_midway_is_not_a_message_per_step(tmp_path: Path) -> None:
+    async with slack_world(tmp_path, _three_steps()) as world:
+        # The stream starts; after that the workspace refuses every append.
+        world.api.refuse("chat.appendStream", "not_allowed")
+        await world.mention("drain nodes 1 to 3")
+        await world.answer_posted()
+        await world.settled()
+        streams = [m for m in world.api.messages[CHANNEL] if "streaming" in m]
+        fallbacks = [
+            c
+            for c in world.api.calls_to("chat.postMessage")
+            if "drain_node" in json.dumps(c.args) and ids.FEEDBACK not in json.dumps(c.args)
+        ]
+        left_open = [m for m in streams if m["streaming"]]
+        assert len(streams) + len(fallbacks) <= 2, (
+            f"{len(streams)} stream messages and {len(fallbacks)} status messages for 3 steps"
+        )
+        assert not left_open, f"{len(left_open)} stream(s) never stopped"
+
+
+async def test_hostile_one_rate_limited_append_abandons_the_stream(tmp_path: Path) -> None:
+    async with slack_world(tmp_path, _three_steps()) as world:
+        # One transient 429 (and the SDK's own retry of it) on appending.
+        world.api.fail("chat.appendStream", status=429, retry_after=0, times=2)
+        await world.mention("drain nodes 1 to 3")
+        await world.answer_posted()
+        await world.settled()
+        streams = [m for m in world.api.messages[CHANNEL] if "streaming" in m]
+        left_open = [m for m in streams if m["streaming"]]
+        assert len(streams) == 1, f"{len(streams)} stream messages after one transient 429"
+        assert not left_open, "a stream was abandoned still streaming"

@@ -1,0 +1,208 @@
+"""Hostile input: odd messages, mrkdwn injection, huge and strange texts, secrets in logs."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from adapters.slack import ids
+from bot.domain import RequestStatus
+from tests.fakes.slack_client import app_mention, message, slash_command
+from tests.fakes.slack_world import (
+    CHANNEL,
+    REQUESTER,
+    SECRET,
+    SlackWorld,
+    question_script,
+    slack_world,
+)
+
+
+async def _question_open(world: SlackWorld) -> str:
+    mention = await world.mention("look at the latency")
+    await world.card(ids.ANSWER)
+    await world.settled()
+    return str(mention["ts"])
+
+
+async def _open_requests(world: SlackWorld) -> list[RequestStatus]:
+    run_id = (await world.chat.recent(1))[0].id
+    return [v.status for v in await world.chat.requests_of(run_id)]
+
+
+async def test_hostile_a_reply_also_sent_to_the_channel_answers_the_question(
+    tmp_path: Path,
+) -> None:
+    """ "Also send to #channel" makes the reply a ``thread_broadcast`` message: still the
+    requester's next reply in the thread, so it answers."""
+    async with slack_world(tmp_path, question_script()) as world:
+        thread = await _question_open(world)
+        event = message(REQUESTER, "us-east", thread_ts=thread, subtype="thread_broadcast")
+        await world.sender.event(event)
+        await world.settled()
+        assert await _open_requests(world) == [RequestStatus.ANSWERED], (
+            "a thread_broadcast reply from the requester was silently ignored"
+        )
+
+
+async def test_hostile_bots_edits_and_userless_messages_never_answer(tmp_path: Path) -> None:
+    async with slack_world(tmp_path, question_script()) as world:
+        thread = await _question_open(world)
+        bot = world.api.bot_user
+        odd: list[dict[str, Any]] = [
+            message(bot, "us-east", thread_ts=thread),  # the bot itself, without bot_id
+            message("U0OTHERBOT", "us-east", thread_ts=thread, bot_id="B0OTHER"),
+            message(REQUESTER, "us-east", thread_ts=thread, subtype="message_changed"),
+            message(REQUESTER, "us-east", thread_ts=thread, subtype="message_deleted"),
+            {
+                "type": "message",
+                "text": "us-east",
+                "channel": CHANNEL,
+                "thread_ts": thread,
+                "ts": "1700000999.000100",
+            },
+            {"type": "message", "channel": CHANNEL, "thread_ts": thread, "user": REQUESTER},
+            {"type": "app_mention", "text": f"<@{bot}> cancel", "channel": CHANNEL},
+            {
+                "type": "app_mention",
+                "user": REQUESTER,
+                "text": f"<@{bot}> cancel",
+                "channel": "not a channel",
+                "ts": "x.y",
+                "thread_ts": thread,
+            },
+            # an edit that adds a mention of the bot: Slack sends it as message_changed
+            {
+                "type": "message",
+                "subtype": "message_changed",
+                "channel": CHANNEL,
+                "message": {"user": REQUESTER, "text": f"<@{bot}> cancel", "ts": thread},
+                "ts": "1700000999.000200",
+            },
+        ]
+        for event in odd:
+            response = await world.sender.event(event)
+            assert response.status == 200
+        await world.settled()
+        assert await _open_requests(world) == [RequestStatus.OPEN]
+        assert (await world.chat.recent(1))[0].status.value == "suspended"
+
+
+INJECTION = (
+    "<!channel> <!here|here> <!everyone> <@U0VICTIM> <!subteam^S0SRE> <https://evil.example|click>"
+)
+# Links the model writes stay links in its markdown answer (as ``[click](url)`` would): only
+# the tokens that notify people are checked.
+RAW_TOKENS = re.compile(r"<!channel|<!here|<!everyone|<@U0VICTIM|<!subteam\^S0SRE")
+
+
+def _injection_script() -> list[Any]:
+    return [
+        {
+            "text": f"I need one detail. {INJECTION}",
+            "calls": [
+                {"name": "ask_human_input", "arguments": {"question": f"Which region? {INJECTION}"}}
+            ],
+        },
+        {"one_of": [{"match": "(?P<answer>.+)", "text": "Looking at {answer}. " + INJECTION}]},
+    ]
+
+
+def _public_calls(world: SlackWorld) -> list[Any]:
+    public = (
+        "chat.postMessage",
+        "chat.update",
+        "chat.startStream",
+        "chat.appendStream",
+        "chat.stopStream",
+        "assistant.threads.setStatus",
+    )
+    return [c for c in world.api.calls if c.method in public]
+
+
+async def test_hostile_mrkdwn_injection_pings_no_one(tmp_path: Path) -> None:
+    async with slack_world(tmp_path, _injection_script()) as world:
+        thread = await _question_open(world)
+        await world.reply(f"us-east {INJECTION}", user=REQUESTER, thread_ts=thread)
+        await world.answer_posted()
+        await world.settled()
+        leaks = []
+        for call in _public_calls(world):
+            args = json.dumps(call.args, ensure_ascii=False)
+            leaks += [(call.method, m.group(0)) for m in RAW_TOKENS.finditer(args)]
+        assert not leaks, f"raw Slack tokens reached the thread: {leaks}"
+
+
+async def test_hostile_mrkdwn_injection_in_ephemeral_notes(tmp_path: Path) -> None:
+    """A user's own words echoed back in a note are escaped too (``/kestrel status <!channel>``
+    or a mention while a run works)."""
+    async with slack_world(tmp_path, question_script()) as world:
+        await _question_open(world)
+        await world.sender.command(slash_command(REQUESTER, "status <!channel>"))
+        await world.settled()
+        replies = ("chat.postEphemeral", "response_url")
+        notes = [json.dumps(c.args) for c in world.api.calls if c.method in replies]
+        assert notes
+        assert not [n for n in notes if "<!channel>" in n], notes
+
+
+async def test_hostile_huge_and_strange_texts(tmp_path: Path) -> None:
+    async with slack_world(tmp_path, question_script()) as world:
+        strange = "\u202e\u0000\u200b" + "é" * 20 + "\U0001f525" * 10 + "```" + "x" * 60_000
+        event = app_mention(REQUESTER, strange)
+        assert (await world.sender.event(event)).status == 200
+        await world.card(ids.ANSWER)
+        await world.settled()
+        await world.reply("y" * 100_000 + "\u0000<!channel>", user=REQUESTER, thread_ts=event["ts"])
+        answer = await world.answer_posted()
+        await world.settled()
+        assert answer.ok
+        assert not [c for c in world.api.calls if c.ok is False and c.method.startswith("chat.")]
+        assert await world.rt.store.outbox_backlog("slack") == 0
+
+
+async def test_hostile_secrets_never_reach_logs_or_the_model(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    async with slack_world(tmp_path, question_script()) as world:
+        world.api.fail("chat.postMessage", status=500, error="internal_error", times=1)
+        world.api.refuse("chat.startStream", "not_allowed")
+        thread = await _question_open(world)
+        await world.reply("us-east", user=REQUESTER, thread_ts=thread)
+        await world.answer_posted()
+        await world.settled()
+        said = json.dumps(world.model.requests)
+    logged = caplog.text
+    assert "chat.postMessage" in logged  # the SDK's own DEBUG lines were captured
+    for secret in ("xoxb-test", SECRET, "sk-test"):
+        assert secret not in logged, f"{secret} appears in the logs"
+        assert secret not in said, f"{secret} reached the model"
+
+
+def _confirm_script() -> list[Any]:
+    return [
+        {
+            "text": "Before I go on:",
+            "calls": [{"name": "ask_human_confirm", "arguments": {"question": "Drain node-3?"}}],
+        },
+        {"one_of": [{"match": "(?P<answer>yes|no)", "text": "You said {answer}."}]},
+    ]
+
+
+async def test_hostile_no_python_repr_in_notes(tmp_path: Path) -> None:
+    """A reply that is none of the options gets a note in words, not Python reprs
+    (``'maybe\\nlater' is not one of the options: answer 'yes' or 'no'``)."""
+    async with slack_world(tmp_path, _confirm_script()) as world:
+        mention = await world.mention("drain the node")
+        await world.card(ids.CHOOSE)
+        await world.settled()
+        await world.reply("maybe\nlater it's fine", user=REQUESTER, thread_ts=mention["ts"])
+        note = await world.ephemeral_to(REQUESTER)
+        text = note.args["text"]
+        assert "\\n" not in text and "'yes'" not in text and '"maybe' not in text, text
