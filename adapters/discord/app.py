@@ -7,7 +7,10 @@ import asyncio
 import contextlib
 import logging
 
+import aiohttp
 import discord
+import yarl
+from discord.gateway import DiscordWebSocket
 
 from adapters.discord.client import KestrelDiscord
 from adapters.discord.settings import DiscordSettings
@@ -25,7 +28,13 @@ class DiscordAdapter:
     """Kestrel in Discord: ``start`` connects and serves; ``stop`` disconnects."""
 
     def __init__(
-        self, chat: ChatService, outbox: Outbox, owner: str, settings: DiscordSettings
+        self,
+        chat: ChatService,
+        outbox: Outbox,
+        owner: str,
+        settings: DiscordSettings,
+        *,
+        guild_ready_timeout: float = 2.0,
     ) -> None:
         self.settings = settings
         self._chat = chat
@@ -41,8 +50,9 @@ class DiscordAdapter:
             await client.login(self.settings.token)
         except discord.LoginFailure as exc:
             raise ConfigError(f"discord: DISCORD_TOKEN was refused: {exc}") from exc
-        except (discord.HTTPException, OSError) as exc:
+        except (discord.HTTPException, OSError, aiohttp.ClientError, ValueError) as exc:
             raise ConfigError(f"discord: cannot reach {self.settings.api_url}: {exc}") from exc
+        await self._use_gateway_rest_names()
         connecting = asyncio.create_task(client.connect(reconnect=True), name="discord-gateway")
         ready = asyncio.create_task(client.wait_until_ready())
         done, _ = await asyncio.wait(
@@ -72,6 +82,16 @@ class DiscordAdapter:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _use_gateway_rest_names(self) -> None:
+        # A single-shard client connects where discord.py was told, not where REST says:
+        # ask REST (GET /gateway/bot), so that a proxy or a stand-in serves the gateway too.
+        try:
+            _shards, url, _limits = await self.client.http.get_bot_gateway()
+        except discord.GatewayNotFound as exc:
+            await self.client.close()
+            raise ConfigError(f"discord: {self.settings.api_url} gave no gateway URL") from exc
+        DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(url)
 
     async def _fail_connect(self, connecting: asyncio.Task[None]) -> None:
         if not connecting.done():

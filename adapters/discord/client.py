@@ -49,9 +49,19 @@ class KestrelDiscord(discord.Client):
     """The client: one per process, serving every guild it is in."""
 
     def __init__(
-        self, chat: ChatService, outbox: Outbox, owner: str, *, message_content: bool = True
+        self,
+        chat: ChatService,
+        outbox: Outbox,
+        owner: str,
+        *,
+        message_content: bool = True,
+        guild_ready_timeout: float = 2.0,
     ) -> None:
-        super().__init__(intents=intents(message_content), allowed_mentions=NO_PINGS)
+        super().__init__(
+            intents=intents(message_content),
+            allowed_mentions=NO_PINGS,
+            guild_ready_timeout=guild_ready_timeout,
+        )
         self.chat = chat
         self.talk = Conversation(chat)
         self.deliveries = Deliveries(outbox, DiscordTransport(self.http), owner)

@@ -1,0 +1,202 @@
+"""Kestrel in Discord end to end: the real discord.py client against a local stand-in for
+Discord's REST API and gateway, the real runtime and openai client, a fake model.
+
+The tests rely on discord.py's internals as of 2.7 (the gateway's default URL, DynamicItem
+dispatch, the interaction callback's ``with_response``): pyproject pins ``discord.py>=2.7,<2.8``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bot.domain import RequestStatus
+from tests.fakes import discord_payloads as p
+from tests.fakes.discord_api import FakeDiscord
+from tests.fakes.discord_world import APPROVER, ONCALL, REQUESTER, SRE_ROLE, discord_world
+from tests.fakes.slack_world import question_script, restart_script
+
+
+async def test_mention_thread_card_approve_result(tmp_path: Path) -> None:
+    async with discord_world(tmp_path, restart_script()) as world:
+        mention = await world.mention("checkout is failing, can you look?")
+        thread = await world.thread_of(mention)
+        card = await world.card("approve")
+        assert card["channel_id"] == thread
+        shown = json.dumps(card)
+        assert "restart_service" in shown and "checkout" in shown and "OOM-killed" in shown
+        assert world.executions == []
+        click = await world.click(card, "approve", user=APPROVER)
+        assert "Recorded" in await world.answered(click)
+        await world.answer_posted(thread, "healthy again")
+        assert world.executions == ["checkout"]
+        await world.settled()
+        edited = world.discord.message(thread, card["id"])
+        assert edited is not None and edited["components"] == []
+        assert f"<@{APPROVER}>" in json.dumps(edited["embeds"])
+        typing = world.discord.calls_to("POST", rf"/channels/{thread}/typing")
+        assert typing, "no typing indicator while the run worked"
+
+
+async def test_refused_clicks_change_nothing(tmp_path: Path) -> None:
+    async with discord_world(tmp_path, restart_script()) as world:
+        mention = await world.mention("checkout is failing")
+        thread = await world.thread_of(mention)
+        card = await world.card("approve")
+        own = await world.click(card, "approve", user=REQUESTER)
+        assert "someone else" in await world.answered(own)
+        stranger = await world.click(card, "approve", user="1999")
+        assert "may not approve" in await world.answered(stranger)
+        # Roles count in the run's guild only: the approvers' role id from another guild
+        # does not make its holder an approver.
+        guest = await world.click(card, "approve", user="1500", roles=[SRE_ROLE], guild="777")
+        assert "may not approve" in await world.answered(guest)
+        run_id = (await world.chat.recent(1))[0].id
+        assert [v.status for v in await world.chat.requests_of(run_id)] == [RequestStatus.OPEN]
+        # A member of the approvers' role approves; a second click is refused.
+        first = await world.click(card, "approve", user="1500", roles=[SRE_ROLE])
+        assert "Recorded" in await world.answered(first)
+        await world.answer_posted(thread, "healthy again")
+        second = await world.click(card, "approve", user=APPROVER)
+        assert "already" in await world.answered(second)
+        assert world.executions == ["checkout"]
+
+
+async def test_deny_with_a_reason_from_the_modal(tmp_path: Path) -> None:
+    async with discord_world(tmp_path, restart_script()) as world:
+        mention = await world.mention("checkout is failing")
+        thread = await world.thread_of(mention)
+        card = await world.card("approve")
+        await world.click(card, "deny", user=APPROVER)
+        await world.discord.wait_for(
+            lambda c: "callback" in c.path and (c.json or {}).get("type") == 9
+        )
+        modal = world.discord.modals[-1]
+        submit = p.interaction_modal_submit(
+            custom_id=modal["custom_id"],
+            components={modal["components"][0]["components"][0]["custom_id"]: "peak hours"},
+            guild=p.GUILD_ID,
+            channel=thread,
+            user_id=APPROVER,
+        )
+        await world.discord.dispatch("INTERACTION_CREATE", submit)
+        await world.answer_posted(thread, "denied")
+        assert world.executions == []
+        run_id = (await world.chat.recent(1))[0].id
+        view = (await world.chat.requests_of(run_id))[0]
+        assert view.decision is not None and view.decision.text == "peak hours"
+
+
+async def test_a_question_answered_through_its_modal(tmp_path: Path) -> None:
+    async with discord_world(tmp_path, question_script()) as world:
+        mention = await world.mention("look at the latency")
+        thread = await world.thread_of(mention)
+        card = await world.card("answer")
+        await world.click(card, "answer", user=REQUESTER)
+        await world.discord.wait_for(
+            lambda c: "callback" in c.path and (c.json or {}).get("type") == 9
+        )
+        modal = world.discord.modals[-1]
+        field = modal["components"][0]["components"][0]["custom_id"]
+        submit = p.interaction_modal_submit(
+            custom_id=modal["custom_id"],
+            components={field: "eu-west"},
+            guild=p.GUILD_ID,
+            channel=thread,
+            user_id=REQUESTER,
+        )
+        await world.discord.dispatch("INTERACTION_CREATE", submit)
+        await world.answer_posted(thread, "looking at eu-west")
+
+
+async def test_a_question_answered_by_a_reply_in_the_thread(tmp_path: Path) -> None:
+    async with discord_world(tmp_path, question_script()) as world:
+        mention = await world.mention("look at the latency")
+        thread = await world.thread_of(mention)
+        await world.card("answer")
+        await world.reply("us-east", user="1999", thread=thread)  # may not answer: told so
+        await world.answer_posted(thread, "may not answer")
+        await world.reply("us-east", user=REQUESTER, thread=thread)
+        await world.answer_posted(thread, "looking at us-east")
+
+
+async def test_restart_between_card_and_click(tmp_path: Path) -> None:
+    async with FakeDiscord() as fake:
+        async with discord_world(tmp_path, restart_script(), fake=fake) as first:
+            mention = await first.mention("checkout is failing")
+            thread = await first.thread_of(mention)
+            card = await first.card("approve")
+            await first.settled()
+        posts = len(fake.calls_to("POST", rf"/channels/{thread}/messages"))
+        async with discord_world(tmp_path, restart_script(), fake=fake) as second:
+            await second.settled()
+            assert len(fake.calls_to("POST", rf"/channels/{thread}/messages")) == posts
+            click = await second.click(card, "approve", user=APPROVER)
+            assert "Recorded" in await second.answered(click)
+            await second.answer_posted(thread, "healthy again")
+            assert second.executions == ["checkout"]
+            await second.settled()
+            edited = fake.message(thread, card["id"])
+            assert edited is not None and edited["components"] == []
+
+
+async def test_a_rate_limited_card_is_posted_once(tmp_path: Path) -> None:
+    async with FakeDiscord() as fake:
+        fake.fail("POST", r"/channels/\d+/messages", status=429, retry_after=0.3, times=1)
+        async with discord_world(tmp_path, restart_script(), fake=fake) as world:
+            mention = await world.mention("checkout is failing")
+            thread = await world.thread_of(mention)
+            card = await world.card("approve")
+            await world.settled()
+            cards = [m for m in fake.bot_messages(thread) if "kestrel:approve:" in json.dumps(m)]
+            assert len(cards) == 1
+            await world.click(card, "approve", user=APPROVER)
+            await world.answer_posted(thread, "healthy again")
+            assert world.executions == ["checkout"]
+
+
+async def test_a_click_on_a_cancelled_runs_card_is_refused(tmp_path: Path) -> None:
+    async with discord_world(tmp_path, restart_script()) as world:
+        mention = await world.mention("checkout is failing")
+        thread = await world.thread_of(mention)
+        card = await world.card("approve")
+        await world.settled()
+        await world.mention("cancel", user=ONCALL, channel=thread)
+        await world.answer_posted(thread, "cancelled")
+        click = await world.click(card, "approve", user=APPROVER)
+        assert "cancelled" in await world.answered(click)
+        assert world.executions == []
+
+
+async def test_the_kestrel_command_in_a_thread(tmp_path: Path) -> None:
+    async with discord_world(tmp_path, restart_script()) as world:
+        mention = await world.mention("checkout is failing")
+        thread = await world.thread_of(mention)
+        await world.card("approve")
+        await world.settled()
+        status = p.interaction_command(
+            options=[{"name": "status", "type": 1, "options": []}],
+            guild=p.GUILD_ID,
+            channel=thread,
+            user_id=ONCALL,
+        )
+        await world.discord.dispatch("INTERACTION_CREATE", status)
+        shown = await world.answered(status)
+        assert "suspended" in shown and "restart_service" in shown
+        cancel = p.interaction_command(
+            options=[{"name": "cancel", "type": 1, "options": []}],
+            guild=p.GUILD_ID,
+            channel=thread,
+            user_id="1999",
+        )
+        await world.discord.dispatch("INTERACTION_CREATE", cancel)
+        assert "may not cancel" in await world.answered(cancel)
+        runs = p.interaction_command(
+            options=[{"name": "runs", "type": 1, "options": []}],
+            guild=p.GUILD_ID,
+            channel=p.CHANNEL_ID,
+            user_id=ONCALL,
+        )
+        await world.discord.dispatch("INTERACTION_CREATE", runs)
+        listed = await world.answered(runs)
+        assert "restart_service" in listed and f"/channels/{p.GUILD_ID}/{thread}" in listed
