@@ -10,28 +10,19 @@ from pathlib import Path
 
 import pytest
 
-from tests.adapters.slack.test_serve import _env, _free_port
-from tests.fakes.processes import KESTREL
+from tests.fakes.serving import free_port, run_serve, serve_env
 from tests.fakes.slack_api import FakeSlackApi
 from tests.fakes.slack_world import write_config
 
 
 async def _serve(tmp: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return await asyncio.to_thread(
-        subprocess.run,
-        [*KESTREL, "serve", "slack", *args],
-        env=env,
-        cwd=tmp,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return await asyncio.to_thread(run_serve, tmp, env, "slack", *args)
 
 
 @pytest.mark.parametrize("url", ["http://", "http://127.0.0.1:99999/api/", "https://[::1/api/"])
 async def test_hostile_malformed_slack_api_url(tmp_path: Path, url: str) -> None:
     config = write_config(tmp_path, "http://127.0.0.1:9/v1")
-    done = await _serve(tmp_path, _env(config, url), "--port", str(_free_port()))
+    done = await _serve(tmp_path, serve_env(config, url), "--port", str(free_port()))
     assert "Traceback" not in done.stderr, done.stderr[-600:]
     assert done.returncode == 2
     assert "SLACK_API_URL" in done.stderr
@@ -41,7 +32,7 @@ async def test_hostile_malformed_slack_api_url(tmp_path: Path, url: str) -> None
 async def test_hostile_port_out_of_range(tmp_path: Path, port: str) -> None:
     async with FakeSlackApi() as api:
         config = write_config(tmp_path, "http://127.0.0.1:9/v1")
-        done = await _serve(tmp_path, _env(config, api.url), "--port", port)
+        done = await _serve(tmp_path, serve_env(config, api.url), "--port", port)
     assert "Traceback" not in done.stderr, done.stderr[-600:]
     assert done.returncode == 2
     assert "port" in done.stderr
@@ -54,7 +45,7 @@ async def test_hostile_port_in_use(tmp_path: Path) -> None:
             taken.bind(("127.0.0.1", 0))
             taken.listen()
             port = taken.getsockname()[1]
-            done = await _serve(tmp_path, _env(config, api.url), "--port", str(port))
+            done = await _serve(tmp_path, serve_env(config, api.url), "--port", str(port))
     assert "Traceback" not in done.stderr, done.stderr[-600:]
     assert done.returncode == 2
     assert str(port) in done.stderr

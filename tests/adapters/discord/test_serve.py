@@ -1,0 +1,107 @@
+"""``kestrel serve discord`` (and ``serve slack discord``) as a user runs it: a real process
+against a local stand-in for Discord's REST API and gateway."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+from pathlib import Path
+
+from adapters.slack import ids as slack_ids
+from tests.fakes import discord_payloads as p
+from tests.fakes.discord_api import FakeDiscord
+from tests.fakes.discord_world import APPROVER, ONCALL, REQUESTER
+from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.serving import free_port, run_serve, serve_env, start_serve, wait_healthy
+from tests.fakes.slack_api import FakeSlackApi
+from tests.fakes.slack_client import SlackSender, app_mention
+from tests.fakes.slack_world import SECRET, restart_script, write_config
+
+POLICY = {"approvers": {"*": [APPROVER]}, "oncall": [ONCALL]}
+
+
+async def test_serve_discord_runs_a_mention_to_its_answer(tmp_path: Path) -> None:
+    async with FakeOpenAI(restart_script()) as model, FakeDiscord() as fake:
+        config = write_config(tmp_path, model.base_url, extra_policy=POLICY)
+        port = free_port()
+        env = serve_env(
+            config, "http://127.0.0.1:9/api/", DISCORD_TOKEN="t0k3n", DISCORD_API_URL=fake.api_url
+        )
+        process = start_serve(tmp_path, port, env, "discord")
+        try:
+            await wait_healthy(port, process)
+            mention = p.message_create(
+                author_id=REQUESTER, content=f"<@{p.BOT_ID}> checkout is failing"
+            )
+            await fake.dispatch("MESSAGE_CREATE", mention)
+            thread = str(mention["id"])
+
+            def card_posted(call) -> bool:  # type: ignore[no-untyped-def]
+                return (
+                    call.path == f"/channels/{thread}/messages"
+                    and "kestrel:approve:" in json.dumps(call.json)
+                    and call.status == 200
+                )
+
+            card = dict((await fake.wait_for(card_posted, timeout=20))[0].response or {})
+            custom_id = next(
+                c["custom_id"]
+                for row in card["components"]
+                for c in row["components"]
+                if c["custom_id"].startswith("kestrel:approve:")
+            )
+            click = p.interaction_button(
+                channel=thread, user_id=APPROVER, custom_id=custom_id, message=card
+            )
+            await fake.dispatch("INTERACTION_CREATE", click)
+            await fake.wait_for(
+                lambda c: (
+                    c.path == f"/channels/{thread}/messages"
+                    and "healthy again" in json.dumps(c.json)
+                ),
+                timeout=20,
+            )
+            assert (tmp_path / "executions.txt").read_text() == "checkout\n"
+        finally:
+            process.send_signal(signal.SIGTERM)
+            _out, err = await asyncio.to_thread(process.communicate, timeout=30)
+        assert process.returncode == 0, err
+        assert "discord: connected as" in err
+        assert "Traceback" not in err
+        assert "t0k3n" not in err
+
+
+async def test_serve_slack_and_discord_in_one_process(tmp_path: Path) -> None:
+    script = [{"text": "All good."}]
+    async with FakeOpenAI(script) as model, FakeDiscord() as fake, FakeSlackApi() as api:
+        config = write_config(tmp_path, model.base_url, extra_policy=POLICY)
+        port = free_port()
+        env = serve_env(config, api.url, DISCORD_TOKEN="t0k3n", DISCORD_API_URL=fake.api_url)
+        process = start_serve(tmp_path, port, env, "slack", "discord")
+        try:
+            await wait_healthy(port, process)
+            mention = p.message_create(author_id=REQUESTER, content=f"<@{p.BOT_ID}> how is it?")
+            await fake.dispatch("MESSAGE_CREATE", mention)
+            sender = SlackSender(f"http://127.0.0.1:{port}/slack/events", SECRET, api=api)
+            assert (await sender.event(app_mention(REQUESTER, "how is it?"))).status == 200
+            thread = str(mention["id"])
+            await fake.wait_for(
+                lambda c: (
+                    c.path == f"/channels/{thread}/messages" and "All good." in json.dumps(c.json)
+                ),
+                timeout=20,
+            )
+            await api.wait_for(lambda c: slack_ids.FEEDBACK in json.dumps(c.args), timeout=20)
+        finally:
+            process.send_signal(signal.SIGTERM)
+            _out, err = await asyncio.to_thread(process.communicate, timeout=30)
+        assert process.returncode == 0, err
+
+
+def test_serve_discord_without_a_token_says_which_variable(tmp_path: Path) -> None:
+    config = write_config(tmp_path, "http://127.0.0.1:9/v1")
+    env = serve_env(config, "http://127.0.0.1:9/api/")
+    done = run_serve(tmp_path, env, "discord", "--port", str(free_port()))
+    assert done.returncode == 2
+    assert "DISCORD_TOKEN is not set" in done.stderr

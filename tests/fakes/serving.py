@@ -1,0 +1,70 @@
+"""``kestrel serve`` as a real process for tests: a free port, a clean environment naming the
+fakes, the process itself, and a wait for its ``/healthz``."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+from pathlib import Path
+
+import aiohttp
+
+from tests.fakes.processes import KESTREL, ROOT
+from tests.fakes.slack_world import SECRET
+
+
+def free_port() -> int:
+    """A port nobody listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def serve_env(config: Path, slack_api_url: str, **extra: str) -> dict[str, str]:
+    """This environment without Kestrel's, Slack's and Discord's variables, then the test's:
+    the configuration file, Slack's test credentials and API URL, and ``extra``."""
+    prefixes = ("KESTREL_", "SLACK_", "DISCORD_")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
+    env.update(
+        KESTREL_CONFIG=str(config),
+        SLACK_BOT_TOKEN="xoxb-test",
+        SLACK_SIGNING_SECRET=SECRET,
+        SLACK_API_URL=slack_api_url,
+        PYTHONPATH=str(ROOT),
+        **extra,
+    )
+    return env
+
+
+def start_serve(
+    folder: Path, port: int, env: dict[str, str], *platforms: str
+) -> subprocess.Popen[str]:
+    """``kestrel serve PLATFORMS --port PORT`` in ``folder``, its output piped."""
+    argv = [*KESTREL, "serve", *platforms, "--port", str(port)]
+    return subprocess.Popen(
+        argv, env=env, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def run_serve(folder: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """``kestrel serve ARGS`` to its end (a misconfiguration ends it at once)."""
+    return subprocess.run(
+        [*KESTREL, "serve", *args], env=env, cwd=folder, capture_output=True, text=True, timeout=60
+    )
+
+
+async def wait_healthy(port: int, process: subprocess.Popen[str]) -> None:
+    """Until ``/healthz`` answers 200; fails with the process's stderr if it ends first."""
+    async with aiohttp.ClientSession() as session:
+        for _ in range(300):
+            assert process.poll() is None, process.communicate()[1]
+            try:
+                async with session.get(f"http://127.0.0.1:{port}/healthz") as response:
+                    if response.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.05)
+    raise AssertionError("serve never became healthy")
