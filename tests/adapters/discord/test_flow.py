@@ -7,14 +7,22 @@ dispatch, the interaction callback's ``with_response``): pyproject pins ``discor
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
 from bot.domain import RequestStatus
 from tests.fakes import discord_payloads as p
 from tests.fakes.discord_api import FakeDiscord
-from tests.fakes.discord_world import APPROVER, ONCALL, REQUESTER, SRE_ROLE, discord_world
-from tests.fakes.slack_world import question_script, restart_script
+from tests.fakes.discord_world import (
+    APPROVER,
+    ONCALL,
+    REQUESTER,
+    SRE_ROLE,
+    button_id,
+    discord_world,
+)
+from tests.fakes.slack_world import drain_script, question_script, restart_script
 
 
 async def test_mention_thread_card_approve_result(tmp_path: Path) -> None:
@@ -200,3 +208,46 @@ async def test_the_kestrel_command_in_a_thread(tmp_path: Path) -> None:
         await world.discord.dispatch("INTERACTION_CREATE", runs)
         listed = await world.answered(runs)
         assert "restart_service" in listed and f"/channels/{p.GUILD_ID}/{thread}" in listed
+
+
+async def test_a_run_resumed_after_its_thread_archived_opens_it_again(tmp_path: Path) -> None:
+    async with FakeDiscord() as fake:
+        fake.reject_archived_sends = True  # as for an edit: nothing lands in an archived thread
+        async with discord_world(tmp_path, restart_script(), fake=fake) as world:
+            mention = await world.mention("checkout is failing")
+            thread = await world.thread_of(mention)
+            card = await world.card("approve")
+            await world.settled()
+            fake.archive(thread)  # a day without activity
+            await world.click(card, "approve", user=APPROVER)
+            await world.answer_posted(thread, "healthy again")
+            reopened = fake.calls_to("PATCH", rf"/channels/{thread}")
+            assert reopened and reopened[0].json == {"archived": False}
+            assert world.executions == ["checkout"]
+
+
+async def test_an_effect_cut_by_a_restart_is_settled_from_its_card(tmp_path: Path) -> None:
+    async with FakeDiscord() as fake:
+        async with discord_world(tmp_path, drain_script(30), fake=fake) as first:
+            mention = await first.mention("drain node-3")
+            thread = await first.thread_of(mention)
+            for _ in range(200):  # until the drain has started: then stop the replica
+                if first.executions:
+                    break
+                await asyncio.sleep(0.05)
+        async with discord_world(tmp_path, drain_script(0), fake=fake) as second:
+            await second.mention("resume", user=ONCALL, channel=thread)
+            card = await second.card("effect")
+            assert "drain_node" in json.dumps(card) and "node-3" in json.dumps(card)
+            done = button_id(card, "effect:done")
+            click = p.interaction_button(
+                channel=thread, user_id="1999", custom_id=done, message=card
+            )
+            await second.discord.dispatch("INTERACTION_CREATE", click)
+            assert "on-call" in await second.answered(click)
+            click = p.interaction_button(
+                channel=thread, user_id=ONCALL, custom_id=done, message=card
+            )
+            await second.discord.dispatch("INTERACTION_CREATE", click)
+            await second.answer_posted(thread, "drained")
+            assert second.executions == ["node-3"]
