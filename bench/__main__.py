@@ -1,18 +1,18 @@
 """``python -m bench``: every workload, one after another, printing its figures.
 
 SQLite first (W1, W2, the PII guard's throughput, the durable commits of a run waiting for an
-approval, the command line's start-up, the Slack adapter's latencies), then the same on
+approval, the command line's start-up, the Slack and Discord adapters' latencies), then the same on
 PostgreSQL (``KESTREL_BENCH_POSTGRES_DSN``, a fresh schema per scenario), two replicas on one
 store, and the takeover latency. When PostgreSQL is unreachable its figures are skipped, saying why.
 """
 
-from bench import commits, pii_throughput, replicas, slack, startup, takeover, w1, w2
+from bench import commits, discord, pii_throughput, replicas, slack, startup, takeover, w1, w2
 from bench.stores import postgres_server
 
 
 def sqlite_figures() -> None:
-    """W1, W2, the PII guard's throughput, commits per approval, start-up, and the Slack
-    adapter's latencies, on SQLite."""
+    """W1, W2, the PII guard's throughput, commits per approval, start-up, and the Slack and
+    Discord adapters' latencies, on SQLite."""
     w1.report("sqlite")
     print()
     w2.report("sqlite")
@@ -24,6 +24,8 @@ def sqlite_figures() -> None:
     startup.report()
     print()
     slack.report()
+    print()
+    discord.report()
 
 
 def postgres_figures(server: str) -> None:
