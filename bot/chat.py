@@ -23,8 +23,8 @@ from bot.events import EventSink
 from bot.journal.fold import RunState, fold
 from bot.policy import Actor, NotPermitted, Policy
 from bot.prompter import Prompter
-from bot.records import RunRecord
-from bot.store import Requests
+from bot.records import JournalRecord, RunRecord
+from bot.store import AuditRecord, Requests
 from bot.tools.base import ToolFlags
 
 if TYPE_CHECKING:  # the read-only commands import this module without starting any run
@@ -179,6 +179,15 @@ class ChatService:
         flags = self._rt.tools.current().flags_of(request.tool)
         who = tuple(self._rt.policy.who_may_answer(request, flags))
         return RequestView(request, status, decision, who, state.reason_for(request.call_id))
+
+    async def journal(self, run_id: str) -> list[JournalRecord]:
+        """A run's whole journal, in order (what its page shows)."""
+        await self._rt.store.get_run(run_id)  # UnknownRun for a made-up id
+        return await self._rt.store.load(run_id)
+
+    async def audit_of(self, run_id: str, limit: int = 1000) -> list[AuditRecord]:
+        """Who requested, decided, answered and operated what in a run, oldest first."""
+        return await self._rt.store.list_audit(run_id, limit=limit)
 
     async def session_of(self, run_id: str) -> Session | None:
         """The session (thread) a run belongs to."""

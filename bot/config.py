@@ -45,6 +45,7 @@ NON_SETTING_VARIABLES: Final = frozenset(
         "KESTREL_TEST_POSTGRES_DSN",
         "KESTREL_BENCH_POSTGRES_DSN",
         "KESTREL_WEB_TOKEN",
+        "KESTREL_WEB_SECRET",
     }
 )
 # Settings whose variable is not KESTREL_<NAME>: the variable's name, by setting.
@@ -143,6 +144,17 @@ class ReplicaSettings(Section):
     shutdown_grace_seconds: float = Field(20.0, ge=0)
 
 
+class WebSettings(Section):
+    """The run pages and metrics ``kestrel serve`` serves, and the links chat messages carry."""
+
+    # Where people reach the pages (https://kestrel.example.com); chat messages then carry
+    # "View run" links signed with KESTREL_WEB_SECRET, each for one run.
+    public_url: str | None = None
+    link_ttl_seconds: float = Field(86400.0, gt=0)
+    # /metrics without the operator token (an internal network's scraper).
+    metrics_public: bool = False
+
+
 class HookSettings(Section):
     """Hooks as ``module:function`` references, in the order they run."""
 
@@ -203,6 +215,7 @@ class Settings(BaseSettings):
     schedules: list[ScheduledPrompt] = []
     hooks: HookSettings = HookSettings()
     replica: ReplicaSettings = ReplicaSettings()
+    web: WebSettings = WebSettings()
     mcp_servers: list[McpServerSettings] = []
     openai_api_key: SecretStr | None = Field(
         None, validation_alias=AliasChoices("OPENAI_API_KEY", "openai_api_key")

@@ -14,7 +14,14 @@ from typing import Any, ClassVar, Protocol
 
 from pydantic import BaseModel
 
-from bot.domain import DecisionKind, Request, StopReason, TerminalResult, ToolOutcome
+from bot.domain import (
+    DecisionKind,
+    Request,
+    RequestKind,
+    StopReason,
+    TerminalResult,
+    ToolOutcome,
+)
 
 log = logging.getLogger("kestrel.events")
 
@@ -30,20 +37,26 @@ class RunStartedEvent:
 
 @dataclass(frozen=True, slots=True)
 class RunResumedEvent:
-    """A suspended or orphaned run goes on in this process."""
+    """A suspended or orphaned run goes on in this process (``orphaned``: it was left
+    running by an owner that died, and this process adopted it)."""
 
     kind: ClassVar[str] = "run_resumed"
     run_id: str
+    orphaned: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class ModelTurnEvent:
-    """The model answered: its text, and how many tool calls it asked for."""
+    """The model answered: its text, how many tool calls it asked for, how long the call took
+    (seconds) and the tokens it spent."""
 
     kind: ClassVar[str] = "model_turn"
     run_id: str
     text: str
     calls: int
+    seconds: float = 0.0
+    input_tokens: int = 0
+    output_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,13 +72,14 @@ class ToolStartedEvent:
 
 @dataclass(frozen=True, slots=True)
 class ToolExitEvent:
-    """A call left executeTool through one of its exits."""
+    """A call left executeTool through one of its exits, ``seconds`` after it entered."""
 
     kind: ClassVar[str] = "tool_exit"
     run_id: str
     call_id: str
     tool: str
     outcome: ToolOutcome
+    seconds: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,12 +103,15 @@ class RequestOpenedEvent:
 
 @dataclass(frozen=True, slots=True)
 class AnswerSuppliedEvent:
-    """A decision reached the run through the checkpoint and was journaled."""
+    """A decision reached the run through the checkpoint and was journaled; the request's
+    kind, and how long (seconds) it stood open until decided, when known."""
 
     kind: ClassVar[str] = "answer_supplied"
     run_id: str
     request_id: str
     decision: DecisionKind
+    request_kind: RequestKind | None = None
+    waited: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

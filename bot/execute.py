@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -67,15 +68,19 @@ def _error(outcome: ToolOutcome, output: str) -> CallExit:
 
 async def execute_tool(call: ToolCall, env: CallEnv) -> CallExit:
     """Run one call through all its checks; journal and count whichever exit it takes."""
+    began = time.monotonic()
     with span("tool", tool=call.name, call_id=call.id) as current:
         try:
             result = await _execute(call, env)
         except TakenOver:
-            taken = ToolExitEvent(env.run.run_id, call.id, call.name, ToolOutcome.TAKEN_OVER)
+            seconds = time.monotonic() - began
+            taken = ToolExitEvent(
+                env.run.run_id, call.id, call.name, ToolOutcome.TAKEN_OVER, seconds
+            )
             env.run.events.emit(taken)
             raise
         current.set("outcome", result.outcome.value)
-        await _journal_exit(call, result, env)
+        await _journal_exit(call, result, env, began)
         return result
 
 
@@ -219,8 +224,9 @@ async def post_tool(call: ToolCall, output: str, env: CallEnv) -> str:
         return WITHHELD_BY_HOOK
 
 
-async def _journal_exit(call: ToolCall, result: CallExit, env: CallEnv) -> None:
-    """Journal the exit, then write the grants it staged (never before the call is answered)."""
+async def _journal_exit(call: ToolCall, result: CallExit, env: CallEnv, began: float) -> None:
+    """Journal the exit, then write the grants it staged (never before the call is answered);
+    the exit's event says how long since the call entered (``began``, monotonic)."""
     if result.request is not None:
         request = result.request
         await env.run.journal.append(
@@ -239,4 +245,5 @@ async def _journal_exit(call: ToolCall, result: CallExit, env: CallEnv) -> None:
         await env.run.journal.append(entry)
     for grant in env.gate.flush():
         env.run.journal.append_soon(GrantWritten(grant=grant))
-    env.run.events.emit(ToolExitEvent(env.run.run_id, call.id, call.name, result.outcome))
+    seconds = time.monotonic() - began
+    env.run.events.emit(ToolExitEvent(env.run.run_id, call.id, call.name, result.outcome, seconds))

@@ -148,13 +148,24 @@ class AgentLoop:
             await self.journal.flush()
             tools = self.deps.tools()
             await self._drain_advisories()
+            began = self.deps.clock()
             turn = await self._call_model(tools)
+            seconds = self.deps.clock() - began
             entry = AssistantTurnEntry(iteration=self.state.iteration, turn=turn)
             if turn.calls and turn.finish_reason != "length":
                 await self.journal.append(entry)  # durable before any of its tools runs
             else:
                 self.journal.append_soon(entry)  # the run's end, next, commits with it
-            self.run_ctx.events.emit(ModelTurnEvent(self.run_id, turn.text or "", len(turn.calls)))
+            self.run_ctx.events.emit(
+                ModelTurnEvent(
+                    self.run_id,
+                    turn.text or "",
+                    len(turn.calls),
+                    seconds=seconds,
+                    input_tokens=turn.usage.input_tokens,
+                    output_tokens=turn.usage.output_tokens,
+                )
+            )
             if turn.finish_reason == "length":
                 raise Stop(
                     RunStatus.FAILED,
@@ -318,7 +329,11 @@ class AgentLoop:
         if status is RequestStatus.OPEN or decision is None:
             return None
         await self.journal.append(AnswerSupplied(decision=decision))
-        self.run_ctx.events.emit(AnswerSuppliedEvent(self.run_id, request.id, decision.kind))
+        waited = max(0.0, (decision.at - request.created_at).total_seconds())
+        supplied = AnswerSuppliedEvent(
+            self.run_id, request.id, decision.kind, request_kind=request.kind, waited=waited
+        )
+        self.run_ctx.events.emit(supplied)
         return decision
 
     async def _uncertain(self, call_state: CallState, env: CallEnv) -> None:

@@ -103,6 +103,11 @@ class RunRows(Protocol):
         """A session by id, or None."""
         ...
 
+    async def count_runs_by_status(self) -> dict[str, int]:
+        """How many runs stand at each status, by the status's value (statuses no run has
+        are left out): what a metrics scrape reads, without listing the runs."""
+        ...
+
 
 class Leases(Protocol):
     """Who drives a run: leases with epochs, and the runs whose owner died."""

@@ -261,11 +261,13 @@ class Supervisor:
         self, live: LiveRun, epoch: int, prompter: Prompter | None, forced: bool, previous: str
     ) -> RunState:
         state = fold(await self.rt.store.load(live.run_id), live.run_id)
+        # Still running, not suspended: its owner died mid-run and this process adopts it.
+        orphaned = state.status is RunStatus.RUNNING
         journal = RunJournal(self.rt.store, state, epoch, self.rt.lease_seconds)
         resumed = RunResumed(owner=self.rt.owner, forced=forced, taken_over_from=previous)
         await journal.append(resumed)
         await self.rt.store.audit(self.rt.owner, "resume", run_id=live.run_id)
-        self.rt.events.emit(RunResumedEvent(live.run_id))
+        self.rt.events.emit(RunResumedEvent(live.run_id, orphaned=orphaned))
         return await self._drive(live, journal, prompter, self.rt.run_hooks())
 
     async def _drive(

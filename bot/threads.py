@@ -13,10 +13,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal, Protocol, assert_never
 
 from bot.chat import ChatService, RequestView
-from bot.domain import RequestStatus, Session, TerminalResult, ToolOutcome
+from bot.domain import RequestStatus, Session, TerminalResult, ToolOutcome, utcnow
 from bot.events import (
     AdvisoryEvent,
     AnswerSuppliedEvent,
@@ -86,8 +87,8 @@ class Look(Protocol):
         """A request's card, open or closed."""
         ...
 
-    def answer(self, result: TerminalResult, run_id: str) -> list[Body]:
-        """A run's answer: its first message, then any continuations."""
+    def answer(self, result: TerminalResult, run_id: str, at: datetime) -> list[Body]:
+        """A run's answer (ended ``at``): its first message, then any continuations."""
         ...
 
     def reminder(self, view: RequestView) -> Body:
@@ -259,5 +260,5 @@ class ThreadRenderer:
     async def _ended(self, place: RunPlace, run_id: str, result: TerminalResult) -> None:
         for view in await self._chat.requests_of(run_id):
             await self.show_card(view)
-        for part, body in enumerate(self._look.answer(result, run_id)):
+        for part, body in enumerate(self._look.answer(result, run_id, utcnow())):
             await self._deliveries.put(answer_key(run_id, part), place.target, body)

@@ -16,6 +16,7 @@ from adapters.discord.client import KestrelDiscord
 from adapters.discord.settings import DiscordSettings
 from bot.chat import ChatService
 from bot.config import ConfigError
+from bot.links import RunLink
 from bot.store import Outbox
 
 log = logging.getLogger("kestrel.discord")
@@ -35,6 +36,7 @@ class DiscordAdapter:
         settings: DiscordSettings,
         *,
         guild_ready_timeout: float = 2.0,
+        link: RunLink | None = None,
     ) -> None:
         self.settings = settings
         self._chat = chat

@@ -23,6 +23,7 @@ from adapters.discord.transport import DiscordTransport
 from bot.chat import ChatService
 from bot.conversation import Conversation, Outcome
 from bot.domain import DecisionKind, Session
+from bot.links import RunLink
 from bot.outbox import Deliveries
 from bot.policy import Actor
 from bot.store import Outbox
@@ -56,6 +57,7 @@ class KestrelDiscord(discord.Client):
         *,
         message_content: bool = True,
         guild_ready_timeout: float = 2.0,
+        link: RunLink | None = None,
     ) -> None:
         super().__init__(
             intents=intents(message_content),
@@ -66,7 +68,7 @@ class KestrelDiscord(discord.Client):
         self.talk = Conversation(chat)
         self.deliveries = Deliveries(outbox, DiscordTransport(self.http), owner)
         self.progress = DiscordProgress(self.http, self.deliveries)
-        self.renderer = ThreadRenderer(chat, self.deliveries, DiscordLook(), self.progress)
+        self.renderer = ThreadRenderer(chat, self.deliveries, DiscordLook(link), self.progress)
         self.tree = app_commands.CommandTree(self)
         self.tree.add_command(_kestrel_commands())
 

@@ -15,6 +15,7 @@ from adapters.discord import ids
 from bot.cards import closing, pretty, shorten, title
 from bot.chat import RequestView, RunView
 from bot.domain import RequestKind, RequestStatus, RunStatus, Session, TerminalResult
+from bot.links import RunLink
 from bot.threads import Body
 
 CONTENT_LIMIT = 2000
@@ -26,14 +27,20 @@ SELECT_LIMIT = 25
 MAX_CONTINUATIONS = 10
 NO_PINGS: dict[str, list[str]] = {"parse": []}
 
-PRIMARY, SECONDARY, SUCCESS, DANGER = 1, 2, 3, 4
+PRIMARY, SECONDARY, SUCCESS, DANGER, LINK = 1, 2, 3, 4, 5
 COLOR_OPEN, COLOR_CLOSED, COLOR_OK, COLOR_FAILED = 0xF2A33A, 0x8A8F98, 0x3BA55D, 0xED4245
 
 
 class DiscordLook:
-    """Message bodies for the outbox; a target is a thread (its channel id) in a guild."""
+    """Message bodies for the outbox; a target is a thread (its channel id) in a guild.
+
+    With ``link``, cards and answers carry a "View run" link button to the run's page.
+    """
 
     platform = "discord"
+
+    def __init__(self, link: RunLink | None = None) -> None:
+        self._link = link
 
     def target(self, session: Session) -> dict[str, Any] | None:
         """The thread a Discord session lives in; None for another platform's session."""
@@ -65,9 +72,10 @@ class DiscordLook:
             "fields": fields,
         }
         rows = _buttons(view) if is_open else []
-        return {"content": "", "embeds": [embed], "components": rows, "allowed_mentions": NO_PINGS}
+        body = {"content": "", "embeds": [embed], "components": rows, "allowed_mentions": NO_PINGS}
+        return self._linked(body, request.run_id, request.created_at)
 
-    def answer(self, result: TerminalResult, run_id: str) -> list[Body]:
+    def answer(self, result: TerminalResult, run_id: str, at: datetime) -> list[Body]:
         """The answer in as many messages as it takes (up to a limit), the payload as fields."""
         text = result.text.strip() or "(no text)"
         if result.status is not RunStatus.COMPLETED:
@@ -82,7 +90,23 @@ class DiscordLook:
                 for key, value in list(result.payload.items())[:25]
             ]
             bodies[-1]["embeds"] = [{"title": "Result", "color": color, "fields": fields}]
+        bodies[0] = self._linked(bodies[0], run_id, at)
         return bodies
+
+    def _linked(self, body: Body, run_id: str, issued: datetime) -> Body:
+        if self._link is None:
+            return body
+        button = {"type": 2, "style": LINK, "label": "View run", "url": self._link(run_id, issued)}
+        rows = list(body.get("components") or [])
+        if (
+            rows
+            and len(rows[-1]["components"]) < BUTTONS_PER_ROW
+            and rows[-1]["components"][0]["type"] == 2
+        ):
+            rows[-1] = {**rows[-1], "components": [*rows[-1]["components"], button]}
+        else:
+            rows.append(_row([button]))
+        return {**body, "components": rows}
 
     def reminder(self, view: RequestView) -> Body:
         """A reminder naming who may answer (without pinging them)."""

@@ -23,6 +23,7 @@ from adapters.slack.settings import SlackSettings
 from adapters.slack.transport import SlackTransport
 from bot.chat import ChatService
 from bot.config import ConfigError
+from bot.links import RunLink
 from bot.outbox import Deliveries
 from bot.store import Outbox
 from bot.threads import ThreadRenderer
@@ -47,6 +48,7 @@ class SlackAdapter:
         *,
         refresh_seconds: float = 90.0,
         rate_limit_retries: int = 2,
+        link: RunLink | None = None,
     ) -> None:
         self.settings = settings
         self._chat = chat
@@ -59,7 +61,7 @@ class SlackAdapter:
         self.client = client
         self.deliveries = Deliveries(outbox, SlackTransport(client), owner)
         self.progress = Progress(client, self.deliveries, refresh_seconds=refresh_seconds)
-        self.renderer = ThreadRenderer(chat, self.deliveries, SlackLook(), self.progress)
+        self.renderer = ThreadRenderer(chat, self.deliveries, SlackLook(link), self.progress)
         self.app: AsyncApp | None = None
         self.listeners: SlackListeners | None = None
         self._tasks: list[asyncio.Task[None]] = []

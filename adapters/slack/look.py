@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from adapters.slack.blocks import (
@@ -14,13 +15,20 @@ from adapters.slack.blocks import (
 from adapters.slack.ids import SlackThread, parse_thread_session
 from bot.chat import RequestView
 from bot.domain import RequestStatus, Session, TerminalResult
+from bot.links import RunLink
 from bot.threads import Body
 
 
 class SlackLook:
-    """Block Kit bodies for the outbox; a target is a thread (channel, thread_ts, team)."""
+    """Block Kit bodies for the outbox; a target is a thread (channel, thread_ts, team).
+
+    With ``link``, cards and answers end with a "View run" link to the run's page.
+    """
 
     platform = "slack"
+
+    def __init__(self, link: RunLink | None = None) -> None:
+        self._link = link
 
     def target(self, session: Session) -> dict[str, Any] | None:
         """The thread a Slack session lives in; None for another platform's session."""
@@ -37,12 +45,19 @@ class SlackLook:
         message = request_card(
             view.request, reason=view.reason, may_answer=view.may_answer, closed=closed
         )
-        return message.body()
+        return self._linked(message.body(), view.request.run_id, view.request.created_at)
 
-    def answer(self, result: TerminalResult, run_id: str) -> list[Body]:
+    def answer(self, result: TerminalResult, run_id: str, at: datetime) -> list[Body]:
         """The answer with its feedback buttons, then what did not fit in one message."""
-        first = answer_message(result, run_id=run_id).body()
+        first = self._linked(answer_message(result, run_id=run_id).body(), run_id, at)
         return [first, *(more.body() for more in answer_continuations(result))]
+
+    def _linked(self, body: Body, run_id: str, issued: datetime) -> Body:
+        if self._link is None:
+            return body
+        url = self._link(run_id, issued)
+        view = {"type": "context", "elements": [{"type": "mrkdwn", "text": f"<{url}|View run>"}]}
+        return {**body, "blocks": [*body.get("blocks", []), view]}
 
     def reminder(self, view: RequestView) -> Body:
         """A reminder naming who may answer."""
