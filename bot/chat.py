@@ -146,13 +146,17 @@ class ChatService:
             return Decided(answered.accepted, answered.message)
         return Decided(True, answered.message, await self._supervisor.resume(run_id))
 
-    async def check(self, request_id: str, kind: DecisionKind, *, user: Actor) -> str:
-        """Why ``user`` may not decide ``kind`` on the request now (empty: they may), before
-        asking them for more (a reason); decides nothing."""
+    async def check(
+        self, request_id: str, kind: DecisionKind, *, user: Actor, text: str | None = None
+    ) -> str:
+        """Why ``user`` may not decide ``kind`` (with ``text``, when given) on the request now
+        (empty: they may), before asking them for more (a reason); decides nothing."""
         found = await self.request(request_id)
         if found is None:
             return f"there is no request {request_id}"
-        decision = Decision(request_id=request_id, kind=kind, by=user.user)
+        if text is None and kind is DecisionKind.ANSWER and found.request.options:
+            text = found.request.options[0]  # the person, not the answer, is checked here
+        decision = Decision(request_id=request_id, kind=kind, by=user.user, text=text or "")
         run_id = found.request.run_id
         return await self._supervisor.checkpoint.refusal(decision, run_id=run_id, actor=user)
 

@@ -134,56 +134,56 @@ class Metrics:
         self._clock = clock
         self.registry = CollectorRegistry()
         registry = self.registry
-        self.iterations = Counter(
+        self._iterations = Counter(
             "kestrel_iterations", "Model turns: one per iteration of a run.", registry=registry
         )
-        self.tool_calls = Counter(
+        self._tool_calls = Counter(
             "kestrel_tool_calls",
             "Tool calls by the exit they took through executeTool.",
             ["exit"],
             registry=registry,
         )
-        self.tool_seconds = Histogram(
+        self._tool_seconds = Histogram(
             "kestrel_tool_call_seconds",
             "From a tool call entering executeTool to its exit.",
             ["exit"],
             buckets=TOOL_BUCKETS,
             registry=registry,
         )
-        self.model_seconds = Histogram(
+        self._model_seconds = Histogram(
             "kestrel_model_call_seconds",
             "How long model calls that answered took.",
             buckets=MODEL_BUCKETS,
             registry=registry,
         )
-        self.model_tokens = Counter(
+        self._model_tokens = Counter(
             "kestrel_model_tokens",
             "Tokens spent by model calls, input or output.",
             ["kind"],
             registry=registry,
         )
-        self.decision_seconds = Histogram(
+        self._decision_seconds = Histogram(
             "kestrel_request_decision_seconds",
             "From a request opening to its decision, by request kind and decision.",
             ["kind", "decision"],
             buckets=DECISION_BUCKETS,
             registry=registry,
         )
-        self.takeovers = Counter(
+        self._takeovers = Counter(
             "kestrel_lease_takeovers",
             "Runs another owner claimed while this process drove them.",
             registry=registry,
         )
-        self.adoptions = Counter(
+        self._adoptions = Counter(
             "kestrel_orphan_adoptions",
             "Runs left running by a dead owner that this process adopted.",
             registry=registry,
         )
         # Every exit and token kind shows from the start, at 0, so rates need no first event.
         for outcome in ToolOutcome:
-            self.tool_calls.labels(outcome.value)
+            self._tool_calls.labels(outcome.value)
         for kind in ("input", "output"):
-            self.model_tokens.labels(kind)
+            self._model_tokens.labels(kind)
         self._scraped = _ScrapeCollector(duplicates)
         registry.register(self._scraped)
 
@@ -193,23 +193,23 @@ class Metrics:
         """Count what an event tells; never blocks (no I/O)."""
         match event:
             case ModelTurnEvent():
-                self.iterations.inc()
-                self.model_seconds.observe(event.seconds)
+                self._iterations.inc()
+                self._model_seconds.observe(event.seconds)
                 if event.input_tokens:
-                    self.model_tokens.labels("input").inc(event.input_tokens)
+                    self._model_tokens.labels("input").inc(event.input_tokens)
                 if event.output_tokens:
-                    self.model_tokens.labels("output").inc(event.output_tokens)
+                    self._model_tokens.labels("output").inc(event.output_tokens)
             case ToolExitEvent():
                 exit_ = event.outcome.value
-                self.tool_calls.labels(exit_).inc()
-                self.tool_seconds.labels(exit_).observe(event.seconds)
+                self._tool_calls.labels(exit_).inc()
+                self._tool_seconds.labels(exit_).observe(event.seconds)
             case AnswerSuppliedEvent(request_kind=RequestKind() as kind):
-                labels = self.decision_seconds.labels(kind.value, event.decision.value)
+                labels = self._decision_seconds.labels(kind.value, event.decision.value)
                 labels.observe(event.waited)
             case RunTakenOverEvent():
-                self.takeovers.inc()
+                self._takeovers.inc()
             case RunResumedEvent(orphaned=True):
-                self.adoptions.inc()
+                self._adoptions.inc()
             case (
                 RunStartedEvent()
                 | RunResumedEvent()

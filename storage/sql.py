@@ -117,6 +117,7 @@ CREATE_RUN: Final = (
     f"INSERT INTO runs({RUN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, 1, $8, $9, $10)"
 )
 GET_RUN: Final = f"SELECT {RUN_COLUMNS} FROM runs WHERE id = $1"
+COUNT_RUNS_BY_STATUS: Final = "SELECT status, COUNT(*) FROM runs GROUP BY status"
 ORPHANED_RUNS: Final = """
 SELECT id FROM runs WHERE status = 'running'
   AND (owner = '' OR lease_expires IS NULL OR lease_expires < $1)

@@ -166,6 +166,11 @@ class SqlStore(ABC):
         rows = await self._read("list_runs", statement, (*params, limit))
         return [run_from_row(row, self._dialect.moment) for row in rows]
 
+    async def count_runs_by_status(self) -> dict[str, int]:
+        """How many runs stand at each status (statuses no run has are left out)."""
+        rows = await self._read("count_runs_by_status", sql.COUNT_RUNS_BY_STATUS, ())
+        return {str(status): int(count) for status, count in rows}
+
     async def orphaned_runs(self, limit: int = 100) -> list[str]:
         """Runs marked running whose owner's lease expired or was given up: nobody drives them."""
         rows = await self._read("orphaned_runs", sql.ORPHANED_RUNS, (self._now(), limit))

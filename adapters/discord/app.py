@@ -51,8 +51,10 @@ class DiscordAdapter:
         try:
             await client.login(self.settings.token)
         except discord.LoginFailure as exc:
+            await client.close()
             raise ConfigError(f"discord: DISCORD_TOKEN was refused: {exc}") from exc
         except (discord.HTTPException, OSError, aiohttp.ClientError, ValueError) as exc:
+            await client.close()
             raise ConfigError(f"discord: cannot reach {self.settings.api_url}: {exc}") from exc
         await self._use_gateway_rest_names()
         connecting = asyncio.create_task(client.connect(reconnect=True), name="discord-gateway")

@@ -87,20 +87,34 @@ class KestrelDiscord(discord.Client):
         """A mention starts or continues a thread's conversation; a thread reply may answer."""
         if message.author.bot or message.guild is None or self.user is None:
             return
+        me = self.user.id
         try:
-            if self.user.mentioned_in(message) and not message.mention_everyone:
-                await self._mentioned(message)
-            elif isinstance(message.channel, discord.Thread):
-                await self._replied(message)
+            channel = await self._channel_of(message)
+            if any(user.id == me for user in message.mentions):  # @everyone is not a mention
+                await self._mentioned(message, channel)
+            elif isinstance(channel, discord.Thread):
+                await self._replied(message, channel)
         except Exception:
             log.exception("discord: handling message %s failed", message.id)
 
-    async def _mentioned(self, message: discord.Message) -> None:
+    async def _channel_of(self, message: discord.Message) -> Any:
+        # A thread discord.py has not cached (archived when the bot connected) arrives as a
+        # partial channel: ask Discord what it is.
+        channel = message.channel
+        if isinstance(channel, discord.PartialMessageable):
+            try:
+                return await self.fetch_channel(channel.id)
+            except discord.HTTPException:
+                return channel
+        return channel
+
+    async def _mentioned(self, message: discord.Message, channel: Any) -> None:
         assert self.user is not None and message.guild is not None
         if not await self.chat.first_delivery(f"discord:{message.id}"):
             return
         text = re.sub(rf"<@!?{self.user.id}>", "", message.content).strip()
-        thread = await self._thread_for(message, text)
+        thread = channel if isinstance(channel, discord.Thread) else None
+        thread = thread or await self._start_thread(message, text)
         if thread is None:
             return
         session = _session(message.guild.id, thread.id)
@@ -110,33 +124,30 @@ class KestrelDiscord(discord.Client):
             self.renderer.expect(outcome.running, session, actor.user)
         await self._show(outcome, thread)
 
-    async def _replied(self, message: discord.Message) -> None:
+    async def _replied(self, message: discord.Message, thread: discord.Thread) -> None:
         assert message.guild is not None
-        session = _session(message.guild.id, message.channel.id)
+        session = _session(message.guild.id, thread.id)
         question = await self.talk.question(session)
         if question is None or not message.content:
             return  # not an answer to anything (or no message content intent): ignored
+        actor = _actor(message.author, str(thread.id))
+        kind, text = DecisionKind.ANSWER, message.content
+        if await self.chat.check(question.id, kind, user=actor, text=text):
+            return  # chatter in the thread, not an answer: only a mention gets a reply
         if not await self.chat.first_delivery(f"discord:{message.id}"):
             return
-        actor = _actor(message.author, str(message.channel.id))
-        kind = DecisionKind.ANSWER
-        outcome = await self.talk.decide(question.id, kind, actor, text=message.content)
-        await self._show(outcome, message.channel)
+        outcome = await self.talk.decide(question.id, kind, actor, text=text)
+        await self._show(outcome, thread)
 
-    async def _thread_for(self, message: discord.Message, text: str) -> discord.Thread | None:
-        if isinstance(message.channel, discord.Thread):
-            return message.channel
-        name = (text or "Kestrel")[:90]
+    async def _start_thread(self, message: discord.Message, text: str) -> discord.Thread | None:
+        name = " ".join(text.split())[:90] or "Kestrel"
         try:
             return await message.create_thread(
                 name=name, auto_archive_duration=THREAD_ARCHIVE_MINUTES
             )
         except discord.HTTPException as exc:
             log.warning("discord: cannot start a thread in %s: %s", message.channel.id, exc)
-            await message.reply(
-                "I cannot start a thread here: I need the Create Public Threads permission.",
-                mention_author=False,
-            )
+            await message.reply(_no_thread(exc), mention_author=False)
             return None
 
     async def _show(self, outcome: Outcome, channel: Any) -> None:
@@ -164,6 +175,9 @@ class KestrelDiscord(discord.Client):
         if not interaction.response.is_done():
             await interaction.response.defer(ephemeral=True, thinking=True)
         actor = await self.actor_for(interaction, request_id)
+        if actor is None:
+            await interaction.followup.send(NOT_HERE, ephemeral=True)
+            return
         outcome = await self.talk.decide(request_id, kind, actor, text=text)
         await interaction.followup.send(outcome.note or "Recorded.", ephemeral=True)
         await self.after(outcome)
@@ -173,7 +187,7 @@ class KestrelDiscord(discord.Client):
     ) -> None:
         """Deny and Answer: check, then open the form (a modal must be the first response)."""
         actor = await self.actor_for(interaction, request_id)
-        refusal = await self.chat.check(request_id, kind, user=actor)
+        refusal = await self.chat.check(request_id, kind, user=actor) if actor else NOT_HERE
         if refusal:
             await interaction.response.send_message(refusal, ephemeral=True)
             return
@@ -181,14 +195,32 @@ class KestrelDiscord(discord.Client):
         # A modal is found again by its custom id: one per request and person.
         await interaction.response.send_modal(form(request_id, interaction.user.id))
 
-    async def actor_for(self, interaction: discord.Interaction, request_id: str) -> Actor:
-        """Who clicked, as the policy sees them; from another guild than the run's, a guest."""
+    async def actor_for(self, interaction: discord.Interaction, request_id: str) -> Actor | None:
+        """Who clicked, as the policy sees them (from another guild than the run's, a guest);
+        None when the request is not one of a Discord run's."""
         view = await self.chat.request(request_id)
         place = await self.renderer.place_of(view.request.run_id) if view else None
+        if view is not None and place is None:
+            return None
         guild = place.target.get("guild") if place else None
         external = guild is not None and str(interaction.guild_id) != guild
         actor = _actor(interaction.user, str(interaction.channel_id or ""))
         return Actor(actor.user, actor.groups, actor.channel, external=external)
+
+    async def on_interaction(self, interaction: discord.Interaction) -> None:
+        """Kestrel's forms, submitted: read from the interaction itself, so that a form opened
+        before a restart still counts after it."""
+        if interaction.type is not discord.InteractionType.modal_submit:
+            return
+        data: dict[str, Any] = dict(interaction.data or {})
+        match = FORM.fullmatch(str(data.get("custom_id", "")))
+        if match is None:
+            return
+        kind = DecisionKind.DENY if match["form"] == "deny" else DecisionKind.ANSWER
+        try:
+            await self.decide(interaction, match["req"], kind, _form_text(data))
+        except Exception:
+            log.exception("discord: handling a form failed")
 
 
 # --- the buttons ------------------------------------------------------------------------
@@ -271,10 +303,10 @@ class AnswerButton(_RequestButton, template=ids.ANSWER):
 
 
 class ChooseButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=ids.CHOOSE):
-    """One option of a question (a button ``…:N``, or the select menu's chosen value)."""
+    """One option of a question (a button ``…:N``, or a menu ``…:mN``'s chosen value)."""
 
-    def __init__(self, request_id: str, index: int | None) -> None:
-        extra = "" if index is None else str(index)
+    def __init__(self, request_id: str, index: int | None, menu: int = 0) -> None:
+        extra = f"m{menu}" if index is None else str(index)
         super().__init__(discord.ui.Button(custom_id=ids.custom_id("choose", request_id, extra)))
         self.request_id = request_id
         self.index = index
@@ -283,7 +315,9 @@ class ChooseButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=ids.
     async def from_custom_id(
         cls, interaction: discord.Interaction, item: discord.ui.Item[Any], match: re.Match[str]
     ) -> ChooseButton:
-        return cls(match["req"], int(match["n"]) if match["n"] else None)
+        if match["n"] is not None:
+            return cls(match["req"], int(match["n"]))
+        return cls(match["req"], None, int(match["menu"]))
 
     async def callback(self, interaction: discord.Interaction) -> None:
         client = _kestrel(interaction)
@@ -291,7 +325,8 @@ class ChooseButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=ids.
         if index is None:  # the select menu: the chosen value is the index
             data: dict[str, Any] = dict(interaction.data or {})
             values = data.get("values") or []
-            index = int(values[0]) if values and str(values[0]).isdigit() else -1
+            chosen = str(values[0]) if values else ""
+            index = int(chosen) if re.fullmatch(r"[0-9]{1,3}", chosen) else -1
         view = await client.chat.request(self.request_id)
         options = view.request.options if view else ()
         if not 0 <= index < len(options):
@@ -326,7 +361,7 @@ class EffectButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=ids.
 
 
 class ReasonModal(discord.ui.Modal, title="Deny"):
-    """Deny with an optional reason the model reads."""
+    """Deny with an optional reason the model reads (its submission: ``on_interaction``)."""
 
     reason: discord.ui.TextInput[Any] = discord.ui.TextInput(
         label="Reason (optional)",
@@ -339,13 +374,9 @@ class ReasonModal(discord.ui.Modal, title="Deny"):
         super().__init__(custom_id=f"{ids.DENY_MODAL}:{request_id}:{user}")
         self.request_id = request_id
 
-    async def on_submit(self, interaction: discord.Interaction) -> None:
-        text = str(self.reason.value or "").strip()
-        await _kestrel(interaction).decide(interaction, self.request_id, DecisionKind.DENY, text)
-
 
 class AnswerModal(discord.ui.Modal, title="Answer"):
-    """Answer a free-text question."""
+    """Answer a free-text question (its submission: ``on_interaction``)."""
 
     answer: discord.ui.TextInput[Any] = discord.ui.TextInput(
         label="Your answer", style=discord.TextStyle.paragraph, max_length=2000
@@ -355,16 +386,12 @@ class AnswerModal(discord.ui.Modal, title="Answer"):
         super().__init__(custom_id=f"{ids.ANSWER_MODAL}:{request_id}:{user}")
         self.request_id = request_id
 
-    async def on_submit(self, interaction: discord.Interaction) -> None:
-        text = str(self.answer.value or "").strip()
-        await _kestrel(interaction).decide(interaction, self.request_id, DecisionKind.ANSWER, text)
-
 
 # --- /kestrel ---------------------------------------------------------------------------
 
 
 def _kestrel_commands() -> app_commands.Group:
-    group = app_commands.Group(name="kestrel", description="Kestrel's runs")
+    group = app_commands.Group(name="kestrel", description="Kestrel's runs", guild_only=True)
 
     @group.command(name="status", description="Where a run stands (default: this thread's)")
     async def status(interaction: discord.Interaction, run: str | None = None) -> None:
@@ -386,7 +413,9 @@ def _kestrel_commands() -> app_commands.Group:
         for item in await client.chat.pending():
             place = await client.renderer.place_of(item.request.run_id)
             where = place.target if place else {}
-            link = f"https://discord.com/channels/{where.get('guild')}/{where.get('channel')}"
+            if where.get("guild") != str(interaction.guild_id):
+                continue  # this server's runs only
+            link = f"https://discord.com/channels/{where['guild']}/{where['channel']}"
             who = ", ".join(item.may_answer) or "nobody"
             lines.append(
                 f"• {item.request.kind.value} `{item.request.tool}` — may answer: {who} — {link}"
@@ -407,8 +436,8 @@ async def _operate(interaction: discord.Interaction, verb: str, run: str | None)
         )
         return
     place = await client.renderer.place_of(run_id) if _known(run_id) else None
-    if place is None:
-        await interaction.followup.send(f"There is no Discord run {run_id}.", ephemeral=True)
+    if place is None or place.target.get("guild") != str(interaction.guild_id):
+        await interaction.followup.send(f"There is no run {run_id} in this server.", ephemeral=True)
         return
     actor = _actor(interaction.user, str(interaction.channel_id or ""))
     outcome = await client.talk.operate(verb, run_id, actor)
@@ -437,3 +466,28 @@ def _actor(user: discord.User | discord.Member, channel: str) -> Actor:
     """A user with their roles in this guild as groups (``group:ROLE_ID`` in the policy)."""
     roles = getattr(user, "roles", ())
     return Actor(str(user.id), frozenset(str(role.id) for role in roles), channel)
+
+
+NOT_HERE = "That request is not one of a Discord run's."
+FORM = re.compile(
+    r"kestrel:(?P<form>deny|answer)_modal:(?P<req>[A-Za-z0-9][A-Za-z0-9_.-]{0,79}):\d+"
+)
+
+
+def _form_text(data: dict[str, Any]) -> str:
+    """The text typed in a submitted form (action rows or labels around the text input)."""
+    for row in data.get("components") or []:
+        inner = row.get("components") or ([row["component"]] if "component" in row else [])
+        for component in inner:
+            if "value" in component:
+                return str(component["value"] or "").strip()
+    return ""
+
+
+def _no_thread(exc: discord.HTTPException) -> str:
+    """Why a thread could not be started, for the channel."""
+    if exc.code in (50013, 50001):
+        return "I cannot start a thread here: I need the Create Public Threads permission."
+    if exc.code in (50024, 160004):
+        return "Threads cannot be started here: mention me in a text channel."
+    return f"I could not start a thread here: {exc.text or exc.status}."

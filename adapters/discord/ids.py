@@ -17,7 +17,8 @@ APPROVE: Final = rf"kestrel:approve:{_REQ}"
 APPROVE_RUN: Final = rf"kestrel:approve_run:{_REQ}"
 DENY: Final = rf"kestrel:deny:{_REQ}"
 ANSWER: Final = rf"kestrel:answer:{_REQ}"
-CHOOSE: Final = rf"kestrel:choose:{_REQ}(?::(?P<n>[0-9]{{1,3}}))?"
+# An option's button ends in its index; a menu of options (25 a menu) in ``mN``.
+CHOOSE: Final = rf"kestrel:choose:{_REQ}(?::(?P<n>[0-9]{{1,3}})|:m(?P<menu>[0-9]))"
 EFFECT: Final = rf"kestrel:effect:(?P<verb>retry|done|failed):{_REQ}"
 
 DENY_MODAL: Final = "kestrel:deny_modal"

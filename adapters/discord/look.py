@@ -19,6 +19,8 @@ from bot.links import RunLink
 from bot.threads import Body
 
 CONTENT_LIMIT = 2000
+EMBED_LIMIT = 6000
+CUT_NOTE = "\n…(the rest is cut: `kestrel runs show` or the run's page has it all)"
 FIELD_LIMIT = 1024
 DESCRIPTION_LIMIT = 4096
 VALUE_LIMIT = 200
@@ -65,12 +67,14 @@ class DiscordLook:
         else:
             fields.append(_field("Outcome", closed_line(view)))
         head = title(request, open_=is_open)
-        embed = {
-            "title": _cut(f"{head}: {request.tool}", 256),
-            "description": _cut(_description(view), DESCRIPTION_LIMIT),
-            "color": COLOR_OPEN if is_open else COLOR_CLOSED,
-            "fields": fields,
-        }
+        embed = _within_embed_limit(
+            {
+                "title": _cut(f"{head}: {request.tool}", 256),
+                "description": _cut(_description(view), DESCRIPTION_LIMIT),
+                "color": COLOR_OPEN if is_open else COLOR_CLOSED,
+                "fields": fields,
+            }
+        )
         rows = _buttons(view) if is_open else []
         body = {"content": "", "embeds": [embed], "components": rows, "allowed_mentions": NO_PINGS}
         return self._linked(body, request.run_id, request.created_at)
@@ -81,15 +85,21 @@ class DiscordLook:
         if result.status is not RunStatus.COMPLETED:
             cause = result.error or result.stop_reason.value.replace("_", " ")
             text = f"**Run {result.status.value}: {cause}**\n\n{text}"
-        parts = _split(text, CONTENT_LIMIT)[: 1 + MAX_CONTINUATIONS]
+        parts = _split(text, CONTENT_LIMIT - len(CUT_NOTE))
+        if len(parts) > 1 + MAX_CONTINUATIONS:
+            parts = [*parts[:MAX_CONTINUATIONS], parts[MAX_CONTINUATIONS] + CUT_NOTE]
         bodies: list[Body] = [{"content": part, "allowed_mentions": NO_PINGS} for part in parts]
         if result.payload:
             color = COLOR_OK if result.status is RunStatus.COMPLETED else COLOR_FAILED
+            items = list(result.payload.items())
             fields = [
                 _field(str(key)[:256], _cut(_compact(value), FIELD_LIMIT), True)
-                for key, value in list(result.payload.items())[:25]
+                for key, value in items[:24]
             ]
-            bodies[-1]["embeds"] = [{"title": "Result", "color": color, "fields": fields}]
+            if len(items) > 24:
+                fields.append(_field("…", f"and {len(items) - 24} more (the run's page has all)"))
+            embed = {"title": "Result", "color": color, "fields": fields}
+            bodies[-1]["embeds"] = [_within_embed_limit(embed)]
         bodies[0] = self._linked(bodies[0], run_id, at)
         return bodies
 
@@ -225,20 +235,30 @@ def _question_components(view: RequestView) -> list[dict[str, Any]]:
             for i, option in enumerate(options)
         ]
         return [_row(buttons[i : i + BUTTONS_PER_ROW]) for i in range(0, len(buttons), 5)]
-    select = {
-        "type": 3,
-        "custom_id": ids.custom_id("choose", request.id),
-        "placeholder": "Choose an answer",
-        "options": [
-            {"label": _cut(option, 100), "value": str(i)}
-            for i, option in enumerate(options[:SELECT_LIMIT])
-        ],
-    }
-    return [_row([select])]
+    menus = [options[i : i + SELECT_LIMIT] for i in range(0, len(options), SELECT_LIMIT)][:5]
+    rows = []
+    for m, chunk in enumerate(menus):
+        first = m * SELECT_LIMIT
+        select = {
+            "type": 3,
+            "custom_id": ids.custom_id("choose", request.id, f"m{m}"),
+            "placeholder": f"Choose an answer ({first + 1} to {first + len(chunk)})",
+            "options": [
+                {"label": _label(option, 100), "value": str(first + i)}
+                for i, option in enumerate(chunk)
+            ],
+        }
+        rows.append(_row([select]))
+    return rows
 
 
 def _button(label: str, custom_id: str, style: int = PRIMARY) -> dict[str, Any]:
-    return {"type": 2, "style": style, "label": _cut(label, 80), "custom_id": custom_id}
+    return {"type": 2, "style": style, "label": _label(label, 80), "custom_id": custom_id}
+
+
+def _label(text: str, limit: int) -> str:
+    """A component label: Discord refuses an empty one."""
+    return _cut(" ".join(text.split()) or "(empty)", limit)
 
 
 def _row(components: list[dict[str, Any]]) -> dict[str, Any]:
@@ -246,7 +266,33 @@ def _row(components: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _field(name: str, value: str, inline: bool = False) -> dict[str, Any]:
-    return {"name": name, "value": _cut(value or "-", FIELD_LIMIT), "inline": inline}
+    # Discord refuses an empty name or value.
+    return {"name": name.strip() or "-", "value": _cut(value or "-", FIELD_LIMIT), "inline": inline}
+
+
+def _within_embed_limit(embed: dict[str, Any]) -> dict[str, Any]:
+    """The embed cut to Discord's 6,000 characters in all: fields dropped from the end (and
+    said so), then the description shortened."""
+    fields = list(embed.get("fields") or [])
+
+    def size() -> int:
+        texts = [embed.get("title", ""), embed.get("description", "")]
+        texts += [part for f in fields for part in (f["name"], f["value"])]
+        return sum(len(t) for t in texts)
+
+    dropped = 0
+    while size() > EMBED_LIMIT - 40 and len(fields) > 1:
+        fields.pop()
+        dropped += 1
+    if dropped:
+        fields.append(_field("…", f"{dropped} more not shown"))
+    embed = {**embed, "fields": fields}
+    excess = size() - EMBED_LIMIT
+    if excess > 0:
+        embed["description"] = _cut(
+            embed.get("description", ""), max(1, len(embed.get("description", "")) - excess)
+        )
+    return embed
 
 
 def _code(arguments: dict[str, Any]) -> str:
@@ -271,10 +317,15 @@ def _cut(text: str, limit: int) -> str:
 
 
 def _split(text: str, limit: int) -> list[str]:
+    """Parts of at most ``limit`` characters, cut at lines where possible; a code block cut in
+    two is closed at the end of one part and opened again at the start of the next."""
     parts = []
+    room = limit - 8  # for a fence closed and opened again
     while len(text) > limit:
-        cut = text.rfind("\n", 0, limit)
-        cut = cut if cut > limit // 2 else limit
-        parts.append(text[:cut])
-        text = text[cut:].lstrip("\n")
+        cut = text.rfind("\n", 0, room)
+        cut = cut if cut > room // 2 else room
+        part, text = text[:cut], text[cut:].lstrip("\n")
+        if part.count("```") % 2:
+            part, text = part + "\n```", "```\n" + text
+        parts.append(part)
     return [*parts, text]

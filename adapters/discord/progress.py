@@ -8,6 +8,7 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 
+import aiohttp
 import discord
 from discord.http import Route
 
@@ -44,8 +45,8 @@ class DiscordProgress:
         route = Route("POST", "/channels/{channel_id}/typing", channel_id=place.target["channel"])
         try:
             await self._http.request(route)
-        except discord.HTTPException as exc:
-            log.info("discord: typing refused in %s: %s", place.target["channel"], exc.status)
+        except (discord.HTTPException, aiohttp.ClientError, OSError) as exc:
+            log.info("discord: typing refused in %s: %s", place.target["channel"], exc)
 
     async def step(self, run_id: str, call_id: str, title: str, status: StepStatus) -> None:
         """A tool call started or finished: the status message says so."""
@@ -70,7 +71,10 @@ class DiscordProgress:
         while True:
             await asyncio.sleep(self._refresh_seconds)
             for live in list(self._live.values()):
-                await self.working(live.place)
+                try:
+                    await self.working(live.place)
+                except Exception:
+                    log.exception("discord: refreshing typing failed")
 
     async def _show(self, run_id: str, live: _Live) -> None:
         await self._deliveries.put(status_key(run_id), live.place.target, working(live.steps))

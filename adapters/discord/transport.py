@@ -16,11 +16,16 @@ from typing import Any
 import discord
 from discord.http import Route
 
-from bot.outbox import DeliveryFailed
+from bot.outbox import DeliveryFailed, MessageGone
 
 log = logging.getLogger("kestrel.discord")
 
 THREAD_ARCHIVED = 50083
+UNKNOWN_MESSAGE = 10008
+# Refusals a retry in seconds cannot lift (missing access or permission, a locked thread, a
+# body Discord will not take): retried hourly, never dropped, and logged as errors.
+NEEDS_A_PERSON = frozenset({50001, 50013, 50035, 50083, 10003})
+NEEDS_A_PERSON_SECONDS = 3600.0
 
 
 class DiscordTransport:
@@ -70,10 +75,19 @@ class DiscordTransport:
                 await self.unarchive(channel)
                 return await self._http.request(route, json=payload)
         except discord.HTTPException as exc:
-            retry = 30.0 if exc.status == 429 else None
-            raise DeliveryFailed(f"discord: {exc.status} {exc.text or exc}", retry) from exc
+            raise _failed(exc, channel) from exc
 
 
 def nonce(key: str) -> str:
     """A nonce of Discord's 25 characters, stable for one outbox key."""
     return hashlib.sha256(key.encode()).hexdigest()[:25]
+
+
+def _failed(exc: discord.HTTPException, channel: str) -> DeliveryFailed:
+    what = f"discord: {exc.status} (code {exc.code}) {exc.text or exc}"
+    if exc.status == 404 and exc.code == UNKNOWN_MESSAGE:
+        return MessageGone(what)
+    if exc.code in NEEDS_A_PERSON:
+        log.error("discord: thread %s refuses Kestrel's messages: %s", channel, what)
+        return DeliveryFailed(what, NEEDS_A_PERSON_SECONDS)
+    return DeliveryFailed(what, 30.0 if exc.status == 429 else None)

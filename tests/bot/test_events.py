@@ -22,6 +22,9 @@ REQUEST = Request(run_id="run_1", kind=RequestKind.WAIT_APPROVAL, call_id="c1", 
 VALUES: dict[Any, Any] = {
     str: "text",
     int: 2,
+    float: 0.5,
+    bool: True,
+    RequestKind | None: RequestKind.WAIT_USER,
     dict[str, Any]: {"unit": "checkout"},
     ToolOutcome: ToolOutcome.TIMEOUT,
     Request: REQUEST,
@@ -56,4 +59,7 @@ def test_models_inside_events_become_plain_json() -> None:
         "run_id": "run_1",
         "text": "hi",
         "calls": 0,
+        "seconds": 0.0,
+        "input_tokens": 0,
+        "output_tokens": 0,
     }

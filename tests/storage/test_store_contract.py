@@ -446,6 +446,28 @@ async def test_list_runs_newest_first(store: Store) -> None:
     assert await store.list_runs(session_id="s9") == []
 
 
+async def test_runs_are_counted_by_status(store: Store) -> None:
+    assert await store.count_runs_by_status() == {}
+    ended = {
+        status: RunEnded(result=TerminalResult(status=status, stop_reason=StopReason.ANSWERED))
+        for status in (RunStatus.COMPLETED, RunStatus.FAILED)
+    }
+    suspended = RunSuspended(reason=StopReason.WAITING)
+    for entry in (ended[RunStatus.COMPLETED], ended[RunStatus.COMPLETED], ended[RunStatus.FAILED]):
+        run_id, epoch = await new_run(store)
+        await store.append(run_id, 0, epoch, entry)
+    run_id, epoch = await new_run(store)
+    await store.append(run_id, 0, epoch, suspended)
+    await new_run(store)  # still running
+
+    assert await store.count_runs_by_status() == {
+        "completed": 2,
+        "failed": 1,
+        "suspended": 1,
+        "running": 1,
+    }
+
+
 async def test_claim_waits_for_a_live_lease_of_another_owner(
     store: Store, clock: FakeClock
 ) -> None:

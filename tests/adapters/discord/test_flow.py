@@ -122,10 +122,16 @@ async def test_a_question_answered_by_a_reply_in_the_thread(tmp_path: Path) -> N
         mention = await world.mention("look at the latency")
         thread = await world.thread_of(mention)
         await world.card("answer")
-        await world.reply("us-east", user="1999", thread=thread)  # may not answer: told so
-        await world.answer_posted(thread, "may not answer")
+        # Someone who may not answer is chatting, not answering: no reply, nothing decided.
+        await world.reply("us-east", user="1999", thread=thread)
         await world.reply("us-east", user=REQUESTER, thread=thread)
         await world.answer_posted(thread, "looking at us-east")
+        notes = [
+            c
+            for c in world.discord.calls_to("POST", rf"/channels/{thread}/messages")
+            if "may not answer" in json.dumps(c.json)
+        ]
+        assert notes == []
 
 
 async def test_restart_between_card_and_click(tmp_path: Path) -> None:

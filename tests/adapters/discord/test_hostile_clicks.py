@@ -1,0 +1,252 @@
+"""Hostile clicks, selects and forms: forged custom ids, odd payloads, races, restarts."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from bot.domain import RequestStatus, Session
+from bot.policy import Actor
+from bot.prompter import DeferringPrompter
+from tests.fakes import discord_payloads as p
+from tests.fakes.discord_api import FakeDiscord
+from tests.fakes.discord_world import APPROVER, REQUESTER, DiscordWorld, discord_world
+from tests.fakes.slack_world import restart_script
+
+
+def select_script(count: int) -> list[Any]:
+    """The model asks to pick one of ``count`` nodes (a select menu above 25), then echoes."""
+    options = [f"node-{i}" for i in range(count)]
+    return [
+        {
+            "text": "Which node?",
+            "calls": [
+                {"name": "ask_human_select", "arguments": {"question": "Pick", "options": options}}
+            ],
+        },
+        {"one_of": [{"match": "(?P<answer>node-[0-9]+)", "text": "Draining {answer}."}]},
+    ]
+
+
+async def responded(world: DiscordWorld, interaction: dict[str, Any], timeout: float = 3.0) -> bool:
+    """Whether Discord got an answer to the interaction within ``timeout`` (its 3 s)."""
+    record = world.discord.interactions[str(interaction["id"])]
+    try:
+        await world.discord.wait_until(lambda: record["response_type"] is not None, timeout)
+    except AssertionError:
+        return False
+    return True
+
+
+async def said(world: DiscordWorld, interaction: dict[str, Any], timeout: float = 5.0) -> str:
+    """What the clicker was told: a follow-up, an edited original, or the callback's message."""
+    token = str(interaction["token"])
+
+    def told(call: Any) -> bool:
+        if token not in call.path or call.method not in ("POST", "PATCH"):
+            return False
+        body = call.json or {}
+        return "content" in body or "content" in (body.get("data") or {})
+
+    calls = await world.discord.wait_for(told, timeout=timeout)
+    body = calls[-1].json or {}
+    return str(body.get("content", (body.get("data") or {}).get("content", "")))
+
+
+def _component_id(card: dict[str, Any], prefix: str) -> str:
+    for row in card.get("components") or []:
+        for component in row.get("components") or []:
+            if str(component.get("custom_id", "")).startswith(prefix):
+                return str(component["custom_id"])
+    raise AssertionError(f"no {prefix} component")
+
+
+async def _select(world: DiscordWorld, card: dict[str, Any], values: list[str]) -> dict[str, Any]:
+    data = p.interaction_select(
+        custom_id=_component_id(card, "kestrel:choose:"),
+        values=values,
+        guild=p.GUILD_ID,
+        channel=str(card["channel_id"]),
+        user_id=REQUESTER,
+        message=card,
+    )
+    await world.discord.dispatch("INTERACTION_CREATE", data)
+    return data
+
+
+async def test_select_values_out_of_range_or_not_numbers_are_refused(tmp_path: Path) -> None:
+    async with discord_world(tmp_path, select_script(30)) as world:
+        mention = await world.mention("drain a node")
+        await world.thread_of(mention)
+        card = await world.card("choose")
+        for values in (["30"], ["-1"], ["abc"], []):
+            forged = await _select(world, card, values)
+            assert "not one of the options" in await said(world, forged), values
+
+
+async def test_select_values_that_int_cannot_read_are_refused_not_crashed(
+    tmp_path: Path,
+) -> None:
+    # "²".isdigit() is True but int("²") raises, as does int() of 5,000 digits: the click is
+    # never answered ("This interaction failed"). Discord checks select values against the
+    # options, so only a forged payload gets here.
+    async with discord_world(tmp_path, select_script(30)) as world:
+        mention = await world.mention("drain a node")
+        await world.thread_of(mention)
+        card = await world.card("choose")
+        for value in ("²", "9" * 5000):
+            forged = await _select(world, card, [value])
+            assert await responded(world, forged), f"{value[:5]!r}: never answered"
+
+
+async def test_wrong_kinds_on_a_request_are_refused(tmp_path: Path) -> None:
+    async with discord_world(tmp_path, restart_script()) as world:
+        mention = await world.mention("checkout is failing")
+        thread = await world.thread_of(mention)
+        card = await world.card("approve")
+        req = _component_id(card, "kestrel:approve:").rsplit(":", 1)[1]
+        for custom_id in (
+            f"kestrel:effect:done:{req}",
+            f"kestrel:choose:{req}:0",
+            f"kestrel:answer:{req}",
+        ):
+            forged = p.interaction_button(
+                custom_id=custom_id, guild=p.GUILD_ID, channel=thread, user_id=APPROVER
+            )  # the message shows the forged button (discord.py drops ids not on the message)
+            await world.discord.dispatch("INTERACTION_CREATE", forged)
+            assert await responded(world, forged), custom_id
+        await world.settled()
+        run_id = (await world.chat.recent(1))[0].id
+        assert [v.status for v in await world.chat.requests_of(run_id)] == [RequestStatus.OPEN]
+        assert world.executions == []
+
+
+async def test_an_unknown_request_id_is_answered(tmp_path: Path) -> None:
+    async with discord_world(tmp_path, restart_script()) as world:
+        for custom_id in ("kestrel:approve:req_doesnotexist", "kestrel:deny:req_nope"):
+            forged = p.interaction_button(custom_id=custom_id, user_id=APPROVER)
+            await world.discord.dispatch("INTERACTION_CREATE", forged)
+            assert await responded(world, forged), custom_id
+
+
+async def test_a_click_without_member_or_user_changes_nothing_and_is_answered(
+    tmp_path: Path,
+) -> None:
+    async with discord_world(tmp_path, restart_script()) as world:
+        mention = await world.mention("checkout is failing")
+        thread = await world.thread_of(mention)
+        card = await world.card("approve")
+        forged = p.interaction_button(
+            custom_id=_component_id(card, "kestrel:approve:"),
+            channel=thread,
+            message=card,
+            user_id=APPROVER,
+        )
+        del forged["member"]
+        await world.discord.dispatch("INTERACTION_CREATE", forged)
+        await asyncio.sleep(1.0)
+        run_id = (await world.chat.recent(1))[0].id
+        assert [v.status for v in await world.chat.requests_of(run_id)] == [RequestStatus.OPEN]
+
+
+async def test_two_approvers_at_once_run_the_tool_once(tmp_path: Path) -> None:
+    async with discord_world(tmp_path, restart_script()) as world:
+        mention = await world.mention("checkout is failing")
+        thread = await world.thread_of(mention)
+        card = await world.card("approve")
+        one = p.interaction_button(
+            custom_id=_component_id(card, "kestrel:approve:"),
+            channel=thread,
+            message=card,
+            user_id=APPROVER,
+        )
+        two = p.interaction_button(
+            custom_id=_component_id(card, "kestrel:approve_run:"),
+            channel=thread,
+            message=card,
+            user_id="1500",
+            roles=[p.ROLE_ID],
+        )
+        await asyncio.gather(
+            world.discord.dispatch("INTERACTION_CREATE", one),
+            world.discord.dispatch("INTERACTION_CREATE", two),
+        )
+        told = sorted([await said(world, one), await said(world, two)])
+        assert sum("Recorded" in t for t in told) == 1, told
+        await world.answer_posted(thread, "healthy again")
+        await world.settled()
+        assert world.executions == ["checkout"]
+
+
+async def test_a_deny_form_sent_after_someone_else_approved_is_refused(tmp_path: Path) -> None:
+    async with discord_world(tmp_path, restart_script()) as world:
+        mention = await world.mention("checkout is failing")
+        thread = await world.thread_of(mention)
+        card = await world.card("approve")
+        await world.click(card, "deny", user=APPROVER)
+        await world.discord.wait_for(
+            lambda c: "callback" in c.path and (c.json or {}).get("type") == 9
+        )
+        modal = world.discord.modals[-1]
+        approve = await world.click(card, "approve", user="1500", roles=[p.ROLE_ID])
+        assert "Recorded" in await said(world, approve)
+        await world.answer_posted(thread, "healthy again")
+        submit = p.interaction_modal_submit(
+            custom_id=modal["custom_id"],
+            components={modal["components"][0]["components"][0]["custom_id"]: "no"},
+            channel=thread,
+            user_id=APPROVER,
+        )
+        await world.discord.dispatch("INTERACTION_CREATE", submit)
+        assert "already" in await said(world, submit)
+
+
+async def test_a_deny_form_opened_before_a_restart_still_works_after(tmp_path: Path) -> None:
+    async with FakeDiscord() as fake:
+        async with discord_world(tmp_path, restart_script(), fake=fake) as first:
+            mention = await first.mention("checkout is failing")
+            thread = await first.thread_of(mention)
+            card = await first.card("approve")
+            await first.click(card, "deny", user=APPROVER)
+            await fake.wait_for(lambda c: "callback" in c.path and (c.json or {}).get("type") == 9)
+            modal = fake.modals[-1]
+            await first.settled()
+        async with discord_world(tmp_path, restart_script(), fake=fake) as second:
+            submit = p.interaction_modal_submit(
+                custom_id=modal["custom_id"],
+                components={modal["components"][0]["components"][0]["custom_id"]: "peak"},
+                channel=thread,
+                user_id=APPROVER,
+            )
+            await fake.dispatch("INTERACTION_CREATE", submit)
+            assert await responded(second, submit), "the reason typed before the restart is lost"
+            await second.answer_posted(thread, "denied")
+
+
+async def test_a_request_of_a_run_outside_discord_cannot_be_decided_from_discord(
+    tmp_path: Path,
+) -> None:
+    # A run of another platform (here: a CLI-like session), its request id forged into a
+    # button: the card's "another guild" check does not apply (no Discord place), so any
+    # Discord user the policy names (or "*", or a group) decides it.
+    async with discord_world(tmp_path, restart_script()) as world:
+        session = Session(id="cli:tty", platform="cli", channel="tty", thread="")
+        await world.chat.submit_turn(
+            "checkout", user=Actor("ops"), session=session, prompter=DeferringPrompter()
+        )
+
+        async def opened() -> str:
+            for _ in range(100):
+                pending = await world.chat.pending()
+                if pending:
+                    return pending[0].request.id
+                await asyncio.sleep(0.05)
+            raise AssertionError("no request opened")
+
+        req = await opened()
+        forged = p.interaction_button(custom_id=f"kestrel:approve:{req}", user_id=APPROVER)
+        await world.discord.dispatch("INTERACTION_CREATE", forged)
+        told = await said(world, forged)
+        await asyncio.sleep(1.0)
+        assert "Recorded" not in told and world.executions == [], told

@@ -1,0 +1,71 @@
+"""Hostile ``/kestrel``: other guilds, other platforms, people with no business asking."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from bot.domain import Session
+from bot.policy import Actor
+from bot.prompter import DeferringPrompter
+from tests.fakes import discord_payloads as p
+from tests.fakes.discord_world import DiscordWorld, discord_world
+from tests.fakes.slack_world import restart_script
+
+OTHER_GUILD = "777"
+STRANGER = "1999"
+
+
+async def _command(
+    world: DiscordWorld, verb: str, *, guild: str | None, channel: str, user: str, run: str = ""
+) -> str:
+    options: list[dict[str, Any]] = [{"name": "run", "type": 3, "value": run}] if run else []
+    data = p.interaction_command(
+        options=[{"name": verb, "type": 1, "options": options}],
+        guild=guild,
+        channel=channel,
+        user_id=user,
+    )
+    await world.discord.dispatch("INTERACTION_CREATE", data)
+    return await world.answered(data)
+
+
+async def _run_with_a_card(world: DiscordWorld) -> tuple[str, str]:
+    mention = await world.mention("checkout is failing")
+    thread = await world.thread_of(mention)
+    await world.card("approve")
+    await world.settled()
+    return thread, (await world.chat.recent(1))[0].id
+
+
+async def test_runs_does_not_list_another_guilds_requests(tmp_path: Path) -> None:
+    async with discord_world(tmp_path, restart_script()) as world:
+        thread, _run = await _run_with_a_card(world)
+        listed = await _command(world, "runs", guild=OTHER_GUILD, channel="7770", user=STRANGER)
+        assert "restart_service" not in listed and thread not in listed, listed
+
+
+async def test_status_of_another_guilds_run_is_refused(tmp_path: Path) -> None:
+    async with discord_world(tmp_path, restart_script()) as world:
+        _thread, run = await _run_with_a_card(world)
+        shown = await _command(
+            world, "status", guild=OTHER_GUILD, channel="7770", user=STRANGER, run=run
+        )
+        assert "restart_service" not in shown and "<@1001>" not in shown, shown
+
+
+async def test_runs_lists_only_discord_runs(tmp_path: Path) -> None:
+    async with discord_world(tmp_path, restart_script()) as world:
+        session = Session(id="cli:tty", platform="cli", channel="tty", thread="")
+        await world.chat.submit_turn(
+            "checkout", user=Actor("ops"), session=session, prompter=DeferringPrompter()
+        )
+        for _ in range(100):
+            if await world.chat.pending():
+                break
+            await asyncio.sleep(0.05)
+        listed = await _command(
+            world, "runs", guild=p.GUILD_ID, channel=p.CHANNEL_ID, user=STRANGER
+        )
+        assert "None/None" not in listed, listed

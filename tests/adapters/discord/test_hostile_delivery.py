@@ -1,0 +1,127 @@
+"""Hostile delivery: deleted and archived messages, REST errors, the gateway dropping."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from adapters.discord.progress import DiscordProgress
+from bot.domain import Session
+from bot.threads import RunPlace
+from tests.fakes.discord_api import FakeDiscord
+from tests.fakes.discord_world import APPROVER, discord_world
+from tests.fakes.slack_world import restart_script
+
+
+def _cards(fake: FakeDiscord, thread: str) -> list[dict[str, Any]]:
+    return [m for m in fake.bot_messages(thread) if "Approval" in json.dumps(m.get("embeds"))]
+
+
+async def test_a_deleted_card_is_posted_again_when_it_changes(tmp_path: Path) -> None:
+    # Someone deletes the card; the decision's edit gets 404 (10008 Unknown Message). The
+    # outbox has MessageGone for this ("post it again"), but the transport never raises it:
+    # the edit is retried with backoff forever and the thread never shows the decision.
+    async with discord_world(tmp_path, restart_script()) as world:
+        mention = await world.mention("checkout is failing")
+        thread = await world.thread_of(mention)
+        card = await world.card("approve")
+        await world.settled()
+        world.discord.messages[thread].remove(world.discord.message(thread, card["id"]))
+        click = await world.click(card, "approve", user=APPROVER)
+        assert "Recorded" in await world.answered(click)
+        await world.answer_posted(thread, "healthy again")
+        for _ in range(3):
+            await world.settled()
+            await asyncio.sleep(1.2)  # the outbox's first backoffs
+        assert [c["embeds"][0]["fields"][-1]["name"] for c in _cards(world.discord, thread)] == [
+            "Outcome"
+        ], "the decided card never appears again"
+
+
+async def test_a_card_edit_in_an_archived_thread_lands(tmp_path: Path) -> None:
+    async with FakeDiscord() as fake:
+        fake.reject_archived_sends = True  # 50083 for posts (as for a thread not reopened)
+        async with discord_world(tmp_path, restart_script(), fake=fake) as world:
+            mention = await world.mention("checkout is failing")
+            thread = await world.thread_of(mention)
+            card = await world.card("approve")
+            await world.settled()
+            fake.archive(thread)
+            click = await world.click(card, "approve", user=APPROVER)
+            assert "Recorded" in await world.answered(click)
+            await world.answer_posted(thread, "healthy again")
+            await world.settled()
+            edited = fake.message(thread, card["id"])
+            assert edited is not None and edited["components"] == []
+
+
+async def test_a_card_edit_survives_a_500_and_a_429(tmp_path: Path) -> None:
+    async with FakeDiscord() as fake, discord_world(tmp_path, restart_script(), fake=fake) as world:
+        mention = await world.mention("checkout is failing")
+        thread = await world.thread_of(mention)
+        card = await world.card("approve")
+        await world.settled()
+        path = rf"/channels/{thread}/messages/{card['id']}"
+        fake.fail("PATCH", path, status=500, times=1)
+        fake.fail("PATCH", path, status=429, retry_after=0.2, times=1)
+        click = await world.click(card, "approve", user=APPROVER)
+        await world.answer_posted(thread, "healthy again")
+        for _ in range(3):
+            await world.settled()
+            edited = fake.message(thread, card["id"])
+            if edited is not None and edited["components"] == []:
+                break
+            await asyncio.sleep(1.2)
+        assert edited is not None and edited["components"] == []
+        assert "Recorded" in await world.answered(click)
+        assert len(_cards(fake, thread)) == 1
+
+
+async def test_the_gateway_dropping_mid_run_loses_nothing_and_reposts_nothing(
+    tmp_path: Path,
+) -> None:
+    async with FakeDiscord() as fake, discord_world(tmp_path, restart_script(), fake=fake) as world:
+        mention = await world.mention("checkout is failing")
+        thread = await world.thread_of(mention)
+        card = await world.card("approve")
+        await world.settled()
+        posts = len(fake.calls_to("POST", rf"/channels/{thread}/messages"))
+        await fake.reconnect_gateway()
+        await fake.wait_for_gateway(connections=2)
+        await fake.invalidate_session(resumable=False)
+        await fake.wait_until(lambda: len(fake.identifies) >= 2, 10)
+        await fake.wait_for_gateway(connections=3)
+        await world.settled()
+        assert len(fake.calls_to("POST", rf"/channels/{thread}/messages")) == posts
+        click = await world.click(card, "approve", user=APPROVER)
+        assert "Recorded" in await world.answered(click)
+        await world.answer_posted(thread, "healthy again")
+        assert world.executions == ["checkout"]
+
+
+class _BrokenHttp:
+    """REST whose connection breaks (not an HTTPException): a network blip."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def request(self, *args: Any, **kwargs: Any) -> None:
+        self.calls += 1
+        raise aiohttp.ClientOSError(104, "Connection reset by peer")
+
+
+async def test_typing_keeps_going_after_a_network_blip() -> None:
+    http = _BrokenHttp()
+    progress = DiscordProgress(http, deliveries=None, refresh_seconds=0.01)  # type: ignore[arg-type]
+    session = Session(id="discord:100:5", platform="discord", channel="5", thread="5")
+    progress.follow("run_1", RunPlace(session, {"channel": "5", "guild": "100"}, "1001"))
+    task = asyncio.create_task(progress.keep_alive())
+    await asyncio.sleep(0.1)
+    alive = not task.done()
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    assert alive, f"the typing loop died after {http.calls} failed call(s): {task!r}"

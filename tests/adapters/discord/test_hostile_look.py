@@ -1,0 +1,167 @@
+"""Hostile checks of what Kestrel's Discord messages look like, against Discord's documented
+limits (the fake does not enforce the embed ones): a body Discord refuses with 400 is
+retried by the outbox forever and never shown."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from adapters.discord.look import DiscordLook
+from bot.chat import RequestView
+from bot.domain import Request, RequestKind, RequestStatus, RunStatus, StopReason, TerminalResult
+
+# https://discord.com/developers/docs/resources/message#embed-object-embed-limits
+EMBED_TOTAL = 6000
+FIELDS = 25
+
+
+NOW = datetime(2030, 1, 1, tzinfo=UTC)
+
+
+def refusals(body: dict[str, Any]) -> list[str]:
+    """Why Discord would refuse ``body`` (empty: it would take it)."""
+    why = []
+    if len(str(body.get("content") or "")) > 2000:
+        why.append("content > 2000")
+    embeds = body.get("embeds") or []
+    total = 0
+    for embed in embeds:
+        total += len(embed.get("title", "")) + len(embed.get("description", ""))
+        fields = embed.get("fields") or []
+        if len(fields) > FIELDS:
+            why.append("more than 25 fields")
+        for field in fields:
+            if not field["name"] or len(field["name"]) > 256:
+                why.append(f"field name {field['name']!r} empty or > 256")
+            if not field["value"] or len(field["value"]) > 1024:
+                why.append("field value empty or > 1024")
+            total += len(field["name"]) + len(field["value"])
+    if total > EMBED_TOTAL:
+        why.append(f"embeds total {total} > {EMBED_TOTAL}")
+    for row in body.get("components") or []:
+        for component in row.get("components") or []:
+            if component["type"] == 2 and not component.get("label"):
+                why.append("a button without a label")
+            if component["type"] == 3:
+                for option in component["options"]:
+                    if not option["label"]:
+                        why.append("a select option without a label")
+    return why
+
+
+def _done(text: str, payload: dict[str, Any] | None = None) -> TerminalResult:
+    return TerminalResult(
+        status=RunStatus.COMPLETED, stop_reason=StopReason.ANSWERED, text=text, payload=payload
+    )
+
+
+def test_a_payload_with_long_values_makes_an_answer_discord_takes() -> None:
+    # Ten keys of 700 characters: each field fits (<= 1024), the embed does not (> 6000).
+    payload = {f"key{i}": "x" * 700 for i in range(10)}
+    text = "```json\n" + json.dumps(payload) + "\n```"
+    bodies = DiscordLook().answer(_done(text[:1900], payload), "run_1", NOW)
+    assert [refusals(b) for b in bodies] == [[] for _ in bodies]
+
+
+def test_a_payload_with_an_empty_key_makes_an_answer_discord_takes() -> None:
+    bodies = DiscordLook().answer(_done('{"": 1, "ok": true}', {"": 1, "ok": True}), "run_1", NOW)
+    assert [refusals(b) for b in bodies] == [[] for _ in bodies]
+
+
+def test_a_payload_with_30_keys_shows_them_all_or_says_some_are_left_out() -> None:
+    payload = {f"k{i:02d}": i for i in range(30)}
+    bodies = DiscordLook().answer(_done(json.dumps(payload), payload), "run_1", NOW)
+    shown = json.dumps(bodies)
+    assert [refusals(b) for b in bodies] == [[] for _ in bodies]
+    assert '"k29"' in shown or "more" in shown.lower(), "5 keys silently dropped"
+
+
+def test_a_huge_answer_says_it_was_cut() -> None:
+    text = "\n".join(f"line {i:05d} " + "y" * 90 for i in range(400))  # ~40,000 characters
+    bodies = DiscordLook().answer(_done(text), "run_1", NOW)
+    assert all(not refusals(b) for b in bodies)
+    shown = "".join(str(b["content"]) for b in bodies)
+    assert "line 00399" in shown or "truncated" in shown.lower() or "cut" in shown.lower(), (
+        f"{len(text) - len(shown)} characters dropped without a word"
+    )
+
+
+def test_an_answer_split_inside_a_code_fence_keeps_each_part_fenced() -> None:
+    code = "\n".join(f"    step {i}: " + "z" * 40 for i in range(80))  # ~4,500 characters
+    bodies = DiscordLook().answer(_done(f"Here is the log:\n```\n{code}\n```\nDone."), "run_1", NOW)
+    assert len(bodies) > 1
+    for body in bodies:
+        # Every message must have balanced fences, or Discord shows the rest as prose/code.
+        assert str(body["content"]).count("```") % 2 == 0, body["content"][:80]
+
+
+def _view(request: Request, may: tuple[str, ...] = ("1002",), reason: str = "") -> RequestView:
+    return RequestView(request, RequestStatus.OPEN, None, may, reason)
+
+
+def test_a_select_with_an_empty_option_is_a_card_discord_takes() -> None:
+    options = ("", *[f"opt{i}" for i in range(30)])
+    request = Request(
+        run_id="run_1",
+        kind=RequestKind.WAIT_USER,
+        call_id="c",
+        tool="ask_human_select",
+        prompt="Which?",
+        options=options,
+    )
+    assert refusals(DiscordLook().card(_view(request))) == []
+
+
+def test_buttons_with_an_empty_option_are_a_card_discord_takes() -> None:
+    request = Request(
+        run_id="run_1",
+        kind=RequestKind.WAIT_USER,
+        call_id="c",
+        tool="ask_human_select",
+        prompt="Which?",
+        options=("", "eu-west"),
+    )
+    assert refusals(DiscordLook().card(_view(request))) == []
+
+
+def test_a_long_why_and_long_arguments_make_a_card_discord_takes() -> None:
+    request = Request(
+        run_id="run_1",
+        kind=RequestKind.WAIT_APPROVAL,
+        call_id="c",
+        tool="restart_service",
+        arguments={f"a{i}": "v" * 150 for i in range(20)},
+    )
+    may = tuple(f"group:{10**17 + i}" for i in range(60))  # a policy naming many roles
+    card = DiscordLook().card(_view(request, may, reason="because " * 700))
+    assert refusals(card) == []
+
+
+def test_a_select_with_more_than_25_options_offers_them_all() -> None:
+    options = tuple(f"node-{i}" for i in range(40))
+    request = Request(
+        run_id="run_1",
+        kind=RequestKind.WAIT_USER,
+        call_id="c",
+        tool="ask_human_select",
+        prompt="Which node?",
+        options=options,
+    )
+    card = json.dumps(DiscordLook().card(_view(request)))
+    assert "node-39" in card, "options 26-40 cannot be chosen on the card (nor is it said)"
+
+
+def test_mentions_in_a_question_and_a_reason_are_defused() -> None:
+    request = Request(
+        run_id="run_1",
+        kind=RequestKind.WAIT_APPROVAL,
+        call_id="c",
+        tool="restart_service",
+        arguments={"service": "@everyone <@&300> <@1002>"},
+    )
+    card = DiscordLook().card(_view(request, reason="@here ping <@&300> [x](https://evil)"))
+    assert card["allowed_mentions"] == {"parse": []}
+    description = card["embeds"][0]["description"]
+    assert "@here" not in description and "<@&300>" not in description

@@ -1,0 +1,172 @@
+"""Hostile messages: bots, webhooks, @everyone, replays, DMs, odd channels and threads."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from tests.fakes import discord_payloads as p
+from tests.fakes.discord_api import FakeDiscord
+from tests.fakes.discord_world import ONCALL, REQUESTER, discord_world
+from tests.fakes.slack_world import restart_script
+
+VOICE = "250"
+
+
+async def _quiet(world, seconds: float = 1.0) -> None:  # type: ignore[no-untyped-def]
+    await asyncio.sleep(seconds)
+    await world.settled()
+
+
+def _threads(fake: FakeDiscord) -> list[str]:
+    return [c.path for c in fake.calls_to("POST", r"/channels/\d+/messages/\d+/threads")]
+
+
+async def test_bots_and_webhooks_do_not_start_runs(tmp_path: Path) -> None:
+    async with discord_world(tmp_path, restart_script()) as world:
+        await world.mention("restart checkout", user="4242", author_bot=True)
+        await world.mention("restart checkout", user="4343", author_bot=True, webhook_id="4343")
+        await _quiet(world)
+        assert _threads(world.discord) == [] and await world.chat.recent(5) == []
+
+
+async def test_everyone_alone_does_not_start_a_run(tmp_path: Path) -> None:
+    async with discord_world(tmp_path, restart_script()) as world:
+        data = p.message_create(content="@everyone deploy at 5", mentions=[])
+        data["mention_everyone"] = True
+        await world.discord.dispatch("MESSAGE_CREATE", data)
+        await _quiet(world)
+        assert _threads(world.discord) == []
+
+
+async def test_an_explicit_mention_next_to_everyone_is_not_ignored(tmp_path: Path) -> None:
+    # "@everyone @kestrel checkout is failing" names the bot; it is dropped without a word.
+    async with discord_world(tmp_path, restart_script()) as world:
+        data = p.message_create(content=f"@everyone <@{p.BOT_ID}> checkout is failing")
+        data["mention_everyone"] = True
+        await world.discord.dispatch("MESSAGE_CREATE", data)
+        await _quiet(world)
+        assert _threads(world.discord), "an explicit mention was ignored (no thread, no reply)"
+
+
+async def test_a_replayed_mention_starts_one_run(tmp_path: Path) -> None:
+    async with discord_world(tmp_path, restart_script()) as world:
+        mention = await world.mention("checkout is failing")
+        await world.discord.dispatch("MESSAGE_CREATE", mention)
+        await world.thread_of(mention)
+        await world.card("approve")
+        await world.discord.dispatch("MESSAGE_CREATE", mention)
+        await _quiet(world)
+        assert len(_threads(world.discord)) == 1 and len(await world.chat.recent(5)) == 1
+
+
+async def test_a_dm_is_ignored_quietly(tmp_path: Path) -> None:
+    async with discord_world(tmp_path, restart_script()) as world:
+        data = p.message_create(guild=None, channel="777", content=f"<@{p.BOT_ID}> hi")
+        await world.discord.dispatch("MESSAGE_CREATE", data)
+        await _quiet(world)
+        assert await world.chat.recent(5) == []
+
+
+async def test_a_mention_in_a_busy_thread_says_so(tmp_path: Path) -> None:
+    async with discord_world(tmp_path, restart_script()) as world:
+        mention = await world.mention("checkout is failing")
+        thread = await world.thread_of(mention)
+        await world.card("approve")
+        await world.mention("also restart payments", user=ONCALL, channel=thread)
+        await world.answer_posted(thread, "still going")
+        assert len(await world.chat.recent(5)) == 1
+
+
+async def test_a_mention_in_a_channel_without_threads_names_the_cause(tmp_path: Path) -> None:
+    # A voice channel's text chat (type 2): Discord refuses the thread (50024, wrong channel
+    # type); Kestrel blames a missing permission.
+    guilds = {
+        p.GUILD_ID: {
+            "name": "g",
+            "channels": {
+                p.CHANNEL_ID: "ops",
+                VOICE: {
+                    **p.text_channel(VOICE, guild=p.GUILD_ID, name="voice"),
+                    "type": 2,
+                    "bitrate": 64000,
+                    "user_limit": 0,
+                    "rtc_region": None,
+                },
+            },
+            "roles": {p.ROLE_ID: "sre"},
+        }
+    }
+    async with (
+        FakeDiscord(guilds=guilds) as fake,
+        discord_world(tmp_path, restart_script(), fake=fake) as world,
+    ):
+        await world.mention("checkout is failing", channel=VOICE)
+        reply = await fake.wait_for(f"POST /channels/{VOICE}/messages")
+        said = str((reply[0].json or {}).get("content"))
+        assert "permission" not in said.lower(), said
+
+
+async def test_a_mention_in_a_thread_discord_py_has_not_cached_continues_it(
+    tmp_path: Path,
+) -> None:
+    # A thread Kestrel does not have in its cache (archived when it connected, then written
+    # to): message.channel is a PartialMessageable, so Kestrel tries to start a thread from a
+    # message inside a thread, fails, and blames a permission.
+    async with FakeDiscord() as fake, discord_world(tmp_path, restart_script(), fake=fake) as world:
+        mention = await world.mention("checkout is failing")
+        thread = await world.thread_of(mention)
+        await world.card("approve")
+        await world.settled()
+        fake.archive(thread)
+        async with discord_world(tmp_path, restart_script(), fake=fake) as world:
+            fake.channels[thread]["thread_metadata"]["archived"] = False  # Discord reopens it
+            await world.mention("status", user=REQUESTER, channel=thread)
+            await world.answer_posted(thread, "suspended")
+
+
+INJECTION = "@everyone @here <@&300> <@1002> [docs](https://evil.example) ```unclosed"
+
+
+async def test_model_text_with_mentions_pings_nobody(tmp_path: Path) -> None:
+    async with discord_world(tmp_path, restart_script(after=INJECTION)) as world:
+        mention = await world.mention(f"checkout {INJECTION}")
+        thread = await world.thread_of(mention)
+        card = await world.card("approve")
+        await world.click(card, "approve", user="1002")
+        await world.answer_posted(thread, "@everyone")
+        await world.settled()
+        for message in world.discord.bot_messages(thread):
+            assert not message["mention_everyone"], message["content"]
+            assert message["mention_roles"] == [] and message["mentions"] == [], message
+
+
+def select3_script() -> list:  # type: ignore[type-arg]
+    return [
+        {
+            "text": "Which region?",
+            "calls": [
+                {
+                    "name": "ask_human_select",
+                    "arguments": {"question": "Pick", "options": ["eu", "us", "ap"]},
+                }
+            ],
+        },
+        {"one_of": [{"match": "(?P<answer>eu|us|ap)", "text": "Looking at {answer}."}]},
+    ]
+
+
+async def test_chatter_in_a_thread_with_options_is_not_taken_as_an_answer(
+    tmp_path: Path,
+) -> None:
+    async with discord_world(tmp_path, select3_script()) as world:
+        mention = await world.mention("latency")
+        thread = await world.thread_of(mention)
+        await world.card("choose")
+        await world.settled()
+        before = len(world.discord.bot_messages(thread))
+        await world.reply("hmm, which one is cheaper?", user=REQUESTER, thread=thread)
+        await _quiet(world)
+        posted = [m["content"] for m in world.discord.bot_messages(thread)[before:]]
+        run_id = (await world.chat.recent(1))[0].id
+        assert len(await world.chat.requests_of(run_id)) == 1 and posted == [], posted

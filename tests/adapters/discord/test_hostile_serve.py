@@ -1,0 +1,126 @@
+"""Hostile ``kestrel serve discord``: bad tokens, bad URLs, refused intents, and the token in
+logs. The real CLI in a subprocess against the fake Discord."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+
+from adapters.discord.settings import DiscordSettings
+from bot.config import ConfigError
+from tests.fakes.discord_api import INTENT_MESSAGE_CONTENT, FakeDiscord
+from tests.fakes.discord_world import APPROVER, discord_world
+from tests.fakes.slack_world import restart_script, write_config
+
+TOKEN = "MTIzNDU2Nzg5MDEyMzQ1Njc4.Gabcde.s3cr3t-t0ken-value-xyz"
+KESTREL = str(Path(sys.executable).with_name("kestrel"))
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def _serve(tmp: Path, env: dict[str, str], timeout: float = 45.0) -> tuple[int, str, float]:
+    config = write_config(tmp, "http://127.0.0.1:9/v1")
+    base = {k: v for k, v in os.environ.items() if not k.startswith("DISCORD_")}
+    started = asyncio.get_running_loop().time()
+    proc = await asyncio.create_subprocess_exec(
+        KESTREL,
+        "-v",
+        "--config",
+        str(config),
+        "serve",
+        "discord",
+        "--port",
+        str(_free_port()),
+        cwd=tmp,
+        env={**base, **env},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(), timeout)
+    except TimeoutError:
+        proc.kill()
+        out, _ = await proc.communicate()
+        return -1, out.decode(), timeout
+    return proc.returncode or 0, out.decode(), asyncio.get_running_loop().time() - started
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({}, "DISCORD_TOKEN is not set"),
+        ({"DISCORD_TOKEN": f"Bot {TOKEN}"}, "without the 'Bot ' prefix"),
+        ({"DISCORD_TOKEN": TOKEN, "DISCORD_API_URL": "discord.com/api"}, "DISCORD_API_URL"),
+        ({"DISCORD_TOKEN": TOKEN, "DISCORD_API_URL": "http://h:99999/api"}, "DISCORD_API_URL"),
+        ({"DISCORD_TOKEN": TOKEN, "DISCORD_MESSAGE_CONTENT": "maybe"}, "DISCORD_MESSAGE_CONTENT"),
+    ],
+)
+def test_settings_name_the_bad_variable(env: dict[str, str], named: str) -> None:
+    with pytest.raises(ConfigError, match=named.replace("(", r"\(")) as caught:
+        DiscordSettings.from_env(env)
+    assert TOKEN not in str(caught.value)
+
+
+async def _fails_cleanly(tmp: Path, env: dict[str, str], named: str) -> str:
+    code, out, took = await _serve(tmp, env)
+    assert code not in (0, -1), f"exit {code} after {took:.0f}s:\n{out}"
+    assert named in out, out
+    assert "Traceback" not in out, out
+    assert TOKEN not in out, "the token was printed"
+    return out
+
+
+async def test_serve_without_a_token(tmp_path: Path) -> None:
+    await _fails_cleanly(tmp_path, {}, "DISCORD_TOKEN is not set")
+
+
+async def test_serve_with_a_refused_token(tmp_path: Path) -> None:
+    async with FakeDiscord(token="the-right-one") as fake:
+        env = {"DISCORD_TOKEN": TOKEN, "DISCORD_API_URL": fake.api_url}
+        await _fails_cleanly(tmp_path, env, "DISCORD_TOKEN was refused")
+
+
+async def test_serve_with_an_unreachable_api(tmp_path: Path) -> None:
+    env = {"DISCORD_TOKEN": TOKEN, "DISCORD_API_URL": "http://127.0.0.1:9/api/v10"}
+    await _fails_cleanly(tmp_path, env, "cannot reach")
+
+
+async def test_serve_with_an_unclosed_session_warning_is_one_line(tmp_path: Path) -> None:
+    async with FakeDiscord(token="the-right-one") as fake:
+        env = {"DISCORD_TOKEN": TOKEN, "DISCORD_API_URL": fake.api_url}
+        out = await _fails_cleanly(tmp_path, env, "DISCORD_TOKEN was refused")
+        assert "Unclosed" not in out, out
+
+
+async def test_serve_when_message_content_is_not_allowed(tmp_path: Path) -> None:
+    async with FakeDiscord(disallowed_intents=INTENT_MESSAGE_CONTENT) as fake:
+        env = {"DISCORD_TOKEN": TOKEN, "DISCORD_API_URL": fake.api_url}
+        code, out, took = await _serve(tmp_path, env)
+        assert code not in (0, -1), f"exit {code} after {took:.0f}s:\n{out}"
+        assert "Message Content intent" in out and "Traceback" not in out, out
+        assert took < 15, f"took {took:.0f}s to fail"
+
+
+async def test_the_token_never_reaches_the_logs(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    async with discord_world(tmp_path, restart_script()) as world:
+        mention = await world.mention("checkout is failing")
+        thread = await world.thread_of(mention)
+        card = await world.card("approve")
+        await world.click(card, "approve", user=APPROVER)
+        await world.answer_posted(thread, "healthy again")
+        await world.settled()
+    assert "test-token" not in caplog.text
+    assert "dGVzdC10b2tlbg" not in caplog.text  # base64 of it
