@@ -1,12 +1,24 @@
 """``python -m bench``: every workload, one after another, printing its figures.
 
 SQLite first (W1, W2, the PII guard's throughput, the durable commits of a run waiting for an
-approval, the command line's start-up, the Slack and Discord adapters' latencies), then the same on
-PostgreSQL (``KESTREL_BENCH_POSTGRES_DSN``, a fresh schema per scenario), two replicas on one
-store, and the takeover latency. When PostgreSQL is unreachable its figures are skipped, saying why.
+approval, the command line's start-up, the Slack and Discord adapters' latencies, a /metrics
+scrape), then the same on PostgreSQL (``KESTREL_BENCH_POSTGRES_DSN``, a fresh schema per
+scenario), two replicas on one store, and the takeover latency. When PostgreSQL is
+unreachable its figures are skipped, saying why.
 """
 
-from bench import commits, discord, pii_throughput, replicas, slack, startup, takeover, w1, w2
+from bench import (
+    commits,
+    discord,
+    metrics,
+    pii_throughput,
+    replicas,
+    slack,
+    startup,
+    takeover,
+    w1,
+    w2,
+)
 from bench.stores import postgres_server
 
 
@@ -26,6 +38,8 @@ def sqlite_figures() -> None:
     slack.report()
     print()
     discord.report()
+    print()
+    metrics.report()
 
 
 def postgres_figures(server: str) -> None:
