@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import time
 from collections.abc import Callable
 from datetime import datetime
 from urllib.parse import quote
 
 MIN_SECRET_BYTES = 16
+_EXPIRES = re.compile(r"[0-9]{1,12}")
+_SIGNATURE = re.compile(r"[0-9a-f]{64}")
 
 
 class LinkSigner:
@@ -42,8 +45,11 @@ class LinkSigner:
         return f"{path}?{self.query(run_id, issued)}"
 
     def valid(self, run_id: str, expires: str, signature: str) -> bool:
-        """Whether ``signature`` signs ``run_id`` until ``expires`` and that is still ahead."""
-        if not expires.isdigit() or int(expires) < self._clock():
+        """Whether ``signature`` signs ``run_id`` until ``expires`` and that is still ahead;
+        anything malformed is simply not valid."""
+        if not _EXPIRES.fullmatch(expires) or not _SIGNATURE.fullmatch(signature):
+            return False
+        if int(expires) < self._clock():
             return False
         return hmac.compare_digest(self._sign(run_id, int(expires)), signature)
 

@@ -191,9 +191,9 @@ PLATFORMS = ("slack", "discord")
 @click.argument("platforms", nargs=-1, type=click.Choice(PLATFORMS))
 @click.option(
     "--port",
-    type=click.IntRange(1, 65535),
+    type=click.IntRange(0, 65535),
     default=None,
-    help="HTTP port for /healthz and /slack/events [3000 with a platform].",
+    help="HTTP port: /healthz, the run pages, /metrics, /slack/events [3000; 0: any free].",
 )
 @click.option("--host", default="127.0.0.1", show_default=True, help="HTTP address to bind.")
 @one_line_errors
@@ -212,7 +212,7 @@ def serve(platforms: tuple[str, ...], port: int | None, host: str) -> None:
 
     async def work(rt: Runtime) -> None:
         supervisor = Supervisor(rt)
-        front = ChatFront(supervisor, platforms, host=host, port=port)
+        front = ChatFront(supervisor, platforms, host=host, port=port, web_settings=settings.web)
         taker = WorkTaker(supervisor, rt.store)
         scheduler = Scheduler(supervisor, settings.deadlines, settings.schedules, store=rt.store)
         stop = asyncio.Event()
@@ -433,6 +433,34 @@ def runs_show(run_id: str, as_json: bool) -> None:
 
     obj, text = with_reader(work)
     echo(json.dumps(obj, indent=2, sort_keys=True) if as_json else text)
+
+
+@runs.command("export")
+@click.argument("run_id")
+@click.option(
+    "--html",
+    "html_file",
+    required=True,
+    type=click.Path(dir_okay=False, writable=True, path_type=Path),
+    help="The file to write.",
+)
+@one_line_errors
+def runs_export(run_id: str, html_file: Path) -> None:
+    """A run's page as one self-contained HTML file, for an incident report."""
+    from adapters.web import export_html
+    from bot.chat import ChatService
+    from bot.supervisor import Supervisor
+
+    async def work(rt: Runtime) -> str:
+        return await export_html(ChatService(Supervisor(rt)), run_id)
+
+    html = with_runtime(work)
+    try:
+        html_file.write_text(html, encoding="utf-8")
+    except OSError as exc:
+        fail(f"cannot write {html_file}: {exc.strerror or exc}")
+        sys.exit(EXIT_USAGE)
+    echo(f"wrote {html_file} ({len(html.encode()):,} bytes)", err=True)
 
 
 @runs.command("resume")

@@ -1,61 +1,68 @@
-"""What ``kestrel serve`` puts in front of the runs: the chat platforms and the HTTP listener."""
+"""What ``kestrel serve`` puts in front of the runs: the chat platforms, and one HTTP listener
+for ``/healthz``, the run pages, ``/metrics`` and Slack's endpoint (unless in Socket Mode)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from bot.chat import ChatService
-from bot.config import ConfigError, environment
+from bot.config import ConfigError, WebSettings, environment
 
 if TYPE_CHECKING:
     from adapters.discord.app import DiscordAdapter
     from adapters.slack.app import SlackAdapter
+    from adapters.web.auth import WebConfig
+    from bot.links import RunLink
+    from bot.metrics import Metrics
     from bot.supervisor import Supervisor
+
+DEFAULT_PORT = 3000
 
 
 class ChatFront:
-    """Starts the named platforms' adapters and serves ``/healthz`` (and Slack's HTTP endpoint
-    when Slack is not in Socket Mode) on one listener."""
+    """Starts the named platforms' adapters and the listener; stops both."""
 
     def __init__(
-        self, supervisor: Supervisor, platforms: Sequence[str], *, host: str, port: int | None
+        self,
+        supervisor: Supervisor,
+        platforms: Sequence[str],
+        *,
+        host: str,
+        port: int | None,
+        web_settings: WebSettings,
     ) -> None:
         self._supervisor = supervisor
         self._chat = ChatService(supervisor)
         self._platforms = tuple(dict.fromkeys(platforms))
         self._host = host
-        self._port = port
+        self._port = DEFAULT_PORT if port is None else port
+        self._web_settings = web_settings
         self._slack: SlackAdapter | None = None
         self._discord: DiscordAdapter | None = None
         self._runner: web.AppRunner | None = None
         self._lines: list[str] = []
 
     async def start(self) -> None:
-        """Connect every platform (a bad token fails here, naming it), then listen: on
-        ``port``, or on 3000 when a platform is served and no port was given."""
+        """Check the web settings, connect every platform (a bad token fails here, naming
+        it), then listen (port 0: any free port, said in ``describe``)."""
+        from adapters.web import WebConfig, add_web_routes
+
+        config = WebConfig.from_settings(self._web_settings, environment())
+        links = config.links()
         application = web.Application()
         if "slack" in self._platforms:
-            application = await self._start_slack()
+            application = await self._start_slack(links)
         if "discord" in self._platforms:
-            await self._start_discord()
-        port = self._port if self._port is not None else 3000 if self._platforms else None
-        if port is None:
-            return
+            await self._start_discord(links)
+        add_web_routes(application, self._chat, config)
+        application.router.add_get("/metrics", self._metrics_route(config))
         application.router.add_get("/healthz", _healthy)
-        self._runner = web.AppRunner(application, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self._host, port)
-        try:
-            await site.start()
-        except OSError as exc:  # in use, no such address, not permitted
-            await self.stop()
-            raise ConfigError(
-                f"cannot listen on {self._host}:{port}: {exc.strerror or exc}"
-            ) from exc
-        self._lines.append(f"http: listening on {self._host}:{port} (/healthz)")
+        await self._listen(application)
+        if not config.enabled:
+            self._lines.append("http: the run pages are off (set KESTREL_WEB_TOKEN)")
 
     def describe(self) -> list[str]:
         """One line per platform and listener, for the operator."""
@@ -70,13 +77,47 @@ class ChatFront:
         if self._discord is not None:
             await self._discord.stop()
 
-    async def _start_slack(self) -> web.Application:
+    async def _listen(self, application: web.Application) -> None:
+        self._runner = web.AppRunner(application, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self._host, self._port)
+        try:
+            await site.start()
+        except OSError as exc:  # in use, no such address, not permitted
+            await self.stop()
+            where = f"{self._host}:{self._port}"
+            raise ConfigError(f"cannot listen on {where}: {exc.strerror or exc}") from exc
+        port = self._runner.addresses[0][1] if self._runner.addresses else self._port
+        self._lines.append(
+            f"http: listening on {self._host}:{port} (/healthz, /runs, /pending, /metrics)"
+        )
+
+    def _metrics_route(
+        self, config: WebConfig
+    ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+        from adapters.web.auth import bearer_ok, refusal
+        from bot.metrics import CONTENT_TYPE, Metrics
+
+        rt = self._supervisor.rt
+        chat = self._chat
+        metrics: Metrics = Metrics(rt.store, duplicates=lambda: chat.duplicates_dropped)
+        chat.subscribe(metrics)
+
+        async def scrape(request: web.Request) -> web.StreamResponse:
+            if not config.metrics_public and not bearer_ok(request, config):
+                return refusal(401, "Authorization required (the operators' bearer token).")
+            body = await metrics.render()
+            return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
+
+        return scrape
+
+    async def _start_slack(self, links: RunLink | None) -> web.Application:
         from adapters.slack.app import EVENTS_PATH, SlackAdapter
         from adapters.slack.settings import SlackSettings
 
         settings = SlackSettings.from_env(environment())
         rt = self._supervisor.rt
-        adapter = SlackAdapter(self._chat, rt.store, rt.owner, settings)
+        adapter = SlackAdapter(self._chat, rt.store, rt.owner, settings, link=links)
         me = await adapter.start()
         self._slack = adapter
         if settings.socket_mode:
@@ -86,13 +127,13 @@ class ChatFront:
         self._lines.append(f"slack: workspace {me.team} as <@{me.user}>, HTTP at {EVENTS_PATH}")
         return adapter.web_app()
 
-    async def _start_discord(self) -> None:
+    async def _start_discord(self, links: RunLink | None) -> None:
         from adapters.discord.app import DiscordAdapter
         from adapters.discord.settings import DiscordSettings
 
         settings = DiscordSettings.from_env(environment())
         rt = self._supervisor.rt
-        adapter = DiscordAdapter(self._chat, rt.store, rt.owner, settings)
+        adapter = DiscordAdapter(self._chat, rt.store, rt.owner, settings, link=links)
         me = await adapter.start()
         self._discord = adapter
         self._lines.append(f"discord: connected as {me.name} ({me.id})")

@@ -184,7 +184,7 @@ def test_serve_suspends_a_run_waiting_on_a_hanging_model(
     folder: Path, hanging_model: FakeOpenAIProcess
 ) -> None:
     env = fake_openai(folder, hanging_model)
-    serve = start(folder, env, "serve")
+    serve = start(folder, env, "serve", "--port", "0")
     run_id = new_id("run")
 
     async def submit() -> None:

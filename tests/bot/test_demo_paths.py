@@ -178,7 +178,14 @@ def start_serve(folder: Path) -> subprocess.Popen[str]:
     """``kestrel serve`` in the background, in the same environment as ``kestrel``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "KESTREL_"))}
     env["KESTREL_DEMO_STATE"] = str(folder / "demo-state")
-    command = [sys.executable, "-c", "from bot.cli.main import main; main()", "serve"]
+    command = [
+        sys.executable,
+        "-c",
+        "from bot.cli.main import main; main()",
+        "serve",
+        "--port",
+        "0",
+    ]
     return subprocess.Popen(
         command, cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )

@@ -79,3 +79,8 @@ def test_cards_and_answers_carry_one_stable_link(look_type: Any) -> None:
     answer = look.answer(result, "run_1", datetime.fromtimestamp(NOW, UTC))
     assert len(_urls(answer[0])) == 1
     assert _urls(look_type(None).card(view)) == []
+
+
+@pytest.mark.parametrize(("exp", "sig"), [("²", "0" * 64), ("1" * 40, "0" * 64), ("9", "é" * 64)])
+def test_malformed_links_are_not_valid(exp: str, sig: str) -> None:
+    assert not _signer().valid("run_1", exp, sig)

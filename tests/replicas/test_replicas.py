@@ -101,7 +101,7 @@ class Cluster:
     def start_replica(self) -> subprocess.Popen[str]:
         """One more ``kestrel serve`` process."""
         replica = subprocess.Popen(
-            [*KESTREL, "serve"],
+            [*KESTREL, "serve", "--port", "0"],
             cwd=self.folder,
             env=self.env,
             stdout=subprocess.DEVNULL,

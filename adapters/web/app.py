@@ -1,0 +1,159 @@
+"""The run pages on ``kestrel serve``'s HTTP listener (aiohttp), beside ``/healthz``.
+
+Routes (``add_web_routes``):
+
+- ``GET /runs``: recent runs; ``?status=`` (running, suspended, completed, failed, cancelled),
+  ``?may_answer=`` (a user id or ``group:ID``: runs with an open request they may answer),
+  ``?limit=`` (1 to 500, 50 by default);
+- ``GET /runs/{run_id}``: one run's header and timeline;
+- ``GET /runs/{run_id}/fragment``: its ``<article id="run">`` alone, for live updates; with
+  ``?v=VERSION`` (the ``data-version`` the page shows) it answers 204 while nothing changed;
+- ``GET /pending``: every open request, oldest first, with who may answer it;
+- ``GET /static/style.css`` and ``GET /static/live.js``: the stylesheet and the live-update
+  script, the only things served without authorization.
+
+Who may see what is ``adapters.web.auth``'s; every response carries its security headers.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+
+from aiohttp import web
+
+from adapters.web.auth import Access, WebConfig, authorize, refusal, secure
+from adapters.web.render import (
+    RunReader,
+    load_run_page,
+    load_run_rows,
+    load_run_sources,
+    render_pending,
+    render_run_fragment,
+    render_run_page,
+    render_runs,
+    static_text,
+)
+from adapters.web.timeline import STATUSES
+from bot.domain import utcnow
+from bot.store import UnknownRun
+
+log = logging.getLogger("kestrel.web")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+DEFAULT_LIMIT = 50
+MAX_LIMIT = 500
+_STATIC = {"style.css": "text/css", "live.js": "text/javascript"}
+
+
+def add_web_routes(
+    app: web.Application,
+    chat: RunReader,
+    config: WebConfig,
+    *,
+    clock: Callable[[], datetime] = utcnow,
+) -> None:
+    """Add the run pages' routes to ``app`` (the listener that serves ``/healthz``)."""
+    pages = _Pages(chat, config, clock)
+    app.router.add_get("/runs", _guarded(pages.runs))
+    app.router.add_get("/runs/{run_id}", _guarded(pages.run))
+    app.router.add_get("/runs/{run_id}/fragment", _guarded(pages.fragment))
+    app.router.add_get("/pending", _guarded(pages.pending))
+    for name in _STATIC:
+        app.router.add_get(f"/static/{name}", _guarded(_static_handler(name)))
+
+
+def web_routes(chat: RunReader, config: WebConfig) -> web.Application:
+    """An application serving the run pages alone (tests; or to mount elsewhere)."""
+    app = web.Application()
+    add_web_routes(app, chat, config)
+    return app
+
+
+def _guarded(handler: Handler) -> Handler:
+    """The handler, with the security headers on whatever it answers, and a bare 500 (that
+    shows nothing) if it fails."""
+
+    async def guarded(request: web.Request) -> web.StreamResponse:
+        try:
+            response = await handler(request)
+        except Exception:
+            log.exception("web: %s %s failed", request.method, request.path)
+            return refusal(500, "Something went wrong; the log says what.")
+        secure(response.headers)
+        return response
+
+    return guarded
+
+
+def _static_handler(name: str) -> Handler:
+    async def serve(_request: web.Request) -> web.StreamResponse:
+        return web.Response(text=static_text(name), content_type=_STATIC[name], charset="utf-8")
+
+    return serve
+
+
+def _html(text: str) -> web.Response:
+    return web.Response(text=text, content_type="text/html", charset="utf-8")
+
+
+class _Pages:
+    def __init__(self, chat: RunReader, config: WebConfig, clock: Callable[[], datetime]) -> None:
+        self._chat = chat
+        self._config = config
+        self._clock = clock
+
+    async def runs(self, request: web.Request) -> web.StreamResponse:
+        access = authorize(request, self._config)
+        if not isinstance(access, Access):
+            return access
+        query = request.rel_url.query
+        status = query.get("status", "").strip()
+        answerer = query.get("may_answer", "").strip()
+        if status and status not in STATUSES:
+            return refusal(400, f"status is one of: {', '.join(STATUSES)}.")
+        if len(answerer) > 200:
+            return refusal(400, "may_answer is too long.")
+        try:
+            limit = int(query.get("limit", DEFAULT_LIMIT))
+        except ValueError:
+            return refusal(400, "limit is a number.")
+        limit = max(1, min(MAX_LIMIT, limit))
+        rows = await load_run_rows(self._chat, limit=limit, status=status, answerer=answerer)
+        now = self._clock()
+        return _html(render_runs(rows, now=now, status=status, answerer=answerer, limit=limit))
+
+    async def run(self, request: web.Request) -> web.StreamResponse:
+        run_id = request.match_info["run_id"]
+        access = authorize(request, self._config, run_id)
+        if not isinstance(access, Access):
+            return access
+        try:
+            page = await load_run_page(self._chat, run_id)
+        except UnknownRun:
+            return refusal(404, "There is no such run.")
+        html = render_run_page(page, now=self._clock(), link_query=access.query)
+        return _html(html)
+
+    async def fragment(self, request: web.Request) -> web.StreamResponse:
+        run_id = request.match_info["run_id"]
+        access = authorize(request, self._config, run_id)
+        if not isinstance(access, Access):
+            return access
+        try:
+            sources = await load_run_sources(self._chat, run_id)
+        except UnknownRun:
+            return refusal(404, "There is no such run.")
+        if request.rel_url.query.get("v") == sources.version:
+            return web.Response(status=204)
+        html = render_run_fragment(sources.page(), now=self._clock(), link_query=access.query)
+        return _html(html)
+
+    async def pending(self, request: web.Request) -> web.StreamResponse:
+        access = authorize(request, self._config)
+        if not isinstance(access, Access):
+            return access
+        pending = await self._chat.pending()
+        return _html(render_pending(pending, now=self._clock()))

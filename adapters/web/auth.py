@@ -1,0 +1,147 @@
+"""Who may see the run pages, and the headers every response carries.
+
+Two ways in, nothing else:
+
+- ``Authorization: Bearer <KESTREL_WEB_TOKEN>``: an operator, who sees every page;
+- a signed link (``?exp=…&sig=…``, made by ``bot.links.LinkSigner`` with
+  ``KESTREL_WEB_SECRET``): that one run's page and its live updates, until it expires.
+
+With neither configured, every page is refused (never open). A missing bearer gets 401 with
+``WWW-Authenticate: Bearer``; a forged, altered or expired link gets 403 and shows nothing.
+"""
+
+from __future__ import annotations
+
+import hmac
+import time
+from collections.abc import Callable, Mapping, MutableMapping
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from bot.config import ConfigError, WebSettings
+from bot.links import MIN_SECRET_BYTES, LinkSigner, RunLink, run_links
+
+TOKEN_VARIABLE = "KESTREL_WEB_TOKEN"
+SECRET_VARIABLE = "KESTREL_WEB_SECRET"
+
+CONTENT_SECURITY_POLICY = (
+    "default-src 'none'; style-src 'self'; img-src 'self' data:; script-src 'self';"
+    " connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+SECURITY_HEADERS: Mapping[str, str] = {
+    "Content-Security-Policy": CONTENT_SECURITY_POLICY,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+    "X-Frame-Options": "DENY",
+}
+
+
+@dataclass(frozen=True)
+class WebConfig:
+    """How the pages are guarded: the operators' token ("" for none), the link signer (None
+    without ``KESTREL_WEB_SECRET``), and whether ``/metrics`` needs no token."""
+
+    token: str = ""
+    signer: LinkSigner | None = None
+    metrics_public: bool = False
+    public_url: str | None = None
+
+    @classmethod
+    def from_settings(
+        cls,
+        settings: WebSettings,
+        environ: Mapping[str, str],
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> WebConfig:
+        """From the ``web:`` settings and the environment (``KESTREL_WEB_TOKEN``,
+        ``KESTREL_WEB_SECRET``); a ``ConfigError`` names what is wrong."""
+        token = environ.get(TOKEN_VARIABLE, "").strip()
+        secret = environ.get(SECRET_VARIABLE, "")
+        signer = None
+        if secret:
+            if len(secret.encode()) < MIN_SECRET_BYTES:
+                raise ConfigError(
+                    f"{SECRET_VARIABLE} must be at least {MIN_SECRET_BYTES} bytes"
+                    f" (it has {len(secret.encode())})"
+                )
+            signer = LinkSigner(secret, settings.link_ttl_seconds, clock=clock)
+        elif settings.public_url:
+            raise ConfigError(
+                f"web.public_url is set, but its signed 'View run' links need {SECRET_VARIABLE}"
+                f" (a secret of at least {MIN_SECRET_BYTES} bytes) in the environment"
+            )
+        return cls(token, signer, settings.metrics_public, settings.public_url or None)
+
+    @property
+    def enabled(self) -> bool:
+        """Whether anyone at all may see a page."""
+        return bool(self.token) or self.signer is not None
+
+    def links(self) -> RunLink | None:
+        """The signed "View run" links chat messages carry (None without ``public_url``)."""
+        return run_links(self.public_url, self.signer)
+
+
+@dataclass(frozen=True)
+class Access:
+    """Who is looking: an operator (every page), or a link's holder (``run_id`` only)."""
+
+    operator: bool
+    run_id: str = ""
+    query: str = ""  # the link's ``exp=…&sig=…``, to carry on the page's own URLs
+
+
+OPERATOR = Access(operator=True)
+
+
+def secure(headers: MutableMapping[str, str]) -> None:
+    """Set the security headers every response of the pages carries."""
+    headers.update(SECURITY_HEADERS)
+
+
+def bearer_ok(request: web.BaseRequest, config: WebConfig) -> bool:
+    """Whether the request carries the operators' token (constant-time comparison)."""
+    if not config.token:
+        return False
+    scheme, _, value = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() != "bearer":
+        return False
+    given = value.strip().encode("utf-8", "surrogateescape")
+    return hmac.compare_digest(given, config.token.encode("utf-8", "surrogateescape"))
+
+
+def authorize(
+    request: web.BaseRequest, config: WebConfig, run_id: str = ""
+) -> Access | web.Response:
+    """Who may see the page asked for (``run_id``: the run it shows, if any), or the refusal."""
+    if not config.enabled:
+        return refusal(
+            403,
+            f"The run pages are off: set {TOKEN_VARIABLE} (operators), or web.public_url"
+            f" and {SECRET_VARIABLE} (signed links).",
+        )
+    if "Authorization" in request.headers:
+        if bearer_ok(request, config):
+            return OPERATOR
+        response = refusal(401, "That bearer token is not valid.")
+        response.headers["WWW-Authenticate"] = 'Bearer realm="kestrel", error="invalid_token"'
+        return response
+    query = request.rel_url.query
+    if "exp" in query or "sig" in query:
+        expires, signature = query.get("exp", ""), query.get("sig", "")
+        if run_id and config.signer and config.signer.valid(run_id, expires, signature):
+            return Access(operator=False, run_id=run_id, query=f"exp={expires}&sig={signature}")
+        return refusal(403, "This link is not valid: it was altered, or it has expired.")
+    response = refusal(401, "Authorization required.")
+    response.headers["WWW-Authenticate"] = 'Bearer realm="kestrel"'
+    return response
+
+
+def refusal(status: int, text: str) -> web.Response:
+    """A one-line refusal that shows nothing else."""
+    response = web.Response(status=status, text=text + "\n", content_type="text/plain")
+    secure(response.headers)
+    return response

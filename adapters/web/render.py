@@ -1,0 +1,281 @@
+"""The pages as HTML: Jinja2 templates (autoescaped) over the data of ``timeline``.
+
+Everything that comes from a model, a tool or a person reaches the HTML through autoescaping;
+the one filter that returns markup, ``marked``, escapes first and then wraps the PII guard's
+placeholders in ``<span class="redacted">``.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from importlib import resources
+from typing import Any, Protocol
+from urllib.parse import quote
+
+from jinja2 import Environment, PackageLoader, StrictUndefined
+from markupsafe import Markup, escape
+
+from adapters.web.timeline import (
+    STATUSES,
+    RunPage,
+    RunRow,
+    build_run_page,
+    oldest_first,
+    page_version,
+    pretty_json,
+    run_rows,
+    thread_of,
+)
+from bot.chat import PendingRequest, RequestView, RunView
+from bot.domain import utcnow
+from bot.pii.guard import WITHHELD_MESSAGE
+from bot.pii.recognizers import ENTITY_TYPES
+from bot.records import JournalRecord, RunRecord
+from bot.store import AuditRecord
+
+# While a run is running its page polls this often; while it is suspended, less often.
+RUNNING_POLL_MS = 2000
+SUSPENDED_POLL_MS = 10000
+# A filtered run list looks through this many times as many of the newest runs as it shows.
+FILTER_SCAN = 10
+
+_REDACTED = re.compile(
+    "&lt;(?:"
+    + "|".join(re.escape(name) for name in ENTITY_TYPES)
+    + ")&gt;|"
+    + re.escape(str(escape(WITHHELD_MESSAGE)))
+)
+
+
+def marked(text: str | None) -> Markup:
+    """``text`` escaped, with the PII guard's placeholders (``<EMAIL_ADDRESS>``, the withheld
+    notice) wrapped in ``<span class="redacted">``."""
+    escaped = str(escape(text or ""))
+    return Markup(
+        _REDACTED.sub(
+            lambda m: (
+                f'<span class="redacted" title="redacted by the PII guard">{m.group(0)}</span>'
+            ),
+            escaped,
+        )
+    )
+
+
+def _span(delta: timedelta) -> str:
+    seconds = int(abs(delta.total_seconds()))
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m"
+    if seconds < 172800:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 86400}d"
+
+
+def _when(value: datetime | None) -> str:
+    if value is None:
+        return "-"
+    if value.tzinfo is not None:
+        value = value.astimezone(UTC)
+    return value.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _iso(value: datetime | None) -> str:
+    return value.isoformat() if value is not None else ""
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    return _span(timedelta(seconds=seconds))
+
+
+def _number(value: float) -> str:
+    return f"{value:,}" if isinstance(value, int) else f"{value:,.1f}"
+
+
+@functools.cache
+def _environment() -> Environment:
+    env = Environment(
+        loader=PackageLoader("adapters.web", "templates"),
+        autoescape=True,
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        auto_reload=False,
+    )
+    env.filters.update(
+        marked=marked,
+        when=_when,
+        iso=_iso,
+        duration=_duration,
+        number=_number,
+        span=_span,
+        pretty=pretty_json,
+    )
+    env.globals.update(quote=lambda value: quote(str(value), safe=""), statuses=STATUSES)
+    return env
+
+
+def static_text(name: str) -> str:
+    """A file of the package's ``static`` folder."""
+    return _static(name)
+
+
+@functools.cache
+def _static(name: str) -> str:
+    return resources.files("adapters.web").joinpath("static", name).read_text("utf-8")
+
+
+def _render(template: str, **context: Any) -> str:
+    context.setdefault("standalone", False)
+    context.setdefault("operator", True)
+    return _environment().get_template(template).render(**context)
+
+
+def _run_context(page: RunPage, now: datetime, link_query: str, standalone: bool) -> dict[str, Any]:
+    run_path = f"/runs/{quote(page.run_id, safe='')}"
+    suffix = f"?{link_query}" if link_query else ""
+    interval = RUNNING_POLL_MS if page.record.status.value == "running" else SUSPENDED_POLL_MS
+    return {
+        "page": page,
+        "now": now,
+        "standalone": standalone,
+        "operator": not link_query,
+        "reload_url": run_path + suffix,
+        "live_url": run_path + "/fragment" + suffix,
+        "interval": interval,
+    }
+
+
+def render_run_page(
+    page: RunPage,
+    *,
+    now: datetime | None = None,
+    standalone: bool = False,
+    link_query: str = "",
+) -> str:
+    """The whole page of one run.
+
+    ``standalone``: one self-contained file (the stylesheet inlined and allowed by its hash in
+    a ``<meta>`` Content-Security-Policy; no script, no link to another page) for an incident
+    report. ``link_query``: the signed link's ``exp=…&sig=…`` the page was opened with,
+    carried on its reload and live-update URLs (and the navigation to other pages hidden).
+    """
+    context = _run_context(page, now or utcnow(), link_query, standalone)
+    if standalone:
+        css = static_text("style.css")
+        digest = base64.b64encode(hashlib.sha256(css.encode()).digest()).decode()
+        context["inline_css"] = Markup(css)  # our own file, not user data
+        context["export_csp"] = (
+            f"default-src 'none'; style-src 'sha256-{digest}'; img-src data:;"
+            " base-uri 'none'; form-action 'none'"
+        )
+    return _render("run.html", **context)
+
+
+def render_run_fragment(page: RunPage, *, now: datetime | None = None, link_query: str = "") -> str:
+    """The part of a run's page that live updates replace (``<article id="run">``)."""
+    return _render("_run.html", **_run_context(page, now or utcnow(), link_query, False))
+
+
+def render_runs(
+    rows: Sequence[RunRow],
+    *,
+    now: datetime | None = None,
+    status: str = "",
+    answerer: str = "",
+    limit: int = 50,
+) -> str:
+    """``/runs``: recent runs, perhaps filtered."""
+    return _render(
+        "runs.html",
+        rows=rows,
+        now=now or utcnow(),
+        status=status,
+        answerer=answerer,
+        limit=limit,
+        scanned=scanned(limit, filtered=bool(status or answerer)),
+    )
+
+
+def render_pending(pending: Sequence[PendingRequest], *, now: datetime | None = None) -> str:
+    """``/pending``: every open request, oldest first, with who may answer it."""
+    return _render(
+        "pending.html", pending=oldest_first(pending), now=now or utcnow(), thread_of=thread_of
+    )
+
+
+class RunReader(Protocol):
+    """What the pages read runs through: ``bot.chat.ChatService`` (or anything with its read
+    methods, e.g. a read-only service for ``kestrel runs export``)."""
+
+    async def status(self, run_id: str) -> RunView: ...
+
+    async def journal(self, run_id: str) -> list[JournalRecord]: ...
+
+    async def audit_of(self, run_id: str, limit: int = 1000) -> list[AuditRecord]: ...
+
+    async def requests_of(self, run_id: str) -> list[RequestView]: ...
+
+    async def recent(self, limit: int = 10) -> list[RunRecord]: ...
+
+    async def pending(self) -> list[PendingRequest]: ...
+
+
+@dataclass(frozen=True)
+class RunSources:
+    """What a run's page is built from, as ``ChatService`` returns it."""
+
+    view: RunView
+    journal: list[JournalRecord]
+    audit: list[AuditRecord]
+    requests: list[RequestView]
+
+    @property
+    def version(self) -> str:
+        """The page's ``data-version`` (cheap: the page is not built)."""
+        return page_version(self.view.record, self.journal, self.audit, self.requests)
+
+    def page(self) -> RunPage:
+        """The page."""
+        return build_run_page(self.view, self.journal, self.audit, self.requests)
+
+
+async def load_run_sources(chat: RunReader, run_id: str) -> RunSources:
+    """A run's record, journal, audit and requests (``bot.store.UnknownRun`` for an unknown
+    id)."""
+    view = await chat.status(run_id)
+    journal = await chat.journal(run_id)
+    audit = await chat.audit_of(run_id)
+    requests = await chat.requests_of(run_id)
+    return RunSources(view, journal, audit, requests)
+
+
+async def load_run_page(chat: RunReader, run_id: str) -> RunPage:
+    """A run's page from the store (``bot.store.UnknownRun`` for an unknown id)."""
+    return (await load_run_sources(chat, run_id)).page()
+
+
+def scanned(limit: int, *, filtered: bool) -> int:
+    """How many of the newest runs a listing of ``limit`` looks through."""
+    return limit * FILTER_SCAN if filtered else limit
+
+
+async def load_run_rows(
+    chat: RunReader, *, limit: int, status: str = "", answerer: str = ""
+) -> list[RunRow]:
+    """The newest runs (of ``limit``), filtered by status and by who may answer."""
+    records = await chat.recent(scanned(limit, filtered=bool(status or answerer)))
+    pending = await chat.pending()
+    return run_rows(records, pending, status=status, answerer=answerer)[:limit]

@@ -1,0 +1,561 @@
+"""What the run pages show, as plain data: a run's header and timeline, the run list, the open
+requests. Pure functions of what ``ChatService`` returns; no server, no templates.
+
+``build_run_page`` walks the journal once, in order, and turns it into typed items the
+template iterates: each model turn with its calls (a call carries its exact arguments and,
+once the journal has it, its output and the exit it took through executeTool), each request
+with who may answer it and every audited decision on it, suspends and resumes, advisories, and
+the terminal result.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, ClassVar
+
+from bot.chat import PendingRequest, RequestView, RunView
+from bot.domain import (
+    TERMINAL_STATUSES,
+    Budgets,
+    Decision,
+    Grant,
+    Request,
+    RequestStatus,
+    RunStatus,
+    TerminalResult,
+    Usage,
+)
+from bot.policy import EVERYONE
+from bot.records import JournalRecord, RunRecord
+from bot.store import AuditRecord
+
+# An output longer than this (characters or lines) is collapsed under a <details>.
+LONG_OUTPUT_CHARS = 600
+LONG_OUTPUT_LINES = 12
+# JSON this short shows on one line.
+SHORT_JSON_CHARS = 72
+
+STATUSES: tuple[str, ...] = tuple(status.value for status in RunStatus)
+
+
+# --- threads -------------------------------------------------------------------------------
+
+_SLACK_ID = re.compile(r"[A-Z0-9]{2,32}")
+_SLACK_TS = re.compile(r"[0-9]{1,12}\.[0-9]{1,9}")
+_SNOWFLAKE = re.compile(r"[0-9]{1,20}")
+
+
+@dataclass(frozen=True, slots=True)
+class Thread:
+    """The chat thread a run belongs to: a label, and a link when the platform has one."""
+
+    platform: str
+    label: str
+    url: str | None = None
+
+
+def thread_of(session_id: str) -> Thread:
+    """The thread a session id names: ``slack:TEAM:CHANNEL:THREAD_TS`` and
+    ``discord:GUILD:THREAD`` become links; anything else (a console session) is a label."""
+    parts = session_id.split(":")
+    if len(parts) == 4 and parts[0] == "slack":
+        _, team, channel, ts = parts
+        if _SLACK_ID.fullmatch(team) and _SLACK_ID.fullmatch(channel) and _SLACK_TS.fullmatch(ts):
+            url = f"https://app.slack.com/client/{team}/{channel}/thread/{channel}-{ts}"
+            return Thread("slack", f"Slack {channel}, thread {ts}", url)
+    if len(parts) == 3 and parts[0] == "discord":
+        _, guild, thread = parts
+        if _SNOWFLAKE.fullmatch(guild) and _SNOWFLAKE.fullmatch(thread):
+            url = f"https://discord.com/channels/{guild}/{thread}"
+            return Thread("discord", f"Discord thread {thread}", url)
+    return Thread("", session_id)
+
+
+# --- the timeline's items ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AuditRow:
+    """One audited fact (who did what, when, and the detail: a digest or a refusal)."""
+
+    at: datetime
+    actor: str
+    action: str
+    request_id: str
+    detail: str
+
+    @classmethod
+    def of(cls, record: AuditRecord) -> AuditRow:
+        """A copy of the store's record."""
+        return cls(record.at, record.actor, record.action, record.request_id, record.detail)
+
+
+@dataclass(slots=True)
+class Call:
+    """One tool call of a model turn, with its outcome once the journal has one."""
+
+    seq: int  # the turn's
+    call_id: str
+    tool: str
+    arguments: str  # pretty JSON (or the raw text if it is not JSON)
+    outcome: str | None = None  # a ToolOutcome value once answered
+    output: str | None = None
+    is_error: bool = False
+    result_seq: int | None = None
+    duration: float | None = None  # seconds, when the journal records it
+    dispatched: bool = False  # a non-idempotent effect was started
+    process: str = ""  # where its processes ran
+    request_id: str = ""  # the latest request it was deferred on
+
+    @property
+    def state(self) -> str:
+        """The exit it took, or where it stands without one."""
+        if self.outcome is not None:
+            return self.outcome
+        if self.request_id:
+            return "deferred"
+        return "dispatched" if self.dispatched else "no result"
+
+    @property
+    def long(self) -> bool:
+        """Whether its output is collapsed."""
+        output = self.output or ""
+        return len(output) > LONG_OUTPUT_CHARS or output.count("\n") >= LONG_OUTPUT_LINES
+
+    @property
+    def long_arguments(self) -> bool:
+        """Whether its arguments are collapsed."""
+        arguments = self.arguments
+        return len(arguments) > LONG_OUTPUT_CHARS or arguments.count("\n") >= LONG_OUTPUT_LINES
+
+    @property
+    def output_lines(self) -> int:
+        """Lines of output."""
+        output = self.output or ""
+        return output.count("\n") + (0 if output.endswith("\n") or not output else 1)
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    """The run started: with what model and budgets, for whom."""
+
+    kind: ClassVar[str] = "started"
+    seq: int
+    at: datetime
+    provider: str
+    model: str
+    requested_by: str
+    budgets: Budgets
+    has_prompter: bool
+    history: int
+
+
+@dataclass(frozen=True, slots=True)
+class UserText:
+    """A human message entering the conversation (after hooks and the PII guard)."""
+
+    kind: ClassVar[str] = "user"
+    seq: int
+    text: str
+    by: str
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """A model reply: its text and its calls."""
+
+    kind: ClassVar[str] = "turn"
+    seq: int
+    iteration: int
+    text: str
+    finish_reason: str
+    usage: Usage
+    calls: list[Call]
+
+
+@dataclass(frozen=True, slots=True)
+class Orphan:
+    """A result whose call is not in the turn before it (it should not happen; shown anyway)."""
+
+    kind: ClassVar[str] = "orphan"
+    seq: int
+    call: Call
+
+
+@dataclass(frozen=True, slots=True)
+class RequestItem:
+    """A call deferred on a request: who may answer, by when, and what was decided."""
+
+    kind: ClassVar[str] = "request"
+    seq: int
+    request: Request
+    status: str
+    decision: Decision | None
+    may_answer: tuple[str, ...]
+    reason: str
+    decisions: tuple[AuditRow, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerItem:
+    """The run took a decision from the checkpoint."""
+
+    kind: ClassVar[str] = "answer"
+    seq: int
+    decision: Decision
+
+
+@dataclass(frozen=True, slots=True)
+class GrantItem:
+    """A grant to run a gated call (one call, or the tool for the rest of the run)."""
+
+    kind: ClassVar[str] = "grant"
+    seq: int
+    grant: Grant
+
+
+@dataclass(frozen=True, slots=True)
+class Suspended:
+    """The run's task ended; it waits for requests or a resume."""
+
+    kind: ClassVar[str] = "suspended"
+    seq: int
+    reason: str
+    request_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Resumed:
+    """A task picked the run up again (perhaps taking it over from a dead replica)."""
+
+    kind: ClassVar[str] = "resumed"
+    seq: int
+    owner: str
+    forced: bool
+    taken_over_from: str
+
+
+@dataclass(frozen=True, slots=True)
+class Advisory:
+    """Something the operator should know, kept out of the model's context."""
+
+    kind: ClassVar[str] = "advisory"
+    seq: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """The terminal result: its text and its structured payload apart."""
+
+    kind: ClassVar[str] = "ended"
+    seq: int
+    result: TerminalResult
+    payload: str | None  # pretty JSON
+
+
+Item = (
+    Started
+    | UserText
+    | Turn
+    | Orphan
+    | RequestItem
+    | AnswerItem
+    | GrantItem
+    | Suspended
+    | Resumed
+    | Advisory
+    | Ended
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """One budget: how much was used of how much (a limit of 0: none)."""
+
+    name: str
+    used: int | float
+    limit: int | float
+
+    @property
+    def percent(self) -> int:
+        """Used as a share of the limit, 0 to 100 (0 without a limit)."""
+        if not self.limit:
+            return 0
+        return max(0, min(100, round(100 * self.used / self.limit)))
+
+
+@dataclass(frozen=True, slots=True)
+class RunPage:
+    """Everything ``/runs/{id}`` shows."""
+
+    record: RunRecord
+    thread: Thread
+    provider: str
+    model: str
+    stop_reason: str
+    budgets: tuple[Budget, ...]
+    deadline_seconds: float
+    items: list[Item]
+    requests: tuple[RequestView, ...]
+    audit: tuple[AuditRow, ...]
+    result: TerminalResult | None
+    payload: str | None
+    next_seq: int
+    version: str
+    calls: int = 0
+    outcomes: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def run_id(self) -> str:
+        """The run's id."""
+        return self.record.id
+
+    @property
+    def live(self) -> bool:
+        """Whether the run may still change (running or suspended)."""
+        return self.record.status not in TERMINAL_STATUSES
+
+    @property
+    def open_requests(self) -> list[RequestView]:
+        """The requests still open."""
+        return [view for view in self.requests if view.status is RequestStatus.OPEN]
+
+
+def pretty_json(value: Any) -> str:
+    """Indented JSON, non-ASCII kept as is."""
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False, default=str)
+
+
+def pretty_arguments(arguments: str) -> str:
+    """A call's arguments as the model sent them: JSON on one line when it is short, else
+    indented; the raw text when it is not JSON."""
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return arguments
+    # The one-line form is the C encoder's, and most arguments are short: indenting them all
+    # (the pure-Python encoder) would cost a long run's page tens of milliseconds.
+    flat = json.dumps(value, ensure_ascii=False)
+    return flat if len(flat) <= SHORT_JSON_CHARS else pretty_json(value)
+
+
+def _duration(entry: object) -> float | None:
+    # The journal's tool_result entries may record how long the call took (seconds).
+    value = getattr(entry, "duration", None)
+    return float(value) if isinstance(value, int | float) else None
+
+
+def build_run_page(
+    view: RunView,
+    journal: Sequence[JournalRecord],
+    audit: Sequence[AuditRecord],
+    requests: Sequence[RequestView],
+) -> RunPage:
+    """A run's page from its record and state, its journal, its audit and its requests."""
+    record, state = view.record, view.state
+    audit_rows = tuple(AuditRow.of(row) for row in audit)
+    by_request: dict[str, list[AuditRow]] = {}
+    for row in audit_rows:
+        if row.request_id:
+            by_request.setdefault(row.request_id, []).append(row)
+    request_views = {v.request.id: v for v in requests}
+    items = _items(journal, request_views, by_request)
+    started = state.started
+    budgets = tuple(Budget(name, used, limit) for name, (used, limit) in view.budgets_used.items())
+    result = state.result
+    stop_reason = result.stop_reason.value if result else record.stop_reason
+    payload = pretty_json(result.payload) if result and result.payload is not None else None
+    next_seq = journal[-1].seq + 1 if journal else 0
+    return RunPage(
+        record=record,
+        thread=thread_of(record.session_id),
+        provider=started.fingerprint.provider if started else "",
+        model=started.fingerprint.model if started else "",
+        stop_reason=stop_reason,
+        budgets=budgets,
+        deadline_seconds=started.budgets.deadline_seconds if started else 0,
+        items=items,
+        requests=tuple(requests),
+        audit=audit_rows,
+        result=result,
+        payload=payload,
+        next_seq=next_seq,
+        version=page_version(record, journal, audit, requests),
+        calls=state.tool_calls,
+        outcomes=state.outcomes(),
+    )
+
+
+def page_version(
+    record: RunRecord,
+    journal: Sequence[JournalRecord],
+    audit: Sequence[AuditRecord],
+    requests: Sequence[RequestView],
+) -> str:
+    """Changes whenever anything a run's page shows may have changed (live updates compare
+    it before building the page again)."""
+    lease = record.lease_expires.isoformat() if record.lease_expires else ""
+    parts = [
+        record.status.value,
+        record.stop_reason,
+        record.owner,
+        str(record.epoch),
+        lease,
+        str(journal[-1].seq + 1 if journal else 0),
+        str(len(audit)),
+        audit[-1].at.isoformat() if audit else "",
+        *(f"{v.request.id}={v.status.value}" for v in requests),
+    ]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def _items(
+    journal: Iterable[JournalRecord],
+    requests: Mapping[str, RequestView],
+    audit: Mapping[str, list[AuditRow]],
+) -> list[Item]:
+    items: list[Item] = []
+    batch: dict[str, Call] = {}
+    last_text = ""
+    for record in journal:
+        seq, entry = record.seq, record.entry
+        match entry.kind:
+            case "tool_result":
+                call = batch.get(entry.call_id)
+                if call is None or call.outcome is not None:
+                    call = Call(seq, entry.call_id, entry.tool, "")
+                    items.append(Orphan(seq, call))
+                call.outcome = entry.outcome.value
+                call.output = entry.output
+                call.is_error = entry.is_error
+                call.result_seq = seq
+                call.duration = _duration(entry)
+            case "assistant_turn":
+                turn = entry.turn
+                calls = [Call(seq, c.id, c.name, pretty_arguments(c.arguments)) for c in turn.calls]
+                batch = {c.call_id: c for c in calls}
+                text = turn.text or ""
+                if text:
+                    last_text = text
+                items.append(
+                    Turn(seq, entry.iteration, text, turn.finish_reason, turn.usage, calls)
+                )
+            case "tool_dispatched":
+                if (call := batch.get(entry.call_id)) is not None:
+                    call.dispatched = True
+            case "tool_process":
+                if (call := batch.get(entry.call_id)) is not None:
+                    stamp = entry.process
+                    call.process = f"{stamp.host} pgid {stamp.pgid}"
+            case "tool_deferred":
+                request = entry.request
+                if (call := batch.get(entry.call_id)) is not None:
+                    call.request_id = request.id
+                items.append(_request_item(seq, request, requests.get(request.id), audit))
+            case "grant_written":
+                items.append(GrantItem(seq, entry.grant))
+            case "answer_supplied":
+                items.append(AnswerItem(seq, entry.decision))
+            case "user_message":
+                items.append(UserText(seq, entry.text, entry.by))
+            case "advisory":
+                items.append(Advisory(seq, entry.text))
+            case "run_started":
+                fingerprint = entry.fingerprint
+                items.append(
+                    Started(
+                        seq,
+                        entry.at,
+                        fingerprint.provider,
+                        fingerprint.model,
+                        entry.requested_by,
+                        entry.budgets,
+                        entry.has_prompter,
+                        len(entry.history),
+                    )
+                )
+            case "run_suspended":
+                items.append(Suspended(seq, entry.reason.value, entry.request_ids))
+            case "run_resumed":
+                items.append(Resumed(seq, entry.owner, entry.forced, entry.taken_over_from))
+            case "run_ended":
+                result = entry.restored(last_text)
+                payload = pretty_json(result.payload) if result.payload is not None else None
+                items.append(Ended(seq, result, payload))
+    return items
+
+
+def _request_item(
+    seq: int,
+    request: Request,
+    view: RequestView | None,
+    audit: Mapping[str, list[AuditRow]],
+) -> RequestItem:
+    decisions = tuple(audit.get(request.id, ()))
+    if view is None:  # the store lost it, or it is being written: the journal's copy
+        return RequestItem(seq, request, "unknown", None, (), "", decisions)
+    return RequestItem(
+        seq,
+        view.request,
+        view.status.value,
+        view.decision,
+        view.may_answer,
+        view.reason,
+        decisions,
+    )
+
+
+# --- the run list and the open requests ----------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RunRow:
+    """One line of ``/runs``."""
+
+    record: RunRecord
+    thread: Thread
+    open_requests: tuple[PendingRequest, ...]
+
+    @property
+    def may_answer(self) -> tuple[str, ...]:
+        """Everyone who may answer one of its open requests."""
+        return tuple(dict.fromkeys(p for r in self.open_requests for p in r.may_answer))
+
+
+def may_answer(pending: PendingRequest, principal: str) -> bool:
+    """Whether ``principal`` (a user id, or ``group:ID``) is among those who may answer."""
+    return principal in pending.may_answer or EVERYONE in pending.may_answer
+
+
+def run_rows(
+    records: Iterable[RunRecord],
+    pending: Iterable[PendingRequest],
+    *,
+    status: str = "",
+    answerer: str = "",
+) -> list[RunRow]:
+    """The runs with their open requests; only those in ``status`` and, with ``answerer``,
+    only those with an open request that ``answerer`` may answer."""
+    open_by_run: dict[str, list[PendingRequest]] = {}
+    for item in pending:
+        open_by_run.setdefault(item.request.run_id, []).append(item)
+    rows = []
+    for record in records:
+        if status and record.status.value != status:
+            continue
+        mine = tuple(open_by_run.get(record.id, ()))
+        if answerer and not any(may_answer(p, answerer) for p in mine):
+            continue
+        rows.append(RunRow(record, thread_of(record.session_id), mine))
+    return rows
+
+
+def oldest_first(pending: Iterable[PendingRequest]) -> list[PendingRequest]:
+    """Open requests, oldest first (ties by id, for a stable page)."""
+    return sorted(pending, key=lambda p: (p.request.created_at, p.request.id))

@@ -1,0 +1,183 @@
+"""Who may see the run pages: the operators' bearer token, or a link signed for one run."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from urllib.parse import quote
+
+import aiohttp
+import pytest
+
+from adapters.web.app import web_routes
+from adapters.web.auth import CONTENT_SECURITY_POLICY, WebConfig
+from bot.chat import ChatService
+from bot.config import ConfigError, WebSettings
+from tests.adapters.web.conftest import PUBLIC_URL, SECRET, TOKEN, Site, serve
+
+SECURITY = {
+    "Content-Security-Policy": CONTENT_SECURITY_POLICY,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+
+
+def pages(site: Site) -> list[str]:
+    return [
+        "/runs",
+        f"/runs/{site.done}",
+        f"/runs/{site.done}/fragment",
+        "/pending",
+        "/runs?status=suspended",
+    ]
+
+
+def signed(site: Site, run_id: str) -> str:
+    """The path and query of the signed link to ``run_id`` (the public URL's host stripped)."""
+    assert site.config.signer is not None
+    link = site.config.signer.link(PUBLIC_URL, run_id)
+    assert link.startswith(PUBLIC_URL)
+    return link.removeprefix(PUBLIC_URL)
+
+
+async def get(
+    http: aiohttp.ClientSession, url: str, **kwargs: object
+) -> tuple[int, str, dict[str, str]]:
+    async with http.get(url, allow_redirects=False, **kwargs) as response:  # type: ignore[arg-type]
+        return response.status, await response.text(), dict(response.headers)
+
+
+async def test_nothing_is_served_without_authorization(
+    site: Site, http: aiohttp.ClientSession
+) -> None:
+    for path in pages(site):
+        status, body, headers = await get(http, site.url + path)
+        assert status == 401, path
+        assert headers["WWW-Authenticate"].startswith("Bearer")
+        assert "checkout" not in body and site.done not in body
+        for name, value in SECURITY.items():
+            assert headers[name] == value
+
+
+async def test_a_wrong_bearer_is_refused_and_the_right_one_sees_every_page(
+    site: Site, http: aiohttp.ClientSession
+) -> None:
+    for path in pages(site):
+        status, _, headers = await get(http, site.url + path, headers=site.bearer("nope"))
+        assert status == 401 and "invalid_token" in headers["WWW-Authenticate"]
+        status, _, headers = await get(http, site.url + path, headers={"Authorization": TOKEN})
+        assert status == 401, "a token without the Bearer scheme"
+        status, _, headers = await get(http, site.url + path, headers=site.bearer())
+        assert status == 200, path
+        assert headers["Content-Security-Policy"] == CONTENT_SECURITY_POLICY
+        assert headers["Cache-Control"] == "no-store"
+
+
+async def test_a_signed_link_opens_its_run_and_nothing_else(
+    site: Site, http: aiohttp.ClientSession
+) -> None:
+    link = signed(site, site.done)
+    status, body, headers = await get(http, site.url + link)
+    assert status == 200
+    assert "Looking at checkout." in body
+    assert headers["Content-Security-Policy"] == CONTENT_SECURITY_POLICY
+    assert 'href="/pending"' not in body and 'href="/runs"' not in body  # no navigation
+    query = link.partition("?")[2]
+    status, _, _ = await get(http, f"{site.url}/runs/{site.done}/fragment?{query}")
+    assert status == 200
+
+    for path in (f"/runs/{site.waiting}", f"/runs/{site.waiting}/fragment", "/runs", "/pending"):
+        status, body, _ = await get(http, f"{site.url}{path}?{query}")
+        assert status == 403, path
+        assert "Deploying" not in body and site.request_id not in body
+
+
+async def test_a_live_run_opened_by_link_carries_the_signature_on_its_updates(
+    site: Site, http: aiohttp.ClientSession
+) -> None:
+    link = signed(site, site.waiting)
+    query = link.partition("?")[2].replace("&", "&amp;")
+    status, body, _ = await get(http, site.url + link)
+    assert status == 200
+    assert f'data-live-url="/runs/{site.waiting}/fragment?{query}"' in body
+    assert f'href="/runs/{site.waiting}?{query}"' in body  # Reload
+
+
+async def test_an_altered_or_expired_link_gets_403(site: Site, http: aiohttp.ClientSession) -> None:
+    link = signed(site, site.done)
+    path, _, query = link.partition("?")
+    params = dict(part.split("=", 1) for part in query.split("&"))
+    exp, sig = params["exp"], params["sig"]
+    flipped = ("0" if sig[0] != "0" else "1") + sig[1:]
+    altered = [
+        f"{path}?exp={exp}&sig={flipped}",
+        f"{path}?exp={int(exp) + 1}&sig={sig}",
+        f"{path}?exp={exp}",
+        f"{path}?sig={sig}",
+        f"{path}?exp=&sig=",
+        f"{path}?exp={quote('²')}&sig={sig}",
+        f"{path}?exp={exp}&sig={quote('é' * 64)}",
+        f"{path}x?exp={exp}&sig={sig}",
+        f"/runs/{site.waiting}?exp={exp}&sig={sig}",
+    ]
+    for url in altered:
+        status, body, headers = await get(http, site.url + url)
+        assert status == 403, url
+        assert "checkout" not in body
+        assert headers["Content-Security-Policy"] == CONTENT_SECURITY_POLICY
+
+    site.clock[0] += 86400 + 1
+    status, body, _ = await get(http, site.url + link)
+    assert status == 403 and "expired" in body
+
+
+async def test_without_token_or_secret_every_page_is_refused(
+    chat: tuple[ChatService, str, str, str], http: aiohttp.ClientSession
+) -> None:
+    service, done, _, _ = chat
+    config = WebConfig.from_settings(WebSettings(), {})
+    assert not config.enabled
+    runner, url = await serve(web_routes(service, config))
+    try:
+        for path in ("/runs", f"/runs/{done}", "/pending"):
+            for headers in ({}, {"Authorization": "Bearer "}, {"Authorization": "Bearer x"}):
+                status, body, _ = await get(http, url + path, headers=headers)
+                assert status in (401, 403), (path, headers)
+                assert "checkout" not in body
+            status, body, _ = await get(http, url + path)
+            assert status == 403 and "KESTREL_WEB_TOKEN" in body
+        status, _, _ = await get(http, url + "/static/style.css")
+        assert status == 200
+    finally:
+        await runner.cleanup()
+
+
+async def test_the_static_files_are_open_and_nothing_else_is(
+    site: Site, http: aiohttp.ClientSession
+) -> None:
+    status, css, headers = await get(http, site.url + "/static/style.css")
+    assert status == 200 and headers["Content-Type"].startswith("text/css")
+    assert ".redacted" in css
+    status, js, headers = await get(http, site.url + "/static/live.js")
+    assert 'getElementById("run")' in js
+    assert status == 200 and headers["Content-Type"].startswith("text/javascript")
+    for path in ("/static/", "/static/../app.py", "/static/templates/run.html", "/static/x.css"):
+        status, _, _ = await get(http, site.url + path)
+        assert status == 404, path
+
+
+def test_web_config_from_settings() -> None:
+    settings = WebSettings(public_url=PUBLIC_URL, link_ttl_seconds=60, metrics_public=True)
+    config = WebConfig.from_settings(settings, {"KESTREL_WEB_SECRET": SECRET})
+    assert config.signer is not None and config.token == "" and config.metrics_public
+    links = config.links()
+    assert links is not None
+    assert links("run_1", datetime.now(UTC)).startswith(f"{PUBLIC_URL}/runs/run_1?exp=")
+
+    only_token = WebConfig.from_settings(WebSettings(), {"KESTREL_WEB_TOKEN": f" {TOKEN} "})
+    assert only_token.token == TOKEN and only_token.signer is None and only_token.links() is None
+
+    with pytest.raises(ConfigError, match="KESTREL_WEB_SECRET must be at least 16 bytes"):
+        WebConfig.from_settings(WebSettings(), {"KESTREL_WEB_SECRET": "short"})
+    with pytest.raises(ConfigError, match=r"web.public_url .* need KESTREL_WEB_SECRET"):
+        WebConfig.from_settings(WebSettings(public_url=PUBLIC_URL), {"KESTREL_WEB_TOKEN": TOKEN})

@@ -1,0 +1,290 @@
+"""The run pages over a store with real runs: what they show, escaped, and how they update."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+from datetime import timedelta
+
+import aiohttp
+
+from adapters.web.export import export_html
+from adapters.web.render import load_run_page, marked, render_run_page
+from adapters.web.timeline import (
+    Ended,
+    RequestItem,
+    Suspended,
+    Turn,
+    UserText,
+    build_run_page,
+    thread_of,
+)
+from bot.chat import ChatService, RunView
+from bot.domain import (
+    AssistantTurn,
+    DecisionKind,
+    Fingerprint,
+    RunStatus,
+    StopReason,
+    TerminalResult,
+    ToolCall,
+    ToolOutcome,
+)
+from bot.journal.entries import (
+    AssistantTurnEntry,
+    Entry,
+    RunEnded,
+    RunStarted,
+    ToolResultEntry,
+    UserMessageEntry,
+)
+from bot.journal.fold import fold
+from bot.pii.guard import WITHHELD_MESSAGE
+from bot.policy import Actor
+from bot.records import JournalRecord, RunRecord
+from tests.adapters.web.conftest import HOSTILE, Site
+
+ESCAPED = "&lt;script&gt;alert(1)&lt;/script&gt;"
+
+
+async def get(http: aiohttp.ClientSession, site: Site, path: str) -> tuple[int, str]:
+    async with http.get(site.url + path, headers=site.bearer()) as response:
+        return response.status, await response.text()
+
+
+def calls_in(html: str) -> list[tuple[str, str]]:
+    """(tool, exit) of each call, in page order."""
+    return re.findall(
+        r'<li class="call[^"]*"[^>]*data-outcome="([^"]+)">\s*<div class="call-head">'
+        r'<code class="tool">([^<]+)</code>',
+        html,
+    )
+
+
+async def test_the_run_page_shows_the_timeline_in_order_escaped(
+    site: Site, http: aiohttp.ClientSession
+) -> None:
+    status, html = await get(http, site, f"/runs/{site.done}")
+    assert status == 200
+    assert [tool for _, tool in calls_in(html)] == ["echo", "echo", "echo", "boom"]
+    assert [exit for exit, _ in calls_in(html)] == ["ok", "ok", "ok", "error"]
+    # The tool output holding a script shows as text, in its arguments and its output.
+    assert HOSTILE not in html and "<script>alert" not in html
+    assert f'<pre class="output">{ESCAPED}</pre>' in html
+    # The PII guard's placeholder is marked.
+    assert '<span class="redacted"' in html
+    assert re.search(r'<span class="redacted"[^>]*>&lt;EMAIL_ADDRESS&gt;</span>', html)
+    # A long output is collapsed; a short one is not.
+    assert re.search(r'<details class="output-box"[^>]*><summary>Output: 40 lines', html)
+    assert "the tool failed: RuntimeError: kaboom" in html
+    # The header: status, stop reason, requester, thread link, model, budgets.
+    assert 'id="status" class="badge status status-completed">completed<' in html
+    assert ">answered<" in html
+    assert '<dd id="requester">U0REQ</dd>' in html
+    assert 'href="https://app.slack.com/client/T0001/C0001/thread/C0001-1700000000.000100"' in html
+    assert "test <span" in html  # the scripted model's name
+    assert 'data-budget="tool_calls">tool calls: 4 of 50' in html
+    # The terminal result: text and payload apart, both escaped.
+    assert '<div class="text result-text" id="result-text">All good.' in html
+    payload = re.search(r'<pre class="payload" id="result-payload">(.*?)</pre>', html, re.S)
+    assert payload is not None and "&lt;b&gt;fine&lt;/b&gt;" in payload.group(1)
+    assert "<b>fine</b>" not in html
+    # A finished run does not poll.
+    assert "live.js" not in html and "data-live-url" not in html
+
+
+async def test_a_waiting_run_shows_its_request_and_updates_itself(
+    site: Site, http: aiohttp.ClientSession
+) -> None:
+    status, html = await get(http, site, f"/runs/{site.waiting}")
+    assert status == 200
+    assert '<script src="/static/live.js" defer></script>' in html
+    assert f'data-live-url="/runs/{site.waiting}/fragment"' in html
+    assert f'<a class="reload" href="/runs/{site.waiting}">Reload</a>' in html
+    assert f'id="req-{site.request_id}"' in html
+    assert '<dd class="may-answer">U0BOSS, group:S0SRE</dd>' in html
+    assert calls_in(html) == [("deferred", "deploy")]
+    assert '<dd id="open-requests">1</dd>' in html
+
+    version = re.search(r'data-version="([0-9a-f]+)"', html)
+    assert version is not None
+    fragment = f"/runs/{site.waiting}/fragment"
+    async with http.get(site.url + fragment + f"?v={version.group(1)}", headers=site.bearer()) as r:
+        assert r.status == 204
+    status, part = await get(http, site, fragment)
+    assert status == 200 and part.startswith('<article id="run"') and "<html" not in part
+
+    decided = await site.chat.decide(
+        site.waiting,
+        site.request_id,
+        DecisionKind.DENY,
+        user=Actor("U0BOSS"),
+        text="not during the <freeze>",
+    )
+    assert decided.accepted and decided.resumed is not None
+    await site.chat.wait(decided.resumed)
+    async with http.get(site.url + fragment + f"?v={version.group(1)}", headers=site.bearer()) as r:
+        assert r.status == 200
+        part = await r.text()
+    assert 'data-status="completed"' in part and "data-live-url" not in part
+    assert calls_in(part) == [("gate_denied", "deploy")]
+    decision = re.search(r'<p class="decision" data-decision="deny">(.*?)</p>', part, re.S)
+    assert decision is not None
+    assert "U0BOSS" in decision.group(1) and "not during the &lt;freeze&gt;" in decision.group(1)
+    assert '<tr data-action="deny">' in part  # the audit
+    assert 'class="badge req-status req-answered">answered<' in part
+    assert "Shipped v2." not in part  # denied: the second reply's other branch
+
+
+async def test_runs_lists_and_filters(site: Site, http: aiohttp.ClientSession) -> None:
+    status, html = await get(http, site, "/runs")
+    assert status == 200
+    listed = re.findall(r'<tr class="run" data-run="([^"]+)" data-status="([^"]+)"', html)
+    assert listed == [(site.waiting, "suspended"), (site.done, "completed")]
+    assert '<td class="requester">U0REQ</td>' in html
+    assert "may answer: U0BOSS, group:S0SRE" in html
+
+    for query, expected in [
+        ("?status=suspended", [site.waiting]),
+        ("?status=completed", [site.done]),
+        ("?status=failed", []),
+        ("?may_answer=U0BOSS", [site.waiting]),
+        ("?may_answer=group:S0SRE&status=suspended", [site.waiting]),
+        ("?may_answer=U0REQ", []),
+        ("?limit=1", [site.waiting]),
+    ]:
+        status, html = await get(http, site, "/runs" + query)
+        assert status == 200
+        assert re.findall(r'<tr class="run" data-run="([^"]+)"', html) == expected, query
+    for bad in ("?status=bogus", "?limit=ten"):
+        status, _ = await get(http, site, "/runs" + bad)
+        assert status == 400
+
+
+async def test_pending_lists_open_requests_with_who_may_answer(
+    site: Site, http: aiohttp.ClientSession
+) -> None:
+    status, html = await get(http, site, "/pending")
+    assert status == 200
+    assert re.findall(r'<li class="request" data-request="([^"]+)"', html) == [site.request_id]
+    assert '<dd class="may-answer">U0BOSS, group:S0SRE</dd>' in html
+    assert f'href="/runs/{site.waiting}"' in html
+    assert re.search(r'<dd class="deadline"><time datetime="[^"]+">[^<]+</time> \(in \d+m\)', html)
+
+
+async def test_an_unknown_run_is_404(site: Site, http: aiohttp.ClientSession) -> None:
+    for path in ("/runs/run_nope", "/runs/run_nope/fragment"):
+        status, body = await get(http, site, path)
+        assert status == 404 and "no such run" in body
+
+
+async def test_the_export_is_one_self_contained_file(
+    chat: tuple[ChatService, str, str, str],
+) -> None:
+    service, done, waiting, _ = chat
+    for run_id in (done, waiting):
+        html = await export_html(service, run_id)
+        # Nothing but anchors within the page.
+        assert re.findall(r'(?<![\w-])(?:src|href|action)\s*=\s*"?([^"#])', html) == []
+        assert "<script" not in html and "<link" not in html and "@import" not in html
+        style = re.search(r"<style>(.*?)</style>", html, re.S)
+        assert style is not None
+        digest = base64.b64encode(hashlib.sha256(style.group(1).encode()).digest()).decode()
+        csp = re.search(r'<meta http-equiv="Content-Security-Policy" content="([^"]+)">', html)
+        assert csp is not None
+        assert f"style-src &#39;sha256-{digest}&#39;" in csp.group(1)
+        assert "default-src &#39;none&#39;" in csp.group(1)
+    html = await export_html(service, done)
+    assert ESCAPED in html and HOSTILE not in html
+    assert "https://app.slack.com/client/T0001/C0001/thread/C0001-1700000000.000100" in html
+
+
+async def test_the_timeline_model(chat: tuple[ChatService, str, str, str]) -> None:
+    service, done, waiting, request_id = chat
+    page = await load_run_page(service, done)
+    kinds = [item.kind for item in page.items]
+    assert kinds == ["started", "user", "turn", "turn", "ended"]
+    first = page.items[2]
+    assert isinstance(first, Turn)
+    assert [(c.tool, c.outcome) for c in first.calls] == [
+        ("echo", "ok"),
+        ("echo", "ok"),
+        ("echo", "ok"),
+        ("boom", "error"),
+    ]
+    assert first.calls[0].output == HOSTILE and first.calls[2].long and not first.calls[0].long
+    ended = page.items[-1]
+    assert isinstance(ended, Ended) and ended.result.payload == {"ok": True, "note": "<b>fine</b>"}
+    assert not page.live and page.thread.platform == "slack"
+
+    waiting_page = await load_run_page(service, waiting)
+    request = next(i for i in waiting_page.items if isinstance(i, RequestItem))
+    assert request.request.id == request_id and request.status == "open"
+    assert request.may_answer == ("U0BOSS", "group:S0SRE")
+    assert [row.action for row in request.decisions] == ["request"]
+    assert isinstance(waiting_page.items[-1], Suspended) and waiting_page.live
+    assert isinstance(waiting_page.items[1], UserText)
+
+
+def test_threads_and_redaction_marks() -> None:
+    assert thread_of("discord:123:456").url == "https://discord.com/channels/123/456"
+    assert (
+        thread_of("slack:T1X:C2Y:1.2").url == "https://app.slack.com/client/T1X/C2Y/thread/C2Y-1.2"
+    )
+    for odd in ("slack:T1:C2:javascript:alert(1)", "slack:t1:c2:1.2", "discord:x:1", "console"):
+        thread = thread_of(odd)
+        assert thread.url is None and thread.label == odd
+    assert str(marked("a <IP_ADDRESS> b")) == (
+        'a <span class="redacted" title="redacted by the PII guard">&lt;IP_ADDRESS&gt;</span> b'
+    )
+    assert "redacted" not in str(marked("<NOT_AN_ENTITY> &lt;EMAIL_ADDRESS&gt;"))
+    assert 'class="redacted"' in str(marked(WITHHELD_MESSAGE))
+    assert str(marked("<b>x</b>")) == "&lt;b&gt;x&lt;/b&gt;"
+
+
+def big_run(entries: int) -> tuple[RunView, list[JournalRecord]]:
+    """A finished run of about ``entries`` journal entries: turns of three calls each."""
+    run_id = "run_big"
+    journal: list[Entry] = [
+        RunStarted(
+            run_id=run_id,
+            session_id="slack:T1:C1:1.1",
+            requested_by="U1",
+            fingerprint=Fingerprint(
+                provider="p", model="m", tools_digest="t", system_prompt_digest="s"
+            ),
+        ),
+        UserMessageEntry(text="go", by="U1"),
+    ]
+    turn = 0
+    while len(journal) < entries - 2:
+        calls = tuple(
+            ToolCall(id=f"c{turn}_{n}", name="echo", arguments=f'{{"text": "n{n}"}}')
+            for n in range(3)
+        )
+        journal.append(
+            AssistantTurnEntry(iteration=turn, turn=AssistantTurn(text=f"turn {turn}", calls=calls))
+        )
+        for n, call in enumerate(calls):
+            output = ("x" * 80 + "\n") * (20 if n == 2 else 2) + f"<EMAIL_ADDRESS> {HOSTILE}"
+            journal.append(
+                ToolResultEntry(call_id=call.id, tool="echo", outcome=ToolOutcome.OK, output=output)
+            )
+        turn += 1
+    journal.append(AssistantTurnEntry(iteration=turn, turn=AssistantTurn(text="done")))
+    result = TerminalResult(status=RunStatus.COMPLETED, stop_reason=StopReason.ANSWERED)
+    journal.append(RunEnded.of(result.model_copy(update={"text": "done"}), "done"))
+    records = [JournalRecord(run_id=run_id, seq=n, epoch=1, entry=e) for n, e in enumerate(journal)]
+    record = RunRecord(id=run_id, session_id="slack:T1:C1:1.1", status=RunStatus.COMPLETED)
+    return RunView(record, fold(records, run_id)), records
+
+
+def test_a_run_of_a_thousand_entries_shows_every_call_escaped() -> None:
+    # How fast it renders is measured in bench/web.py, never asserted here.
+    view, records = big_run(1000)
+    assert len(records) >= 999
+    page = build_run_page(view, records, [], [])
+    html = render_run_page(page, now=view.record.created_at + timedelta(minutes=5))
+    assert html.count('<li class="call') == 3 * ((len(records) - 4) // 4)
+    assert HOSTILE not in html
