@@ -33,17 +33,16 @@ import argparse
 import asyncio
 import json
 import logging
-import math
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from bench.latency import SCRIPT, TIMEOUT_S, Figures, Tail, print_table
 from tests.fakes import discord_payloads as p
-from tests.fakes.discord_api import Call, FakeDiscord
+from tests.fakes.discord_api import Call
 from tests.fakes.discord_world import APPROVER, REQUESTER, DiscordWorld, button_id, discord_world
 
 CLICKS: Final = 500
@@ -53,25 +52,8 @@ WARMUP: Final = 5  # refused clicks and mentions sent first, not counted
 CALLBACK_TARGET_MS: Final = 50.0
 FEEDBACK_TARGET_MS: Final = 100.0
 DISCORD_CALLBACK_S: Final = 3.0
-TIMEOUT_S: Final = 30.0
 
 STRANGER: Final = "1999"  # in the guild, named nowhere in the policy
-
-# A mention naming "restart" asks for the gated tool (its run then waits for an approval);
-# any other gets a plain-text answer at once.
-SCRIPT: Final[list[Any]] = [
-    {
-        "one_of": [
-            {
-                "match": "restart",
-                "text": "Checkout is OOM-killed in a loop; a restart should bring it back.",
-                "calls": [{"name": "restart_service", "arguments": {"service": "checkout"}}],
-            },
-            {"text": "All good."},
-        ]
-    },
-    {"text": "Restarted checkout."},
-]
 
 
 @asynccontextmanager
@@ -82,27 +64,6 @@ async def replica(folder: Path) -> AsyncIterator[DiscordWorld]:
 
 
 # --------------------------------------------------------------------------- the fake's calls
-
-
-class Tail:
-    """The fake's calls from now on (each ``first`` looks at each call once: cheap to poll)."""
-
-    def __init__(self, fake: FakeDiscord) -> None:
-        self._fake = fake
-        self._start = len(fake.calls)
-
-    async def first(self, matches: Callable[[Call], bool], what: str) -> Call:
-        """The first call since the tail began that ``matches`` (waiting for it)."""
-        seen = self._start
-        deadline = time.monotonic() + TIMEOUT_S
-        while time.monotonic() < deadline:
-            calls = self._fake.calls
-            for call in calls[seen:]:
-                if matches(call):
-                    return call
-            seen = len(calls)
-            await asyncio.sleep(0.001)
-        raise RuntimeError(f"no {what} reached the fake Discord within {TIMEOUT_S:.0f} s")
 
 
 def content(call: Call) -> str:
@@ -194,16 +155,6 @@ async def click(
 # --------------------------------------------------------------------------- scenarios
 
 
-@dataclass
-class Figures:
-    """Latencies in ms, by what was timed."""
-
-    samples: dict[str, list[float]] = field(default_factory=dict)
-
-    def add(self, name: str, seconds: float) -> None:
-        self.samples.setdefault(name, []).append(seconds * 1000)
-
-
 async def open_cards(world: DiscordWorld, count: int) -> list[dict[str, Any]]:
     """``count`` runs each waiting for an approval, and their cards (as Discord stored them)."""
     start = len(world.discord.calls)
@@ -227,7 +178,7 @@ async def refused_clicks(
 ) -> None:
     """A user who may not approve clicks Approve, one click at a time."""
     for i in range(WARMUP + count):
-        tail = Tail(world.discord)
+        tail = Tail(lambda: world.discord.calls, "Discord")
         interaction, started = await click(world, card, STRANGER)
         callback = await tail.first(callback_of(interaction), "interaction callback")
         note = await tail.first(followup_of(interaction), "ephemeral follow-up")
@@ -244,7 +195,7 @@ async def approving_clicks(
     """One approving click on each card; the next once that run has answered."""
     for card in cards:
         thread, message = str(card["channel_id"]), str(card["id"])
-        tail = Tail(world.discord)
+        tail = Tail(lambda: world.discord.calls, "Discord")
         interaction, started = await click(world, card, APPROVER)
         callback = await tail.first(callback_of(interaction), "interaction callback")
         note = await tail.first(followup_of(interaction), "follow-up")
@@ -260,7 +211,7 @@ async def approving_clicks(
 async def mentions(world: DiscordWorld, count: int, figures: Figures) -> None:
     """Mentions one at a time, each starting its own thread, each answered before the next."""
     for i in range(WARMUP + count):
-        tail = Tail(world.discord)
+        tail = Tail(lambda: world.discord.calls, "Discord")
         message, started = await mention(world, f"how is checkout? ({i})")
         thread = str(message["id"])  # a thread started from a message takes its id
         created = await tail.first(thread_from(message), "thread creation")
@@ -297,12 +248,6 @@ def measure(clicks: int = CLICKS, approvals: int = APPROVALS, count: int = MENTI
 # --------------------------------------------------------------------------- report
 
 
-def percentile(values: Sequence[float], p: float) -> float:
-    """The nearest-rank ``p``-th percentile."""
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
-
-
 ROWS: Final = (
     ("refused.callback", "refused click -> interaction callback", CALLBACK_TARGET_MS, 99),
     ("refused.followup", "  -> ephemeral follow-up reaches the fake", None, 0),
@@ -330,15 +275,7 @@ def report(clicks: int = CLICKS, approvals: int = APPROVALS, count: int = MENTIO
         f"  targets: callback p99 < {CALLBACK_TARGET_MS:.0f} ms (Discord allows"
         f" {DISCORD_CALLBACK_S:.0f} s), thread created p50 < {FEEDBACK_TARGET_MS:.0f} ms"
     )
-    print(f"  {'':<46}{'n':>5}{'p50':>10}{'p99':>10}{'max':>10}")
-    for key, label, target, at in ROWS:
-        samples = figures.samples[key]
-        p50, p99 = percentile(samples, 50), percentile(samples, 99)
-        line = f"  {label:<46}{len(samples):>5}{p50:>7.1f} ms{p99:>7.1f} ms{max(samples):>7.1f} ms"
-        if target is not None:
-            verdict = "ok" if (p99 if at == 99 else p50) <= target else "over"
-            line += f"  p{at} {verdict}"
-        print(line)
+    print_table(figures, ROWS, 46)
     slowest = max(figures.samples["refused.callback"] + figures.samples["approve.callback"])
     within = "within" if slowest <= DISCORD_CALLBACK_S * 1000 else "NOT within"
     print(f"  every interaction answered {within} Discord's {DISCORD_CALLBACK_S:.0f} s")

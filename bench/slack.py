@@ -28,17 +28,17 @@ import argparse
 import asyncio
 import json
 import logging
-import math
 import tempfile
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 from adapters.slack import ids
+from bench.latency import SCRIPT, TIMEOUT_S, Figures, Tail, percentile, print_table
 from tests.fakes.slack_api import Call, FakeSlackApi
 from tests.fakes.slack_client import app_mention, block_actions
 from tests.fakes.slack_world import APPROVER, REQUESTER, SlackWorld, slack_world
@@ -51,28 +51,11 @@ WARMUP: Final = 5  # refused clicks and mentions sent first, not counted
 ACK_TARGET_MS: Final = 20.0
 FEEDBACK_TARGET_MS: Final = 100.0
 SLACK_ACK_S: Final = 3.0
-TIMEOUT_S: Final = 30.0
 
 CHANNEL: Final = "C0BENCH"
 STRANGER: Final = "U0STRANGER"
 SRE_GROUP: Final = "S0SRE"
 FEEDBACK_METHODS: Final = ("assistant.threads.setStatus", "chat.startStream")
-
-# A mention naming "restart" asks for the gated tool (its run then waits for an approval);
-# any other gets a plain-text answer at once.
-SCRIPT: Final[list[Any]] = [
-    {
-        "one_of": [
-            {
-                "match": "restart",
-                "text": "Checkout is OOM-killed in a loop; a restart should bring it back.",
-                "calls": [{"name": "restart_service", "arguments": {"service": "checkout"}}],
-            },
-            {"text": "All good."},
-        ]
-    },
-    {"text": "Restarted checkout."},
-]
 
 
 @asynccontextmanager
@@ -85,33 +68,6 @@ async def replica(folder: Path) -> AsyncIterator[SlackWorld]:
 
 
 # --------------------------------------------------------------------------- the fake's calls
-
-
-class Tail:
-    """The fake's calls from now on (each ``first`` looks at each call once: cheap to poll)."""
-
-    def __init__(self, api: FakeSlackApi) -> None:
-        self._api = api
-        self._start = len(api.calls)
-
-    def new(self) -> list[Call]:
-        """The calls that arrived since the last look (for scanning as they come)."""
-        calls = self._api.calls[self._start :]
-        self._start += len(calls)
-        return calls
-
-    async def first(self, matches: Callable[[Call], bool], what: str) -> Call:
-        """The first call since the tail began that ``matches`` (waiting for it)."""
-        seen = self._start
-        deadline = time.monotonic() + TIMEOUT_S
-        while time.monotonic() < deadline:
-            calls = self._api.calls
-            for call in calls[seen:]:
-                if matches(call):
-                    return call
-            seen = len(calls)
-            await asyncio.sleep(0.001)
-        raise RuntimeError(f"no {what} reached the fake Slack within {TIMEOUT_S:.0f} s")
 
 
 def _shows(call: Call, action_id: str) -> bool:
@@ -198,17 +154,6 @@ async def click(world: SlackWorld, card: Card, user: str) -> tuple[float, float]
 # --------------------------------------------------------------------------- scenarios
 
 
-@dataclass
-class Figures:
-    """Latencies in ms, by what was timed; the burst's counts."""
-
-    samples: dict[str, list[float]] = field(default_factory=dict)
-    burst: dict[str, float] = field(default_factory=dict)
-
-    def add(self, name: str, seconds: float) -> None:
-        self.samples.setdefault(name, []).append(seconds * 1000)
-
-
 async def open_cards(world: SlackWorld, count: int) -> list[Card]:
     """``count`` runs each waiting for an approval, and their cards."""
     start = len(world.api.calls)
@@ -230,7 +175,7 @@ async def open_cards(world: SlackWorld, count: int) -> list[Card]:
 async def refused_clicks(world: SlackWorld, card: Card, count: int, figures: Figures) -> None:
     """A user who may not approve clicks Approve, one click at a time."""
     for i in range(WARMUP + count):
-        tail = Tail(world.api)
+        tail = Tail(lambda: world.api.calls, "Slack")
         started, acked = await click(world, card, STRANGER)
         note = await tail.first(
             lambda c: c.method == "chat.postEphemeral" and c.args.get("user") == STRANGER,
@@ -246,7 +191,7 @@ async def refused_clicks(world: SlackWorld, card: Card, count: int, figures: Fig
 async def approving_clicks(world: SlackWorld, cards: Sequence[Card], figures: Figures) -> None:
     """One approving click on each card; the next once that run has answered."""
     for card in cards:
-        tail = Tail(world.api)
+        tail = Tail(lambda: world.api.calls, "Slack")
         started, acked = await click(world, card, APPROVER)
         update = await tail.first(update_of(card.ts), "card update")
         figures.add("approve.ack", acked)
@@ -257,7 +202,7 @@ async def approving_clicks(world: SlackWorld, cards: Sequence[Card], figures: Fi
 async def mentions(world: SlackWorld, count: int, figures: Figures) -> None:
     """Mentions one at a time, each in its own thread, each answered before the next."""
     for i in range(WARMUP + count):
-        tail = Tail(world.api)
+        tail = Tail(lambda: world.api.calls, "Slack")
         thread, started, acked = await mention(world, f"how is checkout? ({i})")
         shown = await tail.first(feedback_in(thread), "status or stream")
         answer = await tail.first(answer_in(thread), "answer")
@@ -269,7 +214,7 @@ async def mentions(world: SlackWorld, count: int, figures: Figures) -> None:
 
 async def burst(world: SlackWorld, count: int, figures: Figures) -> None:
     """``count`` mentions at once; then every thread's answers, once all are answered."""
-    tail = Tail(world.api)
+    tail = Tail(lambda: world.api.calls, "Slack")
     started = time.monotonic()
     sent = await asyncio.gather(*(mention(world, f"is checkout up? ({i})") for i in range(count)))
     threads = {thread for thread, _, _ in sent}
@@ -321,12 +266,6 @@ def measure(
 # --------------------------------------------------------------------------- report
 
 
-def percentile(values: Sequence[float], p: float) -> float:
-    """The nearest-rank ``p``-th percentile."""
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
-
-
 ROWS: Final = (
     ("refused.ack", "refused click -> HTTP response", ACK_TARGET_MS, 99),
     ("refused.ephemeral", "  -> ephemeral refusal reaches the fake", None, 0),
@@ -352,15 +291,7 @@ def report(
         f" targets: ack p99 < {ACK_TARGET_MS:.0f} ms (Slack allows {SLACK_ACK_S:.0f} s),"
         f" first feedback p50 < {FEEDBACK_TARGET_MS:.0f} ms"
     )
-    print(f"  {'':<44}{'n':>5}{'p50':>10}{'p99':>10}{'max':>10}")
-    for key, label, target, at in ROWS:
-        samples = figures.samples[key]
-        p50, p99 = percentile(samples, 50), percentile(samples, 99)
-        line = f"  {label:<44}{len(samples):>5}{p50:>7.1f} ms{p99:>7.1f} ms{max(samples):>7.1f} ms"
-        if target is not None:
-            verdict = "ok" if (p99 if at == 99 else p50) <= target else "over"
-            line += f"  p{at} {verdict}"
-        print(line)
+    print_table(figures, ROWS, 44)
     b = figures.burst
     print(
         f"  burst of {b['sent']:.0f} mentions at once: {b['acked_in_time']:.0f} acknowledged within"
