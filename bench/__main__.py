@@ -2,8 +2,8 @@
 
 SQLite first (W1, W2, the PII guard's throughput, the durable commits of a run waiting for an
 approval, the command line's start-up, the Slack and Discord adapters' latencies, a /metrics
-scrape), then the same on PostgreSQL (``KESTREL_BENCH_POSTGRES_DSN``, a fresh schema per
-scenario), two replicas on one store, and the takeover latency. When PostgreSQL is
+scrape, a run's page), then the same on PostgreSQL (``KESTREL_BENCH_POSTGRES_DSN``, a fresh
+schema per scenario), two replicas on one store, and the takeover latency. When PostgreSQL is
 unreachable its figures are skipped, saying why.
 """
 
@@ -18,6 +18,7 @@ from bench import (
     takeover,
     w1,
     w2,
+    web,
 )
 from bench.stores import postgres_server
 
@@ -40,6 +41,8 @@ def sqlite_figures() -> None:
     discord.report()
     print()
     metrics.report()
+    print()
+    web.report()
 
 
 def postgres_figures(server: str) -> None:

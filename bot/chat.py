@@ -78,6 +78,16 @@ class RequestView:
 
 
 @dataclass(frozen=True)
+class RunInspection:
+    """Everything a run's page shows, read with one load of its journal."""
+
+    view: RunView
+    journal: list[JournalRecord]
+    audit: list[AuditRecord]
+    requests: list[RequestView]
+
+
+@dataclass(frozen=True)
 class Decided:
     """What became of a decision: whether it counted, why, and the run it resumed, if any."""
 
@@ -183,6 +193,17 @@ class ChatService:
         flags = self._rt.tools.current().flags_of(request.tool)
         who = tuple(self._rt.policy.who_may_answer(request, flags))
         return RequestView(request, status, decision, who, state.reason_for(request.call_id))
+
+    async def inspect(self, run_id: str) -> RunInspection:
+        """A run's record, journal, audit and requests (``UnknownRun`` for an unknown id)."""
+        store = self._rt.store
+        record = await store.get_run(run_id)
+        journal = await store.load(run_id)
+        state = fold(journal, run_id)
+        audit = await store.list_audit(run_id, limit=1000)
+        found = await store.list_requests(run_id=run_id, status=None)
+        requests = [self._view(*row, state) for row in found]
+        return RunInspection(RunView(record, state), journal, audit, requests)
 
     async def journal(self, run_id: str) -> list[JournalRecord]:
         """A run's whole journal, in order (what its page shows)."""

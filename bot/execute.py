@@ -241,6 +241,7 @@ async def _journal_exit(call: ToolCall, result: CallExit, env: CallEnv, began: f
             outcome=result.outcome,
             output=result.output,
             is_error=result.is_error,
+            seconds=round(time.monotonic() - began, 6),
         )
         await env.run.journal.append(entry)
     for grant in env.gate.flush():

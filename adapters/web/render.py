@@ -32,7 +32,7 @@ from adapters.web.timeline import (
     run_rows,
     thread_of,
 )
-from bot.chat import PendingRequest, RequestView, RunView
+from bot.chat import PendingRequest, RequestView, RunInspection, RunView
 from bot.domain import utcnow
 from bot.pii.guard import WITHHELD_MESSAGE
 from bot.pii.recognizers import ENTITY_TYPES
@@ -217,16 +217,10 @@ def render_pending(pending: Sequence[PendingRequest], *, now: datetime | None = 
 
 
 class RunReader(Protocol):
-    """What the pages read runs through: ``bot.chat.ChatService`` (or anything with its read
-    methods, e.g. a read-only service for ``kestrel runs export``)."""
+    """What the pages read runs through: ``bot.chat.ChatService`` (or anything with these
+    read methods)."""
 
-    async def status(self, run_id: str) -> RunView: ...
-
-    async def journal(self, run_id: str) -> list[JournalRecord]: ...
-
-    async def audit_of(self, run_id: str, limit: int = 1000) -> list[AuditRecord]: ...
-
-    async def requests_of(self, run_id: str) -> list[RequestView]: ...
+    async def inspect(self, run_id: str) -> RunInspection: ...
 
     async def recent(self, limit: int = 10) -> list[RunRecord]: ...
 
@@ -255,11 +249,8 @@ class RunSources:
 async def load_run_sources(chat: RunReader, run_id: str) -> RunSources:
     """A run's record, journal, audit and requests (``bot.store.UnknownRun`` for an unknown
     id)."""
-    view = await chat.status(run_id)
-    journal = await chat.journal(run_id)
-    audit = await chat.audit_of(run_id)
-    requests = await chat.requests_of(run_id)
-    return RunSources(view, journal, audit, requests)
+    found = await chat.inspect(run_id)
+    return RunSources(found.view, found.journal, found.audit, found.requests)
 
 
 async def load_run_page(chat: RunReader, run_id: str) -> RunPage:

@@ -345,12 +345,6 @@ def pretty_arguments(arguments: str) -> str:
     return flat if len(flat) <= SHORT_JSON_CHARS else pretty_json(value)
 
 
-def _duration(entry: object) -> float | None:
-    # The journal's tool_result entries may record how long the call took (seconds).
-    value = getattr(entry, "duration", None)
-    return float(value) if isinstance(value, int | float) else None
-
-
 def build_run_page(
     view: RunView,
     journal: Sequence[JournalRecord],
@@ -435,7 +429,7 @@ def _items(
                 call.output = entry.output
                 call.is_error = entry.is_error
                 call.result_seq = seq
-                call.duration = _duration(entry)
+                call.duration = entry.seconds
             case "assistant_turn":
                 turn = entry.turn
                 calls = [Call(seq, c.id, c.name, pretty_arguments(c.arguments)) for c in turn.calls]

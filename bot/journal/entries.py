@@ -81,6 +81,9 @@ class ToolResultEntry(DomainModel):
     outcome: ToolOutcome
     output: str
     is_error: bool = False
+    # How long the call took from entering executeTool; None for an answer given later
+    # through the checkpoint (a question's, an uncertain effect's).
+    seconds: float | None = None
 
 
 class ToolDeferred(DomainModel):

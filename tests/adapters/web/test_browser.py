@@ -1,0 +1,577 @@
+"""The run pages in a real headless Chromium (Playwright): what a person sees, and who may.
+
+The browser is found as ``tests.fakes.browser`` says (``KESTREL_CHROMIUM``, else ``chromium``
+on ``PATH``); without one every test here skips, saying so. One browser serves the module;
+each test gets its own store, server and browser contexts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import socket
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import pytest_asyncio
+from aiohttp import web
+from pydantic import BaseModel
+
+from adapters.web.app import web_routes
+from adapters.web.auth import WebConfig
+from adapters.web.render import SUSPENDED_POLL_MS
+from bot.chat import ChatService
+from bot.config import PolicySettings
+from bot.domain import DecisionKind, RunStatus, Session
+from bot.links import LinkSigner
+from bot.policy import Actor, Policy
+from bot.prompter import DeferringPrompter
+from bot.supervisor import LiveRun, Supervisor
+from bot.tools.base import Tool
+from bot.tools.python import function_tool
+from tests.fakes.browser import browser_or_skip
+from tests.fakes.runtime import make_runtime
+
+async_api = pytest.importorskip(
+    "playwright.async_api", reason="playwright is not installed: pip install -e '.[dev]'"
+)
+expect = async_api.expect
+
+if TYPE_CHECKING:
+    from playwright.async_api import Browser, ConsoleMessage, Page, Response
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+TOKEN = "operator-token-0123456789"
+SECRET = "link-secret-0123456789abcdef"
+TTL = 3600.0
+REQUESTER = Actor("U0REQ")
+APPROVER = Actor("U0BOSS")
+# The README's screenshot is written again only when asked (KESTREL_UPDATE_SCREENSHOT=1), so
+# that a test run leaves the clone as it was.
+SCREENSHOT = Path(__file__).resolve().parents[3] / "docs" / "screenshots" / "run-page.png"
+PNG = b"\x89PNG\r\n\x1a\n"
+
+HOSTILE = (
+    "<script>window.__pwned=1</script>"
+    '<img src=x onerror="window.__pwned=2">'
+    "</pre><script>window.__pwned=3</script>"
+)
+STATUS = (
+    "checkout.service - Checkout API\n"
+    "   Active: failed (Result: oom-kill) since 09:41:07 UTC; 2 min ago\n"
+    "   OOM-killed 3 times in 10 min; memory 2.0G of 2.0G limit"
+)
+LOGS = (
+    "09:40:58 checkout[8812]: GC overhead limit exceeded (heap 1.9G)\n"
+    "09:41:02 checkout[8812]: paging on-call: <EMAIL_ADDRESS>\n"
+    "09:41:07 systemd[1]: checkout.service: A process of this unit has been killed"
+    " by the OOM killer."
+)
+RESTARTED = "restarted checkout.service: active (running) since 09:43:30 UTC"
+ANSWER = "Restarted checkout.service; it is up again and serving. Memory is at 0.6G of 2.0G."
+WATCHED = "Checkout stayed up while I watched."
+REASON = "go ahead, it is down anyway"
+
+POLICY = PolicySettings(
+    requesters=[REQUESTER.user],
+    approvers={"restart_service": [APPROVER.user, "group:S0SRE"]},
+)
+
+# Position 0 by the prompt, 1 and 2 by the tools' outputs.
+SCRIPT: list[dict[str, Any]] = [
+    {
+        "one_of": [
+            {
+                "match": "^checkout",
+                "text": "Looking at checkout's unit and its last log lines.",
+                "calls": [
+                    {"name": "service_status", "arguments": {"service": "checkout"}},
+                    {"name": "tail_logs", "arguments": {"service": "checkout", "lines": 3}},
+                ],
+            },
+            {
+                "match": "^echo",
+                "text": "Echoing it.",
+                "calls": [{"name": "echo", "arguments": {"text": HOSTILE}}],
+            },
+            {
+                "match": "^watch",
+                "text": "Watching checkout.",
+                "calls": [{"name": "hold", "arguments": {"text": HOSTILE}}],
+            },
+        ]
+    },
+    {
+        "one_of": [
+            {
+                "match": "OOM",
+                "text": "Checkout is OOM-killed in a loop; a restart should bring it back.",
+                "calls": [{"name": "restart_service", "arguments": {"service": "checkout"}}],
+            },
+            {"match": "^held", "text": WATCHED},
+            {"text": "Done."},
+        ]
+    },
+    {"one_of": [{"match": "^restarted", "text": ANSWER}, {"text": "Left checkout as it is."}]},
+]
+
+
+class ServiceArgs(BaseModel):
+    service: str
+
+
+class LogArgs(BaseModel):
+    service: str
+    lines: int = 20
+
+
+class TextArgs(BaseModel):
+    text: str
+
+
+def ops_tools(entered: asyncio.Event, gate: asyncio.Event) -> list[Tool]:
+    """service_status, tail_logs, restart_service (gated), echo, and hold (waits for ``gate``)."""
+
+    @function_tool(name="service_status")
+    async def service_status(args: ServiceArgs) -> str:
+        """The unit's state."""
+        return STATUS
+
+    @function_tool(name="tail_logs")
+    async def tail_logs(args: LogArgs) -> str:
+        """The unit's last log lines."""
+        return LOGS
+
+    @function_tool(name="restart_service", confirm=True, idempotent=False)
+    async def restart_service(args: ServiceArgs) -> str:
+        """Restart the unit (an approver must approve)."""
+        return RESTARTED
+
+    @function_tool(name="echo")
+    async def echo(args: TextArgs) -> str:
+        """Return the text."""
+        return args.text
+
+    @function_tool(name="hold")
+    async def hold(args: TextArgs) -> str:
+        """Wait until the test lets go."""
+        entered.set()
+        await gate.wait()
+        return f"held {args.text}"
+
+    return [service_status, tail_logs, restart_service, echo, hold]
+
+
+@dataclass
+class World:
+    """A store with the ops tools, and the pages served on localhost: the operators' token,
+    and signed links whose public URL is this server."""
+
+    url: str
+    chat: ChatService
+    config: WebConfig
+    entered: asyncio.Event  # the hold tool started
+    gate: asyncio.Event  # lets the hold tool finish
+    threads: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+
+    def link(self, run_id: str, issued: float | None = None) -> str:
+        """The "View run" link a chat message would carry."""
+        assert self.config.signer is not None and self.config.public_url == self.url
+        return self.config.signer.link(self.url, run_id, issued)
+
+    async def start(self, text: str) -> LiveRun:
+        """A run of ``text`` in a Slack thread of its own; approvals wait for a person."""
+        ts = f"17000000{next(self.threads):02d}.000100"
+        session = Session(
+            id=f"slack:T0001:C0OPS:{ts}", platform="slack", channel="C0OPS", thread=ts
+        )
+        return await self.chat.submit_turn(
+            text, user=REQUESTER, session=session, prompter=DeferringPrompter()
+        )
+
+    async def waiting(self) -> tuple[str, str]:
+        """A run suspended on the approval of restart_service: (run id, request id)."""
+        live = await self.start("checkout is down again")
+        state = await self.chat.wait(live)
+        (request,) = state.open_requests
+        return live.run_id, request.id
+
+    async def approve(self, run_id: str, request_id: str) -> None:
+        """The approver approves; the run resumes and ends."""
+        decided = await self.chat.decide(
+            run_id, request_id, DecisionKind.APPROVE, user=APPROVER, text=REASON
+        )
+        assert decided.accepted and decided.resumed is not None, decided
+        await self.chat.wait(decided.resumed)
+
+    async def finished(self) -> str:
+        """A completed run: two calls, an approved restart, the answer."""
+        run_id, request_id = await self.waiting()
+        await self.approve(run_id, request_id)
+        assert (await self.chat.status(run_id)).record.status is RunStatus.COMPLETED
+        return run_id
+
+    async def echoed(self) -> str:
+        """A completed run whose one tool output is ``HOSTILE``."""
+        live = await self.start("echo this")
+        await self.chat.wait(live)
+        return live.run_id
+
+
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
+async def chromium() -> AsyncIterator[Browser]:
+    async with browser_or_skip() as launched:
+        yield launched
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def world(tmp_path: Path, chromium: Browser) -> AsyncIterator[World]:
+    entered, gate = asyncio.Event(), asyncio.Event()
+    rt, _ = await make_runtime(tmp_path / "k.db", SCRIPT, ops_tools(entered, gate))
+    rt.policy = Policy(POLICY)
+    chat = ChatService(Supervisor(rt))
+    # The port is known before the app is built: the links' public URL is this server.
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    config = WebConfig(token=TOKEN, signer=LinkSigner(SECRET, TTL), public_url=url)
+    runner = web.AppRunner(web_routes(chat, config), access_log=None)
+    await runner.setup()
+    await web.SockSite(runner, listener).start()
+    yield World(url, chat, config, entered, gate)
+    gate.set()
+    await runner.cleanup()
+    await rt.store.close()
+
+
+NewPage = Callable[..., Awaitable["Page"]]
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def new_page(chromium: Browser) -> AsyncIterator[NewPage]:
+    """Pages in fresh browser contexts: with the operators' bearer token (``token``; None for
+    none) and a viewport; every context is closed after the test."""
+    contexts = []
+
+    async def make(*, token: str | None = TOKEN, width: int = 1200, height: int = 900) -> Page:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        context = await chromium.new_context(
+            extra_http_headers=headers, viewport={"width": width, "height": height}
+        )
+        contexts.append(context)
+        return await context.new_page()
+
+    yield make
+    for context in contexts:
+        await context.close()
+
+
+@dataclass
+class Watch:
+    """What a page did besides rendering: errors, console lines, CSP violations, navigations
+    of its main frame, and the statuses of its live updates."""
+
+    errors: list[str] = field(default_factory=list)
+    console: list[str] = field(default_factory=list)
+    navigations: list[str] = field(default_factory=list)
+    fragments: list[int] = field(default_factory=list)
+
+    def _console(self, message: ConsoleMessage) -> None:
+        # The browser asks for /favicon.ico by itself (the pages name none): its 404 is noise.
+        if not message.location.get("url", "").endswith("/favicon.ico"):
+            self.console.append(f"{message.type}: {message.text}")
+
+    @classmethod
+    async def on(cls, page: Page) -> Watch:
+        watch = cls()
+        page.on("pageerror", lambda error: watch.errors.append(str(error)))
+        page.on("console", watch._console)
+        page.on(
+            "framenavigated",
+            lambda frame: watch.navigations.append(frame.url) if frame == page.main_frame else None,
+        )
+        page.on(
+            "response", lambda r: watch.fragments.append(r.status) if "/fragment" in r.url else None
+        )
+        # Injected by the browser itself, not by the page: the CSP does not apply to it.
+        await page.add_init_script(
+            "window.__violations = [];"
+            " document.addEventListener('securitypolicyviolation',"
+            " e => window.__violations.push(e.violatedDirective));"
+        )
+        return watch
+
+
+async def goto(page: Page, url: str) -> Response:
+    response = await page.goto(url)
+    assert response is not None
+    return response
+
+
+def is_fragment(response: Response) -> bool:
+    return "/fragment" in response.url
+
+
+async def nothing_ran(page: Page) -> None:
+    """No script of the page's data ran, and none of its markup became elements."""
+    assert await page.evaluate("typeof window.__pwned") == "undefined"
+    assert await page.evaluate("document.querySelectorAll('#run script, #run img').length") == 0
+    assert await page.evaluate("window.__violations") == []
+
+
+# --------------------------------------------------------------------------- what it shows
+
+
+async def test_a_finished_runs_timeline_shows_the_calls_in_order_with_their_outputs(
+    world: World, new_page: NewPage
+) -> None:
+    run_id = await world.finished()
+    page = await new_page()
+    watch = await Watch.on(page)
+    response = await goto(page, f"{world.url}/runs/{run_id}")
+    assert response.status == 200
+
+    await expect(page.locator("#status")).to_have_text("completed")
+    calls = page.locator("li.call")
+    assert await calls.locator(".tool").all_inner_texts() == [
+        "service_status",
+        "tail_logs",
+        "restart_service",
+    ]
+    assert await calls.locator(".exit").all_inner_texts() == ["ok", "ok", "ok"]
+    outputs = calls.locator("pre.output")
+    assert await outputs.all_inner_texts() == [STATUS, LOGS, RESTARTED]
+    for n in range(3):
+        await expect(outputs.nth(n)).to_be_visible()
+    # The items in journal order: the turns, the request and its decision, the answer.
+    kinds = await page.locator("#timeline > li.item").evaluate_all(
+        "items => items.map(item => item.classList[1])"
+    )
+    assert kinds[:4] == ["started", "user", "turn", "turn"] and kinds[-2:] == ["turn", "ended"]
+    assert kinds.index("request") < kinds.index("resumed") < len(kinds) - 2
+    decision = page.locator("p.decision")
+    await expect(decision).to_have_attribute("data-decision", "approve")
+    await expect(decision).to_contain_text(f"by {APPROVER.user}")
+    await expect(decision.locator("q.reason")).to_have_text(REASON)
+    redacted = page.locator("pre.output .redacted")
+    await expect(redacted).to_have_text("<EMAIL_ADDRESS>")
+    await expect(redacted).to_have_attribute("title", "redacted by the PII guard")
+    await expect(page.locator("#result-text")).to_have_text(ANSWER)
+    # A finished run does not poll, and the operator sees the navigation.
+    assert await page.evaluate("document.scripts.length") == 0
+    await expect(page.locator("nav a")).to_have_text(["Runs", "Pending"])
+    assert watch.errors == [] and watch.console == []
+
+
+async def test_a_tool_output_carrying_a_script_renders_as_text_and_no_script_runs(
+    world: World, new_page: NewPage
+) -> None:
+    run_id = await world.echoed()
+    page = await new_page()
+    watch = await Watch.on(page)
+    assert (await goto(page, f"{world.url}/runs/{run_id}")).status == 200
+
+    assert await page.locator("li.call pre.output").inner_text() == HOSTILE
+    arguments = await page.locator("li.call pre.arguments").inner_text()
+    assert "<script>window.__pwned=1</script>" in arguments and "onerror=" in arguments
+    await nothing_ran(page)
+    assert watch.errors == [] and watch.console == []
+
+    # And were markup to get through, the Content-Security-Policy would not run it: an inline
+    # script and an inline handler put on the page are refused, and reported.
+    blocked = await page.evaluate(
+        """() => new Promise(resolve => {
+          const seen = [];
+          document.addEventListener('securitypolicyviolation', e => {
+            seen.push(e.violatedDirective);
+            if (seen.length === 2) resolve(seen);
+          });
+          const script = document.createElement('script');
+          script.textContent = 'window.__pwned = 4';
+          document.body.append(script);
+          const image = '<img src="/x" onerror="window.__pwned=5">';
+          document.body.insertAdjacentHTML('beforeend', image);
+          setTimeout(() => resolve(seen), 3000);
+        })"""
+    )
+    assert sorted(blocked) == ["script-src-attr", "script-src-elem"], blocked
+    assert await page.evaluate("typeof window.__pwned") == "undefined"
+    assert any("Content Security Policy" in line for line in watch.console), watch.console
+    assert watch.errors == []
+
+
+async def test_a_live_runs_page_updates_when_the_run_moves_on(
+    world: World, new_page: NewPage
+) -> None:
+    live = await world.start("watch checkout for a minute")
+    await asyncio.wait_for(world.entered.wait(), 10)
+    page = await new_page()
+    watch = await Watch.on(page)
+    assert (await goto(page, f"{world.url}/runs/{live.run_id}")).status == 200
+
+    run = page.locator("#run")
+    await expect(run).to_have_attribute("data-status", "running")
+    await expect(run).to_have_attribute("data-interval", "2000")
+    await expect(page.locator("li.call .tool")).to_have_text(["hold"])
+    assert await page.locator("li.call pre.output").count() == 0
+    await page.evaluate("window.__sameDocument = true")
+
+    world.gate.set()
+    await world.chat.wait(live)
+    # live.js fetches the fragment (every 2 s while running) and swaps it in: no reload.
+    await expect(run).to_have_attribute("data-status", "completed", timeout=10_000)
+    await expect(page.locator("#status")).to_have_text("completed")
+    assert await page.locator("li.call pre.output").all_inner_texts() == [f"held {HOSTILE}"]
+    await expect(page.locator("#result-text")).to_have_text(WATCHED)
+    assert await run.get_attribute("data-live-url") is None  # polling has stopped
+    assert await page.evaluate("window.__sameDocument") is True
+    assert watch.navigations == [f"{world.url}/runs/{live.run_id}"]
+    assert 200 in watch.fragments and set(watch.fragments) <= {200, 204}
+    await nothing_ran(page)  # the hostile output came in through the live update
+    assert watch.errors == [] and watch.console == []
+
+
+async def test_a_waiting_run_opened_by_its_link_shows_the_decision_when_it_is_made(
+    world: World, new_page: NewPage
+) -> None:
+    run_id, request_id = await world.waiting()
+    page = await new_page(token=None)
+    watch = await Watch.on(page)
+    await page.clock.install()  # the 10 s polls of a suspended run, fast-forwarded
+    assert (await goto(page, world.link(run_id))).status == 200
+
+    run = page.locator("#run")
+    await expect(run).to_have_attribute("data-status", "suspended")
+    await expect(page.locator(".req-status")).to_have_text("open")
+    async with page.expect_response(is_fragment) as unchanged:
+        await page.clock.fast_forward(SUSPENDED_POLL_MS)
+    assert (await unchanged.value).status == 204  # nothing changed: the page stays
+    await expect(run).to_have_attribute("data-status", "suspended")
+
+    await world.approve(run_id, request_id)
+    async with page.expect_response(is_fragment) as changed:
+        await page.clock.fast_forward(SUSPENDED_POLL_MS)
+    # The update carries the link's signature: the fragment answers the link holder.
+    assert (await changed.value).status == 200
+    assert "sig=" in (await changed.value).url
+    await expect(run).to_have_attribute("data-status", "completed")
+    await expect(page.locator(".req-status")).to_have_text("answered")
+    await expect(page.locator("p.decision")).to_contain_text(f"approve by {APPROVER.user}")
+    await expect(page.locator("li.call .tool")).to_have_text(
+        ["service_status", "tail_logs", "restart_service"]
+    )
+    await expect(page.locator("#result-text")).to_have_text(ANSWER)
+    assert len(watch.navigations) == 1
+    assert watch.errors == [] and watch.console == []
+
+
+# --------------------------------------------------------------------------- who may see it
+
+
+async def test_a_signed_link_opens_its_run_and_no_other(world: World, new_page: NewPage) -> None:
+    run_id, other = await world.finished(), await world.echoed()
+    page = await new_page(token=None)
+    link = world.link(run_id)
+    assert link.startswith(f"{world.url}/runs/{run_id}?exp=")
+
+    response = await goto(page, link)
+    assert response.status == 200
+    await expect(page.locator("h1")).to_have_text(f"Run {run_id}")
+    await expect(page.locator("li.call .tool")).to_have_count(3)
+    await expect(page.locator("nav")).to_have_count(0)  # no way to the other pages
+    query = link.partition("?")[2]
+    assert (await goto(page, f"{world.url}/runs/{run_id}/fragment?{query}")).status == 200
+
+    for path in (f"/runs/{other}", f"/runs/{other}/fragment", "/runs", "/pending"):
+        response = await goto(page, f"{world.url}{path}?{query}")
+        assert response.status == 403, path
+        text = await page.locator("body").inner_text()
+        assert "not valid" in text and other not in text and "Echoing" not in text, path
+
+
+async def test_forged_altered_and_expired_links_get_403(world: World, new_page: NewPage) -> None:
+    run_id = await world.finished()
+    link = world.link(run_id)
+    path, _, query = link.partition("?")
+    params = dict(part.split("=", 1) for part in query.split("&"))
+    exp, sig = params["exp"], params["sig"]
+    flipped = ("0" if sig[0] != "0" else "1") + sig[1:]
+    issued = time.time() - TTL - 60
+    expired = world.link(run_id, issued=issued)
+    expired_exp = expired.partition("?exp=")[2].partition("&")[0]
+    expired_sig = expired.partition("&sig=")[2]
+    # Rightly signed, and refused only for its age: valid when it was issued.
+    assert LinkSigner(SECRET, TTL, clock=lambda: issued).valid(run_id, expired_exp, expired_sig)
+    bad = {
+        "forged": LinkSigner("not-the-server-secret-0123", TTL).link(world.url, run_id),
+        "signature altered": f"{path}?exp={exp}&sig={flipped}",
+        "expiry altered": f"{path}?exp={int(exp) + 1}&sig={sig}",
+        "expiry extended": f"{path}?exp={int(exp) + 10 * int(TTL)}&sig={sig}",
+        "signature missing": f"{path}?exp={exp}",
+        "expiry missing": f"{path}?sig={sig}",
+        "expired": expired,
+    }
+    page = await new_page(token=None)
+    assert (await goto(page, link)).status == 200
+    for what, url in bad.items():
+        response = await goto(page, url)
+        assert response.status == 403, what
+        text = await page.locator("body").inner_text()
+        assert "not valid" in text and "checkout" not in text, what
+
+
+async def test_no_page_answers_without_authorization(world: World, new_page: NewPage) -> None:
+    run_id, request_id = await world.waiting()
+    paths = [
+        "/runs",
+        "/runs?status=suspended",
+        f"/runs/{run_id}",
+        f"/runs/{run_id}/fragment",
+        "/pending",
+        "/runs/run_nope",
+    ]
+    anonymous, wrong, operator = (
+        await new_page(token=None),
+        await new_page(token="not-the-token-0123456789"),
+        await new_page(),
+    )
+    for path in paths:
+        for page in (anonymous, wrong):
+            response = await goto(page, world.url + path)
+            assert response.status == 401, path
+            assert (await response.header_value("www-authenticate") or "").startswith("Bearer")
+            text = await page.locator("body").inner_text()
+            assert run_id not in text and request_id not in text and "checkout" not in text, path
+        expected = 404 if path.endswith("run_nope") else 200
+        assert (await goto(operator, world.url + path)).status == expected, path
+    # The stylesheet and the live-update script are the only things served to anyone.
+    for name in ("style.css", "live.js"):
+        assert (await goto(anonymous, f"{world.url}/static/{name}")).status == 200
+
+
+# --------------------------------------------------------------------------- how it looks
+
+
+async def test_the_run_page_screenshot_and_a_phone_sized_render(
+    world: World, new_page: NewPage, tmp_path: Path
+) -> None:
+    run_id = await world.finished()
+    desktop = await new_page(width=1200, height=900)
+    assert (await goto(desktop, f"{world.url}/runs/{run_id}")).status == 200
+    await expect(desktop.locator("pre.output .redacted")).to_be_visible()
+    await expect(desktop.locator("p.decision")).to_be_visible()
+    shot = SCREENSHOT if os.environ.get("KESTREL_UPDATE_SCREENSHOT") else tmp_path / "run.png"
+    shot.parent.mkdir(parents=True, exist_ok=True)
+    await desktop.screenshot(path=str(shot), full_page=True)
+    assert shot.read_bytes()[:8] == PNG
+
+    phone = await new_page(width=390, height=844)
+    assert (await goto(phone, f"{world.url}/runs/{run_id}")).status == 200
+    overflow = await phone.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+    assert overflow[0] <= overflow[1] + 1, f"scrollWidth {overflow[0]} > {overflow[1]} px"
