@@ -240,7 +240,7 @@ def measure(entries: int = ENTRIES, requests: int = REQUESTS) -> Figures:
 
 ROWS: Final = (
     ("server", "server time (load_run_page + render_run_page)", True),
-    ("read", "  of which the reads (status, journal, audit, requests)", False),
+    ("read", "  of which the reads (one journal load, audit, requests)", False),
     ("build", "  of which the page's model (build_run_page)", False),
     ("render", "  of which render_run_page (templates)", False),
     ("http", "GET /runs/{id} over HTTP on localhost", False),
