@@ -78,7 +78,7 @@ class KestrelDiscord(discord.Client):
         self.add_dynamic_items(ChooseButton, EffectButton)
         try:
             await self.tree.sync()
-        except discord.HTTPException as exc:
+        except discord.DiscordException as exc:  # refused, or no application id
             log.warning("discord: /kestrel could not be registered: %s", exc)
 
     # --- messages ---------------------------------------------------------------------
