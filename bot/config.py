@@ -46,6 +46,8 @@ NON_SETTING_VARIABLES: Final = frozenset(
         "KESTREL_BENCH_POSTGRES_DSN",
         "KESTREL_WEB_TOKEN",
         "KESTREL_WEB_SECRET",
+        "KESTREL_CHROMIUM",
+        "KESTREL_UPDATE_SCREENSHOT",
     }
 )
 # Settings whose variable is not KESTREL_<NAME>: the variable's name, by setting.
