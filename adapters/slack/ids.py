@@ -147,13 +147,17 @@ class SlackThread:
     thread_ts: str
 
 
-def thread_session_id(team: str, channel: str, thread_ts: str) -> str:
-    """The session id of a Slack thread: ``slack:TEAM:CHANNEL:THREAD_TS``."""
-    if not (
+def _is_thread(team: str, channel: str, thread_ts: str) -> bool:
+    return bool(
         _SLACK_ID_RE.fullmatch(team)
         and _SLACK_ID_RE.fullmatch(channel)
         and _TS_RE.fullmatch(thread_ts)
-    ):
+    )
+
+
+def thread_session_id(team: str, channel: str, thread_ts: str) -> str:
+    """The session id of a Slack thread: ``slack:TEAM:CHANNEL:THREAD_TS``."""
+    if not _is_thread(team, channel, thread_ts):
         raise ValueError(f"not a Slack thread: {team!r} {channel!r} {thread_ts!r}")
     return f"slack:{team}:{channel}:{thread_ts}"
 
@@ -161,13 +165,6 @@ def thread_session_id(team: str, channel: str, thread_ts: str) -> str:
 def parse_thread_session(session_id: str) -> SlackThread | None:
     """The thread a session id names; None for another platform's session or a malformed id."""
     parts = session_id.split(":")
-    if len(parts) != 4 or parts[0] != "slack":
+    if len(parts) != 4 or parts[0] != "slack" or not _is_thread(*parts[1:]):
         return None
-    _, team, channel, thread_ts = parts
-    if not (
-        _SLACK_ID_RE.fullmatch(team)
-        and _SLACK_ID_RE.fullmatch(channel)
-        and _TS_RE.fullmatch(thread_ts)
-    ):
-        return None
-    return SlackThread(team, channel, thread_ts)
+    return SlackThread(parts[1], parts[2], parts[3])
