@@ -132,7 +132,7 @@ class SlackListeners:
         session = _session(thread)
         if session is None:
             return
-        actor = await self._actor(str(user), thread.channel, str(event.get("user_team", "")))
+        actor = await self._actor(str(user), thread.channel, _user_team(event))
         text = self._mention.sub("", str(event.get("text") or "")).strip()
         outcome = await self._talk.mention(session, actor, text)
         if outcome.started:
@@ -150,7 +150,7 @@ class SlackListeners:
             return  # not an answer to anything: ignored
         if not await self._chat.first_delivery(f"slack:{team}:{channel}:{ts}"):
             return
-        actor = await self._actor(str(user), thread.channel, str(event.get("user_team", "")))
+        actor = await self._actor(str(user), thread.channel, _user_team(event))
         text = str(event.get("text") or "")
         outcome = await self._talk.decide(question.id, DecisionKind.ANSWER, actor, text=text)
         await self._show(outcome, thread, actor.user)
@@ -376,6 +376,12 @@ def _session(thread: SlackThread) -> Session | None:
         log.info("slack: ignoring a message with malformed ids: %s", thread)
         return None
     return Session(id=session_id, platform="slack", channel=thread.channel, thread=thread.thread_ts)
+
+
+def _user_team(event: dict[str, Any]) -> str:
+    # The poster's own workspace: ``user_team`` in a shared channel, else the event's ``team``
+    # (absent both, identity asks users.info, and a user it cannot place is a guest).
+    return str(event.get("user_team") or event.get("team") or "")
 
 
 def _team_of(body: dict[str, Any], event: dict[str, Any]) -> str:

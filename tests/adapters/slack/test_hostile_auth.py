@@ -14,7 +14,7 @@ import yaml
 from adapters.slack import ids
 from bot.domain import RequestStatus, RunStatus
 from tests.fakes.slack_api import FakeSlackApi
-from tests.fakes.slack_client import block_actions, slash_command, view_submission
+from tests.fakes.slack_client import app_mention, block_actions, slash_command, view_submission
 from tests.fakes.slack_world import (
     APPROVER,
     ONCALL,
@@ -204,13 +204,16 @@ async def test_hostile_two_approver_tool_needs_two_people(tmp_path: Path) -> Non
 async def test_hostile_guest_whose_workspace_cannot_be_looked_up_is_not_a_member(
     tmp_path: Path,
 ) -> None:
-    """A Slack Connect guest's event without ``user_team``, and users.info refuses (rate
-    limited, or user_not_found for an external user): the guest must not become a member."""
+    """An event that says nothing of the poster's workspace (no ``user_team``, no ``team``),
+    and users.info refuses (rate limited, or user_not_found for an external user): the
+    poster must not become a member."""
     async with FakeSlackApi() as api:
         api.users["U0GUEST"] = {"team_id": "T0OTHER"}
         api.refuse("users.info", "ratelimited")
         async with slack_world(tmp_path, restart_script(), api=api) as world:
-            await world.mention("restart checkout", user="U0GUEST")
+            event = app_mention("U0GUEST", f"<@{api.bot_user}> restart checkout")
+            del event["team"]
+            await world.sender.event(event)
             await world.settled()
             assert await world.chat.recent(5) == [], "a guest of unknown workspace started a run"
 
