@@ -234,6 +234,7 @@ class ThreadRenderer:
             case RunEndedEvent():
                 await progress.stop(event.run_id)
                 await self._ended(place, event.run_id, event.result)
+                self._places.pop(event.run_id, None)  # looked up again if ever needed
             case (
                 ModelTurnEvent()
                 | AdvisoryEvent()
