@@ -50,8 +50,8 @@ class Transport(Protocol):
         """Replace what message ``ref`` shows."""
         ...
 
-    async def find(self, key: str, target: dict[str, Any]) -> str | None:
-        """The id of a message already posted with ``key``, if the platform shows one."""
+    async def find(self, key: str, target: dict[str, Any], body: dict[str, Any]) -> str | None:
+        """The id of a message already posted as ``key`` (showing ``body``), if there is one."""
         ...
 
 
@@ -132,7 +132,7 @@ class Deliveries:
         ref = message.ref
         if not ref and message.attempts > 1:
             # An earlier attempt may have posted it without living to record so.
-            ref = await transport.find(message.key, message.target) or ""
+            ref = await transport.find(message.key, message.target, message.body) or ""
         if not ref:
             return await transport.post(message.key, message.target, message.body)
         if message.delivered_version < message.version:

@@ -2,14 +2,16 @@
 API with the bot token (never an interaction token, which lasts 15 minutes).
 
 Discord has no message metadata to search by, so each post carries a nonce made from its
-outbox key with ``enforce_nonce``: a post sent again after an unknown outcome returns the
-message the first one created instead of creating a second. A thread that auto-archived is
-unarchived before the post is sent again.
+outbox key and body, with ``enforce_nonce``: a post sent again within minutes of an unknown
+outcome returns the message the first one created instead of creating a second; later, the
+thread's latest messages are searched for the bot's message showing the same body. A thread
+that auto-archived is unarchived before the post is sent again.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 from typing import Any
 
@@ -39,7 +41,7 @@ class DiscordTransport:
     async def post(self, key: str, target: dict[str, Any], body: dict[str, Any]) -> str:
         """Post into the thread, once per key; return the message id."""
         channel = target["channel"]
-        payload = {**body, "nonce": nonce(key), "enforce_nonce": True}
+        payload = {**body, "nonce": nonce(key, body), "enforce_nonce": True}
         route = Route("POST", "/channels/{channel_id}/messages", channel_id=channel)
         message = await self._send(route, payload, channel)
         return str(message["id"])
@@ -55,8 +57,17 @@ class DiscordTransport:
         )
         await self._send(route, body, channel)
 
-    async def find(self, key: str, target: dict[str, Any]) -> str | None:
-        """Nothing to search: a post repeated with the same nonce returns the first message."""
+    async def find(self, key: str, target: dict[str, Any], body: dict[str, Any]) -> str | None:
+        """A post whose outcome is unknown, among the thread's latest messages: a bot's message
+        showing ``body`` (Discord returns no nonce there; within minutes the nonce dedupes)."""
+        route = Route("GET", "/channels/{channel_id}/messages", channel_id=target["channel"])
+        try:
+            messages = await self._http.request(route, params={"limit": 50})
+        except discord.HTTPException as exc:
+            raise _failed(exc, target["channel"]) from exc
+        for message in messages:
+            if (message.get("author") or {}).get("bot") and _shows(message, body):
+                return str(message["id"])
         return None
 
     async def unarchive(self, channel: str) -> None:
@@ -78,9 +89,11 @@ class DiscordTransport:
             raise _failed(exc, channel) from exc
 
 
-def nonce(key: str) -> str:
-    """A nonce of Discord's 25 characters, stable for one outbox key."""
-    return hashlib.sha256(key.encode()).hexdigest()[:25]
+def nonce(key: str, body: dict[str, Any]) -> str:
+    """A nonce of Discord's 25 characters, the same for one message showing one body (a
+    message posted again with another body, after it was deleted, is a new one)."""
+    shown = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(f"{key}\n{shown}".encode()).hexdigest()[:25]
 
 
 def _failed(exc: discord.HTTPException, channel: str) -> DeliveryFailed:
@@ -91,3 +104,24 @@ def _failed(exc: discord.HTTPException, channel: str) -> DeliveryFailed:
         log.error("discord: thread %s refuses Kestrel's messages: %s", channel, what)
         return DeliveryFailed(what, NEEDS_A_PERSON_SECONDS)
     return DeliveryFailed(what, 30.0 if exc.status == 429 else None)
+
+
+def _shows(message: dict[str, Any], body: dict[str, Any]) -> bool:
+    """Whether a posted message shows what ``body`` asked for (its text, embed titles and
+    component ids: what Discord keeps as sent)."""
+
+    def ids(rows: Any) -> list[str]:
+        return [
+            str(c.get("custom_id") or c.get("url"))
+            for r in rows or []
+            for c in r.get("components") or []
+        ]
+
+    def titles(embeds: Any) -> list[str]:
+        return [str(e.get("title", "")) for e in embeds or []]
+
+    return (
+        message.get("content", "") == body.get("content", "")
+        and titles(message.get("embeds")) == titles(body.get("embeds"))
+        and ids(message.get("components")) == ids(body.get("components"))
+    )

@@ -345,6 +345,7 @@ class FakeDiscord:
         self.echo = True
         self.ack_heartbeats = True
         self.reject_archived_sends = False
+        self._nonces: dict[tuple[Any, str], dict[str, Any]] = {}
         self.enforce_message_content = False
 
         self.calls: list[Call] = []
@@ -1062,9 +1063,15 @@ class FakeDiscord:
         refusal = self._check_message(body, editing=False) or self._archived_refusal(target)
         if refusal is not None:
             return refusal
+        nonce = body.get("nonce") if body.get("enforce_nonce") else None
+        if nonce is not None and (nonce, channel) in self._nonces:
+            # As Discord does for a few minutes: the same nonce answers the message it made.
+            return 200, self._nonces[(nonce, channel)]
         await self._unarchive_for_send(target)
         message = self._build_message(channel, body, extra={"_files": call.files})
         self._store(message)
+        if nonce is not None:
+            self._nonces[(nonce, channel)] = message
         await self._echo_message("MESSAGE_CREATE", message)
         return 200, message
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
+from adapters.discord.transport import DiscordTransport
 from bot.domain import RequestStatus
 from tests.fakes import discord_payloads as p
 from tests.fakes.discord_api import FakeDiscord
@@ -257,3 +259,46 @@ async def test_an_effect_cut_by_a_restart_is_settled_from_its_card(tmp_path: Pat
             await second.discord.dispatch("INTERACTION_CREATE", click)
             await second.answer_posted(thread, "drained")
             assert second.executions == ["node-3"]
+
+
+async def test_a_card_whose_answer_was_lost_is_not_posted_again(tmp_path: Path) -> None:
+    async with FakeDiscord() as fake:
+        lost: list[Any] = []
+
+        async def lands_then_fails(call: Any) -> tuple[int, Any]:
+            # Discord stores the message, then the answer is lost (a 500 from a proxy); the
+            # post is sent again, by discord.py or the outbox, with the same nonce.
+            channel = call.path.split("/")[2]
+            fake.set_handler("POST", pattern, None)
+            await fake._r_create_message(call, channel)
+            lost.append(call)
+            return 500, {"message": "upstream timed out", "code": 0}
+
+        async with discord_world(tmp_path, restart_script(), fake=fake) as world:
+            mention = await world.mention("checkout is failing")
+            thread = await world.thread_of(mention)
+            pattern = rf"/channels/{thread}/messages"
+            fake.set_handler("POST", pattern, lands_then_fails)
+            card = await world.card("approve", timeout=20)
+            await world.settled()
+            cards = [m for m in fake.bot_messages(thread) if "kestrel:approve:" in json.dumps(m)]
+            assert lost and len(cards) == 1
+            await world.click(card, "approve", user=APPROVER)
+            await world.answer_posted(thread, "healthy again")
+            assert world.executions == ["checkout"]
+
+
+async def test_a_post_of_unknown_outcome_is_found_by_what_it_shows(tmp_path: Path) -> None:
+    async with discord_world(tmp_path, restart_script()) as world:
+        mention = await world.mention("checkout is failing")
+        thread = await world.thread_of(mention)
+        card = await world.card("approve")
+        await world.settled()
+        run_id = (await world.chat.recent(1))[0].id
+        request_id = (await world.chat.requests_of(run_id))[0].request.id
+        stored = await world.rt.store.get_message(f"discord:card:{request_id}")
+        assert stored is not None
+        transport = DiscordTransport(world.adapter.client.http)
+        assert await transport.find(stored.key, stored.target, stored.body) == card["id"]
+        other = {**stored.body, "content": "something else"}
+        assert await transport.find(stored.key, {"channel": thread}, other) is None
