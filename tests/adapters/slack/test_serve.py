@@ -10,8 +10,8 @@ from pathlib import Path
 from adapters.slack import ids
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.serving import free_port, run_serve, serve_env, start_serve, wait_healthy
-from tests.fakes.slack_api import FakeSlackApi
-from tests.fakes.slack_client import SlackSender, app_mention, block_actions
+from tests.fakes.slack_api import FakeSlackApi, events_api_envelope
+from tests.fakes.slack_client import SlackSender, app_mention, block_actions, event_callback
 from tests.fakes.slack_world import (
     APPROVER,
     REQUESTER,
@@ -77,3 +77,25 @@ async def test_serve_slack_with_a_refused_token_says_so(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "auth.test refused SLACK_BOT_TOKEN: invalid_auth" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+async def test_serve_slack_in_socket_mode_takes_a_mention(tmp_path: Path) -> None:
+    async with FakeOpenAI(restart_script()) as model, FakeSlackApi() as api:
+        config = write_config(tmp_path, model.base_url)
+        port = free_port()
+        env = serve_env(config, api.url, SLACK_APP_TOKEN="xapp-1-test")
+        process = start_serve(tmp_path, port, env, "slack")
+        try:
+            await wait_healthy(port, process)
+            await api.wait_for_socket(timeout=20)
+            body = event_callback(app_mention(REQUESTER, "checkout is failing"))
+            envelope = await api.socket_send(events_api_envelope(body))
+            await api.wait_for_ack(envelope)
+            await api.wait_for(
+                lambda c: c.ok is True and ids.APPROVE_ONCE in json.dumps(c.args), timeout=20
+            )
+        finally:
+            process.send_signal(signal.SIGTERM)
+            _out, err = await asyncio.to_thread(process.communicate, timeout=30)
+        assert process.returncode == 0, err
+        assert "socket mode" in err
