@@ -63,6 +63,14 @@ def add_web_routes(
     app.router.add_get("/pending", _guarded(pages.pending))
     for name in _STATIC:
         app.router.add_get(f"/static/{name}", _guarded(_static_handler(name)))
+    # Every response of the listener (the router's own 404 and 405, /metrics) carries the
+    # security headers, and none names the server's software.
+    app.on_response_prepare.append(_secure_response)
+
+
+async def _secure_response(_request: web.Request, response: web.StreamResponse) -> None:
+    secure(response.headers)
+    response.headers.popall("Server", None)
 
 
 def web_routes(chat: RunReader, config: WebConfig) -> web.Application:

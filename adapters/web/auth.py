@@ -59,6 +59,11 @@ class WebConfig:
         """From the ``web:`` settings and the environment (``KESTREL_WEB_TOKEN``,
         ``KESTREL_WEB_SECRET``); a ``ConfigError`` names what is wrong."""
         token = environ.get(TOKEN_VARIABLE, "").strip()
+        if token and len(token.encode()) < MIN_SECRET_BYTES:
+            raise ConfigError(
+                f"{TOKEN_VARIABLE} must be at least {MIN_SECRET_BYTES} bytes: it opens every"
+                f" page (it has {len(token.encode())})"
+            )
         secret = environ.get(SECRET_VARIABLE, "")
         signer = None
         if secret:

@@ -35,6 +35,10 @@ from bot.records import JournalRecord, RunRecord
 from bot.store import AuditRecord
 
 # An output longer than this (characters or lines) is collapsed under a <details>.
+# A page stays small whatever the run did: each output or argument block is cut at
+# SHOWN_CHARS, and only the last SHOWN_ITEMS entries of the timeline are shown.
+SHOWN_CHARS = 65_536
+SHOWN_ITEMS = 400
 LONG_OUTPUT_CHARS = 600
 LONG_OUTPUT_LINES = 12
 # JSON this short shows on one line.
@@ -310,6 +314,7 @@ class RunPage:
     version: str
     calls: int = 0
     outcomes: Mapping[str, int] = field(default_factory=dict)
+    hidden_items: int = 0  # the earliest entries left out (see SHOWN_ITEMS)
 
     @property
     def run_id(self) -> str:
@@ -330,6 +335,14 @@ class RunPage:
 def pretty_json(value: Any) -> str:
     """Indented JSON, non-ASCII kept as is."""
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False, default=str)
+
+
+def shown(text: str) -> str:
+    """``text`` as a page shows it: cut after SHOWN_CHARS characters, saying so."""
+    if len(text) <= SHOWN_CHARS:
+        return text
+    more = len(text) - SHOWN_CHARS
+    return f"{text[:SHOWN_CHARS]}\n… {more:,} more characters (kestrel runs show has them all)"
 
 
 def pretty_arguments(arguments: str) -> str:
@@ -360,6 +373,8 @@ def build_run_page(
             by_request.setdefault(row.request_id, []).append(row)
     request_views = {v.request.id: v for v in requests}
     items = _items(journal, request_views, by_request)
+    hidden = max(0, len(items) - SHOWN_ITEMS)
+    items = items[hidden:]
     started = state.started
     budgets = tuple(Budget(name, used, limit) for name, (used, limit) in view.budgets_used.items())
     result = state.result
@@ -383,6 +398,7 @@ def build_run_page(
         version=page_version(record, journal, audit, requests),
         calls=state.tool_calls,
         outcomes=state.outcomes(),
+        hidden_items=hidden,
     )
 
 
@@ -426,13 +442,16 @@ def _items(
                     call = Call(seq, entry.call_id, entry.tool, "")
                     items.append(Orphan(seq, call))
                 call.outcome = entry.outcome.value
-                call.output = entry.output
+                call.output = shown(entry.output)
                 call.is_error = entry.is_error
                 call.result_seq = seq
                 call.duration = entry.seconds
             case "assistant_turn":
                 turn = entry.turn
-                calls = [Call(seq, c.id, c.name, pretty_arguments(c.arguments)) for c in turn.calls]
+                calls = [
+                    Call(seq, c.id, c.name, shown(pretty_arguments(c.arguments)))
+                    for c in turn.calls
+                ]
                 batch = {c.call_id: c for c in calls}
                 text = turn.text or ""
                 if text:

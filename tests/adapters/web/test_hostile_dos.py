@@ -1,0 +1,53 @@
+"""Hostile sizes: a run of 20,000 journal entries, a tool output of 8 MB. The page (and the
+live fragment, re-sent whole on each change, every 2 s while running) is not bounded."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+from adapters.web.render import render_run_fragment, render_run_page
+from adapters.web.timeline import build_run_page
+from bot.chat import RunView
+from bot.domain import AssistantTurn, ToolCall, ToolOutcome
+from bot.journal.entries import AssistantTurnEntry, ToolResultEntry
+from bot.journal.fold import fold
+from bot.records import JournalRecord
+from tests.adapters.web.test_pages import big_run
+
+# What one page may weigh; a bigger run should be paged, or its outputs cut with a note.
+BOUND = 2_000_000
+
+
+def test_a_run_of_twenty_thousand_entries_gives_a_bounded_page() -> None:
+    view, records = big_run(20_000)
+    started = time.perf_counter()
+    page = build_run_page(view, records, [], [])
+    html = render_run_page(page, now=view.record.created_at + timedelta(minutes=5))
+    fragment = render_run_fragment(page, now=view.record.created_at + timedelta(minutes=5))
+    seconds = time.perf_counter() - started
+    print(f"20k entries: page {len(html.encode()):,} B, fragment {len(fragment.encode()):,} B,"
+          f" {seconds:.2f} s")
+    assert len(html.encode()) < BOUND
+    assert len(fragment.encode()) < BOUND
+
+
+def test_one_huge_tool_output_gives_a_bounded_page() -> None:
+    view, records = big_run(10)
+    run_id = view.record.id
+    huge = "x" * 8_000_000
+    extra = [
+        AssistantTurnEntry(
+            iteration=99, turn=AssistantTurn(calls=(ToolCall(id="h", name="cat", arguments="{}"),))
+        ),
+        ToolResultEntry(call_id="h", tool="cat", outcome=ToolOutcome.OK, output=huge),
+    ]
+    records = records[:-2] + [
+        JournalRecord(run_id=run_id, seq=records[-3].seq + 1 + n, epoch=1, entry=e)
+        for n, e in enumerate(extra)
+    ]
+    view = RunView(view.record, fold(records, run_id))
+    page = build_run_page(view, records, [], [])
+    html = render_run_page(page, now=view.record.created_at + timedelta(minutes=5))
+    print(f"one 8 MB output: page {len(html.encode()):,} B")
+    assert len(html.encode()) < BOUND
