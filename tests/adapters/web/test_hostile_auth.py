@@ -78,7 +78,9 @@ async def test_an_empty_or_blank_token_opens_nothing(
         runner, url = await serve(web_routes(service, config))
         try:
             for auth in ("Bearer ", "Bearer", f"Bearer {token}", "Bearer \t"):
-                status, body = await fetch(http, "GET", f"{url}/runs/{done}", {"Authorization": auth})
+                status, body = await fetch(
+                    http, "GET", f"{url}/runs/{done}", {"Authorization": auth}
+                )
                 assert status in (401, 403) and "checkout" not in body
         finally:
             await runner.cleanup()
@@ -191,9 +193,7 @@ async def front(
     monkeypatch.setenv("KESTREL_WEB_SECRET", SECRET)
     rt, _ = await make_runtime(tmp_path / "k.db", SCRIPT, counting_tools(Counter()))
     rt.policy = Policy(POLICY)
-    front = ChatFront(
-        Supervisor(rt), [], host="127.0.0.1", port=0, web_settings=WebSettings()
-    )
+    front = ChatFront(Supervisor(rt), [], host="127.0.0.1", port=0, web_settings=WebSettings())
     await front.start()
     line = next(line for line in front.describe() if "listening" in line)
     port = re.search(r":(\d+) ", line).group(1)  # type: ignore[union-attr]

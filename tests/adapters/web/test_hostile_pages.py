@@ -11,16 +11,15 @@ import base64
 import hashlib
 import re
 import time
-from html.parser import HTMLParser
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import quote
 
 import aiohttp
 import pytest
-from aiohttp import web
 
 from adapters.web.app import web_routes
 from adapters.web.auth import CONTENT_SECURITY_POLICY, WebConfig
@@ -367,8 +366,8 @@ async def test_every_field_is_inert_in_chromium(hostile: HostileSite) -> None:
         "discord:1:2/../../evil.example",
         "discord:1:2@evil.example",
         "slack:T1:C2:1.2#@evil.example",
-        "slack:T1:C2:１.２",
-        "discord:１２:３",
+        "slack:T1:C2:\uff11.\uff12",  # full-width digits
+        "discord:\uff11\uff12:\uff13",
     ],
 )
 def test_the_thread_link_is_only_ever_a_fixed_https_host(session: str) -> None:
@@ -411,8 +410,8 @@ async def test_the_export_has_no_script_no_external_reference_and_its_style_appl
             tab = await context.new_page()
             console: list[str] = []
             requests: list[str] = []
-            tab.on("console", lambda m: console.append(m.text))
-            tab.on("request", lambda r: requests.append(r.url))
+            tab.on("console", lambda m, seen=console: seen.append(m.text))
+            tab.on("request", lambda r, seen=requests: seen.append(r.url))
             await tab.goto(path.as_uri())
             # The inlined style applies (body margin 0, the monospace font on pre).
             margin = await tab.evaluate("getComputedStyle(document.body).margin")
@@ -475,12 +474,12 @@ async def test_a_500_shows_nothing(hostile: HostileSite) -> None:
         raise RuntimeError("secret detail /etc/kestrel/db password=hunter2")
 
     hostile.reader.inspect = broken  # type: ignore[method-assign]
-    async with aiohttp.ClientSession() as http:
-        async with http.get(hostile.url + f"/runs/{DONE}", headers=BEARER) as response:
-            body = await response.text()
-            assert response.status == 500
-            assert "hunter2" not in body and "Traceback" not in body
-            assert response.headers.get("Cache-Control") == "no-store"
+    url = hostile.url + f"/runs/{DONE}"
+    async with aiohttp.ClientSession() as http, http.get(url, headers=BEARER) as response:
+        body = await response.text()
+        assert response.status == 500
+        assert "hunter2" not in body and "Traceback" not in body
+        assert response.headers.get("Cache-Control") == "no-store"
 
 
 async def test_routes_the_app_does_not_handle_still_carry_the_security_headers(
