@@ -81,11 +81,6 @@ class Deliveries:
         await self._store.put_message(f"{platform}:{key}", platform, target, body)
         self._wake.set()
 
-    async def ref_of(self, key: str) -> str:
-        """The platform's id of message ``key`` once posted; empty before."""
-        message = await self._store.get_message(f"{self._transport.platform}:{key}")
-        return message.ref if message else ""
-
     async def run(self) -> None:
         """Deliver until ``stop``: at once when woken, else every ``poll_seconds``."""
         while not self._stopped:
