@@ -205,15 +205,6 @@ class ChatService:
         requests = [self._view(*row, state) for row in found]
         return RunInspection(RunView(record, state), journal, audit, requests)
 
-    async def journal(self, run_id: str) -> list[JournalRecord]:
-        """A run's whole journal, in order (what its page shows)."""
-        await self._rt.store.get_run(run_id)  # UnknownRun for a made-up id
-        return await self._rt.store.load(run_id)
-
-    async def audit_of(self, run_id: str, limit: int = 1000) -> list[AuditRecord]:
-        """Who requested, decided, answered and operated what in a run, oldest first."""
-        return await self._rt.store.list_audit(run_id, limit=limit)
-
     async def session_of(self, run_id: str) -> Session | None:
         """The session (thread) a run belongs to."""
         record = await self._rt.store.get_run(run_id)

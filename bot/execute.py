@@ -227,6 +227,7 @@ async def post_tool(call: ToolCall, output: str, env: CallEnv) -> str:
 async def _journal_exit(call: ToolCall, result: CallExit, env: CallEnv, began: float) -> None:
     """Journal the exit, then write the grants it staged (never before the call is answered);
     the exit's event says how long since the call entered (``began``, monotonic)."""
+    seconds = round(time.monotonic() - began, 6)
     if result.request is not None:
         request = result.request
         await env.run.journal.append(
@@ -241,10 +242,9 @@ async def _journal_exit(call: ToolCall, result: CallExit, env: CallEnv, began: f
             outcome=result.outcome,
             output=result.output,
             is_error=result.is_error,
-            seconds=round(time.monotonic() - began, 6),
+            seconds=seconds,
         )
         await env.run.journal.append(entry)
     for grant in env.gate.flush():
         env.run.journal.append_soon(GrantWritten(grant=grant))
-    seconds = time.monotonic() - began
     env.run.events.emit(ToolExitEvent(env.run.run_id, call.id, call.name, result.outcome, seconds))

@@ -236,15 +236,11 @@ class _RequestButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=r"
     """A button that names one request (its decision and template are the subclass's)."""
 
     kind = DecisionKind.APPROVE
+    id_kind = "approve"  # the custom id's kind: ``kestrel:NAME:REQUEST``
 
     def __init__(self, request_id: str) -> None:
-        super().__init__(discord.ui.Button(custom_id=self.custom_id_for(request_id)))
+        super().__init__(discord.ui.Button(custom_id=ids.custom_id(self.id_kind, request_id)))
         self.request_id = request_id
-
-    @classmethod
-    def custom_id_for(cls, request_id: str) -> str:
-        """The custom id of this button for ``request_id``."""
-        raise NotImplementedError
 
     @classmethod
     async def from_custom_id(
@@ -260,30 +256,21 @@ class ApproveButton(_RequestButton, template=ids.APPROVE):
     """Approve once."""
 
     kind = DecisionKind.APPROVE
-
-    @classmethod
-    def custom_id_for(cls, request_id: str) -> str:
-        return ids.custom_id("approve", request_id)
+    id_kind = "approve"
 
 
 class ApproveRunButton(_RequestButton, template=ids.APPROVE_RUN):
     """Approve this tool for the rest of the run."""
 
     kind = DecisionKind.APPROVE_ALWAYS
-
-    @classmethod
-    def custom_id_for(cls, request_id: str) -> str:
-        return ids.custom_id("approve_run", request_id)
+    id_kind = "approve_run"
 
 
 class DenyButton(_RequestButton, template=ids.DENY):
     """Deny, with an optional reason asked in a modal."""
 
     kind = DecisionKind.DENY
-
-    @classmethod
-    def custom_id_for(cls, request_id: str) -> str:
-        return ids.custom_id("deny", request_id)
+    id_kind = "deny"
 
     async def callback(self, interaction: discord.Interaction) -> None:
         await _kestrel(interaction).ask_first(interaction, self.request_id, self.kind)
@@ -293,10 +280,7 @@ class AnswerButton(_RequestButton, template=ids.ANSWER):
     """Answer a free-text question in a modal."""
 
     kind = DecisionKind.ANSWER
-
-    @classmethod
-    def custom_id_for(cls, request_id: str) -> str:
-        return ids.custom_id("answer", request_id)
+    id_kind = "answer"
 
     async def callback(self, interaction: discord.Interaction) -> None:
         await _kestrel(interaction).ask_first(interaction, self.request_id, self.kind)
