@@ -154,7 +154,8 @@ class ChatService:
         answered = await self._supervisor.answer(decision, run_id=run_id, actor=user, digest=digest)
         if not answered.accepted or not answered.ready:
             return Decided(answered.accepted, answered.message)
-        return Decided(True, answered.message, await self._supervisor.resume(run_id))
+        live = await self._supervisor.resume(run_id, claimed=answered.claimed)
+        return Decided(True, answered.message, live)
 
     async def check(
         self, request_id: str, kind: DecisionKind, *, user: Actor, text: str | None = None

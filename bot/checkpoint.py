@@ -15,6 +15,7 @@ from bot.journal.fold import RunState
 from bot.policy import Actor
 from bot.prompter import Prompter
 from bot.runtime import Runtime
+from bot.store import Audited
 from bot.tools.ask_human import answer_refusal, match_option
 
 
@@ -25,6 +26,9 @@ class Answered:
     accepted: bool
     message: str
     ready: bool = False
+    # The epoch of the run's lease, taken with the decision that closed its last open request:
+    # this process resumes the run.
+    claimed: int | None = None
 
 
 class Checkpoint:
@@ -59,11 +63,14 @@ class Checkpoint:
             )
             if count < request.approvals_needed:
                 return Answered(True, f"approval {count} of {request.approvals_needed} recorded")
-        if not await self.rt.store.decide(decision, RequestStatus.ANSWERED):
-            return Answered(False, "this request was already answered")
-        await self.rt.store.audit(
-            actor.user, decision.kind.value, run_id, request.id, request.digest
+        audit = Audited(actor.user, decision.kind.value, request.digest)
+        settled = await self.rt.store.decide_and_claim(
+            decision, RequestStatus.ANSWERED, audit, self.rt.owner, self.rt.lease_seconds
         )
+        if not settled.won:
+            return Answered(False, "this request was already answered")
+        if settled.epoch is not None:
+            return Answered(True, "recorded", ready=True, claimed=settled.epoch)
         remaining = await self.rt.store.list_requests(run_id=run_id)
         return Answered(True, "recorded", ready=not remaining)
 
@@ -102,14 +109,15 @@ class Checkpoint:
     async def expire(self, request: Request) -> bool:
         """Close a request whose deadline passed; True only for the one caller that won."""
         decision = Decision(request_id=request.id, kind=DecisionKind.EXPIRED, by="deadline")
-        if not await self.rt.store.decide(decision, RequestStatus.EXPIRED):
+        audit = Audited("deadline", "expire", request.digest)
+        if not await self.rt.store.decide(decision, RequestStatus.EXPIRED, audit):
             return False
-        await self.rt.store.audit("deadline", "expire", request.run_id, request.id, request.digest)
         self.rt.events.emit(RequestExpiredEvent(request.run_id, request.id))
         return True
 
     async def open_request(self, request: Request) -> None:
-        """Record a request as open, with its audit record."""
+        """Record a request as open again, with its audit record: the repair for a request
+        the store lost (a deferred call's entry opens its request as it lands)."""
         await self.rt.store.open_request(request)
         detail = f"{request.kind.value} {request.tool} {request.digest}".strip()
         await self.rt.store.audit(

@@ -5,18 +5,13 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from bot.domain import Request, RequestKind
+from bot.domain import Request, RequestMaker, unstamped
 from bot.events import EventSink
 from bot.hooks import HookContext, Hooks
 from bot.interrupt import Interrupt
 from bot.journal.writer import RunJournal
 from bot.prompter import Prompter
-
-
-def _unstamped(request: Request) -> Request:
-    return request
 
 
 @dataclass
@@ -29,7 +24,7 @@ class RunContext:
     open_request: Callable[[Request], Awaitable[None]]
     # The run's own, from its signals: a fresh one here would never hear a stop request.
     interrupt: Interrupt
-    stamp: Callable[[Request], Request] = _unstamped
+    stamp: Callable[[Request], Request] = unstamped
     prompter: Prompter | None = None
     workdir: Path | None = None
     hook_ctx: HookContext = field(init=False)
@@ -48,23 +43,7 @@ class RunContext:
         started = self.journal.state.started
         return started.requested_by if started else ""
 
-    def request(
-        self,
-        kind: RequestKind,
-        call_id: str,
-        tool: str,
-        arguments: dict[str, Any],
-        **details: Any,
-    ) -> Request:
-        """A new request of this run about one call, with its deadline (prompt, options,
-        digest, approvals and id as ``details``)."""
-        request = Request(
-            run_id=self.run_id,
-            kind=kind,
-            call_id=call_id,
-            tool=tool,
-            arguments=arguments,
-            requested_by=self.requested_by,
-            **details,
-        )
-        return self.stamp(request)
+    @property
+    def request(self) -> RequestMaker:
+        """Makes this run's requests."""
+        return RequestMaker(self.run_id, self.requested_by, self.stamp)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
@@ -152,6 +154,37 @@ class Request(DomainModel):
     approvals_needed: int = 1
     created_at: datetime = Field(default_factory=utcnow)
     deadline: datetime | None = None
+
+
+def unstamped(request: Request) -> Request:
+    """``request`` as it is: the stamp of a run with no deadlines or platform options."""
+    return request
+
+
+@dataclass(frozen=True)
+class RequestMaker:
+    """Makes every request of one run: its id and requester filled in, then stamped (the
+    deadline, and the options a platform offers)."""
+
+    run_id: str
+    requested_by: str = ""
+    stamp: Callable[[Request], Request] = unstamped
+
+    def __call__(
+        self, kind: RequestKind, call_id: str, tool: str, arguments: dict[str, Any], **details: Any
+    ) -> Request:
+        """A new request about one call (prompt, options, digest, approvals and id as
+        ``details``)."""
+        request = Request(
+            run_id=self.run_id,
+            kind=kind,
+            call_id=call_id,
+            tool=tool,
+            arguments=arguments,
+            requested_by=self.requested_by,
+            **details,
+        )
+        return self.stamp(request)
 
 
 class DecisionKind(StrEnum):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import time
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bot.context import RunContext
-from bot.domain import Request, ToolCall, ToolOutcome, new_id
+from bot.domain import Request, ToolCall, ToolOutcome
 from bot.events import (
     AdvisoryEvent,
     RequestOpenedEvent,
@@ -153,17 +154,17 @@ async def _dispatch(
         prompter=env.run.prompter if tool.flags.needs_prompter else None,
         workdir=env.run.workdir if tool.flags.needs_workdir else None,
         started=None if tool.flags.idempotent else _process_recorder(call, env),
+        stamp=env.run.stamp,
     )
     await _takeover_check(call, tool, env)
     env.run.events.emit(ToolStartedEvent(env.run.run_id, call.id, tool.name, arguments))
     outcome, output, is_error, deferral = await _invoke(tool, arguments, ctx, env.run.interrupt)
     if deferral is not None:
-        request = env.run.request(
+        request = deferral.request or env.run.request(
             deferral.kind,
             call.id,
             tool.name,
             arguments,
-            id=deferral.request_id or new_id("req"),
             prompt=deferral.prompt,
             options=deferral.options,
         )
@@ -228,13 +229,16 @@ async def _journal_exit(call: ToolCall, result: CallExit, env: CallEnv, began: f
     """Journal the exit, then write the grants it staged (never before the call is answered);
     the exit's event says how long since the call entered (``began``, monotonic)."""
     seconds = round(time.monotonic() - began, 6)
+    journal = env.run.journal
     if result.request is not None:
-        request = result.request
-        await env.run.journal.append(
-            ToolDeferred(call_id=call.id, tool=request.tool, request=request)
+        # Opens the request as it lands; said once durable, so a card never shows a request
+        # the store does not have. The run's suspend, next, commits with it.
+        journal.append_soon(
+            ToolDeferred(call_id=call.id, tool=result.request.tool, request=result.request),
+            then=functools.partial(
+                env.run.events.emit, RequestOpenedEvent(journal.run_id, result.request)
+            ),
         )
-        await env.run.open_request(request)
-        env.run.events.emit(RequestOpenedEvent(env.run.run_id, request))
     else:
         entry = ToolResultEntry(
             call_id=call.id,
@@ -244,7 +248,9 @@ async def _journal_exit(call: ToolCall, result: CallExit, env: CallEnv, began: f
             is_error=result.is_error,
             seconds=seconds,
         )
-        await env.run.journal.append(entry)
+        journal.append_soon(entry)
     for grant in env.gate.flush():
-        env.run.journal.append_soon(GrantWritten(grant=grant))
+        journal.append_soon(GrantWritten(grant=grant))
+    if result.request is None:
+        await journal.flush()  # the answer and its grants, in one commit
     env.run.events.emit(ToolExitEvent(env.run.run_id, call.id, call.name, result.outcome, seconds))

@@ -6,7 +6,16 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from bot.domain import Decision, DecisionKind, Grant, GrantKind, Request, RequestKind, call_digest
+from bot.domain import (
+    Decision,
+    DecisionKind,
+    Grant,
+    GrantKind,
+    Request,
+    RequestKind,
+    RequestMaker,
+    call_digest,
+)
 from bot.prompter import Prompter
 from bot.tools.base import Tool
 
@@ -29,20 +38,16 @@ class Gate:
 
     def __init__(
         self,
-        run_id: str,
-        requested_by: str,
+        new_request: RequestMaker,
         prompter: Prompter | None,
         expired: Callable[[], bool],
         written: Iterable[Grant] = (),
         answers: Mapping[str, Decision] | None = None,
-        stamp: Callable[[Request], Request] = lambda request: request,
     ) -> None:
-        self._run_id = run_id
-        self._requested_by = requested_by
+        self._new_request = new_request
         self._prompter = prompter
         self._expired = expired
         self._answers = dict(answers or {})
-        self._stamp = stamp
         self._standing: set[str] = set()
         self._one_shot: set[tuple[str, str]] = set()
         self._staged: list[Grant] = []
@@ -80,18 +85,15 @@ class Gate:
         return await self._prompter.ask(request)
 
     def _request(self, call_id: str, tool: Tool, arguments: dict[str, Any], digest: str) -> Request:
-        request = Request(
-            run_id=self._run_id,
-            kind=RequestKind.WAIT_APPROVAL,
-            call_id=call_id,
-            tool=tool.name,
-            arguments=arguments,
+        return self._new_request(
+            RequestKind.WAIT_APPROVAL,
+            call_id,
+            tool.name,
+            arguments,
             digest=digest,
             prompt=tool.description,
-            requested_by=self._requested_by,
             approvals_needed=max(1, tool.flags.approvals),
         )
-        return self._stamp(request)
 
     def _decide(self, decision: Decision, tool: str, call_id: str, digest: str) -> GateVerdict:
         if decision.kind is DecisionKind.APPROVE:

@@ -39,6 +39,7 @@ from bot.journal.entries import (
     AnswerSupplied,
     AssistantTurnEntry,
     RunEnded,
+    RunResumed,
     RunSuspended,
     ToolDeferred,
     ToolResultEntry,
@@ -127,10 +128,14 @@ class AgentLoop:
         """The folded state, kept in step by every append."""
         return self.journal.state
 
-    async def run(self) -> RunState:
-        """Iterate until a terminal result or a suspend; journal whichever it is."""
+    async def run(self, resumed: RunResumed | None = None) -> RunState:
+        """Iterate until a terminal result or a suspend; journal whichever it is.
+
+        ``resumed`` (a run picked up again) is journaled once the answers the run waits for are
+        read, so that it commits with them and with the first effect they allow.
+        """
         try:
-            await self._iterate()
+            await self._iterate(resumed)
         except Interrupted:
             await self._suspend(Suspend(StopReason.INTERRUPTED))
         except Suspend as pause:
@@ -139,9 +144,12 @@ class AgentLoop:
             await self._end(stop.status, stop.reason, stop.error, stop.text)
         return self.state
 
-    async def _iterate(self) -> None:
+    async def _iterate(self, resumed: RunResumed | None) -> None:
+        found = await self._look_up_answers() if self.state.open_batch else {}
+        if resumed is not None:
+            self.journal.append_soon(resumed)
         if self.state.open_batch:
-            await self._finish_batch()
+            await self._finish_batch(found)
         while True:
             self._poll()
             # Whatever was queued (grants, the run's start) is durable before the model is asked.
@@ -241,13 +249,11 @@ class AgentLoop:
 
     def _gate(self, answers: dict[str, Decision] | None = None) -> Gate:
         return Gate(
-            run_id=self.journal.run_id,
-            requested_by=self.started.requested_by,
+            new_request=self.run_ctx.request,
             prompter=self.run_ctx.prompter,
             expired=lambda: (self._remaining() or 1) <= 0,
             written=self.state.grants,
             answers=answers,
-            stamp=self.run_ctx.stamp,
         )
 
     def _env(self, tools: ToolSet, gate: Gate) -> CallEnv:
@@ -280,14 +286,33 @@ class AgentLoop:
                 f"{repeats} times; last result: {evidence}",
             )
 
-    async def _finish_batch(self) -> None:
+    async def _look_up_answers(self) -> dict[str, Decision | None]:
+        """The checkpoint's decision for each request the open batch waits on (None while
+        open), read before anything is journaled; a request the store lost is opened again."""
+        found: dict[str, Decision | None] = {}
+        for call_state in self.state.batch:
+            request = call_state.deferred
+            if call_state.result is not None or request is None:
+                continue
+            if request.id in self.state.answers:
+                continue
+            looked_up = await self.deps.lookup_request(request.id)
+            if looked_up is None:
+                await self.run_ctx.open_request(request)
+                continue
+            status, decision = looked_up
+            if status is not RequestStatus.OPEN:
+                found[request.id] = decision
+        return found
+
+    async def _finish_batch(self, found: dict[str, Decision | None]) -> None:
         """Answer the calls of a batch interrupted by a suspend or a crash, from the journal."""
         tools = self.deps.tools()
         answers: dict[str, Decision] = {}
         for call_state in self.state.batch:
             request = call_state.deferred
             if call_state.result is None and request is not None:
-                decision = await self._supplied(request)
+                decision = self._supplied(request, found.get(request.id))
                 if decision is not None and request.kind is RequestKind.WAIT_APPROVAL:
                     answers[call_state.call.id] = decision
         env = self._env(tools, self._gate(answers))
@@ -316,19 +341,15 @@ class AgentLoop:
         else:
             await self._answer_question(call_state, decision, env)
 
-    async def _supplied(self, request: Request) -> Decision | None:
-        """The checkpoint's answer for a request, journaled once; None while it is open."""
+    def _supplied(self, request: Request, decision: Decision | None) -> Decision | None:
+        """The answer for a request, journaled once (committed with the effect it allows);
+        None while it is open."""
         known = self.state.answers.get(request.id)
         if known is not None:
             return known
-        found = await self.deps.lookup_request(request.id)
-        if found is None:
-            await self.run_ctx.open_request(request)
+        if decision is None:
             return None
-        status, decision = found
-        if status is RequestStatus.OPEN or decision is None:
-            return None
-        await self.journal.append(AnswerSupplied(decision=decision))
+        self.journal.append_soon(AnswerSupplied(decision=decision))
         waited = max(0.0, (decision.at - request.created_at).total_seconds())
         supplied = AnswerSuppliedEvent(
             self.run_id, request.id, decision.kind, request_kind=request.kind, waited=waited
@@ -358,10 +379,10 @@ class AgentLoop:
             ),
             options=("retry", "done", "failed"),
         )
+        # The entry opens the request as it lands.
         await self.journal.append(
             ToolDeferred(call_id=call_state.call.id, tool=request.tool, request=request)
         )
-        await self.run_ctx.open_request(request)
         self.run_ctx.events.emit(RequestOpenedEvent(self.run_id, request))
 
     async def _settle_effect(self, call_state: CallState, decision: Decision, env: CallEnv) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -29,6 +31,24 @@ class SeqGap(StoreError):
 
 class UnknownRun(StoreError):
     """No run has that id."""
+
+
+@dataclass(frozen=True, slots=True)
+class Audited:
+    """An audit record written with the change it describes (same run, same request)."""
+
+    actor: str
+    action: str
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """What ``decide_and_claim`` did: whether this decision closed the request, and the new
+    epoch when it also took the run's lease (it closed the run's last open request)."""
+
+    won: bool
+    epoch: int | None = None
 
 
 class AuditRecord(Protocol):
@@ -85,10 +105,15 @@ class RunRows(Protocol):
         ...
 
     async def create_run(
-        self, run: RunRecord, owner: str, lease_seconds: float, session: Session | None = None
+        self,
+        run: RunRecord,
+        owner: str,
+        lease_seconds: float,
+        session: Session | None = None,
+        entries: Sequence[Entry] = (),
     ) -> int:
         """Insert a run owned by ``owner`` and return its first epoch; ``session``, if given,
-        is ensured in the same transaction."""
+        is ensured and ``entries`` are its journal from seq 0, in the same transaction."""
         ...
 
     async def get_run(self, run_id: str) -> RunRecord:
@@ -127,7 +152,8 @@ class Leases(Protocol):
         ...
 
     async def orphaned_runs(self, limit: int = 100) -> list[str]:
-        """Ids of runs marked running whose lease expired or was released (their owner died)."""
+        """Ids of runs whose owner died: marked running with a lease expired or released, or
+        suspended with a lease a decider took to resume them and let expire."""
         ...
 
 
@@ -171,8 +197,23 @@ class Requests(Protocol):
         """Requests filtered by run and status, oldest first."""
         ...
 
-    async def decide(self, decision: Decision, status: RequestStatus) -> bool:
-        """Close an open request with ``decision``; True only for the one caller that won."""
+    async def decide(
+        self, decision: Decision, status: RequestStatus, audit: Audited | None = None
+    ) -> bool:
+        """Close an open request with ``decision``; True only for the one caller that won.
+        ``audit`` is recorded in the same transaction, by the winner only."""
+        ...
+
+    async def decide_and_claim(
+        self,
+        decision: Decision,
+        status: RequestStatus,
+        audit: Audited,
+        owner: str,
+        lease_seconds: float,
+    ) -> Settled:
+        """``decide``; and when that closed its run's last open request and the run's lease is
+        free, take the lease for ``owner`` in the same transaction (the decider resumes it)."""
         ...
 
     async def add_approval(self, request_id: str, by: str) -> int:

@@ -32,7 +32,7 @@ from bot.events import (
     RunTakenOverEvent,
 )
 from bot.hooks import HookContext, HookFailure, Hooks
-from bot.journal.entries import RunEnded, RunResumed, RunStarted, UserMessageEntry
+from bot.journal.entries import Entry, RunEnded, RunResumed, RunStarted, UserMessageEntry
 from bot.journal.fold import RunState, fold
 from bot.journal.writer import RunJournal, TakenOver
 from bot.llm.base import UserMessage
@@ -91,19 +91,28 @@ class Supervisor:
         return live
 
     async def resume(
-        self, run_id: str, *, prompter: Prompter | None = None, force: bool = False
+        self,
+        run_id: str,
+        *,
+        prompter: Prompter | None = None,
+        force: bool = False,
+        claimed: int | None = None,
     ) -> LiveRun | None:
-        """Continue a suspended (or orphaned) run; None when it has nothing to do yet."""
+        """Continue a suspended (or orphaned) run; None when it has nothing to do yet.
+
+        ``claimed``: the epoch of the lease this process already took for the run (a decision
+        that closed its last open request takes it in the same commit).
+        """
         if run_id in self.live:
             return self.live[run_id]
+        if claimed is not None:
+            return await self._resume_claimed(run_id, claimed, prompter, force)
         record = await self.rt.store.get_run(run_id)
         if record.status in TERMINAL_STATUSES:
             return None
         state = fold(await self.rt.store.load(run_id), run_id)
         self._check_fingerprint(state, force)
-        if prompter is None and state.started is not None and state.started.has_prompter:
-            # Started where people could be asked (chat, --defer): they still can, later.
-            prompter = DeferringPrompter()
+        prompter = _prompter_for(state, prompter)
         if prompter is not None:
             await self.checkpoint.ask_again(state, prompter)
         if not await self.checkpoint.has_work(state):
@@ -113,13 +122,39 @@ class Supervisor:
             raise ResumeRefused(
                 f"run {run_id} is live on {record.owner}; its lease has not expired"
             )
-        if not await self.checkpoint.has_work(fold(await self.rt.store.load(run_id), run_id)):
+        state = fold(await self.rt.store.load(run_id), run_id)
+        if not await self.checkpoint.has_work(state):
             # Another owner moved it on between our look and our claim: nothing left to do.
             await self.rt.store.release(run_id, self.rt.owner, epoch)
             return None
+        return self._resumed(run_id, epoch, state, prompter, force, record.owner)
+
+    async def _resume_claimed(
+        self, run_id: str, epoch: int, prompter: Prompter | None, force: bool
+    ) -> LiveRun:
+        state = fold(await self.rt.store.load(run_id), run_id)
+        try:
+            self._check_fingerprint(state, force)
+        except ResumeRefused:
+            await self.rt.store.release(run_id, self.rt.owner, epoch)
+            raise
+        return self._resumed(run_id, epoch, state, prompter, force, "")
+
+    def _resumed(
+        self,
+        run_id: str,
+        epoch: int,
+        state: RunState,
+        prompter: Prompter | None,
+        force: bool,
+        owner: str,
+    ) -> LiveRun:
+        """Drive a run whose lease this process holds at ``epoch`` on a task of its own."""
+        prompter = _prompter_for(state, prompter)
         live = LiveRun(run_id)
-        previous = record.owner if record.owner != self.rt.owner else ""
-        work = self._resume(live, epoch, prompter, force, previous)
+        previous = owner if owner != self.rt.owner else ""
+        resumed = RunResumed(owner=self.rt.owner, forced=force, taken_over_from=previous)
+        work = self._resume(live, epoch, state, prompter, resumed)
         live.task = asyncio.create_task(self._barrier(live, work), name=run_id)
         self.live[run_id] = live
         return live
@@ -127,7 +162,11 @@ class Supervisor:
     async def answer(
         self, decision: Decision, *, run_id: str, actor: Actor | None = None, digest: str = ""
     ) -> Answered:
-        """Check a decision against the store and policy and write it (see ``Checkpoint``)."""
+        """Check a decision against the store and policy and write it (see ``Checkpoint``).
+
+        A decision that closes its run's last open request takes the run's lease with it
+        (``Answered.claimed``): the caller resumes the run with ``resume(claimed=...)``.
+        """
         return await self.checkpoint.answer(decision, run_id=run_id, actor=actor, digest=digest)
 
     async def adopt_orphans(self) -> list[str]:
@@ -233,45 +272,61 @@ class Supervisor:
         record = RunRecord(
             id=live.run_id, session_id=session.id, prompt=text[:200], requested_by=requested_by
         )
-        lease = self.rt.lease_seconds
-        epoch = await self.rt.store.create_run(record, self.rt.owner, lease, session=session)
-        live.created.set()
-        journal = RunJournal(self.rt.store, RunState(live.run_id), epoch, self.rt.lease_seconds)
-        journal.append_soon(
-            RunStarted(
-                run_id=live.run_id,
-                session_id=session.id,
-                requested_by=requested_by,
-                system_prompt=self.rt.system_prompt,
-                fingerprint=self.rt.fingerprint(),
-                budgets=self.rt.budgets,
-                has_prompter=prompter is not None,
-                history=history,
-            )
+        started = RunStarted(
+            run_id=live.run_id,
+            session_id=session.id,
+            requested_by=requested_by,
+            system_prompt=self.rt.system_prompt,
+            fingerprint=self.rt.fingerprint(),
+            budgets=self.rt.budgets,
+            has_prompter=prompter is not None,
+            history=history,
         )
+        opening: Entry = UserMessageEntry(text=text, by=requested_by)
+        if refusal:
+            result = TerminalResult(
+                status=RunStatus.FAILED, stop_reason=StopReason.POLICY, error=refusal
+            )
+            opening = RunEnded(result=result)
+        # The run's row and its first entries are one commit: a run never exists without them.
+        first = [started, opening]
+        lease = self.rt.lease_seconds
+        epoch = await self.rt.store.create_run(
+            record, self.rt.owner, lease, session=session, entries=first
+        )
+        live.created.set()
+        journal = RunJournal(self.rt.store, RunState(live.run_id), epoch, lease)
+        journal.written(first)
         self.rt.events.emit(RunStartedEvent(live.run_id, requested_by))
         if cause:
             self.rt.events.emit(AdvisoryEvent(live.run_id, cause))
         if refusal:
-            return await self._refuse(journal, refusal, hooks)
-        await journal.append(UserMessageEntry(text=text, by=requested_by))
+            await self._finished(journal.state, hooks)
+            return journal.state
         return await self._drive(live, journal, prompter, hooks)
 
     async def _resume(
-        self, live: LiveRun, epoch: int, prompter: Prompter | None, forced: bool, previous: str
+        self,
+        live: LiveRun,
+        epoch: int,
+        state: RunState,
+        prompter: Prompter | None,
+        resumed: RunResumed,
     ) -> RunState:
-        state = fold(await self.rt.store.load(live.run_id), live.run_id)
         # Still running, not suspended: its owner died mid-run and this process adopts it.
         orphaned = state.status is RunStatus.RUNNING
         journal = RunJournal(self.rt.store, state, epoch, self.rt.lease_seconds)
-        resumed = RunResumed(owner=self.rt.owner, forced=forced, taken_over_from=previous)
-        await journal.append(resumed)
-        await self.rt.store.audit(self.rt.owner, "resume", run_id=live.run_id)
         self.rt.events.emit(RunResumedEvent(live.run_id, orphaned=orphaned))
-        return await self._drive(live, journal, prompter, self.rt.run_hooks())
+        # The loop journals ``resumed`` (audited as it lands) with the answers it reads.
+        return await self._drive(live, journal, prompter, self.rt.run_hooks(), resumed)
 
     async def _drive(
-        self, live: LiveRun, journal: RunJournal, prompter: Prompter | None, hooks: Hooks
+        self,
+        live: LiveRun,
+        journal: RunJournal,
+        prompter: Prompter | None,
+        hooks: Hooks,
+        resumed: RunResumed | None = None,
     ) -> RunState:
         run = RunContext(
             journal=journal,
@@ -293,20 +348,12 @@ class Supervisor:
         )
         renewal = asyncio.create_task(self._renew(journal))
         try:
-            state = await AgentLoop(run, deps, live.signals).run()
+            state = await AgentLoop(run, deps, live.signals).run(resumed)
         finally:
             renewal.cancel()
         if state.result is not None:
             await self._finished(state, hooks)
         return state
-
-    async def _refuse(self, journal: RunJournal, refusal: str, hooks: Hooks) -> RunState:
-        result = TerminalResult(
-            status=RunStatus.FAILED, stop_reason=StopReason.POLICY, error=refusal
-        )
-        await journal.append(RunEnded(result=result))
-        await self._finished(journal.state, hooks)
-        return journal.state
 
     async def _barrier(self, live: LiveRun, work: Coroutine[Any, Any, RunState]) -> RunState:
         """The panic barrier: whatever escapes the run ends it failed, RunEnd fires once."""
@@ -437,3 +484,11 @@ async def _screen_prompt(hooks: Hooks, prompt: str, ctx: HookContext) -> tuple[s
     if not verdict.allow:
         return f"the prompt was refused: {verdict.reason or 'policy'}", "", ""
     return "", verdict.text if verdict.text is not None else prompt, ""
+
+
+def _prompter_for(state: RunState, prompter: Prompter | None) -> Prompter | None:
+    """``prompter``; or, for a run started where people could be asked (chat, ``--defer``),
+    one that defers its questions: they still can be asked, later."""
+    if prompter is None and state.started is not None and state.started.has_prompter:
+        return DeferringPrompter()
+    return prompter

@@ -21,8 +21,8 @@ from bot.store import StoreError
 from storage import sql
 from storage.common import Refusal, Violation, diagnose, projection, wait_for_event, work_payload
 from storage.postgres_schema import CREATE_VERSION_TABLE, SCHEMA_VERSION, migration_script
-from storage.sql import POSTGRES
-from storage.sql_store import Params, Row, SqlStore, Step, migrated
+from storage.sql import POSTGRES, Step
+from storage.sql_store import Params, Row, SqlStore, migrated
 
 _SCHEMA_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 _CLOSE_TIMEOUT: Final = 10.0
@@ -196,20 +196,15 @@ class PostgresStore(SqlStore):
         moved = projection(entry)
         status, reason = (None, None) if moved is None else (moved.status.value, moved.stop_reason)
         releases = moved is not None and moved.releases
+        at = self._now()
+        params = (run_id, seq, epoch, entry.kind, body, at, status, reason, releases)
+        beside = sql.beside_entry(run_id, entry, at, self._stamp)
         with self._errors("append"):
             async with pool.acquire() as conn:
-                landed = await conn.fetchval(
-                    _APPEND,
-                    run_id,
-                    seq,
-                    epoch,
-                    entry.kind,
-                    body,
-                    self._now(),
-                    status,
-                    reason,
-                    releases,
-                )
+                if beside:
+                    landed = await _append_with(conn, params, beside)
+                else:
+                    landed = await conn.fetchval(_APPEND, *params)
                 if landed:
                     return
                 row = await conn.fetchrow(_DIAGNOSE_APPEND, run_id, seq)
@@ -339,15 +334,15 @@ class PostgresStore(SqlStore):
 
     async def _transaction(
         self, action: str, steps: Sequence[Step], refused: Refusal | None = None
-    ) -> list[Row]:
-        """Statements in one transaction on one pooled connection; the rows of the last one."""
+    ) -> list[list[Row]]:
+        """Statements in one transaction on one pooled connection; the rows of each."""
         pool = self._ready()
-        rows: list[Row] = []
         with self._errors(action, refused):
             async with pool.acquire() as conn, conn.transaction():
-                for statement, params in steps:
-                    rows = await conn.fetch(POSTGRES.sql(statement), *params)
-        return list(rows)
+                return [
+                    list(await conn.fetch(POSTGRES.sql(statement), *params))
+                    for statement, params in steps
+                ]
 
     def _ready(self) -> asyncpg.Pool:
         return self._opened(self._pool)
@@ -374,6 +369,18 @@ async def open_postgres(dsn: str, *, schema: str = "public") -> PostgresStore:
 
 
 # -- module helpers -----------------------------------------------------------------------------
+
+
+async def _append_with(
+    conn: asyncpg.Connection, params: Sequence[Any], beside: Sequence[Step]
+) -> bool:
+    """The append and, if it landed, the rows written beside it, in one transaction."""
+    async with conn.transaction():
+        landed = bool(await conn.fetchval(_APPEND, *params))
+        if landed:
+            for statement, values in beside:
+                await conn.execute(POSTGRES.sql(statement), *values)
+    return landed
 
 
 async def _after(previous: asyncio.Task[None] | None, write: Callable[[], Awaitable[None]]) -> None:

@@ -15,7 +15,12 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, Final
 
+from bot.domain import Request, RequestStatus
+from bot.journal.entries import Entry, RunResumed, ToolDeferred
 from storage.common import RUN_COLUMNS, utc
+
+# One statement of a transaction, in this module's notation, and its parameters.
+Step = tuple[str, Sequence[Any]]
 
 _PARAMETER: Final = re.compile(r"\$(\d+)")
 _CAST: Final = re.compile(r"::[a-z]+")
@@ -118,9 +123,12 @@ CREATE_RUN: Final = (
 )
 GET_RUN: Final = f"SELECT {RUN_COLUMNS} FROM runs WHERE id = $1"
 COUNT_RUNS_BY_STATUS: Final = "SELECT status, COUNT(*) FROM runs GROUP BY status"
+# Running with no live owner; or suspended yet owned, which only a decider that took the lease
+# to resume the run and died before it wrote a word leaves behind (a suspend releases).
 ORPHANED_RUNS: Final = """
-SELECT id FROM runs WHERE status = 'running'
-  AND (owner = '' OR lease_expires IS NULL OR lease_expires < $1)
+SELECT id FROM runs
+WHERE (status = 'running' AND (owner = '' OR lease_expires IS NULL OR lease_expires < $1))
+   OR (status = 'suspended' AND owner <> '' AND lease_expires < $1)
 ORDER BY updated_at LIMIT $2
 """
 
@@ -154,6 +162,17 @@ CURRENT_EPOCH: Final = "SELECT epoch FROM runs WHERE id = $1"
 # -- journal ------------------------------------------------------------------------------------
 
 LOAD: Final = "SELECT seq, epoch, body::text FROM journal WHERE run_id = $1 ORDER BY seq"
+# A new run's first entries, written with its row: nobody else can hold the run yet.
+INSERT_ENTRY: Final = """
+INSERT INTO journal(run_id, seq, epoch, kind, body, at) VALUES ($1, $2, $3, $4, $5::json, $6)
+"""
+# The status an entry moves its run to; a suspend or an end gives the lease up ($5).
+PROJECT_STATUS: Final = """
+UPDATE runs SET status = $1, stop_reason = $2, updated_at = $3,
+    owner = CASE WHEN $5::boolean THEN '' ELSE owner END,
+    lease_expires = CASE WHEN $5::boolean THEN NULL ELSE lease_expires END
+WHERE id = $4
+"""
 # Why an append did not land: the run's epoch, the body at the seq, and the next free seq.
 DIAGNOSE_APPEND: Final = """
 SELECT epoch,
@@ -174,6 +193,29 @@ GET_REQUEST: Final = f"SELECT {_REQUEST_COLUMNS} FROM requests WHERE id = $1"
 DECIDE: Final = """
 UPDATE requests SET status = $1, decision = $2::json
 WHERE id = $3 AND status = 'open' RETURNING true
+"""
+# The audit record of a decision, written only where that decision is the one that closed the
+# request ($5 the request, $6 the decision's text): a losing decider records nothing. (A
+# decision is told apart by its text, which holds who made it and when, to the microsecond.)
+AUDIT_DECISION: Final = """
+INSERT INTO audit(at, actor, action, run_id, request_id, detail)
+SELECT $1::timestamptz, $2::text, $3::text, run_id, id, $4::text FROM requests
+WHERE id = $5 AND decision::text = $6
+"""
+# Where rows are locked, deciders of one run's requests take turns, so the one closing the last
+# open request sees every other closed and takes the lease (none may miss it).
+LOCK_RUN_OF_REQUEST: Final = """
+SELECT epoch FROM runs WHERE id = (SELECT run_id FROM requests WHERE id = $1) FOR NO KEY UPDATE
+"""
+# Takes the free lease of a request's run once this decision ($4 the request, $5 the
+# decision's text) closed the run's last open request; never a lease still held, ours included.
+CLAIM_SETTLED: Final = """
+UPDATE runs SET owner = $1, epoch = epoch + 1, lease_expires = $2, updated_at = $3
+WHERE id = (SELECT run_id FROM requests WHERE id = $4 AND decision::text = $5)
+  AND status IN ('running', 'suspended')
+  AND (owner = '' OR lease_expires IS NULL OR lease_expires <= $3)
+  AND NOT EXISTS (SELECT 1 FROM requests AS r WHERE r.run_id = runs.id AND r.status = 'open')
+RETURNING epoch
 """
 # Where rows are locked, concurrent approvers count one after another under this lock, so the
 # last of them sees every approval (two racing "last" approvers must not both see one too few).
@@ -326,3 +368,41 @@ def list_audit(clause: str, limit: int) -> str:
         f" SELECT id, at, actor, action, run_id, request_id, detail FROM audit {clause}"
         f" ORDER BY id DESC LIMIT ${limit}) AS newest ORDER BY id"
     )
+
+
+# -- what an entry writes beside the journal ------------------------------------------------------
+
+
+def request_row(request: Request, stamp: Callable[[datetime], Any]) -> tuple[Any, ...]:
+    """``OPEN_REQUEST``'s parameters for an open ``request``."""
+    deadline = None if request.deadline is None else stamp(request.deadline)
+    return (
+        request.id,
+        request.run_id,
+        request.kind.value,
+        request.call_id,
+        request.tool,
+        request.model_dump_json(),
+        RequestStatus.OPEN.value,
+        stamp(request.created_at),
+        deadline,
+    )
+
+
+def beside_entry(
+    run_id: str, entry: Entry, at: Any, stamp: Callable[[datetime], Any]
+) -> list[Step]:
+    """The rows an entry writes in the transaction that appends it, besides its run's status:
+    a deferred call opens its request, audited; a resume is audited. Written with the entry,
+    they exist exactly when it does, and a stale owner (whose append is refused) writes none."""
+    if isinstance(entry, ToolDeferred):
+        request = entry.request
+        detail = f"{request.kind.value} {request.tool} {request.digest}".strip()
+        actor = request.requested_by or "run"
+        return [
+            (OPEN_REQUEST, request_row(request, stamp)),
+            (AUDIT, (at, actor, "request", run_id, request.id, detail)),
+        ]
+    if isinstance(entry, RunResumed):
+        return [(AUDIT, (at, entry.owner, "resume", run_id, "", ""))]
+    return []

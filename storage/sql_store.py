@@ -19,7 +19,7 @@ from typing import Any, ClassVar, TypeVar
 from bot.domain import Decision, Request, RequestStatus, Session
 from bot.journal.entries import Entry
 from bot.records import JournalRecord, OutboxMessage, Replica, RunRecord, WorkItem
-from bot.store import AuditRecord, StoreError, UnknownRun
+from bot.store import Audited, AuditRecord, Settled, StoreError, UnknownRun
 from storage import sql
 from storage.common import (
     AuditEntry,
@@ -28,21 +28,20 @@ from storage.common import (
     new_run_row,
     outbox_from_row,
     outbox_json,
+    projection,
     record,
     replicas_from_rows,
     request_from_row,
     run_from_row,
     work_from_row,
 )
-from storage.sql import Dialect
+from storage.sql import Dialect, Step
 
 _Conn = TypeVar("_Conn")
 _S = TypeVar("_S", bound="SqlStore")
 
 Row = Sequence[Any]
 Params = Sequence[Any]
-# One statement of a transaction (a shared one, rendered by the backend) and its parameters.
-Step = tuple[str, Params]
 
 
 class SqlStore(ABC):
@@ -109,8 +108,8 @@ class SqlStore(ABC):
     @abstractmethod
     async def _transaction(
         self, action: str, steps: Sequence[Step], refused: Refusal | None = None
-    ) -> list[Row]:
-        """Several statements in one committed transaction; the rows the last one returned."""
+    ) -> list[list[Row]]:
+        """Several statements in one committed transaction; the rows each one returned."""
 
     @abstractmethod
     def _failure(self, action: str, exc: Exception) -> StoreError:
@@ -135,9 +134,15 @@ class SqlStore(ABC):
         return Session(id=sid, platform=platform, channel=channel, thread=thread)
 
     async def create_run(
-        self, run: RunRecord, owner: str, lease_seconds: float, session: Session | None = None
+        self,
+        run: RunRecord,
+        owner: str,
+        lease_seconds: float,
+        session: Session | None = None,
+        entries: Sequence[Entry] = (),
     ) -> int:
-        """Insert a run owned by ``owner`` at epoch 1 (and ``session``, if new); the epoch."""
+        """Insert a run owned by ``owner`` at epoch 1 (and ``session``, if new) with its first
+        journal ``entries``, in one transaction; the epoch."""
 
         def refused(violation: Violation) -> StoreError:
             if violation is Violation.FOREIGN_KEY:
@@ -149,6 +154,8 @@ class SqlStore(ABC):
         if session is not None:
             steps.append((sql.ENSURE_SESSION, self._session_row(session)))
         steps.append((sql.CREATE_RUN, new_run_row(run, owner, lease_expires, self._stamp)))
+        for seq, entry in enumerate(entries):
+            steps.extend(self._entry_steps(run.id, seq, 1, entry))
         await self._transaction("create_run", steps, refused)
         return 1
 
@@ -226,18 +233,7 @@ class SqlStore(ABC):
         def refused(violation: Violation) -> StoreError:
             return UnknownRun(f"unknown run {request.run_id!r} for request {request.id!r}")
 
-        deadline = None if request.deadline is None else self._stamp(request.deadline)
-        params = (
-            request.id,
-            request.run_id,
-            request.kind.value,
-            request.call_id,
-            request.tool,
-            request.model_dump_json(),
-            RequestStatus.OPEN.value,
-            self._stamp(request.created_at),
-            deadline,
-        )
+        params = sql.request_row(request, self._stamp)
         await self._write("open_request", sql.OPEN_REQUEST, params, refused)
 
     async def get_request(self, request_id: str) -> tuple[Request, RequestStatus, Decision | None]:
@@ -255,15 +251,48 @@ class SqlStore(ABC):
         rows = await self._read("list_requests", sql.list_requests(clause), params)
         return [request_from_row(row) for row in rows]
 
-    async def decide(self, decision: Decision, status: RequestStatus) -> bool:
-        """Close an open request; True only for the one caller whose update changed it."""
-        if status is RequestStatus.OPEN:
-            raise ValueError("decide() needs a closing status, not 'open'")
-        params = (status.value, decision.model_dump_json(), decision.request_id)
-        if await self._write("decide", sql.DECIDE, params):
+    async def decide(
+        self, decision: Decision, status: RequestStatus, audit: Audited | None = None
+    ) -> bool:
+        """Close an open request; True only for the one caller whose update changed it (who
+        alone records ``audit``, in the same transaction)."""
+        rows = await self._transaction("decide", self._decide_steps(decision, status, audit))
+        if rows[0]:
             return True
         await self.get_request(decision.request_id)  # unknown ids raise KeyError, not False
         return False
+
+    async def decide_and_claim(
+        self,
+        decision: Decision,
+        status: RequestStatus,
+        audit: Audited,
+        owner: str,
+        lease_seconds: float,
+    ) -> Settled:
+        """``decide``, and take the run's free lease if that closed its last open request."""
+        steps = self._decide_steps(decision, status, audit)
+        params = (owner, self._lease_until(lease_seconds), self._now(), decision.request_id)
+        steps.append((sql.CLAIM_SETTLED, (*params, decision.model_dump_json())))
+        if self._dialect.row_locks:
+            steps.insert(0, (sql.LOCK_RUN_OF_REQUEST, (decision.request_id,)))
+        decided, _audited, claimed = (await self._transaction("decide", steps))[-3:]
+        if not decided:
+            await self.get_request(decision.request_id)  # unknown ids raise KeyError
+            return Settled(False)
+        return Settled(True, int(claimed[0][0]) if claimed else None)
+
+    def _decide_steps(
+        self, decision: Decision, status: RequestStatus, audit: Audited | None
+    ) -> list[Step]:
+        if status is RequestStatus.OPEN:
+            raise ValueError("decide() needs a closing status, not 'open'")
+        text = decision.model_dump_json()
+        steps: list[Step] = [(sql.DECIDE, (status.value, text, decision.request_id))]
+        if audit is not None:
+            params = (self._now(), audit.actor, audit.action, audit.detail)
+            steps.append((sql.AUDIT_DECISION, (*params, decision.request_id, text)))
+        return steps
 
     async def add_approval(self, request_id: str, by: str) -> int:
         """Record ``by`` as an approver of an open request; the number of distinct approvers."""
@@ -273,7 +302,7 @@ class SqlStore(ABC):
         ]
         if self._dialect.row_locks:
             steps.insert(0, (sql.LOCK_REQUEST, (request_id,)))
-        count, known = (await self._transaction("add_approval", steps))[0]
+        count, known = (await self._transaction("add_approval", steps))[-1][0]
         if not known:
             raise KeyError(request_id)
         return int(count)
@@ -418,6 +447,19 @@ class SqlStore(ABC):
         return connection
 
     # -- helpers -----------------------------------------------------------------------------
+
+    def _entry_steps(self, run_id: str, seq: int, epoch: int, entry: Entry) -> list[Step]:
+        """An unconditional append (a new run's, which nobody else can hold yet) with what the
+        entry moves: its run's status and the rows written beside it."""
+        at = self._now()
+        body = entry.model_dump_json()
+        steps: list[Step] = [(sql.INSERT_ENTRY, (run_id, seq, epoch, entry.kind, body, at))]
+        moved = projection(entry)
+        if moved is not None:
+            params = (moved.status.value, moved.stop_reason, at, run_id, moved.releases)
+            steps.append((sql.PROJECT_STATUS, params))
+        steps.extend(sql.beside_entry(run_id, entry, at, self._stamp))
+        return steps
 
     def _session_row(self, session: Session) -> tuple[Any, ...]:
         return (session.id, session.platform, session.channel, session.thread, self._now())

@@ -24,8 +24,8 @@ from bot.journal.entries import Entry
 from bot.store import StoreError
 from storage import sql
 from storage.common import Refusal, Violation, projection, wait_for_event, work_payload
-from storage.sql import SQLITE
-from storage.sql_store import Params, Row, SqlStore, Step, migrated
+from storage.sql import SQLITE, Step
+from storage.sql_store import Params, Row, SqlStore, migrated
 from storage.sqlite_group_commit import GroupCommit, PendingAppend
 from storage.sqlite_schema import CREATE_VERSION_TABLE, SCHEMA_VERSION, migration_script
 from storage.sqlite_writer import SqliteWriter
@@ -118,6 +118,7 @@ class SqliteStore(SqlStore):
         """Queue an append now (written in submission order); the future settles after commit."""
         self._writer()  # fail fast when closed or not migrated
         assert self._group is not None
+        beside = sql.beside_entry(run_id, entry, self._now(), self._stamp)
         item = PendingAppend(
             run_id=run_id,
             seq=seq,
@@ -125,6 +126,7 @@ class SqliteStore(SqlStore):
             kind=entry.kind,
             body=entry.model_dump_json(),
             projection=projection(entry),
+            beside=[(SQLITE.sql(statement), params) for statement, params in beside],
             done=asyncio.get_running_loop().create_future(),
         )
         self._group.append(item)
@@ -311,19 +313,16 @@ class SqliteStore(SqlStore):
         self, action: str, statement: str, params: Params, refused: Refusal | None = None
     ) -> list[Row]:
         """One statement in the next group commit; the rows it returned, once durable."""
-        return await self._transaction(action, [(statement, params)], refused)
+        return (await self._transaction(action, [(statement, params)], refused))[0]
 
     async def _transaction(
         self, action: str, steps: Sequence[Step], refused: Refusal | None = None
-    ) -> list[Row]:
-        """Statements run together in the next group commit; the rows of the last one."""
+    ) -> list[list[Row]]:
+        """Statements run together in the next group commit; the rows of each."""
         rendered = [(SQLITE.sql(statement), params) for statement, params in steps]
 
-        def run(conn: sqlite3.Connection) -> list[Row]:
-            rows: list[Row] = []
-            for text, params in rendered:
-                rows = conn.execute(text, params).fetchall()
-            return rows
+        def run(conn: sqlite3.Connection) -> list[list[Row]]:
+            return [conn.execute(text, params).fetchall() for text, params in rendered]
 
         return await self._transact(action, run, refused)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
@@ -34,12 +34,7 @@ WHERE (SELECT epoch FROM runs WHERE id = ?1) = ?3
   AND (SELECT COALESCE(MAX(seq), -1) + 1 FROM journal WHERE run_id = ?1) = ?2
 """
 _DIAGNOSE_ENTRY: Final = SQLITE.sql(sql.DIAGNOSE_APPEND)
-_PROJECT_STATUS: Final = """
-UPDATE runs SET status = ?1, stop_reason = ?2, updated_at = ?3,
-    owner = CASE WHEN ?5 THEN '' ELSE owner END,
-    lease_expires = CASE WHEN ?5 THEN NULL ELSE lease_expires END
-WHERE id = ?4
-"""
+_PROJECT_STATUS: Final = SQLITE.sql(sql.PROJECT_STATUS)
 
 _T = TypeVar("_T")
 
@@ -54,6 +49,8 @@ class PendingAppend:
     kind: str
     body: str
     projection: Projection | None
+    # Rows the entry writes beside the journal (``sql.beside_entry``), rendered for SQLite.
+    beside: list[tuple[str, Sequence[Any]]]
     done: asyncio.Future[None]
 
     def params(self, at: str) -> tuple[Any, ...]:
@@ -220,11 +217,14 @@ def _run(conn: sqlite3.Connection, body: Callable[[sqlite3.Connection], Any]) ->
 
 
 def _project(conn: sqlite3.Connection, item: PendingAppend, at: str) -> None:
-    """Move the status (and lease) of the run whose landed entry changes it."""
+    """Move the status (and lease) of the run whose landed entry changes it, and write the
+    rows the entry writes beside the journal."""
     moved = item.projection
     if moved is not None:
         params = (moved.status.value, moved.stop_reason, at, item.run_id, moved.releases)
         conn.execute(_PROJECT_STATUS, params)
+    for statement, values in item.beside:
+        conn.execute(statement, values)
 
 
 def _diagnose(conn: sqlite3.Connection, item: PendingAppend) -> StoreError | None:

@@ -33,6 +33,8 @@ class RunJournal:
         self._clock = clock
         self._sure_until = 0.0
         self._pending: list[asyncio.Future[None]] = []
+        # Told once the entries queued before them are durable (events that name a request).
+        self._when_durable: list[Callable[[], None]] = []
         self.lease_renewed()
 
     def lease_renewed(self) -> None:
@@ -49,20 +51,31 @@ class RunJournal:
         self.append_soon(entry)
         await self.flush()
 
-    def append_soon(self, entry: Entry) -> None:
-        """Queue an entry that need not be durable before the task goes on.
+    def append_soon(self, entry: Entry, then: Callable[[], None] | None = None) -> None:
+        """Queue an entry that need not be durable before the task goes on; ``then`` is
+        called once it is (at the next ``append`` or ``flush``), never if it fails.
 
         The next ``append`` (or ``flush``) waits for it: entries commit in order, so an effect
-        is never started, nor a model turn taken as had, before what precedes it is durable.
+        is never started, nor a model turn taken as had, before what precedes it is durable;
+        and entries queued together commit together.
         """
         done = self.store.submit(self.run_id, self.state.next_seq, self.epoch, entry)
         self._pending.append(done)
+        if then is not None:
+            self._when_durable.append(then)
         self.state.next_seq += 1
         apply(self.state, entry)
+
+    def written(self, entries: list[Entry]) -> None:
+        """Take ``entries`` as the journal's first, already durable (written with the run)."""
+        for entry in entries:
+            self.state.next_seq += 1
+            apply(self.state, entry)
 
     async def flush(self) -> None:
         """Wait until every queued entry is durable; raise the first failure."""
         pending, self._pending = self._pending, []
+        callbacks, self._when_durable = self._when_durable, []
         try:
             for done in pending:
                 await done
@@ -72,6 +85,8 @@ class RunJournal:
             for done in pending:
                 if done.done() and not done.cancelled():
                     done.exception()  # every failure is seen, the first one is raised
+        for callback in callbacks:
+            callback()
 
     async def still_owner(self) -> bool:
         """The takeover check: a lease known to be live needs no read; else ask the store.

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bot.domain import DecisionKind, Request, RequestKind
+from bot.domain import DecisionKind, RequestKind
 from bot.tools.base import Deferral, Tool, ToolContext, ToolFlags, ToolResult
 
 # Operator-paced: a tool timeout would cancel the operator's own question, not a runaway.
@@ -60,19 +60,12 @@ class AskHumanTool:
         options = self._options(arguments)
         if ctx.prompter is None or not ctx.prompter.present:
             return ToolResult("no one is present to answer questions in this run", is_error=True)
-        request = Request(
-            run_id=ctx.run_id,
-            kind=RequestKind.WAIT_USER,
-            call_id=ctx.call_id,
-            tool=self.name,
-            arguments=arguments,
-            prompt=question,
-            options=options,
-            requested_by=ctx.requested_by,
+        request = ctx.request(
+            RequestKind.WAIT_USER, self.name, arguments, prompt=question, options=options
         )
         decision = await ctx.prompter.ask(request)
         if decision is None:
-            return Deferral(RequestKind.WAIT_USER, question, options, request.id)
+            return Deferral(RequestKind.WAIT_USER, question, options, request)
         if decision.kind is DecisionKind.EXPIRED:
             return ToolResult("no answer before the deadline")
         if not options:
@@ -81,7 +74,7 @@ class AskHumanTool:
         if picked is None:
             # A question with options takes one of them only: anything else leaves it open,
             # for an answer the checkpoint checks (``kestrel runs answer``, a chat button).
-            return Deferral(RequestKind.WAIT_USER, question, options, request.id)
+            return Deferral(RequestKind.WAIT_USER, question, options, request)
         return ToolResult(picked)
 
     def _options(self, arguments: dict[str, Any]) -> tuple[str, ...]:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from bot.domain import RequestKind
+from bot.domain import Request, RequestKind, RequestMaker, unstamped
 from bot.prompter import Prompter
 
 
@@ -41,7 +41,8 @@ class Deferral:
     kind: RequestKind
     prompt: str = ""
     options: tuple[str, ...] = ()
-    request_id: str = ""
+    # The request already asked inline (``ToolContext.request``), kept as it was asked.
+    request: Request | None = None
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,15 @@ class ToolContext:
     extra: dict[str, Any] = field(default_factory=dict)
     # Told a command's process group once it runs, for a dispatch whose outcome must be known.
     started: Callable[[int], None] | None = None
+    # The run's stamp for its requests (deadline, platform options).
+    stamp: Callable[[Request], Request] = unstamped
+
+    def request(
+        self, kind: RequestKind, tool: str, arguments: dict[str, Any], **details: Any
+    ) -> Request:
+        """A request of this run about this call, made as every request of the run is."""
+        maker = RequestMaker(self.run_id, self.requested_by, self.stamp)
+        return maker(kind, self.call_id, tool, arguments, **details)
 
 
 @runtime_checkable

@@ -62,6 +62,9 @@ def wait_for(chat: subprocess.Popen[str], text: str) -> list[str]:
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         line = chat.stdout.readline()
+        if not line:
+            err = chat.stderr.read() if chat.stderr is not None else ""
+            raise AssertionError(f"{text!r} never appeared before the output ended: {seen}{err}")
         seen.append(line)
         if text in line:
             return seen

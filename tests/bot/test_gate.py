@@ -13,6 +13,7 @@ from bot.domain import (
     GrantKind,
     Request,
     RequestKind,
+    RequestMaker,
     call_digest,
 )
 from bot.gate import Gate, GateVerdict
@@ -61,7 +62,7 @@ def gate(
     answers: dict[str, Decision] | None = None,
     **kw: Any,
 ) -> Gate:
-    return Gate(RUN, "U0REQ", prompter, lambda: expired, written, answers, **kw)
+    return Gate(RequestMaker(RUN, "U0REQ", **kw), prompter, lambda: expired, written, answers)
 
 
 async def check(
@@ -111,7 +112,7 @@ async def test_past_the_deadline_refuses_without_asking() -> None:
 
 async def test_the_deadline_is_checked_at_each_call() -> None:
     late = False
-    g = Gate(RUN, "U0REQ", answering(DecisionKind.APPROVE_ALWAYS), lambda: late)
+    g = Gate(RequestMaker(RUN, "U0REQ"), answering(DecisionKind.APPROVE_ALWAYS), lambda: late)
 
     assert (await check(g)).allowed
     late = True

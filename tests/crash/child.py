@@ -14,15 +14,18 @@ import signal
 import subprocess
 import sys
 import traceback
+from collections.abc import Sequence
 from pathlib import Path
 
-from bot.domain import Decision, DecisionKind, Request
+from bot.domain import Decision, DecisionKind, Request, RequestStatus, Session
 from bot.events import FanOut
 from bot.journal.entries import Entry
 from bot.journal.fold import fold
 from bot.llm.openai_provider import OpenAIProvider
 from bot.prompter import DeferringPrompter
+from bot.records import RunRecord
 from bot.runtime import Runtime, ToolSource
+from bot.store import Audited, Settled
 from bot.supervisor import LiveRun, ResumeRefused, Supervisor
 from bot.tools.catalog import load_catalog
 from bot.tools.toolset import ToolSet
@@ -38,11 +41,45 @@ class CrashingStore(SqliteStore):
 
     def submit(self, run_id: str, seq: int, epoch: int, entry: Entry) -> asyncio.Future[None]:
         done = super().submit(run_id, seq, epoch, entry)
-        if entry.kind == self._kind:
+        if self._due(entry):
+            done.add_done_callback(lambda _: os.kill(os.getpid(), signal.SIGKILL))
+        return done
+
+    async def create_run(
+        self,
+        run: RunRecord,
+        owner: str,
+        lease_seconds: float,
+        session: Session | None = None,
+        entries: Sequence[Entry] = (),
+    ) -> int:
+        """A run's first entries are appended with its row: killed once that commit is durable."""
+        epoch = await super().create_run(run, owner, lease_seconds, session, entries)
+        if any([self._due(entry) for entry in entries]):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return epoch
+
+    async def decide_and_claim(
+        self,
+        decision: Decision,
+        status: RequestStatus,
+        audit: Audited,
+        owner: str,
+        lease_seconds: float,
+    ) -> Settled:
+        """Crash kind ``decided``: killed once the decision (and the lease it took) is durable."""
+        settled = await super().decide_and_claim(decision, status, audit, owner, lease_seconds)
+        if self._kind == "decided":
             self._left -= 1
             if self._left == 0:
-                done.add_done_callback(lambda _: os.kill(os.getpid(), signal.SIGKILL))
-        return done
+                os.kill(os.getpid(), signal.SIGKILL)
+        return settled
+
+    def _due(self, entry: Entry) -> bool:
+        if entry.kind != self._kind:
+            return False
+        self._left -= 1
+        return self._left == 0
 
 
 class ApprovingPrompter:
@@ -56,11 +93,13 @@ class ApprovingPrompter:
         return Decision(request_id=request.id, kind=DecisionKind.APPROVE, by="U0APPROVER")
 
 
-async def resume_when_free(sup: Supervisor, run_id: str) -> LiveRun | None:
-    """Resume once the crashed owner's lease has expired."""
+async def resume_when_free(
+    sup: Supervisor, run_id: str, claimed: int | None = None
+) -> LiveRun | None:
+    """Resume (with the lease a decision took, if it did) once the crashed owner's has expired."""
     for _ in range(50):
         try:
-            return await sup.resume(run_id, prompter=DeferringPrompter())
+            return await sup.resume(run_id, prompter=DeferringPrompter(), claimed=claimed)
         except ResumeRefused:
             await asyncio.sleep(0.1)
     raise SystemExit("the crashed owner's lease never expired")
@@ -89,15 +128,17 @@ async def main(args: argparse.Namespace) -> None:
     )
     sup = Supervisor(rt)
     rt.policy.settings.oncall.append("U0ONCALL")
+    claimed = None
     for settle in args.settle:
         request_id, choice = settle.split("=")
         decision = Decision(request_id=request_id, kind=DecisionKind(choice), by="U0ONCALL")
         answered = await sup.answer(decision, run_id=args.resume)
         assert answered.accepted, answered.message
+        claimed = answered.claimed  # as ChatService.decide resumes
     if args.resume and args.adopt:
         live = await adopt_when_free(sup, args.resume)
     elif args.resume:
-        live = await resume_when_free(sup, args.resume)
+        live = await resume_when_free(sup, args.resume, claimed)
     else:
         prompter = ApprovingPrompter() if args.approve else DeferringPrompter()
         live = await sup.start_turn("fix it", requested_by="U0REQ", prompter=prompter)

@@ -208,6 +208,7 @@ PATHS: dict[str, tuple[list[dict[str, object]], list[str]]] = {
     "approved_once": (
         GATED_SCRIPT,
         [
+            "decided",
             "run_resumed",
             "answer_supplied",
             "tool_dispatched",
@@ -221,6 +222,7 @@ PATHS: dict[str, tuple[list[dict[str, object]], list[str]]] = {
     "standing_grant": (
         STANDING_SCRIPT,
         [
+            "decided",
             "run_resumed",
             "answer_supplied",
             "tool_dispatched",
@@ -237,6 +239,7 @@ PATHS: dict[str, tuple[list[dict[str, object]], list[str]]] = {
     "retry": (
         SCRIPT,
         [
+            "decided",
             "run_resumed",
             "answer_supplied",
             "tool_dispatched",
@@ -334,6 +337,31 @@ def test_no_effect_runs_again_without_a_fresh_decision(
     assert all(n == 1 for n in positions_requested(folder).values())
     runs = Counter(effects(folder))
     assert all(runs[name] <= 1 + retries[name] for name in runs), (runs, retries)
+
+
+@pytest.mark.parametrize("world", [GATED_SCRIPT], indirect=True)
+def test_a_run_whose_decider_died_is_adopted_and_runs_once(
+    world: dict[str, Path | str],
+) -> None:
+    folder = Path(world["dir"])
+    (request,) = json.loads(child(world).stdout)["requests"]
+    run_id = (folder / "run_id").read_text()
+    # The approval took the run's lease to resume it; the process died before a word more.
+    crashed = child(
+        world,
+        "--resume",
+        run_id,
+        "--settle",
+        f"{request['id']}=approve",
+        "--crash-after",
+        "decided:1",
+    )
+    assert crashed.returncode == -9, crashed.stderr
+
+    out = json.loads(child(world, "--resume", run_id, "--adopt").stdout)
+
+    assert out["status"] == "completed", out
+    assert effects(folder) == ["d"]
 
 
 SLOW_SCRIPT = [

@@ -48,7 +48,16 @@ from bot.journal.entries import (
     UserMessageEntry,
 )
 from bot.records import RunRecord, WorkItem
-from bot.store import SeqConflict, SeqGap, StaleEpoch, Store, StoreError, UnknownRun
+from bot.store import (
+    Audited,
+    SeqConflict,
+    SeqGap,
+    Settled,
+    StaleEpoch,
+    Store,
+    StoreError,
+    UnknownRun,
+)
 from storage.sqlite import SqliteStore
 from storage.sqlite_schema import CREATE_VERSION_TABLE, SCHEMA_VERSION, migration_script
 from tests.storage.conftest import Backend, FakeClock
@@ -715,6 +724,123 @@ async def test_a_closed_request_takes_no_more_approvals(store: Store) -> None:
     assert await store.add_approval(request.id, "ann") == 1
 
 
+async def test_a_decision_is_audited_by_its_winner_only(store: Store) -> None:
+    run_id, _ = await new_run(store)
+    request = a_request(run_id)
+    await store.open_request(request)
+    first = Decision(request_id=request.id, kind=DecisionKind.APPROVE, by="bob", at=AT)
+    second = Decision(request_id=request.id, kind=DecisionKind.DENY, by="eve", at=AT)
+
+    assert await store.decide(first, RequestStatus.ANSWERED, Audited("bob", "approve", "d1"))
+    assert not await store.decide(second, RequestStatus.ANSWERED, Audited("eve", "deny"))
+
+    facts = await store.list_audit(run_id=run_id)
+    assert [(f.actor, f.action, f.run_id, f.request_id, f.detail) for f in facts] == [
+        ("bob", "approve", run_id, request.id, "d1")
+    ]
+
+
+async def test_closing_the_last_open_request_takes_the_free_lease(store: Store) -> None:
+    run_id, epoch = await new_run(store)
+    first, last = a_request(run_id, call_id="call_1"), a_request(run_id, call_id="call_2")
+    for seq, entry in enumerate(
+        [
+            *every_entry(run_id)[:2],
+            ToolDeferred(call_id="call_1", tool="restart_service", request=first),
+            ToolDeferred(call_id="call_2", tool="restart_service", request=last),
+            RunSuspended(reason=StopReason.WAITING, request_ids=(first.id, last.id)),
+        ]
+    ):
+        await store.append(run_id, seq, epoch, entry)
+    audit = Audited("bob", "approve")
+
+    def approval(request: Request) -> Decision:
+        return Decision(request_id=request.id, kind=DecisionKind.APPROVE, by="bob", at=AT)
+
+    one_left = await store.decide_and_claim(
+        approval(first), RequestStatus.ANSWERED, audit, "w2", LEASE
+    )
+    settled = await store.decide_and_claim(
+        approval(last), RequestStatus.ANSWERED, audit, "w2", LEASE
+    )
+    late = approval(last).model_copy(update={"by": "eve"})
+    again = await store.decide_and_claim(late, RequestStatus.ANSWERED, audit, "w3", LEASE)
+
+    assert one_left == Settled(True, None)
+    assert settled == Settled(True, epoch + 1)
+    assert again == Settled(False)
+    record = await store.get_run(run_id)
+    assert (record.owner, record.epoch) == ("w2", epoch + 1)
+    actions = [f.action for f in await store.list_audit(run_id=run_id)]
+    assert actions == ["request", "request", "approve", "approve"]
+
+
+async def test_closing_the_last_request_leaves_a_held_lease_alone(store: Store) -> None:
+    run_id, epoch = await new_run(store, owner="w1")  # w1 holds a live lease
+    request = a_request(run_id)
+    await store.open_request(request)
+    decision = Decision(request_id=request.id, kind=DecisionKind.APPROVE, by="bob", at=AT)
+
+    settled = await store.decide_and_claim(
+        decision, RequestStatus.ANSWERED, Audited("bob", "approve"), "w1", LEASE
+    )
+
+    assert settled == Settled(True, None)
+    assert await store.current_epoch(run_id) == epoch
+    with pytest.raises(KeyError):
+        await store.decide_and_claim(
+            decision.model_copy(update={"request_id": "req_missing"}),
+            RequestStatus.ANSWERED,
+            Audited("bob", "approve"),
+            "w1",
+            LEASE,
+        )
+
+
+async def test_a_deferred_call_opens_its_request_with_the_entry(store: Store) -> None:
+    run_id, epoch = await new_run(store)
+    for seq, entry in enumerate(every_entry(run_id)[:3]):
+        await store.append(run_id, seq, epoch, entry)
+    request = a_request(run_id)
+    deferred = ToolDeferred(call_id="call_1", tool="restart_service", request=request)
+    await store.claim(run_id, "w2", LEASE, force=True)
+
+    with pytest.raises(StaleEpoch):
+        await store.append(run_id, 3, epoch, deferred)
+    with pytest.raises(KeyError):
+        await store.get_request(request.id)
+    await store.append(run_id, 3, epoch + 1, deferred)
+
+    assert await store.get_request(request.id) == (request, RequestStatus.OPEN, None)
+    facts = await store.list_audit(run_id=run_id)
+    assert [(f.actor, f.action, f.request_id, f.detail) for f in facts] == [
+        ("ann", "request", request.id, "wait_approval restart_service d1")
+    ]
+
+
+async def test_a_run_is_created_with_its_first_entries(store: Store) -> None:
+    session = Session(id="s9", platform="cli", channel="", thread="")
+    run_id = new_id("run")
+    record = RunRecord(id=run_id, session_id="s9", prompt="hi", requested_by="ann")
+    refusal = TerminalResult(
+        status=RunStatus.FAILED, stop_reason=StopReason.POLICY, error="refused"
+    )
+    entries = [*every_entry(run_id)[:2], RunEnded(result=refusal)]
+
+    epoch = await store.create_run(record, "w1", LEASE, session=session, entries=entries)
+
+    assert epoch == 1
+    assert [(r.seq, r.epoch, r.entry) for r in await store.load(run_id)] == [
+        (seq, 1, entry) for seq, entry in enumerate(entries)
+    ]
+    created = await store.get_run(run_id)
+    assert (created.status, created.stop_reason, created.owner) == (
+        RunStatus.FAILED,
+        "policy",
+        "",
+    )
+
+
 # -- work queue ---------------------------------------------------------------------------------
 
 PAYLOAD = {
@@ -975,7 +1101,8 @@ async def test_reopened_store_keeps_everything(backend: Backend) -> None:
     assert [r.entry for r in await reopened.load(run_id)] == entries
     assert await reopened.get_run(run_id) == run_before
     assert await reopened.get_request(request.id) == (request, RequestStatus.OPEN, None)
-    assert [f.action for f in await reopened.list_audit()] == ["approve"]
+    # The journal's deferred call and resume audited themselves as they were appended.
+    assert [f.action for f in await reopened.list_audit()] == ["request", "resume", "approve"]
     await reopened.append(run_id, len(entries), epoch, message("after reopen"))
 
 
@@ -1134,3 +1261,62 @@ async def test_orphaned_runs_are_running_runs_without_a_live_lease(
     epoch = await store.claim("run_dead", "c", 30)
     assert epoch is not None
     assert await store.orphaned_runs() == []
+
+
+async def test_a_suspended_run_whose_decider_died_is_an_orphan(
+    store: Store, clock: FakeClock
+) -> None:
+    run_id, epoch = await new_run(store, owner="w1")
+    request = a_request(run_id)
+    entries = [
+        *every_entry(run_id)[:3],
+        ToolDeferred(call_id="call_1", tool="restart_service", request=request),
+        RunSuspended(reason=StopReason.WAITING, request_ids=(request.id,)),
+    ]
+    for seq, entry in enumerate(entries):
+        await store.append(run_id, seq, epoch, entry)
+    assert await store.orphaned_runs() == []  # suspended and released: it waits for people
+    decision = Decision(request_id=request.id, kind=DecisionKind.APPROVE, by="bob", at=AT)
+    settled = await store.decide_and_claim(
+        decision, RequestStatus.ANSWERED, Audited("bob", "approve"), "w2", 5
+    )
+    assert settled.epoch is not None
+    assert await store.orphaned_runs() == []  # w2 is about to resume it
+
+    clock.advance(10)  # ... and died before it could
+
+    assert await store.orphaned_runs() == [run_id]
+
+
+async def test_deciders_racing_on_one_run_leave_exactly_one_lease_taker(
+    backend: Backend,
+) -> None:
+    first_store, second_store = await backend.open(), await backend.open()
+    for attempt in range(5):
+        run_id, epoch = await new_run(first_store, owner="w0")
+        requests = [a_request(run_id, call_id=f"call_{i}") for i in range(2)]
+        entries = [
+            *every_entry(run_id)[:3],
+            *(ToolDeferred(call_id=r.call_id, tool=r.tool, request=r) for r in requests),
+            RunSuspended(reason=StopReason.WAITING, request_ids=tuple(r.id for r in requests)),
+        ]
+        for seq, entry in enumerate(entries):
+            await first_store.append(run_id, seq, epoch, entry)
+
+        settled = await asyncio.gather(
+            *(
+                store.decide_and_claim(
+                    Decision(request_id=r.id, kind=DecisionKind.APPROVE, by=f"u{i}"),
+                    RequestStatus.ANSWERED,
+                    Audited(f"u{i}", "approve"),
+                    f"w{i + 1}",
+                    LEASE,
+                )
+                for i, (store, r) in enumerate(
+                    zip((first_store, second_store), requests, strict=True)
+                )
+            )
+        )
+
+        assert all(s.won for s in settled), attempt
+        assert [s.epoch for s in settled if s.epoch is not None] == [epoch + 1], attempt
