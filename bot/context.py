@@ -28,9 +28,12 @@ class RunContext:
     prompter: Prompter | None = None
     workdir: Path | None = None
     hook_ctx: HookContext = field(init=False)
+    # Makes this run's requests: the gate's approvals, a tool's deferral, a question.
+    request: RequestMaker = field(init=False)
 
     def __post_init__(self) -> None:
         self.hook_ctx = HookContext(run_id=self.run_id, requested_by=self.requested_by)
+        self.request = RequestMaker(self.run_id, self.requested_by, self.stamp)
 
     @property
     def run_id(self) -> str:
@@ -42,8 +45,3 @@ class RunContext:
         """Who started the run."""
         started = self.journal.state.started
         return started.requested_by if started else ""
-
-    @property
-    def request(self) -> RequestMaker:
-        """Makes this run's requests."""
-        return RequestMaker(self.run_id, self.requested_by, self.stamp)

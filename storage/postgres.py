@@ -198,7 +198,7 @@ class PostgresStore(SqlStore):
         releases = moved is not None and moved.releases
         at = self._now()
         params = (run_id, seq, epoch, entry.kind, body, at, status, reason, releases)
-        beside = sql.beside_entry(run_id, entry, at, self._stamp)
+        beside = sql.beside_entry(run_id, entry, lambda: at, self._stamp)
         with self._errors("append"):
             async with pool.acquire() as conn:
                 if beside:

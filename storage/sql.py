@@ -389,12 +389,19 @@ def request_row(request: Request, stamp: Callable[[datetime], Any]) -> tuple[Any
     )
 
 
+_WRITE_BESIDE: Final = (ToolDeferred, RunResumed)
+
+
 def beside_entry(
-    run_id: str, entry: Entry, at: Any, stamp: Callable[[datetime], Any]
+    run_id: str, entry: Entry, now: Callable[[], Any], stamp: Callable[[datetime], Any]
 ) -> list[Step]:
     """The rows an entry writes in the transaction that appends it, besides its run's status:
     a deferred call opens its request, audited; a resume is audited. Written with the entry,
-    they exist exactly when it does, and a stale owner (whose append is refused) writes none."""
+    they exist exactly when it does, and a stale owner (whose append is refused) writes none.
+    ``now`` (the audit's time, as stored) is asked only when there is something to write."""
+    if not isinstance(entry, _WRITE_BESIDE):
+        return []
+    at = now()
     if isinstance(entry, ToolDeferred):
         request = entry.request
         detail = f"{request.kind.value} {request.tool} {request.digest}".strip()
@@ -403,6 +410,4 @@ def beside_entry(
             (OPEN_REQUEST, request_row(request, stamp)),
             (AUDIT, (at, actor, "request", run_id, request.id, detail)),
         ]
-    if isinstance(entry, RunResumed):
-        return [(AUDIT, (at, entry.owner, "resume", run_id, "", ""))]
-    return []
+    return [(AUDIT, (at, entry.owner, "resume", run_id, "", ""))]

@@ -458,7 +458,7 @@ class SqlStore(ABC):
         if moved is not None:
             params = (moved.status.value, moved.stop_reason, at, run_id, moved.releases)
             steps.append((sql.PROJECT_STATUS, params))
-        steps.extend(sql.beside_entry(run_id, entry, at, self._stamp))
+        steps.extend(sql.beside_entry(run_id, entry, lambda: at, self._stamp))
         return steps
 
     def _session_row(self, session: Session) -> tuple[Any, ...]:

@@ -118,7 +118,6 @@ class SqliteStore(SqlStore):
         """Queue an append now (written in submission order); the future settles after commit."""
         self._writer()  # fail fast when closed or not migrated
         assert self._group is not None
-        beside = sql.beside_entry(run_id, entry, self._now(), self._stamp)
         item = PendingAppend(
             run_id=run_id,
             seq=seq,
@@ -126,7 +125,7 @@ class SqliteStore(SqlStore):
             kind=entry.kind,
             body=entry.model_dump_json(),
             projection=projection(entry),
-            beside=[(SQLITE.sql(statement), params) for statement, params in beside],
+            beside=sql.beside_entry(run_id, entry, self._now, self._stamp),
             done=asyncio.get_running_loop().create_future(),
         )
         self._group.append(item)

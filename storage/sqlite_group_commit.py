@@ -12,14 +12,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 from bot.store import StoreError
 from storage import sql
 from storage.common import Projection, diagnose
-from storage.sql import SQLITE
+from storage.sql import SQLITE, Step
 from storage.sqlite_writer import Contended, SqliteWriter
 
 # Bounds one transaction's size (and the latency of the appends queued behind it).
@@ -49,8 +49,8 @@ class PendingAppend:
     kind: str
     body: str
     projection: Projection | None
-    # Rows the entry writes beside the journal (``sql.beside_entry``), rendered for SQLite.
-    beside: list[tuple[str, Sequence[Any]]]
+    # Rows the entry writes beside the journal (``sql.beside_entry``).
+    beside: list[Step]
     done: asyncio.Future[None]
 
     def params(self, at: str) -> tuple[Any, ...]:
@@ -224,7 +224,7 @@ def _project(conn: sqlite3.Connection, item: PendingAppend, at: str) -> None:
         params = (moved.status.value, moved.stop_reason, at, item.run_id, moved.releases)
         conn.execute(_PROJECT_STATUS, params)
     for statement, values in item.beside:
-        conn.execute(statement, values)
+        conn.execute(SQLITE.sql(statement), values)
 
 
 def _diagnose(conn: sqlite3.Connection, item: PendingAppend) -> StoreError | None:

@@ -75,7 +75,9 @@ class RunJournal:
     async def flush(self) -> None:
         """Wait until every queued entry is durable; raise the first failure."""
         pending, self._pending = self._pending, []
-        callbacks, self._when_durable = self._when_durable, []
+        callbacks: list[Callable[[], None]] = []
+        if self._when_durable:
+            callbacks, self._when_durable = self._when_durable, []
         try:
             for done in pending:
                 await done
