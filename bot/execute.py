@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bot.context import RunContext
-from bot.domain import Request, ToolCall, ToolOutcome
+from bot.domain import Request, ToolCall, ToolOutcome, new_id
 from bot.events import (
     AdvisoryEvent,
     RequestOpenedEvent,
@@ -160,11 +160,12 @@ async def _dispatch(
     env.run.events.emit(ToolStartedEvent(env.run.run_id, call.id, tool.name, arguments))
     outcome, output, is_error, deferral = await _invoke(tool, arguments, ctx, env.run.interrupt)
     if deferral is not None:
-        request = deferral.request or env.run.request(
+        request = env.run.request(
             deferral.kind,
             call.id,
             tool.name,
             arguments,
+            id=deferral.request_id or new_id("req"),
             prompt=deferral.prompt,
             options=deferral.options,
         )

@@ -123,12 +123,15 @@ CREATE_RUN: Final = (
 )
 GET_RUN: Final = f"SELECT {RUN_COLUMNS} FROM runs WHERE id = $1"
 COUNT_RUNS_BY_STATUS: Final = "SELECT status, COUNT(*) FROM runs GROUP BY status"
-# Running with no live owner; or suspended yet owned, which only a decider that took the lease
-# to resume the run and died before it wrote a word leaves behind (a suspend releases).
+# Running with no live owner; or suspended yet owned with every request answered, which only a
+# decider that took the lease to resume the run and died before it wrote a word leaves behind
+# (a suspend releases; a canceller that died leaves its requests open or cancelled: not those).
 ORPHANED_RUNS: Final = """
 SELECT id FROM runs
 WHERE (status = 'running' AND (owner = '' OR lease_expires IS NULL OR lease_expires < $1))
-   OR (status = 'suspended' AND owner <> '' AND lease_expires < $1)
+   OR (status = 'suspended' AND owner <> '' AND lease_expires < $1
+       AND NOT EXISTS (SELECT 1 FROM requests AS r
+                       WHERE r.run_id = runs.id AND r.status IN ('open', 'cancelled')))
 ORDER BY updated_at LIMIT $2
 """
 

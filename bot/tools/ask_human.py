@@ -65,7 +65,7 @@ class AskHumanTool:
         )
         decision = await ctx.prompter.ask(request)
         if decision is None:
-            return Deferral(RequestKind.WAIT_USER, question, options, request)
+            return Deferral(RequestKind.WAIT_USER, question, options, request.id)
         if decision.kind is DecisionKind.EXPIRED:
             return ToolResult("no answer before the deadline")
         if not options:
@@ -74,7 +74,7 @@ class AskHumanTool:
         if picked is None:
             # A question with options takes one of them only: anything else leaves it open,
             # for an answer the checkpoint checks (``kestrel runs answer``, a chat button).
-            return Deferral(RequestKind.WAIT_USER, question, options, request)
+            return Deferral(RequestKind.WAIT_USER, question, options, request.id)
         return ToolResult(picked)
 
     def _options(self, arguments: dict[str, Any]) -> tuple[str, ...]:

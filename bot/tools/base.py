@@ -41,8 +41,9 @@ class Deferral:
     kind: RequestKind
     prompt: str = ""
     options: tuple[str, ...] = ()
-    # The request already asked inline (``ToolContext.request``), kept as it was asked.
-    request: Request | None = None
+    # The id of the request already asked inline (``ToolContext.request``): the deferred one
+    # keeps it, made afresh (its deadline runs from now, not from when the question was put).
+    request_id: str = ""
 
 
 @dataclass(frozen=True)

@@ -1320,3 +1320,25 @@ async def test_deciders_racing_on_one_run_leave_exactly_one_lease_taker(
 
         assert all(s.won for s in settled), attempt
         assert [s.epoch for s in settled if s.epoch is not None] == [epoch + 1], attempt
+
+
+async def test_a_suspended_run_whose_canceller_died_is_no_orphan(
+    store: Store, clock: FakeClock
+) -> None:
+    run_id, epoch = await new_run(store, owner="w1")
+    request = a_request(run_id)
+    entries = [
+        *every_entry(run_id)[:3],
+        ToolDeferred(call_id="call_1", tool="restart_service", request=request),
+        RunSuspended(reason=StopReason.WAITING, request_ids=(request.id,)),
+    ]
+    for seq, entry in enumerate(entries):
+        await store.append(run_id, seq, epoch, entry)
+    # A canceller takes the lease and dies before closing the requests, then after closing them.
+    assert await store.claim(run_id, "w2", 5) is not None
+    clock.advance(10)
+    assert await store.orphaned_runs() == []
+    cancel = Decision(request_id=request.id, kind=DecisionKind.DENY, by="ann", at=AT)
+    assert await store.decide(cancel, RequestStatus.CANCELLED)
+
+    assert await store.orphaned_runs() == []
