@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import os
-import re
+import types
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Any, Final, Literal, get_origin
+from typing import Any, Final, Literal, NamedTuple, Union, get_args, get_origin
 from urllib.parse import urlsplit
 
 import yaml
 from dotenv import dotenv_values
 from pydantic import (
-    AliasChoices,
     BaseModel,
     ConfigDict,
     Field,
@@ -21,13 +21,6 @@ from pydantic import (
     ValidationError,
     field_validator,
     model_validator,
-)
-from pydantic_settings import (
-    BaseSettings,
-    EnvSettingsSource,
-    PydanticBaseSettingsSource,
-    SettingsConfigDict,
-    SettingsError,
 )
 
 from bot.cron import parse_cron
@@ -56,6 +49,10 @@ _VARIABLE_OF: Final = {
     "openai_api_key": "OPENAI_API_KEY",
     "openai_base_url": "OPENAI_BASE_URL",
 }
+# The setting each of those variables sets.
+_SETTING_OF: Final = {variable: setting for setting, variable in _VARIABLE_OF.items()}
+# Settings of these types are read from a variable as JSON.
+_CONTAINERS: Final = (BaseModel, list, tuple, set, frozenset, dict)
 # Derived from where the configuration file is, so never read from the file or environment.
 _NOT_SETTABLE: Final = frozenset({"base_dir"})
 DEFAULT_SYSTEM_PROMPT = (
@@ -193,19 +190,13 @@ class McpServerSettings(Section):
         return self
 
 
-class Settings(BaseSettings):
-    """The whole configuration of one Kestrel process."""
+class Settings(Section):
+    """The whole configuration of one Kestrel process.
 
-    model_config = SettingsConfigDict(
-        env_prefix=ENV_PREFIX,
-        env_nested_delimiter="__",
-        env_file=ENV_FILE,
-        extra="forbid",
-    )
+    ``load_settings`` layers it: the environment over ``./.env`` over the YAML file.
+    """
 
-    database: str = Field(
-        "kestrel.db", validation_alias=AliasChoices("KESTREL_DATABASE_URL", "database")
-    )
+    database: str = "kestrel.db"
     model: ModelSettings = ModelSettings()
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     tools: list[str] = []
@@ -219,30 +210,9 @@ class Settings(BaseSettings):
     replica: ReplicaSettings = ReplicaSettings()
     web: WebSettings = WebSettings()
     mcp_servers: list[McpServerSettings] = []
-    openai_api_key: SecretStr | None = Field(
-        None, validation_alias=AliasChoices("OPENAI_API_KEY", "openai_api_key")
-    )
-    openai_base_url: str | None = Field(
-        None, validation_alias=AliasChoices("OPENAI_BASE_URL", "openai_base_url")
-    )
+    openai_api_key: SecretStr | None = None
+    openai_base_url: str | None = None
     base_dir: Path = Path(".")
-
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        """The environment overrides ``.env``, which overrides the YAML file (passed as init)."""
-        for source in (env_settings, dotenv_settings):
-            if isinstance(source, EnvSettingsSource):  # DotEnvSettingsSource is one too
-                # An alias is also read as an unprefixed variable (``DATABASE`` moved the
-                # journal): only KESTREL_ settings and the OpenAI variables are read.
-                source.env_vars = {k: v for k, v in source.env_vars.items() if _is_setting_var(k)}
-        return env_settings, dotenv_settings, init_settings
 
     @field_validator("pii", mode="before")
     @classmethod
@@ -292,20 +262,19 @@ def config_path(explicit: str | None) -> Path | None:
 
 
 def load_settings(explicit: str | None = None) -> Settings:
-    """Read the YAML file (if any), then the environment; one readable error on failure."""
+    """Read the YAML file (if any), then ``./.env`` and the environment over it; one readable
+    error on failure."""
     path = config_path(explicit)
     data = _read_yaml(path) if path else {}
-    variables = {
-        **_setting_variables(_dotenv(), ENV_FILE),
-        **_setting_variables(os.environ, "environment"),
-    }
+    file_values, file_sources = _setting_variables(_dotenv(), ENV_FILE)
+    env_values, env_sources = _setting_variables(os.environ, "environment")
+    variables = {**file_sources, **env_sources}
     base_dir = path.parent.resolve() if path else Path.cwd()
+    layered = _merged(_merged(data, file_values), env_values)
     try:
-        return Settings(**data, base_dir=base_dir)
+        return Settings.model_validate({**layered, "base_dir": base_dir})
     except ValidationError as exc:
         raise ConfigError(_describe(exc, path, variables)) from exc
-    except SettingsError as exc:
-        raise ConfigError(_describe_unparsable(exc, variables)) from exc
 
 
 def checked_url(name: str, url: str) -> str:
@@ -335,62 +304,152 @@ def _dotenv() -> dict[str, str | None]:
     return dotenv_values(env_file) if env_file.is_file() else {}
 
 
-def _is_setting_var(name: str) -> bool:
-    """Whether the settings read variable ``name`` (in any case)."""
-    upper = name.upper()
-    if upper in NON_SETTING_VARIABLES:
-        return False
-    return upper.startswith(ENV_PREFIX) or upper in _VARIABLE_OF.values()
+class _Setting(NamedTuple):
+    """What one variable sets: the settings path, its type, and whether that is a field's (else
+    the values' of a mapping: a tool's deadline, an entity type's operator)."""
+
+    path: tuple[str, ...]
+    annotation: Any
+    is_field: bool
 
 
 def _setting_variables(
     environ: Mapping[str, str | None], source: str
-) -> dict[tuple[str, ...], str]:
-    """The setting each KESTREL_ variable sets, as ``{path: "source NAME"}``.
+) -> tuple[dict[str, Any], dict[tuple[str, ...], str]]:
+    """What the variables of one source set: the values as nested mappings, laid over the file
+    by ``load_settings``, and ``{path: "source NAME"}``, which names the variable a bad value
+    came from.
 
-    Raises ``ConfigError`` naming the first variable that is no setting: a typo must not be
-    silently ignored.
+    Raises ``ConfigError`` naming the first variable that is no setting (a typo must not be
+    silently ignored), or whose value is not the JSON its setting needs.
     """
     found: dict[tuple[str, ...], str] = {}
+    values: list[tuple[tuple[str, ...], Any]] = []
     for name in sorted(environ):
         upper = name.upper()
-        if upper in _VARIABLE_OF.values():
-            setting = next(k for k, v in _VARIABLE_OF.items() if v == upper)
-            found[(setting,)] = f"{source} {name}"
+        if upper in _SETTING_OF:
+            field = _SETTING_OF[upper]
+            setting = _Setting((field,), Settings.model_fields[field].annotation, True)
         elif upper.startswith(ENV_PREFIX) and upper not in NON_SETTING_VARIABLES:
-            found[_setting_path(name, source)] = f"{source} {name}"
-    return found
+            setting = _setting_of(name, source)
+        else:
+            continue
+        variable = f"{source} {name}"
+        found[setting.path] = variable
+        raw = environ[name]
+        # A bare NAME line in .env is a null: refused where a value is needed, not ignored.
+        value = None if raw is None else _decoded(raw, setting, name, variable)
+        values.append((setting.path, value))
+    nested: dict[str, Any] = {}
+    # Shallow first: a section set as JSON, then its keys set one by one over it.
+    for path, value in sorted(values, key=lambda item: len(item[0])):
+        _assign(nested, path, value)
+    return nested, found
 
 
-def _setting_path(name: str, source: str) -> tuple[str, ...]:
-    """The settings path a ``KESTREL_A__B`` variable names; ``ConfigError`` if none."""
+def _setting_of(name: str, source: str) -> _Setting:
+    """The setting a ``KESTREL_A__B`` variable names; ``ConfigError`` if none."""
     parts = tuple(name[len(ENV_PREFIX) :].lower().split("__"))
     if parts[0] in _NOT_SETTABLE:
         raise ConfigError(
             f"{source} {name}: {parts[0]} is not a setting (paths are relative to the folder"
             " of the configuration file)"
         )
-    if parts[0] in _VARIABLE_OF or not _known_path(Settings, parts):
+    found = None if parts[0] in _VARIABLE_OF else _type_of(Settings, parts)
+    if found is None:
         hint = f" (did you mean {_VARIABLE_OF[parts[0]]}?)" if parts[0] in _VARIABLE_OF else ""
         raise ConfigError(
             f"{source} {name}: unknown variable{hint}; settings are {ENV_PREFIX}<KEY>,"
             " nested with __ (e.g. KESTREL_MODEL__NAME); see .env.example"
         )
-    return parts
+    annotation, is_field = found
+    return _Setting(parts, annotation, is_field)
 
 
-def _known_path(model: type[BaseModel], parts: tuple[str, ...]) -> bool:
-    """Whether ``parts`` names a field of ``model`` (then of its sections, recursively)."""
+def _type_of(model: type[BaseModel], parts: tuple[str, ...]) -> tuple[Any, bool] | None:
+    """The type of the setting ``parts`` names below ``model`` (then its sections, recursively)
+    and whether it is a field's; None when it names none."""
     field = model.model_fields.get(parts[0])
     if field is None or parts[0] in _NOT_SETTABLE:
-        return False
-    rest, annotation = parts[1:], field.annotation
+        return None
+    return _type_below(field.annotation, parts[1:], is_field=True)
+
+
+def _type_below(
+    annotation: Any, rest: tuple[str, ...], *, is_field: bool
+) -> tuple[Any, bool] | None:
+    """``_type_of`` below a value of type ``annotation``."""
     if not rest:
-        return True
+        return annotation, is_field
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return _known_path(annotation, rest)
-    # Below a mapping, keys are data (tool names, entity types), not setting names.
-    return get_origin(annotation) is dict
+        return _type_of(annotation, rest)
+    if get_origin(annotation) is dict:
+        # Below a mapping, keys are data (tool names, entity types), not setting names.
+        return _type_below(get_args(annotation)[1], rest[1:], is_field=False)
+    return None
+
+
+def _decoded(raw: str, setting: _Setting, name: str, variable: str) -> Any:
+    """A variable's value as pydantic gets it: a section, a list or a mapping is JSON; a scalar
+    stays the string, which pydantic converts (and names when it will not)."""
+    if _is_container(setting.annotation):
+        try:
+            return json.loads(raw)
+        except ValueError:
+            if setting.is_field:
+                raise ConfigError(_not_json(setting, name, variable)) from None
+            return raw  # a mapping's value: pydantic says what it should be
+    if _may_be_container(setting.annotation):  # ``list[str] | None``: JSON if it parses
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return raw
+    return raw
+
+
+def _is_container(annotation: Any) -> bool:
+    """Whether values of ``annotation`` are a section, a list or a mapping."""
+    origin = get_origin(annotation) or annotation
+    return isinstance(origin, type) and issubclass(origin, _CONTAINERS)
+
+
+def _may_be_container(annotation: Any) -> bool:
+    """Whether ``annotation`` is a union with a section, a list or a mapping among its types."""
+    is_union = get_origin(annotation) in (Union, types.UnionType)
+    return is_union and any(_is_container(member) for member in get_args(annotation))
+
+
+def _not_json(setting: _Setting, name: str, variable: str) -> str:
+    """Why a variable's value is refused: its setting needs JSON."""
+    key = ".".join(setting.path)
+    if get_origin(setting.annotation) in (list, tuple, set, frozenset):
+        how = 'set a list as JSON (["a", "b"])'
+    else:
+        what = "a mapping" if get_origin(setting.annotation) is dict else "a section"
+        how = f"set {what} as JSON, or one key at a time as {name.upper()}__KEY"
+    return f"{variable}: {key}: not valid JSON; {how}"
+
+
+def _assign(nested: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+    """Set ``nested[path[0]]...[path[-1]]`` to ``value``, making the mappings above it."""
+    *above, last = path
+    for key in above:
+        below = nested.get(key)
+        if not isinstance(below, dict):
+            below = nested[key] = {}
+        nested = below
+    nested[last] = value
+
+
+def _merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with ``over`` laid on it: mappings merge key by key, anything else replaces."""
+    merged = dict(base)
+    for key, value in over.items():
+        below = merged.get(key)
+        if isinstance(below, Mapping) and isinstance(value, Mapping):
+            value = _merged(below, value)
+        merged[key] = value
+    return merged
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
@@ -441,14 +500,3 @@ def _source_of(
         if common and setting[:common] == lowered[:common]:
             return variable
     return str(path) if path else "configuration"
-
-
-def _describe_unparsable(exc: SettingsError, variables: Mapping[tuple[str, ...], str]) -> str:
-    """A variable whose value is not the JSON its section needs, named."""
-    match = re.search(r'field "([^"]+)"', str(exc))
-    field = match.group(1) if match else ""
-    where = ", ".join(v for setting, v in variables.items() if setting[0] == field)
-    return (
-        f"{where or 'environment'}: {field or 'a setting'}: not valid JSON; set a section as JSON,"
-        f" or one key at a time as {ENV_PREFIX}{field.upper() or 'SECTION'}__KEY"
-    )

@@ -116,6 +116,26 @@ def test_a_section_that_is_not_json_names_the_variable() -> None:
     assert "KESTREL_BUDGETS__KEY" in message
 
 
+def test_lists_and_sections_are_json_and_their_keys_lay_over_them(
+    clean_environment: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_config(clean_environment, budgets={"max_iterations": 2, "max_tokens": 9})
+    (clean_environment / ".env").write_text('KESTREL_BUDGETS={"max_iterations": 3}\n')
+    monkeypatch.setenv("KESTREL_BUDGETS__MAX_TOOL_CALLS", "5")
+    monkeypatch.setenv("KESTREL_POLICY__ONCALL", '["U1", "U2"]')
+    monkeypatch.setenv("KESTREL_SYSTEM_PROMPT", '["a string, not JSON"]')
+    settings = load_settings()
+    budgets = settings.budgets
+    assert (budgets.max_iterations, budgets.max_tool_calls, budgets.max_tokens) == (3, 5, 9)
+    assert settings.policy.oncall == ["U1", "U2"]
+    assert settings.system_prompt == '["a string, not JSON"]'
+
+
+def test_a_list_that_is_not_json_names_the_variable() -> None:
+    message = refusal(KESTREL_POLICY__ONCALL="U1,U2")
+    assert message.startswith("environment KESTREL_POLICY__ONCALL: policy.oncall: not valid JSON")
+
+
 @pytest.mark.parametrize("written", ["off", "Off", "false", "no"])
 def test_pii_mode_off_as_yaml_reads_it(clean_environment: Path, written: str) -> None:
     (clean_environment / "kestrel.yaml").write_text(f"pii: {{mode: {written}}}\n")
