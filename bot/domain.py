@@ -25,9 +25,14 @@ def utcnow() -> datetime:
 
 
 class DomainModel(BaseModel):
-    """Base of every domain model: immutable, no unknown fields."""
+    """Base of every domain model: immutable, no unknown fields.
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    Each model builds its validator and serializer when first used, not when defined: a
+    command that reads a few runs must not pay for every entry and request type (defaults are
+    factories for that reason, an instance as default would build its model at once).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 
 class RunStatus(StrEnum):
@@ -98,7 +103,7 @@ class AssistantTurn(DomainModel):
     text: str | None = None
     calls: tuple[ToolCall, ...] = ()
     finish_reason: str = "stop"
-    usage: Usage = Usage()
+    usage: Usage = Field(default_factory=Usage)
 
 
 class ToolOutcome(StrEnum):
@@ -235,7 +240,7 @@ class TerminalResult(DomainModel):
     text: str = ""
     payload: dict[str, Any] | None = None
     error: str = ""
-    usage: Usage = Usage()
+    usage: Usage = Field(default_factory=Usage)
     outcomes: dict[str, int] = {}
 
 

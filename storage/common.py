@@ -11,14 +11,15 @@ from datetime import UTC, datetime
 from enum import Enum
 from typing import Any, Final, get_args
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from bot.domain import Decision, Request, RequestStatus, RunStatus
 from bot.journal.entries import Entry, RunEnded, RunSuspended, status_after
 from bot.records import JournalRecord, OutboxMessage, Replica, RunRecord, WorkItem
 from bot.store import SeqConflict, SeqGap, StaleEpoch, StoreError, UnknownRun
 
-_ENTRY: Final[TypeAdapter[Entry]] = TypeAdapter(Entry)
+# Built when the first entry is read, as the models are: a store opened to list runs reads none.
+_ENTRY: Final[TypeAdapter[Entry]] = TypeAdapter(Entry, config=ConfigDict(defer_build=True))
 _WORK_KINDS: Final = frozenset(get_args(WorkItem.model_fields["kind"].annotation))
 
 RUN_COLUMNS: Final = (

@@ -34,7 +34,7 @@ class RunStarted(DomainModel):
     requested_by: str = ""
     system_prompt: str = ""
     fingerprint: Fingerprint
-    budgets: Budgets = Budgets()
+    budgets: Budgets = Field(default_factory=Budgets)
     has_prompter: bool = False
     history: tuple[tuple[str, str], ...] = ()
     at: datetime = Field(default_factory=utcnow)
