@@ -15,7 +15,7 @@ from bot.journal.fold import RunState
 from bot.policy import Actor
 from bot.prompter import Prompter
 from bot.runtime import Runtime
-from bot.store import Audited
+from bot.store import Audited, Settled
 from bot.tools.ask_human import answer_refusal, match_option
 
 
@@ -106,14 +106,18 @@ class Checkpoint:
             return f"there is no request {decision.request_id}"
         return self._refusal(request, status, decision, actor, run_id, "")
 
-    async def expire(self, request: Request) -> bool:
-        """Close a request whose deadline passed; True only for the one caller that won."""
+    async def expire(self, request: Request) -> Settled:
+        """Close a request whose deadline passed; ``won`` only for the one caller that won,
+        which takes the run's lease if that closed its last open request (a decision does the
+        same): dying before it resumes the run leaves it to adoption, not stranded."""
         decision = Decision(request_id=request.id, kind=DecisionKind.EXPIRED, by="deadline")
         audit = Audited("deadline", "expire", request.digest)
-        if not await self.rt.store.decide(decision, RequestStatus.EXPIRED, audit):
-            return False
-        self.rt.events.emit(RequestExpiredEvent(request.run_id, request.id))
-        return True
+        settled = await self.rt.store.decide_and_claim(
+            decision, RequestStatus.EXPIRED, audit, self.rt.owner, self.rt.lease_seconds
+        )
+        if settled.won:
+            self.rt.events.emit(RequestExpiredEvent(request.run_id, request.id))
+        return settled
 
     async def open_request(self, request: Request) -> None:
         """Record a request as open again, with its audit record: the repair for a request

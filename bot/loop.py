@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import time
@@ -27,8 +28,10 @@ from bot.domain import (
 from bot.events import (
     AdvisoryEvent,
     AnswerSuppliedEvent,
+    Event,
     ModelTurnEvent,
     RequestOpenedEvent,
+    RunResumedEvent,
     RunSuspendedEvent,
 )
 from bot.execute import CallEnv, HookAbort, execute_tool, post_tool
@@ -62,6 +65,12 @@ class Signals:
     cancel: asyncio.Event = field(default_factory=asyncio.Event)
     # Unlike the others, cuts the model call, prompt or tool under way (shutdown, signals).
     interrupt: Interrupt = field(default_factory=Interrupt)
+
+    @property
+    def stopping(self) -> bool:
+        """Whether someone asked the run to suspend now (a shutdown, a signal, a request),
+        rather than it suspending to wait for people."""
+        return self.suspend.is_set() or self.interrupt.requested
 
 
 @dataclass
@@ -147,7 +156,10 @@ class AgentLoop:
     async def _iterate(self, resumed: RunResumed | None) -> None:
         found = await self._look_up_answers() if self.state.open_batch else {}
         if resumed is not None:
-            self.journal.append_soon(resumed)
+            # Still running, not suspended: its owner died mid-run and this process adopts it.
+            orphaned = self.state.status is RunStatus.RUNNING
+            said = RunResumedEvent(self.run_id, orphaned=orphaned)
+            self.journal.append_soon(resumed, then=functools.partial(self._emit, said))
         if self.state.open_batch:
             await self._finish_batch(found)
         while True:
@@ -349,13 +361,18 @@ class AgentLoop:
             return known
         if decision is None:
             return None
-        self.journal.append_soon(AnswerSupplied(decision=decision))
         waited = max(0.0, (decision.at - request.created_at).total_seconds())
         supplied = AnswerSuppliedEvent(
             self.run_id, request.id, decision.kind, request_kind=request.kind, waited=waited
         )
-        self.run_ctx.events.emit(supplied)
+        # Said once durable: a card never shows an answer the run could still lose.
+        self.journal.append_soon(
+            AnswerSupplied(decision=decision), then=functools.partial(self._emit, supplied)
+        )
         return decision
+
+    def _emit(self, event: Event) -> None:
+        self.run_ctx.events.emit(event)
 
     async def _uncertain(self, call_state: CallState, env: CallEnv) -> None:
         """A dispatched call with no result: rerun it if idempotent, else ask on-call."""

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 import traceback
-from collections.abc import Coroutine
+from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +27,6 @@ from bot.events import (
     JournalFailedEvent,
     PanicEvent,
     RunEndedEvent,
-    RunResumedEvent,
     RunStartedEvent,
     RunTakenOverEvent,
 )
@@ -63,6 +62,28 @@ class LiveRun:
     created: asyncio.Event = field(default_factory=asyncio.Event)
 
 
+class KeyedLocks:
+    """One ``asyncio.Lock`` per key, kept only while someone holds or waits for it."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+
+    @contextlib.asynccontextmanager
+    async def hold(self, key: str) -> AsyncIterator[None]:
+        """Hold ``key``'s lock for the block."""
+        lock, users = self._locks.get(key, (asyncio.Lock(), 0))
+        self._locks[key] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[key]
+            if users == 1:
+                del self._locks[key]
+            else:
+                self._locks[key] = (lock, users - 1)
+
+
 class Supervisor:
     """Starts and resumes runs, each on exactly one task, and keeps their leases alive."""
 
@@ -70,6 +91,7 @@ class Supervisor:
         self.rt = runtime
         self.checkpoint = Checkpoint(runtime)
         self.live: dict[str, LiveRun] = {}
+        self._resuming = KeyedLocks()
 
     # --- entry points -------------------------------------------------------------------
 
@@ -103,10 +125,19 @@ class Supervisor:
         ``claimed``: the epoch of the lease this process already took for the run (a decision
         that closed its last open request takes it in the same commit).
         """
-        if run_id in self.live:
-            return self.live[run_id]
-        if claimed is not None:
-            return await self._resume_claimed(run_id, claimed, prompter, force)
+        # One look-and-claim at a time per run: a decider's claimed resume and a plain one (a
+        # deadline, adoption, work taken, a suspend that found its answers) must not both
+        # drive the run, nor one drive it again after the other ended it.
+        async with self._resuming.hold(run_id):
+            if run_id in self.live:
+                return self.live[run_id]
+            if claimed is not None:
+                return await self._resume_claimed(run_id, claimed, prompter, force)
+            return await self._resume_free(run_id, prompter, force)
+
+    async def _resume_free(
+        self, run_id: str, prompter: Prompter | None, force: bool
+    ) -> LiveRun | None:
         record = await self.rt.store.get_run(run_id)
         if record.status in TERMINAL_STATUSES:
             return None
@@ -123,7 +154,7 @@ class Supervisor:
                 f"run {run_id} is live on {record.owner}; its lease has not expired"
             )
         state = fold(await self.rt.store.load(run_id), run_id)
-        if not await self.checkpoint.has_work(state):
+        if state.result is not None or not await self.checkpoint.has_work(state):
             # Another owner moved it on between our look and our claim: nothing left to do.
             await self.rt.store.release(run_id, self.rt.owner, epoch)
             return None
@@ -131,8 +162,13 @@ class Supervisor:
 
     async def _resume_claimed(
         self, run_id: str, epoch: int, prompter: Prompter | None, force: bool
-    ) -> LiveRun:
-        state = fold(await self.rt.store.load(run_id), run_id)
+    ) -> LiveRun | None:
+        records = await self.rt.store.load(run_id)
+        state = fold(records, run_id)
+        if state.result is not None or any(r.epoch > epoch for r in records):
+            # Resumed meanwhile under a newer lease (and since suspended or ended): that
+            # resume answered what this decision allowed.
+            return None
         try:
             self._check_fingerprint(state, force)
         except ResumeRefused:
@@ -184,10 +220,17 @@ class Supervisor:
 
     async def expire(self, request: Request) -> bool:
         """Close a request whose deadline passed; the run goes on if nothing else is open."""
-        if not await self.checkpoint.expire(request):
+        settled = await self.checkpoint.expire(request)
+        if not settled.won:
             return False
-        if not await self.rt.store.list_requests(run_id=request.run_id):
-            await self.resume(request.run_id)
+        try:
+            if settled.epoch is not None:
+                await self.resume(request.run_id, claimed=settled.epoch)
+            elif not await self.rt.store.list_requests(run_id=request.run_id):
+                await self.resume(request.run_id)
+        except ResumeRefused as exc:
+            # Expired all the same; the run waits for someone to resume it (say --force).
+            log.warning("run %s not resumed after %s expired: %s", request.run_id, request.id, exc)
         return True
 
     async def cancel(self, run_id: str, by: str = "", actor: Actor | None = None) -> str:
@@ -245,13 +288,19 @@ class Supervisor:
             await asyncio.wait(tasks, timeout=tool_grace)
             self.interrupt_all()
         states = await asyncio.gather(*tasks, return_exceptions=True)
-        return [
-            state.run_id
-            for state in states
-            if isinstance(state, RunState)
-            and state.status is RunStatus.SUSPENDED
-            and not state.open_requests
-        ]
+        handed_back = []
+        for state in states:
+            if isinstance(state, RunState) and await self._can_go_on(state):
+                handed_back.append(state.run_id)
+        return handed_back
+
+    async def _can_go_on(self, state: RunState) -> bool:
+        """Whether a run that suspended waits on nobody: it was stopped, not waiting, or every
+        request it waits on was answered while it still ran (the decider found it live and
+        left it to its task)."""
+        if state.status is not RunStatus.SUSPENDED:
+            return False
+        return not state.open_requests or await self.checkpoint.has_work(state)
 
     # --- one task per run ---------------------------------------------------------------
 
@@ -313,11 +362,9 @@ class Supervisor:
         prompter: Prompter | None,
         resumed: RunResumed,
     ) -> RunState:
-        # Still running, not suspended: its owner died mid-run and this process adopts it.
-        orphaned = state.status is RunStatus.RUNNING
         journal = RunJournal(self.rt.store, state, epoch, self.rt.lease_seconds)
-        self.rt.events.emit(RunResumedEvent(live.run_id, orphaned=orphaned))
-        # The loop journals ``resumed`` (audited as it lands) with the answers it reads.
+        # The loop journals ``resumed`` (audited as it lands) with the answers it reads, and
+        # says so once that is durable.
         return await self._drive(live, journal, prompter, self.rt.run_hooks(), resumed)
 
     async def _drive(
@@ -380,7 +427,18 @@ class Supervisor:
                 with contextlib.suppress(Exception):
                     record = await self.rt.store.get_run(live.run_id)
                     await self.rt.store.release(live.run_id, self.rt.owner, record.epoch)
+        if state.open_requests and not live.signals.stopping:
+            await self._resume_if_answered(state)
         return state
+
+    async def _resume_if_answered(self, state: RunState) -> None:
+        """Go on at once with a run that suspended on requests already answered."""
+        try:
+            if await self._can_go_on(state):
+                await self.resume(state.run_id)
+        except (ResumeRefused, StoreError) as exc:
+            # Another process took it on, or the store is away: adoption or a resume will do.
+            log.info("run %s not resumed after its suspend: %s", state.run_id, exc)
 
     async def _panic(self, run_id: str, exc: Exception, stack: str) -> RunState:
         try:

@@ -33,8 +33,9 @@ class RunJournal:
         self._clock = clock
         self._sure_until = 0.0
         self._pending: list[asyncio.Future[None]] = []
-        # Told once the entries queued before them are durable (events that name a request).
-        self._when_durable: list[Callable[[], None]] = []
+        # Told once their entry, and every entry queued before it, is durable (events that
+        # name a request), each with how many queued entries that takes.
+        self._when_durable: list[tuple[int, Callable[[], None]]] = []
         self.lease_renewed()
 
     def lease_renewed(self) -> None:
@@ -62,7 +63,7 @@ class RunJournal:
         done = self.store.submit(self.run_id, self.state.next_seq, self.epoch, entry)
         self._pending.append(done)
         if then is not None:
-            self._when_durable.append(then)
+            self._when_durable.append((len(self._pending), then))
         self.state.next_seq += 1
         apply(self.state, entry)
 
@@ -73,22 +74,29 @@ class RunJournal:
             apply(self.state, entry)
 
     async def flush(self) -> None:
-        """Wait until every queued entry is durable; raise the first failure."""
+        """Wait until every queued entry is durable; raise the first failure.
+
+        Where a store commits a flush's entries one by one (PostgreSQL), a failure can leave
+        the entries before it durable: their callbacks are still called.
+        """
         pending, self._pending = self._pending, []
-        callbacks: list[Callable[[], None]] = []
+        callbacks: list[tuple[int, Callable[[], None]]] = []
         if self._when_durable:
             callbacks, self._when_durable = self._when_durable, []
+        durable = 0
         try:
             for done in pending:
                 await done
+                durable += 1
         except StaleEpoch as exc:
             raise TakenOver(str(exc)) from exc
         finally:
             for done in pending:
                 if done.done() and not done.cancelled():
                     done.exception()  # every failure is seen, the first one is raised
-        for callback in callbacks:
-            callback()
+            for needed, callback in callbacks:
+                if needed <= durable:
+                    callback()
 
     async def still_owner(self) -> bool:
         """The takeover check: a lease known to be live needs no read; else ask the store.

@@ -1,18 +1,41 @@
-"""The supervisor's shutdown: a tool under way may finish for the grace, then it is cut."""
+"""The supervisor: shutdown's tool grace, resumes that race, suspends that find their
+answers, deadlines that take the lease."""
 
 from __future__ import annotations
 
 import asyncio
+import sqlite3
+from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
+import pytest
 from pydantic import BaseModel
 
-from bot.domain import StopReason
-from bot.events import Event, ToolStartedEvent
+from bot.chat import ChatService
+from bot.config import DeadlineSettings
+from bot.domain import (
+    TERMINAL_STATUSES,
+    Decision,
+    DecisionKind,
+    Request,
+    RunStatus,
+    StopReason,
+    utcnow,
+)
+from bot.events import AnswerSuppliedEvent, Event, RunResumedEvent, ToolStartedEvent
 from bot.journal.entries import RunSuspended, ToolResultEntry
+from bot.journal.fold import fold
+from bot.policy import Actor
+from bot.prompter import DeferringPrompter
+from bot.runtime import Runtime
+from bot.schedule import Scheduler
 from bot.supervisor import Supervisor
+from bot.tools.base import Tool
 from bot.tools.python import function_tool
-from tests.fakes.runtime import call, make_runtime, reply
+from tests.fakes.runtime import Counter, call, counting_tools, make_runtime, reply
+from tests.fakes.waiting import until
 
 
 class Nap(BaseModel):
@@ -70,3 +93,211 @@ async def test_a_tool_still_running_after_the_grace_is_cut(tmp_path: Path) -> No
     assert not [e for e in entries if isinstance(e, ToolResultEntry)]
     (suspended,) = [e for e in entries if isinstance(e, RunSuspended)]
     assert suspended.reason is StopReason.INTERRUPTED
+
+
+# --- resumes that race, suspends that find their answers, deadlines that take the lease ---
+
+
+@pytest.fixture
+async def opened() -> AsyncIterator[list[Runtime]]:
+    """Runtimes a test opened, their stores closed after it, passed or failed (an open store's
+    thread would keep the test process from exiting)."""
+    runtimes: list[Runtime] = []
+    yield runtimes
+    for rt in runtimes:
+        await rt.store.close()
+
+
+async def waiting_for_approval(
+    tmp_path: Path,
+    opened: list[Runtime],
+    *extra: Tool,
+    first: dict[str, Any] | None = None,
+) -> tuple[Runtime, Supervisor, Counter, str]:
+    """A run that asked for ``deploy`` (and whatever ``first`` adds to its batch), started
+    where people can be asked later."""
+    counter = Counter()
+    calls = [call("deploy", text="v2"), *([first] if first else [])]
+    replies = [reply(*calls), reply(text="finished")]
+    rt, _ = await make_runtime(tmp_path / "k.db", replies, [*counting_tools(counter), *extra])
+    opened.append(rt)
+    sup = Supervisor(rt)
+    live = await sup.start_turn("ship it", requested_by="U0REQ", prompter=DeferringPrompter())
+    return rt, sup, counter, live.run_id
+
+
+def approval(request: Request, by: str = "U0APPROVER") -> Decision:
+    """Approve ``request`` once."""
+    return Decision(request_id=request.id, kind=DecisionKind.APPROVE, by=by)
+
+
+async def kinds_of(rt: Runtime, run_id: str) -> list[str]:
+    """The run's journal, entry kinds in order."""
+    return [r.entry.kind for r in await rt.store.load(run_id)]
+
+
+async def test_a_claimed_resume_after_the_run_ended_asks_the_model_nothing(
+    tmp_path: Path,
+    opened: list[Runtime],
+) -> None:
+    rt, sup, counter, run_id = await waiting_for_approval(tmp_path, opened)
+    (request,) = (await sup.wait(sup.live[run_id])).open_requests
+    answered = await sup.answer(approval(request), run_id=run_id)
+    assert answered.claimed is not None
+    # A plain resume (a sweep, work taken) gets there first and ends the run...
+    live = await sup.resume(run_id)
+    assert live is not None
+    assert (await sup.wait(live)).result is not None
+
+    # ...then the decider's own resume, with the lease it took, finds nothing left to do.
+    assert await sup.resume(run_id, claimed=answered.claimed) is None
+
+    kinds = await kinds_of(rt, run_id)
+    assert kinds.count("assistant_turn") == 2
+    assert kinds.count("run_resumed") == 1
+    assert kinds.count("run_ended") == 1
+    assert counter.calls == {"deploy": 1}
+
+
+async def test_racing_resumes_in_one_process_drive_the_run_once(
+    tmp_path: Path, opened: list[Runtime]
+) -> None:
+    rt, sup, counter, run_id = await waiting_for_approval(tmp_path, opened)
+    (request,) = (await sup.wait(sup.live[run_id])).open_requests
+    answered = await sup.answer(approval(request), run_id=run_id)
+
+    lives = await asyncio.gather(
+        sup.resume(run_id), sup.resume(run_id, claimed=answered.claimed), sup.resume(run_id)
+    )
+
+    assert len({id(live) for live in lives}) == 1
+    assert lives[0] is not None
+    assert (await sup.wait(lives[0])).result is not None
+    kinds = await kinds_of(rt, run_id)
+    assert kinds.count("assistant_turn") == 2
+    assert kinds.count("run_resumed") == 1
+    assert counter.calls == {"deploy": 1}
+
+
+class Held(BaseModel):
+    """Nothing to say."""
+
+
+def holding_tool(release: asyncio.Event) -> Tool:
+    """``hold``: a tool that runs until ``release`` is set."""
+
+    @function_tool(name="hold", idempotent=True, timeout=0)
+    async def hold(args: Held) -> str:
+        """Wait for the test."""
+        await release.wait()
+        return "held"
+
+    return hold
+
+
+async def test_a_request_answered_while_its_run_still_ran_lets_it_go_on(
+    tmp_path: Path, opened: list[Runtime]
+) -> None:
+    release = asyncio.Event()
+    rt, sup, counter, run_id = await waiting_for_approval(
+        tmp_path, opened, holding_tool(release), first=call("hold")
+    )
+    # The approval card is out while the batch's next call still runs: someone clicks.
+    await until(lambda: has_open_requests(rt, run_id))
+    (request, _status, _decision) = (await rt.store.list_requests(run_id=run_id))[0]
+    decided = await ChatService(sup).decide(
+        run_id, request.id, DecisionKind.APPROVE, user=Actor("U0APPROVER")
+    )
+    assert decided.accepted
+    release.set()
+
+    await until(lambda: has_ended(rt, run_id))
+
+    state = fold(await rt.store.load(run_id), run_id)
+    assert state.result is not None and state.result.text == "finished"
+    assert counter.calls == {"deploy": 1}
+
+
+async def has_open_requests(rt: Runtime, run_id: str) -> bool:
+    """Whether the store holds an open request of the run."""
+    return bool(await rt.store.list_requests(run_id=run_id))
+
+
+async def has_ended(rt: Runtime, run_id: str) -> bool:
+    """Whether the run's row says it ended."""
+    return (await rt.store.get_run(run_id)).status in TERMINAL_STATUSES
+
+
+async def test_expiring_the_last_request_takes_the_lease_for_the_resume(
+    tmp_path: Path, opened: list[Runtime]
+) -> None:
+    rt, sup, counter, run_id = await waiting_for_approval(tmp_path, opened)
+    (request,) = (await sup.wait(sup.live[run_id])).open_requests
+
+    settled = await sup.checkpoint.expire(request)
+
+    assert settled.won and settled.epoch is not None
+    record = await rt.store.get_run(run_id)
+    assert (record.owner, record.epoch) == (rt.owner, settled.epoch)
+    # Had this process died here, the run would be an orphan that adoption finds.
+    assert not (await sup.checkpoint.expire(request)).won
+    live = await sup.resume(run_id, claimed=settled.epoch)
+    assert live is not None
+    state = await sup.wait(live)
+    assert state.result is not None and counter.calls == {}
+
+
+async def test_an_expiry_whose_run_cannot_resume_is_still_an_expiry(
+    tmp_path: Path, opened: list[Runtime]
+) -> None:
+    rt, sup, counter, run_id = await waiting_for_approval(tmp_path, opened)
+    (request,) = (await sup.wait(sup.live[run_id])).open_requests
+    rt.system_prompt = "changed since the run started"  # its resume needs --force now
+    later = (request.deadline or utcnow()) + timedelta(seconds=1)
+    scheduler = Scheduler(sup, DeadlineSettings(), [], store=rt.store, clock=lambda: later)
+
+    assert await scheduler.sweep() == ([request.id], [])
+
+    record = await rt.store.get_run(run_id)
+    assert record.status is RunStatus.SUSPENDED and record.owner == ""
+    assert counter.calls == {}
+
+
+class DurableAtEmission:
+    """A sink that, when a resume or an answer is said, reads the journal from another
+    connection: what the event names must already be committed."""
+
+    def __init__(self, db: Path) -> None:
+        self.db = db
+        self.seen: list[tuple[str, int]] = []
+
+    def emit(self, event: Event) -> None:
+        """Count the entry the event names, as another reader sees the file now."""
+        kinds = {RunResumedEvent: "run_resumed", AnswerSuppliedEvent: "answer_supplied"}
+        kind = kinds.get(type(event))
+        if kind is None:
+            return
+        with sqlite3.connect(self.db) as conn:
+            (count,) = conn.execute(
+                "SELECT COUNT(*) FROM journal WHERE run_id = ? AND kind = ?",
+                (event.run_id, kind),
+            ).fetchone()
+        self.seen.append((kind, count))
+
+
+async def test_a_resume_and_an_answer_are_said_once_durable(
+    tmp_path: Path, opened: list[Runtime]
+) -> None:
+    rt, sup, counter, run_id = await waiting_for_approval(tmp_path, opened)
+    (request,) = (await sup.wait(sup.live[run_id])).open_requests
+    sink = DurableAtEmission(tmp_path / "k.db")
+    rt.events.add(sink)
+
+    decided = await ChatService(sup).decide(
+        run_id, request.id, DecisionKind.APPROVE, user=Actor("U0APPROVER")
+    )
+    assert decided.resumed is not None
+    await sup.wait(decided.resumed)
+
+    assert sink.seen == [("run_resumed", 1), ("answer_supplied", 1)]
+    assert counter.calls == {"deploy": 1}

@@ -8,7 +8,6 @@ model turn asked twice shows up in the files.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
 import os
 import signal
@@ -37,6 +36,7 @@ from bot.domain import (
 from bot.journal.fold import fold
 from storage.postgres import PostgresStore
 from tests.fakes.processes import KESTREL, FakeOpenAIProcess, clean_env
+from tests.fakes.waiting import until
 
 DSN = os.environ.get("KESTREL_TEST_POSTGRES_DSN", "")
 pytestmark = pytest.mark.skipif(
@@ -201,19 +201,6 @@ def run_together(c: Cluster, command: list[str], copies: int) -> list[int]:
         for _ in range(copies)
     ]
     return sorted(p.wait(timeout=60) for p in started)
-
-
-async def until(check: Callable[[], Any], timeout: float = 40.0) -> Any:
-    """Poll a condition (plain or async) until it returns something truthy."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if inspect.isawaitable(value):
-            value = await value
-        if value:
-            return value
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"condition not met within {timeout}s")
 
 
 async def statuses(store: PostgresStore, run_ids: list[str]) -> dict[str, RunStatus]:

@@ -47,6 +47,8 @@ from bot.journal.entries import (
     ToolResultEntry,
     UserMessageEntry,
 )
+from bot.journal.fold import fold
+from bot.journal.writer import RunJournal
 from bot.records import RunRecord, WorkItem
 from bot.store import (
     Audited,
@@ -740,6 +742,30 @@ async def test_a_decision_is_audited_by_its_winner_only(store: Store) -> None:
     ]
 
 
+async def test_byte_identical_decisions_are_audited_once(backend: Backend) -> None:
+    # The same person's same click, delivered twice in one microsecond (a retry, two replicas):
+    # the texts cannot tell winner from loser, the audit must still hold one record.
+    first_store, second_store = await backend.open(), await backend.open()
+    run_id, _ = await new_run(first_store)
+    request = a_request(run_id)
+    await first_store.open_request(request)
+    decision = Decision(request_id=request.id, kind=DecisionKind.APPROVE, by="bob", at=AT)
+    audit = Audited("bob", "approve", request.digest)
+
+    won = await asyncio.gather(
+        *(
+            (first_store if i % 2 else second_store).decide_and_claim(
+                decision, RequestStatus.ANSWERED, audit, f"w{i}", LEASE
+            )
+            for i in range(6)
+        )
+    )
+
+    assert [s.won for s in won].count(True) == 1
+    facts = await second_store.list_audit(run_id=run_id)
+    assert [(f.actor, f.action, f.request_id) for f in facts] == [("bob", "approve", request.id)]
+
+
 async def test_closing_the_last_open_request_takes_the_free_lease(store: Store) -> None:
     run_id, epoch = await new_run(store)
     first, last = a_request(run_id, call_id="call_1"), a_request(run_id, call_id="call_2")
@@ -1342,3 +1368,22 @@ async def test_a_suspended_run_whose_canceller_died_is_no_orphan(
     assert await store.decide(cancel, RequestStatus.CANCELLED)
 
     assert await store.orphaned_runs() == []
+
+
+async def test_a_flush_tells_what_landed_before_an_entry_that_failed(store: Store) -> None:
+    # A store may commit a flush's entries one by one (PostgreSQL): the ones that landed
+    # before a failing one are durable, and whoever waits to say so (a card) is told.
+    run_id, epoch = await new_run(store)
+    first, second, third = every_entry(run_id)[:3]
+    for seq, entry in enumerate((first, second, third)):
+        await store.append(run_id, seq, epoch, entry)
+    # A journal a step behind: its next entry is already there, the one after clashes.
+    journal = RunJournal(store, fold((await store.load(run_id))[:1], run_id), epoch)
+    told: list[str] = []
+
+    journal.append_soon(second, then=lambda: told.append("landed"))
+    journal.append_soon(first, then=lambda: told.append("clashed"))
+    with pytest.raises(SeqConflict):
+        await journal.flush()
+
+    assert told == ["landed"]
