@@ -154,7 +154,14 @@ class ChatService:
         answered = await self._supervisor.answer(decision, run_id=run_id, actor=user, digest=digest)
         if not answered.accepted or not answered.ready:
             return Decided(answered.accepted, answered.message)
-        live = await self._supervisor.resume(run_id, claimed=answered.claimed)
+        from bot.supervisor import ResumeRefused
+
+        try:
+            live = await self._supervisor.resume(run_id, claimed=answered.claimed)
+        except ResumeRefused as exc:
+            # The decision stands: the run is live elsewhere (its task goes on with the answer
+            # once it suspends), or needs someone to resume it with --force.
+            return Decided(True, f"{answered.message}; not resumed here: {exc}")
         return Decided(True, answered.message, live)
 
     async def check(

@@ -301,3 +301,27 @@ async def test_a_resume_and_an_answer_are_said_once_durable(
 
     assert sink.seen == [("run_resumed", 1), ("answer_supplied", 1)]
     assert counter.calls == {"deploy": 1}
+
+
+async def test_a_decision_for_a_run_live_in_another_process_stands(
+    tmp_path: Path, opened: list[Runtime]
+) -> None:
+    release = asyncio.Event()
+    rt, _sup, counter, run_id = await waiting_for_approval(
+        tmp_path, opened, holding_tool(release), first=call("hold")
+    )
+    # A second replica on the same store takes the click while the first still runs the batch.
+    other, _ = await make_runtime(tmp_path / "k.db", [], counting_tools(Counter()), owner="other")
+    opened.append(other)
+    await until(lambda: has_open_requests(rt, run_id))
+    (request, _status, _decision) = (await rt.store.list_requests(run_id=run_id))[0]
+
+    decided = await ChatService(Supervisor(other)).decide(
+        run_id, request.id, DecisionKind.APPROVE, user=Actor("U0APPROVER")
+    )
+
+    assert decided.accepted and decided.resumed is None
+    assert "not resumed here" in decided.message
+    release.set()
+    await until(lambda: has_ended(rt, run_id))
+    assert counter.calls == {"deploy": 1}
