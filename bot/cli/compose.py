@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from bot.pii.guard import PiiGuard
     from bot.runtime import Runtime, ToolSource
     from bot.store import Store
+    from bot.tools.base import ToolFlags
     from bot.tools.toolset import ToolSet
 
 log = logging.getLogger("kestrel.policy")
@@ -64,6 +65,24 @@ def build_tools(settings: Settings) -> ToolSet:
         raise ConfigError(f"tools: {exc}") from exc
     except ToolCollision as exc:
         raise ConfigError(f"tools: {exc}") from exc
+
+
+def tool_flags(settings: Settings) -> Callable[[str], ToolFlags | None]:
+    """Each configured tool's flags by name, for commands that read the store (who may answer
+    a request). The catalogs' entries are checked, their parameters are not (no schema or
+    pattern is compiled: ``build_tools`` checks them whole for a run); no MCP server starts."""
+    from bot.tools.ask_human import ask_human_tools
+    from bot.tools.catalog import CatalogError, catalog_flags
+
+    human = ask_human_tools() if settings.human_in_the_loop else []
+    try:
+        flags = catalog_flags(
+            settings.tool_patterns(), settings.base_dir, reserved=[tool.name for tool in human]
+        )
+    except CatalogError as exc:
+        raise ConfigError(f"tools: {exc}") from exc
+    flags.update((tool.name, tool.flags) for tool in human)
+    return flags.get
 
 
 def build_guard(settings: Settings) -> PiiGuard:

@@ -522,12 +522,12 @@ def runs_pending(as_json: bool) -> None:
     from bot.policy import Policy
 
     settings = settings_of(click.get_current_context())
-    # The catalog's flags (tags) pick approvers; MCP servers are not started for this.
-    tools = compose.build_tools(settings)
+    # The catalog's flags (tags) pick approvers.
+    flags_of = compose.tool_flags(settings)
     policy = Policy(settings.policy)
 
     async def work(store: Store) -> list[PendingRequest]:
-        return await pending_requests(store, policy, tools.flags_of)
+        return await pending_requests(store, policy, flags_of)
 
     rows = with_reader(work)
     if as_json:

@@ -19,6 +19,10 @@ warning: the catalog does not load, since the only alternative engine can backtr
 
 Names are one namespace: a name declared in two files, or one that is a built-in tool's (passed
 as ``reserved``), is reported at the line that declares it.
+
+``catalog_flags`` reads the catalogs only for their tools' flags (who may answer a request): it
+checks the entries but compiles no JSON Schema and no pattern, so jsonschema and RE2 are not
+even imported. Whatever runs the tools loads the catalogs whole (``load_catalogs``).
 """
 
 from __future__ import annotations
@@ -31,8 +35,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import yaml
-from jsonschema.exceptions import SchemaError
-from jsonschema.validators import validator_for
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from bot.tools.base import ToolFlags
@@ -180,6 +182,9 @@ def _schema_problems(report: _Report, raw: dict[str, Any], prefix: Loc) -> None:
     parameters = raw.get("parameters")
     if not isinstance(parameters, dict):
         return
+    from jsonschema.exceptions import SchemaError
+    from jsonschema.validators import validator_for
+
     try:
         validator_for(parameters).check_schema(parameters)
     except SchemaError as exc:
@@ -227,8 +232,11 @@ def _dash_problems(
             report.at(loc, f"{_tool(raw)}{name!r} is not a placeholder of the command")
 
 
-def _entry(report: _Report, raw: Any, index: int) -> ToolEntry | None:
-    """Validate one entry, reporting every problem found; the entry if there were none."""
+def _entry(report: _Report, raw: Any, index: int, *, whole: bool) -> ToolEntry | None:
+    """Validate one entry, reporting every problem found; the entry if there were none.
+
+    Not ``whole``: its parameters are not checked as JSON Schema, nor their patterns by RE2.
+    """
     prefix: Loc = ("tools", index)
     before = len(report.problems)
     entry: ToolEntry | None = None
@@ -237,7 +245,8 @@ def _entry(report: _Report, raw: Any, index: int) -> ToolEntry | None:
     except ValidationError as exc:
         _pydantic_problems(report, exc, prefix)
     if isinstance(raw, dict):
-        _schema_problems(report, raw, (*prefix, "parameters"))
+        if whole:
+            _schema_problems(report, raw, (*prefix, "parameters"))
         _command_problems(report, raw, prefix)
     return entry if len(report.problems) == before else None
 
@@ -246,8 +255,8 @@ def _resolve(element: str, folder: Path) -> str:
     return str(folder / element[2:]) if element.startswith("./") else element
 
 
-def _build(entry: ToolEntry, folder: Path, origin: str) -> CommandTool:
-    flags = ToolFlags(
+def _flags(entry: ToolEntry) -> ToolFlags:
+    return ToolFlags(
         confirm=entry.confirm,
         idempotent=entry.idempotent,
         operator_paced=entry.operator_paced,
@@ -256,12 +265,15 @@ def _build(entry: ToolEntry, folder: Path, origin: str) -> CommandTool:
         approvals=entry.approvals,
         deny=entry.deny,
     )
+
+
+def _build(entry: ToolEntry, folder: Path, origin: str) -> CommandTool:
     return CommandTool(
         entry.name,
         entry.description,
         [_resolve(element, folder) for element in entry.command],
         parameters=entry.parameters,
-        flags=flags,
+        flags=_flags(entry),
         env=entry.env,
         cwd=folder / entry.cwd if entry.cwd else None,
         max_output=entry.max_output,
@@ -290,11 +302,19 @@ def _compose(report: _Report, text: str) -> Any:
 
 @dataclass
 class _Parsed:
-    """One file's tools (only if it had no problems), problems, and each valid entry's line."""
+    """One file's entries (only if it had no problems), problems, and each valid entry's line."""
 
-    tools: list[CommandTool] = field(default_factory=list)
+    path: Path
+    entries: list[ToolEntry] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     lines: dict[str, int] = field(default_factory=dict)
+
+    def tools(self) -> list[CommandTool]:
+        """The entries as tools: ``./`` paths resolved, each knowing its ``file:line``."""
+        folder = self.path.resolve().parent
+        return [
+            _build(entry, folder, f"{self.path}:{self.lines[entry.name]}") for entry in self.entries
+        ]
 
 
 def _entries(report: _Report, data: Any) -> list[tuple[int, Any]]:
@@ -310,11 +330,11 @@ def _entries(report: _Report, data: Any) -> list[tuple[int, Any]]:
     return list(enumerate(tools)) if isinstance(tools, list) else []
 
 
-def _valid_entries(report: _Report, data: Any) -> dict[int, ToolEntry]:
+def _valid_entries(report: _Report, data: Any, *, whole: bool) -> dict[int, ToolEntry]:
     """Entries without problems, by index; the others are reported."""
     valid: dict[int, ToolEntry] = {}
     for index, raw in _entries(report, data):
-        entry = _entry(report, raw, index)
+        entry = _entry(report, raw, index, whole=whole)
         if entry is not None:
             valid[index] = entry
     return valid
@@ -332,25 +352,24 @@ def _name_lines(report: _Report, entries: dict[int, ToolEntry]) -> dict[str, int
     return lines
 
 
-def _parse(path: Path) -> _Parsed:
+def _parse(path: Path, *, whole: bool = True) -> _Parsed:
+    """One file read and checked (its parameters too when ``whole``)."""
     report = _Report(shown=str(path))
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        return _Parsed(problems=[f"{path}: cannot read catalog: {exc}"])
+        return _Parsed(path, problems=[f"{path}: cannot read catalog: {exc}"])
     data = _compose(report, text)
     if report.problems:
-        return _Parsed(problems=report.problems)
+        return _Parsed(path, problems=report.problems)
     if report.root is not None:
         _duplicate_keys(report, report.root)
-    entries = _valid_entries(report, data)
+    entries = _valid_entries(report, data, whole=whole)
     lines = _name_lines(report, entries)
     if report.problems:
         # The lines still let names clash across files while this file is being fixed.
-        return _Parsed(problems=report.problems, lines=lines)
-    folder = path.resolve().parent
-    tools = [_build(entry, folder, f"{path}:{lines[entry.name]}") for entry in entries.values()]
-    return _Parsed(tools=tools, lines=lines)
+        return _Parsed(path, problems=report.problems, lines=lines)
+    return _Parsed(path, entries=list(entries.values()), lines=lines)
 
 
 def check_catalog(path: Path | str) -> list[str]:
@@ -368,7 +387,7 @@ def load_catalog(path: Path | str) -> list[CommandTool]:
     parsed = _parse(Path(path))
     if parsed.problems:
         raise CatalogError(parsed.problems)
-    return parsed.tools
+    return parsed.tools()
 
 
 def _expand(patterns: Sequence[str], base_dir: Path, problems: list[str]) -> list[Path]:
@@ -398,17 +417,19 @@ def _unique(paths: Iterable[Path]) -> list[Path]:
     return files
 
 
-def _collect(paths: Sequence[Path], reserved: set[str]) -> tuple[list[CommandTool], list[str]]:
-    """The tools of the files as one namespace, and every problem of any file or of the set."""
+def _collect(
+    paths: Sequence[Path], reserved: set[str], *, whole: bool = True
+) -> tuple[list[_Parsed], list[str]]:
+    """The files as one namespace, and every problem of any file or of the set."""
     problems: list[str] = []
-    tools: list[CommandTool] = []
+    files: list[_Parsed] = []
     declared: dict[str, str] = {}
     for path in paths:
-        parsed = _parse(path)
+        parsed = _parse(path, whole=whole)
         problems.extend(parsed.problems)
         problems.extend(_clashes(path, parsed.lines, declared, reserved))
-        tools.extend(parsed.tools)
-    return tools, problems
+        files.append(parsed)
+    return files, problems
 
 
 def _clashes(
@@ -431,9 +452,29 @@ def load_catalogs(
     patterns: Sequence[str], base_dir: Path, reserved: Iterable[str] = ()
 ) -> list[CommandTool]:
     """The tools of every file the glob patterns match; one ``CatalogError`` for all problems."""
+    return [
+        tool
+        for parsed in _read(patterns, base_dir, reserved, whole=True)
+        for tool in parsed.tools()
+    ]
+
+
+def catalog_flags(
+    patterns: Sequence[str], base_dir: Path, reserved: Iterable[str] = ()
+) -> dict[str, ToolFlags]:
+    """The flags of every tool of the files the glob patterns match, by name; ``CatalogError``
+    as ``load_catalogs``, but parameters are not checked (module docstring)."""
+    files = _read(patterns, base_dir, reserved, whole=False)
+    return {entry.name: _flags(entry) for parsed in files for entry in parsed.entries}
+
+
+def _read(
+    patterns: Sequence[str], base_dir: Path, reserved: Iterable[str], *, whole: bool
+) -> list[_Parsed]:
+    """The files the patterns match, read and checked; one ``CatalogError`` for all problems."""
     problems: list[str] = []
-    tools, found = _collect(_expand(patterns, base_dir, problems), set(reserved))
+    files, found = _collect(_expand(patterns, base_dir, problems), set(reserved), whole=whole)
     problems.extend(found)
     if problems:
         raise CatalogError(problems)
-    return tools
+    return files

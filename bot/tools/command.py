@@ -34,15 +34,15 @@ import subprocess
 import tempfile
 from collections.abc import Coroutine, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
-
-import re2
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import ValidationError
-from jsonschema.protocols import Validator
-from jsonschema.validators import extend, validator_for
+from typing import TYPE_CHECKING, Any
 
 from bot.tools.base import ToolContext, ToolFlags, ToolResult
+
+# RE2 and jsonschema are imported where a pattern or a schema is first compiled: slow to
+# import, and a command that only reads the catalog for its flags needs neither.
+if TYPE_CHECKING:
+    from jsonschema.exceptions import ValidationError
+    from jsonschema.protocols import Validator
 
 TOOL_NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -57,9 +57,6 @@ _NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
 END_OF_OPTIONS = "--"
 SchemaPath = tuple[str | int, ...]
 
-# RE2 reports a pattern it cannot run through the exception; left on, it also logs to stderr.
-_RE2_OPTIONS = re2.Options()
-_RE2_OPTIONS.log_errors = False
 # Keywords whose value is a subschema or a list or map of them: where a ``pattern`` can be.
 # Instance data (``const``, ``enum``, ``default``, ``examples``) is deliberately not walked.
 _SUBSCHEMA_KEYWORDS = frozenset(
@@ -156,12 +153,24 @@ def dash_guarded(command: Sequence[str], allow_leading_dash: Iterable[str] = ())
 @functools.lru_cache(maxsize=1024)
 def compile_pattern(pattern: str) -> Any:
     """``pattern`` compiled by RE2; ValueError with RE2's reason if RE2 cannot run it."""
+    import re2
+
     try:
-        return re2.compile(pattern, options=_RE2_OPTIONS)
+        return re2.compile(pattern, options=_re2_options())
     except re2.error as exc:
         reason = exc.args[0] if exc.args else exc
         text = reason.decode(errors="replace") if isinstance(reason, bytes) else str(reason)
         raise ValueError(text) from None
+
+
+@functools.cache
+def _re2_options() -> Any:
+    import re2
+
+    # RE2 reports a pattern it cannot run through the exception; left on, it also logs to stderr.
+    options = re2.Options()
+    options.log_errors = False
+    return options
 
 
 def pattern_problems(schema: Any, path: SchemaPath = ()) -> list[tuple[SchemaPath, str]]:
@@ -203,6 +212,8 @@ def _linear_pattern(
     validator: Any, pattern: Any, instance: Any, schema: Any
 ) -> Iterator[ValidationError]:
     """The ``pattern`` keyword on RE2, never on Python's backtracking ``re``."""
+    from jsonschema.exceptions import ValidationError
+
     if not validator.is_type(instance, "string") or not isinstance(pattern, str):
         return
     try:
@@ -223,12 +234,17 @@ def _linear_pattern(
 @functools.cache
 def _linear(base: type[Validator]) -> type[Validator]:
     # One class per draft, so a catalog's ``$schema`` keeps its own draft's other keywords.
+    from jsonschema.validators import extend
+
     extended: type[Validator] = extend(base, {"pattern": _linear_pattern})  # type: ignore[no-untyped-call]
     return extended
 
 
 def schema_validator(schema: Mapping[str, Any]) -> Validator:
     """A validator of ``schema`` whose ``pattern`` keywords run on RE2 (module docstring)."""
+    from jsonschema import Draft202012Validator
+    from jsonschema.validators import validator_for
+
     return _linear(validator_for(schema, default=Draft202012Validator))(schema)
 
 
@@ -384,8 +400,12 @@ class CommandTool:
         self._max_output = max_output
         self._guarded = dash_guarded(self._command, allow_leading_dash)
         self._placeholders = tuple(dict.fromkeys(filter(None, map(placeholder, self._command))))
-        self._validator = schema_validator(self._parameters)
         self.origin = origin
+
+    @functools.cached_property
+    def _validator(self) -> Validator:
+        # Compiled for the first call it checks: the patterns were checked when it was built.
+        return schema_validator(self._parameters)
 
     @property
     def name(self) -> str:

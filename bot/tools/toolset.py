@@ -7,14 +7,13 @@ import hashlib
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import MappingProxyType
-from typing import Any
-
-from jsonschema import Draft202012Validator
-from jsonschema.protocols import Validator
-from jsonschema.validators import validator_for
+from typing import TYPE_CHECKING, Any
 
 from bot.llm.base import ToolSpec
 from bot.tools.base import ChecksArguments, Tool, ToolFlags
+
+if TYPE_CHECKING:
+    from jsonschema.protocols import Validator
 
 
 class ToolCollision(Exception):
@@ -31,9 +30,9 @@ class ToolSet(Mapping[str, Tool]):
                 raise ToolCollision(_collision(by_name[tool.name], tool))
             by_name[tool.name] = tool
         self._tools = MappingProxyType(by_name)
-        self._checks: dict[str, Callable[[dict[str, Any]], list[str]]] = {
-            name: _check(tool) for name, tool in by_name.items()
-        }
+        # Each tool's check, made when it first checks a call: a set assembled only to be
+        # listed or asked for flags compiles no schema.
+        self._checks: dict[str, Callable[[dict[str, Any]], list[str]]] = {}
 
     @classmethod
     def assemble(cls, *sources: Iterable[Tool]) -> ToolSet:
@@ -56,7 +55,10 @@ class ToolSet(Mapping[str, Tool]):
 
     def validate(self, name: str, arguments: dict[str, Any]) -> list[str]:
         """Every way ``arguments`` are invalid for the tool, as readable lines."""
-        return self._checks[name](arguments)
+        check = self._checks.get(name)
+        if check is None:
+            check = self._checks[name] = _check(self._tools[name])
+        return check(arguments)
 
     def specs(self) -> list[ToolSpec]:
         """What the model is told, in assembly order."""
@@ -84,6 +86,9 @@ def _check(tool: Tool) -> Callable[[dict[str, Any]], list[str]]:
     """The tool's own check if it has one (in-process tools), else its JSON Schema."""
     if isinstance(tool, ChecksArguments):
         return tool.argument_errors
+    from jsonschema import Draft202012Validator
+    from jsonschema.validators import validator_for
+
     validator: Validator = validator_for(tool.parameters, default=Draft202012Validator)(
         tool.parameters
     )

@@ -20,6 +20,7 @@ NEVER_READING: tuple[str, ...] = (
     "asyncpg",
     "bot.llm.openai_provider",
     "bot.pii.hooks",
+    "pydantic_settings",
 )
 # Nor the code that drives runs.
 DRIVING: tuple[str, ...] = ("bot.supervisor", "bot.loop", "bot.execute", "bot.runtime")
@@ -84,6 +85,15 @@ def test_list_runs_reads_the_store_without_the_tool_catalog(tmp_path: Path) -> N
 def test_pending_requests_do_not_load_the_code_that_drives_runs(tmp_path: Path) -> None:
     workspace(tmp_path)
     assert not set(DRIVING) & imported_by(tmp_path, "runs", "pending")
+
+
+def test_pending_requests_read_the_catalog_flags_without_compiling_schemas(
+    tmp_path: Path,
+) -> None:
+    workspace(tmp_path)
+    modules = top_level(imported_by(tmp_path, "runs", "pending"))
+    assert "bot.tools.catalog" in modules  # the flags were read
+    assert not {"jsonschema", "re2", "bot.tools.toolset"} & modules
 
 
 @pytest.mark.parametrize(

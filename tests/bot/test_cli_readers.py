@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from storage.sqlite import SqliteStore
-from tests.bot.test_cli import kestrel, one_line_error
+from tests.bot.test_cli import ROOT, kestrel, one_line_error, write_config
 
 
 @pytest.fixture
@@ -125,3 +125,27 @@ async def test_a_read_only_store_refuses_writes(journal: tuple[Path, str]) -> No
     finally:
         await store.close()
     assert os.access(folder / "kestrel.db", os.R_OK)
+
+
+def test_pending_names_approvers_by_catalog_tag(tmp_path: Path) -> None:
+    write_config(tmp_path, policy={"approvers": {"tag:prod": ["U0LEAD"]}})
+    deferred = kestrel(tmp_path, "run", "checkout is failing", "--defer", "--json")
+    (request,) = json.loads(deferred.stdout)["requests"]
+    assert request["tool"] == "restart_service"  # tagged prod in the demo catalog
+    assert "may answer: U0LEAD" in kestrel(tmp_path, "runs", "pending").stdout
+
+
+def test_pending_reads_flags_of_a_catalog_only_a_run_refuses(tmp_path: Path) -> None:
+    write_config(tmp_path, policy={"approvers": {"tag:prod": ["U0LEAD"]}})
+    kestrel(tmp_path, "run", "checkout is failing", "--defer")  # on the demo catalog
+    catalog = (ROOT / "bot/demo/tools/ops.yaml").read_text()
+    broken = catalog.replace('"^[a-z0-9][a-z0-9@._-]*$"', '"^(?!-)[a-z0-9]+$"')
+    assert broken != catalog
+    (tmp_path / "ops.yaml").write_text(broken)
+    write_config(tmp_path, tools=["ops.yaml"], policy={"approvers": {"tag:prod": ["U0LEAD"]}})
+    # Reading the store needs only the tools' flags.
+    assert "may answer: U0LEAD" in kestrel(tmp_path, "runs", "pending").stdout
+    # The catalog as a whole is refused where tools run or are checked: the pattern needs
+    # lookahead, which RE2 cannot run.
+    assert "linear time" in one_line_error(kestrel(tmp_path, "run", "checkout is failing"))
+    assert "linear time" in kestrel(tmp_path, "tools", "check", "ops.yaml").stderr
