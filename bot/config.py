@@ -6,13 +6,11 @@ import json
 import os
 import types
 from collections.abc import Mapping
-from importlib import resources
 from pathlib import Path
 from typing import Any, Final, Literal, NamedTuple, Union, get_args, get_origin
 from urllib.parse import urlsplit
 
 import yaml
-from dotenv import dotenv_values
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -246,6 +244,8 @@ class Settings(Section):
 
 def demo_file(name: str) -> Path:
     """A file shipped with the package for the offline demo."""
+    from importlib import resources  # only without a configured catalog or script
+
     return Path(str(resources.files("bot") / "demo" / name))
 
 
@@ -301,7 +301,11 @@ def environment() -> dict[str, str]:
 def _dotenv() -> dict[str, str | None]:
     """The variables of ``./.env``, which the settings read too."""
     env_file = Path(ENV_FILE)
-    return dotenv_values(env_file) if env_file.is_file() else {}
+    if not env_file.is_file():
+        return {}
+    from dotenv import dotenv_values  # only when there is a .env to read
+
+    return dotenv_values(env_file)
 
 
 class _Setting(NamedTuple):
