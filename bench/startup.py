@@ -4,9 +4,11 @@ Times ``python -c pass``, ``kestrel --help``, ``kestrel runs list`` and ``kestre
 as whole processes, round-robin so that a slow spell of the machine hits each alike, on a
 small journal (a few runs, one open approval). Prints each one's median wall time and its
 difference to the bare interpreter's (target, issue 10: within 150 ms), and which of the slow
-imports each command pulled in (read from ``PYTHONPROFILEIMPORTTIME``).
+imports each command pulled in (read from ``PYTHONPROFILEIMPORTTIME``). ``--breakdown`` also
+prints, per command, the import time of each top-level package (the modules' own times summed,
+as ``-X importtime`` measures them, so somewhat above their share of a run without it).
 
-    python -m bench.startup [--repeats N] [--json]
+    python -m bench.startup [--repeats N] [--json] [--breakdown]
 """
 
 from __future__ import annotations
@@ -113,18 +115,40 @@ def time_once(name: str, folder: Path) -> float:
     return elapsed
 
 
-def heavy_imports(name: str, folder: Path) -> list[str]:
-    """Which of ``HEAVY`` the command imports (its own import-time profile)."""
+def import_profile(name: str, folder: Path) -> dict[str, int]:
+    """The command's own import-time profile: each module's self time in µs."""
     env = timed_environment(folder) | {"PYTHONPROFILEIMPORTTIME": "1"}
     out = subprocess.run(
         command_line(name), cwd=folder, env=env, capture_output=True, text=True, check=False
     )
-    imported = {
-        line.rsplit("|", 1)[-1].strip()
-        for line in out.stderr.splitlines()
-        if line.startswith("import time:")
-    }
+    profile: dict[str, int] = {}
+    for line in out.stderr.splitlines():
+        fields = line.removeprefix("import time:").split("|")
+        if line.startswith("import time:") and fields[0].strip().isdigit():
+            profile[fields[2].strip()] = int(fields[0])
+    return profile
+
+
+def heavy_imports(name: str, folder: Path) -> list[str]:
+    """Which of ``HEAVY`` the command imports (its own import-time profile)."""
+    imported = import_profile(name, folder)
     return [module for module in HEAVY if module in imported]
+
+
+def breakdown(name: str, folder: Path, runs: int = 5) -> dict[str, float]:
+    """Import time by top-level package (ms, each the median of ``runs`` profiles), largest
+    first; Kestrel's own packages are split one level down (``bot.config``)."""
+    samples: dict[str, list[float]] = {}
+    for _ in range(runs):
+        totals: dict[str, float] = {}
+        for module, micros in import_profile(name, folder).items():
+            parts = module.split(".")
+            package = ".".join(parts[:2]) if parts[0] in ("bot", "storage") else parts[0]
+            totals[package] = totals.get(package, 0.0) + micros / 1000
+        for package, ms in totals.items():
+            samples.setdefault(package, []).append(ms)
+    medians = {package: statistics.median(ms) for package, ms in samples.items()}
+    return dict(sorted(medians.items(), key=lambda item: -item[1]))
 
 
 def measure(repeats: int = REPEATS) -> dict[str, Startup]:
@@ -152,6 +176,18 @@ def measure(repeats: int = REPEATS) -> dict[str, Startup]:
     }
 
 
+def report_breakdown(top: int = 14) -> None:
+    """Print each command's slowest packages to import, and what they add up to."""
+    with tempfile.TemporaryDirectory(prefix="kestrel-bench-startup-") as tmp:
+        folder = Path(tmp)
+        prepare(folder)
+        for name in COMMANDS:
+            time_once(name, folder)  # .pyc files first
+            costs = breakdown(name, folder)
+            shown = ", ".join(f"{package} {ms:.0f}" for package, ms in list(costs.items())[:top])
+            print(f"  {name:<22} imports {sum(costs.values()):5.0f} ms: {shown}")
+
+
 def report(repeats: int = REPEATS) -> None:
     """Print the start-up times side by side with their difference to the bare interpreter."""
     figures = measure(repeats)
@@ -169,12 +205,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="Start-up time of the kestrel command.")
     parser.add_argument("--repeats", type=int, default=REPEATS)
     parser.add_argument("--json", action="store_true", help="Print the figures as JSON.")
+    parser.add_argument(
+        "--breakdown", action="store_true", help="Also print import time by package."
+    )
     options = parser.parse_args()
     if options.json:
         figures = measure(options.repeats)
         print(json.dumps({k: dataclasses.asdict(v) for k, v in figures.items()}, indent=2))
     else:
         report(options.repeats)
+    if options.breakdown:
+        print("Import time by package (ms, -X importtime, median of 5):")
+        report_breakdown()
 
 
 if __name__ == "__main__":
