@@ -131,15 +131,16 @@ class Checkpoint:
     async def ask_again(self, state: RunState, prompter: Prompter) -> None:
         """Offer the requests a run still waits on to the prompter who resumes it; an answer
         is checked against the policy and audited as an inline one is."""
-        checked = self.checked(prompter)
-        assert checked is not None
+        checked = CheckedPrompter(prompter, self)
         for request in state.open_requests:
             found = await self.lookup(request.id)
             if found is None or found[0] is not RequestStatus.OPEN:
                 continue
-            decision = await checked.ask(request)
+            decision = await checked.permitted(request)
             if decision is not None:
-                await self.rt.store.decide(decision, RequestStatus.ANSWERED)
+                # Audited by the decision that closes the request only: someone else may win.
+                audit = Audited(decision.by, decision.kind.value, inline_detail(request))
+                await self.rt.store.decide(decision, RequestStatus.ANSWERED, audit)
 
     def checked(self, prompter: Prompter | None) -> Prompter | None:
         """``prompter`` with every decision it makes checked and audited (None stays None)."""
@@ -193,6 +194,18 @@ class CheckedPrompter:
 
     async def ask(self, request: Request) -> Decision | None:
         """Ask the wrapped prompter; a decision counts only if the policy allows it."""
+        decision = await self.permitted(request)
+        if decision is not None:
+            rt = self._checkpoint.rt
+            detail = inline_detail(request)
+            await rt.store.audit(
+                decision.by, decision.kind.value, request.run_id, request.id, detail
+            )
+        return decision
+
+    async def permitted(self, request: Request) -> Decision | None:
+        """Ask the wrapped prompter; the decision if the policy allows it (not audited yet),
+        else None, the refusal audited and said."""
         decision = await self._prompter.ask(request)
         if decision is None:
             return None
@@ -206,6 +219,9 @@ class CheckedPrompter:
             text = f"{refusal}; the request stays open for someone who may decide it"
             rt.events.emit(AdvisoryEvent(request.run_id, text))
             return None
-        detail = f"{request.tool} {request.digest}".strip() + " (inline)"
-        await rt.store.audit(decision.by, decision.kind.value, request.run_id, request.id, detail)
         return decision
+
+
+def inline_detail(request: Request) -> str:
+    """What the audit says of a decision made at a prompt: the call and that it was inline."""
+    return f"{request.tool} {request.digest}".strip() + " (inline)"

@@ -60,6 +60,10 @@ class LiveRun:
     task: asyncio.Task[RunState] | None = None
     error: str = ""
     created: asyncio.Event = field(default_factory=asyncio.Event)
+    # Who asked for the cancel picked up at the next loop boundary (or at the suspend).
+    cancelled_by: str = ""
+    # The task that went on with the run when this one suspended on requests already answered.
+    next: LiveRun | None = None
 
 
 class KeyedLocks:
@@ -92,6 +96,9 @@ class Supervisor:
         self.checkpoint = Checkpoint(runtime)
         self.live: dict[str, LiveRun] = {}
         self._resuming = KeyedLocks()
+        # Every run task until it returns: a task that left ``live`` may still be resuming.
+        self._tasks: set[asyncio.Task[RunState]] = set()
+        self._stopping = False
 
     # --- entry points -------------------------------------------------------------------
 
@@ -107,9 +114,7 @@ class Supervisor:
         """Start a run for one human message; its task runs in the background."""
         run_id = run_id or new_id("run")
         live = LiveRun(run_id)
-        work = self._start(live, prompt, session, requested_by, prompter)
-        live.task = asyncio.create_task(self._barrier(live, work), name=run_id)
-        self.live[run_id] = live
+        self._drive_on_task(live, self._start(live, prompt, session, requested_by, prompter))
         return live
 
     async def resume(
@@ -154,8 +159,9 @@ class Supervisor:
                 f"run {run_id} is live on {record.owner}; its lease has not expired"
             )
         state = fold(await self.rt.store.load(run_id), run_id)
-        if state.result is not None or not await self.checkpoint.has_work(state):
-            # Another owner moved it on between our look and our claim: nothing left to do.
+        # Another owner moved it on between our look and our claim (nothing left to do), or
+        # this process is shutting down (its runs are handed back, none is taken up).
+        if state.result is not None or not await self.checkpoint.has_work(state) or self._stopping:
             await self.rt.store.release(run_id, self.rt.owner, epoch)
             return None
         return self._resumed(run_id, epoch, state, prompter, force, record.owner)
@@ -190,10 +196,16 @@ class Supervisor:
         live = LiveRun(run_id)
         previous = owner if owner != self.rt.owner else ""
         resumed = RunResumed(owner=self.rt.owner, forced=force, taken_over_from=previous)
-        work = self._resume(live, epoch, state, prompter, resumed)
-        live.task = asyncio.create_task(self._barrier(live, work), name=run_id)
-        self.live[run_id] = live
+        self._drive_on_task(live, self._resume(live, epoch, state, prompter, resumed))
         return live
+
+    def _drive_on_task(self, live: LiveRun, work: Coroutine[Any, Any, RunState]) -> None:
+        """Run ``work`` on a task of its own behind the panic barrier; the run is live."""
+        task = asyncio.create_task(self._barrier(live, work), name=live.run_id)
+        live.task = task
+        self.live[live.run_id] = live
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def answer(
         self, decision: Decision, *, run_id: str, actor: Actor | None = None, digest: str = ""
@@ -246,11 +258,19 @@ class Supervisor:
         if refusal:
             await self.rt.store.audit(by, "cancel_refused", run_id=run_id, detail=refusal)
             raise NotPermitted(refusal)
+        # A resume of this process between its claim and its task must not drive a run this
+        # cancel ends: both look and claim under the run's lock.
+        async with self._resuming.hold(run_id):
+            return await self._cancel(run_id, by)
+
+    async def _cancel(self, run_id: str, by: str) -> str:
         live = self.live.get(run_id)
         if live is not None:
+            live.cancelled_by = by
             live.signals.cancel.set()
             await self.rt.store.audit(by, "cancel", run_id=run_id, detail="at the loop boundary")
             return "cancelling at the next loop boundary"
+        record = await self.rt.store.get_run(run_id)
         if record.status in TERMINAL_STATUSES:
             return f"run {run_id} already ended {record.status.value}"
         epoch = await self.rt.store.claim(run_id, self.rt.owner, self.rt.lease_seconds)
@@ -265,12 +285,17 @@ class Supervisor:
         return "cancelled"
 
     async def wait(self, live: LiveRun) -> RunState:
-        """Wait for a live run's task to end (suspended, ended, or given up).
+        """Wait for a live run's task to end (suspended, ended, or given up), and for the
+        task that went on with it if it suspended on requests already answered.
 
         A waiter that is cancelled (Ctrl-C) leaves the run's task alone: ``shutdown`` stops it.
         """
-        assert live.task is not None
-        return await asyncio.shield(live.task)
+        while True:
+            assert live.task is not None
+            state = await asyncio.shield(live.task)
+            if live.next is None:
+                return state
+            live = live.next
 
     def interrupt_all(self, *, spare_tools: bool = False) -> None:
         """Cut every live run's model call, prompt or tool short; each suspends at once (after
@@ -282,7 +307,8 @@ class Supervisor:
         """Suspend every live run now, letting a tool under way finish for ``tool_grace``
         seconds first; wait for their tasks, and return the runs suspended only because of
         it (for another process to take on)."""
-        tasks = [live.task for live in self.live.values() if live.task is not None]
+        self._stopping = True
+        tasks = list(self._tasks)
         self.interrupt_all(spare_tools=tool_grace > 0)
         if tasks and tool_grace > 0:
             await asyncio.wait(tasks, timeout=tool_grace)
@@ -290,9 +316,19 @@ class Supervisor:
         states = await asyncio.gather(*tasks, return_exceptions=True)
         handed_back = []
         for state in states:
-            if isinstance(state, RunState) and await self._can_go_on(state):
-                handed_back.append(state.run_id)
+            if not isinstance(state, RunState):
+                continue
+            try:
+                if await self._can_go_on(state):
+                    handed_back.append(state.run_id)
+            except StoreError:
+                handed_back.append(state.run_id)  # whoever takes it up looks again
         return handed_back
+
+    def _may_go_on(self, live: LiveRun, state: RunState) -> bool:
+        """Whether a run that suspended waiting for people, not because it was told to, may
+        go on in this process (which is not shutting down)."""
+        return bool(state.open_requests) and not live.signals.stopping and not self._stopping
 
     async def _can_go_on(self, state: RunState) -> bool:
         """Whether a run that suspended waits on nobody: it was stopped, not waiting, or every
@@ -427,18 +463,23 @@ class Supervisor:
                 with contextlib.suppress(Exception):
                     record = await self.rt.store.get_run(live.run_id)
                     await self.rt.store.release(live.run_id, self.rt.owner, record.epoch)
-        if state.open_requests and not live.signals.stopping:
-            await self._resume_if_answered(state)
+        if state.status is RunStatus.SUSPENDED:
+            await self._after_suspend(live, state)
         return state
 
-    async def _resume_if_answered(self, state: RunState) -> None:
-        """Go on at once with a run that suspended on requests already answered."""
+    async def _after_suspend(self, live: LiveRun, state: RunState) -> None:
+        """A cancel asked for while the run ran ends it now that it suspended (its batch
+        ended in a wait before any loop boundary); a run that suspended on requests already
+        answered goes on at once, on a task of its own."""
         try:
-            if await self._can_go_on(state):
-                await self.resume(state.run_id)
+            if live.signals.cancel.is_set():
+                async with self._resuming.hold(live.run_id):
+                    await self._cancel(live.run_id, live.cancelled_by)
+            elif self._may_go_on(live, state) and await self._can_go_on(state):
+                live.next = await self.resume(state.run_id)
         except (ResumeRefused, StoreError) as exc:
             # Another process took it on, or the store is away: adoption or a resume will do.
-            log.info("run %s not resumed after its suspend: %s", state.run_id, exc)
+            log.info("run %s: nothing more after its suspend: %s", state.run_id, exc)
 
     async def _panic(self, run_id: str, exc: Exception, stack: str) -> RunState:
         try:

@@ -200,14 +200,15 @@ WHERE id = $3 AND status = 'open' RETURNING true
 # The audit record of a decision, written only where that decision is the one that closed the
 # request ($5 the request, $6 the decision's text): a losing decider records nothing. A decision
 # is told apart by its text (who made it and when, to the microsecond); a loser whose text is
-# the same byte for byte finds the winner's record ($3 the action), as a request closes once.
+# the same byte for byte finds the winner's record (the same actor $2, action $3 and detail $4
+# on the request), as a request closes once.
 AUDIT_DECISION: Final = """
 INSERT INTO audit(at, actor, action, run_id, request_id, detail)
 SELECT $1::timestamptz, $2::text, $3::text, run_id, id, $4::text FROM requests
 WHERE id = $5 AND decision::text = $6
   AND NOT EXISTS (SELECT 1 FROM audit AS a
                   WHERE a.run_id = requests.run_id AND a.request_id = requests.id
-                    AND a.action = $3::text)
+                    AND a.actor = $2::text AND a.action = $3::text AND a.detail = $4::text)
 """
 # Where rows are locked, deciders of one run's requests take turns, so the one closing the last
 # open request sees every other closed and takes the lease (none may miss it).

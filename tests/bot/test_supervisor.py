@@ -325,3 +325,85 @@ async def test_a_decision_for_a_run_live_in_another_process_stands(
     release.set()
     await until(lambda: has_ended(rt, run_id))
     assert counter.calls == {"deploy": 1}
+
+
+async def card_out_while_running(
+    tmp_path: Path, opened: list[Runtime]
+) -> tuple[Runtime, Supervisor, Counter, str, Request, asyncio.Event]:
+    """A run whose approval card is out while the batch's next call (``hold``) still runs."""
+    release = asyncio.Event()
+    rt, sup, counter, run_id = await waiting_for_approval(
+        tmp_path, opened, holding_tool(release), first=call("hold")
+    )
+    await until(lambda: has_open_requests(rt, run_id))
+    (request, _status, _decision) = (await rt.store.list_requests(run_id=run_id))[0]
+    return rt, sup, counter, run_id, request, release
+
+
+async def test_a_cancel_taken_while_the_run_ran_ends_it_at_its_suspend(
+    tmp_path: Path, opened: list[Runtime]
+) -> None:
+    rt, sup, counter, run_id, request, release = await card_out_while_running(tmp_path, opened)
+    chat = ChatService(sup)
+    assert (await chat.decide(run_id, request.id, DecisionKind.APPROVE, user=Actor("U0A"))).accepted
+    assert await chat.cancel(run_id, user=Actor("U0REQ")) == "cancelling at the next loop boundary"
+    # The batch ends in a wait before any loop boundary: the cancel still holds there.
+    release.set()
+
+    await until(lambda: has_ended(rt, run_id))
+
+    record = await rt.store.get_run(run_id)
+    assert record.status is RunStatus.CANCELLED
+    assert counter.calls == {}
+    assert await rt.store.list_requests(run_id=run_id) == []
+
+
+async def test_waiting_on_a_run_follows_it_past_a_suspend_that_found_its_answers(
+    tmp_path: Path, opened: list[Runtime]
+) -> None:
+    _rt, sup, counter, run_id, request, release = await card_out_while_running(tmp_path, opened)
+    first = sup.live[run_id]
+    assert (await sup.answer(approval(request), run_id=run_id)).accepted
+    release.set()
+
+    state = await sup.wait(first)  # as `kestrel run --defer` waits on the run it started
+
+    assert state.result is not None and state.result.text == "finished"
+    assert counter.calls == {"deploy": 1}
+
+
+async def test_shutdown_hands_back_a_run_whose_answers_came_while_it_ran(
+    tmp_path: Path, opened: list[Runtime]
+) -> None:
+    rt, sup, counter, run_id, request, _release = await card_out_while_running(tmp_path, opened)
+    assert (await sup.answer(approval(request), run_id=run_id)).accepted
+
+    handed_back = await sup.shutdown()  # `hold` is cut; the run suspends, told to
+
+    assert handed_back == [run_id]
+    assert not sup.live and counter.calls == {}
+    assert (await rt.store.get_run(run_id)).status is RunStatus.SUSPENDED
+
+
+async def test_an_answer_given_on_resume_is_audited_only_if_it_closed_the_request(
+    tmp_path: Path, opened: list[Runtime]
+) -> None:
+    rt, sup, _counter, run_id = await waiting_for_approval(tmp_path, opened)
+    (request,) = (await sup.wait(sup.live[run_id])).open_requests
+
+    class SlowConsole:
+        """Shows the prompt on /resume; someone approves in chat before the answer is typed."""
+
+        present = True
+
+        async def ask(self, asked: Request) -> Decision | None:
+            assert (await sup.answer(approval(asked, by="U0SLACK"), run_id=run_id)).accepted
+            return approval(asked, by="U0CONSOLE")
+
+    await sup.checkpoint.ask_again(fold(await rt.store.load(run_id), run_id), SlowConsole())
+
+    audited = [(a.actor, a.action) for a in await rt.store.list_audit(run_id=run_id)]
+    assert audited.count(("U0SLACK", "approve")) == 1
+    assert ("U0CONSOLE", "approve") not in audited
+    _, _, decision = await rt.store.get_request(request.id)
+    assert decision is not None and decision.by == "U0SLACK"
