@@ -195,16 +195,24 @@ def holding_tool(release: asyncio.Event) -> Tool:
     return hold
 
 
-async def test_a_request_answered_while_its_run_still_ran_lets_it_go_on(
+async def card_out_while_running(
     tmp_path: Path, opened: list[Runtime]
-) -> None:
+) -> tuple[Runtime, Supervisor, Counter, str, Request, asyncio.Event]:
+    """A run whose approval card is out while the batch's next call (``hold``) still runs."""
     release = asyncio.Event()
     rt, sup, counter, run_id = await waiting_for_approval(
         tmp_path, opened, holding_tool(release), first=call("hold")
     )
-    # The approval card is out while the batch's next call still runs: someone clicks.
     await until(lambda: has_open_requests(rt, run_id))
     (request, _status, _decision) = (await rt.store.list_requests(run_id=run_id))[0]
+    return rt, sup, counter, run_id, request, release
+
+
+async def test_a_request_answered_while_its_run_still_ran_lets_it_go_on(
+    tmp_path: Path, opened: list[Runtime]
+) -> None:
+    rt, sup, counter, run_id, request, release = await card_out_while_running(tmp_path, opened)
+    # The approval card is out while the batch's next call still runs: someone clicks.
     decided = await ChatService(sup).decide(
         run_id, request.id, DecisionKind.APPROVE, user=Actor("U0APPROVER")
     )
@@ -306,15 +314,10 @@ async def test_a_resume_and_an_answer_are_said_once_durable(
 async def test_a_decision_for_a_run_live_in_another_process_stands(
     tmp_path: Path, opened: list[Runtime]
 ) -> None:
-    release = asyncio.Event()
-    rt, _sup, counter, run_id = await waiting_for_approval(
-        tmp_path, opened, holding_tool(release), first=call("hold")
-    )
+    rt, _sup, counter, run_id, request, release = await card_out_while_running(tmp_path, opened)
     # A second replica on the same store takes the click while the first still runs the batch.
     other, _ = await make_runtime(tmp_path / "k.db", [], counting_tools(Counter()), owner="other")
     opened.append(other)
-    await until(lambda: has_open_requests(rt, run_id))
-    (request, _status, _decision) = (await rt.store.list_requests(run_id=run_id))[0]
 
     decided = await ChatService(Supervisor(other)).decide(
         run_id, request.id, DecisionKind.APPROVE, user=Actor("U0APPROVER")
@@ -325,19 +328,6 @@ async def test_a_decision_for_a_run_live_in_another_process_stands(
     release.set()
     await until(lambda: has_ended(rt, run_id))
     assert counter.calls == {"deploy": 1}
-
-
-async def card_out_while_running(
-    tmp_path: Path, opened: list[Runtime]
-) -> tuple[Runtime, Supervisor, Counter, str, Request, asyncio.Event]:
-    """A run whose approval card is out while the batch's next call (``hold``) still runs."""
-    release = asyncio.Event()
-    rt, sup, counter, run_id = await waiting_for_approval(
-        tmp_path, opened, holding_tool(release), first=call("hold")
-    )
-    await until(lambda: has_open_requests(rt, run_id))
-    (request, _status, _decision) = (await rt.store.list_requests(run_id=run_id))[0]
-    return rt, sup, counter, run_id, request, release
 
 
 async def test_a_cancel_taken_while_the_run_ran_ends_it_at_its_suspend(
