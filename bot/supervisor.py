@@ -175,6 +175,9 @@ class Supervisor:
             # Resumed meanwhile under a newer lease (and since suspended or ended): that
             # resume answered what this decision allowed.
             return None
+        if self._stopping:
+            # Shutting down: the lease is left to expire, and another replica adopts the run.
+            return None
         try:
             self._check_fingerprint(state, force)
         except ResumeRefused:
