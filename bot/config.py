@@ -396,19 +396,16 @@ def _type_below(
 def _decoded(raw: str, setting: _Setting, name: str, variable: str) -> Any:
     """A variable's value as pydantic gets it: a section, a list or a mapping is JSON; a scalar
     stays the string, which pydantic converts (and names when it will not)."""
-    if _is_container(setting.annotation):
-        try:
-            return json.loads(raw)
-        except ValueError:
-            if setting.is_field:
-                raise ConfigError(_not_json(setting, name, variable)) from None
-            return raw  # a mapping's value: pydantic says what it should be
-    if _may_be_container(setting.annotation):  # ``list[str] | None``: JSON if it parses
-        try:
-            return json.loads(raw)
-        except ValueError:
-            return raw
-    return raw
+    needs_json = _is_container(setting.annotation)
+    if not needs_json and not _may_be_container(setting.annotation):
+        return raw
+    try:
+        return json.loads(raw)
+    except ValueError:
+        if needs_json and setting.is_field:
+            raise ConfigError(_not_json(setting, name, variable)) from None
+        # A mapping's value, or ``list[str] | None``: pydantic says what it should be.
+        return raw
 
 
 def _is_container(annotation: Any) -> bool:

@@ -28,7 +28,6 @@ from bot.domain import (
 from bot.events import (
     AdvisoryEvent,
     AnswerSuppliedEvent,
-    Event,
     ModelTurnEvent,
     RequestOpenedEvent,
     RunResumedEvent,
@@ -158,8 +157,9 @@ class AgentLoop:
         if resumed is not None:
             # Still running, not suspended: its owner died mid-run and this process adopts it.
             orphaned = self.state.status is RunStatus.RUNNING
-            said = RunResumedEvent(self.run_id, orphaned=orphaned)
-            self.journal.append_soon(resumed, then=functools.partial(self._emit, said))
+            event = RunResumedEvent(self.run_id, orphaned=orphaned)
+            said = functools.partial(self.run_ctx.events.emit, event)
+            self.journal.append_soon(resumed, then=said)
         if self.state.open_batch:
             await self._finish_batch(found)
         while True:
@@ -366,13 +366,9 @@ class AgentLoop:
             self.run_id, request.id, decision.kind, request_kind=request.kind, waited=waited
         )
         # Said once durable: a card never shows an answer the run could still lose.
-        self.journal.append_soon(
-            AnswerSupplied(decision=decision), then=functools.partial(self._emit, supplied)
-        )
+        said = functools.partial(self.run_ctx.events.emit, supplied)
+        self.journal.append_soon(AnswerSupplied(decision=decision), then=said)
         return decision
-
-    def _emit(self, event: Event) -> None:
-        self.run_ctx.events.emit(event)
 
     async def _uncertain(self, call_state: CallState, env: CallEnv) -> None:
         """A dispatched call with no result: rerun it if idempotent, else ask on-call."""
