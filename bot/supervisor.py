@@ -261,12 +261,15 @@ class Supervisor:
         if refusal:
             await self.rt.store.audit(by, "cancel_refused", run_id=run_id, detail=refusal)
             raise NotPermitted(refusal)
+        return await self._cancel(run_id, by)
+
+    async def _cancel(self, run_id: str, by: str) -> str:
         # A resume of this process between its claim and its task must not drive a run this
         # cancel ends: both look and claim under the run's lock.
         async with self._resuming.hold(run_id):
-            return await self._cancel(run_id, by)
+            return await self._cancel_held(run_id, by)
 
-    async def _cancel(self, run_id: str, by: str) -> str:
+    async def _cancel_held(self, run_id: str, by: str) -> str:
         live = self.live.get(run_id)
         if live is not None:
             live.cancelled_by = by
@@ -476,8 +479,7 @@ class Supervisor:
         answered goes on at once, on a task of its own."""
         try:
             if live.signals.cancel.is_set():
-                async with self._resuming.hold(live.run_id):
-                    await self._cancel(live.run_id, live.cancelled_by)
+                await self._cancel(live.run_id, live.cancelled_by)
             elif self._may_go_on(live, state) and await self._can_go_on(state):
                 live.next = await self.resume(state.run_id)
         except (ResumeRefused, StoreError) as exc:
