@@ -151,7 +151,7 @@ class Supervisor:
         prompter = _prompter_for(state, prompter)
         if prompter is not None:
             await self.checkpoint.ask_again(state, prompter)
-        if not await self.checkpoint.has_work(state):
+        if not await self._has_work(state):
             return None
         epoch = await self.rt.store.claim(run_id, self.rt.owner, self.rt.lease_seconds)
         if epoch is None:
@@ -161,7 +161,7 @@ class Supervisor:
         state = fold(await self.rt.store.load(run_id), run_id)
         # Another owner moved it on between our look and our claim (nothing left to do), or
         # this process is shutting down (its runs are handed back, none is taken up).
-        if state.result is not None or not await self.checkpoint.has_work(state) or self._stopping:
+        if state.result is not None or not await self._has_work(state) or self._stopping:
             await self.rt.store.release(run_id, self.rt.owner, epoch)
             return None
         return self._resumed(run_id, epoch, state, prompter, force, record.owner)
@@ -330,6 +330,12 @@ class Supervisor:
             except StoreError:
                 handed_back.append(state.run_id)  # whoever takes it up looks again
         return handed_back
+
+    async def _has_work(self, state: RunState) -> bool:
+        """Whether resuming the run does anything: an orphan (its owner died mid-run) always
+        has, if only to settle what its batch left in flight and suspend on its requests; a
+        suspended run once every request it waits on was answered."""
+        return state.status is RunStatus.RUNNING or await self.checkpoint.has_work(state)
 
     def _may_go_on(self, live: LiveRun, state: RunState) -> bool:
         """Whether a run that suspended waiting for people, not because it was told to, may

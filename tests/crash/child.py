@@ -17,11 +17,13 @@ import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
+from bot.chat import ChatService
 from bot.domain import Decision, DecisionKind, Request, RequestStatus, Session
-from bot.events import FanOut
+from bot.events import Event, FanOut, RequestOpenedEvent
 from bot.journal.entries import Entry
 from bot.journal.fold import fold
 from bot.llm.openai_provider import OpenAIProvider
+from bot.policy import Actor
 from bot.prompter import DeferringPrompter
 from bot.records import RunRecord
 from bot.runtime import Runtime, ToolSource
@@ -114,6 +116,27 @@ async def adopt_when_free(sup: Supervisor, run_id: str) -> LiveRun | None:
     raise SystemExit("the run was never adopted")
 
 
+class ApprovesWhileLive:
+    """Someone who clicks Approve on each card as it appears, while the batch that opened it
+    still runs (the decision finds the run live; its task goes on once it suspends)."""
+
+    def __init__(self, chat: ChatService) -> None:
+        self.chat = chat
+        self.deciding: list[asyncio.Task[LiveRun | None]] = []
+
+    def emit(self, event: Event) -> None:
+        """Approve the request the card shows."""
+        if isinstance(event, RequestOpenedEvent):
+            self.deciding.append(asyncio.ensure_future(self._approve(event)))
+
+    async def _approve(self, event: RequestOpenedEvent) -> LiveRun | None:
+        decided = await self.chat.decide(
+            event.run_id, event.request.id, DecisionKind.APPROVE, user=Actor("U0APPROVER")
+        )
+        assert decided.accepted, decided.message
+        return decided.resumed
+
+
 async def main(args: argparse.Namespace) -> None:
     kind, _, nth = (args.crash_after or ":0").partition(":")
     store = CrashingStore(Path(args.db), kind, int(nth or 0))
@@ -128,6 +151,9 @@ async def main(args: argparse.Namespace) -> None:
     )
     sup = Supervisor(rt)
     rt.policy.settings.oncall.append("U0ONCALL")
+    clicker = ApprovesWhileLive(ChatService(sup))
+    if args.approve_while_live:
+        rt.events.add(clicker)
     claimed = None
     for settle in args.settle:
         request_id, choice = settle.split("=")
@@ -145,6 +171,9 @@ async def main(args: argparse.Namespace) -> None:
         Path(args.run_id_file).write_text(live.run_id)  # noqa: ASYNC240 - before any crash
     if live is not None:
         await sup.wait(live)
+    for resumed in await asyncio.gather(*clicker.deciding):
+        if resumed is not None:  # the click came after the suspend: it resumed the run
+            await sup.wait(resumed)
     run_id = args.resume or live.run_id  # type: ignore[union-attr]
     state = fold(await store.load(run_id), run_id)
     out = {
@@ -168,6 +197,9 @@ def parser() -> argparse.ArgumentParser:
     options.add_argument("--adopt", action="store_true", help="take the run over as serve does")
     options.add_argument("--run-id-file", default="")
     options.add_argument("--approve", action="store_true", help="approve every gated call inline")
+    options.add_argument(
+        "--approve-while-live", action="store_true", help="click Approve on each card at once"
+    )
     return options
 
 

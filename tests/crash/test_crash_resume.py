@@ -178,6 +178,18 @@ STANDING_SCRIPT = [
     {"text": "deployed both"},
 ]
 
+# A gated call and the next, in one batch: the card is out while the second call still runs.
+WHILE_LIVE_SCRIPT = [
+    {
+        "text": "deploying, and recording it",
+        "calls": [
+            {"name": "deploy", "arguments": {"name": "d"}},
+            {"name": "effect", "arguments": {"name": "e"}},
+        ],
+    },
+    {"text": "deployed"},
+]
+
 # Every way a call reaches execution, with the append kinds its deciding process makes.
 PATHS: dict[str, tuple[list[dict[str, object]], list[str]]] = {
     "first_run": (
@@ -249,6 +261,24 @@ PATHS: dict[str, tuple[list[dict[str, object]], list[str]]] = {
             "run_ended",
         ],
     ),
+    "approved_while_live": (
+        WHILE_LIVE_SCRIPT,
+        [
+            "tool_dispatched",
+            "tool_process",
+            "tool_result",
+            "run_suspended",
+            "decided",
+            "run_resumed",
+            "answer_supplied",
+            "tool_dispatched:2",
+            "tool_process:2",
+            "tool_result:2",
+            "grant_written",
+            "assistant_turn:2",
+            "run_ended",
+        ],
+    ),
     "adoption": (
         SCRIPT,
         [
@@ -283,6 +313,8 @@ def deciding_process(
     crash_args = ["--crash-after", crash if ":" in crash else f"{crash}:1"]
     if path == "first_run":
         return child(world, *crash_args)
+    if path == "approved_while_live":
+        return child(world, "--approve-while-live", *crash_args)  # a click in the thread
     if path == "chat_inline_approval":
         return child(world, "--approve", *crash_args)  # as `kestrel chat`'s prompter does
     if path in ("approved_once", "standing_grant"):
