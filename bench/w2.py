@@ -20,12 +20,11 @@ from pydantic import BaseModel
 
 from bench.common import bench_command, run_json
 from bench.stores import DATABASES, LABELS, open_store, scratch, store_mib
-from bot.config import PolicySettings
 from bot.domain import Budgets, Decision, DecisionKind, Request, RequestKind
 from bot.events import FanOut
 from bot.journal.fold import RunState
 from bot.llm.scripted import ScriptedProvider
-from bot.policy import Policy
+from bot.policy import Policy, PolicyRules
 from bot.prompter import DeferringPrompter
 from bot.runtime import Runtime, ToolSource
 from bot.store import Store
@@ -61,7 +60,7 @@ def runtime(store: Store) -> Runtime:
         tools=ToolSource(ToolSet([deploy])),
         events=FanOut(),
         budgets=Budgets(),
-        policy=Policy(PolicySettings(approvers={"*": ["U0APPROVER"]})),
+        policy=Policy(PolicyRules(approvers={"*": ["U0APPROVER"]})),
         owner="bench-w2",
     )
 

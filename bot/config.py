@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import types
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Final, Literal, NamedTuple, Union, get_args, get_origin
+from typing import Any, Final, Literal, NamedTuple, Union, get_args, get_origin, get_type_hints
 from urllib.parse import urlsplit
 
 import yaml
@@ -24,6 +25,7 @@ from pydantic import (
 from bot.cron import parse_cron
 from bot.domain import Budgets
 from bot.pii.settings import PiiSettings
+from bot.policy import PolicyRules
 
 DEFAULT_CONFIG_NAME = "kestrel.yaml"
 ENV_PREFIX: Final = "KESTREL_"
@@ -49,10 +51,12 @@ _VARIABLE_OF: Final = {
 }
 # The setting each of those variables sets.
 _SETTING_OF: Final = {variable: setting for setting, variable in _VARIABLE_OF.items()}
-# Settings of these types are read from a variable as JSON.
-_CONTAINERS: Final = (BaseModel, list, tuple, set, frozenset, dict)
+# Settings of these types are read from a variable as JSON, as sections are.
+_CONTAINERS: Final = (list, tuple, set, frozenset, dict)
 # Derived from where the configuration file is, so never read from the file or environment.
 _NOT_SETTABLE: Final = frozenset({"base_dir"})
+# How pydantic names a key no section has: a model's, and a dataclass's (``PolicyRules``).
+_UNKNOWN_KEY: Final = frozenset({"extra_forbidden", "unexpected_keyword_argument"})
 DEFAULT_SYSTEM_PROMPT = (
     "You are Kestrel, an on-call assistant in a team chat. Investigate with the tools you "
     "have, prefer read-only tools first, explain what you found and what you changed, and "
@@ -96,16 +100,6 @@ class BudgetSettings(Section):
     def to_budgets(self) -> Budgets:
         """The run's budgets as journaled with it."""
         return Budgets(**self.model_dump())
-
-
-class PolicySettings(Section):
-    """Who may start runs, approve which tools, and operate runs (platform ids, never names)."""
-
-    requesters: list[str] = ["*"]
-    approvers: dict[str, list[str]] = {"*": ["*"]}
-    answerers: list[str] = []
-    oncall: list[str] = []
-    self_approval: bool = False
 
 
 class DeadlineSettings(Section):
@@ -201,7 +195,7 @@ class Settings(Section):
     budgets: BudgetSettings = BudgetSettings()
     human_in_the_loop: bool = True
     pii: PiiSettings = PiiSettings()
-    policy: PolicySettings = PolicySettings()
+    policy: PolicyRules = Field(default_factory=PolicyRules)
     deadlines: DeadlineSettings = DeadlineSettings()
     schedules: list[ScheduledPrompt] = []
     hooks: HookSettings = HookSettings()
@@ -370,13 +364,20 @@ def _setting_of(name: str, source: str) -> _Setting:
     return _Setting(parts, annotation, is_field)
 
 
-def _type_of(model: type[BaseModel], parts: tuple[str, ...]) -> tuple[Any, bool] | None:
-    """The type of the setting ``parts`` names below ``model`` (then its sections, recursively)
-    and whether it is a field's; None when it names none."""
-    field = model.model_fields.get(parts[0])
-    if field is None or parts[0] in _NOT_SETTABLE:
+def _type_of(section: type, parts: tuple[str, ...]) -> tuple[Any, bool] | None:
+    """The type of the setting ``parts`` names below ``section`` (then its sections,
+    recursively) and whether it is a field's; None when it names none."""
+    annotation = _field_types(section).get(parts[0])
+    if annotation is None or parts[0] in _NOT_SETTABLE:
         return None
-    return _type_below(field.annotation, parts[1:], is_field=True)
+    return _type_below(annotation, parts[1:], is_field=True)
+
+
+def _field_types(section: type) -> dict[str, Any]:
+    """The fields of a section (a model, or a dataclass such as ``PolicyRules``) and their types."""
+    if issubclass(section, BaseModel):
+        return {name: field.annotation for name, field in section.model_fields.items()}
+    return get_type_hints(section)
 
 
 def _type_below(
@@ -385,7 +386,7 @@ def _type_below(
     """``_type_of`` below a value of type ``annotation``."""
     if not rest:
         return annotation, is_field
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+    if _is_section(annotation):
         return _type_of(annotation, rest)
     if get_origin(annotation) is dict:
         # Below a mapping, keys are data (tool names, entity types), not setting names.
@@ -408,10 +409,17 @@ def _decoded(raw: str, setting: _Setting, name: str, variable: str) -> Any:
         return raw
 
 
+def _is_section(annotation: Any) -> bool:
+    """Whether values of ``annotation`` are a section: a model, or a dataclass of settings."""
+    if not isinstance(annotation, type):
+        return False
+    return issubclass(annotation, BaseModel) or dataclasses.is_dataclass(annotation)
+
+
 def _is_container(annotation: Any) -> bool:
     """Whether values of ``annotation`` are a section, a list or a mapping."""
     origin = get_origin(annotation) or annotation
-    return isinstance(origin, type) and issubclass(origin, _CONTAINERS)
+    return _is_section(origin) or (isinstance(origin, type) and issubclass(origin, _CONTAINERS))
 
 
 def _may_be_container(annotation: Any) -> bool:
@@ -486,7 +494,7 @@ def _describe(
     for error in exc.errors():
         loc = tuple(str(part) for part in error["loc"])
         key = ".".join(loc) or "(top level)"
-        message = "unknown key" if error["type"] == "extra_forbidden" else error["msg"]
+        message = "unknown key" if error["type"] in _UNKNOWN_KEY else error["msg"]
         problems.append(f"{_source_of(loc, path, variables)}: {key}: {message}")
     return "; ".join(problems)
 

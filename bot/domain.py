@@ -8,10 +8,19 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+# The vocabularies live apart, importable without pydantic; they are the domain's names too.
+from bot.kinds import TERMINAL_STATUSES as TERMINAL_STATUSES
+from bot.kinds import DecisionKind as DecisionKind
+from bot.kinds import GrantKind as GrantKind
+from bot.kinds import RequestKind as RequestKind
+from bot.kinds import RequestStatus as RequestStatus
+from bot.kinds import RunStatus as RunStatus
+from bot.kinds import StopReason as StopReason
+from bot.kinds import ToolOutcome as ToolOutcome
 
 
 def new_id(prefix: str) -> str:
@@ -33,42 +42,6 @@ class DomainModel(BaseModel):
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
-
-
-class RunStatus(StrEnum):
-    """Where a run stands."""
-
-    RUNNING = "running"
-    SUSPENDED = "suspended"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-
-TERMINAL_STATUSES = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
-
-
-class StopReason(StrEnum):
-    """Why a run stopped or suspended: machine-readable, one value per cause."""
-
-    ANSWERED = "answered"
-    ITERATION_LIMIT = "iteration_limit"
-    TOOL_CALL_LIMIT = "tool_call_limit"
-    TOKEN_BUDGET = "token_budget"
-    DEADLINE = "deadline"
-    NO_PROGRESS = "no_progress"
-    CANCELLED = "cancelled"
-    MODEL_ERROR = "model_error"
-    TRUNCATED = "truncated"
-    POLICY = "policy"
-    TAKEN_OVER = "taken_over"
-    PANIC = "panic"
-    UNCERTAIN_EFFECT = "uncertain_effect"
-    HOOK_ABORT = "hook_abort"
-    SETUP_ERROR = "setup_error"
-    SUSPEND_REQUESTED = "suspend_requested"
-    INTERRUPTED = "interrupted"
-    WAITING = "waiting"
 
 
 class Usage(DomainModel):
@@ -104,37 +77,6 @@ class AssistantTurn(DomainModel):
     calls: tuple[ToolCall, ...] = ()
     finish_reason: str = "stop"
     usage: Usage = Field(default_factory=Usage)
-
-
-class ToolOutcome(StrEnum):
-    """The exit a call took through executeTool; counted per kind."""
-
-    UNKNOWN_TOOL = "unknown_tool"
-    HOOK_DENIED = "hook_denied"
-    INVALID_ARGUMENTS = "invalid_arguments"
-    GATE_DENIED = "gate_denied"
-    DEFERRED = "deferred"
-    TAKEN_OVER = "taken_over"
-    TIMEOUT = "timeout"
-    ERROR = "error"
-    OK = "ok"
-
-
-class RequestKind(StrEnum):
-    """What an open wait is waiting for."""
-
-    WAIT_USER = "wait_user"
-    WAIT_APPROVAL = "wait_approval"
-    WAIT_EFFECT = "wait_effect"
-
-
-class RequestStatus(StrEnum):
-    """The life of a request: open until exactly one decision closes it."""
-
-    OPEN = "open"
-    ANSWERED = "answered"
-    EXPIRED = "expired"
-    CANCELLED = "cancelled"
 
 
 def call_digest(tool: str, arguments: dict[str, Any]) -> str:
@@ -192,19 +134,6 @@ class RequestMaker:
         return self.stamp(request)
 
 
-class DecisionKind(StrEnum):
-    """What a person (or a deadline) said to a request."""
-
-    APPROVE = "approve"
-    APPROVE_ALWAYS = "approve_always"
-    DENY = "deny"
-    ANSWER = "answer"
-    RETRY = "retry"
-    DONE = "done"
-    FAILED = "failed"
-    EXPIRED = "expired"
-
-
 class Decision(DomainModel):
     """One answer to one request, with who gave it."""
 
@@ -213,13 +142,6 @@ class Decision(DomainModel):
     text: str = ""
     by: str = ""
     at: datetime = Field(default_factory=utcnow)
-
-
-class GrantKind(StrEnum):
-    """A one-shot grant covers one call and digest; a standing grant a tool for the run."""
-
-    ONE_SHOT = "one_shot"
-    STANDING = "standing"
 
 
 class Grant(DomainModel):

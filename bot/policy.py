@@ -7,12 +7,42 @@ for who may do what, only this policy and the store are.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from bot.config import PolicySettings
-from bot.domain import DecisionKind, Request, RequestKind
-from bot.tools.base import ToolFlags
+from bot.kinds import DecisionKind, RequestKind
+
+# Types only: ``kestrel runs pending`` decides who may answer without importing the models.
+if TYPE_CHECKING:
+    from bot.domain import Request
+    from bot.tools.base import ToolFlags
 
 EVERYONE = "*"
+
+
+@dataclass(frozen=True)
+class PolicyRules:
+    """``policy:`` in kestrel.yaml: platform ids (never names) that may start runs, approve
+    which tools (by name, ``tag:TAG`` or ``*``), answer questions, and operate runs."""
+
+    # Read by pydantic, which validates this section of the settings: unknown keys are errors.
+    __pydantic_config__: ClassVar[dict[str, Any]] = {"extra": "forbid"}
+
+    requesters: list[str] = field(default_factory=lambda: [EVERYONE])
+    approvers: dict[str, list[str]] = field(default_factory=lambda: {EVERYONE: [EVERYONE]})
+    answerers: list[str] = field(default_factory=list)
+    oncall: list[str] = field(default_factory=list)
+    self_approval: bool = False
+
+
+class Asked(Protocol):
+    """What the policy reads of a request to say who may answer it."""
+
+    @property
+    def kind(self) -> RequestKind: ...
+    @property
+    def tool(self) -> str: ...
+    @property
+    def requested_by(self) -> str: ...
 
 
 class NotPermitted(Exception):
@@ -62,7 +92,7 @@ _KINDS_FOR = {
 class Policy:
     """The rules of ``policy:`` in kestrel.yaml."""
 
-    def __init__(self, settings: PolicySettings) -> None:
+    def __init__(self, settings: PolicyRules) -> None:
         self.settings = settings
 
     def may_start(self, actor: Actor) -> bool:
@@ -106,7 +136,7 @@ class Policy:
             " the run's requester, and waits until deadlines.wait_effect (24 h by default)"
         ]
 
-    def answer_note(self, request: Request) -> str:
+    def answer_note(self, request: Asked) -> str:
         """Why the people who may answer ``request`` are who they are, when it is not obvious."""
         if request.kind is RequestKind.WAIT_EFFECT and not self.settings.oncall:
             return "the requester settles it: policy.oncall is empty"
@@ -135,12 +165,12 @@ class Policy:
                     f"{request.tool} needs {request.approvals_needed} approvers: approve with"
                     " `kestrel runs approve`, one person at a time"
                 )
-            return self._approval(actor, kind, request, flags or ToolFlags(), inline)
+            return self._approval(actor, kind, request, flags, inline)
         if request.kind is RequestKind.WAIT_EFFECT:
             return self._settle(actor, request)
         return self._answer(actor, request)
 
-    def who_may_answer(self, request: Request, flags: ToolFlags | None) -> list[str]:
+    def who_may_answer(self, request: Asked, flags: ToolFlags | None) -> list[str]:
         """The principals that may answer ``request``, for people deciding who to ping."""
         if request.kind is RequestKind.WAIT_EFFECT:
             # Without on-call nobody else could settle it: the requester does.
@@ -152,13 +182,18 @@ class Policy:
         return _unique([p for key in keys for p in self.settings.approvers.get(key, [])])
 
     def _approval(
-        self, actor: Actor, kind: DecisionKind, request: Request, flags: ToolFlags, inline: bool
+        self,
+        actor: Actor,
+        kind: DecisionKind,
+        request: Request,
+        flags: ToolFlags | None,
+        inline: bool,
     ) -> str:
-        approver = self._approver_of(actor, request.tool, flags.tags)
+        approver = self._approver_of(actor, request.tool, flags.tags if flags else ())
         if kind is DecisionKind.DENY:
             mine = actor.user == request.requested_by
             return "" if approver or mine else f"{actor.user} may not deny {request.tool}"
-        if flags.deny:
+        if flags is not None and flags.deny:
             return f"policy never allows {request.tool}"
         mine = actor.user == request.requested_by
         if mine and not inline and not self._self_approval(request):

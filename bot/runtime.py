@@ -10,12 +10,12 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
-from bot.config import DeadlineSettings, PolicySettings
+from bot.config import DeadlineSettings
 from bot.domain import Budgets, Fingerprint, Request, new_id
 from bot.events import FanOut
 from bot.hooks import Hooks
 from bot.llm.base import ModelProvider
-from bot.policy import Policy
+from bot.policy import Policy, PolicyRules
 from bot.store import Store
 from bot.tools.toolset import ToolSet
 
@@ -64,7 +64,7 @@ class Runtime:
     lease_seconds: float = 30.0
     workdir: Path | None = None
     guard_hooks: Callable[[], Hooks] = Hooks
-    policy: Policy = field(default_factory=lambda: Policy(PolicySettings()))
+    policy: Policy = field(default_factory=lambda: Policy(PolicyRules()))
     deadlines: DeadlineSettings = field(default_factory=DeadlineSettings)
 
     def stamp(self, request: Request) -> Request:

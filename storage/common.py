@@ -1,4 +1,5 @@
-"""What the SQLite and PostgreSQL stores share: row decoding, projections, error kinds."""
+"""What the SQLite and PostgreSQL stores share: rows to and from the domain, projections, error
+kinds."""
 
 from __future__ import annotations
 
@@ -7,25 +8,29 @@ import contextlib
 import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from enum import Enum
 from typing import Any, Final, get_args
 
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from bot.domain import Decision, Request, RequestStatus, RunStatus
-from bot.journal.entries import Entry, RunEnded, RunSuspended, status_after
+from bot.journal.entries import (
+    Entry,
+    RunEnded,
+    RunResumed,
+    RunSuspended,
+    ToolDeferred,
+    status_after,
+)
 from bot.records import JournalRecord, OutboxMessage, Replica, RunRecord, WorkItem
 from bot.store import SeqConflict, SeqGap, StaleEpoch, StoreError, UnknownRun
+from storage import sql
+from storage.sql import Step
 
 # Built when the first entry is read, as the models are: a store opened to list runs reads none.
 _ENTRY: Final[TypeAdapter[Entry]] = TypeAdapter(Entry, config=ConfigDict(defer_build=True))
 _WORK_KINDS: Final = frozenset(get_args(WorkItem.model_fields["kind"].annotation))
-
-RUN_COLUMNS: Final = (
-    "id, session_id, prompt, requested_by, status, stop_reason, owner, epoch,"
-    " lease_expires, created_at, updated_at"
-)
 
 # Reads a stored timestamp (ISO text in SQLite, a datetime in PostgreSQL) as an aware datetime.
 Timestamp = Callable[[Any], datetime]
@@ -226,8 +231,44 @@ async def wait_for_event(event: asyncio.Event, timeout: float) -> None:
     event.clear()
 
 
-def utc(moment: datetime) -> datetime:
-    """An aware UTC datetime; naive ones are taken to be UTC already."""
-    if moment.tzinfo is None:
-        return moment.replace(tzinfo=UTC)
-    return moment.astimezone(UTC)
+# -- what an entry writes beside the journal ------------------------------------------------------
+
+
+def request_row(request: Request, stamp: Callable[[datetime], Any]) -> tuple[Any, ...]:
+    """``OPEN_REQUEST``'s parameters for an open ``request``."""
+    deadline = None if request.deadline is None else stamp(request.deadline)
+    return (
+        request.id,
+        request.run_id,
+        request.kind.value,
+        request.call_id,
+        request.tool,
+        request.model_dump_json(),
+        RequestStatus.OPEN.value,
+        stamp(request.created_at),
+        deadline,
+    )
+
+
+_WRITE_BESIDE: Final = (ToolDeferred, RunResumed)
+
+
+def beside_entry(
+    run_id: str, entry: Entry, now: Callable[[], Any], stamp: Callable[[datetime], Any]
+) -> list[Step]:
+    """The rows an entry writes in the transaction that appends it, besides its run's status:
+    a deferred call opens its request, audited; a resume is audited. Written with the entry,
+    they exist exactly when it does, and a stale owner (whose append is refused) writes none.
+    ``now`` (the audit's time, as stored) is asked only when there is something to write."""
+    if not isinstance(entry, _WRITE_BESIDE):
+        return []
+    at = now()
+    if isinstance(entry, ToolDeferred):
+        request = entry.request
+        detail = f"{request.kind.value} {request.tool} {request.digest}".strip()
+        actor = request.requested_by or "run"
+        return [
+            (sql.OPEN_REQUEST, request_row(request, stamp)),
+            (sql.AUDIT, (at, actor, "request", run_id, request.id, detail)),
+        ]
+    return [(sql.AUDIT, (at, entry.owner, "resume", run_id, "", ""))]

@@ -19,7 +19,15 @@ from bot.domain import utcnow
 from bot.journal.entries import Entry
 from bot.store import StoreError
 from storage import sql
-from storage.common import Refusal, Violation, diagnose, projection, wait_for_event, work_payload
+from storage.common import (
+    Refusal,
+    Violation,
+    beside_entry,
+    diagnose,
+    projection,
+    wait_for_event,
+    work_payload,
+)
 from storage.postgres_schema import CREATE_VERSION_TABLE, SCHEMA_VERSION, migration_script
 from storage.sql import POSTGRES, Step
 from storage.sql_store import Params, Row, SqlStore, migrated
@@ -198,7 +206,7 @@ class PostgresStore(SqlStore):
         releases = moved is not None and moved.releases
         at = self._now()
         params = (run_id, seq, epoch, entry.kind, body, at, status, reason, releases)
-        beside = sql.beside_entry(run_id, entry, lambda: at, self._stamp)
+        beside = beside_entry(run_id, entry, lambda: at, self._stamp)
         with self._errors("append"):
             async with pool.acquire() as conn:
                 if beside:

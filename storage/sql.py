@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Final
 
-from bot.domain import Request, RequestStatus
-from bot.journal.entries import Entry, RunResumed, ToolDeferred
-from storage.common import RUN_COLUMNS, utc
+RUN_COLUMNS: Final = (
+    "id, session_id, prompt, requested_by, status, stop_reason, owner, epoch,"
+    " lease_expires, created_at, updated_at"
+)
 
 # One statement of a transaction, in this module's notation, and its parameters.
 Step = tuple[str, Sequence[Any]]
@@ -73,6 +74,13 @@ class Dialect:
         if self.marker != "$":
             text = _PARAMETER.sub(lambda match: self.marker + match[1], text)
         return text
+
+
+def utc(moment: datetime) -> datetime:
+    """An aware UTC datetime; naive ones are taken to be UTC already."""
+    if moment.tzinfo is None:
+        return moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC)
 
 
 def iso_stamp(moment: datetime) -> str:
@@ -376,46 +384,3 @@ def list_audit(clause: str, limit: int) -> str:
         f" SELECT id, at, actor, action, run_id, request_id, detail FROM audit {clause}"
         f" ORDER BY id DESC LIMIT ${limit}) AS newest ORDER BY id"
     )
-
-
-# -- what an entry writes beside the journal ------------------------------------------------------
-
-
-def request_row(request: Request, stamp: Callable[[datetime], Any]) -> tuple[Any, ...]:
-    """``OPEN_REQUEST``'s parameters for an open ``request``."""
-    deadline = None if request.deadline is None else stamp(request.deadline)
-    return (
-        request.id,
-        request.run_id,
-        request.kind.value,
-        request.call_id,
-        request.tool,
-        request.model_dump_json(),
-        RequestStatus.OPEN.value,
-        stamp(request.created_at),
-        deadline,
-    )
-
-
-_WRITE_BESIDE: Final = (ToolDeferred, RunResumed)
-
-
-def beside_entry(
-    run_id: str, entry: Entry, now: Callable[[], Any], stamp: Callable[[datetime], Any]
-) -> list[Step]:
-    """The rows an entry writes in the transaction that appends it, besides its run's status:
-    a deferred call opens its request, audited; a resume is audited. Written with the entry,
-    they exist exactly when it does, and a stale owner (whose append is refused) writes none.
-    ``now`` (the audit's time, as stored) is asked only when there is something to write."""
-    if not isinstance(entry, _WRITE_BESIDE):
-        return []
-    at = now()
-    if isinstance(entry, ToolDeferred):
-        request = entry.request
-        detail = f"{request.kind.value} {request.tool} {request.digest}".strip()
-        actor = request.requested_by or "run"
-        return [
-            (OPEN_REQUEST, request_row(request, stamp)),
-            (AUDIT, (at, actor, "request", run_id, request.id, detail)),
-        ]
-    return [(AUDIT, (at, entry.owner, "resume", run_id, "", ""))]

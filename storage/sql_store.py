@@ -25,6 +25,7 @@ from storage.common import (
     AuditEntry,
     Refusal,
     Violation,
+    beside_entry,
     new_run_row,
     outbox_from_row,
     outbox_json,
@@ -32,6 +33,7 @@ from storage.common import (
     record,
     replicas_from_rows,
     request_from_row,
+    request_row,
     run_from_row,
     work_from_row,
 )
@@ -233,7 +235,7 @@ class SqlStore(ABC):
         def refused(violation: Violation) -> StoreError:
             return UnknownRun(f"unknown run {request.run_id!r} for request {request.id!r}")
 
-        params = sql.request_row(request, self._stamp)
+        params = request_row(request, self._stamp)
         await self._write("open_request", sql.OPEN_REQUEST, params, refused)
 
     async def get_request(self, request_id: str) -> tuple[Request, RequestStatus, Decision | None]:
@@ -458,7 +460,7 @@ class SqlStore(ABC):
         if moved is not None:
             params = (moved.status.value, moved.stop_reason, at, run_id, moved.releases)
             steps.append((sql.PROJECT_STATUS, params))
-        steps.extend(sql.beside_entry(run_id, entry, lambda: at, self._stamp))
+        steps.extend(beside_entry(run_id, entry, lambda: at, self._stamp))
         return steps
 
     def _session_row(self, session: Session) -> tuple[Any, ...]:

@@ -23,7 +23,14 @@ from bot.domain import utcnow
 from bot.journal.entries import Entry
 from bot.store import StoreError
 from storage import sql
-from storage.common import Refusal, Violation, projection, wait_for_event, work_payload
+from storage.common import (
+    Refusal,
+    Violation,
+    beside_entry,
+    projection,
+    wait_for_event,
+    work_payload,
+)
 from storage.sql import SQLITE, Step
 from storage.sql_store import Params, Row, SqlStore, migrated
 from storage.sqlite_group_commit import GroupCommit, PendingAppend
@@ -125,7 +132,7 @@ class SqliteStore(SqlStore):
             kind=entry.kind,
             body=entry.model_dump_json(),
             projection=projection(entry),
-            beside=sql.beside_entry(run_id, entry, self._now, self._stamp),
+            beside=beside_entry(run_id, entry, self._now, self._stamp),
             done=asyncio.get_running_loop().create_future(),
         )
         self._group.append(item)

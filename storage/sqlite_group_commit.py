@@ -49,7 +49,7 @@ class PendingAppend:
     kind: str
     body: str
     projection: Projection | None
-    # Rows the entry writes beside the journal (``sql.beside_entry``).
+    # Rows the entry writes beside the journal (``storage.common.beside_entry``).
     beside: list[Step]
     done: asyncio.Future[None]
 

@@ -8,9 +8,8 @@ from pathlib import Path
 import pytest
 
 from bot.chat import ChatService
-from bot.config import PolicySettings
 from bot.domain import DecisionKind, RequestKind, RunStatus, Session, new_id
-from bot.policy import Actor, NotPermitted, Policy
+from bot.policy import Actor, NotPermitted, Policy, PolicyRules
 from bot.prompter import DeferringPrompter
 from bot.supervisor import Supervisor
 from tests.fakes.runtime import (
@@ -22,7 +21,7 @@ from tests.fakes.runtime import (
     reply,
 )
 
-POLICY = PolicySettings(
+POLICY = PolicyRules(
     requesters=["U0REQ", "group:S0DEV"],
     approvers={"deploy": ["U0BOSS"]},
     oncall=["group:S0SRE"],
@@ -140,7 +139,7 @@ async def test_an_inline_approval_by_the_requester_at_the_terminal_counts(
     chat: tuple[ChatService, Counter], tmp_path: Path
 ) -> None:
     service, counter = chat
-    service._rt.policy = Policy(PolicySettings(approvers={"deploy": ["U0REQ"]}))
+    service._rt.policy = Policy(PolicyRules(approvers={"deploy": ["U0REQ"]}))
     own = ScriptedPrompter([DecisionKind.APPROVE], by="U0REQ")
 
     live = await service.submit_turn("ship it", user=Actor("U0REQ"), prompter=own)

@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from bot.config import PolicySettings
 from bot.domain import DecisionKind, Request, RequestKind, Session, new_id
-from bot.policy import Actor, Policy
+from bot.policy import Actor, Policy, PolicyRules
 from bot.records import RunRecord
 from storage.sqlite import open_sqlite
 from tests.bot.test_cli import kestrel, one_line_error, write_config
@@ -91,7 +90,7 @@ def effect(requested_by: str = "U0REQ") -> Request:
 
 @pytest.mark.parametrize("kind", [DecisionKind.RETRY, DecisionKind.DONE, DecisionKind.FAILED])
 def test_without_oncall_the_requester_settles_an_effect(kind: DecisionKind) -> None:
-    policy = Policy(PolicySettings())
+    policy = Policy(PolicyRules())
     assert policy.check_decision(Actor("U0REQ"), kind, effect(), None) == ""
     refusal = policy.check_decision(Actor("U0OTHER"), kind, effect(), None)
     assert "requester" in refusal and "policy.oncall is empty" in refusal
@@ -100,7 +99,7 @@ def test_without_oncall_the_requester_settles_an_effect(kind: DecisionKind) -> N
 
 
 def test_with_oncall_only_oncall_settles_an_effect() -> None:
-    policy = Policy(PolicySettings(oncall=["group:S0SRE"]))
+    policy = Policy(PolicyRules(oncall=["group:S0SRE"]))
     oncall = Actor("U0SRE", groups=frozenset({"S0SRE"}))
     assert policy.check_decision(oncall, DecisionKind.DONE, effect(), None) == ""
     assert "on-call" in policy.check_decision(Actor("U0REQ"), DecisionKind.DONE, effect(), None)
@@ -109,12 +108,12 @@ def test_with_oncall_only_oncall_settles_an_effect() -> None:
 
 
 def test_an_empty_oncall_is_announced() -> None:
-    (notice,) = Policy(PolicySettings()).notices()
+    (notice,) = Policy(PolicyRules()).notices()
     assert "policy.oncall is empty" in notice and "24 h" in notice
 
 
 def test_cancel_rules() -> None:
-    policy = Policy(PolicySettings(oncall=["group:S0SRE"]))
+    policy = Policy(PolicyRules(oncall=["group:S0SRE"]))
     assert policy.check_operate(Actor("U0REQ"), "cancel", "run_1", "U0REQ") == ""
     assert (
         policy.check_operate(Actor("U0X", groups=frozenset({"S0SRE"})), "cancel", "run_1", "U0REQ")

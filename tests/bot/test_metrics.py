@@ -11,21 +11,20 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from bot.chat import ChatService
-from bot.config import PolicySettings
 from bot.domain import AssistantTurn, DecisionKind, Session, ToolCall, utcnow
 from bot.events import RunTakenOverEvent
 from bot.journal.entries import AssistantTurnEntry, RunStarted, UserMessageEntry
 from bot.journal.fold import RunState
 from bot.journal.writer import RunJournal
 from bot.metrics import CONTENT_TYPE, Metrics
-from bot.policy import Actor, Policy
+from bot.policy import Actor, Policy, PolicyRules
 from bot.prompter import DeferringPrompter
 from bot.records import RunRecord
 from bot.runtime import Runtime
 from bot.supervisor import Supervisor
 from tests.fakes.runtime import Counter, call, counting_tools, make_runtime, reply
 
-POLICY = PolicySettings(requesters=["U0REQ"], approvers={"deploy": ["U0BOSS"]})
+POLICY = PolicyRules(requesters=["U0REQ"], approvers={"deploy": ["U0BOSS"]})
 USAGE = {"input_tokens": 100, "output_tokens": 7}
 AHEAD = timedelta(minutes=5)  # the scrape's clock runs this far ahead of the runs'
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from bot.config import DeadlineSettings, PolicySettings, ScheduledPrompt
+from bot.config import DeadlineSettings, ScheduledPrompt
 from bot.domain import (
     AssistantTurn,
     Decision,
@@ -30,7 +30,7 @@ from bot.journal.entries import (
 )
 from bot.journal.fold import RunState, fold
 from bot.journal.writer import RunJournal
-from bot.policy import Actor, Policy
+from bot.policy import Actor, Policy, PolicyRules
 from bot.prompter import DeferringPrompter
 from bot.records import RunRecord
 from bot.runtime import Runtime
@@ -39,14 +39,14 @@ from bot.supervisor import Supervisor
 from bot.tools.ask_human import ask_human_tools
 from tests.fakes.runtime import Counter, call, counting_tools, make_runtime, reply
 
-POLICY = PolicySettings(
+POLICY = PolicyRules(
     approvers={"*": ["U0APPROVER", "group:S0SRE"], "deploy": ["U0DEPLOYER"]},
     oncall=["U0ONCALL"],
 )
 
 
 async def suspended_on_approval(
-    tmp_path: Path, *, policy: PolicySettings = POLICY, **deploy_options: Any
+    tmp_path: Path, *, policy: PolicyRules = POLICY, **deploy_options: Any
 ) -> tuple[Runtime, Supervisor, Counter, str, Any]:
     """A run that asked for ``deploy`` and suspended waiting for an approval."""
     counter = Counter()

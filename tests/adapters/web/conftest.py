@@ -15,9 +15,9 @@ from aiohttp import web
 from adapters.web.app import web_routes
 from adapters.web.auth import WebConfig
 from bot.chat import ChatService
-from bot.config import PolicySettings, WebSettings
+from bot.config import WebSettings
 from bot.domain import Session
-from bot.policy import Actor, Policy
+from bot.policy import Actor, Policy, PolicyRules
 from bot.prompter import DeferringPrompter
 from bot.supervisor import Supervisor
 from tests.fakes.runtime import Counter, counting_tools, make_runtime
@@ -34,7 +34,7 @@ THREAD = Session(
 HOSTILE = "<script>alert(1)</script>"
 LONG = "".join(f"line {n}\n" for n in range(40))
 
-POLICY = PolicySettings(
+POLICY = PolicyRules(
     requesters=["U0REQ"],
     approvers={"deploy": ["U0BOSS", "group:S0SRE"]},
 )

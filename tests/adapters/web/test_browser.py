@@ -26,10 +26,9 @@ from adapters.web.app import web_routes
 from adapters.web.auth import WebConfig
 from adapters.web.render import SUSPENDED_POLL_MS
 from bot.chat import ChatService
-from bot.config import PolicySettings
 from bot.domain import DecisionKind, RunStatus, Session
 from bot.links import LinkSigner
-from bot.policy import Actor, Policy
+from bot.policy import Actor, Policy, PolicyRules
 from bot.prompter import DeferringPrompter
 from bot.supervisor import LiveRun, Supervisor
 from bot.tools.base import Tool
@@ -78,7 +77,7 @@ ANSWER = "Restarted checkout.service; it is up again and serving. Memory is at 0
 WATCHED = "Checkout stayed up while I watched."
 REASON = "go ahead, it is down anyway"
 
-POLICY = PolicySettings(
+POLICY = PolicyRules(
     requesters=[REQUESTER.user],
     approvers={"restart_service": [APPROVER.user, "group:S0SRE"]},
 )

@@ -1,0 +1,96 @@
+"""The domain's closed vocabularies: statuses, stop reasons, outcomes and kinds.
+
+Plain enums without pydantic, so that a command that only reads the journal's rows (``kestrel
+runs pending``) can name them without importing the models; ``bot.domain`` offers them too.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class RunStatus(StrEnum):
+    """Where a run stands."""
+
+    RUNNING = "running"
+    SUSPENDED = "suspended"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+TERMINAL_STATUSES = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
+
+
+class StopReason(StrEnum):
+    """Why a run stopped or suspended: machine-readable, one value per cause."""
+
+    ANSWERED = "answered"
+    ITERATION_LIMIT = "iteration_limit"
+    TOOL_CALL_LIMIT = "tool_call_limit"
+    TOKEN_BUDGET = "token_budget"
+    DEADLINE = "deadline"
+    NO_PROGRESS = "no_progress"
+    CANCELLED = "cancelled"
+    MODEL_ERROR = "model_error"
+    TRUNCATED = "truncated"
+    POLICY = "policy"
+    TAKEN_OVER = "taken_over"
+    PANIC = "panic"
+    UNCERTAIN_EFFECT = "uncertain_effect"
+    HOOK_ABORT = "hook_abort"
+    SETUP_ERROR = "setup_error"
+    SUSPEND_REQUESTED = "suspend_requested"
+    INTERRUPTED = "interrupted"
+    WAITING = "waiting"
+
+
+class ToolOutcome(StrEnum):
+    """The exit a call took through executeTool; counted per kind."""
+
+    UNKNOWN_TOOL = "unknown_tool"
+    HOOK_DENIED = "hook_denied"
+    INVALID_ARGUMENTS = "invalid_arguments"
+    GATE_DENIED = "gate_denied"
+    DEFERRED = "deferred"
+    TAKEN_OVER = "taken_over"
+    TIMEOUT = "timeout"
+    ERROR = "error"
+    OK = "ok"
+
+
+class RequestKind(StrEnum):
+    """What an open wait is waiting for."""
+
+    WAIT_USER = "wait_user"
+    WAIT_APPROVAL = "wait_approval"
+    WAIT_EFFECT = "wait_effect"
+
+
+class RequestStatus(StrEnum):
+    """The life of a request: open until exactly one decision closes it."""
+
+    OPEN = "open"
+    ANSWERED = "answered"
+    EXPIRED = "expired"
+    CANCELLED = "cancelled"
+
+
+class DecisionKind(StrEnum):
+    """What a person (or a deadline) said to a request."""
+
+    APPROVE = "approve"
+    APPROVE_ALWAYS = "approve_always"
+    DENY = "deny"
+    ANSWER = "answer"
+    RETRY = "retry"
+    DONE = "done"
+    FAILED = "failed"
+    EXPIRED = "expired"
+
+
+class GrantKind(StrEnum):
+    """A one-shot grant covers one call and digest; a standing grant a tool for the run."""
+
+    ONE_SHOT = "one_shot"
+    STANDING = "standing"
