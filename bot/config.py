@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any, Final, Literal, NamedTuple, Union, get_args, get_origin, get_type_hints
 from urllib.parse import urlsplit
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -22,27 +21,22 @@ from pydantic import (
     model_validator,
 )
 
+from bot.config_sources import (
+    ENV_FILE,
+    ENV_PREFIX,
+    NON_SETTING_VARIABLES,
+    config_path,
+    dotenv,
+    merged,
+    read_yaml,
+    resolved,
+)
+from bot.config_sources import ConfigError as ConfigError
 from bot.cron import parse_cron
 from bot.domain import Budgets
 from bot.pii.settings import PiiSettings
 from bot.policy import PolicyRules
 
-DEFAULT_CONFIG_NAME = "kestrel.yaml"
-ENV_PREFIX: Final = "KESTREL_"
-ENV_FILE: Final = ".env"
-# Variables with the prefix that the program reads itself and that are not settings.
-NON_SETTING_VARIABLES: Final = frozenset(
-    {
-        "KESTREL_CONFIG",
-        "KESTREL_DEMO_STATE",
-        "KESTREL_TEST_POSTGRES_DSN",
-        "KESTREL_BENCH_POSTGRES_DSN",
-        "KESTREL_WEB_TOKEN",
-        "KESTREL_WEB_SECRET",
-        "KESTREL_CHROMIUM",
-        "KESTREL_UPDATE_SCREENSHOT",
-    }
-)
 # Settings whose variable is not KESTREL_<NAME>: the variable's name, by setting.
 _VARIABLE_OF: Final = {
     "database": "KESTREL_DATABASE_URL",
@@ -62,10 +56,6 @@ DEFAULT_SYSTEM_PROMPT = (
     "have, prefer read-only tools first, explain what you found and what you changed, and "
     "never claim a fix you have not verified."
 )
-
-
-class ConfigError(Exception):
-    """The configuration is unusable; the message names the key or file and the cause."""
 
 
 class Section(BaseModel):
@@ -224,8 +214,7 @@ class Settings(Section):
 
     def resolve(self, path: str) -> Path:
         """A path from the config file, relative to the file's folder."""
-        candidate = Path(os.path.expanduser(path))
-        return candidate if candidate.is_absolute() else self.base_dir / candidate
+        return resolved(self.base_dir, path)
 
     def tool_patterns(self) -> list[str]:
         """Catalog globs; the shipped example catalog when none is configured."""
@@ -243,28 +232,16 @@ def demo_file(name: str) -> Path:
     return Path(str(resources.files("bot") / "demo" / name))
 
 
-def config_path(explicit: str | None) -> Path | None:
-    """``--config``, else ``KESTREL_CONFIG`` (environment or ``.env``), else ``./kestrel.yaml``."""
-    chosen = explicit or os.environ.get("KESTREL_CONFIG") or _dotenv().get("KESTREL_CONFIG")
-    if chosen:
-        path = Path(chosen)
-        if not path.is_file():
-            raise ConfigError(f"config file {path} does not exist")
-        return path
-    default = Path(DEFAULT_CONFIG_NAME)
-    return default if default.is_file() else None
-
-
 def load_settings(explicit: str | None = None) -> Settings:
     """Read the YAML file (if any), then ``./.env`` and the environment over it; one readable
     error on failure."""
     path = config_path(explicit)
-    data = _read_yaml(path) if path else {}
-    file_values, file_sources = _setting_variables(_dotenv(), ENV_FILE)
+    data = read_yaml(path, _NOT_SETTABLE) if path else {}
+    file_values, file_sources = _setting_variables(dotenv(), ENV_FILE)
     env_values, env_sources = _setting_variables(os.environ, "environment")
     variables = {**file_sources, **env_sources}
     base_dir = path.parent.resolve() if path else Path.cwd()
-    layered = _merged(_merged(data, file_values), env_values)
+    layered = merged(merged(data, file_values), env_values)
     try:
         return Settings.model_validate({**layered, "base_dir": base_dir})
     except ValidationError as exc:
@@ -283,23 +260,6 @@ def checked_url(name: str, url: str) -> str:
     if not valid:
         raise ConfigError(f"{name} must be an http(s) URL with a host, not {url!r}")
     return url
-
-
-def environment() -> dict[str, str]:
-    """The process environment over ``./.env``: where platform tokens (``SLACK_*``) are read."""
-    merged = {k: v for k, v in _dotenv().items() if v is not None}
-    merged.update(os.environ)
-    return merged
-
-
-def _dotenv() -> dict[str, str | None]:
-    """The variables of ``./.env``, which the settings read too."""
-    env_file = Path(ENV_FILE)
-    if not env_file.is_file():
-        return {}
-    from dotenv import dotenv_values  # only when there is a .env to read
-
-    return dotenv_values(env_file)
 
 
 class _Setting(NamedTuple):
@@ -448,42 +408,6 @@ def _assign(nested: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
             below = nested[key] = {}
         nested = below
     nested[last] = value
-
-
-def _merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
-    """``base`` with ``over`` laid on it: mappings merge key by key, anything else replaces."""
-    merged = dict(base)
-    for key, value in over.items():
-        below = merged.get(key)
-        if isinstance(below, Mapping) and isinstance(value, Mapping):
-            value = _merged(below, value)
-        merged[key] = value
-    return merged
-
-
-def _read_yaml(path: Path) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc.strerror}") from exc
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else str(path)
-        raise ConfigError(f"{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from exc
-    except RecursionError as exc:
-        raise ConfigError(f"{path}: nested too deeply to be a configuration") from exc
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: the top level must be a mapping of settings")
-    for key in data:
-        if not isinstance(key, str):
-            raise ConfigError(f"{path}: {key!r}: keys must be names")
-        if key in _NOT_SETTABLE:
-            raise ConfigError(
-                f"{path}: {key}: not a setting (paths are relative to this file's folder)"
-            )
-    return data
 
 
 def _describe(

@@ -148,13 +148,26 @@ def run_from_row(row: Sequence[Any], timestamp: Timestamp) -> RunRecord:
 
 
 def request_from_row(row: Sequence[Any]) -> tuple[Request, RequestStatus, Decision | None]:
-    """A request, its status and its decision from a (body, status, decision) row."""
-    body, status, decision = row
-    return (
-        Request.model_validate_json(body),
-        RequestStatus(status),
-        None if decision is None else Decision.model_validate_json(decision),
-    )
+    """A request, its status and its decision from an (id, body, status, decision) row; an
+    unreadable one is a ``StoreError`` naming it."""
+    request_id, body, status, decision = row
+    try:
+        return (
+            Request.model_validate_json(body),
+            RequestStatus(status),
+            None if decision is None else Decision.model_validate_json(decision),
+        )
+    except ValueError as exc:
+        raise StoreError(f"request {request_id}: unreadable: {_first_error(exc)}") from exc
+
+
+def _first_error(exc: ValueError) -> str:
+    """What is wrong, in one line: a validation error's first problem, or the error itself."""
+    if isinstance(exc, ValidationError):
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        return f"{where}: {first['msg']}" if where else first["msg"]
+    return str(exc)
 
 
 def work_payload(kind: str, payload: dict[str, Any]) -> str:

@@ -194,7 +194,7 @@ FROM runs WHERE id = $1
 
 # -- requests -----------------------------------------------------------------------------------
 
-_REQUEST_COLUMNS: Final = "body::text, status, decision::text"
+_REQUEST_COLUMNS: Final = "id, body::text, status, decision::text"
 OPEN_REQUEST: Final = """
 INSERT INTO requests(id, run_id, kind, call_id, tool, body, status, decision, created_at, deadline)
 VALUES ($1, $2, $3, $4, $5, $6::json, $7, NULL, $8, $9)

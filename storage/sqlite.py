@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import sqlite3
 import stat
 from collections.abc import Callable, Sequence
@@ -34,7 +33,14 @@ from storage.common import (
 from storage.sql import SQLITE, Step
 from storage.sql_store import Params, Row, SqlStore, migrated
 from storage.sqlite_group_commit import GroupCommit, PendingAppend
-from storage.sqlite_schema import CREATE_VERSION_TABLE, SCHEMA_VERSION, migration_script
+from storage.sqlite_rows import reader_uri
+from storage.sqlite_schema import (
+    APPLIED_VERSION,
+    CREATE_VERSION_TABLE,
+    SCHEMA_VERSION,
+    VERSION_TABLE_EXISTS,
+    migration_script,
+)
 from storage.sqlite_writer import SqliteWriter
 
 _T = TypeVar("_T")
@@ -169,7 +175,7 @@ class SqliteStore(SqlStore):
 
     async def _connect_reader(self) -> aiosqlite.Connection:
         """Open the reader: autocommit, so every query sees the latest commit."""
-        target: str | Path = self._reader_uri() if self._read_only else self._path
+        target: str | Path = reader_uri(self._path) if self._read_only else self._path
         with self._errors("open"):
             conn = await aiosqlite.connect(
                 target, timeout=self._busy_timeout, isolation_level=None, uri=self._read_only
@@ -181,26 +187,6 @@ class SqliteStore(SqlStore):
             await _close_quietly(conn)
             raise
         return conn
-
-    def _reader_uri(self) -> str:
-        """The read-only reader's URI: ``mode=ro``, or ``immutable`` for a file nobody writes.
-
-        A WAL reader needs the -shm file; ``mode=ro`` creates it (and an empty -wal) when it
-        is missing, with the database's permissions, which would leave a read-only -shm behind
-        next to a read-only file. Without a -wal no writer is at work (the last one to close
-        removes it) and nobody may write the file, so it is read as it stands.
-        """
-        uri = self._path.resolve().as_uri()
-        wal = self._path.with_name(self._path.name + "-wal")
-        if not self._writable() and not wal.exists():
-            return uri + "?immutable=1"
-        return uri + "?mode=ro"
-
-    def _writable(self) -> bool:
-        # Permission bits too: root may write any file, yet a 0444 file says "do not write".
-        mode = self._path.stat().st_mode
-        has_bits = bool(mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
-        return has_bits and os.access(self._path, os.W_OK)
 
     async def _open_read_only(self) -> int:
         """Open the reader on a database whose schema this Kestrel can read.
@@ -240,14 +226,9 @@ class SqliteStore(SqlStore):
 
     async def _read_schema_version(self) -> int:
         """The applied version as the reader sees it; 0 without a version table."""
-        exists = await self._read(
-            "read",
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'",
-            (),
-        )
-        if not exists:
+        if not await self._read("read", VERSION_TABLE_EXISTS, ()):
             return 0
-        rows = await self._read("read", "SELECT COALESCE(MAX(version), 0) FROM schema_version", ())
+        rows = await self._read("read", APPLIED_VERSION, ())
         return int(rows[0][0])
 
     def _connection_pragmas(self) -> str:

@@ -127,6 +127,12 @@ MIGRATIONS: tuple[str, ...] = (
 
 SCHEMA_VERSION = len(MIGRATIONS)
 
+# Whether the version table exists, and the version applied (0 before any).
+VERSION_TABLE_EXISTS = (
+    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"
+)
+APPLIED_VERSION = "SELECT COALESCE(MAX(version), 0) FROM schema_version"
+
 CREATE_VERSION_TABLE = """
 CREATE TABLE IF NOT EXISTS schema_version (
     version    INTEGER PRIMARY KEY,

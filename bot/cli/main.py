@@ -6,7 +6,7 @@ import functools
 import json
 import signal
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
@@ -75,7 +75,7 @@ def one_line_errors(fn: Callable[P, R]) -> Callable[P, R]:
 
 # The errors a user sees as one line, by module: configuration, store, resume and policy.
 _USER_ERRORS = (
-    ("bot.config", "ConfigError"),
+    ("bot.config_sources", "ConfigError"),
     ("bot.store", "StoreError"),
     ("bot.supervisor", "ResumeRefused"),
     ("bot.policy", "NotPermitted"),
@@ -92,6 +92,12 @@ def _is_user_error(exc: Exception) -> bool:
         if loaded is not None and isinstance(exc, getattr(loaded, name)):
             return True
     return False
+
+
+def _config_option() -> str | None:
+    """The ``--config`` given, if any."""
+    obj: dict[str, Any] = click.get_current_context().ensure_object(dict)
+    return obj.get("config")
 
 
 def settings_of(ctx: click.Context) -> Settings:
@@ -406,6 +412,14 @@ def runs() -> None:
 @one_line_errors
 def runs_list(limit: int, as_json: bool) -> None:
     """The newest runs."""
+    from bot.cli import quick
+
+    settings = None if as_json else quick.read_settings(_config_option())
+    rows = None if settings is None else quick.newest_runs(settings, limit)
+    if rows is not None:
+        for row in rows:
+            echo(render.run_line(row.id, row.status, row.stop_reason, row.prompt))
+        return
 
     async def work(store: Store) -> list[Any]:
         return list(await store.list_runs(limit=limit))
@@ -415,7 +429,7 @@ def runs_list(limit: int, as_json: bool) -> None:
         echo(json.dumps([r.model_dump(mode="json") for r in records]))
         return
     for r in records:
-        echo(f"{r.id}  {r.status.value:<10} {r.stop_reason or '-':<16} {r.prompt[:60]}")
+        echo(render.run_line(r.id, r.status.value, r.stop_reason, r.prompt))
 
 
 @runs.command("show")
@@ -511,38 +525,53 @@ def runs_cancel(run_id: str, user: str) -> None:
     echo(with_runtime(work))
 
 
+# An open request as ``runs pending`` shows it: the request, who may answer it, and why.
+Pending = tuple[render.ShownRequest, list[str], str]
+
+
 @runs.command("pending")
 @click.option("--json", "as_json", is_flag=True)
 @one_line_errors
 def runs_pending(as_json: bool) -> None:
     """Open requests: approvals, questions and uncertain effects."""
+    from datetime import UTC, datetime
+
+    from bot.cli import quick
+
+    settings = quick.read_settings(_config_option())
+    rows: Sequence[Pending] | None = None if settings is None else quick.pending(settings)
+    if rows is None:
+        rows = _pending_in_full()
+    if as_json:
+        objects = [
+            render.request_object(request)
+            | {"run_id": request.run_id, "may_answer": who, "note": note}
+            for request, who, note in rows
+        ]
+        echo(json.dumps(objects))
+        return
+    now = datetime.now(UTC)
+    for request, who, note in rows:
+        echo(render.pending_line(request, who, now, note))
+    if not rows:
+        echo("no open requests")
+
+
+def _pending_in_full() -> list[Pending]:
+    """``runs pending``'s rows the full way: the settings validated whole, the catalogs read for
+    their tags, the store opened."""
     from bot.chat import pending_requests
     from bot.cli import compose
-    from bot.domain import utcnow
     from bot.policy import Policy
 
     settings = settings_of(click.get_current_context())
-    # The catalog's flags (tags) pick approvers.
-    flags_of = compose.tool_flags(settings)
+    flags_of = compose.tool_flags(settings)  # the catalog's flags (tags) pick approvers
     policy = Policy(settings.policy)
 
     async def work(store: Store) -> list[PendingRequest]:
         return await pending_requests(store, policy, flags_of)
 
-    rows = with_reader(work)
-    if as_json:
-        objects = [
-            render.request_object(p.request)
-            | {"run_id": p.request.run_id, "may_answer": list(p.may_answer), "note": p.note}
-            for p in rows
-        ]
-        echo(json.dumps(objects))
-        return
-    now = utcnow()
-    for p in rows:
-        echo(render.pending_line(p.request, list(p.may_answer), now, p.note))
-    if not rows:
-        echo("no open requests")
+    return [(p.request, list(p.may_answer), p.note) for p in with_reader(work)]
 
 
 def _decide(run_id: str, request_id: str, kind: DecisionKind, text: str, user: str) -> None:

@@ -4,15 +4,44 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 # Types only: every command imports this module, ``--help`` included, and must not pull in the
 # domain models.
 if TYPE_CHECKING:
-    from bot.domain import Request
     from bot.journal.fold import RunState
+    from bot.kinds import RequestKind
     from bot.llm.base import Message
     from bot.records import RunRecord
+
+
+class ShownRequest(Protocol):
+    """What is shown of an open request: a ``Request``, or its stored body as the fast way of
+    ``runs pending`` reads it (``bot.cli.quick.StoredRequest``)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def kind(self) -> RequestKind: ...
+    @property
+    def tool(self) -> str: ...
+    @property
+    def arguments(self) -> dict[str, Any]: ...
+    @property
+    def prompt(self) -> str: ...
+    @property
+    def options(self) -> tuple[str, ...]: ...
+    @property
+    def created_at(self) -> datetime: ...
+    @property
+    def deadline(self) -> datetime | None: ...
+
+
+def run_line(run_id: str, status: str, stop_reason: str, prompt: str) -> str:
+    """One line of ``runs list``."""
+    return f"{run_id}  {status:<10} {stop_reason or '-':<16} {prompt[:60]}"
 
 
 def run_object(record: RunRecord, state: RunState) -> dict[str, Any]:
@@ -34,7 +63,7 @@ def run_object(record: RunRecord, state: RunState) -> dict[str, Any]:
     }
 
 
-def request_object(request: Request) -> dict[str, Any]:
+def request_object(request: ShownRequest) -> dict[str, Any]:
     """One open request as JSON."""
     return {
         "id": request.id,
@@ -90,7 +119,7 @@ def _short(text: str, limit: int = 300) -> str:
     return flat if len(flat) <= limit else flat[:limit] + "…"
 
 
-def pending_line(request: Request, who: list[str], now: datetime, note: str = "") -> str:
+def pending_line(request: ShownRequest, who: list[str], now: datetime, note: str = "") -> str:
     """One line of ``runs pending``: what waits, how long, until when, for whom, and why."""
     args = json.dumps(request.arguments, sort_keys=True)
     age = _duration(now - request.created_at)

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from bot.chat import ChatService
-from bot.config import ConfigError, WebSettings, environment
+from bot.config import ConfigError, WebSettings
+from bot.config_sources import environment
 
 if TYPE_CHECKING:
     from adapters.discord.app import DiscordAdapter

@@ -1,0 +1,105 @@
+"""Where the settings come from, before they are validated: the YAML file, ``./.env`` and the
+environment, found and read without pydantic (``bot.config`` validates them; ``bot.cli.quick``
+reads the few that a read-only command needs)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final
+
+import yaml
+
+DEFAULT_CONFIG_NAME = "kestrel.yaml"
+ENV_PREFIX: Final = "KESTREL_"
+ENV_FILE: Final = ".env"
+# Variables with the prefix that the program reads itself and that are not settings.
+NON_SETTING_VARIABLES: Final = frozenset(
+    {
+        "KESTREL_CONFIG",
+        "KESTREL_DEMO_STATE",
+        "KESTREL_TEST_POSTGRES_DSN",
+        "KESTREL_BENCH_POSTGRES_DSN",
+        "KESTREL_WEB_TOKEN",
+        "KESTREL_WEB_SECRET",
+        "KESTREL_CHROMIUM",
+        "KESTREL_UPDATE_SCREENSHOT",
+    }
+)
+
+
+class ConfigError(Exception):
+    """The configuration is unusable; the message names the key or file and the cause."""
+
+
+def config_path(explicit: str | None) -> Path | None:
+    """``--config``, else ``KESTREL_CONFIG`` (environment or ``.env``), else ``./kestrel.yaml``."""
+    chosen = explicit or os.environ.get("KESTREL_CONFIG") or dotenv().get("KESTREL_CONFIG")
+    if chosen:
+        path = Path(chosen)
+        if not path.is_file():
+            raise ConfigError(f"config file {path} does not exist")
+        return path
+    default = Path(DEFAULT_CONFIG_NAME)
+    return default if default.is_file() else None
+
+
+def environment() -> dict[str, str]:
+    """The process environment over ``./.env``: where platform tokens (``SLACK_*``) are read."""
+    variables = {k: v for k, v in dotenv().items() if v is not None}
+    variables.update(os.environ)
+    return variables
+
+
+def dotenv() -> dict[str, str | None]:
+    """The variables of ``./.env``, which the settings read too."""
+    env_file = Path(ENV_FILE)
+    if not env_file.is_file():
+        return {}
+    from dotenv import dotenv_values  # only when there is a .env to read
+
+    return dotenv_values(env_file)
+
+
+def merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with ``over`` laid on it: mappings merge key by key, anything else replaces."""
+    layered = dict(base)
+    for key, value in over.items():
+        below = layered.get(key)
+        if isinstance(below, Mapping) and isinstance(value, Mapping):
+            value = merged(below, value)
+        layered[key] = value
+    return layered
+
+
+def read_yaml(path: Path, derived: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """The settings file's top-level mapping; ``derived`` names keys no file may set."""
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        raise ConfigError(f"{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from exc
+    except RecursionError as exc:
+        raise ConfigError(f"{path}: nested too deeply to be a configuration") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of settings")
+    for key in data:
+        if not isinstance(key, str):
+            raise ConfigError(f"{path}: {key!r}: keys must be names")
+        if key in derived:
+            raise ConfigError(
+                f"{path}: {key}: not a setting (paths are relative to this file's folder)"
+            )
+    return data
+
+
+def resolved(base_dir: Path, path: str) -> Path:
+    """A path from the settings (``~`` expanded), relative to the configuration file's folder."""
+    candidate = Path(os.path.expanduser(path))
+    return candidate if candidate.is_absolute() else base_dir / candidate

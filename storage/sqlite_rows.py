@@ -1,0 +1,93 @@
+"""A SQLite journal read with the standard library alone: the newest runs and the open requests
+as their rows stand, for the read-only commands' fast path (``bot.cli.quick``), which must not
+wait for asyncio, aiosqlite or pydantic to import. ``SqliteStore`` opens its read-only reader
+on the same URI.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import stat
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from storage import sql
+from storage.sqlite_schema import APPLIED_VERSION, SCHEMA_VERSION, VERSION_TABLE_EXISTS
+
+
+class RunRow(NamedTuple):
+    """A run's row: the columns of ``sql.RUN_COLUMNS``, as SQLite stores them."""
+
+    id: str
+    session_id: str
+    prompt: str
+    requested_by: str
+    status: str
+    stop_reason: str
+    owner: str
+    epoch: int
+    lease_expires: str | None
+    created_at: str
+    updated_at: str
+
+
+class Unreadable(Exception):
+    """The file is not a journal this Kestrel reads as it stands (the store says why)."""
+
+
+def reader_uri(path: Path) -> str:
+    """A read-only reader's URI: ``mode=ro``, or ``immutable`` for a file nobody writes.
+
+    A WAL reader needs the -shm file; ``mode=ro`` creates it (and an empty -wal) when it is
+    missing, with the database's permissions, which would leave a read-only -shm behind next to
+    a read-only file. Without a -wal no writer is at work (the last one to close removes it) and
+    nobody may write the file, so it is read as it stands.
+    """
+    uri = path.resolve().as_uri()
+    wal = path.with_name(path.name + "-wal")
+    if not writable(path) and not wal.exists():
+        return uri + "?immutable=1"
+    return uri + "?mode=ro"
+
+
+def writable(path: Path) -> bool:
+    """Whether ``path`` may be written: by its permission bits too, since root may write any file
+    and yet a 0444 file says "do not write"."""
+    mode = path.stat().st_mode
+    has_bits = bool(mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+    return has_bits and os.access(path, os.W_OK)
+
+
+def newest_runs(path: Path, limit: int) -> list[RunRow]:
+    """The newest runs first; none for a file not made yet."""
+    return [RunRow(*row) for row in _query(path, sql.list_runs("", 1), (limit,))]
+
+
+def open_request_bodies(path: Path) -> list[str]:
+    """The open requests' bodies (their JSON), oldest first; none for a file not made yet."""
+    statement = sql.list_requests("WHERE status = $1")
+    return [str(row[1]) for row in _query(path, statement, ("open",))]
+
+
+def _query(path: Path, statement: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+    if not path.is_file():
+        return []  # as the store reads it: an empty journal, and no file is created
+    try:
+        conn = sqlite3.connect(reader_uri(path), uri=True, isolation_level=None)
+    except (OSError, sqlite3.Error) as exc:
+        raise Unreadable(str(exc)) from exc
+    try:
+        if _schema_version(conn) != SCHEMA_VERSION:
+            raise Unreadable("not the schema version this Kestrel reads")
+        return conn.execute(sql.SQLITE.sql(statement), params).fetchall()
+    except sqlite3.Error as exc:
+        raise Unreadable(str(exc)) from exc
+    finally:
+        conn.close()
+
+
+def _schema_version(conn: sqlite3.Connection) -> int:
+    if conn.execute(VERSION_TABLE_EXISTS).fetchone() is None:
+        return 0
+    return int(conn.execute(APPLIED_VERSION).fetchone()[0])
