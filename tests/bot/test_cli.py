@@ -115,9 +115,9 @@ def test_run_defer_then_approve_from_another_process(tmp_path: Path) -> None:
 
 def test_unknown_config_key_names_the_key(tmp_path: Path) -> None:
     write_config(tmp_path, budgets={"max_iterationz": 3})
-    assert "budgets.max_iterationz: unknown key" in one_line_error(
-        kestrel(tmp_path, "runs", "list")
-    )
+    assert "budgets.max_iterationz: unknown key" in one_line_error(kestrel(tmp_path, "run", "hi"))
+    # Listing runs reads only where the journal is: on-call may look while the file is fixed.
+    assert kestrel(tmp_path, "runs", "list").returncode == 0
 
 
 def test_environment_overrides_the_file(tmp_path: Path) -> None:
