@@ -59,7 +59,12 @@ def dotenv() -> dict[str, str | None]:
         return {}
     from dotenv import dotenv_values  # only when there is a .env to read
 
-    return dotenv_values(env_file)
+    try:
+        return dotenv_values(env_file)
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{ENV_FILE}: not UTF-8 text (byte {exc.start})") from exc
+    except OSError as exc:
+        raise ConfigError(f"cannot read {ENV_FILE}: {exc.strerror}") from exc
 
 
 def merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
@@ -79,6 +84,8 @@ def read_yaml(path: Path, derived: frozenset[str] = frozenset()) -> dict[str, An
         data = yaml.safe_load(path.read_text())
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from exc
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else str(path)

@@ -131,20 +131,23 @@ def new_run_row(
 
 
 def run_from_row(row: Sequence[Any], timestamp: Timestamp) -> RunRecord:
-    """A run from a row of ``RUN_COLUMNS``."""
-    return RunRecord(
-        id=row[0],
-        session_id=row[1],
-        prompt=row[2],
-        requested_by=row[3],
-        status=RunStatus(row[4]),
-        stop_reason=row[5],
-        owner=row[6],
-        epoch=row[7],
-        lease_expires=None if row[8] is None else timestamp(row[8]),
-        created_at=timestamp(row[9]),
-        updated_at=timestamp(row[10]),
-    )
+    """A run from a row of ``RUN_COLUMNS``; an unreadable one is a ``StoreError`` naming it."""
+    try:
+        return RunRecord(
+            id=row[0],
+            session_id=row[1],
+            prompt=row[2],
+            requested_by=row[3],
+            status=RunStatus(row[4]),
+            stop_reason=row[5],
+            owner=row[6],
+            epoch=row[7],
+            lease_expires=None if row[8] is None else timestamp(row[8]),
+            created_at=timestamp(row[9]),
+            updated_at=timestamp(row[10]),
+        )
+    except (TypeError, ValueError) as exc:
+        raise StoreError(f"run {row[0]}: unreadable: {_first_error(exc)}") from exc
 
 
 def request_from_row(row: Sequence[Any]) -> tuple[Request, RequestStatus, Decision | None]:
@@ -161,7 +164,7 @@ def request_from_row(row: Sequence[Any]) -> tuple[Request, RequestStatus, Decisi
         raise StoreError(f"request {request_id}: unreadable: {_first_error(exc)}") from exc
 
 
-def _first_error(exc: ValueError) -> str:
+def _first_error(exc: Exception) -> str:
     """What is wrong, in one line: a validation error's first problem, or the error itself."""
     if isinstance(exc, ValidationError):
         first = exc.errors()[0]

@@ -229,7 +229,10 @@ class SqliteStore(SqlStore):
         if not await self._read("read", VERSION_TABLE_EXISTS, ()):
             return 0
         rows = await self._read("read", APPLIED_VERSION, ())
-        return int(rows[0][0])
+        version = rows[0][0]
+        if type(version) is not int:
+            raise StoreError(f"{self._label}: schema_version holds {version!r}, not a version")
+        return version
 
     def _connection_pragmas(self) -> str:
         return (

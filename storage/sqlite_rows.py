@@ -9,11 +9,15 @@ from __future__ import annotations
 import os
 import sqlite3
 import stat
+from datetime import datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from bot.kinds import RequestStatus, RunStatus
 from storage import sql
 from storage.sqlite_schema import APPLIED_VERSION, SCHEMA_VERSION, VERSION_TABLE_EXISTS
+
+_STATUSES = frozenset(status.value for status in RunStatus)
 
 
 class RunRow(NamedTuple):
@@ -60,21 +64,53 @@ def writable(path: Path) -> bool:
 
 
 def newest_runs(path: Path, limit: int) -> list[RunRow]:
-    """The newest runs first; none for a file not made yet."""
-    return [RunRow(*row) for row in _query(path, sql.list_runs("", 1), (limit,))]
+    """The newest runs first; none for a file not made yet. ``Unreadable`` unless each row is
+    as the store writes one, which the store reads as it stands."""
+    rows = [RunRow(*row) for row in _query(path, sql.list_runs("", 1), (limit,))]
+    if not all(map(_as_written, rows)):
+        raise Unreadable("a run's row is not as the store writes it")
+    return rows
 
 
 def open_request_bodies(path: Path) -> list[str]:
     """The open requests' bodies (their JSON), oldest first; none for a file not made yet."""
     statement = sql.list_requests("WHERE status = $1")
-    return [str(row[1]) for row in _query(path, statement, ("open",))]
+    rows = _query(path, statement, (RequestStatus.OPEN.value,))
+    if not all(type(body) is str and decision is None for _, body, _, decision in rows):
+        raise Unreadable("an open request's row is not as the store writes it")
+    return [body for _, body, _, _ in rows]
+
+
+def _as_written(row: RunRow) -> bool:
+    """Whether ``row`` holds what the store writes: text, a known status, an integer epoch,
+    and timestamps it reads back."""
+    texts = (row.id, row.session_id, row.prompt, row.requested_by, row.stop_reason, row.owner)
+    stamps = (row.created_at, row.updated_at, *([row.lease_expires] if row.lease_expires else []))
+    return (
+        all(type(value) is str for value in texts)
+        and row.status in _STATUSES
+        and type(row.epoch) is int
+        and all(map(_reads_as_moment, stamps))
+    )
+
+
+def _reads_as_moment(value: object) -> bool:
+    """Whether ``value`` is stored text the SQLite dialect reads as a moment (``sql.SQLITE``)."""
+    if type(value) is not str:
+        return False
+    try:
+        datetime.fromisoformat(value)
+    except ValueError:
+        return False
+    return True
 
 
 def _query(path: Path, statement: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
     if not path.is_file():
         return []  # as the store reads it: an empty journal, and no file is created
     try:
-        conn = sqlite3.connect(reader_uri(path), uri=True, isolation_level=None)
+        # No waiting for a lock: the store's reader waits, and says so if it must give up.
+        conn = sqlite3.connect(reader_uri(path), uri=True, isolation_level=None, timeout=0)
     except (OSError, sqlite3.Error) as exc:
         raise Unreadable(str(exc)) from exc
     try:
@@ -90,4 +126,5 @@ def _query(path: Path, statement: str, params: tuple[Any, ...]) -> list[tuple[An
 def _schema_version(conn: sqlite3.Connection) -> int:
     if conn.execute(VERSION_TABLE_EXISTS).fetchone() is None:
         return 0
-    return int(conn.execute(APPLIED_VERSION).fetchone()[0])
+    version = conn.execute(APPLIED_VERSION).fetchone()[0]
+    return version if type(version) is int else -1

@@ -407,7 +407,7 @@ def runs() -> None:
 
 
 @runs.command("list")
-@click.option("--limit", default=20, show_default=True)
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(0, 2**63 - 1))
 @click.option("--json", "as_json", is_flag=True)
 @one_line_errors
 def runs_list(limit: int, as_json: bool) -> None:

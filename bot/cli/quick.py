@@ -14,10 +14,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, get_args, get_origin, get_type_hints
+from typing import TYPE_CHECKING, Any, Final, get_args, get_origin, get_type_hints
 
 from bot.config_sources import (
     ENV_PREFIX,
@@ -34,6 +36,27 @@ if TYPE_CHECKING:
     from storage.sqlite_rows import RunRow
 
 DATABASE_VARIABLE = "KESTREL_DATABASE_URL"
+# The settings' top-level keys (tests/bot/test_cli_quick.py holds them to ``bot.config``'s).
+SETTINGS: Final = frozenset(
+    {
+        "database",
+        "model",
+        "system_prompt",
+        "tools",
+        "budgets",
+        "human_in_the_loop",
+        "pii",
+        "policy",
+        "deadlines",
+        "schedules",
+        "hooks",
+        "replica",
+        "web",
+        "mcp_servers",
+        "openai_api_key",
+        "openai_base_url",
+    }
+)
 # Keys no settings file may set: ``bot.config`` derives them.
 _DERIVED = frozenset({"base_dir"})
 
@@ -63,33 +86,78 @@ class StoredRequest:
 
     @classmethod
     def from_json(cls, body: str) -> StoredRequest | None:
-        """The request a body written by the store holds; None if it does not read as one."""
+        """The request a body holds, if it is as the store writes one (every field of a
+        ``Request``, each of its type, timestamps as pydantic writes them); else None."""
         try:
             data = json.loads(body)
-            deadline = data.get("deadline")
-            return cls(
-                id=data["id"],
-                run_id=data["run_id"],
-                kind=RequestKind(data["kind"]),
-                tool=data["tool"],
-                arguments=dict(data.get("arguments", {})),
-                prompt=data.get("prompt", ""),
-                options=tuple(data.get("options", ())),
-                requested_by=data.get("requested_by", ""),
-                created_at=datetime.fromisoformat(data["created_at"]),
-                deadline=None if deadline is None else datetime.fromisoformat(deadline),
-            )
-        except (KeyError, TypeError, ValueError, AttributeError):
+            json.dumps(data, ensure_ascii=False).encode()  # no lone surrogate, as pydantic
+        except (ValueError, RecursionError):
             return None
+        if not isinstance(data, dict) or data.keys() != _REQUEST_FIELDS.keys():
+            return None
+        if not all(is_kept(data[name]) for name, is_kept in _REQUEST_FIELDS.items()):
+            return None
+        deadline = data["deadline"]
+        return cls(
+            id=data["id"],
+            run_id=data["run_id"],
+            kind=RequestKind(data["kind"]),
+            tool=data["tool"],
+            arguments=data["arguments"],
+            prompt=data["prompt"],
+            options=tuple(data["options"]),
+            requested_by=data["requested_by"],
+            created_at=datetime.fromisoformat(data["created_at"]),
+            deadline=None if deadline is None else datetime.fromisoformat(deadline),
+        )
+
+
+def _is_text(value: object) -> bool:
+    return type(value) is str
+
+
+def _is_json_stamp(value: object) -> bool:
+    """A timestamp as pydantic writes an aware one, which it reads back as the same instant."""
+    if type(value) is not str or _STAMP.fullmatch(value) is None:
+        return False
+    try:
+        datetime.fromisoformat(value)
+    except ValueError:
+        return False
+    return True
+
+
+_KINDS: Final = frozenset(kind.value for kind in RequestKind)
+_STAMP: Final = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,6})?(?:Z|[+-]\d\d:\d\d)")
+# A ``Request``'s fields (tests/bot/test_cli_quick.py holds them to the model's), each with
+# whether a value is one validation keeps as it is.
+_REQUEST_FIELDS: Final[dict[str, Callable[[object], bool]]] = {
+    "id": _is_text,
+    "run_id": _is_text,
+    "kind": lambda value: type(value) is str and value in _KINDS,
+    "call_id": _is_text,
+    "tool": _is_text,
+    "arguments": lambda value: type(value) is dict,
+    "digest": _is_text,
+    "prompt": _is_text,
+    "options": lambda value: type(value) is list and all(map(_is_text, value)),
+    "requested_by": _is_text,
+    "approvals_needed": lambda value: type(value) is int,
+    "created_at": _is_json_stamp,
+    "deadline": lambda value: value is None or _is_json_stamp(value),
+}
 
 
 def read_settings(explicit: str | None) -> ReadSettings | None:
     """The journal and policy as ``load_settings`` would give them; None where only it can."""
     path = config_path(explicit)
     data = read_yaml(path, _DERIVED) if path else {}
+    if not data.keys() <= SETTINGS:
+        return None  # a key no setting has: the full way names it
     database = data.get("database", "kestrel.db")
     for variables in (dotenv(), os.environ):
-        for name, value in variables.items():
+        # In the order ``load_settings`` lays them: of two spellings, the last sorted wins.
+        for name, value in sorted(variables.items()):
             upper = name.upper()
             if upper == DATABASE_VARIABLE:
                 database = value

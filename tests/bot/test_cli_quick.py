@@ -268,3 +268,124 @@ def test_a_run_listed_the_fast_way_is_the_stored_run(journal: Path) -> None:
     rows = quick.newest_runs(settings, 5)
     assert rows is not None and len(rows) == 2
     assert {row.status for row in rows} == {RunStatus.SUSPENDED.value}
+
+
+# -- what is not as the store writes it goes the full way, which names it -------------------------
+
+
+def a_body(**changes: object) -> str:
+    """A stored request's body with ``changes`` (None: the key removed)."""
+    import json
+
+    body = json.loads(a_request("run_1").model_dump_json())
+    for key, value in changes.items():
+        if value is None:
+            body.pop(key)
+        else:
+            body[key] = value
+    return json.dumps(body)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        a_body(call_id=None),
+        a_body(extra=1),
+        a_body(id=12),
+        a_body(prompt=[]),
+        a_body(options="ab"),
+        a_body(options=["a", 1]),
+        a_body(arguments=[["a", 1]]),
+        a_body(approvals_needed="2"),
+        a_body(approvals_needed=True),
+        a_body(kind="wait_nothing"),
+        a_body(created_at="20261201T222200Z"),
+        a_body(created_at="2026-12-01"),
+        a_body(deadline="2026-12-01T22:22:00.5+00"),
+        a_body(deadline="2026-12-01T22:22:00-00:00:30"),
+        a_body(arguments={"s": "\ud800"}),
+        '{"id": 1}',
+        "[]",
+        "",
+    ],
+)
+def test_a_body_not_as_the_store_writes_it_reads_as_none(body: str) -> None:
+    assert quick.StoredRequest.from_json(body) is None
+
+
+def test_the_fast_way_reads_every_field_of_a_request() -> None:
+    assert quick._REQUEST_FIELDS.keys() == Request.model_fields.keys()
+
+
+def test_the_fast_way_knows_every_setting() -> None:
+    from bot.config import Settings
+
+    assert Settings.model_fields.keys() - {"base_dir"} == quick.SETTINGS
+
+
+def test_a_key_no_setting_has_is_named_by_runs_list(journal: Path) -> None:
+    (journal / "kestrel.yaml").write_text("databse: other.db\n")
+    assert "databse: unknown key" in one_line_error(kestrel(journal, "runs", "list"))
+
+
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [
+        ("status", "'zombie'"),
+        ("created_at", "'yesterday'"),
+        ("epoch", "'abc'"),
+        ("prompt", "x'00ff'"),
+    ],
+)
+def test_a_run_row_not_as_the_store_writes_it_is_named(
+    journal: Path, column: str, value: str
+) -> None:
+    import sqlite3
+
+    with sqlite3.connect(journal / "kestrel.db") as conn:
+        conn.execute(f"UPDATE runs SET {column} = {value}")
+    conn.close()
+    message = one_line_error(kestrel(journal, "runs", "list"))
+    assert "unreadable" in message and "run_" in message
+
+
+def test_an_answered_request_row_still_marked_open_is_named(journal: Path) -> None:
+    import sqlite3
+
+    with sqlite3.connect(journal / "kestrel.db") as conn:
+        conn.execute("UPDATE requests SET decision = 'garbage' WHERE kind = 'wait_effect'")
+    conn.close()
+    assert "unreadable" in one_line_error(kestrel(journal, "runs", "pending"))
+
+
+def test_of_two_spellings_of_the_database_variable_both_ways_take_the_same(journal: Path) -> None:
+    (journal / ".env").write_text(
+        "kestrel_database_url=empty.db\nKESTREL_DATABASE_URL=kestrel.db\n"
+    )
+    fast = kestrel(journal, "runs", "list")
+    assert (
+        fast.returncode == 0
+        and fast.stdout == kestrel(journal, "runs", "list", env=FULL_WAY).stdout
+    )
+    assert fast.stdout == ""  # the lowercase spelling sorts last: empty.db, not made yet
+
+
+@pytest.mark.parametrize("name", ["kestrel.yaml", ".env"])
+def test_a_settings_file_that_is_not_utf8_is_one_line(tmp_path: Path, name: str) -> None:
+    (tmp_path / name).write_bytes(b"database: caf\xe9.db\n")
+    assert "not UTF-8" in one_line_error(kestrel(tmp_path, "runs", "list"))
+
+
+def test_a_schema_version_that_is_no_number_is_one_line(tmp_path: Path) -> None:
+    import sqlite3
+
+    with sqlite3.connect(tmp_path / "kestrel.db") as conn:
+        conn.execute("CREATE TABLE schema_version (version, applied_at TEXT)")
+        conn.execute("INSERT INTO schema_version VALUES ('abc', 'then')")
+    conn.close()
+    assert "not a version" in one_line_error(kestrel(tmp_path, "runs", "list"))
+
+
+def test_a_limit_past_any_count_is_a_usage_error(tmp_path: Path) -> None:
+    result = kestrel(tmp_path, "runs", "list", "--limit", "99999999999999999999")
+    assert result.returncode == 2 and "Traceback" not in result.stderr

@@ -82,6 +82,7 @@ def test_chat_strips_control_sequences(tmp_path: Path) -> None:
         ("cr\rbs\x08nul\x00del\x7fesc\x1b", "crbsnuldelesc"),  # lone controls
         ("keep\ttabs\nand lines ✓ é", "keep\ttabs\nand lines ✓ é"),
         ("unterminated \x1b]0;title", "unterminated "),
+        ("half \ud800 a pair", "half \ufffd a pair"),  # a lone surrogate cannot be UTF-8
     ],
 )
 def test_printable(text: str, shown: str) -> None:
