@@ -22,9 +22,12 @@ from pydantic import (
 )
 
 from bot.config_sources import (
+    DATABASE_VARIABLE,
+    DERIVED_SETTINGS,
     ENV_FILE,
     ENV_PREFIX,
     NON_SETTING_VARIABLES,
+    base_dir_of,
     config_path,
     dotenv,
     merged,
@@ -39,7 +42,7 @@ from bot.policy import PolicyRules
 
 # Settings whose variable is not KESTREL_<NAME>: the variable's name, by setting.
 _VARIABLE_OF: Final = {
-    "database": "KESTREL_DATABASE_URL",
+    "database": DATABASE_VARIABLE,
     "openai_api_key": "OPENAI_API_KEY",
     "openai_base_url": "OPENAI_BASE_URL",
 }
@@ -47,8 +50,6 @@ _VARIABLE_OF: Final = {
 _SETTING_OF: Final = {variable: setting for setting, variable in _VARIABLE_OF.items()}
 # Settings of these types are read from a variable as JSON, as sections are.
 _CONTAINERS: Final = (list, tuple, set, frozenset, dict)
-# Derived from where the configuration file is, so never read from the file or environment.
-_NOT_SETTABLE: Final = frozenset({"base_dir"})
 # How pydantic names a key no section has: a model's, and a dataclass's (``PolicyRules``).
 _UNKNOWN_KEY: Final = frozenset({"extra_forbidden", "unexpected_keyword_argument"})
 DEFAULT_SYSTEM_PROMPT = (
@@ -236,11 +237,11 @@ def load_settings(explicit: str | None = None) -> Settings:
     """Read the YAML file (if any), then ``./.env`` and the environment over it; one readable
     error on failure."""
     path = config_path(explicit)
-    data = read_yaml(path, _NOT_SETTABLE) if path else {}
+    data = read_yaml(path) if path else {}
     file_values, file_sources = _setting_variables(dotenv(), ENV_FILE)
     env_values, env_sources = _setting_variables(os.environ, "environment")
     variables = {**file_sources, **env_sources}
-    base_dir = path.parent.resolve() if path else Path.cwd()
+    base_dir = base_dir_of(path)
     layered = merged(merged(data, file_values), env_values)
     try:
         return Settings.model_validate({**layered, "base_dir": base_dir})
@@ -308,7 +309,7 @@ def _setting_variables(
 def _setting_of(name: str, source: str) -> _Setting:
     """The setting a ``KESTREL_A__B`` variable names; ``ConfigError`` if none."""
     parts = tuple(name[len(ENV_PREFIX) :].lower().split("__"))
-    if parts[0] in _NOT_SETTABLE:
+    if parts[0] in DERIVED_SETTINGS:
         raise ConfigError(
             f"{source} {name}: {parts[0]} is not a setting (paths are relative to the folder"
             " of the configuration file)"
@@ -328,7 +329,7 @@ def _type_of(section: type, parts: tuple[str, ...]) -> tuple[Any, bool] | None:
     """The type of the setting ``parts`` names below ``section`` (then its sections,
     recursively) and whether it is a field's; None when it names none."""
     annotation = _field_types(section).get(parts[0])
-    if annotation is None or parts[0] in _NOT_SETTABLE:
+    if annotation is None or parts[0] in DERIVED_SETTINGS:
         return None
     return _type_below(annotation, parts[1:], is_field=True)
 

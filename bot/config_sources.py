@@ -14,6 +14,10 @@ import yaml
 DEFAULT_CONFIG_NAME = "kestrel.yaml"
 ENV_PREFIX: Final = "KESTREL_"
 ENV_FILE: Final = ".env"
+# The variable that sets ``database`` (the settings' other variables are KESTREL_<KEY>).
+DATABASE_VARIABLE: Final = "KESTREL_DATABASE_URL"
+# Settings derived from where the configuration file is, so never read from it or a variable.
+DERIVED_SETTINGS: Final = frozenset({"base_dir"})
 # Variables with the prefix that the program reads itself and that are not settings.
 NON_SETTING_VARIABLES: Final = frozenset(
     {
@@ -78,8 +82,8 @@ def merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     return layered
 
 
-def read_yaml(path: Path, derived: frozenset[str] = frozenset()) -> dict[str, Any]:
-    """The settings file's top-level mapping; ``derived`` names keys no file may set."""
+def read_yaml(path: Path) -> dict[str, Any]:
+    """The settings file's top-level mapping."""
     try:
         data = yaml.safe_load(path.read_text())
     except OSError as exc:
@@ -99,14 +103,26 @@ def read_yaml(path: Path, derived: frozenset[str] = frozenset()) -> dict[str, An
     for key in data:
         if not isinstance(key, str):
             raise ConfigError(f"{path}: {key!r}: keys must be names")
-        if key in derived:
+        if key in DERIVED_SETTINGS:
             raise ConfigError(
                 f"{path}: {key}: not a setting (paths are relative to this file's folder)"
             )
     return data
 
 
+def base_dir_of(config: Path | None) -> Path:
+    """The folder the settings' paths are relative to: the configuration file's, else here."""
+    return config.parent.resolve() if config else Path.cwd()
+
+
 def resolved(base_dir: Path, path: str) -> Path:
     """A path from the settings (``~`` expanded), relative to the configuration file's folder."""
     candidate = Path(os.path.expanduser(path))
     return candidate if candidate.is_absolute() else base_dir / candidate
+
+
+def sqlite_file(base_dir: Path, database: str) -> Path | None:
+    """The SQLite file the ``database`` setting names; None when it is a PostgreSQL URL."""
+    if database.startswith(("postgres://", "postgresql://")):
+        return None
+    return resolved(base_dir, database.removeprefix("sqlite:///"))

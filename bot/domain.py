@@ -21,6 +21,7 @@ from bot.kinds import RequestStatus as RequestStatus
 from bot.kinds import RunStatus as RunStatus
 from bot.kinds import StopReason as StopReason
 from bot.kinds import ToolOutcome as ToolOutcome
+from bot.nesting import MAX_DEPTH, deeper_than
 
 
 def new_id(prefix: str) -> str:
@@ -195,7 +196,8 @@ class ProcessStamp(DomainModel):
 
 
 def extract_payload(text: str) -> dict[str, Any] | None:
-    """The structured finalized payload: a JSON object that is the answer, or fenced in it."""
+    """The structured finalized payload: a JSON object that is the answer, or fenced in it
+    (none nested deeper than the journal holds)."""
     candidates = [text.strip()]
     if "```" in text:
         candidates += [part.removeprefix("json").strip() for part in text.split("```")[1::2]]
@@ -206,7 +208,7 @@ def extract_payload(text: str) -> dict[str, Any] | None:
             value = json.loads(candidate)
         except ValueError:
             continue
-        if isinstance(value, dict):
+        if isinstance(value, dict) and not deeper_than(value, MAX_DEPTH):
             return value
     return None
 

@@ -85,16 +85,17 @@ def _as_written(row: RunRow) -> bool:
     """Whether ``row`` holds what the store writes: text, a known status, an integer epoch,
     and timestamps it reads back."""
     texts = (row.id, row.session_id, row.prompt, row.requested_by, row.stop_reason, row.owner)
-    stamps = (row.created_at, row.updated_at, *([row.lease_expires] if row.lease_expires else []))
+    lease = () if row.lease_expires is None else (row.lease_expires,)
+    stamps = (row.created_at, row.updated_at, *lease)
     return (
         all(type(value) is str for value in texts)
         and row.status in _STATUSES
         and type(row.epoch) is int
-        and all(map(_reads_as_moment, stamps))
+        and all(map(reads_as_moment, stamps))
     )
 
 
-def _reads_as_moment(value: object) -> bool:
+def reads_as_moment(value: object) -> bool:
     """Whether ``value`` is stored text the SQLite dialect reads as a moment (``sql.SQLITE``)."""
     if type(value) is not str:
         return False

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from bot.config import ConfigError
+from bot.config_sources import sqlite_file
 
 # The parts are imported by the builders that need them, not here: ``runs list`` opens the
 # store alone and must not pay for the model client, the tool catalogs or the PII scanner.
@@ -128,20 +129,19 @@ async def open_store(settings: Settings, *, read_only: bool = False) -> Store:
 
     ``read_only`` (SQLite): no migration, no write access and no write lock needed.
     """
-    url = settings.database
-    if url.startswith(("postgres://", "postgresql://")):
-        try:
-            from storage.postgres import open_postgres
-        except ImportError as exc:
-            raise ConfigError(
-                "database: PostgreSQL needs asyncpg: pip install 'kestrel[postgres]'"
-            ) from exc
-        dsn, schema = postgres_schema(url)
-        return await open_postgres(dsn, schema=schema)
-    from storage.sqlite import open_sqlite
+    path = sqlite_file(settings.base_dir, settings.database)
+    if path is not None:
+        from storage.sqlite import open_sqlite
 
-    path = url.removeprefix("sqlite:///")
-    return await open_sqlite(settings.resolve(path), read_only=read_only)
+        return await open_sqlite(path, read_only=read_only)
+    try:
+        from storage.postgres import open_postgres
+    except ImportError as exc:
+        raise ConfigError(
+            "database: PostgreSQL needs asyncpg: pip install 'kestrel[postgres]'"
+        ) from exc
+    dsn, schema = postgres_schema(settings.database)
+    return await open_postgres(dsn, schema=schema)
 
 
 @asynccontextmanager

@@ -19,23 +19,24 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, get_args, get_origin, get_type_hints
+from typing import Any, Final, get_args, get_origin, get_type_hints
 
 from bot.config_sources import (
+    DATABASE_VARIABLE,
     ENV_PREFIX,
     NON_SETTING_VARIABLES,
+    base_dir_of,
     config_path,
     dotenv,
     read_yaml,
-    resolved,
+    sqlite_file,
 )
 from bot.kinds import RequestKind
+from bot.nesting import MAX_DEPTH, deeper_than
 from bot.policy import Policy, PolicyRules
+from storage.sqlite_rows import RunRow, Unreadable, open_request_bodies, reads_as_moment
+from storage.sqlite_rows import newest_runs as stored_runs
 
-if TYPE_CHECKING:
-    from storage.sqlite_rows import RunRow
-
-DATABASE_VARIABLE = "KESTREL_DATABASE_URL"
 # The settings' top-level keys (tests/bot/test_cli_quick.py holds them to ``bot.config``'s).
 SETTINGS: Final = frozenset(
     {
@@ -57,8 +58,6 @@ SETTINGS: Final = frozenset(
         "openai_base_url",
     }
 )
-# Keys no settings file may set: ``bot.config`` derives them.
-_DERIVED = frozenset({"base_dir"})
 
 
 @dataclass(frozen=True)
@@ -89,7 +88,7 @@ class StoredRequest:
         """The request a body holds, if it is as the store writes one (every field of a
         ``Request``, each of its type, timestamps as pydantic writes them); else None."""
         try:
-            data = json.loads(body)
+            data = json.loads(body, object_pairs_hook=_unique_keys, parse_float=_short_float)
             json.dumps(data, ensure_ascii=False).encode()  # no lone surrogate, as pydantic
         except (ValueError, RecursionError):
             return None
@@ -97,6 +96,8 @@ class StoredRequest:
             return None
         if not all(is_kept(data[name]) for name, is_kept in _REQUEST_FIELDS.items()):
             return None
+        if deeper_than(data["arguments"], MAX_DEPTH):
+            return None  # an older journal's: the store names it if it cannot read it
         deadline = data["deadline"]
         return cls(
             id=data["id"],
@@ -112,23 +113,37 @@ class StoredRequest:
         )
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object whose keys are each given once (pydantic checks every value, json.loads keeps
+    the last)."""
+    found = dict(pairs)
+    if len(found) != len(pairs):
+        raise ValueError("a key given twice")
+    return found
+
+
+def _short_float(literal: str) -> float:
+    """A number as pydantic reads it: one of hundreds of digits it refuses as out of range."""
+    if len(literal) > _LONGEST_NUMBER:
+        raise ValueError("a number of too many digits")
+    return float(literal)
+
+
 def _is_text(value: object) -> bool:
     return type(value) is str
 
 
 def _is_json_stamp(value: object) -> bool:
     """A timestamp as pydantic writes an aware one, which it reads back as the same instant."""
-    if type(value) is not str or _STAMP.fullmatch(value) is None:
-        return False
-    try:
-        datetime.fromisoformat(value)
-    except ValueError:
-        return False
-    return True
+    return type(value) is str and _STAMP.fullmatch(value) is not None and reads_as_moment(value)
 
 
 _KINDS: Final = frozenset(kind.value for kind in RequestKind)
-_STAMP: Final = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,6})?(?:Z|[+-]\d\d:\d\d)")
+# No float the store writes is longer (``repr`` of a double is at most 24 characters).
+_LONGEST_NUMBER: Final = 32
+_STAMP: Final = re.compile(
+    r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,6})?(?:Z|[+-](?:[01]\d|2[0-3]):[0-5]\d)"
+)
 # A ``Request``'s fields (tests/bot/test_cli_quick.py holds them to the model's), each with
 # whether a value is one validation keeps as it is.
 _REQUEST_FIELDS: Final[dict[str, Callable[[object], bool]]] = {
@@ -151,7 +166,7 @@ _REQUEST_FIELDS: Final[dict[str, Callable[[object], bool]]] = {
 def read_settings(explicit: str | None) -> ReadSettings | None:
     """The journal and policy as ``load_settings`` would give them; None where only it can."""
     path = config_path(explicit)
-    data = read_yaml(path, _DERIVED) if path else {}
+    data = read_yaml(path) if path else {}
     if not data.keys() <= SETTINGS:
         return None  # a key no setting has: the full way names it
     database = data.get("database", "kestrel.db")
@@ -163,20 +178,20 @@ def read_settings(explicit: str | None) -> ReadSettings | None:
                 database = value
             elif upper.startswith(ENV_PREFIX) and upper not in NON_SETTING_VARIABLES:
                 return None
-    if not isinstance(database, str) or database.startswith(("postgres://", "postgresql://")):
+    if not isinstance(database, str):
         return None
     policy = data.get("policy", {})
     if not _kept_as_is(policy, PolicyRules):
         return None
-    base_dir = path.parent.resolve() if path else Path.cwd()
-    journal = resolved(base_dir, database.removeprefix("sqlite:///"))
+    base_dir = base_dir_of(path)
+    journal = sqlite_file(base_dir, database)
+    if journal is None:
+        return None  # PostgreSQL: the store reads it
     return ReadSettings(journal=journal, policy=PolicyRules(**policy))
 
 
 def pending(settings: ReadSettings) -> list[tuple[StoredRequest, list[str], str]] | None:
     """Each open request with who may answer it and why; None where the full way must say."""
-    from storage.sqlite_rows import Unreadable, open_request_bodies
-
     if any(key.startswith("tag:") for key in settings.policy.approvers):
         return None  # approvers by tag: the catalogs say which tools bear it
     try:
@@ -195,11 +210,8 @@ def pending(settings: ReadSettings) -> list[tuple[StoredRequest, list[str], str]
 
 def newest_runs(settings: ReadSettings, limit: int) -> list[RunRow] | None:
     """The newest runs' rows, newest first; None where the full way must say."""
-    from storage.sqlite_rows import Unreadable
-    from storage.sqlite_rows import newest_runs as rows
-
     try:
-        return rows(settings.journal, limit)
+        return stored_runs(settings.journal, limit)
     except Unreadable:
         return None
 

@@ -16,12 +16,14 @@ from bot.cli import quick
 from bot.config import load_settings
 from bot.domain import Request, RequestKind, RunStatus, Session, new_id, utcnow
 from bot.journal.entries import RunStarted, RunSuspended, StopReason, ToolDeferred
+from bot.nesting import MAX_DEPTH
 from bot.policy import PolicyRules
 from bot.records import RunRecord
 from storage.sql import RUN_COLUMNS
 from storage.sqlite import open_sqlite
 from storage.sqlite_rows import RunRow
 from tests.bot.test_cli import kestrel, one_line_error, write_config
+from tests.bot.test_nesting import nested
 from tests.storage.test_store_contract import FINGERPRINT, a_request
 
 # A variable that sets a setting: it sends a read-only command the full way.
@@ -304,6 +306,10 @@ def a_body(**changes: object) -> str:
         a_body(deadline="2026-12-01T22:22:00.5+00"),
         a_body(deadline="2026-12-01T22:22:00-00:00:30"),
         a_body(arguments={"s": "\ud800"}),
+        a_body(deadline="2026-12-01T23:33:15+00:60"),
+        a_body(arguments={"deep": nested(MAX_DEPTH)}),
+        a_body(arguments={"n": 0.5}).replace("0.5", "1" + "0" * 4300 + ".5"),
+        a_body(digest="d").replace('"digest": "d"', '"digest": "\\udfff", "digest": "d"'),
         '{"id": 1}',
         "[]",
         "",
@@ -335,6 +341,7 @@ def test_a_key_no_setting_has_is_named_by_runs_list(journal: Path) -> None:
         ("created_at", "'yesterday'"),
         ("epoch", "'abc'"),
         ("prompt", "x'00ff'"),
+        ("lease_expires", "''"),
     ],
 )
 def test_a_run_row_not_as_the_store_writes_it_is_named(

@@ -87,6 +87,8 @@ async def test_unknown_tool_is_answered_and_never_dispatched(tmp_path: Path) -> 
         ("[1, 2]", "must be a JSON object"),
         ("{}", "text: Field required"),
         ('{"text": 3}', "text: Input should be a valid string"),
+        # Deeper than the journal could read back in the request it would open.
+        ('{"text": "v2", "x": ' + "[" * 64 + "]" * 64 + "}", "nest deeper than 64 levels"),
     ],
 )
 async def test_invalid_arguments_are_answered_not_dispatched(
