@@ -21,7 +21,7 @@ from bot.kinds import RequestStatus as RequestStatus
 from bot.kinds import RunStatus as RunStatus
 from bot.kinds import StopReason as StopReason
 from bot.kinds import ToolOutcome as ToolOutcome
-from bot.nesting import MAX_DEPTH, deeper_than
+from bot.nesting import too_deep
 
 
 def new_id(prefix: str) -> str:
@@ -208,7 +208,7 @@ def extract_payload(text: str) -> dict[str, Any] | None:
             value = json.loads(candidate)
         except ValueError:
             continue
-        if isinstance(value, dict) and not deeper_than(value, MAX_DEPTH):
+        if isinstance(value, dict) and not too_deep(candidate, value):
             return value
     return None
 

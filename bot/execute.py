@@ -30,7 +30,7 @@ from bot.journal.entries import (
     ToolResultEntry,
 )
 from bot.journal.writer import TakenOver
-from bot.nesting import MAX_DEPTH, deeper_than
+from bot.nesting import MAX_DEPTH, too_deep
 from bot.telemetry import span
 from bot.tools import orphans
 from bot.tools.base import Deferral, Tool, ToolContext, ToolResult
@@ -142,7 +142,7 @@ def _parse_arguments(raw: str) -> tuple[dict[str, Any], list[str]]:
         return {}, [f"arguments are not valid JSON ({exc})"]
     if not isinstance(value, dict):
         return {}, ["arguments must be a JSON object"]
-    if deeper_than(value, MAX_DEPTH):
+    if too_deep(raw, value):
         return {}, [f"arguments nest deeper than {MAX_DEPTH} levels"]
     return value, []
 

@@ -8,23 +8,36 @@ refused where they arrive, well before that limit.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Final
 
 MAX_DEPTH: Final = 64
 
 
 def deeper_than(value: object, limit: int) -> bool:
-    """Whether ``value``'s objects and arrays nest more than ``limit`` levels (``{}`` is one)."""
-    pending: list[tuple[object, int]] = [(value, 1)]
-    while pending:
-        item, depth = pending.pop()
-        if isinstance(item, dict):
-            children = list(item.values())
-        elif isinstance(item, list | tuple):
-            children = list(item)
-        else:
-            continue
-        if depth > limit:
+    """Whether ``value``'s objects and arrays nest more than ``limit`` levels (``{}`` is one).
+
+    Recursive, but never past ``limit`` levels; a call's usual flat arguments cost one loop.
+    """
+    children: Iterable[object]
+    if isinstance(value, dict):
+        children = value.values()
+    elif isinstance(value, list | tuple):
+        children = value
+    else:
+        return False
+    if limit < 1:
+        return True
+    for child in children:
+        if isinstance(child, _CONTAINERS) and deeper_than(child, limit - 1):
             return True
-        pending.extend((child, depth + 1) for child in children)
     return False
+
+
+_CONTAINERS: Final = (dict, list, tuple)
+
+
+def too_deep(text: str, value: object) -> bool:
+    """Whether ``value``, read from the JSON ``text``, nests deeper than ``MAX_DEPTH``: each level
+    takes two characters, so a shorter text is not looked into (most of a run's calls)."""
+    return len(text) > 2 * MAX_DEPTH and deeper_than(value, MAX_DEPTH)
