@@ -89,7 +89,7 @@ class StoredRequest:
         ``Request``, each of its type, timestamps as pydantic writes them); else None."""
         try:
             data = json.loads(body, object_pairs_hook=_unique_keys, parse_float=_short_float)
-            json.dumps(data, ensure_ascii=False).encode()  # no lone surrogate, as pydantic
+            json.dumps(data, ensure_ascii=False).encode()  # pydantic refuses a lone surrogate
         except (ValueError, RecursionError):
             return None
         if not isinstance(data, dict) or data.keys() != _REQUEST_FIELDS.keys():
@@ -123,7 +123,8 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def _short_float(literal: str) -> float:
-    """A number as pydantic reads it: one of hundreds of digits it refuses as out of range."""
+    """``float(literal)`` for a literal no longer than the store writes: pydantic refuses some
+    of hundreds of digits as out of range, where ``float`` makes them infinite."""
     if len(literal) > _LONGEST_NUMBER:
         raise ValueError("a number of too many digits")
     return float(literal)
@@ -198,13 +199,15 @@ def pending(settings: ReadSettings) -> list[tuple[StoredRequest, list[str], str]
         bodies = open_request_bodies(settings.journal)
     except Unreadable:
         return None
-    requests = [StoredRequest.from_json(body) for body in bodies]
     policy = Policy(settings.policy)
     found = []
-    for request in requests:
+    for body in bodies:
+        request = StoredRequest.from_json(body)
         if request is None:
             return None
-        found.append((request, policy.who_may_answer(request, None), policy.answer_note(request)))
+        # Without tag rules a tool's flags name nobody: who may answer needs none of them.
+        who = policy.who_may_answer(request, None)
+        found.append((request, who, policy.answer_note(request)))
     return found
 
 
