@@ -43,7 +43,9 @@ HEAVY: Final = (
     "bot.supervisor",
     "bot.loop",
     "bot.pii.recognizers",
-    "pydantic_settings",
+    "pydantic",
+    "asyncio",
+    "aiosqlite",
     "yaml",
 )
 BARE: Final = "python -c pass"

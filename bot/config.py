@@ -8,7 +8,7 @@ import os
 import types
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Final, Literal, NamedTuple, Union, get_args, get_origin, get_type_hints
+from typing import Any, Final, Literal, NamedTuple, Union, get_args, get_origin
 from urllib.parse import urlsplit
 
 from pydantic import (
@@ -26,11 +26,12 @@ from bot.config_sources import (
     DERIVED_SETTINGS,
     ENV_FILE,
     ENV_PREFIX,
-    NON_SETTING_VARIABLES,
     base_dir_of,
     config_path,
+    dataclass_fields,
     dotenv,
     merged,
+    names_a_setting,
     read_yaml,
     resolved,
 )
@@ -289,7 +290,7 @@ def _setting_variables(
         if upper in _SETTING_OF:
             field = _SETTING_OF[upper]
             setting = _Setting((field,), Settings.model_fields[field].annotation, True)
-        elif upper.startswith(ENV_PREFIX) and upper not in NON_SETTING_VARIABLES:
+        elif names_a_setting(upper):
             setting = _setting_of(name, source)
         else:
             continue
@@ -338,7 +339,7 @@ def _field_types(section: type) -> dict[str, Any]:
     """The fields of a section (a model, or a dataclass such as ``PolicyRules``) and their types."""
     if issubclass(section, BaseModel):
         return {name: field.annotation for name, field in section.model_fields.items()}
-    return get_type_hints(section)
+    return dataclass_fields(section)
 
 
 def _type_below(

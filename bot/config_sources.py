@@ -4,10 +4,11 @@ reads the few that a read-only command needs)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, get_type_hints
 
 import yaml
 
@@ -35,6 +36,17 @@ NON_SETTING_VARIABLES: Final = frozenset(
 
 class ConfigError(Exception):
     """The configuration is unusable; the message names the key or file and the cause."""
+
+
+def names_a_setting(variable: str) -> bool:
+    """Whether a ``KESTREL_…`` variable (its name upper-cased) is meant to set a setting."""
+    return variable.startswith(ENV_PREFIX) and variable not in NON_SETTING_VARIABLES
+
+
+def dataclass_fields(section: type) -> dict[str, Any]:
+    """A dataclass section's fields (``PolicyRules``') and their types; class variables are none."""
+    hints = get_type_hints(section)
+    return {field.name: hints[field.name] for field in dataclasses.fields(section)}
 
 
 def config_path(explicit: str | None) -> Path | None:

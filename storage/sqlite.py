@@ -33,7 +33,13 @@ from storage.common import (
 from storage.sql import SQLITE, Step
 from storage.sql_store import Params, Row, SqlStore, migrated
 from storage.sqlite_group_commit import GroupCommit, PendingAppend
-from storage.sqlite_rows import reader_uri
+from storage.sqlite_rows import (
+    Unreadable,
+    applied_version,
+    checked_version,
+    has_write_bits,
+    reader_uri,
+)
 from storage.sqlite_schema import (
     APPLIED_VERSION,
     CREATE_VERSION_TABLE,
@@ -229,10 +235,10 @@ class SqliteStore(SqlStore):
         if not await self._read("read", VERSION_TABLE_EXISTS, ()):
             return 0
         rows = await self._read("read", APPLIED_VERSION, ())
-        version = rows[0][0]
-        if type(version) is not int:
-            raise StoreError(f"{self._label}: schema_version holds {version!r}, not a version")
-        return version
+        try:
+            return checked_version(rows[0][0])
+        except Unreadable as exc:
+            raise StoreError(f"{self._label}: {exc}") from exc
 
     def _connection_pragmas(self) -> str:
         return (
@@ -249,7 +255,7 @@ class SqliteStore(SqlStore):
             return
         except OSError as exc:
             raise StoreError(f"{self._label}: cannot open: {exc.strerror}") from exc
-        if stat.S_ISREG(mode) and not mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH):
+        if stat.S_ISREG(mode) and not has_write_bits(mode):
             raise StoreError(f"{self._label}: cannot open: the file is read-only")
 
     async def _apply_migrations(self, writer: SqliteWriter) -> int:
@@ -276,13 +282,11 @@ class SqliteStore(SqlStore):
             raise self._failure(f"migration {version}", exc) from exc
 
     async def _schema_version(self, writer: SqliteWriter) -> int:
-        def read(conn: sqlite3.Connection) -> int:
-            return int(
-                conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version").fetchone()[0]
-            )
-
-        with self._errors("migrate"):
-            return await writer.transact(read)
+        try:
+            with self._errors("migrate"):
+                return await writer.transact(applied_version)
+        except Unreadable as exc:
+            raise StoreError(f"{self._label}: {exc}") from exc
 
     async def _disconnect(self) -> None:
         wconn, rconn = self._wconn, self._rconn

@@ -58,9 +58,12 @@ def reader_uri(path: Path) -> str:
 def writable(path: Path) -> bool:
     """Whether ``path`` may be written: by its permission bits too, since root may write any file
     and yet a 0444 file says "do not write"."""
-    mode = path.stat().st_mode
-    has_bits = bool(mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
-    return has_bits and os.access(path, os.W_OK)
+    return has_write_bits(path.stat().st_mode) and os.access(path, os.W_OK)
+
+
+def has_write_bits(mode: int) -> bool:
+    """Whether a file's mode lets anyone write it."""
+    return bool(mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
 
 
 def newest_runs(path: Path, limit: int) -> list[RunRow]:
@@ -115,7 +118,7 @@ def _query(path: Path, statement: str, params: tuple[Any, ...]) -> list[tuple[An
     except (OSError, sqlite3.Error) as exc:
         raise Unreadable(str(exc)) from exc
     try:
-        if _schema_version(conn) != SCHEMA_VERSION:
+        if applied_version(conn) != SCHEMA_VERSION:
             raise Unreadable("not the schema version this Kestrel reads")
         return conn.execute(sql.SQLITE.sql(statement), params).fetchall()
     except sqlite3.Error as exc:
@@ -124,8 +127,16 @@ def _query(path: Path, statement: str, params: tuple[Any, ...]) -> list[tuple[An
         conn.close()
 
 
-def _schema_version(conn: sqlite3.Connection) -> int:
+def applied_version(conn: sqlite3.Connection) -> int:
+    """The newest schema version applied to ``conn``'s database, 0 before any; ``Unreadable``
+    if its version table holds something else than a version."""
     if conn.execute(VERSION_TABLE_EXISTS).fetchone() is None:
         return 0
-    version = conn.execute(APPLIED_VERSION).fetchone()[0]
-    return version if type(version) is int else -1
+    return checked_version(conn.execute(APPLIED_VERSION).fetchone()[0])
+
+
+def checked_version(version: object) -> int:
+    """A stored schema version, if it is one; else ``Unreadable`` saying what stands there."""
+    if type(version) is not int:
+        raise Unreadable(f"schema_version holds {version!r}, not a version")
+    return version

@@ -19,15 +19,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Final, get_args, get_origin, get_type_hints
+from typing import Any, Final, get_args, get_origin
 
 from bot.config_sources import (
     DATABASE_VARIABLE,
-    ENV_PREFIX,
-    NON_SETTING_VARIABLES,
     base_dir_of,
     config_path,
+    dataclass_fields,
     dotenv,
+    names_a_setting,
     read_yaml,
     sqlite_file,
 )
@@ -177,7 +177,7 @@ def read_settings(explicit: str | None) -> ReadSettings | None:
             upper = name.upper()
             if upper == DATABASE_VARIABLE:
                 database = value
-            elif upper.startswith(ENV_PREFIX) and upper not in NON_SETTING_VARIABLES:
+            elif names_a_setting(upper):
                 return None
     if not isinstance(database, str):
         return None
@@ -222,12 +222,11 @@ def newest_runs(settings: ReadSettings, limit: int) -> list[RunRow] | None:
 def _kept_as_is(value: Any, annotation: Any) -> bool:
     """Whether validating ``value`` as ``annotation`` gives ``value`` back unchanged: strings,
     booleans, lists and mappings of them, and the dataclass sections made of those."""
-    if dataclasses.is_dataclass(annotation):
-        fields = {f.name for f in dataclasses.fields(annotation)}
-        types = get_type_hints(annotation)
+    if isinstance(annotation, type) and dataclasses.is_dataclass(annotation):
+        types = dataclass_fields(annotation)
         return (
             isinstance(value, dict)
-            and set(value) <= fields
+            and value.keys() <= types.keys()
             and all(_kept_as_is(item, types[key]) for key, item in value.items())
         )
     origin, args = get_origin(annotation), get_args(annotation)

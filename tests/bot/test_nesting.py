@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from bot.domain import Request, RequestKind, extract_payload
+from bot.domain import Request, extract_payload
 from bot.nesting import MAX_DEPTH, deeper_than
+from tests.storage.test_store_contract import a_request
 
 
 def nested(depth: int) -> dict[str, object]:
@@ -29,13 +30,7 @@ def test_depth_is_counted_in_objects_and_arrays(value: object, depth: int) -> No
 
 
 def test_the_deepest_value_allowed_reads_back_inside_a_request() -> None:
-    request = Request(
-        run_id="run_1",
-        kind=RequestKind.WAIT_APPROVAL,
-        call_id="c",
-        tool="t",
-        arguments=nested(MAX_DEPTH),
-    )
+    request = a_request("run_1", arguments=nested(MAX_DEPTH))
     assert Request.model_validate_json(request.model_dump_json()) == request
 
 
