@@ -21,10 +21,12 @@ from bot.domain import (
 )
 from bot.events import EventSink
 from bot.journal.fold import RunState, fold
+from bot.outbox import card_key
+from bot.place import Place
 from bot.policy import Actor, NotPermitted, Policy
 from bot.prompter import Prompter
 from bot.records import JournalRecord, RunRecord
-from bot.store import AuditRecord, Requests
+from bot.store import AuditRecord, Requests, UnknownRun
 from bot.tools.base import ToolFlags
 
 if TYPE_CHECKING:  # the read-only commands import this module without starting any run
@@ -132,8 +134,12 @@ class ChatService:
     ) -> LiveRun:
         """Start a run for one message in a session (a thread; None: a new one of its own);
         it runs in the background."""
-        if not self._rt.policy.may_start(user):
-            raise NotPermitted(f"{user.user} may not start runs (policy.requesters)")
+        place = session.place if session is not None else None
+        refusal = self._rt.policy.place_refusal(user, place, "this thread")
+        if refusal or not await self._rt.policy.may_start(user, place):
+            refusal = refusal or f"{user.user} may not start runs (policy.requesters)"
+            await self._rt.store.audit(user.user, "start_refused", detail=refusal)
+            raise NotPermitted(refusal)
         return await self._supervisor.start_turn(
             text, session=session, requested_by=user.user, prompter=prompter
         )
@@ -147,9 +153,16 @@ class ChatService:
         user: Actor,
         text: str = "",
         digest: str = "",
+        card: str | None = None,
     ) -> Decided:
         """Answer a request as ``user`` (checked against the store and policy); once the run
-        waits on nothing more, it resumes in this process."""
+        waits on nothing more, it resumes in this process. ``card``: the platform's id of the
+        message clicked, which must be the request's own card."""
+        if card is not None and not await self._shows(user, card_key(request_id), card):
+            refusal = "this button is not on that request's card"
+            action = f"{kind.value}_refused"
+            await self._rt.store.audit(user.user, action, run_id, request_id, refusal)
+            return Decided(False, refusal)
         decision = Decision(request_id=request_id, kind=kind, text=text, by=user.user)
         answered = await self._supervisor.answer(decision, run_id=run_id, actor=user, digest=digest)
         if not answered.accepted or not answered.ready:
@@ -178,13 +191,16 @@ class ChatService:
         run_id = found.request.run_id
         return await self._supervisor.checkpoint.refusal(decision, run_id=run_id, actor=user)
 
-    async def request(self, request_id: str) -> RequestView | None:
-        """A request with its status, decision, who may answer it and why it was asked."""
+    async def request(self, request_id: str, *, user: Actor | None = None) -> RequestView | None:
+        """A request with its status, decision, who may answer it and why it was asked;
+        with ``user``, only when they act from its run's place (else None, audited)."""
         try:
             found = await self._rt.store.get_request(request_id)
         except KeyError:
             return None
         run_id = found[0].run_id
+        if user is not None and await self._misplaced(user, run_id, "show", request_id):
+            return None
         return self._view(*found, fold(await self._rt.store.load(run_id), run_id))
 
     async def requests_of(self, run_id: str) -> list[RequestView]:
@@ -219,8 +235,11 @@ class ChatService:
         return await self._rt.store.get_session(record.session_id)
 
     async def feedback(self, run_id: str, *, positive: bool, user: Actor) -> None:
-        """Record a person's 👍 or 👎 on a run's answer (audited)."""
-        await self._rt.store.get_run(run_id)  # UnknownRun for a made-up id
+        """Record a person's 👍 or 👎 on a run's answer (audited), from the run's place only
+        (``NotPermitted`` otherwise)."""
+        refusal = await self._misplaced(user, run_id, "feedback")  # UnknownRun if made up
+        if refusal:
+            raise NotPermitted(refusal)
         verdict = "feedback_positive" if positive else "feedback_negative"
         await self._rt.store.audit(user.user, verdict, run_id=run_id)
 
@@ -232,12 +251,12 @@ class ChatService:
         self.duplicates_dropped += 1
         return False
 
-    def groups_named(self) -> frozenset[str]:
-        """The group ids the policy names (``group:ID``): the only memberships worth looking up."""
-        return self._rt.policy.groups_named()
-
     async def cancel(self, run_id: str, *, user: Actor) -> str:
-        """Cancel a run (its requester or on-call may); what happened, in a sentence."""
+        """Cancel a run (its requester or on-call may, from its place); what happened, in a
+        sentence."""
+        refusal = await self._misplaced(user, run_id, "cancel")
+        if refusal:
+            raise NotPermitted(refusal)
         return await self._supervisor.cancel(run_id, actor=user)
 
     async def resume(
@@ -248,9 +267,15 @@ class ChatService:
         force: bool = False,
         prompter: Prompter | None = None,
     ) -> LiveRun | None:
-        """Continue a suspended run (its requester or on-call may); None if it still waits."""
+        """Continue a suspended run (its requester or on-call may, from its place); None if it
+        still waits."""
         record = await self._rt.store.get_run(run_id)
-        refusal = self._rt.policy.check_operate(user, "resume", run_id, record.requested_by)
+        refusal = await self._misplaced(user, run_id, "resume")
+        run = await self._place(run_id) if user.place is not None else None
+        policy = self._rt.policy
+        refusal = refusal or await policy.check_operate(
+            user, "resume", run_id, record.requested_by, run
+        )
         if refusal:
             await self._rt.store.audit(user.user, "resume_refused", run_id=run_id, detail=refusal)
             raise NotPermitted(refusal)
@@ -260,9 +285,12 @@ class ChatService:
         """Wait until a run this process drives suspends or ends."""
         return await self._supervisor.wait(live)
 
-    async def status(self, run_id: str) -> RunView:
-        """One run as its journal tells it."""
+    async def status(self, run_id: str, *, user: Actor | None = None) -> RunView:
+        """One run as its journal tells it; with ``user``, only if they may see it (else
+        ``UnknownRun``, as for a run that does not exist: a read tells nothing of others)."""
         record = await self._rt.store.get_run(run_id)
+        if user is not None and not await self._rt.policy.may_see(user, await self._place(run_id)):
+            raise UnknownRun(run_id)
         return RunView(record, fold(await self._rt.store.load(run_id), run_id))
 
     async def latest(self, session: Session) -> RunView | None:
@@ -274,10 +302,46 @@ class ChatService:
         """The newest runs, newest first."""
         return await self._rt.store.list_runs(limit=limit)
 
-    async def pending(self) -> list[PendingRequest]:
-        """Every open request of the workspace, oldest first, with who may answer it."""
+    async def pending(self, *, user: Actor | None = None) -> list[PendingRequest]:
+        """Every open request, oldest first, with who may answer it; with ``user``, only those
+        of runs they may see (on their platform, in a channel they see, or as on-call)."""
         flags_of = self._rt.tools.current().flags_of
-        return await pending_requests(self._rt.store, self._rt.policy, flags_of)
+        pending = await pending_requests(self._rt.store, self._rt.policy, flags_of)
+        if user is None:
+            return pending
+        places: dict[str, bool] = {}
+        for item in pending:
+            run_id = item.request.run_id
+            if run_id not in places:
+                places[run_id] = await self._rt.policy.may_see(user, await self._place(run_id))
+        return [item for item in pending if places[item.request.run_id]]
+
+    async def place_of(self, run_id: str) -> Place:
+        """Where a run lives (``UnknownRun`` for an unknown id)."""
+        return await self._place(run_id)
+
+    async def _place(self, run_id: str) -> Place:
+        return await self._supervisor.checkpoint.place_of(run_id)
+
+    async def _misplaced(self, user: Actor, run_id: str, verb: str, request_id: str = "") -> str:
+        """Why ``user`` may not act on the run from where they are (audited); empty if they
+        may. ``UnknownRun`` for an unknown id."""
+        if user.place is None:
+            await self._rt.store.get_run(run_id)
+            return ""
+        what = f"request {request_id}" if request_id else f"run {run_id}"
+        refusal = self._rt.policy.place_refusal(user, await self._place(run_id), what)
+        if refusal:
+            detail = f"{refusal} (from {user.place.describe()})"
+            await self._rt.store.audit(user.user, f"{verb}_refused", run_id, request_id, detail)
+        return refusal
+
+    async def _shows(self, user: Actor, key: str, ref: str) -> bool:
+        """Whether the platform message ``ref`` is the one the outbox shows under ``key``."""
+        if user.place is None:
+            return False
+        shown = await self._rt.store.get_message(f"{user.place.platform}:{key}")
+        return shown is not None and bool(shown.ref) and shown.ref == ref
 
     async def ended(self, run_id: str) -> bool:
         """Whether the run has a terminal result."""

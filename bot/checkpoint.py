@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from bot.domain import Decision, DecisionKind, Request, RequestKind, RequestStatus, utcnow
 from bot.events import AdvisoryEvent, RequestExpiredEvent
 from bot.journal.fold import RunState
+from bot.place import Place
 from bot.policy import Actor
 from bot.prompter import Prompter
 from bot.runtime import Runtime
@@ -46,7 +47,7 @@ class Checkpoint:
             request, status, _ = await self.rt.store.get_request(decision.request_id)
         except KeyError:
             return Answered(False, f"there is no request {decision.request_id}")
-        refusal = self._refusal(request, status, decision, actor, run_id, digest)
+        refusal = await self._refusal(request, status, decision, actor, run_id, digest)
         if refusal:
             await self.rt.store.audit(
                 actor.user, f"{decision.kind.value}_refused", run_id, request.id, refusal
@@ -57,10 +58,8 @@ class Checkpoint:
             picked = match_option(decision.text, request.options) or decision.text
             decision = decision.model_copy(update={"text": picked})
         if decision.kind is DecisionKind.APPROVE and request.approvals_needed > 1:
-            count = await self.rt.store.add_approval(request.id, actor.user)
-            await self.rt.store.audit(
-                actor.user, "approve_partial", run_id, request.id, request.digest
-            )
+            partial = Audited(actor.user, "approve_partial", request.digest)
+            count = await self.rt.store.add_approval(request.id, actor.user, partial)
             if count < request.approvals_needed:
                 return Answered(True, f"approval {count} of {request.approvals_needed} recorded")
         audit = Audited(actor.user, decision.kind.value, request.digest)
@@ -74,7 +73,7 @@ class Checkpoint:
         remaining = await self.rt.store.list_requests(run_id=run_id)
         return Answered(True, "recorded", ready=not remaining)
 
-    def _refusal(
+    async def _refusal(
         self,
         request: Request,
         status: RequestStatus,
@@ -92,7 +91,9 @@ class Checkpoint:
         if digest and digest != request.digest:
             return "this card is stale: the call it shows is not the one waiting"
         flags = self.rt.tools.current().flags_of(request.tool)
-        refusal = self.rt.policy.check_decision(actor, decision.kind, request, flags)
+        run = await self.place_of(run_id) if actor.place is not None else None
+        policy = self.rt.policy
+        refusal = await policy.check_decision(actor, decision.kind, request, flags, run=run)
         if refusal or request.kind is not RequestKind.WAIT_USER:
             return refusal
         # A question with options (ask_human_confirm, ask_human_select) takes one of them only.
@@ -104,7 +105,13 @@ class Checkpoint:
             request, status, _ = await self.rt.store.get_request(decision.request_id)
         except KeyError:
             return f"there is no request {decision.request_id}"
-        return self._refusal(request, status, decision, actor, run_id, "")
+        return await self._refusal(request, status, decision, actor, run_id, "")
+
+    async def place_of(self, run_id: str) -> Place:
+        """Where a run lives (a run whose session the store lost lives nowhere anyone acts)."""
+        record = await self.rt.store.get_run(run_id)
+        session = await self.rt.store.get_session(record.session_id)
+        return session.place if session is not None else Place("", "unknown")
 
     async def expire(self, request: Request) -> Settled:
         """Close a request whose deadline passed; ``won`` only for the one caller that won,
@@ -211,7 +218,7 @@ class CheckedPrompter:
             return None
         rt = self._checkpoint.rt
         flags = rt.tools.current().flags_of(request.tool)
-        refusal = rt.policy.check_decision(
+        refusal = await rt.policy.check_decision(
             Actor(decision.by), decision.kind, request, flags, inline=True
         )
         if refusal:

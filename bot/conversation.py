@@ -14,7 +14,7 @@ from bot.chat import ChatService, RunView
 from bot.domain import TERMINAL_STATUSES, DecisionKind, Request, RequestKind, Session
 from bot.policy import Actor, NotPermitted
 from bot.prompter import DeferringPrompter
-from bot.store import StoreError
+from bot.store import StoreError, UnknownRun
 from bot.supervisor import ResumeRefused
 
 THREAD_COMMANDS = ("status", "cancel", "resume")
@@ -77,10 +77,12 @@ class Conversation:
         """``status``, ``cancel`` or ``resume`` a run, as ``actor``."""
         try:
             if verb == "status":
-                return Outcome(status=await self._chat.status(run_id))
+                return Outcome(status=await self._chat.status(run_id, user=actor))
             if verb == "cancel":
                 return Outcome(note=await self._chat.cancel(run_id, user=actor))
             live = await self._chat.resume(run_id, user=actor)
+        except UnknownRun:
+            return Outcome(note=f"There is no run {run_id} that you can see.")
         except (NotPermitted, ResumeRefused, StoreError) as exc:
             return Outcome(note=str(exc))
         if live is None:
@@ -90,14 +92,23 @@ class Conversation:
         return Outcome(note=f"Resuming run {run_id}.", running=run_id)
 
     async def decide(
-        self, request_id: str, kind: DecisionKind, actor: Actor, *, text: str = ""
+        self,
+        request_id: str,
+        kind: DecisionKind,
+        actor: Actor,
+        *,
+        text: str = "",
+        card: str | None = None,
     ) -> Outcome:
-        """Answer a request (a click, a form, a reply); a refusal is a note for the actor."""
+        """Answer a request (a click, a form, a reply; ``card``: the message clicked); a
+        refusal is a note for the actor."""
         view = await self._chat.request(request_id)
         if view is None:
             return Outcome(note="That request no longer exists.")
         run_id = view.request.run_id
-        decided = await self._chat.decide(run_id, request_id, kind, user=actor, text=text)
+        decided = await self._chat.decide(
+            run_id, request_id, kind, user=actor, text=text, card=card
+        )
         if not decided.accepted:
             return Outcome(note=decided.message)
         running = decided.resumed.run_id if decided.resumed is not None else ""

@@ -22,6 +22,7 @@ from bot.kinds import RunStatus as RunStatus
 from bot.kinds import StopReason as StopReason
 from bot.kinds import ToolOutcome as ToolOutcome
 from bot.nesting import too_deep
+from bot.place import Place
 
 
 def new_id(prefix: str) -> str:
@@ -218,5 +219,11 @@ class Session(DomainModel):
 
     id: str
     platform: str = "console"
+    workspace: str = ""  # the Slack team or Discord guild
     channel: str = ""
     thread: str = ""
+
+    @property
+    def place(self) -> Place:
+        """Where the session's runs live."""
+        return Place(self.platform, self.workspace, self.channel, self.thread)

@@ -24,6 +24,26 @@ log = logging.getLogger("kestrel.outbox")
 BACKOFF_SECONDS = (1.0, 5.0, 15.0, 60.0, 300.0)
 
 
+def card_key(request_id: str) -> str:
+    """The outbox key of a request's card (approval, question, uncertain effect)."""
+    return f"card:{request_id}"
+
+
+def answer_key(run_id: str, part: int = 0) -> str:
+    """The outbox key of a run's answer (``part`` > 0: its continuations)."""
+    return f"answer:{run_id}" if part == 0 else f"answer:{run_id}:{part}"
+
+
+def status_key(run_id: str) -> str:
+    """The outbox key of a run's status message, edited in place as it progresses."""
+    return f"status:{run_id}"
+
+
+def reminder_key(request_id: str) -> str:
+    """The outbox key of the reminder that a request still waits."""
+    return f"remind:{request_id}"
+
+
 class DeliveryFailed(Exception):
     """The platform did not take the message; ``retry_after``: when to try again (the
     platform's own ask, or long for a refusal that waits on a person, e.g. a removed bot)."""

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from bot.kinds import DecisionKind, RequestKind
+from bot.place import Place
 
 # Types only: ``kestrel runs pending`` decides who may answer without importing the models.
 if TYPE_CHECKING:
@@ -49,18 +50,35 @@ class NotPermitted(Exception):
     """The policy refuses an action; the message names who may take it."""
 
 
+class Directory(Protocol):
+    """What a platform tells about people, asked only when a check needs it; an error or a
+    time-out is a no for that check alone (never cached)."""
+
+    async def in_group(self, user: str, group: str) -> bool:
+        """Whether ``user`` belongs to the group (a Slack user group, a Discord role)."""
+        ...
+
+    async def sees(self, user: str, place: Place) -> bool:
+        """Whether ``user`` can see the channel of ``place``."""
+        ...
+
+
 @dataclass(frozen=True)
 class Actor:
-    """Someone acting: their user id, the groups they belong to, the channel they act in, and
-    whether they come from outside the workspace (a shared channel's guest)."""
+    """Someone acting: their user id, the groups already known to hold them, the place they
+    act from (None: the terminal that runs Kestrel), whether they come from outside the
+    workspace (a shared channel's guest), and where to ask about the rest."""
 
     user: str
     groups: frozenset[str] = field(default_factory=frozenset)
-    channel: str = ""
+    place: Place | None = None
     external: bool = False
+    directory: Directory | None = field(default=None, compare=False, repr=False)
 
-    def matches(self, principals: list[str]) -> bool:
-        """Whether any principal (user id, ``group:ID``, ``channel:ID``, ``*``) names this actor.
+    def matches(self, principals: list[str], run: Place | None = None) -> bool:
+        """Whether a principal names this actor without asking the platform: ``*``, their user
+        id, a group or role already known to hold them, or ``channel:ID`` when the run at hand
+        (``run``) lives in that channel.
 
         Someone from another workspace is named only by their own user id: ``*``, a channel
         or a group of ours never lets a guest in by accident.
@@ -71,11 +89,31 @@ class Actor:
             if principal in (EVERYONE, self.user):
                 return True
             kind, _, ident = principal.partition(":")
-            if kind == "group" and ident in self.groups:
+            if kind in GROUP_KINDS and ident in self.groups:
                 return True
-            if kind == "channel" and ident == self.channel and self.channel:
+            if kind == "channel" and run is not None and ident == run.channel:
                 return True
         return False
+
+    async def admitted(self, principals: list[str], run: Place | None = None) -> bool:
+        """``matches``, then asking the directory about the groups these principals name that
+        are not known yet: only those, and only when nothing cheaper matched."""
+        if self.matches(principals, run):
+            return True
+        if self.external or self.directory is None:
+            return False
+        for group in _groups_in(principals):
+            if group not in self.groups and await self.directory.in_group(self.user, group):
+                return True
+        return False
+
+
+GROUP_KINDS = ("group", "role")  # ``role:ID`` reads better for a Discord role; both mean it
+
+
+def _groups_in(principals: list[str]) -> list[str]:
+    named = (p.partition(":") for p in principals)
+    return [ident for kind, _, ident in named if kind in GROUP_KINDS and ident]
 
 
 _KINDS_FOR = {
@@ -90,23 +128,45 @@ _KINDS_FOR = {
 
 
 class Policy:
-    """The rules of ``policy:`` in kestrel.yaml."""
+    """The rules of ``policy:`` in kestrel.yaml, checked against a person and a run's place."""
 
     def __init__(self, settings: PolicyRules) -> None:
         self.settings = settings
 
-    def may_start(self, actor: Actor) -> bool:
-        """Whether ``actor`` may start a run."""
-        return actor.matches(self.settings.requesters)
+    async def may_start(self, actor: Actor, place: Place | None = None) -> bool:
+        """Whether ``actor`` may start a run that lives in ``place``."""
+        return await actor.admitted(self.settings.requesters, place)
 
-    def may_operate(self, actor: Actor) -> bool:
-        """On-call: may resume, cancel and settle uncertain effects."""
-        return actor.matches(self.settings.oncall)
+    async def may_operate(self, actor: Actor, run: Place | None = None) -> bool:
+        """On-call for a run that lives in ``run``: may resume, cancel, settle uncertain
+        effects, and see it from anywhere on its platform."""
+        return await actor.admitted(self.settings.oncall, run)
 
-    def check_operate(self, actor: Actor, verb: str, run_id: str, requested_by: str) -> str:
+    async def may_see(self, actor: Actor, run: Place) -> bool:
+        """Whether ``actor`` may read a run that lives in ``run`` (its prompt, tools, requests):
+        at the terminal, or on the run's platform and on-call or able to see its channel."""
+        if actor.place is None:
+            return True
+        if actor.place.platform != run.platform:
+            return False
+        if await self.may_operate(actor, run):
+            return True
+        if actor.place.workspace != run.workspace:
+            return False  # another workspace's people see nothing of ours
+        return actor.directory is not None and await actor.directory.sees(actor.user, run)
+
+    def place_refusal(self, actor: Actor, run: Place | None, what: str) -> str:
+        """Empty when ``actor`` acts from the run's place (or at the terminal); else why not."""
+        if actor.place is None or run is None or run.holds(actor.place):
+            return ""
+        return f"{what} belongs to a run of another channel: act on it from that run's thread"
+
+    async def check_operate(
+        self, actor: Actor, verb: str, run_id: str, requested_by: str, run: Place | None = None
+    ) -> str:
         """Empty when ``actor`` may ``verb`` (cancel, resume) the run: its requester, or
         on-call; else why not."""
-        if (requested_by and actor.user == requested_by) or self.may_operate(actor):
+        if (requested_by and actor.user == requested_by) or await self.may_operate(actor, run):
             return ""
         requester = f"its requester ({requested_by or 'none recorded'})"
         if self.settings.oncall:
@@ -115,17 +175,6 @@ class Policy:
             f"{actor.user} may not {verb} run {run_id}: only {requester} may"
             " (policy.oncall is empty)"
         )
-
-    def groups_named(self) -> frozenset[str]:
-        """Every group id a principal of this policy names (``group:ID``)."""
-        lists = [
-            self.settings.requesters,
-            self.settings.oncall,
-            self.settings.answerers,
-            *self.settings.approvers.values(),
-        ]
-        prefix = "group:"
-        return frozenset(p[len(prefix) :] for ps in lists for p in ps if p.startswith(prefix))
 
     def notices(self) -> list[str]:
         """What people should know about this policy when it is loaded."""
@@ -142,16 +191,18 @@ class Policy:
             return "the requester settles it: policy.oncall is empty"
         return ""
 
-    def check_decision(
+    async def check_decision(
         self,
         actor: Actor,
         kind: DecisionKind,
         request: Request,
         flags: ToolFlags | None,
         *,
+        run: Place | None = None,
         inline: bool = False,
     ) -> str:
-        """Empty when ``actor`` may decide ``kind`` on ``request``; else the reason they may not.
+        """Empty when ``actor`` may decide ``kind`` on ``request`` of a run that lives in
+        ``run``; else the reason they may not.
 
         ``inline``: decided at the terminal that runs Kestrel (``kestrel chat``). Its operator
         holds the configuration, so approving their own run is no escalation; the approver
@@ -159,16 +210,19 @@ class Policy:
         """
         if kind not in _KINDS_FOR[request.kind]:
             return f"{kind.value} is not an answer to a {request.kind.value} request"
+        refusal = self.place_refusal(actor, run, f"request {request.id}")
+        if refusal:
+            return refusal
         if request.kind is RequestKind.WAIT_APPROVAL:
             if inline and kind is not DecisionKind.DENY and request.approvals_needed > 1:
                 return (
                     f"{request.tool} needs {request.approvals_needed} approvers: approve with"
                     " `kestrel runs approve`, one person at a time"
                 )
-            return self._approval(actor, kind, request, flags, inline)
+            return await self._approval(actor, kind, request, flags, run, inline)
         if request.kind is RequestKind.WAIT_EFFECT:
-            return self._settle(actor, request)
-        return self._answer(actor, request)
+            return await self._settle(actor, request, run)
+        return await self._answer(actor, request, run)
 
     def who_may_answer(self, request: Asked, flags: ToolFlags | None) -> list[str]:
         """The principals that may answer ``request``, for people deciding who to ping."""
@@ -177,28 +231,32 @@ class Policy:
             return list(self.settings.oncall) or _unique([request.requested_by])
         if request.kind is RequestKind.WAIT_USER:
             return _unique([request.requested_by, *self.settings.oncall, *self.settings.answerers])
-        tags = flags.tags if flags else ()
-        keys = [request.tool, *(f"tag:{tag}" for tag in tags), EVERYONE]
-        return _unique([p for key in keys for p in self.settings.approvers.get(key, [])])
+        return _unique(self._approvers(request.tool, flags))
 
-    def _approval(
+    def _approvers(self, tool: str, flags: ToolFlags | None) -> list[str]:
+        tags = flags.tags if flags else ()
+        keys = [tool, *(f"tag:{tag}" for tag in tags), EVERYONE]
+        return [p for key in keys for p in self.settings.approvers.get(key, [])]
+
+    async def _approval(
         self,
         actor: Actor,
         kind: DecisionKind,
         request: Request,
         flags: ToolFlags | None,
+        run: Place | None,
         inline: bool,
     ) -> str:
-        approver = self._approver_of(actor, request.tool, flags.tags if flags else ())
+        mine = actor.user == request.requested_by
         if kind is DecisionKind.DENY:
-            mine = actor.user == request.requested_by
-            return "" if approver or mine else f"{actor.user} may not deny {request.tool}"
+            if mine or await actor.admitted(self._approvers(request.tool, flags), run):
+                return ""
+            return f"{actor.user} may not deny {request.tool}"
         if flags is not None and flags.deny:
             return f"policy never allows {request.tool}"
-        mine = actor.user == request.requested_by
         if mine and not inline and not self._self_approval(request):
             return "you asked for this run: someone else must approve it"
-        if not approver:
+        if not await actor.admitted(self._approvers(request.tool, flags), run):
             return f"{actor.user} may not approve {request.tool}"
         if kind is DecisionKind.APPROVE_ALWAYS and request.approvals_needed > 1:
             return f"{request.tool} needs {request.approvals_needed} approvers for every call"
@@ -208,12 +266,8 @@ class Policy:
         # The two-person rule counts the requester as neither approver, whatever the setting.
         return self.settings.self_approval and request.approvals_needed <= 1
 
-    def _approver_of(self, actor: Actor, tool: str, tags: tuple[str, ...]) -> bool:
-        keys = [tool, *(f"tag:{tag}" for tag in tags), EVERYONE]
-        return any(actor.matches(self.settings.approvers.get(key, [])) for key in keys)
-
-    def _settle(self, actor: Actor, request: Request) -> str:
-        if self.may_operate(actor):
+    async def _settle(self, actor: Actor, request: Request, run: Place | None) -> str:
+        if await self.may_operate(actor, run):
             return ""
         if not self.settings.oncall:
             if request.requested_by and actor.user == request.requested_by:
@@ -224,10 +278,10 @@ class Policy:
             )
         return "only on-call (policy.oncall) may settle an uncertain effect"
 
-    def _answer(self, actor: Actor, request: Request) -> str:
-        if actor.user == request.requested_by or self.may_operate(actor):
+    async def _answer(self, actor: Actor, request: Request, run: Place | None) -> str:
+        if actor.user == request.requested_by or await self.may_operate(actor, run):
             return ""
-        if actor.matches(self.settings.answerers):
+        if await actor.admitted(self.settings.answerers, run):
             return ""
         return f"{actor.user} may not answer this question"
 

@@ -216,8 +216,9 @@ class Requests(Protocol):
         free, take the lease for ``owner`` in the same transaction (the decider resumes it)."""
         ...
 
-    async def add_approval(self, request_id: str, by: str) -> int:
-        """Record one distinct approver of an open request; return how many it has now."""
+    async def add_approval(self, request_id: str, by: str, audit: Audited | None = None) -> int:
+        """Record one distinct approver of an open request (``audit``ed the first time only);
+        return how many it has now."""
         ...
 
 

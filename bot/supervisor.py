@@ -257,7 +257,9 @@ class Supervisor:
         actor = actor or Actor(by)
         by = by or actor.user
         record = await self.rt.store.get_run(run_id)
-        refusal = self.rt.policy.check_operate(actor, "cancel", run_id, record.requested_by)
+        run = await self.checkpoint.place_of(run_id) if actor.place is not None else None
+        policy = self.rt.policy
+        refusal = await policy.check_operate(actor, "cancel", run_id, record.requested_by, run)
         if refusal:
             await self.rt.store.audit(by, "cancel_refused", run_id=run_id, detail=refusal)
             raise NotPermitted(refusal)

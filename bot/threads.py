@@ -36,33 +36,13 @@ from bot.events import (
     ToolExitEvent,
     ToolStartedEvent,
 )
-from bot.outbox import Deliveries
+from bot.outbox import Deliveries, answer_key, card_key, reminder_key
 from bot.store import UnknownRun
 
 log = logging.getLogger("kestrel.threads")
 
 StepStatus = Literal["in_progress", "complete", "error"]
 Body = dict[str, Any]
-
-
-def card_key(request_id: str) -> str:
-    """The outbox key of a request's card (approval, question, uncertain effect)."""
-    return f"card:{request_id}"
-
-
-def answer_key(run_id: str, part: int = 0) -> str:
-    """The outbox key of a run's answer (``part`` > 0: its continuations)."""
-    return f"answer:{run_id}" if part == 0 else f"answer:{run_id}:{part}"
-
-
-def status_key(run_id: str) -> str:
-    """The outbox key of a run's status message, edited in place as it progresses."""
-    return f"status:{run_id}"
-
-
-def reminder_key(request_id: str) -> str:
-    """The outbox key of the reminder that a request still waits."""
-    return f"remind:{request_id}"
 
 
 @dataclass(frozen=True)

@@ -84,8 +84,8 @@ class WorkTaker:
         if await self._exists(run_id):
             return  # a replica that died after creating it left it to orphan adoption
         session = Session.model_validate(payload["session"])
-        requester = Actor(str(payload.get("requested_by", "")), channel=session.channel)
-        if not self.supervisor.rt.policy.may_start(requester):
+        requester = Actor(str(payload.get("requested_by", "")))
+        if not await self.supervisor.rt.policy.may_start(requester, session.place):
             log.warning("%s may not start runs (policy.requesters): dropped", requester.user)
             return
         live = await self.supervisor.start_turn(

@@ -131,6 +131,12 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX outbox_due ON outbox(created_at, pos) WHERE version > delivered_version;
     """,
+    # A session's workspace (Slack team, Discord guild): part of the place a decision or a
+    # read about its runs is checked against. Earlier sessions carry it in their ids.
+    """
+    ALTER TABLE sessions ADD COLUMN workspace text NOT NULL DEFAULT '';
+    UPDATE sessions SET workspace = split_part(id, ':', 2) WHERE platform IN ('slack', 'discord');
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -122,10 +122,11 @@ def where(**filters: str | None) -> tuple[str, tuple[str, ...]]:
 # -- sessions and runs --------------------------------------------------------------------------
 
 ENSURE_SESSION: Final = """
-INSERT INTO sessions(id, platform, channel, thread, created_at) VALUES ($1, $2, $3, $4, $5)
+INSERT INTO sessions(id, platform, workspace, channel, thread, created_at)
+VALUES ($1, $2, $3, $4, $5, $6)
 ON CONFLICT (id) DO NOTHING
 """
-GET_SESSION: Final = "SELECT id, platform, channel, thread FROM sessions WHERE id = $1"
+GET_SESSION: Final = "SELECT id, platform, workspace, channel, thread FROM sessions WHERE id = $1"
 CREATE_RUN: Final = (
     f"INSERT INTO runs({RUN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, 1, $8, $9, $10)"
 )
@@ -242,6 +243,13 @@ INSERT INTO approvals(request_id, approver, at)
 SELECT $1::text, $2::text, $3::timestamptz
 WHERE EXISTS (SELECT 1 FROM requests WHERE id = $1 AND status = 'open')
 ON CONFLICT (request_id, approver) DO NOTHING
+"""
+# Audited once per approver: only while the approval is not there yet (a second click is none).
+AUDIT_APPROVAL: Final = """
+INSERT INTO audit(at, actor, action, run_id, request_id, detail)
+SELECT $1::timestamptz, $2::text, $3::text, run_id, id, $4::text FROM requests
+WHERE id = $5 AND status = 'open'
+  AND NOT EXISTS (SELECT 1 FROM approvals WHERE request_id = $5 AND approver = $2::text)
 """
 COUNT_APPROVALS: Final = """
 SELECT (SELECT COUNT(*) FROM approvals WHERE request_id = $1),

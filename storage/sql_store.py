@@ -132,8 +132,10 @@ class SqlStore(ABC):
         rows = await self._read("get_session", sql.GET_SESSION, (session_id,))
         if not rows:
             return None
-        sid, platform, channel, thread = rows[0]
-        return Session(id=sid, platform=platform, channel=channel, thread=thread)
+        sid, platform, workspace, channel, thread = rows[0]
+        return Session(
+            id=sid, platform=platform, workspace=workspace, channel=channel, thread=thread
+        )
 
     async def create_run(
         self,
@@ -296,9 +298,14 @@ class SqlStore(ABC):
             steps.append((sql.AUDIT_DECISION, (*params, decision.request_id, text)))
         return steps
 
-    async def add_approval(self, request_id: str, by: str) -> int:
-        """Record ``by`` as an approver of an open request; the number of distinct approvers."""
-        steps: list[Step] = [
+    async def add_approval(self, request_id: str, by: str, audit: Audited | None = None) -> int:
+        """Record ``by`` as an approver of an open request (and ``audit`` it, the first time
+        only); the number of distinct approvers."""
+        steps: list[Step] = []
+        if audit is not None:
+            params = (self._now(), audit.actor, audit.action, audit.detail, request_id)
+            steps.append((sql.AUDIT_APPROVAL, params))
+        steps += [
             (sql.INSERT_APPROVAL, (request_id, by, self._now())),
             (sql.COUNT_APPROVALS, (request_id,)),
         ]
@@ -464,7 +471,14 @@ class SqlStore(ABC):
         return steps
 
     def _session_row(self, session: Session) -> tuple[Any, ...]:
-        return (session.id, session.platform, session.channel, session.thread, self._now())
+        return (
+            session.id,
+            session.platform,
+            session.workspace,
+            session.channel,
+            session.thread,
+            self._now(),
+        )
 
     def _stamp(self, moment: datetime) -> Any:
         """``moment`` as this database stores a timestamp."""

@@ -123,6 +123,17 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX outbox_due ON outbox(created_at) WHERE version > delivered_version;
     """,
+    # A session's workspace (Slack team, Discord guild): part of the place a decision or a
+    # read about its runs is checked against. Earlier sessions carry it in their ids
+    # (``slack:TEAM:…``, ``discord:GUILD:…``).
+    """
+    ALTER TABLE sessions ADD COLUMN workspace TEXT NOT NULL DEFAULT '';
+    UPDATE sessions
+       SET workspace = substr(
+           substr(id, instr(id, ':') + 1), 1, instr(substr(id, instr(id, ':') + 1), ':') - 1
+       )
+     WHERE platform IN ('slack', 'discord') AND instr(substr(id, instr(id, ':') + 1), ':') > 1;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -25,6 +25,7 @@ from bot.conversation import Conversation, Outcome
 from bot.domain import DecisionKind, Session
 from bot.links import RunLink
 from bot.outbox import Deliveries
+from bot.place import Place
 from bot.policy import Actor
 from bot.store import Outbox
 from bot.threads import ThreadRenderer
@@ -117,8 +118,8 @@ class KestrelDiscord(discord.Client):
         thread = thread or await self._start_thread(message, text)
         if thread is None:
             return
-        session = _session(message.guild.id, thread.id)
-        actor = _actor(message.author, str(thread.id))
+        session = _session(message.guild.id, thread)
+        actor = _actor(message.author, session.place, message.guild)
         outcome = await self.talk.mention(session, actor, text)
         if outcome.started:
             self.renderer.expect(outcome.running, session, actor.user)
@@ -126,15 +127,19 @@ class KestrelDiscord(discord.Client):
 
     async def _replied(self, message: discord.Message, thread: discord.Thread) -> None:
         assert message.guild is not None
-        session = _session(message.guild.id, thread.id)
+        session = _session(message.guild.id, thread)
         question = await self.talk.question(session)
         if question is None or not message.content:
             return  # not an answer to anything (or no message content intent): ignored
-        actor = _actor(message.author, str(thread.id))
+        actor = _actor(message.author, session.place, message.guild)
         kind, text = DecisionKind.ANSWER, message.content
-        if await self.chat.check(question.id, kind, user=actor, text=text):
+        refusal = await self.chat.check(question.id, kind, user=actor)  # the person alone
+        if not refusal and await self.chat.check(question.id, kind, user=actor, text=text):
             return  # chatter in the thread, not an answer: only a mention gets a reply
         if not await self.chat.first_delivery(f"discord:{message.id}"):
+            return
+        if refusal:
+            await thread.send(refusal, allowed_mentions=NO_PINGS)
             return
         outcome = await self.talk.decide(question.id, kind, actor, text=text)
         await self._show(outcome, thread)
@@ -178,7 +183,8 @@ class KestrelDiscord(discord.Client):
         if actor is None:
             await interaction.followup.send(NOT_HERE, ephemeral=True)
             return
-        outcome = await self.talk.decide(request_id, kind, actor, text=text)
+        card = str(interaction.message.id) if interaction.message is not None else None
+        outcome = await self.talk.decide(request_id, kind, actor, text=text, card=card)
         await interaction.followup.send(outcome.note or "Recorded.", ephemeral=True)
         await self.after(outcome)
 
@@ -196,16 +202,12 @@ class KestrelDiscord(discord.Client):
         await interaction.response.send_modal(form(request_id, interaction.user.id))
 
     async def actor_for(self, interaction: discord.Interaction, request_id: str) -> Actor | None:
-        """Who clicked, as the policy sees them (from another guild than the run's, a guest);
-        None when the request is not one of a Discord run's."""
+        """Who clicked, as the policy sees them, acting from where they clicked; None when the
+        request is not one of a Discord run's."""
         view = await self.chat.request(request_id)
-        place = await self.renderer.place_of(view.request.run_id) if view else None
-        if view is not None and place is None:
+        if view is not None and await self.renderer.place_of(view.request.run_id) is None:
             return None
-        guild = place.target.get("guild") if place else None
-        external = guild is not None and str(interaction.guild_id) != guild
-        actor = _actor(interaction.user, str(interaction.channel_id or ""))
-        return Actor(actor.user, actor.groups, actor.channel, external=external)
+        return interaction_actor(interaction)
 
     async def on_interaction(self, interaction: discord.Interaction) -> None:
         """Kestrel's forms, submitted: read from the interaction itself, so that a form opened
@@ -311,7 +313,8 @@ class ChooseButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=ids.
             values = data.get("values") or []
             chosen = str(values[0]) if values else ""
             index = int(chosen) if re.fullmatch(r"[0-9]{1,3}", chosen) else -1
-        view = await client.chat.request(self.request_id)
+        actor = interaction_actor(interaction)
+        view = await client.chat.request(self.request_id, user=actor)
         options = view.request.options if view else ()
         if not 0 <= index < len(options):
             await interaction.response.send_message(
@@ -394,7 +397,7 @@ def _kestrel_commands() -> app_commands.Group:
         await interaction.response.defer(ephemeral=True, thinking=True)
         client = _kestrel(interaction)
         lines = []
-        for item in await client.chat.pending():
+        for item in await client.chat.pending(user=interaction_actor(interaction)):
             place = await client.renderer.place_of(item.request.run_id)
             where = place.target if place else {}
             if where.get("guild") != str(interaction.guild_id):
@@ -423,8 +426,7 @@ async def _operate(interaction: discord.Interaction, verb: str, run: str | None)
     if place is None or place.target.get("guild") != str(interaction.guild_id):
         await interaction.followup.send(f"There is no run {run_id} in this server.", ephemeral=True)
         return
-    actor = _actor(interaction.user, str(interaction.channel_id or ""))
-    outcome = await client.talk.operate(verb, run_id, actor)
+    outcome = await client.talk.operate(verb, run_id, interaction_actor(interaction))
     text = status_text(outcome.status) if outcome.status is not None else outcome.note
     await interaction.followup.send(text, ephemeral=True)
     await client.after(outcome)
@@ -433,7 +435,8 @@ async def _operate(interaction: discord.Interaction, verb: str, run: str | None)
 async def _thread_run(client: KestrelDiscord, interaction: discord.Interaction) -> str:
     if interaction.guild_id is None or interaction.channel_id is None:
         return ""
-    latest = await client.chat.latest(_session(interaction.guild_id, interaction.channel_id))
+    session_id = ids.thread_session_id(interaction.guild_id, interaction.channel_id)
+    latest = await client.chat.latest(Session(id=session_id, platform="discord"))
     return latest.record.id if latest else ""
 
 
@@ -441,15 +444,63 @@ def _known(run_id: str) -> bool:
     return re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}", run_id) is not None
 
 
-def _session(guild: int, thread: int) -> Session:
-    session_id = ids.thread_session_id(guild, thread)
-    return Session(id=session_id, platform="discord", channel=str(thread), thread=str(thread))
+def _session(guild: int, thread: discord.Thread) -> Session:
+    """A thread's session: it lives in the guild, in the channel the thread belongs to."""
+    return Session(
+        id=ids.thread_session_id(guild, thread.id),
+        platform="discord",
+        workspace=str(guild),
+        channel=str(thread.parent_id or thread.id),
+        thread=str(thread.id),
+    )
 
 
-def _actor(user: discord.User | discord.Member, channel: str) -> Actor:
-    """A user with their roles in this guild as groups (``group:ROLE_ID`` in the policy)."""
+def interaction_actor(interaction: discord.Interaction) -> Actor:
+    """Who sent an interaction, acting from its guild, channel and thread."""
+    channel = interaction.channel
+    channel_id = str(interaction.channel_id or "")
+    parent = getattr(channel, "parent_id", None) if isinstance(channel, discord.Thread) else None
+    place = Place(
+        "discord",
+        str(interaction.guild_id or ""),
+        str(parent or channel_id),
+        channel_id if parent else "",
+    )
+    return _actor(interaction.user, place, interaction.guild)
+
+
+def _actor(user: discord.User | discord.Member, place: Place, guild: discord.Guild | None) -> Actor:
+    """A member with their roles in this guild as groups (``role:ID`` or ``group:ID`` in the
+    policy), acting from ``place``; from a guild other than the run's, a guest."""
     roles = getattr(user, "roles", ())
-    return Actor(str(user.id), frozenset(str(role.id) for role in roles), channel)
+    groups = frozenset(str(role.id) for role in roles)
+    directory = GuildDirectory(user, guild)
+    return Actor(str(user.id), groups, place, directory=directory)
+
+
+class GuildDirectory:
+    """What the gateway's cache tells of a member: their roles (known with the interaction)
+    and which channels they can see."""
+
+    def __init__(self, user: discord.User | discord.Member, guild: discord.Guild | None) -> None:
+        self._user = user
+        self._guild = guild
+
+    async def in_group(self, user: str, group: str) -> bool:
+        """Roles come with the member: one not among them is not theirs."""
+        return False
+
+    async def sees(self, user: str, place: Place) -> bool:
+        """Whether the member may view the channel of ``place`` (of their own guild)."""
+        guild, member = self._guild, self._user
+        if guild is None or not isinstance(member, discord.Member) or str(member.id) != user:
+            return False
+        if place.platform != "discord" or place.workspace != str(guild.id):
+            return False
+        where = guild.get_channel_or_thread(int(place.thread or place.channel or 0))
+        if where is None and place.channel.isdigit():
+            where = guild.get_channel(int(place.channel))
+        return where is not None and where.permissions_for(member).view_channel
 
 
 NOT_HERE = "That request is not one of a Discord run's."

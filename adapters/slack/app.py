@@ -4,6 +4,7 @@ the progress refresher, served over HTTP (``/slack/events``) or Socket Mode."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 
 import aiohttp
@@ -71,9 +72,9 @@ class SlackAdapter:
         """Check the token (``auth.test``), register the listeners, start delivering, and
         show the cards of requests that were opened while no process could post them."""
         me = await self._whoami()
-        identities = Identities(self.client, me.team, self._chat.groups_named)
+        identities = Identities(self.client, me.team)
         listeners = SlackListeners(
-            self._chat, self.client, me, identities, self.progress, self.renderer
+            self._chat, self.client, me, identities, self.progress, self.renderer, self._modal_key
         )
         self.listeners = listeners
         self.app = _bolt_app(self.settings, self.client, listeners)
@@ -84,6 +85,12 @@ class SlackAdapter:
         ]
         await self.renderer.show_open_cards()
         return me
+
+    @property
+    def _modal_key(self) -> bytes:
+        # Forms carry their origin sealed with a key only this app knows (its secrets).
+        secret = self.settings.signing_secret or self.settings.bot_token
+        return hashlib.sha256(b"kestrel-modal\0" + secret.encode()).digest()
 
     def web_app(self) -> web.Application:
         """The HTTP endpoint: ``POST /slack/events`` (events, interactivity, the command)."""

@@ -899,9 +899,10 @@ def _modal(
     ).to_dict()
 
 
-def deny_modal(request: Request) -> dict[str, Any]:
-    """Asks why before denying; submits ``DENY_MODAL`` with the request id as private_metadata
-    and the reason at ``state.values["reason"]["reason"]`` (optional)."""
+def deny_modal(request: Request, metadata: str = "") -> dict[str, Any]:
+    """Asks why before denying; submits ``DENY_MODAL`` with ``metadata`` (by default the
+    request id) as private_metadata and the reason at ``state.values["reason"]["reason"]``
+    (optional)."""
     reason = InputBlock(
         block_id=ids.REASON_BLOCK,
         label=PlainTextObject(text="Reason"),
@@ -919,14 +920,15 @@ def deny_modal(request: Request) -> dict[str, Any]:
         "Deny",
         blocks,
         callback_id=ids.DENY_MODAL,
-        private_metadata=request.id,
+        private_metadata=metadata or request.id,
         submit="Deny",
     )
 
 
-def answer_modal(request: Request) -> dict[str, Any]:
-    """A free-text answer to a question; submits ``ANSWER_MODAL`` with the request id as
-    private_metadata and the answer at ``state.values["answer"]["answer"]``."""
+def answer_modal(request: Request, metadata: str = "") -> dict[str, Any]:
+    """A free-text answer to a question; submits ``ANSWER_MODAL`` with ``metadata`` (by
+    default the request id) as private_metadata and the answer at
+    ``state.values["answer"]["answer"]``."""
     question = _fit(request.prompt.strip() or "(no question text)", PROMPT_LIMIT)
     hint = None
     if request.options:
@@ -942,7 +944,7 @@ def answer_modal(request: Request) -> dict[str, Any]:
         "Answer",
         [_section(f"*Question:* {question}"), answer],
         callback_id=ids.ANSWER_MODAL,
-        private_metadata=request.id,
+        private_metadata=metadata or request.id,
         submit="Answer",
     )
 

@@ -1,74 +1,125 @@
-"""Who is acting: a Slack user as the policy sees them (user id, groups, workspace)."""
+"""Who is acting: a Slack user as the policy sees them (user id, workspace, place), and what
+Slack tells about them when a check needs it (user groups, channel membership)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.place import Place
 from bot.policy import Actor
 
 log = logging.getLogger("kestrel.slack")
 
 CACHE_SECONDS = 60.0
+LOOKUP_SECONDS = 2.0  # a lookup that takes longer is a no for the check at hand
+MEMBERS_PAGE = 1000
+
+T = TypeVar("T")
 
 
 class Identities:
-    """Builds ``Actor``s: group memberships from ``usergroups.users.list`` and a user's home
-    workspace from ``users.info``, each cached briefly."""
+    """Builds ``Actor``s and answers the policy's questions about them (``Directory``): who is
+    in a user group (``usergroups.users.list``), who is in a channel (``conversations.members``)
+    and a user's own workspace (``users.info``). Answers are cached briefly; a failure or a
+    time-out is a no, for that check alone."""
 
     def __init__(
         self,
         client: AsyncWebClient,
         home_team: str,
-        groups_named: Callable[[], frozenset[str]],
         *,
         clock: Callable[[], float] = time.monotonic,
+        timeout: float = LOOKUP_SECONDS,
     ) -> None:
         self._client = client
         self._home_team = home_team
-        self._groups_named = groups_named
         self._clock = clock
-        self._members: dict[str, tuple[float, frozenset[str]]] = {}
+        self._timeout = timeout
+        self._groups: dict[str, tuple[float, frozenset[str]]] = {}
+        self._channels: dict[str, tuple[float, frozenset[str]]] = {}
         self._teams: dict[str, tuple[float, str]] = {}
 
-    async def actor(self, user: str, *, channel: str = "", team: str = "") -> Actor:
-        """The actor for ``user``; ``team``: their own workspace when the payload says it.
-
-        Someone whose workspace cannot be told (``users.info`` refused) is taken for a guest:
-        only their own user id in the policy lets them act.
-        """
+    async def actor(self, user: str, place: Place, *, team: str = "") -> Actor:
+        """``user`` acting from ``place``; ``team``: their own workspace when the payload says
+        it. Someone whose workspace cannot be told is taken for a guest: only their own user id
+        in the policy lets them act."""
         team = team or await self._team_of(user)
-        groups = frozenset([g for g in self._groups_named() if user in await self._group(g)])
-        return Actor(user, groups, channel, external=team != self._home_team)
+        external = team != self._home_team
+        return Actor(user, place=place, external=external, directory=self)
 
-    async def _group(self, group: str) -> frozenset[str]:
-        cached = self._members.get(group)
-        if cached and self._clock() - cached[0] < CACHE_SECONDS:
-            return cached[1]
+    async def in_group(self, user: str, group: str) -> bool:
+        """Whether ``user`` is in the user group ``group``."""
+        members = await self._cached(self._groups, group, self._group_members, "user group")
+        return members is not None and user in members
+
+    async def sees(self, user: str, place: Place) -> bool:
+        """Whether ``user`` is a member of the channel of ``place`` (of our workspace)."""
+        if place.platform != "slack" or place.workspace != self._home_team or not place.channel:
+            return False
+        fetch = self._channel_members
+        members = await self._cached(self._channels, place.channel, fetch, "channel members")
+        return members is not None and user in members
+
+    async def _cached(
+        self,
+        cache: dict[str, tuple[float, frozenset[str]]],
+        key: str,
+        fetch: Callable[[str], Awaitable[frozenset[str]]],
+        what: str,
+    ) -> frozenset[str] | None:
+        hit = cache.get(key)
+        if hit and self._clock() - hit[0] < CACHE_SECONDS:
+            return hit[1]
+        found = await self._bounded(fetch(key), f"{what} of {key}")
+        if found is not None:
+            cache[key] = (self._clock(), found)
+        return found
+
+    async def _bounded(self, lookup: Awaitable[T], what: str) -> T | None:
         try:
-            reply = await self._client.usergroups_users_list(usergroup=group)
-            members = frozenset(str(u) for u in reply.get("users") or [])
+            return await asyncio.wait_for(lookup, self._timeout)
+        except TimeoutError:
+            log.warning("slack: %s took over %.0f s: taken as no", what, self._timeout)
         except SlackApiError as exc:
-            # Fail closed: nobody is in a group we cannot read.
-            log.warning("slack: cannot read user group %s: %s", group, exc.response.get("error"))
-            members = frozenset()
-        self._members[group] = (self._clock(), members)
-        return members
+            log.warning("slack: %s refused: %s", what, exc.response.get("error"))
+        except Exception as exc:  # a broken connection or reply: a no, said in one line
+            log.warning("slack: %s failed: %s", what, exc)
+        return None
+
+    async def _group_members(self, group: str) -> frozenset[str]:
+        reply = await self._client.usergroups_users_list(usergroup=group)
+        return frozenset(str(u) for u in reply.get("users") or [])
+
+    async def _channel_members(self, channel: str) -> frozenset[str]:
+        members: set[str] = set()
+        cursor = ""
+        while True:
+            reply = await self._client.conversations_members(
+                channel=channel, limit=MEMBERS_PAGE, cursor=cursor or None
+            )
+            members.update(str(u) for u in reply.get("members") or [])
+            cursor = str(_dict(reply.get("response_metadata")).get("next_cursor") or "")
+            if not cursor:
+                return frozenset(members)
 
     async def _team_of(self, user: str) -> str:
-        cached = self._teams.get(user)
-        if cached and self._clock() - cached[0] < CACHE_SECONDS:
-            return cached[1]
-        try:
-            reply = await self._client.users_info(user=user)
-        except SlackApiError as exc:
-            log.warning("slack: cannot look up user %s: %s", user, exc.response.get("error"))
+        hit = self._teams.get(user)
+        if hit and self._clock() - hit[0] < CACHE_SECONDS:
+            return hit[1]
+        reply = await self._bounded(self._client.users_info(user=user), f"users.info of {user}")
+        if reply is None:
             return ""
-        info = reply.get("user") or {}
-        team = str(info.get("team_id") or "")
+        team = str(_dict(reply.get("user")).get("team_id") or "")
         self._teams[user] = (self._clock(), team)
         return team
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}

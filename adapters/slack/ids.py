@@ -12,6 +12,8 @@ crafted value is refused before it reaches the core.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import re
 from dataclasses import dataclass
 from typing import Final
@@ -168,3 +170,35 @@ def parse_thread_session(session_id: str) -> SlackThread | None:
     if len(parts) != 4 or parts[0] != "slack" or not _is_thread(*parts[1:]):
         return None
     return SlackThread(parts[1], parts[2], parts[3])
+
+
+@dataclass(frozen=True)
+class ModalOrigin:
+    """Where a form was opened: the request it answers, its thread, and the card clicked."""
+
+    request_id: str
+    thread: SlackThread
+    card: str
+
+
+def seal_modal(key: bytes, origin: ModalOrigin) -> str:
+    """A form's private_metadata: its origin, with a MAC so that a submission cannot claim to
+    come from another thread or card than the one the form was opened from."""
+    thread = origin.thread
+    parts = [origin.request_id, thread.team, thread.channel, thread.thread_ts, origin.card]
+    fields = "|".join(parts)
+    return f"{fields}|{_mac(key, fields)}"
+
+
+def open_modal(key: bytes, metadata: str) -> ModalOrigin | None:
+    """The origin a form's private_metadata seals; None if it is not one Kestrel sealed."""
+    fields, _, mac = metadata.rpartition("|")
+    parts = fields.split("|")
+    if len(parts) != 5 or not hmac.compare_digest(mac, _mac(key, fields)):
+        return None
+    request_id, team, channel, thread_ts, card = parts
+    return ModalOrigin(request_id, SlackThread(team, channel, thread_ts), card)
+
+
+def _mac(key: bytes, text: str) -> str:
+    return hmac.new(key, text.encode(), hashlib.sha256).hexdigest()[:32]

@@ -38,7 +38,8 @@ from adapters.slack.progress import Progress
 from bot.chat import ChatService, PendingRequest
 from bot.conversation import HELP, THREAD_COMMANDS, Conversation, Outcome
 from bot.domain import DecisionKind, Session
-from bot.policy import Actor
+from bot.place import Place
+from bot.policy import Actor, NotPermitted
 from bot.store import StoreError
 from bot.threads import ThreadRenderer
 
@@ -86,8 +87,10 @@ class SlackListeners:
         identities: Identities,
         progress: Progress,
         renderer: ThreadRenderer,
+        modal_key: bytes,
     ) -> None:
         self._chat = chat
+        self._modal_key = modal_key
         self._talk = Conversation(chat)
         self._client = client
         self._me = me
@@ -132,7 +135,7 @@ class SlackListeners:
         session = _session(thread)
         if session is None:
             return
-        actor = await self._actor(str(user), thread.channel, _user_team(event))
+        actor = await self._actor(str(user), thread, _user_team(event))
         text = self._mention.sub("", str(event.get("text") or "")).strip()
         outcome = await self._talk.mention(session, actor, text)
         if outcome.started:
@@ -150,7 +153,7 @@ class SlackListeners:
             return  # not an answer to anything: ignored
         if not await self._chat.first_delivery(f"slack:{team}:{channel}:{ts}"):
             return
-        actor = await self._actor(str(user), thread.channel, _user_team(event))
+        actor = await self._actor(str(user), thread, _user_team(event))
         text = str(event.get("text") or "")
         outcome = await self._talk.decide(question.id, DecisionKind.ANSWER, actor, text=text)
         await self._show(outcome, thread, actor.user)
@@ -166,38 +169,41 @@ class SlackListeners:
         action_id = ids.canonical_action(str(action.get("action_id", ""))) or ""
         value = str(action.get("value") or (action.get("selected_option") or {}).get("value", ""))
         user = body.get("user") or {}
-        thread = _thread_of_action(body)
-        actor = await self._actor(str(user.get("id", "")), thread.channel, user.get("team_id", ""))
+        thread, card = _thread_of_action(body), _card_of_action(body)
+        actor = await self._actor(str(user.get("id", "")), thread, user.get("team_id", ""))
         if action_id == ids.FEEDBACK:
             await self._feedback(value, actor, thread)
         elif action_id == ids.CHOOSE:
-            await self._show(await self._choose(value, actor), thread, actor.user)
+            await self._show(await self._choose(value, actor, card), thread, actor.user)
         elif action_id in MODALS or action_id == ids.SHOW_ARGUMENTS:
-            await self._open_modal(action_id, value, actor, thread, body.get("trigger_id", ""))
+            origin = ids.ModalOrigin(ids.parse_request_value(value) or "", thread, card)
+            await self._open_modal(action_id, origin, actor, body.get("trigger_id", ""))
         elif action_id in DECISIONS:
             request_id = ids.parse_request_value(value)
             outcome = (
-                await self._talk.decide(request_id, DECISIONS[action_id], actor)
+                await self._talk.decide(request_id, DECISIONS[action_id], actor, card=card)
                 if request_id
                 else Outcome(note="This button is not one of mine.")
             )
             await self._show(outcome, thread, actor.user)
 
-    async def _choose(self, value: str, actor: Actor) -> Outcome:
+    async def _choose(self, value: str, actor: Actor, card: str) -> Outcome:
         choice = ids.parse_choice(value)
-        view = await self._chat.request(choice[0]) if choice else None
+        view = await self._chat.request(choice[0], user=actor) if choice else None
         if choice is None or view is None or not 0 <= choice[1] < len(view.request.options):
-            return Outcome(note="That choice is not one this question has.")
+            return Outcome(note="That choice is not one this thread's question has.")
         option = view.request.options[choice[1]]
-        return await self._talk.decide(view.request.id, DecisionKind.ANSWER, actor, text=option)
+        kind = DecisionKind.ANSWER
+        return await self._talk.decide(view.request.id, kind, actor, text=option, card=card)
 
     async def _open_modal(
-        self, action_id: str, value: str, actor: Actor, thread: SlackThread, trigger: str
+        self, action_id: str, origin: ids.ModalOrigin, actor: Actor, trigger: str
     ) -> None:
-        request_id = ids.parse_request_value(value)
-        view = await self._chat.request(request_id) if request_id else None
+        thread = origin.thread
+        found = origin.request_id
+        view = await self._chat.request(found, user=actor) if found else None
         if view is None:
-            await self._ephemeral(thread, actor.user, "That request no longer exists.")
+            await self._ephemeral(thread, actor.user, "That request is not one of this thread's.")
             return
         if action_id == ids.SHOW_ARGUMENTS:
             await self._client.views_open(trigger_id=trigger, view=arguments_modal(view.request))
@@ -207,7 +213,8 @@ class SlackListeners:
         if refusal:
             await self._ephemeral(thread, actor.user, refusal)
             return
-        await self._client.views_open(trigger_id=trigger, view=modal(view.request))
+        sealed = ids.seal_modal(self._modal_key, origin)
+        await self._client.views_open(trigger_id=trigger, view=modal(view.request, sealed))
 
     async def on_deny_submitted(self, ack: Ack, body: dict[str, Any], view: dict[str, Any]) -> None:
         """The Deny modal: the reason is optional."""
@@ -232,18 +239,19 @@ class SlackListeners:
         block: str,
         action: str,
     ) -> None:
-        # Decided before the modal closes, so that a refusal shows in the modal itself.
-        request_id = ids.parse_request_value(str(view.get("private_metadata", "")))
-        found = await self._chat.request(request_id) if request_id else None
-        place = await self._renderer.place_of(found.request.run_id) if found else None
-        if found is None or place is None:
-            await ack(response_action="errors", errors={block: "That request no longer exists."})
+        # Decided before the modal closes, so that a refusal shows in the modal itself. The
+        # form acts from where it was opened, as its sealed metadata says.
+        origin = ids.open_modal(self._modal_key, str(view.get("private_metadata", "")))
+        if origin is None:
+            await ack(response_action="errors", errors={block: "This form is not one of mine."})
             return
-        thread = thread_of(place.target)
+        thread = origin.thread
         user = body.get("user") or {}
-        actor = await self._actor(str(user.get("id", "")), thread.channel, user.get("team_id", ""))
+        actor = await self._actor(str(user.get("id", "")), thread, user.get("team_id", ""))
         text = _input_value(view, block, action)
-        outcome = await self._talk.decide(found.request.id, kind, actor, text=text)
+        outcome = await self._talk.decide(
+            origin.request_id, kind, actor, text=text, card=origin.card
+        )
         if outcome.note:
             await ack(response_action="errors", errors={block: outcome.note})
             return
@@ -259,6 +267,9 @@ class SlackListeners:
             await self._chat.feedback(run_id, positive=positive, user=actor)
         except StoreError:
             return
+        except NotPermitted as exc:
+            await self._ephemeral(thread, actor.user, str(exc))
+            return
         await self._ephemeral(thread, actor.user, "Thanks for the feedback.")
 
     # --- the slash command and the App Home ------------------------------------------------
@@ -270,8 +281,8 @@ class SlackListeners:
         words = str(command.get("text") or "").split()
         verb = words[0].lower() if words else "runs"
         if verb == "runs":
-            message = runs_message(await self._chat.pending(), await self._links())
-            await ack(text=message.text, blocks=message.blocks)
+            await ack()
+            self._spawn(self._command_runs(command, respond))
             return
         if verb not in THREAD_COMMANDS or len(words) != 2:
             await ack(text=f"Usage: `/kestrel runs`, `/kestrel status|cancel|resume RUN`. {HELP}")
@@ -279,11 +290,23 @@ class SlackListeners:
         await ack()
         self._spawn(self._command_on_run(verb, words[1], command, respond))
 
+    async def _command_runs(self, command: dict[str, Any], respond: Respond) -> None:
+        actor = await self._command_actor(command)
+        pending = await self._chat.pending(user=actor)
+        message = runs_message(pending, await self._links(pending))
+        await respond(text=message.text, blocks=message.blocks)
+
+    async def _command_actor(self, command: dict[str, Any]) -> Actor:
+        # A slash command names a channel but no thread: it acts on that channel's runs.
+        team, channel = str(command.get("team_id", "")), str(command.get("channel_id", ""))
+        where = SlackThread(team, channel, "")
+        user_team = str(command.get("user_team_id", ""))
+        return await self._actor(str(command.get("user_id", "")), where, user_team)
+
     async def _command_on_run(
         self, verb: str, run_id: str, command: dict[str, Any], respond: Respond
     ) -> None:
-        channel, user = str(command.get("channel_id", "")), str(command.get("user_id", ""))
-        actor = await self._actor(user, channel, str(command.get("user_team_id", "")))
+        actor = await self._command_actor(command)
         place = await self._renderer.place_of(run_id) if ids.is_core_id(run_id) else None
         if place is None:
             await respond(text=ephemeral_text(f"There is no Slack run {run_id}."))
@@ -300,11 +323,15 @@ class SlackListeners:
         """The App Home tab: what waits on this person."""
         user = str(event.get("user", ""))
         if event.get("tab", "home") == "home" and user:
-            self._spawn(self._publish_home(user))
+            self._spawn(self._publish_home(user, _team_of(body, event)))
 
-    async def _publish_home(self, user: str) -> None:
-        actor = await self._actor(user, "", "")
-        waiting = [p for p in await self._chat.pending() if actor.matches(list(p.may_answer))]
+    async def _publish_home(self, user: str, team: str) -> None:
+        actor = await self._actor(user, SlackThread(team, "", ""), "")
+        waiting = []
+        for item in await self._chat.pending(user=actor):
+            run = await self._chat.place_of(item.request.run_id)
+            if await actor.admitted(list(item.may_answer), run):
+                waiting.append(item)
         view = home_view(waiting, await self._links(waiting), user)
         await self._client.views_publish(user_id=user, view=view)
 
@@ -336,8 +363,9 @@ class SlackListeners:
             self._progress.follow(outcome.running, place)
             await self._progress.working(place)
 
-    async def _actor(self, user: str, channel: str, team: str) -> Actor:
-        return await self._identities.actor(user, channel=channel, team=team)
+    async def _actor(self, user: str, where: SlackThread, team: str) -> Actor:
+        place = Place("slack", where.team, where.channel, where.thread_ts)
+        return await self._identities.actor(user, place, team=str(team or ""))
 
     async def _ephemeral(
         self, thread: SlackThread, user: str, text: str, blocks: list[Any] | None = None
@@ -375,7 +403,13 @@ def _session(thread: SlackThread) -> Session | None:
     except ValueError:
         log.info("slack: ignoring a message with malformed ids: %s", thread)
         return None
-    return Session(id=session_id, platform="slack", channel=thread.channel, thread=thread.thread_ts)
+    return Session(
+        id=session_id,
+        platform="slack",
+        workspace=thread.team,
+        channel=thread.channel,
+        thread=thread.thread_ts,
+    )
 
 
 def _user_team(event: dict[str, Any]) -> str:
@@ -396,6 +430,13 @@ def _thread_of_action(body: dict[str, Any]) -> SlackThread:
     thread_ts = str(message.get("thread_ts") or container.get("thread_ts") or message.get("ts", ""))
     team = str((body.get("team") or {}).get("id", ""))
     return SlackThread(team, channel, thread_ts)
+
+
+def _card_of_action(body: dict[str, Any]) -> str:
+    # The message clicked: a decision counts only if it is the request's own card.
+    container = body.get("container") or {}
+    message = body.get("message") or {}
+    return str(message.get("ts") or container.get("message_ts") or "")
 
 
 def _input_value(view: dict[str, Any], block: str, action: str) -> str:

@@ -21,8 +21,8 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack.blocks import working_message
 from adapters.slack.look import thread_of
-from bot.outbox import Deliveries
-from bot.threads import RunPlace, StepStatus, status_key
+from bot.outbox import Deliveries, status_key
+from bot.threads import RunPlace, StepStatus
 
 log = logging.getLogger("kestrel.slack")
 

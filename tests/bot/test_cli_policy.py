@@ -89,20 +89,22 @@ def effect(requested_by: str = "U0REQ") -> Request:
 
 
 @pytest.mark.parametrize("kind", [DecisionKind.RETRY, DecisionKind.DONE, DecisionKind.FAILED])
-def test_without_oncall_the_requester_settles_an_effect(kind: DecisionKind) -> None:
+async def test_without_oncall_the_requester_settles_an_effect(kind: DecisionKind) -> None:
     policy = Policy(PolicyRules())
-    assert policy.check_decision(Actor("U0REQ"), kind, effect(), None) == ""
-    refusal = policy.check_decision(Actor("U0OTHER"), kind, effect(), None)
+    assert await policy.check_decision(Actor("U0REQ"), kind, effect(), None) == ""
+    refusal = await policy.check_decision(Actor("U0OTHER"), kind, effect(), None)
     assert "requester" in refusal and "policy.oncall is empty" in refusal
     assert policy.who_may_answer(effect(), None) == ["U0REQ"]
-    assert policy.check_decision(Actor(""), kind, effect(requested_by=""), None) != ""
+    assert await policy.check_decision(Actor(""), kind, effect(requested_by=""), None) != ""
 
 
-def test_with_oncall_only_oncall_settles_an_effect() -> None:
+async def test_with_oncall_only_oncall_settles_an_effect() -> None:
     policy = Policy(PolicyRules(oncall=["group:S0SRE"]))
     oncall = Actor("U0SRE", groups=frozenset({"S0SRE"}))
-    assert policy.check_decision(oncall, DecisionKind.DONE, effect(), None) == ""
-    assert "on-call" in policy.check_decision(Actor("U0REQ"), DecisionKind.DONE, effect(), None)
+    assert await policy.check_decision(oncall, DecisionKind.DONE, effect(), None) == ""
+    assert "on-call" in await policy.check_decision(
+        Actor("U0REQ"), DecisionKind.DONE, effect(), None
+    )
     assert policy.who_may_answer(effect(), None) == ["group:S0SRE"]
     assert policy.notices() == [] and policy.answer_note(effect()) == ""
 
@@ -112,16 +114,18 @@ def test_an_empty_oncall_is_announced() -> None:
     assert "policy.oncall is empty" in notice and "24 h" in notice
 
 
-def test_cancel_rules() -> None:
+async def test_cancel_rules() -> None:
     policy = Policy(PolicyRules(oncall=["group:S0SRE"]))
-    assert policy.check_operate(Actor("U0REQ"), "cancel", "run_1", "U0REQ") == ""
+    assert await policy.check_operate(Actor("U0REQ"), "cancel", "run_1", "U0REQ") == ""
     assert (
-        policy.check_operate(Actor("U0X", groups=frozenset({"S0SRE"})), "cancel", "run_1", "U0REQ")
+        await policy.check_operate(
+            Actor("U0X", groups=frozenset({"S0SRE"})), "cancel", "run_1", "U0REQ"
+        )
         == ""
     )
-    assert "U0X may not cancel run run_1" in policy.check_operate(
+    assert "U0X may not cancel run run_1" in await policy.check_operate(
         Actor("U0X"), "cancel", "run_1", "U0REQ"
     )
     assert (
-        policy.check_operate(Actor(""), "cancel", "run_1", "") != ""
+        await policy.check_operate(Actor(""), "cancel", "run_1", "") != ""
     )  # no requester: nobody by default

@@ -288,6 +288,8 @@ class FakeSlackApi:
     * ``users``: user id -> fields merged into the ``users.info`` answer (``team_id``, ``name``,
       ``is_bot``, ``profile``...); unknown users are ordinary members of the home team;
     * ``usergroups``: usergroup id -> member ids, for ``usergroups.users.list``;
+    * ``channel_members``: channel id -> member ids, for ``conversations.members`` (a channel
+      not listed is ``channel_not_found``);
     * ``views``: view id -> the last view opened/updated/published under that id;
     * ``socket_acks``: the JSON messages with an ``envelope_id`` a Socket Mode client sent;
       ``socket_received`` the other ones.
@@ -311,6 +313,7 @@ class FakeSlackApi:
         self.ephemerals: list[dict[str, Any]] = []
         self.users: dict[str, dict[str, Any]] = {}
         self.usergroups: dict[str, list[str]] = {}
+        self.channel_members: dict[str, list[str]] = {}
         self.views: dict[str, dict[str, Any]] = {}
         self.socket_acks: list[dict[str, Any]] = []
         self.socket_received: list[Any] = []
@@ -942,6 +945,16 @@ class FakeSlackApi:
             return _error("no_such_subteam")
         return {"ok": True, "users": list(self.usergroups[group])}
 
+    def _channel_members(self, call: Call) -> dict[str, Any]:
+        channel = str(call.args.get("channel") or "")
+        if channel not in self.channel_members:
+            return _error("channel_not_found")
+        return {
+            "ok": True,
+            "members": list(self.channel_members[channel]),
+            "response_metadata": {"next_cursor": ""},
+        }
+
     def _store_view(self, view_id: str, view: Any) -> dict[str, Any]:
         stored: dict[str, Any] = {
             "id": view_id,
@@ -1004,6 +1017,7 @@ class FakeSlackApi:
         "conversations.replies": "_replies",
         "users.info": "_users_info",
         "usergroups.users.list": "_usergroup_users",
+        "conversations.members": "_channel_members",
         "views.open": "_views_open",
         "views.update": "_views_update",
         "views.publish": "_views_publish",

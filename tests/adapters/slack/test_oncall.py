@@ -79,7 +79,7 @@ async def test_the_slash_command_lists_what_waits_with_links(tmp_path: Path) -> 
         thread = await _in_thread(world)
         response = await world.sender.command(slash_command(ONCALL, "runs"))
         assert response.status == 200
-        body = response.text
+        body = json.dumps((await world.api.wait_for("response_url"))[0].args)
         assert "restart_service" in body
         assert f"archives/C0001/p{thread.replace('.', '')}" in body
         usage = await world.sender.command(slash_command(ONCALL, "frobnicate"))
@@ -89,6 +89,7 @@ async def test_the_slash_command_lists_what_waits_with_links(tmp_path: Path) -> 
 async def test_the_app_home_shows_what_waits_on_that_person(tmp_path: Path) -> None:
     async with slack_world(tmp_path, restart_script()) as world:
         await _in_thread(world)
+        world.api.channel_members["C0001"] = [REQUESTER, APPROVER, "U0STRANGER"]
         opened = {"type": "app_home_opened", "user": APPROVER, "channel": "D0001", "tab": "home"}
         await world.sender.event(opened)
         published = await world.api.wait_for("views.publish")
