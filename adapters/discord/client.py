@@ -17,7 +17,7 @@ import discord
 from discord import app_commands
 
 from adapters.discord import ids
-from adapters.discord.look import DiscordLook, status_text
+from adapters.discord.look import DiscordLook, note_text, status_text
 from adapters.discord.progress import DiscordProgress
 from adapters.discord.transport import DiscordTransport
 from bot.chat import ChatService
@@ -154,7 +154,7 @@ class KestrelDiscord(discord.Client):
         if outcome.status is not None:
             await channel.send(status_text(outcome.status), allowed_mentions=NO_PINGS)
         elif outcome.note:
-            await channel.send(outcome.note, allowed_mentions=NO_PINGS)
+            await channel.send(note_text(outcome.note), allowed_mentions=NO_PINGS)
         await self.after(outcome)
 
     async def after(self, outcome: Outcome) -> None:
@@ -179,7 +179,7 @@ class KestrelDiscord(discord.Client):
             await interaction.followup.send(NOT_HERE, ephemeral=True)
             return
         outcome = await self.talk.decide(request_id, kind, actor, text=text)
-        await interaction.followup.send(outcome.note or "Recorded.", ephemeral=True)
+        await interaction.followup.send(note_text(outcome.note or "Recorded."), ephemeral=True)
         await self.after(outcome)
 
     async def ask_first(
@@ -425,7 +425,7 @@ async def _operate(interaction: discord.Interaction, verb: str, run: str | None)
         return
     actor = _actor(interaction.user, str(interaction.channel_id or ""))
     outcome = await client.talk.operate(verb, run_id, actor)
-    text = status_text(outcome.status) if outcome.status is not None else outcome.note
+    text = status_text(outcome.status) if outcome.status is not None else note_text(outcome.note)
     await interaction.followup.send(text, ephemeral=True)
     await client.after(outcome)
 
