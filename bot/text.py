@@ -42,7 +42,7 @@ _MD_LINK: Final = re.compile(
 # scheme: relative targets lead nowhere on a chat platform, and ``[::1]:8080`` stays as written.
 _MD_DEFINITION: Final = re.compile(
     r"^(?P<lead>[ \t>]*+(?:(?:[*+-]|\d{1,9}[.)])[ \t]++[ \t>]*+)*+)"
-    r"\[(?P<ref>(?:[^\[\]\\]|\\.){1,999})\]:[ \t]*\n?[ \t]*"
+    r"\[(?P<ref>(?:[^\[\]\\]|\\.){1,999})\]:[ \t]*+(?:\n[ \t>]*+)?"
     r"(?P<target><[A-Za-z][A-Za-z0-9+.-]{1,31}:[^<>\n]*>|[A-Za-z][A-Za-z0-9+.-]{1,31}:\S*)",
     re.MULTILINE,
 )
