@@ -102,7 +102,7 @@ def _references(text: str) -> str:
     def define(match: re.Match[str]) -> str:
         ref, target = match.group("ref"), match.group("target").strip("<>")
         targets.setdefault(_ref_key(ref), target)
-        return f"{match.group('lead')}{ref}: {target}"
+        return f"{match.group('lead')}{ref}: {_shown('', target)}"
 
     text = _MD_DEFINITION.sub(define, text)
     if not targets:
