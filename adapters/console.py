@@ -46,7 +46,7 @@ from bot.journal.fold import RunState
 from bot.policy import Actor, NotPermitted
 from bot.store import StoreError
 from bot.supervisor import LiveRun, ResumeRefused
-from bot.text import printable
+from bot.text import printable, unmask_links
 from bot.tools.ask_human import answer_refusal, match_option
 
 HELP = """commands:
@@ -92,9 +92,12 @@ class ConsoleIO:
             self.write(line)
         return line
 
-    def write(self, text: str, end: str = "\n") -> None:
-        """Print and flush; model and tool text never reaches the terminal as control codes."""
-        self._stdout.write(printable(text) + end)
+    def write(self, text: str, end: str = "\n", *, exact: bool = False) -> None:
+        """Print and flush; model and tool text never reaches the terminal as control codes,
+        nor, unless ``exact`` (a call's arguments, shown as they are), as a link whose label
+        hides its target."""
+        shown = printable(text)
+        self._stdout.write((shown if exact else unmask_links(shown)) + end)
         self._stdout.flush()
 
 
@@ -141,7 +144,7 @@ class ConsolePrompter:
 
     async def _approval(self, request: Request) -> Decision | None:
         args = json.dumps(request.arguments, sort_keys=True)
-        self._io.write(f"  ┌ approval needed: {request.tool} {args}")
+        self._io.write(f"  ┌ approval needed: {request.tool} {args}", exact=True)
         self._io.write(f"  │ asked by {request.requested_by or 'the run'}; request {request.id}")
         if request.deadline:
             self._io.write(f"  │ expires {request.deadline:%Y-%m-%d %H:%M UTC}")
@@ -204,7 +207,7 @@ class ConsoleRenderer:
         """Render the events a person at the terminal wants to see."""
         match event:
             case ToolStartedEvent(tool=tool, arguments=arguments):
-                self._io.write(f"  ⚙ {tool} {json.dumps(arguments, sort_keys=True)}")
+                self._io.write(f"  ⚙ {tool} {json.dumps(arguments, sort_keys=True)}", exact=True)
             case ToolExitEvent(tool=tool, outcome=outcome) if outcome is not ToolOutcome.OK:
                 self._io.write(f"  ✗ {tool}: {outcome.value}")
             case ModelTurnEvent(text=text, calls=calls) if calls and text:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import Final
 
 # Escape sequences a terminal acts on, 7-bit (ESC ...) and 8-bit (C1) forms: control strings
@@ -28,4 +29,96 @@ def printable(text: str) -> str:
     return _SURROGATES.sub("\ufffd", _CONTROLS.sub("", _ESCAPES.sub("", text)))
 
 
-__all__ = ["printable"]
+# Labelled links. Slack's ``<target|label>`` (``<@U…>``, ``<#C…>`` and ``<!…>`` are mentions and
+# commands, which the Slack adapter breaks where it defuses mentions); Markdown's inline
+# ``[label](target "title")`` and ``[label](<target>)``, innermost first (a label holds no
+# brackets), so a link nested in a label is undone on the next pass.
+_SLACK_LINK: Final = re.compile(r"<(?![@#!])([^<>|]+)\|([^<>]*)>")
+_MD_LINK: Final = re.compile(
+    r"\[([^\[\]]*)\]\(\s*+(?:<([^<>\n]*)>|((?:[^\s()\\<]|\\.|\([^\s()]*\))*+))"
+    r"(?:\s++(?:\"[^\"]*\"|'[^']*'|\([^()]*\)))?+\s*+\)"
+)
+# A reference definition (``[ref]: target``, in a quote or a list item too) whose target has a
+# scheme: relative targets lead nowhere on a chat platform, and ``[::1]:8080`` stays as written.
+_MD_DEFINITION: Final = re.compile(
+    r"^(?P<lead>[ \t>]*+(?:(?:[*+-]|\d{1,9}[.)])[ \t]++[ \t>]*+)*+)"
+    r"\[(?P<ref>(?:[^\[\]\\]|\\.){1,999})\]:[ \t]*+(?:\n[ \t>]*+)?"
+    r"(?P<target><[A-Za-z][A-Za-z0-9+.-]{1,31}:[^<>\n]*>|[A-Za-z][A-Za-z0-9+.-]{1,31}:\S*)",
+    re.MULTILINE,
+)
+# ``[label][ref]``, ``[ref][]`` and ``[ref]`` (not followed by what makes it another form).
+_MD_REFERENCE: Final = re.compile(r"\[([^\[\]]+)\](?:\[([^\[\]]*)\]|(?![(:\[]))")
+# Direction overrides and isolates: in a label they could reorder the target shown after it.
+_BIDI: Final = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_MAX_PASSES: Final = 16
+
+
+def unmask_links(text: str) -> str:
+    """``text`` with every link whose label hides its target shown as ``label (target)``:
+    Slack's ``<target|label>``, Markdown's ``[label](target)`` and ``[label](<target>)``,
+    reference links and their definitions; a link whose label is its target becomes the bare
+    target. What is left cannot be read as a masked link: a ``](`` that no pass could undo
+    (an escaped bracket in a label, a link nested deeper than the passes) is split apart."""
+    for _ in range(_MAX_PASSES):
+        done = _MD_LINK.sub(_md_link, _SLACK_LINK.sub(_slack_link, text))
+        if done == text:
+            break
+        text = done
+    else:
+        text = _SLACK_LINK.sub(lambda m: m.group(0).replace("|", "\u00a6"), text)
+    if "]:" in text:
+        text = _references(text)
+    return text.replace("](", "] (")
+
+
+def _slack_link(match: re.Match[str]) -> str:
+    return _shown(match.group(2), match.group(1))
+
+
+def _md_link(match: re.Match[str]) -> str:
+    target = match.group(2) if match.group(2) is not None else match.group(3)
+    return _shown(match.group(1), target)
+
+
+def _shown(label: str, target: str) -> str:
+    """``label (target)``, or the target alone when the label is the target or empty: the
+    target without invisible characters, so that the link a platform makes of it is what is
+    seen."""
+    kept = "".join(c for c in target if unicodedata.category(c) not in ("Cf", "Cc"))
+    seen = "%20".join(kept.split())
+    label = _BIDI.sub("", label).strip()
+    if not seen or label in (seen, seen.removeprefix("mailto:")):
+        return label
+    if not label:
+        return seen
+    return f"{label} ({seen})"
+
+
+def _references(text: str) -> str:
+    """Reference links resolved to ``label (target)``, and their definitions shown as
+    ``ref: target`` (no longer definitions)."""
+    targets: dict[str, str] = {}
+
+    def define(match: re.Match[str]) -> str:
+        ref, target = match.group("ref"), match.group("target").strip("<>")
+        targets.setdefault(_ref_key(ref), target)
+        return f"{match.group('lead')}{ref}: {_shown('', target)}"
+
+    text = _MD_DEFINITION.sub(define, text)
+    if not targets:
+        return text
+
+    def resolve(match: re.Match[str]) -> str:
+        label, ref = match.group(1), match.group(2)
+        target = targets.get(_ref_key(ref or label))
+        return match.group(0) if target is None else _shown(label, target)
+
+    return _MD_REFERENCE.sub(resolve, text)
+
+
+def _ref_key(ref: str) -> str:
+    """A reference label as Markdown matches it: case and runs of white space do not count."""
+    return " ".join(ref.split()).casefold()
+
+
+__all__ = ["printable", "unmask_links"]

@@ -17,7 +17,7 @@ import discord
 from discord import app_commands
 
 from adapters.discord import ids
-from adapters.discord.look import DiscordLook, status_text
+from adapters.discord.look import DiscordLook, note_text, status_text
 from adapters.discord.progress import DiscordProgress
 from adapters.discord.transport import DiscordTransport
 from bot.chat import ChatService
@@ -139,7 +139,7 @@ class KestrelDiscord(discord.Client):
         if not await self.chat.first_delivery(f"discord:{message.id}"):
             return
         if refusal:
-            await thread.send(refusal, allowed_mentions=NO_PINGS)
+            await thread.send(note_text(refusal), allowed_mentions=NO_PINGS)
             return
         outcome = await self.talk.decide(question.id, kind, actor, text=text)
         await self._show(outcome, thread)
@@ -159,7 +159,7 @@ class KestrelDiscord(discord.Client):
         if outcome.status is not None:
             await channel.send(status_text(outcome.status), allowed_mentions=NO_PINGS)
         elif outcome.note:
-            await channel.send(outcome.note, allowed_mentions=NO_PINGS)
+            await channel.send(note_text(outcome.note), allowed_mentions=NO_PINGS)
         await self.after(outcome)
 
     async def after(self, outcome: Outcome) -> None:
@@ -185,7 +185,7 @@ class KestrelDiscord(discord.Client):
             return
         card = str(interaction.message.id) if interaction.message is not None else None
         outcome = await self.talk.decide(request_id, kind, actor, text=text, card=card)
-        await interaction.followup.send(outcome.note or "Recorded.", ephemeral=True)
+        await interaction.followup.send(note_text(outcome.note or "Recorded."), ephemeral=True)
         await self.after(outcome)
 
     async def ask_first(
@@ -427,7 +427,7 @@ async def _operate(interaction: discord.Interaction, verb: str, run: str | None)
         await interaction.followup.send(f"There is no run {run_id} in this server.", ephemeral=True)
         return
     outcome = await client.talk.operate(verb, run_id, interaction_actor(interaction))
-    text = status_text(outcome.status) if outcome.status is not None else outcome.note
+    text = status_text(outcome.status) if outcome.status is not None else note_text(outcome.note)
     await interaction.followup.send(text, ephemeral=True)
     await client.after(outcome)
 

@@ -2,7 +2,9 @@
 
 Cards are an embed (what is asked, its exact arguments, why, who asked, who may answer, the
 deadline) with a row of buttons whose custom ids carry only the request id. Nothing Kestrel
-posts pings anyone: every message says ``allowed_mentions: {"parse": []}``.
+posts pings anyone: every message says ``allowed_mentions: {"parse": []}``. No text from a
+model, a tool or a person shows a link whose label hides its target: outside the code blocks
+Kestrel builds, it goes through ``_shown`` (or ``_plain``), which shows ``label (target)``.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from bot.cards import closing, pretty, shorten, title
 from bot.chat import RequestView, RunView
 from bot.domain import RequestKind, RequestStatus, RunStatus, Session, TerminalResult
 from bot.links import RunLink
+from bot.text import unmask_links
 from bot.threads import Body
 
 CONTENT_LIMIT = 2000
@@ -85,7 +88,7 @@ class DiscordLook:
         if result.status is not RunStatus.COMPLETED:
             cause = result.error or result.stop_reason.value.replace("_", " ")
             text = f"**Run {result.status.value}: {cause}**\n\n{text}"
-        parts = _split(text, CONTENT_LIMIT - len(CUT_NOTE))
+        parts = _split(_shown(text), CONTENT_LIMIT - len(CUT_NOTE))
         if len(parts) > 1 + MAX_CONTINUATIONS:
             parts = [*parts[:MAX_CONTINUATIONS], parts[MAX_CONTINUATIONS] + CUT_NOTE]
         bodies: list[Body] = [{"content": part, "allowed_mentions": NO_PINGS} for part in parts]
@@ -93,7 +96,7 @@ class DiscordLook:
             color = COLOR_OK if result.status is RunStatus.COMPLETED else COLOR_FAILED
             items = list(result.payload.items())
             fields = [
-                _field(str(key)[:256], _cut(_compact(value), FIELD_LIMIT), True)
+                _field(_shown(str(key))[:256], _cut(_shown(_compact(value)), FIELD_LIMIT), True)
                 for key, value in items[:24]
             ]
             if len(items) > 24:
@@ -127,7 +130,7 @@ class DiscordLook:
 
 def working(lines: Sequence[str]) -> Body:
     """The status message edited in place while a run works: its last steps."""
-    shown = "\n".join(f"• {line}" for line in list(lines)[-10:])
+    shown = "\n".join(f"• {_shown(line)}" for line in list(lines)[-10:])
     return {
         "content": _cut(f"Working…\n{shown}".strip(), CONTENT_LIMIT),
         "allowed_mentions": NO_PINGS,
@@ -162,7 +165,7 @@ def closed_line(view: RequestView) -> str:
     if end.at is not None:
         line += f" {when(end.at)}"
     if end.said:
-        line += f": {_cut(end.said, 500)}"
+        line += f": {_cut(_shown(end.said), 500)}"
     return line
 
 
@@ -309,7 +312,17 @@ def _compact(value: Any) -> str:
 
 def _plain(text: str) -> str:
     """Text as written, with Discord's mentions defused (no ping, no fake link)."""
-    return text.replace("@", "@\u200b").replace("<#", "<\u200b#")
+    return _shown(text).replace("@", "@\u200b").replace("<#", "<\u200b#")
+
+
+def _shown(text: str) -> str:
+    """Model, tool or person text outside code: no masked link hides its target."""
+    return unmask_links(text)
+
+
+def note_text(text: str) -> str:
+    """A note for one person (a refusal, a command's answer), as safe as any other text."""
+    return _cut(_shown(text), CONTENT_LIMIT)
 
 
 def _cut(text: str, limit: int) -> str:

@@ -3,6 +3,7 @@
 Pure functions: they call nothing, read no clock and decide nothing; the adapter posts what
 they return. Every text from a model, a tool or a person is escaped for mrkdwn (``&``, ``<``,
 ``>``, so it can neither mention nor link) and cut to Slack's limits with a visible marker;
+outside code, a link in it whose label hides its target shows the target (``unmask_links``);
 buttons carry opaque ids only (``adapters.slack.ids``). Blocks are built with slack_sdk's
 classes, whose ``to_dict`` validates them, so a message that breaks a limit fails here and
 not in Slack.
@@ -55,7 +56,7 @@ from bot.domain import (
     StopReason,
     TerminalResult,
 )
-from bot.text import printable
+from bot.text import printable, unmask_links
 
 __all__ = [
     "ClosedCard",
@@ -139,8 +140,18 @@ class ClosedCard:
 
 
 def escape(text: str) -> str:
-    """``text`` safe inside mrkdwn: control characters dropped, ``& < >`` as entities."""
-    return printable(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    """``text`` safe inside mrkdwn: control characters dropped, a link whose label hides its
+    target shown as ``label (target)``, ``& < >`` as entities."""
+    return _entities(_prose(text))
+
+
+def _prose(raw: str) -> str:
+    """Model, tool or person text outside code: printable, no link hiding its target."""
+    return unmask_links(printable(raw))
+
+
+def _entities(clean: str) -> str:
+    return clean.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def ephemeral_text(message: str) -> str:
@@ -148,18 +159,21 @@ def ephemeral_text(message: str) -> str:
     return _fit(message, SECTION_TEXT_LIMIT)
 
 
-def _fit(raw: str, limit: int, marker: str = TRUNCATED) -> str:
+def _fit(raw: str, limit: int, marker: str = TRUNCATED, *, code: bool = False) -> str:
     """``raw`` escaped and within ``limit`` characters, cut (never inside an entity) and
     marked when it is longer."""
-    return _fit_flag(raw, limit, marker)[0]
+    return _fit_flag(raw, limit, marker, code=code)[0]
 
 
-def _fit_flag(raw: str, limit: int, marker: str = TRUNCATED) -> tuple[str, bool]:
-    text = escape(raw)
+def _fit_flag(
+    raw: str, limit: int, marker: str = TRUNCATED, *, code: bool = False
+) -> tuple[str, bool]:
+    # Code (a call's arguments, an identifier) is shown exactly: mrkdwn makes no link of it.
+    clean = printable(raw) if code else _prose(raw)
+    text = _entities(clean)
     if len(text) <= limit:
         return text, False
-    clean = printable(raw)
-    return escape(clean[: _escaped_prefix(clean, max(0, limit - len(marker)))]) + marker, True
+    return _entities(clean[: _escaped_prefix(clean, max(0, limit - len(marker)))]) + marker, True
 
 
 _ENTITY_LENGTHS: Final = {"&": 5, "<": 4, ">": 4}
@@ -190,14 +204,14 @@ def _code_safe(raw: str) -> str:
 
 def _code(raw: str, limit: int, marker: str = f"\n{TRUNCATED} (truncated)") -> tuple[str, bool]:
     """A ```code block``` of ``raw`` within ``limit`` characters; whether it was cut."""
-    body, cut = _fit_flag(_code_safe(raw), limit - 6, marker)
+    body, cut = _fit_flag(_code_safe(raw), limit - 6, marker, code=True)
     return f"```{body}```", cut
 
 
 def _inline(raw: str, limit: int = 80) -> str:
     """`raw` as inline code (an identifier: a tool name, an id, an unknown principal)."""
     text = printable(raw).replace("`", "\u02cb").replace("\n", " ") or " "
-    return f"`{_fit(text, limit)}`"
+    return f"`{_fit(text, limit, code=True)}`"
 
 
 def slack_date(at: datetime, fmt: str = "{date_short_pretty} at {time}") -> str:
@@ -630,9 +644,10 @@ _SLACK_TOKEN: Final = re.compile(r"<(?=[@#!])")
 
 
 def _markdown_safe(text: str) -> str:
-    """Model text for a markdown block: Slack's own mention tokens (``<@U…>``, ``<!here>``,
-    ``<#C…>``) broken with a zero-width space so that an answer can ping no one."""
-    return _SLACK_TOKEN.sub(f"<{ZWSP}", printable(text)).strip()
+    """Model text for a markdown block: no link hiding its target, and Slack's own mention
+    tokens (``<@U…>``, ``<!here>``, ``<#C…>``) broken with a zero-width space so that an answer
+    can ping no one."""
+    return _SLACK_TOKEN.sub(f"<{ZWSP}", _prose(text)).strip()
 
 
 def _markdown_chunks(text: str) -> tuple[list[str], bool]:
@@ -981,6 +996,6 @@ def _split_escaped(raw: str, limit: int, most: int) -> tuple[list[str], int]:
             line_end = rest.rfind("\n", take // 2, take)
             if line_end > 0:
                 take = line_end
-        pieces.append(escape(rest[:take]))
+        pieces.append(_entities(rest[:take]))
         rest = rest[take:].removeprefix("\n")
     return pieces, len(rest)

@@ -22,6 +22,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from adapters.slack.blocks import working_message
 from adapters.slack.look import thread_of
 from bot.outbox import Deliveries, status_key
+from bot.text import unmask_links
 from bot.threads import RunPlace, StepStatus
 
 log = logging.getLogger("kestrel.slack")
@@ -81,6 +82,7 @@ class Progress:
         live = self._live.get(run_id)
         if live is None:
             return
+        title = unmask_links(title)  # the status line and the task stream show it as written
         if status == "in_progress":
             live.running[call_id] = (title, time.monotonic())
             live.steps.append(f"{title}…")

@@ -106,3 +106,48 @@ def test_a_second_ctrl_c_leaves_with_the_run_suspended(tmp_path: Path) -> None:
     assert "Traceback" not in err
     (run,) = runs(tmp_path)
     assert run["status"] == "suspended"
+
+
+HIDDEN = (
+    "Pay at <https://evil.example|https://bank.example>; see [docs](https://evil.example)"
+    " or \x1b]8;;https://evil.example\x1b\\the bank\x1b]8;;\x1b\\."
+)
+SHOWN = "Pay at https://bank.example (https://evil.example); see docs (https://evil.example)"
+
+
+def test_the_chat_shows_the_target_of_links_the_model_hides(tmp_path: Path) -> None:
+    script = [
+        {"text": HIDDEN, "calls": [{"name": "note", "arguments": {"text": "[docs](https://x)"}}]},
+        {"text": HIDDEN},
+    ]
+    catalog = {
+        "tools": [
+            {
+                "name": "note",
+                "description": "Take a note",
+                "command": ["true"],
+                "parameters": {"type": "object", "properties": {"text": {"type": "string"}}},
+                "idempotent": True,
+            }
+        ]
+    }
+    (tmp_path / "script.yaml").write_text(yaml.safe_dump(script))
+    (tmp_path / "tools.yaml").write_text(yaml.safe_dump(catalog))
+    config = {"model": {"provider": "scripted", "script": "script.yaml"}, "tools": ["tools.yaml"]}
+    (tmp_path / "kestrel.yaml").write_text(yaml.safe_dump(config))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "KESTREL_"))}
+    done = subprocess.run(
+        [sys.executable, "-c", "from bot.cli.main import main; main()", "chat"],
+        cwd=tmp_path,
+        env=env,
+        input="tell me\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert f"  … {SHOWN} or the bank." in out  # a terminal hyperlink is no link at all
+    assert f"kestrel> {SHOWN} or the bank." in out
+    assert '  ⚙ note {"text": "[docs](https://x)"}' in out  # a call's arguments, as they are
+    assert "\x1b" not in out and "evil.example|" not in out

@@ -5,6 +5,7 @@ a real command catalog, the real ``openai`` client against a local fake model), 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -58,6 +59,35 @@ def restart_script(*, after: str = "Restarted checkout; it is healthy again.") -
             ]
         },
     ]
+
+
+EVIL = "https://evil.example"
+# Links whose labels hide their target, in every form a platform could show as a link.
+DISGUISED = (
+    f"Pay at <{EVIL}|https://bank.example>; see [docs]({EVIL}), [the bank][b]"
+    f" or [<https://bank.example>](<{EVIL}/x>).\n\n[b]: {EVIL}/b"
+)
+
+
+def disguised_links_script() -> list[Any]:
+    """The model hides links in the why of an approval ("approve"), in a question ("ask") or
+    in an answer (anything else)."""
+    restart = {"name": "restart_service", "arguments": {"service": "checkout"}}
+    ask = {"name": "ask_human_input", "arguments": {"question": DISGUISED}}
+    return [
+        {
+            "one_of": [
+                {"match": "approve", "text": DISGUISED, "calls": [restart]},
+                {"match": "ask", "text": "One detail.", "calls": [ask]},
+                {"text": DISGUISED},
+            ]
+        }
+    ]
+
+
+def masked_links(text: str) -> list[str]:
+    """What in ``text`` a platform could show as a link labelled other than its target."""
+    return re.findall(rf"<{EVIL}[^<>|]*\||\]\(<?{EVIL}|^\[b\]: {EVIL}", text, re.MULTILINE)
 
 
 def drain_script(seconds: float) -> list[Any]:

@@ -8,9 +8,18 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from adapters.discord.look import DiscordLook
+from adapters.discord.look import DiscordLook, note_text, working
 from bot.chat import RequestView
-from bot.domain import Request, RequestKind, RequestStatus, RunStatus, StopReason, TerminalResult
+from bot.domain import (
+    Decision,
+    DecisionKind,
+    Request,
+    RequestKind,
+    RequestStatus,
+    RunStatus,
+    StopReason,
+    TerminalResult,
+)
 
 # https://discord.com/developers/docs/resources/message#embed-object-embed-limits
 EMBED_TOTAL = 6000
@@ -165,3 +174,67 @@ def test_mentions_in_a_question_and_a_reason_are_defused() -> None:
     assert card["allowed_mentions"] == {"parse": []}
     description = card["embeds"][0]["description"]
     assert "@here" not in description and "<@&300>" not in description
+
+
+DISGUISED = "Pay at <https://evil.example|https://bank.example>; see [docs](https://evil.example)."
+
+
+def _texts(node: Any) -> list[str]:
+    """Every string of a message body: content, embed titles, descriptions, fields, labels."""
+    if isinstance(node, str):
+        return [node]
+    if isinstance(node, dict):
+        return [t for value in node.values() for t in _texts(value)]
+    if isinstance(node, list):
+        return [t for item in node for t in _texts(item)]
+    return []
+
+
+def _assert_unmasked(body: Any) -> None:
+    texts = _texts(body)
+    # Discord renders [label](target) (and [label](<target>)) in content, descriptions and
+    # field values; a Slack-style <target|label> is shown unmasked too.
+    assert not [t for t in texts if "](" in t or "<https://evil.example|" in t]
+    assert any("https://evil.example" in t for t in texts)
+
+
+def test_a_link_in_model_text_shows_its_target_on_answers_and_cards() -> None:
+    look = DiscordLook(link=lambda run, at: f"https://kestrel.example/runs/{run}?sig=abc")
+    result = _done(DISGUISED, payload={"[docs](https://evil.example)": DISGUISED, "n": [DISGUISED]})
+    (answer,) = look.answer(result, "run_1", NOW)
+    assert answer["content"] == (
+        "Pay at https://bank.example (https://evil.example); see docs (https://evil.example)."
+    )
+    view_run = answer["components"][-1]["components"][-1]  # Kestrel's own link still works
+    assert view_run["url"] == "https://kestrel.example/runs/run_1?sig=abc"
+    _assert_unmasked(answer)
+    failed = TerminalResult(
+        status=RunStatus.FAILED, stop_reason=StopReason.MODEL_ERROR, error=DISGUISED, text=""
+    )
+    _assert_unmasked(look.answer(failed, "run_1", NOW))
+
+    request = Request(
+        run_id="run_1",
+        kind=RequestKind.WAIT_APPROVAL,
+        call_id="c",
+        tool="restart_service",
+        arguments={"body": "[docs](https://evil.example)"},
+    )
+    card = look.card(_view(request, reason=DISGUISED))
+    description = card["embeds"][0]["description"]
+    assert "see docs (https://evil.example)" in description
+    arguments = card["embeds"][0]["fields"][0]["value"]
+    assert '"body": "[docs](https://evil.example)"' in arguments  # approved as it is, in code
+    card["embeds"][0]["fields"].pop(0)
+    _assert_unmasked(card)
+    asked = Request(
+        run_id="run_1", kind=RequestKind.WAIT_USER, call_id="c", tool="ask", prompt=DISGUISED
+    )
+    _assert_unmasked(look.card(_view(asked)))
+    said = Decision(request_id=request.id, kind=DecisionKind.DENY, text=DISGUISED, by="1002")
+    closed = RequestView(request, RequestStatus.ANSWERED, said, (), "")
+    closed_card = look.card(closed)
+    closed_card["embeds"][0]["fields"].pop(0)
+    _assert_unmasked(closed_card)
+    _assert_unmasked(working([DISGUISED]))
+    _assert_unmasked(note_text(DISGUISED))

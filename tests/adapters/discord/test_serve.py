@@ -16,7 +16,13 @@ from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.serving import free_port, run_serve, serve_env, start_serve, wait_healthy
 from tests.fakes.slack_api import FakeSlackApi
 from tests.fakes.slack_client import SlackSender, app_mention
-from tests.fakes.slack_world import SECRET, restart_script, write_config
+from tests.fakes.slack_world import (
+    SECRET,
+    disguised_links_script,
+    masked_links,
+    restart_script,
+    write_config,
+)
 
 POLICY = {"approvers": {"*": [APPROVER]}, "oncall": [ONCALL]}
 
@@ -105,3 +111,45 @@ def test_serve_discord_without_a_token_says_which_variable(tmp_path: Path) -> No
     done = run_serve(tmp_path, env, "discord", "--port", str(free_port()))
     assert done.returncode == 2
     assert "DISCORD_TOKEN is not set" in done.stderr
+
+
+async def test_serve_discord_shows_the_target_of_every_link_the_model_hides(
+    tmp_path: Path,
+) -> None:
+    async with FakeOpenAI(disguised_links_script()) as model, FakeDiscord() as fake:
+        config = write_config(tmp_path, model.base_url, extra_policy=POLICY)
+        port = free_port()
+        env = serve_env(
+            config, "http://127.0.0.1:9/api/", DISCORD_TOKEN="t0k3n", DISCORD_API_URL=fake.api_url
+        )
+        process = start_serve(tmp_path, port, env, "discord")
+        try:
+            await wait_healthy(port, process)
+            threads = []
+            for ask in ("approve the restart", "ask me", "tell me"):
+                mention = p.message_create(author_id=REQUESTER, content=f"<@{p.BOT_ID}> {ask}")
+                await fake.dispatch("MESSAGE_CREATE", mention)
+                threads.append(str(mention["id"]))
+            posted = [
+                (
+                    await fake.wait_for(
+                        lambda c, t=t, s=s: (
+                            c.path == f"/channels/{t}/messages" and s in json.dumps(c.json)
+                        ),
+                        timeout=20,
+                    )
+                )[0]
+                for t, s in zip(
+                    threads, ("kestrel:approve:", "kestrel:answer:", "evil"), strict=True
+                )
+            ]
+        finally:
+            process.send_signal(signal.SIGTERM)
+            _out, err = await asyncio.to_thread(process.communicate, timeout=30)
+        assert process.returncode == 0, err
+    card, question, answer = (json.dumps(call.json, ensure_ascii=False) for call in posted)
+    assert "**Why:** Pay at https://bank.example (https://evil.example); see docs" in card
+    assert "Pay at https://bank.example (https://evil.example)" in question
+    assert "the bank (https://evil.example/b)" in answer
+    assert "<https://bank.example> (https://evil.example/x)" in answer
+    assert [c.path for c in fake.calls if masked_links(json.dumps(c.json))] == []

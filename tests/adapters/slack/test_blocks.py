@@ -801,3 +801,80 @@ def test_the_manifest_parses_and_asks_for_what_the_adapter_uses() -> None:
     (command,) = manifest["features"]["slash_commands"]
     assert command["command"] == "/kestrel"
     assert manifest["features"]["app_home"]["home_tab_enabled"] is True
+
+
+# -- links in model text ---------------------------------------------------------------------
+
+DISGUISED = "Pay at <https://evil.example|https://bank.example>; see [docs](https://evil.example)."
+# Anything Slack (mrkdwn or a markdown block) could show as a link labelled other than its
+# target: <target|label> (not a mention) or [label](target).
+MASKED_LINK = __import__("re").compile(r"<(?![@#!])[^<>|]+\|[^<>]*>|\]\(")
+
+
+def texts_of(node: Any) -> list[str]:
+    """Every string in a message: text objects, markdown blocks, fallback text."""
+    if isinstance(node, str):
+        return [node]
+    if isinstance(node, dict):
+        return [t for value in node.values() for t in texts_of(value)]
+    if isinstance(node, list):
+        return [t for item in node for t in texts_of(item)]
+    return []
+
+
+def assert_unmasked(message: Any) -> None:
+    texts = texts_of(message)
+    assert not [t for t in texts if MASKED_LINK.search(t)]
+    assert any("https://evil.example" in t for t in texts)
+
+
+def test_a_link_in_model_text_shows_its_target_on_answers_and_cards() -> None:
+    from adapters.slack.look import SlackLook
+
+    result = TerminalResult(
+        status=RunStatus.COMPLETED,
+        stop_reason=StopReason.ANSWERED,
+        text=DISGUISED,
+        payload={"[docs](https://evil.example)": DISGUISED},
+    )
+    look = SlackLook(link=lambda run, at: f"https://kestrel.example/runs/{run}?sig=abc&exp=1")
+    (answer,) = look.answer(result, "run_x", DEADLINE)
+    (markdown,) = [block for block in answer["blocks"] if block["type"] == "markdown"]
+    assert "https://bank.example (https://evil.example)" in markdown["text"]
+    assert "docs (https://evil.example)" in markdown["text"]
+    view_run = answer["blocks"].pop()  # Kestrel's own link stays a working link
+    assert view_run["elements"][0]["text"] == (
+        "<https://kestrel.example/runs/run_x?sig=abc&exp=1|View run>"
+    )
+    assert_unmasked(answer)
+    long = TerminalResult(
+        status=RunStatus.COMPLETED, stop_reason=StopReason.ANSWERED, text="x\n\n" * 7000 + DISGUISED
+    )
+    assert_unmasked([m.blocks for m in b.answer_continuations(long)])
+    failed = TerminalResult(
+        status=RunStatus.FAILED, stop_reason=StopReason.MODEL_ERROR, text=DISGUISED
+    )
+    assert_unmasked(b.answer_message(failed, run_id="run_x").body())
+
+    card = b.request_card(approval(), reason=DISGUISED, may_answer=["U0APPROVER"])
+    why = "*Why:* Pay at https://bank.example (https://evil.example); see docs (https://evil.example)."
+    assert why in mrkdwn_texts(card.blocks)
+    assert_unmasked(card.body())
+    asked = b.request_card(question(prompt=DISGUISED), reason="", may_answer=["U0APPROVER"])
+    assert_unmasked(asked.body())
+    assert_unmasked(b.answer_modal(question(prompt=DISGUISED)))
+    said = Decision(request_id="req_1", kind=DecisionKind.DENY, text=DISGUISED, by="U0DECIDER")
+    closed = b.request_card(
+        approval(), reason="", may_answer=[], closed=b.ClosedCard(RequestStatus.ANSWERED, said)
+    )
+    assert_unmasked(closed.body())
+    assert_unmasked(b.working_message([DISGUISED]).body())
+    assert_unmasked(b.ephemeral_text(DISGUISED))
+
+
+def test_a_link_in_a_calls_arguments_is_shown_exactly_in_its_code_block() -> None:
+    card = b.request_card(
+        approval(arguments={"body": "[docs](https://evil.example)"}), reason="", may_answer=[]
+    )
+    code = next(t for t in mrkdwn_texts(card.blocks) if t.startswith("```"))
+    assert '"body": "[docs](https://evil.example)"' in code  # what is approved, as it is

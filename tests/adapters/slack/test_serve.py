@@ -17,6 +17,8 @@ from tests.fakes.slack_world import (
     REQUESTER,
     SECRET,
     button_value,
+    disguised_links_script,
+    masked_links,
     restart_script,
     write_config,
 )
@@ -99,3 +101,29 @@ async def test_serve_slack_in_socket_mode_takes_a_mention(tmp_path: Path) -> Non
             _out, err = await asyncio.to_thread(process.communicate, timeout=30)
         assert process.returncode == 0, err
         assert "socket mode" in err
+
+
+async def test_serve_slack_shows_the_target_of_every_link_the_model_hides(tmp_path: Path) -> None:
+    async with FakeOpenAI(disguised_links_script()) as model, FakeSlackApi() as api:
+        config = write_config(tmp_path, model.base_url)
+        port = free_port()
+        process = start_serve(tmp_path, port, serve_env(config, api.url), "slack")
+        try:
+            await wait_healthy(port, process)
+            sender = SlackSender(f"http://127.0.0.1:{port}/slack/events", SECRET, api=api)
+            for ask in ("approve the restart", "ask me", "tell me"):
+                assert (await sender.event(app_mention(REQUESTER, ask))).status == 200
+            posted = [
+                (await api.wait_for(lambda c, i=i: i in json.dumps(c.args), timeout=20))[0]
+                for i in (ids.APPROVE_ONCE, ids.ANSWER, ids.FEEDBACK)
+            ]
+        finally:
+            process.send_signal(signal.SIGTERM)
+            _out, err = await asyncio.to_thread(process.communicate, timeout=30)
+        assert process.returncode == 0, err
+    card, question, answer = (json.dumps(call.args, ensure_ascii=False) for call in posted)
+    assert "Why:* Pay at https://bank.example (https://evil.example); see docs" in card
+    assert "*Question:* Pay at https://bank.example (https://evil.example)" in question
+    assert "the bank (https://evil.example/b)" in answer
+    assert "<https://bank.example> (https://evil.example/x)" in answer
+    assert [c.method for c in api.calls if masked_links(json.dumps(c.args))] == []

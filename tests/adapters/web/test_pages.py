@@ -288,3 +288,38 @@ def test_a_run_of_a_thousand_entries_shows_every_call_escaped() -> None:
     html = render_run_page(page, now=view.record.created_at + timedelta(minutes=5))
     assert html.count('<li class="call') == 3 * ((len(records) - 4) // 4)
     assert HOSTILE not in html
+
+
+DISGUISED = "Pay at <https://evil.example|https://bank.example>; see [docs](https://evil.example)."
+
+
+def test_a_link_the_model_hides_is_text_on_the_page_with_its_target() -> None:
+    # The page renders no Markdown and links nothing in text: what the model wrote is shown as
+    # it was written, target and all, and the only links are Kestrel's own.
+    run_id = "run_links"
+    call = ToolCall(id="c1", name="echo", arguments='{"text": "[docs](https://evil.example)"}')
+    journal: list[Entry] = [
+        RunStarted(
+            run_id=run_id,
+            session_id="slack:T1:C1:1.1",
+            requested_by="U1",
+            fingerprint=Fingerprint(
+                provider="p", model="m", tools_digest="t", system_prompt_digest="s"
+            ),
+        ),
+        UserMessageEntry(text=DISGUISED, by="U1"),
+        AssistantTurnEntry(iteration=0, turn=AssistantTurn(text=DISGUISED, calls=(call,))),
+        ToolResultEntry(call_id="c1", tool="echo", outcome=ToolOutcome.OK, output=DISGUISED),
+        AssistantTurnEntry(iteration=1, turn=AssistantTurn(text=DISGUISED)),
+    ]
+    result = TerminalResult(status=RunStatus.COMPLETED, stop_reason=StopReason.ANSWERED)
+    journal.append(RunEnded.of(result.model_copy(update={"text": DISGUISED}), "done"))
+    records = [JournalRecord(run_id=run_id, seq=n, epoch=1, entry=e) for n, e in enumerate(journal)]
+    record = RunRecord(id=run_id, session_id="slack:T1:C1:1.1", status=RunStatus.COMPLETED)
+    view = RunView(record, fold(records, run_id))
+    html = render_run_page(build_run_page(view, records, [], []), now=record.created_at)
+    shown = str(marked(DISGUISED))
+    assert html.count(shown) >= 4  # the prompt, the turns, the output and the answer
+    assert "&lt;https://evil.example|https://bank.example&gt;" in shown
+    hrefs = re.findall(r'href="([^"]*)"', html)
+    assert hrefs and not [h for h in hrefs if "evil" in h or "bank" in h]

@@ -1,0 +1,114 @@
+"""``unmask_links``: no text shown to a person keeps a link whose label hides its target."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+from bot.text import unmask_links
+
+# What any platform could read as a labelled link: Slack's <target|label> (not a mention or a
+# command), Markdown's ](…) and a reference definition with a scheme.
+MASKED = re.compile(
+    r"<(?![@#!])[^<>|]+\|[^<>]*>|\]\(|^[ \t>*+-]*\[[^\]\n]+\]:[ \t]*\S+:", re.MULTILINE
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        (
+            "see <https://evil.example|https://bank.example> now",
+            "see https://bank.example (https://evil.example) now",
+        ),
+        ("[docs](https://evil.example)", "docs (https://evil.example)"),
+        ('[docs](https://evil.example "Bank docs")', "docs (https://evil.example)"),
+        ("[docs](<https://evil.example/a b>)", "docs (https://evil.example/a%20b)"),
+        ("[docs]( https://evil.example )", "docs (https://evil.example)"),
+        ("[x](https://e.example/a_(b))", "x (https://e.example/a_(b))"),
+        ("![logo](https://evil.example/x.png)", "!logo (https://evil.example/x.png)"),
+        ("<mailto:a@bank.example|a@bank.example>", "a@bank.example"),
+        ("<mailto:x@evil.example|a@bank.example>", "a@bank.example (mailto:x@evil.example)"),
+        # the label is the target: the bare target
+        ("[https://x.example](https://x.example)", "https://x.example"),
+        ("<https://x.example|https://x.example>", "https://x.example"),
+        ("[](https://evil.example)", "https://evil.example"),
+        # nested: each link undone from the inside out
+        (
+            "[[bank](https://a.example)](https://b.example)",
+            "bank (https://a.example) (https://b.example)",
+        ),
+        (
+            "<https://b.example|[bank>](https://a.example)",
+            "bank (https://b.example) (https://a.example)",
+        ),
+        (
+            "[<https://a.example|bank>](https://b.example)",
+            "bank (https://a.example) (https://b.example)",
+        ),
+        # a label Markdown reads with an escaped bracket: no longer a link at all
+        ("[a\\]b](https://evil.example)", "[a\\]b] (https://evil.example)"),
+        # invisible characters and direction overrides cannot hide or reorder the target
+        ("[bank](https://evil\u200b.example)", "bank (https://evil.example)"),
+        ("[bank\u202e](https://evil.example)", "bank (https://evil.example)"),
+        ("<\u2066https://evil.example\u2069|bank>", "bank (https://evil.example)"),
+        # reference links: resolved, and the definition kept visible but no longer one
+        (
+            'Read [the docs][d] and [D].\n\n[d]: https://evil.example "t"',
+            "Read the docs (https://evil.example) and D (https://evil.example).\n\n"
+            'd: https://evil.example "t"',
+        ),
+        (
+            "[docs][]\n> [docs]:\n>   <https://evil.example>",
+            "docs (https://evil.example)\n> docs: https://evil.example",
+        ),
+        (
+            "- [ref]: https://evil.example\n\n[x][REF]",
+            "- ref: https://evil.example\n\nx (https://evil.example)",
+        ),
+    ],
+)
+def test_a_masked_link_shows_its_target(text: str, shown: str) -> None:
+    assert unmask_links(text) == shown
+    assert not MASKED.search(unmask_links(text))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "<@U0123|someone> <#C0123|general> <!here> <!subteam^S1|ops>",  # the mention defusing's
+        "plain https://x.example and <https://x.example>",
+        "[::1]:8080 and a[0]: int",
+        "a list [1, 2] (sorted) and a todo [x]",
+        # fullwidth brackets: no platform links them
+        "\uff3bbank\uff3d\uff08https://evil.example\uff09",
+        "",
+    ],
+)
+def test_text_without_a_masked_link_is_unchanged(text: str) -> None:
+    assert unmask_links(text) == text
+
+
+def test_nothing_nested_deeper_than_the_passes_survives_as_a_link() -> None:
+    deep = "[" * 300 + "bank" + "](https://evil.example)" * 300
+    slack = "<https://evil.example|" * 300 + "bank" + ">" * 300
+    for text in (deep, slack):
+        shown = unmask_links(text)
+        assert "https://evil.example" in shown
+        assert not MASKED.search(shown)
+
+
+def test_hostile_text_is_undone_in_linear_time() -> None:
+    hostile = [
+        "[a](" + " " * 50_000,
+        "-  " * 20_000 + "[",
+        "[" * 50_000,
+        "<a|" * 20_000,
+        "[a](b" * 10_000,
+    ]
+    started = time.perf_counter()
+    for text in hostile:
+        unmask_links(text)
+    assert time.perf_counter() - started < 1.0
