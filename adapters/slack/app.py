@@ -15,6 +15,7 @@ from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetry
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack import ids
+from adapters.slack.gate import SlackGate, on_bolt_error
 from adapters.slack.identity import Identities
 from adapters.slack.listeners import BotIdentity, SlackListeners
 from adapters.slack.look import SlackLook
@@ -86,9 +87,13 @@ class SlackAdapter:
         return me
 
     def web_app(self) -> web.Application:
-        """The HTTP endpoint: ``POST /slack/events`` (events, interactivity, the command)."""
+        """The HTTP endpoint: ``POST /slack/events`` (events, interactivity, the command),
+        behind ``SlackGate``: only signed, well-formed bodies of at most 1 MiB reach bolt."""
         assert self.app is not None, "start() first"
-        return self.app.web_app(path=EVENTS_PATH)
+        application = web.Application()
+        gate = SlackGate(self.app, self.settings.signing_secret)
+        application.router.add_post(EVENTS_PATH, gate.handle)
+        return application
 
     async def connect(self) -> None:
         """Socket Mode: connect out with the app-level token (no public URL needed)."""
@@ -142,4 +147,5 @@ def _bolt_app(settings: SlackSettings, client: AsyncWebClient, on: SlackListener
     app.view(ids.DENY_MODAL)(on.on_deny_submitted)
     app.view(ids.ANSWER_MODAL)(on.on_answer_submitted)
     app.command("/kestrel")(on.on_command)
+    app.error(on_bolt_error)
     return app

@@ -3,8 +3,9 @@ for ``/healthz``, the run pages, ``/metrics`` and Slack's endpoint (unless in So
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from aiohttp import web
 
@@ -21,6 +22,9 @@ if TYPE_CHECKING:
     from bot.supervisor import Supervisor
 
 DEFAULT_PORT = 3000
+# What aiohttp says of a request it cannot parse (a URL or header over 8 KiB, bytes that are not
+# HTTP) or of a handler that raised: each is one line here, never a traceback.
+HTTP_LOG: Final = "kestrel.http"
 
 
 class ChatFront:
@@ -79,7 +83,7 @@ class ChatFront:
             await self._discord.stop()
 
     async def _listen(self, application: web.Application) -> None:
-        self._runner = web.AppRunner(application, access_log=None)
+        self._runner = web.AppRunner(application, access_log=None, logger=_http_logger())
         await self._runner.setup()
         site = web.TCPSite(self._runner, self._host, self._port)
         try:
@@ -138,6 +142,32 @@ class ChatFront:
         me = await adapter.start()
         self._discord = adapter
         self._lines.append(f"discord: connected as {me.name} ({me.id})")
+
+
+class _OneLine(logging.Filter):
+    """Folds a record's exception into its message, on one line: a client's malformed request
+    (a 4xx aiohttp answers itself) or a client gone mid-request is a warning; anything else
+    stays an error."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.exc_info:
+            return True
+        exc = record.exc_info[1]
+        record.exc_info, record.exc_text = None, None
+        said = " ".join(str(exc).split())[:300]
+        record.msg = f"{record.getMessage()}: {type(exc).__name__}: {said}"
+        record.args = None
+        if isinstance(exc, ConnectionError) or 400 <= getattr(exc, "code", 0) < 500:
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        # The logger let the error through; the warning it now is obeys its level too.
+        return logging.getLogger(record.name).isEnabledFor(record.levelno)
+
+
+def _http_logger() -> logging.Logger:
+    logger = logging.getLogger(HTTP_LOG)
+    if not any(isinstance(f, _OneLine) for f in logger.filters):
+        logger.addFilter(_OneLine())
+    return logger
 
 
 async def _healthy(_request: web.Request) -> web.Response:
