@@ -8,14 +8,13 @@ import logging
 
 import aiohttp
 from aiohttp import web
-from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack import ids
-from adapters.slack.gate import SlackGate, on_bolt_error
+from adapters.slack.gate import GatedSocketMode, SlackGate, on_bolt_error
 from adapters.slack.identity import Identities
 from adapters.slack.listeners import BotIdentity, SlackListeners
 from adapters.slack.look import SlackLook
@@ -25,6 +24,7 @@ from adapters.slack.transport import SlackTransport
 from bot.chat import ChatService
 from bot.config import ConfigError
 from bot.links import RunLink
+from bot.oneline import one_line
 from bot.outbox import Deliveries
 from bot.store import Outbox
 from bot.threads import ThreadRenderer
@@ -66,7 +66,7 @@ class SlackAdapter:
         self.app: AsyncApp | None = None
         self.listeners: SlackListeners | None = None
         self._tasks: list[asyncio.Task[None]] = []
-        self._socket: AsyncSocketModeHandler | None = None
+        self._socket: GatedSocketMode | None = None
 
     async def start(self) -> BotIdentity:
         """Check the token (``auth.test``), register the listeners, start delivering, and
@@ -98,7 +98,7 @@ class SlackAdapter:
     async def connect(self) -> None:
         """Socket Mode: connect out with the app-level token (no public URL needed)."""
         assert self.app is not None, "start() first"
-        self._socket = AsyncSocketModeHandler(self.app, self.settings.app_token)
+        self._socket = GatedSocketMode(self.app, self.settings.app_token)
         await self._socket.connect_async()  # type: ignore[no-untyped-call]
 
     async def stop(self) -> None:
@@ -138,7 +138,10 @@ def _bolt_app(settings: SlackSettings, client: AsyncWebClient, on: SlackListener
         request_verification_enabled=not settings.socket_mode,
         # Listeners hand their work to tasks: respond as soon as they return.
         process_before_response=True,
-        logger=logging.getLogger("kestrel.slack.bolt"),
+        # A request no listener takes goes to ``on_bolt_error``: one line, not a code sample.
+        raise_error_for_unhandled_request=True,
+        # Bolt's (and its Socket Mode client's) tracebacks are one line each.
+        logger=one_line("kestrel.slack.bolt"),
     )
     app.event("app_mention")(on.on_app_mention)
     app.event("message")(on.on_message)

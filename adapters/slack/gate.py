@@ -10,7 +10,8 @@ In order, and each refusal is one status, one line of text and one warning in th
   Slack shapes it (``adapters.slack.shape``): 400.
 
 Only a signed, well-formed body reaches bolt; whatever still fails inside bolt is one line in
-the log (``on_bolt_error``), never a traceback.
+the log (``on_bolt_error``), never a traceback. Socket Mode's envelopes come over Kestrel's own
+authenticated connection, unsigned: ``GatedSocketMode`` checks their shape the same way.
 """
 
 from __future__ import annotations
@@ -25,10 +26,16 @@ from typing import Any, Final
 
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response
+from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
 from slack_bolt.async_app import AsyncApp
+from slack_bolt.error import BoltUnhandledRequestError
 from slack_bolt.request.async_request import AsyncBoltRequest
+from slack_sdk.socket_mode.aiohttp import SocketModeClient
+from slack_sdk.socket_mode.request import SocketModeRequest
+from slack_sdk.socket_mode.response import SocketModeResponse
 
-from adapters.slack.shape import Unreadable, problem, read_body
+from adapters.slack.shape import MAX_DEPTH, Unreadable, problem, read_body
+from bot.nesting import deeper_than
 
 log = logging.getLogger("kestrel.slack")
 
@@ -135,7 +142,55 @@ def _bolt_request(text: str, request: web.Request) -> AsyncBoltRequest:
         raise Refused(400, f"bolt cannot read the body ({type(exc).__name__})") from None
 
 
+class GatedSocketMode(AsyncSocketModeHandler):
+    """Socket Mode, where a malformed envelope is acknowledged (Slack would send it again) and
+    refused in one line instead of reaching bolt."""
+
+    async def handle(  # type: ignore[override]
+        self, client: SocketModeClient, req: SocketModeRequest
+    ) -> None:
+        """Bolt's handling of a well-formed envelope; an acknowledgement alone for another."""
+        found = _envelope_problem(req)
+        if found is None:
+            await super().handle(client, req)
+            return
+        log.warning("slack: refused a Socket Mode %s envelope: %s", _short(req.type), found)
+        await client.send_socket_mode_response(SocketModeResponse(envelope_id=req.envelope_id))
+
+
+def _envelope_problem(req: SocketModeRequest) -> str | None:
+    if req.type not in ("events_api", "interactive", "slash_commands"):
+        return None
+    if deeper_than(req.payload, MAX_DEPTH):
+        return f"the payload nests more than {MAX_DEPTH} levels"
+    return problem(req.payload)
+
+
 async def on_bolt_error(error: Exception, body: Any) -> None:
-    """Bolt's error handler: what fails inside bolt for a signed request is one line."""
-    kind = body.get("type") if isinstance(body, dict) else None
-    log.error("slack: a %s request failed in bolt: %s: %s", kind, type(error).__name__, error)
+    """Bolt's error handler: a request no listener takes (answered 404), or what fails inside
+    bolt, is one line (bolt's own are a traceback, or a code sample of a listener to add)."""
+    if isinstance(error, BoltUnhandledRequestError):
+        log.warning("slack: no listener takes this %s request (404)", _what(body))
+        return
+    log.error(
+        "slack: a %s request failed in bolt: %s: %s", _what(body), type(error).__name__, error
+    )
+
+
+def _what(body: Any) -> str:
+    """The request's type, with its event's type or its action's id: ``event_callback
+    (reaction_added)``. Socket Mode's bodies are not gated: nothing is assumed of them."""
+    if not isinstance(body, dict):
+        return "?"
+    event, actions = body.get("event"), body.get("actions")
+    detail = None
+    if isinstance(event, dict):
+        detail = event.get("type")
+    elif isinstance(actions, list) and actions and isinstance(actions[0], dict):
+        detail = actions[0].get("action_id")
+    what = _short(body.get("type") or body.get("command"))
+    return f"{what} ({_short(detail)})" if detail else what
+
+
+def _short(value: object) -> str:
+    return " ".join(str(value).split())[:80]

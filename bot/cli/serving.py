@@ -3,7 +3,6 @@ for ``/healthz``, the run pages, ``/metrics`` and Slack's endpoint (unless in So
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Final
 
@@ -12,6 +11,7 @@ from aiohttp import web
 from bot.chat import ChatService
 from bot.config import ConfigError, WebSettings
 from bot.config_sources import environment
+from bot.oneline import one_line
 
 if TYPE_CHECKING:
     from adapters.discord.app import DiscordAdapter
@@ -83,7 +83,7 @@ class ChatFront:
             await self._discord.stop()
 
     async def _listen(self, application: web.Application) -> None:
-        self._runner = web.AppRunner(application, access_log=None, logger=_http_logger())
+        self._runner = web.AppRunner(application, access_log=None, logger=one_line(HTTP_LOG))
         await self._runner.setup()
         site = web.TCPSite(self._runner, self._host, self._port)
         try:
@@ -142,32 +142,6 @@ class ChatFront:
         me = await adapter.start()
         self._discord = adapter
         self._lines.append(f"discord: connected as {me.name} ({me.id})")
-
-
-class _OneLine(logging.Filter):
-    """Folds a record's exception into its message, on one line: a client's malformed request
-    (a 4xx aiohttp answers itself) or a client gone mid-request is a warning; anything else
-    stays an error."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if not record.exc_info:
-            return True
-        exc = record.exc_info[1]
-        record.exc_info, record.exc_text = None, None
-        said = " ".join(str(exc).split())[:300]
-        record.msg = f"{record.getMessage()}: {type(exc).__name__}: {said}"
-        record.args = None
-        if isinstance(exc, ConnectionError) or 400 <= getattr(exc, "code", 0) < 500:
-            record.levelno, record.levelname = logging.WARNING, "WARNING"
-        # The logger let the error through; the warning it now is obeys its level too.
-        return logging.getLogger(record.name).isEnabledFor(record.levelno)
-
-
-def _http_logger() -> logging.Logger:
-    logger = logging.getLogger(HTTP_LOG)
-    if not any(isinstance(f, _OneLine) for f in logger.filters):
-        logger.addFilter(_OneLine())
-    return logger
 
 
 async def _healthy(_request: web.Request) -> web.Response:

@@ -9,6 +9,7 @@ import asyncio
 import json
 import re
 import signal
+import uuid
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,7 @@ import aiohttp
 from adapters.slack import ids
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.serving import free_port, serve_env, start_serve, wait_healthy
-from tests.fakes.slack_api import FakeSlackApi
+from tests.fakes.slack_api import FakeSlackApi, events_api_envelope, interactive_envelope
 from tests.fakes.slack_client import (
     FORM,
     SlackSender,
@@ -193,3 +194,44 @@ async def test_hostile_bodies_and_queries_get_one_line_refusals(tmp_path: Path) 
         )
         assert logged == causes
         assert len(re.findall(r"WARNING:kestrel.http:.*400", err)) == unparsed, err[-3000:]
+
+
+async def test_hostile_socket_mode_envelopes_are_acknowledged_and_refused(tmp_path: Path) -> None:
+    async with FakeOpenAI(restart_script()) as model, FakeSlackApi() as api:
+        config = write_config(tmp_path, model.base_url)
+        env = serve_env(config, api.url, SLACK_APP_TOKEN="xapp-1-test")
+        process = start_serve(tmp_path, free_port(), env, "slack", verbose=True)
+        refused = {
+            "type is not a string": events_api_envelope({"type": 5}),
+            "event is not an object": events_api_envelope({"type": "event_callback", "event": "x"}),
+            "block_actions has no actions": interactive_envelope(_click(actions=[])),
+            "user is not an object": interactive_envelope(_click(user="U1")),
+            "the payload nests more than 64 levels": events_api_envelope(
+                {
+                    "type": "event_callback",
+                    "event": {"type": "x", "deep": json.loads("[" * 80 + "]" * 80)},
+                }
+            ),
+        }
+        try:
+            await api.wait_for_socket(timeout=20)
+            for envelope in refused.values():
+                await api.wait_for_ack(await api.socket_send(envelope))
+            # A payload the Socket Mode client itself cannot read: never acknowledged, one line.
+            await api.socket_send(
+                {"envelope_id": str(uuid.uuid4()), "type": "events_api", "payload": [1]}
+            )
+            mention = events_api_envelope(
+                event_callback(app_mention(REQUESTER, "checkout is failing"))
+            )
+            await api.wait_for_ack(await api.socket_send(mention))
+            await api.wait_for(
+                lambda c: c.ok is True and ids.APPROVE_ONCE in json.dumps(c.args), timeout=20
+            )
+        finally:
+            process.send_signal(signal.SIGTERM)
+            _out, err = await asyncio.to_thread(process.communicate, timeout=30)
+        assert "Traceback" not in err, err[-3000:]
+        logged = re.findall(r"refused a Socket Mode \S+ envelope: (.*)", err)
+        assert sorted(logged) == sorted(refused)
+        assert "Unsupported payload data type" in err
