@@ -65,7 +65,8 @@ def problem(body: object) -> str | None:
     kind = body["type"]
     if not isinstance(kind, str):
         return "type is not a string"
-    found = _ids_problem(body, "")
+    # Bolt reads ``actions[0]`` of any body that has actions (legacy attachments' too).
+    found = _ids_problem(body, "") or ("actions" in body and _actions_problem(body)) or None
     if found:
         return found
     check = _BY_TYPE.get(kind)
@@ -105,13 +106,20 @@ def _event_callback(body: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _block_actions(body: Mapping[str, Any]) -> str | None:
+def _actions_problem(body: Mapping[str, Any]) -> str | None:
     actions = body.get("actions")
     if not _objects(actions):
         return "actions is not a list of objects"
     if not actions:
-        return "block_actions has no actions"
-    for action in actions:
+        return f"{body['type']} has no actions"
+    return None
+
+
+def _block_actions(body: Mapping[str, Any]) -> str | None:
+    found = _actions_problem(body)
+    if found:
+        return found
+    for action in body["actions"]:
         if not isinstance(action.get("action_id"), str):
             return "an action's action_id is not a string"
     return _objects_or_absent(body, _ACTION_OBJECTS)
