@@ -199,8 +199,6 @@ async def test_hostile_bodies_and_queries_get_one_line_refusals(tmp_path: Path) 
 async def test_hostile_socket_mode_envelopes_are_acknowledged_and_refused(tmp_path: Path) -> None:
     async with FakeOpenAI(restart_script()) as model, FakeSlackApi() as api:
         config = write_config(tmp_path, model.base_url)
-        env = serve_env(config, api.url, SLACK_APP_TOKEN="xapp-1-test")
-        process = start_serve(tmp_path, free_port(), env, "slack", verbose=True)
         refused = {
             "type is not a string": events_api_envelope({"type": 5}),
             "event is not an object": events_api_envelope({"type": "event_callback", "event": "x"}),
@@ -213,6 +211,8 @@ async def test_hostile_socket_mode_envelopes_are_acknowledged_and_refused(tmp_pa
                 }
             ),
         }
+        env = serve_env(config, api.url, SLACK_APP_TOKEN="xapp-1-test")
+        process = start_serve(tmp_path, free_port(), env, "slack", verbose=True)
         try:
             await api.wait_for_socket(timeout=20)
             for envelope in refused.values():
