@@ -9,13 +9,13 @@ import logging
 
 import aiohttp
 from aiohttp import web
-from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack import ids
+from adapters.slack.gate import GatedSocketMode, SlackGate, on_bolt_error
 from adapters.slack.identity import Identities
 from adapters.slack.listeners import BotIdentity, SlackListeners
 from adapters.slack.look import SlackLook
@@ -25,6 +25,7 @@ from adapters.slack.transport import SlackTransport
 from bot.chat import ChatService
 from bot.config import ConfigError
 from bot.links import RunLink
+from bot.oneline import one_line
 from bot.outbox import Deliveries
 from bot.store import Outbox
 from bot.threads import ThreadRenderer
@@ -66,7 +67,7 @@ class SlackAdapter:
         self.app: AsyncApp | None = None
         self.listeners: SlackListeners | None = None
         self._tasks: list[asyncio.Task[None]] = []
-        self._socket: AsyncSocketModeHandler | None = None
+        self._socket: GatedSocketMode | None = None
 
     async def start(self) -> BotIdentity:
         """Check the token (``auth.test``), register the listeners, start delivering, and
@@ -93,14 +94,18 @@ class SlackAdapter:
         return hashlib.sha256(b"kestrel-modal\0" + secret.encode()).digest()
 
     def web_app(self) -> web.Application:
-        """The HTTP endpoint: ``POST /slack/events`` (events, interactivity, the command)."""
+        """The HTTP endpoint: ``POST /slack/events`` (events, interactivity, the command),
+        behind ``SlackGate``: only signed, well-formed bodies of at most 1 MiB reach bolt."""
         assert self.app is not None, "start() first"
-        return self.app.web_app(path=EVENTS_PATH)
+        application = web.Application()
+        gate = SlackGate(self.app, self.settings.signing_secret)
+        application.router.add_post(EVENTS_PATH, gate.handle)
+        return application
 
     async def connect(self) -> None:
         """Socket Mode: connect out with the app-level token (no public URL needed)."""
         assert self.app is not None, "start() first"
-        self._socket = AsyncSocketModeHandler(self.app, self.settings.app_token)
+        self._socket = GatedSocketMode(self.app, self.settings.app_token)
         await self._socket.connect_async()  # type: ignore[no-untyped-call]
 
     async def stop(self) -> None:
@@ -140,7 +145,10 @@ def _bolt_app(settings: SlackSettings, client: AsyncWebClient, on: SlackListener
         request_verification_enabled=not settings.socket_mode,
         # Listeners hand their work to tasks: respond as soon as they return.
         process_before_response=True,
-        logger=logging.getLogger("kestrel.slack.bolt"),
+        # A request no listener takes goes to ``on_bolt_error``: one line, not a code sample.
+        raise_error_for_unhandled_request=True,
+        # Bolt's (and its Socket Mode client's) tracebacks are one line each.
+        logger=one_line("kestrel.slack.bolt"),
     )
     app.event("app_mention")(on.on_app_mention)
     app.event("message")(on.on_message)
@@ -149,4 +157,5 @@ def _bolt_app(settings: SlackSettings, client: AsyncWebClient, on: SlackListener
     app.view(ids.DENY_MODAL)(on.on_deny_submitted)
     app.view(ids.ANSWER_MODAL)(on.on_answer_submitted)
     app.command("/kestrel")(on.on_command)
+    app.error(on_bolt_error)
     return app

@@ -4,13 +4,14 @@ for ``/healthz``, the run pages, ``/metrics`` and Slack's endpoint (unless in So
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from aiohttp import web
 
 from bot.chat import ChatService
 from bot.config import ConfigError, WebSettings
 from bot.config_sources import environment
+from bot.oneline import one_line
 
 if TYPE_CHECKING:
     from adapters.discord.app import DiscordAdapter
@@ -21,6 +22,9 @@ if TYPE_CHECKING:
     from bot.supervisor import Supervisor
 
 DEFAULT_PORT = 3000
+# What aiohttp says of a request it cannot parse (a URL or header over 8 KiB, bytes that are not
+# HTTP) or of a handler that raised: each is one line here, never a traceback.
+HTTP_LOG: Final = "kestrel.http"
 
 
 class ChatFront:
@@ -79,7 +83,7 @@ class ChatFront:
             await self._discord.stop()
 
     async def _listen(self, application: web.Application) -> None:
-        self._runner = web.AppRunner(application, access_log=None)
+        self._runner = web.AppRunner(application, access_log=None, logger=one_line(HTTP_LOG))
         await self._runner.setup()
         site = web.TCPSite(self._runner, self._host, self._port)
         try:

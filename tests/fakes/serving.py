@@ -39,10 +39,11 @@ def serve_env(config: Path, slack_api_url: str, **extra: str) -> dict[str, str]:
 
 
 def start_serve(
-    folder: Path, port: int, env: dict[str, str], *platforms: str
+    folder: Path, port: int, env: dict[str, str], *platforms: str, verbose: bool = False
 ) -> subprocess.Popen[str]:
-    """``kestrel serve PLATFORMS --port PORT`` in ``folder``, its output piped."""
-    argv = [*KESTREL, "serve", *platforms, "--port", str(port)]
+    """``kestrel serve PLATFORMS --port PORT`` in ``folder``, its output piped (with
+    ``verbose``, its warnings too: ``kestrel -v``)."""
+    argv = [*KESTREL, *(["-v"] if verbose else []), "serve", *platforms, "--port", str(port)]
     return subprocess.Popen(
         argv, env=env, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
