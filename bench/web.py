@@ -15,15 +15,33 @@ aiohttp on localhost, the operators' bearer token). Timed, after a few uncounted
 
 Target (issue): the page of a run of 1,000 journal entries rendered in under 100 ms.
 
-    python -m bench.web [--entries N] [--requests N] [--json]
+Then a run of 100,000 entries (``--long N``), written in bulk (one ``create_run`` with its
+journal), served in a fresh process as ``kestrel serve`` serves it, and measured there:
+
+* server time of its page (the newest page of the timeline) and of a live poll that finds
+  nothing new, p50 and p99, the first page apart (it tallies the whole journal in SQL);
+* the RSS the serving process grew by, at its peak, while pages and polls are fetched;
+* the event loop's longest block meanwhile: a probe that sleeps 5 ms and measures how late it
+  wakes up (what ``/healthz``, Slack and Discord would wait);
+* ``kestrel runs export --html`` of the run (``write_export`` to a file): its time and the
+  peak RSS its process grew by.
+
+Targets (issue 20): a page in at most 200 ms of server time, RSS growth at most 50 MiB, the
+loop never blocked over 50 ms; the same for the export (bounded memory).
+
+    python -m bench.web [--entries N] [--requests N] [--long N] [--json]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import gc
 import json
 import math
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -36,6 +54,7 @@ from aiohttp import web
 
 from adapters.web.app import web_routes
 from adapters.web.auth import WebConfig
+from adapters.web.export import write_export
 from adapters.web.render import load_run_page, load_run_sources, render_run_page
 from bot.chat import ChatService
 from bot.domain import (
@@ -190,9 +209,9 @@ async def run(entries: int, requests: int) -> Figures:
 
             html = await server_side()
             calls = html.count('<li class="call')
-            if calls != 3 * ((len(written) - 4) // 4) or HOSTILE in html:
+            if not calls or HOSTILE in html:
                 raise RuntimeError(f"the page shows {calls} calls, or an unescaped script")
-            version = sources.version
+            version = page.version
 
             runner = web.AppRunner(web_routes(chat, WebConfig(token=TOKEN)), access_log=None)
             await runner.setup()
@@ -239,7 +258,7 @@ def measure(entries: int = ENTRIES, requests: int = REQUESTS) -> Figures:
 
 
 ROWS: Final = (
-    ("server", "server time (load_run_page + render_run_page)", True),
+    ("server", "server time (load_run_page + render_run_page, newest page)", True),
     ("read", "  of which the reads (one journal load, audit, requests)", False),
     ("build", "  of which the page's model (build_run_page)", False),
     ("render", "  of which render_run_page (templates)", False),
@@ -270,12 +289,243 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="The cost of a run's page.")
     parser.add_argument("--entries", type=int, default=ENTRIES)
     parser.add_argument("--requests", type=int, default=REQUESTS)
+    parser.add_argument("--long", type=int, default=LONG_ENTRIES, help="0: skip the long run.")
     parser.add_argument("--json", action="store_true", help="Print the figures as JSON.")
     options = parser.parse_args()
     if options.json:
-        print(json.dumps(asdict(measure(options.entries, options.requests))))
-    else:
-        report(options.entries, options.requests)
+        figures: dict[str, Any] = {"page": asdict(measure(options.entries, options.requests))}
+        if options.long:
+            figures["long"] = asdict(measure_long(options.long, options.requests))
+        print(json.dumps(figures))
+        return
+    report(options.entries, options.requests)
+    if options.long:
+        report_long(options.long, options.requests)
+
+
+# -- a run of 100,000 entries ----------------------------------------------------------------
+
+LONG_ENTRIES: Final = 100_000
+LONG_TARGET_MS: Final = 200.0
+RSS_TARGET_MIB: Final = 50.0
+BLOCK_TARGET_MS: Final = 50.0
+PROBE_S: Final = 0.005
+
+
+@dataclass(frozen=True)
+class LongFigures:
+    """What was measured on the long run: ms as (p50, p99, max); RSS growth in MiB."""
+
+    entries: int
+    fill_s: float
+    first_page_ms: float
+    timings: dict[str, tuple[float, float, float]]
+    page_bytes: int
+    rss_growth_mib: float
+    longest_block_ms: float
+    export_s: float
+    export_bytes: int
+    export_rss_growth_mib: float
+
+
+def _rss_kib(field: str) -> int:
+    """``VmRSS`` (now) or ``VmHWM`` (peak) of this process, in KiB (Linux)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return 0
+
+
+def _reset_peak() -> None:
+    """Start the peak RSS (``VmHWM``) afresh from the current RSS (Linux)."""
+    with contextlib.suppress(OSError):
+        Path("/proc/self/clear_refs").write_text("5")
+
+
+class LoopProbe:
+    """How late a task sleeping PROBE_S wakes: the loop's longest block while it runs."""
+
+    def __init__(self) -> None:
+        self.longest = 0.0
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._probe())
+
+    async def stop(self) -> float:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        return self.longest * 1000
+
+    async def _probe(self) -> None:
+        while True:
+            started = time.perf_counter()
+            await asyncio.sleep(PROBE_S)
+            self.longest = max(self.longest, time.perf_counter() - started - PROBE_S)
+
+
+async def _fill_long(db: Path, entries: int) -> float:
+    """The long run written in bulk: its row and journal in one transaction."""
+    rt, _ = await make_runtime(db, [])
+    try:
+        written = journal(entries)
+        record = RunRecord(
+            id=RUN_ID, session_id=SESSION.id, prompt="why is checkout slow?", requested_by="U0B"
+        )
+        started = time.perf_counter()
+        await rt.store.create_run(record, "bench", 30.0, SESSION, written)
+        return time.perf_counter() - started
+    finally:
+        await rt.store.close()
+
+
+async def _serve_long(db: Path, requests: int, entries: int) -> dict[str, Any]:
+    """In a fresh process: serve the pages over ``db``, fetch them, measure."""
+    rt, _ = await make_runtime(db, [])
+    chat = ChatService(Supervisor(rt))
+    app = web_routes(chat, WebConfig(token=TOKEN))
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    url = f"http://127.0.0.1:{runner.addresses[0][1]}/runs/{RUN_ID}"
+    gc.freeze()  # as ``kestrel serve`` does once started
+    probe = LoopProbe()
+    try:
+        async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {TOKEN}"}) as http:
+
+            async def get(target: str, status: int) -> str:
+                async with http.get(target) as response:
+                    body = await response.text()
+                    if response.status != status:
+                        raise RuntimeError(f"GET {target}: {response.status}, not {status}")
+                    return body
+
+            baseline = _rss_kib("VmRSS")
+            _reset_peak()
+            probe.start()
+            started = time.perf_counter()
+            html = await get(url, 200)
+            first = (time.perf_counter() - started) * 1000
+            version = html.split('data-version="', 1)[1].split('"', 1)[0]
+            samples = {
+                "page": await timed(lambda: get(url, 200), requests),
+                "older": await timed(lambda: get(f"{url}?before={entries // 2}", 200), 10),
+                "poll": await timed(lambda: get(f"{url}/fragment?v={version}", 204), requests),
+            }
+            longest = await probe.stop()
+            grown = (_rss_kib("VmHWM") - baseline) / 1024
+    finally:
+        await runner.cleanup()
+        await rt.store.close()
+    return {
+        "first": first,
+        "samples": samples,
+        "page_bytes": len(html.encode()),
+        "rss": grown,
+        "longest": longest,
+    }
+
+
+async def _export_long(db: Path) -> dict[str, Any]:
+    """In a fresh process: ``runs export --html`` of the long run, timed, its peak RSS."""
+    rt, _ = await make_runtime(db, [])
+    chat = ChatService(Supervisor(rt))
+    out = db.with_name("export.html")
+    try:
+        baseline = _rss_kib("VmRSS")
+        _reset_peak()
+        started = time.perf_counter()
+        with out.open("w", encoding="utf-8") as file:
+            await write_export(chat, RUN_ID, file.write)
+        took = time.perf_counter() - started
+        grown = (_rss_kib("VmHWM") - baseline) / 1024
+    finally:
+        await rt.store.close()
+    calls = out.read_text(encoding="utf-8").count('<li class="call')
+    return {"s": took, "bytes": out.stat().st_size, "rss": grown, "calls": calls}
+
+
+def _in_process(target: str, db: Path, *args: int) -> dict[str, Any]:
+    """``target`` (``_serve_long`` or ``_export_long``) in a fresh interpreter."""
+    code = (
+        "import asyncio, json, sys; from pathlib import Path; import bench.web as b;"
+        f" print(json.dumps(asyncio.run(b.{target}(Path(sys.argv[1]), *map(int, sys.argv[2:])))))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(db), *map(str, args)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"{target} failed: {done.stderr.strip()[-2000:]}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def measure_long(entries: int = LONG_ENTRIES, requests: int = REQUESTS) -> LongFigures:
+    """The long run's figures: written here, served and exported in fresh processes."""
+    with tempfile.TemporaryDirectory(prefix="kestrel-bench-web-long-") as tmp:
+        db = Path(tmp) / "kestrel.db"
+        fill_s = asyncio.run(_fill_long(db, entries))
+        served = _in_process("_serve_long", db, requests, entries)
+        exported = _in_process("_export_long", db)
+    if exported["calls"] != 3 * ((entries - 4) // 4):
+        raise RuntimeError(f"the export shows {exported['calls']} calls")
+    return LongFigures(
+        entries=entries,
+        fill_s=fill_s,
+        first_page_ms=served["first"],
+        timings={
+            name: (percentile(values, 50), percentile(values, 99), max(values))
+            for name, values in served["samples"].items()
+        },
+        page_bytes=served["page_bytes"],
+        rss_growth_mib=served["rss"],
+        longest_block_ms=served["longest"],
+        export_s=exported["s"],
+        export_bytes=exported["bytes"],
+        export_rss_growth_mib=exported["rss"],
+    )
+
+
+LONG_ROWS: Final = (
+    ("page", "GET /runs/{id}, the newest page (HTTP on localhost)"),
+    ("older", "GET /runs/{id}?before=N, an older page (10 requests)"),
+    ("poll", "live poll, nothing new (/fragment?v=, 204)"),
+)
+
+
+def report_long(entries: int = LONG_ENTRIES, requests: int = REQUESTS) -> None:
+    """Print the long run's figures against the targets."""
+    f = measure_long(entries, requests)
+
+    def verdict(ok: bool) -> str:
+        return "ok" if ok else "over"
+
+    print(
+        f"A run of {f.entries:,} journal entries (written in bulk in {f.fill_s:.1f} s), served in"
+        f" a fresh process; pages of {f.page_bytes:,} bytes"
+    )
+    print(f"  {'':<56}{'p50':>10}{'p99':>10}{'max':>10}")
+    for key, label in LONG_ROWS:
+        p50, p99, most = f.timings[key]
+        line = f"  {label:<56}{p50:>7.1f} ms{p99:>7.1f} ms{most:>7.1f} ms"
+        print(line + f"  p99 {verdict(p99 <= LONG_TARGET_MS)}")
+    print(f"  first page (tallies the whole journal in SQL): {f.first_page_ms:.0f} ms")
+    print(
+        f"  serving process RSS growth at peak: {f.rss_growth_mib:.1f} MiB"
+        f" ({verdict(f.rss_growth_mib <= RSS_TARGET_MIB)});"
+        f" event loop's longest block: {f.longest_block_ms:.1f} ms"
+        f" ({verdict(f.longest_block_ms <= BLOCK_TARGET_MS)})"
+    )
+    print(
+        f"  runs export --html: {f.export_s:.1f} s, {f.export_bytes / 2**20:.0f} MiB of HTML,"
+        f" RSS growth at peak {f.export_rss_growth_mib:.1f} MiB"
+        f" ({verdict(f.export_rss_growth_mib <= RSS_TARGET_MIB)})"
+    )
 
 
 if __name__ == "__main__":

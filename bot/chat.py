@@ -26,6 +26,7 @@ from bot.place import Place
 from bot.policy import Actor, NotPermitted, Policy
 from bot.prompter import Prompter
 from bot.records import JournalRecord, RunRecord
+from bot.run_summary import PAGE_ENTRIES, RunSummaries
 from bot.store import AuditRecord, Requests, UnknownRun
 from bot.tools.base import ToolFlags
 
@@ -81,12 +82,24 @@ class RequestView:
 
 @dataclass(frozen=True)
 class RunInspection:
-    """Everything a run's page shows, read with one load of its journal."""
+    """Everything a run's page shows: the run, one page of its journal (the whole journal
+    when ``length`` is None), its audit and its requests."""
 
     view: RunView
     journal: list[JournalRecord]
     audit: list[AuditRecord]
     requests: list[RequestView]
+    length: int | None = None  # entries in the whole journal
+
+
+@dataclass(frozen=True)
+class RunMark:
+    """What a live page compares to tell whether its run changed, read without its journal:
+    the run's row, how many entries its journal holds, its latest audited fact."""
+
+    record: RunRecord
+    length: int
+    last_audit: AuditRecord | None
 
 
 @dataclass(frozen=True)
@@ -118,6 +131,7 @@ class ChatService:
     def __init__(self, supervisor: Supervisor) -> None:
         self._supervisor = supervisor
         self._rt = supervisor.rt
+        self._summaries = RunSummaries(supervisor.rt.store)
         self.duplicates_dropped = 0
 
     def subscribe(self, sink: EventSink) -> None:
@@ -218,16 +232,33 @@ class ChatService:
         who = tuple(self._rt.policy.who_may_answer(request, flags))
         return RequestView(request, status, decision, who, state.reason_for(request.call_id))
 
-    async def inspect(self, run_id: str) -> RunInspection:
-        """A run's record, journal, audit and requests (``UnknownRun`` for an unknown id)."""
+    async def inspect(
+        self, run_id: str, *, before: int | None = None, size: int = PAGE_ENTRIES
+    ) -> RunInspection:
+        """A run's record, one page of its journal (the ``size`` entries before ``before``;
+        the newest without it), its audit and its requests (``UnknownRun`` for an unknown
+        id). The whole journal is never loaded: see ``bot.run_summary``."""
         store = self._rt.store
         record = await store.get_run(run_id)
-        journal = await store.load(run_id)
-        state = fold(journal, run_id)
+        length = await store.journal_length(run_id)
+        page = await self._summaries.page(record, length, before=before, size=size)
         audit = await store.list_audit(run_id, limit=1000)
         found = await store.list_requests(run_id=run_id, status=None)
-        requests = [self._view(*row, state) for row in found]
-        return RunInspection(RunView(record, state), journal, audit, requests)
+        # Why the model asked is known for the current batch's requests (earlier: "").
+        requests = [self._view(*row, page.state) for row in found]
+        return RunInspection(RunView(record, page.state), page.records, audit, requests, length)
+
+    async def entries(self, run_id: str, start: int, stop: int) -> list[JournalRecord]:
+        """A run's journal entries with ``start <= seq < stop`` (``UnknownRun``)."""
+        return await self._rt.store.load_range(run_id, start, stop)
+
+    async def mark(self, run_id: str) -> RunMark:
+        """What a live page compares (``UnknownRun`` for an unknown id): three indexed reads."""
+        store = self._rt.store
+        record = await store.get_run(run_id)
+        length = await store.journal_length(run_id)
+        audit = await store.list_audit(run_id, limit=1)
+        return RunMark(record, length, audit[-1] if audit else None)
 
     async def session_of(self, run_id: str) -> Session | None:
         """The session (thread) a run belongs to."""

@@ -24,7 +24,7 @@ from bot.journal.entries import (
     status_after,
 )
 from bot.records import JournalRecord, OutboxMessage, Replica, RunRecord, WorkItem
-from bot.store import SeqConflict, SeqGap, StaleEpoch, StoreError, UnknownRun
+from bot.store import JournalTally, SeqConflict, SeqGap, StaleEpoch, StoreError, UnknownRun
 from storage import sql
 from storage.sql import Step
 
@@ -81,6 +81,39 @@ def projection(entry: Entry) -> Projection | None:
     if isinstance(entry, RunEnded):
         return Projection(status, entry.result.stop_reason.value, releases)
     return Projection(status, "", releases)
+
+
+def tally_from_rows(rows: Sequence[Sequence[Any]], stop: int) -> JournalTally:
+    """``sql.JOURNAL_TALLY``'s rows (one per kind and tool outcome) as one tally."""
+    kinds: dict[str, int] = {}
+    outcomes: dict[str, int] = {}
+    tokens = [0, 0]
+    iterations = 0
+    started: list[int] = []
+    turns: list[int] = []
+    texts: list[int] = []
+    for kind, outcome, count, inputs, outputs, iteration, first, turn, text in rows:
+        kinds[kind] = kinds.get(kind, 0) + int(count)
+        if outcome is not None:
+            outcomes[str(outcome)] = outcomes.get(str(outcome), 0) + int(count)
+        tokens[0] += int(inputs or 0)
+        tokens[1] += int(outputs or 0)
+        if iteration is not None:
+            iterations = max(iterations, int(iteration) + 1)
+        started.extend(int(seq) for seq in (first,) if seq is not None)
+        turns.extend(int(seq) for seq in (turn,) if seq is not None)
+        texts.extend(int(seq) for seq in (text,) if seq is not None)
+    return JournalTally(
+        stop=stop,
+        kinds=kinds,
+        outcomes=outcomes,
+        input_tokens=tokens[0],
+        output_tokens=tokens[1],
+        iterations=iterations,
+        started_seq=min(started, default=None),
+        last_turn_seq=max(turns, default=None),
+        last_text_seq=max(texts, default=None),
+    )
 
 
 def record(run_id: str, seq: int, epoch: int, body: str) -> JournalRecord:

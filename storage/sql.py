@@ -2,7 +2,9 @@
 
 A statement is written in PostgreSQL's notation: numbered ``$N`` parameters, ``::type`` casts
 where PostgreSQL cannot infer a parameter's type or must read ``json`` as text, and
-``{insertion}`` for the column that orders rows inserted at the same instant. A ``Dialect``
+``{insertion}`` for the column that orders rows inserted at the same instant, and
+``{json:COLUMN:a.b}`` for the text at path ``a.b`` of a JSON column (NULL where there is none).
+A ``Dialect``
 renders it for its database (once per statement; the result is cached). Upserts need no
 parameter: both databases spell ``ON CONFLICT (...) DO NOTHING / DO UPDATE SET ... = excluded.``
 the same way, and both take the current time from the store's clock, never from SQL.
@@ -25,6 +27,17 @@ Step = tuple[str, Sequence[Any]]
 
 _PARAMETER: Final = re.compile(r"\$(\d+)")
 _CAST: Final = re.compile(r"::[a-z]+")
+_JSON_PATH: Final = re.compile(r"\{json:([a-z_]+):([a-z_.]+)\}")
+
+
+def _path_text(column: str, path: Sequence[str]) -> str:
+    """PostgreSQL: the text at ``path`` of a ``json`` column, parsed once."""
+    return f"json_extract_path_text({column}, {', '.join(repr(key) for key in path)})"
+
+
+def _json_extract(column: str, path: Sequence[str]) -> str:
+    """SQLite: the value at ``path`` of a text column holding JSON."""
+    return f"json_extract({column}, '$.{'.'.join(path)}')"
 
 
 class Dialect:
@@ -42,6 +55,7 @@ class Dialect:
         marker: str = "$",
         casts: bool = True,
         row_locks: bool = True,
+        json_text: Callable[[str, Sequence[str]], str] = _path_text,
     ) -> None:
         # The column that orders rows of equal timestamps by insertion.
         self.insertion = insertion
@@ -55,6 +69,8 @@ class Dialect:
         # False where a write transaction excludes every other writer (SQLite's BEGIN
         # IMMEDIATE): a statement then needs no row lock to keep others off its rows.
         self.row_locks = row_locks
+        # ``{json:COLUMN:a.b}``: the value at a path of a JSON column.
+        self.json_text = json_text
         # Bounded: statements are constants, or built from a few filter combinations.
         self._rendered: dict[str, str] = {}
 
@@ -69,6 +85,7 @@ class Dialect:
     def _render(self, statement: str) -> str:
         # Statements never hold ``$`` or ``::`` in a literal: only parameters and casts match.
         text = statement.replace("{insertion}", self.insertion)
+        text = _JSON_PATH.sub(lambda m: self.json_text(m[1], m[2].split(".")), text)
         if not self.casts:
             text = _CAST.sub("", text)
         if self.marker != "$":
@@ -99,6 +116,7 @@ SQLITE: Final = Dialect(
     marker="?",
     casts=False,
     row_locks=False,
+    json_text=_json_extract,
 )
 
 
@@ -174,6 +192,36 @@ CURRENT_EPOCH: Final = "SELECT epoch FROM runs WHERE id = $1"
 # -- journal ------------------------------------------------------------------------------------
 
 LOAD: Final = "SELECT seq, epoch, body::text FROM journal WHERE run_id = $1 ORDER BY seq"
+# A page of a journal: seqs have no gaps, so a range of them is a page.
+LOAD_RANGE: Final = """
+SELECT seq, epoch, body::text FROM journal WHERE run_id = $1 AND seq >= $2 AND seq < $3
+ORDER BY seq
+"""
+# The one number a live page's "has it changed" check reads; no row for an unknown run.
+JOURNAL_LENGTH: Final = """
+SELECT (SELECT COALESCE(MAX(seq), -1) + 1 FROM journal WHERE run_id = $1) FROM runs WHERE id = $1
+"""
+# What a run page's header adds up over seqs $2 to $3 (exclusive), by kind and tool outcome:
+# how many, tokens, the last iteration, and the seqs of the first start, the last assistant
+# turn and the last one with text. Only these few fields of each body are read, in SQL.
+JOURNAL_TALLY: Final = """
+SELECT kind, outcome, COUNT(*), SUM(input_tokens), SUM(output_tokens), MAX(iteration),
+       MIN(CASE WHEN kind = 'run_started' THEN seq END),
+       MAX(CASE WHEN kind = 'assistant_turn' THEN seq END),
+       MAX(CASE WHEN kind = 'assistant_turn' AND turn_text <> '' THEN seq END)
+FROM (
+    SELECT seq, kind,
+           CASE WHEN kind = 'tool_result' THEN {json:body:outcome} END AS outcome,
+           CASE WHEN kind = 'assistant_turn'
+                THEN {json:body:turn.usage.input_tokens}::bigint END AS input_tokens,
+           CASE WHEN kind = 'assistant_turn'
+                THEN {json:body:turn.usage.output_tokens}::bigint END AS output_tokens,
+           CASE WHEN kind = 'assistant_turn' THEN {json:body:iteration}::bigint END AS iteration,
+           CASE WHEN kind = 'assistant_turn' THEN {json:body:turn.text} END AS turn_text
+    FROM journal WHERE run_id = $1 AND seq >= $2 AND seq < $3
+) AS entries
+GROUP BY kind, outcome
+"""
 # A new run's first entries, written with its row: nobody else can hold the run yet.
 INSERT_ENTRY: Final = """
 INSERT INTO journal(run_id, seq, epoch, kind, body, at) VALUES ($1, $2, $3, $4, $5::json, $6)

@@ -19,7 +19,7 @@ from typing import Any, ClassVar, TypeVar
 from bot.domain import Decision, Request, RequestStatus, Session
 from bot.journal.entries import Entry
 from bot.records import JournalRecord, OutboxMessage, Replica, RunRecord, WorkItem
-from bot.store import Audited, AuditRecord, Settled, StoreError, UnknownRun
+from bot.store import Audited, AuditRecord, JournalTally, Settled, StoreError, UnknownRun
 from storage import sql
 from storage.common import (
     AuditEntry,
@@ -35,6 +35,7 @@ from storage.common import (
     request_from_row,
     request_row,
     run_from_row,
+    tally_from_rows,
     work_from_row,
 )
 from storage.sql import Dialect, Step
@@ -228,6 +229,27 @@ class SqlStore(ABC):
         if not rows:
             await self.current_epoch(run_id)  # unknown runs raise UnknownRun
         return [record(run_id, int(seq), int(epoch), body) for seq, epoch, body in rows]
+
+    async def load_range(self, run_id: str, start: int, stop: int) -> list[JournalRecord]:
+        """The run's entries with ``start <= seq < stop``, in order; raises ``UnknownRun``."""
+        rows = await self._read("load", sql.LOAD_RANGE, (run_id, max(0, start), stop))
+        if not rows:
+            await self.current_epoch(run_id)  # unknown runs raise UnknownRun
+        return [record(run_id, int(seq), int(epoch), body) for seq, epoch, body in rows]
+
+    async def journal_length(self, run_id: str) -> int:
+        """How many entries the run's journal holds; raises ``UnknownRun``."""
+        rows = await self._read("load", sql.JOURNAL_LENGTH, (run_id,))
+        if not rows:
+            raise UnknownRun(f"unknown run {run_id!r}")
+        return int(rows[0][0])
+
+    async def journal_tally(self, run_id: str, start: int, stop: int) -> JournalTally:
+        """What a run page's header adds up over ``start <= seq < stop``, in SQL."""
+        rows = await self._read("load", sql.JOURNAL_TALLY, (run_id, max(0, start), stop))
+        if not rows:
+            await self.current_epoch(run_id)  # unknown runs raise UnknownRun
+        return tally_from_rows(rows, stop)
 
     # -- requests ----------------------------------------------------------------------------
 

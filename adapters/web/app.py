@@ -5,9 +5,11 @@ Routes (``add_web_routes``):
 - ``GET /runs``: recent runs; ``?status=`` (running, suspended, completed, failed, cancelled),
   ``?may_answer=`` (a user id or ``group:ID``: runs with an open request they may answer),
   ``?limit=`` (1 to 500, 50 by default);
-- ``GET /runs/{run_id}``: one run's header and timeline;
+- ``GET /runs/{run_id}``: one run's header and the newest page of its timeline;
+  ``?before=SEQ``: the page of the entries before SEQ;
 - ``GET /runs/{run_id}/fragment``: its ``<article id="run">`` alone, for live updates; with
-  ``?v=VERSION`` (the ``data-version`` the page shows) it answers 204 while nothing changed;
+  ``?v=VERSION`` (the ``data-version`` the page shows) it answers 204 while nothing changed,
+  read from the run's row, its journal's length and its last audit (never the journal);
 - ``GET /pending``: every open request, oldest first, with who may answer it;
 - ``GET /static/style.css`` and ``GET /static/live.js``: the stylesheet and the live-update
   script, the only things served without authorization.
@@ -17,8 +19,10 @@ Who may see what is ``adapters.web.auth``'s; every response carries its security
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 
 from aiohttp import web
@@ -26,9 +30,9 @@ from aiohttp import web
 from adapters.web.auth import Access, WebConfig, authorize, refusal, secure
 from adapters.web.render import (
     RunReader,
-    load_run_page,
     load_run_rows,
     load_run_sources,
+    mark_version,
     render_pending,
     render_run_fragment,
     render_run_page,
@@ -103,6 +107,25 @@ def _static_handler(name: str) -> Handler:
     return serve
 
 
+def _before(value: str | None) -> int | web.Response | None:
+    """``?before=SEQ``: the page of the entries before SEQ (None: the newest)."""
+    if value is None:
+        return None
+    if not value.isdigit() or len(value) > 18:
+        return refusal(400, "before is a journal position (a number).")
+    return int(value)
+
+
+async def off_loop(render: Callable[[], str]) -> str:
+    """``render()`` on the pages' worker thread: building and templating a page of a long
+    run takes tens of milliseconds, which the loop serving chat and ``/healthz`` must not
+    wait out. One thread: pages queue rather than fight for the interpreter."""
+    return await asyncio.get_running_loop().run_in_executor(_RENDERER, render)
+
+
+_RENDERER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kestrel-pages")
+
+
 def _html(text: str) -> web.Response:
     return web.Response(text=text, content_type="text/html", charset="utf-8")
 
@@ -138,12 +161,19 @@ class _Pages:
         access = authorize(request, self._config, run_id)
         if not isinstance(access, Access):
             return access
+        before = _before(request.rel_url.query.get("before"))
+        if isinstance(before, web.Response):
+            return before
         try:
-            page = await load_run_page(self._chat, run_id)
+            sources = await load_run_sources(self._chat, run_id, before=before)
         except UnknownRun:
             return refusal(404, "There is no such run.")
-        html = render_run_page(page, now=self._clock(), link_query=access.query)
-        return _html(html)
+        now, query = self._clock(), access.query
+
+        def render() -> str:
+            return render_run_page(sources.page(), now=now, link_query=query)
+
+        return _html(await off_loop(render))
 
     async def fragment(self, request: web.Request) -> web.StreamResponse:
         run_id = request.match_info["run_id"]
@@ -151,13 +181,18 @@ class _Pages:
         if not isinstance(access, Access):
             return access
         try:
+            # The "has it changed" check: the run's row, its journal's length, its last audit.
+            if request.rel_url.query.get("v") == mark_version(await self._chat.mark(run_id)):
+                return web.Response(status=204)
             sources = await load_run_sources(self._chat, run_id)
         except UnknownRun:
             return refusal(404, "There is no such run.")
-        if request.rel_url.query.get("v") == sources.version:
-            return web.Response(status=204)
-        html = render_run_fragment(sources.page(), now=self._clock(), link_query=access.query)
-        return _html(html)
+        now, query = self._clock(), access.query
+
+        def render() -> str:
+            return render_run_fragment(sources.page(), now=now, link_query=query)
+
+        return _html(await off_loop(render))
 
     async def pending(self, request: web.Request) -> web.StreamResponse:
         access = authorize(request, self._config)

@@ -23,6 +23,7 @@ from markupsafe import Markup, escape
 
 from adapters.web.timeline import (
     STATUSES,
+    Item,
     RunPage,
     RunRow,
     build_run_page,
@@ -32,11 +33,12 @@ from adapters.web.timeline import (
     run_rows,
     thread_of,
 )
-from bot.chat import PendingRequest, RequestView, RunInspection, RunView
+from bot.chat import PendingRequest, RequestView, RunInspection, RunMark, RunView
 from bot.domain import utcnow
 from bot.pii.guard import WITHHELD_MESSAGE
 from bot.pii.recognizers import ENTITY_TYPES
 from bot.records import JournalRecord, RunRecord
+from bot.run_summary import PAGE_ENTRIES
 from bot.store import AuditRecord
 
 # While a run is running its page polls this often; while it is suspended, less often.
@@ -147,6 +149,10 @@ def _run_context(page: RunPage, now: datetime, link_query: str, standalone: bool
     run_path = f"/runs/{quote(page.run_id, safe='')}"
     suffix = f"?{link_query}" if link_query else ""
     interval = RUNNING_POLL_MS if page.record.status.value == "running" else SUSPENDED_POLL_MS
+
+    def before(seq: int) -> str:
+        return f"{run_path}?before={seq}" + (f"&{link_query}" if link_query else "")
+
     return {
         "page": page,
         "now": now,
@@ -155,6 +161,9 @@ def _run_context(page: RunPage, now: datetime, link_query: str, standalone: bool
         "reload_url": run_path + suffix,
         "live_url": run_path + "/fragment" + suffix,
         "interval": interval,
+        "older_url": before(page.first_seq),
+        "newer_url": before(min(page.next_seq, page.stop + PAGE_ENTRIES)),
+        "stream_marker": "",
     }
 
 
@@ -164,6 +173,7 @@ def render_run_page(
     now: datetime | None = None,
     standalone: bool = False,
     link_query: str = "",
+    stream_marker: Markup | None = None,
 ) -> str:
     """The whole page of one run.
 
@@ -171,8 +181,11 @@ def render_run_page(
     a ``<meta>`` Content-Security-Policy; no script, no link to another page) for an incident
     report. ``link_query``: the signed link's ``exp=…&sig=…`` the page was opened with,
     carried on its reload and live-update URLs (and the navigation to other pages hidden).
+    ``stream_marker``: put at the end of the timeline, for the export to write its items there.
     """
     context = _run_context(page, now or utcnow(), link_query, standalone)
+    if stream_marker is not None:
+        context["stream_marker"] = stream_marker
     if standalone:
         css = static_text("style.css")
         digest = base64.b64encode(hashlib.sha256(css.encode()).digest()).decode()
@@ -187,6 +200,11 @@ def render_run_page(
 def render_run_fragment(page: RunPage, *, now: datetime | None = None, link_query: str = "") -> str:
     """The part of a run's page that live updates replace (``<article id="run">``)."""
     return _render("_run.html", **_run_context(page, now or utcnow(), link_query, False))
+
+
+def render_items(items: Sequence[Item], *, now: datetime, standalone: bool = False) -> str:
+    """Items of a run's timeline alone (the export writes them a chunk at a time)."""
+    return _render("_items.html", items=items, now=now, standalone=standalone)
 
 
 def render_runs(
@@ -220,7 +238,13 @@ class RunReader(Protocol):
     """What the pages read runs through: ``bot.chat.ChatService`` (or anything with these
     read methods)."""
 
-    async def inspect(self, run_id: str) -> RunInspection: ...
+    async def inspect(
+        self, run_id: str, *, before: int | None = None, size: int = PAGE_ENTRIES
+    ) -> RunInspection: ...
+
+    async def mark(self, run_id: str) -> RunMark: ...
+
+    async def entries(self, run_id: str, start: int, stop: int) -> list[JournalRecord]: ...
 
     async def recent(self, limit: int = 10) -> list[RunRecord]: ...
 
@@ -235,27 +259,32 @@ class RunSources:
     journal: list[JournalRecord]
     audit: list[AuditRecord]
     requests: list[RequestView]
-
-    @property
-    def version(self) -> str:
-        """The page's ``data-version`` (cheap: the page is not built)."""
-        return page_version(self.view.record, self.journal, self.audit, self.requests)
+    length: int | None = None
 
     def page(self) -> RunPage:
-        """The page."""
-        return build_run_page(self.view, self.journal, self.audit, self.requests)
+        """The page (CPU only: the handlers build it off the event loop)."""
+        return build_run_page(
+            self.view, self.journal, self.audit, self.requests, length=self.length
+        )
 
 
-async def load_run_sources(chat: RunReader, run_id: str) -> RunSources:
-    """A run's record, journal, audit and requests (``bot.store.UnknownRun`` for an unknown
-    id)."""
-    found = await chat.inspect(run_id)
-    return RunSources(found.view, found.journal, found.audit, found.requests)
+def mark_version(mark: RunMark) -> str:
+    """The ``data-version`` of the page a ``RunMark`` was read for."""
+    return page_version(mark.record, mark.length, mark.last_audit)
 
 
-async def load_run_page(chat: RunReader, run_id: str) -> RunPage:
+async def load_run_sources(
+    chat: RunReader, run_id: str, *, before: int | None = None, size: int = PAGE_ENTRIES
+) -> RunSources:
+    """A run's record, a page of its journal, its audit and its requests
+    (``bot.store.UnknownRun`` for an unknown id)."""
+    found = await chat.inspect(run_id, before=before, size=size)
+    return RunSources(found.view, found.journal, found.audit, found.requests, found.length)
+
+
+async def load_run_page(chat: RunReader, run_id: str, *, before: int | None = None) -> RunPage:
     """A run's page from the store (``bot.store.UnknownRun`` for an unknown id)."""
-    return (await load_run_sources(chat, run_id)).page()
+    return (await load_run_sources(chat, run_id, before=before)).page()
 
 
 def scanned(limit: int, *, filtered: bool) -> int:

@@ -30,6 +30,7 @@ from bot.domain import (
     TerminalResult,
     Usage,
 )
+from bot.journal.entries import Entry
 from bot.policy import EVERYONE
 from bot.records import JournalRecord, RunRecord
 from bot.store import AuditRecord
@@ -315,6 +316,18 @@ class RunPage:
     calls: int = 0
     outcomes: Mapping[str, int] = field(default_factory=dict)
     hidden_items: int = 0  # the earliest entries left out (see SHOWN_ITEMS)
+    first_seq: int = 0  # the first entry shown: earlier ones are on older pages
+    stop: int = 0  # after the last entry shown
+
+    @property
+    def newest(self) -> bool:
+        """Whether the page shows the journal's newest entries."""
+        return self.stop >= self.next_seq
+
+    @property
+    def polls(self) -> bool:
+        """Whether the page updates itself: the newest page of a live run."""
+        return self.live and self.newest
 
     @property
     def run_id(self) -> str:
@@ -363,24 +376,25 @@ def build_run_page(
     journal: Sequence[JournalRecord],
     audit: Sequence[AuditRecord],
     requests: Sequence[RequestView],
+    *,
+    length: int | None = None,
 ) -> RunPage:
-    """A run's page from its record and state, its journal, its audit and its requests."""
+    """A run's page from its record and state, a page of its journal (``length`` entries in
+    the whole journal; None: ``journal`` is all of it), its audit and its requests."""
     record, state = view.record, view.state
     audit_rows = tuple(AuditRow.of(row) for row in audit)
-    by_request: dict[str, list[AuditRow]] = {}
-    for row in audit_rows:
-        if row.request_id:
-            by_request.setdefault(row.request_id, []).append(row)
-    request_views = {v.request.id: v for v in requests}
-    items = _items(journal, request_views, by_request)
+    walk = TimelineWalk(requests, audit_rows, state.last_text)
+    items = [*walk.feed(journal), *walk.close()]
     hidden = max(0, len(items) - SHOWN_ITEMS)
     items = items[hidden:]
+    stop = journal[-1].seq + 1 if journal else 0
+    whole = stop if length is None else length
+    first_seq = items[0].seq if items else (journal[0].seq if journal else stop)
     started = state.started
     budgets = tuple(Budget(name, used, limit) for name, (used, limit) in view.budgets_used.items())
     result = state.result
     stop_reason = result.stop_reason.value if result else record.stop_reason
     payload = pretty_json(result.payload) if result and result.payload is not None else None
-    next_seq = journal[-1].seq + 1 if journal else 0
     return RunPage(
         record=record,
         thread=thread_of(record.session_id),
@@ -394,22 +408,20 @@ def build_run_page(
         audit=audit_rows,
         result=result,
         payload=payload,
-        next_seq=next_seq,
-        version=page_version(record, journal, audit, requests),
+        next_seq=whole,
+        version=page_version(record, whole, audit[-1] if audit else None),
         calls=state.tool_calls,
         outcomes=state.outcomes(),
         hidden_items=hidden,
+        first_seq=first_seq,
+        stop=stop,
     )
 
 
-def page_version(
-    record: RunRecord,
-    journal: Sequence[JournalRecord],
-    audit: Sequence[AuditRecord],
-    requests: Sequence[RequestView],
-) -> str:
-    """Changes whenever anything a run's page shows may have changed (live updates compare
-    it before building the page again)."""
+def page_version(record: RunRecord, length: int, last_audit: AuditRecord | None) -> str:
+    """Changes whenever anything a run's page shows may have changed, read from the run's row,
+    its journal's length and its latest audited fact (a decision, an expiry, a refusal: what
+    moves a request), never from the journal itself (live updates compare it first)."""
     lease = record.lease_expires.isoformat() if record.lease_expires else ""
     parts = [
         record.status.value,
@@ -417,91 +429,124 @@ def page_version(
         record.owner,
         str(record.epoch),
         lease,
-        str(journal[-1].seq + 1 if journal else 0),
-        str(len(audit)),
-        audit[-1].at.isoformat() if audit else "",
-        *(f"{v.request.id}={v.status.value}" for v in requests),
+        str(length),
+        last_audit.at.isoformat() if last_audit else "",
+        last_audit.action if last_audit else "",
+        last_audit.request_id if last_audit else "",
     ]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
-def _items(
-    journal: Iterable[JournalRecord],
-    requests: Mapping[str, RequestView],
-    audit: Mapping[str, list[AuditRow]],
-) -> list[Item]:
-    items: list[Item] = []
-    batch: dict[str, Call] = {}
-    last_text = ""
-    for record in journal:
-        seq, entry = record.seq, record.entry
+class TimelineWalk:
+    """Turns journal records, fed in order (one page, or chunk after chunk), into items.
+
+    ``feed`` returns the items that are complete: a model turn's calls take their results
+    from the entries after it, so a turn, and what follows it, is held until the next turn
+    (or ``close``). Memory stays one batch, however long the journal.
+    """
+
+    def __init__(
+        self,
+        requests: Sequence[RequestView],
+        audit: Sequence[AuditRow],
+        last_text: str = "",
+    ) -> None:
+        self._requests = {v.request.id: v for v in requests}
+        self._audit: dict[str, list[AuditRow]] = {}
+        for row in audit:
+            if row.request_id:
+                self._audit.setdefault(row.request_id, []).append(row)
+        # The text of the last model turn before the first record (a terminal result that
+        # repeats it restores it from there).
+        self._last_text = last_text
+        self._batch: dict[str, Call] = {}
+        self._held: list[Item] = []
+
+    def feed(self, records: Iterable[JournalRecord]) -> list[Item]:
+        """The items completed by ``records``."""
+        ready: list[Item] = []
+        for record in records:
+            item = self._item(record.seq, record.entry)
+            if item is None:
+                continue
+            if isinstance(item, Turn):
+                ready.extend(self._held)
+                self._held = []
+            self._held.append(item)
+        return ready
+
+    def close(self) -> list[Item]:
+        """The items still held (the last turn and what follows it)."""
+        held, self._held = self._held, []
+        return held
+
+    def _item(self, seq: int, entry: Entry) -> Item | None:
         match entry.kind:
             case "tool_result":
-                call = batch.get(entry.call_id)
+                call = self._batch.get(entry.call_id)
+                orphan = call is None or call.outcome is not None
                 if call is None or call.outcome is not None:
                     call = Call(seq, entry.call_id, entry.tool, "")
-                    items.append(Orphan(seq, call))
                 call.outcome = entry.outcome.value
                 call.output = shown(entry.output)
                 call.is_error = entry.is_error
                 call.result_seq = seq
                 call.duration = entry.seconds
+                return Orphan(seq, call) if orphan else None
             case "assistant_turn":
                 turn = entry.turn
                 calls = [
                     Call(seq, c.id, c.name, shown(pretty_arguments(c.arguments)))
                     for c in turn.calls
                 ]
-                batch = {c.call_id: c for c in calls}
+                self._batch = {c.call_id: c for c in calls}
                 text = turn.text or ""
                 if text:
-                    last_text = text
-                items.append(
-                    Turn(seq, entry.iteration, text, turn.finish_reason, turn.usage, calls)
-                )
+                    self._last_text = text
+                return Turn(seq, entry.iteration, text, turn.finish_reason, turn.usage, calls)
             case "tool_dispatched":
-                if (call := batch.get(entry.call_id)) is not None:
+                if (call := self._batch.get(entry.call_id)) is not None:
                     call.dispatched = True
+                return None
             case "tool_process":
-                if (call := batch.get(entry.call_id)) is not None:
+                if (call := self._batch.get(entry.call_id)) is not None:
                     stamp = entry.process
                     call.process = f"{stamp.host} pgid {stamp.pgid}"
+                return None
             case "tool_deferred":
                 request = entry.request
-                if (call := batch.get(entry.call_id)) is not None:
+                if (call := self._batch.get(entry.call_id)) is not None:
                     call.request_id = request.id
-                items.append(_request_item(seq, request, requests.get(request.id), audit))
+                return _request_item(seq, request, self._requests.get(request.id), self._audit)
             case "grant_written":
-                items.append(GrantItem(seq, entry.grant))
+                return GrantItem(seq, entry.grant)
             case "answer_supplied":
-                items.append(AnswerItem(seq, entry.decision))
+                return AnswerItem(seq, entry.decision)
             case "user_message":
-                items.append(UserText(seq, entry.text, entry.by))
+                return UserText(seq, entry.text, entry.by)
             case "advisory":
-                items.append(Advisory(seq, entry.text))
+                return Advisory(seq, entry.text)
             case "run_started":
                 fingerprint = entry.fingerprint
-                items.append(
-                    Started(
-                        seq,
-                        entry.at,
-                        fingerprint.provider,
-                        fingerprint.model,
-                        entry.requested_by,
-                        entry.budgets,
-                        entry.has_prompter,
-                        len(entry.history),
-                    )
+                return Started(
+                    seq,
+                    entry.at,
+                    fingerprint.provider,
+                    fingerprint.model,
+                    entry.requested_by,
+                    entry.budgets,
+                    entry.has_prompter,
+                    len(entry.history),
                 )
             case "run_suspended":
-                items.append(Suspended(seq, entry.reason.value, entry.request_ids))
+                return Suspended(seq, entry.reason.value, entry.request_ids)
             case "run_resumed":
-                items.append(Resumed(seq, entry.owner, entry.forced, entry.taken_over_from))
+                return Resumed(seq, entry.owner, entry.forced, entry.taken_over_from)
             case "run_ended":
-                result = entry.restored(last_text)
+                result = entry.restored(self._last_text)
                 payload = pretty_json(result.payload) if result.payload is not None else None
-                items.append(Ended(seq, result, payload))
-    return items
+                return Ended(seq, result, payload)
+        return None
 
 
 def _request_item(

@@ -37,6 +37,17 @@ def test_postgres_keeps_the_notation_statements_are_written_in() -> None:
     assert POSTGRES.sql(statement) == "SELECT body::text FROM t WHERE a = $1 ORDER BY pos"
 
 
+def test_a_json_path_renders_for_each_database() -> None:
+    statement = "SELECT {json:body:turn.usage.input_tokens}::bigint FROM journal WHERE a = $1"
+    assert SQLITE.sql(statement) == (
+        "SELECT json_extract(body, '$.turn.usage.input_tokens') FROM journal WHERE a = ?1"
+    )
+    assert POSTGRES.sql(statement) == (
+        "SELECT json_extract_path_text(body, 'turn', 'usage', 'input_tokens')::bigint"
+        " FROM journal WHERE a = $1"
+    )
+
+
 def test_where_numbers_only_the_filters_given() -> None:
     assert sql.where(run_id=None, status="open") == ("WHERE status = $1", ("open",))
     assert sql.where(run_id=None) == ("", ())
@@ -48,7 +59,8 @@ def test_every_shared_statement_prepares_in_sqlite(name: str) -> None:
     if "FOR NO KEY UPDATE" in statement:
         pytest.skip("a row lock: SQLite's dialect never runs it (row_locks=False)")
     rendered = SQLITE.sql(statement)
-    assert "$" not in rendered and "::" not in rendered
+    # A JSON path ('$.a.b') is SQLite's own; no PostgreSQL parameter or cast is left.
+    assert not re.search(r"\$\d", rendered) and "::" not in rendered
     conn = sqlite3.connect(":memory:")
     scripts = [migration_script(version) for version in range(1, SCHEMA_VERSION + 1)]
     conn.executescript(CREATE_VERSION_TABLE + "".join(scripts))

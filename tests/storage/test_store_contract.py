@@ -198,6 +198,61 @@ async def test_load_of_a_run_without_entries_is_empty(store: Store) -> None:
     assert await store.load(run_id) == []
 
 
+async def test_a_journal_reads_back_by_range_and_its_length_is_one_number(store: Store) -> None:
+    run_id, epoch = await new_run(store)
+    empty = await new_run(store)
+    assert await store.journal_length(run_id) == 0
+    assert await store.load_range(run_id, 0, 10) == []
+    entries = every_entry(run_id)
+    for seq, entry in enumerate(entries):
+        await store.append(run_id, seq, epoch, entry)
+    # Another run's entries are not this one's.
+    await store.append(empty[0], 0, empty[1], message("elsewhere"))
+
+    assert await store.journal_length(run_id) == len(entries)
+    page = await store.load_range(run_id, 3, 7)
+    assert [r.seq for r in page] == [3, 4, 5, 6]
+    assert [r.entry for r in page] == entries[3:7]
+    assert [r.seq for r in await store.load_range(run_id, -5, 2)] == [0, 1]
+    assert [r.seq for r in await store.load_range(run_id, 10, 99)] == [10, 11]
+    assert await store.load_range(run_id, 12, 99) == []
+    for read in (
+        store.journal_length("run_missing"),
+        store.load_range("run_missing", 0, 5),
+        store.journal_tally("run_missing", 0, 5),
+    ):
+        with pytest.raises(UnknownRun):
+            await read
+
+
+async def test_a_journal_tally_adds_up_in_the_database(store: Store) -> None:
+    run_id, epoch = await new_run(store)
+    turn = AssistantTurnEntry(
+        iteration=4, turn=AssistantTurn(usage=Usage(input_tokens=100, output_tokens=7))
+    )
+    failed = ToolResultEntry(call_id="c2", tool="t", outcome=ToolOutcome.ERROR, output="x")
+    entries = [*every_entry(run_id)[:-1], turn, failed, message("more")]
+    for seq, entry in enumerate(entries):
+        await store.append(run_id, seq, epoch, entry)
+    length = len(entries)
+
+    whole = await store.journal_tally(run_id, 0, length)
+    assert whole.stop == length
+    assert whole.kinds["assistant_turn"] == 2 and whole.kinds["user_message"] == 2
+    assert sum(whole.kinds.values()) == length
+    assert whole.outcomes == {"ok": 1, "error": 1}
+    assert (whole.input_tokens, whole.output_tokens) == (112, 10)
+    assert whole.iterations == 5
+    assert whole.started_seq == 0
+    assert whole.last_turn_seq == 11 and whole.last_text_seq == 2  # the last turn has no text
+    # Tallies of adjacent ranges add up to the whole.
+    split = await store.journal_tally(run_id, 0, 5) + await store.journal_tally(run_id, 5, length)
+    assert split == whole
+    later = await store.journal_tally(run_id, 5, length)
+    assert later.started_seq is None and later.last_text_seq is None
+    assert (await store.journal_tally(run_id, length, length + 9)).kinds == {}
+
+
 async def test_identical_record_at_existing_seq_is_a_no_op(store: Store) -> None:
     run_id, epoch = await new_run(store)
     await store.append(run_id, 0, epoch, message("hi"))

@@ -25,7 +25,7 @@ from adapters.web.app import web_routes
 from adapters.web.auth import CONTENT_SECURITY_POLICY, WebConfig
 from adapters.web.render import render_run_page
 from adapters.web.timeline import build_run_page
-from bot.chat import PendingRequest, RequestView, RunInspection, RunView
+from bot.chat import PendingRequest, RequestView, RunInspection, RunMark, RunView
 from bot.config import WebSettings
 from bot.domain import (
     AssistantTurn,
@@ -105,13 +105,25 @@ class HostileReader:
     runs: dict[str, Stored] = field(default_factory=dict)
     open: list[PendingRequest] = field(default_factory=list)
 
-    async def inspect(self, run_id: str) -> RunInspection:
+    async def inspect(
+        self, run_id: str, *, before: int | None = None, size: int = 400
+    ) -> RunInspection:
         if run_id not in self.runs:
             raise UnknownRun(run_id)
         s = self.runs[run_id]
-        return RunInspection(
-            RunView(s.record, fold(s.journal, run_id)), s.journal, s.audit, s.requests
-        )
+        stop = len(s.journal) if before is None else before
+        page = s.journal[max(0, stop - size) : stop]
+        view = RunView(s.record, fold(s.journal, run_id))
+        return RunInspection(view, page, list(s.audit), s.requests, len(s.journal))
+
+    async def mark(self, run_id: str) -> RunMark:
+        if run_id not in self.runs:
+            raise UnknownRun(run_id)
+        s = self.runs[run_id]
+        return RunMark(s.record, len(s.journal), s.audit[-1] if s.audit else None)
+
+    async def entries(self, run_id: str, start: int, stop: int) -> list[JournalRecord]:
+        return self.runs[run_id].journal[start:stop]
 
     async def recent(self, limit: int = 10) -> list[RunRecord]:
         return [s.record for s in self.runs.values()][:limit]

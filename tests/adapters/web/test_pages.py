@@ -6,9 +6,12 @@ import base64
 import hashlib
 import re
 from datetime import timedelta
+from pathlib import Path
 
 import aiohttp
 
+from adapters.web.app import web_routes
+from adapters.web.auth import WebConfig
 from adapters.web.export import export_html
 from adapters.web.render import load_run_page, marked, render_run_page
 from adapters.web.timeline import (
@@ -26,6 +29,7 @@ from bot.domain import (
     DecisionKind,
     Fingerprint,
     RunStatus,
+    Session,
     StopReason,
     TerminalResult,
     ToolCall,
@@ -43,7 +47,9 @@ from bot.journal.fold import fold
 from bot.pii.guard import WITHHELD_MESSAGE
 from bot.policy import Actor
 from bot.records import JournalRecord, RunRecord
-from tests.adapters.web.conftest import HOSTILE, Site
+from bot.supervisor import Supervisor
+from tests.adapters.web.conftest import HOSTILE, TOKEN, Site, serve
+from tests.fakes.runtime import make_runtime
 
 ESCAPED = "&lt;script&gt;alert(1)&lt;/script&gt;"
 
@@ -323,3 +329,66 @@ def test_a_link_the_model_hides_is_text_on_the_page_with_its_target() -> None:
     assert "&lt;https://evil.example|https://bank.example&gt;" in shown
     hrefs = re.findall(r'href="([^"]*)"', html)
     assert hrefs and not [h for h in hrefs if "evil" in h or "bank" in h]
+
+
+async def test_a_long_runs_page_shows_its_newest_entries_and_pages_back(
+    tmp_path: Path, http: aiohttp.ClientSession
+) -> None:
+    rt, _ = await make_runtime(tmp_path / "k.db", [])
+    service = ChatService(Supervisor(rt))
+    _, records = big_run(3_000)
+    live = [r.entry for r in records[:-2]]  # no final turn, no end: the run is live
+    session = Session(id="slack:T1:C1:1.1", platform="slack", channel="C1", thread="1.1")
+    run = RunRecord(id="run_big", session_id=session.id, requested_by="U1")
+    await rt.store.create_run(run, "elsewhere", 3600.0, session, live)
+    config = WebConfig(token=TOKEN)
+    runner, url = await serve(web_routes(service, config))
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    try:
+
+        async def fetch(path: str) -> tuple[int, str]:
+            async with http.get(url + path, headers=bearer) as response:
+                return response.status, await response.text()
+
+        status, html = await fetch("/runs/run_big")
+        assert status == 200
+        seqs = [int(s) for s in re.findall(r'<li class="item [a-z]+" id="seq-(\d+)"', html)]
+        assert f'data-result-seq="{len(live) - 1}"' in html  # the newest entry
+        assert 0 < seqs[0] < len(live) - 300 and seqs == sorted(seqs)
+        assert "calls" in html and 'data-live-url="/runs/run_big/fragment"' in html
+        older = re.search(r'id="earlier">[^<]*<a href="([^"]+)"', html)
+        assert older is not None and older.group(1) == f"/runs/run_big?before={seqs[0]}"
+        # The header adds up the whole journal (in SQL), as its fold does.
+        state = fold(await rt.store.load("run_big"), "run_big")
+        assert f'data-budget="tool_calls">tool calls: {state.tool_calls:,} of' in html
+        assert f'data-budget="iterations">iterations: {state.iteration:,} of' in html
+        outcomes = ", ".join(f"{k} {v}" for k, v in sorted(state.outcomes().items()))
+        assert f'<dd id="calls">{state.tool_calls} <span class="muted">({outcomes})' in html
+
+        status, page = await fetch(older.group(1).replace("&amp;", "&"))
+        assert status == 200
+        earlier = [int(s) for s in re.findall(r'<li class="item [a-z]+" id="seq-(\d+)"', page)]
+        assert earlier[-1] < seqs[0] and "data-live-url" not in page  # an old page stays
+        assert 'id="later"' in page and "result without its call" not in page
+        status, first = await fetch("/runs/run_big?before=5")
+        assert status == 200 and 'id="seq-0"' in first and 'id="earlier"' not in first
+        status, _ = await fetch("/runs/run_big?before=-1")
+        assert status == 400
+
+        # The live check: unchanged, 204; an appended entry, 200 with it.
+        version = re.search(r'data-version="([0-9a-f]+)"', html)
+        assert version is not None
+        status, _ = await fetch(f"/runs/run_big/fragment?v={version.group(1)}")
+        assert status == 204
+        epoch = await rt.store.claim("run_big", "elsewhere", 3600.0)
+        assert epoch is not None
+        status, _ = await fetch(f"/runs/run_big/fragment?v={version.group(1)}")
+        assert status == 200  # the lease moved: the page shows it
+        changed = re.search(r'data-version="([0-9a-f]+)"', _)
+        assert changed is not None
+        await rt.store.append("run_big", len(live), epoch, UserMessageEntry(text="more", by="U1"))
+        status, part = await fetch(f"/runs/run_big/fragment?v={changed.group(1)}")
+        assert status == 200 and f'id="seq-{len(live)}"' in part
+    finally:
+        await runner.cleanup()
+        await rt.store.close()

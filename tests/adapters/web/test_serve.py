@@ -12,12 +12,67 @@ from pathlib import Path
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+from bot.domain import Session
+from bot.records import RunRecord
+from storage.sqlite import open_sqlite
+from tests.adapters.web.test_pages import big_run
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.processes import KESTREL
 from tests.fakes.serving import free_port, serve_env, start_serve, wait_healthy
 from tests.fakes.slack_world import write_config
 
 TOKEN = "operator-token-for-tests"
+LONG = 3_000
+
+
+async def _write_long_run(db: Path) -> int:
+    """A finished run of a few thousand entries, written in bulk beside the real one."""
+    store = await open_sqlite(db)
+    try:
+        _, records = big_run(LONG)
+        session = Session(id="slack:T1:C1:1.1", platform="slack", channel="C1", thread="1.1")
+        run = RunRecord(id="run_big", session_id=session.id, requested_by="U1")
+        await store.create_run(run, "gone", 1.0, session, [r.entry for r in records])
+    finally:
+        await store.close()
+    return len(records)
+
+
+async def _long_page_while_healthy(
+    http: aiohttp.ClientSession, base: str, bearer: dict[str, str]
+) -> None:
+    """The long run's page, an older page and its live fragment, while ``/healthz`` is asked
+    every 10 ms: it answers throughout."""
+    answered: list[int] = []
+    stop = asyncio.Event()
+
+    async def probe() -> None:
+        while not stop.is_set():
+            async with http.get(f"{base}/healthz") as response:
+                answered.append(response.status)
+            await asyncio.sleep(0.01)
+
+    probing = asyncio.create_task(probe())
+    try:
+        for _ in range(3):
+            async with http.get(f"{base}/runs/run_big", headers=bearer) as response:
+                assert response.status == 200
+                page = await response.text()
+            assert 'id="earlier"' in page and 'id="seq-0"' not in page
+            assert 'id="result-text">done<' in page
+            version = page.split('data-version="', 1)[1].split('"', 1)[0]
+            fragment = f"{base}/runs/run_big/fragment"
+            async with http.get(f"{fragment}?v={version}", headers=bearer) as response:
+                assert response.status == 204
+            async with http.get(fragment, headers=bearer) as response:
+                assert response.status == 200
+            async with http.get(f"{base}/runs/run_big?before=10", headers=bearer) as response:
+                assert response.status == 200 and 'id="seq-0"' in await response.text()
+        await asyncio.sleep(0.05)  # a probe or two after the last page
+    finally:
+        stop.set()
+        await probing
+    assert len(answered) >= 3 and set(answered) == {200}, answered
 
 
 def _kestrel(folder: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -34,6 +89,7 @@ async def test_pages_and_metrics_of_a_finished_run(tmp_path: Path) -> None:
         done = await asyncio.to_thread(_kestrel, tmp_path, env, "run", "how is checkout?", "--json")
         assert done.returncode == 0, done.stderr
         run_id = json.loads(done.stdout)["run_id"]
+        long_entries = await _write_long_run(tmp_path / "kestrel.db")
         port = free_port()
         process = start_serve(tmp_path, port, env)
         try:
@@ -49,6 +105,7 @@ async def test_pages_and_metrics_of_a_finished_run(tmp_path: Path) -> None:
                     assert "Content-Security-Policy" in response.headers
                 assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
                 assert "<script>alert(1)" not in page
+                await _long_page_while_healthy(http, base, bearer)
                 async with http.get(f"{base}/metrics") as response:
                     assert response.status == 401
                 async with http.get(f"{base}/metrics", headers=bearer) as response:
@@ -63,7 +120,7 @@ async def test_pages_and_metrics_of_a_finished_run(tmp_path: Path) -> None:
             if family.name == "kestrel_runs"
             for sample in family.samples
         }
-        assert runs["completed"] == 1
+        assert runs["completed"] == 2
 
         exported = tmp_path / "incident.html"
         done = await asyncio.to_thread(
@@ -72,6 +129,14 @@ async def test_pages_and_metrics_of_a_finished_run(tmp_path: Path) -> None:
         assert done.returncode == 0, done.stderr
         html = exported.read_text()
         assert "&lt;script&gt;alert(1)" in html and "<script" not in html.lower()
+        long = await asyncio.to_thread(
+            _kestrel, tmp_path, env, "runs", "export", "run_big", "--html", str(exported)
+        )
+        assert long.returncode == 0, long.stderr
+        # The whole timeline, streamed a chunk at a time: every call of the run.
+        html = exported.read_text()
+        assert html.count('<li class="call') == 3 * ((long_entries - 4) // 4)
+        assert html.rstrip().endswith("</html>") and "<script>alert" not in html
         unknown = await asyncio.to_thread(
             _kestrel, tmp_path, env, "runs", "export", "run_nope", "--html", str(exported)
         )
