@@ -363,8 +363,7 @@ class ChatService:
         what = f"request {request_id}" if request_id else f"run {run_id}"
         refusal = self._rt.policy.place_refusal(user, await self._place(run_id), what)
         if refusal:
-            detail = f"{refusal} (from {user.place.describe()})"
-            await self._rt.store.audit(user.user, f"{verb}_refused", run_id, request_id, detail)
+            await self._rt.store.audit(user.user, f"{verb}_refused", run_id, request_id, refusal)
         return refusal
 
     async def _shows(self, user: Actor, key: str, ref: str) -> bool:

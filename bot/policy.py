@@ -159,7 +159,10 @@ class Policy:
         """Empty when ``actor`` acts from the run's place (or at the terminal); else why not."""
         if actor.place is None or run is None or run.holds(actor.place):
             return ""
-        return f"{what} belongs to a run of another channel: act on it from that run's thread"
+        return (
+            f"{what} belongs to a run of another channel: act on it from that run's thread"
+            f" (this came from {actor.place.describe()})"
+        )
 
     async def check_operate(
         self, actor: Actor, verb: str, run_id: str, requested_by: str, run: Place | None = None
