@@ -41,6 +41,7 @@ PR_CAP_AMBIENT_CLEAR_ALL = 4
 DROPPED_CAPABILITIES = (16, 17, 19, 21, 27, 38, 39)
 CANNOT_START = 127
 FAILED = 126
+NOT_RUN = "; the command was not run"
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -114,7 +115,7 @@ def init(argv: list[str], report: int) -> None:
     try:
         confine()
     except Refused as exc:
-        os.write(2, f"kestrel: {exc}; the command was not run\n".encode())
+        os.write(2, f"kestrel: {exc}{NOT_RUN}\n".encode())
         os._exit(FAILED)
     child = os.fork()
     if child == 0:
@@ -144,7 +145,7 @@ def main(args: list[str]) -> None:
     try:
         enter(hidden)
     except (Refused, OSError) as exc:
-        os.write(2, f"kestrel: {exc}; the command was not run\n".encode())
+        os.write(2, f"kestrel: {exc}{NOT_RUN}\n".encode())
         sys.exit(FAILED)
     read_end, write_end = os.pipe()
     first = os.fork()

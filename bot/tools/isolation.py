@@ -81,7 +81,8 @@ class Isolation:
             raise IsolationUnavailable(str(exc)) from exc
         if done.returncode != 0:
             said = done.stderr.strip().splitlines()
-            reason = said[-1].removeprefix("kestrel: ") if said else f"exit {done.returncode}"
+            line = said[-1] if said else f"exit status {done.returncode}"
+            reason = line.removeprefix("kestrel: ").removesuffix("; the command was not run")
             raise IsolationUnavailable(reason)
 
 
