@@ -23,7 +23,7 @@ from bot.tools import orphans
 from bot.tools.base import ToolContext
 from bot.tools.catalog import CatalogError, load_catalog
 from bot.tools.command import CommandTool
-from bot.tools.isolation import Isolation
+from bot.tools.isolation import Isolation, secret_files
 from tests.fakes.processes import KESTREL, FakeOpenAIProcess, clean_env
 from tests.fakes.waiting import until
 
@@ -279,3 +279,21 @@ def test_a_catalog_cannot_hand_a_command_kestrels_secrets(tmp_path: Path) -> Non
             (10, 3, "SLACK_BOT_TOKEN"),
         ]
     ]
+
+
+async def test_a_named_file_and_folder_and_the_password_file_read_as_empty(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "pgpass").write_text("db:5432:*:kestrel:pg-secret\n")
+    (tmp_path / "vault").mkdir()
+    (tmp_path / "vault" / "key").write_text("vault-secret\n")
+    (tmp_path / "link").symlink_to(tmp_path / "vault" / "key")
+    monkeypatch.setenv("PGPASSFILE", str(tmp_path / "pgpass"))
+    hidden = secret_files(None, tmp_path / "absent.env", [tmp_path / "vault"])
+    assert hidden == (str(tmp_path / "pgpass"), str(tmp_path / "vault"))
+    script = 'cat "$0"/pgpass "$0"/link "$0"/vault/key; ls "$0"/vault; echo end'
+    tool = CommandTool(
+        "c", "c", ["/bin/sh", "-c", script, str(tmp_path)], isolation=Isolation(hidden)
+    )
+    output = (await tool.call({}, CTX)).output
+    assert "secret" not in output and output.endswith("end\n[exit status 0]"), output
