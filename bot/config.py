@@ -174,6 +174,16 @@ class McpServerSettings(Section):
         return self
 
 
+class ToolIsolationSettings(Section):
+    """How catalog commands are kept from Kestrel's secrets (``bot/tools/isolation.py``)."""
+
+    # namespaces: their own PID and mount namespaces, secret files covered; none: no isolation
+    # (only where namespaces cannot be made; logged as a warning at every start).
+    mode: Literal["namespaces", "none"] = "namespaces"
+    # More files (or folders) holding secrets, hidden from every command like kestrel.yaml.
+    hide: list[str] = []
+
+
 class Settings(Section):
     """The whole configuration of one Kestrel process.
 
@@ -194,9 +204,11 @@ class Settings(Section):
     replica: ReplicaSettings = ReplicaSettings()
     web: WebSettings = WebSettings()
     mcp_servers: list[McpServerSettings] = []
+    tool_isolation: ToolIsolationSettings = ToolIsolationSettings()
     openai_api_key: SecretStr | None = None
     openai_base_url: str | None = None
     base_dir: Path = Path(".")
+    config_file: Path | None = None
 
     @field_validator("pii", mode="before")
     @classmethod
@@ -245,7 +257,8 @@ def load_settings(explicit: str | None = None) -> Settings:
     base_dir = base_dir_of(path)
     layered = merged(merged(data, file_values), env_values)
     try:
-        return Settings.model_validate({**layered, "base_dir": base_dir})
+        derived = {"base_dir": base_dir, "config_file": path.resolve() if path else None}
+        return Settings.model_validate({**layered, **derived})
     except ValidationError as exc:
         raise ConfigError(_describe(exc, path, variables)) from exc
 

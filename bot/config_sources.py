@@ -18,7 +18,7 @@ ENV_FILE: Final = ".env"
 # The variable that sets ``database`` (the settings' other variables are KESTREL_<KEY>).
 DATABASE_VARIABLE: Final = "KESTREL_DATABASE_URL"
 # Settings derived from where the configuration file is, so never read from it or a variable.
-DERIVED_SETTINGS: Final = frozenset({"base_dir"})
+DERIVED_SETTINGS: Final = frozenset({"base_dir", "config_file"})
 # Variables with the prefix that the program reads itself and that are not settings.
 NON_SETTING_VARIABLES: Final = frozenset(
     {

@@ -5,11 +5,12 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from bot.config import ConfigError
-from bot.config_sources import sqlite_file
+from bot.config_sources import ENV_FILE, sqlite_file
 
 # The parts are imported by the builders that need them, not here: ``runs list`` opens the
 # store alone and must not pay for the model client, the tool catalogs or the PII scanner.
@@ -21,9 +22,15 @@ if TYPE_CHECKING:
     from bot.runtime import Runtime, ToolSource
     from bot.store import Store
     from bot.tools.base import ToolFlags
+    from bot.tools.isolation import Isolation
     from bot.tools.toolset import ToolSet
 
 log = logging.getLogger("kestrel.policy")
+tools_log = logging.getLogger("kestrel.tools")
+UNISOLATED = (
+    "tool_isolation.mode is none: catalog commands run without isolation and can read "
+    "Kestrel's secrets (its environment through /proc, the configuration file, .env)"
+)
 
 
 def build_model(settings: Settings) -> ModelProvider:
@@ -52,14 +59,48 @@ def build_model(settings: Settings) -> ModelProvider:
     )
 
 
-def build_tools(settings: Settings) -> ToolSet:
+def build_isolation(settings: Settings) -> Isolation | None:
+    """How catalog commands are kept from Kestrel's secrets; None when the settings opt out.
+
+    The files to cover are those that exist now: the configuration file, the ``.env`` read
+    from this folder, libpq's password file and ``tool_isolation.hide``.
+    """
+    from bot.tools.isolation import Isolation, secret_files
+
+    section = settings.tool_isolation
+    if section.mode == "none":
+        return None
+    named = [settings.resolve(path) for path in section.hide]
+    return Isolation(secret_files(settings.config_file, Path(ENV_FILE), named))
+
+
+def checked_isolation(settings: Settings) -> Isolation | None:
+    """``build_isolation``, tried once: a host where it cannot work refuses to start (one
+    line naming the cause), and opting out is said at every start."""
+    from bot.tools.isolation import IsolationUnavailable
+
+    isolation = build_isolation(settings)
+    if isolation is None:
+        tools_log.error("%s", UNISOLATED)
+        return None
+    try:
+        isolation.check()
+    except IsolationUnavailable as exc:
+        raise ConfigError(
+            f"tool_isolation: catalog commands cannot be isolated here ({exc}); run as root or "
+            "where user namespaces are allowed, or set tool_isolation.mode: none"
+        ) from exc
+    return isolation
+
+
+def build_tools(settings: Settings, isolation: Isolation | None) -> ToolSet:
     """Catalog tools, then the ask_human tools: one namespace, any collision is an error."""
     from bot.tools.ask_human import ask_human_tools
     from bot.tools.catalog import CatalogError, load_catalogs
     from bot.tools.toolset import ToolCollision, ToolSet
 
     try:
-        catalog = load_catalogs(settings.tool_patterns(), settings.base_dir)
+        catalog = load_catalogs(settings.tool_patterns(), settings.base_dir, isolation=isolation)
         human = ask_human_tools() if settings.human_in_the_loop else []
         return ToolSet.assemble(catalog, human)
     except CatalogError as exc:
@@ -163,7 +204,7 @@ async def tool_source(settings: Settings) -> AsyncIterator[ToolSource]:
     from bot.runtime import ToolSource
     from bot.tools.toolset import ToolCollision
 
-    builtin = build_tools(settings)
+    builtin = build_tools(settings, checked_isolation(settings))
     if not settings.mcp_servers:
         yield ToolSource(builtin)
         return

@@ -694,7 +694,8 @@ def tools_list() -> None:
     """The tools a run gets, with their flags."""
     from bot.cli import compose
 
-    toolset = compose.build_tools(settings_of(click.get_current_context()))
+    settings = settings_of(click.get_current_context())
+    toolset = compose.build_tools(settings, compose.build_isolation(settings))
     for name, tool in toolset.items():
         flags = [
             f for f in ("confirm", "idempotent", "operator_paced", "deny") if getattr(tool.flags, f)

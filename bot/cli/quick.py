@@ -54,6 +54,7 @@ SETTINGS: Final = frozenset(
         "replica",
         "web",
         "mcp_servers",
+        "tool_isolation",
         "openai_api_key",
         "openai_base_url",
     }

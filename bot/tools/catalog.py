@@ -46,6 +46,7 @@ from bot.tools.command import (
     placeholder,
     template_problems,
 )
+from bot.tools.isolation import Isolation, is_kestrels_variable
 
 Loc = tuple[str | int, ...]
 
@@ -232,6 +233,17 @@ def _dash_problems(
             report.at(loc, f"{_tool(raw)}{name!r} is not a placeholder of the command")
 
 
+def _env_problems(report: _Report, raw: dict[str, Any], prefix: Loc) -> None:
+    """A command is never given a variable Kestrel reads: its secrets and settings."""
+    names = raw.get("env")
+    if not isinstance(names, list):
+        return
+    for index, name in enumerate(names):
+        if isinstance(name, str) and is_kestrels_variable(name):
+            message = f"{_tool(raw)}{name} holds a secret or a setting of Kestrel's"
+            report.at((*prefix, "env", index), message)
+
+
 def _entry(report: _Report, raw: Any, index: int, *, whole: bool) -> ToolEntry | None:
     """Validate one entry, reporting every problem found; the entry if there were none.
 
@@ -248,6 +260,7 @@ def _entry(report: _Report, raw: Any, index: int, *, whole: bool) -> ToolEntry |
         if whole:
             _schema_problems(report, raw, (*prefix, "parameters"))
         _command_problems(report, raw, prefix)
+        _env_problems(report, raw, prefix)
     return entry if len(report.problems) == before else None
 
 
@@ -267,7 +280,7 @@ def _flags(entry: ToolEntry) -> ToolFlags:
     )
 
 
-def _build(entry: ToolEntry, folder: Path, origin: str) -> CommandTool:
+def _build(entry: ToolEntry, folder: Path, origin: str, isolation: Isolation | None) -> CommandTool:
     return CommandTool(
         entry.name,
         entry.description,
@@ -279,6 +292,7 @@ def _build(entry: ToolEntry, folder: Path, origin: str) -> CommandTool:
         max_output=entry.max_output,
         allow_leading_dash=entry.allow_leading_dash,
         origin=origin,
+        isolation=isolation,
     )
 
 
@@ -309,11 +323,12 @@ class _Parsed:
     problems: list[str] = field(default_factory=list)
     lines: dict[str, int] = field(default_factory=dict)
 
-    def tools(self) -> list[CommandTool]:
+    def tools(self, isolation: Isolation | None = None) -> list[CommandTool]:
         """The entries as tools: ``./`` paths resolved, each knowing its ``file:line``."""
         folder = self.path.resolve().parent
         return [
-            _build(entry, folder, f"{self.path}:{self.lines[entry.name]}") for entry in self.entries
+            _build(entry, folder, f"{self.path}:{self.lines[entry.name]}", isolation)
+            for entry in self.entries
         ]
 
 
@@ -382,12 +397,15 @@ def check_catalogs(paths: Iterable[Path | str], reserved: Iterable[str] = ()) ->
     return _collect(_unique(Path(path) for path in paths), set(reserved))[1]
 
 
-def load_catalog(path: Path | str) -> list[CommandTool]:
-    """The tools of one catalog file; ``CatalogError`` listing every problem otherwise."""
+def load_catalog(path: Path | str, isolation: Isolation | None = None) -> list[CommandTool]:
+    """The tools of one catalog file; ``CatalogError`` listing every problem otherwise.
+
+    ``isolation``: how its commands are kept from Kestrel's secrets (None: not at all).
+    """
     parsed = _parse(Path(path))
     if parsed.problems:
         raise CatalogError(parsed.problems)
-    return parsed.tools()
+    return parsed.tools(isolation)
 
 
 def _expand(patterns: Sequence[str], base_dir: Path, problems: list[str]) -> list[Path]:
@@ -449,13 +467,19 @@ def _clashes(
 
 
 def load_catalogs(
-    patterns: Sequence[str], base_dir: Path, reserved: Iterable[str] = ()
+    patterns: Sequence[str],
+    base_dir: Path,
+    reserved: Iterable[str] = (),
+    isolation: Isolation | None = None,
 ) -> list[CommandTool]:
-    """The tools of every file the glob patterns match; one ``CatalogError`` for all problems."""
+    """The tools of every file the glob patterns match; one ``CatalogError`` for all problems.
+
+    ``isolation``: how their commands are kept from Kestrel's secrets (None: not at all).
+    """
     return [
         tool
         for parsed in _read(patterns, base_dir, reserved, whole=True)
-        for tool in parsed.tools()
+        for tool in parsed.tools(isolation)
     ]
 
 

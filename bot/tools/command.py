@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bot.tools.base import ToolContext, ToolFlags, ToolResult
+from bot.tools.isolation import Isolation, program_problem
 
 # RE2 and jsonschema are imported where a pattern or a schema is first compiled: slow to
 # import, and a command that only reads the catalog for its flags needs neither.
@@ -381,6 +382,7 @@ class CommandTool:
         max_output: int = DEFAULT_MAX_OUTPUT,
         allow_leading_dash: Sequence[str] = (),
         origin: str | None = None,
+        isolation: Isolation | None = None,
     ) -> None:
         schema = dict(parameters) if parameters is not None else _NO_PARAMETERS
         if not re.fullmatch(TOOL_NAME_PATTERN, name):
@@ -401,6 +403,7 @@ class CommandTool:
         self._guarded = dash_guarded(self._command, allow_leading_dash)
         self._placeholders = tuple(dict.fromkeys(filter(None, map(placeholder, self._command))))
         self.origin = origin
+        self._isolation = isolation
 
     @functools.cached_property
     def _validator(self) -> Validator:
@@ -491,6 +494,13 @@ class CommandTool:
             shutil.rmtree(home, ignore_errors=True)
 
     async def _spawn_and_run(self, argv: list[str], home: str, ctx: ToolContext) -> ToolResult:
+        env = minimal_env(self._env, home)
+        cwd = ctx.workdir or self._cwd or Path(home)
+        if self._isolation is not None:
+            problem = program_problem(argv[0], env["PATH"], cwd)
+            if problem:
+                return ToolResult(output=problem, is_error=True)
+            argv = self._isolation.wrap(argv)
         loop = asyncio.get_running_loop()
         spawning = loop.subprocess_exec(
             lambda: _Capture(self._max_output),
@@ -499,8 +509,8 @@ class CommandTool:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
-            env=minimal_env(self._env, home),
-            cwd=ctx.workdir or self._cwd or Path(home),
+            env=env,
+            cwd=cwd,
         )
         try:
             transport, capture = await _started(spawning)

@@ -30,6 +30,7 @@ from bot.runtime import Runtime, ToolSource
 from bot.store import Audited, Settled
 from bot.supervisor import LiveRun, ResumeRefused, Supervisor
 from bot.tools.catalog import load_catalog
+from bot.tools.isolation import Isolation
 from bot.tools.toolset import ToolSet
 from storage.sqlite import SqliteStore
 
@@ -144,7 +145,7 @@ async def main(args: argparse.Namespace) -> None:
     rt = Runtime(
         store=store,
         model=OpenAIProvider("fake-model", api_key="test-key", base_url=args.base_url),
-        tools=ToolSource(ToolSet(load_catalog(args.catalog))),
+        tools=ToolSource(ToolSet(load_catalog(args.catalog, Isolation()))),
         events=FanOut(),
         owner=f"child-{os.getpid()}",
         lease_seconds=0.3,

@@ -1,0 +1,163 @@
+"""Run one catalog command where Kestrel's secrets cannot be read (Linux; stdlib only).
+
+``python -I -S confine.py FILE... -- ARGV...``, started by ``bot.tools.isolation``. This
+process (the group leader Kestrel records) enters a new mount namespace, covers each FILE with
+``/dev/null`` there (a folder with an empty read-only file system), and starts the first
+process of a new PID namespace. That one mounts a ``/proc`` showing its namespace alone, drops
+the capabilities that could undo the covers or read another process's memory (from the
+bounding set, so nothing it starts gets them back), and forks the command, which is an
+ordinary process there (not the namespace's init: signals work as anywhere). When the command
+ends, the namespace ends with it (the kernel kills whatever it left) and this process exits as
+the command did: the same code, or the same signal. A command that cannot start is one line
+on stderr and exit status 127; a confinement that fails runs nothing (126).
+
+A script, not a module of ``bot``, run with ``-S``: each call pays for an interpreter that
+loads ``os``, ``sys``, ``ctypes`` and ``signal`` only.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+MS_RDONLY = 1
+MS_NOSUID = 2
+MS_NODEV = 4
+MS_NOEXEC = 8
+MS_BIND = 4096
+MS_REC = 16384
+MS_PRIVATE = 1 << 18
+PR_SET_PDEATHSIG = 1
+PR_CAPBSET_DROP = 24
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+# CAP_SYS_MODULE, CAP_SYS_RAWIO (/proc/kcore, /dev/mem), CAP_SYS_PTRACE, CAP_SYS_ADMIN (mount,
+# umount, setns), CAP_MKNOD (a device node for a disk), CAP_PERFMON, CAP_BPF.
+DROPPED_CAPABILITIES = (16, 17, 19, 21, 27, 38, 39)
+CANNOT_START = 127
+FAILED = 126
+NOT_RUN = "; the command was not run"
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class Refused(Exception):
+    """A step of the confinement failed: the command must not run."""
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        errno = ctypes.get_errno()
+        raise Refused(f"{what}: {os.strerror(errno)}")
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int) -> None:
+    encoded = [None if part is None else part.encode() for part in (source, target, fstype)]
+    _check(_libc.mount(*encoded, flags, None), f"cannot mount {target}")
+
+
+def _map_user(uid: int, gid: int) -> None:
+    """Without root: be root of a new user namespace mapped to our own user, to mount."""
+    for name, text in (("uid_map", f"0 {uid} 1"), ("setgroups", "deny"), ("gid_map", f"0 {gid} 1")):
+        with open(f"/proc/self/{name}", "w") as file:
+            file.write(text)
+
+
+def enter(hidden: list[str]) -> None:
+    """New mount and PID namespaces (the PID one for our children), the files covered."""
+    uid, gid = os.geteuid(), os.getegid()
+    flags = CLONE_NEWNS | CLONE_NEWPID | (CLONE_NEWUSER if uid != 0 else 0)
+    _check(_libc.unshare(flags), "cannot create namespaces")
+    if uid != 0:
+        _map_user(uid, gid)
+    # Nothing mounted here may reach the host's mount table.
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    for path in hidden:
+        if os.path.isdir(path):
+            _mount("tmpfs", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        elif os.path.lexists(path):
+            _mount("/dev/null", path, None, MS_BIND)
+
+
+def confine() -> None:
+    """In the new PID namespace: its own /proc, and no capability that undoes that."""
+    _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "cannot set death signal")
+    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    with open("/proc/sys/kernel/cap_last_cap") as file:
+        last = int(file.read())
+    for capability in DROPPED_CAPABILITIES:
+        if capability <= last:
+            _check(_libc.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0), "cannot drop capabilities")
+    _libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+
+
+def command(argv: list[str]) -> None:
+    """Become the command; a command that cannot start says why on one line."""
+    # Python ignores these; an ignored signal stays ignored across exec (as subprocess does).
+    for name in ("SIGPIPE", "SIGXFZ", "SIGXFSZ"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_DFL)
+    try:
+        os.execvp(argv[0], argv)
+    except OSError as exc:
+        where = f" ({exc.filename})" if exc.filename else ""
+        os.write(2, f"cannot start {argv[0]!r}: {exc.strerror}{where}\n".encode())
+    os._exit(CANNOT_START)
+
+
+def init(argv: list[str], report: int) -> None:
+    """The namespace's first process: reap everything until the command ends, report it."""
+    try:
+        confine()
+    except Refused as exc:
+        os.write(2, f"kestrel: {exc}{NOT_RUN}\n".encode())
+        os._exit(FAILED)
+    child = os.fork()
+    if child == 0:
+        os.close(report)
+        command(argv)
+    while True:
+        pid, status = os.wait()
+        if pid == child:
+            os.write(report, str(status).encode())
+            os._exit(0)
+
+
+def relay(status: int) -> None:
+    """Exit as the command did: its exit code, or its signal."""
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        signal.signal(number, signal.SIG_DFL)
+        os.kill(os.getpid(), number)
+        sys.exit(128 + number)
+    sys.exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else FAILED)
+
+
+def main(args: list[str]) -> None:
+    """``FILE... -- ARGV...``."""
+    split = args.index("--")
+    hidden, argv = args[:split], args[split + 1 :]
+    try:
+        enter(hidden)
+    except (Refused, OSError) as exc:
+        os.write(2, f"kestrel: {exc}{NOT_RUN}\n".encode())
+        sys.exit(FAILED)
+    read_end, write_end = os.pipe()
+    first = os.fork()
+    if first == 0:
+        os.close(read_end)
+        init(argv, write_end)
+    os.close(write_end)
+    os.waitpid(first, 0)
+    with os.fdopen(read_end, "rb") as reported:
+        text = reported.read()
+    relay(int(text) if text else FAILED << 8)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,299 @@
+"""Catalog commands cannot read Kestrel's secrets: not from their environment, not from
+Kestrel's ``/proc`` entries, not from the configuration, ``.env`` or a hidden file, not even as
+root after trying to unmount what covers them. Real ``kestrel run`` processes, as root in CI."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from bot.tools import orphans
+from bot.tools.base import ToolContext
+from bot.tools.catalog import CatalogError, load_catalog
+from bot.tools.command import CommandTool
+from bot.tools.isolation import Isolation, secret_files
+from tests.fakes.processes import KESTREL, FakeOpenAIProcess, clean_env
+from tests.fakes.waiting import until
+
+pytestmark = pytest.mark.skipif(
+    not Path("/proc/self/ns/pid").exists(), reason="needs Linux namespaces"
+)
+
+# One secret per place Kestrel reads them from: its environment, ./.env, kestrel.yaml, a file
+# tool_isolation.hide names.
+IN_ENVIRONMENT = {
+    "OPENAI_API_KEY": "sk-env-4f1c9a7e0b",
+    "SLACK_BOT_TOKEN": "xoxb-env-8d2e6b1f3a",
+    "SLACK_SIGNING_SECRET": "signing-env-5a9c2e7d1b",
+    "DISCORD_TOKEN": "discord-env-3b7f0c9e2a",
+    "KESTREL_WEB_TOKEN": "webtoken-env-9e1a4c7b2d",
+    "KESTREL_WEB_SECRET": "websecret-env-2c8f5a1e9b7d",
+}
+IN_DOTENV = {"SLACK_APP_TOKEN": "xapp-dotenv-7c3a9e1f5b"}
+IN_CONFIG = "yaml-secret-6e2b8d4f0a"
+IN_HIDDEN_FILE = "hidden-file-secret-1d5f9b3c7e"
+SECRETS = [*IN_ENVIRONMENT.values(), *IN_DOTENV.values(), IN_CONFIG, IN_HIDDEN_FILE]
+
+# Every way a command could look: the parent's /proc entries, every process's, the files Kestrel
+# read; then the same after trying to take the covers off, and from a user namespace of its own.
+SNOOP = textwrap.dedent(
+    """\
+    echo "ppid=$PPID processes=$(ls -d /proc/[0-9]* | wc -l)"
+    cat "$1" "$2" "$3"
+    cat /proc/$PPID/environ /proc/$PPID/cmdline
+    for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do cat "$f"; echo; done
+    env
+    umount /proc; umount -l /proc; umount "$1"; umount "$2"; umount "$3"
+    for f in /proc/[0-9]*/environ; do cat "$f"; echo; done
+    cat "$1" "$2" "$3"
+    unshare --user --map-root-user --mount -- sh -c \\
+      'umount -l /proc; umount "$1"; cat "$1"; cat /proc/[0-9]*/environ' x "$1"
+    echo SNOOP-DONE
+    """
+)
+SCRIPT = [{"text": "looking", "calls": [{"name": "snoop", "arguments": {}}]}, {"text": "done"}]
+
+
+def prepare(folder: Path, model: dict[str, Any]) -> dict[str, str]:
+    """The catalog, the configuration, .env and the hidden file; the environment to run in."""
+    (folder / "snoop.sh").write_text(SNOOP)
+    secrets = folder / "secrets"
+    secrets.mkdir(exist_ok=True)
+    (secrets / "extra.txt").write_text(IN_HIDDEN_FILE + "\n")
+    config, dotenv = folder / "kestrel.yaml", folder / ".env"
+    snoop = {
+        "name": "snoop",
+        "description": "Looks for secrets",
+        "command": ["/bin/sh", "./snoop.sh", str(config), str(dotenv), str(secrets / "extra.txt")],
+        "idempotent": True,
+    }
+    (folder / "tools.yaml").write_text(yaml.safe_dump({"tools": [snoop]}))
+    settings = {
+        "model": model,
+        "tools": ["tools.yaml"],
+        "pii": {"mode": "off"},
+        "tool_isolation": {"hide": ["secrets/extra.txt"]},
+    }
+    config.write_text(f"# {IN_CONFIG}\n" + yaml.safe_dump(settings))
+    dotenv.write_text("".join(f"{name}={value}\n" for name, value in IN_DOTENV.items()))
+    return clean_env(**IN_ENVIRONMENT)
+
+
+def kestrel(folder: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*KESTREL, *args], cwd=folder, env=env, capture_output=True, text=True, timeout=60
+    )
+
+
+def found(text: str) -> list[str]:
+    return [secret for secret in SECRETS if secret in text]
+
+
+def test_a_command_run_by_kestrel_finds_none_of_its_secrets(tmp_path: Path) -> None:
+    server = FakeOpenAIProcess(tmp_path, SCRIPT, forked=True)
+    try:
+        model = {"provider": "openai", "name": "fake", "max_retries": 0}
+        env = {**prepare(tmp_path, model), "OPENAI_BASE_URL": server.base_url}
+        run = kestrel(tmp_path, env, "run", "find the secrets", "--json")
+    finally:
+        server.stop()
+    assert run.returncode == 0, run.stderr
+    run_id = json.loads(run.stdout)["run_id"]
+    shown = kestrel(tmp_path, env, "runs", "show", run_id, "--json")
+    assert shown.returncode == 0, shown.stderr
+
+    model_requests = server.log.read_text()
+    output = json.loads(model_requests.splitlines()[-1])["messages"][-1]["content"]
+    assert "SNOOP-DONE" in output and "[exit status 0]" in output, output
+    assert "ppid=1 processes=" in output  # a /proc of its own namespace: a few processes
+    journal = (tmp_path / "kestrel.db").read_bytes().decode(errors="replace")
+    assert "SNOOP-DONE" in journal  # the journal holds the whole output
+    assert found(output) == []
+    assert found(journal) == []
+    assert found(shown.stdout) == []
+    assert found(model_requests) == []
+    assert found(run.stdout + run.stderr) == []
+
+
+@pytest.mark.skipif(shutil.which("setpriv") is None, reason="needs setpriv (util-linux)")
+@pytest.mark.skipif(os.geteuid() != 0, reason="drops a capability only root has")
+def test_without_namespaces_kestrel_refuses_to_start_unless_told_so_loudly(
+    tmp_path: Path,
+) -> None:
+    scripted = {"provider": "scripted", "script": "script.yaml"}
+    (tmp_path / "script.yaml").write_text(yaml.safe_dump(SCRIPT))
+    env = prepare(tmp_path, scripted)
+    # Root without CAP_SYS_ADMIN: a container that may not make namespaces.
+    crippled = ["setpriv", "--bounding-set", "-sys_admin", "--", *KESTREL]
+
+    def run(extra: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*crippled, "run", "find the secrets", "--json"],
+            cwd=tmp_path,
+            env={**env, **extra},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    refused = run({})
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.strip().splitlines() == [
+        "kestrel: tool_isolation: catalog commands cannot be isolated here (cannot create "
+        "namespaces: Operation not permitted); run as root or where user namespaces are "
+        "allowed, or set tool_isolation.mode: none"
+    ]
+
+    unisolated = run({"KESTREL_TOOL_ISOLATION__MODE": "none"})
+    assert unisolated.returncode == 0, unisolated.stderr
+    assert "tool_isolation.mode is none: catalog commands run without isolation" in (
+        unisolated.stderr
+    )
+    # The same command, unisolated, finds every one of them: the other test can fail.
+    journal = (tmp_path / "kestrel.db").read_bytes().decode(errors="replace")
+    assert found(journal) == SECRETS
+
+
+# --- what a command still gets: the group kill, the cap, its exit status, its stamp ----------
+
+ISOLATED = Isolation()
+CTX = ToolContext(run_id="run_1", call_id="call_1")
+
+
+def sh(script: str, **kwargs: Any) -> CommandTool:
+    return CommandTool("sh", "sh", ["/bin/sh", "-c", script], isolation=ISOLATED, **kwargs)
+
+
+def host_processes_with(token: str) -> list[int]:
+    """Live processes anywhere on this host whose command line holds ``token``."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if token.encode() in cmdline and state not in ("Z", "X"):
+            pids.append(int(entry.name))
+    return pids
+
+
+def gone(token: str) -> bool:
+    return not host_processes_with(token)
+
+
+def running(token: str, count: int) -> Callable[[], bool]:
+    return lambda: len(host_processes_with(token)) >= count
+
+
+async def test_a_timeout_kills_everything_the_command_started_even_out_of_its_group() -> None:
+    token = f"6{uuid.uuid4().int % 10**8}"  # a sleep of that many seconds names our processes
+    stamps: list[orphans.ProcessStamp | None] = []
+    ctx = ToolContext(
+        run_id="r", call_id="c", started=lambda pgid: stamps.append(orphans.stamp(pgid))
+    )
+    call = asyncio.ensure_future(sh(f"sleep {token} & setsid sleep {token} & wait").call({}, ctx))
+    await until(running(token, 2), timeout=5)
+    call.cancel()  # how the caller's timeout arrives
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    (stamp,) = stamps
+    assert stamp is not None and stamp.host_key == orphans.host_key()
+    await until(lambda: gone(token), timeout=3)
+
+
+async def test_an_orphaned_isolated_group_is_found_and_stopped_by_its_stamp() -> None:
+    token = f"7{uuid.uuid4().int % 10**8}"
+    stamps: list[orphans.ProcessStamp | None] = []
+    ctx = ToolContext(
+        run_id="r", call_id="c", started=lambda pgid: stamps.append(orphans.stamp(pgid))
+    )
+    call = asyncio.ensure_future(sh(f"sleep {token}").call({}, ctx))
+    await until(running(token, 1), timeout=5)
+    (stamp,) = stamps
+    assert stamp is not None and len(orphans.members(stamp)) >= 3  # helper, init, command
+    said = await orphans.end_orphan(stamp)
+    assert said.endswith("was still running and was stopped")
+    await until(lambda: gone(token), timeout=3)
+    assert (await call).output == "[killed by signal SIGKILL]"
+
+
+@pytest.mark.parametrize(
+    ("script", "output"),
+    [
+        ("echo out; echo err >&2; exit 3", "out\nerr\n[exit status 3]"),
+        ("kill -TERM $$", "[killed by signal SIGTERM]"),
+        ("echo $HOME | grep -c kestrel-home; env | wc -l", "1\n4\n[exit status 0]"),
+    ],
+    ids=["exit code and stderr", "own signal", "environment"],
+)
+async def test_output_and_exit_status_pass_through_unchanged(script: str, output: str) -> None:
+    assert (await sh(script).call({}, CTX)).output == output
+
+
+async def test_the_output_cap_holds() -> None:
+    script = "import sys; sys.stdout.buffer.write(b'x' * 1048576)"
+    tool = CommandTool(
+        "flood", "f", [sys.executable, "-c", script], max_output=1000, isolation=ISOLATED
+    )
+    result = await tool.call({}, CTX)
+    marker = "\n[output truncated: 1048576 bytes total, first 1000 shown]\n"
+    assert result.output == "x" * 1000 + marker + "[exit status 0]"
+
+
+async def test_a_program_that_cannot_start_is_an_error_as_before(tmp_path: Path) -> None:
+    missing = await CommandTool("m", "m", ["/nonexistent/prog"], isolation=ISOLATED).call({}, CTX)
+    assert missing.is_error
+    assert missing.output == (
+        "cannot start '/nonexistent/prog': No such file or directory (/nonexistent/prog)"
+    )
+    unknown = await CommandTool("u", "u", ["no-such-program-x"], isolation=ISOLATED).call({}, CTX)
+    assert unknown.is_error and unknown.output.startswith("cannot start 'no-such-program-x'")
+
+
+def test_a_catalog_cannot_hand_a_command_kestrels_secrets(tmp_path: Path) -> None:
+    path = tmp_path / "ops.yaml"
+    tool = {"name": "t", "description": "t", "command": ["env"]}
+    env = ["OPENAI_API_KEY", "KESTREL_DATABASE_URL", "KESTREL_DEMO_STATE", "SLACK_BOT_TOKEN"]
+    path.write_text(yaml.safe_dump({"tools": [{**tool, "env": env}]}, sort_keys=False))
+    with pytest.raises(CatalogError) as refused:
+        load_catalog(path)
+    assert refused.value.problems == [
+        f"{path}:{line}: tools[0].env[{index}]: tool 't': {name} holds a secret or a setting of "
+        "Kestrel's"
+        for line, index, name in [
+            (7, 0, "OPENAI_API_KEY"),
+            (8, 1, "KESTREL_DATABASE_URL"),
+            (10, 3, "SLACK_BOT_TOKEN"),
+        ]
+    ]
+
+
+async def test_a_named_file_and_folder_and_the_password_file_read_as_empty(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "pgpass").write_text("db:5432:*:kestrel:pg-secret\n")
+    (tmp_path / "vault").mkdir()
+    (tmp_path / "vault" / "key").write_text("vault-secret\n")
+    (tmp_path / "link").symlink_to(tmp_path / "vault" / "key")
+    monkeypatch.setenv("PGPASSFILE", str(tmp_path / "pgpass"))
+    hidden = secret_files(None, tmp_path / "absent.env", [tmp_path / "vault"])
+    assert hidden == (str(tmp_path / "pgpass"), str(tmp_path / "vault"))
+    script = 'cat "$0"/pgpass "$0"/link "$0"/vault/key; ls "$0"/vault; echo end'
+    tool = CommandTool(
+        "c", "c", ["/bin/sh", "-c", script, str(tmp_path)], isolation=Isolation(hidden)
+    )
+    output = (await tool.call({}, CTX)).output
+    assert "secret" not in output and output.endswith("end\n[exit status 0]"), output
