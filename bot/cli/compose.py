@@ -86,6 +86,11 @@ def checked_isolation(settings: Settings) -> Isolation | None:
     try:
         isolation.check()
     except IsolationUnavailable as exc:
+        if not settings.tools:
+            # The offline demo's simulated tools are ours and Kestrel holds no secret for them:
+            # a newcomer's first run is not refused for want of namespaces.
+            tools_log.error("tool_isolation: unavailable here (%s); the demo runs without it", exc)
+            return None
         raise ConfigError(
             f"tool_isolation: catalog commands cannot be isolated here ({exc}); run as root or "
             "where user namespaces are allowed, or set tool_isolation.mode: none"

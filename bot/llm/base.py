@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -61,19 +62,36 @@ class ToolSpec:
 def unique_call_ids(turn: AssistantTurn, messages: Sequence[Message]) -> AssistantTurn:
     """``turn`` with every call id unique in the run; returns ``turn`` itself if already so.
 
-    A missing id becomes ``call_<n>``, a repeated one ``<id>_<n>`` (the first free ``n``).
+    A missing id becomes ``call_<n>``, a repeated one ``<id>_<n>`` (the first free ``n``). A
+    call repeated within the turn with its id, name and arguments is the same call: kept once.
     """
     # Results, deferrals and one-shot grants are keyed by call id across the whole run, so a
     # repeat within the turn or of an earlier turn's id would answer or authorise the wrong call.
     taken = {call.id for m in messages if isinstance(m, AssistantMessage) for call in m.turn.calls}
     calls: list[ToolCall] = []
-    for call in turn.calls:
+    for i, call in enumerate(turn.calls):
+        if call.id and any(_same_call(call, earlier) for earlier in turn.calls[:i]):
+            continue
         free = _free_id(call.id, taken)
         taken.add(free)
         calls.append(call if free == call.id else call.model_copy(update={"id": free}))
-    if all(new is old for new, old in zip(calls, turn.calls, strict=True)):
+    if len(calls) == len(turn.calls) and all(
+        new is old for new, old in zip(calls, turn.calls, strict=True)
+    ):
         return turn
     return turn.model_copy(update={"calls": tuple(calls)})
+
+
+def _same_call(call: ToolCall, other: ToolCall) -> bool:
+    """The model sent one call twice: same id, same tool, same arguments (as JSON values)."""
+    if (call.id, call.name) != (other.id, other.name):
+        return False
+    if call.arguments == other.arguments:
+        return True
+    try:
+        return bool(json.loads(call.arguments) == json.loads(other.arguments))
+    except ValueError:
+        return False
 
 
 def _free_id(wanted: str, taken: set[str]) -> str:

@@ -146,13 +146,10 @@ class OpenAIProvider:
     def _with_unique_ids(self, turn: AssistantTurn, messages: Sequence[Message]) -> AssistantTurn:
         unique = unique_call_ids(turn, messages)
         if unique is not turn:
-            renamed = [
-                f"{a.id!r}->{b.id!r}"
-                for a, b in zip(turn.calls, unique.calls, strict=True)
-                if a != b
-            ]
+            sent = [call.id for call in turn.calls]
+            kept = [call.id for call in unique.calls]
             log.warning(
-                "%s sent missing or repeated tool-call ids; renamed %s", self.base_url, renamed
+                "%s sent missing or repeated tool-call ids %s; kept %s", self.base_url, sent, kept
             )
         return unique
 

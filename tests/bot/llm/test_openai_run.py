@@ -70,6 +70,27 @@ async def test_duplicate_ids_run_each_call_once_and_answer_each(tmp_path: Path) 
     assert answered == [(sent_ids[0], "a"), (sent_ids[1], "b")]
 
 
+async def test_one_call_sent_twice_with_its_id_runs_once_and_is_answered_once(
+    tmp_path: Path,
+) -> None:
+    # Same id, same tool, same arguments (spaced otherwise): one call, whatever the server did.
+    first = chat_completion(
+        calls=[("call_0", "echo", '{"text": "a"}'), ("call_0", "echo", '{"text":"a"}')]
+    )
+    script = [{"text": "unused"}, {"text": "done"}]
+    async with FakeOpenAI(script, canned=[Canned(status=200, body=first)]) as fake:
+        state, counter, records, _ = await _run(tmp_path, fake)
+
+    assert state.result is not None
+    assert state.result.stop_reason is StopReason.ANSWERED
+    assert counter.calls == {"echo": 1}
+    assert [r.entry.kind for r in records].count("tool_result") == 1
+    second = fake.requests[1]["messages"]
+    assistant = next(m for m in second if m["role"] == "assistant")
+    assert [c["id"] for c in assistant["tool_calls"]] == ["call_0"]
+    assert [m["tool_call_id"] for m in second if m["role"] == "tool"] == ["call_0"]
+
+
 async def test_a_hanging_server_does_not_overrun_the_run_deadline(tmp_path: Path) -> None:
     async with FakeOpenAI(hang=True) as fake:
         started = time.monotonic()
