@@ -1,0 +1,112 @@
+"""What each principal form grants, on each platform, for a run that lives in a place."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from bot.domain import DecisionKind, Request, RequestKind
+from bot.place import Place
+from bot.policy import Actor, Policy, PolicyRules
+
+PLATFORMS = {
+    "slack": ("T0001", "C0OPS", "C0PRIV", "S0SRE", "U0ALICE"),
+    "discord": ("100", "200", "201", "300", "1001"),
+}
+
+
+@dataclass
+class Directory:
+    """A platform's answers, and which questions were asked."""
+
+    groups: dict[str, set[str]] = field(default_factory=dict)
+    channels: dict[str, set[str]] = field(default_factory=dict)
+    asked: list[str] = field(default_factory=list)
+
+    async def in_group(self, user: str, group: str) -> bool:
+        self.asked.append(group)
+        return user in self.groups.get(group, set())
+
+    async def sees(self, user: str, place: Place) -> bool:
+        return user in self.channels.get(place.channel, set())
+
+
+def _approval(requested_by: str = "U0REQ") -> Request:
+    return Request(
+        run_id="run_1", kind=RequestKind.WAIT_APPROVAL, call_id="c", tool="restart",
+        requested_by=requested_by,
+    )  # fmt: skip
+
+
+def _forms(platform: str) -> dict[str, str]:
+    _team, ops, _priv, group, user = PLATFORMS[platform]
+    return {
+        "user": user,
+        "group": f"group:{group}",
+        "role": f"role:{group}",
+        "channel": f"channel:{ops}",
+        "*": "*",
+    }
+
+
+@pytest.mark.parametrize("platform", sorted(PLATFORMS))
+@pytest.mark.parametrize("form", ["user", "group", "role", "channel", "*"])
+async def test_each_form_approves_runs_of_its_place_only(platform: str, form: str) -> None:
+    team, ops, priv, group, user = PLATFORMS[platform]
+    policy = Policy(PolicyRules(approvers={"*": [_forms(platform)[form]]}))
+    directory = Directory(groups={group: {user}})
+    run_in_ops = Place(platform, team, ops, "t1")
+    run_in_priv = Place(platform, team, priv, "t2")
+
+    def acting(where: Place, *, external: bool = False) -> Actor:
+        return Actor(user, place=where, external=external, directory=directory)
+
+    async def refusal(actor: Actor, run: Place) -> str:
+        return await policy.check_decision(actor, DecisionKind.APPROVE, _approval(), None, run=run)
+
+    # Named by the form, acting from the run's own thread: approved.
+    assert await refusal(acting(run_in_ops), run_in_ops) == ""
+    # The same person on a run of another channel, acting from there: only a form that names
+    # the person (not the channel the clicker happens to be in) lets them.
+    on_priv = await refusal(acting(run_in_priv), run_in_priv)
+    assert (on_priv == "") is (form != "channel")
+    # Acting on the #ops run from anywhere else: refused, whoever they are.
+    assert "another channel" in await refusal(acting(run_in_priv), run_in_ops)
+    other_platform = Place("console" if platform == "slack" else "slack", team, ops, "t1")
+    assert "another channel" in await refusal(acting(other_platform), run_in_ops)
+    # A guest from another workspace is named by their own user id only.
+    guest = await refusal(acting(run_in_ops, external=True), run_in_ops)
+    assert (guest == "") is (form == "user")
+
+
+async def test_groups_are_looked_up_only_when_a_check_names_them_and_nothing_cheaper_matched() -> (
+    None
+):
+    directory = Directory(groups={"S0SRE": {"U0ALICE"}, "S0OTHER": set()})
+    policy = Policy(PolicyRules(requesters=["*", "group:S0OTHER"], oncall=["group:S0SRE"]))
+    place = Place("slack", "T0001", "C0OPS", "1.1")
+    alice = Actor("U0ALICE", place=place, directory=directory)
+    assert await policy.may_start(alice, place)
+    assert directory.asked == []  # "*" matched: no group API was asked
+    assert await policy.may_operate(alice, place)
+    assert directory.asked == ["S0SRE"]  # only the group the check names
+    bob = Actor("U0BOB", place=place, directory=directory)
+    assert not await policy.may_operate(bob, place)
+
+
+async def test_reads_show_a_run_to_its_channel_and_to_oncall_only() -> None:
+    directory = Directory(channels={"C0PRIV": {"U0MEMBER"}})
+    policy = Policy(PolicyRules(oncall=["U0ONCALL"]))
+    run = Place("slack", "T0001", "C0PRIV", "1.1")
+    elsewhere = Place("slack", "T0001", "C0OPS", "")
+
+    def reader(user: str, where: Place = elsewhere, external: bool = False) -> Actor:
+        return Actor(user, place=where, external=external, directory=directory)
+
+    assert await policy.may_see(reader("U0MEMBER"), run)
+    assert await policy.may_see(reader("U0ONCALL"), run)
+    assert not await policy.may_see(reader("U0STRANGER"), run)
+    assert not await policy.may_see(reader("U0MEMBER", Place("discord", "100", "200")), run)
+    assert not await policy.may_see(reader("U0MEMBER", Place("slack", "T0OTHER", "C1")), run)
+    assert await policy.may_see(Actor("anyone"), run)  # the terminal that runs Kestrel
