@@ -144,9 +144,10 @@ class Policy:
 
     async def may_see(self, actor: Actor, run: Place) -> bool:
         """Whether ``actor`` may read a run that lives in ``run`` (its prompt, tools, requests):
-        at the terminal, or on the run's platform and on-call or able to see its channel."""
-        if actor.place is None:
-            return True
+        at the terminal, from the run's own channel, or on the run's platform and on-call or
+        able to see its channel."""
+        if actor.place is None or run.holds(actor.place):
+            return True  # the terminal, or someone in the run's own channel
         if actor.place.platform != run.platform:
             return False
         if await self.may_operate(actor, run):

@@ -110,3 +110,4 @@ async def test_reads_show_a_run_to_its_channel_and_to_oncall_only() -> None:
     assert not await policy.may_see(reader("U0MEMBER", Place("discord", "100", "200")), run)
     assert not await policy.may_see(reader("U0MEMBER", Place("slack", "T0OTHER", "C1")), run)
     assert await policy.may_see(Actor("anyone"), run)  # the terminal that runs Kestrel
+    assert await policy.may_see(reader("U0STRANGER", Place("slack", "T0001", "C0PRIV")), run)

@@ -10,7 +10,7 @@ from pathlib import Path
 from adapters.slack import ids
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.serving import free_port, run_serve, serve_env, start_serve, wait_healthy
-from tests.fakes.slack_api import FakeSlackApi, events_api_envelope
+from tests.fakes.slack_api import FakeSlackApi, events_api_envelope, interactive_envelope
 from tests.fakes.slack_client import SlackSender, app_mention, block_actions, event_callback
 from tests.fakes.slack_world import (
     APPROVER,
@@ -90,12 +90,23 @@ async def test_serve_slack_in_socket_mode_takes_a_mention(tmp_path: Path) -> Non
         try:
             await wait_healthy(port, process)
             await api.wait_for_socket(timeout=20)
-            body = event_callback(app_mention(REQUESTER, "checkout is failing"))
-            envelope = await api.socket_send(events_api_envelope(body))
+            mention = app_mention(REQUESTER, "checkout is failing")
+            envelope = await api.socket_send(events_api_envelope(event_callback(mention)))
             await api.wait_for_ack(envelope)
-            await api.wait_for(
+            cards = await api.wait_for(
                 lambda c: c.ok is True and ids.APPROVE_ONCE in json.dumps(c.args), timeout=20
             )
+            # Socket Mode clicks are checked against the run's place as HTTP ones are.
+            ts = next(m["ts"] for m in api.messages["C0001"] if m.get("bot_id") and m.get("blocks"))
+            value = button_value(cards[0], ids.APPROVE_ONCE)
+            elsewhere = block_actions(
+                APPROVER, ids.APPROVE_ONCE, value, channel="C0OTHER", message_ts=ts,
+                thread_ts=mention["ts"],
+            )  # fmt: skip
+            await api.wait_for_ack(await api.socket_send(interactive_envelope(elsewhere)))
+            told = await api.wait_for("chat.postEphemeral", timeout=20)
+            assert "another channel" in json.dumps(told[0].args)
+            assert not (tmp_path / "executions.txt").exists()
         finally:
             process.send_signal(signal.SIGTERM)
             _out, err = await asyncio.to_thread(process.communicate, timeout=30)
