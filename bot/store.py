@@ -272,7 +272,8 @@ class Outbox(Protocol):
     ) -> int:
         """Set what message ``key`` should show: insert it, or replace its body when different
         (version + 1, due at once); return its version. An identical body changes nothing.
-        ``platform`` and ``target`` are the message's from its first put on."""
+        ``platform`` and ``target`` are the message's from its first put on (the empty
+        target of an answer a run's end left owed takes the first one put)."""
         ...
 
     async def claim_messages(
