@@ -236,6 +236,12 @@ class WorkQueue(Protocol):
         """Add inbound work for any replica and wake the waiting ones; return its id."""
         ...
 
+    async def accept_delivery(self, key: str, payload: dict[str, Any], owner: str) -> int | None:
+        """Mark inbound chat delivery ``key`` seen and queue ``payload`` as ``inbound`` work
+        already taken by ``owner``, in one commit; the item's id, or None for a delivery marked
+        before (a repeat: nothing is queued). Others retake the item only once ``owner`` died."""
+        ...
+
     async def take_work(
         self, owner: str, limit: int = 10, retake_after: float = 60.0
     ) -> list[WorkItem]:
