@@ -20,6 +20,7 @@ from bot.domain import (
     Session,
 )
 from bot.events import EventSink
+from bot.inbound import Accepted, Delivery, Inbound
 from bot.journal.fold import RunState, fold
 from bot.policy import Actor, NotPermitted, Policy
 from bot.prompter import Prompter
@@ -117,6 +118,7 @@ class ChatService:
         self._supervisor = supervisor
         self._rt = supervisor.rt
         self.duplicates_dropped = 0
+        self.inbound = Inbound(supervisor)
 
     def subscribe(self, sink: EventSink) -> None:
         """Receive every event of every run this process drives."""
@@ -129,13 +131,14 @@ class ChatService:
         user: Actor,
         session: Session | None = None,
         prompter: Prompter | None = None,
+        run_id: str = "",
     ) -> LiveRun:
         """Start a run for one message in a session (a thread; None: a new one of its own);
-        it runs in the background."""
+        it runs in the background (as ``run_id``, when the delivery reserved one)."""
         if not self._rt.policy.may_start(user):
             raise NotPermitted(f"{user.user} may not start runs (policy.requesters)")
         return await self._supervisor.start_turn(
-            text, session=session, requested_by=user.user, prompter=prompter
+            text, session=session, requested_by=user.user, prompter=prompter, run_id=run_id
         )
 
     async def decide(
@@ -231,6 +234,14 @@ class ChatService:
             return True
         self.duplicates_dropped += 1
         return False
+
+    async def accept_delivery(self, key: str, platform: str, delivery: Delivery) -> Accepted | None:
+        """Hold an inbound chat delivery in the store before it is acknowledged (``Inbound``);
+        None for a repeat, which is counted and should be dropped."""
+        accepted = await self.inbound.accept(key, platform, delivery)
+        if accepted is None:
+            self.duplicates_dropped += 1
+        return accepted
 
     def groups_named(self) -> frozenset[str]:
         """The group ids the policy names (``group:ID``): the only memberships worth looking up."""

@@ -99,6 +99,8 @@ class Deliveries:
         self._claim_seconds = claim_seconds
         self._poll_seconds = poll_seconds
         self._wake = asyncio.Event()
+        self._resting = asyncio.Event()  # set while ``run`` waits between rounds
+        self._resting.set()
         self._stopped = False
         self._render_owed: RenderOwed | None = None
 
@@ -116,12 +118,19 @@ class Deliveries:
         """Deliver until ``stop``: at once when woken, else every ``poll_seconds``."""
         while not self._stopped:
             self._wake.clear()
+            self._resting.clear()
             try:
                 await self.deliver_due()
             except Exception:  # the store failed: try again at the next poll
                 log.exception("outbox: delivery round failed")
+            finally:
+                self._resting.set()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self._poll_seconds)
+
+    async def idle(self) -> None:
+        """Wait until ``run`` finished its round under way, if any (what it claimed is shown)."""
+        await self._resting.wait()
 
     def wake(self) -> None:
         """Look for due messages now (one may have been written with other changes)."""

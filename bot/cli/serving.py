@@ -65,6 +65,11 @@ class ChatFront:
         if not config.enabled:
             self._lines.append("http: the run pages are off (set KESTREL_WEB_TOKEN)")
 
+    @property
+    def chat(self) -> ChatService:
+        """The chat service the platforms drive (its ``inbound`` for the work taker)."""
+        return self._chat
+
     def describe(self) -> list[str]:
         """One line per platform and listener, for the operator."""
         return list(self._lines)
