@@ -61,6 +61,7 @@ class KestrelDiscord(discord.Client):
         message_content: bool = True,
         guild_ready_timeout: float = 2.0,
         link: RunLink | None = None,
+        claim_seconds: float = 60.0,
     ) -> None:
         super().__init__(
             intents=intents(message_content),
@@ -69,7 +70,9 @@ class KestrelDiscord(discord.Client):
         )
         self.chat = chat
         self.talk = Conversation(chat)
-        self.deliveries = Deliveries(outbox, DiscordTransport(self.http), owner)
+        self.deliveries = Deliveries(
+            outbox, DiscordTransport(self.http), owner, claim_seconds=claim_seconds
+        )
         self.progress = DiscordProgress(self.http, self.deliveries)
         self.renderer = ThreadRenderer(chat, self.deliveries, DiscordLook(link), self.progress)
         self.tree = app_commands.CommandTree(self)

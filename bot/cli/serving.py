@@ -123,7 +123,10 @@ class ChatFront:
 
         settings = SlackSettings.from_env(environment())
         rt = self._supervisor.rt
-        adapter = SlackAdapter(self._chat, rt.store, rt.owner, settings, link=links)
+        # A dead replica's claims on messages run out as its leases on runs do.
+        adapter = SlackAdapter(
+            self._chat, rt.store, rt.owner, settings, link=links, claim_seconds=rt.lease_seconds
+        )
         me = await adapter.start()
         self._slack = adapter
         if settings.socket_mode:
@@ -139,7 +142,9 @@ class ChatFront:
 
         settings = DiscordSettings.from_env(environment())
         rt = self._supervisor.rt
-        adapter = DiscordAdapter(self._chat, rt.store, rt.owner, settings, link=links)
+        adapter = DiscordAdapter(
+            self._chat, rt.store, rt.owner, settings, link=links, claim_seconds=rt.lease_seconds
+        )
         me = await adapter.start()
         self._discord = adapter
         self._lines.append(f"discord: connected as {me.name} ({me.id})")

@@ -1,0 +1,120 @@
+"""``kestrel serve slack`` killed (SIGKILL) right after Slack got its 200: restarted on the same
+database, every mention and every answering reply is answered exactly once, whether Slack
+sends the delivery again (``X-Slack-Retry-Num``) or not, and a run that ended just before the
+kill shows its answer once."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sqlite3
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from adapters.slack import ids
+from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.serving import free_port, serve_env, start_serve, wait_healthy
+from tests.fakes.slack_api import FakeSlackApi
+from tests.fakes.slack_client import SlackSender, app_mention, message
+from tests.fakes.slack_world import CHANNEL, REQUESTER, SECRET, write_config
+from tests.fakes.waiting import until
+
+# A mention starting with "ask" asks a question, any other is answered at once; an answer to
+# the question is echoed.
+SCRIPT: list[Any] = [
+    {
+        "one_of": [
+            {
+                "match": "^ask",
+                "text": "One detail first.",
+                "calls": [{"name": "ask_human_input", "arguments": {"question": "Which region?"}}],
+            },
+            {"match": "(?P<said>.+)", "text": "Answered: {said}."},
+        ]
+    },
+    {"one_of": [{"match": "(?P<answer>.+)", "text": "Looking at {answer}."}]},
+]
+# Milliseconds between a delivery's 200 and the kill (the last one sent is killed at once).
+DELAYS = (50, 20, 5, 2, 0)
+# A lease of a second: a dead replica's work, runs and outbox claims are taken up after it.
+REPLICA = {"replica": {"lease_seconds": 1.0}}
+
+
+def answers_in(api: FakeSlackApi, thread_ts: str) -> list[str]:
+    """The answers posted in a thread (messages with the feedback buttons), as JSON."""
+    posted = [json.dumps(c.args) for c in api.calls_to("chat.postMessage") if c.ok]
+    return [p for p in posted if f'"thread_ts": "{thread_ts}"' in p and ids.FEEDBACK in p]
+
+
+def settled(database: Path) -> bool:
+    """Whether the store holds nothing more to do: no work left, no run going, no message
+    waiting to be shown."""
+    with sqlite3.connect(f"file:{database}?mode=ro", uri=True) as conn:
+        work = conn.execute("SELECT COUNT(*) FROM work WHERE done_at IS NULL").fetchone()[0]
+        running = conn.execute("SELECT COUNT(*) FROM runs WHERE status = 'running'").fetchone()
+        due = conn.execute("SELECT COUNT(*) FROM outbox WHERE version > delivered_version")
+        return work == 0 and running[0] == 0 and due.fetchone()[0] == 0
+
+
+def kill(process: subprocess.Popen[str]) -> str:
+    """SIGKILL, and what the process said on stderr."""
+    process.send_signal(signal.SIGKILL)
+    return process.communicate(timeout=10)[1]
+
+
+async def stop(process: subprocess.Popen[str]) -> str:
+    """SIGTERM, to its end; its stderr."""
+    process.send_signal(signal.SIGTERM)
+    _out, err = await asyncio.to_thread(process.communicate, timeout=30)
+    return err
+
+
+async def test_killed_after_the_200_every_message_is_answered_once(tmp_path: Path) -> None:
+    async with FakeOpenAI(SCRIPT) as model, FakeSlackApi() as api:
+        config = write_config(tmp_path, model.base_url, extra_config=REPLICA)
+        port = free_port()
+        env = serve_env(config, api.url)
+        url = f"http://127.0.0.1:{port}/slack/events"
+        sender = SlackSender(url, SECRET, api=api)
+        process = start_serve(tmp_path, port, env, "slack")
+        try:
+            await wait_healthy(port, process)
+            question = app_mention(REQUESTER, "ask me")
+            assert (await sender.event(question)).status == 200
+            await api.wait_for(lambda c: ids.ANSWER in json.dumps(c.args), timeout=20)
+
+            # The reply answering the question, then mentions each killed a little sooner
+            # after its 200: each is somewhere between its mark and its answer at the kill.
+            sent: list[tuple[dict[str, Any], str]] = []
+            reply = message(REQUESTER, "eu-west", channel=CHANNEL, thread_ts=question["ts"])
+            events = [reply, *(app_mention(REQUESTER, f"check {d}") for d in DELAYS)]
+            for event, delay in zip(events, (DELAYS[0], *DELAYS), strict=True):
+                event_id = f"Ev{event['ts'].replace('.', '')}"
+                assert (await sender.event(event, event_id=event_id)).status == 200
+                sent.append((event, event_id))
+                await asyncio.sleep(delay / 1000)
+            err = kill(process)
+            assert "Traceback" not in err
+
+            process = start_serve(tmp_path, port, env, "slack")
+            await wait_healthy(port, process)
+            # Slack sends every other delivery again (it never heard back in time), as retry 1.
+            for event, event_id in sent[::2]:
+                response = await sender.event(event, event_id=event_id, retry_num=1)
+                assert response.status == 200
+
+            threads = [question["ts"], *(event["ts"] for event, _ in sent[1:])]
+            await until(lambda: all(answers_in(api, ts) for ts in threads), timeout=30)
+            await until(lambda: settled(tmp_path / "kestrel.db"), timeout=10)
+            answered = answers_in(api, question["ts"])
+            assert len(answered) == 1 and "Looking at eu-west" in answered[0]
+            for event, _ in sent[1:]:
+                said = event["text"].split("> ", 1)[1]
+                answered = answers_in(api, event["ts"])
+                assert len(answered) == 1 and f"Answered: {said}." in answered[0], said
+        finally:
+            if process.poll() is None:
+                err = await stop(process)
+                assert "Traceback" not in err, err
