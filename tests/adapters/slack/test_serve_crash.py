@@ -48,6 +48,17 @@ def answers_in(api: FakeSlackApi, thread_ts: str) -> list[str]:
     return [p for p in posted if f'"thread_ts": "{thread_ts}"' in p and ids.FEEDBACK in p]
 
 
+def ended(database: Path, thread_ts: str) -> bool:
+    """Whether the run of the thread ``thread_ts`` has ended."""
+    with sqlite3.connect(f"file:{database}?mode=ro", uri=True) as conn:
+        found = conn.execute(
+            "SELECT runs.status FROM runs JOIN sessions ON sessions.id = runs.session_id"
+            " WHERE sessions.thread = ?",
+            (thread_ts,),
+        ).fetchone()
+    return found is not None and found[0] == "completed"
+
+
 def settled(database: Path) -> bool:
     """Whether the store holds nothing more to do: no work left, no run going, no message
     waiting to be shown."""
@@ -114,6 +125,20 @@ async def test_killed_after_the_200_every_message_is_answered_once(tmp_path: Pat
                 said = event["text"].split("> ", 1)[1]
                 answered = answers_in(api, event["ts"])
                 assert len(answered) == 1 and f"Answered: {said}." in answered[0], said
+
+            # Killed as soon as a run's end is in the store: its answer shows once all the same.
+            last = app_mention(REQUESTER, "check the end")
+            assert (await sender.event(last)).status == 200
+            await until(lambda: ended(tmp_path / "kestrel.db", last["ts"]), interval=0.001)
+            assert "Traceback" not in kill(process)
+            # Killed between the end and the post (the post takes a few store round trips more
+            # than the poll; on a slow machine the case may degrade to an answer shown already).
+            process = start_serve(tmp_path, port, env, "slack")
+            await wait_healthy(port, process)
+            await until(lambda: answers_in(api, last["ts"]), timeout=20)
+            await until(lambda: settled(tmp_path / "kestrel.db"), timeout=10)
+            answered = answers_in(api, last["ts"])
+            assert len(answered) == 1 and "Answered: check the end." in answered[0]
         finally:
             if process.poll() is None:
                 err = await stop(process)
