@@ -14,6 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from adapters.slack import ids
+from tests.fakes import discord_payloads as p
+from tests.fakes.discord_api import FakeDiscord
+from tests.fakes.discord_world import REQUESTER as DISCORD_REQUESTER
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.serving import free_port, serve_env, start_serve, wait_healthy
 from tests.fakes.slack_api import FakeSlackApi
@@ -57,6 +60,13 @@ def ended(database: Path, thread_ts: str) -> bool:
             (thread_ts,),
         ).fetchone()
     return found is not None and found[0] == "completed"
+
+
+def accepted(database: Path, message_id: str) -> bool:
+    """Whether a Discord message is held in the store."""
+    with sqlite3.connect(f"file:{database}?mode=ro", uri=True) as conn:
+        rows = conn.execute("SELECT payload FROM work WHERE kind = 'inbound'").fetchall()
+    return any(f'"{message_id}"' in row[0] for row in rows)
 
 
 def settled(database: Path) -> bool:
@@ -139,6 +149,48 @@ async def test_killed_after_the_200_every_message_is_answered_once(tmp_path: Pat
             await until(lambda: settled(tmp_path / "kestrel.db"), timeout=10)
             answered = answers_in(api, last["ts"])
             assert len(answered) == 1 and "Answered: check the end." in answered[0]
+        finally:
+            if process.poll() is None:
+                err = await stop(process)
+                assert "Traceback" not in err, err
+
+
+async def test_serve_discord_killed_after_taking_a_mention_answers_it_once(
+    tmp_path: Path,
+) -> None:
+    async with FakeOpenAI(SCRIPT) as model, FakeDiscord() as fake:
+        config = write_config(tmp_path, model.base_url, extra_config=REPLICA)
+        port = free_port()
+        env = serve_env(
+            config, "http://127.0.0.1:9/api/", DISCORD_TOKEN="t0k3n", DISCORD_API_URL=fake.api_url
+        )
+        process = start_serve(tmp_path, port, env, "discord")
+        try:
+            await wait_healthy(port, process)
+            mentions = [
+                p.message_create(author_id=DISCORD_REQUESTER, content=f"<@{p.BOT_ID}> check {n}")
+                for n in range(3)
+            ]
+            # Discord sends no delivery again: what counts is from its acceptance on.
+            database = tmp_path / "kestrel.db"
+            for mention, delay in zip(mentions, (20, 5, 0), strict=True):
+                await fake.dispatch("MESSAGE_CREATE", mention)
+                message_id = str(mention["id"])
+                await until(lambda: accepted(database, message_id), interval=0.001)  # noqa: B023
+                await asyncio.sleep(delay / 1000)
+            assert "Traceback" not in kill(process)
+
+            process = start_serve(tmp_path, port, env, "discord")
+            await wait_healthy(port, process)
+
+            def answers(n: int) -> list[str]:
+                path = f"/channels/{mentions[n]['id']}/messages"
+                texts = [json.dumps(c.json) for c in fake.calls if c.path == path]
+                return [t for t in texts if f"Answered: check {n}." in t]
+
+            await until(lambda: all(answers(n) for n in range(3)), timeout=30)
+            await until(lambda: settled(tmp_path / "kestrel.db"), timeout=10)
+            assert [len(answers(n)) for n in range(3)] == [1, 1, 1]
         finally:
             if process.poll() is None:
                 err = await stop(process)
