@@ -20,6 +20,7 @@ from bot.domain import (
     Session,
 )
 from bot.events import EventSink
+from bot.inbound import Accepted, Delivery, Inbound
 from bot.journal.fold import RunState, fold
 from bot.outbox import card_key
 from bot.place import Place
@@ -133,6 +134,7 @@ class ChatService:
         self._rt = supervisor.rt
         self._summaries = RunSummaries(supervisor.rt.store)
         self.duplicates_dropped = 0
+        self.inbound = Inbound(supervisor)
 
     def subscribe(self, sink: EventSink) -> None:
         """Receive every event of every run this process drives."""
@@ -145,9 +147,10 @@ class ChatService:
         user: Actor,
         session: Session | None = None,
         prompter: Prompter | None = None,
+        run_id: str = "",
     ) -> LiveRun:
         """Start a run for one message in a session (a thread; None: a new one of its own);
-        it runs in the background."""
+        it runs in the background (as ``run_id``, when the delivery reserved one)."""
         place = session.place if session is not None else None
         refusal = self._rt.policy.place_refusal(user, place, "this thread")
         if refusal or not await self._rt.policy.may_start(user, place):
@@ -155,7 +158,7 @@ class ChatService:
             await self._rt.store.audit(user.user, "start_refused", detail=refusal)
             raise NotPermitted(refusal)
         return await self._supervisor.start_turn(
-            text, session=session, requested_by=user.user, prompter=prompter
+            text, session=session, requested_by=user.user, prompter=prompter, run_id=run_id
         )
 
     async def decide(
@@ -281,6 +284,14 @@ class ChatService:
             return True
         self.duplicates_dropped += 1
         return False
+
+    async def accept_delivery(self, key: str, platform: str, delivery: Delivery) -> Accepted | None:
+        """Hold an inbound chat delivery in the store before it is acknowledged (``Inbound``);
+        None for a repeat, which is counted and should be dropped."""
+        accepted = await self.inbound.accept(key, platform, delivery)
+        if accepted is None:
+            self.duplicates_dropped += 1
+        return accepted
 
     async def cancel(self, run_id: str, *, user: Actor) -> str:
         """Cancel a run (its requester or on-call may, from its place); what happened, in a

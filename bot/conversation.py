@@ -42,8 +42,11 @@ class Conversation:
     def __init__(self, chat: ChatService) -> None:
         self._chat = chat
 
-    async def mention(self, session: Session, actor: Actor, text: str) -> Outcome:
-        """A message that mentions Kestrel (``text`` without the mention)."""
+    async def mention(
+        self, session: Session, actor: Actor, text: str, *, run_id: str = ""
+    ) -> Outcome:
+        """A message that mentions Kestrel (``text`` without the mention); a turn it starts
+        is run ``run_id`` when the delivery reserved one."""
         latest = await self._chat.latest(session)
         word = text.strip().lower()
         if word in THREAD_COMMANDS:
@@ -62,7 +65,7 @@ class Conversation:
             )
         try:
             live = await self._chat.submit_turn(
-                text, user=actor, session=session, prompter=DeferringPrompter()
+                text, user=actor, session=session, prompter=DeferringPrompter(), run_id=run_id
             )
         except NotPermitted as exc:
             return Outcome(note=str(exc))

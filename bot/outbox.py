@@ -5,6 +5,11 @@ worker in any replica converges the platform to it: it posts a message the platf
 show yet, edits one whose body changed, and retries with backoff when the platform refuses.
 A post whose outcome is unknown (the process died, the connection broke after sending) is
 looked up on the platform by its key before it is sent again, so it is never posted twice.
+
+A run's end commits with a message of its thread's platform that says only that the run's
+answer is owed (``owed_answer``): the worker that claims it has the platform's renderer fill
+it in from the run's journal, so an answer is shown even when the process that ended the run
+died before rendering it.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any, Protocol
 
@@ -23,15 +29,30 @@ log = logging.getLogger("kestrel.outbox")
 
 BACKOFF_SECONDS = (1.0, 5.0, 15.0, 60.0, 300.0)
 
-
-def card_key(request_id: str) -> str:
-    """The outbox key of a request's card (approval, question, uncertain effect)."""
-    return f"card:{request_id}"
+# Fills in the answer a run owes its thread (puts its real messages); given the run's id.
+RenderOwed = Callable[[str], Awaitable[None]]
 
 
 def answer_key(run_id: str, part: int = 0) -> str:
     """The outbox key of a run's answer (``part`` > 0: its continuations)."""
     return f"answer:{run_id}" if part == 0 else f"answer:{run_id}:{part}"
+
+
+def owed_answer(run_id: str) -> dict[str, Any]:
+    """The platform-neutral body a run's end writes at its answer's key: the answer is owed."""
+    return {"owed": "answer", "run_id": run_id}
+
+
+def owed_run(body: dict[str, Any]) -> str:
+    """The run whose answer ``body`` says is owed; empty for a body to show as it is."""
+    if body.get("owed") != "answer":
+        return ""
+    return str(body.get("run_id") or "")
+
+
+def card_key(request_id: str) -> str:
+    """The outbox key of a request's card (approval, question, uncertain effect)."""
+    return f"card:{request_id}"
 
 
 def status_key(run_id: str) -> str:
@@ -93,7 +114,14 @@ class Deliveries:
         self._claim_seconds = claim_seconds
         self._poll_seconds = poll_seconds
         self._wake = asyncio.Event()
+        self._resting = asyncio.Event()  # set while ``run`` waits between rounds
+        self._resting.set()
         self._stopped = False
+        self._render_owed: RenderOwed | None = None
+
+    def renders_owed(self, render: RenderOwed) -> None:
+        """Have ``render`` fill in the answers runs owe (the platform's thread renderer)."""
+        self._render_owed = render
 
     async def put(self, key: str, target: dict[str, Any], body: dict[str, Any]) -> None:
         """Make message ``key`` show ``body`` (posted or edited soon, by this or any replica)."""
@@ -105,12 +133,23 @@ class Deliveries:
         """Deliver until ``stop``: at once when woken, else every ``poll_seconds``."""
         while not self._stopped:
             self._wake.clear()
+            self._resting.clear()
             try:
                 await self.deliver_due()
             except Exception:  # the store failed: try again at the next poll
                 log.exception("outbox: delivery round failed")
+            finally:
+                self._resting.set()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self._poll_seconds)
+
+    async def idle(self) -> None:
+        """Wait until ``run`` finished its round under way, if any (what it claimed is shown)."""
+        await self._resting.wait()
+
+    def wake(self) -> None:
+        """Look for due messages now (one may have been written with other changes)."""
+        self._wake.set()
 
     def stop(self) -> None:
         """Finish after the current round."""
@@ -130,6 +169,9 @@ class Deliveries:
                 delivered += await self._deliver(message)
 
     async def _deliver(self, message: OutboxMessage) -> int:
+        run_id = owed_run(message.body)
+        if run_id:
+            return await self._fill_in(message, run_id)
         try:
             ref = await self._show(message)
         except DeliveryFailed as exc:
@@ -141,6 +183,23 @@ class Deliveries:
             return 0
         await self._store.message_delivered(message.key, self._owner, message.version, ref)
         return 1
+
+    async def _fill_in(self, message: OutboxMessage, run_id: str) -> int:
+        """Render the answer ``run_id`` owes in place of the placeholder; nothing is posted yet
+        (the rendered body is the message's next version, due at once)."""
+        if self._render_owed is None:  # never posted as it is: the platform's renderer fills it
+            await self._failed(message, "no renderer fills in owed answers here", 60.0)
+            return 0
+        try:
+            await self._render_owed(run_id)
+        except Exception as exc:  # the store failed: the placeholder stays owed
+            log.exception("outbox: rendering the answer of %s failed", run_id)
+            await self._failed(message, f"{type(exc).__name__}: {exc}", None)
+            return 0
+        # The placeholder's version is done with; its claim goes, and with it its attempts.
+        await self._store.message_delivered(message.key, self._owner, message.version, "")
+        self._wake.set()
+        return 0
 
     async def _show(self, message: OutboxMessage) -> str:
         transport = self._transport

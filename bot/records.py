@@ -37,10 +37,11 @@ class RunRecord(DomainModel):
 
 
 class WorkItem(DomainModel):
-    """Inbound work any replica may take: ``start`` a turn or ``resume`` a run."""
+    """Inbound work any replica may take: ``start`` a turn, ``resume`` a run, or handle a chat
+    delivery (``inbound``) accepted before it was acknowledged."""
 
     id: int
-    kind: Literal["start", "resume"]
+    kind: Literal["start", "resume", "inbound"]
     payload: dict[str, Any] = {}
     created_at: datetime = Field(default_factory=utcnow)
 

@@ -293,6 +293,12 @@ class WorkQueue(Protocol):
         """Add inbound work for any replica and wake the waiting ones; return its id."""
         ...
 
+    async def accept_delivery(self, key: str, payload: dict[str, Any], owner: str) -> int | None:
+        """Mark inbound chat delivery ``key`` seen and queue ``payload`` as ``inbound`` work
+        already taken by ``owner``, in one commit; the item's id, or None for a delivery marked
+        before (a repeat: nothing is queued). Others retake the item only once ``owner`` died."""
+        ...
+
     async def take_work(
         self, owner: str, limit: int = 10, retake_after: float = 60.0
     ) -> list[WorkItem]:
@@ -329,7 +335,8 @@ class Outbox(Protocol):
     ) -> int:
         """Set what message ``key`` should show: insert it, or replace its body when different
         (version + 1, due at once); return its version. An identical body changes nothing.
-        ``platform`` and ``target`` are the message's from its first put on."""
+        ``platform`` and ``target`` are the message's from its first put on (the empty
+        target of an answer a run's end left owed takes the first one put)."""
         ...
 
     async def claim_messages(

@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any, Literal, Protocol, assert_never
 
 from bot.chat import ChatService, RequestView
-from bot.domain import RequestStatus, Session, TerminalResult, ToolOutcome, utcnow
+from bot.domain import RequestStatus, Session, TerminalResult, ToolOutcome
 from bot.events import (
     AdvisoryEvent,
     AnswerSuppliedEvent,
@@ -109,6 +109,7 @@ class ThreadRenderer:
         self._places: dict[str, RunPlace | None] = {}
         self._queues: dict[str, asyncio.Queue[Event]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        deliveries.renders_owed(self.render_owed)
 
     def emit(self, event: Event) -> None:
         """Queue the event behind the run's earlier ones."""
@@ -213,7 +214,9 @@ class ThreadRenderer:
                 await progress.stop(event.run_id, "Waiting on people.")
             case RunEndedEvent():
                 await progress.stop(event.run_id)
-                await self._ended(place, event.run_id, event.result)
+                # The run's end committed with its answer owed to the thread: the outbox
+                # worker fills it in (``render_owed``), here or in any replica, after a crash too.
+                self._deliveries.wake()
                 self._places.pop(event.run_id, None)  # looked up again if ever needed
             case (
                 ModelTurnEvent()
@@ -238,8 +241,21 @@ class ThreadRenderer:
             body = self._look.reminder(view)
             await self._deliveries.put(reminder_key(request_id), place.target, body)
 
-    async def _ended(self, place: RunPlace, run_id: str, result: TerminalResult) -> None:
-        for view in await self._chat.requests_of(run_id):
-            await self.show_card(view)
-        for part, body in enumerate(self._look.answer(result, run_id, utcnow())):
+    async def render_owed(self, run_id: str) -> None:
+        """Fill in the answer a run's end left owed to its thread (whichever process ended it:
+        one that died before rendering it, too), from the run's journal."""
+        place = await self.place_of(run_id)
+        if place is None:
+            return
+        view = await self._chat.status(run_id)
+        result = view.state.result
+        if result is None:
+            return
+        for request in await self._chat.requests_of(run_id):
+            await self.show_card(request)
+        parts = list(enumerate(self._look.answer(result, run_id, view.record.updated_at)))
+        # The first part replaces what the run's end owes: the continuations go in before it,
+        # so that none is left out once nothing is owed any more.
+        for part, body in reversed(parts):
             await self._deliveries.put(answer_key(run_id, part), place.target, body)
+        self._places.pop(run_id, None)

@@ -9,6 +9,7 @@ import logging
 from typing import Any, Protocol
 
 from bot.domain import Session, new_id
+from bot.inbound import Accepted, Inbound
 from bot.policy import Actor
 from bot.prompter import DeferringPrompter
 from bot.records import WorkItem
@@ -26,10 +27,18 @@ class WorkTaker:
     """Submits work to the store and runs the work this replica takes."""
 
     def __init__(
-        self, supervisor: Supervisor, store: TakerStore, *, poll: float = 1.0, batch: int = 10
+        self,
+        supervisor: Supervisor,
+        store: TakerStore,
+        *,
+        poll: float = 1.0,
+        batch: int = 10,
+        inbound: Inbound | None = None,
     ) -> None:
         self.supervisor = supervisor
         self.store = store
+        # The chat deliveries a replica that died accepted: handled by their platform here.
+        self.inbound = inbound
         self.poll = poll
         self.batch = batch
         self._stopping = asyncio.Event()
@@ -70,6 +79,9 @@ class WorkTaker:
         self._stopping.set()
 
     async def _handle(self, item: WorkItem) -> None:
+        if item.kind == "inbound":
+            await self._inbound(item)
+            return
         try:
             if item.kind == "start":
                 await self._start(item.payload)
@@ -78,6 +90,18 @@ class WorkTaker:
         except (KeyError, ValueError) as exc:
             log.warning("dropping malformed work item %s: %s", item.id, exc)
         await self.store.finish_work(item.id)
+
+    async def _inbound(self, item: WorkItem) -> None:
+        platform = str(item.payload.get("platform", ""))
+        if self.inbound is None or not self.inbound.handles(platform):
+            # Left taken: once it is older than a lease, a replica serving that platform may
+            # take it up.
+            log.info("inbound work %s is for %s, not served here", item.id, platform or "?")
+            return
+        try:
+            await self.inbound.settle(Accepted(item.id, item.payload))
+        except StoreError as exc:
+            log.warning("inbound work %s left to be taken up again: %s", item.id, exc)
 
     async def _start(self, payload: dict[str, Any]) -> None:
         run_id = str(payload["run_id"])

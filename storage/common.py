@@ -23,6 +23,7 @@ from bot.journal.entries import (
     ToolDeferred,
     status_after,
 )
+from bot.outbox import answer_key, owed_answer
 from bot.records import JournalRecord, OutboxMessage, Replica, RunRecord, WorkItem
 from bot.store import JournalTally, SeqConflict, SeqGap, StaleEpoch, StoreError, UnknownRun
 from storage import sql
@@ -299,15 +300,17 @@ def request_row(request: Request, stamp: Callable[[datetime], Any]) -> tuple[Any
     )
 
 
-_WRITE_BESIDE: Final = (ToolDeferred, RunResumed)
+_WRITE_BESIDE: Final = (ToolDeferred, RunResumed, RunEnded)
 
 
 def beside_entry(
     run_id: str, entry: Entry, now: Callable[[], Any], stamp: Callable[[datetime], Any]
 ) -> list[Step]:
     """The rows an entry writes in the transaction that appends it, besides its run's status:
-    a deferred call opens its request, audited; a resume is audited. Written with the entry,
-    they exist exactly when it does, and a stale owner (whose append is refused) writes none.
+    a deferred call opens its request, audited; a resume is audited; an end owes the run's
+    answer to its thread (an outbox message a renderer of the thread's platform fills in).
+    Written with the entry, they exist exactly when it does, and a stale owner (whose append is
+    refused) writes none.
     ``now`` (the audit's time, as stored) is asked only when there is something to write."""
     if not isinstance(entry, _WRITE_BESIDE):
         return []
@@ -320,4 +323,7 @@ def beside_entry(
             (sql.OPEN_REQUEST, request_row(request, stamp)),
             (sql.AUDIT, (at, actor, "request", run_id, request.id, detail)),
         ]
+    if isinstance(entry, RunEnded):
+        owed = outbox_json(owed_answer(run_id))
+        return [(sql.OWE_ANSWER, (run_id, answer_key(run_id), owed, at))]
     return [(sql.AUDIT, (at, entry.owner, "resume", run_id, "", ""))]

@@ -306,6 +306,9 @@ SELECT (SELECT COUNT(*) FROM approvals WHERE request_id = $1),
 MARK_ONCE: Final = """
 INSERT INTO once_keys(key, at) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING RETURNING true
 """
+# An inbound chat delivery's mark: a key that stands already refuses it (a unique violation),
+# and with it the whole transaction, so a repeat queues nothing.
+MARK_DELIVERY: Final = "INSERT INTO once_keys(key, at) VALUES ($1, $2)"
 
 
 def list_requests(clause: str) -> str:
@@ -317,6 +320,11 @@ def list_requests(clause: str) -> str:
 
 ENQUEUE_WORK: Final = """
 INSERT INTO work(kind, payload, created_at) VALUES ($1, $2::json, $3) RETURNING id
+"""
+# Work its enqueuer takes at once ($4 at $3): nobody else takes it unless the enqueuer dies.
+ENQUEUE_TAKEN_WORK: Final = """
+INSERT INTO work(kind, payload, created_at, taken_by, taken_at) VALUES ($1, $2::json, $3, $4, $3)
+RETURNING id
 """
 # What a take may pick for $1 at $2: the oldest $4 items untaken, or taken before $3 and never
 # finished (their taker died). Each backend keeps two takers off one item in its own way.
@@ -350,12 +358,14 @@ _OUTBOX_COLUMNS: Final = (
 )
 # Message $1 of platform $2 at $3 showing $4, put at $5: new, it is version 1, due at once; a
 # different body replaces the stored one as the next version, due at once (the ref, the target
-# and the attempts stay). An identical body returns no row: nothing changed.
+# and the attempts stay; only an owed answer's empty target takes the one put). An identical
+# body returns no row: nothing changed.
 PUT_MESSAGE: Final = """
 INSERT INTO outbox(key, platform, target, body, version, next_attempt_at, created_at, updated_at)
 VALUES ($1, $2, $3::json, $4::json, 1, $5, $5, $5)
 ON CONFLICT (key) DO UPDATE
 SET body = excluded.body, version = outbox.version + 1,
+    target = CASE WHEN outbox.target::text = '{}' THEN excluded.target ELSE outbox.target END,
     next_attempt_at = excluded.next_attempt_at, updated_at = excluded.updated_at
 WHERE outbox.body::text <> excluded.body::text
 RETURNING version
@@ -416,6 +426,17 @@ UPDATE outbox SET claimed_by = '', claim_expires = NULL, next_attempt_at = $3, e
 WHERE key = $1 AND claimed_by = $2
 """
 GET_MESSAGE: Final = f"SELECT {_OUTBOX_COLUMNS} FROM outbox WHERE key = $1"
+# Written with a run's end: its answer is owed to the run's thread, as message $2 (prefixed by
+# the session's platform) showing the platform-neutral body $3 until a renderer of that platform
+# replaces it (at $4). A run of no chat platform (the console's, a bare ``kestrel run``) owes
+# nothing to any outbox.
+OWE_ANSWER: Final = """
+INSERT INTO outbox(key, platform, target, body, version, next_attempt_at, created_at, updated_at)
+SELECT sessions.platform || ':' || $2::text, sessions.platform, '{}'::json, $3::json, 1, $4, $4, $4
+FROM runs JOIN sessions ON sessions.id = runs.session_id
+WHERE runs.id = $1 AND sessions.platform NOT IN ('', 'console')
+ON CONFLICT (key) DO NOTHING
+"""
 
 
 def outbox_backlog(filters: Sequence[str]) -> str:

@@ -37,6 +37,7 @@ from storage.common import (
     run_from_row,
     tally_from_rows,
     work_from_row,
+    work_payload,
 )
 from storage.sql import Dialect, Step
 
@@ -45,6 +46,10 @@ _S = TypeVar("_S", bound="SqlStore")
 
 Row = Sequence[Any]
 Params = Sequence[Any]
+
+
+class _Repeat(StoreError):
+    """An inbound delivery whose key was marked before."""
 
 
 class SqlStore(ABC):
@@ -343,6 +348,24 @@ class SqlStore(ABC):
         return bool(await self._write("mark_once", sql.MARK_ONCE, (key, self._now())))
 
     # -- work and replicas -------------------------------------------------------------------
+
+    async def accept_delivery(self, key: str, payload: dict[str, Any], owner: str) -> int | None:
+        """Mark ``key`` and queue ``payload`` as inbound work taken by ``owner``, in one
+        transaction; the item's id, or None when ``key`` was marked before (nothing queued)."""
+
+        def repeat(violation: Violation) -> StoreError:
+            return _Repeat(key)
+
+        now = self._now()
+        steps: list[Step] = [
+            (sql.MARK_DELIVERY, (key, now)),
+            (sql.ENQUEUE_TAKEN_WORK, ("inbound", work_payload("inbound", payload), now, owner)),
+        ]
+        try:
+            rows = await self._transaction("accept_delivery", steps, repeat)
+        except _Repeat:
+            return None
+        return int(rows[1][0][0])
 
     async def take_work(
         self, owner: str, limit: int = 10, retake_after: float = 60.0

@@ -37,12 +37,19 @@ class DiscordAdapter:
         *,
         guild_ready_timeout: float = 2.0,
         link: RunLink | None = None,
+        claim_seconds: float = 60.0,
     ) -> None:
         self.settings = settings
         self._chat = chat
         # Every REST call (interaction callbacks included) and the gateway URL come from here.
         discord.http.Route.BASE = settings.api_url
-        self.client = KestrelDiscord(chat, outbox, owner, message_content=settings.message_content)
+        self.client = KestrelDiscord(
+            chat,
+            outbox,
+            owner,
+            message_content=settings.message_content,
+            claim_seconds=claim_seconds,
+        )
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> discord.ClientUser:

@@ -4,7 +4,9 @@ Buttons are ``DynamicItem``s registered at start-up and matched by their custom 
 template, so a card posted before a restart still works after it. Every interaction is
 answered within Discord's 3 s: a decision defers first; Deny and Answer open their modal at
 once (a modal must be the first response). What a message or a click means is the core's
-``Conversation``; who may is decided there, from the store and the policy.
+``Conversation``; who may is decided there, from the store and the policy. A mention, or a
+thread reply that answers a question, is held in the store (``Inbound``) before it is handled,
+so a process that dies while handling it leaves it to the next to take up.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from adapters.discord.transport import DiscordTransport
 from bot.chat import ChatService
 from bot.conversation import Conversation, Outcome
 from bot.domain import DecisionKind, Session
+from bot.inbound import Accepted, Delivery
 from bot.links import RunLink
 from bot.outbox import Deliveries
 from bot.place import Place
@@ -59,6 +62,7 @@ class KestrelDiscord(discord.Client):
         message_content: bool = True,
         guild_ready_timeout: float = 2.0,
         link: RunLink | None = None,
+        claim_seconds: float = 60.0,
     ) -> None:
         super().__init__(
             intents=intents(message_content),
@@ -67,11 +71,16 @@ class KestrelDiscord(discord.Client):
         )
         self.chat = chat
         self.talk = Conversation(chat)
-        self.deliveries = Deliveries(outbox, DiscordTransport(self.http), owner)
+        self.deliveries = Deliveries(
+            outbox, DiscordTransport(self.http), owner, claim_seconds=claim_seconds
+        )
         self.progress = DiscordProgress(self.http, self.deliveries)
         self.renderer = ThreadRenderer(chat, self.deliveries, DiscordLook(link), self.progress)
         self.tree = app_commands.CommandTree(self)
         self.tree.add_command(_kestrel_commands())
+        # The messages this process accepted and handles now (others are fetched again).
+        self._held: dict[int, tuple[discord.Message, Any]] = {}
+        chat.inbound.handle("discord", self.handle_delivery)
 
     async def setup_hook(self) -> None:
         """Register the buttons' templates (so old cards keep working) and ``/kestrel``."""
@@ -110,17 +119,49 @@ class KestrelDiscord(discord.Client):
         return channel
 
     async def _mentioned(self, message: discord.Message, channel: Any) -> None:
-        assert self.user is not None and message.guild is not None
-        if not await self.chat.first_delivery(f"discord:{message.id}"):
+        await self._accept("mention", message, channel)
+
+    async def _accept(self, what: str, message: discord.Message, channel: Any) -> None:
+        """Hold the message in the store, then handle it here."""
+        delivery = {"what": what, "channel": str(channel.id), "message": str(message.id)}
+        accepted = await self.chat.accept_delivery(f"discord:{message.id}", "discord", delivery)
+        if accepted is None:
             return
+        self._held[message.id] = (message, channel)
+        try:
+            await self.chat.inbound.settle(accepted)
+        finally:
+            self._held.pop(message.id, None)
+
+    async def handle_delivery(self, delivery: Delivery) -> None:
+        """Handle a message held in the store (by this process, or by one that died)."""
+        held = self._held.get(int(delivery["message"]))
+        again = held is None
+        message, channel = held or await self._fetch(delivery)
+        if delivery.get("what") == "reply" and isinstance(channel, discord.Thread):
+            await self._answered(message, channel)
+        elif delivery.get("what") == "mention":
+            await self._on_mention(message, channel, Accepted(0, delivery).run_id, again)
+
+    async def _fetch(self, delivery: Delivery) -> tuple[discord.Message, Any]:
+        channel = await self.fetch_channel(int(delivery["channel"]))
+        assert isinstance(channel, discord.abc.Messageable)
+        return await channel.fetch_message(int(delivery["message"])), channel
+
+    async def _on_mention(
+        self, message: discord.Message, channel: Any, run_id: str, again: bool
+    ) -> None:
+        assert self.user is not None and message.guild is not None
         text = re.sub(rf"<@!?{self.user.id}>", "", message.content).strip()
         thread = channel if isinstance(channel, discord.Thread) else None
+        if thread is None and again:
+            thread = await self._thread_started_from(message)
         thread = thread or await self._start_thread(message, text)
         if thread is None:
             return
         session = _session(message.guild.id, thread)
         actor = _actor(message.author, session.place, message.guild)
-        outcome = await self.talk.mention(session, actor, text)
+        outcome = await self.talk.mention(session, actor, text, run_id=run_id)
         if outcome.started:
             self.renderer.expect(outcome.running, session, actor.user)
         await self._show(outcome, thread)
@@ -136,13 +177,28 @@ class KestrelDiscord(discord.Client):
         refusal = await self.chat.check(question.id, kind, user=actor)  # the person alone
         if not refusal and await self.chat.check(question.id, kind, user=actor, text=text):
             return  # chatter in the thread, not an answer: only a mention gets a reply
-        if not await self.chat.first_delivery(f"discord:{message.id}"):
-            return
-        if refusal:
-            await thread.send(note_text(refusal), allowed_mentions=NO_PINGS)
-            return
-        outcome = await self.talk.decide(question.id, kind, actor, text=text)
+        await self._accept("reply", message, thread)
+
+    async def _answered(self, message: discord.Message, thread: discord.Thread) -> None:
+        assert message.guild is not None
+        session = _session(message.guild.id, thread)
+        question = await self.talk.question(session)
+        if question is None:
+            return  # answered meanwhile
+        # Someone who may not answer is told so in the thread (the refusal is the note).
+        actor = _actor(message.author, session.place, message.guild)
+        outcome = await self.talk.decide(
+            question.id, DecisionKind.ANSWER, actor, text=message.content
+        )
         await self._show(outcome, thread)
+
+    async def _thread_started_from(self, message: discord.Message) -> discord.Thread | None:
+        """The thread an earlier handling of this mention started (it has the message's id)."""
+        try:
+            found = await self.fetch_channel(message.id)
+        except discord.HTTPException:
+            return None
+        return found if isinstance(found, discord.Thread) else None
 
     async def _start_thread(self, message: discord.Message, text: str) -> discord.Thread | None:
         name = " ".join(text.split())[:90] or "Kestrel"

@@ -51,6 +51,7 @@ class SlackAdapter:
         refresh_seconds: float = 90.0,
         rate_limit_retries: int = 2,
         link: RunLink | None = None,
+        claim_seconds: float = 60.0,
     ) -> None:
         self.settings = settings
         self._chat = chat
@@ -61,7 +62,9 @@ class SlackAdapter:
             AsyncRateLimitErrorRetryHandler(max_retry_count=rate_limit_retries)
         ]
         self.client = client
-        self.deliveries = Deliveries(outbox, SlackTransport(client), owner)
+        self.deliveries = Deliveries(
+            outbox, SlackTransport(client), owner, claim_seconds=claim_seconds
+        )
         self.progress = Progress(client, self.deliveries, refresh_seconds=refresh_seconds)
         self.renderer = ThreadRenderer(chat, self.deliveries, SlackLook(link), self.progress)
         self.app: AsyncApp | None = None

@@ -6,7 +6,10 @@ Every listener answers Slack at once: the app runs listeners before it responds 
 so each one acknowledges and hands the work to a task of its own. What a message or a click
 means is the core's ``Conversation``; this module reads Slack's payloads into it and shows
 the outcome. Deliveries are taken once: Slack retries, and a mention arrives both as
-``app_mention`` and as ``message``, so each message is claimed by its ts in the store first.
+``app_mention`` and as ``message``, so each message is claimed by its ts in the store first,
+with the work that stands for it, before Slack is answered (``Inbound``); a click is decided
+before it is acknowledged. Whatever instant the process dies after answering Slack, the
+message or the click is not lost.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import logging
 import re
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
@@ -38,6 +41,7 @@ from adapters.slack.progress import Progress
 from bot.chat import ChatService, PendingRequest
 from bot.conversation import HELP, THREAD_COMMANDS, Conversation, Outcome
 from bot.domain import DecisionKind, Session
+from bot.inbound import Delivery
 from bot.place import Place
 from bot.policy import Actor, NotPermitted
 from bot.store import StoreError
@@ -45,6 +49,7 @@ from bot.threads import ThreadRenderer
 
 log = logging.getLogger("kestrel.slack")
 
+T = TypeVar("T")
 Ack = Callable[..., Awaitable[None]]
 Respond = Callable[..., Awaitable[Any]]
 
@@ -77,7 +82,8 @@ class BotIdentity:
 
 
 class SlackListeners:
-    """The handlers the app registers; none raises into bolt."""
+    """The handlers the app registers. None raises into bolt, except a store failure before
+    Slack is answered: the request then fails, and Slack sends it again."""
 
     def __init__(
         self,
@@ -99,6 +105,7 @@ class SlackListeners:
         self._renderer = renderer
         self._mention = re.compile(rf"<@{re.escape(me.user)}(\|[^>]*)?>")
         self._tasks: set[asyncio.Task[None]] = set()
+        chat.inbound.handle("slack", self.handle_delivery)
 
     async def idle(self, timeout: float | None = None) -> None:
         """Wait (up to ``timeout`` seconds) for the work the listeners handed off."""
@@ -111,7 +118,7 @@ class SlackListeners:
 
     async def on_app_mention(self, event: dict[str, Any], body: dict[str, Any]) -> None:
         """A message that mentions the bot: a turn, a thread command, or an answer."""
-        self._spawn(self._on_mention(event, _team_of(body, event)))
+        await self._accept("mention", event, _team_of(body, event))
 
     async def on_message(self, event: dict[str, Any], body: dict[str, Any]) -> None:
         """Any message in a channel the bot is in: thread replies may answer questions."""
@@ -121,23 +128,41 @@ class SlackListeners:
             return
         team = _team_of(body, event)
         if self._mention.search(str(event.get("text") or "")):
-            self._spawn(self._on_mention(event, team))  # the app_mention twin
-        elif event.get("thread_ts"):
-            self._spawn(self._on_reply(event, team))
+            await self._accept("mention", event, team)  # the app_mention twin
+        elif event.get("thread_ts") and await self._answers_a_question(event, team):
+            await self._accept("reply", event, team)
 
-    async def _on_mention(self, event: dict[str, Any], team: str) -> None:
+    async def _answers_a_question(self, event: dict[str, Any], team: str) -> bool:
+        session = _session(SlackThread(team, str(event.get("channel")), str(event["thread_ts"])))
+        return session is not None and await self._talk.question(session) is not None
+
+    async def _accept(self, what: str, event: dict[str, Any], team: str) -> None:
+        """Hold a message in the store before Slack is answered, then handle it here."""
         user, channel, ts = event.get("user"), event.get("channel"), event.get("ts")
         if not (user and channel and ts) or event.get("bot_id"):
             return
-        if not await self._chat.first_delivery(f"slack:{team}:{channel}:{ts}"):
-            return
+        key, delivery = f"slack:{team}:{channel}:{ts}", {"what": what, "event": event, "team": team}
+        accepted = await self._chat.accept_delivery(key, "slack", delivery)
+        if accepted is not None:
+            self._spawn(self._chat.inbound.settle(accepted))
+
+    async def handle_delivery(self, delivery: Delivery) -> None:
+        """Handle a message held in the store (by this process, or by one that died)."""
+        event, team = dict(delivery["event"]), str(delivery["team"])
+        if delivery.get("what") == "reply":
+            await self._on_reply(event, team)
+        else:
+            await self._on_mention(event, team, str(delivery.get("run_id") or ""))
+
+    async def _on_mention(self, event: dict[str, Any], team: str, run_id: str) -> None:
+        user, channel, ts = event.get("user"), event.get("channel"), event.get("ts")
         thread = SlackThread(team, str(channel), str(event.get("thread_ts") or ts))
         session = _session(thread)
         if session is None:
             return
         actor = await self._actor(str(user), thread, _user_team(event))
         text = self._mention.sub("", str(event.get("text") or "")).strip()
-        outcome = await self._talk.mention(session, actor, text)
+        outcome = await self._talk.mention(session, actor, text, run_id=run_id)
         if outcome.started:
             self._renderer.expect(outcome.running, session, actor.user)
         await self._show(outcome, thread, actor.user)
@@ -150,9 +175,7 @@ class SlackListeners:
         session = _session(thread)
         question = await self._talk.question(session) if session else None
         if question is None:
-            return  # not an answer to anything: ignored
-        if not await self._chat.first_delivery(f"slack:{team}:{channel}:{ts}"):
-            return
+            return  # not an answer to anything (any more): ignored
         actor = await self._actor(str(user), thread, _user_team(event))
         text = str(event.get("text") or "")
         outcome = await self._talk.decide(question.id, DecisionKind.ANSWER, actor, text=text)
@@ -161,31 +184,47 @@ class SlackListeners:
     # --- clicks and modals --------------------------------------------------------------
 
     async def on_action(self, ack: Ack, body: dict[str, Any], action: dict[str, Any]) -> None:
-        """A button or menu on one of Kestrel's messages."""
+        """A button or menu on one of Kestrel's messages; a decision is durable before Slack
+        is answered (Slack never sends a click again: acknowledged, it must not be lost)."""
+        action_id = ids.canonical_action(str(action.get("action_id", ""))) or ""
+        if action_id in DECISIONS or action_id == ids.CHOOSE:
+            decided = await self._guarded(self._decide_click(action_id, body, action))
+            await ack()
+            if decided is not None:
+                self._spawn(self._show(*decided))
+            return
         await ack()
         self._spawn(self._on_action(body, action))
 
+    async def _clicked(self, body: dict[str, Any]) -> tuple[SlackThread, Actor]:
+        user = body.get("user") or {}
+        thread = _thread_of_action(body)
+        actor = await self._actor(str(user.get("id", "")), thread, user.get("team_id", ""))
+        return thread, actor
+
+    async def _decide_click(
+        self, action_id: str, body: dict[str, Any], action: dict[str, Any]
+    ) -> tuple[Outcome, SlackThread, str]:
+        thread, actor = await self._clicked(body)
+        value, card = _action_value(action), _card_of_action(body)
+        if action_id == ids.CHOOSE:
+            return await self._choose(value, actor, card), thread, actor.user
+        request_id = ids.parse_request_value(value)
+        if not request_id:
+            return Outcome(note="This button is not one of mine."), thread, actor.user
+        kind = DECISIONS[action_id]
+        return await self._talk.decide(request_id, kind, actor, card=card), thread, actor.user
+
     async def _on_action(self, body: dict[str, Any], action: dict[str, Any]) -> None:
         action_id = ids.canonical_action(str(action.get("action_id", ""))) or ""
-        value = str(action.get("value") or (action.get("selected_option") or {}).get("value", ""))
-        user = body.get("user") or {}
-        thread, card = _thread_of_action(body), _card_of_action(body)
-        actor = await self._actor(str(user.get("id", "")), thread, user.get("team_id", ""))
+        value = _action_value(action)
+        thread, actor = await self._clicked(body)
         if action_id == ids.FEEDBACK:
             await self._feedback(value, actor, thread)
-        elif action_id == ids.CHOOSE:
-            await self._show(await self._choose(value, actor, card), thread, actor.user)
         elif action_id in MODALS or action_id == ids.SHOW_ARGUMENTS:
-            origin = ids.ModalOrigin(ids.parse_request_value(value) or "", thread, card)
+            request_id = ids.parse_request_value(value) or ""
+            origin = ids.ModalOrigin(request_id, thread, _card_of_action(body))
             await self._open_modal(action_id, origin, actor, body.get("trigger_id", ""))
-        elif action_id in DECISIONS:
-            request_id = ids.parse_request_value(value)
-            outcome = (
-                await self._talk.decide(request_id, DECISIONS[action_id], actor, card=card)
-                if request_id
-                else Outcome(note="This button is not one of mine.")
-            )
-            await self._show(outcome, thread, actor.user)
 
     async def _choose(self, value: str, actor: Actor, card: str) -> Outcome:
         choice = ids.parse_choice(value)
@@ -379,21 +418,25 @@ class SlackListeners:
         )
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.create_task(self._guarded(work))
+        task = asyncio.create_task(self._quietly(work))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _guarded(self, work: Coroutine[Any, Any, None]) -> None:
+    async def _quietly(self, work: Coroutine[Any, Any, None]) -> None:
+        await self._guarded(work)
+
+    async def _guarded(self, work: Coroutine[Any, Any, T]) -> T | None:
         # A Slack refusal or a store failure is logged in one line; anything else with its
         # traceback, in the log only: Slack's user sees nothing but what we post.
         try:
-            await work
+            return await work
         except SlackApiError as exc:
             log.warning("slack: %s", exc.response.get("error") or exc)
         except StoreError as exc:
             log.error("slack: the store failed: %s", exc)
         except Exception:
             log.exception("slack: handling a request failed")
+        return None
 
 
 def _session(thread: SlackThread) -> Session | None:
@@ -437,6 +480,10 @@ def _card_of_action(body: dict[str, Any]) -> str:
     container = body.get("container") or {}
     message = body.get("message") or {}
     return str(message.get("ts") or container.get("message_ts") or "")
+
+
+def _action_value(action: dict[str, Any]) -> str:
+    return str(action.get("value") or (action.get("selected_option") or {}).get("value", ""))
 
 
 def _input_value(view: dict[str, Any], block: str, action: str) -> str:

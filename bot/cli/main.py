@@ -220,7 +220,7 @@ def serve(platforms: tuple[str, ...], port: int | None, host: str) -> None:
     async def work(rt: Runtime) -> None:
         supervisor = Supervisor(rt)
         front = ChatFront(supervisor, platforms, host=host, port=port, web_settings=settings.web)
-        taker = WorkTaker(supervisor, rt.store)
+        taker = WorkTaker(supervisor, rt.store, inbound=front.chat.inbound)
         scheduler = Scheduler(supervisor, settings.deadlines, settings.schedules, store=rt.store)
         stop = asyncio.Event()
         _on_stop_signals(lambda _signum: stop.set())

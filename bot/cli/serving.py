@@ -69,6 +69,11 @@ class ChatFront:
         if not config.enabled:
             self._lines.append("http: the run pages are off (set KESTREL_WEB_TOKEN)")
 
+    @property
+    def chat(self) -> ChatService:
+        """The chat service the platforms drive (its ``inbound`` for the work taker)."""
+        return self._chat
+
     def describe(self) -> list[str]:
         """One line per platform and listener, for the operator."""
         return list(self._lines)
@@ -122,7 +127,10 @@ class ChatFront:
 
         settings = SlackSettings.from_env(environment())
         rt = self._supervisor.rt
-        adapter = SlackAdapter(self._chat, rt.store, rt.owner, settings, link=links)
+        # A dead replica's claims on messages run out as its leases on runs do.
+        adapter = SlackAdapter(
+            self._chat, rt.store, rt.owner, settings, link=links, claim_seconds=rt.lease_seconds
+        )
         me = await adapter.start()
         self._slack = adapter
         if settings.socket_mode:
@@ -138,7 +146,9 @@ class ChatFront:
 
         settings = DiscordSettings.from_env(environment())
         rt = self._supervisor.rt
-        adapter = DiscordAdapter(self._chat, rt.store, rt.owner, settings, link=links)
+        adapter = DiscordAdapter(
+            self._chat, rt.store, rt.owner, settings, link=links, claim_seconds=rt.lease_seconds
+        )
         me = await adapter.start()
         self._discord = adapter
         self._lines.append(f"discord: connected as {me.name} ({me.id})")

@@ -134,6 +134,7 @@ class DiscordWorld:
     async def settled(self) -> None:
         """Let the renderer and the outbox finish what was started."""
         await self.adapter.client.renderer.idle()
+        await self.adapter.client.deliveries.idle()  # a round under way shows what it claimed
         await self.adapter.client.deliveries.deliver_due()
 
 

@@ -202,6 +202,7 @@ class SlackWorld:
         assert self.adapter.listeners is not None
         await self.adapter.listeners.idle()
         await self.adapter.renderer.idle()
+        await self.adapter.deliveries.idle()  # a round under way shows what it claimed
         await self.adapter.deliveries.deliver_due()
 
     @property

@@ -1442,3 +1442,50 @@ async def test_a_flush_tells_what_landed_before_an_entry_that_failed(store: Stor
         await journal.flush()
 
     assert told == ["landed"]
+
+
+async def test_a_delivery_is_accepted_once_with_its_work(
+    backend: Backend, clock: FakeClock
+) -> None:
+    first_store, second_store = await backend.open(), await backend.open()
+    delivery = {"platform": "slack", "event": {"ts": "171.5"}}
+
+    work_id = await first_store.accept_delivery("inbound:slack:T1:C1:171.5", delivery, "w1")
+    repeats = await asyncio.gather(
+        first_store.accept_delivery("inbound:slack:T1:C1:171.5", delivery, "w1"),
+        second_store.accept_delivery("inbound:slack:T1:C1:171.5", delivery, "w2"),
+    )
+
+    assert work_id is not None and repeats == [None, None]
+    assert not await second_store.mark_once("inbound:slack:T1:C1:171.5")
+    # Taken by its acceptor: another replica retakes it only once the acceptor is long gone.
+    assert await second_store.take_work("w2", retake_after=30) == []
+    clock.advance(31)
+    retaken = await second_store.take_work("w2", retake_after=30)
+    assert [(item.id, item.kind, item.payload) for item in retaken] == [
+        (work_id, "inbound", delivery)
+    ]
+
+
+# -- what a run's end owes ----------------------------------------------------------------------
+
+
+async def test_a_chat_run_ends_with_its_answer_owed_to_its_platform(store: Store) -> None:
+    run_id, epoch = await new_run(store)
+    await store.ensure_session(Session(id="s2", platform="console"))
+    console_run = new_id("run")
+    await store.create_run(RunRecord(id=console_run, session_id="s2"), "w1", LEASE)
+    result = TerminalResult(status=RunStatus.COMPLETED, stop_reason=StopReason.ANSWERED)
+
+    await store.append(run_id, 0, epoch, RunEnded(result=result))
+    await store.append(console_run, 0, 1, RunEnded(result=result))
+
+    owed = await store.claim_messages("w1", LEASE)
+    assert [(m.key, m.platform, m.target, m.body) for m in owed] == [
+        (f"slack:answer:{run_id}", "slack", {}, {"owed": "answer", "run_id": run_id})
+    ]
+    # The renderer's first put gives the owed message its target and body.
+    target = {"channel": "C1", "thread_ts": "T1"}
+    assert await store.put_message(owed[0].key, "slack", target, {"text": "Done."}) == 2
+    shown = await store.get_message(owed[0].key)
+    assert shown is not None and (shown.target, shown.body) == (target, {"text": "Done."})
