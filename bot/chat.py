@@ -277,14 +277,6 @@ class ChatService:
         verdict = "feedback_positive" if positive else "feedback_negative"
         await self._rt.store.audit(user.user, verdict, run_id=run_id)
 
-    async def first_delivery(self, key: str) -> bool:
-        """Whether an inbound chat delivery (an event, a message) is new: True once per key,
-        across retries, restarts and replicas; a repeat is counted and should be dropped."""
-        if await self._rt.store.mark_once(f"inbound:{key}"):
-            return True
-        self.duplicates_dropped += 1
-        return False
-
     async def accept_delivery(self, key: str, platform: str, delivery: Delivery) -> Accepted | None:
         """Hold an inbound chat delivery in the store before it is acknowledged (``Inbound``);
         None for a repeat, which is counted and should be dropped."""

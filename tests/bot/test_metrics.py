@@ -108,7 +108,9 @@ async def test_a_scrape_matches_the_runs_the_test_made(world: World) -> None:
     await chat.wait(adopted)
     assert world.counter.calls == {"echo": 3, "boom": 2, "deploy": 1}
     await world.rt.store.put_message("slack:card", "slack", {"channel": "C1"}, {"text": "hi"})
-    assert await chat.first_delivery("Ev1") and not await chat.first_delivery("Ev1")
+    held = {"what": "mention"}
+    assert await chat.accept_delivery("Ev1", "slack", held)
+    assert await chat.accept_delivery("Ev1", "slack", held) is None
 
     figures = await scrape(world.metrics)
 
