@@ -48,6 +48,9 @@ class DiscordAdapter:
             outbox,
             owner,
             message_content=settings.message_content,
+            guild_ready_timeout=guild_ready_timeout,
+            link=link,
+            pings=settings.ping_approvers,
             claim_seconds=claim_seconds,
         )
         self._tasks: list[asyncio.Task[None]] = []

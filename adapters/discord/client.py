@@ -62,6 +62,7 @@ class KestrelDiscord(discord.Client):
         message_content: bool = True,
         guild_ready_timeout: float = 2.0,
         link: RunLink | None = None,
+        pings: bool = True,
         claim_seconds: float = 60.0,
     ) -> None:
         super().__init__(
@@ -75,7 +76,8 @@ class KestrelDiscord(discord.Client):
             outbox, DiscordTransport(self.http), owner, claim_seconds=claim_seconds
         )
         self.progress = DiscordProgress(self.http, self.deliveries)
-        self.renderer = ThreadRenderer(chat, self.deliveries, DiscordLook(link), self.progress)
+        look = DiscordLook(link, pings=pings)
+        self.renderer = ThreadRenderer(chat, self.deliveries, look, self.progress)
         self.tree = app_commands.CommandTree(self)
         self.tree.add_command(_kestrel_commands())
         # The messages this process accepted and handles now (others are fetched again).

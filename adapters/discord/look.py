@@ -1,10 +1,13 @@
 """How Kestrel's thread messages look in Discord: message JSON as the REST API takes it.
 
 Cards are an embed (what is asked, its exact arguments, why, who asked, who may answer, the
-deadline) with a row of buttons whose custom ids carry only the request id. Nothing Kestrel
-posts pings anyone: every message says ``allowed_mentions: {"parse": []}``. No text from a
-model, a tool or a person shows a link whose label hides its target: outside the code blocks
-Kestrel builds, it goes through ``_shown`` (or ``_plain``), which shows ``label (target)``.
+deadline) with a row of buttons whose custom ids carry only the request id. An open card and
+a reminder notify exactly the users and roles who may answer (unless pings are off): their
+``allowed_mentions`` names those and nothing else, so a mention in any other text (a model's,
+a tool's, a person's) pings nobody. Every other message says ``allowed_mentions:
+{"parse": []}``. No text from a model, a tool or a person shows a link whose label hides its
+target: outside the code blocks Kestrel builds, it goes through ``_shown`` (or ``_plain``),
+which shows ``label (target)``.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from bot.cards import closing, pretty, shorten, title
 from bot.chat import RequestView, RunView
 from bot.domain import RequestKind, RequestStatus, RunStatus, Session, TerminalResult
 from bot.links import RunLink
+from bot.policy import GROUP_KINDS
 from bot.text import unmask_links
 from bot.threads import Body
 
@@ -31,6 +35,7 @@ BUTTONS_PER_ROW = 5
 SELECT_LIMIT = 25
 MAX_CONTINUATIONS = 10
 NO_PINGS: dict[str, list[str]] = {"parse": []}
+MAX_PINGED = 100  # Discord's limit on each of allowed_mentions' users and roles
 
 PRIMARY, SECONDARY, SUCCESS, DANGER, LINK = 1, 2, 3, 4, 5
 COLOR_OPEN, COLOR_CLOSED, COLOR_OK, COLOR_FAILED = 0xF2A33A, 0x8A8F98, 0x3BA55D, 0xED4245
@@ -39,13 +44,15 @@ COLOR_OPEN, COLOR_CLOSED, COLOR_OK, COLOR_FAILED = 0xF2A33A, 0x8A8F98, 0x3BA55D,
 class DiscordLook:
     """Message bodies for the outbox; a target is a thread (its channel id) in a guild.
 
-    With ``link``, cards and answers carry a "View run" link button to the run's page.
+    With ``link``, cards and answers carry a "View run" link button to the run's page. With
+    ``pings``, an open card and a reminder notify the users and roles who may answer.
     """
 
     platform = "discord"
 
-    def __init__(self, link: RunLink | None = None) -> None:
+    def __init__(self, link: RunLink | None = None, *, pings: bool = True) -> None:
         self._link = link
+        self._pings = pings
 
     def target(self, session: Session) -> dict[str, Any] | None:
         """The thread a Discord session lives in; None for another platform's session."""
@@ -80,6 +87,9 @@ class DiscordLook:
         )
         rows = _buttons(view) if is_open else []
         body = {"content": "", "embeds": [embed], "components": rows, "allowed_mentions": NO_PINGS}
+        if is_open:
+            # Mentions in an embed never notify: the people are named in the content.
+            body.update(self._calling(view.may_answer, "Waiting on {who}."))
         return self._linked(body, request.run_id, request.created_at)
 
     def answer(self, result: TerminalResult, run_id: str, at: datetime) -> list[Body]:
@@ -122,10 +132,23 @@ class DiscordLook:
         return {**body, "components": rows}
 
     def reminder(self, view: RequestView) -> Body:
-        """A reminder naming who may answer (without pinging them)."""
+        """A reminder naming who may answer, notifying them (with ``pings``)."""
         who = ", ".join(principal(p) for p in view.may_answer) or "someone allowed to answer"
         content = f"Reminder: the request for `{view.request.tool}` above still waits on {who}."
-        return {"content": content, "allowed_mentions": NO_PINGS}
+        content = _cut(content, CONTENT_LIMIT)
+        body: Body = {"content": content, "allowed_mentions": NO_PINGS}
+        if self._pings:
+            body["allowed_mentions"] = pinged(view.may_answer)
+        return body
+
+    def _calling(self, may_answer: Sequence[str], line: str) -> Body:
+        """The content naming who may answer, and the mentions that notify exactly them; nothing
+        when pings are off or nobody can be pinged (``*``, a channel, another platform's ids)."""
+        allowed = pinged(may_answer)
+        if not self._pings or not (allowed["users"] or allowed["roles"]):
+            return {}
+        who = ", ".join(principal(p) for p in may_answer)
+        return {"content": _cut(line.format(who=who), CONTENT_LIMIT), "allowed_mentions": allowed}
 
 
 def working(lines: Sequence[str]) -> Body:
@@ -176,12 +199,26 @@ def person(user: str) -> str:
     return f"<@{user}>" if user.isdigit() else f"`{_plain(user)}`"
 
 
+def pinged(may_answer: Sequence[str]) -> dict[str, list[str]]:
+    """``allowed_mentions`` notifying exactly these principals' Discord users and roles (never
+    ``@everyone``, a channel, or anyone a mention elsewhere in the message names)."""
+    users: dict[str, None] = {}
+    roles: dict[str, None] = {}
+    for value in may_answer:
+        kind, _, ident = value.partition(":")
+        if value.isdigit():
+            users[value] = None
+        elif kind in GROUP_KINDS and ident.isdigit():
+            roles[ident] = None
+    return {"parse": [], "users": list(users)[:MAX_PINGED], "roles": list(roles)[:MAX_PINGED]}
+
+
 def principal(value: str) -> str:
-    """A policy principal: a user, ``group:ROLE``, ``channel:ID`` or ``*``."""
+    """A policy principal: a user, ``group:ROLE`` (or ``role:ROLE``), ``channel:ID`` or ``*``."""
     kind, _, ident = value.partition(":")
     if value == "*":
         return "anyone in the server"
-    if kind == "group" and ident.isdigit():
+    if kind in GROUP_KINDS and ident.isdigit():
         return f"<@&{ident}>"
     if kind == "channel" and ident.isdigit():
         return f"<#{ident}>"

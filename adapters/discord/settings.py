@@ -8,15 +8,18 @@ from dataclasses import dataclass
 from bot.config import ConfigError, checked_url
 
 DEFAULT_API = "https://discord.com/api/v10"
+_TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
 
 
 @dataclass(frozen=True)
 class DiscordSettings:
-    """The bot token and where the REST API is (the gateway is the one REST hands out)."""
+    """The bot token, where the REST API is (the gateway is the one REST hands out), and
+    whether cards and reminders notify the people who may answer them."""
 
     token: str
     api_url: str = DEFAULT_API
     message_content: bool = True
+    ping_approvers: bool = True
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> DiscordSettings:
@@ -28,7 +31,13 @@ class DiscordSettings:
         if token.lower().startswith("bot "):
             raise ConfigError("DISCORD_TOKEN is the token alone, without the 'Bot ' prefix")
         api_url = checked_url("DISCORD_API_URL", api_url)
-        content = environ.get("DISCORD_MESSAGE_CONTENT", "true").strip().lower()
-        if content not in ("true", "false", "1", "0", "yes", "no"):
-            raise ConfigError(f"DISCORD_MESSAGE_CONTENT must be true or false, not {content!r}")
-        return cls(token, api_url, content in ("true", "1", "yes"))
+        content = _flag(environ, "DISCORD_MESSAGE_CONTENT")
+        return cls(token, api_url, content, _flag(environ, "DISCORD_PING_APPROVERS"))
+
+
+def _flag(environ: Mapping[str, str], name: str) -> bool:
+    """A true/false variable, true when unset; anything else is a ``ConfigError`` naming it."""
+    value = environ.get(name, "true").strip().lower()
+    if value not in _TRUE + _FALSE:
+        raise ConfigError(f"{name} must be true or false, not {value!r}")
+    return value in _TRUE

@@ -171,9 +171,63 @@ def test_mentions_in_a_question_and_a_reason_are_defused() -> None:
         arguments={"service": "@everyone <@&300> <@1002>"},
     )
     card = DiscordLook().card(_view(request, reason="@here ping <@&300> [x](https://evil)"))
-    assert card["allowed_mentions"] == {"parse": []}
+    # Only the one who may answer is notified, never a role or @everyone the text names.
+    assert card["allowed_mentions"] == {"parse": [], "users": ["1002"], "roles": []}
     description = card["embeds"][0]["description"]
     assert "@here" not in description and "<@&300>" not in description
+
+
+MAY = ("1002", "group:300", "role:300", "role:301", "*", "channel:400", "U0SLACK", "group:ops")
+
+
+def test_an_open_card_and_a_reminder_notify_exactly_who_may_answer() -> None:
+    request = Request(
+        run_id="run_1", kind=RequestKind.WAIT_APPROVAL, call_id="c", tool="restart_service"
+    )
+    exactly = {"parse": [], "users": ["1002"], "roles": ["300", "301"]}
+    card = DiscordLook().card(_view(request, MAY))
+    reminder = DiscordLook().reminder(_view(request, MAY))
+    for body in (card, reminder):
+        assert body["allowed_mentions"] == exactly
+        # Discord notifies only mentions in the content (never in an embed).
+        assert all(m in body["content"] for m in ("<@1002>", "<@&300>", "<@&301>"))
+        assert "<#400>" in body["content"] and "@everyone" not in body["content"]
+    closed = RequestView(request, RequestStatus.EXPIRED, None, MAY, "")
+    assert DiscordLook().card(closed)["allowed_mentions"] == {"parse": []}
+    nobody = DiscordLook().card(_view(request, ("*", "channel:400", "U0SLACK")))
+    assert nobody["allowed_mentions"] == {"parse": []} and nobody["content"] == ""
+
+
+def test_with_pings_off_no_card_or_reminder_notifies_anyone() -> None:
+    request = Request(run_id="run_1", kind=RequestKind.WAIT_USER, call_id="c", tool="ask")
+    quiet = DiscordLook(pings=False)
+    card, reminder = quiet.card(_view(request, MAY)), quiet.reminder(_view(request, MAY))
+    assert card["allowed_mentions"] == reminder["allowed_mentions"] == {"parse": []}
+    assert card["content"] == ""
+    assert "<@1002>" in reminder["content"]  # still named, not notified
+
+
+def test_a_card_carries_the_signed_view_run_link_beside_its_buttons() -> None:
+    look = DiscordLook(link=lambda run, at: f"https://k.example/runs/{run}?exp={at:%Y}&sig=ab")
+    request = Request(
+        run_id="run_1",
+        kind=RequestKind.WAIT_APPROVAL,
+        call_id="c",
+        tool="restart_service",
+        created_at=NOW,
+    )
+    for view in (_view(request), RequestView(request, RequestStatus.EXPIRED, None, (), "")):
+        card = look.card(view)
+        links = [c for row in card["components"] for c in row["components"] if c.get("style") == 5]
+        assert links == [
+            {
+                "type": 2,
+                "style": 5,
+                "label": "View run",
+                "url": "https://k.example/runs/run_1?exp=2030&sig=ab",
+            }
+        ]
+        assert refusals(card) == []
 
 
 DISGUISED = "Pay at <https://evil.example|https://bank.example>; see [docs](https://evil.example)."
