@@ -32,6 +32,7 @@ from bot.place import Place
 from bot.policy import Actor
 from bot.store import Outbox
 from bot.threads import ThreadRenderer
+from bot.user_agent import USER_AGENT
 
 log = logging.getLogger("kestrel.discord")
 
@@ -70,6 +71,8 @@ class KestrelDiscord(discord.Client):
             allowed_mentions=NO_PINGS,
             guild_ready_timeout=guild_ready_timeout,
         )
+        # Discord requires its "DiscordBot (url, version)" first; more may follow.
+        self.http.user_agent = f"{self.http.user_agent} {USER_AGENT}"
         self.chat = chat
         self.talk = Conversation(chat)
         self.deliveries = Deliveries(

@@ -29,6 +29,7 @@ from bot.oneline import one_line
 from bot.outbox import Deliveries
 from bot.store import Outbox
 from bot.threads import ThreadRenderer
+from bot.user_agent import USER_AGENT
 
 log = logging.getLogger("kestrel.slack")
 
@@ -55,7 +56,12 @@ class SlackAdapter:
     ) -> None:
         self.settings = settings
         self._chat = chat
-        client = AsyncWebClient(token=settings.bot_token, base_url=settings.api_url or SLACK_API)
+        client = AsyncWebClient(
+            token=settings.bot_token,
+            base_url=settings.api_url or SLACK_API,
+            user_agent_prefix=USER_AGENT,
+        )
+        client.headers = KestrelAgent(client.headers)
         # Rate limits only: slack-sdk's default retry of a broken connection would send a post
         # that may have landed a second time; the outbox retries it after looking it up.
         client.retry_handlers = [
@@ -138,6 +144,16 @@ class SlackAdapter:
             where = self.settings.api_url or SLACK_API
             raise ConfigError(f"slack: cannot reach {where}: {exc}") from exc
         return BotIdentity(str(reply["team_id"]), str(reply["user_id"]), str(reply.get("url", "")))
+
+
+class KestrelAgent(dict[str, str]):
+    """Request headers whose User-Agent starts with Kestrel's whoever sets it: bolt makes a
+    client per request that shares this dict and sets the User-Agent again, without it."""
+
+    def __setitem__(self, key: str, value: str) -> None:
+        if key.lower() == "user-agent" and not value.startswith(USER_AGENT):
+            value = f"{USER_AGENT} {value}"
+        super().__setitem__(key, value)
 
 
 def _bolt_app(settings: SlackSettings, client: AsyncWebClient, on: SlackListeners) -> AsyncApp:

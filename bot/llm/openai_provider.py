@@ -28,6 +28,7 @@ from bot.llm.base import (
     UserMessage,
     unique_call_ids,
 )
+from bot.user_agent import USER_AGENT
 
 log = logging.getLogger("kestrel.llm")
 
@@ -77,6 +78,8 @@ class OpenAIProvider:
             api_key=api_key or KEYLESS_PLACEHOLDER,
             base_url=base_url or None,
             max_retries=max_retries,
+            # The client's own name and version stay, after ours, for whoever reads the logs.
+            default_headers={"User-Agent": f"{USER_AGENT} AsyncOpenAI/Python {openai.__version__}"},
         )
 
     @property

@@ -30,6 +30,7 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client import IncomingMessage, Transport
 from mcp.client.streamable_http import streamable_http_client
 
+from bot import DISTRIBUTION, __version__
 from bot.config import McpServerSettings, Settings
 from bot.runtime import ToolSource
 from bot.tools.base import Tool, ToolContext, ToolFlags, ToolResult
@@ -39,7 +40,7 @@ log = logging.getLogger("kestrel.mcp")
 
 SEPARATOR = "__"
 MAX_NAME = 64
-CLIENT_INFO = types.Implementation(name="kestrel", version="1")
+CLIENT_INFO = types.Implementation(name=DISTRIBUTION, version=__version__)
 # How long a finished call waits for a tool re-listing its own call set off.
 SETTLE_SECONDS = 2.0
 CLOSE_SECONDS = 10.0

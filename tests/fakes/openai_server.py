@@ -130,6 +130,8 @@ class FakeOpenAI:
             else parse_script(list(script), name="fake", source="<fake>")
         )
         self.requests: list[dict[str, Any]] = []
+        # Each request's headers, names lower-cased, in the order the requests arrived.
+        self.headers: list[dict[str, str]] = []
         self.delay = delay
         self.hang = hang
         self._stopping = asyncio.Event()
@@ -192,6 +194,7 @@ class FakeOpenAI:
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.requests.append(body)
+        self.headers.append({name.lower(): value for name, value in request.headers.items()})
         self._log(body)
         if self.hang:
             await self._stopping.wait()

@@ -7,7 +7,11 @@ import asyncio
 import json
 import signal
 from pathlib import Path
+from typing import Any
 
+import aiohttp
+
+import bot
 from adapters.slack import ids as slack_ids
 from tests.fakes import discord_payloads as p
 from tests.fakes.discord_api import FakeDiscord
@@ -27,12 +31,31 @@ from tests.fakes.slack_world import (
 POLICY = {"approvers": {"*": [APPROVER]}, "oncall": [ONCALL]}
 
 
+def _view_run(message: dict[str, Any]) -> str:
+    """The URL of a message's "View run" link button."""
+    (url,) = (
+        c["url"]
+        for row in message.get("components") or []
+        for c in row["components"]
+        if c.get("label") == "View run"
+    )
+    return str(url)
+
+
 async def test_serve_discord_runs_a_mention_to_its_answer(tmp_path: Path) -> None:
+    # Approvers: a person, a role, and principals that ping nobody (anyone; a Slack user).
+    approvers = [APPROVER, f"role:{p.ROLE_ID}", "*", "U0SLACK"]
+    policy = {**POLICY, "approvers": {"*": approvers}}
     async with FakeOpenAI(restart_script()) as model, FakeDiscord() as fake:
-        config = write_config(tmp_path, model.base_url, extra_policy=POLICY)
         port = free_port()
+        pages = {"web": {"public_url": f"http://127.0.0.1:{port}"}}
+        config = write_config(tmp_path, model.base_url, extra_policy=policy, extra_config=pages)
         env = serve_env(
-            config, "http://127.0.0.1:9/api/", DISCORD_TOKEN="t0k3n", DISCORD_API_URL=fake.api_url
+            config,
+            "http://127.0.0.1:9/api/",
+            DISCORD_TOKEN="t0k3n",
+            DISCORD_API_URL=fake.api_url,
+            KESTREL_WEB_SECRET="s" * 32,
         )
         process = start_serve(tmp_path, port, env, "discord")
         try:
@@ -50,7 +73,19 @@ async def test_serve_discord_runs_a_mention_to_its_answer(tmp_path: Path) -> Non
                     and call.status == 200
                 )
 
-            card = dict((await fake.wait_for(card_posted, timeout=20))[0].response or {})
+            posted = (await fake.wait_for(card_posted, timeout=20))[0]
+            card = dict(posted.response or {})
+            # Exactly the approving person and role are notified, by Kestrel's own line.
+            assert (posted.json or {})["allowed_mentions"] == {
+                "parse": [],
+                "users": [APPROVER],
+                "roles": [p.ROLE_ID],
+            }
+            assert [m["id"] for m in card["mentions"]] == [APPROVER]
+            assert card["mention_roles"] == [p.ROLE_ID] and not card["mention_everyone"]
+            async with aiohttp.ClientSession() as browser, browser.get(_view_run(card)) as page:
+                assert page.status == 200  # the signed link opens the run's page
+                assert "restart_service" in await page.text()
             custom_id = next(
                 c["custom_id"]
                 for row in card["components"]
@@ -61,7 +96,7 @@ async def test_serve_discord_runs_a_mention_to_its_answer(tmp_path: Path) -> Non
                 channel=thread, user_id=APPROVER, custom_id=custom_id, message=card
             )
             await fake.dispatch("INTERACTION_CREATE", click)
-            await fake.wait_for(
+            (answer,) = await fake.wait_for(
                 lambda c: (
                     c.path == f"/channels/{thread}/messages"
                     and "healthy again" in json.dumps(c.json)
@@ -69,6 +104,8 @@ async def test_serve_discord_runs_a_mention_to_its_answer(tmp_path: Path) -> Non
                 timeout=20,
             )
             assert (tmp_path / "executions.txt").read_text() == "checkout\n"
+            assert _view_run(answer.json or {}).startswith(f"http://127.0.0.1:{port}/runs/")
+            assert (answer.json or {})["allowed_mentions"] == {"parse": []}
         finally:
             process.send_signal(signal.SIGTERM)
             _out, err = await asyncio.to_thread(process.communicate, timeout=30)
@@ -103,6 +140,16 @@ async def test_serve_slack_and_discord_in_one_process(tmp_path: Path) -> None:
             process.send_signal(signal.SIGTERM)
             _out, err = await asyncio.to_thread(process.communicate, timeout=30)
         assert process.returncode == 0, err
+    # Every outbound call says it is Kestrel, at its version (Discord's own prefix first).
+    ours = f"{bot.DISTRIBUTION}/{bot.__version__}"
+    agents = {
+        "model": {h["user-agent"] for h in model.headers},
+        "slack": {c.headers.get("user-agent", "") for c in api.calls},
+        "discord": {c.headers.get("user-agent", "") for c in fake.calls if c.route != "unknown"},
+    }
+    assert all(len(seen) >= 1 for seen in agents.values()), agents
+    assert {a.split(" ")[0] for a in agents["model"] | agents["slack"]} == {ours}, agents
+    assert all(a.startswith("DiscordBot (") and ours in a for a in agents["discord"]), agents
 
 
 def test_serve_discord_without_a_token_says_which_variable(tmp_path: Path) -> None:
@@ -120,7 +167,11 @@ async def test_serve_discord_shows_the_target_of_every_link_the_model_hides(
         config = write_config(tmp_path, model.base_url, extra_policy=POLICY)
         port = free_port()
         env = serve_env(
-            config, "http://127.0.0.1:9/api/", DISCORD_TOKEN="t0k3n", DISCORD_API_URL=fake.api_url
+            config,
+            "http://127.0.0.1:9/api/",
+            DISCORD_TOKEN="t0k3n",
+            DISCORD_API_URL=fake.api_url,
+            DISCORD_PING_APPROVERS="false",
         )
         process = start_serve(tmp_path, port, env, "discord")
         try:
@@ -153,3 +204,5 @@ async def test_serve_discord_shows_the_target_of_every_link_the_model_hides(
     assert "the bank (https://evil.example/b)" in answer
     assert "<https://bank.example> (https://evil.example/x)" in answer
     assert [c.path for c in fake.calls if masked_links(json.dumps(c.json))] == []
+    # DISCORD_PING_APPROVERS=false: the approval card and the question notify nobody.
+    assert [(c.json or {})["allowed_mentions"] for c in posted] == [{"parse": []}] * 3
