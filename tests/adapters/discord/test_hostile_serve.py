@@ -63,12 +63,19 @@ async def _serve(tmp: Path, env: dict[str, str], timeout: float = 45.0) -> tuple
         ({"DISCORD_TOKEN": TOKEN, "DISCORD_API_URL": "discord.com/api"}, "DISCORD_API_URL"),
         ({"DISCORD_TOKEN": TOKEN, "DISCORD_API_URL": "http://h:99999/api"}, "DISCORD_API_URL"),
         ({"DISCORD_TOKEN": TOKEN, "DISCORD_MESSAGE_CONTENT": "maybe"}, "DISCORD_MESSAGE_CONTENT"),
+        ({"DISCORD_TOKEN": TOKEN, "DISCORD_PING_APPROVERS": "loud"}, "DISCORD_PING_APPROVERS"),
     ],
 )
 def test_settings_name_the_bad_variable(env: dict[str, str], named: str) -> None:
     with pytest.raises(ConfigError, match=named.replace("(", r"\(")) as caught:
         DiscordSettings.from_env(env)
     assert TOKEN not in str(caught.value)
+
+
+def test_pings_are_on_unless_turned_off() -> None:
+    assert DiscordSettings.from_env({"DISCORD_TOKEN": TOKEN}).ping_approvers
+    off = {"DISCORD_TOKEN": TOKEN, "DISCORD_PING_APPROVERS": " False "}
+    assert not DiscordSettings.from_env(off).ping_approvers
 
 
 async def _fails_cleanly(tmp: Path, env: dict[str, str], named: str) -> str:
