@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from bot import install_hint
 from bot.config import ConfigError
 from bot.config_sources import ENV_FILE, sqlite_file
 
@@ -184,7 +185,7 @@ async def open_store(settings: Settings, *, read_only: bool = False) -> Store:
         from storage.postgres import open_postgres
     except ImportError as exc:
         raise ConfigError(
-            "database: PostgreSQL needs asyncpg: pip install 'kestrel[postgres]'"
+            f"database: PostgreSQL needs asyncpg: {install_hint('postgres')}"
         ) from exc
     dsn, schema = postgres_schema(settings.database)
     return await open_postgres(dsn, schema=schema)
@@ -217,7 +218,7 @@ async def tool_source(settings: Settings) -> AsyncIterator[ToolSource]:
         from bot.tools.mcp import McpStartError, mcp_tools
     except ImportError as exc:
         raise ConfigError(
-            "mcp_servers: the mcp package is missing: pip install 'kestrel[mcp]'"
+            f"mcp_servers: the mcp package is missing: {install_hint('mcp')}"
         ) from exc
     tools = mcp_tools(settings, builtin.values())
     try:

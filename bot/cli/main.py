@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import click
 
+from bot import __version__
 from bot.cli import render
 from bot.text import printable
 
@@ -141,7 +142,8 @@ def with_reader(work: Callable[[Store], Awaitable[R]]) -> R:
     return asyncio.run(main())
 
 
-@click.group()
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="kestrel", message="%(prog)s %(version)s")
 @click.option("--config", "config", type=click.Path(), help="kestrel.yaml to use.")
 @click.option("-v", "--verbose", is_flag=True, help="Log to stderr.")
 @click.pass_context
@@ -389,7 +391,15 @@ async def _run_object(rt: Runtime, run_id: str) -> dict[str, Any]:
 
     record = await rt.store.get_run(run_id)
     state = fold(await rt.store.load(run_id), run_id)
-    return render.run_object(record, state)
+    return render.run_object(record, state, await _closed_requests(rt.store, run_id))
+
+
+async def _closed_requests(store: Store, run_id: str) -> list[render.StoredRequest]:
+    """The run's requests that were decided, expired or cancelled, oldest first."""
+    from bot.kinds import RequestStatus
+
+    found = await store.list_requests(run_id=run_id, status=None)
+    return [item for item in found if item[1] is not RequestStatus.OPEN]
 
 
 def _print_run(obj: dict[str, Any], as_json: bool) -> None:
@@ -422,8 +432,13 @@ def runs_list(limit: int, as_json: bool) -> None:
     settings = None if as_json else quick.read_settings(_config_option())
     rows = None if settings is None else quick.newest_runs(settings, limit)
     if rows is not None:
-        for row in rows:
-            echo(render.run_line(row.id, row.status, row.stop_reason, row.prompt))
+        lines = [
+            render.run_line(
+                row.id, quick.moment(row.created_at), row.status, row.stop_reason, row.prompt
+            )
+            for row in rows
+        ]
+        _print_runs(lines)
         return
 
     async def work(store: Store) -> list[Any]:
@@ -431,10 +446,24 @@ def runs_list(limit: int, as_json: bool) -> None:
 
     records = with_reader(work)
     if as_json:
-        echo(json.dumps([r.model_dump(mode="json") for r in records]))
+        echo(json.dumps([render.record_object(r) for r in records]))
         return
-    for r in records:
-        echo(render.run_line(r.id, r.status.value, r.stop_reason, r.prompt))
+    _print_runs(
+        [
+            render.run_line(r.id, r.created_at, r.status.value, r.stop_reason, r.prompt)
+            for r in records
+        ]
+    )
+
+
+def _print_runs(lines: list[str]) -> None:
+    """``runs list``'s table, or "no runs"."""
+    if not lines:
+        echo("no runs")
+        return
+    echo(render.RUNS_HEADER)
+    for line in lines:
+        echo(line)
 
 
 @runs.command("show")
@@ -448,7 +477,8 @@ def runs_show(run_id: str, as_json: bool) -> None:
     async def work(store: Store) -> tuple[dict[str, Any], str]:
         record = await store.get_run(run_id)
         state = fold(await store.load(run_id), run_id)
-        return render.run_object(record, state), render.transcript(record, state)
+        closed = await _closed_requests(store, run_id)
+        return render.run_object(record, state, closed), render.transcript(record, state)
 
     obj, text = with_reader(work)
     echo(json.dumps(obj, indent=2, sort_keys=True) if as_json else text)
