@@ -6,7 +6,7 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from bot import install_hint
@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from bot.tools.base import ToolFlags
     from bot.tools.isolation import Isolation
     from bot.tools.toolset import ToolSet
+    from storage.postgres import PostgresStore
+    from storage.sqlite import SqliteStore
 
 log = logging.getLogger("kestrel.policy")
 tools_log = logging.getLogger("kestrel.tools")
@@ -189,6 +191,48 @@ async def open_store(settings: Settings, *, read_only: bool = False) -> Store:
         ) from exc
     dsn, schema = postgres_schema(settings.database)
     return await open_postgres(dsn, schema=schema)
+
+
+class SchemaCheck(NamedTuple):
+    """What ``db check`` found: the schema applied, the one this Kestrel needs, and (when they
+    match) how many runs and open requests the store holds."""
+
+    applied: int
+    current: int
+    runs: int = 0
+    open_requests: int = 0
+
+
+async def check_schema(settings: Settings) -> SchemaCheck:
+    """The store's schema version and counts, read without writing or creating anything (no
+    database file, no schema, no table)."""
+    store = _unopened_store(settings)
+    try:
+        applied = await store.applied_version()
+        if applied != store.current_schema:
+            return SchemaCheck(applied, store.current_schema)
+        await store.migrate()  # at the current version: opens for reading, applies nothing
+        runs = sum((await store.count_runs_by_status()).values())
+        return SchemaCheck(applied, store.current_schema, runs, len(await store.list_requests()))
+    finally:
+        await store.close()
+
+
+def _unopened_store(settings: Settings) -> SqliteStore | PostgresStore:
+    """The store ``database`` names, constructed but not connected (SQLite: read-only)."""
+    path = sqlite_file(settings.base_dir, settings.database)
+    if path is not None:
+        from storage.sqlite import SqliteStore
+
+        return SqliteStore(path, read_only=True)
+    try:
+        from storage.postgres import PostgresStore
+    except ImportError as exc:
+        raise ConfigError(
+            f"database: PostgreSQL needs asyncpg: {install_hint('postgres')}"
+        ) from exc
+    dsn, schema = postgres_schema(settings.database)
+    return PostgresStore(dsn, schema=schema)
 
 
 @asynccontextmanager

@@ -269,17 +269,27 @@ def db_migrate() -> None:
 @db.command("check")
 @one_line_errors
 def db_check() -> None:
-    """Connect, and report the schema version and how many runs and open requests there are."""
+    """Connect and report the schema version, runs and open requests; reads only. Exits 1
+    when the schema is missing, behind or newer than this Kestrel's (kestrel db migrate)."""
+    import asyncio
 
-    async def work(rt: Runtime) -> tuple[int, int, int]:
-        version = await rt.store.migrate()
-        runs = await rt.store.list_runs(limit=1_000_000)
-        return version, len(runs), len(await rt.store.list_requests())
+    from bot.cli import compose
 
-    version, runs, requests = with_runtime(work)
-    database = settings_of(click.get_current_context()).database
-    counts = f"{runs} runs, {requests} open requests"
-    echo(f"{_safe_url(database)}: ok, schema version {version}, {counts}")
+    settings = settings_of(click.get_current_context())
+    found = asyncio.run(compose.check_schema(settings))
+    where = _safe_url(settings.database)
+    applied, current = found.applied, found.current
+    if applied == current:
+        counts = f"{found.runs} runs, {found.open_requests} open requests"
+        echo(f"{where}: ok, schema version {applied}, {counts}")
+        return
+    if applied == 0:
+        fail(f"{where}: no schema yet; kestrel db migrate creates it (nothing was created)")
+    elif applied < current:
+        fail(f"{where}: schema version {applied}, this Kestrel needs {current}; kestrel db migrate")
+    else:
+        fail(f"{where}: schema version {applied} is newer than this Kestrel's ({current})")
+    sys.exit(EXIT_FAILED)
 
 
 @cli.command()
@@ -752,4 +762,4 @@ def tools_check(files: tuple[str, ...]) -> None:
 
 def main() -> None:
     """Entry point of the ``kestrel`` script."""
-    cli(obj={})
+    cli(obj={}, prog_name="kestrel")
