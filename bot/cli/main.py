@@ -744,20 +744,28 @@ def tools_list() -> None:
 
 
 @tools.command("check")
-@click.argument("files", nargs=-1, required=True, type=click.Path())
+@click.argument("files", nargs=-1, type=click.Path())
+@one_line_errors
 def tools_check(files: tuple[str, ...]) -> None:
-    """Validate catalog files as one tool set; every problem is reported with file and line."""
+    """Validate catalog FILES (by default the configured catalogs) as one tool set; every
+    problem is reported with file and line."""
     from bot.tools.ask_human import ask_human_tools
-    from bot.tools.catalog import check_catalogs
+    from bot.tools.catalog import check_catalogs, check_configured
 
     # Reserved whether or not human_in_the_loop is on: a catalog must not depend on it being off.
     builtin = [tool.name for tool in ask_human_tools()]
-    problems = check_catalogs([Path(f) for f in files], reserved=builtin)
+    if files:
+        checked = [Path(f) for f in files]
+        problems = check_catalogs(checked, reserved=builtin)
+    else:
+        settings = settings_of(click.get_current_context())
+        patterns = settings.tool_patterns()
+        checked, problems = check_configured(patterns, settings.base_dir, reserved=builtin)
     for problem in problems:
-        click.echo(problem, err=True)
+        echo(problem, err=True)
     if problems:
         sys.exit(1)
-    click.echo(f"{len(files)} catalog file(s) OK")
+    echo(f"{len(checked)} catalog file(s) OK: {', '.join(map(str, checked))}")
 
 
 def main() -> None:

@@ -83,3 +83,27 @@ def test_a_missing_extra_names_what_installs_it(tmp_path: Path) -> None:
         assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
         assert f"pip install '{DISTRIBUTION}[postgres]'" in result.stderr
         assert "pip install -e '.[postgres]'" in result.stderr
+
+
+TOOL = """\
+tools:
+  - name: {name}
+    description: x
+    command: ["true"]
+"""
+
+
+def test_tools_check_without_files_checks_the_configured_catalogs(tmp_path: Path) -> None:
+    shipped = kestrel(tmp_path, "tools", "check")  # no configuration: the demo catalog
+    assert shipped.returncode == 0 and "1 catalog file(s) OK" in shipped.stdout
+    assert "demo/tools/ops.yaml" in shipped.stdout
+    (tmp_path / "tools").mkdir()
+    (tmp_path / "tools" / "a.yaml").write_text(TOOL.format(name="restart"))
+    (tmp_path / "tools" / "b.yaml").write_text(TOOL.format(name="restart"))
+    write_config(tmp_path, tools=["tools/*.yaml", "missing/*.yaml"])
+    checked = kestrel(tmp_path, "tools", "check")
+    assert checked.returncode == 1, checked.stderr
+    assert checked.stderr.splitlines() == [
+        f"missing/*.yaml: catalog pattern matches no file (in {tmp_path})",
+        f"{tmp_path}/tools/b.yaml:2: tool 'restart' is also declared at {tmp_path}/tools/a.yaml:2",
+    ]
