@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -30,6 +31,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("kestrel.policy")
 tools_log = logging.getLogger("kestrel.tools")
+# The variable the demo catalog passes its simulated services (bot/demo/tools/ops.yaml).
+DEMO_STATE = "KESTREL_DEMO_STATE"
 UNISOLATED = (
     "tool_isolation.mode is none: catalog commands run without isolation and can read "
     "Kestrel's secrets (its environment through /proc, the configuration file, .env)"
@@ -107,6 +110,8 @@ def build_tools(settings: Settings, isolation: Isolation | None) -> ToolSet:
     from bot.tools.catalog import CatalogError, load_catalogs
     from bot.tools.toolset import ToolCollision, ToolSet
 
+    if not settings.tools:
+        os.environ.setdefault(DEMO_STATE, str(demo_state(settings)))
     try:
         catalog = load_catalogs(settings.tool_patterns(), settings.base_dir, isolation=isolation)
         human = ask_human_tools() if settings.human_in_the_loop else []
@@ -115,6 +120,14 @@ def build_tools(settings: Settings, isolation: Isolation | None) -> ToolSet:
         raise ConfigError(f"tools: {exc}") from exc
     except ToolCollision as exc:
         raise ConfigError(f"tools: {exc}") from exc
+
+
+def demo_state(settings: Settings) -> Path:
+    """Where the offline demo's simulated services keep their state: beside the journal (or
+    the configuration's folder), so that each working folder plays its own incident."""
+    journal = sqlite_file(settings.base_dir, settings.database)
+    folder = journal.parent if journal is not None else settings.base_dir
+    return folder.resolve() / ".kestrel-demo"
 
 
 def tool_flags(settings: Settings) -> Callable[[str], ToolFlags | None]:
