@@ -197,26 +197,51 @@ class ConsolePrompter:
         return Decision(request_id=request.id, kind=kind, text=text, by=self._user)
 
 
-class ConsoleRenderer:
-    """Shows a run's progress as it happens."""
+# How many lines of a tool's output the chat shows, and how much of each.
+EXCERPT_LINES = 3
+EXCERPT_WIDTH = 100
+# A command's last line says how it exited; the chat says so only when it failed.
+_EXIT_OK = "[exit status 0]"
+# What the chat says of a call that did not run, by its exit, in plain words.
+_NOT_RUN = {
+    ToolOutcome.UNKNOWN_TOOL: "no such tool",
+    ToolOutcome.HOOK_DENIED: "blocked",
+    ToolOutcome.INVALID_ARGUMENTS: "refused its arguments",
+    ToolOutcome.TIMEOUT: "timed out",
+    ToolOutcome.ERROR: "failed",
+}
 
-    def __init__(self, io: ConsoleIO) -> None:
+
+def excerpt(output: str) -> list[str]:
+    """The first lines of a tool's output, each cut short, and how many more there are."""
+    lines = output.rstrip("\n").split("\n") if output.strip() else []
+    if lines and lines[-1] == _EXIT_OK:
+        lines.pop()
+    shown = [line if len(line) <= EXCERPT_WIDTH else line[:EXCERPT_WIDTH] + "…" for line in lines]
+    more = len(lines) - EXCERPT_LINES
+    return shown[:EXCERPT_LINES] + ([f"… {more} more line(s)"] if more > 0 else [])
+
+
+class ConsoleRenderer:
+    """Shows a run's progress as it happens, in plain words."""
+
+    def __init__(self, io: ConsoleIO, user: str = "console") -> None:
         self._io = io
+        self._user = user
 
     def emit(self, event: Event) -> None:
         """Render the events a person at the terminal wants to see."""
         match event:
             case ToolStartedEvent(tool=tool, arguments=arguments):
                 self._io.write(f"  ⚙ {tool} {json.dumps(arguments, sort_keys=True)}", exact=True)
-            case ToolExitEvent(tool=tool, outcome=outcome) if outcome is not ToolOutcome.OK:
-                self._io.write(f"  ✗ {tool}: {outcome.value}")
+            case ToolExitEvent():
+                self._exit(event)
             case ModelTurnEvent(text=text, calls=calls) if calls and text:
                 self._io.write(f"  … {text}")
             case AdvisoryEvent(text=text):
                 self._io.write(f"  ! {text}")
             case (
-                ToolExitEvent()
-                | ModelTurnEvent()
+                ModelTurnEvent()
                 | RunStartedEvent()
                 | RunResumedEvent()
                 | RequestOpenedEvent()
@@ -233,6 +258,41 @@ class ConsoleRenderer:
             case _:
                 assert_never(event)
 
+    def _exit(self, event: ToolExitEvent) -> None:
+        """How a call ended: a short excerpt of what it printed, or why it did not run."""
+        outcome, tool = event.outcome, event.tool
+        if outcome is ToolOutcome.OK:
+            for line in excerpt(event.output):
+                self._io.write(f"    │ {line}")
+        elif outcome is ToolOutcome.DEFERRED:
+            waiting = "an answer" if tool.startswith("ask_human") else "approval"
+            self._io.write(f"  … {tool}: waiting for {waiting}")
+        elif outcome is ToolOutcome.GATE_DENIED:
+            self._io.write(f"  ✗ {tool}: {self._denial(event.output)}")
+        elif outcome is ToolOutcome.TAKEN_OVER:
+            self._io.write(f"  … {tool}: another replica took the run over")
+        else:
+            self._io.write(f"  ✗ {tool}: {_NOT_RUN.get(outcome, 'not run')}")
+            for line in excerpt(event.output):
+                self._io.write(f"    │ {line}")
+
+    def _denial(self, output: str) -> str:
+        """The gate's word, with the person at this terminal called "you"."""
+        mine = f"denied by {self._user}"
+        if output == mine or output.startswith(mine + ":"):
+            return "denied by you" + output[len(mine) :]
+        return output
+
+
+def _waiting_for(request: Request) -> str:
+    """What a suspended run waits for, in plain words, with the request's id."""
+    what = {
+        RequestKind.WAIT_APPROVAL: f"waiting for approval of {request.tool}",
+        RequestKind.WAIT_USER: "waiting for an answer",
+        RequestKind.WAIT_EFFECT: f"waiting for on-call to settle {request.tool}",
+    }[request.kind]
+    return f"{what} ({request.id})"
+
 
 class ConsoleChat:
     """The terminal chat: one session, turns one after another."""
@@ -248,7 +308,7 @@ class ConsoleChat:
         self._interrupts = 0
         self.terminated = False  # SIGTERM arrived: leave once the run under way has suspended
         self._leaving = False
-        chat.subscribe(ConsoleRenderer(io))
+        chat.subscribe(ConsoleRenderer(io, user))
 
     async def run(self, banner: str) -> None:
         """Read messages until end of input or /quit."""
@@ -293,7 +353,7 @@ class ConsoleChat:
     def _report(self, state: RunState) -> None:
         result = state.result
         if result is None:
-            waiting = ", ".join(f"{r.kind.value} {r.id}" for r in state.open_requests)
+            waiting = "; ".join(_waiting_for(request) for request in state.open_requests)
             self.io.write(
                 f"kestrel> (run {state.run_id} suspended{': ' + waiting if waiting else ''})"
             )
@@ -304,9 +364,8 @@ class ConsoleChat:
         if result.status is RunStatus.COMPLETED:
             self.io.write(f"kestrel> {result.text}")
             return
-        self.io.write(
-            f"kestrel> (run {result.status.value}: {result.stop_reason.value}) {result.error}"
-        )
+        reason = result.stop_reason.value.replace("_", " ")
+        self.io.write(f"kestrel> (the run {result.status.value}: {reason}) {result.error}")
 
     async def _command(self, line: str) -> None:
         name, _, arg = line.partition(" ")

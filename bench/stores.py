@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from bench.common import size_mib
+from bot import install_hint
 from bot.store import Store
 
 DATABASES = ("sqlite", "postgres")
@@ -140,7 +141,7 @@ def postgres_server() -> tuple[str, str]:
     try:
         import asyncpg  # noqa: F401
     except ImportError:
-        return "", "asyncpg is not installed (pip install 'kestrel[postgres]')"
+        return "", f"asyncpg is not installed ({install_hint('postgres')})"
     try:
         version, fsync, sync_commit, may_create = asyncio.run(_server(dsn))
     except Exception as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import os
 import types
@@ -433,9 +434,43 @@ def _describe(
     for error in exc.errors():
         loc = tuple(str(part) for part in error["loc"])
         key = ".".join(loc) or "(top level)"
-        message = "unknown key" if error["type"] in _UNKNOWN_KEY else error["msg"]
+        message = _unknown(loc) if error["type"] in _UNKNOWN_KEY else error["msg"]
         problems.append(f"{_source_of(loc, path, variables)}: {key}: {message}")
     return "; ".join(problems)
+
+
+def _unknown(loc: tuple[str, ...]) -> str:
+    """What is said of a key no section has: the key it is nearest, if one is near."""
+    if not loc:
+        return "unknown key"
+    near = difflib.get_close_matches(loc[-1], _keys_at(loc[:-1]), n=1, cutoff=0.6)
+    return f"unknown key (did you mean {near[0]}?)" if near else "unknown key"
+
+
+def _keys_at(loc: tuple[str, ...]) -> list[str]:
+    """The keys the section at ``loc`` has (none where ``loc`` leads to no section); list
+    indexes and mapping keys on the way are data, passed over."""
+    annotation: Any = Settings
+    for part in loc:
+        annotation = _section_or_container(annotation)
+        if _is_section(annotation):
+            annotation = _field_types(annotation).get(part)
+        elif get_origin(annotation) in (list, dict):
+            annotation = get_args(annotation)[-1]
+        else:
+            return []
+    annotation = _section_or_container(annotation)
+    if not _is_section(annotation):
+        return []
+    return [name for name in _field_types(annotation) if name not in DERIVED_SETTINGS]
+
+
+def _section_or_container(annotation: Any) -> Any:
+    """Of a union (``X | None``), its member that is a section or a container; else itself."""
+    if get_origin(annotation) not in (Union, types.UnionType):
+        return annotation
+    members = [member for member in get_args(annotation) if _is_container(member)]
+    return members[0] if members else annotation
 
 
 def _source_of(

@@ -72,7 +72,8 @@ class ToolStartedEvent:
 
 @dataclass(frozen=True, slots=True)
 class ToolExitEvent:
-    """A call left executeTool through one of its exits, ``seconds`` after it entered."""
+    """A call left executeTool through one of its exits, ``seconds`` after it entered, with
+    the ``output`` the model reads (as journaled: redacted where the PII guard redacts)."""
 
     kind: ClassVar[str] = "tool_exit"
     run_id: str
@@ -80,6 +81,7 @@ class ToolExitEvent:
     tool: str
     outcome: ToolOutcome
     seconds: float = 0.0
+    output: str = ""
 
 
 @dataclass(frozen=True, slots=True)

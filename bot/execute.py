@@ -257,4 +257,6 @@ async def _journal_exit(call: ToolCall, result: CallExit, env: CallEnv, began: f
         journal.append_soon(GrantWritten(grant=grant))
     if result.request is None:
         await journal.flush()  # the answer and its grants, in one commit
-    env.run.events.emit(ToolExitEvent(env.run.run_id, call.id, call.name, result.outcome, seconds))
+    env.run.events.emit(
+        ToolExitEvent(env.run.run_id, call.id, call.name, result.outcome, seconds, result.output)
+    )

@@ -35,7 +35,9 @@ From the store, at each scrape (every replica reports the same figures: aggregat
   figures are then left out, the event counters still shown).
 
 And from this process: ``kestrel_chat_duplicates_dropped_total``, inbound chat deliveries seen
-before and dropped.
+before and dropped; ``kestrel_build_info{version}``; and the standard ``process_*`` series (CPU,
+memory, open files, start time). No ``_created`` series; the backlog only for the platforms the
+process serves.
 
 Labels are bounded (statuses, kinds, exits, platforms): never a run, request or user id.
 """
@@ -53,11 +55,15 @@ from prometheus_client import (
     CollectorRegistry,
     Counter,
     Histogram,
+    Info,
+    ProcessCollector,
+    disable_created_metrics,
     generate_latest,
 )
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from bot import __version__
 from bot.domain import RequestKind, RunStatus, ToolOutcome, utcnow
 from bot.events import (
     AdvisoryEvent,
@@ -127,56 +133,69 @@ class Metrics:
         *,
         duplicates: Callable[[], int] = lambda: 0,
         platforms: Sequence[str] = PLATFORMS,
+        version: str = __version__,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self._store = store
         self._platforms = tuple(platforms)
         self._clock = clock
+        # A ``_created`` series per counter and histogram says when this process made it: noise
+        # to a scraper, which has ``process_start_time_seconds``. Process-wide, as the switch is.
+        disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = CollectorRegistry()
         registry = self.registry
+        ProcessCollector(registry=registry)  # CPU, memory, open files, start time
+        Info("kestrel_build", "The Kestrel version this process runs.", registry=registry).info(
+            {"version": version}
+        )
         self._iterations = Counter(
-            "kestrel_iterations", "Model turns: one per iteration of a run.", registry=registry
+            "kestrel_iterations",
+            "Times the model answered a run (one per step of a run).",
+            registry=registry,
         )
         self._tool_calls = Counter(
             "kestrel_tool_calls",
-            "Tool calls by the exit they took through executeTool.",
+            "Tool calls, by how each ended: ok, error, timeout, deferred (waiting for a person),"
+            " gate_denied (an approver said no), hook_denied, invalid_arguments, unknown_tool,"
+            " taken_over.",
             ["exit"],
             registry=registry,
         )
         self._tool_seconds = Histogram(
             "kestrel_tool_call_seconds",
-            "From a tool call entering executeTool to its exit.",
+            "How long tool calls took, by how each ended (an approval asked inline included).",
             ["exit"],
             buckets=TOOL_BUCKETS,
             registry=registry,
         )
         self._model_seconds = Histogram(
             "kestrel_model_call_seconds",
-            "How long model calls that answered took.",
+            "How long the model took to answer.",
             buckets=MODEL_BUCKETS,
             registry=registry,
         )
         self._model_tokens = Counter(
             "kestrel_model_tokens",
-            "Tokens spent by model calls, input or output.",
+            "Tokens the model read (input) and wrote (output).",
             ["kind"],
             registry=registry,
         )
         self._decision_seconds = Histogram(
             "kestrel_request_decision_seconds",
-            "From a request opening to its decision, by request kind and decision.",
+            "How long people took to decide a request (approval, question, uncertain effect),"
+            " by kind and decision.",
             ["kind", "decision"],
             buckets=DECISION_BUCKETS,
             registry=registry,
         )
         self._takeovers = Counter(
             "kestrel_lease_takeovers",
-            "Runs another owner claimed while this process drove them.",
+            "Runs another replica took over while this one drove them.",
             registry=registry,
         )
         self._adoptions = Counter(
             "kestrel_orphan_adoptions",
-            "Runs left running by a dead owner that this process adopted.",
+            "Runs this replica adopted after the replica driving them died.",
             registry=registry,
         )
         # Every exit and token kind shows from the start, at 0, so rates need no first event.
@@ -284,26 +303,30 @@ class _ScrapeCollector(Collector):
     def _families(snapshot: _Snapshot, duplicates: int) -> Iterator[Metric]:
         yield GaugeMetricFamily(
             "kestrel_store_up",
-            "1 when the store answered this scrape's reads, 0 when they failed.",
+            "1 when the database answered this scrape, 0 when it did not.",
             value=1 if snapshot.up else 0,
         )
         yield CounterMetricFamily(
             "kestrel_chat_duplicates_dropped",
-            "Inbound chat deliveries seen before and dropped.",
+            "Chat messages the platform delivered again, recognised and ignored.",
             value=duplicates,
         )
-        runs = GaugeMetricFamily("kestrel_runs", "Runs by status.", labels=["status"])
+        runs = GaugeMetricFamily(
+            "kestrel_runs", "Runs in the database, by status.", labels=["status"]
+        )
         open_requests = GaugeMetricFamily(
-            "kestrel_open_requests", "Open requests by kind.", labels=["kind"]
+            "kestrel_open_requests",
+            "Requests waiting for a person: approvals, questions, uncertain effects.",
+            labels=["kind"],
         )
         oldest = GaugeMetricFamily(
             "kestrel_open_request_oldest_seconds",
-            "Age of the oldest open request of each kind (0 when none is open).",
+            "How long the oldest waiting request of each kind has waited (0 when none waits).",
             labels=["kind"],
         )
         backlog = GaugeMetricFamily(
             "kestrel_outbox_backlog",
-            "Chat messages the platform does not show yet.",
+            "Chat messages Kestrel has not yet got shown on the platform, by platform served.",
             labels=["platform"],
         )
         if snapshot.up:

@@ -10,7 +10,7 @@ import re
 import socket
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import asyncpg
@@ -119,6 +119,7 @@ class PostgresStore(SqlStore):
     _take_work = _TAKE_WORK
     _refusals = (asyncpg.IntegrityConstraintViolationError,)
     _failures = _DRIVER_ERRORS
+    current_schema: ClassVar[int] = SCHEMA_VERSION  # the version this Kestrel reads and writes
 
     def __init__(
         self,
@@ -175,6 +176,24 @@ class PostgresStore(SqlStore):
             if pool is not None:
                 await _close_pool(pool)
             raise
+
+    async def applied_version(self) -> int:
+        """The schema version applied, read without creating anything (not the schema, not
+        the version table): 0 when either is missing."""
+        if self._closed:
+            raise self._closed_error()
+        if self._pool is None:
+            self._pool = await self._connect()
+        with self._errors("check"):
+            async with self._pool.acquire() as conn:
+                table = await conn.fetchval(
+                    "SELECT to_regclass(quote_ident($1) || '.schema_version')", self._schema
+                )
+                if table is None:
+                    return 0
+                return int(
+                    await conn.fetchval("SELECT COALESCE(MAX(version), 0) FROM schema_version")
+                )
 
     async def _shut_down(self) -> None:
         """Write the appends already submitted, then close every pooled connection."""

@@ -14,7 +14,7 @@ import stat
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import Any, ClassVar, Final, TypeVar
 
 import aiosqlite
 
@@ -74,6 +74,8 @@ class SqliteStore(SqlStore):
     _refusals = (sqlite3.IntegrityError,)
     _failures = (sqlite3.Error,)
 
+    current_schema: ClassVar[int] = SCHEMA_VERSION  # the version this Kestrel reads and writes
+
     def __init__(
         self,
         path: str | Path,
@@ -124,6 +126,17 @@ class SqliteStore(SqlStore):
             await self._disconnect()
             raise
         return version
+
+    async def applied_version(self) -> int:
+        """The schema version the file holds, read without writing or creating anything: 0
+        when there is no file yet, or no schema in it."""
+        if self._closed:
+            raise self._closed_error()
+        if not self._path.is_file():
+            return 0
+        if self._rconn is None:
+            self._rconn = await self._connect_reader()
+        return await self._read_schema_version()
 
     async def _shut_down(self) -> None:
         """Write what is queued and close both connections."""

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from bot import install_hint
 from bot.config import ConfigError
 from bot.config_sources import ENV_FILE, sqlite_file
 
@@ -24,9 +26,13 @@ if TYPE_CHECKING:
     from bot.tools.base import ToolFlags
     from bot.tools.isolation import Isolation
     from bot.tools.toolset import ToolSet
+    from storage.postgres import PostgresStore
+    from storage.sqlite import SqliteStore
 
 log = logging.getLogger("kestrel.policy")
 tools_log = logging.getLogger("kestrel.tools")
+# The variable the demo catalog passes its simulated services (bot/demo/tools/ops.yaml).
+DEMO_STATE = "KESTREL_DEMO_STATE"
 UNISOLATED = (
     "tool_isolation.mode is none: catalog commands run without isolation and can read "
     "Kestrel's secrets (its environment through /proc, the configuration file, .env)"
@@ -104,6 +110,8 @@ def build_tools(settings: Settings, isolation: Isolation | None) -> ToolSet:
     from bot.tools.catalog import CatalogError, load_catalogs
     from bot.tools.toolset import ToolCollision, ToolSet
 
+    if not settings.tools:
+        os.environ.setdefault(DEMO_STATE, str(demo_state(settings)))
     try:
         catalog = load_catalogs(settings.tool_patterns(), settings.base_dir, isolation=isolation)
         human = ask_human_tools() if settings.human_in_the_loop else []
@@ -112,6 +120,14 @@ def build_tools(settings: Settings, isolation: Isolation | None) -> ToolSet:
         raise ConfigError(f"tools: {exc}") from exc
     except ToolCollision as exc:
         raise ConfigError(f"tools: {exc}") from exc
+
+
+def demo_state(settings: Settings) -> Path:
+    """Where the offline demo's simulated services keep their state: beside the journal (or
+    the configuration's folder), so that each working folder plays its own incident."""
+    journal = sqlite_file(settings.base_dir, settings.database)
+    folder = journal.parent if journal is not None else settings.base_dir
+    return folder.resolve() / ".kestrel-demo"
 
 
 def tool_flags(settings: Settings) -> Callable[[str], ToolFlags | None]:
@@ -184,10 +200,52 @@ async def open_store(settings: Settings, *, read_only: bool = False) -> Store:
         from storage.postgres import open_postgres
     except ImportError as exc:
         raise ConfigError(
-            "database: PostgreSQL needs asyncpg: pip install 'kestrel[postgres]'"
+            f"database: PostgreSQL needs asyncpg: {install_hint('postgres')}"
         ) from exc
     dsn, schema = postgres_schema(settings.database)
     return await open_postgres(dsn, schema=schema)
+
+
+class SchemaCheck(NamedTuple):
+    """What ``db check`` found: the schema applied, the one this Kestrel needs, and (when they
+    match) how many runs and open requests the store holds."""
+
+    applied: int
+    current: int
+    runs: int = 0
+    open_requests: int = 0
+
+
+async def check_schema(settings: Settings) -> SchemaCheck:
+    """The store's schema version and counts, read without writing or creating anything (no
+    database file, no schema, no table)."""
+    store = _unopened_store(settings)
+    try:
+        applied = await store.applied_version()
+        if applied != store.current_schema:
+            return SchemaCheck(applied, store.current_schema)
+        await store.migrate()  # at the current version: opens for reading, applies nothing
+        runs = sum((await store.count_runs_by_status()).values())
+        return SchemaCheck(applied, store.current_schema, runs, len(await store.list_requests()))
+    finally:
+        await store.close()
+
+
+def _unopened_store(settings: Settings) -> SqliteStore | PostgresStore:
+    """The store ``database`` names, constructed but not connected (SQLite: read-only)."""
+    path = sqlite_file(settings.base_dir, settings.database)
+    if path is not None:
+        from storage.sqlite import SqliteStore
+
+        return SqliteStore(path, read_only=True)
+    try:
+        from storage.postgres import PostgresStore
+    except ImportError as exc:
+        raise ConfigError(
+            f"database: PostgreSQL needs asyncpg: {install_hint('postgres')}"
+        ) from exc
+    dsn, schema = postgres_schema(settings.database)
+    return PostgresStore(dsn, schema=schema)
 
 
 @asynccontextmanager
@@ -217,7 +275,7 @@ async def tool_source(settings: Settings) -> AsyncIterator[ToolSource]:
         from bot.tools.mcp import McpStartError, mcp_tools
     except ImportError as exc:
         raise ConfigError(
-            "mcp_servers: the mcp package is missing: pip install 'kestrel[mcp]'"
+            f"mcp_servers: the mcp package is missing: {install_hint('mcp')}"
         ) from exc
     tools = mcp_tools(settings, builtin.values())
     try:

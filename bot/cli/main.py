@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import click
 
+from bot import __version__
 from bot.cli import render
 from bot.text import printable
 
@@ -141,7 +142,8 @@ def with_reader(work: Callable[[Store], Awaitable[R]]) -> R:
     return asyncio.run(main())
 
 
-@click.group()
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="kestrel", message="%(prog)s %(version)s")
 @click.option("--config", "config", type=click.Path(), help="kestrel.yaml to use.")
 @click.option("-v", "--verbose", is_flag=True, help="Log to stderr.")
 @click.pass_context
@@ -267,17 +269,27 @@ def db_migrate() -> None:
 @db.command("check")
 @one_line_errors
 def db_check() -> None:
-    """Connect, and report the schema version and how many runs and open requests there are."""
+    """Connect and report the schema version, runs and open requests; reads only. Exits 1
+    when the schema is missing, behind or newer than this Kestrel's (kestrel db migrate)."""
+    import asyncio
 
-    async def work(rt: Runtime) -> tuple[int, int, int]:
-        version = await rt.store.migrate()
-        runs = await rt.store.list_runs(limit=1_000_000)
-        return version, len(runs), len(await rt.store.list_requests())
+    from bot.cli import compose
 
-    version, runs, requests = with_runtime(work)
-    database = settings_of(click.get_current_context()).database
-    counts = f"{runs} runs, {requests} open requests"
-    echo(f"{_safe_url(database)}: ok, schema version {version}, {counts}")
+    settings = settings_of(click.get_current_context())
+    found = asyncio.run(compose.check_schema(settings))
+    where = _safe_url(settings.database)
+    applied, current = found.applied, found.current
+    if applied == current:
+        counts = f"{found.runs} runs, {found.open_requests} open requests"
+        echo(f"{where}: ok, schema version {applied}, {counts}")
+        return
+    if applied == 0:
+        fail(f"{where}: no schema yet; kestrel db migrate creates it (nothing was created)")
+    elif applied < current:
+        fail(f"{where}: schema version {applied}, this Kestrel needs {current}; kestrel db migrate")
+    else:
+        fail(f"{where}: schema version {applied} is newer than this Kestrel's ({current})")
+    sys.exit(EXIT_FAILED)
 
 
 @cli.command()
@@ -389,7 +401,15 @@ async def _run_object(rt: Runtime, run_id: str) -> dict[str, Any]:
 
     record = await rt.store.get_run(run_id)
     state = fold(await rt.store.load(run_id), run_id)
-    return render.run_object(record, state)
+    return render.run_object(record, state, await _closed_requests(rt.store, run_id))
+
+
+async def _closed_requests(store: Store, run_id: str) -> list[render.StoredRequest]:
+    """The run's requests that were decided, expired or cancelled, oldest first."""
+    from bot.kinds import RequestStatus
+
+    found = await store.list_requests(run_id=run_id, status=None)
+    return [item for item in found if item[1] is not RequestStatus.OPEN]
 
 
 def _print_run(obj: dict[str, Any], as_json: bool) -> None:
@@ -422,8 +442,13 @@ def runs_list(limit: int, as_json: bool) -> None:
     settings = None if as_json else quick.read_settings(_config_option())
     rows = None if settings is None else quick.newest_runs(settings, limit)
     if rows is not None:
-        for row in rows:
-            echo(render.run_line(row.id, row.status, row.stop_reason, row.prompt))
+        lines = [
+            render.run_line(
+                row.id, quick.moment(row.created_at), row.status, row.stop_reason, row.prompt
+            )
+            for row in rows
+        ]
+        _print_runs(lines)
         return
 
     async def work(store: Store) -> list[Any]:
@@ -431,10 +456,24 @@ def runs_list(limit: int, as_json: bool) -> None:
 
     records = with_reader(work)
     if as_json:
-        echo(json.dumps([r.model_dump(mode="json") for r in records]))
+        echo(json.dumps([render.record_object(r) for r in records]))
         return
-    for r in records:
-        echo(render.run_line(r.id, r.status.value, r.stop_reason, r.prompt))
+    _print_runs(
+        [
+            render.run_line(r.id, r.created_at, r.status.value, r.stop_reason, r.prompt)
+            for r in records
+        ]
+    )
+
+
+def _print_runs(lines: list[str]) -> None:
+    """``runs list``'s table, or "no runs"."""
+    if not lines:
+        echo("no runs")
+        return
+    echo(render.RUNS_HEADER)
+    for line in lines:
+        echo(line)
 
 
 @runs.command("show")
@@ -448,7 +487,8 @@ def runs_show(run_id: str, as_json: bool) -> None:
     async def work(store: Store) -> tuple[dict[str, Any], str]:
         record = await store.get_run(run_id)
         state = fold(await store.load(run_id), run_id)
-        return render.run_object(record, state), render.transcript(record, state)
+        closed = await _closed_requests(store, run_id)
+        return render.run_object(record, state, closed), render.transcript(record, state)
 
     obj, text = with_reader(work)
     echo(json.dumps(obj, indent=2, sort_keys=True) if as_json else text)
@@ -704,22 +744,30 @@ def tools_list() -> None:
 
 
 @tools.command("check")
-@click.argument("files", nargs=-1, required=True, type=click.Path())
+@click.argument("files", nargs=-1, type=click.Path())
+@one_line_errors
 def tools_check(files: tuple[str, ...]) -> None:
-    """Validate catalog files as one tool set; every problem is reported with file and line."""
+    """Validate catalog FILES (by default the configured catalogs) as one tool set; every
+    problem is reported with file and line."""
     from bot.tools.ask_human import ask_human_tools
-    from bot.tools.catalog import check_catalogs
+    from bot.tools.catalog import check_catalogs, check_configured
 
     # Reserved whether or not human_in_the_loop is on: a catalog must not depend on it being off.
     builtin = [tool.name for tool in ask_human_tools()]
-    problems = check_catalogs([Path(f) for f in files], reserved=builtin)
+    if files:
+        checked = [Path(f) for f in files]
+        problems = check_catalogs(checked, reserved=builtin)
+    else:
+        settings = settings_of(click.get_current_context())
+        patterns = settings.tool_patterns()
+        checked, problems = check_configured(patterns, settings.base_dir, reserved=builtin)
     for problem in problems:
-        click.echo(problem, err=True)
+        echo(problem, err=True)
     if problems:
         sys.exit(1)
-    click.echo(f"{len(files)} catalog file(s) OK")
+    echo(f"{len(checked)} catalog file(s) OK: {', '.join(map(str, checked))}")
 
 
 def main() -> None:
     """Entry point of the ``kestrel`` script."""
-    cli(obj={})
+    cli(obj={}, prog_name="kestrel")

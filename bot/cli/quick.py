@@ -220,6 +220,11 @@ def newest_runs(settings: ReadSettings, limit: int) -> list[RunRow] | None:
         return None
 
 
+def moment(stored: str) -> datetime:
+    """A timestamp as the store wrote it (``newest_runs`` checked that it reads as one)."""
+    return datetime.fromisoformat(stored)
+
+
 def _kept_as_is(value: Any, annotation: Any) -> bool:
     """Whether validating ``value`` as ``annotation`` gives ``value`` back unchanged: strings,
     booleans, lists and mappings of them, and the dataclass sections made of those."""

@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 # Types only: every command imports this module, ``--help`` included, and must not pull in the
 # domain models.
 if TYPE_CHECKING:
+    from bot.domain import Decision, Request
     from bot.journal.fold import RunState
-    from bot.kinds import RequestKind
+    from bot.kinds import RequestKind, RequestStatus
     from bot.llm.base import Message
     from bot.records import RunRecord
+
+
+# A request from the store: the request, its status and the decision that closed it, if any.
+StoredRequest = tuple["Request", "RequestStatus", "Decision | None"]
 
 
 class ShownRequest(Protocol):
@@ -39,18 +45,48 @@ class ShownRequest(Protocol):
     def deadline(self) -> datetime | None: ...
 
 
-def run_line(run_id: str, status: str, stop_reason: str, prompt: str) -> str:
-    """One line of ``runs list``."""
-    return f"{run_id}  {status:<10} {stop_reason or '-':<16} {prompt[:60]}"
+# ``runs list``'s columns: the run, when it was created (UTC), how it stands, its prompt.
+RUNS_HEADER = f"{'RUN':<20}  {'CREATED (UTC)':<19}  {'STATUS':<10} {'STOP REASON':<16} PROMPT"
 
 
-def run_object(record: RunRecord, state: RunState) -> dict[str, Any]:
-    """The stable JSON shape of ``run --json`` and ``runs show --json``."""
-    result = state.result
-    usage = result.usage if result else state.usage
+def run_line(run_id: str, created: datetime, status: str, stop_reason: str, prompt: str) -> str:
+    """One line of ``runs list``, under ``RUNS_HEADER``."""
+    when = f"{created.astimezone(UTC):%Y-%m-%d %H:%M:%S}"
+    return f"{run_id:<20}  {when}  {status:<10} {stop_reason or '-':<16} {prompt[:60]}"
+
+
+def stamp(moment: datetime | None) -> str | None:
+    """A timestamp as every JSON output writes it: UTC, ISO 8601, microseconds, ``Z``."""
+    if moment is None:
+        return None
+    return f"{moment.astimezone(UTC):%Y-%m-%dT%H:%M:%S.%f}Z"
+
+
+def record_object(record: RunRecord) -> dict[str, Any]:
+    """A run's row as JSON: each item of ``runs list --json``, and the start of a run object."""
     return {
         "run_id": record.id,
+        "session_id": record.session_id,
+        "prompt": record.prompt,
+        "requested_by": record.requested_by,
         "status": record.status.value,
+        "stop_reason": record.stop_reason or None,
+        "owner": record.owner,
+        "epoch": record.epoch,
+        "lease_expires": stamp(record.lease_expires),
+        "created_at": stamp(record.created_at),
+        "updated_at": stamp(record.updated_at),
+    }
+
+
+def run_object(
+    record: RunRecord, state: RunState, closed: Sequence[StoredRequest] = ()
+) -> dict[str, Any]:
+    """The stable JSON shape of ``run --json`` and ``runs show --json``: the run's row (as
+    ``runs list --json`` has it), its result, its open requests and its ``closed`` ones."""
+    result = state.result
+    usage = result.usage if result else state.usage
+    return record_object(record) | {
         "stop_reason": result.stop_reason.value if result else record.stop_reason or None,
         "text": result.text if result else state.last_text,
         "payload": result.payload if result else None,
@@ -58,13 +94,12 @@ def run_object(record: RunRecord, state: RunState) -> dict[str, Any]:
         "usage": {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens},
         "outcomes": state.outcomes(),
         "requests": [request_object(r) for r in state.open_requests],
-        "requested_by": record.requested_by,
-        "created_at": record.created_at.isoformat(),
+        "closed_requests": [closed_object(*item) for item in closed],
     }
 
 
 def request_object(request: ShownRequest) -> dict[str, Any]:
-    """One open request as JSON."""
+    """One request as JSON."""
     return {
         "id": request.id,
         "kind": request.kind.value,
@@ -72,14 +107,42 @@ def request_object(request: ShownRequest) -> dict[str, Any]:
         "arguments": request.arguments,
         "prompt": request.prompt,
         "options": list(request.options),
-        "deadline": request.deadline.isoformat() if request.deadline else None,
+        "created_at": stamp(request.created_at),
+        "deadline": stamp(request.deadline),
     }
+
+
+def closed_object(
+    request: Request, status: RequestStatus, decision: Decision | None
+) -> dict[str, Any]:
+    """A closed request as JSON, with how it closed and the decision that closed it."""
+    decided = None
+    if decision is not None:
+        decided = {
+            "kind": decision.kind.value,
+            "text": decision.text,
+            "by": decision.by,
+            "at": stamp(decision.at),
+        }
+    return request_object(request) | {"status": status.value, "decision": decided}
 
 
 def transcript(record: RunRecord, state: RunState) -> str:
     """The conversation and the terminal result, for people."""
+    from bot.llm.base import SystemMessage
+
     lines = [f"run {record.id}  [{record.status.value}]  by {record.requested_by or '-'}"]
-    for message in state.messages:
+    messages = [message for message in state.messages if not isinstance(message, SystemMessage)]
+    # The thread's earlier turns come first, as the run was given them: marked, never this run's.
+    earlier = len(state.started.history) if state.started else 0
+    if earlier:
+        lines.append(f"earlier in the thread ({earlier} messages, not this run's):")
+        for message in messages[:earlier]:
+            lines += [
+                f"  | {line}" for text in _message_lines(message) for line in text.split("\n")
+            ]
+        lines.append("this run:")
+    for message in messages[earlier:]:
         lines += _message_lines(message)
     for owner in state.takeovers:
         lines.append(f"  taken over from {owner}")

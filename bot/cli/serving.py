@@ -110,7 +110,9 @@ class ChatFront:
 
         rt = self._supervisor.rt
         chat = self._chat
-        metrics: Metrics = Metrics(rt.store, duplicates=lambda: chat.duplicates_dropped)
+        metrics: Metrics = Metrics(
+            rt.store, duplicates=lambda: chat.duplicates_dropped, platforms=self._platforms
+        )
         chat.subscribe(metrics)
 
         async def scrape(request: web.Request) -> web.StreamResponse:

@@ -397,6 +397,16 @@ def check_catalogs(paths: Iterable[Path | str], reserved: Iterable[str] = ()) ->
     return _collect(_unique(Path(path) for path in paths), set(reserved))[1]
 
 
+def check_configured(
+    patterns: Sequence[str], base_dir: Path, reserved: Iterable[str] = ()
+) -> tuple[list[Path], list[str]]:
+    """The files the glob patterns match (relative to ``base_dir``) and every problem of them
+    as one set, a pattern that matches nothing included."""
+    problems: list[str] = []
+    files = _expand(patterns, base_dir, problems)
+    return files, problems + _collect(files, set(reserved))[1]
+
+
 def load_catalog(path: Path | str, isolation: Isolation | None = None) -> list[CommandTool]:
     """The tools of one catalog file; ``CatalogError`` listing every problem otherwise.
 

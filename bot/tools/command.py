@@ -185,7 +185,7 @@ def pattern_problems(schema: Any, path: SchemaPath = ()) -> list[tuple[SchemaPat
             compile_pattern(pattern)
         except ValueError as exc:
             message = (
-                f"pattern {pattern!r} cannot be checked in linear time ({exc}); "
+                f"pattern {_as_written(pattern)} cannot be checked in linear time ({exc}); "
                 "RE2 has no backreferences or lookaround"
             )
             problems.append(((*path, "pattern"), message))
@@ -195,6 +195,11 @@ def pattern_problems(schema: Any, path: SchemaPath = ()) -> list[tuple[SchemaPat
     for where, subschema in _subschemas(schema):
         problems += pattern_problems(subschema, (*path, *where))
     return problems
+
+
+def _as_written(pattern: str) -> str:
+    """A pattern quoted as a YAML single-quoted string: backslashes as written, not doubled."""
+    return "'" + pattern.replace("'", "''") + "'"
 
 
 def _subschemas(schema: Mapping[str, Any]) -> Iterator[tuple[SchemaPath, Any]]:

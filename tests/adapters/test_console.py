@@ -151,3 +151,44 @@ def test_the_chat_shows_the_target_of_links_the_model_hides(tmp_path: Path) -> N
     assert f"kestrel> {SHOWN} or the bank." in out
     assert '  ⚙ note {"text": "[docs](https://x)"}' in out  # a call's arguments, as they are
     assert "\x1b" not in out and "evil.example|" not in out
+
+
+def test_the_demo_chat_speaks_plainly_and_keeps_its_state_in_its_folder(tmp_path: Path) -> None:
+    first, second = tmp_path / "one", tmp_path / "two"
+    first.mkdir(), second.mkdir()
+    prompt = "checkout is failing, can you look?"
+
+    def chat(folder: Path, stdin: str) -> str:
+        # No KESTREL_DEMO_STATE: the demo keeps its state beside the journal.
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "KESTREL_"))}
+        command = [sys.executable, "-c", "from bot.cli.main import main; main()", "chat"]
+        done = subprocess.run(
+            command, cwd=folder, input=stdin, capture_output=True, text=True, env=env, timeout=60
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    out = chat(first, f"{prompt}\nd\nno thanks\n{prompt}\na\nyes\n{prompt}\nl\n")
+    assert "✗ restart_service: denied by you: no thanks" in out
+    assert "… restart_service: waiting for approval" in out
+    assert "suspended: waiting for approval of restart_service (req_" in out
+    # A short excerpt of what each read-only tool printed, never its exit marker.
+    assert "│ checkout: degraded: OOM-killed 3 times in the last hour" in out
+    assert "│ 09:41:02 INFO  checkout: handled 1204 requests" in out
+    assert "│ … 4 more line(s)" in out and "[exit status 0]" not in out
+    assert "gate_denied" not in out and ": deferred" not in out
+    # The second turn's restart was approved: recorded in this folder's state, and no other's.
+    state = first / ".kestrel-demo"
+    assert (state / "restarts.log").read_text() == "restart checkout\n"
+    assert (state / ".gitignore").read_text() == "*\n"
+    # The last run's transcript marks what earlier turns of the thread said, as the page does.
+    command = [sys.executable, "-c", "from bot.cli.main import main; main()", "runs", "show"]
+    last = str(runs(first)[0]["run_id"])
+    shown = subprocess.run([*command, last], cwd=first, capture_output=True, text=True).stdout
+    earlier, _, own = shown.partition("\nthis run:\n")
+    assert "earlier in the thread (" in earlier and "  | user: " in earlier
+    assert "  | - Fix: restarted checkout (approved)" in earlier
+    assert "approved" not in own and own.startswith("user: checkout is failing")
+    out = chat(second, f"{prompt}\nl\n")
+    assert "OOM-killed 3 times" in out  # a fresh incident: the other folder's restart unseen
+    assert not (second / ".kestrel-demo").exists()

@@ -18,7 +18,7 @@ def audit_lines(folder: Path, run_id: str) -> list[str]:
 
 def only_run(folder: Path) -> str:
     (run,) = json.loads(kestrel(folder, "runs", "list", "--json").stdout)
-    return str(run["id"])
+    return str(run["run_id"])
 
 
 def actions_by(lines: list[str], actor: str) -> list[str]:
@@ -42,7 +42,7 @@ def test_a_denial_and_an_approval_for_the_run_in_chat_are_audited(tmp_path: Path
     kestrel(tmp_path, "chat", "--as", "U0YOU", stdin=f"{PROMPT}\nr\nno\n")
 
     runs = json.loads(kestrel(tmp_path, "runs", "list", "--json").stdout)
-    everything = [line for run in runs for line in audit_lines(tmp_path, run["id"])]
+    everything = [line for run in runs for line in audit_lines(tmp_path, run["run_id"])]
 
     assert actions_by(everything, "U0ME") == ["deny"]
     assert sorted(actions_by(everything, "U0YOU")) == ["answer", "approve_always"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -63,7 +64,7 @@ def test_chat_with_piped_input_completes_the_demo(tmp_path: Path) -> None:
 def test_chat_later_suspends_and_resume_continues(tmp_path: Path) -> None:
     result = kestrel(tmp_path, "chat", stdin="checkout is failing\nl\n")
     assert "suspended" in result.stdout
-    run_id = json.loads(kestrel(tmp_path, "runs", "list", "--json").stdout)[0]["id"]
+    run_id = json.loads(kestrel(tmp_path, "runs", "list", "--json").stdout)[0]["run_id"]
     later_again = kestrel(tmp_path, "chat", stdin=f"/resume {run_id}\nl\n")
     assert "approval needed: restart_service" in later_again.stdout  # asked again, inline
     shown = json.loads(kestrel(tmp_path, "runs", "show", run_id, "--json").stdout)
@@ -105,6 +106,14 @@ def test_run_defer_then_approve_from_another_process(tmp_path: Path) -> None:
     shown = json.loads(kestrel(tmp_path, "runs", "show", deferred["run_id"], "--json").stdout)
     (question,) = shown["requests"]
     assert question["kind"] == "wait_user" and question["tool"] == "ask_human_confirm"
+    (closed,) = shown["closed_requests"]  # the approval, with who decided it and when
+    assert closed["id"] == request["id"] and closed["status"] == "answered"
+    assert closed["decision"]["kind"] == "approve" and closed["decision"]["by"] == "U0BOSS"
+    # One schema: the run object starts with the row ``runs list --json`` shows, stamps alike.
+    (listed,) = json.loads(kestrel(tmp_path, "runs", "list", "--json").stdout)
+    assert listed.items() <= {**shown, "stop_reason": listed["stop_reason"]}.items()
+    stamps = [shown["created_at"], deferred["created_at"], closed["decision"]["at"]]
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", s) for s in stamps)
     answered = kestrel(
         tmp_path, "runs", "answer", deferred["run_id"], question["id"], "yes", "--as", "U0REQ"
     )

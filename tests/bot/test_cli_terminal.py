@@ -50,13 +50,13 @@ def test_run_and_runs_show_strip_control_sequences(tmp_path: Path) -> None:
     assert "all done" in ran.stdout
     assert_clean(ran.stdout + ran.stderr)
     (run,) = json.loads(kestrel(tmp_path, "runs", "list", "--json").stdout)
-    shown = kestrel(tmp_path, "runs", "show", run["id"])
+    shown = kestrel(tmp_path, "runs", "show", run["run_id"])
     assert "looking now" in shown.stdout and "loud output" in shown.stdout
     assert_clean(shown.stdout + shown.stderr)
     listed = kestrel(tmp_path, "runs", "list")
     assert "why?" in listed.stdout
     assert_clean(listed.stdout)
-    as_json = kestrel(tmp_path, "runs", "show", run["id"], "--json").stdout
+    as_json = kestrel(tmp_path, "runs", "show", run["run_id"], "--json").stdout
     assert_clean(as_json.replace("pwned", ""))  # JSON escapes them; the data stays intact
     assert json.loads(as_json)["text"] == f"all{HOSTILE} done"
 

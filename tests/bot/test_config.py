@@ -29,7 +29,11 @@ def test_environment_overrides_nested_keys(tmp_path: Path, monkeypatch: pytest.M
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("modle: {name: x}\n", "modle: unknown key"),
+        ("modle: {name: x}\n", "modle: unknown key (did you mean model?)"),
+        ("model: {nmae: x}\n", "model.nmae: unknown key (did you mean name?)"),
+        ("policy: {approver: {}}\n", "policy.approver: unknown key (did you mean approvers?)"),
+        ("mcp_servers: [{name: a, transport: stdio, comand: x}]\n", "(did you mean command?)"),
+        ("zzz: 1\n", "zzz: unknown key"),
         ("budgets: {max_iterations: 0}\n", "budgets.max_iterations"),
         ("schedules: [{name: a, cron: 'not a cron', prompt: p}]\n", "cron 'not a cron'"),
         ("tools: [a\n", "kestrel.yaml:2"),

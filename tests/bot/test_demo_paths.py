@@ -113,7 +113,7 @@ def test_chat_later_twice_then_answered_from_elsewhere(tmp_path: Path) -> None:
     # too and answered with `runs answer` from another process.
     first = kestrel(tmp_path, "chat", stdin=f"{PROMPT}\nl\n")
     assert "suspended" in first.stdout
-    run_id = json.loads(kestrel(tmp_path, "runs", "list", "--json").stdout)[0]["id"]
+    run_id = json.loads(kestrel(tmp_path, "runs", "list", "--json").stdout)[0]["run_id"]
     resumed = kestrel(tmp_path, "chat", stdin=f"/resume {run_id}\na\nl\n")
     assert "Shall I record a follow-up" in resumed.stdout
     assert "suspended" in resumed.stdout

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from bot import __version__
 from bot.chat import ChatService
 from bot.domain import AssistantTurn, DecisionKind, Session, ToolCall, utcnow
 from bot.events import RunTakenOverEvent
@@ -157,6 +158,19 @@ async def test_a_scrape_matches_the_runs_the_test_made(world: World) -> None:
     values = {value for _, labels in figures for _, value in labels}
     assert not any(value.startswith(("run_", "req_")) for value in values)
     assert CONTENT_TYPE.startswith("text/plain")
+    # No _created series; the build and the process are described.
+    assert not any(name.endswith("_created") for name, _ in figures)
+    assert figures[("kestrel_build_info", (("version", __version__),))] == 1
+    assert figures[("process_resident_memory_bytes", ())] > 0
+
+
+async def test_the_backlog_is_shown_only_for_the_platforms_served(world: World) -> None:
+    served = Metrics(world.rt.store, platforms=["discord"])
+    backlog = [labels for name, labels in await scrape(served) if name == "kestrel_outbox_backlog"]
+    assert backlog == [(("platform", "discord"),)]
+    assert not [
+        name for name, _ in await scrape(Metrics(world.rt.store, platforms=[])) if "backlog" in name
+    ]
 
 
 async def test_takeovers_are_counted_and_a_failing_store_leaves_the_counters(

@@ -121,6 +121,11 @@ async def test_pages_and_metrics_of_a_finished_run(tmp_path: Path) -> None:
             for sample in family.samples
         }
         assert runs["completed"] == 2
+        # No platform served: no backlog series; no _created series; the version is told.
+        names = {family.name for family in text_string_to_metric_families(text)}
+        assert "kestrel_outbox_backlog" in names and "kestrel_outbox_backlog{" not in text
+        assert "_created" not in text and "kestrel_build_info{version=" in text
+        assert "process_start_time_seconds" in names
 
         exported = tmp_path / "incident.html"
         done = await asyncio.to_thread(

@@ -116,7 +116,7 @@ def test_chat_later_leaves_the_question_pending(tmp_path: Path) -> None:
     result = kestrel(tmp_path, "chat", stdin=f"{PROMPT}\na\nl\n")
 
     assert "suspended" in result.stdout
-    run_id = json.loads(kestrel(tmp_path, "runs", "list", "--json").stdout)[0]["id"]
+    run_id = json.loads(kestrel(tmp_path, "runs", "list", "--json").stdout)[0]["run_id"]
     shown = json.loads(kestrel(tmp_path, "runs", "show", run_id, "--json").stdout)
     (request,) = shown["requests"]
     assert request["tool"] == "ask_human_confirm"

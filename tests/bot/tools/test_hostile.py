@@ -176,7 +176,7 @@ def test_pattern_re2_cannot_run_is_an_error_at_its_line(tmp_path: Path, pattern:
     (problem,) = check_catalogs([path])
     assert problem.startswith(
         f"{path}:9: tools[0].parameters.properties.path.pattern: tool 'lister': "
-        f"pattern {pattern!r} cannot be checked in linear time ("
+        f"pattern '{pattern}' cannot be checked in linear time ("  # as written, not escaped
     )
     assert "\n" not in problem
     with pytest.raises(CatalogError):
@@ -249,6 +249,14 @@ def test_a_collision_at_assembly_names_the_catalog_line(tmp_path: Path) -> None:
 CLI_CASES = [
     # (case, files as (name, text), expected stderr lines with {dir} for the folder)
     (
+        "clash beside a file that does not parse",
+        [("a.yaml", catalog()), ("bad.yaml", "tools: ["), ("b.yaml", catalog(comment="b"))],
+        [
+            "{dir}/bad.yaml:1: YAML error: expected the node content, but found '<stream end>'",
+            "{dir}/b.yaml:3: tool 'lister' is also declared at {dir}/a.yaml:3",
+        ],
+    ),
+    (
         "clash across files",
         [("a.yaml", catalog()), ("b.yaml", catalog(comment="b"))],
         ["{dir}/b.yaml:3: tool 'lister' is also declared at {dir}/a.yaml:3"],
@@ -263,7 +271,7 @@ CLI_CASES = [
         [("a.yaml", catalog(pattern=r"(a)\1"))],
         [
             "{dir}/a.yaml:9: tools[0].parameters.properties.path.pattern: tool 'lister': "
-            "pattern '(a)\\\\1' cannot be checked in linear time (invalid escape sequence: \\1); "
+            r"pattern '(a)\1' cannot be checked in linear time (invalid escape sequence: \1); "
             "RE2 has no backreferences or lookaround"
         ],
     ),

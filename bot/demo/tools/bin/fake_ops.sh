@@ -3,7 +3,8 @@
 # Arguments arrive as separate argv elements (the catalog never uses a shell to build them).
 set -eu
 
-state_dir="${KESTREL_DEMO_STATE:-/tmp/kestrel-demo}"
+# Kestrel sets KESTREL_DEMO_STATE to .kestrel-demo beside the journal: each folder its own state.
+state_dir="${KESTREL_DEMO_STATE:-$PWD/.kestrel-demo}"
 state_file="$state_dir/restarts.log"
 
 restarts() {
@@ -54,6 +55,8 @@ LOG
 
 restart() {
     mkdir -p "$state_dir"
+    # Simulated state, never anyone's work: git ignores the whole folder.
+    [ -f "$state_dir/.gitignore" ] || echo '*' > "$state_dir/.gitignore"
     echo "restart $1" >> "$state_file"
     echo "$1: restarted (recorded in $state_file)"
 }
