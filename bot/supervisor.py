@@ -124,11 +124,13 @@ class Supervisor:
         prompter: Prompter | None = None,
         force: bool = False,
         claimed: int | None = None,
+        by: str = "",
     ) -> LiveRun | None:
         """Continue a suspended (or orphaned) run; None when it has nothing to do yet.
 
         ``claimed``: the epoch of the lease this process already took for the run (a decision
-        that closed its last open request takes it in the same commit).
+        that closed its last open request takes it in the same commit). ``by``: who resumes
+        it, audited (empty: this process, on its own).
         """
         # One look-and-claim at a time per run: a decider's claimed resume and a plain one (a
         # deadline, adoption, work taken, a suspend that found its answers) must not both
@@ -137,11 +139,11 @@ class Supervisor:
             if run_id in self.live:
                 return self.live[run_id]
             if claimed is not None:
-                return await self._resume_claimed(run_id, claimed, prompter, force)
-            return await self._resume_free(run_id, prompter, force)
+                return await self._resume_claimed(run_id, claimed, prompter, force, by)
+            return await self._resume_free(run_id, prompter, force, by)
 
     async def _resume_free(
-        self, run_id: str, prompter: Prompter | None, force: bool
+        self, run_id: str, prompter: Prompter | None, force: bool, by: str
     ) -> LiveRun | None:
         record = await self.rt.store.get_run(run_id)
         if record.status in TERMINAL_STATUSES:
@@ -164,10 +166,10 @@ class Supervisor:
         if state.result is not None or not await self._has_work(state) or self._stopping:
             await self.rt.store.release(run_id, self.rt.owner, epoch)
             return None
-        return self._resumed(run_id, epoch, state, prompter, force, record.owner)
+        return self._resumed(run_id, epoch, state, prompter, force, record.owner, by)
 
     async def _resume_claimed(
-        self, run_id: str, epoch: int, prompter: Prompter | None, force: bool
+        self, run_id: str, epoch: int, prompter: Prompter | None, force: bool, by: str
     ) -> LiveRun | None:
         records = await self.rt.store.load(run_id)
         state = fold(records, run_id)
@@ -183,7 +185,7 @@ class Supervisor:
         except ResumeRefused:
             await self.rt.store.release(run_id, self.rt.owner, epoch)
             raise
-        return self._resumed(run_id, epoch, state, prompter, force, "")
+        return self._resumed(run_id, epoch, state, prompter, force, "", by)
 
     def _resumed(
         self,
@@ -193,12 +195,13 @@ class Supervisor:
         prompter: Prompter | None,
         force: bool,
         owner: str,
+        by: str,
     ) -> LiveRun:
         """Drive a run whose lease this process holds at ``epoch`` on a task of its own."""
         prompter = _prompter_for(state, prompter)
         live = LiveRun(run_id)
         previous = owner if owner != self.rt.owner else ""
-        resumed = RunResumed(owner=self.rt.owner, forced=force, taken_over_from=previous)
+        resumed = RunResumed(owner=self.rt.owner, forced=force, taken_over_from=previous, by=by)
         self._drive_on_task(live, self._resume(live, epoch, state, prompter, resumed))
         return live
 
@@ -240,9 +243,9 @@ class Supervisor:
             return False
         try:
             if settled.epoch is not None:
-                await self.resume(request.run_id, claimed=settled.epoch)
+                await self.resume(request.run_id, claimed=settled.epoch, by="deadline")
             elif not await self.rt.store.list_requests(run_id=request.run_id):
-                await self.resume(request.run_id)
+                await self.resume(request.run_id, by="deadline")
         except ResumeRefused as exc:
             # Expired all the same; the run waits for someone to resume it (say --force).
             log.warning("run %s not resumed after %s expired: %s", request.run_id, request.id, exc)

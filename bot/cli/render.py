@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from bot.kinds import RequestKind
     from bot.llm.base import Message
     from bot.records import RunRecord
+    from bot.store import AuditRecord
 
 
 class ShownRequest(Protocol):
@@ -73,6 +74,18 @@ def request_object(request: ShownRequest) -> dict[str, Any]:
         "prompt": request.prompt,
         "options": list(request.options),
         "deadline": request.deadline.isoformat() if request.deadline else None,
+    }
+
+
+def audit_object(entry: AuditRecord) -> dict[str, Any]:
+    """One audited fact as ``kestrel audit --json`` prints it."""
+    return {
+        "at": entry.at.isoformat(),
+        "actor": entry.actor,
+        "action": entry.action,
+        "run_id": entry.run_id,
+        "request_id": entry.request_id,
+        "detail": entry.detail,
     }
 
 
