@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import traceback
 from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from bot.domain import (
     StopReason,
     TerminalResult,
     new_id,
+    utcnow,
 )
 from bot.events import (
     AdvisoryEvent,
@@ -157,9 +159,7 @@ class Supervisor:
             return None
         epoch = await self.rt.store.claim(run_id, self.rt.owner, self.rt.lease_seconds)
         if epoch is None:
-            raise ResumeRefused(
-                f"run {run_id} is live on {record.owner}; its lease has not expired"
-            )
+            raise ResumeRefused(await self._held_elsewhere(run_id))
         state = fold(await self.rt.store.load(run_id), run_id)
         # Another owner moved it on between our look and our claim (nothing left to do), or
         # this process is shutting down (its runs are handed back, none is taken up).
@@ -575,6 +575,28 @@ class Supervisor:
             raise ResumeRefused(
                 f"the {', '.join(changed)} changed since the run started; resume with --force"
             )
+
+    async def _held_elsewhere(self, run_id: str) -> str:
+        """Why a run cannot be taken now: who holds its lease, when that lease expires, and
+        what happens then (a live replica adopts it, or the next resume takes it over)."""
+        record = await self.rt.store.get_run(run_id)
+        owner = record.owner or "another process"
+        replicas = await self.rt.store.list_replicas()
+        if any(r.owner == record.owner for r in replicas):
+            return f"run {run_id} is live on replica {owner}, which drives it now"
+        left = (record.lease_expires - utcnow()).total_seconds() if record.lease_expires else 0
+        if left <= 0:
+            return f"run {run_id} was held by {owner}, whose lease just expired: try again"
+        others = [r.owner for r in replicas if r.owner != self.rt.owner]
+        then = (
+            f"a kestrel serve replica ({others[0]}) adopts it"
+            if others
+            else f"`kestrel runs resume {run_id}` takes it over"
+        )
+        return (
+            f"run {run_id} is held by {owner}, whose lease expires in {math.ceil(left)} s unless"
+            f" {owner} is alive and renews it; then {then}"
+        )
 
     async def _history(self, session_id: str) -> tuple[tuple[str, str], ...]:
         """The last few finished turns of the session, as (role, text) pairs."""

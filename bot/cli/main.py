@@ -235,10 +235,12 @@ def serve(platforms: tuple[str, ...], port: int | None, host: str) -> None:
     reminders and scheduled prompts, and serve the chat PLATFORMS named (slack, discord). SIGTERM or
     Ctrl-C suspends live runs and hands them back."""
     import asyncio
+    import contextlib
     import gc
 
     from bot.cli.serving import ChatFront
     from bot.schedule import Scheduler
+    from bot.store import StoreError
     from bot.supervisor import Supervisor
     from bot.work import WorkTaker
 
@@ -270,6 +272,10 @@ def serve(platforms: tuple[str, ...], port: int | None, host: str) -> None:
         await front.stop()
         taking.cancel()
         await asyncio.gather(taking, return_exceptions=True)
+        # Stopped cleanly: gone from `kestrel replicas` at once, not a minute later (with the
+        # store away, it drops off once its heartbeat is a minute old).
+        with contextlib.suppress(StoreError):
+            await rt.store.forget_replica(rt.owner)
         click.echo("stopped: live runs suspended and their leases released", err=True)
 
     with_runtime(work)
@@ -566,8 +572,9 @@ def runs_cancel(run_id: str, user: str | None) -> None:
     echo(with_runtime(work))
 
 
-# An open request as ``runs pending`` shows it: the request, who may answer it, and why.
-Pending = tuple[render.ShownRequest, list[str], str]
+# An open request as ``runs pending`` shows it: the request, who may answer it (principals,
+# and in words), and why.
+Pending = tuple[render.ShownRequest, list[str], str, str]
 
 
 @runs.command("pending")
@@ -587,13 +594,13 @@ def runs_pending(as_json: bool) -> None:
         objects = [
             render.request_object(request)
             | {"run_id": request.run_id, "may_answer": who, "note": note}
-            for request, who, note in rows
+            for request, who, _phrase, note in rows
         ]
         echo(json.dumps(objects))
         return
     now = datetime.now(UTC)
-    for request, who, note in rows:
-        echo(render.pending_line(request, who, now, note))
+    for request, _who, phrase, note in rows:
+        echo(render.pending_line(request, phrase, now, note))
     if not rows:
         echo("no open requests")
 
@@ -612,7 +619,15 @@ def _pending_in_full() -> list[Pending]:
     async def work(store: Store) -> list[PendingRequest]:
         return await pending_requests(store, policy, flags_of)
 
-    return [(p.request, list(p.may_answer), p.note) for p in with_reader(work)]
+    return [
+        (
+            p.request,
+            list(p.may_answer),
+            policy.may_answer_phrase(p.request, flags_of(p.request.tool)),
+            p.note,
+        )
+        for p in with_reader(work)
+    ]
 
 
 def _decide(run_id: str, request_id: str, kind: DecisionKind, text: str, user: str | None) -> None:
@@ -631,15 +646,38 @@ def _decide(run_id: str, request_id: str, kind: DecisionKind, text: str, user: s
         if decided.resumed is not None:
             await chat.wait(decided.resumed)
         elif not await chat.ended(run_id):
-            return decided.message
+            obj = await _run_object(rt, run_id)
+            return "\n".join([decided.message, *_next_requests(obj)])
         obj = await _run_object(rt, run_id)
-        return f"{decided.message}; run {run_id} is now {obj['status']}" + (
+        said = f"{decided.message}; run {run_id} is now {obj['status']}" + (
             f": {obj['text']}" if obj["text"] else ""
         )
+        return "\n".join([said, *_next_requests(obj)])
 
     received: list[int] = []
     echo(with_runtime(work))
     _exit_if_signalled(received)
+
+
+# How each kind of request is answered from the command line.
+_ANSWER_WITH = {
+    "wait_approval": "kestrel runs approve {run} {id} (or deny)",
+    "wait_user": "kestrel runs answer {run} {id} {text}",
+    "wait_effect": "kestrel runs effect {run} {id} retry|done|failed",
+}
+
+
+def _next_requests(obj: dict[str, Any]) -> list[str]:
+    """The requests a run waits on now, each with its id and the command that answers it."""
+    lines = []
+    for request in obj["requests"]:
+        args = json.dumps(request["arguments"], sort_keys=True)
+        text = "|".join(request["options"]) or "TEXT"
+        how = _ANSWER_WITH.get(request["kind"], "")
+        how = how.format(run=obj["run_id"], id=request["id"], text=text)
+        lines.append(f"  waiting: {request['kind']} {request['id']} {request['tool']} {args}")
+        lines.append(f"    {how}" if how else "")
+    return [line for line in lines if line]
 
 
 @runs.command("approve")

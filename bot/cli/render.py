@@ -132,15 +132,16 @@ def _short(text: str, limit: int = 300) -> str:
     return flat if len(flat) <= limit else flat[:limit] + "…"
 
 
-def pending_line(request: ShownRequest, who: list[str], now: datetime, note: str = "") -> str:
-    """One line of ``runs pending``: what waits, how long, until when, for whom, and why."""
+def pending_line(request: ShownRequest, who: str, now: datetime, note: str = "") -> str:
+    """One line of ``runs pending``: what waits, how long, until when, for whom (``who``, in
+    words: ``Policy.may_answer_phrase``), and why."""
     args = json.dumps(request.arguments, sort_keys=True)
     age = _duration(now - request.created_at)
     deadline = f", expires in {_duration(request.deadline - now)}" if request.deadline else ""
     because = f"; {note}" if note else ""
     return (
         f"{request.run_id}  {request.id}  {request.kind.value:<13} {request.tool} {args}"
-        f"  (open {age}{deadline}; may answer: {', '.join(who) or 'nobody'}{because})"
+        f"  (open {age}{deadline}; may answer: {who}{because})"
     )
 
 
