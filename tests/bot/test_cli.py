@@ -93,9 +93,13 @@ def test_run_defer_then_approve_from_another_process(tmp_path: Path) -> None:
     (request,) = deferred["requests"]
     assert request["kind"] == "wait_approval" and request["tool"] == "restart_service"
     pending = kestrel(tmp_path, "runs", "pending")
-    assert request["id"] in pending.stdout and "may answer: *" in pending.stdout
+    assert request["id"] in pending.stdout
+    assert "may answer: anyone but the requester (U0REQ))" in pending.stdout
     mine = kestrel(tmp_path, "runs", "approve", deferred["run_id"], request["id"], "--as", "U0REQ")
-    assert "someone else must approve" in one_line_error(mine)
+    assert one_line_error(mine) == (
+        "kestrel: you asked for this run: someone else must approve it;"
+        " may approve: anyone but the requester (U0REQ)"
+    )
     approved = kestrel(
         tmp_path, "runs", "approve", deferred["run_id"], request["id"], "--as", "U0BOSS"
     )
@@ -105,12 +109,19 @@ def test_run_defer_then_approve_from_another_process(tmp_path: Path) -> None:
     shown = json.loads(kestrel(tmp_path, "runs", "show", deferred["run_id"], "--json").stdout)
     (question,) = shown["requests"]
     assert question["kind"] == "wait_user" and question["tool"] == "ask_human_confirm"
+    # The approval says what the run waits on next, with the id and the command to answer it.
+    assert approved.stdout.splitlines()[1:] == [
+        f"  waiting: wait_user {question['id']} ask_human_confirm {json.dumps(question['arguments'])}",
+        f"    kestrel runs answer {deferred['run_id']} {question['id']} yes|no",
+    ]
     answered = kestrel(
         tmp_path, "runs", "answer", deferred["run_id"], question["id"], "yes", "--as", "U0REQ"
     )
     assert "completed" in answered.stdout, answered.stderr
-    audit = kestrel(tmp_path, "audit", "--run", deferred["run_id"]).stdout
-    assert "U0BOSS" in audit and "approve" in audit and "resume" in audit
+    audit = kestrel(tmp_path, "audit", "--run", deferred["run_id"]).stdout.splitlines()
+    assert any(" U0BOSS " in line and " approve " in line for line in audit)
+    # Each resume is audited as the person whose decision resumed it, not the process.
+    assert [line.split()[2] for line in audit if " resume " in line] == ["U0BOSS", "U0REQ"]
 
 
 def test_unknown_config_key_names_the_key(tmp_path: Path) -> None:

@@ -28,7 +28,8 @@ def test_only_the_requester_or_oncall_may_cancel(tmp_path: Path) -> None:
     first, second = deferred_run(tmp_path, "U0REQ"), deferred_run(tmp_path, "U0REQ")
     refused = one_line_error(kestrel(tmp_path, "runs", "cancel", first, "--as", "U0MALLORY"))
     assert refused == (
-        f"kestrel: U0MALLORY may not cancel run {first}: only its requester (U0REQ) or on-call may"
+        f"kestrel: U0MALLORY may not cancel run {first}:"
+        " only its requester (U0REQ) or on-call (U0ONCALL) may"
     )
     assert status_of(tmp_path, first) == "suspended"
     by_oncall = kestrel(tmp_path, "runs", "cancel", first, "--as", "U0ONCALL")
