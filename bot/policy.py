@@ -254,7 +254,9 @@ class Policy:
             who = [p for p in who if p != requester]
             if not who:
                 return f"nobody (the requester, {requester}, may not approve their own run)"
-        return ", ".join("anyone" if p == EVERYONE else p for p in who) or "nobody"
+        if EVERYONE in who:
+            return "anyone"
+        return ", ".join(who) or "nobody"
 
     def _excludes(self, request: Asked) -> bool:
         """Whether the requester may not approve their own request (outside the terminal)."""
@@ -331,7 +333,7 @@ def _listed(principals: list[str]) -> str:
 def _either(principals: list[str], actor: Actor) -> str:
     """Who may, for a refusal: ``U1, U2 or group:S1``; ``*`` is anyone (of this workspace, to
     a guest from another, whom only their own user id names)."""
-    anyone = "anyone of this workspace" if actor.external else "anyone"
+    anyone = "people of this workspace" if actor.external else "anyone"
     names = [anyone if p == EVERYONE else p for p in _unique(principals)]
     if not names:
         return "nobody"

@@ -110,8 +110,9 @@ def test_run_defer_then_approve_from_another_process(tmp_path: Path) -> None:
     (question,) = shown["requests"]
     assert question["kind"] == "wait_user" and question["tool"] == "ask_human_confirm"
     # The approval says what the run waits on next, with the id and the command to answer it.
+    arguments = json.dumps(question["arguments"])
     assert approved.stdout.splitlines()[1:] == [
-        f"  waiting: wait_user {question['id']} ask_human_confirm {json.dumps(question['arguments'])}",
+        f"  waiting: wait_user {question['id']} ask_human_confirm {arguments}",
         f"    kestrel runs answer {deferred['run_id']} {question['id']} yes|no",
     ]
     answered = kestrel(
