@@ -4,9 +4,13 @@ in the chat banner and used alike by ``chat``, ``run`` and the ``runs`` commands
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
-from tests.bot.test_cli import kestrel
+from bot.domain import Session, new_id
+from bot.records import RunRecord
+from storage.sqlite import open_sqlite
+from tests.bot.test_cli import kestrel, one_line_error
 
 PROMPT = "checkout is failing, can you look?"
 
@@ -56,3 +60,46 @@ def test_chat_and_the_runs_commands_act_as_the_same_person(tmp_path: Path) -> No
 
     audit = json.loads(kestrel(tmp_path, "audit", "--json").stdout)
     assert {row["actor"] for row in audit if row["action"] in ("resume", "cancel")} == {"erin"}
+
+
+async def held_run(db: Path, owner: str, lease: float) -> str:
+    """A running run whose lease ``owner`` holds for ``lease`` seconds (its process gone)."""
+    store = await open_sqlite(db)
+    try:
+        await store.migrate()
+        session = Session(id=new_id("ses"))
+        run = RunRecord(id=new_id("run"), session_id=session.id, requested_by="erin")
+        await store.create_run(run, owner, lease, session=session)
+        return run.id
+    finally:
+        await store.close()
+
+
+async def heartbeat(db: Path, owner: str) -> None:
+    store = await open_sqlite(db)
+    try:
+        await store.heartbeat(owner)
+    finally:
+        await store.close()
+
+
+async def test_resume_of_a_run_whose_owner_died_says_when_and_what_then(tmp_path: Path) -> None:
+    db = tmp_path / "kestrel.db"
+    run_id = await held_run(db, "host:42:dead", 600)
+    me = {"USER": "erin"}
+
+    refused = one_line_error(kestrel(tmp_path, "runs", "resume", run_id, env=me))
+    assert re.fullmatch(
+        rf"kestrel: run {run_id} is held by host:42:dead, whose lease expires in (59\d|600) s"
+        rf" unless host:42:dead is alive and renews it; then `kestrel runs resume {run_id}`"
+        " takes it over",
+        refused,
+    ), refused
+
+    await heartbeat(db, "host:7:serve")  # a live `kestrel serve` adopts orphans
+    refused = one_line_error(kestrel(tmp_path, "runs", "resume", run_id, env=me))
+    assert refused.endswith("; then a kestrel serve replica (host:7:serve) adopts it"), refused
+
+    await heartbeat(db, "host:42:dead")  # the owner is a live replica after all
+    refused = one_line_error(kestrel(tmp_path, "runs", "resume", run_id, env=me))
+    assert refused == f"kestrel: run {run_id} is live on replica host:42:dead, which drives it now"
