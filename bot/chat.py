@@ -187,7 +187,7 @@ class ChatService:
         from bot.supervisor import ResumeRefused
 
         try:
-            live = await self._supervisor.resume(run_id, claimed=answered.claimed)
+            live = await self._supervisor.resume(run_id, claimed=answered.claimed, by=user.user)
         except ResumeRefused as exc:
             # The decision stands: the run is live elsewhere (its task goes on with the answer
             # once it suspends), or needs someone to resume it with --force.
@@ -313,7 +313,7 @@ class ChatService:
         if refusal:
             await self._rt.store.audit(user.user, "resume_refused", run_id=run_id, detail=refusal)
             raise NotPermitted(refusal)
-        return await self._supervisor.resume(run_id, prompter=prompter, force=force)
+        return await self._supervisor.resume(run_id, prompter=prompter, force=force, by=user.user)
 
     async def wait(self, live: LiveRun) -> RunState:
         """Wait until a run this process drives suspends or ends."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from bot.audit_detail import decision_detail, request_detail
 from bot.domain import Decision, DecisionKind, Request, RequestKind, RequestStatus, utcnow
 from bot.events import AdvisoryEvent, RequestExpiredEvent
 from bot.journal.fold import RunState
@@ -49,20 +50,21 @@ class Checkpoint:
             return Answered(False, f"there is no request {decision.request_id}")
         refusal = await self._refusal(request, status, decision, actor, run_id, digest)
         if refusal:
-            await self.rt.store.audit(
-                actor.user, f"{decision.kind.value}_refused", run_id, request.id, refusal
-            )
+            action = f"{decision.kind.value}_refused"
+            detail = self.audited_refusal(refusal, decision)
+            await self.rt.store.audit(actor.user, action, run_id, request.id, detail)
             return Answered(False, refusal)
         if request.options and decision.kind is DecisionKind.ANSWER:
             # The option as the question spells it ("Y" answers "yes"): the model reads that.
             picked = match_option(decision.text, request.options) or decision.text
             decision = decision.model_copy(update={"text": picked})
         if decision.kind is DecisionKind.APPROVE and request.approvals_needed > 1:
-            partial = Audited(actor.user, "approve_partial", request.digest)
+            partial = Audited(actor.user, "approve_partial", decision_detail(request, decision))
             count = await self.rt.store.add_approval(request.id, actor.user, partial)
             if count < request.approvals_needed:
                 return Answered(True, f"approval {count} of {request.approvals_needed} recorded")
-        audit = Audited(actor.user, decision.kind.value, request.digest)
+        detail = decision_detail(request, decision, self.rt.redact)
+        audit = Audited(actor.user, decision.kind.value, detail)
         settled = await self.rt.store.decide_and_claim(
             decision, RequestStatus.ANSWERED, audit, self.rt.owner, self.rt.lease_seconds
         )
@@ -72,6 +74,10 @@ class Checkpoint:
             return Answered(True, "recorded", ready=True, claimed=settled.epoch)
         remaining = await self.rt.store.list_requests(run_id=run_id)
         return Answered(True, "recorded", ready=not remaining)
+
+    def audited_refusal(self, refusal: str, decision: Decision) -> str:
+        """A refusal as the audit keeps it: redacted when it may quote what the person typed."""
+        return self.rt.redact(refusal) if decision.text.strip() else refusal
 
     async def _refusal(
         self,
@@ -118,7 +124,7 @@ class Checkpoint:
         which takes the run's lease if that closed its last open request (a decision does the
         same): dying before it resumes the run leaves it to adoption, not stranded."""
         decision = Decision(request_id=request.id, kind=DecisionKind.EXPIRED, by="deadline")
-        audit = Audited("deadline", "expire", request.digest)
+        audit = Audited("deadline", "expire", decision_detail(request, decision))
         settled = await self.rt.store.decide_and_claim(
             decision, RequestStatus.EXPIRED, audit, self.rt.owner, self.rt.lease_seconds
         )
@@ -130,9 +136,12 @@ class Checkpoint:
         """Record a request as open again, with its audit record: the repair for a request
         the store lost (a deferred call's entry opens its request as it lands)."""
         await self.rt.store.open_request(request)
-        detail = f"{request.kind.value} {request.tool} {request.digest}".strip()
         await self.rt.store.audit(
-            request.requested_by or "run", "request", request.run_id, request.id, detail
+            request.requested_by or "run",
+            "request",
+            request.run_id,
+            request.id,
+            request_detail(request),
         )
 
     async def ask_again(self, state: RunState, prompter: Prompter) -> None:
@@ -146,7 +155,8 @@ class Checkpoint:
             decision = await checked.permitted(request)
             if decision is not None:
                 # Audited by the decision that closes the request only: someone else may win.
-                audit = Audited(decision.by, decision.kind.value, inline_detail(request))
+                detail = decision_detail(request, decision, self.rt.redact, inline=True)
+                audit = Audited(decision.by, decision.kind.value, detail)
                 await self.rt.store.decide(decision, RequestStatus.ANSWERED, audit)
 
     def checked(self, prompter: Prompter | None) -> Prompter | None:
@@ -203,11 +213,14 @@ class CheckedPrompter:
         """Ask the wrapped prompter; a decision counts only if the policy allows it."""
         decision = await self.permitted(request)
         if decision is not None:
-            rt = self._checkpoint.rt
-            detail = inline_detail(request)
-            await rt.store.audit(
-                decision.by, decision.kind.value, request.run_id, request.id, detail
-            )
+            # Asked and decided at once, the request never reached the store's requests (nor
+            # their audit): its row is written here, before the decision's.
+            store = self._checkpoint.rt.store
+            asker = request.requested_by or "run"
+            opened = request_detail(request, inline=True)
+            await store.audit(asker, "request", request.run_id, request.id, opened)
+            detail = decision_detail(request, decision, self._checkpoint.rt.redact, inline=True)
+            await store.audit(decision.by, decision.kind.value, request.run_id, request.id, detail)
         return decision
 
     async def permitted(self, request: Request) -> Decision | None:
@@ -222,13 +235,9 @@ class CheckedPrompter:
             Actor(decision.by), decision.kind, request, flags, inline=True
         )
         if refusal:
-            await rt.store.audit(decision.by, "refused", request.run_id, request.id, refusal)
+            detail = self._checkpoint.audited_refusal(refusal, decision)
+            await rt.store.audit(decision.by, "refused", request.run_id, request.id, detail)
             text = f"{refusal}; the request stays open for someone who may decide it"
             rt.events.emit(AdvisoryEvent(request.run_id, text))
             return None
         return decision
-
-
-def inline_detail(request: Request) -> str:
-    """What the audit says of a decision made at a prompt: the call and that it was inline."""
-    return f"{request.tool} {request.digest}".strip() + " (inline)"

@@ -24,6 +24,7 @@ NON_SETTING_VARIABLES: Final = frozenset(
     {
         "KESTREL_CONFIG",
         "KESTREL_DEMO_STATE",
+        "KESTREL_USER",
         "KESTREL_TEST_POSTGRES_DSN",
         "KESTREL_BENCH_POSTGRES_DSN",
         "KESTREL_WEB_TOKEN",

@@ -44,6 +44,8 @@ class Asked(Protocol):
     def tool(self) -> str: ...
     @property
     def requested_by(self) -> str: ...
+    @property
+    def approvals_needed(self) -> int: ...
 
 
 class NotPermitted(Exception):
@@ -174,7 +176,11 @@ class Policy:
             return ""
         requester = f"its requester ({requested_by or 'none recorded'})"
         if self.settings.oncall:
-            return f"{actor.user} may not {verb} run {run_id}: only {requester} or on-call may"
+            oncall = _listed(self.settings.oncall)
+            return (
+                f"{actor.user} may not {verb} run {run_id}:"
+                f" only {requester} or on-call ({oncall}) may"
+            )
         return (
             f"{actor.user} may not {verb} run {run_id}: only {requester} may"
             " (policy.oncall is empty)"
@@ -237,6 +243,25 @@ class Policy:
             return _unique([request.requested_by, *self.settings.oncall, *self.settings.answerers])
         return _unique(self._approvers(request.tool, flags))
 
+    def may_answer_phrase(self, request: Asked, flags: ToolFlags | None) -> str:
+        """Who may answer ``request``, for people: ``*`` as anyone, and the requester left out
+        where the two-person rule leaves them out of approving."""
+        who = self.who_may_answer(request, flags)
+        requester = request.requested_by
+        if request.kind is RequestKind.WAIT_APPROVAL and requester and self._excludes(request):
+            if EVERYONE in who:
+                return f"anyone but the requester ({requester})"
+            who = [p for p in who if p != requester]
+            if not who:
+                return f"nobody (the requester, {requester}, may not approve their own run)"
+        if EVERYONE in who:
+            return "anyone"
+        return ", ".join(who) or "nobody"
+
+    def _excludes(self, request: Asked) -> bool:
+        """Whether the requester may not approve their own request (outside the terminal)."""
+        return not (self.settings.self_approval and request.approvals_needed <= 1)
+
     def _approvers(self, tool: str, flags: ToolFlags | None) -> list[str]:
         tags = flags.tags if flags else ()
         keys = [tool, *(f"tag:{tag}" for tag in tags), EVERYONE]
@@ -252,23 +277,28 @@ class Policy:
         inline: bool,
     ) -> str:
         mine = actor.user == request.requested_by
+        approvers = self._approvers(request.tool, flags)
         if kind is DecisionKind.DENY:
-            if mine or await actor.admitted(self._approvers(request.tool, flags), run):
+            if mine or await actor.admitted(approvers, run):
                 return ""
-            return f"{actor.user} may not deny {request.tool}"
+            who = _either([request.requested_by, *approvers], actor)
+            return f"{actor.user} may not deny {request.tool}: only {who} may"
         if flags is not None and flags.deny:
             return f"policy never allows {request.tool}"
         if mine and not inline and not self._self_approval(request):
-            return "you asked for this run: someone else must approve it"
-        if not await actor.admitted(self._approvers(request.tool, flags), run):
-            return f"{actor.user} may not approve {request.tool}"
+            phrase = self.may_answer_phrase(request, flags)
+            return f"you asked for this run: someone else must approve it; may approve: {phrase}"
+        if not await actor.admitted(approvers, run):
+            return (
+                f"{actor.user} may not approve {request.tool}: only {_either(approvers, actor)} may"
+            )
         if kind is DecisionKind.APPROVE_ALWAYS and request.approvals_needed > 1:
             return f"{request.tool} needs {request.approvals_needed} approvers for every call"
         return ""
 
     def _self_approval(self, request: Request) -> bool:
         # The two-person rule counts the requester as neither approver, whatever the setting.
-        return self.settings.self_approval and request.approvals_needed <= 1
+        return not self._excludes(request)
 
     async def _settle(self, actor: Actor, request: Request, run: Place | None) -> str:
         if await self.may_operate(actor, run):
@@ -276,18 +306,38 @@ class Policy:
         if not self.settings.oncall:
             if request.requested_by and actor.user == request.requested_by:
                 return ""
+            requester = request.requested_by or "none recorded"
             return (
-                "only the run's requester may settle an uncertain effect while policy.oncall"
-                " is empty"
+                f"only the run's requester ({requester}) may settle an uncertain effect while"
+                " policy.oncall is empty"
             )
-        return "only on-call (policy.oncall) may settle an uncertain effect"
+        oncall = _listed(self.settings.oncall)
+        return f"only on-call ({oncall}) may settle an uncertain effect"
 
     async def _answer(self, actor: Actor, request: Request, run: Place | None) -> str:
         if actor.user == request.requested_by or await self.may_operate(actor, run):
             return ""
         if await actor.admitted(self.settings.answerers, run):
             return ""
-        return f"{actor.user} may not answer this question"
+        names = _unique([request.requested_by, *self.settings.answerers])
+        if self.settings.oncall:
+            names.append(f"on-call ({_listed(self.settings.oncall)})")
+        return f"{actor.user} may not answer this question: only {_either(names, actor)} may"
+
+
+def _listed(principals: list[str]) -> str:
+    """Principals as written in the policy, ``*`` as anyone: ``U1, group:S1``."""
+    return ", ".join("anyone" if p == EVERYONE else p for p in _unique(principals))
+
+
+def _either(principals: list[str], actor: Actor) -> str:
+    """Who may, for a refusal: ``U1, U2 or group:S1``; ``*`` is anyone (of this workspace, to
+    a guest from another, whom only their own user id names)."""
+    anyone = "people of this workspace" if actor.external else "anyone"
+    names = [anyone if p == EVERYONE else p for p in _unique(principals)]
+    if not names:
+        return "nobody"
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
 
 
 def _unique(principals: list[str]) -> list[str]:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
+from bot.audit_detail import Redact, unchanged
 from bot.config import DeadlineSettings
 from bot.domain import Budgets, Fingerprint, Request, new_id
 from bot.events import FanOut
@@ -64,6 +65,8 @@ class Runtime:
     lease_seconds: float = 30.0
     workdir: Path | None = None
     guard_hooks: Callable[[], Hooks] = Hooks
+    # The PII guard as a function of text: what people type is audited through it.
+    redact: Redact = unchanged
     policy: Policy = field(default_factory=lambda: Policy(PolicyRules()))
     deadlines: DeadlineSettings = field(default_factory=DeadlineSettings)
 

@@ -322,6 +322,10 @@ class ReplicaRegistry(Protocol):
         """Record that replica ``owner`` is alive (first call registers it)."""
         ...
 
+    async def forget_replica(self, owner: str) -> None:
+        """Unregister replica ``owner``: it stopped cleanly, its leases given up."""
+        ...
+
     async def list_replicas(self, alive_within: float = 60.0) -> list[Replica]:
         """Replicas seen within ``alive_within`` seconds, with the runs they hold leases on."""
         ...

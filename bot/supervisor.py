@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import traceback
 from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from bot.domain import (
     StopReason,
     TerminalResult,
     new_id,
+    utcnow,
 )
 from bot.events import (
     AdvisoryEvent,
@@ -124,11 +126,13 @@ class Supervisor:
         prompter: Prompter | None = None,
         force: bool = False,
         claimed: int | None = None,
+        by: str = "",
     ) -> LiveRun | None:
         """Continue a suspended (or orphaned) run; None when it has nothing to do yet.
 
         ``claimed``: the epoch of the lease this process already took for the run (a decision
-        that closed its last open request takes it in the same commit).
+        that closed its last open request takes it in the same commit). ``by``: who resumes
+        it, audited (empty: this process, on its own).
         """
         # One look-and-claim at a time per run: a decider's claimed resume and a plain one (a
         # deadline, adoption, work taken, a suspend that found its answers) must not both
@@ -137,11 +141,11 @@ class Supervisor:
             if run_id in self.live:
                 return self.live[run_id]
             if claimed is not None:
-                return await self._resume_claimed(run_id, claimed, prompter, force)
-            return await self._resume_free(run_id, prompter, force)
+                return await self._resume_claimed(run_id, claimed, prompter, force, by)
+            return await self._resume_free(run_id, prompter, force, by)
 
     async def _resume_free(
-        self, run_id: str, prompter: Prompter | None, force: bool
+        self, run_id: str, prompter: Prompter | None, force: bool, by: str
     ) -> LiveRun | None:
         record = await self.rt.store.get_run(run_id)
         if record.status in TERMINAL_STATUSES:
@@ -155,19 +159,17 @@ class Supervisor:
             return None
         epoch = await self.rt.store.claim(run_id, self.rt.owner, self.rt.lease_seconds)
         if epoch is None:
-            raise ResumeRefused(
-                f"run {run_id} is live on {record.owner}; its lease has not expired"
-            )
+            raise ResumeRefused(await self._held_elsewhere(run_id))
         state = fold(await self.rt.store.load(run_id), run_id)
         # Another owner moved it on between our look and our claim (nothing left to do), or
         # this process is shutting down (its runs are handed back, none is taken up).
         if state.result is not None or not await self._has_work(state) or self._stopping:
             await self.rt.store.release(run_id, self.rt.owner, epoch)
             return None
-        return self._resumed(run_id, epoch, state, prompter, force, record.owner)
+        return self._resumed(run_id, epoch, state, prompter, force, record.owner, by)
 
     async def _resume_claimed(
-        self, run_id: str, epoch: int, prompter: Prompter | None, force: bool
+        self, run_id: str, epoch: int, prompter: Prompter | None, force: bool, by: str
     ) -> LiveRun | None:
         records = await self.rt.store.load(run_id)
         state = fold(records, run_id)
@@ -183,7 +185,7 @@ class Supervisor:
         except ResumeRefused:
             await self.rt.store.release(run_id, self.rt.owner, epoch)
             raise
-        return self._resumed(run_id, epoch, state, prompter, force, "")
+        return self._resumed(run_id, epoch, state, prompter, force, "", by)
 
     def _resumed(
         self,
@@ -193,12 +195,13 @@ class Supervisor:
         prompter: Prompter | None,
         force: bool,
         owner: str,
+        by: str,
     ) -> LiveRun:
         """Drive a run whose lease this process holds at ``epoch`` on a task of its own."""
         prompter = _prompter_for(state, prompter)
         live = LiveRun(run_id)
         previous = owner if owner != self.rt.owner else ""
-        resumed = RunResumed(owner=self.rt.owner, forced=force, taken_over_from=previous)
+        resumed = RunResumed(owner=self.rt.owner, forced=force, taken_over_from=previous, by=by)
         self._drive_on_task(live, self._resume(live, epoch, state, prompter, resumed))
         return live
 
@@ -240,9 +243,9 @@ class Supervisor:
             return False
         try:
             if settled.epoch is not None:
-                await self.resume(request.run_id, claimed=settled.epoch)
+                await self.resume(request.run_id, claimed=settled.epoch, by="deadline")
             elif not await self.rt.store.list_requests(run_id=request.run_id):
-                await self.resume(request.run_id)
+                await self.resume(request.run_id, by="deadline")
         except ResumeRefused as exc:
             # Expired all the same; the run waits for someone to resume it (say --force).
             log.warning("run %s not resumed after %s expired: %s", request.run_id, request.id, exc)
@@ -572,6 +575,28 @@ class Supervisor:
             raise ResumeRefused(
                 f"the {', '.join(changed)} changed since the run started; resume with --force"
             )
+
+    async def _held_elsewhere(self, run_id: str) -> str:
+        """Why a run cannot be taken now: who holds its lease, when that lease expires, and
+        what happens then (a live replica adopts it, or the next resume takes it over)."""
+        record = await self.rt.store.get_run(run_id)
+        owner = record.owner or "another process"
+        replicas = await self.rt.store.list_replicas()
+        if any(r.owner == record.owner for r in replicas):
+            return f"run {run_id} is live on replica {owner}, which drives it now"
+        left = (record.lease_expires - utcnow()).total_seconds() if record.lease_expires else 0
+        if left <= 0:
+            return f"run {run_id} was held by {owner}, whose lease just expired: try again"
+        others = [r.owner for r in replicas if r.owner != self.rt.owner]
+        then = (
+            f"a kestrel serve replica ({others[0]}) adopts it"
+            if others
+            else f"`kestrel runs resume {run_id}` takes it over"
+        )
+        return (
+            f"run {run_id} is held by {owner}, whose lease expires in {math.ceil(left)} s unless"
+            f" {owner} is alive and renews it; then {then}"
+        )
 
     async def _history(self, session_id: str) -> tuple[tuple[str, str], ...]:
         """The last few finished turns of the session, as (role, text) pairs."""

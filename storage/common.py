@@ -14,6 +14,7 @@ from typing import Any, Final, get_args
 
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
+from bot.audit_detail import request_detail
 from bot.domain import Decision, Request, RequestStatus, RunStatus
 from bot.journal.entries import (
     Entry,
@@ -317,7 +318,7 @@ def beside_entry(
     at = now()
     if isinstance(entry, ToolDeferred):
         request = entry.request
-        detail = f"{request.kind.value} {request.tool} {request.digest}".strip()
+        detail = request_detail(request)
         actor = request.requested_by or "run"
         return [
             (sql.OPEN_REQUEST, request_row(request, stamp)),
@@ -326,4 +327,13 @@ def beside_entry(
     if isinstance(entry, RunEnded):
         owed = outbox_json(owed_answer(run_id))
         return [(sql.OWE_ANSWER, (run_id, answer_key(run_id), owed, at))]
-    return [(sql.AUDIT, (at, entry.owner, "resume", run_id, "", ""))]
+    return [(sql.AUDIT, (at, entry.by or entry.owner, "resume", run_id, "", resume_detail(entry)))]
+
+
+def resume_detail(entry: RunResumed) -> str:
+    """What the audit says of a resume besides who asked for it: the process that drives the
+    run now, and whether it was forced or taken from another."""
+    parts = [f"on {entry.owner}"] if entry.by and entry.owner else []
+    parts += ["forced"] if entry.forced else []
+    parts += [f"taken over from {entry.taken_over_from}"] if entry.taken_over_from else []
+    return ", ".join(parts)

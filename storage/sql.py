@@ -340,6 +340,7 @@ HEARTBEAT: Final = """
 INSERT INTO replicas(owner, info, started_at, last_seen) VALUES ($1, $2, $3, $3)
 ON CONFLICT (owner) DO UPDATE SET info = excluded.info, last_seen = excluded.last_seen
 """
+FORGET_REPLICA: Final = "DELETE FROM replicas WHERE owner = $1"
 # The replicas seen since $1, one row per run each owns (NULLs for none).
 LIST_REPLICAS: Final = """
 SELECT replicas.owner, replicas.info, replicas.started_at, replicas.last_seen,

@@ -388,6 +388,10 @@ class SqlStore(ABC):
         """Register replica ``owner``, or refresh its info and last-seen time."""
         await self._write("heartbeat", sql.HEARTBEAT, (owner, info, self._now()))
 
+    async def forget_replica(self, owner: str) -> None:
+        """Unregister replica ``owner`` (it stopped cleanly); a later heartbeat registers it."""
+        await self._write("forget_replica", sql.FORGET_REPLICA, (owner,))
+
     async def list_replicas(self, alive_within: float = 60.0) -> list[Replica]:
         """Replicas seen within ``alive_within`` seconds, with the runs they own."""
         since = self._stamp(self._clock() - timedelta(seconds=alive_within))

@@ -317,6 +317,7 @@ async def runtime(settings: Settings) -> AsyncIterator[Runtime]:
                 budgets=settings.budgets.to_budgets(),
                 model_timeout=settings.model.timeout,
                 guard_hooks=lambda: pii_hooks(guard, events),
+                redact=lambda text: guard.scan_output(text).text,
                 policy=policy,
                 deadlines=settings.deadlines,
                 lease_seconds=settings.replica.lease_seconds,

@@ -95,6 +95,31 @@ def _is_user_error(exc: Exception) -> bool:
     return False
 
 
+def terminal_user(given: str | None = None) -> str:
+    """Who acts at this terminal: ``--as``, else ``KESTREL_USER``, else the login name."""
+    import getpass
+    import os
+
+    for name in (given, os.environ.get("KESTREL_USER"), os.environ.get("USER")):
+        if name and name.strip():
+            return name.strip()
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):
+        return "terminal"  # no login name at all (a container without one): still one name
+
+
+def as_option(help_text: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """``--as USER``: who acts, defaulting to the terminal's one identity (``terminal_user``)."""
+    return click.option(
+        "--as",
+        "user",
+        default=None,
+        metavar="USER",
+        help=f"{help_text} [default: $KESTREL_USER, else your login name]",
+    )
+
+
 def _config_option() -> str | None:
     """The ``--config`` given, if any."""
     obj: dict[str, Any] = click.get_current_context().ensure_object(dict)
@@ -156,9 +181,9 @@ def cli(ctx: click.Context, config: str | None, verbose: bool) -> None:
 
 
 @cli.command()
-@click.option("--as", "user", default="console", help="Your user id in this session.")
+@as_option("Your user id in this session.")
 @one_line_errors
-def chat(user: str) -> None:
+def chat(user: str | None) -> None:
     """Chat in the terminal (the offline demo when no model endpoint is configured)."""
     import asyncio
 
@@ -167,6 +192,7 @@ def chat(user: str) -> None:
     from bot.supervisor import Supervisor
 
     settings = settings_of(click.get_current_context())
+    user = terminal_user(user)
 
     async def work(rt: Runtime) -> bool:
         supervisor = Supervisor(rt)
@@ -174,6 +200,7 @@ def chat(user: str) -> None:
             f"Kestrel chat: model {rt.model.provider}/{rt.model.model}, "
             f"{len(rt.tools.current())} tools, journal {settings.database}. "
             "/help for commands, Ctrl-D to leave."
+            f"\nYou are {user} (--as or KESTREL_USER to change it)."
         ) + "".join(f"\nnote: {notice}" for notice in rt.policy.notices())
         console = ConsoleChat(ChatService(supervisor), ConsoleIO(), user)
         try:
@@ -210,10 +237,12 @@ def serve(platforms: tuple[str, ...], port: int | None, host: str) -> None:
     reminders and scheduled prompts, and serve the chat PLATFORMS named (slack, discord). SIGTERM or
     Ctrl-C suspends live runs and hands them back."""
     import asyncio
+    import contextlib
     import gc
 
     from bot.cli.serving import ChatFront
     from bot.schedule import Scheduler
+    from bot.store import StoreError
     from bot.supervisor import Supervisor
     from bot.work import WorkTaker
 
@@ -245,6 +274,10 @@ def serve(platforms: tuple[str, ...], port: int | None, host: str) -> None:
         await front.stop()
         taking.cancel()
         await asyncio.gather(taking, return_exceptions=True)
+        # Stopped cleanly: gone from `kestrel replicas` at once, not a minute later (with the
+        # store away, it drops off once its heartbeat is a minute old).
+        with contextlib.suppress(StoreError):
+            await rt.store.forget_replica(rt.owner)
         click.echo("stopped: live runs suspended and their leases released", err=True)
 
     with_runtime(work)
@@ -357,9 +390,9 @@ def _safe_url(url: str) -> str:
 @click.argument("prompt")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--defer", is_flag=True, help="Defer approvals and questions: suspend and exit.")
-@click.option("--as", "user", default="cli", help="Who asks.")
+@as_option("Who asks.")
 @one_line_errors
-def run(prompt: str, as_json: bool, defer: bool, user: str) -> None:
+def run(prompt: str, as_json: bool, defer: bool, user: str | None) -> None:
     """Run one prompt headless: gated calls are refused (or deferred with --defer).
 
     The exit status says how the run stopped (with --json too):
@@ -381,7 +414,7 @@ def run(prompt: str, as_json: bool, defer: bool, user: str) -> None:
         supervisor = Supervisor(rt)
         prompter = DeferringPrompter() if defer else None
         live = await ChatService(supervisor).submit_turn(
-            prompt, user=Actor(user), prompter=prompter
+            prompt, user=Actor(terminal_user(user)), prompter=prompter
         )
         _suspend_on_signals(supervisor, received)
         await supervisor.wait(live)
@@ -534,9 +567,9 @@ def runs_export(run_id: str, html_file: Path) -> None:
 @click.argument("run_id")
 @click.option("--force", is_flag=True, help="Resume although the model, tools or prompt changed.")
 @click.option("--json", "as_json", is_flag=True)
-@click.option("--as", "user", default="cli", help="Who resumes (the requester or on-call).")
+@as_option("Who resumes (the requester or on-call).")
 @one_line_errors
-def runs_resume(run_id: str, force: bool, as_json: bool, user: str) -> None:
+def runs_resume(run_id: str, force: bool, as_json: bool, user: str | None) -> None:
     """Continue a suspended run from its journal."""
     from bot.chat import ChatService
     from bot.policy import Actor
@@ -546,7 +579,7 @@ def runs_resume(run_id: str, force: bool, as_json: bool, user: str) -> None:
         supervisor = Supervisor(rt)
         chat = ChatService(supervisor)
         _suspend_on_signals(supervisor, received)
-        live = await chat.resume(run_id, user=Actor(user), force=force)
+        live = await chat.resume(run_id, user=Actor(terminal_user(user)), force=force)
         if live is None:
             if not await chat.ended(run_id):
                 echo("the run still waits for an answer (kestrel runs pending)", err=True)
@@ -564,22 +597,24 @@ def runs_resume(run_id: str, force: bool, as_json: bool, user: str) -> None:
 
 @runs.command("cancel")
 @click.argument("run_id")
-@click.option("--as", "user", default="cli")
+@as_option("Who cancels (the requester or on-call).")
 @one_line_errors
-def runs_cancel(run_id: str, user: str) -> None:
+def runs_cancel(run_id: str, user: str | None) -> None:
     """Cancel a run: its requester or on-call (policy.oncall) may; audited either way."""
     from bot.chat import ChatService
     from bot.policy import Actor
     from bot.supervisor import Supervisor
 
     async def work(rt: Runtime) -> str:
-        return await ChatService(Supervisor(rt)).cancel(run_id, user=Actor(user))
+        actor = Actor(terminal_user(user))
+        return await ChatService(Supervisor(rt)).cancel(run_id, user=actor)
 
     echo(with_runtime(work))
 
 
-# An open request as ``runs pending`` shows it: the request, who may answer it, and why.
-Pending = tuple[render.ShownRequest, list[str], str]
+# An open request as ``runs pending`` shows it: the request, who may answer it (principals,
+# and in words), and why.
+Pending = tuple[render.ShownRequest, list[str], str, str]
 
 
 @runs.command("pending")
@@ -599,13 +634,13 @@ def runs_pending(as_json: bool) -> None:
         objects = [
             render.request_object(request)
             | {"run_id": request.run_id, "may_answer": who, "note": note}
-            for request, who, note in rows
+            for request, who, _phrase, note in rows
         ]
         echo(json.dumps(objects))
         return
     now = datetime.now(UTC)
-    for request, who, note in rows:
-        echo(render.pending_line(request, who, now, note))
+    for request, _who, phrase, note in rows:
+        echo(render.pending_line(request, phrase, now, note))
     if not rows:
         echo("no open requests")
 
@@ -624,10 +659,18 @@ def _pending_in_full() -> list[Pending]:
     async def work(store: Store) -> list[PendingRequest]:
         return await pending_requests(store, policy, flags_of)
 
-    return [(p.request, list(p.may_answer), p.note) for p in with_reader(work)]
+    return [
+        (
+            p.request,
+            list(p.may_answer),
+            policy.may_answer_phrase(p.request, flags_of(p.request.tool)),
+            p.note,
+        )
+        for p in with_reader(work)
+    ]
 
 
-def _decide(run_id: str, request_id: str, kind: DecisionKind, text: str, user: str) -> None:
+def _decide(run_id: str, request_id: str, kind: DecisionKind, text: str, user: str | None) -> None:
     from bot.chat import ChatService
     from bot.policy import Actor
     from bot.supervisor import Supervisor
@@ -636,30 +679,54 @@ def _decide(run_id: str, request_id: str, kind: DecisionKind, text: str, user: s
         supervisor = Supervisor(rt)
         chat = ChatService(supervisor)
         _suspend_on_signals(supervisor, received)
-        decided = await chat.decide(run_id, request_id, kind, user=Actor(user), text=text)
+        actor = Actor(terminal_user(user))
+        decided = await chat.decide(run_id, request_id, kind, user=actor, text=text)
         if not decided.accepted:
             raise Failure(decided.message)
         if decided.resumed is not None:
             await chat.wait(decided.resumed)
         elif not await chat.ended(run_id):
-            return decided.message
+            obj = await _run_object(rt, run_id)
+            return "\n".join([decided.message, *_next_requests(obj)])
         obj = await _run_object(rt, run_id)
-        return f"{decided.message}; run {run_id} is now {obj['status']}" + (
+        said = f"{decided.message}; run {run_id} is now {obj['status']}" + (
             f": {obj['text']}" if obj["text"] else ""
         )
+        return "\n".join([said, *_next_requests(obj)])
 
     received: list[int] = []
     echo(with_runtime(work))
     _exit_if_signalled(received)
 
 
+# How each kind of request is answered from the command line.
+_ANSWER_WITH = {
+    "wait_approval": "kestrel runs approve {run} {id} (or deny)",
+    "wait_user": "kestrel runs answer {run} {id} {text}",
+    "wait_effect": "kestrel runs effect {run} {id} retry|done|failed",
+}
+
+
+def _next_requests(obj: dict[str, Any]) -> list[str]:
+    """The requests a run waits on now, each with its id and the command that answers it."""
+    lines = []
+    for request in obj["requests"]:
+        args = json.dumps(request["arguments"], sort_keys=True)
+        text = "|".join(request["options"]) or "TEXT"
+        how = _ANSWER_WITH.get(request["kind"], "")
+        how = how.format(run=obj["run_id"], id=request["id"], text=text)
+        lines.append(f"  waiting: {request['kind']} {request['id']} {request['tool']} {args}")
+        lines.append(f"    {how}" if how else "")
+    return [line for line in lines if line]
+
+
 @runs.command("approve")
 @click.argument("run_id")
 @click.argument("request_id")
 @click.option("--always", is_flag=True, help="Approve this tool for the rest of the run.")
-@click.option("--as", "user", required=True, help="Your user id.")
+@as_option("Who approves.")
 @one_line_errors
-def runs_approve(run_id: str, request_id: str, always: bool, user: str) -> None:
+def runs_approve(run_id: str, request_id: str, always: bool, user: str | None) -> None:
     """Approve a waiting call."""
     from bot.domain import DecisionKind
 
@@ -671,9 +738,9 @@ def runs_approve(run_id: str, request_id: str, always: bool, user: str) -> None:
 @click.argument("run_id")
 @click.argument("request_id")
 @click.option("--reason", default="")
-@click.option("--as", "user", required=True)
+@as_option("Who denies.")
 @one_line_errors
-def runs_deny(run_id: str, request_id: str, reason: str, user: str) -> None:
+def runs_deny(run_id: str, request_id: str, reason: str, user: str | None) -> None:
     """Deny a waiting call; the model reads the reason."""
     from bot.domain import DecisionKind
 
@@ -684,9 +751,9 @@ def runs_deny(run_id: str, request_id: str, reason: str, user: str) -> None:
 @click.argument("run_id")
 @click.argument("request_id")
 @click.argument("text")
-@click.option("--as", "user", required=True)
+@as_option("Who answers.")
 @one_line_errors
-def runs_answer(run_id: str, request_id: str, text: str, user: str) -> None:
+def runs_answer(run_id: str, request_id: str, text: str, user: str | None) -> None:
     """Answer a question the run asked."""
     from bot.domain import DecisionKind
 
@@ -698,9 +765,9 @@ def runs_answer(run_id: str, request_id: str, text: str, user: str) -> None:
 @click.argument("request_id")
 @click.argument("choice", type=click.Choice(["retry", "done", "failed"]))
 @click.option("--output", default="", help="With done: the output to record.")
-@click.option("--as", "user", required=True)
+@as_option("Who settles it.")
 @one_line_errors
-def runs_effect(run_id: str, request_id: str, choice: str, output: str, user: str) -> None:
+def runs_effect(run_id: str, request_id: str, choice: str, output: str, user: str | None) -> None:
     """Settle an effect of uncertain outcome: retry it, or mark it done or failed."""
     from bot.domain import DecisionKind
 
@@ -710,14 +777,19 @@ def runs_effect(run_id: str, request_id: str, choice: str, output: str, user: st
 @cli.command()
 @click.option("--run", "run_id", default=None)
 @click.option("--limit", default=200, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON array.")
 @one_line_errors
-def audit(run_id: str | None, limit: int) -> None:
+def audit(run_id: str | None, limit: int, as_json: bool) -> None:
     """Who requested, decided, answered, expired and resumed what."""
 
     async def work(store: Store) -> list[Any]:
         return list(await store.list_audit(run_id=run_id, limit=limit))
 
-    for entry in with_reader(work):
+    entries = with_reader(work)
+    if as_json:
+        echo(json.dumps([render.audit_object(entry) for entry in entries]))
+        return
+    for entry in entries:
         target = entry.request_id or entry.run_id
         when = f"{entry.at:%Y-%m-%d %H:%M:%S}"
         echo(f"{when}  {entry.actor:<16} {entry.action:<14} {target}  {entry.detail}")

@@ -81,6 +81,7 @@ class StoredRequest:
     prompt: str
     options: tuple[str, ...]
     requested_by: str
+    approvals_needed: int
     created_at: datetime
     deadline: datetime | None
 
@@ -109,6 +110,7 @@ class StoredRequest:
             prompt=data["prompt"],
             options=tuple(data["options"]),
             requested_by=data["requested_by"],
+            approvals_needed=data["approvals_needed"],
             created_at=datetime.fromisoformat(data["created_at"]),
             deadline=None if deadline is None else datetime.fromisoformat(deadline),
         )
@@ -192,8 +194,9 @@ def read_settings(explicit: str | None) -> ReadSettings | None:
     return ReadSettings(journal=journal, policy=PolicyRules(**policy))
 
 
-def pending(settings: ReadSettings) -> list[tuple[StoredRequest, list[str], str]] | None:
-    """Each open request with who may answer it and why; None where the full way must say."""
+def pending(settings: ReadSettings) -> list[tuple[StoredRequest, list[str], str, str]] | None:
+    """Each open request with who may answer it (as principals, and in words) and why; None
+    where the full way must say."""
     if any(key.startswith("tag:") for key in settings.policy.approvers):
         return None  # approvers by tag: the catalogs say which tools bear it
     try:
@@ -208,7 +211,8 @@ def pending(settings: ReadSettings) -> list[tuple[StoredRequest, list[str], str]
             return None
         # Without tag rules a tool's flags name nobody: who may answer needs none of them.
         who = policy.who_may_answer(request, None)
-        found.append((request, who, policy.answer_note(request)))
+        phrase = policy.may_answer_phrase(request, None)
+        found.append((request, who, phrase, policy.answer_note(request)))
     return found
 
 

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from bot.kinds import RequestKind, RequestStatus
     from bot.llm.base import Message
     from bot.records import RunRecord
+    from bot.store import AuditRecord
 
 
 # A request from the store: the request, its status and the decision that closed it, if any.
@@ -127,6 +128,18 @@ def closed_object(
     return request_object(request) | {"status": status.value, "decision": decided}
 
 
+def audit_object(entry: AuditRecord) -> dict[str, Any]:
+    """One audited fact as ``kestrel audit --json`` prints it."""
+    return {
+        "at": stamp(entry.at),
+        "actor": entry.actor,
+        "action": entry.action,
+        "run_id": entry.run_id,
+        "request_id": entry.request_id,
+        "detail": entry.detail,
+    }
+
+
 def transcript(record: RunRecord, state: RunState) -> str:
     """The conversation and the terminal result, for people."""
     from bot.llm.base import SystemMessage
@@ -182,15 +195,16 @@ def _short(text: str, limit: int = 300) -> str:
     return flat if len(flat) <= limit else flat[:limit] + "…"
 
 
-def pending_line(request: ShownRequest, who: list[str], now: datetime, note: str = "") -> str:
-    """One line of ``runs pending``: what waits, how long, until when, for whom, and why."""
+def pending_line(request: ShownRequest, who: str, now: datetime, note: str = "") -> str:
+    """One line of ``runs pending``: what waits, how long, until when, for whom (``who``, in
+    words: ``Policy.may_answer_phrase``), and why."""
     args = json.dumps(request.arguments, sort_keys=True)
     age = _duration(now - request.created_at)
     deadline = f", expires in {_duration(request.deadline - now)}" if request.deadline else ""
     because = f"; {note}" if note else ""
     return (
         f"{request.run_id}  {request.id}  {request.kind.value:<13} {request.tool} {args}"
-        f"  (open {age}{deadline}; may answer: {', '.join(who) or 'nobody'}{because})"
+        f"  (open {age}{deadline}; may answer: {who}{because})"
     )
 
 

@@ -124,6 +124,8 @@ class RunResumed(DomainModel):
     owner: str = ""
     forced: bool = False
     taken_over_from: str = ""
+    # Who resumed it (a person, ``deadline``); empty: the owner, on its own (adoption, work).
+    by: str = ""
 
 
 class AdvisoryEntry(DomainModel):

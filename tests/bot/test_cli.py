@@ -94,9 +94,13 @@ def test_run_defer_then_approve_from_another_process(tmp_path: Path) -> None:
     (request,) = deferred["requests"]
     assert request["kind"] == "wait_approval" and request["tool"] == "restart_service"
     pending = kestrel(tmp_path, "runs", "pending")
-    assert request["id"] in pending.stdout and "may answer: *" in pending.stdout
+    assert request["id"] in pending.stdout
+    assert "may answer: anyone but the requester (U0REQ))" in pending.stdout
     mine = kestrel(tmp_path, "runs", "approve", deferred["run_id"], request["id"], "--as", "U0REQ")
-    assert "someone else must approve" in one_line_error(mine)
+    assert one_line_error(mine) == (
+        "kestrel: you asked for this run: someone else must approve it;"
+        " may approve: anyone but the requester (U0REQ)"
+    )
     approved = kestrel(
         tmp_path, "runs", "approve", deferred["run_id"], request["id"], "--as", "U0BOSS"
     )
@@ -114,12 +118,20 @@ def test_run_defer_then_approve_from_another_process(tmp_path: Path) -> None:
     assert listed.items() <= {**shown, "stop_reason": listed["stop_reason"]}.items()
     stamps = [shown["created_at"], deferred["created_at"], closed["decision"]["at"]]
     assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", s) for s in stamps)
+    # The approval says what the run waits on next, with the id and the command to answer it.
+    arguments = json.dumps(question["arguments"])
+    assert approved.stdout.splitlines()[1:] == [
+        f"  waiting: wait_user {question['id']} ask_human_confirm {arguments}",
+        f"    kestrel runs answer {deferred['run_id']} {question['id']} yes|no",
+    ]
     answered = kestrel(
         tmp_path, "runs", "answer", deferred["run_id"], question["id"], "yes", "--as", "U0REQ"
     )
     assert "completed" in answered.stdout, answered.stderr
-    audit = kestrel(tmp_path, "audit", "--run", deferred["run_id"]).stdout
-    assert "U0BOSS" in audit and "approve" in audit and "resume" in audit
+    audit = kestrel(tmp_path, "audit", "--run", deferred["run_id"]).stdout.splitlines()
+    assert any(" U0BOSS " in line and " approve " in line for line in audit)
+    # Each resume is audited as the person whose decision resumed it, not the process.
+    assert [line.split()[2] for line in audit if " resume " in line] == ["U0BOSS", "U0REQ"]
 
 
 def test_unknown_config_key_names_the_key(tmp_path: Path) -> None:

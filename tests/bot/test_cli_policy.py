@@ -28,7 +28,8 @@ def test_only_the_requester_or_oncall_may_cancel(tmp_path: Path) -> None:
     first, second = deferred_run(tmp_path, "U0REQ"), deferred_run(tmp_path, "U0REQ")
     refused = one_line_error(kestrel(tmp_path, "runs", "cancel", first, "--as", "U0MALLORY"))
     assert refused == (
-        f"kestrel: U0MALLORY may not cancel run {first}: only its requester (U0REQ) or on-call may"
+        f"kestrel: U0MALLORY may not cancel run {first}:"
+        " only its requester (U0REQ) or on-call (U0ONCALL) may"
     )
     assert status_of(tmp_path, first) == "suspended"
     by_oncall = kestrel(tmp_path, "runs", "cancel", first, "--as", "U0ONCALL")
@@ -129,3 +130,66 @@ async def test_cancel_rules() -> None:
     assert (
         await policy.check_operate(Actor(""), "cancel", "run_1", "") != ""
     )  # no requester: nobody by default
+
+
+def asked(kind: RequestKind, requested_by: str = "U0REQ", approvals: int = 1) -> Request:
+    return Request(
+        run_id="run_1",
+        kind=kind,
+        call_id="c",
+        tool="deploy",
+        requested_by=requested_by,
+        approvals_needed=approvals,
+    )
+
+
+async def test_refusals_name_who_may_act() -> None:
+    rules = PolicyRules(
+        approvers={"*": ["*"]}, answerers=["U0ANS", "group:S0SRE"], oncall=["U0ON", "role:R1"]
+    )
+    policy = Policy(rules)
+    question, effect_ = asked(RequestKind.WAIT_USER), asked(RequestKind.WAIT_EFFECT)
+    refused = await policy.check_decision(Actor("U0X"), DecisionKind.ANSWER, question, None)
+    assert refused == (
+        "U0X may not answer this question:"
+        " only U0REQ, U0ANS, group:S0SRE or on-call (U0ON, role:R1) may"
+    )
+    refused = await policy.check_decision(Actor("U0REQ"), DecisionKind.DONE, effect_, None)
+    assert refused == "only on-call (U0ON, role:R1) may settle an uncertain effect"
+    # A guest from another workspace is never let in by ``*``: the refusal says who is.
+    guest = Actor("U0GUEST", external=True)
+    approval = asked(RequestKind.WAIT_APPROVAL)
+    refused = await policy.check_decision(guest, DecisionKind.APPROVE, approval, None)
+    assert refused == "U0GUEST may not approve deploy: only people of this workspace may"
+
+
+@pytest.mark.parametrize(
+    ("rules", "request_", "phrase"),
+    [
+        (PolicyRules(), asked(RequestKind.WAIT_APPROVAL), "anyone but the requester (U0REQ)"),
+        (PolicyRules(self_approval=True), asked(RequestKind.WAIT_APPROVAL), "anyone"),
+        (
+            PolicyRules(self_approval=True),
+            asked(RequestKind.WAIT_APPROVAL, approvals=2),
+            "anyone but the requester (U0REQ)",
+        ),
+        (PolicyRules(), asked(RequestKind.WAIT_APPROVAL, requested_by=""), "anyone"),
+        (
+            PolicyRules(approvers={"deploy": ["U0REQ", "U0LEAD"]}),
+            asked(RequestKind.WAIT_APPROVAL),
+            "U0LEAD",
+        ),
+        (
+            PolicyRules(approvers={"deploy": ["U0REQ"]}),
+            asked(RequestKind.WAIT_APPROVAL),
+            "nobody (the requester, U0REQ, may not approve their own run)",
+        ),
+        (
+            PolicyRules(answerers=["*"]),
+            asked(RequestKind.WAIT_USER),
+            "anyone",
+        ),
+    ],
+)
+def test_who_may_answer_in_words(rules: PolicyRules, request_: Request, phrase: str) -> None:
+    assert Policy(rules).may_answer_phrase(request_, None) == phrase

@@ -197,12 +197,27 @@ def test_serve_suspends_a_run_waiting_on_a_hanging_model(
 
     asyncio.run(submit())
     wait_until(hanging_model.log.exists, "the model call")
+    assert len(asyncio.run(replicas(folder))) == 1  # it took the work: it is registered
 
     serve.send_signal(signal.SIGTERM)
     _, err = serve.communicate(timeout=10)
 
     assert serve.returncode == 0, err
     assert_suspended_and_released(folder)
+    # Stopped cleanly: gone from `kestrel replicas` at once, not once its heartbeat is old.
+    listed = subprocess.run(
+        [*KESTREL, "replicas"], cwd=folder, env=env, capture_output=True, text=True, check=False
+    )
+    assert listed.stdout.strip() == "no live replicas", listed.stderr
+
+
+async def replicas(folder: Path) -> list[Any]:
+    store = SqliteStore(folder / "kestrel.db")
+    await store.migrate()
+    try:
+        return list(await store.list_replicas())
+    finally:
+        await store.close()
 
 
 def test_chat_stops_on_sigterm(folder: Path) -> None:

@@ -110,7 +110,8 @@ def test_chat_deny_with_a_reason(tmp_path: Path) -> None:
 
 def test_chat_later_twice_then_answered_from_elsewhere(tmp_path: Path) -> None:
     # The approval is left for later, then given on /resume; the question is left for later
-    # too and answered with `runs answer` from another process.
+    # too and answered with `runs answer` from another process: the same person at the same
+    # terminal, without naming themselves (one identity for chat and the runs commands).
     first = kestrel(tmp_path, "chat", stdin=f"{PROMPT}\nl\n")
     assert "suspended" in first.stdout
     run_id = json.loads(kestrel(tmp_path, "runs", "list", "--json").stdout)[0]["run_id"]
@@ -118,9 +119,7 @@ def test_chat_later_twice_then_answered_from_elsewhere(tmp_path: Path) -> None:
     assert "Shall I record a follow-up" in resumed.stdout
     assert "suspended" in resumed.stdout
 
-    answered = kestrel(
-        tmp_path, "runs", "answer", run_id, question(tmp_path, run_id), "no", "--as", "console"
-    )
+    answered = kestrel(tmp_path, "runs", "answer", run_id, question(tmp_path, run_id), "no")
 
     assert answered.returncode == 0, answered.stderr
     assert_answered(show(tmp_path, run_id), "Checkout is back up.", "no follow-up recorded")

@@ -125,9 +125,23 @@ async def test_concurrent_approvals_have_one_winner(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("user", "kind", "refusal"),
     [
-        ("U0REQ", DecisionKind.APPROVE, "someone else must approve"),
-        ("U0NOBODY", DecisionKind.APPROVE, "may not approve deploy"),
-        ("U0ONCALL", DecisionKind.ANSWER, "not an answer to a wait_approval"),
+        (
+            "U0REQ",
+            DecisionKind.APPROVE,
+            "you asked for this run: someone else must approve it;"
+            " may approve: U0DEPLOYER, U0APPROVER, group:S0SRE",
+        ),
+        (
+            "U0NOBODY",
+            DecisionKind.APPROVE,
+            "U0NOBODY may not approve deploy: only U0DEPLOYER, U0APPROVER or group:S0SRE may",
+        ),
+        (
+            "U0NOBODY",
+            DecisionKind.DENY,
+            "U0NOBODY may not deny deploy: only U0REQ, U0DEPLOYER, U0APPROVER or group:S0SRE may",
+        ),
+        ("U0ONCALL", DecisionKind.ANSWER, "answer is not an answer to a wait_approval request"),
     ],
 )
 async def test_approval_policy_refusals(
@@ -137,7 +151,7 @@ async def test_approval_policy_refusals(
     decision = Decision(request_id=request.id, kind=kind, by=user)
     answered = await sup.answer(decision, run_id=run_id)
     assert not answered.accepted
-    assert refusal in answered.message
+    assert answered.message == refusal
     _req, status, _ = await rt.store.get_request(request.id)
     assert status is RequestStatus.OPEN
     await rt.store.close()

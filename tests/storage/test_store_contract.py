@@ -895,7 +895,27 @@ async def test_a_deferred_call_opens_its_request_with_the_entry(store: Store) ->
     assert await store.get_request(request.id) == (request, RequestStatus.OPEN, None)
     facts = await store.list_audit(run_id=run_id)
     assert [(f.actor, f.action, f.request_id, f.detail) for f in facts] == [
-        ("ann", "request", request.id, "wait_approval restart_service d1")
+        (
+            "ann",
+            "request",
+            request.id,
+            'wait_approval restart_service {"force": true, "service": "web"} (digest d1)',
+        )
+    ]
+
+
+async def test_a_resume_is_audited_as_the_person_who_resumed_the_run(store: Store) -> None:
+    run_id, epoch = await new_run(store)
+    entries = every_entry(run_id)[:3]
+    entries += [RunResumed(owner="w1"), RunResumed(owner="w2", by="dave", taken_over_from="w1")]
+    for seq, entry in enumerate(entries):
+        await store.append(run_id, seq, epoch, entry)
+
+    facts = await store.list_audit(run_id=run_id)
+
+    assert [(f.actor, f.action, f.detail) for f in facts] == [
+        ("w1", "resume", ""),  # the process, on its own (adoption)
+        ("dave", "resume", "on w2, taken over from w1"),
     ]
 
 
@@ -1138,6 +1158,22 @@ async def test_a_silent_replica_is_not_listed(store: Store, clock: FakeClock) ->
     w1, _ = await store.list_replicas(alive_within=60)
     assert w1.started_at == clock.now - timedelta(seconds=61)
     assert [r for r, _ in w1.runs] == [run_id]
+
+
+async def test_a_replica_that_stopped_cleanly_is_forgotten_at_once(
+    store: Store, clock: FakeClock
+) -> None:
+    await store.heartbeat("w1")
+    await store.heartbeat("w2")
+    clock.advance(1)
+
+    await store.forget_replica("w1")
+    await store.forget_replica("w9")  # never registered: nothing to forget, no error
+
+    assert [r.owner for r in await store.list_replicas(alive_within=60)] == ["w2"]
+    await store.heartbeat("w1")  # started again: registered anew, from now
+    w1, _ = await store.list_replicas(alive_within=60)
+    assert w1.started_at == clock.now
 
 
 # -- audit --------------------------------------------------------------------------------------

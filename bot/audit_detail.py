@@ -1,0 +1,54 @@
+"""What the audit says of a request and of a decision: the call as people read it (tool and
+arguments, with the digest that ties it to the journal), and what a person typed (a deny
+reason, an answer, an output), redacted as every other text a run keeps."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any, Final
+
+from bot.domain import Decision, DecisionKind, Request
+
+# Arguments longer than this are cut in the audit (the digest names the exact call).
+ARGUMENTS_SHOWN: Final = 400
+# What a decision's text is, by the kind of decision that carries it.
+_TEXT_LABELS: Final = {
+    DecisionKind.DENY: "reason",
+    DecisionKind.ANSWER: "answer",
+    DecisionKind.DONE: "output",
+    DecisionKind.FAILED: "output",
+}
+
+Redact = Callable[[str], str]
+
+
+def unchanged(text: str) -> str:
+    """No redaction: the PII guard is off."""
+    return text
+
+
+def call_text(tool: str, arguments: dict[str, Any], digest: str = "") -> str:
+    """``restart_service {"service": "checkout"} (digest 7cca…)``, the arguments cut if long."""
+    shown = json.dumps(arguments, sort_keys=True, ensure_ascii=False)
+    if len(shown) > ARGUMENTS_SHOWN:
+        shown = shown[: ARGUMENTS_SHOWN - 1] + "…"
+    return f"{tool} {shown}" + (f" (digest {digest})" if digest else "")
+
+
+def request_detail(request: Request, *, inline: bool = False) -> str:
+    """The audit's detail of a request opened (asked at the terminal, when ``inline``)."""
+    call = call_text(request.tool, request.arguments, request.digest)
+    return f"{request.kind.value} {call}" + (" (inline)" if inline else "")
+
+
+def decision_detail(
+    request: Request, decision: Decision, redact: Redact = unchanged, *, inline: bool = False
+) -> str:
+    """The audit's detail of a decision on ``request``: the call, then what the person said."""
+    detail = call_text(request.tool, request.arguments, request.digest)
+    said = decision.text.strip()
+    if said:
+        label = _TEXT_LABELS.get(decision.kind, "text")
+        detail += f"; {label}: {' '.join(redact(said).split())}"
+    return detail + (" (inline)" if inline else "")
