@@ -52,7 +52,7 @@ def test_chat_and_the_runs_commands_act_as_the_same_person(tmp_path: Path) -> No
     # A run started in chat is cancelled from the command line, as the same person.
     kestrel(tmp_path, "chat", stdin=f"{PROMPT}\nl\n", env=me)
     runs = json.loads(kestrel(tmp_path, "runs", "list", "--json").stdout)
-    in_chat = next(run["id"] for run in runs if run["id"] != run_id)
+    in_chat = next(run["run_id"] for run in runs if run["run_id"] != run_id)
     cancelled = kestrel(tmp_path, "runs", "cancel", in_chat, env=me)
     assert cancelled.returncode == 0 and cancelled.stdout.strip() == "cancelled", cancelled.stderr
     cancelled = kestrel(tmp_path, "runs", "cancel", run_id, env=me)
