@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -12,11 +13,13 @@ DEFAULT_API = "https://discord.com/api/v10"
 
 @dataclass(frozen=True)
 class DiscordSettings:
-    """The bot token and where the REST API is (the gateway is the one REST hands out)."""
+    """The bot token and where the REST API is (the gateway is the one REST hands out); with
+    the application's public key, interactions are also taken at ``/discord/interactions``."""
 
     token: str
     api_url: str = DEFAULT_API
     message_content: bool = True
+    public_key: str = ""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> DiscordSettings:
@@ -31,4 +34,10 @@ class DiscordSettings:
         content = environ.get("DISCORD_MESSAGE_CONTENT", "true").strip().lower()
         if content not in ("true", "false", "1", "0", "yes", "no"):
             raise ConfigError(f"DISCORD_MESSAGE_CONTENT must be true or false, not {content!r}")
-        return cls(token, api_url, content in ("true", "1", "yes"))
+        key = environ.get("DISCORD_PUBLIC_KEY", "").strip().lower()
+        if key and not re.fullmatch(r"[0-9a-f]{64}", key):
+            raise ConfigError(
+                "DISCORD_PUBLIC_KEY must be the application's public key (64 hex digits,"
+                " General Information in the Developer Portal)"
+            )
+        return cls(token, api_url, content in ("true", "1", "yes"), key)
