@@ -5,6 +5,7 @@ random replica, and every 2.5 s one replica gets SIGTERM and another SIGKILL, bo
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import os
 import random
@@ -54,14 +55,15 @@ async def test_a_replica_killed_while_posting_an_answer_holds_it_no_longer_than_
             config, SLACK_BOT_TOKEN="xoxb-test", SLACK_SIGNING_SECRET=SECRET, SLACK_API_URL=api.url
         )
         fleet = Fleet(tmp_path, env, "slack", 2)
-        post = api._handlers["chat.postMessage"]  # noqa: SLF001 - the fake's own poster
-        holding = True
+        post = api._handlers["chat.postMessage"]  # the fake's own poster
+        released = asyncio.Event()
 
         async def hang_answers(call: Call) -> Any:
-            # The answer's post reaches Slack from the first replica and never returns.
-            while holding and ids.FEEDBACK in json.dumps(call.args.get("blocks") or []):
-                await asyncio.sleep(0.05)
-            return await post(call)
+            if not released.is_set() and ids.FEEDBACK in json.dumps(call.args.get("blocks")):
+                # The first replica's post of the answer never lands and never returns.
+                await asyncio.get_running_loop().create_future()
+            answer = post(call)
+            return await answer if inspect.isawaitable(answer) else answer
 
         api.set_handler("chat.postMessage", hang_answers)
         try:
@@ -75,7 +77,7 @@ async def test_a_replica_killed_while_posting_an_answer_holds_it_no_longer_than_
             await fleet.healthy(1)
             fleet.kill(0)
             killed = time.monotonic()
-            holding = False
+            released.set()
 
             def answered() -> list[Call]:
                 return [
