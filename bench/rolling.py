@@ -101,7 +101,8 @@ class Tally:
     answers: Counter[str] = field(default_factory=Counter)
     executions: Counter[str] = field(default_factory=Counter)
     cards: Counter[str] = field(default_factory=Counter)
-    card_updates: Counter[str] = field(default_factory=Counter)
+    card_updates: Counter[str] = field(default_factory=Counter)  # distinct bodies shown
+    card_edits: int = 0  # chat.update calls on cards, repeats included
     duplicate_posts: int = 0
     feedback_ms: list[float] = field(default_factory=list)
     sigterms: int = 0
@@ -128,7 +129,7 @@ class Tally:
             f" deliveries sent again: {self.redelivered}; clicks made again: {self.reclicked}",
             f"  answered exactly once:   {once}/{self.mentions}",
             f"  approved run once:       {ran}/{gated}",
-            f"  cards updated once:      {updated}/{gated}",
+            f"  cards updated once:      {updated}/{gated} ({self.card_edits} edits sent)",
             f"  duplicate posts:         {self.duplicate_posts}",
             f"  mention -> first feedback: p50 {percentile(feedback, 50):.0f} ms,"
             f" p99 {percentile(feedback, 99):.0f} ms, max {max(feedback, default=0):.0f} ms",
@@ -460,7 +461,9 @@ class SlackSide:
                 updates = [
                     c for c in self.api.calls_to("chat.update") if c.ok and c.args.get("ts") == ts
                 ]
-                tally.card_updates[thread] = len(updates)
+                # An edit sent again (its replica died before recording it) shows the same.
+                tally.card_updates[thread] = len({_blocks(c) for c in updates})
+                tally.card_edits += len(updates)
 
 
 def _in(call: Call, thread: str) -> bool:
