@@ -285,6 +285,14 @@ class ChatService:
             self.duplicates_dropped += 1
         return accepted
 
+    async def first_interaction(self, key: str) -> bool:
+        """Whether this replica is the first to take interaction ``key`` (a platform that sends
+        each interaction to every connected replica); a repeat is counted and should be dropped."""
+        first = await self._rt.store.mark_once(key)
+        if not first:
+            self.duplicates_dropped += 1
+        return first
+
     async def cancel(self, run_id: str, *, user: Actor) -> str:
         """Cancel a run (its requester or on-call may, from its place); what happened, in a
         sentence."""

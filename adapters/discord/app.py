@@ -10,9 +10,11 @@ import logging
 import aiohttp
 import discord
 import yarl
+from aiohttp import web
 from discord.gateway import DiscordWebSocket
 
 from adapters.discord.client import KestrelDiscord
+from adapters.discord.interactions import INTERACTIONS_PATH, InteractionEndpoint, public_key
 from adapters.discord.settings import DiscordSettings
 from bot.chat import ChatService
 from bot.config import ConfigError
@@ -84,6 +86,15 @@ class DiscordAdapter:
         self._chat.subscribe(client.renderer)
         await client.renderer.show_open_cards()
         return client.user
+
+    def add_routes(self, application: web.Application) -> str:
+        """Take interactions over HTTP too when the application's public key is set; where
+        (empty without the key)."""
+        if not self.settings.public_key:
+            return ""
+        key = public_key(self.settings.public_key)
+        InteractionEndpoint(self.client, key).add_to(application)
+        return INTERACTIONS_PATH
 
     async def stop(self) -> None:
         """Finish what is being rendered and delivered, then close the connection."""

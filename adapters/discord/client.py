@@ -11,8 +11,10 @@ so a process that dies while handling it leaves it to the next to take up.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
+from collections.abc import Callable
 from typing import Any, Literal
 
 import discord
@@ -30,7 +32,7 @@ from bot.links import RunLink
 from bot.outbox import Deliveries
 from bot.place import Place
 from bot.policy import Actor
-from bot.store import Outbox
+from bot.store import Outbox, StoreError
 from bot.threads import ThreadRenderer
 from bot.user_agent import USER_AGENT
 
@@ -86,6 +88,12 @@ class KestrelDiscord(discord.Client):
         # The messages this process accepted and handles now (others are fetched again).
         self._held: dict[int, tuple[discord.Message, Any]] = {}
         chat.inbound.handle("discord", self.handle_delivery)
+        # Every connected replica receives every interaction: only the one that marks it first
+        # in the store lets discord.py dispatch it to the buttons, forms and commands.
+        parsers = self._connection.parsers
+        self._dispatch_interaction: Callable[[dict[str, Any]], None] = parsers["INTERACTION_CREATE"]
+        parsers["INTERACTION_CREATE"] = self._interaction_arrived
+        self._taking: set[asyncio.Task[None]] = set()
 
     async def setup_hook(self) -> None:
         """Register the buttons' templates (so old cards keep working) and ``/kestrel``."""
@@ -233,6 +241,30 @@ class KestrelDiscord(discord.Client):
             await self.progress.working(place)
 
     # --- clicks -----------------------------------------------------------------------
+
+    def _interaction_arrived(self, data: dict[str, Any]) -> None:
+        """An interaction from the gateway (a parser must not wait: take it in a task)."""
+        task = asyncio.create_task(self._take_interaction(data))
+        self._taking.add(task)
+        task.add_done_callback(self._taking.discard)
+
+    async def _take_interaction(self, data: dict[str, Any]) -> None:
+        if await self.first_take(data):
+            self._dispatch_interaction(data)
+
+    async def first_take(self, data: dict[str, Any]) -> bool:
+        """Whether this replica answers interaction ``data``: the first to mark its id in the
+        store (on every session, or also over HTTP) does; the others drop it. A store that
+        cannot say leaves it unanswered here (Discord tells the person it failed)."""
+        try:
+            return await self.chat.first_interaction(f"discord-interaction:{data.get('id')}")
+        except StoreError as exc:
+            log.warning("discord: interaction %s dropped: %s", data.get("id"), exc)
+            return False
+
+    def dispatch_interaction(self, data: dict[str, Any]) -> None:
+        """Hand a taken interaction to its button, form or command (as the gateway would)."""
+        self._dispatch_interaction(data)
 
     async def decide(
         self, interaction: discord.Interaction, request_id: str, kind: DecisionKind, text: str = ""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -13,13 +14,15 @@ _TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
 
 @dataclass(frozen=True)
 class DiscordSettings:
-    """The bot token, where the REST API is (the gateway is the one REST hands out), and
-    whether cards and reminders notify the people who may answer them."""
+    """The bot token, where the REST API is (the gateway is the one REST hands out), whether
+    cards and reminders notify the people who may answer them, and, with the application's
+    public key, interactions taken at ``/discord/interactions`` too."""
 
     token: str
     api_url: str = DEFAULT_API
     message_content: bool = True
     ping_approvers: bool = True
+    public_key: str = ""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> DiscordSettings:
@@ -32,7 +35,14 @@ class DiscordSettings:
             raise ConfigError("DISCORD_TOKEN is the token alone, without the 'Bot ' prefix")
         api_url = checked_url("DISCORD_API_URL", api_url)
         content = _flag(environ, "DISCORD_MESSAGE_CONTENT")
-        return cls(token, api_url, content, _flag(environ, "DISCORD_PING_APPROVERS"))
+        pings = _flag(environ, "DISCORD_PING_APPROVERS")
+        key = environ.get("DISCORD_PUBLIC_KEY", "").strip().lower()
+        if key and not re.fullmatch(r"[0-9a-f]{64}", key):
+            raise ConfigError(
+                "DISCORD_PUBLIC_KEY must be the application's public key (64 hex digits,"
+                " General Information in the Developer Portal)"
+            )
+        return cls(token, api_url, content, pings, key)
 
 
 def _flag(environ: Mapping[str, str], name: str) -> bool:

@@ -61,7 +61,7 @@ class ChatFront:
         if "slack" in self._platforms:
             application = await self._start_slack(links)
         if "discord" in self._platforms:
-            await self._start_discord(links)
+            await self._start_discord(links, application)
         add_web_routes(application, self._chat, config)
         application.router.add_get("/metrics", self._metrics_route(config))
         application.router.add_get("/healthz", _healthy)
@@ -142,7 +142,7 @@ class ChatFront:
         self._lines.append(f"slack: workspace {me.team} as <@{me.user}>, HTTP at {EVENTS_PATH}")
         return adapter.web_app()
 
-    async def _start_discord(self, links: RunLink | None) -> None:
+    async def _start_discord(self, links: RunLink | None, application: web.Application) -> None:
         from adapters.discord.app import DiscordAdapter
         from adapters.discord.settings import DiscordSettings
 
@@ -153,7 +153,9 @@ class ChatFront:
         )
         me = await adapter.start()
         self._discord = adapter
-        self._lines.append(f"discord: connected as {me.name} ({me.id})")
+        endpoint = adapter.add_routes(application)
+        via = f", interactions also at {endpoint}" if endpoint else ""
+        self._lines.append(f"discord: connected as {me.name} ({me.id}){via}")
 
 
 async def _healthy(_request: web.Request) -> web.Response:

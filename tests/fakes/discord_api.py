@@ -702,9 +702,12 @@ class FakeDiscord:
             ),
         )
 
-    async def dispatch(self, event: str, data: Mapping[str, Any], timeout: float = 5.0) -> int:
+    async def dispatch(
+        self, event: str, data: Mapping[str, Any], timeout: float = 5.0, *, every: bool = False
+    ) -> int:
         """Send a dispatch (op 0, ``t`` = ``event``) on the newest ready connection (waiting
-        for one up to ``timeout``); return its sequence number.
+        for one up to ``timeout``); return its sequence number. ``every``: on every ready
+        connection, as Discord sends each event to every unsharded session of a bot.
 
         The fake also takes note, as Discord's state would: MESSAGE_CREATE/UPDATE store the
         message (without ``guild_id``/``member``), INTERACTION_CREATE registers the
@@ -715,7 +718,28 @@ class FakeDiscord:
         conn = self._ready_connection()
         assert conn is not None
         self._observe(event, copy.deepcopy(dict(data)))
-        return await self._send_dispatch(conn, event, dict(data))
+        if not every:
+            return await self._send_dispatch(conn, event, dict(data))
+        ready = [c for c in self._connections if c.ready and not c.ws.closed]
+        seqs = [await self._send_dispatch(c, event, copy.deepcopy(dict(data))) for c in ready]
+        return seqs[-1]
+
+    def interaction_posted(self, data: Mapping[str, Any]) -> None:
+        """Register an interaction sent to an HTTP endpoint instead of the gateway: its
+        callback route is closed (the HTTP answer is its response), its follow-ups open."""
+        if str(data["id"]) in self.interactions:
+            return  # the same interaction posted again
+        self._observe("INTERACTION_CREATE", copy.deepcopy(dict(data)))
+        self.interactions[str(data["id"])]["response_type"] = 0  # answered over HTTP
+
+    def interaction_answered(self, interaction_id: str, body: Mapping[str, Any]) -> None:
+        """Record the HTTP answer to an interaction as its response (a later callback POST is
+        then refused, as Discord does)."""
+        record = self.interactions[str(interaction_id)]
+        record["response_type"] = int(body.get("type", 0))
+        record["responses"].append(dict(body))
+        if record["response_type"] == CB_MODAL:
+            self.modals.append(dict(body.get("data") or {}))
 
     async def reconnect_gateway(self) -> None:
         """Send op 7 RECONNECT: discord.py closes and RESUMEs at ``resume_gateway_url``."""
