@@ -45,6 +45,12 @@ _PLATFORM_OF: Final = (
     ("discord", "discord"),
 )
 
+# Loggers held above debug whatever the level: aiosqlite's debug lines are one per statement,
+# with its parameters (journal content), and say nothing an operator can act on.
+QUIETER: Final = {"aiosqlite": logging.INFO}
+# discord.py's warnings about voice support a text bot never uses.
+_VOICE_NOTICE: Final = "voice will NOT be supported"
+
 RUN_ID: ContextVar[str | None] = ContextVar("kestrel_run_id", default=None)
 REQUEST_ID: ContextVar[str | None] = ContextVar("kestrel_request_id", default=None)
 PLATFORM: ContextVar[str | None] = ContextVar("kestrel_platform", default=None)
@@ -82,6 +88,16 @@ def configure(level: int, form: str, stream: TextIO | None = None) -> None:
             library.removeHandler(old)
         library.setLevel(logging.NOTSET)
         library.propagate = True
+    for name, floor in QUIETER.items():
+        logging.getLogger(name).setLevel(max(level, floor))
+    voice = logging.getLogger("discord.client")
+    if not any(isinstance(f, _NoVoiceNotice) for f in voice.filters):
+        voice.addFilter(_NoVoiceNotice())
+
+
+class _NoVoiceNotice(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return _VOICE_NOTICE not in str(record.msg)
 
 
 def set_replica(owner: str) -> None:
@@ -126,9 +142,13 @@ class TextLines(logging.Formatter):
         known.pop("platform", None)  # the logger's name says it
         tail = "".join(f" [{key}={value}]" for key, value in known.items())
         line = f"{_stamp(record)} {record.levelname} {record.name}: {record.getMessage()}{tail}"
-        if record.exc_info:
-            line += "\n" + self.formatException(record.exc_info)
-        return line
+        if not record.exc_info:
+            return line
+        if logging.getLogger().isEnabledFor(logging.DEBUG):
+            return line + "\n" + self.formatException(record.exc_info)
+        # Above debug, a line stays a line: the exception named, no traceback.
+        exc = record.exc_info[1]
+        return f"{line}: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
 
 
 class JsonLines(logging.Formatter):
