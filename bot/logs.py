@@ -61,10 +61,12 @@ class LogSetupError(Exception):
     """A log level or format that is not one of the choices; the message names it."""
 
 
-def chosen(option: str | None, environ: Mapping[str, str]) -> tuple[int, str]:
-    """The level and format: ``--log-level`` over ``KESTREL_LOG_LEVEL`` over warnings; the
+def chosen(
+    option: str | None, environ: Mapping[str, str], default: str = DEFAULT_LEVEL
+) -> tuple[int, str]:
+    """The level and format: ``--log-level`` over ``KESTREL_LOG_LEVEL`` over ``default``; the
     format from ``KESTREL_LOG_FORMAT`` (text by default)."""
-    name = (option or environ.get(LEVEL_VARIABLE, "") or DEFAULT_LEVEL).strip().lower()
+    name = (option or environ.get(LEVEL_VARIABLE, "") or default).strip().lower()
     if name not in LEVELS:
         raise LogSetupError(f"{LEVEL_VARIABLE} must be one of {', '.join(LEVELS)}, not {name!r}")
     form = (environ.get(FORMAT_VARIABLE, "") or "text").strip().lower()

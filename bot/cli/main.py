@@ -159,8 +159,10 @@ def cli(ctx: click.Context, config: str | None, verbose: bool, log_level: str | 
     from bot import logs
 
     ctx.ensure_object(dict)["config"] = config
+    # A service's log shows warnings; a one-shot command's answer stays its one line.
+    default = logs.DEFAULT_LEVEL if ctx.invoked_subcommand == "serve" else "error"
     try:
-        level, form = logs.chosen(log_level or ("info" if verbose else None), os.environ)
+        level, form = logs.chosen(log_level or ("info" if verbose else None), os.environ, default)
     except logs.LogSetupError as exc:
         fail(str(exc))
         sys.exit(EXIT_USAGE)
