@@ -22,6 +22,7 @@ from bot.domain import (
 from bot.events import EventSink
 from bot.inbound import Accepted, Delivery, Inbound
 from bot.journal.fold import RunState, fold
+from bot.logs import REQUEST_ID
 from bot.outbox import card_key
 from bot.place import Place
 from bot.policy import Actor, NotPermitted, Policy
@@ -175,6 +176,7 @@ class ChatService:
         """Answer a request as ``user`` (checked against the store and policy); once the run
         waits on nothing more, it resumes in this process. ``card``: the platform's id of the
         message clicked, which must be the request's own card."""
+        REQUEST_ID.set(request_id)  # this task's log lines name the request
         if card is not None and not await self._shows(user, card_key(request_id), card):
             refusal = "this button is not on that request's card"
             action = f"{kind.value}_refused"

@@ -35,6 +35,7 @@ from bot.config_sources import (
     names_a_setting,
     read_yaml,
     resolved,
+    with_secret_files,
 )
 from bot.config_sources import ConfigError as ConfigError
 from bot.cron import parse_cron
@@ -252,8 +253,8 @@ def load_settings(explicit: str | None = None) -> Settings:
     error on failure."""
     path = config_path(explicit)
     data = read_yaml(path) if path else {}
-    file_values, file_sources = _setting_variables(dotenv(), ENV_FILE)
-    env_values, env_sources = _setting_variables(os.environ, "environment")
+    file_values, file_sources = _setting_variables(with_secret_files(dotenv()), ENV_FILE)
+    env_values, env_sources = _setting_variables(with_secret_files(os.environ), "environment")
     variables = {**file_sources, **env_sources}
     base_dir = base_dir_of(path)
     layered = merged(merged(data, file_values), env_values)

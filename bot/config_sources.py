@@ -29,10 +29,29 @@ NON_SETTING_VARIABLES: Final = frozenset(
         "KESTREL_BENCH_POSTGRES_DSN",
         "KESTREL_WEB_TOKEN",
         "KESTREL_WEB_SECRET",
+        "KESTREL_WEB_TOKEN_FILE",
+        "KESTREL_WEB_SECRET_FILE",
+        "KESTREL_LOG_LEVEL",
+        "KESTREL_LOG_FORMAT",
         "KESTREL_CHROMIUM",
         "KESTREL_UPDATE_SCREENSHOT",
     }
 )
+# What Kubernetes puts in every pod's environment for a Service named ``kestrel`` (unless the
+# pod says ``enableServiceLinks: false``): no setting of ours, and no typo either.
+KUBERNETES_SERVICE_LINKS: Final = ("KESTREL_SERVICE_HOST", "KESTREL_SERVICE_PORT", "KESTREL_PORT")
+# The secrets that may come from a file instead: NAME_FILE holds the path (Docker and
+# Kubernetes secrets are files).
+SECRET_FILE_VARIABLES: Final = (
+    "SLACK_BOT_TOKEN",
+    "SLACK_SIGNING_SECRET",
+    "SLACK_APP_TOKEN",
+    "DISCORD_TOKEN",
+    "OPENAI_API_KEY",
+    "KESTREL_WEB_TOKEN",
+    "KESTREL_WEB_SECRET",
+)
+FILE_SUFFIX: Final = "_FILE"
 
 
 class ConfigError(Exception):
@@ -41,7 +60,48 @@ class ConfigError(Exception):
 
 def names_a_setting(variable: str) -> bool:
     """Whether a ``KESTREL_…`` variable (its name upper-cased) is meant to set a setting."""
-    return variable.startswith(ENV_PREFIX) and variable not in NON_SETTING_VARIABLES
+    if not variable.startswith(ENV_PREFIX) or variable in NON_SETTING_VARIABLES:
+        return False
+    return not is_service_link(variable)
+
+
+def is_service_link(variable: str) -> bool:
+    """Whether Kubernetes set ``variable`` for a Service named kestrel (``KESTREL_PORT``,
+    ``KESTREL_PORT_3000_TCP_ADDR``, ``KESTREL_SERVICE_PORT_HTTP``, …)."""
+    return any(
+        variable == name or variable.startswith(name + "_") for name in KUBERNETES_SERVICE_LINKS
+    )
+
+
+def with_secret_files(variables: Mapping[str, str | None]) -> dict[str, str | None]:
+    """``variables`` with each secret whose ``NAME_FILE`` is set read from that file (its
+    trailing newline dropped); ``ConfigError`` in one line for a file it cannot read, or for a
+    secret given both ways."""
+    found = dict(variables)
+    for name in SECRET_FILE_VARIABLES:
+        path = variables.get(name + FILE_SUFFIX)
+        if not path:
+            continue
+        if variables.get(name):
+            raise ConfigError(f"{name} and {name}{FILE_SUFFIX} are both set: keep one")
+        found[name] = read_secret_file(name + FILE_SUFFIX, path)
+    return found
+
+
+def read_secret_file(variable: str, path: str) -> str:
+    """The secret in the file ``variable`` names, without its trailing newline."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{variable}: {path}: not UTF-8 text (byte {exc.start})") from exc
+    except OSError as exc:
+        raise ConfigError(f"{variable}: cannot read {path}: {exc.strerror or exc}") from exc
+    return text.removesuffix("\n").removesuffix("\r")
+
+
+def secret_file_paths(environ: Mapping[str, str | None]) -> list[Path]:
+    """The files the secrets were read from (catalog commands must not read them)."""
+    return [Path(p) for name in SECRET_FILE_VARIABLES if (p := environ.get(name + FILE_SUFFIX))]
 
 
 def dataclass_fields(section: type) -> dict[str, Any]:
@@ -64,8 +124,8 @@ def config_path(explicit: str | None) -> Path | None:
 
 def environment() -> dict[str, str]:
     """The process environment over ``./.env``: where platform tokens (``SLACK_*``) are read."""
-    variables = {k: v for k, v in dotenv().items() if v is not None}
-    variables.update(os.environ)
+    variables = {k: v for k, v in with_secret_files(dotenv()).items() if v is not None}
+    variables.update({k: v for k, v in with_secret_files(os.environ).items() if v is not None})
     return variables
 
 

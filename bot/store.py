@@ -133,6 +133,10 @@ class Admin(Protocol):
         """Bring the schema to the current version; return that version."""
         ...
 
+    async def schema_version(self) -> int:
+        """The schema version applied now (a read: readiness asks it at every probe)."""
+        ...
+
     async def close(self) -> None:
         """Release connections."""
         ...

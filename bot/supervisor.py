@@ -37,6 +37,7 @@ from bot.journal.entries import Entry, RunEnded, RunResumed, RunStarted, UserMes
 from bot.journal.fold import RunState, fold
 from bot.journal.writer import RunJournal, TakenOver
 from bot.llm.base import UserMessage
+from bot.logs import run_context
 from bot.loop import AgentLoop, LoopDeps, Signals
 from bot.policy import Actor, NotPermitted
 from bot.prompter import DeferringPrompter, Prompter
@@ -207,7 +208,9 @@ class Supervisor:
 
     def _drive_on_task(self, live: LiveRun, work: Coroutine[Any, Any, RunState]) -> None:
         """Run ``work`` on a task of its own behind the panic barrier; the run is live."""
-        task = asyncio.create_task(self._barrier(live, work), name=live.run_id)
+        # Every log line the run's task writes names the run (``bot.logs``).
+        context = run_context(live.run_id)
+        task = asyncio.create_task(self._barrier(live, work), name=live.run_id, context=context)
         live.task = task
         self.live[live.run_id] = live
         self._tasks.add(task)

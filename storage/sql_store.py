@@ -85,6 +85,11 @@ class SqlStore(ABC):
     async def migrate(self) -> int:
         """Open the connections if needed and bring the schema to the current version."""
 
+    async def schema_version(self) -> int:
+        """The schema version applied now (a read: readiness asks it at every probe)."""
+        rows = await self._read("read", "SELECT COALESCE(MAX(version), 0) FROM schema_version", ())
+        return int(rows[0][0])
+
     @abstractmethod
     async def _shut_down(self) -> None:
         """Write what is queued and close every connection (once, on ``close``)."""

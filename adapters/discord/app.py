@@ -96,6 +96,13 @@ class DiscordAdapter:
         InteractionEndpoint(self.client, key).add_to(application)
         return INTERACTIONS_PATH
 
+    async def connected(self) -> bool:
+        """Whether the gateway connection is open now (discord.py reconnects by itself; until
+        it has, this says no)."""
+        client = self.client
+        ws = client.ws
+        return client.is_ready() and not client.is_closed() and ws is not None and ws.open
+
     async def stop(self) -> None:
         """Finish what is being rendered and delivered, then close the connection."""
         client = self.client

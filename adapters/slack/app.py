@@ -117,6 +117,16 @@ class SlackAdapter:
         self._socket = GatedSocketMode(self.app, self.settings.app_token)
         await self._socket.connect_async()  # type: ignore[no-untyped-call]
 
+    async def connected(self) -> bool:
+        """HTTP mode: auth.test passed at ``start``; Socket Mode: the websocket is open now
+        (the client reconnects by itself; until it has, this says no)."""
+        if not self.settings.socket_mode:
+            return self.app is not None
+        if self._socket is None:
+            return False
+        connected: bool = await self._socket.client.is_connected()
+        return connected
+
     async def stop(self) -> None:
         """Disconnect, stop delivering and refreshing (the outbox keeps what is undelivered)."""
         if self._socket is not None:

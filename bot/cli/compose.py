@@ -12,7 +12,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from bot import install_hint
 from bot.config import ConfigError
-from bot.config_sources import ENV_FILE, sqlite_file
+from bot.config_sources import ENV_FILE, dotenv, secret_file_paths, sqlite_file
 
 # The parts are imported by the builders that need them, not here: ``runs list`` opens the
 # store alone and must not pay for the model client, the tool catalogs or the PII scanner.
@@ -77,6 +77,7 @@ def build_isolation(settings: Settings) -> Isolation | None:
     if section.mode == "none":
         return None
     named = [settings.resolve(path) for path in section.hide]
+    named += secret_file_paths({**dotenv(), **os.environ})  # Docker and Kubernetes secrets
     return Isolation(secret_files(settings.config_file, Path(ENV_FILE), named))
 
 

@@ -170,14 +170,30 @@ def with_reader(work: Callable[[Store], Awaitable[R]]) -> R:
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", prog_name="kestrel", message="%(prog)s %(version)s")
 @click.option("--config", "config", type=click.Path(), help="kestrel.yaml to use.")
-@click.option("-v", "--verbose", is_flag=True, help="Log to stderr.")
+@click.option("-v", "--verbose", is_flag=True, help="Log at info level (--log-level info).")
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
+    default=None,
+    help="What reaches stderr [KESTREL_LOG_LEVEL, else warning]; KESTREL_LOG_FORMAT=json for"
+    " one JSON object per line.",
+)
 @click.pass_context
-def cli(ctx: click.Context, config: str | None, verbose: bool) -> None:
+def cli(ctx: click.Context, config: str | None, verbose: bool, log_level: str | None) -> None:
     """Kestrel: a chat-ops agent with people in the loop."""
-    import logging
+    import os
+
+    from bot import logs
 
     ctx.ensure_object(dict)["config"] = config
-    logging.basicConfig(level=logging.INFO if verbose else logging.ERROR, stream=sys.stderr)
+    # A service's log shows warnings; a one-shot command's answer stays its one line.
+    default = logs.DEFAULT_LEVEL if ctx.invoked_subcommand == "serve" else "error"
+    try:
+        level, form = logs.chosen(log_level or ("info" if verbose else None), os.environ, default)
+    except logs.LogSetupError as exc:
+        fail(str(exc))
+        sys.exit(EXIT_USAGE)
+    logs.configure(level, form)
 
 
 @cli.command()
@@ -266,6 +282,7 @@ def serve(platforms: tuple[str, ...], port: int | None, host: str) -> None:
         for line in [*front.describe(), *(f"note: {n}" for n in rt.policy.notices())]:
             echo(line, err=True)
         await stop.wait()
+        front.drain()  # /readyz says 503 at once: the balancer stops sending here
         taker.stop()
         await scheduler.stop()
         grace = settings.replica.shutdown_grace_seconds
@@ -838,6 +855,32 @@ def tools_check(files: tuple[str, ...]) -> None:
     if problems:
         sys.exit(1)
     echo(f"{len(checked)} catalog file(s) OK: {', '.join(map(str, checked))}")
+
+
+@cli.command()
+@click.option(
+    "--url",
+    default="http://127.0.0.1:3000/healthz",
+    show_default=True,
+    help="The endpoint to ask (/healthz: alive; /readyz: ready for traffic).",
+)
+@click.option("--timeout", default=5.0, show_default=True, type=click.FloatRange(0.1, 300))
+def health(url: str, timeout: float) -> None:
+    """Ask a running ``kestrel serve``: exit 0 on 200, else 1 with the answer on one line
+    (the container's HEALTHCHECK; a probe where HTTP probes are not available)."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            status, body = response.status, response.read(4096)
+    except urllib.error.HTTPError as exc:
+        status, body = exc.code, exc.read(4096)
+    except (OSError, ValueError) as exc:
+        fail(f"{url}: {getattr(exc, 'reason', None) or exc}")
+        sys.exit(1)
+    echo(f"{status} {' '.join(body.decode('utf-8', 'replace').split())}", err=status != 200)
+    sys.exit(0 if status == 200 else 1)
 
 
 def main() -> None:

@@ -23,6 +23,7 @@ from typing import Any, Final, get_args, get_origin
 
 from bot.config_sources import (
     DATABASE_VARIABLE,
+    FILE_SUFFIX,
     base_dir_of,
     config_path,
     dataclass_fields,
@@ -37,6 +38,7 @@ from bot.policy import Policy, PolicyRules
 from storage.sqlite_rows import RunRow, Unreadable, open_request_bodies, reads_as_moment
 from storage.sqlite_rows import newest_runs as stored_runs
 
+OPENAI_KEY_FILE: Final = "OPENAI_API_KEY" + FILE_SUFFIX
 # The settings' top-level keys (tests/bot/test_cli_quick.py holds them to ``bot.config``'s).
 SETTINGS: Final = frozenset(
     {
@@ -175,6 +177,8 @@ def read_settings(explicit: str | None) -> ReadSettings | None:
         return None  # a key no setting has: the full way names it
     database = data.get("database", "kestrel.db")
     for variables in (dotenv(), os.environ):
+        if variables.get(OPENAI_KEY_FILE):
+            return None  # a file only the full way reads (and names, if unreadable)
         # In the order ``load_settings`` lays them: of two spellings, the last sorted wins.
         for name, value in sorted(variables.items()):
             upper = name.upper()

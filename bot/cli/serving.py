@@ -11,6 +11,8 @@ from aiohttp import web
 from bot.chat import ChatService
 from bot.config import ConfigError, WebSettings
 from bot.config_sources import environment
+from bot.health import Health
+from bot.logs import set_replica
 from bot.oneline import one_line
 
 if TYPE_CHECKING:
@@ -49,6 +51,9 @@ class ChatFront:
         self._discord: DiscordAdapter | None = None
         self._runner: web.AppRunner | None = None
         self._lines: list[str] = []
+        rt = supervisor.rt
+        self.health = Health(rt.store, rt.owner, alive_within=rt.lease_seconds)
+        set_replica(rt.owner)
 
     async def start(self) -> None:
         """Check the web settings, connect every platform (a bad token fails here, naming
@@ -60,11 +65,17 @@ class ChatFront:
         application = web.Application()
         if "slack" in self._platforms:
             application = await self._start_slack(links)
+            assert self._slack is not None
+            self.health.platform("slack", self._slack.connected)
         if "discord" in self._platforms:
             await self._start_discord(links, application)
+            assert self._discord is not None
+            self.health.platform("discord", self._discord.connected)
+        await self.health.start(await self._supervisor.rt.store.schema_version())
         add_web_routes(application, self._chat, config)
         application.router.add_get("/metrics", self._metrics_route(config))
-        application.router.add_get("/healthz", _healthy)
+        application.router.add_get("/healthz", self._alive)
+        application.router.add_get("/readyz", self._ready)
         await self._listen(application)
         if not config.enabled:
             self._lines.append("http: the run pages are off (set KESTREL_WEB_TOKEN)")
@@ -78,8 +89,13 @@ class ChatFront:
         """One line per platform and listener, for the operator."""
         return list(self._lines)
 
+    def drain(self) -> None:
+        """From now on ``/readyz`` says this replica is stopping: traffic goes elsewhere."""
+        self.health.stopping = True
+
     async def stop(self) -> None:
         """Stop listening and disconnect the platforms."""
+        await self.health.stop()
         if self._runner is not None:
             await self._runner.cleanup()
         if self._slack is not None:
@@ -99,13 +115,14 @@ class ChatFront:
             raise ConfigError(f"cannot listen on {where}: {exc.strerror or exc}") from exc
         port = self._runner.addresses[0][1] if self._runner.addresses else self._port
         self._lines.append(
-            f"http: listening on {self._host}:{port} (/healthz, /runs, /pending, /metrics)"
+            f"http: listening on {self._host}:{port} (/healthz, /readyz, /runs, /pending, /metrics)"
         )
 
     def _metrics_route(
         self, config: WebConfig
     ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
         from adapters.web.auth import bearer_ok, refusal
+        from bot.health import ReadinessGauges
         from bot.metrics import CONTENT_TYPE, Metrics
 
         rt = self._supervisor.rt
@@ -114,10 +131,13 @@ class ChatFront:
             rt.store, duplicates=lambda: chat.duplicates_dropped, platforms=self._platforms
         )
         chat.subscribe(metrics)
+        metrics.registry.register(ReadinessGauges(self.health))
+        health = self.health
 
         async def scrape(request: web.Request) -> web.StreamResponse:
             if not config.metrics_public and not bearer_ok(request, config):
                 return refusal(401, "Authorization required (the operators' bearer token).")
+            await health.check()  # kestrel_ready says what /readyz would say now
             body = await metrics.render()
             return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
@@ -157,6 +177,12 @@ class ChatFront:
         via = f", interactions also at {endpoint}" if endpoint else ""
         self._lines.append(f"discord: connected as {me.name} ({me.id}){via}")
 
+    async def _alive(self, _request: web.Request) -> web.Response:
+        """Liveness: the event loop answers within its deadline (nothing else restarts us)."""
+        ok, said = self.health.alive()
+        return web.json_response({"ok": ok, "loop": said}, status=200 if ok else 503)
 
-async def _healthy(_request: web.Request) -> web.Response:
-    return web.json_response({"ok": True})
+    async def _ready(self, _request: web.Request) -> web.Response:
+        """Readiness: 200 while store, platforms and registration hold; else 503 naming what."""
+        readiness = await self.health.check()
+        return web.json_response(readiness.body(), status=200 if readiness.ready else 503)

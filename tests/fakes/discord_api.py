@@ -367,6 +367,8 @@ class FakeDiscord:
         self.gateway_received: list[Any] = []
         self.gateway_sent: list[dict[str, Any]] = []
         self.gateway_connections = 0
+        # While true, a new gateway connection is refused (503): Discord unreachable for a while.
+        self.gateway_refused = False
         self.gateway_queries: list[dict[str, str]] = []
         self.gateway_closes: list[int | None] = []
         self.presences: list[Any] = []
@@ -1723,6 +1725,8 @@ class FakeDiscord:
             self.members[(str(guild), str(user.get("id")))] = {"roles": list(data.get("roles", []))}
 
     async def _handle_gateway(self, request: web.Request) -> web.StreamResponse:
+        if self.gateway_refused:
+            return web.Response(status=503, text="gateway unavailable (test)")
         ws = web.WebSocketResponse(max_msg_size=0, heartbeat=None)
         await ws.prepare(request)
         compress = request.query.get("compress") == "zlib-stream" and self.gateway_compress

@@ -1525,3 +1525,8 @@ async def test_a_chat_run_ends_with_its_answer_owed_to_its_platform(store: Store
     assert await store.put_message(owed[0].key, "slack", target, {"text": "Done."}) == 2
     shown = await store.get_message(owed[0].key)
     assert shown is not None and (shown.target, shown.body) == (target, {"text": "Done."})
+
+
+async def test_the_schema_version_read_is_the_one_migrate_reached(store: Store) -> None:
+    # Readiness compares it with the version a replica started with (bot/health.py).
+    assert await store.schema_version() == await store.migrate() > 0

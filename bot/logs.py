@@ -1,0 +1,171 @@
+"""How ``kestrel`` logs: one level and one format (text or JSON lines, a timestamp on each) for
+its own loggers and the libraries' (bolt, discord.py, APScheduler, asyncpg, aiohttp), and what
+a JSON line says of where it came from (the run, the request, the replica, the platform)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Mapping
+from contextvars import Context, ContextVar, copy_context
+from datetime import UTC, datetime
+from typing import Final, TextIO
+
+LEVEL_VARIABLE: Final = "KESTREL_LOG_LEVEL"
+FORMAT_VARIABLE: Final = "KESTREL_LOG_FORMAT"
+LEVELS: Final = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+}
+FORMATS: Final = ("text", "json")
+DEFAULT_LEVEL: Final = "warning"
+# Libraries whose loggers go through the same handler, at the same level: none keeps a handler
+# or a level of its own.
+LIBRARIES: Final = (
+    "slack_bolt",
+    "slack_sdk",
+    "discord",
+    "apscheduler",
+    "asyncpg",
+    "aiohttp",
+    "openai",
+    "httpx",
+    "httpcore",
+    "mcp",
+)
+# Which platform a logger speaks for, by the start of its name.
+_PLATFORM_OF: Final = (
+    ("kestrel.slack", "slack"),
+    ("slack_bolt", "slack"),
+    ("slack_sdk", "slack"),
+    ("kestrel.discord", "discord"),
+    ("discord", "discord"),
+)
+
+# Loggers held above debug whatever the level: aiosqlite's debug lines are one per statement,
+# with its parameters (journal content), and say nothing an operator can act on.
+QUIETER: Final = {"aiosqlite": logging.INFO}
+# discord.py's warnings about voice support a text bot never uses.
+_VOICE_NOTICE: Final = "voice will NOT be supported"
+
+RUN_ID: ContextVar[str | None] = ContextVar("kestrel_run_id", default=None)
+REQUEST_ID: ContextVar[str | None] = ContextVar("kestrel_request_id", default=None)
+PLATFORM: ContextVar[str | None] = ContextVar("kestrel_platform", default=None)
+_replica: list[str] = []
+
+
+class LogSetupError(Exception):
+    """A log level or format that is not one of the choices; the message names it."""
+
+
+def chosen(
+    option: str | None, environ: Mapping[str, str], default: str = DEFAULT_LEVEL
+) -> tuple[int, str]:
+    """The level and format: ``--log-level`` over ``KESTREL_LOG_LEVEL`` over ``default``; the
+    format from ``KESTREL_LOG_FORMAT`` (text by default)."""
+    name = (option or environ.get(LEVEL_VARIABLE, "") or default).strip().lower()
+    if name not in LEVELS:
+        raise LogSetupError(f"{LEVEL_VARIABLE} must be one of {', '.join(LEVELS)}, not {name!r}")
+    form = (environ.get(FORMAT_VARIABLE, "") or "text").strip().lower()
+    if form not in FORMATS:
+        raise LogSetupError(f"{FORMAT_VARIABLE} must be text or json, not {form!r}")
+    return LEVELS[name], form
+
+
+def configure(level: int, form: str, stream: TextIO | None = None) -> None:
+    """Send every record at ``level`` or above to stderr, as text or JSON lines."""
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(JsonLines() if form == "json" else TextLines())
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level)
+    for name in LIBRARIES:
+        library = logging.getLogger(name)
+        for old in list(library.handlers):
+            library.removeHandler(old)
+        library.setLevel(logging.NOTSET)
+        library.propagate = True
+    for name, floor in QUIETER.items():
+        logging.getLogger(name).setLevel(max(level, floor))
+    voice = logging.getLogger("discord.client")
+    if not any(isinstance(f, _NoVoiceNotice) for f in voice.filters):
+        voice.addFilter(_NoVoiceNotice())
+
+
+class _NoVoiceNotice(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return _VOICE_NOTICE not in str(record.msg)
+
+
+def set_replica(owner: str) -> None:
+    """Name this process's replica on every later line."""
+    _replica[:] = [owner]
+
+
+def run_context(run_id: str) -> Context:
+    """A copy of the current context in which lines name ``run_id`` (for the run's task)."""
+    context = copy_context()
+    context.run(RUN_ID.set, run_id)
+    return context
+
+
+def where(record: logging.LogRecord) -> dict[str, str]:
+    """What is known of where ``record`` came from: run, request, replica, platform."""
+    found = {"run_id": RUN_ID.get(), "request_id": REQUEST_ID.get()}
+    found["replica"] = _replica[0] if _replica else None
+    found["platform"] = PLATFORM.get() or _platform_of(record.name)
+    return {key: value for key, value in found.items() if value}
+
+
+def _platform_of(logger: str) -> str | None:
+    for prefix, platform in _PLATFORM_OF:
+        if logger == prefix or logger.startswith(prefix + "."):
+            return platform
+    return None
+
+
+def _stamp(record: logging.LogRecord) -> str:
+    moment = datetime.fromtimestamp(record.created, UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class TextLines(logging.Formatter):
+    """``2025-05-01T09:30:00.123Z WARNING kestrel.slack: message [run=…]`` on one line."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        """The record on one line, its exception (if any) after it."""
+        known = where(record)
+        known.pop("replica", None)  # the same on every line: said once at start
+        known.pop("platform", None)  # the logger's name says it
+        tail = "".join(f" [{key}={value}]" for key, value in known.items())
+        line = f"{_stamp(record)} {record.levelname} {record.name}: {record.getMessage()}{tail}"
+        if not record.exc_info:
+            return line
+        if logging.getLogger().isEnabledFor(logging.DEBUG):
+            return line + "\n" + self.formatException(record.exc_info)
+        # Above debug, a line stays a line: the exception named, no traceback.
+        exc = record.exc_info[1]
+        return f"{line}: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+
+
+class JsonLines(logging.Formatter):
+    """One JSON object per line: ``ts``, ``level``, ``logger``, ``message`` and what ``where``
+    knows; an exception is one more key, never more lines."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        """The record as one JSON object."""
+        obj: dict[str, str] = {
+            "ts": _stamp(record),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        obj.update(where(record))
+        if record.exc_info:
+            obj["exception"] = self.formatException(record.exc_info)
+        return json.dumps(obj, ensure_ascii=False)

@@ -1,0 +1,134 @@
+"""Configuration as real environments give it: Kubernetes' service-link variables, secrets in
+files, a bad log level; and readiness of a replica that has not registered."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from bot.config import ConfigError, load_settings
+from bot.config_sources import environment, names_a_setting
+from bot.health import Health
+from storage.sqlite import SqliteStore
+from tests.fakes.processes import KESTREL, ROOT
+
+
+@pytest.fixture
+def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    for name in list(os.environ):
+        if name.startswith(("KESTREL_", "OPENAI_", "SLACK_", "DISCORD_")):
+            monkeypatch.delenv(name)
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "KESTREL_SERVICE_HOST",
+        "KESTREL_SERVICE_PORT",
+        "KESTREL_SERVICE_PORT_HTTP",
+        "KESTREL_PORT",
+        "KESTREL_PORT_3000_TCP",
+        "KESTREL_PORT_3000_TCP_ADDR",
+    ],
+)
+def test_kubernetes_service_links_are_no_settings(name: str) -> None:
+    assert not names_a_setting(name)
+
+
+def test_service_links_are_ignored_and_a_typo_still_named(
+    here: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KESTREL_SERVICE_HOST", "10.0.0.1")
+    monkeypatch.setenv("KESTREL_PORT_80_TCP_PORT", "80")
+    assert load_settings().database == "kestrel.db"
+    monkeypatch.setenv("KESTREL_SERVICES__X", "1")
+    with pytest.raises(ConfigError, match="KESTREL_SERVICES__X: unknown variable"):
+        load_settings()
+
+
+def test_every_secret_comes_from_its_file_without_the_newline(
+    here: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    names = [
+        "SLACK_BOT_TOKEN",
+        "SLACK_SIGNING_SECRET",
+        "SLACK_APP_TOKEN",
+        "DISCORD_TOKEN",
+        "OPENAI_API_KEY",
+        "KESTREL_WEB_TOKEN",
+        "KESTREL_WEB_SECRET",
+    ]
+    for name in names:
+        (here / name).write_text(f"{name.lower()}-value\r\n" if "WEB" in name else f"{name}-v\n")
+        monkeypatch.setenv(f"{name}_FILE", str(here / name))
+    found = environment()
+    assert found["SLACK_BOT_TOKEN"] == "SLACK_BOT_TOKEN-v"
+    assert found["KESTREL_WEB_SECRET"] == "kestrel_web_secret-value"
+    settings = load_settings()
+    assert settings.openai_api_key is not None
+    assert settings.openai_api_key.get_secret_value() == "OPENAI_API_KEY-v"
+
+
+def test_an_unreadable_secret_file_is_one_line(here: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY_FILE", str(here / "missing"))
+    with pytest.raises(ConfigError) as caught:
+        load_settings()
+    said = str(caught.value)
+    assert said == f"OPENAI_API_KEY_FILE: cannot read {here / 'missing'}: No such file or directory"
+    monkeypatch.setenv("OPENAI_API_KEY_FILE", str(here))
+    with pytest.raises(ConfigError, match=r"cannot read .*: Is a directory"):
+        load_settings()
+
+
+def test_a_secret_given_both_ways_is_refused(here: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (here / "token").write_text("xoxb-1\n")
+    monkeypatch.setenv("SLACK_BOT_TOKEN_FILE", str(here / "token"))
+    monkeypatch.setenv("SLACK_BOT_TOKEN", "xoxb-2")
+    with pytest.raises(ConfigError, match="SLACK_BOT_TOKEN and SLACK_BOT_TOKEN_FILE are both set"):
+        environment()
+
+
+def test_runs_list_names_an_unreadable_key_file_as_the_full_way_does(here: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KESTREL_", "OPENAI_"))}
+    env.update(OPENAI_API_KEY_FILE=str(here / "missing"), PYTHONPATH=str(ROOT))
+    for args in (["runs", "list"], ["runs", "list", "--json"]):
+        done = subprocess.run(
+            [*KESTREL, *args], env=env, cwd=here, capture_output=True, text=True, check=False
+        )
+        assert done.returncode == 2
+        assert done.stderr.startswith("kestrel: OPENAI_API_KEY_FILE: cannot read"), done.stderr
+
+
+def test_a_bad_log_level_is_one_line(here: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KESTREL_")}
+    env.update(KESTREL_LOG_LEVEL="loud", PYTHONPATH=str(ROOT))
+    done = subprocess.run(
+        [*KESTREL, "runs", "list"], env=env, cwd=here, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 2
+    assert done.stderr == (
+        "kestrel: KESTREL_LOG_LEVEL must be one of debug, info, warning, error, not 'loud'\n"
+    )
+
+
+async def test_a_replica_that_never_heartbeat_is_not_ready(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "kestrel.db")
+    await store.migrate()
+    try:
+        health = Health(store, "replica-a", alive_within=30)
+        await health.start(await store.schema_version())
+        said = await health.check()
+        assert list(said.problems) == ["replica"]
+        assert "replica-a has not heartbeat" in said.problems["replica"]
+        await store.heartbeat("replica-a")
+        assert (await health.check()).ready
+        health.stopping = True
+        assert list((await health.check()).problems) == ["shutdown"]
+        await health.stop()
+    finally:
+        await store.close()

@@ -1,0 +1,228 @@
+"""The deployment kit checked as far as this machine can without a container daemon or a
+cluster: hadolint on the Dockerfile, the chart rendered by Helm with several value sets and every
+manifest validated against the Kubernetes schemas, the compose file against the compose spec,
+the systemd unit by systemd-analyze, and the configuration they ship loaded by Kestrel."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from bot.config import Settings, load_settings
+from tests.deploy.kit import (
+    CHART,
+    COMPOSE,
+    DEPLOY,
+    DOCKERFILE,
+    UNIT,
+    dockerfile_instructions,
+    exec_form,
+    healthcheck_argv,
+    one,
+    render_chart,
+)
+from tests.fakes.processes import ROOT
+
+BIN = Path(sys.executable).parent
+KUBERNETES = "1.30.0"
+VALUE_SETS: dict[str, dict[str, Any] | None] = {
+    "defaults": None,
+    "everything": {
+        "replicaCount": 3,
+        "platforms": ["slack", "discord"],
+        "ingress": {"enabled": True, "className": "nginx", "tlsSecretName": "kestrel-tls"},
+        "serviceMonitor": {"enabled": True, "labels": {"release": "prom"}},
+        "replica": {"shutdownGraceSeconds": 45},
+        "secret": {
+            "values": {
+                "KESTREL_DATABASE_URL": "postgresql://kestrel:pw@postgres:5432/kestrel",
+                "SLACK_BOT_TOKEN": "xoxb-1",
+                "SLACK_SIGNING_SECRET": "s",
+                "DISCORD_TOKEN": "d",
+                "KESTREL_WEB_TOKEN": "w",
+            }
+        },
+        "extraEnv": [{"name": "KESTREL_MODEL__NAME", "value": "gpt-4.1"}],
+    },
+    "existing secret, no budget": {
+        "replicaCount": 1,
+        "platforms": ["discord"],
+        "podDisruptionBudget": {"enabled": False},
+        "secret": {"existingSecret": "team-kestrel", "keys": ["DISCORD_TOKEN"]},
+        "serviceMonitor": {"enabled": True, "bearerTokenKey": ""},
+    },
+}
+
+
+def test_hadolint_finds_nothing_in_the_dockerfile() -> None:
+    done = subprocess.run(
+        [str(BIN / "hadolint"), "--failure-threshold", "info", str(DOCKERFILE)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_image_runs_kestrel_serve_as_a_user_and_finds_its_configuration() -> None:
+    final = dockerfile_instructions()
+    base = final[0][1]
+    assert base.startswith("python:") and "slim" in base
+    words = {word for word, _ in final}
+    assert "USER" in words and "HEALTHCHECK" in words
+    (user,) = [rest for word, rest in final if word == "USER"]
+    assert not user.startswith(("0", "root"))
+    (entrypoint,) = [exec_form(rest) for word, rest in final if word == "ENTRYPOINT"]
+    (cmd,) = [exec_form(rest) for word, rest in final if word == "CMD"]
+    assert entrypoint == ["kestrel"] and cmd[0] == "serve"
+    # No compiler in the final stage: it installs nothing, it copies the built virtualenv.
+    assert not any(word == "RUN" and "apt-get" in rest for word, rest in final)
+    env = " ".join(rest for word, rest in final if word == "ENV")
+    assert "KESTREL_CONFIG=/etc/kestrel/kestrel.yaml" in env
+    copies = [rest for word, rest in final if word == "COPY"]
+    assert "deploy/kestrel.yaml /etc/kestrel/kestrel.yaml" in copies
+    assert healthcheck_argv()[:2] == ["kestrel", "health"]
+    # Nothing goes into the build context unless named: never .env, a journal or .git.
+    rules = [r for r in (ROOT / ".dockerignore").read_text().splitlines() if r and r[0] != "#"]
+    assert rules[0] == "*" and not any(".env" in r or ".db" in r for r in rules)
+
+
+def test_the_image_configuration_and_catalog_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        if name.startswith(("KESTREL_", "OPENAI_")):
+            monkeypatch.delenv(name)
+    settings = load_settings(str(DEPLOY / "kestrel.yaml"))
+    assert settings.tool_patterns() == ["tools/*.yaml"]
+    assert settings.replica.shutdown_grace_seconds == 20
+    _check_catalogs([DEPLOY / "tools" / "checks.yaml"])
+
+
+@pytest.mark.parametrize("name", list(VALUE_SETS))
+def test_the_chart_renders_manifests_kubernetes_accepts(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import kubernetes_validate
+
+    values = VALUE_SETS[name]
+    documents = render_chart(values)
+    for doc in documents:
+        if doc["apiVersion"].startswith("monitoring.coreos.com/"):
+            continue  # a CRD's: no Kubernetes schema; checked by hand below
+        kubernetes_validate.validate(doc, KUBERNETES, strict=True)
+    deployment = one(documents, "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    given = values or {}
+    assert deployment["spec"]["replicas"] == given.get("replicaCount", 2)
+    assert pod["enableServiceLinks"] is False
+    grace = given.get("replica", {}).get("shutdownGraceSeconds", 20)
+    assert pod["terminationGracePeriodSeconds"] > grace
+    (container,) = pod["containers"]
+    env = {item["name"]: item for item in container["env"]}
+    assert env["KESTREL_REPLICA__SHUTDOWN_GRACE_SECONDS"]["value"] == str(grace)
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert container["args"][0] == "serve"
+    for key in given.get("secret", {}).get("keys", []) or given.get("secret", {}).get("values", {}):
+        if key != "KESTREL_DATABASE_URL":
+            assert env[f"{key}_FILE"]["value"] == f"/run/secrets/kestrel/{key}"
+    budget = [doc for doc in documents if doc["kind"] == "PodDisruptionBudget"]
+    assert len(budget) == (0 if "no budget" in name else 1)
+    assert one(documents, "Service")["spec"]["ports"][0]["targetPort"] == "http"
+    ingresses = [doc for doc in documents if doc["kind"] == "Ingress"]
+    if given.get("ingress", {}).get("enabled"):
+        paths = ingresses[0]["spec"]["rules"][0]["http"]["paths"]
+        assert [p["path"] for p in paths] == ["/slack/events"]
+    else:
+        assert not ingresses
+    monitors = [doc for doc in documents if doc["kind"] == "ServiceMonitor"]
+    assert len(monitors) == (1 if given.get("serviceMonitor", {}).get("enabled") else 0)
+    for monitor in monitors:
+        (endpoint,) = monitor["spec"]["endpoints"]
+        assert endpoint["path"] == "/metrics" and endpoint["port"] == "http"
+        assert monitor["spec"]["selector"] == deployment["spec"]["selector"]
+    _loads_as_kestrel(documents, tmp_path, monkeypatch)
+
+
+def test_helm_lint_finds_no_error() -> None:
+    import helm_python
+
+    for values in VALUE_SETS.values():
+        report = helm_python.lint(str(CHART), values, strict=False)
+        problems = [m for m in report["messages"] if m["severity"] >= 2]
+        assert not problems and not report["errors"], report
+
+
+def test_the_compose_file_is_valid_and_runs_two_replicas_on_postgres() -> None:
+    done = subprocess.run(
+        [str(BIN / "check-jsonschema"), "--builtin-schema", "vendor.compose-spec", str(COMPOSE)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    compose = yaml.safe_load(COMPOSE.read_text())
+    services = compose["services"]
+    replicas = [s for name, s in services.items() if name.startswith("kestrel")]
+    assert len(replicas) == 2 and "postgres" in services
+    for service in replicas:
+        assert service["env_file"] == [".env"]
+        assert service["depends_on"]["postgres"]["condition"] == "service_healthy"
+        assert service["environment"]["KESTREL_DATABASE_URL"].startswith("postgresql://")
+        assert service["command"][0] == "serve" and service["ports"]
+        assert service["healthcheck"]["test"][1:3] == ["kestrel", "health"]
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="needs systemd-analyze")
+def test_systemd_analyze_finds_nothing_in_the_unit(tmp_path: Path) -> None:
+    # The unit as installed, but with a program and a user that exist on this machine.
+    text = UNIT.read_text().replace("/opt/kestrel/bin/kestrel", shutil.which("true") or "")
+    text = text.replace("User=kestrel", "User=root").replace("Group=kestrel", "Group=root")
+    unit = tmp_path / "kestrel.service"
+    unit.write_text(text)
+    done = subprocess.run(
+        ["systemd-analyze", "verify", str(unit)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    said = [line for line in done.stderr.splitlines() if str(unit) in line]
+    assert done.returncode == 0 and not said, done.stderr
+    assert "ExecStart=/opt/kestrel/bin/kestrel serve" in UNIT.read_text()
+
+
+def _loads_as_kestrel(
+    documents: list[dict[str, Any]], folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> Settings:
+    """The chart's kestrel.yaml and catalogs, laid out as the pod mounts them, load."""
+    config_maps = {
+        doc["metadata"]["name"]: doc["data"] for doc in documents if doc["kind"] == "ConfigMap"
+    }
+    (folder / "tools").mkdir()
+    (folder / "kestrel.yaml").write_text(config_maps["kestrel"]["kestrel.yaml"])
+    for name, text in config_maps["kestrel-catalogs"].items():
+        (folder / "tools" / name).write_text(text)
+    for name in list(os.environ):
+        if name.startswith(("KESTREL_", "OPENAI_")):
+            monkeypatch.delenv(name)
+    settings = load_settings(str(folder / "kestrel.yaml"))
+    _check_catalogs(sorted((folder / "tools").glob("*.yaml")))
+    return settings
+
+
+def _check_catalogs(files: list[Path]) -> None:
+    done = subprocess.run(
+        [str(BIN / "kestrel"), "tools", "check", *map(str, files)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr

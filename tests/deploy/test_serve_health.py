@@ -1,0 +1,235 @@
+"""One real ``kestrel serve slack discord``, started as the chart starts it (its args, its
+probes, the image's HEALTHCHECK), in an environment as a cluster makes it: secrets in files,
+Kubernetes' service-link variables, the configuration in a folder of its own, JSON logs at debug
+level. Readiness tells the truth as Slack's socket, Discord's gateway and the store's schema
+come and go, the gauges say the same, and no secret reaches the log."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sqlite3
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import yaml
+
+from tests.deploy.kit import healthcheck_argv, one, render_chart
+from tests.fakes import discord_payloads as p
+from tests.fakes.discord_api import FakeDiscord
+from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.processes import KESTREL, clean_env
+from tests.fakes.serving import free_port, wait_healthy
+from tests.fakes.slack_api import FakeSlackApi, events_api_envelope
+from tests.fakes.slack_client import app_mention, event_callback
+from tests.fakes.slack_world import REQUESTER, write_config
+from tests.fakes.waiting import until
+
+# Each from a file (NAME_FILE), as Docker and Kubernetes secrets are, with a trailing newline.
+IN_FILES = {
+    "SLACK_BOT_TOKEN": "xoxb-file-5e1d7c3a9b",
+    "SLACK_APP_TOKEN": "xapp-file-2f8b6d4c0e",
+    "DISCORD_TOKEN": "discord-file-7a3e9c1b5d",
+    "OPENAI_API_KEY": "sk-file-1c5a9e3f7b",
+    "KESTREL_WEB_TOKEN": "webtoken-file-8b2d6f0a4c",
+    "KESTREL_WEB_SECRET": "websecret-file-4d0b8f2c6a1e",
+}
+SIGNING_SECRET = "signing-env-6c2a8e4f0b"
+SECRETS = [*IN_FILES.values(), SIGNING_SECRET]
+# What Kubernetes injects for a Service named kestrel: ignored, not "unknown variable".
+SERVICE_LINKS = {
+    "KESTREL_SERVICE_HOST": "10.96.0.12",
+    "KESTREL_SERVICE_PORT": "80",
+    "KESTREL_SERVICE_PORT_HTTP": "80",
+    "KESTREL_PORT": "tcp://10.96.0.12:80",
+    "KESTREL_PORT_80_TCP": "tcp://10.96.0.12:80",
+    "KESTREL_PORT_80_TCP_ADDR": "10.96.0.12",
+}
+
+
+def chart_argv(port: int) -> tuple[list[str], dict[str, str]]:
+    """The chart's container args for ``slack`` and ``discord`` (on this test's loopback port),
+    after the image's entrypoint; and the probes' paths."""
+    values = {"platforms": ["slack", "discord"], "logLevel": "debug"}
+    container = one(render_chart(values), "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    args = [str(arg) for arg in container["args"]]
+    args[args.index("--host") + 1] = "127.0.0.1"  # the pod's 0.0.0.0, kept to loopback here
+    args[args.index("--port") + 1] = str(port)
+    paths = {
+        probe: container[probe]["httpGet"]["path"]
+        for probe in ("livenessProbe", "readinessProbe", "startupProbe")
+    }
+    env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    return ["--log-level", env["KESTREL_LOG_LEVEL"], *args], paths
+
+
+def prepare(tmp: Path, model_url: str, slack_url: str, discord_url: str) -> dict[str, str]:
+    """The configuration in its own folder, the secrets in files; the environment."""
+    etc, secrets = tmp / "etc", tmp / "secrets"
+    etc.mkdir()
+    secrets.mkdir()
+    config = yaml.safe_load(write_config(etc, model_url).read_text())
+    del config["openai_api_key"]  # from OPENAI_API_KEY_FILE
+    config["database"] = "kestrel.db"  # relative: beside the configuration
+    (etc / "kestrel.yaml").write_text(yaml.safe_dump(config))
+    env = clean_env(**SERVICE_LINKS)
+    for name in ("SLACK_SIGNING_SECRET", "SLACK_BOT_TOKEN", "SLACK_APP_TOKEN", "DISCORD_TOKEN"):
+        env.pop(name, None)
+    for name, value in IN_FILES.items():
+        (secrets / name).write_text(value + "\n")
+        env[f"{name}_FILE"] = str(secrets / name)
+    env.update(
+        KESTREL_CONFIG=str(etc / "kestrel.yaml"),
+        KESTREL_LOG_FORMAT="json",
+        SLACK_SIGNING_SECRET=SIGNING_SECRET,
+        SLACK_API_URL=slack_url,
+        DISCORD_API_URL=discord_url,
+    )
+    return env
+
+
+async def readyz(port: int, path: str) -> tuple[int, dict[str, Any]]:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"http://127.0.0.1:{port}{path}") as response,
+    ):
+        return response.status, await response.json()
+
+
+async def gauges(port: int) -> dict[str, float]:
+    """``kestrel_ready`` and ``kestrel_platform_connected`` as /metrics shows them."""
+    headers = {"Authorization": f"Bearer {IN_FILES['KESTREL_WEB_TOKEN']}"}
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"http://127.0.0.1:{port}/metrics", headers=headers) as response,
+    ):
+        assert response.status == 200
+        text = await response.text()
+    found = {}
+    for line in text.splitlines():
+        if line.startswith(("kestrel_ready ", "kestrel_platform_connected{")):
+            name, value = line.rsplit(" ", 1)
+            found[name] = float(value)
+    return found
+
+
+def health_command(port: int, path: str) -> int:
+    """The image's HEALTHCHECK as written (``kestrel health --url …``), at this port and path."""
+    argv = healthcheck_argv()
+    url = argv[argv.index("--url") + 1].replace(":3000/", f":{port}/").rsplit("/", 1)[0] + path
+    argv[argv.index("--url") + 1] = url
+    assert argv[0] == "kestrel"
+    done = subprocess.run([*KESTREL, *argv[1:]], capture_output=True, timeout=30, check=False)
+    return done.returncode
+
+
+async def test_readiness_follows_every_dependency_and_no_secret_is_logged(tmp_path: Path) -> None:
+    script = [{"text": "checked: all good"}]
+    async with FakeOpenAI(script) as model, FakeSlackApi() as slack, FakeDiscord() as discord:
+        env = prepare(tmp_path, model.base_url, slack.url, discord.api_url)
+        port = free_port()
+        args, paths = chart_argv(port)
+        (tmp_path / "run").mkdir()
+        # Debug level writes more than a pipe holds: to a file, read at the end.
+        log = (tmp_path / "stderr.log").open("w+")
+        process = subprocess.Popen(  # noqa: ASYNC220 - a process that outlives this call
+            [*KESTREL, *args],  # the image's ENTRYPOINT ["kestrel"], then the chart's args
+            env=env,
+            cwd=tmp_path / "run",
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        try:
+            await wait_healthy(port, process)
+            ready = paths["readinessProbe"]
+            assert (await readyz(port, paths["livenessProbe"]))[0] == 200
+            await until(lambda: _status_is(port, ready, 200), timeout=20)
+            assert await asyncio.to_thread(health_command, port, "/healthz") == 0
+            assert await asyncio.to_thread(health_command, port, ready) == 0
+            assert await gauges(port) == {
+                "kestrel_ready": 1.0,
+                'kestrel_platform_connected{platform="slack"}': 1.0,
+                'kestrel_platform_connected{platform="discord"}': 1.0,
+            }
+
+            # Slack's socket drops and Slack refuses a new one for a while.
+            slack.refuse("apps.connections.open", "internal_error")
+            await slack.close_sockets()
+            body = await until(lambda: _problems_when_down(port, ready), timeout=20)
+            assert list(body["problems"]) == ["slack"], body
+            said = await gauges(port)
+            assert said["kestrel_ready"] == 0.0
+            assert said['kestrel_platform_connected{platform="slack"}'] == 0.0
+            assert await asyncio.to_thread(health_command, port, ready) == 1
+            assert await asyncio.to_thread(health_command, port, "/healthz") == 0  # alive
+            slack.clear_faults("apps.connections.open")
+            await until(lambda: _status_is(port, ready, 200), timeout=25)
+
+            # Discord's gateway drops and refuses connections for a while.
+            discord.gateway_refused = True
+            await discord.close_gateway(4000)
+            body = await until(lambda: _problems_when_down(port, ready), timeout=20)
+            assert list(body["problems"]) == ["discord"], body
+            assert body["platforms"] == {"slack": True, "discord": False}
+            discord.gateway_refused = False
+            await until(lambda: _status_is(port, ready, 200), timeout=25)
+
+            # A newer Kestrel migrated the shared store: this replica is no longer ready.
+            journal = tmp_path / "etc" / "kestrel.db"
+            _schema(
+                journal,
+                "INSERT INTO schema_version(version, applied_at)"
+                " SELECT MAX(version) + 1, MAX(applied_at) FROM schema_version",
+            )
+            body = await until(lambda: _problems_when_down(port, ready), timeout=20)
+            assert "schema version" in body["problems"]["store"], body
+            _schema(
+                journal,
+                "DELETE FROM schema_version"
+                " WHERE version = (SELECT MAX(version) FROM schema_version)",
+            )
+            await until(lambda: _status_is(port, ready, 200), timeout=20)
+
+            # A mention still flows after all that, its lines naming the run.
+            mention = event_callback(app_mention(REQUESTER, "is checkout fine?"))
+            await slack.wait_for_ack(await slack.socket_send(events_api_envelope(mention), 20))
+            await slack.wait_for(lambda c: "all good" in json.dumps(c.args), timeout=20)
+            await discord.dispatch(
+                "MESSAGE_CREATE", p.message_create(author_id=REQUESTER, content="just chatting")
+            )
+        finally:
+            process.send_signal(signal.SIGTERM)
+            await asyncio.to_thread(process.wait, timeout=40)
+            log.close()
+    err = (tmp_path / "stderr.log").read_text()
+    assert process.returncode == 0, err[-3000:]
+    assert [secret for secret in SECRETS if secret in err] == []
+    lines = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+    assert len(lines) > 50  # debug level: bolt's, discord.py's, aiohttp's and ours
+    assert all(line["ts"].endswith("Z") for line in lines)
+    levels = {line["level"] for line in lines}
+    assert "debug" in levels
+    loggers = {line["logger"].split(".")[0] for line in lines}
+    assert {"slack_sdk", "discord", "kestrel"} <= loggers, loggers
+    assert any("run_id" in line for line in lines)
+    assert all(line.get("replica") for line in lines if line["logger"].startswith("kestrel."))
+    assert {line.get("platform") for line in lines} >= {"slack", "discord"}
+    assert "unknown variable" not in err
+
+
+async def _status_is(port: int, path: str, status: int) -> bool:
+    return (await readyz(port, path))[0] == status
+
+
+async def _problems_when_down(port: int, path: str) -> dict[str, Any] | None:
+    status, body = await readyz(port, path)
+    return body if status == 503 else None
+
+
+def _schema(journal: Path, statement: str) -> None:
+    with sqlite3.connect(journal, timeout=10) as conn:
+        conn.execute(statement)
