@@ -380,11 +380,13 @@ class ChatService:
         return refusal
 
     async def _shows(self, user: Actor, key: str, ref: str) -> bool:
-        """Whether the platform message ``ref`` is the one the outbox shows under ``key``."""
+        """Whether the platform message ``ref`` may be the one the outbox shows under ``key``:
+        it is, or the card was posted by a replica that died before it recorded which message
+        it is (the place check still holds, and a later delivery records it)."""
         if user.place is None:
             return False
         shown = await self._rt.store.get_message(f"{user.place.platform}:{key}")
-        return shown is not None and bool(shown.ref) and shown.ref == ref
+        return shown is not None and shown.ref in ("", ref)
 
     async def ended(self, run_id: str) -> bool:
         """Whether the run has a terminal result."""

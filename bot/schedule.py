@@ -7,8 +7,10 @@ and two processes sharing it never fire the same thing twice.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Protocol
 
@@ -59,8 +61,10 @@ class Scheduler:
             self._schedule_prompt(name, self.clock())
         # Other replicas open requests this one hears nothing of: sweep the store regularly.
         every = max(self.supervisor.rt.lease_seconds / 2, 1.0)
-        self._aps.add_job(self.supervisor.adopt_orphans, "interval", seconds=every, id="adopt")
-        self._aps.add_job(self.sweep, "interval", seconds=every, id="sweep")
+        self._aps.add_job(
+            _job(self.supervisor.adopt_orphans), "interval", seconds=every, id="adopt"
+        )
+        self._aps.add_job(_job(self.sweep), "interval", seconds=every, id="sweep")
         self.supervisor.rt.events.add(self)
 
     async def stop(self) -> None:
@@ -113,7 +117,7 @@ class Scheduler:
             return
         for when in (request.deadline - self._remind_before(), request.deadline):
             self._aps.add_job(
-                self.sweep,
+                _job(self.sweep),
                 DateTrigger(run_date=max(when, self.clock())),
                 id=f"{request.id}:{when.isoformat()}",
                 replace_existing=True,
@@ -128,7 +132,7 @@ class Scheduler:
         if at is None:
             return
         self._aps.add_job(
-            self._occurrence,
+            _job(self._occurrence),
             DateTrigger(run_date=at),
             args=(name, at),
             id=f"cron:{name}",
@@ -139,3 +143,17 @@ class Scheduler:
     async def _occurrence(self, name: str, at: datetime) -> None:
         self._schedule_prompt(name, at + timedelta(seconds=1))
         await self.fire_prompt(name, at)
+
+
+def _job(work: Callable[..., Awaitable[object]]) -> Callable[..., Awaitable[None]]:
+    """``work`` as a scheduler job: a job under way when the scheduler shuts down is cancelled,
+    which APScheduler would log with a traceback; it is said in one debug line instead."""
+
+    @functools.wraps(work)
+    async def job(*args: object) -> None:
+        try:
+            await work(*args)
+        except asyncio.CancelledError:
+            log.debug("scheduler: %s stopped at shutdown", getattr(work, "__name__", work))
+
+    return job

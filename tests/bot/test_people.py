@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from bot.config import DeadlineSettings, ScheduledPrompt
 from bot.domain import (
@@ -34,10 +36,11 @@ from bot.policy import Actor, Policy, PolicyRules
 from bot.prompter import DeferringPrompter
 from bot.records import RunRecord
 from bot.runtime import Runtime
-from bot.schedule import Scheduler
+from bot.schedule import Scheduler, _job
 from bot.supervisor import Supervisor
 from bot.tools.ask_human import ask_human_tools
 from tests.fakes.runtime import Counter, call, counting_tools, make_runtime, reply
+from tests.fakes.waiting import until
 
 POLICY = PolicyRules(
     approvers={"*": ["U0APPROVER", "group:S0SRE"], "deploy": ["U0DEPLOYER"]},
@@ -440,3 +443,22 @@ async def test_requests_of_one_batch_are_answered_independently(tmp_path: Path) 
     ]
     assert outputs[0] == "deployed v2" and outputs[1].startswith("tonight")
     await rt.store.close()
+
+
+async def test_a_job_under_way_at_shutdown_stops_without_a_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    started = asyncio.Event()
+
+    async def sweeping() -> None:
+        started.set()
+        await asyncio.Event().wait()  # still under way when the scheduler stops
+
+    scheduler = AsyncIOScheduler(timezone="UTC")
+    scheduler.start()
+    scheduler.add_job(_job(sweeping), "date", run_date=utcnow(), misfire_grace_time=None)
+    await asyncio.wait_for(started.wait(), 10)
+    with caplog.at_level(logging.DEBUG):
+        scheduler.shutdown(wait=False)
+        await until(lambda: any("stopped at shutdown" in r.getMessage() for r in caplog.records))
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []

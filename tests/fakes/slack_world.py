@@ -242,7 +242,7 @@ class SlackWorld:
             user,
             action_id,
             value,
-            channel=card.args["channel"],
+            channel=kw.pop("channel", card.args["channel"]),
             message_ts=ts,
             thread_ts=card.args.get("thread_ts"),
             **kw,

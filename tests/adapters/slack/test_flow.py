@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -230,3 +231,23 @@ async def test_a_click_after_the_deadline_is_refused(tmp_path: Path) -> None:
         note = await world.ephemeral_to(APPROVER)
         assert "expired" in note.args["text"]
         assert world.executions == []
+
+
+async def test_a_card_whose_message_id_was_not_recorded_still_takes_its_click(
+    tmp_path: Path,
+) -> None:
+    # The replica that posted the card died before recording which message it is: the click on
+    # it counts (from the run's thread; the place is checked as ever), and one from elsewhere
+    # does not.
+    async with slack_world(tmp_path, restart_script()) as world:
+        await world.mention("checkout is failing")
+        card = await world.card()
+        await world.settled()
+        with sqlite3.connect(tmp_path / "kestrel.db", timeout=10) as db:
+            db.execute("UPDATE outbox SET ref = '', delivered_version = 0 WHERE key LIKE '%card:%'")
+        await world.click(card, ids.APPROVE_ONCE, user=APPROVER, channel="C0OTHER")
+        note = await world.ephemeral_to(APPROVER)
+        assert "another channel" in note.args["text"]
+        await world.click(card, ids.APPROVE_ONCE, user=APPROVER)
+        await world.answer_posted()
+        assert world.executions == ["checkout"]
