@@ -151,8 +151,10 @@ async def test_progress_falls_back_to_one_message_edited_in_place(tmp_path: Path
         ]
         assert len(statuses) == 1, "one status message, not one per step"
         assert statuses[0].args["thread_ts"] == thread
+        # Its last version shows the step done: edited in place, or (when the outbox caught up
+        # only once the step was over) posted as it stood then.
         edits = [c for c in world.api.calls_to("chat.update") if "done" in json.dumps(c.args)]
-        assert edits, "the status message was not edited in place"
+        assert edits or "done" in json.dumps(statuses[0].args), "the status never showed done"
 
 
 async def test_messages_in_threads_without_a_question_are_ignored(tmp_path: Path) -> None:
