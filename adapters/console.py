@@ -44,8 +44,8 @@ from bot.events import (
 )
 from bot.journal.fold import RunState
 from bot.policy import Actor, NotPermitted
+from bot.run.supervisor import LiveRun, ResumeRefused
 from bot.store import StoreError
-from bot.supervisor import LiveRun, ResumeRefused
 from bot.text import printable, unmask_links
 from bot.tools.ask_human import answer_refusal, match_option
 

@@ -13,11 +13,11 @@ from typing import IO, Any
 
 from bot.domain import Budgets, ToolCall
 from bot.events import FanOut
-from bot.hooks import HookContext, Hooks, ToolVerdict
 from bot.llm.scripted import ScriptedProvider
 from bot.pii.guard import PiiGuard, PiiMode, PiiSettings
 from bot.pii.hooks import pii_hooks
-from bot.runtime import Runtime, ToolSource
+from bot.run.hooks import HookContext, Hooks, ToolVerdict
+from bot.run.runtime import Runtime, ToolSource
 from bot.store import Store
 from bot.tools.builtin import builtin_tools
 from bot.tools.toolset import ToolSet

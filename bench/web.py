@@ -77,8 +77,8 @@ from bot.journal.entries import (
     UserMessageEntry,
 )
 from bot.records import RunRecord
+from bot.run.supervisor import Supervisor
 from bot.store import Store
-from bot.supervisor import Supervisor
 from tests.fakes.runtime import make_runtime
 
 ENTRIES: Final = 1_000

@@ -33,7 +33,7 @@ from bot.store import AuditRecord, Requests, UnknownRun
 from bot.tools.base import ToolFlags
 
 if TYPE_CHECKING:  # the read-only commands import this module without starting any run
-    from bot.supervisor import LiveRun, Supervisor
+    from bot.run.supervisor import LiveRun, Supervisor
 
 
 @dataclass(frozen=True)
@@ -186,7 +186,7 @@ class ChatService:
         answered = await self._supervisor.answer(decision, run_id=run_id, actor=user, digest=digest)
         if not answered.accepted or not answered.ready:
             return Decided(answered.accepted, answered.message)
-        from bot.supervisor import ResumeRefused
+        from bot.run.supervisor import ResumeRefused
 
         try:
             live = await self._supervisor.resume(run_id, claimed=answered.claimed, by=user.user)

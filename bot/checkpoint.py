@@ -16,7 +16,7 @@ from bot.journal.fold import RunState
 from bot.place import Place
 from bot.policy import Actor
 from bot.prompter import Prompter
-from bot.runtime import Runtime
+from bot.run.runtime import Runtime
 from bot.store import Audited, Settled
 from bot.tools.ask_human import answer_refusal, match_option
 

@@ -14,8 +14,8 @@ from bot.chat import ChatService, RunView
 from bot.domain import TERMINAL_STATUSES, DecisionKind, Request, RequestKind, Session
 from bot.policy import Actor, NotPermitted
 from bot.prompter import DeferringPrompter
+from bot.run.supervisor import ResumeRefused
 from bot.store import StoreError, UnknownRun
-from bot.supervisor import ResumeRefused
 
 THREAD_COMMANDS = ("status", "cancel", "resume")
 HELP = (

@@ -22,7 +22,7 @@ from bot.domain import new_id
 from bot.store import StoreError, UnknownRun
 
 if TYPE_CHECKING:
-    from bot.supervisor import Supervisor
+    from bot.run.supervisor import Supervisor
 
 log = logging.getLogger("kestrel.inbound")
 

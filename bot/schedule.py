@@ -21,8 +21,8 @@ from bot.config import DeadlineSettings, ScheduledPrompt
 from bot.cron import parse_cron
 from bot.domain import Request, utcnow
 from bot.events import Event, RequestOpenedEvent, RequestReminderEvent
+from bot.run.supervisor import LiveRun, Supervisor
 from bot.store import AuditLog, OnceMarks, Requests
-from bot.supervisor import LiveRun, Supervisor
 
 log = logging.getLogger("kestrel.schedule")
 

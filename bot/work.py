@@ -13,8 +13,8 @@ from bot.inbound import Accepted, Inbound
 from bot.policy import Actor
 from bot.prompter import DeferringPrompter
 from bot.records import WorkItem
+from bot.run.supervisor import LiveRun, ResumeRefused, Supervisor
 from bot.store import ReplicaRegistry, RunRows, StoreError, UnknownRun, WorkQueue
-from bot.supervisor import LiveRun, ResumeRefused, Supervisor
 
 log = logging.getLogger("kestrel.work")
 

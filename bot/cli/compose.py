@@ -18,10 +18,10 @@ from bot.config_sources import ENV_FILE, dotenv, secret_file_paths, sqlite_file
 # store alone and must not pay for the model client, the tool catalogs or the PII scanner.
 if TYPE_CHECKING:
     from bot.config import Settings
-    from bot.hooks import Hooks
     from bot.llm.base import ModelProvider
     from bot.pii.guard import PiiGuard
-    from bot.runtime import Runtime, ToolSource
+    from bot.run.hooks import Hooks
+    from bot.run.runtime import Runtime, ToolSource
     from bot.store import Store
     from bot.tools.base import ToolFlags
     from bot.tools.isolation import Isolation
@@ -161,7 +161,7 @@ def build_guard(settings: Settings) -> PiiGuard:
 
 def build_hooks(settings: Settings) -> Hooks:
     """The caller's hooks named in the settings."""
-    from bot.hooks import Hooks
+    from bot.run.hooks import Hooks
 
     section = settings.hooks
     try:
@@ -265,7 +265,7 @@ async def tool_source(settings: Settings) -> AsyncIterator[ToolSource]:
 
     The ``mcp`` package is imported only then: it is an optional extra and slow to import.
     """
-    from bot.runtime import ToolSource
+    from bot.run.runtime import ToolSource
     from bot.tools.toolset import ToolCollision
 
     builtin = build_tools(settings, checked_isolation(settings))
@@ -296,7 +296,7 @@ async def runtime(settings: Settings) -> AsyncIterator[Runtime]:
     from bot.events import FanOut, LogSink
     from bot.pii.hooks import pii_hooks
     from bot.policy import Policy
-    from bot.runtime import Runtime
+    from bot.run.runtime import Runtime
 
     model = build_model(settings)
     guard = build_guard(settings)

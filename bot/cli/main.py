@@ -23,9 +23,9 @@ if TYPE_CHECKING:
     from bot.chat import PendingRequest
     from bot.config import Settings
     from bot.domain import DecisionKind
-    from bot.runtime import Runtime
+    from bot.run.runtime import Runtime
+    from bot.run.supervisor import Supervisor
     from bot.store import Store
-    from bot.supervisor import Supervisor
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -78,7 +78,7 @@ def one_line_errors(fn: Callable[P, R]) -> Callable[P, R]:
 _USER_ERRORS = (
     ("bot.config_sources", "ConfigError"),
     ("bot.store", "StoreError"),
-    ("bot.supervisor", "ResumeRefused"),
+    ("bot.run.supervisor", "ResumeRefused"),
     ("bot.policy", "NotPermitted"),
 )
 
@@ -205,7 +205,7 @@ def chat(user: str | None) -> None:
 
     from adapters.console import ConsoleChat, ConsoleIO
     from bot.chat import ChatService
-    from bot.supervisor import Supervisor
+    from bot.run.supervisor import Supervisor
 
     settings = settings_of(click.get_current_context())
     user = terminal_user(user)
@@ -257,9 +257,9 @@ def serve(platforms: tuple[str, ...], port: int | None, host: str) -> None:
     import gc
 
     from bot.cli.serving import ChatFront
+    from bot.run.supervisor import Supervisor
     from bot.schedule import Scheduler
     from bot.store import StoreError
-    from bot.supervisor import Supervisor
     from bot.work import WorkTaker
 
     settings = settings_of(click.get_current_context())
@@ -425,7 +425,7 @@ def run(prompt: str, as_json: bool, defer: bool, user: str | None) -> None:
     from bot.chat import ChatService
     from bot.policy import Actor
     from bot.prompter import DeferringPrompter
-    from bot.supervisor import Supervisor
+    from bot.run.supervisor import Supervisor
 
     async def work(rt: Runtime) -> dict[str, Any]:
         supervisor = Supervisor(rt)
@@ -558,7 +558,7 @@ def runs_export(run_id: str, html_file: Path) -> None:
     """A run's page as one self-contained HTML file, for an incident report."""
     from adapters.web.export import write_export
     from bot.chat import ChatService
-    from bot.supervisor import Supervisor
+    from bot.run.supervisor import Supervisor
 
     partial = html_file.with_name(f".{html_file.name}.partial")
 
@@ -590,7 +590,7 @@ def runs_resume(run_id: str, force: bool, as_json: bool, user: str | None) -> No
     """Continue a suspended run from its journal."""
     from bot.chat import ChatService
     from bot.policy import Actor
-    from bot.supervisor import Supervisor
+    from bot.run.supervisor import Supervisor
 
     async def work(rt: Runtime) -> dict[str, Any]:
         supervisor = Supervisor(rt)
@@ -620,7 +620,7 @@ def runs_cancel(run_id: str, user: str | None) -> None:
     """Cancel a run: its requester or on-call (policy.oncall) may; audited either way."""
     from bot.chat import ChatService
     from bot.policy import Actor
-    from bot.supervisor import Supervisor
+    from bot.run.supervisor import Supervisor
 
     async def work(rt: Runtime) -> str:
         actor = Actor(terminal_user(user))
@@ -690,7 +690,7 @@ def _pending_in_full() -> list[Pending]:
 def _decide(run_id: str, request_id: str, kind: DecisionKind, text: str, user: str | None) -> None:
     from bot.chat import ChatService
     from bot.policy import Actor
-    from bot.supervisor import Supervisor
+    from bot.run.supervisor import Supervisor
 
     async def work(rt: Runtime) -> str:
         supervisor = Supervisor(rt)

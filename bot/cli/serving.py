@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from adapters.web.auth import WebConfig
     from bot.links import RunLink
     from bot.metrics import Metrics
-    from bot.supervisor import Supervisor
+    from bot.run.supervisor import Supervisor
 
 DEFAULT_PORT = 3000
 # What aiohttp says of a request it cannot parse (a URL or header over 8 KiB, bytes that are not

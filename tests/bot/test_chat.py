@@ -11,7 +11,7 @@ from bot.chat import ChatService
 from bot.domain import DecisionKind, RequestKind, RunStatus, Session, new_id
 from bot.policy import Actor, NotPermitted, Policy, PolicyRules
 from bot.prompter import DeferringPrompter
-from bot.supervisor import Supervisor
+from bot.run.supervisor import Supervisor
 from tests.fakes.runtime import (
     Counter,
     ScriptedPrompter,

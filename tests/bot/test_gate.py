@@ -16,7 +16,7 @@ from bot.domain import (
     RequestMaker,
     call_digest,
 )
-from bot.gate import Gate, GateVerdict
+from bot.run.gate import Gate, GateVerdict
 from bot.tools.base import Tool, ToolContext, ToolFlags, ToolResult
 
 RUN = "run_g"

@@ -21,8 +21,8 @@ from bot.metrics import CONTENT_TYPE, Metrics
 from bot.policy import Actor, Policy, PolicyRules
 from bot.prompter import DeferringPrompter
 from bot.records import RunRecord
-from bot.runtime import Runtime
-from bot.supervisor import Supervisor
+from bot.run.runtime import Runtime
+from bot.run.supervisor import Supervisor
 from tests.fakes.runtime import Counter, call, counting_tools, make_runtime, reply
 
 POLICY = PolicyRules(requesters=["U0REQ"], approvers={"deploy": ["U0BOSS"]})

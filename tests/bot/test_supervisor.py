@@ -29,9 +29,9 @@ from bot.journal.entries import RunSuspended, ToolResultEntry
 from bot.journal.fold import fold
 from bot.policy import Actor
 from bot.prompter import DeferringPrompter
-from bot.runtime import Runtime
+from bot.run.runtime import Runtime
+from bot.run.supervisor import Supervisor
 from bot.schedule import Scheduler
-from bot.supervisor import Supervisor
 from bot.tools.base import Tool
 from bot.tools.python import function_tool
 from tests.fakes.runtime import Counter, call, counting_tools, make_runtime, reply

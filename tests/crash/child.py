@@ -26,9 +26,9 @@ from bot.llm.openai_provider import OpenAIProvider
 from bot.policy import Actor
 from bot.prompter import DeferringPrompter
 from bot.records import RunRecord
-from bot.runtime import Runtime, ToolSource
+from bot.run.runtime import Runtime, ToolSource
+from bot.run.supervisor import LiveRun, ResumeRefused, Supervisor
 from bot.store import Audited, Settled
-from bot.supervisor import LiveRun, ResumeRefused, Supervisor
 from bot.tools.catalog import load_catalog
 from bot.tools.isolation import Isolation
 from bot.tools.toolset import ToolSet

@@ -9,7 +9,6 @@ from typing import Any
 
 from bot.domain import TerminalResult
 from bot.events import AdvisoryEvent, EventSink
-from bot.hooks import HookContext, Hooks
 from bot.journal.entries import ToolResultEntry, UserMessageEntry
 from bot.journal.fold import RunState
 from bot.llm.base import (
@@ -25,8 +24,9 @@ from bot.pii.guard import PiiGuard
 from bot.pii.hooks import pii_hooks
 from bot.prompter import Prompter
 from bot.records import JournalRecord
-from bot.runtime import Runtime
-from bot.supervisor import Supervisor
+from bot.run.hooks import HookContext, Hooks
+from bot.run.runtime import Runtime
+from bot.run.supervisor import Supervisor
 from bot.tools.base import Tool
 from tests.fakes.runtime import Counter, Recorder, counting_tools, make_runtime
 

@@ -22,8 +22,8 @@ from adapters.slack.settings import SlackSettings
 from bot.chat import ChatService
 from bot.cli import compose
 from bot.config import load_settings
-from bot.runtime import Runtime
-from bot.supervisor import Supervisor
+from bot.run.runtime import Runtime
+from bot.run.supervisor import Supervisor
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.slack_api import Call, FakeSlackApi
 from tests.fakes.slack_client import SlackSender, app_mention, block_actions, message

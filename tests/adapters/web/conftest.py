@@ -19,7 +19,7 @@ from bot.config import WebSettings
 from bot.domain import Session
 from bot.policy import Actor, Policy, PolicyRules
 from bot.prompter import DeferringPrompter
-from bot.supervisor import Supervisor
+from bot.run.supervisor import Supervisor
 from tests.fakes.runtime import Counter, counting_tools, make_runtime
 
 TOKEN = "operator-token-0123456789"

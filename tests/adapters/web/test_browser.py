@@ -30,7 +30,7 @@ from bot.domain import DecisionKind, RunStatus, Session
 from bot.links import LinkSigner
 from bot.policy import Actor, Policy, PolicyRules
 from bot.prompter import DeferringPrompter
-from bot.supervisor import LiveRun, Supervisor
+from bot.run.supervisor import LiveRun, Supervisor
 from bot.tools.base import Tool
 from bot.tools.python import function_tool
 from tests.fakes.browser import browser_or_skip

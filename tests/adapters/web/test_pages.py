@@ -47,7 +47,7 @@ from bot.journal.fold import fold
 from bot.pii.guard import WITHHELD_MESSAGE
 from bot.policy import Actor
 from bot.records import JournalRecord, RunRecord
-from bot.supervisor import Supervisor
+from bot.run.supervisor import Supervisor
 from tests.adapters.web.conftest import HOSTILE, TOKEN, Site, serve
 from tests.fakes.runtime import make_runtime
 

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bot.checkpoint import Answered, Checkpoint
-from bot.context import RunContext
 from bot.domain import (
     TERMINAL_STATUSES,
     Decision,
@@ -32,17 +31,18 @@ from bot.events import (
     RunStartedEvent,
     RunTakenOverEvent,
 )
-from bot.hooks import HookContext, HookFailure, Hooks
 from bot.journal.entries import Entry, RunEnded, RunResumed, RunStarted, UserMessageEntry
 from bot.journal.fold import RunState, fold
 from bot.journal.writer import RunJournal, TakenOver
 from bot.llm.base import UserMessage
 from bot.logs import run_context
-from bot.loop import AgentLoop, LoopDeps, Signals
 from bot.policy import Actor, NotPermitted
 from bot.prompter import DeferringPrompter, Prompter
 from bot.records import RunRecord
-from bot.runtime import Runtime
+from bot.run.context import RunContext
+from bot.run.hooks import HookContext, HookFailure, Hooks
+from bot.run.loop import AgentLoop, LoopDeps, Signals
+from bot.run.runtime import Runtime
 from bot.store import StoreError
 
 log = logging.getLogger("kestrel.supervisor")

@@ -11,7 +11,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bot.context import RunContext
 from bot.domain import (
     AssistantTurn,
     Decision,
@@ -33,9 +32,6 @@ from bot.events import (
     RunResumedEvent,
     RunSuspendedEvent,
 )
-from bot.execute import CallEnv, HookAbort, execute_tool, post_tool
-from bot.gate import Gate
-from bot.interrupt import Interrupt, Interrupted
 from bot.journal.entries import (
     AdvisoryEntry,
     AnswerSupplied,
@@ -49,7 +45,11 @@ from bot.journal.entries import (
 from bot.journal.fold import CallState, RunState
 from bot.journal.writer import TakenOver
 from bot.llm.base import ModelError, ModelProvider
-from bot.telemetry import span
+from bot.run.context import RunContext
+from bot.run.execute import CallEnv, HookAbort, execute_tool, post_tool
+from bot.run.gate import Gate
+from bot.run.interrupt import Interrupt, Interrupted
+from bot.run.telemetry import span
 from bot.tools import orphans
 from bot.tools.toolset import ToolSet
 

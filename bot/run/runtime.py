@@ -14,9 +14,9 @@ from bot.audit_detail import Redact, unchanged
 from bot.config import DeadlineSettings
 from bot.domain import Budgets, Fingerprint, Request, new_id
 from bot.events import FanOut
-from bot.hooks import Hooks
 from bot.llm.base import ModelProvider
 from bot.policy import Policy, PolicyRules
+from bot.run.hooks import Hooks
 from bot.store import Store
 from bot.tools.toolset import ToolSet
 

@@ -11,7 +11,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from bot.context import RunContext
 from bot.domain import Request, ToolCall, ToolOutcome, new_id
 from bot.events import (
     AdvisoryEvent,
@@ -19,9 +18,6 @@ from bot.events import (
     ToolExitEvent,
     ToolStartedEvent,
 )
-from bot.gate import Gate
-from bot.hooks import HookFailure
-from bot.interrupt import Interrupt, Interrupted
 from bot.journal.entries import (
     GrantWritten,
     ToolDeferred,
@@ -31,7 +27,11 @@ from bot.journal.entries import (
 )
 from bot.journal.writer import TakenOver
 from bot.nesting import MAX_DEPTH, too_deep
-from bot.telemetry import span
+from bot.run.context import RunContext
+from bot.run.gate import Gate
+from bot.run.hooks import HookFailure
+from bot.run.interrupt import Interrupt, Interrupted
+from bot.run.telemetry import span
 from bot.tools import orphans
 from bot.tools.base import Deferral, Tool, ToolContext, ToolResult
 from bot.tools.toolset import ToolSet

@@ -8,10 +8,10 @@ from pathlib import Path
 
 from bot.domain import Request, RequestMaker, unstamped
 from bot.events import EventSink
-from bot.hooks import HookContext, Hooks
-from bot.interrupt import Interrupt
 from bot.journal.writer import RunJournal
 from bot.prompter import Prompter
+from bot.run.hooks import HookContext, Hooks
+from bot.run.interrupt import Interrupt
 
 
 @dataclass
