@@ -43,7 +43,7 @@ from bot.events import (
     ToolStartedEvent,
 )
 from bot.journal.fold import RunState
-from bot.policy import Actor, NotPermitted
+from bot.people.policy import Actor, NotPermitted
 from bot.run.supervisor import LiveRun, ResumeRefused
 from bot.store import StoreError
 from bot.text import printable, unmask_links

@@ -17,9 +17,10 @@ from bot.llm.scripted import ScriptedProvider
 from bot.pii.guard import PiiGuard, PiiMode, PiiSettings
 from bot.pii.hooks import pii_hooks
 from bot.run.hooks import HookContext, Hooks, ToolVerdict
-from bot.run.runtime import Runtime, ToolSource
+from bot.run.runtime import Runtime
 from bot.store import Store
 from bot.tools.builtin import builtin_tools
+from bot.tools.source import ToolSource
 from bot.tools.toolset import ToolSet
 
 

@@ -26,11 +26,12 @@ from bench.common import bench_command, expect, median, spawn, stop
 from bench.stores import connection, open_store, prepare, scratch
 from bot.events import FanOut
 from bot.llm.scripted import ScriptedProvider
-from bot.run.runtime import Runtime, ToolSource
+from bot.run.runtime import Runtime
 from bot.run.supervisor import Supervisor
 from bot.store import Store
 from bot.tools.base import ToolContext
 from bot.tools.python import function_tool
+from bot.tools.source import ToolSource
 from bot.tools.toolset import ToolSet
 
 LEASE = 1.0

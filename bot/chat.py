@@ -24,8 +24,8 @@ from bot.inbound import Accepted, Delivery, Inbound
 from bot.journal.fold import RunState, fold
 from bot.logs import REQUEST_ID
 from bot.outbox import card_key
+from bot.people.policy import Actor, NotPermitted, Policy
 from bot.place import Place
-from bot.policy import Actor, NotPermitted, Policy
 from bot.prompter import Prompter
 from bot.records import JournalRecord, RunRecord
 from bot.run_summary import PAGE_ENTRIES, RunSummaries
@@ -208,7 +208,7 @@ class ChatService:
             text = found.request.options[0]  # the person, not the answer, is checked here
         decision = Decision(request_id=request_id, kind=kind, by=user.user, text=text or "")
         run_id = found.request.run_id
-        return await self._supervisor.checkpoint.refusal(decision, run_id=run_id, actor=user)
+        return await self._supervisor.decisions.refusal(decision, run_id=run_id, actor=user)
 
     async def request(self, request_id: str, *, user: Actor | None = None) -> RequestView | None:
         """A request with its status, decision, who may answer it and why it was asked;
@@ -365,7 +365,7 @@ class ChatService:
         return await self._place(run_id)
 
     async def _place(self, run_id: str) -> Place:
-        return await self._supervisor.checkpoint.place_of(run_id)
+        return await self._supervisor.decisions.place_of(run_id)
 
     async def _misplaced(self, user: Actor, run_id: str, verb: str, request_id: str = "") -> str:
         """Why ``user`` may not act on the run from where they are (audited); empty if they

@@ -40,8 +40,8 @@ from bot.config_sources import (
 from bot.config_sources import ConfigError as ConfigError
 from bot.cron import parse_cron
 from bot.domain import Budgets
+from bot.people.policy import PolicyRules
 from bot.pii.settings import PiiSettings
-from bot.policy import PolicyRules
 
 # Settings whose variable is not KESTREL_<NAME>: the variable's name, by setting.
 _VARIABLE_OF: Final = {

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from bot.chat import ChatService, RunView
 from bot.domain import TERMINAL_STATUSES, DecisionKind, Request, RequestKind, Session
-from bot.policy import Actor, NotPermitted
+from bot.people.policy import Actor, NotPermitted
 from bot.prompter import DeferringPrompter
 from bot.run.supervisor import ResumeRefused
 from bot.store import StoreError, UnknownRun

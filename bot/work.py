@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 from bot.domain import Session, new_id
 from bot.inbound import Accepted, Inbound
-from bot.policy import Actor
+from bot.people.policy import Actor
 from bot.prompter import DeferringPrompter
 from bot.records import WorkItem
 from bot.run.supervisor import LiveRun, ResumeRefused, Supervisor

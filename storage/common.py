@@ -14,7 +14,6 @@ from typing import Any, Final, get_args
 
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
-from bot.audit_detail import request_detail
 from bot.domain import Decision, Request, RequestStatus, RunStatus
 from bot.journal.entries import (
     Entry,
@@ -25,6 +24,7 @@ from bot.journal.entries import (
     status_after,
 )
 from bot.outbox import answer_key, owed_answer
+from bot.people.audit import request_detail
 from bot.records import JournalRecord, OutboxMessage, Replica, RunRecord, WorkItem
 from bot.store import JournalTally, SeqConflict, SeqGap, StaleEpoch, StoreError, UnknownRun
 from storage import sql

@@ -30,8 +30,8 @@ from bot.domain import DecisionKind, Session
 from bot.inbound import Accepted, Delivery
 from bot.links import RunLink
 from bot.outbox import Deliveries
+from bot.people.policy import Actor
 from bot.place import Place
-from bot.policy import Actor
 from bot.store import Outbox, StoreError
 from bot.threads import ThreadRenderer
 from bot.user_agent import USER_AGENT

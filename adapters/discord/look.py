@@ -21,7 +21,7 @@ from bot.cards import closing, pretty, shorten, title
 from bot.chat import RequestView, RunView
 from bot.domain import RequestKind, RequestStatus, RunStatus, Session, TerminalResult
 from bot.links import RunLink
-from bot.policy import GROUP_KINDS
+from bot.people.policy import GROUP_KINDS
 from bot.text import unmask_links
 from bot.threads import Body
 

@@ -42,8 +42,8 @@ from bot.chat import ChatService, PendingRequest
 from bot.conversation import HELP, THREAD_COMMANDS, Conversation, Outcome
 from bot.domain import DecisionKind, Session
 from bot.inbound import Delivery
+from bot.people.policy import Actor, NotPermitted
 from bot.place import Place
-from bot.policy import Actor, NotPermitted
 from bot.store import StoreError
 from bot.threads import ThreadRenderer
 

@@ -31,7 +31,7 @@ from bot.domain import (
     Usage,
 )
 from bot.journal.entries import Entry
-from bot.policy import EVERYONE
+from bot.people.policy import EVERYONE
 from bot.records import JournalRecord, RunRecord
 from bot.store import AuditRecord
 
@@ -208,7 +208,7 @@ class RequestItem:
 
 @dataclass(frozen=True, slots=True)
 class AnswerItem:
-    """The run took a decision from the checkpoint."""
+    """The run took a decision from ``Decisions``."""
 
     kind: ClassVar[str] = "answer"
     seq: int

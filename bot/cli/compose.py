@@ -21,10 +21,11 @@ if TYPE_CHECKING:
     from bot.llm.base import ModelProvider
     from bot.pii.guard import PiiGuard
     from bot.run.hooks import Hooks
-    from bot.run.runtime import Runtime, ToolSource
+    from bot.run.runtime import Runtime
     from bot.store import Store
     from bot.tools.base import ToolFlags
     from bot.tools.isolation import Isolation
+    from bot.tools.source import ToolSource
     from bot.tools.toolset import ToolSet
     from storage.postgres import PostgresStore
     from storage.sqlite import SqliteStore
@@ -265,7 +266,7 @@ async def tool_source(settings: Settings) -> AsyncIterator[ToolSource]:
 
     The ``mcp`` package is imported only then: it is an optional extra and slow to import.
     """
-    from bot.run.runtime import ToolSource
+    from bot.tools.source import ToolSource
     from bot.tools.toolset import ToolCollision
 
     builtin = build_tools(settings, checked_isolation(settings))
@@ -294,8 +295,8 @@ async def tool_source(settings: Settings) -> AsyncIterator[ToolSource]:
 async def runtime(settings: Settings) -> AsyncIterator[Runtime]:
     """A runtime for one process; its MCP sessions and store are closed on exit."""
     from bot.events import FanOut, LogSink
+    from bot.people.policy import Policy
     from bot.pii.hooks import pii_hooks
-    from bot.policy import Policy
     from bot.run.runtime import Runtime
 
     model = build_model(settings)

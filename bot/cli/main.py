@@ -79,7 +79,7 @@ _USER_ERRORS = (
     ("bot.config_sources", "ConfigError"),
     ("bot.store", "StoreError"),
     ("bot.run.supervisor", "ResumeRefused"),
-    ("bot.policy", "NotPermitted"),
+    ("bot.people.policy", "NotPermitted"),
 )
 
 
@@ -423,7 +423,7 @@ def run(prompt: str, as_json: bool, defer: bool, user: str | None) -> None:
       128+N  stopped by signal N (130 Ctrl-C, 143 SIGTERM): the run is suspended
     """
     from bot.chat import ChatService
-    from bot.policy import Actor
+    from bot.people.policy import Actor
     from bot.prompter import DeferringPrompter
     from bot.run.supervisor import Supervisor
 
@@ -589,7 +589,7 @@ def runs_export(run_id: str, html_file: Path) -> None:
 def runs_resume(run_id: str, force: bool, as_json: bool, user: str | None) -> None:
     """Continue a suspended run from its journal."""
     from bot.chat import ChatService
-    from bot.policy import Actor
+    from bot.people.policy import Actor
     from bot.run.supervisor import Supervisor
 
     async def work(rt: Runtime) -> dict[str, Any]:
@@ -619,7 +619,7 @@ def runs_resume(run_id: str, force: bool, as_json: bool, user: str | None) -> No
 def runs_cancel(run_id: str, user: str | None) -> None:
     """Cancel a run: its requester or on-call (policy.oncall) may; audited either way."""
     from bot.chat import ChatService
-    from bot.policy import Actor
+    from bot.people.policy import Actor
     from bot.run.supervisor import Supervisor
 
     async def work(rt: Runtime) -> str:
@@ -667,7 +667,7 @@ def _pending_in_full() -> list[Pending]:
     their tags, the store opened."""
     from bot.chat import pending_requests
     from bot.cli import compose
-    from bot.policy import Policy
+    from bot.people.policy import Policy
 
     settings = settings_of(click.get_current_context())
     flags_of = compose.tool_flags(settings)  # the catalog's flags (tags) pick approvers
@@ -689,7 +689,7 @@ def _pending_in_full() -> list[Pending]:
 
 def _decide(run_id: str, request_id: str, kind: DecisionKind, text: str, user: str | None) -> None:
     from bot.chat import ChatService
-    from bot.policy import Actor
+    from bot.people.policy import Actor
     from bot.run.supervisor import Supervisor
 
     async def work(rt: Runtime) -> str:

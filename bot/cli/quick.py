@@ -34,7 +34,7 @@ from bot.config_sources import (
 )
 from bot.kinds import RequestKind
 from bot.nesting import MAX_DEPTH, deeper_than
-from bot.policy import Policy, PolicyRules
+from bot.people.policy import Policy, PolicyRules
 from storage.sqlite_rows import RunRow, Unreadable, open_request_bodies, reads_as_moment
 from storage.sqlite_rows import newest_runs as stored_runs
 

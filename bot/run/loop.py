@@ -299,7 +299,7 @@ class AgentLoop:
             )
 
     async def _look_up_answers(self) -> dict[str, Decision | None]:
-        """The checkpoint's decision for each request the open batch waits on (None while
+        """The decision (``Decisions``) for each request the open batch waits on (None while
         open), read before anything is journaled; a request the store lost is opened again."""
         found: dict[str, Decision | None] = {}
         for call_state in self.state.batch:
@@ -424,7 +424,7 @@ class AgentLoop:
     async def _result(
         self, call_state: CallState, outcome: ToolOutcome, output: str, err: bool, env: CallEnv
     ) -> None:
-        """Journal a result supplied through the checkpoint, after PostToolUse like any other."""
+        """Journal a result supplied through ``Decisions``, after PostToolUse like any other."""
         call = call_state.call
         output = await post_tool(call, output, env)
         entry = ToolResultEntry(

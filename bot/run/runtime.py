@@ -10,38 +10,15 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
-from bot.audit_detail import Redact, unchanged
 from bot.config import DeadlineSettings
 from bot.domain import Budgets, Fingerprint, Request, new_id
 from bot.events import FanOut
 from bot.llm.base import ModelProvider
-from bot.policy import Policy, PolicyRules
+from bot.people.audit import Redact, unchanged
+from bot.people.policy import Policy, PolicyRules
 from bot.run.hooks import Hooks
 from bot.store import Store
-from bot.tools.toolset import ToolSet
-
-
-class ToolSource:
-    """Holds the current immutable tool set, replaced whole, and the advisories about changes."""
-
-    def __init__(self, tools: ToolSet) -> None:
-        self._tools = tools
-        self._advisories: list[str] = []
-
-    def current(self) -> ToolSet:
-        """The whole set as it is now; a caller keeps its snapshot for a model call and batch."""
-        return self._tools
-
-    def replace(self, tools: ToolSet, advisory: str = "") -> None:
-        """Swap the whole set; the advisory reaches the loop with the next model call."""
-        self._tools = tools
-        if advisory:
-            self._advisories.append(advisory)
-
-    def drain(self) -> list[str]:
-        """Take the queued advisories."""
-        drained, self._advisories = self._advisories, []
-        return drained
+from bot.tools.source import ToolSource
 
 
 def default_owner() -> str:

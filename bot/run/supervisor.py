@@ -11,7 +11,6 @@ from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-from bot.checkpoint import Answered, Checkpoint
 from bot.domain import (
     TERMINAL_STATUSES,
     Decision,
@@ -36,7 +35,8 @@ from bot.journal.fold import RunState, fold
 from bot.journal.writer import RunJournal, TakenOver
 from bot.llm.base import UserMessage
 from bot.logs import run_context
-from bot.policy import Actor, NotPermitted
+from bot.people.decisions import Answered, Decisions
+from bot.people.policy import Actor, NotPermitted
 from bot.prompter import DeferringPrompter, Prompter
 from bot.records import RunRecord
 from bot.run.context import RunContext
@@ -96,7 +96,7 @@ class Supervisor:
 
     def __init__(self, runtime: Runtime) -> None:
         self.rt = runtime
-        self.checkpoint = Checkpoint(runtime)
+        self.decisions = Decisions(runtime)
         self.live: dict[str, LiveRun] = {}
         self._resuming = KeyedLocks()
         # Every run task until it returns: a task that left ``live`` may still be resuming.
@@ -155,7 +155,7 @@ class Supervisor:
         self._check_fingerprint(state, force)
         prompter = _prompter_for(state, prompter)
         if prompter is not None:
-            await self.checkpoint.ask_again(state, prompter)
+            await self.decisions.ask_again(state, prompter)
         if not await self._has_work(state):
             return None
         epoch = await self.rt.store.claim(run_id, self.rt.owner, self.rt.lease_seconds)
@@ -219,12 +219,12 @@ class Supervisor:
     async def answer(
         self, decision: Decision, *, run_id: str, actor: Actor | None = None, digest: str = ""
     ) -> Answered:
-        """Check a decision against the store and policy and write it (see ``Checkpoint``).
+        """Check a decision against the store and policy and write it (see ``Decisions``).
 
         A decision that closes its run's last open request takes the run's lease with it
         (``Answered.claimed``): the caller resumes the run with ``resume(claimed=...)``.
         """
-        return await self.checkpoint.answer(decision, run_id=run_id, actor=actor, digest=digest)
+        return await self.decisions.answer(decision, run_id=run_id, actor=actor, digest=digest)
 
     async def adopt_orphans(self) -> list[str]:
         """Resume the runs whose owner died (lease expired while running); each once."""
@@ -241,7 +241,7 @@ class Supervisor:
 
     async def expire(self, request: Request) -> bool:
         """Close a request whose deadline passed; the run goes on if nothing else is open."""
-        settled = await self.checkpoint.expire(request)
+        settled = await self.decisions.expire(request)
         if not settled.won:
             return False
         try:
@@ -263,7 +263,7 @@ class Supervisor:
         actor = actor or Actor(by)
         by = by or actor.user
         record = await self.rt.store.get_run(run_id)
-        run = await self.checkpoint.place_of(run_id) if actor.place is not None else None
+        run = await self.decisions.place_of(run_id) if actor.place is not None else None
         policy = self.rt.policy
         refusal = await policy.check_operate(actor, "cancel", run_id, record.requested_by, run)
         if refusal:
@@ -292,7 +292,7 @@ class Supervisor:
             return f"run {run_id} is live on {record.owner}; try again when it suspends"
         state = fold(await self.rt.store.load(run_id), run_id)
         cause = f"cancelled by {by or 'an operator'}"
-        await self.checkpoint.close_requests(run_id, by)
+        await self.decisions.close_requests(run_id, by)
         # RunEnded gives the lease up as it is written.
         await self._end_outside(state, epoch, RunStatus.CANCELLED, StopReason.CANCELLED, cause)
         await self.rt.store.audit(by, "cancel", run_id=run_id)
@@ -343,7 +343,7 @@ class Supervisor:
         """Whether resuming the run does anything: an orphan (its owner died mid-run) always
         has, if only to settle what its batch left in flight and suspend on its requests; a
         suspended run once every request it waits on was answered."""
-        return state.status is RunStatus.RUNNING or await self.checkpoint.has_work(state)
+        return state.status is RunStatus.RUNNING or await self.decisions.has_work(state)
 
     def _may_go_on(self, live: LiveRun, state: RunState) -> bool:
         """Whether a run that suspended waiting for people, not because it was told to, may
@@ -356,7 +356,7 @@ class Supervisor:
         left it to its task)."""
         if state.status is not RunStatus.SUSPENDED:
             return False
-        return not state.open_requests or await self.checkpoint.has_work(state)
+        return not state.open_requests or await self.decisions.has_work(state)
 
     # --- one task per run ---------------------------------------------------------------
 
@@ -435,10 +435,10 @@ class Supervisor:
             journal=journal,
             hooks=hooks,
             events=self.rt.events,
-            open_request=self.checkpoint.open_request,
+            open_request=self.decisions.open_request,
             stamp=self.rt.stamp,
             # Whichever client decides inline, its decisions are checked by the policy and audited.
-            prompter=self.checkpoint.checked(prompter),
+            prompter=self.decisions.checked(prompter),
             workdir=self.rt.workdir,
             interrupt=live.signals.interrupt,
         )
@@ -447,7 +447,7 @@ class Supervisor:
             tools=self.rt.tools.current,
             model_timeout=self.rt.model_timeout,
             advisories=self.rt.tools.drain,
-            lookup_request=self.checkpoint.lookup,
+            lookup_request=self.decisions.lookup,
         )
         renewal = asyncio.create_task(self._renew(journal))
         try:

@@ -1,4 +1,4 @@
-"""The ask_human_* tools: questions to people, answered inline or through the checkpoint."""
+"""The ask_human_* tools: questions to people, answered inline or through ``Decisions``."""
 
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ class AskHumanTool:
         picked = match_option(decision.text, options)
         if picked is None:
             # A question with options takes one of them only: anything else leaves it open,
-            # for an answer the checkpoint checks (``kestrel runs answer``, a chat button).
+            # for an answer ``Decisions`` checks (``kestrel runs answer``, a chat button).
             return Deferral(RequestKind.WAIT_USER, question, options, request.id)
         return ToolResult(picked)
 

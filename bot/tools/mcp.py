@@ -32,8 +32,8 @@ from mcp.client.streamable_http import streamable_http_client
 
 from bot import DISTRIBUTION, __version__
 from bot.config import McpServerSettings, Settings
-from bot.run.runtime import ToolSource
 from bot.tools.base import Tool, ToolContext, ToolFlags, ToolResult
+from bot.tools.source import ToolSource
 from bot.tools.toolset import ToolCollision, ToolSet
 
 log = logging.getLogger("kestrel.mcp")

@@ -9,7 +9,7 @@ import pytest
 
 from bot.chat import ChatService
 from bot.domain import DecisionKind, RequestKind, RunStatus, Session, new_id
-from bot.policy import Actor, NotPermitted, Policy, PolicyRules
+from bot.people.policy import Actor, NotPermitted, Policy, PolicyRules
 from bot.prompter import DeferringPrompter
 from bot.run.supervisor import Supervisor
 from tests.fakes.runtime import (

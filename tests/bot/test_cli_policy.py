@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from bot.domain import DecisionKind, Request, RequestKind, Session, new_id
-from bot.policy import Actor, Policy, PolicyRules
+from bot.people.policy import Actor, Policy, PolicyRules
 from bot.records import RunRecord
 from storage.sqlite import open_sqlite
 from tests.bot.test_cli import kestrel, one_line_error, write_config

@@ -17,7 +17,7 @@ from bot.config import load_settings
 from bot.domain import Request, RequestKind, RunStatus, Session, new_id, utcnow
 from bot.journal.entries import RunStarted, RunSuspended, StopReason, ToolDeferred
 from bot.nesting import MAX_DEPTH
-from bot.policy import PolicyRules
+from bot.people.policy import PolicyRules
 from bot.records import RunRecord
 from storage.sql import RUN_COLUMNS
 from storage.sqlite import open_sqlite

@@ -18,7 +18,7 @@ from bot.journal.entries import AssistantTurnEntry, RunStarted, UserMessageEntry
 from bot.journal.fold import RunState
 from bot.journal.writer import RunJournal
 from bot.metrics import CONTENT_TYPE, Metrics
-from bot.policy import Actor, Policy, PolicyRules
+from bot.people.policy import Actor, Policy, PolicyRules
 from bot.prompter import DeferringPrompter
 from bot.records import RunRecord
 from bot.run.runtime import Runtime

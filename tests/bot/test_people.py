@@ -32,7 +32,7 @@ from bot.journal.entries import (
 )
 from bot.journal.fold import RunState, fold
 from bot.journal.writer import RunJournal
-from bot.policy import Actor, Policy, PolicyRules
+from bot.people.policy import Actor, Policy, PolicyRules
 from bot.prompter import DeferringPrompter
 from bot.records import RunRecord
 from bot.run.runtime import Runtime

@@ -23,14 +23,15 @@ from bot.events import Event, FanOut, RequestOpenedEvent
 from bot.journal.entries import Entry
 from bot.journal.fold import fold
 from bot.llm.openai_provider import OpenAIProvider
-from bot.policy import Actor
+from bot.people.policy import Actor
 from bot.prompter import DeferringPrompter
 from bot.records import RunRecord
-from bot.run.runtime import Runtime, ToolSource
+from bot.run.runtime import Runtime
 from bot.run.supervisor import LiveRun, ResumeRefused, Supervisor
 from bot.store import Audited, Settled
 from bot.tools.catalog import load_catalog
 from bot.tools.isolation import Isolation
+from bot.tools.source import ToolSource
 from bot.tools.toolset import ToolSet
 from storage.sqlite import SqliteStore
 

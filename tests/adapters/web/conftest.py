@@ -17,7 +17,7 @@ from adapters.web.auth import WebConfig
 from bot.chat import ChatService
 from bot.config import WebSettings
 from bot.domain import Session
-from bot.policy import Actor, Policy, PolicyRules
+from bot.people.policy import Actor, Policy, PolicyRules
 from bot.prompter import DeferringPrompter
 from bot.run.supervisor import Supervisor
 from tests.fakes.runtime import Counter, counting_tools, make_runtime

@@ -28,7 +28,7 @@ from adapters.web.render import SUSPENDED_POLL_MS
 from bot.chat import ChatService
 from bot.domain import DecisionKind, RunStatus, Session
 from bot.links import LinkSigner
-from bot.policy import Actor, Policy, PolicyRules
+from bot.people.policy import Actor, Policy, PolicyRules
 from bot.prompter import DeferringPrompter
 from bot.run.supervisor import LiveRun, Supervisor
 from bot.tools.base import Tool

@@ -19,7 +19,7 @@ from bot.chat import ChatService
 from bot.cli.serving import ChatFront
 from bot.config import ConfigError, WebSettings
 from bot.domain import Session
-from bot.policy import Actor, Policy
+from bot.people.policy import Actor, Policy
 from bot.run.supervisor import Supervisor
 from tests.adapters.web.conftest import POLICY, PUBLIC_URL, SCRIPT, SECRET, TOKEN, Site, serve
 from tests.fakes.runtime import Counter, counting_tools, make_runtime

@@ -44,8 +44,8 @@ from bot.journal.entries import (
     UserMessageEntry,
 )
 from bot.journal.fold import fold
+from bot.people.policy import Actor
 from bot.pii.guard import WITHHELD_MESSAGE
-from bot.policy import Actor
 from bot.records import JournalRecord, RunRecord
 from bot.run.supervisor import Supervisor
 from tests.adapters.web.conftest import HOSTILE, TOKEN, Site, serve

@@ -1,5 +1,5 @@
 """A question with options (ask_human_confirm, ask_human_select) takes one of them only: the
-console asks again, the checkpoint refuses naming the options, the tool never passes free text."""
+console asks again, ``Decisions`` refuses naming the options, the tool never passes free text."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The checkpoint: how answers, decisions and expiries reach suspended runs.
+"""Decisions: how answers, decisions and expiries reach suspended runs.
 
 Every decision is checked against the store (the request is open, belongs to the run, has not
 expired, the card's digest matches) and the policy (who may decide what), then written by a
@@ -8,17 +8,50 @@ conditional update that exactly one caller wins, and audited.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
-from bot.audit_detail import decision_detail, request_detail
 from bot.domain import Decision, DecisionKind, Request, RequestKind, RequestStatus, utcnow
-from bot.events import AdvisoryEvent, RequestExpiredEvent
+from bot.events import AdvisoryEvent, FanOut, RequestExpiredEvent
 from bot.journal.fold import RunState
+from bot.people.audit import Redact, decision_detail, request_detail
+from bot.people.policy import Actor, Policy
 from bot.place import Place
-from bot.policy import Actor
 from bot.prompter import Prompter
-from bot.run.runtime import Runtime
-from bot.store import Audited, Settled
+from bot.store import Audited, Settled, Store
 from bot.tools.ask_human import answer_refusal, match_option
+from bot.tools.source import ToolSource
+
+
+class Shared(Protocol):
+    """What decisions use of the runtime the runs share (``bot.run.runtime.Runtime`` is one)."""
+
+    @property
+    def store(self) -> Store:
+        """Where requests, decisions and the audit are kept."""
+
+    @property
+    def tools(self) -> ToolSource:
+        """The tool set, for the flags the policy weighs."""
+
+    @property
+    def events(self) -> FanOut:
+        """Where advisories and expiries are told."""
+
+    @property
+    def policy(self) -> Policy:
+        """Who may decide what."""
+
+    @property
+    def redact(self) -> Redact:
+        """The PII guard as a function of text, for what the audit keeps."""
+
+    @property
+    def owner(self) -> str:
+        """This process as a lease owner, for a lease taken with a decision."""
+
+    @property
+    def lease_seconds(self) -> float:
+        """How long a lease taken with a decision lasts."""
 
 
 @dataclass(frozen=True)
@@ -33,10 +66,10 @@ class Answered:
     claimed: int | None = None
 
 
-class Checkpoint:
+class Decisions:
     """Answers in, open requests out: the store and the policy between people and runs."""
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: Shared) -> None:
         self.rt = runtime
 
     async def answer(
@@ -193,16 +226,16 @@ class Checkpoint:
 
 class CheckedPrompter:
     """A prompter whose decisions are checked against the policy and audited, as the
-    checkpoint checks and audits those it is given.
+    ``Decisions`` checks and audits those it is given.
 
     Inline answers (an approval in ``kestrel chat``, a question answered at the terminal) never
     reach the store's requests, so without this the policy and the audit would miss them. A
     refused answer leaves the request open for someone who may decide it, and says why.
     """
 
-    def __init__(self, prompter: Prompter, checkpoint: Checkpoint) -> None:
+    def __init__(self, prompter: Prompter, decisions: Decisions) -> None:
         self._prompter = prompter
-        self._checkpoint = checkpoint
+        self._decisions = decisions
 
     @property
     def present(self) -> bool:
@@ -215,11 +248,11 @@ class CheckedPrompter:
         if decision is not None:
             # Asked and decided at once, the request never reached the store's requests (nor
             # their audit): its row is written here, before the decision's.
-            store = self._checkpoint.rt.store
+            store = self._decisions.rt.store
             asker = request.requested_by or "run"
             opened = request_detail(request, inline=True)
             await store.audit(asker, "request", request.run_id, request.id, opened)
-            detail = decision_detail(request, decision, self._checkpoint.rt.redact, inline=True)
+            detail = decision_detail(request, decision, self._decisions.rt.redact, inline=True)
             await store.audit(decision.by, decision.kind.value, request.run_id, request.id, detail)
         return decision
 
@@ -229,13 +262,13 @@ class CheckedPrompter:
         decision = await self._prompter.ask(request)
         if decision is None:
             return None
-        rt = self._checkpoint.rt
+        rt = self._decisions.rt
         flags = rt.tools.current().flags_of(request.tool)
         refusal = await rt.policy.check_decision(
             Actor(decision.by), decision.kind, request, flags, inline=True
         )
         if refusal:
-            detail = self._checkpoint.audited_refusal(refusal, decision)
+            detail = self._decisions.audited_refusal(refusal, decision)
             await rt.store.audit(decision.by, "refused", request.run_id, request.id, detail)
             text = f"{refusal}; the request stays open for someone who may decide it"
             rt.events.emit(AdvisoryEvent(request.run_id, text))
