@@ -13,7 +13,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any, TextIO, assert_never
 
-from bot.chat import ChatService
+from bot.chat.service import ChatService
 from bot.domain import (
     Decision,
     DecisionKind,

@@ -8,8 +8,8 @@ import contextlib
 import logging
 from typing import Any, Protocol
 
+from bot.chat.inbound import Accepted, Inbound
 from bot.domain import Session, new_id
-from bot.inbound import Accepted, Inbound
 from bot.people.policy import Actor
 from bot.prompter import DeferringPrompter
 from bot.records import WorkItem

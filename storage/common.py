@@ -14,6 +14,7 @@ from typing import Any, Final, get_args
 
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
+from bot.chat.outbox import answer_key, owed_answer
 from bot.domain import Decision, Request, RequestStatus, RunStatus
 from bot.journal.entries import (
     Entry,
@@ -23,7 +24,6 @@ from bot.journal.entries import (
     ToolDeferred,
     status_after,
 )
-from bot.outbox import answer_key, owed_answer
 from bot.people.audit import request_detail
 from bot.records import JournalRecord, OutboxMessage, Replica, RunRecord, WorkItem
 from bot.store import JournalTally, SeqConflict, SeqGap, StaleEpoch, StoreError, UnknownRun

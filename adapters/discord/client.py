@@ -24,16 +24,16 @@ from adapters.discord import ids
 from adapters.discord.look import DiscordLook, note_text, status_text
 from adapters.discord.progress import DiscordProgress
 from adapters.discord.transport import DiscordTransport
-from bot.chat import ChatService
-from bot.conversation import Conversation, Outcome
+from bot.chat.conversation import Conversation, Outcome
+from bot.chat.inbound import Accepted, Delivery
+from bot.chat.links import RunLink
+from bot.chat.outbox import Deliveries
+from bot.chat.service import ChatService
+from bot.chat.threads import ThreadRenderer
 from bot.domain import DecisionKind, Session
-from bot.inbound import Accepted, Delivery
-from bot.links import RunLink
-from bot.outbox import Deliveries
 from bot.people.policy import Actor
 from bot.place import Place
 from bot.store import Outbox, StoreError
-from bot.threads import ThreadRenderer
 from bot.user_agent import USER_AGENT
 
 log = logging.getLogger("kestrel.discord")

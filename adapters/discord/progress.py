@@ -13,8 +13,8 @@ import discord
 from discord.http import Route
 
 from adapters.discord.look import working
-from bot.outbox import Deliveries, status_key
-from bot.threads import RunPlace, StepStatus
+from bot.chat.outbox import Deliveries, status_key
+from bot.chat.threads import RunPlace, StepStatus
 
 log = logging.getLogger("kestrel.discord")
 

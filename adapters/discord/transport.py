@@ -18,7 +18,7 @@ from typing import Any
 import discord
 from discord.http import Route
 
-from bot.outbox import DeliveryFailed, MessageGone
+from bot.chat.outbox import DeliveryFailed, MessageGone
 
 log = logging.getLogger("kestrel.discord")
 

@@ -11,7 +11,7 @@ from typing import Any
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.outbox import DeliveryFailed, MessageGone
+from bot.chat.outbox import DeliveryFailed, MessageGone
 
 EVENT_TYPE = "kestrel_message"
 # Refusals that only a person can lift (invite the bot, unarchive the channel): retried

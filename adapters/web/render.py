@@ -33,12 +33,12 @@ from adapters.web.timeline import (
     run_rows,
     thread_of,
 )
-from bot.chat import PendingRequest, RequestView, RunInspection, RunMark, RunView
+from bot.chat.run_summary import PAGE_ENTRIES
+from bot.chat.service import PendingRequest, RequestView, RunInspection, RunMark, RunView
 from bot.domain import utcnow
 from bot.pii.guard import WITHHELD_MESSAGE
 from bot.pii.recognizers import ENTITY_TYPES
 from bot.records import JournalRecord, RunRecord
-from bot.run_summary import PAGE_ENTRIES
 from bot.store import AuditRecord
 
 # While a run is running its page polls this often; while it is suspended, less often.
@@ -235,7 +235,7 @@ def render_pending(pending: Sequence[PendingRequest], *, now: datetime | None = 
 
 
 class RunReader(Protocol):
-    """What the pages read runs through: ``bot.chat.ChatService`` (or anything with these
+    """What the pages read runs through: ``bot.chat.service.ChatService`` (or anything with these
     read methods)."""
 
     async def inspect(

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar
 
-from bot.chat import PendingRequest, RequestView, RunView
+from bot.chat.service import PendingRequest, RequestView, RunView
 from bot.domain import (
     TERMINAL_STATUSES,
     Budgets,

@@ -20,7 +20,7 @@ from bot.text import printable
 # the read-only commands (``runs list``, ``runs pending``) the settings and the store, not the
 # model client or the code that drives runs. bench/startup.py times them.
 if TYPE_CHECKING:
-    from bot.chat import PendingRequest
+    from bot.chat.service import PendingRequest
     from bot.config import Settings
     from bot.domain import DecisionKind
     from bot.run.runtime import Runtime
@@ -204,7 +204,7 @@ def chat(user: str | None) -> None:
     import asyncio
 
     from adapters.console import ConsoleChat, ConsoleIO
-    from bot.chat import ChatService
+    from bot.chat.service import ChatService
     from bot.run.supervisor import Supervisor
 
     settings = settings_of(click.get_current_context())
@@ -422,7 +422,7 @@ def run(prompt: str, as_json: bool, defer: bool, user: str | None) -> None:
       4  cancelled
       128+N  stopped by signal N (130 Ctrl-C, 143 SIGTERM): the run is suspended
     """
-    from bot.chat import ChatService
+    from bot.chat.service import ChatService
     from bot.people.policy import Actor
     from bot.prompter import DeferringPrompter
     from bot.run.supervisor import Supervisor
@@ -557,7 +557,7 @@ def runs_show(run_id: str, as_json: bool) -> None:
 def runs_export(run_id: str, html_file: Path) -> None:
     """A run's page as one self-contained HTML file, for an incident report."""
     from adapters.web.export import write_export
-    from bot.chat import ChatService
+    from bot.chat.service import ChatService
     from bot.run.supervisor import Supervisor
 
     partial = html_file.with_name(f".{html_file.name}.partial")
@@ -588,7 +588,7 @@ def runs_export(run_id: str, html_file: Path) -> None:
 @one_line_errors
 def runs_resume(run_id: str, force: bool, as_json: bool, user: str | None) -> None:
     """Continue a suspended run from its journal."""
-    from bot.chat import ChatService
+    from bot.chat.service import ChatService
     from bot.people.policy import Actor
     from bot.run.supervisor import Supervisor
 
@@ -618,7 +618,7 @@ def runs_resume(run_id: str, force: bool, as_json: bool, user: str | None) -> No
 @one_line_errors
 def runs_cancel(run_id: str, user: str | None) -> None:
     """Cancel a run: its requester or on-call (policy.oncall) may; audited either way."""
-    from bot.chat import ChatService
+    from bot.chat.service import ChatService
     from bot.people.policy import Actor
     from bot.run.supervisor import Supervisor
 
@@ -665,7 +665,7 @@ def runs_pending(as_json: bool) -> None:
 def _pending_in_full() -> list[Pending]:
     """``runs pending``'s rows the full way: the settings validated whole, the catalogs read for
     their tags, the store opened."""
-    from bot.chat import pending_requests
+    from bot.chat.service import pending_requests
     from bot.cli import compose
     from bot.people.policy import Policy
 
@@ -688,7 +688,7 @@ def _pending_in_full() -> list[Pending]:
 
 
 def _decide(run_id: str, request_id: str, kind: DecisionKind, text: str, user: str | None) -> None:
-    from bot.chat import ChatService
+    from bot.chat.service import ChatService
     from bot.people.policy import Actor
     from bot.run.supervisor import Supervisor
 

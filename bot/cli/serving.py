@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Final
 
 from aiohttp import web
 
-from bot.chat import ChatService
+from bot.chat.service import ChatService
 from bot.config import ConfigError, WebSettings
 from bot.config_sources import environment
 from bot.health import Health
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from adapters.discord.app import DiscordAdapter
     from adapters.slack.app import SlackAdapter
     from adapters.web.auth import WebConfig
-    from bot.links import RunLink
+    from bot.chat.links import RunLink
     from bot.metrics import Metrics
     from bot.run.supervisor import Supervisor
 

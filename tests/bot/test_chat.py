@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.chat import ChatService
+from bot.chat.service import ChatService
 from bot.domain import DecisionKind, RequestKind, RunStatus, Session, new_id
 from bot.people.policy import Actor, NotPermitted, Policy, PolicyRules
 from bot.prompter import DeferringPrompter

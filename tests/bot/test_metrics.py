@@ -11,7 +11,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from bot import __version__
-from bot.chat import ChatService
+from bot.chat.service import ChatService
 from bot.domain import AssistantTurn, DecisionKind, Session, ToolCall, utcnow
 from bot.events import RunTakenOverEvent
 from bot.journal.entries import AssistantTurnEntry, RunStarted, UserMessageEntry

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from bot.chat import ChatService
+from bot.chat.service import ChatService
 from bot.config import DeadlineSettings
 from bot.domain import (
     TERMINAL_STATUSES,

@@ -17,7 +17,7 @@ import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
-from bot.chat import ChatService
+from bot.chat.service import ChatService
 from bot.domain import Decision, DecisionKind, Request, RequestStatus, Session
 from bot.events import Event, FanOut, RequestOpenedEvent
 from bot.journal.entries import Entry

@@ -17,7 +17,7 @@ from discord.gateway import DiscordWebSocket
 
 from adapters.discord.app import DiscordAdapter
 from adapters.discord.settings import DiscordSettings
-from bot.chat import ChatService
+from bot.chat.service import ChatService
 from bot.cli import compose
 from bot.config import load_settings
 from bot.run.runtime import Runtime

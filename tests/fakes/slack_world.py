@@ -19,7 +19,7 @@ from aiohttp import web
 from adapters.slack import ids
 from adapters.slack.app import EVENTS_PATH, SlackAdapter
 from adapters.slack.settings import SlackSettings
-from bot.chat import ChatService
+from bot.chat.service import ChatService
 from bot.cli import compose
 from bot.config import load_settings
 from bot.run.runtime import Runtime

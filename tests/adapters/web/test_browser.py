@@ -25,9 +25,9 @@ from pydantic import BaseModel
 from adapters.web.app import web_routes
 from adapters.web.auth import WebConfig
 from adapters.web.render import SUSPENDED_POLL_MS
-from bot.chat import ChatService
+from bot.chat.links import LinkSigner
+from bot.chat.service import ChatService
 from bot.domain import DecisionKind, RunStatus, Session
-from bot.links import LinkSigner
 from bot.people.policy import Actor, Policy, PolicyRules
 from bot.prompter import DeferringPrompter
 from bot.run.supervisor import LiveRun, Supervisor

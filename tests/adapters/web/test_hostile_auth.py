@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from adapters.web.app import web_routes
 from adapters.web.auth import WebConfig
-from bot.chat import ChatService
+from bot.chat.service import ChatService
 from bot.cli.serving import ChatFront
 from bot.config import ConfigError, WebSettings
 from bot.domain import Session

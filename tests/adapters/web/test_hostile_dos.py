@@ -7,7 +7,7 @@ from datetime import timedelta
 
 from adapters.web.render import render_run_fragment, render_run_page
 from adapters.web.timeline import build_run_page
-from bot.chat import RunView
+from bot.chat.service import RunView
 from bot.domain import AssistantTurn, ToolCall, ToolOutcome
 from bot.journal.entries import AssistantTurnEntry, ToolResultEntry
 from bot.journal.fold import fold

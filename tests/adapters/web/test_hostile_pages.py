@@ -25,7 +25,7 @@ from adapters.web.app import web_routes
 from adapters.web.auth import CONTENT_SECURITY_POLICY, WebConfig
 from adapters.web.render import render_run_page
 from adapters.web.timeline import build_run_page
-from bot.chat import PendingRequest, RequestView, RunInspection, RunMark, RunView
+from bot.chat.service import PendingRequest, RequestView, RunInspection, RunMark, RunView
 from bot.config import WebSettings
 from bot.domain import (
     AssistantTurn,

@@ -23,7 +23,7 @@ from adapters.web.timeline import (
     build_run_page,
     thread_of,
 )
-from bot.chat import ChatService, RunView
+from bot.chat.service import ChatService, RunView
 from bot.domain import (
     AssistantTurn,
     DecisionKind,

@@ -11,6 +11,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from bot.chat.inbound import Accepted, Delivery, Inbound
+from bot.chat.outbox import card_key
+from bot.chat.run_summary import PAGE_ENTRIES, RunSummaries
 from bot.domain import (
     TERMINAL_STATUSES,
     Decision,
@@ -20,15 +23,12 @@ from bot.domain import (
     Session,
 )
 from bot.events import EventSink
-from bot.inbound import Accepted, Delivery, Inbound
 from bot.journal.fold import RunState, fold
 from bot.logs import REQUEST_ID
-from bot.outbox import card_key
 from bot.people.policy import Actor, NotPermitted, Policy
 from bot.place import Place
 from bot.prompter import Prompter
 from bot.records import JournalRecord, RunRecord
-from bot.run_summary import PAGE_ENTRIES, RunSummaries
 from bot.store import AuditRecord, Requests, UnknownRun
 from bot.tools.base import ToolFlags
 
@@ -242,7 +242,7 @@ class ChatService:
     ) -> RunInspection:
         """A run's record, one page of its journal (the ``size`` entries before ``before``;
         the newest without it), its audit and its requests (``UnknownRun`` for an unknown
-        id). The whole journal is never loaded: see ``bot.run_summary``."""
+        id). The whole journal is never loaded: see ``bot.chat.run_summary``."""
         store = self._rt.store
         record = await store.get_run(run_id)
         length = await store.journal_length(run_id)

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, Protocol, assert_never
 
-from bot.chat import ChatService, RequestView
+from bot.chat.outbox import Deliveries, answer_key, card_key, reminder_key
+from bot.chat.service import ChatService, RequestView
 from bot.domain import RequestStatus, Session, TerminalResult, ToolOutcome
 from bot.events import (
     AdvisoryEvent,
@@ -36,7 +37,6 @@ from bot.events import (
     ToolExitEvent,
     ToolStartedEvent,
 )
-from bot.outbox import Deliveries, answer_key, card_key, reminder_key
 from bot.store import UnknownRun
 
 log = logging.getLogger("kestrel.threads")

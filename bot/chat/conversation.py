@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bot.chat import ChatService, RunView
+from bot.chat.service import ChatService, RunView
 from bot.domain import TERMINAL_STATUSES, DecisionKind, Request, RequestKind, Session
 from bot.people.policy import Actor, NotPermitted
 from bot.prompter import DeferringPrompter
