@@ -35,7 +35,7 @@ from bot.domain import (
     utcnow,
 )
 from bot.journal.entries import Entry, RunEnded, RunSuspended
-from bot.metrics import PLATFORMS, Metrics
+from bot.replica.metrics import PLATFORMS, Metrics
 from bot.records import RunRecord
 from storage.sqlite import SqliteStore, open_sqlite
 

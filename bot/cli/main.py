@@ -258,9 +258,9 @@ def serve(platforms: tuple[str, ...], port: int | None, host: str) -> None:
 
     from bot.cli.serving import ChatFront
     from bot.run.supervisor import Supervisor
-    from bot.schedule import Scheduler
+    from bot.replica.schedule import Scheduler
     from bot.store import StoreError
-    from bot.work import WorkTaker
+    from bot.replica.work import WorkTaker
 
     settings = settings_of(click.get_current_context())
 

@@ -17,7 +17,7 @@ from bot.events import RunTakenOverEvent
 from bot.journal.entries import AssistantTurnEntry, RunStarted, UserMessageEntry
 from bot.journal.fold import RunState
 from bot.journal.writer import RunJournal
-from bot.metrics import CONTENT_TYPE, Metrics
+from bot.replica.metrics import CONTENT_TYPE, Metrics
 from bot.people.policy import Actor, Policy, PolicyRules
 from bot.prompter import DeferringPrompter
 from bot.records import RunRecord

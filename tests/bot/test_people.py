@@ -37,7 +37,7 @@ from bot.prompter import DeferringPrompter
 from bot.records import RunRecord
 from bot.run.runtime import Runtime
 from bot.run.supervisor import Supervisor
-from bot.schedule import Scheduler, _job
+from bot.replica.schedule import Scheduler, _job
 from bot.tools.ask_human import ask_human_tools
 from tests.fakes.runtime import Counter, call, counting_tools, make_runtime, reply
 from tests.fakes.waiting import until

@@ -31,7 +31,7 @@ from bot.people.policy import Actor
 from bot.prompter import DeferringPrompter
 from bot.run.runtime import Runtime
 from bot.run.supervisor import Supervisor
-from bot.schedule import Scheduler
+from bot.replica.schedule import Scheduler
 from bot.tools.base import Tool
 from bot.tools.python import function_tool
 from tests.fakes.runtime import Counter, call, counting_tools, make_runtime, reply

@@ -11,7 +11,7 @@ import pytest
 
 from bot.config import ConfigError, load_settings
 from bot.config_sources import environment, names_a_setting
-from bot.health import Health
+from bot.replica.health import Health
 from storage.sqlite import SqliteStore
 from tests.fakes.processes import KESTREL, ROOT
 

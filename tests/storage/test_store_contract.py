@@ -1528,5 +1528,5 @@ async def test_a_chat_run_ends_with_its_answer_owed_to_its_platform(store: Store
 
 
 async def test_the_schema_version_read_is_the_one_migrate_reached(store: Store) -> None:
-    # Readiness compares it with the version a replica started with (bot/health.py).
+    # Readiness compares it with the version a replica started with (bot/replica/health.py).
     assert await store.schema_version() == await store.migrate() > 0
