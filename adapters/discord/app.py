@@ -18,7 +18,7 @@ from adapters.discord.interactions import INTERACTIONS_PATH, InteractionEndpoint
 from adapters.discord.settings import DiscordSettings
 from bot.chat.links import RunLink
 from bot.chat.service import ChatService
-from bot.config import ConfigError
+from bot.config.settings import ConfigError
 from bot.store import Outbox
 
 log = logging.getLogger("kestrel.discord")

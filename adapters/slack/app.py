@@ -26,7 +26,7 @@ from bot.chat.links import RunLink
 from bot.chat.outbox import Deliveries
 from bot.chat.service import ChatService
 from bot.chat.threads import ThreadRenderer
-from bot.config import ConfigError
+from bot.config.settings import ConfigError
 from bot.oneline import one_line
 from bot.store import Outbox
 from bot.user_agent import USER_AGENT

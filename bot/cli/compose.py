@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING, NamedTuple
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from bot import install_hint
-from bot.config import ConfigError
-from bot.config_sources import ENV_FILE, dotenv, secret_file_paths, sqlite_file
+from bot.config.settings import ConfigError
+from bot.config.sources import ENV_FILE, dotenv, secret_file_paths, sqlite_file
 
 # The parts are imported by the builders that need them, not here: ``runs list`` opens the
 # store alone and must not pay for the model client, the tool catalogs or the PII scanner.
 if TYPE_CHECKING:
-    from bot.config import Settings
+    from bot.config.settings import Settings
     from bot.llm.base import ModelProvider
     from bot.pii.guard import PiiGuard
     from bot.run.hooks import Hooks

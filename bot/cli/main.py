@@ -21,7 +21,7 @@ from bot.text import printable
 # model client or the code that drives runs. bench/startup.py times them.
 if TYPE_CHECKING:
     from bot.chat.service import PendingRequest
-    from bot.config import Settings
+    from bot.config.settings import Settings
     from bot.domain import DecisionKind
     from bot.run.runtime import Runtime
     from bot.run.supervisor import Supervisor
@@ -76,7 +76,7 @@ def one_line_errors(fn: Callable[P, R]) -> Callable[P, R]:
 
 # The errors a user sees as one line, by module: configuration, store, resume and policy.
 _USER_ERRORS = (
-    ("bot.config_sources", "ConfigError"),
+    ("bot.config.sources", "ConfigError"),
     ("bot.store", "StoreError"),
     ("bot.run.supervisor", "ResumeRefused"),
     ("bot.people.policy", "NotPermitted"),
@@ -130,7 +130,7 @@ def settings_of(ctx: click.Context) -> Settings:
     """The settings, loaded once per invocation."""
     obj: dict[str, Any] = ctx.ensure_object(dict)
     if "settings" not in obj:
-        from bot.config import load_settings
+        from bot.config.settings import load_settings
 
         obj["settings"] = load_settings(obj.get("config"))
     settings: Settings = obj["settings"]
@@ -257,10 +257,10 @@ def serve(platforms: tuple[str, ...], port: int | None, host: str) -> None:
     import gc
 
     from bot.cli.serving import ChatFront
-    from bot.run.supervisor import Supervisor
     from bot.replica.schedule import Scheduler
-    from bot.store import StoreError
     from bot.replica.work import WorkTaker
+    from bot.run.supervisor import Supervisor
+    from bot.store import StoreError
 
     settings = settings_of(click.get_current_context())
 

@@ -21,7 +21,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Final, get_args, get_origin
 
-from bot.config_sources import (
+from bot.config.sources import (
     DATABASE_VARIABLE,
     FILE_SUFFIX,
     base_dir_of,
@@ -39,7 +39,7 @@ from storage.sqlite_rows import RunRow, Unreadable, open_request_bodies, reads_a
 from storage.sqlite_rows import newest_runs as stored_runs
 
 OPENAI_KEY_FILE: Final = "OPENAI_API_KEY" + FILE_SUFFIX
-# The settings' top-level keys (tests/bot/test_cli_quick.py holds them to ``bot.config``'s).
+# The settings' top-level keys (tests/bot/test_cli_quick.py holds them to ``Settings``'s).
 SETTINGS: Final = frozenset(
     {
         "database",

@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING, Final
 from aiohttp import web
 
 from bot.chat.service import ChatService
-from bot.config import ConfigError, WebSettings
-from bot.config_sources import environment
-from bot.replica.health import Health
+from bot.config.settings import ConfigError, WebSettings
+from bot.config.sources import environment
 from bot.logs import set_replica
 from bot.oneline import one_line
+from bot.replica.health import Health
 
 if TYPE_CHECKING:
     from adapters.discord.app import DiscordAdapter

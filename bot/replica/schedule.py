@@ -17,8 +17,8 @@ from typing import Protocol
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.date import DateTrigger
 
-from bot.config import DeadlineSettings, ScheduledPrompt
-from bot.cron import parse_cron
+from bot.config.cron import parse_cron
+from bot.config.settings import DeadlineSettings, ScheduledPrompt
 from bot.domain import Request, utcnow
 from bot.events import Event, RequestOpenedEvent, RequestReminderEvent
 from bot.run.supervisor import LiveRun, Supervisor

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
-from bot.config import DeadlineSettings
+from bot.config.settings import DeadlineSettings
 from bot.domain import Budgets, Fingerprint, Request, new_id
 from bot.events import FanOut
 from bot.llm.base import ModelProvider

@@ -31,7 +31,7 @@ from mcp.client import IncomingMessage, Transport
 from mcp.client.streamable_http import streamable_http_client
 
 from bot import DISTRIBUTION, __version__
-from bot.config import McpServerSettings, Settings
+from bot.config.settings import McpServerSettings, Settings
 from bot.tools.base import Tool, ToolContext, ToolFlags, ToolResult
 from bot.tools.source import ToolSource
 from bot.tools.toolset import ToolCollision, ToolSet

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from bot.cli import quick
-from bot.config import load_settings
+from bot.config.settings import load_settings
 from bot.domain import Request, RequestKind, RunStatus, Session, new_id, utcnow
 from bot.journal.entries import RunStarted, RunSuspended, StopReason, ToolDeferred
 from bot.nesting import MAX_DEPTH
@@ -139,7 +139,7 @@ def test_the_fast_way_imports_neither_pydantic_nor_asyncio(
 ) -> None:
     fast = modules_imported(journal, *args)
     assert "bot.cli.quick" in fast
-    assert not {"pydantic", "asyncio", "aiosqlite", "bot.domain", "bot.config"} & fast
+    assert not {"pydantic", "asyncio", "aiosqlite", "bot.domain", "bot.config.settings"} & fast
     assert "pydantic" in modules_imported(journal, *args, env=FULL_WAY)
 
 
@@ -324,8 +324,8 @@ def test_the_fast_way_reads_every_field_of_a_request() -> None:
 
 
 def test_the_fast_way_knows_every_setting() -> None:
-    from bot.config import Settings
-    from bot.config_sources import DERIVED_SETTINGS
+    from bot.config.settings import Settings
+    from bot.config.sources import DERIVED_SETTINGS
 
     assert Settings.model_fields.keys() - DERIVED_SETTINGS == quick.SETTINGS
 

@@ -17,10 +17,10 @@ from bot.events import RunTakenOverEvent
 from bot.journal.entries import AssistantTurnEntry, RunStarted, UserMessageEntry
 from bot.journal.fold import RunState
 from bot.journal.writer import RunJournal
-from bot.replica.metrics import CONTENT_TYPE, Metrics
 from bot.people.policy import Actor, Policy, PolicyRules
 from bot.prompter import DeferringPrompter
 from bot.records import RunRecord
+from bot.replica.metrics import CONTENT_TYPE, Metrics
 from bot.run.runtime import Runtime
 from bot.run.supervisor import Supervisor
 from tests.fakes.runtime import Counter, call, counting_tools, make_runtime, reply

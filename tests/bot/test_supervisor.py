@@ -14,7 +14,7 @@ import pytest
 from pydantic import BaseModel
 
 from bot.chat.service import ChatService
-from bot.config import DeadlineSettings
+from bot.config.settings import DeadlineSettings
 from bot.domain import (
     TERMINAL_STATUSES,
     Decision,
@@ -29,9 +29,9 @@ from bot.journal.entries import RunSuspended, ToolResultEntry
 from bot.journal.fold import fold
 from bot.people.policy import Actor
 from bot.prompter import DeferringPrompter
+from bot.replica.schedule import Scheduler
 from bot.run.runtime import Runtime
 from bot.run.supervisor import Supervisor
-from bot.replica.schedule import Scheduler
 from bot.tools.base import Tool
 from bot.tools.python import function_tool
 from tests.fakes.runtime import Counter, call, counting_tools, make_runtime, reply

@@ -19,7 +19,7 @@ from adapters.discord.app import DiscordAdapter
 from adapters.discord.settings import DiscordSettings
 from bot.chat.service import ChatService
 from bot.cli import compose
-from bot.config import load_settings
+from bot.config.settings import load_settings
 from bot.run.runtime import Runtime
 from bot.run.supervisor import Supervisor
 from tests.fakes import discord_payloads as p

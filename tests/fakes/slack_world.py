@@ -21,7 +21,7 @@ from adapters.slack.app import EVENTS_PATH, SlackAdapter
 from adapters.slack.settings import SlackSettings
 from bot.chat.service import ChatService
 from bot.cli import compose
-from bot.config import load_settings
+from bot.config.settings import load_settings
 from bot.run.runtime import Runtime
 from bot.run.supervisor import Supervisor
 from tests.fakes.openai_server import FakeOpenAI

@@ -15,7 +15,7 @@ from aiohttp import web
 from adapters.web.app import web_routes
 from adapters.web.auth import WebConfig
 from bot.chat.service import ChatService
-from bot.config import WebSettings
+from bot.config.settings import WebSettings
 from bot.domain import Session
 from bot.people.policy import Actor, Policy, PolicyRules
 from bot.prompter import DeferringPrompter

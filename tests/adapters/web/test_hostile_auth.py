@@ -17,7 +17,7 @@ from adapters.web.app import web_routes
 from adapters.web.auth import WebConfig
 from bot.chat.service import ChatService
 from bot.cli.serving import ChatFront
-from bot.config import ConfigError, WebSettings
+from bot.config.settings import ConfigError, WebSettings
 from bot.domain import Session
 from bot.people.policy import Actor, Policy
 from bot.run.supervisor import Supervisor

@@ -26,7 +26,7 @@ from adapters.web.auth import CONTENT_SECURITY_POLICY, WebConfig
 from adapters.web.render import render_run_page
 from adapters.web.timeline import build_run_page
 from bot.chat.service import PendingRequest, RequestView, RunInspection, RunMark, RunView
-from bot.config import WebSettings
+from bot.config.settings import WebSettings
 from bot.domain import (
     AssistantTurn,
     Budgets,

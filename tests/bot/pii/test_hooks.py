@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from bot.config import ConfigError, Settings
+from bot.config.settings import ConfigError, Settings
 from bot.domain import Decision, DecisionKind, RunStatus, StopReason, ToolCall
 from bot.pii.guard import WITHHELD_MESSAGE, PiiBuildError, PiiGuard, PiiHit, PiiMode, PiiSettings
 from bot.prompter import DeferringPrompter

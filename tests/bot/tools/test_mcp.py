@@ -13,7 +13,7 @@ import pytest
 from pydantic import ValidationError
 
 from bot.cli.compose import runtime
-from bot.config import ConfigError, McpServerSettings, Settings
+from bot.config.settings import ConfigError, McpServerSettings, Settings
 from bot.domain import AssistantTurn, DecisionKind, RunStatus
 from bot.journal.entries import AdvisoryEntry, ToolResultEntry
 from bot.llm.base import Message, ToolSpec

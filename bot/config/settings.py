@@ -22,7 +22,8 @@ from pydantic import (
     model_validator,
 )
 
-from bot.config_sources import (
+from bot.config.cron import parse_cron
+from bot.config.sources import (
     DATABASE_VARIABLE,
     DERIVED_SETTINGS,
     ENV_FILE,
@@ -37,8 +38,7 @@ from bot.config_sources import (
     resolved,
     with_secret_files,
 )
-from bot.config_sources import ConfigError as ConfigError
-from bot.cron import parse_cron
+from bot.config.sources import ConfigError as ConfigError
 from bot.domain import Budgets
 from bot.people.policy import PolicyRules
 from bot.pii.settings import PiiSettings

@@ -1,6 +1,6 @@
 """Where the settings come from, before they are validated: the YAML file, ``./.env`` and the
-environment, found and read without pydantic (``bot.config`` validates them; ``bot.cli.quick``
-reads the few that a read-only command needs)."""
+environment, found and read without pydantic (``bot.config.settings`` validates them;
+``bot.cli.quick`` reads the few that a read-only command needs)."""
 
 from __future__ import annotations
 
