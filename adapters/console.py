@@ -24,6 +24,7 @@ from bot.domain import (
     ToolOutcome,
     new_id,
 )
+from bot.errors import StoreError
 from bot.events import (
     AdvisoryEvent,
     AnswerSuppliedEvent,
@@ -45,7 +46,6 @@ from bot.events import (
 from bot.journal.fold import RunState
 from bot.people.policy import Actor, NotPermitted
 from bot.run.supervisor import LiveRun, ResumeRefused
-from bot.store import StoreError
 from bot.text import printable, unmask_links
 from bot.tools.ask_human import answer_refusal, match_option
 

@@ -16,8 +16,8 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import asyncpg
 
 from bot.domain import utcnow
+from bot.errors import StoreError
 from bot.journal.entries import Entry
-from bot.store import StoreError
 from storage import sql
 from storage.common import (
     Refusal,

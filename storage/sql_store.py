@@ -17,9 +17,11 @@ from datetime import datetime, timedelta
 from typing import Any, ClassVar, TypeVar
 
 from bot.domain import Decision, Request, RequestStatus, Session
+from bot.errors import StoreError, UnknownRun
 from bot.journal.entries import Entry
-from bot.records import JournalRecord, OutboxMessage, Replica, RunRecord, WorkItem
-from bot.store import Audited, AuditRecord, JournalTally, Settled, StoreError, UnknownRun
+from bot.journal.log import JournalRecord, JournalTally
+from bot.records import OutboxMessage, Replica, RunRecord, WorkItem
+from bot.store import Audited, AuditRecord, Settled
 from storage import sql
 from storage.common import (
     AuditEntry,

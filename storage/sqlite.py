@@ -19,8 +19,8 @@ from typing import Any, ClassVar, Final, TypeVar
 import aiosqlite
 
 from bot.domain import utcnow
+from bot.errors import StoreError
 from bot.journal.entries import Entry
-from bot.store import StoreError
 from storage import sql
 from storage.common import (
     Refusal,

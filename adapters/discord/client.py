@@ -31,9 +31,10 @@ from bot.chat.outbox import Deliveries
 from bot.chat.service import ChatService
 from bot.chat.threads import ThreadRenderer
 from bot.domain import DecisionKind, Session
+from bot.errors import StoreError
 from bot.people.policy import Actor
 from bot.place import Place
-from bot.store import Outbox, StoreError
+from bot.store import Outbox
 from bot.user_agent import USER_AGENT
 
 log = logging.getLogger("kestrel.discord")

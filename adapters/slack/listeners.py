@@ -43,9 +43,9 @@ from bot.chat.inbound import Delivery
 from bot.chat.service import ChatService, PendingRequest
 from bot.chat.threads import ThreadRenderer
 from bot.domain import DecisionKind, Session
+from bot.errors import StoreError
 from bot.people.policy import Actor, NotPermitted
 from bot.place import Place
-from bot.store import StoreError
 
 log = logging.getLogger("kestrel.slack")
 

@@ -31,8 +31,9 @@ from bot.domain import (
     Usage,
 )
 from bot.journal.entries import Entry
+from bot.journal.log import JournalRecord
 from bot.people.policy import EVERYONE
-from bot.records import JournalRecord, RunRecord
+from bot.records import RunRecord
 from bot.store import AuditRecord
 
 # An output longer than this (characters or lines) is collapsed under a <details>.

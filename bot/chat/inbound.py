@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from bot.domain import new_id
-from bot.store import StoreError, UnknownRun
+from bot.errors import StoreError, UnknownRun
 
 if TYPE_CHECKING:
     from bot.run.supervisor import Supervisor

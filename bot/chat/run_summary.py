@@ -17,8 +17,8 @@ from typing import Final, Protocol
 from bot.domain import Usage
 from bot.journal.entries import RunStarted
 from bot.journal.fold import RunState, fold
-from bot.records import JournalRecord, RunRecord
-from bot.store import JournalTally
+from bot.journal.log import JournalRecord, JournalTally
+from bot.records import RunRecord
 
 # The entries a page of the timeline shows (the newest page, or those before ``before``).
 PAGE_ENTRIES: Final = 400
@@ -32,7 +32,7 @@ _FOLLOW_UPS: Final = frozenset({"tool_result", "tool_dispatched", "tool_process"
 
 
 class JournalPages(Protocol):
-    """The journal reads a run page makes (``bot.store.JournalLog``'s)."""
+    """The journal reads a run page makes (``bot.journal.log.JournalLog``'s)."""
 
     async def load_range(self, run_id: str, start: int, stop: int) -> list[JournalRecord]: ...
 

@@ -22,14 +22,16 @@ from bot.domain import (
     RequestStatus,
     Session,
 )
+from bot.errors import UnknownRun
 from bot.events import EventSink
 from bot.journal.fold import RunState, fold
+from bot.journal.log import JournalRecord
 from bot.logs import REQUEST_ID
 from bot.people.policy import Actor, NotPermitted, Policy
 from bot.place import Place
 from bot.prompter import Prompter
-from bot.records import JournalRecord, RunRecord
-from bot.store import AuditRecord, Requests, UnknownRun
+from bot.records import RunRecord
+from bot.store import AuditRecord, Requests
 from bot.tools.base import ToolFlags
 
 if TYPE_CHECKING:  # the read-only commands import this module without starting any run

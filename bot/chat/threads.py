@@ -19,6 +19,7 @@ from typing import Any, Literal, Protocol, assert_never
 from bot.chat.outbox import Deliveries, answer_key, card_key, reminder_key
 from bot.chat.service import ChatService, RequestView
 from bot.domain import RequestStatus, Session, TerminalResult, ToolOutcome
+from bot.errors import UnknownRun
 from bot.events import (
     AdvisoryEvent,
     AnswerSuppliedEvent,
@@ -37,7 +38,6 @@ from bot.events import (
     ToolExitEvent,
     ToolStartedEvent,
 )
-from bot.store import UnknownRun
 
 log = logging.getLogger("kestrel.threads")
 

@@ -77,7 +77,7 @@ def one_line_errors(fn: Callable[P, R]) -> Callable[P, R]:
 # The errors a user sees as one line, by module: configuration, store, resume and policy.
 _USER_ERRORS = (
     ("bot.config.sources", "ConfigError"),
-    ("bot.store", "StoreError"),
+    ("bot.errors", "StoreError"),
     ("bot.run.supervisor", "ResumeRefused"),
     ("bot.people.policy", "NotPermitted"),
 )
@@ -257,10 +257,10 @@ def serve(platforms: tuple[str, ...], port: int | None, host: str) -> None:
     import gc
 
     from bot.cli.serving import ChatFront
+    from bot.errors import StoreError
     from bot.replica.schedule import Scheduler
     from bot.replica.work import WorkTaker
     from bot.run.supervisor import Supervisor
-    from bot.store import StoreError
 
     settings = settings_of(click.get_current_context())
 

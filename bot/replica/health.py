@@ -18,7 +18,8 @@ from typing import Final, Protocol
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from bot.store import Admin, ReplicaRegistry, StoreError
+from bot.errors import StoreError
+from bot.store import Admin, ReplicaRegistry
 
 # How long one readiness check may take (a hung store is a failed check, not a hung probe).
 CHECK_SECONDS: Final = 3.0

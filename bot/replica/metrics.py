@@ -65,6 +65,7 @@ from prometheus_client.registry import Collector
 
 from bot import __version__
 from bot.domain import RequestKind, RunStatus, ToolOutcome, utcnow
+from bot.errors import StoreError
 from bot.events import (
     AdvisoryEvent,
     AnswerSuppliedEvent,
@@ -83,7 +84,7 @@ from bot.events import (
     ToolExitEvent,
     ToolStartedEvent,
 )
-from bot.store import Outbox, Requests, RunRows, StoreError
+from bot.store import Outbox, Requests, RunRows
 
 log = logging.getLogger("kestrel.metrics")
 

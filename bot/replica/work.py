@@ -10,11 +10,12 @@ from typing import Any, Protocol
 
 from bot.chat.inbound import Accepted, Inbound
 from bot.domain import Session, new_id
+from bot.errors import StoreError, UnknownRun
 from bot.people.policy import Actor
 from bot.prompter import DeferringPrompter
 from bot.records import WorkItem
 from bot.run.supervisor import LiveRun, ResumeRefused, Supervisor
-from bot.store import ReplicaRegistry, RunRows, StoreError, UnknownRun, WorkQueue
+from bot.store import ReplicaRegistry, RunRows, WorkQueue
 
 log = logging.getLogger("kestrel.work")
 

@@ -22,6 +22,7 @@ from bot.domain import (
     new_id,
     utcnow,
 )
+from bot.errors import StoreError
 from bot.events import (
     AdvisoryEvent,
     JournalFailedEvent,
@@ -43,7 +44,6 @@ from bot.run.context import RunContext
 from bot.run.hooks import HookContext, HookFailure, Hooks
 from bot.run.loop import AgentLoop, LoopDeps, Signals
 from bot.run.runtime import Runtime
-from bot.store import StoreError
 
 log = logging.getLogger("kestrel.supervisor")
 

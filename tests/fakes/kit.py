@@ -11,6 +11,7 @@ from bot.domain import TerminalResult
 from bot.events import AdvisoryEvent, EventSink
 from bot.journal.entries import ToolResultEntry, UserMessageEntry
 from bot.journal.fold import RunState
+from bot.journal.log import JournalRecord
 from bot.llm.base import (
     Message,
     ModelProvider,
@@ -23,7 +24,6 @@ from bot.llm.scripted import ScriptedProvider
 from bot.pii.guard import PiiGuard
 from bot.pii.hooks import pii_hooks
 from bot.prompter import Prompter
-from bot.records import JournalRecord
 from bot.run.hooks import HookContext, Hooks
 from bot.run.runtime import Runtime
 from bot.run.supervisor import Supervisor

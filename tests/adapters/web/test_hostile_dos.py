@@ -11,7 +11,7 @@ from bot.chat.service import RunView
 from bot.domain import AssistantTurn, ToolCall, ToolOutcome
 from bot.journal.entries import AssistantTurnEntry, ToolResultEntry
 from bot.journal.fold import fold
-from bot.records import JournalRecord
+from bot.journal.log import JournalRecord
 from tests.adapters.web.test_pages import big_run
 
 # What one page may weigh; a bigger run should be paged, or its outputs cut with a note.

@@ -44,9 +44,10 @@ from bot.journal.entries import (
     UserMessageEntry,
 )
 from bot.journal.fold import fold
+from bot.journal.log import JournalRecord
 from bot.people.policy import Actor
 from bot.pii.guard import WITHHELD_MESSAGE
-from bot.records import JournalRecord, RunRecord
+from bot.records import RunRecord
 from bot.run.supervisor import Supervisor
 from tests.adapters.web.conftest import HOSTILE, TOKEN, Site, serve
 from tests.fakes.runtime import make_runtime

@@ -1,0 +1,23 @@
+"""The store's errors: what a store operation raises for the caller to report."""
+
+from __future__ import annotations
+
+
+class StoreError(Exception):
+    """A store operation failed for a reason the caller should report."""
+
+
+class StaleEpoch(StoreError):
+    """The append carried an epoch older than the run's current lease: the caller lost ownership."""
+
+
+class SeqConflict(StoreError):
+    """A different record already stands at that sequence number."""
+
+
+class SeqGap(StoreError):
+    """The append would leave a gap in the run's sequence numbers."""
+
+
+class UnknownRun(StoreError):
+    """No run has that id."""
