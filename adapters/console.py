@@ -44,10 +44,10 @@ from bot.events import (
     ToolStartedEvent,
 )
 from bot.journal.fold import RunState
+from bot.options import answer_refusal, match_option
 from bot.people.policy import Actor, NotPermitted
 from bot.run.supervisor import LiveRun, ResumeRefused
 from bot.text import printable, unmask_links
-from bot.tools.ask_human import answer_refusal, match_option
 
 HELP = """commands:
   /runs              recent runs

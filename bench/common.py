@@ -13,10 +13,10 @@ from typing import IO, Any
 
 from bot.domain import Budgets, ToolCall
 from bot.events import FanOut
+from bot.hooks import HookContext, Hooks, ToolVerdict
 from bot.llm.scripted import ScriptedProvider
 from bot.pii.guard import PiiGuard, PiiMode, PiiSettings
 from bot.pii.hooks import pii_hooks
-from bot.run.hooks import HookContext, Hooks, ToolVerdict
 from bot.run.runtime import Runtime
 from bot.store import Store
 from bot.tools.builtin import builtin_tools

@@ -18,9 +18,9 @@ from bot.config.sources import ENV_FILE, dotenv, secret_file_paths, sqlite_file
 # store alone and must not pay for the model client, the tool catalogs or the PII scanner.
 if TYPE_CHECKING:
     from bot.config.settings import Settings
+    from bot.hooks import Hooks
     from bot.llm.base import ModelProvider
     from bot.pii.guard import PiiGuard
-    from bot.run.hooks import Hooks
     from bot.run.runtime import Runtime
     from bot.store import Store
     from bot.tools.base import ToolFlags
@@ -162,7 +162,7 @@ def build_guard(settings: Settings) -> PiiGuard:
 
 def build_hooks(settings: Settings) -> Hooks:
     """The caller's hooks named in the settings."""
-    from bot.run.hooks import Hooks
+    from bot.hooks import Hooks
 
     section = settings.hooks
     try:

@@ -8,18 +8,21 @@ conditional update that exactly one caller wins, and audited.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from bot.domain import Decision, DecisionKind, Request, RequestKind, RequestStatus, utcnow
 from bot.events import AdvisoryEvent, FanOut, RequestExpiredEvent
 from bot.journal.fold import RunState
+from bot.options import answer_refusal, match_option
 from bot.people.audit import Redact, decision_detail, request_detail
 from bot.people.policy import Actor, Policy
 from bot.place import Place
 from bot.prompter import Prompter
 from bot.store import Audited, Settled, Store
-from bot.tools.ask_human import answer_refusal, match_option
-from bot.tools.source import ToolSource
+
+if TYPE_CHECKING:
+    # A type only: people/ asks nothing of the tools room but the flags the tool set gives.
+    from bot.tools.source import ToolSource
 
 
 class Shared(Protocol):

@@ -8,8 +8,8 @@ from collections import OrderedDict
 
 from bot.domain import ToolCall
 from bot.events import AdvisoryEvent, EventSink
+from bot.hooks import HookContext, Hooks, PromptVerdict
 from bot.pii.guard import PiiGuard, PiiMode, ScanOutcome
-from bot.run.hooks import HookContext, Hooks, PromptVerdict
 
 log = logging.getLogger("kestrel.pii")
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from bot.domain import Request, RequestMaker, unstamped
 from bot.events import EventSink
+from bot.hooks import HookContext, Hooks
 from bot.journal.writer import RunJournal
 from bot.prompter import Prompter
-from bot.run.hooks import HookContext, Hooks
 from bot.run.interrupt import Interrupt
 
 

@@ -18,6 +18,7 @@ from bot.events import (
     ToolExitEvent,
     ToolStartedEvent,
 )
+from bot.hooks import HookFailure
 from bot.journal.entries import (
     GrantWritten,
     ToolDeferred,
@@ -29,7 +30,6 @@ from bot.journal.writer import TakenOver
 from bot.nesting import MAX_DEPTH, too_deep
 from bot.run.context import RunContext
 from bot.run.gate import Gate
-from bot.run.hooks import HookFailure
 from bot.run.interrupt import Interrupt, Interrupted
 from bot.run.telemetry import span
 from bot.tools import orphans

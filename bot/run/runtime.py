@@ -13,10 +13,10 @@ from pathlib import Path
 from bot.config.settings import DeadlineSettings
 from bot.domain import Budgets, Fingerprint, Request, new_id
 from bot.events import FanOut
+from bot.hooks import Hooks
 from bot.llm.base import ModelProvider
 from bot.people.audit import Redact, unchanged
 from bot.people.policy import Policy, PolicyRules
-from bot.run.hooks import Hooks
 from bot.store import Store
 from bot.tools.source import ToolSource
 

@@ -31,6 +31,7 @@ from bot.events import (
     RunStartedEvent,
     RunTakenOverEvent,
 )
+from bot.hooks import HookContext, HookFailure, Hooks
 from bot.journal.entries import Entry, RunEnded, RunResumed, RunStarted, UserMessageEntry
 from bot.journal.fold import RunState, fold
 from bot.journal.writer import RunJournal, TakenOver
@@ -41,7 +42,6 @@ from bot.people.policy import Actor, NotPermitted
 from bot.prompter import DeferringPrompter, Prompter
 from bot.records import RunRecord
 from bot.run.context import RunContext
-from bot.run.hooks import HookContext, HookFailure, Hooks
 from bot.run.loop import AgentLoop, LoopDeps, Signals
 from bot.run.runtime import Runtime
 

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import mcp_types as types
 from mcp import ClientSession, StdioServerParameters, stdio_client
@@ -31,10 +31,13 @@ from mcp.client import IncomingMessage, Transport
 from mcp.client.streamable_http import streamable_http_client
 
 from bot import DISTRIBUTION, __version__
-from bot.config.settings import McpServerSettings, Settings
 from bot.tools.base import Tool, ToolContext, ToolFlags, ToolResult
 from bot.tools.source import ToolSource
 from bot.tools.toolset import ToolCollision, ToolSet
+
+if TYPE_CHECKING:
+    # Types only: the settings are the composition root's; this room does not import config's.
+    from bot.config.settings import McpServerSettings, Settings
 
 log = logging.getLogger("kestrel.mcp")
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from bot.domain import Budgets, DecisionKind, RunStatus, StopReason, ToolCall
+from bot.hooks import HookContext, Hooks, ToolVerdict
 from bot.journal.entries import AssistantTurnEntry, ToolDispatched, ToolResultEntry
 from bot.journal.fold import fold
-from bot.run.hooks import HookContext, Hooks, ToolVerdict
 from bot.run.supervisor import Supervisor
 from bot.tools.python import function_tool
 from tests.fakes.runtime import (

@@ -12,8 +12,8 @@ import pytest
 
 from bot.domain import AssistantTurn, RunStatus, StopReason, ToolCall
 from bot.events import Event, FanOut
+from bot.hooks import HookContext, Hooks, ToolVerdict
 from bot.llm.base import AssistantMessage, Message, ToolSpec, UserMessage
-from bot.run.hooks import HookContext, Hooks, ToolVerdict
 from tests.fakes.kit import Kit, RecordingModel, build_kit, results
 from tests.fakes.runtime import call, reply
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from bot.domain import TerminalResult
 from bot.events import AdvisoryEvent, EventSink
+from bot.hooks import HookContext, Hooks
 from bot.journal.entries import ToolResultEntry, UserMessageEntry
 from bot.journal.fold import RunState
 from bot.journal.log import JournalRecord
@@ -24,7 +25,6 @@ from bot.llm.scripted import ScriptedProvider
 from bot.pii.guard import PiiGuard
 from bot.pii.hooks import pii_hooks
 from bot.prompter import Prompter
-from bot.run.hooks import HookContext, Hooks
 from bot.run.runtime import Runtime
 from bot.run.supervisor import Supervisor
 from bot.tools.base import Tool

@@ -10,9 +10,9 @@ from pydantic import BaseModel
 
 from bot.domain import Budgets, Decision, DecisionKind, Request
 from bot.events import Event, FanOut
+from bot.hooks import Hooks
 from bot.llm.base import ModelProvider
 from bot.llm.scripted import ScriptedProvider
-from bot.run.hooks import Hooks
 from bot.run.runtime import Runtime
 from bot.tools.base import Tool, ToolContext
 from bot.tools.python import function_tool

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from bot.domain import Decision, DecisionKind, Request
-from bot.tools.ask_human import AskHumanTool, answer_refusal, ask_human_tools, match_option
+from bot.options import answer_refusal, match_option
+from bot.tools.ask_human import AskHumanTool, ask_human_tools
 from bot.tools.base import Deferral, ToolContext, ToolResult
 from tests.bot.test_cli import kestrel, one_line_error
 
