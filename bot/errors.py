@@ -1,4 +1,4 @@
-"""The store's errors: what a store operation raises for the caller to report."""
+"""The errors a caller reports as they are: the store's, and a resume refused."""
 
 from __future__ import annotations
 
@@ -21,3 +21,7 @@ class SeqGap(StoreError):
 
 class UnknownRun(StoreError):
     """No run has that id."""
+
+
+class ResumeRefused(Exception):
+    """The run cannot be resumed as asked; the message says why and what to do."""

@@ -12,10 +12,9 @@ from dataclasses import dataclass
 
 from bot.chat.service import ChatService, RunView
 from bot.domain import TERMINAL_STATUSES, DecisionKind, Request, RequestKind, Session
-from bot.errors import StoreError, UnknownRun
+from bot.errors import ResumeRefused, StoreError, UnknownRun
 from bot.people.policy import Actor, NotPermitted
 from bot.prompter import DeferringPrompter
-from bot.run.supervisor import ResumeRefused
 
 THREAD_COMMANDS = ("status", "cancel", "resume")
 HELP = (

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
+from bot.chat.handles import RunHandle, RunResult
 from bot.chat.inbound import Accepted, Delivery, Inbound
 from bot.chat.outbox import card_key
 from bot.chat.run_summary import PAGE_ENTRIES, RunSummaries
@@ -151,7 +152,7 @@ class ChatService:
         session: Session | None = None,
         prompter: Prompter | None = None,
         run_id: str = "",
-    ) -> LiveRun:
+    ) -> RunHandle:
         """Start a run for one message in a session (a thread; None: a new one of its own);
         it runs in the background (as ``run_id``, when the delivery reserved one)."""
         place = session.place if session is not None else None
@@ -188,7 +189,7 @@ class ChatService:
         answered = await self._supervisor.answer(decision, run_id=run_id, actor=user, digest=digest)
         if not answered.accepted or not answered.ready:
             return Decided(answered.accepted, answered.message)
-        from bot.run.supervisor import ResumeRefused
+        from bot.errors import ResumeRefused
 
         try:
             live = await self._supervisor.resume(run_id, claimed=answered.claimed, by=user.user)
@@ -312,7 +313,7 @@ class ChatService:
         user: Actor,
         force: bool = False,
         prompter: Prompter | None = None,
-    ) -> LiveRun | None:
+    ) -> RunHandle | None:
         """Continue a suspended run (its requester or on-call may, from its place); None if it
         still waits."""
         record = await self._rt.store.get_run(run_id)
@@ -327,9 +328,14 @@ class ChatService:
             raise NotPermitted(refusal)
         return await self._supervisor.resume(run_id, prompter=prompter, force=force, by=user.user)
 
-    async def wait(self, live: LiveRun) -> RunState:
+    async def wait(self, run: RunHandle) -> RunResult:
         """Wait until a run this process drives suspends or ends."""
-        return await self._supervisor.wait(live)
+        # Every handle this service hands out is the supervisor's own.
+        return await self._supervisor.wait(cast("LiveRun", run))
+
+    def interrupt(self, run: RunHandle) -> None:
+        """Stop a run this process drives now (Ctrl-C): it suspends at once, its journal whole."""
+        cast("LiveRun", run).signals.interrupt.request()
 
     async def status(self, run_id: str, *, user: Actor | None = None) -> RunView:
         """One run as its journal tells it; with ``user``, only if they may see it (else

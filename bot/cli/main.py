@@ -78,7 +78,7 @@ def one_line_errors(fn: Callable[P, R]) -> Callable[P, R]:
 _USER_ERRORS = (
     ("bot.config.sources", "ConfigError"),
     ("bot.errors", "StoreError"),
-    ("bot.run.supervisor", "ResumeRefused"),
+    ("bot.errors", "ResumeRefused"),
     ("bot.people.policy", "NotPermitted"),
 )
 
@@ -430,11 +430,10 @@ def run(prompt: str, as_json: bool, defer: bool, user: str | None) -> None:
     async def work(rt: Runtime) -> dict[str, Any]:
         supervisor = Supervisor(rt)
         prompter = DeferringPrompter() if defer else None
-        live = await ChatService(supervisor).submit_turn(
-            prompt, user=Actor(terminal_user(user)), prompter=prompter
-        )
+        chat = ChatService(supervisor)
+        live = await chat.submit_turn(prompt, user=Actor(terminal_user(user)), prompter=prompter)
         _suspend_on_signals(supervisor, received)
-        await supervisor.wait(live)
+        await chat.wait(live)
         if live.error:
             raise Failure(live.error)
         return await _run_object(rt, live.run_id)

@@ -9,12 +9,12 @@ import logging
 from typing import Any, Protocol
 
 from bot.chat.inbound import Accepted, Inbound
-from bot.domain import Session, new_id
-from bot.errors import StoreError, UnknownRun
+from bot.domain import Session
+from bot.errors import ResumeRefused, StoreError, UnknownRun
 from bot.people.policy import Actor
 from bot.prompter import DeferringPrompter
 from bot.records import WorkItem
-from bot.run.supervisor import LiveRun, ResumeRefused, Supervisor
+from bot.run.supervisor import LiveRun, Supervisor
 from bot.store import ReplicaRegistry, RunRows, WorkQueue
 
 log = logging.getLogger("kestrel.work")
@@ -43,21 +43,6 @@ class WorkTaker:
         self.poll = poll
         self.batch = batch
         self._stopping = asyncio.Event()
-
-    async def submit_turn(
-        self, prompt: str, *, session: Session, requested_by: str, prompter: bool = True
-    ) -> str:
-        """Queue a new turn for whichever replica takes it first; return the run id it will get."""
-        run_id = new_id("run")
-        payload = {
-            "run_id": run_id,
-            "prompt": prompt,
-            "session": session.model_dump(mode="json"),
-            "requested_by": requested_by,
-            "prompter": prompter,
-        }
-        await self.store.enqueue_work("start", payload)
-        return run_id
 
     async def submit_resume(self, run_id: str) -> None:
         """Queue a resume (after the last answer a run waited for)."""

@@ -22,7 +22,7 @@ from bot.domain import (
     new_id,
     utcnow,
 )
-from bot.errors import StoreError
+from bot.errors import ResumeRefused, StoreError
 from bot.events import (
     AdvisoryEvent,
     JournalFailedEvent,
@@ -48,10 +48,6 @@ from bot.run.runtime import Runtime
 log = logging.getLogger("kestrel.supervisor")
 
 HISTORY_TURNS = 5
-
-
-class ResumeRefused(Exception):
-    """The run cannot be resumed as asked; the message says why and what to do."""
 
 
 @dataclass

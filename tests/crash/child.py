@@ -19,6 +19,7 @@ from pathlib import Path
 
 from bot.chat.service import ChatService
 from bot.domain import Decision, DecisionKind, Request, RequestStatus, Session
+from bot.errors import ResumeRefused
 from bot.events import Event, FanOut, RequestOpenedEvent
 from bot.journal.entries import Entry
 from bot.journal.fold import fold
@@ -27,7 +28,7 @@ from bot.people.policy import Actor
 from bot.prompter import DeferringPrompter
 from bot.records import RunRecord
 from bot.run.runtime import Runtime
-from bot.run.supervisor import LiveRun, ResumeRefused, Supervisor
+from bot.run.supervisor import LiveRun, Supervisor
 from bot.store import Audited, Settled
 from bot.tools.catalog import load_catalog
 from bot.tools.isolation import Isolation
