@@ -10,7 +10,7 @@ import pytest
 
 from bot.config.settings import ConfigError, Settings, load_settings
 from bot.config.sources import NON_SETTING_VARIABLES
-from tests.bot.test_cli import kestrel, one_line_error, write_config
+from tests.bot.cli.test_cli import kestrel, one_line_error, write_config
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -12,7 +12,7 @@ from bot.domain import Decision, DecisionKind, Request
 from bot.options import answer_refusal, match_option
 from bot.tools.ask_human import AskHumanTool, ask_human_tools
 from bot.tools.base import Deferral, ToolContext, ToolResult
-from tests.bot.test_cli import kestrel, one_line_error
+from tests.bot.cli.test_cli import kestrel, one_line_error
 
 PROMPT = "checkout is failing, can you look?"
 

@@ -11,7 +11,7 @@ from bot.domain import DecisionKind, Request, RequestKind, Session, new_id
 from bot.people.policy import Actor, Policy, PolicyRules
 from bot.records import RunRecord
 from storage.sqlite import open_sqlite
-from tests.bot.test_cli import kestrel, one_line_error, write_config
+from tests.bot.cli.test_cli import kestrel, one_line_error, write_config
 
 
 def deferred_run(folder: Path, user: str) -> str:

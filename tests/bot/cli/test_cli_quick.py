@@ -22,7 +22,7 @@ from bot.records import RunRecord
 from storage.sql import RUN_COLUMNS
 from storage.sqlite import open_sqlite
 from storage.sqlite_rows import RunRow
-from tests.bot.test_cli import kestrel, one_line_error, write_config
+from tests.bot.cli.test_cli import kestrel, one_line_error, write_config
 from tests.bot.test_nesting import nested
 from tests.storage.test_store_contract import FINGERPRINT, a_request
 

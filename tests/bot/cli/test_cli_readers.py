@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from storage.sqlite import SqliteStore
-from tests.bot.test_cli import ROOT, kestrel, one_line_error, write_config
+from tests.bot.cli.test_cli import ROOT, kestrel, one_line_error, write_config
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bot import DISTRIBUTION, __version__
-from tests.bot.test_cli import kestrel, write_config
+from tests.bot.cli.test_cli import kestrel, write_config
 
 PG_DSN = os.environ.get("KESTREL_TEST_POSTGRES_DSN", "")
 
@@ -22,7 +22,7 @@ def test_version_and_h_everywhere(tmp_path: Path) -> None:
     for args in (("-h",), ("runs", "-h"), ("runs", "list", "-h"), ("db", "check", "-h")):
         helped = kestrel(tmp_path, *args)
         assert helped.returncode == 0 and helped.stdout.startswith("Usage: kestrel"), args
-    pyproject = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text()
+    pyproject = (Path(__file__).resolve().parents[3] / "pyproject.toml").read_text()
     assert f'name = "{DISTRIBUTION}"' in pyproject and 'attr = "bot.__version__"' in pyproject
 
 

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from bot.text import printable
-from tests.bot.test_cli import kestrel, write_config
+from tests.bot.cli.test_cli import kestrel, write_config
 
 # An OSC title change, a screen clear and a cursor move, in 7-bit and 8-bit (C1) forms.
 HOSTILE = "\x1b]0;pwned\x07\x1b[2J\x1b[H\x9b31m\x9d2;pwned\x9c"

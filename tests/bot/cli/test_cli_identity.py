@@ -10,7 +10,7 @@ from pathlib import Path
 from bot.domain import Session, new_id
 from bot.records import RunRecord
 from storage.sqlite import open_sqlite
-from tests.bot.test_cli import kestrel, one_line_error
+from tests.bot.cli.test_cli import kestrel, one_line_error
 
 PROMPT = "checkout is failing, can you look?"
 

@@ -9,7 +9,7 @@ import pytest
 
 from bot.cli.main import EXIT_CANCELLED, EXIT_COMPLETED, EXIT_FAILED, EXIT_SUSPENDED, exit_status
 from bot.domain import RunStatus
-from tests.bot.test_cli import kestrel, one_line_error, write_config
+from tests.bot.cli.test_cli import kestrel, one_line_error, write_config
 
 
 def test_a_completed_run_exits_0(tmp_path: Path) -> None:
