@@ -56,11 +56,11 @@ def w1_runtime(
     )
 
 
-async def _allow(call: ToolCall, ctx: HookContext) -> ToolVerdict:
+async def _allow(call: ToolCall, ctx: HookContext) -> ToolVerdict:  # noqa: ARG001
     return ToolVerdict()
 
 
-async def _keep(call: ToolCall, output: str, ctx: HookContext) -> str | None:
+async def _keep(call: ToolCall, output: str, ctx: HookContext) -> str | None:  # noqa: ARG001
     return None
 
 

@@ -49,7 +49,7 @@ class Hold(BaseModel):
 
 
 @function_tool(idempotent=False, timeout=HOLD_SECONDS * 2)
-async def hold(args: Hold, ctx: ToolContext) -> str:
+async def hold(args: Hold, ctx: ToolContext) -> str:  # noqa: ARG001
     """Say which run it holds, then hold it far longer than a trial lasts."""
     print(f"holding {ctx.run_id}", flush=True)
     await asyncio.sleep(HOLD_SECONDS)

@@ -268,7 +268,7 @@ class SqlStore(ABC):
     async def open_request(self, request: Request) -> None:
         """Record a request as open; a second call with the same id changes nothing."""
 
-        def refused(violation: Violation) -> StoreError:
+        def refused(violation: Violation) -> StoreError:  # noqa: ARG001
             return UnknownRun(f"unknown run {request.run_id!r} for request {request.id!r}")
 
         params = request_row(request, self._stamp)
@@ -360,7 +360,7 @@ class SqlStore(ABC):
         """Mark ``key`` and queue ``payload`` as inbound work taken by ``owner``, in one
         transaction; the item's id, or None when ``key`` was marked before (nothing queued)."""
 
-        def repeat(violation: Violation) -> StoreError:
+        def repeat(violation: Violation) -> StoreError:  # noqa: ARG001
             return _Repeat(key)
 
         now = self._now()

@@ -340,7 +340,11 @@ class _RequestButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=r"
 
     @classmethod
     async def from_custom_id(
-        cls, interaction: discord.Interaction, item: discord.ui.Item[Any], match: re.Match[str]
+        cls,
+        # discord.py fixes the signature; the request's id is all the custom id carries.
+        interaction: discord.Interaction,  # noqa: ARG003
+        item: discord.ui.Item[Any],  # noqa: ARG003
+        match: re.Match[str],
     ) -> _RequestButton:
         return cls(match["req"])
 
@@ -393,7 +397,11 @@ class ChooseButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=ids.
 
     @classmethod
     async def from_custom_id(
-        cls, interaction: discord.Interaction, item: discord.ui.Item[Any], match: re.Match[str]
+        cls,
+        # discord.py fixes the signature; the request's id is all the custom id carries.
+        interaction: discord.Interaction,  # noqa: ARG003
+        item: discord.ui.Item[Any],  # noqa: ARG003
+        match: re.Match[str],
     ) -> ChooseButton:
         if match["n"] is not None:
             return cls(match["req"], int(match["n"]))
@@ -429,7 +437,11 @@ class EffectButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=ids.
 
     @classmethod
     async def from_custom_id(
-        cls, interaction: discord.Interaction, item: discord.ui.Item[Any], match: re.Match[str]
+        cls,
+        # discord.py fixes the signature; the request's id is all the custom id carries.
+        interaction: discord.Interaction,  # noqa: ARG003
+        item: discord.ui.Item[Any],  # noqa: ARG003
+        match: re.Match[str],
     ) -> EffectButton:
         return cls(match["req"], match["verb"])
 
@@ -580,7 +592,7 @@ class GuildDirectory:
         self._user = user
         self._guild = guild
 
-    async def in_group(self, user: str, group: str) -> bool:
+    async def in_group(self, user: str, group: str) -> bool:  # noqa: ARG002
         """Roles come with the member: one not among them is not theirs."""
         return False
 

@@ -65,7 +65,7 @@ class SlackTransport:
         except SlackApiError as exc:
             raise _failed(exc) from exc
 
-    async def find(self, key: str, target: dict[str, Any], body: dict[str, Any]) -> str | None:
+    async def find(self, key: str, target: dict[str, Any], body: dict[str, Any]) -> str | None:  # noqa: ARG002
         """The ts of the bot's message marked ``key`` in the thread, if it landed."""
         thread = target.get("thread_ts")
         if not thread:

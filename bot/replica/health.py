@@ -128,7 +128,7 @@ class Health:
                 problems["replica"] = replica
         connected: dict[str, bool] = {}
         for name, is_connected in self._platforms.items():
-            said = await _bounded(_connected_problem(name, is_connected))
+            said = await _bounded(_connected_problem(is_connected))
             connected[name] = not said
             if said:
                 problems[name] = said
@@ -155,7 +155,7 @@ class Health:
         return None
 
 
-async def _connected_problem(name: str, connected: Connected) -> str | None:
+async def _connected_problem(connected: Connected) -> str | None:
     if await connected():
         return None
     return "not connected (reconnecting)"

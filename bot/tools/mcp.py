@@ -125,7 +125,7 @@ class McpTool:
     remote: str
     source: McpSource
 
-    async def call(self, arguments: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    async def call(self, arguments: dict[str, Any], ctx: ToolContext) -> ToolResult:  # noqa: ARG002
         """Call the server's tool; every failure, a vanished tool included, is an error result."""
         started = time.monotonic()
         result = await self.source.call(self.remote, arguments)
