@@ -359,7 +359,7 @@ async def test_mention_starts_thread_and_posts_card(fake: FakeDiscord, bot: Kest
     assert card["components"][0]["components"][0]["id"] == 2  # Discord numbers components
     assert fake.message(C, mention["id"])["thread"]["id"] == thread_id  # type: ignore[index]
 
-    assert bot.chat.threads[0].id == int(thread_id)
+    assert bot.threads[0].id == int(thread_id)
     await bot.wait(lambda: bot.created_threads)  # the THREAD_CREATE echo
     assert bot.created_threads == [int(thread_id)]
     cached = bot.get_channel(int(thread_id))
