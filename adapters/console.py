@@ -13,7 +13,8 @@ import threading
 from collections.abc import Iterator
 from typing import Any, TextIO, assert_never
 
-from bot.chat import ChatService
+from bot.chat.handles import RunHandle, RunResult
+from bot.chat.service import ChatService
 from bot.domain import (
     Decision,
     DecisionKind,
@@ -24,6 +25,7 @@ from bot.domain import (
     ToolOutcome,
     new_id,
 )
+from bot.errors import ResumeRefused, StoreError
 from bot.events import (
     AdvisoryEvent,
     AnswerSuppliedEvent,
@@ -42,12 +44,9 @@ from bot.events import (
     ToolExitEvent,
     ToolStartedEvent,
 )
-from bot.journal.fold import RunState
-from bot.policy import Actor, NotPermitted
-from bot.store import StoreError
-from bot.supervisor import LiveRun, ResumeRefused
+from bot.options import answer_refusal, match_option
+from bot.people.policy import Actor, NotPermitted
 from bot.text import printable, unmask_links
-from bot.tools.ask_human import answer_refusal, match_option
 
 HELP = """commands:
   /runs              recent runs
@@ -304,7 +303,7 @@ class ConsoleChat:
         self.actor = Actor(user)
         self.prompter = ConsolePrompter(io, user)
         self.session = Session(id=new_id("ses"), platform="console")
-        self._live: LiveRun | None = None
+        self._live: RunHandle | None = None
         self._interrupts = 0
         self.terminated = False  # SIGTERM arrived: leave once the run under way has suspended
         self._leaving = False
@@ -342,7 +341,7 @@ class ConsoleChat:
             return
         await self._follow(live)
 
-    async def _follow(self, live: LiveRun) -> None:
+    async def _follow(self, live: RunHandle) -> None:
         self._live, self._interrupts = live, 0
         try:
             state = await self.chat.wait(live)
@@ -350,7 +349,7 @@ class ConsoleChat:
             self._live = None
         self._report(state)
 
-    def _report(self, state: RunState) -> None:
+    def _report(self, state: RunResult) -> None:
         result = state.result
         if result is None:
             waiting = "; ".join(_waiting_for(request) for request in state.open_requests)
@@ -412,7 +411,7 @@ class ConsoleChat:
             return
         self.terminated = True
         if self._live is not None:
-            self._live.signals.interrupt.request()
+            self.chat.interrupt(self._live)
         elif main is not None:
             main.cancel()
 
@@ -421,7 +420,7 @@ class ConsoleChat:
             return
         self._interrupts += 1
         if self._live is not None and self._interrupts == 1:
-            self._live.signals.interrupt.request()
+            self.chat.interrupt(self._live)
             self.io.write("\n  (stopping: the run suspends now; Ctrl-C again leaves the chat)")
             return
         if main is not None:

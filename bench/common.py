@@ -17,9 +17,10 @@ from bot.hooks import HookContext, Hooks, ToolVerdict
 from bot.llm.scripted import ScriptedProvider
 from bot.pii.guard import PiiGuard, PiiMode, PiiSettings
 from bot.pii.hooks import pii_hooks
-from bot.runtime import Runtime, ToolSource
+from bot.run.runtime import Runtime
 from bot.store import Store
 from bot.tools.builtin import builtin_tools
+from bot.tools.source import ToolSource
 from bot.tools.toolset import ToolSet
 
 
@@ -55,11 +56,11 @@ def w1_runtime(
     )
 
 
-async def _allow(call: ToolCall, ctx: HookContext) -> ToolVerdict:
+async def _allow(call: ToolCall, ctx: HookContext) -> ToolVerdict:  # noqa: ARG001
     return ToolVerdict()
 
 
-async def _keep(call: ToolCall, output: str, ctx: HookContext) -> str | None:
+async def _keep(call: ToolCall, output: str, ctx: HookContext) -> str | None:  # noqa: ARG001
     return None
 
 

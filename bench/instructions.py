@@ -15,7 +15,7 @@ import subprocess
 
 from bench.common import bench_command, w1_runtime
 from bench.stores import open_store, scratch
-from bot.supervisor import Supervisor
+from bot.run.supervisor import Supervisor
 
 ITERATIONS = 20
 RUNS = 50

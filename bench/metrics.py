@@ -35,8 +35,8 @@ from bot.domain import (
     utcnow,
 )
 from bot.journal.entries import Entry, RunEnded, RunSuspended
-from bot.metrics import PLATFORMS, Metrics
 from bot.records import RunRecord
+from bot.replica.metrics import PLATFORMS, Metrics
 from storage.sqlite import SqliteStore, open_sqlite
 
 RUNS: Final = 10_000

@@ -22,7 +22,7 @@ from bench.common import bench_command, expect, median, spawn, stop, w1_runtime
 from bench.stores import DATABASES, open_store, prepare, scratch
 from bench.w1 import ITERATIONS
 from bot.journal.fold import RunState
-from bot.supervisor import Supervisor
+from bot.run.supervisor import Supervisor
 
 REPLICAS = 2
 RUNS_PER_REPLICA = 50

@@ -40,8 +40,8 @@ HEAVY: Final = (
     "jsonschema",
     "re2",
     "apscheduler",
-    "bot.supervisor",
-    "bot.loop",
+    "bot.run.supervisor",
+    "bot.run.loop",
     "bot.pii.recognizers",
     "pydantic",
     "asyncio",
@@ -139,7 +139,7 @@ def heavy_imports(name: str, folder: Path) -> list[str]:
 
 def breakdown(name: str, folder: Path, runs: int = 5) -> dict[str, float]:
     """Import time by top-level package (ms, each the median of ``runs`` profiles), largest
-    first; Kestrel's own packages are split one level down (``bot.config``)."""
+    first; Kestrel's own packages are split one level down, by room (``bot.run``)."""
     samples: dict[str, list[float]] = {}
     for _ in range(runs):
         totals: dict[str, float] = {}

@@ -26,11 +26,12 @@ from bench.common import bench_command, expect, median, spawn, stop
 from bench.stores import connection, open_store, prepare, scratch
 from bot.events import FanOut
 from bot.llm.scripted import ScriptedProvider
-from bot.runtime import Runtime, ToolSource
+from bot.run.runtime import Runtime
+from bot.run.supervisor import Supervisor
 from bot.store import Store
-from bot.supervisor import Supervisor
 from bot.tools.base import ToolContext
 from bot.tools.python import function_tool
+from bot.tools.source import ToolSource
 from bot.tools.toolset import ToolSet
 
 LEASE = 1.0
@@ -48,7 +49,7 @@ class Hold(BaseModel):
 
 
 @function_tool(idempotent=False, timeout=HOLD_SECONDS * 2)
-async def hold(args: Hold, ctx: ToolContext) -> str:
+async def hold(args: Hold, ctx: ToolContext) -> str:  # noqa: ARG001
     """Say which run it holds, then hold it far longer than a trial lasts."""
     print(f"holding {ctx.run_id}", flush=True)
     await asyncio.sleep(HOLD_SECONDS)

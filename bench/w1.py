@@ -14,7 +14,7 @@ import time
 
 from bench.common import bench_command, median, peak_rss_mib, run_json, w1_runtime
 from bench.stores import DATABASES, LABELS, open_store, scratch
-from bot.supervisor import Supervisor
+from bot.run.supervisor import Supervisor
 
 ITERATIONS = 20
 

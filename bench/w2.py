@@ -24,12 +24,13 @@ from bot.domain import Budgets, Decision, DecisionKind, Request, RequestKind
 from bot.events import FanOut
 from bot.journal.fold import RunState
 from bot.llm.scripted import ScriptedProvider
-from bot.policy import Policy, PolicyRules
+from bot.people.policy import Policy, PolicyRules
 from bot.prompter import DeferringPrompter
-from bot.runtime import Runtime, ToolSource
+from bot.run.runtime import Runtime
+from bot.run.supervisor import Supervisor
 from bot.store import Store
-from bot.supervisor import Supervisor
 from bot.tools.python import function_tool
+from bot.tools.source import ToolSource
 from bot.tools.toolset import ToolSet
 
 RUNS = 1000

@@ -56,7 +56,7 @@ from adapters.web.app import web_routes
 from adapters.web.auth import WebConfig
 from adapters.web.export import write_export
 from adapters.web.render import load_run_page, load_run_sources, render_run_page
-from bot.chat import ChatService
+from bot.chat.service import ChatService
 from bot.domain import (
     AssistantTurn,
     Fingerprint,
@@ -77,8 +77,8 @@ from bot.journal.entries import (
     UserMessageEntry,
 )
 from bot.records import RunRecord
+from bot.run.supervisor import Supervisor
 from bot.store import Store
-from bot.supervisor import Supervisor
 from tests.fakes.runtime import make_runtime
 
 ENTRIES: Final = 1_000

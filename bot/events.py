@@ -105,7 +105,7 @@ class RequestOpenedEvent:
 
 @dataclass(frozen=True, slots=True)
 class AnswerSuppliedEvent:
-    """A decision reached the run through the checkpoint and was journaled; the request's
+    """A decision reached the run through ``Decisions`` and was journaled; the request's
     kind, and how long (seconds) it stood open until decided, when known."""
 
     kind: ClassVar[str] = "answer_supplied"

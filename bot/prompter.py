@@ -31,6 +31,6 @@ class DeferringPrompter:
         """People will see the request (in the thread, or in ``kestrel runs pending``)."""
         return True
 
-    async def ask(self, request: Request) -> Decision | None:
+    async def ask(self, request: Request) -> Decision | None:  # noqa: ARG002
         """Always defer; adapters render the request from the event that opened it."""
         return None

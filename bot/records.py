@@ -1,4 +1,4 @@
-"""The rows the store keeps beside the journal: runs, journal records, work, replicas, outbox."""
+"""The rows the store keeps beside the journal: runs, work, replicas, outbox."""
 
 from __future__ import annotations
 
@@ -8,16 +8,6 @@ from typing import Any, Literal
 from pydantic import Field
 
 from bot.domain import DomainModel, RunStatus, utcnow
-from bot.journal.entries import Entry
-
-
-class JournalRecord(DomainModel):
-    """One stored entry with its position and the epoch that wrote it."""
-
-    run_id: str
-    seq: int
-    epoch: int
-    entry: Entry
 
 
 class RunRecord(DomainModel):

@@ -14,8 +14,9 @@ from typing import Any, Final, get_args
 
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
-from bot.audit_detail import request_detail
+from bot.chat.outbox import answer_key, owed_answer
 from bot.domain import Decision, Request, RequestStatus, RunStatus
+from bot.errors import SeqConflict, SeqGap, StaleEpoch, StoreError, UnknownRun
 from bot.journal.entries import (
     Entry,
     RunEnded,
@@ -24,9 +25,9 @@ from bot.journal.entries import (
     ToolDeferred,
     status_after,
 )
-from bot.outbox import answer_key, owed_answer
-from bot.records import JournalRecord, OutboxMessage, Replica, RunRecord, WorkItem
-from bot.store import JournalTally, SeqConflict, SeqGap, StaleEpoch, StoreError, UnknownRun
+from bot.journal.log import JournalRecord, JournalTally
+from bot.people.audit import request_detail
+from bot.records import OutboxMessage, Replica, RunRecord, WorkItem
 from storage import sql
 from storage.sql import Step
 

@@ -16,8 +16,8 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import asyncpg
 
 from bot.domain import utcnow
+from bot.errors import StoreError
 from bot.journal.entries import Entry
-from bot.store import StoreError
 from storage import sql
 from storage.common import (
     Refusal,
@@ -282,10 +282,10 @@ class PostgresStore(SqlStore):
         conn.add_termination_listener(self._on_listener_lost)
         return conn
 
-    def _on_work(self, conn: asyncpg.Connection, pid: int, channel: str, payload: str) -> None:
+    def _on_work(self, conn: asyncpg.Connection, pid: int, channel: str, payload: str) -> None:  # noqa: ARG002
         self._work_added.set()
 
-    def _on_listener_lost(self, conn: asyncpg.Connection) -> None:
+    def _on_listener_lost(self, conn: asyncpg.Connection) -> None:  # noqa: ARG002
         self._work_added.set()
 
     # -- connections and migrations ----------------------------------------------------------

@@ -17,9 +17,11 @@ from datetime import datetime, timedelta
 from typing import Any, ClassVar, TypeVar
 
 from bot.domain import Decision, Request, RequestStatus, Session
+from bot.errors import StoreError, UnknownRun
 from bot.journal.entries import Entry
-from bot.records import JournalRecord, OutboxMessage, Replica, RunRecord, WorkItem
-from bot.store import Audited, AuditRecord, JournalTally, Settled, StoreError, UnknownRun
+from bot.journal.log import JournalRecord, JournalTally
+from bot.records import OutboxMessage, Replica, RunRecord, WorkItem
+from bot.store import Audited, AuditRecord, Settled
 from storage import sql
 from storage.common import (
     AuditEntry,
@@ -266,7 +268,7 @@ class SqlStore(ABC):
     async def open_request(self, request: Request) -> None:
         """Record a request as open; a second call with the same id changes nothing."""
 
-        def refused(violation: Violation) -> StoreError:
+        def refused(violation: Violation) -> StoreError:  # noqa: ARG001
             return UnknownRun(f"unknown run {request.run_id!r} for request {request.id!r}")
 
         params = request_row(request, self._stamp)
@@ -358,7 +360,7 @@ class SqlStore(ABC):
         """Mark ``key`` and queue ``payload`` as inbound work taken by ``owner``, in one
         transaction; the item's id, or None when ``key`` was marked before (nothing queued)."""
 
-        def repeat(violation: Violation) -> StoreError:
+        def repeat(violation: Violation) -> StoreError:  # noqa: ARG001
             return _Repeat(key)
 
         now = self._now()

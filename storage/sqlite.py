@@ -19,8 +19,8 @@ from typing import Any, ClassVar, Final, TypeVar
 import aiosqlite
 
 from bot.domain import utcnow
+from bot.errors import StoreError
 from bot.journal.entries import Entry
-from bot.store import StoreError
 from storage import sql
 from storage.common import (
     Refusal,
@@ -311,9 +311,9 @@ class SqliteStore(SqlStore):
             await _close_quietly(rconn)
 
     async def _read(self, action: str, statement: str, params: Params) -> list[Row]:
-        """One query on the reader connection (one thread hop); any failure is "read" failed."""
+        """One query on the reader connection (one thread hop); a failure names its action."""
         conn = self._reader()
-        with self._errors("read"):
+        with self._errors(action):
             return list(await conn.execute_fetchall(SQLITE.sql(statement), params))
 
     async def _write(

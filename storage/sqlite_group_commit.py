@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
-from bot.store import StoreError
+from bot.errors import StoreError
 from storage import sql
 from storage.common import Projection, diagnose
 from storage.sql import SQLITE, Step

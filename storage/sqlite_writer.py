@@ -41,7 +41,7 @@ class SqliteWriter:
         path: Path,
         pragmas: str,
         busy_timeout: float,
-        setup: Callable[[sqlite3.Connection], None] = lambda conn: None,
+        setup: Callable[[sqlite3.Connection], None] = lambda _conn: None,
     ) -> SqliteWriter:
         """Connect on the writer's thread (opening may wait on another process's lock).
 

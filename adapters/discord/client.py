@@ -24,16 +24,17 @@ from adapters.discord import ids
 from adapters.discord.look import DiscordLook, note_text, status_text
 from adapters.discord.progress import DiscordProgress
 from adapters.discord.transport import DiscordTransport
-from bot.chat import ChatService
-from bot.conversation import Conversation, Outcome
+from bot.chat.conversation import Conversation, Outcome
+from bot.chat.inbound import Accepted, Delivery
+from bot.chat.links import RunLink
+from bot.chat.outbox import Deliveries
+from bot.chat.service import ChatService
+from bot.chat.threads import ThreadRenderer
 from bot.domain import DecisionKind, Session
-from bot.inbound import Accepted, Delivery
-from bot.links import RunLink
-from bot.outbox import Deliveries
+from bot.errors import StoreError
+from bot.people.policy import Actor
 from bot.place import Place
-from bot.policy import Actor
-from bot.store import Outbox, StoreError
-from bot.threads import ThreadRenderer
+from bot.store import Outbox
 from bot.user_agent import USER_AGENT
 
 log = logging.getLogger("kestrel.discord")
@@ -339,7 +340,11 @@ class _RequestButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=r"
 
     @classmethod
     async def from_custom_id(
-        cls, interaction: discord.Interaction, item: discord.ui.Item[Any], match: re.Match[str]
+        cls,
+        # discord.py fixes the signature; the request's id is all the custom id carries.
+        interaction: discord.Interaction,  # noqa: ARG003
+        item: discord.ui.Item[Any],  # noqa: ARG003
+        match: re.Match[str],
     ) -> _RequestButton:
         return cls(match["req"])
 
@@ -392,7 +397,11 @@ class ChooseButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=ids.
 
     @classmethod
     async def from_custom_id(
-        cls, interaction: discord.Interaction, item: discord.ui.Item[Any], match: re.Match[str]
+        cls,
+        # discord.py fixes the signature; the request's id is all the custom id carries.
+        interaction: discord.Interaction,  # noqa: ARG003
+        item: discord.ui.Item[Any],  # noqa: ARG003
+        match: re.Match[str],
     ) -> ChooseButton:
         if match["n"] is not None:
             return cls(match["req"], int(match["n"]))
@@ -428,7 +437,11 @@ class EffectButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=ids.
 
     @classmethod
     async def from_custom_id(
-        cls, interaction: discord.Interaction, item: discord.ui.Item[Any], match: re.Match[str]
+        cls,
+        # discord.py fixes the signature; the request's id is all the custom id carries.
+        interaction: discord.Interaction,  # noqa: ARG003
+        item: discord.ui.Item[Any],  # noqa: ARG003
+        match: re.Match[str],
     ) -> EffectButton:
         return cls(match["req"], match["verb"])
 
@@ -579,7 +592,7 @@ class GuildDirectory:
         self._user = user
         self._guild = guild
 
-    async def in_group(self, user: str, group: str) -> bool:
+    async def in_group(self, user: str, group: str) -> bool:  # noqa: ARG002
         """Roles come with the member: one not among them is not theirs."""
         return False
 

@@ -17,13 +17,13 @@ from datetime import datetime
 from typing import Any
 
 from adapters.discord import ids
-from bot.cards import closing, pretty, shorten, title
-from bot.chat import RequestView, RunView
+from bot.chat.cards import closing, pretty, shorten, title
+from bot.chat.links import RunLink
+from bot.chat.service import RequestView, RunView
+from bot.chat.threads import Body
 from bot.domain import RequestKind, RequestStatus, RunStatus, Session, TerminalResult
-from bot.links import RunLink
-from bot.policy import GROUP_KINDS
+from bot.people.policy import GROUP_KINDS
 from bot.text import unmask_links
-from bot.threads import Body
 
 CONTENT_LIMIT = 2000
 EMBED_LIMIT = 6000

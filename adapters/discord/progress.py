@@ -13,8 +13,8 @@ import discord
 from discord.http import Route
 
 from adapters.discord.look import working
-from bot.outbox import Deliveries, status_key
-from bot.threads import RunPlace, StepStatus
+from bot.chat.outbox import Deliveries, status_key
+from bot.chat.threads import RunPlace, StepStatus
 
 log = logging.getLogger("kestrel.discord")
 
@@ -40,7 +40,7 @@ class DiscordProgress:
         """Start tracking a live run (idempotent)."""
         self._live.setdefault(run_id, _Live(place))
 
-    async def working(self, place: RunPlace, status: str = "") -> None:
+    async def working(self, place: RunPlace, status: str = "") -> None:  # noqa: ARG002
         """Show at once that Kestrel works: the thread's typing indicator."""
         route = Route("POST", "/channels/{channel_id}/typing", channel_id=place.target["channel"])
         try:
@@ -48,7 +48,7 @@ class DiscordProgress:
         except (discord.HTTPException, aiohttp.ClientError, OSError) as exc:
             log.info("discord: typing refused in %s: %s", place.target["channel"], exc)
 
-    async def step(self, run_id: str, call_id: str, title: str, status: StepStatus) -> None:
+    async def step(self, run_id: str, call_id: str, title: str, status: StepStatus) -> None:  # noqa: ARG002
         """A tool call started or finished: the status message says so."""
         live = self._live.get(run_id)
         if live is None:

@@ -6,7 +6,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from bot.config import ConfigError, checked_url
+from bot.config.settings import ConfigError, checked_url
 
 DEFAULT_API = "https://discord.com/api/v10"
 _TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")

@@ -18,7 +18,7 @@ from typing import Any
 import discord
 from discord.http import Route
 
-from bot.outbox import DeliveryFailed, MessageGone
+from bot.chat.outbox import DeliveryFailed, MessageGone
 
 log = logging.getLogger("kestrel.discord")
 
@@ -57,7 +57,7 @@ class DiscordTransport:
         )
         await self._send(route, body, channel)
 
-    async def find(self, key: str, target: dict[str, Any], body: dict[str, Any]) -> str | None:
+    async def find(self, key: str, target: dict[str, Any], body: dict[str, Any]) -> str | None:  # noqa: ARG002
         """A post whose outcome is unknown, among the thread's latest messages: a bot's message
         showing ``body`` (Discord returns no nonce there; within minutes the nonce dedupes)."""
         route = Route("GET", "/channels/{channel_id}/messages", channel_id=target["channel"])

@@ -22,13 +22,13 @@ from adapters.slack.look import SlackLook
 from adapters.slack.progress import Progress
 from adapters.slack.settings import SlackSettings
 from adapters.slack.transport import SlackTransport
-from bot.chat import ChatService
-from bot.config import ConfigError
-from bot.links import RunLink
+from bot.chat.links import RunLink
+from bot.chat.outbox import Deliveries
+from bot.chat.service import ChatService
+from bot.chat.threads import ThreadRenderer
+from bot.config.settings import ConfigError
 from bot.oneline import one_line
-from bot.outbox import Deliveries
 from bot.store import Outbox
-from bot.threads import ThreadRenderer
 from bot.user_agent import USER_AGENT
 
 log = logging.getLogger("kestrel.slack")

@@ -45,8 +45,8 @@ from slack_sdk.models.views import View
 
 from adapters.slack import ids
 from adapters.slack.ids import parse_feedback
-from bot.cards import closing, pretty, shorten
-from bot.chat import PendingRequest, RunView
+from bot.chat.cards import closing, pretty, shorten
+from bot.chat.service import PendingRequest, RunView
 from bot.domain import (
     Decision,
     Request,

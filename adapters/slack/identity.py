@@ -12,8 +12,8 @@ from typing import Any, TypeVar
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.people.policy import Actor
 from bot.place import Place
-from bot.policy import Actor
 
 log = logging.getLogger("kestrel.slack")
 

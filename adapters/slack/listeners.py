@@ -38,14 +38,14 @@ from adapters.slack.identity import Identities
 from adapters.slack.ids import SlackThread, thread_session_id
 from adapters.slack.look import thread_of
 from adapters.slack.progress import Progress
-from bot.chat import ChatService, PendingRequest
-from bot.conversation import HELP, THREAD_COMMANDS, Conversation, Outcome
+from bot.chat.conversation import HELP, THREAD_COMMANDS, Conversation, Outcome
+from bot.chat.inbound import Delivery
+from bot.chat.service import ChatService, PendingRequest
+from bot.chat.threads import ThreadRenderer
 from bot.domain import DecisionKind, Session
-from bot.inbound import Delivery
+from bot.errors import StoreError
+from bot.people.policy import Actor, NotPermitted
 from bot.place import Place
-from bot.policy import Actor, NotPermitted
-from bot.store import StoreError
-from bot.threads import ThreadRenderer
 
 log = logging.getLogger("kestrel.slack")
 

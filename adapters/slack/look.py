@@ -13,10 +13,10 @@ from adapters.slack.blocks import (
     request_card,
 )
 from adapters.slack.ids import SlackThread, parse_thread_session
-from bot.chat import RequestView
+from bot.chat.links import RunLink
+from bot.chat.service import RequestView
+from bot.chat.threads import Body
 from bot.domain import RequestStatus, Session, TerminalResult
-from bot.links import RunLink
-from bot.threads import Body
 
 
 class SlackLook:

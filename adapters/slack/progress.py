@@ -21,9 +21,9 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack.blocks import working_message
 from adapters.slack.look import thread_of
-from bot.outbox import Deliveries, status_key
+from bot.chat.outbox import Deliveries, status_key
+from bot.chat.threads import RunPlace, StepStatus
 from bot.text import unmask_links
-from bot.threads import RunPlace, StepStatus
 
 log = logging.getLogger("kestrel.slack")
 

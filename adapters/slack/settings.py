@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from bot.config import ConfigError, checked_url
+from bot.config.settings import ConfigError, checked_url
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from typing import Any
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.outbox import DeliveryFailed, MessageGone
+from bot.chat.outbox import DeliveryFailed, MessageGone
 
 EVENT_TYPE = "kestrel_message"
 # Refusals that only a person can lift (invite the bot, unarchive the channel): retried
@@ -65,7 +65,7 @@ class SlackTransport:
         except SlackApiError as exc:
             raise _failed(exc) from exc
 
-    async def find(self, key: str, target: dict[str, Any], body: dict[str, Any]) -> str | None:
+    async def find(self, key: str, target: dict[str, Any], body: dict[str, Any]) -> str | None:  # noqa: ARG002
         """The ts of the bot's message marked ``key`` in the thread, if it landed."""
         thread = target.get("thread_ts")
         if not thread:

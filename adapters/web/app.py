@@ -41,7 +41,7 @@ from adapters.web.render import (
 )
 from adapters.web.timeline import STATUSES
 from bot.domain import utcnow
-from bot.store import UnknownRun
+from bot.errors import UnknownRun
 
 log = logging.getLogger("kestrel.web")
 

@@ -3,7 +3,7 @@
 Two ways in, nothing else:
 
 - ``Authorization: Bearer <KESTREL_WEB_TOKEN>``: an operator, who sees every page;
-- a signed link (``?exp=…&sig=…``, made by ``bot.links.LinkSigner`` with
+- a signed link (``?exp=…&sig=…``, made by ``bot.chat.links.LinkSigner`` with
   ``KESTREL_WEB_SECRET``): that one run's page and its live updates, until it expires.
 
 With neither configured, every page is refused (never open). A missing bearer gets 401 with
@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from bot.config import ConfigError, WebSettings
-from bot.links import MIN_SECRET_BYTES, LinkSigner, RunLink, run_links
+from bot.chat.links import MIN_SECRET_BYTES, LinkSigner, RunLink, run_links
+from bot.config.settings import ConfigError, WebSettings
 
 TOKEN_VARIABLE = "KESTREL_WEB_TOKEN"
 SECRET_VARIABLE = "KESTREL_WEB_SECRET"

@@ -29,7 +29,7 @@ async def write_export(
 ) -> None:
     """Write the page of ``run_id`` as one file through ``write``, in chunks: the stylesheet
     inlined (allowed by its hash in a ``<meta>`` Content-Security-Policy), no script, no
-    external asset, no link to another page; raises ``bot.store.UnknownRun`` for an unknown
+    external asset, no link to another page; raises ``bot.errors.UnknownRun`` for an unknown
     id (before anything is written)."""
     now = now or utcnow()
     # The header, and no entry: the timeline is streamed into it below.

@@ -33,12 +33,13 @@ from adapters.web.timeline import (
     run_rows,
     thread_of,
 )
-from bot.chat import PendingRequest, RequestView, RunInspection, RunMark, RunView
+from bot.chat.run_summary import PAGE_ENTRIES
+from bot.chat.service import PendingRequest, RequestView, RunInspection, RunMark, RunView
 from bot.domain import utcnow
+from bot.journal.log import JournalRecord
 from bot.pii.guard import WITHHELD_MESSAGE
 from bot.pii.recognizers import ENTITY_TYPES
-from bot.records import JournalRecord, RunRecord
-from bot.run_summary import PAGE_ENTRIES
+from bot.records import RunRecord
 from bot.store import AuditRecord
 
 # While a run is running its page polls this often; while it is suspended, less often.
@@ -235,7 +236,7 @@ def render_pending(pending: Sequence[PendingRequest], *, now: datetime | None = 
 
 
 class RunReader(Protocol):
-    """What the pages read runs through: ``bot.chat.ChatService`` (or anything with these
+    """What the pages read runs through: ``bot.chat.service.ChatService`` (or anything with these
     read methods)."""
 
     async def inspect(
@@ -277,13 +278,13 @@ async def load_run_sources(
     chat: RunReader, run_id: str, *, before: int | None = None, size: int = PAGE_ENTRIES
 ) -> RunSources:
     """A run's record, a page of its journal, its audit and its requests
-    (``bot.store.UnknownRun`` for an unknown id)."""
+    (``bot.errors.UnknownRun`` for an unknown id)."""
     found = await chat.inspect(run_id, before=before, size=size)
     return RunSources(found.view, found.journal, found.audit, found.requests, found.length)
 
 
 async def load_run_page(chat: RunReader, run_id: str, *, before: int | None = None) -> RunPage:
-    """A run's page from the store (``bot.store.UnknownRun`` for an unknown id)."""
+    """A run's page from the store (``bot.errors.UnknownRun`` for an unknown id)."""
     return (await load_run_sources(chat, run_id, before=before)).page()
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar
 
-from bot.chat import PendingRequest, RequestView, RunView
+from bot.chat.service import PendingRequest, RequestView, RunView
 from bot.domain import (
     TERMINAL_STATUSES,
     Budgets,
@@ -31,8 +31,9 @@ from bot.domain import (
     Usage,
 )
 from bot.journal.entries import Entry
-from bot.policy import EVERYONE
-from bot.records import JournalRecord, RunRecord
+from bot.journal.log import JournalRecord
+from bot.people.policy import EVERYONE
+from bot.records import RunRecord
 from bot.store import AuditRecord
 
 # An output longer than this (characters or lines) is collapsed under a <details>.
@@ -208,7 +209,7 @@ class RequestItem:
 
 @dataclass(frozen=True, slots=True)
 class AnswerItem:
-    """The run took a decision from the checkpoint."""
+    """The run took a decision from ``Decisions``."""
 
     kind: ClassVar[str] = "answer"
     seq: int

@@ -11,20 +11,21 @@ from typing import TYPE_CHECKING, NamedTuple
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from bot import install_hint
-from bot.config import ConfigError
-from bot.config_sources import ENV_FILE, dotenv, secret_file_paths, sqlite_file
+from bot.config.settings import ConfigError
+from bot.config.sources import ENV_FILE, dotenv, secret_file_paths, sqlite_file
 
 # The parts are imported by the builders that need them, not here: ``runs list`` opens the
 # store alone and must not pay for the model client, the tool catalogs or the PII scanner.
 if TYPE_CHECKING:
-    from bot.config import Settings
+    from bot.config.settings import Settings
     from bot.hooks import Hooks
     from bot.llm.base import ModelProvider
     from bot.pii.guard import PiiGuard
-    from bot.runtime import Runtime, ToolSource
+    from bot.run.runtime import Runtime
     from bot.store import Store
     from bot.tools.base import ToolFlags
     from bot.tools.isolation import Isolation
+    from bot.tools.source import ToolSource
     from bot.tools.toolset import ToolSet
     from storage.postgres import PostgresStore
     from storage.sqlite import SqliteStore
@@ -265,7 +266,7 @@ async def tool_source(settings: Settings) -> AsyncIterator[ToolSource]:
 
     The ``mcp`` package is imported only then: it is an optional extra and slow to import.
     """
-    from bot.runtime import ToolSource
+    from bot.tools.source import ToolSource
     from bot.tools.toolset import ToolCollision
 
     builtin = build_tools(settings, checked_isolation(settings))
@@ -294,9 +295,9 @@ async def tool_source(settings: Settings) -> AsyncIterator[ToolSource]:
 async def runtime(settings: Settings) -> AsyncIterator[Runtime]:
     """A runtime for one process; its MCP sessions and store are closed on exit."""
     from bot.events import FanOut, LogSink
+    from bot.people.policy import Policy
     from bot.pii.hooks import pii_hooks
-    from bot.policy import Policy
-    from bot.runtime import Runtime
+    from bot.run.runtime import Runtime
 
     model = build_model(settings)
     guard = build_guard(settings)

@@ -20,12 +20,12 @@ from bot.text import printable
 # the read-only commands (``runs list``, ``runs pending``) the settings and the store, not the
 # model client or the code that drives runs. bench/startup.py times them.
 if TYPE_CHECKING:
-    from bot.chat import PendingRequest
-    from bot.config import Settings
+    from bot.chat.service import PendingRequest
+    from bot.config.settings import Settings
     from bot.domain import DecisionKind
-    from bot.runtime import Runtime
+    from bot.run.runtime import Runtime
+    from bot.run.supervisor import Supervisor
     from bot.store import Store
-    from bot.supervisor import Supervisor
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -76,10 +76,10 @@ def one_line_errors(fn: Callable[P, R]) -> Callable[P, R]:
 
 # The errors a user sees as one line, by module: configuration, store, resume and policy.
 _USER_ERRORS = (
-    ("bot.config_sources", "ConfigError"),
-    ("bot.store", "StoreError"),
-    ("bot.supervisor", "ResumeRefused"),
-    ("bot.policy", "NotPermitted"),
+    ("bot.config.sources", "ConfigError"),
+    ("bot.errors", "StoreError"),
+    ("bot.errors", "ResumeRefused"),
+    ("bot.people.policy", "NotPermitted"),
 )
 
 
@@ -130,7 +130,7 @@ def settings_of(ctx: click.Context) -> Settings:
     """The settings, loaded once per invocation."""
     obj: dict[str, Any] = ctx.ensure_object(dict)
     if "settings" not in obj:
-        from bot.config import load_settings
+        from bot.config.settings import load_settings
 
         obj["settings"] = load_settings(obj.get("config"))
     settings: Settings = obj["settings"]
@@ -204,8 +204,8 @@ def chat(user: str | None) -> None:
     import asyncio
 
     from adapters.console import ConsoleChat, ConsoleIO
-    from bot.chat import ChatService
-    from bot.supervisor import Supervisor
+    from bot.chat.service import ChatService
+    from bot.run.supervisor import Supervisor
 
     settings = settings_of(click.get_current_context())
     user = terminal_user(user)
@@ -257,10 +257,10 @@ def serve(platforms: tuple[str, ...], port: int | None, host: str) -> None:
     import gc
 
     from bot.cli.serving import ChatFront
-    from bot.schedule import Scheduler
-    from bot.store import StoreError
-    from bot.supervisor import Supervisor
-    from bot.work import WorkTaker
+    from bot.errors import StoreError
+    from bot.replica.schedule import Scheduler
+    from bot.replica.work import WorkTaker
+    from bot.run.supervisor import Supervisor
 
     settings = settings_of(click.get_current_context())
 
@@ -422,19 +422,18 @@ def run(prompt: str, as_json: bool, defer: bool, user: str | None) -> None:
       4  cancelled
       128+N  stopped by signal N (130 Ctrl-C, 143 SIGTERM): the run is suspended
     """
-    from bot.chat import ChatService
-    from bot.policy import Actor
+    from bot.chat.service import ChatService
+    from bot.people.policy import Actor
     from bot.prompter import DeferringPrompter
-    from bot.supervisor import Supervisor
+    from bot.run.supervisor import Supervisor
 
     async def work(rt: Runtime) -> dict[str, Any]:
         supervisor = Supervisor(rt)
         prompter = DeferringPrompter() if defer else None
-        live = await ChatService(supervisor).submit_turn(
-            prompt, user=Actor(terminal_user(user)), prompter=prompter
-        )
+        chat = ChatService(supervisor)
+        live = await chat.submit_turn(prompt, user=Actor(terminal_user(user)), prompter=prompter)
         _suspend_on_signals(supervisor, received)
-        await supervisor.wait(live)
+        await chat.wait(live)
         if live.error:
             raise Failure(live.error)
         return await _run_object(rt, live.run_id)
@@ -557,8 +556,8 @@ def runs_show(run_id: str, as_json: bool) -> None:
 def runs_export(run_id: str, html_file: Path) -> None:
     """A run's page as one self-contained HTML file, for an incident report."""
     from adapters.web.export import write_export
-    from bot.chat import ChatService
-    from bot.supervisor import Supervisor
+    from bot.chat.service import ChatService
+    from bot.run.supervisor import Supervisor
 
     partial = html_file.with_name(f".{html_file.name}.partial")
 
@@ -588,9 +587,9 @@ def runs_export(run_id: str, html_file: Path) -> None:
 @one_line_errors
 def runs_resume(run_id: str, force: bool, as_json: bool, user: str | None) -> None:
     """Continue a suspended run from its journal."""
-    from bot.chat import ChatService
-    from bot.policy import Actor
-    from bot.supervisor import Supervisor
+    from bot.chat.service import ChatService
+    from bot.people.policy import Actor
+    from bot.run.supervisor import Supervisor
 
     async def work(rt: Runtime) -> dict[str, Any]:
         supervisor = Supervisor(rt)
@@ -618,9 +617,9 @@ def runs_resume(run_id: str, force: bool, as_json: bool, user: str | None) -> No
 @one_line_errors
 def runs_cancel(run_id: str, user: str | None) -> None:
     """Cancel a run: its requester or on-call (policy.oncall) may; audited either way."""
-    from bot.chat import ChatService
-    from bot.policy import Actor
-    from bot.supervisor import Supervisor
+    from bot.chat.service import ChatService
+    from bot.people.policy import Actor
+    from bot.run.supervisor import Supervisor
 
     async def work(rt: Runtime) -> str:
         actor = Actor(terminal_user(user))
@@ -665,9 +664,9 @@ def runs_pending(as_json: bool) -> None:
 def _pending_in_full() -> list[Pending]:
     """``runs pending``'s rows the full way: the settings validated whole, the catalogs read for
     their tags, the store opened."""
-    from bot.chat import pending_requests
+    from bot.chat.service import pending_requests
     from bot.cli import compose
-    from bot.policy import Policy
+    from bot.people.policy import Policy
 
     settings = settings_of(click.get_current_context())
     flags_of = compose.tool_flags(settings)  # the catalog's flags (tags) pick approvers
@@ -688,9 +687,9 @@ def _pending_in_full() -> list[Pending]:
 
 
 def _decide(run_id: str, request_id: str, kind: DecisionKind, text: str, user: str | None) -> None:
-    from bot.chat import ChatService
-    from bot.policy import Actor
-    from bot.supervisor import Supervisor
+    from bot.chat.service import ChatService
+    from bot.people.policy import Actor
+    from bot.run.supervisor import Supervisor
 
     async def work(rt: Runtime) -> str:
         supervisor = Supervisor(rt)

@@ -21,7 +21,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Final, get_args, get_origin
 
-from bot.config_sources import (
+from bot.config.sources import (
     DATABASE_VARIABLE,
     FILE_SUFFIX,
     base_dir_of,
@@ -34,12 +34,12 @@ from bot.config_sources import (
 )
 from bot.kinds import RequestKind
 from bot.nesting import MAX_DEPTH, deeper_than
-from bot.policy import Policy, PolicyRules
+from bot.people.policy import Policy, PolicyRules
 from storage.sqlite_rows import RunRow, Unreadable, open_request_bodies, reads_as_moment
 from storage.sqlite_rows import newest_runs as stored_runs
 
 OPENAI_KEY_FILE: Final = "OPENAI_API_KEY" + FILE_SUFFIX
-# The settings' top-level keys (tests/bot/test_cli_quick.py holds them to ``bot.config``'s).
+# The settings' top-level keys (tests/bot/cli/test_cli_quick.py holds them to ``Settings``'s).
 SETTINGS: Final = frozenset(
     {
         "database",
@@ -150,7 +150,7 @@ _LONGEST_NUMBER: Final = 32
 _STAMP: Final = re.compile(
     r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,6})?(?:Z|[+-](?:[01]\d|2[0-3]):[0-5]\d)"
 )
-# A ``Request``'s fields (tests/bot/test_cli_quick.py holds them to the model's), each with
+# A ``Request``'s fields (tests/bot/cli/test_cli_quick.py holds them to the model's), each with
 # whether a value is one validation keeps as it is.
 _REQUEST_FIELDS: Final[dict[str, Callable[[object], bool]]] = {
     "id": _is_text,

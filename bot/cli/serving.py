@@ -8,20 +8,20 @@ from typing import TYPE_CHECKING, Final
 
 from aiohttp import web
 
-from bot.chat import ChatService
-from bot.config import ConfigError, WebSettings
-from bot.config_sources import environment
-from bot.health import Health
+from bot.chat.service import ChatService
+from bot.config.settings import ConfigError, WebSettings
+from bot.config.sources import environment
 from bot.logs import set_replica
 from bot.oneline import one_line
+from bot.replica.health import Health
 
 if TYPE_CHECKING:
     from adapters.discord.app import DiscordAdapter
     from adapters.slack.app import SlackAdapter
     from adapters.web.auth import WebConfig
-    from bot.links import RunLink
-    from bot.metrics import Metrics
-    from bot.supervisor import Supervisor
+    from bot.chat.links import RunLink
+    from bot.replica.metrics import Metrics
+    from bot.run.supervisor import Supervisor
 
 DEFAULT_PORT = 3000
 # What aiohttp says of a request it cannot parse (a URL or header over 8 KiB, bytes that are not
@@ -122,8 +122,8 @@ class ChatFront:
         self, config: WebConfig
     ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
         from adapters.web.auth import bearer_ok, refusal
-        from bot.health import ReadinessGauges
-        from bot.metrics import CONTENT_TYPE, Metrics
+        from bot.replica.health import ReadinessGauges
+        from bot.replica.metrics import CONTENT_TYPE, Metrics
 
         rt = self._supervisor.rt
         chat = self._chat

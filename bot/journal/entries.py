@@ -82,12 +82,12 @@ class ToolResultEntry(DomainModel):
     output: str
     is_error: bool = False
     # How long the call took from entering executeTool; None for an answer given later
-    # through the checkpoint (a question's, an uncertain effect's).
+    # through ``Decisions`` (a question's, an uncertain effect's).
     seconds: float | None = None
 
 
 class ToolDeferred(DomainModel):
-    """The call will be answered later, through the checkpoint, for this request."""
+    """The call will be answered later, through ``Decisions``, for this request."""
 
     kind: Literal["tool_deferred"] = "tool_deferred"
     call_id: str
@@ -103,7 +103,7 @@ class GrantWritten(DomainModel):
 
 
 class AnswerSupplied(DomainModel):
-    """A decision for a request, taken from the checkpoint by the run's task."""
+    """A decision for a request, taken from ``Decisions`` by the run's task."""
 
     kind: Literal["answer_supplied"] = "answer_supplied"
     decision: Decision

@@ -29,6 +29,7 @@ from bot.journal.entries import (
     ToolProcess,
     ToolResultEntry,
 )
+from bot.journal.log import JournalRecord
 from bot.llm.base import (
     AssistantMessage,
     Message,
@@ -37,7 +38,6 @@ from bot.llm.base import (
     ToolResultsMessage,
     UserMessage,
 )
-from bot.records import JournalRecord
 
 
 @dataclass

@@ -6,9 +6,10 @@ import asyncio
 import time
 from collections.abc import Callable
 
+from bot.errors import StaleEpoch
 from bot.journal.entries import Entry
 from bot.journal.fold import RunState, apply
-from bot.store import JournalLog, StaleEpoch
+from bot.journal.log import JournalLog
 
 
 class TakenOver(Exception):

@@ -357,8 +357,8 @@ class ScriptedProvider:
     async def complete(
         self,
         messages: Sequence[Message],
-        tools: Sequence[ToolSpec],
-        timeout: float,
+        tools: Sequence[ToolSpec],  # noqa: ARG002
+        timeout: float,  # noqa: ARG002
     ) -> AssistantTurn:
         """The reply at the conversation's position: one per assistant message of this run."""
         # Counting the conversation, not an in-memory cursor, lets a run resumed in a new

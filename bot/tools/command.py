@@ -215,7 +215,10 @@ def _subschemas(schema: Mapping[str, Any]) -> Iterator[tuple[SchemaPath, Any]]:
 
 
 def _linear_pattern(
-    validator: Any, pattern: Any, instance: Any, schema: Any
+    validator: Any,
+    pattern: Any,
+    instance: Any,
+    schema: Any,  # noqa: ARG001
 ) -> Iterator[ValidationError]:
     """The ``pattern`` keyword on RE2, never on Python's backtracking ``re``."""
     from jsonschema.exceptions import ValidationError
@@ -278,7 +281,7 @@ class _Capture(asyncio.SubprocessProtocol):
         self.exited: asyncio.Future[None] = loop.create_future()
         self.eof: asyncio.Future[None] = loop.create_future()
 
-    def pipe_data_received(self, fd: int, data: bytes | str) -> None:
+    def pipe_data_received(self, fd: int, data: bytes | str) -> None:  # noqa: ARG002
         """Keep what fits under the cap, count the rest."""
         chunk = data.encode() if isinstance(data, str) else data
         self.total += len(chunk)
@@ -286,7 +289,7 @@ class _Capture(asyncio.SubprocessProtocol):
         if room > 0:
             self.kept += chunk[:room]
 
-    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:  # noqa: ARG002
         """Every holder of the write end has closed it."""
         if not self.eof.done():
             self.eof.set_result(None)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from bot.config_sources import names_a_setting
+from bot.config.sources import names_a_setting
 
 HELPER: Final = str(Path(__file__).with_name("confine.py"))
 # Variables Kestrel reads whose values are secrets, besides the settings' (KESTREL_<KEY>).

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import mcp_types as types
 from mcp import ClientSession, StdioServerParameters, stdio_client
@@ -31,10 +31,13 @@ from mcp.client import IncomingMessage, Transport
 from mcp.client.streamable_http import streamable_http_client
 
 from bot import DISTRIBUTION, __version__
-from bot.config import McpServerSettings, Settings
-from bot.runtime import ToolSource
 from bot.tools.base import Tool, ToolContext, ToolFlags, ToolResult
+from bot.tools.source import ToolSource
 from bot.tools.toolset import ToolCollision, ToolSet
+
+if TYPE_CHECKING:
+    # Types only: the settings are the composition root's; this room does not import config's.
+    from bot.config.settings import McpServerSettings, Settings
 
 log = logging.getLogger("kestrel.mcp")
 
@@ -122,7 +125,7 @@ class McpTool:
     remote: str
     source: McpSource
 
-    async def call(self, arguments: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    async def call(self, arguments: dict[str, Any], ctx: ToolContext) -> ToolResult:  # noqa: ARG002
         """Call the server's tool; every failure, a vanished tool included, is an error result."""
         started = time.monotonic()
         result = await self.source.call(self.remote, arguments)

@@ -23,7 +23,12 @@ NEVER_READING: tuple[str, ...] = (
     "pydantic_settings",
 )
 # Nor the code that drives runs.
-DRIVING: tuple[str, ...] = ("bot.supervisor", "bot.loop", "bot.execute", "bot.runtime")
+DRIVING: tuple[str, ...] = (
+    "bot.run.supervisor",
+    "bot.run.loop",
+    "bot.run.execute",
+    "bot.run.runtime",
+)
 MODULES_AFTER = """
 import json, sys
 sys.argv = ["kestrel", *sys.argv[1:]]

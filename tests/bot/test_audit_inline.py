@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tests.bot.test_cli import kestrel
+from tests.bot.cli.test_cli import kestrel
 
 PROMPT = "checkout is failing, can you look?"
 CALL = 'restart_service {"service": "checkout"}'

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from bot.chat import ChatService
+from bot.chat.service import ChatService
 from bot.domain import DecisionKind, RequestKind, RunStatus, Session, new_id
-from bot.policy import Actor, NotPermitted, Policy, PolicyRules
+from bot.people.policy import Actor, NotPermitted, Policy, PolicyRules
 from bot.prompter import DeferringPrompter
-from bot.supervisor import Supervisor
+from bot.run.supervisor import Supervisor
 from tests.fakes.runtime import (
     Counter,
     ScriptedPrompter,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.config import ConfigError, load_settings
+from bot.config.settings import ConfigError, load_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from bot.config import ConfigError, Settings, load_settings
-from bot.config_sources import NON_SETTING_VARIABLES
-from tests.bot.test_cli import kestrel, one_line_error, write_config
+from bot.config.settings import ConfigError, Settings, load_settings
+from bot.config.sources import NON_SETTING_VARIABLES
+from tests.bot.cli.test_cli import kestrel, one_line_error, write_config
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from tests.bot.test_cli import kestrel
+from tests.bot.cli.test_cli import kestrel
 
 PROMPT = "checkout is failing, can you look?"
 # What a run of the demo must never show a person: the script's own machinery.

@@ -16,7 +16,7 @@ from bot.domain import (
     RequestMaker,
     call_digest,
 )
-from bot.gate import Gate, GateVerdict
+from bot.run.gate import Gate, GateVerdict
 from bot.tools.base import Tool, ToolContext, ToolFlags, ToolResult
 
 RUN = "run_g"
@@ -301,7 +301,7 @@ async def test_the_request_is_stamped_before_it_is_asked() -> None:
     assert [r.id for r in prompter.asked] == ["req_stamped"]
 
 
-# -- answers from the checkpoint ----------------------------------------------------------------
+# -- answers from ``Decisions`` ----------------------------------------------------------------
 
 
 async def test_a_supplied_answer_decides_without_a_prompter() -> None:

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from bot.domain import Budgets, Decision, DecisionKind, RunStatus, StopReason, ToolCall
-from bot.execute import WITHHELD_BY_HOOK
 from bot.hooks import HookContext, Hooks, PromptVerdict, ToolVerdict
 from bot.journal.entries import AssistantTurnEntry, ToolDispatched, ToolResultEntry
 from bot.llm.base import ToolResultsMessage, UserMessage
 from bot.prompter import DeferringPrompter
+from bot.run.execute import WITHHELD_BY_HOOK
 from tests.fakes.kit import Ends, Kit, build_kit, results, user_messages
 from tests.fakes.runtime import ScriptedPrompter, call, reply
 

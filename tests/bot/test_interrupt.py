@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from bot.interrupt import Interrupt, Interrupted
+from bot.run.interrupt import Interrupt, Interrupted
 
 
 async def test_a_request_cuts_the_guarded_wait_and_refuses_later_guards() -> None:

@@ -10,9 +10,9 @@ import pytest
 
 from adapters.discord.look import DiscordLook
 from adapters.slack.look import SlackLook
-from bot.chat import RequestView
+from bot.chat.links import LinkSigner, run_links
+from bot.chat.service import RequestView
 from bot.domain import Request, RequestKind, RequestStatus, RunStatus, StopReason, TerminalResult
-from bot.links import LinkSigner, run_links
 
 SECRET = "a-secret-of-enough-bytes"
 NOW = 1_900_000_000.0

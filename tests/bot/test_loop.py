@@ -11,7 +11,7 @@ from bot.domain import Budgets, DecisionKind, RunStatus, StopReason, ToolCall
 from bot.hooks import HookContext, Hooks, ToolVerdict
 from bot.journal.entries import AssistantTurnEntry, ToolDispatched, ToolResultEntry
 from bot.journal.fold import fold
-from bot.supervisor import Supervisor
+from bot.run.supervisor import Supervisor
 from bot.tools.python import function_tool
 from tests.fakes.runtime import (
     Counter,

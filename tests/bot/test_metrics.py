@@ -11,18 +11,18 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from bot import __version__
-from bot.chat import ChatService
+from bot.chat.service import ChatService
 from bot.domain import AssistantTurn, DecisionKind, Session, ToolCall, utcnow
 from bot.events import RunTakenOverEvent
 from bot.journal.entries import AssistantTurnEntry, RunStarted, UserMessageEntry
 from bot.journal.fold import RunState
 from bot.journal.writer import RunJournal
-from bot.metrics import CONTENT_TYPE, Metrics
-from bot.policy import Actor, Policy, PolicyRules
+from bot.people.policy import Actor, Policy, PolicyRules
 from bot.prompter import DeferringPrompter
 from bot.records import RunRecord
-from bot.runtime import Runtime
-from bot.supervisor import Supervisor
+from bot.replica.metrics import CONTENT_TYPE, Metrics
+from bot.run.runtime import Runtime
+from bot.run.supervisor import Supervisor
 from tests.fakes.runtime import Counter, call, counting_tools, make_runtime, reply
 
 POLICY = PolicyRules(requesters=["U0REQ"], approvers={"deploy": ["U0BOSS"]})

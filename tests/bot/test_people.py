@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-from bot.config import DeadlineSettings, ScheduledPrompt
+from bot.config.settings import DeadlineSettings, ScheduledPrompt
 from bot.domain import (
     AssistantTurn,
     Decision,
@@ -32,12 +32,12 @@ from bot.journal.entries import (
 )
 from bot.journal.fold import RunState, fold
 from bot.journal.writer import RunJournal
-from bot.policy import Actor, Policy, PolicyRules
+from bot.people.policy import Actor, Policy, PolicyRules
 from bot.prompter import DeferringPrompter
 from bot.records import RunRecord
-from bot.runtime import Runtime
-from bot.schedule import Scheduler, _job
-from bot.supervisor import Supervisor
+from bot.replica.schedule import Scheduler, _job
+from bot.run.runtime import Runtime
+from bot.run.supervisor import Supervisor
 from bot.tools.ask_human import ask_human_tools
 from tests.fakes.runtime import Counter, call, counting_tools, make_runtime, reply
 from tests.fakes.waiting import until

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from bot.domain import DecisionKind, Request, RequestKind
+from bot.people.policy import Actor, Policy, PolicyRules
 from bot.place import Place
-from bot.policy import Actor, Policy, PolicyRules
 
 PLATFORMS = {
     "slack": ("T0001", "C0OPS", "C0PRIV", "S0SRE", "U0ALICE"),

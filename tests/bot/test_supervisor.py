@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from bot.chat import ChatService
-from bot.config import DeadlineSettings
+from bot.chat.service import ChatService
+from bot.config.settings import DeadlineSettings
 from bot.domain import (
     TERMINAL_STATUSES,
     Decision,
@@ -27,11 +27,11 @@ from bot.domain import (
 from bot.events import AnswerSuppliedEvent, Event, RunResumedEvent, ToolStartedEvent
 from bot.journal.entries import RunSuspended, ToolResultEntry
 from bot.journal.fold import fold
-from bot.policy import Actor
+from bot.people.policy import Actor
 from bot.prompter import DeferringPrompter
-from bot.runtime import Runtime
-from bot.schedule import Scheduler
-from bot.supervisor import Supervisor
+from bot.replica.schedule import Scheduler
+from bot.run.runtime import Runtime
+from bot.run.supervisor import Supervisor
 from bot.tools.base import Tool
 from bot.tools.python import function_tool
 from tests.fakes.runtime import Counter, call, counting_tools, make_runtime, reply
@@ -242,13 +242,13 @@ async def test_expiring_the_last_request_takes_the_lease_for_the_resume(
     rt, sup, counter, run_id = await waiting_for_approval(tmp_path, opened)
     (request,) = (await sup.wait(sup.live[run_id])).open_requests
 
-    settled = await sup.checkpoint.expire(request)
+    settled = await sup.decisions.expire(request)
 
     assert settled.won and settled.epoch is not None
     record = await rt.store.get_run(run_id)
     assert (record.owner, record.epoch) == (rt.owner, settled.epoch)
     # Had this process died here, the run would be an orphan that adoption finds.
-    assert not (await sup.checkpoint.expire(request)).won
+    assert not (await sup.decisions.expire(request)).won
     live = await sup.resume(run_id, claimed=settled.epoch)
     assert live is not None
     state = await sup.wait(live)
@@ -390,7 +390,7 @@ async def test_an_answer_given_on_resume_is_audited_only_if_it_closed_the_reques
             assert (await sup.answer(approval(asked, by="U0SLACK"), run_id=run_id)).accepted
             return approval(asked, by="U0CONSOLE")
 
-    await sup.checkpoint.ask_again(fold(await rt.store.load(run_id), run_id), SlowConsole())
+    await sup.decisions.ask_again(fold(await rt.store.load(run_id), run_id), SlowConsole())
 
     audited = [(a.actor, a.action) for a in await rt.store.list_audit(run_id=run_id)]
     assert audited.count(("U0SLACK", "approve")) == 1

@@ -17,20 +17,22 @@ import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
-from bot.chat import ChatService
+from bot.chat.service import ChatService
 from bot.domain import Decision, DecisionKind, Request, RequestStatus, Session
+from bot.errors import ResumeRefused
 from bot.events import Event, FanOut, RequestOpenedEvent
 from bot.journal.entries import Entry
 from bot.journal.fold import fold
 from bot.llm.openai_provider import OpenAIProvider
-from bot.policy import Actor
+from bot.people.policy import Actor
 from bot.prompter import DeferringPrompter
 from bot.records import RunRecord
-from bot.runtime import Runtime, ToolSource
+from bot.run.runtime import Runtime
+from bot.run.supervisor import LiveRun, Supervisor
 from bot.store import Audited, Settled
-from bot.supervisor import LiveRun, ResumeRefused, Supervisor
 from bot.tools.catalog import load_catalog
 from bot.tools.isolation import Isolation
+from bot.tools.source import ToolSource
 from bot.tools.toolset import ToolSet
 from storage.sqlite import SqliteStore
 

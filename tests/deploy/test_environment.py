@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from bot.config import ConfigError, load_settings
-from bot.config_sources import environment, names_a_setting
-from bot.health import Health
+from bot.config.settings import ConfigError, load_settings
+from bot.config.sources import environment, names_a_setting
+from bot.replica.health import Health
 from storage.sqlite import SqliteStore
 from tests.fakes.processes import KESTREL, ROOT
 

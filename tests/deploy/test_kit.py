@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from bot.config import Settings, load_settings
+from bot.config.settings import Settings, load_settings
 from tests.deploy.kit import (
     CHART,
     COMPOSE,

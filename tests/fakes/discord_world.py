@@ -17,11 +17,11 @@ from discord.gateway import DiscordWebSocket
 
 from adapters.discord.app import DiscordAdapter
 from adapters.discord.settings import DiscordSettings
-from bot.chat import ChatService
+from bot.chat.service import ChatService
 from bot.cli import compose
-from bot.config import load_settings
-from bot.runtime import Runtime
-from bot.supervisor import Supervisor
+from bot.config.settings import load_settings
+from bot.run.runtime import Runtime
+from bot.run.supervisor import Supervisor
 from tests.fakes import discord_payloads as p
 from tests.fakes.discord_api import Call, FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI

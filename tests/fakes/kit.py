@@ -12,6 +12,7 @@ from bot.events import AdvisoryEvent, EventSink
 from bot.hooks import HookContext, Hooks
 from bot.journal.entries import ToolResultEntry, UserMessageEntry
 from bot.journal.fold import RunState
+from bot.journal.log import JournalRecord
 from bot.llm.base import (
     Message,
     ModelProvider,
@@ -24,9 +25,8 @@ from bot.llm.scripted import ScriptedProvider
 from bot.pii.guard import PiiGuard
 from bot.pii.hooks import pii_hooks
 from bot.prompter import Prompter
-from bot.records import JournalRecord
-from bot.runtime import Runtime
-from bot.supervisor import Supervisor
+from bot.run.runtime import Runtime
+from bot.run.supervisor import Supervisor
 from bot.tools.base import Tool
 from tests.fakes.runtime import Counter, Recorder, counting_tools, make_runtime
 

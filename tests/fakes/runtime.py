@@ -13,9 +13,10 @@ from bot.events import Event, FanOut
 from bot.hooks import Hooks
 from bot.llm.base import ModelProvider
 from bot.llm.scripted import ScriptedProvider
-from bot.runtime import Runtime, ToolSource
+from bot.run.runtime import Runtime
 from bot.tools.base import Tool, ToolContext
 from bot.tools.python import function_tool
+from bot.tools.source import ToolSource
 from bot.tools.toolset import ToolSet
 from storage.sqlite import open_sqlite
 

@@ -19,11 +19,11 @@ from aiohttp import web
 from adapters.slack import ids
 from adapters.slack.app import EVENTS_PATH, SlackAdapter
 from adapters.slack.settings import SlackSettings
-from bot.chat import ChatService
+from bot.chat.service import ChatService
 from bot.cli import compose
-from bot.config import load_settings
-from bot.runtime import Runtime
-from bot.supervisor import Supervisor
+from bot.config.settings import load_settings
+from bot.run.runtime import Runtime
+from bot.run.supervisor import Supervisor
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.slack_api import Call, FakeSlackApi
 from tests.fakes.slack_client import SlackSender, app_mention, block_actions, message

@@ -22,9 +22,9 @@ from bot.domain import (
     Session,
     ToolOutcome,
 )
+from bot.errors import StaleEpoch, StoreError, UnknownRun
 from bot.journal.entries import ToolResultEntry, UserMessageEntry
 from bot.records import RunRecord
-from bot.store import StaleEpoch, StoreError, UnknownRun
 from storage.postgres import PostgresStore, open_postgres
 from storage.postgres_schema import CREATE_VERSION_TABLE, SCHEMA_VERSION, migration_script
 from tests.storage.conftest import postgres_dsn, postgres_schema

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.store import StoreError
+from bot.errors import StoreError
 from storage.sqlite_group_commit import GroupCommit
 from storage.sqlite_writer import SqliteWriter
 from tests.storage.conftest import table_rows

@@ -32,6 +32,7 @@ from bot.domain import (
     Usage,
     new_id,
 )
+from bot.errors import SeqConflict, SeqGap, StaleEpoch, StoreError, UnknownRun
 from bot.journal.entries import (
     AdvisoryEntry,
     AnswerSupplied,
@@ -50,16 +51,7 @@ from bot.journal.entries import (
 from bot.journal.fold import fold
 from bot.journal.writer import RunJournal
 from bot.records import RunRecord, WorkItem
-from bot.store import (
-    Audited,
-    SeqConflict,
-    SeqGap,
-    Settled,
-    StaleEpoch,
-    Store,
-    StoreError,
-    UnknownRun,
-)
+from bot.store import Audited, Settled, Store
 from storage.sqlite import SqliteStore
 from storage.sqlite_schema import CREATE_VERSION_TABLE, SCHEMA_VERSION, migration_script
 from tests.storage.conftest import Backend, FakeClock
@@ -1528,5 +1520,5 @@ async def test_a_chat_run_ends_with_its_answer_owed_to_its_platform(store: Store
 
 
 async def test_the_schema_version_read_is_the_one_migrate_reached(store: Store) -> None:
-    # Readiness compares it with the version a replica started with (bot/health.py).
+    # Readiness compares it with the version a replica started with (bot/replica/health.py).
     assert await store.schema_version() == await store.migrate() > 0

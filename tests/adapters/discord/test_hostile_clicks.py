@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from bot.domain import RequestStatus, Session
-from bot.policy import Actor
+from bot.people.policy import Actor
 from bot.prompter import DeferringPrompter
 from tests.fakes import discord_payloads as p
 from tests.fakes.discord_api import FakeDiscord

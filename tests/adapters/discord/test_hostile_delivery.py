@@ -10,8 +10,8 @@ from typing import Any
 import aiohttp
 
 from adapters.discord.progress import DiscordProgress
+from bot.chat.threads import RunPlace
 from bot.domain import Session
-from bot.threads import RunPlace
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.discord_world import APPROVER, discord_world
 from tests.fakes.slack_world import restart_script

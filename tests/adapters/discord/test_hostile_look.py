@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from adapters.discord.look import DiscordLook, note_text, working
-from bot.chat import RequestView
+from bot.chat.service import RequestView
 from bot.domain import (
     Decision,
     DecisionKind,

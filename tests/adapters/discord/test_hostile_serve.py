@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from adapters.discord.settings import DiscordSettings
-from bot.config import ConfigError
+from bot.config.settings import ConfigError
 from tests.fakes.discord_api import INTENT_MESSAGE_CONTENT, FakeDiscord
 from tests.fakes.discord_world import APPROVER, discord_world
 from tests.fakes.slack_world import restart_script, write_config

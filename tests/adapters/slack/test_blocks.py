@@ -15,7 +15,7 @@ from slack_sdk.models.views import View
 
 from adapters.slack import blocks as b
 from adapters.slack import ids
-from bot.chat import PendingRequest, RunView
+from bot.chat.service import PendingRequest, RunView
 from bot.domain import (
     Budgets,
     Decision,

@@ -14,12 +14,12 @@ from aiohttp import web
 
 from adapters.web.app import web_routes
 from adapters.web.auth import WebConfig
-from bot.chat import ChatService
-from bot.config import WebSettings
+from bot.chat.service import ChatService
+from bot.config.settings import WebSettings
 from bot.domain import Session
-from bot.policy import Actor, Policy, PolicyRules
+from bot.people.policy import Actor, Policy, PolicyRules
 from bot.prompter import DeferringPrompter
-from bot.supervisor import Supervisor
+from bot.run.supervisor import Supervisor
 from tests.fakes.runtime import Counter, counting_tools, make_runtime
 
 TOKEN = "operator-token-0123456789"

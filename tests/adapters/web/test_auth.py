@@ -10,8 +10,8 @@ import pytest
 
 from adapters.web.app import web_routes
 from adapters.web.auth import CONTENT_SECURITY_POLICY, WebConfig
-from bot.chat import ChatService
-from bot.config import ConfigError, WebSettings
+from bot.chat.service import ChatService
+from bot.config.settings import ConfigError, WebSettings
 from tests.adapters.web.conftest import PUBLIC_URL, SECRET, TOKEN, Site, serve
 
 SECURITY = {

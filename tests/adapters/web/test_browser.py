@@ -25,12 +25,12 @@ from pydantic import BaseModel
 from adapters.web.app import web_routes
 from adapters.web.auth import WebConfig
 from adapters.web.render import SUSPENDED_POLL_MS
-from bot.chat import ChatService
+from bot.chat.links import LinkSigner
+from bot.chat.service import ChatService
 from bot.domain import DecisionKind, RunStatus, Session
-from bot.links import LinkSigner
-from bot.policy import Actor, Policy, PolicyRules
+from bot.people.policy import Actor, Policy, PolicyRules
 from bot.prompter import DeferringPrompter
-from bot.supervisor import LiveRun, Supervisor
+from bot.run.supervisor import LiveRun, Supervisor
 from bot.tools.base import Tool
 from bot.tools.python import function_tool
 from tests.fakes.browser import browser_or_skip

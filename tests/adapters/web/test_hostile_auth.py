@@ -15,12 +15,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from adapters.web.app import web_routes
 from adapters.web.auth import WebConfig
-from bot.chat import ChatService
+from bot.chat.service import ChatService
 from bot.cli.serving import ChatFront
-from bot.config import ConfigError, WebSettings
+from bot.config.settings import ConfigError, WebSettings
 from bot.domain import Session
-from bot.policy import Actor, Policy
-from bot.supervisor import Supervisor
+from bot.people.policy import Actor, Policy
+from bot.run.supervisor import Supervisor
 from tests.adapters.web.conftest import POLICY, PUBLIC_URL, SCRIPT, SECRET, TOKEN, Site, serve
 from tests.fakes.runtime import Counter, counting_tools, make_runtime
 

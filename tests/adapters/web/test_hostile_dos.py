@@ -7,11 +7,11 @@ from datetime import timedelta
 
 from adapters.web.render import render_run_fragment, render_run_page
 from adapters.web.timeline import build_run_page
-from bot.chat import RunView
+from bot.chat.service import RunView
 from bot.domain import AssistantTurn, ToolCall, ToolOutcome
 from bot.journal.entries import AssistantTurnEntry, ToolResultEntry
 from bot.journal.fold import fold
-from bot.records import JournalRecord
+from bot.journal.log import JournalRecord
 from tests.adapters.web.test_pages import big_run
 
 # What one page may weigh; a bigger run should be paged, or its outputs cut with a note.

@@ -25,8 +25,8 @@ from adapters.web.app import web_routes
 from adapters.web.auth import CONTENT_SECURITY_POLICY, WebConfig
 from adapters.web.render import render_run_page
 from adapters.web.timeline import build_run_page
-from bot.chat import PendingRequest, RequestView, RunInspection, RunMark, RunView
-from bot.config import WebSettings
+from bot.chat.service import PendingRequest, RequestView, RunInspection, RunMark, RunView
+from bot.config.settings import WebSettings
 from bot.domain import (
     AssistantTurn,
     Budgets,
@@ -46,6 +46,7 @@ from bot.domain import (
     ToolOutcome,
     Usage,
 )
+from bot.errors import UnknownRun
 from bot.journal.entries import (
     AdvisoryEntry,
     AnswerSupplied,
@@ -63,8 +64,8 @@ from bot.journal.entries import (
     UserMessageEntry,
 )
 from bot.journal.fold import fold
-from bot.records import JournalRecord, RunRecord
-from bot.store import UnknownRun
+from bot.journal.log import JournalRecord
+from bot.records import RunRecord
 from tests.adapters.web.conftest import PUBLIC_URL, SECRET, TOKEN, serve
 from tests.fakes.browser import browser_or_skip
 

@@ -23,7 +23,7 @@ from adapters.web.timeline import (
     build_run_page,
     thread_of,
 )
-from bot.chat import ChatService, RunView
+from bot.chat.service import ChatService, RunView
 from bot.domain import (
     AssistantTurn,
     DecisionKind,
@@ -44,10 +44,11 @@ from bot.journal.entries import (
     UserMessageEntry,
 )
 from bot.journal.fold import fold
+from bot.journal.log import JournalRecord
+from bot.people.policy import Actor
 from bot.pii.guard import WITHHELD_MESSAGE
-from bot.policy import Actor
-from bot.records import JournalRecord, RunRecord
-from bot.supervisor import Supervisor
+from bot.records import RunRecord
+from bot.run.supervisor import Supervisor
 from tests.adapters.web.conftest import HOSTILE, TOKEN, Site, serve
 from tests.fakes.runtime import make_runtime
 

@@ -38,6 +38,7 @@ from bot.journal.entries import (
     UserMessageEntry,
 )
 from bot.journal.fold import RunState, apply, call_signature, fold
+from bot.journal.log import JournalRecord
 from bot.llm.base import (
     AssistantMessage,
     SystemMessage,
@@ -45,7 +46,6 @@ from bot.llm.base import (
     ToolResultsMessage,
     UserMessage,
 )
-from bot.records import JournalRecord
 
 RUN = "run_1"
 FINGERPRINT = Fingerprint(

@@ -7,9 +7,9 @@ from pathlib import Path
 
 from bot.domain import Budgets, RunStatus, StopReason
 from bot.journal.fold import RunState
+from bot.journal.log import JournalRecord
 from bot.llm.openai_provider import OpenAIProvider
-from bot.records import JournalRecord
-from bot.supervisor import Supervisor
+from bot.run.supervisor import Supervisor
 from tests.fakes.openai_server import Canned, FakeOpenAI, chat_completion, huge_reply, non_json_200
 from tests.fakes.runtime import Counter, Recorder, counting_tools, make_runtime
 

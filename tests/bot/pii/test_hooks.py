@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from bot.config import ConfigError, Settings
+from bot.config.settings import ConfigError, Settings
 from bot.domain import Decision, DecisionKind, RunStatus, StopReason, ToolCall
 from bot.hooks import HookContext, Hooks, PromptVerdict
 from bot.pii.guard import WITHHELD_MESSAGE, PiiBuildError, PiiGuard, PiiHit, PiiMode, PiiSettings
 from bot.prompter import DeferringPrompter
 from bot.tools.ask_human import ask_human_tools
-from tests.bot.test_cli import kestrel, one_line_error, write_config
+from tests.bot.cli.test_cli import kestrel, one_line_error, write_config
 from tests.fakes.kit import Kit, build_kit, results, user_messages
 from tests.fakes.runtime import Counter, call, counting_tools, reply
 

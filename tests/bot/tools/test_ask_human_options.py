@@ -1,5 +1,5 @@
 """A question with options (ask_human_confirm, ask_human_select) takes one of them only: the
-console asks again, the checkpoint refuses naming the options, the tool never passes free text."""
+console asks again, ``Decisions`` refuses naming the options, the tool never passes free text."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from bot.domain import Decision, DecisionKind, Request
-from bot.tools.ask_human import AskHumanTool, answer_refusal, ask_human_tools, match_option
+from bot.options import answer_refusal, match_option
+from bot.tools.ask_human import AskHumanTool, ask_human_tools
 from bot.tools.base import Deferral, ToolContext, ToolResult
-from tests.bot.test_cli import kestrel, one_line_error
+from tests.bot.cli.test_cli import kestrel, one_line_error
 
 PROMPT = "checkout is failing, can you look?"
 

@@ -13,13 +13,13 @@ import pytest
 from pydantic import ValidationError
 
 from bot.cli.compose import runtime
-from bot.config import ConfigError, McpServerSettings, Settings
+from bot.config.settings import ConfigError, McpServerSettings, Settings
 from bot.domain import AssistantTurn, DecisionKind, RunStatus
 from bot.journal.entries import AdvisoryEntry, ToolResultEntry
 from bot.llm.base import Message, ToolSpec
 from bot.llm.scripted import Script, ScriptedProvider
-from bot.runtime import Runtime
-from bot.supervisor import Supervisor
+from bot.run.runtime import Runtime
+from bot.run.supervisor import Supervisor
 from bot.tools.base import Tool, ToolContext, ToolResult
 from bot.tools.mcp import McpSource, McpStartError, McpTools, render, tool_flags, tool_name
 from bot.tools.python import function_tool

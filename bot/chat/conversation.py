@@ -1,0 +1,125 @@
+"""What people say to Kestrel in a chat thread, the same on every platform.
+
+A mention starts a turn, runs a thread command (status, cancel, resume), or answers the
+question the thread's run waits on; a plain reply in a thread answers that question or is
+ignored; a click decides a request. Adapters parse their platform's payloads into these calls
+and show the ``Outcome``: a note for its author alone, a status, the run that now goes on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bot.chat.service import ChatService, RunView
+from bot.domain import TERMINAL_STATUSES, DecisionKind, Request, RequestKind, Session
+from bot.errors import ResumeRefused, StoreError, UnknownRun
+from bot.people.policy import Actor, NotPermitted
+from bot.prompter import DeferringPrompter
+
+THREAD_COMMANDS = ("status", "cancel", "resume")
+HELP = (
+    "Mention me with what you need and I work on it in the thread. In a thread with a run:"
+    " `status`, `cancel`, `resume` (mention me with the word). `/kestrel runs` lists what"
+    " waits on people."
+)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What came of a message or a click."""
+
+    note: str = ""  # for its author's eyes only; empty: nothing needs saying
+    status: RunView | None = None  # a run's status to show its author
+    running: str = ""  # the run that now goes on in this process (started or resumed)
+    started: bool = False  # ``running`` is a new run of the thread (its row may not exist yet)
+    decided: str = ""  # the request whose card should now show its decision
+
+
+class Conversation:
+    """Turns thread messages and clicks into calls on the chat service."""
+
+    def __init__(self, chat: ChatService) -> None:
+        self._chat = chat
+
+    async def mention(
+        self, session: Session, actor: Actor, text: str, *, run_id: str = ""
+    ) -> Outcome:
+        """A message that mentions Kestrel (``text`` without the mention); a turn it starts
+        is run ``run_id`` when the delivery reserved one."""
+        latest = await self._chat.latest(session)
+        word = text.strip().lower()
+        if word in THREAD_COMMANDS:
+            if latest is None:
+                return Outcome(note="There is no run in this thread.")
+            return await self.operate(word, latest.record.id, actor)
+        if not word:
+            return Outcome(note=HELP)
+        if latest is not None and latest.record.status not in TERMINAL_STATUSES:
+            question = waiting_question(latest)
+            if question is not None:
+                return await self.decide(question.id, DecisionKind.ANSWER, actor, text=text)
+            return Outcome(
+                note=f"A run is still going in this thread ({latest.record.status.value})."
+                " Wait for it, or cancel it first."
+            )
+        try:
+            live = await self._chat.submit_turn(
+                text, user=actor, session=session, prompter=DeferringPrompter(), run_id=run_id
+            )
+        except NotPermitted as exc:
+            return Outcome(note=str(exc))
+        return Outcome(running=live.run_id, started=True)
+
+    async def question(self, session: Session) -> Request | None:
+        """The question the thread's run waits on, if any: a plain reply answers it."""
+        latest = await self._chat.latest(session)
+        return waiting_question(latest) if latest is not None else None
+
+    async def operate(self, verb: str, run_id: str, actor: Actor) -> Outcome:
+        """``status``, ``cancel`` or ``resume`` a run, as ``actor``."""
+        try:
+            if verb == "status":
+                return Outcome(status=await self._chat.status(run_id, user=actor))
+            if verb == "cancel":
+                return Outcome(note=await self._chat.cancel(run_id, user=actor))
+            live = await self._chat.resume(run_id, user=actor)
+        except UnknownRun:
+            return Outcome(note=f"There is no run {run_id} that you can see.")
+        except (NotPermitted, ResumeRefused, StoreError) as exc:
+            return Outcome(note=str(exc))
+        if live is None:
+            return Outcome(
+                note=f"Run {run_id} has nothing to do yet: it still waits on people, or it ended."
+            )
+        return Outcome(note=f"Resuming run {run_id}.", running=run_id)
+
+    async def decide(
+        self,
+        request_id: str,
+        kind: DecisionKind,
+        actor: Actor,
+        *,
+        text: str = "",
+        card: str | None = None,
+    ) -> Outcome:
+        """Answer a request (a click, a form, a reply; ``card``: the message clicked); a
+        refusal is a note for the actor."""
+        view = await self._chat.request(request_id)
+        if view is None:
+            return Outcome(note="That request no longer exists.")
+        run_id = view.request.run_id
+        decided = await self._chat.decide(
+            run_id, request_id, kind, user=actor, text=text, card=card
+        )
+        if not decided.accepted:
+            return Outcome(note=decided.message)
+        running = decided.resumed.run_id if decided.resumed is not None else ""
+        return Outcome(running=running, decided=request_id)
+
+
+def waiting_question(view: RunView) -> Request | None:
+    """The oldest question the run waits on, if any."""
+    for request in view.open_requests:
+        if request.kind is RequestKind.WAIT_USER:
+            return request
+    return None

@@ -1,0 +1,109 @@
+"""Chat deliveries taken durably before they are acknowledged, then handled exactly once.
+
+A platform acknowledges a delivery (Slack's 200) only once the store holds it: its once-mark
+and a work item standing for it commit together (``accept``), so a crash at any instant after
+the acknowledgement leaves the delivery to be handled, and a retried delivery is either a
+repeat (the mark stands: dropped) or new (nothing committed: accepted). The replica that
+accepted it handles it at once (``settle``); if that replica dies first, any replica's work
+taker takes the item up once the acceptor's take is older than a lease, and its platform's
+handler handles it again. A delivery that starts a run carries the run's id from its
+acceptance on, so the run is started once however often the delivery is handled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from bot.domain import new_id
+from bot.errors import StoreError, UnknownRun
+
+if TYPE_CHECKING:
+    from bot.run.supervisor import Supervisor
+
+log = logging.getLogger("kestrel.inbound")
+
+Delivery = dict[str, Any]
+# A platform's handling of one delivery it accepted (by this replica or a dead one).
+Handler = Callable[[Delivery], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """A delivery the store holds: its work item, and what the platform's handler reads."""
+
+    work_id: int
+    delivery: Delivery
+
+    @property
+    def run_id(self) -> str:
+        """The id of the run this delivery starts, if it starts one."""
+        return str(self.delivery.get("run_id") or "")
+
+
+class Inbound:
+    """Accepts chat deliveries into the store and hands each to its platform's handler."""
+
+    def __init__(self, supervisor: Supervisor) -> None:
+        self._supervisor = supervisor
+        self._store = supervisor.rt.store
+        self._handlers: dict[str, Handler] = {}
+
+    def handle(self, platform: str, handler: Handler) -> None:
+        """Have ``handler`` handle ``platform``'s deliveries (its adapter, at start)."""
+        self._handlers[platform] = handler
+
+    def handles(self, platform: str) -> bool:
+        """Whether this process handles ``platform``'s deliveries."""
+        return platform in self._handlers
+
+    async def accept(self, key: str, platform: str, delivery: Delivery) -> Accepted | None:
+        """Hold ``delivery`` (``key`` names it on its platform) for this replica to handle;
+        None for a delivery held before (a retry, the twin of a mention): drop it."""
+        held = {**delivery, "platform": platform, "run_id": new_id("run")}
+        work_id = await self._store.accept_delivery(f"inbound:{key}", held, self._owner)
+        return None if work_id is None else Accepted(work_id, held)
+
+    async def settle(self, accepted: Accepted) -> None:
+        """Handle an accepted delivery, then mark its work done (once a run it started
+        exists). A store failure leaves the work to be taken up again; any other failure is
+        the platform's (logged), and the delivery is done with."""
+        handler = self._handlers.get(str(accepted.delivery.get("platform", "")))
+        if handler is None:
+            log.info("inbound work %s is another platform's: left to it", accepted.work_id)
+            return
+        if not await self._started(accepted.run_id):
+            try:
+                await handler(accepted.delivery)
+            except StoreError:
+                raise
+            except Exception:
+                log.exception("handling inbound delivery %s failed", accepted.work_id)
+            await self._created(accepted.run_id)
+        await self._store.finish_work(accepted.work_id)
+
+    @property
+    def _owner(self) -> str:
+        return self._supervisor.rt.owner
+
+    async def _started(self, run_id: str) -> bool:
+        """Whether the run the delivery starts exists: an earlier handling started it."""
+        if not run_id:
+            return False
+        try:
+            await self._store.get_run(run_id)
+        except UnknownRun:
+            return False
+        return True
+
+    async def _created(self, run_id: str) -> None:
+        """Wait until the run this process just started exists (or its task ended)."""
+        live = self._supervisor.live.get(run_id) if run_id else None
+        if live is None or live.task is None:
+            return
+        created = asyncio.ensure_future(live.created.wait())
+        await asyncio.wait({created, live.task}, return_when=asyncio.FIRST_COMPLETED)
+        created.cancel()

@@ -1,0 +1,402 @@
+"""The chat-facing service: the one interface chat adapters and the command line drive runs by.
+
+An adapter passes who is acting (an ``Actor``: user id, groups, channel) and what they asked
+for; whether they may is decided here, from the store and the policy, never from anything
+else the adapter passes. What happens in runs comes back as typed events (``subscribe``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, cast
+
+from bot.chat.handles import RunHandle, RunResult
+from bot.chat.inbound import Accepted, Delivery, Inbound
+from bot.chat.outbox import card_key
+from bot.chat.run_summary import PAGE_ENTRIES, RunSummaries
+from bot.domain import (
+    TERMINAL_STATUSES,
+    Decision,
+    DecisionKind,
+    Request,
+    RequestStatus,
+    Session,
+)
+from bot.errors import UnknownRun
+from bot.events import EventSink
+from bot.journal.fold import RunState, fold
+from bot.journal.log import JournalRecord
+from bot.logs import REQUEST_ID
+from bot.people.policy import Actor, NotPermitted, Policy
+from bot.place import Place
+from bot.prompter import Prompter
+from bot.records import RunRecord
+from bot.store import AuditRecord, Requests
+from bot.tools.base import ToolFlags
+
+if TYPE_CHECKING:  # the read-only commands import this module without starting any run
+    from bot.run.supervisor import LiveRun, Supervisor
+
+
+@dataclass(frozen=True)
+class PendingRequest:
+    """An open request with the principals who may answer it (and why, when not obvious)."""
+
+    request: Request
+    may_answer: tuple[str, ...]
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class RunView:
+    """A run as a thread or a terminal shows it: where it stands, what it waits on, its budgets."""
+
+    record: RunRecord
+    state: RunState
+
+    @property
+    def open_requests(self) -> list[Request]:
+        """The requests the run waits on."""
+        return self.state.open_requests
+
+    @property
+    def budgets_used(self) -> dict[str, tuple[int | float, int | float]]:
+        """Each budget as (used, limit); a limit of 0 means none."""
+        started = self.state.started
+        if started is None:
+            return {}
+        budgets = started.budgets
+        return {
+            "iterations": (self.state.iteration, budgets.max_iterations),
+            "tool_calls": (self.state.tool_calls, budgets.max_tool_calls),
+            "tokens": (self.state.usage.total, budgets.max_tokens),
+        }
+
+
+@dataclass(frozen=True)
+class RequestView:
+    """A request as a card shows it: where it stands, who may answer, why the model asked."""
+
+    request: Request
+    status: RequestStatus
+    decision: Decision | None
+    may_answer: tuple[str, ...]
+    reason: str
+
+
+@dataclass(frozen=True)
+class RunInspection:
+    """Everything a run's page shows: the run, one page of its journal (the whole journal
+    when ``length`` is None), its audit and its requests."""
+
+    view: RunView
+    journal: list[JournalRecord]
+    audit: list[AuditRecord]
+    requests: list[RequestView]
+    length: int | None = None  # entries in the whole journal
+
+
+@dataclass(frozen=True)
+class RunMark:
+    """What a live page compares to tell whether its run changed, read without its journal:
+    the run's row, how many entries its journal holds, its latest audited fact."""
+
+    record: RunRecord
+    length: int
+    last_audit: AuditRecord | None
+
+
+@dataclass(frozen=True)
+class Decided:
+    """What became of a decision: whether it counted, why, and the run it resumed, if any."""
+
+    accepted: bool
+    message: str
+    resumed: LiveRun | None = None
+
+
+async def pending_requests(
+    requests: Requests, policy: Policy, flags_of: Callable[[str], ToolFlags | None]
+) -> list[PendingRequest]:
+    """Every open request in the store, oldest first, with who may answer it.
+
+    A function of its own so that read-only commands can list them without a runtime.
+    """
+    pending = []
+    for request, _status, _decision in await requests.list_requests():
+        who = policy.who_may_answer(request, flags_of(request.tool))
+        pending.append(PendingRequest(request, tuple(who), policy.answer_note(request)))
+    return pending
+
+
+class ChatService:
+    """Submit turns, decide requests, cancel, resume, and read runs, as a given person."""
+
+    def __init__(self, supervisor: Supervisor) -> None:
+        self._supervisor = supervisor
+        self._rt = supervisor.rt
+        self._summaries = RunSummaries(supervisor.rt.store)
+        self.duplicates_dropped = 0
+        self.inbound = Inbound(supervisor)
+
+    def subscribe(self, sink: EventSink) -> None:
+        """Receive every event of every run this process drives."""
+        self._rt.events.add(sink)
+
+    async def submit_turn(
+        self,
+        text: str,
+        *,
+        user: Actor,
+        session: Session | None = None,
+        prompter: Prompter | None = None,
+        run_id: str = "",
+    ) -> RunHandle:
+        """Start a run for one message in a session (a thread; None: a new one of its own);
+        it runs in the background (as ``run_id``, when the delivery reserved one)."""
+        place = session.place if session is not None else None
+        refusal = self._rt.policy.place_refusal(user, place, "this thread")
+        if refusal or not await self._rt.policy.may_start(user, place):
+            refusal = refusal or f"{user.user} may not start runs (policy.requesters)"
+            await self._rt.store.audit(user.user, "start_refused", detail=refusal)
+            raise NotPermitted(refusal)
+        return await self._supervisor.start_turn(
+            text, session=session, requested_by=user.user, prompter=prompter, run_id=run_id
+        )
+
+    async def decide(
+        self,
+        run_id: str,
+        request_id: str,
+        kind: DecisionKind,
+        *,
+        user: Actor,
+        text: str = "",
+        digest: str = "",
+        card: str | None = None,
+    ) -> Decided:
+        """Answer a request as ``user`` (checked against the store and policy); once the run
+        waits on nothing more, it resumes in this process. ``card``: the platform's id of the
+        message clicked, which must be the request's own card."""
+        REQUEST_ID.set(request_id)  # this task's log lines name the request
+        if card is not None and not await self._shows(user, card_key(request_id), card):
+            refusal = "this button is not on that request's card"
+            action = f"{kind.value}_refused"
+            await self._rt.store.audit(user.user, action, run_id, request_id, refusal)
+            return Decided(False, refusal)
+        decision = Decision(request_id=request_id, kind=kind, text=text, by=user.user)
+        answered = await self._supervisor.answer(decision, run_id=run_id, actor=user, digest=digest)
+        if not answered.accepted or not answered.ready:
+            return Decided(answered.accepted, answered.message)
+        from bot.errors import ResumeRefused
+
+        try:
+            live = await self._supervisor.resume(run_id, claimed=answered.claimed, by=user.user)
+        except ResumeRefused as exc:
+            # The decision stands: the run is live elsewhere (its task goes on with the answer
+            # once it suspends), or needs someone to resume it with --force.
+            return Decided(True, f"{answered.message}; not resumed here: {exc}")
+        return Decided(True, answered.message, live)
+
+    async def check(
+        self, request_id: str, kind: DecisionKind, *, user: Actor, text: str | None = None
+    ) -> str:
+        """Why ``user`` may not decide ``kind`` (with ``text``, when given) on the request now
+        (empty: they may), before asking them for more (a reason); decides nothing."""
+        found = await self.request(request_id)
+        if found is None:
+            return f"there is no request {request_id}"
+        if text is None and kind is DecisionKind.ANSWER and found.request.options:
+            text = found.request.options[0]  # the person, not the answer, is checked here
+        decision = Decision(request_id=request_id, kind=kind, by=user.user, text=text or "")
+        run_id = found.request.run_id
+        return await self._supervisor.decisions.refusal(decision, run_id=run_id, actor=user)
+
+    async def request(self, request_id: str, *, user: Actor | None = None) -> RequestView | None:
+        """A request with its status, decision, who may answer it and why it was asked;
+        with ``user``, only when they act from its run's place (else None, audited)."""
+        try:
+            found = await self._rt.store.get_request(request_id)
+        except KeyError:
+            return None
+        run_id = found[0].run_id
+        if user is not None and await self._misplaced(user, run_id, "show", request_id):
+            return None
+        return self._view(*found, fold(await self._rt.store.load(run_id), run_id))
+
+    async def requests_of(self, run_id: str) -> list[RequestView]:
+        """Every request a run made, open or closed, oldest first."""
+        found = await self._rt.store.list_requests(run_id=run_id, status=None)
+        if not found:
+            return []
+        state = fold(await self._rt.store.load(run_id), run_id)
+        return [self._view(*row, state) for row in found]
+
+    def _view(
+        self, request: Request, status: RequestStatus, decision: Decision | None, state: RunState
+    ) -> RequestView:
+        flags = self._rt.tools.current().flags_of(request.tool)
+        who = tuple(self._rt.policy.who_may_answer(request, flags))
+        return RequestView(request, status, decision, who, state.reason_for(request.call_id))
+
+    async def inspect(
+        self, run_id: str, *, before: int | None = None, size: int = PAGE_ENTRIES
+    ) -> RunInspection:
+        """A run's record, one page of its journal (the ``size`` entries before ``before``;
+        the newest without it), its audit and its requests (``UnknownRun`` for an unknown
+        id). The whole journal is never loaded: see ``bot.chat.run_summary``."""
+        store = self._rt.store
+        record = await store.get_run(run_id)
+        length = await store.journal_length(run_id)
+        page = await self._summaries.page(record, length, before=before, size=size)
+        audit = await store.list_audit(run_id, limit=1000)
+        found = await store.list_requests(run_id=run_id, status=None)
+        # Why the model asked is known for the current batch's requests (earlier: "").
+        requests = [self._view(*row, page.state) for row in found]
+        return RunInspection(RunView(record, page.state), page.records, audit, requests, length)
+
+    async def entries(self, run_id: str, start: int, stop: int) -> list[JournalRecord]:
+        """A run's journal entries with ``start <= seq < stop`` (``UnknownRun``)."""
+        return await self._rt.store.load_range(run_id, start, stop)
+
+    async def mark(self, run_id: str) -> RunMark:
+        """What a live page compares (``UnknownRun`` for an unknown id): three indexed reads."""
+        store = self._rt.store
+        record = await store.get_run(run_id)
+        length = await store.journal_length(run_id)
+        audit = await store.list_audit(run_id, limit=1)
+        return RunMark(record, length, audit[-1] if audit else None)
+
+    async def session_of(self, run_id: str) -> Session | None:
+        """The session (thread) a run belongs to."""
+        record = await self._rt.store.get_run(run_id)
+        return await self._rt.store.get_session(record.session_id)
+
+    async def feedback(self, run_id: str, *, positive: bool, user: Actor) -> None:
+        """Record a person's 👍 or 👎 on a run's answer (audited), from the run's place only
+        (``NotPermitted`` otherwise)."""
+        refusal = await self._misplaced(user, run_id, "feedback")  # UnknownRun if made up
+        if refusal:
+            raise NotPermitted(refusal)
+        verdict = "feedback_positive" if positive else "feedback_negative"
+        await self._rt.store.audit(user.user, verdict, run_id=run_id)
+
+    async def accept_delivery(self, key: str, platform: str, delivery: Delivery) -> Accepted | None:
+        """Hold an inbound chat delivery in the store before it is acknowledged (``Inbound``);
+        None for a repeat, which is counted and should be dropped."""
+        accepted = await self.inbound.accept(key, platform, delivery)
+        if accepted is None:
+            self.duplicates_dropped += 1
+        return accepted
+
+    async def first_interaction(self, key: str) -> bool:
+        """Whether this replica is the first to take interaction ``key`` (a platform that sends
+        each interaction to every connected replica); a repeat is counted and should be dropped."""
+        first = await self._rt.store.mark_once(key)
+        if not first:
+            self.duplicates_dropped += 1
+        return first
+
+    async def cancel(self, run_id: str, *, user: Actor) -> str:
+        """Cancel a run (its requester or on-call may, from its place); what happened, in a
+        sentence."""
+        refusal = await self._misplaced(user, run_id, "cancel")
+        if refusal:
+            raise NotPermitted(refusal)
+        return await self._supervisor.cancel(run_id, actor=user)
+
+    async def resume(
+        self,
+        run_id: str,
+        *,
+        user: Actor,
+        force: bool = False,
+        prompter: Prompter | None = None,
+    ) -> RunHandle | None:
+        """Continue a suspended run (its requester or on-call may, from its place); None if it
+        still waits."""
+        record = await self._rt.store.get_run(run_id)
+        refusal = await self._misplaced(user, run_id, "resume")
+        run = await self._place(run_id) if user.place is not None else None
+        policy = self._rt.policy
+        refusal = refusal or await policy.check_operate(
+            user, "resume", run_id, record.requested_by, run
+        )
+        if refusal:
+            await self._rt.store.audit(user.user, "resume_refused", run_id=run_id, detail=refusal)
+            raise NotPermitted(refusal)
+        return await self._supervisor.resume(run_id, prompter=prompter, force=force, by=user.user)
+
+    async def wait(self, run: RunHandle) -> RunResult:
+        """Wait until a run this process drives suspends or ends."""
+        # Every handle this service hands out is the supervisor's own.
+        return await self._supervisor.wait(cast("LiveRun", run))
+
+    def interrupt(self, run: RunHandle) -> None:
+        """Stop a run this process drives now (Ctrl-C): it suspends at once, its journal whole."""
+        cast("LiveRun", run).signals.interrupt.request()
+
+    async def status(self, run_id: str, *, user: Actor | None = None) -> RunView:
+        """One run as its journal tells it; with ``user``, only if they may see it (else
+        ``UnknownRun``, as for a run that does not exist: a read tells nothing of others)."""
+        record = await self._rt.store.get_run(run_id)
+        if user is not None and not await self._rt.policy.may_see(user, await self._place(run_id)):
+            raise UnknownRun(run_id)
+        return RunView(record, fold(await self._rt.store.load(run_id), run_id))
+
+    async def latest(self, session: Session) -> RunView | None:
+        """The newest run of a session (a thread), if it has one."""
+        records = await self._rt.store.list_runs(limit=1, session_id=session.id)
+        return await self.status(records[0].id) if records else None
+
+    async def recent(self, limit: int = 10) -> list[RunRecord]:
+        """The newest runs, newest first."""
+        return await self._rt.store.list_runs(limit=limit)
+
+    async def pending(self, *, user: Actor | None = None) -> list[PendingRequest]:
+        """Every open request, oldest first, with who may answer it; with ``user``, only those
+        of runs they may see (on their platform, in a channel they see, or as on-call)."""
+        flags_of = self._rt.tools.current().flags_of
+        pending = await pending_requests(self._rt.store, self._rt.policy, flags_of)
+        if user is None:
+            return pending
+        places: dict[str, bool] = {}
+        for item in pending:
+            run_id = item.request.run_id
+            if run_id not in places:
+                places[run_id] = await self._rt.policy.may_see(user, await self._place(run_id))
+        return [item for item in pending if places[item.request.run_id]]
+
+    async def place_of(self, run_id: str) -> Place:
+        """Where a run lives (``UnknownRun`` for an unknown id)."""
+        return await self._place(run_id)
+
+    async def _place(self, run_id: str) -> Place:
+        return await self._supervisor.decisions.place_of(run_id)
+
+    async def _misplaced(self, user: Actor, run_id: str, verb: str, request_id: str = "") -> str:
+        """Why ``user`` may not act on the run from where they are (audited); empty if they
+        may. ``UnknownRun`` for an unknown id."""
+        if user.place is None:
+            await self._rt.store.get_run(run_id)
+            return ""
+        what = f"request {request_id}" if request_id else f"run {run_id}"
+        refusal = self._rt.policy.place_refusal(user, await self._place(run_id), what)
+        if refusal:
+            await self._rt.store.audit(user.user, f"{verb}_refused", run_id, request_id, refusal)
+        return refusal
+
+    async def _shows(self, user: Actor, key: str, ref: str) -> bool:
+        """Whether the platform message ``ref`` may be the one the outbox shows under ``key``:
+        it is, or the card was posted by a replica that died before it recorded which message
+        it is (the place check still holds, and a later delivery records it)."""
+        if user.place is None:
+            return False
+        shown = await self._rt.store.get_message(f"{user.place.platform}:{key}")
+        return shown is not None and shown.ref in ("", ref)
+
+    async def ended(self, run_id: str) -> bool:
+        """Whether the run has a terminal result."""
+        record = await self._rt.store.get_run(run_id)
+        return record.status in TERMINAL_STATUSES

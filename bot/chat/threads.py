@@ -1,0 +1,261 @@
+"""What a chat thread shows of its runs, the same on every platform: which message shows what.
+
+A platform gives its ``Look`` (how a card, an answer and a reminder look, and where a
+session's messages go) and its ``LiveProgress`` (what shows while a run works). The
+``ThreadRenderer`` receives the core's events and keeps each thread up to date: cards,
+reminders and answers through the outbox under stable keys (posted once, then edited in
+place, from any replica), progress straight to the platform. Events arrive on the run's task
+and must not block it: each run's events are rendered in order by a task of their own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal, Protocol, assert_never
+
+from bot.chat.outbox import Deliveries, answer_key, card_key, reminder_key
+from bot.chat.service import ChatService, RequestView
+from bot.domain import RequestStatus, Session, TerminalResult, ToolOutcome
+from bot.errors import UnknownRun
+from bot.events import (
+    AdvisoryEvent,
+    AnswerSuppliedEvent,
+    Event,
+    JournalFailedEvent,
+    ModelTurnEvent,
+    PanicEvent,
+    RequestExpiredEvent,
+    RequestOpenedEvent,
+    RequestReminderEvent,
+    RunEndedEvent,
+    RunResumedEvent,
+    RunStartedEvent,
+    RunSuspendedEvent,
+    RunTakenOverEvent,
+    ToolExitEvent,
+    ToolStartedEvent,
+)
+
+log = logging.getLogger("kestrel.threads")
+
+StepStatus = Literal["in_progress", "complete", "error"]
+Body = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class RunPlace:
+    """Where a run's thread is and who asked for it."""
+
+    session: Session
+    target: dict[str, Any]  # the outbox target of the thread's messages
+    requested_by: str
+
+
+class Look(Protocol):
+    """How one platform shows a thread's messages, as outbox bodies."""
+
+    platform: str
+
+    def target(self, session: Session) -> dict[str, Any] | None:
+        """Where a session's messages go; None for another platform's session."""
+        ...
+
+    def card(self, view: RequestView) -> Body:
+        """A request's card, open or closed."""
+        ...
+
+    def answer(self, result: TerminalResult, run_id: str, at: datetime) -> list[Body]:
+        """A run's answer (ended ``at``): its first message, then any continuations."""
+        ...
+
+    def reminder(self, view: RequestView) -> Body:
+        """A note that the request still waits, naming who may answer."""
+        ...
+
+
+class LiveProgress(Protocol):
+    """What a platform shows while a run works; best effort, never through the outbox."""
+
+    def follow(self, run_id: str, place: RunPlace) -> None:
+        """Start tracking a live run (idempotent)."""
+        ...
+
+    async def working(self, place: RunPlace, status: str = "") -> None:
+        """Show at once that the run works (a mention, a resume)."""
+        ...
+
+    async def step(self, run_id: str, call_id: str, title: str, status: StepStatus) -> None:
+        """A tool call started or finished."""
+        ...
+
+    async def stop(self, run_id: str, note: str = "") -> None:
+        """The run suspended or ended in this process."""
+        ...
+
+
+class ThreadRenderer:
+    """An event sink that keeps each of a platform's threads up to date."""
+
+    def __init__(
+        self, chat: ChatService, deliveries: Deliveries, look: Look, progress: LiveProgress
+    ) -> None:
+        self._chat = chat
+        self._deliveries = deliveries
+        self._look = look
+        self._progress = progress
+        self._places: dict[str, RunPlace | None] = {}
+        self._queues: dict[str, asyncio.Queue[Event]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        deliveries.renders_owed(self.render_owed)
+
+    def emit(self, event: Event) -> None:
+        """Queue the event behind the run's earlier ones."""
+        queue = self._queues.get(event.run_id)
+        if queue is None:
+            queue = self._queues[event.run_id] = asyncio.Queue()
+            task = asyncio.create_task(self._drain(event.run_id, queue))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        queue.put_nowait(event)
+
+    async def idle(self) -> None:
+        """Wait until every queued event is rendered."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def close(self, timeout: float = 5.0) -> None:
+        """Render what is queued for up to ``timeout`` seconds, then stop."""
+        tasks = list(self._tasks)
+        if tasks:
+            await asyncio.wait(tasks, timeout=timeout)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def expect(self, run_id: str, session: Session, requested_by: str) -> RunPlace | None:
+        """Know where a run this process just started lives, before its row is written."""
+        target = self._look.target(session)
+        place = RunPlace(session, target, requested_by) if target is not None else None
+        self._places[run_id] = place
+        return place
+
+    async def place_of(self, run_id: str) -> RunPlace | None:
+        """The run's thread on this platform; None for a run of another platform."""
+        if run_id in self._places:
+            return self._places[run_id]
+        try:
+            session = await self._chat.session_of(run_id)
+        except UnknownRun:
+            return None
+        target = self._look.target(session) if session is not None else None
+        found = None
+        if session is not None and target is not None:
+            view = await self._chat.status(run_id)
+            found = RunPlace(session, target, view.record.requested_by)
+        self._places[run_id] = found
+        return found
+
+    async def show_card(self, view: RequestView) -> None:
+        """Post or edit a request's card to show where it stands."""
+        place = await self.place_of(view.request.run_id)
+        if place is not None:
+            body = self._look.card(view)
+            await self._deliveries.put(card_key(view.request.id), place.target, body)
+
+    async def refresh_card(self, request_id: str) -> None:
+        """Show the request's card as the store has it now."""
+        view = await self._chat.request(request_id)
+        if view is not None:
+            await self.show_card(view)
+
+    async def show_open_cards(self) -> None:
+        """The cards of every open request (idempotent: an unchanged card is not touched), so
+        that a card no process lived to post appears."""
+        for item in await self._chat.pending():
+            await self.refresh_card(item.request.id)
+
+    async def _drain(self, run_id: str, queue: asyncio.Queue[Event]) -> None:
+        try:
+            while not queue.empty():
+                event = queue.get_nowait()
+                try:
+                    await self._render(event)
+                except Exception:
+                    log.exception("rendering %s of %s failed", event.kind, run_id)
+        finally:
+            if self._queues.get(run_id) is queue:
+                del self._queues[run_id]
+
+    async def _render(self, event: Event) -> None:
+        place = await self.place_of(event.run_id)
+        if place is None:
+            return
+        progress = self._progress
+        match event:
+            case RunStartedEvent():
+                progress.follow(event.run_id, place)
+            case RunResumedEvent():
+                progress.follow(event.run_id, place)
+                await progress.working(place)
+            case ToolStartedEvent():
+                await progress.step(event.run_id, event.call_id, event.tool, "in_progress")
+            case ToolExitEvent():
+                await self._tool_exit(event)
+            case RequestOpenedEvent():
+                await self.refresh_card(event.request.id)
+            case AnswerSuppliedEvent() | RequestExpiredEvent():
+                await self.refresh_card(event.request_id)
+            case RequestReminderEvent():
+                await self._remind(place, event.request.id)
+            case RunSuspendedEvent():
+                await progress.stop(event.run_id, "Waiting on people.")
+            case RunEndedEvent():
+                await progress.stop(event.run_id)
+                # The run's end committed with its answer owed to the thread: the outbox
+                # worker fills it in (``render_owed``), here or in any replica, after a crash too.
+                self._deliveries.wake()
+                self._places.pop(event.run_id, None)  # looked up again if ever needed
+            case (
+                ModelTurnEvent()
+                | AdvisoryEvent()
+                | RunTakenOverEvent()
+                | JournalFailedEvent()
+                | PanicEvent()
+            ):
+                pass  # the answer or the next step says what matters to the thread
+            case _:
+                assert_never(event)
+
+    async def _tool_exit(self, event: ToolExitEvent) -> None:
+        if event.outcome is ToolOutcome.DEFERRED:
+            return  # the card shows what it waits on
+        status: StepStatus = "complete" if event.outcome is ToolOutcome.OK else "error"
+        await self._progress.step(event.run_id, event.call_id, event.tool, status)
+
+    async def _remind(self, place: RunPlace, request_id: str) -> None:
+        view = await self._chat.request(request_id)
+        if view is not None and view.status is RequestStatus.OPEN:
+            body = self._look.reminder(view)
+            await self._deliveries.put(reminder_key(request_id), place.target, body)
+
+    async def render_owed(self, run_id: str) -> None:
+        """Fill in the answer a run's end left owed to its thread (whichever process ended it:
+        one that died before rendering it, too), from the run's journal."""
+        place = await self.place_of(run_id)
+        if place is None:
+            return
+        view = await self._chat.status(run_id)
+        result = view.state.result
+        if result is None:
+            return
+        for request in await self._chat.requests_of(run_id):
+            await self.show_card(request)
+        parts = list(enumerate(self._look.answer(result, run_id, view.record.updated_at)))
+        # The first part replaces what the run's end owes: the continuations go in before it,
+        # so that none is left out once nothing is owed any more.
+        for part, body in reversed(parts):
+            await self._deliveries.put(answer_key(run_id, part), place.target, body)
+        self._places.pop(run_id, None)

@@ -1,0 +1,1 @@
+"""Settings: validated (pydantic) over their sources (the YAML file, ./.env, the environment)."""

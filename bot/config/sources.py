@@ -1,0 +1,201 @@
+"""Where the settings come from, before they are validated: the YAML file, ``./.env`` and the
+environment, found and read without pydantic (``bot.config.settings`` validates them;
+``bot.cli.quick`` reads the few that a read-only command needs)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final, get_type_hints
+
+import yaml
+
+DEFAULT_CONFIG_NAME = "kestrel.yaml"
+ENV_PREFIX: Final = "KESTREL_"
+ENV_FILE: Final = ".env"
+# The variable that sets ``database`` (the settings' other variables are KESTREL_<KEY>).
+DATABASE_VARIABLE: Final = "KESTREL_DATABASE_URL"
+# Settings derived from where the configuration file is, so never read from it or a variable.
+DERIVED_SETTINGS: Final = frozenset({"base_dir", "config_file"})
+# Variables with the prefix that the program reads itself and that are not settings.
+NON_SETTING_VARIABLES: Final = frozenset(
+    {
+        "KESTREL_CONFIG",
+        "KESTREL_DEMO_STATE",
+        "KESTREL_USER",
+        "KESTREL_TEST_POSTGRES_DSN",
+        "KESTREL_BENCH_POSTGRES_DSN",
+        "KESTREL_WEB_TOKEN",
+        "KESTREL_WEB_SECRET",
+        "KESTREL_WEB_TOKEN_FILE",
+        "KESTREL_WEB_SECRET_FILE",
+        "KESTREL_LOG_LEVEL",
+        "KESTREL_LOG_FORMAT",
+        "KESTREL_CHROMIUM",
+        "KESTREL_UPDATE_SCREENSHOT",
+    }
+)
+# What Kubernetes puts in every pod's environment for a Service named ``kestrel`` (unless the
+# pod says ``enableServiceLinks: false``): no setting of ours, and no typo either.
+KUBERNETES_SERVICE_LINKS: Final = ("KESTREL_SERVICE_HOST", "KESTREL_SERVICE_PORT", "KESTREL_PORT")
+# The secrets that may come from a file instead: NAME_FILE holds the path (Docker and
+# Kubernetes secrets are files).
+SECRET_FILE_VARIABLES: Final = (
+    "SLACK_BOT_TOKEN",
+    "SLACK_SIGNING_SECRET",
+    "SLACK_APP_TOKEN",
+    "DISCORD_TOKEN",
+    "OPENAI_API_KEY",
+    "KESTREL_WEB_TOKEN",
+    "KESTREL_WEB_SECRET",
+)
+FILE_SUFFIX: Final = "_FILE"
+
+
+class ConfigError(Exception):
+    """The configuration is unusable; the message names the key or file and the cause."""
+
+
+def names_a_setting(variable: str) -> bool:
+    """Whether a ``KESTREL_…`` variable (its name upper-cased) is meant to set a setting."""
+    if not variable.startswith(ENV_PREFIX) or variable in NON_SETTING_VARIABLES:
+        return False
+    return not is_service_link(variable)
+
+
+def is_service_link(variable: str) -> bool:
+    """Whether Kubernetes set ``variable`` for a Service named kestrel (``KESTREL_PORT``,
+    ``KESTREL_PORT_3000_TCP_ADDR``, ``KESTREL_SERVICE_PORT_HTTP``, …)."""
+    return any(
+        variable == name or variable.startswith(name + "_") for name in KUBERNETES_SERVICE_LINKS
+    )
+
+
+def with_secret_files(variables: Mapping[str, str | None]) -> dict[str, str | None]:
+    """``variables`` with each secret whose ``NAME_FILE`` is set read from that file (its
+    trailing newline dropped); ``ConfigError`` in one line for a file it cannot read, or for a
+    secret given both ways."""
+    found = dict(variables)
+    for name in SECRET_FILE_VARIABLES:
+        path = variables.get(name + FILE_SUFFIX)
+        if not path:
+            continue
+        if variables.get(name):
+            raise ConfigError(f"{name} and {name}{FILE_SUFFIX} are both set: keep one")
+        found[name] = read_secret_file(name + FILE_SUFFIX, path)
+    return found
+
+
+def read_secret_file(variable: str, path: str) -> str:
+    """The secret in the file ``variable`` names, without its trailing newline."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{variable}: {path}: not UTF-8 text (byte {exc.start})") from exc
+    except OSError as exc:
+        raise ConfigError(f"{variable}: cannot read {path}: {exc.strerror or exc}") from exc
+    return text.removesuffix("\n").removesuffix("\r")
+
+
+def secret_file_paths(environ: Mapping[str, str | None]) -> list[Path]:
+    """The files the secrets were read from (catalog commands must not read them)."""
+    return [Path(p) for name in SECRET_FILE_VARIABLES if (p := environ.get(name + FILE_SUFFIX))]
+
+
+def dataclass_fields(section: type) -> dict[str, Any]:
+    """A dataclass section's fields (``PolicyRules``') and their types; class variables are none."""
+    hints = get_type_hints(section)
+    return {field.name: hints[field.name] for field in dataclasses.fields(section)}
+
+
+def config_path(explicit: str | None) -> Path | None:
+    """``--config``, else ``KESTREL_CONFIG`` (environment or ``.env``), else ``./kestrel.yaml``."""
+    chosen = explicit or os.environ.get("KESTREL_CONFIG") or dotenv().get("KESTREL_CONFIG")
+    if chosen:
+        path = Path(chosen)
+        if not path.is_file():
+            raise ConfigError(f"config file {path} does not exist")
+        return path
+    default = Path(DEFAULT_CONFIG_NAME)
+    return default if default.is_file() else None
+
+
+def environment() -> dict[str, str]:
+    """The process environment over ``./.env``: where platform tokens (``SLACK_*``) are read."""
+    variables = {k: v for k, v in with_secret_files(dotenv()).items() if v is not None}
+    variables.update({k: v for k, v in with_secret_files(os.environ).items() if v is not None})
+    return variables
+
+
+def dotenv() -> dict[str, str | None]:
+    """The variables of ``./.env``, which the settings read too."""
+    env_file = Path(ENV_FILE)
+    if not env_file.is_file():
+        return {}
+    from dotenv import dotenv_values  # only when there is a .env to read
+
+    try:
+        return dotenv_values(env_file)
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{ENV_FILE}: not UTF-8 text (byte {exc.start})") from exc
+    except OSError as exc:
+        raise ConfigError(f"cannot read {ENV_FILE}: {exc.strerror}") from exc
+
+
+def merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with ``over`` laid on it: mappings merge key by key, anything else replaces."""
+    layered = dict(base)
+    for key, value in over.items():
+        below = layered.get(key)
+        if isinstance(below, Mapping) and isinstance(value, Mapping):
+            value = merged(below, value)
+        layered[key] = value
+    return layered
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    """The settings file's top-level mapping."""
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from exc
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        raise ConfigError(f"{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from exc
+    except RecursionError as exc:
+        raise ConfigError(f"{path}: nested too deeply to be a configuration") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of settings")
+    for key in data:
+        if not isinstance(key, str):
+            raise ConfigError(f"{path}: {key!r}: keys must be names")
+        if key in DERIVED_SETTINGS:
+            raise ConfigError(
+                f"{path}: {key}: not a setting (paths are relative to this file's folder)"
+            )
+    return data
+
+
+def base_dir_of(config: Path | None) -> Path:
+    """The folder the settings' paths are relative to: the configuration file's, else here."""
+    return config.parent.resolve() if config else Path.cwd()
+
+
+def resolved(base_dir: Path, path: str) -> Path:
+    """A path from the settings (``~`` expanded), relative to the configuration file's folder."""
+    candidate = Path(os.path.expanduser(path))
+    return candidate if candidate.is_absolute() else base_dir / candidate
+
+
+def sqlite_file(base_dir: Path, database: str) -> Path | None:
+    """The SQLite file the ``database`` setting names; None when it is a PostgreSQL URL."""
+    if database.startswith(("postgres://", "postgresql://")):
+        return None
+    return resolved(base_dir, database.removeprefix("sqlite:///"))

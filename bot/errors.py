@@ -1,0 +1,27 @@
+"""The errors a caller reports as they are: the store's, and a resume refused."""
+
+from __future__ import annotations
+
+
+class StoreError(Exception):
+    """A store operation failed for a reason the caller should report."""
+
+
+class StaleEpoch(StoreError):
+    """The append carried an epoch older than the run's current lease: the caller lost ownership."""
+
+
+class SeqConflict(StoreError):
+    """A different record already stands at that sequence number."""
+
+
+class SeqGap(StoreError):
+    """The append would leave a gap in the run's sequence numbers."""
+
+
+class UnknownRun(StoreError):
+    """No run has that id."""
+
+
+class ResumeRefused(Exception):
+    """The run cannot be resumed as asked; the message says why and what to do."""

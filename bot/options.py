@@ -1,0 +1,37 @@
+"""A question's options: which one an answer picks, and why an answer picks none."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+# Shorthands people type for a yes/no question's options.
+_ALIASES = {"y": "yes", "n": "no"}
+
+
+def match_option(answer: str, options: Sequence[str]) -> str | None:
+    """The option ``answer`` picks, as the question spells it (any case; y/n for yes/no)."""
+    wanted = answer.strip().casefold()
+    spelled = {option.strip().casefold(): option for option in options}
+    if wanted in spelled:
+        return spelled[wanted]
+    alias = _ALIASES.get(wanted)
+    return spelled.get(alias) if alias else None
+
+
+def answer_refusal(answer: str, options: Sequence[str]) -> str:
+    """Empty when ``answer`` answers a question with these options (any, without); else why."""
+    if not options or match_option(answer, options) is not None:
+        return ""
+    return f"{_quoted(answer)} is not one of the options: answer {_listed(options)}"
+
+
+def _quoted(text: str, limit: int = 80) -> str:
+    """Text in quotation marks for people: one line, cut when long."""
+    flat = " ".join(text.split())
+    return f"“{flat if len(flat) <= limit else flat[: limit - 1] + '…'}”"
+
+
+def _listed(options: Sequence[str]) -> str:
+    """``“yes” or “no”``; ``“eu”, “us” or “ap”``."""
+    quoted = [_quoted(option) for option in options]
+    return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"

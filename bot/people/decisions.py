@@ -1,0 +1,279 @@
+"""Decisions: how answers, decisions and expiries reach suspended runs.
+
+Every decision is checked against the store (the request is open, belongs to the run, has not
+expired, the card's digest matches) and the policy (who may decide what), then written by a
+conditional update that exactly one caller wins, and audited.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from bot.domain import Decision, DecisionKind, Request, RequestKind, RequestStatus, utcnow
+from bot.events import AdvisoryEvent, FanOut, RequestExpiredEvent
+from bot.journal.fold import RunState
+from bot.options import answer_refusal, match_option
+from bot.people.audit import Redact, decision_detail, request_detail
+from bot.people.policy import Actor, Policy
+from bot.place import Place
+from bot.prompter import Prompter
+from bot.store import Audited, Settled, Store
+
+if TYPE_CHECKING:
+    # A type only: people/ asks nothing of the tools room but the flags the tool set gives.
+    from bot.tools.source import ToolSource
+
+
+class Shared(Protocol):
+    """What decisions use of the runtime the runs share (``bot.run.runtime.Runtime`` is one)."""
+
+    @property
+    def store(self) -> Store:
+        """Where requests, decisions and the audit are kept."""
+
+    @property
+    def tools(self) -> ToolSource:
+        """The tool set, for the flags the policy weighs."""
+
+    @property
+    def events(self) -> FanOut:
+        """Where advisories and expiries are told."""
+
+    @property
+    def policy(self) -> Policy:
+        """Who may decide what."""
+
+    @property
+    def redact(self) -> Redact:
+        """The PII guard as a function of text, for what the audit keeps."""
+
+    @property
+    def owner(self) -> str:
+        """This process as a lease owner, for a lease taken with a decision."""
+
+    @property
+    def lease_seconds(self) -> float:
+        """How long a lease taken with a decision lasts."""
+
+
+@dataclass(frozen=True)
+class Answered:
+    """What became of an answer: whether it counted, why, and whether the run can go on."""
+
+    accepted: bool
+    message: str
+    ready: bool = False
+    # The epoch of the run's lease, taken with the decision that closed its last open request:
+    # this process resumes the run.
+    claimed: int | None = None
+
+
+class Decisions:
+    """Answers in, open requests out: the store and the policy between people and runs."""
+
+    def __init__(self, runtime: Shared) -> None:
+        self.rt = runtime
+
+    async def answer(
+        self, decision: Decision, *, run_id: str, actor: Actor | None = None, digest: str = ""
+    ) -> Answered:
+        """Check a decision against the store and policy, then write it; one winner per request."""
+        actor = actor or Actor(decision.by)
+        try:
+            request, status, _ = await self.rt.store.get_request(decision.request_id)
+        except KeyError:
+            return Answered(False, f"there is no request {decision.request_id}")
+        refusal = await self._refusal(request, status, decision, actor, run_id, digest)
+        if refusal:
+            action = f"{decision.kind.value}_refused"
+            detail = self.audited_refusal(refusal, decision)
+            await self.rt.store.audit(actor.user, action, run_id, request.id, detail)
+            return Answered(False, refusal)
+        if request.options and decision.kind is DecisionKind.ANSWER:
+            # The option as the question spells it ("Y" answers "yes"): the model reads that.
+            picked = match_option(decision.text, request.options) or decision.text
+            decision = decision.model_copy(update={"text": picked})
+        if decision.kind is DecisionKind.APPROVE and request.approvals_needed > 1:
+            partial = Audited(actor.user, "approve_partial", decision_detail(request, decision))
+            count = await self.rt.store.add_approval(request.id, actor.user, partial)
+            if count < request.approvals_needed:
+                return Answered(True, f"approval {count} of {request.approvals_needed} recorded")
+        detail = decision_detail(request, decision, self.rt.redact)
+        audit = Audited(actor.user, decision.kind.value, detail)
+        settled = await self.rt.store.decide_and_claim(
+            decision, RequestStatus.ANSWERED, audit, self.rt.owner, self.rt.lease_seconds
+        )
+        if not settled.won:
+            return Answered(False, "this request was already answered")
+        if settled.epoch is not None:
+            return Answered(True, "recorded", ready=True, claimed=settled.epoch)
+        remaining = await self.rt.store.list_requests(run_id=run_id)
+        return Answered(True, "recorded", ready=not remaining)
+
+    def audited_refusal(self, refusal: str, decision: Decision) -> str:
+        """A refusal as the audit keeps it: redacted when it may quote what the person typed."""
+        return self.rt.redact(refusal) if decision.text.strip() else refusal
+
+    async def _refusal(
+        self,
+        request: Request,
+        status: RequestStatus,
+        decision: Decision,
+        actor: Actor,
+        run_id: str,
+        digest: str,
+    ) -> str:
+        if request.run_id != run_id:
+            return f"request {request.id} does not belong to run {run_id}"
+        if status is not RequestStatus.OPEN:
+            return f"request {request.id} is already {status.value}"
+        if request.deadline is not None and request.deadline <= utcnow():
+            return f"request {request.id} expired at {request.deadline:%Y-%m-%d %H:%M} UTC"
+        if digest and digest != request.digest:
+            return "this card is stale: the call it shows is not the one waiting"
+        flags = self.rt.tools.current().flags_of(request.tool)
+        run = await self.place_of(run_id) if actor.place is not None else None
+        policy = self.rt.policy
+        refusal = await policy.check_decision(actor, decision.kind, request, flags, run=run)
+        if refusal or request.kind is not RequestKind.WAIT_USER:
+            return refusal
+        # A question with options (ask_human_confirm, ask_human_select) takes one of them only.
+        return answer_refusal(decision.text, request.options)
+
+    async def refusal(self, decision: Decision, *, run_id: str, actor: Actor) -> str:
+        """Why ``actor`` may not make ``decision`` now (empty: they may); writes nothing."""
+        try:
+            request, status, _ = await self.rt.store.get_request(decision.request_id)
+        except KeyError:
+            return f"there is no request {decision.request_id}"
+        return await self._refusal(request, status, decision, actor, run_id, "")
+
+    async def place_of(self, run_id: str) -> Place:
+        """Where a run lives (a run whose session the store lost lives nowhere anyone acts)."""
+        record = await self.rt.store.get_run(run_id)
+        session = await self.rt.store.get_session(record.session_id)
+        return session.place if session is not None else Place("", "unknown")
+
+    async def expire(self, request: Request) -> Settled:
+        """Close a request whose deadline passed; ``won`` only for the one caller that won,
+        which takes the run's lease if that closed its last open request (a decision does the
+        same): dying before it resumes the run leaves it to adoption, not stranded."""
+        decision = Decision(request_id=request.id, kind=DecisionKind.EXPIRED, by="deadline")
+        audit = Audited("deadline", "expire", decision_detail(request, decision))
+        settled = await self.rt.store.decide_and_claim(
+            decision, RequestStatus.EXPIRED, audit, self.rt.owner, self.rt.lease_seconds
+        )
+        if settled.won:
+            self.rt.events.emit(RequestExpiredEvent(request.run_id, request.id))
+        return settled
+
+    async def open_request(self, request: Request) -> None:
+        """Record a request as open again, with its audit record: the repair for a request
+        the store lost (a deferred call's entry opens its request as it lands)."""
+        await self.rt.store.open_request(request)
+        await self.rt.store.audit(
+            request.requested_by or "run",
+            "request",
+            request.run_id,
+            request.id,
+            request_detail(request),
+        )
+
+    async def ask_again(self, state: RunState, prompter: Prompter) -> None:
+        """Offer the requests a run still waits on to the prompter who resumes it; an answer
+        is checked against the policy and audited as an inline one is."""
+        checked = CheckedPrompter(prompter, self)
+        for request in state.open_requests:
+            found = await self.lookup(request.id)
+            if found is None or found[0] is not RequestStatus.OPEN:
+                continue
+            decision = await checked.permitted(request)
+            if decision is not None:
+                # Audited by the decision that closes the request only: someone else may win.
+                detail = decision_detail(request, decision, self.rt.redact, inline=True)
+                audit = Audited(decision.by, decision.kind.value, detail)
+                await self.rt.store.decide(decision, RequestStatus.ANSWERED, audit)
+
+    def checked(self, prompter: Prompter | None) -> Prompter | None:
+        """``prompter`` with every decision it makes checked and audited (None stays None)."""
+        if prompter is None or isinstance(prompter, CheckedPrompter):
+            return prompter
+        return CheckedPrompter(prompter, self)
+
+    async def lookup(self, request_id: str) -> tuple[RequestStatus, Decision | None] | None:
+        """A request's status and decision; None if the store does not know it."""
+        try:
+            _request, status, decision = await self.rt.store.get_request(request_id)
+        except KeyError:
+            return None
+        return status, decision
+
+    async def has_work(self, state: RunState) -> bool:
+        """Whether a suspended run can go on: every request it waits on was answered (or one
+        is missing from the store, which the run re-opens)."""
+        for request in state.open_requests:
+            found = await self.lookup(request.id)
+            if found is None:
+                return True
+            if found[0] is RequestStatus.OPEN:
+                return False
+        return True
+
+    async def close_requests(self, run_id: str, by: str) -> None:
+        """Cancel every open request of a run (it was cancelled)."""
+        for request, _status, _decision in await self.rt.store.list_requests(run_id=run_id):
+            decision = Decision(request_id=request.id, kind=DecisionKind.DENY, by=by)
+            await self.rt.store.decide(decision, RequestStatus.CANCELLED)
+
+
+class CheckedPrompter:
+    """A prompter whose decisions are checked against the policy and audited, as the
+    ``Decisions`` checks and audits those it is given.
+
+    Inline answers (an approval in ``kestrel chat``, a question answered at the terminal) never
+    reach the store's requests, so without this the policy and the audit would miss them. A
+    refused answer leaves the request open for someone who may decide it, and says why.
+    """
+
+    def __init__(self, prompter: Prompter, decisions: Decisions) -> None:
+        self._prompter = prompter
+        self._decisions = decisions
+
+    @property
+    def present(self) -> bool:
+        """Whether the wrapped prompter can ask someone now."""
+        return self._prompter.present
+
+    async def ask(self, request: Request) -> Decision | None:
+        """Ask the wrapped prompter; a decision counts only if the policy allows it."""
+        decision = await self.permitted(request)
+        if decision is not None:
+            # Asked and decided at once, the request never reached the store's requests (nor
+            # their audit): its row is written here, before the decision's.
+            store = self._decisions.rt.store
+            asker = request.requested_by or "run"
+            opened = request_detail(request, inline=True)
+            await store.audit(asker, "request", request.run_id, request.id, opened)
+            detail = decision_detail(request, decision, self._decisions.rt.redact, inline=True)
+            await store.audit(decision.by, decision.kind.value, request.run_id, request.id, detail)
+        return decision
+
+    async def permitted(self, request: Request) -> Decision | None:
+        """Ask the wrapped prompter; the decision if the policy allows it (not audited yet),
+        else None, the refusal audited and said."""
+        decision = await self._prompter.ask(request)
+        if decision is None:
+            return None
+        rt = self._decisions.rt
+        flags = rt.tools.current().flags_of(request.tool)
+        refusal = await rt.policy.check_decision(
+            Actor(decision.by), decision.kind, request, flags, inline=True
+        )
+        if refusal:
+            detail = self._decisions.audited_refusal(refusal, decision)
+            await rt.store.audit(decision.by, "refused", request.run_id, request.id, detail)
+            text = f"{refusal}; the request stays open for someone who may decide it"
+            rt.events.emit(AdvisoryEvent(request.run_id, text))
+            return None
+        return decision

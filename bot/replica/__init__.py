@@ -1,0 +1,1 @@
+"""A replica among replicas: the work queue's taker, schedules, metrics and health."""

@@ -1,0 +1,159 @@
+"""Deadlines, reminders and scheduled prompts on APScheduler 3.
+
+The store is the truth: deadlines live on the requests, and every firing goes through a
+conditional write (``decide`` or ``mark_once``), so a restart rebuilds the jobs from the store
+and two processes sharing it never fire the same thing twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
+from typing import Protocol
+
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from apscheduler.triggers.date import DateTrigger
+
+from bot.config.cron import parse_cron
+from bot.config.settings import DeadlineSettings, ScheduledPrompt
+from bot.domain import Request, utcnow
+from bot.events import Event, RequestOpenedEvent, RequestReminderEvent
+from bot.run.supervisor import LiveRun, Supervisor
+from bot.store import AuditLog, OnceMarks, Requests
+
+log = logging.getLogger("kestrel.schedule")
+
+
+class SchedulerStore(Requests, OnceMarks, AuditLog, Protocol):
+    """The roles the scheduler uses: open requests, once-marks, and the audit."""
+
+
+class Scheduler:
+    """Expires requests at their deadline, reminds on-call before it, starts scheduled prompts."""
+
+    def __init__(
+        self,
+        supervisor: Supervisor,
+        deadlines: DeadlineSettings,
+        prompts: list[ScheduledPrompt],
+        *,
+        store: SchedulerStore,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self.supervisor = supervisor
+        self.store = store
+        self.deadlines = deadlines
+        self.prompts = {p.name: (p, parse_cron(p.cron)) for p in prompts}
+        self.clock = clock
+        self._aps: AsyncIOScheduler | None = None
+
+    async def start(self) -> None:
+        """Sweep what fell due while no process ran, then schedule jobs from the store."""
+        self._aps = AsyncIOScheduler(timezone="UTC")
+        self._aps.start()
+        await self.sweep()
+        for request, _status, _decision in await self.store.list_requests():
+            self._schedule_request(request)
+        for name in self.prompts:
+            self._schedule_prompt(name, self.clock())
+        # Other replicas open requests this one hears nothing of: sweep the store regularly.
+        every = max(self.supervisor.rt.lease_seconds / 2, 1.0)
+        self._aps.add_job(
+            _job(self.supervisor.adopt_orphans), "interval", seconds=every, id="adopt"
+        )
+        self._aps.add_job(_job(self.sweep), "interval", seconds=every, id="sweep")
+        self.supervisor.rt.events.add(self)
+
+    async def stop(self) -> None:
+        """Drop every job (nothing is lost: the store keeps the deadlines)."""
+        if self._aps is not None:
+            self._aps.shutdown(wait=False)
+            self._aps = None
+
+    def emit(self, event: Event) -> None:
+        """Event sink: a newly opened request gets its deadline and reminder jobs."""
+        if isinstance(event, RequestOpenedEvent) and self._aps is not None:
+            self._schedule_request(event.request)
+
+    async def sweep(self, now: datetime | None = None) -> tuple[list[str], list[str]]:
+        """Expire every request past its deadline and remind those close to it, as of ``now``."""
+        now = now or self.clock()
+        expired, reminded = [], []
+        for request, _status, _decision in await self.store.list_requests():
+            if request.deadline is None:
+                continue
+            if request.deadline <= now:
+                if await self.supervisor.expire(request):
+                    expired.append(request.id)
+            elif request.deadline - self._remind_before() <= now and await self._remind(request):
+                reminded.append(request.id)
+        return expired, reminded
+
+    async def fire_prompt(self, name: str, at: datetime) -> LiveRun | None:
+        """Start the scheduled prompt for the occurrence ``at``, once across all processes."""
+        prompt, _trigger = self.prompts[name]
+        key = f"cron:{name}:{at.isoformat()}"
+        if not await self.store.mark_once(key):
+            return None
+        live = await self.supervisor.start_turn(prompt.prompt, requested_by=f"schedule:{name}")
+        log.info("scheduled prompt %s started run %s", name, live.run_id)
+        return live
+
+    async def _remind(self, request: Request) -> bool:
+        if not await self.store.mark_once(f"remind:{request.id}"):
+            return False
+        self.supervisor.rt.events.emit(RequestReminderEvent(request.run_id, request))
+        await self.store.audit("deadline", "remind", request.run_id, request.id)
+        return True
+
+    def _remind_before(self) -> timedelta:
+        return timedelta(seconds=self.deadlines.remind_before)
+
+    def _schedule_request(self, request: Request) -> None:
+        if request.deadline is None or self._aps is None:
+            return
+        for when in (request.deadline - self._remind_before(), request.deadline):
+            self._aps.add_job(
+                _job(self.sweep),
+                DateTrigger(run_date=max(when, self.clock())),
+                id=f"{request.id}:{when.isoformat()}",
+                replace_existing=True,
+                misfire_grace_time=None,
+            )
+
+    def _schedule_prompt(self, name: str, after: datetime) -> None:
+        if self._aps is None:
+            return
+        _prompt, trigger = self.prompts[name]
+        at = trigger.get_next_fire_time(None, after)
+        if at is None:
+            return
+        self._aps.add_job(
+            _job(self._occurrence),
+            DateTrigger(run_date=at),
+            args=(name, at),
+            id=f"cron:{name}",
+            replace_existing=True,
+            misfire_grace_time=None,
+        )
+
+    async def _occurrence(self, name: str, at: datetime) -> None:
+        self._schedule_prompt(name, at + timedelta(seconds=1))
+        await self.fire_prompt(name, at)
+
+
+def _job(work: Callable[..., Awaitable[object]]) -> Callable[..., Awaitable[None]]:
+    """``work`` as a scheduler job: a job under way when the scheduler shuts down is cancelled,
+    which APScheduler would log with a traceback; it is said in one debug line instead."""
+
+    @functools.wraps(work)
+    async def job(*args: object) -> None:
+        try:
+            await work(*args)
+        except asyncio.CancelledError:
+            log.debug("scheduler: %s stopped at shutdown", getattr(work, "__name__", work))
+
+    return job

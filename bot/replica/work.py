@@ -1,0 +1,131 @@
+"""Work distribution: inbound turns and resumes go through the store, so any replica can
+accept an event and any can run it; each item is taken by one replica at a time."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any, Protocol
+
+from bot.chat.inbound import Accepted, Inbound
+from bot.domain import Session
+from bot.errors import ResumeRefused, StoreError, UnknownRun
+from bot.people.policy import Actor
+from bot.prompter import DeferringPrompter
+from bot.records import WorkItem
+from bot.run.supervisor import LiveRun, Supervisor
+from bot.store import ReplicaRegistry, RunRows, WorkQueue
+
+log = logging.getLogger("kestrel.work")
+
+
+class TakerStore(WorkQueue, ReplicaRegistry, RunRows, Protocol):
+    """The roles a work taker uses: the queue, its heartbeat, and whether a run exists."""
+
+
+class WorkTaker:
+    """Submits work to the store and runs the work this replica takes."""
+
+    def __init__(
+        self,
+        supervisor: Supervisor,
+        store: TakerStore,
+        *,
+        poll: float = 1.0,
+        batch: int = 10,
+        inbound: Inbound | None = None,
+    ) -> None:
+        self.supervisor = supervisor
+        self.store = store
+        # The chat deliveries a replica that died accepted: handled by their platform here.
+        self.inbound = inbound
+        self.poll = poll
+        self.batch = batch
+        self._stopping = asyncio.Event()
+
+    async def submit_resume(self, run_id: str) -> None:
+        """Queue a resume (after the last answer a run waited for)."""
+        await self.store.enqueue_work("resume", {"run_id": run_id})
+
+    async def run(self) -> None:
+        """Take and run work until ``stop``; heartbeat while at it."""
+        rt = self.supervisor.rt
+        while not self._stopping.is_set():
+            await self.store.heartbeat(rt.owner)
+            items = await self.store.take_work(rt.owner, self.batch, retake_after=rt.lease_seconds)
+            for item in items:
+                await self._handle(item)
+            if not items:
+                with contextlib.suppress(StoreError):
+                    await self.store.wait_for_work(self.poll)
+
+    def stop(self) -> None:
+        """Stop taking work (live runs are the supervisor's to suspend)."""
+        self._stopping.set()
+
+    async def _handle(self, item: WorkItem) -> None:
+        if item.kind == "inbound":
+            await self._inbound(item)
+            return
+        try:
+            if item.kind == "start":
+                await self._start(item.payload)
+            else:
+                await self._resume(str(item.payload["run_id"]))
+        except (KeyError, ValueError) as exc:
+            log.warning("dropping malformed work item %s: %s", item.id, exc)
+        await self.store.finish_work(item.id)
+
+    async def _inbound(self, item: WorkItem) -> None:
+        platform = str(item.payload.get("platform", ""))
+        if self.inbound is None or not self.inbound.handles(platform):
+            # Left taken: once it is older than a lease, a replica serving that platform may
+            # take it up.
+            log.info("inbound work %s is for %s, not served here", item.id, platform or "?")
+            return
+        try:
+            await self.inbound.settle(Accepted(item.id, item.payload))
+        except StoreError as exc:
+            log.warning("inbound work %s left to be taken up again: %s", item.id, exc)
+
+    async def _start(self, payload: dict[str, Any]) -> None:
+        run_id = str(payload["run_id"])
+        if await self._exists(run_id):
+            return  # a replica that died after creating it left it to orphan adoption
+        session = Session.model_validate(payload["session"])
+        requester = Actor(str(payload.get("requested_by", "")))
+        if not await self.supervisor.rt.policy.may_start(requester, session.place):
+            log.warning("%s may not start runs (policy.requesters): dropped", requester.user)
+            return
+        live = await self.supervisor.start_turn(
+            str(payload["prompt"]),
+            session=session,
+            requested_by=requester.user,
+            prompter=DeferringPrompter() if payload.get("prompter") else None,
+            run_id=run_id,
+        )
+        await _created(live)
+
+    async def _resume(self, run_id: str) -> None:
+        try:
+            await self.supervisor.resume(run_id)
+        except ResumeRefused as exc:
+            log.info("resume of %s left to its owner: %s", run_id, exc)
+        except UnknownRun:
+            log.warning("resume of unknown run %s dropped", run_id)
+
+    async def _exists(self, run_id: str) -> bool:
+        try:
+            await self.store.get_run(run_id)
+        except UnknownRun:
+            return False
+        return True
+
+
+async def _created(live: LiveRun) -> None:
+    """Wait until the run's record exists (or its task ended): then the work item is done."""
+    assert live.task is not None
+    created = asyncio.ensure_future(live.created.wait())
+    await asyncio.wait({created, live.task}, return_when=asyncio.FIRST_COMPLETED)
+    created.cancel()

@@ -1,0 +1,47 @@
+"""``RunContext``: what every step of one run shares, assembled once by the supervisor."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bot.domain import Request, RequestMaker, unstamped
+from bot.events import EventSink
+from bot.hooks import HookContext, Hooks
+from bot.journal.writer import RunJournal
+from bot.prompter import Prompter
+from bot.run.interrupt import Interrupt
+
+
+@dataclass
+class RunContext:
+    """The run's journal, hooks, events, prompter and requests, for the loop and executeTool."""
+
+    journal: RunJournal
+    hooks: Hooks
+    events: EventSink
+    open_request: Callable[[Request], Awaitable[None]]
+    # The run's own, from its signals: a fresh one here would never hear a stop request.
+    interrupt: Interrupt
+    stamp: Callable[[Request], Request] = unstamped
+    prompter: Prompter | None = None
+    workdir: Path | None = None
+    hook_ctx: HookContext = field(init=False)
+    # Makes this run's requests: the gate's approvals, a tool's deferral, a question.
+    request: RequestMaker = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.hook_ctx = HookContext(run_id=self.run_id, requested_by=self.requested_by)
+        self.request = RequestMaker(self.run_id, self.requested_by, self.stamp)
+
+    @property
+    def run_id(self) -> str:
+        """The run."""
+        return self.journal.run_id
+
+    @property
+    def requested_by(self) -> str:
+        """Who started the run."""
+        started = self.journal.state.started
+        return started.requested_by if started else ""

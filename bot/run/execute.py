@@ -1,0 +1,262 @@
+"""executeTool: every exit a tool call can take, in the seed's order, under one span."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from bot.domain import Request, ToolCall, ToolOutcome, new_id
+from bot.events import (
+    AdvisoryEvent,
+    RequestOpenedEvent,
+    ToolExitEvent,
+    ToolStartedEvent,
+)
+from bot.hooks import HookFailure
+from bot.journal.entries import (
+    GrantWritten,
+    ToolDeferred,
+    ToolDispatched,
+    ToolProcess,
+    ToolResultEntry,
+)
+from bot.journal.writer import TakenOver
+from bot.nesting import MAX_DEPTH, too_deep
+from bot.run.context import RunContext
+from bot.run.gate import Gate
+from bot.run.interrupt import Interrupt, Interrupted
+from bot.run.telemetry import span
+from bot.tools import orphans
+from bot.tools.base import Deferral, Tool, ToolContext, ToolResult
+from bot.tools.toolset import ToolSet
+
+log = logging.getLogger("kestrel.execute")
+
+WITHHELD_BY_HOOK = "[output withheld: an output hook failed]"
+
+
+class HookAbort(Exception):
+    """A PreToolUse rewrite named an unregistered tool or carried invalid JSON."""
+
+
+@dataclass(frozen=True)
+class CallExit:
+    """How one call left executeTool."""
+
+    outcome: ToolOutcome
+    output: str
+    is_error: bool = False
+    request: Request | None = None
+
+
+@dataclass
+class CallEnv:
+    """What executeTool needs for the calls of one batch: the run, its tool snapshot, its gate."""
+
+    run: RunContext
+    tools: ToolSet
+    gate: Gate
+
+
+def _error(outcome: ToolOutcome, output: str) -> CallExit:
+    return CallExit(outcome, output, is_error=True)
+
+
+async def execute_tool(call: ToolCall, env: CallEnv) -> CallExit:
+    """Run one call through all its checks; journal and count whichever exit it takes."""
+    began = time.monotonic()
+    with span("tool", tool=call.name, call_id=call.id) as current:
+        try:
+            result = await _execute(call, env)
+        except TakenOver:
+            seconds = time.monotonic() - began
+            taken = ToolExitEvent(
+                env.run.run_id, call.id, call.name, ToolOutcome.TAKEN_OVER, seconds
+            )
+            env.run.events.emit(taken)
+            raise
+        current.set("outcome", result.outcome.value)
+        await _journal_exit(call, result, env, began)
+        return result
+
+
+async def _execute(call: ToolCall, env: CallEnv) -> CallExit:
+    original = env.tools.get(call.name)
+    if original is None:
+        advice = f"the model called an unknown tool {call.name!r}"
+        env.run.events.emit(AdvisoryEvent(env.run.run_id, advice))
+        known = ", ".join(sorted(env.tools)) or "none"
+        return _error(ToolOutcome.UNKNOWN_TOOL, f"unknown tool {call.name!r}; tools: {known}")
+    gated = original.flags.confirm
+    try:
+        verdict = await env.run.hooks.on_pre_tool(call, env.run.hook_ctx)
+    except HookFailure as exc:
+        log.warning("run %s: %s", env.run.run_id, exc)
+        env.run.events.emit(AdvisoryEvent(env.run.run_id, str(exc)))
+        return _error(ToolOutcome.HOOK_DENIED, "denied: a policy hook could not check this call")
+    if not verdict.allow:
+        return _error(ToolOutcome.HOOK_DENIED, f"denied by policy: {verdict.reason or 'no reason'}")
+    effective, raw_arguments = _effective(call, verdict.tool, verdict.arguments, env.tools)
+    arguments, problems = _parse_arguments(raw_arguments)
+    if not problems:
+        problems = env.tools.validate(effective.name, arguments)
+    if problems:
+        return _error(ToolOutcome.INVALID_ARGUMENTS, "invalid arguments: " + "; ".join(problems))
+    if gated or effective.flags.confirm:
+        async with env.run.interrupt.guard():  # an approval asked inline may wait on a person
+            gate = await env.gate.check(call.id, original, effective, arguments)
+        if gate.request is not None:
+            return CallExit(ToolOutcome.DEFERRED, gate.reason, request=gate.request)
+        if not gate.allowed:
+            return _error(ToolOutcome.GATE_DENIED, gate.reason)
+    return await _dispatch(call, effective, arguments, env)
+
+
+def _effective(
+    call: ToolCall, name: str | None, arguments: str | None, tools: ToolSet
+) -> tuple[Tool, str]:
+    """The tool and raw arguments after PreToolUse; a malformed rewrite aborts the run."""
+    effective_name = name or call.name
+    effective_arguments = arguments if arguments is not None else call.arguments
+    tool = tools.get(effective_name)
+    if tool is None:
+        raise HookAbort(f"a PreToolUse hook rewrote {call.name!r} to unknown tool {name!r}")
+    if effective_arguments != call.arguments:
+        try:
+            json.loads(effective_arguments)
+        except ValueError as exc:
+            raise HookAbort(f"a PreToolUse hook rewrote {call.name!r} with invalid JSON") from exc
+    return tool, effective_arguments
+
+
+def _parse_arguments(raw: str) -> tuple[dict[str, Any], list[str]]:
+    try:
+        value = json.loads(raw or "{}")
+    except ValueError as exc:
+        return {}, [f"arguments are not valid JSON ({exc})"]
+    if not isinstance(value, dict):
+        return {}, ["arguments must be a JSON object"]
+    if too_deep(raw, value):
+        return {}, [f"arguments nest deeper than {MAX_DEPTH} levels"]
+    return value, []
+
+
+async def _dispatch(
+    call: ToolCall, tool: Tool, arguments: dict[str, Any], env: CallEnv
+) -> CallExit:
+    ctx = ToolContext(
+        run_id=env.run.journal.run_id,
+        call_id=call.id,
+        requested_by=env.run.hook_ctx.requested_by,
+        prompter=env.run.prompter if tool.flags.needs_prompter else None,
+        workdir=env.run.workdir if tool.flags.needs_workdir else None,
+        started=None if tool.flags.idempotent else _process_recorder(call, env),
+        stamp=env.run.stamp,
+    )
+    await _takeover_check(call, tool, env)
+    env.run.events.emit(ToolStartedEvent(env.run.run_id, call.id, tool.name, arguments))
+    outcome, output, is_error, deferral = await _invoke(tool, arguments, ctx, env.run.interrupt)
+    if deferral is not None:
+        request = env.run.request(
+            deferral.kind,
+            call.id,
+            tool.name,
+            arguments,
+            id=deferral.request_id or new_id("req"),
+            prompt=deferral.prompt,
+            options=deferral.options,
+        )
+        return CallExit(ToolOutcome.DEFERRED, deferral.prompt, request=request)
+    output = await post_tool(call, output, env)
+    return CallExit(outcome, output, is_error)
+
+
+async def _takeover_check(call: ToolCall, tool: Tool, env: CallEnv) -> None:
+    """The last check before an effect: a fenced dispatch record, or an epoch read."""
+    if not tool.flags.idempotent:
+        await env.run.journal.append(ToolDispatched(call_id=call.id, tool=tool.name))
+        return
+    if not await env.run.journal.still_owner():
+        raise TakenOver(f"run {env.run.journal.run_id} was claimed by another owner")
+
+
+def _process_recorder(call: ToolCall, env: CallEnv) -> Callable[[int], None]:
+    """Journals where a dispatched command runs, so a successor can find it if we die."""
+
+    def record(pgid: int) -> None:
+        process = orphans.stamp(pgid)
+        if process is not None:
+            # Queued, not awaited: the command is already running, and a write is never cut.
+            env.run.journal.append_soon(ToolProcess(call_id=call.id, process=process))
+
+    return record
+
+
+async def _invoke(
+    tool: Tool, arguments: dict[str, Any], ctx: ToolContext, interrupt: Interrupt
+) -> tuple[ToolOutcome, str, bool, Deferral | None]:
+    paced = tool.flags.operator_paced or tool.flags.timeout <= 0
+    limit = None if paced else tool.flags.timeout
+    try:
+        async with interrupt.guard(tool=True), asyncio.timeout(limit):
+            answer = await tool.call(arguments, ctx)
+    except Interrupted:
+        raise
+    except TimeoutError:
+        return ToolOutcome.TIMEOUT, f"timed out after {limit:g}s; the tool was stopped", True, None
+    except Exception as exc:
+        log.warning("tool %s raised", tool.name, exc_info=True)
+        return ToolOutcome.ERROR, f"the tool failed: {type(exc).__name__}: {exc}", True, None
+    if isinstance(answer, Deferral):
+        return ToolOutcome.DEFERRED, answer.prompt, False, answer
+    result = answer if isinstance(answer, ToolResult) else ToolResult(str(answer))
+    return ToolOutcome.OK, result.output, result.is_error, None
+
+
+async def post_tool(call: ToolCall, output: str, env: CallEnv) -> str:
+    """PostToolUse (the PII guard among them); a failing hook withholds the output."""
+    try:
+        return await env.run.hooks.on_post_tool(call, output, env.run.hook_ctx)
+    except HookFailure as exc:
+        log.warning("run %s: %s", env.run.run_id, exc)
+        env.run.events.emit(AdvisoryEvent(env.run.run_id, str(exc)))
+        return WITHHELD_BY_HOOK
+
+
+async def _journal_exit(call: ToolCall, result: CallExit, env: CallEnv, began: float) -> None:
+    """Journal the exit, then write the grants it staged (never before the call is answered);
+    the exit's event says how long since the call entered (``began``, monotonic)."""
+    seconds = round(time.monotonic() - began, 6)
+    journal = env.run.journal
+    if result.request is not None:
+        # Opens the request as it lands; said once durable, so a card never shows a request
+        # the store does not have. The run's suspend, next, commits with it.
+        journal.append_soon(
+            ToolDeferred(call_id=call.id, tool=result.request.tool, request=result.request),
+            then=functools.partial(
+                env.run.events.emit, RequestOpenedEvent(journal.run_id, result.request)
+            ),
+        )
+    else:
+        entry = ToolResultEntry(
+            call_id=call.id,
+            tool=call.name,
+            outcome=result.outcome,
+            output=result.output,
+            is_error=result.is_error,
+            seconds=seconds,
+        )
+        journal.append_soon(entry)
+    for grant in env.gate.flush():
+        journal.append_soon(GrantWritten(grant=grant))
+    if result.request is None:
+        await journal.flush()  # the answer and its grants, in one commit
+    env.run.events.emit(
+        ToolExitEvent(env.run.run_id, call.id, call.name, result.outcome, seconds, result.output)
+    )

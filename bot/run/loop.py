@@ -1,0 +1,461 @@
+"""One run of the agent loop: iterations, budgets, no-progress, suspend, terminal result."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from bot.domain import (
+    AssistantTurn,
+    Decision,
+    DecisionKind,
+    Request,
+    RequestKind,
+    RequestStatus,
+    RunStatus,
+    StopReason,
+    TerminalResult,
+    ToolOutcome,
+    extract_payload,
+)
+from bot.events import (
+    AdvisoryEvent,
+    AnswerSuppliedEvent,
+    ModelTurnEvent,
+    RequestOpenedEvent,
+    RunResumedEvent,
+    RunSuspendedEvent,
+)
+from bot.journal.entries import (
+    AdvisoryEntry,
+    AnswerSupplied,
+    AssistantTurnEntry,
+    RunEnded,
+    RunResumed,
+    RunSuspended,
+    ToolDeferred,
+    ToolResultEntry,
+)
+from bot.journal.fold import CallState, RunState
+from bot.journal.writer import TakenOver
+from bot.llm.base import ModelError, ModelProvider
+from bot.run.context import RunContext
+from bot.run.execute import CallEnv, HookAbort, execute_tool, post_tool
+from bot.run.gate import Gate
+from bot.run.interrupt import Interrupt, Interrupted
+from bot.run.telemetry import span
+from bot.tools import orphans
+from bot.tools.toolset import ToolSet
+
+log = logging.getLogger("kestrel.loop")
+
+
+@dataclass
+class Signals:
+    """The run's inbox: requests from outside, picked up at the loop boundary only."""
+
+    suspend: asyncio.Event = field(default_factory=asyncio.Event)
+    cancel: asyncio.Event = field(default_factory=asyncio.Event)
+    # Unlike the others, cuts the model call, prompt or tool under way (shutdown, signals).
+    interrupt: Interrupt = field(default_factory=Interrupt)
+
+    @property
+    def stopping(self) -> bool:
+        """Whether someone asked the run to suspend now (a shutdown, a signal, a request),
+        rather than it suspending to wait for people."""
+        return self.suspend.is_set() or self.interrupt.requested
+
+
+@dataclass
+class LoopDeps:
+    """What the loop alone needs from the world (the rest is the run's ``RunContext``)."""
+
+    model: ModelProvider
+    tools: Callable[[], ToolSet]
+    model_timeout: float = 60.0
+    advisories: Callable[[], list[str]] = lambda: []
+    lookup_request: Callable[[str], Awaitable[tuple[RequestStatus, Decision | None] | None]] = (
+        lambda _id: _no_request()
+    )
+    clock: Callable[[], float] = time.monotonic
+
+
+async def _no_request() -> None:
+    return None
+
+
+class Stop(Exception):
+    """Ends the run with a terminal result."""
+
+    def __init__(
+        self, status: RunStatus, reason: StopReason, error: str = "", text: str = ""
+    ) -> None:
+        super().__init__(error or reason.value)
+        self.status = status
+        self.reason = reason
+        self.error = error
+        self.text = text
+
+
+class Suspend(Exception):
+    """Ends the task with the run suspended."""
+
+    def __init__(self, reason: StopReason, requests: Sequence[Request] = ()) -> None:
+        super().__init__(reason.value)
+        self.reason = reason
+        self.requests = tuple(requests)
+
+
+class AgentLoop:
+    """Drives one run from its journaled state until it ends or suspends."""
+
+    def __init__(self, run: RunContext, deps: LoopDeps, signals: Signals) -> None:
+        self.run_ctx = run
+        self.journal = run.journal
+        self.deps = deps
+        self.signals = signals
+        started = self.journal.state.started
+        assert started is not None, "a run's journal starts with run_started"
+        self.started = started
+        self.budgets = started.budgets
+        self._t0 = deps.clock()
+
+    @property
+    def run_id(self) -> str:
+        """The run this loop drives."""
+        return self.journal.run_id
+
+    @property
+    def state(self) -> RunState:
+        """The folded state, kept in step by every append."""
+        return self.journal.state
+
+    async def run(self, resumed: RunResumed | None = None) -> RunState:
+        """Iterate until a terminal result or a suspend; journal whichever it is.
+
+        ``resumed`` (a run picked up again) is journaled once the answers the run waits for are
+        read, so that it commits with them and with the first effect they allow.
+        """
+        try:
+            await self._iterate(resumed)
+        except Interrupted:
+            await self._suspend(Suspend(StopReason.INTERRUPTED))
+        except Suspend as pause:
+            await self._suspend(pause)
+        except Stop as stop:
+            await self._end(stop.status, stop.reason, stop.error, stop.text)
+        return self.state
+
+    async def _iterate(self, resumed: RunResumed | None) -> None:
+        found = await self._look_up_answers() if self.state.open_batch else {}
+        if resumed is not None:
+            # Still running, not suspended: its owner died mid-run and this process adopts it.
+            orphaned = self.state.status is RunStatus.RUNNING
+            event = RunResumedEvent(self.run_id, orphaned=orphaned)
+            said = functools.partial(self.run_ctx.events.emit, event)
+            self.journal.append_soon(resumed, then=said)
+        if self.state.open_batch:
+            await self._finish_batch(found)
+        while True:
+            self._poll()
+            # Whatever was queued (grants, the run's start) is durable before the model is asked.
+            await self.journal.flush()
+            tools = self.deps.tools()
+            await self._drain_advisories()
+            began = self.deps.clock()
+            turn = await self._call_model(tools)
+            seconds = self.deps.clock() - began
+            entry = AssistantTurnEntry(iteration=self.state.iteration, turn=turn)
+            if turn.calls and turn.finish_reason != "length":
+                await self.journal.append(entry)  # durable before any of its tools runs
+            else:
+                self.journal.append_soon(entry)  # the run's end, next, commits with it
+            self.run_ctx.events.emit(
+                ModelTurnEvent(
+                    self.run_id,
+                    turn.text or "",
+                    len(turn.calls),
+                    seconds=seconds,
+                    input_tokens=turn.usage.input_tokens,
+                    output_tokens=turn.usage.output_tokens,
+                )
+            )
+            if turn.finish_reason == "length":
+                raise Stop(
+                    RunStatus.FAILED,
+                    StopReason.TRUNCATED,
+                    "the model's reply was cut at its output limit; no tool was run",
+                    turn.text or "",
+                )
+            if not turn.calls:
+                raise Stop(RunStatus.COMPLETED, StopReason.ANSWERED, text=turn.text or "")
+            self._check_batch_budgets(len(turn.calls))
+            await self._run_batch(tools)
+
+    def _poll(self) -> None:
+        """The loop boundary: cancel, suspend and the limits, before an iteration is used."""
+        if self.signals.cancel.is_set():
+            raise Stop(RunStatus.CANCELLED, StopReason.CANCELLED, "cancelled on request")
+        if self.signals.interrupt.requested:
+            raise Suspend(StopReason.INTERRUPTED)
+        if self.signals.suspend.is_set():
+            raise Suspend(StopReason.SUSPEND_REQUESTED)
+        if self.state.iteration >= self.budgets.max_iterations:
+            limit = self.budgets.max_iterations
+            raise Stop(RunStatus.FAILED, StopReason.ITERATION_LIMIT, f"{limit} iterations used")
+        self._check_deadline()
+        if self.state.iteration > 0:
+            self._check_tokens()
+
+    def _check_batch_budgets(self, calls: int) -> None:
+        self._check_tokens()
+        self._check_deadline()
+        limit = self.budgets.max_tool_calls
+        if self.state.tool_calls + calls > limit:
+            raise Stop(
+                RunStatus.FAILED,
+                StopReason.TOOL_CALL_LIMIT,
+                f"the next batch would exceed {limit} tool calls",
+            )
+
+    def _check_tokens(self) -> None:
+        used, limit = self.state.usage.total, self.budgets.max_tokens
+        if limit and used >= limit:
+            raise Stop(RunStatus.FAILED, StopReason.TOKEN_BUDGET, f"{used} of {limit} tokens used")
+
+    def _remaining(self) -> float | None:
+        if not self.budgets.deadline_seconds:
+            return None
+        return self.budgets.deadline_seconds - (self.deps.clock() - self._t0)
+
+    def _check_deadline(self) -> None:
+        remaining = self._remaining()
+        if remaining is not None and remaining <= 0:
+            raise Stop(RunStatus.FAILED, StopReason.DEADLINE, "the run's deadline passed")
+
+    async def _drain_advisories(self) -> None:
+        for text in self.deps.advisories():
+            await self.journal.append(AdvisoryEntry(text=text))
+            self.run_ctx.events.emit(AdvisoryEvent(self.run_id, text))
+
+    async def _call_model(self, tools: ToolSet) -> AssistantTurn:
+        timeout = self.deps.model_timeout
+        remaining = self._remaining()
+        if remaining is not None:
+            timeout = min(timeout, remaining)
+        with span("model_call", run_id=self.journal.run_id, iteration=self.state.iteration):
+            try:
+                async with self.signals.interrupt.guard():
+                    return await self.deps.model.complete(
+                        self.state.messages, tools.specs(), timeout
+                    )
+            except ModelError as exc:
+                self._check_deadline()  # a call cut short by the run's deadline stops for it
+                raise Stop(RunStatus.FAILED, StopReason.MODEL_ERROR, str(exc)) from exc
+
+    def _gate(self, answers: dict[str, Decision] | None = None) -> Gate:
+        return Gate(
+            new_request=self.run_ctx.request,
+            prompter=self.run_ctx.prompter,
+            expired=lambda: (self._remaining() or 1) <= 0,
+            written=self.state.grants,
+            answers=answers,
+        )
+
+    def _env(self, tools: ToolSet, gate: Gate) -> CallEnv:
+        return CallEnv(run=self.run_ctx, tools=tools, gate=gate)
+
+    async def _run_batch(self, tools: ToolSet) -> None:
+        env = self._env(tools, self._gate())
+        for call_state in list(self.state.batch):
+            await self._execute(call_state, env)
+        self._after_batch()
+
+    async def _execute(self, call_state: CallState, env: CallEnv) -> None:
+        try:
+            await execute_tool(call_state.call, env)
+        except HookAbort as exc:
+            raise Stop(RunStatus.FAILED, StopReason.HOOK_ABORT, str(exc)) from exc
+
+    def _after_batch(self) -> None:
+        """Suspend on open requests, or stop when the same call keeps giving the same result."""
+        if self.state.open_requests:
+            raise Suspend(StopReason.WAITING, self.state.open_requests)
+        repeats = self.budgets.no_progress_repeats
+        if repeats and self.state.signatures and max(self.state.signatures.values()) >= repeats:
+            call = self.state.batch[-1]
+            evidence = call.result.output[:500] if call.result else ""
+            raise Stop(
+                RunStatus.FAILED,
+                StopReason.NO_PROGRESS,
+                f"the same call ({call.call.name} {call.call.arguments}) gave the same result "
+                f"{repeats} times; last result: {evidence}",
+            )
+
+    async def _look_up_answers(self) -> dict[str, Decision | None]:
+        """The decision (``Decisions``) for each request the open batch waits on (None while
+        open), read before anything is journaled; a request the store lost is opened again."""
+        found: dict[str, Decision | None] = {}
+        for call_state in self.state.batch:
+            request = call_state.deferred
+            if call_state.result is not None or request is None:
+                continue
+            if request.id in self.state.answers:
+                continue
+            looked_up = await self.deps.lookup_request(request.id)
+            if looked_up is None:
+                await self.run_ctx.open_request(request)
+                continue
+            status, decision = looked_up
+            if status is not RequestStatus.OPEN:
+                found[request.id] = decision
+        return found
+
+    async def _finish_batch(self, found: dict[str, Decision | None]) -> None:
+        """Answer the calls of a batch interrupted by a suspend or a crash, from the journal."""
+        tools = self.deps.tools()
+        answers: dict[str, Decision] = {}
+        for call_state in self.state.batch:
+            request = call_state.deferred
+            if call_state.result is None and request is not None:
+                decision = self._supplied(request, found.get(request.id))
+                if decision is not None and request.kind is RequestKind.WAIT_APPROVAL:
+                    answers[call_state.call.id] = decision
+        env = self._env(tools, self._gate(answers))
+        for call_state in list(self.state.batch):
+            if call_state.result is None:
+                await self._finish_call(call_state, env)
+        self._after_batch()
+
+    async def _finish_call(self, call_state: CallState, env: CallEnv) -> None:
+        # Whatever path started it (a first run, an approval, a grant, a retry), an effect
+        # journaled as started and never answered is not started again without on-call.
+        if call_state.dispatched:
+            await self._uncertain(call_state, env)
+            return
+        request = call_state.deferred
+        if request is None:
+            await self._execute(call_state, env)
+            return
+        decision = self.state.answers.get(request.id)
+        if decision is None:
+            return
+        if request.kind is RequestKind.WAIT_APPROVAL:
+            await self._execute(call_state, env)
+        elif request.kind is RequestKind.WAIT_EFFECT:
+            await self._settle_effect(call_state, decision, env)
+        else:
+            await self._answer_question(call_state, decision, env)
+
+    def _supplied(self, request: Request, decision: Decision | None) -> Decision | None:
+        """The answer for a request, journaled once (committed with the effect it allows);
+        None while it is open."""
+        known = self.state.answers.get(request.id)
+        if known is not None:
+            return known
+        if decision is None:
+            return None
+        waited = max(0.0, (decision.at - request.created_at).total_seconds())
+        supplied = AnswerSuppliedEvent(
+            self.run_id, request.id, decision.kind, request_kind=request.kind, waited=waited
+        )
+        # Said once durable: a card never shows an answer the run could still lose.
+        said = functools.partial(self.run_ctx.events.emit, supplied)
+        self.journal.append_soon(AnswerSupplied(decision=decision), then=said)
+        return decision
+
+    async def _uncertain(self, call_state: CallState, env: CallEnv) -> None:
+        """A dispatched call with no result: rerun it if idempotent, else ask on-call."""
+        tool = env.tools.get(call_state.call.name)
+        if tool is not None and tool.flags.idempotent:
+            await self._execute(call_state, env)
+            return
+        found = ""
+        if call_state.process is not None:
+            # Before anyone can answer "retry", the first attempt must not still be running.
+            found = f"; {await orphans.end_orphan(call_state.process)}"
+        call = call_state.call
+        request = self.run_ctx.request(
+            RequestKind.WAIT_EFFECT,
+            call.id,
+            call.name,
+            _arguments(call.arguments),
+            prompt=(
+                f"{call.name} was started but its outcome is unknown "
+                f"(the process stopped mid-effect{found}): retry, mark done or mark failed?"
+            ),
+            options=("retry", "done", "failed"),
+        )
+        # The entry opens the request as it lands.
+        await self.journal.append(
+            ToolDeferred(call_id=call_state.call.id, tool=request.tool, request=request)
+        )
+        self.run_ctx.events.emit(RequestOpenedEvent(self.run_id, request))
+
+    async def _settle_effect(self, call_state: CallState, decision: Decision, env: CallEnv) -> None:
+        if decision.kind is DecisionKind.RETRY:
+            await self._execute(call_state, env)
+            return
+        if decision.kind is DecisionKind.DONE:
+            output = decision.text or f"marked done by {decision.by or 'on-call'}"
+            await self._result(call_state, ToolOutcome.OK, output, False, env)
+            return
+        output = f"marked failed by {decision.by or 'on-call'}" + (
+            f": {decision.text}" if decision.text else ""
+        )
+        await self._result(call_state, ToolOutcome.ERROR, output, True, env)
+
+    async def _answer_question(
+        self, call_state: CallState, decision: Decision, env: CallEnv
+    ) -> None:
+        if decision.kind is DecisionKind.EXPIRED:
+            output = "no answer before the deadline"
+        else:
+            who = f" (answered by {decision.by})" if decision.by else ""
+            output = (decision.text or "") + who
+        await self._result(call_state, ToolOutcome.OK, output, False, env)
+
+    async def _result(
+        self, call_state: CallState, outcome: ToolOutcome, output: str, err: bool, env: CallEnv
+    ) -> None:
+        """Journal a result supplied through ``Decisions``, after PostToolUse like any other."""
+        call = call_state.call
+        output = await post_tool(call, output, env)
+        entry = ToolResultEntry(
+            call_id=call.id, tool=call.name, outcome=outcome, output=output, is_error=err
+        )
+        await self.journal.append(entry)
+
+    async def _suspend(self, pause: Suspend) -> None:
+        ids = tuple(r.id for r in pause.requests)
+        await self.journal.append(RunSuspended(reason=pause.reason, request_ids=ids))
+        self.run_ctx.events.emit(RunSuspendedEvent(self.run_id, pause.reason, ids))
+
+    async def _end(self, status: RunStatus, reason: StopReason, error: str, text: str) -> None:
+        result = TerminalResult(
+            status=status,
+            stop_reason=reason,
+            text=text,
+            payload=extract_payload(text) if status is RunStatus.COMPLETED else None,
+            error=error,
+            usage=self.state.usage,
+            outcomes=self.state.outcomes(),
+        )
+        await self.journal.append(RunEnded.of(result, last_turn_text=self.state.last_text))
+
+
+def _arguments(raw: str) -> dict[str, Any]:
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return {"raw": raw}
+    return value if isinstance(value, dict) else {"raw": raw}
+
+
+__all__ = ["AgentLoop", "LoopDeps", "Signals", "Stop", "Suspend", "TakenOver"]

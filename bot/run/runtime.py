@@ -1,0 +1,72 @@
+"""What every run of one process shares: store, model, tools, hooks, events and settings."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+
+from bot.config.settings import DeadlineSettings
+from bot.domain import Budgets, Fingerprint, Request, new_id
+from bot.events import FanOut
+from bot.hooks import Hooks
+from bot.llm.base import ModelProvider
+from bot.people.audit import Redact, unchanged
+from bot.people.policy import Policy, PolicyRules
+from bot.store import Store
+from bot.tools.source import ToolSource
+
+
+def default_owner() -> str:
+    """This process's identity as a lease owner: host, pid and a random suffix."""
+    return f"{socket.gethostname()}:{os.getpid()}:{new_id('p')[-6:]}"
+
+
+@dataclass
+class Runtime:
+    """The shared parts runs are built from."""
+
+    store: Store
+    model: ModelProvider
+    tools: ToolSource
+    hooks: Hooks = field(default_factory=Hooks)
+    events: FanOut = field(default_factory=FanOut)
+    system_prompt: str = ""
+    budgets: Budgets = field(default_factory=Budgets)
+    model_timeout: float = 60.0
+    owner: str = field(default_factory=default_owner)
+    lease_seconds: float = 30.0
+    workdir: Path | None = None
+    guard_hooks: Callable[[], Hooks] = Hooks
+    # The PII guard as a function of text: what people type is audited through it.
+    redact: Redact = unchanged
+    policy: Policy = field(default_factory=lambda: Policy(PolicyRules()))
+    deadlines: DeadlineSettings = field(default_factory=DeadlineSettings)
+
+    def stamp(self, request: Request) -> Request:
+        """Give a new request its deadline: per tool if configured, else per kind."""
+        if request.deadline is not None:
+            return request
+        seconds = self.deadlines.per_tool.get(request.tool) or getattr(
+            self.deadlines, request.kind.value
+        )
+        return request.model_copy(
+            update={"deadline": request.created_at + timedelta(seconds=seconds)}
+        )
+
+    def fingerprint(self) -> Fingerprint:
+        """What resume compares: provider, model, tool set and system prompt."""
+        return Fingerprint(
+            provider=self.model.provider,
+            model=self.model.model,
+            tools_digest=self.tools.current().digest(),
+            system_prompt_digest=hashlib.sha256(self.system_prompt.encode()).hexdigest()[:16],
+        )
+
+    def run_hooks(self) -> Hooks:
+        """The caller's hooks, then the guard's (the run installs the guard itself)."""
+        return self.hooks.then(self.guard_hooks())

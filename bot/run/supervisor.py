@@ -1,0 +1,630 @@
+"""The supervisor: one asyncio task per live run; start, resume, cancel, leases, panics."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import traceback
+from collections.abc import AsyncIterator, Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+from bot.domain import (
+    TERMINAL_STATUSES,
+    Decision,
+    Request,
+    RunStatus,
+    Session,
+    StopReason,
+    TerminalResult,
+    new_id,
+    utcnow,
+)
+from bot.errors import ResumeRefused, StoreError
+from bot.events import (
+    AdvisoryEvent,
+    JournalFailedEvent,
+    PanicEvent,
+    RunEndedEvent,
+    RunStartedEvent,
+    RunTakenOverEvent,
+)
+from bot.hooks import HookContext, HookFailure, Hooks
+from bot.journal.entries import Entry, RunEnded, RunResumed, RunStarted, UserMessageEntry
+from bot.journal.fold import RunState, fold
+from bot.journal.writer import RunJournal, TakenOver
+from bot.llm.base import UserMessage
+from bot.logs import run_context
+from bot.people.decisions import Answered, Decisions
+from bot.people.policy import Actor, NotPermitted
+from bot.prompter import DeferringPrompter, Prompter
+from bot.records import RunRecord
+from bot.run.context import RunContext
+from bot.run.loop import AgentLoop, LoopDeps, Signals
+from bot.run.runtime import Runtime
+
+log = logging.getLogger("kestrel.supervisor")
+
+HISTORY_TURNS = 5
+
+
+@dataclass
+class LiveRun:
+    """A run driven by a task of this process."""
+
+    run_id: str
+    signals: Signals = field(default_factory=Signals)
+    task: asyncio.Task[RunState] | None = None
+    error: str = ""
+    created: asyncio.Event = field(default_factory=asyncio.Event)
+    # Who asked for the cancel picked up at the next loop boundary (or at the suspend).
+    cancelled_by: str = ""
+    # The task that went on with the run when this one suspended on requests already answered.
+    next: LiveRun | None = None
+
+
+class KeyedLocks:
+    """One ``asyncio.Lock`` per key, kept only while someone holds or waits for it."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+
+    @contextlib.asynccontextmanager
+    async def hold(self, key: str) -> AsyncIterator[None]:
+        """Hold ``key``'s lock for the block."""
+        lock, users = self._locks.get(key, (asyncio.Lock(), 0))
+        self._locks[key] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[key]
+            if users == 1:
+                del self._locks[key]
+            else:
+                self._locks[key] = (lock, users - 1)
+
+
+class Supervisor:
+    """Starts and resumes runs, each on exactly one task, and keeps their leases alive."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.rt = runtime
+        self.decisions = Decisions(runtime)
+        self.live: dict[str, LiveRun] = {}
+        self._resuming = KeyedLocks()
+        # Every run task until it returns: a task that left ``live`` may still be resuming.
+        self._tasks: set[asyncio.Task[RunState]] = set()
+        self._stopping = False
+
+    # --- entry points -------------------------------------------------------------------
+
+    async def start_turn(
+        self,
+        prompt: str,
+        *,
+        session: Session | None = None,
+        requested_by: str = "",
+        prompter: Prompter | None = None,
+        run_id: str = "",
+    ) -> LiveRun:
+        """Start a run for one human message; its task runs in the background."""
+        run_id = run_id or new_id("run")
+        live = LiveRun(run_id)
+        self._drive_on_task(live, self._start(live, prompt, session, requested_by, prompter))
+        return live
+
+    async def resume(
+        self,
+        run_id: str,
+        *,
+        prompter: Prompter | None = None,
+        force: bool = False,
+        claimed: int | None = None,
+        by: str = "",
+    ) -> LiveRun | None:
+        """Continue a suspended (or orphaned) run; None when it has nothing to do yet.
+
+        ``claimed``: the epoch of the lease this process already took for the run (a decision
+        that closed its last open request takes it in the same commit). ``by``: who resumes
+        it, audited (empty: this process, on its own).
+        """
+        # One look-and-claim at a time per run: a decider's claimed resume and a plain one (a
+        # deadline, adoption, work taken, a suspend that found its answers) must not both
+        # drive the run, nor one drive it again after the other ended it.
+        async with self._resuming.hold(run_id):
+            if run_id in self.live:
+                return self.live[run_id]
+            if claimed is not None:
+                return await self._resume_claimed(run_id, claimed, prompter, force, by)
+            return await self._resume_free(run_id, prompter, force, by)
+
+    async def _resume_free(
+        self, run_id: str, prompter: Prompter | None, force: bool, by: str
+    ) -> LiveRun | None:
+        record = await self.rt.store.get_run(run_id)
+        if record.status in TERMINAL_STATUSES:
+            return None
+        state = fold(await self.rt.store.load(run_id), run_id)
+        self._check_fingerprint(state, force)
+        prompter = _prompter_for(state, prompter)
+        if prompter is not None:
+            await self.decisions.ask_again(state, prompter)
+        if not await self._has_work(state):
+            return None
+        epoch = await self.rt.store.claim(run_id, self.rt.owner, self.rt.lease_seconds)
+        if epoch is None:
+            raise ResumeRefused(await self._held_elsewhere(run_id))
+        state = fold(await self.rt.store.load(run_id), run_id)
+        # Another owner moved it on between our look and our claim (nothing left to do), or
+        # this process is shutting down (its runs are handed back, none is taken up).
+        if state.result is not None or not await self._has_work(state) or self._stopping:
+            await self.rt.store.release(run_id, self.rt.owner, epoch)
+            return None
+        return self._resumed(run_id, epoch, state, prompter, force, record.owner, by)
+
+    async def _resume_claimed(
+        self, run_id: str, epoch: int, prompter: Prompter | None, force: bool, by: str
+    ) -> LiveRun | None:
+        records = await self.rt.store.load(run_id)
+        state = fold(records, run_id)
+        if state.result is not None or any(r.epoch > epoch for r in records):
+            # Resumed meanwhile under a newer lease (and since suspended or ended): that
+            # resume answered what this decision allowed.
+            return None
+        if self._stopping:
+            # Shutting down: the lease is left to expire, and another replica adopts the run.
+            return None
+        try:
+            self._check_fingerprint(state, force)
+        except ResumeRefused:
+            await self.rt.store.release(run_id, self.rt.owner, epoch)
+            raise
+        return self._resumed(run_id, epoch, state, prompter, force, "", by)
+
+    def _resumed(
+        self,
+        run_id: str,
+        epoch: int,
+        state: RunState,
+        prompter: Prompter | None,
+        force: bool,
+        owner: str,
+        by: str,
+    ) -> LiveRun:
+        """Drive a run whose lease this process holds at ``epoch`` on a task of its own."""
+        prompter = _prompter_for(state, prompter)
+        live = LiveRun(run_id)
+        previous = owner if owner != self.rt.owner else ""
+        resumed = RunResumed(owner=self.rt.owner, forced=force, taken_over_from=previous, by=by)
+        self._drive_on_task(live, self._resume(live, epoch, state, prompter, resumed))
+        return live
+
+    def _drive_on_task(self, live: LiveRun, work: Coroutine[Any, Any, RunState]) -> None:
+        """Run ``work`` on a task of its own behind the panic barrier; the run is live."""
+        # Every log line the run's task writes names the run (``bot.logs``).
+        context = run_context(live.run_id)
+        task = asyncio.create_task(self._barrier(live, work), name=live.run_id, context=context)
+        live.task = task
+        self.live[live.run_id] = live
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def answer(
+        self, decision: Decision, *, run_id: str, actor: Actor | None = None, digest: str = ""
+    ) -> Answered:
+        """Check a decision against the store and policy and write it (see ``Decisions``).
+
+        A decision that closes its run's last open request takes the run's lease with it
+        (``Answered.claimed``): the caller resumes the run with ``resume(claimed=...)``.
+        """
+        return await self.decisions.answer(decision, run_id=run_id, actor=actor, digest=digest)
+
+    async def adopt_orphans(self) -> list[str]:
+        """Resume the runs whose owner died (lease expired while running); each once."""
+        adopted = []
+        for run_id in await self.rt.store.orphaned_runs():
+            try:
+                live = await self.resume(run_id)
+            except ResumeRefused as exc:
+                log.info("not adopting %s: %s", run_id, exc)
+                continue
+            if live is not None:
+                adopted.append(run_id)
+        return adopted
+
+    async def expire(self, request: Request) -> bool:
+        """Close a request whose deadline passed; the run goes on if nothing else is open."""
+        settled = await self.decisions.expire(request)
+        if not settled.won:
+            return False
+        try:
+            if settled.epoch is not None:
+                await self.resume(request.run_id, claimed=settled.epoch, by="deadline")
+            elif not await self.rt.store.list_requests(run_id=request.run_id):
+                await self.resume(request.run_id, by="deadline")
+        except ResumeRefused as exc:
+            # Expired all the same; the run waits for someone to resume it (say --force).
+            log.warning("run %s not resumed after %s expired: %s", request.run_id, request.id, exc)
+        return True
+
+    async def cancel(self, run_id: str, by: str = "", actor: Actor | None = None) -> str:
+        """Cancel a run: a live one at its next loop boundary, a suspended one at once.
+
+        Only the run's requester or on-call may; anyone else gets ``NotPermitted`` (audited).
+        """
+
+        actor = actor or Actor(by)
+        by = by or actor.user
+        record = await self.rt.store.get_run(run_id)
+        run = await self.decisions.place_of(run_id) if actor.place is not None else None
+        policy = self.rt.policy
+        refusal = await policy.check_operate(actor, "cancel", run_id, record.requested_by, run)
+        if refusal:
+            await self.rt.store.audit(by, "cancel_refused", run_id=run_id, detail=refusal)
+            raise NotPermitted(refusal)
+        return await self._cancel(run_id, by)
+
+    async def _cancel(self, run_id: str, by: str) -> str:
+        # A resume of this process between its claim and its task must not drive a run this
+        # cancel ends: both look and claim under the run's lock.
+        async with self._resuming.hold(run_id):
+            return await self._cancel_held(run_id, by)
+
+    async def _cancel_held(self, run_id: str, by: str) -> str:
+        live = self.live.get(run_id)
+        if live is not None:
+            live.cancelled_by = by
+            live.signals.cancel.set()
+            await self.rt.store.audit(by, "cancel", run_id=run_id, detail="at the loop boundary")
+            return "cancelling at the next loop boundary"
+        record = await self.rt.store.get_run(run_id)
+        if record.status in TERMINAL_STATUSES:
+            return f"run {run_id} already ended {record.status.value}"
+        epoch = await self.rt.store.claim(run_id, self.rt.owner, self.rt.lease_seconds)
+        if epoch is None:
+            return f"run {run_id} is live on {record.owner}; try again when it suspends"
+        state = fold(await self.rt.store.load(run_id), run_id)
+        cause = f"cancelled by {by or 'an operator'}"
+        await self.decisions.close_requests(run_id, by)
+        # RunEnded gives the lease up as it is written.
+        await self._end_outside(state, epoch, RunStatus.CANCELLED, StopReason.CANCELLED, cause)
+        await self.rt.store.audit(by, "cancel", run_id=run_id)
+        return "cancelled"
+
+    async def wait(self, live: LiveRun) -> RunState:
+        """Wait for a live run's task to end (suspended, ended, or given up), and for the
+        task that went on with it if it suspended on requests already answered.
+
+        A waiter that is cancelled (Ctrl-C) leaves the run's task alone: ``shutdown`` stops it.
+        """
+        while True:
+            assert live.task is not None
+            state = await asyncio.shield(live.task)
+            if live.next is None:
+                return state
+            live = live.next
+
+    def interrupt_all(self, *, spare_tools: bool = False) -> None:
+        """Cut every live run's model call, prompt or tool short; each suspends at once (after
+        the tool under way, with ``spare_tools``)."""
+        for live in self.live.values():
+            live.signals.interrupt.request(spare_tools=spare_tools)
+
+    async def shutdown(self, tool_grace: float = 0.0) -> list[str]:
+        """Suspend every live run now, letting a tool under way finish for ``tool_grace``
+        seconds first; wait for their tasks, and return the runs suspended only because of
+        it (for another process to take on)."""
+        self._stopping = True
+        tasks = list(self._tasks)
+        self.interrupt_all(spare_tools=tool_grace > 0)
+        if tasks and tool_grace > 0:
+            await asyncio.wait(tasks, timeout=tool_grace)
+            self.interrupt_all()
+        states = await asyncio.gather(*tasks, return_exceptions=True)
+        handed_back = []
+        for state in states:
+            if not isinstance(state, RunState):
+                continue
+            try:
+                if await self._can_go_on(state):
+                    handed_back.append(state.run_id)
+            except StoreError:
+                handed_back.append(state.run_id)  # whoever takes it up looks again
+        return handed_back
+
+    async def _has_work(self, state: RunState) -> bool:
+        """Whether resuming the run does anything: an orphan (its owner died mid-run) always
+        has, if only to settle what its batch left in flight and suspend on its requests; a
+        suspended run once every request it waits on was answered."""
+        return state.status is RunStatus.RUNNING or await self.decisions.has_work(state)
+
+    def _may_go_on(self, live: LiveRun, state: RunState) -> bool:
+        """Whether a run that suspended waiting for people, not because it was told to, may
+        go on in this process (which is not shutting down)."""
+        return bool(state.open_requests) and not live.signals.stopping and not self._stopping
+
+    async def _can_go_on(self, state: RunState) -> bool:
+        """Whether a run that suspended waits on nobody: it was stopped, not waiting, or every
+        request it waits on was answered while it still ran (the decider found it live and
+        left it to its task)."""
+        if state.status is not RunStatus.SUSPENDED:
+            return False
+        return not state.open_requests or await self.decisions.has_work(state)
+
+    # --- one task per run ---------------------------------------------------------------
+
+    async def _start(
+        self,
+        live: LiveRun,
+        prompt: str,
+        session: Session | None,
+        requested_by: str,
+        prompter: Prompter | None,
+    ) -> RunState:
+        hooks = self.rt.run_hooks()
+        ctx = HookContext(run_id=live.run_id, requested_by=requested_by)
+        refusal, text, cause = await _screen_prompt(hooks, prompt, ctx)
+        # A session made up for this run has no history to read.
+        history = await self._history(session.id) if session else ()
+        session = session or Session(id=new_id("ses"))
+        record = RunRecord(
+            id=live.run_id, session_id=session.id, prompt=text[:200], requested_by=requested_by
+        )
+        started = RunStarted(
+            run_id=live.run_id,
+            session_id=session.id,
+            requested_by=requested_by,
+            system_prompt=self.rt.system_prompt,
+            fingerprint=self.rt.fingerprint(),
+            budgets=self.rt.budgets,
+            has_prompter=prompter is not None,
+            history=history,
+        )
+        opening: Entry = UserMessageEntry(text=text, by=requested_by)
+        if refusal:
+            result = TerminalResult(
+                status=RunStatus.FAILED, stop_reason=StopReason.POLICY, error=refusal
+            )
+            opening = RunEnded(result=result)
+        # The run's row and its first entries are one commit: a run never exists without them.
+        first = [started, opening]
+        lease = self.rt.lease_seconds
+        epoch = await self.rt.store.create_run(
+            record, self.rt.owner, lease, session=session, entries=first
+        )
+        live.created.set()
+        journal = RunJournal(self.rt.store, RunState(live.run_id), epoch, lease)
+        journal.written(first)
+        self.rt.events.emit(RunStartedEvent(live.run_id, requested_by))
+        if cause:
+            self.rt.events.emit(AdvisoryEvent(live.run_id, cause))
+        if refusal:
+            await self._finished(journal.state, hooks)
+            return journal.state
+        return await self._drive(live, journal, prompter, hooks)
+
+    async def _resume(
+        self,
+        live: LiveRun,
+        epoch: int,
+        state: RunState,
+        prompter: Prompter | None,
+        resumed: RunResumed,
+    ) -> RunState:
+        journal = RunJournal(self.rt.store, state, epoch, self.rt.lease_seconds)
+        # The loop journals ``resumed`` (audited as it lands) with the answers it reads, and
+        # says so once that is durable.
+        return await self._drive(live, journal, prompter, self.rt.run_hooks(), resumed)
+
+    async def _drive(
+        self,
+        live: LiveRun,
+        journal: RunJournal,
+        prompter: Prompter | None,
+        hooks: Hooks,
+        resumed: RunResumed | None = None,
+    ) -> RunState:
+        run = RunContext(
+            journal=journal,
+            hooks=hooks,
+            events=self.rt.events,
+            open_request=self.decisions.open_request,
+            stamp=self.rt.stamp,
+            # Whichever client decides inline, its decisions are checked by the policy and audited.
+            prompter=self.decisions.checked(prompter),
+            workdir=self.rt.workdir,
+            interrupt=live.signals.interrupt,
+        )
+        deps = LoopDeps(
+            model=self.rt.model,
+            tools=self.rt.tools.current,
+            model_timeout=self.rt.model_timeout,
+            advisories=self.rt.tools.drain,
+            lookup_request=self.decisions.lookup,
+        )
+        renewal = asyncio.create_task(self._renew(journal))
+        try:
+            state = await AgentLoop(run, deps, live.signals).run(resumed)
+        finally:
+            renewal.cancel()
+        if state.result is not None:
+            await self._finished(state, hooks)
+        return state
+
+    async def _barrier(self, live: LiveRun, work: Coroutine[Any, Any, RunState]) -> RunState:
+        """The panic barrier: whatever escapes the run ends it failed, RunEnd fires once."""
+        state = RunState(live.run_id)
+        try:
+            state = await work
+        except TakenOver as exc:
+            log.warning("run %s taken over: %s", live.run_id, exc)
+            self.rt.events.emit(RunTakenOverEvent(live.run_id, str(exc)))
+            with contextlib.suppress(StoreError):
+                await self.rt.store.audit(self.rt.owner, "taken_over", run_id=live.run_id)
+        except StoreError as exc:
+            # The journal cannot be written: stop here; the run resumes from what is durable.
+            live.error = str(exc)
+            log.warning("run %s stopped: %s", live.run_id, exc)
+            self.rt.events.emit(JournalFailedEvent(live.run_id, str(exc)))
+        except Exception as exc:
+            stack = traceback.format_exc()
+            state = await self._panic(live.run_id, exc, stack)
+        finally:
+            self.live.pop(live.run_id, None)
+            # A suspended or ended run's last entry gave the lease up as it was written.
+            if state.status is RunStatus.RUNNING:
+                with contextlib.suppress(Exception):
+                    record = await self.rt.store.get_run(live.run_id)
+                    await self.rt.store.release(live.run_id, self.rt.owner, record.epoch)
+        if state.status is RunStatus.SUSPENDED:
+            await self._after_suspend(live, state)
+        return state
+
+    async def _after_suspend(self, live: LiveRun, state: RunState) -> None:
+        """A cancel asked for while the run ran ends it now that it suspended (its batch
+        ended in a wait before any loop boundary); a run that suspended on requests already
+        answered goes on at once, on a task of its own."""
+        try:
+            if live.signals.cancel.is_set():
+                await self._cancel(live.run_id, live.cancelled_by)
+            elif self._may_go_on(live, state) and await self._can_go_on(state):
+                live.next = await self.resume(state.run_id)
+        except (ResumeRefused, StoreError) as exc:
+            # Another process took it on, or the store is away: adoption or a resume will do.
+            log.info("run %s: nothing more after its suspend: %s", state.run_id, exc)
+
+    async def _panic(self, run_id: str, exc: Exception, stack: str) -> RunState:
+        try:
+            self.rt.events.emit(PanicEvent(run_id, stack))
+        except Exception:
+            log.exception("event sink failed while reporting a panic in %s", run_id)
+        log.error("run %s panicked:\n%s", run_id, stack)
+        try:
+            record = await self.rt.store.get_run(run_id)
+            state = fold(await self.rt.store.load(run_id), run_id)
+            if state.result is not None:
+                return state
+            cause = f"internal error: {type(exc).__name__}: {exc}"
+            await self._end_outside(state, record.epoch, RunStatus.FAILED, StopReason.PANIC, cause)
+            return state
+        except Exception:
+            log.exception("could not journal the panic of %s", run_id)
+            return RunState(run_id)
+
+    async def _end_outside(
+        self, state: RunState, epoch: int, status: RunStatus, reason: StopReason, error: str
+    ) -> None:
+        """End a run that no loop drives (cancel of a suspended run, a panic): journal, RunEnd."""
+        result = TerminalResult(
+            status=status,
+            stop_reason=reason,
+            error=error,
+            usage=state.usage,
+            outcomes=state.outcomes(),
+        )
+        await RunJournal(self.rt.store, state, epoch).append(RunEnded(result=result))
+        await self._finished(state)
+
+    async def _finished(self, state: RunState, hooks: Hooks | None = None) -> None:
+        """RunEnd hooks and the end event, exactly once, when a terminal result is journaled."""
+        assert state.result is not None
+        hooks = hooks or self.rt.run_hooks()
+        ctx = HookContext(
+            run_id=state.run_id, requested_by=state.started.requested_by if state.started else ""
+        )
+        await hooks.on_run_end(state.result, ctx)
+        self.rt.events.emit(RunEndedEvent(state.run_id, state.result))
+
+    async def _renew(self, journal: RunJournal) -> None:
+        interval = max(self.rt.lease_seconds / 3, 0.05)
+        while True:
+            await asyncio.sleep(interval)
+            held = await self.rt.store.renew(
+                journal.run_id, self.rt.owner, journal.epoch, self.rt.lease_seconds
+            )
+            if not held:
+                log.warning("run %s: lease lost", journal.run_id)
+                return
+            journal.lease_renewed()
+
+    # --- helpers ------------------------------------------------------------------------
+
+    def _check_fingerprint(self, state: RunState, force: bool) -> None:
+        if state.started is None:
+            return
+        before, now = state.started.fingerprint, self.rt.fingerprint()
+        if before.provider != now.provider:
+            raise ResumeRefused(
+                f"run was started with provider {before.provider!r}, now {now.provider!r}; "
+                "a run cannot change provider"
+            )
+        changed = [
+            name
+            for name, old, new in (
+                ("model", before.model, now.model),
+                ("tool set", before.tools_digest, now.tools_digest),
+                ("system prompt", before.system_prompt_digest, now.system_prompt_digest),
+            )
+            if old != new
+        ]
+        if changed and not force:
+            raise ResumeRefused(
+                f"the {', '.join(changed)} changed since the run started; resume with --force"
+            )
+
+    async def _held_elsewhere(self, run_id: str) -> str:
+        """Why a run cannot be taken now: who holds its lease, when that lease expires, and
+        what happens then (a live replica adopts it, or the next resume takes it over)."""
+        record = await self.rt.store.get_run(run_id)
+        owner = record.owner or "another process"
+        replicas = await self.rt.store.list_replicas()
+        if any(r.owner == record.owner for r in replicas):
+            return f"run {run_id} is live on replica {owner}, which drives it now"
+        left = (record.lease_expires - utcnow()).total_seconds() if record.lease_expires else 0
+        if left <= 0:
+            return f"run {run_id} was held by {owner}, whose lease just expired: try again"
+        others = [r.owner for r in replicas if r.owner != self.rt.owner]
+        then = (
+            f"a kestrel serve replica ({others[0]}) adopts it"
+            if others
+            else f"`kestrel runs resume {run_id}` takes it over"
+        )
+        return (
+            f"run {run_id} is held by {owner}, whose lease expires in {math.ceil(left)} s unless"
+            f" {owner} is alive and renews it; then {then}"
+        )
+
+    async def _history(self, session_id: str) -> tuple[tuple[str, str], ...]:
+        """The last few finished turns of the session, as (role, text) pairs."""
+        runs = await self.rt.store.list_runs(limit=HISTORY_TURNS, session_id=session_id)
+        pairs: list[tuple[str, str]] = []
+        for record in reversed(runs):
+            state = fold(await self.rt.store.load(record.id), record.id)
+            prompt = next((m.text for m in state.messages if isinstance(m, UserMessage)), "")
+            answer = state.result.text if state.result else ""
+            if prompt and answer:
+                pairs += [("user", prompt), ("assistant", answer)]
+        return tuple(pairs)
+
+
+async def _screen_prompt(hooks: Hooks, prompt: str, ctx: HookContext) -> tuple[str, str, str]:
+    """UserPromptSubmit: (refusal, text, failure cause); a failing hook refuses (fails closed)."""
+    try:
+        verdict = await hooks.on_prompt(prompt, ctx)
+    except HookFailure as exc:
+        log.warning("run %s: %s", ctx.run_id, exc)
+        return "the prompt could not be checked by a policy hook", "", str(exc)
+    if not verdict.allow:
+        return f"the prompt was refused: {verdict.reason or 'policy'}", "", ""
+    return "", verdict.text if verdict.text is not None else prompt, ""
+
+
+def _prompter_for(state: RunState, prompter: Prompter | None) -> Prompter | None:
+    """``prompter``; or, for a run started where people could be asked (chat, ``--defer``),
+    one that defers its questions: they still can be asked, later."""
+    if prompter is None and state.started is not None and state.started.has_prompter:
+        return DeferringPrompter()
+    return prompter

@@ -1,0 +1,228 @@
+"""The ``kestrel`` command as a person uses it: real processes, real files, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def kestrel(
+    cwd: Path, *args: str, stdin: str = "", env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run the real CLI in a fresh process, with no model endpoint in its environment."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "KESTREL_"))}
+    clean["KESTREL_DEMO_STATE"] = str(cwd / "demo-state")
+    clean.update(env or {})
+    command = [sys.executable, "-c", "from bot.cli.main import main; main()", *args]
+    return subprocess.run(
+        command,
+        cwd=cwd,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=clean,
+        timeout=60,
+        check=False,
+    )
+
+
+def write_config(folder: Path, **settings: object) -> Path:
+    path = folder / "kestrel.yaml"
+    path.write_text(yaml.safe_dump(settings))
+    return path
+
+
+def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+def test_chat_with_piped_input_completes_the_demo(tmp_path: Path) -> None:
+    result = kestrel(tmp_path, "chat", stdin="checkout is failing, can you look?\na\nyes\n")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "approval needed: restart_service" in out
+    assert "Checkout is back up." in out
+    assert (tmp_path / "demo-state" / "restarts.log").read_text() == "restart checkout\n"
+    listed = kestrel(tmp_path, "runs", "list", "--json")
+    (run,) = json.loads(listed.stdout)
+    assert run["status"] == "completed"
+
+
+def test_chat_later_suspends_and_resume_continues(tmp_path: Path) -> None:
+    result = kestrel(tmp_path, "chat", stdin="checkout is failing\nl\n")
+    assert "suspended" in result.stdout
+    run_id = json.loads(kestrel(tmp_path, "runs", "list", "--json").stdout)[0]["run_id"]
+    later_again = kestrel(tmp_path, "chat", stdin=f"/resume {run_id}\nl\n")
+    assert "approval needed: restart_service" in later_again.stdout  # asked again, inline
+    shown = json.loads(kestrel(tmp_path, "runs", "show", run_id, "--json").stdout)
+    assert shown["status"] == "suspended"
+    assert [r["kind"] for r in shown["requests"]] == ["wait_approval"]
+    approved = kestrel(tmp_path, "chat", stdin=f"/resume {run_id}\na\nyes\n")
+    assert "Checkout is back up." in approved.stdout
+    shown = json.loads(kestrel(tmp_path, "runs", "show", run_id, "--json").stdout)
+    assert shown["status"] == "completed"
+
+
+def test_run_json_shape_and_headless_refusal(tmp_path: Path) -> None:
+    result = kestrel(tmp_path, "run", "checkout is failing", "--json")
+    assert result.returncode == 0, result.stderr
+    obj = json.loads(result.stdout)
+    for key in ("run_id", "status", "stop_reason", "text", "payload", "usage", "requests"):
+        assert key in obj
+    assert obj["outcomes"]["gate_denied"] == 1  # nobody present: the restart is refused
+    assert not (tmp_path / "demo-state" / "restarts.log").exists()
+
+
+def test_run_defer_then_approve_from_another_process(tmp_path: Path) -> None:
+    deferred = json.loads(
+        kestrel(tmp_path, "run", "checkout is failing", "--defer", "--json", "--as", "U0REQ").stdout
+    )
+    assert deferred["status"] == "suspended"
+    (request,) = deferred["requests"]
+    assert request["kind"] == "wait_approval" and request["tool"] == "restart_service"
+    pending = kestrel(tmp_path, "runs", "pending")
+    assert request["id"] in pending.stdout
+    assert "may answer: anyone but the requester (U0REQ))" in pending.stdout
+    mine = kestrel(tmp_path, "runs", "approve", deferred["run_id"], request["id"], "--as", "U0REQ")
+    assert one_line_error(mine) == (
+        "kestrel: you asked for this run: someone else must approve it;"
+        " may approve: anyone but the requester (U0REQ)"
+    )
+    approved = kestrel(
+        tmp_path, "runs", "approve", deferred["run_id"], request["id"], "--as", "U0BOSS"
+    )
+    assert approved.returncode == 0, approved.stderr
+    assert "suspended" in approved.stdout  # it went on, and now asks its question
+    assert (tmp_path / "demo-state" / "restarts.log").read_text() == "restart checkout\n"
+    shown = json.loads(kestrel(tmp_path, "runs", "show", deferred["run_id"], "--json").stdout)
+    (question,) = shown["requests"]
+    assert question["kind"] == "wait_user" and question["tool"] == "ask_human_confirm"
+    (closed,) = shown["closed_requests"]  # the approval, with who decided it and when
+    assert closed["id"] == request["id"] and closed["status"] == "answered"
+    assert closed["decision"]["kind"] == "approve" and closed["decision"]["by"] == "U0BOSS"
+    # One schema: the run object starts with the row ``runs list --json`` shows, stamps alike.
+    (listed,) = json.loads(kestrel(tmp_path, "runs", "list", "--json").stdout)
+    assert listed.items() <= {**shown, "stop_reason": listed["stop_reason"]}.items()
+    stamps = [shown["created_at"], deferred["created_at"], closed["decision"]["at"]]
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", s) for s in stamps)
+    # The approval says what the run waits on next, with the id and the command to answer it.
+    arguments = json.dumps(question["arguments"])
+    assert approved.stdout.splitlines()[1:] == [
+        f"  waiting: wait_user {question['id']} ask_human_confirm {arguments}",
+        f"    kestrel runs answer {deferred['run_id']} {question['id']} yes|no",
+    ]
+    answered = kestrel(
+        tmp_path, "runs", "answer", deferred["run_id"], question["id"], "yes", "--as", "U0REQ"
+    )
+    assert "completed" in answered.stdout, answered.stderr
+    audit = kestrel(tmp_path, "audit", "--run", deferred["run_id"]).stdout.splitlines()
+    assert any(" U0BOSS " in line and " approve " in line for line in audit)
+    # Each resume is audited as the person whose decision resumed it, not the process.
+    assert [line.split()[2] for line in audit if " resume " in line] == ["U0BOSS", "U0REQ"]
+
+
+def test_unknown_config_key_names_the_key(tmp_path: Path) -> None:
+    write_config(tmp_path, budgets={"max_iterationz": 3})
+    assert "budgets.max_iterationz: unknown key" in one_line_error(kestrel(tmp_path, "run", "hi"))
+    # Listing runs reads only where the journal is: on-call may look while the file is fixed.
+    assert kestrel(tmp_path, "runs", "list").returncode == 0
+
+
+def test_environment_overrides_the_file(tmp_path: Path) -> None:
+    write_config(tmp_path, model={"provider": "openai", "name": "from-file"})
+    result = kestrel(tmp_path, "runs", "list", env={"KESTREL_MODEL__PROVIDER": "scripted"})
+    assert result.returncode == 0, result.stderr
+
+
+def test_missing_api_key_is_one_line(tmp_path: Path) -> None:
+    write_config(tmp_path, model={"provider": "openai"})
+    assert "OPENAI_API_KEY is not set" in one_line_error(kestrel(tmp_path, "run", "hi"))
+
+
+def test_malformed_catalog_reports_file_and_line(tmp_path: Path) -> None:
+    catalog = tmp_path / "bad.yaml"
+    catalog.write_text(
+        "tools:\n  - name: ok\n    description: x\n    command: [ls]\n    timeoutt: 3\n"
+    )
+    checked = kestrel(tmp_path, "tools", "check", str(catalog))
+    assert checked.returncode == 1
+    assert f"{catalog}:5" in checked.stderr and "timeoutt" in checked.stderr
+    write_config(tmp_path, tools=["bad.yaml"])
+    assert "bad.yaml:5" in one_line_error(kestrel(tmp_path, "run", "hi"))
+
+
+def test_read_only_database_is_one_line_and_journal_untouched(tmp_path: Path) -> None:
+    assert kestrel(tmp_path, "run", "checkout is failing").returncode == 0
+    db = tmp_path / "kestrel.db"
+    before = db.read_bytes()
+    db.chmod(0o444)
+    try:
+        message = one_line_error(kestrel(tmp_path, "run", "again"))
+    finally:
+        db.chmod(0o644)
+    assert "kestrel.db" in message
+    assert db.read_bytes() == before
+
+
+def test_locked_database_is_one_line(tmp_path: Path) -> None:
+    assert kestrel(tmp_path, "run", "checkout is failing").returncode == 0
+    holder = sqlite3.connect(tmp_path / "kestrel.db")
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        message = one_line_error(kestrel(tmp_path, "run", "again"))
+    finally:
+        holder.rollback()
+        holder.close()
+    assert "locked" in message or "busy" in message
+    runs = json.loads(kestrel(tmp_path, "runs", "list", "--json").stdout)
+    assert [r["status"] for r in runs] == ["completed"]
+
+
+def test_unknown_run_is_one_line(tmp_path: Path) -> None:
+    assert "run_nope" in one_line_error(kestrel(tmp_path, "runs", "show", "run_nope"))
+
+
+def test_resume_refuses_a_changed_system_prompt_without_force(tmp_path: Path) -> None:
+    deferred = json.loads(
+        kestrel(tmp_path, "run", "checkout is failing", "--defer", "--json").stdout
+    )
+    write_config(tmp_path, system_prompt="a different prompt")
+    refused = one_line_error(kestrel(tmp_path, "runs", "resume", deferred["run_id"]))
+    assert "system prompt changed" in refused and "--force" in refused
+    write_config(tmp_path, model={"provider": "openai"}, openai_base_url="http://127.0.0.1:9/v1")
+    assert "provider" in one_line_error(kestrel(tmp_path, "runs", "resume", deferred["run_id"]))
+
+
+def test_db_migrate_check_and_replicas(tmp_path: Path) -> None:
+    migrated = kestrel(tmp_path, "db", "migrate")
+    assert migrated.returncode == 0 and "schema at version" in migrated.stdout
+    assert kestrel(tmp_path, "run", "checkout is failing").returncode == 0
+    checked = kestrel(tmp_path, "db", "check")
+    assert "ok, schema version" in checked.stdout and "1 runs" in checked.stdout
+    assert "no live replicas" in kestrel(tmp_path, "replicas").stdout
+
+
+def test_postgres_url_without_a_server_is_one_line(tmp_path: Path) -> None:
+    write_config(tmp_path, database="postgresql://kestrel:secret@127.0.0.1:1/kestrel")
+    message = one_line_error(kestrel(tmp_path, "db", "check"))
+    assert "127.0.0.1:1" in message and "secret" not in message
+
+
+def test_only_requesters_may_start_runs(tmp_path: Path) -> None:
+    write_config(tmp_path, policy={"requesters": ["U0ALLOWED", "group:S0OPS"]})
+    refused = one_line_error(kestrel(tmp_path, "run", "hi", "--as", "U0OTHER"))
+    assert "U0OTHER may not start runs" in refused
+    assert kestrel(tmp_path, "run", "checkout is failing", "--as", "U0ALLOWED").returncode == 0

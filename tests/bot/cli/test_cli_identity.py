@@ -1,0 +1,105 @@
+"""One identity at the terminal: ``--as``, else ``KESTREL_USER``, else the login name, shown
+in the chat banner and used alike by ``chat``, ``run`` and the ``runs`` commands."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from bot.domain import Session, new_id
+from bot.records import RunRecord
+from storage.sqlite import open_sqlite
+from tests.bot.cli.test_cli import kestrel, one_line_error
+
+PROMPT = "checkout is failing, can you look?"
+
+
+def requester(folder: Path, run_id: str) -> str:
+    shown = json.loads(kestrel(folder, "runs", "show", run_id, "--json").stdout)
+    return str(shown["requested_by"])
+
+
+def deferred(folder: Path, env: dict[str, str], *args: str) -> str:
+    result = kestrel(folder, "run", PROMPT, "--defer", "--json", *args, env=env)
+    assert result.returncode == 3, result.stderr
+    return str(json.loads(result.stdout)["run_id"])
+
+
+def test_the_login_name_is_the_default_and_kestrel_user_and_as_override_it(
+    tmp_path: Path,
+) -> None:
+    by_login = deferred(tmp_path, {"USER": "erin"})
+    by_variable = deferred(tmp_path, {"USER": "erin", "KESTREL_USER": "U0DAVE"})
+    by_option = deferred(tmp_path, {"USER": "erin", "KESTREL_USER": "U0DAVE"}, "--as", "U0ANN")
+
+    assert requester(tmp_path, by_login) == "erin"
+    assert requester(tmp_path, by_variable) == "U0DAVE"
+    assert requester(tmp_path, by_option) == "U0ANN"
+
+
+def test_chat_and_the_runs_commands_act_as_the_same_person(tmp_path: Path) -> None:
+    me = {"USER": "erin"}
+    # A run deferred by `run` is resumed in chat without naming anyone: the approval is asked
+    # again inline (as erin), left for later, and the run suspends once more.
+    run_id = deferred(tmp_path, me)
+    chatted = kestrel(tmp_path, "chat", stdin=f"/resume {run_id}\nl\n", env=me)
+    assert chatted.returncode == 0, chatted.stderr
+    assert "You are erin (--as or KESTREL_USER to change it)." in chatted.stdout.splitlines()[1]
+    assert "approval needed: restart_service" in chatted.stdout
+    assert "may not resume" not in chatted.stdout
+
+    # A run started in chat is cancelled from the command line, as the same person.
+    kestrel(tmp_path, "chat", stdin=f"{PROMPT}\nl\n", env=me)
+    runs = json.loads(kestrel(tmp_path, "runs", "list", "--json").stdout)
+    in_chat = next(run["run_id"] for run in runs if run["run_id"] != run_id)
+    cancelled = kestrel(tmp_path, "runs", "cancel", in_chat, env=me)
+    assert cancelled.returncode == 0 and cancelled.stdout.strip() == "cancelled", cancelled.stderr
+    cancelled = kestrel(tmp_path, "runs", "cancel", run_id, env=me)
+    assert cancelled.stdout.strip() == "cancelled", cancelled.stderr
+
+    audit = json.loads(kestrel(tmp_path, "audit", "--json").stdout)
+    assert {row["actor"] for row in audit if row["action"] in ("resume", "cancel")} == {"erin"}
+
+
+async def held_run(db: Path, owner: str, lease: float) -> str:
+    """A running run whose lease ``owner`` holds for ``lease`` seconds (its process gone)."""
+    store = await open_sqlite(db)
+    try:
+        await store.migrate()
+        session = Session(id=new_id("ses"))
+        run = RunRecord(id=new_id("run"), session_id=session.id, requested_by="erin")
+        await store.create_run(run, owner, lease, session=session)
+        return run.id
+    finally:
+        await store.close()
+
+
+async def heartbeat(db: Path, owner: str) -> None:
+    store = await open_sqlite(db)
+    try:
+        await store.heartbeat(owner)
+    finally:
+        await store.close()
+
+
+async def test_resume_of_a_run_whose_owner_died_says_when_and_what_then(tmp_path: Path) -> None:
+    db = tmp_path / "kestrel.db"
+    run_id = await held_run(db, "host:42:dead", 600)
+    me = {"USER": "erin"}
+
+    refused = one_line_error(kestrel(tmp_path, "runs", "resume", run_id, env=me))
+    assert re.fullmatch(
+        rf"kestrel: run {run_id} is held by host:42:dead, whose lease expires in (59\d|600) s"
+        rf" unless host:42:dead is alive and renews it; then `kestrel runs resume {run_id}`"
+        " takes it over",
+        refused,
+    ), refused
+
+    await heartbeat(db, "host:7:serve")  # a live `kestrel serve` adopts orphans
+    refused = one_line_error(kestrel(tmp_path, "runs", "resume", run_id, env=me))
+    assert refused.endswith("; then a kestrel serve replica (host:7:serve) adopts it"), refused
+
+    await heartbeat(db, "host:42:dead")  # the owner is a live replica after all
+    refused = one_line_error(kestrel(tmp_path, "runs", "resume", run_id, env=me))
+    assert refused == f"kestrel: run {run_id} is live on replica host:42:dead, which drives it now"

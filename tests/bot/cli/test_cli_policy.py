@@ -1,0 +1,195 @@
+"""Who may cancel a run and settle an uncertain effect, from the command line and the policy."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bot.domain import DecisionKind, Request, RequestKind, Session, new_id
+from bot.people.policy import Actor, Policy, PolicyRules
+from bot.records import RunRecord
+from storage.sqlite import open_sqlite
+from tests.bot.cli.test_cli import kestrel, one_line_error, write_config
+
+
+def deferred_run(folder: Path, user: str) -> str:
+    result = kestrel(folder, "run", "checkout is failing", "--defer", "--json", "--as", user)
+    return str(json.loads(result.stdout)["run_id"])
+
+
+def status_of(folder: Path, run_id: str) -> str:
+    return str(json.loads(kestrel(folder, "runs", "show", run_id, "--json").stdout)["status"])
+
+
+def test_only_the_requester_or_oncall_may_cancel(tmp_path: Path) -> None:
+    write_config(tmp_path, policy={"oncall": ["U0ONCALL"]})
+    first, second = deferred_run(tmp_path, "U0REQ"), deferred_run(tmp_path, "U0REQ")
+    refused = one_line_error(kestrel(tmp_path, "runs", "cancel", first, "--as", "U0MALLORY"))
+    assert refused == (
+        f"kestrel: U0MALLORY may not cancel run {first}:"
+        " only its requester (U0REQ) or on-call (U0ONCALL) may"
+    )
+    assert status_of(tmp_path, first) == "suspended"
+    by_oncall = kestrel(tmp_path, "runs", "cancel", first, "--as", "U0ONCALL")
+    assert by_oncall.returncode == 0 and by_oncall.stdout.strip() == "cancelled"
+    by_requester = kestrel(tmp_path, "runs", "cancel", second, "--as", "U0REQ")
+    assert by_requester.returncode == 0 and by_requester.stdout.strip() == "cancelled"
+    assert status_of(tmp_path, first) == status_of(tmp_path, second) == "cancelled"
+    audit = kestrel(tmp_path, "audit").stdout.splitlines()
+    assert any("U0MALLORY" in line and "cancel_refused" in line for line in audit)
+    assert any("U0ONCALL" in line and " cancel " in line and first in line for line in audit)
+    assert any("U0REQ" in line and " cancel " in line and second in line for line in audit)
+
+
+def test_without_oncall_the_refusal_says_so(tmp_path: Path) -> None:
+    run_id = deferred_run(tmp_path, "U0REQ")
+    refused = one_line_error(kestrel(tmp_path, "runs", "cancel", run_id, "--as", "cli"))
+    assert "only its requester (U0REQ) may (policy.oncall is empty)" in refused
+
+
+async def seed_uncertain_effect(db: Path, requester: str) -> Request:
+    store = await open_sqlite(db)
+    try:
+        session = Session(id=new_id("ses"))
+        run = RunRecord(id=new_id("run"), session_id=session.id, requested_by=requester)
+        await store.create_run(run, "gone", 30, session=session)
+        request = Request(
+            run_id=run.id,
+            kind=RequestKind.WAIT_EFFECT,
+            call_id="call_1",
+            tool="restart_service",
+            requested_by=requester,
+        )
+        await store.open_request(request)
+        return request
+    finally:
+        await store.close()
+
+
+async def test_pending_effects_without_oncall_name_the_requester(tmp_path: Path) -> None:
+    request = await seed_uncertain_effect(tmp_path / "kestrel.db", "U0REQ")
+    line = kestrel(tmp_path, "runs", "pending").stdout
+    assert request.id in line
+    assert "may answer: U0REQ; the requester settles it: policy.oncall is empty" in line
+    (row,) = json.loads(kestrel(tmp_path, "runs", "pending", "--json").stdout)
+    assert row["may_answer"] == ["U0REQ"] and "policy.oncall is empty" in row["note"]
+    banner = kestrel(tmp_path, "chat").stdout
+    assert "note: policy.oncall is empty" in banner and "wait_effect" in banner
+
+
+def effect(requested_by: str = "U0REQ") -> Request:
+    return Request(
+        run_id="run_1",
+        kind=RequestKind.WAIT_EFFECT,
+        call_id="c",
+        tool="restart_service",
+        requested_by=requested_by,
+    )
+
+
+@pytest.mark.parametrize("kind", [DecisionKind.RETRY, DecisionKind.DONE, DecisionKind.FAILED])
+async def test_without_oncall_the_requester_settles_an_effect(kind: DecisionKind) -> None:
+    policy = Policy(PolicyRules())
+    assert await policy.check_decision(Actor("U0REQ"), kind, effect(), None) == ""
+    refusal = await policy.check_decision(Actor("U0OTHER"), kind, effect(), None)
+    assert "requester" in refusal and "policy.oncall is empty" in refusal
+    assert policy.who_may_answer(effect(), None) == ["U0REQ"]
+    assert await policy.check_decision(Actor(""), kind, effect(requested_by=""), None) != ""
+
+
+async def test_with_oncall_only_oncall_settles_an_effect() -> None:
+    policy = Policy(PolicyRules(oncall=["group:S0SRE"]))
+    oncall = Actor("U0SRE", groups=frozenset({"S0SRE"}))
+    assert await policy.check_decision(oncall, DecisionKind.DONE, effect(), None) == ""
+    assert "on-call" in await policy.check_decision(
+        Actor("U0REQ"), DecisionKind.DONE, effect(), None
+    )
+    assert policy.who_may_answer(effect(), None) == ["group:S0SRE"]
+    assert policy.notices() == [] and policy.answer_note(effect()) == ""
+
+
+def test_an_empty_oncall_is_announced() -> None:
+    (notice,) = Policy(PolicyRules()).notices()
+    assert "policy.oncall is empty" in notice and "24 h" in notice
+
+
+async def test_cancel_rules() -> None:
+    policy = Policy(PolicyRules(oncall=["group:S0SRE"]))
+    assert await policy.check_operate(Actor("U0REQ"), "cancel", "run_1", "U0REQ") == ""
+    assert (
+        await policy.check_operate(
+            Actor("U0X", groups=frozenset({"S0SRE"})), "cancel", "run_1", "U0REQ"
+        )
+        == ""
+    )
+    assert "U0X may not cancel run run_1" in await policy.check_operate(
+        Actor("U0X"), "cancel", "run_1", "U0REQ"
+    )
+    assert (
+        await policy.check_operate(Actor(""), "cancel", "run_1", "") != ""
+    )  # no requester: nobody by default
+
+
+def asked(kind: RequestKind, requested_by: str = "U0REQ", approvals: int = 1) -> Request:
+    return Request(
+        run_id="run_1",
+        kind=kind,
+        call_id="c",
+        tool="deploy",
+        requested_by=requested_by,
+        approvals_needed=approvals,
+    )
+
+
+async def test_refusals_name_who_may_act() -> None:
+    rules = PolicyRules(
+        approvers={"*": ["*"]}, answerers=["U0ANS", "group:S0SRE"], oncall=["U0ON", "role:R1"]
+    )
+    policy = Policy(rules)
+    question, effect_ = asked(RequestKind.WAIT_USER), asked(RequestKind.WAIT_EFFECT)
+    refused = await policy.check_decision(Actor("U0X"), DecisionKind.ANSWER, question, None)
+    assert refused == (
+        "U0X may not answer this question:"
+        " only U0REQ, U0ANS, group:S0SRE or on-call (U0ON, role:R1) may"
+    )
+    refused = await policy.check_decision(Actor("U0REQ"), DecisionKind.DONE, effect_, None)
+    assert refused == "only on-call (U0ON, role:R1) may settle an uncertain effect"
+    # A guest from another workspace is never let in by ``*``: the refusal says who is.
+    guest = Actor("U0GUEST", external=True)
+    approval = asked(RequestKind.WAIT_APPROVAL)
+    refused = await policy.check_decision(guest, DecisionKind.APPROVE, approval, None)
+    assert refused == "U0GUEST may not approve deploy: only people of this workspace may"
+
+
+@pytest.mark.parametrize(
+    ("rules", "request_", "phrase"),
+    [
+        (PolicyRules(), asked(RequestKind.WAIT_APPROVAL), "anyone but the requester (U0REQ)"),
+        (PolicyRules(self_approval=True), asked(RequestKind.WAIT_APPROVAL), "anyone"),
+        (
+            PolicyRules(self_approval=True),
+            asked(RequestKind.WAIT_APPROVAL, approvals=2),
+            "anyone but the requester (U0REQ)",
+        ),
+        (PolicyRules(), asked(RequestKind.WAIT_APPROVAL, requested_by=""), "anyone"),
+        (
+            PolicyRules(approvers={"deploy": ["U0REQ", "U0LEAD"]}),
+            asked(RequestKind.WAIT_APPROVAL),
+            "U0LEAD",
+        ),
+        (
+            PolicyRules(approvers={"deploy": ["U0REQ"]}),
+            asked(RequestKind.WAIT_APPROVAL),
+            "nobody (the requester, U0REQ, may not approve their own run)",
+        ),
+        (
+            PolicyRules(answerers=["*"]),
+            asked(RequestKind.WAIT_USER),
+            "anyone",
+        ),
+    ],
+)
+def test_who_may_answer_in_words(rules: PolicyRules, request_: Request, phrase: str) -> None:
+    assert Policy(rules).may_answer_phrase(request_, None) == phrase

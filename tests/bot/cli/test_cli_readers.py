@@ -1,0 +1,151 @@
+"""Inspecting commands read the journal without write access and without the write lock."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from storage.sqlite import SqliteStore
+from tests.bot.cli.test_cli import ROOT, kestrel, one_line_error, write_config
+
+
+@pytest.fixture
+def journal(tmp_path: Path) -> tuple[Path, str]:
+    """A folder whose journal holds one suspended run (with an open request) and one ended."""
+    deferred = kestrel(tmp_path, "run", "checkout is failing", "--defer", "--json")
+    run_id = json.loads(deferred.stdout)["run_id"]
+    kestrel(tmp_path, "run", "checkout is failing")
+    return tmp_path, run_id
+
+
+def read_everything(folder: Path, run_id: str) -> None:
+    """Every reading command succeeds and sees the journal."""
+    outputs = {}
+    for args in (
+        ("runs", "list", "--json"),
+        ("runs", "show", run_id, "--json"),
+        ("runs", "pending"),
+        ("audit", "--run", run_id),
+        ("replicas",),
+    ):
+        result = kestrel(folder, *args)
+        assert result.returncode == 0, (args, result.stderr)
+        outputs[args[:2]] = result.stdout
+    listed = json.loads(outputs[("runs", "list")])
+    assert [r["status"] for r in listed] == ["completed", "suspended"]
+    assert json.loads(outputs[("runs", "show")])["status"] == "suspended"
+    assert "wait_approval" in outputs[("runs", "pending")]
+    assert "request" in outputs[("audit", "--run")]
+    assert "no live replicas" in outputs[("replicas",)]
+
+
+@contextmanager
+def read_only(path: Path) -> Iterator[None]:
+    path.chmod(0o444)
+    try:
+        yield
+    finally:
+        path.chmod(0o644)
+
+
+def test_readers_work_on_a_read_only_file_and_change_nothing(journal: tuple[Path, str]) -> None:
+    folder, run_id = journal
+    db = folder / "kestrel.db"
+    before = db.read_bytes()
+    with read_only(db):
+        read_everything(folder, run_id)
+        assert "kestrel.db" in one_line_error(kestrel(folder, "run", "again"))  # writers refuse
+    assert db.read_bytes() == before
+    # Nothing was left behind: no -wal or -shm made with the read-only file's permissions.
+    assert sorted(p.name for p in folder.glob("kestrel.db*")) == ["kestrel.db"]
+
+
+def test_readers_work_on_a_read_only_file_in_a_read_only_folder(
+    journal: tuple[Path, str],
+) -> None:
+    folder, run_id = journal
+    db = folder / "kestrel.db"
+    with read_only(db):
+        folder.chmod(0o555)
+        try:
+            read_everything(folder, run_id)
+        finally:
+            folder.chmod(0o755)
+
+
+def test_readers_do_not_need_the_write_lock(journal: tuple[Path, str]) -> None:
+    folder, run_id = journal
+    holder = sqlite3.connect(folder / "kestrel.db", isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # held by another process for as long as the test runs
+    holder.execute("UPDATE runs SET prompt = 'uncommitted' WHERE id = ?", (run_id,))
+    try:
+        read_everything(folder, run_id)
+        shown = json.loads(kestrel(folder, "runs", "list", "--json").stdout)
+        assert "uncommitted" not in {r["prompt"] for r in shown}
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+
+
+def test_a_missing_journal_reads_as_empty_and_is_not_created(tmp_path: Path) -> None:
+    assert kestrel(tmp_path, "runs", "list", "--json").stdout.strip() == "[]"
+    assert "no open requests" in kestrel(tmp_path, "runs", "pending").stdout
+    assert "run_nope" in one_line_error(kestrel(tmp_path, "runs", "show", "run_nope"))
+    assert not list(tmp_path.glob("kestrel.db*"))
+
+
+def test_a_reader_does_not_migrate_an_older_schema(tmp_path: Path) -> None:
+    db = tmp_path / "kestrel.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY, applied_at TEXT)")
+        conn.execute("INSERT INTO schema_version VALUES (1, 'then')")
+    conn.close()
+    message = one_line_error(kestrel(tmp_path, "runs", "list"))
+    assert "schema version 1" in message and "kestrel db migrate" in message
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT MAX(version) FROM schema_version").fetchone() == (1,)
+    conn.close()
+
+
+async def test_a_read_only_store_refuses_writes(journal: tuple[Path, str]) -> None:
+    folder, run_id = journal
+    store = SqliteStore(folder / "kestrel.db", read_only=True)
+    try:
+        await store.migrate()
+        assert (await store.get_run(run_id)).status.value == "suspended"
+        with pytest.raises(Exception, match="opened read-only"):
+            await store.audit("me", "poke")
+    finally:
+        await store.close()
+    assert os.access(folder / "kestrel.db", os.R_OK)
+
+
+def test_pending_names_approvers_by_catalog_tag(tmp_path: Path) -> None:
+    write_config(tmp_path, policy={"approvers": {"tag:prod": ["U0LEAD"]}})
+    deferred = kestrel(tmp_path, "run", "checkout is failing", "--defer", "--json")
+    (request,) = json.loads(deferred.stdout)["requests"]
+    assert request["tool"] == "restart_service"  # tagged prod in the demo catalog
+    assert "may answer: U0LEAD" in kestrel(tmp_path, "runs", "pending").stdout
+
+
+def test_pending_reads_flags_of_a_catalog_only_a_run_refuses(tmp_path: Path) -> None:
+    write_config(tmp_path, policy={"approvers": {"tag:prod": ["U0LEAD"]}})
+    kestrel(tmp_path, "run", "checkout is failing", "--defer")  # on the demo catalog
+    catalog = (ROOT / "bot/demo/tools/ops.yaml").read_text()
+    broken = catalog.replace('"^[a-z0-9][a-z0-9@._-]*$"', '"^(?!-)[a-z0-9]+$"')
+    assert broken != catalog
+    (tmp_path / "ops.yaml").write_text(broken)
+    write_config(tmp_path, tools=["ops.yaml"], policy={"approvers": {"tag:prod": ["U0LEAD"]}})
+    # Reading the store needs only the tools' flags.
+    assert "may answer: U0LEAD" in kestrel(tmp_path, "runs", "pending").stdout
+    # The catalog as a whole is refused where tools run or are checked: the pattern needs
+    # lookahead, which RE2 cannot run.
+    assert "linear time" in one_line_error(kestrel(tmp_path, "run", "checkout is failing"))
+    assert "linear time" in kestrel(tmp_path, "tools", "check", "ops.yaml").stderr

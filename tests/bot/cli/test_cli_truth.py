@@ -1,0 +1,109 @@
+"""Commands say the truth: the version, help, ``db check`` that only reads, install hints."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import uuid
+from pathlib import Path
+
+import pytest
+
+from bot import DISTRIBUTION, __version__
+from tests.bot.cli.test_cli import kestrel, write_config
+
+PG_DSN = os.environ.get("KESTREL_TEST_POSTGRES_DSN", "")
+
+
+def test_version_and_h_everywhere(tmp_path: Path) -> None:
+    version = kestrel(tmp_path, "--version")
+    assert version.returncode == 0 and version.stdout == f"kestrel {__version__}\n"
+    for args in (("-h",), ("runs", "-h"), ("runs", "list", "-h"), ("db", "check", "-h")):
+        helped = kestrel(tmp_path, *args)
+        assert helped.returncode == 0 and helped.stdout.startswith("Usage: kestrel"), args
+    pyproject = (Path(__file__).resolve().parents[3] / "pyproject.toml").read_text()
+    assert f'name = "{DISTRIBUTION}"' in pyproject and 'attr = "bot.__version__"' in pyproject
+
+
+def older_schema(db: Path) -> None:
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY, applied_at TEXT)")
+        conn.execute("INSERT INTO schema_version VALUES (1, 'then')")
+    conn.close()
+
+
+def test_db_check_only_reads(tmp_path: Path) -> None:
+    missing = kestrel(tmp_path, "db", "check")
+    assert missing.returncode == 1 and "no schema yet" in missing.stderr
+    assert not list(tmp_path.iterdir())  # no kestrel.db, nothing else
+    db = tmp_path / "kestrel.db"
+    older_schema(db)
+    before = db.read_bytes()
+    behind = kestrel(tmp_path, "db", "check")
+    assert behind.returncode == 1 and "schema version 1" in behind.stderr
+    assert "kestrel db migrate" in behind.stderr and "Traceback" not in behind.stderr
+    assert db.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kestrel.db"]
+    db.unlink()
+    assert kestrel(tmp_path, "db", "migrate").returncode == 0
+    checked = kestrel(tmp_path, "db", "check")
+    assert checked.returncode == 0 and "ok, schema version" in checked.stdout
+
+
+@pytest.mark.skipif(not PG_DSN, reason="set KESTREL_TEST_POSTGRES_DSN to check PostgreSQL")
+def test_db_check_on_postgres_creates_no_schema(tmp_path: Path) -> None:
+    import asyncpg
+
+    schema = f"dbcheck_{uuid.uuid4().hex[:12]}"
+    write_config(tmp_path, database=f"{PG_DSN}?schema={schema}")
+    missing = kestrel(tmp_path, "db", "check")
+    assert missing.returncode == 1 and "no schema yet" in missing.stderr
+
+    async def schemas() -> int:
+        conn = await asyncpg.connect(PG_DSN)
+        try:
+            query = "SELECT count(*) FROM pg_namespace WHERE nspname = $1"
+            return int(await conn.fetchval(query, schema))
+        finally:
+            await conn.close()
+
+    assert asyncio.run(schemas()) == 0
+
+
+def test_a_missing_extra_names_what_installs_it(tmp_path: Path) -> None:
+    # asyncpg made unimportable for this process alone, as on an install without the extra.
+    shadow = tmp_path / "shadow" / "asyncpg"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('no asyncpg here')\n")
+    write_config(tmp_path, database="postgresql://kestrel@127.0.0.1:1/kestrel")
+    env = {"PYTHONPATH": f"{shadow.parent}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    for args in (("db", "check"), ("runs", "show", "run_x")):
+        result = kestrel(tmp_path, *args, env=env)
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+        assert f"pip install '{DISTRIBUTION}[postgres]'" in result.stderr
+        assert "pip install -e '.[postgres]'" in result.stderr
+
+
+TOOL = """\
+tools:
+  - name: {name}
+    description: x
+    command: ["true"]
+"""
+
+
+def test_tools_check_without_files_checks_the_configured_catalogs(tmp_path: Path) -> None:
+    shipped = kestrel(tmp_path, "tools", "check")  # no configuration: the demo catalog
+    assert shipped.returncode == 0 and "1 catalog file(s) OK" in shipped.stdout
+    assert "demo/tools/ops.yaml" in shipped.stdout
+    (tmp_path / "tools").mkdir()
+    (tmp_path / "tools" / "a.yaml").write_text(TOOL.format(name="restart"))
+    (tmp_path / "tools" / "b.yaml").write_text(TOOL.format(name="restart"))
+    write_config(tmp_path, tools=["tools/*.yaml", "missing/*.yaml"])
+    checked = kestrel(tmp_path, "tools", "check")
+    assert checked.returncode == 1, checked.stderr
+    assert checked.stderr.splitlines() == [
+        f"missing/*.yaml: catalog pattern matches no file (in {tmp_path})",
+        f"{tmp_path}/tools/b.yaml:2: tool 'restart' is also declared at {tmp_path}/tools/a.yaml:2",
+    ]
