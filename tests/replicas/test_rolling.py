@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from adapters.slack import ids
-from bench.rolling import Fleet, Plan, _drop, run_slack, serve_env, write_config
+from bench.rolling import Fleet, Plan, _drop, run, serve_env, write_config
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.slack_api import Call, FakeSlackApi
 from tests.fakes.slack_client import SlackSender, app_mention
@@ -33,7 +33,7 @@ async def test_a_rolling_restart_answers_every_mention_once(tmp_path: Path) -> N
     plan = Plan(mentions=30, rate=3.0, every=2.5, lease=2.0, seed=random.randrange(1000))
     schema = f"kroll_{uuid.uuid4().hex[:12]}"
     try:
-        tally = await run_slack(plan, DSN, tmp_path, schema)
+        tally = await run("slack", plan, DSN, tmp_path, schema)
     finally:
         await _drop(DSN, schema)
     report = "\n".join([f"seed {plan.seed}", *tally.lines(plan, "slack"), *tally.problems])
