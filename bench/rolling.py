@@ -98,6 +98,7 @@ class Plan:
     seed: int = 7
     settle_timeout: float = 120.0
     interactions: str = "gateway"  # Discord's clicks: over the gateway, or "http"
+    rounds: int = 0  # at least this many restart rounds before the end
 
 
 @dataclass
@@ -659,8 +660,14 @@ class DiscordSide:
         """Once the card is out, click Approve (each click a new interaction) until the card
         shows the decision."""
         thread = mention.key
-        found = await self.fake.wait_for(lambda c: _discord_card(c, thread), timeout=120)
-        card = dict(found[0].response)
+
+        def posted() -> list[Any]:
+            return [c for c in self.fake.calls if _discord_card(c, thread)]
+
+        if not await polled(lambda: bool(posted()), 120):
+            tally.problems.append(f"no card in {thread}")
+            return
+        card = dict(posted()[0].response)
         custom_id = next(
             c["custom_id"]
             for row in card["components"]
@@ -840,6 +847,7 @@ async def run(platform: str, plan: Plan, dsn: str, folder: Path, schema: str) ->
                 "every mention answered",
                 tally,
             )
+            await until(lambda: tally.sigkills >= plan.rounds, 60, "the restart rounds", tally)
             done.set()
             await rolling
             if not answered or not await until(
