@@ -135,7 +135,8 @@ class Tally:
     sigkills: int = 0
     redelivered: int = 0  # Slack: deliveries sent again
     taken_over: int = 0  # Discord: mentions another replica's work taker took up
-    reclicked: int = 0
+    reclicked: int = 0  # refused clicks and clicks whose card still asked
+    undecided: int = 0  # clicks taken whose card still asked a lease + 3 s later
     problems: list[str] = field(default_factory=list)
     # Replica logs with a traceback (apscheduler logs a job it cancels at shutdown as one).
     tracebacks: list[str] = field(default_factory=list)
@@ -164,11 +165,14 @@ class Tally:
 
     def _again(self, plan: Plan, platform: str) -> str:
         if platform == "slack":
-            return f"deliveries sent again: {self.redelivered}; clicks made again: {self.reclicked}"
+            return f"deliveries sent again: {self.redelivered}; clicks made again: {self.clicks()}"
         return (
             f"mentions taken up by another replica: {self.taken_over};"
-            f" clicks ({plan.interactions}) made again: {self.reclicked}"
+            f" clicks ({plan.interactions}) made again: {self.clicks()}"
         )
+
+    def clicks(self) -> str:
+        return f"{self.reclicked} ({self.undecided} because the card still asked)"
 
     def lost_nothing(self) -> bool:
         """Whether every count is exact."""
@@ -453,6 +457,7 @@ async def click_until_decided(
             return
         mention.clicks += 1
         tally.reclicked += 1
+        tally.undecided += 1
 
 
 async def polled(check: Callable[[], bool], within: float) -> bool:
