@@ -58,7 +58,6 @@ async def test_a_rolling_restart_on_discord_answers_every_mention_once(tmp_path:
     assert len(tally.cards) == 12 and len(tally.answers) == 24, report
     # A mention a dead replica held is taken up within a lease; the thread comes first.
     assert max(tally.feedback_ms) < plan.lease * 1000 + 3000, report
-    assert not tally.tracebacks, report
 
 
 async def test_a_replica_killed_while_posting_an_answer_holds_it_no_longer_than_its_lease(
