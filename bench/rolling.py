@@ -1,27 +1,41 @@
 """A rolling restart loses nothing: replicas of ``kestrel serve`` on PostgreSQL, restarted under
 a stream of mentions, and everything counted at the end.
 
-Three real ``kestrel serve slack`` processes (HTTP mode) share one PostgreSQL schema, behind one
-fake Slack (in this process) and an instant fake model. Mentions flow at a steady rate; half of
-them ask for a gated command, whose approval click goes to a random replica once the card is
-out. Slack's side is played as Slack plays it: a delivery that gets no 200 (the replica died,
-or refused the connection) is sent again to another replica as a retry; a click that gets no
-200 is clicked again (Slack never resends a click). Every ``every`` seconds one replica gets
-SIGTERM and another SIGKILL, and both are restarted. Then, once the store is settled, counted:
-each mention answered exactly once, each approved command run once, each card posted once and
-updated once, no message posted twice; and the time from each mention to its first visible
-feedback (Slack's status line or a stream), whose p99 is what the restarts cost.
+Three real ``kestrel serve PLATFORM`` processes share one PostgreSQL schema, behind one fake
+platform (in this process) and an instant fake model. Mentions flow at a steady rate; half of
+them ask for a gated command, whose approval click is made once the card is out. Every
+``every`` seconds one replica gets SIGTERM and another SIGKILL, and both are restarted. Then,
+once the store is settled, counted: each mention answered exactly once, each approved command
+run once, each card posted once and updated once, no message posted twice; and the time from
+each mention to its first visible feedback, whose p99 is what the restarts cost.
 
-Discord's run is not written yet (``tests/adapters/discord/test_replicas.py`` covers two
-connected replicas and the HTTP interactions endpoint, without restarts).
+Each platform is played as it behaves:
 
-    python -m bench.rolling [--mentions 200] [--rate 8] [--every 4] [--lease 2]
+* Slack (HTTP mode): each delivery and click goes to a random replica, as a load balancer
+  sends it; a delivery that gets no 200 (the replica died, or refused the connection) is sent
+  again to another replica as Slack's retry; a click that gets no 200 is clicked again (Slack
+  never resends a click). First feedback: the status line or a stream.
+* Discord: every replica is connected to one fake gateway, which sends every event to every
+  session connected at that moment (a killed replica's session is gone, and Discord sends it
+  nothing more; a restarted one identifies anew). A mention is answered by the replica that
+  holds it first in the store; if that one dies, another replica's work taker takes it up once
+  a lease old. A click goes to every session (or, with ``--interactions http``, to a random
+  replica's ``/discord/interactions``, signed as Discord signs it, given 3 s to answer). First
+  feedback: the thread's creation (the adapter's first act), typing, or a message.
+
+Either way, a person whose card still asks a lease and 3 s after their click (the replica that
+took it died before deciding, or Discord showed them the interaction failed) clicks again, as
+a new interaction; how often that happened is reported.
+
+    python -m bench.rolling [--platform slack|discord]... [--interactions gateway|http]
+                            [--mentions 200] [--rate 8] [--every 4] [--lease 2]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import copy
 import json
 import random
 import signal
@@ -30,11 +44,11 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import aiohttp
 import asyncpg
@@ -42,6 +56,9 @@ import yaml
 
 from adapters.slack import ids
 from bench.latency import percentile
+from tests.fakes import discord_payloads as dp
+from tests.fakes.discord_api import FakeDiscord
+from tests.fakes.discord_http import InteractionPoster
 from tests.fakes.processes import KESTREL, ROOT
 from tests.fakes.slack_api import Call, FakeSlackApi
 from tests.fakes.slack_client import SlackSender, app_mention, block_actions
@@ -65,6 +82,8 @@ SCRIPT: Final[list[Any]] = [
     },
     {"text": "Deployed."},
 ]
+DISCORD_REQUESTER: Final = "1001"
+DISCORD_APPROVER: Final = "1002"
 
 
 @dataclass
@@ -78,6 +97,8 @@ class Plan:
     lease: float = 2.0
     seed: int = 7
     settle_timeout: float = 120.0
+    interactions: str = "gateway"  # Discord's clicks: over the gateway, or "http"
+    rounds: int = 0  # at least this many restart rounds before the end
 
 
 @dataclass
@@ -91,6 +112,11 @@ class Mention:
     sent_at: float = 0.0
     deliveries: int = 0
     clicks: int = 0
+
+    @property
+    def answer(self) -> str:
+        """What the fake model answers it (``SCRIPT``)."""
+        return "Deployed." if self.gated else f"Answered: {self.text}."
 
 
 @dataclass
@@ -107,8 +133,10 @@ class Tally:
     feedback_ms: list[float] = field(default_factory=list)
     sigterms: int = 0
     sigkills: int = 0
-    redelivered: int = 0
-    reclicked: int = 0
+    redelivered: int = 0  # Slack: deliveries sent again
+    taken_over: int = 0  # Discord: mentions another replica's work taker took up
+    reclicked: int = 0  # refused clicks and clicks whose card still asked
+    undecided: int = 0  # clicks taken whose card still asked a lease + 3 s later
     problems: list[str] = field(default_factory=list)
     # Replica logs with a traceback (apscheduler logs a job it cancels at shutdown as one).
     tracebacks: list[str] = field(default_factory=list)
@@ -126,7 +154,7 @@ class Tally:
             f" every {plan.every:g} s one SIGTERM + one SIGKILL, both restarted"
             f" (lease_seconds={plan.lease:g})",
             f"  restarts: {self.sigterms} SIGTERM, {self.sigkills} SIGKILL;"
-            f" deliveries sent again: {self.redelivered}; clicks made again: {self.reclicked}",
+            f" {self._again(plan, platform)}",
             f"  answered exactly once:   {once}/{self.mentions}",
             f"  approved run once:       {ran}/{gated}",
             f"  cards updated once:      {updated}/{gated} ({self.card_edits} edits sent)",
@@ -134,6 +162,17 @@ class Tally:
             f"  mention -> first feedback: p50 {percentile(feedback, 50):.0f} ms,"
             f" p99 {percentile(feedback, 99):.0f} ms, max {max(feedback, default=0):.0f} ms",
         ]
+
+    def _again(self, plan: Plan, platform: str) -> str:
+        if platform == "slack":
+            return f"deliveries sent again: {self.redelivered}; clicks made again: {self.clicks()}"
+        return (
+            f"mentions taken up by another replica: {self.taken_over};"
+            f" clicks ({plan.interactions}) made again: {self.clicks()}"
+        )
+
+    def clicks(self) -> str:
+        return f"{self.reclicked} ({self.undecided} because the card still asked)"
 
     def lost_nothing(self) -> bool:
         """Whether every count is exact."""
@@ -148,7 +187,9 @@ class Tally:
 # --- the replicas ------------------------------------------------------------------------
 
 
-def write_config(folder: Path, model_url: str, database: str, lease: float) -> Path:
+def write_config(
+    folder: Path, model_url: str, database: str, lease: float, approver: str = APPROVER
+) -> Path:
     """kestrel.yaml: one gated command that records its argument, the policy, the store."""
     executions = folder / "executions.txt"
     deploy = {
@@ -173,7 +214,7 @@ def write_config(folder: Path, model_url: str, database: str, lease: float) -> P
         "openai_api_key": "sk-test",
         "tools": ["catalog.yaml"],
         "pii": {"mode": "off"},
-        "policy": {"requesters": ["*"], "approvers": {"*": [APPROVER]}},
+        "policy": {"requesters": ["*"], "approvers": {"*": [approver]}},
         "replica": {"lease_seconds": lease, "poll_seconds": 0.2, "shutdown_grace_seconds": 5},
     }
     path = folder / "kestrel.yaml"
@@ -360,21 +401,104 @@ async def stuck(dsn: str, schema: str) -> list[str]:
     )
 
 
+# --- the platforms ---------------------------------------------------------------------
+
+
+class Side(Protocol):
+    """A platform as people and its servers use it: mentions, clicks, and what it shows."""
+
+    approver: str
+
+    def env(self) -> dict[str, str]:
+        """The variables a replica needs to reach this platform."""
+        ...
+
+    def attach(self, fleet: Fleet) -> None:
+        """Know where the replicas listen."""
+        ...
+
+    async def ready(self, replicas: int) -> None:
+        """Until every replica is connected, where the platform connects them."""
+        ...
+
+    async def mention(self, mention: Mention, tally: Tally) -> None:
+        """Send ``mention`` as the platform delivers it."""
+        ...
+
+    async def approve(self, mention: Mention, tally: Tally) -> None:
+        """Once its card is out, approve it until the card shows the decision."""
+        ...
+
+    def answered(self, mention: Mention) -> bool:
+        """Whether the answer to ``mention`` is shown."""
+        ...
+
+    def count(self, mentions: list[Mention], tally: Tally) -> None:
+        """What the platform shows at the end, per thread."""
+        ...
+
+
+async def click_until_decided(
+    click: Callable[[], Awaitable[bool]],
+    decided: Callable[[float], Awaitable[bool]],
+    lease: float,
+    mention: Mention,
+    tally: Tally,
+) -> None:
+    """Click until a click is taken (``click`` says True) and the card shows a decision: a
+    person whose card still asks (a refusal, or a replica that died deciding) clicks again once
+    a lease has passed."""
+    while True:
+        while not await click():
+            mention.clicks += 1
+            tally.reclicked += 1
+            await asyncio.sleep(0.2)
+        if await decided(lease + 3.0):
+            return
+        mention.clicks += 1
+        tally.reclicked += 1
+        tally.undecided += 1
+
+
+async def polled(check: Callable[[], bool], within: float) -> bool:
+    """Whether ``check`` comes true within ``within`` seconds."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        await asyncio.sleep(0.1)
+    return False
+
+
 # --- Slack -------------------------------------------------------------------------------
 
 
 class SlackSide:
     """Slack and its load balancer: deliveries and clicks to a random live replica."""
 
-    def __init__(self, api: FakeSlackApi, fleet: Fleet, rng: random.Random, lease: float) -> None:
+    approver = APPROVER
+
+    def __init__(self, api: FakeSlackApi, rng: random.Random, lease: float) -> None:
         self.api = api
         self.lease = lease
-        self.fleet = fleet
         self.rng = rng
+        self.senders: list[SlackSender] = []
+
+    def env(self) -> dict[str, str]:
+        return {
+            "SLACK_BOT_TOKEN": "xoxb-test",
+            "SLACK_SIGNING_SECRET": SECRET,
+            "SLACK_API_URL": self.api.url,
+        }
+
+    def attach(self, fleet: Fleet) -> None:
         url = "http://127.0.0.1:{}/slack/events"
         self.senders = [
-            SlackSender(url.format(port), SECRET, api=api, timeout=5.0) for port in fleet.ports
+            SlackSender(url.format(port), SECRET, api=self.api, timeout=5.0) for port in fleet.ports
         ]
+
+    async def ready(self, replicas: int) -> None:
+        return  # HTTP mode: healthy is ready
 
     def sender(self) -> SlackSender:
         return self.rng.choice(self.senders)
@@ -393,7 +517,7 @@ class SlackSide:
             await asyncio.sleep(0.2)
 
     async def approve(self, mention: Mention, tally: Tally) -> None:
-        """Once the card is out, click Approve until a replica says 200."""
+        """Once the card is out, click Approve until a replica says 200 and the card shows it."""
         thread = mention.key
         cards = await self.api.wait_for(lambda c: _card_in(c, thread), timeout=120)
         card = cards[0]
@@ -407,25 +531,17 @@ class SlackSide:
             thread_ts=thread,
         )
         ts = payload["container"]["message_ts"]
-        while True:
-            while not await self._ok(lambda s: s.action(payload)):
-                mention.clicks += 1
-                tally.reclicked += 1
-                await asyncio.sleep(0.2)
-            # A person whose card still asks (a refusal, or a replica that died deciding)
-            # clicks again once a lease has passed.
-            if await self._updated(ts, self.lease + 3.0):
-                return
-            mention.clicks += 1
-            tally.reclicked += 1
 
-    async def _updated(self, ts: str, within: float) -> bool:
-        deadline = time.monotonic() + within
-        while time.monotonic() < deadline:
-            if any(c.ok and c.args.get("ts") == ts for c in self.api.calls_to("chat.update")):
-                return True
-            await asyncio.sleep(0.1)
-        return False
+        def updated() -> bool:
+            return any(c.ok and c.args.get("ts") == ts for c in self.api.calls_to("chat.update"))
+
+        await click_until_decided(
+            lambda: self._ok(lambda s: s.action(payload)),
+            lambda within: polled(updated, within),
+            self.lease,
+            mention,
+            tally,
+        )
 
     async def _ok(self, send: Callable[[SlackSender], Awaitable[Any]]) -> bool:
         try:
@@ -433,6 +549,9 @@ class SlackSide:
         except (aiohttp.ClientError, TimeoutError, ConnectionError):
             return False
         return bool(response.status == 200)
+
+    def answered(self, mention: Mention) -> bool:
+        return any(_in(c, mention.key) and ids.FEEDBACK in _blocks(c) for c in self.api.calls)
 
     def count(self, mentions: list[Mention], tally: Tally) -> None:
         """What Slack shows, per thread."""
@@ -448,10 +567,7 @@ class SlackSide:
                 for c in self.api.calls
                 if c.method in FEEDBACK_METHODS and c.args.get("thread_ts") == thread
             ]
-            if shown:
-                tally.feedback_ms.append((min(shown) - mention.sent_at) * 1000)
-            else:
-                tally.problems.append(f"no feedback in {thread}")
+            feedback(mention, shown, tally)
             if not mention.gated:
                 continue
             cards = [c for c in ok_posts if _card_in(c, thread)]
@@ -464,6 +580,21 @@ class SlackSide:
                 # An edit sent again (its replica died before recording it) shows the same.
                 tally.card_updates[thread] = len({_blocks(c) for c in updates})
                 tally.card_edits += len(updates)
+
+
+@asynccontextmanager
+async def slack_side(plan: Plan) -> AsyncIterator[SlackSide]:
+    """The fake Slack, played as Slack and a load balancer play it."""
+    async with FakeSlackApi() as api:
+        yield SlackSide(api, random.Random(plan.seed + 1), plan.lease)
+
+
+def feedback(mention: Mention, shown: list[float], tally: Tally) -> None:
+    """Note the time from ``mention`` to the first thing shown of it (``shown``: when)."""
+    if shown:
+        tally.feedback_ms.append((min(shown) - mention.sent_at) * 1000)
+    else:
+        tally.problems.append(f"no feedback in {mention.key}")
 
 
 def _in(call: Call, thread: str) -> bool:
@@ -483,6 +614,187 @@ def _card_in(call: Call, thread: str) -> bool:
     )
 
 
+# --- Discord -----------------------------------------------------------------------------
+
+APPROVE_ID: Final = "kestrel:approve:"
+# Discord waits 3 s for an interaction's answer, then shows the person it failed.
+INTERACTION_SECONDS: Final = 3.0
+
+
+class DiscordSide:
+    """Discord: every event to every session connected now; clicks over the gateway (to every
+    session) or to a random replica's HTTP interactions endpoint."""
+
+    approver = DISCORD_APPROVER
+
+    def __init__(self, fake: FakeDiscord, rng: random.Random, plan: Plan) -> None:
+        self.fake = fake
+        self.rng = rng
+        self.lease = plan.lease
+        self.http = plan.interactions == "http"
+        self.poster = InteractionPoster(fake)
+        self.urls: list[str] = []
+        self.clicks: list[str] = []  # the id of every interaction sent
+        self.reached: list[int] = []  # how many sessions each mention reached
+
+    def env(self) -> dict[str, str]:
+        extra = {"DISCORD_TOKEN": "t0k3n", "DISCORD_API_URL": self.fake.api_url}
+        if self.http:
+            extra["DISCORD_PUBLIC_KEY"] = self.poster.public_key
+        return extra
+
+    def attach(self, fleet: Fleet) -> None:
+        self.urls = [f"http://127.0.0.1:{port}/discord/interactions" for port in fleet.ports]
+
+    async def ready(self, replicas: int) -> None:
+        await self.fake.wait_until(
+            lambda: self.fake.sessions_connected >= replicas, 60, "every replica connected"
+        )
+
+    async def mention(self, mention: Mention, tally: Tally) -> None:
+        """The mention, to every session connected now (a dead replica's gets nothing)."""
+        message = dp.message_create(
+            author_id=DISCORD_REQUESTER, content=f"<@{dp.BOT_ID}> {mention.text}"
+        )
+        mention.key = str(message["id"])  # the thread started from it takes its id
+        mention.sent_at = time.monotonic()
+        self.reached.append(self.fake.sessions_connected)
+        await self.fake.dispatch("MESSAGE_CREATE", message, 60, every=True)
+
+    async def approve(self, mention: Mention, tally: Tally) -> None:
+        """Once the card is out, click Approve (each click a new interaction) until the card
+        shows the decision."""
+        thread = mention.key
+
+        def posted() -> list[Any]:
+            return [c for c in self.fake.calls if _discord_card(c, thread)]
+
+        if not await polled(lambda: bool(posted()), 120):
+            tally.problems.append(f"no card in {thread}")
+            return
+        card = dict(posted()[0].response)
+        custom_id = next(
+            c["custom_id"]
+            for row in card["components"]
+            for c in row["components"]
+            if str(c.get("custom_id", "")).startswith(APPROVE_ID)
+        )
+
+        async def click() -> bool:
+            where = copy.deepcopy(self.fake.channels[thread])
+            payload = dp.interaction_button(
+                channel=where, user_id=DISCORD_APPROVER, custom_id=custom_id, message=card
+            )
+            self.clicks.append(str(payload["id"]))
+            if not self.http:
+                await self.fake.dispatch("INTERACTION_CREATE", payload, 60, every=True)
+                return True
+            url = self.rng.choice(self.urls)
+            try:
+                status, _ = await asyncio.wait_for(
+                    self.poster.post(url, payload), INTERACTION_SECONDS
+                )
+            except (aiohttp.ClientError, OSError, TimeoutError):
+                return False
+            return status == 200
+
+        def decided() -> bool:
+            shown = self.fake.message(thread, str(card["id"]))
+            return shown is not None and APPROVE_ID not in json.dumps(shown["components"])
+
+        await click_until_decided(
+            click, lambda within: polled(decided, within), self.lease, mention, tally
+        )
+
+    def answered(self, mention: Mention) -> bool:
+        return any(m["content"] == mention.answer for m in self.fake.bot_messages(mention.key))
+
+    def count(self, mentions: list[Mention], tally: Tally) -> None:
+        """What Discord shows, per thread: the bot's messages as stored, and the edits."""
+        for mention in mentions:
+            thread = mention.key
+            shown = self.fake.bot_messages(thread)
+            looks = Counter(_look(m) for m in shown)
+            tally.duplicate_posts += sum(n - 1 for n in looks.values() if n > 1)
+            tally.answers[thread] = sum(1 for m in shown if m["content"] == mention.answer)
+            started = self.fake.calls_to("POST", rf"/channels/\d+/messages/{thread}/threads")
+            if sum(1 for c in started if c.status == 201) != 1:
+                tally.problems.append(f"thread {thread} started {len(started)} times")
+            if self.fake.calls_to("GET", rf"/channels/\d+/messages/{thread}"):
+                tally.taken_over += 1  # only a handling by another replica fetches it
+            firsts = [c.at for c in started]
+            firsts += [c.at for c in self.fake.calls_to("POST", rf"/channels/{thread}/.*")]
+            feedback(mention, firsts, tally)
+            self._unexpected(mention, shown, tally)
+            if mention.gated:
+                self._card(thread, shown, tally)
+        for click in self.clicks:
+            answers = self.fake.interactions.get(click, {}).get("responses", [])
+            if len(answers) > 1:
+                tally.problems.append(f"interaction {click} answered {len(answers)} times")
+
+    def _card(self, thread: str, shown: list[dict[str, Any]], tally: Tally) -> None:
+        posted = {
+            str(c.response["id"])
+            for c in self.fake.calls_to("POST", rf"/channels/{thread}/messages")
+            if _discord_card(c, thread)
+        }
+        # A post sent again with its nonce returns the message the first made: count what shows.
+        cards = [m for m in shown if m["id"] in posted]
+        tally.cards[thread] = len(cards)
+        if not cards:
+            return
+        edits = [
+            c
+            for c in self.fake.calls_to("PATCH", rf"/channels/{thread}/messages/{cards[0]['id']}")
+            if c.status == 200
+        ]
+        tally.card_updates[thread] = len({json.dumps(c.json, sort_keys=True) for c in edits})
+        tally.card_edits += len(edits)
+
+    def _unexpected(self, mention: Mention, shown: list[dict[str, Any]], tally: Tally) -> None:
+        """Messages that are neither the card, the status line nor the answer."""
+        for message in shown:
+            content = str(message["content"])
+            if message["embeds"] or content.startswith("Working…") or content == mention.answer:
+                continue
+            tally.problems.append(f"unexpected message in {mention.key}: {content[:80]!r}")
+
+
+def _discord_card(call: Any, thread: str) -> bool:
+    return bool(
+        call.method == "POST"
+        and call.path == f"/channels/{thread}/messages"
+        and call.status == 200
+        and APPROVE_ID in json.dumps(call.json)
+    )
+
+
+def _look(message: dict[str, Any]) -> str:
+    """What a message shows (its text, embed titles, component ids), as the transport's
+    lookup compares it: two messages that look alike are one posted twice."""
+    titles = [e.get("title", "") for e in message.get("embeds") or []]
+    parts = [
+        c.get("custom_id") or c.get("url")
+        for row in message.get("components") or []
+        for c in row.get("components") or []
+    ]
+    return json.dumps([message.get("content", ""), titles, parts])
+
+
+@asynccontextmanager
+async def discord_side(plan: Plan) -> AsyncIterator[DiscordSide]:
+    """The fake Discord: its REST API and the gateway every replica connects to."""
+    async with FakeDiscord() as fake:
+        yield DiscordSide(fake, random.Random(plan.seed + 1), plan)
+
+
+SIDES: Final[dict[str, Callable[[Plan], AbstractAsyncContextManager[Side]]]] = {
+    "slack": slack_side,
+    "discord": discord_side,
+}
+
+
 # --- a run -------------------------------------------------------------------------------
 
 
@@ -496,7 +808,7 @@ def serve_env(config: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-async def flow(plan: Plan, send: Callable[[Mention], Awaitable[None]]) -> list[Mention]:
+async def flow(plan: Plan, send: Callable[[Mention], Coroutine[Any, Any, None]]) -> list[Mention]:
     """Send ``plan.mentions`` mentions at ``plan.rate``, each handled by ``send``."""
     mentions = [
         Mention(i, f"deploy m{i:03d}" if i % 2 == 0 else f"check m{i:03d}", i % 2 == 0)
@@ -510,22 +822,21 @@ async def flow(plan: Plan, send: Callable[[Mention], Awaitable[None]]) -> list[M
     return mentions
 
 
-async def run_slack(plan: Plan, dsn: str, folder: Path, schema: str) -> Tally:
-    """The Slack run; its tally."""
+async def run(platform: str, plan: Plan, dsn: str, folder: Path, schema: str) -> Tally:
+    """One run on ``platform`` ("slack" or "discord"); its tally."""
     from tests.fakes.openai_server import FakeOpenAI
 
     tally = Tally(mentions=plan.mentions)
-    async with FakeOpenAI(SCRIPT) as model, FakeSlackApi() as api:
-        config = write_config(folder, model.base_url, f"{dsn}?schema={schema}", plan.lease)
-        env = serve_env(
-            config, SLACK_BOT_TOKEN="xoxb-test", SLACK_SIGNING_SECRET=SECRET, SLACK_API_URL=api.url
-        )
-        fleet = Fleet(folder, env, "slack", plan.replicas)
-        side = SlackSide(api, fleet, random.Random(plan.seed + 1), plan.lease)
+    async with FakeOpenAI(SCRIPT) as model, SIDES[platform](plan) as side:
+        database = f"{dsn}?schema={schema}"
+        config = write_config(folder, model.base_url, database, plan.lease, side.approver)
+        fleet = Fleet(folder, serve_env(config, **side.env()), platform, plan.replicas)
+        side.attach(fleet)
         try:
             for index in range(plan.replicas):
                 fleet.start(index)
             await asyncio.gather(*(fleet.healthy(i) for i in range(plan.replicas)))
+            await side.ready(plan.replicas)
 
             async def send(mention: Mention) -> None:
                 await side.mention(mention, tally)
@@ -536,14 +847,12 @@ async def run_slack(plan: Plan, dsn: str, folder: Path, schema: str) -> Tally:
             rolling = asyncio.create_task(roll(fleet, plan, tally, done))
             mentions = await flow(plan, send)
             answered = await until(
-                lambda: all(
-                    any(_in(c, m.key) and ids.FEEDBACK in _blocks(c) for c in api.calls)
-                    for m in mentions
-                ),
+                lambda: all(side.answered(m) for m in mentions),
                 plan.settle_timeout,
                 "every mention answered",
                 tally,
             )
+            await until(lambda: tally.sigkills >= plan.rounds, 60, "the restart rounds", tally)
             done.set()
             await rolling
             if not answered or not await until(
@@ -553,27 +862,36 @@ async def run_slack(plan: Plan, dsn: str, folder: Path, schema: str) -> Tally:
         finally:
             codes = await fleet.stop()
         side.count(mentions, tally)
-        tally.executions = Counter((folder / "executions.txt").read_text().splitlines())
-        if any(codes):
-            tally.problems.append(f"exit codes at the end: {codes}")
-        tally.tracebacks = fleet.tracebacks()
+    executions = folder / "executions.txt"
+    tally.executions = Counter(executions.read_text().splitlines() if executions.exists() else [])
+    if any(codes):
+        tally.problems.append(f"exit codes at the end: {codes}")
+    tally.tracebacks = fleet.tracebacks()
     return tally
 
 
-def measure(platform: str, plan: Plan, dsn: str) -> Tally:
-    """One run on a scratch schema and folder."""
+def measure(platform: str, plan: Plan, dsn: str, keep: Path | None = None) -> Tally:
+    """One run on a scratch schema and folder (with ``keep``: in that folder, and the schema
+    left in place, both named, to look into)."""
+    if keep is not None:
+        keep.mkdir(parents=True, exist_ok=True)
+        schema = f"rolling_{random.randrange(16**10):010x}"
+        print(f"  replicas' logs in {keep}, the store in schema {schema}")
+        return asyncio.run(run(platform, plan, dsn, keep, schema))
     with tempfile.TemporaryDirectory(prefix="kr_") as folder, scratch_schema(dsn) as schema:
-        return asyncio.run(run_slack(plan, dsn, Path(folder), schema))
+        return asyncio.run(run(platform, plan, dsn, Path(folder), schema))
 
 
-def report(platforms: tuple[str, ...] = ("slack",), plan: Plan | None = None) -> None:
+def report(
+    platforms: tuple[str, ...] = ("slack",), plan: Plan | None = None, keep: Path | None = None
+) -> None:
     """Print the figures of each platform."""
     import os
 
     dsn = os.environ.get("KESTREL_BENCH_POSTGRES_DSN", DEFAULT_DSN)
     for platform in platforms:
         chosen = plan or Plan()
-        tally = measure(platform, chosen, dsn)
+        tally = measure(platform, chosen, dsn, keep and keep / platform)
         for line in tally.lines(chosen, platform):
             print(line)
         print(f"  nothing lost: {'yes' if tally.lost_nothing() else 'NO'}")
@@ -585,13 +903,24 @@ def report(platforms: tuple[str, ...] = ("slack",), plan: Plan | None = None) ->
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("--platform", choices=("slack",), action="append")
+    parser.add_argument("--platform", choices=tuple(SIDES), action="append")
+    parser.add_argument("--interactions", choices=("gateway", "http"), default="gateway")
     parser.add_argument("--mentions", type=int, default=Plan.mentions)
     parser.add_argument("--rate", type=float, default=Plan.rate)
     parser.add_argument("--every", type=float, default=Plan.every)
     parser.add_argument("--lease", type=float, default=Plan.lease)
+    parser.add_argument("--seed", type=int, default=Plan.seed)
+    parser.add_argument("--keep", type=Path, help="keep the logs here, and the schema")
     args = parser.parse_args()
     report(
         tuple(args.platform or ("slack",)),
-        Plan(mentions=args.mentions, rate=args.rate, every=args.every, lease=args.lease),
+        Plan(
+            mentions=args.mentions,
+            rate=args.rate,
+            every=args.every,
+            lease=args.lease,
+            seed=args.seed,
+            interactions=args.interactions,
+        ),
+        args.keep,
     )

@@ -103,9 +103,16 @@ class DiscordAdapter:
         ws = client.ws
         return client.is_ready() and not client.is_closed() and ws is not None and ws.open
 
+    def drain(self) -> None:
+        """Take no new event from now on: the other replicas' sessions get each one too."""
+        self.client.drain()
+
     async def stop(self) -> None:
-        """Finish what is being rendered and delivered, then close the connection."""
+        """Finish what is being handled, rendered and delivered, then close the connection."""
         client = self.client
+        client.drain()
+        # A message or a click cut by the closing connection would be taken and never shown.
+        await client.handled(STOP_SECONDS)
         await client.renderer.close(STOP_SECONDS)
         client.deliveries.stop()
         if len(self._tasks) > 1:

@@ -7,14 +7,21 @@ once (a modal must be the first response). What a message or a click means is th
 ``Conversation``; who may is decided there, from the store and the policy. A mention, or a
 thread reply that answers a question, is held in the store (``Inbound``) before it is handled,
 so a process that dies while handling it leaves it to the next to take up.
+
+A replica that is stopping (``drain``) takes no new event: every other connected session got
+it too, and one of those handles it. A message is still held in the store if, a moment later,
+no other replica has (the work taker of a live replica, or of this one's successor, takes it up
+once a lease old); an interaction is left alone (the person sees it failed and clicks again).
+What it was handling when it began to stop is finished before the connection closes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Literal
 
 import discord
@@ -42,6 +49,8 @@ log = logging.getLogger("kestrel.discord")
 NO_PINGS = discord.AllowedMentions.none()
 THREAD_ARCHIVE_MINUTES: Literal[1440] = 1440
 EFFECTS = {"retry": DecisionKind.RETRY, "done": DecisionKind.DONE, "failed": DecisionKind.FAILED}
+# A stopping replica holds a message only if no live replica did within this long.
+STOPPING_HOLD_SECONDS = 1.0
 
 
 def intents(message_content: bool) -> discord.Intents:
@@ -95,6 +104,31 @@ class KestrelDiscord(discord.Client):
         self._dispatch_interaction: Callable[[dict[str, Any]], None] = parsers["INTERACTION_CREATE"]
         parsers["INTERACTION_CREATE"] = self._interaction_arrived
         self._taking: set[asyncio.Task[None]] = set()
+        self.draining = False
+        self._handling = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def drain(self) -> None:
+        """Take no new message or interaction from now on (this replica is stopping)."""
+        self.draining = True
+
+    async def handled(self, timeout: float) -> None:
+        """Until what this client took (a message, a decision) is handled, or ``timeout``."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._idle.wait(), timeout)
+
+    @contextlib.asynccontextmanager
+    async def _busy(self) -> AsyncIterator[None]:
+        """Count a handling under way (the connection closes only once none is)."""
+        self._handling += 1
+        self._idle.clear()
+        try:
+            yield
+        finally:
+            self._handling -= 1
+            if not self._handling:
+                self._idle.set()
 
     async def setup_hook(self) -> None:
         """Register the buttons' templates (so old cards keep working) and ``/kestrel``."""
@@ -136,11 +170,22 @@ class KestrelDiscord(discord.Client):
         await self._accept("mention", message, channel)
 
     async def _accept(self, what: str, message: discord.Message, channel: Any) -> None:
-        """Hold the message in the store, then handle it here."""
-        delivery = {"what": what, "channel": str(channel.id), "message": str(message.id)}
-        accepted = await self.chat.accept_delivery(f"discord:{message.id}", "discord", delivery)
-        if accepted is None:
-            return
+        """Hold the message in the store, then handle it here (unless stopping)."""
+        async with self._busy():
+            stopping = self.draining
+            if stopping:  # the live replicas' sessions got it too: one of them takes it first
+                await asyncio.sleep(STOPPING_HOLD_SECONDS)
+            delivery = {"what": what, "channel": str(channel.id), "message": str(message.id)}
+            key = f"discord:{message.id}"
+            accepted = await self.chat.accept_delivery(key, "discord", delivery)
+            if accepted is None:
+                return
+            if stopping:
+                log.info("discord: message %s held for another replica's work taker", message.id)
+                return
+            await self._settle(accepted, message, channel)
+
+    async def _settle(self, accepted: Accepted, message: discord.Message, channel: Any) -> None:
         self._held[message.id] = (message, channel)
         try:
             await self.chat.inbound.settle(accepted)
@@ -245,6 +290,8 @@ class KestrelDiscord(discord.Client):
 
     def _interaction_arrived(self, data: dict[str, Any]) -> None:
         """An interaction from the gateway (a parser must not wait: take it in a task)."""
+        if self.draining:
+            return  # stopping: a live replica's session takes it
         task = asyncio.create_task(self._take_interaction(data))
         self._taking.add(task)
         task.add_done_callback(self._taking.discard)
@@ -271,6 +318,12 @@ class KestrelDiscord(discord.Client):
         self, interaction: discord.Interaction, request_id: str, kind: DecisionKind, text: str = ""
     ) -> None:
         """A click or a form that decides a request: defer, decide, say how it went."""
+        async with self._busy():
+            await self._decide(interaction, request_id, kind, text)
+
+    async def _decide(
+        self, interaction: discord.Interaction, request_id: str, kind: DecisionKind, text: str
+    ) -> None:
         if not interaction.response.is_done():
             await interaction.response.defer(ephemeral=True, thinking=True)
         actor = await self.actor_for(interaction, request_id)

@@ -90,8 +90,11 @@ class ChatFront:
         return list(self._lines)
 
     def drain(self) -> None:
-        """From now on ``/readyz`` says this replica is stopping: traffic goes elsewhere."""
+        """From now on ``/readyz`` says this replica is stopping: traffic goes elsewhere (and
+        Discord's events, which every connected replica gets, are left to the others)."""
         self.health.stopping = True
+        if self._discord is not None:
+            self._discord.drain()
 
     async def stop(self) -> None:
         """Stop listening and disconnect the platforms."""

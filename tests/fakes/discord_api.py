@@ -692,6 +692,12 @@ class FakeDiscord:
                 return conn
         return None
 
+    @property
+    def sessions_connected(self) -> int:
+        """How many identified (or resumed) gateway connections are open now: the sessions a
+        dispatch with ``every`` reaches (a killed client's is gone once its socket closed)."""
+        return sum(1 for c in self._connections if c.ready and not c.ws.closed)
+
     async def wait_for_gateway(self, timeout: float = 5.0, connections: int = 1) -> None:
         """Wait until ``connections`` gateway connections were ever accepted and one is
         identified (READY and GUILD_CREATEs sent) or resumed."""

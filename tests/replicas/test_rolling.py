@@ -1,6 +1,7 @@
-"""A rolling restart loses nothing (a smaller run of ``python -m bench.rolling``): three real
-``kestrel serve slack`` on PostgreSQL, mentions flowing, half of them approved with a click to a
-random replica, and every 2.5 s one replica gets SIGTERM and another SIGKILL, both restarted."""
+"""A rolling restart loses nothing (smaller runs of ``python -m bench.rolling``): three real
+``kestrel serve slack`` (or ``discord``) on PostgreSQL, mentions flowing, half of them approved
+with a click (to a random Slack replica; to every connected Discord session), and every 2.5 s
+one replica gets SIGTERM and another SIGKILL, both restarted."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from typing import Any
 import pytest
 
 from adapters.slack import ids
-from bench.rolling import Fleet, Plan, _drop, run_slack, serve_env, write_config
+from bench.rolling import Fleet, Plan, _drop, run, serve_env, write_config
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.slack_api import Call, FakeSlackApi
 from tests.fakes.slack_client import SlackSender, app_mention
@@ -33,7 +34,7 @@ async def test_a_rolling_restart_answers_every_mention_once(tmp_path: Path) -> N
     plan = Plan(mentions=30, rate=3.0, every=2.5, lease=2.0, seed=random.randrange(1000))
     schema = f"kroll_{uuid.uuid4().hex[:12]}"
     try:
-        tally = await run_slack(plan, DSN, tmp_path, schema)
+        tally = await run("slack", plan, DSN, tmp_path, schema)
     finally:
         await _drop(DSN, schema)
     report = "\n".join([f"seed {plan.seed}", *tally.lines(plan, "slack"), *tally.problems])
@@ -41,6 +42,21 @@ async def test_a_rolling_restart_answers_every_mention_once(tmp_path: Path) -> N
     assert tally.lost_nothing(), report
     assert len(tally.cards) == 15 and len(tally.answers) == 30, report
     # A replica's deliveries, runs and claims are taken up within a lease of its death.
+    assert max(tally.feedback_ms) < plan.lease * 1000 + 3000, report
+
+
+async def test_a_rolling_restart_on_discord_answers_every_mention_once(tmp_path: Path) -> None:
+    plan = Plan(mentions=24, rate=3.0, every=2.0, lease=2.0, seed=random.randrange(1000), rounds=2)
+    schema = f"kroll_{uuid.uuid4().hex[:12]}"
+    try:
+        tally = await run("discord", plan, DSN, tmp_path, schema)
+    finally:
+        await _drop(DSN, schema)
+    report = "\n".join([f"seed {plan.seed}", *tally.lines(plan, "discord"), *tally.problems])
+    assert tally.sigkills >= 2 and tally.sigterms >= 2, report
+    assert tally.lost_nothing(), report
+    assert len(tally.cards) == 12 and len(tally.answers) == 24, report
+    # A mention a dead replica held is taken up within a lease; the thread comes first.
     assert max(tally.feedback_ms) < plan.lease * 1000 + 3000, report
 
 
