@@ -497,7 +497,7 @@ class SlackSide:
             SlackSender(url.format(port), SECRET, api=self.api, timeout=5.0) for port in fleet.ports
         ]
 
-    async def ready(self, replicas: int) -> None:
+    async def ready(self, replicas: int) -> None:  # noqa: ARG002 (one side's signature)
         return  # HTTP mode: healthy is ready
 
     def sender(self) -> SlackSender:
@@ -651,7 +651,7 @@ class DiscordSide:
             lambda: self.fake.sessions_connected >= replicas, 60, "every replica connected"
         )
 
-    async def mention(self, mention: Mention, tally: Tally) -> None:
+    async def mention(self, mention: Mention, tally: Tally) -> None:  # noqa: ARG002
         """The mention, to every session connected now (a dead replica's gets nothing)."""
         message = dp.message_create(
             author_id=DISCORD_REQUESTER, content=f"<@{dp.BOT_ID}> {mention.text}"

@@ -129,6 +129,11 @@ class Deliveries:
         await self._store.put_message(f"{platform}:{key}", platform, target, body)
         self._wake.set()
 
+    async def holds(self, key: str) -> bool:
+        """Whether the outbox has message ``key`` already (posted, or due to be)."""
+        platform = self._transport.platform
+        return await self._store.get_message(f"{platform}:{key}") is not None
+
     async def run(self) -> None:
         """Deliver until ``stop``: at once when woken, else every ``poll_seconds``."""
         while not self._stopped:

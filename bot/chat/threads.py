@@ -172,10 +172,12 @@ class ThreadRenderer:
             await self.show_card(view)
 
     async def show_open_cards(self) -> None:
-        """The cards of every open request (idempotent: an unchanged card is not touched), so
-        that a card no process lived to post appears."""
+        """The card of every open request that the outbox does not hold yet, so that a card no
+        process lived to put there appears. One it holds is left alone: it is delivered anyway,
+        and putting it again from a read that a decision overtakes would show it open again."""
         for item in await self._chat.pending():
-            await self.refresh_card(item.request.id)
+            if not await self._deliveries.holds(card_key(item.request.id)):
+                await self.refresh_card(item.request.id)
 
     async def _drain(self, run_id: str, queue: asyncio.Queue[Event]) -> None:
         try:

@@ -97,6 +97,7 @@ class Supervisor:
         self._resuming = KeyedLocks()
         # Every run task until it returns: a task that left ``live`` may still be resuming.
         self._tasks: set[asyncio.Task[RunState]] = set()
+        self._stopped: list[asyncio.Task[RunState]] = []  # the tasks shutdown waits on
         self._stopping = False
 
     # --- entry points -------------------------------------------------------------------
@@ -210,6 +211,8 @@ class Supervisor:
         live.task = task
         self.live[live.run_id] = live
         self._tasks.add(task)
+        if self._stopping:
+            self._stopped.append(task)
         task.add_done_callback(self._tasks.discard)
 
     async def answer(
@@ -318,12 +321,16 @@ class Supervisor:
         seconds first; wait for their tasks, and return the runs suspended only because of
         it (for another process to take on)."""
         self._stopping = True
-        tasks = list(self._tasks)
+        self._stopped.extend(self._tasks)
         self.interrupt_all(spare_tools=tool_grace > 0)
-        if tasks and tool_grace > 0:
-            await asyncio.wait(tasks, timeout=tool_grace)
+        if self._tasks and tool_grace > 0:
+            await asyncio.wait(list(self._tasks), timeout=tool_grace)
+        # A run started while this one stops (a turn taken during the grace) is stopped and
+        # handed back too (``_drive_on_task`` counts it), not stranded with no owner.
+        while self._tasks:
             self.interrupt_all()
-        states = await asyncio.gather(*tasks, return_exceptions=True)
+            await asyncio.wait(list(self._tasks))
+        states = await asyncio.gather(*self._stopped, return_exceptions=True)
         handed_back = []
         for state in states:
             if not isinstance(state, RunState):

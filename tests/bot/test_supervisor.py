@@ -95,6 +95,26 @@ async def test_a_tool_still_running_after_the_grace_is_cut(tmp_path: Path) -> No
     assert suspended.reason is StopReason.INTERRUPTED
 
 
+async def test_a_run_started_during_the_grace_is_handed_back_too(tmp_path: Path) -> None:
+    # A replica taking a turn while it stops: that run is stopped and handed back as well, not
+    # left suspended with no owner.
+    replies = [reply(call("nap", seconds=60)), reply(call("nap", seconds=60))]
+    rt, _ = await make_runtime(tmp_path / "k.db", replies, [nap])
+    started = asyncio.Event()
+    rt.events.add(ToolStarted(started))
+    supervisor = Supervisor(rt)
+    first = await supervisor.start_turn("rest", prompter=None)
+    await started.wait()
+    stopping = asyncio.create_task(supervisor.shutdown(tool_grace=0.5))
+    late = await supervisor.start_turn("rest again", prompter=None)
+    handed_back = await asyncio.wait_for(stopping, 20)
+    assert sorted(handed_back) == sorted([first.run_id, late.run_id])
+    for run_id in (first.run_id, late.run_id):
+        record = await rt.store.get_run(run_id)
+        assert record.status is RunStatus.SUSPENDED and not record.owner
+    await rt.store.close()
+
+
 # --- resumes that race, suspends that find their answers, deadlines that take the lease ---
 
 
