@@ -47,6 +47,7 @@ from adapters.slack import ids
 from adapters.slack.ids import parse_feedback
 from bot.chat.cards import closing, pretty, shorten
 from bot.chat.service import PendingRequest, RunView
+from bot.chat.words import budget_words, number_words, status_words, stop_reason_words
 from bot.domain import (
     Decision,
     Request,
@@ -259,33 +260,8 @@ def _person(user: str, *, nobody: str = "someone") -> str:
     return principal(user) if user else nobody
 
 
-_REASONS: Final[dict[StopReason, str]] = {
-    StopReason.ANSWERED: "answered",
-    StopReason.ITERATION_LIMIT: "iteration limit reached",
-    StopReason.TOOL_CALL_LIMIT: "tool call limit reached",
-    StopReason.TOKEN_BUDGET: "token budget exhausted",
-    StopReason.DEADLINE: "deadline passed",
-    StopReason.NO_PROGRESS: "no progress (the same calls kept returning the same results)",
-    StopReason.CANCELLED: "cancelled",
-    StopReason.MODEL_ERROR: "model error",
-    StopReason.TRUNCATED: "the model's reply was cut off",
-    StopReason.POLICY: "refused by the policy",
-    StopReason.TAKEN_OVER: "taken over by another process",
-    StopReason.PANIC: "stopped by the panic switch",
-    StopReason.UNCERTAIN_EFFECT: "an effect's outcome is uncertain",
-    StopReason.HOOK_ABORT: "aborted by a hook",
-    StopReason.SETUP_ERROR: "could not be set up",
-    StopReason.SUSPEND_REQUESTED: "suspended on request",
-    StopReason.INTERRUPTED: "interrupted",
-    StopReason.WAITING: "waiting for people",
-}
-
-
 def _reason(value: StopReason | str) -> str:
-    try:
-        return _REASONS[StopReason(value)]
-    except ValueError:
-        return escape(str(value).replace("_", " "))
+    return escape(stop_reason_words(value))
 
 
 _KIND_NAMES: Final[dict[RequestKind, str]] = {
@@ -293,10 +269,6 @@ _KIND_NAMES: Final[dict[RequestKind, str]] = {
     RequestKind.WAIT_USER: "question",
     RequestKind.WAIT_EFFECT: "uncertain effect",
 }
-
-
-def _number(value: float) -> str:
-    return f"{int(value):,}" if float(value).is_integer() else f"{value:,.1f}"
 
 
 def _safe_url(url: str) -> str | None:
@@ -587,7 +559,7 @@ def answer_message(result: TerminalResult, *, run_id: str) -> SlackMessage:
     usage = result.usage
     facts = [f"Run {_inline(run_id)}"]
     if usage.total:
-        facts.append(f"{_number(usage.total)} tokens")
+        facts.append(f"{number_words(usage.total)} tokens")
     blocks.append(_context(facts))
     blocks.append(_feedback(run_id))
     if completed:
@@ -615,10 +587,7 @@ def answer_continuations(result: TerminalResult) -> list[SlackMessage]:
 
 
 def _status_line(result: TerminalResult, *, bold: bool = True) -> str:
-    status = result.status.value
-    head = f"Run {status}"
-    reason = _reason(result.stop_reason)
-    line = head if reason == status else f"{head}: {reason}"
+    line = escape(status_words(result.status.value, result.stop_reason))
     return f":warning: *{line}*" if bold else line
 
 
@@ -759,12 +728,7 @@ def status_message(view: RunView) -> SlackMessage:
 
 
 def _budgets(used: Mapping[str, tuple[float, float]]) -> str:
-    parts = []
-    for name, (count, limit) in used.items():
-        label = escape(name.replace("_", " "))
-        shown = _number(count) if not limit else f"{_number(count)}/{_number(limit)}"
-        parts.append(f"{label} {shown}")
-    return ", ".join(parts)
+    return escape(budget_words(used))
 
 
 # ---------------------------------------------------------------------------------------------
