@@ -38,7 +38,7 @@ from bot.chat.words import thread_of
 from bot.domain import utcnow
 from bot.journal.log import JournalRecord
 from bot.pii.guard import WITHHELD_MESSAGE
-from bot.pii.recognizers import ENTITY_TYPES
+from bot.pii.scantext import ENTITY_TYPES
 from bot.records import RunRecord
 from bot.store import AuditRecord
 
