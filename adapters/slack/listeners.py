@@ -25,19 +25,14 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack import ids
-from adapters.slack.blocks import (
-    answer_modal,
-    arguments_modal,
-    deny_modal,
-    ephemeral_text,
-    home_view,
-    runs_message,
-    status_message,
-)
 from adapters.slack.identity import Identities
 from adapters.slack.ids import SlackThread, thread_session_id
+from adapters.slack.listings import home_view, runs_message
 from adapters.slack.look import thread_of
+from adapters.slack.modals import answer_modal, arguments_modal, deny_modal
+from adapters.slack.mrkdwn import ephemeral_text
 from adapters.slack.progress import Progress
+from adapters.slack.status import status_message
 from bot.chat.conversation import HELP, THREAD_COMMANDS, Conversation, Outcome
 from bot.chat.inbound import Delivery
 from bot.chat.service import ChatService, PendingRequest
