@@ -15,6 +15,7 @@ from typing import Any, TextIO, assert_never
 
 from bot.chat.handles import RunHandle, RunResult
 from bot.chat.service import ChatService
+from bot.chat.words import stop_reason_words
 from bot.domain import (
     Decision,
     DecisionKind,
@@ -363,7 +364,7 @@ class ConsoleChat:
         if result.status is RunStatus.COMPLETED:
             self.io.write(f"kestrel> {result.text}")
             return
-        reason = result.stop_reason.value.replace("_", " ")
+        reason = stop_reason_words(result.stop_reason)
         self.io.write(f"kestrel> (the run {result.status.value}: {reason}) {result.error}")
 
     async def _command(self, line: str) -> None:

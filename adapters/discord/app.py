@@ -55,7 +55,7 @@ class DiscordAdapter:
             pings=settings.ping_approvers,
             claim_seconds=claim_seconds,
         )
-        self._tasks: list[asyncio.Task[None]] = []
+        self._connecting: asyncio.Task[None] | None = None
 
     async def start(self) -> discord.ClientUser:
         """Log in, connect and wait until the gateway says READY; then serve."""
@@ -78,13 +78,8 @@ class DiscordAdapter:
             ready.cancel()
             await self._fail_connect(connecting)
         assert client.user is not None
-        self._tasks = [
-            connecting,
-            asyncio.create_task(client.deliveries.run(), name="discord-outbox"),
-            asyncio.create_task(client.progress.keep_alive(), name="discord-typing"),
-        ]
-        self._chat.subscribe(client.renderer)
-        await client.renderer.show_open_cards()
+        self._connecting = connecting
+        await client.life.start()
         return client.user
 
     def add_routes(self, application: web.Application) -> str:
@@ -113,14 +108,11 @@ class DiscordAdapter:
         client.drain()
         # A message or a click cut by the closing connection would be taken and never shown.
         await client.handled(STOP_SECONDS)
-        await client.renderer.close(STOP_SECONDS)
-        client.deliveries.stop()
-        if len(self._tasks) > 1:
-            await asyncio.wait([self._tasks[1]], timeout=STOP_SECONDS)
+        await client.life.stop(STOP_SECONDS)
         await client.close()
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._connecting is not None:
+            self._connecting.cancel()
+            await asyncio.gather(self._connecting, return_exceptions=True)
 
     async def _use_gateway_rest_names(self) -> None:
         # A single-shard client connects where discord.py was told, not where REST says:

@@ -33,10 +33,10 @@ from adapters.discord.progress import DiscordProgress
 from adapters.discord.transport import DiscordTransport
 from bot.chat.conversation import Conversation, Outcome
 from bot.chat.inbound import Accepted, Delivery
+from bot.chat.lifecycle import PlatformLife
 from bot.chat.links import RunLink
-from bot.chat.outbox import Deliveries
 from bot.chat.service import ChatService
-from bot.chat.threads import ThreadRenderer
+from bot.chat.words import NOT_AN_OPTION, chosen_option, thread_of
 from bot.domain import DecisionKind, Session
 from bot.errors import StoreError
 from bot.people.policy import Actor
@@ -87,12 +87,20 @@ class KestrelDiscord(discord.Client):
         self.http.user_agent = f"{self.http.user_agent} {USER_AGENT}"
         self.chat = chat
         self.talk = Conversation(chat)
-        self.deliveries = Deliveries(
-            outbox, DiscordTransport(self.http), owner, claim_seconds=claim_seconds
+        http = self.http
+        self.life = PlatformLife(
+            chat,
+            outbox,
+            DiscordTransport(http),
+            owner,
+            DiscordLook(link, pings=pings),
+            lambda deliveries: DiscordProgress(http, deliveries),
+            name="discord",
+            claim_seconds=claim_seconds,
         )
-        self.progress = DiscordProgress(self.http, self.deliveries)
-        look = DiscordLook(link, pings=pings)
-        self.renderer = ThreadRenderer(chat, self.deliveries, look, self.progress)
+        self.deliveries = self.life.deliveries
+        self.progress = self.life.progress
+        self.renderer = self.life.renderer
         self.tree = app_commands.CommandTree(self)
         self.tree.add_command(_kestrel_commands())
         # The messages this process accepted and handles now (others are fetched again).
@@ -470,13 +478,11 @@ class ChooseButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=ids.
             index = int(chosen) if re.fullmatch(r"[0-9]{1,3}", chosen) else -1
         actor = interaction_actor(interaction)
         view = await client.chat.request(self.request_id, user=actor)
-        options = view.request.options if view else ()
-        if not 0 <= index < len(options):
-            await interaction.response.send_message(
-                "That is not one of the options.", ephemeral=True
-            )
+        option = chosen_option(view.request.options if view else (), index)
+        if option is None:
+            await interaction.response.send_message(NOT_AN_OPTION, ephemeral=True)
             return
-        await client.decide(interaction, self.request_id, DecisionKind.ANSWER, options[index])
+        await client.decide(interaction, self.request_id, DecisionKind.ANSWER, option)
 
 
 class EffectButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=ids.EFFECT):
@@ -558,10 +564,9 @@ def _kestrel_commands() -> app_commands.Group:
         lines = []
         for item in await client.chat.pending(user=interaction_actor(interaction)):
             place = await client.renderer.place_of(item.request.run_id)
-            where = place.target if place else {}
-            if where.get("guild") != str(interaction.guild_id):
+            if place is None or place.target.get("guild") != str(interaction.guild_id):
                 continue  # this server's runs only
-            link = f"https://discord.com/channels/{where['guild']}/{where['channel']}"
+            link = thread_of(place.session.id).url or place.session.id
             who = ", ".join(item.may_answer) or "nobody"
             lines.append(
                 f"• {item.request.kind.value} `{item.request.tool}` — may answer: {who} — {link}"

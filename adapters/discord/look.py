@@ -21,6 +21,7 @@ from bot.chat.cards import closing, pretty, shorten, title
 from bot.chat.links import RunLink
 from bot.chat.service import RequestView, RunView
 from bot.chat.threads import Body
+from bot.chat.words import budget_words, stop_reason_words
 from bot.domain import RequestKind, RequestStatus, RunStatus, Session, TerminalResult
 from bot.people.policy import GROUP_KINDS
 from bot.text import unmask_links
@@ -96,7 +97,7 @@ class DiscordLook:
         """The answer in as many messages as it takes (up to a limit), the payload as fields."""
         text = result.text.strip() or "(no text)"
         if result.status is not RunStatus.COMPLETED:
-            cause = result.error or result.stop_reason.value.replace("_", " ")
+            cause = result.error or stop_reason_words(result.stop_reason)
             text = f"**Run {result.status.value}: {cause}**\n\n{text}"
         parts = _split(_shown(text), CONTENT_LIMIT - len(CUT_NOTE))
         if len(parts) > 1 + MAX_CONTINUATIONS:
@@ -165,15 +166,12 @@ def status_text(view: RunView) -> str:
     record = view.record
     lines = [f"Run `{record.id}`: **{record.status.value}**"]
     if record.stop_reason:
-        lines[0] += f" ({record.stop_reason})"
+        lines[0] += f" ({stop_reason_words(record.stop_reason)})"
     lines.append(f"Requested by {person(record.requested_by) or 'nobody recorded'}")
     for request in view.open_requests:
         deadline = f", expires {when(request.deadline)}" if request.deadline else ""
         lines.append(f"Waits on: {request.kind.value} `{request.tool}`{deadline}")
-    used = ", ".join(
-        f"{name.replace('_', ' ')} {done}/{limit}" if limit else f"{name.replace('_', ' ')} {done}"
-        for name, (done, limit) in view.budgets_used.items()
-    )
+    used = budget_words(view.budgets_used)
     if used:
         lines.append(f"Budgets: {used}")
     return _cut("\n".join(lines), CONTENT_LIMIT)

@@ -3,7 +3,6 @@ the progress refresher, served over HTTP (``/slack/events``) or Socket Mode."""
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import logging
 
@@ -22,10 +21,9 @@ from adapters.slack.look import SlackLook
 from adapters.slack.progress import Progress
 from adapters.slack.settings import SlackSettings
 from adapters.slack.transport import SlackTransport
+from bot.chat.lifecycle import PlatformLife
 from bot.chat.links import RunLink
-from bot.chat.outbox import Deliveries
 from bot.chat.service import ChatService
-from bot.chat.threads import ThreadRenderer
 from bot.config.settings import ConfigError
 from bot.oneline import one_line
 from bot.store import Outbox
@@ -68,14 +66,21 @@ class SlackAdapter:
             AsyncRateLimitErrorRetryHandler(max_retry_count=rate_limit_retries)
         ]
         self.client = client
-        self.deliveries = Deliveries(
-            outbox, SlackTransport(client), owner, claim_seconds=claim_seconds
+        self.life = PlatformLife(
+            chat,
+            outbox,
+            SlackTransport(client),
+            owner,
+            SlackLook(link),
+            lambda deliveries: Progress(client, deliveries, refresh_seconds=refresh_seconds),
+            name="slack",
+            claim_seconds=claim_seconds,
         )
-        self.progress = Progress(client, self.deliveries, refresh_seconds=refresh_seconds)
-        self.renderer = ThreadRenderer(chat, self.deliveries, SlackLook(link), self.progress)
+        self.deliveries = self.life.deliveries
+        self.progress = self.life.progress
+        self.renderer = self.life.renderer
         self.app: AsyncApp | None = None
         self.listeners: SlackListeners | None = None
-        self._tasks: list[asyncio.Task[None]] = []
         self._socket: GatedSocketMode | None = None
 
     async def start(self) -> BotIdentity:
@@ -88,12 +93,7 @@ class SlackAdapter:
         )
         self.listeners = listeners
         self.app = _bolt_app(self.settings, self.client, listeners)
-        self._chat.subscribe(self.renderer)
-        self._tasks = [
-            asyncio.create_task(self.deliveries.run(), name="slack-outbox"),
-            asyncio.create_task(self.progress.keep_alive(), name="slack-progress"),
-        ]
-        await self.renderer.show_open_cards()
+        await self.life.start()
         return me
 
     @property
@@ -133,16 +133,7 @@ class SlackAdapter:
             await self._socket.close_async()  # type: ignore[no-untyped-call]
         if self.listeners is not None:
             await self.listeners.idle(timeout=STOP_SECONDS)
-        await self.renderer.close()
-        # A delivery under way finishes and records what Slack shows, so that no card is left
-        # claimed by a process that is gone.
-        self.deliveries.stop()
-        delivering, *others = self._tasks
-        for task in others:
-            task.cancel()
-        await asyncio.wait([delivering], timeout=STOP_SECONDS)
-        delivering.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.life.stop(STOP_SECONDS)
 
     async def _whoami(self) -> BotIdentity:
         try:

@@ -25,23 +25,19 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack import ids
-from adapters.slack.blocks import (
-    answer_modal,
-    arguments_modal,
-    deny_modal,
-    ephemeral_text,
-    home_view,
-    runs_message,
-    status_message,
-)
 from adapters.slack.identity import Identities
 from adapters.slack.ids import SlackThread, thread_session_id
+from adapters.slack.listings import home_view, runs_message
 from adapters.slack.look import thread_of
+from adapters.slack.modals import answer_modal, arguments_modal, deny_modal
+from adapters.slack.mrkdwn import ephemeral_text
 from adapters.slack.progress import Progress
+from adapters.slack.status import status_message
 from bot.chat.conversation import HELP, THREAD_COMMANDS, Conversation, Outcome
 from bot.chat.inbound import Delivery
 from bot.chat.service import ChatService, PendingRequest
 from bot.chat.threads import ThreadRenderer
+from bot.chat.words import NOT_AN_OPTION, chosen_option
 from bot.domain import DecisionKind, Session
 from bot.errors import StoreError
 from bot.people.policy import Actor, NotPermitted
@@ -77,7 +73,7 @@ class BotIdentity:
     url: str
 
     def permalink(self, channel: str, ts: str) -> str:
-        """A link to a message, made without an API call."""
+        """A link to a message in this workspace (its own URL), made without an API call."""
         return f"{self.url.rstrip('/')}/archives/{channel}/p{ts.replace('.', '')}"
 
 
@@ -229,9 +225,9 @@ class SlackListeners:
     async def _choose(self, value: str, actor: Actor, card: str) -> Outcome:
         choice = ids.parse_choice(value)
         view = await self._chat.request(choice[0], user=actor) if choice else None
-        if choice is None or view is None or not 0 <= choice[1] < len(view.request.options):
-            return Outcome(note="That choice is not one this thread's question has.")
-        option = view.request.options[choice[1]]
+        option = chosen_option(view.request.options, choice[1]) if choice and view else None
+        if view is None or option is None:
+            return Outcome(note=NOT_AN_OPTION)
         kind = DecisionKind.ANSWER
         return await self._talk.decide(view.request.id, kind, actor, text=option, card=card)
 

@@ -5,14 +5,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from adapters.slack.blocks import (
-    ClosedCard,
-    answer_continuations,
-    answer_message,
-    principal,
-    request_card,
-)
+from adapters.slack.answers import answer_continuations, answer_message
+from adapters.slack.cards import ClosedCard, request_card
 from adapters.slack.ids import SlackThread, parse_thread_session
+from adapters.slack.mrkdwn import principal
 from bot.chat.links import RunLink
 from bot.chat.service import RequestView
 from bot.chat.threads import Body

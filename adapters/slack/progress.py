@@ -19,8 +19,8 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.models.messages.chunk import TaskUpdateChunk
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters.slack.blocks import working_message
 from adapters.slack.look import thread_of
+from adapters.slack.status import working_message
 from bot.chat.outbox import Deliveries, status_key
 from bot.chat.threads import RunPlace, StepStatus
 from bot.text import unmask_links

@@ -31,14 +31,14 @@ from adapters.web.timeline import (
     page_version,
     pretty_json,
     run_rows,
-    thread_of,
 )
 from bot.chat.run_summary import PAGE_ENTRIES
 from bot.chat.service import PendingRequest, RequestView, RunInspection, RunMark, RunView
+from bot.chat.words import thread_of
 from bot.domain import utcnow
 from bot.journal.log import JournalRecord
 from bot.pii.guard import WITHHELD_MESSAGE
-from bot.pii.recognizers import ENTITY_TYPES
+from bot.pii.scantext import ENTITY_TYPES
 from bot.records import RunRecord
 from bot.store import AuditRecord
 

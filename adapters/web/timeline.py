@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar
 
 from bot.chat.service import PendingRequest, RequestView, RunView
+from bot.chat.words import Thread, thread_of
 from bot.domain import (
     TERMINAL_STATUSES,
     Budgets,
@@ -47,39 +47,6 @@ LONG_OUTPUT_LINES = 12
 SHORT_JSON_CHARS = 72
 
 STATUSES: tuple[str, ...] = tuple(status.value for status in RunStatus)
-
-
-# --- threads -------------------------------------------------------------------------------
-
-_SLACK_ID = re.compile(r"[A-Z0-9]{2,32}")
-_SLACK_TS = re.compile(r"[0-9]{1,12}\.[0-9]{1,9}")
-_SNOWFLAKE = re.compile(r"[0-9]{1,20}")
-
-
-@dataclass(frozen=True, slots=True)
-class Thread:
-    """The chat thread a run belongs to: a label, and a link when the platform has one."""
-
-    platform: str
-    label: str
-    url: str | None = None
-
-
-def thread_of(session_id: str) -> Thread:
-    """The thread a session id names: ``slack:TEAM:CHANNEL:THREAD_TS`` and
-    ``discord:GUILD:THREAD`` become links; anything else (a console session) is a label."""
-    parts = session_id.split(":")
-    if len(parts) == 4 and parts[0] == "slack":
-        _, team, channel, ts = parts
-        if _SLACK_ID.fullmatch(team) and _SLACK_ID.fullmatch(channel) and _SLACK_TS.fullmatch(ts):
-            url = f"https://app.slack.com/client/{team}/{channel}/thread/{channel}-{ts}"
-            return Thread("slack", f"Slack {channel}, thread {ts}", url)
-    if len(parts) == 3 and parts[0] == "discord":
-        _, guild, thread = parts
-        if _SNOWFLAKE.fullmatch(guild) and _SNOWFLAKE.fullmatch(thread):
-            url = f"https://discord.com/channels/{guild}/{thread}"
-            return Thread("discord", f"Discord thread {thread}", url)
-    return Thread("", session_id)
 
 
 # --- the timeline's items ------------------------------------------------------------------

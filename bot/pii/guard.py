@@ -12,7 +12,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from bot.pii.recognizers import ENTITY_TYPES, PiiHit, Scanner, priority
+from bot.pii.recognizers import Scanner
+from bot.pii.scantext import ENTITY_TYPES, PiiHit, priority
 from bot.pii.settings import OperatorSpec, PiiMode, PiiSettings, unknown_entities
 
 if TYPE_CHECKING:

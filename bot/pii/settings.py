@@ -20,7 +20,7 @@ class PiiMode(StrEnum):
 
 def unknown_entities(names: Iterable[str]) -> str | None:
     """Why some of ``names`` are not entity types the guard knows; None when all are."""
-    from bot.pii.recognizers import ENTITY_TYPES  # only when a setting names entities
+    from bot.pii.scantext import ENTITY_TYPES  # only when a setting names entities
 
     unknown = sorted(set(names) - set(ENTITY_TYPES))
     if not unknown:

@@ -13,8 +13,7 @@ import yaml
 from slack_sdk.models.blocks import Block
 from slack_sdk.models.views import View
 
-from adapters.slack import blocks as b
-from adapters.slack import ids
+from adapters.slack import answers, cards, ids, listings, modals, mrkdwn, status
 from bot.chat.service import PendingRequest, RunView
 from bot.domain import (
     Budgets,
@@ -105,7 +104,7 @@ def values(blocks: list[dict[str, Any]]) -> list[str]:
     return found
 
 
-def assert_valid(blocks: list[dict[str, Any]], *, most: int = b.MESSAGE_BLOCKS_LIMIT) -> None:
+def assert_valid(blocks: list[dict[str, Any]], *, most: int = mrkdwn.MESSAGE_BLOCKS_LIMIT) -> None:
     assert 0 < len(blocks) <= most
     markdown = 0
     for block in blocks:
@@ -117,37 +116,37 @@ def assert_valid(blocks: list[dict[str, Any]], *, most: int = b.MESSAGE_BLOCKS_L
         match block["type"]:
             case "section":
                 if "text" in block:
-                    assert 0 < len(block["text"]["text"]) <= b.SECTION_TEXT_LIMIT
+                    assert 0 < len(block["text"]["text"]) <= mrkdwn.SECTION_TEXT_LIMIT
                 for field in block.get("fields", []):
-                    assert 0 < len(field["text"]) <= b.FIELD_TEXT_LIMIT
-                assert len(block.get("fields", [])) <= b.FIELDS_PER_SECTION
+                    assert 0 < len(field["text"]) <= mrkdwn.FIELD_TEXT_LIMIT
+                assert len(block.get("fields", [])) <= mrkdwn.FIELDS_PER_SECTION
             case "header":
-                assert len(block["text"]["text"]) <= b.HEADER_LIMIT
+                assert len(block["text"]["text"]) <= mrkdwn.HEADER_LIMIT
             case "markdown":
                 markdown += len(block["text"])
             case "actions":
                 elements = block["elements"]
-                assert len(elements) <= b.BUTTONS_PER_ACTIONS
+                assert len(elements) <= mrkdwn.BUTTONS_PER_ACTIONS
                 action_ids = [e["action_id"] for e in elements]
                 assert len(set(action_ids)) == len(action_ids), "action ids unique per block"
             case "context":
-                assert len(block["elements"]) <= b.CONTEXT_ELEMENTS_LIMIT
+                assert len(block["elements"]) <= mrkdwn.CONTEXT_ELEMENTS_LIMIT
                 for element in block["elements"]:
-                    assert len(element["text"]) <= b.SECTION_TEXT_LIMIT
-    assert markdown <= b.MARKDOWN_PAYLOAD_LIMIT
+                    assert len(element["text"]) <= mrkdwn.SECTION_TEXT_LIMIT
+    assert markdown <= mrkdwn.MARKDOWN_PAYLOAD_LIMIT
     for element in interactive(blocks):
         assert element["action_id"].startswith(ids.PREFIX)
         if element["type"] == "button":
-            assert len(element["text"]["text"]) <= b.BUTTON_TEXT_LIMIT
+            assert len(element["text"]["text"]) <= mrkdwn.BUTTON_TEXT_LIMIT
 
 
 def assert_valid_view(view: dict[str, Any]) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         View(**view).validate_json()
-    assert_valid(view["blocks"], most=b.VIEW_BLOCKS_LIMIT)
+    assert_valid(view["blocks"], most=mrkdwn.VIEW_BLOCKS_LIMIT)
     if view["type"] == "modal":
-        assert len(view["title"]["text"]) <= b.MODAL_TITLE_LIMIT
+        assert len(view["title"]["text"]) <= mrkdwn.MODAL_TITLE_LIMIT
 
 
 def action_ids_of(blocks: list[dict[str, Any]]) -> list[str]:
@@ -163,7 +162,7 @@ def types(blocks: list[dict[str, Any]]) -> list[str]:
 
 def test_approval_card_shows_the_exact_call_and_carries_only_the_request_id() -> None:
     request = approval()
-    card = b.request_card(request, reason="It keeps crashing.", may_answer=["U0APPROVER"])
+    card = cards.request_card(request, reason="It keeps crashing.", may_answer=["U0APPROVER"])
     assert_valid(card.blocks)
     text = "\n".join(mrkdwn_texts(card.blocks))
     assert "*Approval needed:* `restart_service`" in text
@@ -181,21 +180,21 @@ def test_approval_card_shows_the_exact_call_and_carries_only_the_request_id() ->
 
 
 def test_an_empty_reason_and_no_deadline_are_left_out() -> None:
-    card = b.request_card(approval(deadline=None), reason="  ", may_answer=[])
+    card = cards.request_card(approval(deadline=None), reason="  ", may_answer=[])
     text = "\n".join(mrkdwn_texts(card.blocks))
     assert "Why" not in text and "Expires" not in text and "<!date" not in text
     assert "May approve: nobody" in text
 
 
 def test_two_person_rule_is_shown_and_offers_no_standing_grant() -> None:
-    card = b.request_card(approval(approvals_needed=2), reason="", may_answer=["group:S0SRE"])
+    card = cards.request_card(approval(approvals_needed=2), reason="", may_answer=["group:S0SRE"])
     assert "Needs 2 approvals" in "\n".join(mrkdwn_texts(card.blocks))
     assert ids.APPROVE_RUN not in action_ids_of(card.blocks)
 
 
 def test_a_50kb_argument_is_truncated_and_full_arguments_is_one_click_away() -> None:
     request = approval(arguments={"script": "x" * 50_000, "unit": "checkout"})
-    card = b.request_card(request, reason="r" * 5000, may_answer=["U0APPROVER"])
+    card = cards.request_card(request, reason="r" * 5000, may_answer=["U0APPROVER"])
     assert_valid(card.blocks)
     assert sum(len(t) for t in mrkdwn_texts(card.blocks)) < 6000
     text = "\n".join(mrkdwn_texts(card.blocks))
@@ -208,20 +207,20 @@ def test_a_50kb_argument_is_truncated_and_full_arguments_is_one_click_away() -> 
 
 def test_many_arguments_are_cut_as_a_whole() -> None:
     request = approval(arguments={f"key{i}": "v" * 100 for i in range(200)})
-    card = b.request_card(request, reason="", may_answer=[])
+    card = cards.request_card(request, reason="", may_answer=[])
     assert_valid(card.blocks)
     assert "(truncated)" in "\n".join(mrkdwn_texts(card.blocks))
     assert ids.SHOW_ARGUMENTS in action_ids_of(card.blocks)
 
 
 def test_short_arguments_have_no_full_arguments_button() -> None:
-    card = b.request_card(approval(), reason="", may_answer=[])
+    card = cards.request_card(approval(), reason="", may_answer=[])
     assert ids.SHOW_ARGUMENTS not in action_ids_of(card.blocks)
 
 
 def test_tool_text_and_reason_are_escaped() -> None:
     request = approval(arguments={"cmd": HOSTILE}, tool="evil<tool>")
-    card = b.request_card(request, reason=HOSTILE, may_answer=["U0APPROVER"])
+    card = cards.request_card(request, reason=HOSTILE, may_answer=["U0APPROVER"])
     assert_valid(card.blocks)
     for text in [*mrkdwn_texts(card.blocks), card.text]:
         assert "<script>" not in text and "<!channel>" not in text and "<@U0EVIL>" not in text
@@ -233,7 +232,7 @@ def test_tool_text_and_reason_are_escaped() -> None:
 
 
 def test_arguments_cannot_close_their_code_block() -> None:
-    card = b.request_card(
+    card = cards.request_card(
         approval(arguments={"x": "```\n*bold* <!here>"}), reason="", may_answer=[]
     )
     code = mrkdwn_texts(card.blocks)[1]
@@ -256,8 +255,8 @@ def test_arguments_cannot_close_their_code_block() -> None:
     ],
 )
 def test_principals_render_as_mentions(principal: str, shown: str) -> None:
-    assert b.principal(principal) == shown
-    card = b.request_card(approval(), reason="", may_answer=[principal])
+    assert mrkdwn.principal(principal) == shown
+    card = cards.request_card(approval(), reason="", may_answer=[principal])
     assert f"May approve: {shown}" in "\n".join(mrkdwn_texts(card.blocks))
 
 
@@ -283,11 +282,11 @@ def test_a_closed_card_has_no_actions_and_names_the_decider(
     request_: Request, kind: DecisionKind, said: str, line: str
 ) -> None:
     decision = Decision(request_id=request_.id, kind=kind, text=said, by="U0DECIDER", at=DECIDED_AT)
-    card = b.request_card(
+    card = cards.request_card(
         request_,
         reason="why",
         may_answer=["U0APPROVER"],
-        closed=b.ClosedCard(RequestStatus.ANSWERED, decision),
+        closed=cards.ClosedCard(RequestStatus.ANSWERED, decision),
     )
     assert_valid(card.blocks)
     assert "actions" not in types(card.blocks)
@@ -299,12 +298,12 @@ def test_a_closed_card_has_no_actions_and_names_the_decider(
 
 def test_a_closed_card_keeps_the_facts_of_the_open_one() -> None:
     request = approval(arguments={"blob": "y" * 10_000})
-    open_card = b.request_card(request, reason="because", may_answer=["U0APPROVER"])
-    closed = b.request_card(
+    open_card = cards.request_card(request, reason="because", may_answer=["U0APPROVER"])
+    closed = cards.request_card(
         request,
         reason="because",
         may_answer=["U0APPROVER"],
-        closed=b.ClosedCard(
+        closed=cards.ClosedCard(
             RequestStatus.ANSWERED,
             Decision(request_id=request.id, kind=DecisionKind.APPROVE, by="U0A"),
         ),
@@ -316,11 +315,11 @@ def test_a_closed_card_keeps_the_facts_of_the_open_one() -> None:
 
 def test_expired_and_cancelled_cards() -> None:
     request = approval()
-    expired = b.request_card(
+    expired = cards.request_card(
         request,
         reason="",
         may_answer=[],
-        closed=b.ClosedCard(
+        closed=cards.ClosedCard(
             RequestStatus.EXPIRED,
             Decision(request_id=request.id, kind=DecisionKind.EXPIRED, at=DECIDED_AT),
         ),
@@ -328,12 +327,12 @@ def test_expired_and_cancelled_cards() -> None:
     assert any(
         f"Expired <!date^{int(DECIDED_AT.timestamp())}^" in t for t in mrkdwn_texts(expired.blocks)
     )
-    bare = b.request_card(
-        request, reason="", may_answer=[], closed=b.ClosedCard(RequestStatus.EXPIRED)
+    bare = cards.request_card(
+        request, reason="", may_answer=[], closed=cards.ClosedCard(RequestStatus.EXPIRED)
     )
     assert any("Expired" in t for t in mrkdwn_texts(bare.blocks))
-    cancelled = b.request_card(
-        request, reason="", may_answer=[], closed=b.ClosedCard(RequestStatus.CANCELLED)
+    cancelled = cards.request_card(
+        request, reason="", may_answer=[], closed=cards.ClosedCard(RequestStatus.CANCELLED)
     )
     assert any(t.endswith("Cancelled") for t in mrkdwn_texts(cancelled.blocks))
     for card in (expired, bare, cancelled):
@@ -346,7 +345,7 @@ def test_expired_and_cancelled_cards() -> None:
 
 def test_a_free_text_question_is_answered_in_the_thread_or_its_modal() -> None:
     request = question(prompt=f"Deploy {HOSTILE}?")
-    card = b.request_card(request, reason="", may_answer=["U0REQUESTER"])
+    card = cards.request_card(request, reason="", may_answer=["U0REQUESTER"])
     assert_valid(card.blocks)
     buttons = interactive(card.blocks)
     assert [(e["action_id"], e["value"]) for e in buttons] == [(ids.ANSWER, request.id)]
@@ -358,7 +357,7 @@ def test_a_free_text_question_is_answered_in_the_thread_or_its_modal() -> None:
 
 def test_a_question_with_options_has_one_button_each_carrying_its_index() -> None:
     request = question(("yes", "no"))
-    card = b.request_card(request, reason="", may_answer=["U0REQUESTER"])
+    card = cards.request_card(request, reason="", may_answer=["U0REQUESTER"])
     assert_valid(card.blocks)
     buttons = [e for e in interactive(card.blocks) if e["type"] == "button"]
     assert [e["text"]["text"] for e in buttons] == ["yes", "no"]
@@ -368,32 +367,32 @@ def test_a_question_with_options_has_one_button_each_carrying_its_index() -> Non
 
 
 def test_long_options_are_cut_to_the_button_limit() -> None:
-    card = b.request_card(question(("a" * 200, "")), reason="", may_answer=[])
+    card = cards.request_card(question(("a" * 200, "")), reason="", may_answer=[])
     assert_valid(card.blocks)
     labels = [e["text"]["text"] for e in interactive(card.blocks)]
-    assert len(labels[0]) == b.BUTTON_TEXT_LIMIT and labels[0].endswith("…")
+    assert len(labels[0]) == mrkdwn.BUTTON_TEXT_LIMIT and labels[0].endswith("…")
     assert labels[1] == "(blank)"
 
 
 def test_twenty_five_options_are_buttons_more_are_a_menu() -> None:
     request = question(tuple(f"option {i}" for i in range(25)))
-    card = b.request_card(request, reason="", may_answer=[])
+    card = cards.request_card(request, reason="", may_answer=[])
     assert_valid(card.blocks)
     assert [e["type"] for e in interactive(card.blocks)] == ["button"] * 25
 
     request = question(tuple(f"option {i}" for i in range(130)))
-    card = b.request_card(request, reason="", may_answer=[])
+    card = cards.request_card(request, reason="", may_answer=[])
     assert_valid(card.blocks)
     (select,) = interactive(card.blocks)
     assert select["type"] == "static_select" and select["action_id"] == ids.CHOOSE
-    assert len(select["options"]) == b.SELECT_OPTIONS_LIMIT
+    assert len(select["options"]) == mrkdwn.SELECT_OPTIONS_LIMIT
     assert select["options"][7]["value"] == ids.choice_value(request.id, 7)
     assert any("30 more options" in t for t in mrkdwn_texts(card.blocks))
 
 
 def test_an_uncertain_effect_offers_retry_done_failed() -> None:
     request = effect()
-    card = b.request_card(request, reason="", may_answer=["U0ONCALL"])
+    card = cards.request_card(request, reason="", may_answer=["U0ONCALL"])
     assert_valid(card.blocks)
     text = "\n".join(mrkdwn_texts(card.blocks))
     assert "The outcome of `restart_service` is uncertain" in text
@@ -406,12 +405,12 @@ def test_an_uncertain_effect_offers_retry_done_failed() -> None:
 
 
 def test_values_never_carry_people_or_arguments() -> None:
-    cards = [
-        b.request_card(approval(arguments={"to": "U0VICTIM"}), reason="", may_answer=["U0A"]),
-        b.request_card(question(("yes", "no")), reason="", may_answer=["U0A"]),
-        b.request_card(effect(), reason="", may_answer=["U0A"]),
+    built = [
+        cards.request_card(approval(arguments={"to": "U0VICTIM"}), reason="", may_answer=["U0A"]),
+        cards.request_card(question(("yes", "no")), reason="", may_answer=["U0A"]),
+        cards.request_card(effect(), reason="", may_answer=["U0A"]),
     ]
-    for card in cards:
+    for card in built:
         for value in values(card.blocks):
             assert "U0" not in value and "checkout" not in value
             assert ids.parse_request_value(value) or ids.parse_choice(value)
@@ -434,7 +433,7 @@ def test_answer_message_has_markdown_payload_fields_and_feedback() -> None:
         },
         usage=Usage(input_tokens=1000, output_tokens=234),
     )
-    message = b.answer_message(result, run_id="run_0123456789abcdef")
+    message = answers.answer_message(result, run_id="run_0123456789abcdef")
     assert_valid(message.blocks)
     (markdown,) = [block for block in message.blocks if block["type"] == "markdown"]
     assert markdown["text"].startswith("**Restarted** checkout.")
@@ -450,20 +449,20 @@ def test_answer_message_has_markdown_payload_fields_and_feedback() -> None:
     assert feedback["type"] == "feedback_buttons" and feedback["action_id"] == ids.FEEDBACK
     assert feedback["positive_button"]["value"] == "up:run_0123456789abcdef"
     assert feedback["negative_button"]["value"] == "down:run_0123456789abcdef"
-    assert b.parse_feedback(feedback["negative_button"]["value"]) == (
+    assert ids.parse_feedback(feedback["negative_button"]["value"]) == (
         False,
         "run_0123456789abcdef",
     )
     assert "1,234 tokens" in "\n".join(mrkdwn_texts(message.blocks))
     assert "<!channel>" not in message.text
-    assert b.answer_continuations(result) == []
+    assert answers.answer_continuations(result) == []
 
 
 def test_a_failed_run_says_so() -> None:
     result = TerminalResult(
         status=RunStatus.FAILED, stop_reason=StopReason.TOKEN_BUDGET, error="used 200,001 <tokens>"
     )
-    message = b.answer_message(result, run_id="run_x")
+    message = answers.answer_message(result, run_id="run_x")
     assert_valid(message.blocks)
     text = "\n".join(mrkdwn_texts(message.blocks))
     assert "*Run failed: token budget exhausted*" in text
@@ -474,7 +473,7 @@ def test_a_failed_run_says_so() -> None:
 
 def test_a_cancelled_run_is_not_cancelled_twice() -> None:
     result = TerminalResult(status=RunStatus.CANCELLED, stop_reason=StopReason.CANCELLED)
-    message = b.answer_message(result, run_id="run_x")
+    message = answers.answer_message(result, run_id="run_x")
     assert message.text == "Run cancelled"
 
 
@@ -483,17 +482,17 @@ def test_a_long_answer_goes_on_in_further_messages() -> None:
     text = "\n\n".join(paragraphs[:20]) + "\n\n```\n" + "code line\n" * 2000 + "```\n\n"
     text += "\n\n".join(paragraphs[20:])
     result = TerminalResult(status=RunStatus.COMPLETED, stop_reason=StopReason.ANSWERED, text=text)
-    first = b.answer_message(result, run_id="run_x")
+    first = answers.answer_message(result, run_id="run_x")
     assert_valid(first.blocks)
-    rest = b.answer_continuations(result)
-    assert 1 <= len(rest) <= b.MAX_CONTINUATIONS
+    rest = answers.answer_continuations(result)
+    assert 1 <= len(rest) <= mrkdwn.MAX_CONTINUATIONS
     chunks = [
         block["text"] for m in [first, *rest] for block in m.blocks if block["type"] == "markdown"
     ]
     for message in rest:
         assert_valid(message.blocks)
     for chunk in chunks:
-        assert len(chunk) <= b.MARKDOWN_BLOCK_LIMIT
+        assert len(chunk) <= mrkdwn.MARKDOWN_BLOCK_LIMIT
         assert chunk.count("```") % 2 == 0  # a fence cut in two is closed and reopened
     joined = "".join(chunks)
     assert "Paragraph 0." in joined and "Paragraph 39." in joined
@@ -504,8 +503,8 @@ def test_a_huge_answer_says_it_was_cut() -> None:
     result = TerminalResult(
         status=RunStatus.COMPLETED, stop_reason=StopReason.ANSWERED, text="z" * 500_000
     )
-    rest = b.answer_continuations(result)
-    assert len(rest) == b.MAX_CONTINUATIONS
+    rest = answers.answer_continuations(result)
+    assert len(rest) == mrkdwn.MAX_CONTINUATIONS
     assert "(truncated)" in rest[-1].blocks[0]["text"]
     assert "journal" in "\n".join(mrkdwn_texts(rest[-1].blocks))
 
@@ -514,7 +513,7 @@ def test_a_structured_only_answer() -> None:
     result = TerminalResult(
         status=RunStatus.COMPLETED, stop_reason=StopReason.ANSWERED, payload={"ok": True}
     )
-    message = b.answer_message(result, run_id="run_x")
+    message = answers.answer_message(result, run_id="run_x")
     assert_valid(message.blocks)
     assert "markdown" not in types(message.blocks)
 
@@ -523,17 +522,19 @@ def test_a_structured_only_answer() -> None:
 
 
 def test_progress_and_working_message() -> None:
-    assert b.progress_text("calling `restart_service`") == "Working… • calling `restart_service`"
-    assert b.progress_text("") == "Working…"
-    assert "&lt;!here&gt;" in b.progress_text("<!here>")
+    assert (
+        status.progress_text("calling `restart_service`") == "Working… • calling `restart_service`"
+    )
+    assert status.progress_text("") == "Working…"
+    assert "&lt;!here&gt;" in status.progress_text("<!here>")
     lines = [f"step {i}" for i in range(15)]
-    message = b.working_message(lines)
+    message = status.working_message(lines)
     assert_valid(message.blocks)
     text = mrkdwn_texts(message.blocks)[0]
     assert "step 4" not in text and "step 5" in text and "step 14" in text
     assert "5 earlier step(s)" in "\n".join(mrkdwn_texts(message.blocks))
     assert message.text == "Working… • step 14"
-    assert_valid(b.working_message([]).blocks)
+    assert_valid(status.working_message([]).blocks)
 
 
 def run_view(status: RunStatus = RunStatus.SUSPENDED, max_tokens: int = 200_000) -> RunView:
@@ -566,7 +567,7 @@ def run_view(status: RunStatus = RunStatus.SUSPENDED, max_tokens: int = 200_000)
 
 
 def test_status_message() -> None:
-    message = b.status_message(run_view())
+    message = status.status_message(run_view())
     assert_valid(message.blocks)
     text = "\n".join(mrkdwn_texts(message.blocks))
     assert "`run_0123456789abcdef` · *suspended*: waiting for people" in text
@@ -575,10 +576,10 @@ def test_status_message() -> None:
     assert "• approval `restart_service` · expires <!date^" in text
     assert "iterations 3/20, tool calls 4/50, tokens 1,234/200,000" in text
     assert "tokens 1,234" in "\n".join(
-        mrkdwn_texts(b.status_message(run_view(max_tokens=0)).blocks)
+        mrkdwn_texts(status.status_message(run_view(max_tokens=0)).blocks)
     )
     assert "tokens 1,234/" not in "\n".join(
-        mrkdwn_texts(b.status_message(run_view(max_tokens=0)).blocks)
+        mrkdwn_texts(status.status_message(run_view(max_tokens=0)).blocks)
     )
 
 
@@ -596,7 +597,7 @@ def test_runs_message_groups_by_run_with_links() -> None:
         pending("run_a", "flush_cache", 2, kind=RequestKind.WAIT_USER),
     ]
     links = {"run_a": "https://example.slack.com/archives/C0/p1712345678000100"}
-    message = b.runs_message(items, links)
+    message = listings.runs_message(items, links)
     assert_valid(message.blocks)
     texts = mrkdwn_texts(message.blocks)
     assert "2 run(s)" in texts[0]
@@ -610,15 +611,15 @@ def test_runs_message_groups_by_run_with_links() -> None:
 
 
 def test_runs_message_empty_and_overfull() -> None:
-    assert b.runs_message([], {}).text == "Nothing is waiting."
-    assert_valid(b.runs_message([], {}).blocks)
+    assert listings.runs_message([], {}).text == "Nothing is waiting."
+    assert_valid(listings.runs_message([], {}).blocks)
     many = [pending(f"run_{i}", "t", i) for i in range(80)]
-    message = b.runs_message(many, {"run_1": "javascript:alert(1)"})
+    message = listings.runs_message(many, {"run_1": "javascript:alert(1)"})
     assert_valid(message.blocks)
     assert "javascript:" not in json.dumps(message.blocks)
     assert "and 32 more run(s)" in mrkdwn_texts(message.blocks)[-1]
     crowded = [pending("run_a", "t" * 60, i) for i in range(100)]
-    message = b.runs_message(crowded, {})
+    message = listings.runs_message(crowded, {})
     assert_valid(message.blocks)
     assert "more" in mrkdwn_texts(message.blocks)[1].splitlines()[-1]
 
@@ -629,7 +630,7 @@ def test_home_view() -> None:
         pending("run_a", "ask_human_input", 1, kind=RequestKind.WAIT_USER, prompt="Which <db>?"),
         pending("run_b", "drain_node", 2, kind=RequestKind.WAIT_EFFECT),
     ]
-    view = b.home_view(items, {"run_a": "https://example.slack.com/archives/C0/p1"}, "U0ME")
+    view = listings.home_view(items, {"run_a": "https://example.slack.com/archives/C0/p1"}, "U0ME")
     assert view["type"] == "home"
     assert_valid_view(view)
     text = "\n".join(mrkdwn_texts(view["blocks"]))
@@ -638,10 +639,10 @@ def test_home_view() -> None:
         "Which &lt;db&gt;?" in text
         and "<https://example.slack.com/archives/C0/p1|open the thread>" in text
     )
-    empty = b.home_view([], {}, "U0ME")
+    empty = listings.home_view([], {}, "U0ME")
     assert_valid_view(empty)
     assert "Nothing is waiting on you, <@U0ME>" in "\n".join(mrkdwn_texts(empty["blocks"]))
-    crowded = b.home_view([pending(f"run_{i}", "t", i) for i in range(300)], {}, "U0ME")
+    crowded = listings.home_view([pending(f"run_{i}", "t", i) for i in range(300)], {}, "U0ME")
     assert_valid_view(crowded)
 
 
@@ -650,7 +651,7 @@ def test_home_view() -> None:
 
 def test_deny_modal() -> None:
     request = approval()
-    view = b.deny_modal(request)
+    view = modals.deny_modal(request)
     assert_valid_view(view)
     assert view["callback_id"] == ids.DENY_MODAL and view["private_metadata"] == request.id
     assert view["title"]["text"] == "Deny" and view["submit"]["text"] == "Deny"
@@ -662,7 +663,7 @@ def test_deny_modal() -> None:
 
 def test_answer_modal() -> None:
     request = question(prompt=f"Why {HOSTILE}?")
-    view = b.answer_modal(request)
+    view = modals.answer_modal(request)
     assert_valid_view(view)
     assert view["callback_id"] == ids.ANSWER_MODAL and view["private_metadata"] == request.id
     (block,) = [block for block in view["blocks"] if block["type"] == "input"]
@@ -673,21 +674,21 @@ def test_answer_modal() -> None:
 
 def test_arguments_modal_shows_everything_that_fits() -> None:
     request = approval(arguments={"script": "line <&>\n" * 5000})  # ~45 KB, escaped ~90 KB
-    view = b.arguments_modal(request)
+    view = modals.arguments_modal(request)
     assert_valid_view(view)
     codes = [t for t in mrkdwn_texts(view["blocks"]) if t.startswith("```")]
     assert len(codes) > 10
     assert all(t.endswith("```") for t in codes)
     assert "line &lt;&amp;&gt;" in codes[0]
-    huge = b.arguments_modal(approval(arguments={"blob": "q" * 400_000}))
+    huge = modals.arguments_modal(approval(arguments={"blob": "q" * 400_000}))
     assert_valid_view(huge)
-    assert len(huge["blocks"]) == b.VIEW_BLOCKS_LIMIT
+    assert len(huge["blocks"]) == mrkdwn.VIEW_BLOCKS_LIMIT
     assert "kestrel runs show run_0123456789abcdef" in mrkdwn_texts(huge["blocks"])[-1]
 
 
 def test_ephemeral_text() -> None:
-    assert b.ephemeral_text("you may not <!here> & go") == "you may not &lt;!here&gt; &amp; go"
-    assert len(b.ephemeral_text("x" * 10_000)) <= b.SECTION_TEXT_LIMIT
+    assert mrkdwn.ephemeral_text("you may not <!here> & go") == "you may not &lt;!here&gt; &amp; go"
+    assert len(mrkdwn.ephemeral_text("x" * 10_000)) <= mrkdwn.SECTION_TEXT_LIMIT
 
 
 # -- ids -------------------------------------------------------------------------------------
@@ -767,7 +768,7 @@ def test_every_id_has_the_prefix_and_none_repeats() -> None:
 
 
 def test_one_pattern_routes_every_action_and_canonical_action_names_it() -> None:
-    card = b.request_card(question(("yes", "no")), reason="", may_answer=[])
+    card = cards.request_card(question(("yes", "no")), reason="", may_answer=[])
     option_ids = action_ids_of(card.blocks)
     for action_id in [*ids.ACTION_IDS, *option_ids]:
         assert ids.ACTION_PATTERN.search(action_id), action_id
@@ -850,30 +851,30 @@ def test_a_link_in_model_text_shows_its_target_on_answers_and_cards() -> None:
     long = TerminalResult(
         status=RunStatus.COMPLETED, stop_reason=StopReason.ANSWERED, text="x\n\n" * 7000 + DISGUISED
     )
-    assert_unmasked([m.blocks for m in b.answer_continuations(long)])
+    assert_unmasked([m.blocks for m in answers.answer_continuations(long)])
     failed = TerminalResult(
         status=RunStatus.FAILED, stop_reason=StopReason.MODEL_ERROR, text=DISGUISED
     )
-    assert_unmasked(b.answer_message(failed, run_id="run_x").body())
+    assert_unmasked(answers.answer_message(failed, run_id="run_x").body())
 
-    card = b.request_card(approval(), reason=DISGUISED, may_answer=["U0APPROVER"])
+    card = cards.request_card(approval(), reason=DISGUISED, may_answer=["U0APPROVER"])
     why = "*Why:* Pay at https://bank.example (https://evil.example); see docs (https://evil.example)."
     assert why in mrkdwn_texts(card.blocks)
     assert_unmasked(card.body())
-    asked = b.request_card(question(prompt=DISGUISED), reason="", may_answer=["U0APPROVER"])
+    asked = cards.request_card(question(prompt=DISGUISED), reason="", may_answer=["U0APPROVER"])
     assert_unmasked(asked.body())
-    assert_unmasked(b.answer_modal(question(prompt=DISGUISED)))
+    assert_unmasked(modals.answer_modal(question(prompt=DISGUISED)))
     said = Decision(request_id="req_1", kind=DecisionKind.DENY, text=DISGUISED, by="U0DECIDER")
-    closed = b.request_card(
-        approval(), reason="", may_answer=[], closed=b.ClosedCard(RequestStatus.ANSWERED, said)
+    closed = cards.request_card(
+        approval(), reason="", may_answer=[], closed=cards.ClosedCard(RequestStatus.ANSWERED, said)
     )
     assert_unmasked(closed.body())
-    assert_unmasked(b.working_message([DISGUISED]).body())
-    assert_unmasked(b.ephemeral_text(DISGUISED))
+    assert_unmasked(status.working_message([DISGUISED]).body())
+    assert_unmasked(mrkdwn.ephemeral_text(DISGUISED))
 
 
 def test_a_link_in_a_calls_arguments_is_shown_exactly_in_its_code_block() -> None:
-    card = b.request_card(
+    card = cards.request_card(
         approval(arguments={"body": "[docs](https://evil.example)"}), reason="", may_answer=[]
     )
     code = next(t for t in mrkdwn_texts(card.blocks) if t.startswith("```"))

@@ -21,9 +21,9 @@ from adapters.web.timeline import (
     Turn,
     UserText,
     build_run_page,
-    thread_of,
 )
 from bot.chat.service import ChatService, RunView
+from bot.chat.words import thread_of
 from bot.domain import (
     AssistantTurn,
     DecisionKind,

@@ -16,7 +16,8 @@ import time
 import pytest
 
 from bot.pii.guard import PiiGuard, PiiMode, PiiSettings, resolve_overlaps
-from bot.pii.recognizers import Scanner, fold
+from bot.pii.recognizers import Scanner
+from bot.pii.scantext import fold
 
 GUARD = PiiGuard(PiiSettings(mode=PiiMode.REDACT))
 AWS_ID = "AKIAIOSFODNN7EXAMPLE"

@@ -9,22 +9,14 @@ import time
 
 import pytest
 
+from bot.pii.checks import _anchored, _ipv4_ok, card_brand_ok, iban_ok, luhn_ok, ssn_ok
+from bot.pii.credentials import _A_KEYS, _JWT
+from bot.pii.emails import _AT_SIGN
+from bot.pii.encoded import _SECRET_LABELS
 from bot.pii.guard import resolve_overlaps
-from bot.pii.recognizers import (
-    _A_KEYS,
-    _AT_SIGN,
-    _INTL_PHONE,
-    _JWT,
-    _SECRET_LABELS,
-    ENTITY_TYPES,
-    Scanner,
-    _anchored,
-    _ipv4_ok,
-    card_brand_ok,
-    iban_ok,
-    luhn_ok,
-    ssn_ok,
-)
+from bot.pii.numbers import _INTL_PHONE
+from bot.pii.recognizers import Scanner
+from bot.pii.scantext import ENTITY_TYPES
 
 SCAN = Scanner()
 

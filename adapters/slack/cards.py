@@ -1,0 +1,232 @@
+"""Request cards: an approval, a question or an uncertain effect, open or closed, as a
+Slack message; pure, like every builder here (see ``adapters.slack.mrkdwn``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import assert_never
+
+from slack_sdk.models.blocks import (
+    ConfirmObject,
+    MarkdownTextObject,
+    Option,
+    PlainTextObject,
+    StaticSelectElement,
+)
+
+from adapters.slack import ids
+from adapters.slack.mrkdwn import (
+    BUTTONS_PER_ACTIONS,
+    CONFIRM_TEXT_LIMIT,
+    DECISION_TEXT_LIMIT,
+    OPTION_TEXT_LIMIT,
+    PROMPT_LIMIT,
+    REASON_LIMIT,
+    SELECT_OPTIONS_LIMIT,
+    SlackMessage,
+    _actions,
+    _arguments_section,
+    _button,
+    _checked,
+    _context,
+    _fit,
+    _fit_fallback,
+    _inline,
+    _person,
+    _plain,
+    _principals,
+    _section,
+    escape,
+    slack_date,
+)
+from bot.chat.cards import closing
+from bot.domain import (
+    Decision,
+    Request,
+    RequestKind,
+    RequestStatus,
+)
+
+
+@dataclass(frozen=True)
+class ClosedCard:
+    """How a request closed, for the card's final form: its status and the decision, if any."""
+
+    status: RequestStatus
+    decision: Decision | None = None
+
+
+def request_card(
+    request: Request,
+    *,
+    reason: str,
+    may_answer: Sequence[str],
+    closed: ClosedCard | None = None,
+) -> SlackMessage:
+    """The card of an open request (approval, question, uncertain effect) with its buttons,
+    or, given ``closed``, its final form: the same facts, no buttons, and how it closed."""
+    match request.kind:
+        case RequestKind.WAIT_APPROVAL:
+            return _approval_card(request, reason, may_answer, closed)
+        case RequestKind.WAIT_USER:
+            return _question_card(request, may_answer, closed)
+        case RequestKind.WAIT_EFFECT:
+            return _effect_card(request, may_answer, closed)
+        case _:
+            assert_never(request.kind)
+
+
+def _facts(request: Request, who: str, may_answer: Sequence[str], open_: bool) -> list[str]:
+    facts = [f"Requested by {_person(request.requested_by, nobody='the run')}"]
+    if request.deadline is not None and open_:
+        facts.append(f"Expires {slack_date(request.deadline)}")
+    facts.append(f"{who}: {_principals(may_answer)}")
+    return facts
+
+
+def _approval_card(
+    request: Request, reason: str, may_answer: Sequence[str], closed: ClosedCard | None
+) -> SlackMessage:
+    tool = _inline(request.tool)
+    title = "Approval needed" if closed is None else "Approval requested"
+    arguments, cut = _arguments_section(request.arguments)
+    blocks = [_section(f"*{title}:* {tool}"), arguments]
+    if reason.strip():
+        blocks.append(_section(f"*Why:* {_fit(reason.strip(), REASON_LIMIT)}"))
+    facts = _facts(request, "May approve", may_answer, closed is None)
+    if request.approvals_needed > 1:
+        facts.append(f"Needs {request.approvals_needed} approvals from different people")
+    blocks.append(_context(facts))
+    if closed is None:
+        buttons = [_button("Approve once", ids.APPROVE_ONCE, request.id, "primary")]
+        if request.approvals_needed <= 1:  # the policy refuses a standing grant otherwise
+            buttons.append(_button("Approve for this run", ids.APPROVE_RUN, request.id))
+        buttons.append(_button("Deny", ids.DENY, request.id, "danger"))
+        if cut:
+            buttons.append(_button("Full arguments", ids.SHOW_ARGUMENTS, request.id))
+        blocks.append(_actions(buttons))
+        text = f"Approval needed: {escape(request.tool)}"
+    else:
+        outcome = _closed_line(closed)
+        blocks.append(_context([outcome]))
+        text = f"Approval for {escape(request.tool)}: {outcome}"
+    return SlackMessage(_fit_fallback(text), _checked(blocks))
+
+
+def _question_card(
+    request: Request, may_answer: Sequence[str], closed: ClosedCard | None
+) -> SlackMessage:
+    question = _fit(request.prompt.strip() or "(no question text)", PROMPT_LIMIT)
+    blocks = [_section(f"*Question:* {question}")]
+    facts = _facts(request, "May answer", may_answer, closed is None)
+    if closed is not None:
+        outcome = _closed_line(closed)
+        blocks.append(_context([*facts, outcome]))
+        return SlackMessage(
+            _fit_fallback(f"Question: {escape(request.prompt)} ({outcome})"), _checked(blocks)
+        )
+    blocks.append(_context(facts))
+    options = list(request.options)
+    if not options:
+        blocks.append(_section("_Reply in this thread to answer, or:_"))
+        blocks.append(_actions([_button("Answer", ids.ANSWER, request.id)]))
+    elif len(options) <= BUTTONS_PER_ACTIONS:
+        blocks.append(
+            _actions(
+                [
+                    _button(option, ids.choice_action_id(i), ids.choice_value(request.id, i))
+                    for i, option in enumerate(options)
+                ]
+            )
+        )
+    else:
+        shown = options[:SELECT_OPTIONS_LIMIT]
+        select = StaticSelectElement(
+            action_id=ids.CHOOSE,
+            placeholder=PlainTextObject(text="Choose an answer"),
+            options=[
+                Option(
+                    text=PlainTextObject(text=_plain(option, OPTION_TEXT_LIMIT)),
+                    value=ids.choice_value(request.id, i),
+                )
+                for i, option in enumerate(shown)
+            ],
+        )
+        blocks.append(_actions([select]))
+        if len(options) > len(shown):
+            blocks.append(
+                _context(
+                    [
+                        f"{len(options) - len(shown)} more options do not fit the menu: reply in"
+                        " this thread with the option's text."
+                    ]
+                )
+            )
+    return SlackMessage(_fit_fallback(f"Question: {escape(request.prompt)}"), _checked(blocks))
+
+
+def _effect_card(
+    request: Request, may_answer: Sequence[str], closed: ClosedCard | None
+) -> SlackMessage:
+    tool = _inline(request.tool)
+    verb = "is" if closed is None else "was"
+    blocks = [_section(f"*The outcome of {tool} {verb} uncertain*")]
+    if request.prompt.strip():
+        blocks.append(_section(_fit(request.prompt.strip(), PROMPT_LIMIT)))
+    arguments, cut = _arguments_section(request.arguments)
+    blocks.append(arguments)
+    facts = _facts(request, "May settle", may_answer, closed is None)
+    blocks.append(_context(facts))
+    if closed is None:
+        retry_warning = ConfirmObject(
+            title=PlainTextObject(text="Run it again?"),
+            text=MarkdownTextObject(
+                text=_fit(
+                    f"{request.tool} may already have taken effect: Retry runs it a second time.",
+                    CONFIRM_TEXT_LIMIT,
+                )
+            ),
+            confirm=PlainTextObject(text="Retry"),
+            deny=PlainTextObject(text="Cancel"),
+        )
+        buttons = [
+            _button("Retry", ids.EFFECT_RETRY, request.id, confirm=retry_warning),
+            _button("Mark done", ids.EFFECT_DONE, request.id, "primary"),
+            _button("Mark failed", ids.EFFECT_FAILED, request.id, "danger"),
+        ]
+        if cut:
+            buttons.append(_button("Full arguments", ids.SHOW_ARGUMENTS, request.id))
+        blocks.append(_actions(buttons))
+        text = f"The outcome of {escape(request.tool)} is uncertain"
+    else:
+        outcome = _closed_line(closed)
+        blocks.append(_context([outcome]))
+        text = f"The outcome of {escape(request.tool)} was uncertain: {outcome}"
+    return SlackMessage(_fit_fallback(text), _checked(blocks))
+
+
+_EMOJI = {
+    "Approved": ":white_check_mark:",
+    "Approved for this run": ":white_check_mark:",
+    "Denied": ":no_entry:",
+    "Answered": ":speech_balloon:",
+    "Retried": ":repeat:",
+    "Marked done": ":white_check_mark:",
+    "Marked failed": ":x:",
+    "Expired": ":hourglass:",
+    "Cancelled": ":heavy_multiplication_x:",
+}
+
+
+def _closed_line(closed: ClosedCard) -> str:
+    end = closing(closed.status, closed.decision)
+    line = f"{_EMOJI.get(end.phrase, '')} {escape(end.phrase)}".strip()
+    if end.by:
+        line += f" by {_person(end.by)}"
+    if end.at is not None and not end.said:
+        line += f" {slack_date(end.at)}"
+    if end.said:
+        line += f": {_fit(end.said, DECISION_TEXT_LIMIT)}"
+    return line

@@ -1,0 +1,156 @@
+"""What waits on people: the ephemeral ``/kestrel runs`` listing and the App Home view.
+Post the listing ephemerally: it mentions people.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from slack_sdk.models.blocks import (
+    HeaderBlock,
+    PlainTextObject,
+)
+from slack_sdk.models.views import View
+
+from adapters.slack.mrkdwn import (
+    _KIND_NAMES,
+    MESSAGE_BLOCKS_LIMIT,
+    SECTION_TEXT_LIMIT,
+    VIEW_BLOCKS_LIMIT,
+    SlackMessage,
+    _ago,
+    _checked,
+    _context,
+    _fit,
+    _inline,
+    _link,
+    _person,
+    _principals,
+    _section,
+    principal,
+    slack_date,
+)
+from bot.chat.service import PendingRequest
+from bot.domain import (
+    RequestKind,
+)
+
+
+def _item_line(item: PendingRequest, *, with_run: bool) -> str:
+    request = item.request
+    parts = [f"{_KIND_NAMES[request.kind]} {_inline(request.tool)}"]
+    if with_run:
+        parts.append(f"run {_inline(request.run_id)}")
+    parts.append(f"asked {_ago(request.created_at)}")
+    if request.deadline is not None:
+        parts.append(f"expires {slack_date(request.deadline)}")
+    parts.append(f"may answer: {_principals(item.may_answer, most=5)}")
+    if item.note:
+        parts.append(f"_{_fit(item.note, 200)}_")
+    return " · ".join(parts)
+
+
+def runs_message(pending: Sequence[PendingRequest], links: Mapping[str, str]) -> SlackMessage:
+    """The workspace's open requests grouped by run, oldest first, each run linked to its
+    thread (``links``: run id → permalink). Post it ephemerally: it mentions people."""
+    if not pending:
+        return SlackMessage("Nothing is waiting.", _checked([_section("Nothing is waiting.")]))
+    runs: dict[str, list[PendingRequest]] = {}
+    for item in pending:
+        runs.setdefault(item.request.run_id, []).append(item)
+    summary = f"*Open requests:* {len(pending)} in {len(runs)} run(s)"
+    blocks = [_section(summary)]
+    room = MESSAGE_BLOCKS_LIMIT - 2  # the summary, and a last line for what does not fit
+    for shown, (run_id, items) in enumerate(runs.items()):
+        if shown == room:
+            rest = sum(len(later) for later in list(runs.values())[room:])
+            blocks.append(_context([f"and {len(runs) - room} more run(s), {rest} request(s)"]))
+            break
+        head = f"*Run* {_inline(run_id)}"
+        link = _link(links.get(run_id), "thread")
+        if link:
+            head += f" · {link}"
+        blocks.append(_section(_lines_within(head, [_item_line(i, with_run=False) for i in items])))
+    text = f"{len(pending)} open request(s) in {len(runs)} run(s)"
+    return SlackMessage(text, _checked(blocks))
+
+
+def _lines_within(head: str, rows: Sequence[str], limit: int = SECTION_TEXT_LIMIT) -> str:
+    """``head`` and as many ``• row`` lines as fit in one section, then how many did not."""
+    text = head
+    for i, row in enumerate(rows):
+        line = f"\n• {row}"
+        tail = f"\n• and {len(rows) - i} more"
+        if len(text) + len(line) + len(tail) > limit:
+            return text + tail
+        text += line
+    return text
+
+
+def home_view(
+    items: Sequence[PendingRequest], links: Mapping[str, str], user: str
+) -> dict[str, Any]:
+    """The App Home of ``user``: what waits on them (``items``: the open requests they may
+    answer, as the caller found with the policy), grouped by kind, linked to their threads."""
+    blocks: list[dict[str, Any]] = [
+        HeaderBlock(text=PlainTextObject(text="Waiting on you")).to_dict()
+    ]
+    if not items:
+        blocks.append(
+            _section(
+                f"Nothing is waiting on you, {principal(user)}. :sparkles:\nWhen a run needs"
+                " your approval or asks you a question, it shows up here with a link to its"
+                " thread."
+            )
+        )
+        blocks.append(
+            _context(
+                [
+                    "Mention @Kestrel in a channel to start a run · `/kestrel runs` lists every"
+                    " open request"
+                ]
+            )
+        )
+        return View(type="home", blocks=_checked(blocks, VIEW_BLOCKS_LIMIT)).to_dict()
+    groups = [
+        (RequestKind.WAIT_APPROVAL, "Approvals you may decide"),
+        (RequestKind.WAIT_USER, "Questions for you"),
+        (RequestKind.WAIT_EFFECT, "Uncertain effects you may settle"),
+    ]
+    room = VIEW_BLOCKS_LIMIT - len(blocks) - 2 * len(groups) - 2
+    for kind, title in groups:
+        mine = [item for item in items if item.request.kind is kind]
+        if not mine:
+            continue
+        blocks.append(_section(f"*{title}* ({len(mine)})"))
+        for n, item in enumerate(mine):
+            if room <= 0:
+                blocks.append(_context([f"and {len(mine) - n} more"]))
+                break
+            blocks.append(_section(_home_item(item, links)))
+            room -= 1
+    blocks.append(
+        _context(
+            ["The card in each thread has the buttons; a question is answered by replying there."]
+        )
+    )
+    return View(type="home", blocks=_checked(blocks, VIEW_BLOCKS_LIMIT)).to_dict()
+
+
+def _home_item(item: PendingRequest, links: Mapping[str, str]) -> str:
+    request = item.request
+    head = (
+        f"{_inline(request.tool)} · requested by {_person(request.requested_by, nobody='the run')}"
+    )
+    link = _link(links.get(request.run_id), "open the thread")
+    if link:
+        head += f" · {link}"
+    lines = [head]
+    if request.kind is RequestKind.WAIT_USER and request.prompt.strip():
+        lines.append(f"> {_fit(' '.join(request.prompt.split()), 500)}")
+    when = f"asked {_ago(request.created_at)}"
+    if request.deadline is not None:
+        when += f" · expires {slack_date(request.deadline)}"
+    lines.append(when)
+    return "\n".join(lines)

@@ -1,0 +1,106 @@
+"""The words every platform says alike, as plain text: why a run stopped, its status and budget
+lines, which option a click chose, and the link to a session's thread. Each adapter adds only
+its markup (escaping, bold, code spans) around them."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from bot.kinds import StopReason
+
+_REASONS: Final[dict[StopReason, str]] = {
+    StopReason.ANSWERED: "answered",
+    StopReason.ITERATION_LIMIT: "iteration limit reached",
+    StopReason.TOOL_CALL_LIMIT: "tool call limit reached",
+    StopReason.TOKEN_BUDGET: "token budget exhausted",
+    StopReason.DEADLINE: "deadline passed",
+    StopReason.NO_PROGRESS: "no progress (the same calls kept returning the same results)",
+    StopReason.CANCELLED: "cancelled",
+    StopReason.MODEL_ERROR: "model error",
+    StopReason.TRUNCATED: "the model's reply was cut off",
+    StopReason.POLICY: "refused by the policy",
+    StopReason.TAKEN_OVER: "taken over by another process",
+    StopReason.PANIC: "stopped by the panic switch",
+    StopReason.UNCERTAIN_EFFECT: "an effect's outcome is uncertain",
+    StopReason.HOOK_ABORT: "aborted by a hook",
+    StopReason.SETUP_ERROR: "could not be set up",
+    StopReason.SUSPEND_REQUESTED: "suspended on request",
+    StopReason.INTERRUPTED: "interrupted",
+    StopReason.WAITING: "waiting for people",
+}
+
+# What a click on an option that the question does not have gets, on every platform.
+NOT_AN_OPTION: Final = "That is not one of the options."
+
+
+def stop_reason_words(value: StopReason | str) -> str:
+    """Why a run stopped, for people ("token budget exhausted"); an unknown reason as it is."""
+    try:
+        return _REASONS[StopReason(value)]
+    except ValueError:
+        return str(value).replace("_", " ")
+
+
+def status_words(status: str, reason: StopReason | str) -> str:
+    """``Run failed: token budget exhausted``; just ``Run completed`` where the reason says
+    no more than the status (or there is none)."""
+    words = stop_reason_words(reason) if reason else ""
+    return f"Run {status}" if not words or words == status else f"Run {status}: {words}"
+
+
+def number_words(value: float) -> str:
+    """A count as people read it: ``12,345``; one decimal when it is not whole."""
+    return f"{int(value):,}" if float(value).is_integer() else f"{value:,.1f}"
+
+
+def budget_words(used: Mapping[str, tuple[float, float]]) -> str:
+    """``iterations 2/10, tokens 1,234/200,000``: each budget used, over its limit if any."""
+    parts = []
+    for name, (count, limit) in used.items():
+        label = name.replace("_", " ")
+        shown = number_words(count) if not limit else f"{number_words(count)}/{number_words(limit)}"
+        parts.append(f"{label} {shown}")
+    return ", ".join(parts)
+
+
+def chosen_option(options: Sequence[str], index: int | None) -> str | None:
+    """The option a click's index picks; None when the question has no such option."""
+    if index is None or not 0 <= index < len(options):
+        return None
+    return options[index]
+
+
+# --- a session's thread ----------------------------------------------------------------------
+
+_SLACK_ID = re.compile(r"[A-Z0-9]{2,32}")
+_SLACK_TS = re.compile(r"[0-9]{1,12}\.[0-9]{1,9}")
+_SNOWFLAKE = re.compile(r"[0-9]{1,20}")
+
+
+@dataclass(frozen=True, slots=True)
+class Thread:
+    """The chat thread a run belongs to: a label, and a link when the platform has one."""
+
+    platform: str
+    label: str
+    url: str | None = None
+
+
+def thread_of(session_id: str) -> Thread:
+    """The thread a session id names: ``slack:TEAM:CHANNEL:THREAD_TS`` and
+    ``discord:GUILD:THREAD`` become links; anything else (a console session) is a label."""
+    parts = session_id.split(":")
+    if len(parts) == 4 and parts[0] == "slack":
+        _, team, channel, ts = parts
+        if _SLACK_ID.fullmatch(team) and _SLACK_ID.fullmatch(channel) and _SLACK_TS.fullmatch(ts):
+            url = f"https://app.slack.com/client/{team}/{channel}/thread/{channel}-{ts}"
+            return Thread("slack", f"Slack {channel}, thread {ts}", url)
+    if len(parts) == 3 and parts[0] == "discord":
+        _, guild, thread = parts
+        if _SNOWFLAKE.fullmatch(guild) and _SNOWFLAKE.fullmatch(thread):
+            url = f"https://discord.com/channels/{guild}/{thread}"
+            return Thread("discord", f"Discord thread {thread}", url)
+    return Thread("", session_id)

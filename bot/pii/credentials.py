@@ -1,0 +1,316 @@
+"""Secrets found from a literal prefix (cloud and API keys, tokens, JWTs, private keys) or
+from their labels (passwords, bearer and basic tokens, authorization, AWS secret keys).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from bot.pii.checks import _anchored, _word_before
+from bot.pii.encoded import _decode_base64, _looks_secret
+from bot.pii.scantext import _BASE64_CHARS, PiiHit, ScanText
+
+_A_KEYS = re.compile(
+    r"A(?<![0-9A-Za-z_]A)(?:"
+    r"(?P<aws>(?:KIA|SIA|BIA|CCA)[A-Z2-7]{16})(?![0-9A-Za-z])"
+    r"|(?P<google>Iza[0-9A-Za-z_-]{35})(?![0-9A-Za-z_-]))"
+)
+
+
+# A 40-character secret access key, unlabelled, next to its key id (a credentials CSV,
+# "aws configure" answers, two env values pasted on one line).
+_AWS_SECRET_SHAPE = re.compile(r"(?<![A-Za-z0-9/+=])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])")
+_AWS_PAIR_REACH = 256
+
+
+def _aws_secrets_near(text: str, start: int, end: int) -> Iterator[PiiHit]:
+    low, high = max(0, start - _AWS_PAIR_REACH), min(len(text), end + _AWS_PAIR_REACH)
+    for match in _AWS_SECRET_SHAPE.finditer(text, low, high):
+        if match.end() == high and high < len(text) and text[high] in _BASE64_CHARS:
+            continue  # a longer run cut by the window
+        key = match.group()
+        # Generated keys mix cases; a git sha or a hex digest of the same length does not.
+        if not key.islower() and not key.isupper() and not key.isalpha():
+            yield PiiHit("AWS_SECRET_KEY", match.start(), match.end())
+
+
+def find_a_keys(src: ScanText) -> Iterator[PiiHit]:
+    """AWS access key ids (AKIA/ASIA...) with any secret key beside them, Google API keys."""
+    text = src.text
+    for match in _anchored(_A_KEYS, text, "A"):
+        if match.group("aws"):
+            yield PiiHit("AWS_ACCESS_KEY", match.start(), match.end())
+            yield from _aws_secrets_near(text, match.start(), match.end())
+        else:
+            yield PiiHit("GOOGLE_API_KEY", match.start(), match.end())
+
+
+_GITHUB = re.compile(
+    r"g(?<![0-9A-Za-z_]g)(?:h[pousr]_[A-Za-z0-9]{36,251}+|ithub_pat_[A-Za-z0-9_]{22,255}+)"
+    r"(?![A-Za-z0-9_])"
+)
+
+
+def find_github(src: ScanText) -> Iterator[PiiHit]:
+    """GitHub tokens: ghp_, gho_, ghu_, ghs_, ghr_ and fine-grained github_pat_."""
+    for match in _GITHUB.finditer(src.text):
+        yield PiiHit("GITHUB_TOKEN", match.start(), match.end())
+
+
+# Anchored on "k" so "sk-", "sk_live_" and "rk_live_" share one pass that skips to a rare letter.
+_K_KEYS = re.compile(
+    r"k(?<=[sr]k)(?<![0-9A-Za-z_-][sr]k)(?:"
+    r"(?<=sk)-(?P<openai>[A-Za-z0-9_-]{32,}+)"
+    r"|_(?:live|test)_(?P<stripe>[A-Za-z0-9]{16,}+)(?![A-Za-z0-9_]))"
+)
+
+
+def _looks_random(token: str) -> bool:
+    """True if the token mixes capitals, small letters and digits, as generated keys do."""
+    return (
+        any(char.isdigit() for char in token)
+        and any(char.isupper() for char in token)
+        and any(char.islower() for char in token)
+    )
+
+
+def find_k_keys(src: ScanText) -> Iterator[PiiHit]:
+    """OpenAI keys (sk-, sk-proj-...) and Stripe secret or restricted keys (sk_/rk_live_...)."""
+    for match in _K_KEYS.finditer(src.text):
+        if match.group("stripe"):
+            yield PiiHit("STRIPE_KEY", match.start() - 1, match.end())
+        elif _looks_random(match.group("openai")):
+            yield PiiHit("OPENAI_API_KEY", match.start() - 1, match.end())
+
+
+_SLACK = re.compile(r"x(?<![0-9A-Za-z_-]x)(?:ox[abeoprs]|app)-[A-Za-z0-9-]{10,}+")
+
+
+def find_slack(src: ScanText) -> Iterator[PiiHit]:
+    """Slack tokens: xoxb-, xoxp-, xoxa-, xoxe-, xoxo-, xoxr-, xoxs- and app tokens xapp-."""
+    text = src.text
+    for match in _SLACK.finditer(text):
+        end = match.end()
+        while text[end - 1] == "-":
+            end -= 1
+        if any(char.isdigit() for char in text[match.start() + 5 : end]):
+            yield PiiHit("SLACK_TOKEN", match.start(), end)
+
+
+# Anchored on the capital J of "eyJ" (base64 of '{"'), much rarer than its "e".
+_JWT = re.compile(
+    r"J(?<=eyJ)(?<![0-9A-Za-z_-]eyJ)[A-Za-z0-9_-]{8,}+\.eyJ[A-Za-z0-9_-]{8,}+\.[A-Za-z0-9_-]*+"
+)
+
+
+def find_jwt(src: ScanText) -> Iterator[PiiHit]:
+    """JSON Web Tokens: three base64url segments, header and payload starting with eyJ."""
+    for match in _anchored(_JWT, src.text, "J"):
+        yield PiiHit("JWT", match.start() - 2, match.end())
+
+
+_PEM_BEGIN = re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----")
+_PEM_END = re.compile(r"-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----")
+# A block cut short (head -c, a truncated log line) is covered through its last base64 or
+# header line; lines end with real newlines or JSON-escaped ones (read as "\ ", see ScanText).
+_PEM_BODY = re.compile(
+    r"(?:(?:\r?\n|(?:\\ )?\\ )[ \t]*(?:[A-Za-z0-9+/=]++|[A-Za-z][A-Za-z-]*:[^\r\n\\]*+)?[ \t]*"
+    r"(?=\r?\n|\\ |\"|\Z))*+"
+)
+_PEM_REACH = 65536  # a private key block is a few KB; an END farther away belongs to another
+
+
+def find_private_keys(src: ScanText) -> Iterator[PiiHit]:
+    """PEM and PGP private key blocks, BEGIN through END (or through the key material)."""
+    text = src.text
+    if "-----BEGIN " not in text:  # a long literal: str's search skips most of the text
+        return
+    begins = list(_PEM_BEGIN.finditer(text))
+    ends = list(_PEM_END.finditer(text, begins[0].end())) if begins else []
+    next_end = 0
+    for index, begin in enumerate(begins):
+        # A block's END lies before the next BEGIN; one beyond it belongs to another key.
+        limit = begins[index + 1].start() if index + 1 < len(begins) else len(text)
+        while next_end < len(ends) and ends[next_end].start() < begin.end():
+            next_end += 1
+        end = ends[next_end] if next_end < len(ends) else None
+        if end is not None and end.end() <= limit and end.start() - begin.end() <= _PEM_REACH:
+            stop = end.end()
+        else:
+            body = _PEM_BODY.match(text, begin.end(), limit)
+            stop = body.end() if body else begin.end()
+            while text[stop - 1] in " \t\r\n\\":
+                stop -= 1  # blank lines (real or escaped) after the key material are not in it
+        yield PiiHit("PRIVATE_KEY", begin.start(), stop)
+
+
+# ---------------------------------------------------------------------------------------------
+# Passwords, bearer tokens and AWS secret keys: found from their labels
+
+
+_URL_CREDENTIALS = re.compile(r"://[^\s:/@\"'<>]{0,256}:(?P<password>[^\s/\"'<>]{1,256})@")
+
+
+def find_url_passwords(src: ScanText) -> Iterator[PiiHit]:
+    """The password of scheme://user:password@host."""
+    if "@" not in src.text:  # memchr: most outputs have no "@" at all
+        return
+    for match in _URL_CREDENTIALS.finditer(src.text):
+        yield PiiHit("CONNECTION_STRING_PASSWORD", *match.span("password"))
+
+
+# key=value, and a quoted key with a quoted value ("password": "x"): a colon after a bare
+# word ("password: required") is prose as often as it is YAML.
+_PASSWORD_KEY = re.compile(r"p(?:ass(?:word|wd)|wd)(?:[ \t]*=[ \t]*|[\"'][ \t]*:[ \t]*(?=[\"']))")
+_PASSWORD_VALUE = re.compile(
+    r"\"(?P<dq>[^\"\r\n]{1,256})\"|'(?P<sq>[^'\r\n]{1,256})'|\{(?P<br>[^}\r\n]{1,256})\}"
+    r"|(?P<bare>[^\s;&,\"'<>]+)"
+)
+
+_NEXT_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+
+
+def find_keyvalue_passwords(src: ScanText) -> Iterator[PiiHit]:
+    """The value of password=, passwd= or pwd= in key=value connection strings."""
+    text = src.text
+    for key in _PASSWORD_KEY.finditer(src.lower):
+        value = _PASSWORD_VALUE.match(text, key.end())
+        if value is None:
+            continue
+        group = value.lastgroup or "bare"
+        start, end = value.span(group)
+        secret = text[start:end]
+        if set(secret) == {"*"}:
+            continue  # already masked
+        if group == "bare" and key.group()[-1] in " \t" and _NEXT_KEY.match(secret):
+            continue  # "password= dbname=app": the password is empty, the next key follows
+        if key.group().startswith("pwd") and secret[0] in "/~.":
+            continue  # PWD=/home/... is the shell's working directory, not a password
+        yield PiiHit("CONNECTION_STRING_PASSWORD", start, end)
+
+
+# curl's -u/--user and -U/--proxy-user USER:PASSWORD on a command line. The flag is a word
+# of its own; the value may be quoted or glued to the short flag (-uuser:pass).
+_USER_FLAG = re.compile(
+    r"(?:--(?:proxy-)?user[ \t]+|-[uU][ \t]*)"
+    r"(?:\"(?P<dq>[^\"\r\n]{1,256})\"|'(?P<sq>[^'\r\n]{1,256})'|(?P<bare>[^\s\"'`;|&)]{1,256}))"
+)
+_FLAG_OPENERS = frozenset(" \t\r\n\"'`=(")
+_PLACEHOLDER_STARTS = ("$", "<", "{{", "%")
+
+
+_DASH_U = re.compile(r"-u")
+
+
+def _user_flags(text: str, lower: str) -> Iterator[re.Match[str]]:
+    """The -u, -U, --user and --proxy-user flags with their values, found from "-u".
+
+    A regex that starts with a lookbehind gets no literal prefix to skip to; the two-character
+    literal on the lower-case text, shared with other recognizers, is found in one C pass.
+    """
+    for dash in _DASH_U.finditer(lower):
+        start = position = dash.start()
+        if text.startswith("--user", position - 1):
+            start = position - 1
+        elif text.startswith("--proxy-user", position - 7):
+            start = position - 7
+        if start == 0 or text[start - 1] in _FLAG_OPENERS:
+            found = _USER_FLAG.match(text, start)
+            if found is not None:
+                yield found
+
+
+def find_user_flag_passwords(src: ScanText) -> Iterator[PiiHit]:
+    """The password of -u USER:PASSWORD, --user USER:PASSWORD (curl) and the proxy forms.
+
+    uid:gid (docker run -u 1000:1000) and user:group (-u app:app) are not credentials, and
+    $PASS, <password> or an already masked *** give nothing away.
+    """
+    text = src.text
+    for match in _user_flags(text, src.lower):
+        group = match.lastgroup or "bare"
+        start, end = match.span(group)
+        user, colon, password = text[start:end].partition(":")
+        if not colon or not password or password == user or set(password) == {"*"}:
+            continue
+        if password.startswith(_PLACEHOLDER_STARTS) or (user.isdigit() and password.isdigit()):
+            continue
+        yield PiiHit("BASIC_AUTH", start + len(user) + 1, end)
+
+
+# One pass for both schemes: "b" is rarer in logs than two separate six-letter scans cost.
+_AUTH_SCHEME = re.compile(r"b(?:earer|asic)[ \t]+")
+_BEARER_TOKEN = re.compile(r"[A-Za-z0-9._~+/-]{12,}+=*")
+_BASIC_TOKEN = re.compile(r"[A-Za-z0-9+/]{4,}+=*(?![A-Za-z0-9_.~-])")
+
+
+def find_bearer_and_basic(src: ScanText) -> Iterator[PiiHit]:
+    """The token after "Bearer", and the credentials after "Basic" (as in Authorization)."""
+    text, lower = src.text, src.lower
+    if "bearer" not in lower and "basic" not in lower:  # str's search skips most of the text
+        return
+    for label in _AUTH_SCHEME.finditer(lower):
+        if _word_before(lower, label.start()):
+            continue
+        if lower[label.start() + 1] == "e":
+            token = _BEARER_TOKEN.match(text, label.end())
+            # "Bearer authentication" is prose; tokens carry digits or capitals.
+            if token and any(char.isdigit() or char.isupper() for char in token.group()):
+                yield PiiHit("BEARER_TOKEN", token.start(), token.end())
+            continue
+        token = _BASIC_TOKEN.match(text, label.end())
+        if token is None:
+            continue
+        decoded = _decode_base64(token.group(), shortest=3)
+        # "Basic authentication" is prose; credentials decode to user:password.
+        if (decoded is not None and ":" in decoded) or (
+            len(token.group()) >= 12 and _looks_random(token.group())
+        ):
+            yield PiiHit("BASIC_AUTH", token.start(), token.end())
+
+
+_AUTHORIZATION = re.compile(r"authorization[\"']?[ \t]*[:=][ \t]*[\"']?")
+_AUTH_VALUE = re.compile(r"[^\s\"'\\]++(?:[ \t]++[^\s\"'\\]++)*+")
+# Schemes whose credentials follow them; Bearer and Basic have recognizers of their own.
+_AUTH_SCHEMES = frozenset(
+    {"token", "digest", "apikey", "api-key", "key", "sso-key", "ssws", "splunk", "negotiate"}
+    | {"ntlm", "hoba", "mutual", "aws4-hmac-sha256", "vapid", "dpop", "gosso", "otp"}
+)
+
+
+def find_authorization(src: ScanText) -> Iterator[PiiHit]:
+    """The credentials of an Authorization header in a scheme other than Bearer or Basic."""
+    text = src.text
+    if "authorization" not in src.lower:  # a long literal: str's search skips most of the text
+        return
+    for label in _AUTHORIZATION.finditer(src.lower):
+        value = _AUTH_VALUE.match(text, label.end())
+        if value is None:
+            continue
+        scheme, _, rest = value.group().partition(" ")
+        rest = rest.lstrip(" \t")
+        if scheme.lower() in _AUTH_SCHEMES and rest:
+            yield PiiHit("GENERIC_SECRET", value.end() - len(rest), value.end())
+        elif not rest and len(scheme) >= 12 and _looks_secret(scheme):
+            yield PiiHit("GENERIC_SECRET", value.start(), value.end())
+
+
+_AWS_SECRET_LABEL = re.compile(r"secret_?(?:access_?)?key")
+_AWS_SECRET_VALUE = re.compile(
+    r"[\"']?[ \t]*(?:=>|[:=])[ \t]*[\"']?(?P<key>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])"
+)
+
+
+def find_aws_secret(src: ScanText) -> Iterator[PiiHit]:
+    """A 40-character AWS secret access key after an aws_secret_access_key-like label."""
+    lower = src.lower
+    if "secret" not in lower:  # a long literal: str's search skips most of the text
+        return
+    for label in _AWS_SECRET_LABEL.finditer(lower):
+        aws_named = lower[max(0, label.start() - 4) : label.start()].rstrip("_-").endswith("aws")
+        if "access" not in label.group() and not aws_named:
+            continue  # a bare secret_key is too generic to call an AWS key
+        value = _AWS_SECRET_VALUE.match(src.text, label.end())
+        if value:
+            yield PiiHit("AWS_SECRET_KEY", *value.span("key"))

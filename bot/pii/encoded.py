@@ -1,0 +1,203 @@
+"""Secrets in a secret-ish context, and secrets encoded in base64 or hex: decoded and
+scanned again when they read as text.
+"""
+
+from __future__ import annotations
+
+import binascii
+import re
+import string
+from collections.abc import Callable, Iterator
+
+from bot.pii.checks import _run_start
+from bot.pii.scantext import _HEX, PiiHit, ScanText, priority
+
+# A run this long of base64 characters is a candidate: long enough for "password=hunter2" in
+# base64 (24), longer than the 16-hex span ids of tracing logs, which would double the work.
+_MIN_ENCODED = 20
+_ENCODED_RUN = re.compile(b"b" * _MIN_ENCODED + b"b*")
+_TOKEN_CHARS = frozenset(string.ascii_letters + string.digits + "+/_-")
+_TOKEN_REACH = 512
+# The end of a key that names a secret; matched on the lower-case text before the value.
+_SECRET_LABELS = (
+    "secret",
+    "token",
+    "password",
+    "passwd",
+    "passphrase",
+    "apikey",
+    "api_key",
+    "api-key",
+    "secretkey",
+    "secret_key",
+    "secret-key",
+    "privatekey",
+    "private_key",
+    "private-key",
+    "accesskey",
+    "access_key",
+    "access-key",
+    "signingkey",
+    "signing_key",
+    "encryption_key",
+    "master_key",
+    "auth",
+    "credential",
+    "credentials",
+    "session",
+)
+_VALUE_OPENERS = frozenset("=:\"' \t")
+_HIGH_NIBBLES = "234567"  # hex of printable ASCII: every other digit is one of these
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufffd]")
+_MAX_DEPTH = 2  # base64 inside base64 is still found; deeper nesting is not worth a scan
+_B64_CONTINUATION = re.compile(
+    r"(?:\r?\n|\\ )[ \t]*([A-Za-z0-9+/]++=*)(?=[ \t]*(?:\r?\n|\\ |[\"',]|\Z))"
+)
+
+Rescan = Callable[[str], list[PiiHit]]
+
+
+def _looks_secret(token: str) -> bool:
+    """True if the token mixes letters and digits, as generated secrets do (words do not)."""
+    return (
+        any(char.isdigit() for char in token)
+        and any(char.isalpha() for char in token)
+        and len(set(token)) > 4
+    )
+
+
+def _decode_base64(token: str, shortest: int = 6) -> str | None:
+    """The token decoded from base64 (standard or URL-safe) if that gives text, else None."""
+    core = token.rstrip("=")
+    if "-" in core or "_" in core:
+        core = core.replace("-", "+").replace("_", "/")
+    if len(core) % 4 == 1:
+        return None
+    try:
+        raw = binascii.a2b_base64(core + "=" * (-len(core) % 4))
+    except binascii.Error:
+        return None
+    return _as_text(raw, shortest)
+
+
+def _decode_hex(token: str) -> str | None:
+    """The token decoded from hex if it is the hex of text, else None."""
+    if len(token) % 2 or token[::2].strip(_HIGH_NIBBLES) or not all(c in _HEX for c in token):
+        return None
+    return _as_text(bytes.fromhex(token), 6)
+
+
+def _as_text(raw: bytes, shortest: int) -> str | None:
+    text = raw.decode("utf-8", "replace")
+    if len(text) < shortest or _CONTROL.search(text):
+        return None  # binary: a random token, a digest, compressed data
+    return text
+
+
+# Read backwards from the value: most runs are hex ids after a key such as "trace_id" that is
+# not secret-ish, and one anchored match on the reversed text before them decides in C.
+# The two forms: a separator right after the key (token=, "apiKey": "), or blanks after a
+# command-line flag that ends with the key (--client-secret VALUE). No label ends another
+# (a test holds that), so the alternation cannot pick a shorter label than the text has.
+_REVERSED_LABELS = "|".join(re.escape(label[::-1]) for label in _SECRET_LABELS)
+_LABEL_BEFORE_REVERSED = re.compile(
+    rf"[\"']?[ \t]*(?:[:=]|>=)[ \t]*[\"']?(?:{_REVERSED_LABELS})"
+    rf"|[ \t]+(?:{_REVERSED_LABELS})[a-z0-9_-]{{0,32}}?--(?![a-z0-9_-])"
+)
+_LABEL_REACH = 48
+
+
+def _secret_label_before(lower: str, start: int) -> bool:
+    """True if the value at `start` follows a secret-ish key: token=, "apiKey": ", --secret ."""
+    before = lower[max(0, start - _LABEL_REACH) : start][::-1]
+    return _LABEL_BEFORE_REVERSED.match(before) is not None
+
+
+def _token_end(text: str, end: int) -> int:
+    limit = min(len(text), end + _TOKEN_REACH)
+    while end < limit and text[end] in _TOKEN_CHARS:
+        end += 1
+    while end < len(text) and text[end] == "=":
+        end += 1
+    return end
+
+
+def _wrapped(text: str, start: int, end: int) -> tuple[int, list[str]]:
+    """The end of a base64 block wrapped over lines (as base64(1) prints it), and its lines."""
+    lines = [text[start:end]]
+    width = len(lines[0])
+    # Only a full line (64 or 76 characters, no padding) is followed by more of the block.
+    while width >= 60 and width % 4 == 0 and len(lines[-1]) == width and text[end - 1] != "=":
+        line = _B64_CONTINUATION.match(text, end)
+        if line is None or len(line.group(1)) > width:
+            break
+        lines.append(line.group(1))
+        end = line.end()
+    return end, lines
+
+
+# In decoded text a colon after a password key counts too: "password: required" is prose in
+# a log, but nobody base64-encodes prose about passwords (a config blob, a Secret's data).
+_DECODED_PASSWORD = re.compile(
+    r"(?<![a-z0-9_])p(?:ass(?:word|wd)|wd)[\"']?[ \t]*:[ \t]*[\"']?(?P<value>[^\s\"'*][^\s\"']*)"
+)
+
+
+def _decoded_password(decoded: str) -> bool:
+    """True if the decoded text gives a password as "password: value" (YAML, a header)."""
+    return _DECODED_PASSWORD.search(decoded.lower()) is not None
+
+
+def _decoded_hit(text: str, start: int, end: int, rescan: Rescan) -> PiiHit | None:
+    """A hit over the encoded token at [start, end) if what it decodes to has one."""
+    token = text[start:end]
+    decoded = _decode_hex(token)
+    if decoded is None and not token.islower() and not token.isupper():
+        end, lines = _wrapped(text, start, end)
+        decoded = _decode_base64("".join(lines))
+        if decoded is None and len(lines) > 1:
+            # The last "line" may be the next line of text after a block that ended full.
+            decoded = _decode_base64("".join(lines[:-1]))
+    if decoded is None:
+        return None
+    hits = rescan(decoded)
+    if not hits:
+        if _decoded_password(decoded):
+            return PiiHit("CONNECTION_STRING_PASSWORD", start, end)
+        return None
+    return PiiHit(min((hit.entity_type for hit in hits), key=priority), start, end)
+
+
+def find_encoded(src: ScanText, rescan: Rescan | None) -> Iterator[PiiHit]:
+    """Long tokens after a secret-ish key, and base64 or hex whose decoded text has a hit.
+
+    `rescan` scans decoded text; None when the nesting is already too deep to decode again.
+    """
+    text, lower = src.text, src.lower
+    size = len(text)
+    done = 0
+    # Most runs are hex ids and digests after a key that is not secret-ish; the loop keeps
+    # their path to a few C calls.
+    for match in _ENCODED_RUN.finditer(src.encoded):
+        start, end = match.span()
+        if start < done:
+            continue
+        before = text[start - 1] if start else ""
+        if before in "-_" and before:
+            joined = _run_start(text, start, _TOKEN_CHARS, _TOKEN_REACH)
+            start = start if joined < 0 else joined
+            before = text[start - 1] if start else ""
+        if end < size and text[end] in "-_=":
+            end = _token_end(text, end)
+        done = end
+        token = text[start:end]
+        if before in _VALUE_OPENERS and _secret_label_before(lower, start) and _looks_secret(token):
+            yield PiiHit("GENERIC_SECRET", start, end)
+        elif rescan is not None and (
+            not (token.islower() or token.isupper() or token.isdigit())
+            or not token[::2].strip(_HIGH_NIBBLES)
+        ):
+            hit = _decoded_hit(text, start, end, rescan)
+            if hit:
+                done = hit.end
+                yield hit

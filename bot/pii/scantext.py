@@ -1,0 +1,257 @@
+"""The text under scan: the entity types and hits, the folding of non-ASCII text, the views
+recognizers share (lower case, shape, base64 runs), and what a recognizer is.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import string
+import unicodedata
+from bisect import bisect_right
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+# Highest priority first: when two overlapping hits are equally long, the earlier type names them.
+ENTITY_TYPES: tuple[str, ...] = (
+    "PRIVATE_KEY",
+    "AWS_SECRET_KEY",
+    "AWS_ACCESS_KEY",
+    "GITHUB_TOKEN",
+    "SLACK_TOKEN",
+    "STRIPE_KEY",
+    "OPENAI_API_KEY",
+    "GOOGLE_API_KEY",
+    "JWT",
+    "BEARER_TOKEN",
+    "BASIC_AUTH",
+    "CONNECTION_STRING_PASSWORD",
+    "GENERIC_SECRET",
+    "CREDIT_CARD",
+    "IBAN_CODE",
+    "US_SSN",
+    "EMAIL_ADDRESS",
+    "IP_ADDRESS",
+    "PHONE_NUMBER",
+)
+
+_PRIORITY: dict[str, int] = {name: rank for rank, name in enumerate(ENTITY_TYPES)}
+
+
+def priority(entity_type: str) -> int:
+    """Rank of an entity type for tie-breaks between overlapping hits (lower wins)."""
+    return _PRIORITY.get(entity_type, len(ENTITY_TYPES))
+
+
+@dataclass(frozen=True, slots=True)
+class PiiHit:
+    """One finding: the entity type and its [start, end) span in the scanned text."""
+
+    entity_type: str
+    start: int
+    end: int
+
+
+# The views are bytes (the text is ASCII by then, one byte a character): bytes.translate is a
+# plain table loop, cheaper than str.translate, and the regex engine scans bytes as fast.
+_SHAPE = bytes.maketrans(
+    (string.digits[1:] + string.ascii_uppercase).encode(), b"0" * 9 + b"A" * 26
+)
+_WORD = frozenset(string.ascii_letters + string.digits + "_")
+_HEX = frozenset(string.hexdigits)
+_ESCAPE = re.compile(r"\\[nrt]")
+_BASE64_CHARS = frozenset(string.ascii_letters + string.digits + "+/")
+_BASE64_VIEW = bytes.maketrans((string.ascii_letters + string.digits + "+/").encode(), b"b" * 64)
+
+
+# ---------------------------------------------------------------------------------------------
+# Folding non-ASCII text for detection
+
+# Code point ranges worth folding; the large CJK, Hangul and private-use blocks are left out,
+# since NFKC leaves them as they are and the fold table is built once, on first use.
+_FOLD_RANGES = (
+    (0x80, 0x3400),
+    (0x4DC0, 0x4E00),
+    (0xA4D0, 0xAC00),
+    (0xD7A4, 0xD800),
+    (0xF900, 0x10A00),
+    (0x11000, 0x11E00),
+    (0x16A00, 0x16B60),
+    (0x1D400, 0x1D800),
+    (0x1E100, 0x1E960),
+    (0x1F100, 0x1F200),
+    (0x1FBF0, 0x1FC00),
+    (0xE0000, 0xE01F0),
+)
+# Invisible: format characters (zero-width spaces and joiners, soft hyphen, BOM, bidi controls,
+# tags), combining and enclosing marks (variation selectors, keycaps), C1 controls.
+_DROPPED_CATEGORIES = frozenset({"Cf", "Mn", "Me", "Cc"})
+# Word-like spaces NFKC leaves alone: the Hangul fillers render as nothing.
+_DROPPED_CHARS = frozenset("\u115f\u1160\u3164\uffa0")
+_FULL_STOPS = frozenset("\u3002\uff61\u2024\ufe52")
+
+
+def _fold_one(char: str) -> str:
+    """A character of NFKC output as detection reads it: ASCII where a reader would see ASCII."""
+    if char.isascii():
+        return char
+    category = unicodedata.category(char)
+    if category in _DROPPED_CATEGORIES:
+        return ""
+    if category == "Nd":
+        return str(unicodedata.decimal(char))
+    if category == "Zs":
+        return " "
+    if category in ("Zl", "Zp"):
+        return "\n"
+    if category == "Pd" or char == "\u2212":
+        return "-"
+    if char in _FULL_STOPS:
+        return "."
+    return char
+
+
+def fold_char(char: str) -> str:
+    """What one character reads as for detection: "" (invisible), ASCII, or itself."""
+    if unicodedata.category(char) in _DROPPED_CATEGORIES or char in _DROPPED_CHARS:
+        return ""
+    return "".join(map(_fold_one, unicodedata.normalize("NFKC", char)))
+
+
+@functools.cache
+def _fold_table() -> dict[str, str]:
+    """What every character that folds reads as, non-ASCII left in it made "?"."""
+    table: dict[str, str] = {}
+    for low, high in _FOLD_RANGES:
+        for code in range(low, high):
+            char = chr(code)
+            if unicodedata.category(char) in ("Cn", "Co", "Cs"):
+                continue
+            folded = fold_char(char).encode("ascii", "replace").decode("ascii")
+            if folded != "?":  # a lone "?" is what encoding gives it anyway
+                table[char] = folded
+    return table
+
+
+@dataclass(frozen=True, slots=True)
+class _Resizes:
+    """Where folding changed the length: original index, folded index, folded length."""
+
+    origins: list[int]
+    folded: list[int]
+    lengths: list[int]
+
+    def original(self, index: int) -> tuple[int, int]:
+        """The original span of the character read at folded `index`."""
+        slot = bisect_right(self.folded, index) - 1
+        if slot < 0:
+            return index, index + 1
+        origin, start, length = self.origins[slot], self.folded[slot], self.lengths[slot]
+        if index < start + length:
+            return origin, origin + 1  # inside one character's expansion ("½" read as "1/2")
+        position = origin + 1 + index - start - length
+        return position, position + 1
+
+
+def fold(text: str) -> tuple[str, _Resizes | None]:
+    """The text as detection reads it (ASCII, "?" for the rest) and where its length changed."""
+    table = _fold_table()
+    # Encoding makes every non-ASCII character one "?"; memchr finds them, so text with a few
+    # of them costs little more than ASCII (str.translate with a dict costs a lookup per char).
+    data = bytearray(text.encode("ascii", "replace"))
+    origins: list[int] = []
+    replacements: list[str] = []
+    position = data.find(b"?")
+    while position >= 0:
+        folded = table.get(text[position])
+        if folded is not None:
+            if len(folded) == 1:
+                data[position] = ord(folded)
+            else:
+                origins.append(position)
+                replacements.append(folded)
+        position = data.find(b"?", position + 1)
+    ascii_text = data.decode("ascii")
+    if not origins:
+        return ascii_text, None
+    pieces: list[str] = []
+    folded_at: list[int] = []
+    done = shift = 0
+    for origin, replacement in zip(origins, replacements, strict=True):
+        pieces.append(ascii_text[done:origin])
+        pieces.append(replacement)
+        folded_at.append(origin + shift)
+        shift += len(replacement) - 1
+        done = origin + 1
+    pieces.append(ascii_text[done:])
+    lengths = [len(replacement) for replacement in replacements]
+    return "".join(pieces), _Resizes(origins, folded_at, lengths)
+
+
+class ScanText:
+    """The text under scan and the views of it that recognizers share, each built once."""
+
+    __slots__ = ("_ascii", "_encoded", "_lower", "_resizes", "_shape", "text")
+
+    def __init__(self, text: str) -> None:
+        self._resizes: _Resizes | None = None
+        if not text.isascii():
+            # Folded, full-width digits, no-break and zero-width spaces read as what they show;
+            # every other non-ASCII character becomes one "?", so lower() and translate()
+            # below keep the length and take CPython's ASCII paths.
+            text, self._resizes = fold(text)
+        if "\\" in text:
+            # The escapes of JSON strings separate words like the characters they stand for:
+            # "...\n4111 1111..." must not read as the word "n4111", so "\n" becomes "\ ".
+            text = _ESCAPE.sub(r"\\ ", text)
+        self.text = text
+        self._ascii: bytes | None = None
+        self._lower: str | None = None
+        self._shape: bytes | None = None
+        self._encoded: bytes | None = None
+
+    @property
+    def lower(self) -> str:
+        """The text in lower case, for labels such as "Bearer" or "Password="."""
+        if self._lower is None:
+            self._lower = self.text.lower()
+        return self._lower
+
+    def _bytes(self) -> bytes:
+        # The text is ASCII here (folding made it so): one byte a character, same offsets.
+        if self._ascii is None:
+            self._ascii = self.text.encode("ascii")
+        return self._ascii
+
+    @property
+    def shape(self) -> bytes:
+        """The text with every digit as "0" and every capital as "A"."""
+        if self._shape is None:
+            self._shape = self._bytes().translate(_SHAPE)
+        return self._shape
+
+    @property
+    def encoded(self) -> bytes:
+        """The text with every base64 character as "b", to find long runs of them."""
+        if self._encoded is None:
+            self._encoded = self._bytes().translate(_BASE64_VIEW)
+        return self._encoded
+
+    def original(self, hit: PiiHit) -> PiiHit:
+        """The hit with the span it has in the text before folding."""
+        if self._resizes is None:
+            return hit
+        start = self._resizes.original(hit.start)[0]
+        end = self._resizes.original(hit.end - 1)[1]
+        return PiiHit(hit.entity_type, start, end)
+
+
+Finder = Callable[[ScanText], Iterator[PiiHit]]
+
+
+@dataclass(frozen=True)
+class Recognizer:
+    """A finder and the entity types it can report."""
+
+    entities: frozenset[str]
+    find: Finder
