@@ -8,7 +8,7 @@ import signal
 from pathlib import Path
 
 from adapters.slack import ids
-from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.openai_server import Canned, FakeOpenAI, chat_completion
 from tests.fakes.serving import free_port, run_serve, serve_env, start_serve, wait_healthy
 from tests.fakes.slack_api import FakeSlackApi, events_api_envelope, interactive_envelope
 from tests.fakes.slack_client import SlackSender, app_mention, block_actions, event_callback
@@ -138,3 +138,46 @@ async def test_serve_slack_shows_the_target_of_every_link_the_model_hides(tmp_pa
     assert "the bank (https://evil.example/b)" in answer
     assert "<https://bank.example> (https://evil.example/x)" in answer
     assert [c.method for c in api.calls if masked_links(json.dumps(c.args))] == []
+
+
+async def test_serve_runs_a_call_the_model_sent_twice_with_its_id_once(tmp_path: Path) -> None:
+    # One model reply holding the same gated call twice (same id, tool and arguments): one
+    # card, one approval, one execution, one answer.
+    twice = chat_completion(
+        calls=[
+            ("call_0", "restart_service", '{"service": "checkout"}'),
+            ("call_0", "restart_service", '{"service":"checkout"}'),
+        ]
+    )
+    canned = [Canned(status=200, body=twice)]
+    async with FakeOpenAI(restart_script()[1:], canned=canned) as model, FakeSlackApi() as api:
+        config = write_config(tmp_path, model.base_url)
+        port = free_port()
+        process = start_serve(tmp_path, port, serve_env(config, api.url), "slack")
+        try:
+            await wait_healthy(port, process)
+            sender = SlackSender(f"http://127.0.0.1:{port}/slack/events", SECRET, api=api)
+            mention = app_mention(REQUESTER, "checkout is failing")
+            assert (await sender.event(mention)).status == 200
+            cards = await api.wait_for(
+                lambda c: c.ok is True and ids.APPROVE_ONCE in json.dumps(c.args), timeout=20
+            )
+            ts = next(m["ts"] for m in api.messages["C0001"] if m.get("bot_id") and m.get("blocks"))
+            click = block_actions(
+                APPROVER,
+                ids.APPROVE_ONCE,
+                button_value(cards[0], ids.APPROVE_ONCE),
+                channel="C0001",
+                message_ts=ts,
+                thread_ts=mention["ts"],
+            )
+            assert (await sender.action(click)).status == 200
+            await api.wait_for(lambda c: ids.FEEDBACK in json.dumps(c.args), timeout=20)
+        finally:
+            process.send_signal(signal.SIGTERM)
+            await asyncio.to_thread(process.communicate, timeout=30)
+    posted = [c for c in api.calls if c.method == "chat.postMessage" and c.ok]
+    assert len([c for c in posted if ids.APPROVE_ONCE in json.dumps(c.args)]) == 1
+    assert (tmp_path / "executions.txt").read_text() == "checkout\n"
+    answered = [m for m in model.requests[-1]["messages"] if m["role"] == "tool"]
+    assert [m["tool_call_id"] for m in answered] == ["call_0"]
