@@ -27,6 +27,7 @@ from bot.errors import UnknownRun
 from bot.events import EventSink
 from bot.journal.fold import RunState, fold
 from bot.journal.log import JournalRecord
+from bot.kinds import AuditAction
 from bot.logs import REQUEST_ID
 from bot.people.policy import Actor, NotPermitted, Policy
 from bot.place import Place
@@ -159,7 +160,7 @@ class ChatService:
         refusal = self._rt.policy.place_refusal(user, place, "this thread")
         if refusal or not await self._rt.policy.may_start(user, place):
             refusal = refusal or f"{user.user} may not start runs (policy.requesters)"
-            await self._rt.store.audit(user.user, "start_refused", detail=refusal)
+            await self._rt.store.audit(user.user, AuditAction.START_REFUSED, detail=refusal)
             raise NotPermitted(refusal)
         return await self._supervisor.start_turn(
             text, session=session, requested_by=user.user, prompter=prompter, run_id=run_id
@@ -182,7 +183,7 @@ class ChatService:
         REQUEST_ID.set(request_id)  # this task's log lines name the request
         if card is not None and not await self._shows(user, card_key(request_id), card):
             refusal = "this button is not on that request's card"
-            action = f"{kind.value}_refused"
+            action = AuditAction.refused(kind.value)
             await self._rt.store.audit(user.user, action, run_id, request_id, refusal)
             return Decided(False, refusal)
         decision = Decision(request_id=request_id, kind=kind, text=text, by=user.user)
@@ -279,7 +280,7 @@ class ChatService:
         refusal = await self._misplaced(user, run_id, "feedback")  # UnknownRun if made up
         if refusal:
             raise NotPermitted(refusal)
-        verdict = "feedback_positive" if positive else "feedback_negative"
+        verdict = AuditAction.FEEDBACK_POSITIVE if positive else AuditAction.FEEDBACK_NEGATIVE
         await self._rt.store.audit(user.user, verdict, run_id=run_id)
 
     async def accept_delivery(self, key: str, platform: str, delivery: Delivery) -> Accepted | None:
@@ -324,7 +325,9 @@ class ChatService:
             user, "resume", run_id, record.requested_by, run
         )
         if refusal:
-            await self._rt.store.audit(user.user, "resume_refused", run_id=run_id, detail=refusal)
+            await self._rt.store.audit(
+                user.user, AuditAction.RESUME_REFUSED, run_id=run_id, detail=refusal
+            )
             raise NotPermitted(refusal)
         return await self._supervisor.resume(run_id, prompter=prompter, force=force, by=user.user)
 
@@ -384,7 +387,9 @@ class ChatService:
         what = f"request {request_id}" if request_id else f"run {run_id}"
         refusal = self._rt.policy.place_refusal(user, await self._place(run_id), what)
         if refusal:
-            await self._rt.store.audit(user.user, f"{verb}_refused", run_id, request_id, refusal)
+            await self._rt.store.audit(
+                user.user, AuditAction.refused(verb), run_id, request_id, refusal
+            )
         return refusal
 
     async def _shows(self, user: Actor, key: str, ref: str) -> bool:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Protocol
 from bot.domain import Decision, DecisionKind, Request, RequestKind, RequestStatus, utcnow
 from bot.events import AdvisoryEvent, FanOut, RequestExpiredEvent
 from bot.journal.fold import RunState
+from bot.kinds import AuditAction
 from bot.options import answer_refusal, match_option
 from bot.people.audit import Redact, decision_detail, request_detail
 from bot.people.policy import Actor, Policy
@@ -86,7 +87,7 @@ class Decisions:
             return Answered(False, f"there is no request {decision.request_id}")
         refusal = await self._refusal(request, status, decision, actor, run_id, digest)
         if refusal:
-            action = f"{decision.kind.value}_refused"
+            action = AuditAction.refused(decision.kind.value)
             detail = self.audited_refusal(refusal, decision)
             await self.rt.store.audit(actor.user, action, run_id, request.id, detail)
             return Answered(False, refusal)
@@ -95,12 +96,14 @@ class Decisions:
             picked = match_option(decision.text, request.options) or decision.text
             decision = decision.model_copy(update={"text": picked})
         if decision.kind is DecisionKind.APPROVE and request.approvals_needed > 1:
-            partial = Audited(actor.user, "approve_partial", decision_detail(request, decision))
+            partial = Audited(
+                actor.user, AuditAction.APPROVE_PARTIAL, decision_detail(request, decision)
+            )
             count = await self.rt.store.add_approval(request.id, actor.user, partial)
             if count < request.approvals_needed:
                 return Answered(True, f"approval {count} of {request.approvals_needed} recorded")
         detail = decision_detail(request, decision, self.rt.redact)
-        audit = Audited(actor.user, decision.kind.value, detail)
+        audit = Audited(actor.user, AuditAction.of(decision.kind), detail)
         settled = await self.rt.store.decide_and_claim(
             decision, RequestStatus.ANSWERED, audit, self.rt.owner, self.rt.lease_seconds
         )
@@ -160,7 +163,7 @@ class Decisions:
         which takes the run's lease if that closed its last open request (a decision does the
         same): dying before it resumes the run leaves it to adoption, not stranded."""
         decision = Decision(request_id=request.id, kind=DecisionKind.EXPIRED, by="deadline")
-        audit = Audited("deadline", "expire", decision_detail(request, decision))
+        audit = Audited("deadline", AuditAction.EXPIRE, decision_detail(request, decision))
         settled = await self.rt.store.decide_and_claim(
             decision, RequestStatus.EXPIRED, audit, self.rt.owner, self.rt.lease_seconds
         )
@@ -174,7 +177,7 @@ class Decisions:
         await self.rt.store.open_request(request)
         await self.rt.store.audit(
             request.requested_by or "run",
-            "request",
+            AuditAction.REQUEST,
             request.run_id,
             request.id,
             request_detail(request),
@@ -192,7 +195,7 @@ class Decisions:
             if decision is not None:
                 # Audited by the decision that closes the request only: someone else may win.
                 detail = decision_detail(request, decision, self.rt.redact, inline=True)
-                audit = Audited(decision.by, decision.kind.value, detail)
+                audit = Audited(decision.by, AuditAction.of(decision.kind), detail)
                 await self.rt.store.decide(decision, RequestStatus.ANSWERED, audit)
 
     def checked(self, prompter: Prompter | None) -> Prompter | None:
@@ -254,9 +257,11 @@ class CheckedPrompter:
             store = self._decisions.rt.store
             asker = request.requested_by or "run"
             opened = request_detail(request, inline=True)
-            await store.audit(asker, "request", request.run_id, request.id, opened)
+            await store.audit(asker, AuditAction.REQUEST, request.run_id, request.id, opened)
             detail = decision_detail(request, decision, self._decisions.rt.redact, inline=True)
-            await store.audit(decision.by, decision.kind.value, request.run_id, request.id, detail)
+            await store.audit(
+                decision.by, AuditAction.of(decision.kind), request.run_id, request.id, detail
+            )
         return decision
 
     async def permitted(self, request: Request) -> Decision | None:
@@ -272,7 +277,9 @@ class CheckedPrompter:
         )
         if refusal:
             detail = self._decisions.audited_refusal(refusal, decision)
-            await rt.store.audit(decision.by, "refused", request.run_id, request.id, detail)
+            await rt.store.audit(
+                decision.by, AuditAction.REFUSED, request.run_id, request.id, detail
+            )
             text = f"{refusal}; the request stays open for someone who may decide it"
             rt.events.emit(AdvisoryEvent(request.run_id, text))
             return None

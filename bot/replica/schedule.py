@@ -21,6 +21,7 @@ from bot.config.cron import parse_cron
 from bot.config.settings import DeadlineSettings, ScheduledPrompt
 from bot.domain import Request, utcnow
 from bot.events import Event, RequestOpenedEvent, RequestReminderEvent
+from bot.kinds import AuditAction
 from bot.run.supervisor import LiveRun, Supervisor
 from bot.store import AuditLog, OnceMarks, Requests
 
@@ -106,7 +107,7 @@ class Scheduler:
         if not await self.store.mark_once(f"remind:{request.id}"):
             return False
         self.supervisor.rt.events.emit(RequestReminderEvent(request.run_id, request))
-        await self.store.audit("deadline", "remind", request.run_id, request.id)
+        await self.store.audit("deadline", AuditAction.REMIND, request.run_id, request.id)
         return True
 
     def _remind_before(self) -> timedelta:

@@ -35,6 +35,7 @@ from bot.hooks import HookContext, HookFailure, Hooks
 from bot.journal.entries import Entry, RunEnded, RunResumed, RunStarted, UserMessageEntry
 from bot.journal.fold import RunState, fold
 from bot.journal.writer import RunJournal, TakenOver
+from bot.kinds import AuditAction
 from bot.llm.base import UserMessage
 from bot.logs import run_context
 from bot.people.decisions import Answered, Decisions
@@ -263,7 +264,7 @@ class Supervisor:
         policy = self.rt.policy
         refusal = await policy.check_operate(actor, "cancel", run_id, record.requested_by, run)
         if refusal:
-            await self.rt.store.audit(by, "cancel_refused", run_id=run_id, detail=refusal)
+            await self.rt.store.audit(by, AuditAction.CANCEL_REFUSED, run_id=run_id, detail=refusal)
             raise NotPermitted(refusal)
         return await self._cancel(run_id, by)
 
@@ -278,7 +279,9 @@ class Supervisor:
         if live is not None:
             live.cancelled_by = by
             live.signals.cancel.set()
-            await self.rt.store.audit(by, "cancel", run_id=run_id, detail="at the loop boundary")
+            await self.rt.store.audit(
+                by, AuditAction.CANCEL, run_id=run_id, detail="at the loop boundary"
+            )
             return "cancelling at the next loop boundary"
         record = await self.rt.store.get_run(run_id)
         if record.status in TERMINAL_STATUSES:
@@ -291,7 +294,7 @@ class Supervisor:
         await self.decisions.close_requests(run_id, by)
         # RunEnded gives the lease up as it is written.
         await self._end_outside(state, epoch, RunStatus.CANCELLED, StopReason.CANCELLED, cause)
-        await self.rt.store.audit(by, "cancel", run_id=run_id)
+        await self.rt.store.audit(by, AuditAction.CANCEL, run_id=run_id)
         return "cancelled"
 
     async def wait(self, live: LiveRun) -> RunState:
@@ -463,7 +466,7 @@ class Supervisor:
             log.warning("run %s taken over: %s", live.run_id, exc)
             self.rt.events.emit(RunTakenOverEvent(live.run_id, str(exc)))
             with contextlib.suppress(StoreError):
-                await self.rt.store.audit(self.rt.owner, "taken_over", run_id=live.run_id)
+                await self.rt.store.audit(self.rt.owner, AuditAction.TAKEN_OVER, run_id=live.run_id)
         except StoreError as exc:
             # The journal cannot be written: stop here; the run resumes from what is durable.
             live.error = str(exc)
