@@ -17,6 +17,7 @@ from bot.kinds import AuditAction
 from bot.options import answer_refusal, match_option
 from bot.people.audit import Redact, decision_detail, request_detail
 from bot.people.policy import Actor, Policy
+from bot.people.refusal import Refusal
 from bot.place import Place
 from bot.prompter import Prompter
 from bot.store import Audited, Settled, Store
@@ -90,7 +91,7 @@ class Decisions:
             action = AuditAction.refused(decision.kind.value)
             detail = self.audited_refusal(refusal, decision)
             await self.rt.store.audit(actor.user, action, run_id, request.id, detail)
-            return Answered(False, refusal)
+            return Answered(False, refusal.reason)
         if request.options and decision.kind is DecisionKind.ANSWER:
             # The option as the question spells it ("Y" answers "yes"): the model reads that.
             picked = match_option(decision.text, request.options) or decision.text
@@ -114,9 +115,9 @@ class Decisions:
         remaining = await self.rt.store.list_requests(run_id=run_id)
         return Answered(True, "recorded", ready=not remaining)
 
-    def audited_refusal(self, refusal: str, decision: Decision) -> str:
+    def audited_refusal(self, refusal: Refusal, decision: Decision) -> str:
         """A refusal as the audit keeps it: redacted when it may quote what the person typed."""
-        return self.rt.redact(refusal) if decision.text.strip() else refusal
+        return self.rt.redact(refusal.reason) if decision.text.strip() else refusal.reason
 
     async def _refusal(
         self,
@@ -126,15 +127,16 @@ class Decisions:
         actor: Actor,
         run_id: str,
         digest: str,
-    ) -> str:
+    ) -> Refusal | None:
         if request.run_id != run_id:
-            return f"request {request.id} does not belong to run {run_id}"
+            return Refusal(f"request {request.id} does not belong to run {run_id}")
         if status is not RequestStatus.OPEN:
-            return f"request {request.id} is already {status.value}"
+            return Refusal(f"request {request.id} is already {status.value}")
         if request.deadline is not None and request.deadline <= utcnow():
-            return f"request {request.id} expired at {request.deadline:%Y-%m-%d %H:%M} UTC"
+            expired = f"{request.deadline:%Y-%m-%d %H:%M}"
+            return Refusal(f"request {request.id} expired at {expired} UTC")
         if digest and digest != request.digest:
-            return "this card is stale: the call it shows is not the one waiting"
+            return Refusal("this card is stale: the call it shows is not the one waiting")
         flags = self.rt.tools.current().flags_of(request.tool)
         run = await self.place_of(run_id) if actor.place is not None else None
         policy = self.rt.policy
@@ -144,12 +146,12 @@ class Decisions:
         # A question with options (ask_human_confirm, ask_human_select) takes one of them only.
         return answer_refusal(decision.text, request.options)
 
-    async def refusal(self, decision: Decision, *, run_id: str, actor: Actor) -> str:
-        """Why ``actor`` may not make ``decision`` now (empty: they may); writes nothing."""
+    async def refusal(self, decision: Decision, *, run_id: str, actor: Actor) -> Refusal | None:
+        """Why ``actor`` may not make ``decision`` now (None: they may); writes nothing."""
         try:
             request, status, _ = await self.rt.store.get_request(decision.request_id)
         except KeyError:
-            return f"there is no request {decision.request_id}"
+            return Refusal(f"there is no request {decision.request_id}")
         return await self._refusal(request, status, decision, actor, run_id, "")
 
     async def place_of(self, run_id: str) -> Place:

@@ -264,8 +264,10 @@ class Supervisor:
         policy = self.rt.policy
         refusal = await policy.check_operate(actor, "cancel", run_id, record.requested_by, run)
         if refusal:
-            await self.rt.store.audit(by, AuditAction.CANCEL_REFUSED, run_id=run_id, detail=refusal)
-            raise NotPermitted(refusal)
+            await self.rt.store.audit(
+                by, AuditAction.CANCEL_REFUSED, run_id=run_id, detail=refusal.reason
+            )
+            raise NotPermitted(refusal.reason)
         return await self._cancel(run_id, by)
 
     async def _cancel(self, run_id: str, by: str) -> str:
