@@ -264,7 +264,7 @@ class Policy:
         return not (self.settings.self_approval and request.approvals_needed <= 1)
 
     def _approvers(self, tool: str, flags: ToolFlags | None) -> list[str]:
-        tags = flags.tags if flags else ()
+        tags = flags.approval.tags if flags else ()
         keys = [tool, *(f"tag:{tag}" for tag in tags), EVERYONE]
         return [p for key in keys for p in self.settings.approvers.get(key, [])]
 
@@ -284,7 +284,7 @@ class Policy:
                 return None
             who = _either([request.requested_by, *approvers], actor)
             return Refusal(f"{actor.user} may not deny {request.tool}: only {who} may")
-        if flags is not None and flags.deny:
+        if flags is not None and flags.approval.deny:
             return Refusal(f"policy never allows {request.tool}")
         if mine and not inline and not self._self_approval(request):
             phrase = self.may_answer_phrase(request, flags)
