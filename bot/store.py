@@ -240,6 +240,10 @@ class ReplicaRegistry(Protocol):
 class Outbox(Protocol):
     """Chat messages to show, delivered by any replica at most once each."""
 
+    def now(self) -> datetime:
+        """The store's clock: what a message's ``retry_at`` is compared with."""
+        ...
+
     async def put_message(
         self, key: str, platform: str, target: dict[str, Any], body: dict[str, Any]
     ) -> int:

@@ -466,6 +466,10 @@ class SqlStore(ABC):
 
     # -- audit -------------------------------------------------------------------------------
 
+    def now(self) -> datetime:
+        """The store's clock (injected: the runtime's), for times compared with the store's."""
+        return self._clock()
+
     async def audit(
         self, actor: str, action: str, run_id: str = "", request_id: str = "", detail: str = ""
     ) -> None:

@@ -7,10 +7,12 @@ conditional update that exactly one caller wins, and audited.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
-from bot.domain import Decision, DecisionKind, Request, RequestKind, RequestStatus, utcnow
+from bot.domain import Decision, DecisionKind, Request, RequestKind, RequestStatus
 from bot.events import AdvisoryEvent, FanOut, RequestExpiredEvent
 from bot.journal.fold import RunState
 from bot.kinds import AuditAction
@@ -49,6 +51,10 @@ class Shared(Protocol):
     @property
     def redact(self) -> Redact:
         """The PII guard as a function of text, for what the audit keeps."""
+
+    @property
+    def clock(self) -> Callable[[], datetime]:
+        """The one clock: whether a request's deadline has passed."""
 
     @property
     def owner(self) -> str:
@@ -132,7 +138,7 @@ class Decisions:
             return Refusal(f"request {request.id} does not belong to run {run_id}")
         if status is not RequestStatus.OPEN:
             return Refusal(f"request {request.id} is already {status.value}")
-        if request.deadline is not None and request.deadline <= utcnow():
+        if request.deadline is not None and request.deadline <= self.rt.clock():
             expired = f"{request.deadline:%Y-%m-%d %H:%M}"
             return Refusal(f"request {request.id} expired at {expired} UTC")
         if digest and digest != request.digest:

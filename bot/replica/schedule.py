@@ -19,7 +19,7 @@ from apscheduler.triggers.date import DateTrigger
 
 from bot.config.cron import parse_cron
 from bot.config.settings import DeadlineSettings, ScheduledPrompt
-from bot.domain import Request, utcnow
+from bot.domain import Request
 from bot.events import Event, RequestOpenedEvent, RequestReminderEvent
 from bot.kinds import AuditAction
 from bot.run.supervisor import LiveRun, Supervisor
@@ -42,13 +42,13 @@ class Scheduler:
         prompts: list[ScheduledPrompt],
         *,
         store: SchedulerStore,
-        clock: Callable[[], datetime] = utcnow,
+        clock: Callable[[], datetime] | None = None,
     ) -> None:
         self.supervisor = supervisor
         self.store = store
         self.deadlines = deadlines
         self.prompts = {p.name: (p, parse_cron(p.cron)) for p in prompts}
-        self.clock = clock
+        self.clock = clock or supervisor.rt.clock  # the runtime's, unless told otherwise
         self._aps: AsyncIOScheduler | None = None
 
     async def start(self) -> None:

@@ -20,7 +20,6 @@ from bot.domain import (
     StopReason,
     TerminalResult,
     new_id,
-    utcnow,
 )
 from bot.errors import ResumeRefused, StoreError
 from bot.events import (
@@ -588,7 +587,9 @@ class Supervisor:
         replicas = await self.rt.store.list_replicas()
         if any(r.owner == record.owner for r in replicas):
             return f"run {run_id} is live on replica {owner}, which drives it now"
-        left = (record.lease_expires - utcnow()).total_seconds() if record.lease_expires else 0
+        left = (
+            (record.lease_expires - self.rt.clock()).total_seconds() if record.lease_expires else 0
+        )
         if left <= 0:
             return f"run {run_id} was held by {owner}, whose lease just expired: try again"
         others = [r.owner for r in replicas if r.owner != self.rt.owner]
