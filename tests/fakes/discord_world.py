@@ -23,6 +23,7 @@ from bot.config.settings import load_settings
 from bot.run.runtime import Runtime
 from bot.run.supervisor import Supervisor
 from tests.fakes import discord_payloads as p
+from tests.fakes.clock import MovingClock
 from tests.fakes.discord_api import Call, FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.slack_world import write_config
@@ -43,6 +44,8 @@ class DiscordWorld:
     rt: Runtime
     adapter: DiscordAdapter
     tmp: Path
+    # The runtime's and the store's clock: moved past a backoff instead of sleeping through it.
+    clock: MovingClock
 
     @property
     def executions(self) -> list[str]:
@@ -131,6 +134,11 @@ class DiscordWorld:
 
         return (await self.discord.wait_for(posted, timeout=timeout))[0]
 
+    async def later(self, seconds: float) -> None:
+        """Move the clock ``seconds`` on, then let what fell due be delivered."""
+        self.clock.advance(seconds)
+        await self.settled()
+
     async def settled(self) -> None:
         """Let the renderer and the outbox finish what was started."""
         await self.adapter.client.renderer.idle()
@@ -166,7 +174,8 @@ async def discord_world(
         saved = discord.http.Route.BASE, DiscordWebSocket.DEFAULT_GATEWAY
         try:
             config = write_config(tmp, model.base_url, extra_policy=policy)
-            async with compose.runtime(load_settings(str(config))) as rt:
+            clock = MovingClock()
+            async with compose.runtime(load_settings(str(config)), clock=clock) as rt:
                 supervisor = Supervisor(rt)
                 chat = ChatService(supervisor)
                 settings = DiscordSettings(token="test-token", api_url=discord_fake.api_url)
@@ -175,7 +184,7 @@ async def discord_world(
                 )
                 await adapter.start()
                 try:
-                    yield DiscordWorld(discord_fake, model, chat, rt, adapter, tmp)
+                    yield DiscordWorld(discord_fake, model, chat, rt, adapter, tmp, clock)
                 finally:
                     await supervisor.shutdown()
                     await adapter.stop()
