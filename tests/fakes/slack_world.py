@@ -24,6 +24,7 @@ from bot.cli import compose
 from bot.config.settings import load_settings
 from bot.run.runtime import Runtime
 from bot.run.supervisor import Supervisor
+from tests.fakes.clock import MovingClock
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.slack_api import Call, FakeSlackApi
 from tests.fakes.slack_client import SlackSender, app_mention, block_actions, message
@@ -196,6 +197,13 @@ class SlackWorld:
     rt: Runtime
     adapter: SlackAdapter
     tmp: Path
+    # The runtime's and the store's clock: moved past a deadline or a backoff, never slept.
+    clock: MovingClock
+
+    async def later(self, seconds: float) -> None:
+        """Move the clock ``seconds`` on, then let what fell due be delivered."""
+        self.clock.advance(seconds)
+        await self.settled()
 
     async def settled(self) -> None:
         """Let the listeners, the renderer and the outbox finish what was started."""
@@ -332,7 +340,8 @@ async def _replica(
     tmp: Path, config: Path, model: FakeOpenAI, api: FakeSlackApi, refresh_seconds: float
 ) -> AsyncIterator[SlackWorld]:
     settings = load_settings(str(config))
-    async with compose.runtime(settings) as rt:
+    clock = MovingClock()
+    async with compose.runtime(settings, clock=clock) as rt:
         supervisor = Supervisor(rt)
         chat = ChatService(supervisor)
         slack = SlackSettings(bot_token="xoxb-test", signing_secret=SECRET, api_url=api.url)
@@ -347,7 +356,7 @@ async def _replica(
         port = runner.addresses[0][1]
         sender = SlackSender(f"http://127.0.0.1:{port}{EVENTS_PATH}", SECRET, api=api)
         try:
-            yield SlackWorld(api, model, sender, chat, rt, adapter, tmp)
+            yield SlackWorld(api, model, sender, chat, rt, adapter, tmp, clock)
         finally:
             await runner.cleanup()
             await supervisor.shutdown()
