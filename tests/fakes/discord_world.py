@@ -26,7 +26,7 @@ from tests.fakes import discord_payloads as p
 from tests.fakes.clock import MovingClock
 from tests.fakes.discord_api import Call, FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI
-from tests.fakes.slack_world import write_config
+from tests.fakes.slack_world import NOTHING, write_config
 
 REQUESTER = "1001"
 APPROVER = "1002"
@@ -161,7 +161,7 @@ async def discord_world(
     script: Sequence[Any],
     *,
     fake: FakeDiscord | None = None,
-    extra_policy: Mapping[str, Any] = (),
+    extra_policy: Mapping[str, Any] = NOTHING,
 ) -> AsyncIterator[DiscordWorld]:
     """Start everything; stop it all on exit (a given ``fake`` outlives the replica)."""
     policy = {"approvers": {"*": [APPROVER, f"group:{SRE_ROLE}"]}, "oncall": [ONCALL]}

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import yaml
@@ -30,6 +31,8 @@ from tests.fakes.slack_api import Call, FakeSlackApi
 from tests.fakes.slack_client import SlackSender, app_mention, block_actions, message
 
 SECRET = "test-signing-secret"
+# No extra settings: an empty mapping nobody can change, as a default.
+NOTHING: Mapping[str, Any] = MappingProxyType({})
 REQUESTER = "U0REQ"
 APPROVER = "U0APPROVER"
 ONCALL = "U0ONCALL"
@@ -117,9 +120,9 @@ def write_config(
     tmp: Path,
     model_url: str,
     *,
-    extra_policy: Mapping[str, Any] = (),
+    extra_policy: Mapping[str, Any] = NOTHING,
     database: str = "",
-    extra_config: Mapping[str, Any] = (),
+    extra_config: Mapping[str, Any] = NOTHING,
 ) -> Path:
     """kestrel.yaml with the restart catalog, a policy naming the test users, and the model."""
     executions = tmp / "executions.txt"
@@ -307,10 +310,10 @@ async def slack_world(
     script: Sequence[Any],
     *,
     api: FakeSlackApi | None = None,
-    extra_policy: Mapping[str, Any] = (),
+    extra_policy: Mapping[str, Any] = NOTHING,
     database: str = "",
     refresh_seconds: float = 90.0,
-    extra_config: Mapping[str, Any] = (),
+    extra_config: Mapping[str, Any] = NOTHING,
 ) -> AsyncIterator[SlackWorld]:
     """Start everything; stop it all (the store and fakes too) on exit. ``database``: a URL
     instead of a SQLite file in ``tmp`` (replicas share one)."""
