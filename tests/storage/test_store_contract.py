@@ -1420,7 +1420,7 @@ async def test_deciders_racing_on_one_run_leave_exactly_one_lease_taker(
                 store.decide_and_claim(
                     Decision(request_id=r.id, kind=DecisionKind.APPROVE, by=f"u{i}"),
                     RequestStatus.ANSWERED,
-                    Audited(f"u{i}", "approve"),
+                    Audited(f"u{i}", AuditAction.APPROVE),
                     f"w{i + 1}",
                     LEASE,
                 )
@@ -1487,7 +1487,7 @@ async def test_a_delivery_is_accepted_once_with_its_work(
         second_store.accept_delivery("inbound:slack:T1:C1:171.5", delivery, "w2"),
     )
 
-    assert work_id is not None and repeats == [None, None]
+    assert work_id is not None and list(repeats) == [None, None]
     assert not await second_store.mark_once("inbound:slack:T1:C1:171.5")
     # Taken by its acceptor: another replica retakes it only once the acceptor is long gone.
     assert await second_store.take_work("w2", retake_after=30) == []

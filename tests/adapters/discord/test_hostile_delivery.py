@@ -31,7 +31,9 @@ async def test_a_deleted_card_is_posted_again_when_it_changes(tmp_path: Path) ->
         thread = await world.thread_of(mention)
         card = await world.card("approve")
         await world.settled()
-        world.discord.messages[thread].remove(world.discord.message(thread, card["id"]))
+        shown = world.discord.message(thread, card["id"])
+        assert shown is not None
+        world.discord.messages[thread].remove(shown)
         click = await world.click(card, "approve", user=APPROVER)
         assert "Recorded" in await world.answered(click)
         await world.answer_posted(thread, "healthy again")

@@ -36,7 +36,7 @@ async def _wait_status(world, run_id: str, status: RunStatus) -> None:  # type: 
 async def _run_id(world) -> str:  # type: ignore[no-untyped-def]
     runs = await world.chat.recent(1)
     assert runs, "no run started"
-    return runs[0].id
+    return str(runs[0].id)
 
 
 async def test_mention_progress_card_approve_result(tmp_path: Path) -> None:
