@@ -3,7 +3,6 @@ runtime and openai client, a fake Slack Web API and a fake model."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sqlite3
 from pathlib import Path
@@ -22,15 +21,14 @@ from tests.fakes.slack_world import (
     slack_world,
     updates_of,
 )
+from tests.fakes.waiting import until
 
 
 async def _wait_status(world, run_id: str, status: RunStatus) -> None:  # type: ignore[no-untyped-def]
+    async def reached() -> bool:
+        return (await world.chat.status(run_id)).record.status is status
 
-    for _ in range(200):
-        if (await world.chat.status(run_id)).record.status is status:
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"run {run_id} never reached {status}")
+    await until(reached, timeout=10)
 
 
 async def _run_id(world) -> str:  # type: ignore[no-untyped-def]
