@@ -49,7 +49,8 @@ class DroppingApi(FakeSlackApi):
 
 
 async def test_hostile_connection_cut_after_post_lands_does_not_post_twice(tmp_path: Path) -> None:
-    async with DroppingApi() as api, slack_world(tmp_path, restart_script(), api=api) as world:
+    api = DroppingApi()
+    async with api, slack_world(tmp_path, restart_script(), api=api) as world:
         mention = await world.mention("checkout is failing")
         await world.card(timeout=15)
         for _ in range(3):  # let the outbox retry, past its backoffs, and settle

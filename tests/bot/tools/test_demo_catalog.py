@@ -65,10 +65,10 @@ async def test_restart_effect_is_visible(tools: dict[str, CommandTool], tmp_path
 def patterned(catalog: Path) -> list[tuple[ToolSet, str, str, dict[str, object]]]:
     """(tools, tool, parameter, otherwise valid arguments) for every parameter with a pattern."""
     tools = ToolSet(load_catalog(catalog))
-    found = []
+    found: list[tuple[ToolSet, str, str, dict[str, object]]] = []
     for tool in tools.values():
         properties = tool.parameters["properties"]
-        base = {"lines": 10} if "lines" in properties else {}
+        base: dict[str, object] = {"lines": 10} if "lines" in properties else {}
         found += [
             (tools, tool.name, name, base) for name in properties if "pattern" in properties[name]
         ]
