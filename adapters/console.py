@@ -191,7 +191,8 @@ class ConsolePrompter:
             # An option spelled "l" wins over later: the question's options come first.
             if line.strip().lower() == "l":
                 return None
-            self._io.write(f"    ! {answer_refusal(line, request.options)}")
+            refusal = answer_refusal(line, request.options)
+            self._io.write(f"    ! {refusal.reason if refusal else line}")
 
     def _decide(self, request: Request, kind: DecisionKind, text: str = "") -> Decision:
         return Decision(request_id=request.id, kind=kind, text=text, by=self._user)

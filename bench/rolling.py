@@ -814,9 +814,9 @@ async def flow(plan: Plan, send: Callable[[Mention], Coroutine[Any, Any, None]])
         Mention(i, f"deploy m{i:03d}" if i % 2 == 0 else f"check m{i:03d}", i % 2 == 0)
         for i in range(plan.mentions)
     ]
-    tasks = []
+    tasks: list[asyncio.Future[None]] = []
     for mention in mentions:
-        tasks.append(asyncio.create_task(send(mention)))
+        tasks.append(asyncio.ensure_future(send(mention)))
         await asyncio.sleep(1 / plan.rate)
     await asyncio.gather(*tasks)
     return mentions

@@ -94,3 +94,49 @@ class GrantKind(StrEnum):
 
     ONE_SHOT = "one_shot"
     STANDING = "standing"
+
+
+class AuditAction(StrEnum):
+    """What an audit row records; the stored text is the value (``kestrel audit`` prints it)."""
+
+    REQUEST = "request"
+    APPROVE = "approve"
+    APPROVE_ALWAYS = "approve_always"
+    APPROVE_PARTIAL = "approve_partial"
+    DENY = "deny"
+    ANSWER = "answer"
+    RETRY = "retry"
+    DONE = "done"
+    FAILED = "failed"
+    EXPIRED = "expired"
+    EXPIRE = "expire"
+    REMIND = "remind"
+    REFUSED = "refused"
+    RESUME = "resume"
+    CANCEL = "cancel"
+    TAKEN_OVER = "taken_over"
+    FEEDBACK_POSITIVE = "feedback_positive"
+    FEEDBACK_NEGATIVE = "feedback_negative"
+    START_REFUSED = "start_refused"
+    SHOW_REFUSED = "show_refused"
+    FEEDBACK_REFUSED = "feedback_refused"
+    CANCEL_REFUSED = "cancel_refused"
+    RESUME_REFUSED = "resume_refused"
+    APPROVE_REFUSED = "approve_refused"
+    APPROVE_ALWAYS_REFUSED = "approve_always_refused"
+    DENY_REFUSED = "deny_refused"
+    ANSWER_REFUSED = "answer_refused"
+    RETRY_REFUSED = "retry_refused"
+    DONE_REFUSED = "done_refused"
+    FAILED_REFUSED = "failed_refused"
+    EXPIRED_REFUSED = "expired_refused"
+
+    @classmethod
+    def of(cls, kind: DecisionKind) -> AuditAction:
+        """The action that records a decision of ``kind``."""
+        return cls(kind.value)
+
+    @classmethod
+    def refused(cls, verb: str) -> AuditAction:
+        """The action that records a refused ``verb`` (a decision kind or a thread command)."""
+        return cls(f"{verb}_refused")

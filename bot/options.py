@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from bot.people.refusal import Refusal
+
 # Shorthands people type for a yes/no question's options.
 _ALIASES = {"y": "yes", "n": "no"}
 
@@ -18,11 +20,11 @@ def match_option(answer: str, options: Sequence[str]) -> str | None:
     return spelled.get(alias) if alias else None
 
 
-def answer_refusal(answer: str, options: Sequence[str]) -> str:
-    """Empty when ``answer`` answers a question with these options (any, without); else why."""
+def answer_refusal(answer: str, options: Sequence[str]) -> Refusal | None:
+    """None when ``answer`` answers a question with these options (any, without); else why."""
     if not options or match_option(answer, options) is not None:
-        return ""
-    return f"{_quoted(answer)} is not one of the options: answer {_listed(options)}"
+        return None
+    return Refusal(f"{_quoted(answer)} is not one of the options: answer {_listed(options)}")
 
 
 def _quoted(text: str, limit: int = 80) -> str:

@@ -10,6 +10,7 @@ from typing import Any, Protocol
 from bot.domain import Decision, Request, RequestStatus, Session
 from bot.journal.entries import Entry
 from bot.journal.log import JournalLog
+from bot.kinds import AuditAction
 from bot.records import OutboxMessage, Replica, RunRecord, WorkItem
 
 
@@ -18,7 +19,7 @@ class Audited:
     """An audit record written with the change it describes (same run, same request)."""
 
     actor: str
-    action: str
+    action: AuditAction
     detail: str = ""
 
 
@@ -239,6 +240,10 @@ class ReplicaRegistry(Protocol):
 class Outbox(Protocol):
     """Chat messages to show, delivered by any replica at most once each."""
 
+    def now(self) -> datetime:
+        """The store's clock: what a message's ``retry_at`` is compared with."""
+        ...
+
     async def put_message(
         self, key: str, platform: str, target: dict[str, Any], body: dict[str, Any]
     ) -> int:
@@ -286,7 +291,12 @@ class AuditLog(Protocol):
     """Who requested, decided, answered, expired and resumed what."""
 
     async def audit(
-        self, actor: str, action: str, run_id: str = "", request_id: str = "", detail: str = ""
+        self,
+        actor: str,
+        action: AuditAction,
+        run_id: str = "",
+        request_id: str = "",
+        detail: str = "",
     ) -> None:
         """Record one audited fact."""
         ...

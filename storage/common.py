@@ -26,6 +26,7 @@ from bot.journal.entries import (
     status_after,
 )
 from bot.journal.log import JournalRecord, JournalTally
+from bot.kinds import AuditAction
 from bot.people.audit import request_detail
 from bot.records import OutboxMessage, Replica, RunRecord, WorkItem
 from storage import sql
@@ -323,12 +324,24 @@ def beside_entry(
         actor = request.requested_by or "run"
         return [
             (sql.OPEN_REQUEST, request_row(request, stamp)),
-            (sql.AUDIT, (at, actor, "request", run_id, request.id, detail)),
+            (sql.AUDIT, (at, actor, AuditAction.REQUEST.value, run_id, request.id, detail)),
         ]
     if isinstance(entry, RunEnded):
         owed = outbox_json(owed_answer(run_id))
         return [(sql.OWE_ANSWER, (run_id, answer_key(run_id), owed, at))]
-    return [(sql.AUDIT, (at, entry.by or entry.owner, "resume", run_id, "", resume_detail(entry)))]
+    return [
+        (
+            sql.AUDIT,
+            (
+                at,
+                entry.by or entry.owner,
+                AuditAction.RESUME.value,
+                run_id,
+                "",
+                resume_detail(entry),
+            ),
+        )
+    ]
 
 
 def resume_detail(entry: RunResumed) -> str:

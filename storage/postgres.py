@@ -390,9 +390,11 @@ class PostgresStore(SqlStore):
         return f"{self._label}: {action} failed: {' '.join(cause.split())}"
 
 
-async def open_postgres(dsn: str, *, schema: str = "public") -> PostgresStore:
+async def open_postgres(
+    dsn: str, *, schema: str = "public", clock: Callable[[], datetime] = utcnow
+) -> PostgresStore:
     """Open the PostgreSQL store at ``dsn`` and bring its schema up to date."""
-    return await migrated(PostgresStore(dsn, schema=schema))
+    return await migrated(PostgresStore(dsn, schema=schema, clock=clock))
 
 
 # -- module helpers -----------------------------------------------------------------------------

@@ -328,7 +328,7 @@ class SqlStore(ABC):
         text = decision.model_dump_json()
         steps: list[Step] = [(sql.DECIDE, (status.value, text, decision.request_id))]
         if audit is not None:
-            params = (self._now(), audit.actor, audit.action, audit.detail)
+            params = (self._now(), audit.actor, str(audit.action), audit.detail)
             steps.append((sql.AUDIT_DECISION, (*params, decision.request_id, text)))
         return steps
 
@@ -337,7 +337,7 @@ class SqlStore(ABC):
         only); the number of distinct approvers."""
         steps: list[Step] = []
         if audit is not None:
-            params = (self._now(), audit.actor, audit.action, audit.detail, request_id)
+            params = (self._now(), audit.actor, str(audit.action), audit.detail, request_id)
             steps.append((sql.AUDIT_APPROVAL, params))
         steps += [
             (sql.INSERT_APPROVAL, (request_id, by, self._now())),
@@ -466,11 +466,15 @@ class SqlStore(ABC):
 
     # -- audit -------------------------------------------------------------------------------
 
+    def now(self) -> datetime:
+        """The store's clock (injected: the runtime's), for times compared with the store's."""
+        return self._clock()
+
     async def audit(
         self, actor: str, action: str, run_id: str = "", request_id: str = "", detail: str = ""
     ) -> None:
-        """Record one audited fact."""
-        params = (self._now(), actor, action, run_id, request_id, detail)
+        """Record one audited fact (an ``AuditAction``; any text is stored as given)."""
+        params = (self._now(), actor, str(action), run_id, request_id, detail)
         await self._write("audit", sql.AUDIT, params)
 
     async def list_audit(self, run_id: str | None = None, limit: int = 200) -> list[AuditRecord]:

@@ -368,10 +368,15 @@ class SqliteStore(SqlStore):
 
 
 async def open_sqlite(
-    path: str | Path, *, synchronous: str = "FULL", read_only: bool = False
+    path: str | Path,
+    *,
+    synchronous: str = "FULL",
+    read_only: bool = False,
+    clock: Callable[[], datetime] = utcnow,
 ) -> SqliteStore:
     """Open the SQLite store at ``path`` and bring its schema up to date (read-only: check it)."""
-    return await migrated(SqliteStore(path, synchronous=synchronous, read_only=read_only))
+    store = SqliteStore(path, synchronous=synchronous, read_only=read_only, clock=clock)
+    return await migrated(store)
 
 
 # -- module helpers -----------------------------------------------------------------------------

@@ -348,9 +348,10 @@ class KestrelDiscord(discord.Client):
     ) -> None:
         """Deny and Answer: check, then open the form (a modal must be the first response)."""
         actor = await self.actor_for(interaction, request_id)
-        refusal = await self.chat.check(request_id, kind, user=actor) if actor else NOT_HERE
-        if refusal:
-            await interaction.response.send_message(refusal, ephemeral=True)
+        refusal = await self.chat.check(request_id, kind, user=actor) if actor else None
+        if actor is None or refusal is not None:
+            note = refusal.reason if refusal is not None else NOT_HERE
+            await interaction.response.send_message(note, ephemeral=True)
             return
         form = ReasonModal if kind is DecisionKind.DENY else AnswerModal
         # A modal is found again by its custom id: one per request and person.

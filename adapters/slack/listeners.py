@@ -245,8 +245,8 @@ class SlackListeners:
             return
         kind, modal = MODALS[action_id]
         refusal = await self._chat.check(view.request.id, kind, user=actor)
-        if refusal:
-            await self._ephemeral(thread, actor.user, refusal)
+        if refusal is not None:
+            await self._ephemeral(thread, actor.user, refusal.reason)
             return
         sealed = ids.seal_modal(self._modal_key, origin)
         await self._client.views_open(trigger_id=trigger, view=modal(view.request, sealed))

@@ -21,7 +21,6 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any, Protocol
 
-from bot.domain import utcnow
 from bot.records import OutboxMessage
 from bot.store import Outbox
 
@@ -226,5 +225,5 @@ class Deliveries:
         step = min(message.attempts, len(BACKOFF_SECONDS)) - 1
         delay = retry_after if retry_after is not None else BACKOFF_SECONDS[max(step, 0)]
         log.warning("outbox: %s not delivered (%s); retrying in %.0fs", message.key, error, delay)
-        retry_at = utcnow() + timedelta(seconds=delay)
+        retry_at = self._store.now() + timedelta(seconds=delay)
         await self._store.message_failed(message.key, self._owner, retry_at, error)

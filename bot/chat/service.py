@@ -27,8 +27,10 @@ from bot.errors import UnknownRun
 from bot.events import EventSink
 from bot.journal.fold import RunState, fold
 from bot.journal.log import JournalRecord
+from bot.kinds import AuditAction
 from bot.logs import REQUEST_ID
 from bot.people.policy import Actor, NotPermitted, Policy
+from bot.people.refusal import Refusal
 from bot.place import Place
 from bot.prompter import Prompter
 from bot.records import RunRecord
@@ -157,10 +159,11 @@ class ChatService:
         it runs in the background (as ``run_id``, when the delivery reserved one)."""
         place = session.place if session is not None else None
         refusal = self._rt.policy.place_refusal(user, place, "this thread")
-        if refusal or not await self._rt.policy.may_start(user, place):
-            refusal = refusal or f"{user.user} may not start runs (policy.requesters)"
-            await self._rt.store.audit(user.user, "start_refused", detail=refusal)
-            raise NotPermitted(refusal)
+        if refusal is None and not await self._rt.policy.may_start(user, place):
+            refusal = Refusal(f"{user.user} may not start runs (policy.requesters)")
+        if refusal is not None:
+            await self._rt.store.audit(user.user, AuditAction.START_REFUSED, detail=refusal.reason)
+            raise NotPermitted(refusal.reason)
         return await self._supervisor.start_turn(
             text, session=session, requested_by=user.user, prompter=prompter, run_id=run_id
         )
@@ -182,7 +185,7 @@ class ChatService:
         REQUEST_ID.set(request_id)  # this task's log lines name the request
         if card is not None and not await self._shows(user, card_key(request_id), card):
             refusal = "this button is not on that request's card"
-            action = f"{kind.value}_refused"
+            action = AuditAction.refused(kind.value)
             await self._rt.store.audit(user.user, action, run_id, request_id, refusal)
             return Decided(False, refusal)
         decision = Decision(request_id=request_id, kind=kind, text=text, by=user.user)
@@ -201,12 +204,12 @@ class ChatService:
 
     async def check(
         self, request_id: str, kind: DecisionKind, *, user: Actor, text: str | None = None
-    ) -> str:
+    ) -> Refusal | None:
         """Why ``user`` may not decide ``kind`` (with ``text``, when given) on the request now
-        (empty: they may), before asking them for more (a reason); decides nothing."""
+        (None: they may), before asking them for more (a reason); decides nothing."""
         found = await self.request(request_id)
         if found is None:
-            return f"there is no request {request_id}"
+            return Refusal(f"there is no request {request_id}")
         if text is None and kind is DecisionKind.ANSWER and found.request.options:
             text = found.request.options[0]  # the person, not the answer, is checked here
         decision = Decision(request_id=request_id, kind=kind, by=user.user, text=text or "")
@@ -278,8 +281,8 @@ class ChatService:
         (``NotPermitted`` otherwise)."""
         refusal = await self._misplaced(user, run_id, "feedback")  # UnknownRun if made up
         if refusal:
-            raise NotPermitted(refusal)
-        verdict = "feedback_positive" if positive else "feedback_negative"
+            raise NotPermitted(refusal.reason)
+        verdict = AuditAction.FEEDBACK_POSITIVE if positive else AuditAction.FEEDBACK_NEGATIVE
         await self._rt.store.audit(user.user, verdict, run_id=run_id)
 
     async def accept_delivery(self, key: str, platform: str, delivery: Delivery) -> Accepted | None:
@@ -303,7 +306,7 @@ class ChatService:
         sentence."""
         refusal = await self._misplaced(user, run_id, "cancel")
         if refusal:
-            raise NotPermitted(refusal)
+            raise NotPermitted(refusal.reason)
         return await self._supervisor.cancel(run_id, actor=user)
 
     async def resume(
@@ -324,8 +327,10 @@ class ChatService:
             user, "resume", run_id, record.requested_by, run
         )
         if refusal:
-            await self._rt.store.audit(user.user, "resume_refused", run_id=run_id, detail=refusal)
-            raise NotPermitted(refusal)
+            await self._rt.store.audit(
+                user.user, AuditAction.RESUME_REFUSED, run_id=run_id, detail=refusal.reason
+            )
+            raise NotPermitted(refusal.reason)
         return await self._supervisor.resume(run_id, prompter=prompter, force=force, by=user.user)
 
     async def wait(self, run: RunHandle) -> RunResult:
@@ -375,16 +380,20 @@ class ChatService:
     async def _place(self, run_id: str) -> Place:
         return await self._supervisor.decisions.place_of(run_id)
 
-    async def _misplaced(self, user: Actor, run_id: str, verb: str, request_id: str = "") -> str:
-        """Why ``user`` may not act on the run from where they are (audited); empty if they
+    async def _misplaced(
+        self, user: Actor, run_id: str, verb: str, request_id: str = ""
+    ) -> Refusal | None:
+        """Why ``user`` may not act on the run from where they are (audited); None if they
         may. ``UnknownRun`` for an unknown id."""
         if user.place is None:
             await self._rt.store.get_run(run_id)
-            return ""
+            return None
         what = f"request {request_id}" if request_id else f"run {run_id}"
         refusal = self._rt.policy.place_refusal(user, await self._place(run_id), what)
         if refusal:
-            await self._rt.store.audit(user.user, f"{verb}_refused", run_id, request_id, refusal)
+            await self._rt.store.audit(
+                user.user, AuditAction.refused(verb), run_id, request_id, refusal.reason
+            )
         return refusal
 
     async def _shows(self, user: Actor, key: str, ref: str) -> bool:

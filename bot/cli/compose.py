@@ -17,6 +17,8 @@ from bot.config.sources import ENV_FILE, dotenv, secret_file_paths, sqlite_file
 # The parts are imported by the builders that need them, not here: ``runs list`` opens the
 # store alone and must not pay for the model client, the tool catalogs or the PII scanner.
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from bot.config.settings import Settings
     from bot.hooks import Hooks
     from bot.llm.base import ModelProvider
@@ -188,16 +190,21 @@ def postgres_schema(url: str) -> tuple[str, str]:
     return urlunsplit(parts._replace(query=urlencode(query))), schema
 
 
-async def open_store(settings: Settings, *, read_only: bool = False) -> Store:
+async def open_store(
+    settings: Settings, *, read_only: bool = False, clock: Callable[[], datetime] | None = None
+) -> Store:
     """The store named by ``database``: a SQLite file, or a PostgreSQL URL.
 
-    ``read_only`` (SQLite): no migration, no write access and no write lock needed.
+    ``read_only`` (SQLite): no migration, no write access and no write lock needed. ``clock``:
+    the runtime's (the store's own, the wall clock, by default).
     """
     path = sqlite_file(settings.base_dir, settings.database)
     if path is not None:
         from storage.sqlite import open_sqlite
 
-        return await open_sqlite(path, read_only=read_only)
+        if clock is None:
+            return await open_sqlite(path, read_only=read_only)
+        return await open_sqlite(path, read_only=read_only, clock=clock)
     try:
         from storage.postgres import open_postgres
     except ImportError as exc:
@@ -205,7 +212,9 @@ async def open_store(settings: Settings, *, read_only: bool = False) -> Store:
             f"database: PostgreSQL needs asyncpg: {install_hint('postgres')}"
         ) from exc
     dsn, schema = postgres_schema(settings.database)
-    return await open_postgres(dsn, schema=schema)
+    if clock is None:
+        return await open_postgres(dsn, schema=schema)
+    return await open_postgres(dsn, schema=schema, clock=clock)
 
 
 class SchemaCheck(NamedTuple):
@@ -292,8 +301,12 @@ async def tool_source(settings: Settings) -> AsyncIterator[ToolSource]:
 
 
 @asynccontextmanager
-async def runtime(settings: Settings) -> AsyncIterator[Runtime]:
-    """A runtime for one process; its MCP sessions and store are closed on exit."""
+async def runtime(
+    settings: Settings, *, clock: Callable[[], datetime] | None = None
+) -> AsyncIterator[Runtime]:
+    """A runtime for one process; its MCP sessions and store are closed on exit. ``clock``:
+    the one clock of the runtime and its store (the wall clock by default; tests move it)."""
+    from bot.domain import utcnow
     from bot.events import FanOut, LogSink
     from bot.people.policy import Policy
     from bot.pii.hooks import pii_hooks
@@ -307,9 +320,10 @@ async def runtime(settings: Settings) -> AsyncIterator[Runtime]:
     for notice in policy.notices():
         log.warning("%s", notice)
     async with tool_source(settings) as tools:
-        store = await open_store(settings)
+        store = await open_store(settings, clock=clock)
         try:
             yield Runtime(
+                clock=clock or utcnow,
                 store=store,
                 model=model,
                 tools=tools,

@@ -7,15 +7,19 @@ conditional update that exactly one caller wins, and audited.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
-from bot.domain import Decision, DecisionKind, Request, RequestKind, RequestStatus, utcnow
+from bot.domain import Decision, DecisionKind, Request, RequestKind, RequestStatus
 from bot.events import AdvisoryEvent, FanOut, RequestExpiredEvent
 from bot.journal.fold import RunState
+from bot.kinds import AuditAction
 from bot.options import answer_refusal, match_option
 from bot.people.audit import Redact, decision_detail, request_detail
 from bot.people.policy import Actor, Policy
+from bot.people.refusal import Refusal
 from bot.place import Place
 from bot.prompter import Prompter
 from bot.store import Audited, Settled, Store
@@ -47,6 +51,10 @@ class Shared(Protocol):
     @property
     def redact(self) -> Redact:
         """The PII guard as a function of text, for what the audit keeps."""
+
+    @property
+    def clock(self) -> Callable[[], datetime]:
+        """The one clock: whether a request's deadline has passed."""
 
     @property
     def owner(self) -> str:
@@ -86,21 +94,23 @@ class Decisions:
             return Answered(False, f"there is no request {decision.request_id}")
         refusal = await self._refusal(request, status, decision, actor, run_id, digest)
         if refusal:
-            action = f"{decision.kind.value}_refused"
+            action = AuditAction.refused(decision.kind.value)
             detail = self.audited_refusal(refusal, decision)
             await self.rt.store.audit(actor.user, action, run_id, request.id, detail)
-            return Answered(False, refusal)
+            return Answered(False, refusal.reason)
         if request.options and decision.kind is DecisionKind.ANSWER:
             # The option as the question spells it ("Y" answers "yes"): the model reads that.
             picked = match_option(decision.text, request.options) or decision.text
             decision = decision.model_copy(update={"text": picked})
         if decision.kind is DecisionKind.APPROVE and request.approvals_needed > 1:
-            partial = Audited(actor.user, "approve_partial", decision_detail(request, decision))
+            partial = Audited(
+                actor.user, AuditAction.APPROVE_PARTIAL, decision_detail(request, decision)
+            )
             count = await self.rt.store.add_approval(request.id, actor.user, partial)
             if count < request.approvals_needed:
                 return Answered(True, f"approval {count} of {request.approvals_needed} recorded")
         detail = decision_detail(request, decision, self.rt.redact)
-        audit = Audited(actor.user, decision.kind.value, detail)
+        audit = Audited(actor.user, AuditAction.of(decision.kind), detail)
         settled = await self.rt.store.decide_and_claim(
             decision, RequestStatus.ANSWERED, audit, self.rt.owner, self.rt.lease_seconds
         )
@@ -111,9 +121,9 @@ class Decisions:
         remaining = await self.rt.store.list_requests(run_id=run_id)
         return Answered(True, "recorded", ready=not remaining)
 
-    def audited_refusal(self, refusal: str, decision: Decision) -> str:
+    def audited_refusal(self, refusal: Refusal, decision: Decision) -> str:
         """A refusal as the audit keeps it: redacted when it may quote what the person typed."""
-        return self.rt.redact(refusal) if decision.text.strip() else refusal
+        return self.rt.redact(refusal.reason) if decision.text.strip() else refusal.reason
 
     async def _refusal(
         self,
@@ -123,15 +133,16 @@ class Decisions:
         actor: Actor,
         run_id: str,
         digest: str,
-    ) -> str:
+    ) -> Refusal | None:
         if request.run_id != run_id:
-            return f"request {request.id} does not belong to run {run_id}"
+            return Refusal(f"request {request.id} does not belong to run {run_id}")
         if status is not RequestStatus.OPEN:
-            return f"request {request.id} is already {status.value}"
-        if request.deadline is not None and request.deadline <= utcnow():
-            return f"request {request.id} expired at {request.deadline:%Y-%m-%d %H:%M} UTC"
+            return Refusal(f"request {request.id} is already {status.value}")
+        if request.deadline is not None and request.deadline <= self.rt.clock():
+            expired = f"{request.deadline:%Y-%m-%d %H:%M}"
+            return Refusal(f"request {request.id} expired at {expired} UTC")
         if digest and digest != request.digest:
-            return "this card is stale: the call it shows is not the one waiting"
+            return Refusal("this card is stale: the call it shows is not the one waiting")
         flags = self.rt.tools.current().flags_of(request.tool)
         run = await self.place_of(run_id) if actor.place is not None else None
         policy = self.rt.policy
@@ -141,12 +152,12 @@ class Decisions:
         # A question with options (ask_human_confirm, ask_human_select) takes one of them only.
         return answer_refusal(decision.text, request.options)
 
-    async def refusal(self, decision: Decision, *, run_id: str, actor: Actor) -> str:
-        """Why ``actor`` may not make ``decision`` now (empty: they may); writes nothing."""
+    async def refusal(self, decision: Decision, *, run_id: str, actor: Actor) -> Refusal | None:
+        """Why ``actor`` may not make ``decision`` now (None: they may); writes nothing."""
         try:
             request, status, _ = await self.rt.store.get_request(decision.request_id)
         except KeyError:
-            return f"there is no request {decision.request_id}"
+            return Refusal(f"there is no request {decision.request_id}")
         return await self._refusal(request, status, decision, actor, run_id, "")
 
     async def place_of(self, run_id: str) -> Place:
@@ -160,7 +171,7 @@ class Decisions:
         which takes the run's lease if that closed its last open request (a decision does the
         same): dying before it resumes the run leaves it to adoption, not stranded."""
         decision = Decision(request_id=request.id, kind=DecisionKind.EXPIRED, by="deadline")
-        audit = Audited("deadline", "expire", decision_detail(request, decision))
+        audit = Audited("deadline", AuditAction.EXPIRE, decision_detail(request, decision))
         settled = await self.rt.store.decide_and_claim(
             decision, RequestStatus.EXPIRED, audit, self.rt.owner, self.rt.lease_seconds
         )
@@ -174,7 +185,7 @@ class Decisions:
         await self.rt.store.open_request(request)
         await self.rt.store.audit(
             request.requested_by or "run",
-            "request",
+            AuditAction.REQUEST,
             request.run_id,
             request.id,
             request_detail(request),
@@ -192,7 +203,7 @@ class Decisions:
             if decision is not None:
                 # Audited by the decision that closes the request only: someone else may win.
                 detail = decision_detail(request, decision, self.rt.redact, inline=True)
-                audit = Audited(decision.by, decision.kind.value, detail)
+                audit = Audited(decision.by, AuditAction.of(decision.kind), detail)
                 await self.rt.store.decide(decision, RequestStatus.ANSWERED, audit)
 
     def checked(self, prompter: Prompter | None) -> Prompter | None:
@@ -254,9 +265,11 @@ class CheckedPrompter:
             store = self._decisions.rt.store
             asker = request.requested_by or "run"
             opened = request_detail(request, inline=True)
-            await store.audit(asker, "request", request.run_id, request.id, opened)
+            await store.audit(asker, AuditAction.REQUEST, request.run_id, request.id, opened)
             detail = decision_detail(request, decision, self._decisions.rt.redact, inline=True)
-            await store.audit(decision.by, decision.kind.value, request.run_id, request.id, detail)
+            await store.audit(
+                decision.by, AuditAction.of(decision.kind), request.run_id, request.id, detail
+            )
         return decision
 
     async def permitted(self, request: Request) -> Decision | None:
@@ -272,7 +285,9 @@ class CheckedPrompter:
         )
         if refusal:
             detail = self._decisions.audited_refusal(refusal, decision)
-            await rt.store.audit(decision.by, "refused", request.run_id, request.id, detail)
+            await rt.store.audit(
+                decision.by, AuditAction.REFUSED, request.run_id, request.id, detail
+            )
             text = f"{refusal}; the request stays open for someone who may decide it"
             rt.events.emit(AdvisoryEvent(request.run_id, text))
             return None

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from bot.kinds import DecisionKind, RequestKind
+from bot.people.refusal import Refusal
 from bot.place import Place
 
 # Types only: ``kestrel runs pending`` decides who may answer without importing the models.
@@ -158,30 +159,30 @@ class Policy:
             return False  # another workspace's people see nothing of ours
         return actor.directory is not None and await actor.directory.sees(actor.user, run)
 
-    def place_refusal(self, actor: Actor, run: Place | None, what: str) -> str:
-        """Empty when ``actor`` acts from the run's place (or at the terminal); else why not."""
+    def place_refusal(self, actor: Actor, run: Place | None, what: str) -> Refusal | None:
+        """None when ``actor`` acts from the run's place (or at the terminal); else why not."""
         if actor.place is None or run is None or run.holds(actor.place):
-            return ""
-        return (
+            return None
+        return Refusal(
             f"{what} belongs to a run of another channel: act on it from that run's thread"
             f" (this came from {actor.place.describe()})"
         )
 
     async def check_operate(
         self, actor: Actor, verb: str, run_id: str, requested_by: str, run: Place | None = None
-    ) -> str:
-        """Empty when ``actor`` may ``verb`` (cancel, resume) the run: its requester, or
+    ) -> Refusal | None:
+        """None when ``actor`` may ``verb`` (cancel, resume) the run: its requester, or
         on-call; else why not."""
         if (requested_by and actor.user == requested_by) or await self.may_operate(actor, run):
-            return ""
+            return None
         requester = f"its requester ({requested_by or 'none recorded'})"
         if self.settings.oncall:
             oncall = _listed(self.settings.oncall)
-            return (
+            return Refusal(
                 f"{actor.user} may not {verb} run {run_id}:"
                 f" only {requester} or on-call ({oncall}) may"
             )
-        return (
+        return Refusal(
             f"{actor.user} may not {verb} run {run_id}: only {requester} may"
             " (policy.oncall is empty)"
         )
@@ -210,8 +211,8 @@ class Policy:
         *,
         run: Place | None = None,
         inline: bool = False,
-    ) -> str:
-        """Empty when ``actor`` may decide ``kind`` on ``request`` of a run that lives in
+    ) -> Refusal | None:
+        """None when ``actor`` may decide ``kind`` on ``request`` of a run that lives in
         ``run``; else the reason they may not.
 
         ``inline``: decided at the terminal that runs Kestrel (``kestrel chat``). Its operator
@@ -219,13 +220,13 @@ class Policy:
         lists, the two-person rule and on-call still hold.
         """
         if kind not in _KINDS_FOR[request.kind]:
-            return f"{kind.value} is not an answer to a {request.kind.value} request"
+            return Refusal(f"{kind.value} is not an answer to a {request.kind.value} request")
         refusal = self.place_refusal(actor, run, f"request {request.id}")
         if refusal:
             return refusal
         if request.kind is RequestKind.WAIT_APPROVAL:
             if inline and kind is not DecisionKind.DENY and request.approvals_needed > 1:
-                return (
+                return Refusal(
                     f"{request.tool} needs {request.approvals_needed} approvers: approve with"
                     " `kestrel runs approve`, one person at a time"
                 )
@@ -263,7 +264,7 @@ class Policy:
         return not (self.settings.self_approval and request.approvals_needed <= 1)
 
     def _approvers(self, tool: str, flags: ToolFlags | None) -> list[str]:
-        tags = flags.tags if flags else ()
+        tags = flags.approval.tags if flags else ()
         keys = [tool, *(f"tag:{tag}" for tag in tags), EVERYONE]
         return [p for key in keys for p in self.settings.approvers.get(key, [])]
 
@@ -275,54 +276,60 @@ class Policy:
         flags: ToolFlags | None,
         run: Place | None,
         inline: bool,
-    ) -> str:
+    ) -> Refusal | None:
         mine = actor.user == request.requested_by
         approvers = self._approvers(request.tool, flags)
         if kind is DecisionKind.DENY:
             if mine or await actor.admitted(approvers, run):
-                return ""
+                return None
             who = _either([request.requested_by, *approvers], actor)
-            return f"{actor.user} may not deny {request.tool}: only {who} may"
-        if flags is not None and flags.deny:
-            return f"policy never allows {request.tool}"
+            return Refusal(f"{actor.user} may not deny {request.tool}: only {who} may")
+        if flags is not None and flags.approval.deny:
+            return Refusal(f"policy never allows {request.tool}")
         if mine and not inline and not self._self_approval(request):
             phrase = self.may_answer_phrase(request, flags)
-            return f"you asked for this run: someone else must approve it; may approve: {phrase}"
+            return Refusal(
+                f"you asked for this run: someone else must approve it; may approve: {phrase}"
+            )
         if not await actor.admitted(approvers, run):
-            return (
+            return Refusal(
                 f"{actor.user} may not approve {request.tool}: only {_either(approvers, actor)} may"
             )
         if kind is DecisionKind.APPROVE_ALWAYS and request.approvals_needed > 1:
-            return f"{request.tool} needs {request.approvals_needed} approvers for every call"
-        return ""
+            return Refusal(
+                f"{request.tool} needs {request.approvals_needed} approvers for every call"
+            )
+        return None
 
     def _self_approval(self, request: Request) -> bool:
         # The two-person rule counts the requester as neither approver, whatever the setting.
         return not self._excludes(request)
 
-    async def _settle(self, actor: Actor, request: Request, run: Place | None) -> str:
+    async def _settle(self, actor: Actor, request: Request, run: Place | None) -> Refusal | None:
         if await self.may_operate(actor, run):
-            return ""
+            return None
         if not self.settings.oncall:
             if request.requested_by and actor.user == request.requested_by:
-                return ""
+                return None
             requester = request.requested_by or "none recorded"
-            return (
+            return Refusal(
                 f"only the run's requester ({requester}) may settle an uncertain effect while"
                 " policy.oncall is empty"
             )
         oncall = _listed(self.settings.oncall)
-        return f"only on-call ({oncall}) may settle an uncertain effect"
+        return Refusal(f"only on-call ({oncall}) may settle an uncertain effect")
 
-    async def _answer(self, actor: Actor, request: Request, run: Place | None) -> str:
+    async def _answer(self, actor: Actor, request: Request, run: Place | None) -> Refusal | None:
         if actor.user == request.requested_by or await self.may_operate(actor, run):
-            return ""
+            return None
         if await actor.admitted(self.settings.answerers, run):
-            return ""
+            return None
         names = _unique([request.requested_by, *self.settings.answerers])
         if self.settings.oncall:
             names.append(f"on-call ({_listed(self.settings.oncall)})")
-        return f"{actor.user} may not answer this question: only {_either(names, actor)} may"
+        return Refusal(
+            f"{actor.user} may not answer this question: only {_either(names, actor)} may"
+        )
 
 
 def _listed(principals: list[str]) -> str:

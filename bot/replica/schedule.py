@@ -19,8 +19,9 @@ from apscheduler.triggers.date import DateTrigger
 
 from bot.config.cron import parse_cron
 from bot.config.settings import DeadlineSettings, ScheduledPrompt
-from bot.domain import Request, utcnow
+from bot.domain import Request
 from bot.events import Event, RequestOpenedEvent, RequestReminderEvent
+from bot.kinds import AuditAction
 from bot.run.supervisor import LiveRun, Supervisor
 from bot.store import AuditLog, OnceMarks, Requests
 
@@ -41,13 +42,13 @@ class Scheduler:
         prompts: list[ScheduledPrompt],
         *,
         store: SchedulerStore,
-        clock: Callable[[], datetime] = utcnow,
+        clock: Callable[[], datetime] | None = None,
     ) -> None:
         self.supervisor = supervisor
         self.store = store
         self.deadlines = deadlines
         self.prompts = {p.name: (p, parse_cron(p.cron)) for p in prompts}
-        self.clock = clock
+        self.clock = clock or supervisor.rt.clock  # the runtime's, unless told otherwise
         self._aps: AsyncIOScheduler | None = None
 
     async def start(self) -> None:
@@ -106,7 +107,7 @@ class Scheduler:
         if not await self.store.mark_once(f"remind:{request.id}"):
             return False
         self.supervisor.rt.events.emit(RequestReminderEvent(request.run_id, request))
-        await self.store.audit("deadline", "remind", request.run_id, request.id)
+        await self.store.audit("deadline", AuditAction.REMIND, request.run_id, request.id)
         return True
 
     def _remind_before(self) -> timedelta:

@@ -93,7 +93,7 @@ async def _execute(call: ToolCall, env: CallEnv) -> CallExit:
         env.run.events.emit(AdvisoryEvent(env.run.run_id, advice))
         known = ", ".join(sorted(env.tools)) or "none"
         return _error(ToolOutcome.UNKNOWN_TOOL, f"unknown tool {call.name!r}; tools: {known}")
-    gated = original.flags.confirm
+    gated = original.flags.approval.confirm
     try:
         verdict = await env.run.hooks.on_pre_tool(call, env.run.hook_ctx)
     except HookFailure as exc:
@@ -108,7 +108,7 @@ async def _execute(call: ToolCall, env: CallEnv) -> CallExit:
         problems = env.tools.validate(effective.name, arguments)
     if problems:
         return _error(ToolOutcome.INVALID_ARGUMENTS, "invalid arguments: " + "; ".join(problems))
-    if gated or effective.flags.confirm:
+    if gated or effective.flags.approval.confirm:
         async with env.run.interrupt.guard():  # an approval asked inline may wait on a person
             gate = await env.gate.check(call.id, original, effective, arguments)
         if gate.request is not None:
@@ -154,9 +154,9 @@ async def _dispatch(
         run_id=env.run.journal.run_id,
         call_id=call.id,
         requested_by=env.run.hook_ctx.requested_by,
-        prompter=env.run.prompter if tool.flags.needs_prompter else None,
-        workdir=env.run.workdir if tool.flags.needs_workdir else None,
-        started=None if tool.flags.idempotent else _process_recorder(call, env),
+        prompter=env.run.prompter if tool.flags.traits.needs_prompter else None,
+        workdir=env.run.workdir if tool.flags.traits.needs_workdir else None,
+        started=None if tool.flags.traits.idempotent else _process_recorder(call, env),
         stamp=env.run.stamp,
     )
     await _takeover_check(call, tool, env)
@@ -179,7 +179,7 @@ async def _dispatch(
 
 async def _takeover_check(call: ToolCall, tool: Tool, env: CallEnv) -> None:
     """The last check before an effect: a fenced dispatch record, or an epoch read."""
-    if not tool.flags.idempotent:
+    if not tool.flags.traits.idempotent:
         await env.run.journal.append(ToolDispatched(call_id=call.id, tool=tool.name))
         return
     if not await env.run.journal.still_owner():
@@ -201,8 +201,8 @@ def _process_recorder(call: ToolCall, env: CallEnv) -> Callable[[int], None]:
 async def _invoke(
     tool: Tool, arguments: dict[str, Any], ctx: ToolContext, interrupt: Interrupt
 ) -> tuple[ToolOutcome, str, bool, Deferral | None]:
-    paced = tool.flags.operator_paced or tool.flags.timeout <= 0
-    limit = None if paced else tool.flags.timeout
+    paced = tool.flags.traits.operator_paced or tool.flags.traits.timeout <= 0
+    limit = None if paced else tool.flags.traits.timeout
     try:
         async with interrupt.guard(tool=True), asyncio.timeout(limit):
             answer = await tool.call(arguments, ctx)

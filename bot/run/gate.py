@@ -65,7 +65,7 @@ class Gate:
             return GateVerdict(False, "refused: this command needs approval and no one is present")
         if self._expired():
             return GateVerdict(False, "refused: the run's deadline has passed")
-        if original.flags.deny or tool.flags.deny:
+        if original.flags.approval.deny or tool.flags.approval.deny:
             return GateVerdict(False, f"refused: policy never allows {tool.name}")
         if tool.name in self._standing or (call_id, digest) in self._one_shot:
             return GateVerdict(True)
@@ -92,7 +92,7 @@ class Gate:
             arguments,
             digest=digest,
             prompt=tool.description,
-            approvals_needed=max(1, tool.flags.approvals),
+            approvals_needed=max(1, tool.flags.approval.approvals),
         )
 
     def _decide(self, decision: Decision, tool: str, call_id: str, digest: str) -> GateVerdict:

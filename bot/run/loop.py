@@ -373,7 +373,7 @@ class AgentLoop:
     async def _uncertain(self, call_state: CallState, env: CallEnv) -> None:
         """A dispatched call with no result: rerun it if idempotent, else ask on-call."""
         tool = env.tools.get(call_state.call.name)
-        if tool is not None and tool.flags.idempotent:
+        if tool is not None and tool.flags.traits.idempotent:
             await self._execute(call_state, env)
             return
         found = ""

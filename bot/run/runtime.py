@@ -7,11 +7,11 @@ import os
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from bot.config.settings import DeadlineSettings
-from bot.domain import Budgets, Fingerprint, Request, new_id
+from bot.domain import Budgets, Fingerprint, Request, new_id, utcnow
 from bot.events import FanOut
 from bot.hooks import Hooks
 from bot.llm.base import ModelProvider
@@ -46,6 +46,9 @@ class Runtime:
     redact: Redact = unchanged
     policy: Policy = field(default_factory=lambda: Policy(PolicyRules()))
     deadlines: DeadlineSettings = field(default_factory=DeadlineSettings)
+    # The one clock that decides expiry: the store's (leases, due messages) is the same one,
+    # so a test moves time for all of them at once instead of sleeping.
+    clock: Callable[[], datetime] = utcnow
 
     def stamp(self, request: Request) -> Request:
         """Give a new request its deadline: per tool if configured, else per kind."""

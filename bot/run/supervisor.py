@@ -20,7 +20,6 @@ from bot.domain import (
     StopReason,
     TerminalResult,
     new_id,
-    utcnow,
 )
 from bot.errors import ResumeRefused, StoreError
 from bot.events import (
@@ -35,6 +34,7 @@ from bot.hooks import HookContext, HookFailure, Hooks
 from bot.journal.entries import Entry, RunEnded, RunResumed, RunStarted, UserMessageEntry
 from bot.journal.fold import RunState, fold
 from bot.journal.writer import RunJournal, TakenOver
+from bot.kinds import AuditAction
 from bot.llm.base import UserMessage
 from bot.logs import run_context
 from bot.people.decisions import Answered, Decisions
@@ -266,8 +266,10 @@ class Supervisor:
         policy = self.rt.policy
         refusal = await policy.check_operate(actor, "cancel", run_id, record.requested_by, run)
         if refusal:
-            await self.rt.store.audit(by, "cancel_refused", run_id=run_id, detail=refusal)
-            raise NotPermitted(refusal)
+            await self.rt.store.audit(
+                by, AuditAction.CANCEL_REFUSED, run_id=run_id, detail=refusal.reason
+            )
+            raise NotPermitted(refusal.reason)
         return await self._cancel(run_id, by)
 
     async def _cancel(self, run_id: str, by: str) -> str:
@@ -281,7 +283,9 @@ class Supervisor:
         if live is not None:
             live.cancelled_by = by
             live.signals.cancel.set()
-            await self.rt.store.audit(by, "cancel", run_id=run_id, detail="at the loop boundary")
+            await self.rt.store.audit(
+                by, AuditAction.CANCEL, run_id=run_id, detail="at the loop boundary"
+            )
             return "cancelling at the next loop boundary"
         record = await self.rt.store.get_run(run_id)
         if record.status in TERMINAL_STATUSES:
@@ -294,7 +298,7 @@ class Supervisor:
         await self.decisions.close_requests(run_id, by)
         # RunEnded gives the lease up as it is written.
         await self._end_outside(state, epoch, RunStatus.CANCELLED, StopReason.CANCELLED, cause)
-        await self.rt.store.audit(by, "cancel", run_id=run_id)
+        await self.rt.store.audit(by, AuditAction.CANCEL, run_id=run_id)
         return "cancelled"
 
     async def wait(self, live: LiveRun) -> RunState:
@@ -470,7 +474,7 @@ class Supervisor:
             log.warning("run %s taken over: %s", live.run_id, exc)
             self.rt.events.emit(RunTakenOverEvent(live.run_id, str(exc)))
             with contextlib.suppress(StoreError):
-                await self.rt.store.audit(self.rt.owner, "taken_over", run_id=live.run_id)
+                await self.rt.store.audit(self.rt.owner, AuditAction.TAKEN_OVER, run_id=live.run_id)
         except StoreError as exc:
             # The journal cannot be written: stop here; the run resumes from what is durable.
             live.error = str(exc)
@@ -590,7 +594,9 @@ class Supervisor:
         replicas = await self.rt.store.list_replicas()
         if any(r.owner == record.owner for r in replicas):
             return f"run {run_id} is live on replica {owner}, which drives it now"
-        left = (record.lease_expires - utcnow()).total_seconds() if record.lease_expires else 0
+        left = (
+            (record.lease_expires - self.rt.clock()).total_seconds() if record.lease_expires else 0
+        )
         if left <= 0:
             return f"run {run_id} was held by {owner}, whose lease just expired: try again"
         others = [r.owner for r in replicas if r.owner != self.rt.owner]

@@ -7,10 +7,10 @@ from typing import Any
 
 from bot.domain import DecisionKind, RequestKind
 from bot.options import match_option
-from bot.tools.base import Deferral, Tool, ToolContext, ToolFlags, ToolResult
+from bot.tools.base import Deferral, Tool, ToolContext, ToolFlags, ToolResult, ToolTraits
 
 # Operator-paced: a tool timeout would cancel the operator's own question, not a runaway.
-_FLAGS = ToolFlags(operator_paced=True, idempotent=True, needs_prompter=True)
+_FLAGS = ToolFlags(traits=ToolTraits(operator_paced=True, idempotent=True, needs_prompter=True))
 _QUESTION = {"type": "string", "description": "The question, in one or two sentences."}
 
 

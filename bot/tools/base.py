@@ -12,18 +12,33 @@ from bot.prompter import Prompter
 
 
 @dataclass(frozen=True)
-class ToolFlags:
-    """How the loop must treat a tool."""
+class ApprovalPolicy:
+    """Who must let a call of the tool run: the policy's half of a tool's flags."""
 
     confirm: bool = False
+    approvals: int = 1
+    deny: bool = False
+    # The policy names approvers per tag (``tag:prod``) as well as per tool.
+    tags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ToolTraits:
+    """What the tool is: how the loop runs, times and retries a call of it."""
+
     idempotent: bool = False
     operator_paced: bool = False
     timeout: float = 30.0
-    tags: tuple[str, ...] = ()
-    approvals: int = 1
-    deny: bool = False
     needs_prompter: bool = False
     needs_workdir: bool = False
+
+
+@dataclass(frozen=True)
+class ToolFlags:
+    """How the loop must treat a tool: who must approve a call, and what the tool is."""
+
+    approval: ApprovalPolicy = ApprovalPolicy()
+    traits: ToolTraits = ToolTraits()
 
 
 @dataclass(frozen=True)

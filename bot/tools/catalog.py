@@ -37,7 +37,7 @@ from typing import Annotated, Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
-from bot.tools.base import ToolFlags
+from bot.tools.base import ApprovalPolicy, ToolFlags, ToolTraits
 from bot.tools.command import (
     DEFAULT_MAX_OUTPUT,
     TOOL_NAME_PATTERN,
@@ -269,15 +269,13 @@ def _resolve(element: str, folder: Path) -> str:
 
 
 def _flags(entry: ToolEntry) -> ToolFlags:
-    return ToolFlags(
-        confirm=entry.confirm,
-        idempotent=entry.idempotent,
-        operator_paced=entry.operator_paced,
-        timeout=entry.timeout,
-        tags=tuple(entry.tags),
-        approvals=entry.approvals,
-        deny=entry.deny,
+    approval = ApprovalPolicy(
+        confirm=entry.confirm, approvals=entry.approvals, deny=entry.deny, tags=tuple(entry.tags)
     )
+    traits = ToolTraits(
+        idempotent=entry.idempotent, operator_paced=entry.operator_paced, timeout=entry.timeout
+    )
+    return ToolFlags(approval, traits)
 
 
 def _build(entry: ToolEntry, folder: Path, origin: str, isolation: Isolation | None) -> CommandTool:

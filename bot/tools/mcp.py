@@ -31,7 +31,7 @@ from mcp.client import IncomingMessage, Transport
 from mcp.client.streamable_http import streamable_http_client
 
 from bot import DISTRIBUTION, __version__
-from bot.tools.base import Tool, ToolContext, ToolFlags, ToolResult
+from bot.tools.base import ApprovalPolicy, Tool, ToolContext, ToolFlags, ToolResult, ToolTraits
 from bot.tools.source import ToolSource
 from bot.tools.toolset import ToolCollision, ToolSet
 
@@ -77,12 +77,12 @@ def tool_flags(
     hints = annotations or types.ToolAnnotations()
     read_only = hints.read_only_hint is True
     destructive = hints.destructive_hint is not False
-    return ToolFlags(
+    approval = ApprovalPolicy(
         confirm=gated or (destructive and not read_only),
-        idempotent=read_only or hints.idempotent_hint is True,
-        timeout=timeout,
         tags=("mcp", f"mcp:{server}") if server else ("mcp",),
     )
+    traits = ToolTraits(idempotent=read_only or hints.idempotent_hint is True, timeout=timeout)
+    return ToolFlags(approval, traits)
 
 
 def render(result: types.CallToolResult) -> str:
@@ -136,9 +136,9 @@ class McpTool:
 
     def _settle_budget(self, elapsed: float) -> float:
         """Never let the wait push a finished call past its own timeout."""
-        if self.flags.timeout <= 0:
+        if self.flags.traits.timeout <= 0:
             return SETTLE_SECONDS
-        return min(SETTLE_SECONDS, (self.flags.timeout - elapsed) / 2)
+        return min(SETTLE_SECONDS, (self.flags.traits.timeout - elapsed) / 2)
 
 
 class McpSource:

@@ -10,7 +10,7 @@ from typing import Any, overload
 
 from pydantic import BaseModel, ValidationError
 
-from bot.tools.base import Deferral, ToolContext, ToolFlags, ToolResult
+from bot.tools.base import ApprovalPolicy, Deferral, ToolContext, ToolFlags, ToolResult, ToolTraits
 from bot.tools.command import TOOL_NAME_PATTERN
 
 ToolReturn = str | ToolResult | Deferral
@@ -88,14 +88,11 @@ class PythonTool:
         needs_workdir: bool = False,
     ) -> PythonTool:
         """A tool from an async function; name and description default to its own."""
-        flags = ToolFlags(
-            confirm=confirm,
+        approval = ApprovalPolicy(confirm=confirm, approvals=approvals, deny=deny, tags=tuple(tags))
+        traits = ToolTraits(
             idempotent=idempotent,
             operator_paced=operator_paced,
             timeout=float(timeout),
-            tags=tuple(tags),
-            approvals=approvals,
-            deny=deny,
             needs_prompter=needs_prompter,
             needs_workdir=needs_workdir,
         )
@@ -103,7 +100,7 @@ class PythonTool:
             fn,
             name=name or fn.__name__,
             description=description or _first_doc_line(fn),
-            flags=flags,
+            flags=ToolFlags(approval, traits),
         )
 
     @property

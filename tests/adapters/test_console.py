@@ -155,7 +155,8 @@ def test_the_chat_shows_the_target_of_links_the_model_hides(tmp_path: Path) -> N
 
 def test_the_demo_chat_speaks_plainly_and_keeps_its_state_in_its_folder(tmp_path: Path) -> None:
     first, second = tmp_path / "one", tmp_path / "two"
-    first.mkdir(), second.mkdir()
+    first.mkdir()
+    second.mkdir()
     prompt = "checkout is failing, can you look?"
 
     def chat(folder: Path, stdin: str) -> str:

@@ -17,7 +17,7 @@ from bot.domain import (
     call_digest,
 )
 from bot.run.gate import Gate, GateVerdict
-from bot.tools.base import Tool, ToolContext, ToolFlags, ToolResult
+from bot.tools.base import ApprovalPolicy, Tool, ToolContext, ToolFlags, ToolResult
 
 RUN = "run_g"
 ARGS = {"svc": "web"}
@@ -31,7 +31,7 @@ class FakeTool:
     name: str = "restart"
     description: str = "Restart a service"
     parameters: dict[str, Any] = field(default_factory=lambda: {"type": "object"})
-    flags: ToolFlags = field(default_factory=lambda: ToolFlags(confirm=True))
+    flags: ToolFlags = field(default_factory=lambda: ToolFlags(ApprovalPolicy(confirm=True)))
 
     async def call(self, arguments: dict[str, Any], ctx: ToolContext) -> ToolResult:
         raise AssertionError("the gate never runs a tool")
@@ -121,7 +121,7 @@ async def test_the_deadline_is_checked_at_each_call() -> None:
 
 async def test_a_deny_flag_refuses_even_with_a_standing_grant() -> None:
     prompter = answering(DecisionKind.APPROVE)
-    denied = FakeTool(flags=ToolFlags(confirm=True, deny=True))
+    denied = FakeTool(flags=ToolFlags(ApprovalPolicy(confirm=True, deny=True)))
 
     verdict = await check(gate(prompter, written=(STANDING,)), tool=denied)
 
@@ -130,7 +130,7 @@ async def test_a_deny_flag_refuses_even_with_a_standing_grant() -> None:
 
 
 async def test_a_deny_flag_on_the_original_tool_holds_for_its_effective_form() -> None:
-    original = FakeTool(flags=ToolFlags(confirm=True, deny=True))
+    original = FakeTool(flags=ToolFlags(ApprovalPolicy(confirm=True, deny=True)))
     effective = FakeTool(name="restart_v2")
 
     verdict = await check(gate(answering(DecisionKind.APPROVE)), tool=effective, original=original)
@@ -281,7 +281,7 @@ async def test_no_answer_yet_defers_on_a_request_for_that_exact_call() -> None:
 
 async def test_a_request_needs_the_tools_approvals_and_at_least_one() -> None:
     async def needed(approvals: int) -> int:
-        tool = FakeTool(flags=ToolFlags(confirm=True, approvals=approvals))
+        tool = FakeTool(flags=ToolFlags(ApprovalPolicy(confirm=True, approvals=approvals)))
         verdict = await check(gate(FakePrompter()), tool=tool)
         assert verdict.request is not None
         return verdict.request.approvals_needed

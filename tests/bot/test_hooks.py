@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from bot.domain import Budgets, Decision, DecisionKind, RunStatus, StopReason, ToolCall
+from bot.events import ToolStartedEvent
 from bot.hooks import HookContext, Hooks, PromptVerdict, ToolVerdict
 from bot.journal.entries import AssistantTurnEntry, ToolDispatched, ToolResultEntry
 from bot.llm.base import ToolResultsMessage, UserMessage
@@ -123,7 +124,7 @@ async def test_pre_tool_rewrite_of_arguments_is_what_the_tool_sees(kit: Build) -
     _state, records = await k.run()
     (result,) = results(records)
     assert result.output == "rewritten"
-    started = [e for e in k.rec.events if e.kind == "tool_started"]
+    started = [e for e in k.rec.events if isinstance(e, ToolStartedEvent)]
     assert [e.arguments for e in started] == [{"text": "rewritten"}]
 
 

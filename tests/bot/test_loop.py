@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -307,9 +308,9 @@ async def test_takeover_stops_before_the_effect(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("flags", [{"operator_paced": True, "timeout": 0.1}, {"timeout": 0}])
 async def test_timeout_exemptions_operator_paced_and_none(
-    tmp_path: Path, flags: dict[str, object]
+    tmp_path: Path, flags: dict[str, Any]
 ) -> None:
-    @function_tool(name="wait_for_operator", **flags)  # type: ignore[call-overload]
+    @function_tool(name="wait_for_operator", **flags)
     async def wait_for_operator(args: TextArgs) -> str:
         """Takes longer than a tool timeout would allow."""
         await asyncio.sleep(0.3)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from bot.domain import AssistantTurn, RunStatus, StopReason, ToolCall
-from bot.events import Event, FanOut
+from bot.events import Event, FanOut, PanicEvent, RunEndedEvent
 from bot.hooks import HookContext, Hooks, ToolVerdict
 from bot.llm.base import AssistantMessage, Message, ToolSpec, UserMessage
 from tests.fakes.kit import Kit, RecordingModel, build_kit, results
@@ -64,7 +64,8 @@ class BuggyModel(RecordingModel):
         if "wait" in prompt and turns == 0:
             self.holding.set()
             await asyncio.wait_for(self.release.wait(), timeout=5)
-        return await super().complete(messages, tools, timeout)
+        turn: AssistantTurn = await super().complete(messages, tools, timeout)
+        return turn
 
 
 class Releases:
@@ -107,7 +108,7 @@ def assert_panicked(k: Kit, run_id: str) -> None:
     assert result.stop_reason is StopReason.PANIC
     assert result.error == f"internal error: RuntimeError: {BUG}"
     assert "Traceback" not in result.error and 'File "' not in result.error
-    ended = [e for e in k.rec.events if e.kind == "run_ended" and e.run_id == run_id]
+    ended = [e for e in k.rec.events if isinstance(e, RunEndedEvent) and e.run_id == run_id]
     assert len(ended) == 1
     assert ended[0].result.stop_reason == "panic"
 
@@ -124,7 +125,7 @@ async def test_a_bug_in_the_model_ends_the_run_failed_and_a_concurrent_run_compl
 
     assert bad.result is not None and bad.result.stop_reason is StopReason.PANIC
     assert_panicked(k, exploding.run_id)
-    (panic,) = [e for e in k.rec.events if e.kind == "panic"]
+    (panic,) = [e for e in k.rec.events if isinstance(e, PanicEvent)]
     assert panic.run_id == exploding.run_id
     stack = panic.traceback
     assert stack.startswith("Traceback (most recent call last)")

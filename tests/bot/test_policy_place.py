@@ -63,7 +63,10 @@ async def test_each_form_approves_runs_of_its_place_only(platform: str, form: st
         return Actor(user, place=where, external=external, directory=directory)
 
     async def refusal(actor: Actor, run: Place) -> str:
-        return await policy.check_decision(actor, DecisionKind.APPROVE, _approval(), None, run=run)
+        refused = await policy.check_decision(
+            actor, DecisionKind.APPROVE, _approval(), None, run=run
+        )
+        return refused.reason if refused else ""
 
     # Named by the form, acting from the run's own thread: approved.
     assert await refusal(acting(run_in_ops), run_in_ops) == ""

@@ -25,7 +25,7 @@ from bot.domain import (
     utcnow,
 )
 from bot.events import AnswerSuppliedEvent, Event, RunResumedEvent, ToolStartedEvent
-from bot.journal.entries import RunSuspended, ToolResultEntry
+from bot.journal.entries import Entry, RunSuspended, ToolResultEntry
 from bot.journal.fold import fold
 from bot.people.policy import Actor
 from bot.prompter import DeferringPrompter
@@ -63,7 +63,7 @@ class ToolStarted:
             self.started.set()
 
 
-async def shut_down_during(tmp_path: Path, seconds: float, grace: float) -> list[object]:
+async def shut_down_during(tmp_path: Path, seconds: float, grace: float) -> list[Entry]:
     """Start a run whose tool naps ``seconds``, shut down with ``grace``; the journal."""
     replies = [reply(call("nap", seconds=seconds)), reply(text="done")]
     rt, _ = await make_runtime(tmp_path / "k.db", replies, [nap])

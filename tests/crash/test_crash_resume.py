@@ -19,7 +19,7 @@ from tests.fakes.processes import FakeOpenAIProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 
-SCRIPT = [
+SCRIPT: list[dict[str, object]] = [
     {"text": "first", "calls": [{"name": "effect", "arguments": {"name": "a"}}]},
     {
         "text": "two more",
@@ -61,7 +61,7 @@ CATALOG = {
     ]
 }
 
-GATED_SCRIPT = [
+GATED_SCRIPT: list[dict[str, object]] = [
     {"text": "deploying", "calls": [{"name": "deploy", "arguments": {"name": "d"}}]},
     {"text": "deployed"},
 ]
@@ -118,7 +118,8 @@ def resume_until_done(world: dict[str, Path | str], run_id: str) -> dict[str, ob
         settled = child(world, "--resume", run_id, "--settle", f"{request['id']}=done")
         assert settled.returncode == 0, settled.stderr
         out = json.loads(settled.stdout)
-    return out
+    done: dict[str, object] = out
+    return done
 
 
 @pytest.mark.parametrize(
@@ -172,14 +173,14 @@ def test_crash_between_grant_honoured_and_written_asks_again(
     assert effects(folder) == []
 
 
-STANDING_SCRIPT = [
+STANDING_SCRIPT: list[dict[str, object]] = [
     {"text": "deploying", "calls": [{"name": "deploy", "arguments": {"name": "d"}}]},
     {"text": "and the next", "calls": [{"name": "deploy", "arguments": {"name": "e"}}]},
     {"text": "deployed both"},
 ]
 
 # A gated call and the next, in one batch: the card is out while the second call still runs.
-WHILE_LIVE_SCRIPT = [
+WHILE_LIVE_SCRIPT: list[dict[str, object]] = [
     {
         "text": "deploying, and recording it",
         "calls": [

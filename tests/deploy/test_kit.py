@@ -108,7 +108,7 @@ def test_the_image_configuration_and_catalog_load(monkeypatch: pytest.MonkeyPatc
 def test_the_chart_renders_manifests_kubernetes_accepts(
     name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import kubernetes_validate
+    import kubernetes_validate  # type: ignore[import-untyped]
 
     values = VALUE_SETS[name]
     documents = render_chart(values)

@@ -5,6 +5,7 @@ for Discord's REST API and gateway, and the real ``openai`` client against a fak
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -23,9 +24,11 @@ from bot.config.settings import load_settings
 from bot.run.runtime import Runtime
 from bot.run.supervisor import Supervisor
 from tests.fakes import discord_payloads as p
+from tests.fakes.clock import MovingClock
 from tests.fakes.discord_api import Call, FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI
-from tests.fakes.slack_world import write_config
+from tests.fakes.slack_world import NOTHING, write_config
+from tests.fakes.waiting import until
 
 REQUESTER = "1001"
 APPROVER = "1002"
@@ -43,6 +46,10 @@ class DiscordWorld:
     rt: Runtime
     adapter: DiscordAdapter
     tmp: Path
+    # The runtime's and the store's clock: moved past a backoff instead of sleeping through it.
+    clock: MovingClock
+    # How many times the client's on_message has finished with each message id (ignored too).
+    handled: Counter[int]
 
     @property
     def executions(self) -> list[str]:
@@ -131,11 +138,39 @@ class DiscordWorld:
 
         return (await self.discord.wait_for(posted, timeout=timeout))[0]
 
+    async def later(self, seconds: float) -> None:
+        """Move the clock ``seconds`` on, then let what fell due be delivered."""
+        self.clock.advance(seconds)
+        await self.settled()
+
+    async def quiet(self, message: Mapping[str, Any], times: int = 1) -> None:
+        """Wait until the client is done with ``message`` (``times`` deliveries of it), then
+        settle: what an ignored message would have done is done by then."""
+        await until(lambda: self.handled[int(message["id"])] >= times, timeout=10)
+        await self.settled()
+
     async def settled(self) -> None:
         """Let the renderer and the outbox finish what was started."""
         await self.adapter.client.renderer.idle()
         await self.adapter.client.deliveries.idle()  # a round under way shows what it claimed
         await self.adapter.client.deliveries.deliver_due()
+
+
+def _count_messages(adapter: DiscordAdapter) -> Counter[int]:
+    """Count each message the client's ``on_message`` is done with: discord.py looks the
+    handler up on the client for each event, so this wraps the real one, not a stand-in."""
+    client = adapter.client
+    inner = client.on_message
+    handled: Counter[int] = Counter()
+
+    async def on_message(message: discord.Message) -> None:
+        try:
+            await inner(message)
+        finally:
+            handled[message.id] += 1
+
+    client.on_message = on_message  # type: ignore[method-assign]
+    return handled
 
 
 def button_id(card: Mapping[str, Any], kind: str) -> str:
@@ -153,7 +188,7 @@ async def discord_world(
     script: Sequence[Any],
     *,
     fake: FakeDiscord | None = None,
-    extra_policy: Mapping[str, Any] = (),
+    extra_policy: Mapping[str, Any] = NOTHING,
 ) -> AsyncIterator[DiscordWorld]:
     """Start everything; stop it all on exit (a given ``fake`` outlives the replica)."""
     policy = {"approvers": {"*": [APPROVER, f"group:{SRE_ROLE}"]}, "oncall": [ONCALL]}
@@ -166,7 +201,8 @@ async def discord_world(
         saved = discord.http.Route.BASE, DiscordWebSocket.DEFAULT_GATEWAY
         try:
             config = write_config(tmp, model.base_url, extra_policy=policy)
-            async with compose.runtime(load_settings(str(config))) as rt:
+            clock = MovingClock()
+            async with compose.runtime(load_settings(str(config)), clock=clock) as rt:
                 supervisor = Supervisor(rt)
                 chat = ChatService(supervisor)
                 settings = DiscordSettings(token="test-token", api_url=discord_fake.api_url)
@@ -174,8 +210,9 @@ async def discord_world(
                     chat, rt.store, rt.owner, settings, guild_ready_timeout=0.1
                 )
                 await adapter.start()
+                handled = _count_messages(adapter)
                 try:
-                    yield DiscordWorld(discord_fake, model, chat, rt, adapter, tmp)
+                    yield DiscordWorld(discord_fake, model, chat, rt, adapter, tmp, clock, handled)
                 finally:
                     await supervisor.shutdown()
                     await adapter.stop()

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import yaml
@@ -24,11 +25,14 @@ from bot.cli import compose
 from bot.config.settings import load_settings
 from bot.run.runtime import Runtime
 from bot.run.supervisor import Supervisor
+from tests.fakes.clock import MovingClock
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.slack_api import Call, FakeSlackApi
 from tests.fakes.slack_client import SlackSender, app_mention, block_actions, message
 
 SECRET = "test-signing-secret"
+# No extra settings: an empty mapping nobody can change, as a default.
+NOTHING: Mapping[str, Any] = MappingProxyType({})
 REQUESTER = "U0REQ"
 APPROVER = "U0APPROVER"
 ONCALL = "U0ONCALL"
@@ -116,9 +120,9 @@ def write_config(
     tmp: Path,
     model_url: str,
     *,
-    extra_policy: Mapping[str, Any] = (),
+    extra_policy: Mapping[str, Any] = NOTHING,
     database: str = "",
-    extra_config: Mapping[str, Any] = (),
+    extra_config: Mapping[str, Any] = NOTHING,
 ) -> Path:
     """kestrel.yaml with the restart catalog, a policy naming the test users, and the model."""
     executions = tmp / "executions.txt"
@@ -196,6 +200,13 @@ class SlackWorld:
     rt: Runtime
     adapter: SlackAdapter
     tmp: Path
+    # The runtime's and the store's clock: moved past a deadline or a backoff, never slept.
+    clock: MovingClock
+
+    async def later(self, seconds: float) -> None:
+        """Move the clock ``seconds`` on, then let what fell due be delivered."""
+        self.clock.advance(seconds)
+        await self.settled()
 
     async def settled(self) -> None:
         """Let the listeners, the renderer and the outbox finish what was started."""
@@ -299,10 +310,10 @@ async def slack_world(
     script: Sequence[Any],
     *,
     api: FakeSlackApi | None = None,
-    extra_policy: Mapping[str, Any] = (),
+    extra_policy: Mapping[str, Any] = NOTHING,
     database: str = "",
     refresh_seconds: float = 90.0,
-    extra_config: Mapping[str, Any] = (),
+    extra_config: Mapping[str, Any] = NOTHING,
 ) -> AsyncIterator[SlackWorld]:
     """Start everything; stop it all (the store and fakes too) on exit. ``database``: a URL
     instead of a SQLite file in ``tmp`` (replicas share one)."""
@@ -332,7 +343,8 @@ async def _replica(
     tmp: Path, config: Path, model: FakeOpenAI, api: FakeSlackApi, refresh_seconds: float
 ) -> AsyncIterator[SlackWorld]:
     settings = load_settings(str(config))
-    async with compose.runtime(settings) as rt:
+    clock = MovingClock()
+    async with compose.runtime(settings, clock=clock) as rt:
         supervisor = Supervisor(rt)
         chat = ChatService(supervisor)
         slack = SlackSettings(bot_token="xoxb-test", signing_secret=SECRET, api_url=api.url)
@@ -347,7 +359,7 @@ async def _replica(
         port = runner.addresses[0][1]
         sender = SlackSender(f"http://127.0.0.1:{port}{EVENTS_PATH}", SECRET, api=api)
         try:
-            yield SlackWorld(api, model, sender, chat, rt, adapter, tmp)
+            yield SlackWorld(api, model, sender, chat, rt, adapter, tmp, clock)
         finally:
             await runner.cleanup()
             await supervisor.shutdown()

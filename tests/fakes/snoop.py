@@ -43,7 +43,10 @@ SNOOP = textwrap.dedent(
     echo SNOOP-DONE
     """
 )
-SCRIPT = [{"text": "looking", "calls": [{"name": "snoop", "arguments": {}}]}, {"text": "done"}]
+SCRIPT: list[dict[str, Any]] = [
+    {"text": "looking", "calls": [{"name": "snoop", "arguments": {}}]},
+    {"text": "done"},
+]
 
 
 def prepare(folder: Path, model: dict[str, Any]) -> dict[str, str]:

@@ -7,6 +7,7 @@ import json
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.processes import KESTREL, ROOT, clean_env
@@ -16,7 +17,7 @@ MINIMAL = ROOT / "manifests" / "kestrel.minimal.yaml"
 
 async def test_the_minimal_config_runs_a_real_model_from_an_empty_folder(tmp_path: Path) -> None:
     shutil.copy(MINIMAL, tmp_path / "kestrel.yaml")
-    script = [
+    script: list[dict[str, Any]] = [
         {
             "text": "Looking.",
             "calls": [{"name": "service_status", "arguments": {"service": "checkout"}}],

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import pytest
@@ -26,9 +28,9 @@ CARD = {"text": "Restart web?", "blocks": [{"type": "section", "text": "ok ✓ \
 ANSWERED = {"text": "Approved by bob", "blocks": []}
 
 
-async def put(store: Store, key: str, body: dict[str, object] = CARD, **changes: str) -> int:
+async def put(store: Store, key: str, body: Mapping[str, Any] = CARD, **changes: str) -> int:
     """Put message ``key`` on Slack (or ``platform=``) at ``TARGET``; its version."""
-    return await store.put_message(key, changes.get("platform", "slack"), TARGET, body)
+    return await store.put_message(key, changes.get("platform", "slack"), TARGET, dict(body))
 
 
 async def message(store: Store, key: str) -> OutboxMessage:

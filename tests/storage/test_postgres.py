@@ -248,7 +248,7 @@ async def check_work_wakes_only_its_schema(dsn: str, schema: str, other: str) ->
 
         await here.enqueue_work("start", {})
 
-        assert await asyncio.wait_for(woken, 5) == [True, False]
+        assert list(await asyncio.wait_for(woken, 5)) == [True, False]
         assert await elsewhere.take_work("w2") == []
     finally:
         await here.close()

@@ -50,6 +50,7 @@ from bot.journal.entries import (
 )
 from bot.journal.fold import fold
 from bot.journal.writer import RunJournal
+from bot.kinds import AuditAction
 from bot.records import RunRecord, WorkItem
 from bot.store import Audited, Settled, Store
 from storage.sqlite import SqliteStore
@@ -780,8 +781,10 @@ async def test_a_decision_is_audited_by_its_winner_only(store: Store) -> None:
     first = Decision(request_id=request.id, kind=DecisionKind.APPROVE, by="bob", at=AT)
     second = Decision(request_id=request.id, kind=DecisionKind.DENY, by="eve", at=AT)
 
-    assert await store.decide(first, RequestStatus.ANSWERED, Audited("bob", "approve", "d1"))
-    assert not await store.decide(second, RequestStatus.ANSWERED, Audited("eve", "deny"))
+    assert await store.decide(
+        first, RequestStatus.ANSWERED, Audited("bob", AuditAction.APPROVE, "d1")
+    )
+    assert not await store.decide(second, RequestStatus.ANSWERED, Audited("eve", AuditAction.DENY))
 
     facts = await store.list_audit(run_id=run_id)
     assert [(f.actor, f.action, f.run_id, f.request_id, f.detail) for f in facts] == [
@@ -797,7 +800,7 @@ async def test_byte_identical_decisions_are_audited_once(backend: Backend) -> No
     request = a_request(run_id)
     await first_store.open_request(request)
     decision = Decision(request_id=request.id, kind=DecisionKind.APPROVE, by="bob", at=AT)
-    audit = Audited("bob", "approve", request.digest)
+    audit = Audited("bob", AuditAction.APPROVE, request.digest)
 
     won = await asyncio.gather(
         *(
@@ -825,7 +828,7 @@ async def test_closing_the_last_open_request_takes_the_free_lease(store: Store) 
         ]
     ):
         await store.append(run_id, seq, epoch, entry)
-    audit = Audited("bob", "approve")
+    audit = Audited("bob", AuditAction.APPROVE)
 
     def approval(request: Request) -> Decision:
         return Decision(request_id=request.id, kind=DecisionKind.APPROVE, by="bob", at=AT)
@@ -855,7 +858,7 @@ async def test_closing_the_last_request_leaves_a_held_lease_alone(store: Store) 
     decision = Decision(request_id=request.id, kind=DecisionKind.APPROVE, by="bob", at=AT)
 
     settled = await store.decide_and_claim(
-        decision, RequestStatus.ANSWERED, Audited("bob", "approve"), "w1", LEASE
+        decision, RequestStatus.ANSWERED, Audited("bob", AuditAction.APPROVE), "w1", LEASE
     )
 
     assert settled == Settled(True, None)
@@ -864,7 +867,7 @@ async def test_closing_the_last_request_leaves_a_held_lease_alone(store: Store) 
         await store.decide_and_claim(
             decision.model_copy(update={"request_id": "req_missing"}),
             RequestStatus.ANSWERED,
-            Audited("bob", "approve"),
+            Audited("bob", AuditAction.APPROVE),
             "w1",
             LEASE,
         )
@@ -1173,11 +1176,11 @@ async def test_a_replica_that_stopped_cleanly_is_forgotten_at_once(
 
 async def test_audit_lists_oldest_first(store: Store, clock: FakeClock) -> None:
     run_id, _ = await new_run(store)
-    await store.audit("bob", "approve", run_id=run_id, request_id="req_1", detail="once")
+    await store.audit("bob", AuditAction.APPROVE, run_id=run_id, request_id="req_1", detail="once")
     clock.advance(1)
-    await store.audit("ann", "cancel")
+    await store.audit("ann", AuditAction.CANCEL)
     clock.advance(1)
-    await store.audit("bob", "resume", run_id=run_id)
+    await store.audit("bob", AuditAction.RESUME, run_id=run_id)
 
     facts = await store.list_audit()
     assert [(f.actor, f.action, f.run_id, f.request_id, f.detail) for f in facts] == [
@@ -1201,7 +1204,7 @@ async def test_reopened_store_keeps_everything(backend: Backend) -> None:
         await store.append(run_id, seq, epoch, entry)
     request = a_request(run_id)
     await store.open_request(request)
-    await store.audit("bob", "approve", run_id=run_id)
+    await store.audit("bob", AuditAction.APPROVE, run_id=run_id)
     run_before = await store.get_run(run_id)
     await store.close()
 
@@ -1309,7 +1312,7 @@ async def test_sqlite_reports_a_lock_held_past_the_busy_timeout(tmp_path: Path) 
     blocker.execute("BEGIN IMMEDIATE")
     try:
         with pytest.raises(StoreError, match="locked") as caught:
-            await store.audit("bob", "approve")
+            await store.audit("bob", AuditAction.APPROVE)
         with pytest.raises(StoreError, match="locked"):
             await asyncio.wait_for(store.append(run_id, 0, epoch, message("hi")), 10)
     finally:
@@ -1387,7 +1390,7 @@ async def test_a_suspended_run_whose_decider_died_is_an_orphan(
     assert await store.orphaned_runs() == []  # suspended and released: it waits for people
     decision = Decision(request_id=request.id, kind=DecisionKind.APPROVE, by="bob", at=AT)
     settled = await store.decide_and_claim(
-        decision, RequestStatus.ANSWERED, Audited("bob", "approve"), "w2", 5
+        decision, RequestStatus.ANSWERED, Audited("bob", AuditAction.APPROVE), "w2", 5
     )
     assert settled.epoch is not None
     assert await store.orphaned_runs() == []  # w2 is about to resume it
@@ -1417,7 +1420,7 @@ async def test_deciders_racing_on_one_run_leave_exactly_one_lease_taker(
                 store.decide_and_claim(
                     Decision(request_id=r.id, kind=DecisionKind.APPROVE, by=f"u{i}"),
                     RequestStatus.ANSWERED,
-                    Audited(f"u{i}", "approve"),
+                    Audited(f"u{i}", AuditAction.APPROVE),
                     f"w{i + 1}",
                     LEASE,
                 )
@@ -1484,7 +1487,7 @@ async def test_a_delivery_is_accepted_once_with_its_work(
         second_store.accept_delivery("inbound:slack:T1:C1:171.5", delivery, "w2"),
     )
 
-    assert work_id is not None and repeats == [None, None]
+    assert work_id is not None and list(repeats) == [None, None]
     assert not await second_store.mark_once("inbound:slack:T1:C1:171.5")
     # Taken by its acceptor: another replica retakes it only once the acceptor is long gone.
     assert await second_store.take_work("w2", retake_after=30) == []

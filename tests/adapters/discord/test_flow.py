@@ -7,7 +7,6 @@ dispatch, the interaction callback's ``with_response``): pyproject pins ``discor
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from tests.fakes.discord_world import (
     discord_world,
 )
 from tests.fakes.slack_world import drain_script, question_script, restart_script
+from tests.fakes.waiting import until
 
 
 async def test_mention_thread_card_approve_result(tmp_path: Path) -> None:
@@ -243,10 +243,7 @@ async def test_an_effect_cut_by_a_restart_is_settled_from_its_card(tmp_path: Pat
         async with discord_world(tmp_path, drain_script(30), fake=fake) as first:
             mention = await first.mention("drain node-3")
             thread = await first.thread_of(mention)
-            for _ in range(200):  # until the drain has started: then stop the replica
-                if first.executions:
-                    break
-                await asyncio.sleep(0.05)
+            await until(lambda: first.executions, timeout=10)  # the drain started: stop
         async with discord_world(tmp_path, drain_script(0), fake=fake) as second:
             await second.mention("resume", user=ONCALL, channel=thread)
             card = await second.card("effect")

@@ -13,6 +13,7 @@ from tests.fakes import discord_payloads as p
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.discord_world import APPROVER, REQUESTER, DiscordWorld, discord_world
 from tests.fakes.slack_world import restart_script
+from tests.fakes.waiting import until
 
 
 def select_script(count: int) -> list[Any]:
@@ -145,7 +146,8 @@ async def test_a_click_without_member_or_user_changes_nothing_and_is_answered(
         )
         del forged["member"]
         await world.discord.dispatch("INTERACTION_CREATE", forged)
-        await asyncio.sleep(1.0)
+        assert await responded(world, forged)
+        await world.settled()
         run_id = (await world.chat.recent(1))[0].id
         assert [v.status for v in await world.chat.requests_of(run_id)] == [RequestStatus.OPEN]
 
@@ -236,17 +238,10 @@ async def test_a_request_of_a_run_outside_discord_cannot_be_decided_from_discord
             "checkout", user=Actor("ops"), session=session, prompter=DeferringPrompter()
         )
 
-        async def opened() -> str:
-            for _ in range(100):
-                pending = await world.chat.pending()
-                if pending:
-                    return pending[0].request.id
-                await asyncio.sleep(0.05)
-            raise AssertionError("no request opened")
-
-        req = await opened()
+        pending = await until(world.chat.pending, timeout=10)
+        req = pending[0].request.id
         forged = p.interaction_button(custom_id=f"kestrel:approve:{req}", user_id=APPROVER)
         await world.discord.dispatch("INTERACTION_CREATE", forged)
         told = await said(world, forged)
-        await asyncio.sleep(1.0)
+        await world.settled()
         assert "Recorded" not in told and world.executions == [], told

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +11,7 @@ from bot.prompter import DeferringPrompter
 from tests.fakes import discord_payloads as p
 from tests.fakes.discord_world import DiscordWorld, discord_world
 from tests.fakes.slack_world import restart_script
+from tests.fakes.waiting import until
 
 OTHER_GUILD = "777"
 STRANGER = "1999"
@@ -61,10 +61,7 @@ async def test_runs_lists_only_discord_runs(tmp_path: Path) -> None:
         await world.chat.submit_turn(
             "checkout", user=Actor("ops"), session=session, prompter=DeferringPrompter()
         )
-        for _ in range(100):
-            if await world.chat.pending():
-                break
-            await asyncio.sleep(0.05)
+        await until(world.chat.pending, timeout=10)
         listed = await _command(
             world, "runs", guild=p.GUILD_ID, channel=p.CHANNEL_ID, user=STRANGER
         )

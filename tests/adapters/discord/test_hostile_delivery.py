@@ -15,6 +15,7 @@ from bot.domain import Session
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.discord_world import APPROVER, discord_world
 from tests.fakes.slack_world import restart_script
+from tests.fakes.waiting import until
 
 
 def _cards(fake: FakeDiscord, thread: str) -> list[dict[str, Any]]:
@@ -30,13 +31,14 @@ async def test_a_deleted_card_is_posted_again_when_it_changes(tmp_path: Path) ->
         thread = await world.thread_of(mention)
         card = await world.card("approve")
         await world.settled()
-        world.discord.messages[thread].remove(world.discord.message(thread, card["id"]))
+        shown = world.discord.message(thread, card["id"])
+        assert shown is not None
+        world.discord.messages[thread].remove(shown)
         click = await world.click(card, "approve", user=APPROVER)
         assert "Recorded" in await world.answered(click)
         await world.answer_posted(thread, "healthy again")
         for _ in range(3):
-            await world.settled()
-            await asyncio.sleep(1.2)  # the outbox's first backoffs
+            await world.later(60)  # past each of the outbox's backoffs
         assert [c["embeds"][0]["fields"][-1]["name"] for c in _cards(world.discord, thread)] == [
             "Outcome"
         ], "the decided card never appears again"
@@ -70,12 +72,12 @@ async def test_a_card_edit_survives_a_500_and_a_429(tmp_path: Path) -> None:
         fake.fail("PATCH", path, status=429, retry_after=0.2, times=1)
         click = await world.click(card, "approve", user=APPROVER)
         await world.answer_posted(thread, "healthy again")
+        await world.settled()
         for _ in range(3):
-            await world.settled()
             edited = fake.message(thread, card["id"])
             if edited is not None and edited["components"] == []:
                 break
-            await asyncio.sleep(1.2)
+            await world.later(60)  # past the backoff (or the 429's retry_after)
         assert edited is not None and edited["components"] == []
         assert "Recorded" in await world.answered(click)
         assert len(_cards(fake, thread)) == 1
@@ -120,7 +122,7 @@ async def test_typing_keeps_going_after_a_network_blip() -> None:
     session = Session(id="discord:100:5", platform="discord", channel="5", thread="5")
     progress.follow("run_1", RunPlace(session, {"channel": "5", "guild": "100"}, "1001"))
     task = asyncio.create_task(progress.keep_alive())
-    await asyncio.sleep(0.1)
+    await until(lambda: http.calls >= 3 or task.done(), timeout=10)
     alive = not task.done()
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)

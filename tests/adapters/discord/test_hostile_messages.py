@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 from tests.fakes import discord_payloads as p
@@ -13,20 +12,18 @@ from tests.fakes.slack_world import restart_script
 VOICE = "250"
 
 
-async def _quiet(world, seconds: float = 1.0) -> None:  # type: ignore[no-untyped-def]
-    await asyncio.sleep(seconds)
-    await world.settled()
-
-
 def _threads(fake: FakeDiscord) -> list[str]:
     return [c.path for c in fake.calls_to("POST", r"/channels/\d+/messages/\d+/threads")]
 
 
 async def test_bots_and_webhooks_do_not_start_runs(tmp_path: Path) -> None:
     async with discord_world(tmp_path, restart_script()) as world:
-        await world.mention("restart checkout", user="4242", author_bot=True)
-        await world.mention("restart checkout", user="4343", author_bot=True, webhook_id="4343")
-        await _quiet(world)
+        bot = await world.mention("restart checkout", user="4242", author_bot=True)
+        hook = await world.mention(
+            "restart checkout", user="4343", author_bot=True, webhook_id="4343"
+        )
+        await world.quiet(bot)
+        await world.quiet(hook)
         assert _threads(world.discord) == [] and await world.chat.recent(5) == []
 
 
@@ -35,7 +32,7 @@ async def test_everyone_alone_does_not_start_a_run(tmp_path: Path) -> None:
         data = p.message_create(content="@everyone deploy at 5", mentions=[])
         data["mention_everyone"] = True
         await world.discord.dispatch("MESSAGE_CREATE", data)
-        await _quiet(world)
+        await world.quiet(data)
         assert _threads(world.discord) == []
 
 
@@ -45,7 +42,7 @@ async def test_an_explicit_mention_next_to_everyone_is_not_ignored(tmp_path: Pat
         data = p.message_create(content=f"@everyone <@{p.BOT_ID}> checkout is failing")
         data["mention_everyone"] = True
         await world.discord.dispatch("MESSAGE_CREATE", data)
-        await _quiet(world)
+        await world.quiet(data)
         assert _threads(world.discord), "an explicit mention was ignored (no thread, no reply)"
 
 
@@ -56,7 +53,7 @@ async def test_a_replayed_mention_starts_one_run(tmp_path: Path) -> None:
         await world.thread_of(mention)
         await world.card("approve")
         await world.discord.dispatch("MESSAGE_CREATE", mention)
-        await _quiet(world)
+        await world.quiet(mention, times=3)
         assert len(_threads(world.discord)) == 1 and len(await world.chat.recent(5)) == 1
 
 
@@ -64,7 +61,7 @@ async def test_a_dm_is_ignored_quietly(tmp_path: Path) -> None:
     async with discord_world(tmp_path, restart_script()) as world:
         data = p.message_create(guild=None, channel="777", content=f"<@{p.BOT_ID}> hi")
         await world.discord.dispatch("MESSAGE_CREATE", data)
-        await _quiet(world)
+        await world.quiet(data)
         assert await world.chat.recent(5) == []
 
 
@@ -165,8 +162,8 @@ async def test_chatter_in_a_thread_with_options_is_not_taken_as_an_answer(
         await world.card("choose")
         await world.settled()
         before = len(world.discord.bot_messages(thread))
-        await world.reply("hmm, which one is cheaper?", user=REQUESTER, thread=thread)
-        await _quiet(world)
+        chatter = await world.reply("hmm, which one is cheaper?", user=REQUESTER, thread=thread)
+        await world.quiet(chatter)
         posted = [m["content"] for m in world.discord.bot_messages(thread)[before:]]
         run_id = (await world.chat.recent(1))[0].id
         assert len(await world.chat.requests_of(run_id)) == 1 and posted == [], posted

@@ -44,7 +44,7 @@ def posted(fake: FakeDiscord, thread: str, text: str) -> list[Call]:
 def button(card: dict[str, Any], kind: str) -> str:
     """The custom id of ``card``'s ``kind`` button."""
     return next(
-        c["custom_id"]
+        str(c["custom_id"])
         for row in card["components"]
         for c in row["components"]
         if c["custom_id"].startswith(f"kestrel:{kind}:")

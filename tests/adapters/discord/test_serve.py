@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ import aiohttp
 import bot
 from adapters.slack import ids as slack_ids
 from tests.fakes import discord_payloads as p
-from tests.fakes.discord_api import FakeDiscord
+from tests.fakes.discord_api import Call, FakeDiscord
 from tests.fakes.discord_world import APPROVER, ONCALL, REQUESTER
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.serving import free_port, run_serve, serve_env, start_serve, wait_healthy
@@ -40,6 +41,13 @@ def _view_run(message: dict[str, Any]) -> str:
         if c.get("label") == "View run"
     )
     return str(url)
+
+
+def _posted_in(channel: str, text: str) -> Callable[[Call], bool]:
+    """A message posted in ``channel`` whose body holds ``text``."""
+    return lambda call: (
+        call.path == f"/channels/{channel}/messages" and text in json.dumps(call.json)
+    )
 
 
 async def test_serve_discord_runs_a_mention_to_its_answer(tmp_path: Path) -> None:
@@ -182,14 +190,7 @@ async def test_serve_discord_shows_the_target_of_every_link_the_model_hides(
                 await fake.dispatch("MESSAGE_CREATE", mention)
                 threads.append(str(mention["id"]))
             posted = [
-                (
-                    await fake.wait_for(
-                        lambda c, t=t, s=s: (
-                            c.path == f"/channels/{t}/messages" and s in json.dumps(c.json)
-                        ),
-                        timeout=20,
-                    )
-                )[0]
+                (await fake.wait_for(_posted_in(t, s), timeout=20))[0]
                 for t, s in zip(
                     threads, ("kestrel:approve:", "kestrel:answer:", "evil"), strict=True
                 )

@@ -3,10 +3,8 @@ runtime and openai client, a fake Slack Web API and a fake model."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sqlite3
-from datetime import UTC, datetime
 from pathlib import Path
 
 from adapters.slack import ids
@@ -23,22 +21,20 @@ from tests.fakes.slack_world import (
     slack_world,
     updates_of,
 )
+from tests.fakes.waiting import until
 
 
 async def _wait_status(world, run_id: str, status: RunStatus) -> None:  # type: ignore[no-untyped-def]
-    import asyncio
+    async def reached() -> bool:
+        return (await world.chat.status(run_id)).record.status is status
 
-    for _ in range(200):
-        if (await world.chat.status(run_id)).record.status is status:
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"run {run_id} never reached {status}")
+    await until(reached, timeout=10)
 
 
 async def _run_id(world) -> str:  # type: ignore[no-untyped-def]
     runs = await world.chat.recent(1)
     assert runs, "no run started"
-    return runs[0].id
+    return str(runs[0].id)
 
 
 async def test_mention_progress_card_approve_result(tmp_path: Path) -> None:
@@ -225,8 +221,7 @@ async def test_a_click_after_the_deadline_is_refused(tmp_path: Path) -> None:
         request = (await world.chat.requests_of(run_id))[0].request
         assert request.deadline is not None
         # No scheduler here, so nothing closes it: the click comes after the deadline.
-        left = (request.deadline - datetime.now(UTC)).total_seconds()
-        await asyncio.sleep(max(left, 0) + 0.05)
+        world.clock.advance(60)
         await world.click(card, ids.APPROVE_ONCE, user=APPROVER)
         note = await world.ephemeral_to(APPROVER)
         assert "expired" in note.args["text"]

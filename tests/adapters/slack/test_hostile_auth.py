@@ -26,6 +26,7 @@ from tests.fakes.slack_world import (
     restart_script,
     slack_world,
 )
+from tests.fakes.waiting import until
 
 SRE = "U0SRE1"
 
@@ -259,9 +260,12 @@ async def test_hostile_slash_command_answer_reaches_a_dm(tmp_path: Path) -> None
         world.api.refuse("chat.postEphemeral", "channel_not_found")
         await world.sender.command(slash_command(REQUESTER, f"status {run_id}", channel="D0DM"))
         await world.settled()
-        await asyncio.sleep(0.2)
-        answered = [c for c in world.api.calls if c.method == "response_url"]
-        assert answered, "the command's answer was lost: nothing reached the user"
+
+        def answered() -> list[Any]:
+            return [c for c in world.api.calls if c.method == "response_url"]
+
+        # Fails (after the wait) when the command's answer was lost: nothing reached the user.
+        assert await until(answered, timeout=5)
 
 
 # --- forged payloads -----------------------------------------------------------------------------

@@ -125,11 +125,11 @@ async def _slack_cases(sender: SlackSender, port: int) -> Counter[str]:
     causes["the signature does not match"] += 1
     causes["the signature's timestamp is more than five minutes off"] += 1
     # A 100 MiB body is announced but never sent: the answer comes without it.
-    headers = "POST /slack/events HTTP/1.1\r\nHost: k\r\nContent-Length: 104857600\r\n"
-    assert await _raw_http(port, f"{headers}\r\n{{".encode()) == 401
+    announced = "POST /slack/events HTTP/1.1\r\nHost: k\r\nContent-Length: 104857600\r\n"
+    assert await _raw_http(port, f"{announced}\r\n{{".encode()) == 401
     causes["no Slack signature"] += 1
     signed = "".join(f"{k}: {v}\r\n" for k, v in sender.sign(b"{").items())
-    assert await _raw_http(port, f"{headers}{signed}\r\n{{".encode()) == 413
+    assert await _raw_http(port, f"{announced}{signed}\r\n{{".encode()) == 413
     causes["the body is over 1048576 bytes"] += 1
     return causes
 

@@ -3,7 +3,6 @@ feedback, and progress where the workspace refuses Slack's AI-app surfaces."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from tests.fakes.slack_world import (
     restart_script,
     slack_world,
 )
+from tests.fakes.waiting import until
 
 
 def confirm_script() -> list[Any]:
@@ -188,10 +188,7 @@ async def test_an_effect_cut_by_a_restart_is_settled_from_its_card(tmp_path: Pat
     async with FakeSlackApi() as api:
         async with slack_world(tmp_path, drain_script(30), api=api) as first:
             mention = await first.mention("drain node-3")
-            for _ in range(200):  # until the drain has started: then stop the replica
-                if first.executions:
-                    break
-                await asyncio.sleep(0.05)
+            await until(lambda: first.executions, timeout=10)  # the drain started: stop
         thread = str(mention["ts"])
         async with slack_world(tmp_path, drain_script(0), api=api) as second:
             await second.mention("resume", user=ONCALL, thread_ts=thread)

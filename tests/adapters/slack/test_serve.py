@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+from collections.abc import Callable
 from pathlib import Path
 
 from adapters.slack import ids
 from tests.fakes.openai_server import Canned, FakeOpenAI, chat_completion
 from tests.fakes.serving import free_port, run_serve, serve_env, start_serve, wait_healthy
-from tests.fakes.slack_api import FakeSlackApi, events_api_envelope, interactive_envelope
+from tests.fakes.slack_api import Call, FakeSlackApi, events_api_envelope, interactive_envelope
 from tests.fakes.slack_client import SlackSender, app_mention, block_actions, event_callback
 from tests.fakes.slack_world import (
     APPROVER,
@@ -22,6 +23,11 @@ from tests.fakes.slack_world import (
     restart_script,
     write_config,
 )
+
+
+def _carrying(action: str) -> Callable[[Call], bool]:
+    """A Slack API call whose arguments carry ``action`` (a button's id)."""
+    return lambda call: action in json.dumps(call.args)
 
 
 async def test_serve_slack_runs_a_mention_to_its_answer(tmp_path: Path) -> None:
@@ -125,7 +131,7 @@ async def test_serve_slack_shows_the_target_of_every_link_the_model_hides(tmp_pa
             for ask in ("approve the restart", "ask me", "tell me"):
                 assert (await sender.event(app_mention(REQUESTER, ask))).status == 200
             posted = [
-                (await api.wait_for(lambda c, i=i: i in json.dumps(c.args), timeout=20))[0]
+                (await api.wait_for(_carrying(i), timeout=20))[0]
                 for i in (ids.APPROVE_ONCE, ids.ANSWER, ids.FEEDBACK)
             ]
         finally:

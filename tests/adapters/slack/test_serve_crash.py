@@ -76,7 +76,7 @@ def settled(database: Path) -> bool:
         work = conn.execute("SELECT COUNT(*) FROM work WHERE done_at IS NULL").fetchone()[0]
         running = conn.execute("SELECT COUNT(*) FROM runs WHERE status = 'running'").fetchone()
         due = conn.execute("SELECT COUNT(*) FROM outbox WHERE version > delivered_version")
-        return work == 0 and running[0] == 0 and due.fetchone()[0] == 0
+        return bool(work == 0 and running[0] == 0 and due.fetchone()[0] == 0)
 
 
 def kill(process: subprocess.Popen[str]) -> str:

@@ -25,12 +25,13 @@ from pydantic import BaseModel
 from adapters.web.app import web_routes
 from adapters.web.auth import WebConfig
 from adapters.web.render import SUSPENDED_POLL_MS
+from bot.chat.handles import RunHandle
 from bot.chat.links import LinkSigner
 from bot.chat.service import ChatService
 from bot.domain import DecisionKind, RunStatus, Session
 from bot.people.policy import Actor, Policy, PolicyRules
 from bot.prompter import DeferringPrompter
-from bot.run.supervisor import LiveRun, Supervisor
+from bot.run.supervisor import Supervisor
 from bot.tools.base import Tool
 from bot.tools.python import function_tool
 from tests.fakes.browser import browser_or_skip
@@ -184,7 +185,7 @@ class World:
         assert self.config.signer is not None and self.config.public_url == self.url
         return self.config.signer.link(self.url, run_id, issued)
 
-    async def start(self, text: str) -> LiveRun:
+    async def start(self, text: str) -> RunHandle:
         """A run of ``text`` in a Slack thread of its own; approvals wait for a person."""
         ts = f"17000000{next(self.threads):02d}.000100"
         session = Session(

@@ -11,11 +11,12 @@ import base64
 import hashlib
 import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import aiohttp
@@ -324,6 +325,11 @@ def bad_markup(html: str) -> list[str]:
     return found
 
 
+def _noting(seen: list[str], attribute: str) -> Callable[[Any], None]:
+    """A page event handler that notes one attribute of each event (a message's text)."""
+    return lambda event: seen.append(str(getattr(event, attribute)))
+
+
 async def test_every_field_is_escaped_in_the_html(hostile: HostileSite) -> None:
     async with aiohttp.ClientSession() as http:
         for path in pages(hostile):
@@ -423,8 +429,8 @@ async def test_the_export_has_no_script_no_external_reference_and_its_style_appl
             tab = await context.new_page()
             console: list[str] = []
             requests: list[str] = []
-            tab.on("console", lambda m, seen=console: seen.append(m.text))
-            tab.on("request", lambda r, seen=requests: seen.append(r.url))
+            tab.on("console", _noting(console, "text"))
+            tab.on("request", _noting(requests, "url"))
             await tab.goto(path.as_uri())
             # The inlined style applies (body margin 0, the monospace font on pre).
             margin = await tab.evaluate("getComputedStyle(document.body).margin")
@@ -486,7 +492,7 @@ async def test_a_500_shows_nothing(hostile: HostileSite) -> None:
     async def broken(_run_id: str) -> RunInspection:
         raise RuntimeError("secret detail /etc/kestrel/db password=hunter2")
 
-    hostile.reader.inspect = broken  # type: ignore[method-assign]
+    hostile.reader.inspect = broken  # type: ignore[method-assign, assignment]
     url = hostile.url + f"/runs/{DONE}"
     async with aiohttp.ClientSession() as http, http.get(url, headers=BEARER) as response:
         body = await response.text()

@@ -20,6 +20,7 @@ from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.processes import KESTREL
 from tests.fakes.serving import free_port, serve_env, start_serve, wait_healthy
 from tests.fakes.slack_world import write_config
+from tests.fakes.waiting import until
 
 TOKEN = "operator-token-for-tests"
 LONG = 3_000
@@ -68,7 +69,8 @@ async def _long_page_while_healthy(
                 assert response.status == 200
             async with http.get(f"{base}/runs/run_big?before=10", headers=bearer) as response:
                 assert response.status == 200 and 'id="seq-0"' in await response.text()
-        await asyncio.sleep(0.05)  # a probe or two after the last page
+        after = len(answered)
+        await until(lambda: len(answered) >= after + 2, timeout=10)  # probes after the last page
     finally:
         stop.set()
         await probing

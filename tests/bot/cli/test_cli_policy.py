@@ -9,6 +9,7 @@ import pytest
 
 from bot.domain import DecisionKind, Request, RequestKind, Session, new_id
 from bot.people.policy import Actor, Policy, PolicyRules
+from bot.people.refusal import Refusal
 from bot.records import RunRecord
 from storage.sqlite import open_sqlite
 from tests.bot.cli.test_cli import kestrel, one_line_error, write_config
@@ -92,20 +93,19 @@ def effect(requested_by: str = "U0REQ") -> Request:
 @pytest.mark.parametrize("kind", [DecisionKind.RETRY, DecisionKind.DONE, DecisionKind.FAILED])
 async def test_without_oncall_the_requester_settles_an_effect(kind: DecisionKind) -> None:
     policy = Policy(PolicyRules())
-    assert await policy.check_decision(Actor("U0REQ"), kind, effect(), None) == ""
-    refusal = await policy.check_decision(Actor("U0OTHER"), kind, effect(), None)
+    assert await policy.check_decision(Actor("U0REQ"), kind, effect(), None) is None
+    refusal = str(await policy.check_decision(Actor("U0OTHER"), kind, effect(), None))
     assert "requester" in refusal and "policy.oncall is empty" in refusal
     assert policy.who_may_answer(effect(), None) == ["U0REQ"]
-    assert await policy.check_decision(Actor(""), kind, effect(requested_by=""), None) != ""
+    assert await policy.check_decision(Actor(""), kind, effect(requested_by=""), None)
 
 
 async def test_with_oncall_only_oncall_settles_an_effect() -> None:
     policy = Policy(PolicyRules(oncall=["group:S0SRE"]))
     oncall = Actor("U0SRE", groups=frozenset({"S0SRE"}))
-    assert await policy.check_decision(oncall, DecisionKind.DONE, effect(), None) == ""
-    assert "on-call" in await policy.check_decision(
-        Actor("U0REQ"), DecisionKind.DONE, effect(), None
-    )
+    assert await policy.check_decision(oncall, DecisionKind.DONE, effect(), None) is None
+    refused = await policy.check_decision(Actor("U0REQ"), DecisionKind.DONE, effect(), None)
+    assert "on-call" in str(refused)
     assert policy.who_may_answer(effect(), None) == ["group:S0SRE"]
     assert policy.notices() == [] and policy.answer_note(effect()) == ""
 
@@ -117,19 +117,17 @@ def test_an_empty_oncall_is_announced() -> None:
 
 async def test_cancel_rules() -> None:
     policy = Policy(PolicyRules(oncall=["group:S0SRE"]))
-    assert await policy.check_operate(Actor("U0REQ"), "cancel", "run_1", "U0REQ") == ""
+    assert await policy.check_operate(Actor("U0REQ"), "cancel", "run_1", "U0REQ") is None
     assert (
         await policy.check_operate(
             Actor("U0X", groups=frozenset({"S0SRE"})), "cancel", "run_1", "U0REQ"
         )
-        == ""
+        is None
     )
-    assert "U0X may not cancel run run_1" in await policy.check_operate(
-        Actor("U0X"), "cancel", "run_1", "U0REQ"
-    )
-    assert (
-        await policy.check_operate(Actor(""), "cancel", "run_1", "") != ""
-    )  # no requester: nobody by default
+    refused = await policy.check_operate(Actor("U0X"), "cancel", "run_1", "U0REQ")
+    assert "U0X may not cancel run run_1" in str(refused)
+    # No requester: nobody by default.
+    assert await policy.check_operate(Actor(""), "cancel", "run_1", "") is not None
 
 
 def asked(kind: RequestKind, requested_by: str = "U0REQ", approvals: int = 1) -> Request:
@@ -150,17 +148,17 @@ async def test_refusals_name_who_may_act() -> None:
     policy = Policy(rules)
     question, effect_ = asked(RequestKind.WAIT_USER), asked(RequestKind.WAIT_EFFECT)
     refused = await policy.check_decision(Actor("U0X"), DecisionKind.ANSWER, question, None)
-    assert refused == (
+    assert refused == Refusal(
         "U0X may not answer this question:"
         " only U0REQ, U0ANS, group:S0SRE or on-call (U0ON, role:R1) may"
     )
     refused = await policy.check_decision(Actor("U0REQ"), DecisionKind.DONE, effect_, None)
-    assert refused == "only on-call (U0ON, role:R1) may settle an uncertain effect"
+    assert refused == Refusal("only on-call (U0ON, role:R1) may settle an uncertain effect")
     # A guest from another workspace is never let in by ``*``: the refusal says who is.
     guest = Actor("U0GUEST", external=True)
     approval = asked(RequestKind.WAIT_APPROVAL)
     refused = await policy.check_decision(guest, DecisionKind.APPROVE, approval, None)
-    assert refused == "U0GUEST may not approve deploy: only people of this workspace may"
+    assert refused == Refusal("U0GUEST may not approve deploy: only people of this workspace may")
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,8 @@ import pytest
 from bot.cli import quick
 from bot.config.settings import load_settings
 from bot.domain import Request, RequestKind, RunStatus, Session, new_id, utcnow
-from bot.journal.entries import RunStarted, RunSuspended, StopReason, ToolDeferred
+from bot.journal.entries import Entry, RunStarted, RunSuspended, ToolDeferred
+from bot.kinds import StopReason
 from bot.nesting import MAX_DEPTH
 from bot.people.policy import PolicyRules
 from bot.records import RunRecord
@@ -57,7 +58,7 @@ async def suspend_on(folder: Path, requests: list[Request]) -> None:
     store = await open_sqlite(folder / "kestrel.db")
     try:
         run_id = requests[0].run_id
-        entries = [
+        entries: list[Entry] = [
             RunStarted(run_id=run_id, session_id=f"sess_{run_id}", fingerprint=FINGERPRINT),
             *(ToolDeferred(call_id=r.call_id, tool=r.tool, request=r) for r in requests),
             RunSuspended(reason=StopReason.WAITING, request_ids=tuple(r.id for r in requests)),

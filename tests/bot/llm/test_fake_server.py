@@ -11,7 +11,13 @@ import time
 from pathlib import Path
 
 from bot.domain import AssistantTurn, ToolCall
-from bot.llm.base import AssistantMessage, ToolResultItem, ToolResultsMessage, UserMessage
+from bot.llm.base import (
+    AssistantMessage,
+    Message,
+    ToolResultItem,
+    ToolResultsMessage,
+    UserMessage,
+)
 from bot.llm.openai_provider import OpenAIProvider
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -41,7 +47,7 @@ async def test_standalone_server_logs_every_request(tmp_path: Path) -> None:
         model = OpenAIProvider("m", api_key="k", base_url=f"http://127.0.0.1:{port}/v1")
         first = await model.complete([UserMessage("checkout?")], [], timeout=5)
         call = ToolCall(id="call_1", name="service_status", arguments="{}")
-        resumed = [
+        resumed: list[Message] = [
             UserMessage("checkout?"),
             AssistantMessage(AssistantTurn(calls=(call,), finish_reason="tool_calls")),
             ToolResultsMessage((ToolResultItem(call_id="call_1", name="x", output="down"),)),

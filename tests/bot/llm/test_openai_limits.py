@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 
@@ -28,7 +29,7 @@ KEY = "sk-test-key"
 HI: list[Message] = [UserMessage("hi")]
 
 
-def _provider(fake: FakeOpenAI, **options: int) -> OpenAIProvider:
+def _provider(fake: FakeOpenAI, **options: Any) -> OpenAIProvider:
     return OpenAIProvider("m", api_key=KEY, base_url=fake.base_url, **options)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,7 +31,7 @@ from bot.llm.scripted import (
 
 CATALOG_TOOLS = {"service_status", "tail_logs", "restart_service", "disk_usage"}
 
-REPLIES = [
+REPLIES: list[dict[str, Any]] = [
     {"text": "Checking.", "calls": [{"name": "service_status", "arguments": {"service": "api"}}]},
     {
         "calls": [
@@ -116,7 +117,7 @@ async def test_expect_checks_user_text() -> None:
         await model.complete([UserMessage("search is failing")], [], timeout=1)
 
 
-CHOICE = [
+CHOICE: list[dict[str, Any]] = [
     {"text": "restarting", "calls": [{"name": "restart_service", "arguments": {"service": "a"}}]},
     {
         "one_of": [
@@ -201,7 +202,8 @@ async def test_exhausted_script_gives_a_final_text() -> None:
 def test_explicit_finish_reason_is_kept() -> None:
     script = ScriptedProvider.from_replies([{"text": "cut", "finish_reason": "length"}]).script
 
-    assert script.replies[0].finish_reason == "length"
+    first = script.replies[0]
+    assert isinstance(first, Reply) and first.finish_reason == "length"
 
 
 def test_provider_and_model_names(tmp_path: Path) -> None:
@@ -267,8 +269,9 @@ def test_shipped_demo_script_is_valid() -> None:
         "service_status",
         "ask_human_confirm",
     ]
-    assert all(isinstance(call.arguments, dict) for call in calls)
-    assert all(call.arguments["service"] == "checkout" for call in calls[:-1])
+    arguments = [call.arguments for call in calls]
+    assert all(isinstance(each, dict) and each["service"] == "checkout" for each in arguments[:-1])
+    assert isinstance(arguments[-1], dict)
 
 
 def test_the_demo_cannot_leave_its_script() -> None:

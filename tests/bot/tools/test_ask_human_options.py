@@ -10,6 +10,7 @@ import pytest
 
 from bot.domain import Decision, DecisionKind, Request
 from bot.options import answer_refusal, match_option
+from bot.people.refusal import Refusal
 from bot.tools.ask_human import AskHumanTool, ask_human_tools
 from bot.tools.base import Deferral, ToolContext, ToolResult
 from tests.bot.cli.test_cli import kestrel, one_line_error
@@ -36,13 +37,12 @@ def test_match_option(answer: str, options: tuple[str, ...], picked: str | None)
 
 
 def test_answer_refusal_names_the_options() -> None:
-    assert (
-        answer_refusal("maybe", ("yes", "no"))
-        == "“maybe” is not one of the options: answer “yes” or “no”"
+    assert answer_refusal("maybe", ("yes", "no")) == Refusal(
+        "“maybe” is not one of the options: answer “yes” or “no”"
     )
-    assert answer_refusal("x", ("a", "b", "c")).endswith("answer “a”, “b” or “c”")
-    assert answer_refusal("anything", ()) == ""
-    assert answer_refusal("Y", ("yes", "no")) == ""
+    assert str(answer_refusal("x", ("a", "b", "c"))).endswith("answer “a”, “b” or “c”")
+    assert answer_refusal("anything", ()) is None
+    assert answer_refusal("Y", ("yes", "no")) is None
 
 
 class OnePrompter:

@@ -53,8 +53,17 @@ def test_good_catalog_loads_every_field(tmp_path: Path) -> None:
     assert tool.command == ("systemctl", "restart", "{unit}")
     assert tool.parameters["required"] == ["unit"]
     flags = tool.flags
-    assert (flags.confirm, flags.idempotent, flags.operator_paced) == (True, False, True)
-    assert (flags.timeout, flags.tags, flags.approvals, flags.deny) == (12.5, ("prod",), 2, False)
+    assert (flags.approval.confirm, flags.traits.idempotent, flags.traits.operator_paced) == (
+        True,
+        False,
+        True,
+    )
+    assert (
+        flags.traits.timeout,
+        flags.approval.tags,
+        flags.approval.approvals,
+        flags.approval.deny,
+    ) == (12.5, ("prod",), 2, False)
 
 
 def test_unknown_key_names_file_line_and_key(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from bot.tools.base import ToolContext, ToolFlags
+from bot.tools.base import ToolContext, ToolFlags, ToolTraits
 from bot.tools.command import CommandTool
 
 PY = sys.executable
@@ -181,7 +181,7 @@ async def test_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
         "spawns a grandchild",
         ["sh", "-c", 'sleep 60 & echo $! > "$0"; wait', "{pidfile}"],
         parameters={"type": "object", "properties": {"pidfile": {"type": "string"}}},
-        flags=ToolFlags(timeout=0.5),
+        flags=ToolFlags(traits=ToolTraits(timeout=0.5)),
     )
     started = time.monotonic()
     with pytest.raises(TimeoutError):

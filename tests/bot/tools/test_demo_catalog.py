@@ -31,9 +31,9 @@ def test_demo_and_example_catalogs_are_clean() -> None:
 
 def test_example_catalog_declares_the_demo_tools(tools: dict[str, CommandTool]) -> None:
     assert set(tools) == {"service_status", "tail_logs", "restart_service", "disk_usage"}
-    assert tools["restart_service"].flags.confirm
-    assert not tools["restart_service"].flags.idempotent
-    assert all(tools[name].flags.idempotent for name in ("service_status", "tail_logs"))
+    assert tools["restart_service"].flags.approval.confirm
+    assert not tools["restart_service"].flags.traits.idempotent
+    assert all(tools[name].flags.traits.idempotent for name in ("service_status", "tail_logs"))
 
 
 async def test_read_only_tools_run(tools: dict[str, CommandTool]) -> None:
@@ -65,10 +65,10 @@ async def test_restart_effect_is_visible(tools: dict[str, CommandTool], tmp_path
 def patterned(catalog: Path) -> list[tuple[ToolSet, str, str, dict[str, object]]]:
     """(tools, tool, parameter, otherwise valid arguments) for every parameter with a pattern."""
     tools = ToolSet(load_catalog(catalog))
-    found = []
+    found: list[tuple[ToolSet, str, str, dict[str, object]]] = []
     for tool in tools.values():
         properties = tool.parameters["properties"]
-        base = {"lines": 10} if "lines" in properties else {}
+        base: dict[str, object] = {"lines": 10} if "lines" in properties else {}
         found += [
             (tools, tool.name, name, base) for name in properties if "pattern" in properties[name]
         ]

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
+from bot.domain import ProcessStamp
 from bot.tools import orphans
 from bot.tools.base import ToolContext
 from bot.tools.catalog import CatalogError, load_catalog
@@ -156,7 +157,7 @@ def running(token: str, count: int) -> Callable[[], bool]:
 
 async def test_a_timeout_kills_everything_the_command_started_even_out_of_its_group() -> None:
     token = f"6{uuid.uuid4().int % 10**8}"  # a sleep of that many seconds names our processes
-    stamps: list[orphans.ProcessStamp | None] = []
+    stamps: list[ProcessStamp | None] = []
     ctx = ToolContext(
         run_id="r", call_id="c", started=lambda pgid: stamps.append(orphans.stamp(pgid))
     )
@@ -172,7 +173,7 @@ async def test_a_timeout_kills_everything_the_command_started_even_out_of_its_gr
 
 async def test_an_orphaned_isolated_group_is_found_and_stopped_by_its_stamp() -> None:
     token = f"7{uuid.uuid4().int % 10**8}"
-    stamps: list[orphans.ProcessStamp | None] = []
+    stamps: list[ProcessStamp | None] = []
     ctx = ToolContext(
         run_id="r", call_id="c", started=lambda pgid: stamps.append(orphans.stamp(pgid))
     )

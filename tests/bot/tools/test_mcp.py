@@ -75,11 +75,23 @@ async def test_tools_come_with_the_prefix_and_flags_and_answer_calls(mcp: McpToo
     current = mcp.source.current()
     assert list(current) == ["echo", "srv__lookup", "srv__restart", "srv__plain", "srv__mutate"]
     flags = {name: current[name].flags for name in current}
-    assert (flags["srv__lookup"].confirm, flags["srv__lookup"].idempotent) == (True, True)
-    assert (flags["srv__restart"].confirm, flags["srv__restart"].idempotent) == (True, False)
-    assert (flags["srv__plain"].confirm, flags["srv__plain"].idempotent) == (True, False)
-    assert (flags["srv__mutate"].confirm, flags["srv__mutate"].idempotent) == (False, False)
-    assert flags["srv__lookup"].tags == ("mcp", "mcp:srv")
+    assert (flags["srv__lookup"].approval.confirm, flags["srv__lookup"].traits.idempotent) == (
+        True,
+        True,
+    )
+    assert (flags["srv__restart"].approval.confirm, flags["srv__restart"].traits.idempotent) == (
+        True,
+        False,
+    )
+    assert (flags["srv__plain"].approval.confirm, flags["srv__plain"].traits.idempotent) == (
+        True,
+        False,
+    )
+    assert (flags["srv__mutate"].approval.confirm, flags["srv__mutate"].traits.idempotent) == (
+        False,
+        False,
+    )
+    assert flags["srv__lookup"].approval.tags == ("mcp", "mcp:srv")
     assert current["srv__lookup"].parameters["required"] == ["key"]
     assert current.validate("srv__lookup", {}) != []
     # One server start serves the calls too: starting one costs about a second.
@@ -214,11 +226,11 @@ def test_names_fit_the_model_alphabet_and_stay_distinct() -> None:
 def test_flags_follow_the_hints_and_the_confirm_list() -> None:
     read_only = types.ToolAnnotations(read_only_hint=True)
     idempotent = types.ToolAnnotations(idempotent_hint=True, destructive_hint=False)
-    assert not tool_flags(read_only, gated=False, timeout=5).confirm
-    assert tool_flags(read_only, gated=True, timeout=5).confirm
-    assert tool_flags(idempotent, gated=False, timeout=5).idempotent
-    assert tool_flags(None, gated=False, timeout=5).confirm
-    assert tool_flags(types.ToolAnnotations(), gated=False, timeout=5).confirm
+    assert not tool_flags(read_only, gated=False, timeout=5).approval.confirm
+    assert tool_flags(read_only, gated=True, timeout=5).approval.confirm
+    assert tool_flags(idempotent, gated=False, timeout=5).traits.idempotent
+    assert tool_flags(None, gated=False, timeout=5).approval.confirm
+    assert tool_flags(types.ToolAnnotations(), gated=False, timeout=5).approval.confirm
 
 
 def test_content_parts_are_rendered_as_text_or_summaries() -> None:

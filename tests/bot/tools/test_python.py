@@ -42,15 +42,15 @@ def test_schema_and_description_come_from_model_and_docstring() -> None:
     assert greet.description == "Greet someone."
     assert greet.parameters == Greeting.model_json_schema()
     assert greet.parameters["required"] == ["name"]
-    assert greet.flags.idempotent
-    assert not greet.flags.confirm
+    assert greet.flags.traits.idempotent
+    assert not greet.flags.approval.confirm
 
 
 def test_options_override_defaults() -> None:
     assert who.name == "whoami"
     assert who.description == "Say who asked"
-    assert who.flags.confirm
-    assert who.flags.timeout == 5.0
+    assert who.flags.approval.confirm
+    assert who.flags.traits.timeout == 5.0
 
 
 async def test_call_builds_the_model() -> None:
@@ -106,7 +106,7 @@ def test_bad_name_and_missing_description_are_refused() -> None:
 
 async def test_echo_builtin() -> None:
     assert echo.name == "echo"
-    assert echo.flags.idempotent
+    assert echo.flags.traits.idempotent
     assert echo.parameters["required"] == ["text"]
     assert await echo.call({"text": "ping"}, CTX) == ToolResult("ping")
     assert builtin_tools() == [echo]
