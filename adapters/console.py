@@ -13,6 +13,14 @@ import threading
 from collections.abc import Iterator
 from typing import Any, TextIO, assert_never
 
+from bot.chat.contract import (
+    Actor,
+    NotPermitted,
+    ResumeRefused,
+    StoreError,
+    answer_refusal,
+    match_option,
+)
 from bot.chat.handles import RunHandle, RunResult
 from bot.chat.service import ChatService
 from bot.chat.words import stop_reason_words
@@ -26,7 +34,6 @@ from bot.domain import (
     ToolOutcome,
     new_id,
 )
-from bot.errors import ResumeRefused, StoreError
 from bot.events import (
     AdvisoryEvent,
     AnswerSuppliedEvent,
@@ -34,6 +41,7 @@ from bot.events import (
     JournalFailedEvent,
     ModelTurnEvent,
     PanicEvent,
+    RequestDecidedEvent,
     RequestExpiredEvent,
     RequestOpenedEvent,
     RequestReminderEvent,
@@ -45,8 +53,6 @@ from bot.events import (
     ToolExitEvent,
     ToolStartedEvent,
 )
-from bot.options import answer_refusal, match_option
-from bot.people.policy import Actor, NotPermitted
 from bot.text import printable, unmask_links
 
 HELP = """commands:
@@ -248,6 +254,7 @@ class ConsoleRenderer:
                 | RequestOpenedEvent()
                 | AnswerSuppliedEvent()
                 | RequestReminderEvent()
+                | RequestDecidedEvent()
                 | RequestExpiredEvent()
                 | RunSuspendedEvent()
                 | RunEndedEvent()

@@ -117,6 +117,17 @@ class AnswerSuppliedEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class RequestDecidedEvent:
+    """A decision on a request was written and is durable (one approval of several, too):
+    every platform's card of it shows it from this one event."""
+
+    kind: ClassVar[str] = "request_decided"
+    run_id: str
+    request_id: str
+    decision: DecisionKind
+
+
+@dataclass(frozen=True, slots=True)
 class RequestReminderEvent:
     """A request's deadline is near and nobody has answered."""
 
@@ -189,6 +200,7 @@ Event = (
     | AdvisoryEvent
     | RequestOpenedEvent
     | AnswerSuppliedEvent
+    | RequestDecidedEvent
     | RequestReminderEvent
     | RequestExpiredEvent
     | RunSuspendedEvent

@@ -72,6 +72,8 @@ class SqlStore(ABC):
         # Set when work may have been enqueued (and by close): wakes ``wait_for_work`` callers.
         self._work_added = asyncio.Event()
         self._closed = False
+        # Whole-journal reads so far: what a run costs (``load`` is the expensive read).
+        self.loads = 0
 
     async def close(self) -> None:
         """Write what is queued, then close every connection."""
@@ -237,6 +239,7 @@ class SqlStore(ABC):
 
     async def load(self, run_id: str) -> list[JournalRecord]:
         """The run's whole journal, in order; raises ``UnknownRun``."""
+        self.loads += 1
         rows = await self._read("load", sql.LOAD, (run_id,))
         if not rows:
             await self.current_epoch(run_id)  # unknown runs raise UnknownRun

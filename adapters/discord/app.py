@@ -16,10 +16,9 @@ from discord.gateway import DiscordWebSocket
 from adapters.discord.client import KestrelDiscord
 from adapters.discord.interactions import INTERACTIONS_PATH, InteractionEndpoint, public_key
 from adapters.discord.settings import DiscordSettings
+from bot.chat.contract import ConfigError, Outbox
 from bot.chat.links import RunLink
 from bot.chat.service import ChatService
-from bot.config.settings import ConfigError
-from bot.store import Outbox
 
 log = logging.getLogger("kestrel.discord")
 

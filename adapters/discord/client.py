@@ -31,6 +31,7 @@ from adapters.discord import ids
 from adapters.discord.look import DiscordLook, note_text, status_text
 from adapters.discord.progress import DiscordProgress
 from adapters.discord.transport import DiscordTransport
+from bot.chat.contract import Actor, Outbox, Place, StoreError
 from bot.chat.conversation import Conversation, Outcome
 from bot.chat.inbound import Accepted, Delivery
 from bot.chat.lifecycle import PlatformLife
@@ -38,10 +39,6 @@ from bot.chat.links import RunLink
 from bot.chat.service import ChatService
 from bot.chat.words import NOT_AN_OPTION, chosen_option, thread_of
 from bot.domain import DecisionKind, Session
-from bot.errors import StoreError
-from bot.people.policy import Actor
-from bot.place import Place
-from bot.store import Outbox
 from bot.user_agent import USER_AGENT
 
 log = logging.getLogger("kestrel.discord")
@@ -286,9 +283,7 @@ class KestrelDiscord(discord.Client):
         await self.after(outcome)
 
     async def after(self, outcome: Outcome) -> None:
-        """Show a decision on its card, and that a run goes on here."""
-        if outcome.decided:
-            await self.renderer.refresh_card(outcome.decided)
+        """Show that a run goes on here (a decision's card refreshes on its event)."""
         place = await self.renderer.place_of(outcome.running) if outcome.running else None
         if place is not None:
             self.progress.follow(outcome.running, place)

@@ -18,12 +18,12 @@ from typing import Any
 
 from adapters.discord import ids
 from bot.chat.cards import closing, pretty, shorten, title
+from bot.chat.contract import GROUP_KINDS
 from bot.chat.links import RunLink
 from bot.chat.service import RequestView, RunView
 from bot.chat.threads import Body
 from bot.chat.words import budget_words, stop_reason_words
 from bot.domain import RequestKind, RequestStatus, RunStatus, Session, TerminalResult
-from bot.people.policy import GROUP_KINDS
 from bot.text import unmask_links
 
 CONTENT_LIMIT = 2000

@@ -21,12 +21,11 @@ from adapters.slack.look import SlackLook
 from adapters.slack.progress import Progress
 from adapters.slack.settings import SlackSettings
 from adapters.slack.transport import SlackTransport
+from bot.chat.contract import ConfigError, Outbox
 from bot.chat.lifecycle import PlatformLife
 from bot.chat.links import RunLink
 from bot.chat.service import ChatService
-from bot.config.settings import ConfigError
 from bot.oneline import one_line
-from bot.store import Outbox
 from bot.user_agent import USER_AGENT
 
 log = logging.getLogger("kestrel.slack")

@@ -12,8 +12,7 @@ from typing import Any, TypeVar
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.people.policy import Actor
-from bot.place import Place
+from bot.chat.contract import Actor, Place
 
 log = logging.getLogger("kestrel.slack")
 

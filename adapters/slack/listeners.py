@@ -33,15 +33,13 @@ from adapters.slack.modals import answer_modal, arguments_modal, deny_modal
 from adapters.slack.mrkdwn import ephemeral_text
 from adapters.slack.progress import Progress
 from adapters.slack.status import status_message
+from bot.chat.contract import Actor, NotPermitted, Place, StoreError
 from bot.chat.conversation import HELP, THREAD_COMMANDS, Conversation, Outcome
 from bot.chat.inbound import Delivery
 from bot.chat.service import ChatService, PendingRequest
 from bot.chat.threads import ThreadRenderer
 from bot.chat.words import NOT_AN_OPTION, chosen_option
 from bot.domain import DecisionKind, Session
-from bot.errors import StoreError
-from bot.people.policy import Actor, NotPermitted
-from bot.place import Place
 
 log = logging.getLogger("kestrel.slack")
 
@@ -387,8 +385,6 @@ class SlackListeners:
             await self._ephemeral(thread, user, message.text, message.blocks)
         elif outcome.note:
             await self._ephemeral(thread, user, outcome.note)
-        if outcome.decided:
-            await self._renderer.refresh_card(outcome.decided)
         await self._follow(outcome)
 
     async def _follow(self, outcome: Outcome) -> None:

@@ -40,8 +40,8 @@ from adapters.web.render import (
     static_text,
 )
 from adapters.web.timeline import STATUSES
+from bot.chat.contract import UnknownRun
 from bot.domain import utcnow
-from bot.errors import UnknownRun
 
 log = logging.getLogger("kestrel.web")
 

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
+from bot.chat.contract import ConfigError, WebSettings
 from bot.chat.links import MIN_SECRET_BYTES, LinkSigner, RunLink, run_links
-from bot.config.settings import ConfigError, WebSettings
 
 TOKEN_VARIABLE = "KESTREL_WEB_TOKEN"
 SECRET_VARIABLE = "KESTREL_WEB_SECRET"

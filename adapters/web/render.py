@@ -32,15 +32,11 @@ from adapters.web.timeline import (
     pretty_json,
     run_rows,
 )
+from bot.chat.contract import ENTITY_TYPES, WITHHELD_MESSAGE, AuditRecord, JournalRecord, RunRecord
 from bot.chat.run_summary import PAGE_ENTRIES
 from bot.chat.service import PendingRequest, RequestView, RunInspection, RunMark, RunView
 from bot.chat.words import thread_of
 from bot.domain import utcnow
-from bot.journal.log import JournalRecord
-from bot.pii.guard import WITHHELD_MESSAGE
-from bot.pii.scantext import ENTITY_TYPES
-from bot.records import RunRecord
-from bot.store import AuditRecord
 
 # While a run is running its page polls this often; while it is suspended, less often.
 RUNNING_POLL_MS = 2000

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar
 
+from bot.chat.contract import EVERYONE, AuditRecord, Entry, JournalRecord, RunRecord
 from bot.chat.service import PendingRequest, RequestView, RunView
 from bot.chat.words import Thread, thread_of
 from bot.domain import (
@@ -30,11 +31,6 @@ from bot.domain import (
     TerminalResult,
     Usage,
 )
-from bot.journal.entries import Entry
-from bot.journal.log import JournalRecord
-from bot.people.policy import EVERYONE
-from bot.records import RunRecord
-from bot.store import AuditRecord
 
 # An output longer than this (characters or lines) is collapsed under a <details>.
 # A page stays small whatever the run did: each output or argument block is cut at

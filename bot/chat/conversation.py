@@ -32,7 +32,6 @@ class Outcome:
     status: RunView | None = None  # a run's status to show its author
     running: str = ""  # the run that now goes on in this process (started or resumed)
     started: bool = False  # ``running`` is a new run of the thread (its row may not exist yet)
-    decided: str = ""  # the request whose card should now show its decision
 
 
 class Conversation:
@@ -104,17 +103,17 @@ class Conversation:
     ) -> Outcome:
         """Answer a request (a click, a form, a reply; ``card``: the message clicked); a
         refusal is a note for the actor."""
-        view = await self._chat.request(request_id)
-        if view is None:
+        # Only the request's run is needed here: the decision reads the journal if it resumes.
+        run_id = await self._chat.run_of_request(request_id)
+        if run_id is None:
             return Outcome(note="That request no longer exists.")
-        run_id = view.request.run_id
         decided = await self._chat.decide(
             run_id, request_id, kind, user=actor, text=text, card=card
         )
         if not decided.accepted:
             return Outcome(note=decided.message)
         running = decided.resumed.run_id if decided.resumed is not None else ""
-        return Outcome(running=running, decided=request_id)
+        return Outcome(running=running)
 
 
 def waiting_question(view: RunView) -> Request | None:

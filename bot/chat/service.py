@@ -76,6 +76,9 @@ class RunView:
         }
 
 
+REASONS_KEPT = 4096
+
+
 @dataclass(frozen=True)
 class RequestView:
     """A request as a card shows it: where it stands, who may answer, why the model asked."""
@@ -141,6 +144,9 @@ class ChatService:
         self._summaries = RunSummaries(supervisor.rt.store)
         self.duplicates_dropped = 0
         self.inbound = Inbound(supervisor)
+        # Why the model asked, by request: it never changes, so a card refreshed after a
+        # decision needs no journal read (oldest forgotten first).
+        self._reasons: dict[str, str] = {}
 
     def subscribe(self, sink: EventSink) -> None:
         """Receive every event of every run this process drives."""
@@ -216,6 +222,14 @@ class ChatService:
         run_id = found.request.run_id
         return await self._supervisor.decisions.refusal(decision, run_id=run_id, actor=user)
 
+    async def run_of_request(self, request_id: str) -> str | None:
+        """The run a request belongs to (None: no such request), from its row alone."""
+        try:
+            request, _, _ = await self._rt.store.get_request(request_id)
+        except KeyError:
+            return None
+        return request.run_id
+
     async def request(self, request_id: str, *, user: Actor | None = None) -> RequestView | None:
         """A request with its status, decision, who may answer it and why it was asked;
         with ``user``, only when they act from its run's place (else None, audited)."""
@@ -226,7 +240,12 @@ class ChatService:
         run_id = found[0].run_id
         if user is not None and await self._misplaced(user, run_id, "show", request_id):
             return None
-        return self._view(*found, fold(await self._rt.store.load(run_id), run_id))
+        reason = self._reasons.get(request_id)
+        if reason is not None:  # why the model asked never changes: no journal to read
+            return self._shown(*found, reason)
+        view = self._view(*found, fold(await self._rt.store.load(run_id), run_id))
+        self._remember(request_id, view.reason)  # from the whole journal: final
+        return view
 
     async def requests_of(self, run_id: str) -> list[RequestView]:
         """Every request a run made, open or closed, oldest first."""
@@ -239,9 +258,19 @@ class ChatService:
     def _view(
         self, request: Request, status: RequestStatus, decision: Decision | None, state: RunState
     ) -> RequestView:
+        return self._shown(request, status, decision, state.reason_for(request.call_id))
+
+    def _shown(
+        self, request: Request, status: RequestStatus, decision: Decision | None, reason: str
+    ) -> RequestView:
         flags = self._rt.tools.current().flags_of(request.tool)
         who = tuple(self._rt.policy.who_may_answer(request, flags))
-        return RequestView(request, status, decision, who, state.reason_for(request.call_id))
+        return RequestView(request, status, decision, who, reason)
+
+    def _remember(self, request_id: str, reason: str) -> None:
+        self._reasons[request_id] = reason
+        while len(self._reasons) > REASONS_KEPT:
+            del self._reasons[next(iter(self._reasons))]
 
     async def inspect(
         self, run_id: str, *, before: int | None = None, size: int = PAGE_ENTRIES

@@ -27,6 +27,7 @@ from bot.events import (
     JournalFailedEvent,
     ModelTurnEvent,
     PanicEvent,
+    RequestDecidedEvent,
     RequestExpiredEvent,
     RequestOpenedEvent,
     RequestReminderEvent,
@@ -208,7 +209,7 @@ class ThreadRenderer:
                 await self._tool_exit(event)
             case RequestOpenedEvent():
                 await self.refresh_card(event.request.id)
-            case AnswerSuppliedEvent() | RequestExpiredEvent():
+            case AnswerSuppliedEvent() | RequestDecidedEvent() | RequestExpiredEvent():
                 await self.refresh_card(event.request_id)
             case RequestReminderEvent():
                 await self._remind(place, event.request.id)

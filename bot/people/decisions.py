@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
 from bot.domain import Decision, DecisionKind, Request, RequestKind, RequestStatus
-from bot.events import AdvisoryEvent, FanOut, RequestExpiredEvent
+from bot.events import AdvisoryEvent, FanOut, RequestDecidedEvent, RequestExpiredEvent
 from bot.journal.fold import RunState
 from bot.kinds import AuditAction
 from bot.options import answer_refusal, match_option
@@ -108,6 +108,7 @@ class Decisions:
             )
             count = await self.rt.store.add_approval(request.id, actor.user, partial)
             if count < request.approvals_needed:
+                self._decided(request, decision)
                 return Answered(True, f"approval {count} of {request.approvals_needed} recorded")
         detail = decision_detail(request, decision, self.rt.redact)
         audit = Audited(actor.user, AuditAction.of(decision.kind), detail)
@@ -116,10 +117,15 @@ class Decisions:
         )
         if not settled.won:
             return Answered(False, "this request was already answered")
+        self._decided(request, decision)
         if settled.epoch is not None:
             return Answered(True, "recorded", ready=True, claimed=settled.epoch)
         remaining = await self.rt.store.list_requests(run_id=run_id)
         return Answered(True, "recorded", ready=not remaining)
+
+    def _decided(self, request: Request, decision: Decision) -> None:
+        # Told once the decision is durable: every platform's card of it refreshes from this.
+        self.rt.events.emit(RequestDecidedEvent(request.run_id, request.id, decision.kind))
 
     def audited_refusal(self, refusal: Refusal, decision: Decision) -> str:
         """A refusal as the audit keeps it: redacted when it may quote what the person typed."""

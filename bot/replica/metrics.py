@@ -73,6 +73,7 @@ from bot.events import (
     JournalFailedEvent,
     ModelTurnEvent,
     PanicEvent,
+    RequestDecidedEvent,
     RequestExpiredEvent,
     RequestOpenedEvent,
     RequestReminderEvent,
@@ -238,6 +239,7 @@ class Metrics:
                 | RequestOpenedEvent()
                 | AnswerSuppliedEvent()
                 | RequestReminderEvent()
+                | RequestDecidedEvent()
                 | RequestExpiredEvent()
                 | RunSuspendedEvent()
                 | RunEndedEvent()

@@ -7,11 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from bot.chat.conversation import Conversation
 from bot.chat.service import ChatService
-from bot.domain import DecisionKind, RequestKind, RunStatus, Session, new_id
+from bot.domain import DecisionKind, RequestKind, RequestStatus, RunStatus, Session, new_id
 from bot.people.policy import Actor, NotPermitted, Policy, PolicyRules
 from bot.prompter import DeferringPrompter
 from bot.run.supervisor import Supervisor
+from storage.sql_store import SqlStore
 from tests.fakes.runtime import (
     Counter,
     ScriptedPrompter,
@@ -150,3 +152,25 @@ async def test_an_inline_approval_by_the_requester_at_the_terminal_counts(
     entries = await service._rt.store.list_audit(run_id=live.run_id)
     approvals = [(e.actor, e.detail.endswith("(inline)")) for e in entries if e.action == "approve"]
     assert approvals == [("U0REQ", True)]
+
+
+async def test_a_click_reads_the_run_journal_once(chat: tuple[ChatService, Counter]) -> None:
+    """A click (the request's run looked up, the decision, the resume, the decided card
+    refreshed as the renderer does) reads the whole journal once: the resume's read.
+    Counted by the SQLite store's own ``loads`` counter."""
+    service, counter = chat
+    run_id, request_id = await suspended_on_approval(service, thread())
+    shown = await service.request(request_id)  # the card shown when the request opened
+    store = service._rt.store
+    assert isinstance(store, SqlStore)
+    before = store.loads
+
+    outcome = await Conversation(service).decide(request_id, DecisionKind.APPROVE, Actor("U0BOSS"))
+    assert outcome.running == run_id
+    refreshed = await service.request(request_id)
+    await service.wait(service._supervisor.live[run_id])
+
+    assert store.loads - before == 1
+    assert counter.calls == {"deploy": 1}
+    assert shown is not None and refreshed is not None
+    assert refreshed.status is RequestStatus.ANSWERED and refreshed.reason == shown.reason
