@@ -30,6 +30,7 @@ from discord import app_commands
 from adapters.discord import ids
 from adapters.discord.look import DiscordLook, note_text, status_text
 from adapters.discord.progress import DiscordProgress
+from adapters.discord.target import DiscordTarget
 from adapters.discord.transport import DiscordTransport
 from bot.chat.contract import Actor, Outbox, Place, StoreError
 from bot.chat.conversation import Conversation, Outcome
@@ -560,7 +561,7 @@ def _kestrel_commands() -> app_commands.Group:
         lines = []
         for item in await client.chat.pending(user=interaction_actor(interaction)):
             place = await client.renderer.place_of(item.request.run_id)
-            if place is None or place.target.get("guild") != str(interaction.guild_id):
+            if place is None or DiscordTarget.of(place.target).guild != str(interaction.guild_id):
                 continue  # this server's runs only
             link = thread_of(place.session.id).url or place.session.id
             who = ", ".join(item.may_answer) or "nobody"
@@ -583,7 +584,7 @@ async def _operate(interaction: discord.Interaction, verb: str, run: str | None)
         )
         return
     place = await client.renderer.place_of(run_id) if _known(run_id) else None
-    if place is None or place.target.get("guild") != str(interaction.guild_id):
+    if place is None or DiscordTarget.of(place.target).guild != str(interaction.guild_id):
         await interaction.followup.send(f"There is no run {run_id} in this server.", ephemeral=True)
         return
     outcome = await client.talk.operate(verb, run_id, interaction_actor(interaction))

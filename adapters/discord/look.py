@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from adapters.discord import ids
+from adapters.discord.target import DiscordTarget
 from bot.chat.cards import closing, pretty, shorten, title
 from bot.chat.contract import GROUP_KINDS
 from bot.chat.links import RunLink
@@ -55,12 +56,12 @@ class DiscordLook:
         self._link = link
         self._pings = pings
 
-    def target(self, session: Session) -> dict[str, Any] | None:
+    def target(self, session: Session) -> DiscordTarget | None:
         """The thread a Discord session lives in; None for another platform's session."""
         thread = ids.parse_thread_session(session.id)
         if thread is None:
             return None
-        return {"channel": thread.thread, "guild": thread.guild}
+        return DiscordTarget(thread.guild, thread.thread)
 
     def card(self, view: RequestView) -> Body:
         """The request's card: open with its buttons, or closed with who decided."""

@@ -13,6 +13,7 @@ import discord
 from discord.http import Route
 
 from adapters.discord.look import working
+from adapters.discord.target import DiscordTarget
 from bot.chat.outbox import Deliveries, status_key
 from bot.chat.threads import RunPlace, StepStatus
 
@@ -42,11 +43,17 @@ class DiscordProgress:
 
     async def working(self, place: RunPlace, status: str = "") -> None:  # noqa: ARG002
         """Show at once that Kestrel works: the thread's typing indicator."""
-        route = Route("POST", "/channels/{channel_id}/typing", channel_id=place.target["channel"])
+        route = Route(
+            "POST",
+            "/channels/{channel_id}/typing",
+            channel_id=DiscordTarget.of(place.target).channel,
+        )
         try:
             await self._http.request(route)
         except (discord.HTTPException, aiohttp.ClientError, OSError) as exc:
-            log.info("discord: typing refused in %s: %s", place.target["channel"], exc)
+            log.info(
+                "discord: typing refused in %s: %s", DiscordTarget.of(place.target).channel, exc
+            )
 
     async def step(self, run_id: str, call_id: str, title: str, status: StepStatus) -> None:  # noqa: ARG002
         """A tool call started or finished: the status message says so."""

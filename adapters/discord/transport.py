@@ -18,6 +18,7 @@ from typing import Any
 import discord
 from discord.http import Route
 
+from adapters.discord.target import DiscordTarget
 from bot.chat.outbox import DeliveryFailed, MessageGone
 
 log = logging.getLogger("kestrel.discord")
@@ -31,7 +32,7 @@ NEEDS_A_PERSON_SECONDS = 3600.0
 
 
 class DiscordTransport:
-    """Shows outbox messages in Discord threads (``target``: channel, guild)."""
+    """Shows outbox messages in Discord threads (``target``: a stored ``DiscordTarget``)."""
 
     platform = "discord"
 
@@ -40,7 +41,7 @@ class DiscordTransport:
 
     async def post(self, key: str, target: dict[str, Any], body: dict[str, Any]) -> str:
         """Post into the thread, once per key; return the message id."""
-        channel = target["channel"]
+        channel = DiscordTarget.from_json(target).channel
         payload = {**body, "nonce": nonce(key, body), "enforce_nonce": True}
         route = Route("POST", "/channels/{channel_id}/messages", channel_id=channel)
         message = await self._send(route, payload, channel)
@@ -48,7 +49,7 @@ class DiscordTransport:
 
     async def update(self, ref: str, target: dict[str, Any], body: dict[str, Any]) -> None:
         """Edit message ``ref`` in place."""
-        channel = target["channel"]
+        channel = DiscordTarget.from_json(target).channel
         route = Route(
             "PATCH",
             "/channels/{channel_id}/messages/{message_id}",
@@ -60,11 +61,12 @@ class DiscordTransport:
     async def find(self, key: str, target: dict[str, Any], body: dict[str, Any]) -> str | None:  # noqa: ARG002
         """A post whose outcome is unknown, among the thread's latest messages: a bot's message
         showing ``body`` (Discord returns no nonce there; within minutes the nonce dedupes)."""
-        route = Route("GET", "/channels/{channel_id}/messages", channel_id=target["channel"])
+        channel = DiscordTarget.from_json(target).channel
+        route = Route("GET", "/channels/{channel_id}/messages", channel_id=channel)
         try:
             messages = await self._http.request(route, params={"limit": 50})
         except discord.HTTPException as exc:
-            raise _failed(exc, target["channel"]) from exc
+            raise _failed(exc, channel) from exc
         for message in messages:
             if (message.get("author") or {}).get("bot") and _shows(message, body):
                 return str(message["id"])

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
 from adapters.slack.answers import answer_continuations, answer_message
 from adapters.slack.cards import ClosedCard, request_card
 from adapters.slack.ids import SlackThread, parse_thread_session
 from adapters.slack.mrkdwn import principal
+from adapters.slack.target import SlackTarget
 from bot.chat.links import RunLink
+from bot.chat.outbox import Target
 from bot.chat.service import RequestView
 from bot.chat.threads import Body
 from bot.domain import RequestStatus, Session, TerminalResult
@@ -26,12 +27,12 @@ class SlackLook:
     def __init__(self, link: RunLink | None = None) -> None:
         self._link = link
 
-    def target(self, session: Session) -> dict[str, Any] | None:
+    def target(self, session: Session) -> SlackTarget | None:
         """The thread a Slack session lives in; None for another platform's session."""
         thread = parse_thread_session(session.id)
         if thread is None:
             return None
-        return {"channel": thread.channel, "thread_ts": thread.thread_ts, "team": thread.team}
+        return SlackTarget(thread.team, thread.channel, thread.thread_ts)
 
     def card(self, view: RequestView) -> Body:
         """The request's card: open with its buttons, or closed with who decided."""
@@ -63,6 +64,7 @@ class SlackLook:
         }
 
 
-def thread_of(target: dict[str, Any]) -> SlackThread:
+def thread_of(target: Target) -> SlackThread:
     """The Slack thread an outbox target names."""
-    return SlackThread(target.get("team", ""), target["channel"], target["thread_ts"])
+    slack = SlackTarget.of(target)
+    return SlackThread(slack.team, slack.channel, slack.thread_ts)

@@ -173,7 +173,7 @@ class Progress:
         ts, live.stream_ts = live.stream_ts, ""
         try:
             await self._client.chat_stopStream(
-                channel=live.place.target["channel"], ts=ts, markdown_text=note or None
+                channel=thread_of(live.place.target).channel, ts=ts, markdown_text=note or None
             )
         except SlackApiError as exc:
             log.info("slack: closing a stream failed: %s", _error(exc))

@@ -11,6 +11,7 @@ from typing import Any
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from adapters.slack.target import SlackTarget
 from bot.chat.outbox import DeliveryFailed, MessageGone
 
 EVENT_TYPE = "kestrel_message"
@@ -29,7 +30,7 @@ NEEDS_A_PERSON_SECONDS = 3600.0
 
 
 class SlackTransport:
-    """Shows outbox messages in Slack threads (``target``: channel and thread_ts)."""
+    """Shows outbox messages in Slack threads (``target``: a stored ``SlackTarget``)."""
 
     platform = "slack"
 
@@ -38,11 +39,12 @@ class SlackTransport:
 
     async def post(self, key: str, target: dict[str, Any], body: dict[str, Any]) -> str:
         """Post into the thread, marked with ``key``; return the message's ts."""
+        where = SlackTarget.from_json(target)
         metadata = {"event_type": EVENT_TYPE, "event_payload": {"key": key}}
         try:
             reply = await self._client.chat_postMessage(
-                channel=target["channel"],
-                thread_ts=target.get("thread_ts") or None,
+                channel=where.channel,
+                thread_ts=where.thread_ts or None,
                 text=body.get("text", ""),
                 blocks=body.get("blocks") or None,
                 metadata=metadata,
@@ -57,7 +59,7 @@ class SlackTransport:
         """Edit message ``ref`` in place."""
         try:
             await self._client.chat_update(
-                channel=target["channel"],
+                channel=SlackTarget.from_json(target).channel,
                 ts=ref,
                 text=body.get("text", ""),
                 blocks=body.get("blocks") or [],
@@ -67,14 +69,15 @@ class SlackTransport:
 
     async def find(self, key: str, target: dict[str, Any], body: dict[str, Any]) -> str | None:  # noqa: ARG002
         """The ts of the bot's message marked ``key`` in the thread, if it landed."""
-        thread = target.get("thread_ts")
+        where = SlackTarget.from_json(target)
+        thread = where.thread_ts
         if not thread:
             return None
         cursor = None
         try:
             while True:
                 reply = await self._client.conversations_replies(
-                    channel=target["channel"],
+                    channel=where.channel,
                     ts=thread,
                     include_all_metadata=True,
                     limit=200,

@@ -77,6 +77,14 @@ class MessageGone(DeliveryFailed):
     """The message to edit no longer exists (someone deleted it): post it again."""
 
 
+class Target(Protocol):
+    """Where a platform's message goes; the core carries it opaque and stores its JSON."""
+
+    def as_json(self) -> dict[str, Any]:
+        """The stored form (the platform reads it back)."""
+        ...
+
+
 class Transport(Protocol):
     """One platform's way of showing messages (raises ``DeliveryFailed`` when refused)."""
 
@@ -122,10 +130,10 @@ class Deliveries:
         """Have ``render`` fill in the answers runs owe (the platform's thread renderer)."""
         self._render_owed = render
 
-    async def put(self, key: str, target: dict[str, Any], body: dict[str, Any]) -> None:
+    async def put(self, key: str, target: Target, body: dict[str, Any]) -> None:
         """Make message ``key`` show ``body`` (posted or edited soon, by this or any replica)."""
         platform = self._transport.platform
-        await self._store.put_message(f"{platform}:{key}", platform, target, body)
+        await self._store.put_message(f"{platform}:{key}", platform, target.as_json(), body)
         self._wake.set()
 
     async def holds(self, key: str) -> bool:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, Protocol, assert_never
 
-from bot.chat.outbox import Deliveries, answer_key, card_key, reminder_key
+from bot.chat.outbox import Deliveries, Target, answer_key, card_key, reminder_key
 from bot.chat.service import ChatService, RequestView
 from bot.domain import RequestStatus, Session, TerminalResult, ToolOutcome
 from bot.errors import UnknownRun
@@ -51,7 +51,7 @@ class RunPlace:
     """Where a run's thread is and who asked for it."""
 
     session: Session
-    target: dict[str, Any]  # the outbox target of the thread's messages
+    target: Target  # where the thread's messages go (the platform's own type)
     requested_by: str
 
 
@@ -60,7 +60,7 @@ class Look(Protocol):
 
     platform: str
 
-    def target(self, session: Session) -> dict[str, Any] | None:
+    def target(self, session: Session) -> Target | None:
         """Where a session's messages go; None for another platform's session."""
         ...
 

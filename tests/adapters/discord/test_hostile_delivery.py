@@ -10,6 +10,7 @@ from typing import Any
 import aiohttp
 
 from adapters.discord.progress import DiscordProgress
+from adapters.discord.target import DiscordTarget
 from bot.chat.threads import RunPlace
 from bot.domain import Session
 from tests.fakes.discord_api import FakeDiscord
@@ -120,7 +121,7 @@ async def test_typing_keeps_going_after_a_network_blip() -> None:
     http = _BrokenHttp()
     progress = DiscordProgress(http, deliveries=None, refresh_seconds=0.01)  # type: ignore[arg-type]
     session = Session(id="discord:100:5", platform="discord", channel="5", thread="5")
-    progress.follow("run_1", RunPlace(session, {"channel": "5", "guild": "100"}, "1001"))
+    progress.follow("run_1", RunPlace(session, DiscordTarget(guild="100", channel="5"), "1001"))
     task = asyncio.create_task(progress.keep_alive())
     await until(lambda: http.calls >= 3 or task.done(), timeout=10)
     alive = not task.done()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.cli.main import EXIT_CANCELLED, EXIT_COMPLETED, EXIT_FAILED, EXIT_SUSPENDED, exit_status
+from bot.cli.common import EXIT_CANCELLED, EXIT_COMPLETED, EXIT_FAILED, EXIT_SUSPENDED, exit_status
 from bot.domain import RunStatus
 from tests.bot.cli.test_cli import kestrel, one_line_error, write_config
 

@@ -1,0 +1,35 @@
+"""``kestrel audit``: who decided what."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from bot.cli import render
+from bot.cli.common import echo, one_line_errors, with_reader
+
+if TYPE_CHECKING:
+    from bot.store import Store
+
+
+@click.command()
+@click.option("--run", "run_id", default=None)
+@click.option("--limit", default=200, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON array.")
+@one_line_errors
+def audit(run_id: str | None, limit: int, as_json: bool) -> None:
+    """Who requested, decided, answered, expired and resumed what."""
+
+    async def work(store: Store) -> list[Any]:
+        return list(await store.list_audit(run_id=run_id, limit=limit))
+
+    entries = with_reader(work)
+    if as_json:
+        echo(json.dumps([render.audit_object(entry) for entry in entries]))
+        return
+    for entry in entries:
+        target = entry.request_id or entry.run_id
+        when = f"{entry.at:%Y-%m-%d %H:%M:%S}"
+        echo(f"{when}  {entry.actor:<16} {entry.action:<14} {target}  {entry.detail}")

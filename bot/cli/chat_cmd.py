@@ -1,0 +1,126 @@
+"""``kestrel chat`` and ``kestrel serve``: the terminal and the chat platforms."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from typing import TYPE_CHECKING
+
+import click
+
+from bot.cli.common import (
+    as_option,
+    echo,
+    one_line_errors,
+    settings_of,
+    terminal_user,
+    with_runtime,
+)
+from bot.cli.run_cmd import on_stop_signals
+
+if TYPE_CHECKING:
+    from bot.run.runtime import Runtime
+
+
+@click.command()
+@as_option("Your user id in this session.")
+@one_line_errors
+def chat(user: str | None) -> None:
+    """Chat in the terminal (the offline demo when no model endpoint is configured)."""
+    import asyncio
+
+    from adapters.console import ConsoleChat, ConsoleIO
+    from bot.chat.service import ChatService
+    from bot.run.supervisor import Supervisor
+
+    settings = settings_of(click.get_current_context())
+    user = terminal_user(user)
+
+    async def work(rt: Runtime) -> bool:
+        supervisor = Supervisor(rt)
+        banner = (
+            f"Kestrel chat: model {rt.model.provider}/{rt.model.model}, "
+            f"{len(rt.tools.current())} tools, journal {settings.database}. "
+            "/help for commands, Ctrl-D to leave."
+            f"\nYou are {user} (--as or KESTREL_USER to change it)."
+        ) + "".join(f"\nnote: {notice}" for notice in rt.policy.notices())
+        console = ConsoleChat(ChatService(supervisor), ConsoleIO(), user)
+        try:
+            await console.run(banner)
+        finally:
+            await supervisor.shutdown()
+        return console.terminated
+
+    try:
+        terminated = with_runtime(work)
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        click.echo("\naborted", err=True)
+        sys.exit(130)
+    if terminated:
+        click.echo("stopped: the run under way was suspended", err=True)
+        sys.exit(128 + signal.SIGTERM)
+
+
+PLATFORMS = ("slack", "discord")
+
+
+@click.command()
+@click.argument("platforms", nargs=-1, type=click.Choice(PLATFORMS))
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="HTTP port: /healthz, the run pages, /metrics, /slack/events [3000; 0: any free].",
+)
+@click.option("--host", default="127.0.0.1", show_default=True, help="HTTP address to bind.")
+@one_line_errors
+def serve(platforms: tuple[str, ...], port: int | None, host: str) -> None:
+    """Run until stopped: take work from the store, adopt orphaned runs, fire deadlines,
+    reminders and scheduled prompts, and serve the chat PLATFORMS named (slack, discord). SIGTERM or
+    Ctrl-C suspends live runs and hands them back."""
+    import asyncio
+    import contextlib
+    import gc
+
+    from bot.cli.serving import ChatFront
+    from bot.errors import StoreError
+    from bot.replica.schedule import Scheduler
+    from bot.replica.work import WorkTaker
+    from bot.run.supervisor import Supervisor
+
+    settings = settings_of(click.get_current_context())
+
+    async def work(rt: Runtime) -> None:
+        supervisor = Supervisor(rt)
+        front = ChatFront(supervisor, platforms, host=host, port=port, web_settings=settings.web)
+        taker = WorkTaker(supervisor, rt.store, inbound=front.chat.inbound)
+        scheduler = Scheduler(supervisor, settings.deadlines, settings.schedules, store=rt.store)
+        stop = asyncio.Event()
+        on_stop_signals(lambda _signum: stop.set())
+        await front.start()
+        await scheduler.start()
+        # What start-up built (modules, schemas, the catalog) lives as long as the process:
+        # kept out of the collector's full passes, each of which otherwise held the event
+        # loop 20-70 ms (bench.web), while pages, Slack and /healthz waited.
+        gc.freeze()
+        taking = asyncio.create_task(taker.run())
+        click.echo(f"kestrel serving as {rt.owner}", err=True)
+        for line in [*front.describe(), *(f"note: {n}" for n in rt.policy.notices())]:
+            echo(line, err=True)
+        await stop.wait()
+        front.drain()  # /readyz says 503 at once: the balancer stops sending here
+        taker.stop()
+        await scheduler.stop()
+        grace = settings.replica.shutdown_grace_seconds
+        for run_id in await supervisor.shutdown(tool_grace=grace):
+            await taker.submit_resume(run_id)  # handed back: another replica goes on
+        await front.stop()
+        taking.cancel()
+        await asyncio.gather(taking, return_exceptions=True)
+        # Stopped cleanly: gone from `kestrel replicas` at once, not a minute later (with the
+        # store away, it drops off once its heartbeat is a minute old).
+        with contextlib.suppress(StoreError):
+            await rt.store.forget_replica(rt.owner)
+        click.echo("stopped: live runs suspended and their leases released", err=True)
+
+    with_runtime(work)

@@ -1,0 +1,159 @@
+"""What every ``kestrel`` command shares: one-line errors, the settings, a runtime or a reader."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+
+import click
+
+from bot.text import printable
+
+# Each command imports what it needs when it runs: ``kestrel --help`` needs click alone, and
+# the read-only commands (``runs list``, ``runs pending``) the settings and the store, not the
+# model client or the code that drives runs. bench/startup.py times them.
+if TYPE_CHECKING:
+    from bot.config.settings import Settings
+    from bot.run.runtime import Runtime
+    from bot.store import Store
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+# Exit statuses of ``kestrel run`` (see its --help); 2 is also click's for usage errors.
+EXIT_COMPLETED = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_SUSPENDED = 3
+EXIT_CANCELLED = 4
+_EXIT_BY_STATUS = {"completed": EXIT_COMPLETED, "failed": EXIT_FAILED, "cancelled": EXIT_CANCELLED}
+
+
+class Failure(Exception):
+    """A user-facing error: printed as one line, exit status 2."""
+
+
+def exit_status(run_status: str) -> int:
+    """The exit status for a run that stopped in ``run_status``; not ended is suspended."""
+    return _EXIT_BY_STATUS.get(run_status, EXIT_SUSPENDED)
+
+
+def echo(text: str, *, err: bool = False) -> None:
+    """Print for a terminal: model and tool text never reaches it with control sequences."""
+    click.echo(printable(text), err=err)
+
+
+def fail(message: str) -> None:
+    """The one line a user sees on error, on stderr."""
+    echo("kestrel: " + " ".join(message.split()), err=True)
+
+
+def one_line_errors(fn: Callable[P, R]) -> Callable[P, R]:
+    """Bad configuration, stores and arguments end in one clear line, never a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:
+            if not _is_user_error(exc):
+                raise
+            fail(str(exc))
+            sys.exit(EXIT_USAGE)
+
+    return wrapper
+
+
+# The errors a user sees as one line, by module: configuration, store, resume and policy.
+_USER_ERRORS = (
+    ("bot.config.sources", "ConfigError"),
+    ("bot.errors", "StoreError"),
+    ("bot.errors", "ResumeRefused"),
+    ("bot.people.policy", "NotPermitted"),
+)
+
+
+def _is_user_error(exc: Exception) -> bool:
+    """Whether ``exc`` ends in one line. A module not imported yet raised none of its errors, so
+    only the imported ones are checked: this wrapper imports nothing."""
+    if isinstance(exc, Failure):
+        return True
+    for module, name in _USER_ERRORS:
+        loaded = sys.modules.get(module)
+        if loaded is not None and isinstance(exc, getattr(loaded, name)):
+            return True
+    return False
+
+
+def terminal_user(given: str | None = None) -> str:
+    """Who acts at this terminal: ``--as``, else ``KESTREL_USER``, else the login name."""
+    import getpass
+    import os
+
+    for name in (given, os.environ.get("KESTREL_USER"), os.environ.get("USER")):
+        if name and name.strip():
+            return name.strip()
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):
+        return "terminal"  # no login name at all (a container without one): still one name
+
+
+def as_option(help_text: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """``--as USER``: who acts, defaulting to the terminal's one identity (``terminal_user``)."""
+    return click.option(
+        "--as",
+        "user",
+        default=None,
+        metavar="USER",
+        help=f"{help_text} [default: $KESTREL_USER, else your login name]",
+    )
+
+
+def config_option() -> str | None:
+    """The ``--config`` given, if any."""
+    obj: dict[str, Any] = click.get_current_context().ensure_object(dict)
+    return obj.get("config")
+
+
+def settings_of(ctx: click.Context) -> Settings:
+    """The settings, loaded once per invocation."""
+    obj: dict[str, Any] = ctx.ensure_object(dict)
+    if "settings" not in obj:
+        from bot.config.settings import load_settings
+
+        obj["settings"] = load_settings(obj.get("config"))
+    settings: Settings = obj["settings"]
+    return settings
+
+
+def with_runtime(work: Callable[[Runtime], Awaitable[R]]) -> R:
+    """Run ``work`` with a runtime built from the current settings."""
+    import asyncio
+
+    from bot.cli import compose
+
+    settings = settings_of(click.get_current_context())
+
+    async def main() -> R:
+        async with compose.runtime(settings) as rt:
+            return await work(rt)
+
+    return asyncio.run(main())
+
+
+def with_reader(work: Callable[[Store], Awaitable[R]]) -> R:
+    """Run ``work`` with the store opened for reading only (no migration, no write lock)."""
+    import asyncio
+
+    from bot.cli import compose
+
+    settings = settings_of(click.get_current_context())
+
+    async def main() -> R:
+        async with compose.reader(settings) as store:
+            return await work(store)
+
+    return asyncio.run(main())

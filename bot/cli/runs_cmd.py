@@ -1,0 +1,354 @@
+"""``kestrel runs``: inspect and operate runs."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from bot.cli import render
+from bot.cli.common import (
+    EXIT_USAGE,
+    Failure,
+    as_option,
+    config_option,
+    echo,
+    fail,
+    one_line_errors,
+    settings_of,
+    terminal_user,
+    with_reader,
+    with_runtime,
+)
+from bot.cli.run_cmd import (
+    closed_requests,
+    exit_if_signalled,
+    print_run,
+    run_object,
+    suspend_on_signals,
+)
+
+if TYPE_CHECKING:
+    from bot.chat.service import PendingRequest
+    from bot.domain import DecisionKind
+    from bot.run.runtime import Runtime
+    from bot.store import Store
+
+
+@click.group()
+def runs() -> None:
+    """Inspect and operate runs."""
+
+
+@runs.command("list")
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(0, 2**63 - 1))
+@click.option("--json", "as_json", is_flag=True)
+@one_line_errors
+def runs_list(limit: int, as_json: bool) -> None:
+    """The newest runs."""
+    from bot.cli import quick
+
+    settings = None if as_json else quick.read_settings(config_option())
+    rows = None if settings is None else quick.newest_runs(settings, limit)
+    if rows is not None:
+        lines = [
+            render.run_line(
+                row.id, quick.moment(row.created_at), row.status, row.stop_reason, row.prompt
+            )
+            for row in rows
+        ]
+        _print_runs(lines)
+        return
+
+    async def work(store: Store) -> list[Any]:
+        return list(await store.list_runs(limit=limit))
+
+    records = with_reader(work)
+    if as_json:
+        echo(json.dumps([render.record_object(r) for r in records]))
+        return
+    _print_runs(
+        [
+            render.run_line(r.id, r.created_at, r.status.value, r.stop_reason, r.prompt)
+            for r in records
+        ]
+    )
+
+
+def _print_runs(lines: list[str]) -> None:
+    """``runs list``'s table, or "no runs"."""
+    if not lines:
+        echo("no runs")
+        return
+    echo(render.RUNS_HEADER)
+    for line in lines:
+        echo(line)
+
+
+@runs.command("show")
+@click.argument("run_id")
+@click.option("--json", "as_json", is_flag=True)
+@one_line_errors
+def runs_show(run_id: str, as_json: bool) -> None:
+    """A run's transcript and terminal result."""
+    from bot.journal.fold import fold
+
+    async def work(store: Store) -> tuple[dict[str, Any], str]:
+        record = await store.get_run(run_id)
+        state = fold(await store.load(run_id), run_id)
+        closed = await closed_requests(store, run_id)
+        return render.run_object(record, state, closed), render.transcript(record, state)
+
+    obj, text = with_reader(work)
+    echo(json.dumps(obj, indent=2, sort_keys=True) if as_json else text)
+
+
+@runs.command("export")
+@click.argument("run_id")
+@click.option(
+    "--html",
+    "html_file",
+    required=True,
+    type=click.Path(dir_okay=False, writable=True, path_type=Path),
+    help="The file to write.",
+)
+@one_line_errors
+def runs_export(run_id: str, html_file: Path) -> None:
+    """A run's page as one self-contained HTML file, for an incident report."""
+    from adapters.web.export import write_export
+    from bot.chat.service import ChatService
+    from bot.run.supervisor import Supervisor
+
+    partial = html_file.with_name(f".{html_file.name}.partial")
+
+    async def work(rt: Runtime) -> int:
+        # Written as it is read (bounded memory), to a file beside the target that replaces
+        # it once complete: an unknown run or a failure leaves no half-written file behind.
+        with partial.open("w", encoding="utf-8") as out:
+            await write_export(ChatService(Supervisor(rt)), run_id, out.write)
+            return out.tell()
+
+    try:
+        size = with_runtime(work)
+        partial.replace(html_file)
+    except OSError as exc:
+        fail(f"cannot write {html_file}: {exc.strerror or exc}")
+        sys.exit(EXIT_USAGE)
+    finally:
+        partial.unlink(missing_ok=True)
+    echo(f"wrote {html_file} ({size:,} bytes)", err=True)
+
+
+@runs.command("resume")
+@click.argument("run_id")
+@click.option("--force", is_flag=True, help="Resume although the model, tools or prompt changed.")
+@click.option("--json", "as_json", is_flag=True)
+@as_option("Who resumes (the requester or on-call).")
+@one_line_errors
+def runs_resume(run_id: str, force: bool, as_json: bool, user: str | None) -> None:
+    """Continue a suspended run from its journal."""
+    from bot.chat.service import ChatService
+    from bot.people.policy import Actor
+    from bot.run.supervisor import Supervisor
+
+    async def work(rt: Runtime) -> dict[str, Any]:
+        supervisor = Supervisor(rt)
+        chat = ChatService(supervisor)
+        suspend_on_signals(supervisor, received)
+        live = await chat.resume(run_id, user=Actor(terminal_user(user)), force=force)
+        if live is None:
+            if not await chat.ended(run_id):
+                echo("the run still waits for an answer (kestrel runs pending)", err=True)
+        else:
+            await chat.wait(live)
+            if live.error:
+                raise Failure(live.error)
+        return await run_object(rt, run_id)
+
+    received: list[int] = []
+    obj = with_runtime(work)
+    print_run(obj, as_json)
+    exit_if_signalled(received)
+
+
+@runs.command("cancel")
+@click.argument("run_id")
+@as_option("Who cancels (the requester or on-call).")
+@one_line_errors
+def runs_cancel(run_id: str, user: str | None) -> None:
+    """Cancel a run: its requester or on-call (policy.oncall) may; audited either way."""
+    from bot.chat.service import ChatService
+    from bot.people.policy import Actor
+    from bot.run.supervisor import Supervisor
+
+    async def work(rt: Runtime) -> str:
+        actor = Actor(terminal_user(user))
+        return await ChatService(Supervisor(rt)).cancel(run_id, user=actor)
+
+    echo(with_runtime(work))
+
+
+# An open request as ``runs pending`` shows it: the request, who may answer it (principals,
+# and in words), and why.
+Pending = tuple[render.ShownRequest, list[str], str, str]
+
+
+@runs.command("pending")
+@click.option("--json", "as_json", is_flag=True)
+@one_line_errors
+def runs_pending(as_json: bool) -> None:
+    """Open requests: approvals, questions and uncertain effects."""
+    from datetime import UTC, datetime
+
+    from bot.cli import quick
+
+    settings = quick.read_settings(config_option())
+    rows: Sequence[Pending] | None = None if settings is None else quick.pending(settings)
+    if rows is None:
+        rows = _pending_in_full()
+    if as_json:
+        objects = [
+            render.request_object(request)
+            | {"run_id": request.run_id, "may_answer": who, "note": note}
+            for request, who, _phrase, note in rows
+        ]
+        echo(json.dumps(objects))
+        return
+    now = datetime.now(UTC)
+    for request, _who, phrase, note in rows:
+        echo(render.pending_line(request, phrase, now, note))
+    if not rows:
+        echo("no open requests")
+
+
+def _pending_in_full() -> list[Pending]:
+    """``runs pending``'s rows the full way: the settings validated whole, the catalogs read for
+    their tags, the store opened."""
+    from bot.chat.service import pending_requests
+    from bot.cli import compose
+    from bot.people.policy import Policy
+
+    settings = settings_of(click.get_current_context())
+    flags_of = compose.tool_flags(settings)  # the catalog's flags (tags) pick approvers
+    policy = Policy(settings.policy)
+
+    async def work(store: Store) -> list[PendingRequest]:
+        return await pending_requests(store, policy, flags_of)
+
+    return [
+        (
+            p.request,
+            list(p.may_answer),
+            policy.may_answer_phrase(p.request, flags_of(p.request.tool)),
+            p.note,
+        )
+        for p in with_reader(work)
+    ]
+
+
+def _decide(run_id: str, request_id: str, kind: DecisionKind, text: str, user: str | None) -> None:
+    from bot.chat.service import ChatService
+    from bot.people.policy import Actor
+    from bot.run.supervisor import Supervisor
+
+    async def work(rt: Runtime) -> str:
+        supervisor = Supervisor(rt)
+        chat = ChatService(supervisor)
+        suspend_on_signals(supervisor, received)
+        actor = Actor(terminal_user(user))
+        decided = await chat.decide(run_id, request_id, kind, user=actor, text=text)
+        if not decided.accepted:
+            raise Failure(decided.message)
+        if decided.resumed is not None:
+            await chat.wait(decided.resumed)
+        elif not await chat.ended(run_id):
+            obj = await run_object(rt, run_id)
+            return "\n".join([decided.message, *_next_requests(obj)])
+        obj = await run_object(rt, run_id)
+        said = f"{decided.message}; run {run_id} is now {obj['status']}" + (
+            f": {obj['text']}" if obj["text"] else ""
+        )
+        return "\n".join([said, *_next_requests(obj)])
+
+    received: list[int] = []
+    echo(with_runtime(work))
+    exit_if_signalled(received)
+
+
+# How each kind of request is answered from the command line.
+_ANSWER_WITH = {
+    "wait_approval": "kestrel runs approve {run} {id} (or deny)",
+    "wait_user": "kestrel runs answer {run} {id} {text}",
+    "wait_effect": "kestrel runs effect {run} {id} retry|done|failed",
+}
+
+
+def _next_requests(obj: dict[str, Any]) -> list[str]:
+    """The requests a run waits on now, each with its id and the command that answers it."""
+    lines = []
+    for request in obj["requests"]:
+        args = json.dumps(request["arguments"], sort_keys=True)
+        text = "|".join(request["options"]) or "TEXT"
+        how = _ANSWER_WITH.get(request["kind"], "")
+        how = how.format(run=obj["run_id"], id=request["id"], text=text)
+        lines.append(f"  waiting: {request['kind']} {request['id']} {request['tool']} {args}")
+        lines.append(f"    {how}" if how else "")
+    return [line for line in lines if line]
+
+
+@runs.command("approve")
+@click.argument("run_id")
+@click.argument("request_id")
+@click.option("--always", is_flag=True, help="Approve this tool for the rest of the run.")
+@as_option("Who approves.")
+@one_line_errors
+def runs_approve(run_id: str, request_id: str, always: bool, user: str | None) -> None:
+    """Approve a waiting call."""
+    from bot.domain import DecisionKind
+
+    kind = DecisionKind.APPROVE_ALWAYS if always else DecisionKind.APPROVE
+    _decide(run_id, request_id, kind, "", user)
+
+
+@runs.command("deny")
+@click.argument("run_id")
+@click.argument("request_id")
+@click.option("--reason", default="")
+@as_option("Who denies.")
+@one_line_errors
+def runs_deny(run_id: str, request_id: str, reason: str, user: str | None) -> None:
+    """Deny a waiting call; the model reads the reason."""
+    from bot.domain import DecisionKind
+
+    _decide(run_id, request_id, DecisionKind.DENY, reason, user)
+
+
+@runs.command("answer")
+@click.argument("run_id")
+@click.argument("request_id")
+@click.argument("text")
+@as_option("Who answers.")
+@one_line_errors
+def runs_answer(run_id: str, request_id: str, text: str, user: str | None) -> None:
+    """Answer a question the run asked."""
+    from bot.domain import DecisionKind
+
+    _decide(run_id, request_id, DecisionKind.ANSWER, text, user)
+
+
+@runs.command("effect")
+@click.argument("run_id")
+@click.argument("request_id")
+@click.argument("choice", type=click.Choice(["retry", "done", "failed"]))
+@click.option("--output", default="", help="With done: the output to record.")
+@as_option("Who settles it.")
+@one_line_errors
+def runs_effect(run_id: str, request_id: str, choice: str, output: str, user: str | None) -> None:
+    """Settle an effect of uncertain outcome: retry it, or mark it done or failed."""
+    from bot.domain import DecisionKind
+
+    _decide(run_id, request_id, DecisionKind(choice), output, user)

@@ -1,0 +1,126 @@
+"""``kestrel db``, ``kestrel replicas`` and ``kestrel health``: the store and the replicas."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from bot.cli.common import (
+    EXIT_FAILED,
+    echo,
+    fail,
+    one_line_errors,
+    settings_of,
+    with_reader,
+    with_runtime,
+)
+
+if TYPE_CHECKING:
+    from bot.run.runtime import Runtime
+    from bot.store import Store
+
+
+@click.group()
+def db() -> None:
+    """The store's schema."""
+
+
+@db.command("migrate")
+@one_line_errors
+def db_migrate() -> None:
+    """Bring the schema to the current version."""
+
+    async def work(rt: Runtime) -> int:
+        return await rt.store.migrate()
+
+    click.echo(f"schema at version {with_runtime(work)}")
+
+
+@db.command("check")
+@one_line_errors
+def db_check() -> None:
+    """Connect and report the schema version, runs and open requests; reads only. Exits 1
+    when the schema is missing, behind or newer than this Kestrel's (kestrel db migrate)."""
+    import asyncio
+
+    from bot.cli import compose
+
+    settings = settings_of(click.get_current_context())
+    found = asyncio.run(compose.check_schema(settings))
+    where = _safe_url(settings.database)
+    applied, current = found.applied, found.current
+    if applied == current:
+        counts = f"{found.runs} runs, {found.open_requests} open requests"
+        echo(f"{where}: ok, schema version {applied}, {counts}")
+        return
+    if applied == 0:
+        fail(f"{where}: no schema yet; kestrel db migrate creates it (nothing was created)")
+    elif applied < current:
+        fail(f"{where}: schema version {applied}, this Kestrel needs {current}; kestrel db migrate")
+    else:
+        fail(f"{where}: schema version {applied} is newer than this Kestrel's ({current})")
+    sys.exit(EXIT_FAILED)
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True)
+@one_line_errors
+def replicas(as_json: bool) -> None:
+    """Live replicas sharing the store, with the runs they hold and their lease ages."""
+    from bot.domain import utcnow
+
+    async def work(store: Store) -> list[Any]:
+        return list(await store.list_replicas())
+
+    rows = with_reader(work)
+    if as_json:
+        echo(json.dumps([r.model_dump(mode="json") for r in rows]))
+        return
+    now = utcnow()
+    for replica in rows:
+        seen = (now - replica.last_seen).total_seconds()
+        echo(f"{replica.owner}  seen {seen:.0f}s ago  {len(replica.runs)} live run(s)")
+        for run_id, expires in replica.runs:
+            left = f"lease {(expires - now).total_seconds():+.0f}s" if expires else "no lease"
+            echo(f"    {run_id}  {left}")
+    if not rows:
+        echo("no live replicas")
+
+
+def _safe_url(url: str) -> str:
+    """A database URL without its password."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or "@" not in rest:
+        return url
+    credentials, _, host = rest.rpartition("@")
+    user = credentials.split(":", 1)[0]
+    return f"{scheme}://{user}@{host}"
+
+
+@click.command()
+@click.option(
+    "--url",
+    default="http://127.0.0.1:3000/healthz",
+    show_default=True,
+    help="The endpoint to ask (/healthz: alive; /readyz: ready for traffic).",
+)
+@click.option("--timeout", default=5.0, show_default=True, type=click.FloatRange(0.1, 300))
+def health(url: str, timeout: float) -> None:
+    """Ask a running ``kestrel serve``: exit 0 on 200, else 1 with the answer on one line
+    (the container's HEALTHCHECK; a probe where HTTP probes are not available)."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            status, body = response.status, response.read(4096)
+    except urllib.error.HTTPError as exc:
+        status, body = exc.code, exc.read(4096)
+    except (OSError, ValueError) as exc:
+        fail(f"{url}: {getattr(exc, 'reason', None) or exc}")
+        sys.exit(1)
+    echo(f"{status} {' '.join(body.decode('utf-8', 'replace').split())}", err=status != 200)
+    sys.exit(0 if status == 200 else 1)
