@@ -16,10 +16,11 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from bot.domain import new_id
 from bot.errors import StoreError, UnknownRun
+from bot.store import RunRows, WorkQueue
 
 if TYPE_CHECKING:
     from bot.run.supervisor import Supervisor
@@ -29,6 +30,11 @@ log = logging.getLogger("kestrel.inbound")
 Delivery = dict[str, Any]
 # A platform's handling of one delivery it accepted (by this replica or a dead one).
 Handler = Callable[[Delivery], Awaitable[None]]
+
+
+class InboundStore(WorkQueue, RunRows, Protocol):
+    """The roles inbound deliveries use: the work queue that holds them, and whether the run
+    a delivery starts exists."""
 
 
 @dataclass(frozen=True)
@@ -49,7 +55,7 @@ class Inbound:
 
     def __init__(self, supervisor: Supervisor) -> None:
         self._supervisor = supervisor
-        self._store = supervisor.rt.store
+        self._store: InboundStore = supervisor.rt.store
         self._handlers: dict[str, Handler] = {}
 
     def handle(self, platform: str, handler: Handler) -> None:

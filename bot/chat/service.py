@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
 from bot.chat.handles import RunHandle, RunResult
 from bot.chat.inbound import Accepted, Delivery, Inbound
@@ -24,9 +24,9 @@ from bot.domain import (
     Session,
 )
 from bot.errors import UnknownRun
-from bot.events import EventSink
+from bot.events import EventSink, FanOut
 from bot.journal.fold import RunState, fold
-from bot.journal.log import JournalRecord
+from bot.journal.log import JournalLog, JournalRecord
 from bot.kinds import AuditAction
 from bot.logs import REQUEST_ID
 from bot.people.policy import Actor, NotPermitted, Policy
@@ -34,11 +34,37 @@ from bot.people.refusal import Refusal
 from bot.place import Place
 from bot.prompter import Prompter
 from bot.records import RunRecord
-from bot.store import AuditRecord, Requests
+from bot.store import AuditLog, AuditRecord, OnceMarks, Outbox, Requests, RunRows
 from bot.tools.base import ToolFlags
+from bot.tools.source import ToolSource
 
 if TYPE_CHECKING:  # the read-only commands import this module without starting any run
     from bot.run.supervisor import LiveRun, Supervisor
+
+
+class ChatStore(RunRows, JournalLog, Requests, AuditLog, OnceMarks, Outbox, Protocol):
+    """The roles the chat service reads and writes: runs, journals, requests, the audit,
+    interactions marked once, and the outbox (which message shows a request's card)."""
+
+
+class ChatRuntime(Protocol):
+    """What the chat service uses of the runtime the runs share (``Runtime`` is one)."""
+
+    @property
+    def store(self) -> ChatStore:
+        """The roles above."""
+
+    @property
+    def events(self) -> FanOut:
+        """Where every run's events are told."""
+
+    @property
+    def policy(self) -> Policy:
+        """Who may do what."""
+
+    @property
+    def tools(self) -> ToolSource:
+        """The tool set, for the flags the policy weighs."""
 
 
 @dataclass(frozen=True)
@@ -140,8 +166,9 @@ class ChatService:
 
     def __init__(self, supervisor: Supervisor) -> None:
         self._supervisor = supervisor
-        self._rt = supervisor.rt
-        self._summaries = RunSummaries(supervisor.rt.store)
+        # The runtime typed as what this service uses of it: only the store roles it needs.
+        self._rt: ChatRuntime = supervisor.rt
+        self._summaries = RunSummaries(self._rt.store)
         self.duplicates_dropped = 0
         self.inbound = Inbound(supervisor)
         # Why the model asked, by request: it never changes, so a card refreshed after a
@@ -300,10 +327,11 @@ class ChatService:
         audit = await store.list_audit(run_id, limit=1)
         return RunMark(record, length, audit[-1] if audit else None)
 
-    async def session_of(self, run_id: str) -> Session | None:
-        """The session (thread) a run belongs to."""
+    async def record_and_session(self, run_id: str) -> tuple[RunRecord, Session | None]:
+        """A run's row and the session (thread) it belongs to, read without its journal
+        (``UnknownRun`` for an unknown id)."""
         record = await self._rt.store.get_run(run_id)
-        return await self._rt.store.get_session(record.session_id)
+        return record, await self._rt.store.get_session(record.session_id)
 
     async def feedback(self, run_id: str, *, positive: bool, user: Actor) -> None:
         """Record a person's 👍 or 👎 on a run's answer (audited), from the run's place only

@@ -148,14 +148,14 @@ class ThreadRenderer:
         if run_id in self._places:
             return self._places[run_id]
         try:
-            session = await self._chat.session_of(run_id)
+            # The run's row names who asked: no journal is read (a status would fold it whole).
+            record, session = await self._chat.record_and_session(run_id)
         except UnknownRun:
             return None
         target = self._look.target(session) if session is not None else None
         found = None
         if session is not None and target is not None:
-            view = await self._chat.status(run_id)
-            found = RunPlace(session, target, view.record.requested_by)
+            found = RunPlace(session, target, record.requested_by)
         self._places[run_id] = found
         return found
 

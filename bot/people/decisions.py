@@ -22,18 +22,22 @@ from bot.people.policy import Actor, Policy
 from bot.people.refusal import Refusal
 from bot.place import Place
 from bot.prompter import Prompter
-from bot.store import Audited, Settled, Store
+from bot.store import Audited, AuditLog, Requests, RunRows, Settled
 
 if TYPE_CHECKING:
     # A type only: people/ asks nothing of the tools room but the flags the tool set gives.
     from bot.tools.source import ToolSource
 
 
+class DecisionsStore(Requests, AuditLog, RunRows, Protocol):
+    """The roles decisions use: requests and their decisions, the audit, and where a run lives."""
+
+
 class Shared(Protocol):
     """What decisions use of the runtime the runs share (``bot.run.runtime.Runtime`` is one)."""
 
     @property
-    def store(self) -> Store:
+    def store(self) -> DecisionsStore:
         """Where requests, decisions and the audit are kept."""
 
     @property

@@ -3,13 +3,25 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from bot.chat.conversation import Conversation
-from bot.chat.service import ChatService
-from bot.domain import DecisionKind, RequestKind, RequestStatus, RunStatus, Session, new_id
+from bot.chat.outbox import Deliveries
+from bot.chat.service import ChatService, RequestView
+from bot.chat.threads import RunPlace, StepStatus, ThreadRenderer
+from bot.domain import (
+    DecisionKind,
+    RequestKind,
+    RequestStatus,
+    RunStatus,
+    Session,
+    TerminalResult,
+    new_id,
+)
 from bot.people.policy import Actor, NotPermitted, Policy, PolicyRules
 from bot.prompter import DeferringPrompter
 from bot.run.supervisor import Supervisor
@@ -141,7 +153,7 @@ async def test_an_inline_approval_by_the_requester_at_the_terminal_counts(
     chat: tuple[ChatService, Counter], tmp_path: Path
 ) -> None:
     service, counter = chat
-    service._rt.policy = Policy(PolicyRules(approvers={"deploy": ["U0REQ"]}))
+    service._supervisor.rt.policy = Policy(PolicyRules(approvers={"deploy": ["U0REQ"]}))
     own = ScriptedPrompter([DecisionKind.APPROVE], by="U0REQ")
 
     live = await service.submit_turn("ship it", user=Actor("U0REQ"), prompter=own)
@@ -174,3 +186,70 @@ async def test_a_click_reads_the_run_journal_once(chat: tuple[ChatService, Count
     assert counter.calls == {"deploy": 1}
     assert shown is not None and refreshed is not None
     assert refreshed.status is RequestStatus.ANSWERED and refreshed.reason == shown.reason
+
+
+class _Target:
+    def as_json(self) -> dict[str, Any]:
+        return {"channel": "C1"}
+
+
+class _Look:
+    """A look for platform ``test`` that only says where a session's messages go."""
+
+    platform = "test"
+
+    def target(self, session: Session) -> _Target | None:
+        return _Target() if session.platform == self.platform else None
+
+    def card(self, view: RequestView) -> dict[str, Any]:
+        raise AssertionError("no card is drawn")
+
+    def answer(self, result: TerminalResult, run_id: str, at: datetime) -> list[dict[str, Any]]:
+        raise AssertionError("no answer is drawn")
+
+    def reminder(self, view: RequestView) -> dict[str, Any]:
+        raise AssertionError("no reminder is drawn")
+
+
+class _Silent:
+    def follow(self, run_id: str, place: RunPlace) -> None: ...
+
+    async def working(self, place: RunPlace, status: str = "") -> None: ...
+
+    async def step(self, run_id: str, call_id: str, title: str, status: StepStatus) -> None: ...
+
+    async def stop(self, run_id: str, note: str = "") -> None: ...
+
+
+class _NoTransport:
+    platform = "test"
+
+    async def post(self, key: str, target: dict[str, Any], body: dict[str, Any]) -> str:
+        raise AssertionError("nothing is posted")
+
+    async def update(self, ref: str, target: dict[str, Any], body: dict[str, Any]) -> None:
+        raise AssertionError("nothing is edited")
+
+    async def find(self, key: str, target: dict[str, Any], body: dict[str, Any]) -> str | None:
+        raise AssertionError("nothing is looked for")
+
+
+async def test_a_renderer_finds_a_run_s_place_without_reading_its_journal(
+    chat: tuple[ChatService, Counter],
+) -> None:
+    """A run this renderer did not start (another replica's) is placed from its row: who
+    asked, where its thread is; its journal is not loaded (``SqlStore.loads``)."""
+    service, _ = chat
+    run_id, _request_id = await suspended_on_approval(service, thread())
+    store = service._supervisor.rt.store
+    assert isinstance(store, SqlStore)
+    deliveries = Deliveries(store, _NoTransport(), "test-owner")
+    renderer = ThreadRenderer(service, deliveries, _Look(), _Silent())
+    before = store.loads
+
+    place = await renderer.place_of(run_id)
+
+    assert place is not None and place.requested_by == "U0REQ"
+    assert place.session.channel == "C1"
+    assert store.loads == before
+    assert await renderer.place_of("run_made_up") is None
