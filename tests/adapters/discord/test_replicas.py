@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+
 from tests.fakes import discord_payloads as p
 from tests.fakes.discord_api import Call, FakeDiscord
 from tests.fakes.discord_http import InteractionPoster
@@ -23,6 +25,10 @@ from tests.storage.conftest import postgres_dsn, postgres_schema
 
 POLICY = {"approvers": {"*": [APPROVER]}, "oncall": [ONCALL]}
 HEALTHY = "healthy again"
+TOKEN = "replicas-web-token"
+# The events both sessions got that one replica took and the other dropped: two mentions and
+# the click over the gateway, and the click repeated over HTTP at the other replica.
+DROPPED = 4
 
 
 def posts(thread: str, text: str, call: Call) -> bool:
@@ -65,6 +71,29 @@ async def mention(fake: FakeDiscord, text: str) -> tuple[str, dict[str, Any]]:
     return thread, dict(found[0].response or {})
 
 
+async def dropped(ports: list[int]) -> int:
+    """Events the replicas recognised as taken by another and dropped, added up from each
+    one's ``kestrel_chat_duplicates_dropped_total``."""
+    total = 0
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    async with aiohttp.ClientSession(headers=headers) as session:
+        for port in ports:
+            async with session.get(f"http://127.0.0.1:{port}/metrics") as response:
+                text = await response.text()
+            line = next(x for x in text.splitlines() if x.startswith("kestrel_chat_dup"))
+            total += int(float(line.split()[-1]))
+    return total
+
+
+async def all_dropped(ports: list[int]) -> None:
+    """Until both replicas have handled every event they both got (one took, one dropped)."""
+    for _ in range(400):
+        if await dropped(ports) >= DROPPED:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"the replicas dropped {await dropped(ports)} events, not {DROPPED}")
+
+
 async def stop(process: subprocess.Popen[str]) -> str:
     process.send_signal(signal.SIGTERM)
     _out, err = await asyncio.to_thread(process.communicate, timeout=30)
@@ -92,6 +121,7 @@ async def test_two_connected_replicas_answer_each_event_once(tmp_path: Path) -> 
             DISCORD_TOKEN="t0k3n",
             DISCORD_API_URL=fake.api_url,
             DISCORD_PUBLIC_KEY=poster.public_key,
+            KESTREL_WEB_TOKEN=TOKEN,
         )
         ports = [free_port(), free_port()]
         replicas = [start_serve(tmp_path, port, env, "discord") for port in ports]
@@ -135,7 +165,10 @@ async def test_two_connected_replicas_answer_each_event_once(tmp_path: Path) -> 
             # The same interaction again, at the other replica: acknowledged, nothing done.
             assert (await poster.post(urls[1], approve))[1] == {"type": 6}
 
-            await asyncio.sleep(0.5)  # a second answer or follow-up would be out by now
+            # Both replicas have handled every event (the loser of each dropped it), and the
+            # winner said all it says before the answer: a second one would be out by now.
+            await all_dropped(ports)
+            assert await dropped(ports) == DROPPED
             assert not callbacks(fake, str(approve["id"])) and not callbacks(fake, str(deny["id"]))
             followups = fake.interactions[str(approve["id"])]["followups"]
             assert len(followups) == 1
