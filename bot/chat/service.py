@@ -36,10 +36,10 @@ from bot.prompter import Prompter
 from bot.records import RunRecord
 from bot.store import AuditLog, AuditRecord, OnceMarks, Outbox, Requests, RunRows
 from bot.tools.base import ToolFlags
-from bot.tools.source import ToolSource
 
 if TYPE_CHECKING:  # the read-only commands import this module without starting any run
     from bot.run.supervisor import LiveRun, Supervisor
+    from bot.tools.source import ToolSource
 
 
 class ChatStore(RunRows, JournalLog, Requests, AuditLog, OnceMarks, Outbox, Protocol):
