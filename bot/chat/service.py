@@ -243,6 +243,10 @@ class ChatService:
         found = await self.request(request_id)
         if found is None:
             return Refusal(f"there is no request {request_id}")
+        # Asked from another place: refused and audited, as a decision from there would be.
+        misplaced = await self._misplaced(user, found.request.run_id, kind.value, request_id)
+        if misplaced:
+            return misplaced
         if text is None and kind is DecisionKind.ANSWER and found.request.options:
             text = found.request.options[0]  # the person, not the answer, is checked here
         decision = Decision(request_id=request_id, kind=kind, by=user.user, text=text or "")
@@ -377,10 +381,9 @@ class ChatService:
         """Continue a suspended run (its requester or on-call may, from its place); None if it
         still waits."""
         record = await self._rt.store.get_run(run_id)
-        refusal = await self._misplaced(user, run_id, "resume")
         run = await self._place(run_id) if user.place is not None else None
         policy = self._rt.policy
-        refusal = refusal or await policy.check_operate(
+        refusal = policy.place_refusal(user, run, f"run {run_id}") or await policy.check_operate(
             user, "resume", run_id, record.requested_by, run
         )
         if refusal:

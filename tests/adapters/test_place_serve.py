@@ -169,6 +169,8 @@ async def _slack_place(slack: Slack, tmp: Path) -> Call:
     feedback = ids.feedback_value(run_id, positive=False)
     await slack.click(card, ids.FEEDBACK, APPROVER, channel=OPS, value=feedback)
     assert "another channel" in await slack.told(APPROVER)
+    # The requester resuming from another channel: refused, audited once.
+    assert "another channel" in await slack.command(REQUESTER, f"resume {run_id}", OPS)
 
     # Reads: only someone in the run's channel (or on-call) sees it.
     told = await slack.command(STRANGER, f"status {run_id}", OPS)
@@ -184,6 +186,7 @@ async def _slack_place(slack: Slack, tmp: Path) -> Call:
     assert any("came from slack:T0001:C0OPS" in r[2] for r in refused)
     assert len(_audit(tmp, "cancel_refused")) == 2
     assert len(_audit(tmp, "show_refused")) == 1 and len(_audit(tmp, "feedback_refused")) == 1
+    assert len(_audit(tmp, "resume_refused")) == 1
     return card
 
 
@@ -198,6 +201,13 @@ async def _discord_place(discord: FakeDiscord, slack: Slack, slack_card: Call, t
     # A Discord click from another guild, and one naming the Slack run's request: refused.
     guest = await _discord_click(discord, card, button_id(card, "approve"), guild="777")
     assert "another channel" in await _discord_told(discord, guest)
+    # Deny's form asked for from another guild: refused before it opens, and audited.
+    deny = await _discord_click(discord, card, button_id(card, "deny"), guild="777")
+    answered = await discord.wait_for(
+        lambda c: str(deny["token"]) in c.path and c.path.endswith("/callback"), timeout=15
+    )
+    assert "another channel" in json.dumps(answered[-1].json)
+    assert [r[1] for r in _audit(tmp, "deny_refused")] == [discord_request]
     crossed = f"kestrel:approve:{slack_request}"
     forged = json.loads(json.dumps(card).replace(button_id(card, "approve"), crossed))
     other = await _discord_click(discord, forged, crossed)
