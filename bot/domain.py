@@ -87,6 +87,17 @@ def call_digest(tool: str, arguments: dict[str, Any]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:32]
 
 
+class ArgumentOrigin(DomainModel):
+    """Where one argument value of a consequential call was found: an earlier tool's output."""
+
+    argument: str
+    value: str
+    tool: str
+    call_id: str
+    line: int
+    excerpt: str
+
+
 class Request(DomainModel):
     """An open wait with an exact identity, bound to one call of one run."""
 
@@ -101,6 +112,7 @@ class Request(DomainModel):
     options: tuple[str, ...] = ()
     requested_by: str = ""
     approvals_needed: int = 1
+    origins: tuple[ArgumentOrigin, ...] = ()
     created_at: datetime = Field(default_factory=utcnow)
     deadline: datetime | None = None
 

@@ -104,3 +104,9 @@ def thread_of(session_id: str) -> Thread:
             url = f"https://discord.com/channels/{guild}/{thread}"
             return Thread("discord", f"Discord thread {thread}", url)
     return Thread("", session_id)
+
+
+def origin_words(argument: str, value: str, tool: str, line: int, excerpt: str) -> str:
+    """Where an argument came from, for people: "unit = payments-db came from read_log output,
+    line 3: …" (plain text; an adapter adds code spans)."""
+    return f"{argument} = {value} came from {tool} output, line {line}: {excerpt}"

@@ -139,12 +139,20 @@ def _is_text(value: object) -> bool:
     return type(value) is str
 
 
+def _is_origin(value: object) -> bool:
+    """An ``ArgumentOrigin`` as the store writes one: its text fields and its line number."""
+    if type(value) is not dict or value.keys() != _ORIGIN_TEXTS | {"line"}:
+        return False
+    return type(value["line"]) is int and all(type(value[name]) is str for name in _ORIGIN_TEXTS)
+
+
 def _is_json_stamp(value: object) -> bool:
     """A timestamp as pydantic writes an aware one, which it reads back as the same instant."""
     return type(value) is str and _STAMP.fullmatch(value) is not None and reads_as_moment(value)
 
 
 _KINDS: Final = frozenset(kind.value for kind in RequestKind)
+_ORIGIN_TEXTS: Final = frozenset({"argument", "value", "tool", "call_id", "excerpt"})
 # No float the store writes is longer (``repr`` of a double is at most 24 characters).
 _LONGEST_NUMBER: Final = 32
 _STAMP: Final = re.compile(
@@ -164,6 +172,7 @@ _REQUEST_FIELDS: Final[dict[str, Callable[[object], bool]]] = {
     "options": lambda value: type(value) is list and all(map(_is_text, value)),
     "requested_by": _is_text,
     "approvals_needed": lambda value: type(value) is int,
+    "origins": lambda value: type(value) is list and all(map(_is_origin, value)),
     "created_at": _is_json_stamp,
     "deadline": lambda value: value is None or _is_json_stamp(value),
 }
