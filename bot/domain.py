@@ -96,6 +96,8 @@ class ArgumentOrigin(DomainModel):
     call_id: str
     line: int
     excerpt: str
+    # The output it came from holds instruction-like text ("ignore previous instructions"…).
+    instruction_like: bool = False
 
 
 class Request(DomainModel):

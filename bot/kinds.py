@@ -96,6 +96,16 @@ class GrantKind(StrEnum):
     STANDING = "standing"
 
 
+class Provenance(StrEnum):
+    """What a consequential call with an argument taken from tool output does (``provenance``
+    in kestrel.yaml): wait for a person who sees where it came from, only journal it, or
+    nothing."""
+
+    ASK = "ask"
+    LOG = "log"
+    OFF = "off"
+
+
 class AuditAction(StrEnum):
     """What an audit row records; the stored text is the value (``kestrel audit`` prints it)."""
 

@@ -122,3 +122,53 @@ def _ref_key(ref: str) -> str:
 
 
 __all__ = ["printable", "unmask_links"]
+
+
+# Text in a tool's output that speaks to the agent rather than about the system: the shapes
+# prompt injections take. A mark for people, never a filter: it is neither complete nor exact.
+_INSTRUCTIONS: Final = re.compile(
+    r"\b(?:ignore|disregard|forget)\s+(?:all\s+|any\s+|the\s+|your\s+)*"
+    r"(?:previous|prior|above|earlier|preceding|former)\b"
+    r"|\b(?:ignore|disregard)\s+(?:all\s+|any\s+|the\s+|your\s+)*instructions\b"
+    r"|\byou\s+(?:must|should|need\s+to|have\s+to|are\s+(?:now\s+)?(?:required|instructed))\b"
+    r"|\b(?:please\s+)?(?:run|execute|call|invoke|trigger)\s+(?:the\s+)?(?:tool\s+|command\s+)?"
+    r"`?[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b"
+    r"|\b(?:new|updated|system)\s+(?:instructions|prompt)\b"
+    r"|\b(?:as\s+the\s+)?(?:assistant|agent|ai|llm)\s*(?:must|should)\b"
+    r"|\b(?:do\s+not|don't)\s+(?:tell|ask|inform|notify)\b",
+    re.IGNORECASE,
+)
+
+
+_ANCHORS: Final = (
+    "ignore",
+    "disregard",
+    "forget",
+    "you",
+    "run",
+    "execute",
+    "call",
+    "invoke",
+    "trigger",
+    "instructions",
+    "prompt",
+    "must",
+    "should",
+    "not",
+    "don't",
+)
+
+
+def instruction_like(text: str) -> bool:
+    """Whether ``text`` holds instruction-like words ("ignore previous instructions", "run
+    restart_unit …", "you must …") that a tool's output should not."""
+    lowered = text.lower()
+    # The pattern is tried only near its anchor words: over a whole 64 KiB log it would take
+    # milliseconds, the anchors' scan takes microseconds.
+    for anchor in _ANCHORS:
+        at = lowered.find(anchor)
+        while at >= 0:
+            if _INSTRUCTIONS.search(lowered, max(0, at - 24), at + 96) is not None:
+                return True
+            at = lowered.find(anchor, at + 1)
+    return False

@@ -336,6 +336,7 @@ async def runtime(
                 redact=lambda text: guard.scan_output(text).text,
                 policy=policy,
                 deadlines=settings.deadlines,
+                provenance=settings.provenance,
                 lease_seconds=settings.replica.lease_seconds,
             )
         finally:

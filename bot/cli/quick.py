@@ -48,6 +48,7 @@ SETTINGS: Final = frozenset(
         "tools",
         "budgets",
         "human_in_the_loop",
+        "provenance",
         "pii",
         "policy",
         "deadlines",
@@ -141,9 +142,11 @@ def _is_text(value: object) -> bool:
 
 def _is_origin(value: object) -> bool:
     """An ``ArgumentOrigin`` as the store writes one: its text fields and its line number."""
-    if type(value) is not dict or value.keys() != _ORIGIN_TEXTS | {"line"}:
+    if type(value) is not dict or value.keys() != _ORIGIN_TEXTS | {"line", "instruction_like"}:
         return False
-    return type(value["line"]) is int and all(type(value[name]) is str for name in _ORIGIN_TEXTS)
+    if type(value["line"]) is not int or type(value["instruction_like"]) is not bool:
+        return False
+    return all(type(value[name]) is str for name in _ORIGIN_TEXTS)
 
 
 def _is_json_stamp(value: object) -> bool:

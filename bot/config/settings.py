@@ -40,6 +40,7 @@ from bot.config.sources import (
 )
 from bot.config.sources import ConfigError as ConfigError
 from bot.domain import Budgets
+from bot.kinds import Provenance
 from bot.people.policy import PolicyRules
 from bot.pii.settings import PiiSettings
 
@@ -198,6 +199,8 @@ class Settings(Section):
     tools: list[str] = []
     budgets: BudgetSettings = BudgetSettings()
     human_in_the_loop: bool = True
+    # A consequential call with an argument taken from tool output: ask a person, log, or off.
+    provenance: Provenance = Provenance.ASK
     pii: PiiSettings = PiiSettings()
     policy: PolicyRules = Field(default_factory=PolicyRules)
     deadlines: DeadlineSettings = DeadlineSettings()
@@ -219,6 +222,12 @@ class Settings(Section):
         if isinstance(value, Mapping) and value.get("mode") is False:
             return {**value, "mode": "off"}
         return value
+
+    @field_validator("provenance", mode="before")
+    @classmethod
+    def _provenance_off(cls, value: Any) -> Any:
+        """YAML 1.1 reads ``provenance: off`` as false: take it as the ``off`` it was written as."""
+        return "off" if value is False else value
 
     @property
     def provider(self) -> str:

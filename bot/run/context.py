@@ -10,6 +10,7 @@ from bot.domain import Request, RequestMaker, unstamped
 from bot.events import EventSink
 from bot.hooks import HookContext, Hooks
 from bot.journal.writer import RunJournal
+from bot.kinds import Provenance
 from bot.prompter import Prompter
 from bot.run.interrupt import Interrupt
 
@@ -27,6 +28,7 @@ class RunContext:
     stamp: Callable[[Request], Request] = unstamped
     prompter: Prompter | None = None
     workdir: Path | None = None
+    provenance: Provenance = Provenance.ASK
     hook_ctx: HookContext = field(init=False)
     # Makes this run's requests: the gate's approvals, a tool's deferral, a question.
     request: RequestMaker = field(init=False)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from bot.domain import Request, ToolCall, ToolOutcome, new_id
+from bot.domain import ArgumentOrigin, Request, ToolCall, ToolOutcome, new_id
 from bot.events import (
     AdvisoryEvent,
     RequestOpenedEvent,
@@ -20,6 +20,7 @@ from bot.events import (
 )
 from bot.hooks import HookFailure
 from bot.journal.entries import (
+    AdvisoryEntry,
     GrantWritten,
     ToolDeferred,
     ToolDispatched,
@@ -27,10 +28,12 @@ from bot.journal.entries import (
     ToolResultEntry,
 )
 from bot.journal.writer import TakenOver
+from bot.kinds import Provenance
 from bot.nesting import MAX_DEPTH, too_deep
 from bot.run.context import RunContext
 from bot.run.gate import Gate
 from bot.run.interrupt import Interrupt, Interrupted
+from bot.run.origins import consequential
 from bot.run.telemetry import span
 from bot.tools import orphans
 from bot.tools.base import Deferral, Tool, ToolContext, ToolResult
@@ -57,11 +60,13 @@ class CallExit:
 
 @dataclass
 class CallEnv:
-    """What executeTool needs for the calls of one batch: the run, its tool snapshot, its gate."""
+    """What executeTool needs for the calls of one batch: the run, its tool snapshot, its gate
+    and where a call's arguments came from (``Tracer.origins``)."""
 
     run: RunContext
     tools: ToolSet
     gate: Gate
+    trace: Callable[[str, Tool, dict[str, Any]], tuple[ArgumentOrigin, ...]] | None = None
 
 
 def _error(outcome: ToolOutcome, output: str) -> CallExit:
@@ -108,14 +113,36 @@ async def _execute(call: ToolCall, env: CallEnv) -> CallExit:
         problems = env.tools.validate(effective.name, arguments)
     if problems:
         return _error(ToolOutcome.INVALID_ARGUMENTS, "invalid arguments: " + "; ".join(problems))
-    if gated or effective.flags.approval.confirm:
+    origins = _origins(call, original, effective, arguments, env)
+    seen = bool(origins) and env.run.provenance is Provenance.ASK
+    if gated or effective.flags.approval.confirm or seen:
         async with env.run.interrupt.guard():  # an approval asked inline may wait on a person
-            gate = await env.gate.check(call.id, original, effective, arguments)
+            gate = await env.gate.check(call.id, original, effective, arguments, origins, seen=seen)
         if gate.request is not None:
             return CallExit(ToolOutcome.DEFERRED, gate.reason, request=gate.request)
         if not gate.allowed:
             return _error(ToolOutcome.GATE_DENIED, gate.reason)
     return await _dispatch(call, effective, arguments, env)
+
+
+def _origins(
+    call: ToolCall, original: Tool, effective: Tool, arguments: dict[str, Any], env: CallEnv
+) -> tuple[ArgumentOrigin, ...]:
+    """Where a consequential call's arguments came from, if from tool output; a call that is
+    not consequential, or a run with provenance off, pays nothing. Logged, not asked, in
+    ``log`` mode (an advisory: journaled, kept from the model)."""
+    mode = env.run.provenance
+    if mode is Provenance.OFF or env.trace is None:
+        return ()
+    if not (consequential(original) or consequential(effective)):
+        return ()
+    origins = env.trace(call.id, effective, arguments)
+    if origins and mode is Provenance.LOG:
+        said = "; ".join(
+            f"{o.argument} from {o.tool} output (call {o.call_id}, line {o.line})" for o in origins
+        )
+        env.run.journal.append_soon(AdvisoryEntry(text=f"provenance of {call.name}: {said}"))
+    return origins
 
 
 def _effective(

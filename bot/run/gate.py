@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bot.domain import (
+    ArgumentOrigin,
     Decision,
     DecisionKind,
     Grant,
@@ -27,6 +28,12 @@ class GateVerdict:
     allowed: bool
     reason: str = ""
     request: Request | None = None
+
+
+_UNSEEN = (
+    "refused: an argument of this command was taken from a tool's output, and no one is "
+    "present to see where it came from and approve it"
+)
 
 
 class Gate:
@@ -55,21 +62,36 @@ class Gate:
             self._honour(grant)
 
     async def check(
-        self, call_id: str, original: Tool, effective: Tool, arguments: dict[str, Any]
+        self,
+        call_id: str,
+        original: Tool,
+        effective: Tool,
+        arguments: dict[str, Any],
+        origins: tuple[ArgumentOrigin, ...] = (),
+        *,
+        seen: bool = False,
     ) -> GateVerdict:
-        """The gate's verdict for one call; the caller has established that it is gated."""
+        """The gate's verdict for one call; the caller has established that it is gated.
+
+        ``origins`` (arguments taken from tool output) go on the request; ``seen``: only a
+        decision on this very call, made on a card that showed them, lets it run (a standing
+        grant does not).
+        """
         tool = effective
         digest = call_digest(tool.name, arguments)
         answer = self._answers.get(call_id)
         if answer is None and (self._prompter is None or not self._prompter.present):
+            if seen:
+                return GateVerdict(False, _UNSEEN)
             return GateVerdict(False, "refused: this command needs approval and no one is present")
         if self._expired():
             return GateVerdict(False, "refused: the run's deadline has passed")
         if original.flags.approval.deny or tool.flags.approval.deny:
             return GateVerdict(False, f"refused: policy never allows {tool.name}")
-        if tool.name in self._standing or (call_id, digest) in self._one_shot:
+        standing = tool.name in self._standing and not seen
+        if standing or (call_id, digest) in self._one_shot:
             return GateVerdict(True)
-        request = self._request(call_id, tool, arguments, digest)
+        request = self._request(call_id, tool, arguments, digest, origins)
         decision = answer if answer is not None else await self._ask(request)
         if decision is None:
             return GateVerdict(False, "waiting for approval", request)
@@ -84,7 +106,14 @@ class Gate:
         assert self._prompter is not None
         return await self._prompter.ask(request)
 
-    def _request(self, call_id: str, tool: Tool, arguments: dict[str, Any], digest: str) -> Request:
+    def _request(
+        self,
+        call_id: str,
+        tool: Tool,
+        arguments: dict[str, Any],
+        digest: str,
+        origins: tuple[ArgumentOrigin, ...],
+    ) -> Request:
         return self._new_request(
             RequestKind.WAIT_APPROVAL,
             call_id,
@@ -93,6 +122,7 @@ class Gate:
             digest=digest,
             prompt=tool.description,
             approvals_needed=max(1, tool.flags.approval.approvals),
+            origins=origins,
         )
 
     def _decide(self, decision: Decision, tool: str, call_id: str, digest: str) -> GateVerdict:

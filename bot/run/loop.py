@@ -49,6 +49,7 @@ from bot.run.context import RunContext
 from bot.run.execute import CallEnv, HookAbort, execute_tool, post_tool
 from bot.run.gate import Gate
 from bot.run.interrupt import Interrupt, Interrupted
+from bot.run.origins import Tracer
 from bot.run.telemetry import span
 from bot.tools import orphans
 from bot.tools.toolset import ToolSet
@@ -269,7 +270,8 @@ class AgentLoop:
         )
 
     def _env(self, tools: ToolSet, gate: Gate) -> CallEnv:
-        return CallEnv(run=self.run_ctx, tools=tools, gate=gate)
+        tracer = Tracer(self.state, lambda name: _asks_people(tools, name))
+        return CallEnv(run=self.run_ctx, tools=tools, gate=gate, trace=tracer.origins)
 
     async def _run_batch(self, tools: ToolSet) -> None:
         env = self._env(tools, self._gate())
@@ -448,6 +450,12 @@ class AgentLoop:
             outcomes=self.state.outcomes(),
         )
         await self.journal.append(RunEnded.of(result, last_turn_text=self.state.last_text))
+
+
+def _asks_people(tools: ToolSet, name: str) -> bool:
+    """Whether ``name``'s output is a person's answer (a question tool's)."""
+    tool = tools.get(name)
+    return tool is not None and tool.flags.traits.needs_prompter
 
 
 def _arguments(raw: str) -> dict[str, Any]:

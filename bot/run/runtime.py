@@ -14,6 +14,7 @@ from bot.config.settings import DeadlineSettings
 from bot.domain import Budgets, Fingerprint, Request, new_id, utcnow
 from bot.events import FanOut
 from bot.hooks import Hooks
+from bot.kinds import Provenance
 from bot.llm.base import ModelProvider
 from bot.people.audit import Redact, unchanged
 from bot.people.policy import Policy, PolicyRules
@@ -46,6 +47,7 @@ class Runtime:
     redact: Redact = unchanged
     policy: Policy = field(default_factory=lambda: Policy(PolicyRules()))
     deadlines: DeadlineSettings = field(default_factory=DeadlineSettings)
+    provenance: Provenance = Provenance.ASK
     # The one clock that decides expiry: the store's (leases, due messages) is the same one,
     # so a test moves time for all of them at once instead of sleeping.
     clock: Callable[[], datetime] = utcnow

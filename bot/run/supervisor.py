@@ -448,6 +448,7 @@ class Supervisor:
             prompter=self.decisions.checked(prompter),
             workdir=self.rt.workdir,
             interrupt=live.signals.interrupt,
+            provenance=self.rt.provenance,
         )
         deps = LoopDeps(
             model=self.rt.model,

@@ -31,6 +31,9 @@ class ToolTraits:
     timeout: float = 30.0
     needs_prompter: bool = False
     needs_workdir: bool = False
+    # Argument path -> the tools whose output is an expected source of its value
+    # (``list_units`` for ``restart_unit.unit``): such a value needs no decision of its own.
+    trusted_from: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -86,6 +86,7 @@ class ToolEntry(BaseModel):
     cwd: str | None = None
     max_output: Annotated[int, Field(gt=0)] = DEFAULT_MAX_OUTPUT
     allow_leading_dash: list[str] = []
+    trusted_from: dict[str, list[str]] = {}
 
 
 class CatalogFile(BaseModel):
@@ -233,6 +234,40 @@ def _dash_problems(
             report.at(loc, f"{_tool(raw)}{name!r} is not a placeholder of the command")
 
 
+def _trust_problems(report: _Report, raw: dict[str, Any], prefix: Loc) -> None:
+    """Each ``trusted_from`` key is an argument path under a declared parameter."""
+    trusted = raw.get("trusted_from")
+    parameters = raw.get("parameters", _no_parameters())
+    if not isinstance(trusted, dict) or not isinstance(parameters, dict):
+        return
+    properties = parameters.get("properties", {})
+    for path in trusted:
+        top = str(path).split(".", 1)[0].split("[", 1)[0]
+        if isinstance(properties, dict) and top not in properties:
+            message = f"{_tool(raw)}{top!r} is not a declared parameter"
+            report.at((*prefix, "trusted_from", str(path)), message)
+
+
+def _unknown_sources(parsed: Sequence[_Parsed], known: set[str]) -> list[str]:
+    """``trusted_from`` naming a tool no catalog of the set declares: a typo would
+    silently trust nothing (or, renamed later, the wrong tool)."""
+    problems: list[str] = []
+    for file in parsed:
+        report = _Report(shown=str(file.path))
+        for entry in file.entries:
+            for path, tools in entry.trusted_from.items():
+                for name in tools:
+                    if name not in known:
+                        line = file.trust_lines.get((entry.name, path), file.lines[entry.name])
+                        report.at(
+                            (),
+                            f"tool {entry.name!r}: trusted_from.{path} names unknown tool {name!r}",
+                            line=line,
+                        )
+        problems.extend(report.problems)
+    return problems
+
+
 def _env_problems(report: _Report, raw: dict[str, Any], prefix: Loc) -> None:
     """A command is never given a variable Kestrel reads: its secrets and settings."""
     names = raw.get("env")
@@ -260,6 +295,7 @@ def _entry(report: _Report, raw: Any, index: int, *, whole: bool) -> ToolEntry |
         if whole:
             _schema_problems(report, raw, (*prefix, "parameters"))
         _command_problems(report, raw, prefix)
+        _trust_problems(report, raw, prefix)
         _env_problems(report, raw, prefix)
     return entry if len(report.problems) == before else None
 
@@ -273,7 +309,10 @@ def _flags(entry: ToolEntry) -> ToolFlags:
         confirm=entry.confirm, approvals=entry.approvals, deny=entry.deny, tags=tuple(entry.tags)
     )
     traits = ToolTraits(
-        idempotent=entry.idempotent, operator_paced=entry.operator_paced, timeout=entry.timeout
+        idempotent=entry.idempotent,
+        operator_paced=entry.operator_paced,
+        timeout=entry.timeout,
+        trusted_from=tuple((path, tuple(tools)) for path, tools in entry.trusted_from.items()),
     )
     return ToolFlags(approval, traits)
 
@@ -320,6 +359,8 @@ class _Parsed:
     entries: list[ToolEntry] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     lines: dict[str, int] = field(default_factory=dict)
+    # The line of each (tool, trusted_from key), for a source no catalog declares.
+    trust_lines: dict[tuple[str, str], int] = field(default_factory=dict)
 
     def tools(self, isolation: Isolation | None = None) -> list[CommandTool]:
         """The entries as tools: ``./`` paths resolved, each knowing its ``file:line``."""
@@ -382,7 +423,12 @@ def _parse(path: Path, *, whole: bool = True) -> _Parsed:
     if report.problems:
         # The lines still let names clash across files while this file is being fixed.
         return _Parsed(path, problems=report.problems, lines=lines)
-    return _Parsed(path, entries=list(entries.values()), lines=lines)
+    trust_lines = {
+        (entry.name, key): report.line(("tools", index, "trusted_from", key))
+        for index, entry in entries.items()
+        for key in entry.trusted_from
+    }
+    return _Parsed(path, list(entries.values()), lines=lines, trust_lines=trust_lines)
 
 
 def check_catalog(path: Path | str) -> list[str]:
@@ -455,6 +501,7 @@ def _collect(
         problems.extend(parsed.problems)
         problems.extend(_clashes(path, parsed.lines, declared, reserved))
         files.append(parsed)
+    problems.extend(_unknown_sources(files, set(declared)))
     return files, problems
 
 

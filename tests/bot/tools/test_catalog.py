@@ -293,3 +293,54 @@ def test_pattern_anchors_mean_the_whole_value(tmp_path: Path) -> None:
 def test_an_unanchored_pattern_still_searches(tmp_path: Path) -> None:
     (tool,) = load_catalog(write(tmp_path, "ops.yaml", GOOD.replace("^[a-z0-9@._-]+$", "x")))
     assert ToolSet([tool]).validate("restart_service", {"unit": "axb"}) == []
+
+
+TRUSTING = """\
+tools:
+  - name: list_units
+    description: List the units
+    command: ["systemctl", "list-units"]
+    idempotent: true
+  - name: restart_unit
+    description: Restart a unit
+    command: ["systemctl", "restart", "{unit}"]
+    parameters:
+      type: object
+      properties: {unit: {type: string}}
+    confirm: true
+    trusted_from:
+      unit: [list_units]
+"""
+
+
+def test_trusted_from_is_each_parameters_trusted_tools(tmp_path: Path) -> None:
+    _, restart = load_catalog(write(tmp_path, "ops.yaml", TRUSTING))
+    assert restart.flags.traits.trusted_from == (("unit", ("list_units",)),)
+
+
+def test_trusted_from_names_a_declared_parameter(tmp_path: Path) -> None:
+    path = write(tmp_path, "ops.yaml", TRUSTING.replace("      unit: [list", "      unti: [list"))
+    assert check_catalog(path) == [
+        f"{path}:14: tools[1].trusted_from.unti: tool 'restart_unit': 'unti' is not a declared "
+        "parameter"
+    ]
+
+
+def test_trusted_from_names_a_tool_of_the_catalogs(tmp_path: Path) -> None:
+    path = write(tmp_path, "ops.yaml", TRUSTING.replace("[list_units]", "[list_unit]"))
+    with pytest.raises(CatalogError) as caught:
+        load_catalogs(["ops.yaml"], tmp_path)
+    assert caught.value.problems == [
+        f"{path}:14: tool 'restart_unit': trusted_from.unit names unknown tool 'list_unit'"
+    ]
+    # Another file of the set may declare it.
+    write(
+        tmp_path,
+        "more.yaml",
+        TRUSTING.replace("list_units", "list_unit").split("  - name: restart")[0],
+    )
+    assert [t.name for t in load_catalogs(["*.yaml"], tmp_path)] == [
+        "list_unit",
+        "list_units",
+        "restart_unit",
+    ]

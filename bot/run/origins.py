@@ -1,0 +1,76 @@
+"""The origins of one call's arguments in a run, from its folded journal alone: the same on a
+resumed run as on the first."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from bot.domain import ArgumentOrigin, ToolOutcome
+from bot.journal.fold import RunState
+from bot.llm.base import AssistantMessage, SystemMessage, ToolResultsMessage, UserMessage
+from bot.run.provenance import Output, catalog_values, trace
+from bot.tools.base import Tool
+
+
+def consequential(tool: Tool) -> bool:
+    """Whether a call of ``tool`` needs its origins known: it is gated, or not idempotent."""
+    return tool.flags.approval.confirm or not tool.flags.traits.idempotent
+
+
+@dataclass
+class Tracer:
+    """Traces calls of one batch against what the run saw before each of them."""
+
+    state: RunState
+    # Whether a tool's output is a person's answer (a question tool), not a tool's.
+    answers_people: Callable[[str], bool]
+    _catalogs: dict[str, frozenset[str]] = field(default_factory=dict)
+
+    def origins(
+        self, call_id: str, tool: Tool, arguments: dict[str, Any]
+    ) -> tuple[ArgumentOrigin, ...]:
+        """Where the arguments of call ``call_id`` (to ``tool``) came from, if from tool output."""
+        outputs, human = self._sources(call_id)
+        catalog = self._catalogs.get(tool.name)
+        if catalog is None:
+            catalog = self._catalogs[tool.name] = catalog_values(tool.parameters)
+        trusted = dict(tool.flags.traits.trusted_from)
+        return trace(tool.name, arguments, outputs, human, trusted, catalog)
+
+    def _sources(self, call_id: str) -> tuple[list[Output], list[str]]:
+        """The outputs and human texts the run held before call ``call_id``, in order."""
+        outputs: list[Output] = []
+        human = [decision.text for decision in self.state.answers.values() if decision.text]
+        sent: dict[str, str] = {}
+        for message in self.state.messages:
+            if isinstance(message, UserMessage | SystemMessage):
+                human.append(message.text)
+            elif isinstance(message, AssistantMessage):
+                sent.update((call.id, call.arguments) for call in message.turn.calls)
+            elif isinstance(message, ToolResultsMessage):
+                for item in message.results:
+                    self._add(outputs, human, item.name, item.call_id, item.output, sent)
+        for earlier in self.state.batch:
+            if earlier.call.id == call_id:
+                break
+            result = earlier.result
+            # Only what a tool said: a refusal or an error is Kestrel's words about the call.
+            if result is not None and result.outcome is ToolOutcome.OK:
+                self._add(outputs, human, result.tool, earlier.call.id, result.output, sent)
+        return outputs, human
+
+    def _add(
+        self,
+        outputs: list[Output],
+        human: list[str],
+        tool: str,
+        call_id: str,
+        text: str,
+        sent: dict[str, str],
+    ) -> None:
+        if self.answers_people(tool):
+            human.append(text)
+        else:
+            outputs.append(Output(tool, call_id, text, sent.get(call_id, "")))
