@@ -23,7 +23,7 @@ from bot.chat.contract import (
 )
 from bot.chat.handles import RunHandle, RunResult
 from bot.chat.service import ChatService
-from bot.chat.words import stop_reason_words
+from bot.chat.words import origin_lines, stop_reason_words
 from bot.domain import (
     Decision,
     DecisionKind,
@@ -152,6 +152,8 @@ class ConsolePrompter:
         args = json.dumps(request.arguments, sort_keys=True)
         self._io.write(f"  ┌ approval needed: {request.tool} {args}", exact=True)
         self._io.write(f"  │ asked by {request.requested_by or 'the run'}; request {request.id}")
+        for said in origin_lines(request.origins):
+            self._io.write(f"  │ {said}", exact=True)
         if request.deadline:
             self._io.write(f"  │ expires {request.deadline:%Y-%m-%d %H:%M UTC}")
         choices = {"a": DecisionKind.APPROVE, "r": DecisionKind.APPROVE_ALWAYS}

@@ -23,7 +23,7 @@ from bot.chat.contract import GROUP_KINDS
 from bot.chat.links import RunLink
 from bot.chat.service import RequestView, RunView
 from bot.chat.threads import Body
-from bot.chat.words import budget_words, stop_reason_words
+from bot.chat.words import ORIGINS_TITLE, budget_words, origin_lines, stop_reason_words
 from bot.domain import RequestKind, RequestStatus, RunStatus, Session, TerminalResult
 from bot.text import unmask_links
 
@@ -70,6 +70,9 @@ class DiscordLook:
         fields = []
         if request.kind is not RequestKind.WAIT_USER:
             fields.append(_field("Arguments", _code(request.arguments)))
+        if request.origins:
+            lines = origin_lines(request.origins, _inline, lambda warning: f"**{warning}**")
+            fields.append(_field(ORIGINS_TITLE, "\n".join(lines)))
         fields.append(_field("Requested by", person(request.requested_by) or "the run", True))
         if is_open:
             who = ", ".join(principal(p) for p in view.may_answer) or "nobody"
@@ -340,6 +343,11 @@ def _code(arguments: dict[str, Any]) -> str:
     fence = "```json\n{}\n```"
     room = FIELD_LIMIT - len(fence) + 2
     return fence.format(body if len(body) <= room else body[: room - 1] + "…")
+
+
+def _inline(text: str) -> str:
+    """``text`` as inline code on one line (a backtick in it would end the span)."""
+    return "`" + (text.replace("`", "\u02cb").replace("\n", " ") or " ") + "`"
 
 
 def _compact(value: Any) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import assert_never
+from typing import Any, Final, assert_never
 
 from slack_sdk.models.blocks import (
     ConfirmObject,
@@ -42,12 +42,17 @@ from adapters.slack.mrkdwn import (
     slack_date,
 )
 from bot.chat.cards import closing
+from bot.chat.words import ORIGINS_TITLE, origin_lines
 from bot.domain import (
     Decision,
     Request,
     RequestKind,
     RequestStatus,
 )
+
+# A section holds 3,000 characters: this many origins of pieces this long always fit.
+ORIGINS_SHOWN: Final = 5
+ORIGIN_PIECE_LIMIT: Final = 120
 
 
 @dataclass(frozen=True)
@@ -93,6 +98,8 @@ def _approval_card(
     title = "Approval needed" if closed is None else "Approval requested"
     arguments, cut = _arguments_section(request.arguments)
     blocks = [_section(f"*{title}:* {tool}"), arguments]
+    if request.origins:
+        blocks.append(_origins_section(request))
     if reason.strip():
         blocks.append(_section(f"*Why:* {_fit(reason.strip(), REASON_LIMIT)}"))
     facts = _facts(request, "May approve", may_answer, closed is None)
@@ -113,6 +120,19 @@ def _approval_card(
         blocks.append(_context([outcome]))
         text = f"Approval for {escape(request.tool)}: {outcome}"
     return SlackMessage(_fit_fallback(text), _checked(blocks))
+
+
+def _origins_section(request: Request) -> dict[str, Any]:
+    """Where arguments came from, one line each: each piece inline code, escaped."""
+    lines = origin_lines(request.origins, lambda text: _inline(text, ORIGIN_PIECE_LIMIT), _bold)
+    shown = lines[:ORIGINS_SHOWN]
+    if len(lines) > len(shown):
+        shown.append(f"…and {len(lines) - len(shown)} more (see the run's page)")
+    return _section(f"*{ORIGINS_TITLE}:*\n" + "\n".join(f"• {line}" for line in shown))
+
+
+def _bold(text: str) -> str:
+    return f"*{escape(text)}*"
 
 
 def _question_card(

@@ -35,7 +35,7 @@ from adapters.web.timeline import (
 from bot.chat.contract import ENTITY_TYPES, WITHHELD_MESSAGE, AuditRecord, JournalRecord, RunRecord
 from bot.chat.run_summary import PAGE_ENTRIES
 from bot.chat.service import PendingRequest, RequestView, RunInspection, RunMark, RunView
-from bot.chat.words import thread_of
+from bot.chat.words import ORIGINS_TITLE, Origin, origin_lines, thread_of
 from bot.domain import utcnow
 
 # While a run is running its page polls this often; while it is suspended, less often.
@@ -103,6 +103,14 @@ def _number(value: float) -> str:
     return f"{value:,}" if isinstance(value, int) else f"{value:,.1f}"
 
 
+def _origins(origins: Sequence[Origin]) -> list[Markup]:
+    """Each origin in words, its pieces escaped as code, an instruction-like output marked."""
+    code = Markup("<code>{}</code>").format
+    warn = Markup('<span class="badge warn instruction-like">{}</span>').format
+    # Every piece is escaped by ``format``; the words around them are ours.
+    return [Markup(line) for line in origin_lines(origins, code, warn)]
+
+
 @functools.cache
 def _environment() -> Environment:
     env = Environment(
@@ -121,8 +129,13 @@ def _environment() -> Environment:
         number=_number,
         span=_span,
         pretty=pretty_json,
+        origins=_origins,
     )
-    env.globals.update(quote=lambda value: quote(str(value), safe=""), statuses=STATUSES)
+    env.globals.update(
+        quote=lambda value: quote(str(value), safe=""),
+        statuses=STATUSES,
+        origins_title=ORIGINS_TITLE,
+    )
     return env
 
 

@@ -31,6 +31,7 @@ from bot.domain import (
     TerminalResult,
     Usage,
 )
+from bot.text import instruction_like
 
 # An output longer than this (characters or lines) is collapsed under a <details>.
 # A page stays small whatever the run did: each output or argument block is cut at
@@ -89,6 +90,11 @@ class Call:
         if self.request_id:
             return "deferred"
         return "dispatched" if self.dispatched else "no result"
+
+    @property
+    def instruction_like(self) -> bool:
+        """Whether its output holds instruction-like text (``bot.text.instruction_like``)."""
+        return self.output is not None and instruction_like(self.output)
 
     @property
     def long(self) -> bool:

@@ -5,9 +5,9 @@ its markup (escaping, bold, code spans) around them."""
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Protocol
 
 from bot.kinds import StopReason
 
@@ -106,7 +106,42 @@ def thread_of(session_id: str) -> Thread:
     return Thread("", session_id)
 
 
+# The heading of a card's origins.
+ORIGINS_TITLE: Final = "Taken from tool output"
+# Said beside an origin whose tool output holds instruction-like text (``bot.text``).
+INSTRUCTION_MARK: Final = "its output holds instruction-like text"
+
+
 def origin_words(argument: str, value: str, tool: str, line: int, excerpt: str) -> str:
     """Where an argument came from, for people: "unit = payments-db came from read_log output,
     line 3: …" (plain text; an adapter adds code spans)."""
     return f"{argument} = {value} came from {tool} output, line {line}: {excerpt}"
+
+
+class Origin(Protocol):
+    """Where one argument came from (an ``ArgumentOrigin``, or as a fast read holds it)."""
+
+    @property
+    def argument(self) -> str: ...
+    @property
+    def value(self) -> str: ...
+    @property
+    def tool(self) -> str: ...
+    @property
+    def line(self) -> int: ...
+    @property
+    def excerpt(self) -> str: ...
+    @property
+    def instruction_like(self) -> bool: ...
+
+
+def origin_lines(
+    origins: Sequence[Origin], code: Callable[[str], str] = str, warn: Callable[[str], str] = str
+) -> list[str]:
+    """Each origin in words, its argument, value, tool and excerpt marked up by ``code``, and
+    an output with instruction-like text said so (marked up by ``warn``)."""
+    return [
+        origin_words(code(o.argument), code(o.value), code(o.tool), o.line, code(o.excerpt))
+        + (f" {warn(f'⚠ {INSTRUCTION_MARK}')}" if o.instruction_like else "")
+        for o in origins
+    ]

@@ -73,6 +73,19 @@ class ReadSettings:
 
 
 @dataclass(frozen=True)
+class StoredOrigin:
+    """Where one argument of a stored request came from, as its body reads."""
+
+    argument: str
+    value: str
+    tool: str
+    call_id: str
+    line: int
+    excerpt: str
+    instruction_like: bool
+
+
+@dataclass(frozen=True)
 class StoredRequest:
     """An open request as its stored body reads, with what ``runs pending`` shows of it."""
 
@@ -87,6 +100,7 @@ class StoredRequest:
     approvals_needed: int
     created_at: datetime
     deadline: datetime | None
+    origins: tuple[StoredOrigin, ...]
 
     @classmethod
     def from_json(cls, body: str) -> StoredRequest | None:
@@ -116,6 +130,7 @@ class StoredRequest:
             approvals_needed=data["approvals_needed"],
             created_at=datetime.fromisoformat(data["created_at"]),
             deadline=None if deadline is None else datetime.fromisoformat(deadline),
+            origins=tuple(StoredOrigin(**origin) for origin in data["origins"]),
         )
 
 

@@ -22,6 +22,26 @@ if TYPE_CHECKING:
 StoredRequest = tuple["Request", "RequestStatus", "Decision | None"]
 
 
+class ShownOrigin(Protocol):
+    """Where one argument of a request came from: an ``ArgumentOrigin``, or as the fast way
+    of ``runs pending`` reads it."""
+
+    @property
+    def argument(self) -> str: ...
+    @property
+    def value(self) -> str: ...
+    @property
+    def tool(self) -> str: ...
+    @property
+    def call_id(self) -> str: ...
+    @property
+    def line(self) -> int: ...
+    @property
+    def excerpt(self) -> str: ...
+    @property
+    def instruction_like(self) -> bool: ...
+
+
 class ShownRequest(Protocol):
     """What is shown of an open request: a ``Request``, or its stored body as the fast way of
     ``runs pending`` reads it (``bot.cli.quick.StoredRequest``)."""
@@ -44,6 +64,8 @@ class ShownRequest(Protocol):
     def created_at(self) -> datetime: ...
     @property
     def deadline(self) -> datetime | None: ...
+    @property
+    def origins(self) -> Sequence[ShownOrigin]: ...
 
 
 # ``runs list``'s columns: the run, when it was created (UTC), how it stands, its prompt.
@@ -110,7 +132,30 @@ def request_object(request: ShownRequest) -> dict[str, Any]:
         "options": list(request.options),
         "created_at": stamp(request.created_at),
         "deadline": stamp(request.deadline),
+        "origins": [origin_object(origin) for origin in request.origins],
     }
+
+
+def origin_object(origin: ShownOrigin) -> dict[str, Any]:
+    """Where one argument came from, as JSON."""
+    return {
+        "argument": origin.argument,
+        "value": origin.value,
+        "tool": origin.tool,
+        "call_id": origin.call_id,
+        "line": origin.line,
+        "excerpt": origin.excerpt,
+        "instruction_like": origin.instruction_like,
+    }
+
+
+def origin_lines(request: ShownRequest, indent: str = "    ") -> list[str]:
+    """Each argument taken from tool output, in words, one line each."""
+    if not request.origins:
+        return []
+    from bot.chat.words import origin_lines as words
+
+    return [indent + line for line in words(request.origins)]
 
 
 def closed_object(
@@ -161,6 +206,7 @@ def transcript(record: RunRecord, state: RunState) -> str:
         lines.append(f"  taken over from {owner}")
     for request in state.open_requests:
         lines.append(f"  waiting: {request.kind.value} {request.id} for {request.tool}")
+        lines += origin_lines(request)
     for text in state.advisories:
         lines.append(f"  advisory: {text}")
     result = state.result
@@ -202,10 +248,11 @@ def pending_line(request: ShownRequest, who: str, now: datetime, note: str = "")
     age = _duration(now - request.created_at)
     deadline = f", expires in {_duration(request.deadline - now)}" if request.deadline else ""
     because = f"; {note}" if note else ""
-    return (
+    line = (
         f"{request.run_id}  {request.id}  {request.kind.value:<13} {request.tool} {args}"
         f"  (open {age}{deadline}; may answer: {who}{because})"
     )
+    return "\n".join([line, *origin_lines(request)])
 
 
 def _duration(delta: timedelta) -> str:
