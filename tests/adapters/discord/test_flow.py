@@ -23,7 +23,13 @@ from tests.fakes.discord_world import (
     button_id,
     discord_world,
 )
-from tests.fakes.slack_world import drain_script, question_script, restart_script
+from tests.fakes.slack_world import (
+    INJECTED_LOG,
+    drain_script,
+    injection_script,
+    question_script,
+    restart_script,
+)
 from tests.fakes.waiting import until
 
 
@@ -303,3 +309,20 @@ async def test_a_post_of_unknown_outcome_is_found_by_what_it_shows(tmp_path: Pat
         assert await transport.find(stored.key, stored.target, stored.body) == card["id"]
         other = {**stored.body, "content": "something else"}
         assert await transport.find(stored.key, {"channel": thread}, other) is None
+
+
+async def test_an_effect_following_a_log_waits_on_a_card_naming_the_log(tmp_path: Path) -> None:
+    (tmp_path / "log.txt").write_text(INJECTED_LOG)
+    async with discord_world(tmp_path, injection_script()) as world:
+        mention = await world.mention("the api is slow, can you look?")
+        thread = await world.thread_of(mention)
+        card = await world.card("approve")
+        [embed] = card["embeds"]
+        [origins] = [f["value"] for f in embed["fields"] if f["name"] == "Taken from tool output"]
+        assert "`node` = `node-666` came from `read_log` output, line 2" in origins
+        assert "**⚠ its output holds instruction-like text**" in origins
+        assert world.executions == []  # drain_node is ungated, and still waits
+        click = await world.click(card, "approve", user=APPROVER)
+        assert "Recorded" in await world.answered(click)
+        await world.answer_posted(thread, "Drained node-666")
+        assert world.executions == ["node-666"]

@@ -13,8 +13,10 @@ from tests.fakes.slack_api import FakeSlackApi
 from tests.fakes.slack_client import view_submission
 from tests.fakes.slack_world import (
     APPROVER,
+    INJECTED_LOG,
     ONCALL,
     REQUESTER,
+    injection_script,
     posted_ts,
     question_script,
     restart_script,
@@ -246,3 +248,20 @@ async def test_a_card_whose_message_id_was_not_recorded_still_takes_its_click(
         await world.click(card, ids.APPROVE_ONCE, user=APPROVER)
         await world.answer_posted()
         assert world.executions == ["checkout"]
+
+
+async def test_an_effect_following_a_log_waits_on_a_card_naming_the_log(tmp_path: Path) -> None:
+    (tmp_path / "log.txt").write_text(INJECTED_LOG)
+    async with slack_world(tmp_path, injection_script()) as world:
+        await world.mention("the api is slow, can you look?")
+        card = await world.card()
+        blocks = card.args["blocks"]
+        origins = next(b["text"]["text"] for b in blocks if "Taken from tool output" in str(b))
+        assert "`node` = `node-666` came from `read_log` output, line 2" in origins
+        assert "instruction-like" in origins
+        assert world.executions == []  # drain_node is ungated, and still waits
+
+        await world.click(card, ids.APPROVE_ONCE, user=APPROVER)
+        answer = await world.answer_posted()
+        assert "Drained node-666" in json.dumps(answer.args)
+        assert world.executions == ["node-666"]
