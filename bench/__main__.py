@@ -1,6 +1,6 @@
 """``python -m bench``: every workload, one after another, printing its figures.
 
-SQLite first (W1, W2, the PII guard's throughput, the durable commits of a run waiting for an
+SQLite first (W1, W2, the PII guard's throughput, what argument provenance costs, the durable commits of a run waiting for an
 approval, the command line's start-up, the Slack and Discord adapters' latencies, a /metrics
 scrape, a run's page), then the same on PostgreSQL (``KESTREL_BENCH_POSTGRES_DSN``, a fresh
 schema per scenario), two replicas on one store, and the takeover latency. When PostgreSQL is
@@ -12,6 +12,7 @@ from bench import (
     discord,
     metrics,
     pii_throughput,
+    provenance,
     replicas,
     slack,
     startup,
@@ -31,6 +32,8 @@ def sqlite_figures() -> None:
     w2.report("sqlite")
     print()
     pii_throughput.main()
+    print()
+    provenance.report()
     print()
     commits.report()
     print()

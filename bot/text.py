@@ -126,49 +126,62 @@ __all__ = ["printable", "unmask_links"]
 
 # Text in a tool's output that speaks to the agent rather than about the system: the shapes
 # prompt injections take. A mark for people, never a filter: it is neither complete nor exact.
-_INSTRUCTIONS: Final = re.compile(
-    r"\b(?:ignore|disregard|forget)\s+(?:all\s+|any\s+|the\s+|your\s+)*"
-    r"(?:previous|prior|above|earlier|preceding|former)\b"
-    r"|\b(?:ignore|disregard)\s+(?:all\s+|any\s+|the\s+|your\s+)*instructions\b"
-    r"|\byou\s+(?:must|should|need\s+to|have\s+to|are\s+(?:now\s+)?(?:required|instructed))\b"
-    r"|\b(?:please\s+)?(?:run|execute|call|invoke|trigger)\s+(?:the\s+)?(?:tool\s+|command\s+)?"
-    r"`?[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b"
-    r"|\b(?:new|updated|system)\s+(?:instructions|prompt)\b"
-    r"|\b(?:as\s+the\s+)?(?:assistant|agent|ai|llm)\s*(?:must|should)\b"
-    r"|\b(?:do\s+not|don't)\s+(?:tell|ask|inform|notify)\b",
-    re.IGNORECASE,
-)
-
-
-_ANCHORS: Final = (
-    "ignore",
-    "disregard",
-    "forget",
-    "you",
-    "run",
-    "execute",
-    "call",
-    "invoke",
-    "trigger",
-    "instructions",
-    "prompt",
-    "must",
-    "should",
-    "not",
-    "don't",
-)
+# Each anchor word is found by ``str.find`` (fast over a long output); only there is a pattern
+# tried: from the anchor on (``after``), or on the few characters before it (``before``).
+_AFTER: Final = {
+    "ignore": re.compile(
+        r"(?:ignore|disregard|forget)\s+(?:(?:all|any|the|your|of|everything)\s+)*"
+        r"(?:previous|prior|above|earlier|preceding|former|instructions|rules)\b"
+    ),
+    "you": re.compile(
+        r"you\s+(?:must|should|need\s+to|have\s+to|are\s+(?:now\s+)?(?:required|instructed))\b"
+    ),
+    "run": re.compile(
+        r"(?:run|execute|call|invoke|trigger)\s+(?:the\s+)?(?:tool\s+|command\s+)?`?"
+        r"[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b"
+    ),
+    "do": re.compile(r"(?:do\s+not|don't)\s+(?:tell|ask|inform|notify|mention)\b"),
+}
+_AFTER_ANCHORS: Final = {
+    "ignore": "ignore",
+    "disregard": "ignore",
+    "forget": "ignore",
+    "you": "you",
+    "run": "run",
+    "execute": "run",
+    "call": "run",
+    "invoke": "run",
+    "trigger": "run",
+    "do not": "do",
+    "don't": "do",
+}
+_BEFORE: Final = {
+    "instructions": re.compile(r"\b(?:new|updated|system|real|actual)\s+$"),
+    "prompt": re.compile(r"\b(?:new|updated|system)\s+$"),
+    "must": re.compile(r"\b(?:assistants?|agents?|ais?|llms?|models?|bots?)\s+$"),
+    "should": re.compile(r"\b(?:assistants?|agents?|ais?|llms?|models?|bots?)\s+$"),
+}
 
 
 def instruction_like(text: str) -> bool:
     """Whether ``text`` holds instruction-like words ("ignore previous instructions", "run
     restart_unit …", "you must …") that a tool's output should not."""
     lowered = text.lower()
-    # The pattern is tried only near its anchor words: over a whole 64 KiB log it would take
-    # milliseconds, the anchors' scan takes microseconds.
-    for anchor in _ANCHORS:
+    for anchor, kind in _AFTER_ANCHORS.items():
+        pattern = _AFTER[kind]
         at = lowered.find(anchor)
         while at >= 0:
-            if _INSTRUCTIONS.search(lowered, max(0, at - 24), at + 96) is not None:
+            if _starts_word(lowered, at) and pattern.match(lowered, at):
+                return True
+            at = lowered.find(anchor, at + 1)
+    for anchor, pattern in _BEFORE.items():
+        at = lowered.find(anchor)
+        while at >= 0:
+            if pattern.search(lowered, max(0, at - 24), at):
                 return True
             at = lowered.find(anchor, at + 1)
     return False
+
+
+def _starts_word(text: str, at: int) -> bool:
+    return at == 0 or not text[at - 1].isalnum()

@@ -27,6 +27,8 @@ class Tracer:
     # Whether a tool's output is a person's answer (a question tool), not a tool's.
     answers_people: Callable[[str], bool]
     _catalogs: dict[str, frozenset[str]] = field(default_factory=dict)
+    # What the run's messages hold (they change only between batches): gathered once.
+    _before: tuple[list[Output], list[str]] | None = None
 
     def origins(
         self, call_id: str, tool: Tool, arguments: dict[str, Any]
@@ -41,6 +43,21 @@ class Tracer:
 
     def _sources(self, call_id: str) -> tuple[list[Output], list[str]]:
         """The outputs and human texts the run held before call ``call_id``, in order."""
+        if self._before is None:
+            self._before = self._messages()
+        outputs, human = list(self._before[0]), list(self._before[1])
+        sent = {earlier.call.id: earlier.call.arguments for earlier in self.state.batch}
+        for earlier in self.state.batch:
+            if earlier.call.id == call_id:
+                break
+            result = earlier.result
+            # Only what a tool said: a refusal or an error is Kestrel's words about the call.
+            if result is not None and result.outcome is ToolOutcome.OK:
+                self._add(outputs, human, result.tool, earlier.call.id, result.output, sent)
+        return outputs, human
+
+    def _messages(self) -> tuple[list[Output], list[str]]:
+        """The outputs and human texts of the run's messages (earlier batches, the prompt)."""
         outputs: list[Output] = []
         human = [decision.text for decision in self.state.answers.values() if decision.text]
         sent: dict[str, str] = {}
@@ -52,13 +69,6 @@ class Tracer:
             elif isinstance(message, ToolResultsMessage):
                 for item in message.results:
                     self._add(outputs, human, item.name, item.call_id, item.output, sent)
-        for earlier in self.state.batch:
-            if earlier.call.id == call_id:
-                break
-            result = earlier.result
-            # Only what a tool said: a refusal or an error is Kestrel's words about the call.
-            if result is not None and result.outcome is ToolOutcome.OK:
-                self._add(outputs, human, result.tool, earlier.call.id, result.output, sent)
         return outputs, human
 
     def _add(
