@@ -1,10 +1,10 @@
 """``python -m bench``: every workload, one after another, printing its figures.
 
-SQLite first (W1, W2, the PII guard's throughput, what argument provenance costs, the durable commits of a run waiting for an
-approval, the command line's start-up, the Slack and Discord adapters' latencies, a /metrics
-scrape, a run's page), then the same on PostgreSQL (``KESTREL_BENCH_POSTGRES_DSN``, a fresh
-schema per scenario), two replicas on one store, and the takeover latency. When PostgreSQL is
-unreachable its figures are skipped, saying why.
+SQLite first (W1, W2, the PII guard's throughput, what argument provenance costs, the durable
+commits of a run waiting for an approval, the command line's start-up, the Slack and Discord
+adapters' latencies, a /metrics scrape, a run's page), then the same on PostgreSQL
+(``KESTREL_BENCH_POSTGRES_DSN``, a fresh schema per scenario), two replicas on one store, and
+the takeover latency. When PostgreSQL is unreachable its figures are skipped, saying why.
 """
 
 from bench import (
