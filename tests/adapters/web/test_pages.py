@@ -280,7 +280,9 @@ def big_run(entries: int) -> tuple[RunView, list[JournalRecord]]:
             )
         turn += 1
     journal.append(AssistantTurnEntry(iteration=turn, turn=AssistantTurn(text="done")))
-    result = TerminalResult(status=RunStatus.COMPLETED, stop_reason=StopReason.ANSWERED)
+    result = TerminalResult(  # as the loop ends it: the outcomes of every call
+        status=RunStatus.COMPLETED, stop_reason=StopReason.ANSWERED, outcomes={"ok": 3 * turn}
+    )
     journal.append(RunEnded.of(result.model_copy(update={"text": "done"}), "done"))
     records = [JournalRecord(run_id=run_id, seq=n, epoch=1, entry=e) for n, e in enumerate(journal)]
     record = RunRecord(id=run_id, session_id="slack:T1:C1:1.1", status=RunStatus.COMPLETED)
