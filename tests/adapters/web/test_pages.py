@@ -23,7 +23,7 @@ from adapters.web.timeline import (
     build_run_page,
 )
 from bot.chat.service import ChatService, RunView
-from bot.chat.words import thread_of
+from bot.chat.words import stop_reason_words, thread_of
 from bot.domain import (
     AssistantTurn,
     DecisionKind,
@@ -332,6 +332,21 @@ def test_a_link_the_model_hides_is_text_on_the_page_with_its_target() -> None:
     assert "&lt;https://evil.example|https://bank.example&gt;" in shown
     hrefs = re.findall(r'href="([^"]*)"', html)
     assert hrefs and not [h for h in hrefs if "evil" in h or "bank" in h]
+
+
+def test_a_page_says_why_a_run_stopped_in_the_words_every_platform_uses() -> None:
+    view, records = big_run(40)
+    result = TerminalResult(
+        status=RunStatus.FAILED, stop_reason=StopReason.TOKEN_BUDGET, outcomes={"ok": 36}
+    )
+    records[-1] = records[-1].model_copy(update={"entry": RunEnded(result=result)})
+    record = view.record.model_copy(
+        update={"status": RunStatus.FAILED, "stop_reason": StopReason.TOKEN_BUDGET.value}
+    )
+    view = RunView(record, fold(records, record.id))
+    html = render_run_page(build_run_page(view, records, [], []), now=record.created_at)
+    assert html.count(stop_reason_words(StopReason.TOKEN_BUDGET)) == 2  # the header, the end
+    assert "token_budget" not in html
 
 
 async def test_a_long_runs_page_shows_its_newest_entries_and_pages_back(
