@@ -117,11 +117,11 @@ async def suspend(path: str) -> dict[str, Any]:
     reply = await model(0)
     journal.commit(assistant_turn=reply)
     (call,) = [c for c in reply["calls"] if c["name"] in GATED]
-    request = {"id": request_id, "kind": "wait_approval", "call": call}
+    text = json.dumps({"id": request_id, "kind": "wait_approval", "call": call})
     journal.commit(
         (
             "INSERT INTO requests VALUES (?, ?, 'open', ?)",
-            (request_id, run_id, json.dumps(request)),
+            (request_id, run_id, text),
         ),
         ("UPDATE runs SET status = 'suspended', owner = '' WHERE id = ?", (run_id,)),
         suspended={"requests": [request_id]},
