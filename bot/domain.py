@@ -21,6 +21,7 @@ from bot.kinds import RequestStatus as RequestStatus
 from bot.kinds import RunStatus as RunStatus
 from bot.kinds import StopReason as StopReason
 from bot.kinds import ToolOutcome as ToolOutcome
+from bot.model_cache import defer_through_cache
 from bot.nesting import too_deep
 from bot.place import Place
 
@@ -28,6 +29,11 @@ from bot.place import Place
 def new_id(prefix: str) -> str:
     """A short unique id with a readable prefix, e.g. ``run_3f9a…``."""
     return f"{prefix}_{uuid.uuid4().hex[:16]}"
+
+
+def request_id() -> str:
+    """A new request's id."""
+    return new_id("req")
 
 
 def utcnow() -> datetime:
@@ -40,10 +46,18 @@ class DomainModel(BaseModel):
 
     Each model builds its validator and serializer when first used, not when defined: a
     command that reads a few runs must not pay for every entry and request type (defaults are
-    factories for that reason, an instance as default would build its model at once).
+    factories for that reason, an instance as default would build its model at once). A model
+    built once is read back by later processes (``bot.model_cache``): default factories are
+    named functions, which its files can name.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        """Each model's first use reads its kept schema back, or builds and keeps it."""
+        super().__pydantic_init_subclass__(**kwargs)
+        defer_through_cache(cls)
 
 
 class Usage(DomainModel):
@@ -101,7 +115,7 @@ class ArgumentOrigin(DomainModel):
 class Request(DomainModel):
     """An open wait with an exact identity, bound to one call of one run."""
 
-    id: str = Field(default_factory=lambda: new_id("req"))
+    id: str = Field(default_factory=request_id)
     run_id: str
     kind: RequestKind
     call_id: str
