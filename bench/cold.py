@@ -28,7 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -156,10 +156,10 @@ def _kestrel_parts() -> _Parts:
 _PARTS: _Parts
 
 
-def measured(work: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
+def measured(work: Callable[[], Coroutine[Any, Any, dict[str, Any]]]) -> dict[str, Any]:
     """Run ``work`` on a fresh event loop; its result with the milliseconds it took."""
     started = time.perf_counter()
-    result = asyncio.run(work())  # type: ignore[arg-type]
+    result = asyncio.run(work())
     return result | {"ms": (time.perf_counter() - started) * 1000}
 
 

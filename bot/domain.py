@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 # The vocabularies live apart, importable without pydantic; they are the domain's names too.
 from bot.kinds import TERMINAL_STATUSES as TERMINAL_STATUSES
@@ -21,7 +21,7 @@ from bot.kinds import RequestStatus as RequestStatus
 from bot.kinds import RunStatus as RunStatus
 from bot.kinds import StopReason as StopReason
 from bot.kinds import ToolOutcome as ToolOutcome
-from bot.model_cache import defer_through_cache
+from bot.model_cache import KeptModel
 from bot.nesting import too_deep
 from bot.place import Place
 
@@ -41,7 +41,7 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-class DomainModel(BaseModel):
+class DomainModel(KeptModel):
     """Base of every domain model: immutable, no unknown fields.
 
     Each model builds its validator and serializer when first used, not when defined: a
@@ -52,12 +52,6 @@ class DomainModel(BaseModel):
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
-
-    @classmethod
-    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
-        """Each model's first use reads its kept schema back, or builds and keeps it."""
-        super().__pydantic_init_subclass__(**kwargs)
-        defer_through_cache(cls)
 
 
 class Usage(DomainModel):

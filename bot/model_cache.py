@@ -1,11 +1,12 @@
-"""Domain models' validators kept between processes: built once, read back after.
+"""Models' validators kept between processes: built once, read back after.
 
-A domain model is built on first use (``defer_build``): pydantic turns its fields into a core
-schema (0.3 to 1.5 ms a model, and its schema machinery the first time), then pydantic-core
-compiles that into a validator and a serializer (about 0.05 ms). A fresh process that suspends
-or resumes one run uses some twenty models, so building them was most of its work. Here the
-core schema of each model is written once, the first time it is built, and every later process
-compiles it from that file instead of generating it again.
+A ``KeptModel`` (the domain's, the settings', the catalog's, the scripted model's) is built on
+first use (``defer_build``): pydantic turns its fields into a core schema (0.3 to 1.5 ms a
+model, and its schema machinery the first time, some 15 ms), then pydantic-core compiles that
+into a validator and a serializer (about 0.05 ms). A fresh process that suspends or resumes one
+run uses some twenty models, so building them was most of its work. Here the core schema of
+each model is written once, the first time it is built, and every later process compiles it
+from that file instead of generating it again.
 
 The files are keyed by everything the schema is made from: the pydantic and pydantic-core
 versions, the interpreter's, and the size and modification time of every module of ``bot``
@@ -21,22 +22,36 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
+import shutil
 import stat
 import sys
 import tempfile
-from collections.abc import Callable
+import time
 from functools import cache
 from pathlib import Path
 from typing import Any, Final
 
 import pydantic
 import pydantic_core
-from pydantic import BaseModel
-from pydantic._internal._mock_val_ser import MockValSer
+from pydantic import BaseModel, ConfigDict
+from pydantic._internal._mock_val_ser import AttemptRebuild, MockValSer
 from pydantic_core import SchemaSerializer, SchemaValidator
 
 _PACKAGE: Final = Path(__file__).resolve().parent
 _SWITCH: Final = "KESTREL_MODEL_CACHE"
+_STALE_SECONDS: Final = 7 * 24 * 3600
+
+
+class KeptModel(BaseModel):
+    """A model built on first use, whose schema is kept for later processes."""
+
+    model_config = ConfigDict(defer_build=True)
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        """Each model's first use reads its kept schema back, or builds and keeps it."""
+        super().__pydantic_init_subclass__(**kwargs)
+        defer_through_cache(cls)
 
 
 def defer_through_cache(cls: type[BaseModel]) -> None:
@@ -49,14 +64,14 @@ def defer_through_cache(cls: type[BaseModel]) -> None:
         mock: MockValSer[Any] = MockValSer(
             message,
             code="class-not-fully-defined",
-            val_or_ser=kind,  # type: ignore[arg-type]
+            val_or_ser=kind,
             attempt_rebuild=_first_use(cls, attr),
         )
         setattr(cls, attr, mock)
 
 
-def _first_use(cls: type[BaseModel], attr: str) -> Callable[[], Any]:
-    def complete() -> Any:
+def _first_use(cls: type[BaseModel], attr: str) -> AttemptRebuild[Any]:
+    def complete(*, parent_namespace_depth: int = 2) -> Any:  # noqa: ARG001 (asked for by name)
         if not _restore(cls) and cls.model_rebuild(raise_errors=False) is not False:
             _keep(cls)
         found = getattr(cls, attr)
@@ -76,7 +91,7 @@ def _restore(cls: type[BaseModel]) -> bool:
         serializer = SchemaSerializer(*arguments[:2])
     except Exception:  # absent, or unreadable: built instead (and written again)
         return False
-    cls.__pydantic_validator__ = validator  # type: ignore[assignment]
+    cls.__pydantic_validator__ = validator
     cls.__pydantic_serializer__ = serializer
     return True
 
@@ -87,7 +102,9 @@ def _keep(cls: type[BaseModel]) -> None:
     validator = cls.__pydantic_validator__
     if folder is None or type(validator) is not SchemaValidator:
         return  # no folder, or a pydantic plugin wraps the validator: nothing to keep
-    _, (schema, *options) = validator.__reduce__()  # what SchemaValidator() was given
+    reduced: Any = validator.__reduce__()
+    given: tuple[Any, ...] = reduced[1]  # what SchemaValidator() was given
+    schema, *options = given
     try:
         data = pickle.dumps((_without_metadata(schema), *options))
         with tempfile.NamedTemporaryFile(dir=folder, delete=False) as out:
@@ -120,7 +137,21 @@ def _folder(create: bool = False) -> Path | None:
             folder.mkdir(mode=0o700, parents=True)
         except OSError:
             return None
+        _forget_others(folder)
     return folder if _trusted(folder) and _trusted(folder.parent) else None
+
+
+def _forget_others(folder: Path) -> None:
+    """Remove the folders kept for other code (an upgrade, edited modules) that no process
+    added to for a week; another checkout's, in use, stays."""
+    week_ago = time.time() - _STALE_SECONDS
+    for other in folder.parent.iterdir():
+        try:
+            stale = other.stat().st_mtime < week_ago
+        except OSError:
+            continue
+        if stale and other != folder and other.is_dir() and _trusted(other):
+            shutil.rmtree(other, ignore_errors=True)
 
 
 @cache
