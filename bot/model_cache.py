@@ -81,7 +81,8 @@ def _first_use(cls: type[BaseModel], attr: str) -> AttemptRebuild[Any]:
 
 
 def _restore(cls: type[BaseModel]) -> bool:
-    """Compile ``cls``'s validator and serializer from its kept schema; False if none."""
+    """Compile ``cls``'s validator and serializer from its kept schema; False if none (both
+    at once: compiling each on its own first use measured slower)."""
     folder = _folder()
     if folder is None:
         return False
@@ -129,16 +130,27 @@ def _name(cls: type[BaseModel]) -> str:
 
 def _folder(create: bool = False) -> Path | None:
     """This code's folder in the cache, if it may be trusted (ours, no one else may write)."""
+    if not create:
+        return _trusted_folder()
     folder = _keyed_folder()
     if folder is None:
         return None
-    if create and not folder.exists():
+    if not folder.exists():
         try:
             folder.mkdir(mode=0o700, parents=True)
         except OSError:
             return None
         _forget_others(folder)
     return folder if _trusted(folder) and _trusted(folder.parent) else None
+
+
+@cache
+def _trusted_folder() -> Path | None:
+    """``_keyed_folder`` if it exists and may be trusted, asked once a process."""
+    folder = _keyed_folder()
+    if folder is None or not (_trusted(folder) and _trusted(folder.parent)):
+        return None
+    return folder
 
 
 def _forget_others(folder: Path) -> None:
