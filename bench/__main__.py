@@ -1,13 +1,15 @@
 """``python -m bench``: every workload, one after another, printing its figures.
 
 SQLite first (W1, W2, the PII guard's throughput, what argument provenance costs, the durable
-commits of a run waiting for an approval, the command line's start-up, the Slack and Discord
-adapters' latencies, a /metrics scrape, a run's page), then the same on PostgreSQL
-(``KESTREL_BENCH_POSTGRES_DSN``, a fresh schema per scenario), two replicas on one store, and
-the takeover latency. When PostgreSQL is unreachable its figures are skipped, saying why.
+commits of a run waiting for an approval, a first suspend and a resume in fresh processes
+beside their floor, the command line's start-up, the Slack and Discord adapters' latencies, a
+/metrics scrape, a run's page), then the same on PostgreSQL (``KESTREL_BENCH_POSTGRES_DSN``, a
+fresh schema per scenario), two replicas on one store, and the takeover latency. When
+PostgreSQL is unreachable its figures are skipped, saying why.
 """
 
 from bench import (
+    cold,
     commits,
     discord,
     metrics,
@@ -25,8 +27,8 @@ from bench.stores import postgres_server
 
 
 def sqlite_figures() -> None:
-    """W1, W2, the PII guard's throughput, commits per approval, start-up, and the Slack and
-    Discord adapters' latencies, on SQLite."""
+    """W1, W2, the PII guard's throughput, commits per approval, the cold paths, start-up, and
+    the Slack and Discord adapters' latencies, on SQLite."""
     w1.report("sqlite")
     print()
     w2.report("sqlite")
@@ -36,6 +38,8 @@ def sqlite_figures() -> None:
     provenance.report()
     print()
     commits.report()
+    print()
+    cold.report()
     print()
     startup.report()
     print()

@@ -19,7 +19,8 @@ Then a run of 100,000 entries (``--long N``), written in bulk (one ``create_run`
 journal), served in a fresh process as ``kestrel serve`` serves it, and measured there:
 
 * server time of its page (the newest page of the timeline) and of a live poll that finds
-  nothing new, p50 and p99, the first page apart (it tallies the whole journal in SQL);
+  nothing new, p50 and p99, the first page after the process starts apart (target 200 ms:
+  a finished run's header comes from its end, not from adding up its whole journal);
 * the RSS the serving process grew by, at its peak, while pages and polls are fetched;
 * the event loop's longest block meanwhile: a probe that sleeps 5 ms and measures how late it
   wakes up (what ``/healthz``, Slack and Discord would wait);
@@ -140,8 +141,11 @@ def journal(entries: int) -> list[Entry]:
             )
         turn += 1
     out.append(AssistantTurnEntry(iteration=turn, turn=AssistantTurn(text="done")))
-    result = TerminalResult(
-        status=RunStatus.COMPLETED, stop_reason=StopReason.ANSWERED, text="done"
+    result = TerminalResult(  # as the loop ends it: the outcomes of every call
+        status=RunStatus.COMPLETED,
+        stop_reason=StopReason.ANSWERED,
+        text="done",
+        outcomes={"ok": 3 * turn},
     )
     out.append(RunEnded.of(result, "done"))
     return out
@@ -514,7 +518,7 @@ def report_long(entries: int = LONG_ENTRIES, requests: int = REQUESTS) -> None:
         p50, p99, most = f.timings[key]
         line = f"  {label:<56}{p50:>7.1f} ms{p99:>7.1f} ms{most:>7.1f} ms"
         print(line + f"  p99 {verdict(p99 <= LONG_TARGET_MS)}")
-    print(f"  first page (tallies the whole journal in SQL): {f.first_page_ms:.0f} ms")
+    print(f"  first page after the process starts: {f.first_page_ms:.0f} ms")
     print(
         f"  serving process RSS growth at peak: {f.rss_growth_mib:.1f} MiB"
         f" ({verdict(f.rss_growth_mib <= RSS_TARGET_MIB)});"

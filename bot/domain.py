@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 # The vocabularies live apart, importable without pydantic; they are the domain's names too.
 from bot.kinds import TERMINAL_STATUSES as TERMINAL_STATUSES
@@ -21,6 +21,7 @@ from bot.kinds import RequestStatus as RequestStatus
 from bot.kinds import RunStatus as RunStatus
 from bot.kinds import StopReason as StopReason
 from bot.kinds import ToolOutcome as ToolOutcome
+from bot.model_cache import KeptModel
 from bot.nesting import too_deep
 from bot.place import Place
 
@@ -30,17 +31,24 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:16]}"
 
 
+def request_id() -> str:
+    """A new request's id."""
+    return new_id("req")
+
+
 def utcnow() -> datetime:
     """The current time, timezone-aware, in UTC."""
     return datetime.now(UTC)
 
 
-class DomainModel(BaseModel):
+class DomainModel(KeptModel):
     """Base of every domain model: immutable, no unknown fields.
 
     Each model builds its validator and serializer when first used, not when defined: a
     command that reads a few runs must not pay for every entry and request type (defaults are
-    factories for that reason, an instance as default would build its model at once).
+    factories for that reason, an instance as default would build its model at once). A model
+    built once is read back by later processes (``bot.model_cache``): default factories are
+    named functions, which its files can name.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
@@ -103,7 +111,7 @@ class ArgumentOrigin(DomainModel):
 class Request(DomainModel):
     """An open wait with an exact identity, bound to one call of one run."""
 
-    id: str = Field(default_factory=lambda: new_id("req"))
+    id: str = Field(default_factory=request_id)
     run_id: str
     kind: RequestKind
     call_id: str

@@ -12,11 +12,12 @@ from datetime import datetime
 from enum import Enum
 from typing import Any, Final, get_args
 
-from pydantic import ConfigDict, TypeAdapter, ValidationError
+from pydantic import ValidationError
 
 from bot.chat.outbox import answer_key, owed_answer
 from bot.domain import Decision, Request, RequestStatus, RunStatus
 from bot.errors import SeqConflict, SeqGap, StaleEpoch, StoreError, UnknownRun
+from bot.journal.decode import decode_entry
 from bot.journal.entries import (
     Entry,
     RunEnded,
@@ -32,8 +33,6 @@ from bot.records import OutboxMessage, Replica, RunRecord, WorkItem
 from storage import sql
 from storage.sql import Step
 
-# Built when the first entry is read, as the models are: a store opened to list runs reads none.
-_ENTRY: Final[TypeAdapter[Entry]] = TypeAdapter(Entry, config=ConfigDict(defer_build=True))
 _WORK_KINDS: Final = frozenset(get_args(WorkItem.model_fields["kind"].annotation))
 
 # Reads a stored timestamp (ISO text in SQLite, a datetime in PostgreSQL) as an aware datetime.
@@ -123,7 +122,7 @@ def tally_from_rows(rows: Sequence[Sequence[Any]], stop: int) -> JournalTally:
 def record(run_id: str, seq: int, epoch: int, body: str) -> JournalRecord:
     """A stored journal row as a record; an unreadable body is a ``StoreError``."""
     try:
-        entry = _ENTRY.validate_json(body)
+        entry = decode_entry(body)
     except ValidationError as exc:
         raise StoreError(
             f"run {run_id!r}: journal entry at seq {seq} is unreadable: {exc.error_count()}"

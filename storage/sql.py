@@ -222,6 +222,19 @@ FROM (
 ) AS entries
 GROUP BY kind, outcome
 """
+# The seqs a finished run's header reads itself, before $2: the first start, the last assistant
+# turn and the last one with text. Each walks the primary key from its end and stops at the
+# first match, so an ended run's page reads a few rows, not its whole journal.
+JOURNAL_LANDMARKS: Final = """
+SELECT
+    (SELECT seq FROM journal WHERE run_id = $1 AND seq < $2 AND kind = 'run_started'
+     ORDER BY seq LIMIT 1),
+    (SELECT seq FROM journal WHERE run_id = $1 AND seq < $2 AND kind = 'assistant_turn'
+     ORDER BY seq DESC LIMIT 1),
+    (SELECT seq FROM journal WHERE run_id = $1 AND seq < $2 AND kind = 'assistant_turn'
+         AND {json:body:turn.text} <> ''
+     ORDER BY seq DESC LIMIT 1)
+"""
 # A new run's first entries, written with its row: nobody else can hold the run yet.
 INSERT_ENTRY: Final = """
 INSERT INTO journal(run_id, seq, epoch, kind, body, at) VALUES ($1, $2, $3, $4, $5::json, $6)

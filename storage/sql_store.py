@@ -266,6 +266,15 @@ class SqlStore(ABC):
             await self.current_epoch(run_id)  # unknown runs raise UnknownRun
         return tally_from_rows(rows, stop)
 
+    async def journal_landmarks(self, run_id: str, stop: int) -> JournalTally:
+        """The seqs of the first start, the last assistant turn and the last with text before
+        ``stop``, with no sums; read from the ends of the journal."""
+        rows = await self._read("load", sql.JOURNAL_LANDMARKS, (run_id, stop))
+        started, turn, text = rows[0]
+        return JournalTally(
+            started_seq=_seq(started), last_turn_seq=_seq(turn), last_text_seq=_seq(text)
+        )
+
     # -- requests ----------------------------------------------------------------------------
 
     async def open_request(self, request: Request) -> None:
@@ -562,3 +571,8 @@ async def migrated(store: _S) -> _S:
         await store.close()
         raise
     return store
+
+
+def _seq(value: Any) -> int | None:
+    """A seq read from a row, None where there was none."""
+    return None if value is None else int(value)

@@ -22,4 +22,5 @@ def test_the_licence_is_apache_2_and_pyproject_says_so() -> None:
 
 def test_the_changelog_starts_at_this_version() -> None:
     releases = re.findall(r"^## (\S+)", (ROOT / "CHANGELOG.md").read_text(), re.M)
-    assert releases[0] == bot.__version__
+    # Changes not released yet are listed first, under "Unreleased".
+    assert next(r for r in releases if r != "Unreleased") == bot.__version__

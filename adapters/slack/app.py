@@ -143,7 +143,7 @@ class SlackAdapter:
         except (OSError, aiohttp.ClientError, ValueError) as exc:
             where = self.settings.api_url or SLACK_API
             raise ConfigError(f"slack: cannot reach {where}: {exc}") from exc
-        return BotIdentity(str(reply["team_id"]), str(reply["user_id"]), str(reply.get("url", "")))
+        return BotIdentity(str(reply["team_id"]), str(reply["user_id"]))
 
 
 class KestrelAgent(dict[str, str]):

@@ -28,7 +28,6 @@ from adapters.slack import ids
 from adapters.slack.identity import Identities
 from adapters.slack.ids import SlackThread, thread_session_id
 from adapters.slack.listings import home_view, runs_message
-from adapters.slack.look import thread_of
 from adapters.slack.modals import answer_modal, arguments_modal, deny_modal
 from adapters.slack.mrkdwn import ephemeral_text
 from adapters.slack.progress import Progress
@@ -38,7 +37,7 @@ from bot.chat.conversation import HELP, THREAD_COMMANDS, Conversation, Outcome
 from bot.chat.inbound import Delivery
 from bot.chat.service import ChatService, PendingRequest
 from bot.chat.threads import ThreadRenderer
-from bot.chat.words import NOT_AN_OPTION, chosen_option
+from bot.chat.words import NOT_AN_OPTION, chosen_option, thread_of
 from bot.domain import DecisionKind, Session
 
 log = logging.getLogger("kestrel.slack")
@@ -68,11 +67,6 @@ class BotIdentity:
 
     team: str
     user: str
-    url: str
-
-    def permalink(self, channel: str, ts: str) -> str:
-        """A link to a message in this workspace (its own URL), made without an API call."""
-        return f"{self.url.rstrip('/')}/archives/{channel}/p{ts.replace('.', '')}"
 
 
 class SlackListeners:
@@ -234,18 +228,19 @@ class SlackListeners:
     ) -> None:
         thread = origin.thread
         found = origin.request_id
-        view = await self._chat.request(found, user=actor) if found else None
+        # A form to decide is refused (and audited) as the decision it would make.
+        refusal = None
+        if found and action_id != ids.SHOW_ARGUMENTS:
+            refusal = await self._chat.check(found, MODALS[action_id][0], user=actor)
+        view = await self._chat.request(found, user=actor) if found and not refusal else None
         if view is None:
-            await self._ephemeral(thread, actor.user, "That request is not one of this thread's.")
+            note = refusal.reason if refusal else "That request is not one of this thread's."
+            await self._ephemeral(thread, actor.user, note)
             return
         if action_id == ids.SHOW_ARGUMENTS:
             await self._client.views_open(trigger_id=trigger, view=arguments_modal(view.request))
             return
-        kind, modal = MODALS[action_id]
-        refusal = await self._chat.check(view.request.id, kind, user=actor)
-        if refusal is not None:
-            await self._ephemeral(thread, actor.user, refusal.reason)
-            return
+        modal = MODALS[action_id][1]
         sealed = ids.seal_modal(self._modal_key, origin)
         await self._client.views_open(trigger_id=trigger, view=modal(view.request, sealed))
 
@@ -372,9 +367,9 @@ class SlackListeners:
         links: dict[str, str] = {}
         for item in pending if pending is not None else await self._chat.pending():
             place = await self._renderer.place_of(item.request.run_id)
-            if place is not None:
-                thread = thread_of(place.target)
-                links[item.request.run_id] = self._me.permalink(thread.channel, thread.thread_ts)
+            url = None if place is None else thread_of(place.session.id).url
+            if url is not None:
+                links[item.request.run_id] = url
         return links
 
     # --- showing outcomes -------------------------------------------------------------------

@@ -35,7 +35,7 @@ from adapters.web.timeline import (
 from bot.chat.contract import ENTITY_TYPES, WITHHELD_MESSAGE, AuditRecord, JournalRecord, RunRecord
 from bot.chat.run_summary import PAGE_ENTRIES
 from bot.chat.service import PendingRequest, RequestView, RunInspection, RunMark, RunView
-from bot.chat.words import ORIGINS_TITLE, Origin, origin_lines, thread_of
+from bot.chat.words import ORIGINS_TITLE, Origin, origin_lines, stop_reason_words, thread_of
 from bot.domain import utcnow
 
 # While a run is running its page polls this often; while it is suspended, less often.
@@ -130,6 +130,7 @@ def _environment() -> Environment:
         span=_span,
         pretty=pretty_json,
         origins=_origins,
+        reason=stop_reason_words,
     )
     env.globals.update(
         quote=lambda value: quote(str(value), safe=""),

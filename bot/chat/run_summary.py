@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from collections import Counter, OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final, Protocol
 
-from bot.domain import Usage
-from bot.journal.entries import RunStarted
+from bot.domain import TERMINAL_STATUSES, Usage
+from bot.journal.entries import AssistantTurnEntry, RunEnded, RunStarted
 from bot.journal.fold import RunState, fold
 from bot.journal.log import JournalRecord, JournalTally
 from bot.records import RunRecord
@@ -37,6 +37,8 @@ class JournalPages(Protocol):
     async def load_range(self, run_id: str, start: int, stop: int) -> list[JournalRecord]: ...
 
     async def journal_tally(self, run_id: str, start: int, stop: int) -> JournalTally: ...
+
+    async def journal_landmarks(self, run_id: str, stop: int) -> JournalTally: ...
 
 
 @dataclass(frozen=True)
@@ -75,12 +77,15 @@ class RunSummaries:
         stop = length if before is None else max(0, min(before, length))
         start = max(0, stop - size)
         records = _aligned(await self._journal.load_range(run_id, start - LOOKBACK, stop), start)
-        kept = await self._tallied(run_id, length)
+        kept = await self._tallied(record, length)
         state = await self._state(record, kept, length, records)
         return JournalPage(state, records, length)
 
-    async def _tallied(self, run_id: str, length: int) -> _Kept:
+    async def _tallied(self, record: RunRecord, length: int) -> _Kept:
+        run_id = record.id
         kept = self._kept.pop(run_id, None) or _Kept(JournalTally(), None)
+        if kept.tally.stop == 0 and record.status in TERMINAL_STATUSES and length:
+            kept.tally = await self._ended_tally(run_id, length) or kept.tally
         if kept.tally.stop < length:
             kept.tally = kept.tally + await self._journal.journal_tally(
                 run_id, kept.tally.stop, length
@@ -92,6 +97,29 @@ class RunSummaries:
         while len(self._kept) > KEPT_TALLIES:
             self._kept.popitem(last=False)
         return kept
+
+    async def _ended_tally(self, run_id: str, length: int) -> JournalTally | None:
+        """A finished run's tally from its end, which carries the run's usage and outcomes, and
+        the few seqs read from the journal's ends: its first view reads a few rows, not all."""
+        (last,) = await self._journal.load_range(run_id, length - 1, length)
+        if not isinstance(last.entry, RunEnded):
+            return None
+        marks = await self._journal.journal_landmarks(run_id, length)
+        iterations = 0
+        if marks.last_turn_seq is not None:
+            turn = (await self._one(run_id, marks.last_turn_seq, [])).entry
+            iterations = turn.iteration + 1 if isinstance(turn, AssistantTurnEntry) else 0
+        result = last.entry.result
+        # As a tally counts them: answered calls only; the current batch adds its deferred.
+        outcomes = {kind: n for kind, n in result.outcomes.items() if kind != "deferred"}
+        return replace(
+            marks,
+            stop=length,
+            outcomes=outcomes,
+            input_tokens=result.usage.input_tokens,
+            output_tokens=result.usage.output_tokens,
+            iterations=iterations,
+        )
 
     async def _state(
         self, record: RunRecord, kept: _Kept, length: int, page: list[JournalRecord]

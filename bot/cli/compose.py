@@ -85,8 +85,9 @@ def build_isolation(settings: Settings) -> Isolation | None:
 
 
 def checked_isolation(settings: Settings) -> Isolation | None:
-    """``build_isolation``, tried once: a host where it cannot work refuses to start (one
-    line naming the cause), and opting out is said at every start."""
+    """``build_isolation``, tried: a host where it cannot work refuses to start (one line
+    naming the cause), and opting out is said at every start. A probe that passed under the
+    same conditions is not run again (``Isolation.check_remembered``)."""
     from bot.tools.isolation import IsolationUnavailable
 
     isolation = build_isolation(settings)
@@ -94,7 +95,7 @@ def checked_isolation(settings: Settings) -> Isolation | None:
         tools_log.error("%s", UNISOLATED)
         return None
     try:
-        isolation.check()
+        isolation.check_remembered()
     except IsolationUnavailable as exc:
         if not settings.tools:
             # The offline demo's simulated tools are ours and Kestrel holds no secret for them:

@@ -9,13 +9,15 @@ import os
 import types
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Final, Literal, NamedTuple, Union, get_args, get_origin
+from typing import Annotated, Any, Final, Literal, NamedTuple, Union, get_args, get_origin
 from urllib.parse import urlsplit
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PlainSerializer,
+    PlainValidator,
     SecretStr,
     ValidationError,
     field_validator,
@@ -41,6 +43,7 @@ from bot.config.sources import (
 from bot.config.sources import ConfigError as ConfigError
 from bot.domain import Budgets
 from bot.kinds import Provenance
+from bot.model_cache import KeptModel
 from bot.people.policy import PolicyRules
 from bot.pii.settings import PiiSettings
 
@@ -63,7 +66,21 @@ DEFAULT_SYSTEM_PROMPT = (
 )
 
 
-class Section(BaseModel):
+def _as_path(value: Any) -> Path:
+    """A path ``load_settings`` derives: a ``Path``, or text naming one."""
+    if isinstance(value, Path):
+        return value
+    if isinstance(value, str):
+        return Path(value)
+    raise ValueError("must be a path")
+
+
+# Validated by a named function, not pydantic's own path schema (a local function): the kept
+# schema of the settings (bot.model_cache) can name it.
+DerivedPath = Annotated[Path, PlainValidator(_as_path), PlainSerializer(str, when_used="json")]
+
+
+class Section(KeptModel):
     """A config section: unknown keys are errors."""
 
     model_config = ConfigDict(extra="forbid")
@@ -212,8 +229,8 @@ class Settings(Section):
     tool_isolation: ToolIsolationSettings = ToolIsolationSettings()
     openai_api_key: SecretStr | None = None
     openai_base_url: str | None = None
-    base_dir: Path = Path(".")
-    config_file: Path | None = None
+    base_dir: DerivedPath = Path(".")
+    config_file: DerivedPath | None = None
 
     @field_validator("pii", mode="before")
     @classmethod

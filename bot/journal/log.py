@@ -96,3 +96,8 @@ class JournalLog(Protocol):
         """``JournalTally`` of the entries with ``start <= seq < stop``, added up in the
         database; raises ``UnknownRun``."""
         ...
+
+    async def journal_landmarks(self, run_id: str, stop: int) -> JournalTally:
+        """The seqs of the first ``run_started``, the last assistant turn and the last one with
+        text before ``stop``, and no sums: what a finished run's header reads beside its end."""
+        ...

@@ -16,7 +16,6 @@ from typing import Annotated, Any
 
 import yaml
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Discriminator,
     Field,
@@ -35,6 +34,7 @@ from bot.llm.base import (
     ToolSpec,
     UserMessage,
 )
+from bot.model_cache import KeptModel
 
 PROVIDER = "scripted"
 EXHAUSTED = "(the script has no more replies)"
@@ -50,7 +50,7 @@ class ScriptMismatch(ModelError):
     """The conversation left the script: no reply at this position expects its latest input."""
 
 
-class _Strict(BaseModel):
+class _Strict(KeptModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 

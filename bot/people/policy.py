@@ -21,6 +21,17 @@ if TYPE_CHECKING:
 EVERYONE = "*"
 
 
+# Named, not lambdas: the settings' kept schema (bot.model_cache) names its default factories.
+def everyone() -> list[str]:
+    """Everyone: the default requesters."""
+    return [EVERYONE]
+
+
+def everyone_approves() -> dict[str, list[str]]:
+    """Everyone may approve every tool: the default approvers."""
+    return {EVERYONE: [EVERYONE]}
+
+
 @dataclass(frozen=True)
 class PolicyRules:
     """``policy:`` in kestrel.yaml: platform ids (never names) that may start runs, approve
@@ -29,8 +40,8 @@ class PolicyRules:
     # Read by pydantic, which validates this section of the settings: unknown keys are errors.
     __pydantic_config__: ClassVar[dict[str, Any]] = {"extra": "forbid"}
 
-    requesters: list[str] = field(default_factory=lambda: [EVERYONE])
-    approvers: dict[str, list[str]] = field(default_factory=lambda: {EVERYONE: [EVERYONE]})
+    requesters: list[str] = field(default_factory=everyone)
+    approvers: dict[str, list[str]] = field(default_factory=everyone_approves)
     answerers: list[str] = field(default_factory=list)
     oncall: list[str] = field(default_factory=list)
     self_approval: bool = False

@@ -58,18 +58,21 @@ class _Redactor:
     """Rewrites the hits of a text with the configured operators."""
 
     def __init__(self, operators: Mapping[str, OperatorSpec]) -> None:
+        self._replacements: dict[str, str] = {}
+        self._configs: dict[str, OperatorConfig] = {}
+        kept = {entity: spec for entity, spec in operators.items() if spec.type != "replace"}
+        for entity, spec in operators.items():
+            if spec.type == "replace":
+                self._replacements[entity] = spec.new_value or f"<{entity}>"
+        if not kept:
+            return  # replacing needs no engine: presidio is imported only for other operators
         try:
             from presidio_anonymizer import AnonymizerEngine, OperatorConfig, RecognizerResult
         except Exception as exc:  # a broken install fails in many ways, all of them fatal here
             raise PiiBuildError(f"presidio-anonymizer cannot be imported: {exc}") from exc
         self._engine: AnonymizerEngine = AnonymizerEngine()  # type: ignore[no-untyped-call]
         self._span: type[RecognizerResult] = RecognizerResult
-        self._replacements: dict[str, str] = {}
-        self._configs: dict[str, OperatorConfig] = {}
-        for entity, spec in operators.items():
-            if spec.type == "replace":
-                self._replacements[entity] = spec.new_value or f"<{entity}>"
-                continue
+        for entity, spec in kept.items():
             try:
                 self._configs[entity] = OperatorConfig(spec.type, _operator_params(spec))
                 self._render(entity, "sample value")  # bad parameters fail now, not mid-run

@@ -7,7 +7,9 @@ from collections.abc import Iterable
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
+
+from bot.model_cache import KeptModel
 
 
 class PiiMode(StrEnum):
@@ -28,7 +30,7 @@ def unknown_entities(names: Iterable[str]) -> str | None:
     return f"unknown entity type(s) {', '.join(unknown)}; known: {', '.join(ENTITY_TYPES)}"
 
 
-class OperatorSpec(BaseModel):
+class OperatorSpec(KeptModel):
     """How the hits of one entity type are rewritten under redact."""
 
     model_config = ConfigDict(extra="forbid")
@@ -48,7 +50,7 @@ class OperatorSpec(BaseModel):
         return salt
 
 
-class PiiSettings(BaseModel):
+class PiiSettings(KeptModel):
     """The `pii:` section of kestrel.yaml."""
 
     model_config = ConfigDict(extra="forbid")

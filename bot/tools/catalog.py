@@ -35,8 +35,9 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import ConfigDict, Field, StringConstraints, ValidationError
 
+from bot.model_cache import KeptModel
 from bot.tools.base import ApprovalPolicy, ToolFlags, ToolTraits
 from bot.tools.command import (
     DEFAULT_MAX_OUTPUT,
@@ -65,7 +66,7 @@ class CatalogError(Exception):
         super().__init__("\n".join(self.problems))
 
 
-class ToolEntry(BaseModel):
+class ToolEntry(KeptModel):
     """One command tool as declared in a catalog."""
 
     # Strict: a config value of the wrong type is an error, not something silently coerced.
@@ -89,7 +90,7 @@ class ToolEntry(BaseModel):
     trusted_from: dict[str, list[str]] = {}
 
 
-class CatalogFile(BaseModel):
+class CatalogFile(KeptModel):
     """The top level of a catalog file; entries are validated one by one."""
 
     model_config = ConfigDict(extra="forbid", strict=True)

@@ -10,11 +10,15 @@ pass it a secret Kestrel reads, or a setting's variable (``is_kestrels_variable`
 
 Where namespaces cannot be made (no CAP_SYS_ADMIN and no user namespaces), ``check`` says so at
 start-up and the process refuses to start, unless ``tool_isolation.mode: none`` opts out, which
-is logged as a warning at every start.
+is logged as a warning at every start. ``check_remembered`` skips the probe (a process, about
+40 ms) when one passed before under the same conditions; the helper refuses to run a command
+where it cannot confine it whatever a check said, so what is remembered only decides how early
+a host without namespaces is told.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -42,6 +46,16 @@ SECRET_VARIABLES: Final = frozenset(
     }
 )
 _PROBE_TIMEOUT = 10.0
+# Switches that decide whether an unprivileged process may make namespaces, where they exist.
+_SYSCTLS: Final = (
+    "/proc/sys/user/max_user_namespaces",
+    "/proc/sys/user/max_mnt_namespaces",
+    "/proc/sys/user/max_pid_namespaces",
+    "/proc/sys/kernel/unprivileged_userns_clone",
+    "/proc/sys/kernel/apparmor_restrict_unprivileged_userns",
+)
+# What in /proc/self/status decides it for this process: capabilities, seccomp, no_new_privs.
+_STATUS_LINES: Final = ("Cap", "Seccomp", "NoNewPrivs")
 
 
 class IsolationUnavailable(Exception):
@@ -84,6 +98,60 @@ class Isolation:
             line = said[-1] if said else f"exit status {done.returncode}"
             reason = line.removeprefix("kestrel: ").removesuffix("; the command was not run")
             raise IsolationUnavailable(reason)
+
+    def check_remembered(self) -> None:
+        """``check``, unless one passed on this boot for the same user, namespaces,
+        capabilities, seccomp filter, interpreter, helper and covered files (a marker file in
+        ``$XDG_RUNTIME_DIR/kestrel``, else ``~/.cache/kestrel``, says so)."""
+        marker = _marker(self.hidden)
+        if marker is not None and marker.is_file():
+            return
+        self.check()
+        if marker is None:
+            return
+        try:
+            marker.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            marker.touch()
+        except OSError:
+            pass  # a read-only home: the next start probes again
+
+
+def _marker(hidden: Sequence[str]) -> Path | None:
+    """The file that says a probe passed under this process's conditions; None where they
+    cannot be read (no /proc): then every start probes."""
+    try:
+        conditions = [
+            Path("/proc/sys/kernel/random/boot_id").read_text().strip(),
+            f"{os.getuid()}:{os.geteuid()}:{os.getgid()}:{os.getegid()}",
+            *(str(os.stat(f"/proc/self/ns/{kind}").st_ino) for kind in ("user", "mnt", "pid")),
+            *_status_lines(),
+            *(f"{path}={_read(path)}" for path in _SYSCTLS),
+            sys.executable,
+            _stamp(HELPER),
+            *hidden,
+        ]
+    except OSError:
+        return None
+    digest = hashlib.sha256("\0".join(conditions).encode()).hexdigest()[:32]
+    base = os.environ.get("XDG_RUNTIME_DIR") or str(Path("~/.cache").expanduser())
+    return Path(base) / "kestrel" / f"isolation-{digest}"
+
+
+def _status_lines() -> list[str]:
+    lines = Path("/proc/self/status").read_text().splitlines()
+    return [line for line in lines if line.startswith(_STATUS_LINES)]
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return "-"
+
+
+def _stamp(path: str) -> str:
+    found = os.stat(path)
+    return f"{path}:{found.st_size}:{found.st_mtime_ns}:{found.st_ino}"
 
 
 def secret_files(

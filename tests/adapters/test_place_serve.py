@@ -166,6 +166,10 @@ async def _slack_place(slack: Slack, tmp: Path) -> Call:
     await slack.click(card, ids.SHOW_ARGUMENTS, APPROVER, channel=OPS, value=request_id)
     assert "not one of this thread" in await slack.told(APPROVER)
     assert not [c for c in api.calls if c.method == "views.open"]
+    # Deny's form asked for from another channel: refused before it opens, audited as a deny.
+    await slack.click(card, ids.DENY, APPROVER, channel=OPS, value=request_id)
+    assert "another channel" in await slack.told(APPROVER)
+    assert not [c for c in api.calls if c.method == "views.open"]
     feedback = ids.feedback_value(run_id, positive=False)
     await slack.click(card, ids.FEEDBACK, APPROVER, channel=OPS, value=feedback)
     assert "another channel" in await slack.told(APPROVER)
@@ -187,6 +191,7 @@ async def _slack_place(slack: Slack, tmp: Path) -> Call:
     assert len(_audit(tmp, "cancel_refused")) == 2
     assert len(_audit(tmp, "show_refused")) == 1 and len(_audit(tmp, "feedback_refused")) == 1
     assert len(_audit(tmp, "resume_refused")) == 1
+    assert [r[1] for r in _audit(tmp, "deny_refused")] == [request_id]
     return card
 
 
@@ -207,7 +212,7 @@ async def _discord_place(discord: FakeDiscord, slack: Slack, slack_card: Call, t
         lambda c: str(deny["token"]) in c.path and c.path.endswith("/callback"), timeout=15
     )
     assert "another channel" in json.dumps(answered[-1].json)
-    assert [r[1] for r in _audit(tmp, "deny_refused")] == [discord_request]
+    assert [r[1] for r in _audit(tmp, "deny_refused")] == [slack_request, discord_request]
     crossed = f"kestrel:approve:{slack_request}"
     forged = json.loads(json.dumps(card).replace(button_id(card, "approve"), crossed))
     other = await _discord_click(discord, forged, crossed)

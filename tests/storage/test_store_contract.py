@@ -244,6 +244,11 @@ async def test_a_journal_tally_adds_up_in_the_database(store: Store) -> None:
     later = await store.journal_tally(run_id, 5, length)
     assert later.started_seq is None and later.last_text_seq is None
     assert (await store.journal_tally(run_id, length, length + 9)).kinds == {}
+    # The same seqs, read from the journal's ends alone.
+    marks = await store.journal_landmarks(run_id, length)
+    assert (marks.started_seq, marks.last_turn_seq, marks.last_text_seq) == (0, 11, 2)
+    assert (await store.journal_landmarks(run_id, 11)).last_turn_seq == 2
+    assert (await store.journal_landmarks(run_id, 0)).started_seq is None
 
 
 async def test_identical_record_at_existing_seq_is_a_no_op(store: Store) -> None:

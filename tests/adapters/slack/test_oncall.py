@@ -81,7 +81,7 @@ async def test_the_slash_command_lists_what_waits_with_links(tmp_path: Path) -> 
         assert response.status == 200
         body = json.dumps((await world.api.wait_for("response_url"))[0].args)
         assert "restart_service" in body
-        assert f"archives/C0001/p{thread.replace('.', '')}" in body
+        assert f"/client/T0001/C0001/thread/C0001-{thread}" in body  # as every surface links
         usage = await world.sender.command(slash_command(ONCALL, "frobnicate"))
         assert "Usage" in usage.text
 

@@ -23,7 +23,7 @@ from adapters.web.timeline import (
     build_run_page,
 )
 from bot.chat.service import ChatService, RunView
-from bot.chat.words import thread_of
+from bot.chat.words import stop_reason_words, thread_of
 from bot.domain import (
     AssistantTurn,
     DecisionKind,
@@ -280,7 +280,9 @@ def big_run(entries: int) -> tuple[RunView, list[JournalRecord]]:
             )
         turn += 1
     journal.append(AssistantTurnEntry(iteration=turn, turn=AssistantTurn(text="done")))
-    result = TerminalResult(status=RunStatus.COMPLETED, stop_reason=StopReason.ANSWERED)
+    result = TerminalResult(  # as the loop ends it: the outcomes of every call
+        status=RunStatus.COMPLETED, stop_reason=StopReason.ANSWERED, outcomes={"ok": 3 * turn}
+    )
     journal.append(RunEnded.of(result.model_copy(update={"text": "done"}), "done"))
     records = [JournalRecord(run_id=run_id, seq=n, epoch=1, entry=e) for n, e in enumerate(journal)]
     record = RunRecord(id=run_id, session_id="slack:T1:C1:1.1", status=RunStatus.COMPLETED)
@@ -330,6 +332,21 @@ def test_a_link_the_model_hides_is_text_on_the_page_with_its_target() -> None:
     assert "&lt;https://evil.example|https://bank.example&gt;" in shown
     hrefs = re.findall(r'href="([^"]*)"', html)
     assert hrefs and not [h for h in hrefs if "evil" in h or "bank" in h]
+
+
+def test_a_page_says_why_a_run_stopped_in_the_words_every_platform_uses() -> None:
+    view, records = big_run(40)
+    result = TerminalResult(
+        status=RunStatus.FAILED, stop_reason=StopReason.TOKEN_BUDGET, outcomes={"ok": 36}
+    )
+    records[-1] = records[-1].model_copy(update={"entry": RunEnded(result=result)})
+    record = view.record.model_copy(
+        update={"status": RunStatus.FAILED, "stop_reason": StopReason.TOKEN_BUDGET.value}
+    )
+    view = RunView(record, fold(records, record.id))
+    html = render_run_page(build_run_page(view, records, [], []), now=record.created_at)
+    assert html.count(stop_reason_words(StopReason.TOKEN_BUDGET)) == 2  # the header, the end
+    assert "token_budget" not in html
 
 
 async def test_a_long_runs_page_shows_its_newest_entries_and_pages_back(

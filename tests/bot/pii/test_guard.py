@@ -303,8 +303,15 @@ def test_build_error_when_the_anonymizer_cannot_be_imported(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setitem(sys.modules, "presidio_anonymizer", None)
+    settings = PiiSettings(operators={"EMAIL_ADDRESS": OperatorSpec(type="mask", chars_to_mask=3)})
     with pytest.raises(PiiBuildError, match="presidio-anonymizer cannot be imported"):
-        PiiGuard(PiiSettings(mode=PiiMode.REDACT))
+        PiiGuard(settings)
+
+
+def test_replacing_does_not_need_the_anonymizer(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "presidio_anonymizer", None)
+    guard = PiiGuard(PiiSettings(mode=PiiMode.REDACT))
+    assert guard.scan_output(EMAIL_TEXT).text == "mail <EMAIL_ADDRESS> or call <PHONE_NUMBER>."
 
 
 def test_reject_does_not_need_the_anonymizer(monkeypatch: pytest.MonkeyPatch) -> None:

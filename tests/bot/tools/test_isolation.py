@@ -86,6 +86,19 @@ def test_without_namespaces_kestrel_refuses_to_start_unless_told_so_loudly(
             timeout=60,
         )
 
+    # A probe that passed with every capability is remembered; it does not stand for this one.
+    runtime_dir = tmp_path / "runtime"
+    env["XDG_RUNTIME_DIR"] = str(runtime_dir)
+    whole = subprocess.run(
+        [*KESTREL, "run", "find the secrets", "--json"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert whole.returncode == 0, whole.stderr
+    assert len(list((runtime_dir / "kestrel").glob("isolation-*"))) == 1
     refused = run({})
     assert refused.returncode == 2, refused.stderr
     assert refused.stderr.strip().splitlines() == [
@@ -254,3 +267,13 @@ async def test_a_named_file_and_folder_and_the_password_file_read_as_empty(
     )
     output = (await tool.call({}, CTX)).output
     assert "secret" not in output and output.endswith("end\n[exit status 0]"), output
+
+
+def test_a_passed_probe_is_remembered_per_covered_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    Isolation().check_remembered()
+    Isolation((str(tmp_path),)).check_remembered()
+    Isolation().check_remembered()  # remembered: no third marker
+    assert len(list((tmp_path / "kestrel").glob("isolation-*"))) == 2

@@ -1,0 +1,62 @@
+"""Models' schemas kept between processes: read back, validating as built, trusted only if ours."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+# In a fresh interpreter: use Decision (valid and invalid), say whether pydantic built it.
+USE = """
+import json
+from pydantic import ValidationError
+from bot.domain import Decision
+made = Decision(request_id="req_1", kind="approve", by="alice")
+try:
+    Decision(request_id="req_1", kind="maybe", by="alice")
+    refused = False
+except ValidationError:
+    refused = True
+print(json.dumps({"built": Decision.__pydantic_complete__, "refused": refused,
+                  "dumped": made.model_dump_json(exclude={"at"})}))
+"""
+
+
+def use(cache: Path, **env: str) -> dict[str, object]:
+    """Run ``USE`` in a fresh process with ``cache`` as the cache home."""
+    out = subprocess.run(
+        [sys.executable, "-c", USE],
+        env={**os.environ, "XDG_CACHE_HOME": str(cache), **env},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    said: dict[str, object] = json.loads(out.stdout)
+    return said
+
+
+def kept(cache: Path) -> list[str]:
+    return sorted(path.name for path in (cache / "kestrel" / "models").glob("*/*"))
+
+
+def test_a_model_built_once_is_read_back_and_validates_alike(tmp_path: Path) -> None:
+    first = use(tmp_path)
+    assert "bot.domain.Decision" in kept(tmp_path)
+    second = use(tmp_path)
+    assert first["built"] is True and second["built"] is False  # read back, not built
+    assert first["refused"] is True and second["refused"] is True
+    assert first["dumped"] == second["dumped"]
+
+
+def test_a_folder_others_may_write_to_is_not_trusted(tmp_path: Path) -> None:
+    use(tmp_path)
+    (folder,) = (tmp_path / "kestrel" / "models").iterdir()
+    folder.chmod(0o777)
+    assert use(tmp_path)["built"] is True
+
+
+def test_the_cache_can_be_turned_off(tmp_path: Path) -> None:
+    assert use(tmp_path, KESTREL_MODEL_CACHE="off")["built"] is True
+    assert kept(tmp_path) == []
