@@ -5,10 +5,10 @@ reason, an answer, an output), redacted as every other text a run keeps."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from bot.domain import Decision, DecisionKind, Request
+from bot.domain import ArgumentOrigin, Decision, DecisionKind, Request
 
 # Arguments longer than this are cut in the audit (the digest names the exact call).
 ARGUMENTS_SHOWN: Final = 400
@@ -39,14 +39,26 @@ def call_text(tool: str, arguments: dict[str, Any], digest: str = "") -> str:
 def request_detail(request: Request, *, inline: bool = False) -> str:
     """The audit's detail of a request opened (asked at the terminal, when ``inline``)."""
     call = call_text(request.tool, request.arguments, request.digest)
-    return f"{request.kind.value} {call}" + (" (inline)" if inline else "")
+    return f"{request.kind.value} {call}{_shown_origins(request)}" + (" (inline)" if inline else "")
+
+
+def origins_text(origins: Sequence[ArgumentOrigin]) -> str:
+    """``unit from read_log (call c1, line 3), …``: where arguments came from, in one line."""
+    return ", ".join(
+        f"{o.argument} from {o.tool} (call {o.call_id}, line {o.line})" for o in origins
+    )
+
+
+def _shown_origins(request: Request) -> str:
+    """The audit keeps that a request showed where its arguments came from."""
+    return f"; taken from tool output: {origins_text(request.origins)}" if request.origins else ""
 
 
 def decision_detail(
     request: Request, decision: Decision, redact: Redact = unchanged, *, inline: bool = False
 ) -> str:
     """The audit's detail of a decision on ``request``: the call, then what the person said."""
-    detail = call_text(request.tool, request.arguments, request.digest)
+    detail = call_text(request.tool, request.arguments, request.digest) + _shown_origins(request)
     said = decision.text.strip()
     if said:
         label = _TEXT_LABELS.get(decision.kind, "text")

@@ -30,6 +30,7 @@ from bot.journal.entries import (
 from bot.journal.writer import TakenOver
 from bot.kinds import Provenance
 from bot.nesting import MAX_DEPTH, too_deep
+from bot.people.audit import origins_text
 from bot.run.context import RunContext
 from bot.run.gate import Gate
 from bot.run.interrupt import Interrupt, Interrupted
@@ -138,10 +139,8 @@ def _origins(
         return ()
     origins = env.trace(call.id, effective, arguments)
     if origins and mode is Provenance.LOG:
-        said = "; ".join(
-            f"{o.argument} from {o.tool} output (call {o.call_id}, line {o.line})" for o in origins
-        )
-        env.run.journal.append_soon(AdvisoryEntry(text=f"provenance of {call.name}: {said}"))
+        said = f"{call.name} took from tool output: {origins_text(origins)}"
+        env.run.journal.append_soon(AdvisoryEntry(text=said))
     return origins
 
 

@@ -134,7 +134,8 @@ async def test_log_mode_runs_it_and_journals_where_it_came_from(tmp_path: Path) 
     counter, records, _ = await run(tmp_path, replies, prompter, Provenance.LOG)
     assert counter.calls == {"write": 1}
     [advisory] = [r.entry.text for r in records if isinstance(r.entry, AdvisoryEntry)]
-    assert "text from read_log output" in advisory and "line 2" in advisory
+    assert advisory.startswith("write took from tool output: text from read_log (call ")
+    assert advisory.endswith(", line 2)")
 
 
 async def test_log_mode_still_shows_origins_on_a_gated_calls_card(tmp_path: Path) -> None:

@@ -52,6 +52,12 @@ def test_run_pending_show_and_approve(tmp_path: Path) -> None:
     shown = json.loads(kestrel(tmp_path, "runs", "show", deferred["run_id"], "--json").stdout)
     (closed,) = shown["closed_requests"]
     assert closed["origins"] == request["origins"] and closed["decision"]["by"] == "U0BOSS"
+    # The audit keeps that the decision was on a card that showed where the unit came from.
+    audit = kestrel(tmp_path, "audit", "--run", deferred["run_id"]).stdout.splitlines()
+    [approval] = [line for line in audit if " U0BOSS " in line and " approve " in line]
+    assert f"taken from tool output: unit from read_log (call {origin['call_id']}, line 2)" in (
+        approval
+    )
 
 
 def test_a_value_from_the_prompt_asks_nothing(tmp_path: Path) -> None:
