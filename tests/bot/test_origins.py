@@ -14,6 +14,7 @@ from bot.journal.fold import fold
 from bot.journal.log import JournalRecord
 from bot.kinds import Provenance
 from bot.people.policy import Actor
+from bot.run.origins import Tracer
 from bot.run.supervisor import Supervisor
 from bot.tools.base import Tool
 from bot.tools.python import function_tool
@@ -186,6 +187,11 @@ async def test_a_deferred_request_is_journaled_with_its_origins_and_resumes_once
     [(stored, _, _)] = await rt.store.list_requests(run_id=live.run_id)
     assert stored.origins == request.origins
     assert counter.calls == {}
+    # From the journal alone, a resumed run computes the same origins for that call.
+    state = fold(await rt.store.load(live.run_id), live.run_id)
+    tools = {t.name: t for t in rt.tools.current().values()}
+    tracer = Tracer(state, lambda name: tools[name].flags.traits.needs_prompter)
+    assert tracer.origins(request.call_id, tools["write"], request.arguments) == request.origins
 
     decided = await ChatService(sup).decide(
         live.run_id, request.id, DecisionKind.APPROVE, user=Actor("U0APPROVER")
