@@ -115,10 +115,12 @@ async def _execute(call: ToolCall, env: CallEnv) -> CallExit:
     if problems:
         return _error(ToolOutcome.INVALID_ARGUMENTS, "invalid arguments: " + "; ".join(problems))
     origins = _origins(call, original, effective, arguments, env)
-    seen = bool(origins) and env.run.provenance is Provenance.ASK
-    if gated or effective.flags.approval.confirm or seen:
+    must_see = bool(origins) and env.run.provenance is Provenance.ASK
+    if gated or effective.flags.approval.confirm or must_see:
         async with env.run.interrupt.guard():  # an approval asked inline may wait on a person
-            gate = await env.gate.check(call.id, original, effective, arguments, origins, seen=seen)
+            gate = await env.gate.check(
+                call.id, original, effective, arguments, origins, must_see=must_see
+            )
         if gate.request is not None:
             return CallExit(ToolOutcome.DEFERRED, gate.reason, request=gate.request)
         if not gate.allowed:

@@ -69,11 +69,11 @@ class Gate:
         arguments: dict[str, Any],
         origins: tuple[ArgumentOrigin, ...] = (),
         *,
-        seen: bool = False,
+        must_see: bool = False,
     ) -> GateVerdict:
         """The gate's verdict for one call; the caller has established that it is gated.
 
-        ``origins`` (arguments taken from tool output) go on the request; ``seen``: only a
+        ``origins`` (arguments taken from tool output) go on the request; ``must_see``: only a
         decision on this very call, made on a card that showed them, lets it run (a standing
         grant does not).
         """
@@ -81,14 +81,14 @@ class Gate:
         digest = call_digest(tool.name, arguments)
         answer = self._answers.get(call_id)
         if answer is None and (self._prompter is None or not self._prompter.present):
-            if seen:
+            if must_see:
                 return GateVerdict(False, _UNSEEN)
             return GateVerdict(False, "refused: this command needs approval and no one is present")
         if self._expired():
             return GateVerdict(False, "refused: the run's deadline has passed")
         if original.flags.approval.deny or tool.flags.approval.deny:
             return GateVerdict(False, f"refused: policy never allows {tool.name}")
-        standing = tool.name in self._standing and not seen
+        standing = tool.name in self._standing and not must_see
         if standing or (call_id, digest) in self._one_shot:
             return GateVerdict(True)
         request = self._request(call_id, tool, arguments, digest, origins)
