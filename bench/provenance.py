@@ -82,10 +82,10 @@ def cost(repeat: int = 2000) -> dict[str, float]:
     )
     tracer = Tracer(_state(outputs), lambda _name: False)
     return {
-        "from the prompt": _time(tracer, restart, {"service": "checkout"}, repeat),
-        "in no text": _time(tracer, restart, {"service": "zz-no-such-service"}, repeat),
-        "in an output": _time(tracer, restart, {"service": word}, repeat),
-        "three values, none seen": _time(
+        "value from the prompt": _time(tracer, restart, {"service": "checkout"}, repeat),
+        "value in no text": _time(tracer, restart, {"service": "zz-no-such-service"}, repeat),
+        "value in an output (then asks)": _time(tracer, restart, {"service": word}, repeat),
+        "three values in no text": _time(
             tracer,
             restart,
             {"service": "zz-one", "spec": {"node": "zz-node-77", "replicas": 12345}},
@@ -134,7 +134,7 @@ def report() -> None:
     figures = cost()
     print(f"Provenance ({OUTPUT_BYTES // 1024} KiB of earlier tool output in 8 outputs)")
     for name, micros in figures.items():
-        print(f"  per consequential call, value {name + ':':<26} {micros:7.1f} µs")
+        print(f"  per consequential call, {name + ':':<33} {micros:7.1f} µs")
     print("  per idempotent, ungated call (W1's echo): not traced")
     with tempfile.TemporaryDirectory() as folder:
         asked, traced = asyncio.run(_demo_flow(Path(folder)))
