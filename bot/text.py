@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from typing import Final
@@ -163,6 +164,9 @@ _BEFORE: Final = {
 }
 
 
+# A run's outputs are asked about again by each call traced against them and by every page
+# that shows them; a string's hash is kept on it, so a repeat costs a lookup.
+@functools.lru_cache(maxsize=64)
 def instruction_like(text: str) -> bool:
     """Whether ``text`` holds instruction-like words ("ignore previous instructions", "run
     restart_unit …", "you must …") that a tool's output should not."""
