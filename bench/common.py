@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
-import resource
-import statistics
 import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
+# Re-exported: the floors import them from bench.bare, which imports nothing of Kestrel.
+from bench.bare import median as median
+from bench.bare import peak_rss_mib as peak_rss_mib
+from bench.bare import w1_replies
 from bot.domain import Budgets, ToolCall
 from bot.events import FanOut
 from bot.hooks import HookContext, Hooks, ToolVerdict
@@ -22,16 +24,6 @@ from bot.store import Store
 from bot.tools.builtin import builtin_tools
 from bot.tools.source import ToolSource
 from bot.tools.toolset import ToolSet
-
-
-def w1_replies(iterations: int) -> list[dict[str, object]]:
-    """One distinct echo call per iteration (so no-progress never trips), then an answer."""
-    usage = {"input_tokens": 100, "output_tokens": 10}
-    calls: list[dict[str, object]] = [
-        {"calls": [{"name": "echo", "arguments": {"text": f"step {i}"}}], "usage": usage}
-        for i in range(iterations)
-    ]
-    return [*calls, {"text": "done", "usage": usage}]
 
 
 def w1_runtime(
@@ -62,16 +54,6 @@ async def _allow(call: ToolCall, ctx: HookContext) -> ToolVerdict:  # noqa: ARG0
 
 async def _keep(call: ToolCall, output: str, ctx: HookContext) -> str | None:  # noqa: ARG001
     return None
-
-
-def peak_rss_mib() -> float:
-    """This process's peak resident set size so far, in MiB."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def median(values: Sequence[float]) -> float:
-    """The median of ``values``."""
-    return statistics.median(values)
 
 
 def size_mib(path: Path) -> float:

@@ -2,7 +2,9 @@
 
 Each scenario runs in a fresh process on a fresh store (a SQLite file, or a PostgreSQL schema),
 so its peak RSS is its own. Prints the median time per iteration of a lone run, iterations/s
-with 1 and with 100 concurrent runs, and peak RSS (``--database sqlite|postgres``).
+with 1 and with 100 concurrent runs, and peak RSS (``--database sqlite|postgres``). On SQLite,
+Kestrel's scenarios alternate with the floor's (``bench.floor``, a plain loop doing the same
+work) three times, and the medians are printed side by side with their ratios.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from bench.stores import DATABASES, LABELS, open_store, scratch
 from bot.run.supervisor import Supervisor
 
 ITERATIONS = 20
+REPEATS = 3  # Kestrel's and the floor's scenarios, alternating
 
 
 async def scenario(url: str, runs: int, repeats: int, guarded: bool = False) -> dict[str, float]:
@@ -41,29 +44,80 @@ async def scenario(url: str, runs: int, repeats: int, guarded: bool = False) -> 
     }
 
 
-def run_scenario(database: str, runs: int, repeats: int, guarded: bool = False) -> dict[str, float]:
-    """One scenario in a fresh interpreter on a fresh store."""
+def run_scenario(
+    module: str, runs: int, repeats: int, database: str = "sqlite", guarded: bool = False
+) -> dict[str, float]:
+    """One scenario of ``bench.MODULE`` (``w1``, or the ``floor``) in a fresh interpreter on a
+    fresh store."""
     with scratch(database) as url:
         args = ["--scenario", str(runs), "--repeats", str(repeats), "--store", url]
-        return run_json(bench_command("w1", *args, *(["--guarded"] if guarded else [])))
+        return run_json(bench_command(module, *args, *(["--guarded"] if guarded else [])))
+
+
+def beside_floor(repeats: int = REPEATS) -> dict[str, dict[str, float]]:
+    """Kestrel's and the floor's figures on SQLite, their scenarios alternating so both see the
+    same minute of the machine; the median of ``repeats`` of each, by scenario."""
+    rounds: dict[str, list[dict[str, float]]] = {name: [] for name in _BESIDE}
+    for _ in range(repeats):
+        for name, (module, runs, scenario_repeats) in _BESIDE.items():
+            rounds[name].append(run_scenario(module, runs, scenario_repeats))
+    return {
+        name: {key: median([figures[key] for figures in found]) for key in found[0]}
+        for name, found in rounds.items()
+    }
+
+
+# Scenario name: (module, concurrent runs, rounds within the process); Kestrel's and the
+# floor's alternate.
+_BESIDE = {
+    "lone": ("w1", 1, 15),
+    "floor_lone": ("floor", 1, 15),
+    "many": ("w1", 100, 5),
+    "floor_many": ("floor", 100, 5),
+}
 
 
 def report(database: str = "sqlite") -> None:
-    """Print W1's figures on ``database``."""
-    lone = run_scenario(database, 1, repeats=15)
-    many = run_scenario(database, 100, repeats=5)
-    guarded = run_scenario(database, 1, repeats=15, guarded=True)
-    guarded_many = run_scenario(database, 100, repeats=5, guarded=True)
-    print(f"W1 ({LABELS[database]}, 20 iterations per run, in-process echo tool)")
-    print(f"  median time per iteration, 1 run:     {lone['ms_per_iteration']:.3f} ms")
-    print(f"  iterations/s, 1 run:                  {lone['iterations_per_s']:.0f}")
-    print(f"  iterations/s, 100 concurrent runs:    {many['iterations_per_s']:.0f}")
-    print(f"  peak RSS, 100 concurrent runs:        {many['peak_rss_mib']:.1f} MiB")
+    """Print W1's figures on ``database``; on SQLite beside the floor's, as ratios."""
+    if database == "sqlite":
+        found = beside_floor()
+        lone, many = found["lone"], found["many"]
+        _print_beside_floor(found)
+    else:
+        lone = run_scenario("w1", 1, 15, database)
+        many = run_scenario("w1", 100, 5, database)
+        print(f"W1 ({LABELS[database]}, 20 iterations per run, in-process echo tool)")
+        print(f"  median time per iteration, 1 run:     {lone['ms_per_iteration']:.3f} ms")
+        print(f"  iterations/s, 1 run:                  {lone['iterations_per_s']:.0f}")
+        print(f"  iterations/s, 100 concurrent runs:    {many['iterations_per_s']:.0f}")
+        print(f"  peak RSS, 100 concurrent runs:        {many['peak_rss_mib']:.1f} MiB")
+    guarded = run_scenario("w1", 1, 15, database, guarded=True)
+    guarded_many = run_scenario("w1", 100, 5, database, guarded=True)
     extra = (guarded["ms_per_iteration"] - lone["ms_per_iteration"]) * 1000
     print("  with a PreToolUse + PostToolUse hook and the PII guard (redact):")
     print(f"    median time per iteration, 1 run:   {guarded['ms_per_iteration']:.3f} ms")
     print(f"    iterations/s, 100 concurrent runs:  {guarded_many['iterations_per_s']:.0f}")
     print(f"    overhead per tool call (1 run):     {extra:+.0f} µs")
+
+
+def _print_beside_floor(found: dict[str, dict[str, float]]) -> None:
+    lone, many = found["lone"], found["many"]
+    floor_lone, floor_many = found["floor_lone"], found["floor_many"]
+    print(f"W1 ({LABELS['sqlite']}, 20 iterations per run, in-process echo tool)")
+    print(f"  beside the floor (bench/floor.py), interleaved, medians of {REPEATS} repeats:")
+    print("                                         Kestrel      floor   Kestrel/floor")
+    rows = [
+        ("median time per iteration, 1 run", lone, floor_lone, "ms_per_iteration", "ms", 3),
+        ("iterations/s, 1 run", lone, floor_lone, "iterations_per_s", "", 0),
+        ("iterations/s, 100 concurrent runs", many, floor_many, "iterations_per_s", "", 0),
+        ("peak RSS, 100 concurrent runs", many, floor_many, "peak_rss_mib", "MiB", 1),
+    ]
+    for label, ours, theirs, key, unit, digits in rows:
+        ratio = ours[key] / theirs[key]
+        mine, floor = f"{ours[key]:,.{digits}f} {unit}", f"{theirs[key]:,.{digits}f} {unit}"
+        print(f"  {label + ':':<37}{mine:>10} {floor:>10}   {ratio:.2f}x")
+    print("  targets: time per iteration ≤ 1.0x the floor, iterations/s at 100 runs ≥ 0.9x,")
+    print("  peak RSS at 100 runs ≤ 40 MiB")
 
 
 if __name__ == "__main__":
