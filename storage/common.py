@@ -20,10 +20,7 @@ from bot.errors import SeqConflict, SeqGap, StaleEpoch, StoreError, UnknownRun
 from bot.journal.decode import decode_entry
 from bot.journal.entries import (
     Entry,
-    RunEnded,
     RunResumed,
-    RunSuspended,
-    ToolDeferred,
     status_after,
 )
 from bot.journal.log import JournalRecord, JournalTally
@@ -79,9 +76,9 @@ def projection(entry: Entry) -> Projection | None:
     if status is None:
         return None
     releases = status is not RunStatus.RUNNING
-    if isinstance(entry, RunSuspended):
+    if entry.kind == "run_suspended":
         return Projection(status, entry.reason.value, releases)
-    if isinstance(entry, RunEnded):
+    if entry.kind == "run_ended":
         return Projection(status, entry.result.stop_reason.value, releases)
     return Projection(status, "", releases)
 
@@ -302,7 +299,8 @@ def request_row(request: Request, stamp: Callable[[datetime], Any]) -> tuple[Any
     )
 
 
-_WRITE_BESIDE: Final = (ToolDeferred, RunResumed, RunEnded)
+# By ``kind``: every append asks, and a failed ``isinstance`` of a pydantic model is slow.
+_WRITE_BESIDE: Final = frozenset({"tool_deferred", "run_resumed", "run_ended"})
 
 
 def beside_entry(
@@ -314,10 +312,10 @@ def beside_entry(
     Written with the entry, they exist exactly when it does, and a stale owner (whose append is
     refused) writes none.
     ``now`` (the audit's time, as stored) is asked only when there is something to write."""
-    if not isinstance(entry, _WRITE_BESIDE):
+    if entry.kind not in _WRITE_BESIDE:
         return []
     at = now()
-    if isinstance(entry, ToolDeferred):
+    if entry.kind == "tool_deferred":
         request = entry.request
         detail = request_detail(request)
         actor = request.requested_by or "run"
@@ -325,9 +323,10 @@ def beside_entry(
             (sql.OPEN_REQUEST, request_row(request, stamp)),
             (sql.AUDIT, (at, actor, AuditAction.REQUEST.value, run_id, request.id, detail)),
         ]
-    if isinstance(entry, RunEnded):
+    if entry.kind == "run_ended":
         owed = outbox_json(owed_answer(run_id))
         return [(sql.OWE_ANSWER, (run_id, answer_key(run_id), owed, at))]
+    assert entry.kind == "run_resumed"
     return [
         (
             sql.AUDIT,

@@ -80,6 +80,8 @@ class RunJournal:
         Where a store commits a flush's entries one by one (PostgreSQL), a failure can leave
         the entries before it durable: their callbacks are still called.
         """
+        if not self._pending:
+            return  # nothing queued, so no callback either: the loop asks before every turn
         pending, self._pending = self._pending, []
         callbacks: list[tuple[int, Callable[[], None]]] = []
         if self._when_durable:

@@ -178,13 +178,14 @@ def _parse_arguments(raw: str) -> tuple[dict[str, Any], list[str]]:
 async def _dispatch(
     call: ToolCall, tool: Tool, arguments: dict[str, Any], env: CallEnv
 ) -> CallExit:
+    traits = tool.flags.traits
     ctx = ToolContext(
         run_id=env.run.journal.run_id,
         call_id=call.id,
         requested_by=env.run.hook_ctx.requested_by,
-        prompter=env.run.prompter if tool.flags.traits.needs_prompter else None,
-        workdir=env.run.workdir if tool.flags.traits.needs_workdir else None,
-        started=None if tool.flags.traits.idempotent else _process_recorder(call, env),
+        prompter=env.run.prompter if traits.needs_prompter else None,
+        workdir=env.run.workdir if traits.needs_workdir else None,
+        started=None if traits.idempotent else _process_recorder(call, env),
         stamp=env.run.stamp,
     )
     await _takeover_check(call, tool, env)
@@ -229,8 +230,8 @@ def _process_recorder(call: ToolCall, env: CallEnv) -> Callable[[int], None]:
 async def _invoke(
     tool: Tool, arguments: dict[str, Any], ctx: ToolContext, interrupt: Interrupt
 ) -> tuple[ToolOutcome, str, bool, Deferral | None]:
-    paced = tool.flags.traits.operator_paced or tool.flags.traits.timeout <= 0
-    limit = None if paced else tool.flags.traits.timeout
+    traits = tool.flags.traits
+    limit = None if traits.operator_paced or traits.timeout <= 0 else traits.timeout
     try:
         async with interrupt.guard(tool=True), asyncio.timeout(limit):
             answer = await tool.call(arguments, ctx)

@@ -28,6 +28,8 @@ class Interrupt:
         self._task: asyncio.Task[object] | None = None
         self._in_tool = False
         self._cut = False
+        # Made once: a run enters one or two guards per iteration.
+        self._guards = (_Guard(self, False), _Guard(self, True))
 
     def request(self, *, spare_tools: bool = False) -> None:
         """Cut the current guarded wait short (unless it is a tool being spared); every later
@@ -40,11 +42,12 @@ class Interrupt:
 
     def guard(self, *, tool: bool = False) -> _Guard:
         """A wait that a stop request may cut short (raising ``Interrupted`` instead)."""
-        return _Guard(self, tool)
+        return self._guards[tool]
 
 
 class _Guard:
-    """One guarded wait (a plain class: it runs twice per iteration of every run)."""
+    """A guarded wait (a plain class, reused: it runs twice per iteration of every run; one
+    task enters it at a time, the run's)."""
 
     __slots__ = ("_interrupt", "_tool")
 
