@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, ParamSpec, Protocol
 
 from pydantic import BaseModel
 
@@ -24,6 +25,8 @@ from bot.domain import (
 )
 
 log = logging.getLogger("kestrel.events")
+
+_P = ParamSpec("_P")
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,6 +249,12 @@ class FanOut:
     def add(self, sink: EventSink) -> None:
         """Subscribe one more sink."""
         self._sinks.append(sink)
+
+    def announce(self, kind: Callable[_P, Event], /, *args: _P.args, **kwargs: _P.kwargs) -> None:
+        """Build an event of ``kind`` and deliver it, only if some sink listens: the loop says
+        a few things every iteration, and a run with nobody listening need not build them."""
+        if self._sinks:
+            self.emit(kind(*args, **kwargs))
 
     def emit(self, event: Event) -> None:
         """Deliver to every sink, logging (not raising) a sink's failure."""

@@ -179,7 +179,10 @@ def _assistant(state: RunState, entry: AssistantTurnEntry) -> None:
 
 
 def _find(state: RunState, call_id: str) -> CallState | None:
-    return next((c for c in state.batch if c.call.id == call_id), None)
+    for call in state.batch:
+        if call.call.id == call_id:
+            return call
+    return None
 
 
 def _dispatched(state: RunState, entry: ToolDispatched) -> None:

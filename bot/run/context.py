@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bot.domain import Request, RequestMaker, unstamped
-from bot.events import EventSink
+from bot.events import FanOut
 from bot.hooks import HookContext, Hooks
 from bot.journal.writer import RunJournal
 from bot.kinds import Provenance
@@ -21,7 +21,7 @@ class RunContext:
 
     journal: RunJournal
     hooks: Hooks
-    events: EventSink
+    events: FanOut
     open_request: Callable[[Request], Awaitable[None]]
     # The run's own, from its signals: a fresh one here would never hear a stop request.
     interrupt: Interrupt

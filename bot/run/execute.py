@@ -189,7 +189,7 @@ async def _dispatch(
         stamp=env.run.stamp,
     )
     await _takeover_check(call, tool, env)
-    env.run.events.emit(ToolStartedEvent(env.run.run_id, call.id, tool.name, arguments))
+    env.run.events.announce(ToolStartedEvent, env.run.run_id, call.id, tool.name, arguments)
     outcome, output, is_error, deferral = await _invoke(tool, arguments, ctx, env.run.interrupt)
     if deferral is not None:
         request = env.run.request(
@@ -286,6 +286,6 @@ async def _journal_exit(call: ToolCall, result: CallExit, env: CallEnv, began: f
         journal.append_soon(GrantWritten(grant=grant))
     if result.request is None:
         await journal.flush()  # the answer and its grants, in one commit
-    env.run.events.emit(
-        ToolExitEvent(env.run.run_id, call.id, call.name, result.outcome, seconds, result.output)
+    env.run.events.announce(
+        ToolExitEvent, env.run.run_id, call.id, call.name, result.outcome, seconds, result.output
     )

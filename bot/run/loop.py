@@ -119,9 +119,11 @@ class AgentLoop:
     def __init__(self, run: RunContext, deps: LoopDeps, signals: Signals) -> None:
         self.run_ctx = run
         self.journal = run.journal
+        # The folded state, kept in step by every append (the journal's own, never replaced).
+        self.state: RunState = run.journal.state
         self.deps = deps
         self.signals = signals
-        started = self.journal.state.started
+        started = self.state.started
         assert started is not None, "a run's journal starts with run_started"
         self.started = started
         self.budgets = started.budgets
@@ -131,11 +133,6 @@ class AgentLoop:
     def run_id(self) -> str:
         """The run this loop drives."""
         return self.journal.run_id
-
-    @property
-    def state(self) -> RunState:
-        """The folded state, kept in step by every append."""
-        return self.journal.state
 
     async def run(self, resumed: RunResumed | None = None) -> RunState:
         """Iterate until a terminal result or a suspend; journal whichever it is.
@@ -177,15 +174,14 @@ class AgentLoop:
                 await self.journal.append(entry)  # durable before any of its tools runs
             else:
                 self.journal.append_soon(entry)  # the run's end, next, commits with it
-            self.run_ctx.events.emit(
-                ModelTurnEvent(
-                    self.run_id,
-                    turn.text or "",
-                    len(turn.calls),
-                    seconds=seconds,
-                    input_tokens=turn.usage.input_tokens,
-                    output_tokens=turn.usage.output_tokens,
-                )
+            self.run_ctx.events.announce(
+                ModelTurnEvent,
+                self.run_id,
+                turn.text or "",
+                len(turn.calls),
+                seconds=seconds,
+                input_tokens=turn.usage.input_tokens,
+                output_tokens=turn.usage.output_tokens,
             )
             if turn.finish_reason == "length":
                 raise Stop(
