@@ -96,7 +96,7 @@ class RunState:
 
     def outcomes(self) -> dict[str, int]:
         """Calls counted by the exit that answered them (a still-open deferral counts as one)."""
-        return {kind: n for kind, n in self.outcome_counts.items() if n}
+        return {str(kind): n for kind, n in self.outcome_counts.items() if n}
 
 
 def call_signature(tool: str, arguments: str, output: str) -> int:
@@ -214,7 +214,7 @@ def _result(state: RunState, entry: ToolResultEntry) -> None:
     if call.deferred is not None:
         state.outcome_counts["deferred"] -= 1
     call.result = entry
-    state.outcome_counts[entry.outcome.value] += 1
+    state.outcome_counts[entry.outcome] += 1  # a StrEnum: counted under its value
     state.tool_calls += 1
     state.signatures[call_signature(entry.tool, call.call.arguments, entry.output)] += 1
     if not state.open_batch:

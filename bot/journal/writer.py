@@ -94,9 +94,10 @@ class RunJournal:
         except StaleEpoch as exc:
             raise TakenOver(str(exc)) from exc
         finally:
-            for done in pending:
-                if done.done() and not done.cancelled():
-                    done.exception()  # every failure is seen, the first one is raised
+            if durable < len(pending):
+                for done in pending:
+                    if done.done() and not done.cancelled():
+                        done.exception()  # every failure is seen, the first one is raised
             for needed, callback in callbacks:
                 if needed <= durable:
                     callback()

@@ -87,7 +87,7 @@ async def execute_tool(call: ToolCall, env: CallEnv) -> CallExit:
             )
             env.run.events.emit(taken)
             raise
-        current.set("outcome", result.outcome.value)
+        current.set("outcome", result.outcome)  # a StrEnum: its value, without asking .value
         await _journal_exit(call, result, env, began)
         return result
 
