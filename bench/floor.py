@@ -104,20 +104,32 @@ class FloorRun:
         return str(turn["content"])
 
 
-async def scenario(url: str, runs: int, repeats: int) -> dict[str, float]:
-    """Time ``repeats`` rounds of ``runs`` concurrent floor runs on the SQLite file at ``url``."""
+async def open_floor(url: str) -> aiosqlite.Connection:
+    """The floor's database at the SQLite URL ``url``, created with Kestrel's pragmas."""
     db = await aiosqlite.connect(url.removeprefix("sqlite:///"))
     await db.executescript(_PRAGMAS + _SCHEMA)
+    return db
+
+
+async def play(db: aiosqlite.Connection, runs: int) -> int:
+    """One round of ``runs`` concurrent floor runs; the iterations they made."""
     replies = w1_replies(ITERATIONS)
+    floor_runs = [FloorRun(db, replies) for _ in range(runs)]
+    answers = await asyncio.gather(*(run.run() for run in floor_runs))
+    assert all(answer == "done" for answer in answers)
+    return sum(run.iterations for run in floor_runs)
+
+
+async def scenario(url: str, runs: int, repeats: int) -> dict[str, float]:
+    """Time ``repeats`` rounds of ``runs`` concurrent floor runs on the SQLite file at ``url``."""
+    db = await open_floor(url)
     per_iteration, rates = [], []
     for _ in range(repeats):
         started = time.perf_counter()
-        floor_runs = [FloorRun(db, replies) for _ in range(runs)]
-        answers = await asyncio.gather(*(run.run() for run in floor_runs))
+        iterations = await play(db, runs)
         elapsed = time.perf_counter() - started
-        assert all(answer == "done" for answer in answers)
         per_iteration.append(elapsed / ITERATIONS * 1000)
-        rates.append(sum(run.iterations for run in floor_runs) / elapsed)
+        rates.append(iterations / elapsed)
     await db.close()
     return {
         "ms_per_iteration": median(per_iteration),

@@ -1,8 +1,9 @@
 """W1 in instructions per iteration, counted by ``valgrind --tool=callgrind``: a figure the
-machine's noise does not move (``python -m bench.instructions``; needs valgrind, about 1.5 min).
+machine's noise does not move (``python -m bench.instructions``; needs valgrind, about 3 min).
 
 Two processes run under callgrind: one that only sets up (imports, store, runtime), one that
 then runs rounds of concurrent W1 runs. Their difference, per iteration, is the loop's cost.
+The same is counted for the floor (``bench.floor``), so their ratio is noise-free too.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import re
 import shutil
 import subprocess
 
+from bench import floor
 from bench.common import bench_command, w1_runtime
 from bench.stores import open_store, scratch
 from bot.run.supervisor import Supervisor
@@ -32,14 +34,24 @@ async def scenario(url: str, rounds: int) -> None:
     await store.close()
 
 
-def counted(rounds: int) -> int:
-    """Instructions of one scenario process under callgrind, on a fresh SQLite store."""
+async def floor_scenario(url: str, rounds: int) -> None:
+    """The floor's ``scenario``: set up on ``url`` and play ``rounds`` rounds of ``RUNS``."""
+    db = await floor.open_floor(url)
+    for _ in range(rounds):
+        await floor.play(db, RUNS)
+    await db.close()
+
+
+def counted(rounds: int, of_floor: bool = False) -> int:
+    """Instructions of one scenario process (Kestrel's, or the floor's) under callgrind, on a
+    fresh SQLite store."""
+    which = ["--floor"] if of_floor else []
     with scratch("sqlite") as url:
         command = [
             "valgrind",
             "--tool=callgrind",
             "--callgrind-out-file=/dev/null",
-            *bench_command("instructions", "--store", url, "--rounds", str(rounds)),
+            *bench_command("instructions", "--store", url, "--rounds", str(rounds), *which),
         ]
         out = subprocess.run(command, capture_output=True, text=True, check=True)
     found = re.search(r"Collected : (\d+)", out.stderr)
@@ -53,17 +65,22 @@ def report() -> None:
     if shutil.which("valgrind") is None:
         print("W1 instructions skipped: valgrind is not installed")
         return
-    per_iteration = (counted(ROUNDS) - counted(0)) / (ROUNDS * RUNS * ITERATIONS)
+    iterations = ROUNDS * RUNS * ITERATIONS
+    ours = (counted(ROUNDS) - counted(0)) / iterations
+    floors = (counted(ROUNDS, of_floor=True) - counted(0, of_floor=True)) / iterations
     print(f"W1 under callgrind (SQLite, {ROUNDS} rounds of {RUNS} concurrent runs)")
-    print(f"  instructions per iteration:           {per_iteration:,.0f}")
+    print(f"  instructions per iteration:           {ours:,.0f}")
+    print(f"  the floor's (bench/floor.py):         {floors:,.0f} ({ours / floors:.2f}x)")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--store", help="run one scenario process on this store URL")
     parser.add_argument("--rounds", type=int, default=ROUNDS)
+    parser.add_argument("--floor", action="store_true", help="the floor's scenario instead")
     args = parser.parse_args()
     if args.store:
-        asyncio.run(scenario(args.store, args.rounds))
+        play = floor_scenario if args.floor else scenario
+        asyncio.run(play(args.store, args.rounds))
     else:
         report()

@@ -32,7 +32,7 @@ from storage.sqlite_writer import Contended, SqliteWriter
 MAX_BATCH: Final = 1024
 # From this many queued writes, a batch commits on the writer's thread while the loop goes on;
 # below it, inline (a lone run's commit would pay for two thread hops).
-THREAD_BATCH: Final = int(__import__("os").environ.get("TB", "16"))
+THREAD_BATCH: Final = 16
 
 # It lands only if the epoch is the run's current one and the seq is the next free one, so
 # the common case needs no read before the write.
