@@ -5,12 +5,6 @@ of the store) are committed together, in one transaction, by a callback that run
 that pass: a hundred runs each waiting on a write share one fsync. The callback commits inline
 while SQLite's write lock is free; when another connection holds it, a task waits for it on the
 writer's thread, and the writes queued meanwhile go into the next batch.
-
-A crowd of writers (``THREAD_BATCH`` queued) is committed on the writer's thread at once, without
-waiting for the end of the pass: the event loop goes on with the other writers while the fsync
-runs, and the next batch is handed to the thread before the writers of the last one are
-released. The crowd then splits in two, one half working while the other half's batch commits,
-instead of the whole process waiting on every fsync.
 """
 
 from __future__ import annotations
@@ -30,9 +24,6 @@ from storage.sqlite_writer import Contended, SqliteWriter
 
 # Bounds one transaction's size (and the latency of the appends queued behind it).
 MAX_BATCH: Final = 1024
-# From this many queued writes, a batch commits on the writer's thread while the loop goes on;
-# below it, inline (a lone run's commit would pay for two thread hops).
-THREAD_BATCH: Final = 16
 
 # It lands only if the epoch is the run's current one and the seq is the next free one, so
 # the common case needs no read before the write.
@@ -133,10 +124,7 @@ class GroupCommit:
             # Writes queued on another (closed) loop have nobody left to wait for them.
             self._loop, self._pending, self._kick, self._waiting = loop, [], None, None
         self._pending.append(job)
-        if self._waiting is None and len(self._pending) >= THREAD_BATCH:
-            self._commit()  # a crowd: these commit on the thread while the rest work
-        else:
-            self._schedule()
+        self._schedule()
 
     def _schedule(self) -> None:
         if self._kick is None and self._waiting is None and self._pending:
@@ -144,9 +132,7 @@ class GroupCommit:
             self._kick = self._loop.call_soon(self._commit)
 
     def _commit(self) -> None:
-        if self._kick is not None:
-            self._kick.cancel()
-            self._kick = None
+        self._kick = None
         # A caller cancelled before its turn gives up the write: it is not made.
         batch = [job for job in self._pending[:MAX_BATCH] if not job.done.done()]
         del self._pending[:MAX_BATCH]
@@ -154,37 +140,24 @@ class GroupCommit:
             self._schedule()
             return
         write = _batch_writer(batch, self._now())
-        if len(batch) >= THREAD_BATCH:
-            self._on_thread(batch, write)
-            return
         with self._failing_together(batch):
             try:
                 outcomes = self._writer.try_inline(write)
             except Contended:
-                self._on_thread(batch, write)
+                assert self._loop is not None
+                self._waiting = self._loop.create_task(self._commit_waiting(batch, write))
                 return
             _settle_all(batch, outcomes)
         self._schedule()
 
-    def _on_thread(
-        self, batch: list[_Job], write: Callable[[sqlite3.Connection], list[object]]
-    ) -> None:
-        assert self._loop is not None
-        self._waiting = self._loop.create_task(self._commit_waiting(batch, write))
-
     async def _commit_waiting(
         self, batch: list[_Job], write: Callable[[sqlite3.Connection], list[object]]
     ) -> None:
-        outcomes: list[object] | None = None
         try:
             with self._failing_together(batch):
-                outcomes = await self._writer.transact(write, on_thread=True)
+                _settle_all(batch, await self._writer.transact(write))
         finally:
             self._waiting = None
-        if outcomes is not None:
-            if len(self._pending) >= THREAD_BATCH:
-                self._commit()  # before this batch's writers go on, so its fsync overlaps them
-            _settle_all(batch, outcomes)
         self._schedule()
 
     @contextlib.contextmanager

@@ -71,17 +71,12 @@ class SqliteWriter:
             raise
         return cls(conn, thread, busy_ms)
 
-    async def transact(
-        self, body: Callable[[sqlite3.Connection], _T], *, on_thread: bool = False
-    ) -> _T:
-        """Run ``body`` in one committed transaction; rolled back if it raises. Inline while
-        uncontended, unless ``on_thread`` (the event loop goes on during the commit)."""
-        if not on_thread:
-            try:
-                return self.try_inline(body)
-            except Contended:
-                pass
-        return await self._on_thread(lambda: self._waiting(body))
+    async def transact(self, body: Callable[[sqlite3.Connection], _T]) -> _T:
+        """Run ``body`` in one committed transaction; rolled back if it raises."""
+        try:
+            return self.try_inline(body)
+        except Contended:
+            return await self._on_thread(lambda: self._waiting(body))
 
     async def script(self, sql: str) -> None:
         """Run a script that manages its own transaction (migrations); rolled back on error."""

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from bot.errors import StoreError
-from storage.sqlite_group_commit import THREAD_BATCH, GroupCommit
+from storage.sqlite_group_commit import GroupCommit
 from storage.sqlite_writer import SqliteWriter
 from tests.storage.conftest import table_rows
 
@@ -71,19 +71,3 @@ async def test_drain_commits_what_is_queued(group: GroupCommit, table_db: Path) 
     await group.drain()
 
     assert queued.done() and table_rows(table_db) == ["queued"]
-
-
-async def test_a_crowd_commits_on_the_thread_in_order_and_fails_alone(
-    group: GroupCommit, table_db: Path
-) -> None:
-    names = [f"w{i:03}" for i in range(THREAD_BATCH * 3)]
-    crowd = [group.write(insert(name)) for name in names[:THREAD_BATCH]]
-    failing = group.write(insert("w000"))  # UNIQUE fails: queued behind the crowd's batch
-    rest = [group.write(insert(name)) for name in names[THREAD_BATCH:]]
-
-    assert not any(done.done() for done in crowd)  # handed to the thread, not committed inline
-    results = await asyncio.gather(*crowd, failing, *rest, return_exceptions=True)
-
-    assert results[:THREAD_BATCH] + results[THREAD_BATCH + 1 :] == names
-    assert isinstance(results[THREAD_BATCH], sqlite3.IntegrityError)
-    assert table_rows(table_db) == names
