@@ -69,6 +69,8 @@ class RunState:
     answers: dict[str, Decision] = field(default_factory=dict)
     advisories: list[str] = field(default_factory=list)
     signatures: Counter[int] = field(default_factory=Counter)
+    # The most times one signature was seen: asked after every batch, kept as results land.
+    most_repeated: int = 0
     status: RunStatus = RunStatus.RUNNING
     result: TerminalResult | None = None
     last_text: str = ""
@@ -216,7 +218,9 @@ def _result(state: RunState, entry: ToolResultEntry) -> None:
     call.result = entry
     state.outcome_counts[entry.outcome] += 1  # a StrEnum: counted under its value
     state.tool_calls += 1
-    state.signatures[call_signature(entry.tool, call.call.arguments, entry.output)] += 1
+    signature = call_signature(entry.tool, call.call.arguments, entry.output)
+    seen = state.signatures[signature] = state.signatures[signature] + 1
+    state.most_repeated = max(state.most_repeated, seen)
     if not state.open_batch:
         items = tuple(
             ToolResultItem(c.call.id, c.call.name, c.result.output if c.result else "")

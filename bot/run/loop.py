@@ -286,7 +286,7 @@ class AgentLoop:
         if self.state.open_requests:
             raise Suspend(StopReason.WAITING, self.state.open_requests)
         repeats = self.budgets.no_progress_repeats
-        if repeats and self.state.signatures and max(self.state.signatures.values()) >= repeats:
+        if repeats and self.state.most_repeated >= repeats:
             call = self.state.batch[-1]
             evidence = call.result.output[:500] if call.result else ""
             raise Stop(

@@ -242,6 +242,7 @@ def test_identical_calls_with_identical_results_share_a_signature() -> None:
     same = call_signature("restart", '{"svc": "web"}', "same")
     assert state.signatures[same] == 2
     assert sum(state.signatures.values()) == 3
+    assert state.most_repeated == 2
 
 
 def test_last_text_keeps_the_latest_turn_that_had_text() -> None:
