@@ -55,6 +55,8 @@ class LiveRun:
     """A run driven by a task of this process."""
 
     run_id: str
+    # The lease it was resumed under (0: a new run's, the first there is).
+    epoch: int = 0
     signals: Signals = field(default_factory=Signals)
     task: asyncio.Task[RunState] | None = None
     error: str = ""
@@ -63,6 +65,8 @@ class LiveRun:
     cancelled_by: str = ""
     # The task that went on with the run when this one suspended on requests already answered.
     next: LiveRun | None = None
+    # Set once the task has left ``Supervisor.live`` (its run suspended, ended or given up).
+    left: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class KeyedLocks:
@@ -135,12 +139,18 @@ class Supervisor:
         # One look-and-claim at a time per run: a decider's claimed resume and a plain one (a
         # deadline, adoption, work taken, a suspend that found its answers) must not both
         # drive the run, nor one drive it again after the other ended it.
-        async with self._resuming.hold(run_id):
-            if run_id in self.live:
-                return self.live[run_id]
-            if claimed is not None:
-                return await self._resume_claimed(run_id, claimed, prompter, force, by)
-            return await self._resume_free(run_id, prompter, force, by)
+        while True:
+            async with self._resuming.hold(run_id):
+                live = self.live.get(run_id)
+                if live is None and claimed is not None:
+                    return await self._resume_claimed(run_id, claimed, prompter, force, by)
+                if live is None:
+                    return await self._resume_free(run_id, prompter, force, by)
+                if claimed is None or live.epoch >= claimed:
+                    return live
+            # A decision took the lease this run's suspend gave up, before the suspended task
+            # left: that task drives nothing more, so go on with the claim once it has left.
+            await live.left.wait()
 
     async def _resume_free(
         self, run_id: str, prompter: Prompter | None, force: bool, by: str
@@ -197,7 +207,7 @@ class Supervisor:
     ) -> LiveRun:
         """Drive a run whose lease this process holds at ``epoch`` on a task of its own."""
         prompter = _prompter_for(state, prompter)
-        live = LiveRun(run_id)
+        live = LiveRun(run_id, epoch)
         previous = owner if owner != self.rt.owner else ""
         resumed = RunResumed(owner=self.rt.owner, forced=force, taken_over_from=previous, by=by)
         self._drive_on_task(live, self._resume(live, epoch, state, prompter, resumed))
@@ -486,6 +496,7 @@ class Supervisor:
             state = await self._panic(live.run_id, exc, stack)
         finally:
             self.live.pop(live.run_id, None)
+            live.left.set()
             # A suspended or ended run's last entry gave the lease up as it was written.
             if state.status is RunStatus.RUNNING:
                 with contextlib.suppress(Exception):
