@@ -54,12 +54,25 @@ def keep_clean(kind: str, *subjects: Any) -> None:
 
 
 def _name(kind: str, subjects: tuple[Any, ...]) -> str | None:
-    """The verdict's file name; None if a subject is not JSON (never kept)."""
+    """The verdict's file name; None if a subject is not plain JSON (never kept)."""
     try:
-        text = json.dumps([kind, _checker_stamps(), *subjects], sort_keys=True)
-    except (TypeError, ValueError):
+        if not all(map(_plain, subjects)):
+            return None
+    except RecursionError:  # nested deeper than a check would go: left to the check to say
         return None
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    text = json.dumps([kind, _checker_stamps(), *subjects], sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _plain(value: Any) -> bool:
+    """Whether ``value`` is JSON that ``json.dumps`` writes as no other value: no tuple (it
+    would read as a list, which a schema tells from it) and no key but text (1 would read
+    as "1", and a schema's property named 1 matches no argument)."""
+    if isinstance(value, dict):
+        return all(isinstance(key, str) and _plain(item) for key, item in value.items())
+    if isinstance(value, list):
+        return all(map(_plain, value))
+    return value is None or isinstance(value, str | int | float)
 
 
 @cache
