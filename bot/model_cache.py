@@ -128,6 +128,11 @@ def _name(cls: type[BaseModel]) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
+def kept_folder(create: bool = False) -> Path | None:
+    """The folder this code's kept files go in, if it may be trusted; ``create`` makes it."""
+    return _folder(create)
+
+
 def _folder(create: bool = False) -> Path | None:
     """This code's folder in the cache, if it may be trusted (ours, no one else may write)."""
     if not create:

@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
+import sys
 from collections.abc import Iterator
 from typing import Any
-
-try:
-    from opentelemetry import trace as _trace
-except ImportError:  # the API is optional: without it every span is a no-op
-    _trace = None  # type: ignore[assignment]
 
 
 class Span:
@@ -36,28 +33,41 @@ class _NullSpan(Span):
 
 
 _NULL = _NullSpan()
+_PROVIDER_VARIABLE = "OTEL_PYTHON_TRACER_PROVIDER"
 
 
 def span(
     name: str, **attributes: str | int | float | bool
 ) -> contextlib.AbstractContextManager[Span]:
     """One span named ``kestrel.<name>`` around the block (a shared no-op when not recording)."""
-    if _trace is None or not _recording():
+    trace = _recording()
+    if trace is None:
         return _NULL
-    return _recorded(name, attributes)
+    return _recorded(trace, name, attributes)
 
 
 @contextlib.contextmanager
-def _recorded(name: str, attributes: dict[str, str | int | float | bool]) -> Iterator[Span]:
-    assert _trace is not None
-    tracer = _trace.get_tracer("kestrel")
+def _recorded(
+    trace: Any, name: str, attributes: dict[str, str | int | float | bool]
+) -> Iterator[Span]:
+    tracer = trace.get_tracer("kestrel")
     with tracer.start_as_current_span(f"kestrel.{name}", attributes=attributes) as inner:
         yield Span(inner)
 
 
 @functools.cache
-def _recording() -> bool:
-    """Whether an SDK installed a tracer provider (looked up once: install it before any run)."""
-    assert _trace is not None
-    provider = _trace.get_tracer_provider()
-    return type(provider).__name__ not in ("ProxyTracerProvider", "NoOpTracerProvider")
+def _recording() -> Any:
+    """The API's ``trace`` module if an SDK installed a tracer provider, else None (looked up
+    once: install it before any run)."""
+    # A provider is installed through the API (imported by whoever installs it) or named by
+    # OTEL_PYTHON_TRACER_PROVIDER; with neither, no span records and the API (some 10 ms
+    # to import) is not imported.
+    if "opentelemetry.trace" not in sys.modules and not os.environ.get(_PROVIDER_VARIABLE):
+        return None
+    try:
+        from opentelemetry import trace
+    except ImportError:  # the API is optional: without it every span is a no-op
+        return None
+    provider = trace.get_tracer_provider()
+    recording = type(provider).__name__ not in ("ProxyTracerProvider", "NoOpTracerProvider")
+    return trace if recording else None

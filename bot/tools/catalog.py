@@ -48,6 +48,7 @@ from bot.tools.command import (
     template_problems,
 )
 from bot.tools.isolation import Isolation, is_kestrels_variable
+from bot.tools.verdicts import SOUND_PARAMETERS, found_clean, keep_clean
 
 Loc = tuple[str | int, ...]
 
@@ -183,7 +184,7 @@ def _tool(raw: dict[str, Any]) -> str:
 
 def _schema_problems(report: _Report, raw: dict[str, Any], prefix: Loc) -> None:
     parameters = raw.get("parameters")
-    if not isinstance(parameters, dict):
+    if not isinstance(parameters, dict) or found_clean(SOUND_PARAMETERS, parameters):
         return
     from jsonschema.exceptions import SchemaError
     from jsonschema.validators import validator_for
@@ -193,10 +194,13 @@ def _schema_problems(report: _Report, raw: dict[str, Any], prefix: Loc) -> None:
     except SchemaError as exc:
         report.at((*prefix, *exc.path), f"invalid JSON Schema: {exc.message}")
         return
+    before = len(report.problems)
     if parameters.get("type") != "object":
         report.at(prefix, "parameters must be a JSON Schema with type: object")
     for path, message in pattern_problems(parameters):
         report.at((*prefix, *path), _tool(raw) + message)
+    if len(report.problems) == before:
+        keep_clean(SOUND_PARAMETERS, parameters)
 
 
 def _command_problems(report: _Report, raw: dict[str, Any], prefix: Loc) -> None:

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from bot.tools.base import ToolContext, ToolFlags, ToolResult
 from bot.tools.isolation import Isolation, program_problem
+from bot.tools.verdicts import SOUND_PARAMETERS, VALID_ARGUMENTS, found_clean, keep_clean
 
 # RE2 and jsonschema are imported where a pattern or a schema is first compiled: slow to
 # import, and a command that only reads the catalog for its flags needs neither.
@@ -359,7 +360,7 @@ def _first_problem(
     undeclared = [name for name in allow_leading_dash if name not in properties]
     if undeclared:
         return f"allow_leading_dash: {undeclared[0]!r} is not a declared parameter"
-    patterns = pattern_problems(schema)
+    patterns = [] if found_clean(SOUND_PARAMETERS, schema) else pattern_problems(schema)
     if patterns:
         path, message = patterns[0]
         return _error_line(("parameters", *path), message)
@@ -462,7 +463,7 @@ class CommandTool:
 
     def argument_errors(self, arguments: dict[str, Any]) -> list[str]:
         """Every way ``arguments`` are invalid: the schema (patterns on RE2), then argv rules."""
-        errors = list(self._validator.iter_errors(arguments))
+        errors = self._schema_errors(arguments)
         problems = [_error_line(error.absolute_path, error.message) for error in errors]
         # One line per argument: one the schema already refused is not judged again.
         refused = {error.absolute_path[0] for error in errors if error.absolute_path}
@@ -475,6 +476,17 @@ class CommandTool:
             except ValueError as exc:
                 problems.append(str(exc))
         return problems
+
+    def _schema_errors(self, arguments: dict[str, Any]) -> list[ValidationError]:
+        """The schema's complaints. A gated call is checked again when it runs approved, often
+        in another process: its arguments found valid are kept as such (``bot.tools.verdicts``)."""
+        gated = self._flags.approval.confirm
+        if gated and found_clean(VALID_ARGUMENTS, self._parameters, arguments):
+            return []
+        errors = list(self._validator.iter_errors(arguments))
+        if gated and not errors:
+            keep_clean(VALID_ARGUMENTS, self._parameters, arguments)
+        return errors
 
     def _element(self, name: str, value: Any) -> str:
         """One argument as one argv element; ValueError naming the argument if it cannot be."""
