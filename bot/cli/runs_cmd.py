@@ -243,7 +243,7 @@ def _pending_in_full() -> list[Pending]:
         (
             p.request,
             list(p.may_answer),
-            policy.may_answer_phrase(p.request, flags_of(p.request.tool)),
+            policy.may_answer_phrase(p.request, flags_of(p.request.tool), flags_of),
             p.note,
         )
         for p in with_reader(work)
