@@ -72,6 +72,18 @@ class ReadSettings:
 
 
 @dataclass(frozen=True)
+class StoredOrigin:
+    """Where one argument value of a stored step came from."""
+
+    argument: str
+    value: str
+    tool: str
+    call_id: str
+    line: int
+    excerpt: str
+
+
+@dataclass(frozen=True)
 class StoredStep:
     """One step of a stored plan, as ``runs pending`` shows it."""
 
@@ -81,12 +93,13 @@ class StoredStep:
     digest: str
     gated: bool
     call_id: str
-    origins: tuple[dict[str, Any], ...]
+    origins: tuple[StoredOrigin, ...]
 
     @classmethod
     def of(cls, data: dict[str, Any]) -> StoredStep:
         """The step a checked stored step holds."""
-        return cls(**{**data, "origins": tuple(data["origins"])})
+        origins = tuple(StoredOrigin(**origin) for origin in data["origins"])
+        return cls(**{**data, "origins": origins})
 
 
 @dataclass(frozen=True)
@@ -102,6 +115,7 @@ class StoredRequest:
     options: tuple[str, ...]
     requested_by: str
     approvals_needed: int
+    digest: str
     steps: tuple[StoredStep, ...]
     off_plan: str
     created_at: datetime
@@ -134,6 +148,7 @@ class StoredRequest:
             options=tuple(data["options"]),
             requested_by=data["requested_by"],
             approvals_needed=data["approvals_needed"],
+            digest=data["digest"],
             steps=tuple(StoredStep.of(step) for step in data["steps"]),
             off_plan=data["off_plan"],
             created_at=datetime.fromisoformat(data["created_at"]),

@@ -22,6 +22,40 @@ if TYPE_CHECKING:
 StoredRequest = tuple["Request", "RequestStatus", "Decision | None"]
 
 
+class ShownOrigin(Protocol):
+    """Where one argument value of a step came from (``ArgumentOrigin``, or as stored)."""
+
+    @property
+    def argument(self) -> str: ...
+    @property
+    def value(self) -> str: ...
+    @property
+    def tool(self) -> str: ...
+    @property
+    def call_id(self) -> str: ...
+    @property
+    def line(self) -> int: ...
+    @property
+    def excerpt(self) -> str: ...
+
+
+class ShownStep(Protocol):
+    """One step of a plan as shown (``PlanStep``, or as stored)."""
+
+    @property
+    def tool(self) -> str: ...
+    @property
+    def arguments(self) -> dict[str, Any]: ...
+    @property
+    def why(self) -> str: ...
+    @property
+    def digest(self) -> str: ...
+    @property
+    def gated(self) -> bool: ...
+    @property
+    def origins(self) -> Sequence[ShownOrigin]: ...
+
+
 class ShownRequest(Protocol):
     """What is shown of an open request: a ``Request``, or its stored body as the fast way of
     ``runs pending`` reads it (``bot.cli.quick.StoredRequest``)."""
@@ -40,6 +74,12 @@ class ShownRequest(Protocol):
     def prompt(self) -> str: ...
     @property
     def options(self) -> tuple[str, ...]: ...
+    @property
+    def digest(self) -> str: ...
+    @property
+    def steps(self) -> Sequence[ShownStep]: ...
+    @property
+    def off_plan(self) -> str: ...
     @property
     def created_at(self) -> datetime: ...
     @property
@@ -108,8 +148,33 @@ def request_object(request: ShownRequest) -> dict[str, Any]:
         "arguments": request.arguments,
         "prompt": request.prompt,
         "options": list(request.options),
+        "digest": request.digest,
+        "steps": [_step_object(step) for step in request.steps],
+        "off_plan": request.off_plan,
         "created_at": stamp(request.created_at),
         "deadline": stamp(request.deadline),
+    }
+
+
+def _step_object(step: ShownStep) -> dict[str, Any]:
+    """One step of a plan as JSON, with where its argument values came from."""
+    return {
+        "tool": step.tool,
+        "arguments": step.arguments,
+        "why": step.why,
+        "digest": step.digest,
+        "needs_approval": step.gated,
+        "origins": [
+            {
+                "argument": o.argument,
+                "value": o.value,
+                "tool": o.tool,
+                "call_id": o.call_id,
+                "line": o.line,
+                "excerpt": o.excerpt,
+            }
+            for o in step.origins
+        ],
     }
 
 
@@ -161,6 +226,7 @@ def transcript(record: RunRecord, state: RunState) -> str:
         lines.append(f"  taken over from {owner}")
     for request in state.open_requests:
         lines.append(f"  waiting: {request.kind.value} {request.id} for {request.tool}")
+        lines += request_details(request)
     for text in state.advisories:
         lines.append(f"  advisory: {text}")
     result = state.result
@@ -202,10 +268,31 @@ def pending_line(request: ShownRequest, who: str, now: datetime, note: str = "")
     age = _duration(now - request.created_at)
     deadline = f", expires in {_duration(request.deadline - now)}" if request.deadline else ""
     because = f"; {note}" if note else ""
-    return (
+    line = (
         f"{request.run_id}  {request.id}  {request.kind.value:<13} {request.tool} {args}"
         f"  (open {age}{deadline}; may answer: {who}{because})"
     )
+    return "\n".join([line, *request_details(request)])
+
+
+def request_details(request: ShownRequest) -> list[str]:
+    """The lines under a request's: a plan's steps (with where argument values came from), or
+    how a call differs from the approved plan."""
+    from bot.chat.words import origin_words
+
+    lines = []
+    if request.off_plan:
+        lines.append(f"    {request.off_plan}")
+    for number, step in enumerate(request.steps, 1):
+        args = json.dumps(step.arguments, sort_keys=True, ensure_ascii=False)
+        why = f"  ({step.why})" if step.why else ""
+        free = "  [needs no approval]" if not step.gated else ""
+        lines.append(f"    step {number}: {step.tool} {args}{why}{free}")
+        lines += [
+            f"      {origin_words(o.argument, o.value, o.tool, o.line, o.excerpt)}"
+            for o in step.origins
+        ]
+    return lines
 
 
 def _duration(delta: timedelta) -> str:
