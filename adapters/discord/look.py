@@ -18,7 +18,15 @@ from typing import Any
 
 from adapters.discord import ids
 from adapters.discord.target import DiscordTarget
-from bot.chat.cards import closing, pretty, shorten, title
+from bot.chat.cards import (
+    PLAN_BINDING,
+    closing,
+    off_plan_words,
+    plan_steps,
+    pretty,
+    shorten,
+    title,
+)
 from bot.chat.contract import GROUP_KINDS
 from bot.chat.links import RunLink
 from bot.chat.service import RequestView, RunView
@@ -68,7 +76,9 @@ class DiscordLook:
         request = view.request
         is_open = view.status is RequestStatus.OPEN
         fields = []
-        if request.kind is not RequestKind.WAIT_USER:
+        if request.kind is RequestKind.WAIT_PLAN:
+            fields += _step_fields(view)
+        elif request.kind is not RequestKind.WAIT_USER:
             fields.append(_field("Arguments", _code(request.arguments)))
         fields.append(_field("Requested by", person(request.requested_by) or "the run", True))
         if is_open:
@@ -233,8 +243,26 @@ def _description(view: RequestView) -> str:
     request = view.request
     if request.kind is RequestKind.WAIT_USER:
         return _plain(request.prompt) or "(no question text)"
+    if request.kind is RequestKind.WAIT_PLAN:
+        summary = _plain(request.prompt) or "(no summary)"
+        return f"{summary}\n\n*{PLAN_BINDING}*"
     reason = view.reason.strip()
-    return f"**Why:** {_plain(reason)}" if reason else ""
+    why = f"**Why:** {_plain(reason)}" if reason else ""
+    if request.off_plan:
+        why += f"\n\n**{_plain(off_plan_words(request))}**"
+    return why.strip()
+
+
+def _step_fields(view: RequestView) -> list[dict[str, Any]]:
+    """A plan's steps, one field each: the tool, why, the exact arguments, their origins."""
+    fields = []
+    for step in plan_steps(view.request):
+        free = " (needs no approval)" if not step.gated else ""
+        lines = [f"*{_plain(step.why)}*"] if step.why else []
+        lines.append(_code(view.request.steps[step.number - 1].arguments))
+        lines += [_plain(origin) for origin in step.origins]
+        fields.append(_field(_cut(f"{step.number}. {step.tool}{free}", 256), "\n".join(lines)))
+    return fields
 
 
 def _buttons(view: RequestView) -> list[dict[str, Any]]:
@@ -261,6 +289,13 @@ def _buttons(view: RequestView) -> list[dict[str, Any]]:
             ]
         case RequestKind.WAIT_USER:
             return _question_components(view)
+        case RequestKind.WAIT_PLAN:
+            plan = [
+                _button("Approve plan", ids.custom_id("approve", request.id), SUCCESS),
+                _button("Approve step by step", ids.custom_id("step_by_step", request.id)),
+                _button("Deny", ids.custom_id("deny", request.id), DANGER),
+            ]
+            return [_row(plan)]
 
 
 def _question_components(view: RequestView) -> list[dict[str, Any]]:

@@ -19,6 +19,7 @@ from slack_sdk.models.blocks import (
 from adapters.slack import ids
 from adapters.slack.mrkdwn import (
     BUTTONS_PER_ACTIONS,
+    CARD_ARGUMENTS_LIMIT,
     CONFIRM_TEXT_LIMIT,
     DECISION_TEXT_LIMIT,
     OPTION_TEXT_LIMIT,
@@ -30,6 +31,7 @@ from adapters.slack.mrkdwn import (
     _arguments_section,
     _button,
     _checked,
+    _code,
     _context,
     _fit,
     _fit_fallback,
@@ -41,7 +43,7 @@ from adapters.slack.mrkdwn import (
     escape,
     slack_date,
 )
-from bot.chat.cards import closing
+from bot.chat.cards import PLAN_BINDING, closing, off_plan_words, plan_steps
 from bot.domain import (
     Decision,
     Request,
@@ -74,6 +76,8 @@ def request_card(
             return _question_card(request, may_answer, closed)
         case RequestKind.WAIT_EFFECT:
             return _effect_card(request, may_answer, closed)
+        case RequestKind.WAIT_PLAN:
+            return _plan_card(request, may_answer, closed)
         case _:
             assert_never(request.kind)
 
@@ -95,6 +99,8 @@ def _approval_card(
     blocks = [_section(f"*{title}:* {tool}"), arguments]
     if reason.strip():
         blocks.append(_section(f"*Why:* {_fit(reason.strip(), REASON_LIMIT)}"))
+    if request.off_plan:
+        blocks.append(_section(f":warning: {_fit(off_plan_words(request), REASON_LIMIT)}"))
     facts = _facts(request, "May approve", may_answer, closed is None)
     if request.approvals_needed > 1:
         facts.append(f"Needs {request.approvals_needed} approvals from different people")
@@ -112,6 +118,39 @@ def _approval_card(
         outcome = _closed_line(closed)
         blocks.append(_context([outcome]))
         text = f"Approval for {escape(request.tool)}: {outcome}"
+    return SlackMessage(_fit_fallback(text), _checked(blocks))
+
+
+def _plan_card(
+    request: Request, may_answer: Sequence[str], closed: ClosedCard | None
+) -> SlackMessage:
+    title = "Plan approval needed" if closed is None else "Plan approval requested"
+    summary = _fit(request.prompt.strip() or "(no summary)", PROMPT_LIMIT)
+    blocks = [_section(f"*{title}:* {summary}")]
+    for step in plan_steps(request):
+        free = " _(needs no approval)_" if not step.gated else ""
+        why = f" — {_fit(step.why, REASON_LIMIT)}" if step.why else ""
+        code, _cut = _code(step.arguments, CARD_ARGUMENTS_LIMIT // 4)
+        blocks.append(_section(f"*{step.number}.* {_inline(step.tool)}{free}{why}\n{code}"))
+        if step.origins:
+            blocks.append(_context([_fit(origin, REASON_LIMIT) for origin in step.origins]))
+    facts = _facts(request, "May approve", may_answer, closed is None)
+    if request.approvals_needed > 1:
+        facts.append(f"Needs {request.approvals_needed} approvals from different people")
+    blocks.append(_context([*facts, escape(PLAN_BINDING)]))
+    count = len(request.steps)
+    if closed is None:
+        buttons = [
+            _button("Approve plan", ids.APPROVE_PLAN, request.id, "primary"),
+            _button("Approve step by step", ids.STEP_BY_STEP, request.id),
+            _button("Deny", ids.DENY, request.id, "danger"),
+        ]
+        blocks.append(_actions(buttons))
+        text = f"Plan approval needed: {count} steps"
+    else:
+        outcome = _closed_line(closed)
+        blocks.append(_context([outcome]))
+        text = f"Plan of {count} steps: {outcome}"
     return SlackMessage(_fit_fallback(text), _checked(blocks))
 
 
@@ -210,6 +249,7 @@ def _effect_card(
 _EMOJI = {
     "Approved": ":white_check_mark:",
     "Approved for this run": ":white_check_mark:",
+    "Approved step by step": ":ballot_box_with_check:",
     "Denied": ":no_entry:",
     "Answered": ":speech_balloon:",
     "Retried": ":repeat:",

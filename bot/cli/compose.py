@@ -110,8 +110,8 @@ def checked_isolation(settings: Settings) -> Isolation | None:
 
 def build_tools(settings: Settings, isolation: Isolation | None) -> ToolSet:
     """Catalog tools, then the ask_human tools: one namespace, any collision is an error."""
-    from bot.tools.propose_plan import human_tools
     from bot.tools.catalog import CatalogError, load_catalogs
+    from bot.tools.propose_plan import human_tools
     from bot.tools.toolset import ToolCollision, ToolSet
 
     if not settings.tools:
@@ -138,8 +138,8 @@ def tool_flags(settings: Settings) -> Callable[[str], ToolFlags | None]:
     """Each configured tool's flags by name, for commands that read the store (who may answer
     a request). The catalogs' entries are checked, their parameters are not (no schema or
     pattern is compiled: ``build_tools`` checks them whole for a run); no MCP server starts."""
-    from bot.tools.propose_plan import human_tools
     from bot.tools.catalog import CatalogError, catalog_flags
+    from bot.tools.propose_plan import human_tools
 
     human = human_tools() if settings.human_in_the_loop else []
     try:

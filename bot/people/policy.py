@@ -284,7 +284,9 @@ class Policy:
         ):
             return "someone who may approve every step: " + "; ".join(
                 f"{step.tool}: {_listed(who) or 'nobody'}"
-                for step, who in zip(_gated(request), self._step_approvers(request, flags_of))
+                for step, who in zip(
+                    _gated(request), self._step_approvers(request, flags_of), strict=True
+                )
             )
         who = self.who_may_answer(request, flags, flags_of)
         requester = request.requested_by

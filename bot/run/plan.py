@@ -135,7 +135,9 @@ def needing_approval(
             continue
         digest = call_digest(call.name, arguments)
         if not covered(call.id, call.name, digest):
-            steps.append(PlanStep(tool=call.name, arguments=arguments, digest=digest, call_id=call.id))
+            steps.append(
+                PlanStep(tool=call.name, arguments=arguments, digest=digest, call_id=call.id)
+            )
     return steps
 
 

@@ -118,14 +118,22 @@ async def test_a_proposed_plan_covers_its_steps_in_later_replies(tmp_path: Path)
     state = await world.ended(run_id)
     assert world.effects.count() == 2
     assert state.result is not None and state.result.text == "done"
-    grants = [e.entry.grant for e in await world.rt.store.load(run_id) if isinstance(e.entry, GrantWritten)]
+    grants = [
+        e.entry.grant
+        for e in await world.rt.store.load(run_id)
+        if isinstance(e.entry, GrantWritten)
+    ]
     assert [g.kind for g in grants].count(GrantKind.PLAN_STEP) == 2
     assert [g.plan for g in grants if g.kind is GrantKind.ONE_SHOT] == [plan.id, plan.id]
 
 
 async def test_an_off_plan_call_gets_a_normal_card_saying_how_it_differs(tmp_path: Path) -> None:
     replies = [
-        reply(call("propose_plan", summary="restart api", steps=[step("restart_unit", "payments-api")])),
+        reply(
+            call(
+                "propose_plan", summary="restart api", steps=[step("restart_unit", "payments-api")]
+            )
+        ),
         reply(call("restart_unit", unit="payments-db")),
         reply(text="done"),
     ]
@@ -149,7 +157,9 @@ async def test_propose_plan_with_an_unknown_tool_is_a_tool_error(tmp_path: Path)
     run_id = await world.start()
 
     state = await world.ended(run_id)
-    results = [e.entry for e in await world.rt.store.load(run_id) if isinstance(e.entry, ToolResultEntry)]
+    results = [
+        e.entry for e in await world.rt.store.load(run_id) if isinstance(e.entry, ToolResultEntry)
+    ]
     assert "step 1: unknown tool 'reboot_world'" in results[0].output
     assert results[1].outcome is ToolOutcome.INVALID_ARGUMENTS
     assert "arguments" in results[1].output
@@ -178,7 +188,9 @@ async def test_the_requester_may_not_approve_their_own_plan(tmp_path: Path) -> N
     world = await plan_world(tmp_path, [reply(*FOUR), reply(text="ok")])
     run_id = await world.start()
 
-    refused = await world.decide(run_id, await world.plan(run_id), DecisionKind.APPROVE, by=REQUESTER)
+    refused = await world.decide(
+        run_id, await world.plan(run_id), DecisionKind.APPROVE, by=REQUESTER
+    )
 
     assert not refused.accepted and "someone else must approve" in refused.message
 
