@@ -210,4 +210,4 @@ def plan_answer(decision: Decision) -> tuple[str, bool]:
             return "refused: the plan's approval request expired before anyone answered", True
         case _:
             why = f": {decision.text}" if decision.text else ""
-            return f"the plan was denied{who}{why}; none of its steps may run", True
+            return f"denied{who}{why} (the whole plan: none of its steps may run)", True

@@ -111,7 +111,7 @@ def test_a_denied_plan_runs_nothing(tmp_path: Path) -> None:
     shown = json.loads(kestrel(tmp_path, "runs", "show", run_id, "--json").stdout)
     assert shown["status"] == "completed" and shown["outcomes"] == {"gate_denied": 2}
     transcript = kestrel(tmp_path, "runs", "show", run_id).stdout
-    assert "the plan was denied by U0BOSS: freeze" in transcript
+    assert "denied by U0BOSS: freeze (the whole plan" in transcript
 
 
 def test_always_is_no_answer_to_a_plan(tmp_path: Path) -> None:
