@@ -32,6 +32,7 @@ from adapters.web.timeline import (
     pretty_json,
     run_rows,
 )
+from bot.chat.cards import PLAN_BINDING, off_plan_words, plan_steps
 from bot.chat.contract import ENTITY_TYPES, WITHHELD_MESSAGE, AuditRecord, JournalRecord, RunRecord
 from bot.chat.run_summary import PAGE_ENTRIES
 from bot.chat.service import PendingRequest, RequestView, RunInspection, RunMark, RunView
@@ -122,7 +123,13 @@ def _environment() -> Environment:
         span=_span,
         pretty=pretty_json,
     )
-    env.globals.update(quote=lambda value: quote(str(value), safe=""), statuses=STATUSES)
+    env.globals.update(
+        quote=lambda value: quote(str(value), safe=""),
+        statuses=STATUSES,
+        plan_steps=plan_steps,
+        off_plan_words=off_plan_words,
+        plan_binding=PLAN_BINDING,
+    )
     return env
 
 

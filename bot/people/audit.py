@@ -36,17 +36,25 @@ def call_text(tool: str, arguments: dict[str, Any], digest: str = "") -> str:
     return f"{tool} {shown}" + (f" (digest {digest})" if digest else "")
 
 
+def asked_text(request: Request) -> str:
+    """What a request asks about: its call, or a plan's steps with the plan's digest."""
+    if not request.steps:
+        return call_text(request.tool, request.arguments, request.digest)
+    steps = "; ".join(call_text(step.tool, step.arguments) for step in request.steps)
+    return f"plan of {len(request.steps)} steps: {steps} (plan digest {request.digest})"
+
+
 def request_detail(request: Request, *, inline: bool = False) -> str:
     """The audit's detail of a request opened (asked at the terminal, when ``inline``)."""
-    call = call_text(request.tool, request.arguments, request.digest)
-    return f"{request.kind.value} {call}" + (" (inline)" if inline else "")
+    return f"{request.kind.value} {asked_text(request)}" + (" (inline)" if inline else "")
 
 
 def decision_detail(
     request: Request, decision: Decision, redact: Redact = unchanged, *, inline: bool = False
 ) -> str:
-    """The audit's detail of a decision on ``request``: the call, then what the person said."""
-    detail = call_text(request.tool, request.arguments, request.digest)
+    """The audit's detail of a decision on ``request``: the call (or the plan), then what the
+    person said."""
+    detail = asked_text(request)
     said = decision.text.strip()
     if said:
         label = _TEXT_LABELS.get(decision.kind, "text")

@@ -44,6 +44,10 @@ async def test_four_gated_calls_of_one_reply_need_one_decision(tmp_path: Path) -
     assert len(requests) == 1
     actions = await world.audit_actions(run_id)
     assert actions.count("approve") == 1 and actions.count("request") == 1
+    (approval,) = [a for a in await world.rt.store.list_audit(run_id) if a.action == "approve"]
+    assert approval.actor == APPROVER
+    assert approval.detail.startswith('plan of 4 steps: drain_node {"unit": "node-1"};')
+    assert approval.detail.endswith(f"(plan digest {plan.digest})")
 
 
 async def test_a_denied_plan_runs_no_step_and_tells_the_model_why(tmp_path: Path) -> None:
