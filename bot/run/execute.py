@@ -116,6 +116,8 @@ async def _execute(call: ToolCall, env: CallEnv) -> CallExit:
             return CallExit(ToolOutcome.DEFERRED, gate.reason, request=gate.request)
         if not gate.allowed:
             return _error(ToolOutcome.GATE_DENIED, gate.reason)
+        for used in env.gate.used():  # commits with the dispatch record, before the effect
+            env.run.journal.append_soon(GrantWritten(grant=used))
     return await _dispatch(call, effective, arguments, env)
 
 

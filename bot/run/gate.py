@@ -56,6 +56,7 @@ class Gate:
         # Calls whose plan was denied or expired: refused with the plan's reason.
         self._refused: dict[str, str] = {}
         self._staged: list[Grant] = []
+        self._used: list[Grant] = []
         for grant in written:
             self._honour(grant)
 
@@ -78,7 +79,8 @@ class Gate:
             return GateVerdict(True)
         step = self._plans.cover(tool.name, digest) if answer is None else None
         if step is not None:
-            # Used up by this call: journaled with its answer, so a crash before that asks again.
+            # Used up by this call, journaled before its effect starts: a step never covers a
+            # second call, even when the first one's outcome is lost in a crash.
             used = Grant(
                 kind=GrantKind.ONE_SHOT,
                 tool=tool.name,
@@ -88,7 +90,8 @@ class Gate:
                 plan=step.plan,
                 step=step.step,
             )
-            self._stage(used)
+            self._honour(used)
+            self._used.append(used)
             return GateVerdict(True)
         request = self._request(call_id, tool, arguments, digest)
         decision = answer if answer is not None else await self.ask(request)
@@ -97,9 +100,23 @@ class Gate:
         return self._decide(decision, tool.name, call_id, digest)
 
     def covers(self, call_id: str, tool: str, digest: str) -> bool:
-        """Whether a standing or one-shot grant lets this exact call run (a plan's steps
-        aside: they cover a call only in their plan's order)."""
+        """Whether a standing or one-shot grant lets this exact call run."""
         return tool in self._standing or (call_id, digest) in self._one_shot
+
+    def trial(self) -> Callable[[str, str, str], bool]:
+        """Whether each call of a reply, tried in order, would be let run by a grant or an
+        approved plan's step (used up as it is tried; this gate's steps are not)."""
+        book = self._plans.copy()
+
+        def covered(call_id: str, tool: str, digest: str) -> bool:
+            if self.covers(call_id, tool, digest):
+                return True
+            step = book.cover(tool, digest)
+            if step is not None:
+                book.honour(step.model_copy(update={"kind": GrantKind.ONE_SHOT}))
+            return step is not None
+
+        return covered
 
     async def ask(self, request: Request) -> Decision | None:
         """Ask the prompter about ``request`` now; None when it is answered later (or nobody
@@ -141,6 +158,11 @@ class Gate:
                 if step.call_id:
                     self._refused[step.call_id] = output
         return output, refused
+
+    def used(self) -> list[Grant]:
+        """Hand over the plan steps used up since asked (to be journaled before the effect)."""
+        used, self._used = self._used, []
+        return used
 
     def flush(self) -> list[Grant]:
         """Hand over the staged grants (to be journaled) and forget them."""

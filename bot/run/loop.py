@@ -286,7 +286,7 @@ class AgentLoop:
         calls it holds until it is decided (none if it was decided at once)."""
         if not env.gate.present:
             return set()
-        steps = needing_approval((c.call for c in self.state.batch), env.tools, env.gate.covers)
+        steps = needing_approval((c.call for c in self.state.batch), env.tools, env.gate.trial())
         if len(steps) < 2:
             return set()
         first = steps[0].call_id
@@ -353,15 +353,19 @@ class AgentLoop:
         held: set[str] = set()
         for call_state in self.state.batch:
             request = call_state.deferred
-            if call_state.result is None and request is not None:
+            if request is None:
+                continue
+            if call_state.result is None:
                 decision = self._supplied(request, found.get(request.id))
                 if decision is not None and request.kind is RequestKind.WAIT_APPROVAL:
                     answers[call_state.call.id] = decision
-                if request.kind is RequestKind.WAIT_PLAN:
-                    if decision is None:  # still open: its calls wait for it
-                        held.update(step.call_id for step in request.steps)
-                    else:
-                        plans.append((request, decision))
+            else:  # answered already: a plan's decision still holds for its other calls
+                decision = self.state.answers.get(request.id)
+            if request.kind is RequestKind.WAIT_PLAN:
+                if decision is None:  # still open: its calls wait for it
+                    held.update(step.call_id for step in request.steps)
+                else:
+                    plans.append((request, decision))
         env = self._env(tools, self._gate(answers))
         for request, decision in plans:
             env.gate.settle_plan(request, decision)

@@ -47,6 +47,13 @@ class PlanBook:
         elif grant.plan:
             self._used.add((grant.plan, grant.step))
 
+    def copy(self) -> PlanBook:
+        """A book to try calls against without using anything up in this one."""
+        book = PlanBook()
+        book._steps = {plan: dict(steps) for plan, steps in self._steps.items()}
+        book._used = set(self._used)
+        return book
+
     def knows(self, plan: str, step: int) -> bool:
         """Whether step ``step`` of ``plan`` was granted already."""
         return step in self._steps.get(plan, {})
@@ -124,7 +131,8 @@ def needing_approval(
     calls: Iterable[ToolCall], tools: ToolSet, covered: Callable[[str, str, str], bool]
 ) -> list[PlanStep]:
     """The calls of a reply that will ask a person: gated, valid, not refused by policy
-    outright, and not ``covered`` (call id, tool, digest) by a grant."""
+    outright, and not ``covered`` (call id, tool, digest; asked in the reply's order) by a
+    grant."""
     steps = []
     for call in calls:
         tool = tools.get(call.name)
