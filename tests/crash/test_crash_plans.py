@@ -12,13 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.crash.test_crash_resume import (  # noqa: F401 - world is the fixture
-    child,
-    effects,
-    finish,
-    positions_requested,
-    world,
-)
+from tests.crash.test_crash_resume import child, effects, finish, positions_requested
 
 # One reply, three gated calls: one plan.
 PLAN_SCRIPT: list[dict[str, object]] = [
