@@ -12,6 +12,7 @@ from bench import (
     discord,
     metrics,
     pii_throughput,
+    plans,
     replicas,
     slack,
     startup,
@@ -33,6 +34,8 @@ def sqlite_figures() -> None:
     pii_throughput.main()
     print()
     commits.report()
+    print()
+    plans.report()
     print()
     startup.report()
     print()
