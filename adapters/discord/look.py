@@ -20,6 +20,7 @@ from adapters.discord import ids
 from adapters.discord.target import DiscordTarget
 from bot.chat.cards import (
     PLAN_BINDING,
+    PLAN_BUTTONS,
     closing,
     off_plan_words,
     plan_steps,
@@ -32,7 +33,14 @@ from bot.chat.links import RunLink
 from bot.chat.service import RequestView, RunView
 from bot.chat.threads import Body
 from bot.chat.words import budget_words, stop_reason_words
-from bot.domain import RequestKind, RequestStatus, RunStatus, Session, TerminalResult
+from bot.domain import (
+    DecisionKind,
+    RequestKind,
+    RequestStatus,
+    RunStatus,
+    Session,
+    TerminalResult,
+)
 from bot.text import unmask_links
 
 CONTENT_LIMIT = 2000
@@ -265,6 +273,14 @@ def _step_fields(view: RequestView) -> list[dict[str, Any]]:
     return fields
 
 
+# Each plan button's custom id kind and style, by the decision it makes.
+_PLAN_BUTTON_IDS = {
+    DecisionKind.APPROVE: ("approve", SUCCESS),
+    DecisionKind.STEP_BY_STEP: ("step_by_step", PRIMARY),
+    DecisionKind.DENY: ("deny", DANGER),
+}
+
+
 def _buttons(view: RequestView) -> list[dict[str, Any]]:
     request = view.request
     match request.kind:
@@ -290,11 +306,10 @@ def _buttons(view: RequestView) -> list[dict[str, Any]]:
         case RequestKind.WAIT_USER:
             return _question_components(view)
         case RequestKind.WAIT_PLAN:
-            plan = [
-                _button("Approve plan", ids.custom_id("approve", request.id), SUCCESS),
-                _button("Approve step by step", ids.custom_id("step_by_step", request.id)),
-                _button("Deny", ids.custom_id("deny", request.id), DANGER),
-            ]
+            plan = []
+            for label, kind in PLAN_BUTTONS:
+                id_kind, style = _PLAN_BUTTON_IDS[kind]
+                plan.append(_button(label, ids.custom_id(id_kind, request.id), style))
             return [_row(plan)]
 
 

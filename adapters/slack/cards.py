@@ -43,9 +43,10 @@ from adapters.slack.mrkdwn import (
     escape,
     slack_date,
 )
-from bot.chat.cards import PLAN_BINDING, closing, off_plan_words, plan_steps
+from bot.chat.cards import PLAN_BINDING, PLAN_BUTTONS, closing, off_plan_words, plan_steps
 from bot.domain import (
     Decision,
+    DecisionKind,
     Request,
     RequestKind,
     RequestStatus,
@@ -121,6 +122,14 @@ def _approval_card(
     return SlackMessage(_fit_fallback(text), _checked(blocks))
 
 
+# Each plan button's action id and style, by the decision it makes.
+_PLAN_ACTIONS: dict[DecisionKind, tuple[str, str | None]] = {
+    DecisionKind.APPROVE: (ids.APPROVE_PLAN, "primary"),
+    DecisionKind.STEP_BY_STEP: (ids.STEP_BY_STEP, None),
+    DecisionKind.DENY: (ids.DENY, "danger"),
+}
+
+
 def _plan_card(
     request: Request, may_answer: Sequence[str], closed: ClosedCard | None
 ) -> SlackMessage:
@@ -141,9 +150,8 @@ def _plan_card(
     count = len(request.steps)
     if closed is None:
         buttons = [
-            _button("Approve plan", ids.APPROVE_PLAN, request.id, "primary"),
-            _button("Approve step by step", ids.STEP_BY_STEP, request.id),
-            _button("Deny", ids.DENY, request.id, "danger"),
+            _button(label, _PLAN_ACTIONS[kind][0], request.id, _PLAN_ACTIONS[kind][1])
+            for label, kind in PLAN_BUTTONS
         ]
         blocks.append(_actions(buttons))
         text = f"Plan approval needed: {count} steps"
