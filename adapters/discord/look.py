@@ -84,9 +84,7 @@ class DiscordLook:
         request = view.request
         is_open = view.status is RequestStatus.OPEN
         fields = []
-        if request.kind is RequestKind.WAIT_PLAN:
-            fields += _step_fields(view)
-        elif request.kind is not RequestKind.WAIT_USER:
+        if request.kind not in (RequestKind.WAIT_USER, RequestKind.WAIT_PLAN):
             fields.append(_field("Arguments", _code(request.arguments)))
         fields.append(_field("Requested by", person(request.requested_by) or "the run", True))
         if is_open:
@@ -96,6 +94,8 @@ class DiscordLook:
                 fields.append(_field("Expires", when(request.deadline), True))
         else:
             fields.append(_field("Outcome", closed_line(view)))
+        # A plan's steps last: an embed over Discord's limit loses fields from its end.
+        fields += _step_fields(view)
         head = title(request, open_=is_open)
         embed = _within_embed_limit(
             {

@@ -21,6 +21,7 @@ from adapters.slack.mrkdwn import (
     BUTTONS_PER_ACTIONS,
     CARD_ARGUMENTS_LIMIT,
     CONFIRM_TEXT_LIMIT,
+    CONTEXT_ELEMENTS_LIMIT,
     DECISION_TEXT_LIMIT,
     OPTION_TEXT_LIMIT,
     PROMPT_LIMIT,
@@ -142,7 +143,8 @@ def _plan_card(
         code, _cut = _code(step.arguments, CARD_ARGUMENTS_LIMIT // 4)
         blocks.append(_section(f"*{step.number}.* {_inline(step.tool)}{free}{why}\n{code}"))
         if step.origins:
-            blocks.append(_context([_fit(origin, REASON_LIMIT) for origin in step.origins]))
+            shown = step.origins[:CONTEXT_ELEMENTS_LIMIT]
+            blocks.append(_context([_fit(origin, REASON_LIMIT) for origin in shown]))
     facts = _facts(request, "May approve", may_answer, closed is None)
     if request.approvals_needed > 1:
         facts.append(f"Needs {request.approvals_needed} approvals from different people")

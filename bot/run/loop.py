@@ -53,6 +53,7 @@ from bot.run.interrupt import Interrupt, Interrupted
 from bot.run.plan import needing_approval, plan_answer, plan_request
 from bot.run.telemetry import span
 from bot.tools import orphans
+from bot.tools.propose_plan import MAX_STEPS
 from bot.tools.toolset import ToolSet
 
 log = logging.getLogger("kestrel.loop")
@@ -286,7 +287,8 @@ class AgentLoop:
         calls it holds until it is decided (none if it was decided at once)."""
         if not env.gate.present:
             return set()
-        steps = needing_approval((c.call for c in self.state.batch), env.tools, env.gate.trial())
+        found = needing_approval((c.call for c in self.state.batch), env.tools, env.gate.trial())
+        steps = found[:MAX_STEPS]  # a card shows so many; the calls past them ask on their own
         if len(steps) < 2:
             return set()
         first = steps[0].call_id

@@ -224,3 +224,23 @@ def test_the_plan_book_covers_steps_in_order_and_once() -> None:
     book.honour(Grant(kind=GrantKind.ONE_SHOT, tool="restart_unit", plan="p", step=0))
     assert book.cover("restart_unit", "a") is None  # used up
     assert book.cover("restart_unit", "b") is not None
+
+
+async def test_a_reply_of_more_calls_than_a_card_shows_plans_the_first_twenty(
+    tmp_path: Path,
+) -> None:
+    calls = [call("restart_unit", unit=f"u{n}") for n in range(22)]
+    world = await plan_world(tmp_path, [reply(*calls), reply(text="ok")])
+    run_id = await world.start()
+
+    opened = await world.open(run_id)
+
+    # The first twenty on one card; the two past them ask on cards of their own.
+    assert sorted(r.kind for r in opened) == sorted(
+        [RequestKind.WAIT_PLAN, RequestKind.WAIT_APPROVAL, RequestKind.WAIT_APPROVAL]
+    )
+    assert len((await world.plan(run_id)).steps) == 20
+    for request in opened:  # the run goes on once everything it waits on is decided
+        await world.decide(run_id, request, DecisionKind.APPROVE)
+    await world.ended(run_id)
+    assert world.effects.count() == 22
