@@ -244,3 +244,34 @@ async def test_a_reply_of_more_calls_than_a_card_shows_plans_the_first_twenty(
         await world.decide(run_id, request, DecisionKind.APPROVE)
     await world.ended(run_id)
     assert world.effects.count() == 22
+
+
+async def test_an_expired_plan_refuses_its_steps(tmp_path: Path) -> None:
+    world = await plan_world(tmp_path, [reply(*FOUR), reply(text="ok")])
+    run_id = await world.start()
+
+    settled = await world.sup.decisions.expire(await world.plan(run_id))
+    live = await world.sup.resume(run_id, claimed=settled.epoch)
+    assert live is not None
+    await world.sup.wait(live)
+
+    assert world.effects.count() == 0
+    results = [e.entry for e in await world.rt.store.load(run_id)]
+    refused = [e for e in results if isinstance(e, ToolResultEntry)]
+    assert len(refused) == 4 and all("expired" in r.output for r in refused)
+
+
+async def test_a_plan_needs_two_approvers_if_any_step_does(tmp_path: Path) -> None:
+    replies = [reply(call("failover", unit="db"), call("restart_unit", unit="a")), reply(text="k")]
+    world = await plan_world(tmp_path, replies)
+    run_id = await world.start()
+    plan = await world.plan(run_id)
+    assert plan.approvals_needed == 2
+
+    first = await world.decide(run_id, plan, DecisionKind.APPROVE, by="U0ONE")
+
+    assert first.accepted and "approval 1 of 2" in first.message
+    assert world.effects.count() == 0
+    assert (await world.decide(run_id, plan, DecisionKind.APPROVE, by="U0TWO")).accepted
+    await world.ended(run_id)
+    assert world.effects.done == [("failover", "db"), ("restart_unit", "a")]

@@ -46,7 +46,8 @@ class Effects:
 
 
 def plan_tools(effects: Effects) -> list[Tool]:
-    """restart_unit and drain_node (gated), list_units (not), and propose_plan."""
+    """restart_unit and drain_node (gated), failover (two approvers), list_units (not), and
+    propose_plan."""
 
     @function_tool(name="restart_unit", confirm=True, idempotent=False)
     async def restart_unit(args: Unit) -> str:
@@ -60,13 +61,19 @@ def plan_tools(effects: Effects) -> list[Tool]:
         effects.done.append(("drain_node", args.unit))
         return f"drained {args.unit}"
 
+    @function_tool(name="failover", confirm=True, idempotent=False, approvals=2)
+    async def failover(args: Unit) -> str:
+        """Fail a unit over (two approvers)."""
+        effects.done.append(("failover", args.unit))
+        return f"failed over {args.unit}"
+
     @function_tool(name="list_units", idempotent=True)
     async def list_units(args: Unit) -> str:
         """List units."""
         effects.done.append(("list_units", args.unit))
         return "payments-api payments-db"
 
-    return [restart_unit, drain_node, list_units, propose_plan_tool()]
+    return [restart_unit, drain_node, failover, list_units, propose_plan_tool()]
 
 
 def step(tool: str, unit: str, why: str = "") -> dict[str, Any]:
