@@ -13,6 +13,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any, TextIO, assert_never
 
+from bot.chat.cards import PLAN_BINDING, off_plan_words, plan_steps
 from bot.chat.contract import (
     Actor,
     NotPermitted,
@@ -146,16 +147,18 @@ class ConsolePrompter:
             return await self._approval(request)
         if request.kind is RequestKind.WAIT_EFFECT:
             return await self._effect(request)
+        if request.kind is RequestKind.WAIT_PLAN:
+            return await self._plan(request)
         return await self._question(request)
 
     async def _approval(self, request: Request) -> Decision | None:
         args = json.dumps(request.arguments, sort_keys=True)
         self._io.write(f"  ┌ approval needed: {request.tool} {args}", exact=True)
-        self._io.write(f"  │ asked by {request.requested_by or 'the run'}; request {request.id}")
+        if request.off_plan:
+            self._io.write(f"  │ {off_plan_words(request)}")
         for said in origin_lines(request.origins):
             self._io.write(f"  │ {said}", exact=True)
-        if request.deadline:
-            self._io.write(f"  │ expires {request.deadline:%Y-%m-%d %H:%M UTC}")
+        self._asked_by(request)
         choices = {"a": DecisionKind.APPROVE, "r": DecisionKind.APPROVE_ALWAYS}
         while True:
             line = await self._io.readline(
@@ -166,6 +169,36 @@ class ConsolePrompter:
                 return self._decide(request, choices[choice])
             if choice == "d":
                 reason = await self._io.readline("    reason (optional): ")
+                return self._decide(request, DecisionKind.DENY, reason or "")
+            if choice == "l":
+                return None
+
+    def _asked_by(self, request: Request) -> None:
+        self._io.write(f"  │ asked by {request.requested_by or 'the run'}; request {request.id}")
+        if request.deadline:
+            self._io.write(f"  │ expires {request.deadline:%Y-%m-%d %H:%M UTC}")
+
+    async def _plan(self, request: Request) -> Decision | None:
+        self._io.write(f"  ┌ plan approval needed: {request.prompt}")
+        for step in plan_steps(request):
+            self._io.write(f"  │ {step.headline}", exact=True)
+            if step.why:
+                self._io.write(f"  │    {step.why}")
+            for origin in step.origins:
+                self._io.write(f"  │    {origin}", exact=True)
+        self._io.write(f"  │ {PLAN_BINDING}")
+        self._asked_by(request)
+        while True:
+            line = await self._io.readline(
+                "  └ [a]pprove plan, approve [s]tep by step, [d]eny, [l]ater? "
+            )
+            choice = (line or "l").strip().lower()[:1]
+            if choice == "a":
+                return self._decide(request, DecisionKind.APPROVE)
+            if choice == "s":
+                return self._decide(request, DecisionKind.STEP_BY_STEP)
+            if choice == "d":
+                reason = await self._io.readline("    reason: ")
                 return self._decide(request, DecisionKind.DENY, reason or "")
             if choice == "l":
                 return None
@@ -300,6 +333,7 @@ def _waiting_for(request: Request) -> str:
         RequestKind.WAIT_APPROVAL: f"waiting for approval of {request.tool}",
         RequestKind.WAIT_USER: "waiting for an answer",
         RequestKind.WAIT_EFFECT: f"waiting for on-call to settle {request.tool}",
+        RequestKind.WAIT_PLAN: f"waiting for approval of a plan of {len(request.steps)} steps",
     }[request.kind]
     return f"{what} ({request.id})"
 

@@ -14,6 +14,7 @@ from bench import (
     discord,
     metrics,
     pii_throughput,
+    plans,
     provenance,
     replicas,
     slack,
@@ -40,6 +41,8 @@ def sqlite_figures() -> None:
     commits.report()
     print()
     cold.report()
+    print()
+    plans.report()
     print()
     startup.report()
     print()

@@ -108,6 +108,28 @@ class ArgumentOrigin(DomainModel):
     instruction_like: bool = False
 
 
+class PlanStep(DomainModel):
+    """One call a plan asks to make: the tool, its exact arguments and their digest, why, and
+    where argument values came from (a plan's approval covers a step only as its card showed
+    it)."""
+
+    tool: str
+    arguments: dict[str, Any] = {}
+    why: str = ""
+    digest: str = ""
+    # Whether the step's tool needs approval: a plan's approval grants only these steps.
+    gated: bool = True
+    # The call of the model's reply this step stands for (a plan made of one reply's calls).
+    call_id: str = ""
+    origins: tuple[ArgumentOrigin, ...] = ()
+
+
+def plan_digest(steps: tuple[PlanStep, ...]) -> str:
+    """A stable digest of a whole plan: its steps' tools and argument digests, in order."""
+    canonical = json.dumps([[step.tool, step.digest] for step in steps])
+    return hashlib.sha256(canonical.encode()).hexdigest()[:32]
+
+
 class Request(DomainModel):
     """An open wait with an exact identity, bound to one call of one run."""
 
@@ -123,6 +145,10 @@ class Request(DomainModel):
     requested_by: str = ""
     approvals_needed: int = 1
     origins: tuple[ArgumentOrigin, ...] = ()
+    # A plan's steps (``wait_plan``), in the order they run.
+    steps: tuple[PlanStep, ...] = ()
+    # How a call differs from the nearest step of an approved plan, when it matches none.
+    off_plan: str = ""
     created_at: datetime = Field(default_factory=utcnow)
     deadline: datetime | None = None
 
@@ -176,6 +202,12 @@ class Grant(DomainModel):
     call_id: str = ""
     digest: str = ""
     by: str = ""
+    # A plan step's grant (``plan_step``), or the one-shot grant that used it up: which plan
+    # (its request id) and which step (from 0).
+    plan: str = ""
+    step: int = 0
+    # A plan step's exact arguments, to show how a call that matches no step differs.
+    arguments: dict[str, Any] = {}
 
 
 class TerminalResult(DomainModel):

@@ -65,6 +65,7 @@ class RequestKind(StrEnum):
     WAIT_USER = "wait_user"
     WAIT_APPROVAL = "wait_approval"
     WAIT_EFFECT = "wait_effect"
+    WAIT_PLAN = "wait_plan"
 
 
 class RequestStatus(StrEnum):
@@ -87,13 +88,16 @@ class DecisionKind(StrEnum):
     DONE = "done"
     FAILED = "failed"
     EXPIRED = "expired"
+    STEP_BY_STEP = "step_by_step"
 
 
 class GrantKind(StrEnum):
-    """A one-shot grant covers one call and digest; a standing grant a tool for the run."""
+    """A one-shot grant covers one call and digest; a standing grant a tool for the run; a plan
+    step grant the next call of its tool and digest, in its plan's order, once."""
 
     ONE_SHOT = "one_shot"
     STANDING = "standing"
+    PLAN_STEP = "plan_step"
 
 
 class Provenance(StrEnum):
@@ -119,6 +123,7 @@ class AuditAction(StrEnum):
     DONE = "done"
     FAILED = "failed"
     EXPIRED = "expired"
+    STEP_BY_STEP = "step_by_step"
     EXPIRE = "expire"
     REMIND = "remind"
     REFUSED = "refused"
@@ -140,6 +145,7 @@ class AuditAction(StrEnum):
     DONE_REFUSED = "done_refused"
     FAILED_REFUSED = "failed_refused"
     EXPIRED_REFUSED = "expired_refused"
+    STEP_BY_STEP_REFUSED = "step_by_step_refused"
 
     @classmethod
     def of(cls, kind: DecisionKind) -> AuditAction:

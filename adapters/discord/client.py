@@ -138,7 +138,9 @@ class KestrelDiscord(discord.Client):
 
     async def setup_hook(self) -> None:
         """Register the buttons' templates (so old cards keep working) and ``/kestrel``."""
-        self.add_dynamic_items(ApproveButton, ApproveRunButton, DenyButton, AnswerButton)
+        self.add_dynamic_items(
+            ApproveButton, ApproveRunButton, StepByStepButton, DenyButton, AnswerButton
+        )
         self.add_dynamic_items(ChooseButton, EffectButton)
         try:
             await self.tree.sync()
@@ -422,6 +424,13 @@ class ApproveRunButton(_RequestButton, template=ids.APPROVE_RUN):
 
     kind = DecisionKind.APPROVE_ALWAYS
     id_kind = "approve_run"
+
+
+class StepByStepButton(_RequestButton, template=ids.STEP_BY_STEP):
+    """A plan: approve none of it now, ask for each call."""
+
+    kind = DecisionKind.STEP_BY_STEP
+    id_kind = "step_by_step"
 
 
 class DenyButton(_RequestButton, template=ids.DENY):

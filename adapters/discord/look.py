@@ -18,13 +18,29 @@ from typing import Any
 
 from adapters.discord import ids
 from adapters.discord.target import DiscordTarget
-from bot.chat.cards import closing, pretty, shorten, title
+from bot.chat.cards import (
+    PLAN_BINDING,
+    PLAN_BUTTONS,
+    closing,
+    off_plan_words,
+    plan_steps,
+    pretty,
+    shorten,
+    title,
+)
 from bot.chat.contract import GROUP_KINDS
 from bot.chat.links import RunLink
 from bot.chat.service import RequestView, RunView
 from bot.chat.threads import Body
 from bot.chat.words import ORIGINS_TITLE, budget_words, origin_lines, stop_reason_words
-from bot.domain import RequestKind, RequestStatus, RunStatus, Session, TerminalResult
+from bot.domain import (
+    DecisionKind,
+    RequestKind,
+    RequestStatus,
+    RunStatus,
+    Session,
+    TerminalResult,
+)
 from bot.text import unmask_links
 
 CONTENT_LIMIT = 2000
@@ -68,7 +84,7 @@ class DiscordLook:
         request = view.request
         is_open = view.status is RequestStatus.OPEN
         fields = []
-        if request.kind is not RequestKind.WAIT_USER:
+        if request.kind not in (RequestKind.WAIT_USER, RequestKind.WAIT_PLAN):
             fields.append(_field("Arguments", _code(request.arguments)))
         if request.origins:
             lines = origin_lines(request.origins, _inline, lambda warning: f"**{warning}**")
@@ -81,6 +97,8 @@ class DiscordLook:
                 fields.append(_field("Expires", when(request.deadline), True))
         else:
             fields.append(_field("Outcome", closed_line(view)))
+        # A plan's steps last: an embed over Discord's limit loses fields from its end.
+        fields += _step_fields(view)
         head = title(request, open_=is_open)
         embed = _within_embed_limit(
             {
@@ -236,8 +254,35 @@ def _description(view: RequestView) -> str:
     request = view.request
     if request.kind is RequestKind.WAIT_USER:
         return _plain(request.prompt) or "(no question text)"
+    if request.kind is RequestKind.WAIT_PLAN:
+        summary = _plain(request.prompt) or "(no summary)"
+        return f"{summary}\n\n*{PLAN_BINDING}*"
     reason = view.reason.strip()
-    return f"**Why:** {_plain(reason)}" if reason else ""
+    why = f"**Why:** {_plain(reason)}" if reason else ""
+    if request.off_plan:
+        why += f"\n\n**{_plain(off_plan_words(request))}**"
+    return why.strip()
+
+
+def _step_fields(view: RequestView) -> list[dict[str, Any]]:
+    """A plan's steps, one field each: the tool, why, the exact arguments, their origins."""
+    fields = []
+    for step in plan_steps(view.request):
+        free = " (needs no approval)" if not step.gated else ""
+        lines = [f"*{_plain(step.why)}*"] if step.why else []
+        planned = view.request.steps[step.number - 1]
+        lines.append(_code(planned.arguments))
+        lines += origin_lines(planned.origins, _inline, lambda warning: f"**{warning}**")
+        fields.append(_field(_cut(f"{step.number}. {step.tool}{free}", 256), "\n".join(lines)))
+    return fields
+
+
+# Each plan button's custom id kind and style, by the decision it makes.
+_PLAN_BUTTON_IDS = {
+    DecisionKind.APPROVE: ("approve", SUCCESS),
+    DecisionKind.STEP_BY_STEP: ("step_by_step", PRIMARY),
+    DecisionKind.DENY: ("deny", DANGER),
+}
 
 
 def _buttons(view: RequestView) -> list[dict[str, Any]]:
@@ -264,6 +309,12 @@ def _buttons(view: RequestView) -> list[dict[str, Any]]:
             ]
         case RequestKind.WAIT_USER:
             return _question_components(view)
+        case RequestKind.WAIT_PLAN:
+            plan = []
+            for label, kind in PLAN_BUTTONS:
+                id_kind, style = _PLAN_BUTTON_IDS[kind]
+                plan.append(_button(label, ids.custom_id(id_kind, request.id), style))
+            return [_row(plan)]
 
 
 def _question_components(view: RequestView) -> list[dict[str, Any]]:

@@ -19,7 +19,9 @@ from slack_sdk.models.blocks import (
 from adapters.slack import ids
 from adapters.slack.mrkdwn import (
     BUTTONS_PER_ACTIONS,
+    CARD_ARGUMENTS_LIMIT,
     CONFIRM_TEXT_LIMIT,
+    CONTEXT_ELEMENTS_LIMIT,
     DECISION_TEXT_LIMIT,
     OPTION_TEXT_LIMIT,
     PROMPT_LIMIT,
@@ -30,6 +32,7 @@ from adapters.slack.mrkdwn import (
     _arguments_section,
     _button,
     _checked,
+    _code,
     _context,
     _fit,
     _fit_fallback,
@@ -41,10 +44,11 @@ from adapters.slack.mrkdwn import (
     escape,
     slack_date,
 )
-from bot.chat.cards import closing
-from bot.chat.words import ORIGINS_TITLE, origin_lines
+from bot.chat.cards import PLAN_BINDING, PLAN_BUTTONS, closing, off_plan_words, plan_steps
+from bot.chat.words import ORIGINS_TITLE, Origin, origin_lines
 from bot.domain import (
     Decision,
+    DecisionKind,
     Request,
     RequestKind,
     RequestStatus,
@@ -79,6 +83,8 @@ def request_card(
             return _question_card(request, may_answer, closed)
         case RequestKind.WAIT_EFFECT:
             return _effect_card(request, may_answer, closed)
+        case RequestKind.WAIT_PLAN:
+            return _plan_card(request, may_answer, closed)
         case _:
             assert_never(request.kind)
 
@@ -102,6 +108,8 @@ def _approval_card(
         blocks.append(_origins_section(request))
     if reason.strip():
         blocks.append(_section(f"*Why:* {_fit(reason.strip(), REASON_LIMIT)}"))
+    if request.off_plan:
+        blocks.append(_section(f":warning: {_fit(off_plan_words(request), REASON_LIMIT)}"))
     facts = _facts(request, "May approve", may_answer, closed is None)
     if request.approvals_needed > 1:
         facts.append(f"Needs {request.approvals_needed} approvals from different people")
@@ -124,7 +132,7 @@ def _approval_card(
 
 def _origins_section(request: Request) -> dict[str, Any]:
     """Where arguments came from, one line each: each piece inline code, escaped."""
-    lines = origin_lines(request.origins, lambda text: _inline(text, ORIGIN_PIECE_LIMIT), _bold)
+    lines = _origin_lines(request.origins)
     shown = lines[:ORIGINS_SHOWN]
     if len(lines) > len(shown):
         shown.append(f"…and {len(lines) - len(shown)} more (see the run's page)")
@@ -133,6 +141,52 @@ def _origins_section(request: Request) -> dict[str, Any]:
 
 def _bold(text: str) -> str:
     return f"*{escape(text)}*"
+
+
+def _origin_lines(origins: Sequence[Origin]) -> list[str]:
+    """Where arguments came from, one line each, every piece inline code, escaped."""
+    return origin_lines(origins, lambda text: _inline(text, ORIGIN_PIECE_LIMIT), _bold)
+
+
+# Each plan button's action id and style, by the decision it makes.
+_PLAN_ACTIONS: dict[DecisionKind, tuple[str, str | None]] = {
+    DecisionKind.APPROVE: (ids.APPROVE_PLAN, "primary"),
+    DecisionKind.STEP_BY_STEP: (ids.STEP_BY_STEP, None),
+    DecisionKind.DENY: (ids.DENY, "danger"),
+}
+
+
+def _plan_card(
+    request: Request, may_answer: Sequence[str], closed: ClosedCard | None
+) -> SlackMessage:
+    title = "Plan approval needed" if closed is None else "Plan approval requested"
+    summary = _fit(request.prompt.strip() or "(no summary)", PROMPT_LIMIT)
+    blocks = [_section(f"*{title}:* {summary}")]
+    for step, planned in zip(plan_steps(request), request.steps, strict=True):
+        free = " _(needs no approval)_" if not step.gated else ""
+        why = f" — {_fit(step.why, REASON_LIMIT)}" if step.why else ""
+        code, _cut = _code(step.arguments, CARD_ARGUMENTS_LIMIT // 4)
+        blocks.append(_section(f"*{step.number}.* {_inline(step.tool)}{free}{why}\n{code}"))
+        if planned.origins:
+            lines = _origin_lines(planned.origins)
+            blocks.append(_context(lines[:CONTEXT_ELEMENTS_LIMIT]))
+    facts = _facts(request, "May approve", may_answer, closed is None)
+    if request.approvals_needed > 1:
+        facts.append(f"Needs {request.approvals_needed} approvals from different people")
+    blocks.append(_context([*facts, escape(PLAN_BINDING)]))
+    count = len(request.steps)
+    if closed is None:
+        buttons = [
+            _button(label, _PLAN_ACTIONS[kind][0], request.id, _PLAN_ACTIONS[kind][1])
+            for label, kind in PLAN_BUTTONS
+        ]
+        blocks.append(_actions(buttons))
+        text = f"Plan approval needed: {count} steps"
+    else:
+        outcome = _closed_line(closed)
+        blocks.append(_context([outcome]))
+        text = f"Plan of {count} steps: {outcome}"
+    return SlackMessage(_fit_fallback(text), _checked(blocks))
 
 
 def _question_card(
@@ -230,6 +284,7 @@ def _effect_card(
 _EMOJI = {
     "Approved": ":white_check_mark:",
     "Approved for this run": ":white_check_mark:",
+    "Approved step by step": ":ballot_box_with_check:",
     "Denied": ":no_entry:",
     "Answered": ":speech_balloon:",
     "Retried": ":repeat:",

@@ -31,6 +31,8 @@ EFFECT_FAILED: Final = "kestrel_effect_failed"
 SHOW_ARGUMENTS: Final = "kestrel_show_arguments"
 FEEDBACK: Final = "kestrel_feedback"
 ANSWER: Final = "kestrel_answer"
+APPROVE_PLAN: Final = "kestrel_approve_plan"
+STEP_BY_STEP: Final = "kestrel_step_by_step"
 
 # Buttons in one actions block need distinct action ids: a question's option buttons are
 # ``kestrel_choose:INDEX`` (the index is for Slack only; the value says which option). The
@@ -60,6 +62,8 @@ ACTION_IDS: Final = frozenset(
         SHOW_ARGUMENTS,
         FEEDBACK,
         ANSWER,
+        APPROVE_PLAN,
+        STEP_BY_STEP,
     }
 )
 CALLBACK_IDS: Final = frozenset({DENY_MODAL, ANSWER_MODAL})

@@ -52,6 +52,8 @@ DECISIONS = {
     ids.EFFECT_RETRY: DecisionKind.RETRY,
     ids.EFFECT_DONE: DecisionKind.DONE,
     ids.EFFECT_FAILED: DecisionKind.FAILED,
+    ids.APPROVE_PLAN: DecisionKind.APPROVE,
+    ids.STEP_BY_STEP: DecisionKind.STEP_BY_STEP,
 }
 # A person's message: plain, also sent to the channel, or with a file attached.
 PEOPLE_SUBTYPES = frozenset({None, "thread_broadcast", "file_share"})

@@ -117,6 +117,7 @@ def home_view(
         (RequestKind.WAIT_APPROVAL, "Approvals you may decide"),
         (RequestKind.WAIT_USER, "Questions for you"),
         (RequestKind.WAIT_EFFECT, "Uncertain effects you may settle"),
+        (RequestKind.WAIT_PLAN, "Plans you may decide"),
     ]
     room = VIEW_BLOCKS_LIMIT - len(blocks) - 2 * len(groups) - 2
     for kind, title in groups:
@@ -147,8 +148,12 @@ def _home_item(item: PendingRequest, links: Mapping[str, str]) -> str:
     if link:
         head += f" · {link}"
     lines = [head]
-    if request.kind is RequestKind.WAIT_USER and request.prompt.strip():
+    if request.kind in (RequestKind.WAIT_USER, RequestKind.WAIT_PLAN) and request.prompt.strip():
         lines.append(f"> {_fit(' '.join(request.prompt.split()), 500)}")
+    if request.steps:
+        lines.append(
+            f"{len(request.steps)} steps: " + ", ".join(_inline(s.tool) for s in request.steps[:5])
+        )
     when = f"asked {_ago(request.created_at)}"
     if request.deadline is not None:
         when += f" · expires {slack_date(request.deadline)}"

@@ -219,6 +219,7 @@ _KIND_NAMES: Final[dict[RequestKind, str]] = {
     RequestKind.WAIT_APPROVAL: "approval",
     RequestKind.WAIT_USER: "question",
     RequestKind.WAIT_EFFECT: "uncertain effect",
+    RequestKind.WAIT_PLAN: "plan",
 }
 
 

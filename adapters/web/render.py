@@ -32,6 +32,7 @@ from adapters.web.timeline import (
     pretty_json,
     run_rows,
 )
+from bot.chat.cards import PLAN_BINDING, off_plan_words, plan_steps
 from bot.chat.contract import ENTITY_TYPES, WITHHELD_MESSAGE, AuditRecord, JournalRecord, RunRecord
 from bot.chat.run_summary import PAGE_ENTRIES
 from bot.chat.service import PendingRequest, RequestView, RunInspection, RunMark, RunView
@@ -136,6 +137,9 @@ def _environment() -> Environment:
         quote=lambda value: quote(str(value), safe=""),
         statuses=STATUSES,
         origins_title=ORIGINS_TITLE,
+        plan_steps=plan_steps,
+        off_plan_words=off_plan_words,
+        plan_binding=PLAN_BINDING,
     )
     return env
 

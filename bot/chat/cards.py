@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, assert_never
 
-from bot.domain import Decision, DecisionKind, Request, RequestKind, RequestStatus
+from bot.chat.words import origin_lines
+from bot.domain import Decision, DecisionKind, PlanStep, Request, RequestKind, RequestStatus
 
 TRUNCATED = "…"
 
@@ -26,8 +27,60 @@ def title(request: Request, *, open_: bool) -> str:
             return "Question"
         case RequestKind.WAIT_EFFECT:
             return "Outcome uncertain" if open_ else "Outcome was uncertain"
+        case RequestKind.WAIT_PLAN:
+            return "Plan approval needed" if open_ else "Plan approval requested"
         case _:
             assert_never(request.kind)
+
+
+# A plan card's buttons, in order, with the decision each makes (Deny asks for a reason).
+PLAN_BUTTONS: tuple[tuple[str, DecisionKind], ...] = (
+    ("Approve plan", DecisionKind.APPROVE),
+    ("Approve step by step", DecisionKind.STEP_BY_STEP),
+    ("Deny", DecisionKind.DENY),
+)
+# What a plan card says its approval does, under its steps.
+PLAN_BINDING = (
+    "Approve plan lets each step run once, exactly as shown and in this order;"
+    " any other call asks again."
+)
+
+
+@dataclass(frozen=True)
+class StepView:
+    """One step of a plan as a card shows it: number, tool, exact arguments, why, and where
+    argument values came from (plain text; an adapter adds its markup)."""
+
+    number: int
+    tool: str
+    arguments: str
+    why: str
+    origins: tuple[str, ...]
+    gated: bool
+
+    @property
+    def headline(self) -> str:
+        """``2. restart_unit {"unit": "payments-api"}``, and whether it needs no approval."""
+        free = "" if self.gated else " (needs no approval)"
+        return f"{self.number}. {self.tool} {self.arguments}{free}"
+
+
+def plan_steps(request: Request) -> list[StepView]:
+    """The steps of a plan request, in order, as every surface shows them."""
+    return [_step_view(number, step) for number, step in enumerate(request.steps, 1)]
+
+
+def _step_view(number: int, step: PlanStep) -> StepView:
+    origins = tuple(origin_lines(step.origins))
+    arguments = json.dumps(step.arguments, sort_keys=True, ensure_ascii=False)
+    return StepView(number, step.tool, arguments, step.why.strip(), origins, step.gated)
+
+
+def off_plan_words(request: Request) -> str:
+    """How an approval's call differs from the approved plan (``Off the approved plan: …``);
+    empty when the run has no plan."""
+    note = request.off_plan.strip()
+    return note[:1].upper() + note[1:]
 
 
 def shorten(value: Any, limit: int) -> tuple[Any, bool]:
@@ -73,6 +126,7 @@ _PHRASES = {
     DecisionKind.DONE: "Marked done",
     DecisionKind.FAILED: "Marked failed",
     DecisionKind.EXPIRED: "Expired",
+    DecisionKind.STEP_BY_STEP: "Approved step by step",
 }
 
 

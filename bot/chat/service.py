@@ -156,7 +156,7 @@ async def pending_requests(
     """
     pending = []
     for request, _status, _decision in await requests.list_requests():
-        who = policy.who_may_answer(request, flags_of(request.tool))
+        who = policy.who_may_answer(request, flags_of(request.tool), flags_of)
         pending.append(PendingRequest(request, tuple(who), policy.answer_note(request)))
     return pending
 
@@ -294,8 +294,8 @@ class ChatService:
     def _shown(
         self, request: Request, status: RequestStatus, decision: Decision | None, reason: str
     ) -> RequestView:
-        flags = self._rt.tools.current().flags_of(request.tool)
-        who = tuple(self._rt.policy.who_may_answer(request, flags))
+        flags_of = self._rt.tools.current().flags_of
+        who = tuple(self._rt.policy.who_may_answer(request, flags_of(request.tool), flags_of))
         return RequestView(request, status, decision, who, reason)
 
     def _remember(self, request_id: str, reason: str) -> None:

@@ -111,15 +111,15 @@ def checked_isolation(settings: Settings) -> Isolation | None:
 
 def build_tools(settings: Settings, isolation: Isolation | None) -> ToolSet:
     """Catalog tools, then the ask_human tools: one namespace, any collision is an error."""
-    from bot.tools.ask_human import ask_human_tools
     from bot.tools.catalog import CatalogError, load_catalogs
+    from bot.tools.propose_plan import human_tools
     from bot.tools.toolset import ToolCollision, ToolSet
 
     if not settings.tools:
         os.environ.setdefault(DEMO_STATE, str(demo_state(settings)))
     try:
         catalog = load_catalogs(settings.tool_patterns(), settings.base_dir, isolation=isolation)
-        human = ask_human_tools() if settings.human_in_the_loop else []
+        human = human_tools() if settings.human_in_the_loop else []
         return ToolSet.assemble(catalog, human)
     except CatalogError as exc:
         raise ConfigError(f"tools: {exc}") from exc
@@ -139,10 +139,10 @@ def tool_flags(settings: Settings) -> Callable[[str], ToolFlags | None]:
     """Each configured tool's flags by name, for commands that read the store (who may answer
     a request). The catalogs' entries are checked, their parameters are not (no schema or
     pattern is compiled: ``build_tools`` checks them whole for a run); no MCP server starts."""
-    from bot.tools.ask_human import ask_human_tools
     from bot.tools.catalog import CatalogError, catalog_flags
+    from bot.tools.propose_plan import human_tools
 
-    human = ask_human_tools() if settings.human_in_the_loop else []
+    human = human_tools() if settings.human_in_the_loop else []
     try:
         flags = catalog_flags(
             settings.tool_patterns(), settings.base_dir, reserved=[tool.name for tool in human]

@@ -74,7 +74,7 @@ class ReadSettings:
 
 @dataclass(frozen=True)
 class StoredOrigin:
-    """Where one argument of a stored request came from, as its body reads."""
+    """Where one argument of a stored request (or plan step) came from, as its body reads."""
 
     argument: str
     value: str
@@ -83,6 +83,25 @@ class StoredOrigin:
     line: int
     excerpt: str
     instruction_like: bool
+
+
+@dataclass(frozen=True)
+class StoredStep:
+    """One step of a stored plan, as ``runs pending`` shows it."""
+
+    tool: str
+    arguments: dict[str, Any]
+    why: str
+    digest: str
+    gated: bool
+    call_id: str
+    origins: tuple[StoredOrigin, ...]
+
+    @classmethod
+    def of(cls, data: dict[str, Any]) -> StoredStep:
+        """The step a checked stored step holds."""
+        origins = tuple(StoredOrigin(**origin) for origin in data["origins"])
+        return cls(**{**data, "origins": origins})
 
 
 @dataclass(frozen=True)
@@ -98,6 +117,9 @@ class StoredRequest:
     options: tuple[str, ...]
     requested_by: str
     approvals_needed: int
+    digest: str
+    steps: tuple[StoredStep, ...]
+    off_plan: str
     created_at: datetime
     deadline: datetime | None
     origins: tuple[StoredOrigin, ...]
@@ -115,7 +137,8 @@ class StoredRequest:
             return None
         if not all(is_kept(data[name]) for name, is_kept in _REQUEST_FIELDS.items()):
             return None
-        if deeper_than(data["arguments"], MAX_DEPTH):
+        arguments = [data["arguments"], *(step["arguments"] for step in data["steps"])]
+        if any(deeper_than(value, MAX_DEPTH) for value in arguments):
             return None  # an older journal's: the store names it if it cannot read it
         deadline = data["deadline"]
         return cls(
@@ -128,6 +151,9 @@ class StoredRequest:
             options=tuple(data["options"]),
             requested_by=data["requested_by"],
             approvals_needed=data["approvals_needed"],
+            digest=data["digest"],
+            steps=tuple(StoredStep.of(step) for step in data["steps"]),
+            off_plan=data["off_plan"],
             created_at=datetime.fromisoformat(data["created_at"]),
             deadline=None if deadline is None else datetime.fromisoformat(deadline),
             origins=tuple(StoredOrigin(**origin) for origin in data["origins"]),
@@ -164,6 +190,13 @@ def _is_origin(value: object) -> bool:
     return all(type(value[name]) is str for name in _ORIGIN_TEXTS)
 
 
+def _is_step(value: object) -> bool:
+    """A ``PlanStep`` as the store writes one."""
+    if type(value) is not dict or value.keys() != _STEP_FIELDS.keys():
+        return False
+    return all(is_kept(value[name]) for name, is_kept in _STEP_FIELDS.items())
+
+
 def _is_json_stamp(value: object) -> bool:
     """A timestamp as pydantic writes an aware one, which it reads back as the same instant."""
     return type(value) is str and _STAMP.fullmatch(value) is not None and reads_as_moment(value)
@@ -176,6 +209,16 @@ _LONGEST_NUMBER: Final = 32
 _STAMP: Final = re.compile(
     r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,6})?(?:Z|[+-](?:[01]\d|2[0-3]):[0-5]\d)"
 )
+# A ``PlanStep``'s fields (tests/bot/cli/test_cli_quick.py holds them to the model's).
+_STEP_FIELDS: Final[dict[str, Callable[[object], bool]]] = {
+    "tool": _is_text,
+    "arguments": lambda value: type(value) is dict,
+    "why": _is_text,
+    "digest": _is_text,
+    "gated": lambda value: type(value) is bool,
+    "call_id": _is_text,
+    "origins": lambda value: type(value) is list and all(map(_is_origin, value)),
+}
 # A ``Request``'s fields (tests/bot/cli/test_cli_quick.py holds them to the model's), each with
 # whether a value is one validation keeps as it is.
 _REQUEST_FIELDS: Final[dict[str, Callable[[object], bool]]] = {
@@ -191,6 +234,8 @@ _REQUEST_FIELDS: Final[dict[str, Callable[[object], bool]]] = {
     "requested_by": _is_text,
     "approvals_needed": lambda value: type(value) is int,
     "origins": lambda value: type(value) is list and all(map(_is_origin, value)),
+    "steps": lambda value: type(value) is list and all(map(_is_step, value)),
+    "off_plan": _is_text,
     "created_at": _is_json_stamp,
     "deadline": lambda value: value is None or _is_json_stamp(value),
 }

@@ -23,8 +23,8 @@ StoredRequest = tuple["Request", "RequestStatus", "Decision | None"]
 
 
 class ShownOrigin(Protocol):
-    """Where one argument of a request came from: an ``ArgumentOrigin``, or as the fast way
-    of ``runs pending`` reads it."""
+    """Where one argument of a request or a plan's step came from: an ``ArgumentOrigin``, or
+    as the fast way of ``runs pending`` reads it."""
 
     @property
     def argument(self) -> str: ...
@@ -40,6 +40,23 @@ class ShownOrigin(Protocol):
     def excerpt(self) -> str: ...
     @property
     def instruction_like(self) -> bool: ...
+
+
+class ShownStep(Protocol):
+    """One step of a plan as shown (``PlanStep``, or as stored)."""
+
+    @property
+    def tool(self) -> str: ...
+    @property
+    def arguments(self) -> dict[str, Any]: ...
+    @property
+    def why(self) -> str: ...
+    @property
+    def digest(self) -> str: ...
+    @property
+    def gated(self) -> bool: ...
+    @property
+    def origins(self) -> Sequence[ShownOrigin]: ...
 
 
 class ShownRequest(Protocol):
@@ -60,6 +77,12 @@ class ShownRequest(Protocol):
     def prompt(self) -> str: ...
     @property
     def options(self) -> tuple[str, ...]: ...
+    @property
+    def digest(self) -> str: ...
+    @property
+    def steps(self) -> Sequence[ShownStep]: ...
+    @property
+    def off_plan(self) -> str: ...
     @property
     def created_at(self) -> datetime: ...
     @property
@@ -130,6 +153,9 @@ def request_object(request: ShownRequest) -> dict[str, Any]:
         "arguments": request.arguments,
         "prompt": request.prompt,
         "options": list(request.options),
+        "digest": request.digest,
+        "steps": [_step_object(step) for step in request.steps],
+        "off_plan": request.off_plan,
         "created_at": stamp(request.created_at),
         "deadline": stamp(request.deadline),
         "origins": [origin_object(origin) for origin in request.origins],
@@ -149,13 +175,25 @@ def origin_object(origin: ShownOrigin) -> dict[str, Any]:
     }
 
 
-def origin_lines(request: ShownRequest, indent: str = "    ") -> list[str]:
+def origin_lines(origins: Sequence[ShownOrigin], indent: str = "    ") -> list[str]:
     """Each argument taken from tool output, in words, one line each."""
-    if not request.origins:
+    if not origins:
         return []
     from bot.chat.words import origin_lines as words
 
-    return [indent + line for line in words(request.origins)]
+    return [indent + line for line in words(origins)]
+
+
+def _step_object(step: ShownStep) -> dict[str, Any]:
+    """One step of a plan as JSON, with where its argument values came from."""
+    return {
+        "tool": step.tool,
+        "arguments": step.arguments,
+        "why": step.why,
+        "digest": step.digest,
+        "needs_approval": step.gated,
+        "origins": [origin_object(origin) for origin in step.origins],
+    }
 
 
 def closed_object(
@@ -206,7 +244,7 @@ def transcript(record: RunRecord, state: RunState) -> str:
         lines.append(f"  taken over from {owner}")
     for request in state.open_requests:
         lines.append(f"  waiting: {request.kind.value} {request.id} for {request.tool}")
-        lines += origin_lines(request)
+        lines += request_details(request)
     for text in state.advisories:
         lines.append(f"  advisory: {text}")
     result = state.result
@@ -252,7 +290,22 @@ def pending_line(request: ShownRequest, who: str, now: datetime, note: str = "")
         f"{request.run_id}  {request.id}  {request.kind.value:<13} {request.tool} {args}"
         f"  (open {age}{deadline}; may answer: {who}{because})"
     )
-    return "\n".join([line, *origin_lines(request)])
+    return "\n".join([line, *request_details(request)])
+
+
+def request_details(request: ShownRequest) -> list[str]:
+    """The lines under a request's: where its arguments came from, a plan's steps (with where
+    their values came from), or how a call differs from the approved plan."""
+    lines = origin_lines(request.origins)
+    if request.off_plan:
+        lines.append(f"    {request.off_plan}")
+    for number, step in enumerate(request.steps, 1):
+        args = json.dumps(step.arguments, sort_keys=True, ensure_ascii=False)
+        why = f"  ({step.why})" if step.why else ""
+        free = "  [needs no approval]" if not step.gated else ""
+        lines.append(f"    step {number}: {step.tool} {args}{why}{free}")
+        lines += origin_lines(step.origins, indent="      ")
+    return lines
 
 
 def _duration(delta: timedelta) -> str:

@@ -243,7 +243,7 @@ def _pending_in_full() -> list[Pending]:
         (
             p.request,
             list(p.may_answer),
-            policy.may_answer_phrase(p.request, flags_of(p.request.tool)),
+            policy.may_answer_phrase(p.request, flags_of(p.request.tool), flags_of),
             p.note,
         )
         for p in with_reader(work)
@@ -284,6 +284,7 @@ _ANSWER_WITH = {
     "wait_approval": "kestrel runs approve {run} {id} (or deny)",
     "wait_user": "kestrel runs answer {run} {id} {text}",
     "wait_effect": "kestrel runs effect {run} {id} retry|done|failed",
+    "wait_plan": "kestrel runs approve {run} {id} [--step-by-step] (or deny --reason TEXT)",
 }
 
 
@@ -304,14 +305,21 @@ def _next_requests(obj: dict[str, Any]) -> list[str]:
 @click.argument("run_id")
 @click.argument("request_id")
 @click.option("--always", is_flag=True, help="Approve this tool for the rest of the run.")
+@click.option(
+    "--step-by-step", is_flag=True, help="A plan: approve none of it now, ask for each call."
+)
 @as_option("Who approves.")
 @one_line_errors
-def runs_approve(run_id: str, request_id: str, always: bool, user: str | None) -> None:
-    """Approve a waiting call."""
+def runs_approve(
+    run_id: str, request_id: str, always: bool, step_by_step: bool, user: str | None
+) -> None:
+    """Approve a waiting call, or a whole plan (each step once, exactly as shown)."""
     from bot.domain import DecisionKind
 
+    if always and step_by_step:
+        raise Failure("--always and --step-by-step exclude each other")
     kind = DecisionKind.APPROVE_ALWAYS if always else DecisionKind.APPROVE
-    _decide(run_id, request_id, kind, "", user)
+    _decide(run_id, request_id, DecisionKind.STEP_BY_STEP if step_by_step else kind, "", user)
 
 
 @runs.command("deny")
@@ -321,7 +329,7 @@ def runs_approve(run_id: str, request_id: str, always: bool, user: str | None) -
 @as_option("Who denies.")
 @one_line_errors
 def runs_deny(run_id: str, request_id: str, reason: str, user: str | None) -> None:
-    """Deny a waiting call; the model reads the reason."""
+    """Deny a waiting call, or every step of a plan; the model reads the reason."""
     from bot.domain import DecisionKind
 
     _decide(run_id, request_id, DecisionKind.DENY, reason, user)

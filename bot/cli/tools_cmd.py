@@ -36,11 +36,11 @@ def tools_list() -> None:
 def tools_check(files: tuple[str, ...]) -> None:
     """Validate catalog FILES (by default the configured catalogs) as one tool set; every
     problem is reported with file and line."""
-    from bot.tools.ask_human import ask_human_tools
     from bot.tools.catalog import check_catalogs, check_configured
+    from bot.tools.propose_plan import human_tools
 
     # Reserved whether or not human_in_the_loop is on: a catalog must not depend on it being off.
-    builtin = [tool.name for tool in ask_human_tools()]
+    builtin = [tool.name for tool in human_tools()]
     if files:
         checked = [Path(f) for f in files]
         problems = check_catalogs(checked, reserved=builtin)

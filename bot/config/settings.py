@@ -120,6 +120,7 @@ class DeadlineSettings(Section):
     wait_approval: float = Field(3600, gt=0)
     wait_user: float = Field(3600, gt=0)
     wait_effect: float = Field(86400, gt=0)
+    wait_plan: float = Field(3600, gt=0)
     per_tool: dict[str, float] = {}
     remind_before: float = Field(600, ge=0)
 

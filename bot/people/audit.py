@@ -36,10 +36,18 @@ def call_text(tool: str, arguments: dict[str, Any], digest: str = "") -> str:
     return f"{tool} {shown}" + (f" (digest {digest})" if digest else "")
 
 
+def asked_text(request: Request) -> str:
+    """What a request asks about: its call, or a plan's steps with the plan's digest."""
+    if not request.steps:
+        return call_text(request.tool, request.arguments, request.digest)
+    steps = "; ".join(call_text(step.tool, step.arguments) for step in request.steps)
+    return f"plan of {len(request.steps)} steps: {steps} (plan digest {request.digest})"
+
+
 def request_detail(request: Request, *, inline: bool = False) -> str:
     """The audit's detail of a request opened (asked at the terminal, when ``inline``)."""
-    call = call_text(request.tool, request.arguments, request.digest)
-    return f"{request.kind.value} {call}{_shown_origins(request)}" + (" (inline)" if inline else "")
+    asked = f"{asked_text(request)}{_shown_origins(request)}"
+    return f"{request.kind.value} {asked}" + (" (inline)" if inline else "")
 
 
 def origins_text(origins: Sequence[ArgumentOrigin]) -> str:
@@ -50,15 +58,17 @@ def origins_text(origins: Sequence[ArgumentOrigin]) -> str:
 
 
 def _shown_origins(request: Request) -> str:
-    """The audit keeps that a request showed where its arguments came from."""
-    return f"; taken from tool output: {origins_text(request.origins)}" if request.origins else ""
+    """The audit keeps that a request (or a plan's steps) showed where arguments came from."""
+    origins = [*request.origins, *(o for step in request.steps for o in step.origins)]
+    return f"; taken from tool output: {origins_text(origins)}" if origins else ""
 
 
 def decision_detail(
     request: Request, decision: Decision, redact: Redact = unchanged, *, inline: bool = False
 ) -> str:
-    """The audit's detail of a decision on ``request``: the call, then what the person said."""
-    detail = call_text(request.tool, request.arguments, request.digest) + _shown_origins(request)
+    """The audit's detail of a decision on ``request``: the call (or the plan), then what the
+    person said."""
+    detail = asked_text(request) + _shown_origins(request)
     said = decision.text.strip()
     if said:
         label = _TEXT_LABELS.get(decision.kind, "text")

@@ -106,7 +106,7 @@ class Decisions:
             # The option as the question spells it ("Y" answers "yes"): the model reads that.
             picked = match_option(decision.text, request.options) or decision.text
             decision = decision.model_copy(update={"text": picked})
-        if decision.kind is DecisionKind.APPROVE and request.approvals_needed > 1:
+        if decision.kind is DecisionKind.APPROVE and request.approvals_needed > 1:  # a plan too
             partial = Audited(
                 actor.user, AuditAction.APPROVE_PARTIAL, decision_detail(request, decision)
             )
@@ -153,10 +153,16 @@ class Decisions:
             return Refusal(f"request {request.id} expired at {expired} UTC")
         if digest and digest != request.digest:
             return Refusal("this card is stale: the call it shows is not the one waiting")
-        flags = self.rt.tools.current().flags_of(request.tool)
+        tools = self.rt.tools.current()
         run = await self.place_of(run_id) if actor.place is not None else None
-        policy = self.rt.policy
-        refusal = await policy.check_decision(actor, decision.kind, request, flags, run=run)
+        refusal = await self.rt.policy.check_decision(
+            actor,
+            decision.kind,
+            request,
+            tools.flags_of(request.tool),
+            run=run,
+            flags_of=tools.flags_of,
+        )
         if refusal or request.kind is not RequestKind.WAIT_USER:
             return refusal
         # A question with options (ask_human_confirm, ask_human_select) takes one of them only.
@@ -289,9 +295,14 @@ class CheckedPrompter:
         if decision is None:
             return None
         rt = self._decisions.rt
-        flags = rt.tools.current().flags_of(request.tool)
+        tools = rt.tools.current()
         refusal = await rt.policy.check_decision(
-            Actor(decision.by), decision.kind, request, flags, inline=True
+            Actor(decision.by),
+            decision.kind,
+            request,
+            tools.flags_of(request.tool),
+            inline=True,
+            flags_of=tools.flags_of,
         )
         if refusal:
             detail = self._decisions.audited_refusal(refusal, decision)

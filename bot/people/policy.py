@@ -6,6 +6,7 @@ for who may do what, only this policy and the store are.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -19,6 +20,14 @@ if TYPE_CHECKING:
     from bot.tools.base import ToolFlags
 
 EVERYONE = "*"
+
+# Each tool's flags by name, for the steps of a plan (None: no tool set at hand, no tags).
+FlagsOf = Callable[[str], "ToolFlags | None"]
+
+
+def no_flags(_tool: str) -> ToolFlags | None:
+    """No tool's flags: approvers are named per tool and ``*`` only."""
+    return None
 
 
 # Named, not lambdas: the settings' kept schema (bot.model_cache) names its default factories.
@@ -47,6 +56,15 @@ class PolicyRules:
     self_approval: bool = False
 
 
+class AskedStep(Protocol):
+    """What the policy reads of one step of a plan."""
+
+    @property
+    def tool(self) -> str: ...
+    @property
+    def gated(self) -> bool: ...
+
+
 class Asked(Protocol):
     """What the policy reads of a request to say who may answer it."""
 
@@ -58,6 +76,8 @@ class Asked(Protocol):
     def requested_by(self) -> str: ...
     @property
     def approvals_needed(self) -> int: ...
+    @property
+    def steps(self) -> Sequence[AskedStep]: ...
 
 
 class NotPermitted(Exception):
@@ -138,6 +158,7 @@ _KINDS_FOR = {
     },
     RequestKind.WAIT_USER: {DecisionKind.ANSWER},
     RequestKind.WAIT_EFFECT: {DecisionKind.RETRY, DecisionKind.DONE, DecisionKind.FAILED},
+    RequestKind.WAIT_PLAN: {DecisionKind.APPROVE, DecisionKind.STEP_BY_STEP, DecisionKind.DENY},
 }
 
 
@@ -222,9 +243,10 @@ class Policy:
         *,
         run: Place | None = None,
         inline: bool = False,
+        flags_of: FlagsOf = no_flags,
     ) -> Refusal | None:
         """None when ``actor`` may decide ``kind`` on ``request`` of a run that lives in
-        ``run``; else the reason they may not.
+        ``run``; else the reason they may not (a plan's steps weighed with ``flags_of``).
 
         ``inline``: decided at the terminal that runs Kestrel (``kestrel chat``). Its operator
         holds the configuration, so approving their own run is no escalation; the approver
@@ -235,6 +257,8 @@ class Policy:
         refusal = self.place_refusal(actor, run, f"request {request.id}")
         if refusal:
             return refusal
+        if request.kind is RequestKind.WAIT_PLAN:
+            return await self._plan(actor, kind, request, flags_of, run, inline)
         if request.kind is RequestKind.WAIT_APPROVAL:
             if inline and kind is not DecisionKind.DENY and request.approvals_needed > 1:
                 return Refusal(
@@ -246,8 +270,14 @@ class Policy:
             return await self._settle(actor, request, run)
         return await self._answer(actor, request, run)
 
-    def who_may_answer(self, request: Asked, flags: ToolFlags | None) -> list[str]:
-        """The principals that may answer ``request``, for people deciding who to ping."""
+    def who_may_answer(
+        self, request: Asked, flags: ToolFlags | None, flags_of: FlagsOf = no_flags
+    ) -> list[str]:
+        """The principals that may answer ``request``, for people deciding who to ping (a
+        plan: those who may approve every step, else everyone who may approve one)."""
+        if request.kind is RequestKind.WAIT_PLAN:
+            each = self._step_approvers(request, flags_of)
+            return _common(each) or _unique([p for who in each for p in who])
         if request.kind is RequestKind.WAIT_EFFECT:
             # Without on-call nobody else could settle it: the requester does.
             return list(self.settings.oncall) or _unique([request.requested_by])
@@ -255,12 +285,24 @@ class Policy:
             return _unique([request.requested_by, *self.settings.oncall, *self.settings.answerers])
         return _unique(self._approvers(request.tool, flags))
 
-    def may_answer_phrase(self, request: Asked, flags: ToolFlags | None) -> str:
+    def may_answer_phrase(
+        self, request: Asked, flags: ToolFlags | None, flags_of: FlagsOf = no_flags
+    ) -> str:
         """Who may answer ``request``, for people: ``*`` as anyone, and the requester left out
         where the two-person rule leaves them out of approving."""
-        who = self.who_may_answer(request, flags)
+        if request.kind is RequestKind.WAIT_PLAN and not _common(
+            self._step_approvers(request, flags_of)
+        ):
+            return "someone who may approve every step: " + "; ".join(
+                f"{step.tool}: {_listed(who) or 'nobody'}"
+                for step, who in zip(
+                    _gated(request), self._step_approvers(request, flags_of), strict=True
+                )
+            )
+        who = self.who_may_answer(request, flags, flags_of)
         requester = request.requested_by
-        if request.kind is RequestKind.WAIT_APPROVAL and requester and self._excludes(request):
+        approving = (RequestKind.WAIT_APPROVAL, RequestKind.WAIT_PLAN)
+        if request.kind in approving and requester and self._excludes(request):
             if EVERYONE in who:
                 return f"anyone but the requester ({requester})"
             who = [p for p in who if p != requester]
@@ -269,6 +311,55 @@ class Policy:
         if EVERYONE in who:
             return "anyone"
         return ", ".join(who) or "nobody"
+
+    def _step_approvers(self, request: Asked, flags_of: FlagsOf) -> list[list[str]]:
+        """The approvers of each step of a plan that needs approval."""
+        return [self._approvers(step.tool, flags_of(step.tool)) for step in _gated(request)]
+
+    async def _plan(
+        self,
+        actor: Actor,
+        kind: DecisionKind,
+        request: Request,
+        flags_of: FlagsOf,
+        run: Place | None,
+        inline: bool,
+    ) -> Refusal | None:
+        """A plan: approved only by someone who may approve every step (the refusal names
+        the steps they may not); denied or taken step by step by the requester or anyone
+        who may approve a step."""
+        mine = actor.user == request.requested_by
+        each = self._step_approvers(request, flags_of)
+        if kind is not DecisionKind.APPROVE:
+            if mine or any([await actor.admitted(who, run) for who in each]):
+                return None
+            who = _either([request.requested_by, *(p for w in each for p in w)], actor)
+            return Refusal(f"{actor.user} may not decide this plan: only {who} may")
+        if inline and request.approvals_needed > 1:
+            return Refusal(
+                f"this plan needs {request.approvals_needed} approvers: approve with"
+                " `kestrel runs approve`, one person at a time"
+            )
+        if mine and not inline and not self._self_approval(request):
+            phrase = self.may_answer_phrase(request, None, flags_of)
+            return Refusal(
+                f"you asked for this run: someone else must approve it; may approve: {phrase}"
+            )
+        refused = []
+        for number, step in enumerate(request.steps, 1):
+            flags = flags_of(step.tool)
+            if not step.gated:
+                continue
+            if flags is not None and flags.approval.deny:
+                refused.append(f"step {number} ({step.tool}: policy never allows it)")
+            elif not await actor.admitted(self._approvers(step.tool, flags), run):
+                refused.append(f"step {number} ({step.tool})")
+        if refused:
+            return Refusal(
+                f"{actor.user} may not approve this plan: they may not approve "
+                + ", ".join(refused)
+            )
+        return None
 
     def _excludes(self, request: Asked) -> bool:
         """Whether the requester may not approve their own request (outside the terminal)."""
@@ -341,6 +432,18 @@ class Policy:
         return Refusal(
             f"{actor.user} may not answer this question: only {_either(names, actor)} may"
         )
+
+
+def _gated(request: Asked) -> list[AskedStep]:
+    return [step for step in request.steps if step.gated]
+
+
+def _common(each: list[list[str]]) -> list[str]:
+    """The principals every list names, ``*`` in a list naming everyone of the others."""
+    named = [who for who in each if EVERYONE not in who]
+    if not named:
+        return [EVERYONE] if each else []
+    return [p for p in _unique(named[0]) if all(p in who for who in named[1:])]
 
 
 def _listed(principals: list[str]) -> str:

@@ -11,7 +11,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from bot.domain import ArgumentOrigin, Request, ToolCall, ToolOutcome, new_id
+from bot.domain import (
+    ArgumentOrigin,
+    PlanStep,
+    Request,
+    RequestKind,
+    ToolCall,
+    ToolOutcome,
+    new_id,
+)
 from bot.events import (
     AdvisoryEvent,
     RequestOpenedEvent,
@@ -29,12 +37,13 @@ from bot.journal.entries import (
 )
 from bot.journal.writer import TakenOver
 from bot.kinds import Provenance
-from bot.nesting import MAX_DEPTH, too_deep
 from bot.people.audit import origins_text
+from bot.run.arguments import parse_arguments
 from bot.run.context import RunContext
 from bot.run.gate import Gate
 from bot.run.interrupt import Interrupt, Interrupted
 from bot.run.origins import consequential
+from bot.run.plan import plan_request, proposed_steps
 from bot.run.telemetry import span
 from bot.tools import orphans
 from bot.tools.base import Deferral, Tool, ToolContext, ToolResult
@@ -109,7 +118,7 @@ async def _execute(call: ToolCall, env: CallEnv) -> CallExit:
     if not verdict.allow:
         return _error(ToolOutcome.HOOK_DENIED, f"denied by policy: {verdict.reason or 'no reason'}")
     effective, raw_arguments = _effective(call, verdict.tool, verdict.arguments, env.tools)
-    arguments, problems = _parse_arguments(raw_arguments)
+    arguments, problems = parse_arguments(raw_arguments)
     if not problems:
         problems = env.tools.validate(effective.name, arguments)
     if problems:
@@ -125,7 +134,23 @@ async def _execute(call: ToolCall, env: CallEnv) -> CallExit:
             return CallExit(ToolOutcome.DEFERRED, gate.reason, request=gate.request)
         if not gate.allowed:
             return _error(ToolOutcome.GATE_DENIED, gate.reason)
+        for used in env.gate.used():  # commits with the dispatch record, before the effect
+            env.run.journal.append_soon(GrantWritten(grant=used))
     return await _dispatch(call, effective, arguments, env)
+
+
+def traced_steps(steps: list[PlanStep], call_id: str, env: CallEnv) -> list[PlanStep]:
+    """A plan's steps with where their values came from, as its card shows them: an approved
+    plan covers a step whose values came from tool output only because its card showed that
+    (``call_id``: the call before which a step that stands for no call of the reply is traced)."""
+    if env.run.provenance is Provenance.OFF or env.trace is None:
+        return steps
+    traced = []
+    for step in steps:
+        tool = env.tools[step.tool]
+        origins = env.trace(step.call_id or call_id, tool, step.arguments)
+        traced.append(step.model_copy(update={"origins": origins}) if origins else step)
+    return traced
 
 
 def _origins(
@@ -163,18 +188,6 @@ def _effective(
     return tool, effective_arguments
 
 
-def _parse_arguments(raw: str) -> tuple[dict[str, Any], list[str]]:
-    try:
-        value = json.loads(raw or "{}")
-    except ValueError as exc:
-        return {}, [f"arguments are not valid JSON ({exc})"]
-    if not isinstance(value, dict):
-        return {}, ["arguments must be a JSON object"]
-    if too_deep(raw, value):
-        return {}, [f"arguments nest deeper than {MAX_DEPTH} levels"]
-    return value, []
-
-
 async def _dispatch(
     call: ToolCall, tool: Tool, arguments: dict[str, Any], env: CallEnv
 ) -> CallExit:
@@ -191,6 +204,8 @@ async def _dispatch(
     await _takeover_check(call, tool, env)
     env.run.events.announce(ToolStartedEvent, env.run.run_id, call.id, tool.name, arguments)
     outcome, output, is_error, deferral = await _invoke(tool, arguments, ctx, env.run.interrupt)
+    if deferral is not None and deferral.kind is RequestKind.WAIT_PLAN:
+        return await _proposed(call, arguments, deferral.prompt, env)
     if deferral is not None:
         request = env.run.request(
             deferral.kind,
@@ -204,6 +219,28 @@ async def _dispatch(
         return CallExit(ToolOutcome.DEFERRED, deferral.prompt, request=request)
     output = await post_tool(call, output, env)
     return CallExit(outcome, output, is_error)
+
+
+async def _proposed(
+    call: ToolCall, arguments: dict[str, Any], summary: str, env: CallEnv
+) -> CallExit:
+    """``propose_plan``: its steps checked against the tool set, then one decision for all
+    (now, if someone present answers at once; else later, on a ``wait_plan`` request)."""
+    steps, problems = proposed_steps(arguments, env.tools)
+    steps = traced_steps(steps, call.id, env)
+    if problems:
+        return _error(ToolOutcome.INVALID_ARGUMENTS, "no plan was opened: " + "; ".join(problems))
+    if not any(step.gated for step in steps):
+        return CallExit(ToolOutcome.OK, "no step of this plan needs approval: make the calls")
+    request = plan_request(env.run.request, call.id, summary, steps, env.tools)
+    async with env.run.interrupt.guard():  # a plan asked inline waits on a person
+        decision = await env.gate.ask(request)
+    if decision is None:
+        return CallExit(ToolOutcome.DEFERRED, summary, request=request)
+    output, refused = env.gate.settle_plan(request, decision)
+    if refused:
+        return _error(ToolOutcome.GATE_DENIED, output)
+    return CallExit(ToolOutcome.OK, output)
 
 
 async def _takeover_check(call: ToolCall, tool: Tool, env: CallEnv) -> None:

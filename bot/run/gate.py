@@ -12,12 +12,14 @@ from bot.domain import (
     DecisionKind,
     Grant,
     GrantKind,
+    PlanStep,
     Request,
     RequestKind,
     RequestMaker,
     call_digest,
 )
 from bot.prompter import Prompter
+from bot.run.plan import PlanBook, plan_answer
 from bot.tools.base import Tool
 
 
@@ -57,7 +59,11 @@ class Gate:
         self._answers = dict(answers or {})
         self._standing: set[str] = set()
         self._one_shot: set[tuple[str, str]] = set()
+        self._plans = PlanBook()
+        # Calls whose plan was denied or expired: refused with the plan's reason.
+        self._refused: dict[str, str] = {}
         self._staged: list[Grant] = []
+        self._used: list[Grant] = []
         for grant in written:
             self._honour(grant)
 
@@ -79,6 +85,8 @@ class Gate:
         """
         tool = effective
         digest = call_digest(tool.name, arguments)
+        if call_id in self._refused:
+            return GateVerdict(False, self._refused[call_id])
         answer = self._answers.get(call_id)
         if answer is None and (self._prompter is None or not self._prompter.present):
             if must_see:
@@ -88,23 +96,101 @@ class Gate:
             return GateVerdict(False, "refused: the run's deadline has passed")
         if original.flags.approval.deny or tool.flags.approval.deny:
             return GateVerdict(False, f"refused: policy never allows {tool.name}")
-        standing = tool.name in self._standing and not must_see
-        if standing or (call_id, digest) in self._one_shot:
+        if self.covers(call_id, tool.name, digest, must_see):
+            return GateVerdict(True)
+        step = self._plans.cover(tool.name, digest) if answer is None else None
+        if step is not None:
+            # Used up by this call, journaled before its effect starts: a step never covers a
+            # second call, even when the first one's outcome is lost in a crash.
+            used = Grant(
+                kind=GrantKind.ONE_SHOT,
+                tool=tool.name,
+                call_id=call_id,
+                digest=digest,
+                by=step.by,
+                plan=step.plan,
+                step=step.step,
+            )
+            self._honour(used)
+            self._used.append(used)
             return GateVerdict(True)
         request = self._request(call_id, tool, arguments, digest, origins)
-        decision = answer if answer is not None else await self._ask(request)
+        decision = answer if answer is not None else await self.ask(request)
         if decision is None:
             return GateVerdict(False, "waiting for approval", request)
         return self._decide(decision, tool.name, call_id, digest)
+
+    def covers(self, call_id: str, tool: str, digest: str, must_see: bool = False) -> bool:
+        """Whether a standing or one-shot grant lets this exact call run (``must_see``: a
+        call whose values came from tool output, which no standing grant covers)."""
+        standing = tool in self._standing and not must_see
+        return standing or (call_id, digest) in self._one_shot
+
+    def trial(self) -> Callable[[str, str, str], bool]:
+        """Whether each call of a reply, tried in order, would be let run by a grant or an
+        approved plan's step (used up as it is tried; this gate's steps are not)."""
+        book = self._plans.copy()
+
+        def covered(call_id: str, tool: str, digest: str) -> bool:
+            if self.covers(call_id, tool, digest):
+                return True
+            step = book.cover(tool, digest)
+            if step is not None:
+                book.honour(step.model_copy(update={"kind": GrantKind.ONE_SHOT}))
+            return step is not None
+
+        return covered
+
+    async def ask(self, request: Request) -> Decision | None:
+        """Ask the prompter about ``request`` now; None when it is answered later (or nobody
+        is present)."""
+        if self._prompter is None or not self._prompter.present:
+            return None
+        return await self._prompter.ask(request)
+
+    def _approve_plan(self, plan: str, steps: tuple[PlanStep, ...], by: str) -> None:
+        """Grant each gated step of an approved plan, once (a decision read again after a
+        crash grants nothing twice)."""
+        for number, step in enumerate(steps):
+            if not step.gated or self._plans.knows(plan, number):
+                continue
+            grant = Grant(
+                kind=GrantKind.PLAN_STEP,
+                tool=step.tool,
+                digest=step.digest,
+                by=by,
+                plan=plan,
+                step=number,
+                arguments=step.arguments,
+            )
+            self._stage(grant)
+
+    @property
+    def present(self) -> bool:
+        """Whether someone can be asked (now, or later through a request)."""
+        return self._prompter is not None and self._prompter.present
+
+    def settle_plan(self, request: Request, decision: Decision) -> tuple[str, bool]:
+        """Apply a decision on a plan: grant its steps, refuse the calls it stands for, or
+        neither (step by step); what the model reads of it, and whether it is a refusal."""
+        output, refused = plan_answer(decision)
+        if decision.kind is DecisionKind.APPROVE:
+            self._approve_plan(request.id, request.steps, decision.by)
+        elif refused:
+            for step in request.steps:
+                if step.call_id:
+                    self._refused[step.call_id] = output
+        return output, refused
+
+    def used(self) -> list[Grant]:
+        """Hand over the plan steps used up since asked (to be journaled before the effect)."""
+        used, self._used = self._used, []
+        return used
 
     def flush(self) -> list[Grant]:
         """Hand over the staged grants (to be journaled) and forget them."""
         staged, self._staged = self._staged, []
         return staged
-
-    async def _ask(self, request: Request) -> Decision | None:
-        assert self._prompter is not None
-        return await self._prompter.ask(request)
 
     def _request(
         self,
@@ -123,6 +209,7 @@ class Gate:
             prompt=tool.description,
             approvals_needed=max(1, tool.flags.approval.approvals),
             origins=origins,
+            off_plan=self._plans.difference(tool.name, arguments),
         )
 
     def _decide(self, decision: Decision, tool: str, call_id: str, digest: str) -> GateVerdict:
@@ -153,7 +240,8 @@ class Gate:
         self._staged.append(grant)
 
     def _honour(self, grant: Grant) -> None:
+        self._plans.honour(grant)
         if grant.kind is GrantKind.STANDING:
             self._standing.add(grant.tool)
-        else:
+        elif grant.kind is GrantKind.ONE_SHOT:
             self._one_shot.add((grant.call_id, grant.digest))

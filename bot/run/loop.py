@@ -36,6 +36,7 @@ from bot.journal.entries import (
     AdvisoryEntry,
     AnswerSupplied,
     AssistantTurnEntry,
+    GrantWritten,
     RunEnded,
     RunResumed,
     RunSuspended,
@@ -46,12 +47,14 @@ from bot.journal.fold import CallState, RunState
 from bot.journal.writer import TakenOver
 from bot.llm.base import ModelError, ModelProvider
 from bot.run.context import RunContext
-from bot.run.execute import CallEnv, HookAbort, execute_tool, post_tool
+from bot.run.execute import CallEnv, HookAbort, execute_tool, post_tool, traced_steps
 from bot.run.gate import Gate
 from bot.run.interrupt import Interrupt, Interrupted
 from bot.run.origins import Tracer
+from bot.run.plan import needing_approval, plan_answer, plan_request
 from bot.run.telemetry import span
 from bot.tools import orphans
+from bot.tools.propose_plan import MAX_STEPS
 from bot.tools.toolset import ToolSet
 
 log = logging.getLogger("kestrel.loop")
@@ -271,9 +274,37 @@ class AgentLoop:
 
     async def _run_batch(self, tools: ToolSet) -> None:
         env = self._env(tools, self._gate())
+        held = await self._plan_batch(env)
         for call_state in list(self.state.batch):
-            await self._execute(call_state, env)
+            if call_state.call.id not in held:
+                await self._execute(call_state, env)
         self._after_batch()
+
+    async def _plan_batch(self, env: CallEnv) -> set[str]:
+        """Two or more calls of one reply that will ask a person are asked as one plan: the
+        calls it holds until it is decided (none if it was decided at once)."""
+        if not env.gate.present:
+            return set()
+        found = needing_approval((c.call for c in self.state.batch), env.tools, env.gate.trial())
+        steps = found[:MAX_STEPS]  # a card shows so many; the calls past them ask on their own
+        if len(steps) < 2:
+            return set()
+        first = steps[0].call_id
+        steps = traced_steps(steps, first, env)
+        summary = self.state.reason_for(first) or f"{len(steps)} calls that need approval"
+        request = plan_request(self.run_ctx.request, first, summary, steps, env.tools)
+        async with self.run_ctx.interrupt.guard():  # a plan asked inline waits on a person
+            decision = await env.gate.ask(request)
+        if decision is not None:
+            env.gate.settle_plan(request, decision)
+            return set()
+        # Opens the request as it lands, said once durable; the run's suspend commits with it.
+        opened = RequestOpenedEvent(self.run_id, request)
+        self.journal.append_soon(
+            ToolDeferred(call_id=first, tool=request.tool, request=request),
+            then=functools.partial(self.run_ctx.events.emit, opened),
+        )
+        return {step.call_id for step in steps}
 
     async def _execute(self, call_state: CallState, env: CallEnv) -> None:
         try:
@@ -319,15 +350,28 @@ class AgentLoop:
         """Answer the calls of a batch interrupted by a suspend or a crash, from the journal."""
         tools = self.deps.tools()
         answers: dict[str, Decision] = {}
+        plans: list[tuple[Request, Decision]] = []
+        held: set[str] = set()
         for call_state in self.state.batch:
             request = call_state.deferred
-            if call_state.result is None and request is not None:
+            if request is None:
+                continue
+            if call_state.result is None:
                 decision = self._supplied(request, found.get(request.id))
                 if decision is not None and request.kind is RequestKind.WAIT_APPROVAL:
                     answers[call_state.call.id] = decision
+            else:  # answered already: a plan's decision still holds for its other calls
+                decision = self.state.answers.get(request.id)
+            if request.kind is RequestKind.WAIT_PLAN:
+                if decision is None:  # still open: its calls wait for it
+                    held.update(step.call_id for step in request.steps)
+                else:
+                    plans.append((request, decision))
         env = self._env(tools, self._gate(answers))
+        for request, decision in plans:
+            env.gate.settle_plan(request, decision)
         for call_state in list(self.state.batch):
-            if call_state.result is None:
+            if call_state.result is None and call_state.call.id not in held:
                 await self._finish_call(call_state, env)
         self._after_batch()
 
@@ -346,6 +390,8 @@ class AgentLoop:
             return
         if request.kind is RequestKind.WAIT_APPROVAL:
             await self._execute(call_state, env)
+        elif request.kind is RequestKind.WAIT_PLAN:
+            await self._plan_decided(call_state, request, env)
         elif request.kind is RequestKind.WAIT_EFFECT:
             await self._settle_effect(call_state, decision, env)
         else:
@@ -396,6 +442,16 @@ class AgentLoop:
         )
         self.run_ctx.events.emit(RequestOpenedEvent(self.run_id, request))
 
+    async def _plan_decided(self, call_state: CallState, request: Request, env: CallEnv) -> None:
+        """A call a plan stands for runs through the gate, which the decision set up (in
+        ``_finish_batch``); the ``propose_plan`` call is answered with the decision."""
+        if any(step.call_id == call_state.call.id for step in request.steps):
+            await self._execute(call_state, env)
+            return
+        output, refused = plan_answer(self.state.answers[request.id])
+        outcome = ToolOutcome.GATE_DENIED if refused else ToolOutcome.OK
+        await self._result(call_state, outcome, output, refused, env)
+
     async def _settle_effect(self, call_state: CallState, decision: Decision, env: CallEnv) -> None:
         if decision.kind is DecisionKind.RETRY:
             await self._execute(call_state, env)
@@ -428,7 +484,10 @@ class AgentLoop:
         entry = ToolResultEntry(
             call_id=call.id, tool=call.name, outcome=outcome, output=output, is_error=err
         )
-        await self.journal.append(entry)
+        self.journal.append_soon(entry)
+        for grant in env.gate.flush():  # a plan's step grants, with the answer that gave them
+            self.journal.append_soon(GrantWritten(grant=grant))
+        await self.journal.flush()
 
     async def _suspend(self, pause: Suspend) -> None:
         ids = tuple(r.id for r in pause.requests)

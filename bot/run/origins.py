@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from bot.domain import ArgumentOrigin, ToolOutcome
+from bot.domain import ArgumentOrigin
 from bot.journal.fold import RunState
 from bot.llm.base import AssistantMessage, SystemMessage, ToolResultsMessage, UserMessage
 from bot.run.provenance import Output, catalog_values, trace
@@ -42,19 +42,13 @@ class Tracer:
         return trace(tool.name, arguments, outputs, human, trusted, catalog)
 
     def _sources(self, call_id: str) -> tuple[list[Output], list[str]]:
-        """The outputs and human texts the run held before call ``call_id``, in order."""
+        """The outputs and human texts the model had read when it wrote call ``call_id``: the
+        run's messages before its reply. The reply's own calls ran after it was written, so
+        what they answered steered none of them."""
+        del call_id  # every call of one reply was written with the same messages read
         if self._before is None:
             self._before = self._messages()
-        outputs, human = list(self._before[0]), list(self._before[1])
-        sent = {earlier.call.id: earlier.call.arguments for earlier in self.state.batch}
-        for earlier in self.state.batch:
-            if earlier.call.id == call_id:
-                break
-            result = earlier.result
-            # Only what a tool said: a refusal or an error is Kestrel's words about the call.
-            if result is not None and result.outcome is ToolOutcome.OK:
-                self._add(outputs, human, result.tool, earlier.call.id, result.output, sent)
-        return outputs, human
+        return self._before
 
     def _messages(self) -> tuple[list[Output], list[str]]:
         """The outputs and human texts of the run's messages (earlier batches, the prompt)."""

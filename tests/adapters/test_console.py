@@ -210,3 +210,32 @@ def test_the_approval_prompt_says_where_an_argument_came_from(tmp_path: Path) ->
         "payments-db now ⚠ its output holds instruction-like text"
     ) in lines
     assert injected_executions(tmp_path) == []  # denied
+
+
+def test_a_plan_at_the_terminal_is_approved_once_for_every_step(tmp_path: Path) -> None:
+    from tests.bot.cli.test_cli import kestrel
+    from tests.bot.cli.test_cli_plans import plan_world
+
+    log = plan_world(tmp_path, ["payments-api", "payments-db"])
+
+    chat = kestrel(tmp_path, "chat", stdin="restart payments\na\n")
+
+    assert chat.returncode == 0, chat.stderr
+    assert "plan approval needed: restart them all" in chat.stdout
+    assert '1. restart_unit {"log": ' in chat.stdout and "payments-db" in chat.stdout
+    assert chat.stdout.count("[a]pprove plan") == 1  # one question for both calls
+    assert "all restarted" in chat.stdout
+    assert log.read_text().split() == ["payments-api", "payments-db"]
+
+
+def test_a_plan_denied_at_the_terminal_runs_nothing(tmp_path: Path) -> None:
+    from tests.bot.cli.test_cli import kestrel
+    from tests.bot.cli.test_cli_plans import plan_world
+
+    log = plan_world(tmp_path, ["payments-api", "payments-db"])
+
+    chat = kestrel(tmp_path, "chat", stdin="restart payments\nd\nchange freeze\n")
+
+    assert chat.returncode == 0, chat.stderr
+    assert chat.stdout.count("denied by you: change freeze (the whole plan") == 2
+    assert not log.exists()

@@ -135,7 +135,9 @@ async def test_gated_call_approved_once_runs_once_and_writes_the_grant_after(
 
 
 async def test_standing_grant_covers_the_rest_of_the_run(tmp_path: Path) -> None:
-    prompter = ScriptedPrompter([DecisionKind.APPROVE_ALWAYS])
+    # Two gated calls in one reply ask for a plan first: taken step by step, the first call
+    # asks on its own, and its standing grant covers the rest.
+    prompter = ScriptedPrompter([DecisionKind.STEP_BY_STEP, DecisionKind.APPROVE_ALWAYS])
     replies = [
         reply(call("deploy", text="a"), call("deploy", text="b")),
         reply(call("deploy", text="c")),
@@ -143,7 +145,7 @@ async def test_standing_grant_covers_the_rest_of_the_run(tmp_path: Path) -> None
     ]
     _state, counter, _, _ = await run_once(tmp_path, replies, prompter=prompter)
     assert counter.calls == {"deploy": 3}
-    assert len(prompter.asked) == 1
+    assert len(prompter.asked) == 2
 
 
 async def test_non_zero_style_error_results_and_exits_are_counted(tmp_path: Path) -> None:

@@ -163,14 +163,14 @@ async def test_an_idempotent_call_is_not_traced(tmp_path: Path) -> None:
     assert prompter.asked == []
 
 
-async def test_a_later_call_of_the_same_batch_sees_an_earlier_calls_output(
-    tmp_path: Path,
-) -> None:
+async def test_an_output_of_the_same_reply_steered_none_of_its_calls(tmp_path: Path) -> None:
+    # The model wrote both calls before read_log ran: its output cannot be where v9-evil came
+    # from, so the ungated effect runs unasked.
     prompter = ScriptedPrompter([DecisionKind.DENY])
     replies = [reply(call("read_log"), call("write", text="v9-evil")), reply(text="done")]
     counter, _, _ = await run(tmp_path, replies, prompter)
-    assert counter.calls == {}
-    assert asked_origins(prompter) == [("text", "v9-evil", "read_log", 2)]
+    assert counter.calls == {"write": 1}
+    assert prompter.asked == []
 
 
 async def test_a_deferred_request_is_journaled_with_its_origins_and_resumes_once(

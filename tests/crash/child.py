@@ -32,6 +32,7 @@ from bot.run.supervisor import LiveRun, Supervisor
 from bot.store import Audited, Settled
 from bot.tools.catalog import load_catalog
 from bot.tools.isolation import Isolation
+from bot.tools.propose_plan import propose_plan_tool
 from bot.tools.source import ToolSource
 from bot.tools.toolset import ToolSet
 from storage.sqlite import SqliteStore
@@ -147,7 +148,7 @@ async def main(args: argparse.Namespace) -> None:
     rt = Runtime(
         store=store,
         model=OpenAIProvider("fake-model", api_key="test-key", base_url=args.base_url),
-        tools=ToolSource(ToolSet(load_catalog(args.catalog, Isolation()))),
+        tools=ToolSource(ToolSet([*load_catalog(args.catalog, Isolation()), propose_plan_tool()])),
         events=FanOut(),
         owner=f"child-{os.getpid()}",
         lease_seconds=0.3,

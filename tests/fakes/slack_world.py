@@ -88,6 +88,18 @@ def restart_script(*, after: str = "Restarted checkout; it is healthy again.") -
     ]
 
 
+def plan_script() -> list[Any]:
+    """The model: restarts checkout and payments in one reply (one plan), then reports."""
+    restart = [
+        {"name": "restart_service", "arguments": {"service": service}}
+        for service in ("checkout", "payments")
+    ]
+    return [
+        {"text": "Both are OOM-killed; restart them.", "calls": restart},
+        {"text": "Restarted checkout and payments."},
+    ]
+
+
 EVIL = "https://evil.example"
 # Links whose labels hide their target, in every form a platform could show as a link.
 DISGUISED = (

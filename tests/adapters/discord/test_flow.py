@@ -27,6 +27,7 @@ from tests.fakes.slack_world import (
     INJECTED_LOG,
     drain_script,
     injection_script,
+    plan_script,
     question_script,
     restart_script,
 )
@@ -326,3 +327,40 @@ async def test_an_effect_following_a_log_waits_on_a_card_naming_the_log(tmp_path
         assert "Recorded" in await world.answered(click)
         await world.answer_posted(thread, "Drained node-666")
         assert world.executions == ["node-666"]
+
+
+async def test_a_plan_card_approved_once_runs_both_restarts(tmp_path: Path) -> None:
+    async with discord_world(tmp_path, plan_script()) as world:
+        mention = await world.mention("checkout and payments are failing")
+        thread = await world.thread_of(mention)
+        card = await world.card("step_by_step")
+        shown = json.dumps(card)
+        assert "Plan approval needed" in shown and "Both are OOM-killed" in shown
+        assert "1. restart_service" in shown and "2. restart_service" in shown
+        assert "Approve plan" in shown and "approve_run" not in shown
+        assert world.executions == []
+
+        click = await world.click(card, "approve", user=APPROVER)
+
+        assert "Recorded" in await world.answered(click)
+        await world.answer_posted(thread, "Restarted checkout and payments")
+        assert world.executions == ["checkout", "payments"]
+        await world.settled()
+        edited = world.discord.message(thread, card["id"])
+        assert edited is not None and edited["components"] == []
+
+
+async def test_a_plan_taken_step_by_step_posts_a_card_per_call(tmp_path: Path) -> None:
+    async with discord_world(tmp_path, plan_script()) as world:
+        await world.mention("checkout and payments are failing")
+        card = await world.card("step_by_step")
+
+        click = await world.click(card, "step_by_step", user=APPROVER)
+
+        assert "Recorded" in await world.answered(click)
+        await world.card("approve_run")  # a call's own card, with its per-call buttons
+        run_id = (await world.chat.recent(1))[0].id
+        views = await world.chat.requests_of(run_id)
+        opened = [v.request.kind.value for v in views if v.status is RequestStatus.OPEN]
+        assert opened == ["wait_approval", "wait_approval"]
+        assert world.executions == []

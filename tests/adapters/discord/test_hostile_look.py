@@ -292,3 +292,28 @@ def test_a_link_in_model_text_shows_its_target_on_answers_and_cards() -> None:
     _assert_unmasked(closed_card)
     _assert_unmasked(working([DISGUISED]))
     _assert_unmasked(note_text(DISGUISED))
+
+
+def test_a_plan_of_twenty_long_steps_is_a_card_discord_takes() -> None:
+    from bot.domain import PlanStep
+
+    steps = tuple(
+        PlanStep(tool="restart_unit", arguments={"unit": f"u{n}", "x": "y" * 900}, why="w" * 300)
+        for n in range(20)
+    )
+    request = Request(
+        run_id="run_1",
+        kind=RequestKind.WAIT_PLAN,
+        call_id="c",
+        tool="propose_plan",
+        prompt="restart twenty",
+        steps=steps,
+    )
+
+    body = DiscordLook().card(_view(request))
+
+    assert refusals(body) == []
+    names = [field["name"] for field in body["embeds"][0]["fields"]]
+    assert names[:2] == ["Requested by", "May answer"]  # the facts survive the cut
+    labels = [c["label"] for row in body["components"] for c in row["components"]]
+    assert labels == ["Approve plan", "Approve step by step", "Deny"]

@@ -179,6 +179,54 @@ def test_approval_card_shows_the_exact_call_and_carries_only_the_request_id() ->
     assert card.text == "Approval needed: restart_service"
 
 
+def plan(steps: int = 2, **overrides: Any) -> Request:
+    from bot.domain import ArgumentOrigin, PlanStep, call_digest
+
+    origin = ArgumentOrigin(
+        argument="unit", value="payments-db", tool="read_log", call_id="c0", line=3, excerpt="x"
+    )
+    made = tuple(
+        PlanStep(
+            tool="restart_unit",
+            arguments={"unit": f"u{n}", "script": "y" * 5000},
+            why="w" * 900,
+            digest=call_digest("restart_unit", {"unit": f"u{n}"}),
+            origins=(origin,) * 12,
+        )
+        for n in range(steps)
+    )
+    fields: dict[str, Any] = {
+        "kind": RequestKind.WAIT_PLAN,
+        "tool": "propose_plan",
+        "prompt": "drain, then restart",
+        "steps": made,
+    }
+    fields.update(overrides)
+    return approval(**fields)
+
+
+def test_a_plan_card_shows_every_step_within_slacks_limits() -> None:
+    request = plan(20)
+    card = cards.request_card(request, reason="", may_answer=["U0APPROVER"])
+
+    assert_valid(card.blocks)
+    text = "\n".join(mrkdwn_texts(card.blocks))
+    assert "*Plan approval needed:* drain, then restart" in text
+    assert "*20.* `restart_unit`" in text
+    assert "unit = payments-db came from read_log output, line 3" in text
+    assert action_ids_of(card.blocks) == [ids.APPROVE_PLAN, ids.STEP_BY_STEP, ids.DENY]
+    assert set(values(card.blocks)) == {request.id}
+    assert card.text == "Plan approval needed: 20 steps"
+
+
+def test_an_off_plan_approval_says_how_it_differs() -> None:
+    note = "off the approved plan (step 2 of restart_unit): changed argument `unit`"
+    card = cards.request_card(approval(off_plan=note), reason="", may_answer=[])
+
+    text = "\n".join(mrkdwn_texts(card.blocks))
+    assert "Off the approved plan (step 2 of restart_unit): changed argument" in text
+
+
 def test_an_empty_reason_and_no_deadline_are_left_out() -> None:
     card = cards.request_card(approval(deadline=None), reason="  ", may_answer=[])
     text = "\n".join(mrkdwn_texts(card.blocks))

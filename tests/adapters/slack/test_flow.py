@@ -17,6 +17,7 @@ from tests.fakes.slack_world import (
     ONCALL,
     REQUESTER,
     injection_script,
+    plan_script,
     posted_ts,
     question_script,
     restart_script,
@@ -265,3 +266,26 @@ async def test_an_effect_following_a_log_waits_on_a_card_naming_the_log(tmp_path
         answer = await world.answer_posted()
         assert "Drained node-666" in json.dumps(answer.args)
         assert world.executions == ["node-666"]
+
+
+async def test_a_plan_card_approved_once_runs_both_restarts(tmp_path: Path) -> None:
+    async with slack_world(tmp_path, plan_script()) as world:
+        await world.mention("checkout and payments are failing")
+        card = await world.card(ids.APPROVE_PLAN)
+        text = json.dumps(card.args["blocks"])
+        assert "Plan approval needed" in text and "Both are OOM-killed" in text
+        assert "checkout" in text and "payments" in text
+        assert ids.STEP_BY_STEP in text and ids.DENY in text
+        assert ids.APPROVE_ONCE not in text  # one card for the plan, none per call
+        assert world.executions == []
+
+        await world.click(card, ids.APPROVE_PLAN, user=APPROVER)
+
+        answer = await world.answer_posted()
+        assert "Restarted checkout and payments" in json.dumps(answer.args)
+        assert world.executions == ["checkout", "payments"]
+        closed = updates_of(world.api, posted_ts(world.api, card))
+        assert closed and ids.APPROVE_PLAN not in json.dumps(closed[-1].args["blocks"])
+        run_id = await _run_id(world)
+        requests = await world.rt.store.list_requests(run_id=run_id, status=None)
+        assert len(requests) == 1

@@ -410,3 +410,22 @@ async def test_a_long_runs_page_shows_its_newest_entries_and_pages_back(
     finally:
         await runner.cleanup()
         await rt.store.close()
+
+
+async def test_a_plan_shows_its_steps_on_the_pending_and_run_pages(tmp_path: Path) -> None:
+    from adapters.web.render import render_pending
+    from tests.fakes.plans import APPROVER, plan_world
+    from tests.fakes.runtime import call, reply
+
+    calls = [call("restart_unit", unit=HOSTILE), call("drain_node", unit="node-1")]
+    world = await plan_world(tmp_path, [reply(*calls, text="both"), reply(text="ok")])
+    run_id = await world.start()
+    plan = await world.plan(run_id)
+
+    html = render_pending(await world.chat.pending(user=Actor(APPROVER)))
+    assert html.count('<li class="plan-step">') == 2
+    assert "restart_unit" in html and "drain_node" in html and ESCAPED in html
+    assert "Approve plan lets each step run once" in html
+    page = render_run_page(await load_run_page(world.chat, run_id))
+    assert page.count('<li class="plan-step">') == 2 and f"<code>{plan.digest}</code>" in page
+    await world.rt.store.close()

@@ -398,3 +398,9 @@ def test_a_schema_version_that_is_no_number_is_one_line(tmp_path: Path) -> None:
 def test_a_limit_past_any_count_is_a_usage_error(tmp_path: Path) -> None:
     result = kestrel(tmp_path, "runs", "list", "--limit", "99999999999999999999")
     assert result.returncode == 2 and "Traceback" not in result.stderr
+
+
+def test_the_fast_way_reads_every_field_of_a_plan_step() -> None:
+    from bot.domain import PlanStep
+
+    assert quick._STEP_FIELDS.keys() == PlanStep.model_fields.keys()

@@ -1,0 +1,221 @@
+"""Plans in the loop: the calls of one reply that need approval, the steps a model proposed, the
+approved steps a call may use (in their plan's order, each once), and how a call that matches
+no step differs from the nearest one."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from typing import Any, Final
+
+from bot.domain import (
+    Decision,
+    DecisionKind,
+    Grant,
+    GrantKind,
+    PlanStep,
+    Request,
+    RequestKind,
+    RequestMaker,
+    ToolCall,
+    call_digest,
+    plan_digest,
+)
+from bot.run.arguments import parse_arguments
+from bot.tools.propose_plan import PROPOSE_PLAN
+from bot.tools.toolset import ToolSet
+
+# An argument value longer than this is cut where a card says how a call differs.
+VALUE_SHOWN: Final = 60
+
+
+class PlanBook:
+    """The approved plans' step grants of one run, and which steps are used up.
+
+    A step covers one call of its tool with its exact arguments (same digest), once, and only
+    when every earlier gated step of its plan has run: a plan's steps run in its order.
+    """
+
+    def __init__(self) -> None:
+        self._steps: dict[str, dict[int, Grant]] = {}
+        self._used: set[tuple[str, int]] = set()
+
+    def honour(self, grant: Grant) -> None:
+        """Learn a plan step's grant, or that a one-shot grant used one up."""
+        if grant.kind is GrantKind.PLAN_STEP:
+            self._steps.setdefault(grant.plan, {})[grant.step] = grant
+        elif grant.plan:
+            self._used.add((grant.plan, grant.step))
+
+    def copy(self) -> PlanBook:
+        """A book to try calls against without using anything up in this one."""
+        book = PlanBook()
+        book._steps = {plan: dict(steps) for plan, steps in self._steps.items()}
+        book._used = set(self._used)
+        return book
+
+    def knows(self, plan: str, step: int) -> bool:
+        """Whether step ``step`` of ``plan`` was granted already."""
+        return step in self._steps.get(plan, {})
+
+    def cover(self, tool: str, digest: str) -> Grant | None:
+        """The next step of an approved plan that this exact call is, if any."""
+        return next((g for g in self._next_steps() if (g.tool, g.digest) == (tool, digest)), None)
+
+    def difference(self, tool: str, arguments: dict[str, Any]) -> str:
+        """How a call that no step covers differs from the nearest step left; empty when the
+        run has no approved plan."""
+        if not self._steps:
+            return ""
+        left = [g for g in self._all_steps() if (g.plan, g.step) not in self._used]
+        if not left:
+            return "off the approved plan: every step of it has run; this call is one more"
+        nearest = min(left, key=lambda g: _distance(g, tool, arguments))
+        where = f"step {nearest.step + 1}"
+        if nearest.tool != tool:
+            shown = _shown(nearest.arguments)
+            return (
+                f"off the approved plan: no step left calls {tool}; the nearest, {where},"
+                f" calls {nearest.tool} {shown}"
+            )
+        changes = _changes(nearest.arguments, arguments)
+        if changes:
+            return f"off the approved plan ({where} of {nearest.tool}): " + "; ".join(changes)
+        first = next(g for g in self._next_steps() if g.plan == nearest.plan)
+        return (
+            f"off the approved plan: this is {where}, but the plan's steps run in order and"
+            f" step {first.step + 1} ({first.tool}) has not run yet"
+        )
+
+    def _all_steps(self) -> list[Grant]:
+        return [g for steps in self._steps.values() for _, g in sorted(steps.items())]
+
+    def _next_steps(self) -> list[Grant]:
+        """Each plan's first step not used up."""
+        found = []
+        for steps in self._steps.values():
+            left = [g for i, g in sorted(steps.items()) if (g.plan, i) not in self._used]
+            found.extend(left[:1])
+        return found
+
+
+def _distance(step: Grant, tool: str, arguments: dict[str, Any]) -> tuple[int, int, int]:
+    """Nearest first: the same tool, then the fewest arguments changed, then the earliest."""
+    return (step.tool != tool, len(_changes(step.arguments, arguments)), step.step)
+
+
+def _changes(planned: dict[str, Any], called: dict[str, Any]) -> list[str]:
+    """Each argument the call changes, adds or leaves out, against the plan's step."""
+    changes = []
+    for key in sorted(planned.keys() | called.keys()):
+        if key not in planned:
+            changes.append(f"extra argument `{key}`: `{_value(called[key])}`")
+        elif key not in called:
+            changes.append(f"missing argument `{key}` (plan `{_value(planned[key])}`)")
+        elif planned[key] != called[key]:
+            was, now = _value(planned[key]), _value(called[key])
+            changes.append(f"changed argument `{key}`: `{now}` vs plan `{was}`")
+    return changes
+
+
+def _value(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    return text if len(text) <= VALUE_SHOWN else text[: VALUE_SHOWN - 1] + "…"
+
+
+def _shown(arguments: dict[str, Any]) -> str:
+    return _value(json.dumps(arguments, sort_keys=True, ensure_ascii=False))
+
+
+def needing_approval(
+    calls: Iterable[ToolCall], tools: ToolSet, covered: Callable[[str, str, str], bool]
+) -> list[PlanStep]:
+    """The calls of a reply that will ask a person: gated, valid, not refused by policy
+    outright, and not ``covered`` (call id, tool, digest; asked in the reply's order) by a
+    grant."""
+    steps = []
+    for call in calls:
+        tool = tools.get(call.name)
+        if tool is None or not tool.flags.approval.confirm or tool.flags.approval.deny:
+            continue
+        arguments, problems = parse_arguments(call.arguments)
+        if problems or tools.validate(call.name, arguments):
+            continue
+        digest = call_digest(call.name, arguments)
+        if not covered(call.id, call.name, digest):
+            steps.append(
+                PlanStep(tool=call.name, arguments=arguments, digest=digest, call_id=call.id)
+            )
+    return steps
+
+
+def proposed_steps(arguments: dict[str, Any], tools: ToolSet) -> tuple[list[PlanStep], list[str]]:
+    """The steps ``propose_plan`` was called with, checked against the tool set; or every way
+    they are wrong, one line each, for the model."""
+    steps: list[PlanStep] = []
+    problems: list[str] = []
+    for number, raw in enumerate(arguments["steps"], 1):
+        name, step_arguments = raw["tool"], raw["arguments"]
+        tool = tools.get(name) if name != PROPOSE_PLAN else None
+        if tool is None:
+            known = ", ".join(sorted(n for n in tools if n != PROPOSE_PLAN)) or "none"
+            problems.append(f"step {number}: unknown tool {name!r}; tools: {known}")
+            continue
+        if tool.flags.approval.deny:
+            problems.append(f"step {number}: policy never allows {name}")
+            continue
+        invalid = tools.validate(name, step_arguments)
+        if invalid:
+            problems.append(f"step {number} ({name}): invalid arguments: " + "; ".join(invalid))
+            continue
+        steps.append(
+            PlanStep(
+                tool=name,
+                arguments=step_arguments,
+                why=str(raw.get("why", "")),
+                digest=call_digest(name, step_arguments),
+                gated=tool.flags.approval.confirm,
+            )
+        )
+    return steps, problems
+
+
+def plan_request(
+    new_request: RequestMaker, call_id: str, summary: str, steps: list[PlanStep], tools: ToolSet
+) -> Request:
+    """The ``wait_plan`` request for ``steps``, bound to the call that asked (``propose_plan``,
+    or a reply's first gated call); two approvers if any step needs two."""
+    needed = [tools[step.tool].flags.approval.approvals for step in steps if step.gated]
+    return new_request(
+        RequestKind.WAIT_PLAN,
+        call_id,
+        PROPOSE_PLAN,
+        {"summary": summary},
+        digest=plan_digest(tuple(steps)),
+        prompt=summary,
+        steps=tuple(steps),
+        approvals_needed=max([1, *needed]),
+    )
+
+
+def plan_answer(decision: Decision) -> tuple[str, bool]:
+    """What the model reads of a decision on its plan, and whether it is a refusal."""
+    who = f" by {decision.by}" if decision.by else ""
+    match decision.kind:
+        case DecisionKind.APPROVE:
+            return (
+                f"plan approved{who}: make its calls in order, each exactly as proposed; any"
+                " other call needs its own approval",
+                False,
+            )
+        case DecisionKind.STEP_BY_STEP:
+            return (
+                f"approve step by step (chosen{who}): each call that needs approval will be"
+                " asked for on its own",
+                False,
+            )
+        case DecisionKind.EXPIRED:
+            return "refused: the plan's approval request expired before anyone answered", True
+        case _:
+            why = f": {decision.text}" if decision.text else ""
+            return f"denied{who}{why} (the whole plan: none of its steps may run)", True

@@ -1,0 +1,125 @@
+"""Plans from the command line: real processes on one journal, a real catalog command."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.bot.cli.test_cli import kestrel, one_line_error, write_config
+
+RESTART = {
+    "name": "restart_unit",
+    "description": "Restart a unit",
+    "command": ["/bin/sh", "-c", 'echo "$1" >> "$0"', "{log}", "{unit}"],
+    "parameters": {
+        "type": "object",
+        "properties": {"unit": {"type": "string"}, "log": {"type": "string"}},
+        "required": ["unit", "log"],
+        "additionalProperties": False,
+    },
+    "confirm": True,
+}
+
+
+def plan_world(folder: Path, units: list[str]) -> Path:
+    """A script whose first reply restarts ``units`` at once; the log the restarts go to."""
+    log = folder / "restarts.log"
+    calls = [
+        {"name": "restart_unit", "arguments": {"unit": unit, "log": str(log)}} for unit in units
+    ]
+    script = [{"text": "restart them all", "calls": calls}, {"text": "all restarted"}]
+    (folder / "script.yaml").write_text(yaml.safe_dump(script))
+    (folder / "tools.yaml").write_text(yaml.safe_dump({"tools": [RESTART]}))
+    write_config(
+        folder,
+        model={"provider": "scripted", "script": "script.yaml"},
+        tools=["tools.yaml"],
+    )
+    return log
+
+
+def deferred_plan(folder: Path) -> tuple[str, dict[str, Any]]:
+    """Start a run that suspends on its plan; the run id and the plan as ``--json`` shows it."""
+    started = kestrel(folder, "run", "restart payments", "--defer", "--json", "--as", "U0REQ")
+    assert started.returncode == 3, started.stderr  # suspended
+    obj = json.loads(started.stdout)
+    assert obj["status"] == "suspended"
+    (plan,) = obj["requests"]
+    return obj["run_id"], plan
+
+
+def test_one_approval_runs_every_step_of_the_plan(tmp_path: Path) -> None:
+    log = plan_world(tmp_path, ["payments-api", "payments-db", "payments-worker"])
+    run_id, plan = deferred_plan(tmp_path)
+    assert plan["kind"] == "wait_plan"
+    assert [s["arguments"]["unit"] for s in plan["steps"]] == [
+        "payments-api",
+        "payments-db",
+        "payments-worker",
+    ]
+    assert plan["steps"][0]["needs_approval"] is True and plan["digest"]
+
+    pending = kestrel(tmp_path, "runs", "pending")
+    assert f"{plan['id']}  wait_plan" in pending.stdout
+    assert 'step 2: restart_unit {"log": ' in pending.stdout
+    assert not log.exists()
+
+    approved = kestrel(tmp_path, "runs", "approve", run_id, plan["id"], "--as", "U0BOSS")
+
+    assert approved.returncode == 0, approved.stderr
+    assert "completed: all restarted" in approved.stdout
+    assert log.read_text().split() == ["payments-api", "payments-db", "payments-worker"]
+    shown = json.loads(kestrel(tmp_path, "runs", "show", run_id, "--json").stdout)
+    (closed,) = shown["closed_requests"]
+    assert closed["kind"] == "wait_plan" and len(closed["steps"]) == 3
+    assert closed["decision"]["by"] == "U0BOSS"
+    audit = kestrel(tmp_path, "audit", "--json").stdout
+    approvals = [a for a in json.loads(audit) if a["action"] == "approve"]
+    assert len(approvals) == 1 and plan["digest"] in approvals[0]["detail"]
+
+
+def test_step_by_step_asks_for_each_call(tmp_path: Path) -> None:
+    log = plan_world(tmp_path, ["payments-api", "payments-db"])
+    run_id, plan = deferred_plan(tmp_path)
+
+    chose = kestrel(
+        tmp_path, "runs", "approve", run_id, plan["id"], "--step-by-step", "--as", "U0BOSS"
+    )
+
+    assert chose.returncode == 0, chose.stderr
+    shown = json.loads(kestrel(tmp_path, "runs", "show", run_id, "--json").stdout)
+    assert [r["kind"] for r in shown["requests"]] == ["wait_approval", "wait_approval"]
+    assert not log.exists()
+    for request in shown["requests"]:
+        kestrel(tmp_path, "runs", "approve", run_id, request["id"], "--as", "U0BOSS")
+    assert log.read_text().split() == ["payments-api", "payments-db"]
+
+
+def test_a_denied_plan_runs_nothing(tmp_path: Path) -> None:
+    log = plan_world(tmp_path, ["payments-api", "payments-db"])
+    run_id, plan = deferred_plan(tmp_path)
+
+    denied = kestrel(
+        tmp_path, "runs", "deny", run_id, plan["id"], "--reason", "freeze", "--as", "U0BOSS"
+    )
+
+    assert denied.returncode == 0, denied.stderr
+    assert not log.exists()
+    shown = json.loads(kestrel(tmp_path, "runs", "show", run_id, "--json").stdout)
+    assert shown["status"] == "completed" and shown["outcomes"] == {"gate_denied": 2}
+    transcript = kestrel(tmp_path, "runs", "show", run_id).stdout
+    assert "denied by U0BOSS: freeze (the whole plan" in transcript
+
+
+def test_always_is_no_answer_to_a_plan(tmp_path: Path) -> None:
+    plan_world(tmp_path, ["payments-api", "payments-db"])
+    run_id, plan = deferred_plan(tmp_path)
+
+    refused = kestrel(tmp_path, "runs", "approve", run_id, plan["id"], "--always", "--as", "U0B")
+
+    assert one_line_error(refused) == (
+        "kestrel: approve_always is not an answer to a wait_plan request"
+    )
