@@ -23,5 +23,5 @@ def test_the_licence_is_apache_2_and_pyproject_says_so() -> None:
 def test_the_changelog_starts_at_this_version() -> None:
     releases = re.findall(r"^## (\S+)", (ROOT / "CHANGELOG.md").read_text(), re.M)
     # What is not released yet comes first, under "Unreleased"; then this version.
-    assert [r for r in releases if r != "Unreleased"][0] == bot.__version__
+    assert next(r for r in releases if r != "Unreleased") == bot.__version__
     assert "Unreleased" not in releases[1:]
