@@ -51,7 +51,7 @@ def trace(
     origins: list[ArgumentOrigin] = []
     corpus: _Corpus | None = None
     for path, value in leaves(arguments):
-        if value in catalog or any(value in text for text in human_texts):
+        if value in catalog or any(_holds(text, value) for text in human_texts):
             continue
         corpus = corpus or _Corpus(outputs)
         found = corpus.source(value, _trusted(path, trusted_from or {}))
@@ -72,7 +72,9 @@ def leaves(value: Any, path: str = "") -> Iterator[tuple[str, str]]:
         if len(value) >= MIN_TEXT:
             yield path, value
     elif isinstance(value, int | float) and not isinstance(value, bool):
-        text = str(value)
+        # A whole float (31337.0, 3.1337e4) reaches a command as the integer's digits.
+        whole = isinstance(value, float) and value.is_integer()
+        text = str(int(value)) if whole else str(value)
         if sum(char.isdigit() for char in text) >= MIN_DIGITS:
             yield path, text
 
@@ -131,7 +133,7 @@ class _Corpus:
     def source(self, value: str, trusted: Collection[str]) -> _Found | None:
         """The first output holding ``value`` whose call did not send it; None if a trusted
         tool's output holds it too (the value is one that tool is expected to give)."""
-        digits = value.lstrip("-").replace(".", "", 1).isdigit()
+        digits = _is_number(value)
         at = _find(self.text, value, digits, 0)
         found: _Found | None = None
         while at >= 0:
@@ -151,6 +153,16 @@ class _Corpus:
 # No value is matched across two outputs: a tool cannot put this in its output (the journal
 # holds valid text, and the PII guard's output is text).
 _SEPARATOR: Final = "\x00"
+
+
+def _is_number(value: str) -> bool:
+    return value.lstrip("-").replace(".", "", 1).isdigit()
+
+
+def _holds(text: str, value: str) -> bool:
+    """Whether a person's ``text`` holds ``value`` by the rule an output is searched with:
+    "313" is not in "3131 errors"."""
+    return _find(text, value, _is_number(value), 0) >= 0
 
 
 def _find(text: str, value: str, digits: bool, start: int) -> int:
