@@ -97,6 +97,11 @@ class Gate:
             return GateVerdict(False, "waiting for approval", request)
         return self._decide(decision, tool.name, call_id, digest)
 
+    def decided(self, call_id: str) -> bool:
+        """Whether a person already decided on call ``call_id``: that decision stands, even if
+        the call would not be asked about now (the configuration or its origins changed)."""
+        return call_id in self._answers
+
     def flush(self) -> list[Grant]:
         """Hand over the staged grants (to be journaled) and forget them."""
         staged, self._staged = self._staged, []

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from bot.domain import ArgumentOrigin, ToolOutcome
+from bot.domain import ArgumentOrigin, DecisionKind, ToolOutcome
 from bot.journal.fold import RunState
 from bot.llm.base import AssistantMessage, SystemMessage, ToolResultsMessage, UserMessage
 from bot.run.provenance import Output, catalog_values, trace
@@ -59,7 +59,13 @@ class Tracer:
     def _messages(self) -> tuple[list[Output], list[str]]:
         """The outputs and human texts of the run's messages (earlier batches, the prompt)."""
         outputs: list[Output] = []
-        human = [decision.text for decision in self.state.answers.values() if decision.text]
+        # Only answers to questions: a deny reason (or any approval's words) is about a call,
+        # and naming a value there must not make the next call's copy of it the person's.
+        human = [
+            decision.text
+            for decision in self.state.answers.values()
+            if decision.kind is DecisionKind.ANSWER and decision.text
+        ]
         sent: dict[str, str] = {}
         for message in self.state.messages:
             if isinstance(message, UserMessage | SystemMessage):

@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import yaml
+
 from tests.bot.cli.test_cli import kestrel
-from tests.fakes.injected import executions, write_folder
+from tests.fakes.injected import executions, script, write_folder
 
 ORIGIN = (
     "unit = payments-db came from read_log output, line 2: "
@@ -79,4 +81,51 @@ def test_without_anyone_present_it_is_refused(tmp_path: Path) -> None:
     ran = kestrel(tmp_path, "run", "the api is slow", "--json")
     shown = json.loads(ran.stdout)
     assert executions(tmp_path) == []
+    assert shown["outcomes"].get("gate_denied") == 1, shown
+
+
+def test_a_deny_reason_naming_the_value_does_not_make_it_the_persons(tmp_path: Path) -> None:
+    # The model asks, is denied, and tries the same restart again: the approver wrote the
+    # unit in the reason, which is no answer to a question and must not launder the log's value.
+    write_folder(tmp_path)
+    again = script()
+    again.insert(2, again[1])
+    (tmp_path / "script.yaml").write_text(yaml.safe_dump(again))
+    deferred = json.loads(
+        kestrel(tmp_path, "run", "the api is slow", "--defer", "--json", "--as", "U0REQ").stdout
+    )
+    (request,) = deferred["requests"]
+    reason = "no, payments-db is healthy, leave it"
+    denied = kestrel(
+        tmp_path,
+        "runs",
+        "deny",
+        deferred["run_id"],
+        request["id"],
+        "--reason",
+        reason,
+        "--as",
+        "U0BOSS",
+    )
+    assert denied.returncode == 0, denied.stderr
+    assert executions(tmp_path) == []
+    shown = json.loads(kestrel(tmp_path, "runs", "show", deferred["run_id"], "--json").stdout)
+    assert shown["status"] == "suspended", shown
+    [retry] = shown["requests"]
+    assert [o["tool"] for o in retry["origins"]] == ["read_log"]
+
+
+def test_a_denied_call_stays_denied_when_provenance_is_turned_off_before_resume(
+    tmp_path: Path,
+) -> None:
+    write_folder(tmp_path)
+    deferred = json.loads(
+        kestrel(tmp_path, "run", "the api is slow", "--defer", "--json", "--as", "U0REQ").stdout
+    )
+    (request,) = deferred["requests"]
+    write_folder(tmp_path, provenance="off")  # the call no longer needs asking: a deny stands
+    denied = kestrel(tmp_path, "runs", "deny", deferred["run_id"], request["id"], "--as", "U0BOSS")
+    assert denied.returncode == 0, denied.stderr
+    assert executions(tmp_path) == []
+    shown = json.loads(kestrel(tmp_path, "runs", "show", deferred["run_id"], "--json").stdout)
     assert shown["outcomes"].get("gate_denied") == 1, shown
