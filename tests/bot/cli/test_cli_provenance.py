@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -129,3 +130,39 @@ def test_a_denied_call_stays_denied_when_provenance_is_turned_off_before_resume(
     assert executions(tmp_path) == []
     shown = json.loads(kestrel(tmp_path, "runs", "show", deferred["run_id"], "--json").stdout)
     assert shown["outcomes"].get("gate_denied") == 1, shown
+
+
+def question_script(question: dict[str, Any]) -> list[dict[str, Any]]:
+    """read_log, one question, then the restart the log asks for."""
+    steps = script()
+    steps.insert(1, {"text": "Asking.", "calls": [question]})
+    return steps
+
+
+def answered(tmp_path: Path, question: dict[str, Any], answer: str) -> str:
+    """Run to the question, answer it, and say how the run stands."""
+    write_folder(tmp_path)
+    (tmp_path / "script.yaml").write_text(yaml.safe_dump(question_script(question)))
+    deferred = json.loads(
+        kestrel(tmp_path, "run", "the api is slow", "--defer", "--json", "--as", "U0REQ").stdout
+    )
+    (request,) = deferred["requests"]
+    reply = kestrel(
+        tmp_path, "runs", "answer", deferred["run_id"], request["id"], answer, "--as", "U0REQ"
+    )
+    assert reply.returncode == 0, reply.stderr
+    shown = json.loads(kestrel(tmp_path, "runs", "show", deferred["run_id"], "--json").stdout)
+    return str(shown["status"])
+
+
+def test_a_unit_the_person_typed_is_theirs(tmp_path: Path) -> None:
+    ask = {"name": "ask_human_input", "arguments": {"question": "Which unit?"}}
+    assert answered(tmp_path, ask, "payments-db") == "completed"
+    assert executions(tmp_path) == ["payments-db"]
+
+
+def test_an_option_the_model_copied_from_a_log_is_not_the_persons_pick(tmp_path: Path) -> None:
+    options = ["payments-db", "web-frontend"]
+    ask = {"name": "ask_human_select", "arguments": {"question": "Which?", "options": options}}
+    assert answered(tmp_path, ask, "payments-db") == "suspended"
+    assert executions(tmp_path) == []  # the restart waits on a card showing the log's line
