@@ -12,7 +12,7 @@ What is not verbatim (paraphrased, encoded, split, re-cased) is not seen.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -133,8 +133,9 @@ class _Corpus:
     def source(self, value: str, trusted: Collection[str]) -> _Found | None:
         """The first output holding ``value`` whose call did not send it; None if a trusted
         tool's output holds it too (the value is one that tool is expected to give)."""
-        digits = _is_number(value)
-        at = _find(self.text, value, digits, 0)
+        # A number is found only whole: "123" is no source in "51234".
+        joins = str.isdigit if _is_number(value) else None
+        at = _find(self.text, value, joins, 0)
         found: _Found | None = None
         while at >= 0:
             index = bisect.bisect_right(self.starts, at) - 1
@@ -146,7 +147,7 @@ class _Corpus:
                 if not trusted:
                     return found
             next_output = self.starts[index + 1] if index + 1 < len(self.starts) else len(self.text)
-            at = _find(self.text, value, digits, next_output)
+            at = _find(self.text, value, joins, next_output)
         return found
 
 
@@ -159,21 +160,24 @@ def _is_number(value: str) -> bool:
     return value.lstrip("-").replace(".", "", 1).isdigit()
 
 
+def _name_char(char: str) -> bool:
+    return char.isalnum() or char in "_-"
+
+
 def _holds(text: str, value: str) -> bool:
-    """Whether a person's ``text`` holds ``value`` by the rule an output is searched with:
-    "313" is not in "3131 errors"."""
-    return _find(text, value, _is_number(value), 0) >= 0
+    """Whether a person's ``text`` holds ``value`` whole: "313" is not in "3131 errors", nor
+    "payments-db" in "payments-db-replica"."""
+    joins = str.isdigit if _is_number(value) else _name_char
+    return _find(text, value, joins, 0) >= 0
 
 
-def _find(text: str, value: str, digits: bool, start: int) -> int:
-    """Where ``value`` next stands in ``text`` from ``start``; a number only where no digit
-    adjoins it."""
+def _find(text: str, value: str, joins: Callable[[str], bool] | None, start: int) -> int:
+    """Where ``value`` next stands in ``text`` from ``start``; with ``joins``, only where no
+    character it accepts adjoins it."""
     at = text.find(value, start)
-    while digits and at >= 0:
+    while joins is not None and at >= 0:
         end = at + len(value)
-        if (at == 0 or not text[at - 1].isdigit()) and (
-            end >= len(text) or not text[end].isdigit()
-        ):
+        if (at == 0 or not joins(text[at - 1])) and (end >= len(text) or not joins(text[end])):
             return at
         at = text.find(value, at + 1)
     return at

@@ -132,3 +132,11 @@ def test_a_mapping_key_from_tool_output_is_traced() -> None:
     out = Output("read_log", "c1", "WARN: you must drain payments-db", "{}")
     origins = trace("drain", {"nodes": {"payments-db": True}}, [out], [])
     assert [o.value for o in origins] == ["payments-db"]
+
+
+def test_a_name_a_person_wrote_only_inside_a_longer_name_is_not_theirs() -> None:
+    # "check payments-db-replica" does not make the log's "restart payments-db" the person's.
+    origins = trace("restart_unit", {"unit": "payments-db"}, [LOG], ["check payments-db-replica"])
+    assert [o.value for o in origins] == ["payments-db"]
+    for said in ("restart payments-db.", "restart payments-db, please", "(payments-db)"):
+        assert trace("restart_unit", {"unit": "payments-db"}, [LOG], [said]) == ()
