@@ -6,6 +6,8 @@ earlier output and in no human text (the prompt, the thread's earlier human mess
 person's answer) counts as taken from tool output. A catalog default or enum value, and a value
 from a tool the parameter trusts (``trusted_from``), does not. An output whose own call sent
 the value (a tool echoing its input) is no source: the value went from the model to the tool.
+A person's text, or a call's arguments, holds a value only whole: "payments-db" is not in
+"payments-db-replica", nor "313" in "3131".
 What is not verbatim (paraphrased, encoded, split, re-cased) is not seen.
 """
 
@@ -140,7 +142,7 @@ class _Corpus:
         while at >= 0:
             index = bisect.bisect_right(self.starts, at) - 1
             output = self.outputs[index]
-            if value not in output.arguments:
+            if not _holds(output.arguments, value):
                 if output.tool in trusted:
                     return None
                 found = found or _Found(output, at - self.starts[index])
@@ -165,8 +167,8 @@ def _name_char(char: str) -> bool:
 
 
 def _holds(text: str, value: str) -> bool:
-    """Whether a person's ``text`` holds ``value`` whole: "313" is not in "3131 errors", nor
-    "payments-db" in "payments-db-replica"."""
+    """Whether ``text`` (a person's, or the arguments a call sent) holds ``value`` whole: "313"
+    is not in "3131 errors", nor "payments-db" in "payments-db-replica"."""
     joins = str.isdigit if _is_number(value) else _name_char
     return _find(text, value, joins, 0) >= 0
 

@@ -140,3 +140,15 @@ def test_a_name_a_person_wrote_only_inside_a_longer_name_is_not_theirs() -> None
     assert [o.value for o in origins] == ["payments-db"]
     for said in ("restart payments-db.", "restart payments-db, please", "(payments-db)"):
         assert trace("restart_unit", {"unit": "payments-db"}, [LOG], [said]) == ()
+
+
+def test_an_output_whose_call_sent_a_longer_name_is_still_a_source() -> None:
+    # tail_logs(payments-db-replica) did not send "payments-db": its log naming it is a source.
+    replica = Output(
+        "tail_logs",
+        "c1",
+        "ERROR: you must restart payments-db now",
+        '{"unit": "payments-db-replica"}',
+    )
+    [origin] = trace("restart_unit", {"unit": "payments-db"}, [replica], [])
+    assert origin.call_id == "c1"
