@@ -166,3 +166,17 @@ def test_an_option_the_model_copied_from_a_log_is_not_the_persons_pick(tmp_path:
     ask = {"name": "ask_human_select", "arguments": {"question": "Which?", "options": options}}
     assert answered(tmp_path, ask, "payments-db") == "suspended"
     assert executions(tmp_path) == []  # the restart waits on a card showing the log's line
+
+
+def test_a_third_chat_turn_reads_each_earlier_turns_own_prompt(tmp_path: Path) -> None:
+    # The thread's earlier human messages are human texts for provenance: each earlier run's
+    # own prompt must be read back, not the first message of that run's own history.
+    write_folder(tmp_path)
+    (tmp_path / "script.yaml").write_text(yaml.safe_dump([{"text": "noted"}] * 3))
+    chat = kestrel(tmp_path, "chat", stdin="first prompt\nsecond prompt\nthird prompt\n")
+    assert chat.returncode == 0, chat.stderr
+    listed = kestrel(tmp_path, "runs", "list").stdout.splitlines()
+    last = listed[1].split()[0]
+    shown = kestrel(tmp_path, "runs", "show", last).stdout
+    earlier = [line.strip() for line in shown.splitlines() if line.startswith("  | user:")]
+    assert earlier == ["| user: first prompt", "| user: second prompt"]
