@@ -125,7 +125,7 @@ async def _execute(call: ToolCall, env: CallEnv) -> CallExit:
         return _error(ToolOutcome.INVALID_ARGUMENTS, "invalid arguments: " + "; ".join(problems))
     origins = _origins(call, original, effective, arguments, env)
     must_see = bool(origins) and env.run.provenance is Provenance.ASK
-    if gated or effective.flags.approval.confirm or must_see:
+    if gated or effective.flags.approval.confirm or must_see or env.gate.decided(call.id):
         async with env.run.interrupt.guard():  # an approval asked inline may wait on a person
             gate = await env.gate.check(
                 call.id, original, effective, arguments, origins, must_see=must_see

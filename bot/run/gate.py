@@ -120,6 +120,11 @@ class Gate:
             return GateVerdict(False, "waiting for approval", request)
         return self._decide(decision, tool.name, call_id, digest)
 
+    def decided(self, call_id: str) -> bool:
+        """Whether a person already decided on call ``call_id``: that decision stands, even if
+        the call would not be asked about now (the configuration or its origins changed)."""
+        return call_id in self._answers
+
     def covers(self, call_id: str, tool: str, digest: str, must_see: bool = False) -> bool:
         """Whether a standing or one-shot grant lets this exact call run (``must_see``: a
         call whose values came from tool output, which no standing grant covers)."""

@@ -3,6 +3,7 @@ resumed run as on the first."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,7 +54,9 @@ class Tracer:
     def _messages(self) -> tuple[list[Output], list[str]]:
         """The outputs and human texts of the run's messages (earlier batches, the prompt)."""
         outputs: list[Output] = []
-        human = [decision.text for decision in self.state.answers.values() if decision.text]
+        # A person's words reach the run as their question tool's output (below); a decision's
+        # own text is not one (a deny reason naming a value must not make it the person's).
+        human: list[str] = []
         sent: dict[str, str] = {}
         for message in self.state.messages:
             if isinstance(message, UserMessage | SystemMessage):
@@ -75,6 +78,17 @@ class Tracer:
         sent: dict[str, str],
     ) -> None:
         if self.answers_people(tool):
-            human.append(text)
+            # A pick among options is the model's words (it may have copied them from a log),
+            # chosen by a person who did not see where they came from: not the person's text.
+            if not _offers_options(sent.get(call_id, "")):
+                human.append(text)
         else:
             outputs.append(Output(tool, call_id, text, sent.get(call_id, "")))
+
+
+def _offers_options(arguments: str) -> bool:
+    """Whether a question call (its raw JSON arguments) offered options to pick from."""
+    try:
+        return bool(json.loads(arguments).get("options"))
+    except (ValueError, AttributeError):
+        return False

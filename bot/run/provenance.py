@@ -6,13 +6,15 @@ earlier output and in no human text (the prompt, the thread's earlier human mess
 person's answer) counts as taken from tool output. A catalog default or enum value, and a value
 from a tool the parameter trusts (``trusted_from``), does not. An output whose own call sent
 the value (a tool echoing its input) is no source: the value went from the model to the tool.
+A person's text, or a call's arguments, holds a value only whole: "payments-db" is not in
+"payments-db-replica", nor "313" in "3131".
 What is not verbatim (paraphrased, encoded, split, re-cased) is not seen.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -51,7 +53,7 @@ def trace(
     origins: list[ArgumentOrigin] = []
     corpus: _Corpus | None = None
     for path, value in leaves(arguments):
-        if value in catalog or any(value in text for text in human_texts):
+        if value in catalog or any(_holds(text, value) for text in human_texts):
             continue
         corpus = corpus or _Corpus(outputs)
         found = corpus.source(value, _trusted(path, trusted_from or {}))
@@ -72,7 +74,9 @@ def leaves(value: Any, path: str = "") -> Iterator[tuple[str, str]]:
         if len(value) >= MIN_TEXT:
             yield path, value
     elif isinstance(value, int | float) and not isinstance(value, bool):
-        text = str(value)
+        # A whole float (31337.0, 3.1337e4) reaches a command as the integer's digits.
+        whole = isinstance(value, float) and value.is_integer()
+        text = str(int(value)) if whole else str(value)
         if sum(char.isdigit() for char in text) >= MIN_DIGITS:
             yield path, text
 
@@ -131,20 +135,21 @@ class _Corpus:
     def source(self, value: str, trusted: Collection[str]) -> _Found | None:
         """The first output holding ``value`` whose call did not send it; None if a trusted
         tool's output holds it too (the value is one that tool is expected to give)."""
-        digits = value.lstrip("-").replace(".", "", 1).isdigit()
-        at = _find(self.text, value, digits, 0)
+        # A number is found only whole: "123" is no source in "51234".
+        joins = str.isdigit if _is_number(value) else None
+        at = _find(self.text, value, joins, 0)
         found: _Found | None = None
         while at >= 0:
             index = bisect.bisect_right(self.starts, at) - 1
             output = self.outputs[index]
-            if value not in output.arguments:
+            if not _holds(output.arguments, value):
                 if output.tool in trusted:
                     return None
                 found = found or _Found(output, at - self.starts[index])
                 if not trusted:
                     return found
             next_output = self.starts[index + 1] if index + 1 < len(self.starts) else len(self.text)
-            at = _find(self.text, value, digits, next_output)
+            at = _find(self.text, value, joins, next_output)
         return found
 
 
@@ -153,15 +158,28 @@ class _Corpus:
 _SEPARATOR: Final = "\x00"
 
 
-def _find(text: str, value: str, digits: bool, start: int) -> int:
-    """Where ``value`` next stands in ``text`` from ``start``; a number only where no digit
-    adjoins it."""
+def _is_number(value: str) -> bool:
+    return value.lstrip("-").replace(".", "", 1).isdigit()
+
+
+def _name_char(char: str) -> bool:
+    return char.isalnum() or char in "_-"
+
+
+def _holds(text: str, value: str) -> bool:
+    """Whether ``text`` (a person's, or the arguments a call sent) holds ``value`` whole: "313"
+    is not in "3131 errors", nor "payments-db" in "payments-db-replica"."""
+    joins = str.isdigit if _is_number(value) else _name_char
+    return _find(text, value, joins, 0) >= 0
+
+
+def _find(text: str, value: str, joins: Callable[[str], bool] | None, start: int) -> int:
+    """Where ``value`` next stands in ``text`` from ``start``; with ``joins``, only where no
+    character it accepts adjoins it."""
     at = text.find(value, start)
-    while digits and at >= 0:
+    while joins is not None and at >= 0:
         end = at + len(value)
-        if (at == 0 or not text[at - 1].isdigit()) and (
-            end >= len(text) or not text[end].isdigit()
-        ):
+        if (at == 0 or not joins(text[at - 1])) and (end >= len(text) or not joins(text[end])):
             return at
         at = text.find(value, at + 1)
     return at

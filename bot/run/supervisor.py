@@ -628,11 +628,19 @@ class Supervisor:
         pairs: list[tuple[str, str]] = []
         for record in reversed(runs):
             state = fold(await self.rt.store.load(record.id), record.id)
-            prompt = next((m.text for m in state.messages if isinstance(m, UserMessage)), "")
+            prompt = _own_prompt(state)
             answer = state.result.text if state.result else ""
             if prompt and answer:
                 pairs += [("user", prompt), ("assistant", answer)]
         return tuple(pairs)
+
+
+def _own_prompt(state: RunState) -> str:
+    """A run's own prompt: its first user message after the thread's history it was given."""
+    history = state.started.history if state.started else ()
+    earlier = sum(1 for role, _ in history if role == "user")
+    prompts = [message.text for message in state.messages if isinstance(message, UserMessage)]
+    return prompts[earlier] if len(prompts) > earlier else ""
 
 
 async def _screen_prompt(hooks: Hooks, prompt: str, ctx: HookContext) -> tuple[str, str, str]:

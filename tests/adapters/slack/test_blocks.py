@@ -213,7 +213,7 @@ def test_a_plan_card_shows_every_step_within_slacks_limits() -> None:
     text = "\n".join(mrkdwn_texts(card.blocks))
     assert "*Plan approval needed:* drain, then restart" in text
     assert "*20.* `restart_unit`" in text
-    assert "unit = payments-db came from read_log output, line 3" in text
+    assert "`unit` = `payments-db` came from `read_log` output, line 3" in text
     assert action_ids_of(card.blocks) == [ids.APPROVE_PLAN, ids.STEP_BY_STEP, ids.DENY]
     assert set(values(card.blocks)) == {request.id}
     assert card.text == "Plan approval needed: 20 steps"
