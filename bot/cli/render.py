@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 # Types only: every command imports this module, ``--help`` included, and must not pull in the
 # domain models.
 if TYPE_CHECKING:
+    from bot.chat.words import Origin as ShownOrigin
     from bot.domain import Decision, Request
     from bot.journal.fold import RunState
     from bot.kinds import RequestKind, RequestStatus
@@ -20,26 +21,6 @@ if TYPE_CHECKING:
 
 # A request from the store: the request, its status and the decision that closed it, if any.
 StoredRequest = tuple["Request", "RequestStatus", "Decision | None"]
-
-
-class ShownOrigin(Protocol):
-    """Where one argument of a request or a plan's step came from: an ``ArgumentOrigin``, or
-    as the fast way of ``runs pending`` reads it."""
-
-    @property
-    def argument(self) -> str: ...
-    @property
-    def value(self) -> str: ...
-    @property
-    def tool(self) -> str: ...
-    @property
-    def call_id(self) -> str: ...
-    @property
-    def line(self) -> int: ...
-    @property
-    def excerpt(self) -> str: ...
-    @property
-    def instruction_like(self) -> bool: ...
 
 
 class ShownStep(Protocol):
