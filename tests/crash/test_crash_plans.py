@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.crash.test_crash_resume import child, effects, finish, positions_requested
+from tests.crash.test_crash_resume import assert_finished_each_effect_once, child, effects
 
 # One reply, three gated calls: one plan.
 PLAN_SCRIPT: list[dict[str, object]] = [
@@ -130,12 +130,7 @@ def test_no_step_runs_again_without_a_fresh_decision(
     assert crashed.returncode == -9, f"no {crash} append on this path: {crashed.stderr}"
     run_id = (folder / "run_id").read_text()
 
-    out = finish(world, run_id, retries)
-
-    assert out["status"] == "completed", out
-    assert all(n == 1 for n in positions_requested(folder).values())
-    runs = Counter(effects(folder))
-    assert all(runs[name] <= 1 + retries[name] for name in runs), (runs, retries)
+    assert_finished_each_effect_once(world, run_id, retries)
 
 
 @pytest.mark.parametrize("world", [PLAN_SCRIPT], indirect=True)

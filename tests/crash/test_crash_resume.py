@@ -349,6 +349,20 @@ def finish(world: dict[str, Path | str], run_id: str, retries: Counter[str]) -> 
     return out
 
 
+def assert_finished_each_effect_once(
+    world: dict[str, Path | str], run_id: str, retries: Counter[str]
+) -> None:
+    """Finish the run after the crash, then: it completed, the model was asked once for each
+    position, and no effect ran more often than on-call chose to retry it."""
+    folder = Path(world["dir"])
+    out = finish(world, run_id, retries)
+
+    assert out["status"] == "completed", out
+    assert all(n == 1 for n in positions_requested(folder).values())
+    runs = Counter(effects(folder))
+    assert all(runs[name] <= 1 + retries[name] for name in runs), (runs, retries)
+
+
 @pytest.mark.parametrize(
     ("world", "path", "crash"),
     [(script, path, crash) for path, (script, kinds) in PATHS.items() for crash in kinds],
@@ -364,12 +378,7 @@ def test_no_effect_runs_again_without_a_fresh_decision(
     assert crashed.returncode == -9, f"no {crash} append on this path: {crashed.stderr}"
     run_id = (folder / "run_id").read_text()
 
-    out = finish(world, run_id, retries)
-
-    assert out["status"] == "completed", out
-    assert all(n == 1 for n in positions_requested(folder).values())
-    runs = Counter(effects(folder))
-    assert all(runs[name] <= 1 + retries[name] for name in runs), (runs, retries)
+    assert_finished_each_effect_once(world, run_id, retries)
 
 
 @pytest.mark.parametrize("world", [GATED_SCRIPT], indirect=True)

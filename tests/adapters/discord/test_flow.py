@@ -364,3 +364,15 @@ async def test_a_plan_taken_step_by_step_posts_a_card_per_call(tmp_path: Path) -
         opened = [v.request.kind.value for v in views if v.status is RequestStatus.OPEN]
         assert opened == ["wait_approval", "wait_approval"]
         assert world.executions == []
+
+
+async def test_a_plan_click_from_another_guild_decides_nothing(tmp_path: Path) -> None:
+    async with discord_world(tmp_path, plan_script()) as world:
+        await world.mention("checkout and payments are failing")
+        card = await world.card("step_by_step")
+        for kind in ("approve", "step_by_step"):
+            guest = await world.click(card, kind, user=APPROVER, guild="777")
+            assert "act on it from that run's thread" in await world.answered(guest)
+        run_id = (await world.chat.recent(1))[0].id
+        assert [v.status for v in await world.chat.requests_of(run_id)] == [RequestStatus.OPEN]
+        assert world.executions == []

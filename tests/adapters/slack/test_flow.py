@@ -289,3 +289,17 @@ async def test_a_plan_card_approved_once_runs_both_restarts(tmp_path: Path) -> N
         run_id = await _run_id(world)
         requests = await world.rt.store.list_requests(run_id=run_id, status=None)
         assert len(requests) == 1
+
+
+async def test_a_plan_click_from_another_channel_decides_nothing(tmp_path: Path) -> None:
+    async with slack_world(tmp_path, plan_script()) as world:
+        await world.mention("checkout and payments are failing")
+        card = await world.card(ids.APPROVE_PLAN)
+        for action in (ids.APPROVE_PLAN, ids.STEP_BY_STEP):
+            await world.click(card, action, user=APPROVER, channel="C0OTHER")
+            note = await world.ephemeral_to(APPROVER)
+            assert "another channel" in note.args["text"]
+        run_id = await _run_id(world)
+        requests = await world.rt.store.list_requests(run_id=run_id, status=None)
+        assert [status for _request, status, _decision in requests] == [RequestStatus.OPEN]
+        assert world.executions == []
