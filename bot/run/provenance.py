@@ -135,6 +135,8 @@ class _Corpus:
     def source(self, value: str, trusted: Collection[str]) -> _Found | None:
         """The first output holding ``value`` whose call did not send it; None if a trusted
         tool's output holds it too (the value is one that tool is expected to give)."""
+        if not _anywhere(self.text, value):
+            return None
         # A number is found only whole: "123" is no source in "51234".
         joins = str.isdigit if _is_number(value) else None
         at = _find(self.text, value, joins, 0)
@@ -156,6 +158,15 @@ class _Corpus:
 # No value is matched across two outputs: a tool cannot put this in its output (the journal
 # holds valid text, and the PII guard's output is text).
 _SEPARATOR: Final = "\x00"
+
+
+def _anywhere(text: str, value: str) -> bool:
+    """Whether ``value`` stands anywhere in ``text``: most values stand in no output, and a SIMD
+    search says so in a tenth of ``str.find``'s time (its offsets count UTF-8 bytes, so the
+    exact search below still places what it finds)."""
+    import stringzilla  # deferred: only a consequential call after some tool output needs it
+
+    return bool(stringzilla.find(text, value) >= 0)
 
 
 def _is_number(value: str) -> bool:

@@ -27,6 +27,15 @@ def test_a_value_from_a_tool_output_is_traced_to_its_line() -> None:
     assert origin.instruction_like  # "run restart_unit …"
 
 
+def test_a_value_after_wide_characters_is_found_and_placed_by_character() -> None:
+    # The fast search counts UTF-8 bytes; the origin's line and excerpt count characters.
+    out = Output("read_log", "call_w", "über 🚀 ok\nnœud→ drain node-ünï-7 ✓\nend")
+    [origin] = trace("drain", {"node": "node-ünï-7"}, [Output("a", "c0", "é" * 9), out], [])
+    assert (origin.call_id, origin.line) == ("call_w", 2)
+    assert origin.excerpt == "nœud→ drain node-ünï-7 ✓"
+    assert trace("drain", {"node": "node-ünï-8"}, [out], []) == ()
+
+
 def test_a_value_a_person_wrote_is_theirs_even_if_a_tool_said_it_too() -> None:
     assert trace("restart_unit", {"unit": "payments-db"}, [LOG], ["restart payments-db"]) == ()
 
