@@ -1,6 +1,7 @@
 """SqliteStore: the embedded default ``Store`` (WAL).
 
-Reads go through aiosqlite. Every write joins a ``GroupCommit``: one transaction per pass of
+Reads run inline on the reader connection (``SqliteReader``; aiosqlite's thread only while the
+database is busy). Every write joins a ``GroupCommit``: one transaction per pass of
 the event loop, through ``SqliteWriter``, which commits inline while SQLite's write lock is free.
 A store opened ``read_only`` has no writer at all: it neither migrates nor needs write access.
 """
@@ -15,8 +16,6 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any, ClassVar, Final, TypeVar
-
-import aiosqlite
 
 from bot.domain import utcnow
 from bot.errors import StoreError
@@ -33,6 +32,7 @@ from storage.common import (
 from storage.sql import SQLITE, Step
 from storage.sql_store import Params, Row, SqlStore, migrated
 from storage.sqlite_group_commit import GroupCommit, PendingAppend
+from storage.sqlite_reader import SqliteReader
 from storage.sqlite_rows import (
     Unreadable,
     applied_version,
@@ -96,7 +96,7 @@ class SqliteStore(SqlStore):
         self._busy_timeout = busy_timeout
         self._read_only = read_only
         self._wconn: SqliteWriter | None = None
-        self._rconn: aiosqlite.Connection | None = None
+        self._rconn: SqliteReader | None = None
         self._group: GroupCommit | None = None
 
     @property
@@ -121,7 +121,7 @@ class SqliteStore(SqlStore):
                 self._group = GroupCommit(self._wconn, self._now, self._append_failure)
             version = await self._apply_migrations(self._wconn)
             if self._rconn is None:
-                self._rconn = await self._connect_reader()
+                self._rconn = self._connect_reader()
         except BaseException:
             await self._disconnect()
             raise
@@ -135,7 +135,7 @@ class SqliteStore(SqlStore):
         if not self._path.is_file():
             return 0
         if self._rconn is None:
-            self._rconn = await self._connect_reader()
+            self._rconn = self._connect_reader()
         return await self._read_schema_version()
 
     async def _shut_down(self) -> None:
@@ -192,20 +192,16 @@ class SqliteStore(SqlStore):
         with self._errors("open"):
             return await SqliteWriter.open(self._path, pragmas, self._busy_timeout, setup=wal)
 
-    async def _connect_reader(self) -> aiosqlite.Connection:
+    def _connect_reader(self) -> SqliteReader:
         """Open the reader: autocommit, so every query sees the latest commit."""
         target: str | Path = reader_uri(self._path) if self._read_only else self._path
         with self._errors("open"):
-            conn = await aiosqlite.connect(
-                target, timeout=self._busy_timeout, isolation_level=None, uri=self._read_only
+            return SqliteReader.open(
+                target,
+                uri=self._read_only,
+                busy_timeout=self._busy_timeout,
+                setup=self._connection_pragmas() + "PRAGMA query_only = ON;",
             )
-        try:
-            with self._errors("open"):
-                await conn.executescript(self._connection_pragmas() + "PRAGMA query_only = ON;")
-        except BaseException:
-            await _close_quietly(conn)
-            raise
-        return conn
 
     async def _open_read_only(self) -> int:
         """Open the reader on a database whose schema this Kestrel can read.
@@ -215,7 +211,7 @@ class SqliteStore(SqlStore):
         try:
             if self._rconn is None:
                 exists = self._path.is_file()
-                self._rconn = await (self._connect_reader() if exists else self._connect_empty())
+                self._rconn = self._connect_reader() if exists else self._connect_empty()
             version = await self._read_schema_version()
         except BaseException:
             await self._disconnect()
@@ -229,19 +225,16 @@ class SqliteStore(SqlStore):
             )
         return version
 
-    async def _connect_empty(self) -> aiosqlite.Connection:
+    def _connect_empty(self) -> SqliteReader:
         """An empty journal in memory, with the current schema, for a database not made yet."""
-        conn = await aiosqlite.connect(":memory:", isolation_level=None)
         scripts = [migration_script(version) for version in range(1, SCHEMA_VERSION + 1)]
-        try:
-            with self._errors("open"):
-                await conn.executescript(
-                    CREATE_VERSION_TABLE + "".join(scripts) + "PRAGMA query_only = ON;"
-                )
-        except BaseException:
-            await _close_quietly(conn)
-            raise
-        return conn
+        with self._errors("open"):
+            return SqliteReader.open(
+                ":memory:",
+                uri=False,
+                busy_timeout=self._busy_timeout,
+                setup=CREATE_VERSION_TABLE + "".join(scripts) + "PRAGMA query_only = ON;",
+            )
 
     async def _read_schema_version(self) -> int:
         """The applied version as the reader sees it; 0 without a version table."""
@@ -273,9 +266,10 @@ class SqliteStore(SqlStore):
 
     async def _apply_migrations(self, writer: SqliteWriter) -> int:
         """Apply the missing migrations, one transaction each; refuse a newer schema."""
-        with self._errors("migrate"):
-            await writer.script(CREATE_VERSION_TABLE)
         version = await self._schema_version(writer)
+        if version < SCHEMA_VERSION:
+            with self._errors("migrate"):
+                await writer.script(CREATE_VERSION_TABLE)
         if version > SCHEMA_VERSION:
             raise StoreError(
                 f"{self._label}: schema version {version} is newer than this"
@@ -308,13 +302,13 @@ class SqliteStore(SqlStore):
             with contextlib.suppress(sqlite3.Error):
                 await wconn.close()
         if rconn is not None:
-            await _close_quietly(rconn)
+            await rconn.close()
 
     async def _read(self, action: str, statement: str, params: Params) -> list[Row]:
-        """One query on the reader connection (one thread hop); a failure names its action."""
+        """One query on the reader connection; a failure names its action."""
         conn = self._reader()
         with self._errors(action):
-            return list(await conn.execute_fetchall(SQLITE.sql(statement), params))
+            return await conn.fetchall(SQLITE.sql(statement), params)
 
     async def _write(
         self, action: str, statement: str, params: Params, refused: Refusal | None = None
@@ -347,7 +341,7 @@ class SqliteStore(SqlStore):
             raise StoreError(f"{self._label}: opened read-only; cannot write")
         return self._opened(self._wconn)
 
-    def _reader(self) -> aiosqlite.Connection:
+    def _reader(self) -> SqliteReader:
         return self._opened(self._rconn)
 
     def _violation(self, exc: Exception) -> Violation:
@@ -377,12 +371,3 @@ async def open_sqlite(
     """Open the SQLite store at ``path`` and bring its schema up to date (read-only: check it)."""
     store = SqliteStore(path, synchronous=synchronous, read_only=read_only, clock=clock)
     return await migrated(store)
-
-
-# -- module helpers -----------------------------------------------------------------------------
-
-
-async def _close_quietly(conn: aiosqlite.Connection) -> None:
-    # Closing must also stop aiosqlite's (non-daemon) thread, whatever the connection's state.
-    with contextlib.suppress(sqlite3.Error, ValueError):
-        await conn.close()

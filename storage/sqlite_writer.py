@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TypeVar
 
 _T = TypeVar("_T")
-_BUSY_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
+BUSY_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 
 
 class Contended(Exception):
@@ -34,6 +34,7 @@ class SqliteWriter:
         self._thread = thread
         self._busy_ms = busy_ms
         self._lock = threading.Lock()
+        self._on_thread_jobs = 0  # queued or running there: closing must wait behind them
 
     @classmethod
     async def open(
@@ -43,20 +44,24 @@ class SqliteWriter:
         busy_timeout: float,
         setup: Callable[[sqlite3.Connection], None] = lambda _conn: None,
     ) -> SqliteWriter:
-        """Connect on the writer's thread (opening may wait on another process's lock).
+        """Connect inline, or on the writer's thread when opening must wait on another
+        connection's lock (``setup`` switching to WAL, say).
 
-        ``pragmas`` and then ``setup`` run there before the connection is handed out.
+        ``pragmas`` (which must take no lock) and then ``setup`` run before the connection is
+        handed out.
         """
         thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kestrel-sqlite-writer")
         busy_ms = int(busy_timeout * 1000)
 
-        def connect() -> sqlite3.Connection:
+        def connect(patient: bool) -> sqlite3.Connection:
             # Autocommit mode: every transaction is an explicit BEGIN IMMEDIATE ... COMMIT.
+            timeout = busy_timeout if patient else 0.0
             conn = sqlite3.connect(
-                path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
+                path, timeout=timeout, isolation_level=None, check_same_thread=False
             )
             try:
                 conn.executescript(pragmas)
+                conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
                 setup(conn)
                 conn.execute("PRAGMA busy_timeout = 0")  # inline attempts never wait
             except BaseException:
@@ -64,8 +69,12 @@ class SqliteWriter:
                 raise
             return conn
 
+        with contextlib.suppress(Exception):
+            # A held lock fails the impatient attempt (or leaves the journal mode unswitched,
+            # which ``setup`` refuses): the patient one below waits for it, or raises the fault.
+            return cls(connect(patient=False), thread, busy_ms)
         try:
-            conn = await asyncio.get_running_loop().run_in_executor(thread, connect)
+            conn = await asyncio.get_running_loop().run_in_executor(thread, connect, True)
         except BaseException:
             thread.shutdown(wait=False)
             raise
@@ -92,13 +101,20 @@ class SqliteWriter:
         await self._on_thread(run)
 
     async def close(self) -> None:
-        """Close the connection once the transactions queued on the thread are done."""
+        """Close the connection once the transactions queued on the thread are done (inline
+        when none ever went there: a fresh process need not start the thread to close)."""
 
         def close() -> None:
             with self._lock:
                 self._conn.close()
 
         try:
+            if self._on_thread_jobs == 0 and self._lock.acquire(blocking=False):
+                try:
+                    self._conn.close()
+                finally:
+                    self._lock.release()
+                return
             await self._on_thread(close)
         finally:
             self._thread.shutdown(wait=False)
@@ -112,7 +128,7 @@ class SqliteWriter:
             try:
                 self._conn.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError as exc:
-                if exc.sqlite_errorcode in _BUSY_CODES:
+                if exc.sqlite_errorcode in BUSY_CODES:
                     raise Contended from exc
                 raise
             return self._finish(body)
@@ -150,4 +166,8 @@ class SqliteWriter:
         return result
 
     async def _on_thread(self, job: Callable[[], _T]) -> _T:
-        return await asyncio.get_running_loop().run_in_executor(self._thread, job)
+        self._on_thread_jobs += 1
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._thread, job)
+        finally:
+            self._on_thread_jobs -= 1
