@@ -17,7 +17,7 @@ from typing import Any
 import aiosqlite
 
 from storage.sql_store import Row
-from storage.sqlite_writer import BUSY_CODES
+from storage.sqlite_writer import busy
 
 
 class SqliteReader:
@@ -52,7 +52,7 @@ class SqliteReader:
         try:
             return self._conn.execute(sql, params).fetchall()
         except sqlite3.OperationalError as exc:
-            if exc.sqlite_errorcode not in BUSY_CODES:
+            if not busy(exc):
                 raise
         patient = await self._patient_connection()
         return list(await patient.execute_fetchall(sql, params))

@@ -19,7 +19,13 @@ from pathlib import Path
 from typing import TypeVar
 
 _T = TypeVar("_T")
-BUSY_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
+_BUSY_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
+
+
+def busy(exc: sqlite3.Error) -> bool:
+    """Whether SQLite refused for a lock another connection holds (``SQLITE_BUSY_RECOVERY``
+    and the other extended codes included: their low byte is the primary code)."""
+    return (exc.sqlite_errorcode & 0xFF) in _BUSY_CODES
 
 
 class Contended(Exception):
@@ -102,7 +108,7 @@ class SqliteWriter:
 
     async def close(self) -> None:
         """Close the connection once the transactions queued on the thread are done (inline
-        when none ever went there: a fresh process need not start the thread to close)."""
+        when none is there: a fresh process need not start the thread just to close)."""
 
         def close() -> None:
             with self._lock:
@@ -128,7 +134,7 @@ class SqliteWriter:
             try:
                 self._conn.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError as exc:
-                if exc.sqlite_errorcode in BUSY_CODES:
+                if busy(exc):
                     raise Contended from exc
                 raise
             return self._finish(body)

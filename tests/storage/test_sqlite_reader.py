@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from storage.sqlite_reader import SqliteReader
-from storage.sqlite_writer import SqliteWriter
+from storage.sqlite_writer import SqliteWriter, busy
 from tests.fakes.waiting import until
 from tests.storage.conftest import table_rows
 
@@ -110,3 +110,23 @@ async def test_a_writer_opened_while_another_holds_the_lock_waits_for_it(
     await writer.close()
 
     assert table_rows(fresh) == ["first", "second"]
+
+
+@pytest.mark.parametrize(
+    ("code", "is_busy"),
+    [
+        (sqlite3.SQLITE_BUSY, True),
+        (sqlite3.SQLITE_LOCKED, True),
+        (261, True),  # SQLITE_BUSY_RECOVERY: another connection recovering the WAL
+        (517, True),  # SQLITE_BUSY_SNAPSHOT
+        (262, True),  # SQLITE_LOCKED_SHAREDCACHE
+        (sqlite3.SQLITE_ERROR, False),
+        (sqlite3.SQLITE_READONLY, False),
+        (sqlite3.SQLITE_CORRUPT, False),
+    ],
+)
+def test_busy_knows_sqlites_extended_codes(code: int, is_busy: bool) -> None:
+    error = sqlite3.OperationalError("refused")
+    error.sqlite_errorcode = code
+
+    assert busy(error) is is_busy
