@@ -63,9 +63,7 @@ class SqliteReader:
         with contextlib.suppress(sqlite3.Error):
             self._conn.close()
         if patient is not None:
-            # Closing must stop aiosqlite's (non-daemon) thread, whatever the connection's state.
-            with contextlib.suppress(sqlite3.Error, ValueError):
-                await patient.close()
+            await _close_quietly(patient)
 
     async def _patient_connection(self) -> aiosqlite.Connection:
         if self._patient is None:
@@ -75,8 +73,13 @@ class SqliteReader:
             try:
                 await conn.executescript(self._setup)
             except BaseException:
-                with contextlib.suppress(sqlite3.Error, ValueError):
-                    await conn.close()
+                await _close_quietly(conn)
                 raise
             self._patient = conn
         return self._patient
+
+
+async def _close_quietly(conn: aiosqlite.Connection) -> None:
+    # Closing must stop aiosqlite's (non-daemon) thread, whatever the connection's state.
+    with contextlib.suppress(sqlite3.Error, ValueError):
+        await conn.close()
