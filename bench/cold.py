@@ -138,11 +138,12 @@ def _kestrel_parts() -> _Parts:
     guard = PiiGuard(PiiSettings())
     tools = ToolSource(ToolSet([restart_service]))
     policy = Policy(PolicyRules(approvers={"*": ["alice"]}))
+    model = ScriptedProvider.from_replies(replies, name="cold")
 
     def runtime(store: Any) -> Runtime:
         return Runtime(
             store=store,
-            model=ScriptedProvider.from_replies(replies, name="cold"),
+            model=model,
             tools=tools,
             events=events,
             guard_hooks=lambda: pii_hooks(guard, events),
