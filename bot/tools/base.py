@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -9,6 +10,14 @@ from typing import Any, Protocol, runtime_checkable
 
 from bot.domain import Request, RequestKind, RequestMaker, unstamped
 from bot.prompter import Prompter
+
+TOOL_NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"
+
+
+def check_tool_name(name: str) -> None:
+    """Refuse a name the model APIs would refuse (``ValueError``)."""
+    if not re.fullmatch(TOOL_NAME_PATTERN, name):
+        raise ValueError(f"tool name {name!r} must match {TOOL_NAME_PATTERN}")
 
 
 @dataclass(frozen=True)

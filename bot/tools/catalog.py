@@ -38,10 +38,9 @@ import yaml
 from pydantic import ConfigDict, Field, StringConstraints, ValidationError
 
 from bot.model_cache import KeptModel
-from bot.tools.base import ApprovalPolicy, ToolFlags, ToolTraits
+from bot.tools.base import TOOL_NAME_PATTERN, ApprovalPolicy, ToolFlags, ToolTraits
 from bot.tools.command import (
     DEFAULT_MAX_OUTPUT,
-    TOOL_NAME_PATTERN,
     CommandTool,
     pattern_problems,
     placeholder,

@@ -36,7 +36,7 @@ from collections.abc import Coroutine, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bot.tools.base import ToolContext, ToolFlags, ToolResult
+from bot.tools.base import ToolContext, ToolFlags, ToolResult, check_tool_name
 from bot.tools.isolation import Isolation, program_problem
 from bot.tools.verdicts import SOUND_PARAMETERS, VALID_ARGUMENTS, found_clean, keep_clean
 
@@ -46,7 +46,6 @@ if TYPE_CHECKING:
     from jsonschema.exceptions import ValidationError
     from jsonschema.protocols import Validator
 
-TOOL_NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 DEFAULT_MAX_OUTPUT = 65536
 
@@ -394,8 +393,7 @@ class CommandTool:
         isolation: Isolation | None = None,
     ) -> None:
         schema = dict(parameters) if parameters is not None else _NO_PARAMETERS
-        if not re.fullmatch(TOOL_NAME_PATTERN, name):
-            raise ValueError(f"tool name {name!r} must match {TOOL_NAME_PATTERN}")
+        check_tool_name(name)
         problem = _first_problem(command, schema, allow_leading_dash)
         if problem:
             raise ValueError(f"tool {name!r}: {problem}")

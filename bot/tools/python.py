@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import inspect
-import re
 import typing
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, overload
 
 from pydantic import BaseModel, ValidationError
 
-from bot.tools.base import ApprovalPolicy, Deferral, ToolContext, ToolFlags, ToolResult, ToolTraits
-from bot.tools.command import TOOL_NAME_PATTERN
+from bot.tools.base import (
+    ApprovalPolicy,
+    Deferral,
+    ToolContext,
+    ToolFlags,
+    ToolResult,
+    ToolTraits,
+    check_tool_name,
+)
 
 ToolReturn = str | ToolResult | Deferral
 ToolFunction = Callable[..., Awaitable[ToolReturn]]
@@ -59,8 +65,7 @@ class PythonTool:
         description: str,
         flags: ToolFlags,
     ) -> None:
-        if not re.fullmatch(TOOL_NAME_PATTERN, name):
-            raise ValueError(f"tool name {name!r} must match {TOOL_NAME_PATTERN}")
+        check_tool_name(name)
         if not description:
             raise ValueError(f"tool {name!r} needs a description (or a docstring)")
         self._fn = fn
