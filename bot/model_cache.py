@@ -22,10 +22,8 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
-import shutil
 import stat
 import sys
-import tempfile
 import time
 from functools import cache
 from pathlib import Path
@@ -106,6 +104,8 @@ def _keep(cls: type[BaseModel]) -> None:
     reduced: Any = validator.__reduce__()
     given: tuple[Any, ...] = reduced[1]  # what SchemaValidator() was given
     schema, *options = given
+    import tempfile  # here: only a model's first build writes (shutil likewise, below)
+
     try:
         data = pickle.dumps((_without_metadata(schema), *options))
         with tempfile.NamedTemporaryFile(dir=folder, delete=False) as out:
@@ -161,6 +161,8 @@ def _trusted_folder() -> Path | None:
 def _forget_others(folder: Path) -> None:
     """Remove the folders kept for other code (an upgrade, edited modules) that no process
     added to for a week; another checkout's, in use, stays."""
+    import shutil
+
     week_ago = time.time() - _STALE_SECONDS
     for other in folder.parent.iterdir():
         try:
