@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 from bot.pii.checks import _anchored, _word_before
 from bot.pii.encoded import _decode_base64, _looks_secret
+from bot.pii.patterns import on_use
 from bot.pii.scantext import _BASE64_CHARS, PiiHit, ScanText
 
 _A_KEYS = re.compile(
@@ -20,7 +21,7 @@ _A_KEYS = re.compile(
 
 # A 40-character secret access key, unlabelled, next to its key id (a credentials CSV,
 # "aws configure" answers, two env values pasted on one line).
-_AWS_SECRET_SHAPE = re.compile(r"(?<![A-Za-z0-9/+=])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])")
+_AWS_SECRET_SHAPE = on_use(r"(?<![A-Za-z0-9/+=])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])")
 _AWS_PAIR_REACH = 256
 
 
@@ -110,11 +111,11 @@ def find_jwt(src: ScanText) -> Iterator[PiiHit]:
         yield PiiHit("JWT", match.start() - 2, match.end())
 
 
-_PEM_BEGIN = re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----")
-_PEM_END = re.compile(r"-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----")
+_PEM_BEGIN = on_use(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----")
+_PEM_END = on_use(r"-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----")
 # A block cut short (head -c, a truncated log line) is covered through its last base64 or
 # header line; lines end with real newlines or JSON-escaped ones (read as "\ ", see ScanText).
-_PEM_BODY = re.compile(
+_PEM_BODY = on_use(
     r"(?:(?:\r?\n|(?:\\ )?\\ )[ \t]*(?:[A-Za-z0-9+/=]++|[A-Za-z][A-Za-z-]*:[^\r\n\\]*+)?[ \t]*"
     r"(?=\r?\n|\\ |\"|\Z))*+"
 )
@@ -149,7 +150,7 @@ def find_private_keys(src: ScanText) -> Iterator[PiiHit]:
 # Passwords, bearer tokens and AWS secret keys: found from their labels
 
 
-_URL_CREDENTIALS = re.compile(r"://[^\s:/@\"'<>]{0,256}:(?P<password>[^\s/\"'<>]{1,256})@")
+_URL_CREDENTIALS = on_use(r"://[^\s:/@\"'<>]{0,256}:(?P<password>[^\s/\"'<>]{1,256})@")
 
 
 def find_url_passwords(src: ScanText) -> Iterator[PiiHit]:
@@ -163,12 +164,12 @@ def find_url_passwords(src: ScanText) -> Iterator[PiiHit]:
 # key=value, and a quoted key with a quoted value ("password": "x"): a colon after a bare
 # word ("password: required") is prose as often as it is YAML.
 _PASSWORD_KEY = re.compile(r"p(?:ass(?:word|wd)|wd)(?:[ \t]*=[ \t]*|[\"'][ \t]*:[ \t]*(?=[\"']))")
-_PASSWORD_VALUE = re.compile(
+_PASSWORD_VALUE = on_use(
     r"\"(?P<dq>[^\"\r\n]{1,256})\"|'(?P<sq>[^'\r\n]{1,256})'|\{(?P<br>[^}\r\n]{1,256})\}"
     r"|(?P<bare>[^\s;&,\"'<>]+)"
 )
 
-_NEXT_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+_NEXT_KEY = on_use(r"[A-Za-z_][A-Za-z0-9_]*=")
 
 
 def find_keyvalue_passwords(src: ScanText) -> Iterator[PiiHit]:
@@ -192,7 +193,7 @@ def find_keyvalue_passwords(src: ScanText) -> Iterator[PiiHit]:
 
 # curl's -u/--user and -U/--proxy-user USER:PASSWORD on a command line. The flag is a word
 # of its own; the value may be quoted or glued to the short flag (-uuser:pass).
-_USER_FLAG = re.compile(
+_USER_FLAG = on_use(
     r"(?:--(?:proxy-)?user[ \t]+|-[uU][ \t]*)"
     r"(?:\"(?P<dq>[^\"\r\n]{1,256})\"|'(?P<sq>[^'\r\n]{1,256})'|(?P<bare>[^\s\"'`;|&)]{1,256}))"
 )
@@ -240,9 +241,9 @@ def find_user_flag_passwords(src: ScanText) -> Iterator[PiiHit]:
 
 
 # One pass for both schemes: "b" is rarer in logs than two separate six-letter scans cost.
-_AUTH_SCHEME = re.compile(r"b(?:earer|asic)[ \t]+")
-_BEARER_TOKEN = re.compile(r"[A-Za-z0-9._~+/-]{12,}+=*")
-_BASIC_TOKEN = re.compile(r"[A-Za-z0-9+/]{4,}+=*(?![A-Za-z0-9_.~-])")
+_AUTH_SCHEME = on_use(r"b(?:earer|asic)[ \t]+")
+_BEARER_TOKEN = on_use(r"[A-Za-z0-9._~+/-]{12,}+=*")
+_BASIC_TOKEN = on_use(r"[A-Za-z0-9+/]{4,}+=*(?![A-Za-z0-9_.~-])")
 
 
 def find_bearer_and_basic(src: ScanText) -> Iterator[PiiHit]:
@@ -270,8 +271,8 @@ def find_bearer_and_basic(src: ScanText) -> Iterator[PiiHit]:
             yield PiiHit("BASIC_AUTH", token.start(), token.end())
 
 
-_AUTHORIZATION = re.compile(r"authorization[\"']?[ \t]*[:=][ \t]*[\"']?")
-_AUTH_VALUE = re.compile(r"[^\s\"'\\]++(?:[ \t]++[^\s\"'\\]++)*+")
+_AUTHORIZATION = on_use(r"authorization[\"']?[ \t]*[:=][ \t]*[\"']?")
+_AUTH_VALUE = on_use(r"[^\s\"'\\]++(?:[ \t]++[^\s\"'\\]++)*+")
 # Schemes whose credentials follow them; Bearer and Basic have recognizers of their own.
 _AUTH_SCHEMES = frozenset(
     {"token", "digest", "apikey", "api-key", "key", "sso-key", "ssws", "splunk", "negotiate"}
@@ -296,8 +297,8 @@ def find_authorization(src: ScanText) -> Iterator[PiiHit]:
             yield PiiHit("GENERIC_SECRET", value.start(), value.end())
 
 
-_AWS_SECRET_LABEL = re.compile(r"secret_?(?:access_?)?key")
-_AWS_SECRET_VALUE = re.compile(
+_AWS_SECRET_LABEL = on_use(r"secret_?(?:access_?)?key")
+_AWS_SECRET_VALUE = on_use(
     r"[\"']?[ \t]*(?:=>|[:=])[ \t]*[\"']?(?P<key>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])"
 )
 

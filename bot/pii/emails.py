@@ -6,11 +6,12 @@ import re
 from collections.abc import Iterator
 
 from bot.pii.checks import _anchored, _word_before
+from bot.pii.patterns import on_use
 from bot.pii.scantext import PiiHit, ScanText
 
-_EMAIL_DOMAIN = re.compile(r"@(?=[A-Za-z0-9])[A-Za-z0-9.-]{1,253}")
+_EMAIL_DOMAIN = on_use(r"@(?=[A-Za-z0-9])[A-Za-z0-9.-]{1,253}")
 # Read backwards from the "@": the reversed local part. "?" stands for a non-ASCII character.
-_EMAIL_LOCAL_REVERSED = re.compile(r"[A-Za-z0-9._%+?-]{1,65}")
+_EMAIL_LOCAL_REVERSED = on_use(r"[A-Za-z0-9._%+?-]{1,65}")
 
 
 def _domain_length(domain: str) -> int:
@@ -64,8 +65,8 @@ def find_emails(src: ScanText) -> Iterator[PiiHit]:
 # "jane%40example.com", "jane @ example.com". Found on the lower-case text from their "at":
 # the word or bracketed "at", "%40" and the HTML entities, and every "@" (rare in logs).
 _DOT_SEPARATOR = r"(?:\.|%2e|[ \t]*[\[({<][ \t]*(?:dot|\.)[ \t]*[\])}>][ \t]*|[ \t]+dot[ \t]+)"
-_LOOSE_DOMAIN = re.compile(rf"[a-z0-9-]{{1,63}}(?:{_DOT_SEPARATOR}[a-z0-9-]{{1,63}})+")
-_DOT_SPLIT = re.compile(_DOT_SEPARATOR)
+_LOOSE_DOMAIN = on_use(rf"[a-z0-9-]{{1,63}}(?:{_DOT_SEPARATOR}[a-z0-9-]{{1,63}})+")
+_DOT_SPLIT = on_use(_DOT_SEPARATOR)
 # The word "at" counts only before a written-out dot: "deployed at api.example.com" is prose.
 _AT_WORD = re.compile(
     r"at(?:[ \t]*[\])}>]|[ \t]+(?=[a-z0-9-]{1,63}(?:[ \t]+dot[ \t]|[ \t]*[\[({<][ \t]*dot\b)))"

@@ -10,6 +10,7 @@ import string
 from collections.abc import Callable, Iterator
 
 from bot.pii.checks import _run_start
+from bot.pii.patterns import on_use
 from bot.pii.scantext import _HEX, PiiHit, ScanText, priority
 
 # A run this long of base64 characters is a candidate: long enough for "password=hunter2" in
@@ -48,9 +49,9 @@ _SECRET_LABELS = (
 )
 _VALUE_OPENERS = frozenset("=:\"' \t")
 _HIGH_NIBBLES = "234567"  # hex of printable ASCII: every other digit is one of these
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufffd]")
+_CONTROL = on_use(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufffd]")
 _MAX_DEPTH = 2  # base64 inside base64 is still found; deeper nesting is not worth a scan
-_B64_CONTINUATION = re.compile(
+_B64_CONTINUATION = on_use(
     r"(?:\r?\n|\\ )[ \t]*([A-Za-z0-9+/]++=*)(?=[ \t]*(?:\r?\n|\\ |[\"',]|\Z))"
 )
 
@@ -100,7 +101,7 @@ def _as_text(raw: bytes, shortest: int) -> str | None:
 # command-line flag that ends with the key (--client-secret VALUE). No label ends another
 # (a test holds that), so the alternation cannot pick a shorter label than the text has.
 _REVERSED_LABELS = "|".join(re.escape(label[::-1]) for label in _SECRET_LABELS)
-_LABEL_BEFORE_REVERSED = re.compile(
+_LABEL_BEFORE_REVERSED = on_use(
     rf"[\"']?[ \t]*(?:[:=]|>=)[ \t]*[\"']?(?:{_REVERSED_LABELS})"
     rf"|[ \t]+(?:{_REVERSED_LABELS})[a-z0-9_-]{{0,32}}?--(?![a-z0-9_-])"
 )
@@ -138,7 +139,7 @@ def _wrapped(text: str, start: int, end: int) -> tuple[int, list[str]]:
 
 # In decoded text a colon after a password key counts too: "password: required" is prose in
 # a log, but nobody base64-encodes prose about passwords (a config blob, a Secret's data).
-_DECODED_PASSWORD = re.compile(
+_DECODED_PASSWORD = on_use(
     r"(?<![a-z0-9_])p(?:ass(?:word|wd)|wd)[\"']?[ \t]*:[ \t]*[\"']?(?P<value>[^\s\"'*][^\s\"']*)"
 )
 

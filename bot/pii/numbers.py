@@ -22,6 +22,7 @@ from bot.pii.checks import (
     luhn_ok,
     ssn_ok,
 )
+from bot.pii.patterns import on_use
 from bot.pii.scantext import _HEX, _WORD, PiiHit, ScanText
 
 _Group = int | tuple[int, int]
@@ -149,7 +150,7 @@ def _odd_card(groups: Sequence[str]) -> str | None:
 
 
 # "version 10.2.3.4" and "kernel: 5.15.0.1" name versions, whatever they look like.
-_VERSION_LABEL = re.compile(
+_VERSION_LABEL = on_use(
     r"(?:version|release|firmware|kernel|build|driver|ver)[\"']?[ \t]*[:=]?[ \t]*[\"']?\Z"
 )
 
@@ -239,7 +240,7 @@ _PAREN_PHONE = re.compile(
     r"\((?<![0-9A-Za-z_]\()(?P<area>[0-9]{2,5})\)[ -]?"
     r"(?P<rest>[0-9]{2,8}(?:[ .-][0-9]{2,8}){0,2})(?![0-9A-Za-z_]|[ .-][0-9])"
 )
-_NOT_DIGIT = re.compile(r"[^0-9]")
+_NOT_DIGIT = on_use(r"[^0-9]")
 
 
 def find_paren_phones(src: ScanText) -> Iterator[PiiHit]:
@@ -315,7 +316,7 @@ def find_ibans(src: ScanText) -> Iterator[PiiHit]:
 # repeated group costs the engine an allocation at every colon of the text.
 _SEVEN_COLONS = "[0-9A-Fa-f]{1,4}:" * 6 + "[0-9A-Fa-f]"
 _IPV6_REST = r"[0-9A-Fa-f:]++(?:\.[0-9]{1,3}){0,3}(?:%[0-9A-Za-z]{1,15})?"
-_IPV6_TAIL = re.compile(rf":(?=:|[0-9A-Fa-f:]{{0,40}}::|{_SEVEN_COLONS}){_IPV6_REST}")
+_IPV6_TAIL = on_use(rf":(?=:|[0-9A-Fa-f:]{{0,40}}::|{_SEVEN_COLONS}){_IPV6_REST}")
 # The same where the text has no "::" (most logs): its first two branches cannot hold, and
 # trying them at every colon (a digest after "sha256:" is 40 characters of backtracking) is
 # much of the recognizer's cost.

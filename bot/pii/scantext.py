@@ -5,12 +5,13 @@ recognizers share (lower case, shape, base64 runs), and what a recognizer is.
 from __future__ import annotations
 
 import functools
-import re
 import string
 import unicodedata
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+
+from bot.pii.patterns import on_use
 
 # Highest priority first: when two overlapping hits are equally long, the earlier type names them.
 ENTITY_TYPES: tuple[str, ...] = (
@@ -59,7 +60,7 @@ _SHAPE = bytes.maketrans(
 )
 _WORD = frozenset(string.ascii_letters + string.digits + "_")
 _HEX = frozenset(string.hexdigits)
-_ESCAPE = re.compile(r"\\[nrt]")
+_ESCAPE = on_use(r"\\[nrt]")
 _BASE64_CHARS = frozenset(string.ascii_letters + string.digits + "+/")
 _BASE64_VIEW = bytes.maketrans((string.ascii_letters + string.digits + "+/").encode(), b"b" * 64)
 

@@ -1,0 +1,39 @@
+"""The PII guard's rarer regexes, compiled the first time they are used.
+
+Python compiles a regex in Python: the guard's 47 took some 12 ms of every process's start
+(``kestrel runs approve``, a replica's first run). The ones every scan runs are compiled at
+import, as before; the 27 read only after a label, a scheme or a shape was found ("password=",
+"://", "-----BEGIN", an "@") wait for a text that has one. Once compiled, a pattern's methods
+are held as plain attributes, so a scan looks them up as fast as on ``re.Pattern``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, AnyStr, cast
+
+_METHODS = ("finditer", "search", "match", "fullmatch", "findall", "split", "sub")
+
+
+class _OnUse:
+    """Stands in for a compiled pattern; the first use compiles it (attributes not held yet
+    reach ``__getattr__``)."""
+
+    _compiled: re.Pattern[Any] | None = None
+
+    def __init__(self, pattern: str | bytes, flags: int) -> None:
+        self._pattern = pattern
+        self._flags = flags
+
+    def __getattr__(self, name: str) -> Any:
+        compiled = self._compiled
+        if compiled is None:
+            compiled = self._compiled = re.compile(self._pattern, self._flags)
+            for method in _METHODS:
+                setattr(self, method, getattr(compiled, method))
+        return getattr(compiled, name)
+
+
+def on_use(pattern: AnyStr, flags: int = 0) -> re.Pattern[AnyStr]:
+    """``re.compile(pattern, flags)``, done when the pattern is first used."""
+    return cast("re.Pattern[AnyStr]", _OnUse(pattern, flags))

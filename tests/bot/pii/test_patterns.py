@@ -1,0 +1,34 @@
+"""A pattern compiled on first use behaves as the compiled pattern, once it is used."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from bot.pii.patterns import on_use
+
+
+def test_a_pattern_is_compiled_only_when_first_used() -> None:
+    unbalanced = on_use(r"(")  # re.compile would raise here
+    with pytest.raises(re.error):
+        unbalanced.search("(")
+
+
+@pytest.mark.parametrize("text", ["", "a=1 b=22", "no digits", "x=333=y"])
+def test_every_method_answers_as_re_does(text: str) -> None:
+    source, flags = r"(?P<key>[a-z])=(?P<value>[0-9]+)", re.IGNORECASE
+    lazy, compiled = on_use(source, flags), re.compile(source, flags)
+    assert [m.span() for m in lazy.finditer(text)] == [m.span() for m in compiled.finditer(text)]
+    for method in ("search", "match", "fullmatch"):
+        found, expected = getattr(lazy, method)(text), getattr(compiled, method)(text)
+        assert (found and found.groupdict()) == (expected and expected.groupdict())
+    assert lazy.findall(text) == compiled.findall(text)
+    assert lazy.split(text) == compiled.split(text)
+    assert lazy.sub("*", text) == compiled.sub("*", text)
+    assert (lazy.pattern, lazy.flags, lazy.groups) == (source, compiled.flags, 2)
+
+
+def test_bytes_patterns_too() -> None:
+    lazy = on_use(rb"0{3}")
+    assert [m.span() for m in lazy.finditer(b"a0000b000")] == [(1, 4), (6, 9)]
