@@ -6,12 +6,13 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from bot.domain import DomainModel
 from bot.journal.entries import Entry
 
 
-class JournalRecord(DomainModel):
-    """One stored entry with its position and the epoch that wrote it."""
+@dataclass(frozen=True, slots=True)
+class JournalRecord:
+    """One stored entry with its position and the epoch that wrote it. A plain record: its
+    entry was validated by its kind's model as it was read, and nothing else in it needs it."""
 
     run_id: str
     seq: int

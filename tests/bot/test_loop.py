@@ -330,7 +330,7 @@ async def test_the_final_answer_is_journaled_once(tmp_path: Path) -> None:
     answer = 'Here you are:\n```json\n{"healthy": true}\n```' + " padding" * 1000
     state, _, records, _ = await run_once(tmp_path, [reply(text=answer)])
 
-    stored = [r.model_dump_json() for r in records]
+    stored = [r.entry.model_dump_json() for r in records]
     assert sum(answer[-2000:] in row for row in stored) == 1
     replayed = fold(records)
     assert replayed.result is not None

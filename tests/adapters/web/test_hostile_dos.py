@@ -9,7 +9,7 @@ from adapters.web.render import render_run_fragment, render_run_page
 from adapters.web.timeline import build_run_page
 from bot.chat.service import RunView
 from bot.domain import AssistantTurn, ToolCall, ToolOutcome
-from bot.journal.entries import AssistantTurnEntry, ToolResultEntry
+from bot.journal.entries import AssistantTurnEntry, Entry, ToolResultEntry
 from bot.journal.fold import fold
 from bot.journal.log import JournalRecord
 from tests.adapters.web.test_pages import big_run
@@ -32,7 +32,7 @@ def test_one_huge_tool_output_gives_a_bounded_page() -> None:
     view, records = big_run(10)
     run_id = view.record.id
     huge = "x" * 8_000_000
-    extra = [
+    extra: list[Entry] = [
         AssistantTurnEntry(
             iteration=99, turn=AssistantTurn(calls=(ToolCall(id="h", name="cat", arguments="{}"),))
         ),

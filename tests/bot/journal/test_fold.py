@@ -514,7 +514,7 @@ def test_an_entry_the_fold_does_not_know_is_an_error(entry: object) -> None:
 
 def test_fold_stops_at_an_unknown_entry() -> None:
     good = records(UserMessageEntry(text="hi"))
-    bad = JournalRecord.model_construct(run_id=RUN, seq=1, epoch=1, entry=_Unknown())  # type: ignore[arg-type]
+    bad = JournalRecord(run_id=RUN, seq=1, epoch=1, entry=_Unknown())  # type: ignore[arg-type]
 
     with pytest.raises(TypeError, match="_Unknown"):
         fold([*good, bad])
