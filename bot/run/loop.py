@@ -283,8 +283,8 @@ class AgentLoop:
     async def _plan_batch(self, env: CallEnv) -> set[str]:
         """Two or more calls of one reply that will ask a person are asked as one plan: the
         calls it holds until it is decided (none if it was decided at once)."""
-        if not env.gate.present:
-            return set()
+        if not env.gate.present or len(self.state.batch) < 2:
+            return set()  # a plan takes two calls: one call of a reply asks on its own
         found = needing_approval((c.call for c in self.state.batch), env.tools, env.gate.trial())
         steps = found[:MAX_STEPS]  # a card shows so many; the calls past them ask on their own
         if len(steps) < 2:
