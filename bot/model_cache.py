@@ -70,7 +70,7 @@ def defer_through_cache(cls: type[BaseModel]) -> None:
 
 def _first_use(cls: type[BaseModel], attr: str) -> AttemptRebuild[Any]:
     def complete(*, parent_namespace_depth: int = 2) -> Any:  # noqa: ARG001 (asked for by name)
-        if not _restore(cls) and cls.model_rebuild(raise_errors=False) is not False:
+        if not _restore(cls, attr) and cls.model_rebuild(raise_errors=False) is not False:
             _keep(cls)
         found = getattr(cls, attr)
         return None if isinstance(found, MockValSer) else found
@@ -78,21 +78,50 @@ def _first_use(cls: type[BaseModel], attr: str) -> AttemptRebuild[Any]:
     return complete
 
 
-def _restore(cls: type[BaseModel]) -> bool:
-    """Compile ``cls``'s validator and serializer from its kept schema; False if none (both
-    at once: compiling each on its own first use measured slower)."""
-    folder = _folder()
-    if folder is None:
+def _restore(cls: type[BaseModel], attr: str) -> bool:
+    """Compile ``cls``'s validator or serializer (``attr``) from its kept schema; False if
+    none. Each is compiled on its own first use: a model nested in another is validated on
+    its own (built in code) but serialized only inside its parent, whose serializer holds its
+    schema, so its own serializer is never needed."""
+    arguments = _kept_arguments(cls)
+    if arguments is None:
         return False
     try:
-        arguments = pickle.loads((folder / _name(cls)).read_bytes())
-        validator = SchemaValidator(*arguments)
-        serializer = SchemaSerializer(*arguments[:2])
-    except Exception:  # absent, or unreadable: built instead (and written again)
+        if attr == "__pydantic_validator__":
+            compiled: Any = SchemaValidator(*arguments)
+        else:
+            compiled = SchemaSerializer(*arguments[:2])
+    except Exception:  # unreadable after all: built instead (and written again)
         return False
-    cls.__pydantic_validator__ = validator
-    cls.__pydantic_serializer__ = serializer
+    setattr(cls, attr, compiled)
+    if not isinstance(getattr(cls, _OTHER[attr]), MockValSer):
+        _read.pop(cls, None)  # both compiled: the schema is not needed again
     return True
+
+
+_OTHER: Final = {
+    "__pydantic_validator__": "__pydantic_serializer__",
+    "__pydantic_serializer__": "__pydantic_validator__",
+}
+# Schemas read back and not yet compiled into both a validator and a serializer.
+_read: dict[type[BaseModel], tuple[Any, ...]] = {}
+
+
+def _kept_arguments(cls: type[BaseModel]) -> tuple[Any, ...] | None:
+    """What ``SchemaValidator()`` takes for ``cls``, read from its file once; None if there
+    is no file, or it cannot be read."""
+    found = _read.get(cls)
+    if found is not None:
+        return found
+    folder = _folder()
+    if folder is None:
+        return None
+    try:
+        arguments: tuple[Any, ...] = pickle.loads((folder / _name(cls)).read_bytes())
+    except Exception:  # absent, or unreadable: built instead (and written again)
+        return None
+    _read[cls] = arguments
+    return arguments
 
 
 def _keep(cls: type[BaseModel]) -> None:

@@ -23,11 +23,22 @@ print(json.dumps({"built": Decision.__pydantic_complete__, "refused": refused,
                   "dumped": made.model_dump_json(exclude={"at"})}))
 """
 
+# The serializer first (a model built without validation), then the validator.
+SERIALIZED_FIRST = """
+import json
+from bot.domain import Decision, DecisionKind
+shown = Decision.model_construct(request_id="req_1", kind=DecisionKind.DENY, by="bob", reason="no")
+dumped = shown.model_dump_json(exclude={"at"})
+made = Decision(request_id="req_1", kind="approve", by="alice")
+print(json.dumps({"built": Decision.__pydantic_complete__, "refused": False,
+                  "dumped": dumped + made.model_dump_json(exclude={"at"})}))
+"""
 
-def use(cache: Path, **env: str) -> dict[str, object]:
-    """Run ``USE`` in a fresh process with ``cache`` as the cache home."""
+
+def use(cache: Path, script: str = USE, **env: str) -> dict[str, object]:
+    """Run ``script`` in a fresh process with ``cache`` as the cache home."""
     out = subprocess.run(
-        [sys.executable, "-c", USE],
+        [sys.executable, "-c", script],
         env={**os.environ, "XDG_CACHE_HOME": str(cache), **env},
         capture_output=True,
         text=True,
@@ -48,6 +59,14 @@ def test_a_model_built_once_is_read_back_and_validates_alike(tmp_path: Path) -> 
     assert first["built"] is True and second["built"] is False  # read back, not built
     assert first["refused"] is True and second["refused"] is True
     assert first["dumped"] == second["dumped"]
+
+
+def test_a_model_read_back_serializes_before_it_validates(tmp_path: Path) -> None:
+    first = use(tmp_path, SERIALIZED_FIRST)
+    second = use(tmp_path, SERIALIZED_FIRST)
+    assert first["built"] is True and second["built"] is False
+    assert first["dumped"] == second["dumped"]
+    assert '"kind":"deny"' in str(second["dumped"]) and '"by":"alice"' in str(second["dumped"])
 
 
 def test_a_folder_others_may_write_to_is_not_trusted(tmp_path: Path) -> None:
