@@ -22,7 +22,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import shutil
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -36,6 +39,7 @@ from typing import Any, Final
 from pydantic import BaseModel
 
 from bench.commits import EXIT_SUSPENDED, kestrel_command, workspace
+from bench.instructions import instructions
 from bench.startup import timed_environment
 from bot.chat.service import ChatService
 from bot.domain import DecisionKind, RunStatus
@@ -85,17 +89,8 @@ async def kestrel_suspend(path: Path) -> dict[str, Any]:
     await store.close()
     if result.status is not RunStatus.SUSPENDED:
         raise RuntimeError(f"the run did not suspend: {result.status.value} {live.error}")
-    return {"run_id": live.run_id}
-
-
-async def open_request(path: Path, run_id: str) -> str:
-    """The id of the one request ``run_id`` waits on (read after the clock stopped)."""
-    store = await open_sqlite(path)
-    try:
-        ((request, _status, _decision),) = await store.list_requests(run_id=run_id)
-    finally:
-        await store.close()
-    return request.id
+    (request,) = result.open_requests
+    return {"run_id": live.run_id, "request_id": request.id}
 
 
 async def kestrel_resume(path: Path, run_id: str, request_id: str) -> dict[str, Any]:
@@ -165,15 +160,14 @@ def measured(work: Callable[[], Coroutine[Any, Any, dict[str, Any]]]) -> dict[st
 
 
 def phase(args: list[str]) -> None:
-    """In the measured process: ``suspend DB`` or ``resume DB RUN REQUEST``; prints JSON."""
+    """In the measured process: ``suspend DB`` or ``resume DB RUN REQUEST``, printing JSON;
+    ``setup DB`` builds what they build before the clock, and stops (counted to subtract it)."""
     global _PARTS
     _PARTS = _kestrel_parts()
     name, path, *ids = args
     if name == "suspend":
-        suspended = measured(lambda: kestrel_suspend(Path(path)))
-        request_id = asyncio.run(open_request(Path(path), suspended["run_id"]))
-        print(json.dumps(suspended | {"request_id": request_id}))
-    else:
+        print(json.dumps(measured(lambda: kestrel_suspend(Path(path)))))
+    elif name == "resume":
         print(json.dumps(measured(lambda: kestrel_resume(Path(path), ids[0], ids[1]))))
 
 
@@ -244,6 +238,17 @@ class Bench:
             raise RuntimeError(f"{' '.join(argv[:4])} said {out.strip()!r}, not {expect!r}")
         return elapsed
 
+    def deferred_run(self) -> list[str]:
+        """``kestrel run --defer`` in the workspace: the run and the request it waits on."""
+        argv = [*kestrel_command(), "run", "--defer", "--json", "--as", "bob", PROMPT]
+        run = json.loads(self.command(*argv, expect=EXIT_SUSPENDED))
+        return [run["run_id"], run["requests"][0]["id"]]
+
+    @staticmethod
+    def kestrel_approve(ids: list[str]) -> list[str]:
+        """The ``kestrel runs approve`` command line for a run and its request."""
+        return [*kestrel_command(), "runs", "approve", *ids, "--as", "alice"]
+
     def round(self) -> dict[str, tuple[float, float]]:
         """One interleaved round of every figure: (Kestrel ms, floor ms) by figure."""
         k_suspend = self.kestrel_phase("suspend", str(self.kestrel_db))
@@ -254,21 +259,8 @@ class Bench:
         f_resume = self.floor_phase(
             "resume", self.floor_db, f_suspend["run_id"], f_suspend["request_id"]
         )
-        k_run = json.loads(
-            self.command(
-                *kestrel_command(),
-                "run",
-                "--defer",
-                "--json",
-                "--as",
-                "bob",
-                PROMPT,
-                expect=EXIT_SUSPENDED,
-            )
-        )
+        k_approve = self.whole(self.kestrel_approve(self.deferred_run()), "completed")
         f_run = self.floor_phase("suspend", self.floor_db)
-        approve = [*kestrel_command(), "runs", "approve", k_run["run_id"]]
-        k_approve = self.whole([*approve, k_run["requests"][0]["id"], "--as", "alice"], "completed")
         f_approve = self.whole(
             self.floor("approve", self.floor_db, f_run["run_id"], f_run["request_id"]),
             "completed",
@@ -278,6 +270,94 @@ class Bench:
             "resume": (k_resume["ms"], f_resume["ms"]),
             "approve": (k_approve, f_approve),
         }
+
+
+class Counted(Bench):
+    """The cold paths in instructions (callgrind), which the machine's noise does not move: a
+    phase process less one that only sets up, each on a copy of the same database."""
+
+    def __init__(self, folder: Path) -> None:
+        super().__init__(folder)
+        self.empty = {"kestrel": folder / "k-empty.db", "floor": folder / "f-empty.db"}
+        self.waiting = {"kestrel": folder / "k-waiting.db", "floor": folder / "f-waiting.db"}
+        copy_database(self.kestrel_db, self.empty["kestrel"])
+        copy_database(Path(self.floor_db), self.empty["floor"])
+        # Run once uncounted (byte code written, models kept), leaving a run that waits.
+        k_ids = self.kestrel_phase("suspend", str(self.kestrel_db))
+        f_ids = self.floor_phase("suspend", self.floor_db)
+        copy_database(self.kestrel_db, self.waiting["kestrel"])
+        copy_database(Path(self.floor_db), self.waiting["floor"])
+        self.kestrel_phase("resume", str(self.kestrel_db), k_ids["run_id"], k_ids["request_id"])
+        self.ids = {
+            "kestrel": [k_ids["run_id"], k_ids["request_id"]],
+            "floor": [f_ids["run_id"], f_ids["request_id"]],
+        }
+        # ``runs approve`` takes a run the command line started, as in ``round``; once
+        # uncounted too (its own modules' byte code written), then from the same state.
+        f_run = self.floor_phase("suspend", self.floor_db)
+        self.approvals = {
+            "kestrel": self.kestrel_approve(self.deferred_run()),
+            "floor": self.floor("approve", self.floor_db, f_run["run_id"], f_run["request_id"]),
+        }
+        databases = {"kestrel": self.kestrel_db, "floor": Path(self.floor_db)}
+        for who, database in databases.items():
+            copy_database(database, self.waiting[who].with_suffix(".approve"))
+            self.command(*self.approvals[who])
+            copy_database(self.waiting[who].with_suffix(".approve"), database)
+
+    def phase_argv(self, who: str, *args: str) -> list[str]:
+        """The command line of one of ``who``'s phases."""
+        if who == "kestrel":
+            return [sys.executable, "-m", "bench.cold", "--phase", *args]
+        return self.floor(*args)
+
+    def count(self, who: str, name: str) -> int:
+        """Instructions of ``who``'s ``name`` phase (``setup``, ``suspend``, ``resume``), on a
+        fresh copy of the database it starts from."""
+        work = self.folder / f"{who}-counted.db"
+        copy_database((self.waiting if name == "resume" else self.empty)[who], work)
+        ids = self.ids[who] if name == "resume" else []
+        argv = self.phase_argv(who, name, str(work), *ids)
+        return instructions(argv, cwd=self.folder, env=self.env)
+
+    def counted(self) -> dict[str, tuple[float, float]]:
+        """Millions of instructions of the first suspend and the fresh resume, less setting up,
+        and of ``runs approve`` whole: (Kestrel, floor) by figure."""
+        setup = {who: self.count(who, "setup") for who in ("kestrel", "floor")}
+        figures: dict[str, tuple[float, float]] = {}
+        for name in ("suspend", "resume"):
+            kestrel, floor = ((self.count(who, name) - setup[who]) / 1e6 for who in setup)
+            figures[name] = (kestrel, floor)
+        kestrel, floor = (
+            instructions(self.approvals[who], self.folder, self.env, expect="completed") / 1e6
+            for who in setup
+        )
+        figures["approve"] = (kestrel, floor)
+        return figures
+
+
+def copy_database(source: Path, target: Path) -> None:
+    """``target`` made a copy of the SQLite database ``source`` (its WAL included)."""
+    for stale in (target, target.with_name(target.name + "-wal")):
+        stale.unlink(missing_ok=True)
+    with (
+        contextlib.closing(sqlite3.connect(source)) as src,
+        contextlib.closing(sqlite3.connect(target)) as dst,
+    ):
+        src.backup(dst)
+
+
+def report_instructions() -> None:
+    """Print the cold paths in instructions beside the floor's, or why they cannot be counted."""
+    if shutil.which("valgrind") is None:
+        print("Cold-path instructions skipped: valgrind is not installed")
+        return
+    with tempfile.TemporaryDirectory(prefix="kestrel-bench-cold-") as tmp:
+        figures = Counted(Path(tmp)).counted()
+    print("Cold paths under callgrind, millions of instructions (Kestrel | floor)")
+    for name, (kestrel, floor) in figures.items():
+        ratio = kestrel / floor
+        print(f"  {LABELS[name] + ':':<42} {kestrel:7.1f} M | {floor:6.1f} M  {ratio:4.1f}x floor")
 
 
 def scratch_folder(on_disk: bool) -> str | None:
@@ -333,9 +413,14 @@ def main() -> None:
     parser.add_argument(
         "--on-disk", action="store_true", help="Databases in the temporary folder, not /dev/shm."
     )
+    parser.add_argument(
+        "--instructions", action="store_true", help="Count instructions (callgrind) instead."
+    )
     options = parser.parse_args()
     if options.phase:
         phase(options.phase)
+    elif options.instructions:
+        report_instructions()
     elif options.json:
         figures = measure(options.repeats, options.on_disk)
         print(json.dumps({k: asdict(v) | {"ratio": v.ratio} for k, v in figures.items()}))

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 from bench import floor
 from bench.common import bench_command, w1_runtime
@@ -47,16 +49,27 @@ def counted(rounds: int, of_floor: bool = False) -> int:
     fresh SQLite store."""
     which = ["--floor"] if of_floor else []
     with scratch("sqlite") as url:
-        command = [
-            "valgrind",
-            "--tool=callgrind",
-            "--callgrind-out-file=/dev/null",
-            *bench_command("instructions", "--store", url, "--rounds", str(rounds), *which),
-        ]
-        out = subprocess.run(command, capture_output=True, text=True, check=True)
+        return instructions(
+            bench_command("instructions", "--store", url, "--rounds", str(rounds), *which)
+        )
+
+
+def instructions(
+    argv: list[str],
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    expect: str = "",
+) -> int:
+    """The instructions one process executes, counted by callgrind (its children not followed;
+    hash randomization off, so that two counts of the same work agree); it must succeed, and
+    say ``expect``."""
+    command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *argv]
+    env = {**(os.environ if env is None else env), "PYTHONHASHSEED": "0"}
+    out = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, check=False)
     found = re.search(r"Collected : (\d+)", out.stderr)
-    if found is None:
-        raise RuntimeError(f"no instruction count from callgrind:\n{out.stderr[-2000:]}")
+    if out.returncode != 0 or found is None or expect not in out.stdout:
+        said = f"{out.stdout[-1000:]}{out.stderr[-2000:]}"
+        raise RuntimeError(f"{' '.join(argv[:4])} under callgrind, exit {out.returncode}:\n{said}")
     return int(found.group(1))
 
 
