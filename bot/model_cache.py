@@ -27,13 +27,20 @@ import sys
 import time
 from functools import cache
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import pydantic
 import pydantic_core
 from pydantic import BaseModel, ConfigDict
-from pydantic._internal._mock_val_ser import AttemptRebuild, MockValSer
 from pydantic_core import SchemaSerializer, SchemaValidator
+
+if TYPE_CHECKING:
+    from pydantic._internal._mock_val_ser import AttemptRebuild, MockValSer
+
+try:  # private to pydantic: a release that moves it leaves every model built as pydantic does
+    from pydantic._internal._mock_val_ser import MockValSer as _Mock
+except ImportError:
+    _Mock = None  # type: ignore[assignment,misc]
 
 _PACKAGE: Final = Path(__file__).resolve().parent
 _SWITCH: Final = "KESTREL_MODEL_CACHE"
@@ -54,17 +61,23 @@ class KeptModel(BaseModel):
 
 def defer_through_cache(cls: type[BaseModel]) -> None:
     """Make ``cls``'s first use read its schema back from the cache, else build and keep it."""
-    if cls.__pydantic_complete__ or not cls.__module__.startswith("bot."):
-        return  # built already, or defined outside the package the key covers
+    if _Mock is None or cls.__pydantic_complete__ or not cls.__module__.startswith("bot."):
+        return  # no hook to use, built already, or defined outside the package the key covers
     message = f"{cls.__name__} is not fully defined"
-    for kind in ("validator", "serializer"):
-        attr = f"__pydantic_{kind}__"
-        mock: MockValSer[Any] = MockValSer(
-            message,
-            code="class-not-fully-defined",
-            val_or_ser=kind,
-            attempt_rebuild=_first_use(cls, attr),
-        )
+    kinds: tuple[Literal["validator", "serializer"], ...] = ("validator", "serializer")
+    try:
+        mocks: dict[str, MockValSer[Any]] = {
+            f"__pydantic_{kind}__": _Mock(
+                message,
+                code="class-not-fully-defined",
+                val_or_ser=kind,
+                attempt_rebuild=_first_use(cls, f"__pydantic_{kind}__"),
+            )
+            for kind in kinds
+        }
+    except TypeError:  # a pydantic whose hook takes other arguments: left as pydantic made it
+        return
+    for attr, mock in mocks.items():
         setattr(cls, attr, mock)
 
 
@@ -73,7 +86,7 @@ def _first_use(cls: type[BaseModel], attr: str) -> AttemptRebuild[Any]:
         if not _restore(cls, attr) and cls.model_rebuild(raise_errors=False) is not False:
             _keep(cls)
         found = getattr(cls, attr)
-        return None if isinstance(found, MockValSer) else found
+        return None if isinstance(found, _Mock) else found
 
     return complete
 
@@ -94,7 +107,7 @@ def _restore(cls: type[BaseModel], attr: str) -> bool:
     except Exception:  # unreadable after all: built instead (and written again)
         return False
     setattr(cls, attr, compiled)
-    if not isinstance(getattr(cls, _OTHER[attr]), MockValSer):
+    if not isinstance(getattr(cls, _OTHER[attr]), _Mock):
         _read.pop(cls, None)  # both compiled: the schema is not needed again
     return True
 

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 # In a fresh interpreter: use Decision (valid and invalid), say whether pydantic built it.
 USE = """
 import json
@@ -67,6 +69,22 @@ def test_a_model_read_back_serializes_before_it_validates(tmp_path: Path) -> Non
     assert first["built"] is True and second["built"] is False
     assert first["dumped"] == second["dumped"]
     assert '"kind":"deny"' in str(second["dumped"]) and '"by":"alice"' in str(second["dumped"])
+
+
+@pytest.mark.parametrize(
+    "hook",
+    [
+        "None",  # a pydantic release that moved its internals
+        "type('Other', (), {})",  # one whose hook takes other arguments
+    ],
+)
+def test_without_pydantics_hook_models_are_built_as_pydantic_builds_them(
+    tmp_path: Path, hook: str
+) -> None:
+    said = use(tmp_path, f"import bot.model_cache\nbot.model_cache._Mock = {hook}\n{USE}")
+    assert said["built"] is True and said["refused"] is True
+    assert '"kind":"approve"' in str(said["dumped"])
+    assert kept(tmp_path) == []
 
 
 def test_a_folder_others_may_write_to_is_not_trusted(tmp_path: Path) -> None:
