@@ -301,9 +301,10 @@ class Counted(Bench):
         }
         databases = {"kestrel": self.kestrel_db, "floor": Path(self.floor_db)}
         for who, database in databases.items():
-            copy_database(database, self.waiting[who].with_suffix(".approve"))
+            before = self.folder / f"{who}-before-approval.db"
+            copy_database(database, before)
             self.command(*self.approvals[who])
-            copy_database(self.waiting[who].with_suffix(".approve"), database)
+            copy_database(before, database)
 
     def phase_argv(self, who: str, *args: str) -> list[str]:
         """The command line of one of ``who``'s phases."""
@@ -338,8 +339,8 @@ class Counted(Bench):
 
 def copy_database(source: Path, target: Path) -> None:
     """``target`` made a copy of the SQLite database ``source`` (its WAL included)."""
-    for stale in (target, target.with_name(target.name + "-wal")):
-        stale.unlink(missing_ok=True)
+    for suffix in ("", "-wal", "-shm"):
+        target.with_name(target.name + suffix).unlink(missing_ok=True)
     with (
         contextlib.closing(sqlite3.connect(source)) as src,
         contextlib.closing(sqlite3.connect(target)) as dst,
