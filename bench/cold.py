@@ -217,16 +217,21 @@ class Bench:
         """The floor's command line."""
         return [sys.executable, "-m", "bench.floor_cold", *args]
 
+    @classmethod
+    def phase_argv(cls, who: str, *args: str) -> list[str]:
+        """The command line of one of ``who``'s (``kestrel``, ``floor``) measured processes."""
+        if who == "kestrel":
+            return [sys.executable, "-m", "bench.cold", "--phase", *args]
+        return cls.floor(*args)
+
     def kestrel_phase(self, *args: str) -> dict[str, Any]:
         """One measured Kestrel process: its JSON."""
-        measured: dict[str, Any] = json.loads(
-            self.command(sys.executable, "-m", "bench.cold", "--phase", *args)
-        )
+        measured: dict[str, Any] = json.loads(self.command(*self.phase_argv("kestrel", *args)))
         return measured
 
     def floor_phase(self, *args: str) -> dict[str, Any]:
         """One measured floor process: its JSON."""
-        measured: dict[str, Any] = json.loads(self.command(*self.floor(*args)))
+        measured: dict[str, Any] = json.loads(self.command(*self.phase_argv("floor", *args)))
         return measured
 
     def whole(self, argv: list[str], expect: str) -> float:
@@ -278,15 +283,16 @@ class Counted(Bench):
 
     def __init__(self, folder: Path) -> None:
         super().__init__(folder)
+        self.database = {"kestrel": self.kestrel_db, "floor": Path(self.floor_db)}
         self.empty = {"kestrel": folder / "k-empty.db", "floor": folder / "f-empty.db"}
         self.waiting = {"kestrel": folder / "k-waiting.db", "floor": folder / "f-waiting.db"}
-        copy_database(self.kestrel_db, self.empty["kestrel"])
-        copy_database(Path(self.floor_db), self.empty["floor"])
+        for who, database in self.database.items():
+            copy_database(database, self.empty[who])
         # Run once uncounted (byte code written, models kept), leaving a run that waits.
         k_ids = self.kestrel_phase("suspend", str(self.kestrel_db))
         f_ids = self.floor_phase("suspend", self.floor_db)
-        copy_database(self.kestrel_db, self.waiting["kestrel"])
-        copy_database(Path(self.floor_db), self.waiting["floor"])
+        for who, database in self.database.items():
+            copy_database(database, self.waiting[who])
         self.kestrel_phase("resume", str(self.kestrel_db), k_ids["run_id"], k_ids["request_id"])
         self.ids = {
             "kestrel": [k_ids["run_id"], k_ids["request_id"]],
@@ -299,18 +305,11 @@ class Counted(Bench):
             "kestrel": self.kestrel_approve(self.deferred_run()),
             "floor": self.floor("approve", self.floor_db, f_run["run_id"], f_run["request_id"]),
         }
-        databases = {"kestrel": self.kestrel_db, "floor": Path(self.floor_db)}
-        for who, database in databases.items():
+        for who, database in self.database.items():
             before = self.folder / f"{who}-before-approval.db"
             copy_database(database, before)
             self.command(*self.approvals[who])
             copy_database(before, database)
-
-    def phase_argv(self, who: str, *args: str) -> list[str]:
-        """The command line of one of ``who``'s phases."""
-        if who == "kestrel":
-            return [sys.executable, "-m", "bench.cold", "--phase", *args]
-        return self.floor(*args)
 
     def count(self, who: str, name: str) -> int:
         """Instructions of ``who``'s ``name`` phase (``setup``, ``suspend``, ``resume``), on a
