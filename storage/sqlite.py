@@ -56,6 +56,10 @@ _SYNCHRONOUS_MODES: Final = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
 # 4 MiB: a commit that grows the file pays for a second sync of its size, so a process
 # reaches cheap commits after a few hundred writes instead of a few thousand.
 _WAL_PAGES: Final = 256
+# The writer mostly appends: the pages it reads again are the few a new row's index path
+# crosses, so a quarter of SQLite's 2 MiB default costs it no work (bench.instructions) and
+# leaves a process up to 1.5 MiB less resident. The reader keeps the default.
+_WRITER_CACHE_KIB: Final = 512
 # Runs inside the writer's BEGIN IMMEDIATE: no other connection, in any process, can take the
 # same rows between the select and the update.
 _TAKE_WORK: Final = f"""
@@ -188,7 +192,10 @@ class SqliteStore(SqlStore):
             if str(mode).lower() != "wal":
                 raise StoreError(f"{self._label}: cannot switch to WAL mode")
 
-        pragmas = self._connection_pragmas() + f"PRAGMA wal_autocheckpoint = {_WAL_PAGES};"
+        pragmas = (
+            self._connection_pragmas()
+            + f"PRAGMA wal_autocheckpoint = {_WAL_PAGES};PRAGMA cache_size = -{_WRITER_CACHE_KIB};"
+        )
         with self._errors("open"):
             return await SqliteWriter.open(self._path, pragmas, self._busy_timeout, setup=wal)
 
