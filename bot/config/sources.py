@@ -10,8 +10,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final, get_type_hints
 
-import yaml
-
 DEFAULT_CONFIG_NAME = "kestrel.yaml"
 ENV_PREFIX: Final = "KESTREL_"
 ENV_FILE: Final = ".env"
@@ -157,6 +155,8 @@ def merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
 
 def read_yaml(path: Path) -> dict[str, Any]:
     """The settings file's top-level mapping."""
+    import yaml  # here: a runtime composed in code (a library user, a bench) reads no file
+
     try:
         data = yaml.safe_load(path.read_text())
     except OSError as exc:

@@ -14,7 +14,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
-import yaml
 from pydantic import (
     ConfigDict,
     Discriminator,
@@ -172,6 +171,8 @@ class Script(_Strict):
 
 def load_script(path: str | Path) -> Script:
     """Read and validate a YAML script; the model name is the file's stem."""
+    import yaml  # here: a script given as replies (a bench, a test) needs no YAML parser
+
     source = Path(path)
     try:
         raw = yaml.safe_load(source.read_text(encoding="utf-8"))

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -59,3 +62,25 @@ def test_yaml_nested_past_the_parser_is_one_clear_error(tmp_path: Path) -> None:
     config.write_text("model: " + "[" * 2000 + "]" * 2000 + "\n")
     with pytest.raises(ConfigError, match="nested too deeply"):
         load_settings(str(config))
+
+
+COMPOSED_IN_CODE = """
+import json, sys
+from bot.llm.scripted import ScriptedProvider
+from bot.run.runtime import Runtime
+ScriptedProvider.from_replies([{"text": "done"}], name="code")
+print(json.dumps("yaml" in sys.modules))
+"""
+
+
+def test_a_runtime_composed_in_code_loads_no_yaml_parser() -> None:
+    # The parser is loaded with the first file read: a library user or a bench pays no memory
+    # for it (about 1 MiB resident).
+    out = subprocess.run(
+        [sys.executable, "-c", COMPOSED_IN_CODE],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    assert json.loads(out.stdout) is False
