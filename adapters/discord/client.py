@@ -336,7 +336,8 @@ class KestrelDiscord(discord.Client):
         if actor is None:
             await interaction.followup.send(NOT_HERE, ephemeral=True)
             return
-        card = str(interaction.message.id) if interaction.message is not None else None
+        # A form opened from a card carries it, as a click does: one without counts nowhere.
+        card = str(interaction.message.id) if interaction.message is not None else ""
         outcome = await self.talk.decide(request_id, kind, actor, text=text, card=card)
         await interaction.followup.send(note_text(outcome.note or "Recorded."), ephemeral=True)
         await self.after(outcome)

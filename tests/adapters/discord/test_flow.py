@@ -91,6 +91,7 @@ async def test_deny_with_a_reason_from_the_modal(tmp_path: Path) -> None:
         modal = world.discord.modals[-1]
         submit = p.interaction_modal_submit(
             custom_id=modal["custom_id"],
+            message=card,  # a form opened from a card carries it
             components={modal["components"][0]["components"][0]["custom_id"]: "peak hours"},
             guild=p.GUILD_ID,
             channel=thread,
@@ -117,6 +118,7 @@ async def test_a_question_answered_through_its_modal(tmp_path: Path) -> None:
         field = modal["components"][0]["components"][0]["custom_id"]
         submit = p.interaction_modal_submit(
             custom_id=modal["custom_id"],
+            message=card,  # a form opened from a card carries it
             components={field: "eu-west"},
             guild=p.GUILD_ID,
             channel=thread,

@@ -196,6 +196,7 @@ async def test_a_deny_form_sent_after_someone_else_approved_is_refused(tmp_path:
         await world.answer_posted(thread, "healthy again")
         submit = p.interaction_modal_submit(
             custom_id=modal["custom_id"],
+            message=card,  # a form opened from a card carries it
             components={modal["components"][0]["components"][0]["custom_id"]: "no"},
             channel=thread,
             user_id=APPROVER,
@@ -217,6 +218,7 @@ async def test_a_deny_form_opened_before_a_restart_still_works_after(tmp_path: P
         async with discord_world(tmp_path, restart_script(), fake=fake) as second:
             submit = p.interaction_modal_submit(
                 custom_id=modal["custom_id"],
+                message=card,  # a form opened from a card carries it
                 components={modal["components"][0]["components"][0]["custom_id"]: "peak"},
                 channel=thread,
                 user_id=APPROVER,
@@ -245,3 +247,26 @@ async def test_a_request_of_a_run_outside_discord_cannot_be_decided_from_discord
         told = await said(world, forged)
         await world.settled()
         assert "Recorded" not in told and world.executions == [], told
+
+
+async def test_a_form_that_carries_no_card_decides_nothing(tmp_path: Path) -> None:
+    # Discord sends the message a form was opened from; a submission without it (forged, or
+    # from anywhere in the run's channel) is not on the request's card, whoever sends it.
+    async with discord_world(tmp_path, restart_script()) as world:
+        mention = await world.mention("checkout is failing")
+        thread = await world.thread_of(mention)
+        card = await world.card("approve")
+        request_id = _component_id(card, "kestrel:deny:").rsplit(":", 1)[1]
+        for channel in (thread, p.CHANNEL_ID):
+            submit = p.interaction_modal_submit(
+                custom_id=f"kestrel:deny_modal:{request_id}:{APPROVER}",
+                components={"reason": "no"},
+                channel=channel,
+                user_id=APPROVER,
+            )
+            await world.discord.dispatch("INTERACTION_CREATE", submit)
+            assert "not on that request's card" in await said(world, submit)
+        view = (await world.chat.requests_of((await world.chat.recent(1))[0].id))[0]
+        assert view.status is RequestStatus.OPEN
+        actions = [a.action for a in await world.rt.store.list_audit(view.request.run_id)]
+        assert actions.count("deny_refused") == 2
