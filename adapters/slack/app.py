@@ -53,22 +53,14 @@ class SlackAdapter:
     ) -> None:
         self.settings = settings
         self._chat = chat
-        client = AsyncWebClient(
-            token=settings.bot_token,
-            base_url=settings.api_url or SLACK_API,
-            user_agent_prefix=USER_AGENT,
-        )
-        client.headers = KestrelAgent(client.headers)
-        # Rate limits only: slack-sdk's default retry of a broken connection would send a post
-        # that may have landed a second time; the outbox retries it after looking it up.
-        client.retry_handlers = [
-            AsyncRateLimitErrorRetryHandler(max_retry_count=rate_limit_retries)
-        ]
+        client = _web_client(settings, rate_limit_retries)
         self.client = client
         self.life = PlatformLife(
             chat,
             outbox,
-            SlackTransport(client),
+            # Its own client, which waits out no rate limit: the outbox puts a limited message
+            # off by its Retry-After and goes on with the others (another channel's card).
+            SlackTransport(_web_client(settings, 0)),
             owner,
             SlackLook(link),
             lambda deliveries: Progress(client, deliveries, refresh_seconds=refresh_seconds),
@@ -154,6 +146,25 @@ class KestrelAgent(dict[str, str]):
         if key.lower() == "user-agent" and not value.startswith(USER_AGENT):
             value = f"{USER_AGENT} {value}"
         super().__setitem__(key, value)
+
+
+def _web_client(settings: SlackSettings, rate_limit_retries: int) -> AsyncWebClient:
+    """A Web API client that retries a rate-limited call ``rate_limit_retries`` times, after
+    the wait Slack asks for, and nothing else: slack-sdk's default retry of a broken
+    connection would send a post that may have landed a second time (the outbox retries it
+    after looking it up)."""
+    client = AsyncWebClient(
+        token=settings.bot_token,
+        base_url=settings.api_url or SLACK_API,
+        user_agent_prefix=USER_AGENT,
+    )
+    client.headers = KestrelAgent(client.headers)
+    client.retry_handlers = (
+        [AsyncRateLimitErrorRetryHandler(max_retry_count=rate_limit_retries)]
+        if rate_limit_retries
+        else []
+    )
+    return client
 
 
 def _bolt_app(settings: SlackSettings, client: AsyncWebClient, on: SlackListeners) -> AsyncApp:

@@ -147,6 +147,7 @@ class _Fault:
     status: int
     retry_after: int | None
     remaining: int | None  # None: every call
+    channel: str | None = None  # None: calls into any channel
 
 
 Handler = Callable[[Call], Mapping[str, Any] | Awaitable[Mapping[str, Any]]]
@@ -400,14 +401,16 @@ class FakeSlackApi:
         status: int = 429,
         retry_after: int = 1,
         times: int | None = 1,
+        channel: str | None = None,
     ) -> None:
-        """Answer the next ``times`` calls (None: all) to ``method`` with HTTP ``status`` and
-        ``{"ok": false, "error": error}``, plus ``Retry-After: retry_after`` when status is 429.
+        """Answer the next ``times`` calls (None: all) to ``method`` (into ``channel`` only,
+        if given) with HTTP ``status`` and ``{"ok": false, "error": error}``, plus
+        ``Retry-After: retry_after`` when status is 429.
 
         Faults registered for a method are used in order; the call is still recorded.
         """
         self._faults.setdefault(method, []).append(
-            _Fault(error, status, retry_after if status == 429 else None, times)
+            _Fault(error, status, retry_after if status == 429 else None, times, channel)
         )
 
     def refuse(
@@ -641,9 +644,11 @@ class FakeSlackApi:
         self.calls.append(call)
         await self._notify()
 
-    def _take_fault(self, method: str) -> _Fault | None:
-        faults = self._faults.get(method) or []
+    def _take_fault(self, call: Call) -> _Fault | None:
+        faults = self._faults.get(call.method) or []
         for fault in faults:
+            if fault.channel is not None and fault.channel != call.args.get("channel"):
+                continue
             if fault.remaining is None:
                 return fault
             if fault.remaining > 0:
@@ -672,7 +677,7 @@ class FakeSlackApi:
         if method in self._delays:
             await self._pause(self._delays[method])
         status, headers = 200, {}
-        fault = self._take_fault(method)
+        fault = self._take_fault(call)
         if fault is not None:
             status, body = fault.status, _error(fault.error)
             if fault.retry_after is not None:

@@ -24,6 +24,8 @@ from tests.fakes.slack_world import (
     updates_of,
 )
 
+SLOW = "C0SLOW"  # a channel Slack rate-limits
+
 
 async def _runs(world: SlackWorld) -> int:
     return len(await world.chat.recent(100))
@@ -76,7 +78,7 @@ async def test_a_bad_signature_gets_401_and_changes_nothing(tmp_path: Path) -> N
 
 async def test_a_rate_limited_card_is_posted_once_when_slack_lets_it(tmp_path: Path) -> None:
     async with slack_world(tmp_path, restart_script()) as world:
-        # The first call and slack-sdk's own retry both get 429: the outbox retries later.
+        # Two 429s in a row: the outbox puts the card off by Retry-After each time.
         world.api.fail("chat.postMessage", status=429, retry_after=1, times=2)
         await world.mention("checkout is failing")
         card = await world.card(timeout=15)
@@ -86,6 +88,19 @@ async def test_a_rate_limited_card_is_posted_once_when_slack_lets_it(tmp_path: P
         await world.click(card, ids.APPROVE_ONCE, user=APPROVER)
         await world.answer_posted()
         assert world.executions == ["checkout"]
+
+
+async def test_a_rate_limited_channel_holds_back_no_other_channel(tmp_path: Path) -> None:
+    async with slack_world(tmp_path, restart_script()) as world:
+        # Slack limits one channel for ten minutes: only its card waits that long.
+        world.api.fail("chat.postMessage", retry_after=600, times=None, channel=SLOW)
+        await world.mention("checkout is failing", channel=SLOW)
+        await world.api.wait_for(lambda c: c.args.get("channel") == SLOW and c.status == 429)
+        await world.mention("checkout is failing")
+        card = await world.card()
+        assert card.args["channel"] == CHANNEL
+        limited = [c for c in world.api.calls_to("chat.postMessage") if c.args["channel"] == SLOW]
+        assert len(limited) == 1  # asked once, then put off: not retried in a loop
 
 
 async def test_a_post_that_landed_unrecorded_is_found_not_posted_again(tmp_path: Path) -> None:
