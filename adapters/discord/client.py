@@ -483,8 +483,9 @@ class ChooseButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=ids.
             values = data.get("values") or []
             chosen = str(values[0]) if values else ""
             index = int(chosen) if re.fullmatch(r"[0-9]{1,3}", chosen) else -1
-        actor = interaction_actor(interaction)
-        view = await client.chat.request(self.request_id, user=actor)
+        # Only the option's text is read here; where the click came from is checked (and a
+        # refusal audited) as the answer is decided, as for any button of the card.
+        view = await client.chat.request(self.request_id)
         option = chosen_option(view.request.options if view else (), index)
         if option is None:
             await interaction.response.send_message(NOT_AN_OPTION, ephemeral=True)

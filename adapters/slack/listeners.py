@@ -218,7 +218,9 @@ class SlackListeners:
 
     async def _choose(self, value: str, actor: Actor, card: str) -> Outcome:
         choice = ids.parse_choice(value)
-        view = await self._chat.request(choice[0], user=actor) if choice else None
+        # Only the option's text is read here; where the click came from is checked (and a
+        # refusal audited) as the answer is decided, as for any button of the card.
+        view = await self._chat.request(choice[0]) if choice else None
         option = chosen_option(view.request.options, choice[1]) if choice and view else None
         if view is None or option is None:
             return Outcome(note=NOT_AN_OPTION)

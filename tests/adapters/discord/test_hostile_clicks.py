@@ -270,3 +270,24 @@ async def test_a_form_that_carries_no_card_decides_nothing(tmp_path: Path) -> No
         assert view.status is RequestStatus.OPEN
         actions = [a.action for a in await world.rt.store.list_audit(view.request.run_id)]
         assert actions.count("deny_refused") == 2
+
+
+async def test_an_option_chosen_in_another_channel_is_refused_as_such(tmp_path: Path) -> None:
+    async with discord_world(tmp_path, select_script(3)) as world:
+        mention = await world.mention("drain a node")
+        thread = await world.thread_of(mention)
+        card = await world.card("choose")
+        elsewhere = p.interaction_button(
+            guild=p.GUILD_ID,
+            channel="201",  # another channel of the run's guild
+            user_id=REQUESTER,
+            custom_id=_component_id(card, "kestrel:choose:"),
+            message=card,
+        )
+        await world.discord.dispatch("INTERACTION_CREATE", elsewhere)
+        assert "another" in await said(world, elsewhere)
+        run_id = (await world.chat.recent(1))[0].id
+        assert "answer_refused" in [a.action for a in await world.rt.store.list_audit(run_id)]
+        here = await world.click(card, "choose", user=REQUESTER)  # from the run's thread
+        assert "Recorded" in await said(world, here)
+        await world.answer_posted(thread, "Draining node-0")

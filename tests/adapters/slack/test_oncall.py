@@ -115,9 +115,15 @@ async def test_a_confirm_question_is_answered_with_a_button(tmp_path: Path) -> N
         await world.click(card, buttons[0], user="U0STRANGER")
         note = await world.ephemeral_to("U0STRANGER")
         assert "may not answer" in note.args["text"]
+        await world.click(card, buttons[0], user=REQUESTER, channel="C0OTHER")
+        note = await world.ephemeral_to(REQUESTER)
+        assert "another channel" in note.args["text"]  # said as for any button of the card
         await world.click(card, buttons[0], user=REQUESTER)
         answer = await world.answer_posted()
         assert "You said yes." in json.dumps(answer.args)
+        run_id = (await world.chat.recent(1))[0].id
+        actions = [row.action for row in await world.rt.store.list_audit(run_id)]
+        assert "answer_refused" in actions and "show_refused" not in actions
 
 
 async def test_feedback_on_the_answer_is_recorded(tmp_path: Path) -> None:
