@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from bot.cli.common import echo, one_line_errors, settings_of
+
+if TYPE_CHECKING:
+    from bot.tools.base import ToolFlags
 
 
 @click.group()
@@ -24,10 +28,21 @@ def tools_list() -> None:
     settings = settings_of(click.get_current_context())
     toolset = compose.build_tools(settings, compose.build_isolation(settings))
     for name, tool in toolset.items():
-        flags = [
-            f for f in ("confirm", "idempotent", "operator_paced", "deny") if getattr(tool.flags, f)
-        ]
-        click.echo(f"{name:<24} {' '.join(flags) or '-':<28} {tool.description}")
+        echo(f"{name:<24} {' '.join(flag_words(tool.flags)) or '-':<28} {tool.description}")
+
+
+def flag_words(flags: ToolFlags) -> list[str]:
+    """A tool's flags as ``tools list`` shows them: what gates a call and what the call is."""
+    approval, traits = flags.approval, flags.traits
+    words = ["deny"] if approval.deny else []
+    if approval.confirm:
+        words.append("confirm" if approval.approvals == 1 else f"confirm:{approval.approvals}")
+    words += [f"tag:{tag}" for tag in approval.tags]
+    if traits.idempotent:
+        words.append("idempotent")
+    if traits.operator_paced:
+        words.append("operator_paced")
+    return words
 
 
 @tools.command("check")

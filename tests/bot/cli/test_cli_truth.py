@@ -93,6 +93,23 @@ tools:
 """
 
 
+def test_tools_list_shows_every_tool_with_what_gates_it(tmp_path: Path) -> None:
+    (tmp_path / "ops.yaml").write_text(
+        TOOL.format(name="restart")
+        + "    confirm: true\n    approvals: 2\n    tags: [prod]\n"
+        + TOOL.format(name="status").removeprefix("tools:\n")
+        + "    idempotent: true\n"
+    )
+    write_config(tmp_path, tools=["ops.yaml"])
+    listed = kestrel(tmp_path, "tools", "list")
+    assert listed.returncode == 0, listed.stderr
+    # Columns: the name (24), the flags (28), the description.
+    rows = {line[:24].strip(): line[25:53].split() for line in listed.stdout.splitlines()}
+    assert rows["restart"] == ["confirm:2", "tag:prod"]
+    assert rows["status"] == ["idempotent"]
+    assert rows["ask_human_input"] == ["idempotent", "operator_paced"]
+
+
 def test_tools_check_without_files_checks_the_configured_catalogs(tmp_path: Path) -> None:
     shipped = kestrel(tmp_path, "tools", "check")  # no configuration: the demo catalog
     assert shipped.returncode == 0 and "1 catalog file(s) OK" in shipped.stdout
