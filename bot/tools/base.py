@@ -105,6 +105,16 @@ class ChecksArguments(Protocol):
         ...
 
 
+@runtime_checkable
+class RunsSomething(Protocol):
+    """A tool whose effect its name, schema and flags do not say (a command's argv): a run's
+    fingerprint holds it too, so a call approved for one program never runs another."""
+
+    def definition(self) -> dict[str, Any]:
+        """What a call runs, as plain JSON (the same on every replica of one configuration)."""
+        ...
+
+
 class Tool(Protocol):
     """A named capability the model may call."""
 

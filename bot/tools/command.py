@@ -437,6 +437,18 @@ class CommandTool:
         """Gating, idempotency, pacing and timeout."""
         return self._flags
 
+    def definition(self) -> dict[str, Any]:
+        """The argv template (programs resolved), its environment, folder and isolation."""
+        hidden = None if self._isolation is None else list(self._isolation.hidden)
+        return {
+            "command": list(self._command),
+            "env": list(self._env),
+            "cwd": str(self._cwd or ""),
+            "max_output": self._max_output,
+            "dash_guarded": sorted(self._guarded),
+            "isolation": hidden,
+        }
+
     @property
     def command(self) -> tuple[str, ...]:
         """The argv template."""

@@ -10,7 +10,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from bot.llm.base import ToolSpec
-from bot.tools.base import ChecksArguments, Tool, ToolFlags
+from bot.tools.base import ChecksArguments, RunsSomething, Tool, ToolFlags
 
 if TYPE_CHECKING:
     from jsonschema.protocols import Validator
@@ -65,14 +65,20 @@ class ToolSet(Mapping[str, Tool]):
         return [ToolSpec(t.name, t.description, t.parameters) for t in self._tools.values()]
 
     def digest(self) -> str:
-        """A digest of names, schemas and flags: part of a run's configuration fingerprint."""
+        """A digest of names, schemas, flags and what each tool runs: part of a run's
+        configuration fingerprint."""
         return self._digest
 
     @functools.cached_property
     def _digest(self) -> str:
         # The set never changes, so every run started on it shares one computation.
-        shape = [[t.name, t.description, t.parameters, repr(t.flags)] for t in self._tools.values()]
+        shape = [_shape(tool) for tool in self._tools.values()]
         return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _shape(tool: Tool) -> list[Any]:
+    shape = [tool.name, tool.description, tool.parameters, repr(tool.flags)]
+    return [*shape, tool.definition()] if isinstance(tool, RunsSomething) else shape
 
 
 def _collision(first: Tool, second: Tool) -> str:

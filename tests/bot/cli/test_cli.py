@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -204,6 +205,23 @@ def test_resume_refuses_a_changed_system_prompt_without_force(tmp_path: Path) ->
     assert "system prompt changed" in refused and "--force" in refused
     write_config(tmp_path, model={"provider": "openai"}, openai_base_url="http://127.0.0.1:9/v1")
     assert "provider" in one_line_error(kestrel(tmp_path, "runs", "resume", deferred["run_id"]))
+
+
+def test_an_approval_never_runs_a_command_changed_since_the_run_started(tmp_path: Path) -> None:
+    shutil.copytree(ROOT / "bot" / "demo" / "tools", tmp_path / "tools")
+    write_config(tmp_path, tools=["tools/ops.yaml"])
+    deferred = json.loads(
+        kestrel(tmp_path, "run", "checkout is failing", "--defer", "--json", "--as", "U0REQ").stdout
+    )
+    ids = [deferred["run_id"], deferred["requests"][0]["id"]]
+    catalog = tmp_path / "tools" / "ops.yaml"
+    edited = catalog.read_text().replace('"restart", "{service}"', '"restart", "-f", "{service}"')
+    assert edited != catalog.read_text()
+    catalog.write_text(edited)  # the same tool, name, schema and flags: another argv
+    approved = kestrel(tmp_path, "runs", "approve", *ids, "--as", "U0BOSS")
+    assert "tool set changed since the run started" in approved.stdout, approved.stderr
+    assert "--force" in approved.stdout
+    assert not (tmp_path / "demo-state" / "restarts.log").exists()  # nothing ran
 
 
 def test_db_migrate_check_and_replicas(tmp_path: Path) -> None:
