@@ -334,6 +334,7 @@ def _build(entry: ToolEntry, folder: Path, origin: str, isolation: Isolation | N
         allow_leading_dash=entry.allow_leading_dash,
         origin=origin,
         isolation=isolation,
+        catalog_folder=folder,
     )
 
 

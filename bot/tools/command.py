@@ -391,6 +391,7 @@ class CommandTool:
         allow_leading_dash: Sequence[str] = (),
         origin: str | None = None,
         isolation: Isolation | None = None,
+        catalog_folder: Path | None = None,
     ) -> None:
         schema = dict(parameters) if parameters is not None else _NO_PARAMETERS
         check_tool_name(name)
@@ -411,6 +412,7 @@ class CommandTool:
         self._placeholders = tuple(dict.fromkeys(filter(None, map(placeholder, self._command))))
         self.origin = origin
         self._isolation = isolation
+        self._catalog_folder = catalog_folder
 
     @functools.cached_property
     def _validator(self) -> Validator:
@@ -438,16 +440,22 @@ class CommandTool:
         return self._flags
 
     def definition(self) -> dict[str, Any]:
-        """The argv template (programs resolved), its environment, folder and isolation."""
-        hidden = None if self._isolation is None else list(self._isolation.hidden)
+        """The argv template, its environment, folder and output limit, and whether it is
+        isolated; a path in its catalog's folder written as the catalog writes it
+        (``./bin/x``), so that replicas of one configuration in other folders agree."""
         return {
-            "command": list(self._command),
+            "command": [self._as_declared(element) for element in self._command],
             "env": list(self._env),
-            "cwd": str(self._cwd or ""),
+            "cwd": self._as_declared(str(self._cwd)) if self._cwd else "",
             "max_output": self._max_output,
             "dash_guarded": sorted(self._guarded),
-            "isolation": hidden,
+            "isolated": self._isolation is not None,
         }
+
+    def _as_declared(self, path: str) -> str:
+        folder = self._catalog_folder
+        inside = f"{folder}/" if folder is not None else None
+        return "./" + path.removeprefix(inside) if inside and path.startswith(inside) else path
 
     @property
     def command(self) -> tuple[str, ...]:

@@ -66,6 +66,35 @@ def test_good_catalog_loads_every_field(tmp_path: Path) -> None:
     ) == (12.5, ("prod",), 2, False)
 
 
+LOCAL = """\
+tools:
+  - name: restart
+    description: Restart
+    command: ["./bin/restart.sh", "{unit}"]
+    parameters: {type: object, properties: {unit: {type: string}}, required: [unit]}
+    cwd: work
+"""
+
+
+def digest_of(folder: Path, catalog: str) -> str:
+    folder.mkdir()
+    return ToolSet(load_catalog(write(folder, "ops.yaml", catalog))).digest()
+
+
+def test_the_digest_holds_what_a_command_runs_wherever_its_catalog_lies(tmp_path: Path) -> None:
+    here = digest_of(tmp_path / "a", LOCAL)
+    assert digest_of(tmp_path / "b", LOCAL) == here  # a replica's copy in another folder
+    edits = (
+        LOCAL.replace('"{unit}"]', '"--now", "{unit}"]'),
+        LOCAL.replace("./bin/restart.sh", "./bin/stop.sh"),
+        LOCAL.replace("cwd: work", "cwd: elsewhere"),
+        LOCAL + "    env: [KUBECONFIG]\n",
+    )
+    for number, edited in enumerate(edits):
+        assert edited != LOCAL
+        assert digest_of(tmp_path / f"edit{number}", edited) != here
+
+
 def test_unknown_key_names_file_line_and_key(tmp_path: Path) -> None:
     path = write(tmp_path, "ops.yaml", GOOD.replace("    deny: false\n", "    colour: red\n"))
     assert only_problem(path) == f"{path}:15: tools[0].colour: unknown key"
