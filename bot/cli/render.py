@@ -120,9 +120,16 @@ def run_object(
         "error": result.error if result else "",
         "usage": {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens},
         "outcomes": state.outcomes(),
-        "requests": [request_object(r) for r in state.open_requests],
+        "requests": [request_object(r) for r in waiting(state, closed)],
         "closed_requests": [closed_object(*item) for item in closed],
     }
+
+
+def waiting(state: RunState, closed: Sequence[StoredRequest]) -> list[ShownRequest]:
+    """The requests the run still waits on: its journal's open ones less those the store has
+    closed since (decided while the run stayed suspended, expired, cancelled with the run)."""
+    done = {request.id for request, _status, _decision in closed}
+    return [request for request in state.open_requests if request.id not in done]
 
 
 def request_object(request: ShownRequest) -> dict[str, Any]:
@@ -204,8 +211,8 @@ def audit_object(entry: AuditRecord) -> dict[str, Any]:
     }
 
 
-def transcript(record: RunRecord, state: RunState) -> str:
-    """The conversation and the terminal result, for people."""
+def transcript(record: RunRecord, state: RunState, closed: Sequence[StoredRequest] = ()) -> str:
+    """The conversation, what it waits on and the terminal result, for people."""
     from bot.llm.base import SystemMessage
 
     lines = [f"run {record.id}  [{record.status.value}]  by {record.requested_by or '-'}"]
@@ -223,7 +230,7 @@ def transcript(record: RunRecord, state: RunState) -> str:
         lines += _message_lines(message)
     for owner in state.takeovers:
         lines.append(f"  taken over from {owner}")
-    for request in state.open_requests:
+    for request in waiting(state, closed):
         lines.append(f"  waiting: {request.kind.value} {request.id} for {request.tool}")
         lines += request_details(request)
     for text in state.advisories:

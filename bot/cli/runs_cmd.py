@@ -101,7 +101,7 @@ def runs_show(run_id: str, as_json: bool) -> None:
         record = await store.get_run(run_id)
         state = fold(await store.load(run_id), run_id)
         closed = await closed_requests(store, run_id)
-        return render.run_object(record, state, closed), render.transcript(record, state)
+        return render.run_object(record, state, closed), render.transcript(record, state, closed)
 
     obj, text = with_reader(work)
     echo(json.dumps(obj, indent=2, sort_keys=True) if as_json else text)

@@ -84,7 +84,10 @@ class RunState:
 
     @property
     def open_requests(self) -> list[Request]:
-        """Requests of the current batch whose call has no result yet."""
+        """Requests of the current batch whose call has no result yet; none once the run
+        ended (cancelled while it waited, its requests were closed with it)."""
+        if self.result is not None:
+            return []
         return [c.deferred for c in self.batch if c.deferred and c.result is None]
 
     def reason_for(self, call_id: str) -> str:

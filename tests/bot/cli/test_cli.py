@@ -222,6 +222,23 @@ def test_an_approval_never_runs_a_command_changed_since_the_run_started(tmp_path
     assert "tool set changed since the run started" in approved.stdout, approved.stderr
     assert "--force" in approved.stdout
     assert not (tmp_path / "demo-state" / "restarts.log").exists()  # nothing ran
+    assert "waiting" not in approved.stdout  # the request is decided: the run waits on no one
+    shown = json.loads(kestrel(tmp_path, "runs", "show", ids[0], "--json").stdout)
+    assert shown["requests"] == [] and shown["closed_requests"][0]["id"] == ids[1]
+    assert "waiting" not in kestrel(tmp_path, "runs", "show", ids[0]).stdout
+
+
+def test_a_cancelled_run_waits_on_nothing(tmp_path: Path) -> None:
+    deferred = json.loads(
+        kestrel(tmp_path, "run", "checkout is failing", "--defer", "--json", "--as", "U0REQ").stdout
+    )
+    run_id, request_id = deferred["run_id"], deferred["requests"][0]["id"]
+    assert kestrel(tmp_path, "runs", "cancel", run_id, "--as", "U0REQ").returncode == 0
+    shown = json.loads(kestrel(tmp_path, "runs", "show", run_id, "--json").stdout)
+    assert shown["status"] == "cancelled" and shown["requests"] == []
+    assert [(r["id"], r["status"]) for r in shown["closed_requests"]] == [(request_id, "cancelled")]
+    assert "waiting" not in kestrel(tmp_path, "runs", "show", run_id).stdout
+    assert request_id not in kestrel(tmp_path, "runs", "pending").stdout
 
 
 def test_db_migrate_check_and_replicas(tmp_path: Path) -> None:
