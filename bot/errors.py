@@ -25,3 +25,8 @@ class UnknownRun(StoreError):
 
 class ResumeRefused(Exception):
     """The run cannot be resumed as asked; the message says why and what to do."""
+
+
+class CancelRefused(ResumeRefused):
+    """The run cannot be cancelled now: it ended, or another process holds it (the message says
+    who, and until when). Reported where a refused resume is, as one line."""

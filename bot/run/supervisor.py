@@ -9,7 +9,7 @@ import math
 import traceback
 from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 from bot.domain import (
     TERMINAL_STATUSES,
@@ -21,7 +21,7 @@ from bot.domain import (
     TerminalResult,
     new_id,
 )
-from bot.errors import ResumeRefused, StoreError
+from bot.errors import CancelRefused, ResumeRefused, StoreError
 from bot.events import (
     AdvisoryEvent,
     JournalFailedEvent,
@@ -299,10 +299,11 @@ class Supervisor:
             return "cancelling at the next loop boundary"
         record = await self.rt.store.get_run(run_id)
         if record.status in TERMINAL_STATUSES:
-            return f"run {run_id} already ended {record.status.value}"
+            await self._refuse_cancel(run_id, by, f"run {run_id} already ended {record.status}")
         epoch = await self.rt.store.claim(run_id, self.rt.owner, self.rt.lease_seconds)
         if epoch is None:
-            return f"run {run_id} is live on {record.owner}; try again when it suspends"
+            held = await self._held_elsewhere(run_id)
+            await self._refuse_cancel(run_id, by, f"{held}; cancel it when it suspends")
         state = fold(await self.rt.store.load(run_id), run_id)
         cause = f"cancelled by {by or 'an operator'}"
         await self.decisions.close_requests(run_id, by)
@@ -310,6 +311,10 @@ class Supervisor:
         await self._end_outside(state, epoch, RunStatus.CANCELLED, StopReason.CANCELLED, cause)
         await self.rt.store.audit(by, AuditAction.CANCEL, run_id=run_id)
         return "cancelled"
+
+    async def _refuse_cancel(self, run_id: str, by: str, reason: str) -> NoReturn:
+        await self.rt.store.audit(by, AuditAction.CANCEL_REFUSED, run_id=run_id, detail=reason)
+        raise CancelRefused(reason)
 
     async def wait(self, live: LiveRun) -> RunState:
         """Wait for a live run's task to end (suspended, ended, or given up), and for the

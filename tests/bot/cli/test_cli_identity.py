@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
 from pathlib import Path
 
 from bot.domain import Session, new_id
@@ -103,3 +104,23 @@ async def test_resume_of_a_run_whose_owner_died_says_when_and_what_then(tmp_path
     await heartbeat(db, "host:42:dead")  # the owner is a live replica after all
     refused = one_line_error(kestrel(tmp_path, "runs", "resume", run_id, env=me))
     assert refused == f"kestrel: run {run_id} is live on replica host:42:dead, which drives it now"
+
+
+async def test_cancel_of_a_held_or_ended_run_is_refused_and_audited(tmp_path: Path) -> None:
+    db = tmp_path / "kestrel.db"
+    run_id = await held_run(db, "host:42:dead", 600)
+    me = {"USER": "erin"}
+
+    refused = one_line_error(kestrel(tmp_path, "runs", "cancel", run_id, env=me))
+    assert re.fullmatch(
+        rf"kestrel: run {run_id} is held by host:42:dead, whose lease expires in (59\d|600) s"
+        rf" unless .*; cancel it when it suspends",
+        refused,
+    ), refused
+    audit = kestrel(tmp_path, "audit", "--run", run_id, env=me).stdout
+    assert " erin " in audit and " cancel_refused " in audit
+
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE runs SET status = 'completed', owner = '' WHERE id = ?", (run_id,))
+    ended = one_line_error(kestrel(tmp_path, "runs", "cancel", run_id, env=me))
+    assert ended == f"kestrel: run {run_id} already ended completed"
