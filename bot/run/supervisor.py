@@ -263,6 +263,15 @@ class Supervisor:
             log.warning("run %s not resumed after %s expired: %s", request.run_id, request.id, exc)
         return True
 
+    async def expire_overdue(self, run_id: str) -> None:
+        """Expire the run's open requests whose deadline passed, as a replica's sweep does: a
+        run resumed where no replica runs (the command line) goes on past an answer that can
+        no longer come, instead of waiting on it for good."""
+        now = self.rt.clock()
+        for request, _status, _decision in await self.rt.store.list_requests(run_id=run_id):
+            if request.deadline is not None and request.deadline <= now:
+                await self.expire(request)
+
     async def cancel(self, run_id: str, by: str = "", actor: Actor | None = None) -> str:
         """Cancel a run: a live one at its next loop boundary, a suspended one at once.
 

@@ -228,6 +228,24 @@ def test_an_approval_never_runs_a_command_changed_since_the_run_started(tmp_path
     assert "waiting" not in kestrel(tmp_path, "runs", "show", ids[0]).stdout
 
 
+def test_a_resume_where_no_replica_runs_expires_what_is_overdue(tmp_path: Path) -> None:
+    # No `kestrel serve` sweeps deadlines here: the resume itself expires the request (as
+    # the deadline, audited), and the run goes on without it instead of waiting for good.
+    write_config(tmp_path, deadlines={"wait_approval": 0.001})
+    deferred = json.loads(
+        kestrel(tmp_path, "run", "checkout is failing", "--defer", "--json", "--as", "U0REQ").stdout
+    )
+    run_id, request_id = deferred["run_id"], deferred["requests"][0]["id"]
+    late = kestrel(tmp_path, "runs", "approve", run_id, request_id, "--as", "U0BOSS")
+    assert "expired" in one_line_error(late)
+    resumed = kestrel(tmp_path, "runs", "resume", run_id, "--as", "U0REQ")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "expired before anyone answered" in resumed.stdout
+    assert not (tmp_path / "demo-state" / "restarts.log").exists()
+    audit = kestrel(tmp_path, "audit", "--run", run_id, "--json").stdout
+    assert [row["actor"] for row in json.loads(audit) if row["action"] == "expire"] == ["deadline"]
+
+
 def test_a_cancelled_run_waits_on_nothing(tmp_path: Path) -> None:
     deferred = json.loads(
         kestrel(tmp_path, "run", "checkout is failing", "--defer", "--json", "--as", "U0REQ").stdout
