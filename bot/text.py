@@ -18,16 +18,20 @@ _ESCAPES: Final = re.compile(
 )
 # Whatever control characters are left, C0 (but tab and newline), DEL and C1.
 _CONTROLS: Final = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# Direction overrides and isolates: they make a terminal show a line in another order than it
+# is written (a run id, a name, a command read backwards). Marks (LRM, RLM) only nudge.
+_REORDERING: Final = re.compile("[\u202a-\u202e\u2066-\u2069]")
 # Halves of a UTF-16 pair alone (a JSON or YAML escape can make one): no terminal can be sent
 # them as UTF-8, so each is shown as the replacement character.
 _SURROGATES: Final = re.compile("[\ud800-\udfff]")
 
 
 def printable(text: str) -> str:
-    """``text`` safe for a terminal: escape sequences and control characters (but tab and
-    newline) removed, so model and tool text cannot retitle, clear or rewrite the screen; a
-    lone surrogate is shown as U+FFFD."""
-    return _SURROGATES.sub("\ufffd", _CONTROLS.sub("", _ESCAPES.sub("", text)))
+    """``text`` safe for a terminal: escape sequences, control characters (but tab and
+    newline) and direction overrides removed, so model and tool text cannot retitle, clear or
+    rewrite the screen, nor reorder a line; a lone surrogate is shown as U+FFFD."""
+    text = _CONTROLS.sub("", _ESCAPES.sub("", text))
+    return _SURROGATES.sub("\ufffd", _REORDERING.sub("", text))
 
 
 # Labelled links. Slack's ``<target|label>`` (``<@U…>``, ``<#C…>`` and ``<!…>`` are mentions and

@@ -32,4 +32,5 @@ def audit(run_id: str | None, limit: int, as_json: bool) -> None:
     for entry in entries:
         target = entry.request_id or entry.run_id
         when = f"{entry.at:%Y-%m-%d %H:%M:%S}"
-        echo(f"{when}  {entry.actor:<16} {entry.action:<14} {target}  {entry.detail}")
+        actor = " ".join(entry.actor.split())  # one row a line, whatever a platform sent
+        echo(f"{when}  {actor:<16} {entry.action:<14} {target}  {entry.detail}")

@@ -94,11 +94,25 @@ def terminal_user(given: str | None = None) -> str:
 
     for name in (given, os.environ.get("KESTREL_USER"), os.environ.get("USER")):
         if name and name.strip():
-            return name.strip()
+            return checked_user(name.strip())
     try:
         return getpass.getuser()
     except (OSError, KeyError):
         return "terminal"  # no login name at all (a container without one): still one name
+
+
+def checked_user(name: str) -> str:
+    """``name`` if it can only be read as one person: no spaces or control characters (it is
+    printed in one line of the audit), and no ``group:`` or ``role:`` (the policy's way to
+    name a group, which a name must not pass for); else ``Failure``."""
+    from bot.people.policy import GROUP_KINDS
+
+    if not name.isprintable() or any(char.isspace() for char in name):
+        raise Failure(f"user {name!r}: a user id has no spaces or control characters")
+    kind, colon, _rest = name.partition(":")
+    if colon and kind in GROUP_KINDS:
+        raise Failure(f"user {name!r}: {kind}: names a group in the policy, not a person")
+    return name
 
 
 def as_option(help_text: str) -> Callable[[Callable[P, R]], Callable[P, R]]:

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from bot.text import unmask_links
+from bot.text import printable, unmask_links
 
 # What any platform could read as a labelled link: Slack's <target|label> (not a mention or a
 # command), Markdown's ](…) and a reference definition with a scheme.
@@ -112,3 +112,10 @@ def test_hostile_text_is_undone_in_linear_time() -> None:
     for text in hostile:
         unmask_links(text)
     assert time.perf_counter() - started < 1.0
+
+
+def test_printable_text_keeps_its_order_on_a_terminal() -> None:
+    # An override shows "approve run_1 evil" as something else; isolates nest the same trick.
+    for control in ("\u202a", "\u202b", "\u202c", "\u202d", "\u202e", "\u2066", "\u2069"):
+        assert printable(f"approve {control}run_1 live") == "approve run_1 live"
+    assert printable("שלום \u200f عربى") == "שלום \u200f عربى"  # letters and marks stay

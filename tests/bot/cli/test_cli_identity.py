@@ -39,6 +39,27 @@ def test_the_login_name_is_the_default_and_kestrel_user_and_as_override_it(
     assert requester(tmp_path, by_option) == "U0ANN"
 
 
+def test_a_name_that_could_pass_for_another_is_refused(tmp_path: Path) -> None:
+    for name, why in (
+        ("bob\n2026-12-04 16:00:00  alice  approve", "no spaces or control characters"),
+        ("bob\u202e", "no spaces or control characters"),
+        ("group:S0SRE", "names a group in the policy, not a person"),
+        ("role:42", "names a group in the policy, not a person"),
+    ):
+        refused = one_line_error(kestrel(tmp_path, "run", PROMPT, "--as", name))
+        assert why in refused, refused
+    assert json.loads(kestrel(tmp_path, "runs", "list", "--json").stdout) == []
+    assert requester(tmp_path, deferred(tmp_path, {}, "--as", "U0ANN:x")) == "U0ANN:x"
+
+
+def test_audit_rows_are_one_line_whatever_a_platform_sent_as_a_name(tmp_path: Path) -> None:
+    run_id = deferred(tmp_path, {"USER": "erin"})
+    with sqlite3.connect(tmp_path / "kestrel.db") as conn:
+        conn.execute("UPDATE audit SET actor = 'erin\nforged row' WHERE run_id = ?", (run_id,))
+    rows = kestrel(tmp_path, "audit", "--run", run_id).stdout.splitlines()
+    assert rows and all(" erin forged row " in row for row in rows)
+
+
 def test_chat_and_the_runs_commands_act_as_the_same_person(tmp_path: Path) -> None:
     me = {"USER": "erin"}
     # A run deferred by `run` is resumed in chat without naming anyone: the approval is asked
