@@ -38,6 +38,7 @@ from storage.sqlite_rows import (
     applied_version,
     checked_version,
     has_write_bits,
+    path_problem,
     reader_uri,
 )
 from storage.sqlite_schema import (
@@ -117,6 +118,7 @@ class SqliteStore(SqlStore):
         """
         if self._closed:
             raise self._closed_error()
+        self._refuse_no_place()
         if self._read_only:
             return await self._open_read_only()
         try:
@@ -136,6 +138,7 @@ class SqliteStore(SqlStore):
         when there is no file yet, or no schema in it."""
         if self._closed:
             raise self._closed_error()
+        self._refuse_no_place()
         if not self._path.is_file():
             return 0
         if self._rconn is None:
@@ -259,6 +262,13 @@ class SqliteStore(SqlStore):
             "PRAGMA foreign_keys = ON;"
             f"PRAGMA synchronous = {self._synchronous};"
         )
+
+    def _refuse_no_place(self) -> None:
+        """Refuse a path no journal can be at (a folder, a folder that does not exist), where
+        SQLite would only say it cannot open it."""
+        problem = path_problem(self._path)
+        if problem:
+            raise StoreError(f"{self._label}: {problem}")
 
     def _refuse_read_only_file(self) -> None:
         """Refuse a file without write permission bits, even for root, whom SQLite lets write."""

@@ -40,6 +40,15 @@ class Unreadable(Exception):
     """The file is not a journal this Kestrel reads as it stands (the store says why)."""
 
 
+def path_problem(path: Path) -> str | None:
+    """Why no journal can be at ``path``, in words; None when one is there or may be made."""
+    if path.is_dir():
+        return "is a folder, not a database file"
+    if not path.parent.is_dir():
+        return f"its folder {path.parent} does not exist"
+    return None
+
+
 def reader_uri(path: Path) -> str:
     """A read-only reader's URI: ``mode=ro``, or ``immutable`` for a file nobody writes.
 
@@ -110,6 +119,9 @@ def reads_as_moment(value: object) -> bool:
 
 
 def _query(path: Path, statement: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+    problem = path_problem(path)
+    if problem:
+        raise Unreadable(problem)
     if not path.is_file():
         return []  # as the store reads it: an empty journal, and no file is created
     try:

@@ -113,6 +113,8 @@ def config_path(explicit: str | None) -> Path | None:
     chosen = explicit or os.environ.get("KESTREL_CONFIG") or dotenv().get("KESTREL_CONFIG")
     if chosen:
         path = Path(chosen)
+        if path.is_dir():
+            raise ConfigError(f"config file {path} is a folder, not a file")
         if not path.is_file():
             raise ConfigError(f"config file {path} does not exist")
         return path

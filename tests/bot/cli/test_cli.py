@@ -178,6 +178,18 @@ def test_read_only_database_is_one_line_and_journal_untouched(tmp_path: Path) ->
     assert db.read_bytes() == before
 
 
+def test_a_database_path_that_cannot_hold_a_journal_is_named(tmp_path: Path) -> None:
+    (tmp_path / "folder.db").mkdir()
+    for database, why in (("folder.db", "is a folder"), ("nowhere/k.db", "does not exist")):
+        write_config(tmp_path, database=database)
+        for command in (("run", "hi"), ("runs", "list"), ("runs", "pending"), ("db", "check")):
+            said = kestrel(tmp_path, *command)
+            assert said.returncode in (1, 2) and "Traceback" not in said.stderr, said.stderr
+            assert why in said.stderr and database in said.stderr, (command, said.stderr)
+    (tmp_path / "config.yaml").mkdir()
+    assert "is a folder" in one_line_error(kestrel(tmp_path, "--config", "config.yaml", "run", "x"))
+
+
 def test_locked_database_is_one_line(tmp_path: Path) -> None:
     assert kestrel(tmp_path, "run", "checkout is failing").returncode == 0
     holder = sqlite3.connect(tmp_path / "kestrel.db")
