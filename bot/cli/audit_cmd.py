@@ -23,7 +23,10 @@ def audit(run_id: str | None, limit: int, as_json: bool) -> None:
     """Who requested, decided, answered, expired and resumed what."""
 
     async def work(store: Store) -> list[Any]:
-        return list(await store.list_audit(run_id=run_id, limit=limit))
+        found = list(await store.list_audit(run_id=run_id, limit=limit))
+        if run_id and not found:
+            await store.get_run(run_id)  # a run with no audit yet, or none: says which
+        return found
 
     entries = with_reader(work)
     if as_json:

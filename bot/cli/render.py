@@ -272,13 +272,21 @@ def pending_line(request: ShownRequest, who: str, now: datetime, note: str = "")
     words: ``Policy.may_answer_phrase``), and why."""
     args = json.dumps(request.arguments, sort_keys=True)
     age = _duration(now - request.created_at)
-    deadline = f", expires in {_duration(request.deadline - now)}" if request.deadline else ""
+    deadline = _deadline_words(request, now)
     because = f"; {note}" if note else ""
     line = (
         f"{request.run_id}  {request.id}  {request.kind.value:<13} {request.tool} {args}"
         f"  (open {age}{deadline}; may answer: {who}{because})"
     )
     return "\n".join([line, *request_details(request)])
+
+
+def _deadline_words(request: ShownRequest, now: datetime) -> str:
+    if request.deadline is None:
+        return ""
+    if request.deadline <= now:  # no replica swept it yet: a resume expires it, and goes on
+        return f", expired; `kestrel runs resume {request.run_id}` moves the run on"
+    return f", expires in {_duration(request.deadline - now)}"
 
 
 def request_details(request: ShownRequest) -> list[str]:

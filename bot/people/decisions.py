@@ -145,7 +145,7 @@ class Decisions:
         digest: str,
     ) -> Refusal | None:
         if request.run_id != run_id:
-            return Refusal(f"request {request.id} does not belong to run {run_id}")
+            return Refusal(f"request {request.id} is run {request.run_id}'s, not run {run_id}'s")
         if status is not RequestStatus.OPEN:
             return Refusal(f"request {request.id} is already {status.value}")
         if request.deadline is not None and request.deadline <= self.rt.clock():

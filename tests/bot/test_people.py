@@ -172,7 +172,7 @@ async def test_answer_to_the_wrong_run_or_a_stale_card_is_refused(tmp_path: Path
     rt, sup, _counter, run_id, request = await suspended_on_approval(tmp_path)
     decision = Decision(request_id=request.id, kind=DecisionKind.APPROVE, by="U0APPROVER")
     wrong_run = await sup.answer(decision, run_id="run_other")
-    assert not wrong_run.accepted and "does not belong" in wrong_run.message
+    assert not wrong_run.accepted and "not run run_other's" in wrong_run.message
     stale = await sup.answer(decision, run_id=run_id, digest="0" * 32)
     assert not stale.accepted and "stale" in stale.message
     unknown = await sup.answer(decision.model_copy(update={"request_id": "req_x"}), run_id=run_id)

@@ -206,6 +206,7 @@ def test_locked_database_is_one_line(tmp_path: Path) -> None:
 
 def test_unknown_run_is_one_line(tmp_path: Path) -> None:
     assert "run_nope" in one_line_error(kestrel(tmp_path, "runs", "show", "run_nope"))
+    assert "run_nope" in one_line_error(kestrel(tmp_path, "audit", "--run", "run_nope"))
 
 
 def test_resume_refuses_a_changed_system_prompt_without_force(tmp_path: Path) -> None:
@@ -250,12 +251,25 @@ def test_a_resume_where_no_replica_runs_expires_what_is_overdue(tmp_path: Path) 
     run_id, request_id = deferred["run_id"], deferred["requests"][0]["id"]
     late = kestrel(tmp_path, "runs", "approve", run_id, request_id, "--as", "U0BOSS")
     assert "expired" in one_line_error(late)
+    pending = kestrel(tmp_path, "runs", "pending").stdout
+    assert f"expired; `kestrel runs resume {run_id}` moves the run on" in pending
     resumed = kestrel(tmp_path, "runs", "resume", run_id, "--as", "U0REQ")
     assert resumed.returncode == 0, resumed.stderr
     assert "expired before anyone answered" in resumed.stdout
     assert not (tmp_path / "demo-state" / "restarts.log").exists()
     audit = kestrel(tmp_path, "audit", "--run", run_id, "--json").stdout
     assert [row["actor"] for row in json.loads(audit) if row["action"] == "expire"] == ["deadline"]
+
+
+def test_a_request_named_with_another_run_says_whose_it_is(tmp_path: Path) -> None:
+    deferred = json.loads(
+        kestrel(tmp_path, "run", "checkout is failing", "--defer", "--json").stdout
+    )
+    run_id, request_id = deferred["run_id"], deferred["requests"][0]["id"]
+    refused = kestrel(tmp_path, "runs", "approve", "run_nope", request_id, "--as", "U0BOSS")
+    assert one_line_error(refused).endswith(
+        f"request {request_id} is run {run_id}'s, not run run_nope's"
+    )
 
 
 def test_a_cancelled_run_waits_on_nothing(tmp_path: Path) -> None:
