@@ -349,6 +349,7 @@ class ConsoleChat:
         self.prompter = ConsolePrompter(io, user)
         self.session = Session(id=new_id("ses"), platform="console")
         self._live: RunHandle | None = None
+        self._asking: asyncio.Future[RunHandle | None] | None = None  # a resume asking here
         self._interrupts = 0
         self.terminated = False  # SIGTERM arrived: leave once the run under way has suspended
         self._leaving = False
@@ -424,15 +425,32 @@ class ConsoleChat:
             for record in await self.chat.recent(limit=10):
                 self.io.write(f"  {record.id}  {record.status.value:<10} {record.prompt[:60]}")
         elif name == "/resume" and arg:
-            live = await self.chat.resume(arg, user=self.actor, prompter=self.prompter)
+            live = await self._resuming(arg)
             if live is None:
-                self.io.write("  nothing to resume: the run ended or still waits for an answer")
+                self.io.write("  nothing to resume: the run ended or still waits on someone")
                 return
             await self._follow(live)
         elif name == "/cancel" and arg:
             self.io.write("  " + await self.chat.cancel(arg, user=self.actor))
         else:
             self.io.write(HELP)
+
+    async def _resuming(self, run_id: str) -> RunHandle | None:
+        """Resume a run, answering here what it still waits on: a Ctrl-C at one of those
+        questions leaves it open (the run stays suspended), as one at a run's own does."""
+        asking = asyncio.ensure_future(
+            self.chat.resume(run_id, user=self.actor, prompter=self.prompter)
+        )
+        self._asking = asking
+        try:
+            return await asking
+        except asyncio.CancelledError:
+            if not asking.cancelled() or asyncio.current_task().cancelling():  # type: ignore[union-attr]
+                raise  # this task was cancelled (a second Ctrl-C, SIGTERM): leave
+            self.io.write(f"  (left open: run {run_id} stays suspended)")
+            return None
+        finally:
+            self._asking = None
 
     @contextlib.contextmanager
     def _signals(self) -> Iterator[None]:
@@ -464,6 +482,9 @@ class ConsoleChat:
         if self._leaving:
             return
         self._interrupts += 1
+        if self._asking is not None:
+            self._asking.cancel()
+            return
         if self._live is not None and self._interrupts == 1:
             self.chat.interrupt(self._live)
             self.io.write("\n  (stopping: the run suspends now; Ctrl-C again leaves the chat)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -108,6 +109,53 @@ def test_a_second_ctrl_c_leaves_with_the_run_suspended(tmp_path: Path) -> None:
     assert chat.wait(timeout=10) == 130  # before its input ends, which would also leave
     _, err = chat.communicate()
     assert "Traceback" not in err
+    (run,) = runs(tmp_path)
+    assert run["status"] == "suspended"
+
+
+class Terminal:
+    """A chat process read as a person reads it: prompts too, which end in no newline."""
+
+    def __init__(self, chat: subprocess.Popen[bytes]) -> None:
+        self.chat, self.seen = chat, b""
+
+    def send(self, line: str) -> None:
+        assert self.chat.stdin is not None
+        self.chat.stdin.write(f"{line}\n".encode())
+        self.chat.stdin.flush()
+
+    def until(self, text: str) -> str:
+        """Everything shown up to ``text`` (which is then used up)."""
+        assert self.chat.stdout is not None
+        deadline = time.monotonic() + 20
+        while text.encode() not in self.seen:
+            ready, _, _ = select.select([self.chat.stdout], [], [], deadline - time.monotonic())
+            more = os.read(self.chat.stdout.fileno(), 4096) if ready else b""
+            if not more:
+                raise AssertionError(f"{text!r} never appeared: {self.seen[-500:]!r}")
+            self.seen += more
+        shown, _, self.seen = self.seen.partition(text.encode())
+        return shown.decode()
+
+
+def test_a_ctrl_c_at_a_resumed_runs_question_leaves_it_open(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "KESTREL_"))}
+    command = [sys.executable, "-c", "from bot.cli.main import main; main()", "chat"]
+    pipe = subprocess.PIPE
+    with subprocess.Popen(
+        command, cwd=tmp_path, env=env, stdin=pipe, stdout=pipe, stderr=pipe
+    ) as chat:
+        terminal = Terminal(chat)
+        terminal.send("checkout is failing, can you look?")
+        terminal.until("[l]ater? ")
+        terminal.send("l")
+        run_id = terminal.until("resume it with").rsplit("(run ", 1)[1].split()[0]
+        terminal.send(f"/resume {run_id}")
+        terminal.until("[l]ater? ")  # the run's approval, asked again as it resumes
+        chat.send_signal(signal.SIGINT)
+        terminal.until(f"(left open: run {run_id} stays suspended)")
+        terminal.send("/quit")
+        assert chat.wait(timeout=10) == 0  # the chat went on: a second Ctrl-C would leave
     (run,) = runs(tmp_path)
     assert run["status"] == "suspended"
 
