@@ -150,6 +150,10 @@ class SlackListeners:
         session = _session(thread)
         if session is None:
             return
+        if thread.channel.startswith("D"):
+            # A direct message has no one else in it to approve, answer or look on call.
+            log.info("slack: ignoring a mention in a direct message (%s)", thread.channel)
+            return
         actor = await self._actor(str(user), thread, _user_team(event))
         text = self._mention.sub("", str(event.get("text") or "")).strip()
         outcome = await self._talk.mention(session, actor, text, run_id=run_id)

@@ -125,6 +125,17 @@ def _public_calls(world: SlackWorld) -> list[Any]:
     return [c for c in world.api.calls if c.method in public]
 
 
+async def test_hostile_a_mention_in_a_direct_message_starts_nothing(tmp_path: Path) -> None:
+    async with slack_world(tmp_path, question_script()) as world:
+        await world.mention("look at the latency", channel="D0DIRECT")
+        await world.mention("look at the latency")  # the same, in a channel: one run
+        await world.card(ids.ANSWER)
+        await world.settled()
+        (run,) = await world.chat.recent(10)
+        assert ":D0DIRECT:" not in run.session_id
+        assert all(c.args.get("channel") != "D0DIRECT" for c in world.api.calls)
+
+
 async def test_hostile_mrkdwn_injection_pings_no_one(tmp_path: Path) -> None:
     async with slack_world(tmp_path, _injection_script()) as world:
         thread = await _question_open(world)
