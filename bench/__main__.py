@@ -8,6 +8,8 @@ fresh schema per scenario), two replicas on one store, and the takeover latency.
 PostgreSQL is unreachable its figures are skipped, saying why.
 """
 
+import argparse
+
 from bench import (
     cold,
     commits,
@@ -70,6 +72,12 @@ def postgres_figures(server: str) -> None:
 
 def main() -> None:
     """Print every figure; PostgreSQL's only when its server can be reached."""
+    parser = argparse.ArgumentParser(
+        prog="python -m bench",
+        description=__doc__.split("\n\n")[1].replace("\n", " "),
+        epilog="One workload alone: python -m bench.NAME (w1, cold, slack...), each with --help.",
+    )
+    parser.parse_args()
     sqlite_figures()
     print()
     server, problem = postgres_server()
