@@ -391,8 +391,10 @@ class ChatService:
                 user.user, AuditAction.RESUME_REFUSED, run_id=run_id, detail=refusal.reason
             )
             raise NotPermitted(refusal.reason)
-        await self._supervisor.expire_overdue(run_id)
-        return await self._supervisor.resume(run_id, prompter=prompter, force=force, by=user.user)
+        claimed = await self._supervisor.expire_overdue(run_id)
+        return await self._supervisor.resume(
+            run_id, claimed=claimed, prompter=prompter, force=force, by=user.user
+        )
 
     async def wait(self, run: RunHandle) -> RunResult:
         """Wait until a run this process drives suspends or ends."""

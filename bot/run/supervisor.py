@@ -263,14 +263,20 @@ class Supervisor:
             log.warning("run %s not resumed after %s expired: %s", request.run_id, request.id, exc)
         return True
 
-    async def expire_overdue(self, run_id: str) -> None:
-        """Expire the run's open requests whose deadline passed, as a replica's sweep does: a
-        run resumed where no replica runs (the command line) goes on past an answer that can
-        no longer come, instead of waiting on it for good."""
+    async def expire_overdue(self, run_id: str) -> int | None:
+        """Expire the run's open requests whose deadline passed, as a replica's sweep does, so
+        that a run resumed where no replica runs (the command line) goes on past an answer
+        that can no longer come; the lease's epoch if that closed its last open request (the
+        caller resumes the run with it, as itself), else None."""
         now = self.rt.clock()
+        claimed = None
         for request, _status, _decision in await self.rt.store.list_requests(run_id=run_id):
-            if request.deadline is not None and request.deadline <= now:
-                await self.expire(request)
+            if request.deadline is None or request.deadline > now:
+                continue
+            settled = await self.decisions.expire(request)
+            if settled.won and settled.epoch is not None:
+                claimed = settled.epoch
+        return claimed
 
     async def cancel(self, run_id: str, by: str = "", actor: Actor | None = None) -> str:
         """Cancel a run: a live one at its next loop boundary, a suspended one at once.

@@ -160,6 +160,34 @@ def test_a_ctrl_c_at_a_resumed_runs_question_leaves_it_open(tmp_path: Path) -> N
     assert run["status"] == "suspended"
 
 
+def test_a_resume_past_a_deadline_goes_on_with_the_person_who_resumed(tmp_path: Path) -> None:
+    script = [
+        {"text": "restarting", "calls": [{"name": "restart", "arguments": {}}]},
+        {"text": "trying again", "calls": [{"name": "restart", "arguments": {}}]},
+        {"text": "all done"},
+    ]
+    tool = {"name": "restart", "description": "Restart", "command": ["true"], "confirm": True}
+    (tmp_path / "script.yaml").write_text(yaml.safe_dump(script))
+    (tmp_path / "tools.yaml").write_text(yaml.safe_dump({"tools": [tool]}))
+    config = {
+        "model": {"provider": "scripted", "script": "script.yaml"},
+        "tools": ["tools.yaml"],
+        "deadlines": {"wait_approval": 0.001},  # past by the time anyone resumes
+    }
+    (tmp_path / "kestrel.yaml").write_text(yaml.safe_dump(config))
+    assert "suspended" in kestrel(tmp_path, "chat", "--as", "erin", stdin="go\nl\n").stdout
+    (run,) = runs(tmp_path)
+    # The expired request is closed by the deadline; the run then goes on here, as erin, and
+    # its next approval is asked at this terminal.
+    resumed = kestrel(tmp_path, "chat", "--as", "erin", stdin=f"/resume {run['run_id']}\na\n")
+    assert "kestrel> all done" in resumed.stdout, resumed.stdout + resumed.stderr
+    rows = json.loads(kestrel(tmp_path, "audit", "--run", str(run["run_id"]), "--json").stdout)
+    assert [(r["actor"], r["action"]) for r in rows if r["action"] in ("expire", "resume")] == [
+        ("deadline", "expire"),
+        ("erin", "resume"),
+    ]
+
+
 HIDDEN = (
     "Pay at <https://evil.example|https://bank.example>; see [docs](https://evil.example)"
     " or \x1b]8;;https://evil.example\x1b\\the bank\x1b]8;;\x1b\\."
