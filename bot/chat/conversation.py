@@ -110,10 +110,11 @@ class Conversation:
         decided = await self._chat.decide(
             run_id, request_id, kind, user=actor, text=text, card=card
         )
-        if not decided.accepted:
+        if decided.resumed is None:
+            # Refused; or recorded, and the run waits on more (a second approver) or could not
+            # go on here (its tool set changed): the clicker is told which.
             return Outcome(note=decided.message)
-        running = decided.resumed.run_id if decided.resumed is not None else ""
-        return Outcome(running=running)
+        return Outcome(running=decided.resumed.run_id)
 
 
 def waiting_question(view: RunView) -> Request | None:

@@ -25,6 +25,8 @@ from bot.cli import compose
 from bot.config.settings import load_settings
 from bot.run.runtime import Runtime
 from bot.run.supervisor import Supervisor
+from bot.tools.catalog import load_catalog
+from bot.tools.toolset import ToolSet
 from tests.fakes.clock import MovingClock
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.slack_api import Call, FakeSlackApi
@@ -229,6 +231,17 @@ def write_config(
     path = tmp / "kestrel.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
+
+
+def reload_with_another_argv(rt: Runtime, tmp: Path) -> None:
+    """Edit ``write_config``'s catalog so that ``restart_service`` runs another argv (the same
+    name, schema and flags) and give the runtime the edited tool, as a reload would."""
+    catalog = tmp / "catalog.yaml"
+    catalog.write_text(catalog.read_text().replace("- '{service}'", "- --now\n  - '{service}'"))
+    before = rt.tools.current()
+    edited = {tool.name: tool for tool in load_catalog(catalog)}
+    rt.tools.replace(ToolSet([edited.get(tool.name, tool) for tool in before.values()]))
+    assert rt.tools.current().digest() != before.digest(), "the catalog was not edited"
 
 
 @dataclass

@@ -29,6 +29,7 @@ from tests.fakes.slack_world import (
     injection_script,
     plan_script,
     question_script,
+    reload_with_another_argv,
     restart_script,
 )
 from tests.fakes.waiting import until
@@ -377,4 +378,16 @@ async def test_a_plan_click_from_another_guild_decides_nothing(tmp_path: Path) -
             assert "act on it from that run's thread" in await world.answered(guest)
         run_id = (await world.chat.recent(1))[0].id
         assert [v.status for v in await world.chat.requests_of(run_id)] == [RequestStatus.OPEN]
+        assert world.executions == []
+
+
+async def test_an_approval_the_run_cannot_go_on_with_says_why(tmp_path: Path) -> None:
+    async with discord_world(tmp_path, restart_script()) as world:
+        mention = await world.mention("checkout is failing")
+        await world.thread_of(mention)
+        card = await world.card("approve")
+        reload_with_another_argv(world.rt, tmp_path)  # while the card waits
+        click = await world.click(card, "approve", user=APPROVER)
+        told = await world.answered(click)
+        assert "tool set changed since the run started; resume with --force" in told
         assert world.executions == []

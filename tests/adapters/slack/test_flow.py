@@ -20,6 +20,7 @@ from tests.fakes.slack_world import (
     plan_script,
     posted_ts,
     question_script,
+    reload_with_another_argv,
     restart_script,
     slack_world,
     updates_of,
@@ -200,6 +201,17 @@ async def test_full_arguments_open_in_a_modal(tmp_path: Path) -> None:
             if block.get("type") == "section"
         )
         assert shown.count("x") >= 5000
+
+
+async def test_an_approval_the_run_cannot_go_on_with_says_why(tmp_path: Path) -> None:
+    async with slack_world(tmp_path, restart_script()) as world:
+        await world.mention("checkout is failing")
+        card = await world.card()
+        reload_with_another_argv(world.rt, tmp_path)  # while the card waits
+        await world.click(card, ids.APPROVE_ONCE, user=APPROVER)
+        note = await world.ephemeral_to(APPROVER)
+        assert "tool set changed since the run started; resume with --force" in note.args["text"]
+        assert world.executions == []
 
 
 async def test_a_second_mention_in_the_thread_continues_the_conversation(tmp_path: Path) -> None:
