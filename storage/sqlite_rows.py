@@ -42,10 +42,13 @@ class Unreadable(Exception):
 
 def path_problem(path: Path) -> str | None:
     """Why no journal can be at ``path``, in words; None when one is there or may be made."""
-    if path.is_dir():
-        return "is a folder, not a database file"
-    if not path.parent.is_dir():
-        return f"its folder {path.parent} does not exist"
+    try:
+        if path.is_dir():
+            return "is a folder, not a database file"
+        if not path.parent.is_dir():
+            return f"its folder {path.parent} does not exist"
+    except OSError as exc:  # a folder one may not look into, a name too long
+        return f"cannot be looked at: {exc.strerror or exc}"
     return None
 
 

@@ -454,8 +454,12 @@ class CommandTool:
 
     def _as_declared(self, path: str) -> str:
         folder = self._catalog_folder
-        inside = f"{folder}/" if folder is not None else None
-        return "./" + path.removeprefix(inside) if inside and path.startswith(inside) else path
+        if folder is None:
+            return path
+        if path == str(folder):
+            return "."
+        inside = f"{folder}/"
+        return "./" + path.removeprefix(inside) if path.startswith(inside) else path
 
     @property
     def command(self) -> tuple[str, ...]:

@@ -180,7 +180,11 @@ def test_read_only_database_is_one_line_and_journal_untouched(tmp_path: Path) ->
 
 def test_a_database_path_that_cannot_hold_a_journal_is_named(tmp_path: Path) -> None:
     (tmp_path / "folder.db").mkdir()
-    for database, why in (("folder.db", "is a folder"), ("nowhere/k.db", "does not exist")):
+    for database, why in (
+        ("folder.db", "is a folder"),
+        ("nowhere/k.db", "does not exist"),
+        (f"{'x' * 300}/k.db", "too long"),
+    ):
         write_config(tmp_path, database=database)
         for command in (("run", "hi"), ("runs", "list"), ("runs", "pending"), ("db", "check")):
             said = kestrel(tmp_path, *command)

@@ -84,6 +84,8 @@ def digest_of(folder: Path, catalog: str) -> str:
 def test_the_digest_holds_what_a_command_runs_wherever_its_catalog_lies(tmp_path: Path) -> None:
     here = digest_of(tmp_path / "a", LOCAL)
     assert digest_of(tmp_path / "b", LOCAL) == here  # a replica's copy in another folder
+    in_place = LOCAL.replace("cwd: work", "cwd: .")
+    assert digest_of(tmp_path / "c", in_place) == digest_of(tmp_path / "d", in_place)
     edits = (
         LOCAL.replace('"{unit}"]', '"--now", "{unit}"]'),
         LOCAL.replace("./bin/restart.sh", "./bin/stop.sh"),
