@@ -96,22 +96,22 @@ def terminal_user(given: str | None = None) -> str:
         if name and name.strip():
             return checked_user(name.strip())
     try:
-        return getpass.getuser()
+        return checked_user(getpass.getuser())
     except (OSError, KeyError):
         return "terminal"  # no login name at all (a container without one): still one name
 
 
 def checked_user(name: str) -> str:
-    """``name`` if it can only be read as one person: no spaces or control characters (it is
-    printed in one line of the audit), and no ``group:`` or ``role:`` (the policy's way to
-    name a group, which a name must not pass for); else ``Failure``."""
-    from bot.people.policy import GROUP_KINDS
+    """``name`` if it can only be read as one person: no control or format characters (it is
+    printed in one line of the audit), not ``*`` nor ``group:``, ``role:`` or ``channel:``
+    (the policy's ways to name many, which a name must not pass for); else ``Failure``."""
+    from bot.people.policy import EVERYONE, PRINCIPAL_KINDS
 
-    if not name.isprintable() or any(char.isspace() for char in name):
-        raise Failure(f"user {name!r}: a user id has no spaces or control characters")
+    if not name.isprintable():
+        raise Failure(f"user {name!r}: a name has no control or format characters")
     kind, colon, _rest = name.partition(":")
-    if colon and kind in GROUP_KINDS:
-        raise Failure(f"user {name!r}: {kind}: names a group in the policy, not a person")
+    if name == EVERYONE or (colon and kind in PRINCIPAL_KINDS):
+        raise Failure(f"user {name!r}: the policy reads that as many people, not one person")
     return name
 
 

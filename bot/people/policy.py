@@ -143,6 +143,8 @@ class Actor:
 
 
 GROUP_KINDS = ("group", "role")  # ``role:ID`` reads better for a Discord role; both mean it
+# What a principal may name besides one person: a person's name must not read as one of them.
+PRINCIPAL_KINDS = (*GROUP_KINDS, "channel")
 
 
 def _groups_in(principals: list[str]) -> list[str]:

@@ -40,16 +40,22 @@ def test_the_login_name_is_the_default_and_kestrel_user_and_as_override_it(
 
 
 def test_a_name_that_could_pass_for_another_is_refused(tmp_path: Path) -> None:
+    many = "the policy reads that as many people, not one person"
     for name, why in (
-        ("bob\n2026-12-04 16:00:00  alice  approve", "no spaces or control characters"),
-        ("bob\u202e", "no spaces or control characters"),
-        ("group:S0SRE", "names a group in the policy, not a person"),
-        ("role:42", "names a group in the policy, not a person"),
+        ("bob\n2026-12-04 16:00:00  alice  approve", "no control or format characters"),
+        ("bob\u202e", "no control or format characters"),
+        ("group:S0SRE", many),
+        ("role:42", many),
+        ("channel:C0OPS", many),
+        ("*", many),
     ):
         refused = one_line_error(kestrel(tmp_path, "run", PROMPT, "--as", name))
         assert why in refused, refused
+    login = one_line_error(kestrel(tmp_path, "run", PROMPT, env={"USER": "", "LOGNAME": "group:x"}))
+    assert many in login  # the login name, the last resort, is checked alike
     assert json.loads(kestrel(tmp_path, "runs", "list", "--json").stdout) == []
     assert requester(tmp_path, deferred(tmp_path, {}, "--as", "U0ANN:x")) == "U0ANN:x"
+    assert requester(tmp_path, deferred(tmp_path, {"USER": "Ann Lee"})) == "Ann Lee"
 
 
 def test_audit_rows_are_one_line_whatever_a_platform_sent_as_a_name(tmp_path: Path) -> None:
