@@ -82,11 +82,14 @@ class RunView:
 
     record: RunRecord
     state: RunState
+    # Requests the store closed that the journal still holds open: decided while the run
+    # stayed suspended (it could not go on here), until it resumes and journals the answers.
+    closed: frozenset[str] = frozenset()
 
     @property
     def open_requests(self) -> list[Request]:
         """The requests the run waits on."""
-        return self.state.open_requests
+        return [request for request in self.state.open_requests if request.id not in self.closed]
 
     @property
     def budgets_used(self) -> dict[str, tuple[int | float, int | float]]:
@@ -317,7 +320,9 @@ class ChatService:
         found = await store.list_requests(run_id=run_id, status=None)
         # Why the model asked is known for the current batch's requests (earlier: "").
         requests = [self._view(*row, page.state) for row in found]
-        return RunInspection(RunView(record, page.state), page.records, audit, requests, length)
+        closed = frozenset(r.id for r, status, _ in found if status is not RequestStatus.OPEN)
+        view = RunView(record, page.state, closed)
+        return RunInspection(view, page.records, audit, requests, length)
 
     async def entries(self, run_id: str, start: int, stop: int) -> list[JournalRecord]:
         """A run's journal entries with ``start <= seq < stop`` (``UnknownRun``)."""
@@ -411,7 +416,12 @@ class ChatService:
         record = await self._rt.store.get_run(run_id)
         if user is not None and not await self._rt.policy.may_see(user, await self._place(run_id)):
             raise UnknownRun(run_id)
-        return RunView(record, fold(await self._rt.store.load(run_id), run_id))
+        state = fold(await self._rt.store.load(run_id), run_id)
+        if not state.open_requests:
+            return RunView(record, state)
+        found = await self._rt.store.list_requests(run_id=run_id, status=None)
+        closed = frozenset(r.id for r, status, _ in found if status is not RequestStatus.OPEN)
+        return RunView(record, state, closed)
 
     async def latest(self, session: Session) -> RunView | None:
         """The newest run of a session (a thread), if it has one."""

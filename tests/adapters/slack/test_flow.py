@@ -212,6 +212,9 @@ async def test_an_approval_the_run_cannot_go_on_with_says_why(tmp_path: Path) ->
         note = await world.ephemeral_to(APPROVER)
         assert "tool set changed since the run started; resume with --force" in note.args["text"]
         assert world.executions == []
+        # Decided, not yet journaled (the run did not go on): the thread waits on no one.
+        view = await world.chat.status((await world.chat.recent(1))[0].id)
+        assert view.record.status is RunStatus.SUSPENDED and view.open_requests == []
 
 
 async def test_a_second_mention_in_the_thread_continues_the_conversation(tmp_path: Path) -> None:
