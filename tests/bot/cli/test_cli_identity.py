@@ -103,6 +103,15 @@ async def held_run(db: Path, owner: str, lease: float) -> str:
         await store.close()
 
 
+def held_by_the_dead(run_id: str) -> str:
+    """The start of a refusal naming ``held_run``'s dead owner and its lease (600 s, a second
+    or so of it gone), as a pattern."""
+    return (
+        rf"kestrel: run {run_id} is held by host:42:dead, whose lease expires in (59\d|600) s"
+        r" unless host:42:dead is alive and renews it"
+    )
+
+
 async def heartbeat(db: Path, owner: str) -> None:
     store = await open_sqlite(db)
     try:
@@ -117,12 +126,8 @@ async def test_resume_of_a_run_whose_owner_died_says_when_and_what_then(tmp_path
     me = {"USER": "erin"}
 
     refused = one_line_error(kestrel(tmp_path, "runs", "resume", run_id, env=me))
-    assert re.fullmatch(
-        rf"kestrel: run {run_id} is held by host:42:dead, whose lease expires in (59\d|600) s"
-        rf" unless host:42:dead is alive and renews it; then `kestrel runs resume {run_id}`"
-        " takes it over",
-        refused,
-    ), refused
+    then = f"; then `kestrel runs resume {run_id}` takes it over"
+    assert re.fullmatch(held_by_the_dead(run_id) + re.escape(then), refused), refused
 
     await heartbeat(db, "host:7:serve")  # a live `kestrel serve` adopts orphans
     refused = one_line_error(kestrel(tmp_path, "runs", "resume", run_id, env=me))
@@ -139,11 +144,7 @@ async def test_cancel_of_a_held_or_ended_run_is_refused_and_audited(tmp_path: Pa
     me = {"USER": "erin"}
 
     refused = one_line_error(kestrel(tmp_path, "runs", "cancel", run_id, env=me))
-    assert re.fullmatch(
-        rf"kestrel: run {run_id} is held by host:42:dead, whose lease expires in (59\d|600) s"
-        rf" unless .*; cancel it when it suspends",
-        refused,
-    ), refused
+    assert re.fullmatch(held_by_the_dead(run_id) + r".*; cancel it when it suspends", refused)
     audit = kestrel(tmp_path, "audit", "--run", run_id, env=me).stdout
     assert " erin " in audit and " cancel_refused " in audit
 
