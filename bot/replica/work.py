@@ -75,6 +75,12 @@ class WorkTaker:
                 await self._resume(str(item.payload["run_id"]))
         except (KeyError, ValueError) as exc:
             log.warning("dropping malformed work item %s: %s", item.id, exc)
+        if self.supervisor.stopping:
+            # A stopping process takes up no run: a resume it took gave the run back (released,
+            # suspended) and nothing else would take it up. Left taken, the item is taken again
+            # by a live replica once it is older than a lease.
+            log.info("work %s left to another replica: this one is stopping", item.id)
+            return
         await self.store.finish_work(item.id)
 
     async def _inbound(self, item: WorkItem) -> None:

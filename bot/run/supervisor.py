@@ -376,6 +376,11 @@ class Supervisor:
                 handed_back.append(state.run_id)  # whoever takes it up looks again
         return handed_back
 
+    @property
+    def stopping(self) -> bool:
+        """Whether this process is shutting down: it takes up no run (a resume gives it back)."""
+        return self._stopping
+
     async def _has_work(self, state: RunState) -> bool:
         """Whether resuming the run does anything: an orphan (its owner died mid-run) always
         has, if only to settle what its batch left in flight and suspend on its requests; a

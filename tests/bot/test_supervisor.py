@@ -30,6 +30,7 @@ from bot.journal.fold import fold
 from bot.people.policy import Actor
 from bot.prompter import DeferringPrompter
 from bot.replica.schedule import Scheduler
+from bot.replica.work import WorkTaker
 from bot.run.runtime import Runtime
 from bot.run.supervisor import Supervisor
 from bot.tools.base import Tool
@@ -393,6 +394,25 @@ async def test_shutdown_hands_back_a_run_whose_answers_came_while_it_ran(
     assert handed_back == [run_id]
     assert not sup.live and counter.calls == {}
     assert (await rt.store.get_run(run_id)).status is RunStatus.SUSPENDED
+
+
+async def test_a_resume_taken_by_a_stopping_replica_is_left_for_a_live_one(
+    tmp_path: Path, opened: list[Runtime]
+) -> None:
+    rt, sup, _counter, run_id, request, _release = await card_out_while_running(tmp_path, opened)
+    assert (await sup.answer(approval(request), run_id=run_id)).accepted
+    assert await sup.shutdown() == [run_id]  # suspended and released: to be taken up
+    await rt.store.enqueue_work("resume", {"run_id": run_id})
+    # Another replica takes the resume just as it starts to stop: it may not drive the run.
+    stopping = Supervisor(rt)
+    await stopping.shutdown()
+    taker = WorkTaker(stopping, rt.store)
+    (item,) = await rt.store.take_work("replica-b", 1)
+    await taker._handle(item)
+    assert (await rt.store.get_run(run_id)).owner == ""
+    # Not finished: a live replica takes it up once it is older than a lease.
+    (again,) = await rt.store.take_work("replica-c", 1, retake_after=0)
+    assert again.id == item.id and again.payload == {"run_id": run_id}
 
 
 async def test_an_answer_given_on_resume_is_audited_only_if_it_closed_the_request(
