@@ -108,6 +108,11 @@ class RunView:
 REASONS_KEPT = 4096
 
 
+def _closed_ids(found: list[tuple[Request, RequestStatus, Decision | None]]) -> frozenset[str]:
+    """The ids of the requests among ``found`` (the store's rows) that are no longer open."""
+    return frozenset(request.id for request, status, _ in found if status is not RequestStatus.OPEN)
+
+
 @dataclass(frozen=True)
 class RequestView:
     """A request as a card shows it: where it stands, who may answer, why the model asked."""
@@ -320,7 +325,7 @@ class ChatService:
         found = await store.list_requests(run_id=run_id, status=None)
         # Why the model asked is known for the current batch's requests (earlier: "").
         requests = [self._view(*row, page.state) for row in found]
-        closed = frozenset(r.id for r, status, _ in found if status is not RequestStatus.OPEN)
+        closed = _closed_ids(found)
         view = RunView(record, page.state, closed)
         return RunInspection(view, page.records, audit, requests, length)
 
@@ -420,7 +425,7 @@ class ChatService:
         if not state.open_requests:
             return RunView(record, state)
         found = await self._rt.store.list_requests(run_id=run_id, status=None)
-        closed = frozenset(r.id for r, status, _ in found if status is not RequestStatus.OPEN)
+        closed = _closed_ids(found)
         return RunView(record, state, closed)
 
     async def latest(self, session: Session) -> RunView | None:

@@ -63,6 +63,11 @@ def _component_id(card: dict[str, Any], prefix: str) -> str:
     raise AssertionError(f"no {prefix} component")
 
 
+def _request_id(card: dict[str, Any]) -> str:
+    """The request an approval card's buttons name: the last part of their custom ids."""
+    return _component_id(card, "kestrel:approve:").rsplit(":", 1)[1]
+
+
 async def _select(world: DiscordWorld, card: dict[str, Any], values: list[str]) -> dict[str, Any]:
     data = p.interaction_select(
         custom_id=_component_id(card, "kestrel:choose:"),
@@ -106,7 +111,7 @@ async def test_wrong_kinds_on_a_request_are_refused(tmp_path: Path) -> None:
         mention = await world.mention("checkout is failing")
         thread = await world.thread_of(mention)
         card = await world.card("approve")
-        req = _component_id(card, "kestrel:approve:").rsplit(":", 1)[1]
+        req = _request_id(card)
         for custom_id in (
             f"kestrel:effect:done:{req}",
             f"kestrel:choose:{req}:0",
@@ -256,7 +261,7 @@ async def test_a_form_that_carries_no_card_decides_nothing(tmp_path: Path) -> No
         mention = await world.mention("checkout is failing")
         thread = await world.thread_of(mention)
         card = await world.card("approve")
-        request_id = _component_id(card, "kestrel:deny:").rsplit(":", 1)[1]
+        request_id = _request_id(card)
         for channel in (thread, p.CHANNEL_ID):
             submit = p.interaction_modal_submit(
                 custom_id=f"kestrel:deny_modal:{request_id}:{APPROVER}",
