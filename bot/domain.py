@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import ConfigDict, Field
+import msgspec
 
 # The vocabularies live apart, importable without pydantic; they are the domain's names too.
 from bot.kinds import TERMINAL_STATUSES as TERMINAL_STATUSES
@@ -21,7 +21,6 @@ from bot.kinds import RequestStatus as RequestStatus
 from bot.kinds import RunStatus as RunStatus
 from bot.kinds import StopReason as StopReason
 from bot.kinds import ToolOutcome as ToolOutcome
-from bot.model_cache import KeptModel
 from bot.nesting import too_deep
 from bot.place import Place
 
@@ -41,20 +40,18 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-class DomainModel(KeptModel):
-    """Base of every domain model: immutable, no unknown fields.
+class DomainModel(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Base of every domain value: immutable, built by keyword, no unknown fields when read.
 
-    Each model builds its validator and serializer when first used, not when defined: a
-    command that reads a few runs must not pay for every entry and request type (defaults are
-    factories for that reason, an instance as default would build its model at once). A model
-    built once is read back by later processes (``bot.model_cache``): default factories are
-    named functions, which its files can name.
+    A msgspec struct, not a pydantic model (each subclass says ``kw_only`` again: msgspec
+    applies it to the fields a class declares): a run writes and reads these on every step, and a
+    fresh process (an adopted run, a CLI approval) must not compile a validator per type first.
+    What the code builds is typed (mypy checks it); what is read back from the store is
+    validated as it is decoded (``bot.journal.codec``).
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
-
-class Usage(DomainModel):
+class Usage(DomainModel, frozen=True, kw_only=True):
     """Tokens spent by model calls."""
 
     input_tokens: int = 0
@@ -72,7 +69,7 @@ class Usage(DomainModel):
         )
 
 
-class ToolCall(DomainModel):
+class ToolCall(DomainModel, frozen=True, kw_only=True):
     """One tool call proposed by the model; ``arguments`` is the raw JSON text it sent."""
 
     id: str
@@ -80,13 +77,13 @@ class ToolCall(DomainModel):
     arguments: str = "{}"
 
 
-class AssistantTurn(DomainModel):
+class AssistantTurn(DomainModel, frozen=True, kw_only=True):
     """One model reply: text and/or tool calls, why it finished, what it cost."""
 
     text: str | None = None
     calls: tuple[ToolCall, ...] = ()
     finish_reason: str = "stop"
-    usage: Usage = Field(default_factory=Usage)
+    usage: Usage = msgspec.field(default_factory=Usage)
 
 
 def call_digest(tool: str, arguments: dict[str, Any]) -> str:
@@ -95,7 +92,7 @@ def call_digest(tool: str, arguments: dict[str, Any]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:32]
 
 
-class ArgumentOrigin(DomainModel):
+class ArgumentOrigin(DomainModel, frozen=True, kw_only=True):
     """Where one argument value of a consequential call was found: an earlier tool's output."""
 
     argument: str
@@ -108,7 +105,7 @@ class ArgumentOrigin(DomainModel):
     instruction_like: bool = False
 
 
-class PlanStep(DomainModel):
+class PlanStep(DomainModel, frozen=True, kw_only=True):
     """One call a plan asks to make: the tool, its exact arguments and their digest, why, and
     where argument values came from (a plan's approval covers a step only as its card showed
     it)."""
@@ -130,10 +127,10 @@ def plan_digest(steps: tuple[PlanStep, ...]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:32]
 
 
-class Request(DomainModel):
+class Request(DomainModel, frozen=True, kw_only=True):
     """An open wait with an exact identity, bound to one call of one run."""
 
-    id: str = Field(default_factory=request_id)
+    id: str = msgspec.field(default_factory=request_id)
     run_id: str
     kind: RequestKind
     call_id: str
@@ -149,7 +146,7 @@ class Request(DomainModel):
     steps: tuple[PlanStep, ...] = ()
     # How a call differs from the nearest step of an approved plan, when it matches none.
     off_plan: str = ""
-    created_at: datetime = Field(default_factory=utcnow)
+    created_at: datetime = msgspec.field(default_factory=utcnow)
     deadline: datetime | None = None
 
 
@@ -184,17 +181,17 @@ class RequestMaker:
         return self.stamp(request)
 
 
-class Decision(DomainModel):
+class Decision(DomainModel, frozen=True, kw_only=True):
     """One answer to one request, with who gave it."""
 
     request_id: str
     kind: DecisionKind
     text: str = ""
     by: str = ""
-    at: datetime = Field(default_factory=utcnow)
+    at: datetime = msgspec.field(default_factory=utcnow)
 
 
-class Grant(DomainModel):
+class Grant(DomainModel, frozen=True, kw_only=True):
     """Permission to run a gated call."""
 
     kind: GrantKind
@@ -210,7 +207,7 @@ class Grant(DomainModel):
     arguments: dict[str, Any] = {}
 
 
-class TerminalResult(DomainModel):
+class TerminalResult(DomainModel, frozen=True, kw_only=True):
     """A run's final word: status, reason, the assistant's text and its structured payload."""
 
     status: RunStatus
@@ -218,11 +215,11 @@ class TerminalResult(DomainModel):
     text: str = ""
     payload: dict[str, Any] | None = None
     error: str = ""
-    usage: Usage = Field(default_factory=Usage)
+    usage: Usage = msgspec.field(default_factory=Usage)
     outcomes: dict[str, int] = {}
 
 
-class Fingerprint(DomainModel):
+class Fingerprint(DomainModel, frozen=True, kw_only=True):
     """What a run was started with; resume compares it with the current configuration."""
 
     provider: str
@@ -231,7 +228,7 @@ class Fingerprint(DomainModel):
     system_prompt_digest: str
 
 
-class Budgets(DomainModel):
+class Budgets(DomainModel, frozen=True, kw_only=True):
     """Limits of one run."""
 
     max_iterations: int = 20
@@ -241,7 +238,7 @@ class Budgets(DomainModel):
     no_progress_repeats: int = 3
 
 
-class ProcessStamp(DomainModel):
+class ProcessStamp(DomainModel, frozen=True, kw_only=True):
     """One process group on one host, identified even after its ids are reused."""
 
     host: str
@@ -268,7 +265,7 @@ def extract_payload(text: str) -> dict[str, Any] | None:
     return None
 
 
-class Session(DomainModel):
+class Session(DomainModel, frozen=True, kw_only=True):
     """One conversation: a chat thread, or a console session."""
 
     id: str

@@ -13,8 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, ParamSpec, Protocol
 
-from pydantic import BaseModel
+import msgspec
 
+from bot import wire
 from bot.domain import (
     DecisionKind,
     Request,
@@ -219,7 +220,7 @@ def to_json(event: Event) -> dict[str, Any]:
     data: dict[str, Any] = {"kind": event.kind}
     for field in dataclasses.fields(event):
         value = getattr(event, field.name)
-        data[field.name] = value.model_dump(mode="json") if isinstance(value, BaseModel) else value
+        data[field.name] = wire.to_plain(value) if isinstance(value, msgspec.Struct) else value
     return data
 
 

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Final, Literal, get_args
 
-from pydantic import Field
+import msgspec
 
 from bot.domain import DomainModel, RunStatus, utcnow
 
 
-class RunRecord(DomainModel):
+class RunRecord(DomainModel, frozen=True, kw_only=True):
     """A run's row: identity and the projection of its journal that listings need."""
 
     id: str
@@ -22,21 +22,25 @@ class RunRecord(DomainModel):
     owner: str = ""
     epoch: int = 0
     lease_expires: datetime | None = None
-    created_at: datetime = Field(default_factory=utcnow)
-    updated_at: datetime = Field(default_factory=utcnow)
+    created_at: datetime = msgspec.field(default_factory=utcnow)
+    updated_at: datetime = msgspec.field(default_factory=utcnow)
 
 
-class WorkItem(DomainModel):
+WorkKind = Literal["start", "resume", "inbound"]
+WORK_KINDS: Final = frozenset(get_args(WorkKind))
+
+
+class WorkItem(DomainModel, frozen=True, kw_only=True):
     """Inbound work any replica may take: ``start`` a turn, ``resume`` a run, or handle a chat
     delivery (``inbound``) accepted before it was acknowledged."""
 
     id: int
-    kind: Literal["start", "resume", "inbound"]
+    kind: WorkKind
     payload: dict[str, Any] = {}
-    created_at: datetime = Field(default_factory=utcnow)
+    created_at: datetime = msgspec.field(default_factory=utcnow)
 
 
-class Replica(DomainModel):
+class Replica(DomainModel, frozen=True, kw_only=True):
     """A live Kestrel process sharing the store, and the runs it holds leases on."""
 
     owner: str
@@ -46,7 +50,7 @@ class Replica(DomainModel):
     runs: tuple[tuple[str, datetime | None], ...] = ()
 
 
-class OutboxMessage(DomainModel):
+class OutboxMessage(DomainModel, frozen=True, kw_only=True):
     """A chat message as the store wants it shown: where, what, and what the platform shows now."""
 
     key: str  # stable identity, e.g. "slack:card:req_abc"

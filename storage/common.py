@@ -10,10 +10,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
-from typing import Any, Final, get_args
+from typing import Any, Final
 
-from pydantic import ValidationError
-
+from bot import wire
 from bot.chat.outbox import answer_key, owed_answer
 from bot.domain import Decision, Request, RequestStatus, RunStatus
 from bot.errors import SeqConflict, SeqGap, StaleEpoch, StoreError, UnknownRun
@@ -26,11 +25,9 @@ from bot.journal.entries import (
 from bot.journal.log import JournalRecord, JournalTally
 from bot.kinds import AuditAction
 from bot.people.audit import request_detail
-from bot.records import OutboxMessage, Replica, RunRecord, WorkItem
+from bot.records import WORK_KINDS, OutboxMessage, Replica, RunRecord, WorkItem
 from storage import sql
 from storage.sql import Step
-
-_WORK_KINDS: Final = frozenset(get_args(WorkItem.model_fields["kind"].annotation))
 
 # Reads a stored timestamp (ISO text in SQLite, a datetime in PostgreSQL) as an aware datetime.
 Timestamp = Callable[[Any], datetime]
@@ -120,10 +117,9 @@ def record(run_id: str, seq: int, epoch: int, body: str) -> JournalRecord:
     """A stored journal row as a record; an unreadable body is a ``StoreError``."""
     try:
         entry = decode_entry(body)
-    except ValidationError as exc:
+    except wire.Unreadable as exc:
         raise StoreError(
-            f"run {run_id!r}: journal entry at seq {seq} is unreadable: {exc.error_count()}"
-            " validation error(s)"
+            f"run {run_id!r}: journal entry at seq {seq} is unreadable: {exc}"
         ) from exc
     return JournalRecord(run_id=run_id, seq=seq, epoch=epoch, entry=entry)
 
@@ -163,24 +159,33 @@ def new_run_row(
     )
 
 
+_RUN_TEXT_COLUMNS: Final = (
+    "id",
+    "session_id",
+    "prompt",
+    "requested_by",
+    "status",
+    "stop_reason",
+    "owner",
+    "epoch",
+)
+
+
 def run_from_row(row: Sequence[Any], timestamp: Timestamp) -> RunRecord:
     """A run from a row of ``RUN_COLUMNS``; an unreadable one is a ``StoreError`` naming it."""
     try:
-        return RunRecord(
-            id=row[0],
-            session_id=row[1],
-            prompt=row[2],
-            requested_by=row[3],
-            status=RunStatus(row[4]),
-            stop_reason=row[5],
-            owner=row[6],
-            epoch=row[7],
-            lease_expires=None if row[8] is None else timestamp(row[8]),
-            created_at=timestamp(row[9]),
-            updated_at=timestamp(row[10]),
+        stamps = {
+            "lease_expires": None if row[8] is None else timestamp(row[8]),
+            "created_at": timestamp(row[9]),
+            "updated_at": timestamp(row[10]),
+        }
+        # Converted, not built: the conversion checks each column's type, as a row of another
+        # writer (or a hand edit) may hold anything.
+        return wire.from_plain(
+            dict(zip(_RUN_TEXT_COLUMNS, row[:8], strict=True)) | stamps, RunRecord
         )
     except (TypeError, ValueError) as exc:
-        raise StoreError(f"run {row[0]}: unreadable: {_first_error(exc)}") from exc
+        raise StoreError(f"run {row[0]}: unreadable: {exc}") from exc
 
 
 def request_from_row(row: Sequence[Any]) -> tuple[Request, RequestStatus, Decision | None]:
@@ -189,28 +194,19 @@ def request_from_row(row: Sequence[Any]) -> tuple[Request, RequestStatus, Decisi
     request_id, body, status, decision = row
     try:
         return (
-            Request.model_validate_json(body),
+            wire.from_json(body, Request),
             RequestStatus(status),
-            None if decision is None else Decision.model_validate_json(decision),
+            None if decision is None else wire.from_json(decision, Decision),
         )
     except ValueError as exc:
-        raise StoreError(f"request {request_id}: unreadable: {_first_error(exc)}") from exc
-
-
-def _first_error(exc: Exception) -> str:
-    """What is wrong, in one line: a validation error's first problem, or the error itself."""
-    if isinstance(exc, ValidationError):
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
-        return f"{where}: {first['msg']}" if where else first["msg"]
-    return str(exc)
+        raise StoreError(f"request {request_id}: unreadable: {exc}") from exc
 
 
 def work_payload(kind: str, payload: dict[str, Any]) -> str:
     """The payload as JSON text, once ``kind`` is one a ``WorkItem`` can carry."""
     # Checked before the insert: an item nobody can decode would fail every later take.
-    if kind not in _WORK_KINDS:
-        raise ValueError(f"work kind must be one of {sorted(_WORK_KINDS)}, got {kind!r}")
+    if kind not in WORK_KINDS:
+        raise ValueError(f"work kind must be one of {sorted(WORK_KINDS)}, got {kind!r}")
     return json.dumps(payload, allow_nan=False)
 
 
@@ -221,7 +217,7 @@ def work_from_row(row: Sequence[Any], timestamp: Timestamp) -> WorkItem:
         return WorkItem(
             id=work_id, kind=kind, payload=json.loads(payload), created_at=timestamp(created_at)
         )
-    except (ValueError, ValidationError) as exc:
+    except ValueError as exc:
         raise StoreError(f"work item {work_id}: unreadable: {exc}") from exc
 
 
@@ -250,7 +246,7 @@ def outbox_from_row(row: Sequence[Any], timestamp: Timestamp) -> OutboxMessage:
             created_at=timestamp(created_at),
             updated_at=timestamp(updated_at),
         )
-    except (ValueError, ValidationError) as exc:
+    except ValueError as exc:
         raise StoreError(f"outbox message {key!r}: unreadable: {exc}") from exc
 
 
@@ -292,7 +288,7 @@ def request_row(request: Request, stamp: Callable[[datetime], Any]) -> tuple[Any
         request.kind.value,
         request.call_id,
         request.tool,
-        request.model_dump_json(),
+        wire.to_json(request),
         RequestStatus.OPEN.value,
         stamp(request.created_at),
         deadline,

@@ -15,6 +15,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import asyncpg
 
+from bot import wire
 from bot.domain import utcnow
 from bot.errors import StoreError
 from bot.journal.entries import Entry
@@ -219,7 +220,7 @@ class PostgresStore(SqlStore):
         pool = self._pool
         if pool is None:
             raise self._closed_error()
-        body = entry.model_dump_json()
+        body = wire.to_json(entry)
         moved = projection(entry)
         status, reason = (None, None) if moved is None else (moved.status.value, moved.stop_reason)
         releases = moved is not None and moved.releases

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import Any, ClassVar, TypeVar
 
+from bot import wire
 from bot.domain import Decision, Request, RequestStatus, Session
 from bot.errors import StoreError, UnknownRun
 from bot.journal.entries import Entry
@@ -323,7 +324,7 @@ class SqlStore(ABC):
         """``decide``, and take the run's free lease if that closed its last open request."""
         steps = self._decide_steps(decision, status, audit)
         params = (owner, self._lease_until(lease_seconds), self._now(), decision.request_id)
-        steps.append((sql.CLAIM_SETTLED, (*params, decision.model_dump_json())))
+        steps.append((sql.CLAIM_SETTLED, (*params, wire.to_json(decision))))
         if self._dialect.row_locks:
             steps.insert(0, (sql.LOCK_RUN_OF_REQUEST, (decision.request_id,)))
         decided, _audited, claimed = (await self._transaction("decide", steps))[-3:]
@@ -337,7 +338,7 @@ class SqlStore(ABC):
     ) -> list[Step]:
         if status is RequestStatus.OPEN:
             raise ValueError("decide() needs a closing status, not 'open'")
-        text = decision.model_dump_json()
+        text = wire.to_json(decision)
         steps: list[Step] = [(sql.DECIDE, (status.value, text, decision.request_id))]
         if audit is not None:
             params = (self._now(), audit.actor, str(audit.action), audit.detail)
@@ -533,7 +534,7 @@ class SqlStore(ABC):
         """An unconditional append (a new run's, which nobody else can hold yet) with what the
         entry moves: its run's status and the rows written beside it."""
         at = self._now()
-        body = entry.model_dump_json()
+        body = wire.to_json(entry)
         steps: list[Step] = [(sql.INSERT_ENTRY, (run_id, seq, epoch, entry.kind, body, at))]
         moved = projection(entry)
         if moved is not None:

@@ -17,6 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, ClassVar, Final, TypeVar
 
+from bot import wire
 from bot.domain import utcnow
 from bot.errors import StoreError
 from bot.journal.entries import Entry
@@ -162,7 +163,7 @@ class SqliteStore(SqlStore):
             seq=seq,
             epoch=epoch,
             kind=entry.kind,
-            body=entry.model_dump_json(),
+            body=wire.to_json(entry),
             projection=projection(entry),
             beside=beside_entry(run_id, entry, self._now, self._stamp),
             done=asyncio.get_running_loop().create_future(),

@@ -70,6 +70,7 @@ def db_check() -> None:
 @one_line_errors
 def replicas(as_json: bool) -> None:
     """Live replicas sharing the store, with the runs they hold and their lease ages."""
+    from bot import wire
     from bot.domain import utcnow
 
     async def work(store: Store) -> list[Any]:
@@ -77,7 +78,7 @@ def replicas(as_json: bool) -> None:
 
     rows = with_reader(work)
     if as_json:
-        echo(json.dumps([r.model_dump(mode="json") for r in rows]))
+        echo(json.dumps([wire.to_plain(r) for r in rows]))
         return
     now = utcnow()
     for replica in rows:

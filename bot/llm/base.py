@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from msgspec.structs import replace
+
 from bot.domain import AssistantTurn, ToolCall
 
 
@@ -74,12 +76,12 @@ def unique_call_ids(turn: AssistantTurn, messages: Sequence[Message]) -> Assista
             continue
         free = _free_id(call.id, taken)
         taken.add(free)
-        calls.append(call if free == call.id else call.model_copy(update={"id": free}))
+        calls.append(call if free == call.id else replace(call, id=free))
     if len(calls) == len(turn.calls) and all(
         new is old for new, old in zip(calls, turn.calls, strict=True)
     ):
         return turn
-    return turn.model_copy(update={"calls": tuple(calls)})
+    return replace(turn, calls=tuple(calls))
 
 
 def _same_call(call: ToolCall, other: ToolCall) -> bool:

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
+from msgspec.structs import replace
+
 from bot.domain import Decision, DecisionKind, Request, RequestKind, RequestStatus
 from bot.events import AdvisoryEvent, FanOut, RequestDecidedEvent, RequestExpiredEvent
 from bot.journal.fold import RunState
@@ -105,7 +107,7 @@ class Decisions:
         if request.options and decision.kind is DecisionKind.ANSWER:
             # The option as the question spells it ("Y" answers "yes"): the model reads that.
             picked = match_option(decision.text, request.options) or decision.text
-            decision = decision.model_copy(update={"text": picked})
+            decision = replace(decision, text=picked)
         if decision.kind is DecisionKind.APPROVE and request.approvals_needed > 1:  # a plan too
             partial = Audited(
                 actor.user, AuditAction.APPROVE_PARTIAL, decision_detail(request, decision)

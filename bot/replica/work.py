@@ -8,6 +8,7 @@ import contextlib
 import logging
 from typing import Any, Protocol
 
+from bot import wire
 from bot.chat.inbound import Accepted, Inbound
 from bot.domain import Session
 from bot.errors import ResumeRefused, StoreError, UnknownRun
@@ -99,7 +100,7 @@ class WorkTaker:
         run_id = str(payload["run_id"])
         if await self._exists(run_id):
             return  # a replica that died after creating it left it to orphan adoption
-        session = Session.model_validate(payload["session"])
+        session = wire.from_plain(payload["session"], Session)
         requester = Actor(str(payload.get("requested_by", "")))
         if not await self.supervisor.rt.policy.may_start(requester, session.place):
             log.warning("%s may not start runs (policy.requesters): dropped", requester.user)

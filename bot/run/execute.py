@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from msgspec.structs import replace
+
 from bot.domain import (
     ArgumentOrigin,
     PlanStep,
@@ -149,7 +151,7 @@ def traced_steps(steps: list[PlanStep], call_id: str, env: CallEnv) -> list[Plan
     for step in steps:
         tool = env.tools[step.tool]
         origins = env.trace(step.call_id or call_id, tool, step.arguments)
-        traced.append(step.model_copy(update={"origins": origins}) if origins else step)
+        traced.append(replace(step, origins=origins) if origins else step)
     return traced
 
 

@@ -6,6 +6,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from msgspec.structs import replace
+
 from bot.domain import (
     ArgumentOrigin,
     Decision,
@@ -141,7 +143,7 @@ class Gate:
                 return True
             step = book.cover(tool, digest)
             if step is not None:
-                book.honour(step.model_copy(update={"kind": GrantKind.ONE_SHOT}))
+                book.honour(replace(step, kind=GrantKind.ONE_SHOT))
             return step is not None
 
         return covered

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from msgspec.structs import replace
+
 from bot.config.settings import DeadlineSettings
 from bot.domain import Budgets, Fingerprint, Request, new_id, utcnow
 from bot.events import FanOut
@@ -59,9 +61,7 @@ class Runtime:
         seconds = self.deadlines.per_tool.get(request.tool) or getattr(
             self.deadlines, request.kind.value
         )
-        return request.model_copy(
-            update={"deadline": request.created_at + timedelta(seconds=seconds)}
-        )
+        return replace(request, deadline=request.created_at + timedelta(seconds=seconds))
 
     def fingerprint(self) -> Fingerprint:
         """What resume compares: provider, model, tool set and system prompt."""

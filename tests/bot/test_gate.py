@@ -6,6 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from msgspec.structs import replace
+
 from bot.domain import (
     Decision,
     DecisionKind,
@@ -293,7 +295,7 @@ async def test_the_request_is_stamped_before_it_is_asked() -> None:
     prompter = FakePrompter()
 
     def stamp(request: Request) -> Request:
-        return request.model_copy(update={"id": "req_stamped", "options": ("approve", "deny")})
+        return replace(request, id="req_stamped", options=("approve", "deny"))
 
     verdict = await check(gate(prompter, stamp=stamp))
 

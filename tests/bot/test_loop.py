@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from bot import wire
 from bot.domain import Budgets, DecisionKind, RunStatus, StopReason, ToolCall
 from bot.hooks import HookContext, Hooks, ToolVerdict
 from bot.journal.entries import AssistantTurnEntry, ToolDispatched, ToolResultEntry
@@ -330,7 +331,7 @@ async def test_the_final_answer_is_journaled_once(tmp_path: Path) -> None:
     answer = 'Here you are:\n```json\n{"healthy": true}\n```' + " padding" * 1000
     state, _, records, _ = await run_once(tmp_path, [reply(text=answer)])
 
-    stored = [r.entry.model_dump_json() for r in records]
+    stored = [wire.to_json(r.entry) for r in records]
     assert sum(answer[-2000:] in row for row in stored) == 1
     replayed = fold(records)
     assert replayed.result is not None

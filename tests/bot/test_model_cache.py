@@ -10,30 +10,30 @@ from pathlib import Path
 
 import pytest
 
-# In a fresh interpreter: use Decision (valid and invalid), say whether pydantic built it.
+# In a fresh interpreter: use a settings section (valid and invalid), say whether pydantic
+# built it.
 USE = """
 import json
 from pydantic import ValidationError
-from bot.domain import Decision
-made = Decision(request_id="req_1", kind="approve", by="alice")
+from bot.config.settings import BudgetSettings
+made = BudgetSettings(max_iterations=5)
 try:
-    Decision(request_id="req_1", kind="maybe", by="alice")
+    BudgetSettings(max_iterations=0)
     refused = False
 except ValidationError:
     refused = True
-print(json.dumps({"built": Decision.__pydantic_complete__, "refused": refused,
-                  "dumped": made.model_dump_json(exclude={"at"})}))
+print(json.dumps({"built": BudgetSettings.__pydantic_complete__, "refused": refused,
+                  "dumped": made.model_dump_json()}))
 """
 
 # The serializer first (a model built without validation), then the validator.
 SERIALIZED_FIRST = """
 import json
-from bot.domain import Decision, DecisionKind
-shown = Decision.model_construct(request_id="req_1", kind=DecisionKind.DENY, by="bob", reason="no")
-dumped = shown.model_dump_json(exclude={"at"})
-made = Decision(request_id="req_1", kind="approve", by="alice")
-print(json.dumps({"built": Decision.__pydantic_complete__, "refused": False,
-                  "dumped": dumped + made.model_dump_json(exclude={"at"})}))
+from bot.config.settings import BudgetSettings
+dumped = BudgetSettings.model_construct(max_iterations=7).model_dump_json()
+made = BudgetSettings(max_tokens=9)
+print(json.dumps({"built": BudgetSettings.__pydantic_complete__, "refused": False,
+                  "dumped": dumped + made.model_dump_json()}))
 """
 
 
@@ -56,7 +56,7 @@ def kept(cache: Path) -> list[str]:
 
 def test_a_model_built_once_is_read_back_and_validates_alike(tmp_path: Path) -> None:
     first = use(tmp_path)
-    assert "bot.domain.Decision" in kept(tmp_path)
+    assert "bot.config.settings.BudgetSettings" in kept(tmp_path)
     second = use(tmp_path)
     assert first["built"] is True and second["built"] is False  # read back, not built
     assert first["refused"] is True and second["refused"] is True
@@ -68,7 +68,8 @@ def test_a_model_read_back_serializes_before_it_validates(tmp_path: Path) -> Non
     second = use(tmp_path, SERIALIZED_FIRST)
     assert first["built"] is True and second["built"] is False
     assert first["dumped"] == second["dumped"]
-    assert '"kind":"deny"' in str(second["dumped"]) and '"by":"alice"' in str(second["dumped"])
+    dumped = str(second["dumped"])
+    assert '"max_iterations":7' in dumped and '"max_tokens":9' in dumped
 
 
 @pytest.mark.parametrize(
@@ -83,7 +84,7 @@ def test_without_pydantics_hook_models_are_built_as_pydantic_builds_them(
 ) -> None:
     said = use(tmp_path, f"import bot.model_cache\nbot.model_cache._Mock = {hook}\n{USE}")
     assert said["built"] is True and said["refused"] is True
-    assert '"kind":"approve"' in str(said["dumped"])
+    assert '"max_iterations":5' in str(said["dumped"])
     assert kept(tmp_path) == []
 
 

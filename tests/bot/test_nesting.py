@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from bot import wire
 from bot.domain import Request, extract_payload
 from bot.nesting import MAX_DEPTH, deeper_than
 from tests.storage.test_store_contract import a_request
@@ -31,7 +32,7 @@ def test_depth_is_counted_in_objects_and_arrays(value: object, depth: int) -> No
 
 def test_the_deepest_value_allowed_reads_back_inside_a_request() -> None:
     request = a_request("run_1", arguments=nested(MAX_DEPTH))
-    assert Request.model_validate_json(request.model_dump_json()) == request
+    assert wire.from_json(wire.to_json(request), Request) == request
 
 
 def test_a_structured_answer_nested_too_deep_is_no_payload() -> None:

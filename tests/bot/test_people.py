@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from msgspec.structs import replace
 
 from bot.config.settings import DeadlineSettings, ScheduledPrompt
 from bot.domain import (
@@ -175,7 +176,7 @@ async def test_answer_to_the_wrong_run_or_a_stale_card_is_refused(tmp_path: Path
     assert not wrong_run.accepted and "not run run_other's" in wrong_run.message
     stale = await sup.answer(decision, run_id=run_id, digest="0" * 32)
     assert not stale.accepted and "stale" in stale.message
-    unknown = await sup.answer(decision.model_copy(update={"request_id": "req_x"}), run_id=run_id)
+    unknown = await sup.answer(replace(decision, request_id="req_x"), run_id=run_id)
     assert not unknown.accepted
     await rt.store.close()
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from msgspec.structs import replace
+
 from bot.chat.run_summary import RunSummaries
 from bot.journal.log import JournalTally
 from bot.kinds import RunStatus
@@ -50,9 +52,7 @@ async def test_a_finished_runs_header_says_what_its_whole_journal_adds_up_to(
         ended = TalliesCounted(rt.store)
         fast = await RunSummaries(ended).page(run, length)
         added = TalliesCounted(rt.store)
-        whole = await RunSummaries(added).page(
-            run.model_copy(update={"status": RunStatus.RUNNING}), length
-        )
+        whole = await RunSummaries(added).page(replace(run, status=RunStatus.RUNNING), length)
     finally:
         await rt.store.close()
 

@@ -17,6 +17,7 @@ import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
+from bot import wire
 from bot.chat.service import ChatService
 from bot.domain import Decision, DecisionKind, Request, RequestStatus, Session
 from bot.errors import ResumeRefused
@@ -182,7 +183,7 @@ async def main(args: argparse.Namespace) -> None:
     state = fold(await store.load(run_id), run_id)
     out = {
         "status": (await store.get_run(run_id)).status.value,
-        "requests": [r.model_dump(mode="json") for r in state.open_requests],
+        "requests": [wire.to_plain(r) for r in state.open_requests],
         "outcomes": state.outcomes(),
     }
     print(json.dumps(out))

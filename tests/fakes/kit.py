@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bot import wire
 from bot.domain import TerminalResult
 from bot.events import AdvisoryEvent, EventSink
 from bot.hooks import HookContext, Hooks
@@ -124,7 +125,7 @@ class Kit:
                 elif isinstance(message, ToolResultsMessage):
                     parts += [item.output for item in message.results]
                 else:
-                    parts.append(message.turn.model_dump_json())
+                    parts.append(wire.to_json(message.turn))
         return "\n".join(parts)
 
 

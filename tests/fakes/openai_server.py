@@ -23,6 +23,7 @@ from types import TracebackType
 from typing import Any
 
 from aiohttp import web
+from msgspec.structs import replace
 
 from bot.domain import AssistantTurn
 from bot.llm.scripted import Reply, Script, load_script, parse_script, reply_turn
@@ -309,10 +310,9 @@ def _with_prompt(turn: AssistantTurn, prompt: str) -> AssistantTurn:
     if not any(PROMPT_MARK in call.arguments for call in turn.calls):
         return turn
     calls = tuple(
-        call.model_copy(update={"arguments": call.arguments.replace(PROMPT_MARK, prompt)})
-        for call in turn.calls
+        replace(call, arguments=call.arguments.replace(PROMPT_MARK, prompt)) for call in turn.calls
     )
-    return turn.model_copy(update={"calls": calls})
+    return replace(turn, calls=calls)
 
 
 def _first_user_text(messages: Sequence[dict[str, Any]]) -> str:

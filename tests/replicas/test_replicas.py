@@ -24,6 +24,7 @@ import asyncpg
 import pytest
 import yaml
 
+from bot import wire
 from bot.domain import (
     Decision,
     DecisionKind,
@@ -184,7 +185,7 @@ async def submit(store: PostgresStore, prompt: str) -> str:
     payload = {
         "run_id": run_id,
         "prompt": prompt,
-        "session": session.model_dump(mode="json"),
+        "session": wire.to_plain(session),
         "requested_by": "U0REQ",
         "prompter": True,
     }

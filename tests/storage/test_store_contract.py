@@ -11,7 +11,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from msgspec.structs import replace
 
+from bot import wire
 from bot.domain import (
     AssistantTurn,
     Budgets,
@@ -91,7 +93,7 @@ def a_request(run_id: str, **changes: object) -> Request:
         "deadline": datetime(2030, 1, 2, tzinfo=UTC),
     }
     fields.update(changes)
-    return Request.model_validate(fields)
+    return wire.from_plain(fields, Request)
 
 
 def every_entry(run_id: str) -> list[Entry]:
@@ -487,7 +489,7 @@ async def test_create_run_can_ensure_its_session_in_the_same_write(store: Store)
 async def test_a_session_reads_back_by_id(store: Store) -> None:
     session = Session(id="s_slack", platform="slack", channel="C9", thread="171.5")
     await store.ensure_session(session)
-    await store.ensure_session(session.model_copy(update={"thread": "other"}))  # first one stays
+    await store.ensure_session(replace(session, thread="other"))  # first one stays
 
     assert await store.get_session("s_slack") == session
     run_id, _ = await new_run(store, session_id="s_slack")
@@ -844,7 +846,7 @@ async def test_closing_the_last_open_request_takes_the_free_lease(store: Store) 
     settled = await store.decide_and_claim(
         approval(last), RequestStatus.ANSWERED, audit, "w2", LEASE
     )
-    late = approval(last).model_copy(update={"by": "eve"})
+    late = replace(approval(last), by="eve")
     again = await store.decide_and_claim(late, RequestStatus.ANSWERED, audit, "w3", LEASE)
 
     assert one_left == Settled(True, None)
@@ -870,7 +872,7 @@ async def test_closing_the_last_request_leaves_a_held_lease_alone(store: Store) 
     assert await store.current_epoch(run_id) == epoch
     with pytest.raises(KeyError):
         await store.decide_and_claim(
-            decision.model_copy(update={"request_id": "req_missing"}),
+            replace(decision, request_id="req_missing"),
             RequestStatus.ANSWERED,
             Audited("bob", AuditAction.APPROVE),
             "w1",

@@ -10,6 +10,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import aiohttp
+from msgspec.structs import replace
 
 from adapters.web.app import web_routes
 from adapters.web.auth import WebConfig
@@ -284,7 +285,7 @@ def big_run(entries: int) -> tuple[RunView, list[JournalRecord]]:
     result = TerminalResult(  # as the loop ends it: the outcomes of every call
         status=RunStatus.COMPLETED, stop_reason=StopReason.ANSWERED, outcomes={"ok": 3 * turn}
     )
-    journal.append(RunEnded.of(result.model_copy(update={"text": "done"}), "done"))
+    journal.append(RunEnded.of(replace(result, text="done"), "done"))
     records = [JournalRecord(run_id=run_id, seq=n, epoch=1, entry=e) for n, e in enumerate(journal)]
     record = RunRecord(id=run_id, session_id="slack:T1:C1:1.1", status=RunStatus.COMPLETED)
     return RunView(record, fold(records, run_id)), records
@@ -323,7 +324,7 @@ def test_a_link_the_model_hides_is_text_on_the_page_with_its_target() -> None:
         AssistantTurnEntry(iteration=1, turn=AssistantTurn(text=DISGUISED)),
     ]
     result = TerminalResult(status=RunStatus.COMPLETED, stop_reason=StopReason.ANSWERED)
-    journal.append(RunEnded.of(result.model_copy(update={"text": DISGUISED}), "done"))
+    journal.append(RunEnded.of(replace(result, text=DISGUISED), "done"))
     records = [JournalRecord(run_id=run_id, seq=n, epoch=1, entry=e) for n, e in enumerate(journal)]
     record = RunRecord(id=run_id, session_id="slack:T1:C1:1.1", status=RunStatus.COMPLETED)
     view = RunView(record, fold(records, run_id))
@@ -341,8 +342,8 @@ def test_a_page_says_why_a_run_stopped_in_the_words_every_platform_uses() -> Non
         status=RunStatus.FAILED, stop_reason=StopReason.TOKEN_BUDGET, outcomes={"ok": 36}
     )
     records[-1] = dataclasses.replace(records[-1], entry=RunEnded(result=result))
-    record = view.record.model_copy(
-        update={"status": RunStatus.FAILED, "stop_reason": StopReason.TOKEN_BUDGET.value}
+    record = replace(
+        view.record, status=RunStatus.FAILED, stop_reason=StopReason.TOKEN_BUDGET.value
     )
     view = RunView(record, fold(records, record.id))
     html = render_run_page(build_run_page(view, records, [], []), now=record.created_at)

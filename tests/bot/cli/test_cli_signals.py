@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
+from bot import wire
 from bot.domain import RunStatus, Session, new_id
 from bot.journal.entries import ToolProcess
 from bot.tools import orphans
@@ -191,7 +192,7 @@ def test_serve_suspends_a_run_waiting_on_a_hanging_model(
         store = SqliteStore(folder / "kestrel.db")
         await store.migrate()
         session = Session(id=new_id("ses"), platform="test")
-        payload = {"run_id": run_id, "prompt": "hello", "session": session.model_dump()}
+        payload = {"run_id": run_id, "prompt": "hello", "session": wire.to_plain(session)}
         await store.enqueue_work("start", {**payload, "requested_by": "U0REQ"})
         await store.close()
 

@@ -6,6 +6,7 @@ import subprocess
 from collections.abc import Iterator
 
 import pytest
+from msgspec.structs import replace
 
 from bot.domain import ProcessStamp
 from bot.tools import orphans
@@ -38,7 +39,7 @@ async def test_a_group_id_now_naming_another_group_is_left_alone(
 ) -> None:
     stamp = orphans.stamp(group.pid)
     assert stamp is not None
-    reused = stamp.model_copy(update={"start_ticks": stamp.start_ticks - 1})
+    reused = replace(stamp, start_ticks=stamp.start_ticks - 1)
 
     said = await orphans.end_orphan(reused)
 
@@ -51,7 +52,7 @@ async def test_a_group_on_another_host_is_reported_not_touched(
 ) -> None:
     stamp = orphans.stamp(group.pid)
     assert stamp is not None
-    elsewhere = stamp.model_copy(update={"host": "db7", "host_key": "db7/other-boot/pid:[1]"})
+    elsewhere = replace(stamp, host="db7", host_key="db7/other-boot/pid:[1]")
 
     said = await orphans.end_orphan(elsewhere)
 

@@ -1,0 +1,41 @@
+"""Domain values as JSON text and back: how entries, requests and decisions are stored."""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any, Final, TypeVar
+
+import msgspec
+
+T = TypeVar("T")
+
+Unreadable = msgspec.DecodeError
+"""Raised for a text that is not JSON, or not the type asked for (``msgspec.ValidationError``)."""
+
+_ENCODER: Final = msgspec.json.Encoder()
+
+
+def to_json(value: object) -> str:
+    """``value`` as compact JSON text (fields in their declared order)."""
+    return _ENCODER.encode(value).decode()
+
+
+def to_plain(value: object) -> Any:
+    """``value`` as JSON's kinds of Python values: dicts, lists, strings, numbers."""
+    return msgspec.to_builtins(value)
+
+
+def from_json(text: str | bytes, kind: type[T]) -> T:
+    """The ``kind`` stored as ``text``; ``Unreadable`` if it is not one."""
+    decoded: T = _decoder(kind).decode(text)  # type: ignore[arg-type]
+    return decoded
+
+
+def from_plain(value: Any, kind: type[T]) -> T:
+    """The ``kind`` that ``value`` (JSON's kinds of values) describes; ``Unreadable`` if none."""
+    return msgspec.convert(value, kind)
+
+
+@cache
+def _decoder(kind: Any) -> msgspec.json.Decoder[Any]:
+    return msgspec.json.Decoder(kind)
