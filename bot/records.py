@@ -1,6 +1,7 @@
 """The rows the store keeps beside the journal: runs, work, replicas, outbox."""
 
-from __future__ import annotations
+# No ``from __future__ import annotations``: msgspec would evaluate every field's annotation
+# text when it first decodes these (13 ms of a fresh resume).
 
 from datetime import datetime
 from typing import Any, Final, Literal, get_args
