@@ -46,6 +46,7 @@ from bot.kinds import Provenance
 from bot.model_cache import KeptModel
 from bot.people.policy import PolicyRules
 from bot.pii.settings import PiiSettings
+from bot.run.deadlines import DeadlineSettings as DeadlineSettings
 
 # Settings whose variable is not KESTREL_<NAME>: the variable's name, by setting.
 _VARIABLE_OF: Final = {
@@ -112,17 +113,6 @@ class BudgetSettings(Section):
     def to_budgets(self) -> Budgets:
         """The run's budgets as journaled with it."""
         return Budgets(**self.model_dump())
-
-
-class DeadlineSettings(Section):
-    """How long requests stay open, per kind and per tool, and when on-call is reminded."""
-
-    wait_approval: float = Field(3600, gt=0)
-    wait_user: float = Field(3600, gt=0)
-    wait_effect: float = Field(86400, gt=0)
-    wait_plan: float = Field(3600, gt=0)
-    per_tool: dict[str, float] = {}
-    remind_before: float = Field(600, ge=0)
 
 
 class ScheduledPrompt(Section):
@@ -219,9 +209,9 @@ class Settings(Section):
     human_in_the_loop: bool = True
     # A consequential call with an argument taken from tool output: ask a person, log, or off.
     provenance: Provenance = Provenance.ASK
-    pii: PiiSettings = PiiSettings()
+    pii: PiiSettings = Field(default_factory=PiiSettings)
     policy: PolicyRules = Field(default_factory=PolicyRules)
-    deadlines: DeadlineSettings = DeadlineSettings()
+    deadlines: DeadlineSettings = Field(default_factory=DeadlineSettings)
     schedules: list[ScheduledPrompt] = []
     hooks: HookSettings = HookSettings()
     replica: ReplicaSettings = ReplicaSettings()

@@ -4,12 +4,11 @@ recognizer."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import ConfigDict, Field, field_validator
-
-from bot.model_cache import KeptModel
+from annotated_types import Ge, MaxLen, MinLen
 
 
 class PiiMode(StrEnum):
@@ -30,47 +29,41 @@ def unknown_entities(names: Iterable[str]) -> str | None:
     return f"unknown entity type(s) {', '.join(unknown)}; known: {', '.join(ENTITY_TYPES)}"
 
 
-class OperatorSpec(KeptModel):
+@dataclass(frozen=True)
+class OperatorSpec:
     """How the hits of one entity type are rewritten under redact."""
 
-    model_config = ConfigDict(extra="forbid")
+    # Read by pydantic, which validates this section of the settings: unknown keys are errors.
+    __pydantic_config__: ClassVar[dict[str, Any]] = {"extra": "forbid"}
 
     type: Literal["replace", "mask", "hash"] = "replace"
     new_value: str | None = None
-    masking_char: str = Field(default="*", min_length=1, max_length=1)
-    chars_to_mask: int = Field(default=100, ge=0)
+    masking_char: Annotated[str, MinLen(1), MaxLen(1)] = "*"
+    chars_to_mask: Annotated[int, Ge(0)] = 100
     from_end: bool = False
     salt: str | None = None
 
-    @field_validator("salt")
-    @classmethod
-    def _salt_is_long_enough(cls, salt: str | None) -> str | None:
-        if salt is not None and len(salt.encode()) < 16:
+    def __post_init__(self) -> None:
+        if self.salt is not None and len(self.salt.encode()) < 16:
             raise ValueError("a hash salt must be at least 16 bytes")
-        return salt
 
 
-class PiiSettings(KeptModel):
-    """The `pii:` section of kestrel.yaml."""
+@dataclass(frozen=True)
+class PiiSettings:
+    """The `pii:` section of kestrel.yaml.
 
-    model_config = ConfigDict(extra="forbid")
+    A dataclass, not a model, so that a runtime built in code imports no pydantic; the
+    settings validate it as a section, and ``__post_init__`` checks the entity names either way.
+    """
+
+    __pydantic_config__: ClassVar[dict[str, Any]] = {"extra": "forbid"}
 
     mode: PiiMode = PiiMode.REDACT
     entities: list[str] | None = None
-    operators: dict[str, OperatorSpec] = {}
+    operators: dict[str, OperatorSpec] = field(default_factory=dict)
 
-    @field_validator("entities")
-    @classmethod
-    def _entities_are_known(cls, entities: list[str] | None) -> list[str] | None:
-        problem = unknown_entities(entities or ())
-        if problem:
-            raise ValueError(problem)
-        return entities
-
-    @field_validator("operators")
-    @classmethod
-    def _operators_are_known(cls, operators: dict[str, OperatorSpec]) -> dict[str, OperatorSpec]:
-        problem = unknown_entities(operators)
-        if problem:
-            raise ValueError(problem)
-        return operators
+    def __post_init__(self) -> None:
+        for name, entities in (("entities", self.entities or ()), ("operators", self.operators)):
+            problem = unknown_entities(entities)
+            if problem:
+                raise ValueError(f"{name}: {problem}")

@@ -12,7 +12,6 @@ from pathlib import Path
 
 from msgspec.structs import replace
 
-from bot.config.settings import DeadlineSettings
 from bot.domain import Budgets, Fingerprint, Request, new_id, utcnow
 from bot.events import FanOut
 from bot.hooks import Hooks
@@ -20,6 +19,7 @@ from bot.kinds import Provenance
 from bot.llm.base import ModelProvider
 from bot.people.audit import Redact, unchanged
 from bot.people.policy import Policy, PolicyRules
+from bot.run.deadlines import DeadlineSettings
 from bot.store import Store
 from bot.tools.source import ToolSource
 

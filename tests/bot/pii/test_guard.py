@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import sys
+from typing import TypeVar
 
 import pytest
 from presidio_anonymizer import AnonymizerEngine, OperatorConfig, RecognizerResult
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from bot.pii.guard import (
     WITHHELD_MESSAGE,
@@ -22,6 +23,17 @@ from bot.pii.guard import (
 )
 
 EMAIL_TEXT = "mail alice@example.com or call +44 20 7946 0958."
+
+
+T = TypeVar("T")
+
+
+def unchecked(cls: type[T], **fields: object) -> T:
+    """A settings dataclass as no check would let through: the guard's own defences."""
+    made = object.__new__(cls)
+    for name, value in fields.items():
+        object.__setattr__(made, name, value)
+    return made
 
 
 def guard(mode: PiiMode = PiiMode.REDACT, **operators: OperatorSpec) -> PiiGuard:
@@ -52,7 +64,7 @@ def test_off_never_calls_the_scanner() -> None:
 
 
 def test_off_builds_nothing_so_nothing_fails() -> None:
-    settings = PiiSettings.model_construct(mode=PiiMode.OFF, entities=["NOPE"], operators={})
+    settings = unchecked(PiiSettings, mode=PiiMode.OFF, entities=["NOPE"], operators={})
     assert PiiGuard(settings).scan_prompt("x").allowed
 
 
@@ -221,7 +233,7 @@ def test_settings_defaults() -> None:
 
 
 def test_settings_from_yaml_like_data() -> None:
-    settings = PiiSettings.model_validate(
+    settings = TypeAdapter(PiiSettings).validate_python(
         {
             "mode": "reject",
             "entities": ["EMAIL_ADDRESS", "CREDIT_CARD"],
@@ -233,21 +245,20 @@ def test_settings_from_yaml_like_data() -> None:
 
 
 def test_settings_reject_an_unknown_entity_by_name() -> None:
-    with pytest.raises(ValidationError, match="PASSPORT") as caught:
+    with pytest.raises(ValueError, match="PASSPORT"):
         PiiSettings(entities=["EMAIL_ADDRESS", "PASSPORT"])
-    assert caught.value.errors()[0]["loc"] == ("entities",)
 
 
 def test_settings_reject_an_operator_for_an_unknown_entity() -> None:
     with pytest.raises(ValidationError, match="PASSPORT"):
-        PiiSettings.model_validate({"operators": {"PASSPORT": {"type": "mask"}}})
+        TypeAdapter(PiiSettings).validate_python({"operators": {"PASSPORT": {"type": "mask"}}})
 
 
 def test_settings_reject_an_unknown_field_by_name() -> None:
     with pytest.raises(ValidationError) as caught:
-        PiiSettings.model_validate({"mode": "redact", "entitys": ["EMAIL_ADDRESS"]})
+        TypeAdapter(PiiSettings).validate_python({"mode": "redact", "entitys": ["EMAIL_ADDRESS"]})
     assert caught.value.errors()[0]["loc"] == ("entitys",)
-    assert caught.value.errors()[0]["type"] == "extra_forbidden"
+    assert caught.value.errors()[0]["type"] == "unexpected_keyword_argument"
 
 
 @pytest.mark.parametrize(
@@ -256,37 +267,34 @@ def test_settings_reject_an_unknown_field_by_name() -> None:
         ({"type": "encrypt"}, "type"),
         ({"masking_char": "**"}, "masking_char"),
         ({"chars_to_mask": -1}, "chars_to_mask"),
-        ({"type": "hash", "salt": "too short"}, "salt"),
+        ({"type": "hash", "salt": "too short"}, None),
         ({"colour": "red"}, "colour"),
     ],
 )
-def test_operator_spec_validation(data: dict[str, object], field: str) -> None:
+def test_operator_spec_validation(data: dict[str, object], field: str | None) -> None:
     with pytest.raises(ValidationError) as caught:
-        OperatorSpec.model_validate(data)
-    assert caught.value.errors()[0]["loc"] == (field,)
+        TypeAdapter(OperatorSpec).validate_python(data)
+    assert caught.value.errors()[0]["loc"] == ((field,) if field else ())
 
 
 def test_unknown_mode_is_a_validation_error() -> None:
     with pytest.raises(ValidationError):
-        PiiSettings.model_validate({"mode": "scream"})
+        TypeAdapter(PiiSettings).validate_python({"mode": "scream"})
 
 
-def test_build_error_for_an_unknown_entity() -> None:
-    settings = PiiSettings.model_construct(mode=PiiMode.REDACT, entities=["PASSPORT"], operators={})
-    with pytest.raises(PiiBuildError, match="PASSPORT"):
-        PiiGuard(settings)
+def test_settings_built_in_code_refuse_an_operator_of_an_unknown_entity() -> None:
+    with pytest.raises(ValueError, match="PASSPORT"):
+        PiiSettings(mode=PiiMode.REJECT, operators={"PASSPORT": OperatorSpec()})
 
 
-def test_build_error_for_an_operator_of_an_unknown_entity() -> None:
-    settings = PiiSettings.model_construct(
-        mode=PiiMode.REJECT, entities=None, operators={"PASSPORT": OperatorSpec()}
-    )
-    with pytest.raises(PiiBuildError, match="PASSPORT"):
-        PiiGuard(settings)
+def test_an_operator_built_in_code_refuses_a_short_salt() -> None:
+    with pytest.raises(ValueError, match="16 bytes"):
+        OperatorSpec(type="hash", salt="short")
 
 
 def test_build_error_for_an_operator_presidio_refuses() -> None:
-    spec = OperatorSpec.model_construct(
+    spec = unchecked(
+        OperatorSpec,
         type="hash",
         new_value=None,
         masking_char="*",
@@ -374,8 +382,9 @@ def test_url_credentials_are_not_an_email() -> None:
 
 
 def test_build_error_for_an_operator_type_presidio_does_not_know() -> None:
-    spec = OperatorSpec.model_construct(
-        type="scramble",  # type: ignore[arg-type]  # what the settings would refuse
+    spec = unchecked(
+        OperatorSpec,
+        type="scramble",  # what the settings would refuse
         new_value=None,
         masking_char="*",
         chars_to_mask=1,
@@ -392,8 +401,9 @@ def test_empty_text_passes(mode: PiiMode) -> None:
 
 
 def test_build_error_for_an_unknown_mode() -> None:
-    settings = PiiSettings.model_construct(
-        mode="scream",  # type: ignore[arg-type]  # what the settings would refuse
+    settings = unchecked(
+        PiiSettings,
+        mode="scream",  # what the settings would refuse
         entities=None,
         operators={},
     )
