@@ -1,6 +1,7 @@
 """How deep a JSON value nests, and the depth no value the journal holds may pass.
 
-pydantic reads a JSON document at most 200 levels deep. A value from a model (a call's
+The journal's decoder reads a JSON document only so deep (pydantic's stopped at 200 levels,
+msgspec's at the interpreter's recursion limit). A value from a model (a call's
 arguments, a structured answer) lands a few levels down inside a journal entry and a request's
 body, so one nested too deep would make the entry unreadable and its run stuck: such values are
 refused where they arrive, well before that limit.

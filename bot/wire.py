@@ -27,7 +27,10 @@ def to_plain(value: object) -> Any:
 
 def from_json(text: str | bytes, kind: type[T]) -> T:
     """The ``kind`` stored as ``text``; ``Unreadable`` if it is not one."""
-    decoded: T = _decoder(kind).decode(text)  # type: ignore[arg-type]
+    try:
+        decoded: T = _decoder(kind).decode(text)  # type: ignore[arg-type]
+    except RecursionError as exc:  # nothing Kestrel writes nests this deep (bot.nesting)
+        raise Unreadable("nested too deeply to be read") from exc
     return decoded
 
 

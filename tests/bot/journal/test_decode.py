@@ -55,7 +55,18 @@ def test_an_entry_whose_kind_is_not_first_reads_back_the_same() -> None:
 
 @pytest.mark.parametrize(
     "body",
-    ['{"kind":"no_such_kind"}', '{"kind":"run_suspended","reason":"bogus"}', "[1]", "{"],
+    [
+        '{"kind":"no_such_kind"}',
+        '{"kind":"run_suspended","reason":"bogus"}',
+        "[1]",
+        "{",
+        '{"kind":"run_ended","result":{"status":"completed","stop_reason":"answered","payload":'
+        + '{"x":'
+        + "[" * 100_000
+        + "]" * 100_000
+        + "}}}",
+    ],
+    ids=["unknown kind", "bad value", "no object", "not JSON", "nested past any limit"],
 )
 def test_a_body_that_is_no_entry_is_refused(body: str) -> None:
     with pytest.raises(wire.Unreadable):
