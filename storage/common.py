@@ -12,6 +12,8 @@ from datetime import datetime
 from enum import Enum
 from typing import Any, Final
 
+import msgspec
+
 from bot import wire
 from bot.chat.outbox import answer_key, owed_answer
 from bot.domain import Decision, Request, RequestStatus, RunStatus
@@ -111,6 +113,20 @@ def tally_from_rows(rows: Sequence[Sequence[Any]], stop: int) -> JournalTally:
         last_turn_seq=max(turns, default=None),
         last_text_seq=max(texts, default=None),
     )
+
+
+def entry_body(entry: Entry) -> str:
+    """The entry as stored: JSON text that reads back as the same kind of entry.
+
+    Structs are not checked as they are built, and a plugin's code (a tool, a hook) is not
+    type-checked with Kestrel's: a value of the wrong type is refused here, before the journal
+    holds an entry that no process could read."""
+    try:
+        body = wire.to_json(entry)
+        decode_entry(body)
+    except (TypeError, ValueError, msgspec.EncodeError) as exc:
+        raise StoreError(f"a {entry.kind} entry would not read back: {exc}") from exc
+    return body
 
 
 def record(run_id: str, seq: int, epoch: int, body: str) -> JournalRecord:

@@ -15,7 +15,6 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import asyncpg
 
-from bot import wire
 from bot.domain import utcnow
 from bot.errors import StoreError
 from bot.journal.entries import Entry
@@ -25,6 +24,7 @@ from storage.common import (
     Violation,
     beside_entry,
     diagnose,
+    entry_body,
     projection,
     wait_for_event,
     work_payload,
@@ -220,7 +220,7 @@ class PostgresStore(SqlStore):
         pool = self._pool
         if pool is None:
             raise self._closed_error()
-        body = wire.to_json(entry)
+        body = entry_body(entry)
         moved = projection(entry)
         status, reason = (None, None) if moved is None else (moved.status.value, moved.stop_reason)
         releases = moved is not None and moved.releases

@@ -29,6 +29,7 @@ from storage.common import (
     Refusal,
     Violation,
     beside_entry,
+    entry_body,
     new_run_row,
     outbox_from_row,
     outbox_json,
@@ -534,7 +535,7 @@ class SqlStore(ABC):
         """An unconditional append (a new run's, which nobody else can hold yet) with what the
         entry moves: its run's status and the rows written beside it."""
         at = self._now()
-        body = wire.to_json(entry)
+        body = entry_body(entry)
         steps: list[Step] = [(sql.INSERT_ENTRY, (run_id, seq, epoch, entry.kind, body, at))]
         moved = projection(entry)
         if moved is not None:

@@ -17,7 +17,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, ClassVar, Final, TypeVar
 
-from bot import wire
 from bot.domain import utcnow
 from bot.errors import StoreError
 from bot.journal.entries import Entry
@@ -26,6 +25,7 @@ from storage.common import (
     Refusal,
     Violation,
     beside_entry,
+    entry_body,
     projection,
     wait_for_event,
     work_payload,
@@ -163,7 +163,7 @@ class SqliteStore(SqlStore):
             seq=seq,
             epoch=epoch,
             kind=entry.kind,
-            body=wire.to_json(entry),
+            body=entry_body(entry),
             projection=projection(entry),
             beside=beside_entry(run_id, entry, self._now, self._stamp),
             done=asyncio.get_running_loop().create_future(),

@@ -284,6 +284,10 @@ async def _invoke(
     if isinstance(answer, Deferral):
         return ToolOutcome.DEFERRED, answer.prompt, False, answer
     result = answer if isinstance(answer, ToolResult) else ToolResult(str(answer))
+    if type(result.output) is not str or type(result.is_error) is not bool:
+        # A plugin's code is not type-checked with ours; the journal holds text and a flag.
+        shown = f"{type(result.output).__name__} output, is_error {result.is_error!r}"
+        return ToolOutcome.ERROR, f"the tool answered with {shown}, not text", True, None
     return ToolOutcome.OK, result.output, result.is_error, None
 
 

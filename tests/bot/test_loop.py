@@ -9,11 +9,12 @@ from typing import Any
 import pytest
 
 from bot import wire
-from bot.domain import Budgets, DecisionKind, RunStatus, StopReason, ToolCall
+from bot.domain import Budgets, DecisionKind, RunStatus, StopReason, ToolCall, ToolOutcome
 from bot.hooks import HookContext, Hooks, ToolVerdict
 from bot.journal.entries import AssistantTurnEntry, ToolDispatched, ToolResultEntry
 from bot.journal.fold import fold
 from bot.run.supervisor import Supervisor
+from bot.tools.base import ToolResult
 from bot.tools.python import function_tool
 from tests.fakes.runtime import (
     Counter,
@@ -338,3 +339,25 @@ async def test_the_final_answer_is_journaled_once(tmp_path: Path) -> None:
     assert replayed.result.text == answer
     assert replayed.result.payload == {"healthy": True}
     assert replayed.result == state.result
+
+
+async def test_a_tool_answering_with_no_text_fails_the_call_not_the_journal(
+    tmp_path: Path,
+) -> None:
+    @function_tool
+    async def count(args: TextArgs) -> ToolResult:
+        """Answers with a number where text belongs."""
+        return ToolResult(output=len(args.text))  # type: ignore[arg-type]
+
+    rt, _ = await make_runtime(
+        tmp_path / "k.db", [reply(call("count", text="abc")), reply(text="done")], [count]
+    )
+    sup = Supervisor(rt)
+    state = await sup.wait(await sup.start_turn("help"))
+    records = await rt.store.load(state.run_id)
+    await rt.store.close()
+
+    assert state.result is not None and state.result.status is RunStatus.COMPLETED
+    (answer,) = [r.entry for r in records if isinstance(r.entry, ToolResultEntry)]
+    assert answer.outcome is ToolOutcome.ERROR and answer.is_error
+    assert answer.output == "the tool answered with int output, is_error False, not text"

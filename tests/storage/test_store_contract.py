@@ -274,6 +274,21 @@ async def test_different_record_at_existing_seq_conflicts(store: Store) -> None:
     assert [r.entry for r in await store.load(run_id)] == [message("hi")]
 
 
+async def test_an_entry_that_would_not_read_back_is_refused_and_nothing_is_written(
+    store: Store,
+) -> None:
+    run_id, epoch = await new_run(store)
+    await store.append(run_id, 0, epoch, message("first"))
+    unreadable = UserMessageEntry(text=7, by="ann")  # type: ignore[arg-type]  # a plugin's slip
+
+    with pytest.raises(StoreError, match="a user_message entry would not read back"):
+        await store.append(run_id, 1, epoch, unreadable)
+
+    assert [r.entry for r in await store.load(run_id)] == [message("first")]
+    await store.append(run_id, 1, epoch, message("second"))
+    assert len(await store.load(run_id)) == 2
+
+
 @pytest.mark.parametrize("seq", [1, 5, -1])
 async def test_gap_is_refused(store: Store, seq: int) -> None:
     run_id, epoch = await new_run(store)
