@@ -1,7 +1,7 @@
 """Models' validators kept between processes: built once, read back after.
 
-A ``KeptModel`` (the domain's, the settings', the catalog's, the scripted model's) is built on
-first use (``defer_build``): pydantic turns its fields into a core schema (0.3 to 1.5 ms a
+A ``KeptModel`` (the settings', the PII settings', the catalog's) is built on first use
+(``defer_build``): pydantic turns its fields into a core schema (0.3 to 1.5 ms a
 model, and its schema machinery the first time, some 15 ms), then pydantic-core compiles that
 into a validator and a serializer (about 0.05 ms). A fresh process that suspends or resumes one
 run uses some twenty models, so building them was most of its work. Here the core schema of

@@ -4,7 +4,8 @@ A position holds one reply, or (``one_of``) alternatives of which the first whos
 the latest input meets is played: enough for a script to follow every path a run can take.
 """
 
-from __future__ import annotations
+# No ``from __future__ import annotations``: msgspec would evaluate the script structs'
+# annotation text when it first converts one (half a millisecond of a fresh process).
 
 import functools
 import json
@@ -14,14 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import (
-    ConfigDict,
-    Discriminator,
-    Field,
-    Tag,
-    ValidationError,
-    field_validator,
-)
+import msgspec
 
 from bot.domain import AssistantTurn, ToolCall, Usage
 from bot.llm.base import (
@@ -33,12 +27,14 @@ from bot.llm.base import (
     ToolSpec,
     UserMessage,
 )
-from bot.model_cache import KeptModel
 
 PROVIDER = "scripted"
 EXHAUSTED = "(the script has no more replies)"
 DEMO_SCRIPT = Path(__file__).resolve().parent.parent / "demo" / "demo.yaml"
 _PREVIEW = 200
+# Where msgspec says an error is (``$.calls[0]``) and which field a missing or unknown one names.
+_PATH_PART = re.compile(r"[^.\[\]`]+")
+_NAMED_FIELD = re.compile(r"^Object (?:contains unknown|missing required) field `([^`]+)`")
 
 
 class ScriptError(ValueError):
@@ -49,15 +45,19 @@ class ScriptMismatch(ModelError):
     """The conversation left the script: no reply at this position expects its latest input."""
 
 
-class _Strict(KeptModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class _Strict(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Base of the script format: immutable, built by keyword, no unknown fields when read.
+
+    msgspec structs, not pydantic models: a bench or a test gives its replies in code, and
+    their process should not import pydantic (some 8 MiB) only to check them.
+    """
 
 
-class ScriptCall(_Strict):
+class ScriptCall(_Strict, frozen=True, kw_only=True):
     """One tool call a reply makes."""
 
-    name: str = Field(min_length=1)
-    arguments: dict[str, Any] | str = Field(default_factory=dict)
+    name: Annotated[str, msgspec.Meta(min_length=1)]
+    arguments: dict[str, Any] | str = msgspec.field(default_factory=dict)
 
     def arguments_text(self) -> str:
         """The arguments as a model sends them: a mapping JSON-dumped, a string as written."""
@@ -66,14 +66,14 @@ class ScriptCall(_Strict):
         return json.dumps(self.arguments)
 
 
-class ScriptUsage(_Strict):
+class ScriptUsage(_Strict, frozen=True, kw_only=True):
     """Tokens a reply claims to have cost."""
 
-    input_tokens: int = Field(default=0, ge=0)
-    output_tokens: int = Field(default=0, ge=0)
+    input_tokens: Annotated[int, msgspec.Meta(ge=0)] = 0
+    output_tokens: Annotated[int, msgspec.Meta(ge=0)] = 0
 
 
-class Reply(_Strict):
+class Reply(_Strict, frozen=True, kw_only=True):
     """One scripted model reply; ``expect`` (a substring) and ``match`` (a regex) guard it."""
 
     text: str | None = None
@@ -83,15 +83,14 @@ class Reply(_Strict):
     expect: str | None = None
     match: str | None = None
 
-    @field_validator("match")
-    @classmethod
-    def _compiles(cls, pattern: str | None) -> str | None:
-        if pattern is not None:
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise ValueError(f"not a valid regular expression: {exc}") from None
-        return pattern
+    def __post_init__(self) -> None:
+        if self.match is None:
+            return
+        try:
+            re.compile(self.match)
+        except re.error as exc:
+            # msgspec places the error at the reply, not the field: the message names it.
+            raise ValueError(f"match: not a valid regular expression: {exc}") from None
 
     @property
     def guarded(self) -> bool:
@@ -116,10 +115,10 @@ class Reply(_Strict):
         return " and ".join(guards) or "anything"
 
 
-class Choice(_Strict):
+class Choice(_Strict, frozen=True, kw_only=True):
     """Alternative replies at one position: the first whose guards the latest input meets."""
 
-    one_of: tuple[Reply, ...] = Field(min_length=1)
+    one_of: Annotated[tuple[Reply, ...], msgspec.Meta(min_length=1)]
 
     def pick(self, latest: str) -> tuple[Reply, dict[str, str]] | None:
         """The first alternative accepting ``latest``, with its match groups."""
@@ -134,20 +133,11 @@ class Choice(_Strict):
         return " or ".join(reply.expectation() for reply in self.one_of)
 
 
-def _step_kind(raw: Any) -> str:
-    """Which model a position validates as: a mapping with ``one_of`` is a choice."""
-    if isinstance(raw, Choice) or (isinstance(raw, Mapping) and "one_of" in raw):
-        return "Choice"
-    return "Reply"
+Step = Reply | Choice
 
 
-Step = Annotated[
-    Annotated[Reply, Tag("Reply")] | Annotated[Choice, Tag("Choice")],
-    Discriminator(_step_kind),
-]
-
-
-class Script(_Strict):
+# ``dict``: a place for the cached call offsets (a struct has no ``__dict__`` otherwise).
+class Script(_Strict, frozen=True, kw_only=True, dict=True):
     """A named list of positions (replies or choices), played in conversation order."""
 
     name: str
@@ -190,33 +180,36 @@ def parse_script(raw: object, *, name: str, source: str) -> Script:
     if not isinstance(raw, list):
         kind = "nothing" if raw is None else type(raw).__name__
         raise ScriptError(f"{source}: a script is a list of replies, got {kind}")
-    try:
-        return Script.model_validate({"name": name, "replies": raw})
-    except ValidationError as exc:
-        raise ScriptError(f"{source}: {_describe(exc)}") from None
+    steps = []
+    for number, position in enumerate(raw, start=1):
+        try:
+            steps.append(msgspec.convert(position, _step_kind(position)))
+        except msgspec.ValidationError as exc:
+            raise ScriptError(f"{source}: reply {number}: {_describe(exc)}") from None
+    return Script(name=name, replies=tuple(steps))
 
 
-def _describe(exc: ValidationError) -> str:
-    """Pydantic's errors as one line, reply numbers counted from 1, union branches merged."""
-    by_place: dict[str, list[str]] = {}
-    for error in exc.errors():
-        by_place.setdefault(_place(error["loc"]), []).append(error["msg"])
-    return "; ".join(
-        f"{place}: {' or '.join(msgs)}" if place else " or ".join(msgs)
-        for place, msgs in by_place.items()
-    )
+def _step_kind(raw: object) -> type[Step]:
+    """Which struct a position converts to: a mapping with ``one_of`` is a choice.
+
+    Dispatched here, as msgspec takes a union of structs only when they carry a tag.
+    """
+    if isinstance(raw, Choice) or (isinstance(raw, Mapping) and "one_of" in raw):
+        return Choice
+    return Reply
 
 
-def _place(loc: tuple[int | str, ...]) -> str:
-    """``("replies", 2, "calls", 0, "name")`` as ``reply 3: calls.0.name``."""
-    parts = list(loc)
-    reply = ""
-    if len(parts) >= 2 and parts[0] == "replies" and isinstance(parts[1], int):
-        reply = f"reply {parts[1] + 1}"
-        parts = parts[2:]
-    # Union branches add their type or tag name to the location; it only confuses an author.
-    path = ".".join(str(p) for p in parts if p not in ("str", "dict[str,any]", "Reply", "Choice"))
-    return ": ".join(p for p in (reply, path) if p)
+def _describe(exc: msgspec.ValidationError) -> str:
+    """msgspec's ``cause - at `$.calls[0]``` as ``calls.0: cause``, a field the cause names last."""
+    cause, _, at = str(exc).partition(" - at `")
+    # A key's error is ``at `key` in `$.arguments```: the path is what follows the last ``$``.
+    parts = _PATH_PART.findall(at.rpartition("$")[2])
+    named = _NAMED_FIELD.match(cause)
+    if named:  # msgspec places a missing or unknown field at its object: the author wants it
+        parts.append(named.group(1))
+    if at.startswith("key`"):
+        cause += " (for a key)"
+    return f"{'.'.join(parts)}: {cause}" if parts else cause
 
 
 def _one_line(text: str) -> str:
@@ -335,8 +328,8 @@ class ScriptedProvider:
     @classmethod
     def from_replies(
         cls, replies: Sequence[Reply | Choice | Mapping[str, Any]], name: str = "inline"
-    ) -> ScriptedProvider:
-        """A provider over replies given in code (mappings in the YAML format, or models)."""
+    ) -> "ScriptedProvider":
+        """A provider over replies given in code (mappings in the YAML format, or structs)."""
         return cls(parse_script(list(replies), name=name, source=f"<{name}>"))
 
     @property

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -218,16 +220,20 @@ def test_provider_and_model_names(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("content", "cause"),
     [
-        ("- text: hi\n- txt: typo\n", r"reply 2: txt: Extra inputs are not permitted"),
-        ("- calls: [{arguments: {a: 1}}]\n", r"reply 1: calls\.0\.name: Field required"),
-        ("- calls: [{name: x, arguments: [1, 2]}]\n", r"reply 1: calls\.0\.arguments"),
-        ("- usage: {input_tokens: -1}\n", r"reply 1: usage\.input_tokens"),
+        ("- text: hi\n- txt: typo\n", r"reply 2: txt: Object contains unknown field `txt`$"),
+        ("- calls: [{arguments: {a: 1}}]\n", r"reply 1: calls\.0\.name: Object missing required"),
+        ("- calls: [{name: x, arguments: [1, 2]}]\n", r"reply 1: calls\.0\.arguments: Expected"),
+        ("- calls: [{name: x, arguments: {1: 2}}]\n", r"reply 1: calls\.0\.arguments: .* key"),
+        ("- calls: [{name: ''}]\n", r"reply 1: calls\.0\.name: Expected `str` of length >= 1$"),
+        ("- usage: {input_tokens: -1}\n", r"reply 1: usage\.input_tokens: Expected `int` >= 0$"),
+        ("- just text\n", r"reply 1: Expected `object`, got `str`$"),
         ("text: hi\n", r"a script is a list of replies, got dict"),
         ("", r"a script is a list of replies, got nothing"),
         ("- text: [unclosed\n", r"not valid YAML"),
-        ("- match: '(unclosed'\n", r"reply 1: match: .*not a valid regular expression"),
-        ("- one_of: []\n", r"reply 1: one_of: "),
-        ("- one_of: [{txt: typo}]\n", r"reply 1: one_of\.0\.txt: Extra inputs"),
+        ("- match: '(unclosed'\n", r"reply 1: match: not a valid regular expression"),
+        ("- one_of: [{match: '('}]\n", r"reply 1: one_of\.0: match: not a valid regular"),
+        ("- one_of: []\n", r"reply 1: one_of: Expected `array` of length >= 1$"),
+        ("- one_of: [{txt: typo}]\n", r"reply 1: one_of\.0\.txt: Object contains unknown field"),
     ],
 )
 def test_invalid_script_names_file_and_cause(tmp_path: Path, content: str, cause: str) -> None:
@@ -247,8 +253,43 @@ def test_missing_script_file(tmp_path: Path) -> None:
 
 
 def test_from_replies_validates() -> None:
-    with pytest.raises(ScriptError, match=r"<inline>: reply 1: calls"):
+    with pytest.raises(
+        ScriptError, match=r"<inline>: reply 1: calls: Expected `array`, got `str`$"
+    ):
         ScriptedProvider.from_replies([{"calls": "service_status"}])
+
+
+def test_from_replies_takes_structs_as_given() -> None:
+    reply = Reply(text="hi")
+    choice = Choice(one_of=(Reply(expect="x", text="a"), Reply(text="b")))
+
+    script = ScriptedProvider.from_replies([reply, choice, {"text": "c"}]).script
+
+    assert script.replies[:2] == (reply, choice)
+    assert script.replies[2] == Reply(text="c")
+
+
+PLAYED_IN_CODE = """
+import asyncio, json, sys
+from bot.llm.base import UserMessage
+from bot.llm.scripted import ScriptedProvider
+model = ScriptedProvider.from_replies([{"text": "hi", "calls": [{"name": "x"}]}], name="code")
+turn = asyncio.run(model.complete([UserMessage("go")], [], timeout=1))
+print(json.dumps([turn.text, "pydantic" in sys.modules]))
+"""
+
+
+def test_replies_given_in_code_are_played_without_pydantic() -> None:
+    # A bench's process plays replies given in code; pydantic would cost it some 8 MiB resident
+    # and tens of milliseconds of start-up.
+    out = subprocess.run(
+        [sys.executable, "-c", PLAYED_IN_CODE],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    assert json.loads(out.stdout) == ["hi", False]
 
 
 def _alternatives(script_path: Path = DEMO_SCRIPT) -> list[tuple[Reply, ...]]:
