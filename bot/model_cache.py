@@ -1,10 +1,10 @@
 """Models' validators kept between processes: built once, read back after.
 
-A ``KeptModel`` (the settings', the PII settings', the catalog's) is built on first use
+A ``KeptModel`` (the settings' sections, the catalog's) is built on first use
 (``defer_build``): pydantic turns its fields into a core schema (0.3 to 1.5 ms a
 model, and its schema machinery the first time, some 15 ms), then pydantic-core compiles that
-into a validator and a serializer (about 0.05 ms). A fresh process that suspends or resumes one
-run uses some twenty models, so building them was most of its work. Here the core schema of
+into a validator and a serializer (about 0.05 ms). A command that loads the settings uses a
+dozen models, so building them was much of its start. Here the core schema of
 each model is written once, the first time it is built, and every later process compiles it
 from that file instead of generating it again.
 
