@@ -1,19 +1,20 @@
 """Built-in in-process tools shipped with the bot."""
 
-from __future__ import annotations
+# No ``from __future__ import annotations``: msgspec would evaluate the arguments' annotation
+# text when it first builds their schema.
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Annotated
+
+import msgspec
 
 from bot.tools.base import Tool
 from bot.tools.python import function_tool
 
 
-class EchoArgs(BaseModel):
+class EchoArgs(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Arguments of ``echo``."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    text: str = Field(description="The text to return unchanged.")
+    text: Annotated[str, msgspec.Meta(description="The text to return unchanged.")]
 
 
 @function_tool(idempotent=True)

@@ -1,4 +1,4 @@
-"""In-process tools: an async function of a pydantic arguments model (and maybe the context)."""
+"""In-process tools: an async function of an arguments Struct or model (and maybe the context)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ import typing
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, overload
 
-from pydantic import BaseModel, ValidationError
-
+from bot.tools.arguments import ArgumentsType, InvalidArguments, arguments_type
 from bot.tools.base import (
     ApprovalPolicy,
     Deferral,
@@ -23,8 +22,8 @@ ToolReturn = str | ToolResult | Deferral
 ToolFunction = Callable[..., Awaitable[ToolReturn]]
 
 
-def _arguments_model(fn: ToolFunction) -> tuple[type[BaseModel], bool]:
-    """The pydantic model of the first parameter, and whether a second (the context) is taken."""
+def _arguments_type(fn: ToolFunction) -> tuple[ArgumentsType, bool]:
+    """The arguments type of the first parameter, and whether a second (the context) is taken."""
     if not inspect.iscoroutinefunction(fn):
         raise TypeError(f"{fn.__qualname__} must be an async def")
     params = list(inspect.signature(fn).parameters.values())
@@ -34,24 +33,18 @@ def _arguments_model(fn: ToolFunction) -> tuple[type[BaseModel], bool]:
         hints = typing.get_type_hints(fn)
     except NameError as exc:
         raise TypeError(f"{fn.__qualname__}: cannot resolve annotations: {exc}") from exc
-    model = hints.get(params[0].name)
-    if not (inspect.isclass(model) and issubclass(model, BaseModel)):
-        raise TypeError(f"{fn.__qualname__}: first parameter must be annotated with a BaseModel")
-    return model, len(params) == 2
+    found = arguments_type(hints.get(params[0].name))
+    if found is None:
+        raise TypeError(
+            f"{fn.__qualname__}: first parameter must be annotated with a msgspec Struct"
+            " or a pydantic BaseModel"
+        )
+    return found, len(params) == 2
 
 
 def _first_doc_line(fn: ToolFunction) -> str:
     doc = inspect.getdoc(fn) or ""
     return doc.strip().splitlines()[0] if doc.strip() else ""
-
-
-def error_lines(exc: ValidationError) -> list[str]:
-    """A validation error as one ``field: message`` line per problem."""
-    lines = []
-    for error in exc.errors():
-        where = ".".join(str(part) for part in error["loc"]) or "(arguments)"
-        lines.append(f"{where}: {error['msg']}")
-    return lines
 
 
 class PythonTool:
@@ -69,10 +62,10 @@ class PythonTool:
         if not description:
             raise ValueError(f"tool {name!r} needs a description (or a docstring)")
         self._fn = fn
-        self._model, self._wants_ctx = _arguments_model(fn)
+        self._arguments, self._wants_ctx = _arguments_type(fn)
         self._name = name
         self._description = description
-        self._parameters = self._model.model_json_schema()
+        self._parameters = self._arguments.schema()
         self._flags = flags
 
     @classmethod
@@ -120,7 +113,7 @@ class PythonTool:
 
     @property
     def parameters(self) -> dict[str, Any]:
-        """The JSON Schema of the arguments, from the pydantic model."""
+        """The JSON Schema of the arguments, from their Struct or model."""
         return self._parameters
 
     @property
@@ -129,19 +122,19 @@ class PythonTool:
         return self._flags
 
     def argument_errors(self, arguments: dict[str, Any]) -> list[str]:
-        """Every way ``arguments`` break the pydantic model: the very check ``call`` makes."""
+        """Every way ``arguments`` break their type: the very check ``call`` makes."""
         try:
-            self._model.model_validate(arguments)
-        except ValidationError as exc:
-            return error_lines(exc)
+            self._arguments.convert(arguments)
+        except InvalidArguments as exc:
+            return exc.lines
         return []
 
     async def call(self, arguments: dict[str, Any], ctx: ToolContext) -> ToolResult | Deferral:
-        """Build the arguments model and run the function; its exceptions propagate."""
+        """Build the arguments value and run the function; its exceptions propagate."""
         try:
-            args = self._model.model_validate(arguments)
-        except ValidationError as exc:
-            output = "invalid arguments:\n" + "\n".join(error_lines(exc))
+            args = self._arguments.convert(arguments)
+        except InvalidArguments as exc:
+            output = "invalid arguments:\n" + "\n".join(exc.lines)
             return ToolResult(output=output, is_error=True)
         answer = await (self._fn(args, ctx) if self._wants_ctx else self._fn(args))
         if isinstance(answer, str):

@@ -1,7 +1,14 @@
-"""In-process tools: schema from the model, validation errors, context detection, ``echo``."""
+"""In-process tools: schema from the Struct or model, validation errors, context detection,
+``echo``."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from typing import Annotated
+
+import msgspec
 import pytest
 from pydantic import BaseModel, Field
 
@@ -84,12 +91,12 @@ def test_sync_function_is_refused() -> None:
         PythonTool.from_function(sync)  # type: ignore[arg-type]
 
 
-def test_first_parameter_must_be_a_model() -> None:
+def test_first_parameter_must_be_a_struct_or_a_model() -> None:
     async def untyped(args: dict) -> str:  # type: ignore[type-arg]
         """Untyped."""
         return ""
 
-    with pytest.raises(TypeError, match="BaseModel"):
+    with pytest.raises(TypeError, match="msgspec Struct or a pydantic BaseModel"):
         PythonTool.from_function(untyped)
 
 
@@ -104,9 +111,126 @@ def test_bad_name_and_missing_description_are_refused() -> None:
         PythonTool.from_function(bare)
 
 
+class Wave(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Arguments of ``wave``."""
+
+    name: Annotated[str, msgspec.Meta(description="Who to wave at")]
+    times: Annotated[int, msgspec.Meta(ge=1)] = 1
+
+
+@function_tool
+async def wave(args: Wave) -> str:
+    """Wave at someone."""
+    return " ".join([f"wave {args.name}"] * args.times)
+
+
+class Hand(msgspec.Struct):
+    fingers: int
+
+
+class Hands(msgspec.Struct):
+    hands: list[Hand]
+
+
+@function_tool
+async def count(args: Hands) -> str:
+    """Count fingers."""
+    return str(sum(hand.fingers for hand in args.hands))
+
+
+class Branch(msgspec.Struct):
+    leaves: list[Branch] = []
+
+
+@function_tool
+async def grow(args: Branch) -> str:
+    """Grow a tree."""
+    return str(len(args.leaves))
+
+
+def test_struct_schema_is_an_object_schema() -> None:
+    assert wave.parameters == {
+        "title": "Wave",
+        "description": "Arguments of ``wave``.",
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "description": "Who to wave at"},
+            "times": {"type": "integer", "minimum": 1, "default": 1},
+        },
+        "required": ["name"],
+        "additionalProperties": False,
+    }
+
+
+def test_struct_schema_keeps_only_the_definitions_it_refers_to() -> None:
+    assert count.parameters["properties"]["hands"]["items"] == {"$ref": "#/$defs/Hand"}
+    assert list(count.parameters["$defs"]) == ["Hand"]
+    # A Struct that nests itself keeps its own definition for the inner references.
+    assert grow.parameters["properties"]["leaves"]["items"] == {"$ref": "#/$defs/Branch"}
+    assert list(grow.parameters["$defs"]) == ["Branch"]
+    assert "$defs" not in wave.parameters
+
+
+async def test_call_builds_the_struct() -> None:
+    assert await wave.call({"name": "bo", "times": 2}, CTX) == ToolResult("wave bo wave bo")
+    assert await count.call({"hands": [{"fingers": 5}, {"fingers": 4}]}, CTX) == ToolResult("9")
+
+
+async def test_struct_errors_are_field_lines() -> None:
+    result = await wave.call({"name": "bo", "times": 0}, CTX)
+    assert result == ToolResult("invalid arguments:\ntimes: Expected `int` >= 1", is_error=True)
+    assert wave.argument_errors({}) == ["name: Object missing required field `name`"]
+    assert count.argument_errors({"hands": [{"fingers": "5"}]}) == [
+        "hands.0.fingers: Expected `int`, got `str`"
+    ]
+    assert count.argument_errors([]) == ["(arguments): Expected `object`, got `array`"]  # type: ignore[arg-type]
+    assert wave.argument_errors({"name": "bo"}) == []
+
+
+async def test_struct_refuses_unknown_fields_when_it_forbids_them() -> None:
+    assert wave.argument_errors({"name": "bo", "loud": True}) == [
+        "loud: Object contains unknown field `loud`"
+    ]
+    result = await wave.call({"name": "bo", "loud": True}, CTX)
+    assert isinstance(result, ToolResult)
+    assert result.is_error
+
+
 async def test_echo_builtin() -> None:
     assert echo.name == "echo"
     assert echo.flags.traits.idempotent
-    assert echo.parameters["required"] == ["text"]
+    assert echo.parameters == {
+        "title": "EchoArgs",
+        "description": "Arguments of ``echo``.",
+        "type": "object",
+        "properties": {"text": {"type": "string", "description": "The text to return unchanged."}},
+        "required": ["text"],
+        "additionalProperties": False,
+    }
     assert await echo.call({"text": "ping"}, CTX) == ToolResult("ping")
+    assert echo.argument_errors({"text": "ping", "more": 1}) == [
+        "more: Object contains unknown field `more`"
+    ]
     assert builtin_tools() == [echo]
+
+
+ECHO_WITHOUT_PYDANTIC = """
+import asyncio, json, sys
+from bot.tools.base import ToolContext
+from bot.tools.builtin import echo
+ctx = ToolContext(run_id="run_1", call_id="call_1", requested_by="ana")
+result = asyncio.run(echo.call({"text": "ping"}, ctx))
+print(json.dumps([result.output, "pydantic" in sys.modules]))
+"""
+
+
+def test_echo_runs_without_importing_pydantic() -> None:
+    # A runtime composed in code with the built-in tools pays no ~8 MiB for pydantic.
+    out = subprocess.run(
+        [sys.executable, "-c", ECHO_WITHOUT_PYDANTIC],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    assert json.loads(out.stdout) == ["ping", False]
