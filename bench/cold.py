@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from pydantic import BaseModel
+import msgspec
 
 from bench.commits import EXIT_SUSPENDED, kestrel_command, workspace
 from bench.instructions import instructions
@@ -69,8 +69,8 @@ PROMPT: Final = "restart checkout"
 # -- Kestrel, in the measured process ----------------------------------------------------------
 
 
-class Service(BaseModel):
-    """Which service."""
+class Service(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Which service (a struct, as the built-in tools' arguments are)."""
 
     service: str
 
