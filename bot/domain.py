@@ -172,7 +172,8 @@ class RequestMaker:
         ``details``)."""
         request = Request(
             run_id=self.run_id,
-            kind=kind,
+            # A tool's code may name the kind as text: a struct keeps what it is given.
+            kind=RequestKind(kind),
             call_id=call_id,
             tool=tool,
             arguments=arguments,

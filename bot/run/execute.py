@@ -282,13 +282,51 @@ async def _invoke(
         log.warning("tool %s raised", tool.name, exc_info=True)
         return ToolOutcome.ERROR, f"the tool failed: {type(exc).__name__}: {exc}", True, None
     if isinstance(answer, Deferral):
-        return ToolOutcome.DEFERRED, answer.prompt, False, answer
+        deferral = _checked_deferral(answer)
+        if deferral is None:
+            # A plugin's code is not type-checked with ours: the request is built from these.
+            return ToolOutcome.ERROR, f"the tool deferred with {_shown(answer)}", True, None
+        return ToolOutcome.DEFERRED, deferral.prompt, False, deferral
     result = answer if isinstance(answer, ToolResult) else ToolResult(str(answer))
     if type(result.output) is not str or type(result.is_error) is not bool:
         # A plugin's code is not type-checked with ours; the journal holds text and a flag.
         shown = f"{type(result.output).__name__} output, is_error {result.is_error!r}"
         return ToolOutcome.ERROR, f"the tool answered with {shown}, not text", True, None
     return ToolOutcome.OK, result.output, result.is_error, None
+
+
+def _checked_deferral(deferral: Deferral) -> Deferral | None:
+    """The deferral with its kind a ``RequestKind`` and its options a tuple (as a request
+    holds them); None when a field is of no type a request can hold."""
+    options = deferral.options
+    if (
+        not isinstance(deferral.kind, str)
+        or deferral.kind not in _REQUEST_KINDS
+        or type(deferral.prompt) is not str
+        or type(deferral.request_id) is not str
+        or not isinstance(options, tuple | list)
+        or not all(type(option) is str for option in options)
+    ):
+        return None
+    kind = RequestKind(deferral.kind)
+    if kind is deferral.kind and type(options) is tuple:
+        return deferral
+    return Deferral(
+        kind=kind, prompt=deferral.prompt, options=tuple(options), request_id=deferral.request_id
+    )
+
+
+_REQUEST_KINDS = frozenset(kind.value for kind in RequestKind)
+
+
+def _shown(deferral: Deferral) -> str:
+    """A refused deferral's field types (not their content, which may be sensitive)."""
+    kind = deferral.kind if isinstance(deferral.kind, str) else type(deferral.kind).__name__
+    return (
+        f"kind {kind!r}, {type(deferral.prompt).__name__} prompt, "
+        f"{type(deferral.options).__name__} options, "
+        f"{type(deferral.request_id).__name__} request_id; not a request"
+    )
 
 
 async def post_tool(call: ToolCall, output: str, env: CallEnv) -> str:
