@@ -45,7 +45,7 @@ from bot.domain import Budgets
 from bot.kinds import Provenance
 from bot.model_cache import KeptModel
 from bot.people.policy import PolicyRules
-from bot.pii.settings import PiiSettings
+from bot.pii.settings import FieldProblem, PiiSettings
 from bot.run.deadlines import DeadlineSettings as DeadlineSettings
 
 # Settings whose variable is not KESTREL_<NAME>: the variable's name, by setting.
@@ -451,6 +451,9 @@ def _describe(
     problems = []
     for error in exc.errors():
         loc = tuple(str(part) for part in error["loc"])
+        cause = error.get("ctx", {}).get("error")
+        if isinstance(cause, FieldProblem):  # a dataclass section's check of one of its fields
+            loc = (*loc, cause.field)
         key = ".".join(loc) or "(top level)"
         message = _unknown(loc) if error["type"] in _UNKNOWN_KEY else error["msg"]
         problems.append(f"{_source_of(loc, path, variables)}: {key}: {message}")

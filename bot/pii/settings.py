@@ -29,6 +29,15 @@ def unknown_entities(names: Iterable[str]) -> str | None:
     return f"unknown entity type(s) {', '.join(unknown)}; known: {', '.join(ENTITY_TYPES)}"
 
 
+class FieldProblem(ValueError):
+    """What is wrong with one field of a settings dataclass, raised by its ``__post_init__``:
+    the settings place it at that field (pydantic places it at the dataclass)."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(problem)
+        self.field = field
+
+
 @dataclass(frozen=True)
 class OperatorSpec:
     """How the hits of one entity type are rewritten under redact."""
@@ -45,7 +54,7 @@ class OperatorSpec:
 
     def __post_init__(self) -> None:
         if self.salt is not None and len(self.salt.encode()) < 16:
-            raise ValueError("a hash salt must be at least 16 bytes")
+            raise FieldProblem("salt", "a hash salt must be at least 16 bytes")
 
 
 @dataclass(frozen=True)
@@ -66,4 +75,4 @@ class PiiSettings:
         for name, entities in (("entities", self.entities or ()), ("operators", self.operators)):
             problem = unknown_entities(entities)
             if problem:
-                raise ValueError(f"{name}: {problem}")
+                raise FieldProblem(name, problem)
