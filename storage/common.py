@@ -230,9 +230,9 @@ def work_from_row(row: Sequence[Any], timestamp: Timestamp) -> WorkItem:
     """A work item from an (id, kind, payload JSON text, created_at) row."""
     work_id, kind, payload, created_at = row
     try:
-        return WorkItem(
-            id=work_id, kind=kind, payload=json.loads(payload), created_at=timestamp(created_at)
-        )
+        fields = {"id": work_id, "kind": kind, "payload": json.loads(payload)}
+        # Converted, as a run's row is: a kind no taker knows is named here, not taken.
+        return wire.from_plain(fields | {"created_at": timestamp(created_at)}, WorkItem)
     except ValueError as exc:
         raise StoreError(f"work item {work_id}: unreadable: {exc}") from exc
 
@@ -248,20 +248,21 @@ def outbox_from_row(row: Sequence[Any], timestamp: Timestamp) -> OutboxMessage:
     key, platform, target, body, version, delivered, ref, attempts = row[:8]
     due_at, error, created_at, updated_at = row[8:]
     try:
-        return OutboxMessage(
-            key=key,
-            platform=platform,
-            target=json.loads(target),
-            body=json.loads(body),
-            version=version,
-            delivered_version=delivered,
-            ref=ref,
-            attempts=attempts,
-            next_attempt_at=timestamp(due_at),
-            error=error,
-            created_at=timestamp(created_at),
-            updated_at=timestamp(updated_at),
-        )
+        fields = {
+            "key": key,
+            "platform": platform,
+            "target": json.loads(target),
+            "body": json.loads(body),
+            "version": version,
+            "delivered_version": delivered,
+            "ref": ref,
+            "attempts": attempts,
+            "next_attempt_at": timestamp(due_at),
+            "error": error,
+            "created_at": timestamp(created_at),
+            "updated_at": timestamp(updated_at),
+        }
+        return wire.from_plain(fields, OutboxMessage)
     except ValueError as exc:
         raise StoreError(f"outbox message {key!r}: unreadable: {exc}") from exc
 
