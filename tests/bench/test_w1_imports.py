@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
+
+from tests.fakes.fresh import fresh_json
 
 # Two runs of W1 on a fresh SQLite file, the PII guard redacting; then what was imported.
 RUN = """
@@ -28,12 +27,5 @@ print(json.dumps({"answers": answers, "pydantic": "pydantic" in sys.modules}))
 
 
 def test_w1_runs_its_runtime_without_pydantic(tmp_path: Path) -> None:
-    out = subprocess.run(
-        [sys.executable, "-c", RUN, str(tmp_path / "w1.db")],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=Path(__file__).resolve().parents[2],
-    )
-    said = json.loads(out.stdout)
+    said = fresh_json(RUN, str(tmp_path / "w1.db"))
     assert said == {"answers": ["done", "done"], "pydantic": False}

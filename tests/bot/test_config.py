@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from bot.config.settings import ConfigError, load_settings
+from tests.fakes.fresh import fresh_json
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -76,11 +74,4 @@ print(json.dumps("yaml" in sys.modules))
 def test_a_runtime_composed_in_code_loads_no_yaml_parser() -> None:
     # The parser is loaded with the first file read: a library user or a bench pays no memory
     # for it (about 1 MiB resident).
-    out = subprocess.run(
-        [sys.executable, "-c", COMPOSED_IN_CODE],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    )
-    assert json.loads(out.stdout) is False
+    assert fresh_json(COMPOSED_IN_CODE) is False

@@ -9,7 +9,7 @@ from bot.journal.entries import ToolDeferred, ToolResultEntry
 from bot.run.supervisor import Supervisor
 from bot.tools.base import Deferral
 from bot.tools.python import function_tool
-from tests.fakes.runtime import TextArgs, call, make_runtime, reply
+from tests.fakes.runtime import TextArgs, call, make_runtime, one_call, reply
 
 
 async def test_a_deferral_with_text_kind_and_list_options_suspends(tmp_path: Path) -> None:
@@ -35,13 +35,7 @@ async def test_a_deferral_of_no_known_kind_fails_the_call_not_the_run(tmp_path: 
         """Ask a person later."""
         return Deferral(kind="wait_usr", prompt="which?")  # type: ignore[arg-type]
 
-    rt, _ = await make_runtime(
-        tmp_path / "k.db", [reply(call("ask", text="x")), reply(text="done")], [ask]
-    )
-    sup = Supervisor(rt)
-    state = await sup.wait(await sup.start_turn("help"))
-    records = await rt.store.load(state.run_id)
-    await rt.store.close()
+    state, records = await one_call(tmp_path / "k.db", ask, text="x")
     assert state.status is RunStatus.COMPLETED
     (answer,) = [r.entry for r in records if isinstance(r.entry, ToolResultEntry)]
     assert answer.is_error

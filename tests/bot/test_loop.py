@@ -23,6 +23,7 @@ from tests.fakes.runtime import (
     call,
     counting_tools,
     make_runtime,
+    one_call,
     reply,
 )
 
@@ -349,13 +350,7 @@ async def test_a_tool_answering_with_no_text_fails_the_call_not_the_journal(
         """Answers with a number where text belongs."""
         return ToolResult(output=len(args.text))  # type: ignore[arg-type]
 
-    rt, _ = await make_runtime(
-        tmp_path / "k.db", [reply(call("count", text="abc")), reply(text="done")], [count]
-    )
-    sup = Supervisor(rt)
-    state = await sup.wait(await sup.start_turn("help"))
-    records = await rt.store.load(state.run_id)
-    await rt.store.close()
+    state, records = await one_call(tmp_path / "k.db", count, text="abc")
 
     assert state.result is not None and state.result.status is RunStatus.COMPLETED
     (answer,) = [r.entry for r in records if isinstance(r.entry, ToolResultEntry)]

@@ -11,9 +11,12 @@ from pydantic import BaseModel
 from bot.domain import Budgets, Decision, DecisionKind, Request
 from bot.events import Event, FanOut
 from bot.hooks import Hooks
+from bot.journal.fold import RunState
+from bot.journal.log import JournalRecord
 from bot.llm.base import ModelProvider
 from bot.llm.scripted import ScriptedProvider
 from bot.run.runtime import Runtime
+from bot.run.supervisor import Supervisor
 from bot.tools.base import Tool, ToolContext
 from bot.tools.python import function_tool
 from bot.tools.source import ToolSource
@@ -154,3 +157,15 @@ async def make_runtime(
         lease_seconds=lease_seconds,
     )
     return rt, recorder
+
+
+async def one_call(db: Path, tool: Tool, **arguments: Any) -> tuple[RunState, list[JournalRecord]]:
+    """A run whose model calls ``tool`` once with ``arguments``, then answers "done": its last
+    state and its journal."""
+    replies = [reply(call(tool.name, **arguments)), reply(text="done")]
+    rt, _ = await make_runtime(db, replies, [tool])
+    supervisor = Supervisor(rt)
+    state = await supervisor.wait(await supervisor.start_turn("help"))
+    records = await rt.store.load(state.run_id)
+    await rt.store.close()
+    return state, records

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +28,7 @@ from bot.llm.scripted import (
     ScriptMismatch,
     load_script,
 )
+from tests.fakes.fresh import fresh_json
 
 CATALOG_TOOLS = {"service_status", "tail_logs", "restart_service", "disk_usage"}
 
@@ -282,14 +281,7 @@ print(json.dumps([turn.text, "pydantic" in sys.modules]))
 def test_replies_given_in_code_are_played_without_pydantic() -> None:
     # A bench's process plays replies given in code; pydantic would cost it some 8 MiB resident
     # and tens of milliseconds of start-up.
-    out = subprocess.run(
-        [sys.executable, "-c", PLAYED_IN_CODE],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    )
-    assert json.loads(out.stdout) == ["hi", False]
+    assert fresh_json(PLAYED_IN_CODE) == ["hi", False]
 
 
 def _alternatives(script_path: Path = DEMO_SCRIPT) -> list[tuple[Reply, ...]]:

@@ -3,9 +3,6 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from typing import Annotated
 
 import msgspec
@@ -16,6 +13,7 @@ from bot.domain import RequestKind
 from bot.tools.base import Deferral, ToolContext, ToolResult
 from bot.tools.builtin import builtin_tools, echo
 from bot.tools.python import PythonTool, function_tool
+from tests.fakes.fresh import fresh_json
 
 CTX = ToolContext(run_id="run_1", call_id="call_1", requested_by="ana")
 
@@ -226,11 +224,4 @@ print(json.dumps([result.output, "pydantic" in sys.modules]))
 
 def test_echo_runs_without_importing_pydantic() -> None:
     # A runtime composed in code with the built-in tools pays no ~8 MiB for pydantic.
-    out = subprocess.run(
-        [sys.executable, "-c", ECHO_WITHOUT_PYDANTIC],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    )
-    assert json.loads(out.stdout) == ["ping", False]
+    assert fresh_json(ECHO_WITHOUT_PYDANTIC) == ["ping", False]
