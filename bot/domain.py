@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-# The vocabularies live apart, importable without pydantic; they are the domain's names too.
+# The vocabularies live apart, importable alone; they are the domain's names too.
 from bot.kinds import TERMINAL_STATUSES as TERMINAL_STATUSES
 from bot.kinds import DecisionKind as DecisionKind
 from bot.kinds import GrantKind as GrantKind
@@ -48,7 +48,7 @@ class DomainModel(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     applies it to the fields a class declares): a run writes and reads these on every step, and a
     fresh process (an adopted run, a CLI approval) must not compile a validator per type first.
     What the code builds is typed (mypy checks it); what is read back from the store is
-    validated as it is decoded (``bot.journal.codec``).
+    validated as it is decoded (``bot.wire``).
     """
 
 
