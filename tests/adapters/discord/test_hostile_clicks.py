@@ -68,6 +68,12 @@ def _request_id(card: dict[str, Any]) -> str:
     return _component_id(card, "kestrel:approve:").rsplit(":", 1)[1]
 
 
+async def _approval_card(world: DiscordWorld) -> tuple[str, dict[str, Any]]:
+    """A mention whose run waits on an approval: its thread and the approval card."""
+    thread = await world.thread_of(await world.mention("checkout is failing"))
+    return thread, await world.card("approve")
+
+
 async def _select(world: DiscordWorld, card: dict[str, Any], values: list[str]) -> dict[str, Any]:
     data = p.interaction_select(
         custom_id=_component_id(card, "kestrel:choose:"),
@@ -108,9 +114,7 @@ async def test_select_values_that_int_cannot_read_are_refused_not_crashed(
 
 async def test_wrong_kinds_on_a_request_are_refused(tmp_path: Path) -> None:
     async with discord_world(tmp_path, restart_script()) as world:
-        mention = await world.mention("checkout is failing")
-        thread = await world.thread_of(mention)
-        card = await world.card("approve")
+        thread, card = await _approval_card(world)
         req = _request_id(card)
         for custom_id in (
             f"kestrel:effect:done:{req}",
@@ -140,9 +144,7 @@ async def test_a_click_without_member_or_user_changes_nothing_and_is_answered(
     tmp_path: Path,
 ) -> None:
     async with discord_world(tmp_path, restart_script()) as world:
-        mention = await world.mention("checkout is failing")
-        thread = await world.thread_of(mention)
-        card = await world.card("approve")
+        thread, card = await _approval_card(world)
         forged = p.interaction_button(
             custom_id=_component_id(card, "kestrel:approve:"),
             channel=thread,
@@ -159,9 +161,7 @@ async def test_a_click_without_member_or_user_changes_nothing_and_is_answered(
 
 async def test_two_approvers_at_once_run_the_tool_once(tmp_path: Path) -> None:
     async with discord_world(tmp_path, restart_script()) as world:
-        mention = await world.mention("checkout is failing")
-        thread = await world.thread_of(mention)
-        card = await world.card("approve")
+        thread, card = await _approval_card(world)
         one = p.interaction_button(
             custom_id=_component_id(card, "kestrel:approve:"),
             channel=thread,
@@ -188,9 +188,7 @@ async def test_two_approvers_at_once_run_the_tool_once(tmp_path: Path) -> None:
 
 async def test_a_deny_form_sent_after_someone_else_approved_is_refused(tmp_path: Path) -> None:
     async with discord_world(tmp_path, restart_script()) as world:
-        mention = await world.mention("checkout is failing")
-        thread = await world.thread_of(mention)
-        card = await world.card("approve")
+        thread, card = await _approval_card(world)
         await world.click(card, "deny", user=APPROVER)
         await world.discord.wait_for(
             lambda c: "callback" in c.path and (c.json or {}).get("type") == 9
@@ -258,9 +256,7 @@ async def test_a_form_that_carries_no_card_decides_nothing(tmp_path: Path) -> No
     # Discord sends the message a form was opened from; a submission without it (forged, or
     # from anywhere in the run's channel) is not on the request's card, whoever sends it.
     async with discord_world(tmp_path, restart_script()) as world:
-        mention = await world.mention("checkout is failing")
-        thread = await world.thread_of(mention)
-        card = await world.card("approve")
+        thread, card = await _approval_card(world)
         request_id = _request_id(card)
         for channel in (thread, p.CHANNEL_ID):
             submit = p.interaction_modal_submit(
