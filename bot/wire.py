@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from functools import cache
 from typing import Any, Final, TypeVar
 
@@ -13,6 +14,9 @@ Unreadable = msgspec.DecodeError
 """Raised for a text that is not JSON, or not the type asked for (``msgspec.ValidationError``)."""
 
 _ENCODER: Final = msgspec.json.Encoder()
+# Where msgspec says a problem is (``$.calls[0]``), and the field a missing or unknown one names.
+_PATH_PART: Final = re.compile(r"[^.\[\]`]+")
+_NAMED_FIELD: Final = re.compile(r"^Object (?:contains unknown|missing required) field `([^`]+)`")
 
 
 def to_json(value: object) -> str:
@@ -42,3 +46,17 @@ def from_plain(value: Any, kind: type[T]) -> T:
 @cache
 def _decoder(kind: Any) -> msgspec.json.Decoder[Any]:
     return msgspec.json.Decoder(kind)
+
+
+def problem(exc: msgspec.ValidationError) -> tuple[str, str]:
+    """Where a value broke its type, dotted (``calls.0.name``: a missing or unknown field is
+    named last, where people look for it), and why; the place is empty for the whole value."""
+    cause, _, at = str(exc).partition(" - at `")
+    # A key's problem is ``at `key` in `$.arguments```: the place is what follows the last ``$``.
+    parts = _PATH_PART.findall(at.rpartition("$")[2])
+    named = _NAMED_FIELD.match(cause)
+    if named:
+        parts.append(named.group(1))
+    if at.startswith("key`"):
+        cause += " (for a key)"
+    return ".".join(parts), cause

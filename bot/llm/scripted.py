@@ -17,6 +17,7 @@ from typing import Annotated, Any
 
 import msgspec
 
+from bot import wire
 from bot.domain import AssistantTurn, ToolCall, Usage
 from bot.llm.base import (
     AssistantMessage,
@@ -32,9 +33,6 @@ PROVIDER = "scripted"
 EXHAUSTED = "(the script has no more replies)"
 DEMO_SCRIPT = Path(__file__).resolve().parent.parent / "demo" / "demo.yaml"
 _PREVIEW = 200
-# Where msgspec says an error is (``$.calls[0]``) and which field a missing or unknown one names.
-_PATH_PART = re.compile(r"[^.\[\]`]+")
-_NAMED_FIELD = re.compile(r"^Object (?:contains unknown|missing required) field `([^`]+)`")
 
 
 class ScriptError(ValueError):
@@ -200,16 +198,9 @@ def _step_kind(raw: object) -> type[Step]:
 
 
 def _describe(exc: msgspec.ValidationError) -> str:
-    """msgspec's ``cause - at `$.calls[0]``` as ``calls.0: cause``, a field the cause names last."""
-    cause, _, at = str(exc).partition(" - at `")
-    # A key's error is ``at `key` in `$.arguments```: the path is what follows the last ``$``.
-    parts = _PATH_PART.findall(at.rpartition("$")[2])
-    named = _NAMED_FIELD.match(cause)
-    if named:  # msgspec places a missing or unknown field at its object: the author wants it
-        parts.append(named.group(1))
-    if at.startswith("key`"):
-        cause += " (for a key)"
-    return f"{'.'.join(parts)}: {cause}" if parts else cause
+    """msgspec's ``cause - at `$.calls[0]``` as ``calls.0: cause``."""
+    place, cause = wire.problem(exc)
+    return f"{place}: {cause}" if place else cause
 
 
 def _one_line(text: str) -> str:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import inspect
 import json
-import re
 import sys
 from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
+
+from bot import wire
 
 if TYPE_CHECKING:
     from pydantic import BaseModel, ValidationError
@@ -63,7 +64,8 @@ class StructArguments:
         try:
             return msgspec.convert(arguments, self._struct)
         except msgspec.ValidationError as exc:
-            raise InvalidArguments([_struct_error_line(str(exc))]) from exc
+            place, cause = wire.problem(exc)
+            raise InvalidArguments([f"{place or '(arguments)'}: {cause}"]) from exc
 
 
 class ModelArguments:
@@ -95,22 +97,6 @@ def _inline_top(schema: dict[str, Any]) -> dict[str, Any]:
     if f'"{ref}"' in json.dumps([top, defs]):
         defs = schema["$defs"]
     return {**top, "$defs": defs} if defs else top
-
-
-_NAMED_FIELD = re.compile(r"field `([^`]*)`$")
-
-
-def _struct_error_line(message: str) -> str:
-    """msgspec's ``Expected `int`, got `str` - at `$.a[0]``` as ``a.0: Expected …``."""
-    text, at_sep, at = message.rpartition(" - at `$")
-    if not at_sep:
-        text, at = message, ""
-    path = re.sub(r"\[(\d+)\]", r".\1", at.removesuffix("`")).strip(".")
-    # A missing or unknown field is named in the text, not the path: name it as pydantic does.
-    named = _NAMED_FIELD.search(text)
-    if named:
-        path = f"{path}.{named[1]}".strip(".")
-    return f"{path or '(arguments)'}: {text}"
 
 
 def _model_error_lines(exc: ValidationError) -> list[str]:
