@@ -42,6 +42,7 @@ from bot.kinds import Provenance
 from bot.people.audit import origins_text
 from bot.run.arguments import parse_arguments
 from bot.run.context import RunContext
+from bot.run.eager import started
 from bot.run.gate import Gate
 from bot.run.interrupt import Interrupt, Interrupted
 from bot.run.origins import consequential
@@ -272,15 +273,15 @@ async def _invoke(
     traits = tool.flags.traits
     limit = None if traits.operator_paced or traits.timeout <= 0 else traits.timeout
     try:
-        async with interrupt.guard(tool=True), asyncio.timeout(limit):
-            answer = await tool.call(arguments, ctx)
+        answer = await _answer(tool, arguments, ctx, interrupt, limit)
     except Interrupted:
         raise
-    except TimeoutError:
+    except TimeoutError as exc:
+        if limit is None:  # the tool's own: no timeout of ours was armed
+            return _failed(tool, exc)
         return ToolOutcome.TIMEOUT, f"timed out after {limit:g}s; the tool was stopped", True, None
     except Exception as exc:
-        log.warning("tool %s raised", tool.name, exc_info=True)
-        return ToolOutcome.ERROR, f"the tool failed: {type(exc).__name__}: {exc}", True, None
+        return _failed(tool, exc)
     if isinstance(answer, Deferral):
         deferral = _checked_deferral(answer)
         if deferral is None:
@@ -293,6 +294,29 @@ async def _invoke(
         shown = f"{type(result.output).__name__} output, is_error {result.is_error!r}"
         return ToolOutcome.ERROR, f"the tool answered with {shown}, not text", True, None
     return ToolOutcome.OK, result.output, result.is_error, None
+
+
+def _failed(tool: Tool, exc: Exception) -> tuple[ToolOutcome, str, bool, None]:
+    log.warning("tool %s raised", tool.name, exc_info=exc)
+    return ToolOutcome.ERROR, f"the tool failed: {type(exc).__name__}: {exc}", True, None
+
+
+async def _answer(
+    tool: Tool,
+    arguments: dict[str, Any],
+    ctx: ToolContext,
+    interrupt: Interrupt,
+    limit: float | None,
+) -> object:
+    """What the tool answered. Its first step is taken at once: an instant tool is done there,
+    with no timer armed. The rest waits inside the interrupt guard and under the timeout."""
+    interrupt.refuse()  # as the guard would: nothing new starts once a stop is requested
+    call = tool.call(arguments, ctx)
+    first = started(call)
+    if first is not None and first.done:
+        return first.result
+    async with interrupt.guard(tool=True), asyncio.timeout(limit):
+        return await (call if first is None else first)
 
 
 def _checked_deferral(deferral: Deferral) -> Deferral | None:

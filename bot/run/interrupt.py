@@ -40,6 +40,11 @@ class Interrupt:
         self._cut = True
         self._task.cancel()
 
+    def refuse(self) -> None:
+        """Raise ``Interrupted`` once a stop was requested: nothing new starts after it."""
+        if self.requested:
+            raise Interrupted("the run was interrupted")
+
     def guard(self, *, tool: bool = False) -> _Guard:
         """A wait that a stop request may cut short (raising ``Interrupted`` instead)."""
         return self._guards[tool]
@@ -57,8 +62,7 @@ class _Guard:
 
     async def __aenter__(self) -> None:
         interrupt = self._interrupt
-        if interrupt.requested:
-            raise Interrupted("the run was interrupted")
+        interrupt.refuse()
         interrupt._task = asyncio.current_task()
         interrupt._in_tool = self._tool
         interrupt._cut = False

@@ -329,6 +329,59 @@ async def test_timeout_exemptions_operator_paced_and_none(
     await rt.store.close()
 
 
+async def test_a_stop_requested_as_a_tool_is_about_to_start_keeps_it_from_starting(
+    tmp_path: Path,
+) -> None:
+    counter = Counter()
+    supervisors: list[Supervisor] = []
+
+    async def shut_down_once(tool_call: ToolCall, ctx: HookContext) -> ToolVerdict:
+        """A replica's graceful shutdown arrives while this call passes its checks."""
+        if counter.calls.get("stops", 0) == 0:
+            counter.hit("stops")
+            supervisors[0].interrupt_all(spare_tools=True)
+        return ToolVerdict()
+
+    rt, _ = await make_runtime(
+        tmp_path / "k.db",
+        [reply(call("echo", text="1")), reply(text="done")],
+        counting_tools(counter),
+        hooks=Hooks(pre_tool_use=[shut_down_once]),
+    )
+    supervisors.append(Supervisor(rt))
+    live = await supervisors[0].start_turn("hi")
+    state = await supervisors[0].wait(live)
+    assert state.status is RunStatus.SUSPENDED
+    assert counter.calls == {"stops": 1}  # the tool never began, not even its first step
+    resumed = await supervisors[0].resume(live.run_id)
+    assert resumed is not None
+    state = await supervisors[0].wait(resumed)
+    assert state.result is not None and state.result.text == "done"
+    assert counter.calls == {"stops": 1, "echo": 1}
+    await rt.store.close()
+
+
+async def test_a_tool_raising_timeout_error_without_a_timeout_fails_its_call(
+    tmp_path: Path,
+) -> None:
+    @function_tool(name="ask_operator", operator_paced=True)
+    async def ask_operator(args: TextArgs) -> str:
+        """Its own client gave up waiting: a TimeoutError, though no timeout was set."""
+        raise TimeoutError("the operator's console did not answer")
+
+    replies = [reply(call("ask_operator", text="?")), reply(text="done")]
+    rt, _ = await make_runtime(tmp_path / "k.db", replies, [ask_operator])
+    sup = Supervisor(rt)
+    state = await sup.wait(await sup.start_turn("go"))
+    assert state.result is not None and state.result.outcomes == {"error": 1}
+    (result,) = [
+        r.entry for r in await rt.store.load(state.run_id) if r.entry.kind == "tool_result"
+    ]
+    assert isinstance(result, ToolResultEntry)
+    assert result.output == "the tool failed: TimeoutError: the operator's console did not answer"
+    await rt.store.close()
+
+
 async def test_the_final_answer_is_journaled_once(tmp_path: Path) -> None:
     answer = 'Here you are:\n```json\n{"healthy": true}\n```' + " padding" * 1000
     state, _, records, _ = await run_once(tmp_path, [reply(text=answer)])
