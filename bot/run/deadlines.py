@@ -25,5 +25,5 @@ class DeadlineSettings:
     wait_user: Seconds = 3600
     wait_effect: Seconds = 86400
     wait_plan: Seconds = 3600
-    per_tool: dict[str, float] = field(default_factory=dict)
+    per_tool: dict[str, Seconds] = field(default_factory=dict)
     remind_before: Annotated[float, Ge(0)] = 600

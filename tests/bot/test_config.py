@@ -36,6 +36,8 @@ def test_environment_overrides_nested_keys(tmp_path: Path, monkeypatch: pytest.M
         ("mcp_servers: [{name: a, transport: stdio, comand: x}]\n", "(did you mean command?)"),
         ("zzz: 1\n", "zzz: unknown key"),
         ("budgets: {max_iterations: 0}\n", "budgets.max_iterations"),
+        ("deadlines: {per_tool: {deploy: -5}}\n", "deadlines.per_tool.deploy"),
+        ("deadlines: {per_tool: {deploy: 0}}\n", "deadlines.per_tool.deploy"),
         ("schedules: [{name: a, cron: 'not a cron', prompt: p}]\n", "cron 'not a cron'"),
         ("tools: [a\n", "kestrel.yaml:2"),
         ("- just a list\n", "top level must be a mapping"),
