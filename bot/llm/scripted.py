@@ -57,6 +57,16 @@ class ScriptCall(_Strict, frozen=True, kw_only=True):
     name: Annotated[str, msgspec.Meta(min_length=1)]
     arguments: dict[str, Any] | str = msgspec.field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        # YAML reads an unquoted 2024-01-01 as a date, which no model could send.
+        if isinstance(self.arguments, dict):
+            try:
+                json.dumps(self.arguments, allow_nan=False)
+            except (TypeError, ValueError) as exc:
+                raise ValueError(
+                    f"arguments must be JSON ({exc}): quote a date or a time to send it as text"
+                ) from None
+
     def arguments_text(self) -> str:
         """The arguments as a model sends them: a mapping JSON-dumped, a string as written."""
         if isinstance(self.arguments, str):
