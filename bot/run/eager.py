@@ -1,7 +1,7 @@
 """A coroutine's first step taken at once, so that a tool which answers without waiting pays
 for no timer and no guard: an instant in-process tool is most of a busy run's calls."""
 
-from collections.abc import Coroutine, Generator
+from collections.abc import Awaitable, Coroutine, Generator
 from types import CoroutineType
 from typing import Any, Generic, TypeVar
 
@@ -45,9 +45,9 @@ class Started(Generic[T]):
                 return value
 
 
-def started(awaitable: Coroutine[Any, Any, T]) -> Started[T] | None:
+def started(awaitable: Awaitable[T]) -> Started[T] | None:
     """``awaitable`` stepped once, if it is a native coroutine; None for any other awaitable,
     which is then awaited as it is."""
-    if type(awaitable) is not CoroutineType:
+    if not isinstance(awaitable, CoroutineType):
         return None
     return Started(awaitable)

@@ -33,7 +33,7 @@ async def test_a_coroutine_that_does_not_wait_is_done_at_its_first_step() -> Non
 
 
 async def test_a_waiting_coroutine_goes_on_when_awaited() -> None:
-    gate, seen = asyncio.Event(), []
+    gate, seen = asyncio.Event(), list[str]()
     first = Started(_waits(gate, seen))
     assert (first.done, seen) == (False, ["began"])
     task = asyncio.ensure_future(_awaited(first))
@@ -44,7 +44,7 @@ async def test_a_waiting_coroutine_goes_on_when_awaited() -> None:
 
 
 async def test_a_cancellation_reaches_the_coroutine_and_stops_it() -> None:
-    gate, seen = asyncio.Event(), []
+    gate, seen = asyncio.Event(), list[str]()
     task = asyncio.ensure_future(_awaited(Started(_waits(gate, seen))))
     await asyncio.sleep(0)
     task.cancel()
@@ -54,7 +54,7 @@ async def test_a_cancellation_reaches_the_coroutine_and_stops_it() -> None:
 
 
 async def test_a_timeout_cuts_a_waiting_coroutine() -> None:
-    gate, seen = asyncio.Event(), []
+    gate, seen = asyncio.Event(), list[str]()
     first = Started(_waits(gate, seen))
     with pytest.raises(TimeoutError):
         async with asyncio.timeout(0.01):
@@ -81,7 +81,7 @@ async def test_an_exception_after_a_wait_is_raised_by_the_await() -> None:
 
 
 async def test_closing_the_awaiting_coroutine_closes_the_stepped_one() -> None:
-    gate, seen = asyncio.Event(), []
+    gate, seen = asyncio.Event(), list[str]()
     outer = _awaited(Started(_waits(gate, seen)))
     outer.send(None)  # up to the wait
     outer.close()

@@ -224,7 +224,7 @@ def test_provider_and_model_names(tmp_path: Path) -> None:
         ("- calls: [{name: x, arguments: [1, 2]}]\n", r"reply 1: calls\.0\.arguments: Expected"),
         ("- calls: [{name: x, arguments: {1: 2}}]\n", r"reply 1: calls\.0\.arguments: .* key"),
         ("- calls: [{name: ''}]\n", r"reply 1: calls\.0\.name: Expected `str` of length >= 1$"),
-        ("- calls: [{name: x, arguments: {when: 2024-01-01}}]\n", r"calls\.0: .*date.*quote a date"),
+        ("- calls: [{name: x, arguments: {when: 2024-01-01}}]\n", r"calls\.0: .*quote a date"),
         ("- calls: [{name: x, arguments: {n: .nan}}]\n", r"reply 1: calls\.0: arguments must be"),
         ("- usage: {input_tokens: -1}\n", r"reply 1: usage\.input_tokens: Expected `int` >= 0$"),
         ("- just text\n", r"reply 1: Expected `object`, got `str`$"),
