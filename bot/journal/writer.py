@@ -29,6 +29,8 @@ class RunJournal:
     ) -> None:
         self.store = store
         self.state = state
+        # An attribute, not a property: read several times per iteration (a call each on 3.11).
+        self.run_id = state.run_id  # the run this journal belongs to
         self.epoch = epoch
         self._lease_seconds = lease_seconds
         self._clock = clock
@@ -42,11 +44,6 @@ class RunJournal:
     def lease_renewed(self) -> None:
         """The lease was just taken or renewed: nobody can claim the run for half its length."""
         self._sure_until = self._clock() + self._lease_seconds / 2
-
-    @property
-    def run_id(self) -> str:
-        """The run this journal belongs to."""
-        return self.state.run_id
 
     async def append(self, entry: Entry) -> None:
         """Append durably (with every entry queued before it); a stale epoch means takeover."""

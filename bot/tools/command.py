@@ -374,6 +374,12 @@ def _error_line(path: Iterable[object], message: str) -> str:
 class CommandTool:
     """A tool that runs one declared argv with whole-element argument substitution."""
 
+    # Attributes, not properties, and never changed after __init__: a run reads them a dozen
+    # times per call, and a property is a Python call each time on 3.11.
+    name: str  # the unique name in the tool set
+    description: str  # one line for the model
+    parameters: dict[str, Any]  # the JSON Schema of the arguments
+    flags: ToolFlags  # gating, idempotency, pacing and timeout
     # Where the tool was declared (``file:line``), for messages that must point at it.
     origin: str | None
 
@@ -400,11 +406,11 @@ class CommandTool:
             raise ValueError(f"tool {name!r}: {problem}")
         if max_output <= 0:
             raise ValueError(f"tool {name!r}: max_output must be positive")
-        self._name = name
-        self._description = description
+        self.name = name
+        self.description = description
         self._command = tuple(command)
-        self._parameters = copy.deepcopy(schema)
-        self._flags = flags or ToolFlags()
+        self.parameters = copy.deepcopy(schema)
+        self.flags = flags or ToolFlags()
         self._env = tuple(env)
         self._cwd = cwd
         self._max_output = max_output
@@ -417,27 +423,7 @@ class CommandTool:
     @functools.cached_property
     def _validator(self) -> Validator:
         # Compiled for the first call it checks: the patterns were checked when it was built.
-        return schema_validator(self._parameters)
-
-    @property
-    def name(self) -> str:
-        """The unique name in the tool set."""
-        return self._name
-
-    @property
-    def description(self) -> str:
-        """One line for the model."""
-        return self._description
-
-    @property
-    def parameters(self) -> dict[str, Any]:
-        """The JSON Schema of the arguments."""
-        return self._parameters
-
-    @property
-    def flags(self) -> ToolFlags:
-        """Gating, idempotency, pacing and timeout."""
-        return self._flags
+        return schema_validator(self.parameters)
 
     def definition(self) -> dict[str, Any]:
         """The argv template, its environment, folder and output limit, and whether it is
@@ -468,7 +454,7 @@ class CommandTool:
 
     def argv(self, arguments: Mapping[str, Any]) -> list[str]:
         """The argv for these arguments; ValueError if an argument cannot be one element."""
-        required = set(self._parameters.get("required") or ())
+        required = set(self.parameters.get("required") or ())
         argv: list[str] = []
         for element in self._command:
             name = placeholder(element)
@@ -502,12 +488,12 @@ class CommandTool:
     def _schema_errors(self, arguments: dict[str, Any]) -> list[ValidationError]:
         """The schema's complaints. A gated call is checked again when it runs approved, often
         in another process: its arguments found valid are kept as such (``bot.tools.verdicts``)."""
-        gated = self._flags.approval.confirm
-        if gated and found_clean(VALID_ARGUMENTS, self._parameters, arguments):
+        gated = self.flags.approval.confirm
+        if gated and found_clean(VALID_ARGUMENTS, self.parameters, arguments):
             return []
         errors = list(self._validator.iter_errors(arguments))
         if gated and not errors:
-            keep_clean(VALID_ARGUMENTS, self._parameters, arguments)
+            keep_clean(VALID_ARGUMENTS, self.parameters, arguments)
         return errors
 
     def _element(self, name: str, value: Any) -> str:

@@ -50,6 +50,13 @@ def _first_doc_line(fn: ToolFunction) -> str:
 class PythonTool:
     """A tool that runs in the bot's own process."""
 
+    # Attributes, not properties, and never changed after __init__: a run reads them a dozen
+    # times per call, and a property is a Python call each time on 3.11.
+    name: str  # the unique name in the tool set
+    description: str  # one line for the model
+    parameters: dict[str, Any]  # the JSON Schema of the arguments, from their Struct or model
+    flags: ToolFlags  # gating, idempotency, pacing and timeout
+
     def __init__(
         self,
         fn: ToolFunction,
@@ -63,10 +70,10 @@ class PythonTool:
             raise ValueError(f"tool {name!r} needs a description (or a docstring)")
         self._fn = fn
         self._arguments, self._wants_ctx = _arguments_type(fn)
-        self._name = name
-        self._description = description
-        self._parameters = self._arguments.schema()
-        self._flags = flags
+        self.name = name
+        self.description = description
+        self.parameters = self._arguments.schema()
+        self.flags = flags
 
     @classmethod
     def from_function(
@@ -101,26 +108,6 @@ class PythonTool:
             flags=ToolFlags(approval, traits),
         )
 
-    @property
-    def name(self) -> str:
-        """The unique name in the tool set."""
-        return self._name
-
-    @property
-    def description(self) -> str:
-        """One line for the model."""
-        return self._description
-
-    @property
-    def parameters(self) -> dict[str, Any]:
-        """The JSON Schema of the arguments, from their Struct or model."""
-        return self._parameters
-
-    @property
-    def flags(self) -> ToolFlags:
-        """Gating, idempotency, pacing and timeout."""
-        return self._flags
-
     def argument_errors(self, arguments: dict[str, Any]) -> list[str]:
         """Every way ``arguments`` break their type: the very check ``call`` makes."""
         try:
@@ -141,7 +128,7 @@ class PythonTool:
             return ToolResult(output=answer)
         if isinstance(answer, ToolResult | Deferral):
             return answer
-        raise TypeError(f"tool {self._name!r} returned {type(answer).__name__}, not a str")
+        raise TypeError(f"tool {self.name!r} returned {type(answer).__name__}, not a str")
 
 
 @overload
