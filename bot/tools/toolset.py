@@ -60,9 +60,14 @@ class ToolSet(Mapping[str, Tool]):
             check = self._checks[name] = _check(self._tools[name])
         return check(arguments)
 
-    def specs(self) -> list[ToolSpec]:
+    def specs(self) -> tuple[ToolSpec, ...]:
         """What the model is told, in assembly order."""
-        return [ToolSpec(t.name, t.description, t.parameters) for t in self._tools.values()]
+        return self._specs
+
+    @functools.cached_property
+    def _specs(self) -> tuple[ToolSpec, ...]:
+        # Asked before every model call: the set never changes, so built once.
+        return tuple(ToolSpec(t.name, t.description, t.parameters) for t in self._tools.values())
 
     def digest(self) -> str:
         """A digest of names, schemas, flags and what each tool runs: part of a run's
