@@ -29,18 +29,15 @@ class RunContext:
     prompter: Prompter | None = None
     workdir: Path | None = None
     provenance: Provenance = Provenance.ASK
+    run_id: str = field(init=False)  # the journal's, kept here: read on every step
     hook_ctx: HookContext = field(init=False)
     # Makes this run's requests: the gate's approvals, a tool's deferral, a question.
     request: RequestMaker = field(init=False)
 
     def __post_init__(self) -> None:
+        self.run_id = self.journal.run_id
         self.hook_ctx = HookContext(run_id=self.run_id, requested_by=self.requested_by)
         self.request = RequestMaker(self.run_id, self.requested_by, self.stamp)
-
-    @property
-    def run_id(self) -> str:
-        """The run."""
-        return self.journal.run_id
 
     @property
     def requested_by(self) -> str:

@@ -122,6 +122,7 @@ class AgentLoop:
     def __init__(self, run: RunContext, deps: LoopDeps, signals: Signals) -> None:
         self.run_ctx = run
         self.journal = run.journal
+        self.run_id = run.run_id  # the run this loop drives
         # The folded state, kept in step by every append (the journal's own, never replaced).
         self.state: RunState = run.journal.state
         self.deps = deps
@@ -131,11 +132,6 @@ class AgentLoop:
         self.started = started
         self.budgets = started.budgets
         self._t0 = deps.clock()
-
-    @property
-    def run_id(self) -> str:
-        """The run this loop drives."""
-        return self.journal.run_id
 
     async def run(self, resumed: RunResumed | None = None) -> RunState:
         """Iterate until a terminal result or a suspend; journal whichever it is.
