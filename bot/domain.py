@@ -7,7 +7,6 @@ import hashlib
 import json
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -160,8 +159,7 @@ def unstamped(request: Request) -> Request:
     return request
 
 
-@dataclass(frozen=True)
-class RequestMaker:
+class RequestMaker(msgspec.Struct, frozen=True):
     """Makes every request of one run: its id and requester filled in, then stamped (the
     deadline, and the options a platform offers)."""
 

@@ -11,8 +11,9 @@ import asyncio
 import importlib
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
+
+import msgspec
 
 from bot.domain import TerminalResult, ToolCall
 
@@ -21,16 +22,14 @@ log = logging.getLogger("kestrel.hooks")
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class HookContext:
+class HookContext(msgspec.Struct, frozen=True):
     """What every hook is told about the run it serves."""
 
     run_id: str
     requested_by: str = ""
 
 
-@dataclass(frozen=True)
-class PromptVerdict:
+class PromptVerdict(msgspec.Struct, frozen=True):
     """UserPromptSubmit's answer: allow (maybe with a rewritten text) or deny."""
 
     allow: bool = True
@@ -38,8 +37,7 @@ class PromptVerdict:
     reason: str = ""
 
 
-@dataclass(frozen=True)
-class ToolVerdict:
+class ToolVerdict(msgspec.Struct, frozen=True):
     """PreToolUse's answer: allow, deny, or rewrite the tool and its raw JSON arguments."""
 
     allow: bool = True
@@ -58,8 +56,7 @@ class HookFailure(Exception):
     """A hook raised, timed out or answered with something unusable; the caller fails closed."""
 
 
-@dataclass(frozen=True)
-class _Bounded:
+class _Bounded(msgspec.Struct, frozen=True):
     """A hook composed from another ``Hooks``: it keeps that one's timeout."""
 
     hook: Callable[..., Awaitable[Any]]
@@ -77,14 +74,13 @@ def _bounded(hooks: list[H], timeout: float) -> list[H]:
     return [h if isinstance(h, _Bounded) else cast(H, _Bounded(h, timeout)) for h in hooks]
 
 
-@dataclass
-class Hooks:
+class Hooks(msgspec.Struct):
     """The caller's hooks, by point, in the order they run."""
 
-    user_prompt_submit: list[PromptHook] = field(default_factory=list)
-    pre_tool_use: list[PreToolHook] = field(default_factory=list)
-    post_tool_use: list[PostToolHook] = field(default_factory=list)
-    run_end: list[RunEndHook] = field(default_factory=list)
+    user_prompt_submit: list[PromptHook] = msgspec.field(default_factory=list)
+    pre_tool_use: list[PreToolHook] = msgspec.field(default_factory=list)
+    post_tool_use: list[PostToolHook] = msgspec.field(default_factory=list)
+    run_end: list[RunEndHook] = msgspec.field(default_factory=list)
     timeout: float = 10.0
 
     @classmethod

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
+
+import msgspec
 
 from bot.domain import Decision, Request, RequestStatus, Session
 from bot.journal.entries import Entry
@@ -14,8 +15,7 @@ from bot.kinds import AuditAction
 from bot.records import OutboxMessage, Replica, RunRecord, WorkItem
 
 
-@dataclass(frozen=True, slots=True)
-class Audited:
+class Audited(msgspec.Struct, frozen=True):
     """An audit record written with the change it describes (same run, same request)."""
 
     actor: str
@@ -23,8 +23,7 @@ class Audited:
     detail: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class Settled:
+class Settled(msgspec.Struct, frozen=True):
     """What ``decide_and_claim`` did: whether this decision closed the request, and the new
     epoch when it also took the run's lease (it closed the run's last open request)."""
 

@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import json
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
 from typing import Any, Final
@@ -46,8 +45,7 @@ class Violation(Enum):
 Refusal = Callable[[Violation], StoreError]
 
 
-@dataclass(frozen=True, slots=True)
-class AuditEntry:
+class AuditEntry(msgspec.Struct, frozen=True):
     """One audited fact as stored."""
 
     at: datetime
@@ -58,8 +56,7 @@ class AuditEntry:
     detail: str
 
 
-@dataclass(frozen=True, slots=True)
-class Projection:
+class Projection(msgspec.Struct, frozen=True):
     """How an entry moves its run's row, written in the transaction that appends it."""
 
     status: RunStatus

@@ -13,8 +13,9 @@ import asyncio
 import contextlib
 import sqlite3
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any, Final, TypeVar
+
+import msgspec
 
 from bot.errors import StoreError
 from storage import sql
@@ -39,8 +40,7 @@ _PROJECT_STATUS: Final = SQLITE.sql(sql.PROJECT_STATUS)
 _T = TypeVar("_T")
 
 
-@dataclass(slots=True)
-class PendingAppend:
+class PendingAppend(msgspec.Struct):
     """One append waiting for the transaction that will hold it."""
 
     run_id: str
@@ -58,16 +58,14 @@ class PendingAppend:
         return (self.run_id, self.seq, self.epoch, self.kind, self.body, at)
 
 
-@dataclass(slots=True)
-class _Write:
+class _Write(msgspec.Struct):
     """Any other write: a body run in its own savepoint of the batch's transaction."""
 
     body: Callable[[sqlite3.Connection], Any]
     done: asyncio.Future[Any]
 
 
-@dataclass(frozen=True, slots=True)
-class _Failed:
+class _Failed(msgspec.Struct, frozen=True):
     """A write whose body raised: its savepoint was rolled back, the batch goes on."""
 
     error: Exception

@@ -15,8 +15,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
+
+import msgspec
 
 from bot.domain import new_id
 from bot.errors import StoreError, UnknownRun
@@ -37,8 +38,7 @@ class InboundStore(WorkQueue, RunRows, Protocol):
     a delivery starts exists."""
 
 
-@dataclass(frozen=True)
-class Accepted:
+class Accepted(msgspec.Struct, frozen=True):
     """A delivery the store holds: its work item, and what the platform's handler reads."""
 
     work_id: int

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from collections import Counter, OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
 from typing import Final, Protocol
+
+import msgspec
+from msgspec.structs import replace
 
 from bot.domain import TERMINAL_STATUSES, Usage
 from bot.journal.entries import AssistantTurnEntry, RunEnded, RunStarted
@@ -41,8 +43,7 @@ class JournalPages(Protocol):
     async def journal_landmarks(self, run_id: str, stop: int) -> JournalTally: ...
 
 
-@dataclass(frozen=True)
-class JournalPage:
+class JournalPage(msgspec.Struct, frozen=True):
     """One page of a run's journal and the run's state as its header shows it."""
 
     state: RunState
@@ -50,8 +51,7 @@ class JournalPage:
     length: int  # entries in the whole journal when read
 
 
-@dataclass
-class _Kept:
+class _Kept(msgspec.Struct):
     tally: JournalTally
     started: RunStarted | None
 

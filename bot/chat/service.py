@@ -8,8 +8,9 @@ else the adapter passes. What happens in runs comes back as typed events (``subs
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, cast
+
+import msgspec
 
 from bot.chat.handles import RunHandle, RunResult
 from bot.chat.inbound import Accepted, Delivery, Inbound
@@ -67,8 +68,7 @@ class ChatRuntime(Protocol):
         """The tool set, for the flags the policy weighs."""
 
 
-@dataclass(frozen=True)
-class PendingRequest:
+class PendingRequest(msgspec.Struct, frozen=True):
     """An open request with the principals who may answer it (and why, when not obvious)."""
 
     request: Request
@@ -76,8 +76,7 @@ class PendingRequest:
     note: str = ""
 
 
-@dataclass(frozen=True)
-class RunView:
+class RunView(msgspec.Struct, frozen=True):
     """A run as a thread or a terminal shows it: where it stands, what it waits on, its budgets."""
 
     record: RunRecord
@@ -113,8 +112,7 @@ def _closed_ids(found: list[tuple[Request, RequestStatus, Decision | None]]) -> 
     return frozenset(request.id for request, status, _ in found if status is not RequestStatus.OPEN)
 
 
-@dataclass(frozen=True)
-class RequestView:
+class RequestView(msgspec.Struct, frozen=True):
     """A request as a card shows it: where it stands, who may answer, why the model asked."""
 
     request: Request
@@ -124,8 +122,7 @@ class RequestView:
     reason: str
 
 
-@dataclass(frozen=True)
-class RunInspection:
+class RunInspection(msgspec.Struct, frozen=True):
     """Everything a run's page shows: the run, one page of its journal (the whole journal
     when ``length`` is None), its audit and its requests."""
 
@@ -136,8 +133,7 @@ class RunInspection:
     length: int | None = None  # entries in the whole journal
 
 
-@dataclass(frozen=True)
-class RunMark:
+class RunMark(msgspec.Struct, frozen=True):
     """What a live page compares to tell whether its run changed, read without its journal:
     the run's row, how many entries its journal holds, its latest audited fact."""
 
@@ -146,8 +142,7 @@ class RunMark:
     last_audit: AuditRecord | None
 
 
-@dataclass(frozen=True)
-class Decided:
+class Decided(msgspec.Struct, frozen=True):
     """What became of a decision: whether it counted, why, and the run it resumed, if any."""
 
     accepted: bool

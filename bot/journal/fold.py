@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, assert_never
+
+import msgspec
 
 from bot.domain import (
     AssistantTurn,
@@ -40,8 +41,7 @@ from bot.llm.base import (
 )
 
 
-@dataclass
-class CallState:
+class CallState(msgspec.Struct):
     """What the journal says about one call of the current batch."""
 
     call: ToolCall
@@ -53,29 +53,28 @@ class CallState:
     process: ProcessStamp | None = None
 
 
-@dataclass
-class RunState:
+class RunState(msgspec.Struct):
     """A run as its journal tells it."""
 
     run_id: str
     started: RunStarted | None = None
     next_seq: int = 0
-    messages: list[Message] = field(default_factory=list)
+    messages: list[Message] = msgspec.field(default_factory=list)
     iteration: int = 0
     tool_calls: int = 0
-    usage: Usage = field(default_factory=Usage)
-    batch: list[CallState] = field(default_factory=list)
-    grants: list[Grant] = field(default_factory=list)
-    answers: dict[str, Decision] = field(default_factory=dict)
-    advisories: list[str] = field(default_factory=list)
-    signatures: Counter[int] = field(default_factory=Counter)
+    usage: Usage = msgspec.field(default_factory=Usage)
+    batch: list[CallState] = msgspec.field(default_factory=list)
+    grants: list[Grant] = msgspec.field(default_factory=list)
+    answers: dict[str, Decision] = msgspec.field(default_factory=dict)
+    advisories: list[str] = msgspec.field(default_factory=list)
+    signatures: Counter[int] = msgspec.field(default_factory=Counter)
     # The most times one signature was seen: asked after every batch, kept as results land.
     most_repeated: int = 0
     status: RunStatus = RunStatus.RUNNING
     result: TerminalResult | None = None
     last_text: str = ""
-    takeovers: list[str] = field(default_factory=list)
-    outcome_counts: Counter[str] = field(default_factory=Counter)
+    takeovers: list[str] = msgspec.field(default_factory=list)
+    outcome_counts: Counter[str] = msgspec.field(default_factory=Counter)
 
     @property
     def open_batch(self) -> bool:

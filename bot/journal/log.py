@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
 from typing import Protocol
+
+import msgspec
 
 from bot.journal.entries import Entry
 
 
-@dataclass(frozen=True, slots=True)
-class JournalRecord:
+class JournalRecord(msgspec.Struct, frozen=True):
     """One stored entry with its position and the epoch that wrote it. A plain record: its
     entry was validated by its kind's model as it was read, and nothing else in it needs it."""
 
@@ -20,15 +20,14 @@ class JournalRecord:
     entry: Entry
 
 
-@dataclass(frozen=True, slots=True)
-class JournalTally:
+class JournalTally(msgspec.Struct, frozen=True):
     """What a run page's header adds up over a range of a journal, read without its bodies
     leaving the database: entries by kind, tool results by outcome, tokens, and the seqs of
     the few entries the header reads itself. Tallies of adjacent ranges add up (``+``)."""
 
     stop: int = 0  # the end of the range tallied (exclusive)
-    kinds: dict[str, int] = field(default_factory=dict)
-    outcomes: dict[str, int] = field(default_factory=dict)
+    kinds: dict[str, int] = msgspec.field(default_factory=dict)
+    outcomes: dict[str, int] = msgspec.field(default_factory=dict)
     input_tokens: int = 0
     output_tokens: int = 0
     iterations: int = 0  # the last assistant turn's iteration + 1

@@ -4,37 +4,33 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import msgspec
 from msgspec.structs import replace
 
 from bot.domain import AssistantTurn, ToolCall
 
 
-@dataclass(frozen=True)
-class SystemMessage:
+class SystemMessage(msgspec.Struct, frozen=True):
     """The run's instructions."""
 
     text: str
 
 
-@dataclass(frozen=True)
-class UserMessage:
+class UserMessage(msgspec.Struct, frozen=True):
     """A human message."""
 
     text: str
 
 
-@dataclass(frozen=True)
-class AssistantMessage:
+class AssistantMessage(msgspec.Struct, frozen=True):
     """A model reply already received (text and/or tool calls)."""
 
     turn: AssistantTurn
 
 
-@dataclass(frozen=True)
-class ToolResultItem:
+class ToolResultItem(msgspec.Struct, frozen=True):
     """The answer to one tool call."""
 
     call_id: str
@@ -42,8 +38,7 @@ class ToolResultItem:
     output: str
 
 
-@dataclass(frozen=True)
-class ToolResultsMessage:
+class ToolResultsMessage(msgspec.Struct, frozen=True):
     """All results of one tool batch, fed back to the model as one message."""
 
     results: tuple[ToolResultItem, ...]
@@ -52,13 +47,12 @@ class ToolResultsMessage:
 Message = SystemMessage | UserMessage | AssistantMessage | ToolResultsMessage
 
 
-@dataclass(frozen=True)
-class ToolSpec:
+class ToolSpec(msgspec.Struct, frozen=True):
     """What the model is told about one tool."""
 
     name: str
     description: str
-    parameters: dict[str, Any] = field(default_factory=lambda: {"type": "object"})
+    parameters: dict[str, Any] = msgspec.field(default_factory=lambda: {"type": "object"})
 
 
 def unique_call_ids(turn: AssistantTurn, messages: Sequence[Message]) -> AssistantTurn:

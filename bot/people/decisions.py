@@ -8,10 +8,10 @@ conditional update that exactly one caller wins, and audited.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
+import msgspec
 from msgspec.structs import replace
 
 from bot.domain import Decision, DecisionKind, Request, RequestKind, RequestStatus
@@ -71,8 +71,7 @@ class Shared(Protocol):
         """How long a lease taken with a decision lasts."""
 
 
-@dataclass(frozen=True)
-class Answered:
+class Answered(msgspec.Struct, frozen=True):
     """What became of an answer: whether it counted, why, and whether the run can go on."""
 
     accepted: bool

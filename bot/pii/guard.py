@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from bot.pii.recognizers import Scanner
 from bot.pii.scantext import ENTITY_TYPES, PiiHit, priority
@@ -40,8 +41,7 @@ _PROCESS_SALT = secrets.token_bytes(32)
 _ERROR_LIMIT = 300
 
 
-@dataclass(frozen=True)
-class ScanOutcome:
+class ScanOutcome(msgspec.Struct, frozen=True):
     """The verdict on one text: whether it may go on, what to pass on, and what was found."""
 
     allowed: bool

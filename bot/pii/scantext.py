@@ -9,7 +9,8 @@ import string
 import unicodedata
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+
+import msgspec
 
 from bot.pii.patterns import on_use
 
@@ -44,8 +45,7 @@ def priority(entity_type: str) -> int:
     return _PRIORITY.get(entity_type, len(ENTITY_TYPES))
 
 
-@dataclass(frozen=True, slots=True)
-class PiiHit:
+class PiiHit(msgspec.Struct, frozen=True):
     """One finding: the entity type and its [start, end) span in the scanned text."""
 
     entity_type: str
@@ -134,8 +134,7 @@ def _fold_table() -> dict[str, str]:
     return table
 
 
-@dataclass(frozen=True, slots=True)
-class _Resizes:
+class _Resizes(msgspec.Struct, frozen=True):
     """Where folding changed the length: original index, folded index, folded length."""
 
     origins: list[int]
@@ -250,8 +249,7 @@ class ScanText:
 Finder = Callable[[ScanText], Iterator[PiiHit]]
 
 
-@dataclass(frozen=True)
-class Recognizer:
+class Recognizer(msgspec.Struct, frozen=True):
     """A finder and the entity types it can report."""
 
     entities: frozenset[str]

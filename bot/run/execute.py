@@ -8,9 +8,9 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 from msgspec.structs import replace
 
 from bot.domain import (
@@ -61,8 +61,7 @@ class HookAbort(Exception):
     """A PreToolUse rewrite named an unregistered tool or carried invalid JSON."""
 
 
-@dataclass(frozen=True)
-class CallExit:
+class CallExit(msgspec.Struct, frozen=True):
     """How one call left executeTool."""
 
     outcome: ToolOutcome
@@ -71,8 +70,7 @@ class CallExit:
     request: Request | None = None
 
 
-@dataclass
-class CallEnv:
+class CallEnv(msgspec.Struct):
     """What executeTool needs for the calls of one batch: the run, its tool snapshot, its gate
     and where a call's arguments came from (``Tracer.origins``)."""
 

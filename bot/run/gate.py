@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 from msgspec.structs import replace
 
 from bot.domain import (
@@ -25,8 +25,7 @@ from bot.run.plan import PlanBook, plan_answer
 from bot.tools.base import Tool
 
 
-@dataclass(frozen=True)
-class GateVerdict:
+class GateVerdict(msgspec.Struct, frozen=True):
     """Allowed, refused with a reason the model can read, or deferred on a request."""
 
     allowed: bool

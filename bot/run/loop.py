@@ -8,8 +8,9 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from bot.domain import (
     AssistantTurn,
@@ -60,14 +61,13 @@ from bot.tools.toolset import ToolSet
 log = logging.getLogger("kestrel.loop")
 
 
-@dataclass
-class Signals:
+class Signals(msgspec.Struct):
     """The run's inbox: requests from outside, picked up at the loop boundary only."""
 
-    suspend: asyncio.Event = field(default_factory=asyncio.Event)
-    cancel: asyncio.Event = field(default_factory=asyncio.Event)
+    suspend: asyncio.Event = msgspec.field(default_factory=asyncio.Event)
+    cancel: asyncio.Event = msgspec.field(default_factory=asyncio.Event)
     # Unlike the others, cuts the model call, prompt or tool under way (shutdown, signals).
-    interrupt: Interrupt = field(default_factory=Interrupt)
+    interrupt: Interrupt = msgspec.field(default_factory=Interrupt)
 
     @property
     def stopping(self) -> bool:
@@ -76,8 +76,7 @@ class Signals:
         return self.suspend.is_set() or self.interrupt.requested
 
 
-@dataclass
-class LoopDeps:
+class LoopDeps(msgspec.Struct):
     """What the loop alone needs from the world (the rest is the run's ``RunContext``)."""
 
     model: ModelProvider

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from bot.domain import ArgumentOrigin
 from bot.journal.fold import RunState
@@ -20,14 +21,13 @@ def consequential(tool: Tool) -> bool:
     return tool.flags.approval.confirm or not tool.flags.traits.idempotent
 
 
-@dataclass
-class Tracer:
+class Tracer(msgspec.Struct):
     """Traces calls of one batch against what the run saw before each of them."""
 
     state: RunState
     # Whether a tool's output is a person's answer (a question tool), not a tool's.
     answers_people: Callable[[str], bool]
-    _catalogs: dict[str, frozenset[str]] = field(default_factory=dict)
+    _catalogs: dict[str, frozenset[str]] = msgspec.field(default_factory=dict)
     # What the run's messages hold (they change only between batches): gathered once.
     _before: tuple[list[Output], list[str]] | None = None
 

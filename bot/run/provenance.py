@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Final
+
+import msgspec
 
 from bot.domain import ArgumentOrigin
 from bot.text import instruction_like
@@ -26,8 +27,7 @@ MIN_DIGITS: Final = 3
 EXCERPT_CHARS: Final = 120
 
 
-@dataclass(frozen=True)
-class Output:
+class Output(msgspec.Struct, frozen=True):
     """One earlier tool output of the run, as the model saw it (after the PII guard)."""
 
     tool: str
@@ -113,8 +113,7 @@ def _trusted(path: str, trusted_from: Mapping[str, Collection[str]]) -> Collecti
     return tools
 
 
-@dataclass(frozen=True)
-class _Found:
+class _Found(msgspec.Struct, frozen=True):
     output: Output
     at: int
 

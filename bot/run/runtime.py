@@ -6,10 +6,10 @@ import hashlib
 import os
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 
+import msgspec
 from msgspec.structs import replace
 
 from bot.domain import Budgets, Fingerprint, Request, new_id, utcnow
@@ -29,26 +29,25 @@ def default_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{new_id('p')[-6:]}"
 
 
-@dataclass
-class Runtime:
+class Runtime(msgspec.Struct):
     """The shared parts runs are built from."""
 
     store: Store
     model: ModelProvider
     tools: ToolSource
-    hooks: Hooks = field(default_factory=Hooks)
-    events: FanOut = field(default_factory=FanOut)
+    hooks: Hooks = msgspec.field(default_factory=Hooks)
+    events: FanOut = msgspec.field(default_factory=FanOut)
     system_prompt: str = ""
-    budgets: Budgets = field(default_factory=Budgets)
+    budgets: Budgets = msgspec.field(default_factory=Budgets)
     model_timeout: float = 60.0
-    owner: str = field(default_factory=default_owner)
+    owner: str = msgspec.field(default_factory=default_owner)
     lease_seconds: float = 30.0
     workdir: Path | None = None
     guard_hooks: Callable[[], Hooks] = Hooks
     # The PII guard as a function of text: what people type is audited through it.
     redact: Redact = unchanged
-    policy: Policy = field(default_factory=lambda: Policy(PolicyRules()))
-    deadlines: DeadlineSettings = field(default_factory=DeadlineSettings)
+    policy: Policy = msgspec.field(default_factory=lambda: Policy(PolicyRules()))
+    deadlines: DeadlineSettings = msgspec.field(default_factory=DeadlineSettings)
     provenance: Provenance = Provenance.ASK
     # The one clock that decides expiry: the store's (leases, due messages) is the same one,
     # so a test moves time for all of them at once instead of sleeping.

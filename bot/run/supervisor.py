@@ -8,8 +8,9 @@ import logging
 import math
 import traceback
 from collections.abc import AsyncIterator, Coroutine
-from dataclasses import dataclass, field
 from typing import Any, NoReturn
+
+import msgspec
 
 from bot.domain import (
     TERMINAL_STATUSES,
@@ -50,23 +51,22 @@ log = logging.getLogger("kestrel.supervisor")
 HISTORY_TURNS = 5
 
 
-@dataclass
-class LiveRun:
+class LiveRun(msgspec.Struct):
     """A run driven by a task of this process."""
 
     run_id: str
     # The lease it was resumed under (0: a new run's, the first there is).
     epoch: int = 0
-    signals: Signals = field(default_factory=Signals)
+    signals: Signals = msgspec.field(default_factory=Signals)
     task: asyncio.Task[RunState] | None = None
     error: str = ""
-    created: asyncio.Event = field(default_factory=asyncio.Event)
+    created: asyncio.Event = msgspec.field(default_factory=asyncio.Event)
     # Who asked for the cancel picked up at the next loop boundary (or at the suspend).
     cancelled_by: str = ""
     # The task that went on with the run when this one suspended on requests already answered.
     next: LiveRun | None = None
     # Set once the task has left ``Supervisor.live`` (its run suspended, ended or given up).
-    left: asyncio.Event = field(default_factory=asyncio.Event)
+    left: asyncio.Event = msgspec.field(default_factory=asyncio.Event)
 
 
 class KeyedLocks:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
+
+import msgspec
 
 from bot.domain import Request, RequestKind, RequestMaker, unstamped
 from bot.prompter import Prompter
@@ -20,8 +21,7 @@ def check_tool_name(name: str) -> None:
         raise ValueError(f"tool name {name!r} must match {TOOL_NAME_PATTERN}")
 
 
-@dataclass(frozen=True)
-class ApprovalPolicy:
+class ApprovalPolicy(msgspec.Struct, frozen=True):
     """Who must let a call of the tool run: the policy's half of a tool's flags."""
 
     confirm: bool = False
@@ -31,8 +31,7 @@ class ApprovalPolicy:
     tags: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class ToolTraits:
+class ToolTraits(msgspec.Struct, frozen=True):
     """What the tool is: how the loop runs, times and retries a call of it."""
 
     idempotent: bool = False
@@ -45,24 +44,21 @@ class ToolTraits:
     trusted_from: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
-@dataclass(frozen=True)
-class ToolFlags:
+class ToolFlags(msgspec.Struct, frozen=True):
     """How the loop must treat a tool: who must approve a call, and what the tool is."""
 
     approval: ApprovalPolicy = ApprovalPolicy()
     traits: ToolTraits = ToolTraits()
 
 
-@dataclass(frozen=True)
-class ToolResult:
+class ToolResult(msgspec.Struct, frozen=True):
     """A tool's answer; a command's non-zero exit is an answer too, not an error."""
 
     output: str
     is_error: bool = False
 
 
-@dataclass(frozen=True)
-class Deferral:
+class Deferral(msgspec.Struct, frozen=True):
     """The tool will answer later: the run suspends on a request of this kind."""
 
     kind: RequestKind
@@ -73,8 +69,7 @@ class Deferral:
     request_id: str = ""
 
 
-@dataclass(frozen=True)
-class ToolContext:
+class ToolContext(msgspec.Struct, frozen=True):
     """What one call is given; the prompter and work directory only if the tool asked for them."""
 
     run_id: str
@@ -82,7 +77,7 @@ class ToolContext:
     requested_by: str = ""
     prompter: Prompter | None = None
     workdir: Path | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = msgspec.field(default_factory=dict)
     # Told a command's process group once it runs, for a dispatch whose outcome must be known.
     started: Callable[[int], None] | None = None
     # The run's stamp for its requests (deadline, platform options).

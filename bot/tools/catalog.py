@@ -30,10 +30,10 @@ from __future__ import annotations
 import glob
 import os
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
+import msgspec
 import yaml
 from pydantic import ConfigDict, Field, StringConstraints, ValidationError
 
@@ -127,13 +127,12 @@ def _line_of(root: yaml.Node, loc: Loc) -> int:
     return node.start_mark.line + 1
 
 
-@dataclass
-class _Report:
+class _Report(msgspec.Struct):
     """Problems of one file, each placed at the line its path leads to."""
 
     shown: str
     root: yaml.Node | None = None
-    problems: list[str] = field(default_factory=list)
+    problems: list[str] = msgspec.field(default_factory=list)
 
     def at(self, loc: Loc, message: str, *, line: int | None = None) -> None:
         """Record a problem at ``line``, or else at the node ``loc`` leads to."""
@@ -356,16 +355,15 @@ def _compose(report: _Report, text: str) -> Any:
         loader.dispose()
 
 
-@dataclass
-class _Parsed:
+class _Parsed(msgspec.Struct):
     """One file's entries (only if it had no problems), problems, and each valid entry's line."""
 
     path: Path
-    entries: list[ToolEntry] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
-    lines: dict[str, int] = field(default_factory=dict)
+    entries: list[ToolEntry] = msgspec.field(default_factory=list)
+    problems: list[str] = msgspec.field(default_factory=list)
+    lines: dict[str, int] = msgspec.field(default_factory=dict)
     # The line of each (tool, trusted_from key), for a source no catalog declares.
-    trust_lines: dict[tuple[str, str], int] = field(default_factory=dict)
+    trust_lines: dict[tuple[str, str], int] = msgspec.field(default_factory=dict)
 
     def tools(self, isolation: Isolation | None = None) -> list[CommandTool]:
         """The entries as tools: ``./`` paths resolved, each knowing its ``file:line``."""

@@ -23,9 +23,10 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
+
+import msgspec
 
 from bot.config.sources import names_a_setting
 
@@ -69,8 +70,7 @@ def is_kestrels_variable(name: str) -> bool:
     return upper in SECRET_VARIABLES or names_a_setting(upper)
 
 
-@dataclass(frozen=True)
-class Isolation:
+class Isolation(msgspec.Struct, frozen=True):
     """How each catalog command is started: inside the helper, with these files covered."""
 
     hidden: tuple[str, ...] = ()

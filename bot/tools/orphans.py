@@ -14,8 +14,9 @@ import functools
 import os
 import signal
 import socket
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from bot.domain import ProcessStamp
 
@@ -25,8 +26,7 @@ _STOP_WAIT = 2.0
 _POLL = 0.02
 
 
-@dataclass(frozen=True)
-class _Stat:
+class _Stat(msgspec.Struct, frozen=True):
     state: str
     pgrp: int
     start_ticks: int

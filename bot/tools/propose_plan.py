@@ -3,8 +3,9 @@ and people approve them once, each step bound to its tool and exact arguments.""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Final
+
+import msgspec
 
 from bot.domain import RequestKind
 from bot.tools.base import Deferral, Tool, ToolContext, ToolFlags, ToolResult, ToolTraits
@@ -36,8 +37,7 @@ PARAMETERS: Final[dict[str, Any]] = {
 _FLAGS = ToolFlags(traits=ToolTraits(operator_paced=True, idempotent=True, needs_prompter=True))
 
 
-@dataclass(frozen=True)
-class ProposePlanTool:
+class ProposePlanTool(msgspec.Struct, frozen=True):
     """Asks people to approve several calls at once; the loop makes and decides the plan."""
 
     name: str = PROPOSE_PLAN
@@ -46,7 +46,7 @@ class ProposePlanTool:
         "approve the plan once, and each step then runs exactly as proposed, in order. A call "
         "that differs from every step needs its own approval."
     )
-    parameters: dict[str, Any] = field(default_factory=lambda: PARAMETERS)
+    parameters: dict[str, Any] = msgspec.field(default_factory=lambda: PARAMETERS)
     flags: ToolFlags = _FLAGS
 
     async def call(self, arguments: dict[str, Any], ctx: ToolContext) -> ToolResult | Deferral:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import dataclasses
 import hashlib
 import re
 from datetime import timedelta
@@ -341,7 +340,7 @@ def test_a_page_says_why_a_run_stopped_in_the_words_every_platform_uses() -> Non
     result = TerminalResult(
         status=RunStatus.FAILED, stop_reason=StopReason.TOKEN_BUDGET, outcomes={"ok": 36}
     )
-    records[-1] = dataclasses.replace(records[-1], entry=RunEnded(result=result))
+    records[-1] = replace(records[-1], entry=RunEnded(result=result))
     record = replace(
         view.record, status=RunStatus.FAILED, stop_reason=StopReason.TOKEN_BUDGET.value
     )
