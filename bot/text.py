@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import re
 import unicodedata
-from typing import Final
+from typing import Final, NamedTuple
 
 # Escape sequences a terminal acts on, 7-bit (ESC ...) and 8-bit (C1) forms: control strings
 # (OSC, DCS, SOS, PM, APC) up to their terminator (BEL or ST) or the end of the text, CSI
@@ -34,27 +34,46 @@ def printable(text: str) -> str:
     return _SURROGATES.sub("\ufffd", _REORDERING.sub("", text))
 
 
-# Labelled links. Slack's ``<target|label>`` (``<@U…>``, ``<#C…>`` and ``<!…>`` are mentions and
-# commands, which the Slack adapter breaks where it defuses mentions); Markdown's inline
-# ``[label](target "title")`` and ``[label](<target>)``, innermost first (a label holds no
-# brackets), so a link nested in a label is undone on the next pass.
-_SLACK_LINK: Final = re.compile(r"<(?![@#!])([^<>|]+)\|([^<>]*)>")
-_MD_LINK: Final = re.compile(
-    r"\[([^\[\]]*)\]\(\s*+(?:<([^<>\n]*)>|((?:[^\s()\\<]|\\.|\([^\s()]*\))*+))"
-    r"(?:\s++(?:\"[^\"]*\"|'[^']*'|\([^()]*\)))?+\s*+\)"
-)
-# A reference definition (``[ref]: target``, in a quote or a list item too) whose target has a
-# scheme: relative targets lead nowhere on a chat platform, and ``[::1]:8080`` stays as written.
-_MD_DEFINITION: Final = re.compile(
-    r"^(?P<lead>[ \t>]*+(?:(?:[*+-]|\d{1,9}[.)])[ \t]++[ \t>]*+)*+)"
-    r"\[(?P<ref>(?:[^\[\]\\]|\\.){1,999})\]:[ \t]*+(?:\n[ \t>]*+)?"
-    r"(?P<target><[A-Za-z][A-Za-z0-9+.-]{1,31}:[^<>\n]*>|[A-Za-z][A-Za-z0-9+.-]{1,31}:\S*)",
-    re.MULTILINE,
-)
-# ``[label][ref]``, ``[ref][]`` and ``[ref]`` (not followed by what makes it another form).
-_MD_REFERENCE: Final = re.compile(r"\[([^\[\]]+)\](?:\[([^\[\]]*)\]|(?![(:\[]))")
-# Direction overrides and isolates: in a label they could reorder the target shown after it.
-_BIDI: Final = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+class _LinkPatterns(NamedTuple):
+    """The patterns ``unmask_links`` reads."""
+
+    # Labelled links. Slack's ``<target|label>`` (``<@U…>``, ``<#C…>`` and ``<!…>`` are
+    # mentions and commands, which the Slack adapter breaks where it defuses mentions);
+    # Markdown's inline ``[label](target "title")`` and ``[label](<target>)``, innermost first
+    # (a label holds no brackets), so a link nested in a label is undone on the next pass.
+    slack_link: re.Pattern[str]
+    md_link: re.Pattern[str]
+    # A reference definition (``[ref]: target``, in a quote or a list item too) whose target
+    # has a scheme: relative targets lead nowhere on a chat platform, and ``[::1]:8080`` stays
+    # as written.
+    md_definition: re.Pattern[str]
+    # ``[label][ref]``, ``[ref][]`` and ``[ref]`` (not followed by what makes it another form).
+    md_reference: re.Pattern[str]
+    # Direction overrides and isolates: in a label they could reorder the target shown after it.
+    bidi: re.Pattern[str]
+
+
+# Compiled on first use, like the instruction patterns below: a command's answer on a terminal
+# is only made printable, and a process that shows no chat text never needs them.
+@functools.cache
+def _links() -> _LinkPatterns:
+    return _LinkPatterns(
+        slack_link=re.compile(r"<(?![@#!])([^<>|]+)\|([^<>]*)>"),
+        md_link=re.compile(
+            r"\[([^\[\]]*)\]\(\s*+(?:<([^<>\n]*)>|((?:[^\s()\\<]|\\.|\([^\s()]*\))*+))"
+            r"(?:\s++(?:\"[^\"]*\"|'[^']*'|\([^()]*\)))?+\s*+\)"
+        ),
+        md_definition=re.compile(
+            r"^(?P<lead>[ \t>]*+(?:(?:[*+-]|\d{1,9}[.)])[ \t]++[ \t>]*+)*+)"
+            r"\[(?P<ref>(?:[^\[\]\\]|\\.){1,999})\]:[ \t]*+(?:\n[ \t>]*+)?"
+            r"(?P<target><[A-Za-z][A-Za-z0-9+.-]{1,31}:[^<>\n]*>|[A-Za-z][A-Za-z0-9+.-]{1,31}:\S*)",
+            re.MULTILINE,
+        ),
+        md_reference=re.compile(r"\[([^\[\]]+)\](?:\[([^\[\]]*)\]|(?![(:\[]))"),
+        bidi=re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]"),
+    )
+
+
 _MAX_PASSES: Final = 16
 
 
@@ -64,13 +83,14 @@ def unmask_links(text: str) -> str:
     reference links and their definitions; a link whose label is its target becomes the bare
     target. What is left cannot be read as a masked link: a ``](`` that no pass could undo
     (an escaped bracket in a label, a link nested deeper than the passes) is split apart."""
+    links = _links()
     for _ in range(_MAX_PASSES):
-        done = _MD_LINK.sub(_md_link, _SLACK_LINK.sub(_slack_link, text))
+        done = links.md_link.sub(_md_link, links.slack_link.sub(_slack_link, text))
         if done == text:
             break
         text = done
     else:
-        text = _SLACK_LINK.sub(lambda m: m.group(0).replace("|", "\u00a6"), text)
+        text = links.slack_link.sub(lambda m: m.group(0).replace("|", "\u00a6"), text)
     if "]:" in text:
         text = _references(text)
     return text.replace("](", "] (")
@@ -91,7 +111,7 @@ def _shown(label: str, target: str) -> str:
     seen."""
     kept = "".join(c for c in target if unicodedata.category(c) not in ("Cf", "Cc"))
     seen = "%20".join(kept.split())
-    label = _BIDI.sub("", label).strip()
+    label = _links().bidi.sub("", label).strip()
     if not seen or label in (seen, seen.removeprefix("mailto:")):
         return label
     if not label:
@@ -109,7 +129,7 @@ def _references(text: str) -> str:
         targets.setdefault(_ref_key(ref), target)
         return f"{match.group('lead')}{ref}: {_shown('', target)}"
 
-    text = _MD_DEFINITION.sub(define, text)
+    text = _links().md_definition.sub(define, text)
     if not targets:
         return text
 
@@ -118,7 +138,7 @@ def _references(text: str) -> str:
         target = targets.get(_ref_key(ref or label))
         return match.group(0) if target is None else _shown(label, target)
 
-    return _MD_REFERENCE.sub(resolve, text)
+    return _links().md_reference.sub(resolve, text)
 
 
 def _ref_key(ref: str) -> str:
@@ -133,20 +153,6 @@ __all__ = ["printable", "unmask_links"]
 # prompt injections take. A mark for people, never a filter: it is neither complete nor exact.
 # Each anchor word is found by ``str.find`` (fast over a long output); only there is a pattern
 # tried: from the anchor on (``after``), or on the few characters before it (``before``).
-_AFTER: Final = {
-    "ignore": re.compile(
-        r"(?:ignore|disregard|forget)\s+(?:(?:all|any|the|your|of|everything)\s+)*"
-        r"(?:previous|prior|above|earlier|preceding|former|instructions|rules)\b"
-    ),
-    "you": re.compile(
-        r"you\s+(?:must|should|need\s+to|have\s+to|are\s+(?:now\s+)?(?:required|instructed))\b"
-    ),
-    "run": re.compile(
-        r"(?:run|execute|call|invoke|trigger)\s+(?:the\s+)?(?:tool\s+|command\s+)?`?"
-        r"[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b"
-    ),
-    "do": re.compile(r"(?:do\s+not|don't)\s+(?:tell|ask|inform|notify|mention)\b"),
-}
 _AFTER_ANCHORS: Final = {
     "ignore": "ignore",
     "disregard": "ignore",
@@ -160,12 +166,33 @@ _AFTER_ANCHORS: Final = {
     "do not": "do",
     "don't": "do",
 }
-_BEFORE: Final = {
-    "instructions": re.compile(r"\b(?:new|updated|system|real|actual)\s+$"),
-    "prompt": re.compile(r"\b(?:new|updated|system)\s+$"),
-    "must": re.compile(r"\b(?:assistants?|agents?|ais?|llms?|models?|bots?)\s+$"),
-    "should": re.compile(r"\b(?:assistants?|agents?|ais?|llms?|models?|bots?)\s+$"),
-}
+
+
+# Compiled on first use (a process that traces no consequential call never reads an output for
+# them): the patterns tried after each anchor kind, and before each word.
+@functools.cache
+def _instruction_patterns() -> tuple[dict[str, re.Pattern[str]], dict[str, re.Pattern[str]]]:
+    after = {
+        "ignore": re.compile(
+            r"(?:ignore|disregard|forget)\s+(?:(?:all|any|the|your|of|everything)\s+)*"
+            r"(?:previous|prior|above|earlier|preceding|former|instructions|rules)\b"
+        ),
+        "you": re.compile(
+            r"you\s+(?:must|should|need\s+to|have\s+to|are\s+(?:now\s+)?(?:required|instructed))\b"
+        ),
+        "run": re.compile(
+            r"(?:run|execute|call|invoke|trigger)\s+(?:the\s+)?(?:tool\s+|command\s+)?`?"
+            r"[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b"
+        ),
+        "do": re.compile(r"(?:do\s+not|don't)\s+(?:tell|ask|inform|notify|mention)\b"),
+    }
+    before = {
+        "instructions": re.compile(r"\b(?:new|updated|system|real|actual)\s+$"),
+        "prompt": re.compile(r"\b(?:new|updated|system)\s+$"),
+        "must": re.compile(r"\b(?:assistants?|agents?|ais?|llms?|models?|bots?)\s+$"),
+        "should": re.compile(r"\b(?:assistants?|agents?|ais?|llms?|models?|bots?)\s+$"),
+    }
+    return after, before
 
 
 # A run's outputs are asked about again by each call traced against them and by every page
@@ -175,14 +202,15 @@ def instruction_like(text: str) -> bool:
     """Whether ``text`` holds instruction-like words ("ignore previous instructions", "run
     restart_unit …", "you must …") that a tool's output should not."""
     lowered = text.lower()
+    after, before = _instruction_patterns()
     for anchor, kind in _AFTER_ANCHORS.items():
-        pattern = _AFTER[kind]
+        pattern = after[kind]
         at = lowered.find(anchor)
         while at >= 0:
             if _starts_word(lowered, at) and pattern.match(lowered, at):
                 return True
             at = lowered.find(anchor, at + 1)
-    for anchor, pattern in _BEFORE.items():
+    for anchor, pattern in before.items():
         at = lowered.find(anchor)
         while at >= 0:
             if pattern.search(lowered, max(0, at - 24), at):
