@@ -159,8 +159,10 @@ def read_yaml(path: Path) -> dict[str, Any]:
     """The settings file's top-level mapping."""
     import yaml  # here: a runtime composed in code (a library user, a bench) reads no file
 
+    from bot.yamldoc import safe_load
+
     try:
-        data = yaml.safe_load(path.read_text())
+        data = safe_load(path.read_text())
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror}") from exc
     except UnicodeDecodeError as exc:

@@ -171,9 +171,11 @@ def load_script(path: str | Path) -> Script:
     """Read and validate a YAML script; the model name is the file's stem."""
     import yaml  # here: a script given as replies (a bench, a test) needs no YAML parser
 
+    from bot.yamldoc import safe_load
+
     source = Path(path)
     try:
-        raw = yaml.safe_load(source.read_text(encoding="utf-8"))
+        raw = safe_load(source.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ScriptError(f"{source}: cannot read the script: {exc.strerror or exc}") from exc
     except yaml.YAMLError as exc:

@@ -48,6 +48,7 @@ from bot.tools.command import (
 )
 from bot.tools.isolation import Isolation, is_kestrels_variable
 from bot.tools.verdicts import SOUND_PARAMETERS, found_clean, keep_clean
+from bot.yamldoc import node_and_value
 
 Loc = tuple[str | int, ...]
 
@@ -339,10 +340,9 @@ def _build(entry: ToolEntry, folder: Path, origin: str, isolation: Isolation | N
 
 def _compose(report: _Report, text: str) -> Any:
     """Parse YAML keeping the node tree for line numbers; syntax errors are reported."""
-    loader = yaml.SafeLoader(text)
     try:
-        report.root = loader.get_single_node()
-        return loader.construct_document(report.root) if report.root is not None else None
+        report.root, value = node_and_value(text)
+        return value
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else 1
@@ -351,8 +351,6 @@ def _compose(report: _Report, text: str) -> Any:
     except RecursionError:
         report.problems.append(f"{report.shown}:1: YAML nested too deeply to be a catalog")
         return None
-    finally:
-        loader.dispose()
 
 
 class _Parsed(msgspec.Struct):

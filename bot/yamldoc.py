@@ -1,0 +1,52 @@
+"""One YAML document read as ``yaml.safe_load`` reads it, parsed by libyaml when it can be.
+
+PyYAML's own parser is Python: the settings, a catalog and a script took a fresh command about
+1.5 ms to parse, libyaml (``yaml.CSafeLoader``, when PyYAML was built with it) a tenth of that.
+Both hand their events to the same Python constructor and resolver, so a document libyaml reads
+makes the same values and the same node tree. Whatever it does not read plainly, PyYAML's parser
+reads again, so that every problem is reported as before: a document libyaml refuses, and one
+nesting deeper than any setting does (PyYAML's parser stops at the interpreter's recursion
+limit, some 450 levels down, where libyaml goes on to 1,000).
+
+``yaml`` is imported by the functions, not here: a runtime composed in code reads no YAML.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from bot.nesting import MAX_DEPTH, deeper_than
+
+if TYPE_CHECKING:
+    import yaml
+
+
+def safe_load(text: str) -> Any:
+    """``yaml.safe_load(text)``: the document's value (None when there is none)."""
+    return node_and_value(text)[1]
+
+
+def node_and_value(text: str) -> tuple[yaml.Node | None, Any]:
+    """The document's node tree (its marks give line numbers) and its value; PyYAML's
+    ``YAMLError`` (or ``RecursionError``) as ``yaml.SafeLoader`` raises it."""
+    import yaml
+
+    fast = getattr(yaml, "CSafeLoader", None)
+    if fast is not None:
+        try:
+            root, value = _read(fast, text)
+        except (yaml.YAMLError, RecursionError):
+            pass  # read again by PyYAML's parser, which says what is wrong as it always did
+        else:
+            if not deeper_than(value, MAX_DEPTH):
+                return root, value
+    return _read(yaml.SafeLoader, text)
+
+
+def _read(loader_kind: Any, text: str) -> tuple[yaml.Node | None, Any]:
+    loader = loader_kind(text)
+    try:
+        root = loader.get_single_node()
+        return root, loader.construct_document(root) if root is not None else None
+    finally:
+        loader.dispose()

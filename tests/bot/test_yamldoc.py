@@ -1,0 +1,76 @@
+"""A YAML document read by libyaml when it can be: the values, lines and errors PyYAML's own
+parser gives."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+
+from bot.yamldoc import node_and_value, safe_load
+
+DOCUMENTS = [
+    "",
+    "# nothing\n",
+    "database: kestrel.db\nmodel: {provider: scripted, script: script.yaml}\ntools: [a.yaml]\n",
+    "pii:\n  mode: off\nprovenance: no\nwhen: 2026-12-04\nratio: 1e3\nport: 0o17\nempty:\n",
+    "- &one {name: a, n: 1}\n- *one\n- [1, 2.5, .inf, ~, 'x', \"\\u00e9\"]\n",
+    "key: |\n  two\n  lines\nfolded: >\n  one\n  line\n",
+]
+BROKEN = [
+    "a: [1, 2\n",
+    "a: b: c\n",
+    "- a\nb: c\n",
+    "a:\n\t- b\n",
+    "{a: 1, [b]: 2}\n",
+    "a: *nowhere\n",
+    "a: !!python/object:os.system x\n",
+]
+
+
+@pytest.mark.parametrize("text", DOCUMENTS)
+def test_a_document_reads_as_pyyaml_reads_it(text: str) -> None:
+    assert safe_load(text) == yaml.safe_load(text)
+
+
+@pytest.mark.parametrize("text", DOCUMENTS[2:])
+def test_its_nodes_carry_pyyaml_lines(text: str) -> None:
+    root, _value = node_and_value(text)
+    expected = yaml.SafeLoader(text).get_single_node()
+    assert _lines(root) == _lines(expected)
+
+
+@pytest.mark.parametrize("text", BROKEN)
+def test_a_broken_document_says_what_pyyaml_says(text: str) -> None:
+    with pytest.raises(yaml.YAMLError) as ours:
+        safe_load(text)
+    with pytest.raises(yaml.YAMLError) as theirs:
+        yaml.safe_load(text)
+    assert type(ours.value) is type(theirs.value)
+    assert str(ours.value) == str(theirs.value)
+
+
+def test_a_document_nested_past_what_pyyaml_parses_fails_as_it_did() -> None:
+    text = "[" * 600 + "]" * 600
+    with pytest.raises(RecursionError):
+        yaml.safe_load(text)
+    with pytest.raises(RecursionError):
+        safe_load(text)
+
+
+def test_a_document_nested_as_deep_as_a_value_may_be_reads_the_same() -> None:
+    text = "[" * 80 + "1" + "]" * 80
+    assert safe_load(text) == yaml.safe_load(text)
+
+
+def _lines(node: Any) -> list[int]:
+    """Every node's first line, in document order."""
+    found = [node.start_mark.line]
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            found += _lines(key) + _lines(value)
+    elif isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            found += _lines(item)
+    return found
