@@ -12,12 +12,15 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 from pathlib import Path
-from typing import Any
-
-import aiosqlite
+from typing import TYPE_CHECKING, Any
 
 from storage.sql_store import Row
 from storage.sqlite_writer import busy
+
+# aiosqlite is imported by the first busy query, which needs its thread: a process whose reads
+# all run inline (nearly every one) does not pay for its import.
+if TYPE_CHECKING:
+    import aiosqlite
 
 
 class SqliteReader:
@@ -67,6 +70,8 @@ class SqliteReader:
 
     async def _patient_connection(self) -> aiosqlite.Connection:
         if self._patient is None:
+            import aiosqlite
+
             conn = await aiosqlite.connect(
                 self._target, timeout=self._busy_timeout, isolation_level=None, uri=self._uri
             )

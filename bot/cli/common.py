@@ -89,12 +89,13 @@ def _is_user_error(exc: Exception) -> bool:
 
 def terminal_user(given: str | None = None) -> str:
     """Who acts at this terminal: ``--as``, else ``KESTREL_USER``, else the login name."""
-    import getpass
     import os
 
     for name in (given, os.environ.get("KESTREL_USER"), os.environ.get("USER")):
         if name and name.strip():
             return checked_user(name.strip())
+    import getpass  # only without a name given (its import loads termios)
+
     try:
         return checked_user(getpass.getuser())
     except (OSError, KeyError):

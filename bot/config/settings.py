@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
 import os
 import types
@@ -464,6 +463,8 @@ def _unknown(loc: tuple[str, ...]) -> str:
     """What is said of a key no section has: the key it is nearest, if one is near."""
     if not loc:
         return "unknown key"
+    import difflib  # only to describe a mistake
+
     near = difflib.get_close_matches(loc[-1], _keys_at(loc[:-1]), n=1, cutoff=0.6)
     return f"unknown key (did you mean {near[0]}?)" if near else "unknown key"
 

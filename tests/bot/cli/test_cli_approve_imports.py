@@ -1,0 +1,46 @@
+"""``kestrel runs approve`` imports what deciding and finishing a run use, and not what only a
+rare case needs: bench.cold times the whole process, and each of these came back unnoticed
+once."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.bot.cli.test_cli import kestrel
+
+# The real command, which then writes the modules it imported to the file named by $MODULES.
+WATCHED = """
+import atexit, json, os, sys
+atexit.register(lambda: open(os.environ["MODULES"], "w").write(json.dumps(sorted(sys.modules))))
+from bot.cli.main import main
+main()
+"""
+# Imported on first need only: a busy database (aiosqlite's thread), no --as nor $KESTREL_USER
+# (the login name), a settings key to say "did you mean" of (difflib).
+NOT_IMPORTED = ("aiosqlite", "getpass", "difflib")
+
+
+def test_runs_approve_leaves_the_rare_cases_unimported(tmp_path: Path) -> None:
+    deferred = kestrel(tmp_path, "run", "checkout is failing", "--defer", "--json", "--as", "U0REQ")
+    run = json.loads(deferred.stdout)
+    modules = tmp_path / "modules.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "KESTREL_"))}
+    env |= {"KESTREL_DEMO_STATE": str(tmp_path / "demo-state"), "MODULES": str(modules)}
+    ids = [run["run_id"], run["requests"][0]["id"]]
+    approved = subprocess.run(
+        [sys.executable, "-c", WATCHED, "runs", "approve", *ids, "--as", "U0BOSS"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert approved.returncode == 0, approved.stderr
+    imported = set(json.loads(modules.read_text()))
+    assert "bot.run.supervisor" in imported  # it did decide and resume here
+    assert [name for name in NOT_IMPORTED if name in imported] == []
