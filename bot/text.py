@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import re
 import unicodedata
-from typing import Final, NamedTuple
+from typing import Final
 
 # Escape sequences a terminal acts on, 7-bit (ESC ...) and 8-bit (C1) forms: control strings
 # (OSC, DCS, SOS, PM, APC) up to their terminator (BEL or ST) or the end of the text, CSI
@@ -34,44 +34,43 @@ def printable(text: str) -> str:
     return _SURROGATES.sub("\ufffd", _REORDERING.sub("", text))
 
 
-class _LinkPatterns(NamedTuple):
-    """The patterns ``unmask_links`` reads."""
+class _LinkPatterns:
+    """The patterns ``unmask_links`` reads (a plain class: a named tuple's costs more to define
+    than these to compile, in every process)."""
 
-    # Labelled links. Slack's ``<target|label>`` (``<@U…>``, ``<#C…>`` and ``<!…>`` are
-    # mentions and commands, which the Slack adapter breaks where it defuses mentions);
-    # Markdown's inline ``[label](target "title")`` and ``[label](<target>)``, innermost first
-    # (a label holds no brackets), so a link nested in a label is undone on the next pass.
-    slack_link: re.Pattern[str]
-    md_link: re.Pattern[str]
-    # A reference definition (``[ref]: target``, in a quote or a list item too) whose target
-    # has a scheme: relative targets lead nowhere on a chat platform, and ``[::1]:8080`` stays
-    # as written.
-    md_definition: re.Pattern[str]
-    # ``[label][ref]``, ``[ref][]`` and ``[ref]`` (not followed by what makes it another form).
-    md_reference: re.Pattern[str]
-    # Direction overrides and isolates: in a label they could reorder the target shown after it.
-    bidi: re.Pattern[str]
+    def __init__(self) -> None:
+        # Labelled links. Slack's ``<target|label>`` (``<@U…>``, ``<#C…>`` and ``<!…>`` are
+        # mentions and commands, which the Slack adapter breaks where it defuses mentions);
+        # Markdown's inline ``[label](target "title")`` and ``[label](<target>)``, innermost
+        # first (a label holds no brackets), so a link nested in a label is undone on the next
+        # pass.
+        self.slack_link = re.compile(r"<(?![@#!])([^<>|]+)\|([^<>]*)>")
+        self.md_link = re.compile(
+            r"\[([^\[\]]*)\]\(\s*+(?:<([^<>\n]*)>|((?:[^\s()\\<]|\\.|\([^\s()]*\))*+))"
+            r"(?:\s++(?:\"[^\"]*\"|'[^']*'|\([^()]*\)))?+\s*+\)"
+        )
+        # A reference definition (``[ref]: target``, in a quote or a list item too) whose
+        # target has a scheme: relative targets lead nowhere on a chat platform, and
+        # ``[::1]:8080`` stays as written.
+        self.md_definition = re.compile(
+            r"^(?P<lead>[ \t>]*+(?:(?:[*+-]|\d{1,9}[.)])[ \t]++[ \t>]*+)*+)"
+            r"\[(?P<ref>(?:[^\[\]\\]|\\.){1,999})\]:[ \t]*+(?:\n[ \t>]*+)?"
+            r"(?P<target><[A-Za-z][A-Za-z0-9+.-]{1,31}:[^<>\n]*>|[A-Za-z][A-Za-z0-9+.-]{1,31}:\S*)",
+            re.MULTILINE,
+        )
+        # ``[label][ref]``, ``[ref][]`` and ``[ref]`` (not followed by what makes it another
+        # form).
+        self.md_reference = re.compile(r"\[([^\[\]]+)\](?:\[([^\[\]]*)\]|(?![(:\[]))")
+        # Direction overrides and isolates: in a label they could reorder the target shown
+        # after it.
+        self.bidi = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 # Compiled on first use, like the instruction patterns below: a command's answer on a terminal
 # is only made printable, and a process that shows no chat text never needs them.
 @functools.cache
 def _links() -> _LinkPatterns:
-    return _LinkPatterns(
-        slack_link=re.compile(r"<(?![@#!])([^<>|]+)\|([^<>]*)>"),
-        md_link=re.compile(
-            r"\[([^\[\]]*)\]\(\s*+(?:<([^<>\n]*)>|((?:[^\s()\\<]|\\.|\([^\s()]*\))*+))"
-            r"(?:\s++(?:\"[^\"]*\"|'[^']*'|\([^()]*\)))?+\s*+\)"
-        ),
-        md_definition=re.compile(
-            r"^(?P<lead>[ \t>]*+(?:(?:[*+-]|\d{1,9}[.)])[ \t]++[ \t>]*+)*+)"
-            r"\[(?P<ref>(?:[^\[\]\\]|\\.){1,999})\]:[ \t]*+(?:\n[ \t>]*+)?"
-            r"(?P<target><[A-Za-z][A-Za-z0-9+.-]{1,31}:[^<>\n]*>|[A-Za-z][A-Za-z0-9+.-]{1,31}:\S*)",
-            re.MULTILINE,
-        ),
-        md_reference=re.compile(r"\[([^\[\]]+)\](?:\[([^\[\]]*)\]|(?![(:\[]))"),
-        bidi=re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]"),
-    )
+    return _LinkPatterns()
 
 
 _MAX_PASSES: Final = 16
