@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import json
 import shutil
 import sqlite3
@@ -164,6 +165,7 @@ def phase(args: list[str]) -> None:
     ``setup DB`` builds what they build before the clock, and stops (counted to subtract it)."""
     global _PARTS
     _PARTS = _kestrel_parts()
+    gc.freeze()  # as ``kestrel`` does before its work (bot.cli.common.with_runtime)
     name, path, *ids = args
     if name == "suspend":
         print(json.dumps(measured(lambda: kestrel_suspend(Path(path)))))
