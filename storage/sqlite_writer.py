@@ -18,6 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
+from storage.sql_store import Params, Row
+
 _T = TypeVar("_T")
 _BUSY_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 
@@ -138,6 +140,23 @@ class SqliteWriter:
                     raise Contended from exc
                 raise
             return self._finish(body)
+        finally:
+            self._lock.release()
+
+    def try_read(self, sql: str, params: Params) -> list[Row] | None:
+        """The rows of one query, inline on this connection while it is idle; None while a
+        transaction holds it (here or on the thread) or SQLite is busy: the caller reads on
+        its reader then."""
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            if self._conn.in_transaction:
+                return None
+            return self._conn.execute(sql, params).fetchall()
+        except sqlite3.OperationalError as exc:
+            if busy(exc):
+                return None
+            raise
         finally:
             self._lock.release()
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import pytest
+
+from bot.errors import UnknownRun
 from storage.sqlite import open_sqlite
 
 
@@ -22,3 +25,33 @@ async def test_the_writer_keeps_a_small_page_cache_and_durable_commits(tmp_path:
         await store.close()
     assert found == [-512, "wal", 2, 1]  # 512 KiB; WAL; synchronous FULL; keys enforced
     assert reader_cache == -2000  # SQLite's default: reads of whole journals stay cached
+
+
+async def test_point_reads_ride_the_idle_writer_and_a_journal_read_opens_the_reader(
+    tmp_path: Path,
+) -> None:
+    store = await open_sqlite(tmp_path / "k.db")
+    try:
+        version = await store.schema_version()
+        opened_by_a_point_read = store._rconn is not None
+        with pytest.raises(UnknownRun):
+            await store.load("run_missing")
+        opened_by_a_journal_read = store._rconn is not None
+    finally:
+        await store.close()
+    assert version == store.current_schema
+    assert not opened_by_a_point_read
+    assert opened_by_a_journal_read
+
+
+async def test_a_point_read_goes_to_the_reader_while_the_writer_is_in_use(tmp_path: Path) -> None:
+    store = await open_sqlite(tmp_path / "k.db")
+    writer = store._writer()
+    try:
+        with writer._lock:  # as while a batch waits out another process's lock on the thread
+            version = await store.schema_version()
+        opened = store._rconn is not None
+    finally:
+        await store.close()
+    assert version == store.current_schema
+    assert opened
