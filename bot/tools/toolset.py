@@ -10,7 +10,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from bot.llm.base import ToolSpec
-from bot.tools.base import ChecksArguments, RunsSomething, Tool, ToolFlags
+from bot.tools.base import Tool, ToolFlags, checks_arguments, runs_something
 
 if TYPE_CHECKING:
     from jsonschema.protocols import Validator
@@ -83,7 +83,7 @@ class ToolSet(Mapping[str, Tool]):
 
 def _shape(tool: Tool) -> list[Any]:
     shape = [tool.name, tool.description, tool.parameters, repr(tool.flags)]
-    return [*shape, tool.definition()] if isinstance(tool, RunsSomething) else shape
+    return [*shape, tool.definition()] if runs_something(tool) else shape
 
 
 def _collision(first: Tool, second: Tool) -> str:
@@ -95,7 +95,7 @@ def _collision(first: Tool, second: Tool) -> str:
 
 def _check(tool: Tool) -> Callable[[dict[str, Any]], list[str]]:
     """The tool's own check if it has one (in-process tools), else its JSON Schema."""
-    if isinstance(tool, ChecksArguments):
+    if checks_arguments(tool):
         return tool.argument_errors
     from jsonschema import Draft202012Validator
     from jsonschema.validators import validator_for
