@@ -37,8 +37,11 @@ class Contended(Exception):
 class SqliteWriter:
     """One writer connection; every use holds its lock, so no two transactions interleave."""
 
-    def __init__(self, conn: sqlite3.Connection, thread: ThreadPoolExecutor, busy_ms: int) -> None:
+    def __init__(
+        self, conn: sqlite3.Connection, busy_ms: int, thread: ThreadPoolExecutor | None = None
+    ) -> None:
         self._conn = conn
+        # Made on first need: a process that never meets another's lock makes none.
         self._thread = thread
         self._busy_ms = busy_ms
         self._lock = threading.Lock()
@@ -58,7 +61,6 @@ class SqliteWriter:
         ``pragmas`` (which must take no lock) and then ``setup`` run before the connection is
         handed out.
         """
-        thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kestrel-sqlite-writer")
         busy_ms = int(busy_timeout * 1000)
 
         def connect(patient: bool) -> sqlite3.Connection:
@@ -80,13 +82,14 @@ class SqliteWriter:
         with contextlib.suppress(Exception):
             # A held lock fails the impatient attempt (or leaves the journal mode unswitched,
             # which ``setup`` refuses): the patient one below waits for it, or raises the fault.
-            return cls(connect(patient=False), thread, busy_ms)
+            return cls(connect(patient=False), busy_ms)
+        thread = _writer_thread()
         try:
             conn = await asyncio.get_running_loop().run_in_executor(thread, connect, True)
         except BaseException:
             thread.shutdown(wait=False)
             raise
-        return cls(conn, thread, busy_ms)
+        return cls(conn, busy_ms, thread)
 
     async def transact(self, body: Callable[[sqlite3.Connection], _T]) -> _T:
         """Run ``body`` in one committed transaction; rolled back if it raises."""
@@ -125,7 +128,8 @@ class SqliteWriter:
                 return
             await self._on_thread(close)
         finally:
-            self._thread.shutdown(wait=False)
+            if self._thread is not None:
+                self._thread.shutdown(wait=False)
 
     def try_inline(self, body: Callable[[sqlite3.Connection], _T]) -> _T:
         """Run ``body`` in one committed transaction on this thread; ``Contended`` if the
@@ -191,8 +195,15 @@ class SqliteWriter:
         return result
 
     async def _on_thread(self, job: Callable[[], _T]) -> _T:
+        if self._thread is None:
+            self._thread = _writer_thread()
         self._on_thread_jobs += 1
         try:
             return await asyncio.get_running_loop().run_in_executor(self._thread, job)
         finally:
             self._on_thread_jobs -= 1
+
+
+def _writer_thread() -> ThreadPoolExecutor:
+    """The writer's one worker thread (started by its first job)."""
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="kestrel-sqlite-writer")
