@@ -130,7 +130,9 @@ class AgentLoop:
         assert started is not None, "a run's journal starts with run_started"
         self.started = started
         self.budgets = started.budgets
-        self._t0 = deps.clock()
+        seconds = self.budgets.deadline_seconds
+        # On the loop's clock; None without a deadline (checked at every boundary, so kept).
+        self._deadline_at = deps.clock() + seconds if seconds else None
 
     async def run(self, resumed: RunResumed | None = None) -> RunState:
         """Iterate until a terminal result or a suspend; journal whichever it is.
@@ -225,13 +227,12 @@ class AgentLoop:
             raise Stop(RunStatus.FAILED, StopReason.TOKEN_BUDGET, f"{used} of {limit} tokens used")
 
     def _remaining(self) -> float | None:
-        if not self.budgets.deadline_seconds:
+        if self._deadline_at is None:
             return None
-        return self.budgets.deadline_seconds - (self.deps.clock() - self._t0)
+        return self._deadline_at - self.deps.clock()
 
     def _check_deadline(self) -> None:
-        remaining = self._remaining()
-        if remaining is not None and remaining <= 0:
+        if self._deadline_at is not None and self.deps.clock() >= self._deadline_at:
             raise Stop(RunStatus.FAILED, StopReason.DEADLINE, "the run's deadline passed")
 
     async def _drain_advisories(self) -> None:

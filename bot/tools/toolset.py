@@ -7,13 +7,16 @@ import hashlib
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from bot.llm.base import ToolSpec
 from bot.tools.base import Tool, ToolFlags, checks_arguments, runs_something
 
 if TYPE_CHECKING:
     from jsonschema.protocols import Validator
+
+
+_T = TypeVar("_T")
 
 
 class ToolCollision(Exception):
@@ -41,6 +44,17 @@ class ToolSet(Mapping[str, Tool]):
 
     def __getitem__(self, name: str) -> Tool:
         return self._tools[name]
+
+    @overload
+    def get(self, name: str, /) -> Tool | None: ...
+
+    @overload
+    def get(self, name: str, default: Tool | _T, /) -> Tool | _T: ...
+
+    def get(self, name: str, default: object = None, /) -> object:
+        """The tool called ``name``, else ``default``: one lookup, where ``Mapping.get`` makes
+        two calls (a run asks twice for every call)."""
+        return self._tools.get(name, default)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._tools)
