@@ -11,26 +11,30 @@ from msgspec.structs import replace
 
 from bot.domain import AssistantTurn, ToolCall
 
+# The conversation's messages are frozen and hold text and frozen values only, so they can
+# never be part of a reference cycle: kept out of the collector, which a long run's history
+# would otherwise fill (as the domain values, bot.domain).
 
-class SystemMessage(msgspec.Struct, frozen=True):
+
+class SystemMessage(msgspec.Struct, frozen=True, gc=False):
     """The run's instructions."""
 
     text: str
 
 
-class UserMessage(msgspec.Struct, frozen=True):
+class UserMessage(msgspec.Struct, frozen=True, gc=False):
     """A human message."""
 
     text: str
 
 
-class AssistantMessage(msgspec.Struct, frozen=True):
+class AssistantMessage(msgspec.Struct, frozen=True, gc=False):
     """A model reply already received (text and/or tool calls)."""
 
     turn: AssistantTurn
 
 
-class ToolResultItem(msgspec.Struct, frozen=True):
+class ToolResultItem(msgspec.Struct, frozen=True, gc=False):
     """The answer to one tool call."""
 
     call_id: str
@@ -38,7 +42,7 @@ class ToolResultItem(msgspec.Struct, frozen=True):
     output: str
 
 
-class ToolResultsMessage(msgspec.Struct, frozen=True):
+class ToolResultsMessage(msgspec.Struct, frozen=True, gc=False):
     """All results of one tool batch, fed back to the model as one message."""
 
     results: tuple[ToolResultItem, ...]
