@@ -16,14 +16,18 @@ import yaml
 ROOT = Path(__file__).resolve().parents[3]
 
 
+CLI = "from bot.cli.main import main; main()"
+
+
 def kestrel(
-    cwd: Path, *args: str, stdin: str = "", env: dict[str, str] | None = None
+    cwd: Path, *args: str, stdin: str = "", env: dict[str, str] | None = None, script: str = CLI
 ) -> subprocess.CompletedProcess[str]:
-    """Run the real CLI in a fresh process, with no model endpoint in its environment."""
+    """Run the real CLI (started by ``script``) in a fresh process, with no model endpoint in
+    its environment."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "KESTREL_"))}
     clean["KESTREL_DEMO_STATE"] = str(cwd / "demo-state")
     clean.update(env or {})
-    command = [sys.executable, "-c", "from bot.cli.main import main; main()", *args]
+    command = [sys.executable, "-c", script, *args]
     return subprocess.run(
         command,
         cwd=cwd,

@@ -5,9 +5,6 @@ once."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 from tests.bot.cli.test_cli import kestrel
@@ -28,17 +25,16 @@ def test_runs_approve_leaves_the_rare_cases_unimported(tmp_path: Path) -> None:
     deferred = kestrel(tmp_path, "run", "checkout is failing", "--defer", "--json", "--as", "U0REQ")
     run = json.loads(deferred.stdout)
     modules = tmp_path / "modules.json"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "KESTREL_"))}
-    env |= {"KESTREL_DEMO_STATE": str(tmp_path / "demo-state"), "MODULES": str(modules)}
     ids = [run["run_id"], run["requests"][0]["id"]]
-    approved = subprocess.run(
-        [sys.executable, "-c", WATCHED, "runs", "approve", *ids, "--as", "U0BOSS"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    approved = kestrel(
+        tmp_path,
+        "runs",
+        "approve",
+        *ids,
+        "--as",
+        "U0BOSS",
+        env={"MODULES": str(modules)},
+        script=WATCHED,
     )
     assert approved.returncode == 0, approved.stderr
     imported = set(json.loads(modules.read_text()))
