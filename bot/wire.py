@@ -24,6 +24,17 @@ def to_json(value: object) -> str:
     return _ENCODER.encode(value).decode()
 
 
+def checked_json(value: msgspec.Struct) -> str:
+    """``value`` as ``to_json`` writes it, once it reads back as its own type (``Unreadable``
+    if it would not; a value that is no JSON at all raises ``TypeError``)."""
+    text = _ENCODER.encode(value)
+    try:
+        _decoder(type(value)).decode(text)
+    except RecursionError as exc:
+        raise Unreadable("nested too deeply to be read") from exc
+    return text.decode()
+
+
 def to_plain(value: object) -> Any:
     """``value`` as JSON's kinds of Python values: dicts, lists, strings, numbers."""
     return msgspec.to_builtins(value)

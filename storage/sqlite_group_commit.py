@@ -194,8 +194,9 @@ def _batch_writer(batch: list[_Job], at: str) -> Callable[[sqlite3.Connection], 
 def _append(conn: sqlite3.Connection, item: PendingAppend, at: str) -> _Failed | None:
     """Insert one row; on a miss, why (nothing when an identical record is already there)."""
     if conn.execute(_INSERT_ENTRY, item.params(at)).rowcount == 1:
-        # At once, not at the batch's end: a later write of the batch (a claim) sees it.
-        _project(conn, item, at)
+        if item.projection is not None or item.beside:
+            # At once, not at the batch's end: a later write of the batch (a claim) sees it.
+            _project(conn, item, at)
         return None
     refused = _diagnose(conn, item)
     return None if refused is None else _Failed(refused)
