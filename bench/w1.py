@@ -16,16 +16,22 @@ import time
 
 from bench.common import bench_command, median, peak_rss_mib, run_json, w1_runtime
 from bench.stores import DATABASES, LABELS, open_store, scratch
+from bot.collector import settle_for_service
 from bot.run.supervisor import Supervisor
 
 ITERATIONS = 20
 REPEATS = 3  # Kestrel's and the floor's scenarios, alternating
 
 
-async def scenario(url: str, runs: int, repeats: int, guarded: bool = False) -> dict[str, float]:
-    """Time ``repeats`` rounds of ``runs`` concurrent W1 runs on the store at ``url``."""
+async def scenario(
+    url: str, runs: int, repeats: int, guarded: bool = False, default_collector: bool = False
+) -> dict[str, float]:
+    """Time ``repeats`` rounds of ``runs`` concurrent W1 runs on the store at ``url``, the
+    collector settled as ``kestrel serve`` settles it (else as the interpreter starts)."""
     store = await open_store(url)
     supervisor = Supervisor(w1_runtime(store, ITERATIONS, guarded=guarded))
+    if not default_collector:
+        settle_for_service()  # as ``kestrel serve`` does once started
     per_iteration, rates = [], []
     for _ in range(repeats):
         started = time.perf_counter()
@@ -45,13 +51,13 @@ async def scenario(url: str, runs: int, repeats: int, guarded: bool = False) -> 
 
 
 def run_scenario(
-    module: str, runs: int, repeats: int, database: str = "sqlite", guarded: bool = False
+    module: str, runs: int, repeats: int, database: str = "sqlite", *flags: str
 ) -> dict[str, float]:
     """One scenario of ``bench.MODULE`` (``w1``, or the ``floor``) in a fresh interpreter on a
-    fresh store."""
+    fresh store; ``flags``: ``--guarded``, ``--default-collector``."""
     with scratch(database) as url:
         args = ["--scenario", str(runs), "--repeats", str(repeats), "--store", url]
-        return run_json(bench_command(module, *args, *(["--guarded"] if guarded else [])))
+        return run_json(bench_command(module, *args, *flags))
 
 
 def beside_floor(repeats: int = REPEATS) -> dict[str, dict[str, float]]:
@@ -59,8 +65,8 @@ def beside_floor(repeats: int = REPEATS) -> dict[str, dict[str, float]]:
     same minute of the machine; the median of ``repeats`` of each, by scenario."""
     rounds: dict[str, list[dict[str, float]]] = {name: [] for name in _BESIDE}
     for _ in range(repeats):
-        for name, (module, runs, scenario_repeats) in _BESIDE.items():
-            rounds[name].append(run_scenario(module, runs, scenario_repeats))
+        for name, (module, runs, scenario_repeats, *flags) in _BESIDE.items():
+            rounds[name].append(run_scenario(module, runs, scenario_repeats, "sqlite", *flags))
     return {
         name: {key: median([figures[key] for figures in found]) for key in found[0]}
         for name, found in rounds.items()
@@ -69,11 +75,12 @@ def beside_floor(repeats: int = REPEATS) -> dict[str, dict[str, float]]:
 
 # Scenario name: (module, concurrent runs, rounds within the process); Kestrel's and the
 # floor's alternate.
-_BESIDE = {
+_BESIDE: dict[str, tuple[str, int, int, *tuple[str, ...]]] = {
     "lone": ("w1", 1, 15),
     "floor_lone": ("floor", 1, 15),
     "many": ("w1", 100, 5),
     "floor_many": ("floor", 100, 5),
+    "many_default": ("w1", 100, 5, "--default-collector"),
 }
 
 
@@ -91,8 +98,8 @@ def report(database: str = "sqlite") -> None:
         print(f"  iterations/s, 1 run:                  {lone['iterations_per_s']:.0f}")
         print(f"  iterations/s, 100 concurrent runs:    {many['iterations_per_s']:.0f}")
         print(f"  peak RSS, 100 concurrent runs:        {many['peak_rss_mib']:.1f} MiB")
-    guarded = run_scenario("w1", 1, 15, database, guarded=True)
-    guarded_many = run_scenario("w1", 100, 5, database, guarded=True)
+    guarded = run_scenario("w1", 1, 15, database, "--guarded")
+    guarded_many = run_scenario("w1", 100, 5, database, "--guarded")
     extra = (guarded["ms_per_iteration"] - lone["ms_per_iteration"]) * 1000
     print("  with a PreToolUse + PostToolUse hook and the PII guard (redact):")
     print(f"    median time per iteration, 1 run:   {guarded['ms_per_iteration']:.3f} ms")
@@ -104,7 +111,8 @@ def _print_beside_floor(found: dict[str, dict[str, float]]) -> None:
     lone, many = found["lone"], found["many"]
     floor_lone, floor_many = found["floor_lone"], found["floor_many"]
     print(f"W1 ({LABELS['sqlite']}, 20 iterations per run, in-process echo tool)")
-    print(f"  beside the floor (bench/floor.py), interleaved, medians of {REPEATS} repeats:")
+    print(f"  beside the floor (bench/floor.py), interleaved, medians of {REPEATS} repeats;")
+    print("  Kestrel's collector settled as `kestrel serve` settles it (bot/collector.py):")
     print("                                         Kestrel      floor   Kestrel/floor")
     rows = [
         ("median time per iteration, 1 run", lone, floor_lone, "ms_per_iteration", "ms", 3),
@@ -116,6 +124,9 @@ def _print_beside_floor(found: dict[str, dict[str, float]]) -> None:
         ratio = ours[key] / theirs[key]
         mine, floor = f"{ours[key]:,.{digits}f} {unit}", f"{theirs[key]:,.{digits}f} {unit}"
         print(f"  {label + ':':<37}{mine:>10} {floor:>10}   {ratio:.2f}x")
+    default = found["many_default"]["iterations_per_s"]
+    ratio = default / floor_many["iterations_per_s"]
+    print(f"  the same at 100 runs, the interpreter's collector: {default:>8,.0f}   {ratio:.2f}x")
     print("  targets: time per iteration ≤ 1.0x the floor, iterations/s at 100 runs ≥ 0.9x,")
     print("  peak RSS at 100 runs ≤ 40 MiB")
 
@@ -126,10 +137,13 @@ if __name__ == "__main__":
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--store", help="the scenario's store URL")
     parser.add_argument("--guarded", action="store_true")
+    parser.add_argument("--default-collector", action="store_true")
     parser.add_argument("--database", choices=DATABASES, default="sqlite")
     args = parser.parse_args()
     if args.scenario:
-        figures = scenario(args.store, args.scenario, args.repeats, args.guarded)
+        figures = scenario(
+            args.store, args.scenario, args.repeats, args.guarded, args.default_collector
+        )
         print(json.dumps(asyncio.run(figures)))
     else:
         report(args.database)

@@ -80,9 +80,9 @@ def serve(platforms: tuple[str, ...], port: int | None, host: str) -> None:
     Ctrl-C suspends live runs and hands them back."""
     import asyncio
     import contextlib
-    import gc
 
     from bot.cli.serving import ChatFront
+    from bot.collector import settle_for_service
     from bot.errors import StoreError
     from bot.replica.schedule import Scheduler
     from bot.replica.work import WorkTaker
@@ -101,8 +101,9 @@ def serve(platforms: tuple[str, ...], port: int | None, host: str) -> None:
         await scheduler.start()
         # What start-up built (modules, schemas, the catalog) lives as long as the process:
         # kept out of the collector's full passes, each of which otherwise held the event
-        # loop 20-70 ms (bench.web), while pages, Slack and /healthz waited.
-        gc.freeze()
+        # loop 20-70 ms (bench.web), while pages, Slack and /healthz waited; and the young
+        # passes made rarer, which runs in flight would otherwise pay (bench.w1).
+        settle_for_service()
         taking = asyncio.create_task(taker.run())
         click.echo(f"kestrel serving as {rt.owner}", err=True)
         for line in [*front.describe(), *(f"note: {n}" for n in rt.policy.notices())]:

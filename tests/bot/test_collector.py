@@ -1,0 +1,22 @@
+"""The collector as a serving process settles it (``bot.collector``), in a fresh interpreter:
+the test process's own collector is left alone."""
+
+from __future__ import annotations
+
+from tests.fakes.fresh import fresh_json
+
+_SETTLED = """
+import gc, json
+from bot.collector import YOUNG_THRESHOLD, settle_for_service
+before = gc.get_threshold()
+settle_for_service()
+print(json.dumps({"before": before, "after": gc.get_threshold(),
+                  "frozen": gc.get_freeze_count(), "young": YOUNG_THRESHOLD}))
+"""
+
+
+def test_start_up_is_frozen_and_only_the_young_threshold_is_raised() -> None:
+    found = fresh_json(_SETTLED)
+    assert found["after"] == [found["young"], *found["before"][1:]]
+    assert found["after"][0] > found["before"][0]
+    assert found["frozen"] > 1000  # the interpreter's and Kestrel's start-up objects
