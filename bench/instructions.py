@@ -19,6 +19,7 @@ from pathlib import Path
 from bench import floor
 from bench.common import bench_command, w1_runtime
 from bench.stores import open_store, scratch
+from bot.collector import settle_for_service
 from bot.run.supervisor import Supervisor
 
 ITERATIONS = 20
@@ -30,6 +31,7 @@ async def scenario(url: str, rounds: int) -> None:
     """Set up W1 on ``url`` and play ``rounds`` rounds of ``RUNS`` concurrent runs."""
     store = await open_store(url)
     supervisor = Supervisor(w1_runtime(store, ITERATIONS))
+    settle_for_service()  # as ``kestrel serve`` does once started, and bench.w1
     for _ in range(rounds):
         lives = [await supervisor.start_turn("go") for _ in range(RUNS)]
         await asyncio.gather(*(supervisor.wait(live) for live in lives))
