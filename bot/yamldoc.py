@@ -32,11 +32,16 @@ def node_and_value(text: str) -> tuple[yaml.Node | None, Any]:
     import yaml
 
     fast = getattr(yaml, "CSafeLoader", None)
-    if fast is not None:
+    # A byte order mark past the first character: libyaml skips one that opens the document
+    # after blank lines, where PyYAML keeps it in the value.
+    if fast is not None and text.find("\ufeff", 1) < 0:
         try:
             root, value = _read(fast, text)
-        except (yaml.YAMLError, RecursionError):
-            pass  # read again by PyYAML's parser, which says what is wrong as it always did
+        except Exception:  # whatever libyaml's reading raised, PyYAML decides
+            # Read again by PyYAML's parser, which says what is wrong as it always did: libyaml
+            # accepts some documents PyYAML refuses (a tab after a tag), whose scalar the
+            # constructor then fails on with a bare IndexError or ValueError.
+            pass
         else:
             if not deeper_than(value, MAX_DEPTH):
                 return root, value

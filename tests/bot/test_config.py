@@ -40,6 +40,8 @@ def test_environment_overrides_nested_keys(tmp_path: Path, monkeypatch: pytest.M
         ("deadlines: {per_tool: {deploy: 0}}\n", "deadlines.per_tool.deploy"),
         ("schedules: [{name: a, cron: 'not a cron', prompt: p}]\n", "cron 'not a cron'"),
         ("tools: [a\n", "kestrel.yaml:2"),
+        # libyaml reads past the tab; the line and PyYAML's words are said, not an IndexError.
+        ("database: kestrel.db\nmax_output: !!int \t\n", "kestrel.yaml:2: not valid YAML"),
         ("- just a list\n", "top level must be a mapping"),
     ],
 )

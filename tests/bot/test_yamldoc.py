@@ -17,6 +17,8 @@ DOCUMENTS = [
     "pii:\n  mode: off\nprovenance: no\nwhen: 2026-12-04\nratio: 1e3\nport: 0o17\nempty:\n",
     "- &one {name: a, n: 1}\n- *one\n- [1, 2.5, .inf, ~, 'x', \"\\u00e9\"]\n",
     "key: |\n  two\n  lines\nfolded: >\n  one\n  line\n",
+    # A byte order mark after blank lines: libyaml skips it, PyYAML keeps it in the key.
+    "\n\ufeffdatabase: kestrel.db\n",
 ]
 # Each of PyYAML's kinds of error, by what is wrong.
 BROKEN = {
@@ -27,6 +29,11 @@ BROKEN = {
     "an unhashable key": "{a: 1, [b]: 2}\n",
     "an alias to no anchor": "a: *nowhere\n",
     "a tag safe_load refuses": "a: !!python/object:os.system x\n",
+    # libyaml reads past the tab, and the constructor fails on the empty scalar.
+    "a tab after an int's tag": "port: !!int \t\n",
+    "a tab after a timestamp's tag": "when: !!timestamp \t\n",
+    "a tab after an int's tag and a value": "port: !!int \tabc\n",
+    "a character no YAML text may hold": "a: \udcff\n",
 }
 
 
