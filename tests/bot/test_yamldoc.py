@@ -3,6 +3,7 @@ parser gives."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -71,6 +72,22 @@ def test_a_document_nested_past_what_pyyaml_parses_fails_as_it_did() -> None:
 def test_a_document_nested_as_deep_as_a_value_may_be_reads_the_same() -> None:
     text = "[" * 80 + "1" + "]" * 80
     assert safe_load(text) == yaml.safe_load(text)
+
+
+def test_aliases_nested_many_levels_read_in_the_time_their_nodes_take() -> None:
+    # Ten lines whose aliases reach one list by 9**11 paths: the depth check looks into each
+    # list once, where walking every path kept a start-up busy for days.
+    lines = ["a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    lines += [f"a{n}: &a{n} [{', '.join([f'*a{n - 1}'] * 9)}]" for n in range(1, 12)]
+    text = "\n".join(lines) + "\n"
+    read: list[Any] = []
+    reader = threading.Thread(target=lambda: read.append(safe_load(text)), daemon=True)
+    reader.start()
+    reader.join(timeout=60)
+    assert read, "still checking the document's depth after a minute"
+    (value,) = read
+    assert value["a0"] == ["lol"] * 9
+    assert all(item is value["a10"] for item in value["a11"])  # aliases stay shared
 
 
 def _lines(node: Any) -> list[int]:
