@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from bench.latency import SCRIPT, TIMEOUT_S, Figures, Tail, print_table
+from bot.collector import settle_for_service
 from tests.fakes import discord_payloads as p
 from tests.fakes.discord_api import Call
 from tests.fakes.discord_world import APPROVER, REQUESTER, DiscordWorld, button_id, discord_world
@@ -60,6 +61,7 @@ STRANGER: Final = "1999"  # in the guild, named nowhere in the policy
 async def replica(folder: Path) -> AsyncIterator[DiscordWorld]:
     """The fakes and one replica connected to the fake gateway, as the tests build it."""
     async with discord_world(folder, SCRIPT) as world:
+        settle_for_service()  # as ``kestrel serve`` does once started
         yield world
 
 

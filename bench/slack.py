@@ -39,6 +39,7 @@ from typing import Final
 
 from adapters.slack import ids
 from bench.latency import SCRIPT, TIMEOUT_S, Figures, Tail, percentile, print_table
+from bot.collector import settle_for_service
 from tests.fakes.slack_api import Call, FakeSlackApi
 from tests.fakes.slack_client import app_mention, block_actions
 from tests.fakes.slack_world import APPROVER, REQUESTER, SlackWorld, slack_world
@@ -64,6 +65,7 @@ async def replica(folder: Path) -> AsyncIterator[SlackWorld]:
     async with FakeSlackApi() as api:
         api.usergroups[SRE_GROUP] = ["U0ONCALL"]
         async with slack_world(folder, SCRIPT, api=api) as world:
+            settle_for_service()  # as ``kestrel serve`` does once started
             yield world
 
 
