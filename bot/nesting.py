@@ -15,10 +15,13 @@ from typing import Final
 MAX_DEPTH: Final = 64
 
 
-def deeper_than(value: object, limit: int) -> bool:
+def deeper_than(value: object, limit: int, seen: dict[int, int] | None = None) -> bool:
     """Whether ``value``'s objects and arrays nest more than ``limit`` levels (``{}`` is one).
 
     Recursive, but never past ``limit`` levels; a call's usual flat arguments cost one loop.
+    ``seen``, for a YAML value, whose aliases share one container among many places: each
+    container is looked into once per depth left (the most found shallow enough), so ten lines
+    of nested aliases cost what their nodes do, not the billions of paths to them.
     """
     children: Iterable[object]
     if isinstance(value, dict):
@@ -29,9 +32,13 @@ def deeper_than(value: object, limit: int) -> bool:
         return False
     if limit < 1:
         return True
+    if seen is not None and seen.get(id(value), -1) >= limit:
+        return False
     for child in children:
-        if isinstance(child, _CONTAINERS) and deeper_than(child, limit - 1):
+        if isinstance(child, _CONTAINERS) and deeper_than(child, limit - 1, seen):
             return True
+    if seen is not None:
+        seen[id(value)] = limit
     return False
 
 

@@ -13,10 +13,9 @@ limit, some 450 levels down, where libyaml goes on to 1,000).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from bot.nesting import MAX_DEPTH
+from bot.nesting import MAX_DEPTH, deeper_than
 
 if TYPE_CHECKING:
     import yaml
@@ -44,31 +43,9 @@ def node_and_value(text: str) -> tuple[yaml.Node | None, Any]:
             # constructor then fails on with a bare IndexError or ValueError.
             pass
         else:
-            if not _deeper(value, MAX_DEPTH, {}):
+            if not deeper_than(value, MAX_DEPTH, {}):
                 return root, value
     return _read(yaml.SafeLoader, text)
-
-
-def _deeper(value: object, limit: int, seen: dict[int, int]) -> bool:
-    """``deeper_than`` for a YAML value, whose aliases share one container among many places:
-    each container is looked into once per depth left (``seen``: the most found shallow enough),
-    so ten lines of nested aliases cost what their nodes do, not the billions of paths to them."""
-    children: Iterable[object]
-    if isinstance(value, dict):
-        children = value.values()
-    elif isinstance(value, list | tuple):
-        children = value
-    else:
-        return False
-    if limit < 1:
-        return True
-    if seen.get(id(value), -1) >= limit:
-        return False
-    for child in children:
-        if isinstance(child, dict | list | tuple) and _deeper(child, limit - 1, seen):
-            return True
-    seen[id(value)] = limit
-    return False
 
 
 def _read(loader_kind: Any, text: str) -> tuple[yaml.Node | None, Any]:
