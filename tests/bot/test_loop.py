@@ -207,6 +207,25 @@ async def test_token_budget_checked_before_a_batch(tmp_path: Path) -> None:
     assert counter.calls == {}
 
 
+async def test_the_run_deadline_stops_the_run_at_the_next_boundary(tmp_path: Path) -> None:
+    @function_tool(name="linger", idempotent=True)
+    async def linger(args: TextArgs) -> str:
+        """Answers after the run's deadline has passed."""
+        await asyncio.sleep(0.2)
+        return args.text
+
+    replies = [reply(call("linger", text="1")), reply(call("linger", text="2"))]
+    rt, _ = await make_runtime(
+        tmp_path / "k.db", replies, [linger], budgets=Budgets(deadline_seconds=0.1)
+    )
+    sup = Supervisor(rt)
+    state = await sup.wait(await sup.start_turn("go"))
+    assert state.result is not None
+    assert state.result.stop_reason is StopReason.DEADLINE
+    assert state.result.outcomes == {"ok": 1}  # the second call was never made
+    await rt.store.close()
+
+
 async def test_token_budget_not_applied_after_a_completed_answer(tmp_path: Path) -> None:
     replies = [reply(text="the answer", usage={"input_tokens": 900, "output_tokens": 100})]
     state, *_ = await run_once(tmp_path, replies, budgets=Budgets(max_tokens=500))
