@@ -7,6 +7,8 @@ import re
 import unicodedata
 from typing import Final
 
+from bot.patterns import on_use
+
 # Escape sequences a terminal acts on, 7-bit (ESC ...) and 8-bit (C1) forms: control strings
 # (OSC, DCS, SOS, PM, APC) up to their terminator (BEL or ST) or the end of the text, CSI
 # sequences, and the two- and three-byte escapes (charset selection, keypad modes, resets).
@@ -34,45 +36,29 @@ def printable(text: str) -> str:
     return _SURROGATES.sub("\ufffd", _REORDERING.sub("", text))
 
 
-class _LinkPatterns:
-    """The patterns ``unmask_links`` reads (a plain class: a named tuple's costs more to define
-    than these to compile, in every process)."""
-
-    def __init__(self) -> None:
-        # Labelled links. Slack's ``<target|label>`` (``<@U…>``, ``<#C…>`` and ``<!…>`` are
-        # mentions and commands, which the Slack adapter breaks where it defuses mentions);
-        # Markdown's inline ``[label](target "title")`` and ``[label](<target>)``, innermost
-        # first (a label holds no brackets), so a link nested in a label is undone on the next
-        # pass.
-        self.slack_link = re.compile(r"<(?![@#!])([^<>|]+)\|([^<>]*)>")
-        self.md_link = re.compile(
-            r"\[([^\[\]]*)\]\(\s*+(?:<([^<>\n]*)>|((?:[^\s()\\<]|\\.|\([^\s()]*\))*+))"
-            r"(?:\s++(?:\"[^\"]*\"|'[^']*'|\([^()]*\)))?+\s*+\)"
-        )
-        # A reference definition (``[ref]: target``, in a quote or a list item too) whose
-        # target has a scheme: relative targets lead nowhere on a chat platform, and
-        # ``[::1]:8080`` stays as written.
-        self.md_definition = re.compile(
-            r"^(?P<lead>[ \t>]*+(?:(?:[*+-]|\d{1,9}[.)])[ \t]++[ \t>]*+)*+)"
-            r"\[(?P<ref>(?:[^\[\]\\]|\\.){1,999})\]:[ \t]*+(?:\n[ \t>]*+)?"
-            r"(?P<target><[A-Za-z][A-Za-z0-9+.-]{1,31}:[^<>\n]*>|[A-Za-z][A-Za-z0-9+.-]{1,31}:\S*)",
-            re.MULTILINE,
-        )
-        # ``[label][ref]``, ``[ref][]`` and ``[ref]`` (not followed by what makes it another
-        # form).
-        self.md_reference = re.compile(r"\[([^\[\]]+)\](?:\[([^\[\]]*)\]|(?![(:\[]))")
-        # Direction overrides and isolates: in a label they could reorder the target shown
-        # after it.
-        self.bidi = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-
-
-# Compiled on first use, like the instruction patterns below: a command's answer on a terminal
-# is only made printable, and a process that shows no chat text never needs them.
-@functools.cache
-def _links() -> _LinkPatterns:
-    return _LinkPatterns()
-
-
+# Compiled on first use (``bot.patterns``): a command's answer on a terminal is only made
+# printable, and a process that shows no chat text never needs them.
+# Labelled links. Slack's ``<target|label>`` (``<@U…>``, ``<#C…>`` and ``<!…>`` are mentions and
+# commands, which the Slack adapter breaks where it defuses mentions); Markdown's inline
+# ``[label](target "title")`` and ``[label](<target>)``, innermost first (a label holds no
+# brackets), so a link nested in a label is undone on the next pass.
+_SLACK_LINK: Final = on_use(r"<(?![@#!])([^<>|]+)\|([^<>]*)>")
+_MD_LINK: Final = on_use(
+    r"\[([^\[\]]*)\]\(\s*+(?:<([^<>\n]*)>|((?:[^\s()\\<]|\\.|\([^\s()]*\))*+))"
+    r"(?:\s++(?:\"[^\"]*\"|'[^']*'|\([^()]*\)))?+\s*+\)"
+)
+# A reference definition (``[ref]: target``, in a quote or a list item too) whose target has a
+# scheme: relative targets lead nowhere on a chat platform, and ``[::1]:8080`` stays as written.
+_MD_DEFINITION: Final = on_use(
+    r"^(?P<lead>[ \t>]*+(?:(?:[*+-]|\d{1,9}[.)])[ \t]++[ \t>]*+)*+)"
+    r"\[(?P<ref>(?:[^\[\]\\]|\\.){1,999})\]:[ \t]*+(?:\n[ \t>]*+)?"
+    r"(?P<target><[A-Za-z][A-Za-z0-9+.-]{1,31}:[^<>\n]*>|[A-Za-z][A-Za-z0-9+.-]{1,31}:\S*)",
+    re.MULTILINE,
+)
+# ``[label][ref]``, ``[ref][]`` and ``[ref]`` (not followed by what makes it another form).
+_MD_REFERENCE: Final = on_use(r"\[([^\[\]]+)\](?:\[([^\[\]]*)\]|(?![(:\[]))")
+# Direction overrides and isolates: in a label they could reorder the target shown after it.
+_BIDI: Final = on_use("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 _MAX_PASSES: Final = 16
 
 
@@ -82,14 +68,13 @@ def unmask_links(text: str) -> str:
     reference links and their definitions; a link whose label is its target becomes the bare
     target. What is left cannot be read as a masked link: a ``](`` that no pass could undo
     (an escaped bracket in a label, a link nested deeper than the passes) is split apart."""
-    links = _links()
     for _ in range(_MAX_PASSES):
-        done = links.md_link.sub(_md_link, links.slack_link.sub(_slack_link, text))
+        done = _MD_LINK.sub(_md_link, _SLACK_LINK.sub(_slack_link, text))
         if done == text:
             break
         text = done
     else:
-        text = links.slack_link.sub(lambda m: m.group(0).replace("|", "\u00a6"), text)
+        text = _SLACK_LINK.sub(lambda m: m.group(0).replace("|", "\u00a6"), text)
     if "]:" in text:
         text = _references(text)
     return text.replace("](", "] (")
@@ -110,7 +95,7 @@ def _shown(label: str, target: str) -> str:
     seen."""
     kept = "".join(c for c in target if unicodedata.category(c) not in ("Cf", "Cc"))
     seen = "%20".join(kept.split())
-    label = _links().bidi.sub("", label).strip()
+    label = _BIDI.sub("", label).strip()
     if not seen or label in (seen, seen.removeprefix("mailto:")):
         return label
     if not label:
@@ -128,7 +113,7 @@ def _references(text: str) -> str:
         targets.setdefault(_ref_key(ref), target)
         return f"{match.group('lead')}{ref}: {_shown('', target)}"
 
-    text = _links().md_definition.sub(define, text)
+    text = _MD_DEFINITION.sub(define, text)
     if not targets:
         return text
 
@@ -137,7 +122,7 @@ def _references(text: str) -> str:
         target = targets.get(_ref_key(ref or label))
         return match.group(0) if target is None else _shown(label, target)
 
-    return _links().md_reference.sub(resolve, text)
+    return _MD_REFERENCE.sub(resolve, text)
 
 
 def _ref_key(ref: str) -> str:
@@ -169,29 +154,26 @@ _AFTER_ANCHORS: Final = {
 
 # Compiled on first use (a process that traces no consequential call never reads an output for
 # them): the patterns tried after each anchor kind, and before each word.
-@functools.cache
-def _instruction_patterns() -> tuple[dict[str, re.Pattern[str]], dict[str, re.Pattern[str]]]:
-    after = {
-        "ignore": re.compile(
-            r"(?:ignore|disregard|forget)\s+(?:(?:all|any|the|your|of|everything)\s+)*"
-            r"(?:previous|prior|above|earlier|preceding|former|instructions|rules)\b"
-        ),
-        "you": re.compile(
-            r"you\s+(?:must|should|need\s+to|have\s+to|are\s+(?:now\s+)?(?:required|instructed))\b"
-        ),
-        "run": re.compile(
-            r"(?:run|execute|call|invoke|trigger)\s+(?:the\s+)?(?:tool\s+|command\s+)?`?"
-            r"[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b"
-        ),
-        "do": re.compile(r"(?:do\s+not|don't)\s+(?:tell|ask|inform|notify|mention)\b"),
-    }
-    before = {
-        "instructions": re.compile(r"\b(?:new|updated|system|real|actual)\s+$"),
-        "prompt": re.compile(r"\b(?:new|updated|system)\s+$"),
-        "must": re.compile(r"\b(?:assistants?|agents?|ais?|llms?|models?|bots?)\s+$"),
-        "should": re.compile(r"\b(?:assistants?|agents?|ais?|llms?|models?|bots?)\s+$"),
-    }
-    return after, before
+_AFTER: Final = {
+    "ignore": on_use(
+        r"(?:ignore|disregard|forget)\s+(?:(?:all|any|the|your|of|everything)\s+)*"
+        r"(?:previous|prior|above|earlier|preceding|former|instructions|rules)\b"
+    ),
+    "you": on_use(
+        r"you\s+(?:must|should|need\s+to|have\s+to|are\s+(?:now\s+)?(?:required|instructed))\b"
+    ),
+    "run": on_use(
+        r"(?:run|execute|call|invoke|trigger)\s+(?:the\s+)?(?:tool\s+|command\s+)?`?"
+        r"[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b"
+    ),
+    "do": on_use(r"(?:do\s+not|don't)\s+(?:tell|ask|inform|notify|mention)\b"),
+}
+_BEFORE: Final = {
+    "instructions": on_use(r"\b(?:new|updated|system|real|actual)\s+$"),
+    "prompt": on_use(r"\b(?:new|updated|system)\s+$"),
+    "must": on_use(r"\b(?:assistants?|agents?|ais?|llms?|models?|bots?)\s+$"),
+    "should": on_use(r"\b(?:assistants?|agents?|ais?|llms?|models?|bots?)\s+$"),
+}
 
 
 # A run's outputs are asked about again by each call traced against them and by every page
@@ -201,15 +183,14 @@ def instruction_like(text: str) -> bool:
     """Whether ``text`` holds instruction-like words ("ignore previous instructions", "run
     restart_unit …", "you must …") that a tool's output should not."""
     lowered = text.lower()
-    after, before = _instruction_patterns()
     for anchor, kind in _AFTER_ANCHORS.items():
-        pattern = after[kind]
+        pattern = _AFTER[kind]
         at = lowered.find(anchor)
         while at >= 0:
             if _starts_word(lowered, at) and pattern.match(lowered, at):
                 return True
             at = lowered.find(anchor, at + 1)
-    for anchor, pattern in before.items():
+    for anchor, pattern in _BEFORE.items():
         at = lowered.find(anchor)
         while at >= 0:
             if pattern.search(lowered, max(0, at - 24), at):

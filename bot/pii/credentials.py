@@ -7,9 +7,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
+from bot.patterns import on_use
 from bot.pii.checks import _anchored, _word_before
 from bot.pii.encoded import _decode_base64, _looks_secret
-from bot.pii.patterns import on_use
 from bot.pii.scantext import _BASE64_CHARS, PiiHit, ScanText
 
 _A_KEYS = re.compile(

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
+from bot.patterns import on_use
 from bot.pii.checks import _anchored, _word_before
-from bot.pii.patterns import on_use
 from bot.pii.scantext import PiiHit, ScanText
 
 _EMAIL_DOMAIN = on_use(r"@(?=[A-Za-z0-9])[A-Za-z0-9.-]{1,253}")

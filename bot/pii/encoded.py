@@ -9,8 +9,8 @@ import re
 import string
 from collections.abc import Callable, Iterator
 
+from bot.patterns import on_use
 from bot.pii.checks import _run_start
-from bot.pii.patterns import on_use
 from bot.pii.scantext import _HEX, PiiHit, ScanText, priority
 
 # A run this long of base64 characters is a candidate: long enough for "password=hunter2" in

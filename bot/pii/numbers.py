@@ -9,6 +9,7 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+from bot.patterns import on_use
 from bot.pii.checks import (
     _IBAN_LENGTHS,
     _anchored,
@@ -22,7 +23,6 @@ from bot.pii.checks import (
     luhn_ok,
     ssn_ok,
 )
-from bot.pii.patterns import on_use
 from bot.pii.scantext import _HEX, _WORD, PiiHit, ScanText
 
 _Group = int | tuple[int, int]

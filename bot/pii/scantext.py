@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 
 import msgspec
 
-from bot.pii.patterns import on_use
+from bot.patterns import on_use
 
 # Highest priority first: when two overlapping hits are equally long, the earlier type names them.
 ENTITY_TYPES: tuple[str, ...] = (

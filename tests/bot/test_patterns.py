@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from bot.pii.patterns import on_use
+from bot.patterns import on_use
 
 
 def test_a_pattern_is_compiled_only_when_first_used() -> None:

@@ -1,10 +1,10 @@
-"""The PII guard's rarer regexes, compiled the first time they are used.
+"""Regexes compiled the first time they are used.
 
-Python compiles a regex in Python: the guard's 47 took some 12 ms of every process's start
+Python compiles a regex in Python: the PII guard's 47 took some 12 ms of every process's start
 (``kestrel runs approve``, a replica's first run). The ones every scan runs are compiled at
-import, as before; the 27 read only after a label, a scheme or a shape was found ("password=",
-"://", "-----BEGIN", an "@") wait for a text that has one. Once compiled, a pattern's methods
-are held as plain attributes, so a scan looks them up as fast as on ``re.Pattern``.
+import; those read only after an anchor was found (a label, a scheme, "ignore", a link's
+brackets) wait for a text that has one. Once compiled, a pattern's methods are held as plain
+attributes, so a caller looks them up as fast as on ``re.Pattern``.
 """
 
 from __future__ import annotations
