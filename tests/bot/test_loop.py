@@ -14,8 +14,10 @@ from bot.hooks import HookContext, Hooks, ToolVerdict
 from bot.journal.entries import AssistantTurnEntry, ToolDispatched, ToolResultEntry
 from bot.journal.fold import fold
 from bot.run.supervisor import Supervisor
-from bot.tools.base import ToolResult
+from bot.tools.base import ToolFlags, ToolResult, ToolTraits
+from bot.tools.command import CommandTool
 from bot.tools.python import function_tool
+from tests.fakes.processes import wait_dead
 from tests.fakes.runtime import (
     Counter,
     ScriptedPrompter,
@@ -398,6 +400,28 @@ async def test_a_tool_raising_timeout_error_without_a_timeout_fails_its_call(
     ]
     assert isinstance(result, ToolResultEntry)
     assert result.output == "the tool failed: TimeoutError: the operator's console did not answer"
+    await rt.store.close()
+
+
+async def test_a_command_past_its_timeout_is_stopped_with_its_whole_group(
+    tmp_path: Path,
+) -> None:
+    # A command waits from its first step on: the timeout must hold it through the loop.
+    pidfile = tmp_path / "pid"
+    spawner = CommandTool(
+        "spawner",
+        "spawns a grandchild and waits for it",
+        ["sh", "-c", 'sleep 60 & echo $! > "$0"; wait', "{pidfile}"],
+        parameters={"type": "object", "properties": {"pidfile": {"type": "string"}}},
+        flags=ToolFlags(traits=ToolTraits(timeout=0.5)),
+    )
+    replies = [reply(call("spawner", pidfile=str(pidfile))), reply(text="done")]
+    rt, _ = await make_runtime(tmp_path / "k.db", replies, [spawner])
+    sup = Supervisor(rt)
+    async with asyncio.timeout(10):  # without the tool's timeout, the command waits 60 s
+        state = await sup.wait(await sup.start_turn("go"))
+    assert state.result is not None and state.result.outcomes == {"timeout": 1}
+    assert await wait_dead(int(pidfile.read_text()))
     await rt.store.close()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -73,3 +74,23 @@ def clean_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "KESTREL_"))}
     env.update(extra)
     return env
+
+
+def alive(pid: int) -> bool:
+    """Whether the pid runs; a zombie awaiting an absent reaper counts as dead."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] == "Z")
+
+
+async def wait_dead(pid: int, seconds: float = 3.0) -> bool:
+    """Whether the pid is dead within ``seconds`` (polled: nothing tells of another's end)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not alive(pid):
+            return True
+        await asyncio.sleep(0.05)
+    return False

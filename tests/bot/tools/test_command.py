@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -14,6 +13,7 @@ import pytest
 
 from bot.tools.base import ToolContext, ToolFlags, ToolTraits
 from bot.tools.command import CommandTool
+from tests.fakes.processes import wait_dead
 
 PY = sys.executable
 ARGV_SCRIPT = "import json, sys; print(json.dumps(sys.argv[1:]))"
@@ -41,25 +41,6 @@ def argv_tool(*elements: str, **kwargs: Any) -> CommandTool:
 
 def printed(output: str) -> Any:
     return json.loads(output.splitlines()[0])
-
-
-def alive(pid: int) -> bool:
-    """Whether the pid runs; a zombie awaiting an absent reaper counts as dead."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat")
-    return not (stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] == "Z")
-
-
-async def wait_dead(pid: int, seconds: float = 3.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if not alive(pid):
-            return True
-        await asyncio.sleep(0.05)
-    return False
 
 
 async def test_whole_element_substitution() -> None:
