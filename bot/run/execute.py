@@ -11,8 +11,9 @@ from collections.abc import Callable
 from typing import Any
 
 import msgspec
-from msgspec.structs import replace
+from msgspec.structs import asdict, replace
 
+from bot import wire
 from bot.domain import (
     ArgumentOrigin,
     PlanStep,
@@ -318,27 +319,12 @@ async def _answer(
 
 
 def _checked_deferral(deferral: Deferral) -> Deferral | None:
-    """The deferral with its kind a ``RequestKind`` and its options a tuple (as a request
-    holds them); None when a field is of no type a request can hold."""
-    options = deferral.options
-    if (
-        not isinstance(deferral.kind, str)
-        or deferral.kind not in _REQUEST_KINDS
-        or type(deferral.prompt) is not str
-        or type(deferral.request_id) is not str
-        or not isinstance(options, tuple | list)
-        or not all(type(option) is str for option in options)
-    ):
+    """The deferral as a request holds it (its kind a ``RequestKind``, its options a tuple),
+    each field converted to its declared type; None when one is of no type a request can hold."""
+    try:
+        return wire.from_plain(asdict(deferral), Deferral)
+    except wire.Unreadable:
         return None
-    kind = RequestKind(deferral.kind)
-    if kind is deferral.kind and type(options) is tuple:
-        return deferral
-    return Deferral(
-        kind=kind, prompt=deferral.prompt, options=tuple(options), request_id=deferral.request_id
-    )
-
-
-_REQUEST_KINDS = frozenset(kind.value for kind in RequestKind)
 
 
 def _shown(deferral: Deferral) -> str:
