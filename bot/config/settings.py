@@ -24,6 +24,7 @@ from pydantic import (
 )
 
 from bot.config.cron import parse_cron
+from bot.config.deadlines import DeadlineSettings as DeadlineSettings
 from bot.config.sources import (
     DATABASE_VARIABLE,
     DERIVED_SETTINGS,
@@ -45,7 +46,6 @@ from bot.kinds import Provenance
 from bot.model_cache import KeptModel
 from bot.people.policy import PolicyRules
 from bot.pii.settings import FieldProblem, PiiSettings
-from bot.run.deadlines import DeadlineSettings as DeadlineSettings
 
 # Settings whose variable is not KESTREL_<NAME>: the variable's name, by setting.
 _VARIABLE_OF: Final = {

@@ -18,11 +18,11 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.date import DateTrigger
 
 from bot.config.cron import parse_cron
+from bot.config.deadlines import DeadlineSettings
 from bot.config.settings import ScheduledPrompt
 from bot.domain import Request
 from bot.events import Event, RequestOpenedEvent, RequestReminderEvent
 from bot.kinds import AuditAction
-from bot.run.deadlines import DeadlineSettings
 from bot.run.supervisor import LiveRun, Supervisor
 from bot.store import AuditLog, OnceMarks, Requests
 

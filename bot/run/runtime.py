@@ -12,6 +12,7 @@ from pathlib import Path
 import msgspec
 from msgspec.structs import replace
 
+from bot.config.deadlines import DeadlineSettings
 from bot.domain import Budgets, Fingerprint, Request, new_id, utcnow
 from bot.events import FanOut
 from bot.hooks import Hooks
@@ -19,7 +20,6 @@ from bot.kinds import Provenance
 from bot.llm.base import ModelProvider
 from bot.people.audit import Redact, unchanged
 from bot.people.policy import Policy, PolicyRules
-from bot.run.deadlines import DeadlineSettings
 from bot.store import Store
 from bot.tools.source import ToolSource
 
