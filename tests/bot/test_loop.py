@@ -14,10 +14,9 @@ from bot.hooks import HookContext, Hooks, ToolVerdict
 from bot.journal.entries import AssistantTurnEntry, ToolDispatched, ToolResultEntry
 from bot.journal.fold import fold
 from bot.run.supervisor import Supervisor
-from bot.tools.base import ToolFlags, ToolResult, ToolTraits
-from bot.tools.command import CommandTool
+from bot.tools.base import ToolResult
 from bot.tools.python import function_tool
-from tests.fakes.processes import wait_dead
+from tests.fakes.processes import grandchild_tool, wait_dead
 from tests.fakes.runtime import (
     Counter,
     ScriptedPrompter,
@@ -408,13 +407,7 @@ async def test_a_command_past_its_timeout_is_stopped_with_its_whole_group(
 ) -> None:
     # A command waits from its first step on: the timeout must hold it through the loop.
     pidfile = tmp_path / "pid"
-    spawner = CommandTool(
-        "spawner",
-        "spawns a grandchild and waits for it",
-        ["sh", "-c", 'sleep 60 & echo $! > "$0"; wait', "{pidfile}"],
-        parameters={"type": "object", "properties": {"pidfile": {"type": "string"}}},
-        flags=ToolFlags(traits=ToolTraits(timeout=0.5)),
-    )
+    spawner = grandchild_tool("spawner", "wait", timeout=0.5)
     replies = [reply(call("spawner", pidfile=str(pidfile))), reply(text="done")]
     rt, _ = await make_runtime(tmp_path / "k.db", replies, [spawner])
     sup = Supervisor(rt)

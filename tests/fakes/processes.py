@@ -13,6 +13,9 @@ from typing import Any
 
 import yaml
 
+from bot.tools.base import ToolFlags, ToolTraits
+from bot.tools.command import CommandTool
+
 ROOT = Path(__file__).resolve().parents[2]
 KESTREL = [sys.executable, "-c", "from bot.cli.main import main; main()"]
 
@@ -94,3 +97,17 @@ async def wait_dead(pid: int, seconds: float = 3.0) -> bool:
             return True
         await asyncio.sleep(0.05)
     return False
+
+
+def grandchild_tool(name: str, then: str, timeout: float | None = None) -> CommandTool:
+    """A command whose shell starts a grandchild (``sleep 60``, its pid written to the file the
+    ``pidfile`` argument names) and then runs ``then`` (``wait``, or ``echo done``); with the
+    tool's ``timeout``, else the default flags."""
+    flags = ToolFlags() if timeout is None else ToolFlags(traits=ToolTraits(timeout=timeout))
+    return CommandTool(
+        name,
+        f"starts a grandchild, then {then}",
+        ["sh", "-c", f'sleep 60 & echo $! > "$0"; {then}', "{pidfile}"],
+        parameters={"type": "object", "properties": {"pidfile": {"type": "string"}}},
+        flags=flags,
+    )

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from bot.tools.base import ToolContext, ToolFlags, ToolTraits
+from bot.tools.base import ToolContext
 from bot.tools.command import CommandTool
-from tests.fakes.processes import wait_dead
+from tests.fakes.processes import grandchild_tool, wait_dead
 
 PY = sys.executable
 ARGV_SCRIPT = "import json, sys; print(json.dumps(sys.argv[1:]))"
@@ -157,13 +157,7 @@ async def test_cwd_from_context_then_tool(tmp_path: Path) -> None:
 
 async def test_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
     pidfile = tmp_path / "pid"
-    tool = CommandTool(
-        "spawner",
-        "spawns a grandchild",
-        ["sh", "-c", 'sleep 60 & echo $! > "$0"; wait', "{pidfile}"],
-        parameters={"type": "object", "properties": {"pidfile": {"type": "string"}}},
-        flags=ToolFlags(traits=ToolTraits(timeout=0.5)),
-    )
+    tool = grandchild_tool("spawner", "wait", timeout=0.5)
     started = time.monotonic()
     with pytest.raises(TimeoutError):
         async with asyncio.timeout(0.5):
@@ -177,12 +171,7 @@ async def test_grandchild_holding_the_pipe_is_killed_after_the_child_exits(
     tmp_path: Path,
 ) -> None:
     pidfile = tmp_path / "pid"
-    tool = CommandTool(
-        "leaver",
-        "leaves a grandchild holding stdout",
-        ["sh", "-c", 'sleep 60 & echo $! > "$0"; echo done', "{pidfile}"],
-        parameters={"type": "object", "properties": {"pidfile": {"type": "string"}}},
-    )
+    tool = grandchild_tool("leaver", "echo done")
     started = time.monotonic()
     result = await tool.call({"pidfile": str(pidfile)}, CTX)
     assert time.monotonic() - started < 3
