@@ -1,0 +1,229 @@
+"""Plain values (a YAML document, variables) into typed structs: one msgspec conversion, and
+when it fails, every problem, each at its place.
+
+msgspec stops at the first problem; a person fixing a configuration wants all of them at once.
+So only a failed conversion walks the value: each field of a struct, item of a list and value
+of a mapping is converted on its own, and the parts that fail are walked further, down to the
+one whose own value is wrong. A struct whose fields are all fine broke its own check
+(``__post_init__``); a ``FieldProblem`` from it is placed at the field it names.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+import types
+from collections.abc import Callable
+from typing import (
+    Annotated,
+    Any,
+    Final,
+    Literal,
+    NamedTuple,
+    TypeVar,
+    Union,
+    get_args,
+    get_origin,
+)
+
+import msgspec
+
+from bot.wire import problem
+
+T = TypeVar("T")
+Loc = tuple[str | int, ...]
+DecHook = Callable[[type, Any], Any]
+
+# ``Expected `int` >= 1``, ``Expected `str`, got `int```: msgspec's words for a wrong value.
+_EXPECTED: Final = re.compile(r"^Expected `(\w+)`(?:, got `(\w+)`| (.*))?$")
+_TYPE_WORDS: Final = {
+    "int": "an integer",
+    "float": "a number",
+    "str": "a string",
+    "bool": "true or false",
+    "array": "a list",
+    "object": "a mapping",
+    "null": "null",
+}
+_INVALID_CHOICE: Final = re.compile(r"^Invalid enum value (.*)$")
+
+
+class FieldProblem(ValueError):
+    """What is wrong with one field, raised by a struct's ``__post_init__``: the problem is
+    placed at that field, not at the struct."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(problem)
+        self.field = field
+
+
+class Problem(NamedTuple):
+    """One thing wrong with a value: where (keys and indexes from the top), and what."""
+
+    loc: Loc
+    message: str
+
+
+class Invalid(Exception):
+    """A value is not the type asked for; ``problems`` holds every problem found."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = problems
+        super().__init__(
+            "; ".join(f"{dotted(p.loc) or '(top level)'}: {p.message}" for p in problems)
+        )
+
+
+def convert(
+    value: Any, kind: type[T], *, strict: bool = True, dec_hook: DecHook | None = None
+) -> T:
+    """``value`` as a ``kind``; ``Invalid`` with every problem when it is not one.
+
+    ``strict=False`` takes text for numbers and booleans (``"30"``, ``"true"``), as variables
+    give them.
+    """
+    try:
+        return msgspec.convert(value, kind, strict=strict, dec_hook=dec_hook)
+    except msgspec.ValidationError:
+        raise Invalid(problems(value, kind, strict=strict, dec_hook=dec_hook)) from None
+
+
+def problems(
+    value: Any, kind: Any, *, strict: bool = True, dec_hook: DecHook | None = None, loc: Loc = ()
+) -> list[Problem]:
+    """Every problem of ``value`` as a ``kind``, each at its place below ``loc``; none if it
+    is one."""
+    try:
+        msgspec.convert(value, kind, strict=strict, dec_hook=dec_hook)
+    except msgspec.ValidationError as exc:
+        first = exc
+    else:
+        return []
+    found = _parts_problems(value, _container(kind), strict, dec_hook, loc)
+    return found or [_placed(first, loc, kind)]
+
+
+def dotted(loc: Loc) -> str:
+    """``('tools', 2, 'timeout')`` as ``tools[2].timeout``."""
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else f".{part}" if text else str(part)
+    return text
+
+
+def fields_of(struct: type[msgspec.Struct]) -> dict[str, Any]:
+    """A struct's fields by the name a document gives them, and their types."""
+    return {field.encode_name: field.type for field in msgspec.structs.fields(struct)}
+
+
+def is_struct(kind: Any) -> bool:
+    """Whether ``kind`` is a struct type."""
+    return isinstance(kind, type) and issubclass(kind, msgspec.Struct)
+
+
+def _container(kind: Any) -> Any:
+    """``kind`` without ``Annotated`` and, of a union with None, its other member."""
+    if get_origin(kind) is Annotated:
+        return _container(get_args(kind)[0])
+    if get_origin(kind) in (Union, types.UnionType):
+        members = [m for m in get_args(kind) if m is not type(None)]
+        return _container(members[0]) if len(members) == 1 else kind
+    return kind
+
+
+def _parts_problems(
+    value: Any, kind: Any, strict: bool, dec_hook: DecHook | None, loc: Loc
+) -> list[Problem]:
+    """The problems of ``value``'s parts, when ``kind`` has parts and ``value`` is shaped like
+    it; none otherwise (the value is wrong as a whole)."""
+    if is_struct(kind) and isinstance(value, dict):
+        return _struct_problems(value, kind, strict, dec_hook, loc)
+    origin, args = get_origin(kind), get_args(kind)
+    if origin is list and isinstance(value, list) and args:
+        parts: list[tuple[str | int, Any]] = list(enumerate(value))
+    elif origin is dict and isinstance(value, dict) and len(args) == 2:
+        parts = [(str(key), item) for key, item in value.items()]
+    else:
+        return []
+    found: list[Problem] = []
+    for part, item in parts:
+        found += problems(item, args[-1], strict=strict, dec_hook=dec_hook, loc=(*loc, part))
+    return found
+
+
+def _struct_problems(
+    value: dict[Any, Any],
+    struct: type[msgspec.Struct],
+    strict: bool,
+    dec_hook: DecHook | None,
+    loc: Loc,
+) -> list[Problem]:
+    """Unknown keys, missing ones and each field's problems; the struct's own check when its
+    fields are fine."""
+    found: list[Problem] = []
+    fields = {field.encode_name: field for field in msgspec.structs.fields(struct)}
+    for key in value:
+        if key not in fields:
+            found.append(Problem((*loc, str(key)), _unknown(str(key), list(fields))))
+    for name, field in fields.items():
+        if name in value:
+            found += problems(
+                value[name], field.type, strict=strict, dec_hook=dec_hook, loc=(*loc, name)
+            )
+        elif field.required:
+            found.append(Problem((*loc, name), "required key is missing"))
+    if found:
+        return found
+    try:
+        msgspec.convert(value, struct, strict=strict, dec_hook=dec_hook)
+    except msgspec.ValidationError as exc:
+        return [_placed(exc, loc, struct)]
+    return []
+
+
+def _unknown(key: str, known: list[str]) -> str:
+    """What is said of a key no field has: the field it is nearest, if one is near."""
+    import difflib  # only to describe a mistake
+
+    near = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    return f"unknown key (did you mean {near[0]}?)" if near else "unknown key"
+
+
+def _placed(exc: msgspec.ValidationError, loc: Loc, kind: Any) -> Problem:
+    """msgspec's one problem, at its place below ``loc``, in words."""
+    cause = exc.__cause__
+    if isinstance(cause, FieldProblem):
+        return Problem((*loc, cause.field), str(cause))
+    if isinstance(cause, ValueError | TypeError):
+        return Problem(loc, str(cause))
+    where, message = problem(exc)
+    parts = tuple(int(p) if p.isdigit() else p for p in where.split(".") if p and p != "...")
+    return Problem((*loc, *parts), _in_words(message, _container(kind)))
+
+
+def _choices(kind: Any) -> list[str]:
+    """The values a ``Literal`` or an enum allows, as written in a document."""
+    if isinstance(kind, type) and issubclass(kind, enum.Enum):
+        return [str(member.value) for member in kind]
+    if get_origin(kind) is Literal:
+        return [str(value) for value in get_args(kind)]
+    return []
+
+
+def _in_words(message: str, kind: Any) -> str:
+    """msgspec's message as a person reads it: ``Expected `int` >= 1`` is ``must be an
+    integer >= 1``; ``Expected `str`, got `int``` is ``expected a string, got an integer``."""
+    choice = _INVALID_CHOICE.match(message)
+    if choice:
+        allowed = ", ".join(_choices(kind))
+        return f"{choice.group(1)} is not one of {allowed}" if allowed else message
+    expected = _EXPECTED.match(message)
+    if expected is None:
+        return message
+    wanted, got, bound = expected.groups()
+    words = _TYPE_WORDS.get(wanted, wanted)
+    if got:
+        return f"expected {words}, got {_TYPE_WORDS.get(got, got)}"
+    if bound:
+        return f"must be {words} {bound}"
+    return f"expected {words}"

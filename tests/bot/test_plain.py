@@ -1,0 +1,85 @@
+"""bot.plain: one conversion, and every problem of a value that is not the type, each placed."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import msgspec
+import pytest
+from msgspec import Meta
+
+from bot.plain import FieldProblem, Invalid, Problem, convert, dotted
+
+
+class Inner(msgspec.Struct, forbid_unknown_fields=True):
+    count: Annotated[int, Meta(ge=1)] = 3
+    salt: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.salt is not None and len(self.salt) < 4:
+            raise FieldProblem("salt", "a salt must be at least 4 characters")
+
+
+class Outer(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    name: str
+    inner: Inner = msgspec.field(default_factory=Inner)
+    items: list[Inner] = []
+    mode: Literal["fast", "slow"] = "fast"
+    limits: dict[str, Annotated[float, Meta(gt=0)]] = {}
+    words: list[Annotated[str, Meta(pattern="^[a-z]+$")]] = []
+
+
+def found(value: object) -> list[Problem]:
+    with pytest.raises(Invalid) as caught:
+        convert(value, Outer)
+    return caught.value.problems
+
+
+def test_a_valid_value_converts() -> None:
+    made = convert({"name": "x", "items": [{"count": 2}], "limits": {"a": 1}}, Outer)
+    assert made == Outer(name="x", items=[Inner(count=2)], limits={"a": 1.0})
+
+
+def test_every_problem_is_reported_at_its_place() -> None:
+    value = {
+        "nmae": "x",
+        "inner": {"count": 0},
+        "items": [{}, {"extra": 1, "count": "2"}],
+        "mode": "medium",
+        "limits": {"ok": 1, "bad": -1},
+        "words": ["fine", "NOT"],
+    }
+    assert found(value) == [
+        Problem(("nmae",), "unknown key (did you mean name?)"),
+        Problem(("name",), "required key is missing"),
+        Problem(("inner", "count"), "must be an integer >= 1"),
+        Problem(("items", 1, "extra"), "unknown key"),
+        Problem(("items", 1, "count"), "expected an integer, got a string"),
+        Problem(("mode",), "'medium' is not one of fast, slow"),
+        Problem(("limits", "bad"), "must be a number > 0.0"),
+        Problem(("words", 1), "must be a string matching regex '^[a-z]+$'"),
+    ]
+
+
+def test_a_structs_own_check_is_placed_at_the_field_it_names() -> None:
+    assert found({"name": "x", "items": [{"salt": "ab"}]}) == [
+        Problem(("items", 0, "salt"), "a salt must be at least 4 characters")
+    ]
+
+
+def test_a_wrong_shape_is_one_problem_at_its_place() -> None:
+    assert found({"name": "x", "items": "no"}) == [
+        Problem(("items",), "expected a list, got a string")
+    ]
+    assert found([]) == [Problem((), "expected a mapping, got a list")]
+
+
+def test_text_converts_to_numbers_only_when_not_strict() -> None:
+    assert convert({"name": "x", "inner": {"count": "5"}}, Outer, strict=False).inner.count == 5
+    with pytest.raises(Invalid, match=r"inner.count: expected an integer, got a string"):
+        convert({"name": "x", "inner": {"count": "5"}}, Outer)
+
+
+def test_places_read_as_a_document_names_them() -> None:
+    assert dotted(("tools", 2, "timeout")) == "tools[2].timeout"
+    assert dotted(()) == ""
