@@ -11,7 +11,6 @@ cannot read as it stands.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import re
@@ -26,7 +25,6 @@ from bot.config.sources import (
     FILE_SUFFIX,
     base_dir_of,
     config_path,
-    dataclass_fields,
     dotenv,
     names_a_setting,
     read_yaml,
@@ -35,6 +33,7 @@ from bot.config.sources import (
 from bot.kinds import RequestKind
 from bot.nesting import MAX_DEPTH, deeper_than
 from bot.people.policy import Policy, PolicyRules
+from bot.plain import fields_of, is_struct
 from storage.sqlite_rows import RunRow, Unreadable, open_request_bodies, reads_as_moment
 from storage.sqlite_rows import newest_runs as stored_runs
 
@@ -307,9 +306,9 @@ def moment(stored: str) -> datetime:
 
 def _kept_as_is(value: Any, annotation: Any) -> bool:
     """Whether validating ``value`` as ``annotation`` gives ``value`` back unchanged: strings,
-    booleans, lists and mappings of them, and the dataclass sections made of those."""
-    if isinstance(annotation, type) and dataclasses.is_dataclass(annotation):
-        types = dataclass_fields(annotation)
+    booleans, lists and mappings of them, and the sections made of those."""
+    if is_struct(annotation):
+        types = fields_of(annotation)
         return (
             isinstance(value, dict)
             and value.keys() <= types.keys()

@@ -1,1 +1,1 @@
-"""Settings: validated (pydantic) over their sources (the YAML file, ./.env, the environment)."""
+"""Settings: typed structs over their sources (the YAML file, ``./.env``, the environment)."""

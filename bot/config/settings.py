@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import types
@@ -11,17 +10,8 @@ from pathlib import Path
 from typing import Annotated, Any, Final, Literal, NamedTuple, Union, get_args, get_origin
 from urllib.parse import urlsplit
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    PlainSerializer,
-    PlainValidator,
-    SecretStr,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+import msgspec
+from msgspec import Meta
 
 from bot.config.cron import parse_cron
 from bot.config.deadlines import DeadlineSettings as DeadlineSettings
@@ -32,7 +22,6 @@ from bot.config.sources import (
     ENV_PREFIX,
     base_dir_of,
     config_path,
-    dataclass_fields,
     dotenv,
     merged,
     names_a_setting,
@@ -43,9 +32,10 @@ from bot.config.sources import (
 from bot.config.sources import ConfigError as ConfigError
 from bot.domain import Budgets
 from bot.kinds import Provenance
-from bot.model_cache import KeptModel
 from bot.people.policy import PolicyRules
-from bot.pii.settings import FieldProblem, PiiSettings
+from bot.pii.settings import PiiSettings
+from bot.plain import FieldProblem, Invalid, Problem, fields_of, is_struct
+from bot.plain import convert as convert_plain
 
 # Settings whose variable is not KESTREL_<NAME>: the variable's name, by setting.
 _VARIABLE_OF: Final = {
@@ -57,8 +47,12 @@ _VARIABLE_OF: Final = {
 _SETTING_OF: Final = {variable: setting for setting, variable in _VARIABLE_OF.items()}
 # Settings of these types are read from a variable as JSON, as sections are.
 _CONTAINERS: Final = (list, tuple, set, frozenset, dict)
-# How pydantic names a key no section has: a model's, and a dataclass's (``PolicyRules``).
-_UNKNOWN_KEY: Final = frozenset({"extra_forbidden", "unexpected_keyword_argument"})
+# How a variable may say yes or no to a yes-or-no setting (``true`` and ``1``, as written in
+# YAML, are taken by the conversion).
+_BOOLEAN_WORDS: Final = {
+    **dict.fromkeys(("yes", "y", "on", "t"), "true"),
+    **dict.fromkeys(("no", "n", "off", "f"), "false"),
+}
 DEFAULT_SYSTEM_PROMPT = (
     "You are Kestrel, an on-call assistant in a team chat. Investigate with the tools you "
     "have, prefer read-only tools first, explain what you found and what you changed, and "
@@ -66,24 +60,41 @@ DEFAULT_SYSTEM_PROMPT = (
 )
 
 
-def _as_path(value: Any) -> Path:
-    """A path ``load_settings`` derives: a ``Path``, or text naming one."""
-    if isinstance(value, Path):
-        return value
-    if isinstance(value, str):
+class Secret:
+    """A secret setting (an API key): its value only through ``get_secret_value``, so that
+    printing the settings, or a log of them, never shows it."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def get_secret_value(self) -> str:
+        """The secret itself."""
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret('**********')"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+
+def _from_text(kind: type, value: Any) -> Any:
+    """The settings' own types from what a document or a variable gives: a secret and a path
+    from text."""
+    if kind is Secret and isinstance(value, str):
+        return Secret(value)
+    if kind is Path and isinstance(value, str | Path):
         return Path(value)
-    raise ValueError("must be a path")
+    raise TypeError(f"expected text, got {type(value).__name__}")
 
 
-# Validated by a named function, not pydantic's own path schema (a local function): the kept
-# schema of the settings (bot.model_cache) can name it.
-DerivedPath = Annotated[Path, PlainValidator(_as_path), PlainSerializer(str, when_used="json")]
-
-
-class Section(KeptModel):
+class Section(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """A config section: unknown keys are errors."""
-
-    model_config = ConfigDict(extra="forbid")
 
 
 class ModelSettings(Section):
@@ -93,25 +104,25 @@ class ModelSettings(Section):
     name: str = "gpt-4.1-mini"
     script: str | None = None
     # The whole call, the client's retries and their backoff included.
-    timeout: float = Field(60.0, gt=0)
-    max_retries: int = Field(2, ge=0, le=10)
+    timeout: Annotated[float, Meta(gt=0)] = 60.0
+    max_retries: Annotated[int, Meta(ge=0, le=10)] = 2
     # A reply body over this many bytes ends the run as a model error (4 MiB: any real reply
     # fits, a runaway server's does not get parsed, journaled and held in memory).
-    max_reply_bytes: int = Field(4 * 1024 * 1024, ge=1024)
+    max_reply_bytes: Annotated[int, Meta(ge=1024)] = 4 * 1024 * 1024
 
 
 class BudgetSettings(Section):
     """Limits of each run."""
 
-    max_iterations: int = Field(20, ge=1)
-    max_tool_calls: int = Field(50, ge=1)
-    max_tokens: int = Field(200_000, ge=0)
-    deadline_seconds: float = Field(0, ge=0)
-    no_progress_repeats: int = Field(3, ge=0)
+    max_iterations: Annotated[int, Meta(ge=1)] = 20
+    max_tool_calls: Annotated[int, Meta(ge=1)] = 50
+    max_tokens: Annotated[int, Meta(ge=0)] = 200_000
+    deadline_seconds: Annotated[float, Meta(ge=0)] = 0
+    no_progress_repeats: Annotated[int, Meta(ge=0)] = 3
 
     def to_budgets(self) -> Budgets:
         """The run's budgets as journaled with it."""
-        return Budgets(**self.model_dump())
+        return Budgets(**msgspec.structs.asdict(self))
 
 
 class ScheduledPrompt(Section):
@@ -121,20 +132,20 @@ class ScheduledPrompt(Section):
     cron: str
     prompt: str
 
-    @field_validator("cron")
-    @classmethod
-    def _valid_cron(cls, value: str) -> str:
-        parse_cron(value)
-        return value
+    def __post_init__(self) -> None:
+        try:
+            parse_cron(self.cron)
+        except ValueError as exc:
+            raise FieldProblem("cron", str(exc)) from exc
 
 
 class ReplicaSettings(Section):
     """How a process shares the store with other replicas."""
 
-    lease_seconds: float = Field(30.0, gt=0)
-    poll_seconds: float = Field(1.0, gt=0)
+    lease_seconds: Annotated[float, Meta(gt=0)] = 30.0
+    poll_seconds: Annotated[float, Meta(gt=0)] = 1.0
     # On SIGTERM a tool under way may finish for this long; then it is killed (on-call decides).
-    shutdown_grace_seconds: float = Field(20.0, ge=0)
+    shutdown_grace_seconds: Annotated[float, Meta(ge=0)] = 20.0
 
 
 class WebSettings(Section):
@@ -143,7 +154,7 @@ class WebSettings(Section):
     # Where people reach the pages (https://kestrel.example.com); chat messages then carry
     # "View run" links signed with KESTREL_WEB_SECRET, each for one run.
     public_url: str | None = None
-    link_ttl_seconds: float = Field(86400.0, gt=0)
+    link_ttl_seconds: Annotated[float, Meta(gt=0)] = 86400.0
     # /metrics without the operator token (an internal network's scraper).
     metrics_public: bool = False
 
@@ -155,23 +166,22 @@ class HookSettings(Section):
     pre_tool_use: list[str] = []
     post_tool_use: list[str] = []
     run_end: list[str] = []
-    timeout: float = Field(10.0, gt=0)
+    timeout: Annotated[float, Meta(gt=0)] = 10.0
 
 
 class McpServerSettings(Section):
     """One MCP server whose tools join the tool set as ``{name}__{tool}``."""
 
-    name: str = Field(pattern=r"^[a-z0-9_-]{1,24}$")
+    name: Annotated[str, Meta(pattern=r"^[a-z0-9_-]{1,24}$")]
     transport: Literal["stdio", "http"]
     command: list[str] = []
     env: dict[str, str] = {}
     cwd: str | None = None
     url: str | None = None
     confirm: list[str] = []
-    timeout: float = Field(30.0, gt=0)
+    timeout: Annotated[float, Meta(gt=0)] = 30.0
 
-    @model_validator(mode="after")
-    def _transport_fields(self) -> McpServerSettings:
+    def __post_init__(self) -> None:
         """Each transport has its own keys; a key of the other one is a mistake, not a no-op."""
         if self.transport == "stdio" and not self.command:
             raise ValueError("a stdio server needs command")
@@ -181,7 +191,6 @@ class McpServerSettings(Section):
             raise ValueError("an http server needs url")
         if self.transport == "http" and (self.command or self.env or self.cwd):
             raise ValueError("command, env and cwd are for stdio servers")
-        return self
 
 
 class ToolIsolationSettings(Section):
@@ -201,40 +210,26 @@ class Settings(Section):
     """
 
     database: str = "kestrel.db"
-    model: ModelSettings = ModelSettings()
+    model: ModelSettings = msgspec.field(default_factory=ModelSettings)
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     tools: list[str] = []
-    budgets: BudgetSettings = BudgetSettings()
+    budgets: BudgetSettings = msgspec.field(default_factory=BudgetSettings)
     human_in_the_loop: bool = True
     # A consequential call with an argument taken from tool output: ask a person, log, or off.
     provenance: Provenance = Provenance.ASK
-    pii: PiiSettings = Field(default_factory=PiiSettings)
-    policy: PolicyRules = Field(default_factory=PolicyRules)
-    deadlines: DeadlineSettings = Field(default_factory=DeadlineSettings)
+    pii: PiiSettings = msgspec.field(default_factory=PiiSettings)
+    policy: PolicyRules = msgspec.field(default_factory=PolicyRules)
+    deadlines: DeadlineSettings = msgspec.field(default_factory=DeadlineSettings)
     schedules: list[ScheduledPrompt] = []
-    hooks: HookSettings = HookSettings()
-    replica: ReplicaSettings = ReplicaSettings()
-    web: WebSettings = WebSettings()
+    hooks: HookSettings = msgspec.field(default_factory=HookSettings)
+    replica: ReplicaSettings = msgspec.field(default_factory=ReplicaSettings)
+    web: WebSettings = msgspec.field(default_factory=WebSettings)
     mcp_servers: list[McpServerSettings] = []
-    tool_isolation: ToolIsolationSettings = ToolIsolationSettings()
-    openai_api_key: SecretStr | None = None
+    tool_isolation: ToolIsolationSettings = msgspec.field(default_factory=ToolIsolationSettings)
+    openai_api_key: Secret | None = None
     openai_base_url: str | None = None
-    base_dir: DerivedPath = Path(".")
-    config_file: DerivedPath | None = None
-
-    @field_validator("pii", mode="before")
-    @classmethod
-    def _pii_mode_off(cls, value: Any) -> Any:
-        """YAML 1.1 reads ``mode: off`` as false: take it as the ``off`` it was written as."""
-        if isinstance(value, Mapping) and value.get("mode") is False:
-            return {**value, "mode": "off"}
-        return value
-
-    @field_validator("provenance", mode="before")
-    @classmethod
-    def _provenance_off(cls, value: Any) -> Any:
-        """YAML 1.1 reads ``provenance: off`` as false: take it as the ``off`` it was written as."""
-        return "off" if value is False else value
+    base_dir: Path = msgspec.field(default_factory=lambda: Path("."))
+    config_file: Path | None = None
 
     @property
     def provider(self) -> str:
@@ -273,12 +268,23 @@ def load_settings(explicit: str | None = None) -> Settings:
     env_values, env_sources = _setting_variables(with_secret_files(os.environ), "environment")
     variables = {**file_sources, **env_sources}
     base_dir = base_dir_of(path)
-    layered = merged(merged(data, file_values), env_values)
+    layered = _offs_as_written(merged(merged(data, file_values), env_values))
+    derived = {"base_dir": base_dir, "config_file": path.resolve() if path else None}
     try:
-        derived = {"base_dir": base_dir, "config_file": path.resolve() if path else None}
-        return Settings.model_validate({**layered, **derived})
-    except ValidationError as exc:
-        raise ConfigError(_describe(exc, path, variables)) from exc
+        return convert_plain({**layered, **derived}, Settings, strict=False, dec_hook=_from_text)
+    except Invalid as exc:
+        raise ConfigError(_describe(exc.problems, path, variables)) from None
+
+
+def _offs_as_written(layered: dict[str, Any]) -> dict[str, Any]:
+    """YAML 1.1 reads ``off`` as false: where ``off`` is a choice (``pii.mode``,
+    ``provenance``), false is taken as the ``off`` it was written as."""
+    pii = layered.get("pii")
+    if isinstance(pii, Mapping) and pii.get("mode") is False:
+        layered = {**layered, "pii": {**pii, "mode": "off"}}
+    if layered.get("provenance") is False:
+        layered = {**layered, "provenance": "off"}
+    return layered
 
 
 def checked_url(name: str, url: str) -> str:
@@ -320,7 +326,7 @@ def _setting_variables(
         upper = name.upper()
         if upper in _SETTING_OF:
             field = _SETTING_OF[upper]
-            setting = _Setting((field,), Settings.model_fields[field].annotation, True)
+            setting = _Setting((field,), fields_of(Settings)[field], True)
         elif names_a_setting(upper):
             setting = _setting_of(name, source)
         else:
@@ -367,10 +373,8 @@ def _type_of(section: type, parts: tuple[str, ...]) -> tuple[Any, bool] | None:
 
 
 def _field_types(section: type) -> dict[str, Any]:
-    """The fields of a section (a model, or a dataclass such as ``PolicyRules``) and their types."""
-    if issubclass(section, BaseModel):
-        return {name: field.annotation for name, field in section.model_fields.items()}
-    return dataclass_fields(section)
+    """The fields of a section and their types."""
+    return fields_of(section)
 
 
 def _type_below(
@@ -388,8 +392,11 @@ def _type_below(
 
 
 def _decoded(raw: str, setting: _Setting, name: str, variable: str) -> Any:
-    """A variable's value as pydantic gets it: a section, a list or a mapping is JSON; a scalar
-    stays the string, which pydantic converts (and names when it will not)."""
+    """A variable's value as the conversion gets it: a section, a list or a mapping is JSON; a
+    scalar stays the string, which the conversion reads as its setting's type (and names when
+    it will not)."""
+    if setting.annotation is bool:
+        return _BOOLEAN_WORDS.get(raw.strip().lower(), raw)
     needs_json = _is_container(setting.annotation)
     if not needs_json and not _may_be_container(setting.annotation):
         return raw
@@ -398,15 +405,13 @@ def _decoded(raw: str, setting: _Setting, name: str, variable: str) -> Any:
     except ValueError:
         if needs_json and setting.is_field:
             raise ConfigError(_not_json(setting, name, variable)) from None
-        # A mapping's value, or ``list[str] | None``: pydantic says what it should be.
+        # A mapping's value, or ``list[str] | None``: the conversion says what it should be.
         return raw
 
 
 def _is_section(annotation: Any) -> bool:
-    """Whether values of ``annotation`` are a section: a model, or a dataclass of settings."""
-    if not isinstance(annotation, type):
-        return False
-    return issubclass(annotation, BaseModel) or dataclasses.is_dataclass(annotation)
+    """Whether values of ``annotation`` are a section (a struct of settings)."""
+    return is_struct(annotation)
 
 
 def _is_container(annotation: Any) -> bool:
@@ -444,55 +449,15 @@ def _assign(nested: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
 
 
 def _describe(
-    exc: ValidationError, path: Path | None, variables: Mapping[tuple[str, ...], str]
+    problems: list[Problem], path: Path | None, variables: Mapping[tuple[str, ...], str]
 ) -> str:
     """Every problem on one line, each blamed on the variable or the file it came from."""
-    problems = []
-    for error in exc.errors():
-        loc = tuple(str(part) for part in error["loc"])
-        cause = error.get("ctx", {}).get("error")
-        if isinstance(cause, FieldProblem):  # a dataclass section's check of one of its fields
-            loc = (*loc, cause.field)
+    said = []
+    for problem in problems:
+        loc = tuple(str(part) for part in problem.loc)
         key = ".".join(loc) or "(top level)"
-        message = _unknown(loc) if error["type"] in _UNKNOWN_KEY else error["msg"]
-        problems.append(f"{_source_of(loc, path, variables)}: {key}: {message}")
-    return "; ".join(problems)
-
-
-def _unknown(loc: tuple[str, ...]) -> str:
-    """What is said of a key no section has: the key it is nearest, if one is near."""
-    if not loc:
-        return "unknown key"
-    import difflib  # only to describe a mistake
-
-    near = difflib.get_close_matches(loc[-1], _keys_at(loc[:-1]), n=1, cutoff=0.6)
-    return f"unknown key (did you mean {near[0]}?)" if near else "unknown key"
-
-
-def _keys_at(loc: tuple[str, ...]) -> list[str]:
-    """The keys the section at ``loc`` has (none where ``loc`` leads to no section); list
-    indexes and mapping keys on the way are data, passed over."""
-    annotation: Any = Settings
-    for part in loc:
-        annotation = _section_or_container(annotation)
-        if _is_section(annotation):
-            annotation = _field_types(annotation).get(part)
-        elif get_origin(annotation) in (list, dict):
-            annotation = get_args(annotation)[-1]
-        else:
-            return []
-    annotation = _section_or_container(annotation)
-    if not _is_section(annotation):
-        return []
-    return [name for name in _field_types(annotation) if name not in DERIVED_SETTINGS]
-
-
-def _section_or_container(annotation: Any) -> Any:
-    """Of a union (``X | None``), its member that is a section or a container; else itself."""
-    if get_origin(annotation) not in (Union, types.UnionType):
-        return annotation
-    members = [member for member in get_args(annotation) if _is_container(member)]
-    return members[0] if members else annotation
+        said.append(f"{_source_of(loc, path, variables)}: {key}: {problem.message}")
+    return "; ".join(said)
 
 
 def _source_of(

@@ -1,14 +1,13 @@
 """Where the settings come from, before they are validated: the YAML file, ``./.env`` and the
-environment, found and read without pydantic (``bot.config.settings`` validates them;
+environment, found and read without converting them (``bot.config.settings`` converts them;
 ``bot.cli.quick`` reads the few that a read-only command needs)."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Final, get_type_hints
+from typing import Any, Final
 
 DEFAULT_CONFIG_NAME = "kestrel.yaml"
 ENV_PREFIX: Final = "KESTREL_"
@@ -100,12 +99,6 @@ def read_secret_file(variable: str, path: str) -> str:
 def secret_file_paths(environ: Mapping[str, str | None]) -> list[Path]:
     """The files the secrets were read from (catalog commands must not read them)."""
     return [Path(p) for name in SECRET_FILE_VARIABLES if (p := environ.get(name + FILE_SUFFIX))]
-
-
-def dataclass_fields(section: type) -> dict[str, Any]:
-    """A dataclass section's fields (``PolicyRules``') and their types; class variables are none."""
-    hints = get_type_hints(section)
-    return {field.name: hints[field.name] for field in dataclasses.fields(section)}
 
 
 def config_path(explicit: str | None) -> Path | None:

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Protocol
+
+import msgspec
 
 from bot.kinds import DecisionKind, RequestKind
 from bot.people.refusal import Refusal
@@ -30,29 +32,14 @@ def no_flags(_tool: str) -> ToolFlags | None:
     return None
 
 
-# Named, not lambdas: the settings' kept schema (bot.model_cache) names its default factories.
-def everyone() -> list[str]:
-    """Everyone: the default requesters."""
-    return [EVERYONE]
-
-
-def everyone_approves() -> dict[str, list[str]]:
-    """Everyone may approve every tool: the default approvers."""
-    return {EVERYONE: [EVERYONE]}
-
-
-@dataclass(frozen=True)
-class PolicyRules:
+class PolicyRules(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """``policy:`` in kestrel.yaml: platform ids (never names) that may start runs, approve
     which tools (by name, ``tag:TAG`` or ``*``), answer questions, and operate runs."""
 
-    # Read by pydantic, which validates this section of the settings: unknown keys are errors.
-    __pydantic_config__: ClassVar[dict[str, Any]] = {"extra": "forbid"}
-
-    requesters: list[str] = field(default_factory=everyone)
-    approvers: dict[str, list[str]] = field(default_factory=everyone_approves)
-    answerers: list[str] = field(default_factory=list)
-    oncall: list[str] = field(default_factory=list)
+    requesters: list[str] = msgspec.field(default_factory=lambda: [EVERYONE])
+    approvers: dict[str, list[str]] = msgspec.field(default_factory=lambda: {EVERYONE: [EVERYONE]})
+    answerers: list[str] = []
+    oncall: list[str] = []
     self_approval: bool = False
 
 

@@ -4,11 +4,12 @@ recognizer."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Literal
 
-from annotated_types import Ge, MaxLen, MinLen
+import msgspec
+
+from bot.plain import FieldProblem
 
 
 class PiiMode(StrEnum):
@@ -29,26 +30,13 @@ def unknown_entities(names: Iterable[str]) -> str | None:
     return f"unknown entity type(s) {', '.join(unknown)}; known: {', '.join(ENTITY_TYPES)}"
 
 
-class FieldProblem(ValueError):
-    """What is wrong with one field of a settings dataclass, raised by its ``__post_init__``:
-    the settings place it at that field (pydantic places it at the dataclass)."""
-
-    def __init__(self, field: str, problem: str) -> None:
-        super().__init__(problem)
-        self.field = field
-
-
-@dataclass(frozen=True)
-class OperatorSpec:
+class OperatorSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """How the hits of one entity type are rewritten under redact."""
-
-    # Read by pydantic, which validates this section of the settings: unknown keys are errors.
-    __pydantic_config__: ClassVar[dict[str, Any]] = {"extra": "forbid"}
 
     type: Literal["replace", "mask", "hash"] = "replace"
     new_value: str | None = None
-    masking_char: Annotated[str, MinLen(1), MaxLen(1)] = "*"
-    chars_to_mask: Annotated[int, Ge(0)] = 100
+    masking_char: Annotated[str, msgspec.Meta(min_length=1, max_length=1)] = "*"
+    chars_to_mask: Annotated[int, msgspec.Meta(ge=0)] = 100
     from_end: bool = False
     salt: str | None = None
 
@@ -57,19 +45,13 @@ class OperatorSpec:
             raise FieldProblem("salt", "a hash salt must be at least 16 bytes")
 
 
-@dataclass(frozen=True)
-class PiiSettings:
-    """The `pii:` section of kestrel.yaml.
-
-    A dataclass, not a model, so that a runtime built in code imports no pydantic; the
-    settings validate it as a section, and ``__post_init__`` checks the entity names either way.
-    """
-
-    __pydantic_config__: ClassVar[dict[str, Any]] = {"extra": "forbid"}
+class PiiSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """The `pii:` section of kestrel.yaml; ``__post_init__`` checks the entity names, read
+    from a file or made in code."""
 
     mode: PiiMode = PiiMode.REDACT
     entities: list[str] | None = None
-    operators: dict[str, OperatorSpec] = field(default_factory=dict)
+    operators: dict[str, OperatorSpec] = {}
 
     def __post_init__(self) -> None:
         for name, entities in (("entities", self.entities or ()), ("operators", self.operators)):

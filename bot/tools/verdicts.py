@@ -6,9 +6,9 @@ JSON Schema (checked each time a catalog is read), and a gated call's arguments 
 (checked when the call asks for approval, and again when the approved call runs, usually in
 another process). A verdict is an empty file named by the SHA-256 of everything the check reads:
 the kind, the schema, the arguments, and the size and modification time of the jsonschema and
-RE2 modules that do the checking; Kestrel's own modules key the folder (``bot.model_cache``).
+RE2 modules that do the checking; Kestrel's own modules key the folder (``bot.kept``).
 So a verdict found is the one the check would give again, whatever changed meanwhile; the
-folder is trusted as the models' is (ours, no one else may write to it), and
+folder is trusted only if it is ours alone (``bot.kept``), and
 ``KESTREL_MODEL_CACHE=off`` turns this off too.
 """
 
@@ -21,7 +21,7 @@ from functools import cache
 from importlib.util import find_spec
 from typing import Any, Final
 
-from bot.model_cache import kept_folder
+from bot.kept import kept_folder
 
 # The kinds of check: a tool's parameters as a sound JSON Schema (patterns RE2 can run, type
 # object), and a call's arguments valid against them.

@@ -10,7 +10,6 @@ from typing import Any
 
 import mcp_types as types
 import pytest
-from pydantic import ValidationError
 
 from bot.cli.compose import runtime
 from bot.config.settings import ConfigError, McpServerSettings, Settings
@@ -18,6 +17,7 @@ from bot.domain import AssistantTurn, DecisionKind, RunStatus
 from bot.journal.entries import AdvisoryEntry, ToolResultEntry
 from bot.llm.base import Message, ToolSpec
 from bot.llm.scripted import Script, ScriptedProvider
+from bot.plain import Invalid, convert
 from bot.run.runtime import Runtime
 from bot.run.supervisor import Supervisor
 from bot.tools.base import Tool, ToolContext, ToolResult
@@ -252,10 +252,13 @@ def test_content_parts_are_rendered_as_text_or_summaries() -> None:
         ({"transport": "stdio"}, "a stdio server needs command"),
         ({"transport": "http"}, "an http server needs url"),
         ({"transport": "http", "url": "http://x", "command": ["y"]}, "are for stdio servers"),
-        ({"transport": "stdio", "command": ["y"], "name": "Bad Name"}, "should match pattern"),
-        ({"transport": "stdio", "command": ["y"], "extra": 1}, "Extra inputs"),
+        (
+            {"transport": "stdio", "command": ["y"], "name": "Bad Name"},
+            "name: must be a string matching",
+        ),
+        ({"transport": "stdio", "command": ["y"], "extra": 1}, "extra: unknown key"),
     ],
 )
 def test_server_settings_are_checked(values: dict[str, Any], problem: str) -> None:
-    with pytest.raises(ValidationError, match=problem):
-        McpServerSettings(**({"name": "srv"} | values))
+    with pytest.raises(Invalid, match=problem):
+        convert({"name": "srv"} | values, McpServerSettings)

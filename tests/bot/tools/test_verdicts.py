@@ -56,7 +56,7 @@ def check(
 
 
 def verdicts(cache: Path) -> list[Path]:
-    return list((cache / "kestrel" / "models").glob("*/verdicts/*"))
+    return list((cache / "kestrel" / "kept").glob("*/verdicts/*"))
 
 
 def test_a_gated_call_found_valid_is_not_checked_again_in_a_later_process(
@@ -98,7 +98,7 @@ def test_an_ungated_call_keeps_nothing(tmp_path: Path) -> None:
 
 def test_a_folder_others_may_write_to_is_not_trusted(tmp_path: Path) -> None:
     check(tmp_path, {"unit": "nginx"})
-    (folder,) = (tmp_path / "kestrel" / "models").iterdir()
+    (folder,) = (tmp_path / "kestrel" / "kept").iterdir()
     folder.chmod(0o777)
     assert check(tmp_path, {"unit": "nginx"})["imported"] is True
 

@@ -1,0 +1,61 @@
+"""bot.kept: a folder of files kept between processes, used only when it is ours alone."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bot import kept
+
+
+@pytest.fixture(autouse=True)
+def cache_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("KESTREL_MODEL_CACHE", raising=False)
+    forget()
+    yield tmp_path
+    forget()
+
+
+def forget() -> None:
+    """What a fresh process would know: nothing asked yet."""
+    kept._keyed_folder.cache_clear()
+    kept._trusted_folder.cache_clear()
+
+
+def test_the_folder_is_made_for_this_user_only(cache_home: Path) -> None:
+    assert kept.kept_folder() is None  # not made yet
+    folder = kept.kept_folder(create=True)
+    assert folder is not None and folder.parent == cache_home / "kestrel" / "kept"
+    assert folder.stat().st_mode & 0o777 == 0o700
+    forget()
+    assert kept.kept_folder() == folder
+
+
+def test_a_folder_others_may_write_to_is_not_used() -> None:
+    folder = kept.kept_folder(create=True)
+    assert folder is not None
+    folder.chmod(0o777)
+    forget()
+    assert kept.kept_folder() is None
+    assert kept.kept_folder(create=True) is None
+
+
+def test_the_folder_can_be_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KESTREL_MODEL_CACHE", "off")
+    assert kept.kept_folder(create=True) is None
+
+
+def test_folders_of_other_code_unused_for_a_week_are_removed(cache_home: Path) -> None:
+    stale = cache_home / "kestrel" / "kept" / "other-code-stale"
+    recent = cache_home / "kestrel" / "kept" / "other-code-recent"
+    stale.mkdir(mode=0o700, parents=True)
+    recent.mkdir(mode=0o700)
+    week_ago = time.time() - 8 * 24 * 3600
+    os.utime(stale, (week_ago, week_ago))
+    assert kept.kept_folder(create=True) is not None
+    assert not stale.exists() and recent.exists()
