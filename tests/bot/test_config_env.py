@@ -188,3 +188,41 @@ def test_a_hostile_postgres_schema_is_one_line(tmp_path: Path) -> None:
     assert "schema" in message and "plain identifier" in message
     write_config(tmp_path, database="postgresql://k@[::1/k")
     assert "not a valid PostgreSQL URL" in one_line_error(kestrel(tmp_path, "db", "check"))
+
+
+@pytest.mark.parametrize(
+    ("written", "meant"),
+    [("off", False), ("No", False), ("false", False), ("0", False), ("on", True), ("YES", True)],
+)
+def test_a_yes_or_no_variable_reads_as_people_write_it(
+    monkeypatch: pytest.MonkeyPatch, written: str, meant: bool
+) -> None:
+    monkeypatch.setenv("KESTREL_HUMAN_IN_THE_LOOP", written)
+    monkeypatch.setenv("KESTREL_WEB__METRICS_PUBLIC", written)
+    settings = load_settings()
+    assert (settings.human_in_the_loop, settings.web.metrics_public) == (meant, meant)
+
+
+def test_a_variable_that_is_no_yes_or_no_is_named() -> None:
+    message = refusal(KESTREL_HUMAN_IN_THE_LOOP="maybe")
+    assert message == (
+        "environment KESTREL_HUMAN_IN_THE_LOOP: human_in_the_loop: expected true or false,"
+        " got a string"
+    )
+
+
+def test_numbers_from_variables_are_read_as_their_settings_type(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("KESTREL_MODEL__TIMEOUT", "2.5")
+    monkeypatch.setenv("KESTREL_BUDGETS__MAX_ITERATIONS", "7")
+    settings = load_settings()
+    assert (settings.model.timeout, settings.budgets.max_iterations) == (2.5, 7)
+
+
+def test_the_api_key_is_never_shown_with_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-very-secret")
+    settings = load_settings()
+    assert settings.openai_api_key is not None
+    assert settings.openai_api_key.get_secret_value() == "sk-very-secret"
+    assert "sk-very-secret" not in repr(settings) and "sk-very-secret" not in str(settings)
