@@ -172,7 +172,8 @@ class HookSettings(Section):
 class McpServerSettings(Section):
     """One MCP server whose tools join the tool set as ``{name}__{tool}``."""
 
-    name: Annotated[str, Meta(pattern=r"^[a-z0-9_-]{1,24}$")]
+    # ``\Z``, not ``$``: Python's ``$`` also matches before a final newline ("srv\n").
+    name: Annotated[str, Meta(pattern=r"^[a-z0-9_-]{1,24}\Z")]
     transport: Literal["stdio", "http"]
     command: list[str] = []
     env: dict[str, str] = {}

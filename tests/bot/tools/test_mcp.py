@@ -257,6 +257,7 @@ def test_content_parts_are_rendered_as_text_or_summaries() -> None:
             "name: must be a string matching",
         ),
         ({"transport": "stdio", "command": ["y"], "extra": 1}, "extra: unknown key"),
+        ({"transport": "stdio", "command": ["y"], "name": "srv\n"}, "name: must be a string"),
     ],
 )
 def test_server_settings_are_checked(values: dict[str, Any], problem: str) -> None:
