@@ -12,7 +12,9 @@ import msgspec
 from bot.domain import Request, RequestKind, RequestMaker, unstamped
 from bot.prompter import Prompter
 
-TOOL_NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"
+# ``\Z``, not ``$``: a search with Python's ``re`` (a catalog's name) would let ``$`` match
+# before a final newline, and take "restart\n".
+TOOL_NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,64}\Z"
 
 
 def check_tool_name(name: str) -> None:

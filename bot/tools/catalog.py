@@ -35,9 +35,9 @@ from typing import Annotated, Any
 
 import msgspec
 import yaml
-from pydantic import ConfigDict, Field, StringConstraints, ValidationError
+from msgspec import Meta
 
-from bot.model_cache import KeptModel
+from bot.plain import Invalid, Loc, Problem, convert, dotted
 from bot.tools.base import TOOL_NAME_PATTERN, ApprovalPolicy, ToolFlags, ToolTraits
 from bot.tools.command import (
     DEFAULT_MAX_OUTPUT,
@@ -50,9 +50,8 @@ from bot.tools.isolation import Isolation, is_kestrels_variable
 from bot.tools.verdicts import SOUND_PARAMETERS, found_clean, keep_clean
 from bot.yamldoc import node_and_value
 
-Loc = tuple[str | int, ...]
-
-_EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+# ``\Z``, not ``$``: Python's ``$`` also matches before a final newline ("HOME\n").
+_EnvName = Annotated[str, Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]*\Z")]
 
 
 def _no_parameters() -> dict[str, Any]:
@@ -67,44 +66,32 @@ class CatalogError(Exception):
         super().__init__("\n".join(self.problems))
 
 
-class ToolEntry(KeptModel):
-    """One command tool as declared in a catalog."""
+class ToolEntry(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """One command tool as declared in a catalog; converted strictly (``true`` is no number,
+    ``"30"`` no timeout): a config value of the wrong type is an error, not silently coerced."""
 
-    # Strict: a config value of the wrong type is an error, not something silently coerced.
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-    name: Annotated[str, StringConstraints(pattern=TOOL_NAME_PATTERN)]
-    description: Annotated[str, StringConstraints(min_length=1)]
-    command: Annotated[list[str], Field(min_length=1)]
-    parameters: dict[str, Any] = Field(default_factory=_no_parameters)
+    name: Annotated[str, Meta(pattern=TOOL_NAME_PATTERN)]
+    description: Annotated[str, Meta(min_length=1)]
+    command: Annotated[list[str], Meta(min_length=1)]
+    parameters: dict[str, Any] = msgspec.field(default_factory=_no_parameters)
     confirm: bool = False
     idempotent: bool = False
-    timeout: Annotated[float, Field(ge=0)] = 30
+    timeout: Annotated[float, Meta(ge=0)] = 30
     operator_paced: bool = False
     tags: list[str] = []
-    approvals: Annotated[int, Field(ge=1)] = 1
+    approvals: Annotated[int, Meta(ge=1)] = 1
     deny: bool = False
     env: list[_EnvName] = []
     cwd: str | None = None
-    max_output: Annotated[int, Field(gt=0)] = DEFAULT_MAX_OUTPUT
+    max_output: Annotated[int, Meta(gt=0)] = DEFAULT_MAX_OUTPUT
     allow_leading_dash: list[str] = []
     trusted_from: dict[str, list[str]] = {}
 
 
-class CatalogFile(KeptModel):
+class CatalogFile(msgspec.Struct, forbid_unknown_fields=True):
     """The top level of a catalog file; entries are validated one by one."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
-
     tools: list[Any]
-
-
-def _dotted(loc: Loc) -> str:
-    """``('tools', 2, 'timeout')`` as ``tools[2].timeout``."""
-    text = ""
-    for part in loc:
-        text += f"[{part}]" if isinstance(part, int) else f".{part}" if text else str(part)
-    return text
 
 
 def _child(node: yaml.Node, part: str | int, *, key: bool) -> yaml.Node | None:
@@ -137,7 +124,7 @@ class _Report(msgspec.Struct):
 
     def at(self, loc: Loc, message: str, *, line: int | None = None) -> None:
         """Record a problem at ``line``, or else at the node ``loc`` leads to."""
-        where = f"{_dotted(loc)}: " if loc else ""
+        where = f"{dotted(loc)}: " if loc else ""
         self.problems.append(f"{self.shown}:{line or self.line(loc)}: {where}{message}")
 
     def line(self, loc: Loc) -> int:
@@ -145,15 +132,10 @@ class _Report(msgspec.Struct):
         return _line_of(self.root, loc) if self.root is not None else 1
 
 
-def _pydantic_problems(report: _Report, exc: ValidationError, prefix: Loc) -> None:
-    for error in exc.errors():
-        loc = prefix + tuple(error["loc"])
-        if error["type"] == "extra_forbidden":
-            report.at(loc, "unknown key")
-        elif error["type"] == "missing":
-            report.at(loc, "required key is missing")
-        else:
-            report.at(loc, error["msg"])
+def _place(report: _Report, found: list[Problem], prefix: Loc = ()) -> None:
+    """Report each problem ``bot.plain`` found below ``prefix`` at its line."""
+    for problem in found:
+        report.at((*prefix, *problem.loc), problem.message)
 
 
 def _duplicate_keys(report: _Report, node: yaml.Node, loc: Loc = ()) -> None:
@@ -292,9 +274,9 @@ def _entry(report: _Report, raw: Any, index: int, *, whole: bool) -> ToolEntry |
     before = len(report.problems)
     entry: ToolEntry | None = None
     try:
-        entry = ToolEntry.model_validate(raw)
-    except ValidationError as exc:
-        _pydantic_problems(report, exc, prefix)
+        entry = convert(raw, ToolEntry)
+    except Invalid as exc:
+        _place(report, exc.problems, prefix)
     if isinstance(raw, dict):
         if whole:
             _schema_problems(report, raw, (*prefix, "parameters"))
@@ -378,9 +360,9 @@ def _entries(report: _Report, data: Any) -> list[tuple[int, Any]]:
         report.problems.append(f"{report.shown}:1: the file is empty; expected 'tools:'")
         return []
     try:
-        CatalogFile.model_validate(data)
-    except ValidationError as exc:
-        _pydantic_problems(report, exc, ())
+        convert(data, CatalogFile)
+    except Invalid as exc:
+        _place(report, exc.problems)
     tools = data.get("tools") if isinstance(data, dict) else None
     return list(enumerate(tools)) if isinstance(tools, list) else []
 

@@ -222,7 +222,7 @@ def test_a_clash_is_found_while_the_other_file_has_problems(tmp_path: Path) -> N
     second = write(tmp_path, "b.yaml", catalog() + "  - name: other\n    descriptio: y\n")
     problems = check_catalogs([first, second])
     assert f"{second}:3: tool 'lister' is also declared at {first}:3" in problems
-    assert f"{second}:11: tools[1].descriptio: unknown key" in problems
+    assert f"{second}:11: tools[1].descriptio: unknown key (did you mean description?)" in problems
 
 
 @pytest.mark.parametrize("name", BUILTIN)
