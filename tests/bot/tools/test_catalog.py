@@ -112,6 +112,52 @@ def test_strings_are_not_coerced(tmp_path: Path) -> None:
     assert only_problem(path).startswith(f"{path}:9: tools[0].confirm: ")
 
 
+def test_a_whole_number_is_a_timeout_but_no_float_is_an_approval_count(tmp_path: Path) -> None:
+    whole = write(tmp_path, "ops.yaml", GOOD.replace("timeout: 12.5", "timeout: 30"))
+    (tool,) = load_catalog(whole)
+    assert tool.flags.traits.timeout == 30.0
+    path = write(tmp_path, "two.yaml", GOOD.replace("approvals: 2", "approvals: 2.0"))
+    assert only_problem(path) == f"{path}:14: tools[0].approvals: expected an integer, got a number"
+
+
+def test_an_entry_with_several_problems_reports_each_at_its_line(tmp_path: Path) -> None:
+    text = """\
+    tools:
+      - name: restart
+        descripton: Restart
+        command: []
+        confirm: 1
+        timeout: "30"
+        approvals: 0
+        env: [KUBECONFIG, 9LIVES]
+    """
+    path = write(tmp_path, "ops.yaml", text)
+    assert check_catalog(path) == [
+        f"{path}:3: tools[0].descripton: unknown key (did you mean description?)",
+        f"{path}:2: tools[0].description: required key is missing",
+        f"{path}:4: tools[0].command: must be a list of length >= 1",
+        f"{path}:5: tools[0].confirm: expected true or false, got an integer",
+        f"{path}:6: tools[0].timeout: expected a number, got a string",
+        f"{path}:7: tools[0].approvals: must be an integer >= 1",
+        rf"{path}:8: tools[0].env[1]: must be a string matching regex '^[A-Za-z_][A-Za-z0-9_]*\\Z'",
+        f"{path}:4: tools[0].command[0]: command must have at least one element (the program)",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "where"),
+    [
+        ("name: restart_service", 'name: "restart_service\\n"', "2: tools[0].name"),
+        ("env: [KUBECONFIG]", 'env: ["KUBECONFIG\\n"]', "16: tools[0].env[0]"),
+    ],
+)
+def test_a_name_ending_in_a_newline_is_refused(
+    tmp_path: Path, before: str, after: str, where: str
+) -> None:
+    path = write(tmp_path, "ops.yaml", GOOD.replace(before, after))
+    assert only_problem(path).startswith(f"{path}:{where}: must be a string matching regex ")
+
+
 def test_missing_key_points_at_the_entry(tmp_path: Path) -> None:
     path = write(tmp_path, "ops.yaml", GOOD.replace("    description: Restart a unit\n", ""))
     assert only_problem(path) == f"{path}:2: tools[0].description: required key is missing"
