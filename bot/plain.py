@@ -11,7 +11,6 @@ one whose own value is wrong. A struct whose fields are all fine broke its own c
 from __future__ import annotations
 
 import enum
-import re
 import types
 from collections.abc import Callable
 from typing import (
@@ -28,14 +27,16 @@ from typing import (
 
 import msgspec
 
+from bot.patterns import on_use
 from bot.wire import problem
 
 T = TypeVar("T")
 Loc = tuple[str | int, ...]
 DecHook = Callable[[type, Any], Any]
 
-# ``Expected `int` >= 1``, ``Expected `str`, got `int```: msgspec's words for a wrong value.
-_EXPECTED: Final = re.compile(r"^Expected `(\w+)`(?:, got `(\w+)`| (.*))?$")
+# ``Expected `int` >= 1``, ``Expected `str`, got `int```: msgspec's words for a wrong value
+# (read only to describe a mistake: compiled then).
+_EXPECTED: Final = on_use(r"^Expected `(\w+)`(?:, got `(\w+)`| (.*))?$")
 _TYPE_WORDS: Final = {
     "int": "an integer",
     "float": "a number",
@@ -45,7 +46,7 @@ _TYPE_WORDS: Final = {
     "object": "a mapping",
     "null": "null",
 }
-_INVALID_CHOICE: Final = re.compile(r"^Invalid enum value (.*)$")
+_INVALID_CHOICE: Final = on_use(r"^Invalid enum value (.*)$")
 
 
 class FieldProblem(ValueError):
@@ -225,5 +226,7 @@ def _in_words(message: str, kind: Any) -> str:
     if got:
         return f"expected {words}, got {_TYPE_WORDS.get(got, got)}"
     if bound:
-        return f"must be {words} {bound}"
+        # msgspec shows a pattern as its repr, each backslash doubled: shown as written instead.
+        written = bound.replace("\\\\", "\\")
+        return f"must be {words} {written}"
     return f"expected {words}"

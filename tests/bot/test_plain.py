@@ -83,3 +83,15 @@ def test_text_converts_to_numbers_only_when_not_strict() -> None:
 def test_places_read_as_a_document_names_them() -> None:
     assert dotted(("tools", 2, "timeout")) == "tools[2].timeout"
     assert dotted(()) == ""
+
+
+class Counted(msgspec.Struct):
+    digits: Annotated[str, Meta(pattern=r"^\d+\Z")]
+
+
+def test_a_pattern_is_shown_as_written() -> None:
+    with pytest.raises(Invalid) as caught:
+        convert({"digits": "12\n"}, Counted)
+    assert caught.value.problems == [
+        Problem(("digits",), r"must be a string matching regex '^\d+\Z'")
+    ]

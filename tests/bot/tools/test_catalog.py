@@ -139,7 +139,7 @@ def test_an_entry_with_several_problems_reports_each_at_its_line(tmp_path: Path)
         f"{path}:5: tools[0].confirm: expected true or false, got an integer",
         f"{path}:6: tools[0].timeout: expected a number, got a string",
         f"{path}:7: tools[0].approvals: must be an integer >= 1",
-        rf"{path}:8: tools[0].env[1]: must be a string matching regex '^[A-Za-z_][A-Za-z0-9_]*\\Z'",
+        rf"{path}:8: tools[0].env[1]: must be a string matching regex '^[A-Za-z_][A-Za-z0-9_]*\Z'",
         f"{path}:4: tools[0].command[0]: command must have at least one element (the program)",
     ]
 
@@ -201,7 +201,7 @@ def test_embedded_placeholder_is_refused(tmp_path: Path) -> None:
 def test_bad_name(tmp_path: Path) -> None:
     path = write(tmp_path, "ops.yaml", GOOD.replace("name: restart_service", "name: restart it"))
     assert only_problem(path) == (
-        rf"{path}:2: tools[0].name: must be a string matching regex '^[a-zA-Z0-9_-]{{1,64}}\\Z'"
+        rf"{path}:2: tools[0].name: must be a string matching regex '^[a-zA-Z0-9_-]{{1,64}}\Z'"
     )
 
 
