@@ -1,7 +1,5 @@
 """How long requests stay open, per kind and per tool, and when on-call is reminded."""
 
-from __future__ import annotations
-
 from typing import Annotated
 
 import msgspec

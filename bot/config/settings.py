@@ -1,7 +1,5 @@
 """Settings: one YAML file for the shape, the environment and ``.env`` for secrets and overrides."""
 
-from __future__ import annotations
-
 import json
 import os
 import types

@@ -1,8 +1,6 @@
 """The `pii:` settings, apart from the guard so that loading a configuration compiles no
 recognizer."""
 
-from __future__ import annotations
-
 from collections.abc import Iterable
 from enum import StrEnum
 from typing import Annotated, Literal

@@ -25,8 +25,6 @@ checks the entries but compiles no JSON Schema and no pattern, so jsonschema and
 even imported. Whatever runs the tools loads the catalogs whole (``load_catalogs``).
 """
 
-from __future__ import annotations
-
 import glob
 import os
 from collections.abc import Iterable, Sequence
@@ -234,7 +232,7 @@ def _trust_problems(report: _Report, raw: dict[str, Any], prefix: Loc) -> None:
             report.at((*prefix, "trusted_from", str(path)), message)
 
 
-def _unknown_sources(parsed: Sequence[_Parsed], known: set[str]) -> list[str]:
+def _unknown_sources(parsed: Sequence["_Parsed"], known: set[str]) -> list[str]:
     """``trusted_from`` naming a tool no catalog of the set declares: a typo would
     silently trust nothing (or, renamed later, the wrong tool)."""
     problems: list[str] = []
