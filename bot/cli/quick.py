@@ -1,12 +1,13 @@
 """The fast way of ``kestrel runs list`` and ``kestrel runs pending``: a SQLite journal read
-without pydantic or asyncio, so that they answer about as fast as the interpreter starts.
+without asyncio or the settings' conversion, so that they answer about as fast as the
+interpreter starts.
 
 It reads only what these commands use (``database``, ``policy``), and only in the form that
 validation keeps as it is. For anything else it answers None and the command goes the full way,
 which validates the whole configuration and says what is wrong: a PostgreSQL database, a
-setting set by a variable (other than ``KESTREL_DATABASE_URL``), a value pydantic would convert
-or refuse, approvers named by catalog tag (the catalogs would have to be read), or a journal it
-cannot read as it stands.
+setting set by a variable (other than ``KESTREL_DATABASE_URL``), a value the conversion would
+change or refuse, approvers named by catalog tag (the catalogs would have to be read), or a
+journal it cannot read as it stands.
 """
 
 from __future__ import annotations
