@@ -1,4 +1,6 @@
-"""A folder of files kept between processes (the schema checks' verdicts), trusted only if ours.
+"""A folder of files kept between processes, trusted only if ours: the schema checks' verdicts,
+and the documents (settings, catalogs, scripts) read before, so that a later process reads them
+back without importing the parsers and checkers that made them.
 
 The folder is ``$XDG_CACHE_HOME/kestrel/kept/<key>`` (else ``~/.cache/kestrel/kept/<key>``). The
 key covers the interpreter's version and the size and modification time of every module of
@@ -14,14 +16,89 @@ import json
 import os
 import stat
 import sys
+import tempfile
 import time
 from functools import cache
+from importlib.util import find_spec
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
+
+from bot.nesting import MAX_DEPTH
 
 _PACKAGE: Final = Path(__file__).resolve().parent
 _SWITCH: Final = "KESTREL_MODEL_CACHE"
 _STALE_SECONDS: Final = 7 * 24 * 3600
+
+
+def name_of(*parts: Any, modules: tuple[str, ...] = ()) -> str | None:
+    """A kept file's name: the SHA-256 of ``parts`` and of the code of ``modules`` (packages
+    whose upgrade changes what was kept); None if a part is not plain JSON (never kept)."""
+    if not all(map(is_plain, parts)):
+        return None
+    text = json.dumps([_module_stamps(modules), *parts], sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def is_plain(value: Any) -> bool:
+    """Whether ``value`` is JSON that ``json.dumps`` writes as no other value and ``json.loads``
+    reads back as itself: no tuple (it would read as a list), no key but text (1 would read as
+    "1"), no list or mapping in two places (a YAML alias: written out at each place, which an
+    alias of aliases makes exponential), and nested no deeper than a journal's values."""
+    return _plain(value, set(), MAX_DEPTH)
+
+
+def _plain(value: Any, seen: set[int], depth: int) -> bool:
+    if isinstance(value, dict | list):
+        if id(value) in seen or depth == 0:
+            return False
+        seen.add(id(value))
+    if isinstance(value, dict):
+        return all(
+            isinstance(key, str) and _plain(item, seen, depth - 1) for key, item in value.items()
+        )
+    if isinstance(value, list):
+        return all(_plain(item, seen, depth - 1) for item in value)
+    return value is None or isinstance(value, str | int | float)
+
+
+def recall(subfolder: str, name: str | None) -> bytes | None:
+    """What was kept as ``name`` in ``subfolder``; None if nothing was, or no folder is trusted."""
+    folder = kept_folder()
+    if folder is None or name is None:
+        return None
+    try:
+        return (folder / subfolder / name).read_bytes()
+    except OSError:
+        return None
+
+
+def keep(subfolder: str, name: str | None, data: bytes = b"") -> None:
+    """Keep ``data`` as ``name`` in ``subfolder``, whole or not at all (best effort)."""
+    folder = kept_folder(create=True)
+    if folder is None or name is None:
+        return
+    try:
+        (folder / subfolder).mkdir(mode=0o700, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder / subfolder, delete=False) as out:
+            out.write(data)
+        os.replace(out.name, folder / subfolder / name)
+    except OSError:  # a read-only or full disk: worked out again next time
+        return
+
+
+@cache
+def _module_stamps(modules: tuple[str, ...]) -> list[str]:
+    """Size and modification time of each module, found without importing it."""
+    stamps = []
+    for module in modules:
+        spec = find_spec(module)
+        origin = spec.origin if spec is not None else None
+        try:
+            info = os.stat(origin) if origin else None
+        except OSError:
+            info = None
+        stamps.append(f"{origin}:{info.st_size}:{info.st_mtime_ns}" if info else f"{module}:?")
+    return stamps
 
 
 def kept_folder(create: bool = False) -> Path | None:
@@ -64,15 +141,21 @@ def _forget_others(folder: Path) -> None:
             shutil.rmtree(other, ignore_errors=True)
 
 
+def root() -> Path | None:
+    """The folder every code's kept folders are in (``~/.cache/kestrel/kept``), whether or not
+    keeping is turned off: catalog commands are kept out of it, as it holds the documents read
+    (a settings file may hold a secret)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return Path(base) / "kestrel" / "kept" if os.path.isabs(base) else None
+
+
 @cache
 def _keyed_folder() -> Path | None:
-    if os.environ.get(_SWITCH, "").lower() in ("off", "0", "false", "no"):
-        return None
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
-    if not os.path.isabs(base):
+    found = root()
+    if found is None or os.environ.get(_SWITCH, "").lower() in ("off", "0", "false", "no"):
         return None
     key = json.dumps([sys.version, *_stamps(_PACKAGE)]).encode()
-    return Path(base) / "kestrel" / "kept" / hashlib.sha256(key).hexdigest()[:24]
+    return found / hashlib.sha256(key).hexdigest()[:24]
 
 
 def _stamps(folder: Path) -> list[str]:

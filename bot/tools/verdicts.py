@@ -14,14 +14,9 @@ folder is trusted only if it is ours alone (``bot.kept``), and
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
-from functools import cache
-from importlib.util import find_spec
 from typing import Any, Final
 
-from bot.kept import kept_folder
+from bot.kept import keep, name_of, recall
 
 # The kinds of check: a tool's parameters as a sound JSON Schema (patterns RE2 can run, type
 # object), and a call's arguments valid against them.
@@ -30,61 +25,14 @@ VALID_ARGUMENTS: Final = "arguments"
 _SUBFOLDER: Final = "verdicts"
 # The modules whose code decides a check: a changed one (an upgrade) changes every key.
 # (Top-level packages only: finding a submodule would import its package.)
-_CHECKERS: Final = ("jsonschema", "re2")
+CHECKERS: Final = ("jsonschema", "re2")
 
 
 def found_clean(kind: str, *subjects: Any) -> bool:
     """Whether the ``kind`` check of ``subjects`` found nothing wrong before."""
-    folder = kept_folder()
-    name = _name(kind, subjects)
-    return folder is not None and name is not None and (folder / _SUBFOLDER / name).exists()
+    return recall(_SUBFOLDER, name_of(kind, *subjects, modules=CHECKERS)) is not None
 
 
 def keep_clean(kind: str, *subjects: Any) -> None:
     """Keep that the ``kind`` check of ``subjects`` found nothing wrong (best effort)."""
-    folder = kept_folder(create=True)
-    name = _name(kind, subjects)
-    if folder is None or name is None:
-        return
-    try:
-        (folder / _SUBFOLDER).mkdir(mode=0o700, exist_ok=True)
-        (folder / _SUBFOLDER / name).touch()
-    except OSError:  # a read-only or full disk: checked again next time
-        return
-
-
-def _name(kind: str, subjects: tuple[Any, ...]) -> str | None:
-    """The verdict's file name; None if a subject is not plain JSON (never kept)."""
-    try:
-        if not all(map(_plain, subjects)):
-            return None
-    except RecursionError:  # nested deeper than a check would go: left to the check to say
-        return None
-    text = json.dumps([kind, _checker_stamps(), *subjects], sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _plain(value: Any) -> bool:
-    """Whether ``value`` is JSON that ``json.dumps`` writes as no other value: no tuple (it
-    would read as a list, which a schema tells from it) and no key but text (1 would read
-    as "1", and a schema's property named 1 matches no argument)."""
-    if isinstance(value, dict):
-        return all(isinstance(key, str) and _plain(item) for key, item in value.items())
-    if isinstance(value, list):
-        return all(map(_plain, value))
-    return value is None or isinstance(value, str | int | float)
-
-
-@cache
-def _checker_stamps() -> list[str]:
-    """Size and modification time of each checking module, found without importing it."""
-    stamps = []
-    for module in _CHECKERS:
-        spec = find_spec(module)
-        origin = spec.origin if spec is not None else None
-        try:
-            info = os.stat(origin) if origin else None
-        except OSError:
-            info = None
-        stamps.append(f"{origin}:{info.st_size}:{info.st_mtime_ns}" if info else f"{module}:?")
-    return stamps
+    keep(_SUBFOLDER, name_of(kind, *subjects, modules=CHECKERS))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -111,3 +112,16 @@ def grandchild_tool(name: str, then: str, timeout: float | None = None) -> Comma
         parameters={"type": "object", "properties": {"pidfile": {"type": "string"}}},
         flags=flags,
     )
+
+
+def fresh_python(cache: Path, code: str, *args: str, **env: str) -> Any:
+    """Run ``code`` in a fresh interpreter with ``cache`` as its cache home (its kept folder);
+    the JSON it prints."""
+    out = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        env={**os.environ, "XDG_CACHE_HOME": str(cache), **env},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(out.stdout)

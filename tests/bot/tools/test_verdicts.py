@@ -4,12 +4,11 @@ never for others, and only from a folder no one else may write to."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
+
+from tests.fakes.processes import fresh_python
 
 # In a fresh interpreter: check one call of a gated command tool (or load a catalog), and say
 # what was refused and whether jsonschema had to be imported for it.
@@ -38,14 +37,7 @@ SCHEMA = {
 
 def fresh(cache: Path, code: str, argument: str, **env: str) -> dict[str, Any]:
     """Run ``code`` in a fresh process with ``cache`` as the cache home; its JSON."""
-    out = subprocess.run(
-        [sys.executable, "-c", code, argument],
-        env={**os.environ, "XDG_CACHE_HOME": str(cache), **env},
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    said: dict[str, Any] = json.loads(out.stdout)
+    said: dict[str, Any] = fresh_python(cache, code, argument, **env)
     return said
 
 
