@@ -8,22 +8,55 @@ reads again, so that every problem is reported as before: a document libyaml ref
 nesting deeper than any setting does (PyYAML's parser stops at the interpreter's recursion
 limit, some 450 levels down, where libyaml goes on to 1,000).
 
-``yaml`` is imported by the functions, not here: a runtime composed in code reads no YAML.
+``yaml`` is imported by the functions, not here: a runtime composed in code reads no YAML. And
+a document read once is kept (``bot.kept``) as the JSON of its value, keyed by its text: a later
+process that reads the same settings or script, ``kestrel runs approve`` for one, reads that
+back and does not import PyYAML (some 90 M instructions, a seventh of that whole command).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import json
+from typing import TYPE_CHECKING, Any, Final
 
+from bot.kept import is_plain, keep, name_of, recall
 from bot.nesting import MAX_DEPTH, deeper_than
 
 if TYPE_CHECKING:
     import yaml
 
+_SUBFOLDER: Final = "documents"
+# The parser's code: an upgrade of PyYAML (or its libyaml) changes every key.
+PARSER: Final = ("yaml",)
+
+
+class NotYaml(Exception):
+    """A text is not one valid YAML document: PyYAML's error is ``error``."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
 
 def safe_load(text: str) -> Any:
-    """``yaml.safe_load(text)``: the document's value (None when there is none)."""
-    return node_and_value(text)[1]
+    """``yaml.safe_load(text)``: the document's value (None when there is none); ``NotYaml``
+    (or ``RecursionError``) when the text is not one."""
+    name = name_of(_SUBFOLDER, text, modules=PARSER)
+    kept = recall(_SUBFOLDER, name)
+    if kept is not None:
+        try:
+            return json.loads(kept)
+        except ValueError:  # a file cut short (a full disk): read again, and kept again
+            pass
+    import yaml
+
+    try:
+        value = node_and_value(text)[1]
+    except yaml.YAMLError as exc:
+        raise NotYaml(exc) from exc
+    if is_plain(value):
+        keep(_SUBFOLDER, name, json.dumps(value).encode())
+    return value
 
 
 def node_and_value(text: str) -> tuple[yaml.Node | None, Any]:

@@ -150,9 +150,7 @@ def merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
 
 def read_yaml(path: Path) -> dict[str, Any]:
     """The settings file's top-level mapping."""
-    import yaml  # here: a runtime composed in code (a library user, a bench) reads no file
-
-    from bot.yamldoc import safe_load
+    from bot.yamldoc import NotYaml, safe_load  # here: a runtime composed in code reads no file
 
     try:
         data = safe_load(path.read_text())
@@ -160,10 +158,11 @@ def read_yaml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"cannot read {path}: {exc.strerror}") from exc
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from exc
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
+    except NotYaml as exc:
+        mark = getattr(exc.error, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else str(path)
-        raise ConfigError(f"{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from exc
+        problem = getattr(exc.error, "problem", exc.error)
+        raise ConfigError(f"{where}: not valid YAML ({problem})") from exc
     except RecursionError as exc:
         raise ConfigError(f"{path}: nested too deeply to be a configuration") from exc
     if data is None:

@@ -169,16 +169,14 @@ class Script(_Strict, frozen=True, kw_only=True, dict=True):
 
 def load_script(path: str | Path) -> Script:
     """Read and validate a YAML script; the model name is the file's stem."""
-    import yaml  # here: a script given as replies (a bench, a test) needs no YAML parser
-
-    from bot.yamldoc import safe_load
+    from bot.yamldoc import NotYaml, safe_load  # here: a script given as replies needs no parser
 
     source = Path(path)
     try:
         raw = safe_load(source.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ScriptError(f"{source}: cannot read the script: {exc.strerror or exc}") from exc
-    except yaml.YAMLError as exc:
+    except NotYaml as exc:
         raise ScriptError(f"{source}: not valid YAML: {_one_line(str(exc))}") from exc
     except RecursionError as exc:
         raise ScriptError(f"{source}: nested too deeply to be a script") from exc

@@ -4,12 +4,14 @@ parser gives."""
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from bot.yamldoc import node_and_value, safe_load
+from bot.yamldoc import NotYaml, node_and_value, safe_load
+from tests.fakes.processes import fresh_python
 
 DOCUMENTS = [
     "",
@@ -53,11 +55,11 @@ def test_its_nodes_carry_pyyaml_lines(text: str) -> None:
 @pytest.mark.parametrize("what", BROKEN)
 def test_a_broken_document_says_what_pyyaml_says(what: str) -> None:
     text = BROKEN[what]
-    with pytest.raises(yaml.YAMLError) as ours:
+    with pytest.raises(NotYaml) as ours:
         safe_load(text)
     with pytest.raises(yaml.YAMLError) as theirs:
         yaml.safe_load(text)
-    assert type(ours.value) is type(theirs.value)
+    assert type(ours.value.error) is type(theirs.value)
     assert str(ours.value) == str(theirs.value)
 
 
@@ -100,3 +102,56 @@ def _lines(node: Any) -> list[int]:
         for item in node.value:
             found += _lines(item)
     return found
+
+
+# In a fresh interpreter: read the document in the file named by argv[1]; say its value and
+# whether PyYAML had to be imported for it.
+READ = """
+import json, sys
+from pathlib import Path
+from bot.yamldoc import safe_load
+value = safe_load(Path(sys.argv[1]).read_text())
+print(json.dumps({"value": value, "parsed": "yaml" in sys.modules}, default=str))
+"""
+
+
+def read_fresh(cache: Path, document: Path) -> dict[str, Any]:
+    said: dict[str, Any] = fresh_python(cache, READ, str(document))
+    return said
+
+
+def test_a_document_read_before_is_read_back_without_the_parser(tmp_path: Path) -> None:
+    document = tmp_path / "kestrel.yaml"
+    document.write_text("model: {provider: scripted}\nbudgets: {max_tokens: 9, ratio: 0.5}\n")
+    first, second = read_fresh(tmp_path, document), read_fresh(tmp_path, document)
+    assert first["parsed"] is True and second["parsed"] is False
+    assert first["value"] == second["value"] == yaml.safe_load(document.read_text())
+    document.write_text("model: {provider: openai}\n")
+    edited = read_fresh(tmp_path, document)
+    assert edited == {"value": {"model": {"provider": "openai"}}, "parsed": True}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "when: 2026-12-04\n",  # a date: JSON would read it back as text
+        "1: one\n",  # a key that is no text: JSON would read it back as "1"
+        "- &a [1]\n- *a\n",  # an alias: JSON would read back two lists
+    ],
+)
+def test_a_document_json_would_read_back_otherwise_is_parsed_each_time(
+    tmp_path: Path, text: str
+) -> None:
+    document = tmp_path / "doc.yaml"
+    document.write_text(text)
+    read_fresh(tmp_path, document)
+    assert read_fresh(tmp_path, document)["parsed"] is True
+
+
+def test_a_kept_document_cut_short_is_parsed_again(tmp_path: Path) -> None:
+    document = tmp_path / "doc.yaml"
+    document.write_text("a: [1, 2]\n")
+    read_fresh(tmp_path, document)
+    (kept,) = (tmp_path / "kestrel" / "kept").glob("*/documents/*")
+    kept.write_text('{"a": [1')
+    assert read_fresh(tmp_path, document) == {"value": {"a": [1, 2]}, "parsed": True}
