@@ -26,15 +26,16 @@ even imported. Whatever runs the tools loads the catalogs whole (``load_catalogs
 """
 
 import glob
+import json
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import msgspec
-import yaml
 from msgspec import Meta
 
+from bot.kept import is_plain, keep, name_of, recall
 from bot.plain import Invalid, Loc, Problem, convert, dotted
 from bot.tools.base import TOOL_NAME_PATTERN, ApprovalPolicy, ToolFlags, ToolTraits
 from bot.tools.command import (
@@ -45,10 +46,16 @@ from bot.tools.command import (
     template_problems,
 )
 from bot.tools.isolation import Isolation, is_kestrels_variable
-from bot.tools.verdicts import SOUND_PARAMETERS, found_clean, keep_clean
-from bot.yamldoc import node_and_value
+from bot.tools.verdicts import CHECKERS, SOUND_PARAMETERS, found_clean, keep_clean
+from bot.yamldoc import PARSER, node_and_value
+
+if TYPE_CHECKING:
+    import yaml
 
 # ``\Z``, not ``$``: Python's ``$`` also matches before a final newline ("HOME\n").
+_SUBFOLDER: Final = "catalogs"
+# What a file's check depends on besides its text: the parser's code and the checkers'.
+_CHECKING: Final = (*PARSER, *CHECKERS)
 _EnvName = Annotated[str, Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]*\Z")]
 
 
@@ -92,7 +99,9 @@ class CatalogFile(msgspec.Struct, forbid_unknown_fields=True):
     tools: list[Any]
 
 
-def _child(node: yaml.Node, part: str | int, *, key: bool) -> yaml.Node | None:
+def _child(node: "yaml.Node", part: str | int, *, key: bool) -> "yaml.Node | None":
+    import yaml  # imported already: the node is one of its
+
     if isinstance(node, yaml.MappingNode):
         for key_node, value_node in node.value:
             if isinstance(key_node, yaml.ScalarNode) and key_node.value == str(part):
@@ -102,7 +111,7 @@ def _child(node: yaml.Node, part: str | int, *, key: bool) -> yaml.Node | None:
     return None
 
 
-def _line_of(root: yaml.Node, loc: Loc) -> int:
+def _line_of(root: "yaml.Node", loc: Loc) -> int:
     """The 1-based line of the deepest node on ``loc`` (the key itself for a mapping entry)."""
     node = root
     for index, part in enumerate(loc):
@@ -117,7 +126,7 @@ class _Report(msgspec.Struct):
     """Problems of one file, each placed at the line its path leads to."""
 
     shown: str
-    root: yaml.Node | None = None
+    root: "yaml.Node | None" = None
     problems: list[str] = msgspec.field(default_factory=list)
 
     def at(self, loc: Loc, message: str, *, line: int | None = None) -> None:
@@ -136,8 +145,10 @@ def _place(report: _Report, found: list[Problem], prefix: Loc = ()) -> None:
         report.at((*prefix, *problem.loc), problem.message)
 
 
-def _duplicate_keys(report: _Report, node: yaml.Node, loc: Loc = ()) -> None:
+def _duplicate_keys(report: _Report, node: "yaml.Node", loc: Loc = ()) -> None:
     """Report repeated mapping keys, which YAML would otherwise resolve silently (last wins)."""
+    import yaml  # imported already: the node is one of its
+
     if isinstance(node, yaml.SequenceNode):
         for index, item in enumerate(node.value):
             _duplicate_keys(report, item, (*loc, index))
@@ -320,6 +331,8 @@ def _build(entry: ToolEntry, folder: Path, origin: str, isolation: Isolation | N
 
 def _compose(report: _Report, text: str) -> Any:
     """Parse YAML keeping the node tree for line numbers; syntax errors are reported."""
+    import yaml
+
     try:
         report.root, value = node_and_value(text)
         return value
@@ -350,6 +363,16 @@ class _Parsed(msgspec.Struct):
             _build(entry, folder, f"{self.path}:{self.lines[entry.name]}", isolation)
             for entry in self.entries
         ]
+
+
+class _Clean(msgspec.Struct, array_like=True):
+    """What is kept of a file found clean: the document's value (its entries are converted
+    again when read back, exactly as a fresh read converts them) and the lines the node tree
+    gave, which only a parse can tell."""
+
+    data: Any
+    lines: dict[str, int]
+    trust_lines: list[tuple[str, str, int]]
 
 
 def _entries(report: _Report, data: Any) -> list[tuple[int, Any]]:
@@ -388,28 +411,60 @@ def _name_lines(report: _Report, entries: dict[int, ToolEntry]) -> dict[str, int
 
 
 def _parse(path: Path, *, whole: bool = True) -> _Parsed:
-    """One file read and checked (its parameters too when ``whole``)."""
-    report = _Report(shown=str(path))
+    """One file read and checked (its parameters too when ``whole``); one found clean before
+    is read back from the kept folder (``_Clean``)."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         return _Parsed(path, problems=[f"{path}: cannot read catalog: {exc}"])
+    name = name_of(_SUBFOLDER, whole, text, modules=_CHECKING)
+    recalled = _recalled(path, recall(_SUBFOLDER, name), whole=whole)
+    if recalled is not None:
+        return recalled
+    parsed, data = _checked(path, text, whole=whole)
+    if not parsed.problems and is_plain(data):
+        trust = [(tool, key, line) for (tool, key), line in parsed.trust_lines.items()]
+        clean = _Clean(data, parsed.lines, trust)
+        keep(_SUBFOLDER, name, json.dumps(msgspec.to_builtins(clean)).encode())
+    return parsed
+
+
+def _checked(path: Path, text: str, *, whole: bool) -> tuple[_Parsed, Any]:
+    """One file's text parsed and checked, and the document's value."""
+    report = _Report(shown=str(path))
     data = _compose(report, text)
     if report.problems:
-        return _Parsed(path, problems=report.problems)
+        return _Parsed(path, problems=report.problems), data
     if report.root is not None:
         _duplicate_keys(report, report.root)
     entries = _valid_entries(report, data, whole=whole)
     lines = _name_lines(report, entries)
     if report.problems:
         # The lines still let names clash across files while this file is being fixed.
-        return _Parsed(path, problems=report.problems, lines=lines)
+        return _Parsed(path, problems=report.problems, lines=lines), data
     trust_lines = {
         (entry.name, key): report.line(("tools", index, "trusted_from", key))
         for index, entry in entries.items()
         for key in entry.trusted_from
     }
-    return _Parsed(path, list(entries.values()), lines=lines, trust_lines=trust_lines)
+    return _Parsed(path, list(entries.values()), lines=lines, trust_lines=trust_lines), data
+
+
+def _recalled(path: Path, kept: bytes | None, *, whole: bool) -> _Parsed | None:
+    """A file found clean before, from what was kept of it: its entries converted again from
+    its value, as a fresh read converts them; None if nothing (readable) was kept."""
+    if kept is None:
+        return None
+    try:
+        clean = msgspec.convert(json.loads(kept), _Clean)
+    except (ValueError, msgspec.ValidationError):  # a file cut short: read again, kept again
+        return None
+    report = _Report(shown=str(path))
+    entries = _valid_entries(report, clean.data, whole=whole)
+    if report.problems:
+        return None
+    trust_lines = {(tool, key): line for tool, key, line in clean.trust_lines}
+    return _Parsed(path, list(entries.values()), lines=clean.lines, trust_lines=trust_lines)
 
 
 def check_catalog(path: Path | str) -> list[str]:

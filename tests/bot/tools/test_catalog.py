@@ -10,6 +10,7 @@ import pytest
 from bot.tools.base import ToolContext
 from bot.tools.catalog import CatalogError, check_catalog, load_catalog, load_catalogs
 from bot.tools.toolset import ToolSet
+from tests.fakes.processes import fresh_python
 
 CTX = ToolContext(run_id="run_1", call_id="call_1")
 
@@ -423,3 +424,42 @@ def test_trusted_from_names_a_tool_of_the_catalogs(tmp_path: Path) -> None:
         "list_units",
         "restart_unit",
     ]
+
+
+# In a fresh interpreter: load the catalog named by argv[1] (every problem, or its tools) and say
+# which parsers and checkers had to be imported for it.
+LOAD_FRESH = """
+import json, sys
+from bot.tools.catalog import CatalogError, load_catalog
+from bot.tools.toolset import ToolSet
+try:
+    tools = load_catalog(sys.argv[1])
+    said = {"digest": ToolSet(tools).digest(), "origins": [t.origin for t in tools],
+            "argv": [t.argv({"unit": "nginx"}) for t in tools],
+            "timeouts": [t.flags.traits.timeout for t in tools]}
+except CatalogError as exc:
+    said = {"problems": exc.problems}
+said["imported"] = sorted({"yaml", "jsonschema", "re2"} & set(sys.modules))
+print(json.dumps(said))
+"""
+
+
+def test_a_catalog_found_clean_is_read_back_as_it_was_read(tmp_path: Path) -> None:
+    path = write(
+        tmp_path, "ops.yaml", GOOD + "  - {name: status, description: S, command: [uptime]}\n"
+    )
+    first = fresh_python(tmp_path, LOAD_FRESH, str(path))
+    second = fresh_python(tmp_path, LOAD_FRESH, str(path))
+    assert first["imported"] == ["jsonschema", "re2", "yaml"] and second["imported"] == []
+    assert {**first, "imported": []} == {**second, "imported": []}
+    assert first["origins"] == [f"{path}:2", f"{path}:19"]
+    assert first["timeouts"] == [12.5, 30]  # the default stays the int it was
+
+
+def test_a_catalog_with_a_problem_is_checked_again_each_time(tmp_path: Path) -> None:
+    path = write(tmp_path, "ops.yaml", GOOD.replace("timeout: 12.5", "timeout: soon"))
+    first = fresh_python(tmp_path, LOAD_FRESH, str(path))
+    second = fresh_python(tmp_path, LOAD_FRESH, str(path))
+    assert first["problems"] == second["problems"]
+    assert first["problems"] == [f"{path}:11: tools[0].timeout: expected a number, got a string"]
+    assert "yaml" in second["imported"]
