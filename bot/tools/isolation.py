@@ -28,6 +28,7 @@ from typing import Final
 
 import msgspec
 
+from bot import kept
 from bot.config.sources import names_a_setting
 
 HELPER: Final = str(Path(__file__).with_name("confine.py"))
@@ -157,8 +158,9 @@ def _stamp(path: str) -> str:
 def secret_files(
     config_file: Path | None, env_file: Path | None, named: Iterable[Path] = ()
 ) -> tuple[str, ...]:
-    """The absolute paths to cover (links resolved): those that exist now, each once."""
-    candidates = [config_file, env_file, _pgpass(), *named]
+    """The absolute paths to cover (links resolved): those that exist now, each once. The kept
+    folder is among them: it holds what Kestrel read of its settings file (``bot.kept``)."""
+    candidates = [config_file, env_file, _pgpass(), kept.root(), *named]
     found = (path.resolve() for path in candidates if path is not None and path.exists())
     return tuple(dict.fromkeys(str(path) for path in found))
 

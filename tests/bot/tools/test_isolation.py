@@ -251,7 +251,7 @@ def test_a_catalog_cannot_hand_a_command_kestrels_secrets(tmp_path: Path) -> Non
     ]
 
 
-async def test_a_named_file_and_folder_and_the_password_file_read_as_empty(
+async def test_a_named_file_and_folder_the_password_file_and_kept_folder_read_as_empty(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (tmp_path / "pgpass").write_text("db:5432:*:kestrel:pg-secret\n")
@@ -259,9 +259,16 @@ async def test_a_named_file_and_folder_and_the_password_file_read_as_empty(
     (tmp_path / "vault" / "key").write_text("vault-secret\n")
     (tmp_path / "link").symlink_to(tmp_path / "vault" / "key")
     monkeypatch.setenv("PGPASSFILE", str(tmp_path / "pgpass"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    kept = tmp_path / "cache" / "kestrel" / "kept"
+    (kept / "code" / "documents").mkdir(parents=True)
+    (kept / "code" / "documents" / "read").write_text('{"openai_api_key": "kept-secret"}')
     hidden = secret_files(None, tmp_path / "absent.env", [tmp_path / "vault"])
-    assert hidden == (str(tmp_path / "pgpass"), str(tmp_path / "vault"))
-    script = 'cat "$0"/pgpass "$0"/link "$0"/vault/key; ls "$0"/vault; echo end'
+    assert hidden == (str(tmp_path / "pgpass"), str(kept), str(tmp_path / "vault"))
+    script = (
+        'cat "$0"/pgpass "$0"/link "$0"/vault/key "$0"/cache/kestrel/kept/code/documents/read;'
+        ' ls "$0"/vault; echo end'
+    )
     tool = CommandTool(
         "c", "c", ["/bin/sh", "-c", script, str(tmp_path)], isolation=Isolation(hidden)
     )
