@@ -5,7 +5,9 @@ msgspec stops at the first problem; a person fixing a configuration wants all of
 So only a failed conversion walks the value: each field of a struct, item of a list and value
 of a mapping is converted on its own, and the parts that fail are walked further, down to the
 one whose own value is wrong. A struct whose fields are all fine broke its own check
-(``__post_init__``); a ``FieldProblem`` from it is placed at the field it names.
+(``__post_init__``); a ``FieldProblem`` from it is placed at the field it names. A check of one
+field alone (``__field_checks__``, run by ``run_field_checks``) is run in the walk too, so that it
+is reported beside whatever else is wrong with its struct.
 """
 
 from __future__ import annotations
@@ -36,7 +38,9 @@ DecHook = Callable[[type, Any], Any]
 
 # ``Expected `int` >= 1``, ``Expected `str`, got `int```: msgspec's words for a wrong value
 # (read only to describe a mistake: compiled then).
-_EXPECTED: Final = on_use(r"^Expected `(\w+)`(?:, got `(\w+)`| (.*))?$")
+_EXPECTED: Final = on_use(r"^Expected `([\w |]+)`(?:, got `(\w+)`| (.*))?$")
+# msgspec's mark of a mapping's key that is wrong (``bot.wire.problem`` adds it).
+_FOR_A_KEY: Final = " (for a key)"
 _TYPE_WORDS: Final = {
     "int": "an integer",
     "float": "a number",
@@ -56,6 +60,17 @@ class FieldProblem(ValueError):
     def __init__(self, field: str, problem: str) -> None:
         super().__init__(problem)
         self.field = field
+
+
+def run_field_checks(struct: msgspec.Struct) -> None:
+    """Run a struct's ``__field_checks__`` (``{field: check}``, each raising ``ValueError``) from
+    its ``__post_init__``; a failed one is a ``FieldProblem`` at its field. ``bot.plain`` runs
+    them in its walk as well, so a field's check is reported even when another field is wrong."""
+    for name, check in getattr(type(struct), "__field_checks__", {}).items():
+        try:
+            check(getattr(struct, name))
+        except ValueError as exc:
+            raise FieldProblem(name, str(exc)) from exc
 
 
 class Problem(NamedTuple):
@@ -147,6 +162,14 @@ def _parts_problems(
     else:
         return []
     found: list[Problem] = []
+    if origin is dict:
+        for key in value:
+            found += [
+                Problem(problem.loc, problem.message + _FOR_A_KEY)
+                for problem in problems(
+                    key, args[0], strict=strict, dec_hook=dec_hook, loc=(*loc, str(key))
+                )
+            ]
     for part, item in parts:
         found += problems(item, args[-1], strict=strict, dec_hook=dec_hook, loc=(*loc, part))
     return found
@@ -163,14 +186,19 @@ def _struct_problems(
     fields are fine."""
     found: list[Problem] = []
     fields = {field.encode_name: field for field in msgspec.structs.fields(struct)}
+    checks = getattr(struct, "__field_checks__", {})
     for key in value:
         if key not in fields:
             found.append(Problem((*loc, str(key)), _unknown(str(key), list(fields))))
     for name, field in fields.items():
         if name in value:
-            found += problems(
+            own = problems(
                 value[name], field.type, strict=strict, dec_hook=dec_hook, loc=(*loc, name)
             )
+            if not own and field.name in checks:
+                said = _checked(checks[field.name], value[name], field.type, strict, dec_hook)
+                own = [Problem((*loc, name), message) for message in said]
+            found += own
         elif field.required:
             found.append(Problem((*loc, name), "required key is missing"))
     if found:
@@ -179,6 +207,17 @@ def _struct_problems(
         msgspec.convert(value, struct, strict=strict, dec_hook=dec_hook)
     except msgspec.ValidationError as exc:
         return [_placed(exc, loc, struct)]
+    return []
+
+
+def _checked(
+    check: Callable[[Any], None], value: Any, kind: Any, strict: bool, dec_hook: DecHook | None
+) -> list[str]:
+    """What a field's own check says of ``value`` (already found to be a ``kind``)."""
+    try:
+        check(msgspec.convert(value, kind, strict=strict, dec_hook=dec_hook))
+    except ValueError as exc:
+        return [str(exc)]
     return []
 
 
@@ -214,6 +253,8 @@ def _choices(kind: Any) -> list[str]:
 def _in_words(message: str, kind: Any) -> str:
     """msgspec's message as a person reads it: ``Expected `int` >= 1`` is ``must be an
     integer >= 1``; ``Expected `str`, got `int``` is ``expected a string, got an integer``."""
+    if message.endswith(_FOR_A_KEY):
+        return _in_words(message.removesuffix(_FOR_A_KEY), kind) + _FOR_A_KEY
     choice = _INVALID_CHOICE.match(message)
     if choice:
         allowed = ", ".join(_choices(kind))
@@ -222,7 +263,7 @@ def _in_words(message: str, kind: Any) -> str:
     if expected is None:
         return message
     wanted, got, bound = expected.groups()
-    words = _TYPE_WORDS.get(wanted, wanted)
+    words = " or ".join(_TYPE_WORDS.get(one, one) for one in wanted.split(" | "))
     if got:
         return f"expected {words}, got {_TYPE_WORDS.get(got, got)}"
     if bound:

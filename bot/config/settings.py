@@ -5,7 +5,17 @@ import os
 import types
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Final, Literal, NamedTuple, Union, get_args, get_origin
+from typing import (
+    Annotated,
+    Any,
+    ClassVar,
+    Final,
+    Literal,
+    NamedTuple,
+    Union,
+    get_args,
+    get_origin,
+)
 from urllib.parse import urlsplit
 
 import msgspec
@@ -32,7 +42,7 @@ from bot.domain import Budgets
 from bot.kinds import Provenance
 from bot.people.policy import PolicyRules
 from bot.pii.settings import PiiSettings
-from bot.plain import FieldProblem, Invalid, Problem, fields_of, is_struct
+from bot.plain import Invalid, Problem, fields_of, is_struct, run_field_checks
 from bot.plain import convert as convert_plain
 
 # Settings whose variable is not KESTREL_<NAME>: the variable's name, by setting.
@@ -126,15 +136,15 @@ class BudgetSettings(Section):
 class ScheduledPrompt(Section):
     """A prompt started on a cron schedule (UTC; five fields, or six with seconds first)."""
 
+    # Checked on its own (bot.plain): a bad expression is reported beside a bad prompt.
+    __field_checks__: ClassVar = {"cron": parse_cron}
+
     name: str
     cron: str
     prompt: str
 
     def __post_init__(self) -> None:
-        try:
-            parse_cron(self.cron)
-        except ValueError as exc:
-            raise FieldProblem("cron", str(exc)) from exc
+        run_field_checks(self)
 
 
 class ReplicaSettings(Section):

@@ -39,6 +39,13 @@ def test_environment_overrides_nested_keys(tmp_path: Path, monkeypatch: pytest.M
         ("deadlines: {per_tool: {deploy: -5}}\n", "deadlines.per_tool.deploy"),
         ("deadlines: {per_tool: {deploy: 0}}\n", "deadlines.per_tool.deploy"),
         ("schedules: [{name: a, cron: 'not a cron', prompt: p}]\n", "cron 'not a cron'"),
+        # A cron expression is checked on its own, whatever else is wrong with the schedule.
+        ("schedules: [{name: a, cron: 'not a cron', prompt: 1}]\n", "schedules.0.cron: cron"),
+        ("schedules: [{name: a, cron: 'not a cron', prompt: p, x: 1}]\n", "0.cron: cron"),
+        (
+            "deadlines: {per_tool: {1: 5}}\n",
+            "per_tool.1: expected a string, got an integer (for a key)",
+        ),
         ("tools: [a\n", "kestrel.yaml:2"),
         # libyaml reads past the tab; the line and PyYAML's words are said, not an IndexError.
         ("database: kestrel.db\nmax_output: !!int \t\n", "kestrel.yaml:2: not valid YAML"),

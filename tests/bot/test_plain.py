@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from collections.abc import Callable
+from typing import Annotated, Any, ClassVar, Literal
 
 import msgspec
 import pytest
 from msgspec import Meta
 
-from bot.plain import FieldProblem, Invalid, Problem, convert, dotted
+from bot.plain import FieldProblem, Invalid, Problem, convert, dotted, run_field_checks
 
 
 class Inner(msgspec.Struct, forbid_unknown_fields=True):
@@ -95,3 +96,55 @@ def test_a_pattern_is_shown_as_written() -> None:
     assert caught.value.problems == [
         Problem(("digits",), r"must be a string matching regex '^\d+\Z'")
     ]
+
+
+class Keyed(msgspec.Struct):
+    by_name: dict[str, int] = {}
+    note: str | None = None
+
+
+def test_a_key_of_the_wrong_type_is_placed_at_that_key() -> None:
+    with pytest.raises(Invalid) as caught:
+        convert({"by_name": {"a": 1, 7: 2}}, Keyed)
+    assert caught.value.problems == [
+        Problem(("by_name", "7"), "expected a string, got an integer (for a key)")
+    ]
+
+
+def test_a_union_with_null_is_said_in_words() -> None:
+    with pytest.raises(Invalid) as caught:
+        convert({"note": 5}, Keyed)
+    assert caught.value.problems == [
+        Problem(("note",), "expected a string or null, got an integer")
+    ]
+
+
+def slow_ok(value: str) -> None:
+    if value != "ok":
+        raise ValueError(f"{value!r} is not ok")
+
+
+class Checked(msgspec.Struct, forbid_unknown_fields=True):
+    """A field with a check of its own, run whatever else is wrong with the struct."""
+
+    __field_checks__: ClassVar[dict[str, Callable[[Any], None]]] = {"word": slow_ok}
+
+    word: str
+    count: int
+
+    def __post_init__(self) -> None:
+        run_field_checks(self)
+
+
+def test_a_fields_own_check_is_reported_beside_other_problems() -> None:
+    with pytest.raises(Invalid) as caught:
+        convert({"word": "bad", "count": "x", "extra": 1}, Checked)
+    assert caught.value.problems == [
+        Problem(("extra",), "unknown key"),
+        Problem(("word",), "'bad' is not ok"),
+        Problem(("count",), "expected an integer, got a string"),
+    ]
+    with pytest.raises(Invalid) as caught:
+        convert({"word": "bad", "count": 1}, Checked)
+    assert caught.value.problems == [Problem(("word",), "'bad' is not ok")]
+    assert convert({"word": "ok", "count": 1}, Checked) == Checked(word="ok", count=1)
