@@ -406,6 +406,9 @@ def _decoded(raw: str, setting: _Setting, name: str, variable: str) -> Any:
     it will not)."""
     if setting.annotation is bool:
         return _BOOLEAN_WORDS.get(raw.strip().lower(), raw)
+    number = _number_type(setting.annotation)
+    if number is not None:
+        return _as_number(raw, number)
     needs_json = _is_container(setting.annotation)
     if not needs_json and not _may_be_container(setting.annotation):
         return raw
@@ -416,6 +419,25 @@ def _decoded(raw: str, setting: _Setting, name: str, variable: str) -> Any:
             raise ConfigError(_not_json(setting, name, variable)) from None
         # A mapping's value, or ``list[str] | None``: the conversion says what it should be.
         return raw
+
+
+def _number_type(annotation: Any) -> type[int] | type[float] | None:
+    """``int`` or ``float`` for a number setting (bounds or not); else None."""
+    if get_origin(annotation) is Annotated:
+        annotation = get_args(annotation)[0]
+    return annotation if annotation in (int, float) else None
+
+
+def _as_number(raw: str, kind: type[int] | type[float]) -> Any:
+    """A number variable as Python reads it (around spaces and a final newline, a sign,
+    ``1_000``); else its text, which the conversion reads or names (``1e3`` as an integer)."""
+    text = raw.strip()
+    if text.isascii():
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
 
 
 def _is_section(annotation: Any) -> bool:

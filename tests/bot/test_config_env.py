@@ -226,3 +226,16 @@ def test_the_api_key_is_never_shown_with_the_settings(monkeypatch: pytest.Monkey
     assert settings.openai_api_key is not None
     assert settings.openai_api_key.get_secret_value() == "sk-very-secret"
     assert "sk-very-secret" not in repr(settings) and "sk-very-secret" not in str(settings)
+
+
+@pytest.mark.parametrize("written", ["30\n", " 30 ", "+30", "3_0"])
+def test_a_number_from_a_variable_reads_as_python_reads_it(
+    monkeypatch: pytest.MonkeyPatch, written: str
+) -> None:
+    monkeypatch.setenv("KESTREL_MODEL__TIMEOUT", written)
+    monkeypatch.setenv("KESTREL_BUDGETS__MAX_ITERATIONS", written)
+    monkeypatch.setenv("KESTREL_DEADLINES__PER_TOOL__RESTART", written)
+    settings = load_settings()
+    assert (settings.model.timeout, settings.budgets.max_iterations) == (30.0, 30)
+    assert type(settings.budgets.max_iterations) is int
+    assert settings.deadlines.per_tool == {"restart": 30.0}
