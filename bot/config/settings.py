@@ -84,6 +84,10 @@ class Secret:
     def __repr__(self) -> str:
         return "Secret('**********')"
 
+    def __len__(self) -> int:
+        # As pydantic's SecretStr: an empty secret is false (``OPENAI_API_KEY=`` sets no key).
+        return len(self._value)
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Secret) and other._value == self._value
 

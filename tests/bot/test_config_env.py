@@ -239,3 +239,16 @@ def test_a_number_from_a_variable_reads_as_python_reads_it(
     assert (settings.model.timeout, settings.budgets.max_iterations) == (30.0, 30)
     assert type(settings.budgets.max_iterations) is int
     assert settings.deadlines.per_tool == {"restart": 30.0}
+
+
+def test_an_empty_api_key_is_no_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    # ``OPENAI_API_KEY=`` (a blank line of .env, a compose file's empty value) sets no key: the
+    # command says so in one line, as it did, and no traceback of the provider's reaches anyone.
+    from bot.cli.compose import build_model
+
+    monkeypatch.setenv("OPENAI_API_KEY", "")
+    monkeypatch.setenv("KESTREL_MODEL__PROVIDER", "openai")
+    settings = load_settings()
+    assert settings.openai_api_key is not None and not settings.openai_api_key
+    with pytest.raises(ConfigError, match="OPENAI_API_KEY is not set"):
+        build_model(settings)
