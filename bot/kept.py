@@ -16,7 +16,6 @@ import json
 import os
 import stat
 import sys
-import tempfile
 import time
 from functools import cache
 from importlib.util import find_spec
@@ -77,6 +76,8 @@ def keep(subfolder: str, name: str | None, data: bytes = b"") -> None:
     folder = kept_folder(create=True)
     if folder is None or name is None:
         return
+    import tempfile  # only to keep: a process that finds everything kept never writes
+
     try:
         (folder / subfolder).mkdir(mode=0o700, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=folder / subfolder, delete=False) as out:
