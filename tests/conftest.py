@@ -1,13 +1,37 @@
-"""What every test shares: the logging set-up each test starts from."""
+"""What every test shares: a cache home of the session's own, and the logging set-up each test
+starts from."""
 
 from __future__ import annotations
 
 import logging
+import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 
 import pytest
 
 from bot import logs
+
+# Where Kestrel keeps files between processes: the kept folder (bot.kept) and the isolation
+# probe's markers (bot.tools.isolation).
+_HOMES = ("XDG_CACHE_HOME", "XDG_RUNTIME_DIR")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """This session's processes, the commands it starts included, keep files in a folder of
+    its own: thousands of settings files, catalogs and probes leave nothing in the developer's
+    cache, and find nothing of an earlier run."""
+    folder = tempfile.mkdtemp(prefix="kestrel-test-cache-")
+    for name in _HOMES:
+        os.environ[name] = folder
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The session's folder goes with it."""
+    folders = {os.environ.pop(name, "") for name in _HOMES}
+    for folder in folders - {""}:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)
