@@ -379,15 +379,10 @@ def _setting_of(name: str, source: str) -> _Setting:
 def _type_of(section: type, parts: tuple[str, ...]) -> tuple[Any, bool] | None:
     """The type of the setting ``parts`` names below ``section`` (then its sections,
     recursively) and whether it is a field's; None when it names none."""
-    annotation = _field_types(section).get(parts[0])
+    annotation = fields_of(section).get(parts[0])
     if annotation is None or parts[0] in DERIVED_SETTINGS:
         return None
     return _type_below(annotation, parts[1:], is_field=True)
-
-
-def _field_types(section: type) -> dict[str, Any]:
-    """The fields of a section and their types."""
-    return fields_of(section)
 
 
 def _type_below(
@@ -396,7 +391,7 @@ def _type_below(
     """``_type_of`` below a value of type ``annotation``."""
     if not rest:
         return annotation, is_field
-    if _is_section(annotation):
+    if is_struct(annotation):
         return _type_of(annotation, rest)
     if get_origin(annotation) is dict:
         # Below a mapping, keys are data (tool names, entity types), not setting names.
@@ -444,15 +439,10 @@ def _as_number(raw: str, kind: type[int] | type[float]) -> Any:
     return text
 
 
-def _is_section(annotation: Any) -> bool:
-    """Whether values of ``annotation`` are a section (a struct of settings)."""
-    return is_struct(annotation)
-
-
 def _is_container(annotation: Any) -> bool:
     """Whether values of ``annotation`` are a section, a list or a mapping."""
     origin = get_origin(annotation) or annotation
-    return _is_section(origin) or (isinstance(origin, type) and issubclass(origin, _CONTAINERS))
+    return is_struct(origin) or (isinstance(origin, type) and issubclass(origin, _CONTAINERS))
 
 
 def _may_be_container(annotation: Any) -> bool:

@@ -52,10 +52,10 @@ from bot.yamldoc import PARSER, node_and_value
 if TYPE_CHECKING:
     import yaml
 
-# ``\Z``, not ``$``: Python's ``$`` also matches before a final newline ("HOME\n").
 _SUBFOLDER: Final = "catalogs"
 # What a file's check depends on besides its text: the parser's code and the checkers'.
 _CHECKING: Final = (*PARSER, *CHECKERS)
+# ``\Z``, not ``$``: Python's ``$`` also matches before a final newline ("HOME\n").
 _EnvName = Annotated[str, Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]*\Z")]
 
 
