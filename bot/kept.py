@@ -42,7 +42,8 @@ def is_plain(value: Any) -> bool:
     """Whether ``value`` is JSON that ``json.dumps`` writes as no other value and ``json.loads``
     reads back as itself: no tuple (it would read as a list), no key but text (1 would read as
     "1"), no list or mapping in two places (a YAML alias: written out at each place, which an
-    alias of aliases makes exponential), and nested no deeper than a journal's values."""
+    alias of aliases makes exponential), no int too long to write as text (Python refuses past
+    4,300 digits, where YAML reads a hex one), and nested no deeper than a journal's values."""
     return _plain(value, set(), MAX_DEPTH)
 
 
@@ -57,7 +58,16 @@ def _plain(value: Any, seen: set[int], depth: int) -> bool:
         )
     if isinstance(value, list):
         return all(_plain(item, seen, depth - 1) for item in value)
-    return value is None or isinstance(value, str | int | float)
+    if isinstance(value, int):
+        return _writable(value)
+    return value is None or isinstance(value, str | float)
+
+
+def _writable(number: int) -> bool:
+    """Whether ``str`` writes ``number`` (within ``sys.get_int_max_str_digits``, 0 for none):
+    3 bits a digit at most is a bound well within the limit (a digit holds 3.32)."""
+    limit = sys.get_int_max_str_digits()
+    return limit == 0 or number.bit_length() <= 3 * limit
 
 
 def recall(subfolder: str, name: str | None) -> bytes | None:

@@ -155,3 +155,17 @@ def test_a_kept_document_cut_short_is_parsed_again(tmp_path: Path) -> None:
     (kept,) = (tmp_path / "kestrel" / "kept").glob("*/documents/*")
     kept.write_text('{"a": [1')
     assert read_fresh(tmp_path, document) == {"value": {"a": [1, 2]}, "parsed": True}
+
+
+def test_an_int_too_long_to_write_as_text_is_read_and_not_kept(tmp_path: Path) -> None:
+    # Python writes no int of more than 4,300 digits as text, json.dumps included; YAML reads
+    # a hex or binary one without that limit.
+    document = tmp_path / "doc.yaml"
+    document.write_text("n: 0x" + "f" * 4000 + "\n")
+    code = (
+        "import sys; from pathlib import Path; from bot.yamldoc import safe_load;"
+        " print(safe_load(Path(sys.argv[1]).read_text())['n'].bit_length())"
+    )
+    for _ in range(2):
+        assert fresh_python(tmp_path, code, str(document)) == 16000
+    assert not list((tmp_path / "kestrel" / "kept").glob("*/documents/*"))
