@@ -11,6 +11,7 @@ week are removed. A folder another user could write to is never read. ``KESTREL_
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -120,8 +121,9 @@ def kept_folder(create: bool = False) -> Path | None:
     if folder is None:
         return None
     if not folder.exists():
+        root(create=True)
         try:
-            folder.mkdir(mode=0o700, parents=True)
+            folder.mkdir(mode=0o700)
         except OSError:
             return None
         _forget_others(folder)
@@ -152,12 +154,18 @@ def _forget_others(folder: Path) -> None:
             shutil.rmtree(other, ignore_errors=True)
 
 
-def root() -> Path | None:
+def root(create: bool = False) -> Path | None:
     """The folder every code's kept folders are in (``~/.cache/kestrel/kept``), whether or not
     keeping is turned off: catalog commands are kept out of it, as it holds the documents read
-    (a settings file may hold a secret)."""
+    (a settings file may hold a secret). ``create`` makes it, for this user only (best effort)."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
-    return Path(base) / "kestrel" / "kept" if os.path.isabs(base) else None
+    found = Path(base) / "kestrel" / "kept" if os.path.isabs(base) else None
+    if found is not None and create:
+        # 0o700, not the umask's mode: a group-writable one (umask 002) is never trusted. A
+        # read-only cache home: nothing is kept there either.
+        with contextlib.suppress(OSError):
+            found.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return found
 
 
 @cache

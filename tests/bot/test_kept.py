@@ -59,3 +59,14 @@ def test_folders_of_other_code_unused_for_a_week_are_removed(cache_home: Path) -
     os.utime(stale, (week_ago, week_ago))
     assert kept.kept_folder(create=True) is not None
     assert not stale.exists() and recent.exists()
+
+
+def test_the_folder_is_used_whatever_the_umask() -> None:
+    # With umask 002 (a user's own group), folders made by mode would be group-writable.
+    was = os.umask(0o002)
+    try:
+        assert kept.kept_folder(create=True) is not None
+    finally:
+        os.umask(was)
+    forget()
+    assert kept.kept_folder() is not None
