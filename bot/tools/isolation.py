@@ -159,8 +159,9 @@ def secret_files(
     config_file: Path | None, env_file: Path | None, named: Iterable[Path] = ()
 ) -> tuple[str, ...]:
     """The absolute paths to cover (links resolved): those that exist now, each once. The kept
-    folder is among them: it holds what Kestrel read of its settings file (``bot.kept``)."""
-    candidates = [config_file, env_file, _pgpass(), kept.root(), *named]
+    folder is among them, made if need be: it holds what Kestrel read of its settings file
+    (``bot.kept``), and what another process keeps there later must be covered too."""
+    candidates = [config_file, env_file, _pgpass(), kept.root(create=True), *named]
     found = (path.resolve() for path in candidates if path is not None and path.exists())
     return tuple(dict.fromkeys(str(path) for path in found))
 

@@ -276,6 +276,22 @@ async def test_a_named_file_and_folder_the_password_file_and_kept_folder_read_as
     assert "secret" not in output and output.endswith("end\n[exit status 0]"), output
 
 
+async def test_what_is_kept_after_the_start_reads_as_empty_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No kept folder at start (nothing read yet, or keeping off); another process keeps a
+    # settings file in it while this one runs commands.
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    hidden = secret_files(None, tmp_path / "absent.env")
+    kept = tmp_path / "cache" / "kestrel" / "kept"
+    (kept / "code" / "documents").mkdir(parents=True, exist_ok=True)
+    (kept / "code" / "documents" / "read").write_text('{"openai_api_key": "kept-secret"}')
+    script = 'cat "$0"/code/documents/read; echo end'
+    tool = CommandTool("c", "c", ["/bin/sh", "-c", script, str(kept)], isolation=Isolation(hidden))
+    output = (await tool.call({}, CTX)).output
+    assert "secret" not in output, output
+
+
 def test_a_passed_probe_is_remembered_per_covered_files(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
