@@ -92,8 +92,13 @@ def keep(subfolder: str, name: str | None, data: bytes = b"") -> None:
     try:
         (folder / subfolder).mkdir(mode=0o700, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=folder / subfolder, delete=False) as out:
-            out.write(data)
-        os.replace(out.name, folder / subfolder / name)
+            try:
+                out.write(data)
+                out.close()
+                os.replace(out.name, folder / subfolder / name)
+            except OSError:  # a full disk: no part of a file left behind, by each process
+                os.unlink(out.name)
+                raise
     except OSError:  # a read-only or full disk: worked out again next time
         return
 

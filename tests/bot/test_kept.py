@@ -70,3 +70,13 @@ def test_the_folder_is_used_whatever_the_umask() -> None:
         os.umask(was)
     forget()
     assert kept.kept_folder() is not None
+
+
+def test_a_file_that_cannot_be_kept_leaves_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    def full_disk(*args: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", full_disk)
+    kept.keep("documents", "name", b"data")
+    folder = kept.kept_folder()
+    assert folder is not None and list((folder / "documents").iterdir()) == []
