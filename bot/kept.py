@@ -77,9 +77,16 @@ def recall(subfolder: str, name: str | None) -> bytes | None:
     if folder is None or name is None:
         return None
     try:
-        return (folder / subfolder / name).read_bytes()
+        # Not blocking, not through a link: a FIFO or a device put there is no kept file, and
+        # must not hang or flood the process that reads it.
+        found = os.open(folder / subfolder / name, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
     except OSError:
         return None
+    with open(found, "rb") as file:
+        try:
+            return file.read() if stat.S_ISREG(os.fstat(found).st_mode) else None
+        except OSError:
+            return None
 
 
 def keep(subfolder: str, name: str | None, data: bytes = b"") -> None:

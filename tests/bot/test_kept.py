@@ -80,3 +80,13 @@ def test_a_file_that_cannot_be_kept_leaves_nothing(monkeypatch: pytest.MonkeyPat
     kept.keep("documents", "name", b"data")
     folder = kept.kept_folder()
     assert folder is not None and list((folder / "documents").iterdir()) == []
+
+
+def test_a_fifo_or_a_link_where_a_file_was_kept_is_nothing_kept(tmp_path: Path) -> None:
+    kept.keep("documents", "file", b"data")
+    folder = kept.kept_folder()
+    assert folder is not None and kept.recall("documents", "file") == b"data"
+    os.mkfifo(folder / "documents" / "fifo")  # reading it would wait for a writer forever
+    (folder / "documents" / "link").symlink_to(folder / "documents" / "file")
+    assert kept.recall("documents", "fifo") is None
+    assert kept.recall("documents", "link") is None
