@@ -463,3 +463,42 @@ def test_a_catalog_with_a_problem_is_checked_again_each_time(tmp_path: Path) -> 
     assert first["problems"] == second["problems"]
     assert first["problems"] == [f"{path}:11: tools[0].timeout: expected a number, got a string"]
     assert "yaml" in second["imported"]
+
+
+# In a fresh interpreter: load the catalogs of the folder argv[1] as one set, a built-in tool
+# named "status"; say every problem, or each tool's argv and working folder.
+LOAD_SET_FRESH = """
+import json, sys
+from pathlib import Path
+from bot.tools.catalog import CatalogError, load_catalogs
+try:
+    tools = load_catalogs(["*.yaml"], Path(sys.argv[1]), reserved=["status"])
+    said = {"tools": [[t.argv({}), str(t._cwd)] for t in tools]}
+except CatalogError as exc:
+    said = {"problems": exc.problems}
+print(json.dumps(said))
+"""
+OWN_SCRIPT = """\
+tools:
+  - {name: check, description: C, command: [./check.sh], cwd: work,
+     trusted_from: {x: [other]}, parameters: {type: object, properties: {x: {type: string}}}}
+"""
+
+
+def test_a_catalog_read_back_is_checked_with_its_own_place_and_set(tmp_path: Path) -> None:
+    # The same text, kept once: each copy's ./ is its own folder, and each set is checked anew.
+    alone, clashing = tmp_path / "alone", tmp_path / "clashing"
+    for folder in (alone, clashing):
+        folder.mkdir()
+        write(folder, "a.yaml", OWN_SCRIPT)
+    write(alone, "b.yaml", "tools:\n  - {name: other, description: O, command: [uptime]}\n")
+    write(clashing, "b.yaml", "tools:\n  - {name: check, description: O, command: [uptime]}\n")
+    cache = tmp_path / "cache"
+    for _ in range(2):
+        said = fresh_python(cache, LOAD_SET_FRESH, str(alone))
+        assert said["tools"][0] == [[f"{alone}/check.sh"], f"{alone}/work"]
+        assert fresh_python(cache, LOAD_SET_FRESH, str(clashing))["problems"] == [
+            f"{clashing}/b.yaml:2: tool 'check' is also declared at {clashing}/a.yaml:2",
+            f"{clashing}/a.yaml:3: tool 'check': trusted_from.x names unknown tool 'other'",
+        ]
+    assert list(cache.glob("kestrel/kept/*/catalogs/*"))  # read back the second time
