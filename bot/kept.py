@@ -89,6 +89,24 @@ def recall(subfolder: str, name: str | None) -> bytes | None:
             return None
 
 
+def recall_json(subfolder: str, name: str | None) -> tuple[bool, Any]:
+    """``(True, value)`` for a value ``keep_json`` kept as ``name``; ``(False, None)`` if none
+    was, or what was kept is cut short (a full disk: worked out again, and kept again)."""
+    kept = recall(subfolder, name)
+    if kept is None:
+        return False, None
+    try:
+        return True, json.loads(kept)
+    except ValueError:
+        return False, None
+
+
+def keep_json(subfolder: str, name: str | None, value: Any) -> None:
+    """Keep ``value`` as JSON if JSON gives it back as it is (``is_plain``); else nothing."""
+    if is_plain(value):
+        keep(subfolder, name, json.dumps(value).encode())
+
+
 def keep(subfolder: str, name: str | None, data: bytes = b"") -> None:
     """Keep ``data`` as ``name`` in ``subfolder``, whole or not at all (best effort)."""
     folder = kept_folder(create=True)

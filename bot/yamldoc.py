@@ -16,10 +16,9 @@ back and does not import PyYAML (some 90 M instructions, a seventh of that whole
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any, Final
 
-from bot.kept import is_plain, keep, name_of, recall
+from bot.kept import keep_json, name_of, recall_json
 from bot.nesting import MAX_DEPTH, deeper_than
 
 if TYPE_CHECKING:
@@ -42,20 +41,16 @@ def safe_load(text: str) -> Any:
     """``yaml.safe_load(text)``: the document's value (None when there is none); ``NotYaml``
     (or ``RecursionError``) when the text is not one."""
     name = name_of(_SUBFOLDER, text, modules=PARSER)
-    kept = recall(_SUBFOLDER, name)
-    if kept is not None:
-        try:
-            return json.loads(kept)
-        except ValueError:  # a file cut short (a full disk): read again, and kept again
-            pass
+    found, value = recall_json(_SUBFOLDER, name)
+    if found:
+        return value
     import yaml
 
     try:
         value = node_and_value(text)[1]
     except yaml.YAMLError as exc:
         raise NotYaml(exc) from exc
-    if is_plain(value):
-        keep(_SUBFOLDER, name, json.dumps(value).encode())
+    keep_json(_SUBFOLDER, name, value)
     return value
 
 

@@ -26,7 +26,6 @@ even imported. Whatever runs the tools loads the catalogs whole (``load_catalogs
 """
 
 import glob
-import json
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -35,7 +34,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Final
 import msgspec
 from msgspec import Meta
 
-from bot.kept import is_plain, keep, name_of, recall
+from bot.kept import keep_json, name_of, recall_json
 from bot.plain import Invalid, Loc, Problem, convert, dotted
 from bot.tools.base import TOOL_NAME_PATTERN, ApprovalPolicy, ToolFlags, ToolTraits
 from bot.tools.command import (
@@ -366,9 +365,9 @@ class _Parsed(msgspec.Struct):
 
 
 class _Clean(msgspec.Struct, array_like=True):
-    """What is kept of a file found clean: the document's value (its entries are converted
-    again when read back, exactly as a fresh read converts them) and the lines the node tree
-    gave, which only a parse can tell."""
+    """What is kept of a file found clean, in this order: the document's value (its entries
+    are converted again when read back, exactly as a fresh read converts them) and the lines
+    the node tree gave, which only a parse can tell."""
 
     data: Any
     lines: dict[str, int]
@@ -418,14 +417,13 @@ def _parse(path: Path, *, whole: bool = True) -> _Parsed:
     except (OSError, UnicodeDecodeError) as exc:
         return _Parsed(path, problems=[f"{path}: cannot read catalog: {exc}"])
     name = name_of(_SUBFOLDER, whole, text, modules=_CHECKING)
-    recalled = _recalled(path, recall(_SUBFOLDER, name), whole=whole)
+    recalled = _recalled(path, name, whole=whole)
     if recalled is not None:
         return recalled
     parsed, data = _checked(path, text, whole=whole)
-    if not parsed.problems and is_plain(data):
-        trust = [(tool, key, line) for (tool, key), line in parsed.trust_lines.items()]
-        clean = _Clean(data, parsed.lines, trust)
-        keep(_SUBFOLDER, name, json.dumps(msgspec.to_builtins(clean)).encode())
+    if not parsed.problems:
+        trust = [[tool, key, line] for (tool, key), line in parsed.trust_lines.items()]
+        keep_json(_SUBFOLDER, name, [data, parsed.lines, trust])  # a _Clean, as JSON writes it
     return parsed
 
 
@@ -450,14 +448,15 @@ def _checked(path: Path, text: str, *, whole: bool) -> tuple[_Parsed, Any]:
     return _Parsed(path, list(entries.values()), lines=lines, trust_lines=trust_lines), data
 
 
-def _recalled(path: Path, kept: bytes | None, *, whole: bool) -> _Parsed | None:
+def _recalled(path: Path, name: str | None, *, whole: bool) -> _Parsed | None:
     """A file found clean before, from what was kept of it: its entries converted again from
     its value, as a fresh read converts them; None if nothing (readable) was kept."""
-    if kept is None:
+    found, kept = recall_json(_SUBFOLDER, name)
+    if not found:
         return None
     try:
-        clean = msgspec.convert(json.loads(kept), _Clean)
-    except (ValueError, msgspec.ValidationError):  # a file cut short: read again, kept again
+        clean = msgspec.convert(kept, _Clean)
+    except msgspec.ValidationError:
         return None
     report = _Report(shown=str(path))
     entries = _valid_entries(report, clean.data, whole=whole)

@@ -35,16 +35,11 @@ SCHEMA = {
 }
 
 
-def fresh(cache: Path, code: str, argument: str, **env: str) -> dict[str, Any]:
-    """Run ``code`` in a fresh process with ``cache`` as the cache home; its JSON."""
-    said: dict[str, Any] = fresh_python(cache, code, argument, **env)
-    return said
-
-
 def check(
     cache: Path, arguments: dict[str, Any], schema: dict[str, Any] = SCHEMA, **env: str
 ) -> dict[str, Any]:
-    return fresh(cache, CHECK, json.dumps([schema, arguments, True]), **env)
+    said: dict[str, Any] = fresh_python(cache, CHECK, json.dumps([schema, arguments, True]), **env)
+    return said
 
 
 def verdicts(cache: Path) -> list[Path]:
@@ -84,7 +79,7 @@ def test_argv_rules_still_apply_to_arguments_found_valid(tmp_path: Path) -> None
 
 
 def test_an_ungated_call_keeps_nothing(tmp_path: Path) -> None:
-    fresh(tmp_path, CHECK, json.dumps([SCHEMA, {"unit": "nginx"}, False]))
+    fresh_python(tmp_path, CHECK, json.dumps([SCHEMA, {"unit": "nginx"}, False]))
     assert verdicts(tmp_path) == []
 
 
@@ -117,9 +112,9 @@ def test_a_sound_catalog_is_read_again_without_jsonschema_and_a_broken_one_never
     broken.write_text(
         textwrap.dedent(entry) % '{"type": "object", "properties": {"unit": {}}, "required": 3}'
     )
-    assert fresh(tmp_path, LOAD, str(sound)) == {"errors": [], "imported": True}
-    assert fresh(tmp_path, LOAD, str(sound)) == {"errors": [], "imported": False}
+    assert fresh_python(tmp_path, LOAD, str(sound)) == {"errors": [], "imported": True}
+    assert fresh_python(tmp_path, LOAD, str(sound)) == {"errors": [], "imported": False}
     for _ in range(2):
-        refused = fresh(tmp_path, LOAD, str(broken))
+        refused = fresh_python(tmp_path, LOAD, str(broken))
         assert refused["imported"] is True
         assert len(refused["errors"]) == 1 and "invalid JSON Schema" in refused["errors"][0]
