@@ -1,15 +1,17 @@
 """Regexes compiled the first time they are used.
 
 Python compiles a regex in Python: the PII guard's 47 took some 12 ms of every process's start
-(``kestrel runs approve``, a replica's first run). The ones every scan runs are compiled at
-import; those read only after an anchor was found (a label, a scheme, "ignore", a link's
-brackets) wait for a text that has one. Once compiled, a pattern's methods are held as plain
-attributes, so a caller looks them up as fast as on ``re.Pattern``.
+(``kestrel runs approve``, a replica's first run). Each waits for a text that could hold a
+match: one read after an anchor was found (a label, a scheme, "ignore", a link's brackets), or
+one whose every match holds a literal (``finditer_with``) that the text has. A chat prompt or a
+short command output then compiles few of them. Once compiled, a pattern's methods are held as
+plain attributes, so a caller looks them up as fast as on ``re.Pattern``.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Any, AnyStr, cast
 
 _METHODS = ("finditer", "search", "match", "fullmatch", "findall", "split", "sub")
@@ -37,3 +39,11 @@ class _OnUse:
 def on_use(pattern: AnyStr, flags: int = 0) -> re.Pattern[AnyStr]:
     """``re.compile(pattern, flags)``, done when the pattern is first used."""
     return cast("re.Pattern[AnyStr]", _OnUse(pattern, flags))
+
+
+def finditer_with(
+    pattern: re.Pattern[AnyStr], text: AnyStr, *literals: AnyStr
+) -> Iterator[re.Match[AnyStr]]:
+    """``pattern.finditer(text)`` for a pattern whose every match holds one of ``literals``:
+    nothing, and the pattern left uncompiled, when the text holds none (a C search each)."""
+    return pattern.finditer(text) if any(lit in text for lit in literals) else iter(())

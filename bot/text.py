@@ -12,26 +12,28 @@ from bot.patterns import on_use
 # Escape sequences a terminal acts on, 7-bit (ESC ...) and 8-bit (C1) forms: control strings
 # (OSC, DCS, SOS, PM, APC) up to their terminator (BEL or ST) or the end of the text, CSI
 # sequences, and the two- and three-byte escapes (charset selection, keypad modes, resets).
-_ESCAPES: Final = re.compile(
+_ESCAPES: Final = on_use(
     r"(?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f]).*?(?:\x07|\x1b\\|\x9c|$)"
     r"|(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]?"
     r"|\x1b[ -/]*[0-~]?",
     re.DOTALL,
 )
 # Whatever control characters are left, C0 (but tab and newline), DEL and C1.
-_CONTROLS: Final = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_CONTROLS: Final = on_use(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 # Direction overrides and isolates: they make a terminal show a line in another order than it
 # is written (a run id, a name, a command read backwards). Marks (LRM, RLM) only nudge.
-_REORDERING: Final = re.compile("[\u202a-\u202e\u2066-\u2069]")
+_REORDERING: Final = on_use("[\u202a-\u202e\u2066-\u2069]")
 # Halves of a UTF-16 pair alone (a JSON or YAML escape can make one): no terminal can be sent
 # them as UTF-8, so each is shown as the replacement character.
-_SURROGATES: Final = re.compile("[\ud800-\udfff]")
+_SURROGATES: Final = on_use("[\ud800-\udfff]")
 
 
 def printable(text: str) -> str:
     """``text`` safe for a terminal: escape sequences, control characters (but tab and
     newline) and direction overrides removed, so model and tool text cannot retitle, clear or
     rewrite the screen, nor reorder a line; a lone surrogate is shown as U+FFFD."""
+    if text.isascii() and text.replace("\n", "").replace("\t", "").isprintable():
+        return text  # nothing to remove: ASCII's unprintables are C0 and DEL
     text = _CONTROLS.sub("", _ESCAPES.sub("", text))
     return _SURROGATES.sub("\ufffd", _REORDERING.sub("", text))
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from functools import cache
 from typing import Any, Final, TypeVar
 
 import msgspec
+
+from bot.patterns import on_use
 
 T = TypeVar("T")
 
@@ -15,8 +16,8 @@ Unreadable = msgspec.DecodeError
 
 _ENCODER: Final = msgspec.json.Encoder()
 # Where msgspec says a problem is (``$.calls[0]``), and the field a missing or unknown one names.
-_PATH_PART: Final = re.compile(r"[^.\[\]`]+")
-_NAMED_FIELD: Final = re.compile(r"^Object (?:contains unknown|missing required) field `([^`]+)`")
+_PATH_PART: Final = on_use(r"[^.\[\]`]+")
+_NAMED_FIELD: Final = on_use(r"^Object (?:contains unknown|missing required) field `([^`]+)`")
 
 
 def to_json(value: object) -> str:

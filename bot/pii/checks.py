@@ -28,8 +28,10 @@ def _anchored(pattern: re.Pattern[str], text: str, anchor: str) -> Iterator[re.M
     round trip, though: for letters as common as "g" or "k" the engine's own scan is cheaper.
     Lookbehinds still see the text before the match.
     """
+    position = text.find(anchor)
+    if position < 0:
+        return  # before ``pattern.match``: an ``on_use`` pattern stays uncompiled
     find, match = text.find, pattern.match
-    position = find(anchor)
     while position >= 0:
         found = match(text, position)
         if found is None:

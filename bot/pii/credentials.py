@@ -7,12 +7,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from bot.patterns import on_use
+from bot.patterns import finditer_with, on_use
 from bot.pii.checks import _anchored, _word_before
 from bot.pii.encoded import _decode_base64, _looks_secret
 from bot.pii.scantext import _BASE64_CHARS, PiiHit, ScanText
 
-_A_KEYS = re.compile(
+_A_KEYS = on_use(
     r"A(?<![0-9A-Za-z_]A)(?:"
     r"(?P<aws>(?:KIA|SIA|BIA|CCA)[A-Z2-7]{16})(?![0-9A-Za-z])"
     r"|(?P<google>Iza[0-9A-Za-z_-]{35})(?![0-9A-Za-z_-]))"
@@ -47,7 +47,7 @@ def find_a_keys(src: ScanText) -> Iterator[PiiHit]:
             yield PiiHit("GOOGLE_API_KEY", match.start(), match.end())
 
 
-_GITHUB = re.compile(
+_GITHUB = on_use(
     r"g(?<![0-9A-Za-z_]g)(?:h[pousr]_[A-Za-z0-9]{36,251}+|ithub_pat_[A-Za-z0-9_]{22,255}+)"
     r"(?![A-Za-z0-9_])"
 )
@@ -55,12 +55,12 @@ _GITHUB = re.compile(
 
 def find_github(src: ScanText) -> Iterator[PiiHit]:
     """GitHub tokens: ghp_, gho_, ghu_, ghs_, ghr_ and fine-grained github_pat_."""
-    for match in _GITHUB.finditer(src.text):
+    for match in finditer_with(_GITHUB, src.text, "gh", "github_pat_"):
         yield PiiHit("GITHUB_TOKEN", match.start(), match.end())
 
 
 # Anchored on "k" so "sk-", "sk_live_" and "rk_live_" share one pass that skips to a rare letter.
-_K_KEYS = re.compile(
+_K_KEYS = on_use(
     r"k(?<=[sr]k)(?<![0-9A-Za-z_-][sr]k)(?:"
     r"(?<=sk)-(?P<openai>[A-Za-z0-9_-]{32,}+)"
     r"|_(?:live|test)_(?P<stripe>[A-Za-z0-9]{16,}+)(?![A-Za-z0-9_]))"
@@ -78,20 +78,20 @@ def _looks_random(token: str) -> bool:
 
 def find_k_keys(src: ScanText) -> Iterator[PiiHit]:
     """OpenAI keys (sk-, sk-proj-...) and Stripe secret or restricted keys (sk_/rk_live_...)."""
-    for match in _K_KEYS.finditer(src.text):
+    for match in finditer_with(_K_KEYS, src.text, "k-", "k_"):
         if match.group("stripe"):
             yield PiiHit("STRIPE_KEY", match.start() - 1, match.end())
         elif _looks_random(match.group("openai")):
             yield PiiHit("OPENAI_API_KEY", match.start() - 1, match.end())
 
 
-_SLACK = re.compile(r"x(?<![0-9A-Za-z_-]x)(?:ox[abeoprs]|app)-[A-Za-z0-9-]{10,}+")
+_SLACK = on_use(r"x(?<![0-9A-Za-z_-]x)(?:ox[abeoprs]|app)-[A-Za-z0-9-]{10,}+")
 
 
 def find_slack(src: ScanText) -> Iterator[PiiHit]:
     """Slack tokens: xoxb-, xoxp-, xoxa-, xoxe-, xoxo-, xoxr-, xoxs- and app tokens xapp-."""
     text = src.text
-    for match in _SLACK.finditer(text):
+    for match in finditer_with(_SLACK, text, "xox", "xapp-"):
         end = match.end()
         while text[end - 1] == "-":
             end -= 1
@@ -100,7 +100,7 @@ def find_slack(src: ScanText) -> Iterator[PiiHit]:
 
 
 # Anchored on the capital J of "eyJ" (base64 of '{"'), much rarer than its "e".
-_JWT = re.compile(
+_JWT = on_use(
     r"J(?<=eyJ)(?<![0-9A-Za-z_-]eyJ)[A-Za-z0-9_-]{8,}+\.eyJ[A-Za-z0-9_-]{8,}+\.[A-Za-z0-9_-]*+"
 )
 
@@ -163,7 +163,7 @@ def find_url_passwords(src: ScanText) -> Iterator[PiiHit]:
 
 # key=value, and a quoted key with a quoted value ("password": "x"): a colon after a bare
 # word ("password: required") is prose as often as it is YAML.
-_PASSWORD_KEY = re.compile(r"p(?:ass(?:word|wd)|wd)(?:[ \t]*=[ \t]*|[\"'][ \t]*:[ \t]*(?=[\"']))")
+_PASSWORD_KEY = on_use(r"p(?:ass(?:word|wd)|wd)(?:[ \t]*=[ \t]*|[\"'][ \t]*:[ \t]*(?=[\"']))")
 _PASSWORD_VALUE = on_use(
     r"\"(?P<dq>[^\"\r\n]{1,256})\"|'(?P<sq>[^'\r\n]{1,256})'|\{(?P<br>[^}\r\n]{1,256})\}"
     r"|(?P<bare>[^\s;&,\"'<>]+)"
@@ -175,7 +175,7 @@ _NEXT_KEY = on_use(r"[A-Za-z_][A-Za-z0-9_]*=")
 def find_keyvalue_passwords(src: ScanText) -> Iterator[PiiHit]:
     """The value of password=, passwd= or pwd= in key=value connection strings."""
     text = src.text
-    for key in _PASSWORD_KEY.finditer(src.lower):
+    for key in finditer_with(_PASSWORD_KEY, src.lower, "pass", "pwd"):
         value = _PASSWORD_VALUE.match(text, key.end())
         if value is None:
             continue
@@ -201,7 +201,7 @@ _FLAG_OPENERS = frozenset(" \t\r\n\"'`=(")
 _PLACEHOLDER_STARTS = ("$", "<", "{{", "%")
 
 
-_DASH_U = re.compile(r"-u")
+_DASH_U = on_use(r"-u")
 
 
 def _user_flags(text: str, lower: str) -> Iterator[re.Match[str]]:
@@ -210,7 +210,7 @@ def _user_flags(text: str, lower: str) -> Iterator[re.Match[str]]:
     A regex that starts with a lookbehind gets no literal prefix to skip to; the two-character
     literal on the lower-case text, shared with other recognizers, is found in one C pass.
     """
-    for dash in _DASH_U.finditer(lower):
+    for dash in finditer_with(_DASH_U, lower, "-u"):
         start = position = dash.start()
         if text.startswith("--user", position - 1):
             start = position - 1

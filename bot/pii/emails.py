@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 
-from bot.patterns import on_use
+from bot.patterns import finditer_with, on_use
 from bot.pii.checks import _anchored, _word_before
 from bot.pii.scantext import PiiHit, ScanText
 
@@ -68,13 +67,13 @@ _DOT_SEPARATOR = r"(?:\.|%2e|[ \t]*[\[({<][ \t]*(?:dot|\.)[ \t]*[\])}>][ \t]*|[ 
 _LOOSE_DOMAIN = on_use(rf"[a-z0-9-]{{1,63}}(?:{_DOT_SEPARATOR}[a-z0-9-]{{1,63}})+")
 _DOT_SPLIT = on_use(_DOT_SEPARATOR)
 # The word "at" counts only before a written-out dot: "deployed at api.example.com" is prose.
-_AT_WORD = re.compile(
+_AT_WORD = on_use(
     r"at(?:[ \t]*[\])}>]|[ \t]+(?=[a-z0-9-]{1,63}(?:[ \t]+dot[ \t]|[ \t]*[\[({<][ \t]*dot\b)))"
 )
 # Two passes: an alternation that does not start with one literal is scanned ten times slower.
-_AT_PERCENT = re.compile(r"%40")
-_AT_ENTITY = re.compile(r"&(?:#0*64|#x0*40|commat);")
-_AT_SIGN = re.compile(r"@")
+_AT_PERCENT = on_use(r"%40")
+_AT_ENTITY = on_use(r"&(?:#0*64|#x0*40|commat);")
+_AT_SIGN = on_use(r"@")
 _OPEN_BRACKETS = " \t[({<"
 
 
@@ -106,7 +105,7 @@ def _loose_email(src: ScanText, at_start: int, at_end: int, plain_dots: bool) ->
 def find_loose_emails(src: ScanText) -> Iterator[PiiHit]:
     """Email addresses written out or encoded to slip past a plain address pattern."""
     lower = src.lower
-    for match in _AT_WORD.finditer(lower):
+    for match in finditer_with(_AT_WORD, lower, "at"):
         start = match.start()
         if match.group()[-1] in " \t":  # the word: "jane at example dot com"
             if start and lower[start - 1] in " \t":

@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from bot.patterns import on_use
+from bot.patterns import finditer_with, on_use
 from bot.pii.checks import (
     _IBAN_LENGTHS,
     _anchored,
@@ -87,7 +87,7 @@ def _family(sep: str, tails: Iterable[tuple[_Group, ...]]) -> re.Pattern[bytes]:
             words.add("s".join("d" * length for length in lengths)[1:])
     # The second branch takes any other run with at least seven more digits: a card in an
     # odd grouping ("41 11 11 ...", "4111.1111.1111.1111"), judged in Python.
-    return re.compile(
+    return on_use(
         (
             rf"{escaped}0(?<=0{escaped}0)(?:{_trie(words, escaped)}"
             rf"(?![0-9A-Za-z_]|{escaped}0)"
@@ -199,7 +199,7 @@ def _separated(src: ScanText, pattern: re.Pattern[bytes], sep: str) -> Iterator[
     rejected = _WORD | {"+", "."} | ({sep} - {" "})
     # Dotted runs are versions, addresses and OIDs: no card is looked for inside them.
     inside = _cards_inside if sep != "." else None
-    for match in pattern.finditer(shape):
+    for match in finditer_with(pattern, shape, f"{sep}0".encode()):
         at, end = match.span()
         odd = match.lastindex is not None  # only the odd-grouping branch has a group
         # The leading digit group, read backwards in the shape: one C call, not a loop.
@@ -236,7 +236,7 @@ def find_separated_numbers(src: ScanText) -> Iterator[PiiHit]:
     yield from _separated(src, _SPACE, " ")
 
 
-_PAREN_PHONE = re.compile(
+_PAREN_PHONE = on_use(
     r"\((?<![0-9A-Za-z_]\()(?P<area>[0-9]{2,5})\)[ -]?"
     r"(?P<rest>[0-9]{2,8}(?:[ .-][0-9]{2,8}){0,2})(?![0-9A-Za-z_]|[ .-][0-9])"
 )
@@ -245,14 +245,14 @@ _NOT_DIGIT = on_use(r"[^0-9]")
 
 def find_paren_phones(src: ScanText) -> Iterator[PiiHit]:
     """Phones with the area code in parentheses: (555) 123-4567, (030) 1234567."""
-    for match in _PAREN_PHONE.finditer(src.text):
+    for match in finditer_with(_PAREN_PHONE, src.text, "("):
         area = match.group("area")
         groups = [area, *_NOT_DIGIT.split(match.group("rest"))]
         if (len(area) == 3 and _us_phone(groups)) or _eu_phone(groups):
             yield PiiHit("PHONE_NUMBER", match.start(), match.end())
 
 
-_INTL_PHONE = re.compile(
+_INTL_PHONE = on_use(
     r"\+(?<![0-9A-Za-z_+]\+)[1-9][0-9]*+"
     r"(?:[ .-]?\((?P<trunk>0)\)[ .-]?[0-9]++|[ .-]?\([0-9]{1,4}\)[ .-]?[0-9]++|[ .-][0-9]++)*+"
     r"(?![0-9A-Za-z_])"
@@ -272,13 +272,13 @@ def find_intl_phones(src: ScanText) -> Iterator[PiiHit]:
 
 
 # Written out: a repeat like 0{13} would not give the regex engine a literal prefix to skip to.
-_CARD_RUN = re.compile(rb"0000000000000(?<![0-9A-Za-z_.]0000000000000)0{0,3}(?![0-9A-Za-z_])")
+_CARD_RUN = on_use(rb"0000000000000(?<![0-9A-Za-z_.]0000000000000)0{0,3}(?![0-9A-Za-z_])")
 
 
 def find_card_runs(src: ScanText) -> Iterator[PiiHit]:
     """Card numbers written as one run of 13-16 digits."""
     text = src.text
-    for match in _CARD_RUN.finditer(src.shape):
+    for match in finditer_with(_CARD_RUN, src.shape, b"0" * 13):
         start, end = match.span()
         # Every card network starts with 2-6; the epoch milliseconds of JSON logs start with 1.
         if text[start] not in "23456":
@@ -288,13 +288,13 @@ def find_card_runs(src: ScanText) -> Iterator[PiiHit]:
             yield PiiHit("CREDIT_CARD", start, end)
 
 
-_IBAN_RUN = re.compile(rb"AA00(?<![0-9A-Za-z_]AA00)(?: ?[A0]{4}){2,7}(?: ?[A0]{1,4})?")
+_IBAN_RUN = on_use(rb"AA00(?<![0-9A-Za-z_]AA00)(?: ?[A0]{4}){2,7}(?: ?[A0]{1,4})?")
 
 
 def find_ibans(src: ScanText) -> Iterator[PiiHit]:
     """IBANs, compact or in groups of four, cut to their country's length and mod-97 checked."""
     text = src.text
-    for match in _IBAN_RUN.finditer(src.shape):
+    for match in finditer_with(_IBAN_RUN, src.shape, b"AA00"):
         length = _IBAN_LENGTHS.get(text[match.start() : match.start() + 2])
         if length is None:
             continue
@@ -320,14 +320,14 @@ _IPV6_TAIL = on_use(rf":(?=:|[0-9A-Fa-f:]{{0,40}}::|{_SEVEN_COLONS}){_IPV6_REST}
 # The same where the text has no "::" (most logs): its first two branches cannot hold, and
 # trying them at every colon (a digest after "sha256:" is 40 characters of backtracking) is
 # much of the recognizer's cost.
-_IPV6_FULL_TAIL = re.compile(rf":(?={_SEVEN_COLONS}){_IPV6_REST}")
+_IPV6_FULL_TAIL = on_use(rf":(?={_SEVEN_COLONS}){_IPV6_REST}")
 
 
 def find_ipv6(src: ScanText) -> Iterator[PiiHit]:
     """IPv6 addresses, full or compressed, validated by ipaddress."""
     text = src.text
     pattern = _IPV6_TAIL if "::" in text else _IPV6_FULL_TAIL
-    for match in pattern.finditer(text):
+    for match in finditer_with(pattern, text, ":"):
         start = _run_start(text, match.start(), _HEX, 4)
         if start < 0:
             start = match.start()

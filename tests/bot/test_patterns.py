@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from bot.patterns import on_use
+from bot.patterns import finditer_with, on_use
 
 
 def test_a_pattern_is_compiled_only_when_first_used() -> None:
@@ -32,3 +32,15 @@ def test_every_method_answers_as_re_does(text: str) -> None:
 def test_bytes_patterns_too() -> None:
     lazy = on_use(rb"0{3}")
     assert [m.span() for m in lazy.finditer(b"a0000b000")] == [(1, 4), (6, 9)]
+
+
+def test_a_text_without_the_literal_finds_nothing_and_compiles_nothing() -> None:
+    unbalanced = on_use(r"k-(")  # it would raise if it were compiled
+    assert list(finditer_with(unbalanced, "restart checkout", "k-", "k_")) == []
+
+
+@pytest.mark.parametrize("text", ["sk-1 and rk_2", "only rk_2 here", "", "k"])
+def test_a_text_with_a_literal_finds_what_the_pattern_finds(text: str) -> None:
+    source = r"[sr]k[-_][0-9]"
+    found = finditer_with(on_use(source), text, "k-", "k_")
+    assert [m.span() for m in found] == [m.span() for m in re.finditer(source, text)]

@@ -119,3 +119,16 @@ def test_printable_text_keeps_its_order_on_a_terminal() -> None:
     for control in ("\u202a", "\u202b", "\u202c", "\u202d", "\u202e", "\u2066", "\u2069"):
         assert printable(f"approve {control}run_1 live") == "approve run_1 live"
     assert printable("שלום \u200f عربى") == "שלום \u200f عربى"  # letters and marks stay
+
+
+@pytest.mark.parametrize("code", [c for c in range(128) if c != 0x1B])
+def test_every_ascii_character_is_kept_or_dropped_as_the_patterns_say(code: int) -> None:
+    # ASCII text without an unprintable character skips the patterns: each character is
+    # checked against what they remove (controls, but tab and newline).
+    char = chr(code)
+    kept = char if char in "\t\n" or 0x20 <= code < 0x7F else ""
+    assert printable(f"a{char}b") == f"a{kept}b"
+
+
+def test_an_escape_sequence_in_ascii_text_is_removed() -> None:
+    assert printable("plain \x1b[2J\x1b]0;title\x07text") == "plain text"
