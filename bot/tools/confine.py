@@ -1,6 +1,7 @@
 """Run one catalog command where Kestrel's secrets cannot be read (Linux; stdlib only).
 
-``python -I -S confine.py FILE... -- ARGV...``, started by ``bot.tools.isolation``. This
+``main(["FILE", ..., "--", "ARGV", ...])``, imported by an interpreter started with ``-I -S``
+(``bot.tools.isolation``). This
 process (the group leader Kestrel records) enters a new mount namespace, covers each FILE with
 ``/dev/null`` there (a folder with an empty read-only file system), and starts the first
 process of a new PID namespace. That one mounts a ``/proc`` showing its namespace alone, drops
@@ -11,9 +12,10 @@ ends, the namespace ends with it (the kernel kills whatever it left) and this pr
 the command did: the same code, or the same signal. A command that cannot start is one line
 on stderr and exit status 127; a confinement that fails runs nothing (126).
 
-A script, not a module of ``bot``, run with ``-S``: each call pays for an interpreter that
-loads ``os``, ``sys``, ``ctypes`` and ``_signal`` only. (``signal`` wraps ``_signal``'s numbers
-in enums, and its import of ``enum``, ``functools`` and ``collections`` was a tenth of a call.)
+A module of its own, not of ``bot``, imported with ``-S`` (so from its byte code): each call
+pays for an interpreter that loads ``os``, ``sys``, ``ctypes`` and ``_signal`` only.
+(``signal`` wraps ``_signal``'s numbers in enums, and its import of ``enum``, ``functools``
+and ``collections`` was a tenth of a call.)
 """
 
 import _signal as signal  # type: ignore[import-not-found]  # no stub: the numbers signal wraps
@@ -156,7 +158,3 @@ def main(args: list[str]) -> None:
     with os.fdopen(read_end, "rb") as reported:
         text = reported.read()
     relay(int(text) if text else FAILED << 8)
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])
