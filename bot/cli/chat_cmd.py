@@ -16,7 +16,7 @@ from bot.cli.common import (
     terminal_user,
     with_runtime,
 )
-from bot.cli.run_cmd import on_stop_signals
+from bot.cli.driving import on_stop_signals
 
 if TYPE_CHECKING:
     from bot.run.runtime import Runtime

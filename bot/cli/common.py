@@ -1,4 +1,7 @@
-"""What every ``kestrel`` command shares: one-line errors, the settings, a runtime or a reader."""
+"""What every ``kestrel`` command shares: one-line errors, the settings, a runtime or a reader.
+
+Click is imported only by what reads click's context or declares an option: ``kestrel runs
+approve`` and ``deny`` decide without it (``bot.cli.decisions``)."""
 
 from __future__ import annotations
 
@@ -8,14 +11,15 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-import click
-
+from bot.collector import settle_after_start_up
 from bot.text import printable
 
 # Each command imports what it needs when it runs: ``kestrel --help`` needs click alone, and
 # the read-only commands (``runs list``, ``runs pending``) the settings and the store, not the
 # model client or the code that drives runs. bench/startup.py times them.
 if TYPE_CHECKING:
+    import click
+
     from bot.config.settings import Settings
     from bot.run.runtime import Runtime
     from bot.store import Store
@@ -43,7 +47,9 @@ def exit_status(run_status: str) -> int:
 
 def echo(text: str, *, err: bool = False) -> None:
     """Print for a terminal: model and tool text never reaches it with control sequences."""
-    click.echo(printable(text), err=err)
+    stream = sys.stderr if err else sys.stdout
+    stream.write(printable(text) + "\n")
+    stream.flush()
 
 
 def fail(message: str) -> None:
@@ -117,8 +123,27 @@ def checked_user(name: str) -> str:
     return name
 
 
+def configure_logs(log_level: str | None, verbose: bool, serving: bool) -> None:
+    """Log as ``--log-level`` (or ``-v``) and the environment say; a bad value ends in one line.
+
+    A service's log shows warnings; a one-shot command's answer stays its one line."""
+    import os
+
+    from bot import logs
+
+    default = logs.DEFAULT_LEVEL if serving else "error"
+    try:
+        level, form = logs.chosen(log_level or ("info" if verbose else None), os.environ, default)
+    except logs.LogSetupError as exc:
+        fail(str(exc))
+        sys.exit(EXIT_USAGE)
+    logs.configure(level, form)
+
+
 def as_option(help_text: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
     """``--as USER``: who acts, defaulting to the terminal's one identity (``terminal_user``)."""
+    import click
+
     return click.option(
         "--as",
         "user",
@@ -130,8 +155,17 @@ def as_option(help_text: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
 
 def config_option() -> str | None:
     """The ``--config`` given, if any."""
+    import click
+
     obj: dict[str, Any] = click.get_current_context().ensure_object(dict)
     return obj.get("config")
+
+
+def current_settings() -> Settings:
+    """The settings of the command click runs, loaded once per invocation."""
+    import click
+
+    return settings_of(click.get_current_context())
 
 
 def settings_of(ctx: click.Context) -> Settings:
@@ -145,23 +179,23 @@ def settings_of(ctx: click.Context) -> Settings:
     return settings
 
 
-def with_runtime(work: Callable[[Runtime], Awaitable[R]]) -> R:
-    """Run ``work`` with a runtime built from the current settings."""
+def with_runtime(work: Callable[[Runtime], Awaitable[R]], settings: Settings | None = None) -> R:
+    """Run ``work`` with a runtime built from ``settings`` (the command's by default)."""
     import asyncio
 
     from bot.cli import compose
 
-    settings = settings_of(click.get_current_context())
+    settings = settings or current_settings()
 
     async def main() -> R:
         async with compose.runtime(settings) as rt:
+            # What start-up built (modules, settings, the catalog) outlives the work: kept out
+            # of the collector's passes while it runs, as ``serve`` keeps it. A gen-1 pass over
+            # the last imports' objects otherwise fell in a fresh run's suspend or resume
+            # (0.5 ms, 1.6 M instructions of about 12 M: bench.cold), for nothing it could free.
+            settle_after_start_up()
             return await work(rt)
 
-    # What start-up built (modules, settings, the catalog) outlives the work: kept out of the
-    # collector's passes while it runs, as ``serve`` keeps it. A gen-1 pass over the last
-    # imports' objects otherwise fell in a fresh run's suspend or resume (0.5 ms, 1.6 M
-    # instructions of about 12 M: bench.cold), for nothing it could free.
-    gc.freeze()
     try:
         return asyncio.run(main())
     finally:
@@ -174,10 +208,14 @@ def with_reader(work: Callable[[Store], Awaitable[R]]) -> R:
 
     from bot.cli import compose
 
-    settings = settings_of(click.get_current_context())
+    settings = current_settings()
 
     async def main() -> R:
         async with compose.reader(settings) as store:
+            settle_after_start_up()
             return await work(store)
 
-    return asyncio.run(main())
+    try:
+        return asyncio.run(main())
+    finally:
+        gc.unfreeze()

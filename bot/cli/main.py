@@ -1,62 +1,18 @@
-"""The ``kestrel`` command: its options, and its subcommands in the order ``--help`` lists them."""
-
-from __future__ import annotations
+"""The ``kestrel`` script: start-up kept from the collector, then the command line."""
 
 import sys
 
-import click
-
-from bot import __version__
-from bot.cli import audit_cmd, chat_cmd, run_cmd, runs_cmd, store_cmd, tools_cmd
-from bot.cli.common import EXIT_USAGE, fail
-
-# The subcommand modules import click and bot.cli.common alone at import time (each command
-# imports what it needs when it runs): ``kestrel --help`` stays light. bench/startup.py times it.
-
-
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, "--version", prog_name="kestrel", message="%(prog)s %(version)s")
-@click.option("--config", "config", type=click.Path(), help="kestrel.yaml to use.")
-@click.option("-v", "--verbose", is_flag=True, help="Log at info level (--log-level info).")
-@click.option(
-    "--log-level",
-    type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
-    default=None,
-    help="What reaches stderr [KESTREL_LOG_LEVEL, else warning]; KESTREL_LOG_FORMAT=json for"
-    " one JSON object per line.",
-)
-@click.pass_context
-def cli(ctx: click.Context, config: str | None, verbose: bool, log_level: str | None) -> None:
-    """Kestrel: a chat-ops agent with people in the loop."""
-    import os
-
-    from bot import logs
-
-    ctx.ensure_object(dict)["config"] = config
-    # A service's log shows warnings; a one-shot command's answer stays its one line.
-    default = logs.DEFAULT_LEVEL if ctx.invoked_subcommand == "serve" else "error"
-    try:
-        level, form = logs.chosen(log_level or ("info" if verbose else None), os.environ, default)
-    except logs.LogSetupError as exc:
-        fail(str(exc))
-        sys.exit(EXIT_USAGE)
-    logs.configure(level, form)
-
-
-for _command in (
-    chat_cmd.chat,
-    chat_cmd.serve,
-    store_cmd.db,
-    store_cmd.replicas,
-    run_cmd.run,
-    runs_cmd.runs,
-    audit_cmd.audit,
-    tools_cmd.tools,
-    store_cmd.health,
-):
-    cli.add_command(_command)
+from bot.collector import hold_during_start_up
 
 
 def main() -> None:
     """Entry point of the ``kestrel`` script."""
+    # Before the imports: click and Kestrel's modules are start-up too (bot.collector).
+    hold_during_start_up()
+    from bot.cli import decisions
+
+    if decisions.answered(sys.argv[1:]):
+        return
+    from bot.cli.commands import cli
+
     cli(obj={}, prog_name="kestrel")

@@ -1,16 +1,13 @@
-"""``kestrel run``: one prompt headless, and how a command that drives runs meets signals."""
+"""``kestrel run``: one prompt headless."""
 
 from __future__ import annotations
 
 import json
-import signal
 import sys
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from bot.cli import render
 from bot.cli.common import (
     Failure,
     as_option,
@@ -20,38 +17,10 @@ from bot.cli.common import (
     terminal_user,
     with_runtime,
 )
+from bot.cli.driving import exit_if_signalled, run_object, suspend_on_signals
 
 if TYPE_CHECKING:
     from bot.run.runtime import Runtime
-    from bot.run.supervisor import Supervisor
-    from bot.store import Store
-
-
-def on_stop_signals(handler: Callable[[int], object]) -> None:
-    """Call ``handler(signum)`` on SIGINT and SIGTERM instead of dying mid-write."""
-    import asyncio
-
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, handler, signum)
-
-
-def suspend_on_signals(supervisor: Supervisor, received: list[int]) -> None:
-    """On SIGINT or SIGTERM, stop the runs this command drives now (their tools killed): they
-    suspend and give their leases up; ``received`` collects the signal."""
-
-    def stop(signum: int) -> None:
-        received.append(signum)
-        supervisor.interrupt_all()
-
-    on_stop_signals(stop)
-
-
-def exit_if_signalled(received: list[int]) -> None:
-    """Exit 128+N when signal N stopped the command."""
-    # The run was suspended with its lease released; the shell's convention for the code.
-    if received:
-        sys.exit(128 + received[0])
 
 
 @click.command()
@@ -94,23 +63,6 @@ def run(prompt: str, as_json: bool, defer: bool, user: str | None) -> None:
     print_run(obj, as_json)
     exit_if_signalled(received)
     sys.exit(exit_status(obj["status"]))
-
-
-async def run_object(rt: Runtime, run_id: str) -> dict[str, Any]:
-    """The run as ``kestrel run --json`` prints it."""
-    from bot.journal.fold import fold
-
-    record = await rt.store.get_run(run_id)
-    state = fold(await rt.store.load(run_id), run_id)
-    return render.run_object(record, state, await closed_requests(rt.store, run_id))
-
-
-async def closed_requests(store: Store, run_id: str) -> list[render.StoredRequest]:
-    """The run's requests that were decided, expired or cancelled, oldest first."""
-    from bot.kinds import RequestStatus
-
-    found = await store.list_requests(run_id=run_id, status=None)
-    return [item for item in found if item[1] is not RequestStatus.OPEN]
 
 
 def print_run(obj: dict[str, Any], as_json: bool) -> None:

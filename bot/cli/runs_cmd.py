@@ -24,17 +24,12 @@ from bot.cli.common import (
     with_reader,
     with_runtime,
 )
-from bot.cli.run_cmd import (
-    closed_requests,
-    exit_if_signalled,
-    print_run,
-    run_object,
-    suspend_on_signals,
-)
+from bot.cli.decisions import approval, decide
+from bot.cli.driving import closed_requests, exit_if_signalled, run_object, suspend_on_signals
+from bot.cli.run_cmd import print_run
 
 if TYPE_CHECKING:
     from bot.chat.service import PendingRequest
-    from bot.domain import DecisionKind
     from bot.run.runtime import Runtime
     from bot.store import Store
 
@@ -250,57 +245,6 @@ def _pending_in_full() -> list[Pending]:
     ]
 
 
-def _decide(run_id: str, request_id: str, kind: DecisionKind, text: str, user: str | None) -> None:
-    from bot.chat.service import ChatService
-    from bot.people.policy import Actor
-    from bot.run.supervisor import Supervisor
-
-    async def work(rt: Runtime) -> str:
-        supervisor = Supervisor(rt)
-        chat = ChatService(supervisor)
-        suspend_on_signals(supervisor, received)
-        actor = Actor(terminal_user(user))
-        decided = await chat.decide(run_id, request_id, kind, user=actor, text=text)
-        if not decided.accepted:
-            raise Failure(decided.message)
-        if decided.resumed is not None:
-            await chat.wait(decided.resumed)
-        elif not await chat.ended(run_id):
-            obj = await run_object(rt, run_id)
-            return "\n".join([decided.message, *_next_requests(obj)])
-        obj = await run_object(rt, run_id)
-        said = f"{decided.message}; run {run_id} is now {obj['status']}" + (
-            f": {obj['text']}" if obj["text"] else ""
-        )
-        return "\n".join([said, *_next_requests(obj)])
-
-    received: list[int] = []
-    echo(with_runtime(work))
-    exit_if_signalled(received)
-
-
-# How each kind of request is answered from the command line.
-_ANSWER_WITH = {
-    "wait_approval": "kestrel runs approve {run} {id} (or deny)",
-    "wait_user": "kestrel runs answer {run} {id} {text}",
-    "wait_effect": "kestrel runs effect {run} {id} retry|done|failed",
-    "wait_plan": "kestrel runs approve {run} {id} [--step-by-step] (or deny --reason TEXT)",
-}
-
-
-def _next_requests(obj: dict[str, Any]) -> list[str]:
-    """The requests a run waits on now, each with its id and the command that answers it."""
-    lines = []
-    for request in obj["requests"]:
-        args = json.dumps(request["arguments"], sort_keys=True)
-        text = "|".join(request["options"]) or "TEXT"
-        how = _ANSWER_WITH.get(request["kind"], "")
-        how = how.format(run=obj["run_id"], id=request["id"], text=text)
-        lines.append(f"  waiting: {request['kind']} {request['id']} {request['tool']} {args}")
-        lines.append(f"    {how}" if how else "")
-    return [line for line in lines if line]
-
-
 @runs.command("approve")
 @click.argument("run_id")
 @click.argument("request_id")
@@ -314,12 +258,7 @@ def runs_approve(
     run_id: str, request_id: str, always: bool, step_by_step: bool, user: str | None
 ) -> None:
     """Approve a waiting call, or a whole plan (each step once, exactly as shown)."""
-    from bot.domain import DecisionKind
-
-    if always and step_by_step:
-        raise Failure("--always and --step-by-step exclude each other")
-    kind = DecisionKind.APPROVE_ALWAYS if always else DecisionKind.APPROVE
-    _decide(run_id, request_id, DecisionKind.STEP_BY_STEP if step_by_step else kind, "", user)
+    decide(run_id, request_id, approval(always, step_by_step), "", user)
 
 
 @runs.command("deny")
@@ -332,7 +271,7 @@ def runs_deny(run_id: str, request_id: str, reason: str, user: str | None) -> No
     """Deny a waiting call, or every step of a plan; the model reads the reason."""
     from bot.domain import DecisionKind
 
-    _decide(run_id, request_id, DecisionKind.DENY, reason, user)
+    decide(run_id, request_id, DecisionKind.DENY, reason, user)
 
 
 @runs.command("answer")
@@ -345,7 +284,7 @@ def runs_answer(run_id: str, request_id: str, text: str, user: str | None) -> No
     """Answer a question the run asked."""
     from bot.domain import DecisionKind
 
-    _decide(run_id, request_id, DecisionKind.ANSWER, text, user)
+    decide(run_id, request_id, DecisionKind.ANSWER, text, user)
 
 
 @runs.command("effect")
@@ -359,4 +298,4 @@ def runs_effect(run_id: str, request_id: str, choice: str, output: str, user: st
     """Settle an effect of uncertain outcome: retry it, or mark it done or failed."""
     from bot.domain import DecisionKind
 
-    _decide(run_id, request_id, DecisionKind(choice), output, user)
+    decide(run_id, request_id, DecisionKind(choice), output, user)

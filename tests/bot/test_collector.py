@@ -20,3 +20,21 @@ def test_start_up_is_frozen_and_only_the_young_threshold_is_raised() -> None:
     assert found["after"] == [found["young"], *found["before"][1:]]
     assert found["after"][0] > found["before"][0]
     assert found["frozen"] > 1000  # the interpreter's and Kestrel's start-up objects
+
+
+_HELD = """
+import gc, json
+from bot.collector import hold_during_start_up, settle_after_start_up
+hold_during_start_up()
+held = gc.isenabled()
+import bot.chat.service  # start-up: nothing it builds is garbage
+settle_after_start_up()
+print(json.dumps({"held": held, "after": gc.isenabled(), "frozen": gc.get_freeze_count()}))
+"""
+
+
+def test_no_pass_during_start_up_and_passes_again_after_it() -> None:
+    found = fresh_json(_HELD)
+    assert found["held"] is False
+    assert found["after"] is True
+    assert found["frozen"] > 1000

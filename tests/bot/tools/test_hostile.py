@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from bot.cli.main import cli
+from bot.cli.commands import cli
 from bot.tools.base import ToolContext
 from bot.tools.catalog import CatalogError, check_catalogs, load_catalog, load_catalogs
 from bot.tools.command import CommandTool

@@ -1,0 +1,45 @@
+"""The ``kestrel`` command line: its options, and its subcommands in the order ``--help`` lists
+them."""
+
+from __future__ import annotations
+
+import click
+
+from bot import __version__
+from bot.cli import audit_cmd, chat_cmd, run_cmd, runs_cmd, store_cmd, tools_cmd
+from bot.cli.common import configure_logs
+
+# The subcommand modules import click and bot.cli.common alone at import time (each command
+# imports what it needs when it runs): ``kestrel --help`` stays light. bench/startup.py times it.
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="kestrel", message="%(prog)s %(version)s")
+@click.option("--config", "config", type=click.Path(), help="kestrel.yaml to use.")
+@click.option("-v", "--verbose", is_flag=True, help="Log at info level (--log-level info).")
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
+    default=None,
+    help="What reaches stderr [KESTREL_LOG_LEVEL, else warning]; KESTREL_LOG_FORMAT=json for"
+    " one JSON object per line.",
+)
+@click.pass_context
+def cli(ctx: click.Context, config: str | None, verbose: bool, log_level: str | None) -> None:
+    """Kestrel: a chat-ops agent with people in the loop."""
+    ctx.ensure_object(dict)["config"] = config
+    configure_logs(log_level, verbose, serving=ctx.invoked_subcommand == "serve")
+
+
+for _command in (
+    chat_cmd.chat,
+    chat_cmd.serve,
+    store_cmd.db,
+    store_cmd.replicas,
+    run_cmd.run,
+    runs_cmd.runs,
+    audit_cmd.audit,
+    tools_cmd.tools,
+    store_cmd.health,
+):
+    cli.add_command(_command)

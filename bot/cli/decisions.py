@@ -1,0 +1,215 @@
+"""Deciding a waiting request from the command line (``kestrel runs approve``, ``deny``,
+``answer``, ``effect``), and ``runs approve`` and ``deny`` read without click.
+
+An approver waits on ``runs approve`` after every request, and click's import was a twentieth
+of its whole process. So the ``kestrel`` script reads these two commands itself when they are
+written in a form click reads the same way (``read``): options and values it knows, each once,
+no value that starts with a dash, two arguments. Anything else (``--help``, a typo, an option
+given twice) goes to click, which answers it as before.
+tests/bot/cli/test_cli_decisions.py holds the two readings to each other.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+from bot.cli.common import (
+    Failure,
+    configure_logs,
+    echo,
+    one_line_errors,
+    terminal_user,
+    with_runtime,
+)
+from bot.cli.driving import exit_if_signalled, run_object, suspend_on_signals
+
+if TYPE_CHECKING:
+    from bot.config.settings import Settings
+    from bot.domain import DecisionKind
+    from bot.run.runtime import Runtime
+
+# Before the command: the top-level options that take a value, and its flags.
+_TOP_VALUES: Final = frozenset({"--config", "--log-level"})
+_TOP_FLAGS: Final = frozenset({"-v", "--verbose"})
+_LOG_LEVELS: Final = frozenset({"debug", "info", "warning", "error"})
+# After it: each command's options that take a value, and its flags.
+_VALUES: Final = {"approve": frozenset({"--as"}), "deny": frozenset({"--as", "--reason"})}
+_FLAGS: Final = {"approve": frozenset({"--always", "--step-by-step"}), "deny": frozenset()}
+# How each kind of request is answered from the command line.
+_ANSWER_WITH: Final = {
+    "wait_approval": "kestrel runs approve {run} {id} (or deny)",
+    "wait_user": "kestrel runs answer {run} {id} {text}",
+    "wait_effect": "kestrel runs effect {run} {id} retry|done|failed",
+    "wait_plan": "kestrel runs approve {run} {id} [--step-by-step] (or deny --reason TEXT)",
+}
+
+
+@dataclass(frozen=True)
+class Decision:
+    """``runs approve`` or ``runs deny`` as read from the command line."""
+
+    command: str
+    run_id: str
+    request_id: str
+    options: dict[str, str | bool]
+
+    def value(self, name: str) -> str | None:
+        """The value of option ``name`` (``--as``), None if it was not given."""
+        given = self.options.get(name)
+        return given if isinstance(given, str) else None
+
+    def flag(self, name: str) -> bool:
+        """Whether flag ``name`` (``--always``) was given."""
+        return self.options.get(name) is True
+
+
+def read(argv: Sequence[str]) -> Decision | None:
+    """``argv`` (without the program) as a decision, or None to leave it to click."""
+    options: dict[str, str | bool] = {}
+    rest = _options(argv, _TOP_VALUES, _TOP_FLAGS, options, stop_at_argument=True)
+    if rest is None or len(rest) < 2 or rest[0] != "runs" or rest[1] not in _VALUES:
+        return None
+    command = rest[1]
+    arguments = _options(rest[2:], _VALUES[command], _FLAGS[command], options)
+    if arguments is None or len(arguments) != 2:
+        return None
+    decision = Decision(command, arguments[0], arguments[1], options)
+    level = decision.value("--log-level")
+    if level is not None and level.lower() not in _LOG_LEVELS:
+        return None  # click names the choices
+    if decision.flag("--always") and decision.flag("--step-by-step"):
+        return None  # ``approval`` says they exclude each other
+    return decision
+
+
+def _options(
+    tokens: Sequence[str],
+    values: frozenset[str],
+    flags: frozenset[str],
+    into: dict[str, str | bool],
+    stop_at_argument: bool = False,
+) -> list[str] | None:
+    """Read ``tokens``' options into ``into``; the arguments left (from the first one on, if
+    ``stop_at_argument``), or None if a token is not read as click would read it."""
+    arguments: list[str] = []
+    at = 0
+    while at < len(tokens):
+        token = tokens[at]
+        at += 1
+        if not token.startswith("-"):
+            if stop_at_argument:
+                return [token, *tokens[at:]]
+            arguments.append(token)
+            continue
+        name, equals, value = token.partition("=")
+        if name in into:
+            return None
+        if name in flags and not equals:
+            into[name] = True
+        elif name in values and not equals and at < len(tokens):
+            into[name], at = tokens[at], at + 1
+        elif name in values and equals:
+            into[name] = value
+        else:
+            return None
+        if into[name] == "" or str(into[name]).startswith("-"):
+            return None
+    return arguments
+
+
+def answered(argv: Sequence[str]) -> bool:
+    """Decide here if ``argv`` is ``runs approve`` or ``deny`` as ``read`` reads it; False
+    leaves the command line to click."""
+    decision = read(argv)
+    if decision is None:
+        return False
+    verbose = decision.flag("-v") or decision.flag("--verbose")
+    configure_logs(decision.value("--log-level"), verbose, serving=False)
+    try:
+        one_line_errors(_decide_as_read)(decision)
+    except KeyboardInterrupt:  # before the run's own handlers, or after: as click ends
+        echo("Aborted!", err=True)
+        sys.exit(1)
+    except BrokenPipeError:  # the reader of stdout left (``| head``): as click ends
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)
+    return True
+
+
+def _decide_as_read(decision: Decision) -> None:
+    from bot.config.settings import load_settings
+    from bot.domain import DecisionKind
+
+    if decision.command == "deny":
+        kind, text = DecisionKind.DENY, decision.value("--reason") or ""
+    else:
+        kind, text = approval(decision.flag("--always"), decision.flag("--step-by-step")), ""
+    settings = load_settings(decision.value("--config"))
+    decide(decision.run_id, decision.request_id, kind, text, decision.value("--as"), settings)
+
+
+def approval(always: bool, step_by_step: bool) -> DecisionKind:
+    """The kind of an approval given with ``--always`` or ``--step-by-step`` (or neither)."""
+    from bot.domain import DecisionKind
+
+    if always and step_by_step:
+        raise Failure("--always and --step-by-step exclude each other")
+    if step_by_step:
+        return DecisionKind.STEP_BY_STEP
+    return DecisionKind.APPROVE_ALWAYS if always else DecisionKind.APPROVE
+
+
+def decide(
+    run_id: str,
+    request_id: str,
+    kind: DecisionKind,
+    text: str,
+    user: str | None,
+    settings: Settings | None = None,
+) -> None:
+    """Decide the request as ``user``, resume the run if it can go on, and say where it is now
+    and what it waits on next."""
+    from bot.chat.service import ChatService
+    from bot.people.policy import Actor
+    from bot.run.supervisor import Supervisor
+
+    async def work(rt: Runtime) -> str:
+        supervisor = Supervisor(rt)
+        chat = ChatService(supervisor)
+        suspend_on_signals(supervisor, received)
+        actor = Actor(terminal_user(user))
+        decided = await chat.decide(run_id, request_id, kind, user=actor, text=text)
+        if not decided.accepted:
+            raise Failure(decided.message)
+        if decided.resumed is not None:
+            await chat.wait(decided.resumed)
+        elif not await chat.ended(run_id):
+            obj = await run_object(rt, run_id)
+            return "\n".join([decided.message, *_next_requests(obj)])
+        obj = await run_object(rt, run_id)
+        said = f"{decided.message}; run {run_id} is now {obj['status']}" + (
+            f": {obj['text']}" if obj["text"] else ""
+        )
+        return "\n".join([said, *_next_requests(obj)])
+
+    received: list[int] = []
+    echo(with_runtime(work, settings))
+    exit_if_signalled(received)
+
+
+def _next_requests(obj: dict[str, Any]) -> list[str]:
+    """The requests a run waits on now, each with its id and the command that answers it."""
+    lines = []
+    for request in obj["requests"]:
+        args = json.dumps(request["arguments"], sort_keys=True)
+        text = "|".join(request["options"]) or "TEXT"
+        how = _ANSWER_WITH.get(request["kind"], "")
+        how = how.format(run=obj["run_id"], id=request["id"], text=text)
+        lines.append(f"  waiting: {request['kind']} {request['id']} {request['tool']} {args}")
+        lines.append(f"    {how}" if how else "")
+    return [line for line in lines if line]

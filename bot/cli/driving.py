@@ -1,0 +1,60 @@
+"""How a command that drives runs meets signals, and a run as the commands print it (no click:
+``kestrel runs approve`` decides without it, ``bot.cli.decisions``)."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from bot.cli import render
+
+if TYPE_CHECKING:
+    from bot.run.runtime import Runtime
+    from bot.run.supervisor import Supervisor
+    from bot.store import Store
+
+
+def on_stop_signals(handler: Callable[[int], object]) -> None:
+    """Call ``handler(signum)`` on SIGINT and SIGTERM instead of dying mid-write."""
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, handler, signum)
+
+
+def suspend_on_signals(supervisor: Supervisor, received: list[int]) -> None:
+    """On SIGINT or SIGTERM, stop the runs this command drives now (their tools killed): they
+    suspend and give their leases up; ``received`` collects the signal."""
+
+    def stop(signum: int) -> None:
+        received.append(signum)
+        supervisor.interrupt_all()
+
+    on_stop_signals(stop)
+
+
+def exit_if_signalled(received: list[int]) -> None:
+    """Exit 128+N when signal N stopped the command."""
+    # The run was suspended with its lease released; the shell's convention for the code.
+    if received:
+        sys.exit(128 + received[0])
+
+
+async def run_object(rt: Runtime, run_id: str) -> dict[str, Any]:
+    """The run as ``kestrel run --json`` prints it."""
+    from bot.journal.fold import fold
+
+    record = await rt.store.get_run(run_id)
+    state = fold(await rt.store.load(run_id), run_id)
+    return render.run_object(record, state, await closed_requests(rt.store, run_id))
+
+
+async def closed_requests(store: Store, run_id: str) -> list[render.StoredRequest]:
+    """The run's requests that were decided, expired or cancelled, oldest first."""
+    from bot.kinds import RequestStatus
+
+    found = await store.list_requests(run_id=run_id, status=None)
+    return [item for item in found if item[1] is not RequestStatus.OPEN]

@@ -1,0 +1,154 @@
+"""``runs approve`` and ``runs deny`` read without click: what the script reads itself, click
+reads the same way, and the command then does and says the same; anything else is click's."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+
+from bot.cli.commands import cli
+from bot.cli.decisions import Decision, read
+from tests.bot.cli.test_cli import CLI, kestrel, write_config
+
+# The command line as click reads it, without the script's own reading.
+CLICK_ONLY = "from bot.cli.commands import cli; cli(obj={}, prog_name='kestrel')"
+
+
+def click_reading(argv: list[str]) -> dict[str, Any]:
+    """The top-level and the command's parameters as click parses ``argv`` (nothing runs)."""
+    top = click.Context(cli, obj={})
+    rest = click.Command.parse_args(cli, top, list(argv))  # the group's options; what it leaves
+    _, runs, rest = cli.resolve_command(top, rest)
+    assert isinstance(runs, click.Group)
+    group = click.Context(runs, parent=top)
+    rest = click.Command.parse_args(runs, group, rest)
+    name, command, rest = runs.resolve_command(group, rest)
+    assert name is not None and command is not None
+    with command.make_context(name, rest, parent=group) as leaf:
+        return {"command": name, **top.params, **leaf.params}
+
+
+def as_click_would(decision: Decision) -> dict[str, Any]:
+    """The script's reading, in click's parameter names and defaults."""
+    reading: dict[str, Any] = {
+        "command": decision.command,
+        "config": decision.value("--config"),
+        "verbose": decision.flag("-v") or decision.flag("--verbose"),
+        "log_level": decision.value("--log-level"),
+        "run_id": decision.run_id,
+        "request_id": decision.request_id,
+        "user": decision.value("--as"),
+    }
+    if decision.command == "approve":
+        return reading | {
+            "always": decision.flag("--always"),
+            "step_by_step": decision.flag("--step-by-step"),
+        }
+    return reading | {"reason": decision.value("--reason") or ""}
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        "runs approve run_1 req_1",
+        "runs approve run_1 req_1 --as alice",
+        "runs approve --as alice run_1 req_1",
+        "runs approve run_1 --as=alice req_1 --always",
+        "runs approve run_1 req_1 --step-by-step",
+        "--config k.yaml -v runs approve run_1 req_1",
+        "--config=k.yaml --log-level INFO runs approve run_1 req_1 --as bob",
+        "--verbose --log-level=debug runs approve run_1 req_1",
+        "runs deny run_1 req_1",
+        "runs deny run_1 req_1 --reason 'not now' --as alice",
+        "runs deny --reason=later run_1 req_1",
+    ],
+)
+def test_what_the_script_reads_click_reads_the_same(argv: str) -> None:
+    words = _words(argv)
+    decision = read(words)
+    assert decision is not None, "a common form must not need click"
+    reading = click_reading(words)
+    if reading["log_level"] is not None:
+        reading["log_level"] = decision.value("--log-level")  # click lowers it, logs.chosen too
+    assert as_click_would(decision) == reading
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        "--help",
+        "runs approve --help",
+        "runs approve -h run_1 req_1",
+        "runs approve run_1",  # click: missing argument
+        "runs approve run_1 req_1 extra",  # click: unexpected extra argument
+        "runs approve run_1 req_1 --as",  # click: --as needs a value
+        "runs approve run_1 req_1 --as alice --as bob",  # click takes the last one
+        "runs approve run_1 req_1 --as -bob",  # click: a value that starts with a dash
+        "runs approve run_1 req_1 --as=",
+        "runs approve run_1 req_1 --always --step-by-step",  # they exclude each other
+        "runs approve run_1 req_1 --reason no",  # deny's option
+        "runs approve run_1 req_1 --always=yes",
+        "runs approve -- run_1 req_1",
+        "runs deny run_1 req_1 --always",
+        "runs answer run_1 req_1 yes",
+        "runs list",
+        "--log-level loud runs approve run_1 req_1",
+        "--config runs approve run_1 req_1",
+        "-vv runs approve run_1 req_1",
+        "runs --config k.yaml approve run_1 req_1",
+        "runs approve run_1 req_1 --config k.yaml",
+        "run approve run_1 req_1",
+        "",
+    ],
+)
+def test_anything_else_is_left_to_click(argv: str) -> None:
+    assert read(_words(argv)) is None
+
+
+def _words(argv: str) -> list[str]:
+    return [w.strip("'") for w in re.findall(r"'[^']*'|\S+", argv)]
+
+
+def _deferred(folder: Path) -> list[str]:
+    run = json.loads(
+        kestrel(folder, "run", "checkout is failing", "--defer", "--json", "--as", "U0REQ").stdout
+    )
+    return [run["run_id"], run["requests"][0]["id"]]
+
+
+@pytest.mark.parametrize(
+    "words",
+    [
+        ["approve", "--as", "U0BOSS"],
+        ["approve", "--as", "U0REQ"],  # not an approver: one line, exit 2
+        ["deny", "--reason", "not during the freeze", "--as", "U0BOSS"],
+        ["approve", "--always", "--as", "U0BOSS"],
+    ],
+)
+def test_the_command_does_and_says_what_click_s_does(tmp_path: Path, words: list[str]) -> None:
+    write_config(tmp_path, policy={"approvers": {"*": ["U0BOSS"]}})
+    results = []
+    for script in (CLI, CLICK_ONLY):
+        run_id, request_id = _deferred(tmp_path)
+        argv = ["runs", words[0], run_id, request_id, *words[1:]]
+        assert read(argv) is not None  # the script's own reading, under CLI
+        done = kestrel(tmp_path, *argv, script=script)
+        said = re.sub(r"\b(run|req)_[0-9a-f]{16}\b", r"\1_ID", done.stdout + done.stderr)
+        shown = json.loads(kestrel(tmp_path, "runs", "show", run_id, "--json").stdout)
+        results.append((done.returncode, said, shown["status"]))
+    assert results[0] == results[1]
+    assert "Traceback" not in results[0][1]
+
+
+def test_a_bad_configuration_is_one_line_either_way(tmp_path: Path) -> None:
+    (tmp_path / "kestrel.yaml").write_text("policy: [\n")
+    argv = ["runs", "approve", "run_1", "req_1", "--as", "U0BOSS"]
+    fast, slow = kestrel(tmp_path, *argv), kestrel(tmp_path, *argv, script=CLICK_ONLY)
+    assert (fast.returncode, fast.stderr) == (slow.returncode, slow.stderr)
+    assert fast.returncode == 2
+    assert len(fast.stderr.strip().splitlines()) == 1
