@@ -55,6 +55,11 @@ def from_plain(value: Any, kind: type[T]) -> T:
     return msgspec.convert(value, kind)
 
 
+def prepare(kind: Any) -> None:
+    """Inspect ``kind``'s types now (its decoder built), not on its first write or read."""
+    _decoder(kind)
+
+
 @cache
 def _decoder(kind: Any) -> msgspec.json.Decoder[Any]:
     return msgspec.json.Decoder(kind)
