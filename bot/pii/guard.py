@@ -7,7 +7,7 @@ spliced in directly (the engine rebuilds the whole text once per hit).
 
 from __future__ import annotations
 
-import secrets
+import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +37,9 @@ WITHHELD_MESSAGE = "[withheld by the PII guard: this text contained sensitive da
 
 # One salt for every guard of the process: equal values hash equally, across rebuilt guards
 # too, while the hashes cannot be matched against another process's or precomputed tables.
-_PROCESS_SALT = secrets.token_bytes(32)
+# The system's random source, as ``secrets.token_bytes`` reads it (``secrets`` imports
+# ``random`` and ``hmac``: a millisecond of every start).
+_PROCESS_SALT = os.urandom(32)
 _ERROR_LIMIT = 300
 
 
