@@ -6,7 +6,6 @@ approve`` and ``deny`` decide without it (``bot.cli.decisions``)."""
 from __future__ import annotations
 
 import functools
-import gc
 import sys
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
@@ -196,10 +195,7 @@ def with_runtime(work: Callable[[Runtime], Awaitable[R]], settings: Settings | N
             settle_after_start_up()
             return await work(rt)
 
-    try:
-        return asyncio.run(main())
-    finally:
-        gc.unfreeze()  # an in-process caller (a test) gets its heap collectable again
+    return asyncio.run(main())
 
 
 def with_reader(work: Callable[[Store], Awaitable[R]]) -> R:
@@ -215,7 +211,4 @@ def with_reader(work: Callable[[Store], Awaitable[R]]) -> R:
             settle_after_start_up()
             return await work(store)
 
-    try:
-        return asyncio.run(main())
-    finally:
-        gc.unfreeze()
+    return asyncio.run(main())

@@ -38,3 +38,15 @@ def test_no_pass_during_start_up_and_passes_again_after_it() -> None:
     assert found["held"] is False
     assert found["after"] is True
     assert found["frozen"] > 1000
+
+
+_NOT_HELD = """
+import gc, json
+from bot.collector import settle_after_start_up
+settle_after_start_up()
+print(json.dumps({"enabled": gc.isenabled(), "frozen": gc.get_freeze_count()}))
+"""
+
+
+def test_a_process_that_held_nothing_keeps_its_collector_as_it_is() -> None:
+    assert fresh_json(_NOT_HELD) == {"enabled": True, "frozen": 0}
