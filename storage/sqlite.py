@@ -292,6 +292,8 @@ class SqliteStore(SqlStore):
 
     async def _apply_migrations(self, writer: SqliteWriter) -> int:
         """Apply the missing migrations, one transaction each; refuse a newer schema."""
+        if self._schema_is_current(writer):
+            return SCHEMA_VERSION
         version = await self._schema_version(writer)
         if version < SCHEMA_VERSION:
             with self._errors("migrate"):
@@ -313,6 +315,16 @@ class SqliteStore(SqlStore):
             pass  # another process applied this version first; the caller re-reads the version
         except sqlite3.Error as exc:
             raise self._failure(f"migration {version}", exc) from exc
+
+    def _schema_is_current(self, writer: SqliteWriter) -> bool:
+        """Whether the schema is this Kestrel's, read without the write lock: a version is only
+        ever committed whole, so a current one needs no wait for a migration under way (any
+        other answer, or a busy database, is checked again under the lock)."""
+        with self._errors("migrate"):
+            if not writer.try_read(VERSION_TABLE_EXISTS, ()):
+                return False
+            rows = writer.try_read(APPLIED_VERSION, ()) or [(None,)]
+        return type(rows[0][0]) is int and rows[0][0] == SCHEMA_VERSION
 
     async def _schema_version(self, writer: SqliteWriter) -> int:
         try:

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from bot.errors import UnknownRun
-from storage.sqlite import open_sqlite
+from storage.sqlite import SqliteStore, open_sqlite
+from storage.sqlite_schema import SCHEMA_VERSION
 
 
 def _setting(conn: sqlite3.Connection, name: str) -> object:
@@ -55,3 +56,20 @@ async def test_a_point_read_goes_to_the_reader_while_the_writer_is_in_use(tmp_pa
         await store.close()
     assert version == store.current_schema
     assert opened
+
+
+async def test_a_current_schema_opens_while_another_process_holds_the_write_lock(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "k.db"
+    await (await open_sqlite(path)).close()  # migrated
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # a replica in the middle of a commit
+    try:
+        store = SqliteStore(path, busy_timeout=0.1)
+        version = await store.migrate()  # the version read needs no lock: no wait, no error
+        await store.close()
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert version == SCHEMA_VERSION
