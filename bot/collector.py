@@ -9,12 +9,18 @@ from typing import Final
 # the batch's gate) outlive several hundred of the other runs': at 700 they are walked,
 # promoted and walked again before they die; at 10,000 most are freed before any pass.
 YOUNG_THRESHOLD: Final = 10_000
+# Whether this process held its start-up (the ``kestrel`` script does), and has not settled yet.
+_held = False
 
 
 def hold_during_start_up() -> None:
     """No pass until ``settle_after_start_up``: start-up builds what lives as long as the
     process (modules, classes, settings, the catalog), none of it garbage, and the passes over
-    it took a tenth of ``kestrel runs approve`` (bench.cold)."""
+    it took a tenth of ``kestrel runs approve`` (bench.cold). A command that builds no runtime
+    and opens no store (``--help``, ``runs list``'s fast way, ``tools check``) is short, and
+    keeps the collector held to its end."""
+    global _held
+    _held = True
     gc.disable()
 
 
@@ -22,9 +28,11 @@ def settle_after_start_up() -> None:
     """If start-up was held: keep what it built out of every later pass (to the process's end:
     unfrozen, the interpreter's exit walked it all again, 15 ms of ``runs approve``), and let
     the passes run again. A process that held nothing (a test calling a command) is left as
-    it is."""
-    if gc.isenabled():
+    it is, its collector on or off."""
+    global _held
+    if not _held:
         return
+    _held = False
     gc.freeze()
     gc.enable()
 

@@ -47,7 +47,16 @@ def exit_status(run_status: str) -> int:
 def echo(text: str, *, err: bool = False) -> None:
     """Print for a terminal: model and tool text never reaches it with control sequences."""
     stream = sys.stderr if err else sys.stdout
-    stream.write(printable(text) + "\n")
+    if stream is None:  # closed before the command started: nowhere to say it, as click.echo
+        return
+    line = printable(text)
+    try:
+        stream.write(line + "\n")
+    except UnicodeEncodeError:  # a stream that cannot say it (ASCII): click.echo writes UTF-8
+        import click
+
+        click.echo(line, err=err)
+        return
     stream.flush()
 
 

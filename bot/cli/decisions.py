@@ -33,6 +33,8 @@ if TYPE_CHECKING:
     from bot.domain import DecisionKind
     from bot.run.runtime import Runtime
 
+# Set by a shell asking click to complete a command line.
+_COMPLETION: Final = "_KESTREL_COMPLETE"
 # Before the command: the top-level options that take a value, and its flags.
 _TOP_VALUES: Final = frozenset({"--config", "--log-level"})
 _TOP_FLAGS: Final = frozenset({"-v", "--verbose"})
@@ -124,15 +126,18 @@ def _options(
 
 def answered(argv: Sequence[str]) -> bool:
     """Decide here if ``argv`` is ``runs approve`` or ``deny`` as ``read`` reads it; False
-    leaves the command line to click."""
-    decision = read(argv)
-    if decision is None:
+    leaves the command line to click (and so does a shell asking click for completions)."""
+    if _COMPLETION in os.environ:
         return False
-    verbose = decision.flag("-v") or decision.flag("--verbose")
-    configure_logs(decision.value("--log-level"), verbose, serving=False)
     try:
+        decision = read(argv)
+        if decision is None:
+            return False
+        verbose = decision.flag("-v") or decision.flag("--verbose")
+        configure_logs(decision.value("--log-level"), verbose, serving=False)
         one_line_errors(_decide_as_read)(decision)
     except KeyboardInterrupt:  # before the run's own handlers, or after: as click ends
+        echo("", err=True)  # the line the terminal's ^C began
         echo("Aborted!", err=True)
         sys.exit(1)
     except BrokenPipeError:  # the reader of stdout left (``| head``): as click ends

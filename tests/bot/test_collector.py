@@ -50,3 +50,16 @@ print(json.dumps({"enabled": gc.isenabled(), "frozen": gc.get_freeze_count()}))
 
 def test_a_process_that_held_nothing_keeps_its_collector_as_it_is() -> None:
     assert fresh_json(_NOT_HELD) == {"enabled": True, "frozen": 0}
+
+
+_OFF_BY_ITSELF = """
+import gc, json
+from bot.collector import settle_after_start_up
+gc.disable()  # the host's own choice, not Kestrel's hold
+settle_after_start_up()
+print(json.dumps({"enabled": gc.isenabled(), "frozen": gc.get_freeze_count()}))
+"""
+
+
+def test_a_collector_turned_off_by_its_host_stays_off() -> None:
+    assert fresh_json(_OFF_BY_ITSELF) == {"enabled": False, "frozen": 0}

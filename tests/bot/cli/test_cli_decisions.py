@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -152,3 +154,34 @@ def test_a_bad_configuration_is_one_line_either_way(tmp_path: Path) -> None:
     assert (fast.returncode, fast.stderr) == (slow.returncode, slow.stderr)
     assert fast.returncode == 2
     assert len(fast.stderr.strip().splitlines()) == 1
+
+
+def test_a_closed_stdout_or_an_ascii_one_still_decides_without_a_traceback(
+    tmp_path: Path,
+) -> None:
+    write_config(tmp_path, policy={"approvers": {"*": ["U0BOSS"]}})
+    run_id, request_id = _deferred(tmp_path)
+    deny = ["runs", "deny", run_id, request_id, "--as", "U0BOSS"]
+    closed = subprocess.run(
+        ["sh", "-c", 'exec "$@" >&-', "sh", sys.executable, "-c", CLI, *deny],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert (closed.returncode, closed.stderr) == (0, "")
+    run_id, request_id = _deferred(tmp_path)
+    argv = ["runs", "deny", run_id, request_id, "--as", "U0BOSS", "--reason", "pas maintenant, Zoë"]
+    ascii_out = kestrel(tmp_path, *argv, env={"PYTHONIOENCODING": "ascii"})
+    assert ascii_out.returncode == 0, ascii_out.stderr
+    assert "Zoë" in ascii_out.stdout  # said in UTF-8, as click says it to such a stream
+
+
+def test_a_shell_asking_for_completions_gets_click(tmp_path: Path) -> None:
+    write_config(tmp_path, policy={"approvers": {"*": ["U0BOSS"]}})
+    run_id, request_id = _deferred(tmp_path)
+    argv = ["runs", "approve", run_id, request_id, "--as", "U0BOSS"]
+    asked = kestrel(tmp_path, *argv, env={"_KESTREL_COMPLETE": "bash_source"})
+    assert "complete" in asked.stdout  # click's completion script, nothing decided
+    shown = json.loads(kestrel(tmp_path, "runs", "show", run_id, "--json").stdout)
+    assert shown["status"] == "suspended"
