@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
@@ -58,7 +58,7 @@ class Decision:
     command: str
     run_id: str
     request_id: str
-    options: dict[str, str | bool]
+    options: Mapping[str, str | bool]
 
     def value(self, name: str) -> str | None:
         """The value of option ``name`` (``--as``), None if it was not given."""
@@ -110,17 +110,19 @@ def _options(
             continue
         name, equals, value = token.partition("=")
         if name in into:
-            return None
+            return None  # given twice: click takes the last one
         if name in flags and not equals:
             into[name] = True
-        elif name in values and not equals and at < len(tokens):
-            into[name], at = tokens[at], at + 1
-        elif name in values and equals:
-            into[name] = value
-        else:
+            continue
+        if name not in values:
             return None
-        if into[name] == "" or str(into[name]).startswith("-"):
-            return None
+        if not equals:
+            if at == len(tokens):
+                return None
+            value, at = tokens[at], at + 1
+        if not value or value.startswith("-"):
+            return None  # click may read it otherwise: let it say what it reads
+        into[name] = value
     return arguments
 
 
