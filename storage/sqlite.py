@@ -320,11 +320,11 @@ class SqliteStore(SqlStore):
         """Whether the schema is this Kestrel's, read without the write lock: a version is only
         ever committed whole, so a current one needs no wait for a migration under way (any
         other answer, or a busy database, is checked again under the lock)."""
-        with self._errors("migrate"):
-            if not writer.try_read(VERSION_TABLE_EXISTS, ()):
-                return False
-            rows = writer.try_read(APPLIED_VERSION, ()) or [(None,)]
-        return type(rows[0][0]) is int and rows[0][0] == SCHEMA_VERSION
+        try:
+            with self._errors("migrate"):
+                return writer.try_reading(applied_version) == SCHEMA_VERSION
+        except Unreadable:
+            return False  # said under the lock, as every version read is
 
     async def _schema_version(self, writer: SqliteWriter) -> int:
         try:

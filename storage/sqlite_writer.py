@@ -151,12 +151,17 @@ class SqliteWriter:
         """The rows of one query, inline on this connection while it is idle; None while a
         transaction holds it (here or on the thread) or SQLite is busy: the caller reads on
         its reader then."""
+        return self.try_reading(lambda conn: conn.execute(sql, params).fetchall())
+
+    def try_reading(self, body: Callable[[sqlite3.Connection], _T]) -> _T | None:
+        """``body``'s reads (autocommit, no write lock) inline while this connection is idle;
+        None while a transaction holds it or SQLite is busy."""
         if not self._lock.acquire(blocking=False):
             return None
         try:
             if self._conn.in_transaction:
                 return None
-            return self._conn.execute(sql, params).fetchall()
+            return body(self._conn)
         except sqlite3.OperationalError as exc:
             if busy(exc):
                 return None
