@@ -139,7 +139,9 @@ def test_run_stops_the_command_and_suspends(folder: Path, signum: signal.Signals
     processes = [e.process for e in entries if isinstance(e, ToolProcess)]
     assert len(processes) == 1, [e.kind for e in entries]
     (process,) = processes
-    assert orphans.members(process) == []  # the whole group went with it
+    # The whole group went with it: killed before the command exited; what the kernel still
+    # tears down (a process's memory, a PID namespace) is waited for, not raced.
+    wait_until(lambda: orphans.members(process) == [], "the whole group's end")
     time.sleep(0.3)
     assert effects(folder) == ["start"]
 
@@ -260,4 +262,4 @@ def test_approve_stops_the_run_it_carries_on_and_suspends(folder: Path) -> None:
     assert approve.returncode == 143, err
     entries = assert_suspended_and_released(folder)
     (process,) = [e.process for e in entries if isinstance(e, ToolProcess)]
-    assert orphans.members(process) == []
+    wait_until(lambda: orphans.members(process) == [], "the whole group's end")
