@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -12,7 +14,7 @@ from typing import Any
 import pytest
 
 from bot.tools.base import ToolContext
-from bot.tools.command import CommandTool
+from bot.tools.command import CommandTool, placeholder
 from tests.fakes.processes import grandchild_tool, wait_dead
 
 PY = sys.executable
@@ -215,3 +217,68 @@ async def test_non_executable_program_cannot_start(tmp_path: Path) -> None:
     result = await CommandTool("noexec", "noexec", [str(script)]).call({}, CTX)
     assert result.is_error
     assert "cannot start" in result.output
+
+
+PLACEHOLDER_FORMS = [
+    "{a}",
+    "{_}",
+    "{unit}",
+    "{A_9-x}",
+    "{a-}",
+    "{-a}",
+    "{9a}",
+    "{}",
+    "{a b}",
+    "{é}",
+    "{a.b}",
+    "x{a}",
+    "{a}x",
+    "{{a}}",
+    "{a",
+    "a}",
+    "{",
+    "}",
+    "",
+    "{a}\n",
+    "{ab\u0661}",
+    "{\u212a}",
+]
+
+
+@pytest.mark.parametrize("element", PLACEHOLDER_FORMS)
+def test_a_placeholder_is_read_as_the_documented_pattern_reads_it(element: str) -> None:
+    documented = re.fullmatch(r"\{([A-Za-z_][A-Za-z0-9_-]*)\}", element)
+    assert placeholder(element) == (documented.group(1) if documented else None)
+
+
+def left_behind(path: str) -> bool:
+    return os.path.lexists(path)
+
+
+HOME_SCRIPT = "import os, pathlib; h = os.environ['HOME']; {write}print(h, oct(os.stat(h).st_mode))"
+
+
+@pytest.mark.parametrize("writes", [False, True])
+async def test_each_call_has_a_private_home_that_is_removed_after_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, writes: bool
+) -> None:
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    write = "os.mkdir(h + '/cache'); pathlib.Path(h, 'cache', 'x').write_text('1'); "
+    tool = CommandTool(
+        "home", "home", [PY, "-c", HOME_SCRIPT.format(write=write if writes else "")]
+    )
+    home, mode = (await tool.call({}, CTX)).output.split()[:2]
+    assert Path(home).parent == tmp_path and Path(home).name.startswith("kestrel-home-")
+    assert mode == "0o40700"
+    assert not left_behind(home)
+
+
+async def test_a_home_is_made_where_the_temporary_folder_is_not_usable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "missing"))
+    tool = CommandTool("home", "home", [PY, "-c", HOME_SCRIPT.format(write="")])
+    result = await tool.call({}, CTX)
+    home = result.output.split()[0]
+    assert not result.is_error and Path(home).name.startswith("kestrel-home-")
+    assert not left_behind(home)
