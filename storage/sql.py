@@ -12,10 +12,11 @@ the same way, and both take the current time from the store's clock, never from 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final
+
+from bot.patterns import on_use
 
 RUN_COLUMNS: Final = (
     "id, session_id, prompt, requested_by, status, stop_reason, owner, epoch,"
@@ -25,9 +26,8 @@ RUN_COLUMNS: Final = (
 # One statement of a transaction, in this module's notation, and its parameters.
 Step = tuple[str, Sequence[Any]]
 
-_PARAMETER: Final = re.compile(r"\$(\d+)")
-_CAST: Final = re.compile(r"::[a-z]+")
-_JSON_PATH: Final = re.compile(r"\{json:([a-z_]+):([a-z_.]+)\}")
+_CAST: Final = on_use(r"::[a-z]+")
+_JSON_PATH: Final = on_use(r"\{json:([a-z_]+):([a-z_.]+)\}")
 
 
 def _path_text(column: str, path: Sequence[str]) -> str:
@@ -83,13 +83,14 @@ class Dialect:
         return rendered
 
     def _render(self, statement: str) -> str:
-        # Statements never hold ``$`` or ``::`` in a literal: only parameters and casts match.
-        text = statement.replace("{insertion}", self.insertion)
-        text = _JSON_PATH.sub(lambda m: self.json_text(m[1], m[2].split(".")), text)
-        if not self.casts:
+        # Statements never hold ``$`` or ``::`` in a literal: only parameters (``$1``) and casts
+        # do. The regexes compile only for a statement that needs them.
+        # The markers first: SQLite's JSON paths bring a ``$`` of their own (``'$.key'``).
+        text = statement.replace("$", self.marker).replace("{insertion}", self.insertion)
+        if "{json:" in text:
+            text = _JSON_PATH.sub(lambda m: self.json_text(m[1], m[2].split(".")), text)
+        if not self.casts and "::" in text:
             text = _CAST.sub("", text)
-        if self.marker != "$":
-            text = _PARAMETER.sub(lambda match: self.marker + match[1], text)
         return text
 
 

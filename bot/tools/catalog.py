@@ -25,7 +25,6 @@ checks the entries but compiles no JSON Schema and no pattern, so jsonschema and
 even imported. Whatever runs the tools loads the catalogs whole (``load_catalogs``).
 """
 
-import glob
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -497,13 +496,23 @@ def load_catalog(path: Path | str, isolation: Isolation | None = None) -> list[C
     return parsed.tools(isolation)
 
 
+def _matching(pattern: str, base_dir: Path) -> list[Path]:
+    """The paths a pattern names: a plain name itself (``glob``, which compiles its regexes on
+    import, is left for the patterns that need it), a glob's matches in order."""
+    if not any(magic in pattern for magic in "*?["):
+        return [Path(base_dir, pattern)]
+    import glob
+
+    full = os.path.join(glob.escape(str(base_dir)), pattern)
+    return [Path(m) for m in sorted(glob.glob(full, recursive=True))]
+
+
 def _expand(patterns: Sequence[str], base_dir: Path, problems: list[str]) -> list[Path]:
     """Files matched by the patterns (relative to ``base_dir``), in order, each once."""
     files: list[Path] = []
     seen: set[Path] = set()
     for pattern in patterns:
-        full = os.path.join(glob.escape(str(base_dir)), pattern)
-        matches = [Path(m) for m in sorted(glob.glob(full, recursive=True)) if Path(m).is_file()]
+        matches = [path for path in _matching(pattern, base_dir) if path.is_file()]
         if not matches:
             problems.append(f"{pattern}: catalog pattern matches no file (in {base_dir})")
         for match in matches:
