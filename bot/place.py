@@ -7,11 +7,10 @@ command or reply acts on a run only from the run's own place.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 
-@dataclass(frozen=True)
-class Place:
+class Place(msgspec.Struct, frozen=True):
     """A platform, a workspace on it (Slack team, Discord guild), a channel, a thread."""
 
     platform: str

@@ -15,8 +15,9 @@ import json
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
+
+import msgspec
 
 from bot.cli.common import (
     Failure,
@@ -51,8 +52,7 @@ _ANSWER_WITH: Final = {
 }
 
 
-@dataclass(frozen=True)
-class Decision:
+class Decision(msgspec.Struct, frozen=True):
     """``runs approve`` or ``runs deny`` as read from the command line."""
 
     command: str

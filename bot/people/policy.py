@@ -7,7 +7,6 @@ for who may do what, only this policy and the store are.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 import msgspec
@@ -84,17 +83,16 @@ class Directory(Protocol):
         ...
 
 
-@dataclass(frozen=True)
-class Actor:
+class Actor(msgspec.Struct, frozen=True):
     """Someone acting: their user id, the groups already known to hold them, the place they
     act from (None: the terminal that runs Kestrel), whether they come from outside the
     workspace (a shared channel's guest), and where to ask about the rest."""
 
     user: str
-    groups: frozenset[str] = field(default_factory=frozenset)
+    groups: frozenset[str] = frozenset()
     place: Place | None = None
     external: bool = False
-    directory: Directory | None = field(default=None, compare=False, repr=False)
+    directory: Directory | None = None
 
     def matches(self, principals: list[str], run: Place | None = None) -> bool:
         """Whether a principal names this actor without asking the platform: ``*``, their user

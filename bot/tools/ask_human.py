@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from bot.domain import DecisionKind, RequestKind
 from bot.options import match_option
@@ -14,8 +15,7 @@ _FLAGS = ToolFlags(traits=ToolTraits(operator_paced=True, idempotent=True, needs
 _QUESTION = {"type": "string", "description": "The question, in one or two sentences."}
 
 
-@dataclass(frozen=True)
-class AskHumanTool:
+class AskHumanTool(msgspec.Struct, frozen=True):
     """Asks the people in the conversation; operator-paced, so no tool timeout cancels it."""
 
     name: str
