@@ -199,7 +199,9 @@ def _separated(src: ScanText, pattern: re.Pattern[bytes], sep: str) -> Iterator[
     rejected = _WORD | {"+", "."} | ({sep} - {" "})
     # Dotted runs are versions, addresses and OIDs: no card is looked for inside them.
     inside = _cards_inside if sep != "." else None
-    for match in finditer_with(pattern, shape, f"{sep}0".encode()):
+    # Every match starts after a digit, its separator and a digit (the family's lookbehind):
+    # "exit status 0" compiles no family.
+    for match in finditer_with(pattern, shape, f"0{sep}0".encode()):
         at, end = match.span()
         odd = match.lastindex is not None  # only the odd-grouping branch has a group
         # The leading digit group, read backwards in the shape: one C call, not a loop.

@@ -5,6 +5,8 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
+import subprocess
+import sys
 import time
 
 import pytest
@@ -569,3 +571,15 @@ def test_anchored_scan_finds_what_finditer_finds(pattern: re.Pattern[str], ancho
     )
     expected = [match.span() for match in pattern.finditer(text)]
     assert [match.span() for match in _anchored(pattern, text, anchor)] == expected
+
+
+def test_a_lone_digit_after_a_word_compiles_no_number_family() -> None:
+    """A command's "[exit status 0]" holds a separator and a digit but no number: the families
+    (each some 0.6 ms to compile) stay uncompiled in a fresh process."""
+    code = (
+        "from bot.pii import numbers; from bot.pii.guard import PiiGuard, PiiSettings;"
+        "PiiGuard(PiiSettings()).scan_output('restarted checkout\\n[exit status 0] at v 2. 3');"
+        "print([f._compiled is None for f in (numbers._DASH, numbers._DOT, numbers._SPACE)])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[True, True, True]"
