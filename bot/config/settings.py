@@ -266,10 +266,9 @@ class Settings(Section):
 
 
 def demo_file(name: str) -> Path:
-    """A file shipped with the package for the offline demo."""
-    from importlib import resources  # only without a configured catalog or script
-
-    return Path(str(resources.files("bot") / "demo" / name))
+    """A file shipped with the package for the offline demo (beside the package's modules:
+    ``importlib.resources`` would bring ``tempfile`` and its imports to every demo command)."""
+    return Path(__file__).resolve().parent.parent / "demo" / name
 
 
 def load_settings(explicit: str | None = None) -> Settings:
