@@ -94,6 +94,23 @@ class Actor(msgspec.Struct, frozen=True):
     external: bool = False
     directory: Directory | None = None
 
+    # Who acts, not where to ask about them: the directory is no part of an actor's equality,
+    # hash or repr (a dataclass's compare=False and repr=False before).
+    def _identity(self) -> tuple[str, frozenset[str], Place | None, bool]:
+        return (self.user, self.groups, self.place, self.external)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Actor):
+            return NotImplemented
+        return self._identity() == other._identity()
+
+    def __hash__(self) -> int:
+        return hash(self._identity())
+
+    def __repr__(self) -> str:
+        user, groups, place, external = self._identity()
+        return f"Actor(user={user!r}, groups={groups!r}, place={place!r}, external={external!r})"
+
     def matches(self, principals: list[str], run: Place | None = None) -> bool:
         """Whether a principal names this actor without asking the platform: ``*``, their user
         id, a group or role already known to hold them, or ``channel:ID`` when the run at hand

@@ -114,3 +114,15 @@ async def test_reads_show_a_run_to_its_channel_and_to_oncall_only() -> None:
     assert not await policy.may_see(reader("U0MEMBER", Place("slack", "T0OTHER", "C1")), run)
     assert await policy.may_see(Actor("anyone"), run)  # the terminal that runs Kestrel
     assert await policy.may_see(reader("U0STRANGER", Place("slack", "T0001", "C0PRIV")), run)
+
+
+def test_an_actor_is_who_acts_whatever_directory_answers_for_them() -> None:
+    place = Place("slack", "T0001", "C0OPS", "t1")
+    first = Actor("U0ALICE", frozenset({"S0SRE"}), place, directory=Directory())
+    second = Actor("U0ALICE", frozenset({"S0SRE"}), place, directory=Directory(groups={"g": set()}))
+    assert first == second and hash(first) == hash(second)
+    assert first != Actor("U0ALICE", frozenset({"S0SRE"}), place, external=True)
+    assert "directory" not in repr(first) and "Directory" not in repr(first)
+    assert repr(Actor("U0BOB")) == (
+        "Actor(user='U0BOB', groups=frozenset(), place=None, external=False)"
+    )
