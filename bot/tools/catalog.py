@@ -497,10 +497,13 @@ def load_catalog(path: Path | str, isolation: Isolation | None = None) -> list[C
 
 
 def _matching(pattern: str, base_dir: Path) -> list[Path]:
-    """The paths a pattern names: a plain name itself (``glob``, which compiles its regexes on
-    import, is left for the patterns that need it), a glob's matches in order."""
+    """The paths a pattern names: a plain name itself if something is there, as glob says
+    (``glob``, which compiles its regexes on import, is left for the patterns that need it;
+    ``lexists`` on the joined text, not on a ``Path``, so that ``file.yaml/`` names nothing),
+    else a glob's matches in order."""
     if not any(magic in pattern for magic in "*?["):
-        return [Path(base_dir, pattern)]
+        plain = os.path.join(base_dir, pattern)
+        return [Path(plain)] if os.path.lexists(plain) else []
     import glob
 
     full = os.path.join(glob.escape(str(base_dir)), pattern)

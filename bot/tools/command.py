@@ -273,7 +273,8 @@ def _scratch_home() -> str:
     """A new private folder for one call's ``HOME``. ``tempfile`` is imported only where the
     temporary folder cannot take it: with ``shutil`` and the compression modules it brings, it
     cost every ``kestrel runs approve`` some 5 ms."""
-    under = os.path.abspath(os.environ.get("TMPDIR") or "/tmp")
+    named = (os.environ.get(name) for name in ("TMPDIR", "TEMP", "TMP"))  # as tempfile reads
+    under = os.path.abspath(next((path for path in named if path), "/tmp"))
     folder = os.path.join(under, f"kestrel-home-{os.urandom(8).hex()}")
     try:
         os.mkdir(folder, 0o700)

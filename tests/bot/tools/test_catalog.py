@@ -502,3 +502,12 @@ def test_a_catalog_read_back_is_checked_with_its_own_place_and_set(tmp_path: Pat
             f"{clashing}/a.yaml:3: tool 'check': trusted_from.x names unknown tool 'other'",
         ]
     assert list(cache.glob("kestrel/kept/*/catalogs/*"))  # read back the second time
+
+
+@pytest.mark.parametrize("pattern", ["a.yaml/", "a.yaml/.", "missing.yaml", "tools", "tools/"])
+def test_a_plain_pattern_names_a_file_only_as_glob_reads_it(tmp_path: Path, pattern: str) -> None:
+    write(tmp_path, "a.yaml", GOOD)
+    (tmp_path / "tools").mkdir()
+    with pytest.raises(CatalogError) as caught:
+        load_catalogs([pattern], tmp_path)
+    assert caught.value.problems == [f"{pattern}: catalog pattern matches no file (in {tmp_path})"]

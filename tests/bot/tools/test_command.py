@@ -282,3 +282,15 @@ async def test_a_home_is_made_where_the_temporary_folder_is_not_usable(
     home = result.output.split()[0]
     assert not result.is_error and Path(home).name.startswith("kestrel-home-")
     assert not left_behind(home)
+
+
+@pytest.mark.parametrize("variable", ["TEMP", "TMP"])
+async def test_a_home_is_made_where_temp_or_tmp_says_without_tmpdir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, variable: str
+) -> None:
+    for name in ("TMPDIR", "TEMP", "TMP"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(variable, str(tmp_path))
+    tool = CommandTool("home", "home", [PY, "-c", HOME_SCRIPT.format(write="")])
+    home = (await tool.call({}, CTX)).output.split()[0]
+    assert Path(home).parent == tmp_path
