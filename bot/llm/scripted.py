@@ -31,7 +31,6 @@ from bot.llm.base import (
 
 PROVIDER = "scripted"
 EXHAUSTED = "(the script has no more replies)"
-DEMO_SCRIPT = Path(__file__).resolve().parent.parent / "demo" / "demo.yaml"
 _PREVIEW = 200
 
 

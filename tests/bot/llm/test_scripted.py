@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from bot.config.settings import demo_file
 from bot.domain import AssistantTurn
 from bot.llm.base import (
     AssistantMessage,
@@ -19,7 +20,6 @@ from bot.llm.base import (
     UserMessage,
 )
 from bot.llm.scripted import (
-    DEMO_SCRIPT,
     EXHAUSTED,
     Choice,
     Reply,
@@ -43,6 +43,8 @@ REPLIES: list[dict[str, Any]] = [
     },
     {"text": "All good.", "usage": {"input_tokens": 10, "output_tokens": 3}},
 ]
+
+DEMO_SCRIPT = demo_file("demo.yaml")
 
 
 def _answer(messages: list[Message], turn: AssistantTurn, output: str) -> list[Message]:
