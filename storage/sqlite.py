@@ -2,9 +2,9 @@
 
 Reads run inline on the reader connection (``SqliteReader``; aiosqlite's thread only while the
 database is busy), opened on the first read that needs it: a point read (a run, a request) runs
-on the writer connection while that is idle. Every write joins a ``GroupCommit``: one
-transaction per pass of the event loop, through ``SqliteWriter``, which commits inline while
-SQLite's write lock is free.
+on the writer connection while that is idle, and so does a journal until the reader is open.
+Every write joins a ``GroupCommit``: one transaction per pass of the event loop, through
+``SqliteWriter``, which commits inline while SQLite's write lock is free.
 A store opened ``read_only`` has no writer at all: it neither migrates nor needs write access.
 """
 
@@ -75,11 +75,15 @@ _WORK_POLL: Final = 0.2
 # Reads of a row or two by key, which the idle writer answers inline: it holds those pages (it
 # wrote them), and a fresh process that suspends a run reads nothing else, so it opens no
 # second connection (its schema parsed again: 0.9 M instructions of a 10 M first suspend).
-# Journals and listings stay on the reader, whose cache is SQLite's default, four times the
-# writer's.
+# Listings stay on the reader, whose cache is SQLite's default, four times the writer's.
 _POINT_READS: Final = frozenset(
     {"read", "get_run", "get_request", "get_session", "current_epoch", "get_message", "put_message"}
 )
+# A run's journal rides the idle writer too until the reader is open: a process that resumes
+# one run and exits (``kestrel runs approve``, a fresh resume) reads one journal and no listing,
+# and opening the reader for it cost 1.2 M instructions of a 8.8 M resume. Once a listing
+# opened the reader, journals are read there, in its larger cache.
+_JOURNAL_READS: Final = frozenset({"load"})
 
 
 class SqliteStore(SqlStore):
@@ -343,15 +347,21 @@ class SqliteStore(SqlStore):
             await rconn.close()
 
     async def _read(self, action: str, statement: str, params: Params) -> list[Row]:
-        """One query: a point read inline on the idle writer, else on the reader connection;
-        a failure names its action."""
+        """One query: inline on the idle writer when it ``_rides_writer``, else on the reader
+        connection; a failure names its action."""
         text = SQLITE.sql(statement)
         with self._errors(action):
-            if action in _POINT_READS and self._wconn is not None and not self._closed:
+            if self._wconn is not None and self._rides_writer(action):
                 rows = self._wconn.try_read(text, params)
                 if rows is not None:
                     return rows
             return await self._reader().fetchall(text, params)
+
+    def _rides_writer(self, action: str) -> bool:
+        """Whether a read of kind ``action`` may run on the writer while it is idle."""
+        if self._closed:
+            return False
+        return action in _POINT_READS or (action in _JOURNAL_READS and self._rconn is None)
 
     async def _write(
         self, action: str, statement: str, params: Params, refused: Refusal | None = None

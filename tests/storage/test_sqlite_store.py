@@ -28,21 +28,37 @@ async def test_the_writer_keeps_a_small_page_cache_and_durable_commits(tmp_path:
     assert reader_cache == -2000  # SQLite's default: reads of whole journals stay cached
 
 
-async def test_point_reads_ride_the_idle_writer_and_a_journal_read_opens_the_reader(
+async def test_point_and_journal_reads_ride_the_idle_writer_and_a_listing_opens_the_reader(
     tmp_path: Path,
 ) -> None:
     store = await open_sqlite(tmp_path / "k.db")
     try:
         version = await store.schema_version()
-        opened_by_a_point_read = store._rconn is not None
         with pytest.raises(UnknownRun):
             await store.load("run_missing")
-        opened_by_a_journal_read = store._rconn is not None
+        opened_before_a_listing = store._rconn is not None
+        await store.list_runs()
+        opened_by_a_listing = store._rconn is not None
     finally:
         await store.close()
     assert version == store.current_schema
-    assert not opened_by_a_point_read
-    assert opened_by_a_journal_read
+    assert not opened_before_a_listing  # a fresh resume opens one connection
+    assert opened_by_a_listing
+
+
+async def test_once_the_reader_is_open_journals_are_read_there(tmp_path: Path) -> None:
+    store = await open_sqlite(tmp_path / "k.db")
+    seen: dict[str, list[str]] = {"writer": [], "reader": []}
+    try:
+        await store.list_runs()
+        store._writer()._conn.set_trace_callback(seen["writer"].append)
+        store._reader()._conn.set_trace_callback(seen["reader"].append)
+        with pytest.raises(UnknownRun):
+            await store.load("run_missing")
+    finally:
+        await store.close()
+    assert any("FROM journal" in statement for statement in seen["reader"])
+    assert not any("FROM journal" in statement for statement in seen["writer"])
 
 
 async def test_a_point_read_goes_to_the_reader_while_the_writer_is_in_use(tmp_path: Path) -> None:
