@@ -300,7 +300,8 @@ class SqlStore(ABC):
     ) -> list[tuple[Request, RequestStatus, Decision | None]]:
         """Requests filtered by run and status, oldest first."""
         clause, params = sql.where(run_id=run_id, status=None if status is None else status.value)
-        rows = await self._read("list_requests", sql.list_requests(clause), params)
+        action = "list_requests" if run_id is None else "list_run_requests"
+        rows = await self._read(action, sql.list_requests(clause), params)
         return [request_from_row(row) for row in rows]
 
     async def decide(

@@ -36,12 +36,14 @@ async def test_point_and_journal_reads_ride_the_idle_writer_and_a_listing_opens_
         version = await store.schema_version()
         with pytest.raises(UnknownRun):
             await store.load("run_missing")
+        requests = await store.list_requests(run_id="run_missing", status=None)
         opened_before_a_listing = store._rconn is not None
-        await store.list_runs()
+        await store.list_requests()
         opened_by_a_listing = store._rconn is not None
     finally:
         await store.close()
     assert version == store.current_schema
+    assert requests == []
     assert not opened_before_a_listing  # a fresh resume opens one connection
     assert opened_by_a_listing
 
