@@ -55,10 +55,17 @@ VALUE_SETS: dict[str, dict[str, Any] | None] = {
         "replicaCount": 1,
         "platforms": ["discord"],
         "podDisruptionBudget": {"enabled": False},
-        "secret": {"existingSecret": "team-kestrel", "keys": ["DISCORD_TOKEN"]},
+        "secret": {
+            "existingSecret": "team-kestrel",
+            "keys": ["DISCORD_TOKEN", "KESTREL_DATABASE_URL", "OPENAI_API_KEY"],
+        },
         "serviceMonitor": {"enabled": True, "bearerTokenKey": ""},
     },
+    "only a database URL": {
+        "secret": {"values": {"KESTREL_DATABASE_URL": "postgresql://kestrel:pw@pg/kestrel"}}
+    },
 }
+DATABASE_URL = "KESTREL_DATABASE_URL"
 
 
 def test_hadolint_finds_nothing_in_the_dockerfile() -> None:
@@ -130,9 +137,15 @@ def test_the_chart_renders_manifests_kubernetes_accepts(
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert container["args"][0] == "serve"
-    for key in given.get("secret", {}).get("keys", []) or given.get("secret", {}).get("values", {}):
-        if key != "KESTREL_DATABASE_URL":
-            assert env[f"{key}_FILE"]["value"] == f"/run/secrets/kestrel/{key}"
+    secret = given.get("secret", {})
+    file_keys = sorted(set(secret.get("keys", []) or secret.get("values", {})) - {DATABASE_URL})
+    for key in file_keys:
+        assert env[f"{key}_FILE"]["value"] == f"/run/secrets/kestrel/{key}"
+    # Only those keys are files: the database URL (and whatever else the Secret holds) is not.
+    mounted = [v["secret"]["items"] for v in pod["volumes"] if v["name"] == "secrets"]
+    assert mounted == ([[{"key": k, "path": k} for k in file_keys]] if file_keys else [])
+    mounts = [m["name"] for m in container["volumeMounts"]]
+    assert ("secrets" in mounts) == bool(file_keys)
     budget = [doc for doc in documents if doc["kind"] == "PodDisruptionBudget"]
     assert len(budget) == (0 if "no budget" in name else 1)
     assert one(documents, "Service")["spec"]["ports"][0]["targetPort"] == "http"
