@@ -15,6 +15,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import asyncpg
 
+from bot.config.sources import postgres_target
 from bot.domain import utcnow
 from bot.errors import StoreError
 from bot.journal.entries import Entry
@@ -141,7 +142,7 @@ class PostgresStore(SqlStore):
                 "PostgreSQL: ?schema= must be a plain identifier (a letter or _, then letters,"
                 f" digits or _, at most 63), got {schema!r}"
             )
-        super().__init__(clock, f"PostgreSQL {_describe(dsn, schema)}")
+        super().__init__(clock, f"PostgreSQL {postgres_target(dsn, schema)}")
         self._dsn = dsn
         self._schema = schema
         self._min_size = min_size
@@ -460,20 +461,6 @@ def _work_channel(schema: str) -> str:
         return channel
     # Schema names are ASCII, so characters are bytes; a long one is replaced by its digest.
     return f"kestrel_work.{hashlib.sha256(schema.encode()).hexdigest()[:32]}"
-
-
-def _describe(dsn: str, schema: str) -> str:
-    """The server as a message names it: user, hosts and database, never the password."""
-    parts = urlsplit(dsn)
-    query = parse_qs(parts.query)
-    hosts = parts.netloc.rpartition("@")[2] or query.get("host", ["localhost"])[0]
-    userinfo = parts.netloc.rpartition("@")[0]
-    user = unquote(userinfo.partition(":")[0])
-    database = unquote(parts.path.lstrip("/"))
-    target = f"{user}@{hosts}" if user else hosts
-    if database:
-        target += f"/{database}"
-    return target if schema == "public" else f"{target} (schema {schema})"
 
 
 def _secrets(dsn: str) -> frozenset[str]:

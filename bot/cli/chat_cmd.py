@@ -31,6 +31,7 @@ def chat(user: str | None) -> None:
 
     from adapters.console import ConsoleChat, ConsoleIO
     from bot.chat.service import ChatService
+    from bot.cli.compose import shown_database
     from bot.run.supervisor import Supervisor
 
     settings = settings_of(click.get_current_context())
@@ -40,7 +41,7 @@ def chat(user: str | None) -> None:
         supervisor = Supervisor(rt)
         banner = (
             f"Kestrel chat: model {rt.model.provider}/{rt.model.model}, "
-            f"{len(rt.tools.current())} tools, journal {settings.database}. "
+            f"{len(rt.tools.current())} tools, journal {shown_database(settings)}. "
             "/help for commands, Ctrl-D to leave."
             f"\nYou are {user} (--as or KESTREL_USER to change it)."
         ) + "".join(f"\nnote: {notice}" for notice in rt.policy.notices())

@@ -12,7 +12,13 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from bot import install_hint
 from bot.config.settings import ConfigError
-from bot.config.sources import ENV_FILE, dotenv, secret_file_paths, sqlite_file
+from bot.config.sources import (
+    ENV_FILE,
+    dotenv,
+    postgres_target,
+    secret_file_paths,
+    sqlite_file,
+)
 
 # The parts are imported by the builders that need them, not here: ``runs list`` opens the
 # store alone and must not pay for the model client, the tool catalogs or the PII scanner.
@@ -178,6 +184,13 @@ def build_hooks(settings: Settings) -> Hooks:
         )
     except ValueError as exc:
         raise ConfigError(f"hooks: {exc}") from exc
+
+
+def shown_database(settings: Settings) -> str:
+    """The journal as the terminal names it: a SQLite file, or a PostgreSQL server without its
+    password."""
+    path = sqlite_file(settings.base_dir, settings.database)
+    return str(path) if path is not None else postgres_target(*postgres_schema(settings.database))
 
 
 def postgres_schema(url: str) -> tuple[str, str]:

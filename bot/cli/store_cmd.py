@@ -50,7 +50,7 @@ def db_check() -> None:
 
     settings = settings_of(click.get_current_context())
     found = asyncio.run(compose.check_schema(settings))
-    where = _safe_url(settings.database)
+    where = compose.shown_database(settings)
     applied, current = found.applied, found.current
     if applied == current:
         counts = f"{found.runs} runs, {found.open_requests} open requests"
@@ -89,16 +89,6 @@ def replicas(as_json: bool) -> None:
             echo(f"    {run_id}  {left}")
     if not rows:
         echo("no live replicas")
-
-
-def _safe_url(url: str) -> str:
-    """A database URL without its password."""
-    scheme, sep, rest = url.partition("://")
-    if not sep or "@" not in rest:
-        return url
-    credentials, _, host = rest.rpartition("@")
-    user = credentials.split(":", 1)[0]
-    return f"{scheme}://{user}@{host}"
 
 
 @click.command()

@@ -29,6 +29,7 @@ from bot.config.sources import (
     ENV_FILE,
     ENV_PREFIX,
     base_dir_of,
+    check_database,
     config_path,
     dotenv,
     merged,
@@ -222,6 +223,8 @@ class Settings(Section):
     ``load_settings`` layers it: the environment over ``./.env`` over the YAML file.
     """
 
+    __field_checks__: ClassVar = {"database": check_database}
+
     database: str = "kestrel.db"
     model: ModelSettings = msgspec.field(default_factory=ModelSettings)
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
@@ -243,6 +246,9 @@ class Settings(Section):
     openai_base_url: str | None = None
     base_dir: Path = msgspec.field(default_factory=lambda: Path("."))
     config_file: Path | None = None
+
+    def __post_init__(self) -> None:
+        run_field_checks(self)
 
     @property
     def provider(self) -> str:

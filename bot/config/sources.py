@@ -8,12 +8,14 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
+from urllib.parse import parse_qs, unquote, urlsplit
 
 DEFAULT_CONFIG_NAME = "kestrel.yaml"
 ENV_PREFIX: Final = "KESTREL_"
 ENV_FILE: Final = ".env"
 # The variable that sets ``database`` (the settings' other variables are KESTREL_<KEY>).
 DATABASE_VARIABLE: Final = "KESTREL_DATABASE_URL"
+POSTGRES_SCHEMES: Final = ("postgres://", "postgresql://")
 # Settings derived from where the configuration file is, so never read from it or a variable.
 DERIVED_SETTINGS: Final = frozenset({"base_dir", "config_file"})
 # Variables with the prefix that the program reads itself and that are not settings.
@@ -192,6 +194,33 @@ def resolved(base_dir: Path, path: str) -> Path:
 
 def sqlite_file(base_dir: Path, database: str) -> Path | None:
     """The SQLite file the ``database`` setting names; None when it is a PostgreSQL URL."""
-    if database.startswith(("postgres://", "postgresql://")):
+    if database.startswith(POSTGRES_SCHEMES):
         return None
     return resolved(base_dir, database.removeprefix("sqlite:///"))
+
+
+def check_database(database: str) -> None:
+    """Refuse a URL of a database Kestrel cannot keep its journal in (``mysql://``, a typo),
+    which would otherwise be taken for a SQLite file of that name."""
+    scheme, sep, _ = database.partition("://")
+    if not sep or database.startswith((*POSTGRES_SCHEMES, "sqlite:///")):
+        return
+    raise ValueError(
+        f"unsupported URL scheme {scheme!r}: give a SQLite file (kestrel.db,"
+        " sqlite:///PATH) or a PostgreSQL URL (postgresql://USER@HOST/DB)"
+    )
+
+
+def postgres_target(dsn: str, schema: str = "public") -> str:
+    """A PostgreSQL server as messages name it: user, hosts, database and a schema other than
+    ``public``; never the password, in the user part or the query."""
+    parts = urlsplit(dsn)
+    query = parse_qs(parts.query)
+    hosts = parts.netloc.rpartition("@")[2] or query.get("host", ["localhost"])[0]
+    userinfo = parts.netloc.rpartition("@")[0]
+    user = unquote(userinfo.partition(":")[0])
+    database = unquote(parts.path.lstrip("/"))
+    target = f"{user}@{hosts}" if user else hosts
+    if database:
+        target += f"/{database}"
+    return target if schema == "public" else f"{target} (schema {schema})"

@@ -308,6 +308,15 @@ def test_postgres_url_without_a_server_is_one_line(tmp_path: Path) -> None:
     assert "127.0.0.1:1" in message and "secret" not in message
 
 
+def test_a_database_url_of_another_kind_is_refused_not_taken_for_a_file(tmp_path: Path) -> None:
+    write_config(tmp_path, database="mysql://kestrel:secret@db/kestrel")
+    for args in (("db", "check"), ("runs", "list"), ("run", "hi")):
+        message = one_line_error(kestrel(tmp_path, *args))
+        assert "database: unsupported URL scheme 'mysql'" in message, args
+        assert "secret" not in message
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kestrel.yaml"]
+
+
 def test_only_requesters_may_start_runs(tmp_path: Path) -> None:
     write_config(tmp_path, policy={"requesters": ["U0ALLOWED", "group:S0OPS"]})
     refused = one_line_error(kestrel(tmp_path, "run", "hi", "--as", "U0OTHER"))

@@ -7,6 +7,7 @@ import os
 import sqlite3
 import uuid
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
@@ -69,6 +70,37 @@ def test_db_check_on_postgres_creates_no_schema(tmp_path: Path) -> None:
             await conn.close()
 
     assert asyncio.run(schemas()) == 0
+
+
+@pytest.mark.skipif(not PG_DSN, reason="set KESTREL_TEST_POSTGRES_DSN to check PostgreSQL")
+def test_no_database_password_reaches_the_terminal(tmp_path: Path) -> None:
+    import asyncpg
+
+    schema = f"shown_{uuid.uuid4().hex[:12]}"
+    parts = urlsplit(PG_DSN)
+    user, _, host = parts.netloc.rpartition("@")
+    # Trust authentication ignores both passwords; libpq reads either spelling.
+    with_passwords = parts._replace(
+        netloc=f"{user}:UserInfoPW@{host}", query=f"schema={schema}&password=QuerySecret99"
+    )
+    write_config(tmp_path, database=urlunsplit(with_passwords))
+    try:
+        checked = kestrel(tmp_path, "db", "check")
+        chatted = kestrel(tmp_path, "chat")
+    finally:
+
+        async def drop() -> None:
+            conn = await asyncpg.connect(PG_DSN)
+            try:
+                await conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+            finally:
+                await conn.close()
+
+        asyncio.run(drop())
+    assert checked.returncode == 1 and f"(schema {schema}): no schema yet" in checked.stderr
+    assert chatted.returncode == 0 and f"(schema {schema}). /help" in chatted.stdout
+    for said in (checked.stdout, checked.stderr, chatted.stdout, chatted.stderr):
+        assert "UserInfoPW" not in said and "QuerySecret99" not in said
 
 
 def test_a_missing_extra_names_what_installs_it(tmp_path: Path) -> None:
