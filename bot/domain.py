@@ -90,10 +90,14 @@ class AssistantTurn(DomainModel, frozen=True, kw_only=True):
     usage: Usage = msgspec.field(default_factory=Usage)
 
 
-def call_digest(tool: str, arguments: dict[str, Any]) -> str:
-    """A stable digest of one exact tool invocation (tool name and canonical arguments)."""
-    canonical = json.dumps({"tool": tool, "arguments": arguments}, sort_keys=True)
-    return hashlib.sha256(canonical.encode()).hexdigest()[:32]
+def call_digest(tool: str, arguments: dict[str, Any], definition: str = "") -> str:
+    """A stable digest of one exact tool invocation: the tool's name, its canonical arguments
+    and, when given, the digest of its definition (``ToolSet.definition``), so that what a
+    person approved binds what the call would run, not only its name."""
+    shape: dict[str, Any] = {"tool": tool, "arguments": arguments}
+    if definition:
+        shape["definition"] = definition
+    return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:32]
 
 
 class ArgumentOrigin(DomainModel, frozen=True, kw_only=True):
@@ -201,6 +205,7 @@ class Grant(DomainModel, frozen=True, kw_only=True):
     kind: GrantKind
     tool: str
     call_id: str = ""
+    # The call's digest (a one-shot grant, a plan's step); a standing grant's tool definition.
     digest: str = ""
     by: str = ""
     # A plan step's grant (``plan_step``), or the one-shot grant that used it up: which plan

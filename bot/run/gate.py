@@ -53,12 +53,17 @@ class Gate:
         expired: Callable[[], bool],
         written: Iterable[Grant] = (),
         answers: Mapping[str, Decision] | None = None,
+        definition: Callable[[str], str] = lambda _name: "",
     ) -> None:
         self._new_request = new_request
         self._prompter = prompter
         self._expired = expired
         self._answers = dict(answers or {})
-        self._standing: set[str] = set()
+        # Each tool's definition now (``ToolSet.definition``): a grant or a card covers the
+        # definition it was given for, so a tool edited since asks again.
+        self._definition = definition
+        # A standing grant's tool, with the definition it was given for (its ``digest``).
+        self._standing: dict[str, str] = {}
         self._one_shot: set[tuple[str, str]] = set()
         self._plans = PlanBook()
         # Calls whose plan was denied or expired: refused with the plan's reason.
@@ -85,7 +90,7 @@ class Gate:
         grant does not).
         """
         tool = effective
-        digest = call_digest(tool.name, arguments)
+        digest = call_digest(tool.name, arguments, self._definition(tool.name))
         if call_id in self._refused:
             return GateVerdict(False, self._refused[call_id])
         answer = self._answers.get(call_id)
@@ -129,7 +134,7 @@ class Gate:
     def covers(self, call_id: str, tool: str, digest: str, must_see: bool = False) -> bool:
         """Whether a standing or one-shot grant lets this exact call run (``must_see``: a
         call whose values came from tool output, which no standing grant covers)."""
-        standing = tool in self._standing and not must_see
+        standing = self._standing.get(tool) == self._definition(tool) and not must_see
         return standing or (call_id, digest) in self._one_shot
 
     def trial(self) -> Callable[[str, str, str], bool]:
@@ -231,7 +236,10 @@ class Gate:
             )
             return GateVerdict(True)
         if decision.kind is DecisionKind.APPROVE_ALWAYS:
-            self._stage(Grant(kind=GrantKind.STANDING, tool=tool, by=decision.by))
+            definition = self._definition(tool)
+            self._stage(
+                Grant(kind=GrantKind.STANDING, tool=tool, digest=definition, by=decision.by)
+            )
             return GateVerdict(True)
         if decision.kind is DecisionKind.EXPIRED:
             return GateVerdict(
@@ -248,6 +256,6 @@ class Gate:
     def _honour(self, grant: Grant) -> None:
         self._plans.honour(grant)
         if grant.kind is GrantKind.STANDING:
-            self._standing.add(grant.tool)
+            self._standing[grant.tool] = grant.digest
         elif grant.kind is GrantKind.ONE_SHOT:
             self._one_shot.add((grant.call_id, grant.digest))

@@ -255,13 +255,14 @@ class AgentLoop:
                 self._check_deadline()  # a call cut short by the run's deadline stops for it
                 raise Stop(RunStatus.FAILED, StopReason.MODEL_ERROR, str(exc)) from exc
 
-    def _gate(self, answers: dict[str, Decision] | None = None) -> Gate:
+    def _gate(self, tools: ToolSet, answers: dict[str, Decision] | None = None) -> Gate:
         return Gate(
             new_request=self.run_ctx.request,
             prompter=self.run_ctx.prompter,
             expired=lambda: (self._remaining() or 1) <= 0,
             written=self.state.grants,
             answers=answers,
+            definition=tools.definition,
         )
 
     def _env(self, tools: ToolSet, gate: Gate) -> CallEnv:
@@ -269,7 +270,7 @@ class AgentLoop:
         return CallEnv(run=self.run_ctx, tools=tools, gate=gate, trace=tracer.origins)
 
     async def _run_batch(self, tools: ToolSet) -> None:
-        env = self._env(tools, self._gate())
+        env = self._env(tools, self._gate(tools))
         held = await self._plan_batch(env)
         for call_state in list(self.state.batch):
             if call_state.call.id not in held:
@@ -355,7 +356,7 @@ class AgentLoop:
             if call_state.result is None:
                 decision = self._supplied(request, found.get(request.id))
                 if decision is not None and request.kind is RequestKind.WAIT_APPROVAL:
-                    answers[call_state.call.id] = decision
+                    self._answer(answers, call_state.call.id, (request, decision), tools)
             else:  # answered already: a plan's decision still holds for its other calls
                 decision = self.state.answers.get(request.id)
             if request.kind is RequestKind.WAIT_PLAN:
@@ -363,13 +364,32 @@ class AgentLoop:
                     held.update(step.call_id for step in request.steps)
                 else:
                     plans.append((request, decision))
-        env = self._env(tools, self._gate(answers))
+        env = self._env(tools, self._gate(tools, answers))
         for request, decision in plans:
             env.gate.settle_plan(request, decision)
         for call_state in list(self.state.batch):
             if call_state.result is None and call_state.call.id not in held:
                 await self._finish_call(call_state, env)
         self._after_batch()
+
+    def _answer(
+        self,
+        answers: dict[str, Decision],
+        call_id: str,
+        decided: tuple[Request, Decision],
+        tools: ToolSet,
+    ) -> None:
+        """Give the gate a decision on an approval request: a refusal always; an approval only
+        while the call is as its card showed it. A tool edited since (a resume forced past the
+        change) makes the approval no answer, and the call asks again on a card of its own."""
+        request, decision = decided
+        approved = decision.kind in (DecisionKind.APPROVE, DecisionKind.APPROVE_ALWAYS)
+        if approved and request.digest != tools.call_digest(request.tool, request.arguments):
+            by = decision.by or "someone"
+            text = f"{request.tool} changed since {by} approved {request.id}: it asks again"
+            self.run_ctx.events.emit(AdvisoryEvent(self.run_id, text))
+            return
+        answers[call_id] = decision
 
     async def _finish_call(self, call_state: CallState, env: CallEnv) -> None:
         # Whatever path started it (a first run, an approval, a grant, a retry), an effect

@@ -18,7 +18,6 @@ from bot.domain import (
     RequestKind,
     RequestMaker,
     ToolCall,
-    call_digest,
     plan_digest,
 )
 from bot.run.arguments import parse_arguments
@@ -141,7 +140,7 @@ def needing_approval(
         arguments, problems = parse_arguments(call.arguments)
         if problems or tools.validate(call.name, arguments):
             continue
-        digest = call_digest(call.name, arguments)
+        digest = tools.call_digest(call.name, arguments)
         if not covered(call.id, call.name, digest):
             steps.append(
                 PlanStep(tool=call.name, arguments=arguments, digest=digest, call_id=call.id)
@@ -173,7 +172,7 @@ def proposed_steps(arguments: dict[str, Any], tools: ToolSet) -> tuple[list[Plan
                 tool=name,
                 arguments=step_arguments,
                 why=str(raw.get("why", "")),
-                digest=call_digest(name, step_arguments),
+                digest=tools.call_digest(name, step_arguments),
                 gated=tool.flags.approval.confirm,
             )
         )

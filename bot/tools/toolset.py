@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
+from bot.domain import call_digest
 from bot.llm.base import ToolSpec
 from bot.tools.base import Tool, ToolFlags, checks_arguments, runs_something
 
@@ -36,6 +37,7 @@ class ToolSet(Mapping[str, Tool]):
         # Each tool's check, made when it first checks a call: a set assembled only to be
         # listed or asked for flags compiles no schema.
         self._checks: dict[str, Callable[[dict[str, Any]], list[str]]] = {}
+        self._definitions: dict[str, str] = {}
 
     @classmethod
     def assemble(cls, *sources: Iterable[Tool]) -> ToolSet:
@@ -88,11 +90,29 @@ class ToolSet(Mapping[str, Tool]):
         configuration fingerprint."""
         return self._digest
 
+    def definition(self, name: str) -> str:
+        """A digest of one tool's name, schema, flags and what it runs; empty for a name the
+        set does not hold."""
+        found = self._definitions.get(name)
+        if found is None:
+            tool = self._tools.get(name)
+            if tool is None:
+                return ""
+            found = self._definitions[name] = _hashed(_shape(tool))
+        return found
+
+    def call_digest(self, name: str, arguments: dict[str, Any]) -> str:
+        """``call_digest`` of a call to tool ``name``, bound to the tool's definition here."""
+        return call_digest(name, arguments, self.definition(name))
+
     @functools.cached_property
     def _digest(self) -> str:
         # The set never changes, so every run started on it shares one computation.
-        shape = [_shape(tool) for tool in self._tools.values()]
-        return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
+        return _hashed([_shape(tool) for tool in self._tools.values()])
+
+
+def _hashed(shape: list[Any]) -> str:
+    return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _shape(tool: Tool) -> list[Any]:

@@ -64,7 +64,15 @@ def gate(
     answers: dict[str, Decision] | None = None,
     **kw: Any,
 ) -> Gate:
-    return Gate(RequestMaker(RUN, "U0REQ", **kw), prompter, lambda: expired, written, answers)
+    definition = kw.pop("definition", lambda _name: "")
+    return Gate(
+        RequestMaker(RUN, "U0REQ", **kw),
+        prompter,
+        lambda: expired,
+        written,
+        answers,
+        definition=definition,
+    )
 
 
 async def check(
@@ -154,6 +162,26 @@ async def test_a_standing_grant_covers_any_arguments_of_its_tool_only() -> None:
     other = await check(g, "c3", tool=FakeTool(name="drop_table"))
     assert not other.allowed and other.request is not None
     assert [r.tool for r in prompter.asked] == ["drop_table"]
+
+
+async def test_grants_cover_a_tool_only_as_it_was_defined_when_given() -> None:
+    # "Approve always" and a card's approval, given while restart ran one command, cover
+    # nothing once it runs another (a catalog edited, the run resumed past the change).
+    given = gate(answering(DecisionKind.APPROVE_ALWAYS), definition=lambda _name: "argv-1")
+    assert await check(given) == GateVerdict(True)
+    approve_always = given.flush()
+    on_card = gate(answering(DecisionKind.APPROVE), definition=lambda _name: "argv-1")
+    assert await check(on_card, "c9") == GateVerdict(True)
+    card = on_card.flush()
+
+    for written, call_id in ((approve_always, "c1"), (card, "c9")):
+        prompter = FakePrompter()
+        same = gate(prompter, written=tuple(written), definition=lambda _name: "argv-1")
+        assert await check(same, call_id) == GateVerdict(True)
+        edited = gate(prompter, written=tuple(written), definition=lambda _name: "argv-2")
+        verdict = await check(edited, call_id)
+        assert not verdict.allowed and verdict.request is not None
+        assert [r.call_id for r in prompter.asked] == [call_id]
 
 
 async def test_a_one_shot_grant_covers_its_call_and_digest_only() -> None:

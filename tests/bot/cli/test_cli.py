@@ -236,9 +236,9 @@ def test_an_approval_never_runs_a_command_changed_since_the_run_started(tmp_path
     )
     ids = [deferred["run_id"], deferred["requests"][0]["id"]]
     catalog = tmp_path / "tools" / "ops.yaml"
-    edited = catalog.read_text().replace('"restart", "{service}"', '"restart", "-f", "{service}"')
+    edited = catalog.read_text().replace('"restart", "{service}"', '"restart", "{service}", "-v"')
     assert edited != catalog.read_text()
-    catalog.write_text(edited)  # the same tool, name, schema and flags: another argv
+    catalog.write_text(edited)  # the same tool, name, schema and flags: another argv (that works)
     approved = kestrel(tmp_path, "runs", "approve", *ids, "--as", "U0BOSS")
     assert "tool set changed since the run started" in approved.stdout, approved.stderr
     assert "--force" in approved.stdout
@@ -247,6 +247,19 @@ def test_an_approval_never_runs_a_command_changed_since_the_run_started(tmp_path
     shown = json.loads(kestrel(tmp_path, "runs", "show", ids[0], "--json").stdout)
     assert shown["requests"] == [] and shown["closed_requests"][0]["id"] == ids[1]
     assert "waiting" not in kestrel(tmp_path, "runs", "show", ids[0]).stdout
+    # Resumed past the change, by the requester: the approval was for the old argv, so the
+    # call asks again on a card of its own; only an approval of that one runs the new argv.
+    forced = kestrel(tmp_path, "runs", "resume", ids[0], "--force", "--as", "U0REQ")
+    assert forced.returncode == 0, forced.stderr
+    assert not (tmp_path / "demo-state" / "restarts.log").exists()
+    shown = json.loads(kestrel(tmp_path, "runs", "show", ids[0], "--json").stdout)
+    assert shown["status"] == "suspended"
+    (again,) = shown["requests"]
+    assert again["id"] != ids[1] and again["tool"] == "restart_service"
+    approved = kestrel(tmp_path, "runs", "approve", ids[0], again["id"], "--as", "U0BOSS")
+    assert approved.returncode == 0, approved.stderr
+    ran = (tmp_path / "demo-state" / "restarts.log").read_text().splitlines()
+    assert ran == ["restart checkout"]
 
 
 def test_a_resume_where_no_replica_runs_expires_what_is_overdue(tmp_path: Path) -> None:
