@@ -23,6 +23,7 @@ NON_SETTING_VARIABLES: Final = frozenset(
     {
         "KESTREL_CONFIG",
         "KESTREL_DEMO_STATE",
+        "KESTREL_MODEL_CACHE",
         "KESTREL_USER",
         "KESTREL_TEST_POSTGRES_DSN",
         "KESTREL_BENCH_POSTGRES_DSN",
