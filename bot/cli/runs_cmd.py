@@ -17,6 +17,7 @@ from bot.cli.common import (
     as_option,
     config_option,
     echo,
+    exit_status,
     fail,
     one_line_errors,
     settings_of,
@@ -168,6 +169,7 @@ def runs_resume(run_id: str, force: bool, as_json: bool, user: str | None) -> No
     obj = with_runtime(work)
     print_run(obj, as_json)
     exit_if_signalled(received)
+    sys.exit(exit_status(obj["status"]))
 
 
 @runs.command("cancel")

@@ -250,7 +250,7 @@ def test_an_approval_never_runs_a_command_changed_since_the_run_started(tmp_path
     # Resumed past the change, by the requester: the approval was for the old argv, so the
     # call asks again on a card of its own; only an approval of that one runs the new argv.
     forced = kestrel(tmp_path, "runs", "resume", ids[0], "--force", "--as", "U0REQ")
-    assert forced.returncode == 0, forced.stderr
+    assert forced.returncode == 3, forced.stderr  # suspended again, waiting
     assert not (tmp_path / "demo-state" / "restarts.log").exists()
     shown = json.loads(kestrel(tmp_path, "runs", "show", ids[0], "--json").stdout)
     assert shown["status"] == "suspended"
@@ -280,6 +280,22 @@ def test_a_resume_where_no_replica_runs_expires_what_is_overdue(tmp_path: Path) 
     assert not (tmp_path / "demo-state" / "restarts.log").exists()
     audit = kestrel(tmp_path, "audit", "--run", run_id, "--json").stdout
     assert [row["actor"] for row in json.loads(audit) if row["action"] == "expire"] == ["deadline"]
+
+
+def test_runs_resume_exits_by_the_status_the_run_is_in_as_run_does(tmp_path: Path) -> None:
+    deferred = json.loads(
+        kestrel(tmp_path, "run", "checkout is failing", "--defer", "--json", "--as", "U0REQ").stdout
+    )
+    run_id = deferred["run_id"]
+    waiting = kestrel(tmp_path, "runs", "resume", run_id, "--as", "U0REQ")
+    assert waiting.returncode == 3 and "still waits" in waiting.stderr
+    assert kestrel(tmp_path, "runs", "cancel", run_id, "--as", "U0REQ").returncode == 0
+    assert kestrel(tmp_path, "runs", "resume", run_id, "--as", "U0REQ").returncode == 4
+    write_config(tmp_path, budgets={"max_iterations": 1})
+    failing = json.loads(kestrel(tmp_path, "run", "checkout is failing", "--json").stdout)
+    assert failing["status"] == "failed"
+    again = kestrel(tmp_path, "runs", "resume", failing["run_id"], "--json")
+    assert again.returncode == 1 and json.loads(again.stdout)["status"] == "failed"
 
 
 def test_a_request_named_with_another_run_says_whose_it_is(tmp_path: Path) -> None:
