@@ -126,11 +126,38 @@ def build_tools(settings: Settings, isolation: Isolation | None) -> ToolSet:
     try:
         catalog = load_catalogs(settings.tool_patterns(), settings.base_dir, isolation=isolation)
         human = human_tools() if settings.human_in_the_loop else []
-        return ToolSet.assemble(catalog, human)
+        tools = ToolSet.assemble(catalog, human)
     except CatalogError as exc:
         raise ConfigError(f"tools: {exc}") from exc
     except ToolCollision as exc:
         raise ConfigError(f"tools: {exc}") from exc
+    check_tool_names(settings, tools)
+    return tools
+
+
+def check_tool_names(settings: Settings, tools: ToolSet) -> None:
+    """Refuse a policy or deadline that names a tool, or a tag, the tool set lacks: a typo
+    would leave that tool's requests to nobody, or its deadline unused. An MCP server's tools
+    (``server__tool``) are the server's to list, so they are not checked here."""
+    servers = {server.name for server in settings.mcp_servers}
+    tags = {f"tag:{tag}" for tool in tools.values() for tag in tool.flags.approval.tags}
+    named = [("policy.approvers", key) for key in settings.policy.approvers]
+    named += [("deadlines.per_tool", key) for key in settings.deadlines.per_tool]
+    for section, key in named:
+        if key == "*" or key in tools or key in tags or key.partition("__")[0] in servers:
+            continue
+        if section == "policy.approvers":
+            what, known = "tool or tag", sorted(tools) + sorted(tags)
+        else:
+            what, known = "tool", sorted(tools)
+        raise ConfigError(f"{section}: {key!r} names no {what} here{_nearest(key, known)}")
+
+
+def _nearest(name: str, known: list[str]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(name, known, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else f"; known: {', '.join(known)}"
 
 
 def demo_state(settings: Settings) -> Path:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from bot.cli.compose import build_tools
 from bot.config.settings import ConfigError, load_settings
 from tests.fakes.fresh import fresh_json
 
@@ -16,6 +17,8 @@ def test_the_example_configuration_is_valid() -> None:
     settings = load_settings(str(ROOT / "kestrel.example.yaml"))
     assert settings.policy.oncall == ["U0ONCALL"]
     assert settings.schedules[0].name == "morning-check"
+    tools = build_tools(settings, isolation=None)  # the tools its policy and deadlines name
+    assert "restart_unit" in tools
 
 
 def test_environment_overrides_nested_keys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

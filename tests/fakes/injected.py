@@ -27,7 +27,8 @@ def script(unit: str = "payments-db") -> list[dict[str, Any]]:
 
 
 def catalog(folder: Path, *, confirm: bool = False) -> dict[str, Any]:
-    """read_log (idempotent) and restart_unit (not idempotent; gated if ``confirm``)."""
+    """read_log (idempotent) and restart_unit (not idempotent, tagged prod; gated if
+    ``confirm``)."""
     return {
         "tools": [
             {
@@ -47,6 +48,7 @@ def catalog(folder: Path, *, confirm: bool = False) -> dict[str, Any]:
                 },
                 "idempotent": False,
                 "confirm": confirm,
+                "tags": ["prod"],
             },
         ]
     }

@@ -346,6 +346,29 @@ def test_a_database_url_of_another_kind_is_refused_not_taken_for_a_file(tmp_path
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kestrel.yaml"]
 
 
+def test_a_policy_or_deadline_naming_no_tool_is_refused_with_the_nearest(tmp_path: Path) -> None:
+    policies = {
+        "restart_servce": "policy.approvers: 'restart_servce' names no tool or tag here"
+        " (did you mean 'restart_service'?)",
+        "tag:prd": "policy.approvers: 'tag:prd' names no tool or tag here"
+        " (did you mean 'tag:prod'?)",
+    }
+    for key, said in policies.items():
+        write_config(tmp_path, policy={"approvers": {key: ["U0BOSS"]}})
+        for args in (("run", "hi"), ("chat",)):
+            assert one_line_error(kestrel(tmp_path, *args)).endswith(said), (key, args)
+    write_config(tmp_path, deadlines={"per_tool": {"nosuchtool": 5}})
+    refused = one_line_error(kestrel(tmp_path, "run", "hi"))
+    assert "deadlines.per_tool: 'nosuchtool' names no tool here; known: " in refused
+    assert "restart_service" in refused
+    write_config(
+        tmp_path,
+        policy={"approvers": {"restart_service": ["U0BOSS"], "tag:prod": ["U0BOSS"]}},
+        deadlines={"per_tool": {"restart_service": 60}},
+    )
+    assert kestrel(tmp_path, "run", "checkout is failing").returncode == 0
+
+
 def test_only_requesters_may_start_runs(tmp_path: Path) -> None:
     write_config(tmp_path, policy={"requesters": ["U0ALLOWED", "group:S0OPS"]})
     refused = one_line_error(kestrel(tmp_path, "run", "hi", "--as", "U0OTHER"))

@@ -191,3 +191,17 @@ async def test_refusals_name_who_may_act() -> None:
 )
 def test_who_may_answer_in_words(rules: PolicyRules, request_: Request, phrase: str) -> None:
     assert Policy(rules).may_answer_phrase(request_, None) == phrase
+
+
+def test_an_mcp_servers_tools_are_its_own_to_name() -> None:
+    from bot.cli.compose import check_tool_names
+    from bot.config.settings import ConfigError, McpServerSettings, Settings
+    from bot.tools.propose_plan import human_tools
+    from bot.tools.toolset import ToolSet
+
+    server = McpServerSettings(name="gh", transport="stdio", command=["gh-mcp"])
+    policy = PolicyRules(approvers={"gh__create_issue": ["U0BOSS"]})
+    tools = ToolSet(human_tools())
+    check_tool_names(Settings(mcp_servers=[server], policy=policy), tools)  # listed by gh
+    with pytest.raises(ConfigError, match="'gh__create_issue' names no tool or tag"):
+        check_tool_names(Settings(policy=policy), tools)  # no server gh to list it
