@@ -48,6 +48,11 @@ _PLATFORM_OF: Final = (
 # Loggers held above debug whatever the level: aiosqlite's debug lines are one per statement,
 # with its parameters (journal content), and say nothing an operator can act on.
 QUIETER: Final = {"aiosqlite": logging.INFO}
+# What ``kestrel serve`` says of itself: which replica it is, where it listens, that it stopped.
+SERVICE: Final = "kestrel.serve"
+# Loggers heard at info whatever the level: an operator needs serve's own lines at the default
+# (warning) too, and they are a few lines at start and one at stop.
+LOUDER: Final = {SERVICE: logging.INFO}
 # discord.py's warnings about voice support a text bot never uses.
 _VOICE_NOTICE: Final = "voice will NOT be supported"
 
@@ -92,6 +97,8 @@ def configure(level: int, form: str, stream: TextIO | None = None) -> None:
         library.propagate = True
     for name, floor in QUIETER.items():
         logging.getLogger(name).setLevel(max(level, floor))
+    for name, ceiling in LOUDER.items():
+        logging.getLogger(name).setLevel(min(level, ceiling))
     voice = logging.getLogger("discord.client")
     if not any(isinstance(f, _NoVoiceNotice) for f in voice.filters):
         voice.addFilter(_NoVoiceNotice())

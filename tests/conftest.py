@@ -40,7 +40,7 @@ def _logging_as_it_was() -> Iterator[None]:
     handlers, the libraries' levels): a one-shot command raises the root to ERROR, and a later
     test on the same worker would otherwise never see the warnings it asserts on."""
     root = logging.getLogger()
-    names = [*logs.LIBRARIES, *logs.QUIETER, "discord.client"]
+    names = [*logs.LIBRARIES, *logs.QUIETER, *logs.LOUDER, "discord.client"]
     kept = [(logging.getLogger(name), logging.getLogger(name).level) for name in names]
     propagate = [(logger, logger.propagate) for logger, _ in kept]
     level, handlers = root.level, list(root.handlers)

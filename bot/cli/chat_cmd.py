@@ -10,7 +10,6 @@ import click
 
 from bot.cli.common import (
     as_option,
-    echo,
     one_line_errors,
     settings_of,
     terminal_user,
@@ -81,15 +80,19 @@ def serve(platforms: tuple[str, ...], port: int | None, host: str) -> None:
     Ctrl-C suspends live runs and hands them back."""
     import asyncio
     import contextlib
+    import logging
 
     from bot.cli.serving import ChatFront
     from bot.collector import settle_for_service
     from bot.errors import StoreError
+    from bot.logs import SERVICE
     from bot.replica.schedule import Scheduler
     from bot.replica.work import WorkTaker
     from bot.run.supervisor import Supervisor
+    from bot.text import printable
 
     settings = settings_of(click.get_current_context())
+    log = logging.getLogger(SERVICE)
 
     async def work(rt: Runtime) -> None:
         supervisor = Supervisor(rt)
@@ -106,9 +109,11 @@ def serve(platforms: tuple[str, ...], port: int | None, host: str) -> None:
         # passes made rarer, which runs in flight would otherwise pay (bench.w1).
         settle_for_service()
         taking = asyncio.create_task(taker.run())
-        click.echo(f"kestrel serving as {rt.owner}", err=True)
-        for line in [*front.describe(), *(f"note: {n}" for n in rt.policy.notices())]:
-            echo(line, err=True)
+        # Log records, not prints: with KESTREL_LOG_FORMAT=json every line on stderr is one
+        # object. The policy's notices were logged as warnings when the runtime was built.
+        log.info("kestrel serving as %s", rt.owner)
+        for line in front.describe():
+            log.info("%s", printable(line))  # the names in it come from Slack and Discord
         await stop.wait()
         front.drain()  # /readyz says 503 at once: the balancer stops sending here
         taker.stop()
@@ -123,6 +128,6 @@ def serve(platforms: tuple[str, ...], port: int | None, host: str) -> None:
         # store away, it drops off once its heartbeat is a minute old).
         with contextlib.suppress(StoreError):
             await rt.store.forget_replica(rt.owner)
-        click.echo("stopped: live runs suspended and their leases released", err=True)
+        log.info("stopped: live runs suspended and their leases released")
 
     with_runtime(work)

@@ -22,7 +22,7 @@ from tests.fakes import discord_payloads as p
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.processes import KESTREL, clean_env
-from tests.fakes.serving import free_port, wait_healthy
+from tests.fakes.serving import free_port, log_records, wait_healthy
 from tests.fakes.slack_api import FakeSlackApi, events_api_envelope
 from tests.fakes.slack_client import app_mention, event_callback
 from tests.fakes.slack_world import REQUESTER, write_config
@@ -208,7 +208,7 @@ async def test_readiness_follows_every_dependency_and_no_secret_is_logged(tmp_pa
     err = (tmp_path / "stderr.log").read_text()
     assert process.returncode == 0, err[-3000:]
     assert [secret for secret in SECRETS if secret in err] == []
-    lines = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+    lines = log_records(err, "json")  # every line one object, serve's own lines too
     assert len(lines) > 50  # debug level: bolt's, discord.py's, aiohttp's and ours
     assert all(line["ts"].endswith("Z") for line in lines)
     levels = {line["level"] for line in lines}

@@ -1,18 +1,25 @@
 """``kestrel serve`` as a real process for tests: a free port, a clean environment naming the
-fakes, the process itself, and a wait for its ``/healthz``."""
+fakes, the process itself, a wait for its ``/healthz``, and its stderr read as log records."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import re
 import socket
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
 from tests.fakes.processes import KESTREL, ROOT
 from tests.fakes.slack_world import SECRET
+
+# A line of the text format: ``2025-05-01T09:30:00.123Z WARNING kestrel.slack: message``.
+_TEXT_LINE = re.compile(r"(?P<ts>\S+Z) (?P<level>[A-Z]+) (?P<logger>\S+): (?P<message>.*)")
+_RECORD_KEYS = {"ts", "level", "logger", "message"}
 
 
 def free_port() -> int:
@@ -69,3 +76,29 @@ async def wait_healthy(port: int, process: subprocess.Popen[str]) -> None:
                 pass
             await asyncio.sleep(0.05)
     raise AssertionError("serve never became healthy")
+
+
+def log_records(stderr: str, form: str) -> list[dict[str, Any]]:
+    """Each line of a ``kestrel`` process's stderr as the log record it must be in ``form``
+    (``KESTREL_LOG_FORMAT``: json or text), its level in lower case; fails on a line that is
+    not one."""
+    records = []
+    for line in stderr.splitlines():
+        record = _json_record(line) if form == "json" else _text_record(line)
+        records.append({**record, "level": record["level"].lower()})
+    return records
+
+
+def _json_record(line: str) -> dict[str, Any]:
+    try:
+        record = json.loads(line)
+    except ValueError:
+        raise AssertionError(f"not a JSON line: {line!r}") from None
+    assert isinstance(record, dict) and record.keys() >= _RECORD_KEYS, line
+    return record
+
+
+def _text_record(line: str) -> dict[str, Any]:
+    found = _TEXT_LINE.fullmatch(line)
+    assert found is not None, f"not a log line: {line!r}"
+    return found.groupdict()

@@ -8,9 +8,18 @@ import signal
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from adapters.slack import ids
 from tests.fakes.openai_server import Canned, FakeOpenAI, chat_completion
-from tests.fakes.serving import free_port, run_serve, serve_env, start_serve, wait_healthy
+from tests.fakes.serving import (
+    free_port,
+    log_records,
+    run_serve,
+    serve_env,
+    start_serve,
+    wait_healthy,
+)
 from tests.fakes.slack_api import Call, FakeSlackApi, events_api_envelope, interactive_envelope
 from tests.fakes.slack_client import SlackSender, app_mention, block_actions, event_callback
 from tests.fakes.slack_world import (
@@ -62,6 +71,35 @@ async def test_serve_slack_runs_a_mention_to_its_answer(tmp_path: Path) -> None:
         assert process.returncode == 0, err
         assert "slack: workspace T0001" in err
         assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("form", ["json", "text"])
+async def test_serve_slack_writes_only_log_records_and_each_notice_once(
+    tmp_path: Path, form: str
+) -> None:
+    # Nobody on call: the policy's notice at start.
+    config = write_config(tmp_path, "http://127.0.0.1:9/v1", extra_policy={"oncall": []})
+    async with FakeSlackApi() as api:
+        port = free_port()
+        process = start_serve(
+            tmp_path, port, serve_env(config, api.url, KESTREL_LOG_FORMAT=form), "slack"
+        )
+        try:
+            await wait_healthy(port, process)
+        finally:
+            process.send_signal(signal.SIGTERM)
+            _out, err = await asyncio.to_thread(process.communicate, timeout=30)
+    assert process.returncode == 0, err
+    records = log_records(err, form)  # every line one record, in JSON one object
+    serve = [
+        r["message"] for r in records if (r["level"], r["logger"]) == ("info", "kestrel.serve")
+    ]
+    assert serve[0].startswith("kestrel serving as ")
+    assert "slack: workspace T0001 as <@UBOT>, HTTP at /slack/events" in serve
+    assert any(m.startswith(f"http: listening on 127.0.0.1:{port} ") for m in serve), serve
+    assert serve[-1] == "stopped: live runs suspended and their leases released"
+    oncall = [r for r in records if "policy.oncall is empty" in r["message"]]
+    assert [r["level"] for r in oncall] == ["warning"], err
 
 
 def test_serve_slack_without_a_token_says_which_variable(tmp_path: Path) -> None:
