@@ -169,7 +169,10 @@ def _web_client(settings: SlackSettings, rate_limit_retries: int) -> AsyncWebCli
 
 def _bolt_app(settings: SlackSettings, client: AsyncWebClient, on: SlackListeners) -> AsyncApp:
     app = AsyncApp(
-        client=client,
+        # The token, not our client: given a client, bolt still reads SLACK_BOT_TOKEN from the
+        # environment and warns at every start that it is unused. With a token it authorizes as
+        # it did with our client's: one workspace, auth.test once, on the first request.
+        token=client.token,
         signing_secret=settings.signing_secret or None,
         # Socket Mode requests come over our own authenticated connection: nothing to sign.
         request_verification_enabled=not settings.socket_mode,
@@ -180,6 +183,7 @@ def _bolt_app(settings: SlackSettings, client: AsyncWebClient, on: SlackListener
         # Bolt's (and its Socket Mode client's) tracebacks are one line each.
         logger=one_line("kestrel.slack.bolt"),
     )
+    _calls_as(app.client, client)
     app.event("app_mention")(on.on_app_mention)
     app.event("message")(on.on_message)
     app.event("app_home_opened")(on.on_home_opened)
@@ -189,3 +193,12 @@ def _bolt_app(settings: SlackSettings, client: AsyncWebClient, on: SlackListener
     app.command("/kestrel")(on.on_command)
     app.error(on_bolt_error)
     return app
+
+
+def _calls_as(bolt: AsyncWebClient, ours: AsyncWebClient) -> None:
+    """Bolt's client calls Slack where and as ``ours`` does: the base URL (``SLACK_API_URL``),
+    the headers (our User-Agent) and the retries. Bolt copies them into the client it makes for
+    each request (its auth.test among them) and opens Socket Mode connections with its own."""
+    bolt.base_url = ours.base_url
+    bolt.headers = ours.headers
+    bolt.retry_handlers = ours.retry_handlers

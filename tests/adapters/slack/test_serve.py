@@ -71,6 +71,9 @@ async def test_serve_slack_runs_a_mention_to_its_answer(tmp_path: Path) -> None:
         assert process.returncode == 0, err
         assert "slack: workspace T0001" in err
         assert "Traceback" not in err
+    # Ours at start, then bolt's on the first request: bolt authorizes with the bot token,
+    # through the same API, as it did when it was handed our client.
+    assert [c.token for c in api.calls if c.method == "auth.test"] == ["xoxb-test"] * 2
 
 
 @pytest.mark.parametrize("form", ["json", "text"])
@@ -100,6 +103,7 @@ async def test_serve_slack_writes_only_log_records_and_each_notice_once(
     assert serve[-1] == "stopped: live runs suspended and their leases released"
     oncall = [r for r in records if "policy.oncall is empty" in r["message"]]
     assert [r["level"] for r in oncall] == ["warning"], err
+    assert [r for r in records if "will be unused" in r["message"]] == []
 
 
 def test_serve_slack_without_a_token_says_which_variable(tmp_path: Path) -> None:
