@@ -42,6 +42,7 @@ from bot.tools.command import (
     pattern_problems,
     placeholder,
     template_problems,
+    undeclared_required,
 )
 from bot.tools.isolation import Isolation, is_kestrels_variable
 from bot.tools.verdicts import CHECKERS, SOUND_PARAMETERS, found_clean, keep_clean
@@ -227,6 +228,15 @@ def _dash_problems(
             report.at(loc, f"{_tool(raw)}{name!r} is not a placeholder of the command")
 
 
+def _required_problems(report: _Report, raw: dict[str, Any], prefix: Loc) -> None:
+    """Each name ``parameters.required`` lists is a declared parameter."""
+    parameters = raw.get("parameters")
+    if not isinstance(parameters, dict):
+        return
+    for index, message in undeclared_required(parameters):
+        report.at((*prefix, "parameters", "required", index), _tool(raw) + message)
+
+
 def _trust_problems(report: _Report, raw: dict[str, Any], prefix: Loc) -> None:
     """Each ``trusted_from`` key is an argument path under a declared parameter."""
     trusted = raw.get("trusted_from")
@@ -288,6 +298,7 @@ def _entry(report: _Report, raw: Any, index: int, *, whole: bool) -> ToolEntry |
         if whole:
             _schema_problems(report, raw, (*prefix, "parameters"))
         _command_problems(report, raw, prefix)
+        _required_problems(report, raw, prefix)
         _trust_problems(report, raw, prefix)
         _env_problems(report, raw, prefix)
     return entry if len(report.problems) == before else None

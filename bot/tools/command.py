@@ -108,6 +108,21 @@ def template_problems(
     return problems
 
 
+def undeclared_required(schema: Mapping[str, Any]) -> list[tuple[int, str]]:
+    """Names ``required`` lists that ``properties`` does not declare, as (index in
+    ``required``, message): a command fills only declared parameters, so the model would be
+    made to send a value nothing uses."""
+    required = schema.get("required")
+    properties = schema.get("properties") or {}
+    if not isinstance(required, list) or not isinstance(properties, Mapping):
+        return []  # the schema's own check reports a malformed one
+    return [
+        (index, f"{name!r} is required but is not a declared parameter")
+        for index, name in enumerate(required)
+        if isinstance(name, str) and name not in properties
+    ]
+
+
 def _element_problem(index: int, element: str, properties: Mapping[str, Any]) -> str | None:
     name = placeholder(element)
     if name is None:
@@ -388,6 +403,10 @@ def _first_problem(
     undeclared = [name for name in allow_leading_dash if name not in properties]
     if undeclared:
         return f"allow_leading_dash: {undeclared[0]!r} is not a declared parameter"
+    required = undeclared_required(schema)
+    if required:
+        index, message = required[0]
+        return f"parameters.required[{index}]: {message}"
     patterns = [] if found_clean(SOUND_PARAMETERS, schema) else pattern_problems(schema)
     if patterns:
         path, message = patterns[0]

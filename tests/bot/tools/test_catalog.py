@@ -194,6 +194,19 @@ def test_undeclared_placeholder(tmp_path: Path) -> None:
     )
 
 
+def test_a_required_name_must_be_a_declared_parameter(tmp_path: Path) -> None:
+    required = "required:\n        - unit\n        - since\n"
+    path = write(tmp_path, "ops.yaml", GOOD.replace("required: [unit]\n", required))
+    expected = (
+        f"{path}:10: tools[0].parameters.required[1]: tool 'restart_service': 'since' is "
+        "required but is not a declared parameter"
+    )
+    assert check_catalog(path) == [expected]
+    with pytest.raises(CatalogError) as caught:
+        load_catalog(path)
+    assert caught.value.problems == [expected]
+
+
 def test_embedded_placeholder_is_refused(tmp_path: Path) -> None:
     path = write(tmp_path, "ops.yaml", GOOD.replace('"{unit}"]', '"--unit={unit}"]'))
     assert "tools[0].command[2]: '--unit={unit}' embeds a placeholder" in only_problem(path)

@@ -112,6 +112,13 @@ def test_allow_leading_dash_must_name_a_parameter() -> None:
         argv_tool("{unit}", allow_leading_dash=["nope"])
 
 
+def test_a_required_name_must_be_a_declared_parameter() -> None:
+    schema = {**SCHEMA, "required": ["unit", "unti"]}
+    message = "parameters.required.1.: 'unti' is required but is not a declared parameter"
+    with pytest.raises(ValueError, match=message):
+        CommandTool("x", "x", ["true", "{unit}"], parameters=schema)
+
+
 def test_argument_errors_give_one_line_per_argument() -> None:
     tool = argv_tool("{unit}", "{since}")
     assert tool.argument_errors({"unit": ["a"], "since": "x\0y"}) == [
