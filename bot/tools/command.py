@@ -4,8 +4,10 @@ Substitution rule: an argv element that is exactly ``{param}`` is replaced by th
 value as one whole element; an element that is ``{param}`` for an argument absent from the call
 is dropped entirely (so optional flags and trailing positionals simply disappear). An element
 that contains ``{param}`` among other text is refused when the tool is built: splicing a value
-into a larger element would let a caller smuggle extra syntax into it. The program (the first
-element) is always literal, so the model never chooses what runs.
+into a larger element would let a caller smuggle extra syntax into it, and so is an element
+with a brace without its pair (``{unit``): a placeholder mistyped, which would reach the program
+as it is written. The program (the first element) is always literal, so the model never
+chooses what runs.
 
 Option rule: a value that starts with ``-`` (``--version``, ``-rf``, ``-``, a negative number) is
 refused with an error result, because the program would read it as an option, unless the
@@ -48,6 +50,7 @@ SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 DEFAULT_MAX_OUTPUT = 65536
 
 _PLACEHOLDER = on_use(r"\{[A-Za-z_][A-Za-z0-9_-]*\}")
+_WHOLE = "a {param} must be a whole argv element"
 # After the direct child exits, a grandchild may still hold stdout open; wait this long for EOF.
 _PIPE_GRACE = 1.0
 # After killing the group, how long to collect what the killed processes already wrote.
@@ -126,12 +129,7 @@ def undeclared_required(schema: Mapping[str, Any]) -> list[tuple[int, str]]:
 def _element_problem(index: int, element: str, properties: Mapping[str, Any]) -> str | None:
     name = placeholder(element)
     if name is None:
-        if "{" in element and _PLACEHOLDER.search(element):
-            return (
-                f"{element!r} embeds a placeholder in other text; "
-                "a {param} must be a whole argv element"
-            )
-        return None
+        return _literal_problem(element)
     if index == 0:
         return "the program (first element) must be literal, not a placeholder"
     if name not in properties:
@@ -141,6 +139,33 @@ def _element_problem(index: int, element: str, properties: Mapping[str, Any]) ->
     if kind in ("object", "array"):
         return f"placeholder {{{name}}} has type {kind}; an argv element needs a scalar"
     return None
+
+
+def _literal_problem(element: str) -> str | None:
+    """Why an element that is no placeholder cannot be literal text: it holds one, or a brace
+    without its pair (``{unit``, a placeholder mistyped, would reach the program as it is).
+    Paired braces stay literal: ``{}`` for find, ``{print $1}`` for awk, ``{.items}`` for
+    kubectl."""
+    if "{" in element and _PLACEHOLDER.search(element):
+        return f"{element!r} embeds a placeholder in other text; {_WHOLE}"
+    if _unpaired(element):
+        return f"{element!r} has a brace without its pair; {_WHOLE}"
+    return None
+
+
+def _unpaired(element: str) -> bool:
+    """Whether a ``}`` closes no ``{``, or a ``{`` is left open."""
+    if "{" not in element and "}" not in element:
+        return False
+    depth = 0
+    for char in element:
+        if char == "{":
+            depth += 1
+        elif char == "}":
+            depth -= 1
+            if depth < 0:
+                return True
+    return depth != 0
 
 
 def format_value(value: Any) -> str | None:

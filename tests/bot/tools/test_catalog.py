@@ -212,6 +212,14 @@ def test_embedded_placeholder_is_refused(tmp_path: Path) -> None:
     assert "tools[0].command[2]: '--unit={unit}' embeds a placeholder" in only_problem(path)
 
 
+def test_a_placeholder_without_its_closing_brace_is_refused(tmp_path: Path) -> None:
+    path = write(tmp_path, "ops.yaml", GOOD.replace('"{unit}"]', '"{unit"]'))
+    assert only_problem(path) == (
+        f"{path}:4: tools[0].command[2]: '{{unit' has a brace without its pair; a {{param}} "
+        "must be a whole argv element"
+    )
+
+
 def test_bad_name(tmp_path: Path) -> None:
     path = write(tmp_path, "ops.yaml", GOOD.replace("name: restart_service", "name: restart it"))
     assert only_problem(path) == (

@@ -73,6 +73,17 @@ def test_embedded_placeholder_is_refused() -> None:
         argv_tool("--unit={unit}")
 
 
+@pytest.mark.parametrize("element", ["{unit", "unit}", "{unit}}", "{{unit}", "--unit={unit", "}{"])
+def test_a_brace_without_its_pair_is_refused(element: str) -> None:
+    with pytest.raises(ValueError, match=f"command.3.: {re.escape(repr(element))} .*whole argv"):
+        argv_tool(element)
+
+
+@pytest.mark.parametrize("element", ["{}", "{print $1}", "{{.Names}}", "{.items[*]}", "f({})"])
+async def test_paired_braces_are_literal_text(element: str) -> None:
+    assert printed((await argv_tool(element).call({}, CTX)).output) == [element]
+
+
 def test_placeholder_program_is_refused() -> None:
     with pytest.raises(ValueError, match="program"):
         CommandTool("x", "x", ["{unit}"], parameters=SCHEMA)
