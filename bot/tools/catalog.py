@@ -20,11 +20,16 @@ warning: the catalog does not load, since the only alternative engine can backtr
 Names are one namespace: a name declared in two files, or one that is a built-in tool's (passed
 as ``reserved``), is reported at the line that declares it.
 
+A tool's program that cannot start on this host (a path not there or not executable, a name
+not on ``SAFE_PATH``) is a problem of the checks (``kestrel tools check``) and only a warning of
+a load: a long-lived replica may see it installed later, and until then its calls fail.
+
 ``catalog_flags`` reads the catalogs only for their tools' flags (who may answer a request): it
 checks the entries but compiles no JSON Schema and no pattern, so jsonschema and RE2 are not
 even imported. Whatever runs the tools loads the catalogs whole (``load_catalogs``).
 """
 
+import logging
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -38,18 +43,21 @@ from bot.plain import Invalid, Loc, Problem, convert, dotted
 from bot.tools.base import TOOL_NAME_PATTERN, ApprovalPolicy, ToolFlags, ToolTraits
 from bot.tools.command import (
     DEFAULT_MAX_OUTPUT,
+    SAFE_PATH,
     CommandTool,
     pattern_problems,
     placeholder,
     template_problems,
     undeclared_required,
 )
-from bot.tools.isolation import Isolation, is_kestrels_variable
+from bot.tools.isolation import Isolation, is_kestrels_variable, unstartable
 from bot.tools.verdicts import CHECKERS, SOUND_PARAMETERS, found_clean, keep_clean
 from bot.yamldoc import PARSER, node_and_value
 
 if TYPE_CHECKING:
     import yaml
+
+log = logging.getLogger("kestrel.tools")
 
 _SUBFOLDER: Final = "catalogs"
 # What a file's check depends on besides its text: the parser's code and the checkers'.
@@ -338,6 +346,42 @@ def _build(entry: ToolEntry, folder: Path, origin: str, isolation: Isolation | N
     )
 
 
+def _program_problems(files: Iterable["_Parsed"]) -> list[str]:
+    """Each tool whose program cannot start on this host, at the line naming the tool: errors
+    for ``tools check``, warnings for a load. A few ``stat`` calls a tool, nothing imported."""
+    problems: list[str] = []
+    for parsed in files:
+        folder = parsed.path.resolve().parent
+        for entry in parsed.entries:
+            reason = _unstartable(entry, folder)
+            if reason is not None:
+                where = f"{parsed.path}:{parsed.lines[entry.name]}"
+                problems.append(
+                    f"{where}: tool {entry.name!r}: program {entry.command[0]!r} {reason}"
+                )
+    return problems
+
+
+def _unstartable(entry: ToolEntry, folder: Path) -> str | None:
+    """Why the entry's program cannot start, as a call would start it (on ``SAFE_PATH``, from
+    the tool's ``cwd``, else from the call's new and empty ``HOME``); None if it can."""
+    program = _resolve(entry.command[0], folder)
+    if "/" not in program:
+        missing = unstartable(program, SAFE_PATH, folder) is not None
+        return f"is not on the PATH commands run with ({SAFE_PATH})" if missing else None
+    if not entry.cwd and not os.path.isabs(program):
+        return (
+            "cannot start: it is relative to the call's new, empty HOME "
+            "(./ is the catalog's folder)"
+        )
+    cwd = folder / entry.cwd if entry.cwd else folder  # an absolute program: any will do
+    reason = unstartable(program, SAFE_PATH, cwd)
+    if reason is None:
+        return None
+    resolved = f" ({program})" if program != entry.command[0] else ""
+    return f"cannot start: {reason}{resolved}"
+
+
 def _compose(report: _Report, text: str) -> Any:
     """Parse YAML keeping the node tree for line numbers; syntax errors are reported."""
     import yaml
@@ -477,34 +521,48 @@ def _recalled(path: Path, name: str | None, *, whole: bool) -> _Parsed | None:
 
 
 def check_catalog(path: Path | str) -> list[str]:
-    """Every problem of one catalog file, ``file:line: …`` each; empty if it is fine."""
-    return _parse(Path(path)).problems
+    """Every problem of one catalog file, ``file:line: …`` each, a program that cannot start
+    here included; empty if it is fine."""
+    parsed = _parse(Path(path))
+    return parsed.problems + _program_problems([parsed])
 
 
 def check_catalogs(paths: Iterable[Path | str], reserved: Iterable[str] = ()) -> list[str]:
-    """Every problem of the files as one set: each file's, clashes, and ``reserved`` names."""
-    return _collect(_unique(Path(path) for path in paths), set(reserved))[1]
+    """Every problem of the files as one set: each file's, clashes, ``reserved`` names, and
+    programs that cannot start here."""
+    files, problems = _collect(_unique(Path(path) for path in paths), set(reserved))
+    return problems + _program_problems(files)
 
 
 def check_configured(
     patterns: Sequence[str], base_dir: Path, reserved: Iterable[str] = ()
 ) -> tuple[list[Path], list[str]]:
     """The files the glob patterns match (relative to ``base_dir``) and every problem of them
-    as one set, a pattern that matches nothing included."""
+    as one set (``check_catalogs``), a pattern that matches nothing included."""
     problems: list[str] = []
-    files = _expand(patterns, base_dir, problems)
-    return files, problems + _collect(files, set(reserved))[1]
+    paths = _expand(patterns, base_dir, problems)
+    files, found = _collect(paths, set(reserved))
+    return paths, problems + found + _program_problems(files)
 
 
 def load_catalog(path: Path | str, isolation: Isolation | None = None) -> list[CommandTool]:
-    """The tools of one catalog file; ``CatalogError`` listing every problem otherwise.
+    """The tools of one catalog file; ``CatalogError`` listing every problem otherwise, a
+    program that cannot start here only warned of (``load_catalogs``).
 
     ``isolation``: how its commands are kept from Kestrel's secrets (None: not at all).
     """
     parsed = _parse(Path(path))
     if parsed.problems:
         raise CatalogError(parsed.problems)
+    _warn_of_programs([parsed])
     return parsed.tools(isolation)
+
+
+def _warn_of_programs(files: Iterable["_Parsed"]) -> None:
+    """A program missing when a catalog loads is warned of, not refused: it may be installed
+    after a long-lived replica starts, and until then its calls fail as errors."""
+    for problem in _program_problems(files):
+        log.warning("%s; loaded all the same, its calls fail until it can start", problem)
 
 
 def _matching(pattern: str, base_dir: Path) -> list[Path]:
@@ -589,11 +647,9 @@ def load_catalogs(
 
     ``isolation``: how their commands are kept from Kestrel's secrets (None: not at all).
     """
-    return [
-        tool
-        for parsed in _read(patterns, base_dir, reserved, whole=True)
-        for tool in parsed.tools(isolation)
-    ]
+    files = _read(patterns, base_dir, reserved, whole=True)
+    _warn_of_programs(files)
+    return [tool for parsed in files for tool in parsed.tools(isolation)]
 
 
 def catalog_flags(

@@ -65,6 +65,7 @@ _SYSCTLS: Final = (
 )
 # What in /proc/self/status decides it for this process: capabilities, seccomp, no_new_privs.
 _STATUS_LINES: Final = ("Cap", "Seccomp", "NoNewPrivs")
+_NOT_FOUND: Final = "No such file or directory"  # ENOENT, as the system says it
 
 
 class IsolationUnavailable(Exception):
@@ -185,18 +186,25 @@ def program_problem(program: str, path: str, cwd: Path) -> str | None:
     The helper always starts, so a missing program is found here, before, to answer it as an
     error (not as output of a command that ran).
     """
+    reason = unstartable(program, path, cwd)
+    return None if reason is None else f"cannot start {program!r}: {reason} ({program})"
+
+
+def unstartable(program: str, path: str, cwd: Path) -> str | None:
+    """Why ``program`` (a path from ``cwd``, else a name looked up on ``path``) cannot start,
+    in the system's words; None if it can."""
     if "/" in program:
-        return _executable_problem(cwd / program, program)
+        return _executable_problem(cwd / program)
     for folder in path.split(os.pathsep):
         candidate = Path(folder or ".") / program
         if candidate.is_file() and os.access(candidate, os.X_OK):
             return None
-    return f"cannot start {program!r}: No such file or directory ({program})"
+    return _NOT_FOUND
 
 
-def _executable_problem(path: Path, program: str) -> str | None:
+def _executable_problem(path: Path) -> str | None:
     if not path.exists():
-        return f"cannot start {program!r}: No such file or directory ({program})"
+        return _NOT_FOUND
     if path.is_dir() or not os.access(path, os.X_OK):
-        return f"cannot start {program!r}: Permission denied ({program})"
+        return "Permission denied"
     return None

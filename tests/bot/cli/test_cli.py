@@ -169,6 +169,17 @@ def test_malformed_catalog_reports_file_and_line(tmp_path: Path) -> None:
     assert "bad.yaml:5" in one_line_error(kestrel(tmp_path, "run", "hi"))
 
 
+def test_tools_check_names_a_program_that_cannot_start_here(tmp_path: Path) -> None:
+    catalog = tmp_path / "ops.yaml"
+    catalog.write_text("tools:\n  - {name: gone, description: x, command: [/nonexistent/prog]}\n")
+    said = f"{catalog}:2: tool 'gone': program '/nonexistent/prog' cannot start: No such file"
+    write_config(tmp_path, tools=["ops.yaml"])
+    for args in (("tools", "check", str(catalog)), ("tools", "check")):
+        checked = kestrel(tmp_path, *args)
+        assert checked.returncode == 1
+        assert checked.stderr == f"{said} or directory\n"
+
+
 def test_read_only_database_is_one_line_and_journal_untouched(tmp_path: Path) -> None:
     assert kestrel(tmp_path, "run", "checkout is failing").returncode == 0
     db = tmp_path / "kestrel.db"

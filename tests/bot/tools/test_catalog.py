@@ -294,6 +294,53 @@ def test_dot_slash_elements_and_cwd_resolve_against_the_catalog_folder(tmp_path:
     assert tool.command == (str(folder / "bin/tool"), str(folder / "data"), "data/./x")
 
 
+PROGRAMS = """\
+tools:
+  - {name: absent, description: x, command: [/nonexistent/prog]}
+  - {name: beside, description: x, command: [./missing.sh]}
+  - {name: named, description: x, command: [no-such-program-x]}
+  - {name: plain, description: x, command: [./plain.txt]}
+  - {name: loose, description: x, command: [bin/tool]}
+  - {name: there, description: x, command: [./there.sh]}
+  - {name: found, description: x, command: ["true"]}
+  - {name: inside, description: x, command: [bin/tool], cwd: work}
+"""
+
+
+def test_a_program_that_cannot_start_here_is_a_problem_of_the_check(tmp_path: Path) -> None:
+    (tmp_path / "plain.txt").write_text("not a program\n")
+    (tmp_path / "there.sh").write_text("#!/bin/sh\n")
+    (tmp_path / "there.sh").chmod(0o755)
+    (tmp_path / "work" / "bin").mkdir(parents=True)
+    (tmp_path / "work" / "bin" / "tool").write_text("#!/bin/sh\n")
+    (tmp_path / "work" / "bin" / "tool").chmod(0o755)
+    path = write(tmp_path, "ops.yaml", PROGRAMS)
+    assert check_catalog(path) == [
+        f"{path}:2: tool 'absent': program '/nonexistent/prog' cannot start: No such file or "
+        "directory",
+        f"{path}:3: tool 'beside': program './missing.sh' cannot start: No such file or "
+        f"directory ({tmp_path}/missing.sh)",
+        f"{path}:4: tool 'named': program 'no-such-program-x' is not on the PATH commands run "
+        "with (/usr/local/bin:/usr/bin:/bin)",
+        f"{path}:5: tool 'plain': program './plain.txt' cannot start: Permission denied "
+        f"({tmp_path}/plain.txt)",
+        f"{path}:6: tool 'loose': program 'bin/tool' cannot start: it is relative to the call's "
+        "new, empty HOME (./ is the catalog's folder)",
+    ]
+
+
+def test_a_program_that_cannot_start_here_is_only_warned_of_when_loading(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = write(tmp_path, "ops.yaml", PROGRAMS.split("  - {name: beside")[0])
+    tools = load_catalogs(["ops.yaml"], tmp_path)
+    assert [tool.name for tool in tools] == ["absent"]
+    assert [record.getMessage() for record in caplog.records] == [
+        f"{path}:2: tool 'absent': program '/nonexistent/prog' cannot start: No such file or "
+        "directory; loaded all the same, its calls fail until it can start"
+    ]
+
+
 async def test_catalog_cwd_is_used(tmp_path: Path) -> None:
     (tmp_path / "run").mkdir()
     text = """\
