@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from bot.patterns import on_use
 from bot.tools.base import ToolContext, ToolFlags, ToolResult, check_tool_name
-from bot.tools.isolation import Isolation, program_problem
+from bot.tools.isolation import Isolation, program_problem, ran_nothing
 from bot.tools.verdicts import SOUND_PARAMETERS, VALID_ARGUMENTS, found_clean, keep_clean
 
 # RE2 and jsonschema are imported where a pattern or a schema is first compiled: slow to
@@ -597,8 +597,9 @@ class CommandTool:
     async def _spawn_and_run(self, argv: list[str], home: str, ctx: ToolContext) -> ToolResult:
         env = minimal_env(self._env, home)
         cwd = ctx.workdir or self._cwd or Path(home)
+        program = argv[0]
         if self._isolation is not None:
-            problem = program_problem(argv[0], env["PATH"], cwd)
+            problem = program_problem(program, env["PATH"], cwd)
             if problem:
                 return ToolResult(output=problem, is_error=True)
             argv = self._isolation.wrap(argv)
@@ -620,14 +621,24 @@ class CommandTool:
             where = f" ({exc.filename})" if exc.filename else ""
             return ToolResult(output=f"cannot start {argv[0]!r}: {cause}{where}", is_error=True)
         try:
-            return await self._run(transport, capture, ctx)
+            status = await self._run(transport, capture, ctx)
         finally:
             transport.close()
+        return self._result(program, status, capture)
+
+    def _result(self, program: str, status: int, capture: _Capture) -> ToolResult:
+        """What the command printed and how it ended; an error if the helper ran nothing (a
+        program the check before could not foresee failing: a script's missing interpreter)."""
+        said = None if self._isolation is None else ran_nothing(status, capture.kept, program)
+        if said is not None:
+            return ToolResult(output=said, is_error=True)
+        return ToolResult(output=capture.render(status))
 
     @staticmethod
     async def _run(
         transport: asyncio.SubprocessTransport, capture: _Capture, ctx: ToolContext
-    ) -> ToolResult:
+    ) -> int:
+        """The command's exit status, once its processes are gone and its output is read."""
         pgid = transport.get_pid()
         try:
             if ctx.started is not None:
@@ -645,4 +656,4 @@ class CommandTool:
         await _within(capture.eof, _DRAIN_AFTER_KILL)
         status = transport.get_returncode()
         assert status is not None  # the child has exited
-        return ToolResult(output=capture.render(status))
+        return status

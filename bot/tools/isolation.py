@@ -66,6 +66,12 @@ _SYSCTLS: Final = (
 # What in /proc/self/status decides it for this process: capabilities, seccomp, no_new_privs.
 _STATUS_LINES: Final = ("Cap", "Seccomp", "NoNewPrivs")
 _NOT_FOUND: Final = "No such file or directory"  # ENOENT, as the system says it
+# How the helper says it ran nothing, as confine.py defines it (not imported from there: it
+# loads ctypes): exit status 127 and "cannot start 'PROGRAM': …", or 126 and "kestrel: …; the
+# command was not run", one line on stderr.
+CANNOT_START: Final = 127
+NOT_CONFINED: Final = 126
+NOT_RUN: Final = "; the command was not run"
 
 
 class IsolationUnavailable(Exception):
@@ -105,7 +111,7 @@ class Isolation(msgspec.Struct, frozen=True):
         if done.returncode != 0:
             said = done.stderr.strip().splitlines()
             line = said[-1] if said else f"exit status {done.returncode}"
-            reason = line.removeprefix("kestrel: ").removesuffix("; the command was not run")
+            reason = line.removeprefix("kestrel: ").removesuffix(NOT_RUN)
             raise IsolationUnavailable(reason)
 
     def check_remembered(self) -> None:
@@ -188,6 +194,21 @@ def program_problem(program: str, path: str, cwd: Path) -> str | None:
     """
     reason = unstartable(program, path, cwd)
     return None if reason is None else f"cannot start {program!r}: {reason} ({program})"
+
+
+def ran_nothing(status: int, output: bytes | bytearray, program: str) -> str | None:
+    """The helper's line if it ran nothing (``program`` could not start, or the confinement
+    failed), else None. That line is the whole output: a command that exits 127 or 126 itself
+    prints its own words (one that prints the helper's is taken at them: its call fails)."""
+    one_line = output.endswith(b"\n") and output.count(b"\n") == 1
+    if status not in (CANNOT_START, NOT_CONFINED) or not one_line:
+        return None
+    line = output[:-1].decode(errors="replace")
+    if status == CANNOT_START and line.startswith(f"cannot start {program!r}: "):
+        return line
+    if status == NOT_CONFINED and line.startswith("kestrel: ") and line.endswith(NOT_RUN):
+        return line
+    return None
 
 
 def unstartable(program: str, path: str, cwd: Path) -> str | None:

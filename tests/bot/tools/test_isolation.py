@@ -206,11 +206,21 @@ async def test_an_orphaned_isolated_group_is_found_and_stopped_by_its_stamp() ->
         ("echo out; echo err >&2; exit 3", "out\nerr\n[exit status 3]"),
         ("kill -TERM $$", "[killed by signal SIGTERM]"),
         ("echo $HOME | grep -c kestrel-home; env | wc -l", "1\n4\n[exit status 0]"),
+        ("echo \"cannot start 'x': gone\"; exit 127", "cannot start 'x': gone\n[exit status 127]"),
+        (
+            "echo 'kestrel: no; the command was not run'; echo more; exit 126",
+            "kestrel: no; the command was not run\nmore\n[exit status 126]",
+        ),
+        (
+            "echo \"cannot start '/bin/sh': x\"; printf more; exit 127",
+            "cannot start '/bin/sh': x\nmore\n[exit status 127]",
+        ),
     ],
-    ids=["exit code and stderr", "own signal", "environment"],
+    ids=["exit code and stderr", "own signal", "environment", "own 127", "own 126", "more"],
 )
 async def test_output_and_exit_status_pass_through_unchanged(script: str, output: str) -> None:
-    assert (await sh(script).call({}, CTX)).output == output
+    result = await sh(script).call({}, CTX)
+    assert (result.output, result.is_error) == (output, False)
 
 
 async def test_the_output_cap_holds() -> None:
@@ -231,6 +241,22 @@ async def test_a_program_that_cannot_start_is_an_error_as_before(tmp_path: Path)
     )
     unknown = await CommandTool("u", "u", ["no-such-program-x"], isolation=ISOLATED).call({}, CTX)
     assert unknown.is_error and unknown.output.startswith("cannot start 'no-such-program-x'")
+
+
+async def test_a_program_the_helper_cannot_start_is_an_error(tmp_path: Path) -> None:
+    script = tmp_path / "orphaned.sh"
+    script.write_text("#!/nonexistent/interpreter\necho ran\n")
+    script.chmod(0o755)
+    result = await CommandTool("o", "o", [str(script)], isolation=ISOLATED).call({}, CTX)
+    assert result.is_error
+    assert result.output == f"cannot start {str(script)!r}: No such file or directory"
+
+
+def test_the_helper_s_words_for_running_nothing_are_the_ones_it_says() -> None:
+    from bot.tools import confine, isolation
+
+    said = (isolation.CANNOT_START, isolation.NOT_CONFINED, isolation.NOT_RUN)
+    assert said == (confine.CANNOT_START, confine.FAILED, confine.NOT_RUN)
 
 
 def test_a_catalog_cannot_hand_a_command_kestrels_secrets(tmp_path: Path) -> None:
