@@ -55,7 +55,7 @@ class ToolOutcome(StrEnum):
     DEFERRED = "deferred"
     TAKEN_OVER = "taken_over"
     TIMEOUT = "timeout"
-    ERROR = "error"
+    ERROR = "error"  # the tool raised, answered malformed, or answered with ``is_error``
     OK = "ok"
 
 

@@ -292,7 +292,10 @@ async def _invoke(
         # A plugin's code is not type-checked with ours; the journal holds text and a flag.
         shown = f"{type(result.output).__name__} output, is_error {result.is_error!r}"
         return ToolOutcome.ERROR, f"the tool answered with {shown}, not text", True, None
-    return ToolOutcome.OK, result.output, result.is_error, None
+    # A tool that says it failed (a program that cannot start, an MCP error) failed the call:
+    # the tally, metrics and every surface count and show it so, not as ``ok``.
+    outcome = ToolOutcome.ERROR if result.is_error else ToolOutcome.OK
+    return outcome, result.output, result.is_error, None
 
 
 def _failed(tool: Tool, exc: Exception) -> tuple[ToolOutcome, str, bool, None]:

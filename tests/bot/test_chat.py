@@ -25,6 +25,7 @@ from bot.domain import (
 from bot.people.policy import Actor, NotPermitted, Policy, PolicyRules
 from bot.prompter import DeferringPrompter
 from bot.run.supervisor import Supervisor
+from bot.tools.command import CommandTool
 from storage.sql_store import SqlStore
 from tests.fakes.runtime import (
     Counter,
@@ -221,6 +222,16 @@ class _Silent:
     async def stop(self, run_id: str, note: str = "") -> None: ...
 
 
+class _Steps(_Silent):
+    """Progress that keeps each call's latest step."""
+
+    def __init__(self) -> None:
+        self.shown: dict[str, StepStatus] = {}
+
+    async def step(self, run_id: str, call_id: str, title: str, status: StepStatus) -> None:
+        self.shown[call_id] = status
+
+
 class _NoTransport:
     platform = "test"
 
@@ -253,3 +264,21 @@ async def test_a_renderer_finds_a_run_s_place_without_reading_its_journal(
     assert place.session.channel == "C1"
     assert store.loads == before
     assert await renderer.place_of("run_made_up") is None
+
+
+async def test_a_call_that_failed_shows_as_failed_in_the_thread_s_progress(tmp_path: Path) -> None:
+    missing = CommandTool("probe", "Probe", ["/nonexistent/prog"])
+    replies = [reply(call("probe"), call("echo", text="hi")), reply(text="done")]
+    rt, _ = await make_runtime(tmp_path / "k.db", replies, [missing, *counting_tools(Counter())])
+    service = ChatService(Supervisor(rt))
+    steps = _Steps()
+    deliveries = Deliveries(rt.store, _NoTransport(), "test-owner")
+    renderer = ThreadRenderer(service, deliveries, _Look(), steps)
+    rt.events.add(renderer)
+
+    live = await service.submit_turn("probe", user=Actor("U0REQ"), session=thread())
+    await service.wait(live)
+    await renderer.idle()
+    await rt.store.close()
+
+    assert steps.shown == {"call_1": "error", "call_2": "complete"}

@@ -15,6 +15,7 @@ from bot.journal.entries import AssistantTurnEntry, ToolDispatched, ToolResultEn
 from bot.journal.fold import fold
 from bot.run.supervisor import Supervisor
 from bot.tools.base import ToolResult
+from bot.tools.command import CommandTool
 from bot.tools.python import function_tool
 from tests.fakes.processes import grandchild_tool, wait_dead
 from tests.fakes.runtime import (
@@ -429,6 +430,17 @@ async def test_the_final_answer_is_journaled_once(tmp_path: Path) -> None:
     assert replayed.result.text == answer
     assert replayed.result.payload == {"healthy": True}
     assert replayed.result == state.result
+
+
+async def test_a_command_that_cannot_start_counts_as_a_failed_call(tmp_path: Path) -> None:
+    missing = CommandTool("probe", "Probe", ["/nonexistent/prog"])
+
+    state, records = await one_call(tmp_path / "k.db", missing)
+
+    assert state.result is not None and state.result.outcomes == {"error": 1}
+    (answer,) = [r.entry for r in records if isinstance(r.entry, ToolResultEntry)]
+    assert (answer.outcome, answer.is_error) == (ToolOutcome.ERROR, True)
+    assert answer.output.startswith("cannot start '/nonexistent/prog'")
 
 
 async def test_a_tool_answering_with_no_text_fails_the_call_not_the_journal(

@@ -180,6 +180,26 @@ def test_tools_check_names_a_program_that_cannot_start_here(tmp_path: Path) -> N
         assert checked.stderr == f"{said} or directory\n"
 
 
+def test_a_command_that_cannot_start_is_counted_as_a_failed_call(tmp_path: Path) -> None:
+    tools = [
+        {"name": "gone", "description": "x", "command": ["/nonexistent/prog"]},
+        {"name": "orphan", "description": "x", "command": ["./orphan.sh"]},
+    ]
+    (tmp_path / "ops.yaml").write_text(yaml.safe_dump({"tools": tools}))
+    (tmp_path / "orphan.sh").write_text("#!/nonexistent/interpreter\n")
+    (tmp_path / "orphan.sh").chmod(0o755)
+    script = [{"text": "trying", "calls": [{"name": "gone"}, {"name": "orphan"}]}, {"text": "ok"}]
+    (tmp_path / "script.yaml").write_text(yaml.safe_dump(script))
+    write_config(
+        tmp_path, tools=["ops.yaml"], model={"provider": "scripted", "script": "script.yaml"}
+    )
+    ran = kestrel(tmp_path, "run", "try them", "--json")
+    assert ran.returncode == 0, ran.stderr  # a missing program is warned of, not refused
+    assert json.loads(ran.stdout)["outcomes"] == {"error": 2}
+    shown = kestrel(tmp_path, "runs", "show", json.loads(ran.stdout)["run_id"]).stdout
+    assert '  calls: {"error": 2}' in shown.splitlines()
+
+
 def test_read_only_database_is_one_line_and_journal_untouched(tmp_path: Path) -> None:
     assert kestrel(tmp_path, "run", "checkout is failing").returncode == 0
     db = tmp_path / "kestrel.db"
