@@ -60,6 +60,22 @@ def find_github(src: ScanText) -> Iterator[PiiHit]:
 
 
 # Anchored on "k" so "sk-", "sk_live_" and "rk_live_" share one pass that skips to a rare letter.
+# GitLab's tokens by prefix: personal, deploy, runner, trigger, feed, OAuth app and others.
+_GITLAB_KINDS = ("pat", "dt", "rt", "ptt", "ft", "soat", "cbt", "oas", "imt", "agent")
+_GITLAB = on_use(rf"g(?<![0-9A-Za-z_]g)l(?:{'|'.join(_GITLAB_KINDS)})-[A-Za-z0-9_.-]{{20,}}+")
+_GITLAB_PREFIXES = tuple(f"gl{kind}-" for kind in _GITLAB_KINDS)
+
+
+def find_gitlab(src: ScanText) -> Iterator[PiiHit]:
+    """GitLab tokens: glpat- (personal), gldt- (deploy), glrt- (runner) and their kin."""
+    text = src.text
+    for match in finditer_with(_GITLAB, text, *_GITLAB_PREFIXES):
+        end = match.end()
+        while text[end - 1] in ".-":
+            end -= 1  # a sentence's full stop, a dash after the token
+        yield PiiHit("GITLAB_TOKEN", match.start(), end)
+
+
 _K_KEYS = on_use(
     r"k(?<=[sr]k)(?<![0-9A-Za-z_-][sr]k)(?:"
     r"(?<=sk)-(?P<openai>[A-Za-z0-9_-]{32,}+)"
@@ -170,6 +186,21 @@ _PASSWORD_VALUE = on_use(
 )
 
 _NEXT_KEY = on_use(r"[A-Za-z_][A-Za-z0-9_]*=")
+_BARE_MORE = on_use(r"[^\s;&,\"'<>]+")
+# The key of the next pair, as connection strings spell keys ("User Id=", "Data Source=").
+_NEXT_PAIR = on_use(r"[A-Za-z_][A-Za-z0-9_ .-]*=")
+
+
+def _bare_end(text: str, end: int) -> int:
+    """Where a bare value ends: at a ``;``, ``&`` or ``,`` that separates the next key
+    (``&user=``, ``;Database=``) or ends the text or a word; one inside a value is part of it
+    (``Tr0ub4dor&3``)."""
+    while end + 1 < len(text) and text[end] in ";&," and not _NEXT_PAIR.match(text, end + 1):
+        more = _BARE_MORE.match(text, end + 1)
+        if more is None:
+            break
+        end = more.end()
+    return end
 
 
 def find_keyvalue_passwords(src: ScanText) -> Iterator[PiiHit]:
@@ -181,6 +212,8 @@ def find_keyvalue_passwords(src: ScanText) -> Iterator[PiiHit]:
             continue
         group = value.lastgroup or "bare"
         start, end = value.span(group)
+        if group == "bare":
+            end = _bare_end(text, end)
         secret = text[start:end]
         if set(secret) == {"*"}:
             continue  # already masked

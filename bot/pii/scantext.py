@@ -20,6 +20,7 @@ ENTITY_TYPES: tuple[str, ...] = (
     "AWS_SECRET_KEY",
     "AWS_ACCESS_KEY",
     "GITHUB_TOKEN",
+    "GITLAB_TOKEN",
     "SLACK_TOKEN",
     "STRIPE_KEY",
     "OPENAI_API_KEY",

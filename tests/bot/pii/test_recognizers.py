@@ -225,6 +225,16 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
     ("CONNECTION_STRING_PASSWORD", 'password="with space" port=5432', "with space"),
     ("CONNECTION_STRING_PASSWORD", "PGPASSWORD=abc123 psql", "abc123"),
     ("CONNECTION_STRING_PASSWORD", "[db]\npassword = hunter2\n", "hunter2"),
+    # A separator inside a value is part of it; one before the next key ends it.
+    ("CONNECTION_STRING_PASSWORD", "login password=Tr0ub4dor&3 ok", "Tr0ub4dor&3"),
+    ("CONNECTION_STRING_PASSWORD", "?password=x&user=y", "x"),
+    ("CONNECTION_STRING_PASSWORD", "Password=a;b;Data Source=db", "a;b"),
+    ("CONNECTION_STRING_PASSWORD", "Password=x;User Id=sa;", "x"),
+    ("CONNECTION_STRING_PASSWORD", "pwd=abc, then", "abc"),
+    # GITLAB_TOKEN
+    ("GITLAB_TOKEN", "token glpat-abcdefghij1234567890XY.", "glpat-abcdefghij1234567890XY"),
+    ("GITLAB_TOKEN", "CI_JOB=gldt-ABCDEFGHIJKLMNOPQRSTuv x", "gldt-ABCDEFGHIJKLMNOPQRSTuv"),
+    ("GITLAB_TOKEN", "glrt-t1_AbCdEfGhIjKlMnOpQrSt", "glrt-t1_AbCdEfGhIjKlMnOpQrSt"),
 ]
 
 
@@ -358,6 +368,10 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     ("CONNECTION_STRING_PASSWORD", "PWD=/home/user OLDPWD=/tmp"),
     ("CONNECTION_STRING_PASSWORD", "password: required"),
     ("CONNECTION_STRING_PASSWORD", "http://user@host/"),
+    # GITLAB_TOKEN
+    ("GITLAB_TOKEN", "glpat-short"),
+    ("GITLAB_TOKEN", "xglpat-abcdefghij1234567890XY"),
+    ("GITLAB_TOKEN", "glxyz-abcdefghij1234567890XY"),
 ]
 
 
