@@ -30,6 +30,7 @@ from bot.cli.common import (
 from bot.cli.driving import exit_if_signalled, run_object, suspend_on_signals
 
 if TYPE_CHECKING:
+    from bot.chat.service import ChatService
     from bot.config.settings import Settings
     from bot.domain import DecisionKind
     from bot.run.runtime import Runtime
@@ -49,6 +50,24 @@ _ANSWER_WITH: Final = {
     "wait_user": "kestrel runs answer {run} {id} {text}",
     "wait_effect": "kestrel runs effect {run} {id} retry|done|failed",
     "wait_plan": "kestrel runs approve {run} {id} [--step-by-step] (or deny --reason TEXT)",
+}
+# Each kind of request, as a person calls it.
+_NOUNS: Final = {
+    "wait_approval": "an approval",
+    "wait_user": "a question",
+    "wait_effect": "an uncertain effect",
+    "wait_plan": "a plan",
+}
+# Each kind of decision, as the command line spells it.
+_SPELLED: Final = {
+    "approve": "runs approve",
+    "approve_always": "--always",
+    "step_by_step": "--step-by-step",
+    "deny": "runs deny",
+    "answer": "runs answer",
+    "retry": "runs effect retry",
+    "done": "runs effect done",
+    "failed": "runs effect failed",
 }
 
 
@@ -192,7 +211,7 @@ def decide(
         actor = Actor(terminal_user(user))
         decided = await chat.decide(run_id, request_id, kind, user=actor, text=text)
         if not decided.accepted:
-            raise Failure(decided.message)
+            raise Failure(await _misfit(chat, request_id, kind) or decided.message)
         if decided.resumed is not None:
             await chat.wait(decided.resumed)
         elif not await chat.ended(run_id):
@@ -209,14 +228,34 @@ def decide(
     exit_if_signalled(received)
 
 
+async def _misfit(chat: ChatService, request_id: str, kind: DecisionKind) -> str:
+    """What ``kind`` is for and the command that answers the request instead, in the command
+    line's words, when ``kind`` cannot answer a request of its kind at all (the policy's refusal
+    says so in the journal's names); "" when the refusal was for another reason."""
+    from bot.kinds import RequestKind, RequestStatus
+    from bot.people.policy import fits
+
+    view = await chat.request(request_id)
+    if view is None or view.status is not RequestStatus.OPEN or fits(kind, view.request.kind):
+        return ""
+    request = view.request
+    meant = " or ".join(f"{_NOUNS[k]} ({k})" for k in RequestKind if fits(kind, k))
+    how = _how(request.kind, request.run_id, request.id, request.options)
+    return f"{_SPELLED[kind]} is for {meant}; this is {_NOUNS[request.kind]}: {how}"
+
+
+def _how(kind: str, run_id: str, request_id: str, options: Sequence[str]) -> str:
+    """The command that answers a request of ``kind`` ("" for a kind no command answers)."""
+    text = "|".join(options) or "TEXT"
+    return _ANSWER_WITH.get(kind, "").format(run=run_id, id=request_id, text=text)
+
+
 def _next_requests(obj: dict[str, Any]) -> list[str]:
     """The requests a run waits on now, each with its id and the command that answers it."""
     lines = []
     for request in obj["requests"]:
         args = json.dumps(request["arguments"], sort_keys=True)
-        text = "|".join(request["options"]) or "TEXT"
-        how = _ANSWER_WITH.get(request["kind"], "")
-        how = how.format(run=obj["run_id"], id=request["id"], text=text)
+        how = _how(request["kind"], obj["run_id"], request["id"], request["options"])
         lines.append(f"  waiting: {request['kind']} {request['id']} {request['tool']} {args}")
         lines.append(f"    {how}" if how else "")
     return [line for line in lines if line]

@@ -166,6 +166,11 @@ _KINDS_FOR = {
 }
 
 
+def fits(kind: DecisionKind, request: RequestKind) -> bool:
+    """Whether a decision of ``kind`` answers a request of kind ``request`` at all."""
+    return kind in _KINDS_FOR[request]
+
+
 class Policy:
     """The rules of ``policy:`` in kestrel.yaml, checked against a person and a run's place."""
 
@@ -256,7 +261,7 @@ class Policy:
         holds the configuration, so approving their own run is no escalation; the approver
         lists, the two-person rule and on-call still hold.
         """
-        if kind not in _KINDS_FOR[request.kind]:
+        if not fits(kind, request.kind):
             return Refusal(f"{kind.value} is not an answer to a {request.kind.value} request")
         refusal = self.place_refusal(actor, run, f"request {request.id}")
         if refusal:

@@ -139,6 +139,21 @@ def test_run_defer_then_approve_from_another_process(tmp_path: Path) -> None:
     assert [line.split()[2] for line in audit if " resume " in line] == ["U0BOSS", "U0REQ"]
 
 
+def test_a_decision_of_the_wrong_kind_says_what_answers_the_request(tmp_path: Path) -> None:
+    deferred = json.loads(
+        kestrel(tmp_path, "run", "checkout is failing", "--defer", "--json", "--as", "U0REQ").stdout
+    )
+    ids = [deferred["run_id"], deferred["requests"][0]["id"]]
+    how = f"this is an approval: kestrel runs approve {' '.join(ids)} (or deny)"
+    step_by_step = kestrel(tmp_path, "runs", "approve", *ids, "--step-by-step", "--as", "U0B")
+    said = one_line_error(step_by_step)
+    assert said == f"kestrel: --step-by-step is for a plan (wait_plan); {how}"
+    answer = kestrel(tmp_path, "runs", "answer", *ids, "yes", "--as", "U0B")
+    assert one_line_error(answer) == f"kestrel: runs answer is for a question (wait_user); {how}"
+    shown = json.loads(kestrel(tmp_path, "runs", "show", ids[0], "--json").stdout)
+    assert [r["id"] for r in shown["requests"]] == [ids[1]]  # still open, for the right command
+
+
 def test_unknown_config_key_names_the_key(tmp_path: Path) -> None:
     write_config(tmp_path, budgets={"max_iterationz": 3})
     assert "budgets.max_iterationz: unknown key" in one_line_error(kestrel(tmp_path, "run", "hi"))

@@ -121,5 +121,6 @@ def test_always_is_no_answer_to_a_plan(tmp_path: Path) -> None:
     refused = kestrel(tmp_path, "runs", "approve", run_id, plan["id"], "--always", "--as", "U0B")
 
     assert one_line_error(refused) == (
-        "kestrel: approve_always is not an answer to a wait_plan request"
+        "kestrel: --always is for an approval (wait_approval); this is a plan:"
+        f" kestrel runs approve {run_id} {plan['id']} [--step-by-step] (or deny --reason TEXT)"
     )
