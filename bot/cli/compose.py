@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from bot.run.runtime import Runtime
     from bot.store import Store
     from bot.tools.base import ToolFlags
+    from bot.tools.catalog import CatalogError
     from bot.tools.isolation import Isolation
     from bot.tools.source import ToolSource
     from bot.tools.toolset import ToolSet
@@ -128,11 +129,17 @@ def build_tools(settings: Settings, isolation: Isolation | None) -> ToolSet:
         human = human_tools() if settings.human_in_the_loop else []
         tools = ToolSet.assemble(catalog, human)
     except CatalogError as exc:
-        raise ConfigError(f"tools: {exc}") from exc
+        raise _unusable_catalogs(exc) from exc
     except ToolCollision as exc:
         raise ConfigError(f"tools: {exc}") from exc
     check_tool_names(settings, tools)
     return tools
+
+
+def _unusable_catalogs(exc: CatalogError) -> ConfigError:
+    """Every problem of the catalogs in one line, "; " between them: the one-line error would
+    otherwise run them together with a space (a problem has its own spaces and colons)."""
+    return ConfigError("tools: " + "; ".join(exc.problems))
 
 
 def check_tool_names(settings: Settings, tools: ToolSet) -> None:
@@ -181,7 +188,7 @@ def tool_flags(settings: Settings) -> Callable[[str], ToolFlags | None]:
             settings.tool_patterns(), settings.base_dir, reserved=[tool.name for tool in human]
         )
     except CatalogError as exc:
-        raise ConfigError(f"tools: {exc}") from exc
+        raise _unusable_catalogs(exc) from exc
     flags.update((tool.name, tool.flags) for tool in human)
     return flags.get
 

@@ -184,6 +184,24 @@ def test_malformed_catalog_reports_file_and_line(tmp_path: Path) -> None:
     assert "bad.yaml:5" in one_line_error(kestrel(tmp_path, "run", "hi"))
 
 
+def test_every_problem_of_a_catalog_is_one_clause_of_the_one_line(tmp_path: Path) -> None:
+    (tmp_path / "bad.yaml").write_text(
+        "tools:\n  - {name: a, description: x, command: [ls], timeoutt: 3}\n"
+        "  - {name: b, descriptionx: y, command: [ls]}\n"
+    )
+    # With on-call named, ``serve`` logs no notice before its error.
+    write_config(tmp_path, tools=["bad.yaml"], policy={"oncall": ["U0ONCALL"]})
+    catalog = tmp_path / "bad.yaml"
+    problems = [
+        f"{catalog}:2: tools[0].timeoutt: unknown key (did you mean timeout?)",
+        f"{catalog}:3: tools[1].descriptionx: unknown key (did you mean description?)",
+        f"{catalog}:3: tools[1].description: required key is missing",
+    ]
+    for args in (("run", "hi"), ("chat",), ("serve",)):
+        said = one_line_error(kestrel(tmp_path, *args))
+        assert said == "kestrel: tools: " + "; ".join(problems), args
+
+
 def test_tools_check_names_a_program_that_cannot_start_here(tmp_path: Path) -> None:
     catalog = tmp_path / "ops.yaml"
     catalog.write_text("tools:\n  - {name: gone, description: x, command: [/nonexistent/prog]}\n")
