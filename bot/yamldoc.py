@@ -36,6 +36,14 @@ class NotYaml(Exception):
         super().__init__(str(error))
         self.error = error
 
+    def located(self, path: object) -> str:
+        """``path:line: not valid YAML (problem)``, the line where the parser stopped (``path``
+        alone when it named none): one form for every file Kestrel reads as YAML."""
+        mark = getattr(self.error, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        problem = getattr(self.error, "problem", None) or self.error
+        return f"{where}: not valid YAML ({problem})"
+
 
 def safe_load(text: str) -> Any:
     """``yaml.safe_load(text)``: the document's value (None when there is none); ``NotYaml``

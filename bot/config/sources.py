@@ -162,10 +162,7 @@ def read_yaml(path: Path) -> dict[str, Any]:
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from exc
     except NotYaml as exc:
-        mark = getattr(exc.error, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else str(path)
-        problem = getattr(exc.error, "problem", exc.error)
-        raise ConfigError(f"{where}: not valid YAML ({problem})") from exc
+        raise ConfigError(exc.located(path)) from exc
     except RecursionError as exc:
         raise ConfigError(f"{path}: nested too deeply to be a configuration") from exc
     if data is None:

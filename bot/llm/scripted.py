@@ -176,7 +176,7 @@ def load_script(path: str | Path) -> Script:
     except OSError as exc:
         raise ScriptError(f"{source}: cannot read the script: {exc.strerror or exc}") from exc
     except NotYaml as exc:
-        raise ScriptError(f"{source}: not valid YAML: {_one_line(str(exc))}") from exc
+        raise ScriptError(exc.located(source)) from exc
     except RecursionError as exc:
         raise ScriptError(f"{source}: nested too deeply to be a script") from exc
     return parse_script(raw, name=source.stem, source=str(source))

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from bot.config.settings import demo_file
+from bot.config.settings import ConfigError, demo_file, load_settings
 from bot.domain import AssistantTurn
 from bot.llm.base import (
     AssistantMessage,
@@ -232,7 +232,6 @@ def test_provider_and_model_names(tmp_path: Path) -> None:
         ("- just text\n", r"reply 1: Expected `object`, got `str`$"),
         ("text: hi\n", r"a script is a list of replies, got dict"),
         ("", r"a script is a list of replies, got nothing"),
-        ("- text: [unclosed\n", r"not valid YAML"),
         ("- match: '(unclosed'\n", r"reply 1: match: not a valid regular expression"),
         ("- one_of: [{match: '('}]\n", r"reply 1: one_of\.0: match: not a valid regular"),
         ("- one_of: []\n", r"reply 1: one_of: Expected `array` of length >= 1$"),
@@ -248,6 +247,22 @@ def test_invalid_script_names_file_and_cause(tmp_path: Path, content: str, cause
 
     assert str(caught.value).startswith(f"{path}: ")
     assert "\n" not in str(caught.value)
+
+
+def test_a_script_that_is_not_yaml_says_where_as_the_configuration_does(tmp_path: Path) -> None:
+    text = "- text: hi\n-x: [\n"
+    script, config = tmp_path / "script.yaml", tmp_path / "kestrel.yaml"
+    script.write_text(text)
+    config.write_text(text)
+
+    with pytest.raises(ScriptError) as caught:
+        load_script(script)
+    with pytest.raises(ConfigError) as refused:
+        load_settings(str(config))
+
+    said = f"{script}:2: not valid YAML (expected <block end>, but found '?')"
+    assert str(caught.value) == said
+    assert str(refused.value) == said.replace(str(script), str(config))
 
 
 def test_missing_script_file(tmp_path: Path) -> None:
