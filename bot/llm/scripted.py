@@ -175,6 +175,8 @@ def load_script(path: str | Path) -> Script:
         raw = safe_load(source.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ScriptError(f"{source}: cannot read the script: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:  # as kestrel.yaml's: one line, not a traceback
+        raise ScriptError(f"{source}: not UTF-8 text (byte {exc.start})") from exc
     except NotYaml as exc:
         raise ScriptError(exc.located(source)) from exc
     except RecursionError as exc:

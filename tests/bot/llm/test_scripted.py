@@ -265,6 +265,16 @@ def test_a_script_that_is_not_yaml_says_where_as_the_configuration_does(tmp_path
     assert str(refused.value) == said.replace(str(script), str(config))
 
 
+def test_a_script_that_is_not_utf8_is_named_with_the_byte(tmp_path: Path) -> None:
+    script = tmp_path / "script.yaml"
+    script.write_bytes(b"- text: caf\xe9\n")
+
+    with pytest.raises(ScriptError) as caught:
+        load_script(script)
+
+    assert str(caught.value) == f"{script}: not UTF-8 text (byte 11)"
+
+
 def test_missing_script_file(tmp_path: Path) -> None:
     with pytest.raises(ScriptError, match=r"missing\.yaml: cannot read the script"):
         load_script(tmp_path / "missing.yaml")
