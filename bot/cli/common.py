@@ -131,6 +131,20 @@ def checked_user(name: str) -> str:
     return name
 
 
+def checked_text(text: str, what: str) -> str:
+    """``text`` given on the command line, if it is UTF-8; else ``Failure`` naming ``what`` (the
+    prompt) and the first byte that is not. Python keeps such bytes of an argument as lone
+    surrogates, which no journal entry, model request or audit row could carry."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        offset = len(text[: exc.start].encode("utf-8"))
+        char = ord(text[exc.start])
+        found = f"byte 0x{char - 0xDC00:02x}" if 0xDC80 <= char <= 0xDCFF else f"U+{char:04X}"
+        raise Failure(f"{what} is not valid UTF-8 text ({found} at offset {offset})") from None
+    return text
+
+
 def configure_logs(log_level: str | None, verbose: bool, serving: bool) -> None:
     """Log as ``--log-level`` (or ``-v``) and the environment say; a bad value ends in one line.
 

@@ -11,6 +11,7 @@ import click
 from bot.cli.common import (
     Failure,
     as_option,
+    checked_text,
     echo,
     exit_status,
     one_line_errors,
@@ -42,6 +43,8 @@ def run(prompt: str, as_json: bool, defer: bool, user: str | None) -> None:
       4  cancelled
       128+N  stopped by signal N (130 Ctrl-C, 143 SIGTERM): the run is suspended
     """
+    prompt = checked_text(prompt, "the prompt")  # before any run starts: nothing is journaled
+
     from bot.chat.service import ChatService
     from bot.people.policy import Actor
     from bot.prompter import DeferringPrompter

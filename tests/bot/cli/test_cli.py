@@ -154,6 +154,13 @@ def test_a_decision_of_the_wrong_kind_says_what_answers_the_request(tmp_path: Pa
     assert [r["id"] for r in shown["requests"]] == [ids[1]]  # still open, for the right command
 
 
+def test_a_prompt_that_is_not_utf8_is_refused_before_any_run(tmp_path: Path) -> None:
+    refused = kestrel(tmp_path, "run", "bad \udcff bytes")  # the bytes b"bad \xff bytes"
+    said = "kestrel: the prompt is not valid UTF-8 text (byte 0xff at offset 4)"
+    assert one_line_error(refused) == said
+    assert kestrel(tmp_path, "runs", "list").stdout == "no runs\n"
+
+
 def test_unknown_config_key_names_the_key(tmp_path: Path) -> None:
     write_config(tmp_path, budgets={"max_iterationz": 3})
     assert "budgets.max_iterationz: unknown key" in one_line_error(kestrel(tmp_path, "run", "hi"))
