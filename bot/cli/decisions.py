@@ -21,6 +21,7 @@ import msgspec
 
 from bot.cli.common import (
     Failure,
+    checked_text,
     configure_logs,
     echo,
     one_line_errors,
@@ -51,6 +52,8 @@ _ANSWER_WITH: Final = {
     "wait_effect": "kestrel runs effect {run} {id} retry|done|failed",
     "wait_plan": "kestrel runs approve {run} {id} [--step-by-step] (or deny --reason TEXT)",
 }
+# The text a decision of each kind carries, as its option or argument names it.
+_TEXT_OF: Final = {"answer": "the answer", "deny": "the reason", "done": "the output"}
 # Each kind of request, as a person calls it.
 _NOUNS: Final = {
     "wait_approval": "an approval",
@@ -203,6 +206,8 @@ def decide(
     from bot.chat.service import ChatService
     from bot.people.policy import Actor
     from bot.run.supervisor import Supervisor
+
+    checked_text(text, _TEXT_OF.get(kind, "the text"))  # before the request is touched
 
     async def work(rt: Runtime) -> str:
         supervisor = Supervisor(rt)

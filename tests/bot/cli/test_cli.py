@@ -161,6 +161,22 @@ def test_a_prompt_that_is_not_utf8_is_refused_before_any_run(tmp_path: Path) -> 
     assert kestrel(tmp_path, "runs", "list").stdout == "no runs\n"
 
 
+def test_a_reason_or_answer_that_is_not_utf8_is_refused(tmp_path: Path) -> None:
+    deferred = json.loads(
+        kestrel(tmp_path, "run", "checkout is failing", "--defer", "--json", "--as", "U0REQ").stdout
+    )
+    ids = [deferred["run_id"], deferred["requests"][0]["id"]]
+    for args, what in (
+        (("deny", *ids, "--reason", "caf\udce9"), "the reason"),
+        (("answer", *ids, "caf\udce9"), "the answer"),
+    ):
+        refused = kestrel(tmp_path, "runs", *args, "--as", "U0B")
+        said = f"kestrel: {what} is not valid UTF-8 text (byte 0xe9 at offset 3)"
+        assert one_line_error(refused) == said
+    shown = json.loads(kestrel(tmp_path, "runs", "show", ids[0], "--json").stdout)
+    assert [r["id"] for r in shown["requests"]] == [ids[1]]  # still open
+
+
 def test_unknown_config_key_names_the_key(tmp_path: Path) -> None:
     write_config(tmp_path, budgets={"max_iterationz": 3})
     assert "budgets.max_iterationz: unknown key" in one_line_error(kestrel(tmp_path, "run", "hi"))
