@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from bot.cli import render
-from bot.cli.common import echo, one_line_errors, with_reader
+from bot.cli.common import echo, limit_option, one_line_errors, with_reader
 
 if TYPE_CHECKING:
     from bot.store import Store
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 @click.command()
 @click.option("--run", "run_id", default=None)
-@click.option("--limit", default=200, show_default=True)
+@limit_option(200)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON array.")
 @one_line_errors
 def audit(run_id: str | None, limit: int, as_json: bool) -> None:

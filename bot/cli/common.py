@@ -175,6 +175,16 @@ def as_option(help_text: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
     )
 
 
+def limit_option(default: int) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """``--limit N``: at most N rows, the newest; N from 1 up to what a database integer holds
+    (0 would list nothing whatever there is, and SQLite reads a negative limit as none)."""
+    import click
+
+    return click.option(
+        "--limit", default=default, show_default=True, type=click.IntRange(1, 2**63 - 1)
+    )
+
+
 def config_option() -> str | None:
     """The ``--config`` given, if any."""
     import click

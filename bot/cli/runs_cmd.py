@@ -19,6 +19,7 @@ from bot.cli.common import (
     echo,
     exit_status,
     fail,
+    limit_option,
     one_line_errors,
     settings_of,
     terminal_user,
@@ -41,7 +42,7 @@ def runs() -> None:
 
 
 @runs.command("list")
-@click.option("--limit", default=20, show_default=True, type=click.IntRange(0, 2**63 - 1))
+@limit_option(20)
 @click.option("--json", "as_json", is_flag=True)
 @one_line_errors
 def runs_list(limit: int, as_json: bool) -> None:

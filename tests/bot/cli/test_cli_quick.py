@@ -396,9 +396,15 @@ def test_a_schema_version_that_is_no_number_is_one_line(tmp_path: Path) -> None:
     assert "not a version" in one_line_error(kestrel(tmp_path, "runs", "list"))
 
 
-def test_a_limit_past_any_count_is_a_usage_error(tmp_path: Path) -> None:
-    result = kestrel(tmp_path, "runs", "list", "--limit", "99999999999999999999")
+@pytest.mark.parametrize("command", [("runs", "list"), ("audit",)])
+@pytest.mark.parametrize("limit", ["99999999999999999999", "0", "-1"])
+def test_a_limit_below_one_or_past_any_count_is_a_usage_error(
+    tmp_path: Path, command: tuple[str, ...], limit: str
+) -> None:
+    result = kestrel(tmp_path, *command, "--limit", limit)
     assert result.returncode == 2 and "Traceback" not in result.stderr
+    said = f"Error: Invalid value for '--limit': {limit} is not in the range 1<=x<={2**63 - 1}."
+    assert result.stderr.splitlines()[-1] == said
 
 
 def test_the_fast_way_reads_every_field_of_a_plan_step() -> None:
