@@ -43,7 +43,10 @@ def run(prompt: str, as_json: bool, defer: bool, user: str | None) -> None:
       4  cancelled
       128+N  stopped by signal N (130 Ctrl-C, 143 SIGTERM): the run is suspended
     """
-    prompt = checked_text(prompt, "the prompt")  # before any run starts: nothing is journaled
+    # Before any run starts: nothing is journaled for a prompt no run should be started on.
+    if not prompt.strip():
+        raise Failure("the prompt is empty")
+    prompt = checked_text(prompt, "the prompt")
 
     from bot.chat.service import ChatService
     from bot.people.policy import Actor

@@ -161,6 +161,14 @@ def test_a_prompt_that_is_not_utf8_is_refused_before_any_run(tmp_path: Path) -> 
     assert kestrel(tmp_path, "runs", "list").stdout == "no runs\n"
 
 
+def test_an_empty_prompt_starts_no_run(tmp_path: Path) -> None:
+    for prompt in ("", " \t\n "):
+        assert one_line_error(kestrel(tmp_path, "run", prompt)) == "kestrel: the prompt is empty"
+    chatted = kestrel(tmp_path, "chat", stdin="\n   \n")  # blank lines at the chat: skipped
+    assert chatted.returncode == 0, chatted.stderr
+    assert kestrel(tmp_path, "runs", "list").stdout == "no runs\n"
+
+
 def test_a_reason_or_answer_that_is_not_utf8_is_refused(tmp_path: Path) -> None:
     deferred = json.loads(
         kestrel(tmp_path, "run", "checkout is failing", "--defer", "--json", "--as", "U0REQ").stdout
