@@ -61,11 +61,11 @@ def build_model(settings: Settings) -> ModelProvider:
             return ScriptedProvider(load_script(settings.script_path()))
         except (OSError, ScriptError) as exc:
             raise ConfigError(f"model.script: {exc}") from exc
+    from bot.llm.openai_provider import MISSING_KEY, OpenAIProvider
+
     key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
     if key is None and settings.openai_base_url is None:
-        raise ConfigError("model.provider is openai but OPENAI_API_KEY is not set")
-    from bot.llm.openai_provider import OpenAIProvider
-
+        raise ConfigError(f"model.provider is openai but {MISSING_KEY}")
     return OpenAIProvider(
         settings.model.name,
         api_key=key,

@@ -35,7 +35,10 @@ log = logging.getLogger("kestrel.llm")
 PROVIDER = "openai"
 # Local servers (Ollama, vLLM, LM Studio) ignore the key, but the client insists on one.
 KEYLESS_PLACEHOLDER = "not-needed"
-MISSING_KEY = "OPENAI_API_KEY is not set (set it, or OPENAI_BASE_URL for a local server)"
+MISSING_KEY = (
+    "OPENAI_API_KEY is not set: set it, or set OPENAI_BASE_URL alone for a local"
+    " OpenAI-compatible server that needs no key"
+)
 _RETRIED_STATUSES = frozenset({408, 409, 429})
 _HINTS = {
     401: "check OPENAI_API_KEY",

@@ -200,7 +200,10 @@ def test_environment_overrides_the_file(tmp_path: Path) -> None:
 
 def test_missing_api_key_is_one_line(tmp_path: Path) -> None:
     write_config(tmp_path, model={"provider": "openai"})
-    assert "OPENAI_API_KEY is not set" in one_line_error(kestrel(tmp_path, "run", "hi"))
+    assert one_line_error(kestrel(tmp_path, "run", "hi")) == (
+        "kestrel: model.provider is openai but OPENAI_API_KEY is not set: set it, or set"
+        " OPENAI_BASE_URL alone for a local OpenAI-compatible server that needs no key"
+    )
 
 
 def test_malformed_catalog_reports_file_and_line(tmp_path: Path) -> None:
