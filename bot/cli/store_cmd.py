@@ -100,8 +100,8 @@ def replicas(as_json: bool) -> None:
 )
 @click.option("--timeout", default=5.0, show_default=True, type=click.FloatRange(0.1, 300))
 def health(url: str, timeout: float) -> None:
-    """Ask a running ``kestrel serve``: exit 0 on 200, else 1 with the answer on one line
-    (the container's HEALTHCHECK; a probe where HTTP probes are not available)."""
+    """Ask a running kestrel serve how it is: exit 0 on 200, else 1 with the answer on one
+    line (the container's HEALTHCHECK; a probe where HTTP probes are not available)."""
     import urllib.error
     import urllib.request
 

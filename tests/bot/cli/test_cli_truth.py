@@ -6,12 +6,15 @@ import asyncio
 import os
 import sqlite3
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+import click
 import pytest
 
 from bot import DISTRIBUTION, __version__
+from bot.cli.commands import cli
 from tests.bot.cli.test_cli import kestrel, write_config
 
 PG_DSN = os.environ.get("KESTREL_TEST_POSTGRES_DSN", "")
@@ -25,6 +28,24 @@ def test_version_and_h_everywhere(tmp_path: Path) -> None:
         assert helped.returncode == 0 and helped.stdout.startswith("Usage: kestrel"), args
     pyproject = (Path(__file__).resolve().parents[3] / "pyproject.toml").read_text()
     assert f'name = "{DISTRIBUTION}"' in pyproject and 'attr = "bot.__version__"' in pyproject
+
+
+def helps(command: click.Command, path: str) -> Iterator[tuple[str, str]]:
+    """``(command line, its --help)`` for ``command`` and every subcommand under it."""
+    context = click.Context(command, info_name=path)
+    yield path, command.get_help(context)
+    if isinstance(command, click.Group):
+        for name in command.list_commands(context):
+            sub = command.get_command(context, name)
+            assert sub is not None
+            yield from helps(sub, f"{path} {name}")
+
+
+def test_help_is_plain_text_without_markup() -> None:
+    # Click prints a docstring as written: the RST the code's docstrings use would show raw.
+    shown = dict(helps(cli, "kestrel"))
+    assert len(shown) > 20  # every command, the groups' too
+    assert [path for path, text in shown.items() if "`" in text] == []
 
 
 def older_schema(db: Path) -> None:
