@@ -211,7 +211,7 @@ class ToolIsolationSettings(Section):
     """How catalog commands are kept from Kestrel's secrets (``bot/tools/isolation.py``)."""
 
     # namespaces: their own PID and mount namespaces, secret files covered; none: no isolation
-    # (only where namespaces cannot be made; logged as a warning at every start).
+    # (only where namespaces cannot be made; logged as an error at every start).
     mode: Literal["namespaces", "none"] = "namespaces"
     # More files (or folders) holding secrets, hidden from every command like kestrel.yaml.
     hide: list[str] = []

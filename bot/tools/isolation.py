@@ -10,7 +10,7 @@ pass it a secret Kestrel reads, or a setting's variable (``is_kestrels_variable`
 
 Where namespaces cannot be made (no CAP_SYS_ADMIN and no user namespaces), ``check`` says so at
 start-up and the process refuses to start, unless ``tool_isolation.mode: none`` opts out, which
-is logged as a warning at every start. ``check_remembered`` skips the probe (a process, about
+is logged as an error at every start. ``check_remembered`` skips the probe (a process, about
 40 ms) when one passed before under the same conditions; the helper refuses to run a command
 where it cannot confine it whatever a check said, so what is remembered only decides how early
 a host without namespaces is told.
