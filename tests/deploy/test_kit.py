@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
+from bot import __version__
 from bot.config.settings import Settings, load_settings
 from tests.deploy.kit import (
     CHART,
@@ -162,6 +163,15 @@ def test_the_chart_renders_manifests_kubernetes_accepts(
         assert endpoint["path"] == "/metrics" and endpoint["port"] == "http"
         assert monitor["spec"]["selector"] == deployment["spec"]["selector"]
     _loads_as_kestrel(documents, tmp_path, monkeypatch)
+
+
+def test_the_chart_deploys_the_package_s_version() -> None:
+    # The image's tag defaults to the chart's appVersion: behind the package, the chart pulls
+    # an older image; and the image docs/deploy.md builds must be the one it pulls.
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["appVersion"] == __version__
+    built = f"docker build -f deploy/Dockerfile -t registry.example.com/kestrel:{__version__} "
+    assert built in (ROOT / "docs" / "deploy.md").read_text()
 
 
 def test_helm_lint_finds_no_error() -> None:
