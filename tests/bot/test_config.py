@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from bot.cli.compose import build_tools
-from bot.config.settings import ConfigError, load_settings
+from bot.config.settings import ConfigError, Settings, load_settings
+from bot.config.sources import DERIVED_SETTINGS
 from tests.fakes.fresh import fresh_json
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -19,6 +23,57 @@ def test_the_example_configuration_is_valid() -> None:
     assert settings.schedules[0].name == "morning-check"
     tools = build_tools(settings, isolation=None)  # the tools its policy and deadlines name
     assert "restart_unit" in tools
+
+
+# A key line of YAML, set or commented out: its indentation, a list item's dash, the key.
+KEY_LINE = re.compile(r"( *)(- )?([a-z_]+):(?: |$)")
+
+
+def setting_keys(struct: msgspec.inspect.StructType, prefix: str = "") -> Iterator[str]:
+    """Every key of ``struct`` as a dotted path, a section's and a list entry's keys too."""
+    for field in struct.fields:
+        key = prefix + field.encode_name
+        if key in DERIVED_SETTINGS:
+            continue
+        yield key
+        inner = field.type
+        if isinstance(inner, msgspec.inspect.UnionType):  # optional: what it is when set
+            inner = next(t for t in inner.types if not isinstance(t, msgspec.inspect.NoneType))
+        if isinstance(inner, msgspec.inspect.ListType):
+            inner = inner.item_type
+        if isinstance(inner, msgspec.inspect.StructType):
+            yield from setting_keys(inner, key + ".")
+
+
+def shown_keys(text: str) -> set[str]:
+    """The dotted keys a YAML text shows, set or in a comment written as a key line at the
+    place it would have (``  # script: demo.yaml`` shows ``model.script``)."""
+    shown: set[str] = set()
+    enclosing: list[tuple[int, str]] = []  # (column, key) of the keys the next line is under
+    for line in text.splitlines():
+        if line.lstrip().startswith("#"):
+            line = re.sub("# ?", "", line, count=1)  # the key where the comment mark was
+        found = KEY_LINE.match(line)
+        if found is None:
+            continue
+        column = len(found[1]) + len(found[2] or "")
+        while enclosing and enclosing[-1][0] >= column:
+            enclosing.pop()
+        enclosing.append((column, found[3]))
+        shown.add(".".join(key for _, key in enclosing))
+    return shown
+
+
+def test_the_example_configuration_shows_every_key() -> None:
+    # docs/configuration.md says it does: a key added to the settings is added there too.
+    shown = shown_keys((ROOT / "kestrel.example.yaml").read_text())
+    root = msgspec.inspect.type_info(Settings)
+    assert isinstance(root, msgspec.inspect.StructType)
+    every = list(setting_keys(root))
+    # The walk reaches a list entry's keys, and a key commented out counts as shown.
+    assert "mcp_servers.timeout" in every and "model.script" in shown
+    assert [key for key in every if key not in shown] == []
+    assert sorted(shown - set(every)) == []  # nor a key the settings no longer have
 
 
 def test_environment_overrides_nested_keys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
