@@ -95,10 +95,10 @@ class ToolSet(Mapping[str, Tool]):
         set does not hold."""
         found = self._definitions.get(name)
         if found is None:
-            tool = self._tools.get(name)
-            if tool is None:
+            shape = self._shapes.get(name)
+            if shape is None:
                 return ""
-            found = self._definitions[name] = _hashed(_shape(tool))
+            found = self._definitions[name] = _hashed(shape)
         return found
 
     def call_digest(self, name: str, arguments: dict[str, Any]) -> str:
@@ -106,13 +106,20 @@ class ToolSet(Mapping[str, Tool]):
         return call_digest(name, arguments, self.definition(name))
 
     @functools.cached_property
+    def _shapes(self) -> dict[str, str]:
+        # Each tool's shape as JSON, written once for the set's digest and for its own.
+        tools = self._tools.items()
+        return {name: json.dumps(_shape(tool), sort_keys=True) for name, tool in tools}
+
+    @functools.cached_property
     def _digest(self) -> str:
-        # The set never changes, so every run started on it shares one computation.
-        return _hashed([_shape(tool) for tool in self._tools.values()])
+        # The set never changes, so every run started on it shares one computation. The text
+        # is json.dumps of the list of shapes, as fingerprints kept in journals were made.
+        return _hashed("[" + ", ".join(self._shapes.values()) + "]")
 
 
-def _hashed(shape: list[Any]) -> str:
-    return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
+def _hashed(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _shape(tool: Tool) -> list[Any]:
