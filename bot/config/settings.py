@@ -138,11 +138,17 @@ class BudgetSettings(Section):
         return Budgets(**msgspec.structs.asdict(self))
 
 
+def _not_blank(text: str) -> None:
+    """Refuse an empty or blank text (a schedule would start a run on nothing)."""
+    if not text.strip():
+        raise ValueError("must not be empty")
+
+
 class ScheduledPrompt(Section):
     """A prompt started on a cron schedule (UTC; five fields, or six with seconds first)."""
 
     # Checked on its own (bot.plain): a bad expression is reported beside a bad prompt.
-    __field_checks__: ClassVar = {"cron": parse_cron}
+    __field_checks__: ClassVar = {"name": _not_blank, "cron": parse_cron, "prompt": _not_blank}
 
     name: str
     cron: str

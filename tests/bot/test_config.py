@@ -100,6 +100,8 @@ def test_environment_overrides_nested_keys(tmp_path: Path, monkeypatch: pytest.M
         # A cron expression is checked on its own, whatever else is wrong with the schedule.
         ("schedules: [{name: a, cron: 'not a cron', prompt: 1}]\n", "schedules.0.cron: cron"),
         ("schedules: [{name: a, cron: 'not a cron', prompt: p, x: 1}]\n", "0.cron: cron"),
+        ("schedules: [{name: a, cron: '0 7 * * *', prompt: '  '}]\n", "0.prompt: must not be"),
+        ("schedules: [{name: '', cron: '0 7 * * *', prompt: p}]\n", "0.name: must not be empty"),
         (
             "deadlines: {per_tool: {1: 5}}\n",
             "per_tool.1: expected a string, got an integer (for a key)",
