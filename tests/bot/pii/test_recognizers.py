@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -597,3 +598,8 @@ def test_a_lone_digit_after_a_word_compiles_no_number_family() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[True, True, True]"
+
+
+def test_the_configuration_guide_names_every_entity_type() -> None:
+    guide = (Path(__file__).resolve().parents[3] / "docs" / "configuration.md").read_text()
+    assert [name for name in ENTITY_TYPES if f"`{name}`" not in guide] == []
