@@ -104,6 +104,16 @@ def configure(level: int, form: str, stream: TextIO | None = None) -> None:
         voice.addFilter(_NoVoiceNotice())
 
 
+def json_lines() -> bool:
+    """Whether the logs were configured as JSON lines (every line on stderr one object)."""
+    return any(isinstance(h.formatter, JsonLines) for h in logging.getLogger().handlers)
+
+
+def failure(message: str) -> None:
+    """A command's one-line error as a log record, for logs kept as JSON lines."""
+    logging.getLogger("kestrel").error("%s", message)
+
+
 class _NoVoiceNotice(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         return _VOICE_NOTICE not in str(record.msg)

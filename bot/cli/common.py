@@ -61,8 +61,14 @@ def echo(text: str, *, err: bool = False) -> None:
 
 
 def fail(message: str) -> None:
-    """The one line a user sees on error, on stderr."""
-    echo("kestrel: " + " ".join(message.split()), err=True)
+    """The one line a user sees on error, on stderr: a log record when the logs are JSON lines,
+    so that a log shipper reads it as it reads every other line."""
+    text = " ".join(message.split())
+    logs = sys.modules.get("bot.logs")  # not imported yet: no logs were configured
+    if logs is not None and logs.json_lines():
+        logs.failure(text)
+        return
+    echo("kestrel: " + text, err=True)
 
 
 def one_line_errors(fn: Callable[P, R]) -> Callable[P, R]:

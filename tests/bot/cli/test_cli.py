@@ -472,3 +472,14 @@ def test_only_requesters_may_start_runs(tmp_path: Path) -> None:
     refused = one_line_error(kestrel(tmp_path, "run", "hi", "--as", "U0OTHER"))
     assert "U0OTHER may not start runs" in refused
     assert kestrel(tmp_path, "run", "checkout is failing", "--as", "U0ALLOWED").returncode == 0
+
+
+def test_with_json_logs_a_commands_one_line_error_is_a_json_record(tmp_path: Path) -> None:
+    (tmp_path / "kestrel.yaml").write_text("modle: {}\n")
+    for args in (("serve", "slack", "--port", "1"), ("run", "hi")):
+        result = kestrel(tmp_path, *args, env={"KESTREL_LOG_FORMAT": "json"})
+        assert result.returncode == 2, result.stderr
+        (line,) = result.stderr.splitlines()
+        record = json.loads(line)
+        assert record["level"] == "error" and record["logger"] == "kestrel"
+        assert record["message"] == "kestrel.yaml: modle: unknown key (did you mean model?)"
