@@ -60,14 +60,32 @@ def find_github(src: ScanText) -> Iterator[PiiHit]:
 
 
 # Anchored on "k" so "sk-", "sk_live_" and "rk_live_" share one pass that skips to a rare letter.
-# GitLab's tokens by prefix: personal, deploy, runner, trigger, feed, OAuth app and others.
-_GITLAB_KINDS = ("pat", "dt", "rt", "ptt", "ft", "soat", "cbt", "oas", "imt", "agent")
-_GITLAB = on_use(rf"g(?<![0-9A-Za-z_]g)l(?:{'|'.join(_GITLAB_KINDS)})-[A-Za-z0-9_.-]{{20,}}+")
-_GITLAB_PREFIXES = tuple(f"gl{kind}-" for kind in _GITLAB_KINDS)
+# GitLab's tokens by prefix: personal, deploy, runner (and its router), trigger, feed, OAuth
+# app, feature flags client and others; and a runner's legacy registration token.
+_GITLAB_KINDS = (
+    "pat",
+    "dt",
+    "rt",
+    "rtr",
+    "ptt",
+    "ft",
+    "ffct",
+    "soat",
+    "cbt",
+    "oas",
+    "imt",
+    "agent",
+)
+_GITLAB = on_use(
+    rf"g(?<![0-9A-Za-z_]g)l(?:{'|'.join(_GITLAB_KINDS)})-[A-Za-z0-9_.-]{{20,}}+"
+    r"|G(?<![0-9A-Za-z_]G)R1348941[A-Za-z0-9_-]{20,}+"
+)
+_GITLAB_PREFIXES = (*(f"gl{kind}-" for kind in _GITLAB_KINDS), "GR1348941")
 
 
 def find_gitlab(src: ScanText) -> Iterator[PiiHit]:
-    """GitLab tokens: glpat- (personal), gldt- (deploy), glrt- (runner) and their kin."""
+    """GitLab tokens: glpat- (personal), gldt- (deploy), glrt- (runner), their kin and a
+    runner's legacy registration token (GR1348941...)."""
     text = src.text
     for match in finditer_with(_GITLAB, text, *_GITLAB_PREFIXES):
         end = match.end()
@@ -206,14 +224,18 @@ def _bare_end(text: str, end: int) -> int:
 def find_keyvalue_passwords(src: ScanText) -> Iterator[PiiHit]:
     """The value of password=, passwd= or pwd= in key=value connection strings."""
     text = src.text
+    covered = 0  # the end of the last value: a key inside it is part of that secret
     for key in finditer_with(_PASSWORD_KEY, src.lower, "pass", "pwd"):
+        if key.start() < covered:
+            continue  # each key scanning to the end again would be quadratic in the text
         value = _PASSWORD_VALUE.match(text, key.end())
-        if value is None:
-            continue
-        group = value.lastgroup or "bare"
-        start, end = value.span(group)
+        group = "bare" if value is None else value.lastgroup or "bare"
+        start, end = (key.end(), key.end()) if value is None else value.span(group)
         if group == "bare":
-            end = _bare_end(text, end)
+            end = _bare_end(text, end)  # a value may start with a separator (&Tr0ub4dor3)
+        if end == start:
+            continue
+        covered = end
         secret = text[start:end]
         if set(secret) == {"*"}:
             continue  # already masked

@@ -236,6 +236,16 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
     ("GITLAB_TOKEN", "token glpat-abcdefghij1234567890XY.", "glpat-abcdefghij1234567890XY"),
     ("GITLAB_TOKEN", "CI_JOB=gldt-ABCDEFGHIJKLMNOPQRSTuv x", "gldt-ABCDEFGHIJKLMNOPQRSTuv"),
     ("GITLAB_TOKEN", "glrt-t1_AbCdEfGhIjKlMnOpQrSt", "glrt-t1_AbCdEfGhIjKlMnOpQrSt"),
+    ("GITLAB_TOKEN", "glrtr-AbCdEfGhIjKlMnOpQrSt12", "glrtr-AbCdEfGhIjKlMnOpQrSt12"),
+    ("GITLAB_TOKEN", "glffct-AbCdEfGhIjKlMnOpQrSt12", "glffct-AbCdEfGhIjKlMnOpQrSt12"),
+    (
+        "GITLAB_TOKEN",
+        "--registration-token GR1348941AbCdEfGhIjKlMnOpQrSt",
+        "GR1348941AbCdEfGhIjKlMnOpQrSt",
+    ),
+    # A value may start with a separator.
+    ("CONNECTION_STRING_PASSWORD", "password=&Tr0ub4dor3 x", "&Tr0ub4dor3"),
+    ("CONNECTION_STRING_PASSWORD", "PASSWORD=,abc123XYZ", ",abc123XYZ"),
 ]
 
 
@@ -373,6 +383,7 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     ("GITLAB_TOKEN", "glpat-short"),
     ("GITLAB_TOKEN", "xglpat-abcdefghij1234567890XY"),
     ("GITLAB_TOKEN", "glxyz-abcdefghij1234567890XY"),
+    ("CONNECTION_STRING_PASSWORD", "password=;Database=app"),
 ]
 
 
@@ -508,6 +519,9 @@ ADVERSARIAL = [
     "a:" * 50_000,
     "+1 " * 30_000,
     'password="' * 10_000,
+    "password=" * 20_000,
+    "password=a;1" * 16_000,
+    "pwd=x,9" * 10_000,
     "-----BEGIN PRIVATE KEY-----\n" * 3_000,
     "://a:b" * 20_000,
     "eyJaaaaaaaaa." * 8_000,
