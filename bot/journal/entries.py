@@ -136,8 +136,6 @@ class RunResumed(JournalEntry, frozen=True, kw_only=True, tag="run_resumed"):
     kind: ClassVar[Literal["run_resumed"]] = "run_resumed"
     owner: str = ""
     forced: bool = False
-    # The configuration a forced resume went on with: later resumes compare with it.
-    fingerprint: Fingerprint | None = None
     taken_over_from: str = ""
     # Who resumed it (a person, ``deadline``); empty: the owner, on its own (adoption, work).
     by: str = ""

@@ -11,7 +11,6 @@ import msgspec
 from bot.domain import (
     AssistantTurn,
     Decision,
-    Fingerprint,
     Grant,
     ProcessStamp,
     Request,
@@ -59,8 +58,6 @@ class RunState(msgspec.Struct):
 
     run_id: str
     started: RunStarted | None = None
-    # The configuration the run goes on with: its start's, or a forced resume's since.
-    fingerprint: Fingerprint | None = None
     next_seq: int = 0
     messages: list[Message] = msgspec.field(default_factory=list)
     iteration: int = 0
@@ -167,7 +164,6 @@ def apply(state: RunState, entry: Entry) -> None:
 
 def _started(state: RunState, entry: RunStarted) -> None:
     state.started = entry
-    state.fingerprint = entry.fingerprint
     state.run_id = entry.run_id
     if entry.system_prompt:
         state.messages.append(SystemMessage(entry.system_prompt))
@@ -237,8 +233,6 @@ def _result(state: RunState, entry: ToolResultEntry) -> None:
 
 def _resumed(state: RunState, entry: RunResumed) -> None:
     state.status = RunStatus.RUNNING
-    if entry.fingerprint is not None:
-        state.fingerprint = entry.fingerprint
     if entry.taken_over_from:
         state.takeovers.append(entry.taken_over_from)
 

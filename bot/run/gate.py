@@ -52,12 +52,13 @@ class Gate:
         prompter: Prompter | None,
         expired: Callable[[], bool],
         written: Iterable[Grant] = (),
-        answers: Mapping[str, Decision] | None = None,
+        answers: Mapping[str, tuple[Decision, str]] | None = None,
         definition: Callable[[str], str] = lambda _name: "",
     ) -> None:
         self._new_request = new_request
         self._prompter = prompter
         self._expired = expired
+        # Each call's decision, with the digest of the call its card showed.
         self._answers = dict(answers or {})
         # Each tool's definition now (``ToolSet.definition``): a grant or a card covers the
         # definition it was given for, so a tool edited since asks again.
@@ -93,7 +94,7 @@ class Gate:
         digest = call_digest(tool.name, arguments, self._definition(tool.name))
         if call_id in self._refused:
             return GateVerdict(False, self._refused[call_id])
-        answer = self._answers.get(call_id)
+        answer, again = self._answer(call_id, tool.name, digest)
         if answer is None and (self._prompter is None or not self._prompter.present):
             if must_see:
                 return GateVerdict(False, _UNSEEN)
@@ -120,11 +121,25 @@ class Gate:
             self._honour(used)
             self._used.append(used)
             return GateVerdict(True)
-        request = self._request(call_id, tool, arguments, digest, origins)
+        request = self._request(call_id, tool, arguments, digest, origins, again)
         decision = answer if answer is not None else await self.ask(request)
         if decision is None:
             return GateVerdict(False, "waiting for approval", request)
         return self._decide(decision, tool.name, call_id, digest)
+
+    def _answer(self, call_id: str, tool: str, digest: str) -> tuple[Decision | None, str]:
+        """The decision on this call, if it answers the call as it would run now; else why the
+        call asks again. An approval covers the call its card showed: a tool edited since (a
+        resume forced past the change) or a hook that changed the call makes it no answer."""
+        found = self._answers.get(call_id)
+        if found is None:
+            return None, ""
+        decision, shown = found
+        approved = decision.kind in (DecisionKind.APPROVE, DecisionKind.APPROVE_ALWAYS)
+        if not approved or shown == digest:
+            return decision, ""
+        by = decision.by or "someone"
+        return None, f"asked again: {by} approved {tool} as another card showed it"
 
     def decided(self, call_id: str) -> bool:
         """Whether a person already decided on call ``call_id``: that decision stands, even if
@@ -210,6 +225,7 @@ class Gate:
         arguments: dict[str, Any],
         digest: str,
         origins: tuple[ArgumentOrigin, ...],
+        again: str = "",
     ) -> Request:
         return self._new_request(
             RequestKind.WAIT_APPROVAL,
@@ -220,7 +236,7 @@ class Gate:
             prompt=tool.description,
             approvals_needed=max(1, tool.flags.approval.approvals),
             origins=origins,
-            off_plan=self._plans.difference(tool.name, arguments),
+            off_plan=again or self._plans.difference(tool.name, arguments, digest),
         )
 
     def _decide(self, decision: Decision, tool: str, call_id: str, digest: str) -> GateVerdict:

@@ -255,7 +255,7 @@ class AgentLoop:
                 self._check_deadline()  # a call cut short by the run's deadline stops for it
                 raise Stop(RunStatus.FAILED, StopReason.MODEL_ERROR, str(exc)) from exc
 
-    def _gate(self, tools: ToolSet, answers: dict[str, Decision] | None = None) -> Gate:
+    def _gate(self, tools: ToolSet, answers: dict[str, tuple[Decision, str]] | None = None) -> Gate:
         return Gate(
             new_request=self.run_ctx.request,
             prompter=self.run_ctx.prompter,
@@ -346,7 +346,7 @@ class AgentLoop:
     async def _finish_batch(self, found: dict[str, Decision | None]) -> None:
         """Answer the calls of a batch interrupted by a suspend or a crash, from the journal."""
         tools = self.deps.tools()
-        answers: dict[str, Decision] = {}
+        answers: dict[str, tuple[Decision, str]] = {}
         plans: list[tuple[Request, Decision]] = []
         held: set[str] = set()
         for call_state in self.state.batch:
@@ -356,7 +356,7 @@ class AgentLoop:
             if call_state.result is None:
                 decision = self._supplied(request, found.get(request.id))
                 if decision is not None and request.kind is RequestKind.WAIT_APPROVAL:
-                    self._answer(answers, call_state.call.id, (request, decision), tools)
+                    answers[call_state.call.id] = (decision, request.digest)
             else:  # answered already: a plan's decision still holds for its other calls
                 decision = self.state.answers.get(request.id)
             if request.kind is RequestKind.WAIT_PLAN:
@@ -371,25 +371,6 @@ class AgentLoop:
             if call_state.result is None and call_state.call.id not in held:
                 await self._finish_call(call_state, env)
         self._after_batch()
-
-    def _answer(
-        self,
-        answers: dict[str, Decision],
-        call_id: str,
-        decided: tuple[Request, Decision],
-        tools: ToolSet,
-    ) -> None:
-        """Give the gate a decision on an approval request: a refusal always; an approval only
-        while the call is as its card showed it. A tool edited since (a resume forced past the
-        change) makes the approval no answer, and the call asks again on a card of its own."""
-        request, decision = decided
-        approved = decision.kind in (DecisionKind.APPROVE, DecisionKind.APPROVE_ALWAYS)
-        if approved and request.digest != tools.call_digest(request.tool, request.arguments):
-            by = decision.by or "someone"
-            text = f"{request.tool} changed since {by} approved {request.id}: it asks again"
-            self.run_ctx.events.emit(AdvisoryEvent(self.run_id, text))
-            return
-        answers[call_id] = decision
 
     async def _finish_call(self, call_state: CallState, env: CallEnv) -> None:
         # Whatever path started it (a first run, an approval, a grant, a retry), an effect

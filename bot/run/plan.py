@@ -61,7 +61,7 @@ class PlanBook:
         """The next step of an approved plan that this exact call is, if any."""
         return next((g for g in self._next_steps() if (g.tool, g.digest) == (tool, digest)), None)
 
-    def difference(self, tool: str, arguments: dict[str, Any]) -> str:
+    def difference(self, tool: str, arguments: dict[str, Any], digest: str) -> str:
         """How a call that no step covers differs from the nearest step left; empty when the
         run has no approved plan."""
         if not self._steps:
@@ -80,6 +80,8 @@ class PlanBook:
         changes = _changes(nearest.arguments, arguments)
         if changes:
             return f"off the approved plan ({where} of {nearest.tool}): " + "; ".join(changes)
+        if nearest.digest != digest:
+            return f"off the approved plan: {where} was approved for {tool} as it was then"
         first = next(g for g in self._next_steps() if g.plan == nearest.plan)
         return (
             f"off the approved plan: this is {where}, but the plan's steps run in order and"

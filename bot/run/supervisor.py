@@ -217,13 +217,7 @@ class Supervisor:
         prompter = _prompter_for(state, prompter)
         live = LiveRun(run_id, epoch)
         previous = owner if owner != self.rt.owner else ""
-        resumed = RunResumed(
-            owner=self.rt.owner,
-            forced=force,
-            taken_over_from=previous,
-            by=by,
-            fingerprint=self.rt.fingerprint() if force else None,
-        )
+        resumed = RunResumed(owner=self.rt.owner, forced=force, taken_over_from=previous, by=by)
         self._drive_on_task(live, self._resume(live, epoch, state, prompter, resumed))
         return live
 
@@ -615,9 +609,9 @@ class Supervisor:
     # --- helpers ------------------------------------------------------------------------
 
     def _check_fingerprint(self, state: RunState, force: bool) -> None:
-        if state.fingerprint is None:
+        if state.started is None:
             return
-        before, now = state.fingerprint, self.rt.fingerprint()
+        before, now = state.started.fingerprint, self.rt.fingerprint()
         if before.provider != now.provider:
             raise ResumeRefused(
                 f"run was started with provider {before.provider!r}, now {now.provider!r}; "

@@ -65,12 +65,16 @@ def gate(
     **kw: Any,
 ) -> Gate:
     definition = kw.pop("definition", lambda _name: "")
+    # Each answer given on the card of FakeTool's call with ARGS.
+    shown = {
+        call: (answer, call_digest("restart", ARGS)) for call, answer in (answers or {}).items()
+    }
     return Gate(
         RequestMaker(RUN, "U0REQ", **kw),
         prompter,
         lambda: expired,
         written,
-        answers,
+        shown,
         definition=definition,
     )
 
@@ -359,6 +363,23 @@ async def test_a_supplied_answer_does_not_outlive_the_deadline() -> None:
     verdict = await check(gate(None, expired=True, answers={"c1": answer}), "c1")
 
     assert verdict == GateVerdict(False, "refused: the run's deadline has passed")
+
+
+async def test_an_approval_answers_only_the_call_its_card_showed() -> None:
+    # A hook that changed the call since, or a tool edited since: the card showed another call.
+    approved = Decision(request_id="req_1", kind=DecisionKind.APPROVE, by="ann")
+    other = call_digest("restart", {"svc": "payments"})
+    prompter = FakePrompter()
+    g = Gate(RequestMaker(RUN, "U0REQ"), prompter, lambda: False, answers={"c1": (approved, other)})
+
+    verdict = await check(g, "c1")
+
+    assert not verdict.allowed and verdict.request is not None
+    assert verdict.request.off_plan == "asked again: ann approved restart as another card showed it"
+    assert g.flush() == []
+    denied = Decision(request_id="req_1", kind=DecisionKind.DENY, by="ann")
+    g = Gate(RequestMaker(RUN, "U0REQ"), prompter, lambda: False, answers={"c1": (denied, other)})
+    assert not (await check(g, "c1")).allowed  # a refusal stands, whatever it was shown
 
 
 # -- flush --------------------------------------------------------------------------------------

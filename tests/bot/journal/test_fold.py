@@ -545,12 +545,3 @@ def test_every_entry_kind_has_a_case() -> None:
 
     assert {e.kind for e in samples} == declared
     folded(*samples)
-
-
-def test_a_forced_resume_s_configuration_is_the_one_later_resumes_compare_with() -> None:
-    edited = replace(FINGERPRINT, tools_digest="edited")
-    forced = RunResumed(owner="w2", forced=True, fingerprint=edited)
-
-    assert folded(started()).fingerprint == FINGERPRINT
-    assert folded(started(), forced).fingerprint == edited
-    assert folded(started(), forced, RunResumed(owner="w3")).fingerprint == edited
