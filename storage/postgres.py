@@ -15,7 +15,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import asyncpg
 
-from bot.config.sources import postgres_target
+from bot.config.sources import postgres_credentials, postgres_target
 from bot.domain import utcnow
 from bot.errors import StoreError
 from bot.journal.entries import Entry
@@ -465,9 +465,8 @@ def _work_channel(schema: str) -> str:
 
 def _secrets(dsn: str) -> frozenset[str]:
     """Every spelling of the DSN's password, to scrub from driver messages."""
-    parts = urlsplit(dsn)
-    userinfo = parts.netloc.rpartition("@")[0]
-    found = {userinfo.partition(":")[2], *parse_qs(parts.query).get("password", [])}
+    _, password, rest = postgres_credentials(dsn)
+    found = {password, *parse_qs(urlsplit(f"postgresql://{rest}").query).get("password", [])}
     found |= {unquote(secret) for secret in found}
     return frozenset(secret for secret in found if secret)
 

@@ -25,6 +25,7 @@ from bot.config.sources import (
     DATABASE_VARIABLE,
     FILE_SUFFIX,
     base_dir_of,
+    check_database,
     config_path,
     dotenv,
     names_a_setting,
@@ -258,7 +259,7 @@ def read_settings(explicit: str | None) -> ReadSettings | None:
                 database = value
             elif names_a_setting(upper):
                 return None
-    if not isinstance(database, str):
+    if not isinstance(database, str) or _refused(database):
         return None
     policy = data.get("policy", {})
     if not _kept_as_is(policy, PolicyRules):
@@ -268,6 +269,15 @@ def read_settings(explicit: str | None) -> ReadSettings | None:
     if journal is None:
         return None  # PostgreSQL: the store reads it
     return ReadSettings(journal=journal, policy=PolicyRules(**policy))
+
+
+def _refused(database: str) -> bool:
+    """Whether the full way refuses the ``database`` setting (and says why)."""
+    try:
+        check_database(database)
+    except ValueError:
+        return True
+    return False
 
 
 def pending(settings: ReadSettings) -> list[tuple[StoredRequest, list[str], str, str]] | None:

@@ -199,24 +199,55 @@ def sqlite_file(base_dir: Path, database: str) -> Path | None:
 
 def check_database(database: str) -> None:
     """Refuse a URL of a database Kestrel cannot keep its journal in (``mysql://``, a typo),
-    which would otherwise be taken for a SQLite file of that name."""
-    scheme, sep, _ = database.partition("://")
-    if not sep or database.startswith((*POSTGRES_SCHEMES, "sqlite:///")):
+    which would otherwise be taken for a SQLite file of that name; a libpq keyword string,
+    likewise; and a PostgreSQL URL whose password a parser would cut short (and then show)."""
+    if database.startswith(POSTGRES_SCHEMES):
+        _check_password(postgres_credentials(database)[1])
         return
-    raise ValueError(
-        f"unsupported URL scheme {scheme!r}: give a SQLite file (kestrel.db,"
-        " sqlite:///PATH) or a PostgreSQL URL (postgresql://USER@HOST/DB)"
-    )
+    scheme, sep, _ = database.partition("://")
+    if sep and not database.startswith("sqlite:///"):
+        raise ValueError(
+            f"unsupported URL scheme {scheme!r}: give a SQLite file (kestrel.db,"
+            " sqlite:///PATH) or a PostgreSQL URL (postgresql://USER@HOST/DB)"
+        )
+    key, equals, _ = database.strip().partition("=")
+    if equals and key.strip().isidentifier():
+        raise ValueError(
+            "a libpq keyword string (host=... dbname=...) is not supported: give a PostgreSQL"
+            " URL (postgresql://USER@HOST/DB)"
+        )
+
+
+# Characters that end a URL's credentials or host part: a password must percent-encode them.
+_URL_DELIMITERS: Final = {"/": "%2F", "?": "%3F", "#": "%23", "@": "%40"}
+
+
+def _check_password(password: str) -> None:
+    bad = [f"{char!r} as {code}" for char, code in _URL_DELIMITERS.items() if char in password]
+    if bad:
+        raise ValueError(f"the URL's password must percent-encode {', '.join(bad)}")
+
+
+def postgres_credentials(dsn: str) -> tuple[str, str, str]:
+    """A PostgreSQL URL's user, password and the rest (hosts, database, query), split at its
+    last "@": a password holding "/", "?" or "#" as they are would end the host part for
+    ``urlsplit``, and show up as a host."""
+    rest = dsn.partition("://")[2]
+    userinfo, at, after = rest.rpartition("@")
+    if not at:
+        return "", "", rest
+    user, _, password = userinfo.partition(":")
+    return user, password, after
 
 
 def postgres_target(dsn: str, schema: str = "public") -> str:
     """A PostgreSQL server as messages name it: user, hosts, database and a schema other than
     ``public``; never the password, in the user part or the query."""
-    parts = urlsplit(dsn)
+    user, _, rest = postgres_credentials(dsn)
+    parts = urlsplit(f"postgresql://{rest}")
     query = parse_qs(parts.query)
-    hosts = parts.netloc.rpartition("@")[2] or query.get("host", ["localhost"])[0]
-    userinfo = parts.netloc.rpartition("@")[0]
-    user = unquote(userinfo.partition(":")[0])
+    hosts = parts.netloc or query.get("host", ["localhost"])[0]
+    user = unquote(user)
     database = unquote(parts.path.lstrip("/"))
     target = f"{user}@{hosts}" if user else hosts
     if database:

@@ -479,6 +479,21 @@ def test_a_database_url_of_another_kind_is_refused_not_taken_for_a_file(tmp_path
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kestrel.yaml"]
 
 
+def test_a_database_password_a_url_parser_would_cut_is_refused_unshown(tmp_path: Path) -> None:
+    refused = {
+        "postgresql://kestrel:Zm9v/YmFy+c2V@db:5432/k": "must percent-encode '/' as %2F",
+        "postgresql://kestrel:Zm9v#YmFy@db/k": "must percent-encode '#' as %23",
+        "postgres://kestrel:p@ss@db/k": "must percent-encode '@' as %40",
+        "host=db user=kestrel password=Zm9vYmFy dbname=k": "a libpq keyword string",
+    }
+    for database, said in refused.items():
+        write_config(tmp_path, database=database)
+        for args in (("db", "check"), ("runs", "list")):
+            message = one_line_error(kestrel(tmp_path, *args))
+            assert said in message, (database, args)
+            assert "Zm9v" not in message and "ss@" not in message, message
+
+
 def test_a_policy_or_deadline_naming_no_tool_is_refused_with_the_nearest(tmp_path: Path) -> None:
     policies = {
         "restart_servce": "policy.approvers: 'restart_servce' names no tool or tag here"
