@@ -17,6 +17,7 @@ import yaml
 
 from bot import __version__
 from bot.config.settings import Settings, load_settings
+from bot.config.sources import SECRET_FILE_VARIABLES
 from tests.deploy.kit import (
     CHART,
     COMPOSE,
@@ -65,8 +66,16 @@ VALUE_SETS: dict[str, dict[str, Any] | None] = {
     "only a database URL": {
         "secret": {"values": {"KESTREL_DATABASE_URL": "postgresql://kestrel:pw@pg/kestrel"}}
     },
+    # The chart's list of them is SECRET_FILE_VARIABLES, kept by hand in the template.
+    "every secret Kestrel reads from a file": {
+        "secret": {"values": {name: "x" for name in SECRET_FILE_VARIABLES}}
+    },
+    "secrets for catalog commands": {
+        "secret": {
+            "values": {"SLACK_BOT_TOKEN": "xoxb-1", "GITHUB_TOKEN": "g", "SLACK_BOT_TOKN": "t"}
+        }
+    },
 }
-DATABASE_URL = "KESTREL_DATABASE_URL"
 
 
 def test_hadolint_finds_nothing_in_the_dockerfile() -> None:
@@ -139,14 +148,19 @@ def test_the_chart_renders_manifests_kubernetes_accepts(
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert container["args"][0] == "serve"
     secret = given.get("secret", {})
-    file_keys = sorted(set(secret.get("keys", []) or secret.get("values", {})) - {DATABASE_URL})
+    keys = set(secret.get("keys", []) or secret.get("values", {}))
+    # Files only for the secrets Kestrel reads from one and hides from catalog commands: any
+    # other key mounted beside them would be a file a command could read.
+    file_keys = sorted(keys & set(SECRET_FILE_VARIABLES))
     for key in file_keys:
         assert env[f"{key}_FILE"]["value"] == f"/run/secrets/kestrel/{key}"
-    # Only those keys are files: the database URL (and whatever else the Secret holds) is not.
     mounted = [v["secret"]["items"] for v in pod["volumes"] if v["name"] == "secrets"]
     assert mounted == ([[{"key": k, "path": k} for k in file_keys]] if file_keys else [])
     mounts = [m["name"] for m in container["volumeMounts"]]
     assert ("secrets" in mounts) == bool(file_keys)
+    for key in keys - set(SECRET_FILE_VARIABLES):  # the database URL, a catalog's env: secret
+        assert env[key]["valueFrom"]["secretKeyRef"]["key"] == key
+        assert f"{key}_FILE" not in env
     budget = [doc for doc in documents if doc["kind"] == "PodDisruptionBudget"]
     assert len(budget) == (0 if "no budget" in name else 1)
     assert one(documents, "Service")["spec"]["ports"][0]["targetPort"] == "http"

@@ -23,23 +23,37 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- .Values.secret.existingSecret | default (include "kestrel.fullname" .) -}}
 {{- end -}}
 
-{{/* The secret's keys read as files: those given, or those of secret.values. */}}
-{{- define "kestrel.fileKeys" -}}
-{{- $keys := .Values.secret.keys -}}
-{{- if not .Values.secret.existingSecret -}}
-{{- $keys = keys .Values.secret.values | sortAlpha -}}
+{{/* The secret's keys: those given, or those of secret.values. */}}
+{{- define "kestrel.secretKeys" -}}
+{{- if .Values.secret.existingSecret -}}
+{{- toYaml .Values.secret.keys -}}
+{{- else -}}
+{{- toYaml (keys .Values.secret.values | sortAlpha) -}}
 {{- end -}}
-{{- range $keys -}}
-{{- if ne . "KESTREL_DATABASE_URL" }}
+{{- end -}}
+
+{{/* The secrets Kestrel reads from a file (NAME_FILE) and hides from catalog commands:
+     bot/config/sources.py's SECRET_FILE_VARIABLES (a test holds the two lists equal). */}}
+{{- define "kestrel.fileVariables" -}}
+{{- toYaml (list "SLACK_BOT_TOKEN" "SLACK_SIGNING_SECRET" "SLACK_APP_TOKEN" "DISCORD_TOKEN" "OPENAI_API_KEY" "KESTREL_WEB_TOKEN" "KESTREL_WEB_SECRET") -}}
+{{- end -}}
+
+{{/* The keys mounted as files: only those Kestrel reads so, and hides. */}}
+{{- define "kestrel.fileKeys" -}}
+{{- $files := include "kestrel.fileVariables" . | fromYamlArray -}}
+{{- range (include "kestrel.secretKeys" . | fromYamlArray) -}}
+{{- if has . $files }}
 - {{ . }}
 {{- end -}}
 {{- end -}}
 {{- end -}}
 
-{{- define "kestrel.hasDatabaseUrl" -}}
-{{- if .Values.secret.existingSecret -}}
-{{- if has "KESTREL_DATABASE_URL" .Values.secret.keys }}yes{{ end -}}
-{{- else -}}
-{{- if hasKey .Values.secret.values "KESTREL_DATABASE_URL" }}yes{{ end -}}
+{{/* Every other key is a variable: the database URL, and a secret a catalog's env: passes on. */}}
+{{- define "kestrel.envKeys" -}}
+{{- $files := include "kestrel.fileVariables" . | fromYamlArray -}}
+{{- range (include "kestrel.secretKeys" . | fromYamlArray) -}}
+{{- if not (has . $files) }}
+- {{ . }}
+{{- end -}}
 {{- end -}}
 {{- end -}}
