@@ -146,18 +146,24 @@ def check_tool_names(settings: Settings, tools: ToolSet) -> None:
     """Refuse a policy or deadline that names a tool, or a tag, the tool set lacks: a typo
     would leave that tool's requests to nobody, or its deadline unused. An MCP server's tools
     (``server__tool``) are the server's to list, so they are not checked here."""
-    servers = {server.name for server in settings.mcp_servers}
+    from bot.tools.propose_plan import human_tools
+
+    # A server's name may itself hold "__" or end in "_": its tools are "NAME__TOOL".
+    servers = tuple(f"{server.name}__" for server in settings.mcp_servers)
     tags = {f"tag:{tag}" for tool in tools.values() for tag in tool.flags.approval.tags}
+    # The ask_human tools are known whether human_in_the_loop turns them on here or not: one
+    # kestrel.yaml may serve a replica with them and headless runs without.
+    known = {*tools, *(tool.name for tool in human_tools()), *tags}
     named = [("policy.approvers", key) for key in settings.policy.approvers]
     named += [("deadlines.per_tool", key) for key in settings.deadlines.per_tool]
     for section, key in named:
-        if key == "*" or key in tools or key in tags or key.partition("__")[0] in servers:
+        if key == "*" or key in known or key.startswith(servers):
             continue
         if section == "policy.approvers":
-            what, known = "tool or tag", sorted(tools) + sorted(tags)
+            what, names = "tool or tag", sorted(tools) + sorted(tags)
         else:
-            what, known = "tool", sorted(tools)
-        raise ConfigError(f"{section}: {key!r} names no {what} here{_nearest(key, known)}")
+            what, names = "tool", sorted(tools)
+        raise ConfigError(f"{section}: {key!r} names no {what} here{_nearest(key, names)}")
 
 
 def _nearest(name: str, known: list[str]) -> str:

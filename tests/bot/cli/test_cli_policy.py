@@ -195,7 +195,7 @@ def test_who_may_answer_in_words(rules: PolicyRules, request_: Request, phrase: 
 
 def test_an_mcp_servers_tools_are_its_own_to_name() -> None:
     from bot.cli.compose import check_tool_names
-    from bot.config.settings import ConfigError, McpServerSettings, Settings
+    from bot.config.settings import ConfigError, DeadlineSettings, McpServerSettings, Settings
     from bot.tools.propose_plan import human_tools
     from bot.tools.toolset import ToolSet
 
@@ -203,5 +203,13 @@ def test_an_mcp_servers_tools_are_its_own_to_name() -> None:
     policy = PolicyRules(approvers={"gh__create_issue": ["U0BOSS"]})
     tools = ToolSet(human_tools())
     check_tool_names(Settings(mcp_servers=[server], policy=policy), tools)  # listed by gh
+    for name in ("ops_", "my__ops"):  # names the settings allow: their tools are NAME__TOOL
+        odd = McpServerSettings(name=name, transport="stdio", command=["x"])
+        named = PolicyRules(approvers={f"{name}__restart": ["U0BOSS"]})
+        check_tool_names(Settings(mcp_servers=[odd], policy=named), tools)
+    headless = Settings(
+        human_in_the_loop=False, deadlines=DeadlineSettings(per_tool={"ask_human_confirm": 60})
+    )
+    check_tool_names(headless, ToolSet())  # a replica sharing the file asks people
     with pytest.raises(ConfigError, match="'gh__create_issue' names no tool or tag"):
         check_tool_names(Settings(policy=policy), tools)  # no server gh to list it
