@@ -221,12 +221,18 @@ def _checked(
     return []
 
 
-def _unknown(key: str, known: list[str]) -> str:
-    """What is said of a key no field has: the field it is nearest, if one is near."""
+def nearest(name: str, known: list[str]) -> str | None:
+    """The one of ``known`` that ``name`` is likely a misspelling of, if any is near."""
     import difflib  # only to describe a mistake
 
-    near = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
-    return f"unknown key (did you mean {near[0]}?)" if near else "unknown key"
+    near = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    return near[0] if near else None
+
+
+def _unknown(key: str, known: list[str]) -> str:
+    """What is said of a key no field has: the field it is nearest, if one is near."""
+    near = nearest(key, known)
+    return f"unknown key (did you mean {near}?)" if near else "unknown key"
 
 
 def _placed(exc: msgspec.ValidationError, loc: Loc, kind: Any) -> Problem:

@@ -167,10 +167,10 @@ def check_tool_names(settings: Settings, tools: ToolSet) -> None:
 
 
 def _nearest(name: str, known: list[str]) -> str:
-    import difflib
+    from bot.plain import nearest
 
-    close = difflib.get_close_matches(name, known, n=1)
-    return f" (did you mean {close[0]!r}?)" if close else f"; known: {', '.join(known)}"
+    close = nearest(name, known)
+    return f" (did you mean {close!r}?)" if close else f"; known: {', '.join(known)}"
 
 
 def demo_state(settings: Settings) -> Path:

@@ -13,6 +13,7 @@ from bot.domain import (
     DecisionKind,
     Grant,
     GrantKind,
+    PlanStep,
     Request,
     RequestKind,
     RequestMaker,
@@ -380,6 +381,26 @@ async def test_an_approval_answers_only_the_call_its_card_showed() -> None:
     denied = Decision(request_id="req_1", kind=DecisionKind.DENY, by="ann")
     g = Gate(RequestMaker(RUN, "U0REQ"), prompter, lambda: False, answers={"c1": (denied, other)})
     assert not (await check(g, "c1")).allowed  # a refusal stands, whatever it was shown
+
+
+async def test_a_plans_step_covers_its_tool_only_as_it_was_when_approved() -> None:
+    definitions = {"restart": "argv-1"}
+    prompter = FakePrompter()
+    g = gate(prompter, definition=definitions.__getitem__)
+    digest = call_digest("restart", ARGS, "argv-1")
+    steps = (PlanStep(tool="restart", arguments=ARGS, digest=digest),)
+    plan = Request(run_id=RUN, kind=RequestKind.WAIT_PLAN, call_id="c0", tool="propose_plan")
+    g.settle_plan(
+        replace(plan, steps=steps), Decision(request_id=plan.id, kind=DecisionKind.APPROVE)
+    )
+
+    definitions["restart"] = "argv-2"  # the catalog edited, the run resumed past it
+    edited = await check(g, "c1")
+    assert not edited.allowed and edited.request is not None
+    said = "off the approved plan: step 1 was approved for restart as it was then"
+    assert edited.request.off_plan == said
+    definitions["restart"] = "argv-1"
+    assert await check(g, "c2") == GateVerdict(True)  # as approved: the step covers it
 
 
 # -- flush --------------------------------------------------------------------------------------
