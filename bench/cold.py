@@ -13,7 +13,8 @@ Kestrel, floor...) so that a slow spell of the machine hits both alike; medians 
   that then finishes: the real command with the catalog command of ``bench.commits``
   (``/bin/echo``, isolated), against the floor's whole process running ``/bin/echo`` too.
 
-Targets (issue 24): first suspend <= 3 ms, fresh resume <= 6 ms, ``runs approve`` <= 150 ms.
+Targets (issue 24): first suspend <= 3 ms, fresh resume <= 6 ms, ``runs approve`` <= 150 ms;
+where they were set the floor took 1.8, 2.9 and 113 ms, so each is printed as that ratio too.
 
     python -m bench.cold [--repeats N] [--json]
 """
@@ -59,6 +60,9 @@ from storage.sqlite import open_sqlite
 
 REPEATS: Final = 5
 TARGETS_MS: Final = {"suspend": 3.0, "resume": 6.0, "approve": 150.0}
+# The floor where issue 24 set the targets. Over it, a target is the ratio that machine
+# allowed, which holds on a faster or slower machine where milliseconds do not.
+ISSUE_FLOOR_MS: Final = {"suspend": 1.8, "resume": 2.9, "approve": 113.0}
 LABELS: Final = {
     "suspend": "first suspend, fresh process",
     "resume": "resume, fresh process (approve, finish)",
@@ -183,6 +187,7 @@ class Figure:
     kestrel_ms: float
     floor_ms: float
     target_ms: float
+    allowed_ratio: float
 
     @property
     def ratio(self) -> float:
@@ -388,13 +393,15 @@ def measure(repeats: int = REPEATS, on_disk: bool = False) -> dict[str, Figure]:
             kestrel_ms=statistics.median(r[name][0] for r in rounds),
             floor_ms=statistics.median(r[name][1] for r in rounds),
             target_ms=target,
+            allowed_ratio=target / ISSUE_FLOOR_MS[name],
         )
         for name, target in TARGETS_MS.items()
     }
 
 
 def report(repeats: int = REPEATS, on_disk: bool = False) -> None:
-    """Print each figure: Kestrel, the floor, their ratio, and the target."""
+    """Print each figure: Kestrel, the floor, their ratio, and the target in milliseconds and
+    as the ratio it allowed where it was set."""
     figures = measure(repeats, on_disk)
     where = scratch_folder(on_disk) or tempfile.gettempdir()
     print(
@@ -402,10 +409,12 @@ def report(repeats: int = REPEATS, on_disk: bool = False) -> None:
         " (Kestrel | floor)"
     )
     for name, f in figures.items():
-        verdict = "ok" if f.kestrel_ms <= f.target_ms else "over"
+        in_ms = "ok" if f.kestrel_ms <= f.target_ms else "over"
+        as_ratio = "ok" if f.ratio <= f.allowed_ratio else "over"
         print(
             f"  {LABELS[name] + ':':<42} {f.kestrel_ms:7.1f} ms | {f.floor_ms:6.1f} ms"
-            f"  {f.ratio:4.1f}x floor  target <= {f.target_ms:.0f} ms {verdict}"
+            f"  {f.ratio:4.1f}x floor  target <= {f.target_ms:.0f} ms {in_ms},"
+            f" <= {f.allowed_ratio:.2f}x floor {as_ratio}"
         )
 
 
