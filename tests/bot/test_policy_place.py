@@ -126,3 +126,19 @@ def test_an_actor_is_who_acts_whatever_directory_answers_for_them() -> None:
     assert repr(Actor("U0BOB")) == (
         "Actor(user='U0BOB', groups=frozenset(), place=None, external=False)"
     )
+
+
+@pytest.mark.parametrize("platform", sorted(PLATFORMS))
+async def test_oncall_by_channel_or_everyone_reads_no_run_from_elsewhere(platform: str) -> None:
+    workspace, ops, private, _group, _user = PLATFORMS[platform]
+    run = Place(platform, workspace, private, "1.1")
+    other_server = Place(platform, "999", ops, "")
+    policy = Policy(PolicyRules(oncall=[f"channel:{private}", "*"]))
+    stranger = Actor("U0STRANGER", place=Place(platform, workspace, ops, ""), directory=Directory())
+    # ``*`` names anyone of the run's workspace; ``channel:`` only those acting from its channel.
+    assert await policy.may_see(stranger, run)
+    assert not await policy.may_see(Actor("U0STRANGER", place=other_server), run)
+    policy = Policy(PolicyRules(oncall=[f"channel:{private}", "U0ONCALL"]))
+    assert not await policy.may_see(stranger, run)
+    assert await policy.may_see(Actor("U0ONCALL", place=other_server), run)
+    assert await policy.may_see(Actor("U0STRANGER", place=Place(platform, workspace, private)), run)
