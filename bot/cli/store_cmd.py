@@ -15,11 +15,9 @@ from bot.cli.common import (
     one_line_errors,
     settings_of,
     with_reader,
-    with_runtime,
 )
 
 if TYPE_CHECKING:
-    from bot.run.runtime import Runtime
     from bot.store import Store
 
 
@@ -32,11 +30,22 @@ def db() -> None:
 @one_line_errors
 def db_migrate() -> None:
     """Bring the schema to the current version."""
+    import asyncio
 
-    async def work(rt: Runtime) -> int:
-        return await rt.store.migrate()
+    from bot.cli import compose
 
-    click.echo(f"schema at version {with_runtime(work)}")
+    settings = settings_of(click.get_current_context())
+
+    # The store alone, as db check: a migration job has the database, not the model's key,
+    # the catalogs' programs or the MCP servers a runtime would start.
+    async def work() -> int:
+        store = await compose.open_store(settings)
+        try:
+            return await store.migrate()
+        finally:
+            await store.close()
+
+    click.echo(f"schema at version {asyncio.run(work())}")
 
 
 @db.command("check")

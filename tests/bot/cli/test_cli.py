@@ -464,6 +464,17 @@ def test_db_migrate_check_and_replicas(tmp_path: Path) -> None:
     assert "no live replicas" in kestrel(tmp_path, "replicas").stdout
 
 
+def test_db_migrate_needs_the_store_alone(tmp_path: Path) -> None:
+    # A migration job (before the replicas start) has the database URL, not the model's key
+    # nor the catalogs' programs: migrating touches the store alone, as db check does.
+    write_config(tmp_path, model={"provider": "openai", "name": "gpt-4.1-mini"})
+    migrated = kestrel(tmp_path, "db", "migrate")
+    assert migrated.returncode == 0, migrated.stderr
+    assert "schema at version" in migrated.stdout
+    checked = kestrel(tmp_path, "db", "check")
+    assert checked.returncode == 0 and "ok, schema version" in checked.stdout
+
+
 def test_postgres_url_without_a_server_is_one_line(tmp_path: Path) -> None:
     write_config(tmp_path, database="postgresql://kestrel:secret@127.0.0.1:1/kestrel")
     message = one_line_error(kestrel(tmp_path, "db", "check"))
