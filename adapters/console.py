@@ -61,6 +61,7 @@ HELP = """commands:
   /resume RUN        resume a suspended run here
   /cancel RUN        cancel a run
   /quit              leave (Ctrl-D works too)
+A message that starts with / is sent as written after a second /: //var/log is full.
 Ctrl-C while a run works stops its model call or command and suspends it; a second Ctrl-C
 leaves the chat. SIGTERM suspends the run and leaves."""
 
@@ -375,7 +376,9 @@ class ConsoleChat:
                 await self._handle(line.strip())
 
     async def _handle(self, line: str) -> None:
-        if line.startswith("/"):
+        if line.startswith("//"):
+            line = line[1:]
+        elif line.startswith("/"):
             await self._command(line)
             return
         try:
@@ -432,8 +435,12 @@ class ConsoleChat:
             await self._follow(live)
         elif name == "/cancel" and arg:
             self.io.write("  " + await self.chat.cancel(arg, user=self.actor))
-        else:
+        elif name in ("/resume", "/cancel"):
+            self.io.write(f"  ! {name} needs a RUN (/runs lists them)")
+        elif name == "/help":
             self.io.write(HELP)
+        else:
+            self.io.write(f"  ! unknown command {name}: /help lists them; //… sends a message")
 
     async def _resuming(self, run_id: str) -> RunHandle | None:
         """Resume a run, answering here what it still waits on: a Ctrl-C at one of those

@@ -315,3 +315,16 @@ def test_a_plan_denied_at_the_terminal_runs_nothing(tmp_path: Path) -> None:
     assert chat.returncode == 0, chat.stderr
     assert chat.stdout.count("denied by you: change freeze (the whole plan") == 2
     assert not log.exists()
+
+
+def test_an_unknown_slash_command_is_named_and_a_message_can_start_with_a_slash(
+    tmp_path: Path,
+) -> None:
+    # "/var/log is full" was taken for a command and answered with the help, naming nothing;
+    # it is now named as unknown, and "//var/log is full" sends "/var/log is full".
+    result = kestrel(tmp_path, "chat", stdin="/var/log is full\n/resume\n//var/log is full\n")
+    assert result.returncode == 0, result.stderr
+    assert "unknown command /var/log" in result.stdout
+    assert "/resume needs a RUN" in result.stdout
+    (run,) = json.loads(kestrel(tmp_path, "runs", "list", "--json").stdout)
+    assert run["prompt"] == "/var/log is full"
