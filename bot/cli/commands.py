@@ -3,17 +3,44 @@ them."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from bot import __version__
 from bot.cli import audit_cmd, chat_cmd, run_cmd, runs_cmd, store_cmd, tools_cmd
-from bot.cli.common import configure_logs
+from bot.cli.common import configure_logs, usage_error
 
 # The subcommand modules import click and bot.cli.common alone at import time (each command
 # imports what it needs when it runs): ``kestrel --help`` stays light. bench/startup.py times it.
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Cli(click.Group):
+    """The command group, whose usage errors are one JSON record when the logs are JSON lines
+    (a start refused by a mistyped platform is a line a log shipper reads as every other)."""
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as exc:
+            usage_error(exc)
+            raise
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as exc:
+            usage_error(exc)
+            raise
+
+
+@click.group(cls=_Cli, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", prog_name="kestrel", message="%(prog)s %(version)s")
 @click.option("--config", "config", type=click.Path(), help="kestrel.yaml to use.")
 @click.option("-v", "--verbose", is_flag=True, help="Log at info level (--log-level info).")

@@ -71,6 +71,24 @@ def fail(message: str) -> None:
     echo("kestrel: " + text, err=True)
 
 
+def usage_error(exc: click.UsageError) -> None:
+    """With JSON logs (configured, or asked for by ``KESTREL_LOG_FORMAT`` before they were), a
+    usage error ends as one error record naming it, and exit status 2; else nothing: click
+    prints its usage text."""
+    import logging
+    import os
+
+    from bot import logs
+
+    if not logs.json_lines():
+        if os.environ.get(logs.FORMAT_VARIABLE, "").strip().lower() != "json":
+            return
+        logs.configure(logging.ERROR, "json")
+    command = exc.ctx.command_path if exc.ctx is not None else "kestrel"
+    logs.failure(f"{exc.format_message()} ({command} --help)")
+    sys.exit(exc.exit_code)
+
+
 def one_line_errors(fn: Callable[P, R]) -> Callable[P, R]:
     """Bad configuration, stores and arguments end in one clear line, never a traceback."""
 

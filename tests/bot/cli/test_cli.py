@@ -544,3 +544,23 @@ def test_with_json_logs_a_commands_one_line_error_is_a_json_record(tmp_path: Pat
         record = json.loads(line)
         assert record["level"] == "error" and record["logger"] == "kestrel"
         assert record["message"] == "kestrel.yaml: modle: unknown key (did you mean model?)"
+
+
+def test_with_json_logs_a_usage_error_is_a_json_record_too(tmp_path: Path) -> None:
+    # A chart's platforms: [slak] ends serve in a usage error: with JSON logs it is one record
+    # naming the problem, not click's three lines of text.
+    cases = {
+        ("serve", "slak", "--port", "1"): "'slak' is not one of 'slack', 'discord'",
+        ("runs", "show"): "Missing argument 'RUN_ID'",
+        ("--log-level", "trace", "runs", "list"): "'trace' is not one of",
+        ("runs", "frobnicate"): "No such command 'frobnicate'",
+    }
+    for args, said in cases.items():
+        result = kestrel(tmp_path, *args, env={"KESTREL_LOG_FORMAT": "json"})
+        assert result.returncode == 2, (args, result.stderr)
+        (line,) = result.stderr.splitlines()
+        record = json.loads(line)
+        assert record["level"] == "error" and record["logger"] == "kestrel", args
+        assert said in record["message"], (args, record)
+    text = kestrel(tmp_path, "runs", "show")
+    assert text.returncode == 2 and "Usage: kestrel runs show" in text.stderr
