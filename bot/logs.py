@@ -48,6 +48,10 @@ _PLATFORM_OF: Final = (
 # Loggers held above debug whatever the level: aiosqlite's debug lines are one per statement,
 # with its parameters (journal content), and say nothing an operator can act on.
 QUIETER: Final = {"aiosqlite": logging.INFO}
+# Loggers whose info lines come with every tick of serve's sweeps (APScheduler's executor:
+# "Running job …" and "… executed successfully", four lines a second): heard at debug; at any
+# other level, their warnings and errors only.
+TICKING: Final = ("apscheduler.executors",)
 # What ``kestrel serve`` says of itself: which replica it is, where it listens, that it stopped.
 SERVICE: Final = "kestrel.serve"
 # Loggers heard at info whatever the level: an operator needs serve's own lines at the default
@@ -97,6 +101,9 @@ def configure(level: int, form: str, stream: TextIO | None = None) -> None:
         library.propagate = True
     for name, floor in QUIETER.items():
         logging.getLogger(name).setLevel(max(level, floor))
+    for name in TICKING:
+        quiet = level if level <= logging.DEBUG else max(level, logging.WARNING)
+        logging.getLogger(name).setLevel(quiet)
     for name, ceiling in LOUDER.items():
         logging.getLogger(name).setLevel(min(level, ceiling))
     voice = logging.getLogger("discord.client")

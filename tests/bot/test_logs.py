@@ -28,3 +28,19 @@ def test_serve_speaks_at_debug_when_asked() -> None:
     logs.configure(logging.DEBUG, "text", stream)
     logging.getLogger(logs.SERVICE).debug("more")
     assert f"DEBUG {logs.SERVICE}: more" in stream.getvalue()
+
+
+def test_the_schedulers_per_tick_lines_are_debug_only() -> None:
+    # serve's sweeps run every poll_seconds (1 s): at info (the chart's and the unit's level)
+    # APScheduler's executor said "Running job …" and "… executed successfully" for each,
+    # four lines a second. They are heard at debug; its warnings and errors at every level.
+    executor = logging.getLogger("apscheduler.executors.default")
+    stream = io.StringIO()
+    logs.configure(logging.INFO, "text", stream)
+    executor.info('Running job "Supervisor.adopt_orphans"')
+    executor.warning("Run time of job was missed by 0:00:02")
+    assert "Running job" not in stream.getvalue() and "missed" in stream.getvalue()
+    stream = io.StringIO()
+    logs.configure(logging.DEBUG, "text", stream)
+    executor.info('Running job "Supervisor.adopt_orphans"')
+    assert "Running job" in stream.getvalue()
