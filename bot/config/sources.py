@@ -200,7 +200,12 @@ def sqlite_file(base_dir: Path, database: str) -> Path | None:
 def check_database(database: str) -> None:
     """Refuse a URL of a database Kestrel cannot keep its journal in (``mysql://``, a typo),
     which would otherwise be taken for a SQLite file of that name; a libpq keyword string,
-    likewise; and a PostgreSQL URL whose password a parser would cut short (and then show)."""
+    likewise; a PostgreSQL URL whose password a parser would cut short (and then show); and
+    an empty one, which would name the configuration's folder."""
+    if not database.strip():
+        raise ValueError(
+            "empty: give a SQLite file (kestrel.db) or a PostgreSQL URL (postgresql://USER@HOST/DB)"
+        )
     if database.startswith(POSTGRES_SCHEMES):
         _check_password(postgres_credentials(database)[1])
         return

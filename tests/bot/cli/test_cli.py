@@ -490,6 +490,17 @@ def test_a_database_url_of_another_kind_is_refused_not_taken_for_a_file(tmp_path
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kestrel.yaml"]
 
 
+def test_an_empty_database_is_refused_naming_where_it_was_set(tmp_path: Path) -> None:
+    # An empty KESTREL_DATABASE_URL (a Secret's key left blank, an unset variable substituted)
+    # was taken for the config's folder: "SQLite database /…: is a folder", naming no cause.
+    message = one_line_error(kestrel(tmp_path, "db", "check", env={"KESTREL_DATABASE_URL": ""}))
+    assert "KESTREL_DATABASE_URL" in message and "empty" in message
+    write_config(tmp_path, database=" ")
+    for args in (("db", "check"), ("runs", "list"), ("run", "hi")):
+        message = one_line_error(kestrel(tmp_path, *args))
+        assert "database: empty" in message, (args, message)
+
+
 def test_a_database_password_a_url_parser_would_cut_is_refused_unshown(tmp_path: Path) -> None:
     refused = {
         "postgresql://kestrel:Zm9v/YmFy+c2V@db:5432/k": "must percent-encode '/' as %2F",
