@@ -118,6 +118,7 @@ class SqliteStore(SqlStore):
         self._wconn: SqliteWriter | None = None
         self._rconn: SqliteReader | None = None
         self._group: GroupCommit | None = None
+        self._file: tuple[int, int] | None = None  # (device, inode) of the file the writer has
 
     @property
     def path(self) -> Path:
@@ -140,6 +141,8 @@ class SqliteStore(SqlStore):
             if self._wconn is None:
                 self._wconn = await self._connect_writer()
                 self._group = GroupCommit(self._wconn, self._now, self._append_failure)
+                found = self._path.stat()
+                self._file = (found.st_dev, found.st_ino)
             version = await self._apply_migrations(self._wconn)
         except BaseException:
             await self._disconnect()
@@ -157,6 +160,25 @@ class SqliteStore(SqlStore):
         if self._rconn is None:
             self._rconn = self._connect_reader()
         return await self._read_schema_version()
+
+    async def schema_version(self) -> int:
+        """The schema version applied now; a ``StoreError`` when the file at the path is no
+        longer the one this store writes (deleted, moved or replaced under it): what it commits
+        then goes to a file no restart reads, and readiness must say so."""
+        if self._file is not None:
+            try:
+                found = self._path.stat()
+                moved = (found.st_dev, found.st_ino) != self._file
+            except FileNotFoundError:
+                moved = True
+            except OSError as exc:
+                raise StoreError(f"{self._label}: cannot see the file: {exc.strerror}") from exc
+            if moved:
+                raise StoreError(
+                    f"{self._label}: the file this replica writes is no longer at that path"
+                    " (deleted, moved or replaced): restart it to open the one there"
+                )
+        return await super().schema_version()
 
     async def _shut_down(self) -> None:
         """Write what is queued and close both connections."""

@@ -132,3 +132,30 @@ async def test_a_replica_that_never_heartbeat_is_not_ready(tmp_path: Path) -> No
         await health.stop()
     finally:
         await store.close()
+
+
+async def test_a_sqlite_journal_deleted_or_replaced_under_a_replica_is_not_ready(
+    tmp_path: Path,
+) -> None:
+    # The writer holds the file open: once it is deleted (or another file put in its place)
+    # every commit goes to a file no restart will read, yet /readyz said 200.
+    path = tmp_path / "kestrel.db"
+    store = SqliteStore(path)
+    await store.migrate()
+    try:
+        health = Health(store, "replica-a", alive_within=30)
+        await health.start(await store.schema_version())
+        await store.heartbeat("replica-a")
+        assert (await health.check()).ready
+        path.rename(tmp_path / "moved.db")
+        said = await health.check()
+        assert list(said.problems) == ["store"]
+        assert str(path) in said.problems["store"] and "no longer" in said.problems["store"]
+        (tmp_path / "moved.db").rename(path)
+        assert (await health.check()).ready
+        path.unlink()
+        path.write_bytes(b"")  # another file at the path
+        assert "no longer" in (await health.check()).problems["store"]
+        await health.stop()
+    finally:
+        await store.close()
