@@ -21,7 +21,7 @@ from bot.kinds import RequestStatus as RequestStatus
 from bot.kinds import RunStatus as RunStatus
 from bot.kinds import StopReason as StopReason
 from bot.kinds import ToolOutcome as ToolOutcome
-from bot.nesting import too_deep
+from bot.nesting import loads, too_deep
 from bot.place import Place
 
 
@@ -266,7 +266,7 @@ def extract_payload(text: str) -> dict[str, Any] | None:
         if not candidate.startswith("{"):
             continue
         try:
-            value = json.loads(candidate)
+            value = loads(candidate)
         except ValueError:
             continue
         if isinstance(value, dict) and not too_deep(candidate, value):

@@ -9,8 +9,9 @@ refused where they arrive, well before that limit.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
-from typing import Final
+from typing import Any, Final
 
 MAX_DEPTH: Final = 64
 
@@ -49,3 +50,13 @@ def too_deep(text: str, value: object) -> bool:
     """Whether ``value``, read from the JSON ``text``, nests deeper than ``MAX_DEPTH``: each level
     takes two characters, so a shorter text is not looked into (most of a run's calls)."""
     return len(text) > 2 * MAX_DEPTH and deeper_than(value, MAX_DEPTH)
+
+
+def loads(text: str) -> Any:
+    """``json.loads``, where a text nested past the interpreter's recursion limit (which the
+    decoder gives up on with a ``RecursionError``) is the ``ValueError`` any bad JSON is: a
+    model's arguments or answer can be nested so, and must be refused, not crash the run."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("JSON nested too deep to decode") from None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -10,6 +9,7 @@ import msgspec
 from msgspec.structs import replace
 
 from bot.domain import AssistantTurn, ToolCall
+from bot.nesting import loads
 
 # The conversation's messages are frozen and hold text and frozen values only, so they can
 # never be part of a reference cycle: kept out of the collector, which a long run's history
@@ -89,7 +89,7 @@ def _same_call(call: ToolCall, other: ToolCall) -> bool:
     if call.arguments == other.arguments:
         return True
     try:
-        return bool(json.loads(call.arguments) == json.loads(other.arguments))
+        return bool(loads(call.arguments) == loads(other.arguments))
     except ValueError:
         return False
 

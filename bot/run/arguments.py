@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from bot.nesting import MAX_DEPTH, too_deep
+from bot.nesting import MAX_DEPTH, loads, too_deep
 
 
 def parse_arguments(raw: str) -> tuple[dict[str, Any], list[str]]:
     """The arguments as an object, or the problems that make them none."""
     try:
-        value = json.loads(raw or "{}")
+        value = loads(raw or "{}")
     except ValueError as exc:
         return {}, [f"arguments are not valid JSON ({exc})"]
     if not isinstance(value, dict):

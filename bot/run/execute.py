@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -40,6 +39,7 @@ from bot.journal.entries import (
 )
 from bot.journal.writer import TakenOver
 from bot.kinds import Provenance
+from bot.nesting import loads
 from bot.people.audit import origins_text
 from bot.run.arguments import parse_arguments
 from bot.run.context import RunContext
@@ -184,7 +184,7 @@ def _effective(
         raise HookAbort(f"a PreToolUse hook rewrote {call.name!r} to unknown tool {name!r}")
     if effective_arguments != call.arguments:
         try:
-            json.loads(effective_arguments)
+            loads(effective_arguments)
         except ValueError as exc:
             raise HookAbort(f"a PreToolUse hook rewrote {call.name!r} with invalid JSON") from exc
     return tool, effective_arguments

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -47,6 +46,7 @@ from bot.journal.entries import (
 from bot.journal.fold import CallState, RunState
 from bot.journal.writer import TakenOver
 from bot.llm.base import ModelError, ModelProvider
+from bot.nesting import loads
 from bot.run.context import RunContext
 from bot.run.execute import CallEnv, HookAbort, execute_tool, post_tool, traced_steps
 from bot.run.gate import Gate
@@ -512,7 +512,7 @@ def _asks_people(tools: ToolSet, name: str) -> bool:
 
 def _arguments(raw: str) -> dict[str, Any]:
     try:
-        value = json.loads(raw)
+        value = loads(raw)
     except ValueError:
         return {"raw": raw}
     return value if isinstance(value, dict) else {"raw": raw}

@@ -3,7 +3,6 @@ resumed run as on the first."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -12,6 +11,7 @@ import msgspec
 from bot.domain import ArgumentOrigin
 from bot.journal.fold import RunState
 from bot.llm.base import AssistantMessage, SystemMessage, ToolResultsMessage, UserMessage
+from bot.nesting import loads
 from bot.run.provenance import Output, catalog_values, trace
 from bot.tools.base import Tool
 
@@ -89,6 +89,6 @@ class Tracer(msgspec.Struct):
 def _offers_options(arguments: str) -> bool:
     """Whether a question call (its raw JSON arguments) offered options to pick from."""
     try:
-        return bool(json.loads(arguments).get("options"))
+        return bool(loads(arguments).get("options"))
     except (ValueError, AttributeError):
         return False

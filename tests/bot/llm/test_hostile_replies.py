@@ -1,0 +1,71 @@
+"""Whole runs against replies a hostile or broken model server sends: each ends with its
+cause named, its journal readable, and no panic."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from bot.domain import RunStatus, StopReason, ToolOutcome
+from bot.journal.fold import RunState
+from bot.llm.openai_provider import OpenAIProvider
+from bot.run.supervisor import Supervisor
+from tests.fakes.openai_server import Canned, FakeOpenAI, chat_completion
+from tests.fakes.runtime import Counter, Recorder, counting_tools, make_runtime
+
+DEEP = 5000  # past the interpreter's recursion limit, where json.loads gives up
+KEY = "sk-hostile-secret-0123456789"
+
+
+async def _run(tmp_path: Path, *bodies: Any) -> tuple[RunState, Counter, Recorder]:
+    canned = [Canned(status=200, body=body) for body in bodies]
+    async with FakeOpenAI([{"text": "unused"}, {"text": "done"}], canned=canned) as fake:
+        model = OpenAIProvider("m", api_key=KEY, base_url=fake.base_url, max_retries=0)
+        counter = Counter()
+        rt, rec = await make_runtime(tmp_path / "k.db", model, counting_tools(counter))
+        try:
+            sup = Supervisor(rt)
+            state = await sup.wait(await sup.start_turn("help", requested_by="U0REQ"))
+            # The journal reads back whole: what `kestrel runs show` needs.
+            await rt.store.load(state.run_id)
+        finally:
+            await rt.store.close()
+            await model.aclose()
+    return state, counter, rec
+
+
+def _ended(state: RunState) -> tuple[RunStatus, StopReason]:
+    assert state.result is not None, "the run did not end"
+    return state.result.status, state.result.stop_reason
+
+
+async def test_arguments_nested_past_the_decoder_are_invalid_not_a_panic(tmp_path: Path) -> None:
+    deep = "[" * DEEP + "]" * DEEP
+    state, counter, rec = await _run(tmp_path, chat_completion(calls=[("c1", "echo", deep)]))
+
+    assert _ended(state) == (RunStatus.COMPLETED, StopReason.ANSWERED)
+    assert state.outcomes() == {ToolOutcome.INVALID_ARGUMENTS: 1}
+    assert counter.calls == {}
+    assert "panic" not in rec.kinds()
+
+
+async def test_one_call_sent_twice_nested_past_the_decoder_is_not_a_panic(
+    tmp_path: Path,
+) -> None:
+    deep = "[" * DEEP + "]" * DEEP
+    calls = [("c1", "echo", deep), ("c1", "echo", deep + " ")]
+    state, counter, rec = await _run(tmp_path, chat_completion(calls=calls))
+
+    assert _ended(state) == (RunStatus.COMPLETED, StopReason.ANSWERED)
+    assert counter.calls == {}
+    assert "panic" not in rec.kinds()
+
+
+async def test_an_answer_nested_past_the_decoder_is_text_not_a_panic(tmp_path: Path) -> None:
+    deep = '{"a":' * DEEP + "1" + "}" * DEEP
+    state, _, rec = await _run(tmp_path, chat_completion(deep))
+
+    assert _ended(state) == (RunStatus.COMPLETED, StopReason.ANSWERED)
+    assert state.result is not None and state.result.payload is None
+    assert state.result.text == deep
+    assert "panic" not in rec.kinds()
