@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from http import HTTPStatus
 from typing import Any
@@ -339,6 +340,7 @@ def parse_completion(data: object) -> AssistantTurn:
     text = message.get("content")
     if text is not None and not isinstance(text, str):
         raise _BadShape("the message content is not text")
+    text = valid_text(text) if text is not None else None
     raw_calls = message.get("tool_calls") or []
     if not isinstance(raw_calls, list):
         raise _BadShape("the message's tool_calls is not a list")
@@ -363,7 +365,8 @@ def _tool_call(raw: object) -> ToolCall:
     name = function.get("name")
     if not isinstance(name, str) or not name:
         raise _BadShape(f"tool call {call_id or '(no id)'} has no function name")
-    return ToolCall(id=call_id, name=name, arguments=_arguments_text(call_id, function))
+    arguments = _arguments_text(call_id, function)
+    return ToolCall(id=valid_text(call_id), name=valid_text(name), arguments=valid_text(arguments))
 
 
 def _arguments_text(call_id: str, function: Mapping[str, Any]) -> str:
@@ -377,6 +380,15 @@ def _arguments_text(call_id: str, function: Mapping[str, Any]) -> str:
     if isinstance(arguments, dict | list):
         return json.dumps(arguments)
     raise _BadShape(f"tool call {call_id} has arguments of type {type(arguments).__name__}")
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def valid_text(text: str) -> str:
+    """``text`` with each lone surrogate (JSON lets a server send ``"\\ud800"``) as U+FFFD:
+    no journal entry, request or message could carry it. ``json`` joins the valid pairs."""
+    return text if text.isascii() else _LONE_SURROGATE.sub("\ufffd", text)
 
 
 def _usage(usage: object) -> Usage:

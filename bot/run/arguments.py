@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from bot.nesting import MAX_DEPTH, loads, too_deep
@@ -17,4 +18,16 @@ def parse_arguments(raw: str) -> tuple[dict[str, Any], list[str]]:
         return {}, ["arguments must be a JSON object"]
     if too_deep(raw, value):
         return {}, [f"arguments nest deeper than {MAX_DEPTH} levels"]
+    # Only an escape (``"\\ud800"``) makes a lone surrogate: UTF-8 text cannot hold one.
+    if "\\u" in raw and not _unicode(value):
+        return {}, ["arguments hold text that is not valid Unicode (a lone surrogate)"]
     return value, []
+
+
+def _unicode(value: dict[str, Any]) -> bool:
+    """Whether every string in ``value`` (keys included) can be written as UTF-8."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

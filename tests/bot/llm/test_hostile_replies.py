@@ -69,3 +69,42 @@ async def test_an_answer_nested_past_the_decoder_is_text_not_a_panic(tmp_path: P
     assert state.result is not None and state.result.payload is None
     assert state.result.text == deep
     assert "panic" not in rec.kinds()
+
+
+def _raw_completion(content_json: str) -> Canned:
+    """A 200 whose message content is the JSON text given, escapes and all."""
+    return Canned(
+        status=200,
+        raw='{"choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant",'
+        f' "content": {content_json}}}}}]}}',
+        content_type="application/json",
+    )
+
+
+async def test_a_lone_surrogate_in_the_answer_is_replaced_not_a_stuck_run(tmp_path: Path) -> None:
+    async with FakeOpenAI(canned=[_raw_completion('"bad \\ud800 text"')]) as fake:
+        model = OpenAIProvider("m", api_key=KEY, base_url=fake.base_url, max_retries=0)
+        counter = Counter()
+        rt, _ = await make_runtime(tmp_path / "k.db", model, counting_tools(counter))
+        try:
+            sup = Supervisor(rt)
+            state = await sup.wait(await sup.start_turn("help", requested_by="U0REQ"))
+            await rt.store.load(state.run_id)
+        finally:
+            await rt.store.close()
+            await model.aclose()
+
+    assert _ended(state) == (RunStatus.COMPLETED, StopReason.ANSWERED)
+    assert state.result is not None and state.result.text == "bad \ufffd text"
+
+
+async def test_a_lone_surrogate_in_arguments_reaches_no_tool_and_no_journal(
+    tmp_path: Path,
+) -> None:
+    calls = [("c1", "echo", '{"text": "a\\ud800b"}')]
+    state, counter, rec = await _run(tmp_path, chat_completion(calls=calls))
+
+    assert _ended(state) == (RunStatus.COMPLETED, StopReason.ANSWERED)
+    assert state.outcomes() == {ToolOutcome.INVALID_ARGUMENTS: 1}
+    assert counter.calls == {}
+    assert "panic" not in rec.kinds()
