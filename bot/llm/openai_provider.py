@@ -128,7 +128,8 @@ class OpenAIProvider:
         except _ReadFailed as exc:
             raise ModelError(f"model call failed: the reply from {self.base_url} {exc}") from None
         try:
-            turn = parse_completion(decode_body(body))
+            # Scrubbed before any of it is quoted: a preview cut mid-key would keep part of it.
+            turn = parse_completion(decode_body(_scrub_body(body, self._client.api_key)))
         except _BadShape as exc:
             raise ModelError(
                 f"model call failed: bad response from {self.base_url}: {exc}"
@@ -166,7 +167,7 @@ class OpenAIProvider:
 
     def _describe(self, exc: openai.OpenAIError, timeout: float) -> str:
         """One readable line naming the cause, with the API key scrubbed out."""
-        line = f"model call failed: {_cause(exc, self.base_url, timeout)}"
+        line = f"model call failed: {_cause(exc, self.base_url, timeout, self._client.api_key)}"
         if _was_retried(exc) and self._max_retries:
             line += f" (gave up after {self._max_retries} retries)"
         hint = _HINTS.get(getattr(exc, "status_code", 0))
@@ -175,14 +176,14 @@ class OpenAIProvider:
         return _scrub(line, self._client.api_key)
 
 
-def _cause(exc: openai.OpenAIError, where: str, timeout: float) -> str:
+def _cause(exc: openai.OpenAIError, where: str, timeout: float, secret: str) -> str:
     if isinstance(exc, openai.APITimeoutError):
         return f"timed out after {_seconds(timeout)} waiting for {where}"
     if isinstance(exc, openai.APIConnectionError):
         reason = exc.__cause__ or exc
         return f"cannot connect to {where} ({type(reason).__name__}: {_one_line(str(reason))})"
     if isinstance(exc, openai.APIStatusError):
-        return f"{_status_line(exc.status_code)} from {where}{_server_detail(exc.body)}"
+        return f"{_status_line(exc.status_code)} from {where}{_server_detail(exc.body, secret)}"
     if isinstance(exc, openai.APIResponseValidationError):
         return f"bad response from {where}: {_one_line(exc.message)}"
     return _one_line(str(exc))
@@ -209,19 +210,30 @@ def _status_line(code: int) -> str:
         return str(code)
 
 
-def _server_detail(body: object) -> str:
-    """The server's own error message, if it sent one, shortened to one line."""
+def _server_detail(body: object, secret: str = "") -> str:
+    """The server's own error message, if it sent one, scrubbed and shortened to one line."""
     message = body.get("message") if isinstance(body, dict) else body
     if not isinstance(message, str) or not message.strip():
         return ""
-    return f": {_one_line(message)[:_DETAIL_CHARS]}"
+    return f": {_one_line(_scrub(message, secret))[:_DETAIL_CHARS]}"
 
 
 def _scrub(text: str, secret: str) -> str:
     """Remove the key from a message; servers sometimes echo what they were sent."""
-    if len(secret) < 4 or secret == KEYLESS_PLACEHOLDER:
+    if not _is_secret(secret):
         return text
     return text.replace(secret, "***")
+
+
+def _scrub_body(body: bytes, secret: str) -> bytes:
+    """Remove the key from a body (a proxy's page, a 200 error echoing the request)."""
+    if not _is_secret(secret):
+        return body
+    return body.replace(secret.encode(), b"***")
+
+
+def _is_secret(secret: str) -> bool:
+    return len(secret) >= 4 and secret != KEYLESS_PLACEHOLDER
 
 
 def _one_line(text: str) -> str:

@@ -8,6 +8,7 @@ from typing import Any
 
 from bot.domain import RunStatus, StopReason, ToolOutcome
 from bot.journal.fold import RunState
+from bot.llm.base import ModelError, UserMessage
 from bot.llm.openai_provider import OpenAIProvider
 from bot.run.supervisor import Supervisor
 from tests.fakes.openai_server import Canned, FakeOpenAI, chat_completion
@@ -108,3 +109,39 @@ async def test_a_lone_surrogate_in_arguments_reaches_no_tool_and_no_journal(
     assert state.outcomes() == {ToolOutcome.INVALID_ARGUMENTS: 1}
     assert counter.calls == {}
     assert "panic" not in rec.kinds()
+
+
+async def _model_error(*canned: Canned) -> str:
+    async with FakeOpenAI(canned=canned) as fake:
+        model = OpenAIProvider("m", api_key=KEY, base_url=fake.base_url, max_retries=0)
+        try:
+            await model.complete([UserMessage("hi")], [], timeout=10)
+        except ModelError as exc:
+            return str(exc)
+        finally:
+            await model.aclose()
+    raise AssertionError("the call did not fail")
+
+
+async def test_a_200_error_body_echoing_the_key_does_not_show_it() -> None:
+    echo = {"error": {"message": f"Incorrect API key provided: {KEY}."}}
+    line = await _model_error(Canned(status=200, body=echo))
+
+    assert KEY not in line
+    assert "Incorrect API key provided: ***" in line
+
+
+async def test_an_html_page_echoing_the_key_does_not_show_it() -> None:
+    page = f"<html>proxy refused key {KEY}</html>"
+    line = await _model_error(Canned(status=200, raw=page, content_type="text/html"))
+
+    assert KEY not in line
+    assert "expected a chat completion" in line
+
+
+async def test_an_error_message_cut_mid_key_shows_none_of_it() -> None:
+    # The detail is cut at 200 characters: the key straddles the cut.
+    echo = {"error": {"message": "x" * 185 + f" key {KEY}"}}
+    line = await _model_error(Canned(status=401, body=echo))
+
+    assert KEY[:8] not in line
