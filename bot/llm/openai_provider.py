@@ -352,6 +352,9 @@ def parse_completion(data: object) -> AssistantTurn:
     text = message.get("content")
     if text is not None and not isinstance(text, str):
         raise _BadShape("the message content is not text")
+    refusal = message.get("refusal")
+    if not text and isinstance(refusal, str) and refusal.strip():
+        text = refusal  # the model declined: its reason is the answer, not an empty one
     text = valid_text(text) if text is not None else None
     raw_calls = message.get("tool_calls") or []
     if not isinstance(raw_calls, list):

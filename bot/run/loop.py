@@ -61,6 +61,10 @@ from bot.tools.toolset import ToolSet
 log = logging.getLogger("kestrel.loop")
 
 
+# A reply that ended so is not all the model meant: none of its calls runs.
+_CUT_SHORT = frozenset({"length", "content_filter"})
+
+
 class Signals(msgspec.Struct):
     """The run's inbox: requests from outside, picked up at the loop boundary only."""
 
@@ -170,7 +174,7 @@ class AgentLoop:
             turn = await self._call_model(tools)
             seconds = self.deps.clock() - began
             entry = AssistantTurnEntry(iteration=self.state.iteration, turn=turn)
-            if turn.calls and turn.finish_reason != "length":
+            if turn.calls and turn.finish_reason not in _CUT_SHORT:
                 await self.journal.append(entry)  # durable before any of its tools runs
             else:
                 self.journal.append_soon(entry)  # the run's end, next, commits with it
@@ -188,6 +192,14 @@ class AgentLoop:
                     RunStatus.FAILED,
                     StopReason.TRUNCATED,
                     "the model's reply was cut at its output limit; no tool was run",
+                    turn.text or "",
+                )
+            if turn.finish_reason == "content_filter":
+                raise Stop(
+                    RunStatus.FAILED,
+                    StopReason.MODEL_ERROR,
+                    "the model's reply was withheld by the provider's content filter;"
+                    " no tool was run",
                     turn.text or "",
                 )
             if not turn.calls:

@@ -145,3 +145,27 @@ async def test_an_error_message_cut_mid_key_shows_none_of_it() -> None:
     line = await _model_error(Canned(status=401, body=echo))
 
     assert KEY[:8] not in line
+
+
+def _with_message(body: dict[str, Any], finish: str, **message: Any) -> dict[str, Any]:
+    body["choices"][0]["message"].update(message)
+    body["choices"][0]["finish_reason"] = finish
+    return body
+
+
+async def test_a_refusal_is_the_answer_not_an_empty_one(tmp_path: Path) -> None:
+    refused = _with_message(chat_completion(), "stop", refusal="I can't help with that.")
+    state, _, _ = await _run(tmp_path, refused)
+
+    assert _ended(state) == (RunStatus.COMPLETED, StopReason.ANSWERED)
+    assert state.result is not None and state.result.text == "I can't help with that."
+
+
+async def test_a_filtered_reply_fails_the_run_naming_the_filter(tmp_path: Path) -> None:
+    calls = [("c1", "echo", '{"text": "a"}')]
+    filtered = _with_message(chat_completion(calls=calls), "content_filter")
+    state, counter, _ = await _run(tmp_path, filtered)
+
+    assert _ended(state) == (RunStatus.FAILED, StopReason.MODEL_ERROR)
+    assert state.result is not None and "content filter" in state.result.error
+    assert counter.calls == {}
