@@ -287,7 +287,22 @@ class McpSource:
             cursor = page.next_cursor
             if cursor is None:
                 break
-        return tuple(self._tool(tool) for tool in listed)
+        _check_listed_once(listed)
+        return tuple(self._tool(tool) for tool in listed if self._usable(tool))
+
+    def _usable(self, tool: types.Tool) -> bool:
+        """Whether the tool's input schema is JSON Schema; a tool whose is not is left out,
+        with why: the model's API would refuse every request offering it, and its calls could
+        not be checked."""
+        problem = schema_problem(tool.input_schema)
+        if problem:
+            log.warning(
+                "MCP server %s: tool %r left out: its inputSchema is not valid JSON Schema (%s)",
+                self.name,
+                tool.name,
+                problem,
+            )
+        return not problem
 
     def _tool(self, tool: types.Tool) -> McpTool:
         gated = tool.name in self.settings.confirm
@@ -417,6 +432,30 @@ def describe_change(before: Sequence[Tool], after: Sequence[Tool]) -> str:
 
 def _shape(tool: Tool) -> str:
     return json.dumps([tool.description, tool.parameters, repr(tool.flags)], sort_keys=True)
+
+
+def schema_problem(schema: dict[str, Any]) -> str:
+    """Why ``schema`` is not valid JSON Schema (its draft's metaschema says); empty if it is."""
+    # Imported here: jsonschema is slow to import, and only a configured server needs it.
+    from jsonschema.exceptions import SchemaError
+    from jsonschema.validators import validator_for
+
+    try:
+        validator_for(schema).check_schema(schema)
+    except SchemaError as exc:
+        where = "/".join(str(part) for part in exc.path)
+        return f"{where}: {exc.message}" if where else exc.message
+    return ""
+
+
+def _check_listed_once(listed: Sequence[types.Tool]) -> None:
+    """Raise if the server lists a name twice: which of the two a call would reach (and with
+    which hints, so gated or not) is not known."""
+    seen: set[str] = set()
+    for tool in listed:
+        if tool.name in seen:
+            raise ToolCollision(f"the server lists the tool {tool.name!r} twice")
+        seen.add(tool.name)
 
 
 def _check_unique(sources: Sequence[McpSource]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -263,3 +264,36 @@ def test_content_parts_are_rendered_as_text_or_summaries() -> None:
 def test_server_settings_are_checked(values: dict[str, Any], problem: str) -> None:
     with pytest.raises(Invalid, match=problem):
         convert({"name": "srv"} | values, McpServerSettings)
+
+
+RAW_SERVER = Path(__file__).resolve().parents[2] / "fakes" / "raw_mcp_server.py"
+READ_ONLY_HINTS = {"readOnlyHint": True}
+
+
+def raw_server(*tools: dict[str, Any]) -> McpSource:
+    """A server listing exactly ``tools`` (which the SDK's server would not list)."""
+    listed = json.dumps([{"inputSchema": {"type": "object"}} | tool for tool in tools])
+    return McpSource(settings(command=[sys.executable, str(RAW_SERVER), listed]))
+
+
+async def test_a_tool_whose_schema_is_not_json_schema_is_left_out_with_why(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    broken = {"type": "object", "properties": {"x": {"type": "nonsense"}}}
+    tools = McpTools([], [raw_server({"name": "bad", "inputSchema": broken}, {"name": "good"})])
+    await tools.start()
+    try:
+        current = tools.source.current()
+        assert "srv__bad" not in current
+        assert (await call_tool(tools, "srv__good")).output == "ok good"
+    finally:
+        await tools.close()
+    assert "srv: tool 'bad' left out: its inputSchema is not valid JSON Schema" in caplog.text
+
+
+async def test_a_server_listing_one_name_twice_fails_start_saying_so() -> None:
+    twice = raw_server(
+        {"name": "dup", "annotations": READ_ONLY_HINTS}, {"name": "dup", "annotations": {}}
+    )
+    with pytest.raises(McpStartError, match=r"MCP server srv: cannot start: .*'dup' twice"):
+        await McpTools([], [twice]).start()

@@ -1,0 +1,40 @@
+"""A bare MCP server over stdio, written without the SDK so it can list what the SDK's own
+server would refuse to: ``python raw_mcp_server.py TOOLS_JSON``, where TOOLS_JSON is the
+``tools/list`` result's list of tools. Every call answers ``ok NAME``."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+
+def _send(message: dict[str, object]) -> None:
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+
+
+def main() -> None:
+    """Answer initialize, tools/list and tools/call until stdin closes."""
+    tools = json.loads(sys.argv[1])
+    for line in sys.stdin:
+        message = json.loads(line)
+        method, request_id = message.get("method"), message.get("id")
+        if request_id is None:
+            continue  # a notification
+        result: dict[str, object] = {}
+        if method == "initialize":
+            result = {
+                "protocolVersion": message["params"]["protocolVersion"],
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "raw", "version": "1"},
+            }
+        elif method == "tools/list":
+            result = {"tools": tools}
+        elif method == "tools/call":
+            text = f"ok {message['params']['name']}"
+            result = {"content": [{"type": "text", "text": text}], "isError": False}
+        _send({"jsonrpc": "2.0", "id": request_id, "result": result})
+
+
+if __name__ == "__main__":
+    main()
