@@ -1,6 +1,7 @@
 """A bare MCP server over stdio, written without the SDK so it can list what the SDK's own
 server would refuse to: ``python raw_mcp_server.py TOOLS_JSON``, where TOOLS_JSON is the
-``tools/list`` result's list of tools. Every call answers ``ok NAME``."""
+``tools/list`` result's list of tools. A call answers ``ok NAME``, or its ``text`` argument
+repeated ``times`` times."""
 
 from __future__ import annotations
 
@@ -31,7 +32,9 @@ def main() -> None:
         elif method == "tools/list":
             result = {"tools": tools}
         elif method == "tools/call":
-            text = f"ok {message['params']['name']}"
+            params = message["params"]
+            arguments = params.get("arguments") or {}
+            text = arguments.get("text", f"ok {params['name']}") * arguments.get("times", 1)
             result = {"content": [{"type": "text", "text": text}], "isError": False}
         _send({"jsonrpc": "2.0", "id": request_id, "result": result})
 

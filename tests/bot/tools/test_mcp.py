@@ -22,6 +22,7 @@ from bot.plain import Invalid, convert
 from bot.run.runtime import Runtime
 from bot.run.supervisor import Supervisor
 from bot.tools.base import Tool, ToolContext, ToolResult
+from bot.tools.command import DEFAULT_MAX_OUTPUT
 from bot.tools.mcp import McpSource, McpStartError, McpTools, render, tool_flags, tool_name
 from bot.tools.python import function_tool
 from bot.tools.toolset import ToolCollision
@@ -297,3 +298,16 @@ async def test_a_server_listing_one_name_twice_fails_start_saying_so() -> None:
     )
     with pytest.raises(McpStartError, match=r"MCP server srv: cannot start: .*'dup' twice"):
         await McpTools([], [twice]).start()
+
+
+async def test_a_huge_result_is_cut_to_the_output_cap_with_a_marker() -> None:
+    tools = McpTools([], [raw_server({"name": "big", "annotations": READ_ONLY_HINTS})])
+    await tools.start()
+    try:
+        result = await call_tool(tools, "srv__big", text="y", times=5_000_000)
+    finally:
+        await tools.close()
+    cap = DEFAULT_MAX_OUTPUT
+    assert result.output.startswith("y" * cap)
+    assert len(result.output) < cap + 200
+    assert result.output.endswith(f"[output truncated: 5000000 bytes total, first {cap} shown]")
