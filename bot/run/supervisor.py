@@ -503,6 +503,12 @@ class Supervisor:
         renewal = asyncio.create_task(self._renew(journal))
         try:
             state = await AgentLoop(run, deps, live.signals).run(resumed)
+        except Exception:
+            # What the loop queued is being written: the panic barrier, which reads the journal
+            # back and appends the run's end, must come after it, not race it for its seq.
+            with contextlib.suppress(Exception):
+                await journal.flush()
+            raise
         finally:
             renewal.cancel()
         if state.result is not None:

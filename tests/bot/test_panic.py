@@ -236,3 +236,21 @@ async def test_a_panic_fires_run_end_once_even_when_a_run_end_hook_fails(
     state, _ = await k.run("explode")
     assert_panicked(k, state.run_id)
     assert "RunEnd hook bug" in caplog.text
+
+
+async def test_a_panic_right_after_a_queued_entry_still_ends_the_run(
+    kit: Build, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The final turn is queued to commit with the run's end; a bug between the two must not
+    # leave the panic's own entry racing it for the same seq (and the run "running").
+    def broken(_text: str) -> None:
+        raise RuntimeError(BUG)
+
+    monkeypatch.setattr("bot.run.loop.extract_payload", broken)
+    k = await kit(RecordingModel([reply(text="the answer")]))
+    state, records = await k.run("hello")
+
+    assert_panicked(k, state.run_id)
+    assert [r.entry.kind for r in records][-2:] == ["assistant_turn", "run_ended"]
+    record = await k.rt.store.get_run(state.run_id)
+    assert (record.status, record.stop_reason) == (RunStatus.FAILED, "panic")
