@@ -33,6 +33,7 @@ from mcp.client.streamable_http import streamable_http_client
 from bot import DISTRIBUTION, __version__
 from bot.tools.base import ApprovalPolicy, Tool, ToolContext, ToolFlags, ToolResult, ToolTraits
 from bot.tools.command import DEFAULT_MAX_OUTPUT
+from bot.tools.mcp_stderr import ServerStderr
 from bot.tools.source import ToolSource
 from bot.tools.toolset import ToolCollision, ToolSet
 
@@ -170,6 +171,7 @@ class McpSource:
         self._settled.set()
         self._on_change: Callable[[McpSource], None] = lambda _source: None
         self._on_error: Callable[[McpSource, str], None] = lambda _source, _reason: None
+        self._stderr: ServerStderr | None = None
 
     @property
     def name(self) -> str:
@@ -254,7 +256,9 @@ class McpSource:
                     ready.set_result(None)
                 await self._stop.wait()
         except Exception as exc:
-            failure = McpStartError(f"MCP server {self.name}: cannot start: {_reason(exc)}")
+            said = self._stderr.last if self._stderr is not None else ""
+            said = f" (its stderr: {said})" if said else ""
+            failure = McpStartError(f"MCP server {self.name}: cannot start: {_reason(exc)}{said}")
             if ready.done():
                 log.warning("MCP server %s: the session ended: %s", self.name, _reason(exc))
             else:
@@ -263,7 +267,14 @@ class McpSource:
             self._session = None
 
     async def _connect(self, stack: AsyncExitStack) -> None:
-        read, write = await stack.enter_async_context(self._transport())
+        transport = self._transport()
+        stderr = self._stderr
+        if stderr is not None:
+            # Closed after the process ends (the stack unwinds in reverse): its last words land.
+            stack.push_async_callback(stderr.finished)
+        read, write = await stack.enter_async_context(transport)
+        if stderr is not None:
+            await stderr.started()
         session = ClientSession(
             read,
             write,
@@ -280,6 +291,7 @@ class McpSource:
 
     def _transport(self) -> Transport:
         settings = self.settings
+        self._stderr = None
         if settings.transport == "http":
             assert settings.url is not None, "config validation requires url for http"
             return streamable_http_client(settings.url)
@@ -288,7 +300,8 @@ class McpSource:
         params = StdioServerParameters(
             command=command, args=args, env=settings.env or None, cwd=self._cwd
         )
-        return stdio_client(params)
+        self._stderr = ServerStderr(self.name)
+        return stdio_client(params, errlog=self._stderr.writer())
 
     async def _list(self, session: ClientSession) -> tuple[McpTool, ...]:
         listed: list[types.Tool] = []

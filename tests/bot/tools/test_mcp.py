@@ -311,3 +311,15 @@ async def test_a_huge_result_is_cut_to_the_output_cap_with_a_marker() -> None:
     assert result.output.startswith("y" * cap)
     assert len(result.output) < cap + 200
     assert result.output.endswith(f"[output truncated: 5000000 bytes total, first {cap} shown]")
+
+
+async def test_a_server_that_dies_at_start_says_why_in_the_log_not_on_stderr(
+    caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+) -> None:
+    dying = "import sys; sys.stderr.write('boom: no config\\n'); sys.exit(3)"
+    tools = McpTools([], [McpSource(settings(command=[sys.executable, "-c", dying]))])
+    with pytest.raises(McpStartError, match=r"cannot start: .*\(its stderr: boom: no config\)"):
+        await tools.start()
+
+    assert "boom" not in capfd.readouterr().err  # a JSON log stays JSON
+    assert "MCP server srv: boom: no config" in caplog.text

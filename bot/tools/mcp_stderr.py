@@ -1,0 +1,96 @@
+"""A stdio MCP server's stderr, read line by line into Kestrel's log.
+
+Left to the SDK, a server's stderr is Kestrel's own: its lines land raw in a JSON log, and
+interleave with ``kestrel chat``. Here each line is a log record naming the server, and the
+last one is kept to say why a server that died at start did.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from typing import TextIO
+
+log = logging.getLogger("kestrel.mcp")
+
+# A line longer than this is cut: a server must not fill the log with one record.
+MAX_LINE = 2000
+
+
+class _Lines(asyncio.Protocol):
+    """Splits what the pipe delivers into lines, each logged as it completes."""
+
+    def __init__(self, server: str) -> None:
+        self.server = server
+        self.last = ""
+        self.closed = asyncio.get_running_loop().create_future()
+        self._partial = b""
+
+    def data_received(self, data: bytes) -> None:
+        *lines, self._partial = (self._partial + data).split(b"\n")
+        for line in lines:
+            self._emit(line)
+        if len(self._partial) > MAX_LINE:  # no newline coming: log what there is
+            self._emit(self._partial)
+            self._partial = b""
+
+    def connection_lost(self, exc: Exception | None) -> None:  # noqa: ARG002
+        if self._partial:
+            self._emit(self._partial)
+            self._partial = b""
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+    def _emit(self, raw: bytes) -> None:
+        text = raw[:MAX_LINE].decode("utf-8", errors="replace").rstrip()
+        if text:
+            self.last = text
+            log.warning("MCP server %s: %s", self.server, text)
+
+
+class ServerStderr:
+    """A pipe for the server's stderr: ``writer()`` for the child, ``started()`` once it runs."""
+
+    def __init__(self, server: str) -> None:
+        self._server = server
+        read_fd, write_fd = os.pipe()
+        self._read = os.fdopen(read_fd, "rb", buffering=0)
+        self._write: TextIO | None = os.fdopen(write_fd, "w")
+        self._lines: _Lines | None = None
+        self._transport: asyncio.ReadTransport | None = None
+
+    @property
+    def last(self) -> str:
+        """The last line the server wrote, if any."""
+        return self._lines.last if self._lines is not None else ""
+
+    def writer(self) -> TextIO:
+        """The write end, for the child's stderr."""
+        assert self._write is not None, "the writer is handed over once"
+        return self._write
+
+    async def started(self) -> None:
+        """The child holds the write end: drop ours, so its exit ends the reading."""
+        self._close_writer()
+        lines = _Lines(self._server)
+        loop = asyncio.get_running_loop()
+        self._transport, _ = await loop.connect_read_pipe(lambda: lines, self._read)
+        self._lines = lines
+
+    async def finished(self, within: float = 1.0) -> None:
+        """Read what the exited server left (at most ``within`` seconds), then close."""
+        self._close_writer()
+        if self._lines is None:
+            self._read.close()
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self._lines.closed), within)
+        if self._transport is not None:
+            self._transport.close()  # a process the server left behind may hold it open
+
+    def _close_writer(self) -> None:
+        if self._write is not None:
+            self._write.close()
+            self._write = None
