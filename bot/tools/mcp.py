@@ -260,7 +260,7 @@ class McpSource:
             said = f" (its stderr: {said})" if said else ""
             failure = McpStartError(f"MCP server {self.name}: cannot start: {_reason(exc)}{said}")
             if ready.done():
-                log.warning("MCP server %s: the session ended: %s", self.name, _reason(exc))
+                log.warning("MCP server %s: the session ended: %s%s", self.name, _reason(exc), said)
             else:
                 ready.set_exception(failure)
         finally:

@@ -1,7 +1,8 @@
 """A stdio MCP server's stderr, read line by line into Kestrel's log.
 
 Left to the SDK, a server's stderr is Kestrel's own: its lines land raw in a JSON log, and
-interleave with ``kestrel chat``. Here each line is a log record naming the server, and the
+interleave with ``kestrel chat``. Here each line is an info record naming the server (servers
+such as the SDK's own log every request there, which at warning would fill a chat), and the
 last one is kept to say why a server that died at start did.
 """
 
@@ -47,7 +48,7 @@ class _Lines(asyncio.Protocol):
         text = raw[:MAX_LINE].decode("utf-8", errors="replace").rstrip()
         if text:
             self.last = text
-            log.warning("MCP server %s: %s", self.server, text)
+            log.info("MCP server %s: %s", self.server, text)
 
 
 class ServerStderr:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import sys
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -316,6 +317,7 @@ async def test_a_huge_result_is_cut_to_the_output_cap_with_a_marker() -> None:
 async def test_a_server_that_dies_at_start_says_why_in_the_log_not_on_stderr(
     caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
 ) -> None:
+    caplog.set_level(logging.INFO, logger="kestrel.mcp")
     dying = "import sys; sys.stderr.write('boom: no config\\n'); sys.exit(3)"
     tools = McpTools([], [McpSource(settings(command=[sys.executable, "-c", dying]))])
     with pytest.raises(McpStartError, match=r"cannot start: .*\(its stderr: boom: no config\)"):
