@@ -14,19 +14,20 @@ nothing) is confirm-gated, and so is every tool named in the server's ``confirm:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import mcp_types as types
-from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp import ClientSession, MCPError, StdioServerParameters, stdio_client
 from mcp.client import IncomingMessage, Transport
 from mcp.client.streamable_http import streamable_http_client
 
@@ -49,6 +50,10 @@ CLIENT_INFO = types.Implementation(name=DISTRIBUTION, version=__version__)
 # How long a finished call waits for a tool re-listing its own call set off.
 SETTLE_SECONDS = 2.0
 CLOSE_SECONDS = 10.0
+# Waits before connecting again to a server whose session ended, the last one repeated: a
+# server that crashed comes back without a restart of Kestrel, one that keeps crashing is not
+# started in a tight loop.
+RECONNECT_SECONDS = (1.0, 2.0, 5.0, 15.0, 30.0)
 MAX_PAGES = 100
 BUILTIN_OWNER = "the built-in tools (catalog and ask_human)"
 
@@ -165,6 +170,7 @@ class McpSource:
         self._session: ClientSession | None = None
         self._task: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
+        self._lost = asyncio.Event()  # a call found the connection closed: connect again
         self._lock = asyncio.Lock()
         self._relisting = 0
         self._settled = asyncio.Event()
@@ -235,6 +241,8 @@ class McpSource:
         try:
             result = await session.call_tool(remote, arguments)
         except Exception as exc:
+            if isinstance(exc, MCPError) and exc.code == types.CONNECTION_CLOSED:
+                self._lost.set()
             return ToolResult(f"MCP server {self.name}: {remote}: {_reason(exc)}", is_error=True)
         return ToolResult(capped(render(result)), is_error=result.is_error)
 
@@ -249,24 +257,58 @@ class McpSource:
             log.info("MCP server %s: tool re-listing still running after %gs", self.name, within)
 
     async def _serve(self, ready: asyncio.Future[None]) -> None:
-        try:
-            async with AsyncExitStack() as stack:
-                await self._connect(stack)
+        """The session until ``close()``: a start that fails fails ``start()``; a session that
+        ends later is connected again (re-listed, so a changed set is swapped in), after a wait
+        that grows while the server keeps failing. Calls meanwhile say it is not connected."""
+        failures = 0
+        while True:
+            try:
+                async with AsyncExitStack() as stack:
+                    await self._connect(stack, again=ready.done())
+                    failures = 0
+                    if not ready.done():
+                        ready.set_result(None)
+                    if await self._stopped_or_lost():
+                        return
+                    raise ConnectionError("the connection closed")
+            except Exception as exc:
+                said = self._stderr.last if self._stderr is not None else ""
+                said = f" (its stderr: {said})" if said else ""
                 if not ready.done():
-                    ready.set_result(None)
-                await self._stop.wait()
-        except Exception as exc:
-            said = self._stderr.last if self._stderr is not None else ""
-            said = f" (its stderr: {said})" if said else ""
-            failure = McpStartError(f"MCP server {self.name}: cannot start: {_reason(exc)}{said}")
-            if ready.done():
-                log.warning("MCP server %s: the session ended: %s%s", self.name, _reason(exc), said)
-            else:
-                ready.set_exception(failure)
-        finally:
-            self._session = None
+                    reason = f"{_reason(exc)}{said}"
+                    ready.set_exception(
+                        McpStartError(f"MCP server {self.name}: cannot start: {reason}")
+                    )
+                    return
+                wait = RECONNECT_SECONDS[min(failures, len(RECONNECT_SECONDS) - 1)]
+                failures += 1
+                log.warning(
+                    "MCP server %s: the session ended: %s%s; connecting again in %gs",
+                    self.name,
+                    _reason(exc),
+                    said,
+                    wait,
+                )
+            finally:
+                self._session = None
+            if await _set_within(self._stop, wait):
+                return
 
-    async def _connect(self, stack: AsyncExitStack) -> None:
+    async def _stopped_or_lost(self) -> bool:
+        """Wait until ``close()`` (True) or the session is lost (False): a call found it closed,
+        or a stdio server's process ended (its stderr closed with it)."""
+        waits: list[Awaitable[object]] = [self._stop.wait(), self._lost.wait()]
+        if self._stderr is not None:
+            waits.append(self._stderr.closed())
+        tasks = [asyncio.ensure_future(wait) for wait in waits]
+        try:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in tasks:
+                task.cancel()
+        return self._stop.is_set()
+
+    async def _connect(self, stack: AsyncExitStack, again: bool = False) -> None:
         transport = self._transport()
         stderr = self._stderr
         if stderr is not None:
@@ -286,8 +328,12 @@ class McpSource:
         await session.initialize()
         # Under the lock, so a change announced during start is re-listed after this listing.
         async with self._lock:
-            self._session = session
             self._tools = await self._list(session)
+            self._session = session
+            self._lost.clear()
+        if again:
+            log.warning("MCP server %s: connected again", self.name)
+            self._on_change(self)  # the server may list other tools now
 
     def _transport(self) -> Transport:
         settings = self.settings
@@ -482,6 +528,13 @@ def _check_listed_once(listed: Sequence[types.Tool]) -> None:
         if tool.name in seen:
             raise ToolCollision(f"the server lists the tool {tool.name!r} twice")
         seen.add(tool.name)
+
+
+async def _set_within(event: asyncio.Event, seconds: float) -> bool:
+    """Whether ``event`` is set within ``seconds``."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(event.wait(), seconds)
+    return event.is_set()
 
 
 def _check_unique(sources: Sequence[McpSource]) -> None:

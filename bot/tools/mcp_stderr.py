@@ -67,6 +67,11 @@ class ServerStderr:
         """The last line the server wrote, if any."""
         return self._lines.last if self._lines is not None else ""
 
+    async def closed(self) -> None:
+        """Wait until the pipe is closed: the server's process (and all it left) ended."""
+        if self._lines is not None:
+            await asyncio.shield(self._lines.closed)
+
     def writer(self) -> TextIO:
         """The write end, for the child's stderr."""
         assert self._write is not None, "the writer is handed over once"

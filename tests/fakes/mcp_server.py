@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
@@ -46,6 +48,12 @@ async def mutate(ctx: Context) -> str:
     server.remove_tool("plain")
     await ctx.session.send_tool_list_changed()
     return "mutated"
+
+
+@server.tool()
+def crash() -> str:
+    """End this server's process at once, as a crash would."""
+    os._exit(3)
 
 
 if __name__ == "__main__":

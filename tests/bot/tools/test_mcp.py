@@ -29,6 +29,7 @@ from bot.tools.python import function_tool
 from bot.tools.toolset import ToolCollision
 from storage.sqlite import open_sqlite
 from tests.fakes.runtime import ScriptedPrompter, TextArgs, call, reply
+from tests.fakes.waiting import until
 
 SERVER = Path(__file__).resolve().parents[2] / "fakes" / "mcp_server.py"
 CTX = ToolContext(run_id="run_test", call_id="call_test")
@@ -76,7 +77,14 @@ async def call_tool(tools: McpTools, name: str, **arguments: Any) -> ToolResult:
 
 async def test_tools_come_with_the_prefix_and_flags_and_answer_calls(mcp: McpTools) -> None:
     current = mcp.source.current()
-    assert list(current) == ["echo", "srv__lookup", "srv__restart", "srv__plain", "srv__mutate"]
+    assert list(current) == [
+        "echo",
+        "srv__lookup",
+        "srv__restart",
+        "srv__plain",
+        "srv__mutate",
+        "srv__crash",
+    ]
     flags = {name: current[name].flags for name in current}
     assert (flags["srv__lookup"].approval.confirm, flags["srv__lookup"].traits.idempotent) == (
         True,
@@ -325,3 +333,26 @@ async def test_a_server_that_dies_at_start_says_why_in_the_log_not_on_stderr(
 
     assert "boom" not in capfd.readouterr().err  # a JSON log stays JSON
     assert "MCP server srv: boom: no config" in caplog.text
+
+
+async def test_a_server_that_crashes_is_connected_again_and_answers(
+    mcp: McpTools, caplog: pytest.LogCaptureFixture
+) -> None:
+    assert (await call_tool(mcp, "srv__lookup", key="a")).output == "value of a"
+
+    crashed = await call_tool(mcp, "srv__crash")
+
+    assert crashed.is_error
+    refused: list[str] = []
+
+    async def answered() -> bool:
+        result = await call_tool(mcp, "srv__lookup", key="b")
+        if result.is_error:
+            refused.append(result.output)
+        return result.output == "value of b"
+
+    # The source connects again after its first wait (1 s); calls meanwhile are refused.
+    await until(answered, timeout=10)
+    assert all("not connected" in r or "Connection closed" in r for r in refused), refused
+    assert "MCP server srv: the session ended" in caplog.text
+    assert "MCP server srv: connected again" in caplog.text
