@@ -12,6 +12,23 @@ import msgspec
 from bot.domain import Request, RequestKind, RequestMaker, unstamped
 from bot.prompter import Prompter
 
+# What a tool's output may hold, in bytes of UTF-8, unless its catalog says otherwise: it is
+# journaled, and sent to the model with every later turn of the run.
+DEFAULT_MAX_OUTPUT = 65536
+
+
+def capped(text: str, cap: int = DEFAULT_MAX_OUTPUT) -> str:
+    """``text`` cut to its first ``cap`` bytes of UTF-8, with the marker a command's cut
+    output ends in."""
+    if len(text) <= cap // 4:
+        return text  # no UTF-8 character takes more than 4 bytes
+    data = text.encode("utf-8", errors="replace")
+    if len(data) <= cap:
+        return text
+    kept = data[:cap].decode("utf-8", errors="ignore")
+    return f"{kept}\n[output truncated: {len(data)} bytes total, first {cap} shown]"
+
+
 # ``\Z``, not ``$``: a search with Python's ``re`` (a catalog's name) would let ``$`` match
 # before a final newline, and take "restart\n".
 TOOL_NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,64}\Z"

@@ -40,9 +40,14 @@ from msgspec import Meta
 
 from bot.kept import keep_json, name_of, recall_json
 from bot.plain import Invalid, Loc, Problem, convert, dotted
-from bot.tools.base import TOOL_NAME_PATTERN, ApprovalPolicy, ToolFlags, ToolTraits
-from bot.tools.command import (
+from bot.tools.base import (
     DEFAULT_MAX_OUTPUT,
+    TOOL_NAME_PATTERN,
+    ApprovalPolicy,
+    ToolFlags,
+    ToolTraits,
+)
+from bot.tools.command import (
     SAFE_PATH,
     CommandTool,
     pattern_problems,

@@ -36,7 +36,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bot.patterns import on_use
-from bot.tools.base import ToolContext, ToolFlags, ToolResult, check_tool_name
+from bot.tools.base import (
+    DEFAULT_MAX_OUTPUT,
+    ToolContext,
+    ToolFlags,
+    ToolResult,
+    check_tool_name,
+)
 from bot.tools.isolation import Isolation, program_problem, ran_nothing
 from bot.tools.verdicts import SOUND_PARAMETERS, VALID_ARGUMENTS, found_clean, keep_clean
 
@@ -47,7 +53,6 @@ if TYPE_CHECKING:
     from jsonschema.protocols import Validator
 
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
-DEFAULT_MAX_OUTPUT = 65536
 
 _PLACEHOLDER = on_use(r"\{[A-Za-z_][A-Za-z0-9_-]*\}")
 _WHOLE = "a {param} must be a whole argv element"

@@ -32,8 +32,15 @@ from mcp.client import IncomingMessage, Transport
 from mcp.client.streamable_http import streamable_http_client
 
 from bot import DISTRIBUTION, __version__
-from bot.tools.base import ApprovalPolicy, Tool, ToolContext, ToolFlags, ToolResult, ToolTraits
-from bot.tools.command import DEFAULT_MAX_OUTPUT
+from bot.tools.base import (
+    ApprovalPolicy,
+    Tool,
+    ToolContext,
+    ToolFlags,
+    ToolResult,
+    ToolTraits,
+    capped,
+)
 from bot.tools.mcp_stderr import ServerStderr
 from bot.tools.source import ToolSource
 from bot.tools.toolset import ToolCollision, ToolSet
@@ -98,18 +105,6 @@ def render(result: types.CallToolResult) -> str:
     if not parts and result.structured_content is not None:
         return json.dumps(result.structured_content)
     return "\n".join(parts)
-
-
-def capped(text: str, cap: int = DEFAULT_MAX_OUTPUT) -> str:
-    """``text`` cut to its first ``cap`` bytes of UTF-8 with a marker, as a command's output is:
-    a server's result is journaled and sent to the model with every later turn."""
-    if len(text) <= cap // 4:
-        return text  # no UTF-8 character takes more than 4 bytes
-    data = text.encode("utf-8", errors="replace")
-    if len(data) <= cap:
-        return text
-    kept = data[:cap].decode("utf-8", errors="ignore")
-    return f"{kept}\n[output truncated: {len(data)} bytes total, first {cap} shown]"
 
 
 def _render_block(block: types.ContentBlock) -> str:

@@ -15,6 +15,7 @@ from bot.tools.base import (
     ToolFlags,
     ToolResult,
     ToolTraits,
+    capped,
     check_tool_name,
 )
 
@@ -125,8 +126,14 @@ class PythonTool:
             return ToolResult(output=output, is_error=True)
         answer = await (self._fn(args, ctx) if self._wants_ctx else self._fn(args))
         if isinstance(answer, str):
-            return ToolResult(output=answer)
-        if isinstance(answer, ToolResult | Deferral):
+            return ToolResult(output=capped(answer))
+        if isinstance(answer, ToolResult):
+            # An answer that is not text is refused where every tool's is (the loop's check).
+            if not isinstance(answer.output, str):
+                return answer
+            output = capped(answer.output)
+            return answer if output is answer.output else ToolResult(output, answer.is_error)
+        if isinstance(answer, Deferral):
             return answer
         raise TypeError(f"tool {self.name!r} returned {type(answer).__name__}, not a str")
 

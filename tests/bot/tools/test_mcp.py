@@ -22,8 +22,7 @@ from bot.llm.scripted import Script, ScriptedProvider
 from bot.plain import Invalid, convert
 from bot.run.runtime import Runtime
 from bot.run.supervisor import Supervisor
-from bot.tools.base import Tool, ToolContext, ToolResult
-from bot.tools.command import DEFAULT_MAX_OUTPUT
+from bot.tools.base import DEFAULT_MAX_OUTPUT, Tool, ToolContext, ToolResult
 from bot.tools.mcp import McpSource, McpStartError, McpTools, render, tool_flags, tool_name
 from bot.tools.python import function_tool
 from bot.tools.toolset import ToolCollision

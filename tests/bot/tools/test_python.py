@@ -10,7 +10,7 @@ import pytest
 from pydantic import BaseModel, Field
 
 from bot.domain import RequestKind
-from bot.tools.base import Deferral, ToolContext, ToolResult
+from bot.tools.base import DEFAULT_MAX_OUTPUT, Deferral, ToolContext, ToolResult
 from bot.tools.builtin import builtin_tools, echo
 from bot.tools.python import PythonTool, function_tool
 from tests.fakes.fresh import fresh_json
@@ -225,3 +225,28 @@ print(json.dumps([result.output, "pydantic" in sys.modules]))
 def test_echo_runs_without_importing_pydantic() -> None:
     # A runtime composed in code with the built-in tools pays no ~8 MiB for pydantic.
     assert fresh_json(ECHO_WITHOUT_PYDANTIC) == ["ping", False]
+
+
+async def test_a_huge_answer_is_cut_to_the_output_cap_with_a_marker() -> None:
+    @function_tool
+    async def flood(args: Greeting) -> str:
+        """Answer with far too much."""
+        return "é" * 100_000  # two bytes each in UTF-8
+
+    @function_tool
+    async def flood_result(args: Greeting) -> ToolResult:
+        """Answer with far too much, as an error."""
+        return ToolResult(output="x" * 200_000, is_error=True)
+
+    cut = await flood.call({"name": "a"}, CTX)
+    cut_result = await flood_result.call({"name": "a"}, CTX)
+    small = await greet.call({"name": "a"}, CTX)
+
+    assert isinstance(cut, ToolResult) and isinstance(cut_result, ToolResult)
+    assert cut.output.endswith(
+        f"[output truncated: 200000 bytes total, first {DEFAULT_MAX_OUTPUT} shown]"
+    )
+    assert len(cut.output.encode()) < DEFAULT_MAX_OUTPUT + 100
+    assert cut_result.is_error
+    assert cut_result.output.endswith("[output truncated: 200000 bytes total, first 65536 shown]")
+    assert small == ToolResult(output="hello a")
