@@ -112,6 +112,11 @@ def serve(platforms: tuple[str, ...], port: int | None, host: str) -> None:
         # Log records, not prints: with KESTREL_LOG_FORMAT=json every line on stderr is one
         # object. The policy's notices were logged as warnings when the runtime was built.
         log.info("kestrel serving as %s", rt.owner)
+        if settings.uses_demo_catalog():
+            log.warning(
+                "tools: none set: serving the demo catalog's simulated services; set tools: to"
+                " your catalogs (tools: [] for none)"
+            )
         for line in front.describe():
             log.info("%s", printable(line))  # the names in it come from Slack and Discord
         await stop.wait()

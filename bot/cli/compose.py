@@ -104,7 +104,7 @@ def checked_isolation(settings: Settings) -> Isolation | None:
     try:
         isolation.check_remembered()
     except IsolationUnavailable as exc:
-        if not settings.tools:
+        if settings.uses_demo_catalog():
             # The offline demo's simulated tools are ours and Kestrel holds no secret for them:
             # a newcomer's first run is not refused for want of namespaces.
             tools_log.error("tool_isolation: unavailable here (%s); the demo runs without it", exc)
@@ -122,7 +122,7 @@ def build_tools(settings: Settings, isolation: Isolation | None) -> ToolSet:
     from bot.tools.propose_plan import human_tools
     from bot.tools.toolset import ToolCollision, ToolSet
 
-    if not settings.tools:
+    if settings.uses_demo_catalog():
         os.environ.setdefault(DEMO_STATE, str(demo_state(settings)))
     try:
         catalog = load_catalogs(settings.tool_patterns(), settings.base_dir, isolation=isolation)
@@ -324,15 +324,17 @@ async def reader(settings: Settings) -> AsyncIterator[Store]:
 
 
 @asynccontextmanager
-async def tool_source(settings: Settings) -> AsyncIterator[ToolSource]:
+async def tool_source(settings: Settings, *, checked: bool = True) -> AsyncIterator[ToolSource]:
     """The tool set; with MCP servers configured, their sessions live as long as the block.
+    ``checked``: isolation is tried first (``checked_isolation``), as before running a command.
 
     The ``mcp`` package is imported only then: it is an optional extra and slow to import.
     """
     from bot.tools.source import ToolSource
     from bot.tools.toolset import ToolCollision
 
-    builtin = build_tools(settings, checked_isolation(settings))
+    isolation = checked_isolation(settings) if checked else build_isolation(settings)
+    builtin = build_tools(settings, isolation)
     if not settings.mcp_servers:
         yield ToolSource(builtin)
         return

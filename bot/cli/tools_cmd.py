@@ -11,7 +11,9 @@ import click
 from bot.cli.common import echo, one_line_errors, settings_of
 
 if TYPE_CHECKING:
+    from bot.config.settings import Settings
     from bot.tools.base import ToolFlags
+    from bot.tools.toolset import ToolSet
 
 
 @click.group()
@@ -22,13 +24,26 @@ def tools() -> None:
 @tools.command("list")
 @one_line_errors
 def tools_list() -> None:
-    """The tools a run gets, with their flags."""
+    """The tools a run gets, with their flags: the MCP servers' too, started to list them."""
+    import asyncio
+
     from bot.cli import compose
 
     settings = settings_of(click.get_current_context())
-    toolset = compose.build_tools(settings, compose.build_isolation(settings))
+    if settings.mcp_servers:
+        toolset = asyncio.run(_listed(settings))
+    else:
+        toolset = compose.build_tools(settings, compose.build_isolation(settings))
     for name, tool in toolset.items():
         echo(f"{name:<24} {' '.join(flag_words(tool.flags)) or '-':<28} {tool.description}")
+
+
+async def _listed(settings: Settings) -> ToolSet:
+    """The whole tool set, with each MCP server started for its listing and closed."""
+    from bot.cli import compose
+
+    async with compose.tool_source(settings, checked=False) as source:
+        return source.current()
 
 
 def flag_words(flags: ToolFlags) -> list[str]:

@@ -234,7 +234,7 @@ class Settings(Section):
     database: str = "kestrel.db"
     model: ModelSettings = msgspec.field(default_factory=ModelSettings)
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
-    tools: list[str] = []
+    tools: list[str] | None = None  # unset: the demo catalog, unless MCP servers are set
     budgets: BudgetSettings = msgspec.field(default_factory=BudgetSettings)
     human_in_the_loop: bool = True
     # A consequential call with an argument taken from tool output: ask a person, log, or off.
@@ -268,9 +268,16 @@ class Settings(Section):
         """A path from the config file, relative to the file's folder."""
         return resolved(self.base_dir, path)
 
+    def uses_demo_catalog(self) -> bool:
+        """Whether the shipped demo catalog stands in: no ``tools`` set (``tools: []`` is none)
+        and no MCP server, so a team's own tools are never joined by simulated ones."""
+        return self.tools is None and not self.mcp_servers
+
     def tool_patterns(self) -> list[str]:
-        """Catalog globs; the shipped example catalog when none is configured."""
-        return self.tools or [str(demo_file("tools/ops.yaml"))]
+        """Catalog globs; the shipped demo catalog when it stands in."""
+        if self.uses_demo_catalog():
+            return [str(demo_file("tools/ops.yaml"))]
+        return self.tools or []
 
     def script_path(self) -> Path:
         """The scripted provider's replies; the shipped demo when none is configured."""

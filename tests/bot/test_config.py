@@ -146,3 +146,22 @@ def test_a_runtime_composed_in_code_loads_no_yaml_parser() -> None:
     # The parser is loaded with the first file read: a library user or a bench pays no memory
     # for it (about 1 MiB resident).
     assert fresh_json(COMPOSED_IN_CODE) is False
+
+
+def test_the_demo_catalog_stands_in_only_when_no_tools_are_set(tmp_path: Path) -> None:
+    server = {"name": "srv", "transport": "stdio", "command": ["srv"]}
+    unset = load_settings(str(_written(tmp_path / "a.yaml", "{}")))
+    none = load_settings(str(_written(tmp_path / "b.yaml", "tools: []")))
+    mcp_only = msgspec.convert({"mcp_servers": [server]}, Settings)
+
+    assert unset.uses_demo_catalog() and unset.tool_patterns()[0].endswith("demo/tools/ops.yaml")
+    assert not none.uses_demo_catalog() and none.tool_patterns() == []
+    assert not mcp_only.uses_demo_catalog() and mcp_only.tool_patterns() == []
+    # tools: [] is no catalog at all: only the tools for asking people remain.
+    assert "restart_service" not in build_tools(none, None)
+    assert "restart_service" in build_tools(unset, None)
+
+
+def _written(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path

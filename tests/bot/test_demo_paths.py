@@ -149,9 +149,11 @@ def test_an_expired_approval_is_explained(tmp_path: Path) -> None:
         run = wait_for_end(tmp_path, run_id)
     finally:
         serve.send_signal(signal.SIGTERM)
-        serve.communicate(timeout=20)
+        _out, err = serve.communicate(timeout=20)
 
     assert_answered(run, "the approval request expired before anyone answered")
+    # No tools set: serve says its tools are the demo's simulated ones.
+    assert "tools: none set: serving the demo catalog's simulated services" in err
     audit = kestrel(tmp_path, "audit", "--run", run_id).stdout
     assert "deadline" in audit and "expire" in audit
 

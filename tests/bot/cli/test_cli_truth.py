@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -161,6 +162,23 @@ def test_tools_list_shows_every_tool_with_what_gates_it(tmp_path: Path) -> None:
     assert rows["restart"] == ["confirm:2", "tag:prod"]
     assert rows["status"] == ["idempotent"]
     assert rows["ask_human_input"] == ["idempotent", "operator_paced"]
+
+
+def test_tools_list_shows_the_mcp_servers_tools_too(tmp_path: Path) -> None:
+    server = Path(__file__).resolve().parents[2] / "fakes" / "mcp_server.py"
+    write_config(
+        tmp_path,
+        tools=[],
+        mcp_servers=[
+            {"name": "srv", "transport": "stdio", "command": [sys.executable, str(server)]}
+        ],
+    )
+    listed = kestrel(tmp_path, "tools", "list")
+    assert listed.returncode == 0, listed.stderr
+    rows = {line.split()[0]: line.split()[1:] for line in listed.stdout.splitlines()}
+    assert rows["srv__lookup"][:3] == ["tag:mcp", "tag:mcp:srv", "idempotent"]
+    assert rows["srv__restart"][:3] == ["confirm", "tag:mcp", "tag:mcp:srv"]
+    assert "ask_human_input" in rows
 
 
 def test_tools_check_without_files_checks_the_configured_catalogs(tmp_path: Path) -> None:
