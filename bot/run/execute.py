@@ -278,7 +278,10 @@ async def _invoke(
     except TimeoutError as exc:
         if limit is None:  # the tool's own: no timeout of ours was armed
             return _failed(tool, exc)
-        return ToolOutcome.TIMEOUT, f"timed out after {limit:g}s; the tool was stopped", True, None
+        # A command's processes are killed, a function cancelled, an MCP server asked to cancel:
+        # in each, part of the effect may have happened, which the model must not assume away.
+        said = f"timed out after {limit:g}s; the call was cancelled, and what it did so far stands"
+        return ToolOutcome.TIMEOUT, said, True, None
     except Exception as exc:
         return _failed(tool, exc)
     if isinstance(answer, Deferral):
