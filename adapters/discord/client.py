@@ -61,6 +61,10 @@ def intents(message_content: bool) -> discord.Intents:
     return wanted
 
 
+# The longest rate limit a request sleeps out in place (discord.py's floor: 30 s).
+RATE_LIMIT_WAIT_SECONDS = 30.0
+
+
 class KestrelDiscord(discord.Client):
     """The client: one per process, serving every guild it is in."""
 
@@ -80,6 +84,9 @@ class KestrelDiscord(discord.Client):
             intents=intents(message_content),
             allowed_mentions=NO_PINGS,
             guild_ready_timeout=guild_ready_timeout,
+            # A longer 429 raises instead of sleeping inside the request: the outbox puts that
+            # one message off, and no other thread waits behind it.
+            max_ratelimit_timeout=RATE_LIMIT_WAIT_SECONDS,
         )
         # Discord requires its "DiscordBot (url, version)" first; more may follow.
         self.http.user_agent = f"{self.http.user_agent} {USER_AGENT}"
@@ -273,7 +280,7 @@ class KestrelDiscord(discord.Client):
             return await message.create_thread(
                 name=name, auto_archive_duration=THREAD_ARCHIVE_MINUTES
             )
-        except discord.HTTPException as exc:
+        except (discord.HTTPException, discord.RateLimited) as exc:
             log.warning("discord: cannot start a thread in %s: %s", message.channel.id, exc)
             await message.reply(_no_thread(exc), mention_author=False)
             return None
@@ -691,8 +698,10 @@ def _form_text(data: dict[str, Any]) -> str:
     return ""
 
 
-def _no_thread(exc: discord.HTTPException) -> str:
+def _no_thread(exc: discord.HTTPException | discord.RateLimited) -> str:
     """Why a thread could not be started, for the channel."""
+    if isinstance(exc, discord.RateLimited):
+        return "Discord is rate-limiting new threads here: mention me again in a few minutes."
     if exc.code in (50013, 50001):
         return "I cannot start a thread here: I need the Create Public Threads permission."
     if exc.code in (50024, 160004):

@@ -50,7 +50,7 @@ class DiscordProgress:
         )
         try:
             await self._http.request(route)
-        except (discord.HTTPException, aiohttp.ClientError, OSError) as exc:
+        except (discord.HTTPException, discord.RateLimited, aiohttp.ClientError, OSError) as exc:
             log.info(
                 "discord: typing refused in %s: %s", DiscordTarget.of(place.target).channel, exc
             )

@@ -67,6 +67,8 @@ class DiscordTransport:
             messages = await self._http.request(route, params={"limit": 50})
         except discord.HTTPException as exc:
             raise _failed(exc, channel) from exc
+        except discord.RateLimited as exc:
+            raise _limited(exc) from exc
         for message in messages:
             if (message.get("author") or {}).get("bot") and _shows(message, body):
                 return str(message["id"])
@@ -89,6 +91,8 @@ class DiscordTransport:
                 return await self._http.request(route, json=payload)
         except discord.HTTPException as exc:
             raise _failed(exc, channel) from exc
+        except discord.RateLimited as exc:
+            raise _limited(exc) from exc
 
 
 def nonce(key: str, body: dict[str, Any]) -> str:
@@ -106,6 +110,11 @@ def _failed(exc: discord.HTTPException, channel: str) -> DeliveryFailed:
         log.error("discord: thread %s refuses Kestrel's messages: %s", channel, what)
         return DeliveryFailed(what, NEEDS_A_PERSON_SECONDS)
     return DeliveryFailed(what, 30.0 if exc.status == 429 else None)
+
+
+def _limited(exc: discord.RateLimited) -> DeliveryFailed:
+    """A 429 longer than the client sleeps out: put off by Discord's own retry_after."""
+    return DeliveryFailed(f"discord: rate limited for {exc.retry_after:.0f}s", exc.retry_after)
 
 
 def _shows(message: dict[str, Any], body: dict[str, Any]) -> bool:

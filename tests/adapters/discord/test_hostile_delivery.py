@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 
 from adapters.discord.progress import DiscordProgress
 from adapters.discord.target import DiscordTarget
@@ -128,3 +129,29 @@ async def test_typing_keeps_going_after_a_network_blip() -> None:
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
     assert alive, f"the typing loop died after {http.calls} failed call(s): {task!r}"
+
+
+@pytest.mark.parametrize("global_", [False, True])
+async def test_a_thread_rate_limited_for_minutes_holds_back_no_other_thread(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, global_: bool
+) -> None:
+    # discord.py sleeps out a 429's retry_after inside the request: one thread limited for
+    # ten minutes held the outbox's round, so every other thread's card waited ten minutes.
+    async with FakeDiscord() as fake, discord_world(tmp_path, restart_script(), fake=fake) as world:
+        slow = "777000000000000001"  # the mention's id: the thread started from it
+        fake.fail(
+            "POST", rf"/channels/{slow}/messages", retry_after=600, times=None, global_=global_
+        )
+        await world.mention("checkout is failing", id=slow)
+        await fake.wait_for(lambda c: c.path == f"/channels/{slow}/messages" and c.status == 429)
+        other = await world.thread_of(await world.mention("checkout is failing"))
+        card = await world.card("approve")
+        assert str(card["channel_id"]) == other
+        await world.settled()
+        limited = fake.calls_to("POST", rf"/channels/{slow}/messages")
+        assert len(limited) == 1  # asked once, then put off: not retried in a loop
+        fake.clear_faults()
+        await world.later(601)  # past the retry_after: the slow thread's card lands, once
+        assert len(_cards(fake, slow)) == 1
+        assert len(_cards(fake, other)) == 1
+        assert "Traceback" not in caplog.text
