@@ -6,6 +6,7 @@ whose outcome is unknown can be found in the thread instead of being posted a se
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from slack_sdk.errors import SlackApiError
@@ -13,6 +14,8 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack.target import SlackTarget
 from bot.chat.outbox import DeliveryFailed, MessageGone
+
+log = logging.getLogger("kestrel.slack")
 
 EVENT_TYPE = "kestrel_message"
 # Refusals that only a person can lift (invite the bot, unarchive the channel): retried
@@ -24,9 +27,22 @@ NEEDS_A_PERSON = frozenset(
         "is_archived",
         "restricted_action",
         "team_access_not_granted",
+        # The app was uninstalled or its token revoked: nothing lands until it is reinstalled.
+        "invalid_auth",
+        "not_authed",
+        "account_inactive",
+        "token_revoked",
+        "token_expired",
+        "missing_scope",
     }
 )
 NEEDS_A_PERSON_SECONDS = 3600.0
+# Refusals of the body itself: the same body is refused every time, so it is shown once as
+# its words alone (no blocks) rather than retried for ever.
+BODY_REFUSED = frozenset(
+    {"invalid_blocks", "invalid_blocks_format", "msg_too_long", "invalid_attachments"}
+)
+PLAIN_TEXT_LIMIT = 3000
 
 
 class SlackTransport:
@@ -41,31 +57,38 @@ class SlackTransport:
         """Post into the thread, marked with ``key``; return the message's ts."""
         where = SlackTarget.from_json(target)
         metadata = {"event_type": EVENT_TYPE, "event_payload": {"key": key}}
-        try:
-            reply = await self._client.chat_postMessage(
-                channel=where.channel,
-                thread_ts=where.thread_ts or None,
-                text=body.get("text", ""),
-                blocks=body.get("blocks") or None,
-                metadata=metadata,
-                unfurl_links=False,
-                unfurl_media=False,
-            )
-        except SlackApiError as exc:
-            raise _failed(exc) from exc
-        return str(reply["ts"])
+        shown = body
+        while True:
+            try:
+                reply = await self._client.chat_postMessage(
+                    channel=where.channel,
+                    thread_ts=where.thread_ts or None,
+                    text=shown.get("text", ""),
+                    blocks=shown.get("blocks") or None,
+                    metadata=metadata,
+                    unfurl_links=False,
+                    unfurl_media=False,
+                )
+            except SlackApiError as exc:
+                shown = _plain_instead(exc, key, shown)
+                continue
+            return str(reply["ts"])
 
     async def update(self, ref: str, target: dict[str, Any], body: dict[str, Any]) -> None:
         """Edit message ``ref`` in place."""
-        try:
-            await self._client.chat_update(
-                channel=SlackTarget.from_json(target).channel,
-                ts=ref,
-                text=body.get("text", ""),
-                blocks=body.get("blocks") or [],
-            )
-        except SlackApiError as exc:
-            raise _failed(exc) from exc
+        shown = body
+        while True:
+            try:
+                await self._client.chat_update(
+                    channel=SlackTarget.from_json(target).channel,
+                    ts=ref,
+                    text=shown.get("text", ""),
+                    blocks=shown.get("blocks") or [],
+                )
+            except SlackApiError as exc:
+                shown = _plain_instead(exc, ref, shown)
+                continue
+            return
 
     async def find(self, key: str, target: dict[str, Any], body: dict[str, Any]) -> str | None:  # noqa: ARG002
         """The ts of the bot's message marked ``key`` in the thread, if it landed."""
@@ -98,6 +121,34 @@ def _key_of(message: dict[str, Any]) -> str:
     if metadata.get("event_type") != EVENT_TYPE:
         return ""
     return str((metadata.get("event_payload") or {}).get("key", ""))
+
+
+def _plain_instead(exc: SlackApiError, what: str, body: dict[str, Any]) -> dict[str, Any]:
+    """The body to send instead of one Slack refused: its words alone when Slack refused the
+    body itself and it had blocks; otherwise the refusal, raised as ``DeliveryFailed``."""
+    error = str(exc.response.get("error") or "")
+    if error not in BODY_REFUSED or not body.get("blocks"):
+        raise _failed(exc) from exc
+    log.warning("slack: %s refused (%s); showing its text alone", what, error)
+    return {"text": _words(body)}
+
+
+def _words(body: dict[str, Any]) -> str:
+    """What a message's blocks say, as plain mrkdwn text within Slack's limits."""
+    parts: list[str] = []
+    for block in body.get("blocks") or []:
+        text = block.get("text")
+        if isinstance(text, dict):
+            text = text.get("text")
+        if isinstance(text, str) and text.strip():
+            parts.append(text.strip())
+        for item in [*(block.get("fields") or []), *(block.get("elements") or [])]:
+            if isinstance(item, dict) and isinstance(item.get("text"), str):
+                parts.append(item["text"])
+    words = "\n\n".join(parts) or str(body.get("text") or "")
+    if len(words) > PLAIN_TEXT_LIMIT:
+        words = words[: PLAIN_TEXT_LIMIT - 1] + "…"
+    return words or "(a message Slack would not show)"
 
 
 def _failed(exc: SlackApiError) -> DeliveryFailed:

@@ -155,3 +155,69 @@ async def test_hostile_one_rate_limited_append_abandons_the_stream(tmp_path: Pat
         left_open = [m for m in streams if m["streaming"]]
         assert len(streams) == 1, f"{len(streams)} stream messages after one transient 429"
         assert not left_open, "a stream was abandoned still streaming"
+
+
+def _refusing_blocks(original: Any) -> Any:
+    """A handler that refuses any message carrying blocks, as Slack does a body it finds
+    invalid (``invalid_blocks``), and takes one of text alone."""
+
+    def handler(call: Any) -> dict[str, Any]:
+        if call.args.get("blocks"):
+            return {"ok": False, "error": "invalid_blocks"}
+        return dict(original(call))
+
+    return handler
+
+
+async def test_hostile_blocks_slack_refuses_are_shown_as_their_text_once(tmp_path: Path) -> None:
+    # A body Slack refuses (invalid_blocks, msg_too_long) is refused the same way every time:
+    # it was retried every five minutes for ever, and the thread never saw the answer.
+    async with slack_world(tmp_path, restart_script()) as world:
+        await world.mention("checkout is failing")
+        card = await world.card()
+        await world.settled()
+        world.api.set_handler("chat.postMessage", _refusing_blocks(world.api._post_message))
+        world.api.set_handler("chat.update", _refusing_blocks(world.api._update))
+        await world.click(card, ids.APPROVE_ONCE, user=APPROVER)
+        await world.api.wait_for(
+            lambda c: (
+                c.method == "chat.postMessage"
+                and c.ok is True
+                and "healthy again" in c.args["text"]
+            )
+        )
+        ts = posted_ts(world.api, card)
+        await world.api.wait_for(
+            lambda c: c.method == "chat.update" and c.ok is True and c.args["ts"] == ts
+        )
+        for _ in range(3):
+            await world.later(300)
+        answers = [
+            c
+            for c in world.api.calls_to("chat.postMessage")
+            if "healthy again" in c.args.get("text", "")
+        ]
+        assert [c.ok for c in answers] == [False, True]  # refused once, then its text alone
+        assert world.executions == ["checkout"]
+
+
+async def test_hostile_an_uninstalled_app_is_tried_again_hourly_not_every_few_minutes(
+    tmp_path: Path,
+) -> None:
+    async with slack_world(tmp_path, restart_script()) as world:
+        await world.mention("checkout is failing")
+        card = await world.card()
+        await world.settled()
+        world.api.fail("chat.postMessage", error="account_inactive", status=200, times=None)
+        world.api.fail("chat.update", error="account_inactive", status=200, times=None)
+        await world.click(card, ids.APPROVE_ONCE, user=APPROVER)
+        await world.api.wait_for(lambda c: c.method == "chat.postMessage" and c.ok is False)
+        await world.settled()
+        tried = len(world.api.calls_to("chat.postMessage")) + len(world.api.calls_to("chat.update"))
+        for _ in range(6):
+            await world.later(300)  # half an hour: a token that was revoked stays revoked
+        again = len(world.api.calls_to("chat.postMessage")) + len(world.api.calls_to("chat.update"))
+        assert again == tried
+        world.api.clear_faults()
+        await world.later(3600)  # reinstalled: what waited is shown
+        await world.answer_posted()
