@@ -337,8 +337,8 @@ class KestrelDiscord(discord.Client):
     async def _decide(
         self, interaction: discord.Interaction, request_id: str, kind: DecisionKind, text: str
     ) -> None:
-        if not interaction.response.is_done():
-            await interaction.response.defer(ephemeral=True, thinking=True)
+        if not interaction.response.is_done() and not await _deferred(interaction):
+            return  # Discord told the clicker it failed: it counts for nothing
         actor = await self.actor_for(interaction, request_id)
         if actor is None:
             await interaction.followup.send(NOT_HERE, ephemeral=True)
@@ -696,6 +696,24 @@ def _form_text(data: dict[str, Any]) -> str:
             if "value" in component:
                 return str(component["value"] or "").strip()
     return ""
+
+
+UNKNOWN_INTERACTION = 10062
+
+
+async def _deferred(interaction: discord.Interaction) -> bool:
+    """Defer ``interaction``; False when it expired first (answered after Discord's 3 s)."""
+    try:
+        await interaction.response.defer(ephemeral=True, thinking=True)
+    except discord.NotFound as exc:
+        if exc.code != UNKNOWN_INTERACTION:
+            raise
+        log.warning(
+            "discord: interaction %s expired before Kestrel answered it (over 3 s): ignored",
+            interaction.id,
+        )
+        return False
+    return True
 
 
 def _no_thread(exc: discord.HTTPException | discord.RateLimited) -> str:

@@ -6,6 +6,8 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from bot.domain import RequestStatus, Session
 from bot.people.policy import Actor
 from bot.prompter import DeferringPrompter
@@ -292,3 +294,32 @@ async def test_an_option_chosen_in_another_channel_is_refused_as_such(tmp_path: 
         here = await world.click(card, "choose", user=REQUESTER)  # from the run's thread
         assert "Recorded" in await said(world, here)
         await world.answer_posted(thread, "Draining node-0")
+
+
+async def test_a_click_answered_after_its_token_expired_decides_nothing_in_one_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Discord refuses the defer with 10062 once 3 s passed: the clicker was told the click
+    # failed, so it must count for nothing, and the log says so in one line (it held a
+    # traceback from discord.py's view, per click).
+    async with FakeDiscord() as fake, discord_world(tmp_path, restart_script(), fake=fake) as world:
+        thread = await world.thread_of(await world.mention("checkout is failing"))
+        card = await world.card("approve")
+        await world.settled()
+        fake.fail(
+            "POST",
+            r"/interactions/.*/callback",
+            status=404,
+            code=10062,
+            message="Unknown interaction",
+        )
+        await world.click(card, "approve", user=APPROVER)
+        await fake.wait_for(lambda c: "callback" in c.path and c.status == 404)
+        await until(lambda: "expired before Kestrel answered it" in caplog.text, timeout=5)
+        await world.adapter.client.handled(5)
+        await world.settled()
+        assert "Traceback" not in caplog.text
+        assert world.executions == []
+        click = await world.click(card, "approve", user=APPROVER)  # in time: it counts
+        assert "Recorded" in await world.answered(click)
+        await world.answer_posted(thread, "healthy again")
