@@ -19,15 +19,16 @@ import discord
 from discord.http import Route
 
 from adapters.discord.target import DiscordTarget
-from bot.chat.outbox import DeliveryFailed, MessageGone
+from bot.chat.outbox import DeliveryFailed, MessageGone, Undeliverable
 
 log = logging.getLogger("kestrel.discord")
 
 THREAD_ARCHIVED = 50083
 UNKNOWN_MESSAGE = 10008
+UNKNOWN_CHANNEL = 10003  # the thread (or its channel) was deleted: it never comes back
 # Refusals a retry in seconds cannot lift (missing access or permission, a locked thread, a
 # body Discord will not take): retried hourly, never dropped, and logged as errors.
-NEEDS_A_PERSON = frozenset({50001, 50013, 50035, 50083, 10003})
+NEEDS_A_PERSON = frozenset({50001, 50013, 50035, 50083})
 NEEDS_A_PERSON_SECONDS = 3600.0
 
 
@@ -106,6 +107,8 @@ def _failed(exc: discord.HTTPException, channel: str) -> DeliveryFailed:
     what = f"discord: {exc.status} (code {exc.code}) {exc.text or exc}"
     if exc.status == 404 and exc.code == UNKNOWN_MESSAGE:
         return MessageGone(what)
+    if exc.status == 404 and exc.code == UNKNOWN_CHANNEL:
+        return Undeliverable(f"thread {channel} was deleted ({what})")
     if exc.code in NEEDS_A_PERSON:
         log.error("discord: thread %s refuses Kestrel's messages: %s", channel, what)
         return DeliveryFailed(what, NEEDS_A_PERSON_SECONDS)

@@ -73,6 +73,11 @@ class DeliveryFailed(Exception):
         self.retry_after = retry_after
 
 
+class Undeliverable(DeliveryFailed):
+    """The place the message goes is gone for good (a deleted thread): it is given up, with one
+    error line, not retried (a later version of it is tried again)."""
+
+
 class MessageGone(DeliveryFailed):
     """The message to edit no longer exists (someone deleted it): post it again."""
 
@@ -186,6 +191,10 @@ class Deliveries:
             return await self._fill_in(message, run_id)
         try:
             ref = await self._show(message)
+        except Undeliverable as exc:
+            log.error("outbox: %s given up: %s", message.key, exc)
+            await self._store.message_delivered(message.key, self._owner, message.version, "")
+            return 0
         except DeliveryFailed as exc:
             await self._failed(message, str(exc), exc.retry_after)
             return 0

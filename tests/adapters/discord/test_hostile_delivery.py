@@ -155,3 +155,27 @@ async def test_a_thread_rate_limited_for_minutes_holds_back_no_other_thread(
         assert len(_cards(fake, slow)) == 1
         assert len(_cards(fake, other)) == 1
         assert "Traceback" not in caplog.text
+
+
+async def test_messages_for_a_deleted_thread_are_given_up_in_one_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A thread deleted while its run waits is gone for good (10003 Unknown Channel): its
+    # card's edit and its answer were retried hourly for ever, an error line each time.
+    async with FakeDiscord() as fake, discord_world(tmp_path, restart_script(), fake=fake) as world:
+        thread = await world.thread_of(await world.mention("checkout is failing"))
+        card = await world.card("approve")
+        await world.settled()
+        del fake.channels[thread]  # a moderator deletes the thread
+        click = await world.click(card, "approve", user=APPROVER)
+        assert "Recorded" in await world.answered(click)
+        await until(lambda: world.executions == ["checkout"], timeout=10)
+        await world.settled()
+        tried = len(fake.calls_to("*", rf"/channels/{thread}/messages.*"))
+        for _ in range(3):
+            await world.later(3600)
+        assert len(fake.calls_to("*", rf"/channels/{thread}/messages.*")) == tried
+        given_up = [r for r in caplog.records if "given up" in r.getMessage()]
+        assert any("discord:answer:" in r.getMessage() for r in given_up)
+        assert any("discord:card:" in r.getMessage() for r in given_up)
+        assert "Traceback" not in caplog.text
