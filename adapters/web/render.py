@@ -2,7 +2,8 @@
 
 Everything that comes from a model, a tool or a person reaches the HTML through autoescaping;
 the one filter that returns markup, ``marked``, escapes first and then wraps the PII guard's
-placeholders in ``<span class="redacted">``.
+placeholders in ``<span class="redacted">``. Every value a template prints shows its direction
+overrides and isolates by code point (``[U+202E]``) instead of obeying them.
 """
 
 from __future__ import annotations
@@ -51,6 +52,20 @@ _REDACTED = re.compile(
     + ")&gt;|"
     + re.escape(str(escape(WITHHELD_MESSAGE)))
 )
+
+# Direction overrides and isolates (as ``bot.text.printable`` removes for a terminal): obeyed,
+# they show what follows in another order than it is written, an argument "\u202ebd-stnemyap"
+# as "payments-db".
+_REORDERING = re.compile("[\u202a-\u202e\u2066-\u2069]")
+
+
+def _in_order(value: Any) -> Any:
+    """A value a template prints (its ``finalize``), each direction override or isolate shown
+    as its code point; markup stays markup (what replaces them holds no ``<&>"'``)."""
+    if not isinstance(value, str) or value.isascii():
+        return value
+    shown = _REORDERING.sub(lambda m: f"[U+{ord(m.group()):04X}]", value)
+    return Markup(shown) if isinstance(value, Markup) else shown
 
 
 def marked(text: str | None) -> Markup:
@@ -121,6 +136,7 @@ def _environment() -> Environment:
         trim_blocks=True,
         lstrip_blocks=True,
         auto_reload=False,
+        finalize=_in_order,
     )
     env.filters.update(
         marked=marked,

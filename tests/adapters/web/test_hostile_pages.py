@@ -135,9 +135,14 @@ class HostileReader:
 
 
 def hostile_run(
-    run_id: str, *, status: RunStatus = RunStatus.SUSPENDED, session: str | None = None
+    run_id: str,
+    *,
+    status: RunStatus = RunStatus.SUSPENDED,
+    session: str | None = None,
+    payload: str = H,
 ) -> tuple[Stored, PendingRequest]:
-    """A run where every string field that reaches a page is ``H`` (tagged by field)."""
+    """A run where every string field that reaches a page is ``payload`` (tagged by field)."""
+    H = payload  # the module's markup, or another payload
 
     def h(tag: str) -> str:
         return f"{tag}:{H}"
@@ -523,3 +528,40 @@ async def test_routes_the_app_does_not_handle_still_carry_the_security_headers(
                 ):
                     missing.append(f"{method} {path} -> {response.status}")
     assert missing == [], missing
+
+
+# ------------------------------------------------------------------------------- text direction
+
+# Direction overrides and isolates: each makes a browser show what follows in another order
+# than it is written ("\u202ebd-stnemyap" reads as "payments-db", "\u202egnp.exe" as "exe.png").
+REORDERING = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+FLIPPED = "\u202ebd-stnemyap\u202c \u2067gnp.exe\u2069 " + REORDERING
+
+
+async def test_no_field_can_reorder_what_a_page_shows() -> None:
+    run_id = "run_flip" + FLIPPED
+    reader = HostileReader()
+    stored, pending = hostile_run(run_id, payload=FLIPPED)
+    reader.runs[run_id] = stored
+    reader.open.append(pending)
+    done, _ = hostile_run(DONE, status=RunStatus.COMPLETED, payload=FLIPPED)
+    reader.runs[DONE] = done
+    config = WebConfig.from_settings(WebSettings(), {"KESTREL_WEB_TOKEN": TOKEN})
+    runner, url = await serve(web_routes(reader, config))
+    q = quote(run_id, safe="")
+    try:
+        async with aiohttp.ClientSession() as http:
+            for path in (f"/runs/{q}", f"/runs/{q}/fragment", f"/runs/{DONE}", "/runs", "/pending"):
+                async with http.get(url + path, headers=BEARER) as response:
+                    assert response.status == 200, path
+                    html = await response.text()
+                assert not set(REORDERING) & set(html), path
+                # Each is shown, by its code point, where it was.
+                assert "[U+202E]bd-stnemyap[U+202C]" in html, path
+    finally:
+        await runner.cleanup()
+    inspected = await reader.inspect(DONE)
+    page = build_run_page(inspected.view, inspected.journal, inspected.audit, inspected.requests)
+    exported = render_run_page(page, now=T0, standalone=True)
+    assert not set(REORDERING) & set(exported)
+    assert "[U+2067]gnp.exe[U+2069]" in exported
