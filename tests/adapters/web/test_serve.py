@@ -148,3 +148,52 @@ async def test_pages_and_metrics_of_a_finished_run(tmp_path: Path) -> None:
             _kestrel, tmp_path, env, "runs", "export", "run_nope", "--html", str(exported)
         )
         assert unknown.returncode == 2 and "run_nope" in unknown.stderr
+
+
+async def _raw(port: int, request: bytes) -> bytes:
+    """``request`` as sent, byte for byte (no client would send it), and the whole answer."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(request)
+    await writer.drain()
+    answer = await reader.read()
+    writer.close()
+    await writer.wait_closed()
+    return answer
+
+
+async def test_a_request_serve_cannot_parse_never_puts_a_credential_in_the_log(
+    tmp_path: Path,
+) -> None:
+    """aiohttp's parser quotes the line it refused; the log says what was wrong without it: a
+    token a client sent with a stray byte, or a signed link with a query past 8 KiB."""
+    secret = "link-secret-for-tests-0123456789"
+    config = write_config(
+        tmp_path, "http://127.0.0.1:9/v1", extra_config={"web": {"public_url": "https://k.test"}}
+    )
+    env = serve_env(
+        config, "http://127.0.0.1:9/api/", KESTREL_WEB_TOKEN=TOKEN, KESTREL_WEB_SECRET=secret
+    )
+    signature = "5f" * 32
+    link = f"/runs/run_x?exp=4102444800&sig={signature}"
+    port = free_port()
+    process = start_serve(tmp_path, port, env)
+    try:
+        await wait_healthy(port, process)
+        bad = [
+            f"GET /runs HTTP/1.1\r\nHost: k\r\nAuthorization: Bearer {TOKEN}\x01\r\n\r\n",
+            f"GET /runs HTTP/1.1\r\nHost: k\r\nAuthorization : Bearer {TOKEN}\r\n\r\n",
+            f"GET /runs HTTP/1.1\r\nHost: k\r\nAuthorization: Bearer {TOKEN}{'x' * 9000}\r\n\r\n",
+            f"GET {link}&utm={'x' * 9000} HTTP/1.1\r\nHost: k\r\n\r\n",
+            f"GET {link}\x00 HTTP/1.1\r\nHost: k\r\n\r\n",
+        ]
+        for request in bad:
+            answer = await _raw(port, request.encode())
+            assert answer.startswith((b"HTTP/1.0 400", b"HTTP/1.1 400")), answer[:100]
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, err = await asyncio.to_thread(process.communicate, timeout=30)
+    refused = [line for line in err.splitlines() if "kestrel.http" in line]
+    assert len(refused) == len(bad), err[-3000:]
+    assert all("WARNING" in line and "400" in line for line in refused), refused
+    assert TOKEN not in err and TOKEN[:12] not in err, err[-3000:]
+    assert signature not in err and signature[:16] not in err, err[-3000:]
