@@ -111,7 +111,7 @@ def _before(value: str | None) -> int | web.Response | None:
     """``?before=SEQ``: the page of the entries before SEQ (None: the newest)."""
     if value is None:
         return None
-    if not value.isdigit() or len(value) > 18:
+    if not (value.isascii() and value.isdigit()) or len(value) > 18:
         return refusal(400, "before is a journal position (a number).")
     return int(value)
 

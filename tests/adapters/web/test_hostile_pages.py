@@ -482,6 +482,9 @@ async def test_refusals_and_errors_carry_no_store_and_show_no_internals(
         ("GET", "/runs?status=<x>", BEARER, 400),
         ("GET", "/runs?limit=1e9", BEARER, 400),
         ("GET", "/runs?limit=" + "9" * 5000, BEARER, 400),
+        # Digits to str.isdigit, not to int(): superscripts, circled digits.
+        ("GET", f"/runs/{DONE}?before=%C2%B2", BEARER, 400),
+        ("GET", f"/runs/{DONE}?before=%E2%91%A0", BEARER, 400),
     ]
     async with aiohttp.ClientSession() as http:
         for method, path, headers, expected in cases:
