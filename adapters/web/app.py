@@ -198,5 +198,5 @@ class _Pages:
         access = authorize(request, self._config)
         if not isinstance(access, Access):
             return access
-        pending = await self._chat.pending()
-        return _html(render_pending(pending, now=self._clock()))
+        pending, now = await self._chat.pending(), self._clock()
+        return _html(await off_loop(lambda: render_pending(pending, now=now)))

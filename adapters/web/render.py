@@ -32,6 +32,7 @@ from adapters.web.timeline import (
     page_version,
     pretty_json,
     run_rows,
+    shown,
 )
 from bot.chat.cards import PLAN_BINDING, off_plan_words, plan_steps
 from bot.chat.contract import ENTITY_TYPES, WITHHELD_MESSAGE, AuditRecord, JournalRecord, RunRecord
@@ -146,6 +147,7 @@ def _environment() -> Environment:
         number=_number,
         span=_span,
         pretty=pretty_json,
+        shown=shown,
         origins=_origins,
         reason=stop_reason_words,
     )

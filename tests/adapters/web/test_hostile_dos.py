@@ -47,3 +47,24 @@ def test_one_huge_tool_output_gives_a_bounded_page() -> None:
     html = render_run_page(page, now=view.record.created_at + timedelta(minutes=5))
     print(f"one 8 MB output: page {len(html.encode()):,} B")
     assert len(html.encode()) < BOUND
+
+
+def test_an_open_request_with_megabytes_of_arguments_gives_a_bounded_pending_page() -> None:
+    from msgspec.structs import replace
+
+    from adapters.web.render import render_pending
+    from bot.chat.service import PendingRequest
+    from bot.domain import PlanStep
+    from tests.adapters.web.test_hostile_pages import hostile_run
+
+    _, pending = hostile_run("run_x", payload="p")
+    huge = {"text": "x" * 8_000_000}
+    call = replace(pending.request, id="req_call", arguments=huge)
+    plan = replace(
+        pending.request,
+        id="req_plan",
+        steps=(PlanStep(tool="deploy", arguments=huge), PlanStep(tool="deploy", arguments=huge)),
+    )
+    html = render_pending([PendingRequest(r, ("U1",)) for r in (call, plan)])
+    assert len(html.encode()) < BOUND
+    assert "more characters" in html  # and says what it left out
