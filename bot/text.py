@@ -38,6 +38,14 @@ def printable(text: str) -> str:
     return _SURROGATES.sub("\ufffd", _REORDERING.sub("", text))
 
 
+def reordering_named(text: str) -> str:
+    """``text`` with each direction override or isolate shown as its code point
+    (``[U+202E]``): on a page, where the text stays whole but must read in written order."""
+    if text.isascii():
+        return text
+    return _REORDERING.sub(lambda found: f"[U+{ord(found.group()):04X}]", text)
+
+
 # Compiled on first use (``bot.patterns``): a command's answer on a terminal is only made
 # printable, and a process that shows no chat text never needs them.
 # Labelled links. Slack's ``<target|label>`` (``<@U…>``, ``<#C…>`` and ``<!…>`` are mentions and

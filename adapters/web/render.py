@@ -40,6 +40,7 @@ from bot.chat.run_summary import PAGE_ENTRIES
 from bot.chat.service import PendingRequest, RequestView, RunInspection, RunMark, RunView
 from bot.chat.words import ORIGINS_TITLE, Origin, origin_lines, stop_reason_words, thread_of
 from bot.domain import utcnow
+from bot.text import reordering_named
 
 # While a run is running its page polls this often; while it is suspended, less often.
 RUNNING_POLL_MS = 2000
@@ -54,18 +55,14 @@ _REDACTED = re.compile(
     + re.escape(str(escape(WITHHELD_MESSAGE)))
 )
 
-# Direction overrides and isolates (as ``bot.text.printable`` removes for a terminal): obeyed,
-# they show what follows in another order than it is written, an argument "\u202ebd-stnemyap"
-# as "payments-db".
-_REORDERING = re.compile("[\u202a-\u202e\u2066-\u2069]")
-
 
 def _in_order(value: Any) -> Any:
     """A value a template prints (its ``finalize``), each direction override or isolate shown
-    as its code point; markup stays markup (what replaces them holds no ``<&>"'``)."""
+    as its code point: obeyed, they show an argument "\u202ebd-stnemyap" as "payments-db".
+    Markup stays markup (what replaces them holds no ``<&>"'``)."""
     if not isinstance(value, str) or value.isascii():
         return value
-    shown = _REORDERING.sub(lambda m: f"[U+{ord(m.group()):04X}]", value)
+    shown = reordering_named(value)
     return Markup(shown) if isinstance(value, Markup) else shown
 
 
