@@ -43,7 +43,7 @@ def chat(user: str | None) -> None:
             f"{len(rt.tools.current())} tools, journal {shown_database(settings)}. "
             "/help for commands, Ctrl-D to leave."
             f"\nYou are {user} (--as or KESTREL_USER to change it)."
-        ) + "".join(f"\nnote: {notice}" for notice in rt.policy.notices())
+        ) + "".join(f"\nnote: {notice}" for notice in _unlogged(rt.policy.notices()))
         console = ConsoleChat(ChatService(supervisor), ConsoleIO(), user)
         try:
             await console.run(banner)
@@ -59,6 +59,13 @@ def chat(user: str | None) -> None:
     if terminated:
         click.echo("stopped: the run under way was suspended", err=True)
         sys.exit(128 + signal.SIGTERM)
+
+
+def _unlogged(notices: list[str]) -> list[str]:
+    """The policy's notices for the banner, unless the log has just shown them (``-v``)."""
+    import logging
+
+    return [] if logging.getLogger("kestrel.policy").isEnabledFor(logging.WARNING) else notices
 
 
 PLATFORMS = ("slack", "discord")

@@ -78,6 +78,9 @@ async def test_pending_effects_without_oncall_name_the_requester(tmp_path: Path)
     assert row["may_answer"] == ["U0REQ"] and "policy.oncall is empty" in row["note"]
     banner = kestrel(tmp_path, "chat").stdout
     assert "note: policy.oncall is empty" in banner and "wait_effect" in banner
+    # With -v the log says it as the runtime is built: the banner does not say it again.
+    verbose = kestrel(tmp_path, "-v", "chat")
+    assert (verbose.stdout + verbose.stderr).count("policy.oncall is empty") == 1
 
 
 def effect(requested_by: str = "U0REQ") -> Request:
