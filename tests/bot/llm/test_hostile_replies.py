@@ -19,7 +19,11 @@ KEY = "sk-hostile-secret-0123456789"
 
 
 async def _run(tmp_path: Path, *bodies: Any) -> tuple[RunState, Counter, Recorder]:
-    canned = [Canned(status=200, body=body) for body in bodies]
+    return await _run_canned(tmp_path, [Canned(status=200, body=body) for body in bodies])
+
+
+async def _run_canned(tmp_path: Path, canned: list[Canned]) -> tuple[RunState, Counter, Recorder]:
+    """A run against the fake server answering ``canned``, then its journal read back."""
     async with FakeOpenAI([{"text": "unused"}, {"text": "done"}], canned=canned) as fake:
         model = OpenAIProvider("m", api_key=KEY, base_url=fake.base_url, max_retries=0)
         counter = Counter()
@@ -83,17 +87,7 @@ def _raw_completion(content_json: str) -> Canned:
 
 
 async def test_a_lone_surrogate_in_the_answer_is_replaced_not_a_stuck_run(tmp_path: Path) -> None:
-    async with FakeOpenAI(canned=[_raw_completion('"bad \\ud800 text"')]) as fake:
-        model = OpenAIProvider("m", api_key=KEY, base_url=fake.base_url, max_retries=0)
-        counter = Counter()
-        rt, _ = await make_runtime(tmp_path / "k.db", model, counting_tools(counter))
-        try:
-            sup = Supervisor(rt)
-            state = await sup.wait(await sup.start_turn("help", requested_by="U0REQ"))
-            await rt.store.load(state.run_id)
-        finally:
-            await rt.store.close()
-            await model.aclose()
+    state, _, _ = await _run_canned(tmp_path, [_raw_completion('"bad \\ud800 text"')])
 
     assert _ended(state) == (RunStatus.COMPLETED, StopReason.ANSWERED)
     assert state.result is not None and state.result.text == "bad \ufffd text"
