@@ -236,7 +236,8 @@ class McpSource:
         try:
             result = await session.call_tool(remote, arguments)
         except Exception as exc:
-            if isinstance(exc, MCPError) and exc.code == types.CONNECTION_CLOSED:
+            closed = isinstance(exc, MCPError) and exc.code == types.CONNECTION_CLOSED
+            if closed and session is self._session:  # not a session already replaced
                 self._lost.set()
             return ToolResult(f"MCP server {self.name}: {remote}: {_reason(exc)}", is_error=True)
         return ToolResult(capped(render(result)), is_error=result.is_error)
@@ -263,7 +264,7 @@ class McpSource:
                     failures = 0
                     if not ready.done():
                         ready.set_result(None)
-                    if await self._stopped_or_lost():
+                    if await self._stopped_or_lost(self._session):
                         return
                     raise ConnectionError("the connection closed")
             except Exception as exc:
@@ -289,19 +290,22 @@ class McpSource:
             if await _set_within(self._stop, wait):
                 return
 
-    async def _stopped_or_lost(self) -> bool:
+    async def _stopped_or_lost(self, session: ClientSession | None) -> bool:
         """Wait until ``close()`` (True) or the session is lost (False): a call found it closed,
-        or a stdio server's process ended (its stderr closed with it)."""
-        waits: list[Awaitable[object]] = [self._stop.wait(), self._lost.wait()]
-        if self._stderr is not None:
-            waits.append(self._stderr.closed())
-        tasks = [asyncio.ensure_future(wait) for wait in waits]
-        try:
-            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in tasks:
-                task.cancel()
-        return self._stop.is_set()
+        or a stdio server's stderr closed and a ping finds its process gone (a server that
+        closed its stderr itself answers, and is watched through its calls alone)."""
+        stderr = self._stderr
+        while True:
+            waits: list[Awaitable[object]] = [self._stop.wait(), self._lost.wait()]
+            if stderr is not None:
+                waits.append(stderr.closed())
+            await _first(waits)
+            if self._stop.is_set():
+                return True
+            if self._lost.is_set() or not await _answers(session, self.settings.timeout):
+                return False
+            log.info("MCP server %s closed its stderr and still answers", self.name)
+            stderr = None
 
     async def _connect(self, stack: AsyncExitStack, again: bool = False) -> None:
         transport = self._transport()
@@ -523,6 +527,27 @@ def _check_listed_once(listed: Sequence[types.Tool]) -> None:
         if tool.name in seen:
             raise ToolCollision(f"the server lists the tool {tool.name!r} twice")
         seen.add(tool.name)
+
+
+async def _first(waits: list[Awaitable[object]]) -> None:
+    """Wait until the first of ``waits`` is done; the others are cancelled."""
+    tasks = [asyncio.ensure_future(wait) for wait in waits]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+
+
+async def _answers(session: ClientSession | None, within: float) -> bool:
+    """Whether ``session``'s server answers a ping within ``within`` seconds."""
+    if session is None:
+        return False
+    try:
+        await asyncio.wait_for(session.send_ping(), within)
+    except Exception:  # closed, timed out, refused: not there
+        return False
+    return True
 
 
 async def _set_within(event: asyncio.Event, seconds: float) -> bool:

@@ -355,3 +355,18 @@ async def test_a_server_that_crashes_is_connected_again_and_answers(
     assert all("not connected" in r or "Connection closed" in r for r in refused), refused
     assert "MCP server srv: the session ended" in caplog.text
     assert "MCP server srv: connected again" in caplog.text
+
+
+async def test_a_server_that_closes_its_stderr_is_not_taken_for_dead(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="kestrel.mcp")
+    quiet = f"import os, runpy; os.close(2); runpy.run_path({str(SERVER)!r}, run_name='__main__')"
+    tools = McpTools([], [McpSource(settings(command=[sys.executable, "-c", quiet]))])
+    await tools.start()
+    try:
+        await until(lambda: "srv closed its stderr and still answers" in caplog.text, timeout=10)
+        assert (await call_tool(tools, "srv__lookup", key="a")).output == "value of a"
+    finally:
+        await tools.close()
+    assert "the session ended" not in caplog.text
