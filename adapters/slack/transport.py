@@ -129,12 +129,33 @@ def _plain_instead(exc: SlackApiError, what: str, body: dict[str, Any]) -> dict[
     error = str(exc.response.get("error") or "")
     if error not in BODY_REFUSED or not body.get("blocks"):
         raise _failed(exc) from exc
-    log.warning("slack: %s refused (%s); showing its text alone", what, error)
-    return {"text": _words(body)}
+    note = _buttons_lost(body, error)
+    if note:
+        # A card without its buttons decides nothing in the thread: on-call must hear of it.
+        log.error("slack: %s refused (%s); shown without its buttons", what, error)
+    else:
+        log.warning("slack: %s refused (%s); showing its text alone", what, error)
+    return {"text": _words(body, note)}
 
 
-def _words(body: dict[str, Any]) -> str:
-    """What a message's blocks say, as plain mrkdwn text within Slack's limits."""
+def _buttons_lost(body: dict[str, Any], error: str) -> str:
+    """What to say in place of the buttons of a card shown as its words alone; empty if it had
+    none. Each button's value is the id of the request it decides."""
+    actions = [block for block in body.get("blocks") or [] if block.get("type") == "actions"]
+    if not actions:
+        return ""
+    values = [element.get("value") for block in actions for element in block.get("elements") or []]
+    requests = ", ".join(f"`{value}`" for value in dict.fromkeys(values) if isinstance(value, str))
+    which = f"request {requests}" if requests else "it"
+    return (
+        f"_Slack refused this card ({error}), so its buttons cannot be shown: on-call can decide"
+        f" {which} from the terminal (`kestrel runs pending` lists it)._"
+    )
+
+
+def _words(body: dict[str, Any], note: str = "") -> str:
+    """What a message's blocks say, as plain mrkdwn text within Slack's limits, ending in
+    ``note``."""
     parts: list[str] = []
     for block in body.get("blocks") or []:
         text = block.get("text")
@@ -146,9 +167,11 @@ def _words(body: dict[str, Any]) -> str:
             if isinstance(item, dict) and isinstance(item.get("text"), str):
                 parts.append(item["text"])
     words = "\n\n".join(parts) or str(body.get("text") or "")
-    if len(words) > PLAIN_TEXT_LIMIT:
-        words = words[: PLAIN_TEXT_LIMIT - 1] + "…"
-    return words or "(a message Slack would not show)"
+    room = PLAIN_TEXT_LIMIT - (len(note) + 2 if note else 0)
+    if len(words) > room:
+        words = words[: room - 1] + "…"
+    words = words or "(a message Slack would not show)"
+    return f"{words}\n\n{note}" if note else words
 
 
 def _failed(exc: SlackApiError) -> DeliveryFailed:

@@ -221,3 +221,24 @@ async def test_hostile_an_uninstalled_app_is_tried_again_hourly_not_every_few_mi
         world.api.clear_faults()
         await world.later(3600)  # reinstalled: what waited is shown
         await world.answer_posted()
+
+
+async def test_hostile_a_card_whose_blocks_are_refused_says_how_to_decide_it(
+    tmp_path: Path,
+) -> None:
+    # Shown as its words alone, an approval card loses its buttons: nothing in the thread
+    # could decide it, and the run waited for a click that could not come.
+    async with slack_world(tmp_path, restart_script()) as world:
+        world.api.set_handler("chat.postMessage", _refusing_blocks(world.api._post_message))
+        await world.mention("checkout is failing")
+        [shown] = await world.api.wait_for(
+            lambda c: (
+                c.method == "chat.postMessage"
+                and c.ok is True
+                and "Approval needed" in c.args["text"]
+            )
+        )
+        [(request, _, _)] = await world.rt.store.list_requests()
+        text = shown.args["text"]
+        assert f"its buttons cannot be shown: on-call can decide request `{request.id}`" in text
+        assert "`kestrel runs pending`" in text
