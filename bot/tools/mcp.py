@@ -61,6 +61,9 @@ CLOSE_SECONDS = 10.0
 # server that crashed comes back without a restart of Kestrel, one that keeps crashing is not
 # started in a tight loop.
 RECONNECT_SECONDS = (1.0, 2.0, 5.0, 15.0, 30.0)
+# How long a session must have lasted for its end to start the waits over: a server that dies
+# soon after each start keeps failing, though each start succeeded.
+STEADY_SECONDS = RECONNECT_SECONDS[-1]
 MAX_PAGES = 100
 BUILTIN_OWNER = "the built-in tools (catalog and ask_human)"
 
@@ -212,6 +215,11 @@ class McpSource:
 
     async def close(self) -> None:
         """End the session (and a stdio server's process); safe to call twice."""
+        if self._session is None:
+            # Between sessions, perhaps connecting again to a server that hangs: nothing to end
+            # gently, and a shutdown must not wait out its timeout.
+            await self._abort()
+            return
         task, self._task = self._task, None
         if task is None:
             return
@@ -222,7 +230,7 @@ class McpSource:
             log.warning("MCP server %s did not close within %gs", self.name, CLOSE_SECONDS)
 
     async def _abort(self) -> None:
-        """Stop a start that failed or timed out: cancel it mid-connect rather than wait."""
+        """Stop a connect that failed, timed out or is cut short: cancel it rather than wait."""
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
@@ -258,10 +266,11 @@ class McpSource:
         that grows while the server keeps failing. Calls meanwhile say it is not connected."""
         failures = 0
         while True:
+            connected: float | None = None
             try:
                 async with AsyncExitStack() as stack:
                     await self._connect(stack, again=ready.done())
-                    failures = 0
+                    connected = time.monotonic()
                     if not ready.done():
                         ready.set_result(None)
                     if await self._stopped_or_lost(self._session):
@@ -276,6 +285,8 @@ class McpSource:
                         McpStartError(f"MCP server {self.name}: cannot start: {reason}")
                     )
                     return
+                if connected is not None and time.monotonic() - connected >= STEADY_SECONDS:
+                    failures = 0
                 wait = RECONNECT_SECONDS[min(failures, len(RECONNECT_SECONDS) - 1)]
                 failures += 1
                 log.warning(

@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import sys
+import time
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,15 @@ from bot.plain import Invalid, convert
 from bot.run.runtime import Runtime
 from bot.run.supervisor import Supervisor
 from bot.tools.base import DEFAULT_MAX_OUTPUT, Tool, ToolContext, ToolResult
-from bot.tools.mcp import McpSource, McpStartError, McpTools, render, tool_flags, tool_name
+from bot.tools.mcp import (
+    CLOSE_SECONDS,
+    McpSource,
+    McpStartError,
+    McpTools,
+    render,
+    tool_flags,
+    tool_name,
+)
 from bot.tools.python import function_tool
 from bot.tools.toolset import ToolCollision
 from storage.sqlite import open_sqlite
@@ -370,3 +379,44 @@ async def test_a_server_that_closes_its_stderr_is_not_taken_for_dead(
     finally:
         await tools.close()
     assert "the session ended" not in caplog.text
+
+
+async def test_close_does_not_wait_on_a_server_that_hangs_when_connected_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="kestrel.mcp")
+    marker = tmp_path / "started"
+    once = (
+        "import pathlib, runpy, sys, time; m = pathlib.Path(sys.argv[1])\n"
+        "if m.exists(): print('hanging', file=sys.stderr, flush=True); time.sleep(600)\n"
+        f"m.touch(); runpy.run_path({str(SERVER)!r}, run_name='__main__')"
+    )
+    tools = McpTools([], [McpSource(settings(command=[sys.executable, "-c", once, str(marker)]))])
+    await tools.start()
+    try:
+        assert (await call_tool(tools, "srv__crash")).is_error
+        await until(lambda: "MCP server srv: hanging" in caplog.text)
+    finally:
+        started = time.monotonic()
+        await tools.close()
+    # Cut short, not waited on for CLOSE_SECONDS (a shutdown's grace is for the runs).
+    assert time.monotonic() - started < CLOSE_SECONDS / 2
+
+
+async def test_a_server_that_dies_soon_after_each_start_is_waited_on_longer_each_time(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    marker = tmp_path / "started"
+    # Up at once, every time, and dead a moment later: it keeps failing.
+    brief = (
+        "import os, pathlib, runpy, sys, threading; m = pathlib.Path(sys.argv[1])\n"
+        "if m.exists(): threading.Timer(2, os._exit, [1]).start()\n"
+        f"m.touch(); runpy.run_path({str(SERVER)!r}, run_name='__main__')"
+    )
+    tools = McpTools([], [McpSource(settings(command=[sys.executable, "-c", brief, str(marker)]))])
+    await tools.start()
+    try:
+        assert (await call_tool(tools, "srv__crash")).is_error
+        await until(lambda: "connecting again in 5s" in caplog.text, timeout=20)
+    finally:
+        await tools.close()
