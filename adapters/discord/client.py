@@ -34,7 +34,7 @@ from adapters.discord.target import DiscordTarget
 from adapters.discord.transport import DiscordTransport
 from bot.chat.contract import Actor, Outbox, Place, StoreError
 from bot.chat.conversation import Conversation, Outcome
-from bot.chat.inbound import Accepted, Delivery
+from bot.chat.inbound import Accepted, Delivery, TryLater
 from bot.chat.lifecycle import PlatformLife
 from bot.chat.links import RunLink
 from bot.chat.service import ChatService
@@ -167,6 +167,8 @@ class KestrelDiscord(discord.Client):
                 await self._mentioned(message, channel)
             elif isinstance(channel, discord.Thread):
                 await self._replied(message, channel)
+        except TryLater as exc:
+            log.warning("discord: message %s left to be taken up again: %s", message.id, exc)
         except Exception:
             log.exception("discord: handling message %s failed", message.id)
 
@@ -177,7 +179,7 @@ class KestrelDiscord(discord.Client):
         if isinstance(channel, discord.PartialMessageable):
             try:
                 return await self.fetch_channel(channel.id)
-            except discord.HTTPException:
+            except (discord.HTTPException, discord.RateLimited):
                 return channel
         return channel
 
@@ -208,7 +210,14 @@ class KestrelDiscord(discord.Client):
             self._held.pop(message.id, None)
 
     async def handle_delivery(self, delivery: Delivery) -> None:
-        """Handle a message held in the store (by this process, or by one that died)."""
+        """Handle a message held in the store (by this process, or by one that died); under a
+        rate limit longer than the client sleeps out, it is left to be taken up again."""
+        try:
+            await self._handle_delivery(delivery)
+        except discord.RateLimited as exc:
+            raise TryLater(f"discord: rate limited for {exc.retry_after:.0f}s") from exc
+
+    async def _handle_delivery(self, delivery: Delivery) -> None:
         held = self._held.get(int(delivery["message"]))
         again = held is None
         message, channel = held or await self._fetch(delivery)

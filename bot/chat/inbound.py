@@ -33,6 +33,12 @@ Delivery = dict[str, Any]
 Handler = Callable[[Delivery], Awaitable[None]]
 
 
+class TryLater(Exception):
+    """The platform asked to wait (a rate limit longer than a handler sleeps out): the delivery
+    is left unfinished, and a work taker takes it up again once its take is older than a lease.
+    """
+
+
 class InboundStore(WorkQueue, RunRows, Protocol):
     """The roles inbound deliveries use: the work queue that holds them, and whether the run
     a delivery starts exists."""
@@ -75,8 +81,9 @@ class Inbound:
 
     async def settle(self, accepted: Accepted) -> None:
         """Handle an accepted delivery, then mark its work done (once a run it started
-        exists). A store failure leaves the work to be taken up again; any other failure is
-        the platform's (logged), and the delivery is done with."""
+        exists). A store failure, or a platform that asks to wait (``TryLater``), leaves the
+        work to be taken up again; any other failure is the platform's (logged), and the
+        delivery is done with."""
         handler = self._handlers.get(str(accepted.delivery.get("platform", "")))
         if handler is None:
             log.info("inbound work %s is another platform's: left to it", accepted.work_id)
@@ -84,7 +91,7 @@ class Inbound:
         if not await self._started(accepted.run_id):
             try:
                 await handler(accepted.delivery)
-            except StoreError:
+            except (StoreError, TryLater):
                 raise
             except Exception:
                 log.exception("handling inbound delivery %s failed", accepted.work_id)

@@ -9,7 +9,7 @@ import logging
 from typing import Any, Protocol
 
 from bot import wire
-from bot.chat.inbound import Accepted, Inbound
+from bot.chat.inbound import Accepted, Inbound, TryLater
 from bot.domain import Session
 from bot.errors import ResumeRefused, StoreError, UnknownRun
 from bot.people.policy import Actor
@@ -93,7 +93,7 @@ class WorkTaker:
             return
         try:
             await self.inbound.settle(Accepted(item.id, item.payload))
-        except StoreError as exc:
+        except (StoreError, TryLater) as exc:
             log.warning("inbound work %s left to be taken up again: %s", item.id, exc)
 
     async def _start(self, payload: dict[str, Any]) -> None:

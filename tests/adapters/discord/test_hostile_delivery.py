@@ -12,8 +12,10 @@ import pytest
 
 from adapters.discord.progress import DiscordProgress
 from adapters.discord.target import DiscordTarget
+from bot.chat.inbound import TryLater
 from bot.chat.threads import RunPlace
 from bot.domain import Session
+from tests.fakes import discord_payloads as p
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.discord_world import APPROVER, discord_world
 from tests.fakes.slack_world import restart_script
@@ -179,3 +181,24 @@ async def test_messages_for_a_deleted_thread_are_given_up_in_one_line(
         assert any("discord:answer:" in r.getMessage() for r in given_up)
         assert any("discord:card:" in r.getMessage() for r in given_up)
         assert "Traceback" not in caplog.text
+
+
+async def test_a_mention_rate_limited_for_minutes_is_left_to_be_taken_up_again(
+    tmp_path: Path,
+) -> None:
+    # The client raises on a 429 longer than it sleeps out (so that no other thread waits):
+    # a held mention whose channel cannot be fetched then is not done with, unanswered, but
+    # left in the store for a work taker to take up again once the limit has passed.
+    async with FakeDiscord() as fake, discord_world(tmp_path, restart_script(), fake=fake) as world:
+        store, owner = world.rt.store, world.rt.owner
+        message = "777000000000000009"
+        delivery = {"what": "mention", "channel": p.CHANNEL_ID, "message": message}
+        accepted = await world.chat.accept_delivery(f"discord:{message}", "discord", delivery)
+        assert accepted is not None
+        fake.fail("GET", rf"/channels/{p.CHANNEL_ID}", retry_after=600, times=None)
+
+        with pytest.raises(TryLater, match="rate limited for 600s"):
+            await world.chat.inbound.settle(accepted)
+
+        (left,) = await store.take_work(owner, retake_after=0)
+        assert left.id == accepted.work_id
