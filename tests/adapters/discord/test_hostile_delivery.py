@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,10 +15,10 @@ from adapters.discord.progress import DiscordProgress
 from adapters.discord.target import DiscordTarget
 from bot.chat.inbound import TryLater
 from bot.chat.threads import RunPlace
-from bot.domain import Session
+from bot.domain import RunStatus, Session
 from tests.fakes import discord_payloads as p
 from tests.fakes.discord_api import FakeDiscord
-from tests.fakes.discord_world import APPROVER, discord_world
+from tests.fakes.discord_world import APPROVER, DiscordWorld, discord_world
 from tests.fakes.slack_world import restart_script
 from tests.fakes.waiting import until
 
@@ -172,6 +173,7 @@ async def test_messages_for_a_deleted_thread_are_given_up_in_one_line(
         click = await world.click(card, "approve", user=APPROVER)
         assert "Recorded" in await world.answered(click)
         await until(lambda: world.executions == ["checkout"], timeout=10)
+        await until(_ended(world), timeout=10)  # its answer is owed to the deleted thread
         await world.settled()
         tried = len(fake.calls_to("*", rf"/channels/{thread}/messages.*"))
         for _ in range(3):
@@ -181,6 +183,16 @@ async def test_messages_for_a_deleted_thread_are_given_up_in_one_line(
         assert any("discord:answer:" in r.getMessage() for r in given_up)
         assert any("discord:card:" in r.getMessage() for r in given_up)
         assert "Traceback" not in caplog.text
+
+
+def _ended(world: DiscordWorld) -> Callable[[], Awaitable[bool]]:
+    """A check that the world's one run has completed."""
+
+    async def check() -> bool:
+        (run,) = await world.rt.store.list_runs()
+        return run.status is RunStatus.COMPLETED
+
+    return check
 
 
 async def test_a_mention_rate_limited_for_minutes_is_left_to_be_taken_up_again(
