@@ -169,6 +169,9 @@ class McpSource:
         self._task: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
         self._lost = asyncio.Event()  # a call found the connection closed: connect again
+        # A call failed otherwise: ask the server whether the session still stands (an HTTP
+        # server restarted since refuses every request of it, saying only that it is unknown).
+        self._doubt = asyncio.Event()
         self._lock = asyncio.Lock()
         self._relisting = 0
         self._settled = asyncio.Event()
@@ -245,8 +248,8 @@ class McpSource:
             result = await session.call_tool(remote, arguments)
         except Exception as exc:
             closed = isinstance(exc, MCPError) and exc.code == types.CONNECTION_CLOSED
-            if closed and session is self._session:  # not a session already replaced
-                self._lost.set()
+            if session is self._session:  # not a session already replaced
+                (self._lost if closed else self._doubt).set()
             return ToolResult(f"MCP server {self.name}: {remote}: {_reason(exc)}", is_error=True)
         return ToolResult(capped(render(result)), is_error=result.is_error)
 
@@ -303,20 +306,25 @@ class McpSource:
 
     async def _stopped_or_lost(self, session: ClientSession | None) -> bool:
         """Wait until ``close()`` (True) or the session is lost (False): a call found it closed,
-        or a stdio server's stderr closed and a ping finds its process gone (a server that
-        closed its stderr itself answers, and is watched through its calls alone)."""
+        or a call failed otherwise, or a stdio server's stderr closed, and a ping then finds it
+        gone (a server that closed its stderr itself answers, and is watched through its calls
+        alone)."""
         stderr = self._stderr
         while True:
             waits: list[Awaitable[object]] = [self._stop.wait(), self._lost.wait()]
+            waits.append(self._doubt.wait())
             if stderr is not None:
                 waits.append(stderr.closed())
             await _first(waits)
             if self._stop.is_set():
                 return True
+            doubted = self._doubt.is_set()
+            self._doubt.clear()
             if self._lost.is_set() or not await _answers(session, self.settings.timeout):
                 return False
-            log.info("MCP server %s closed its stderr and still answers", self.name)
-            stderr = None
+            if not doubted:
+                log.info("MCP server %s closed its stderr and still answers", self.name)
+                stderr = None
 
     async def _connect(self, stack: AsyncExitStack, again: bool = False) -> None:
         transport = self._transport()
@@ -341,6 +349,7 @@ class McpSource:
             self._tools = await self._list(session)
             self._session = session
             self._lost.clear()
+            self._doubt.clear()
         if again:
             log.warning("MCP server %s: connected again", self.name)
             self._on_change(self)  # the server may list other tools now

@@ -420,3 +420,57 @@ async def test_a_server_that_dies_soon_after_each_start_is_waited_on_longer_each
         await until(lambda: "connecting again in 5s" in caplog.text, timeout=20)
     finally:
         await tools.close()
+
+
+async def _http_server(port: int) -> asyncio.subprocess.Process:
+    """The fake server over streamable HTTP on ``port``, once it takes connections."""
+    serve = (
+        f"import runpy, sys; g = runpy.run_path({str(SERVER)!r}); "
+        f"g['server'].run('streamable-http', host='127.0.0.1', port={port})"
+    )
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        serve,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+
+    async def listening() -> bool:
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            return False
+        writer.close()
+        return True
+
+    await until(listening, timeout=15)
+    return process
+
+
+async def test_an_http_server_restarted_while_idle_is_connected_again() -> None:
+    # Redeployed between two calls: the server no longer knows Kestrel's session, and says so
+    # to every request of it ("Session not found"); nothing else tells the client it is gone.
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = await _http_server(port)
+    url = f"http://127.0.0.1:{port}/mcp"
+    tools = McpTools([], [McpSource(settings(transport="http", url=url, command=[]))])
+    try:
+        await tools.start()
+        assert (await call_tool(tools, "srv__lookup", key="a")).output == "value of a"
+        server.kill()
+        await server.wait()
+        server = await _http_server(port)
+
+        async def answered() -> bool:
+            return (await call_tool(tools, "srv__lookup", key="b")).output == "value of b"
+
+        await until(answered, timeout=10)
+    finally:
+        await tools.close()
+        server.kill()
+        await server.wait()
