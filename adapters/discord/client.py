@@ -247,7 +247,7 @@ class KestrelDiscord(discord.Client):
         outcome = await self.talk.mention(session, actor, text, run_id=run_id)
         if outcome.started:
             self.renderer.expect(outcome.running, session, actor.user)
-        await self._show(outcome, thread)
+        await self._show(outcome, thread, message)
 
     async def _replied(self, message: discord.Message, thread: discord.Thread) -> None:
         assert message.guild is not None
@@ -273,7 +273,7 @@ class KestrelDiscord(discord.Client):
         outcome = await self.talk.decide(
             question.id, DecisionKind.ANSWER, actor, text=message.content
         )
-        await self._show(outcome, thread)
+        await self._show(outcome, thread, message)
 
     async def _thread_started_from(self, message: discord.Message) -> discord.Thread | None:
         """The thread an earlier handling of this mention started (it has the message's id)."""
@@ -294,11 +294,22 @@ class KestrelDiscord(discord.Client):
             await message.reply(_no_thread(exc), mention_author=False)
             return None
 
-    async def _show(self, outcome: Outcome, channel: Any) -> None:
-        if outcome.status is not None:
-            await channel.send(status_text(outcome.status), allowed_mentions=NO_PINGS)
-        elif outcome.note:
-            await channel.send(note_text(outcome.note), allowed_mentions=NO_PINGS)
+    async def _show(self, outcome: Outcome, thread: Any, message: discord.Message) -> None:
+        """Say in ``thread`` how ``message`` was taken. It has acted by now (answered, cancelled,
+        started): under a long rate limit the reply waits in the outbox, since handling the
+        message again would act again."""
+        text = status_text(outcome.status) if outcome.status is not None else outcome.note
+        if outcome.status is None and text:
+            text = note_text(text)
+        if text:
+            try:
+                await thread.send(text, allowed_mentions=NO_PINGS)
+            except discord.RateLimited as exc:
+                log.warning("discord: reply to message %s put off: %s", message.id, exc)
+                assert message.guild is not None
+                where = DiscordTarget(str(message.guild.id), str(thread.id))
+                body = {"content": text, "allowed_mentions": {"parse": []}}
+                await self.deliveries.put(f"reply:{message.id}", where, body)
         await self.after(outcome)
 
     async def after(self, outcome: Outcome) -> None:

@@ -18,7 +18,7 @@ from bot.chat.threads import RunPlace
 from bot.domain import RunStatus, Session
 from tests.fakes import discord_payloads as p
 from tests.fakes.discord_api import FakeDiscord
-from tests.fakes.discord_world import APPROVER, DiscordWorld, discord_world
+from tests.fakes.discord_world import APPROVER, ONCALL, DiscordWorld, discord_world
 from tests.fakes.slack_world import restart_script
 from tests.fakes.waiting import until
 
@@ -214,3 +214,25 @@ async def test_a_mention_rate_limited_for_minutes_is_left_to_be_taken_up_again(
 
         (left,) = await store.take_work(owner, retake_after=0)
         assert left.id == accepted.work_id
+
+
+async def test_a_reply_rate_limited_after_a_mention_acted_is_put_off_not_acted_again(
+    tmp_path: Path,
+) -> None:
+    # "@kestrel cancel" cancels the run; the note saying so then meets a 429 of minutes. The
+    # mention acted: taking it up again would cancel (or answer, or resume) a second time and
+    # say something else. The note waits in the outbox instead, and the mention is done.
+    async with FakeDiscord() as fake, discord_world(tmp_path, restart_script(), fake=fake) as world:
+        mention = await world.mention("checkout is failing")
+        thread = await world.thread_of(mention)
+        await world.card("approve")
+        await world.settled()
+        fake.fail("POST", rf"/channels/{thread}/messages", retry_after=600, times=None)
+        cancel = await world.mention("cancel", user=ONCALL, channel=thread)
+        await world.quiet(cancel)
+
+        assert await world.rt.store.take_work(world.rt.owner, retake_after=0) == []
+        fake.clear_faults()
+        await world.later(601)
+        notes = [m for m in fake.bot_messages(thread) if m.get("content") == "cancelled"]
+        assert len(notes) == 1, fake.bot_messages(thread)
