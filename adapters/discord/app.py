@@ -64,6 +64,9 @@ class DiscordAdapter:
         except discord.LoginFailure as exc:
             await client.close()
             raise ConfigError(f"discord: DISCORD_TOKEN was refused: {exc}") from exc
+        except discord.RateLimited as exc:
+            await client.close()
+            raise _limited(exc) from exc
         except (discord.HTTPException, OSError, aiohttp.ClientError, ValueError) as exc:
             await client.close()
             raise ConfigError(f"discord: cannot reach {self.settings.api_url}: {exc}") from exc
@@ -121,6 +124,9 @@ class DiscordAdapter:
         except discord.GatewayNotFound as exc:
             await self.client.close()
             raise ConfigError(f"discord: {self.settings.api_url} gave no gateway URL") from exc
+        except discord.RateLimited as exc:
+            await self.client.close()
+            raise _limited(exc) from exc
         DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(url)
 
     async def _fail_connect(self, connecting: asyncio.Task[None]) -> None:
@@ -140,3 +146,10 @@ class DiscordAdapter:
                 " the Answer button still can)"
             ) from error
         raise ConfigError(f"discord: the gateway connection failed: {error}") from error
+
+
+def _limited(exc: discord.RateLimited) -> ConfigError:
+    """A 429 at start longer than the client sleeps out (an HTTPException it is not)."""
+    return ConfigError(
+        f"discord: rate limited for {exc.retry_after:.0f}s while logging in: start again after"
+    )

@@ -131,3 +131,15 @@ async def test_the_token_never_reaches_the_logs(
         await world.settled()
     assert "test-token" not in caplog.text
     assert "dGVzdC10b2tlbg" not in caplog.text  # base64 of it
+
+
+@pytest.mark.parametrize("path", ["/users/@me", "/gateway/bot"])
+async def test_serve_under_a_long_rate_limit_at_login_fails_in_one_line(
+    tmp_path: Path, path: str
+) -> None:
+    # The client raises on a 429 it would sleep out for over 30 s; at start that is
+    # discord.RateLimited, no HTTPException: it must say what happened, not print a traceback.
+    async with FakeDiscord() as fake:
+        fake.fail("GET", path, retry_after=900, times=None)
+        env = {"DISCORD_TOKEN": TOKEN, "DISCORD_API_URL": fake.api_url}
+        await _fails_cleanly(tmp_path, env, "rate limited for 900s")
