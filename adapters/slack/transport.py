@@ -12,6 +12,7 @@ from typing import Any
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from adapters.slack.mrkdwn import escape
 from adapters.slack.target import SlackTarget
 from bot.chat.outbox import DeliveryFailed, MessageGone
 
@@ -43,6 +44,8 @@ BODY_REFUSED = frozenset(
     {"invalid_blocks", "invalid_blocks_format", "msg_too_long", "invalid_attachments"}
 )
 PLAIN_TEXT_LIMIT = 3000
+# The most of a refused question card's text its options take (the rest: its words).
+OPTIONS_LIMIT = 1500
 
 
 class SlackTransport:
@@ -144,13 +147,38 @@ def _buttons_lost(body: dict[str, Any], error: str) -> str:
     actions = [block for block in body.get("blocks") or [] if block.get("type") == "actions"]
     if not actions:
         return ""
-    values = [element.get("value") for block in actions for element in block.get("elements") or []]
-    requests = ", ".join(f"`{value}`" for value in dict.fromkeys(values) if isinstance(value, str))
+    elements = [element for block in actions for element in block.get("elements") or []]
+    # An option's value is REQUEST:N (ids.choice_value): the request is what comes before.
+    values = [
+        str(e["value"]).partition(":")[0] for e in elements if isinstance(e.get("value"), str)
+    ]
+    requests = ", ".join(f"`{value}`" for value in dict.fromkeys(values))
     which = f"request {requests}" if requests else "it"
-    return (
+    note = (
         f"_Slack refused this card ({error}), so its buttons cannot be shown: on-call can decide"
         f" {which} from the terminal (`kestrel runs pending` lists it)._"
     )
+    options = _options(elements)
+    # The options are the model's words, in plain text on the buttons: escaped for mrkdwn here.
+    if not options:
+        return note
+    listed = " · ".join(escape(option) for option in options)
+    if len(listed) > OPTIONS_LIMIT:  # a cut entity (&l…) shows as text, and opens no tag
+        listed = listed[: OPTIONS_LIMIT - 1] + "…"
+    return f"Options: {listed}\n\n{note}"
+
+
+def _options(elements: list[dict[str, Any]]) -> list[str]:
+    """A question's options: its choice buttons' words, or its menu's."""
+    shown: list[str] = []
+    for element in elements:
+        if element.get("type") == "static_select":
+            shown += [
+                str((o.get("text") or {}).get("text", "")) for o in element.get("options") or []
+            ]
+        elif ":" in str(element.get("value", "")):
+            shown.append(str((element.get("text") or {}).get("text", "")))
+    return shown
 
 
 def _words(body: dict[str, Any], note: str = "") -> str:

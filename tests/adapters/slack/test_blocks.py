@@ -927,3 +927,23 @@ def test_a_link_in_a_calls_arguments_is_shown_exactly_in_its_code_block() -> Non
     )
     code = next(t for t in mrkdwn_texts(card.blocks) if t.startswith("```"))
     assert '"body": "[docs](https://evil.example)"' in code  # what is approved, as it is
+
+
+def test_a_question_card_shown_as_text_names_its_request_and_keeps_its_options() -> None:
+    # Slack refused the card's blocks: its text alone is shown. Each option button's value is
+    # REQUEST:N, not a request; and the options, the model's words, are all a reader can reply.
+    from slack_sdk.errors import SlackApiError
+
+    from adapters.slack import transport
+
+    request = approval(
+        kind=RequestKind.WAIT_USER, prompt="Which region?", options=("eu <!channel>", "us")
+    )
+    card = cards.request_card(request, reason="", may_answer=["U0APPROVER"])
+    refused = SlackApiError("refused", {"ok": False, "error": "invalid_blocks"})  # type: ignore[no-untyped-call]
+
+    text = transport._plain_instead(refused, "card", card.body())["text"]
+
+    assert f"request `{request.id}`" in text and f"{request.id}:0" not in text
+    assert "eu &lt;!channel&gt;" in text and "<!channel>" not in text
+    assert "us" in text
