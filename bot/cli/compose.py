@@ -101,6 +101,8 @@ def checked_isolation(settings: Settings) -> Isolation | None:
     if isolation is None:
         tools_log.error("%s", UNISOLATED)
         return None
+    if not settings.tool_patterns():
+        return None  # no catalog (tools: [], or MCP servers alone): no command to isolate
     try:
         isolation.check_remembered()
     except IsolationUnavailable as exc:

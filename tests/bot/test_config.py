@@ -165,3 +165,27 @@ def test_the_demo_catalog_stands_in_only_when_no_tools_are_set(tmp_path: Path) -
 def _written(path: Path, text: str) -> Path:
     path.write_text(text)
     return path
+
+
+def test_no_catalog_starts_where_commands_cannot_be_isolated(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Isolation keeps catalog commands from Kestrel's secrets. With tools: [] (or MCP servers
+    # alone) there is no command to keep: a host without user namespaces (a pod) must not be
+    # refused for want of them, as it was not before tools: [] stopped meaning the demo.
+    from bot.cli.compose import checked_isolation
+    from bot.tools.isolation import Isolation, IsolationUnavailable
+
+    def unavailable(_self: Isolation) -> None:
+        raise IsolationUnavailable("user namespaces are not allowed")
+
+    monkeypatch.setattr(Isolation, "check_remembered", unavailable)
+    server = {"name": "srv", "transport": "stdio", "command": ["true"]}
+    none = load_settings(str(_written(tmp_path / "a.yaml", "tools: []")))
+    mcp_only = msgspec.convert({"mcp_servers": [server]}, Settings)
+    catalog = load_settings(str(_written(tmp_path / "b.yaml", "tools: [ops.yaml]")))
+
+    checked_isolation(none)
+    checked_isolation(mcp_only)
+    with pytest.raises(ConfigError, match="catalog commands cannot be isolated here"):
+        checked_isolation(catalog)
