@@ -461,10 +461,10 @@ class McpTools:
         return self.source
 
     async def close(self) -> None:
-        """Close every server's session."""
+        """Close every server's session, side by side: a server that outlives its stdin is
+        killed only after the stdio client's waits, which must not add up over servers."""
         self._started = False
-        for server in self._sources:
-            await server.close()
+        await asyncio.gather(*(server.close() for server in self._sources))
 
     def _assemble(self, accepted: Mapping[str, tuple[McpTool, ...]]) -> ToolSet:
         groups: list[tuple[str, Sequence[Tool]]] = [(BUILTIN_OWNER, self._builtin)]

@@ -474,3 +474,29 @@ async def test_an_http_server_restarted_while_idle_is_connected_again() -> None:
         await tools.close()
         server.kill()
         await server.wait()
+
+
+async def test_servers_that_outlive_their_stdin_are_closed_side_by_side() -> None:
+    # A server that ignores its stdin closing and SIGTERM is killed only after the stdio
+    # client's waits (some seconds); one after another, three of them held a SIGTERM'd serve
+    # past a pod's grace with a few more.
+    stubborn = (
+        "import runpy, signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        f"runpy.run_path({str(SERVER)!r}, run_name='__main__'); time.sleep(600)"
+    )
+    one = McpTools([], [McpSource(settings(command=[sys.executable, "-c", stubborn]))])
+    await one.start()
+    started = time.monotonic()
+    await one.close()
+    alone = time.monotonic() - started
+
+    sources = [
+        McpSource(settings(name=f"srv{i}", command=[sys.executable, "-c", stubborn]))
+        for i in range(3)
+    ]
+    three = McpTools([], sources)
+    await three.start()
+    started = time.monotonic()
+    await three.close()
+
+    assert time.monotonic() - started < 2 * alone
