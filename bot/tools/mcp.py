@@ -250,6 +250,10 @@ class McpSource:
             closed = isinstance(exc, MCPError) and exc.code == types.CONNECTION_CLOSED
             if session is self._session:  # not a session already replaced
                 (self._lost if closed else self._doubt).set()
+            if closed:
+                # The server may have died doing it, as a timeout may cut a call: not undone.
+                said = "the connection closed before it answered; what it did, if anything, stands"
+                return ToolResult(f"MCP server {self.name}: {remote}: {said}", is_error=True)
             return ToolResult(f"MCP server {self.name}: {remote}: {_reason(exc)}", is_error=True)
         return ToolResult(capped(render(result)), is_error=result.is_error)
 
