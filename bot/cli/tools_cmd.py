@@ -82,4 +82,7 @@ def tools_check(files: tuple[str, ...]) -> None:
         echo(problem, err=True)
     if problems:
         sys.exit(1)
+    if not checked:
+        echo("no catalog configured: nothing to check")
+        return
     echo(f"{len(checked)} catalog file(s) OK: {', '.join(map(str, checked))}")

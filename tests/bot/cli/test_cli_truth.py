@@ -181,6 +181,13 @@ def test_tools_list_shows_the_mcp_servers_tools_too(tmp_path: Path) -> None:
     assert "ask_human_input" in rows
 
 
+def test_tools_check_with_no_catalog_says_so(tmp_path: Path) -> None:
+    write_config(tmp_path, tools=[])
+    checked = kestrel(tmp_path, "tools", "check")
+    assert checked.returncode == 0, checked.stderr
+    assert checked.stdout == "no catalog configured: nothing to check\n"
+
+
 def test_tools_check_without_files_checks_the_configured_catalogs(tmp_path: Path) -> None:
     shipped = kestrel(tmp_path, "tools", "check")  # no configuration: the demo catalog
     assert shipped.returncode == 0 and "1 catalog file(s) OK" in shipped.stdout
