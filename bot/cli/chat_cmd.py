@@ -18,6 +18,7 @@ from bot.cli.common import (
 from bot.cli.driving import on_stop_signals
 
 if TYPE_CHECKING:
+    from bot.config.settings import Settings
     from bot.run.runtime import Runtime
 
 
@@ -40,7 +41,8 @@ def chat(user: str | None) -> None:
         supervisor = Supervisor(rt)
         banner = (
             f"Kestrel chat: model {rt.model.provider}/{rt.model.model}, "
-            f"{len(rt.tools.current())} tools, journal {shown_database(settings)}. "
+            f"{len(rt.tools.current())} tools{_demo_said(settings)}, "
+            f"journal {shown_database(settings)}. "
             "/help for commands, Ctrl-D to leave."
             f"\nYou are {user} (--as or KESTREL_USER to change it)."
         ) + "".join(f"\nnote: {notice}" for notice in _unlogged(rt.policy.notices()))
@@ -59,6 +61,11 @@ def chat(user: str | None) -> None:
     if terminated:
         click.echo("stopped: the run under way was suspended", err=True)
         sys.exit(128 + signal.SIGTERM)
+
+
+def _demo_said(settings: Settings) -> str:
+    """What the banner adds when the demo's catalog stands in: its tools touch nothing real."""
+    return " (the demo's simulated services)" if settings.uses_demo_catalog() else ""
 
 
 def _unlogged(notices: list[str]) -> list[str]:

@@ -58,6 +58,7 @@ def test_chat_with_piped_input_completes_the_demo(tmp_path: Path) -> None:
     result = kestrel(tmp_path, "chat", stdin="checkout is failing, can you look?\na\nyes\n")
     assert result.returncode == 0, result.stderr
     out = result.stdout
+    assert "tools (the demo's simulated services), journal" in out  # the banner says so
     assert "approval needed: restart_service" in out
     assert "Checkout is back up." in out
     assert (tmp_path / "demo-state" / "restarts.log").read_text() == "restart checkout\n"
