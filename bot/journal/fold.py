@@ -12,6 +12,7 @@ from bot.domain import (
     AssistantTurn,
     Decision,
     Grant,
+    GrantKind,
     ProcessStamp,
     Request,
     RunStatus,
@@ -65,6 +66,9 @@ class RunState(msgspec.Struct):
     usage: Usage = msgspec.field(default_factory=Usage)
     batch: list[CallState] = msgspec.field(default_factory=list)
     grants: list[Grant] = msgspec.field(default_factory=list)
+    # Each approved plan (its request id): how many of ``messages`` the model had read when it
+    # asked for the plan, its reply included. Known from its first step grant; in memory only.
+    plans_read: dict[str, int] = msgspec.field(default_factory=dict)
     answers: dict[str, Decision] = msgspec.field(default_factory=dict)
     advisories: list[str] = msgspec.field(default_factory=list)
     signatures: Counter[int] = msgspec.field(default_factory=Counter)
@@ -141,7 +145,7 @@ def apply(state: RunState, entry: Entry) -> None:
         case "tool_deferred":
             _deferred(state, entry)
         case "grant_written":
-            state.grants.append(entry.grant)
+            _grant(state, entry.grant)
         case "answer_supplied":
             state.answers[entry.decision.request_id] = entry.decision
         case "user_message":
@@ -180,6 +184,16 @@ def _assistant(state: RunState, entry: AssistantTurnEntry) -> None:
     state.batch = [CallState(call) for call in turn.calls]
     if turn.text:
         state.last_text = turn.text
+
+
+def _grant(state: RunState, grant: Grant) -> None:
+    state.grants.append(grant)
+    if grant.kind is GrantKind.PLAN_STEP and grant.plan not in state.plans_read:
+        # A plan's grants are written within the batch of the reply that asked for it (with
+        # the answer that gave them), so that reply is the run's latest.
+        replies = (i for i in reversed(range(len(state.messages))))
+        asked = next((i for i in replies if isinstance(state.messages[i], AssistantMessage)), -1)
+        state.plans_read[grant.plan] = asked + 1
 
 
 def _find(state: RunState, call_id: str) -> CallState | None:

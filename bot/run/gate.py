@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 import msgspec
@@ -54,6 +54,7 @@ class Gate:
         written: Iterable[Grant] = (),
         answers: Mapping[str, tuple[Decision, str]] | None = None,
         definition: Callable[[str], str] = lambda _name: "",
+        read_before: Callable[[str], Collection[str] | None] = lambda _plan: None,
     ) -> None:
         self._new_request = new_request
         self._prompter = prompter
@@ -63,6 +64,9 @@ class Gate:
         # Each tool's definition now (``ToolSet.definition``): a grant or a card covers the
         # definition it was given for, so a tool edited since asks again.
         self._definition = definition
+        # The calls whose output the model had read when it asked for an approved plan (its
+        # request id); None for a plan of this batch, asked with everything read so far.
+        self._read_before = read_before
         # A standing grant's tool, with the definition it was given for (its ``digest``).
         self._standing: dict[str, str] = {}
         self._one_shot: set[tuple[str, str]] = set()
@@ -106,6 +110,10 @@ class Gate:
         if self.covers(call_id, tool.name, digest, must_see):
             return GateVerdict(True)
         step = self._plans.cover(tool.name, digest) if answer is None else None
+        if step is not None and must_see:
+            unseen = self._unseen(step.plan, origins)
+            if unseen:
+                step, again = None, unseen
         if step is not None:
             # Used up by this call, journaled before its effect starts: a step never covers a
             # second call, even when the first one's outcome is lost in a crash.
@@ -140,6 +148,18 @@ class Gate:
             return decision, ""
         by = decision.by or "someone"
         return None, f"asked again: {by} approved {tool} as another card showed it"
+
+    def _unseen(self, plan: str, origins: tuple[ArgumentOrigin, ...]) -> str:
+        """Why the card of ``plan`` did not show where this call's values came from: an output
+        the model read only after it asked for the plan (its steps were traced then)."""
+        read = self._read_before(plan)
+        if read is None:
+            return ""
+        late = [o for o in origins if o.call_id not in read]
+        if not late:
+            return ""
+        shown = ", ".join(f"`{o.argument}` from {o.tool} (call {o.call_id})" for o in late)
+        return f"asked again: the approved plan's card did not show where {shown} came from"
 
     def decided(self, call_id: str) -> bool:
         """Whether a person already decided on call ``call_id``: that decision stands, even if

@@ -45,7 +45,7 @@ from bot.journal.entries import (
 )
 from bot.journal.fold import CallState, RunState
 from bot.journal.writer import TakenOver
-from bot.llm.base import ModelError, ModelProvider
+from bot.llm.base import ModelError, ModelProvider, ToolResultsMessage
 from bot.nesting import loads
 from bot.run.context import RunContext
 from bot.run.execute import CallEnv, HookAbort, execute_tool, post_tool, traced_steps
@@ -275,6 +275,21 @@ class AgentLoop:
             written=self.state.grants,
             answers=answers,
             definition=tools.definition,
+            read_before=self._read_before,
+        )
+
+    def _read_before(self, plan: str) -> frozenset[str] | None:
+        """The calls whose output the model had read when it asked for ``plan``; None for a
+        plan none of whose grants is journaled yet (this batch's)."""
+        asked = self.state.plans_read.get(plan)
+        if asked is None:
+            return None
+        before = self.state.messages[:asked]
+        return frozenset(
+            item.call_id
+            for message in before
+            if isinstance(message, ToolResultsMessage)
+            for item in message.results
         )
 
     def _env(self, tools: ToolSet, gate: Gate) -> CallEnv:

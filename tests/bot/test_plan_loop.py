@@ -311,3 +311,54 @@ async def test_a_proposed_plans_steps_are_traced_before_they_are_shown(tmp_path:
     plan = await world.plan(run_id)
     assert [o.value for o in plan.steps[0].origins] == ["payments-api"]
     assert plan.steps[1].origins == ()
+
+
+async def test_a_step_shown_without_origins_does_not_cover_a_value_read_since(
+    tmp_path: Path,
+) -> None:
+    # The plan's card showed restart_unit payments-db with no origin: nothing had been read.
+    # list_units then prints payments-db; the call copying it asks on a card that says where
+    # the value came from, since the plan's approval never saw that.
+    steps = [step("restart_unit", "payments-db"), step("drain_node", "node-9")]
+    replies = [
+        reply(call("propose_plan", summary="restart the db", steps=steps)),
+        reply(call("list_units", unit="all")),
+        reply(call("restart_unit", unit="payments-db")),
+        reply(text="done"),
+    ]
+    world = await plan_world(tmp_path, replies)
+    run_id = await world.start()
+    plan = await world.plan(run_id)
+    assert plan.steps[0].origins == ()
+
+    await world.decide(run_id, plan, DecisionKind.APPROVE)
+
+    assert world.effects.count("restart_unit") == 0
+    (card,) = await world.open(run_id)
+    assert card.kind is RequestKind.WAIT_APPROVAL
+    assert [(o.value, o.tool) for o in card.origins] == [("payments-db", "list_units")]
+    assert "did not show" in card.off_plan
+    await world.decide(run_id, card, DecisionKind.APPROVE)
+    await world.ended(run_id)
+    assert world.effects.count("restart_unit") == 1
+
+
+async def test_a_proposed_step_shown_with_its_origin_covers_the_later_call(
+    tmp_path: Path,
+) -> None:
+    steps = [step("restart_unit", "payments-api"), step("drain_node", "node-1")]
+    replies = [
+        reply(call("list_units", unit="all")),
+        reply(call("propose_plan", summary="restart what the listing shows", steps=steps)),
+        reply(call("restart_unit", unit="payments-api")),
+        reply(call("drain_node", unit="node-1")),
+        reply(text="done"),
+    ]
+    world = await plan_world(tmp_path, replies)
+    run_id = await world.start()
+    await world.decide(run_id, await world.plan(run_id), DecisionKind.APPROVE)
+
+    await world.ended(run_id)
+    assert world.effects.count("restart_unit") == world.effects.count("drain_node") == 1
+    asked = await world.rt.store.list_requests(run_id=run_id, status=None)
+    assert [request.kind for request, _status, _decision in asked] == [RequestKind.WAIT_PLAN]
