@@ -5,6 +5,7 @@ no step differs from the nearest one."""
 from __future__ import annotations
 
 import json
+import unicodedata
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
@@ -113,14 +114,29 @@ def _changes(planned: dict[str, Any], called: dict[str, Any]) -> list[str]:
             changes.append(f"extra argument `{key}`: `{_value(called[key])}`")
         elif key not in called:
             changes.append(f"missing argument `{key}` (plan `{_value(planned[key])}`)")
-        elif planned[key] != called[key]:
+        elif _canonical(planned[key]) != _canonical(called[key]):
             was, now = _value(planned[key]), _value(called[key])
+            if _look_alike(was, now):  # 1 vs "1", NFC vs NFD, fullwidth: as escaped JSON
+                was, now = _cut(_canonical(planned[key])), _cut(_canonical(called[key]))
             changes.append(f"changed argument `{key}`: `{now}` vs plan `{was}`")
     return changes
 
 
+def _look_alike(shown: str, other: str) -> bool:
+    return unicodedata.normalize("NFKC", shown) == unicodedata.normalize("NFKC", other)
+
+
+def _canonical(value: Any) -> str:
+    """A value as the call's digest writes it: 1, 1.0, true and "1" differ, as do NFC and NFD
+    (Python's ``==`` holds 1 == 1.0 == True)."""
+    return json.dumps(value, sort_keys=True)
+
+
 def _value(value: Any) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    return _cut(value if isinstance(value, str) else json.dumps(value, sort_keys=True))
+
+
+def _cut(text: str) -> str:
     return text if len(text) <= VALUE_SHOWN else text[: VALUE_SHOWN - 1] + "…"
 
 

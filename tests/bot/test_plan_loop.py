@@ -4,6 +4,7 @@ three decisions, the policy per step, and calls that match no step."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from bot.domain import DecisionKind, GrantKind, RequestKind, RunStatus, ToolOutcome
 from bot.journal.entries import GrantWritten, ToolResultEntry
@@ -362,3 +363,32 @@ async def test_a_proposed_step_shown_with_its_origin_covers_the_later_call(
     assert world.effects.count("restart_unit") == world.effects.count("drain_node") == 1
     asked = await world.rt.store.list_requests(run_id=run_id, status=None)
     assert [request.kind for request, _status, _decision in asked] == [RequestKind.WAIT_PLAN]
+
+
+def test_the_plan_book_says_how_a_look_alike_argument_differs() -> None:
+    from bot.domain import Grant, call_digest
+
+    planned = {"unit": "caf\u00e9", "count": 1}
+    book = PlanBook()
+    digest = call_digest("scale", planned)
+    book.honour(
+        Grant(
+            kind=GrantKind.PLAN_STEP,
+            tool="scale",
+            digest=digest,
+            plan="p",
+            step=0,
+            arguments=planned,
+        )
+    )
+    # Each differs from the step only in how a value is written; the card says which.
+    variants: list[tuple[dict[str, Any], str]] = [
+        ({"unit": "caf\u00e9", "count": 1.0}, "`count`: `1.0` vs plan `1`"),
+        ({"unit": "caf\u00e9", "count": True}, "`count`: `true` vs plan `1`"),
+        ({"unit": "caf\u00e9", "count": "1"}, '`count`: `"1"` vs plan `1`'),
+        ({"unit": "cafe\u0301", "count": 1}, '`unit`: `"cafe\\u0301"` vs plan `"caf\\u00e9"`'),
+        ({"unit": "\uff43af\u00e9", "count": 1}, '`unit`: `"\\uff43af\\u00e9"` vs plan'),
+    ]
+    for called, said in variants:
+        assert book.cover("scale", call_digest("scale", called)) is None
+        assert said in book.difference("scale", called, call_digest("scale", called)), called
