@@ -52,11 +52,27 @@ class WorkTaker:
     async def run(self) -> None:
         """Take and run work until ``stop``; heartbeat while at it."""
         rt = self.supervisor.rt
+        unreachable = False
         while not self._stopping.is_set():
-            await self.store.heartbeat(rt.owner)
-            items = await self.store.take_work(rt.owner, self.batch, retake_after=rt.lease_seconds)
-            for item in items:
-                await self._handle(item)
+            try:
+                await self.store.heartbeat(rt.owner)
+                items = await self.store.take_work(
+                    rt.owner, self.batch, retake_after=rt.lease_seconds
+                )
+                for item in items:
+                    await self._handle(item)
+            except StoreError as exc:
+                # The store is away (restarted, unreachable): keep looking, or this replica
+                # would never heartbeat nor take work again once it is back.
+                if not unreachable:
+                    log.warning("work: the store failed, trying again every poll: %s", exc)
+                unreachable = True
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stopping.wait(), self.poll)
+                continue
+            if unreachable:
+                log.info("work: the store answers again")
+                unreachable = False
             if not items:
                 with contextlib.suppress(StoreError):
                     await self.store.wait_for_work(self.poll)

@@ -1,0 +1,89 @@
+"""A replica whose PostgreSQL goes away and comes back: a real ``kestrel serve`` behind a TCP
+proxy the test cuts, its readiness, and the work it takes once the store is back."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import subprocess
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from urllib.parse import urlsplit
+
+from bot.domain import RunStatus
+from tests.fakes.processes import KESTREL
+from tests.fakes.tcp_proxy import TcpProxy
+from tests.fakes.waiting import until
+from tests.replicas.test_replicas import DSN, ONE_EFFECT, Cluster, statuses, store_of, submit
+from tests.replicas.test_replicas import cluster as cluster  # the fixtures
+from tests.replicas.test_replicas import pytestmark as pytestmark
+from tests.replicas.test_replicas import schema as schema
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def readyz(port: int) -> tuple[int, dict[str, object]] | None:
+    """``/readyz``'s status and body, or None while nothing listens."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as refused:
+        return refused.code, json.loads(refused.read())
+    except OSError:
+        return None
+
+
+def serve(c: Cluster, port: int) -> subprocess.Popen[str]:
+    """``kestrel serve`` on ``port`` (to ask its ``/readyz``)."""
+    command = [*KESTREL, "serve", "--port", str(port)]
+    return subprocess.Popen(
+        command,
+        cwd=c.folder,
+        env=c.env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+async def test_a_replica_takes_work_again_once_the_store_is_back(
+    cluster: Callable[..., Cluster], schema: str
+) -> None:
+    target = urlsplit(DSN)
+    async with TcpProxy(target.port or 5432, target.hostname or "127.0.0.1") as proxy:
+        proxied = DSN.replace(target.netloc, f"{target.username}@127.0.0.1:{proxy.port}", 1)
+        c = cluster(ONE_EFFECT, database=f"{proxied}?schema={schema}")
+        port = free_port()
+        c.replicas.append(await asyncio.to_thread(serve, c, port))
+
+        async def answered(status: int, problem: str = "") -> bool:
+            said = await asyncio.to_thread(readyz, port)
+            return said is not None and said[0] == status and problem in json.dumps(said[1])
+
+        await until(lambda: answered(200))
+        store = await store_of(c.schema)
+        before = await submit(store, "b0")
+        await until(lambda: statuses(store, [before]))
+        await until(lambda: "effect b0" in c.effects())
+
+        proxy.cut()
+        await until(lambda: answered(503, "unreachable"))
+        # The replica's pool, its heartbeat and its look for work have each met the outage.
+        await until(lambda: proxy.refused >= 10, timeout=30)
+        proxy.restore()
+
+        await until(lambda: answered(200), timeout=30)
+        after = await submit(store, "a0")
+
+        async def completed() -> bool:
+            return (await statuses(store, [after])).get(after) is RunStatus.COMPLETED
+
+        await until(completed, timeout=30)
+        assert c.effects().count("effect a0") == 1
+        await store.close()
