@@ -9,7 +9,7 @@ import os
 import re
 import socket
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, ClassVar, Final
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -128,7 +128,7 @@ class PostgresStore(SqlStore):
         dsn: str,
         *,
         schema: str = "public",
-        clock: Callable[[], datetime] = utcnow,
+        clock: Callable[[], datetime] | None = None,
         min_size: int = 1,
         max_size: int = 10,
         connect_timeout: float = 10.0,
@@ -142,7 +142,12 @@ class PostgresStore(SqlStore):
                 "PostgreSQL: ?schema= must be a plain identifier (a letter or _, then letters,"
                 f" digits or _, at most 63), got {schema!r}"
             )
-        super().__init__(clock, f"PostgreSQL {postgres_target(dsn, schema)}")
+        # Leases, deadlines and heartbeats written by one replica are compared by another: by
+        # default every replica reads the time on the server's clock (the wall clock plus the
+        # offset measured when it connects), so a host whose clock is off never takes a live
+        # replica's runs nor keeps a dead one's. An injected clock (tests) is used as it is.
+        self._server_offset: timedelta | None = None if clock is None else timedelta()
+        super().__init__(clock or self._server_time, f"PostgreSQL {postgres_target(dsn, schema)}")
         self._dsn = dsn
         self._schema = schema
         self._min_size = min_size
@@ -172,6 +177,8 @@ class PostgresStore(SqlStore):
         try:
             if self._pool is None:
                 self._pool = await self._connect()
+            if self._server_offset is None:
+                self._server_offset = await self._measure_offset(self._pool)
             return await self._apply_migrations(self._pool)
         except BaseException:
             pool, self._pool = self._pool, None
@@ -308,6 +315,19 @@ class PostgresStore(SqlStore):
                 # A DSN asyncpg cannot parse; its message may quote the DSN, hence the scrub.
                 raise StoreError(self._message("connect", f"invalid DSN: {exc}")) from None
 
+    def _server_time(self) -> datetime:
+        """The time on the server's clock: this host's, corrected by the measured offset."""
+        return utcnow() + (self._server_offset or timedelta())
+
+    async def _measure_offset(self, pool: asyncpg.Pool) -> timedelta:
+        """How far the server's clock is ahead of this host's (halfway through the query)."""
+        with self._errors("connect"):
+            async with pool.acquire() as conn:
+                before = utcnow()
+                server: datetime = await conn.fetchval("SELECT clock_timestamp()")
+                after = utcnow()
+        return server - (before + (after - before) / 2)
+
     async def _apply_migrations(self, pool: asyncpg.Pool) -> int:
         """Apply the missing migrations, one locked transaction each; refuse a newer schema."""
         lock_key = _migration_lock_key(self._schema)
@@ -393,7 +413,7 @@ class PostgresStore(SqlStore):
 
 
 async def open_postgres(
-    dsn: str, *, schema: str = "public", clock: Callable[[], datetime] = utcnow
+    dsn: str, *, schema: str = "public", clock: Callable[[], datetime] | None = None
 ) -> PostgresStore:
     """Open the PostgreSQL store at ``dsn`` and bring its schema up to date."""
     return await migrated(PostgresStore(dsn, schema=schema, clock=clock))

@@ -364,7 +364,6 @@ async def runtime(
 ) -> AsyncIterator[Runtime]:
     """A runtime for one process; its MCP sessions and store are closed on exit. ``clock``:
     the one clock of the runtime and its store (the wall clock by default; tests move it)."""
-    from bot.domain import utcnow
     from bot.events import FanOut, LogSink
     from bot.people.policy import Policy
     from bot.pii.hooks import pii_hooks
@@ -381,7 +380,8 @@ async def runtime(
         store = await open_store(settings, clock=clock)
         try:
             yield Runtime(
-                clock=clock or utcnow,
+                # The store's clock by default: PostgreSQL's, shared by every replica.
+                clock=clock or store.now,
                 store=store,
                 model=model,
                 tools=tools,

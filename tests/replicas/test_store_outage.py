@@ -13,6 +13,7 @@ from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from bot.domain import RunStatus
+from bot.journal.fold import fold
 from tests.fakes.processes import KESTREL
 from tests.fakes.tcp_proxy import TcpProxy
 from tests.fakes.waiting import until
@@ -87,3 +88,49 @@ async def test_a_replica_takes_work_again_once_the_store_is_back(
         await until(completed, timeout=30)
         assert c.effects().count("effect a0") == 1
         await store.close()
+
+
+SKEWED = """
+import os
+from datetime import timedelta
+
+import bot.domain
+
+_wall = bot.domain.utcnow
+bot.domain.utcnow = lambda: _wall() + timedelta(seconds=float(os.environ["SKEW_SECONDS"]))
+"""
+
+
+async def test_a_replica_whose_clock_runs_ahead_takes_no_live_run(
+    cluster: Callable[..., Cluster],
+) -> None:
+    c = cluster(
+        [
+            {"text": "slow", "calls": [{"name": "slow_effect", "arguments": {"name": "$PROMPT"}}]},
+            {"text": "finished"},
+        ]
+    )
+    # Long enough for the skewed replica to look for orphans several times while it runs.
+    (c.folder / "slow.sh").write_text(
+        'echo "start $1" >> "$EFFECTS_FILE"\nsleep 8\necho "done $1" >> "$EFFECTS_FILE"\n'
+    )
+    c.start_replica()
+    store = await store_of(c.schema)
+    run_id = await submit(store, "k0")
+    await until(lambda: "start k0" in c.effects())
+    # A host whose clock is a minute ahead (a lease is 2 s here): its own clock says every
+    # lease the healthy replica wrote ran out long ago.
+    skew = c.folder / "skew"
+    skew.mkdir()
+    (skew / "sitecustomize.py").write_text(SKEWED)
+    c.env = {**c.env, "PYTHONPATH": str(skew), "SKEW_SECONDS": "60"}
+    c.start_replica()
+
+    async def completed() -> bool:
+        return (await statuses(store, [run_id])).get(run_id) is RunStatus.COMPLETED
+
+    await until(completed, timeout=40)
+    assert c.effects() == ["start k0", "done k0"]
+    state = fold(await store.load(run_id), run_id)
+    assert not state.takeovers
+    await store.close()
