@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -17,7 +18,7 @@ def parse_cron(expression: str) -> CronTrigger:
     try:
         if len(fields) == 6:
             second, minute, hour, day, month, weekday = fields
-            return CronTrigger(
+            trigger = CronTrigger(
                 second=second,
                 minute=minute,
                 hour=hour,
@@ -26,6 +27,11 @@ def parse_cron(expression: str) -> CronTrigger:
                 day_of_week=weekday,
                 timezone="UTC",
             )
-        return CronTrigger.from_crontab(expression, timezone="UTC")
+        else:
+            trigger = CronTrigger.from_crontab(expression, timezone="UTC")
     except ValueError as exc:
         raise ValueError(f"cron {expression!r}: {exc}") from exc
+    # A day no month has (30 February, 31 April) parses, and would never fire, unsaid.
+    if trigger.get_next_fire_time(None, datetime.now(UTC)) is None:
+        raise ValueError(f"cron {expression!r}: never fires (no date matches it)")
+    return trigger

@@ -101,6 +101,12 @@ def test_environment_overrides_nested_keys(tmp_path: Path, monkeypatch: pytest.M
         ("schedules: [{name: a, cron: 'not a cron', prompt: 1}]\n", "schedules.0.cron: cron"),
         ("schedules: [{name: a, cron: 'not a cron', prompt: p, x: 1}]\n", "0.cron: cron"),
         ("schedules: [{name: a, cron: '0 7 * * *', prompt: '  '}]\n", "0.prompt: must not be"),
+        # A day no month has: accepted, it would never fire and nobody would be told.
+        (
+            "schedules: [{name: a, cron: '0 0 30 2 *', prompt: p}]\n",
+            "0.cron: cron '0 0 30 2 *': never",
+        ),
+        ("schedules: [{name: a, cron: '0 0 0 31 4 *', prompt: p}]\n", "31 4 *': never fires"),
         ("schedules: [{name: '', cron: '0 7 * * *', prompt: p}]\n", "0.name: must not be empty"),
         (
             "deadlines: {per_tool: {1: 5}}\n",
