@@ -21,6 +21,7 @@ from bot.config.cron import parse_cron
 from bot.config.deadlines import DeadlineSettings
 from bot.config.settings import ScheduledPrompt
 from bot.domain import Request
+from bot.errors import StoreError
 from bot.events import Event, RequestOpenedEvent, RequestReminderEvent
 from bot.kinds import AuditAction
 from bot.run.supervisor import LiveRun, Supervisor
@@ -149,13 +150,29 @@ class Scheduler:
 
 def _job(work: Callable[..., Awaitable[object]]) -> Callable[..., Awaitable[None]]:
     """``work`` as a scheduler job: a job under way when the scheduler shuts down is cancelled,
-    which APScheduler would log with a traceback; it is said in one debug line instead."""
+    which APScheduler would log with a traceback; it is said in one debug line instead. A
+    store failure is one warning until the job works again (APScheduler said it at each run)."""
+
+    name = getattr(work, "__name__", work)
+    failing = False
 
     @functools.wraps(work)
     async def job(*args: object) -> None:
+        nonlocal failing
         try:
             await work(*args)
         except asyncio.CancelledError:
-            log.debug("scheduler: %s stopped at shutdown", getattr(work, "__name__", work))
+            log.debug("scheduler: %s stopped at shutdown", name)
+            return
+        except StoreError as exc:
+            # The store is away: said once (not at each sweep, every few seconds), and the
+            # job runs again at its next time.
+            if not failing:
+                log.warning("scheduler: %s failed, trying again at its next time: %s", name, exc)
+            failing = True
+            return
+        if failing:
+            log.info("scheduler: %s works again", name)
+        failing = False
 
     return job
