@@ -88,9 +88,10 @@ async def test_a_replica_takes_work_again_once_the_store_is_back(
         await until(completed, timeout=30)
         assert c.effects().count("effect a0") == 1
         await store.close()
-    replica = c.replicas[0]
-    replica.terminate()
-    _, said = await asyncio.to_thread(replica.communicate, timeout=30)
+        # Stopped while the proxy still stands: once it closes, the store is away again.
+        replica = c.replicas[0]
+        replica.terminate()
+        _, said = await asyncio.to_thread(replica.communicate, timeout=30)
     # The outage is said once by each part that met it, not at each of its tries.
     for what in ("heartbeat failed", "orphaned_runs failed", "list_requests failed"):
         assert said.count(what) <= 1, said
