@@ -7,7 +7,8 @@ whose outcome is unknown can be found in the thread instead of being posted a se
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
@@ -17,6 +18,7 @@ from adapters.slack.target import SlackTarget
 from bot.chat.outbox import DeliveryFailed, MessageGone
 
 log = logging.getLogger("kestrel.slack")
+T = TypeVar("T")
 
 EVENT_TYPE = "kestrel_message"
 # Refusals that only a person can lift (invite the bot, unarchive the channel): retried
@@ -60,38 +62,34 @@ class SlackTransport:
         """Post into the thread, marked with ``key``; return the message's ts."""
         where = SlackTarget.from_json(target)
         metadata = {"event_type": EVENT_TYPE, "event_payload": {"key": key}}
-        shown = body
-        while True:
-            try:
-                reply = await self._client.chat_postMessage(
-                    channel=where.channel,
-                    thread_ts=where.thread_ts or None,
-                    text=shown.get("text", ""),
-                    blocks=shown.get("blocks") or None,
-                    metadata=metadata,
-                    unfurl_links=False,
-                    unfurl_media=False,
-                )
-            except SlackApiError as exc:
-                shown = _plain_instead(exc, key, shown)
-                continue
+
+        async def send(shown: dict[str, Any]) -> str:
+            reply = await self._client.chat_postMessage(
+                channel=where.channel,
+                thread_ts=where.thread_ts or None,
+                text=shown.get("text", ""),
+                blocks=shown.get("blocks") or None,
+                metadata=metadata,
+                unfurl_links=False,
+                unfurl_media=False,
+            )
             return str(reply["ts"])
+
+        return await _sent(send, key, body)
 
     async def update(self, ref: str, target: dict[str, Any], body: dict[str, Any]) -> None:
         """Edit message ``ref`` in place."""
-        shown = body
-        while True:
-            try:
-                await self._client.chat_update(
-                    channel=SlackTarget.from_json(target).channel,
-                    ts=ref,
-                    text=shown.get("text", ""),
-                    blocks=shown.get("blocks") or [],
-                )
-            except SlackApiError as exc:
-                shown = _plain_instead(exc, ref, shown)
-                continue
-            return
+        channel = SlackTarget.from_json(target).channel
+
+        async def send(shown: dict[str, Any]) -> None:
+            await self._client.chat_update(
+                channel=channel,
+                ts=ref,
+                text=shown.get("text", ""),
+                blocks=shown.get("blocks") or [],
+            )
+
+        await _sent(send, ref, body)
 
     async def find(self, key: str, target: dict[str, Any], body: dict[str, Any]) -> str | None:  # noqa: ARG002
         """The ts of the bot's message marked ``key`` in the thread, if it landed."""
@@ -124,6 +122,21 @@ def _key_of(message: dict[str, Any]) -> str:
     if metadata.get("event_type") != EVENT_TYPE:
         return ""
     return str((metadata.get("event_payload") or {}).get("key", ""))
+
+
+async def _sent(
+    send: Callable[[dict[str, Any]], Awaitable[T]], what: str, body: dict[str, Any]
+) -> T:
+    """``send(body)``; a body Slack refuses as such is sent once more, as its words alone. Any
+    other refusal, or a second one, is a ``DeliveryFailed``."""
+    try:
+        return await send(body)
+    except SlackApiError as exc:
+        plain = _plain_instead(exc, what, body)
+    try:
+        return await send(plain)
+    except SlackApiError as exc:
+        raise _failed(exc) from exc
 
 
 def _plain_instead(exc: SlackApiError, what: str, body: dict[str, Any]) -> dict[str, Any]:

@@ -191,9 +191,11 @@ def _grant(state: RunState, grant: Grant) -> None:
     if grant.kind is GrantKind.PLAN_STEP and grant.plan not in state.plans_read:
         # A plan's grants are written within the batch of the reply that asked for it (with
         # the answer that gave them), so that reply is the run's latest.
-        replies = (i for i in reversed(range(len(state.messages))))
-        asked = next((i for i in replies if isinstance(state.messages[i], AssistantMessage)), -1)
-        state.plans_read[grant.plan] = asked + 1
+        messages = state.messages
+        replies = (
+            i for i in reversed(range(len(messages))) if isinstance(messages[i], AssistantMessage)
+        )
+        state.plans_read[grant.plan] = next(replies, -1) + 1
 
 
 def _find(state: RunState, call_id: str) -> CallState | None:

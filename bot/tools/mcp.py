@@ -168,9 +168,9 @@ class McpSource:
         self._session: ClientSession | None = None
         self._task: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
-        self._lost = asyncio.Event()  # a call found the connection closed: connect again
-        # A call failed otherwise: ask the server whether the session still stands (an HTTP
-        # server restarted since refuses every request of it, saying only that it is unknown).
+        # A call failed: ask the server whether the session still stands (a connection closed
+        # fails the ping at once; an HTTP server restarted since refuses every request of it,
+        # saying only that it is unknown).
         self._doubt = asyncio.Event()
         self._lock = asyncio.Lock()
         self._relisting = 0
@@ -249,7 +249,7 @@ class McpSource:
         except Exception as exc:
             closed = isinstance(exc, MCPError) and exc.code == types.CONNECTION_CLOSED
             if session is self._session:  # not a session already replaced
-                (self._lost if closed else self._doubt).set()
+                self._doubt.set()
             if closed:
                 # The server may have died doing it, as a timeout may cut a call: not undone.
                 said = "the connection closed before it answered; what it did, if anything, stands"
@@ -309,14 +309,12 @@ class McpSource:
                 return
 
     async def _stopped_or_lost(self, session: ClientSession | None) -> bool:
-        """Wait until ``close()`` (True) or the session is lost (False): a call found it closed,
-        or a call failed otherwise, or a stdio server's stderr closed, and a ping then finds it
-        gone (a server that closed its stderr itself answers, and is watched through its calls
-        alone)."""
+        """Wait until ``close()`` (True) or the session is lost (False): a call failed, or a
+        stdio server's stderr closed, and a ping then finds it gone (a server that closed its
+        stderr itself answers, and is watched through its calls alone)."""
         stderr = self._stderr
         while True:
-            waits: list[Awaitable[object]] = [self._stop.wait(), self._lost.wait()]
-            waits.append(self._doubt.wait())
+            waits: list[Awaitable[object]] = [self._stop.wait(), self._doubt.wait()]
             if stderr is not None:
                 waits.append(stderr.closed())
             await _first(waits)
@@ -324,7 +322,7 @@ class McpSource:
                 return True
             doubted = self._doubt.is_set()
             self._doubt.clear()
-            if self._lost.is_set() or not await _answers(session, self.settings.timeout):
+            if not await _answers(session, self.settings.timeout):
                 return False
             if not doubted:
                 log.info("MCP server %s closed its stderr and still answers", self.name)
@@ -352,7 +350,6 @@ class McpSource:
         async with self._lock:
             self._tools = await self._list(session)
             self._session = session
-            self._lost.clear()
             self._doubt.clear()
         if again:
             log.warning("MCP server %s: connected again", self.name)
