@@ -15,7 +15,7 @@ from bot.cli.common import (
     terminal_user,
     with_runtime,
 )
-from bot.cli.driving import on_stop_signals
+from bot.cli.driving import hold_sigterm, on_stop_signals
 
 if TYPE_CHECKING:
     from bot.config.settings import Settings
@@ -105,6 +105,7 @@ def serve(platforms: tuple[str, ...], port: int | None, host: str) -> None:
     from bot.run.supervisor import Supervisor
     from bot.text import printable
 
+    hold_sigterm()  # one that comes while starting stops the replica once started
     settings = settings_of(click.get_current_context())
     log = logging.getLogger(SERVICE)
 
@@ -114,8 +115,15 @@ def serve(platforms: tuple[str, ...], port: int | None, host: str) -> None:
         taker = WorkTaker(supervisor, rt.store, inbound=front.chat.inbound)
         scheduler = Scheduler(supervisor, settings.deadlines, settings.schedules, store=rt.store)
         stop = asyncio.Event()
-        on_stop_signals(lambda _signum: stop.set())
+
+        def stopping(_signum: int) -> None:
+            stop.set()
+            front.drain()  # /readyz says 503 at once, even before the listener is up
+
+        on_stop_signals(stopping)
         await front.start()
+        if stop.is_set():
+            front.drain()  # stopped while starting: the platforms started since are drained too
         await scheduler.start()
         # What start-up built (modules, schemas, the catalog) lives as long as the process:
         # kept out of the collector's full passes, each of which otherwise held the event
@@ -134,7 +142,6 @@ def serve(platforms: tuple[str, ...], port: int | None, host: str) -> None:
         for line in front.describe():
             log.info("%s", printable(line))  # the names in it come from Slack and Discord
         await stop.wait()
-        front.drain()  # /readyz says 503 at once: the balancer stops sending here
         taker.stop()
         await scheduler.stop()
         grace = settings.replica.shutdown_grace_seconds

@@ -16,13 +16,28 @@ if TYPE_CHECKING:
     from bot.store import Store
 
 
+# SIGTERMs taken by ``hold_sigterm`` before ``on_stop_signals`` took over.
+_held: list[int] = []
+
+
+def hold_sigterm() -> None:
+    """Until ``on_stop_signals`` takes over, keep a SIGTERM for it. Without a handler the
+    signal kills a process at once, and PID 1 (a container's ``kestrel``) never gets it at
+    all: a replica told to stop while it started would start anyway, and be killed later."""
+    signal.signal(signal.SIGTERM, lambda signum, _frame: _held.append(signum))
+
+
 def on_stop_signals(handler: Callable[[int], object]) -> None:
-    """Call ``handler(signum)`` on SIGINT and SIGTERM instead of dying mid-write."""
+    """Call ``handler(signum)`` on SIGINT and SIGTERM instead of dying mid-write; at once for
+    a SIGTERM held since ``hold_sigterm``."""
     import asyncio
 
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, handler, signum)
+    held, _held[:] = _held[:1], []
+    for taken in held:
+        handler(taken)
 
 
 def suspend_on_signals(supervisor: Supervisor, received: list[int]) -> None:
