@@ -16,6 +16,7 @@ from discord.gateway import DiscordWebSocket
 from adapters.discord.client import KestrelDiscord
 from adapters.discord.interactions import INTERACTIONS_PATH, InteractionEndpoint, public_key
 from adapters.discord.settings import DiscordSettings
+from adapters.unreachable import why
 from bot.chat.contract import ConfigError, Outbox
 from bot.chat.links import RunLink
 from bot.chat.service import ChatService
@@ -69,7 +70,7 @@ class DiscordAdapter:
             raise _limited(exc) from exc
         except (discord.HTTPException, OSError, aiohttp.ClientError, ValueError) as exc:
             await client.close()
-            raise ConfigError(f"discord: cannot reach {self.settings.api_url}: {exc}") from exc
+            raise ConfigError(f"discord: cannot reach {self.settings.api_url}: {why(exc)}") from exc
         await self._use_gateway_rest_names()
         connecting = asyncio.create_task(client.connect(reconnect=True), name="discord-gateway")
         ready = asyncio.create_task(client.wait_until_ready())

@@ -21,6 +21,7 @@ from adapters.slack.look import SlackLook
 from adapters.slack.progress import Progress
 from adapters.slack.settings import SlackSettings
 from adapters.slack.transport import SlackTransport
+from adapters.unreachable import why
 from bot.chat.contract import ConfigError, Outbox
 from bot.chat.lifecycle import PlatformLife
 from bot.chat.links import RunLink
@@ -134,7 +135,7 @@ class SlackAdapter:
             raise ConfigError(f"slack: auth.test refused SLACK_BOT_TOKEN: {error}") from exc
         except (OSError, aiohttp.ClientError, ValueError) as exc:
             where = self.settings.api_url or SLACK_API
-            raise ConfigError(f"slack: cannot reach {where}: {exc}") from exc
+            raise ConfigError(f"slack: cannot reach {where}: {why(exc)}") from exc
         return BotIdentity(str(reply["team_id"]), str(reply["user_id"]))
 
 
