@@ -32,6 +32,7 @@ from bot.config.sources import (
     check_database,
     config_path,
     dotenv,
+    links_another_service,
     merged,
     names_a_setting,
     read_yaml,
@@ -358,7 +359,7 @@ def _setting_variables(
         if upper in _SETTING_OF:
             field = _SETTING_OF[upper]
             setting = _Setting((field,), fields_of(Settings)[field], True)
-        elif names_a_setting(upper):
+        elif names_a_setting(upper) and not links_another_service(upper, environ[name] or ""):
             setting = _setting_of(name, source)
         else:
             continue

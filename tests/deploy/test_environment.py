@@ -51,6 +51,45 @@ def test_service_links_are_ignored_and_a_typo_still_named(
         load_settings()
 
 
+# What a Service named kestrel-postgresql (``helm install kestrel bitnami/postgresql``) puts in
+# every pod of its namespace that does not say enableServiceLinks: false (a migration Job, say).
+OTHER_SERVICE_LINKS = {
+    "KESTREL_POSTGRESQL_SERVICE_HOST": "10.96.0.20",
+    "KESTREL_POSTGRESQL_SERVICE_PORT": "5432",
+    "KESTREL_POSTGRESQL_SERVICE_PORT_TCP_POSTGRESQL": "5432",
+    "KESTREL_POSTGRESQL_PORT": "tcp://10.96.0.20:5432",
+    "KESTREL_POSTGRESQL_PORT_5432_TCP": "tcp://10.96.0.20:5432",
+    "KESTREL_POSTGRESQL_PORT_5432_TCP_PROTO": "tcp",
+    "KESTREL_POSTGRESQL_PORT_5432_TCP_PORT": "5432",
+    "KESTREL_POSTGRESQL_PORT_5432_TCP_ADDR": "10.96.0.20",
+    "KESTREL_METRICS_V6_PORT": "tcp://[fd00::12]:9090",
+}
+
+
+def test_another_kestrel_services_links_are_ignored(
+    here: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in OTHER_SERVICE_LINKS.items():
+        monkeypatch.setenv(name, value)
+    assert load_settings().database == "kestrel.db"
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("KESTREL_WEB_PORT", "8080"),  # a setting guessed, not a service's address
+        ("KESTREL_WEB_SERVICE_HOST", "kestrel.example.com"),
+        ("KESTREL_REPLICA__LEASE_PORT", "tcp://10.0.0.1:80"),  # a setting's path, with __
+    ],
+)
+def test_a_look_alike_that_is_no_service_link_is_still_named(
+    here: Path, monkeypatch: pytest.MonkeyPatch, name: str, value: str
+) -> None:
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError, match=f"{name}: unknown variable"):
+        load_settings()
+
+
 def test_every_secret_comes_from_its_file_without_the_newline(
     here: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
