@@ -206,6 +206,7 @@ class Metrics:
         for kind in ("input", "output"):
             self._model_tokens.labels(kind)
         self._scraped = _ScrapeCollector(duplicates)
+        self._store_failing = False
         registry.register(self._scraped)
 
     # -- the event sink ------------------------------------------------------------------------
@@ -268,8 +269,14 @@ class Metrics:
                 platform: await store.outbox_backlog(platform) for platform in self._platforms
             }
         except StoreError as exc:
-            log.warning("metrics: the store could not be read: %s", exc)
+            # Once per outage (kestrel_store_up says the rest), not at every scrape of it.
+            if not self._store_failing:
+                log.warning("metrics: the store could not be read: %s", exc)
+            self._store_failing = True
             return _Snapshot(up=False)
+        if self._store_failing:
+            log.info("metrics: the store can be read again")
+        self._store_failing = False
         now = self._clock()
         counts = dict.fromkeys(RequestKind, 0)
         oldest = dict.fromkeys(RequestKind, 0.0)

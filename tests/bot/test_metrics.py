@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -13,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from bot import __version__
 from bot.chat.service import ChatService
 from bot.domain import AssistantTurn, DecisionKind, Session, ToolCall, utcnow
+from bot.errors import StoreError
 from bot.events import RunTakenOverEvent
 from bot.journal.entries import AssistantTurnEntry, RunStarted, UserMessageEntry
 from bot.journal.fold import RunState
@@ -184,3 +187,43 @@ async def test_takeovers_are_counted_and_a_failing_store_leaves_the_counters(
     assert figures[("kestrel_lease_takeovers_total", ())] == 1
     assert figures[("kestrel_store_up", ())] == 0
     assert not any(name == "kestrel_runs" for name, _ in figures)
+
+
+class _Flaky:
+    """The world's store for a scrape, away while ``down``."""
+
+    def __init__(self, rt: Runtime) -> None:
+        self._store = rt.store
+        self.down = False
+
+    def _check(self) -> None:
+        if self.down:
+            raise StoreError("PostgreSQL kestrel@db/kestrel: count_runs_by_status failed: gone")
+
+    async def count_runs_by_status(self) -> dict[str, int]:
+        self._check()
+        return await self._store.count_runs_by_status()
+
+    async def list_requests(self) -> list[Any]:
+        self._check()
+        return list(await self._store.list_requests())
+
+    async def outbox_backlog(self, platform: str) -> int:
+        self._check()
+        return await self._store.outbox_backlog(platform)
+
+
+async def test_a_store_outage_is_said_once_per_outage(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="kestrel.metrics")
+    store = _Flaky(world.rt)
+    metrics = Metrics(store)  # type: ignore[arg-type]
+    store.down = True
+    for _ in range(3):  # a scraper asks every few seconds for the whole outage
+        assert (await scrape(metrics))[("kestrel_store_up", ())] == 0
+    store.down = False
+    assert (await scrape(metrics))[("kestrel_store_up", ())] == 1
+    said = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "kestrel.metrics"]
+    assert [level for level, _ in said] == ["WARNING", "INFO"], said
+    assert "gone" in said[0][1] and "read again" in said[1][1]
