@@ -79,28 +79,30 @@ def is_service_link(variable: str) -> bool:
 # ``NAME_SERVICE_PORT_<PORT NAME>``, ``NAME_PORT`` and ``NAME_PORT_<N>_<PROTO>`` with its
 # ``_PROTO``, ``_PORT`` and ``_ADDR``. Each name segment is a word (a setting's are joined by
 # ``__``), and each value has its own form, so ``KESTREL_WEB_PORT=8080`` is still a typo.
-_LINK_NAME: Final = re.compile(
+_LINK_NAME: Final = (
     r"KESTREL_(?:[A-Z0-9]+_)+?(?:(?P<host>SERVICE_HOST)|(?P<number>SERVICE_PORT(?:_[A-Z0-9_]+)?"
     r"|PORT_\d+_(?:TCP|UDP|SCTP)_PORT)|(?P<url>PORT(?:_\d+_(?:TCP|UDP|SCTP))?)"
     r"|(?P<proto>PORT_\d+_(?:TCP|UDP|SCTP)_PROTO)|(?P<addr>PORT_\d+_(?:TCP|UDP|SCTP)_ADDR))"
 )
 _ADDRESS: Final = r"[0-9A-Fa-f.:]+"
 _LINK_VALUE: Final = {
-    "host": re.compile(_ADDRESS),
-    "addr": re.compile(_ADDRESS),
-    "number": re.compile(r"\d{1,5}"),
-    "proto": re.compile(r"tcp|udp|sctp"),
-    "url": re.compile(rf"(?:tcp|udp|sctp)://(?:{_ADDRESS}|\[{_ADDRESS}\]):\d{{1,5}}"),
+    "host": _ADDRESS,
+    "addr": _ADDRESS,
+    "number": r"\d{1,5}",
+    "proto": r"tcp|udp|sctp",
+    "url": rf"(?:tcp|udp|sctp)://(?:{_ADDRESS}|\[{_ADDRESS}\]):\d{{1,5}}",
 }
 
 
 def links_another_service(variable: str, value: str) -> bool:
     """Whether Kubernetes set ``variable`` (its name upper-cased) to ``value`` for a Service
     named ``kestrel-…``: told by its name and its value together."""
-    found = _LINK_NAME.fullmatch(variable)
+    # Matched as strings (``re`` keeps what it compiled): only a variable no setting has
+    # gets here, and compiling at import cost every command a few milliseconds.
+    found = re.fullmatch(_LINK_NAME, variable)
     if found is None or found.lastgroup is None:
         return False
-    return _LINK_VALUE[found.lastgroup].fullmatch(value.strip()) is not None
+    return re.fullmatch(_LINK_VALUE[found.lastgroup], value.strip()) is not None
 
 
 def with_secret_files(variables: Mapping[str, str | None]) -> dict[str, str | None]:
