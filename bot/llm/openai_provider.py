@@ -29,6 +29,7 @@ from bot.llm.base import (
     UserMessage,
     unique_call_ids,
 )
+from bot.llm.retry import MAX_SERVER_WAIT, backoff, retryable, server_wait
 from bot.user_agent import USER_AGENT
 
 log = logging.getLogger("kestrel.llm")
@@ -40,7 +41,6 @@ MISSING_KEY = (
     "OPENAI_API_KEY is not set: set it, or set OPENAI_BASE_URL alone for a local"
     " OpenAI-compatible server that needs no key"
 )
-_RETRIED_STATUSES = frozenset({408, 409, 429})
 _HINTS = {
     401: "check OPENAI_API_KEY",
     403: "check OPENAI_API_KEY and the model's access",
@@ -73,15 +73,17 @@ class OpenAIProvider:
         self._model = model
         self._max_retries = max_retries
         self._max_reply_bytes = max_reply_bytes
+        # Retries are the provider's (``_post_retrying``): the client's would sleep into the
+        # call's timeout on a long Retry-After and then say only that time ran out.
         if client is not None:
-            self._client = client.with_options(max_retries=max_retries)
+            self._client = client.with_options(max_retries=0)
             return
         if not api_key and not base_url:
             raise ModelError(MISSING_KEY)
         self._client = AsyncOpenAI(
             api_key=api_key or KEYLESS_PLACEHOLDER,
             base_url=base_url or None,
-            max_retries=max_retries,
+            max_retries=0,
             # The client's own name and version stay, after ours, for whoever reads the logs.
             default_headers={"User-Agent": f"{USER_AGENT} AsyncOpenAI/Python {openai.__version__}"},
         )
@@ -116,15 +118,16 @@ class OpenAIProvider:
             raise ModelError(
                 f"model call failed: no time left for it (timeout {_seconds(timeout)})"
             )
+        failed: list[openai.OpenAIError] = []
         try:
             # The client's own timeout is per attempt; this bounds retries and backoff as well,
             # so the loop's min(model timeout, time left) really is the most the call takes.
             async with asyncio.timeout(timeout):
-                body = await self._post(messages, tools, timeout)
+                body = await self._post_retrying(messages, tools, timeout, failed)
         except TimeoutError:
-            raise ModelError(self._timed_out(timeout)) from None
-        except openai.OpenAIError as exc:
-            raise ModelError(self._describe(exc, timeout)) from exc
+            raise ModelError(self._timed_out(timeout, failed)) from None
+        except _GaveUp as exc:
+            raise ModelError(self._describe(exc, timeout)) from exc.error
         except _ReadFailed as exc:
             raise ModelError(f"model call failed: the reply from {self.base_url} {exc}") from None
         try:
@@ -136,13 +139,50 @@ class OpenAIProvider:
             ) from None
         return self._with_unique_ids(turn, messages)
 
+    async def _post_retrying(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec],
+        timeout: float,
+        failed: list[openai.OpenAIError],
+    ) -> bytes:
+        """The 200 body, trying again as the server allows and the time left does; each failed
+        attempt is added to ``failed``, and the last one raised as ``_GaveUp``."""
+        clock = asyncio.get_running_loop().time
+        deadline = clock() + timeout
+        while True:
+            try:
+                # At least a moment: the whole call's bound (asyncio.timeout) is what ends it.
+                return await self._post(messages, tools, max(deadline - clock(), 0.001))
+            except openai.OpenAIError as exc:
+                failed.append(exc)
+                wait = self._retry_wait(exc, len(failed), deadline - clock())
+            log.warning(
+                "%s; trying again in %s (retry %d of %d)",
+                _scrub(_cause(failed[-1], self.base_url, timeout, ""), self._client.api_key),
+                _seconds(wait),
+                len(failed),
+                self._max_retries,
+            )
+            await asyncio.sleep(wait)
+
+    def _retry_wait(self, exc: openai.OpenAIError, retry: int, left: float) -> float:
+        """How long to wait before retry ``retry``; ``_GaveUp`` when there is to be none."""
+        if not retryable(exc) or retry > self._max_retries:
+            raise _GaveUp(exc, retry - 1)
+        asked = server_wait(exc)
+        if asked is not None and (asked > MAX_SERVER_WAIT or asked >= left):
+            # Waiting would only run into the timeout: say now what the server said.
+            raise _GaveUp(exc, retry - 1, asked=asked, left=left)
+        return asked if asked else backoff(retry)
+
     async def _post(
         self, messages: Sequence[Message], tools: Sequence[ToolSpec], timeout: float
     ) -> bytes:
         """The 200 body's bytes, read no further than the cap (errors still raise as usual)."""
         wire_tools = to_wire_tools(tools)
         # A streaming response leaves the body unread, so its size is checked before it is all
-        # in memory; retries and status errors are handled by the client exactly as before.
+        # in memory; a status error still raises as the client's ``APIStatusError``.
         async with self._client.chat.completions.with_streaming_response.create(
             model=self._model,
             messages=to_wire_messages(messages),
@@ -161,19 +201,54 @@ class OpenAIProvider:
             )
         return unique
 
-    def _timed_out(self, timeout: float) -> str:
+    def _timed_out(self, timeout: float, failed: Sequence[openai.OpenAIError]) -> str:
         line = f"model call failed: timed out after {_seconds(timeout)} waiting for {self.base_url}"
-        return line + (" (retries included)" if self._max_retries else "")
+        line += " (retries included)" if self._max_retries else ""
+        if failed:  # time ran out on a retry: what the attempts before it got is the cause
+            line += f"; before that: {_cause(failed[-1], self.base_url, timeout, '')}"
+        return _scrub(line, self._client.api_key)
 
-    def _describe(self, exc: openai.OpenAIError, timeout: float) -> str:
+    def _describe(self, gave_up: _GaveUp, timeout: float) -> str:
         """One readable line naming the cause, with the API key scrubbed out."""
+        exc = gave_up.error
         line = f"model call failed: {_cause(exc, self.base_url, timeout, self._client.api_key)}"
-        if _was_retried(exc) and self._max_retries:
-            line += f" (gave up after {self._max_retries} retries)"
+        if gave_up.asked is not None:
+            line += f" (the server asks to wait {_seconds(gave_up.asked)}, {gave_up.past()})"
+        if gave_up.retries:
+            line += f" (gave up after {_retries(gave_up.retries)})"
         hint = _HINTS.get(getattr(exc, "status_code", 0))
         if hint:
             line += f" — {hint}"
         return _scrub(line, self._client.api_key)
+
+
+class _GaveUp(Exception):
+    """The last failed attempt, after ``retries`` retries; ``asked``: the wait the server asked
+    for, when it was too long to wait for with ``left`` seconds of the call's time."""
+
+    def __init__(
+        self,
+        error: openai.OpenAIError,
+        retries: int,
+        *,
+        asked: float | None = None,
+        left: float = 0.0,
+    ) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.retries = retries
+        self.asked = asked
+        self.left = left
+
+    def past(self) -> str:
+        """Why the asked wait was not waited for."""
+        if self.asked is not None and self.asked > MAX_SERVER_WAIT:
+            return f"longer than Kestrel waits ({_seconds(MAX_SERVER_WAIT)})"
+        return f"more than the {_seconds(max(self.left, 0.0))} left for this call"
+
+
+def _retries(count: int) -> str:
+    return "1 retry" if count == 1 else f"{count} retries"
 
 
 def _cause(exc: openai.OpenAIError, where: str, timeout: float, secret: str) -> str:
@@ -192,15 +267,6 @@ def _cause(exc: openai.OpenAIError, where: str, timeout: float, secret: str) -> 
 def _seconds(value: float) -> str:
     # A timeout cut to the run's remaining time is e.g. 3.99996; nobody needs the digits.
     return f"{round(value, 2):g}s"
-
-
-def _was_retried(exc: openai.OpenAIError) -> bool:
-    """Whether the client retried before giving up: connection errors, 408/409/429, 5xx."""
-    if isinstance(exc, openai.APIConnectionError):
-        return True
-    if isinstance(exc, openai.APIStatusError):
-        return exc.status_code in _RETRIED_STATUSES or exc.status_code >= 500
-    return False
 
 
 def _status_line(code: int) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -51,18 +52,38 @@ async def test_hanging_server_fails_within_the_timeout_despite_retries() -> None
 
 
 async def test_retry_backoff_counts_against_the_timeout() -> None:
-    slow_retry = {"retry-after-ms": "2000"}  # the client honours it, so each retry waits 2 s
+    slow_retry = {"retry-after-ms": "2000"}  # each retry would wait 2 s
     canned = [Canned(status=503, headers=slow_retry)] * 3
     async with FakeOpenAI([{"text": "late"}], canned=canned) as fake:
         model = _provider(fake, max_retries=2)
         started = time.monotonic()
-        with pytest.raises(ModelError, match="timed out after 1s"):
+        # A wait the server asks for past the timeout is not slept into: it is the cause.
+        with pytest.raises(ModelError, match=r"503 Service Unavailable .*asks to wait 2s"):
             await model.complete(HI, [], timeout=1.0)
         elapsed = time.monotonic() - started
         await model.aclose()
 
     assert elapsed < 1.0 + 1.5
-    assert fake.count == 1  # the first retry was still sleeping when time ran out
+    assert fake.count == 1  # no retry: its wait would have outlasted the call
+
+
+async def test_own_backoff_counts_against_the_timeout_and_names_the_cause() -> None:
+    # No Retry-After: the backoff doubles (about 0.5 s, then 1 s) and runs into the timeout.
+    canned = [Canned(status=503, headers={})] * 3
+    async with FakeOpenAI([{"text": "late"}], canned=canned) as fake:
+        model = _provider(fake, max_retries=2)
+        started = time.monotonic()
+        with pytest.raises(ModelError) as caught:
+            await model.complete(HI, [], timeout=1.0)
+        elapsed = time.monotonic() - started
+        await model.aclose()
+
+    assert str(caught.value) == (
+        f"model call failed: timed out after 1s waiting for {fake.base_url} (retries included);"
+        f" before that: 503 Service Unavailable from {fake.base_url}: fake server error 503"
+    )
+    assert elapsed < 1.0 + 1.5
+    assert fake.count == 2
 
 
 async def test_no_time_left_fails_without_a_request() -> None:
@@ -73,6 +94,45 @@ async def test_no_time_left_fails_without_a_request() -> None:
         await model.aclose()
 
     assert fake.count == 0
+
+
+@pytest.mark.parametrize("seconds", [30, 300])
+async def test_a_wait_asked_past_the_timeout_fails_at_once_naming_it(seconds: int) -> None:
+    # Sleeping into the timeout only to say "timed out" hid the rate limit for the whole wait.
+    canned = [Canned(status=429, headers={"retry-after": str(seconds)})] * 3
+    async with FakeOpenAI([{"text": "late"}], canned=canned) as fake:
+        model = _provider(fake, max_retries=2)
+        started = time.monotonic()
+        with pytest.raises(ModelError) as caught:
+            await model.complete(HI, [], timeout=5.0)
+        elapsed = time.monotonic() - started
+        await model.aclose()
+
+    message = str(caught.value)
+    assert "429 Too Many Requests" in message
+    assert f"the server asks to wait {seconds}s" in message
+    assert "rate limited or out of quota" in message
+    assert "timed out" not in message
+    assert elapsed < 2.0
+    assert fake.count == 1
+
+
+async def test_each_retry_is_logged_with_its_cause_and_wait(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    canned = [Canned(status=503, headers={"retry-after": "0.01"})]
+    async with FakeOpenAI([{"text": "late"}], canned=canned) as fake:
+        model = _provider(fake, max_retries=2)
+        with caplog.at_level(logging.WARNING, logger="kestrel.llm"):
+            turn = await model.complete(HI, [], timeout=5.0)
+        await model.aclose()
+
+    assert turn.text == "late"
+    said = [r.getMessage() for r in caplog.records if r.name == "kestrel.llm"]
+    assert said == [
+        f"503 Service Unavailable from {fake.base_url}: fake server error 503;"
+        " trying again in 0.01s (retry 1 of 2)"
+    ]
 
 
 # A 200 that is not a chat completion is a model error, never an escaping exception.
