@@ -64,12 +64,12 @@ def build_model(settings: Settings) -> ModelProvider:
     from bot.llm.openai_provider import MISSING_KEY, OpenAIProvider
 
     key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
-    if key is None and settings.openai_base_url is None:
+    if key is None and not settings.openai_base_url:
         raise ConfigError(f"model.provider is openai but {MISSING_KEY}")
     return OpenAIProvider(
         settings.model.name,
         api_key=key,
-        base_url=settings.openai_base_url,
+        base_url=settings.openai_base_url or None,
         max_retries=settings.model.max_retries,
         max_reply_bytes=settings.model.max_reply_bytes,
     )

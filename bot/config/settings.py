@@ -224,13 +224,20 @@ class ToolIsolationSettings(Section):
     hide: list[str] = []
 
 
+def _model_url(url: str | None) -> None:
+    """Refuse a model endpoint no request can be sent to (no scheme, a port over 65535, a
+    pasted space) at start: the first model call retried it, panicked or raised a traceback."""
+    if url:  # empty is unset, as ``OPENAI_API_KEY=`` is
+        _check_url(url)
+
+
 class Settings(Section):
     """The whole configuration of one Kestrel process.
 
     ``load_settings`` layers it: the environment over ``./.env`` over the YAML file.
     """
 
-    __field_checks__: ClassVar = {"database": check_database}
+    __field_checks__: ClassVar = {"database": check_database, "openai_base_url": _model_url}
 
     database: str = "kestrel.db"
     model: ModelSettings = msgspec.field(default_factory=ModelSettings)
@@ -323,14 +330,23 @@ def checked_url(name: str, url: str) -> str:
     """``url`` if it is an http(s) URL with a host and a valid port; else a ``ConfigError``
     naming the variable ``name``."""
     try:
+        _check_url(url)
+    except ValueError as exc:
+        raise ConfigError(f"{name} {exc}") from None
+    return url
+
+
+def _check_url(url: str) -> None:
+    """A ``ValueError`` unless ``url`` is an http(s) URL with a host and a valid port."""
+    try:
         parts = urlsplit(url)
-        valid = parts.scheme in ("http", "https") and bool(parts.hostname)
+        # urlsplit drops a space pasted before it; the HTTP client would send it.
+        valid = url == url.strip() and parts.scheme in ("http", "https") and bool(parts.hostname)
         parts.port  # noqa: B018 - raises for a port out of range
     except ValueError:
         valid = False
     if not valid:
-        raise ConfigError(f"{name} must be an http(s) URL with a host, not {url!r}")
-    return url
+        raise ValueError(f"must be an http(s) URL with a host, not {url!r}")
 
 
 class _Setting(NamedTuple):

@@ -252,3 +252,33 @@ def test_an_empty_api_key_is_no_key(monkeypatch: pytest.MonkeyPatch) -> None:
     assert settings.openai_api_key is not None and not settings.openai_api_key
     with pytest.raises(ConfigError, match="OPENAI_API_KEY is not set"):
         build_model(settings)
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("127.0.0.1:11434/v1", "no http:// or https://"),
+        ("localhost:11434", "no http:// or https://"),
+        ("http://127.0.0.1:114340/v1", "port out of range"),
+        ("http://ollama:abc/v1", "port not a number"),
+        ("http://[::1/v1", "unclosed IPv6 address"),
+        ("http:///v1", "no host"),
+        (" http://127.0.0.1:11434/v1", "a space pasted before it"),
+    ],
+)
+def test_an_unusable_model_url_is_refused_at_start_naming_the_variable(url: str, why: str) -> None:
+    # Else a run panicked on the first model call (a port over 65535), every run failed after
+    # retrying a request that could never be sent, or the CLI died with a traceback.
+    message = refusal(OPENAI_BASE_URL=url)
+    assert message.startswith("environment OPENAI_BASE_URL: openai_base_url:"), (why, message)
+    assert "http(s) URL with a host" in message
+
+
+def test_an_empty_model_url_is_no_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    # ``OPENAI_BASE_URL=`` (a blank line of .env) is unset, as an empty key is: without a key
+    # the command says so in one line, where the provider's traceback reached the terminal.
+    from bot.cli.compose import build_model
+
+    monkeypatch.setenv("OPENAI_BASE_URL", "")
+    with pytest.raises(ConfigError, match="OPENAI_API_KEY is not set"):
+        build_model(load_settings())
