@@ -118,7 +118,7 @@ class OpenAIProvider:
             raise ModelError(
                 f"model call failed: no time left for it (timeout {_seconds(timeout)})"
             )
-        failed: list[openai.OpenAIError] = []
+        failed: list[_Failure] = []
         try:
             # The client's own timeout is per attempt; this bounds retries and backoff as well,
             # so the loop's min(model timeout, time left) really is the most the call takes.
@@ -144,19 +144,26 @@ class OpenAIProvider:
         messages: Sequence[Message],
         tools: Sequence[ToolSpec],
         timeout: float,
-        failed: list[openai.OpenAIError],
+        failed: list[_Failure],
     ) -> bytes:
         """The 200 body, trying again as the server allows and the time left does; each failed
         attempt is added to ``failed``, and the last one raised as ``_GaveUp``."""
+        wire_messages, wire_tools = to_wire_messages(messages), to_wire_tools(tools)
         clock = asyncio.get_running_loop().time
         deadline = clock() + timeout
         while True:
             try:
                 # At least a moment: the whole call's bound (asyncio.timeout) is what ends it.
-                return await self._post(messages, tools, max(deadline - clock(), 0.001))
+                return await self._post(wire_messages, wire_tools, max(deadline - clock(), 0.001))
+            except _ReadFailed:
+                raise
             except openai.OpenAIError as exc:
                 failed.append(exc)
-                wait = self._retry_wait(exc, len(failed), deadline - clock())
+            # The client wraps only some transport errors: an error page it cannot decode, or a
+            # socket it cannot open, comes out raw; a failed attempt all the same, never a panic.
+            except Exception as exc:
+                failed.append(_Unusable(exc))
+            wait = self._retry_wait(failed[-1], len(failed), deadline - clock())
             log.warning(
                 "%s; trying again in %s (retry %d of %d)",
                 _scrub(_cause(failed[-1], self.base_url, timeout, ""), self._client.api_key),
@@ -166,27 +173,30 @@ class OpenAIProvider:
             )
             await asyncio.sleep(wait)
 
-    def _retry_wait(self, exc: openai.OpenAIError, retry: int, left: float) -> float:
+    def _retry_wait(self, exc: _Failure, retry: int, left: float) -> float:
         """How long to wait before retry ``retry``; ``_GaveUp`` when there is to be none."""
-        if not retryable(exc) or retry > self._max_retries:
+        again = isinstance(exc, _Unusable) or retryable(exc)
+        if not again or retry > self._max_retries:
             raise _GaveUp(exc, retry - 1)
-        asked = server_wait(exc)
+        asked = server_wait(exc) if isinstance(exc, openai.OpenAIError) else None
         if asked is not None and (asked > MAX_SERVER_WAIT or asked >= left):
             # Waiting would only run into the timeout: say now what the server said.
             raise _GaveUp(exc, retry - 1, asked=asked, left=left)
         return asked if asked else backoff(retry)
 
     async def _post(
-        self, messages: Sequence[Message], tools: Sequence[ToolSpec], timeout: float
+        self,
+        messages: list[ChatCompletionMessageParam],
+        tools: list[ChatCompletionFunctionToolParam],
+        timeout: float,
     ) -> bytes:
         """The 200 body's bytes, read no further than the cap (errors still raise as usual)."""
-        wire_tools = to_wire_tools(tools)
         # A streaming response leaves the body unread, so its size is checked before it is all
         # in memory; a status error still raises as the client's ``APIStatusError``.
         async with self._client.chat.completions.with_streaming_response.create(
             model=self._model,
-            messages=to_wire_messages(messages),
-            tools=wire_tools if wire_tools else openai.omit,
+            messages=messages,
+            tools=tools if tools else openai.omit,
             timeout=timeout,
         ) as response:
             return await read_capped(response, self._max_reply_bytes)
@@ -201,7 +211,7 @@ class OpenAIProvider:
             )
         return unique
 
-    def _timed_out(self, timeout: float, failed: Sequence[openai.OpenAIError]) -> str:
+    def _timed_out(self, timeout: float, failed: Sequence[_Failure]) -> str:
         line = f"model call failed: timed out after {_seconds(timeout)} waiting for {self.base_url}"
         line += " (retries included)" if self._max_retries else ""
         if failed:  # time ran out on a retry: what the attempts before it got is the cause
@@ -222,13 +232,27 @@ class OpenAIProvider:
         return _scrub(line, self._client.api_key)
 
 
+class _Unusable(Exception):
+    """An attempt that failed with an error the client left unwrapped, named by its innermost
+    cause (anyio wraps a socket's error in an exception group)."""
+
+    def __init__(self, error: Exception) -> None:
+        cause: BaseException = error
+        while isinstance(cause, BaseExceptionGroup) and cause.exceptions:
+            cause = cause.exceptions[0]
+        super().__init__(f"{type(cause).__name__}: {_one_line(str(cause))}".rstrip(": "))
+
+
+_Failure = openai.OpenAIError | _Unusable
+
+
 class _GaveUp(Exception):
     """The last failed attempt, after ``retries`` retries; ``asked``: the wait the server asked
     for, when it was too long to wait for with ``left`` seconds of the call's time."""
 
     def __init__(
         self,
-        error: openai.OpenAIError,
+        error: _Failure,
         retries: int,
         *,
         asked: float | None = None,
@@ -251,7 +275,9 @@ def _retries(count: int) -> str:
     return "1 retry" if count == 1 else f"{count} retries"
 
 
-def _cause(exc: openai.OpenAIError, where: str, timeout: float, secret: str) -> str:
+def _cause(exc: _Failure, where: str, timeout: float, secret: str) -> str:
+    if isinstance(exc, _Unusable):
+        return f"no usable reply from {where} ({exc})"
     if isinstance(exc, openai.APITimeoutError):
         return f"timed out after {_seconds(timeout)} waiting for {where}"
     if isinstance(exc, openai.APIConnectionError):

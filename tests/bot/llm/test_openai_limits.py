@@ -135,6 +135,37 @@ async def test_each_retry_is_logged_with_its_cause_and_wait(
     ]
 
 
+# A proxy's error page says it is gzip and is not: the client decodes it outside its own
+# error handling, so its transport error came out raw and the run panicked.
+BAD_GZIP = {"content-encoding": "gzip"}
+
+
+async def test_an_undecodable_error_page_is_retried_then_a_model_error() -> None:
+    canned = [Canned(status=502, raw="<html>Bad Gateway</html>", headers=BAD_GZIP)] * 3
+    async with FakeOpenAI([{"text": "late"}], canned=canned) as fake:
+        model = _provider(fake, max_retries=2)
+        with pytest.raises(ModelError) as caught:
+            await model.complete(HI, [], timeout=5.0)
+        await model.aclose()
+
+    message = str(caught.value)
+    assert message.startswith(f"model call failed: no usable reply from {fake.base_url}")
+    assert "(DecodingError: " in message
+    assert message.endswith("(gave up after 2 retries)")
+    assert fake.count == 3
+
+
+async def test_an_undecodable_error_page_then_a_good_reply_is_the_reply() -> None:
+    canned = [Canned(status=503, raw="<html>Unavailable</html>", headers=BAD_GZIP)]
+    async with FakeOpenAI([{"text": "fine"}], canned=canned) as fake:
+        model = _provider(fake, max_retries=2)
+        turn = await model.complete(HI, [], timeout=5.0)
+        await model.aclose()
+
+    assert turn.text == "fine"
+    assert fake.count == 2
+
+
 # A 200 that is not a chat completion is a model error, never an escaping exception.
 
 

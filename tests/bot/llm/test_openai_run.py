@@ -112,3 +112,14 @@ async def test_a_reply_over_the_cap_ends_the_run_with_a_clear_error(tmp_path: Pa
     assert state.result.stop_reason is StopReason.MODEL_ERROR
     assert "larger than 1048576 bytes (model.max_reply_bytes)" in state.result.error
     assert "assistant_turn" not in [r.entry.kind for r in records]
+
+
+async def test_an_undecodable_error_page_fails_the_run_without_a_panic(tmp_path: Path) -> None:
+    page = Canned(status=502, raw="<html>Bad Gateway</html>", headers={"content-encoding": "gzip"})
+    async with FakeOpenAI([{"text": "unused"}], canned=[page] * 3) as fake:
+        state, _, _, rec = await _run(tmp_path, fake)
+
+    assert state.result is not None
+    assert state.result.stop_reason is StopReason.MODEL_ERROR
+    assert "no usable reply from" in state.result.error
+    assert "panic" not in rec.kinds()
