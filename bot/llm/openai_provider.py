@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import html
 import json
 import logging
 import re
@@ -307,7 +308,26 @@ def _server_detail(body: object, secret: str = "") -> str:
     message = body.get("message") if isinstance(body, dict) else body
     if not isinstance(message, str) or not message.strip():
         return ""
-    return f": {_one_line(_scrub(message, secret))[:_DETAIL_CHARS]}"
+    return f": {_one_line(_scrub(_page_text(message), secret))[:_DETAIL_CHARS]}"
+
+
+_TITLE = re.compile(r"<title[^>]*>(.*?)</title\s*>", re.IGNORECASE | re.DOTALL)
+_HIDDEN = re.compile(r"<(script|style)\b.*?</\1\s*>|<!--.*?-->", re.IGNORECASE | re.DOTALL)
+_TAG = re.compile(r"<[^>]*>")
+# A proxy's page says what went wrong near its top; the rest is not read.
+_PAGE_CHARS = 64 * 1024
+
+
+def _page_text(text: str) -> str:
+    """A proxy's HTML error page as what it says (its title, else its text): its markup,
+    a long head of styles above all, left the line with no cause in it."""
+    if not text.lstrip().startswith("<"):
+        return text
+    page = text[:_PAGE_CHARS]
+    title = _TITLE.search(page)
+    if title and title.group(1).strip():
+        return html.unescape(title.group(1))
+    return html.unescape(_TAG.sub(" ", _HIDDEN.sub(" ", page)))
 
 
 def _scrub(text: str, secret: str) -> str:

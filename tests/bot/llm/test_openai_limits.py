@@ -166,6 +166,41 @@ async def test_an_undecodable_error_page_then_a_good_reply_is_the_reply() -> Non
     assert fake.count == 2
 
 
+# A proxy's error page: its markup is no cause, and a long head left only markup in the line.
+CLOUDFLARE_PAGE = (
+    "<!DOCTYPE html>\n<!--[if lt IE 7]> <html class='no-js ie6 oldie' lang='en-US'>"
+    " <![endif]-->\n<html><head>\n<title>api.example.com | 502: Bad gateway</title>\n"
+    "<meta charset='UTF-8' />\n<style>body{margin:0;padding:0}</style>\n</head>"
+    "<body><h1>Bad gateway</h1><span>Error code 502</span></body></html>"
+)
+NGINX_PAGE = (
+    "<html>\r\n<body>\r\n<center><h1>503 Service Temporarily Unavailable</h1></center>\r\n"
+    "<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("page", "shown"),
+    [
+        (CLOUDFLARE_PAGE, ": api.example.com | 502: Bad gateway (gave up"),
+        (NGINX_PAGE, ": 503 Service Temporarily Unavailable nginx (gave up"),
+    ],
+)
+async def test_an_html_error_page_is_quoted_by_its_text_not_its_markup(
+    page: str, shown: str
+) -> None:
+    canned = [Canned(status=502, raw=page, content_type="text/html", headers={})] * 3
+    async with FakeOpenAI([{"text": "late"}], canned=canned) as fake:
+        model = _provider(fake, max_retries=2)
+        with pytest.raises(ModelError) as caught:
+            await model.complete(HI, [], timeout=10.0)
+        await model.aclose()
+
+    message = str(caught.value)
+    assert shown in message
+    assert "<" not in message
+
+
 # A 200 that is not a chat completion is a model error, never an escaping exception.
 
 
