@@ -461,9 +461,7 @@ def parse_completion(data: object) -> AssistantTurn:
     message = choice.get("message")
     if not isinstance(message, Mapping):
         raise _BadShape("the first choice has no message")
-    text = message.get("content")
-    if text is not None and not isinstance(text, str):
-        raise _BadShape("the message content is not text")
+    text = _content_text(message.get("content"))
     refusal = message.get("refusal")
     if not text and isinstance(refusal, str) and refusal.strip():
         text = refusal  # the model declined: its reason is the answer, not an empty one
@@ -480,6 +478,25 @@ def parse_completion(data: object) -> AssistantTurn:
         finish_reason=finish if isinstance(finish, str) else ("tool_calls" if calls else "stop"),
         usage=_usage(data.get("usage")),
     )
+
+
+def _content_text(content: object) -> str | None:
+    """The reply's text: a string, or the ``text`` parts of a list of parts (Mistral's API and
+    gateways before it send one; a ``thinking`` part is the model's, not the answer)."""
+    if content is None or isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise _BadShape("the message content is not text")
+    texts = [part.get("text") for part in content if _is_text_part(part)]
+    if not all(isinstance(text, str) for text in texts):
+        raise _BadShape("the message content is not text")
+    return "".join(texts)
+
+
+def _is_text_part(part: object) -> bool:
+    if not isinstance(part, Mapping):
+        raise _BadShape("the message content is not text")
+    return part.get("type") == "text"
 
 
 def _tool_call(raw: object) -> ToolCall:

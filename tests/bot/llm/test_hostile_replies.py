@@ -163,3 +163,24 @@ async def test_a_filtered_reply_fails_the_run_naming_the_filter(tmp_path: Path) 
     assert _ended(state) == (RunStatus.FAILED, StopReason.MODEL_ERROR)
     assert state.result is not None and "content filter" in state.result.error
     assert counter.calls == {}
+
+
+async def test_content_sent_as_parts_is_the_answer(tmp_path: Path) -> None:
+    # Mistral's API (and gateways in front of it) send content as parts, thinking among them:
+    # the run failed ("the message content is not text") on a good answer.
+    parts = [
+        {"type": "thinking", "thinking": [{"type": "text", "text": "the pods restarted"}]},
+        {"type": "text", "text": "Checkout is back "},
+        {"type": "text", "text": "up."},
+    ]
+    state, _, _ = await _run(tmp_path, _with_message(chat_completion(), "stop", content=parts))
+
+    assert _ended(state) == (RunStatus.COMPLETED, StopReason.ANSWERED)
+    assert state.result is not None and state.result.text == "Checkout is back up."
+
+
+async def test_content_parts_that_are_not_text_fail_naming_the_cause() -> None:
+    body = _with_message(chat_completion(), "stop", content=[{"type": "text", "text": 7}])
+    line = await _model_error(Canned(status=200, body=body))
+
+    assert "the message content is not text" in line
