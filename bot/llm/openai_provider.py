@@ -49,6 +49,8 @@ _HINTS = {
     429: "rate limited or out of quota",
 }
 _DETAIL_CHARS = 200
+# Local servers load a model on its first request, which can outlast the default timeout.
+SLOW_MODEL = "a slow model may need a longer model.timeout"
 # The largest legitimate reply (about 128k output tokens, JSON-escaped) stays under 4 MiB,
 # while a runaway server's body is refused before it costs a parse, a journal row and a copy.
 DEFAULT_MAX_REPLY_BYTES = 4 * 1024 * 1024
@@ -217,6 +219,8 @@ class OpenAIProvider:
         line += " (retries included)" if self._max_retries else ""
         if failed:  # time ran out on a retry: what the attempts before it got is the cause
             line += f"; before that: {_cause(failed[-1], self.base_url, timeout, '')}"
+        else:
+            line += f" — {SLOW_MODEL}"
         return _scrub(line, self._client.api_key)
 
     def _describe(self, gave_up: _GaveUp, timeout: float) -> str:

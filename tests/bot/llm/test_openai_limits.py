@@ -51,6 +51,21 @@ async def test_hanging_server_fails_within_the_timeout_despite_retries() -> None
     assert fake.count >= 1
 
 
+async def test_a_timeout_says_which_setting_gives_a_slow_model_longer() -> None:
+    # A local model loading (Ollama on its first request) outlasts 60 s: the line told a
+    # newcomer that time ran out, not that model.timeout is what to raise.
+    async with FakeOpenAI(hang=True) as fake:
+        model = _provider(fake, max_retries=0)
+        with pytest.raises(ModelError) as caught:
+            await model.complete(HI, [], timeout=0.5)
+        await model.aclose()
+
+    assert str(caught.value) == (
+        f"model call failed: timed out after 0.5s waiting for {fake.base_url}"
+        " — a slow model may need a longer model.timeout"
+    )
+
+
 async def test_retry_backoff_counts_against_the_timeout() -> None:
     slow_retry = {"retry-after-ms": "2000"}  # each retry would wait 2 s
     canned = [Canned(status=503, headers=slow_retry)] * 3
