@@ -45,7 +45,7 @@ MISSING_KEY = (
 _HINTS = {
     401: "check OPENAI_API_KEY",
     403: "check OPENAI_API_KEY and the model's access",
-    404: "check the model name and OPENAI_BASE_URL",
+    404: "check the model name (model.name: {model}) and OPENAI_BASE_URL",
     429: "rate limited or out of quota",
 }
 _DETAIL_CHARS = 200
@@ -233,7 +233,7 @@ class OpenAIProvider:
             line += f" (gave up after {_retries(gave_up.retries)})"
         hint = _HINTS.get(getattr(exc, "status_code", 0))
         if hint:
-            line += f" — {hint}"
+            line += f" — {hint.format(model=self._model)}"
         return _scrub(line, self._client.api_key)
 
 

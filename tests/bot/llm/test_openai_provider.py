@@ -214,6 +214,22 @@ async def test_404_hints_at_model_and_base_url(fake: FakeOpenAI, provider: OpenA
         await provider.complete([UserMessage("hi")], [], timeout=5)
 
 
+async def test_404_names_the_setting_and_the_model_asked_for(
+    fake: FakeOpenAI, provider: OpenAIProvider
+) -> None:
+    # Ollama's 404 says only "model not found, try pulling it first": a newcomer with the
+    # minimal config's model name needs to know which setting names the model.
+    missing = {"error": {"message": 'model "gpt-test" not found, try pulling it first'}}
+    fake.add_canned(Canned(status=404, body=missing))
+
+    with pytest.raises(ModelError) as caught:
+        await provider.complete([UserMessage("hi")], [], timeout=5)
+
+    assert str(caught.value).endswith(
+        "— check the model name (model.name: gpt-test) and OPENAI_BASE_URL"
+    )
+
+
 async def test_500_is_retried_then_fails(fake: FakeOpenAI, provider: OpenAIProvider) -> None:
     fake.add_canned(*[Canned(status=500)] * 3)
 
