@@ -160,6 +160,10 @@ class OpenAIProvider:
                 return await self._post(wire_messages, wire_tools, max(deadline - clock(), 0.001))
             except _ReadFailed:
                 raise
+            except openai.APITimeoutError:
+                # The attempt had all the time left: the whole call timed out, whichever of
+                # the two timeouts noticed first.
+                raise TimeoutError from None
             except openai.OpenAIError as exc:
                 failed.append(exc)
             # The client wraps only some transport errors: an error page it cannot decode, or a

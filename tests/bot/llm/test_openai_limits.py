@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import logging
 import time
+from types import SimpleNamespace
 from typing import Any
 
+import openai
 import pytest
 
 from bot.domain import AssistantTurn, ToolCall
@@ -27,6 +29,8 @@ from tests.fakes.openai_server import (
 )
 
 KEY = "sk-test-key"
+# The request an error of the client's carries, as much of it as the error reads.
+NO_REQUEST: Any = SimpleNamespace(method="POST", url="http://model.test/v1", headers={})
 HI: list[Message] = [UserMessage("hi")]
 
 
@@ -63,6 +67,30 @@ async def test_a_timeout_says_which_setting_gives_a_slow_model_longer() -> None:
     assert str(caught.value) == (
         f"model call failed: timed out after 0.5s waiting for {fake.base_url}"
         " — a slow model may need a longer model.timeout"
+    )
+
+
+async def test_an_attempt_that_times_out_is_the_call_timing_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Each attempt is given all the time left, so its own timeout is the call's: retrying it
+    # only slept past the deadline, and the line named the timeout as its own cause.
+    attempts: list[float] = []
+
+    async def times_out(self: OpenAIProvider, messages: Any, tools: Any, timeout: float) -> bytes:
+        attempts.append(timeout)
+        raise openai.APITimeoutError(request=NO_REQUEST)
+
+    monkeypatch.setattr(OpenAIProvider, "_post", times_out)
+    model = OpenAIProvider("m", api_key=KEY, base_url="http://model.test/v1", max_retries=2)
+    with pytest.raises(ModelError) as caught:
+        await model.complete(HI, [], timeout=5.0)
+    await model.aclose()
+
+    assert len(attempts) == 1
+    assert str(caught.value) == (
+        "model call failed: timed out after 5s waiting for http://model.test/v1 (retries"
+        " included) — a slow model may need a longer model.timeout"
     )
 
 
