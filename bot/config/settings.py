@@ -117,7 +117,7 @@ class ModelSettings(Section):
     provider: Literal["openai", "scripted"] | None = None
     name: str = "gpt-4.1-mini"
     script: str | None = None
-    # The whole call, the client's retries and their backoff included.
+    # The whole call, retries and their waits included; a server asking to wait longer fails it.
     timeout: Annotated[float, Meta(gt=0)] = 60.0
     max_retries: Annotated[int, Meta(ge=0, le=10)] = 2
     # A reply body over this many bytes ends the run as a model error (4 MiB: any real reply
