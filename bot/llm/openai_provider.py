@@ -10,6 +10,7 @@ import re
 from collections.abc import Mapping, Sequence
 from http import HTTPStatus
 from typing import Any
+from urllib.parse import urlsplit
 
 import openai
 from openai import AsyncAPIResponse, AsyncOpenAI
@@ -235,10 +236,19 @@ class OpenAIProvider:
             line += f" (the server asks to wait {_seconds(gave_up.asked)}, {gave_up.past()})"
         if gave_up.retries:
             line += f" (gave up after {_retries(gave_up.retries)})"
-        hint = _HINTS.get(getattr(exc, "status_code", 0))
+        hint = self._hint(getattr(exc, "status_code", 0))
         if hint:
-            line += f" — {hint.format(model=self._model)}"
+            line += f" — {hint}"
         return _scrub(line, self._client.api_key)
+
+    def _hint(self, status: int) -> str:
+        """What to check for a status; a 404 from a base URL with no path is that path."""
+        if status == HTTPStatus.NOT_FOUND and urlsplit(self.base_url).path in ("", "/"):
+            return (
+                "OPENAI_BASE_URL has no path: OpenAI-compatible servers answer under /v1"
+                f" ({self.base_url}/v1)"
+            )
+        return _HINTS.get(status, "").format(model=self._model)
 
 
 class _Unusable(Exception):

@@ -230,6 +230,20 @@ async def test_404_names_the_setting_and_the_model_asked_for(
     )
 
 
+async def test_404_from_a_base_url_without_a_path_suggests_v1(fake: FakeOpenAI) -> None:
+    # OPENAI_BASE_URL=http://127.0.0.1:11434 (Ollama's own port, no /v1): every server answers
+    # 404 for /chat/completions, and the line blamed the model name first.
+    bare = fake.base_url.removesuffix("/v1")
+    model = OpenAIProvider("gpt-test", api_key=KEY, base_url=bare, max_retries=0)
+    with pytest.raises(ModelError) as caught:
+        await model.complete([UserMessage("hi")], [], timeout=5)
+    await model.aclose()
+
+    assert str(caught.value).endswith(
+        f"— OPENAI_BASE_URL has no path: OpenAI-compatible servers answer under /v1 ({bare}/v1)"
+    )
+
+
 async def test_500_is_retried_then_fails(fake: FakeOpenAI, provider: OpenAIProvider) -> None:
     fake.add_canned(*[Canned(status=500)] * 3)
 
