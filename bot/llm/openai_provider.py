@@ -37,6 +37,7 @@ from bot.user_agent import USER_AGENT
 log = logging.getLogger("kestrel.llm")
 
 PROVIDER = "openai"
+OPENAI_API = "https://api.openai.com/v1"
 # Local servers (Ollama, vLLM, LM Studio) ignore the key, but the client insists on one.
 KEYLESS_PLACEHOLDER = "not-needed"
 MISSING_KEY = (
@@ -86,7 +87,9 @@ class OpenAIProvider:
             raise ModelError(MISSING_KEY)
         self._client = AsyncOpenAI(
             api_key=api_key or KEYLESS_PLACEHOLDER,
-            base_url=base_url or None,
+            # Never None: the client would read OPENAI_BASE_URL again, and take an empty one
+            # (which the settings read as unset) for the URL.
+            base_url=base_url or OPENAI_API,
             max_retries=0,
             # The client's own name and version stay, after ours, for whoever reads the logs.
             default_headers={"User-Agent": f"{USER_AGENT} AsyncOpenAI/Python {openai.__version__}"},

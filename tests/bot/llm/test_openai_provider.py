@@ -313,3 +313,16 @@ async def test_base_url_alone_uses_a_placeholder_key(fake: FakeOpenAI) -> None:
 
     assert turn.text == "first"
     assert (model.provider, model.model) == ("openai", "llama3")
+
+
+@pytest.mark.parametrize("environment", ["", "   "])
+def test_no_base_url_is_openai_whatever_the_environment_says(
+    monkeypatch: pytest.MonkeyPatch, environment: str
+) -> None:
+    # The settings have read OPENAI_BASE_URL already (an empty one is unset); the client read
+    # the environment again and took "" for the URL: every request of a Compose deployment
+    # with `OPENAI_BASE_URL: ${OPENAI_BASE_URL}` failed with "cannot connect to  (…)".
+    monkeypatch.setenv("OPENAI_BASE_URL", environment)
+    model = OpenAIProvider("m", api_key=KEY, base_url=None)
+
+    assert model.base_url == "https://api.openai.com/v1"
