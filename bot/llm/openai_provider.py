@@ -326,10 +326,28 @@ def _status_line(code: int) -> str:
 
 def _server_detail(body: object, secret: str = "") -> str:
     """The server's own error message, if it sent one, scrubbed and shortened to one line."""
-    message = body.get("message") if isinstance(body, dict) else body
+    message = _body_message(body) if isinstance(body, dict) else body
     if not isinstance(message, str) or not message.strip():
         return ""
     return f": {_one_line(_scrub(_page_text(message), secret))[:_DETAIL_CHARS]}"
+
+
+def _body_message(body: dict[str, Any]) -> object:
+    """An error body's message: OpenAI's ``message``, else a Python server's ``detail``
+    (FastAPI's is a list of ``{"loc": […], "msg": …}`` for a request it refused)."""
+    if "message" in body:
+        return body["message"]
+    detail = body.get("detail")
+    if isinstance(detail, list):
+        return "; ".join(_problem(item) for item in detail)
+    return detail
+
+
+def _problem(item: object) -> str:
+    if not isinstance(item, Mapping):
+        return str(item)
+    where = ".".join(str(part) for part in item.get("loc") or ())
+    return f"{where}: {item.get('msg')}" if where else str(item.get("msg"))
 
 
 _TITLE = re.compile(r"<title[^>]*>(.*?)</title\s*>", re.IGNORECASE | re.DOTALL)

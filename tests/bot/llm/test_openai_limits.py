@@ -244,6 +244,31 @@ async def test_an_html_error_page_is_quoted_by_its_text_not_its_markup(
     assert "<" not in message
 
 
+@pytest.mark.parametrize(
+    ("body", "shown"),
+    [
+        (
+            {"detail": [{"loc": ["body", "messages", 2, "content"], "msg": "field required"}]},
+            ": body.messages.2.content: field required",
+        ),
+        ({"detail": "Not authenticated"}, ": Not authenticated"),
+    ],
+)
+async def test_a_python_servers_detail_is_the_cause(body: dict[str, Any], shown: str) -> None:
+    # FastAPI-based servers (vLLM's and LiteLLM's routes among them) say what they refused in
+    # "detail", not "message": the line named the status alone.
+    async with FakeOpenAI([{"text": "late"}], canned=[Canned(status=422, body=body)]) as fake:
+        model = _provider(fake, max_retries=0)
+        with pytest.raises(ModelError) as caught:
+            await model.complete(HI, [], timeout=5.0)
+        await model.aclose()
+
+    assert (
+        str(caught.value)
+        == f"model call failed: 422 Unprocessable Entity from {fake.base_url}{shown}"
+    )
+
+
 # A 200 that is not a chat completion is a model error, never an escaping exception.
 
 
