@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import html
 import json
 import logging
 import re
@@ -31,6 +30,7 @@ from bot.llm.base import (
     UserMessage,
     unique_call_ids,
 )
+from bot.llm.error_body import error_message
 from bot.llm.retry import MAX_SERVER_WAIT, backoff, retryable, server_wait
 from bot.user_agent import USER_AGENT
 
@@ -326,47 +326,10 @@ def _status_line(code: int) -> str:
 
 def _server_detail(body: object, secret: str = "") -> str:
     """The server's own error message, if it sent one, scrubbed and shortened to one line."""
-    message = _body_message(body) if isinstance(body, dict) else body
-    if not isinstance(message, str) or not message.strip():
+    message = error_message(body)
+    if not message.strip():
         return ""
-    return f": {_one_line(_scrub(_page_text(message), secret))[:_DETAIL_CHARS]}"
-
-
-def _body_message(body: dict[str, Any]) -> object:
-    """An error body's message: OpenAI's ``message``, else a Python server's ``detail``
-    (FastAPI's is a list of ``{"loc": […], "msg": …}`` for a request it refused)."""
-    if "message" in body:
-        return body["message"]
-    detail = body.get("detail")
-    if isinstance(detail, list):
-        return "; ".join(_problem(item) for item in detail)
-    return detail
-
-
-def _problem(item: object) -> str:
-    if not isinstance(item, Mapping):
-        return str(item)
-    where = ".".join(str(part) for part in item.get("loc") or ())
-    return f"{where}: {item.get('msg')}" if where else str(item.get("msg"))
-
-
-_TITLE = re.compile(r"<title[^>]*>(.*?)</title\s*>", re.IGNORECASE | re.DOTALL)
-_HIDDEN = re.compile(r"<(script|style)\b.*?</\1\s*>|<!--.*?-->", re.IGNORECASE | re.DOTALL)
-_TAG = re.compile(r"<[^>]*>")
-# A proxy's page says what went wrong near its top; the rest is not read.
-_PAGE_CHARS = 64 * 1024
-
-
-def _page_text(text: str) -> str:
-    """A proxy's HTML error page as what it says (its title, else its text): its markup,
-    a long head of styles above all, left the line with no cause in it."""
-    if not text.lstrip().startswith("<"):
-        return text
-    page = text[:_PAGE_CHARS]
-    title = _TITLE.search(page)
-    if title and title.group(1).strip():
-        return html.unescape(title.group(1))
-    return html.unescape(_TAG.sub(" ", _HIDDEN.sub(" ", page)))
+    return f": {_one_line(_scrub(message, secret))[:_DETAIL_CHARS]}"
 
 
 def _scrub(text: str, secret: str) -> str:
