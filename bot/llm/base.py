@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import msgspec
@@ -107,6 +107,10 @@ class ModelError(Exception):
     """The model call failed (after the provider's own retries); the message names the cause."""
 
 
+# Told, while a model call goes on, what keeps it waiting (a retry after a rate limit).
+Notice = Callable[[str], None]
+
+
 class ModelProvider(Protocol):
     """Anything that turns a conversation and a tool list into one assistant turn."""
 
@@ -121,9 +125,15 @@ class ModelProvider(Protocol):
         ...
 
     async def complete(
-        self, messages: Sequence[Message], tools: Sequence[ToolSpec], timeout: float
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec],
+        timeout: float,
+        *,
+        notice: Notice | None = None,
     ) -> AssistantTurn:
         """One model call, retries included, within ``timeout`` seconds; ``ModelError`` otherwise.
+        ``notice`` hears each wait before a retry, as one line, while people wait on the call.
 
         Every call id in the returned turn is non-empty and unique in the run (see
         ``unique_call_ids``): the loop keys results and grants by it.

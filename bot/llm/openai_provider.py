@@ -24,6 +24,7 @@ from bot.llm.base import (
     AssistantMessage,
     Message,
     ModelError,
+    Notice,
     SystemMessage,
     ToolResultsMessage,
     ToolSpec,
@@ -119,8 +120,11 @@ class OpenAIProvider:
         messages: Sequence[Message],
         tools: Sequence[ToolSpec],
         timeout: float,
+        *,
+        notice: Notice | None = None,
     ) -> AssistantTurn:
-        """One Chat Completions call within ``timeout``; a failure is a one-line ``ModelError``."""
+        """One Chat Completions call within ``timeout``; a failure is a one-line ``ModelError``;
+        each retry's wait is a warning, and a line to ``notice``."""
         if timeout <= 0:
             raise ModelError(
                 f"model call failed: no time left for it (timeout {_seconds(timeout)})"
@@ -130,7 +134,7 @@ class OpenAIProvider:
             # The client's own timeout is per attempt; this bounds retries and backoff as well,
             # so the loop's min(model timeout, time left) really is the most the call takes.
             async with asyncio.timeout(timeout):
-                body = await self._post_retrying(messages, tools, timeout, failed)
+                body = await self._post_retrying(messages, tools, timeout, failed, notice)
         except TimeoutError:
             raise ModelError(self._timed_out(timeout, failed)) from None
         except _GaveUp as exc:
@@ -152,6 +156,7 @@ class OpenAIProvider:
         tools: Sequence[ToolSpec],
         timeout: float,
         failed: list[_Failure],
+        notice: Notice | None,
     ) -> bytes:
         """The 200 body, trying again as the server allows and the time left does; each failed
         attempt is added to ``failed``, and the last one raised as ``_GaveUp``."""
@@ -175,14 +180,15 @@ class OpenAIProvider:
             except Exception as exc:
                 failed.append(_Unusable(exc))
             wait = self._retry_wait(failed[-1], len(failed), deadline - clock())
-            log.warning(
-                "%s; trying again in %s (retry %d of %d)",
-                _scrub(_cause(failed[-1], self.base_url, timeout, ""), self._client.api_key),
-                _seconds(wait),
-                len(failed),
-                self._max_retries,
-            )
+            said = self._retrying(failed[-1], len(failed), wait, timeout)
+            log.warning("%s", said)
+            if notice is not None:  # people wait on the call: a rate limit can hold it a minute
+                notice(f"model call: {said}")
             await asyncio.sleep(wait)
+
+    def _retrying(self, exc: _Failure, retry: int, wait: float, timeout: float) -> str:
+        cause = _scrub(_cause(exc, self.base_url, timeout, ""), self._client.api_key)
+        return f"{cause}; trying again in {_seconds(wait)} (retry {retry} of {self._max_retries})"
 
     def _retry_wait(self, exc: _Failure, retry: int, left: float) -> float:
         """How long to wait before retry ``retry``; ``_GaveUp`` when there is to be none."""

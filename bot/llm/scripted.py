@@ -23,6 +23,7 @@ from bot.llm.base import (
     AssistantMessage,
     Message,
     ModelError,
+    Notice,
     SystemMessage,
     ToolResultsMessage,
     ToolSpec,
@@ -355,6 +356,8 @@ class ScriptedProvider:
         messages: Sequence[Message],
         tools: Sequence[ToolSpec],  # noqa: ARG002
         timeout: float,  # noqa: ARG002
+        *,
+        notice: Notice | None = None,  # noqa: ARG002 - a script never waits
     ) -> AssistantTurn:
         """The reply at the conversation's position: one per assistant message of this run."""
         # Counting the conversation, not an in-memory cursor, lets a run resumed in a new

@@ -261,11 +261,16 @@ class AgentLoop:
             try:
                 async with self.signals.interrupt.guard():
                     return await self.deps.model.complete(
-                        self.state.messages, tools.specs(), timeout
+                        self.state.messages, tools.specs(), timeout, notice=self._model_waits
                     )
             except ModelError as exc:
                 self._check_deadline()  # a call cut short by the run's deadline stops for it
                 raise Stop(RunStatus.FAILED, StopReason.MODEL_ERROR, str(exc)) from exc
+
+    def _model_waits(self, text: str) -> None:
+        """What holds the model call up (a retry after a rate limit), for the people watching;
+        passing news, so not journaled."""
+        self.run_ctx.events.emit(AdvisoryEvent(self.run_id, text, source="model"))
 
     def _gate(self, tools: ToolSet, answers: dict[str, tuple[Decision, str]] | None = None) -> Gate:
         return Gate(

@@ -13,7 +13,7 @@ import pytest
 from bot.domain import AssistantTurn, RunStatus, StopReason, ToolCall
 from bot.events import Event, FanOut, PanicEvent, RunEndedEvent
 from bot.hooks import HookContext, Hooks, ToolVerdict
-from bot.llm.base import AssistantMessage, Message, ToolSpec, UserMessage
+from bot.llm.base import AssistantMessage, Message, Notice, ToolSpec, UserMessage
 from tests.fakes.kit import Kit, RecordingModel, build_kit, results
 from tests.fakes.runtime import call, reply
 
@@ -53,7 +53,12 @@ class BuggyModel(RecordingModel):
         self.release = asyncio.Event()
 
     async def complete(
-        self, messages: Sequence[Message], tools: Sequence[ToolSpec], timeout: float
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec],
+        timeout: float,
+        *,
+        notice: Notice | None = None,
     ) -> AssistantTurn:
         prompt = next(m.text for m in messages if isinstance(m, UserMessage))
         turns = sum(isinstance(m, AssistantMessage) for m in messages)
@@ -64,7 +69,7 @@ class BuggyModel(RecordingModel):
         if "wait" in prompt and turns == 0:
             self.holding.set()
             await asyncio.wait_for(self.release.wait(), timeout=5)
-        turn: AssistantTurn = await super().complete(messages, tools, timeout)
+        turn: AssistantTurn = await super().complete(messages, tools, timeout, notice=notice)
         return turn
 
 

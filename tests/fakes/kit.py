@@ -17,6 +17,7 @@ from bot.journal.log import JournalRecord
 from bot.llm.base import (
     Message,
     ModelProvider,
+    Notice,
     SystemMessage,
     ToolResultsMessage,
     ToolSpec,
@@ -54,11 +55,16 @@ class RecordingModel:
         return self.inner.model
 
     async def complete(
-        self, messages: Sequence[Message], tools: Sequence[ToolSpec], timeout: float
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec],
+        timeout: float,
+        *,
+        notice: Notice | None = None,
     ) -> Any:
         """Record the conversation, then ask the wrapped model."""
         self.calls.append(list(messages))
-        return await self.inner.complete(messages, tools, timeout)
+        return await self.inner.complete(messages, tools, timeout, notice=notice)
 
 
 class Ends:

@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 from bot.domain import Budgets, RunStatus, StopReason
+from bot.events import AdvisoryEvent
 from bot.journal.fold import RunState
 from bot.journal.log import JournalRecord
 from bot.llm.openai_provider import OpenAIProvider
@@ -123,3 +124,19 @@ async def test_an_undecodable_error_page_fails_the_run_without_a_panic(tmp_path:
     assert state.result.stop_reason is StopReason.MODEL_ERROR
     assert "no usable reply from" in state.result.error
     assert "panic" not in rec.kinds()
+
+
+async def test_a_retry_is_said_to_the_run_while_it_waits_and_not_journaled(tmp_path: Path) -> None:
+    # A rate limit held a run for up to model.timeout with nothing said where people watch
+    # (the terminal chat shows a run's advisories); the warning went only to the log.
+    limited = Canned(status=429, headers={"retry-after": "0.05"})
+    async with FakeOpenAI([{"text": "done"}], canned=[limited]) as fake:
+        state, _, records, rec = await _run(tmp_path, fake)
+
+    assert state.result is not None and state.result.text == "done"
+    said = [e.text for e in rec.events if isinstance(e, AdvisoryEvent)]
+    assert said == [
+        f"model call: 429 Too Many Requests from {fake.base_url}: fake server error 429;"
+        " trying again in 0.05s (retry 1 of 2)"
+    ]
+    assert "advisory" not in [r.entry.kind for r in records]

@@ -18,7 +18,7 @@ from bot.cli.compose import runtime
 from bot.config.settings import ConfigError, McpServerSettings, Settings
 from bot.domain import AssistantTurn, DecisionKind, RunStatus
 from bot.journal.entries import AdvisoryEntry, ToolResultEntry
-from bot.llm.base import Message, ToolSpec
+from bot.llm.base import Message, Notice, ToolSpec
 from bot.llm.scripted import Script, ScriptedProvider
 from bot.plain import Invalid, convert
 from bot.run.runtime import Runtime
@@ -194,11 +194,16 @@ class RecordingProvider(ScriptedProvider):
         self.seen: list[list[str]] = []
 
     async def complete(
-        self, messages: Sequence[Message], tools: Sequence[ToolSpec], timeout: float
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec],
+        timeout: float,
+        *,
+        notice: Notice | None = None,
     ) -> AssistantTurn:
         """Record, then reply from the script."""
         self.seen.append([tool.name for tool in tools])
-        return await super().complete(messages, tools, timeout)
+        return await super().complete(messages, tools, timeout, notice=notice)
 
 
 async def test_a_batch_keeps_its_snapshot_and_the_advisory_comes_with_the_next_call(
