@@ -135,7 +135,8 @@ async def _execute(call: ToolCall, env: CallEnv) -> CallExit:
         if gate.request is not None:
             return CallExit(ToolOutcome.DEFERRED, gate.reason, request=gate.request)
         if not gate.allowed:
-            return _error(ToolOutcome.GATE_DENIED, gate.reason)
+            # A refusal may quote what a person typed (a deny reason): scanned as an answer is.
+            return _error(ToolOutcome.GATE_DENIED, await post_tool(call, gate.reason, env))
         for used in env.gate.used():  # commits with the dispatch record, before the effect
             env.run.journal.append_soon(GrantWritten(grant=used))
     return await _dispatch(call, effective, arguments, env)
@@ -240,6 +241,7 @@ async def _proposed(
     if decision is None:
         return CallExit(ToolOutcome.DEFERRED, summary, request=request)
     output, refused = env.gate.settle_plan(request, decision)
+    output = await post_tool(call, output, env)  # a deny reason is what a person typed
     if refused:
         return _error(ToolOutcome.GATE_DENIED, output)
     return CallExit(ToolOutcome.OK, output)

@@ -109,10 +109,16 @@ def counting_tools(counter: Counter, **deploy_options: Any) -> list[Tool]:
 class ScriptedPrompter:
     """A prompter present at the keyboard that answers from a list (None = later)."""
 
-    def __init__(self, answers: Sequence[DecisionKind | None], by: str = "U0APPROVER") -> None:
+    def __init__(
+        self,
+        answers: Sequence[DecisionKind | None],
+        by: str = "U0APPROVER",
+        text: str = "scripted",
+    ) -> None:
         self.answers = list(answers)
         self.asked: list[Request] = []
         self.by = by
+        self.text = text
 
     @property
     def present(self) -> bool:
@@ -125,7 +131,7 @@ class ScriptedPrompter:
         kind = self.answers.pop(0) if self.answers else None
         if kind is None:
             return None
-        return Decision(request_id=request.id, kind=kind, by=self.by, text="scripted")
+        return Decision(request_id=request.id, kind=kind, by=self.by, text=self.text)
 
 
 async def make_runtime(

@@ -19,9 +19,10 @@ from bot.hooks import HookContext, Hooks, PromptVerdict
 from bot.pii.guard import WITHHELD_MESSAGE, PiiBuildError, PiiGuard, PiiHit, PiiMode, PiiSettings
 from bot.prompter import DeferringPrompter
 from bot.tools.ask_human import ask_human_tools
+from bot.tools.propose_plan import propose_plan_tool
 from tests.bot.cli.test_cli import kestrel, one_line_error, write_config
 from tests.fakes.kit import Kit, build_kit, results, user_messages
-from tests.fakes.runtime import Counter, call, counting_tools, reply
+from tests.fakes.runtime import Counter, ScriptedPrompter, call, counting_tools, reply
 
 EMAIL = "alice@example.com"
 AWS_KEY = "AKIAZ4XQ7PLM3RT5VW2N"
@@ -285,6 +286,40 @@ async def test_a_deferred_answer_is_scanned_like_any_tool_output(kit: Build) -> 
     await k.sup.wait(resumed)
     assert EMAIL not in k.seen_by_model()
     assert AWS_KEY not in k.seen_by_model()
+
+
+async def test_a_deny_reason_decided_later_is_scanned_before_the_model(kit: Build) -> None:
+    k = await kit([reply(call("deploy", text="v2")), reply(text="ok")])
+    state, _ = await k.run(prompter=DeferringPrompter())
+    (request,) = state.open_requests
+    deny = Decision(request_id=request.id, kind=DecisionKind.DENY, text=LEAKY, by="U0BOSS")
+    assert (await k.sup.answer(deny, run_id=state.run_id)).ready
+    resumed = await k.sup.resume(state.run_id)
+    assert resumed is not None
+    await k.sup.wait(resumed)
+    records = await k.rt.store.load(state.run_id)
+    assert [r.output for r in results(records)] == [f"denied by U0BOSS: {REDACTED}"]
+    assert EMAIL not in k.seen_by_model() and AWS_KEY not in k.seen_by_model()
+    assert k.counter.calls == {}
+
+
+async def test_a_deny_reason_typed_at_once_is_scanned_before_the_model(kit: Build) -> None:
+    k = await kit([reply(call("deploy", text="v2")), reply(text="ok")])
+    _state, records = await k.run(prompter=ScriptedPrompter([DecisionKind.DENY], text=LEAKY))
+    assert [r.output for r in results(records)] == [f"denied by U0APPROVER: {REDACTED}"]
+    assert EMAIL not in k.seen_by_model() and AWS_KEY not in k.seen_by_model()
+
+
+async def test_a_plan_deny_reason_typed_at_once_is_scanned_before_the_model(kit: Build) -> None:
+    counter = Counter()
+    tools = [*counting_tools(counter), propose_plan_tool()]
+    steps = [{"tool": "deploy", "arguments": {"text": "v2"}, "why": "ship"}]
+    plan = call("propose_plan", summary="ship v2", steps=steps)
+    k = await kit([reply(plan), reply(text="ok")], tools=tools)
+    _state, records = await k.run(prompter=ScriptedPrompter([DecisionKind.DENY], text=LEAKY))
+    (result,) = results(records)
+    assert REDACTED in result.output
+    assert EMAIL not in k.seen_by_model() and AWS_KEY not in k.seen_by_model()
 
 
 # --- a scanner that will not build -----------------------------------------------------------
