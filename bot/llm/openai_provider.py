@@ -108,8 +108,13 @@ class OpenAIProvider:
 
     @property
     def base_url(self) -> str:
-        """Where requests go, without the trailing slash."""
-        return str(self._client.base_url).rstrip("/")
+        """Where requests go, without the trailing slash, as messages name it: a password in
+        it (a proxy's basic auth) shows as ``***``, since a run's error quotes this URL to its
+        thread, its page and the journal."""
+        url = self._client.base_url
+        if url.password:
+            url = url.copy_with(username=url.username, password="***")
+        return str(url).rstrip("/")
 
     async def aclose(self) -> None:
         """Close the HTTP connections the client holds."""

@@ -326,3 +326,36 @@ def test_no_base_url_is_openai_whatever_the_environment_says(
     model = OpenAIProvider("m", api_key=KEY, base_url=None)
 
     assert model.base_url == "https://api.openai.com/v1"
+
+
+PROXY_PASSWORD = "pr0xy-S3cret"
+
+
+async def test_a_password_in_the_base_url_is_used_but_never_said(fake: FakeOpenAI) -> None:
+    # A proxy in front of the model that wants HTTP basic auth: httpx sends the URL's user and
+    # password, and every message naming where the call went shows the URL without them.
+    guarded = fake.base_url.replace("http://", f"http://kestrel:{PROXY_PASSWORD}@")
+    model = OpenAIProvider("m", api_key=KEY, base_url=guarded, max_retries=0)
+    assert (await model.complete([UserMessage("hi")], [], timeout=5)).text == "first"
+    assert fake.headers[-1]["authorization"].startswith("Basic ")
+    assert PROXY_PASSWORD not in model.base_url
+    fake.add_canned(Canned(status=404), Canned(status=200, raw="<html>login</html>"))
+    for _ in range(2):
+        with pytest.raises(ModelError) as caught:
+            await model.complete([UserMessage("hi")], [], timeout=5)
+        assert PROXY_PASSWORD not in str(caught.value)
+        assert "kestrel:***@127.0.0.1" in str(caught.value)
+    await model.aclose()
+
+
+async def test_a_password_in_the_base_url_is_not_said_when_it_cannot_connect() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    guarded = f"http://kestrel:{PROXY_PASSWORD}@127.0.0.1:{port}/v1"
+    model = OpenAIProvider("m", api_key=KEY, base_url=guarded, max_retries=0)
+    with pytest.raises(ModelError) as caught:
+        await model.complete([UserMessage("hi")], [], timeout=2)
+    await model.aclose()
+    assert PROXY_PASSWORD not in str(caught.value)
+    assert f"cannot connect to http://kestrel:***@127.0.0.1:{port}/v1" in str(caught.value)
