@@ -5,10 +5,11 @@ from their labels (passwords, bearer and basic tokens, authorization, AWS secret
 from __future__ import annotations
 
 import re
+import string
 from collections.abc import Iterator
 
 from bot.patterns import finditer_with, on_use
-from bot.pii.checks import _anchored, _word_before
+from bot.pii.checks import _anchored, _run_start, _word_before
 from bot.pii.encoded import _decode_base64, _looks_secret
 from bot.pii.scantext import _BASE64_CHARS, PiiHit, ScanText
 
@@ -131,6 +132,26 @@ def find_slack(src: ScanText) -> Iterator[PiiHit]:
             end -= 1
         if any(char.isdigit() for char in text[match.start() + 5 : end]):
             yield PiiHit("SLACK_TOKEN", match.start(), end)
+
+
+# A Discord bot token: the bot's id in base64 (its first digit makes an M, N or O), a timestamp
+# and an HMAC, joined by dots. Found from the timestamp: a pattern that starts with a literal
+# "." is searched in C, where one that starts with a lookbehind is tried at every character.
+# The id must decode to a 17-20 digit snowflake: that keeps dotted words and base64 text out.
+_DISCORD_TAIL = on_use(r"\.[A-Za-z0-9_-]{6}\.[A-Za-z0-9_-]{25,}+")
+_DISCORD_CHARS = frozenset(string.ascii_letters + string.digits + "_-")
+
+
+def find_discord(src: ScanText) -> Iterator[PiiHit]:
+    """Discord bot tokens (the HMAC is the secret part; the id before it is public)."""
+    text = src.text
+    for tail in _DISCORD_TAIL.finditer(text):
+        start = _run_start(text, tail.start(), _DISCORD_CHARS, 27)
+        if start < 0 or tail.start() - start < 23 or text[start] not in "MNO":
+            continue
+        snowflake = _decode_base64(text[start : tail.start()], shortest=17)
+        if snowflake is not None and snowflake.isdigit() and len(snowflake) <= 20:
+            yield PiiHit("DISCORD_TOKEN", start, tail.end())
 
 
 # Anchored on the capital J of "eyJ" (base64 of '{"'), much rarer than its "e".

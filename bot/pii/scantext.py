@@ -22,6 +22,7 @@ ENTITY_TYPES: tuple[str, ...] = (
     "GITHUB_TOKEN",
     "GITLAB_TOKEN",
     "SLACK_TOKEN",
+    "DISCORD_TOKEN",
     "STRIPE_KEY",
     "OPENAI_API_KEY",
     "GOOGLE_API_KEY",

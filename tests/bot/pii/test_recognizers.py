@@ -29,6 +29,8 @@ JWT = (
 )
 AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
 GH_BODY = "1234567890abcdefghijABCDEFGHIJ123456"
+# A Discord bot token: the bot's id (1089976543210987654) in base64, a timestamp, an HMAC.
+DISCORD = "MTA4OTk3NjU0MzIxMDk4NzY1NA.GkX2bT.Vq3mZ9rT0pLx8sWcY1uNd4Hf-JbKe7gAo2iQv5R"
 RSA_BLOCK = (
     "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAx4UbaDzY1W2YBkV\n"
     "q8T0jDdbB2xY1ZkLd0==\n-----END RSA PRIVATE KEY-----"
@@ -142,6 +144,16 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
         "SLACK_TOKEN",
         "app xapp-1-A01234567-1234567890123-abcdef0123456789",
         "xapp-1-A01234567-1234567890123-abcdef0123456789",
+    ),
+    # DISCORD_TOKEN
+    ("DISCORD_TOKEN", f"token {DISCORD} leaked", DISCORD),
+    ("DISCORD_TOKEN", f"DISCORD_TOKEN={DISCORD}", DISCORD),
+    ("DISCORD_TOKEN", f"Authorization: Bot {DISCORD}", DISCORD),
+    ("DISCORD_TOKEN", f'{{"token": "{DISCORD}"}}', DISCORD),
+    (
+        "DISCORD_TOKEN",
+        "old NzkyNzE1NDU0MTk2MDg4ODQy.X-hvzA.Ovy4MCQywSkoMRRclStW4xAYK7I",
+        "NzkyNzE1NDU0MTk2MDg4ODQy.X-hvzA.Ovy4MCQywSkoMRRclStW4xAYK7I",
     ),
     # OPENAI_API_KEY
     (
@@ -340,6 +352,11 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     ("SLACK_TOKEN", "xoxb- placeholder"),
     ("SLACK_TOKEN", "xoxb-abcdefghijkl"),
     ("SLACK_TOKEN", "xoxz-123456789012"),
+    # DISCORD_TOKEN: the first part must be a snowflake id in base64
+    ("DISCORD_TOKEN", "MTIzNDU2Nzg5MGFiY2RlZmdoaWo.GkX2bT.Vq3mZ9rT0pLx8sWcY1uNd4HfJbKe7gA"),
+    ("DISCORD_TOKEN", "Mozilla5CompatibleWindowsNT.x86_64.AppleWebKitKHTMLlikeGeckoChrome"),
+    ("DISCORD_TOKEN", "MTA4OTk3NjU0MzIxMDk4NzY1NA.GkX2bT.short"),
+    ("DISCORD_TOKEN", f"x{DISCORD}"),
     # OPENAI_API_KEY
     ("OPENAI_API_KEY", "sk-learn-is-a-python-library-for-machine-learning"),
     ("OPENAI_API_KEY", "task-1234567890ABCDEFGHIJabcdefghij12345"),
