@@ -217,10 +217,12 @@ def find_url_passwords(src: ScanText) -> Iterator[PiiHit]:
 
 
 # key=value, and a quoted key with a quoted value ("password": "x"): a colon after a bare
-# word ("password: required") is prose as often as it is YAML.
-_PASSWORD_KEY = on_use(r"p(?:ass(?:word|wd)|wd)(?:[ \t]*=[ \t]*|[\"'][ \t]*:[ \t]*(?=[\"']))")
+# word ("password: required") is prose as often as it is YAML. JSON inside a JSON string (a
+# container's log line, an applied manifest) escapes its quotes, once or more: \"password\".
+_PASSWORD_KEY = on_use(r"p(?:ass(?:word|wd)|wd)(?:[ \t]*=[ \t]*|\\*[\"'][ \t]*:[ \t]*(?=\\*[\"']))")
 _PASSWORD_VALUE = on_use(
-    r"\"(?P<dq>[^\"\r\n]{1,256})\"|'(?P<sq>[^'\r\n]{1,256})'|\{(?P<br>[^}\r\n]{1,256})\}"
+    r"\\+\"(?P<edq>[^\"\\\r\n]{1,256})\\+\""
+    r"|\"(?P<dq>[^\"\r\n]{1,256})\"|'(?P<sq>[^'\r\n]{1,256})'|\{(?P<br>[^}\r\n]{1,256})\}"
     r"|(?P<bare>[^\s;&,\"'<>]+)"
 )
 
@@ -258,8 +260,8 @@ def find_keyvalue_passwords(src: ScanText) -> Iterator[PiiHit]:
             continue
         covered = end
         secret = text[start:end]
-        if set(secret) == {"*"}:
-            continue  # already masked
+        if set(secret) in ({"*"}, {"\\"}):
+            continue  # already masked; or an empty value's escaped quote (\"password\": \"\")
         if group == "bare" and key.group()[-1] in " \t" and _NEXT_KEY.match(secret):
             continue  # "password= dbname=app": the password is empty, the next key follows
         if key.group().startswith("pwd") and secret[0] in "/~.":
@@ -347,7 +349,7 @@ def find_bearer_and_basic(src: ScanText) -> Iterator[PiiHit]:
             yield PiiHit("BASIC_AUTH", token.start(), token.end())
 
 
-_AUTHORIZATION = on_use(r"authorization[\"']?[ \t]*[:=][ \t]*[\"']?")
+_AUTHORIZATION = on_use(r"authorization(?:\\*[\"'])?[ \t]*[:=][ \t]*(?:\\*[\"'])?")
 _AUTH_VALUE = on_use(r"[^\s\"'\\]++(?:[ \t]++[^\s\"'\\]++)*+")
 # Schemes whose credentials follow them; Bearer and Basic have recognizers of their own.
 _AUTH_SCHEMES = frozenset(
@@ -375,7 +377,8 @@ def find_authorization(src: ScanText) -> Iterator[PiiHit]:
 
 _AWS_SECRET_LABEL = on_use(r"secret_?(?:access_?)?key")
 _AWS_SECRET_VALUE = on_use(
-    r"[\"']?[ \t]*(?:=>|[:=])[ \t]*[\"']?(?P<key>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])"
+    r"(?:\\*[\"'])?[ \t]*(?:=>|[:=])[ \t]*(?:\\*[\"'])?"
+    r"(?P<key>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])"
 )
 
 

@@ -97,12 +97,13 @@ def _as_text(raw: bytes, shortest: int) -> str | None:
 
 # Read backwards from the value: most runs are hex ids after a key such as "trace_id" that is
 # not secret-ish, and one anchored match on the reversed text before them decides in C.
-# The two forms: a separator right after the key (token=, "apiKey": "), or blanks after a
-# command-line flag that ends with the key (--client-secret VALUE). No label ends another
-# (a test holds that), so the alternation cannot pick a shorter label than the text has.
+# The two forms: a separator right after the key (token=, "apiKey": ", or \"apiKey\": \" in
+# JSON inside a JSON string), or blanks after a command-line flag that ends with the key
+# (--client-secret VALUE). No label ends another (a test holds that), so the alternation
+# cannot pick a shorter label than the text has.
 _REVERSED_LABELS = "|".join(re.escape(label[::-1]) for label in _SECRET_LABELS)
 _LABEL_BEFORE_REVERSED = on_use(
-    rf"[\"']?[ \t]*(?:[:=]|>=)[ \t]*[\"']?(?:{_REVERSED_LABELS})"
+    rf"(?:[\"']\\*)?[ \t]*(?:[:=]|>=)[ \t]*(?:[\"']\\*)?(?:{_REVERSED_LABELS})"
     rf"|[ \t]+(?:{_REVERSED_LABELS})[a-z0-9_-]{{0,32}}?--(?![a-z0-9_-])"
 )
 _LABEL_REACH = 48

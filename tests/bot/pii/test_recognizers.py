@@ -255,6 +255,21 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
         "--registration-token GR1348941AbCdEfGhIjKlMnOpQrSt",
         "GR1348941AbCdEfGhIjKlMnOpQrSt",
     ),
+    # JSON inside a JSON string (a container's log line, an applied manifest): escaped quotes.
+    ("CONNECTION_STRING_PASSWORD", r'{"log":"{\"password\":\"hunter2xyz\"}\n"}', "hunter2xyz"),
+    ("CONNECTION_STRING_PASSWORD", r'"{\\\"db_password\\\": \\\"Tr0ub4dor3\\\"}"', "Tr0ub4dor3"),
+    (
+        "GENERIC_SECRET",
+        r'{"log":"{\"api_key\": \"9f8e7d6c5b4a39281706f5e4d3c2b1a0\"}"}',
+        "9f8e7d6c5b4a39281706f5e4d3c2b1a0",
+    ),
+    ("GENERIC_SECRET", r'"{\"token\":\"Zx9Qw8Er7Ty6Ui5Op4As3Df2\"}"', "Zx9Qw8Er7Ty6Ui5Op4As3Df2"),
+    (
+        "GENERIC_SECRET",
+        r'"{\"authorization\": \"Token 9f8e7d6c5b4a39281706f5e4d3\"}"',
+        "9f8e7d6c5b4a39281706f5e4d3",
+    ),
+    ("AWS_SECRET_KEY", rf'"{{\"aws_secret_access_key\": \"{AWS_SECRET}\"}}"', AWS_SECRET),
     # A value may start with a separator.
     ("CONNECTION_STRING_PASSWORD", "password=&Tr0ub4dor3 x", "&Tr0ub4dor3"),
     ("CONNECTION_STRING_PASSWORD", "PASSWORD=,abc123XYZ", ",abc123XYZ"),
@@ -401,6 +416,7 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     ("GITLAB_TOKEN", "xglpat-abcdefghij1234567890XY"),
     ("GITLAB_TOKEN", "glxyz-abcdefghij1234567890XY"),
     ("CONNECTION_STRING_PASSWORD", "password=;Database=app"),
+    ("CONNECTION_STRING_PASSWORD", r'{"log": "{\"password\": \"\"}"}'),
 ]
 
 
