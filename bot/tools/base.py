@@ -17,16 +17,40 @@ from bot.prompter import Prompter
 DEFAULT_MAX_OUTPUT = 65536
 
 
+# How far back from the cap a cut looks for a line's end, else a word's. A value cut in two (a
+# key, a card number) would leave its first part, too short for the PII guard to know it by.
+_CUT_REACH = 1024
+_LINE_ENDS = (b"\n",)
+_WORD_ENDS = (b" ", b"\t", b",", b";")
+
+
+def cut(kept: bytes) -> bytes:
+    """The first bytes of an output cut short, ended after their last line end, else their
+    last blank, comma or semicolon, within the last ``_CUT_REACH`` (as they are without one)."""
+    floor = max(0, len(kept) - _CUT_REACH)
+    for ends in (_LINE_ENDS, _WORD_ENDS):
+        end = max(kept.rfind(mark, floor) for mark in ends)
+        if end >= 0:
+            return kept[: end + 1]
+    return kept
+
+
+def cut_marker(total: int, shown: int) -> str:
+    """The line a cut output ends in."""
+    return f"[output truncated: {total} bytes total, first {shown} shown]"
+
+
 def capped(text: str, cap: int = DEFAULT_MAX_OUTPUT) -> str:
-    """``text`` cut to its first ``cap`` bytes of UTF-8, with the marker a command's cut
-    output ends in."""
+    """``text`` cut to its first ``cap`` bytes of UTF-8 (at a line's or a word's end, see
+    ``cut``), with the marker a command's cut output ends in."""
     if len(text) <= cap // 4:
         return text  # no UTF-8 character takes more than 4 bytes
     data = text.encode("utf-8", errors="replace")
     if len(data) <= cap:
         return text
-    kept = data[:cap].decode("utf-8", errors="ignore")
-    return f"{kept}\n[output truncated: {len(data)} bytes total, first {cap} shown]"
+    shown = cut(data[:cap])
+    kept = shown.decode("utf-8", errors="ignore")
+    return f"{kept.removesuffix(chr(10))}\n{cut_marker(len(data), len(shown))}"
 
 
 # ``\Z``, not ``$``: a search with Python's ``re`` (a catalog's name) would let ``$`` match

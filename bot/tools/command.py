@@ -42,6 +42,8 @@ from bot.tools.base import (
     ToolFlags,
     ToolResult,
     check_tool_name,
+    cut,
+    cut_marker,
 )
 from bot.tools.isolation import Isolation, program_problem, ran_nothing
 from bot.tools.verdicts import SOUND_PARAMETERS, VALID_ARGUMENTS, found_clean, keep_clean
@@ -375,11 +377,13 @@ class _Capture(asyncio.SubprocessProtocol):
 
     def render(self, status: int) -> str:
         """The output, a truncation marker if any, and the exit status line."""
-        text = self.kept.decode("utf-8", errors="replace")
+        cut_short = self.total > self.cap
+        kept = cut(bytes(self.kept)) if cut_short else self.kept
+        text = kept.decode("utf-8", errors="replace")
         if text and not text.endswith("\n"):
             text += "\n"
-        if self.total > self.cap:
-            text += f"[output truncated: {self.total} bytes total, first {self.cap} shown]\n"
+        if cut_short:
+            text += cut_marker(self.total, len(kept)) + "\n"
         return text + _status_line(status)
 
 

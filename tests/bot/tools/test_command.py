@@ -209,6 +209,16 @@ async def test_output_is_capped_with_a_marker_and_the_child_is_not_blocked() -> 
     assert not result.is_error
 
 
+async def test_a_cut_output_ends_at_a_line_not_inside_a_key() -> None:
+    # The cap falls inside the key: its first half alone is too short for the PII guard to
+    # know, so the cut goes back to the end of the last whole line.
+    script = "import sys; sys.stdout.write('x' * 980 + '\\nkey AKIAZ4XQ7PLM3RT5VW2N\\n' * 9)"
+    tool = CommandTool("keys", "keys", [PY, "-c", script], max_output=1000)
+    result = await tool.call({}, CTX)
+    marker = "\n[output truncated: 1214 bytes total, first 981 shown]\n"
+    assert result.output == "x" * 980 + marker + "[exit status 0]"
+
+
 async def test_stderr_is_merged_into_the_output() -> None:
     script = "import sys; sys.stderr.write('oops\\n')"
     result = await CommandTool("err", "err", [PY, "-c", script]).call({}, CTX)

@@ -10,7 +10,7 @@ import pytest
 from pydantic import BaseModel, Field
 
 from bot.domain import RequestKind
-from bot.tools.base import DEFAULT_MAX_OUTPUT, Deferral, ToolContext, ToolResult
+from bot.tools.base import DEFAULT_MAX_OUTPUT, Deferral, ToolContext, ToolResult, capped
 from bot.tools.builtin import builtin_tools, echo
 from bot.tools.python import PythonTool, function_tool
 from tests.fakes.fresh import fresh_json
@@ -250,3 +250,12 @@ async def test_a_huge_answer_is_cut_to_the_output_cap_with_a_marker() -> None:
     assert cut_result.is_error
     assert cut_result.output.endswith("[output truncated: 200000 bytes total, first 65536 shown]")
     assert small == ToolResult(output="hello a")
+
+
+def test_a_capped_output_ends_at_a_word_not_inside_a_card_number() -> None:
+    # No line end near the cap: the cut goes back to the last blank, so the card number's first
+    # digits are not left for the model without the rest the PII guard would know it by.
+    text = "x" * 990 + " card 4111111111111111 " * 20
+    assert capped(text, 1000) == (
+        "x" * 990 + " card \n[output truncated: 1450 bytes total, first 996 shown]"
+    )
