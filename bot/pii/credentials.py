@@ -375,6 +375,72 @@ def find_authorization(src: ScanText) -> Iterator[PiiHit]:
             yield PiiHit("GENERIC_SECRET", value.start(), value.end())
 
 
+# An environment variable named for a secret, as .env files, ``env`` and ``docker inspect``
+# print it: whatever it holds is the secret, random-looking or not (a passphrase, a UUID). Found
+# from the end of the name, in capitals; a colon form only at a line's start (YAML, describe),
+# where "INVALID_TOKEN: the session expired" in a log line is not one.
+_ENV_NAME_END = on_use(
+    r"(?P<word>SECRET|TOKEN|PASSPHRASE|CREDENTIALS?|KEY)(?P<colon>:[ \t]+|[ \t]*=)[ \t]*"
+    r"(?:\"(?P<dq>[^\"\r\n]{6,256})\"|'(?P<sq>[^'\r\n]{6,256})'|(?P<bare>[^\s\"',;]{6,256}))"
+)
+_ENV_NAME_CHARS = frozenset(string.ascii_uppercase + string.digits + "_")
+_ENV_NAME_WORDS = ("SECRET", "TOKEN", "PASSPHRASE", "CREDENTIAL", "KEY")
+# KEY alone ends too many names that hold none (PRIMARY_KEY, SORT_KEY): these do.
+_ENV_SECRET_KEYS = (
+    *("API_KEY", "APIKEY", "ACCESS_KEY", "PRIVATE_KEY", "SECRET_KEY", "SIGNING_KEY"),
+    *("MASTER_KEY", "ENCRYPTION_KEY", "LICENSE_KEY", "AUTH_KEY"),
+)
+
+
+def _env_name_start(text: str, end: int) -> int:
+    """Where the capitals-and-underscores name ending at ``end`` starts; -1 if it is part of a
+    longer word or does not start with a letter."""
+    start = _run_start(text, end, _ENV_NAME_CHARS, 128)
+    if start < 0 or _word_before(text, start) or not text[start].isalpha():
+        return -1
+    return start
+
+
+def _starts_line(text: str, index: int) -> bool:
+    """Whether only blanks stand between the line's start and ``index``."""
+    while index > 0 and text[index - 1] in " \t":
+        index -= 1
+    return index == 0 or text[index - 1] in "\r\n"
+
+
+def _env_name_ends(text: str) -> Iterator[re.Match[str]]:
+    """The pattern's matches, from each place one of its words stands: capitals are rare in
+    output, and str.find skips to them in C, where the regex would try every character."""
+    match = _ENV_NAME_END.match
+    for word in _ENV_NAME_WORDS:
+        position = text.find(word)
+        while position >= 0:
+            found = match(text, position)
+            if found is not None:
+                yield found
+            position = text.find(word, position + len(word))
+
+
+def find_env_secrets(src: ScanText) -> Iterator[PiiHit]:
+    """The value of an environment variable whose name ends in SECRET, TOKEN, PASSPHRASE,
+    CREDENTIAL(S) or a secret's KEY (API_KEY, SECRET_KEY...)."""
+    text = src.text
+    for match in _env_name_ends(text):
+        start = _env_name_start(text, match.end("word"))
+        if start < 0:
+            continue
+        name = text[start : match.end("word")]
+        if name.endswith("KEY") and not name.endswith(_ENV_SECRET_KEYS):
+            continue
+        if match.group("colon").startswith(":") and not _starts_line(text, start):
+            continue  # a colon after a name inside a line is a log's error code, not YAML
+        group = "dq" if match.group("dq") else "sq" if match.group("sq") else "bare"
+        value = match.group(group)
+        if value.startswith(_PLACEHOLDER_STARTS) or set(value) <= {"*", "x", "X"}:
+            continue
+        yield PiiHit("GENERIC_SECRET", *match.span(group))
+
+
 _AWS_SECRET_LABEL = on_use(r"secret_?(?:access_?)?key")
 _AWS_SECRET_VALUE = on_use(
     r"(?:\\*[\"'])?[ \t]*(?:=>|[:=])[ \t]*(?:\\*[\"'])?"

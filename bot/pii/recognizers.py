@@ -27,6 +27,7 @@ from bot.pii.credentials import (
     find_aws_secret,
     find_bearer_and_basic,
     find_discord,
+    find_env_secrets,
     find_github,
     find_gitlab,
     find_jwt,
@@ -62,6 +63,7 @@ RECOGNIZERS: tuple[Recognizer, ...] = (
     Recognizer(frozenset({"BEARER_TOKEN", "BASIC_AUTH"}), find_bearer_and_basic),
     Recognizer(frozenset({"BASIC_AUTH"}), find_user_flag_passwords),
     Recognizer(frozenset({"GENERIC_SECRET"}), find_authorization),
+    Recognizer(frozenset({"GENERIC_SECRET"}), find_env_secrets),
     Recognizer(frozenset({"CONNECTION_STRING_PASSWORD"}), find_url_passwords),
     Recognizer(frozenset({"CONNECTION_STRING_PASSWORD"}), find_keyvalue_passwords),
     Recognizer(

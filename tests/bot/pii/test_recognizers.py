@@ -190,6 +190,20 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
         "9f86d081884c7d659a2feaa0c55ad015",
     ),
     ("GENERIC_SECRET", "Authorization: Token 9a8b7c6d5e4f3a2b1c0d", "9a8b7c6d5e4f3a2b1c0d"),
+    # An environment variable named for a secret (.env, env, docker inspect), whatever it holds.
+    (
+        "GENERIC_SECRET",
+        "KESTREL_WEB_TOKEN=correct-horse-battery-staple",
+        "correct-horse-battery-staple",
+    ),
+    (
+        "GENERIC_SECRET",
+        'export API_KEY="3f2b8c1e-9d4a-4e7b-8c6f-1a2b3c4d5e6f"',
+        "3f2b8c1e-9d4a-4e7b-8c6f-1a2b3c4d5e6f",
+    ),
+    ("GENERIC_SECRET", '"Env": ["SECRET_KEY=aB3dE5fG7hJ9kL1m", "TZ=UTC"]', "aB3dE5fG7hJ9kL1m"),
+    ("GENERIC_SECRET", "env:\n  SLACK_SIGNING_SECRET: Hunter2!xyz\n", "Hunter2!xyz"),
+    ("GENERIC_SECRET", "DISCORD_CLIENT_SECRET='s3cr3t-w0rds'", "s3cr3t-w0rds"),
     # JWT
     ("JWT", f"token={JWT}", JWT),
     ("JWT", f"Authorization: Bearer {JWT}", JWT),
@@ -397,6 +411,14 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     ("GENERIC_SECRET", "secret_name: db-credentials-production"),
     ("GENERIC_SECRET", "token: xxxxxxxxxxxxxxxxxxxxxxxx"),
     ("GENERIC_SECRET", "authorization: required for this endpoint"),
+    ("GENERIC_SECRET", "GITHUB_TOKEN=${{ secrets.GH_TOKEN }}"),
+    ("GENERIC_SECRET", "PRIMARY_KEY=customer_id"),
+    ("GENERIC_SECRET", "ERROR INVALID_TOKEN: the session expired"),
+    ("GENERIC_SECRET", "API_KEY_HEADER=X-Api-Key"),
+    ("GENERIC_SECRET", "SECRET_KEY=********"),
+    ("GENERIC_SECRET", "TOKEN=<redacted>"),
+    ("GENERIC_SECRET", "  SECRET_KEY:  <set to the key 'key' in secret 'app'>"),
+    ("GENERIC_SECRET", "MAX_TOKENS=4096 TOKEN=abc"),
     # JWT
     ("JWT", "eyJhbGciOiJIUzI1NiJ9 only a header"),
     ("JWT", "eyJ.eyJ.x"),
