@@ -43,6 +43,7 @@ _START_HELPER: Final = (
 SECRET_VARIABLES: Final = frozenset(
     {
         "OPENAI_API_KEY",
+        "OPENAI_BASE_URL",  # a setting of its own name, which may hold a proxy's password
         "SLACK_BOT_TOKEN",
         "SLACK_SIGNING_SECRET",
         "SLACK_APP_TOKEN",

@@ -277,6 +277,19 @@ def test_a_catalog_cannot_hand_a_command_kestrels_secrets(tmp_path: Path) -> Non
     ]
 
 
+def test_a_catalog_cannot_hand_a_command_the_model_endpoint(tmp_path: Path) -> None:
+    # OPENAI_BASE_URL sets a setting too, and may hold a proxy's password (user:password@).
+    path = tmp_path / "ops.yaml"
+    tool = {"name": "t", "description": "t", "command": ["env"], "env": ["OPENAI_BASE_URL"]}
+    path.write_text(yaml.safe_dump({"tools": [tool]}, sort_keys=False))
+    with pytest.raises(CatalogError) as refused:
+        load_catalog(path)
+    assert refused.value.problems == [
+        f"{path}:7: tools[0].env[0]: tool 't': OPENAI_BASE_URL holds a secret or a setting of"
+        " Kestrel's"
+    ]
+
+
 async def test_a_named_file_and_folder_the_password_file_and_kept_folder_read_as_empty(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
