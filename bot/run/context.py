@@ -10,6 +10,7 @@ from bot.events import FanOut
 from bot.hooks import HookContext, Hooks
 from bot.journal.writer import RunJournal
 from bot.kinds import Provenance
+from bot.people.audit import Redact, unchanged
 from bot.prompter import Prompter
 from bot.run.interrupt import Interrupt
 
@@ -31,6 +32,7 @@ class RunContext:
         prompter: Prompter | None = None,
         workdir: Path | None = None,
         provenance: Provenance = Provenance.ASK,
+        redact: Redact = unchanged,
     ) -> None:
         self.journal = journal
         self.hooks = hooks
@@ -42,6 +44,8 @@ class RunContext:
         self.prompter = prompter
         self.workdir = workdir
         self.provenance = provenance
+        # The PII guard as a function of text, for what the log says of a tool's failure.
+        self.redact = redact
         self.run_id = journal.run_id  # the journal's, kept here: read on every step
         requested_by = self.requested_by
         self.hook_ctx = HookContext(run_id=self.run_id, requested_by=requested_by)

@@ -6,6 +6,7 @@ import asyncio
 import functools
 import logging
 import time
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -40,7 +41,7 @@ from bot.journal.entries import (
 from bot.journal.writer import TakenOver
 from bot.kinds import Provenance
 from bot.nesting import loads
-from bot.people.audit import origins_text
+from bot.people.audit import Redact, origins_text
 from bot.run.arguments import parse_arguments
 from bot.run.context import RunContext
 from bot.run.eager import started
@@ -206,7 +207,9 @@ async def _dispatch(
     )
     await _takeover_check(call, tool, env)
     env.run.events.announce(ToolStartedEvent, env.run.run_id, call.id, tool.name, arguments)
-    outcome, output, is_error, deferral = await _invoke(tool, arguments, ctx, env.run.interrupt)
+    outcome, output, is_error, deferral = await _invoke(
+        tool, arguments, ctx, env.run.interrupt, env.run.redact
+    )
     if deferral is not None and deferral.kind is RequestKind.WAIT_PLAN:
         return await _proposed(call, arguments, deferral.prompt, env)
     if deferral is not None:
@@ -269,7 +272,11 @@ def _process_recorder(call: ToolCall, env: CallEnv) -> Callable[[int], None]:
 
 
 async def _invoke(
-    tool: Tool, arguments: dict[str, Any], ctx: ToolContext, interrupt: Interrupt
+    tool: Tool,
+    arguments: dict[str, Any],
+    ctx: ToolContext,
+    interrupt: Interrupt,
+    redact: Redact,
 ) -> tuple[ToolOutcome, str, bool, Deferral | None]:
     traits = tool.flags.traits
     limit = None if traits.operator_paced or traits.timeout <= 0 else traits.timeout
@@ -279,13 +286,13 @@ async def _invoke(
         raise
     except TimeoutError as exc:
         if limit is None:  # the tool's own: no timeout of ours was armed
-            return _failed(tool, exc)
+            return _failed(tool, exc, redact)
         # A command's processes are killed, a function cancelled, an MCP server asked to cancel:
         # in each, part of the effect may have happened, which the model must not assume away.
         said = f"timed out after {limit:g}s; the call was cancelled, and what it did so far stands"
         return ToolOutcome.TIMEOUT, said, True, None
     except Exception as exc:
-        return _failed(tool, exc)
+        return _failed(tool, exc, redact)
     if isinstance(answer, Deferral):
         deferral = _checked_deferral(answer)
         if deferral is None:
@@ -303,8 +310,11 @@ async def _invoke(
     return outcome, result.output, result.is_error, None
 
 
-def _failed(tool: Tool, exc: Exception) -> tuple[ToolOutcome, str, bool, None]:
-    log.warning("tool %s raised", tool.name, exc_info=exc)
+def _failed(tool: Tool, exc: Exception, redact: Redact) -> tuple[ToolOutcome, str, bool, None]:
+    # The traceback as the PII guard leaves it: an exception's text may quote what the tool was
+    # given or fetched (a key, an address), and the log must not hold more than the model.
+    said = redact("".join(traceback.format_exception(exc)).rstrip())
+    log.warning("tool %s raised\n%s", tool.name, said)
     return ToolOutcome.ERROR, f"the tool failed: {type(exc).__name__}: {exc}", True, None
 
 

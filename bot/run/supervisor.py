@@ -492,6 +492,7 @@ class Supervisor:
             workdir=self.rt.workdir,
             interrupt=live.signals.interrupt,
             provenance=self.rt.provenance,
+            redact=self.rt.redact,
         )
         deps = LoopDeps(
             model=self.rt.model,

@@ -161,6 +161,7 @@ async def build_kit(
     if pii is not None:
         guard, events = pii, rt.events
         rt.guard_hooks = lambda: pii_hooks(guard, events)
+        rt.redact = lambda text: guard.scan_output(text).text
     return Kit(rt, rec, recording, counter, Supervisor(rt), ends)
 
 

@@ -20,9 +20,17 @@ from bot.pii.guard import WITHHELD_MESSAGE, PiiBuildError, PiiGuard, PiiHit, Pii
 from bot.prompter import DeferringPrompter
 from bot.tools.ask_human import ask_human_tools
 from bot.tools.propose_plan import propose_plan_tool
+from bot.tools.python import function_tool
 from tests.bot.cli.test_cli import kestrel, one_line_error, write_config
 from tests.fakes.kit import Kit, build_kit, results, user_messages
-from tests.fakes.runtime import Counter, ScriptedPrompter, call, counting_tools, reply
+from tests.fakes.runtime import (
+    Counter,
+    ScriptedPrompter,
+    TextArgs,
+    call,
+    counting_tools,
+    reply,
+)
 
 EMAIL = "alice@example.com"
 AWS_KEY = "AKIAZ4XQ7PLM3RT5VW2N"
@@ -320,6 +328,24 @@ async def test_a_plan_deny_reason_typed_at_once_is_scanned_before_the_model(kit:
     (result,) = results(records)
     assert REDACTED in result.output
     assert EMAIL not in k.seen_by_model() and AWS_KEY not in k.seen_by_model()
+
+
+async def test_a_tool_s_exception_is_logged_with_its_text_redacted(
+    kit: Build, caplog: pytest.LogCaptureFixture
+) -> None:
+    @function_tool(name="login", idempotent=True)
+    async def login(args: TextArgs) -> str:
+        """Log in somewhere, and fail saying what it was given."""
+        raise PermissionError(f"login for {EMAIL} refused with key {AWS_KEY}")
+
+    caplog.set_level(logging.WARNING)
+    k = await kit([reply(call("login", text="x")), reply(text="ok")], tools=[login])
+    await k.run()
+    assert "tool login raised" in caplog.text
+    assert "PermissionError: login for <EMAIL_ADDRESS> refused" in caplog.text
+    assert "in login" in caplog.text  # the traceback's frames are still there
+    assert EMAIL not in caplog.text and AWS_KEY not in caplog.text
+    assert EMAIL not in k.seen_by_model()
 
 
 # --- a scanner that will not build -----------------------------------------------------------
