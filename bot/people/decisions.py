@@ -107,6 +107,7 @@ class Decisions:
             # The option as the question spells it ("Y" answers "yes"): the model reads that.
             picked = match_option(decision.text, request.options) or decision.text
             decision = replace(decision, text=picked)
+        decision = self.as_kept(decision)
         if decision.kind is DecisionKind.APPROVE and request.approvals_needed > 1:  # a plan too
             partial = Audited(
                 actor.user, AuditAction.APPROVE_PARTIAL, decision_detail(request, decision)
@@ -127,6 +128,13 @@ class Decisions:
             return Answered(True, "recorded", ready=True, claimed=settled.epoch)
         remaining = await self.rt.store.list_requests(run_id=run_id)
         return Answered(True, "recorded", ready=not remaining)
+
+    def as_kept(self, decision: Decision) -> Decision:
+        """The decision as the store and the journal keep it: its text through the PII guard,
+        as the model and the audit read it (the run page, a card and `runs show` read it there)."""
+        if not decision.text:
+            return decision
+        return replace(decision, text=self.rt.redact(decision.text))
 
     def _decided(self, request: Request, decision: Decision) -> None:
         # Told once the decision is durable: every platform's card of it refreshes from this.
@@ -218,6 +226,7 @@ class Decisions:
                 continue
             decision = await checked.permitted(request)
             if decision is not None:
+                decision = self.as_kept(decision)  # stored as the model reads it
                 # Audited by the decision that closes the request only: someone else may win.
                 detail = decision_detail(request, decision, self.rt.redact, inline=True)
                 audit = Audited(decision.by, AuditAction.of(decision.kind), detail)

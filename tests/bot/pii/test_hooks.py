@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from bot import wire
 from bot.config.settings import ConfigError, Settings
 from bot.domain import Decision, DecisionKind, RunStatus, StopReason, ToolCall
 from bot.hooks import HookContext, Hooks, PromptVerdict
@@ -309,6 +310,34 @@ async def test_a_deny_reason_decided_later_is_scanned_before_the_model(kit: Buil
     assert [r.output for r in results(records)] == [f"denied by U0BOSS: {REDACTED}"]
     assert EMAIL not in k.seen_by_model() and AWS_KEY not in k.seen_by_model()
     assert k.counter.calls == {}
+
+
+@pytest.mark.parametrize("kind", [DecisionKind.DENY, DecisionKind.ANSWER])
+async def test_what_a_person_typed_is_kept_as_the_model_reads_it(
+    kit: Build, kind: DecisionKind
+) -> None:
+    # The run page, its export, `runs show --json` and the card read the stored decision and
+    # the journal: they must not show what the model and the audit never see.
+    counter = Counter()
+    tools = [*counting_tools(counter), *ask_human_tools()]
+    first = (
+        call("deploy", text="v2")
+        if kind is DecisionKind.DENY
+        else call("ask_human_input", question="who owns checkout?")
+    )
+    k = await kit([reply(first), reply(text="ok")], tools=tools)
+    state, _ = await k.run(prompter=DeferringPrompter())
+    (request,) = state.open_requests
+    by = "U0BOSS" if kind is DecisionKind.DENY else "U0REQ"
+    said = Decision(request_id=request.id, kind=kind, text=LEAKY, by=by)
+    assert (await k.sup.answer(said, run_id=state.run_id)).ready
+    _request, _status, stored = await k.rt.store.get_request(request.id)
+    assert stored is not None and stored.text == REDACTED
+    resumed = await k.sup.resume(state.run_id)
+    assert resumed is not None
+    await k.sup.wait(resumed)
+    journal = wire.to_json([r.entry for r in await k.rt.store.load(state.run_id)])
+    assert EMAIL not in journal and AWS_KEY not in journal
 
 
 async def test_a_deny_reason_typed_at_once_is_scanned_before_the_model(kit: Build) -> None:
