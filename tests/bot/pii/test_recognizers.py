@@ -204,6 +204,8 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
     ("GENERIC_SECRET", '"Env": ["SECRET_KEY=aB3dE5fG7hJ9kL1m", "TZ=UTC"]', "aB3dE5fG7hJ9kL1m"),
     ("GENERIC_SECRET", "env:\n  SLACK_SIGNING_SECRET: Hunter2!xyz\n", "Hunter2!xyz"),
     ("GENERIC_SECRET", "DISCORD_CLIENT_SECRET='s3cr3t-w0rds'", "s3cr3t-w0rds"),
+    # /proc/PID/environ: NUL ends each value
+    ("GENERIC_SECRET", "TZ=UTC\x00KESTREL_WEB_TOKEN=abcdef123456\x00HOME=/root", "abcdef123456"),
     # JWT
     ("JWT", f"token={JWT}", JWT),
     ("JWT", f"Authorization: Bearer {JWT}", JWT),
