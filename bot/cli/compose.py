@@ -346,7 +346,8 @@ async def tool_source(settings: Settings, *, checked: bool = True) -> AsyncItera
         raise ConfigError(
             f"mcp_servers: the mcp package is missing: {install_hint('mcp')}"
         ) from exc
-    tools = mcp_tools(settings, builtin.values())
+    guard = build_guard(settings)  # a server's stderr is logged as the model would read it
+    tools = mcp_tools(settings, builtin.values(), lambda text: guard.scan_output(text).text)
     try:
         source = await tools.start()
     except (McpStartError, ToolCollision) as exc:

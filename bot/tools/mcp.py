@@ -41,7 +41,7 @@ from bot.tools.base import (
     ToolTraits,
     capped,
 )
-from bot.tools.mcp_stderr import ServerStderr
+from bot.tools.mcp_stderr import Redact, ServerStderr, unchanged
 from bot.tools.source import ToolSource
 from bot.tools.toolset import ToolCollision, ToolSet
 
@@ -161,9 +161,16 @@ class McpTool:
 class McpSource:
     """One MCP server: a session open from ``start()`` to ``close()``, and its latest listing."""
 
-    def __init__(self, settings: McpServerSettings, *, cwd: Path | None = None) -> None:
+    def __init__(
+        self,
+        settings: McpServerSettings,
+        *,
+        cwd: Path | None = None,
+        redact: Redact = unchanged,
+    ) -> None:
         self.settings = settings
         self._cwd = cwd
+        self._redact = redact  # the PII guard, for the server's stderr in the log
         self._tools: tuple[McpTool, ...] = ()
         self._session: ClientSession | None = None
         self._task: asyncio.Task[None] | None = None
@@ -366,7 +373,7 @@ class McpSource:
         params = StdioServerParameters(
             command=command, args=args, env=settings.env or None, cwd=self._cwd
         )
-        self._stderr = ServerStderr(self.name)
+        self._stderr = ServerStderr(self.name, self._redact)
         return stdio_client(params, errlog=self._stderr.writer())
 
     async def _list(self, session: ClientSession) -> tuple[McpTool, ...]:
@@ -597,10 +604,11 @@ def _check_owners(groups: Sequence[tuple[str, Sequence[Tool]]]) -> None:
                 )
 
 
-def mcp_tools(settings: Settings, builtin: Iterable[Tool]) -> McpTools:
-    """The configured servers over the built-in tools; a stdio ``cwd`` is config-relative."""
+def mcp_tools(settings: Settings, builtin: Iterable[Tool], redact: Redact = unchanged) -> McpTools:
+    """The configured servers over the built-in tools; a stdio ``cwd`` is config-relative;
+    ``redact``: the PII guard, for what a server writes to its stderr."""
     sources = [
-        McpSource(server, cwd=settings.resolve(server.cwd) if server.cwd else None)
+        McpSource(server, cwd=settings.resolve(server.cwd) if server.cwd else None, redact=redact)
         for server in settings.mcp_servers
     ]
     return McpTools(builtin, sources)

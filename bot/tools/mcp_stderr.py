@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import os
+from collections.abc import Callable
 from typing import TextIO
 
 log = logging.getLogger("kestrel.mcp")
@@ -19,12 +20,20 @@ log = logging.getLogger("kestrel.mcp")
 # A line longer than this is cut: a server must not fill the log with one record.
 MAX_LINE = 2000
 
+Redact = Callable[[str], str]
+
+
+def unchanged(text: str) -> str:
+    """No redaction: the PII guard is off."""
+    return text
+
 
 class _Lines(asyncio.Protocol):
     """Splits what the pipe delivers into lines, each logged as it completes."""
 
-    def __init__(self, server: str) -> None:
+    def __init__(self, server: str, redact: Redact) -> None:
         self.server = server
+        self.redact = redact
         self.last = ""
         self.closed = asyncio.get_running_loop().create_future()
         self._partial = b""
@@ -47,15 +56,17 @@ class _Lines(asyncio.Protocol):
     def _emit(self, raw: bytes) -> None:
         text = raw[:MAX_LINE].decode("utf-8", errors="replace").rstrip()
         if text:
-            self.last = text
+            # A server logs what it was asked and found: the log holds no more than the model.
+            text = self.last = self.redact(text)
             log.info("MCP server %s: %s", self.server, text)
 
 
 class ServerStderr:
     """A pipe for the server's stderr: ``writer()`` for the child, ``started()`` once it runs."""
 
-    def __init__(self, server: str) -> None:
+    def __init__(self, server: str, redact: Redact = unchanged) -> None:
         self._server = server
+        self._redact = redact
         read_fd, write_fd = os.pipe()
         self._read = os.fdopen(read_fd, "rb", buffering=0)
         self._write: TextIO | None = os.fdopen(write_fd, "w")
@@ -80,7 +91,7 @@ class ServerStderr:
     async def started(self) -> None:
         """The child holds the write end: drop ours, so its exit ends the reading."""
         self._close_writer()
-        lines = _Lines(self._server)
+        lines = _Lines(self._server, self._redact)
         loop = asyncio.get_running_loop()
         self._transport, _ = await loop.connect_read_pipe(lambda: lines, self._read)
         self._lines = lines

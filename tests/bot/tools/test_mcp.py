@@ -14,7 +14,7 @@ from typing import Any
 import mcp_types as types
 import pytest
 
-from bot.cli.compose import runtime
+from bot.cli.compose import runtime, tool_source
 from bot.config.settings import ConfigError, McpServerSettings, Settings
 from bot.domain import AssistantTurn, DecisionKind, RunStatus
 from bot.journal.entries import AdvisoryEntry, ToolResultEntry
@@ -346,6 +346,23 @@ async def test_a_server_that_dies_at_start_says_why_in_the_log_not_on_stderr(
 
     assert "boom" not in capfd.readouterr().err  # a JSON log stays JSON
     assert "MCP server srv: boom: no config" in caplog.text
+
+
+async def test_a_server_s_stderr_is_logged_as_the_pii_guard_leaves_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Servers log what they were asked and what they found; the model reads that redacted, and
+    # the log, the one line of a server that died at start included, must not hold more.
+    caplog.set_level(logging.INFO, logger="kestrel.mcp")
+    said = "sys.stderr.write('login alice@example.com key AKIAZ4XQ7PLM3RT5VW2N\\n')"
+    dying = f"import sys; {said}; sys.exit(3)"
+    configured = Settings(tools=[], mcp_servers=[settings(command=[sys.executable, "-c", dying])])
+    with pytest.raises(ConfigError) as refused:
+        async with tool_source(configured, checked=False):
+            pass
+    assert "its stderr: login <EMAIL_ADDRESS> key <AWS_ACCESS_KEY>" in str(refused.value)
+    assert "MCP server srv: login <EMAIL_ADDRESS> key <AWS_ACCESS_KEY>" in caplog.text
+    assert "alice@example.com" not in caplog.text + str(refused.value)
 
 
 async def test_a_server_that_crashes_is_connected_again_and_answers(
