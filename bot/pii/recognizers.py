@@ -37,6 +37,7 @@ from bot.pii.credentials import (
     find_slack,
     find_url_passwords,
     find_user_flag_passwords,
+    find_webhooks,
 )
 from bot.pii.emails import find_emails, find_loose_emails
 from bot.pii.encoded import _MAX_DEPTH, find_encoded
@@ -58,6 +59,7 @@ RECOGNIZERS: tuple[Recognizer, ...] = (
     Recognizer(frozenset({"GITLAB_TOKEN"}), find_gitlab),
     Recognizer(frozenset({"SLACK_TOKEN"}), find_slack),
     Recognizer(frozenset({"DISCORD_TOKEN"}), find_discord),
+    Recognizer(frozenset({"SLACK_TOKEN", "DISCORD_TOKEN"}), find_webhooks),
     Recognizer(frozenset({"STRIPE_KEY", "OPENAI_API_KEY"}), find_k_keys),
     Recognizer(frozenset({"JWT"}), find_jwt),
     Recognizer(frozenset({"BEARER_TOKEN", "BASIC_AUTH"}), find_bearer_and_basic),

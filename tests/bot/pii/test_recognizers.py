@@ -140,6 +140,17 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
         "xoxp-123456789012-123456789012-123456789012-0123456789abcdef",
     ),
     ("SLACK_TOKEN", "xoxa-2-1234567890-abcdefghij", "xoxa-2-1234567890-abcdefghij"),
+    # An incoming webhook's URL is its credential: its last part is the secret.
+    (
+        "SLACK_TOKEN",
+        "slack_api_url: https://hooks.slack.com/services/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",
+        "a1B2c3D4e5F6g7H8i9J0k1L2",
+    ),
+    (
+        "SLACK_TOKEN",
+        "https://hooks.slack.com/workflows/T0A1B2C3D/A0A1B2C3D/412345678901234567/a1B2c3D4e5F6g7H8i9J0",
+        "a1B2c3D4e5F6g7H8i9J0",
+    ),
     (
         "SLACK_TOKEN",
         "app xapp-1-A01234567-1234567890123-abcdef0123456789",
@@ -150,6 +161,17 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
     ("DISCORD_TOKEN", f"DISCORD_TOKEN={DISCORD}", DISCORD),
     ("DISCORD_TOKEN", f"Authorization: Bot {DISCORD}", DISCORD),
     ("DISCORD_TOKEN", f'{{"token": "{DISCORD}"}}', DISCORD),
+    (
+        "DISCORD_TOKEN",
+        "url: https://discord.com/api/webhooks/1234567890123456789/"
+        "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789_-AbCdEfGhIjKlMnOpQrStUvWxYz01",
+        "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789_-AbCdEfGhIjKlMnOpQrStUvWxYz01",
+    ),
+    (
+        "DISCORD_TOKEN",
+        "https://discordapp.com/api/v10/webhooks/1234567890123456789/Ab1_cD2-eF3gH4iJ5kL6mN7oP8",
+        "Ab1_cD2-eF3gH4iJ5kL6mN7oP8",
+    ),
     (
         "DISCORD_TOKEN",
         "old NzkyNzE1NDU0MTk2MDg4ODQy.X-hvzA.Ovy4MCQywSkoMRRclStW4xAYK7I",
@@ -388,6 +410,12 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     ("DISCORD_TOKEN", "Mozilla5CompatibleWindowsNT.x86_64.AppleWebKitKHTMLlikeGeckoChrome"),
     ("DISCORD_TOKEN", "MTA4OTk3NjU0MzIxMDk4NzY1NA.GkX2bT.short"),
     ("DISCORD_TOKEN", f"x{DISCORD}"),
+    ("DISCORD_TOKEN", "see https://discord.com/developers/docs/resources/webhook"),
+    (
+        "SLACK_TOKEN",
+        "https://hooks.slack.com/services/T00000000/B00000000/XXXXXXXXXXXXXXXXXXXXXXXX",
+    ),
+    ("SLACK_TOKEN", "POST https://hooks.slack.com/services/ returns 404"),
     # OPENAI_API_KEY
     ("OPENAI_API_KEY", "sk-learn-is-a-python-library-for-machine-learning"),
     ("OPENAI_API_KEY", "task-1234567890ABCDEFGHIJabcdefghij12345"),
