@@ -111,12 +111,28 @@ def _looks_random(token: str) -> bool:
     )
 
 
+_LOWER_HEX = frozenset("0123456789abcdef")
+
+
+def _hex_key(token: str) -> bool:
+    """True if the token ends in 32 or more hex digits, letters and digits mixed: the keys of
+    other OpenAI-compatible endpoints (sk-<hex>, sk-or-v1-<hex>) are not in mixed case."""
+    tail = token.rpartition("-")[2]
+    return (
+        len(tail) >= 32
+        and set(tail) <= _LOWER_HEX
+        and not tail.isdigit()
+        and any(char.isdigit() for char in tail)
+    )
+
+
 def find_k_keys(src: ScanText) -> Iterator[PiiHit]:
-    """OpenAI keys (sk-, sk-proj-...) and Stripe secret or restricted keys (sk_/rk_live_...)."""
+    """OpenAI keys (sk-, sk-proj-...), the hex keys of other OpenAI-compatible endpoints, and
+    Stripe secret or restricted keys (sk_/rk_live_...)."""
     for match in finditer_with(_K_KEYS, src.text, "k-", "k_"):
         if match.group("stripe"):
             yield PiiHit("STRIPE_KEY", match.start() - 1, match.end())
-        elif _looks_random(match.group("openai")):
+        elif _looks_random(match.group("openai")) or _hex_key(match.group("openai")):
             yield PiiHit("OPENAI_API_KEY", match.start() - 1, match.end())
 
 

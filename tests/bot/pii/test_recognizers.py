@@ -177,7 +177,17 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
         "old NzkyNzE1NDU0MTk2MDg4ODQy.X-hvzA.Ovy4MCQywSkoMRRclStW4xAYK7I",
         "NzkyNzE1NDU0MTk2MDg4ODQy.X-hvzA.Ovy4MCQywSkoMRRclStW4xAYK7I",
     ),
-    # OPENAI_API_KEY
+    # OPENAI_API_KEY, and the keys of other OpenAI-compatible endpoints: hex after sk-
+    (
+        "OPENAI_API_KEY",
+        "key: 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",
+        "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",
+    ),
+    (
+        "OPENAI_API_KEY",
+        "using sk-10dc059f1dc7afa5ab28ab6f50b7c271",
+        "sk-10dc059f1dc7afa5ab28ab6f50b7c271",
+    ),
     (
         "OPENAI_API_KEY",
         "OPENAI_API_KEY=sk-abcdefghijklmnopqrstuvwxyzABCDEFGH1234567890abcd",
@@ -418,6 +428,8 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     ("SLACK_TOKEN", "POST https://hooks.slack.com/services/ returns 404"),
     # OPENAI_API_KEY
     ("OPENAI_API_KEY", "sk-learn-is-a-python-library-for-machine-learning"),
+    ("OPENAI_API_KEY", "sk-00000000000000000000000000000000"),
+    ("OPENAI_API_KEY", "sk-deadbeefdeadbeefdeadbeefdeadbeef"),
     ("OPENAI_API_KEY", "task-1234567890ABCDEFGHIJabcdefghij12345"),
     ("OPENAI_API_KEY", "sk-short1A"),
     # STRIPE_KEY
