@@ -86,12 +86,13 @@ def _family(sep: str, tails: Iterable[tuple[_Group, ...]]) -> re.Pattern[bytes]:
         for lengths in itertools.product(*map(_lengths, tail)):
             words.add("s".join("d" * length for length in lengths)[1:])
     # The second branch takes any other run with at least seven more digits: a card in an
-    # odd grouping ("41 11 11 ...", "4111.1111.1111.1111"), judged in Python.
+    # odd grouping ("41 11 11 ...", "4111.1111.1111.1111"), judged in Python; ``glued`` when
+    # its last group starts a word ("... 0004 3rd"), which Python leaves out.
     return on_use(
         (
             rf"{escaped}0(?<=0{escaped}0)(?:{_trie(words, escaped)}"
             rf"(?![0-9A-Za-z_]|{escaped}0)"
-            rf"|{f'{escaped}?0' * 6}(?P<run>0*+(?:{escaped}0++)*+)(?![0-9A-Za-z_]))"
+            rf"|{f'{escaped}?0' * 6}(?P<run>0*+(?:{escaped}0++)*+)(?P<glued>(?=[A-Za-z_]))?)"
         ).encode()
     )
 
@@ -203,7 +204,11 @@ def _separated(src: ScanText, pattern: re.Pattern[bytes], sep: str) -> Iterator[
     # "exit status 0" compiles no family.
     for match in finditer_with(pattern, shape, f"0{sep}0".encode()):
         at, end = match.span()
-        odd = match.lastindex is not None  # only the odd-grouping branch has a group
+        odd = match.lastindex is not None  # only the odd-grouping branch has groups
+        if odd and match.group("glued") is not None:
+            end = text.rfind(sep, at, end)  # the last group is a word's ("3rd"), not a number's
+            if end <= at:
+                continue
         # The leading digit group, read backwards in the shape: one C call, not a loop.
         longest = 6 if odd else 5
         window = shape[max(0, at - longest - 1) : at]

@@ -74,6 +74,10 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
     ("CREDIT_CARD", "card=4111111111111111", "4111111111111111"),
     ("CREDIT_CARD", "card 4111 1111 1111 1111 exp 12/29", "4111 1111 1111 1111"),
     ("CREDIT_CARD", "4111-1111-1111-1111", "4111-1111-1111-1111"),
+    # A word that starts with a digit right after the card ("3rd", "2fa") is no part of it.
+    ("CREDIT_CARD", "order 5500 0000 0000 0004 3rd try", "5500 0000 0000 0004"),
+    ("CREDIT_CARD", "pan 4111-1111-1111-1111-2fa=ok", "4111-1111-1111-1111"),
+    ("CREDIT_CARD", "4111 1111 1111 1111 12ab", "4111 1111 1111 1111"),
     ("CREDIT_CARD", "mc 5500 0000 0000 0004", "5500 0000 0000 0004"),
     ("CREDIT_CARD", "amex 3782 822463 10005", "3782 822463 10005"),
     ("CREDIT_CARD", "amex 378282246310005", "378282246310005"),
