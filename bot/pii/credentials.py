@@ -244,7 +244,8 @@ def find_private_keys(src: ScanText) -> Iterator[PiiHit]:
 # Passwords, bearer tokens and AWS secret keys: found from their labels
 
 
-_URL_CREDENTIALS = on_use(r"://[^\s:/@\"'<>]{0,256}:(?P<password>[^\s/\"'<>]{1,256})@")
+# The slashes may come JSON-escaped (PHP's json_encode writes postgresql:\/\/app:...).
+_URL_CREDENTIALS = on_use(r":(?:\\?/){2}[^\s:/@\"'<>]{0,256}:(?P<password>[^\s/\"'<>]{1,256})@")
 
 
 def find_url_passwords(src: ScanText) -> Iterator[PiiHit]:

@@ -282,6 +282,8 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
     # CONNECTION_STRING_PASSWORD
     ("CONNECTION_STRING_PASSWORD", "postgres://app:s3cr3t@db:5432/app", "s3cr3t"),
     ("CONNECTION_STRING_PASSWORD", "redis://:hunter2@cache:6379/0", "hunter2"),
+    # JSON that escapes its slashes (PHP's json_encode): postgresql:\/\/app:...@db\/x
+    ("CONNECTION_STRING_PASSWORD", r'{"dsn":"postgresql:\/\/app:s3cr3t@db\/app"}', "s3cr3t"),
     ("CONNECTION_STRING_PASSWORD", "mongodb+srv://u:p%40ss@cluster0.example.net/db", "p%40ss"),
     ("CONNECTION_STRING_PASSWORD", "amqp://guest:p@ss@rabbit/vhost", "p@ss"),
     ("CONNECTION_STRING_PASSWORD", "Server=db;User Id=sa;Password=Pa55w0rd!;", "Pa55w0rd!"),
