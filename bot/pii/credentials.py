@@ -358,6 +358,27 @@ def find_user_flag_passwords(src: ScanText) -> Iterator[PiiHit]:
         yield PiiHit("BASIC_AUTH", start + len(user) + 1, end)
 
 
+# A password on a command line: glued to -p for the MySQL and MariaDB clients (a -p alone asks
+# for one; -P is the port), or after sshpass -p.
+_GLUED_P = on_use(r"(?<=[ \t'\"])-p(?P<value>[^\s'\"]{1,256})")
+_SSHPASS_P = on_use(r"sshpass[ \t]+-p[ \t]*(?P<value>[^\s'\"]{1,256})")
+_MYSQL_CLIENT = on_use(r"(?<![A-Za-z0-9_])(?:mysql[a-z]*|mariadb[a-z-]*)(?![A-Za-z0-9_])")
+
+
+def find_cli_passwords(src: ScanText) -> Iterator[PiiHit]:
+    """The password of mysql -pPASSWORD (and its kin) and of sshpass -p PASSWORD."""
+    text, lower = src.text, src.lower
+    found = list(finditer_with(_SSHPASS_P, text, "sshpass"))
+    if "mysql" in lower or "mariadb" in lower:
+        for match in _GLUED_P.finditer(text):
+            line = text.rfind("\n", 0, match.start()) + 1
+            if _MYSQL_CLIENT.search(lower, line, match.start()):
+                found.append(match)
+    for match in found:
+        if not match.group("value").startswith(_PLACEHOLDER_STARTS):
+            yield PiiHit("CONNECTION_STRING_PASSWORD", *match.span("value"))
+
+
 # One pass for both schemes: "b" is rarer in logs than two separate six-letter scans cost.
 _AUTH_SCHEME = on_use(r"b(?:earer|asic)[ \t]+")
 _BEARER_TOKEN = on_use(r"[A-Za-z0-9._~+/-]{12,}+=*")

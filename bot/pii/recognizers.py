@@ -26,6 +26,7 @@ from bot.pii.credentials import (
     find_authorization,
     find_aws_secret,
     find_bearer_and_basic,
+    find_cli_passwords,
     find_discord,
     find_env_secrets,
     find_github,
@@ -68,6 +69,7 @@ RECOGNIZERS: tuple[Recognizer, ...] = (
     Recognizer(frozenset({"GENERIC_SECRET"}), find_env_secrets),
     Recognizer(frozenset({"CONNECTION_STRING_PASSWORD"}), find_url_passwords),
     Recognizer(frozenset({"CONNECTION_STRING_PASSWORD"}), find_keyvalue_passwords),
+    Recognizer(frozenset({"CONNECTION_STRING_PASSWORD"}), find_cli_passwords),
     Recognizer(
         frozenset({"CREDIT_CARD", "US_SSN", "PHONE_NUMBER", "IP_ADDRESS"}),
         find_separated_numbers,

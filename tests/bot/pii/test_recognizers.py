@@ -282,6 +282,10 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
     # CONNECTION_STRING_PASSWORD
     ("CONNECTION_STRING_PASSWORD", "postgres://app:s3cr3t@db:5432/app", "s3cr3t"),
     ("CONNECTION_STRING_PASSWORD", "redis://:hunter2@cache:6379/0", "hunter2"),
+    # A password glued to -p on a MySQL client's command line, or after sshpass -p.
+    ("CONNECTION_STRING_PASSWORD", "mysql -u root -pTr0ub4dor3 app", "Tr0ub4dor3"),
+    ("CONNECTION_STRING_PASSWORD", "mysqldump -h db -u app '-ps3cr3t;x' app", "s3cr3t;x"),
+    ("CONNECTION_STRING_PASSWORD", "sshpass -p Tr0ub4dor3 ssh host", "Tr0ub4dor3"),
     # JSON that escapes its slashes (PHP's json_encode): postgresql:\/\/app:...@db\/x
     ("CONNECTION_STRING_PASSWORD", r'{"dsn":"postgresql:\/\/app:s3cr3t@db\/app"}', "s3cr3t"),
     ("CONNECTION_STRING_PASSWORD", "mongodb+srv://u:p%40ss@cluster0.example.net/db", "p%40ss"),
@@ -486,6 +490,10 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     ("GITLAB_TOKEN", "xglpat-abcdefghij1234567890XY"),
     ("GITLAB_TOKEN", "glxyz-abcdefghij1234567890XY"),
     ("CONNECTION_STRING_PASSWORD", "password=;Database=app"),
+    ("CONNECTION_STRING_PASSWORD", "mysql -u root -p app"),
+    ("CONNECTION_STRING_PASSWORD", "mkdir -p /var/lib/mysql"),
+    ("CONNECTION_STRING_PASSWORD", "mysql -P3306 -h db"),
+    ("CONNECTION_STRING_PASSWORD", "sshpass -p $PASS ssh host"),
     ("CONNECTION_STRING_PASSWORD", r'{"log": "{\"password\": \"\"}"}'),
 ]
 
