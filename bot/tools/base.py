@@ -49,8 +49,8 @@ def capped(text: str, cap: int = DEFAULT_MAX_OUTPUT) -> str:
     if len(data) <= cap:
         return text
     shown = cut(data[:cap])
-    kept = shown.decode("utf-8", errors="ignore")
-    return f"{kept.removesuffix(chr(10))}\n{cut_marker(len(data), len(shown))}"
+    kept = shown.decode("utf-8", errors="ignore").removesuffix("\n")
+    return f"{kept}\n{cut_marker(len(data), len(shown))}"
 
 
 # ``\Z``, not ``$``: a search with Python's ``re`` (a catalog's name) would let ``$`` match
