@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import string
+from bisect import bisect_right
 from collections.abc import Iterator
 
 from bot.patterns import finditer_with, on_use
@@ -363,6 +364,7 @@ def find_user_flag_passwords(src: ScanText) -> Iterator[PiiHit]:
 _GLUED_P = on_use(r"(?<=[ \t'\"])-p(?P<value>[^\s'\"]{1,256})")
 _SSHPASS_P = on_use(r"sshpass[ \t]+-p[ \t]*(?P<value>[^\s'\"]{1,256})")
 _MYSQL_CLIENT = on_use(r"(?<![A-Za-z0-9_])(?:mysql[a-z]*|mariadb[a-z-]*)(?![A-Za-z0-9_])")
+_COMMAND_REACH = 512  # how far back on its line a -p looks for the client: linear in the text
 
 
 def find_cli_passwords(src: ScanText) -> Iterator[PiiHit]:
@@ -370,9 +372,13 @@ def find_cli_passwords(src: ScanText) -> Iterator[PiiHit]:
     text, lower = src.text, src.lower
     found = list(finditer_with(_SSHPASS_P, text, "sshpass"))
     if "mysql" in lower or "mariadb" in lower:
+        clients = [client.end() for client in _MYSQL_CLIENT.finditer(lower)]
         for match in _GLUED_P.finditer(text):
-            line = text.rfind("\n", 0, match.start()) + 1
-            if _MYSQL_CLIENT.search(lower, line, match.start()):
+            # The nearest client named before the -p, on its line and within reach.
+            before = bisect_right(clients, match.start()) - 1
+            if before < 0 or match.start() - clients[before] > _COMMAND_REACH:
+                continue
+            if "\n" not in text[clients[before] : match.start()]:
                 found.append(match)
     for match in found:
         if not match.group("value").startswith(_PLACEHOLDER_STARTS):
