@@ -204,6 +204,15 @@ class WorkQueue(Protocol):
         before (a repeat: nothing is queued). Others retake the item only once ``owner`` died."""
         ...
 
+    async def take_once(
+        self, key: str, kind: str, payload: dict[str, Any], owner: str
+    ) -> int | None:
+        """Mark ``key`` for good and queue ``payload`` as ``kind`` work already taken by
+        ``owner``, in one commit (a scheduled prompt's occurrence and the run it starts); the
+        item's id, or None when ``key`` was marked before. Others retake the item only once
+        ``owner`` died."""
+        ...
+
     async def take_work(
         self, owner: str, limit: int = 10, retake_after: float = 60.0
     ) -> list[WorkItem]:

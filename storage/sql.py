@@ -320,8 +320,8 @@ SELECT (SELECT COUNT(*) FROM approvals WHERE request_id = $1),
 MARK_ONCE: Final = """
 INSERT INTO once_keys(key, at) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING RETURNING true
 """
-# An inbound chat delivery's mark: a key that stands already refuses it (a unique violation),
-# and with it the whole transaction, so a repeat queues nothing.
+# A mark that comes with work (a chat delivery, a scheduled occurrence): a key that stands
+# already refuses it (a unique violation), and with it the whole transaction: nothing is queued.
 MARK_DELIVERY: Final = "INSERT INTO once_keys(key, at) VALUES ($1, $2)"
 
 

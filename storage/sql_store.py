@@ -53,7 +53,7 @@ Params = Sequence[Any]
 
 
 class _Repeat(StoreError):
-    """An inbound delivery whose key was marked before."""
+    """Work whose once-key (a chat delivery's, a scheduled occurrence's) was marked before."""
 
 
 class SqlStore(ABC):
@@ -374,6 +374,13 @@ class SqlStore(ABC):
     async def accept_delivery(self, key: str, payload: dict[str, Any], owner: str) -> int | None:
         """Mark ``key`` and queue ``payload`` as inbound work taken by ``owner``, in one
         transaction; the item's id, or None when ``key`` was marked before (nothing queued)."""
+        return await self.take_once(key, "inbound", payload, owner)
+
+    async def take_once(
+        self, key: str, kind: str, payload: dict[str, Any], owner: str
+    ) -> int | None:
+        """Mark ``key`` and queue ``payload`` as ``kind`` work taken by ``owner``, in one
+        transaction; the item's id, or None when ``key`` was marked before (nothing queued)."""
 
         def repeat(violation: Violation) -> StoreError:  # noqa: ARG001
             return _Repeat(key)
@@ -381,7 +388,7 @@ class SqlStore(ABC):
         now = self._now()
         steps: list[Step] = [
             (sql.MARK_DELIVERY, (key, now)),
-            (sql.ENQUEUE_TAKEN_WORK, ("inbound", work_payload("inbound", payload), now, owner)),
+            (sql.ENQUEUE_TAKEN_WORK, (kind, work_payload(kind, payload), now, owner)),
         ]
         try:
             rows = await self._transaction("accept_delivery", steps, repeat)

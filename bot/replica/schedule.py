@@ -1,8 +1,9 @@
 """Deadlines, reminders and scheduled prompts on APScheduler 3.
 
 The store is the truth: deadlines live on the requests, and every firing goes through a
-conditional write (``decide`` or ``mark_once``), so a restart rebuilds the jobs from the store
-and two processes sharing it never fire the same thing twice.
+conditional write (``decide``, ``mark_once``, or ``take_once`` for a scheduled prompt), so a
+restart rebuilds the jobs from the store and two processes sharing it never fire the same
+thing twice.
 """
 
 from __future__ import annotations
@@ -12,26 +13,29 @@ import functools
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Any, Protocol
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.date import DateTrigger
 
+from bot import wire
 from bot.config.cron import parse_cron
 from bot.config.deadlines import DeadlineSettings
 from bot.config.settings import ScheduledPrompt
-from bot.domain import Request
+from bot.domain import Request, Session, new_id
 from bot.errors import StoreError
 from bot.events import Event, RequestOpenedEvent, RequestReminderEvent
 from bot.kinds import AuditAction
+from bot.replica.work import until_created
 from bot.run.supervisor import LiveRun, Supervisor
-from bot.store import AuditLog, OnceMarks, Requests
+from bot.store import AuditLog, OnceMarks, Requests, WorkQueue
 
 log = logging.getLogger("kestrel.schedule")
 
 
-class SchedulerStore(Requests, OnceMarks, AuditLog, Protocol):
-    """The roles the scheduler uses: open requests, once-marks, and the audit."""
+class SchedulerStore(Requests, OnceMarks, WorkQueue, AuditLog, Protocol):
+    """The roles the scheduler uses: open requests, once-marks, the work a scheduled prompt
+    starts, and the audit."""
 
 
 class Scheduler:
@@ -96,12 +100,25 @@ class Scheduler:
         return expired, reminded
 
     async def fire_prompt(self, name: str, at: datetime) -> LiveRun | None:
-        """Start the scheduled prompt for the occurrence ``at``, once across all processes."""
+        """Start the scheduled prompt for the occurrence ``at``, once across all processes.
+
+        The occurrence is claimed with the run's ``start`` work, taken by this replica, in one
+        commit: a replica that dies before the run exists leaves the work to another, where a
+        bare mark would have left the occurrence claimed and its run never started."""
         prompt, _trigger = self.prompts[name]
         key = f"cron:{name}:{at.isoformat()}"
-        if not await self.store.mark_once(key):
+        start = scheduled_start(name, prompt.prompt)
+        work_id = await self.store.take_once(key, "start", start, self.supervisor.rt.owner)
+        if work_id is None:
             return None
-        live = await self.supervisor.start_turn(prompt.prompt, requested_by=f"schedule:{name}")
+        live = await self.supervisor.start_turn(
+            prompt.prompt,
+            session=wire.from_plain(start["session"], Session),
+            requested_by=start["requested_by"],
+            run_id=start["run_id"],
+        )
+        await until_created(live)
+        await self.store.finish_work(work_id)
         log.info("scheduled prompt %s started run %s", name, live.run_id)
         return live
 
@@ -146,6 +163,19 @@ class Scheduler:
     async def _occurrence(self, name: str, at: datetime) -> None:
         self._schedule_prompt(name, at + timedelta(seconds=1))
         await self.fire_prompt(name, at)
+
+
+def scheduled_start(name: str, prompt: str) -> dict[str, Any]:
+    """The ``start`` work of one occurrence of scheduled prompt ``name``: its run and session
+    named up front, so whichever replica takes the work starts that one run."""
+    session = Session(id=new_id("ses"))
+    return {
+        "run_id": new_id("run"),
+        "session": wire.to_plain(session),
+        "prompt": prompt,
+        "requested_by": f"schedule:{name}",
+        "scheduled": True,
+    }
 
 
 def _job(work: Callable[..., Awaitable[object]]) -> Callable[..., Awaitable[None]]:

@@ -118,7 +118,12 @@ class WorkTaker:
             return  # a replica that died after creating it left it to orphan adoption
         session = wire.from_plain(payload["session"], Session)
         requester = Actor(str(payload.get("requested_by", "")))
-        if not await self.supervisor.rt.policy.may_start(requester, session.place):
+        # A scheduled prompt is the operator's, from the configuration: it starts here as it
+        # would have on the replica that claimed it, whoever policy.requesters names.
+        scheduled = payload.get("scheduled") is True
+        if not scheduled and not await self.supervisor.rt.policy.may_start(
+            requester, session.place
+        ):
             log.warning("%s may not start runs (policy.requesters): dropped", requester.user)
             return
         live = await self.supervisor.start_turn(
@@ -128,7 +133,7 @@ class WorkTaker:
             prompter=DeferringPrompter() if payload.get("prompter") else None,
             run_id=run_id,
         )
-        await _created(live)
+        await until_created(live)
 
     async def _resume(self, run_id: str) -> None:
         try:
@@ -146,7 +151,7 @@ class WorkTaker:
         return True
 
 
-async def _created(live: LiveRun) -> None:
+async def until_created(live: LiveRun) -> None:
     """Wait until the run's record exists (or its task ended): then the work item is done."""
     assert live.task is not None
     created = asyncio.ensure_future(live.created.wait())

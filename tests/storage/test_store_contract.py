@@ -1520,6 +1520,26 @@ async def test_a_delivery_is_accepted_once_with_its_work(
     ]
 
 
+async def test_an_occurrence_is_claimed_once_with_its_start(
+    backend: Backend, clock: FakeClock
+) -> None:
+    first_store, second_store = await backend.open(), await backend.open()
+    start = {"run_id": "run_1", "prompt": "check the backups"}
+
+    claims = await asyncio.gather(
+        first_store.take_once("cron:nightly:2026-01-02T03:00", "start", start, "w1"),
+        second_store.take_once("cron:nightly:2026-01-02T03:00", "start", start, "w2"),
+    )
+
+    (work_id,) = [claim for claim in claims if claim is not None]
+    assert claims.count(None) == 1
+    # The claimer's: another replica takes the start only once the claimer is long gone.
+    assert await second_store.take_work("w3", retake_after=30) == []
+    clock.advance(31)
+    retaken = await second_store.take_work("w3", retake_after=30)
+    assert [(item.id, item.kind, item.payload) for item in retaken] == [(work_id, "start", start)]
+
+
 # -- what a run's end owes ----------------------------------------------------------------------
 
 
