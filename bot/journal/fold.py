@@ -51,6 +51,9 @@ class CallState(msgspec.Struct):
     # An effect started after the call's latest request (or with none): until a result says
     # how it went, running the call again needs a fresh decision by on-call.
     dispatched: bool = False
+    # The tool that effect is (its dispatch record's): a PreToolUse hook may have made the
+    # call another tool's, and the call's own may be one that is safe to run again.
+    effect_tool: str = ""
     process: ProcessStamp | None = None
 
 
@@ -208,7 +211,7 @@ def _find(state: RunState, call_id: str) -> CallState | None:
 def _dispatched(state: RunState, entry: ToolDispatched) -> None:
     call = _find(state, entry.call_id)
     if call is not None:
-        call.dispatched, call.process = True, None
+        call.dispatched, call.effect_tool, call.process = True, entry.tool, None
 
 
 def _process(state: RunState, entry: ToolProcess) -> None:

@@ -445,7 +445,10 @@ class AgentLoop:
 
     async def _uncertain(self, call_state: CallState, env: CallEnv) -> None:
         """A dispatched call with no result: rerun it if idempotent, else ask on-call."""
-        tool = env.tools.get(call_state.call.name)
+        # The tool whose effect started, not the one the model named: rerunning a call a hook
+        # rewrote would start that effect again.
+        name = call_state.effect_tool or call_state.call.name
+        tool = env.tools.get(name)
         if tool is not None and tool.flags.traits.idempotent:
             await self._execute(call_state, env)
             return
@@ -457,10 +460,10 @@ class AgentLoop:
         request = self.run_ctx.request(
             RequestKind.WAIT_EFFECT,
             call.id,
-            call.name,
+            name,
             _arguments(call.arguments),
             prompt=(
-                f"{call.name} was started but its outcome is unknown "
+                f"{name} was started but its outcome is unknown "
                 f"(the process stopped mid-effect{found}): retry, mark done or mark failed?"
             ),
             options=("retry", "done", "failed"),

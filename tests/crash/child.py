@@ -22,6 +22,7 @@ from bot.chat.service import ChatService
 from bot.domain import Decision, DecisionKind, Request, RequestStatus, Session
 from bot.errors import ResumeRefused
 from bot.events import Event, FanOut, RequestOpenedEvent
+from bot.hooks import Hooks, load_hook
 from bot.journal.entries import Entry
 from bot.journal.fold import fold
 from bot.llm.openai_provider import OpenAIProvider
@@ -153,6 +154,7 @@ async def main(args: argparse.Namespace) -> None:
         events=FanOut(),
         owner=f"child-{os.getpid()}",
         lease_seconds=0.3,
+        hooks=Hooks(pre_tool_use=[load_hook(ref) for ref in args.pre_tool_use]),  # type: ignore[misc]
     )
     sup = Supervisor(rt)
     rt.policy.settings.oncall.append("U0ONCALL")
@@ -202,6 +204,9 @@ def parser() -> argparse.ArgumentParser:
     options.add_argument("--adopt", action="store_true", help="take the run over as serve does")
     options.add_argument("--run-id-file", default="")
     options.add_argument("--approve", action="store_true", help="approve every gated call inline")
+    options.add_argument(
+        "--pre-tool-use", action="append", default=[], help="a PreToolUse hook, module:function"
+    )
     options.add_argument(
         "--approve-while-live", action="store_true", help="click Approve on each card at once"
     )
