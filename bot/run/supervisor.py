@@ -329,9 +329,11 @@ class Supervisor:
             await self._refuse_cancel(run_id, by, f"{held}; cancel it when it suspends")
         state = fold(await self.rt.store.load(run_id), run_id)
         cause = f"cancelled by {by or 'an operator'}"
-        await self.decisions.close_requests(run_id, by)
-        # RunEnded gives the lease up as it is written.
+        # The end first (RunEnded gives the lease up as it is written): a request closed on a
+        # run not yet ended reads as answered, and a crash between the two would let any
+        # resume take the run on past its cancel. Left open on an ended run, it resumes nothing.
         await self._end_outside(state, epoch, RunStatus.CANCELLED, StopReason.CANCELLED, cause)
+        await self.decisions.close_requests(run_id, by)
         await self.rt.store.audit(by, AuditAction.CANCEL, run_id=run_id)
         return "cancelled"
 

@@ -83,6 +83,18 @@ class CrashingStore(SqliteStore):
                 os.kill(os.getpid(), signal.SIGKILL)
         return settled
 
+    async def decide(
+        self, decision: Decision, status: RequestStatus, audit: Audited | None = None
+    ) -> bool:
+        """Crash kind ``closed``: killed once a request closed without the lease (a cancel's
+        closing of the run's requests) is durable."""
+        won = await super().decide(decision, status, audit)
+        if self._kind == "closed":
+            self._left -= 1
+            if self._left == 0:
+                os.kill(os.getpid(), signal.SIGKILL)
+        return won
+
     def _due(self, entry: Entry) -> bool:
         if entry.kind != self._kind:
             return False
@@ -168,6 +180,10 @@ async def main(args: argparse.Namespace) -> None:
         answered = await sup.answer(decision, run_id=args.resume)
         assert answered.accepted, answered.message
         claimed = answered.claimed  # as ChatService.decide resumes
+    if args.cancel:
+        print(json.dumps({"cancel": await sup.cancel(args.cancel, by="U0ONCALL")}))
+        await store.close()
+        return
     if args.resume and args.adopt:
         live = await adopt_when_free(sup, args.resume)
     elif args.resume:
@@ -202,6 +218,7 @@ def parser() -> argparse.ArgumentParser:
     options.add_argument("--resume", default="")
     options.add_argument("--settle", action="append", default=[], help="REQ=decision kind")
     options.add_argument("--adopt", action="store_true", help="take the run over as serve does")
+    options.add_argument("--cancel", default="", help="cancel this run as on-call")
     options.add_argument("--run-id-file", default="")
     options.add_argument("--approve", action="store_true", help="approve every gated call inline")
     options.add_argument(
