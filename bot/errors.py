@@ -23,6 +23,11 @@ class UnknownRun(StoreError):
     """No run has that id."""
 
 
+class UnreadableJournal(StoreError):
+    """A stored journal entry reads as no entry (cut short, edited, written by a newer
+    version): that run cannot be resumed until someone repairs it; the store itself works."""
+
+
 class ResumeRefused(Exception):
     """The run cannot be resumed as asked; the message says why and what to do."""
 

@@ -16,7 +16,7 @@ import msgspec
 from bot import wire
 from bot.chat.outbox import answer_key, owed_answer
 from bot.domain import Decision, Request, RequestStatus, RunStatus
-from bot.errors import SeqConflict, SeqGap, StaleEpoch, StoreError, UnknownRun
+from bot.errors import SeqConflict, SeqGap, StaleEpoch, StoreError, UnknownRun, UnreadableJournal
 from bot.journal.decode import decode_entry
 from bot.journal.entries import (
     Entry,
@@ -125,11 +125,11 @@ def entry_body(entry: Entry) -> str:
 
 
 def record(run_id: str, seq: int, epoch: int, body: str) -> JournalRecord:
-    """A stored journal row as a record; an unreadable body is a ``StoreError``."""
+    """A stored journal row as a record; an unreadable body is an ``UnreadableJournal``."""
     try:
         entry = decode_entry(body)
     except wire.Unreadable as exc:
-        raise StoreError(
+        raise UnreadableJournal(
             f"run {run_id!r}: journal entry at seq {seq} is unreadable: {exc}"
         ) from exc
     return JournalRecord(run_id=run_id, seq=seq, epoch=epoch, entry=entry)

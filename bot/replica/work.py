@@ -11,7 +11,7 @@ from typing import Any, Protocol
 from bot import wire
 from bot.chat.inbound import Accepted, Inbound, TryLater
 from bot.domain import Session
-from bot.errors import ResumeRefused, StoreError, UnknownRun
+from bot.errors import ResumeRefused, StoreError, UnknownRun, UnreadableJournal
 from bot.people.policy import Actor
 from bot.prompter import DeferringPrompter
 from bot.records import WorkItem
@@ -142,6 +142,9 @@ class WorkTaker:
             log.info("resume of %s left to its owner: %s", run_id, exc)
         except UnknownRun:
             log.warning("resume of unknown run %s dropped", run_id)
+        except UnreadableJournal as exc:
+            # Taken up again, it would fail alike and hold up the items after it.
+            log.error("resume of %s dropped until its journal is repaired: %s", run_id, exc)
 
     async def _exists(self, run_id: str) -> bool:
         try:

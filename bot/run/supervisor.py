@@ -23,7 +23,7 @@ from bot.domain import (
     TerminalResult,
     new_id,
 )
-from bot.errors import CancelRefused, ResumeRefused, StoreError
+from bot.errors import CancelRefused, ResumeRefused, StoreError, UnreadableJournal
 from bot.events import (
     AdvisoryEvent,
     JournalFailedEvent,
@@ -252,6 +252,10 @@ class Supervisor:
             except ResumeRefused as exc:
                 log.info("not adopting %s: %s", run_id, exc)
                 continue
+            except UnreadableJournal as exc:
+                # That run's alone: the runs after it (oldest first) must still be adopted.
+                log.error("not adopting %s until its journal is repaired: %s", run_id, exc)
+                continue
             if live is not None:
                 adopted.append(run_id)
         return adopted
@@ -269,6 +273,9 @@ class Supervisor:
         except ResumeRefused as exc:
             # Expired all the same; the run waits for someone to resume it (say --force).
             log.warning("run %s not resumed after %s expired: %s", request.run_id, request.id, exc)
+        except UnreadableJournal as exc:
+            # Expired all the same; and the sweep goes on to the other runs' requests.
+            log.error("run %s not resumed after %s expired: %s", request.run_id, request.id, exc)
         return True
 
     async def expire_overdue(self, run_id: str) -> int | None:

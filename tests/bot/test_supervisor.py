@@ -4,6 +4,7 @@ answers, deadlines that take the lease."""
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -17,18 +18,32 @@ from bot.chat.service import ChatService
 from bot.config.settings import DeadlineSettings
 from bot.domain import (
     TERMINAL_STATUSES,
+    AssistantTurn,
     Decision,
     DecisionKind,
     Request,
+    RequestStatus,
     RunStatus,
+    Session,
     StopReason,
+    ToolCall,
     utcnow,
 )
 from bot.events import AnswerSuppliedEvent, Event, RunResumedEvent, ToolStartedEvent
-from bot.journal.entries import Entry, RunSuspended, ToolResultEntry
-from bot.journal.fold import fold
+from bot.journal.entries import (
+    AssistantTurnEntry,
+    Entry,
+    RunStarted,
+    RunSuspended,
+    ToolDispatched,
+    ToolResultEntry,
+    UserMessageEntry,
+)
+from bot.journal.fold import RunState, fold
+from bot.journal.writer import RunJournal
 from bot.people.policy import Actor
 from bot.prompter import DeferringPrompter
+from bot.records import RunRecord
 from bot.replica.schedule import Scheduler
 from bot.replica.work import WorkTaker
 from bot.run.runtime import Runtime
@@ -437,3 +452,98 @@ async def test_an_answer_given_on_resume_is_audited_only_if_it_closed_the_reques
     assert ("U0CONSOLE", "approve") not in audited
     _, _, decision = await rt.store.get_request(request.id)
     assert decision is not None and decision.by == "U0SLACK"
+
+
+async def orphan(rt: Runtime, run_id: str, text: str) -> None:
+    """A run whose owner died right after dispatching ``write`` (lease gone at once)."""
+    await rt.store.ensure_session(Session(id=f"ses_{run_id}"))
+    record = RunRecord(id=run_id, session_id=f"ses_{run_id}")
+    epoch = await rt.store.create_run(record, "dead", 0.0)
+    journal = RunJournal(rt.store, RunState(run_id), epoch)
+    arguments = json.dumps({"text": text})
+    turn = AssistantTurn(calls=(ToolCall(id=f"call_{text}", name="write", arguments=arguments),))
+    for entry in (
+        RunStarted(run_id=run_id, session_id=f"ses_{run_id}", fingerprint=rt.fingerprint()),
+        UserMessageEntry(text="write"),
+        AssistantTurnEntry(iteration=0, turn=turn),
+        ToolDispatched(call_id=f"call_{text}", tool="write"),
+    ):
+        await journal.append(entry)
+
+
+async def test_a_journal_no_process_can_read_holds_up_no_other_adoption(
+    tmp_path: Path, opened: list[Runtime]
+) -> None:
+    counter = Counter()
+    rt, _ = await make_runtime(tmp_path / "k.db", [reply(text="x")], counting_tools(counter))
+    opened.append(rt)
+    await orphan(rt, "run_bad", "a")  # the older orphan: the first a sweep comes to
+    await orphan(rt, "run_good", "b")
+    with sqlite3.connect(tmp_path / "k.db") as conn:  # cut short, as a bad copy or hand edit
+        conn.execute(
+            "UPDATE journal SET body = substr(body, 1, 20) WHERE run_id = 'run_bad' AND seq = 3"
+        )
+
+    adopted = await Supervisor(rt).adopt_orphans()
+
+    assert adopted == ["run_good"]
+    assert (await rt.store.get_run("run_bad")).status is RunStatus.RUNNING  # left as it was
+    assert counter.calls == {}  # the good run's uncertain effect waits for on-call
+
+
+async def two_waiting_one_unreadable(
+    tmp_path: Path, opened: list[Runtime], lease_seconds: float = 30.0
+) -> tuple[Runtime, Supervisor, Counter, list[tuple[str, Request]]]:
+    """Two runs waiting for approval (the first's request the older), the first's journal
+    then cut short on disk, as a bad copy or a hand edit leaves it."""
+    counter = Counter()
+    replies = [reply(call("deploy", text="v1")), reply(text="not deployed")]  # for each run
+    rt, _ = await make_runtime(
+        tmp_path / "k.db", replies, counting_tools(counter), lease_seconds=lease_seconds
+    )
+    opened.append(rt)
+    sup = Supervisor(rt)
+    waiting = []
+    for prompt in ("ship v1", "ship v2"):
+        live = await sup.start_turn(prompt, requested_by="U0REQ", prompter=DeferringPrompter())
+        (request,) = (await sup.wait(live)).open_requests
+        waiting.append((live.run_id, request))
+    with sqlite3.connect(tmp_path / "k.db") as conn:
+        conn.execute(
+            "UPDATE journal SET body = substr(body, 1, 20) WHERE run_id = ? AND seq = 1",
+            (waiting[0][0],),
+        )
+    return rt, sup, counter, waiting
+
+
+async def test_a_journal_no_process_can_read_holds_up_no_other_expiry(
+    tmp_path: Path, opened: list[Runtime]
+) -> None:
+    rt, sup, counter, waiting = await two_waiting_one_unreadable(tmp_path, opened)
+    (_, first), (good, second) = waiting
+    later = (second.deadline or utcnow()) + timedelta(seconds=1)
+    scheduler = Scheduler(sup, DeadlineSettings(), [], store=rt.store, clock=lambda: later)
+
+    expired, _ = await scheduler.sweep()
+
+    assert expired == [first.id, second.id]  # each expiry stands, resumed or not
+    await until(lambda: has_ended(rt, good))
+    assert counter.calls == {}
+
+
+async def test_a_journal_no_process_can_read_holds_up_no_other_resume_work(
+    tmp_path: Path, opened: list[Runtime]
+) -> None:
+    rt, sup, counter, waiting = await two_waiting_one_unreadable(tmp_path, opened, 0.3)
+    for run_id, request in waiting:  # answered where the run's lease was not taken
+        assert await rt.store.decide(approval(request), RequestStatus.ANSWERED)
+        await rt.store.enqueue_work("resume", {"run_id": run_id})
+    taker = WorkTaker(sup, rt.store, poll=0.05)
+    taking = asyncio.create_task(taker.run())
+
+    await until(lambda: has_ended(rt, waiting[1][0]), timeout=10)
+
+    taker.stop()
+    await taking
+    assert counter.calls == {"deploy": 1}
+    assert await rt.store.take_work("probe", retake_after=0) == []  # the bad one dropped too
