@@ -151,13 +151,17 @@ CREATE_RUN: Final = (
 )
 GET_RUN: Final = f"SELECT {RUN_COLUMNS} FROM runs WHERE id = $1"
 COUNT_RUNS_BY_STATUS: Final = "SELECT status, COUNT(*) FROM runs GROUP BY status"
-# Running with no live owner; or suspended yet owned with every request answered, which only a
-# decider that took the lease to resume the run and died before it wrote a word leaves behind
-# (a suspend releases; a canceller that died leaves its requests open or cancelled: not those).
+# Running with no live owner; or suspended with every request answered and nobody to resume
+# it: owned, which only a decider that took the lease to resume the run and died before it
+# wrote a word leaves behind; or released while waiting, which an owner that died as it
+# suspended leaves behind when the answers came while it ran (their deciders found the lease
+# taken and left the run to it). A canceller that died leaves its requests open or cancelled,
+# and a run stopped on a signal is suspended ``interrupted``: not those.
 ORPHANED_RUNS: Final = """
 SELECT id FROM runs
 WHERE (status = 'running' AND (owner = '' OR lease_expires IS NULL OR lease_expires < $1))
-   OR (status = 'suspended' AND owner <> '' AND lease_expires < $1
+   OR (status = 'suspended'
+       AND ((owner <> '' AND lease_expires < $1) OR (owner = '' AND stop_reason = 'waiting'))
        AND NOT EXISTS (SELECT 1 FROM requests AS r
                        WHERE r.run_id = runs.id AND r.status IN ('open', 'cancelled')))
 ORDER BY updated_at LIMIT $2

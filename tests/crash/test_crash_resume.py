@@ -433,3 +433,20 @@ def test_an_orphaned_command_is_stopped_before_on_call_is_asked(
     assert "was still running and was stopped" in request["prompt"], request["prompt"]
     time.sleep(2.5)  # past the moment the orphan would have written its effect
     assert effects(folder) == []
+
+
+@pytest.mark.parametrize("world", [WHILE_LIVE_SCRIPT], indirect=True)
+def test_a_run_answered_while_live_and_killed_as_it_suspended_is_adopted(
+    world: dict[str, Path | str],
+) -> None:
+    folder = Path(world["dir"])
+    # The click lands while the batch still runs; the process dies as the run suspends, before
+    # it goes on with the answer it already has.
+    crashed = child(world, "--approve-while-live", "--crash-after", "run_suspended:1")
+    assert crashed.returncode == -9, crashed.stderr
+    run_id = (folder / "run_id").read_text()
+
+    out = json.loads(child(world, "--resume", run_id, "--adopt").stdout)
+
+    assert out["status"] == "completed", out
+    assert sorted(effects(folder)) == ["d", "e"]

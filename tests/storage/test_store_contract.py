@@ -1422,6 +1422,39 @@ async def test_a_suspended_run_whose_decider_died_is_an_orphan(
     assert await store.orphaned_runs() == [run_id]
 
 
+async def test_a_run_answered_while_it_ran_then_suspended_is_an_orphan(store: Store) -> None:
+    run_id, epoch = await new_run(store, owner="w1")
+    request = a_request(run_id)
+    entries = [
+        *every_entry(run_id)[:3],
+        ToolDeferred(call_id="call_1", tool="restart_service", request=request),
+    ]
+    for seq, entry in enumerate(entries):
+        await store.append(run_id, seq, epoch, entry)
+    decision = Decision(request_id=request.id, kind=DecisionKind.APPROVE, by="bob", at=AT)
+    settled = await store.decide_and_claim(
+        decision, RequestStatus.ANSWERED, Audited("bob", AuditAction.APPROVE), "w2", 5
+    )
+    assert settled.won and settled.epoch is None  # w1 still ran it: w1 goes on with it
+    suspended = RunSuspended(reason=StopReason.WAITING, request_ids=(request.id,))
+    await store.append(run_id, len(entries), epoch, suspended)
+
+    # Released and answered: w1 resumes it at once, unless it died as it suspended.
+    assert await store.orphaned_runs() == [run_id]
+
+
+async def test_a_run_stopped_on_a_signal_is_no_orphan(store: Store) -> None:
+    run_id, epoch = await new_run(store, owner="w1")
+    entries = [
+        *every_entry(run_id)[:3],
+        RunSuspended(reason=StopReason.INTERRUPTED),
+    ]
+    for seq, entry in enumerate(entries):
+        await store.append(run_id, seq, epoch, entry)
+
+    assert await store.orphaned_runs() == []  # handed back as work, or resumed by whoever
+
+
 async def test_deciders_racing_on_one_run_leave_exactly_one_lease_taker(
     backend: Backend,
 ) -> None:
