@@ -61,6 +61,13 @@ from bot.tools.toolset import ToolSet
 log = logging.getLogger("kestrel.loop")
 
 
+# What the model reads of an uncertain effect nobody settled before its deadline.
+_UNSETTLED = (
+    "its outcome is unknown: it was started, the process stopped mid-effect, and nobody said"
+    " before the deadline whether it took effect; it may have. Do not run it again unless a"
+    " person asks you to"
+)
+
 # A reply that ended so is not all the model meant: none of its calls runs.
 _CUT_SHORT = frozenset({"length", "content_filter"})
 
@@ -491,6 +498,10 @@ class AgentLoop:
         if decision.kind is DecisionKind.DONE:
             output = decision.text or f"marked done by {decision.by or 'on-call'}"
             await self._result(call_state, ToolOutcome.OK, output, False, env)
+            return
+        if decision.kind is DecisionKind.EXPIRED:
+            # Nobody said it failed: a model told so would likely run it again, twice in all.
+            await self._result(call_state, ToolOutcome.ERROR, _UNSETTLED, True, env)
             return
         output = f"marked failed by {decision.by or 'on-call'}" + (
             f": {decision.text}" if decision.text else ""

@@ -325,6 +325,28 @@ async def test_uncertain_effect_waits_for_oncall(
     await rt.store.close()
 
 
+async def test_an_uncertain_effect_past_its_deadline_is_still_uncertain_to_the_model(
+    tmp_path: Path,
+) -> None:
+    rt, sup, counter, run_id = await orphaned_dispatch(tmp_path)
+    live = await sup.resume(run_id)
+    assert live is not None
+    (request,) = (await sup.wait(live)).open_requests
+
+    assert await sup.expire(request)  # nobody settled it: the deadline did, and resumed it
+
+    state = await sup.wait(sup.live[run_id])
+    assert state.result is not None and state.result.text == "after"
+    (result,) = [
+        r.entry for r in await rt.store.load(run_id) if isinstance(r.entry, ToolResultEntry)
+    ]
+    # Not "failed": the model would likely run it again, and it may have taken effect.
+    assert "failed" not in result.output
+    assert "unknown" in result.output and result.is_error
+    assert counter.calls == {}
+    await rt.store.close()
+
+
 async def test_deadline_expires_once_across_a_restart(tmp_path: Path) -> None:
     rt, sup, counter, run_id, request = await suspended_on_approval(tmp_path)
     assert request.deadline is not None
