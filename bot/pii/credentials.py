@@ -185,7 +185,7 @@ _DISCORD_CHARS = frozenset(string.ascii_letters + string.digits + "_-")
 def find_discord(src: ScanText) -> Iterator[PiiHit]:
     """Discord bot tokens (the HMAC is the secret part; the id before it is public)."""
     text = src.text
-    for tail in _DISCORD_TAIL.finditer(text):
+    for tail in finditer_with(_DISCORD_TAIL, text, "."):
         start = _run_start(text, tail.start(), _DISCORD_CHARS, 27)
         if start < 0 or tail.start() - start < 23 or text[start] not in "MNO":
             continue
@@ -478,11 +478,10 @@ def _starts_line(text: str, index: int) -> bool:
 def _env_name_ends(text: str) -> Iterator[re.Match[str]]:
     """The pattern's matches, from each place one of its words stands: capitals are rare in
     output, and str.find skips to them in C, where the regex would try every character."""
-    match = _ENV_NAME_END.match
     for word in _ENV_NAME_WORDS:
         position = text.find(word)
         while position >= 0:
-            found = match(text, position)
+            found = _ENV_NAME_END.match(text, position)  # compiled once a word is there
             if found is not None:
                 yield found
             position = text.find(word, position + len(word))
