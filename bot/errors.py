@@ -28,6 +28,10 @@ class UnreadableJournal(StoreError):
     version): that run cannot be resumed until someone repairs it; the store itself works."""
 
 
+class ThreadBusy(StoreError):
+    """A run of the same thread is still unfinished: a new one was not created."""
+
+
 class ResumeRefused(Exception):
     """The run cannot be resumed as asked; the message says why and what to do."""
 

@@ -95,9 +95,13 @@ class RunRows(Protocol):
         lease_seconds: float,
         session: Session | None = None,
         entries: Sequence[Entry] = (),
+        *,
+        alone: bool = False,
     ) -> int:
         """Insert a run owned by ``owner`` and return its first epoch; ``session``, if given,
-        is ensured and ``entries`` are its journal from seq 0, in the same transaction."""
+        is ensured and ``entries`` are its journal from seq 0, in the same transaction.
+        ``alone`` (with both): refused with ``ThreadBusy``, writing nothing, while another run
+        of the session is running or suspended, whichever replica created it."""
         ...
 
     async def get_run(self, run_id: str) -> RunRecord:

@@ -149,6 +149,19 @@ GET_SESSION: Final = "SELECT id, platform, workspace, channel, thread FROM sessi
 CREATE_RUN: Final = (
     f"INSERT INTO runs({RUN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, 1, $8, $9, $10)"
 )
+# A thread's new run, inserted only while no other run of its session is unfinished. With no
+# row inserted, the run's first journal entry breaks its foreign key and rolls the whole
+# transaction back (``SqlStore.create_run``). PostgreSQL locks the session first
+# (``LOCK_SESSION``): each statement reads anew, so a second creator sees the first's run.
+CREATE_RUN_ALONE: Final = f"""
+INSERT INTO runs({RUN_COLUMNS})
+SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::text, $7::text, 1,
+    $8::timestamptz, $9::timestamptz, $10::timestamptz
+WHERE NOT EXISTS (
+    SELECT 1 FROM runs WHERE session_id = $2 AND status IN ('running', 'suspended')
+)
+"""
+LOCK_SESSION: Final = "SELECT id FROM sessions WHERE id = $1 FOR NO KEY UPDATE"
 GET_RUN: Final = f"SELECT {RUN_COLUMNS} FROM runs WHERE id = $1"
 COUNT_RUNS_BY_STATUS: Final = "SELECT status, COUNT(*) FROM runs GROUP BY status"
 # Running with no live owner; or suspended with every request answered and nobody to resume

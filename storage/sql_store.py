@@ -18,7 +18,7 @@ from typing import Any, ClassVar, TypeVar
 
 from bot import wire
 from bot.domain import Decision, Request, RequestStatus, Session
-from bot.errors import StoreError, UnknownRun
+from bot.errors import StoreError, ThreadBusy, UnknownRun
 from bot.journal.entries import Entry
 from bot.journal.log import JournalRecord, JournalTally
 from bot.records import OutboxMessage, Replica, RunRecord, WorkItem
@@ -161,11 +161,19 @@ class SqlStore(ABC):
         lease_seconds: float,
         session: Session | None = None,
         entries: Sequence[Entry] = (),
+        *,
+        alone: bool = False,
     ) -> int:
         """Insert a run owned by ``owner`` at epoch 1 (and ``session``, if new) with its first
-        journal ``entries``, in one transaction; the epoch."""
+        journal ``entries``, in one transaction; the epoch. ``alone``: only while no other run
+        of the session is unfinished (``ThreadBusy`` otherwise, nothing written)."""
+        if alone and (session is None or not entries):
+            raise ValueError("create_run(alone=True) needs the session and the first entries")
 
         def refused(violation: Violation) -> StoreError:
+            if violation is Violation.FOREIGN_KEY and alone:
+                # The session was ensured here: the run itself was not inserted.
+                return ThreadBusy(f"a run of session {run.session_id!r} is still unfinished")
             if violation is Violation.FOREIGN_KEY:
                 return StoreError(f"unknown session {run.session_id!r}: call ensure_session first")
             return StoreError(f"run {run.id!r} already exists")
@@ -174,7 +182,13 @@ class SqlStore(ABC):
         steps: list[Step] = []
         if session is not None:
             steps.append((sql.ENSURE_SESSION, self._session_row(session)))
-        steps.append((sql.CREATE_RUN, new_run_row(run, owner, lease_expires, self._stamp)))
+        row = new_run_row(run, owner, lease_expires, self._stamp)
+        if alone:
+            if self._dialect.row_locks:
+                steps.append((sql.LOCK_SESSION, (run.session_id,)))
+            steps.append((sql.CREATE_RUN_ALONE, row))
+        else:
+            steps.append((sql.CREATE_RUN, row))
         for seq, entry in enumerate(entries):
             steps.extend(self._entry_steps(run.id, seq, 1, entry))
         await self._transaction("create_run", steps, refused)

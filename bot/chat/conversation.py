@@ -57,17 +57,31 @@ class Conversation:
             question = waiting_question(latest)
             if question is not None:
                 return await self.decide(question.id, DecisionKind.ANSWER, actor, text=text)
-            return Outcome(
-                note=f"A run is still going in this thread ({latest.record.status.value})."
-                " Wait for it, or cancel it first."
-            )
+            return Outcome(note=_still_going(latest))
         try:
+            # One unfinished run per thread, checked again as the run is created: a mention
+            # that raced another here (or on another replica) past the look above starts none.
             live = await self._chat.submit_turn(
-                text, user=actor, session=session, prompter=DeferringPrompter(), run_id=run_id
+                text,
+                user=actor,
+                session=session,
+                prompter=DeferringPrompter(),
+                run_id=run_id,
+                alone=True,
             )
         except NotPermitted as exc:
             return Outcome(note=str(exc))
+        if not await self._chat.begun(live):
+            return await self._not_begun(session)
         return Outcome(running=live.run_id, started=True)
+
+    async def _not_begun(self, session: Session) -> Outcome:
+        """What to tell the author of a mention whose run was not created: another run of the
+        thread came first, or the store failed (logged where it did)."""
+        latest = await self._chat.latest(session)
+        if latest is not None and latest.record.status not in TERMINAL_STATUSES:
+            return Outcome(note=_still_going(latest))
+        return Outcome(note="I could not start a run just now; mention me again in a moment.")
 
     async def question(self, session: Session) -> Request | None:
         """The question the thread's run waits on, if any: a plain reply answers it."""
@@ -115,6 +129,13 @@ class Conversation:
             # go on here (its tool set changed): the clicker is told which.
             return Outcome(note=decided.message)
         return Outcome(running=decided.resumed.run_id)
+
+
+def _still_going(view: RunView) -> str:
+    return (
+        f"A run is still going in this thread ({view.record.status.value})."
+        " Wait for it, or cancel it first."
+    )
 
 
 def waiting_question(view: RunView) -> Request | None:

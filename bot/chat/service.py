@@ -190,9 +190,11 @@ class ChatService:
         session: Session | None = None,
         prompter: Prompter | None = None,
         run_id: str = "",
+        alone: bool = False,
     ) -> RunHandle:
         """Start a run for one message in a session (a thread; None: a new one of its own);
-        it runs in the background (as ``run_id``, when the delivery reserved one)."""
+        it runs in the background (as ``run_id``, when the delivery reserved one). ``alone``:
+        only if no other run of the session is unfinished (``begun`` tells)."""
         place = session.place if session is not None else None
         refusal = self._rt.policy.place_refusal(user, place, "this thread")
         if refusal is None and not await self._rt.policy.may_start(user, place):
@@ -201,8 +203,18 @@ class ChatService:
             await self._rt.store.audit(user.user, AuditAction.START_REFUSED, detail=refusal.reason)
             raise NotPermitted(refusal.reason)
         return await self._supervisor.start_turn(
-            text, session=session, requested_by=user.user, prompter=prompter, run_id=run_id
+            text,
+            session=session,
+            requested_by=user.user,
+            prompter=prompter,
+            run_id=run_id,
+            alone=alone,
         )
+
+    async def begun(self, run: RunHandle) -> bool:
+        """Wait until a run this service just started exists; False if it never will (an
+        ``alone`` run whose thread had another unfinished run; ``run.error`` says why)."""
+        return await self._supervisor.begun(cast("LiveRun", run))
 
     async def decide(
         self,

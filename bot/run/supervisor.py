@@ -23,7 +23,7 @@ from bot.domain import (
     TerminalResult,
     new_id,
 )
-from bot.errors import CancelRefused, ResumeRefused, StoreError, UnreadableJournal
+from bot.errors import CancelRefused, ResumeRefused, StoreError, ThreadBusy, UnreadableJournal
 from bot.events import (
     AdvisoryEvent,
     JournalFailedEvent,
@@ -122,12 +122,25 @@ class Supervisor:
         requested_by: str = "",
         prompter: Prompter | None = None,
         run_id: str = "",
+        alone: bool = False,
     ) -> LiveRun:
-        """Start a run for one human message; its task runs in the background."""
+        """Start a run for one human message; its task runs in the background. ``alone``: the
+        run is created only if no other run of ``session`` is unfinished (see ``begun``)."""
         run_id = run_id or new_id("run")
         live = LiveRun(run_id)
-        self._drive_on_task(live, self._start(live, prompt, session, requested_by, prompter))
+        work = self._start(live, prompt, session, requested_by, prompter, alone)
+        self._drive_on_task(live, work)
         return live
+
+    async def begun(self, live: LiveRun) -> bool:
+        """Wait until a run this process started exists; False if it never will (its task
+        ended first: its thread was busy, or the store failed, ``live.error`` says which)."""
+        if live.task is None or live.created.is_set():
+            return live.created.is_set()
+        created = asyncio.ensure_future(live.created.wait())
+        await asyncio.wait({created, live.task}, return_when=asyncio.FIRST_COMPLETED)
+        created.cancel()
+        return live.created.is_set()
 
     async def resume(
         self,
@@ -426,6 +439,7 @@ class Supervisor:
         session: Session | None,
         requested_by: str,
         prompter: Prompter | None,
+        alone: bool = False,
     ) -> RunState:
         hooks = self.rt.run_hooks()
         ctx = HookContext(run_id=live.run_id, requested_by=requested_by)
@@ -456,7 +470,7 @@ class Supervisor:
         first = [started, opening]
         lease = self.rt.lease_seconds
         epoch = await self.rt.store.create_run(
-            record, self.rt.owner, lease, session=session, entries=first
+            record, self.rt.owner, lease, session=session, entries=first, alone=alone
         )
         live.created.set()
         journal = RunJournal(self.rt.store, RunState(live.run_id), epoch, lease)
@@ -530,6 +544,10 @@ class Supervisor:
         state = RunState(live.run_id)
         try:
             state = await work
+        except ThreadBusy as exc:
+            # Never created: another run of its thread came first. No event, no panic: it is
+            # for the one who asked alone (``begun``).
+            live.error = str(exc)
         except TakenOver as exc:
             log.warning("run %s taken over: %s", live.run_id, exc)
             self.rt.events.emit(RunTakenOverEvent(live.run_id, str(exc)))

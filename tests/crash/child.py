@@ -60,9 +60,11 @@ class CrashingStore(SqliteStore):
         lease_seconds: float,
         session: Session | None = None,
         entries: Sequence[Entry] = (),
+        *,
+        alone: bool = False,
     ) -> int:
         """A run's first entries are appended with its row: killed once that commit is durable."""
-        epoch = await super().create_run(run, owner, lease_seconds, session, entries)
+        epoch = await super().create_run(run, owner, lease_seconds, session, entries, alone=alone)
         if any([self._due(entry) for entry in entries]):
             os.kill(os.getpid(), signal.SIGKILL)
         return epoch

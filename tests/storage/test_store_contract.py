@@ -34,7 +34,7 @@ from bot.domain import (
     Usage,
     new_id,
 )
-from bot.errors import SeqConflict, SeqGap, StaleEpoch, StoreError, UnknownRun
+from bot.errors import SeqConflict, SeqGap, StaleEpoch, StoreError, ThreadBusy, UnknownRun
 from bot.journal.entries import (
     AdvisoryEntry,
     AnswerSupplied,
@@ -499,6 +499,49 @@ async def test_create_run_can_ensure_its_session_in_the_same_write(store: Store)
     assert [r.id for r in await store.list_runs(session_id="s_new")] == ["run_b", "run_a"]
     with pytest.raises(StoreError, match="already exists"):
         await store.create_run(first, "w1", LEASE, session=session)
+
+
+def _thread_run(run_id: str) -> tuple[RunRecord, list[Entry]]:
+    """A thread's new run and its first entry, as a mention creates them."""
+    return RunRecord(id=run_id, session_id="s_thread"), [UserMessageEntry(text="look", by="ann")]
+
+
+THREAD = Session(id="s_thread", platform="slack", channel="C1", thread="T1")
+
+
+async def test_a_run_created_alone_waits_for_its_thread_s_unfinished_run(store: Store) -> None:
+    first, entries = _thread_run("run_a")
+    await store.create_run(first, "w1", LEASE, session=THREAD, entries=entries, alone=True)
+    second, entries = _thread_run("run_b")
+    with pytest.raises(ThreadBusy):
+        await store.create_run(second, "w1", LEASE, session=THREAD, entries=entries, alone=True)
+    assert [r.id for r in await store.list_runs(session_id="s_thread")] == ["run_a"]
+    with pytest.raises(UnknownRun):
+        await store.get_run("run_b")
+    # Once the first ended, the thread takes a new run.
+    result = TerminalResult(status=RunStatus.COMPLETED, stop_reason=StopReason.ANSWERED)
+    await store.append("run_a", 1, 1, RunEnded(result=result))
+    await store.create_run(second, "w1", LEASE, session=THREAD, entries=entries, alone=True)
+
+
+async def test_runs_created_alone_at_once_by_two_stores_are_one(backend: Backend) -> None:
+    stores = [await backend.open(), await backend.open()]
+
+    async def create(store: Store, run_id: str) -> bool:
+        run, entries = _thread_run(run_id)
+        try:
+            await store.create_run(run, "w1", LEASE, session=THREAD, entries=entries, alone=True)
+        except ThreadBusy:
+            return False
+        return True
+
+    for attempt in range(5):
+        ids = [f"run_{attempt}_{n}" for n in range(2)]
+        created = await asyncio.gather(*(create(s, i) for s, i in zip(stores, ids, strict=True)))
+        assert sorted(created) == [False, True]
+        winner = ids[created.index(True)]
+        result = TerminalResult(status=RunStatus.CANCELLED, stop_reason=StopReason.CANCELLED)
+        await stores[0].append(winner, 1, 1, RunEnded(result=result))
 
 
 async def test_a_session_reads_back_by_id(store: Store) -> None:

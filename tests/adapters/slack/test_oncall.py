@@ -3,13 +3,14 @@ feedback, and progress where the workspace refuses Slack's AI-app surfaces."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
 
 from adapters.slack import ids
 from tests.fakes.slack_api import FakeSlackApi
-from tests.fakes.slack_client import event_callback, slash_command
+from tests.fakes.slack_client import app_mention, event_callback, slash_command
 from tests.fakes.slack_world import (
     APPROVER,
     ONCALL,
@@ -72,6 +73,22 @@ async def test_a_new_mention_while_a_run_waits_is_not_a_second_run(tmp_path: Pat
         note = await world.ephemeral_to(REQUESTER)
         assert "still going" in note.args["text"]
         assert len(await world.chat.recent(10)) == 1
+
+
+async def test_two_mentions_at_once_in_a_thread_start_one_run(tmp_path: Path) -> None:
+    # Two people mention Kestrel in the same thread at the same instant: the thread gets one
+    # run, as it would had they come a second apart, and the other is told why not.
+    async with slack_world(tmp_path, restart_script()) as world:
+        mention = world.api.bot_user
+        first = app_mention(REQUESTER, f"<@{mention}> checkout is failing", thread_ts="1.0")
+        second = app_mention(APPROVER, f"<@{mention}> payments too", thread_ts="1.0")
+        sent = await asyncio.gather(world.sender.event(first), world.sender.event(second))
+        assert [response.status for response in sent] == [200, 200]
+        await world.card()
+        await world.settled()
+        assert len(await world.chat.recent(10)) == 1
+        told = [c for c in world.api.calls_to("chat.postEphemeral") if "still going" in str(c.args)]
+        assert len(told) == 1
 
 
 async def test_the_slash_command_lists_what_waits_with_links(tmp_path: Path) -> None:
