@@ -181,9 +181,12 @@ class Requests(Protocol):
         free, take the lease for ``owner`` in the same transaction (the decider resumes it)."""
         ...
 
-    async def add_approval(self, request_id: str, by: str, audit: Audited | None = None) -> int:
+    async def add_approval(
+        self, request_id: str, by: str, audit: Audited | None = None
+    ) -> int | None:
         """Record one distinct approver of an open request (``audit``ed the first time only);
-        return how many it has now."""
+        return how many it has now, or None if it is closed (a decision came first: nothing
+        recorded)."""
         ...
 
 

@@ -330,9 +330,12 @@ SELECT $1::timestamptz, $2::text, $3::text, run_id, id, $4::text FROM requests
 WHERE id = $5 AND status = 'open'
   AND NOT EXISTS (SELECT 1 FROM approvals WHERE request_id = $5 AND approver = $2::text)
 """
+# How many approved it, whether the request exists, and whether it is open: a request closed
+# before this approval counted none of it (its row locked where rows are, so it stays as read).
 COUNT_APPROVALS: Final = """
 SELECT (SELECT COUNT(*) FROM approvals WHERE request_id = $1),
-       EXISTS (SELECT 1 FROM requests WHERE id = $1)
+       EXISTS (SELECT 1 FROM requests WHERE id = $1),
+       EXISTS (SELECT 1 FROM requests WHERE id = $1 AND status = 'open')
 """
 MARK_ONCE: Final = """
 INSERT INTO once_keys(key, at) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING RETURNING true

@@ -361,9 +361,12 @@ class SqlStore(ABC):
             steps.append((sql.AUDIT_DECISION, (*params, decision.request_id, text)))
         return steps
 
-    async def add_approval(self, request_id: str, by: str, audit: Audited | None = None) -> int:
+    async def add_approval(
+        self, request_id: str, by: str, audit: Audited | None = None
+    ) -> int | None:
         """Record ``by`` as an approver of an open request (and ``audit`` it, the first time
-        only); the number of distinct approvers."""
+        only); the number of distinct approvers, or None if the request is closed (nothing
+        recorded)."""
         steps: list[Step] = []
         if audit is not None:
             params = (self._now(), audit.actor, str(audit.action), audit.detail, request_id)
@@ -374,10 +377,10 @@ class SqlStore(ABC):
         ]
         if self._dialect.row_locks:
             steps.insert(0, (sql.LOCK_REQUEST, (request_id,)))
-        count, known = (await self._transaction("add_approval", steps))[-1][0]
+        count, known, still_open = (await self._transaction("add_approval", steps))[-1][0]
         if not known:
             raise KeyError(request_id)
-        return int(count)
+        return int(count) if still_open else None
 
     async def mark_once(self, key: str) -> bool:
         """Claim ``key``; True only for the first caller ever, across processes and replicas."""

@@ -94,10 +94,10 @@ class Decisions:
         """Check a decision against the store and policy, then write it; one winner per request."""
         actor = actor or Actor(decision.by)
         try:
-            request, status, _ = await self.rt.store.get_request(decision.request_id)
+            request, status, winner = await self.rt.store.get_request(decision.request_id)
         except KeyError:
             return Answered(False, f"there is no request {decision.request_id}")
-        refusal = await self._refusal(request, status, decision, actor, run_id, digest)
+        refusal = await self._refusal(request, status, decision, actor, run_id, digest, winner)
         if refusal:
             action = AuditAction.refused(decision.kind.value)
             detail = self.audited_refusal(refusal, decision)
@@ -113,6 +113,8 @@ class Decisions:
                 actor.user, AuditAction.APPROVE_PARTIAL, decision_detail(request, decision)
             )
             count = await self.rt.store.add_approval(request.id, actor.user, partial)
+            if count is None:
+                return await self._too_late(decision, actor, run_id)
             if count < request.approvals_needed:
                 self._decided(request, decision)
                 return Answered(True, f"approval {count} of {request.approvals_needed} recorded")
@@ -122,7 +124,7 @@ class Decisions:
             decision, RequestStatus.ANSWERED, audit, self.rt.owner, self.rt.lease_seconds
         )
         if not settled.won:
-            return Answered(False, "this request was already answered")
+            return await self._too_late(decision, actor, run_id)
         self._decided(request, decision)
         if settled.epoch is not None:
             return Answered(True, "recorded", ready=True, claimed=settled.epoch)
@@ -135,6 +137,16 @@ class Decisions:
         if not decision.text:
             return decision
         return replace(decision, text=self.rt.redact(decision.text))
+
+    async def _too_late(self, decision: Decision, actor: Actor, run_id: str) -> Answered:
+        """A decision that passed every check but found its request closed as it was written
+        (another decision, a cancel or the deadline came first): said and audited as the same
+        decision a moment later would be, with what closed it."""
+        _request, status, winner = await self.rt.store.get_request(decision.request_id)
+        reason = _closed(decision.request_id, status, winner)
+        action = AuditAction.refused(decision.kind.value)
+        await self.rt.store.audit(actor.user, action, run_id, decision.request_id, reason)
+        return Answered(False, reason)
 
     def _decided(self, request: Request, decision: Decision) -> None:
         # Told once the decision is durable: every platform's card of it refreshes from this.
@@ -152,11 +164,12 @@ class Decisions:
         actor: Actor,
         run_id: str,
         digest: str,
+        winner: Decision | None = None,
     ) -> Refusal | None:
         if request.run_id != run_id:
             return Refusal(f"request {request.id} is run {request.run_id}'s, not run {run_id}'s")
         if status is not RequestStatus.OPEN:
-            return Refusal(f"request {request.id} is already {status.value}")
+            return Refusal(_closed(request.id, status, winner))
         if request.deadline is not None and request.deadline <= self.rt.clock():
             expired = f"{request.deadline:%Y-%m-%d %H:%M}"
             return Refusal(f"request {request.id} expired at {expired} UTC")
@@ -180,10 +193,10 @@ class Decisions:
     async def refusal(self, decision: Decision, *, run_id: str, actor: Actor) -> Refusal | None:
         """Why ``actor`` may not make ``decision`` now (None: they may); writes nothing."""
         try:
-            request, status, _ = await self.rt.store.get_request(decision.request_id)
+            request, status, winner = await self.rt.store.get_request(decision.request_id)
         except KeyError:
             return Refusal(f"there is no request {decision.request_id}")
-        return await self._refusal(request, status, decision, actor, run_id, "")
+        return await self._refusal(request, status, decision, actor, run_id, "", winner)
 
     async def place_of(self, run_id: str) -> Place:
         """Where a run lives (a run whose session the store lost lives nowhere anyone acts)."""
@@ -262,6 +275,16 @@ class Decisions:
         for request, _status, _decision in await self.rt.store.list_requests(run_id=run_id):
             decision = Decision(request_id=request.id, kind=DecisionKind.DENY, by=by)
             await self.rt.store.decide(decision, RequestStatus.CANCELLED)
+
+
+def _closed(request_id: str, status: RequestStatus, decision: Decision | None) -> str:
+    """Why a closed request takes no decision, naming what closed it and who, when known."""
+    reason = f"request {request_id} is already {status.value}"
+    if decision is None or not decision.by or status is RequestStatus.EXPIRED:
+        return reason
+    if status is RequestStatus.CANCELLED:  # its run was cancelled: its decision says by whom
+        return f"{reason} (by {decision.by})"
+    return f"{reason} ({decision.kind.value} by {decision.by})"
 
 
 class CheckedPrompter:

@@ -199,6 +199,37 @@ async def test_two_person_rule(tmp_path: Path) -> None:
     await rt.store.close()
 
 
+async def test_an_approval_that_lands_as_the_request_is_denied_says_so(tmp_path: Path) -> None:
+    # Two people needed; one denies as another approves: the approval came too late, and the
+    # approver must hear that (not "approval 0 of 2 recorded"), with a refusal in the audit.
+    rt, sup, _counter, run_id, request = await suspended_on_approval(tmp_path, approvals=2)
+    deny = Decision(request_id=request.id, kind=DecisionKind.DENY, by="U0DEPLOYER")
+    approve = Decision(request_id=request.id, kind=DecisionKind.APPROVE, by="U0APPROVER")
+    denied, approved = await asyncio.gather(
+        sup.answer(deny, run_id=run_id), sup.answer(approve, run_id=run_id)
+    )
+    assert denied.accepted
+    assert not approved.accepted
+    assert approved.message == f"request {request.id} is already answered (deny by U0DEPLOYER)"
+    audit = [(r.actor, r.action) for r in await rt.store.list_audit(run_id)]
+    assert audit[1:] == [("U0DEPLOYER", "deny"), ("U0APPROVER", "approve_refused")]
+    await rt.store.close()
+
+
+async def test_the_loser_of_two_decisions_at_once_is_told_who_won(tmp_path: Path) -> None:
+    rt, sup, _counter, run_id, request = await suspended_on_approval(tmp_path)
+    approve = Decision(request_id=request.id, kind=DecisionKind.APPROVE, by="U0APPROVER")
+    deny = Decision(request_id=request.id, kind=DecisionKind.DENY, by="U0DEPLOYER")
+    approved, denied = await asyncio.gather(
+        sup.answer(approve, run_id=run_id), sup.answer(deny, run_id=run_id)
+    )
+    assert approved.accepted and not denied.accepted
+    assert denied.message == f"request {request.id} is already answered (approve by U0APPROVER)"
+    audit = [(r.actor, r.action) for r in await rt.store.list_audit(run_id)]
+    assert audit[1:] == [("U0APPROVER", "approve"), ("U0DEPLOYER", "deny_refused")]
+    await rt.store.close()
+
+
 async def test_a_deny_tool_is_refused_without_asking_anyone(tmp_path: Path) -> None:
     counter = Counter()
     rt, _ = await make_runtime(
