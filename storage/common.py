@@ -14,7 +14,7 @@ from typing import Any, Final
 import msgspec
 
 from bot import wire
-from bot.chat.outbox import answer_key, owed_answer
+from bot.chat.outbox import answer_key, card_key, owed_answer, owed_card
 from bot.domain import Decision, Request, RequestStatus, RunStatus
 from bot.errors import SeqConflict, SeqGap, StaleEpoch, StoreError, UnknownRun, UnreadableJournal
 from bot.journal.decode import decode_entry
@@ -315,8 +315,9 @@ def beside_entry(
     run_id: str, entry: Entry, now: Callable[[], Any], stamp: Callable[[datetime], Any]
 ) -> list[Step]:
     """The rows an entry writes in the transaction that appends it, besides its run's status:
-    a deferred call opens its request, audited; a resume is audited; an end owes the run's
-    answer to its thread (an outbox message a renderer of the thread's platform fills in).
+    a deferred call opens its request, audited, and owes its card to the run's thread; a resume
+    is audited; an end owes the run's answer to its thread (each owed message is a placeholder
+    in the outbox that a renderer of the thread's platform fills in).
     Written with the entry, they exist exactly when it does, and a stale owner (whose append is
     refused) writes none.
     ``now`` (the audit's time, as stored) is asked only when there is something to write."""
@@ -327,13 +328,15 @@ def beside_entry(
         request = entry.request
         detail = request_detail(request)
         actor = request.requested_by or "run"
+        owed = outbox_json(owed_card(request.id))
         return [
             (sql.OPEN_REQUEST, request_row(request, stamp)),
             (sql.AUDIT, (at, actor, AuditAction.REQUEST.value, run_id, request.id, detail)),
+            (sql.OWE_MESSAGE, (run_id, card_key(request.id), owed, at)),
         ]
     if entry.kind == "run_ended":
         owed = outbox_json(owed_answer(run_id))
-        return [(sql.OWE_ANSWER, (run_id, answer_key(run_id), owed, at))]
+        return [(sql.OWE_MESSAGE, (run_id, answer_key(run_id), owed, at))]
     assert entry.kind == "run_resumed"
     return [
         (

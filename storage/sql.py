@@ -461,11 +461,12 @@ UPDATE outbox SET claimed_by = '', claim_expires = NULL, next_attempt_at = $3, e
 WHERE key = $1 AND claimed_by = $2
 """
 GET_MESSAGE: Final = f"SELECT {_OUTBOX_COLUMNS} FROM outbox WHERE key = $1"
-# Written with a run's end: its answer is owed to the run's thread, as message $2 (prefixed by
-# the session's platform) showing the platform-neutral body $3 until a renderer of that platform
-# replaces it (at $4). A run of no chat platform (the console's, a bare ``kestrel run``) owes
-# nothing to any outbox.
-OWE_ANSWER: Final = """
+# Written with a run's end (its answer) or a request's opening (its card): what is owed to run
+# $1's thread, as message $2 (prefixed by the session's platform) showing the platform-neutral
+# body $3 until a renderer of that platform replaces it (at $4); a message already there (a
+# card a renderer put first) stays. A run of no chat platform (the console's, a bare
+# ``kestrel run``) owes nothing to any outbox.
+OWE_MESSAGE: Final = """
 INSERT INTO outbox(key, platform, target, body, version, next_attempt_at, created_at, updated_at)
 SELECT sessions.platform || ':' || $2::text, sessions.platform, '{}'::json, $3::json, 1, $4, $4, $4
 FROM runs JOIN sessions ON sessions.id = runs.session_id

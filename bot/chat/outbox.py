@@ -9,7 +9,9 @@ looked up on the platform by its key before it is sent again, so it is never pos
 A run's end commits with a message of its thread's platform that says only that the run's
 answer is owed (``owed_answer``): the worker that claims it has the platform's renderer fill
 it in from the run's journal, so an answer is shown even when the process that ended the run
-died before rendering it.
+died before rendering it. A request's opening owes its card the same way (``owed_card``): a
+run driven by a process with no renderer of the thread's platform (``kestrel runs approve``
+at the terminal) still shows its next card in the thread.
 """
 
 from __future__ import annotations
@@ -28,8 +30,9 @@ log = logging.getLogger("kestrel.outbox")
 
 BACKOFF_SECONDS = (1.0, 5.0, 15.0, 60.0, 300.0)
 
-# Fills in the answer a run owes its thread (puts its real messages); given the run's id.
-RenderOwed = Callable[[str], Awaitable[None]]
+# Fills in what a placeholder owes (puts the real messages): given what is owed ("answer" or
+# "card") and whose (the run's or the request's id).
+RenderOwed = Callable[[str, str], Awaitable[None]]
 
 
 def answer_key(run_id: str, part: int = 0) -> str:
@@ -42,11 +45,20 @@ def owed_answer(run_id: str) -> dict[str, Any]:
     return {"owed": "answer", "run_id": run_id}
 
 
-def owed_run(body: dict[str, Any]) -> str:
-    """The run whose answer ``body`` says is owed; empty for a body to show as it is."""
-    if body.get("owed") != "answer":
-        return ""
-    return str(body.get("run_id") or "")
+def owed_card(request_id: str) -> dict[str, Any]:
+    """The platform-neutral body a request's opening writes at its card's key: it is owed."""
+    return {"owed": "card", "request_id": request_id}
+
+
+def owed_of(body: dict[str, Any]) -> tuple[str, str] | None:
+    """What ``body`` says is owed ("answer" and the run's id, or "card" and the request's);
+    None for a body to show as it is."""
+    kind = body.get("owed")
+    if kind == "answer":
+        return "answer", str(body.get("run_id") or "")
+    if kind == "card":
+        return "card", str(body.get("request_id") or "")
+    return None
 
 
 def card_key(request_id: str) -> str:
@@ -132,7 +144,8 @@ class Deliveries:
         self._render_owed: RenderOwed | None = None
 
     def renders_owed(self, render: RenderOwed) -> None:
-        """Have ``render`` fill in the answers runs owe (the platform's thread renderer)."""
+        """Have ``render`` fill in the answers runs and the cards requests owe (the platform's
+        thread renderer)."""
         self._render_owed = render
 
     async def put(self, key: str, target: Target, body: dict[str, Any]) -> None:
@@ -186,9 +199,9 @@ class Deliveries:
                 delivered += await self._deliver(message)
 
     async def _deliver(self, message: OutboxMessage) -> int:
-        run_id = owed_run(message.body)
-        if run_id:
-            return await self._fill_in(message, run_id)
+        owed = owed_of(message.body)
+        if owed is not None:
+            return await self._fill_in(message, *owed)
         try:
             ref = await self._show(message)
         except Undeliverable as exc:
@@ -205,16 +218,17 @@ class Deliveries:
         await self._store.message_delivered(message.key, self._owner, message.version, ref)
         return 1
 
-    async def _fill_in(self, message: OutboxMessage, run_id: str) -> int:
-        """Render the answer ``run_id`` owes in place of the placeholder; nothing is posted yet
-        (the rendered body is the message's next version, due at once)."""
+    async def _fill_in(self, message: OutboxMessage, kind: str, owner: str) -> int:
+        """Render the answer or card ``owner`` (a run, a request) owes in place of the
+        placeholder; nothing is posted yet (the rendered body is the message's next version,
+        due at once)."""
         if self._render_owed is None:  # never posted as it is: the platform's renderer fills it
-            await self._failed(message, "no renderer fills in owed answers here", 60.0)
+            await self._failed(message, f"no renderer fills in owed {kind}s here", 60.0)
             return 0
         try:
-            await self._render_owed(run_id)
+            await self._render_owed(kind, owner)
         except Exception as exc:  # the store failed: the placeholder stays owed
-            log.exception("outbox: rendering the answer of %s failed", run_id)
+            log.exception("outbox: rendering the %s of %s failed", kind, owner)
             await self._failed(message, f"{type(exc).__name__}: {exc}", None)
             return 0
         # The placeholder's version is done with; its claim goes, and with it its attempts.

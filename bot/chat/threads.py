@@ -244,7 +244,32 @@ class ThreadRenderer:
             body = self._look.reminder(view)
             await self._deliveries.put(reminder_key(request_id), place.target, body)
 
-    async def render_owed(self, run_id: str) -> None:
+    async def render_owed(self, kind: str, owner: str) -> None:
+        """Fill in what the outbox holds as owed: a run's answer, or a request's card."""
+        if kind == "card":
+            await self.render_owed_card(owner)
+        else:
+            await self.render_owed_answer(owner)
+
+    async def render_owed_card(self, request_id: str) -> None:
+        """Fill in the card a request's opening left owed (whichever process drove its run:
+        one with no renderer of this platform, too), and refresh the run's other cards, which
+        that process decided without showing it here."""
+        found = await self._chat.request(request_id)
+        if found is None:
+            return
+        run_id = found.request.run_id
+        shown = {}
+        for view in await self._chat.requests_of(run_id):
+            await self.show_card(view)
+            shown[view.request.id] = view.status
+        # A decision that landed as these were read was shown by its own renderer, perhaps
+        # before a put here overwrote it: show what the store holds now, once more.
+        for view in await self._chat.requests_of(run_id):
+            if shown.get(view.request.id) is not view.status:
+                await self.show_card(view)
+
+    async def render_owed_answer(self, run_id: str) -> None:
         """Fill in the answer a run's end left owed to its thread (whichever process ended it:
         one that died before rendering it, too), from the run's journal."""
         place = await self.place_of(run_id)

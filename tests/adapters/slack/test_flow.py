@@ -6,10 +6,16 @@ from __future__ import annotations
 import json
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 from adapters.slack import ids
-from bot.domain import RequestStatus, RunStatus
-from tests.fakes.slack_api import FakeSlackApi
+from bot.chat.service import ChatService
+from bot.cli import compose
+from bot.config.settings import load_settings
+from bot.domain import DecisionKind, RequestStatus, RunStatus
+from bot.people.policy import Actor
+from bot.run.supervisor import Supervisor
+from tests.fakes.slack_api import Call, FakeSlackApi
 from tests.fakes.slack_client import view_submission
 from tests.fakes.slack_world import (
     APPROVER,
@@ -318,3 +324,50 @@ async def test_a_plan_click_from_another_channel_decides_nothing(tmp_path: Path)
         requests = await world.rt.store.list_requests(run_id=run_id, status=None)
         assert [status for _request, status, _decision in requests] == [RequestStatus.OPEN]
         assert world.executions == []
+
+
+def two_restarts_script() -> list[Any]:
+    """The model restarts checkout, then payments (each gated), then reports."""
+
+    def restart(service: str) -> list[dict[str, Any]]:
+        return [{"name": "restart_service", "arguments": {"service": service}}]
+
+    return [
+        {"text": "Checkout first.", "calls": restart("checkout")},
+        {"text": "Now payments.", "calls": restart("payments")},
+        {"text": "Restarted both."},
+    ]
+
+
+async def test_a_card_the_terminal_s_run_opened_is_shown_in_the_thread(tmp_path: Path) -> None:
+    # `kestrel runs approve` at the terminal goes on with a Slack thread's run in its own
+    # process, which has no Slack: the next card it opens must still reach the thread, and the
+    # card it decided must stop offering its buttons.
+    async with slack_world(tmp_path, two_restarts_script()) as world:
+        await world.mention("checkout and payments are failing")
+        first = await world.card()
+        await world.settled()
+        run_id = await _run_id(world)
+        (waiting,) = await world.chat.pending()
+        settings = load_settings(str(tmp_path / "kestrel.yaml"))
+        async with compose.runtime(settings, clock=world.clock) as terminal:
+            supervisor = Supervisor(terminal)
+            decided = await ChatService(supervisor).decide(
+                run_id, waiting.request.id, DecisionKind.APPROVE, user=Actor(APPROVER)
+            )
+            assert decided.accepted and decided.resumed is not None
+            await supervisor.wait(decided.resumed)
+            await supervisor.shutdown()
+        assert world.executions == ["checkout"]
+
+        def payments_card(call: Call) -> bool:
+            shown = json.dumps(call.args.get("blocks") or [])
+            return call.method == "chat.postMessage" and "payments" in shown and ids.DENY in shown
+
+        async def shown() -> bool:
+            await world.later(5)  # the outbox's next poll
+            return any(payments_card(call) for call in world.api.calls)
+
+        await until(shown, timeout=10)
+        edits = updates_of(world.api, posted_ts(world.api, first))
+        assert edits and ids.APPROVE_ONCE not in json.dumps(edits[-1].args.get("blocks"))
