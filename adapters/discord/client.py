@@ -186,13 +186,18 @@ class KestrelDiscord(discord.Client):
     async def _mentioned(self, message: discord.Message, channel: Any) -> None:
         await self._accept("mention", message, channel)
 
-    async def _accept(self, what: str, message: discord.Message, channel: Any) -> None:
-        """Hold the message in the store, then handle it here (unless stopping)."""
+    async def _accept(
+        self, what: str, message: discord.Message, channel: Any, *, answers: str = ""
+    ) -> None:
+        """Hold the message in the store, then handle it here (unless stopping); a reply holds
+        the question it answers, so that handled late or again it answers no other."""
         async with self._busy():
             stopping = self.draining
             if stopping:  # the live replicas' sessions got it too: one of them takes it first
                 await asyncio.sleep(STOPPING_HOLD_SECONDS)
             delivery = {"what": what, "channel": str(channel.id), "message": str(message.id)}
+            if answers:
+                delivery["answers"] = answers
             key = f"discord:{message.id}"
             accepted = await self.chat.accept_delivery(key, "discord", delivery)
             if accepted is None:
@@ -222,7 +227,7 @@ class KestrelDiscord(discord.Client):
         again = held is None
         message, channel = held or await self._fetch(delivery)
         if delivery.get("what") == "reply" and isinstance(channel, discord.Thread):
-            await self._answered(message, channel)
+            await self._answered(message, channel, str(delivery.get("answers") or ""))
         elif delivery.get("what") == "mention":
             await self._on_mention(message, channel, Accepted(0, delivery).run_id, again)
 
@@ -260,19 +265,20 @@ class KestrelDiscord(discord.Client):
         refusal = await self.chat.check(question.id, kind, user=actor)  # the person alone
         if not refusal and await self.chat.check(question.id, kind, user=actor, text=text):
             return  # chatter in the thread, not an answer: only a mention gets a reply
-        await self._accept("reply", message, thread)
+        await self._accept("reply", message, thread, answers=question.id)
 
-    async def _answered(self, message: discord.Message, thread: discord.Thread) -> None:
+    async def _answered(
+        self, message: discord.Message, thread: discord.Thread, answers: str = ""
+    ) -> None:
         assert message.guild is not None
         session = _session(message.guild.id, thread)
-        question = await self.talk.question(session)
-        if question is None:
+        question = await self.talk.answered_by(session, answers)
+        if not question:
             return  # answered meanwhile
-        # Someone who may not answer is told so in the thread (the refusal is the note).
+        # Someone who may not answer is told so in the thread (the refusal is the note), and
+        # so is the author of a reply to a question answered meanwhile.
         actor = _actor(message.author, session.place, message.guild)
-        outcome = await self.talk.decide(
-            question.id, DecisionKind.ANSWER, actor, text=message.content
-        )
+        outcome = await self.talk.decide(question, DecisionKind.ANSWER, actor, text=message.content)
         await self._show(outcome, thread, message)
 
     async def _thread_started_from(self, message: discord.Message) -> discord.Thread | None:

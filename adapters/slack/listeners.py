@@ -119,19 +119,26 @@ class SlackListeners:
         team = _team_of(body, event)
         if self._mention.search(str(event.get("text") or "")):
             await self._accept("mention", event, team)  # the app_mention twin
-        elif event.get("thread_ts") and await self._answers_a_question(event, team):
-            await self._accept("reply", event, team)
+        elif event.get("thread_ts") and (question := await self._question_of(event, team)):
+            await self._accept("reply", event, team, answers=question)
 
-    async def _answers_a_question(self, event: dict[str, Any], team: str) -> bool:
+    async def _question_of(self, event: dict[str, Any], team: str) -> str:
+        """The question a thread reply answers (its request's id), if the thread has one."""
         session = _session(SlackThread(team, str(event.get("channel")), str(event["thread_ts"])))
-        return session is not None and await self._talk.question(session) is not None
+        question = await self._talk.question(session) if session is not None else None
+        return question.id if question is not None else ""
 
-    async def _accept(self, what: str, event: dict[str, Any], team: str) -> None:
-        """Hold a message in the store before Slack is answered, then handle it here."""
+    async def _accept(
+        self, what: str, event: dict[str, Any], team: str, *, answers: str = ""
+    ) -> None:
+        """Hold a message in the store before Slack is answered, then handle it here; a reply
+        holds the question it answers, so that handled late or again it answers no other."""
         user, channel, ts = event.get("user"), event.get("channel"), event.get("ts")
         if not (user and channel and ts) or event.get("bot_id"):
             return
         key, delivery = f"slack:{team}:{channel}:{ts}", {"what": what, "event": event, "team": team}
+        if answers:
+            delivery["answers"] = answers
         accepted = await self._chat.accept_delivery(key, "slack", delivery)
         if accepted is not None:
             self._spawn(self._chat.inbound.settle(accepted))
@@ -140,7 +147,7 @@ class SlackListeners:
         """Handle a message held in the store (by this process, or by one that died)."""
         event, team = dict(delivery["event"]), str(delivery["team"])
         if delivery.get("what") == "reply":
-            await self._on_reply(event, team)
+            await self._on_reply(event, team, str(delivery.get("answers") or ""))
         else:
             await self._on_mention(event, team, str(delivery.get("run_id") or ""))
 
@@ -161,18 +168,18 @@ class SlackListeners:
             self._renderer.expect(outcome.running, session, actor.user)
         await self._show(outcome, thread, actor.user)
 
-    async def _on_reply(self, event: dict[str, Any], team: str) -> None:
+    async def _on_reply(self, event: dict[str, Any], team: str, answers: str = "") -> None:
         user, channel, ts = event.get("user"), event.get("channel"), event.get("ts")
         if not (user and channel and ts):
             return
         thread = SlackThread(team, str(channel), str(event["thread_ts"]))
         session = _session(thread)
-        question = await self._talk.question(session) if session else None
-        if question is None:
+        question = await self._talk.answered_by(session, answers) if session else ""
+        if not question:
             return  # not an answer to anything (any more): ignored
         actor = await self._actor(str(user), thread, _user_team(event))
         text = str(event.get("text") or "")
-        outcome = await self._talk.decide(question.id, DecisionKind.ANSWER, actor, text=text)
+        outcome = await self._talk.decide(question, DecisionKind.ANSWER, actor, text=text)
         await self._show(outcome, thread, actor.user)
 
     # --- clicks and modals --------------------------------------------------------------

@@ -88,6 +88,15 @@ class Conversation:
         latest = await self._chat.latest(session)
         return waiting_question(latest) if latest is not None else None
 
+    async def answered_by(self, session: Session, pinned: str = "") -> str:
+        """The request a plain thread reply answers: ``pinned``, the question open when the
+        reply was taken in (handled late or again, it answers that one or none, never one
+        asked after it), else the thread's question now; empty when it answers nothing."""
+        if pinned:
+            return pinned
+        question = await self.question(session)
+        return question.id if question is not None else ""
+
     async def operate(self, verb: str, run_id: str, actor: Actor) -> Outcome:
         """``status``, ``cancel`` or ``resume`` a run, as ``actor``."""
         try:

@@ -13,12 +13,12 @@ import pytest
 
 from adapters.discord.progress import DiscordProgress
 from adapters.discord.target import DiscordTarget
-from bot.chat.inbound import TryLater
+from bot.chat.inbound import Accepted, TryLater
 from bot.chat.threads import RunPlace
 from bot.domain import RunStatus, Session
 from tests.fakes import discord_payloads as p
 from tests.fakes.discord_api import FakeDiscord
-from tests.fakes.discord_world import APPROVER, ONCALL, DiscordWorld, discord_world
+from tests.fakes.discord_world import APPROVER, ONCALL, REQUESTER, DiscordWorld, discord_world
 from tests.fakes.slack_world import restart_script
 from tests.fakes.waiting import until
 
@@ -236,3 +236,52 @@ async def test_a_reply_rate_limited_after_a_mention_acted_is_put_off_not_acted_a
         await world.later(601)
         notes = [m for m in fake.bot_messages(thread) if m.get("content") == "cancelled"]
         assert len(notes) == 1, fake.bot_messages(thread)
+
+
+def two_questions_script() -> list[Any]:
+    """The model asks for a region, then for a node, then says what it heard."""
+
+    def ask(question: str) -> list[dict[str, Any]]:
+        return [{"name": "ask_human_input", "arguments": {"question": question}}]
+
+    return [
+        {"text": "First:", "calls": ask("Which region?")},
+        {"one_of": [{"match": "(?P<region>.+)", "text": "Then:", "calls": ask("Which node?")}]},
+        {"one_of": [{"match": "(?P<node>.+)", "text": "Draining {node}."}]},
+    ]
+
+
+async def test_a_reply_taken_up_late_answers_the_question_it_replied_to_or_none(
+    tmp_path: Path,
+) -> None:
+    # A stopping replica holds a reply to the first question for another replica's work
+    # taker. Before that takes it up, someone else answers that question and the run asks the
+    # next one: the late reply must not become the answer to a question asked after it.
+    async with discord_world(tmp_path, two_questions_script()) as world:
+        mention = await world.mention("drain a node")
+        thread = await world.thread_of(mention)
+        await world.card("answer")
+        await world.settled()
+        world.adapter.client.drain()
+        await world.reply("eu-west", user=ONCALL, thread=thread)
+        await until(lambda: world.rt.store.take_work(world.rt.owner, retake_after=0))
+        world.adapter.client.draining = False  # another replica, as far as the rest goes
+        await world.reply("us-east", user=REQUESTER, thread=thread)
+        run_id = (await world.chat.recent(1))[0].id
+
+        async def second_question() -> list[Any]:
+            return [r for r in await world.chat.pending() if "node" in r.request.prompt]
+
+        (node,) = await until(second_question)
+        (held,) = await world.rt.store.take_work(world.rt.owner, retake_after=0)
+        await world.chat.inbound.settle(Accepted(held.id, held.payload))
+
+        assert [r.request.id for r in await world.chat.pending()] == [node.request.id]
+        told = await world.discord.wait_for(
+            lambda c: c.path == f"/channels/{thread}/messages" and "already" in json.dumps(c.json),
+            timeout=10,
+        )
+        assert "answer by" in json.dumps(told[-1].json)
+        await world.reply("node-3", user=REQUESTER, thread=thread)
+        await world.answer_posted(thread, "Draining node-3")
+        assert run_id == (await world.chat.recent(1))[0].id
