@@ -475,6 +475,21 @@ ON CONFLICT (key) DO NOTHING
 """
 
 
+# Written with the decision that closed request $1 (its text $2): the card that shows it is owed
+# again (body $3, key $4, at $5), so that a decision made where no renderer of the thread's
+# platform is (the terminal) still closes the card; a renderer that is there puts the card
+# itself at once. A card never put in the outbox is left to the request's opening.
+OWE_CARD_AGAIN: Final = """
+UPDATE outbox SET body = $3::json, version = version + 1, next_attempt_at = $5, updated_at = $5
+WHERE key = (
+    SELECT sessions.platform || ':' || $4::text
+    FROM requests JOIN runs ON runs.id = requests.run_id
+    JOIN sessions ON sessions.id = runs.session_id
+    WHERE requests.id = $1 AND requests.decision::text = $2
+)
+"""
+
+
 def outbox_backlog(filters: Sequence[str]) -> str:
     """How many messages the platform does not show yet, of those meeting ``filters``."""
     return "SELECT COUNT(*) FROM outbox WHERE " + " AND ".join(

@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any, ClassVar, TypeVar
 
 from bot import wire
+from bot.chat.outbox import card_key, owed_card
 from bot.domain import Decision, Request, RequestStatus, Session
 from bot.errors import StoreError, ThreadBusy, UnknownRun
 from bot.journal.entries import Entry
@@ -324,7 +325,7 @@ class SqlStore(ABC):
         """Close an open request; True only for the one caller whose update changed it (who
         alone records ``audit``, in the same transaction)."""
         rows = await self._transaction("decide", self._decide_steps(decision, status, audit))
-        if rows[0]:
+        if rows[0]:  # the DECIDE step's
             return True
         await self.get_request(decision.request_id)  # unknown ids raise KeyError, not False
         return False
@@ -341,9 +342,12 @@ class SqlStore(ABC):
         steps = self._decide_steps(decision, status, audit)
         params = (owner, self._lease_until(lease_seconds), self._now(), decision.request_id)
         steps.append((sql.CLAIM_SETTLED, (*params, wire.to_json(decision))))
+        locks = 0
         if self._dialect.row_locks:
             steps.insert(0, (sql.LOCK_RUN_OF_REQUEST, (decision.request_id,)))
-        decided, _audited, claimed = (await self._transaction("decide", steps))[-3:]
+            locks = 1
+        rows = await self._transaction("decide", steps)
+        decided, claimed = rows[locks], rows[-1]  # the DECIDE step's and the CLAIM_SETTLED's
         if not decided:
             await self.get_request(decision.request_id)  # unknown ids raise KeyError
             return Settled(False)
@@ -359,6 +363,9 @@ class SqlStore(ABC):
         if audit is not None:
             params = (self._now(), audit.actor, str(audit.action), audit.detail)
             steps.append((sql.AUDIT_DECISION, (*params, decision.request_id, text)))
+        owed = outbox_json(owed_card(decision.request_id))
+        key = card_key(decision.request_id)
+        steps.append((sql.OWE_CARD_AGAIN, (decision.request_id, text, owed, key, self._now())))
         return steps
 
     async def add_approval(

@@ -371,3 +371,41 @@ async def test_a_card_the_terminal_s_run_opened_is_shown_in_the_thread(tmp_path:
         await until(shown, timeout=10)
         edits = updates_of(world.api, posted_ts(world.api, first))
         assert edits and ids.APPROVE_ONCE not in json.dumps(edits[-1].args.get("blocks"))
+
+
+async def test_a_card_decided_at_the_terminal_says_so_while_the_run_goes_on(
+    tmp_path: Path,
+) -> None:
+    # Approved with `kestrel runs approve`, the run goes on at the terminal with a long drain:
+    # meanwhile the thread's card must show the approval, not offer its buttons for minutes.
+    restart = {"name": "restart_service", "arguments": {"service": "checkout"}}
+    drain = {"name": "drain_node", "arguments": {"node": "node-3", "seconds": 30}}
+    script = [
+        {"text": "Restart first.", "calls": [restart]},
+        {"text": "Now drain.", "calls": [drain]},
+        {"text": "Done."},
+    ]
+    async with slack_world(tmp_path, script) as world:
+        await world.mention("checkout is failing")
+        card = await world.card()
+        await world.settled()
+        run_id = await _run_id(world)
+        (waiting,) = await world.chat.pending()
+        settings = load_settings(str(tmp_path / "kestrel.yaml"))
+        async with compose.runtime(settings, clock=world.clock) as terminal:
+            supervisor = Supervisor(terminal)
+            decided = await ChatService(supervisor).decide(
+                run_id, waiting.request.id, DecisionKind.APPROVE, user=Actor(APPROVER)
+            )
+            assert decided.accepted and decided.resumed is not None
+            await until(lambda: "node-3" in world.executions, timeout=20)
+            ts = posted_ts(world.api, card)
+
+            async def shows_the_approval() -> bool:
+                await world.later(5)  # the outbox's next poll
+                edits = updates_of(world.api, ts)
+                return bool(edits) and ids.APPROVE_ONCE not in json.dumps(edits[-1].args)
+
+            await until(shows_the_approval, timeout=10)
+            assert APPROVER in json.dumps(updates_of(world.api, ts)[-1].args)
+            await supervisor.shutdown()
