@@ -15,6 +15,7 @@ from bot.domain import TERMINAL_STATUSES, DecisionKind, Request, RequestKind, Se
 from bot.errors import ResumeRefused, StoreError, UnknownRun
 from bot.people.policy import Actor, NotPermitted
 from bot.prompter import DeferringPrompter
+from bot.records import RunRecord
 
 THREAD_COMMANDS = ("status", "cancel", "resume")
 HELP = (
@@ -78,9 +79,9 @@ class Conversation:
     async def _not_begun(self, session: Session) -> Outcome:
         """What to tell the author of a mention whose run was not created: another run of the
         thread came first, or the store failed (logged where it did)."""
-        latest = await self._chat.latest(session)
-        if latest is not None and latest.record.status not in TERMINAL_STATUSES:
-            return Outcome(note=_still_going(latest))
+        unfinished = await self._chat.unfinished(session)
+        if unfinished is not None:
+            return Outcome(note=_still_going(unfinished))
         return Outcome(note="I could not start a run just now; mention me again in a moment.")
 
     async def question(self, session: Session) -> Request | None:
@@ -140,9 +141,10 @@ class Conversation:
         return Outcome(running=decided.resumed.run_id)
 
 
-def _still_going(view: RunView) -> str:
+def _still_going(view: RunView | RunRecord) -> str:
+    record = view.record if isinstance(view, RunView) else view
     return (
-        f"A run is still going in this thread ({view.record.status.value})."
+        f"A run is still going in this thread ({record.status.value})."
         " Wait for it, or cancel it first."
     )
 

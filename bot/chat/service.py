@@ -440,6 +440,12 @@ class ChatService:
         records = await self._rt.store.list_runs(limit=1, session_id=session.id)
         return await self.status(records[0].id) if records else None
 
+    async def unfinished(self, session: Session, look_back: int = 20) -> RunRecord | None:
+        """The newest run of a session (a thread) that is still running or suspended, among
+        its last ``look_back``; None if all of those ended."""
+        records = await self._rt.store.list_runs(limit=look_back, session_id=session.id)
+        return next((r for r in records if r.status not in TERMINAL_STATUSES), None)
+
     async def recent(self, limit: int = 10) -> list[RunRecord]:
         """The newest runs, newest first."""
         return await self._rt.store.list_runs(limit=limit)
