@@ -184,19 +184,24 @@ class KestrelDiscord(discord.Client):
         return channel
 
     async def _mentioned(self, message: discord.Message, channel: Any) -> None:
-        await self._accept("mention", message, channel)
+        # Held with the question its thread waits on now: that is the one it may answer.
+        question = None
+        if isinstance(channel, discord.Thread) and message.guild is not None:
+            question = await self.talk.question(_session(message.guild.id, channel))
+        await self._accept("mention", message, channel, answers=question.id if question else "")
 
     async def _accept(
-        self, what: str, message: discord.Message, channel: Any, *, answers: str = ""
+        self, what: str, message: discord.Message, channel: Any, *, answers: str | None = None
     ) -> None:
-        """Hold the message in the store, then handle it here (unless stopping); a reply holds
-        the question it answers, so that handled late or again it answers no other."""
+        """Hold the message in the store, then handle it here (unless stopping); it holds the
+        question it may answer ("" for none), so that handled late or again it answers no
+        other."""
         async with self._busy():
             stopping = self.draining
             if stopping:  # the live replicas' sessions got it too: one of them takes it first
                 await asyncio.sleep(STOPPING_HOLD_SECONDS)
             delivery = {"what": what, "channel": str(channel.id), "message": str(message.id)}
-            if answers:
+            if answers is not None:
                 delivery["answers"] = answers
             key = f"discord:{message.id}"
             accepted = await self.chat.accept_delivery(key, "discord", delivery)
@@ -226,10 +231,11 @@ class KestrelDiscord(discord.Client):
         held = self._held.get(int(delivery["message"]))
         again = held is None
         message, channel = held or await self._fetch(delivery)
+        held_as = Accepted(0, delivery)
         if delivery.get("what") == "reply" and isinstance(channel, discord.Thread):
-            await self._answered(message, channel, str(delivery.get("answers") or ""))
+            await self._answered(message, channel, held_as.answers or "")
         elif delivery.get("what") == "mention":
-            await self._on_mention(message, channel, Accepted(0, delivery).run_id, again)
+            await self._on_mention(message, channel, held_as, again)
 
     async def _fetch(self, delivery: Delivery) -> tuple[discord.Message, Any]:
         channel = await self.fetch_channel(int(delivery["channel"]))
@@ -237,7 +243,7 @@ class KestrelDiscord(discord.Client):
         return await channel.fetch_message(int(delivery["message"])), channel
 
     async def _on_mention(
-        self, message: discord.Message, channel: Any, run_id: str, again: bool
+        self, message: discord.Message, channel: Any, held: Accepted, again: bool
     ) -> None:
         assert self.user is not None and message.guild is not None
         text = re.sub(rf"<@!?{self.user.id}>", "", message.content).strip()
@@ -249,7 +255,9 @@ class KestrelDiscord(discord.Client):
             return
         session = _session(message.guild.id, thread)
         actor = _actor(message.author, session.place, message.guild)
-        outcome = await self.talk.mention(session, actor, text, run_id=run_id)
+        outcome = await self.talk.mention(
+            session, actor, text, run_id=held.run_id, answers=held.answers
+        )
         if outcome.started:
             self.renderer.expect(outcome.running, session, actor.user)
         await self._show(outcome, thread, message)

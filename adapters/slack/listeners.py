@@ -34,7 +34,7 @@ from adapters.slack.progress import Progress
 from adapters.slack.status import status_message
 from bot.chat.contract import Actor, NotPermitted, Place, StoreError
 from bot.chat.conversation import HELP, THREAD_COMMANDS, Conversation, Outcome
-from bot.chat.inbound import Delivery
+from bot.chat.inbound import Accepted, Delivery
 from bot.chat.service import ChatService, PendingRequest
 from bot.chat.threads import ThreadRenderer
 from bot.chat.words import NOT_AN_OPTION, chosen_option, thread_of
@@ -108,7 +108,12 @@ class SlackListeners:
 
     async def on_app_mention(self, event: dict[str, Any], body: dict[str, Any]) -> None:
         """A message that mentions the bot: a turn, a thread command, or an answer."""
-        await self._accept("mention", event, _team_of(body, event))
+        await self._accept_mention(event, _team_of(body, event))
+
+    async def _accept_mention(self, event: dict[str, Any], team: str) -> None:
+        # Held with the question its thread waits on now: that is the one it may answer.
+        question = await self._question_of(event, team) if event.get("thread_ts") else ""
+        await self._accept("mention", event, team, answers=question)
 
     async def on_message(self, event: dict[str, Any], body: dict[str, Any]) -> None:
         """Any message in a channel the bot is in: thread replies may answer questions."""
@@ -118,7 +123,7 @@ class SlackListeners:
             return
         team = _team_of(body, event)
         if self._mention.search(str(event.get("text") or "")):
-            await self._accept("mention", event, team)  # the app_mention twin
+            await self._accept_mention(event, team)  # the app_mention twin
         elif event.get("thread_ts") and (question := await self._question_of(event, team)):
             await self._accept("reply", event, team, answers=question)
 
@@ -129,15 +134,16 @@ class SlackListeners:
         return question.id if question is not None else ""
 
     async def _accept(
-        self, what: str, event: dict[str, Any], team: str, *, answers: str = ""
+        self, what: str, event: dict[str, Any], team: str, *, answers: str | None = None
     ) -> None:
-        """Hold a message in the store before Slack is answered, then handle it here; a reply
-        holds the question it answers, so that handled late or again it answers no other."""
+        """Hold a message in the store before Slack is answered, then handle it here; it
+        holds the question it may answer ("" for none), so that handled late or again it
+        answers no other."""
         user, channel, ts = event.get("user"), event.get("channel"), event.get("ts")
         if not (user and channel and ts) or event.get("bot_id"):
             return
         key, delivery = f"slack:{team}:{channel}:{ts}", {"what": what, "event": event, "team": team}
-        if answers:
+        if answers is not None:
             delivery["answers"] = answers
         accepted = await self._chat.accept_delivery(key, "slack", delivery)
         if accepted is not None:
@@ -146,12 +152,15 @@ class SlackListeners:
     async def handle_delivery(self, delivery: Delivery) -> None:
         """Handle a message held in the store (by this process, or by one that died)."""
         event, team = dict(delivery["event"]), str(delivery["team"])
+        held = Accepted(0, delivery)
         if delivery.get("what") == "reply":
-            await self._on_reply(event, team, str(delivery.get("answers") or ""))
+            await self._on_reply(event, team, held.answers or "")
         else:
-            await self._on_mention(event, team, str(delivery.get("run_id") or ""))
+            await self._on_mention(event, team, held.run_id, held.answers)
 
-    async def _on_mention(self, event: dict[str, Any], team: str, run_id: str) -> None:
+    async def _on_mention(
+        self, event: dict[str, Any], team: str, run_id: str, answers: str | None = None
+    ) -> None:
         user, channel, ts = event.get("user"), event.get("channel"), event.get("ts")
         thread = SlackThread(team, str(channel), str(event.get("thread_ts") or ts))
         session = _session(thread)
@@ -163,7 +172,7 @@ class SlackListeners:
             return
         actor = await self._actor(str(user), thread, _user_team(event))
         text = self._mention.sub("", str(event.get("text") or "")).strip()
-        outcome = await self._talk.mention(session, actor, text, run_id=run_id)
+        outcome = await self._talk.mention(session, actor, text, run_id=run_id, answers=answers)
         if outcome.started:
             self._renderer.expect(outcome.running, session, actor.user)
         await self._show(outcome, thread, actor.user)

@@ -42,10 +42,18 @@ class Conversation:
         self._chat = chat
 
     async def mention(
-        self, session: Session, actor: Actor, text: str, *, run_id: str = ""
+        self,
+        session: Session,
+        actor: Actor,
+        text: str,
+        *,
+        run_id: str = "",
+        answers: str | None = None,
     ) -> Outcome:
         """A message that mentions Kestrel (``text`` without the mention); a turn it starts
-        is run ``run_id`` when the delivery reserved one."""
+        is run ``run_id`` when the delivery reserved one. ``answers``: the question the thread
+        waited on when the message came ("" for none; None: not known, the one it waits on now).
+        """
         latest = await self._chat.latest(session)
         word = text.strip().lower()
         if word in THREAD_COMMANDS:
@@ -54,8 +62,11 @@ class Conversation:
             return await self.operate(word, latest.record.id, actor)
         if not word:
             return Outcome(note=HELP)
+        if answers:
+            # Handled late or again, it answers that question or none, never a later one.
+            return await self.decide(answers, DecisionKind.ANSWER, actor, text=text)
         if latest is not None and latest.record.status not in TERMINAL_STATUSES:
-            question = waiting_question(latest)
+            question = waiting_question(latest) if answers is None else None
             if question is not None:
                 return await self.decide(question.id, DecisionKind.ANSWER, actor, text=text)
             return Outcome(note=_still_going(latest))

@@ -55,6 +55,13 @@ class Accepted(msgspec.Struct, frozen=True):
         """The id of the run this delivery starts, if it starts one."""
         return str(self.delivery.get("run_id") or "")
 
+    @property
+    def answers(self) -> str | None:
+        """The question the message may answer, as its thread waited on it when the message
+        came ("" for none; None when it was not held so, by an earlier release)."""
+        answers = self.delivery.get("answers")
+        return None if answers is None else str(answers)
+
 
 class Inbound:
     """Accepts chat deliveries into the store and hands each to its platform's handler."""

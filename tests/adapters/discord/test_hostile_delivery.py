@@ -251,19 +251,23 @@ def two_questions_script() -> list[Any]:
     ]
 
 
+@pytest.mark.parametrize("mentioned", [False, True], ids=["reply", "mention"])
 async def test_a_reply_taken_up_late_answers_the_question_it_replied_to_or_none(
-    tmp_path: Path,
+    tmp_path: Path, mentioned: bool
 ) -> None:
-    # A stopping replica holds a reply to the first question for another replica's work
-    # taker. Before that takes it up, someone else answers that question and the run asks the
-    # next one: the late reply must not become the answer to a question asked after it.
+    # A stopping replica holds a reply to the first question (plain, or mentioning Kestrel)
+    # for another replica's work taker. Before that takes it up, someone else answers that
+    # question and the run asks the next one: the late reply must not answer a later question.
     async with discord_world(tmp_path, two_questions_script()) as world:
         mention = await world.mention("drain a node")
         thread = await world.thread_of(mention)
         await world.card("answer")
         await world.settled()
         world.adapter.client.drain()
-        await world.reply("eu-west", user=ONCALL, thread=thread)
+        if mentioned:
+            await world.mention("eu-west", user=ONCALL, channel=thread)
+        else:
+            await world.reply("eu-west", user=ONCALL, thread=thread)
         await until(lambda: world.rt.store.take_work(world.rt.owner, retake_after=0))
         world.adapter.client.draining = False  # another replica, as far as the rest goes
         await world.reply("us-east", user=REQUESTER, thread=thread)
