@@ -286,6 +286,8 @@ class ChatService:
         run_id = found[0].run_id
         if user is not None and await self._misplaced(user, run_id, "show", request_id):
             return None
+        if found[1] is RequestStatus.OPEN and await self.ended(run_id):
+            found = (found[0], RequestStatus.CANCELLED, found[2])  # see ``_view``
         reason = self._reasons.get(request_id)
         if reason is not None:  # why the model asked never changes: no journal to read
             return self._shown(*found, reason)
@@ -304,6 +306,10 @@ class ChatService:
     def _view(
         self, request: Request, status: RequestStatus, decision: Decision | None, state: RunState
     ) -> RequestView:
+        if status is RequestStatus.OPEN and state.result is not None:
+            # Left open by a cancel that ended its run and died before closing it: nothing
+            # waits on it, and a click on it is refused (``Decisions``), so no card offers it.
+            status = RequestStatus.CANCELLED
         return self._shown(request, status, decision, state.reason_for(request.call_id))
 
     def _shown(
@@ -455,6 +461,9 @@ class ChatService:
         of runs they may see (on their platform, in a channel they see, or as on-call)."""
         flags_of = self._rt.tools.current().flags_of
         pending = await pending_requests(self._rt.store, self._rt.policy, flags_of)
+        # Not those a cut-short cancel left open on its ended run (see ``_view``).
+        ended = {run_id: await self.ended(run_id) for run_id in {p.request.run_id for p in pending}}
+        pending = [item for item in pending if not ended[item.request.run_id]]
         if user is None:
             return pending
         places: dict[str, bool] = {}

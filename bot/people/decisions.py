@@ -17,7 +17,7 @@ from msgspec.structs import replace
 from bot.domain import Decision, DecisionKind, Request, RequestKind, RequestStatus
 from bot.events import AdvisoryEvent, FanOut, RequestDecidedEvent, RequestExpiredEvent
 from bot.journal.fold import RunState
-from bot.kinds import AuditAction
+from bot.kinds import TERMINAL_STATUSES, AuditAction
 from bot.options import answer_refusal, match_option
 from bot.people.audit import Redact, decision_detail, request_detail
 from bot.people.policy import Actor, Policy
@@ -98,6 +98,8 @@ class Decisions:
         except KeyError:
             return Answered(False, f"there is no request {decision.request_id}")
         refusal = await self._refusal(request, status, decision, actor, run_id, digest, winner)
+        if refusal is None and status is RequestStatus.OPEN:
+            refusal = await self._ended(request)
         if refusal:
             action = AuditAction.refused(decision.kind.value)
             detail = self.audited_refusal(refusal, decision)
@@ -130,6 +132,19 @@ class Decisions:
             return Answered(True, "recorded", ready=True, claimed=settled.epoch)
         remaining = await self.rt.store.list_requests(run_id=run_id)
         return Answered(True, "recorded", ready=not remaining)
+
+    async def _ended(self, request: Request) -> Refusal | None:
+        """A request still open on a run that ended: a cancel ends its run before it closes
+        the run's requests, and a process killed between the two leaves them open. Nothing
+        would act on an answer, so it is refused, and the request closed as the cancel would
+        have (a card or the Home tab then stops offering it)."""
+        record = await self.rt.store.get_run(request.run_id)
+        if record.status not in TERMINAL_STATUSES:
+            return None
+        closed = Decision(request_id=request.id, kind=DecisionKind.DENY, by="")
+        if await self.rt.store.decide(closed, RequestStatus.CANCELLED):
+            self._decided(request, closed)
+        return Refusal(f"run {request.run_id} was {record.status.value}: nothing waits on this")
 
     def as_kept(self, decision: Decision) -> Decision:
         """The decision as the store and the journal keep it: its text through the PII guard,

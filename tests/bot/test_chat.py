@@ -282,3 +282,32 @@ async def test_a_call_that_failed_shows_as_failed_in_the_thread_s_progress(tmp_p
     await rt.store.close()
 
     assert steps.shown == {"call_1": "error", "call_2": "complete"}
+
+
+async def test_a_request_left_open_by_a_cut_short_cancel_shows_closed_and_takes_no_click(
+    chat: tuple[ChatService, Counter], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    service, counter = chat
+    run_id, request_id = await suspended_on_approval(service, thread())
+    decisions = service._supervisor.decisions
+
+    async def killed(_run_id: str, _by: str) -> None:
+        raise SystemExit  # the process dies after the run's end, before closing its requests
+
+    monkeypatch.setattr(decisions, "close_requests", killed)
+    sre = Actor("U0Y", groups=frozenset({"S0SRE"}))
+    with pytest.raises(SystemExit):
+        await service.cancel(run_id, user=sre)
+    monkeypatch.undo()
+    assert (await service.status(run_id)).record.status is RunStatus.CANCELLED
+
+    # The card a renderer draws once the run ended, the Home tab, and a click on the card.
+    shown = await service.request(request_id)
+    drawn = await service.requests_of(run_id)
+    assert shown is not None and shown.status is not RequestStatus.OPEN
+    assert [view.status for view in drawn] == [shown.status]
+    assert await service.pending() == []
+    clicked = await service.decide(run_id, request_id, DecisionKind.APPROVE, user=Actor("U0BOSS"))
+    assert not clicked.accepted and "cancelled" in clicked.message, clicked.message
+    assert (await service._rt.store.get_request(request_id))[1] is RequestStatus.CANCELLED
+    assert counter.calls == {}

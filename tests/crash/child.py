@@ -180,7 +180,10 @@ async def main(args: argparse.Namespace) -> None:
         request_id, choice = settle.split("=")
         decision = Decision(request_id=request_id, kind=DecisionKind(choice), by="U0ONCALL")
         answered = await sup.answer(decision, run_id=args.resume)
-        assert answered.accepted, answered.message
+        if not answered.accepted:  # said, for the test to judge; nothing is resumed
+            print(json.dumps({"refused": answered.message}))
+            await store.close()
+            return
         claimed = answered.claimed  # as ChatService.decide resumes
     if args.cancel:
         print(json.dumps({"cancel": await sup.cancel(args.cancel, by="U0ONCALL")}))

@@ -36,7 +36,8 @@ def test_a_cancel_killed_half_way_never_lets_the_run_go_on(
     if crash == "run_ended:1":  # its request left open on the ended run: approving it is moot
         approved = child(world, "--resume", run_id, "--settle", f"{request['id']}=approve")
         assert approved.returncode == 0, approved.stderr
-        out = json.loads(approved.stdout)
+        assert "was cancelled" in json.loads(approved.stdout)["refused"], approved.stdout
+        out = json.loads(child(world, "--resume", run_id).stdout)
 
     assert out["status"] == "cancelled", out
     assert effects(folder) == []
