@@ -184,7 +184,9 @@ class Supervisor:
         prompter = _prompter_for(state, prompter)
         if prompter is not None:
             await self.decisions.ask_again(state, prompter)
-        if not await self._has_work(state):
+        if not await self._has_work(state) or self._stopping:
+            # Stopping: no claim either, which a run released while waiting would take for
+            # one (``ORPHANED_RUNS``: its epoch is its journal's last only until claimed).
             return None
         epoch = await self.rt.store.claim(run_id, self.rt.owner, self.rt.lease_seconds)
         if epoch is None:

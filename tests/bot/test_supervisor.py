@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import sqlite3
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -304,6 +305,25 @@ async def test_an_expiry_whose_run_cannot_resume_is_still_an_expiry(
 
     record = await rt.store.get_run(run_id)
     assert record.status is RunStatus.SUSPENDED and record.owner == ""
+    assert counter.calls == {}
+
+
+async def test_a_run_whose_resume_was_refused_after_its_answer_is_left_to_a_person(
+    tmp_path: Path, opened: list[Runtime], caplog: pytest.LogCaptureFixture
+) -> None:
+    rt, sup, counter, run_id = await waiting_for_approval(tmp_path, opened)
+    (request,) = (await sup.wait(sup.live[run_id])).open_requests
+    rt.system_prompt = "changed since the run started"  # its resume needs --force now
+    later = (request.deadline or utcnow()) + timedelta(seconds=1)
+    scheduler = Scheduler(sup, DeadlineSettings(), [], store=rt.store, clock=lambda: later)
+    assert await scheduler.sweep() == ([request.id], [])
+
+    # Every adoption sweep after: none takes it up, nor is refused it again and again.
+    with caplog.at_level(logging.INFO, logger="kestrel"):
+        assert await sup.adopt_orphans() == []
+        assert await sup.adopt_orphans() == []
+    assert not [r for r in caplog.records if "not adopting" in r.getMessage()]
+    assert await rt.store.orphaned_runs() == []
     assert counter.calls == {}
 
 

@@ -1487,6 +1487,28 @@ async def test_a_run_answered_while_it_ran_then_suspended_is_an_orphan(store: St
     assert await store.orphaned_runs() == [run_id]
 
 
+async def test_a_run_whose_decider_gave_its_resume_up_is_no_orphan(store: Store) -> None:
+    run_id, epoch = await new_run(store, owner="w1")
+    request = a_request(run_id)
+    entries = [
+        *every_entry(run_id)[:3],
+        ToolDeferred(call_id="call_1", tool="restart_service", request=request),
+        RunSuspended(reason=StopReason.WAITING, request_ids=(request.id,)),
+    ]
+    for seq, entry in enumerate(entries):
+        await store.append(run_id, seq, epoch, entry)
+    decision = Decision(request_id=request.id, kind=DecisionKind.APPROVE, by="bob", at=AT)
+    settled = await store.decide_and_claim(
+        decision, RequestStatus.ANSWERED, Audited("bob", AuditAction.APPROVE), "w2", 5
+    )
+    assert settled.epoch is not None
+    # w2's resume was refused (the model changed: it takes --force) and gave the lease back:
+    # the run waits for someone to resume it, and no sweep tries again and again.
+    await store.release(run_id, "w2", settled.epoch)
+
+    assert await store.orphaned_runs() == []
+
+
 async def test_a_run_stopped_on_a_signal_is_no_orphan(store: Store) -> None:
     run_id, epoch = await new_run(store, owner="w1")
     entries = [
