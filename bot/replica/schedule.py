@@ -117,7 +117,10 @@ class Scheduler:
             requested_by=start["requested_by"],
             run_id=start["run_id"],
         )
-        await until_created(live)
+        if not await until_created(live):
+            # The store refused the run: the item, left taken, is taken up again (work.py).
+            log.warning("scheduled prompt %s: run %s left to be started again", name, live.run_id)
+            return live
         await self.store.finish_work(work_id)
         log.info("scheduled prompt %s started run %s", name, live.run_id)
         return live

@@ -86,9 +86,10 @@ class WorkTaker:
             await self._inbound(item)
             return
         try:
-            if item.kind == "start":
-                await self._start(item.payload)
-            else:
+            if item.kind == "start" and not await self._start(item.payload):
+                log.warning("start work %s left to be taken up again: the store failed", item.id)
+                return
+            if item.kind != "start":
                 await self._resume(str(item.payload["run_id"]))
         except (KeyError, ValueError) as exc:
             log.warning("dropping malformed work item %s: %s", item.id, exc)
@@ -112,10 +113,11 @@ class WorkTaker:
         except (StoreError, TryLater) as exc:
             log.warning("inbound work %s left to be taken up again: %s", item.id, exc)
 
-    async def _start(self, payload: dict[str, Any]) -> None:
+    async def _start(self, payload: dict[str, Any]) -> bool:
+        """Start the run ``payload`` names; whether the item is done (``until_created``)."""
         run_id = str(payload["run_id"])
         if await self._exists(run_id):
-            return  # a replica that died after creating it left it to orphan adoption
+            return True  # a replica that died after creating it left it to orphan adoption
         session = wire.from_plain(payload["session"], Session)
         requester = Actor(str(payload.get("requested_by", "")))
         # A scheduled prompt is the operator's, from the configuration: it starts here as it
@@ -125,7 +127,7 @@ class WorkTaker:
             requester, session.place
         ):
             log.warning("%s may not start runs (policy.requesters): dropped", requester.user)
-            return
+            return True
         live = await self.supervisor.start_turn(
             str(payload["prompt"]),
             session=session,
@@ -133,7 +135,7 @@ class WorkTaker:
             prompter=DeferringPrompter() if payload.get("prompter") else None,
             run_id=run_id,
         )
-        await until_created(live)
+        return await until_created(live)
 
     async def _resume(self, run_id: str) -> None:
         try:
@@ -154,9 +156,12 @@ class WorkTaker:
         return True
 
 
-async def until_created(live: LiveRun) -> None:
-    """Wait until the run's record exists (or its task ended): then the work item is done."""
+async def until_created(live: LiveRun) -> bool:
+    """Wait until the run's record exists (or its task ended): whether the work item that
+    starts it is done. It is not when the store refused the run's creation (it is away): left
+    taken, the item is taken again once older than a lease, and the run started then."""
     assert live.task is not None
     created = asyncio.ensure_future(live.created.wait())
     await asyncio.wait({created, live.task}, return_when=asyncio.FIRST_COMPLETED)
     created.cancel()
+    return live.created.is_set() or not live.error

@@ -24,6 +24,7 @@ from bot.domain import (
     ToolCall,
     utcnow,
 )
+from bot.errors import StoreError
 from bot.journal.entries import (
     AssistantTurnEntry,
     RunStarted,
@@ -37,6 +38,7 @@ from bot.people.policy import Actor, Policy, PolicyRules
 from bot.prompter import DeferringPrompter
 from bot.records import RunRecord
 from bot.replica.schedule import Scheduler, _job
+from bot.replica.work import WorkTaker
 from bot.run.runtime import Runtime
 from bot.run.supervisor import Supervisor
 from bot.tools.ask_human import ask_human_tools
@@ -437,6 +439,37 @@ async def test_scheduled_prompt_fires_once_and_refuses_gated_calls(tmp_path: Pat
     state = await sup.wait(live)
     assert state.result is not None and state.result.outcomes == {"gate_denied": 1}
     assert counter.calls == {}
+    await rt.store.close()
+
+
+async def test_a_scheduled_prompt_whose_run_the_store_refused_is_started_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    counter = Counter()
+    rt, _ = await make_runtime(tmp_path / "k.db", [reply(text="done")], counting_tools(counter))
+    create_run = rt.store.create_run
+
+    async def away(*_args: Any, **_kwargs: Any) -> int:
+        raise StoreError("the store is away")  # for the claimer's create only
+
+    monkeypatch.setattr(rt.store, "create_run", away)
+    prompts = [ScheduledPrompt(name="nightly", cron="0 3 * * *", prompt="check nightly")]
+    scheduler = Scheduler(Supervisor(rt), DeadlineSettings(), prompts, store=rt.store)
+    at = utcnow().replace(hour=3, minute=0, second=0, microsecond=0)
+    live = await scheduler.fire_prompt("nightly", at)
+    assert live is not None and live.error
+    monkeypatch.setattr(rt.store, "create_run", create_run)
+
+    # The occurrence is claimed; its start work is left for a replica to take again.
+    (item,) = await rt.store.take_work("w2", retake_after=-1.0)
+    assert item.kind == "start" and item.payload["run_id"] == live.run_id
+    await WorkTaker(Supervisor(rt), rt.store)._handle(item)
+
+    async def ended() -> bool:
+        return (await rt.store.get_run(live.run_id)).status is RunStatus.COMPLETED
+
+    await until(ended)
+    assert await rt.store.take_work("w3", retake_after=-1.0) == []  # done: started once
     await rt.store.close()
 
 
