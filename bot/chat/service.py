@@ -150,15 +150,28 @@ class Decided(msgspec.Struct, frozen=True):
     resumed: LiveRun | None = None
 
 
+class PendingStore(Requests, RunRows, Protocol):
+    """What listing the open requests reads: the requests, and whether their runs ended."""
+
+
 async def pending_requests(
-    requests: Requests, policy: Policy, flags_of: Callable[[str], ToolFlags | None]
+    requests: PendingStore, policy: Policy, flags_of: Callable[[str], ToolFlags | None]
 ) -> list[PendingRequest]:
-    """Every open request in the store, oldest first, with who may answer it.
+    """Every open request in the store, oldest first, with who may answer it; not one left
+    open on a run that ended (by a cancel killed before it closed it: nothing waits on it).
 
     A function of its own so that read-only commands can list them without a runtime.
     """
+    found = await requests.list_requests()
+    ended: dict[str, bool] = {}
+    for request, _status, _decision in found:
+        if request.run_id not in ended:
+            record = await requests.get_run(request.run_id)
+            ended[request.run_id] = record.status in TERMINAL_STATUSES
     pending = []
-    for request, _status, _decision in await requests.list_requests():
+    for request, _status, _decision in found:
+        if ended[request.run_id]:
+            continue
         who = policy.who_may_answer(request, flags_of(request.tool), flags_of)
         pending.append(PendingRequest(request, tuple(who), policy.answer_note(request)))
     return pending
@@ -461,9 +474,6 @@ class ChatService:
         of runs they may see (on their platform, in a channel they see, or as on-call)."""
         flags_of = self._rt.tools.current().flags_of
         pending = await pending_requests(self._rt.store, self._rt.policy, flags_of)
-        # Not those a cut-short cancel left open on its ended run (see ``_view``).
-        ended = {run_id: await self.ended(run_id) for run_id in {p.request.run_id for p in pending}}
-        pending = [item for item in pending if not ended[item.request.run_id]]
         if user is None:
             return pending
         places: dict[str, bool] = {}

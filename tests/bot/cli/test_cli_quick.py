@@ -152,6 +152,22 @@ def test_approvers_by_tag_send_pending_the_full_way(tmp_path: Path) -> None:
     assert "bot.config.settings" in modules_imported(tmp_path, "runs", "pending")
 
 
+def test_pending_leaves_out_requests_a_cut_short_cancel_left_open(journal: Path) -> None:
+    import sqlite3
+
+    # A cancel ends its run, then closes its requests: killed between the two, they stay open.
+    with sqlite3.connect(journal / "kestrel.db") as conn:
+        (ended,) = conn.execute("SELECT id FROM runs ORDER BY created_at LIMIT 1").fetchone()
+        conn.execute("UPDATE runs SET status = 'cancelled' WHERE id = ?", (ended,))
+    conn.close()
+
+    fast = kestrel(journal, "runs", "pending")
+    full = kestrel(journal, "runs", "pending", env=FULL_WAY)
+
+    for shown in (fast.stdout, full.stdout):
+        assert ended not in shown and shown.count("run_") == 3, shown
+
+
 def test_a_policy_the_full_way_refuses_is_refused_by_name(journal: Path) -> None:
     write_config(journal, policy={"oncall": "U0ONCALL", "approver": {}})
     message = one_line_error(kestrel(journal, "runs", "pending"))
