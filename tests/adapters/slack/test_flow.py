@@ -3,8 +3,10 @@ runtime and openai client, a fake Slack Web API and a fake model."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,7 @@ from bot.cli import compose
 from bot.config.settings import load_settings
 from bot.domain import DecisionKind, RequestStatus, RunStatus
 from bot.people.policy import Actor
-from bot.run.supervisor import Supervisor
+from bot.run.supervisor import LiveRun, Supervisor
 from tests.fakes.slack_api import Call, FakeSlackApi
 from tests.fakes.slack_client import view_submission
 from tests.fakes.slack_world import (
@@ -22,6 +24,7 @@ from tests.fakes.slack_world import (
     INJECTED_LOG,
     ONCALL,
     REQUESTER,
+    SlackWorld,
     injection_script,
     plan_script,
     posted_ts,
@@ -347,17 +350,8 @@ async def test_a_card_the_terminal_s_run_opened_is_shown_in_the_thread(tmp_path:
         await world.mention("checkout and payments are failing")
         first = await world.card()
         await world.settled()
-        run_id = await _run_id(world)
-        (waiting,) = await world.chat.pending()
-        settings = load_settings(str(tmp_path / "kestrel.yaml"))
-        async with compose.runtime(settings, clock=world.clock) as terminal:
-            supervisor = Supervisor(terminal)
-            decided = await ChatService(supervisor).decide(
-                run_id, waiting.request.id, DecisionKind.APPROVE, user=Actor(APPROVER)
-            )
-            assert decided.accepted and decided.resumed is not None
-            await supervisor.wait(decided.resumed)
-            await supervisor.shutdown()
+        async with approved_at_the_terminal(world, tmp_path) as (supervisor, resumed):
+            await supervisor.wait(resumed)
         assert world.executions == ["checkout"]
 
         def payments_card(call: Call) -> bool:
@@ -389,15 +383,7 @@ async def test_a_card_decided_at_the_terminal_says_so_while_the_run_goes_on(
         await world.mention("checkout is failing")
         card = await world.card()
         await world.settled()
-        run_id = await _run_id(world)
-        (waiting,) = await world.chat.pending()
-        settings = load_settings(str(tmp_path / "kestrel.yaml"))
-        async with compose.runtime(settings, clock=world.clock) as terminal:
-            supervisor = Supervisor(terminal)
-            decided = await ChatService(supervisor).decide(
-                run_id, waiting.request.id, DecisionKind.APPROVE, user=Actor(APPROVER)
-            )
-            assert decided.accepted and decided.resumed is not None
+        async with approved_at_the_terminal(world, tmp_path):
             await until(lambda: "node-3" in world.executions, timeout=20)
             ts = posted_ts(world.api, card)
 
@@ -408,4 +394,24 @@ async def test_a_card_decided_at_the_terminal_says_so_while_the_run_goes_on(
 
             await until(shows_the_approval, timeout=10)
             assert APPROVER in json.dumps(updates_of(world.api, ts)[-1].args)
+
+
+@contextlib.asynccontextmanager
+async def approved_at_the_terminal(
+    world: SlackWorld, folder: Path
+) -> AsyncIterator[tuple[Supervisor, LiveRun]]:
+    """The thread's one open request approved as `kestrel runs approve` does, in a runtime of
+    its own with no Slack: its supervisor and the run it resumed (shut down on leaving)."""
+    run_id = await _run_id(world)
+    (waiting,) = await world.chat.pending()
+    settings = load_settings(str(folder / "kestrel.yaml"))
+    async with compose.runtime(settings, clock=world.clock) as terminal:
+        supervisor = Supervisor(terminal)
+        decided = await ChatService(supervisor).decide(
+            run_id, waiting.request.id, DecisionKind.APPROVE, user=Actor(APPROVER)
+        )
+        assert decided.accepted and decided.resumed is not None
+        try:
+            yield supervisor, decided.resumed
+        finally:
             await supervisor.shutdown()
