@@ -445,9 +445,10 @@ def find_authorization(src: ScanText) -> Iterator[PiiHit]:
 # An environment variable named for a secret, as .env files, ``env`` and ``docker inspect``
 # print it: whatever it holds is the secret, random-looking or not (a passphrase, a UUID). Found
 # from the end of the name, in capitals; a colon form only at a line's start (YAML, describe),
-# where "INVALID_TOKEN: the session expired" in a log line is not one.
+# where "INVALID_TOKEN: the session expired" in a log line is not one. Possessive blanks: the
+# colon's and the value's would share a long run of them, quadratically.
 _ENV_NAME_END = on_use(
-    r"(?P<word>SECRET|TOKEN|PASSPHRASE|CREDENTIALS?|KEY)(?P<colon>:[ \t]+|[ \t]*=)[ \t]*"
+    r"(?P<word>SECRET|TOKEN|PASSPHRASE|CREDENTIALS?|KEY)(?P<colon>:[ \t]++|[ \t]*+=)[ \t]*+"
     r"(?:\"(?P<dq>[^\"\r\n]{6,256})\"|'(?P<sq>[^'\r\n]{6,256})'|(?P<bare>[^\s\x00-\x1f\"',;]{6,256}))"
 )
 _ENV_NAME_CHARS = frozenset(string.ascii_uppercase + string.digits + "_")

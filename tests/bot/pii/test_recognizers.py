@@ -636,6 +636,10 @@ ADVERSARIAL = [
     "-----BEGIN PRIVATE KEY-----\n" * 3_000,
     "://a:b" * 20_000,
     "eyJaaaaaaaaa." * 8_000,
+    "API_TOKEN:" + " " * 100_000,
+    "API_TOKEN:" + "\t " * 50_000 + "\n",
+    "mysql -p" + " -p" * 30_000,
+    "sshpass -p " * 10_000,
 ]
 
 
