@@ -361,8 +361,10 @@ def find_user_flag_passwords(src: ScanText) -> Iterator[PiiHit]:
 
 # A password on a command line: glued to -p for the MySQL and MariaDB clients (a -p alone asks
 # for one; -P is the port), or after sshpass -p.
-_GLUED_P = on_use(r"(?<=[ \t'\"])-p(?P<value>[^\s'\"]{1,256})")
-_SSHPASS_P = on_use(r"sshpass[ \t]+-p[ \t]*(?P<value>[^\s'\"]{1,256})")
+# The password may be quoted after the flag (-p'S3cr3t!', sshpass -p "two words").
+_P_VALUE = r"(?:\"(?P<dq>[^\"\r\n]{1,256})\"|'(?P<sq>[^'\r\n]{1,256})'|(?P<bare>[^\s'\"]{1,256}))"
+_GLUED_P = on_use(rf"(?<=[ \t'\"])-p{_P_VALUE}")
+_SSHPASS_P = on_use(rf"sshpass[ \t]+-p[ \t]*{_P_VALUE}")
 _MYSQL_CLIENT = on_use(r"(?<![A-Za-z0-9_])(?:mysql[a-z]*|mariadb[a-z-]*)(?![A-Za-z0-9_])")
 _COMMAND_REACH = 512  # how far back on its line a -p looks for the client: linear in the text
 
@@ -381,8 +383,9 @@ def find_cli_passwords(src: ScanText) -> Iterator[PiiHit]:
             if "\n" not in text[clients[before] : match.start()]:
                 found.append(match)
     for match in found:
-        if not match.group("value").startswith(_PLACEHOLDER_STARTS):
-            yield PiiHit("CONNECTION_STRING_PASSWORD", *match.span("value"))
+        group = match.lastgroup or "bare"
+        if not match.group(group).startswith(_PLACEHOLDER_STARTS):
+            yield PiiHit("CONNECTION_STRING_PASSWORD", *match.span(group))
 
 
 # One pass for both schemes: "b" is rarer in logs than two separate six-letter scans cost.

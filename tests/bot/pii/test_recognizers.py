@@ -286,6 +286,11 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
     ("CONNECTION_STRING_PASSWORD", "mysql -u root -pTr0ub4dor3 app", "Tr0ub4dor3"),
     ("CONNECTION_STRING_PASSWORD", "mysqldump -h db -u app '-ps3cr3t;x' app", "s3cr3t;x"),
     ("CONNECTION_STRING_PASSWORD", "sshpass -p Tr0ub4dor3 ssh host", "Tr0ub4dor3"),
+    # Quoted after the flag, as scripts quote a password with a shell character in it.
+    ("CONNECTION_STRING_PASSWORD", "sshpass -p 'Tr0ub4dor&3' ssh host", "Tr0ub4dor&3"),
+    ("CONNECTION_STRING_PASSWORD", 'sshpass -p"correct horse" ssh host', "correct horse"),
+    ("CONNECTION_STRING_PASSWORD", "mysql -uroot -p'S3cr3t!' -h db", "S3cr3t!"),
+    ("CONNECTION_STRING_PASSWORD", 'mariadb -u app -p"Tr0ub4dor&3" app', "Tr0ub4dor&3"),
     # JSON that escapes its slashes (PHP's json_encode): postgresql:\/\/app:...@db\/x
     ("CONNECTION_STRING_PASSWORD", r'{"dsn":"postgresql:\/\/app:s3cr3t@db\/app"}', "s3cr3t"),
     ("CONNECTION_STRING_PASSWORD", "mongodb+srv://u:p%40ss@cluster0.example.net/db", "p%40ss"),
@@ -494,6 +499,8 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     ("CONNECTION_STRING_PASSWORD", "mkdir -p /var/lib/mysql"),
     ("CONNECTION_STRING_PASSWORD", "mysql -P3306 -h db"),
     ("CONNECTION_STRING_PASSWORD", "sshpass -p $PASS ssh host"),
+    ("CONNECTION_STRING_PASSWORD", 'sshpass -p "$PASS" ssh host'),
+    ("CONNECTION_STRING_PASSWORD", "mysql -u root -p'${DB_PASSWORD}' app"),
     ("CONNECTION_STRING_PASSWORD", r'{"log": "{\"password\": \"\"}"}'),
 ]
 
