@@ -369,18 +369,49 @@ _MYSQL_CLIENT = on_use(r"(?<![A-Za-z0-9_])(?:mysql[a-z]*|mariadb[a-z-]*)(?![A-Za
 _COMMAND_REACH = 512  # how far back on its line a -p looks for the client: linear in the text
 
 
+def _option_value(text: str, start: int) -> bool:
+    """Whether the word at ``start`` is an option's value (docker run --name mysql, -n mysql,
+    --name=mysql): a container or namespace named for the client, whose -p is another's."""
+    if start > 0 and text[start - 1] == "=":
+        return True
+    end = start
+    while end > 0 and text[end - 1] in " \t":
+        end -= 1
+    if end == start:
+        return False
+    word = end
+    while word > 0 and not text[word - 1].isspace():
+        word -= 1
+    return text.startswith("-", word) and word < end
+
+
+# Text that stays in one command: no line end, and no ;, | or & outside quotes (a quote still
+# open at the -p runs to it). One C pass where a loop over characters would cost 512 per -p.
+_ONE_COMMAND = on_use(r"(?:[^'\"\r\n;|&]++|'[^'\r\n]*+(?:'|\Z)|\"[^\"\r\n]*+(?:\"|\Z))*+")
+
+
+def _one_command(between: str) -> bool:
+    """Whether a client and a -p with ``between`` them are one command: ``mysql -e 'select 1;'
+    -pX`` is one; ``mysql -p; ss -plnt`` is two."""
+    return _ONE_COMMAND.fullmatch(between) is not None
+
+
 def find_cli_passwords(src: ScanText) -> Iterator[PiiHit]:
     """The password of mysql -pPASSWORD (and its kin) and of sshpass -p PASSWORD."""
     text, lower = src.text, src.lower
     found = list(finditer_with(_SSHPASS_P, text, "sshpass"))
     if "mysql" in lower or "mariadb" in lower:
-        clients = [client.end() for client in _MYSQL_CLIENT.finditer(lower)]
+        clients = [
+            client.end()
+            for client in _MYSQL_CLIENT.finditer(lower)
+            if not _option_value(text, client.start())
+        ]
         for match in _GLUED_P.finditer(text):
-            # The nearest client named before the -p, on its line and within reach.
+            # The nearest client named before the -p, in its command and within reach.
             before = bisect_right(clients, match.start()) - 1
             if before < 0 or match.start() - clients[before] > _COMMAND_REACH:
                 continue
-            if "\n" not in text[clients[before] : match.start()]:
+            if _one_command(text[clients[before] : match.start()]):
                 found.append(match)
     for match in found:
         group = match.lastgroup or "bare"

@@ -291,6 +291,9 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
     ("CONNECTION_STRING_PASSWORD", 'sshpass -p"correct horse" ssh host', "correct horse"),
     ("CONNECTION_STRING_PASSWORD", "mysql -uroot -p'S3cr3t!' -h db", "S3cr3t!"),
     ("CONNECTION_STRING_PASSWORD", 'mariadb -u app -p"Tr0ub4dor&3" app', "Tr0ub4dor&3"),
+    ("CONNECTION_STRING_PASSWORD", "mysql -e 'select 1; select 2' -pTr0ub4dor3", "Tr0ub4dor3"),
+    ("CONNECTION_STRING_PASSWORD", "sudo -u mysql mysqladmin -pTr0ub4dor3 status", "Tr0ub4dor3"),
+    ("CONNECTION_STRING_PASSWORD", "kubectl exec mysql-0 -- mysql -pTr0ub4dor3", "Tr0ub4dor3"),
     # JSON that escapes its slashes (PHP's json_encode): postgresql:\/\/app:...@db\/x
     ("CONNECTION_STRING_PASSWORD", r'{"dsn":"postgresql:\/\/app:s3cr3t@db\/app"}', "s3cr3t"),
     ("CONNECTION_STRING_PASSWORD", "mongodb+srv://u:p%40ss@cluster0.example.net/db", "p%40ss"),
@@ -501,6 +504,13 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     ("CONNECTION_STRING_PASSWORD", "sshpass -p $PASS ssh host"),
     ("CONNECTION_STRING_PASSWORD", 'sshpass -p "$PASS" ssh host'),
     ("CONNECTION_STRING_PASSWORD", "mysql -u root -p'${DB_PASSWORD}' app"),
+    # A -p that is not the client's: a port mapping for a container named mysql, another
+    # command after the client's on the same line.
+    ("CONNECTION_STRING_PASSWORD", "docker run --name mysql -p3306:3306 -d mysql:8"),
+    ("CONNECTION_STRING_PASSWORD", "docker run --name=mysql -p3306:3306 -d mysql:8"),
+    ("CONNECTION_STRING_PASSWORD", "kubectl -n mysql exec db-0 -- ss -plnt"),
+    ("CONNECTION_STRING_PASSWORD", "mysql -u root -p -e 'select 1'; ss -plnt"),
+    ("CONNECTION_STRING_PASSWORD", "pgrep mysqld | xargs ps -p1234"),
     ("CONNECTION_STRING_PASSWORD", r'{"log": "{\"password\": \"\"}"}'),
 ]
 
@@ -647,6 +657,8 @@ ADVERSARIAL = [
     "API_TOKEN:" + "\t " * 50_000 + "\n",
     "mysql -p" + " -p" * 30_000,
     "sshpass -p " * 10_000,
+    "mysql '" + " -p;" * 50_000,
+    "mysql" + " -p" * 50_000,
 ]
 
 
