@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import types
 from collections.abc import Mapping
 from pathlib import Path
@@ -346,7 +347,19 @@ def _check_url(url: str) -> None:
     except ValueError:
         valid = False
     if not valid:
-        raise ValueError(f"must be an http(s) URL with a host, not {url!r}")
+        raise ValueError(f"must be an http(s) URL with a host, not {_without_password(url)!r}")
+
+
+def _without_password(url: str) -> str:
+    """``url`` with the password of its user:password@ shown as ``***``, parsed by hand: the
+    URL being refused may be one urlsplit cannot read (an unclosed IPv6 bracket)."""
+    scheme, sep, rest = url.partition("://")
+    authority = re.split(r"[/?#]", rest, maxsplit=1)[0]
+    userinfo, at, host = authority.rpartition("@")
+    user, colon, _ = userinfo.partition(":")
+    if not (sep and at and colon):
+        return url
+    return f"{scheme}{sep}{user}:***@{host}{rest[len(authority) :]}"
 
 
 class _Setting(NamedTuple):

@@ -274,6 +274,14 @@ def test_an_unusable_model_url_is_refused_at_start_naming_the_variable(url: str,
     assert "http(s) URL with a host" in message
 
 
+def test_an_unusable_model_url_is_refused_without_its_password() -> None:
+    # A proxy's basic auth in the URL (as the provider names it, with ***): the refusal goes to
+    # the terminal and the service's log, where the password has no business.
+    message = refusal(OPENAI_BASE_URL="https://kestrel:Tr0ub4dor3@proxy.example.com:99999/v1")
+    assert "Tr0ub4dor3" not in message
+    assert "https://kestrel:***@proxy.example.com:99999/v1" in message
+
+
 def test_an_empty_model_url_is_no_url(monkeypatch: pytest.MonkeyPatch) -> None:
     # ``OPENAI_BASE_URL=`` (a blank line of .env) is unset, as an empty key is: without a key
     # the command says so in one line, where the provider's traceback reached the terminal.
