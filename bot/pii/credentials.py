@@ -494,6 +494,11 @@ _ENV_SECRET_KEYS = (
 )
 
 
+# A file's path, in lower-case names of two parts or more: a generated secret with a slash in
+# it is base64, which mixes cases.
+_SECRET_PATH = on_use(r"(?:~|\.{1,2})?(?:/[a-z0-9._-]++){2,}+/?")
+
+
 def _env_name_start(text: str, end: int) -> int:
     """Where the capitals-and-underscores name ending at ``end`` starts; -1 if it is part of a
     longer word or does not start with a letter."""
@@ -539,6 +544,8 @@ def find_env_secrets(src: ScanText) -> Iterator[PiiHit]:
         value = match.group(group)
         if value.startswith(_PLACEHOLDER_STARTS) or set(value) <= {"*", "x", "X"}:
             continue
+        if _SECRET_PATH.fullmatch(value):
+            continue  # where the secret is kept (GOOGLE_APPLICATION_CREDENTIALS=/var/...json)
         yield PiiHit("GENERIC_SECRET", *match.span(group))
 
 

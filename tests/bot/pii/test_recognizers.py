@@ -240,6 +240,12 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
     ("GENERIC_SECRET", '"Env": ["SECRET_KEY=aB3dE5fG7hJ9kL1m", "TZ=UTC"]', "aB3dE5fG7hJ9kL1m"),
     ("GENERIC_SECRET", "env:\n  SLACK_SIGNING_SECRET: Hunter2!xyz\n", "Hunter2!xyz"),
     ("GENERIC_SECRET", "DISCORD_CLIENT_SECRET='s3cr3t-w0rds'", "s3cr3t-w0rds"),
+    # A value with a slash that is no path of lower-case names: base64, as AWS keys are.
+    (
+        "GENERIC_SECRET",
+        "APP_SECRET=/wJalrXUtnFEMI/K7MDENG/bPxRfiCY",
+        "/wJalrXUtnFEMI/K7MDENG/bPxRfiCY",
+    ),
     # /proc/PID/environ: NUL ends each value
     ("GENERIC_SECRET", "TZ=UTC\x00KESTREL_WEB_TOKEN=abcdef123456\x00HOME=/root", "abcdef123456"),
     # JWT
@@ -477,6 +483,10 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     ("GENERIC_SECRET", "API_KEY_HEADER=X-Api-Key"),
     ("GENERIC_SECRET", "SECRET_KEY=********"),
     ("GENERIC_SECRET", "TOKEN=<redacted>"),
+    # A path names where the secret is kept, which the model needs ("file not found").
+    ("GENERIC_SECRET", "GOOGLE_APPLICATION_CREDENTIALS=/var/secrets/google/key.json"),
+    ("GENERIC_SECRET", "KUBE_TOKEN=/var/run/secrets/kubernetes.io/serviceaccount/token"),
+    ("GENERIC_SECRET", "  SIGNING_KEY:  ./keys/signing.pem"),
     ("GENERIC_SECRET", "  SECRET_KEY:  <set to the key 'key' in secret 'app'>"),
     ("GENERIC_SECRET", "MAX_TOKENS=4096 TOKEN=abc"),
     # JWT
