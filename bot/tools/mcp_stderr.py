@@ -19,6 +19,9 @@ log = logging.getLogger("kestrel.mcp")
 
 # A line longer than this is cut: a server must not fill the log with one record.
 MAX_LINE = 2000
+# How far past the cut a line is scanned, so that a secret lying across it is known whole
+# (its first part alone is too short for the PII guard to know it by).
+_SCAN_PAST = 1024
 
 Redact = Callable[[str], str]
 
@@ -37,14 +40,23 @@ class _Lines(asyncio.Protocol):
         self.last = ""
         self.closed = asyncio.get_running_loop().create_future()
         self._partial = b""
+        self._rest = False  # the rest of a line already logged (cut) comes: it is dropped
 
     def data_received(self, data: bytes) -> None:
-        *lines, self._partial = (self._partial + data).split(b"\n")
+        *lines, partial = (self._partial + data).split(b"\n")
+        if self._rest:
+            if not lines:  # still in that line
+                self._partial = b""
+                return
+            self._rest = False
+            del lines[0]  # its end: logged on its own, it might start with a secret's tail
         for line in lines:
             self._emit(line)
-        if len(self._partial) > MAX_LINE:  # no newline coming: log what there is
-            self._emit(self._partial)
+        self._partial = partial
+        if len(partial) > MAX_LINE + _SCAN_PAST:  # no newline coming: log what there is
+            self._emit(partial)
             self._partial = b""
+            self._rest = True
 
     def connection_lost(self, exc: Exception | None) -> None:  # noqa: ARG002
         if self._partial:
@@ -54,10 +66,12 @@ class _Lines(asyncio.Protocol):
             self.closed.set_result(None)
 
     def _emit(self, raw: bytes) -> None:
-        text = raw[:MAX_LINE].decode("utf-8", errors="replace").rstrip()
+        text = raw[: MAX_LINE + _SCAN_PAST].decode("utf-8", errors="replace")
+        # A server logs what it was asked and found: the log holds no more than the model.
+        # Scanned before it is cut, so that a secret across the cut is redacted whole.
+        text = self.redact(text)[:MAX_LINE].rstrip()
         if text:
-            # A server logs what it was asked and found: the log holds no more than the model.
-            text = self.last = self.redact(text)
+            self.last = text
             log.info("MCP server %s: %s", self.server, text)
 
 

@@ -365,6 +365,46 @@ async def test_a_server_s_stderr_is_logged_as_the_pii_guard_leaves_it(
     assert "alice@example.com" not in caplog.text + str(refused.value)
 
 
+# A generated key: mixed case and digits, no word the guard could take for prose.
+_KEY = "sk-proj-" + "Ab3dEf6hIj9lMn2pQr5tUv8xYz1bCd4fGh7jKl0nPq3sTv6wXy9zA2cE5gH8kM1p"
+
+
+def _stderr_lines() -> tuple[Any, list[str]]:
+    from bot.pii.guard import PiiGuard, PiiMode, PiiSettings
+    from bot.tools.mcp_stderr import _Lines
+
+    guard = PiiGuard(PiiSettings(mode=PiiMode.REDACT))
+    return _Lines("srv", lambda text: guard.scan_output(text).text), []
+
+
+async def test_a_server_s_long_stderr_line_is_not_cut_inside_a_key(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The line was cut at its 2000th byte before the guard read it: a key across the cut kept
+    # a first part too short to be known by, and reached the log.
+    from bot.tools.mcp_stderr import MAX_LINE
+
+    caplog.set_level(logging.INFO, logger="kestrel.mcp")
+    lines, _ = _stderr_lines()
+    lines.data_received(("a" * (MAX_LINE - 40) + " token " + _KEY + " ok\n").encode())
+    assert "MCP server srv: aaa" in caplog.text
+    assert _KEY[:30] not in caplog.text
+
+
+async def test_a_server_s_stderr_line_with_no_end_in_sight_is_logged_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A line longer than the pipe's read was logged in pieces: the piece after the cut began
+    # with whatever lay there, a key's tail without the prefix that names it.
+    caplog.set_level(logging.INFO, logger="kestrel.mcp")
+    lines, _ = _stderr_lines()
+    lines.data_received(b"b" * 4000 + b" token " + _KEY[:20].encode())
+    lines.data_received(_KEY[20:].encode() + b" done\nnext line\n")
+    assert "MCP server srv: bbb" in caplog.text
+    assert "MCP server srv: next line" in caplog.text
+    assert _KEY[20:40] not in caplog.text
+
+
 async def test_a_server_that_crashes_is_connected_again_and_answers(
     mcp: McpTools, caplog: pytest.LogCaptureFixture
 ) -> None:
