@@ -259,10 +259,11 @@ def find_url_passwords(src: ScanText) -> Iterator[PiiHit]:
 
 # key=value, and a quoted key with a quoted value ("password": "x"): a colon after a bare
 # word ("password: required") is prose as often as it is YAML. JSON inside a JSON string (a
-# container's log line, an applied manifest) escapes its quotes, once or more: \"password\".
+# container's log line, an applied manifest) escapes its quotes, once or more: \"password\";
+# and whatever the value escapes (Go's \\u0026 for &, PHP's \\/), which is part of it.
 _PASSWORD_KEY = on_use(r"p(?:ass(?:word|wd)|wd)(?:[ \t]*=[ \t]*|\\*[\"'][ \t]*:[ \t]*(?=\\*[\"']))")
 _PASSWORD_VALUE = on_use(
-    r"\\+\"(?P<edq>[^\"\\\r\n]{1,256})\\+\""
+    r"\\+\"(?P<edq>(?:[^\"\\\r\n]|\\++[^\"\\\r\n]){1,256}+)\\+\""
     r"|\"(?P<dq>[^\"\r\n]{1,256})\"|'(?P<sq>[^'\r\n]{1,256})'|\{(?P<br>[^}\r\n]{1,256})\}"
     r"|(?P<bare>[^\s;&,\"'<>]+)"
 )

@@ -301,6 +301,15 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
     ("CONNECTION_STRING_PASSWORD", "sudo -u mysql mysqladmin -pTr0ub4dor3 status", "Tr0ub4dor3"),
     ("CONNECTION_STRING_PASSWORD", "kubectl exec mysql-0 -- mysql -pTr0ub4dor3", "Tr0ub4dor3"),
     # JSON that escapes its slashes (PHP's json_encode): postgresql:\/\/app:...@db\/x
+    # JSON inside a JSON string whose value escapes a character: Go's \u0026 for "&", a
+    # backslash, PHP's "\/"; the escapes are the secret's own characters.
+    (
+        "CONNECTION_STRING_PASSWORD",
+        r'{"log":"{\"password\":\"Tr0ub4dor\\u00263\"}"}',
+        r"Tr0ub4dor\\u00263",
+    ),
+    ("CONNECTION_STRING_PASSWORD", r'{"log":"{\"pwd\": \"Tr0ub\\\\4dor3\"}"}', r"Tr0ub\\\\4dor3"),
+    ("CONNECTION_STRING_PASSWORD", r'{"log":"{\"passwd\":\"s3\\/cr3t\"}"}', r"s3\\/cr3t"),
     ("CONNECTION_STRING_PASSWORD", r'{"dsn":"postgresql:\/\/app:s3cr3t@db\/app"}', "s3cr3t"),
     ("CONNECTION_STRING_PASSWORD", "mongodb+srv://u:p%40ss@cluster0.example.net/db", "p%40ss"),
     ("CONNECTION_STRING_PASSWORD", "amqp://guest:p@ss@rabbit/vhost", "p@ss"),
@@ -669,6 +678,8 @@ ADVERSARIAL = [
     "sshpass -p " * 10_000,
     "mysql '" + " -p;" * 50_000,
     "mysql" + " -p" * 50_000,
+    '\\"password\\":\\"' + "\\\\a" * 50_000,
+    '\\"password\\":\\"a' * 20_000,
 ]
 
 
