@@ -19,6 +19,7 @@ from bot.llm.base import (
     ToolResultsMessage,
     UserMessage,
 )
+from bot.llm.error_body import error_message
 from bot.llm.openai_provider import OpenAIProvider
 from tests.fakes.openai_server import (
     Canned,
@@ -242,6 +243,26 @@ async def test_an_html_error_page_is_quoted_by_its_text_not_its_markup(
     message = str(caught.value)
     assert shown in message
     assert "<" not in message
+
+
+@pytest.mark.parametrize(
+    "page",
+    ["<title>" * 9_000, "<script>" * 8_000, "<style>" * 9_000, "<!--" * 16_000, "<" * 65_000],
+    ids=lambda page: repr(page[:8]),
+)
+def test_an_error_page_of_openers_is_read_in_linear_time(page: str) -> None:
+    # Each opener ran its ".*?" to the end of the page, looking for a closer: a broken or
+    # hostile proxy's 64 KiB page held the event loop, every run of the process, for seconds
+    # on each attempt.
+    started = time.perf_counter()
+    error_message(page)
+    assert time.perf_counter() - started < 0.5
+
+
+def test_an_error_page_is_read_without_its_scripts_styles_and_comments() -> None:
+    page = "<html><script>x()</script><STYLE>p{}</style ><!-- c --><p>Bad &amp; gone</p>"
+    assert " ".join(error_message(page).split()) == "Bad & gone"
+    assert error_message("<html><TITLE lang=en>Down</title ><p>x</p>") == "Down"
 
 
 @pytest.mark.parametrize(
