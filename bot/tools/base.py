@@ -20,7 +20,7 @@ DEFAULT_MAX_OUTPUT = 65536
 # How far back from the cap a cut looks for a line's end, else a word's. A value cut in two (a
 # key, a card number) would leave its first part, too short for the PII guard to know it by.
 _CUT_REACH = 1024
-_LINE_ENDS = (b"\n",)
+_LINE_END = b"\n"
 _WORD_ENDS = (b" ", b"\t", b",", b";")
 
 
@@ -28,11 +28,22 @@ def cut(kept: bytes) -> bytes:
     """The first bytes of an output cut short, ended after their last line end, else their
     last blank, comma or semicolon, within the last ``_CUT_REACH`` (as they are without one)."""
     floor = max(0, len(kept) - _CUT_REACH)
-    for ends in (_LINE_ENDS, _WORD_ENDS):
-        end = max(kept.rfind(mark, floor) for mark in ends)
-        if end >= 0:
-            return kept[: end + 1]
-    return kept
+    end = kept.rfind(_LINE_END, floor)
+    if end < 0:
+        end = _word_end(kept, floor)
+    return kept[: end + 1] if end >= 0 else kept
+
+
+def _word_end(kept: bytes, floor: int) -> int:
+    """The last blank, comma or semicolon from ``floor`` on that does not stand between two
+    digits: a grouped card or account number (4111 1111 1111 1111) is one value, whose first
+    groups alone the PII guard would not know. Any last one if all do; -1 if there is none."""
+    last = end = max(kept.rfind(mark, floor) for mark in _WORD_ENDS)
+    while end >= 0:
+        if not (kept[end - 1 : end].isdigit() and kept[end + 1 : end + 2].isdigit()):
+            return end
+        end = max(kept.rfind(mark, floor, end) for mark in _WORD_ENDS)
+    return last
 
 
 def cut_marker(total: int, shown: int) -> str:

@@ -259,3 +259,12 @@ def test_a_capped_output_ends_at_a_word_not_inside_a_card_number() -> None:
     assert capped(text, 1000) == (
         "x" * 990 + " card \n[output truncated: 1450 bytes total, first 996 shown]"
     )
+
+
+def test_a_capped_output_is_not_cut_between_a_grouped_card_number_s_digits() -> None:
+    # The blanks inside "4111 1111 1111 1111" are word ends too: cut at the last one, the first
+    # twelve digits were left, too few for the PII guard to know them for a card.
+    text = "x" * 990 + " card 4111 1111 1111 1111 exp 12/29" * 20
+    shown = capped(text, 1012)
+    assert "4111" not in shown
+    assert shown.startswith("x" * 990 + " card \n[output truncated:")
