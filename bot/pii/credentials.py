@@ -370,9 +370,17 @@ _MYSQL_CLIENT = on_use(r"(?<![A-Za-z0-9_])(?:mysql[a-z]*|mariadb[a-z-]*)(?![A-Za
 _COMMAND_REACH = 512  # how far back on its line a -p looks for the client: linear in the text
 
 
+# Options whose value names a container, host, namespace or user, which may be "mysql".
+_NAMING_OPTIONS = frozenset(
+    {"--name", "--hostname", "--namespace", "--network", "--container", "--link", "--user"}
+    | {"-n", "-c", "-u", "-h"}
+)
+
+
 def _option_value(text: str, start: int) -> bool:
-    """Whether the word at ``start`` is an option's value (docker run --name mysql, -n mysql,
-    --name=mysql): a container or namespace named for the client, whose -p is another's."""
+    """Whether the word at ``start`` is a naming option's value (docker run --name mysql,
+    kubectl -n mysql, --name=mysql): a container or namespace named for the client, whose -p
+    is another's. A flag that takes no value (sudo -E mysql, exec -it … -- mysql) is not one."""
     if start > 0 and text[start - 1] == "=":
         return True
     end = start
@@ -383,7 +391,7 @@ def _option_value(text: str, start: int) -> bool:
     word = end
     while word > 0 and not text[word - 1].isspace():
         word -= 1
-    return text.startswith("-", word) and word < end
+    return text[word:end] in _NAMING_OPTIONS
 
 
 # Text that stays in one command: no line end, and no ;, | or & outside quotes (a quote still

@@ -300,6 +300,9 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
     ("CONNECTION_STRING_PASSWORD", "mysql -e 'select 1; select 2' -pTr0ub4dor3", "Tr0ub4dor3"),
     ("CONNECTION_STRING_PASSWORD", "sudo -u mysql mysqladmin -pTr0ub4dor3 status", "Tr0ub4dor3"),
     ("CONNECTION_STRING_PASSWORD", "kubectl exec mysql-0 -- mysql -pTr0ub4dor3", "Tr0ub4dor3"),
+    ("CONNECTION_STRING_PASSWORD", "kubectl exec -it db-0 -- mysql -pTr0ub4dor3", "Tr0ub4dor3"),
+    ("CONNECTION_STRING_PASSWORD", "sudo -E mysql -uroot -pTr0ub4dor3", "Tr0ub4dor3"),
+    ("CONNECTION_STRING_PASSWORD", "mysql -h mysql -pTr0ub4dor3", "Tr0ub4dor3"),
     # JSON that escapes its slashes (PHP's json_encode): postgresql:\/\/app:...@db\/x
     # JSON inside a JSON string whose value escapes a character: Go's \u0026 for "&", a
     # backslash, PHP's "\/"; the escapes are the secret's own characters.
