@@ -152,24 +152,26 @@ def find_slack(src: ScanText) -> Iterator[PiiHit]:
 
 
 # An incoming webhook's URL is its credential (whoever holds it posts to the channel): Slack's
-# last path part, Discord's token after the webhook's id.
+# last path part, Discord's token after the webhook's id. Its slashes may come JSON-escaped
+# (PHP's json_encode writes https:\/\/hooks.slack.com\/services\/...).
 _SLACK_WEBHOOK = on_use(
-    r"hooks\.slack\.com/(?:services|workflows|triggers)/(?:[A-Za-z0-9]+/){2,3}"
+    r"hooks\.slack\.com\\?/(?:services|workflows|triggers)\\?/(?:[A-Za-z0-9]+\\?/){2,3}"
     r"(?P<secret>[A-Za-z0-9]{16,}+)"
 )
 _DISCORD_WEBHOOK = on_use(
-    r"discord(?:app)?\.com/api/(?:v[0-9]+/)?webhooks/[0-9]{17,20}/(?P<secret>[A-Za-z0-9_-]{20,}+)"
+    r"discord(?:app)?\.com\\?/api\\?/(?:v[0-9]+\\?/)?webhooks\\?/[0-9]{17,20}\\?/"
+    r"(?P<secret>[A-Za-z0-9_-]{20,}+)"
 )
 
 
 def find_webhooks(src: ScanText) -> Iterator[PiiHit]:
     """The secret part of a Slack or Discord incoming webhook's URL."""
     text = src.text
-    for pattern, entity, literal in (
-        (_SLACK_WEBHOOK, "SLACK_TOKEN", "hooks.slack.com/"),
-        (_DISCORD_WEBHOOK, "DISCORD_TOKEN", "/webhooks/"),
+    for pattern, entity, literals in (
+        (_SLACK_WEBHOOK, "SLACK_TOKEN", ("hooks.slack.com/", "hooks.slack.com\\/")),
+        (_DISCORD_WEBHOOK, "DISCORD_TOKEN", ("/webhooks/", "\\/webhooks\\/")),
     ):
-        for match in finditer_with(pattern, text, literal):
+        for match in finditer_with(pattern, text, *literals):
             if len(set(match.group("secret"))) > 4:  # not a placeholder (XXXX…)
                 yield PiiHit(entity, *match.span("secret"))
 

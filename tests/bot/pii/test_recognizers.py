@@ -155,6 +155,12 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
         "https://hooks.slack.com/workflows/T0A1B2C3D/A0A1B2C3D/412345678901234567/a1B2c3D4e5F6g7H8i9J0",
         "a1B2c3D4e5F6g7H8i9J0",
     ),
+    # JSON that escapes its slashes (PHP's json_encode, a Laravel log channel's webhook).
+    (
+        "SLACK_TOKEN",
+        r'{"url":"https:\/\/hooks.slack.com\/services\/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"}',
+        "a1B2c3D4e5F6g7H8i9J0k1L2",
+    ),
     (
         "SLACK_TOKEN",
         "app xapp-1-A01234567-1234567890123-abcdef0123456789",
@@ -174,6 +180,11 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
     (
         "DISCORD_TOKEN",
         "https://discordapp.com/api/v10/webhooks/1234567890123456789/Ab1_cD2-eF3gH4iJ5kL6mN7oP8",
+        "Ab1_cD2-eF3gH4iJ5kL6mN7oP8",
+    ),
+    (
+        "DISCORD_TOKEN",
+        r'{"hook":"https:\/\/discord.com\/api\/webhooks\/1234567890123456789\/Ab1_cD2-eF3gH4iJ5kL6mN7oP8"}',
         "Ab1_cD2-eF3gH4iJ5kL6mN7oP8",
     ),
     (
