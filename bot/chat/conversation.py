@@ -59,7 +59,7 @@ class Conversation:
         if word in THREAD_COMMANDS:
             if latest is None:
                 return Outcome(note="There is no run in this thread.")
-            return await self.operate(word, latest.record.id, actor)
+            return await self.operate(word, await self._commanded(session, latest), actor)
         if not word:
             return Outcome(note=HELP)
         if answers:
@@ -86,6 +86,15 @@ class Conversation:
         if not await self._chat.begun(live):
             return await self._not_begun(session)
         return Outcome(running=live.run_id, started=True)
+
+    async def _commanded(self, session: Session, latest: RunView) -> str:
+        """The run a thread command acts on: the newest, unless it ended while an older one is
+        still unfinished (two runs of a store written before runs were created alone). That
+        one refuses every new run of the thread, so it is the one to see and to cancel."""
+        if latest.record.status not in TERMINAL_STATUSES:
+            return latest.record.id
+        unfinished = await self._chat.unfinished(session)
+        return unfinished.id if unfinished is not None else latest.record.id
 
     async def _not_begun(self, session: Session) -> Outcome:
         """What to tell the author of a mention whose run was not created: another run of the

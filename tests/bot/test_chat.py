@@ -311,3 +311,24 @@ async def test_a_request_left_open_by_a_cut_short_cancel_shows_closed_and_takes_
     assert not clicked.accepted and "cancelled" in clicked.message, clicked.message
     assert (await service._rt.store.get_request(request_id))[1] is RequestStatus.CANCELLED
     assert counter.calls == {}
+
+
+async def test_a_thread_command_acts_on_the_thread_s_unfinished_run_not_its_newest(
+    chat: tuple[ChatService, Counter],
+) -> None:
+    # A thread a store written before runs were created alone left with two runs: the older
+    # still suspended, the newer ended. A mention is refused for the older ("cancel it
+    # first"), so the thread's cancel must reach it, or the thread never starts a run again.
+    service, _counter = chat
+    session = thread()
+    older, _request_id = await suspended_on_approval(service, session)
+    newer, _ = await suspended_on_approval(service, session)
+    await service.cancel(newer, user=Actor("U0REQ"))
+    talk = Conversation(service)
+
+    refused = await talk.mention(session, Actor("U0REQ"), "do more")
+    assert refused.note is not None and "still going in this thread (suspended)" in refused.note
+    status = await talk.mention(session, Actor("U0REQ"), "status")
+    assert status.status is not None and status.status.record.id == older
+    await talk.mention(session, Actor("U0REQ"), "cancel")
+    assert (await service.status(older)).record.status is RunStatus.CANCELLED
