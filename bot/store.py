@@ -157,9 +157,14 @@ class Requests(Protocol):
         ...
 
     async def list_requests(
-        self, *, run_id: str | None = None, status: RequestStatus | None = RequestStatus.OPEN
+        self,
+        *,
+        run_id: str | None = None,
+        status: RequestStatus | None = RequestStatus.OPEN,
+        unfinished_runs: bool = False,
     ) -> list[tuple[Request, RequestStatus, Decision | None]]:
-        """Requests filtered by run and status, oldest first."""
+        """Requests filtered by run and status, oldest first; ``unfinished_runs``: only those
+        of runs that did not end, in the same read."""
         ...
 
     async def decide(

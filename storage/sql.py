@@ -350,6 +350,16 @@ INSERT INTO once_keys(key, at) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING RETU
 MARK_DELIVERY: Final = "INSERT INTO once_keys(key, at) VALUES ($1, $2)"
 
 
+def of_unfinished_runs(clause: str) -> str:
+    """``clause`` (a WHERE clause, or none) narrowed to the requests of runs that did not end:
+    not one a cancel cut short left open on its ended run (``bot.chat.service.pending_requests``).
+    """
+    condition = (
+        "run_id NOT IN (SELECT id FROM runs WHERE status IN ('completed', 'failed', 'cancelled'))"
+    )
+    return f"{clause} AND {condition}" if clause else f"WHERE {condition}"
+
+
 def list_requests(clause: str) -> str:
     """Requests filtered by ``clause``, oldest first."""
     return f"SELECT {_REQUEST_COLUMNS} FROM requests {clause} ORDER BY created_at, {{insertion}}"

@@ -311,10 +311,17 @@ class SqlStore(ABC):
         return request_from_row(rows[0])
 
     async def list_requests(
-        self, *, run_id: str | None = None, status: RequestStatus | None = RequestStatus.OPEN
+        self,
+        *,
+        run_id: str | None = None,
+        status: RequestStatus | None = RequestStatus.OPEN,
+        unfinished_runs: bool = False,
     ) -> list[tuple[Request, RequestStatus, Decision | None]]:
-        """Requests filtered by run and status, oldest first."""
+        """Requests filtered by run and status, oldest first; ``unfinished_runs``: only those
+        of runs that did not end (one read, not one per run)."""
         clause, params = sql.where(run_id=run_id, status=None if status is None else status.value)
+        if unfinished_runs:
+            clause = sql.of_unfinished_runs(clause)
         action = "list_requests" if run_id is None else "list_run_requests"
         rows = await self._read(action, sql.list_requests(clause), params)
         return [request_from_row(row) for row in rows]

@@ -90,10 +90,7 @@ def newest_runs(path: Path, limit: int) -> list[RunRow]:
 def open_request_bodies(path: Path) -> list[str]:
     """The open requests' bodies (their JSON), oldest first; none for a file not made yet.
     Not those left open on a run that ended (``bot.chat.service.pending_requests``)."""
-    statement = sql.list_requests(
-        "WHERE status = $1 AND run_id NOT IN"
-        " (SELECT id FROM runs WHERE status IN ('completed', 'failed', 'cancelled'))"
-    )
+    statement = sql.list_requests(sql.of_unfinished_runs("WHERE status = $1"))
     rows = _query(path, statement, (RequestStatus.OPEN.value,))
     if not all(type(body) is str and decision is None for _, body, _, decision in rows):
         raise Unreadable("an open request's row is not as the store writes it")

@@ -150,28 +150,18 @@ class Decided(msgspec.Struct, frozen=True):
     resumed: LiveRun | None = None
 
 
-class PendingStore(Requests, RunRows, Protocol):
-    """What listing the open requests reads: the requests, and whether their runs ended."""
-
-
 async def pending_requests(
-    requests: PendingStore, policy: Policy, flags_of: Callable[[str], ToolFlags | None]
+    requests: Requests, policy: Policy, flags_of: Callable[[str], ToolFlags | None]
 ) -> list[PendingRequest]:
     """Every open request in the store, oldest first, with who may answer it; not one left
     open on a run that ended (by a cancel killed before it closed it: nothing waits on it).
 
     A function of its own so that read-only commands can list them without a runtime.
     """
-    found = await requests.list_requests()
-    ended: dict[str, bool] = {}
-    for request, _status, _decision in found:
-        if request.run_id not in ended:
-            record = await requests.get_run(request.run_id)
-            ended[request.run_id] = record.status in TERMINAL_STATUSES
     pending = []
-    for request, _status, _decision in found:
-        if ended[request.run_id]:
-            continue
+    # In the same read: one per run made the Home tab, /pending and the web page read as
+    # many runs as there are open requests.
+    for request, _status, _decision in await requests.list_requests(unfinished_runs=True):
         who = policy.who_may_answer(request, flags_of(request.tool), flags_of)
         pending.append(PendingRequest(request, tuple(who), policy.answer_note(request)))
     return pending

@@ -332,3 +332,25 @@ async def test_a_thread_command_acts_on_the_thread_s_unfinished_run_not_its_newe
     assert status.status is not None and status.status.record.id == older
     await talk.mention(session, Actor("U0REQ"), "cancel")
     assert (await service.status(older)).record.status is RunStatus.CANCELLED
+
+
+async def test_listing_the_open_requests_reads_no_run_per_request(
+    chat: tuple[ChatService, Counter], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The Home tab, /pending and the web page list every open request: leaving out those of
+    # runs that ended is part of the one read, not a read of each request's run.
+    service, _counter = chat
+    for _ in range(3):
+        await suspended_on_approval(service, thread())
+    store = service._rt.store
+    runs_read = 0
+    get_run = store.get_run
+
+    async def counted(run_id: str) -> Any:
+        nonlocal runs_read
+        runs_read += 1
+        return await get_run(run_id)
+
+    monkeypatch.setattr(store, "get_run", counted)
+    assert len(await service.pending()) == 3
+    assert runs_read == 0
