@@ -29,7 +29,7 @@ From the store, at each scrape (every replica reports the same figures: aggregat
 * ``kestrel_runs{status}``: runs at each status (running, suspended, completed, failed,
   cancelled);
 * ``kestrel_open_requests{kind}`` and ``kestrel_open_request_oldest_seconds{kind}``: open
-  requests and the age of the oldest (0 when none is open);
+  requests and the age of the oldest (0 when none is open), of runs that did not end;
 * ``kestrel_outbox_backlog{platform}``: chat messages not yet shown on the platform;
 * ``kestrel_store_up``: 1 when the store answered this scrape, 0 when it failed (the store's
   figures are then left out, the event counters still shown).
@@ -264,7 +264,8 @@ class Metrics:
         store = self._store
         try:
             runs = await store.count_runs_by_status()
-            requests = await store.list_requests()
+            # Not one a cut-short cancel left open on its ended run: nothing waits on it.
+            requests = await store.list_requests(unfinished_runs=True)
             backlog = {
                 platform: await store.outbox_backlog(platform) for platform in self._platforms
             }

@@ -204,9 +204,9 @@ class _Flaky:
         self._check()
         return await self._store.count_runs_by_status()
 
-    async def list_requests(self) -> list[Any]:
+    async def list_requests(self, **filters: Any) -> list[Any]:
         self._check()
-        return list(await self._store.list_requests())
+        return list(await self._store.list_requests(**filters))
 
     async def outbox_backlog(self, platform: str) -> int:
         self._check()
@@ -227,3 +227,26 @@ async def test_a_store_outage_is_said_once_per_outage(
     said = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "kestrel.metrics"]
     assert [level for level, _ in said] == ["WARNING", "INFO"], said
     assert "gone" in said[0][1] and "read again" in said[1][1]
+
+
+async def test_a_request_a_cut_short_cancel_left_open_is_not_counted_open(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Nothing waits on it and no listing offers it: counted, it aged in the oldest-request
+    # gauge for ever, an alert on it with nothing anyone could act on.
+    run_id, _request_id = await suspended_run(world, "ship v2")
+
+    async def killed(_run_id: str, _by: str) -> None:
+        raise SystemExit  # the process dies after the run's end, before closing its requests
+
+    monkeypatch.setattr(world.supervisor.decisions, "close_requests", killed)
+    with pytest.raises(SystemExit):
+        await world.chat.cancel(run_id, user=Actor("U0REQ"))
+    monkeypatch.undo()
+    assert await world.rt.store.list_requests()  # left open on its cancelled run
+
+    figures = await scrape(world.metrics)
+
+    approval = (("kind", "wait_approval"),)
+    assert figures[("kestrel_open_requests", approval)] == 0
+    assert figures[("kestrel_open_request_oldest_seconds", approval)] == 0
