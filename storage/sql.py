@@ -457,12 +457,17 @@ RETURNING {{insertion}}, {_OUTBOX_COLUMNS}
 # is released, and attempts and error start afresh (also when nobody holds a claim). A claimer
 # that lost its claim may have posted all the same: it records its ref where none is recorded
 # yet (or its version on the ref recorded) and leaves the claim to its holder. The version
-# recorded only ever grows; a ref is never cleared.
+# recorded only ever grows; a ref is never cleared. Done with no ref known (a placeholder filled
+# in, a message given up) after an earlier attempt, whose post may have landed unrecorded, the
+# attempts stand: the next version is looked up on the platform before it is posted.
 MESSAGE_DELIVERED: Final = """
 UPDATE outbox SET
     delivered_version = CASE WHEN $3 > delivered_version THEN $3 ELSE delivered_version END,
     ref = CASE WHEN $4::text <> '' AND (claimed_by = $2 OR ref = '') THEN $4 ELSE ref END,
-    attempts = CASE WHEN claimed_by IN ($2, '') THEN 0 ELSE attempts END,
+    attempts = CASE
+        WHEN claimed_by IN ($2, '') AND ($4::text <> '' OR ref <> '' OR attempts <= 1) THEN 0
+        ELSE attempts
+    END,
     error = CASE WHEN claimed_by IN ($2, '') THEN '' ELSE error END,
     claimed_by = CASE WHEN claimed_by = $2 THEN '' ELSE claimed_by END,
     claim_expires = CASE WHEN claimed_by = $2 THEN NULL ELSE claim_expires END,

@@ -231,7 +231,8 @@ class Deliveries:
             log.exception("outbox: rendering the %s of %s failed", kind, owner)
             await self._failed(message, f"{type(exc).__name__}: {exc}", None)
             return 0
-        # The placeholder's version is done with; its claim goes, and with it its attempts.
+        # The placeholder's version is done with; its claim goes, and with it its attempts,
+        # unless an earlier one may have posted the message unrecorded (a card owed again).
         await self._store.message_delivered(message.key, self._owner, message.version, "")
         self._wake.set()
         return 0

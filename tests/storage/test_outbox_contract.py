@@ -13,6 +13,7 @@ from typing import Any
 import asyncpg
 import pytest
 
+from bot.chat.outbox import Deliveries, owed_card
 from bot.domain import Session
 from bot.records import OutboxMessage
 from bot.store import Store
@@ -382,3 +383,54 @@ async def test_postgres_adds_the_outbox_to_the_previous_schema() -> None:
 
     assert version == postgres_schema.SCHEMA_VERSION
     assert [row["version"] for row in applied] == list(range(1, version + 1))
+
+
+# -- a placeholder filled in --------------------------------------------------------------------
+
+
+class _CutShort:
+    """A platform whose first post lands and is never answered (the worker dies, or the
+    connection drops, before it records the post); it finds what it holds by key."""
+
+    platform = "slack"
+
+    def __init__(self) -> None:
+        self.posted: list[tuple[str, dict[str, Any]]] = []
+
+    async def post(self, key: str, target: dict[str, Any], body: dict[str, Any]) -> str:
+        self.posted.append((key, body))
+        if len(self.posted) == 1:
+            raise ConnectionResetError("the post landed; its answer never came")
+        return f"ts_{len(self.posted)}"
+
+    async def update(self, ref: str, target: dict[str, Any], body: dict[str, Any]) -> None:
+        pass
+
+    async def find(self, key: str, target: dict[str, Any], body: dict[str, Any]) -> str | None:
+        held = [n for n, (posted, _) in enumerate(self.posted, 1) if posted == key]
+        return f"ts_{held[0]}" if held else None
+
+
+async def test_a_card_owed_again_after_a_post_that_may_have_landed_is_not_posted_twice(
+    store: Store,
+) -> None:
+    # A card's post landed without its answer; before it is tried again, a decision at the
+    # terminal owes the card again (a placeholder the worker fills in). Filling it in must not
+    # forget that an earlier attempt may have posted it: it is looked up, not posted again.
+    transport = _CutShort()
+    deliveries = Deliveries(store, transport, "w1")
+
+    async def render(kind: str, owner: str) -> None:
+        assert (kind, owner) == ("card", "req_1")
+        await store.put_message("slack:card:req_1", "slack", TARGET, ANSWERED)
+
+    deliveries.renders_owed(render)
+    await put(store, "slack:card:req_1")
+    assert await deliveries.deliver_due() == 0  # posted; the answer lost
+    await put(store, "slack:card:req_1", owed_card("req_1"))  # what OWE_CARD_AGAIN writes
+
+    await deliveries.deliver_due()
+
+    assert [key for key, _ in transport.posted] == ["slack:card:req_1"]
+    shown = await message(store, "slack:card:req_1")
+    assert (shown.ref, shown.body, shown.due) == ("ts_1", ANSWERED, False)
