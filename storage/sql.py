@@ -290,6 +290,15 @@ DECIDE: Final = """
 UPDATE requests SET status = $1, decision = $2::json
 WHERE id = $3 AND status = 'open' RETURNING true
 """
+# A person's answer closes a request only while its run has not ended: a cancel ends the run
+# before it closes the run's requests, and an answer written between the two would be
+# recorded on a run nothing resumes (the run's row is locked first where rows are locked).
+ANSWER: Final = """
+UPDATE requests SET status = $1, decision = $2::json
+WHERE id = $3 AND status = 'open'
+  AND run_id NOT IN (SELECT id FROM runs WHERE status IN ('completed', 'failed', 'cancelled'))
+RETURNING true
+"""
 # The audit record of a decision, written only where that decision is the one that closed the
 # request ($5 the request, $6 the decision's text): a losing decider records nothing. A decision
 # is told apart by its text (who made it and when, to the microsecond); a loser whose text is

@@ -366,7 +366,9 @@ class SqlStore(ABC):
         if status is RequestStatus.OPEN:
             raise ValueError("decide() needs a closing status, not 'open'")
         text = wire.to_json(decision)
-        steps: list[Step] = [(sql.DECIDE, (status.value, text, decision.request_id))]
+        # An answer is refused on a run that ended; a cancel's or a deadline's close is not.
+        statement = sql.ANSWER if status is RequestStatus.ANSWERED else sql.DECIDE
+        steps: list[Step] = [(statement, (status.value, text, decision.request_id))]
         if audit is not None:
             params = (self._now(), audit.actor, str(audit.action), audit.detail)
             steps.append((sql.AUDIT_DECISION, (*params, decision.request_id, text)))

@@ -157,8 +157,10 @@ class Decisions:
         """A decision that passed every check but found its request closed as it was written
         (another decision, a cancel or the deadline came first): said and audited as the same
         decision a moment later would be, with what closed it."""
-        _request, status, winner = await self.rt.store.get_request(decision.request_id)
-        reason = _closed(decision.request_id, status, winner)
+        request, status, winner = await self.rt.store.get_request(decision.request_id)
+        ended = await self._ended(request) if status is RequestStatus.OPEN else None
+        # Still open: its run ended as this was written (a cancel, which closes it next).
+        reason = ended.reason if ended else _closed(decision.request_id, status, winner)
         action = AuditAction.refused(decision.kind.value)
         await self.rt.store.audit(actor.user, action, run_id, decision.request_id, reason)
         return Answered(False, reason)

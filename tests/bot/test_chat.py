@@ -354,3 +354,34 @@ async def test_listing_the_open_requests_reads_no_run_per_request(
     monkeypatch.setattr(store, "get_run", counted)
     assert len(await service.pending()) == 3
     assert runs_read == 0
+
+
+async def test_a_click_that_lands_as_a_cancel_ends_the_run_is_refused(
+    chat: tuple[ChatService, Counter], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A cancel ends its run, then closes its requests: an approval checked just before the end
+    # and written just after it found the request still open, was recorded on a run nothing
+    # will resume, and its approver told it was recorded.
+    service, counter = chat
+    run_id, request_id = await suspended_on_approval(service, thread())
+    decisions = service._supervisor.decisions
+    checked = decisions._ended
+    sre = Actor("U0Y", groups=frozenset({"S0SRE"}))
+
+    async def killed(_run_id: str, _by: str) -> None:
+        raise SystemExit  # the cancel's close comes after the click: it never came here
+
+    async def cancelled_meanwhile(request: Any) -> Any:
+        refusal = await checked(request)  # the run is still suspended: no refusal
+        monkeypatch.setattr(decisions, "_ended", checked)  # a later look sees the end
+        monkeypatch.setattr(decisions, "close_requests", killed)
+        with pytest.raises(SystemExit):
+            await service.cancel(run_id, user=sre)
+        return refusal
+
+    monkeypatch.setattr(decisions, "_ended", cancelled_meanwhile)
+    clicked = await service.decide(run_id, request_id, DecisionKind.APPROVE, user=Actor("U0BOSS"))
+
+    assert not clicked.accepted and "cancelled" in clicked.message, clicked.message
+    assert (await service._rt.store.get_request(request_id))[1] is RequestStatus.CANCELLED
+    assert counter.calls == {}
