@@ -296,7 +296,10 @@ WHERE id = $3 AND status = 'open' RETURNING true
 ANSWER: Final = """
 UPDATE requests SET status = $1, decision = $2::json
 WHERE id = $3 AND status = 'open'
-  AND run_id NOT IN (SELECT id FROM runs WHERE status IN ('completed', 'failed', 'cancelled'))
+  AND NOT EXISTS (
+    SELECT 1 FROM runs
+    WHERE runs.id = requests.run_id AND runs.status IN ('completed', 'failed', 'cancelled')
+  )
 RETURNING true
 """
 # The audit record of a decision, written only where that decision is the one that closed the

@@ -98,7 +98,10 @@ class Decisions:
         except KeyError:
             return Answered(False, f"there is no request {decision.request_id}")
         refusal = await self._refusal(request, status, decision, actor, run_id, digest, winner)
-        if refusal is None and status is RequestStatus.OPEN:
+        partial = decision.kind is DecisionKind.APPROVE and request.approvals_needed > 1
+        if refusal is None and partial:
+            # A closing answer is refused in its own statement once the run ended (then
+            # ``_too_late``); a partial approval closes nothing, so it asks first.
             refusal = await self._ended(request)
         if refusal:
             action = AuditAction.refused(decision.kind.value)
@@ -110,11 +113,11 @@ class Decisions:
             picked = match_option(decision.text, request.options) or decision.text
             decision = replace(decision, text=picked)
         decision = self.as_kept(decision)
-        if decision.kind is DecisionKind.APPROVE and request.approvals_needed > 1:  # a plan too
-            partial = Audited(
+        if partial:  # a plan too
+            audited = Audited(
                 actor.user, AuditAction.APPROVE_PARTIAL, decision_detail(request, decision)
             )
-            count = await self.rt.store.add_approval(request.id, actor.user, partial)
+            count = await self.rt.store.add_approval(request.id, actor.user, audited)
             if count is None:
                 return await self._too_late(decision, actor, run_id)
             if count < request.approvals_needed:

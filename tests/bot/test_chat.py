@@ -365,21 +365,22 @@ async def test_a_click_that_lands_as_a_cancel_ends_the_run_is_refused(
     service, counter = chat
     run_id, request_id = await suspended_on_approval(service, thread())
     decisions = service._supervisor.decisions
-    checked = decisions._ended
+    store = service._rt.store
+    write = store.decide_and_claim
     sre = Actor("U0Y", groups=frozenset({"S0SRE"}))
 
     async def killed(_run_id: str, _by: str) -> None:
         raise SystemExit  # the cancel's close comes after the click: it never came here
 
-    async def cancelled_meanwhile(request: Any) -> Any:
-        refusal = await checked(request)  # the run is still suspended: no refusal
-        monkeypatch.setattr(decisions, "_ended", checked)  # a later look sees the end
+    async def cancelled_meanwhile(*args: Any, **kwargs: Any) -> Any:
+        # Every check passed: the cancel ends the run just before the approval is written.
+        monkeypatch.setattr(store, "decide_and_claim", write)
         monkeypatch.setattr(decisions, "close_requests", killed)
         with pytest.raises(SystemExit):
             await service.cancel(run_id, user=sre)
-        return refusal
+        return await write(*args, **kwargs)
 
-    monkeypatch.setattr(decisions, "_ended", cancelled_meanwhile)
+    monkeypatch.setattr(store, "decide_and_claim", cancelled_meanwhile)
     clicked = await service.decide(run_id, request_id, DecisionKind.APPROVE, user=Actor("U0BOSS"))
 
     assert not clicked.accepted and "cancelled" in clicked.message, clicked.message
