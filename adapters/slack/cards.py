@@ -162,10 +162,12 @@ def _plan_card(
     title = "Plan approval needed" if closed is None else "Plan approval requested"
     summary = _fit(request.prompt.strip() or "(no summary)", PROMPT_LIMIT)
     blocks = [_section(f"*{title}:* {summary}")]
+    any_cut = False
     for step, planned in zip(plan_steps(request), request.steps, strict=True):
         free = " _(needs no approval)_" if not step.gated else ""
         why = f" — {_fit(step.why, REASON_LIMIT)}" if step.why else ""
-        code, _cut = _code(step.arguments, CARD_ARGUMENTS_LIMIT // 4)
+        code, cut = _code(step.arguments, CARD_ARGUMENTS_LIMIT // 4)
+        any_cut = any_cut or cut
         blocks.append(_section(f"*{step.number}.* {_inline(step.tool)}{free}{why}\n{code}"))
         if planned.origins:
             lines = _origin_lines(planned.origins)
@@ -180,6 +182,8 @@ def _plan_card(
             _button(label, _PLAN_ACTIONS[kind][0], request.id, _PLAN_ACTIONS[kind][1])
             for label, kind in PLAN_BUTTONS
         ]
+        if any_cut:  # what the plan's approval covers must be readable whole before it
+            buttons.append(_button("Full arguments", ids.SHOW_ARGUMENTS, request.id))
         blocks.append(_actions(buttons))
         text = f"Plan approval needed: {count} steps"
     else:

@@ -214,9 +214,46 @@ def test_a_plan_card_shows_every_step_within_slacks_limits() -> None:
     assert "*Plan approval needed:* drain, then restart" in text
     assert "*20.* `restart_unit`" in text
     assert "`unit` = `payments-db` came from `read_log` output, line 3" in text
-    assert action_ids_of(card.blocks) == [ids.APPROVE_PLAN, ids.STEP_BY_STEP, ids.DENY]
+    # Each step's 5,000-character script is cut on the card: the rest is a click away.
+    assert action_ids_of(card.blocks) == [
+        ids.APPROVE_PLAN,
+        ids.STEP_BY_STEP,
+        ids.DENY,
+        ids.SHOW_ARGUMENTS,
+    ]
     assert set(values(card.blocks)) == {request.id}
     assert card.text == "Plan approval needed: 20 steps"
+
+
+def one_step_plan(step: Any) -> Request:
+    return approval(kind=RequestKind.WAIT_PLAN, tool="propose_plan", prompt="p", steps=(step,))
+
+
+def test_a_plan_step_cut_on_its_card_can_be_read_whole() -> None:
+    # The step's dangerous part is its end: the card cuts it, so it must offer the rest.
+    command = "rm -rf /tmp/" + "x" * 700 + " /"
+    from bot.domain import PlanStep
+
+    step = PlanStep(tool="run_shell", arguments={"command": command})
+    request = one_step_plan(step)
+    card = cards.request_card(request, reason="", may_answer=["U0APPROVER"])
+
+    assert_valid(card.blocks)
+    assert " /" + '"' not in "\n".join(mrkdwn_texts(card.blocks))
+    assert ids.SHOW_ARGUMENTS in action_ids_of(card.blocks)
+    view = modals.arguments_modal(request)
+    assert_valid_view(view)
+    shown = "".join(mrkdwn_texts(view["blocks"]))
+    assert "run_shell" in shown
+    assert f'"command": "{command}"' in shown
+
+
+def test_a_plan_card_whose_steps_fit_offers_no_full_arguments() -> None:
+    from bot.domain import PlanStep
+
+    step = PlanStep(tool="restart_unit", arguments={"unit": "payments-db"})
+    card = cards.request_card(one_step_plan(step), reason="", may_answer=[])
+    assert action_ids_of(card.blocks) == [ids.APPROVE_PLAN, ids.STEP_BY_STEP, ids.DENY]
 
 
 def test_an_off_plan_approval_says_how_it_differs() -> None:
