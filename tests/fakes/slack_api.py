@@ -45,6 +45,8 @@ from typing import Any, TypeVar
 
 from aiohttp import WSCloseCode, WSMsgType, web
 
+from tests.fakes import slack_limits
+
 HOST = "127.0.0.1"
 
 _T = TypeVar("_T")
@@ -787,6 +789,9 @@ class FakeSlackApi:
             return _error("channel_not_found")
         if not (args.get("text") or args.get("blocks") or args.get("attachments")):
             return _error("no_text")
+        refused = slack_limits.message_problem(args)
+        if refused:
+            return _error(refused)
         message = self._bot_message(str(channel), args)
         self.messages.setdefault(str(channel), []).append(message)
         return {
@@ -802,6 +807,9 @@ class FakeSlackApi:
         message = self.message(channel, ts)
         if message is None:
             return _error("message_not_found")
+        refused = slack_limits.message_problem(args)
+        if refused:
+            return _error(refused)
         for key in ("text", "blocks", "attachments", "metadata"):
             if key in args:
                 message[key] = args[key]
@@ -902,6 +910,9 @@ class FakeSlackApi:
         message = self._stream_message(call)
         if isinstance(message, str):
             return _error(message)
+        refused = slack_limits.message_problem({"blocks": call.args.get("blocks")})
+        if refused:
+            return _error(refused)
         message["text"] += _markdown_of(call.args)
         message["chunks"].extend(call.args.get("chunks") or [])
         for key in ("blocks", "metadata"):
@@ -961,6 +972,9 @@ class FakeSlackApi:
         }
 
     def _store_view(self, view_id: str, view: Any) -> dict[str, Any]:
+        refused = slack_limits.view_problem(view)
+        if refused:
+            return _error(refused)
         stored: dict[str, Any] = {
             "id": view_id,
             "team_id": self.team,

@@ -168,6 +168,29 @@ async def test_refused_streaming(api: FakeSlackApi, client: AsyncWebClient) -> N
     assert api.messages == {}
 
 
+async def test_blocks_over_slacks_limits_are_refused(
+    api: FakeSlackApi, client: AsyncWebClient
+) -> None:
+    def section(text: str) -> dict[str, Any]:
+        return {"type": "section", "text": {"type": "mrkdwn", "text": text}}
+
+    button = {"type": "button", "action_id": "a", "text": {"type": "plain_text", "text": "b" * 76}}
+    refused = [
+        ({"blocks": [section("x")] * 51}, "invalid_blocks"),
+        ({"blocks": [section("x" * 3001)]}, "invalid_blocks"),
+        ({"blocks": [{"type": "actions", "elements": [button]}]}, "invalid_blocks"),
+        ({"text": "x" * 40_001}, "msg_too_long"),
+    ]
+    for args, error in refused:
+        with pytest.raises(SlackApiError) as caught:
+            await client.chat_postMessage(channel="C1", **args)
+        assert caught.value.response["error"] == error
+    assert api.messages == {}
+    posted = await client.chat_postMessage(channel="C1", blocks=[section("x" * 3000)] * 50)
+    with pytest.raises(SlackApiError):
+        await client.chat_update(channel="C1", ts=posted["ts"], blocks=[section("x")] * 51)
+
+
 async def test_rate_limit_is_retried_by_the_sdk_handler(api: FakeSlackApi) -> None:
     api.fail("chat.postMessage", retry_after=0)
     retrying = AsyncWebClient(
