@@ -53,6 +53,11 @@ BUTTONS_PER_ROW = 5
 SELECT_LIMIT = 25
 MAX_CONTINUATIONS = 10
 NO_PINGS: dict[str, list[str]] = {"parse": []}
+MORE_NOT_SHOWN = "{dropped} more not shown"
+STEPS_NOT_SHOWN = (
+    "{dropped} more not shown: too long for one card, so approve step by step"
+    " (`kestrel runs show` or the run's page has every step)"
+)
 MAX_PINGED = 100  # Discord's limit on each of allowed_mentions' users and roles
 
 PRIMARY, SECONDARY, SUCCESS, DANGER, LINK = 1, 2, 3, 4, 5
@@ -100,15 +105,17 @@ class DiscordLook:
         # A plan's steps last: an embed over Discord's limit loses fields from its end.
         fields += _step_fields(view)
         head = title(request, open_=is_open)
-        embed = _within_embed_limit(
+        embed, dropped = _within_embed_limit(
             {
                 "title": _cut(f"{head}: {request.tool}", 256),
                 "description": _cut(_description(view), DESCRIPTION_LIMIT),
                 "color": COLOR_OPEN if is_open else COLOR_CLOSED,
                 "fields": fields,
-            }
+            },
+            more=STEPS_NOT_SHOWN if request.steps else MORE_NOT_SHOWN,
         )
-        rows = _buttons(view) if is_open else []
+        # A plan's approval covers its steps as shown: with steps left off, only step by step.
+        rows = _buttons(view, whole=not (dropped and request.steps)) if is_open else []
         body = {"content": "", "embeds": [embed], "components": rows, "allowed_mentions": NO_PINGS}
         if is_open:
             # Mentions in an embed never notify: the people are named in the content.
@@ -135,7 +142,7 @@ class DiscordLook:
             if len(items) > 24:
                 fields.append(_field("…", f"and {len(items) - 24} more (the run's page has all)"))
             embed = {"title": "Result", "color": color, "fields": fields}
-            bodies[-1]["embeds"] = [_within_embed_limit(embed)]
+            bodies[-1]["embeds"] = [_within_embed_limit(embed)[0]]
         bodies[0] = self._linked(bodies[0], run_id, at)
         return bodies
 
@@ -285,7 +292,7 @@ _PLAN_BUTTON_IDS = {
 }
 
 
-def _buttons(view: RequestView) -> list[dict[str, Any]]:
+def _buttons(view: RequestView, *, whole: bool = True) -> list[dict[str, Any]]:
     request = view.request
     match request.kind:
         case RequestKind.WAIT_APPROVAL:
@@ -312,6 +319,8 @@ def _buttons(view: RequestView) -> list[dict[str, Any]]:
         case RequestKind.WAIT_PLAN:
             plan = []
             for label, kind in PLAN_BUTTONS:
+                if kind is DecisionKind.APPROVE and not whole:
+                    continue
                 id_kind, style = _PLAN_BUTTON_IDS[kind]
                 plan.append(_button(label, ids.custom_id(id_kind, request.id), style))
             return [_row(plan)]
@@ -363,9 +372,11 @@ def _field(name: str, value: str, inline: bool = False) -> dict[str, Any]:
     return {"name": name.strip() or "-", "value": _cut(value or "-", FIELD_LIMIT), "inline": inline}
 
 
-def _within_embed_limit(embed: dict[str, Any]) -> dict[str, Any]:
+def _within_embed_limit(
+    embed: dict[str, Any], more: str = MORE_NOT_SHOWN
+) -> tuple[dict[str, Any], int]:
     """The embed cut to Discord's 6,000 characters in all: fields dropped from the end (and
-    said so), then the description shortened."""
+    said so, in ``more``), then the description shortened; and how many fields were dropped."""
     fields = list(embed.get("fields") or [])
 
     def size() -> int:
@@ -374,18 +385,18 @@ def _within_embed_limit(embed: dict[str, Any]) -> dict[str, Any]:
         return sum(len(t) for t in texts)
 
     dropped = 0
-    while size() > EMBED_LIMIT - 40 and len(fields) > 1:
+    while size() > EMBED_LIMIT - len(more) - 20 and len(fields) > 1:
         fields.pop()
         dropped += 1
     if dropped:
-        fields.append(_field("…", f"{dropped} more not shown"))
+        fields.append(_field("…", more.format(dropped=dropped)))
     embed = {**embed, "fields": fields}
     excess = size() - EMBED_LIMIT
     if excess > 0:
         embed["description"] = _cut(
             embed.get("description", ""), max(1, len(embed.get("description", "")) - excess)
         )
-    return embed
+    return embed, dropped
 
 
 def _code(arguments: dict[str, Any]) -> str:

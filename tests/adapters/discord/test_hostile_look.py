@@ -315,5 +315,30 @@ def test_a_plan_of_twenty_long_steps_is_a_card_discord_takes() -> None:
     assert refusals(body) == []
     names = [field["name"] for field in body["embeds"][0]["fields"]]
     assert names[:2] == ["Requested by", "May answer"]  # the facts survive the cut
+    # Steps the card cannot hold are not shown: the plan cannot be approved whole from it.
+    assert names[-1] == "…"
+    assert "approve step by step" in body["embeds"][0]["fields"][-1]["value"]
+    labels = [c["label"] for row in body["components"] for c in row["components"]]
+    assert labels == ["Approve step by step", "Deny"]
+
+
+def test_a_plan_whose_steps_all_show_can_be_approved_whole() -> None:
+    from bot.domain import PlanStep
+
+    steps = tuple(PlanStep(tool="restart_unit", arguments={"unit": f"u{n}"}) for n in range(20))
+    request = Request(
+        run_id="run_1",
+        kind=RequestKind.WAIT_PLAN,
+        call_id="c",
+        tool="propose_plan",
+        prompt="restart twenty",
+        steps=steps,
+    )
+
+    body = DiscordLook().card(_view(request))
+
+    assert refusals(body) == []
+    names = [field["name"] for field in body["embeds"][0]["fields"]]
+    assert names[-1] == "20. restart_unit"
     labels = [c["label"] for row in body["components"] for c in row["components"]]
     assert labels == ["Approve plan", "Approve step by step", "Deny"]
