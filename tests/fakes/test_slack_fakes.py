@@ -175,7 +175,7 @@ async def test_blocks_over_slacks_limits_are_refused(
         return {"type": "section", "text": {"type": "mrkdwn", "text": text}}
 
     button = {"type": "button", "action_id": "a", "text": {"type": "plain_text", "text": "b" * 76}}
-    refused = [
+    refused: list[tuple[dict[str, Any], str]] = [
         ({"blocks": [section("x")] * 51}, "invalid_blocks"),
         ({"blocks": [section("x" * 3001)]}, "invalid_blocks"),
         ({"blocks": [{"type": "actions", "elements": [button]}]}, "invalid_blocks"),
