@@ -75,6 +75,7 @@ from typing import Any, TypeVar
 
 from aiohttp import BodyPartReader, WSCloseCode, WSMsgType, web
 
+from tests.fakes import discord_limits
 from tests.fakes import discord_payloads as p
 
 HOST = "127.0.0.1"
@@ -948,6 +949,9 @@ class FakeDiscord:
             return _form_error(
                 "components", "BASE_TYPE_MAX_LENGTH", "Must be 5 or fewer in length."
             )
+        broken = discord_limits.message_problem(body)
+        if broken:
+            return _form_error(broken[0], "BASE_TYPE_MAX_LENGTH", broken[1])
         if not editing and not any(
             body.get(key)
             for key in ("content", "embeds", "components", "sticker_ids", "attachments", "poll")
@@ -1212,6 +1216,9 @@ class FakeDiscord:
         name = str(body.get("name") or "")
         if not name:
             return _form_error("name", "BASE_TYPE_REQUIRED", "This field is required")
+        too_long = discord_limits.name_problem(name)
+        if too_long:
+            return _form_error(too_long[0], "BASE_TYPE_MAX_LENGTH", too_long[1])
         thread = p.thread_channel(
             thread_id,
             guild=str(parent["guild_id"]),

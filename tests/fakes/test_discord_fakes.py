@@ -403,6 +403,34 @@ async def test_history_edit_delete_and_unknown_message(fake: FakeDiscord, bot: K
     assert too_long.value.code == 50035
 
 
+async def test_embeds_components_and_names_over_discords_limits_are_refused(
+    fake: FakeDiscord, bot: KestrelBot
+) -> None:
+    channel = bot.get_channel(int(C))
+    assert isinstance(channel, discord.TextChannel)
+    fields = discord.Embed(title="t")
+    for n in range(26):
+        fields.add_field(name=f"f{n}", value="v")
+    view = discord.ui.View()
+    for n in range(6):
+        view.add_item(discord.ui.Button(label=str(n), custom_id=f"b{n}", row=0 if n < 5 else 1))
+    view.children[0].label = "x" * 81  # type: ignore[attr-defined]
+    too_big: list[dict[str, Any]] = [
+        {"embed": discord.Embed(description="x" * 4097)},
+        {"embed": fields},
+        {"embeds": [discord.Embed(description="x" * 4000), discord.Embed(description="y" * 2001)]},
+        {"view": view},
+    ]
+    for kwargs in too_big:
+        with pytest.raises(discord.HTTPException) as refused:
+            await channel.send("x", **kwargs)
+        assert refused.value.code == 50035
+    with pytest.raises(discord.HTTPException) as named:
+        await channel.create_thread(name="n" * 101, type=discord.ChannelType.public_thread)
+    assert named.value.code == 50035
+    await channel.create_thread(name="n" * 100, type=discord.ChannelType.public_thread)
+
+
 async def test_typing_and_thread_without_message(fake: FakeDiscord, bot: KestrelBot) -> None:
     channel = bot.get_channel(int(C))
     assert isinstance(channel, discord.TextChannel)
