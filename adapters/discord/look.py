@@ -41,7 +41,7 @@ from bot.domain import (
     Session,
     TerminalResult,
 )
-from bot.text import unmask_links
+from bot.text import printable, unmask_links
 
 CONTENT_LIMIT = 2000
 EMBED_LIMIT = 6000
@@ -107,7 +107,7 @@ class DiscordLook:
         head = title(request, open_=is_open)
         embed, dropped = _within_embed_limit(
             {
-                "title": _cut(f"{head}: {request.tool}", 256),
+                "title": _cut(printable(f"{head}: {request.tool}"), 256),
                 "description": _cut(_description(view), DESCRIPTION_LIMIT),
                 "color": COLOR_OPEN if is_open else COLOR_CLOSED,
                 "fields": fields,
@@ -280,7 +280,8 @@ def _step_fields(view: RequestView) -> list[dict[str, Any]]:
         planned = view.request.steps[step.number - 1]
         lines.append(_code(planned.arguments))
         lines += origin_lines(planned.origins, _inline, lambda warning: f"**{warning}**")
-        fields.append(_field(_cut(f"{step.number}. {step.tool}{free}", 256), "\n".join(lines)))
+        name = printable(f"{step.number}. {step.tool}{free}")
+        fields.append(_field(_cut(name, 256), "\n".join(lines)))
     return fields
 
 
@@ -360,7 +361,7 @@ def _button(label: str, custom_id: str, style: int = PRIMARY) -> dict[str, Any]:
 
 def _label(text: str, limit: int) -> str:
     """A component label: Discord refuses an empty one."""
-    return _cut(" ".join(text.split()) or "(empty)", limit)
+    return _cut(" ".join(printable(text).split()) or "(empty)", limit)
 
 
 def _row(components: list[dict[str, Any]]) -> dict[str, Any]:
@@ -401,7 +402,7 @@ def _within_embed_limit(
 
 def _code(arguments: dict[str, Any]) -> str:
     shortened, _ = shorten(arguments, VALUE_LIMIT)
-    body = pretty(shortened).replace("```", "`\u200b``")
+    body = printable(pretty(shortened)).replace("```", "`\u200b``")
     fence = "```json\n{}\n```"
     room = FIELD_LIMIT - len(fence) + 2
     return fence.format(body if len(body) <= room else body[: room - 1] + "…")
@@ -409,7 +410,7 @@ def _code(arguments: dict[str, Any]) -> str:
 
 def _inline(text: str) -> str:
     """``text`` as inline code on one line (a backtick in it would end the span)."""
-    return "`" + (text.replace("`", "\u02cb").replace("\n", " ") or " ") + "`"
+    return "`" + (printable(text).replace("`", "\u02cb").replace("\n", " ") or " ") + "`"
 
 
 def _compact(value: Any) -> str:
@@ -422,8 +423,9 @@ def _plain(text: str) -> str:
 
 
 def _shown(text: str) -> str:
-    """Model, tool or person text outside code: no masked link hides its target."""
-    return unmask_links(text)
+    """Model, tool or person text outside code: printable (no direction override reorders
+    it), no masked link hides its target."""
+    return unmask_links(printable(text))
 
 
 def note_text(text: str) -> str:

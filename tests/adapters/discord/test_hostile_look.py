@@ -342,3 +342,42 @@ def test_a_plan_whose_steps_all_show_can_be_approved_whole() -> None:
     assert names[-1] == "20. restart_unit"
     labels = [c["label"] for row in body["components"] for c in row["components"]]
     assert labels == ["Approve plan", "Approve step by step", "Deny"]
+
+
+# A right-to-left override makes Discord show what follows it reversed; an escape or a control
+# character has no business in a message. Slack's look and the terminal remove them.
+REORDERED = "done\u202e/ fr- mr\u202c \u2066x\u2069 \x1b[2Jok\x07"
+
+
+def _raw_texts(body: Any) -> str:
+    return json.dumps(body, ensure_ascii=False)
+
+
+def test_direction_overrides_and_controls_reach_no_discord_message() -> None:
+    request = Request(
+        run_id="run_1",
+        kind=RequestKind.WAIT_APPROVAL,
+        call_id="c",
+        tool="run_shell",
+        arguments={"command": f"echo {REORDERED}"},
+    )
+    question = Request(
+        run_id="run_1",
+        kind=RequestKind.WAIT_USER,
+        call_id="q",
+        tool="ask_user",
+        prompt=REORDERED,
+        options=(REORDERED, "no"),
+    )
+    bodies = [
+        DiscordLook().card(_view(request, reason=REORDERED)),
+        DiscordLook().card(_view(question)),
+        *DiscordLook().answer(_done(REORDERED, {"k": REORDERED}), "run_1", NOW),
+        working([REORDERED]),
+        {"content": note_text(REORDERED)},
+    ]
+    for body in bodies:
+        shown = _raw_texts(body)
+        for char in ("\u202e", "\u202c", "\u2066", "\u2069", "\x1b", "\x07"):
+            assert char not in shown, (char, shown)
+    assert "done/ fr- mr" in _raw_texts(bodies[2])
