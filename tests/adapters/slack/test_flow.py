@@ -315,6 +315,25 @@ async def test_a_plan_card_approved_once_runs_both_restarts(tmp_path: Path) -> N
         assert len(requests) == 1
 
 
+async def test_a_plan_step_cut_on_its_card_opens_whole(tmp_path: Path) -> None:
+    script = plan_script()
+    long_name = "payments" + "x" * 900 + "all"
+    script[0]["calls"][1]["arguments"]["service"] = long_name
+    async with slack_world(tmp_path, script) as world:
+        await world.mention("checkout and payments are failing")
+        card = await world.card(ids.SHOW_ARGUMENTS)
+        assert long_name not in json.dumps(card.args)  # the step is cut on the card
+        await world.click(card, ids.SHOW_ARGUMENTS, user="U0ANYONE")
+        opened = await world.api.wait_for("views.open")
+        shown = "".join(
+            block["text"]["text"]
+            for block in opened[0].args["view"]["blocks"]
+            if block.get("type") == "section"
+        )
+        assert long_name in shown and '"checkout"' in shown
+        assert world.executions == []
+
+
 async def test_a_plan_click_from_another_channel_decides_nothing(tmp_path: Path) -> None:
     async with slack_world(tmp_path, plan_script()) as world:
         await world.mention("checkout and payments are failing")
