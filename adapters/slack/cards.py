@@ -26,6 +26,7 @@ from adapters.slack.mrkdwn import (
     OPTION_TEXT_LIMIT,
     PROMPT_LIMIT,
     REASON_LIMIT,
+    SECTION_TEXT_LIMIT,
     SELECT_OPTIONS_LIMIT,
     SlackMessage,
     _actions,
@@ -53,6 +54,7 @@ from bot.domain import (
     RequestKind,
     RequestStatus,
 )
+from bot.text import printable
 
 # A section holds 3,000 characters: this many origins of pieces this long always fit.
 ORIGINS_SHOWN: Final = 5
@@ -207,6 +209,9 @@ def _question_card(
         )
     blocks.append(_context(facts))
     options = list(request.options)
+    labels = _option_labels(options)
+    if labels != [_plain(option, OPTION_TEXT_LIMIT) for option in options]:  # some are cut
+        blocks.append(_options_listed(options))
     if not options:
         blocks.append(_section("_Reply in this thread to answer, or:_"))
         blocks.append(_actions([_button("Answer", ids.ANSWER, request.id)]))
@@ -214,8 +219,8 @@ def _question_card(
         blocks.append(
             _actions(
                 [
-                    _button(option, ids.choice_action_id(i), ids.choice_value(request.id, i))
-                    for i, option in enumerate(options)
+                    _button(label, ids.choice_action_id(i), ids.choice_value(request.id, i))
+                    for i, label in enumerate(labels)
                 ]
             )
         )
@@ -226,10 +231,10 @@ def _question_card(
             placeholder=PlainTextObject(text="Choose an answer"),
             options=[
                 Option(
-                    text=PlainTextObject(text=_plain(option, OPTION_TEXT_LIMIT)),
+                    text=PlainTextObject(text=label),
                     value=ids.choice_value(request.id, i),
                 )
-                for i, option in enumerate(shown)
+                for i, label in enumerate(labels[: len(shown)])
             ],
         )
         blocks.append(_actions([select]))
@@ -243,6 +248,24 @@ def _question_card(
                 )
             )
     return SlackMessage(_fit_fallback(f"Question: {escape(request.prompt)}"), _checked(blocks))
+
+
+def _option_labels(options: Sequence[str]) -> list[str]:
+    """Each option as its button or menu item shows it; all numbered when one is too long for
+    its label, so that options alike but for their ends can be told apart (and found whole in
+    the list ``_options_listed`` makes)."""
+    if not any(len(printable(option).strip()) > OPTION_TEXT_LIMIT for option in options):
+        return [_plain(option, OPTION_TEXT_LIMIT) for option in options]
+    return [
+        _plain(f"{n}. {printable(option).strip() or '(blank)'}", OPTION_TEXT_LIMIT)
+        for n, option in enumerate(options, 1)
+    ]
+
+
+def _options_listed(options: Sequence[str]) -> dict[str, Any]:
+    """The options whole, numbered as their labels are."""
+    lines = "\n".join(f"{n}. {option.strip() or '(blank)'}" for n, option in enumerate(options, 1))
+    return _section("*Options:*\n" + _fit(lines, SECTION_TEXT_LIMIT - 20))
 
 
 def _effect_card(

@@ -456,7 +456,25 @@ def test_long_options_are_cut_to_the_button_limit() -> None:
     assert_valid(card.blocks)
     labels = [e["text"]["text"] for e in interactive(card.blocks)]
     assert len(labels[0]) == mrkdwn.BUTTON_TEXT_LIMIT and labels[0].endswith("…")
-    assert labels[1] == "(blank)"
+    assert labels[1] == "2. (blank)"  # numbered, as the options listed whole are
+
+
+def test_options_alike_but_for_their_ends_can_be_told_apart() -> None:
+    alike = "Fail over checkout from us-east-1 to us-west-2, then drain the old database "
+    options = (alike + "primary", alike + "replica")
+    card = cards.request_card(question(options), reason="", may_answer=[])
+    assert_valid(card.blocks)
+    labels = [e["text"]["text"] for e in interactive(card.blocks)]
+    assert len(set(labels)) == 2
+    assert labels[0].startswith("1. ") and labels[1].startswith("2. ")
+    text = "\n".join(mrkdwn_texts(card.blocks))
+    assert f"1. {alike}primary" in text and f"2. {alike}replica" in text
+
+
+def test_short_options_are_not_numbered_or_listed() -> None:
+    card = cards.request_card(question(("Yes", "No")), reason="", may_answer=[])
+    assert [e["text"]["text"] for e in interactive(card.blocks)] == ["Yes", "No"]
+    assert not any("1. Yes" in t for t in mrkdwn_texts(card.blocks))
 
 
 def test_twenty_five_options_are_buttons_more_are_a_menu() -> None:
