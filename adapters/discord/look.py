@@ -260,7 +260,13 @@ def when(moment: datetime) -> str:
 def _description(view: RequestView) -> str:
     request = view.request
     if request.kind is RequestKind.WAIT_USER:
-        return _plain(request.prompt) or "(no question text)"
+        question = _plain(request.prompt) or "(no question text)"
+        if not _numbered(request.options):
+            return question
+        listed = "\n".join(
+            f"{n}. {_plain(o.strip()) or '(empty)'}" for n, o in enumerate(request.options, 1)
+        )
+        return f"{question}\n\n**Options:**\n{listed}"
     if request.kind is RequestKind.WAIT_PLAN:
         summary = _plain(request.prompt) or "(no summary)"
         return f"{summary}\n\n*{PLAN_BINDING}*"
@@ -333,11 +339,13 @@ def _question_components(view: RequestView) -> list[dict[str, Any]]:
     if not options:
         return [_row([_button("Answer", ids.custom_id("answer", request.id), PRIMARY)])]
     if len(options) <= BUTTONS_PER_ROW * 5:
+        labels = _option_labels(options)
         buttons = [
-            _button(option, ids.custom_id("choose", request.id, str(i)), SECONDARY)
-            for i, option in enumerate(options)
+            _button(label, ids.custom_id("choose", request.id, str(i)), SECONDARY)
+            for i, label in enumerate(labels)
         ]
         return [_row(buttons[i : i + BUTTONS_PER_ROW]) for i in range(0, len(buttons), 5)]
+    options = _option_labels(options)
     menus = [options[i : i + SELECT_LIMIT] for i in range(0, len(options), SELECT_LIMIT)][:5]
     rows = []
     for m, chunk in enumerate(menus):
@@ -353,6 +361,20 @@ def _question_components(view: RequestView) -> list[dict[str, Any]]:
         }
         rows.append(_row([select]))
     return rows
+
+
+def _numbered(options: Sequence[str]) -> bool:
+    """Whether a question's options are numbered: one is too long for its button or menu item
+    (options alike but for their ends would look the same), so all are listed whole."""
+    limit = 80 if len(options) <= BUTTONS_PER_ROW * 5 else 100
+    return any(len(" ".join(printable(option).split())) > limit for option in options)
+
+
+def _option_labels(options: Sequence[str]) -> list[str]:
+    """The options as their buttons or menu items show them (before cutting)."""
+    if not _numbered(options):
+        return list(options)
+    return [f"{n}. {' '.join(printable(o).split()) or '(empty)'}" for n, o in enumerate(options, 1)]
 
 
 def _button(label: str, custom_id: str, style: int = PRIMARY) -> dict[str, Any]:

@@ -381,3 +381,45 @@ def test_direction_overrides_and_controls_reach_no_discord_message() -> None:
         for char in ("\u202e", "\u202c", "\u2066", "\u2069", "\x1b", "\x07"):
             assert char not in shown, (char, shown)
     assert "done/ fr- mr" in _raw_texts(bodies[2])
+
+
+ALIKE = "Fail over checkout from us-east-1 to us-west-2, then drain the old database named "
+
+
+def _labels(body: dict[str, Any]) -> list[str]:
+    found = []
+    for row in body["components"]:
+        for component in row["components"]:
+            if "label" in component:
+                found.append(component["label"])
+            found += [option["label"] for option in component.get("options", [])]
+    return found
+
+
+def _question(options: tuple[str, ...]) -> Request:
+    return Request(
+        run_id="run_1",
+        kind=RequestKind.WAIT_USER,
+        call_id="q",
+        tool="ask_user",
+        prompt="Which one?",
+        options=options,
+    )
+
+
+def test_options_alike_but_for_their_ends_can_be_told_apart() -> None:
+    for count in (2, 30):  # buttons, then menus
+        options = tuple(f"{ALIKE}{'x' * 30} {n}" for n in range(count))
+        body = DiscordLook().card(_view(_question(options)))
+        assert refusals(body) == []
+        labels = _labels(body)
+        assert len(set(labels)) == count, labels
+        assert labels[0].startswith("1. ") and labels[1].startswith("2. ")
+        description = body["embeds"][0]["description"]
+        assert f"1. {options[0]}" in description and f"2. {options[1]}" in description
+
+
+def test_short_options_are_shown_as_written() -> None:
+    body = DiscordLook().card(_view(_question(("Yes", "No"))))
+    assert _labels(body) == ["Yes", "No"]
+    assert body["embeds"][0]["description"] == "Which one?"
