@@ -1,5 +1,5 @@
 """Hostile checks of what Kestrel's Discord messages look like, against Discord's documented
-limits (the fake does not enforce the embed ones): a body Discord refuses with 400 is
+limits (which the fake enforces too, `discord_limits.py`): a body Discord refuses with 400 is
 retried by the outbox forever and never shown."""
 
 from __future__ import annotations
