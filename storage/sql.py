@@ -290,16 +290,18 @@ DECIDE: Final = """
 UPDATE requests SET status = $1, decision = $2::json
 WHERE id = $3 AND status = 'open' RETURNING true
 """
+# A request's run has not ended (a clause on ``requests``): a person's answer or approval
+# counts only then, asked by the run's primary key.
+_RUN_NOT_ENDED: Final = """NOT EXISTS (
+    SELECT 1 FROM runs
+    WHERE runs.id = requests.run_id AND runs.status IN ('completed', 'failed', 'cancelled')
+  )"""
 # A person's answer closes a request only while its run has not ended: a cancel ends the run
 # before it closes the run's requests, and an answer written between the two would be
 # recorded on a run nothing resumes (the run's row is locked first where rows are locked).
-ANSWER: Final = """
+ANSWER: Final = f"""
 UPDATE requests SET status = $1, decision = $2::json
-WHERE id = $3 AND status = 'open'
-  AND NOT EXISTS (
-    SELECT 1 FROM runs
-    WHERE runs.id = requests.run_id AND runs.status IN ('completed', 'failed', 'cancelled')
-  )
+WHERE id = $3 AND status = 'open' AND {_RUN_NOT_ENDED}
 RETURNING true
 """
 # The audit record of a decision, written only where that decision is the one that closed the
@@ -333,26 +335,28 @@ RETURNING epoch
 # Where rows are locked, concurrent approvers count one after another under this lock, so the
 # last of them sees every approval (two racing "last" approvers must not both see one too few).
 LOCK_REQUEST: Final = "SELECT status FROM requests WHERE id = $1 FOR NO KEY UPDATE"
-# A closed request takes no more approvals; the same approver twice counts once.
-INSERT_APPROVAL: Final = """
+# A closed request, or one whose run ended (a cancel ends its run before it closes the run's
+# requests), takes no more approvals; the same approver twice counts once.
+INSERT_APPROVAL: Final = f"""
 INSERT INTO approvals(request_id, approver, at)
 SELECT $1::text, $2::text, $3::timestamptz
-WHERE EXISTS (SELECT 1 FROM requests WHERE id = $1 AND status = 'open')
+WHERE EXISTS (SELECT 1 FROM requests WHERE id = $1 AND status = 'open' AND {_RUN_NOT_ENDED})
 ON CONFLICT (request_id, approver) DO NOTHING
 """
 # Audited once per approver: only while the approval is not there yet (a second click is none).
-AUDIT_APPROVAL: Final = """
+AUDIT_APPROVAL: Final = f"""
 INSERT INTO audit(at, actor, action, run_id, request_id, detail)
 SELECT $1::timestamptz, $2::text, $3::text, run_id, id, $4::text FROM requests
-WHERE id = $5 AND status = 'open'
+WHERE id = $5 AND status = 'open' AND {_RUN_NOT_ENDED}
   AND NOT EXISTS (SELECT 1 FROM approvals WHERE request_id = $5 AND approver = $2::text)
 """
-# How many approved it, whether the request exists, and whether it is open: a request closed
-# before this approval counted none of it (its row locked where rows are, so it stays as read).
-COUNT_APPROVALS: Final = """
+# How many approved it, whether the request exists, and whether it takes approvals: a request
+# closed, or whose run ended, before this approval counted none of it (its row and its run's
+# locked where rows are, so they stay as read).
+COUNT_APPROVALS: Final = f"""
 SELECT (SELECT COUNT(*) FROM approvals WHERE request_id = $1),
        EXISTS (SELECT 1 FROM requests WHERE id = $1),
-       EXISTS (SELECT 1 FROM requests WHERE id = $1 AND status = 'open')
+       EXISTS (SELECT 1 FROM requests WHERE id = $1 AND status = 'open' AND {_RUN_NOT_ENDED})
 """
 MARK_ONCE: Final = """
 INSERT INTO once_keys(key, at) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING RETURNING true

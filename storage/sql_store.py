@@ -392,7 +392,12 @@ class SqlStore(ABC):
             (sql.COUNT_APPROVALS, (request_id,)),
         ]
         if self._dialect.row_locks:
-            steps.insert(0, (sql.LOCK_REQUEST, (request_id,)))
+            # The run's row first, as a decision takes it (``decide_and_claim``): a cancel
+            # ending the run is seen, and no two transactions take the two in turn.
+            steps[:0] = [
+                (sql.LOCK_RUN_OF_REQUEST, (request_id,)),
+                (sql.LOCK_REQUEST, (request_id,)),
+            ]
         count, known, still_open = (await self._transaction("add_approval", steps))[-1][0]
         if not known:
             raise KeyError(request_id)

@@ -98,11 +98,9 @@ class Decisions:
         except KeyError:
             return Answered(False, f"there is no request {decision.request_id}")
         refusal = await self._refusal(request, status, decision, actor, run_id, digest, winner)
+        # An answer, and an approval of a request that needs more than one, is refused in its
+        # own statement once the run ended (then ``_too_late``, which says so and closes it).
         partial = decision.kind is DecisionKind.APPROVE and request.approvals_needed > 1
-        if refusal is None and partial:
-            # A closing answer is refused in its own statement once the run ended (then
-            # ``_too_late``); a partial approval closes nothing, so it asks first.
-            refusal = await self._ended(request)
         if refusal:
             action = AuditAction.refused(decision.kind.value)
             detail = self.audited_refusal(refusal, decision)

@@ -549,3 +549,34 @@ async def test_a_job_under_way_at_shutdown_stops_without_a_traceback(
         scheduler.shutdown(wait=False)
         await until(lambda: any("stopped at shutdown" in r.getMessage() for r in caplog.records))
     assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+async def test_a_partial_approval_that_lands_as_a_cancel_ends_the_run_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A cancel ends its run, then closes its requests: the first of two approvals, checked
+    # just before the end and written just after it, was recorded on a run nothing will resume,
+    # audited as a partial approval and its approver told "approval 1 of 2 recorded".
+    rt, sup, _counter, run_id, request = await suspended_on_approval(tmp_path, approvals=2)
+    add = rt.store.add_approval
+
+    async def killed(_run_id: str, _by: str) -> None:
+        raise SystemExit  # the cancel's close comes after the approval: it never came here
+
+    async def cancelled_meanwhile(*args: Any, **kwargs: Any) -> Any:
+        monkeypatch.setattr(rt.store, "add_approval", add)
+        monkeypatch.setattr(sup.decisions, "close_requests", killed)
+        with pytest.raises(SystemExit):
+            await sup.cancel(run_id, by="U0REQ")
+        return await add(*args, **kwargs)
+
+    monkeypatch.setattr(rt.store, "add_approval", cancelled_meanwhile)
+    approve = Decision(request_id=request.id, kind=DecisionKind.APPROVE, by="U0APPROVER")
+    approved = await sup.answer(approve, run_id=run_id)
+
+    assert not approved.accepted and "cancelled" in approved.message, approved.message
+    assert (await rt.store.get_request(request.id))[1] is RequestStatus.CANCELLED
+    actions = [(r.actor, r.action) for r in await rt.store.list_audit(run_id)]
+    assert ("U0APPROVER", "approve_partial") not in actions, actions
+    assert ("U0APPROVER", "approve_refused") in actions, actions
+    await rt.store.close()

@@ -840,6 +840,25 @@ async def test_a_closed_request_takes_no_more_approvals(store: Store) -> None:
     assert await store.add_approval(request.id, "bob") is None
 
 
+async def test_an_ended_runs_request_takes_no_more_approvals(store: Store) -> None:
+    # A cancel ends its run before it closes the run's requests: an approval between the two
+    # is counted nowhere and audited nowhere, as an answer there closes nothing.
+    run_id, epoch = await new_run(store)
+    request = a_request(run_id, approvals_needed=2)
+    await store.open_request(request)
+    assert await store.add_approval(request.id, "bob") == 1
+    result = TerminalResult(status=RunStatus.CANCELLED, stop_reason=StopReason.CANCELLED)
+    await store.append(run_id, 0, epoch, RunEnded(result=result))
+
+    audited = Audited("ann", AuditAction.APPROVE_PARTIAL, "d")
+    assert await store.add_approval(request.id, "ann", audited) is None
+    assert await store.add_approval(request.id, "bob") is None
+    approved = Decision(request_id=request.id, kind=DecisionKind.APPROVE, by="ann", at=AT)
+    assert not await store.decide(approved, RequestStatus.ANSWERED)
+    assert (await store.get_request(request.id))[1] is RequestStatus.OPEN
+    assert [f.action for f in await store.list_audit(run_id=run_id)] == []
+
+
 async def test_a_decision_is_audited_by_its_winner_only(store: Store) -> None:
     run_id, _ = await new_run(store)
     request = a_request(run_id)
