@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 from bot.patterns import finditer_with, on_use
 from bot.pii.checks import _anchored, _run_start, _word_before
-from bot.pii.encoded import _decode_base64, _looks_secret
+from bot.pii.encoded import _decode_base64
 from bot.pii.scantext import _BASE64_CHARS, PiiHit, ScanText
 
 _A_KEYS = on_use(
@@ -470,21 +470,79 @@ _AUTH_SCHEMES = frozenset(
 )
 
 
+_LONGEST_SCHEME = max(map(len, _AUTH_SCHEMES))  # str.lower() never shortens a string
+
+
+class _AuthValue:
+    """An Authorization value's run of text, read once for every label that starts in it: a
+    label inside a value ("authorization:" repeated on one line) ends where that value ends,
+    and reading the value again from each one took time quadratic in the line."""
+
+    def __init__(self, text: str, start: int, end: int) -> None:
+        self.text, self.start, self.end = text, start, end
+        self._space = start - 1  # the first space at or after the last label asked about
+        self._rest = (-1, -1)  # a space, and where the blanks after it end
+        self._tail: tuple[int, int, int] | None = None
+
+    def hit(self, start: int) -> PiiHit | None:
+        """The credentials of the value as read from ``start`` (a label's end inside it)."""
+        text, end = self.text, self.end
+        if self._space < start:
+            found = text.find(" ", start, end)
+            self._space = end if found < 0 else found
+        space = self._space
+        if space < end:  # a scheme, then its credentials
+            if space - start > _LONGEST_SCHEME or text[start:space].lower() not in _AUTH_SCHEMES:
+                return None
+            if self._rest[0] != space:
+                rest = space + 1
+                while text[rest] in " \t":  # the value ends in neither
+                    rest += 1
+                self._rest = (space, rest)
+            return PiiHit("GENERIC_SECRET", self._rest[1], end)
+        if end - start >= 12 and self._looks_secret_from(start):
+            return PiiHit("GENERIC_SECRET", start, end)
+        return None
+
+    def _looks_secret_from(self, start: int) -> bool:
+        """``_looks_secret(text[start:end])``, from where the tail's last digit and letter stand
+        and where its fifth distinct character from the end does, read once."""
+        if self._tail is None:
+            digit = letter = fifth = -1
+            seen: set[str] = set()
+            for index in range(self.end - 1, self.start - 1, -1):
+                char = self.text[index]
+                if digit < 0 and char.isdigit():
+                    digit = index
+                if letter < 0 and char.isalpha():
+                    letter = index
+                if fifth < 0:
+                    seen.add(char)
+                    fifth = index if len(seen) > 4 else -1
+                if digit >= 0 and letter >= 0 and fifth >= 0:
+                    break
+            self._tail = (digit, letter, fifth)
+        return min(self._tail) >= start
+
+
 def find_authorization(src: ScanText) -> Iterator[PiiHit]:
     """The credentials of an Authorization header in a scheme other than Bearer or Basic."""
     text = src.text
     if "authorization" not in src.lower:  # a long literal: str's search skips most of the text
         return
+    value: _AuthValue | None = None
     for label in _AUTHORIZATION.finditer(src.lower):
-        value = _AUTH_VALUE.match(text, label.end())
-        if value is None:
-            continue
-        scheme, _, rest = value.group().partition(" ")
-        rest = rest.lstrip(" \t")
-        if scheme.lower() in _AUTH_SCHEMES and rest:
-            yield PiiHit("GENERIC_SECRET", value.end() - len(rest), value.end())
-        elif not rest and len(scheme) >= 12 and _looks_secret(scheme):
-            yield PiiHit("GENERIC_SECRET", value.start(), value.end())
+        start = label.end()
+        if value is None or not value.start <= start < value.end:
+            found = _AUTH_VALUE.match(text, start)
+            if found is None:
+                continue
+            value = _AuthValue(text, found.start(), found.end())
+        # A label inside the last value starts at a character of it (the label's blanks
+        # taken, and a value holds no quote): read from there, it ends where that value does.
+        hit = value.hit(start)
+        if hit is not None:
+            yield hit
 
 
 # An environment variable named for a secret, as .env files, ``env`` and ``docker inspect``

@@ -694,6 +694,10 @@ ADVERSARIAL = [
     "mysql" + " -p" * 50_000,
     '\\"password\\":\\"' + "\\\\a" * 50_000,
     '\\"password\\":\\"a' * 20_000,
+    "authorization:" * 5_000,
+    "Authorization: x " * 4_000,
+    "Authorization: Bearer " * 3_000,
+    "Authorization: " + "a1" * 20_000 + " authorization:" * 4_000,
 ]
 
 
