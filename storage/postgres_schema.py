@@ -137,6 +137,12 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE sessions ADD COLUMN workspace text NOT NULL DEFAULT '';
     UPDATE sessions SET workspace = split_part(id, ':', 2) WHERE platform IN ('slack', 'discord');
     """,
+    # No table changes: requests gained plan steps and an off-plan note, which release 0.2.0
+    # cannot read. The version alone makes 0.2.0 refuse the store ("schema version 7 is newer
+    # than this") instead of opening it and failing on each request written since.
+    """
+    SELECT 1;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

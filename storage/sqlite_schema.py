@@ -134,6 +134,12 @@ MIGRATIONS: tuple[str, ...] = (
        )
      WHERE platform IN ('slack', 'discord') AND instr(substr(id, instr(id, ':') + 1), ':') > 1;
     """,
+    # No table changes: requests gained plan steps and an off-plan note, which release 0.2.0
+    # cannot read. The version alone makes 0.2.0 refuse the store ("schema version 7 is newer
+    # than this") instead of opening it and failing on each request written since.
+    """
+    SELECT 1;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

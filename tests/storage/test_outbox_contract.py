@@ -345,9 +345,13 @@ async def upgraded(store: SqliteStore | PostgresStore) -> int:
     return version
 
 
+# The migration that gave sessions their workspace: the rows below are written as before it.
+WORKSPACE_MIGRATION = 6
+
+
 async def test_sqlite_adds_the_outbox_to_the_previous_schema(tmp_path: Path) -> None:
     path = tmp_path / "k.db"
-    previous = sqlite_schema.SCHEMA_VERSION - 1
+    previous = WORKSPACE_MIGRATION - 1
     with sqlite3.connect(path, isolation_level=None) as conn:
         scripts = [sqlite_schema.migration_script(v) for v in range(1, previous + 1)]
         conn.executescript(sqlite_schema.CREATE_VERSION_TABLE + "".join(scripts))
@@ -365,7 +369,7 @@ async def test_sqlite_adds_the_outbox_to_the_previous_schema(tmp_path: Path) -> 
 
 async def test_postgres_adds_the_outbox_to_the_previous_schema() -> None:
     dsn = postgres_dsn()
-    previous = postgres_schema.SCHEMA_VERSION - 1
+    previous = WORKSPACE_MIGRATION - 1
     async with a_postgres_schema(dsn) as schema:
         admin = await asyncpg.connect(dsn, server_settings={"search_path": schema})
         try:
