@@ -183,12 +183,15 @@ async def test_blocks_over_slacks_limits_are_refused(
     ]
     for args, error in refused:
         with pytest.raises(SlackApiError) as caught:
-            await client.chat_postMessage(channel="C1", **args)
+            await client.chat_postMessage(channel="C1", **({"text": "t"} | args))
         assert caught.value.response["error"] == error
     assert api.messages == {}
-    posted = await client.chat_postMessage(channel="C1", blocks=[section("x" * 3000)] * 50)
+    fits = [section("x" * 3000)] * 50
+    posted = await client.chat_postMessage(channel="C1", text="t", blocks=fits)
     with pytest.raises(SlackApiError):
-        await client.chat_update(channel="C1", ts=posted["ts"], blocks=[section("x")] * 51)
+        await client.chat_update(
+            channel="C1", ts=posted["ts"], text="t", blocks=[section("x")] * 51
+        )
 
 
 async def test_rate_limit_is_retried_by_the_sdk_handler(api: FakeSlackApi) -> None:
