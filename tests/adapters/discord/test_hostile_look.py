@@ -294,11 +294,12 @@ def test_a_link_in_model_text_shows_its_target_on_answers_and_cards() -> None:
     _assert_unmasked(note_text(DISGUISED))
 
 
-def test_a_plan_of_twenty_long_steps_is_a_card_discord_takes() -> None:
+def _plan_card(arguments: dict[str, str], why: str = "") -> dict[str, Any]:
+    """The card of a plan of twenty restarts, each with ``arguments`` besides its unit."""
     from bot.domain import PlanStep
 
     steps = tuple(
-        PlanStep(tool="restart_unit", arguments={"unit": f"u{n}", "x": "y" * 900}, why="w" * 300)
+        PlanStep(tool="restart_unit", arguments={"unit": f"u{n}"} | arguments, why=why)
         for n in range(20)
     )
     request = Request(
@@ -309,8 +310,11 @@ def test_a_plan_of_twenty_long_steps_is_a_card_discord_takes() -> None:
         prompt="restart twenty",
         steps=steps,
     )
+    return DiscordLook().card(_view(request))
 
-    body = DiscordLook().card(_view(request))
+
+def test_a_plan_of_twenty_long_steps_is_a_card_discord_takes() -> None:
+    body = _plan_card({"x": "y" * 900}, why="w" * 300)
 
     assert refusals(body) == []
     names = [field["name"] for field in body["embeds"][0]["fields"]]
@@ -323,19 +327,7 @@ def test_a_plan_of_twenty_long_steps_is_a_card_discord_takes() -> None:
 
 
 def test_a_plan_whose_steps_all_show_can_be_approved_whole() -> None:
-    from bot.domain import PlanStep
-
-    steps = tuple(PlanStep(tool="restart_unit", arguments={"unit": f"u{n}"}) for n in range(20))
-    request = Request(
-        run_id="run_1",
-        kind=RequestKind.WAIT_PLAN,
-        call_id="c",
-        tool="propose_plan",
-        prompt="restart twenty",
-        steps=steps,
-    )
-
-    body = DiscordLook().card(_view(request))
+    body = _plan_card({})
 
     assert refusals(body) == []
     names = [field["name"] for field in body["embeds"][0]["fields"]]
