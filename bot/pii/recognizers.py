@@ -23,25 +23,27 @@ from collections.abc import Iterable
 
 from bot.pii.credentials import (
     find_a_keys,
-    find_authorization,
-    find_aws_secret,
-    find_bearer_and_basic,
-    find_cli_passwords,
     find_discord,
-    find_env_secrets,
     find_github,
     find_gitlab,
     find_jwt,
     find_k_keys,
-    find_keyvalue_passwords,
     find_private_keys,
     find_slack,
-    find_url_passwords,
-    find_user_flag_passwords,
     find_webhooks,
 )
 from bot.pii.emails import find_emails, find_loose_emails
 from bot.pii.encoded import _MAX_DEPTH, find_encoded
+from bot.pii.labelled import (
+    find_authorization,
+    find_aws_secret,
+    find_bearer_and_basic,
+    find_cli_passwords,
+    find_env_secrets,
+    find_keyvalue_passwords,
+    find_url_passwords,
+    find_user_flag_passwords,
+)
 from bot.pii.numbers import (
     find_card_runs,
     find_ibans,

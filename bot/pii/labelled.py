@@ -1,0 +1,406 @@
+"""Secrets found from their labels: passwords (in URLs, key=value pairs, command lines),
+bearer and basic tokens, authorization headers, environment secrets and AWS secret keys."""
+
+from __future__ import annotations
+
+import re
+import string
+from bisect import bisect_right
+from collections.abc import Iterator
+
+from bot.patterns import finditer_with, on_use
+from bot.pii.checks import _run_start, _word_before
+from bot.pii.credentials import _looks_random
+from bot.pii.encoded import _decode_base64
+from bot.pii.scantext import PiiHit, ScanText
+
+# The slashes may come JSON-escaped (PHP's json_encode writes postgresql:\/\/app:...).
+_URL_CREDENTIALS = on_use(r":(?:\\?/){2}[^\s:/@\"'<>]{0,256}:(?P<password>[^\s/\"'<>]{1,256})@")
+
+
+def find_url_passwords(src: ScanText) -> Iterator[PiiHit]:
+    """The password of scheme://user:password@host."""
+    if "@" not in src.text:  # memchr: most outputs have no "@" at all
+        return
+    for match in _URL_CREDENTIALS.finditer(src.text):
+        yield PiiHit("CONNECTION_STRING_PASSWORD", *match.span("password"))
+
+
+# key=value, and a quoted key with a quoted value ("password": "x"): a colon after a bare
+# word ("password: required") is prose as often as it is YAML. JSON inside a JSON string (a
+# container's log line, an applied manifest) escapes its quotes, once or more: \"password\";
+# and whatever the value escapes (Go's \\u0026 for &, PHP's \\/), which is part of it.
+_PASSWORD_KEY = on_use(r"p(?:ass(?:word|wd)|wd)(?:[ \t]*=[ \t]*|\\*[\"'][ \t]*:[ \t]*(?=\\*[\"']))")
+_PASSWORD_VALUE = on_use(
+    r"\\+\"(?P<edq>(?:[^\"\\\r\n]|\\++[^\"\\\r\n]){1,256}+)\\+\""
+    r"|\"(?P<dq>[^\"\r\n]{1,256})\"|'(?P<sq>[^'\r\n]{1,256})'|\{(?P<br>[^}\r\n]{1,256})\}"
+    r"|(?P<bare>[^\s;&,\"'<>]+)"
+)
+
+_NEXT_KEY = on_use(r"[A-Za-z_][A-Za-z0-9_]*=")
+_BARE_MORE = on_use(r"[^\s;&,\"'<>]+")
+# The key of the next pair, as connection strings spell keys ("User Id=", "Data Source=").
+_NEXT_PAIR = on_use(r"[A-Za-z_][A-Za-z0-9_ .-]*=")
+
+
+def _bare_end(text: str, end: int) -> int:
+    """Where a bare value ends: at a ``;``, ``&`` or ``,`` that separates the next key
+    (``&user=``, ``;Database=``) or ends the text or a word; one inside a value is part of it
+    (``Tr0ub4dor&3``)."""
+    while end + 1 < len(text) and text[end] in ";&," and not _NEXT_PAIR.match(text, end + 1):
+        more = _BARE_MORE.match(text, end + 1)
+        if more is None:
+            break
+        end = more.end()
+    return end
+
+
+def find_keyvalue_passwords(src: ScanText) -> Iterator[PiiHit]:
+    """The value of password=, passwd= or pwd= in key=value connection strings."""
+    text = src.text
+    covered = 0  # the end of the last value: a key inside it is part of that secret
+    for key in finditer_with(_PASSWORD_KEY, src.lower, "pass", "pwd"):
+        if key.start() < covered:
+            continue  # each key scanning to the end again would be quadratic in the text
+        value = _PASSWORD_VALUE.match(text, key.end())
+        group = "bare" if value is None else value.lastgroup or "bare"
+        start, end = (key.end(), key.end()) if value is None else value.span(group)
+        if group == "bare":
+            end = _bare_end(text, end)  # a value may start with a separator (&Tr0ub4dor3)
+        if end == start:
+            continue
+        covered = end
+        secret = text[start:end]
+        if set(secret) in ({"*"}, {"\\"}):
+            continue  # already masked; or an empty value's escaped quote (\"password\": \"\")
+        if group == "bare" and key.group()[-1] in " \t" and _NEXT_KEY.match(secret):
+            continue  # "password= dbname=app": the password is empty, the next key follows
+        if key.group().startswith("pwd") and secret[0] in "/~.":
+            continue  # PWD=/home/... is the shell's working directory, not a password
+        yield PiiHit("CONNECTION_STRING_PASSWORD", start, end)
+
+
+# curl's -u/--user and -U/--proxy-user USER:PASSWORD on a command line. The flag is a word
+# of its own; the value may be quoted or glued to the short flag (-uuser:pass).
+_USER_FLAG = on_use(
+    r"(?:--(?:proxy-)?user[ \t]+|-[uU][ \t]*)"
+    r"(?:\"(?P<dq>[^\"\r\n]{1,256})\"|'(?P<sq>[^'\r\n]{1,256})'|(?P<bare>[^\s\"'`;|&)]{1,256}))"
+)
+_FLAG_OPENERS = frozenset(" \t\r\n\"'`=(")
+_PLACEHOLDER_STARTS = ("$", "<", "{{", "%")
+
+
+_DASH_U = on_use(r"-u")
+
+
+def _user_flags(text: str, lower: str) -> Iterator[re.Match[str]]:
+    """The -u, -U, --user and --proxy-user flags with their values, found from "-u".
+
+    A regex that starts with a lookbehind gets no literal prefix to skip to; the two-character
+    literal on the lower-case text, shared with other recognizers, is found in one C pass.
+    """
+    for dash in finditer_with(_DASH_U, lower, "-u"):
+        start = position = dash.start()
+        if text.startswith("--user", position - 1):
+            start = position - 1
+        elif text.startswith("--proxy-user", position - 7):
+            start = position - 7
+        if start == 0 or text[start - 1] in _FLAG_OPENERS:
+            found = _USER_FLAG.match(text, start)
+            if found is not None:
+                yield found
+
+
+def find_user_flag_passwords(src: ScanText) -> Iterator[PiiHit]:
+    """The password of -u USER:PASSWORD, --user USER:PASSWORD (curl) and the proxy forms.
+
+    uid:gid (docker run -u 1000:1000) and user:group (-u app:app) are not credentials, and
+    $PASS, <password> or an already masked *** give nothing away.
+    """
+    text = src.text
+    for match in _user_flags(text, src.lower):
+        group = match.lastgroup or "bare"
+        start, end = match.span(group)
+        user, colon, password = text[start:end].partition(":")
+        if not colon or not password or password == user or set(password) == {"*"}:
+            continue
+        if password.startswith(_PLACEHOLDER_STARTS) or (user.isdigit() and password.isdigit()):
+            continue
+        yield PiiHit("BASIC_AUTH", start + len(user) + 1, end)
+
+
+# A password on a command line: glued to -p for the MySQL and MariaDB clients (a -p alone asks
+# for one; -P is the port), or after sshpass -p.
+# The password may be quoted after the flag (-p'S3cr3t!', sshpass -p "two words").
+_P_VALUE = r"(?:\"(?P<dq>[^\"\r\n]{1,256})\"|'(?P<sq>[^'\r\n]{1,256})'|(?P<bare>[^\s'\"]{1,256}))"
+_GLUED_P = on_use(rf"(?<=[ \t'\"])-p{_P_VALUE}")
+_SSHPASS_P = on_use(rf"sshpass[ \t]+-p[ \t]*{_P_VALUE}")
+_MYSQL_CLIENT = on_use(r"(?<![A-Za-z0-9_])(?:mysql[a-z]*|mariadb[a-z-]*)(?![A-Za-z0-9_])")
+_COMMAND_REACH = 512  # how far back on its line a -p looks for the client: linear in the text
+
+
+# Options whose value names a container, host, namespace or user, which may be "mysql".
+_NAMING_OPTIONS = frozenset(
+    {"--name", "--hostname", "--namespace", "--network", "--container", "--link", "--user"}
+    | {"-n", "-c", "-u", "-h"}
+)
+
+
+def _option_value(text: str, start: int) -> bool:
+    """Whether the word at ``start`` is a naming option's value (docker run --name mysql,
+    kubectl -n mysql, --name=mysql): a container or namespace named for the client, whose -p
+    is another's. A flag that takes no value (sudo -E mysql, exec -it … -- mysql) is not one."""
+    if start > 0 and text[start - 1] == "=":
+        return True
+    end = start
+    while end > 0 and text[end - 1] in " \t":
+        end -= 1
+    if end == start:
+        return False
+    word = end
+    while word > 0 and not text[word - 1].isspace():
+        word -= 1
+    return text[word:end] in _NAMING_OPTIONS
+
+
+# Text that stays in one command: no line end, and no ;, | or & outside quotes (a quote still
+# open at the -p runs to it). One C pass where a loop over characters would cost 512 per -p.
+_ONE_COMMAND = on_use(r"(?:[^'\"\r\n;|&]++|'[^'\r\n]*+(?:'|\Z)|\"[^\"\r\n]*+(?:\"|\Z))*+")
+
+
+def _one_command(between: str) -> bool:
+    """Whether a client and a -p with ``between`` them are one command: ``mysql -e 'select 1;'
+    -pX`` is one; ``mysql -p; ss -plnt`` is two."""
+    return _ONE_COMMAND.fullmatch(between) is not None
+
+
+def find_cli_passwords(src: ScanText) -> Iterator[PiiHit]:
+    """The password of mysql -pPASSWORD (and its kin) and of sshpass -p PASSWORD."""
+    text, lower = src.text, src.lower
+    found = list(finditer_with(_SSHPASS_P, text, "sshpass"))
+    if "mysql" in lower or "mariadb" in lower:
+        clients = [
+            client.end()
+            for client in _MYSQL_CLIENT.finditer(lower)
+            if not _option_value(text, client.start())
+        ]
+        for match in _GLUED_P.finditer(text):
+            # The nearest client named before the -p, in its command and within reach.
+            before = bisect_right(clients, match.start()) - 1
+            if before < 0 or match.start() - clients[before] > _COMMAND_REACH:
+                continue
+            if _one_command(text[clients[before] : match.start()]):
+                found.append(match)
+    for match in found:
+        group = match.lastgroup or "bare"
+        if not match.group(group).startswith(_PLACEHOLDER_STARTS):
+            yield PiiHit("CONNECTION_STRING_PASSWORD", *match.span(group))
+
+
+# One pass for both schemes: "b" is rarer in logs than two separate six-letter scans cost.
+_AUTH_SCHEME = on_use(r"b(?:earer|asic)[ \t]+")
+_BEARER_TOKEN = on_use(r"[A-Za-z0-9._~+/-]{12,}+=*")
+_BASIC_TOKEN = on_use(r"[A-Za-z0-9+/]{4,}+=*(?![A-Za-z0-9_.~-])")
+
+
+def find_bearer_and_basic(src: ScanText) -> Iterator[PiiHit]:
+    """The token after "Bearer", and the credentials after "Basic" (as in Authorization)."""
+    text, lower = src.text, src.lower
+    if "bearer" not in lower and "basic" not in lower:  # str's search skips most of the text
+        return
+    for label in _AUTH_SCHEME.finditer(lower):
+        if _word_before(lower, label.start()):
+            continue
+        if lower[label.start() + 1] == "e":
+            token = _BEARER_TOKEN.match(text, label.end())
+            # "Bearer authentication" is prose; tokens carry digits or capitals.
+            if token and any(char.isdigit() or char.isupper() for char in token.group()):
+                yield PiiHit("BEARER_TOKEN", token.start(), token.end())
+            continue
+        token = _BASIC_TOKEN.match(text, label.end())
+        if token is None:
+            continue
+        decoded = _decode_base64(token.group(), shortest=3)
+        # "Basic authentication" is prose; credentials decode to user:password.
+        if (decoded is not None and ":" in decoded) or (
+            len(token.group()) >= 12 and _looks_random(token.group())
+        ):
+            yield PiiHit("BASIC_AUTH", token.start(), token.end())
+
+
+_AUTHORIZATION = on_use(r"authorization(?:\\*[\"'])?[ \t]*[:=][ \t]*(?:\\*[\"'])?")
+_AUTH_VALUE = on_use(r"[^\s\"'\\]++(?:[ \t]++[^\s\"'\\]++)*+")
+# Schemes whose credentials follow them; Bearer and Basic have recognizers of their own.
+_AUTH_SCHEMES = frozenset(
+    {"token", "digest", "apikey", "api-key", "key", "sso-key", "ssws", "splunk", "negotiate"}
+    | {"ntlm", "hoba", "mutual", "aws4-hmac-sha256", "vapid", "dpop", "gosso", "otp"}
+)
+
+
+_LONGEST_SCHEME = max(map(len, _AUTH_SCHEMES))  # str.lower() never shortens a string
+
+
+class _AuthValue:
+    """An Authorization value's run of text, read once for every label that starts in it: a
+    label inside a value ("authorization:" repeated on one line) ends where that value ends,
+    and reading the value again from each one took time quadratic in the line."""
+
+    def __init__(self, text: str, start: int, end: int) -> None:
+        self.text, self.start, self.end = text, start, end
+        self._space = start - 1  # the first space at or after the last label asked about
+        self._rest = (-1, -1)  # a space, and where the blanks after it end
+        self._tail: tuple[int, int, int] | None = None
+
+    def hit(self, start: int) -> PiiHit | None:
+        """The credentials of the value as read from ``start`` (a label's end inside it)."""
+        text, end = self.text, self.end
+        if self._space < start:
+            found = text.find(" ", start, end)
+            self._space = end if found < 0 else found
+        space = self._space
+        if space < end:  # a scheme, then its credentials
+            if space - start > _LONGEST_SCHEME or text[start:space].lower() not in _AUTH_SCHEMES:
+                return None
+            if self._rest[0] != space:
+                rest = space + 1
+                while text[rest] in " \t":  # the value ends in neither
+                    rest += 1
+                self._rest = (space, rest)
+            return PiiHit("GENERIC_SECRET", self._rest[1], end)
+        if end - start >= 12 and self._looks_secret_from(start):
+            return PiiHit("GENERIC_SECRET", start, end)
+        return None
+
+    def _looks_secret_from(self, start: int) -> bool:
+        """``_looks_secret(text[start:end])``, from where the tail's last digit and letter stand
+        and where its fifth distinct character from the end does, read once."""
+        if self._tail is None:
+            digit = letter = fifth = -1
+            seen: set[str] = set()
+            for index in range(self.end - 1, self.start - 1, -1):
+                char = self.text[index]
+                if digit < 0 and char.isdigit():
+                    digit = index
+                if letter < 0 and char.isalpha():
+                    letter = index
+                if fifth < 0:
+                    seen.add(char)
+                    fifth = index if len(seen) > 4 else -1
+                if digit >= 0 and letter >= 0 and fifth >= 0:
+                    break
+            self._tail = (digit, letter, fifth)
+        return min(self._tail) >= start
+
+
+def find_authorization(src: ScanText) -> Iterator[PiiHit]:
+    """The credentials of an Authorization header in a scheme other than Bearer or Basic."""
+    text = src.text
+    if "authorization" not in src.lower:  # a long literal: str's search skips most of the text
+        return
+    value: _AuthValue | None = None
+    for label in _AUTHORIZATION.finditer(src.lower):
+        start = label.end()
+        if value is None or not value.start <= start < value.end:
+            found = _AUTH_VALUE.match(text, start)
+            if found is None:
+                continue
+            value = _AuthValue(text, found.start(), found.end())
+        # A label inside the last value starts at a character of it (the label's blanks
+        # taken, and a value holds no quote): read from there, it ends where that value does.
+        hit = value.hit(start)
+        if hit is not None:
+            yield hit
+
+
+# An environment variable named for a secret, as .env files, ``env`` and ``docker inspect``
+# print it: whatever it holds is the secret, random-looking or not (a passphrase, a UUID). Found
+# from the end of the name, in capitals; a colon form only at a line's start (YAML, describe),
+# where "INVALID_TOKEN: the session expired" in a log line is not one. Possessive blanks: the
+# colon's and the value's would share a long run of them, quadratically.
+_ENV_NAME_END = on_use(
+    r"(?P<word>SECRET|TOKEN|PASSPHRASE|CREDENTIALS?|KEY)(?P<colon>:[ \t]++|[ \t]*+=)[ \t]*+"
+    r"(?:\"(?P<dq>[^\"\r\n]{6,256})\"|'(?P<sq>[^'\r\n]{6,256})'|(?P<bare>[^\s\x00-\x1f\"',;]{6,256}))"
+)
+_ENV_NAME_CHARS = frozenset(string.ascii_uppercase + string.digits + "_")
+_ENV_NAME_WORDS = ("SECRET", "TOKEN", "PASSPHRASE", "CREDENTIAL", "KEY")
+# KEY alone ends too many names that hold none (PRIMARY_KEY, SORT_KEY): these do.
+_ENV_SECRET_KEYS = (
+    *("API_KEY", "APIKEY", "ACCESS_KEY", "PRIVATE_KEY", "SECRET_KEY", "SIGNING_KEY"),
+    *("MASTER_KEY", "ENCRYPTION_KEY", "LICENSE_KEY", "AUTH_KEY"),
+)
+
+
+# A file's path, in lower-case names of two parts or more: a generated secret with a slash in
+# it is base64, which mixes cases.
+_SECRET_PATH = on_use(r"(?:~|\.{1,2})?(?:/[a-z0-9._-]++){2,}+/?")
+
+
+def _env_name_start(text: str, end: int) -> int:
+    """Where the capitals-and-underscores name ending at ``end`` starts; -1 if it is part of a
+    longer word or does not start with a letter."""
+    start = _run_start(text, end, _ENV_NAME_CHARS, 128)
+    if start < 0 or _word_before(text, start) or not text[start].isalpha():
+        return -1
+    return start
+
+
+def _starts_line(text: str, index: int) -> bool:
+    """Whether only blanks stand between the line's start and ``index``."""
+    while index > 0 and text[index - 1] in " \t":
+        index -= 1
+    return index == 0 or text[index - 1] in "\r\n"
+
+
+def _env_name_ends(text: str) -> Iterator[re.Match[str]]:
+    """The pattern's matches, from each place one of its words stands: capitals are rare in
+    output, and str.find skips to them in C, where the regex would try every character."""
+    for word in _ENV_NAME_WORDS:
+        position = text.find(word)
+        while position >= 0:
+            found = _ENV_NAME_END.match(text, position)  # compiled once a word is there
+            if found is not None:
+                yield found
+            position = text.find(word, position + len(word))
+
+
+def find_env_secrets(src: ScanText) -> Iterator[PiiHit]:
+    """The value of an environment variable whose name ends in SECRET, TOKEN, PASSPHRASE,
+    CREDENTIAL(S) or a secret's KEY (API_KEY, SECRET_KEY...)."""
+    text = src.text
+    for match in _env_name_ends(text):
+        start = _env_name_start(text, match.end("word"))
+        if start < 0:
+            continue
+        name = text[start : match.end("word")]
+        if name.endswith("KEY") and not name.endswith(_ENV_SECRET_KEYS):
+            continue
+        if match.group("colon").startswith(":") and not _starts_line(text, start):
+            continue  # a colon after a name inside a line is a log's error code, not YAML
+        group = "dq" if match.group("dq") else "sq" if match.group("sq") else "bare"
+        value = match.group(group)
+        if value.startswith(_PLACEHOLDER_STARTS) or set(value) <= {"*", "x", "X"}:
+            continue
+        if _SECRET_PATH.fullmatch(value):
+            continue  # where the secret is kept (GOOGLE_APPLICATION_CREDENTIALS=/var/...json)
+        yield PiiHit("GENERIC_SECRET", *match.span(group))
+
+
+_AWS_SECRET_LABEL = on_use(r"secret_?(?:access_?)?key")
+_AWS_SECRET_VALUE = on_use(
+    r"(?:\\*[\"'])?[ \t]*(?:=>|[:=])[ \t]*(?:\\*[\"'])?"
+    r"(?P<key>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])"
+)
+
+
+def find_aws_secret(src: ScanText) -> Iterator[PiiHit]:
+    """A 40-character AWS secret access key after an aws_secret_access_key-like label."""
+    lower = src.lower
+    if "secret" not in lower:  # a long literal: str's search skips most of the text
+        return
+    for label in _AWS_SECRET_LABEL.finditer(lower):
+        aws_named = lower[max(0, label.start() - 4) : label.start()].rstrip("_-").endswith("aws")
+        if "access" not in label.group() and not aws_named:
+            continue  # a bare secret_key is too generic to call an AWS key
+        value = _AWS_SECRET_VALUE.match(src.text, label.end())
+        if value:
+            yield PiiHit("AWS_SECRET_KEY", *value.span("key"))
