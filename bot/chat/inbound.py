@@ -12,7 +12,6 @@ acceptance on, so the run is started once however often the delivery is handled.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
@@ -122,8 +121,5 @@ class Inbound:
     async def _created(self, run_id: str) -> None:
         """Wait until the run this process just started exists (or its task ended)."""
         live = self._supervisor.live.get(run_id) if run_id else None
-        if live is None or live.task is None:
-            return
-        created = asyncio.ensure_future(live.created.wait())
-        await asyncio.wait({created, live.task}, return_when=asyncio.FIRST_COMPLETED)
-        created.cancel()
+        if live is not None:
+            await self._supervisor.begun(live)

@@ -117,7 +117,7 @@ class Scheduler:
             requested_by=start["requested_by"],
             run_id=start["run_id"],
         )
-        if not await until_created(live):
+        if not await until_created(self.supervisor, live):
             # The store refused the run: the item, left taken, is taken up again (work.py).
             log.warning("scheduled prompt %s: run %s left to be started again", name, live.run_id)
             return live

@@ -86,11 +86,11 @@ class WorkTaker:
             await self._inbound(item)
             return
         try:
-            if item.kind == "start" and not await self._start(item.payload):
-                log.warning("start work %s left to be taken up again: the store failed", item.id)
-                return
             if item.kind != "start":
                 await self._resume(str(item.payload["run_id"]))
+            elif not await self._start(item.payload):
+                log.warning("start work %s left to be taken up again: the store failed", item.id)
+                return
         except (KeyError, ValueError) as exc:
             log.warning("dropping malformed work item %s: %s", item.id, exc)
         if self.supervisor.stopping:
@@ -135,7 +135,7 @@ class WorkTaker:
             prompter=DeferringPrompter() if payload.get("prompter") else None,
             run_id=run_id,
         )
-        return await until_created(live)
+        return await until_created(self.supervisor, live)
 
     async def _resume(self, run_id: str) -> None:
         try:
@@ -156,12 +156,8 @@ class WorkTaker:
         return True
 
 
-async def until_created(live: LiveRun) -> bool:
+async def until_created(supervisor: Supervisor, live: LiveRun) -> bool:
     """Wait until the run's record exists (or its task ended): whether the work item that
     starts it is done. It is not when the store refused the run's creation (it is away): left
     taken, the item is taken again once older than a lease, and the run started then."""
-    assert live.task is not None
-    created = asyncio.ensure_future(live.created.wait())
-    await asyncio.wait({created, live.task}, return_when=asyncio.FIRST_COMPLETED)
-    created.cancel()
-    return live.created.is_set() or not live.error
+    return await supervisor.begun(live) or not live.error
