@@ -169,7 +169,7 @@ def find_webhooks(src: ScanText) -> Iterator[PiiHit]:
         (_DISCORD_WEBHOOK, "DISCORD_TOKEN", ("/webhooks/", "\\/webhooks\\/")),
     ):
         for match in finditer_with(pattern, text, *literals):
-            if len(set(match.group("secret"))) > 4:  # not a placeholder (XXXX…)
+            if len(set(match.group("secret"))) > 4:  # a placeholder repeats one or two characters
                 yield PiiHit(entity, *match.span("secret"))
 
 
