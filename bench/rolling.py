@@ -387,7 +387,12 @@ async def stuck(dsn: str, schema: str) -> list[str]:
         work = await conn.fetch(
             "SELECT id, kind, taken_by, payload FROM work WHERE done_at IS NULL"
         )
-        runs = await conn.fetch("SELECT id, status, owner FROM runs WHERE status <> 'completed'")
+        runs = await conn.fetch(
+            "SELECT id, status, stop_reason, owner, epoch, lease_expires,"
+            " (SELECT string_agg(j.epoch || ':' || (j.body::json->>'kind'), ' ' ORDER BY j.seq)"
+            "  FROM journal AS j WHERE j.run_id = runs.id) AS journal"
+            " FROM runs WHERE status <> 'completed'"
+        )
         due = await conn.fetch(
             "SELECT key, claimed_by, claim_expires, attempts, error FROM outbox"
             " WHERE version > delivered_version"

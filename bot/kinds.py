@@ -42,6 +42,7 @@ class StopReason(StrEnum):
     SETUP_ERROR = "setup_error"
     SUSPEND_REQUESTED = "suspend_requested"
     INTERRUPTED = "interrupted"
+    HANDED_BACK = "handed_back"  # a replica stopped: any other may go on with it
     WAITING = "waiting"
 
 

@@ -29,6 +29,7 @@ _REASONS: Final[dict[StopReason, str]] = {
     StopReason.SETUP_ERROR: "could not be set up",
     StopReason.SUSPEND_REQUESTED: "suspended on request",
     StopReason.INTERRUPTED: "interrupted",
+    StopReason.HANDED_BACK: "handed back by a stopping replica",
     StopReason.WAITING: "waiting for people",
 }
 

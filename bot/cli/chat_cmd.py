@@ -145,7 +145,7 @@ def serve(platforms: tuple[str, ...], port: int | None, host: str) -> None:
         taker.stop()
         await scheduler.stop()
         grace = settings.replica.shutdown_grace_seconds
-        for run_id in await supervisor.shutdown(tool_grace=grace):
+        for run_id in await supervisor.shutdown(tool_grace=grace, hand_back=True):
             await taker.submit_resume(run_id)  # handed back: another replica goes on
         await front.stop()
         taking.cancel()

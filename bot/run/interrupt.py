@@ -15,6 +15,8 @@ import asyncio
 import contextlib
 from types import TracebackType
 
+from bot.kinds import StopReason
+
 
 class Interrupted(Exception):
     """The run was told to stop now: it suspends, and whatever was cut short is redone later."""
@@ -25,16 +27,21 @@ class Interrupt:
 
     def __init__(self) -> None:
         self.requested = False
+        # What the run suspends as: a replica that stops hands its runs back to the others.
+        self.reason = StopReason.INTERRUPTED
         self._task: asyncio.Task[object] | None = None
         self._in_tool = False
         self._cut = False
         # Made once: a run enters one or two guards per iteration.
         self._guards = (_Guard(self, False), _Guard(self, True))
 
-    def request(self, *, spare_tools: bool = False) -> None:
+    def request(self, *, spare_tools: bool = False, hand_back: bool = False) -> None:
         """Cut the current guarded wait short (unless it is a tool being spared); every later
-        guard raises ``Interrupted``, so nothing new starts."""
+        guard raises ``Interrupted``, so nothing new starts. ``hand_back``: the run suspends
+        ``handed_back``, for any replica to go on with."""
         self.requested = True
+        if hand_back:
+            self.reason = StopReason.HANDED_BACK
         if self._task is None or self._cut or (spare_tools and self._in_tool):
             return
         self._cut = True

@@ -154,7 +154,7 @@ class AgentLoop:
         try:
             await self._iterate(resumed)
         except Interrupted:
-            await self._suspend(Suspend(StopReason.INTERRUPTED))
+            await self._suspend(Suspend(self.signals.interrupt.reason))
         except Suspend as pause:
             await self._suspend(pause)
         except Stop as stop:
@@ -219,7 +219,7 @@ class AgentLoop:
         if self.signals.cancel.is_set():
             raise Stop(RunStatus.CANCELLED, StopReason.CANCELLED, "cancelled on request")
         if self.signals.interrupt.requested:
-            raise Suspend(StopReason.INTERRUPTED)
+            raise Suspend(self.signals.interrupt.reason)
         if self.signals.suspend.is_set():
             raise Suspend(StopReason.SUSPEND_REQUESTED)
         if self.state.iteration >= self.budgets.max_iterations:

@@ -191,10 +191,14 @@ class Supervisor:
         epoch = await self.rt.store.claim(run_id, self.rt.owner, self.rt.lease_seconds)
         if epoch is None:
             raise ResumeRefused(await self._held_elsewhere(run_id))
+        if self._stopping:
+            # It began to shut down since the look: the lease is left to expire, and another
+            # replica adopts the run. Given back, the claim's epoch would have hidden the run
+            # from every sweep (``ORPHANED_RUNS``), as a refused resume is.
+            return None
         state = fold(await self.rt.store.load(run_id), run_id)
-        # Another owner moved it on between our look and our claim (nothing left to do), or
-        # this process is shutting down (its runs are handed back, none is taken up).
-        if state.result is not None or not await self._has_work(state) or self._stopping:
+        if state.result is not None or not await self._has_work(state):
+            # Another owner moved it on between our look and our claim: nothing left to do.
             await self.rt.store.release(run_id, self.rt.owner, epoch)
             return None
         return self._resumed(run_id, epoch, state, prompter, force, record.owner, by)
@@ -376,25 +380,30 @@ class Supervisor:
                 return state
             live = live.next
 
-    def interrupt_all(self, *, spare_tools: bool = False) -> None:
+    def interrupt_all(self, *, spare_tools: bool = False, hand_back: bool = False) -> None:
         """Cut every live run's model call, prompt or tool short; each suspends at once (after
-        the tool under way, with ``spare_tools``)."""
+        the tool under way, with ``spare_tools``; ``handed_back``, with ``hand_back``)."""
         for live in self.live.values():
-            live.signals.interrupt.request(spare_tools=spare_tools)
+            live.signals.interrupt.request(spare_tools=spare_tools, hand_back=hand_back)
 
-    async def shutdown(self, tool_grace: float = 0.0) -> list[str]:
+    async def shutdown(self, tool_grace: float = 0.0, *, hand_back: bool = False) -> list[str]:
         """Suspend every live run now, letting a tool under way finish for ``tool_grace``
         seconds first; wait for their tasks, and return the runs suspended only because of
-        it (for another process to take on)."""
+        it (for another process to take on).
+
+        ``hand_back`` (a replica stopping): each run suspends ``handed_back``, which any
+        replica's sweep adopts (``ORPHANED_RUNS``), so that one is not lost if this process
+        dies before it queues their resumes.
+        """
         self._stopping = True
         self._stopped.extend(self._tasks)
-        self.interrupt_all(spare_tools=tool_grace > 0)
+        self.interrupt_all(spare_tools=tool_grace > 0, hand_back=hand_back)
         if self._tasks and tool_grace > 0:
             await asyncio.wait(list(self._tasks), timeout=tool_grace)
         # A run started while this one stops (a turn taken during the grace) is stopped and
         # handed back too (``_drive_on_task`` counts it), not stranded with no owner.
         while self._tasks:
-            self.interrupt_all()
+            self.interrupt_all(hand_back=hand_back)
             await asyncio.wait(list(self._tasks))
         states = await asyncio.gather(*self._stopped, return_exceptions=True)
         handed_back = []

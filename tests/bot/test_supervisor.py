@@ -132,6 +132,69 @@ async def test_a_run_started_during_the_grace_is_handed_back_too(tmp_path: Path)
     await rt.store.close()
 
 
+async def handed_back_and_not_queued(tmp_path: Path) -> tuple[Runtime, str]:
+    """A run that replica-a handed back as it stopped, cutting its tool; replica-a then died
+    before it queued the run's resume (no work item says the run waits)."""
+    replies = [reply(call("nap", seconds=0.2)), reply(text="rested")]
+    rt, _ = await make_runtime(tmp_path / "k.db", replies, [nap], owner="replica-a")
+    started = asyncio.Event()
+    rt.events.add(ToolStarted(started))
+    supervisor = Supervisor(rt)
+    live = await supervisor.start_turn("rest", prompter=None)
+    await started.wait()
+    assert await supervisor.shutdown(hand_back=True) == [live.run_id]
+    record = await rt.store.get_run(live.run_id)
+    assert record.status is RunStatus.SUSPENDED and record.stop_reason == "handed_back"
+    assert record.owner == "" and await rt.store.take_work("replica-a", 10) == []
+    return rt, live.run_id
+
+
+async def replica(tmp_path: Path, owner: str, opened: list[Runtime]) -> Supervisor:
+    """Another replica on the same store, whose model answers the cut run's next turn."""
+    rt, _ = await make_runtime(
+        tmp_path / "k.db", [reply(text="rested")], [nap], owner=owner, lease_seconds=0.3
+    )
+    opened.append(rt)
+    return Supervisor(rt)
+
+
+async def test_a_run_handed_back_by_a_replica_that_died_is_adopted(
+    tmp_path: Path, opened: list[Runtime]
+) -> None:
+    rt, run_id = await handed_back_and_not_queued(tmp_path)
+    opened.append(rt)
+    other = await replica(tmp_path, "replica-b", opened)
+
+    assert await other.adopt_orphans() == [run_id]
+
+    assert (await other.wait(other.live[run_id])).status is RunStatus.COMPLETED
+    assert await rt.store.orphaned_runs() == []
+
+
+async def test_a_sweep_cut_by_its_replica_stopping_leaves_the_run_to_the_next(
+    tmp_path: Path, opened: list[Runtime]
+) -> None:
+    rt, run_id = await handed_back_and_not_queued(tmp_path)
+    opened.append(rt)
+    stopping = await replica(tmp_path, "replica-b", opened)
+    claim = stopping.rt.store.claim
+
+    async def claimed_as_it_stops(*args: Any) -> Any:
+        epoch = await claim(*args)
+        await stopping.shutdown(hand_back=True)  # SIGTERM between the sweep's look and claim
+        return epoch
+
+    setattr(stopping.rt.store, "claim", claimed_as_it_stops)  # noqa: B010 (a method, patched)
+    assert await stopping.adopt_orphans() == []
+    # Its claim is left to expire: given back, the run would be hidden from every sweep.
+    assert (await rt.store.get_run(run_id)).owner == "replica-b"
+    survivor = await replica(tmp_path, "replica-c", opened)
+
+    assert await until(survivor.adopt_orphans) == [run_id]
+
+    assert (await survivor.wait(survivor.live[run_id])).status is RunStatus.COMPLETED
+
+
 # --- resumes that race, suspends that find their answers, deadlines that take the lease ---
 
 

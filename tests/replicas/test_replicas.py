@@ -406,7 +406,7 @@ async def test_sigterm_hands_live_runs_back_to_another_replica(
     assert await asyncio.to_thread(first.wait, 30) == 0
     record = (await store.list_runs(limit=10))[0]
     assert record.status is RunStatus.SUSPENDED and record.owner == ""
-    assert record.stop_reason == "interrupted"
+    assert record.stop_reason == "handed_back"
     c.start_replica()
 
     async def completed() -> bool:

@@ -1540,6 +1540,36 @@ async def test_a_run_stopped_on_a_signal_is_no_orphan(store: Store) -> None:
     assert await store.orphaned_runs() == []  # handed back as work, or resumed by whoever
 
 
+async def test_a_run_handed_back_is_an_orphan_until_claimed(store: Store) -> None:
+    run_id, epoch = await new_run(store, owner="w1")
+    entries = [*every_entry(run_id)[:3], RunSuspended(reason=StopReason.HANDED_BACK)]
+    for seq, entry in enumerate(entries):
+        await store.append(run_id, seq, epoch, entry)
+
+    # Its stopping replica may have died before it queued the resume: a sweep takes it.
+    assert await store.orphaned_runs() == [run_id]
+    taken = await store.claim(run_id, "w2", 30)
+    assert taken is not None
+    assert await store.orphaned_runs() == []
+    # w2's resume was refused (it takes --force): the run waits for a person.
+    await store.release(run_id, "w2", taken)
+    assert await store.orphaned_runs() == []
+
+
+async def test_a_run_handed_back_with_a_question_open_is_no_orphan(store: Store) -> None:
+    run_id, epoch = await new_run(store, owner="w1")
+    request = a_request(run_id)
+    entries = [
+        *every_entry(run_id)[:3],
+        ToolDeferred(call_id="call_1", tool="restart_service", request=request),
+        RunSuspended(reason=StopReason.HANDED_BACK, request_ids=(request.id,)),
+    ]
+    for seq, entry in enumerate(entries):
+        await store.append(run_id, seq, epoch, entry)
+
+    assert await store.orphaned_runs() == []  # the answer's decider resumes it
+
+
 async def test_deciders_racing_on_one_run_leave_exactly_one_lease_taker(
     backend: Backend,
 ) -> None:

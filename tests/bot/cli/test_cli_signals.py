@@ -116,10 +116,12 @@ def the_run(folder: Path) -> tuple[Any, list[Any]]:
     return asyncio.run(read())
 
 
-def assert_suspended_and_released(folder: Path) -> list[Any]:
+def assert_suspended_and_released(folder: Path, reason: str = "interrupted") -> list[Any]:
+    """The one run suspended for ``reason`` (a command stopped by a person: interrupted; a
+    replica: handed back), its lease given up; its entries."""
     record, entries = the_run(folder)
     assert record.status is RunStatus.SUSPENDED
-    assert record.stop_reason == "interrupted"
+    assert record.stop_reason == reason
     assert record.owner == "" and record.lease_expires is None
     return entries
 
@@ -206,7 +208,7 @@ def test_serve_suspends_a_run_waiting_on_a_hanging_model(
     _, err = serve.communicate(timeout=10)
 
     assert serve.returncode == 0, err
-    assert_suspended_and_released(folder)
+    assert_suspended_and_released(folder, "handed_back")
     # Stopped cleanly: gone from `kestrel replicas` at once, not once its heartbeat is old.
     listed = subprocess.run(
         [*KESTREL, "replicas"], cwd=folder, env=env, capture_output=True, text=True, check=False
