@@ -18,6 +18,7 @@ from typing import Any, Literal, Protocol, assert_never
 
 from bot.chat.outbox import Deliveries, Target, answer_key, card_key, reminder_key
 from bot.chat.service import ChatService, RequestView
+from bot.chat.words import suspended_words
 from bot.domain import RequestStatus, Session, TerminalResult, ToolOutcome
 from bot.errors import UnknownRun
 from bot.events import (
@@ -214,7 +215,7 @@ class ThreadRenderer:
             case RequestReminderEvent():
                 await self._remind(place, event.request.id)
             case RunSuspendedEvent():
-                await progress.stop(event.run_id, "Waiting on people.")
+                await progress.stop(event.run_id, suspended_words(event.reason))
             case RunEndedEvent():
                 await progress.stop(event.run_id)
                 # The run's end committed with its answer owed to the thread: the outbox

@@ -45,6 +45,18 @@ def stop_reason_words(value: StopReason | str) -> str:
         return str(value).replace("_", " ")
 
 
+_PAUSES: Final = {
+    StopReason.HANDED_BACK: "Paused: the replica running it is stopping; another goes on with it.",
+    StopReason.INTERRUPTED: "Paused: stopped where it ran. Mention me with `resume` to go on.",
+    StopReason.SUSPEND_REQUESTED: "Paused on request. Mention me with `resume` to go on.",
+}
+
+
+def suspended_words(reason: StopReason) -> str:
+    """The last line of a thread's status when its run suspends: whom or what it waits for."""
+    return _PAUSES.get(reason, "Waiting on people.")
+
+
 def status_words(status: str, reason: StopReason | str) -> str:
     """``Run failed: token budget exhausted``; just ``Run completed`` where the reason says
     no more than the status (or there is none)."""

@@ -43,6 +43,7 @@ class DiscordWorld:
     discord: FakeDiscord
     model: FakeOpenAI
     chat: ChatService
+    supervisor: Supervisor
     rt: Runtime
     adapter: DiscordAdapter
     tmp: Path
@@ -212,7 +213,9 @@ async def discord_world(
                 await adapter.start()
                 handled = _count_messages(adapter)
                 try:
-                    yield DiscordWorld(discord_fake, model, chat, rt, adapter, tmp, clock, handled)
+                    yield DiscordWorld(
+                        discord_fake, model, chat, supervisor, rt, adapter, tmp, clock, handled
+                    )
                 finally:
                     await supervisor.shutdown()
                     await adapter.stop()

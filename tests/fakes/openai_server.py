@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -203,7 +204,9 @@ class FakeOpenAI:
         canned = self._canned.popleft() if self._canned else None
         delay = canned.delay if canned else self.delay
         if delay:
-            await asyncio.sleep(delay)
+            # Cut short when the server stops: a slow reply would otherwise hold up its stop.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), delay)
         if canned is not None and canned.status is not None:
             return await _canned_response(canned, request)
         return _json(completion_body(self.script, body, self.count))

@@ -23,6 +23,7 @@ from tests.fakes.discord_world import (
     button_id,
     discord_world,
 )
+from tests.fakes.openai_server import Canned
 from tests.fakes.slack_world import (
     INJECTED_LOG,
     drain_script,
@@ -391,3 +392,23 @@ async def test_an_approval_the_run_cannot_go_on_with_says_why(tmp_path: Path) ->
         told = await world.answered(click)
         assert "tool set changed since the run started; resume with --force" in told
         assert world.executions == []
+
+
+async def test_a_run_handed_back_says_so_in_its_status(tmp_path: Path) -> None:
+    script = [
+        {"text": "Reading the log.", "calls": [{"name": "read_log", "arguments": {}}]},
+        {"text": "Nothing in the log."},
+    ]
+    async with discord_world(tmp_path, script) as world:
+        # The second model call is slow: the replica stops (SIGTERM) while the run waits on it.
+        world.model.add_canned(Canned(status=None), Canned(status=None, delay=60))
+        thread = await world.thread_of(await world.mention("anything in the log?"))
+        await until(lambda: world.model.count >= 2)
+        await world.supervisor.shutdown(hand_back=True)
+        await world.settled()
+
+        (status,) = [
+            m for m in world.discord.bot_messages(thread) if m["content"].startswith("Working…")
+        ]
+        assert status["content"].endswith("another goes on with it.")
+        assert "Waiting on people" not in status["content"]
