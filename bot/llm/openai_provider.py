@@ -32,7 +32,7 @@ from bot.llm.base import (
     unique_call_ids,
 )
 from bot.llm.error_body import error_message
-from bot.llm.retry import MAX_SERVER_WAIT, backoff, retryable, server_wait
+from bot.llm.retry import MAX_SERVER_WAIT, backoff, out_of_quota, retryable, server_wait
 from bot.user_agent import USER_AGENT
 
 log = logging.getLogger("kestrel.llm")
@@ -51,6 +51,11 @@ _HINTS = {
     404: "check the model name (model.name: {model}) and OPENAI_BASE_URL",
     429: "rate limited or out of quota",
 }
+# Said whatever the server's own words were: a proxy may keep OpenAI's code and not its message.
+QUOTA_HINT = (
+    "the account's quota is used up: check its plan and billing (the account of"
+    " OPENAI_API_KEY); trying again cannot help"
+)
 _DETAIL_CHARS = 200
 # Local servers load a model on its first request, which can outlast the default timeout.
 SLOW_MODEL = "a slow model may need a longer model.timeout"
@@ -250,7 +255,7 @@ class OpenAIProvider:
             line += f" (the server asks to wait {_seconds(gave_up.asked)}, {gave_up.past()})"
         if gave_up.retries:
             line += f" (gave up after {_retries(gave_up.retries)})"
-        hint = self._hint(getattr(exc, "status_code", 0))
+        hint = QUOTA_HINT if out_of_quota(exc) else self._hint(getattr(exc, "status_code", 0))
         if hint:
             line += f" — {hint}"
         return _scrub(line, self._client.api_key)

@@ -15,6 +15,9 @@ RETRIED_STATUSES = frozenset({408, 409, 429})
 MAX_SERVER_WAIT = 120.0
 _FIRST_BACKOFF = 0.5
 _MAX_BACKOFF = 8.0
+# OpenAI's error code (and type) for an account whose credit or monthly limit is spent: sent
+# with 429, a rate limit's status, though no wait ends it, only a change of plan or billing.
+OUT_OF_QUOTA = "insufficient_quota"
 
 
 def retryable(exc: openai.OpenAIError) -> bool:
@@ -23,10 +26,18 @@ def retryable(exc: openai.OpenAIError) -> bool:
         return True
     if not isinstance(exc, openai.APIStatusError):
         return False
+    if out_of_quota(exc):
+        return False  # before the server's word: whatever it says, no retry pays the bill
     told = exc.response.headers.get("x-should-retry")
     if told in ("true", "false"):
         return told == "true"  # the server's own word, which the client obeys too
     return exc.status_code in RETRIED_STATUSES or exc.status_code >= 500
+
+
+def out_of_quota(exc: BaseException) -> bool:
+    """The account's quota is used up: a 429 (or any status) saying ``insufficient_quota``."""
+    # The type too: a proxy relaying OpenAI's error may keep one of the two and drop the other.
+    return isinstance(exc, openai.APIStatusError) and OUT_OF_QUOTA in (exc.code, exc.type)
 
 
 def server_wait(exc: openai.OpenAIError) -> float | None:

@@ -110,6 +110,29 @@ def error_body(status: int) -> dict[str, Any]:
     }
 
 
+# OpenAI's answer for an account whose credit or monthly limit is spent, word for word.
+QUOTA_MESSAGE = (
+    "You exceeded your current quota, please check your plan and billing details. For more"
+    " information on this error, read the docs:"
+    " https://platform.openai.com/docs/guides/error-codes/api-errors."
+)
+
+
+def insufficient_quota(
+    message: str = QUOTA_MESSAGE, headers: Mapping[str, str] | None = None
+) -> Canned:
+    """OpenAI's 429 for an exhausted quota: a rate limit's status, but no wait ends it."""
+    body = {
+        "error": {
+            "message": message,
+            "type": "insufficient_quota",
+            "param": None,
+            "code": "insufficient_quota",
+        }
+    }
+    return Canned(status=429, body=body, headers={"retry-after-ms": "1", **(headers or {})})
+
+
 class FakeOpenAI:
     """The fake server; replies are picked by the number of assistant messages in a request.
 

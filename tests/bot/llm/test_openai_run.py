@@ -11,7 +11,14 @@ from bot.journal.fold import RunState
 from bot.journal.log import JournalRecord
 from bot.llm.openai_provider import OpenAIProvider
 from bot.run.supervisor import Supervisor
-from tests.fakes.openai_server import Canned, FakeOpenAI, chat_completion, huge_reply, non_json_200
+from tests.fakes.openai_server import (
+    Canned,
+    FakeOpenAI,
+    chat_completion,
+    huge_reply,
+    insufficient_quota,
+    non_json_200,
+)
 from tests.fakes.runtime import Counter, Recorder, counting_tools, make_runtime
 
 
@@ -140,3 +147,18 @@ async def test_a_retry_is_said_to_the_run_while_it_waits_and_not_journaled(tmp_p
         " trying again in 0.05s (retry 1 of 2)"
     ]
     assert "advisory" not in [r.entry.kind for r in records]
+
+
+async def test_an_exhausted_quota_fails_the_run_at_once_as_a_model_error(tmp_path: Path) -> None:
+    # It was retried as a rate limit, said to the thread as one, and the run failed as one.
+    async with FakeOpenAI([{"text": "unused"}], canned=[insufficient_quota()] * 3) as fake:
+        state, _, _, rec = await _run(tmp_path, fake)
+
+    assert state.result is not None
+    assert (state.result.status, state.result.stop_reason) == (
+        RunStatus.FAILED,
+        StopReason.MODEL_ERROR,
+    )
+    assert "the account's quota is used up: check its plan and billing" in state.result.error
+    assert fake.count == 1
+    assert not [e for e in rec.events if isinstance(e, AdvisoryEvent)]
