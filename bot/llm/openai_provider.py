@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import re
@@ -489,6 +490,9 @@ def parse_completion(data: object) -> AssistantTurn:
         raise _BadShape("the message's tool_calls is not a list")
     calls = tuple(_tool_call(raw) for raw in raw_calls)
     finish = choice.get("finish_reason")
+    legacy = message.get("function_call")  # the one look a reply without it costs
+    if legacy and not calls:
+        calls, finish = _function_call(legacy, data.get("id"), finish)
     return AssistantTurn(
         text=text,
         calls=calls,
@@ -529,6 +533,27 @@ def _tool_call(raw: object) -> ToolCall:
         raise _BadShape(f"tool call {call_id or '(no id)'} has no function name")
     arguments = _arguments_text(call_id, function)
     return ToolCall(id=valid_text(call_id), name=valid_text(name), arguments=valid_text(arguments))
+
+
+def _function_call(
+    raw: object, response_id: object, finish: object
+) -> tuple[tuple[ToolCall, ...], object]:
+    """The legacy ``message.function_call`` (older vLLM and LocalAI, proxies translating for
+    them) as the turn's one call, and its finish reason ``function_call`` as ``tool_calls``."""
+    if not isinstance(raw, Mapping):
+        raise _BadShape("the message's function_call is not an object")
+    call = _tool_call({"id": _function_call_id(response_id), "function": raw})
+    return (call,), ("tool_calls" if finish == "function_call" else finish)
+
+
+def _function_call_id(response_id: object) -> str:
+    """``call_`` and a digest of the response's id: the same reply always gets the same id,
+    and one of OpenAI's shape and length whatever the server's id holds (its size, its
+    characters). Empty without a response id: ``unique_call_ids`` names it as any missing id."""
+    if not isinstance(response_id, str) or not response_id:
+        return ""
+    digest = hashlib.sha256(response_id.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"call_{digest[:24]}"
 
 
 def _arguments_text(call_id: str, function: Mapping[str, Any]) -> str:

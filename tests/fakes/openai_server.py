@@ -93,6 +93,19 @@ def chat_completion(
     }
 
 
+def function_call_completion(
+    name: str, arguments: str, *, response_id: str = "chatcmpl-legacy"
+) -> dict[str, Any]:
+    """A ``chat.completion`` in the legacy shape (older vLLM, LocalAI, some proxies): one
+    ``message.function_call`` and finish reason ``function_call``, no ``tool_calls``."""
+    body = chat_completion()
+    body["id"] = response_id
+    choice = body["choices"][0]
+    choice["message"]["function_call"] = {"name": name, "arguments": arguments}
+    choice["finish_reason"] = "function_call"
+    return body
+
+
 def huge_reply(size: int, *, chunked: bool = False) -> Canned:
     """A 200 whose body is a valid completion of about ``size`` bytes (a runaway model)."""
     return Canned(status=200, body=chat_completion(text="x" * size), chunked=chunked)

@@ -8,7 +8,7 @@ from typing import Any
 
 from bot.domain import RunStatus, StopReason, ToolOutcome
 from bot.journal.fold import RunState
-from bot.llm.base import ModelError, UserMessage
+from bot.llm.base import AssistantMessage, ModelError, UserMessage
 from bot.llm.openai_provider import OpenAIProvider
 from bot.run.supervisor import Supervisor
 from tests.fakes.openai_server import Canned, FakeOpenAI, chat_completion
@@ -184,3 +184,32 @@ async def test_content_parts_that_are_not_text_fail_naming_the_cause() -> None:
     line = await _model_error(Canned(status=200, body=body))
 
     assert "the message content is not text" in line
+
+
+async def test_a_function_call_that_is_not_an_object_fails_naming_the_cause() -> None:
+    body = _with_message(chat_completion(), "function_call", function_call="echo")
+    line = await _model_error(Canned(status=200, body=body))
+
+    assert "the message's function_call is not an object" in line
+
+
+async def test_a_function_call_cut_at_the_output_limit_runs_no_tool(tmp_path: Path) -> None:
+    cut = {"name": "echo", "arguments": '{"text": "a'}
+    state, counter, _ = await _run(
+        tmp_path, _with_message(chat_completion(), "length", function_call=cut)
+    )
+
+    assert _ended(state) == (RunStatus.FAILED, StopReason.TRUNCATED)
+    assert counter.calls == {}
+
+
+async def test_a_function_call_in_a_reply_without_an_id_is_given_one(tmp_path: Path) -> None:
+    legacy = {"name": "echo", "arguments": '{"text": "a"}'}
+    body = _with_message(chat_completion(), "function_call", function_call=legacy)
+    del body["id"]
+    state, counter, _ = await _run(tmp_path, body)
+
+    assert _ended(state) == (RunStatus.COMPLETED, StopReason.ANSWERED)
+    assert counter.calls == {"echo": 1}
+    turns = [m.turn for m in state.messages if isinstance(m, AssistantMessage)]
+    assert [call.id for turn in turns for call in turn.calls] == ["call_1"]

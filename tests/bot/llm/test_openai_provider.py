@@ -18,7 +18,12 @@ from bot.llm.base import (
     UserMessage,
 )
 from bot.llm.openai_provider import OpenAIProvider
-from tests.fakes.openai_server import Canned, FakeOpenAI
+from tests.fakes.openai_server import (
+    Canned,
+    FakeOpenAI,
+    chat_completion,
+    function_call_completion,
+)
 
 KEY = "sk-test-very-secret-key"
 STATUS_TOOL = ToolSpec(
@@ -150,6 +155,39 @@ async def test_tool_calls_and_usage_are_parsed() -> None:
     )
     assert turn.finish_reason == "tool_calls"
     assert (turn.usage.input_tokens, turn.usage.output_tokens) == (120, 17)
+
+
+async def test_a_legacy_function_call_is_one_tool_call_with_an_id_from_the_reply() -> None:
+    # Older vLLM and LocalAI answer in the shape from before tool_calls; it was read as text.
+    legacy = function_call_completion("service_status", '{"service": "checkout"}')
+    again = function_call_completion("service_status", '{"service": "checkout"}')
+    other = function_call_completion("disk_usage", "{}", response_id="chatcmpl-other")
+    canned = [Canned(status=200, body=body) for body in (legacy, again, other)]
+    async with FakeOpenAI(canned=canned) as fake:
+        model = OpenAIProvider("m", api_key=KEY, base_url=fake.base_url)
+        turns = [await model.complete([UserMessage("status?")], [STATUS_TOOL], 5) for _ in canned]
+        await model.aclose()
+
+    first, replayed, third = turns
+    assert first.text is None
+    assert [(c.name, c.arguments) for c in first.calls] == [
+        ("service_status", '{"service": "checkout"}')
+    ]
+    assert first.finish_reason == "tool_calls"
+    assert first.calls[0].id.startswith("call_")
+    assert replayed == first  # the same reply, the same call id: a replay reads the same
+    assert third.calls[0].id not in ("", first.calls[0].id)
+
+
+async def test_tool_calls_win_over_a_function_call_sent_beside_them() -> None:
+    body = chat_completion(calls=[("call_x", "disk_usage", "{}")])
+    body["choices"][0]["message"]["function_call"] = {"name": "disk_usage", "arguments": "{}"}
+    async with FakeOpenAI(canned=[Canned(status=200, body=body)]) as fake:
+        model = OpenAIProvider("m", api_key=KEY, base_url=fake.base_url)
+        turn = await model.complete([UserMessage("disk?")], [], timeout=5)
+        await model.aclose()
+
+    assert turn.calls == (ToolCall(id="call_x", name="disk_usage", arguments="{}"),)
 
 
 async def test_invalid_json_arguments_pass_through_untouched() -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from bot.domain import Budgets, RunStatus, StopReason
 from bot.events import AdvisoryEvent
+from bot.journal.entries import AssistantTurnEntry
 from bot.journal.fold import RunState
 from bot.journal.log import JournalRecord
 from bot.llm.openai_provider import OpenAIProvider
@@ -15,6 +16,7 @@ from tests.fakes.openai_server import (
     Canned,
     FakeOpenAI,
     chat_completion,
+    function_call_completion,
     huge_reply,
     insufficient_quota,
     non_json_200,
@@ -162,3 +164,23 @@ async def test_an_exhausted_quota_fails_the_run_at_once_as_a_model_error(tmp_pat
     assert "the account's quota is used up: check its plan and billing" in state.result.error
     assert fake.count == 1
     assert not [e for e in rec.events if isinstance(e, AdvisoryEvent)]
+
+
+async def test_a_legacy_function_call_runs_its_tool_and_is_answered(tmp_path: Path) -> None:
+    # The run ended "answered" with an empty answer, the tool never run.
+    legacy = Canned(status=200, body=function_call_completion("echo", '{"text": "a"}'))
+    async with FakeOpenAI([{"text": "unused"}, {"text": "done"}], canned=[legacy]) as fake:
+        state, counter, records, _ = await _run(tmp_path, fake)
+
+    assert state.result is not None
+    assert (state.result.stop_reason, state.result.text) == (StopReason.ANSWERED, "done")
+    assert counter.calls == {"echo": 1}
+    assert fake.count == 2
+    journaled = [r.entry for r in records if isinstance(r.entry, AssistantTurnEntry)]
+    call_id = journaled[0].turn.calls[0].id
+    second = fake.requests[1]["messages"]
+    assistant = next(m for m in second if m["role"] == "assistant")
+    assert [c["id"] for c in assistant["tool_calls"]] == [call_id]
+    assert [(m["tool_call_id"], m["content"]) for m in second if m["role"] == "tool"] == [
+        (call_id, "a")
+    ]
