@@ -11,13 +11,30 @@ _ALIASES = {"y": "yes", "n": "no"}
 
 
 def match_option(answer: str, options: Sequence[str]) -> str | None:
-    """The option ``answer`` picks, as the question spells it (any case; y/n for yes/no)."""
+    """The option ``answer`` picks, as the question spells it (any case; y/n for yes/no; its
+    number, ``2`` or ``#2``, as a card numbers options, when no option is a number itself)."""
     wanted = answer.strip().casefold()
     spelled = {option.strip().casefold(): option for option in options}
     if wanted in spelled:
         return spelled[wanted]
     alias = _ALIASES.get(wanted)
-    return spelled.get(alias) if alias else None
+    if alias:
+        return spelled.get(alias)
+    return _numbered(wanted, options)
+
+
+def _numbered(wanted: str, options: Sequence[str]) -> str | None:
+    """The option whose number (from 1) ``wanted`` is. Never where an option is a number: in
+    ``3`` / ``5`` replicas, ``2`` may mean the count as well as the second option."""
+    number = wanted.removeprefix("#").removesuffix(".")
+    if not number.isdecimal() or any(_is_number(option) for option in options):
+        return None
+    index = int(number) - 1
+    return options[index] if 0 <= index < len(options) else None
+
+
+def _is_number(option: str) -> bool:
+    return option.strip().removeprefix("#").removesuffix(".").isdecimal()
 
 
 def answer_refusal(answer: str, options: Sequence[str]) -> Refusal | None:

@@ -30,6 +30,17 @@ PROMPT = "checkout is failing, can you look?"
         ("yes please", ("yes", "no"), None),
         ("y", ("eu", "us"), None),  # y/n stand for yes/no only
         ("", ("yes", "no"), None),
+        # By number, as a card with long options numbers them (from 1).
+        ("2", ("drain the primary", "drain the replica"), "drain the replica"),
+        (" #1 ", ("drain the primary", "drain the replica"), "drain the primary"),
+        ("2.", ("eu", "us", "ap"), "us"),
+        ("3", ("eu", "us"), None),
+        ("0", ("eu", "us"), None),
+        ("²", ("eu", "us"), None),
+        # Never where an option is a number: "2" is not the second of 3 and 5 replicas.
+        ("2", ("3", "5"), None),
+        ("5", ("3", "5"), "5"),
+        ("1", ("1 replica", "no"), "1 replica"),
     ],
 )
 def test_match_option(answer: str, options: tuple[str, ...], picked: str | None) -> None:
@@ -75,6 +86,12 @@ def tool(name: str) -> AskHumanTool:
             "ask_human_select",
             {"question": "where?", "options": ["eu", "us"]},
             "US",
+            ToolResult("us"),
+        ),
+        (
+            "ask_human_select",
+            {"question": "where?", "options": ["eu", "us"]},
+            "2",
             ToolResult("us"),
         ),
         ("ask_human_input", {"question": "why?"}, "because", ToolResult("because")),
