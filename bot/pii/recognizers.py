@@ -29,6 +29,7 @@ from bot.pii.credentials import (
     find_jwt,
     find_k_keys,
     find_private_keys,
+    find_service_tokens,
     find_slack,
     find_webhooks,
 )
@@ -64,6 +65,10 @@ RECOGNIZERS: tuple[Recognizer, ...] = (
     Recognizer(frozenset({"DISCORD_TOKEN"}), find_discord),
     Recognizer(frozenset({"SLACK_TOKEN", "DISCORD_TOKEN"}), find_webhooks),
     Recognizer(frozenset({"STRIPE_KEY", "OPENAI_API_KEY"}), find_k_keys),
+    Recognizer(
+        frozenset({"NPM_TOKEN", "PYPI_TOKEN", "SENDGRID_API_KEY", "HUGGINGFACE_TOKEN"}),
+        find_service_tokens,
+    ),
     Recognizer(frozenset({"JWT"}), find_jwt),
     Recognizer(frozenset({"BEARER_TOKEN", "BASIC_AUTH"}), find_bearer_and_basic),
     Recognizer(frozenset({"BASIC_AUTH"}), find_user_flag_passwords),

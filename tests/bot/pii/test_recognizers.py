@@ -31,6 +31,19 @@ AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
 GH_BODY = "1234567890abcdefghijABCDEFGHIJ123456"
 # A Discord bot token: the bot's id (1089976543210987654) in base64, a timestamp, an HMAC.
 DISCORD = "MTA4OTk3NjU0MzIxMDk4NzY1NA.GkX2bT.Vq3mZ9rT0pLx8sWcY1uNd4Hf-JbKe7gAo2iQv5R"
+# Made up in the registries' formats: npm_ and 36 base62 characters; a PyPI macaroon for
+# pypi.org and one for test.pypi.org; SendGrid's SG.<22>.<43>; hf_ and 34 letters.
+NPM = "npm_38AibNyyurlGFb0EkjKWREhbiGjlvhkTp3SK"
+PYPI = (
+    "pypi-AgEIcHlwaS5vcmcCJGU4OGY0MGEyLTNiZDQtM2U5NC1hMTE0LWYyN2VhYjE5NWI0NwACKlsxLFsia2VzdHJl"
+    "bC1jaGF0b3BzIl1dAAAGIHIP6UZWAVHkK4RWrFubZGdSvE7JKliZj3xEcBTP4bnY"
+)
+TEST_PYPI = (
+    "pypi-AgENdGVzdC5weXBpLm9yZwIkZjljMjE1NjctMmFjMy04YWRmLTQxYjAtNzkxNTdhNmQ3ZmYzAAAGIJwq6Uh7"
+    "R-sV4hm6YNNuqvF3eDp-ORqecmqL3Ws43z9d"
+)
+SENDGRID = "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"
+HUGGING_FACE = "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"
 RSA_BLOCK = (
     "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAx4UbaDzY1W2YBkV\n"
     "q8T0jDdbB2xY1ZkLd0==\n-----END RSA PRIVATE KEY-----"
@@ -222,6 +235,29 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
         "GOOGLE_API_KEY",
         "key=AIzaSyD-9tSrke72PouQMnMX-a7eZSW0jkFMBWY&q=x",
         "AIzaSyD-9tSrke72PouQMnMX-a7eZSW0jkFMBWY",
+    ),
+    # NPM_TOKEN
+    ("NPM_TOKEN", f"//registry.npmjs.org/:_authToken={NPM}", NPM),
+    ("NPM_TOKEN", f"npm publish failed for {NPM} (E403)", NPM),
+    ("NPM_TOKEN", f"NPM_TOKEN={NPM}\n", NPM),
+    ("NPM_TOKEN", f'{{"token": "{NPM}", "readonly": false}}', NPM),
+    # PYPI_TOKEN
+    ("PYPI_TOKEN", f"[pypi]\n  username = __token__\n  password = {PYPI}\n", PYPI),
+    (
+        "PYPI_TOKEN",
+        f"uv publish --publish-url https://test.pypi.org/legacy/ -t {TEST_PYPI}",
+        TEST_PYPI,
+    ),
+    # SENDGRID_API_KEY
+    ("SENDGRID_API_KEY", f"sgMail.setApiKey('{SENDGRID}');", SENDGRID),
+    ("SENDGRID_API_KEY", f"key {SENDGRID}. Rotate it", SENDGRID),
+    # HUGGINGFACE_TOKEN
+    ("HUGGINGFACE_TOKEN", f"huggingface-cli login --token {HUGGING_FACE}", HUGGING_FACE),
+    ("HUGGINGFACE_TOKEN", f"HF_TOKEN={HUGGING_FACE}", HUGGING_FACE),
+    (
+        "HUGGINGFACE_TOKEN",
+        "hf_hub_download(repo, token='hf_q7XkLm2PzR9vTnB4wYc8HdJs5FgA3eUi0o')",
+        "hf_q7XkLm2PzR9vTnB4wYc8HdJs5FgA3eUi0o",
     ),
     # BEARER_TOKEN
     ("BEARER_TOKEN", "Authorization: Bearer abcDEF123456ghiJKL", "abcDEF123456ghiJKL"),
@@ -483,6 +519,31 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     ("STRIPE_KEY", "pk_live_4eC39HqLyjWDarjtT1zdp7dc"),
     ("STRIPE_KEY", "sk_live_short"),
     ("STRIPE_KEY", "disk_live_4eC39HqLyjWDarjtT1zdp7dc"),
+    # NPM_TOKEN: npm's configuration and package variables, a token cut short or run on
+    ("NPM_TOKEN", "npm_config_cache=/home/runner/.npm npm_package_version=1.2.3"),
+    ("NPM_TOKEN", "npm_lifecycle_event=build npm_config_user_agent=npm/10.2.4"),
+    ("NPM_TOKEN", NPM[:-1]),
+    ("NPM_TOKEN", f"{NPM}X"),
+    ("NPM_TOKEN", f"x{NPM}"),
+    ("NPM_TOKEN", "npm_installationdirectorypermissionerror"),
+    # PYPI_TOKEN: the prefix alone, as docs quote it; another macaroon's
+    ("PYPI_TOKEN", "PyPI tokens start with pypi-AgEIcHlwaS5vcmc, then a long body"),
+    ("PYPI_TOKEN", PYPI[:60]),
+    ("PYPI_TOKEN", "pypi-AgEIcHlwaS5vcmd" + PYPI[20:]),
+    # SENDGRID_API_KEY: SG. in prose, in a word, parts of the wrong length
+    ("SENDGRID_API_KEY", "Signed off by SG. Tan; see MSG.BWkNhBm2bd2AG2_B2TFu2a for the id"),
+    ("SENDGRID_API_KEY", f"M{SENDGRID}"),
+    ("SENDGRID_API_KEY", f"{SENDGRID}x"),
+    ("SENDGRID_API_KEY", SENDGRID.replace(".Wo_", ".o_")),
+    ("SENDGRID_API_KEY", "SG.short.token"),
+    # HUGGINGFACE_TOKEN: huggingface_hub's names, a long word, too short or too long
+    ("HUGGINGFACE_TOKEN", "from huggingface_hub import hf_hub_download, hf_hub_url"),
+    ("HUGGINGFACE_TOKEN", "pip install hf_transfer; HF_HUB_ENABLE_HF_TRANSFER=1"),
+    ("HUGGINGFACE_TOKEN", "hf_resolvedrepositoryfilenamelookups"),
+    ("HUGGINGFACE_TOKEN", "hf_AmSJkmIKCziEghpqGzTYdXtyNB_lWWWqWib"),
+    ("HUGGINGFACE_TOKEN", "hf_AmSJkmIKCziEghpqGzTYdX"),
+    ("HUGGINGFACE_TOKEN", f"{HUGGING_FACE}AmSJkmIKCz"),
+    ("HUGGINGFACE_TOKEN", f"my_{HUGGING_FACE}"),
     # GOOGLE_API_KEY
     ("GOOGLE_API_KEY", "AIzaSyD-short"),
     ("GOOGLE_API_KEY", "AIzaSyD-9tSrke72PouQMnMX-a7eZSW0jkFMBWYx"),
@@ -698,6 +759,10 @@ ADVERSARIAL = [
     "Authorization: x " * 4_000,
     "Authorization: Bearer " * 3_000,
     "Authorization: " + "a1" * 20_000 + " authorization:" * 4_000,
+    "npm_" * 25_000,
+    "hf_a1B" * 20_000,
+    "SG.aB1" * 20_000,
+    "pypi-AgEIcHlwaS5vcmc " * 5_000,
 ]
 
 
