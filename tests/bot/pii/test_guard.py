@@ -92,6 +92,32 @@ def test_redact_without_hits_returns_the_text_itself() -> None:
     assert guard().scan_output(text) == ScanOutcome(True, text, (), None)
 
 
+def test_redact_replaces_registry_and_service_tokens() -> None:
+    """npm, PyPI, SendGrid and Hugging Face tokens are found by their prefixes; names that
+    share a prefix (npm_config_cache, hf_hub_download) and "SG." in prose are left alone."""
+    pypi = (
+        "pypi-AgEIcHlwaS5vcmcCJGU4OGY0MGEyLTNiZDQtM2U5NC1hMTE0LWYyN2VhYjE5NWI0NwACKlsxLFsia2Vz"
+        "dHJlbC1jaGF0b3BzIl1dAAAGIHIP6UZWAVHkK4RWrFubZGdSvE7JKliZj3xEcBTP4bnY"
+    )
+    text = (
+        "npm_config_cache=/home/runner/.npm npm_lifecycle_event=publish\n"
+        "//registry.npmjs.org/:_authToken=npm_38AibNyyurlGFb0EkjKWREhbiGjlvhkTp3SK\n"
+        f"twine upload -u __token__ -p {pypi} dist/*\n"
+        "sgMail.setApiKey('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')\n"
+        "signed off by SG. Tan\n"
+        "hf_hub_download(repo_id, token='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') # hf_transfer on\n"
+    )
+    outcome = guard().scan_output(text)
+    assert outcome.text == (
+        "npm_config_cache=/home/runner/.npm npm_lifecycle_event=publish\n"
+        "//registry.npmjs.org/:_authToken=<NPM_TOKEN>\n"
+        "twine upload -u __token__ -p <PYPI_TOKEN> dist/*\n"
+        "sgMail.setApiKey('<SENDGRID_API_KEY>')\n"
+        "signed off by SG. Tan\n"
+        "hf_hub_download(repo_id, token='<HUGGINGFACE_TOKEN>') # hf_transfer on\n"
+    )
+
+
 def test_redact_keeps_non_ascii_text_around_hits() -> None:
     outcome = guard().scan_output("Grüße, jörg@example.de! 🙂")
     assert outcome.text == "Grüße, <EMAIL_ADDRESS>! 🙂"
