@@ -28,7 +28,7 @@ import discord
 from discord import app_commands
 
 from adapters.discord import ids
-from adapters.discord.look import DiscordLook, note_text, status_text
+from adapters.discord.look import DiscordLook, arguments_messages, note_text, status_text
 from adapters.discord.progress import DiscordProgress
 from adapters.discord.target import DiscordTarget
 from adapters.discord.transport import DiscordTransport
@@ -148,7 +148,7 @@ class KestrelDiscord(discord.Client):
         self.add_dynamic_items(
             ApproveButton, ApproveRunButton, StepByStepButton, DenyButton, AnswerButton
         )
-        self.add_dynamic_items(ChooseButton, EffectButton)
+        self.add_dynamic_items(ChooseButton, EffectButton, ArgumentsButton)
         try:
             await self.tree.sync()
         except discord.DiscordException as exc:  # refused, or no application id
@@ -397,6 +397,20 @@ class KestrelDiscord(discord.Client):
         # A modal is found again by its custom id: one per request and person.
         await interaction.response.send_modal(form(request_id, interaction.user.id))
 
+    async def show_arguments(self, interaction: discord.Interaction, request_id: str) -> None:
+        """A card's Full arguments: the request's exact arguments, to the clicker alone, when
+        they may read it from where they clicked (as any read, checked against the place)."""
+        actor = await self.actor_for(interaction, request_id)
+        view = await self.chat.request(request_id, user=actor) if actor else None
+        if view is None:
+            note = NOT_THIS_THREAD if actor else NOT_HERE
+            await interaction.response.send_message(note, ephemeral=True)
+            return
+        first, *rest = arguments_messages(view.request)
+        await interaction.response.send_message(first, ephemeral=True)
+        for part in rest:
+            await interaction.followup.send(part, ephemeral=True)
+
     async def actor_for(self, interaction: discord.Interaction, request_id: str) -> Actor | None:
         """Who clicked, as the policy sees them, acting from where they clicked; None when the
         request is not one of a Discord run's."""
@@ -493,6 +507,15 @@ class AnswerButton(_RequestButton, template=ids.ANSWER):
 
     async def callback(self, interaction: discord.Interaction) -> None:
         await _kestrel(interaction).ask_first(interaction, self.request_id, self.kind)
+
+
+class ArgumentsButton(_RequestButton, template=ids.ARGUMENTS):
+    """Full arguments: what a card cut, shown whole to the clicker; decides nothing."""
+
+    id_kind = "arguments"
+
+    async def callback(self, interaction: discord.Interaction) -> None:
+        await _kestrel(interaction).show_arguments(interaction, self.request_id)
 
 
 class ChooseButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=ids.CHOOSE):
@@ -717,6 +740,7 @@ class GuildDirectory:
 
 
 NOT_HERE = "That request is not one of a Discord run's."
+NOT_THIS_THREAD = "That request is not one of this thread's."
 FORM = re.compile(
     r"kestrel:(?P<form>deny|answer)_modal:(?P<req>[A-Za-z0-9][A-Za-z0-9_.-]{0,79}):\d+"
 )

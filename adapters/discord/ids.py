@@ -18,6 +18,7 @@ APPROVE_RUN: Final = rf"kestrel:approve_run:{_REQ}"
 DENY: Final = rf"kestrel:deny:{_REQ}"
 STEP_BY_STEP: Final = rf"kestrel:step_by_step:{_REQ}"
 ANSWER: Final = rf"kestrel:answer:{_REQ}"
+ARGUMENTS: Final = rf"kestrel:arguments:{_REQ}"  # shows, never decides
 # An option's button ends in its index; a menu of options (25 a menu) in ``mN``.
 CHOOSE: Final = rf"kestrel:choose:{_REQ}(?::(?P<n>[0-9]{{1,3}})|:m(?P<menu>[0-9]))"
 EFFECT: Final = rf"kestrel:effect:(?P<verb>retry|done|failed):{_REQ}"
@@ -28,7 +29,8 @@ ANSWER_MODAL: Final = "kestrel:answer_modal"
 
 def custom_id(kind: str, request_id: str, extra: str = "") -> str:
     """``kestrel:KIND:REQUEST[:EXTRA]`` (KIND: approve, approve_run, step_by_step, deny,
-    answer, choose, effect); ``effect`` takes its verb first: ``kestrel:effect:VERB:REQUEST``."""
+    answer, arguments, choose, effect); ``effect`` takes its verb first:
+    ``kestrel:effect:VERB:REQUEST``."""
     if kind == "effect":
         return f"kestrel:effect:{extra}:{request_id}"
     return f"kestrel:{kind}:{request_id}" + (f":{extra}" if extra else "")

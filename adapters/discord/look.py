@@ -22,6 +22,7 @@ from bot.chat.cards import (
     PLAN_BINDING,
     PLAN_BUTTONS,
     closing,
+    exact_calls,
     off_plan_words,
     plan_steps,
     pretty,
@@ -35,6 +36,7 @@ from bot.chat.threads import Body
 from bot.chat.words import ORIGINS_TITLE, budget_words, origin_lines, stop_reason_words
 from bot.domain import (
     DecisionKind,
+    Request,
     RequestKind,
     RequestStatus,
     RunStatus,
@@ -54,6 +56,8 @@ SELECT_LIMIT = 25
 MAX_CONTINUATIONS = 10
 NO_PINGS: dict[str, list[str]] = {"parse": []}
 MORE_NOT_SHOWN = "{dropped} more not shown"
+# The ephemeral messages that show a request's exact arguments: the response and follow-ups.
+ARGUMENTS_MESSAGES = 5
 STEPS_NOT_SHOWN = (
     "{dropped} more not shown: too long for one card, so approve step by step"
     " (`kestrel runs show` or the run's page has every step)"
@@ -89,8 +93,10 @@ class DiscordLook:
         request = view.request
         is_open = view.status is RequestStatus.OPEN
         fields = []
+        cut = False
         if request.kind not in (RequestKind.WAIT_USER, RequestKind.WAIT_PLAN):
-            fields.append(_field("Arguments", _code(request.arguments)))
+            code, cut = _code(request.arguments)
+            fields.append(_field("Arguments", code))
         if request.origins:
             lines = origin_lines(request.origins, _inline, lambda warning: f"**{warning}**")
             fields.append(_field(ORIGINS_TITLE, "\n".join(lines)))
@@ -103,7 +109,8 @@ class DiscordLook:
         else:
             fields.append(_field("Outcome", closed_line(view)))
         # A plan's steps last: an embed over Discord's limit loses fields from its end.
-        fields += _step_fields(view)
+        steps, steps_cut = _step_fields(view)
+        fields += steps
         head = title(request, open_=is_open)
         embed, dropped = _within_embed_limit(
             {
@@ -116,6 +123,10 @@ class DiscordLook:
         )
         # A plan's approval covers its steps as shown: with steps left off, only step by step.
         rows = _buttons(view, whole=not (dropped and request.steps)) if is_open else []
+        if rows and (cut or steps_cut or (dropped and request.steps)):
+            # What is approved must be readable whole before the click.
+            more = _button("Full arguments", ids.custom_id("arguments", request.id), SECONDARY)
+            rows[-1] = {**rows[-1], "components": [*rows[-1]["components"], more]}
         body = {"content": "", "embeds": [embed], "components": rows, "allowed_mentions": NO_PINGS}
         if is_open:
             # Mentions in an embed never notify: the people are named in the content.
@@ -277,18 +288,23 @@ def _description(view: RequestView) -> str:
     return why.strip()
 
 
-def _step_fields(view: RequestView) -> list[dict[str, Any]]:
-    """A plan's steps, one field each: the tool, why, the exact arguments, their origins."""
+def _step_fields(view: RequestView) -> tuple[list[dict[str, Any]], bool]:
+    """A plan's steps, one field each: the tool, why, the exact arguments, their origins; and
+    whether a step's arguments or field was cut."""
     fields = []
+    cut = False
     for step in plan_steps(view.request):
         free = " (needs no approval)" if not step.gated else ""
         lines = [f"*{_plain(step.why)}*"] if step.why else []
         planned = view.request.steps[step.number - 1]
-        lines.append(_code(planned.arguments))
+        code, shortened = _code(planned.arguments)
+        lines.append(code)
         lines += origin_lines(planned.origins, _inline, lambda warning: f"**{warning}**")
         name = printable(f"{step.number}. {step.tool}{free}")
-        fields.append(_field(_cut(name, 256), "\n".join(lines)))
-    return fields
+        value = "\n".join(lines)
+        cut = cut or shortened or len(value) > FIELD_LIMIT
+        fields.append(_field(_cut(name, 256), value))
+    return fields, cut
 
 
 # Each plan button's custom id kind and style, by the decision it makes.
@@ -422,12 +438,32 @@ def _within_embed_limit(
     return embed, dropped
 
 
-def _code(arguments: dict[str, Any]) -> str:
-    shortened, _ = shorten(arguments, VALUE_LIMIT)
-    body = printable(pretty(shortened)).replace("```", "`\u200b``")
+def _code(arguments: dict[str, Any]) -> tuple[str, bool]:
+    """The arguments as a code block for a field, each long value cut; whether any was cut."""
+    shortened, cut = shorten(arguments, VALUE_LIMIT)
+    body = _fenced(pretty(shortened))
     fence = "```json\n{}\n```"
     room = FIELD_LIMIT - len(fence) + 2
-    return fence.format(body if len(body) <= room else body[: room - 1] + "…")
+    if len(body) <= room:
+        return fence.format(body), cut
+    return fence.format(body[: room - 1] + "…"), True
+
+
+def _fenced(code: str) -> str:
+    """Code to show inside a fence: printable, and no backticks that would close it."""
+    return printable(code).replace("```", "`\u200b``")
+
+
+def arguments_messages(request: Request) -> list[str]:
+    """A request's exact arguments (a plan's steps: each its tool and arguments), pretty JSON
+    in a code block over at most ``ARGUMENTS_MESSAGES`` messages; the last says so when even
+    they cannot hold it all."""
+    head = f"Full arguments of {_inline(request.tool)} (request {_inline(request.id)}):"
+    text = f"{head}\n```json\n{_fenced(pretty(exact_calls(request)))}\n```"
+    parts = _split(text, CONTENT_LIMIT - len(CUT_NOTE))
+    if len(parts) <= ARGUMENTS_MESSAGES:
+        return parts
+    return [*parts[: ARGUMENTS_MESSAGES - 1], parts[ARGUMENTS_MESSAGES - 1] + CUT_NOTE]
 
 
 def _inline(text: str) -> str:

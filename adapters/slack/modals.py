@@ -29,7 +29,7 @@ from adapters.slack.mrkdwn import (
     _section,
     escape,
 )
-from bot.chat.cards import pretty
+from bot.chat.cards import exact_calls, pretty
 from bot.domain import (
     Request,
 )
@@ -109,7 +109,7 @@ def arguments_modal(request: Request) -> dict[str, Any]:
     """A call's exact arguments, pretty JSON in code blocks across as many sections as the
     modal holds; says so when even they cannot hold it all."""
     head = _section(f"{_inline(request.tool)} · request {_inline(request.id)}")
-    body = _code_safe(pretty(_calls(request)))
+    body = _code_safe(pretty(exact_calls(request)))
     room = VIEW_BLOCKS_LIMIT - 2
     pieces, rest = _split_escaped(body, SECTION_TEXT_LIMIT - 6, room)
     blocks = [head, *(_section(f"```{piece}```") for piece in pieces)]
@@ -123,17 +123,6 @@ def arguments_modal(request: Request) -> dict[str, Any]:
             )
         )
     return _modal("Full arguments", blocks, close="Close")
-
-
-def _calls(request: Request) -> Any:
-    """What the request would run: a plan's steps (each its tool and exact arguments), or the
-    one call's arguments."""
-    if not request.steps:
-        return request.arguments
-    return [
-        {"step": n, "tool": s.tool, "arguments": s.arguments}
-        for n, s in enumerate(request.steps, 1)
-    ]
 
 
 def _split_escaped(raw: str, limit: int, most: int) -> tuple[list[str], int]:

@@ -102,6 +102,17 @@ def shorten(value: Any, limit: int) -> tuple[Any, bool]:
     return value, False
 
 
+def exact_calls(request: Request) -> Any:
+    """What the request would run, in full: a plan's steps (each its tool and exact arguments),
+    or the one call's arguments."""
+    if not request.steps:
+        return request.arguments
+    return [
+        {"step": n, "tool": s.tool, "arguments": s.arguments}
+        for n, s in enumerate(request.steps, 1)
+    ]
+
+
 def pretty(value: Any) -> str:
     """JSON for people: indented, keys sorted, unicode as is."""
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)

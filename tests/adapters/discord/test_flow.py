@@ -8,6 +8,7 @@ dispatch, the interaction callback's ``with_response``): pyproject pins ``discor
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from tests.fakes.discord_world import (
     ONCALL,
     REQUESTER,
     SRE_ROLE,
+    DiscordWorld,
     button_id,
     discord_world,
 )
@@ -412,3 +414,35 @@ async def test_a_run_handed_back_says_so_in_its_status(tmp_path: Path) -> None:
         ]
         assert status["content"].endswith("another goes on with it.")
         assert "Waiting on people" not in status["content"]
+
+
+def told_alone(world: DiscordWorld, interaction: Mapping[str, Any]) -> list[str]:
+    """Everything the clicker alone was told: the response, then each follow-up."""
+    token = str(interaction["token"])
+    told = []
+    for call in world.discord.calls:
+        if token not in call.path or call.method != "POST":
+            continue
+        body = call.json or {}
+        told.append(str((body.get("data") or body).get("content") or ""))
+    return [text for text in told if text]
+
+
+async def test_arguments_a_card_cut_are_shown_whole_to_the_clicker(tmp_path: Path) -> None:
+    service = "checkout" + "x" * 400  # longer than a card shows of one value
+    script = restart_script()
+    script[0]["calls"][0]["arguments"]["service"] = service
+    async with discord_world(tmp_path, script) as world:
+        await world.mention("checkout is failing")
+        card = await world.card()
+        assert service not in json.dumps(card)
+
+        click = await world.click(card, "arguments", user=APPROVER)
+        await until(lambda: told_alone(world, click))
+        assert service in "".join(told_alone(world, click))
+
+        guest = await world.click(card, "arguments", user=APPROVER, guild="777")
+        await until(lambda: told_alone(world, guest))
+        assert told_alone(world, guest) == ["That request is not one of this thread's."]
+        assert world.executions == []  # shown, nothing decided
+        assert len(await world.chat.pending()) == 1

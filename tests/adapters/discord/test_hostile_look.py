@@ -8,11 +8,19 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from adapters.discord.look import DiscordLook, note_text, working
+from adapters.discord.look import (
+    ARGUMENTS_MESSAGES,
+    CUT_NOTE,
+    DiscordLook,
+    arguments_messages,
+    note_text,
+    working,
+)
 from bot.chat.service import RequestView
 from bot.domain import (
     Decision,
     DecisionKind,
+    PlanStep,
     Request,
     RequestKind,
     RequestStatus,
@@ -296,8 +304,6 @@ def test_a_link_in_model_text_shows_its_target_on_answers_and_cards() -> None:
 
 def _plan_card(arguments: dict[str, str], why: str = "") -> dict[str, Any]:
     """The card of a plan of twenty restarts, each with ``arguments`` besides its unit."""
-    from bot.domain import PlanStep
-
     steps = tuple(
         PlanStep(tool="restart_unit", arguments={"unit": f"u{n}"} | arguments, why=why)
         for n in range(20)
@@ -323,7 +329,7 @@ def test_a_plan_of_twenty_long_steps_is_a_card_discord_takes() -> None:
     assert names[-1] == "…"
     assert "approve step by step" in body["embeds"][0]["fields"][-1]["value"]
     labels = [c["label"] for row in body["components"] for c in row["components"]]
-    assert labels == ["Approve step by step", "Deny"]
+    assert labels == ["Approve step by step", "Deny", "Full arguments"]
 
 
 def test_a_plan_whose_steps_all_show_can_be_approved_whole() -> None:
@@ -415,3 +421,64 @@ def test_short_options_are_shown_as_written() -> None:
     body = DiscordLook().card(_view(_question(("Yes", "No"))))
     assert _labels(body) == ["Yes", "No"]
     assert body["embeds"][0]["description"] == "Which one?"
+
+
+def _approval(arguments: dict[str, str]) -> Request:
+    return Request(
+        run_id="run_1",
+        kind=RequestKind.WAIT_APPROVAL,
+        call_id="c",
+        tool="run_sql",
+        arguments=arguments,
+    )
+
+
+def _buttons(body: dict[str, Any]) -> dict[str, str]:
+    return {
+        c["label"]: c.get("custom_id", "") for row in body["components"] for c in row["components"]
+    }
+
+
+def test_a_card_whose_arguments_are_cut_offers_them_whole() -> None:
+    whole = _approval({"sql": "DELETE FROM orders WHERE id = 1"})
+    cut = _approval({"sql": "DELETE FROM orders WHERE id IN (" + "1, " * 120 + "2)"})
+
+    assert "Full arguments" not in _buttons(DiscordLook().card(_view(whole)))
+    body = DiscordLook().card(_view(cut))
+    assert refusals(body) == []
+    assert _buttons(body)["Full arguments"] == f"kestrel:arguments:{cut.id}"
+
+
+def _rejoined(parts: list[str]) -> str:
+    """The messages as one text again: a fence closed at a message's end and opened again at
+    the next one's start is where it was split."""
+    return "".join(parts).replace("\n``````\n", "")
+
+
+def test_full_arguments_show_every_character_in_messages_discord_takes() -> None:
+    values = {f"v{i}": f"{i}:" + "x" * 2500 for i in range(3)}
+    parts = arguments_messages(_approval(values))
+
+    assert 1 < len(parts) <= ARGUMENTS_MESSAGES
+    assert all(len(part) <= 2000 and part.count("```") % 2 == 0 for part in parts)
+    shown = _rejoined(parts)
+    assert all(value in shown for value in values.values())
+
+
+def test_full_arguments_too_long_for_the_messages_say_where_the_rest_is() -> None:
+    parts = arguments_messages(_approval({"sql": "y" * 50_000}))
+
+    assert len(parts) == ARGUMENTS_MESSAGES
+    assert all(len(part) <= 2000 and part.count("```") % 2 == 0 for part in parts)
+    assert parts[-1].endswith(CUT_NOTE)
+
+
+def test_full_arguments_of_a_plan_name_each_step() -> None:
+    steps = tuple(PlanStep(tool="restart_unit", arguments={"unit": f"u{n}"}) for n in range(3))
+    plan = Request(
+        run_id="run_1", kind=RequestKind.WAIT_PLAN, call_id="c", tool="propose_plan", steps=steps
+    )
+    shown = _rejoined(arguments_messages(plan))
+
+    assert all(f'"unit": "u{n}"' in shown for n in range(3))
+    assert '"step": 3' in shown and '"tool": "restart_unit"' in shown
