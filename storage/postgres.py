@@ -15,7 +15,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import asyncpg
 
-from bot.config.sources import postgres_credentials, postgres_target
+from bot.config.sources import DATABASE_TIMEOUT_SETTING, postgres_credentials, postgres_target
 from bot.domain import utcnow
 from bot.errors import StoreError
 from bot.journal.entries import Entry
@@ -36,6 +36,13 @@ from storage.sql_store import Params, Row, SqlStore, migrated
 
 _SCHEMA_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 _CLOSE_TIMEOUT: Final = 10.0
+# How long one statement, or the wait for a pooled connection, may take (the setting's default):
+# Kestrel's statements take milliseconds on a healthy server, so this bounds only a statement
+# stuck behind a lock or on a connection that no longer answers, well within a lease.
+COMMAND_TIMEOUT: Final = 30.0
+# A migration may rewrite a table under the migration lock, and the replicas starting beside it
+# wait for that lock: their statements get at least this long.
+_MIGRATION_TIMEOUT: Final = 600.0
 # What asyncpg raises for a failed statement, a lost connection or a closed pool.
 _DRIVER_ERRORS: Final = (
     asyncpg.PostgresError,
@@ -132,11 +139,14 @@ class PostgresStore(SqlStore):
         min_size: int = 1,
         max_size: int = 10,
         connect_timeout: float = 10.0,
+        command_timeout: float = COMMAND_TIMEOUT,
     ) -> None:
         scheme = urlsplit(dsn).scheme
         if scheme not in ("postgres", "postgresql"):
             got = f"{scheme}://" if scheme else "no scheme"
             raise StoreError(f"PostgreSQL DSN must start with postgresql:// (got {got})")
+        if not command_timeout > 0:
+            raise StoreError(f"PostgreSQL: command_timeout must be over 0, not {command_timeout}")
         if not _SCHEMA_NAME.fullmatch(schema):
             raise SchemaNameError(
                 "PostgreSQL: ?schema= must be a plain identifier (a letter or _, then letters,"
@@ -153,6 +163,8 @@ class PostgresStore(SqlStore):
         self._min_size = min_size
         self._max_size = max_size
         self._connect_timeout = connect_timeout
+        self._timeout = command_timeout
+        self._migration_timeout = max(command_timeout, _MIGRATION_TIMEOUT)
         self._secrets = _secrets(dsn)
         self._pool: asyncpg.Pool | None = None
         # Appends to one run land in submission order, as they do behind SQLite's single
@@ -194,7 +206,7 @@ class PostgresStore(SqlStore):
         if self._pool is None:
             self._pool = await self._connect()
         with self._errors("check"):
-            async with self._pool.acquire() as conn:
+            async with self._acquire(self._pool) as conn:
                 table = await conn.fetchval(
                     "SELECT to_regclass(quote_ident($1) || '.schema_version')", self._schema
                 )
@@ -236,7 +248,7 @@ class PostgresStore(SqlStore):
         params = (run_id, seq, epoch, entry.kind, body, at, status, reason, releases)
         beside = beside_entry(run_id, entry, lambda: at, self._stamp)
         with self._errors("append"):
-            async with pool.acquire() as conn:
+            async with self._acquire(pool) as conn:
                 if beside:
                     landed = await _append_with(conn, params, beside)
                 else:
@@ -281,7 +293,9 @@ class PostgresStore(SqlStore):
     async def _connect_listener(self) -> asyncpg.Connection:
         """A connection of its own that LISTENs on this schema's work channel."""
         with self._errors("listen"):
-            conn = await asyncpg.connect(self._dsn, timeout=self._connect_timeout)
+            conn = await self._new_connection(
+                self._dsn, timeout=self._connect_timeout, command_timeout=self._timeout
+            )
             try:
                 await conn.add_listener(self._channel, self._on_work)
             except BaseException:
@@ -303,17 +317,29 @@ class PostgresStore(SqlStore):
         """Open the pool; every connection resolves unqualified names in our schema."""
         with self._errors("connect"):
             try:
-                return await asyncpg.create_pool(
+                pool = await asyncpg.create_pool(
                     self._dsn,
                     min_size=self._min_size,
                     max_size=self._max_size,
                     timeout=self._connect_timeout,
+                    command_timeout=self._timeout,
                     server_settings={"search_path": _quote_ident(self._schema)},
                     reset=_keep_session,
+                    connect=self._new_connection,
                 )
             except ValueError as exc:
                 # A DSN asyncpg cannot parse; its message may quote the DSN, hence the scrub.
                 raise StoreError(self._message("connect", f"invalid DSN: {exc}")) from None
+        return pool
+
+    async def _new_connection(self, *args: Any, **kwargs: Any) -> asyncpg.Connection:
+        """``asyncpg.connect``, for the pool and the listener: a timed-out attempt says it was
+        connecting (a bare ``TimeoutError`` is a statement's, or the wait for a connection)."""
+        try:
+            return await asyncpg.connect(*args, **kwargs)
+        except TimeoutError as exc:
+            timeout = kwargs.get("timeout", self._connect_timeout)
+            raise TimeoutError(f"no connection within {timeout:g} s") from exc
 
     def _server_time(self) -> datetime:
         """The time on the server's clock: this host's, corrected by the measured offset."""
@@ -322,7 +348,7 @@ class PostgresStore(SqlStore):
     async def _measure_offset(self, pool: asyncpg.Pool) -> timedelta:
         """How far the server's clock is ahead of this host's (halfway through the query)."""
         with self._errors("connect"):
-            async with pool.acquire() as conn:
+            async with self._acquire(pool) as conn:
                 before = utcnow()
                 server: datetime = await conn.fetchval("SELECT clock_timestamp()")
                 after = utcnow()
@@ -331,17 +357,20 @@ class PostgresStore(SqlStore):
     async def _apply_migrations(self, pool: asyncpg.Pool) -> int:
         """Apply the missing migrations, one locked transaction each; refuse a newer schema."""
         lock_key = _migration_lock_key(self._schema)
+        longer = self._migration_timeout
         with self._errors("migrate"):
-            async with pool.acquire() as conn:
+            async with self._acquire(pool) as conn:
                 while True:
                     # The advisory lock serializes replicas migrating at once: each re-reads
                     # the version under the lock, so every migration is applied exactly once.
+                    # Waiting for it, and the migration, may take as long as a migration.
                     async with conn.transaction():
-                        await conn.execute("SELECT pg_advisory_xact_lock($1)", lock_key)
+                        lock = "SELECT pg_advisory_xact_lock($1)"
+                        await conn.execute(lock, lock_key, timeout=longer)
                         version = await self._schema_version(conn)
                         if version >= SCHEMA_VERSION:
                             return version
-                        await conn.execute(migration_script(version + 1))
+                        await conn.execute(migration_script(version + 1), timeout=longer)
                         await conn.execute(
                             "INSERT INTO schema_version(version) VALUES ($1)", version + 1
                         )
@@ -379,7 +408,8 @@ class PostgresStore(SqlStore):
         """One statement on a pooled connection (its own implicit transaction); its rows."""
         pool = self._ready()
         with self._errors(action, refused):
-            return list(await pool.fetch(POSTGRES.sql(statement), *params))
+            async with self._acquire(pool) as conn:
+                return list(await conn.fetch(POSTGRES.sql(statement), *params))
 
     async def _transaction(
         self, action: str, steps: Sequence[Step], refused: Refusal | None = None
@@ -387,7 +417,7 @@ class PostgresStore(SqlStore):
         """Statements in one transaction on one pooled connection; the rows of each."""
         pool = self._ready()
         with self._errors(action, refused):
-            async with pool.acquire() as conn, conn.transaction():
+            async with self._acquire(pool) as conn, conn.transaction():
                 return [
                     list(await conn.fetch(POSTGRES.sql(statement), *params))
                     for statement, params in steps
@@ -396,9 +426,26 @@ class PostgresStore(SqlStore):
     def _ready(self) -> asyncpg.Pool:
         return self._opened(self._pool)
 
+    def _acquire(self, pool: asyncpg.Pool) -> asyncpg.pool.PoolAcquireContext:
+        """A pooled connection, waited for no longer than a statement may take (a pool whose
+        connections are all stuck would otherwise keep its next caller waiting forever)."""
+        return pool.acquire(timeout=self._timeout)
+
     def _failure(self, action: str, exc: Exception) -> StoreError:
         """A driver error as a ``StoreError`` naming the server, the action and the cause."""
+        if isinstance(exc, TimeoutError) and not str(exc):
+            # A statement, or the wait for a connection, ran out of time.
+            return StoreError(self._message(action, self._timed_out(action)))
         return StoreError(self._message(action, _cause(exc)))
+
+    def _timed_out(self, action: str) -> str:
+        """What ran out, and which setting bounds it."""
+        if action == "migrate":
+            return (
+                f"no answer within {self._migration_timeout:g} s (a migration's bound:"
+                f" {DATABASE_TIMEOUT_SETTING}, at least {_MIGRATION_TIMEOUT:g} s)"
+            )
+        return f"no answer within {self._timeout:g} s ({DATABASE_TIMEOUT_SETTING})"
 
     def _violation(self, exc: Exception) -> Violation:
         """asyncpg raises one class per SQLSTATE."""
@@ -407,16 +454,25 @@ class PostgresStore(SqlStore):
         return Violation.OTHER
 
     def _message(self, action: str, cause: str) -> str:
+        return f"{self._label}: {action} failed: {self._scrub(cause)}"
+
+    def _scrub(self, cause: str) -> str:
+        """A driver's message on one line, without the password."""
         for secret in self._secrets:
             cause = cause.replace(secret, "***")
-        return f"{self._label}: {action} failed: {' '.join(cause.split())}"
+        return " ".join(cause.split())
 
 
 async def open_postgres(
-    dsn: str, *, schema: str = "public", clock: Callable[[], datetime] | None = None
+    dsn: str,
+    *,
+    schema: str = "public",
+    clock: Callable[[], datetime] | None = None,
+    command_timeout: float = COMMAND_TIMEOUT,
 ) -> PostgresStore:
     """Open the PostgreSQL store at ``dsn`` and bring its schema up to date."""
-    return await migrated(PostgresStore(dsn, schema=schema, clock=clock))
+    store = PostgresStore(dsn, schema=schema, clock=clock, command_timeout=command_timeout)
+    return await migrated(store)
 
 
 # -- module helpers -----------------------------------------------------------------------------
@@ -496,7 +552,7 @@ def _cause(exc: BaseException) -> str:
     if isinstance(exc, socket.gaierror):
         return f"cannot resolve host: {exc.strerror}"
     if isinstance(exc, TimeoutError):
-        return "timed out"
+        return str(exc) or "timed out"
     if isinstance(exc, OSError) and exc.errno:
         return os.strerror(exc.errno)
     return str(exc) or type(exc).__name__

@@ -16,6 +16,8 @@ ENV_PREFIX: Final = "KESTREL_"
 ENV_FILE: Final = ".env"
 # The variable that sets ``database`` (the settings' other variables are KESTREL_<KEY>).
 DATABASE_VARIABLE: Final = "KESTREL_DATABASE_URL"
+# The setting bounding each PostgreSQL statement (named by the store's timeout errors).
+DATABASE_TIMEOUT_SETTING: Final = "database_timeout_seconds"
 POSTGRES_SCHEMES: Final = ("postgres://", "postgresql://")
 # Settings derived from where the configuration file is, so never read from it or a variable.
 DERIVED_SETTINGS: Final = frozenset({"base_dir", "config_file"})

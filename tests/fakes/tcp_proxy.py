@@ -2,7 +2,8 @@
 
 ``async with TcpProxy(port) as proxy`` listens on a free local port and forwards each
 connection to ``port`` on 127.0.0.1; ``cut()`` drops every connection and refuses new ones
-until ``restore()``.
+until ``restore()``; ``hold()`` keeps every connection open but passes no byte either way (a
+stalled network, a half-open connection) until ``restore()``.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ class TcpProxy:
         self.up = True
         self.port = 0
         self.refused = 0  # connections refused while cut
+        self._flowing = asyncio.Event()  # cleared while held
+        self._flowing.set()
         self._forwarding: set[asyncio.Task[object]] = set()
 
     async def __aenter__(self) -> TcpProxy:
@@ -46,9 +49,14 @@ class TcpProxy:
             writer.transport.abort()
         self._open.clear()
 
+    def hold(self) -> None:
+        """Pass no more bytes, new connections' included, and close nothing."""
+        self._flowing.clear()
+
     def restore(self) -> None:
-        """Accept connections again."""
+        """Accept connections again, and pass what was held."""
         self.up = True
+        self._flowing.set()
 
     async def _forward(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if not self.up:
@@ -66,14 +74,19 @@ class TcpProxy:
             self._forwarding.add(task)
             task.add_done_callback(self._forwarding.discard)
         await asyncio.gather(
-            _pipe(reader, upstream_writer), _pipe(upstream_reader, writer), return_exceptions=True
+            _pipe(reader, upstream_writer, self._flowing),
+            _pipe(upstream_reader, writer, self._flowing),
+            return_exceptions=True,
         )
         self._open -= {writer, upstream_writer}
 
 
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def _pipe(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, flowing: asyncio.Event
+) -> None:
     try:
         while data := await reader.read(65536):
+            await flowing.wait()
             writer.write(data)
             await writer.drain()
     except OSError:

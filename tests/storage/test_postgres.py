@@ -25,8 +25,10 @@ from bot.domain import (
 from bot.errors import StaleEpoch, StoreError, UnknownRun
 from bot.journal.entries import ToolResultEntry, UserMessageEntry
 from bot.records import RunRecord
-from storage.postgres import PostgresStore, open_postgres
+from storage.postgres import PostgresStore, _migration_lock_key, open_postgres
 from storage.postgres_schema import CREATE_VERSION_TABLE, SCHEMA_VERSION, migration_script
+from tests.fakes.tcp_proxy import TcpProxy
+from tests.fakes.waiting import until
 from tests.storage.conftest import postgres_dsn, postgres_schema
 
 REPO = Path(__file__).resolve().parents[2]
@@ -340,6 +342,110 @@ async def test_needs_migrate_before_use(dsn: str, schema: str) -> None:
     with pytest.raises(StoreError, match="migrate"):
         store.submit("run_1", 0, 1, UserMessageEntry(text="hi"))
     await store.close()
+
+
+# -- bounded statements -------------------------------------------------------------------------
+
+# Short, so that a stuck statement fails in a moment; a test that hangs fails at the guard.
+BOUND = 0.5
+GUARD = 15.0
+
+
+def proxied(dsn: str, proxy: TcpProxy) -> str:
+    """The test DSN, through ``proxy``."""
+    target = urlsplit(dsn)
+    return dsn.replace(target.netloc, f"{target.username}@127.0.0.1:{proxy.port}", 1)
+
+
+async def test_an_append_stuck_behind_a_lock_fails_within_the_timeout(
+    dsn: str, schema: str
+) -> None:
+    store = PostgresStore(dsn, schema=schema, command_timeout=BOUND)
+    await store.migrate()
+    admin = await asyncpg.connect(dsn, server_settings={"search_path": schema})
+    try:
+        await store.ensure_session(Session(id="s1"))
+        epoch = await store.create_run(RunRecord(id="run_1", session_id="s1"), "w1", 30)
+        lock = admin.transaction()
+        await lock.start()
+        await admin.execute("SELECT 1 FROM runs WHERE id = 'run_1' FOR UPDATE")
+
+        started = time.monotonic()
+        with pytest.raises(StoreError) as caught:
+            await asyncio.wait_for(
+                store.append("run_1", 0, epoch, UserMessageEntry(text="x")), GUARD
+            )
+
+        assert time.monotonic() - started < GUARD / 2
+        message = str(caught.value)
+        assert "append failed: no answer within 0.5 s (database_timeout_seconds)" in message
+        await lock.rollback()
+        # The statement was cancelled on the server: the same store appends once the lock goes.
+        await store.append("run_1", 0, epoch, UserMessageEntry(text="x"))
+        assert len(await store.load("run_1")) == 1
+    finally:
+        await admin.close()
+        await store.close()
+
+
+async def test_a_statement_on_a_connection_that_stopped_answering_fails_within_the_timeout(
+    dsn: str, schema: str
+) -> None:
+    async with TcpProxy(urlsplit(dsn).port or 5432) as proxy:
+        store = PostgresStore(proxied(dsn, proxy), schema=schema, command_timeout=BOUND)
+        await store.migrate()
+        try:
+            proxy.hold()  # open, but nothing comes back: a half-open connection
+            started = time.monotonic()
+            with pytest.raises(StoreError, match=r"no answer within 0\.5 s"):
+                await asyncio.wait_for(store.get_session("s1"), GUARD)
+            assert time.monotonic() - started < GUARD / 2
+
+            proxy.restore()
+            # The stuck connection was dropped: the next statement gets a working one.
+            await until(lambda: answers(store), timeout=GUARD)
+        finally:
+            await store.close()
+
+
+async def answers(store: PostgresStore) -> bool:
+    try:
+        await store.get_session("s1")
+    except StoreError:
+        return False
+    return True
+
+
+async def test_a_migration_waits_for_the_migration_lock_longer_than_a_statement_may(
+    dsn: str, schema: str
+) -> None:
+    admin = await asyncpg.connect(dsn)
+    store = PostgresStore(dsn, schema=schema, command_timeout=BOUND)
+    try:
+        # Another replica migrating: it holds the lock the store's migration waits for.
+        await admin.execute("SELECT pg_advisory_lock($1)", _migration_lock_key(schema))
+        migrating = asyncio.ensure_future(store.migrate())
+
+        async def waited_past_the_bound() -> bool:
+            waited = await admin.fetchval(
+                "SELECT max(extract(epoch FROM clock_timestamp() - query_start))"
+                " FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                " AND query LIKE '%pg_advisory_xact_lock%'"
+            )
+            return waited is not None and waited > 2 * BOUND
+
+        await until(waited_past_the_bound, timeout=GUARD)
+        await admin.execute("SELECT pg_advisory_unlock($1)", _migration_lock_key(schema))
+
+        assert await asyncio.wait_for(migrating, GUARD) == SCHEMA_VERSION
+    finally:
+        await admin.close()
+        await store.close()
+
+
+async def test_a_command_timeout_must_be_positive() -> None:
+    with pytest.raises(StoreError, match="command_timeout"):
+        PostgresStore("postgresql://127.0.0.1/kestrel", command_timeout=0)
 
 
 # -- connection errors (no server needed) -------------------------------------------------------
