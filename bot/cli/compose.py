@@ -268,9 +268,10 @@ async def open_store(
             f"database: PostgreSQL needs asyncpg: {install_hint('postgres')}"
         ) from exc
     dsn, schema = postgres_schema(settings.database)
+    timeout = settings.database_timeout_seconds
     if clock is None:
-        return await open_postgres(dsn, schema=schema)
-    return await open_postgres(dsn, schema=schema, clock=clock)
+        return await open_postgres(dsn, schema=schema, command_timeout=timeout)
+    return await open_postgres(dsn, schema=schema, clock=clock, command_timeout=timeout)
 
 
 class SchemaCheck(NamedTuple):
@@ -312,7 +313,7 @@ def _unopened_store(settings: Settings) -> SqliteStore | PostgresStore:
             f"database: PostgreSQL needs asyncpg: {install_hint('postgres')}"
         ) from exc
     dsn, schema = postgres_schema(settings.database)
-    return PostgresStore(dsn, schema=schema)
+    return PostgresStore(dsn, schema=schema, command_timeout=settings.database_timeout_seconds)
 
 
 @asynccontextmanager

@@ -44,6 +44,7 @@ OPENAI_KEY_FILE: Final = "OPENAI_API_KEY" + FILE_SUFFIX
 SETTINGS: Final = frozenset(
     {
         "database",
+        "database_timeout_seconds",
         "model",
         "system_prompt",
         "tools",

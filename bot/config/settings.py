@@ -241,6 +241,9 @@ class Settings(Section):
     __field_checks__: ClassVar = {"database": check_database, "openai_base_url": _model_url}
 
     database: str = "kestrel.db"
+    # PostgreSQL: how long one statement, or the wait for a pooled connection, may take before
+    # it fails as the store's error (a statement stuck behind a lock or on a dead connection).
+    database_timeout_seconds: Annotated[float, Meta(gt=0)] = 30.0
     model: ModelSettings = msgspec.field(default_factory=ModelSettings)
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     tools: list[str] | None = None  # unset: the demo catalog, unless MCP servers are set

@@ -98,6 +98,43 @@ async def test_a_replica_takes_work_again_once_the_store_is_back(
     assert "Traceback" not in said
 
 
+async def test_a_replica_whose_store_stops_answering_fails_in_time_and_carries_on(
+    cluster: Callable[..., Cluster], schema: str
+) -> None:
+    target = urlsplit(DSN)
+    async with TcpProxy(target.port or 5432, target.hostname or "127.0.0.1") as proxy:
+        proxied = DSN.replace(target.netloc, f"{target.username}@127.0.0.1:{proxy.port}", 1)
+        database = f"{proxied}?schema={schema}"
+        c = cluster(ONE_EFFECT, database=database, database_timeout_seconds=0.5)
+        port = free_port()
+        c.replicas.append(await asyncio.to_thread(serve, c, port))
+
+        async def answered(status: int, problem: str = "") -> bool:
+            said = await asyncio.to_thread(readyz, port)
+            return said is not None and said[0] == status and problem in json.dumps(said[1])
+
+        await until(lambda: answered(200))
+        # Connections stay open and nothing comes back: without a bound, every statement of
+        # the replica (readiness's, the heartbeat's, the work taker's) would wait forever.
+        proxy.hold()
+        await until(lambda: answered(503, "no answer within 0.5 s (database_timeout_seconds)"))
+        proxy.restore()
+
+        await until(lambda: answered(200), timeout=30)
+        store = await store_of(c.schema)
+        run_id = await submit(store, "h0")
+
+        async def completed() -> bool:
+            return (await statuses(store, [run_id])).get(run_id) is RunStatus.COMPLETED
+
+        await until(completed, timeout=30)
+        await store.close()
+        replica = c.replicas[0]
+        replica.terminate()
+        _, said = await asyncio.to_thread(replica.communicate, timeout=30)
+    assert "Traceback" not in said
+
+
 SKEWED = """
 import os
 from datetime import timedelta
