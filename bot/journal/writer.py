@@ -93,8 +93,10 @@ class RunJournal:
         finally:
             if durable < len(pending):
                 for done in pending:
-                    if done.done() and not done.cancelled():
-                        done.exception()  # every failure is seen, the first one is raised
+                    # Every failure is seen, the first one is raised. An entry still being
+                    # written fails too once one before it did (a store writes a run's entries
+                    # in order): seen when it settles, or asyncio logs it as never retrieved.
+                    done.add_done_callback(_seen)
             for needed, callback in callbacks:
                 if needed <= durable:
                     callback()
@@ -109,3 +111,9 @@ class RunJournal:
         if self._clock() < self._sure_until:
             return True
         return await self.store.current_epoch(self.run_id) == self.epoch
+
+
+def _seen(done: asyncio.Future[None]) -> None:
+    """Mark a settled append's failure as retrieved (its flush raised the first one)."""
+    if not done.cancelled():
+        done.exception()
