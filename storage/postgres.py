@@ -30,6 +30,7 @@ from storage.common import (
     wait_for_event,
     work_payload,
 )
+from storage.postgres_outage import Outage, quiet_pool_reconnects
 from storage.postgres_schema import CREATE_VERSION_TABLE, SCHEMA_VERSION, migration_script
 from storage.sql import POSTGRES, Step
 from storage.sql_store import Params, Row, SqlStore, migrated
@@ -166,6 +167,7 @@ class PostgresStore(SqlStore):
         self._timeout = command_timeout
         self._migration_timeout = max(command_timeout, _MIGRATION_TIMEOUT)
         self._secrets = _secrets(dsn)
+        self._outage = Outage(self._label, lambda exc: self._scrub(_cause(exc)))
         self._pool: asyncpg.Pool | None = None
         # Appends to one run land in submission order, as they do behind SQLite's single
         # writer; appends to different runs use the whole pool at once.
@@ -330,16 +332,26 @@ class PostgresStore(SqlStore):
             except ValueError as exc:
                 # A DSN asyncpg cannot parse; its message may quote the DSN, hence the scrub.
                 raise StoreError(self._message("connect", f"invalid DSN: {exc}")) from None
+        # The outage is said by ``_new_connection``: the pool's own warnings would repeat it,
+        # with a traceback, at each of its retries.
+        quiet_pool_reconnects()
         return pool
 
     async def _new_connection(self, *args: Any, **kwargs: Any) -> asyncpg.Connection:
-        """``asyncpg.connect``, for the pool and the listener: a timed-out attempt says it was
-        connecting (a bare ``TimeoutError`` is a statement's, or the wait for a connection)."""
+        """``asyncpg.connect``, for the pool and the listener: an outage is said when it begins
+        and when it ends, and a timed-out attempt says it was connecting (a bare
+        ``TimeoutError`` is a statement's, or the wait for a connection)."""
         try:
-            return await asyncpg.connect(*args, **kwargs)
+            conn = await asyncpg.connect(*args, **kwargs)
         except TimeoutError as exc:
+            self._outage.failed(exc)
             timeout = kwargs.get("timeout", self._connect_timeout)
             raise TimeoutError(f"no connection within {timeout:g} s") from exc
+        except Exception as exc:
+            self._outage.failed(exc)
+            raise
+        self._outage.connected()
+        return conn
 
     def _server_time(self) -> datetime:
         """The time on the server's clock: this host's, corrected by the measured offset."""

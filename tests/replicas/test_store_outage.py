@@ -60,6 +60,8 @@ async def test_a_replica_takes_work_again_once_the_store_is_back(
     async with TcpProxy(target.port or 5432, target.hostname or "127.0.0.1") as proxy:
         proxied = DSN.replace(target.netloc, f"{target.username}@127.0.0.1:{proxy.port}", 1)
         c = cluster(ONE_EFFECT, database=f"{proxied}?schema={schema}")
+        # JSON lines: a record's exception is its traceback, whatever the level.
+        c.env = {**c.env, "KESTREL_LOG_FORMAT": "json"}
         port = free_port()
         c.replicas.append(await asyncio.to_thread(serve, c, port))
 
@@ -96,6 +98,12 @@ async def test_a_replica_takes_work_again_once_the_store_is_back(
     for what in ("heartbeat failed", "orphaned_runs failed", "list_requests failed"):
         assert said.count(what) <= 1, said
     assert "Traceback" not in said
+    lines = [json.loads(line) for line in said.splitlines()]
+    # The store says when it began and when it ended; asyncpg's pool, retrying, says nothing.
+    outage = [line["message"] for line in lines if line["logger"] == "kestrel.store"]
+    assert len([line for line in outage if "unreachable" in line]) == 1, said
+    assert len([line for line in outage if line.endswith("answers again")]) == 1, said
+    assert not [line for line in lines if line["logger"].startswith("asyncpg")], said
 
 
 async def test_a_replica_whose_store_stops_answering_fails_in_time_and_carries_on(
