@@ -132,11 +132,12 @@ async def test_a_run_started_during_the_grace_is_handed_back_too(tmp_path: Path)
     await rt.store.close()
 
 
-async def handed_back_and_not_queued(tmp_path: Path) -> tuple[Runtime, str]:
+async def handed_back_and_not_queued(tmp_path: Path, opened: list[Runtime]) -> tuple[Runtime, str]:
     """A run that replica-a handed back as it stopped, cutting its tool; replica-a then died
     before it queued the run's resume (no work item says the run waits)."""
     replies = [reply(call("nap", seconds=0.2)), reply(text="rested")]
     rt, _ = await make_runtime(tmp_path / "k.db", replies, [nap], owner="replica-a")
+    opened.append(rt)
     started = asyncio.Event()
     rt.events.add(ToolStarted(started))
     supervisor = Supervisor(rt)
@@ -161,8 +162,7 @@ async def replica(tmp_path: Path, owner: str, opened: list[Runtime]) -> Supervis
 async def test_a_run_handed_back_by_a_replica_that_died_is_adopted(
     tmp_path: Path, opened: list[Runtime]
 ) -> None:
-    rt, run_id = await handed_back_and_not_queued(tmp_path)
-    opened.append(rt)
+    rt, run_id = await handed_back_and_not_queued(tmp_path, opened)
     other = await replica(tmp_path, "replica-b", opened)
 
     assert await other.adopt_orphans() == [run_id]
@@ -174,8 +174,7 @@ async def test_a_run_handed_back_by_a_replica_that_died_is_adopted(
 async def test_a_sweep_cut_by_its_replica_stopping_leaves_the_run_to_the_next(
     tmp_path: Path, opened: list[Runtime]
 ) -> None:
-    rt, run_id = await handed_back_and_not_queued(tmp_path)
-    opened.append(rt)
+    rt, run_id = await handed_back_and_not_queued(tmp_path, opened)
     stopping = await replica(tmp_path, "replica-b", opened)
     claim = stopping.rt.store.claim
 

@@ -53,6 +53,12 @@ def serve(c: Cluster, port: int) -> subprocess.Popen[str]:
     )
 
 
+async def ready_says(port: int, status: int, problem: str = "") -> bool:
+    """Whether the replica's ``/readyz`` answers ``status``, naming ``problem``."""
+    said = await asyncio.to_thread(readyz, port)
+    return said is not None and said[0] == status and problem in json.dumps(said[1])
+
+
 async def test_a_replica_takes_work_again_once_the_store_is_back(
     cluster: Callable[..., Cluster], schema: str
 ) -> None:
@@ -65,23 +71,19 @@ async def test_a_replica_takes_work_again_once_the_store_is_back(
         port = free_port()
         c.replicas.append(await asyncio.to_thread(serve, c, port))
 
-        async def answered(status: int, problem: str = "") -> bool:
-            said = await asyncio.to_thread(readyz, port)
-            return said is not None and said[0] == status and problem in json.dumps(said[1])
-
-        await until(lambda: answered(200))
+        await until(lambda: ready_says(port, 200))
         store = await store_of(c.schema)
         before = await submit(store, "b0")
         await until(lambda: statuses(store, [before]))
         await until(lambda: "effect b0" in c.effects())
 
         proxy.cut()
-        await until(lambda: answered(503, "unreachable"))
+        await until(lambda: ready_says(port, 503, "unreachable"))
         # The replica's pool, its heartbeat and its look for work have each met the outage.
         await until(lambda: proxy.refused >= 10, timeout=30)
         proxy.restore()
 
-        await until(lambda: answered(200), timeout=30)
+        await until(lambda: ready_says(port, 200), timeout=30)
         after = await submit(store, "a0")
 
         async def completed() -> bool:
@@ -117,18 +119,16 @@ async def test_a_replica_whose_store_stops_answering_fails_in_time_and_carries_o
         port = free_port()
         c.replicas.append(await asyncio.to_thread(serve, c, port))
 
-        async def answered(status: int, problem: str = "") -> bool:
-            said = await asyncio.to_thread(readyz, port)
-            return said is not None and said[0] == status and problem in json.dumps(said[1])
-
-        await until(lambda: answered(200))
+        await until(lambda: ready_says(port, 200))
         # Connections stay open and nothing comes back: without a bound, every statement of
         # the replica (readiness's, the heartbeat's, the work taker's) would wait forever.
         proxy.hold()
-        await until(lambda: answered(503, "no answer within 0.5 s (database_timeout_seconds)"))
+        await until(
+            lambda: ready_says(port, 503, "no answer within 0.5 s (database_timeout_seconds)")
+        )
         proxy.restore()
 
-        await until(lambda: answered(200), timeout=30)
+        await until(lambda: ready_says(port, 200), timeout=30)
         store = await store_of(c.schema)
         run_id = await submit(store, "h0")
 
