@@ -629,3 +629,56 @@ async def test_a_journal_no_process_can_read_holds_up_no_other_resume_work(
     await taking
     assert counter.calls == {"deploy": 1}
     assert await rt.store.take_work("probe", retake_after=0) == []  # the bad one dropped too
+
+
+async def test_a_handed_back_run_taken_by_its_work_item_and_a_sweep_at_once_runs_once(
+    tmp_path: Path, opened: list[Runtime]
+) -> None:
+    # Replica-a handed a run back as it stopped, cutting its nap, and queued its resume. Replica
+    # b takes the work item as replica c's sweep adopts it: both have looked before either
+    # claims; one drives it, and its consequential `write` runs once.
+    counter, release = Counter(), asyncio.Event()
+    tools = [holding_tool(release), *counting_tools(counter)]
+    rt, _ = await make_runtime(tmp_path / "k.db", [reply(call("hold"))], tools)
+    opened.append(rt)
+    started = asyncio.Event()
+    rt.events.add(ToolStarted(started))
+    handing = Supervisor(rt)
+    live = await handing.start_turn("rest", prompter=None)
+    await started.wait()
+    assert await handing.shutdown(hand_back=True) == [live.run_id]
+    release.set()  # the cut `hold` is done again at once
+    await WorkTaker(handing, rt.store).submit_resume(live.run_id)
+    assert await rt.store.orphaned_runs() == [live.run_id]  # and swept too
+
+    supervisors = []
+    for owner in ("replica-b", "replica-c"):
+        # The model's replies by iteration: the first was the handing replica's.
+        replies = [reply(call("hold")), reply(call("write", text="x")), reply(text="written")]
+        other, _ = await make_runtime(tmp_path / "k.db", replies, tools, owner=owner)
+        opened.append(other)
+        claim = other.store.claim
+
+        async def late_claim(*args: Any, claim: Any = claim) -> Any:
+            await asyncio.sleep(0.05)  # the other has looked too
+            return await claim(*args)
+
+        setattr(other.store, "claim", late_claim)  # noqa: B010 (a method, patched)
+        supervisors.append(Supervisor(other))
+    taking, sweeping = supervisors
+    (item,) = await rt.store.take_work("replica-b", 1)
+
+    _, adopted = await asyncio.gather(
+        WorkTaker(taking, taking.rt.store)._handle(item), sweeping.adopt_orphans()
+    )
+
+    await until(lambda: has_ended(rt, live.run_id))
+    state = fold(await rt.store.load(live.run_id), live.run_id)
+    assert state.result is not None and state.result.text == "written"
+    resumes = [r.entry for r in await rt.store.load(live.run_id) if r.entry.kind == "run_resumed"]
+    assert adopted == [live.run_id] if resumes[0].owner == "replica-c" else adopted == []
+    assert counter.calls == {"write": 1}
+    kinds = await kinds_of(rt, live.run_id)
+    assert kinds.count("run_resumed") == 1 and kinds.count("run_ended") == 1
+    assert await rt.store.take_work("replica-c", 1, retake_after=0) == []  # item finished
+

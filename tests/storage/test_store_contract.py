@@ -1556,6 +1556,26 @@ async def test_a_run_handed_back_is_an_orphan_until_claimed(store: Store) -> Non
     assert await store.orphaned_runs() == []
 
 
+async def test_a_run_handed_back_is_claimed_by_one_of_its_racing_takers(
+    backend: Backend,
+) -> None:
+    # Its resume's work item and every replica's sweep find it at once: one lease taker.
+    stores = [await backend.open() for _ in range(3)]
+    for attempt in range(5):
+        run_id, epoch = await new_run(stores[0], owner="w0")
+        entries = [*every_entry(run_id)[:3], RunSuspended(reason=StopReason.HANDED_BACK)]
+        for seq, entry in enumerate(entries):
+            await stores[0].append(run_id, seq, epoch, entry)
+        assert await stores[1].orphaned_runs() == [run_id], attempt
+
+        taken = await asyncio.gather(
+            *(store.claim(run_id, f"w{i + 1}", LEASE) for i, store in enumerate(stores))
+        )
+
+        assert [t for t in taken if t is not None] == [epoch + 1], attempt
+        assert await stores[2].orphaned_runs() == [], attempt
+
+
 async def test_a_run_handed_back_with_a_question_open_is_no_orphan(store: Store) -> None:
     run_id, epoch = await new_run(store, owner="w1")
     request = a_request(run_id)
