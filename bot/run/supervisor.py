@@ -188,20 +188,27 @@ class Supervisor:
             # Stopping: no claim either, which a run released while waiting would take for
             # one (``ORPHANED_RUNS``: its epoch is its journal's last only until claimed).
             return None
-        epoch = await self.rt.store.claim(run_id, self.rt.owner, self.rt.lease_seconds)
-        if epoch is None:
-            raise ResumeRefused(await self._held_elsewhere(run_id))
-        if self._stopping:
-            # It began to shut down since the look: the lease is left to expire, and another
-            # replica adopts the run. Given back, the claim's epoch would have hidden the run
-            # from every sweep (``ORPHANED_RUNS``), as a refused resume is.
-            return None
-        state = fold(await self.rt.store.load(run_id), run_id)
-        if state.result is not None or not await self._has_work(state):
+        while True:
+            epoch = await self.rt.store.claim(run_id, self.rt.owner, self.rt.lease_seconds)
+            if epoch is None:
+                raise ResumeRefused(await self._held_elsewhere(run_id))
+            if self._stopping:
+                # It began to shut down since the look: the lease is left to expire, and another
+                # replica adopts the run. Given back, the claim's epoch would have hidden the
+                # run from every sweep (``ORPHANED_RUNS``), as a refused resume is.
+                return None
+            state = fold(await self.rt.store.load(run_id), run_id)
+            if state.result is None and await self._has_work(state):
+                return self._resumed(run_id, epoch, state, prompter, force, record.owner, by)
             # Another owner moved it on between our look and our claim: nothing left to do.
             await self.rt.store.release(run_id, self.rt.owner, epoch)
-            return None
-        return self._resumed(run_id, epoch, state, prompter, force, record.owner, by)
+            # Unless the answer it waits on came while we held the claim: its decider found the
+            # lease taken and left the run to us, and given back without a journal entry, the
+            # run is hidden from every sweep. Looked at after the release, an answer written
+            # since took the lease itself.
+            state = fold(await self.rt.store.load(run_id), run_id)
+            if state.result is not None or not await self._has_work(state):
+                return None
 
     async def _resume_claimed(
         self, run_id: str, epoch: int, prompter: Prompter | None, force: bool, by: str

@@ -682,3 +682,63 @@ async def test_a_handed_back_run_taken_by_its_work_item_and_a_sweep_at_once_runs
     assert kinds.count("run_resumed") == 1 and kinds.count("run_ended") == 1
     assert await rt.store.take_work("replica-c", 1, retake_after=0) == []  # item finished
 
+
+async def test_an_answer_that_finds_a_sweeps_claim_about_to_be_given_back_is_not_lost(
+    tmp_path: Path, opened: list[Runtime]
+) -> None:
+    # Replica c's sweep looks at a handed-back run; replica b takes it up first (its work item)
+    # and it suspends on an approval; c claims it, finds nothing to do and gives the claim back,
+    # but the approval (on replica d) lands between the two: d finds the lease held by c and
+    # leaves the run to it. The run must not be left suspended, released and hidden from every
+    # sweep (its lease's epoch above its journal's last), with nothing open and no work queued.
+    counter, release = Counter(), asyncio.Event()
+    tools = [holding_tool(release), *counting_tools(counter)]
+    replies = [reply(call("hold")), reply(call("deploy", text="v2")), reply(text="finished")]
+    rt, _ = await make_runtime(tmp_path / "k.db", replies, tools, owner="replica-a")
+    opened.append(rt)
+    started = asyncio.Event()
+    rt.events.add(ToolStarted(started))
+    handing = Supervisor(rt)
+    live = await handing.start_turn("ship it", requested_by="U0REQ", prompter=DeferringPrompter())
+    run_id = live.run_id
+    await started.wait()
+    assert await handing.shutdown(hand_back=True) == [run_id]
+    release.set()
+
+    async def other(owner: str) -> Supervisor:
+        made, _ = await make_runtime(tmp_path / "k.db", replies, tools, owner=owner)
+        opened.append(made)
+        return Supervisor(made)
+
+    b, c, d, e = [await other(f"replica-{name}") for name in "bcde"]
+    claim, give_back = c.rt.store.claim, c.rt.store.release
+    firsts: list[str] = []
+
+    async def b_first(*args: Any) -> Any:
+        if not firsts:
+            firsts.append("b")
+            moved = await b.resume(run_id)
+            assert moved is not None and (await b.wait(moved)).open_requests
+        return await claim(*args)
+
+    async def answered_first(*args: Any) -> Any:
+        if firsts == ["b"]:
+            firsts.append("d")
+            ((request, _, _),) = await rt.store.list_requests(run_id=run_id)
+            decided = await ChatService(d).decide(
+                run_id, request.id, DecisionKind.APPROVE, user=Actor("U0APPROVER")
+            )
+            assert decided.accepted and decided.resumed is None  # c holds the lease
+        return await give_back(*args)
+
+    setattr(c.rt.store, "claim", b_first)  # noqa: B010 (a method, patched)
+    setattr(c.rt.store, "release", answered_first)  # noqa: B010 (a method, patched)
+    await c.adopt_orphans()
+    assert firsts == ["b", "d"]
+
+    async def taken_up() -> bool:
+        await e.adopt_orphans()
+        return await has_ended(rt, run_id)
+
+    await until(taken_up, timeout=5)
+    assert counter.calls == {"deploy": 1}
