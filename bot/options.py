@@ -12,7 +12,7 @@ _ALIASES = {"y": "yes", "n": "no"}
 
 def match_option(answer: str, options: Sequence[str]) -> str | None:
     """The option ``answer`` picks, as the question spells it (any case; y/n for yes/no; its
-    number, ``2`` or ``#2``, as a card numbers options, when no option is a number itself)."""
+    number, ``2`` or ``#2``, as a card numbers options, when no option holds a number)."""
     wanted = answer.strip().casefold()
     spelled = {option.strip().casefold(): option for option in options}
     if wanted in spelled:
@@ -24,17 +24,21 @@ def match_option(answer: str, options: Sequence[str]) -> str | None:
 
 
 def _numbered(wanted: str, options: Sequence[str]) -> str | None:
-    """The option whose number (from 1) ``wanted`` is. Never where an option is a number: in
-    ``3`` / ``5`` replicas, ``2`` may mean the count as well as the second option."""
+    """The option whose number (from 1) ``wanted`` is. Never where an option holds a number:
+    in ``2 replicas`` / ``4 replicas``, ``2`` may mean the count as well as the second option;
+    nor for yes/no, whose two short options no card numbers (``1`` is no way to say yes)."""
     number = wanted.removeprefix("#").removesuffix(".")
-    if not number.isdecimal() or any(_is_number(option) for option in options):
+    if not number.isdecimal() or any(_holds_number(option) for option in options):
+        return None
+    if {option.strip().casefold() for option in options} == {"yes", "no"}:
         return None
     index = int(number) - 1
     return options[index] if 0 <= index < len(options) else None
 
 
-def _is_number(option: str) -> bool:
-    return option.strip().removeprefix("#").removesuffix(".").isdecimal()
+def _holds_number(option: str) -> bool:
+    """Whether an option has a number in it, in any script (``3``, ``v2``, ``③``, ``٢``)."""
+    return any(char.isnumeric() for char in option)
 
 
 def answer_refusal(answer: str, options: Sequence[str]) -> Refusal | None:

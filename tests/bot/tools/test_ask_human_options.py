@@ -40,7 +40,17 @@ PROMPT = "checkout is failing, can you look?"
         # Never where an option is a number: "2" is not the second of 3 and 5 replicas.
         ("2", ("3", "5"), None),
         ("5", ("3", "5"), "5"),
-        ("1", ("1 replica", "no"), "1 replica"),
+        # Nor where an option holds a number: "2" would pick "4 replicas", not "2 replicas".
+        ("2", ("2 replicas", "4 replicas"), None),
+        ("1", ("1 replica", "no"), None),
+        ("#1", ("PR #2", "PR #1"), None),
+        ("2", ("v2", "v1"), None),
+        ("2", ("2.0", "3.0"), None),
+        ("2", ("③", "⑤"), None),
+        ("1", ("node-\u0661", "node-\u0662"), None),  # Arabic-Indic digits
+        # Nor a yes/no question, whose card never numbers its two options.
+        ("1", ("yes", "no"), None),
+        ("2", ("Yes", "No"), None),
     ],
 )
 def test_match_option(answer: str, options: tuple[str, ...], picked: str | None) -> None:
