@@ -170,10 +170,10 @@ COUNT_RUNS_BY_STATUS: Final = "SELECT status, COUNT(*) FROM runs GROUP BY status
 # suspend (the lease's epoch is its journal's last), which an owner that died as it suspended
 # leaves behind when the answers came while it ran (their deciders found the lease taken and
 # left the run to it), and a stopping replica leaves ``handed_back`` if it dies before it queues
-# the run's resume. A decider whose resume was refused (it takes --force) claimed the run and
-# gave it back: that run waits for a person, not for a sweep that would be refused at every
-# pass. A canceller that died leaves its requests open or cancelled, and a run a person stopped
-# (Ctrl-C) is suspended ``interrupted``: not those.
+# the run's resume. A decider, sweep or work item whose resume was refused (it takes --force)
+# claimed the run and gave it back: that run waits for a person, not for a sweep that would be
+# refused at every pass. A canceller that died leaves its requests open or cancelled, and a run
+# a person stopped (Ctrl-C) is suspended ``interrupted``: not those.
 ORPHANED_RUNS: Final = """
 SELECT id FROM runs
 WHERE (status = 'running' AND (owner = '' OR lease_expires IS NULL OR lease_expires < $1))

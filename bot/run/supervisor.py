@@ -180,7 +180,11 @@ class Supervisor:
         if record.status in TERMINAL_STATUSES:
             return None
         state = fold(await self.rt.store.load(run_id), run_id)
-        self._check_fingerprint(state, force)
+        try:
+            self._check_fingerprint(state, force)
+        except ResumeRefused:
+            await self._left_to_a_person(run_id)
+            raise
         prompter = _prompter_for(state, prompter)
         if prompter is not None:
             await self.decisions.ask_again(state, prompter)
@@ -209,6 +213,15 @@ class Supervisor:
             state = fold(await self.rt.store.load(run_id), run_id)
             if state.result is not None or not await self._has_work(state):
                 return None
+
+    async def _left_to_a_person(self, run_id: str) -> None:
+        """A run no resume may take up without --force is claimed and given back, as a refused
+        decider's is: its lease's epoch is then past its journal's last, and no sweep is
+        refused it again at every pass (``ORPHANED_RUNS``, oldest first: enough such runs would
+        hide every other orphan). One held elsewhere is left to its holder."""
+        epoch = await self.rt.store.claim(run_id, self.rt.owner, self.rt.lease_seconds)
+        if epoch is not None:
+            await self.rt.store.release(run_id, self.rt.owner, epoch)
 
     async def _resume_claimed(
         self, run_id: str, epoch: int, prompter: Prompter | None, force: bool, by: str

@@ -742,3 +742,28 @@ async def test_an_answer_that_finds_a_sweeps_claim_about_to_be_given_back_is_not
 
     await until(taken_up, timeout=5)
     assert counter.calls == {"deploy": 1}
+
+
+async def test_a_handed_back_run_no_replica_may_resume_is_left_to_a_person(
+    tmp_path: Path, opened: list[Runtime], caplog: pytest.LogCaptureFixture
+) -> None:
+    # A rolling restart onto a new version whose system prompt changed: the run a stopping
+    # replica handed back takes --force now. Refused once, it is left to a person (as before
+    # it was handed back `handed_back`), not refused at every sweep of every replica, at the
+    # head of the sweep's oldest-first list, where enough of them hid every other orphan.
+    rt, run_id = await handed_back_and_not_queued(tmp_path)
+    opened.append(rt)
+    other = await replica(tmp_path, "replica-b", opened)
+    other.rt.system_prompt = "changed since the run started"
+
+    assert await other.adopt_orphans() == []
+
+    with caplog.at_level(logging.INFO, logger="kestrel"):
+        assert await other.adopt_orphans() == []
+    assert not [r for r in caplog.records if "not adopting" in r.getMessage()]
+    assert await rt.store.orphaned_runs() == []
+    record = await rt.store.get_run(run_id)
+    assert record.status is RunStatus.SUSPENDED and record.owner == ""
+    live = await other.resume(run_id, force=True)  # a person still may
+    assert live is not None
+    assert (await other.wait(live)).status is RunStatus.COMPLETED
