@@ -30,6 +30,7 @@ from bot.domain import (
     ToolCall,
     utcnow,
 )
+from bot.errors import ResumeRefused
 from bot.events import AnswerSuppliedEvent, Event, RunResumedEvent, ToolStartedEvent
 from bot.journal.entries import (
     AssistantTurnEntry,
@@ -767,3 +768,34 @@ async def test_a_handed_back_run_no_replica_may_resume_is_left_to_a_person(
     live = await other.resume(run_id, force=True)  # a person still may
     assert live is not None
     assert (await other.wait(live)).status is RunStatus.COMPLETED
+
+
+async def test_a_decision_taken_by_a_stopping_replica_is_resumed_once_its_lease_expires(
+    tmp_path: Path, opened: list[Runtime]
+) -> None:
+    # Replica b takes the approval's click as it stops: its claim, taken with the decision, is
+    # left to expire. Until then a person's resume is told who holds the run; then a live
+    # replica's sweep adopts it, and the approved deploy runs once.
+    rt, sup, counter, run_id = await waiting_for_approval(tmp_path, opened)
+    (request,) = (await sup.wait(sup.live[run_id])).open_requests
+    replies = [reply(call("deploy", text="v2")), reply(text="finished")]
+    made, _ = await make_runtime(
+        tmp_path / "k.db", replies, counting_tools(counter), owner="replica-b", lease_seconds=0.5
+    )
+    opened.append(made)
+    stopping = Supervisor(made)
+    await stopping.shutdown(hand_back=True)
+    decided = await ChatService(stopping).decide(
+        run_id, request.id, DecisionKind.APPROVE, user=Actor("U0APPROVER")
+    )
+    assert decided.accepted and decided.resumed is None
+    assert (await rt.store.get_run(run_id)).owner == "replica-b"
+    with pytest.raises(ResumeRefused, match="held by replica-b"):
+        await sup.resume(run_id)
+
+    adopted = await until(sup.adopt_orphans)
+
+    assert adopted == [run_id]
+    state = await sup.wait(sup.live[run_id])
+    assert state.result is not None and state.result.text == "finished"
+    assert counter.calls == {"deploy": 1}
