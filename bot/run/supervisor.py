@@ -111,6 +111,7 @@ class Supervisor:
         self._tasks: set[asyncio.Task[RunState]] = set()
         self._stopped: list[asyncio.Task[RunState]] = []  # the tasks shutdown waits on
         self._stopping = False
+        self._hand_back = False  # what ``shutdown`` suspends its runs as (``Interrupt``)
 
     # --- entry points -------------------------------------------------------------------
 
@@ -270,6 +271,11 @@ class Supervisor:
         self._tasks.add(task)
         if self._stopping:
             self._stopped.append(task)
+            # A turn taken as this process stops suspends before its first model call: after
+            # ``shutdown`` returned nothing else would stop it, and its tools would run until
+            # the process exits. Not handed back through the work queue then, it is adopted
+            # (``handed_back``) or its lease expires.
+            live.signals.interrupt.request(hand_back=self._hand_back)
         task.add_done_callback(self._tasks.discard)
 
     async def answer(
@@ -415,7 +421,7 @@ class Supervisor:
         replica's sweep adopts (``ORPHANED_RUNS``), so that one is not lost if this process
         dies before it queues their resumes.
         """
-        self._stopping = True
+        self._stopping, self._hand_back = True, hand_back
         self._stopped.extend(self._tasks)
         self.interrupt_all(spare_tools=tool_grace > 0, hand_back=hand_back)
         if self._tasks and tool_grace > 0:

@@ -799,3 +799,28 @@ async def test_a_decision_taken_by_a_stopping_replica_is_resumed_once_its_lease_
     state = await sup.wait(sup.live[run_id])
     assert state.result is not None and state.result.text == "finished"
     assert counter.calls == {"deploy": 1}
+
+
+async def test_a_turn_taken_after_shutdown_returned_is_handed_back_not_run(
+    tmp_path: Path, opened: list[Runtime]
+) -> None:
+    # `kestrel serve` queues the handed-back runs' resumes and stops its chat front after
+    # `shutdown` returned: a Slack event or a work item handled meanwhile starts a turn there.
+    # Nothing interrupts it any more: it would run its tools until the process exits and
+    # kills them. It suspends at once, handed back, for a live replica's sweep to adopt.
+    counter = Counter()
+    replies = [reply(call("write", text="x")), reply(text="written")]
+    rt, _ = await make_runtime(tmp_path / "k.db", replies, counting_tools(counter))
+    opened.append(rt)
+    stopping = Supervisor(rt)
+    assert await stopping.shutdown(hand_back=True) == []
+
+    live = await stopping.start_turn("write x", prompter=None)
+    state = await asyncio.wait_for(stopping.wait(live), 10)
+
+    assert state.status is RunStatus.SUSPENDED and counter.calls == {}
+    record = await rt.store.get_run(live.run_id)
+    assert record.stop_reason == "handed_back" and record.owner == ""
+    other = await replica(tmp_path, "replica-b", opened)
+    other.rt.tools = rt.tools
+    assert await other.adopt_orphans() == [live.run_id]
