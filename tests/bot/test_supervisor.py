@@ -824,3 +824,29 @@ async def test_a_turn_taken_after_shutdown_returned_is_handed_back_not_run(
     other = await replica(tmp_path, "replica-b", opened)
     other.rt.tools = rt.tools
     assert await other.adopt_orphans() == [live.run_id]
+
+
+async def test_a_run_a_person_stopped_is_adopted_by_no_replica(
+    tmp_path: Path, opened: list[Runtime]
+) -> None:
+    # Ctrl-C at `kestrel run` or `kestrel chat` on a store replicas share: the run waits for
+    # that person's resume, whatever the replicas' sweeps find.
+    release = asyncio.Event()
+    rt, _ = await make_runtime(tmp_path / "k.db", [reply(call("hold"))], [holding_tool(release)])
+    opened.append(rt)
+    started = asyncio.Event()
+    rt.events.add(ToolStarted(started))
+    supervisor = Supervisor(rt)
+    chat = ChatService(supervisor)
+    live = await supervisor.start_turn("hold on", prompter=None)
+    await started.wait()
+
+    chat.interrupt(live)
+    await supervisor.shutdown()  # as `kestrel chat` leaves
+
+    record = await rt.store.get_run(live.run_id)
+    assert record.stop_reason == "interrupted" and record.owner == ""
+    assert await rt.store.orphaned_runs() == []
+    other = await replica(tmp_path, "replica-b", opened)
+    other.rt.tools = rt.tools  # it could resume the run, were it an orphan
+    assert await other.adopt_orphans() == []
