@@ -752,8 +752,7 @@ async def test_a_handed_back_run_no_replica_may_resume_is_left_to_a_person(
     # replica handed back takes --force now. Refused once, it is left to a person (as before
     # it was handed back `handed_back`), not refused at every sweep of every replica, at the
     # head of the sweep's oldest-first list, where enough of them hid every other orphan.
-    rt, run_id = await handed_back_and_not_queued(tmp_path)
-    opened.append(rt)
+    rt, run_id = await handed_back_and_not_queued(tmp_path, opened)
     other = await replica(tmp_path, "replica-b", opened)
     other.rt.system_prompt = "changed since the run started"
 
