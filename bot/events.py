@@ -143,7 +143,7 @@ class RunSuspendedEvent(msgspec.Struct, frozen=True):
     kind: ClassVar[str] = "run_suspended"
     run_id: str
     reason: StopReason
-    request_ids: tuple[str, ...]
+    request_ids: tuple[str, ...]  # the requests open as it suspended, whatever stopped it
 
 
 class RunEndedEvent(msgspec.Struct, frozen=True):

@@ -215,7 +215,8 @@ class ThreadRenderer:
             case RequestReminderEvent():
                 await self._remind(place, event.request.id)
             case RunSuspendedEvent():
-                await progress.stop(event.run_id, suspended_words(event.reason))
+                note = suspended_words(event.reason, waiting=bool(event.request_ids))
+                await progress.stop(event.run_id, note)
             case RunEndedEvent():
                 await progress.stop(event.run_id)
                 # The run's end committed with its answer owed to the thread: the outbox

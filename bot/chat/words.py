@@ -52,9 +52,10 @@ _PAUSES: Final = {
 }
 
 
-def suspended_words(reason: StopReason) -> str:
-    """The last line of a thread's status when its run suspends: whom or what it waits for."""
-    return _PAUSES.get(reason, "Waiting on people.")
+def suspended_words(reason: StopReason, *, waiting: bool) -> str:
+    """The last line of a thread's status when its run suspends: whom or what it waits for
+    (``waiting``: a request is open, whatever else stopped it)."""
+    return "Waiting on people." if waiting else _PAUSES.get(reason, "Waiting on people.")
 
 
 def status_words(status: str, reason: StopReason | str) -> str:

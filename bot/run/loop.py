@@ -535,7 +535,9 @@ class AgentLoop:
     async def _suspend(self, pause: Suspend) -> None:
         ids = tuple(r.id for r in pause.requests)
         await self.journal.append(RunSuspended(reason=pause.reason, request_ids=ids))
-        self.run_ctx.events.emit(RunSuspendedEvent(self.run_id, pause.reason, ids))
+        # Stopped for another cause with a question open, it waits on people all the same.
+        waiting = ids or tuple(r.id for r in self.state.open_requests)
+        self.run_ctx.events.emit(RunSuspendedEvent(self.run_id, pause.reason, waiting))
 
     async def _end(self, status: RunStatus, reason: StopReason, error: str, text: str) -> None:
         result = TerminalResult(

@@ -396,6 +396,25 @@ async def test_an_approval_the_run_cannot_go_on_with_says_why(tmp_path: Path) ->
         assert world.executions == []
 
 
+async def test_a_run_handed_back_with_a_card_open_says_it_waits_on_people(
+    tmp_path: Path,
+) -> None:
+    restart = {"name": "restart_service", "arguments": {"service": "checkout"}}
+    drain = {"name": "drain_node", "arguments": {"node": "node-3", "seconds": 30}}
+    script = [{"text": "Both.", "calls": [restart, drain]}, {"text": "Done."}]
+    async with discord_world(tmp_path, script) as world:
+        thread = await world.thread_of(await world.mention("checkout and node-3"))
+        await world.card()
+        await until(lambda: "node-3" in world.executions)
+        await world.supervisor.shutdown(hand_back=True)  # the drain is cut, the card stays
+        await world.settled()
+
+        (status,) = [
+            m for m in world.discord.bot_messages(thread) if m["content"].startswith("Working…")
+        ]
+        assert status["content"].endswith("Waiting on people.")
+
+
 async def test_a_run_handed_back_says_so_in_its_status(tmp_path: Path) -> None:
     script = [
         {"text": "Reading the log.", "calls": [{"name": "read_log", "arguments": {}}]},
