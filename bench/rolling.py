@@ -65,8 +65,14 @@ from tests.fakes.slack_client import SlackSender, app_mention, block_actions
 from tests.fakes.slack_world import APPROVER, REQUESTER, SECRET, button_value, posted_ts
 
 DEFAULT_DSN: Final = "postgresql://postgres@127.0.0.1:5432/test"
+EXECUTIONS: Final = "executions.txt"  # a line per run of the gated command: its argument
 FEEDBACK_METHODS: Final = ("assistant.threads.setStatus", "chat.startStream")
-RECORD: Final = "import sys; open(sys.argv[1], 'a').write(sys.argv[2] + '\\n')"
+# The gated command: records its argument, then takes ``argv[3]`` seconds (a deploy's time,
+# during which a replica's death leaves its outcome uncertain).
+RECORD: Final = (
+    "import sys, time; open(sys.argv[1], 'a').write(sys.argv[2] + '\\n');"
+    " time.sleep(float(sys.argv[3]))"
+)
 # A mention "deploy mNNN" asks for the gated command (its argument is the whole prompt);
 # any other is answered at once.
 SCRIPT: Final[list[Any]] = [
@@ -99,6 +105,7 @@ class Plan:
     settle_timeout: float = 120.0
     interactions: str = "gateway"  # Discord's clicks: over the gateway, or "http"
     rounds: int = 0  # at least this many restart rounds before the end
+    command_seconds: float = 0.0  # how long the gated command takes
 
 
 @dataclass
@@ -137,6 +144,9 @@ class Tally:
     taken_over: int = 0  # Discord: mentions another replica's work taker took up
     reclicked: int = 0  # refused clicks and clicks whose card still asked
     undecided: int = 0  # clicks taken whose card still asked a lease + 3 s later
+    # Cards of a command whose replica died after starting it and before recording its end:
+    # on-call decided each as a person would (``on_call``).
+    uncertain: int = 0
     problems: list[str] = field(default_factory=list)
     # Replica logs with a traceback (apscheduler logs a job it cancels at shutdown as one).
     tracebacks: list[str] = field(default_factory=list)
@@ -155,6 +165,7 @@ class Tally:
             f" (lease_seconds={plan.lease:g})",
             f"  restarts: {self.sigterms} SIGTERM, {self.sigkills} SIGKILL;"
             f" {self._again(plan, platform)}",
+            f"  uncertain effects on-call decided: {self.uncertain}",
             f"  answered exactly once:   {once}/{self.mentions}",
             f"  approved run once:       {ran}/{gated}",
             f"  cards updated once:      {updated}/{gated} ({self.card_edits} edits sent)",
@@ -188,14 +199,19 @@ class Tally:
 
 
 def write_config(
-    folder: Path, model_url: str, database: str, lease: float, approver: str = APPROVER
+    folder: Path,
+    model_url: str,
+    database: str,
+    lease: float,
+    approver: str = APPROVER,
+    command_seconds: float = 0.0,
 ) -> Path:
     """kestrel.yaml: one gated command that records its argument, the policy, the store."""
-    executions = folder / "executions.txt"
+    executions = folder / EXECUTIONS
     deploy = {
         "name": "deploy",
         "description": "Deploy something",
-        "command": [sys.executable, "-c", RECORD, str(executions), "{name}"],
+        "command": [sys.executable, "-c", RECORD, str(executions), "{name}", f"{command_seconds}"],
         "parameters": {
             "type": "object",
             "properties": {"name": {"type": "string", "pattern": "^[a-z0-9 -]+$"}},
@@ -214,7 +230,7 @@ def write_config(
         "openai_api_key": "sk-test",
         "tools": ["catalog.yaml"],
         "pii": {"mode": "off"},
-        "policy": {"requesters": ["*"], "approvers": {"*": [approver]}},
+        "policy": {"requesters": ["*"], "approvers": {"*": [approver]}, "oncall": [approver]},
         "replica": {"lease_seconds": lease, "poll_seconds": 0.2, "shutdown_grace_seconds": 5},
     }
     path = folder / "kestrel.yaml"
@@ -434,6 +450,14 @@ class Side(Protocol):
         """Once its card is out, approve it until the card shows the decision."""
         ...
 
+    def effect_cards(self, mention: Mention) -> list[str]:
+        """The uncertain-effect cards shown in ``mention``'s thread (an id each)."""
+        ...
+
+    async def settle_effect(self, mention: Mention, card: str, ran: bool, tally: Tally) -> None:
+        """Click the effect card's Mark done (``ran``) or Retry until it shows the decision."""
+        ...
+
     def answered(self, mention: Mention) -> bool:
         """Whether the answer to ``mention`` is shown."""
         ...
@@ -525,15 +549,33 @@ class SlackSide:
         """Once the card is out, click Approve until a replica says 200 and the card shows it."""
         thread = mention.key
         cards = await self.api.wait_for(lambda c: _card_in(c, thread), timeout=120)
-        card = cards[0]
-        value = button_value(card, ids.APPROVE_ONCE)
+        await self._click(cards[0], ids.APPROVE_ONCE, mention, tally)
+
+    def effect_cards(self, mention: Mention) -> list[str]:
+        posted = self.api.calls_to("chat.postMessage")
+        return [
+            posted_ts(self.api, c)
+            for c in posted
+            if c.ok and _in(c, mention.key) and ids.EFFECT_DONE in _blocks(c)
+        ]
+
+    async def settle_effect(self, mention: Mention, card: str, ran: bool, tally: Tally) -> None:
+        (shown,) = [
+            c
+            for c in self.api.calls_to("chat.postMessage")
+            if c.ok and posted_ts(self.api, c) == card
+        ]
+        await self._click(shown, ids.EFFECT_DONE if ran else ids.EFFECT_RETRY, mention, tally)
+
+    async def _click(self, card: Call, action: str, mention: Mention, tally: Tally) -> None:
+        """Click the card's button ``action`` until a replica says 200 and the card shows it."""
         payload = block_actions(
             APPROVER,
-            ids.APPROVE_ONCE,
-            value,
+            action,
+            button_value(card, action),
             channel=card.args["channel"],
             message_ts=posted_ts(self.api, card),
-            thread_ts=thread,
+            thread_ts=mention.key,
         )
         ts = payload["container"]["message_ts"]
 
@@ -622,6 +664,8 @@ def _card_in(call: Call, thread: str) -> bool:
 # --- Discord -----------------------------------------------------------------------------
 
 APPROVE_ID: Final = "kestrel:approve:"
+EFFECT_DONE_ID: Final = "kestrel:effect:done:"
+EFFECT_RETRY_ID: Final = "kestrel:effect:retry:"
 # Discord waits 3 s for an interaction's answer, then shows the person it failed.
 INTERACTION_SECONDS: Final = 3.0
 
@@ -677,12 +721,36 @@ class DiscordSide:
         if not await polled(lambda: bool(posted()), 120):
             tally.problems.append(f"no card in {thread}")
             return
-        card = dict(posted()[0].response)
+        await self._click(thread, dict(posted()[0].response), APPROVE_ID, mention, tally)
+
+    def effect_cards(self, mention: Mention) -> list[str]:
+        thread = mention.key
+        return [
+            str(c.response["id"])
+            for c in self.fake.calls
+            if _posted_in(c, thread) and EFFECT_DONE_ID in json.dumps(c.json)
+        ]
+
+    async def settle_effect(self, mention: Mention, card: str, ran: bool, tally: Tally) -> None:
+        thread = mention.key
+        (shown,) = [
+            dict(c.response)
+            for c in self.fake.calls
+            if _posted_in(c, thread) and str(c.response["id"]) == card
+        ]
+        verb = EFFECT_DONE_ID if ran else EFFECT_RETRY_ID
+        await self._click(thread, shown, verb, mention, tally)
+
+    async def _click(
+        self, thread: str, card: dict[str, Any], prefix: str, mention: Mention, tally: Tally
+    ) -> None:
+        """Click the card's button whose custom id starts with ``prefix`` (each click a new
+        interaction) until the card shows the decision."""
         custom_id = next(
             c["custom_id"]
             for row in card["components"]
             for c in row["components"]
-            if str(c.get("custom_id", "")).startswith(APPROVE_ID)
+            if str(c.get("custom_id", "")).startswith(prefix)
         )
 
         async def click() -> bool:
@@ -705,7 +773,7 @@ class DiscordSide:
 
         def decided() -> bool:
             shown = self.fake.message(thread, str(card["id"]))
-            return shown is not None and APPROVE_ID not in json.dumps(shown["components"])
+            return shown is not None and custom_id not in json.dumps(shown["components"])
 
         await click_until_decided(
             click, lambda within: polled(decided, within), self.lease, mention, tally
@@ -766,13 +834,14 @@ class DiscordSide:
             tally.problems.append(f"unexpected message in {mention.key}: {content[:80]!r}")
 
 
-def _discord_card(call: Any, thread: str) -> bool:
+def _posted_in(call: Any, thread: str) -> bool:
     return bool(
-        call.method == "POST"
-        and call.path == f"/channels/{thread}/messages"
-        and call.status == 200
-        and APPROVE_ID in json.dumps(call.json)
+        call.method == "POST" and call.path == f"/channels/{thread}/messages" and call.status == 200
     )
+
+
+def _discord_card(call: Any, thread: str) -> bool:
+    return _posted_in(call, thread) and APPROVE_ID in json.dumps(call.json)
 
 
 def _look(message: dict[str, Any]) -> str:
@@ -827,6 +896,34 @@ async def flow(plan: Plan, send: Callable[[Mention], Coroutine[Any, Any, None]])
     return mentions
 
 
+async def on_call(side: Side, mentions: list[Mention], executions: Path, tally: Tally) -> None:
+    """On-call, until cancelled: the card of an uncertain effect (its replica died between
+    starting the command and recording its end, and Kestrel will not run it again unasked) is
+    decided as a person would, by what the command itself left: Mark done if it ran, else
+    Retry."""
+    seen: set[str] = set()
+    settling: list[asyncio.Task[None]] = []
+    try:
+        while True:
+            ran = executed(executions)
+            for mention in mentions:
+                for card in side.effect_cards(mention):
+                    if card not in seen:
+                        seen.add(card)
+                        tally.uncertain += 1
+                        settle = side.settle_effect(mention, card, mention.text in ran, tally)
+                        settling.append(asyncio.create_task(settle))
+            await asyncio.sleep(0.2)
+    finally:
+        for task in settling:
+            task.cancel()
+
+
+def executed(executions: Path) -> Counter[str]:
+    """How many times the gated command ran with each argument (``EXECUTIONS``)."""
+    return Counter(executions.read_text().splitlines() if executions.exists() else [])
+
+
 async def run(platform: str, plan: Plan, dsn: str, folder: Path, schema: str) -> Tally:
     """One run on ``platform`` ("slack" or "discord"); its tally."""
     from tests.fakes.openai_server import FakeOpenAI
@@ -834,7 +931,9 @@ async def run(platform: str, plan: Plan, dsn: str, folder: Path, schema: str) ->
     tally = Tally(mentions=plan.mentions)
     async with FakeOpenAI(SCRIPT) as model, SIDES[platform](plan) as side:
         database = f"{dsn}?schema={schema}"
-        config = write_config(folder, model.base_url, database, plan.lease, side.approver)
+        config = write_config(
+            folder, model.base_url, database, plan.lease, side.approver, plan.command_seconds
+        )
         fleet = Fleet(folder, serve_env(config, **side.env()), platform, plan.replicas)
         side.attach(fleet)
         try:
@@ -851,12 +950,14 @@ async def run(platform: str, plan: Plan, dsn: str, folder: Path, schema: str) ->
             done = asyncio.Event()
             rolling = asyncio.create_task(roll(fleet, plan, tally, done))
             mentions = await flow(plan, send)
+            oncall = asyncio.create_task(on_call(side, mentions, folder / EXECUTIONS, tally))
             answered = await until(
                 lambda: all(side.answered(m) for m in mentions),
                 plan.settle_timeout,
                 "every mention answered",
                 tally,
             )
+            oncall.cancel()
             await until(lambda: tally.sigkills >= plan.rounds, 60, "the restart rounds", tally)
             done.set()
             await rolling
@@ -867,8 +968,7 @@ async def run(platform: str, plan: Plan, dsn: str, folder: Path, schema: str) ->
         finally:
             codes = await fleet.stop()
         side.count(mentions, tally)
-    executions = folder / "executions.txt"
-    tally.executions = Counter(executions.read_text().splitlines() if executions.exists() else [])
+    tally.executions = executed(folder / EXECUTIONS)
     if any(codes):
         tally.problems.append(f"exit codes at the end: {codes}")
     tally.tracebacks = fleet.tracebacks()
@@ -915,6 +1015,7 @@ if __name__ == "__main__":
     parser.add_argument("--every", type=float, default=Plan.every)
     parser.add_argument("--lease", type=float, default=Plan.lease)
     parser.add_argument("--seed", type=int, default=Plan.seed)
+    parser.add_argument("--command-seconds", type=float, default=Plan.command_seconds)
     parser.add_argument("--keep", type=Path, help="keep the logs here, and the schema")
     args = parser.parse_args()
     report(
@@ -926,6 +1027,7 @@ if __name__ == "__main__":
             lease=args.lease,
             seed=args.seed,
             interactions=args.interactions,
+            command_seconds=args.command_seconds,
         ),
         args.keep,
     )

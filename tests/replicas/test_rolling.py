@@ -1,7 +1,9 @@
 """A rolling restart loses nothing (smaller runs of ``python -m bench.rolling``): three real
 ``kestrel serve slack`` (or ``discord``) on PostgreSQL, mentions flowing, half of them approved
 with a click (to a random Slack replica; to every connected Discord session), and every 2.5 s
-one replica gets SIGTERM and another SIGKILL, both restarted."""
+one replica gets SIGTERM and another SIGKILL, both restarted. The approved command takes half a
+second: a replica killed during it leaves its outcome uncertain, and on-call decides its card
+(``bench.rolling.on_call``) as a person would, which is part of what is tested."""
 
 from __future__ import annotations
 
@@ -31,7 +33,15 @@ pytestmark = pytest.mark.skipif(
 
 
 async def test_a_rolling_restart_answers_every_mention_once(tmp_path: Path) -> None:
-    plan = Plan(mentions=30, rate=3.0, every=2.5, lease=2.0, seed=random.randrange(1000), rounds=2)
+    plan = Plan(
+        mentions=30,
+        rate=3.0,
+        every=2.5,
+        lease=2.0,
+        seed=random.randrange(1000),
+        rounds=2,
+        command_seconds=0.5,
+    )
     schema = f"kroll_{uuid.uuid4().hex[:12]}"
     try:
         tally = await run("slack", plan, DSN, tmp_path, schema)
@@ -46,7 +56,15 @@ async def test_a_rolling_restart_answers_every_mention_once(tmp_path: Path) -> N
 
 
 async def test_a_rolling_restart_on_discord_answers_every_mention_once(tmp_path: Path) -> None:
-    plan = Plan(mentions=24, rate=3.0, every=2.0, lease=2.0, seed=random.randrange(1000), rounds=2)
+    plan = Plan(
+        mentions=24,
+        rate=3.0,
+        every=2.0,
+        lease=2.0,
+        seed=random.randrange(1000),
+        rounds=2,
+        command_seconds=0.5,
+    )
     schema = f"kroll_{uuid.uuid4().hex[:12]}"
     try:
         tally = await run("discord", plan, DSN, tmp_path, schema)
