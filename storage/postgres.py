@@ -88,6 +88,13 @@ WITH picked AS MATERIALIZED ({sql.UNTAKEN_WORK} FOR UPDATE SKIP LOCKED)
 UPDATE work SET taken_by = $1, taken_at = $2 WHERE id IN (SELECT id FROM picked)
 RETURNING {sql.TAKEN_WORK}
 """
+# Characters that end a URL's host part: in a password as they are, asyncpg splits the DSN
+# inside the password.
+_UNENCODED: Final = re.compile(r"[/?#@\[\]]")
+_UNENCODED_PASSWORD: Final = (
+    "invalid DSN: the password holds /, ?, #, @, [ or ] as it is: percent-encode it"
+    " (e.g. %23 for #)"
+)
 # The longest channel name: LISTEN cuts longer ones short and pg_notify refuses them.
 _MAX_IDENTIFIER: Final = 63
 
@@ -331,6 +338,10 @@ class PostgresStore(SqlStore):
                 )
             except ValueError as exc:
                 # A DSN asyncpg cannot parse; its message may quote the DSN, hence the scrub.
+                # A password holding a character that ends the host part is parsed in pieces,
+                # and a piece is no secret the scrub knows: its message is not quoted at all.
+                if _UNENCODED.search(postgres_credentials(self._dsn)[1]):
+                    raise StoreError(self._message("connect", _UNENCODED_PASSWORD)) from None
                 raise StoreError(self._message("connect", f"invalid DSN: {exc}")) from None
         # The outage is said by ``_new_connection``: the pool's own warnings would repeat it,
         # with a traceback, at each of its retries.

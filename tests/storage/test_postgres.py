@@ -490,6 +490,22 @@ async def test_bad_dsns_are_refused_without_the_password() -> None:
         PostgresStore("postgresql://127.0.0.1/kestrel", schema="x; DROP TABLE runs")
 
 
+@pytest.mark.parametrize("mark", ["#", "?", "/"])
+async def test_a_password_not_percent_encoded_shows_no_piece_of_it(mark: str) -> None:
+    # asyncpg's parser ends the host part at the mark, and its message quotes a piece of the
+    # password (``invalid literal for int(): 'head7x'``), which no scrub of the whole finds.
+    head, tail = "head7x", "tail9y"
+    store = PostgresStore(f"postgresql://kestrel:{head}{mark}{tail}@127.0.0.1:5432/kestrel")
+    with pytest.raises(StoreError) as caught:
+        await store.migrate()
+    await store.close()
+
+    message = str(caught.value)
+    assert head not in message
+    assert tail not in message
+    assert "percent-encode" in message
+
+
 async def test_refused_login_names_the_host_and_user_not_the_password(dsn: str) -> None:
     bad = with_credentials(dsn, f"kestrel_nobody:{SECRET}")
     store = PostgresStore(bad)
