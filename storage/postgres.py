@@ -8,6 +8,7 @@ import hashlib
 import os
 import re
 import socket
+import ssl
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, ClassVar, Final
@@ -576,6 +577,8 @@ def _cause(exc: BaseException) -> str:
         return f"cannot resolve host: {exc.strerror}"
     if isinstance(exc, TimeoutError):
         return str(exc) or "timed out"
+    if isinstance(exc, ssl.SSLError):  # its errno is OpenSSL's, not the OS's
+        return str(exc) or type(exc).__name__
     if isinstance(exc, OSError) and exc.errno:
         return os.strerror(exc.errno)
     return str(exc) or type(exc).__name__

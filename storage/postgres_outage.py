@@ -4,6 +4,7 @@ again, instead of asyncpg's pool logging a traceback at each of its retries."""
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Callable
 from typing import Final
 
@@ -26,8 +27,16 @@ _UNREACHABLE: Final = (
 POOL_LOGGER: Final = "asyncpg.pool"
 
 
+# OSErrors too, yet the server answered: a certificate or protocol it and we disagree on is
+# set-up to fix, not an outage to wait out. Only a handshake the peer cut short is one.
+_MISCONFIGURED: Final = ssl.SSLError
+_CUT_SHORT: Final = (ssl.SSLEOFError, ssl.SSLZeroReturnError)
+
+
 def unreachable(exc: BaseException | None) -> bool:
     """Whether ``exc`` says the server is away rather than that something is wrong."""
+    if isinstance(exc, _MISCONFIGURED) and not isinstance(exc, _CUT_SHORT):
+        return False
     return isinstance(exc, _UNREACHABLE)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -25,7 +26,7 @@ from bot.domain import (
 from bot.errors import StaleEpoch, StoreError, UnknownRun
 from bot.journal.entries import ToolResultEntry, UserMessageEntry
 from bot.records import RunRecord
-from storage.postgres import PostgresStore, _migration_lock_key, open_postgres
+from storage.postgres import PostgresStore, _cause, _migration_lock_key, open_postgres
 from storage.postgres_schema import CREATE_VERSION_TABLE, SCHEMA_VERSION, migration_script
 from tests.fakes.tcp_proxy import TcpProxy
 from tests.fakes.waiting import until
@@ -488,6 +489,14 @@ async def test_bad_dsns_are_refused_without_the_password() -> None:
     assert SECRET not in str(caught.value)
     with pytest.raises(ValueError, match="schema"):
         PostgresStore("postgresql://127.0.0.1/kestrel", schema="x; DROP TABLE runs")
+
+
+def test_a_refused_certificate_is_said_as_itself() -> None:
+    # An SSL error's errno is OpenSSL's, not the OS's: 1 is no "Operation not permitted".
+    refused = ssl.SSLCertVerificationError(
+        1, "[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: certificate has expired"
+    )
+    assert "certificate has expired" in _cause(refused)
 
 
 @pytest.mark.parametrize("mark", ["#", "?", "/"])

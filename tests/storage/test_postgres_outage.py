@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import ssl
 
 import asyncpg
 import pytest
@@ -53,6 +54,15 @@ def test_an_error_that_is_no_outage_is_not_said_as_one(caplog: pytest.LogCapture
     assert said(caplog) == []
 
 
+def test_a_refused_certificate_is_no_outage(caplog: pytest.LogCaptureFixture) -> None:
+    outage = Outage(LABEL, str)
+    caplog.set_level(logging.WARNING)
+    outage.connected()
+    outage.failed(ssl.SSLCertVerificationError(1, "[SSL: CERTIFICATE_VERIFY_FAILED] expired"))
+
+    assert said(caplog) == []
+
+
 def pool_record(exc: BaseException | None) -> logging.LogRecord:
     """A record as asyncpg's pool logs a failed reconnection (``exc_info=True``)."""
     info = None if exc is None else (type(exc), exc, exc.__traceback__)
@@ -76,6 +86,7 @@ def pool_record(exc: BaseException | None) -> logging.LogRecord:
         TimeoutError(),
         asyncpg.CannotConnectNowError("the database system is starting up"),
         asyncpg.ConnectionDoesNotExistError("connection was closed"),
+        ssl.SSLEOFError(8, "EOF occurred in violation of protocol"),  # the server went away
     ],
 )
 def test_the_pool_is_quiet_about_an_outage(exc: BaseException) -> None:
@@ -88,6 +99,9 @@ def test_the_pool_is_quiet_about_an_outage(exc: BaseException) -> None:
         asyncpg.InvalidPasswordError("password authentication failed"),
         asyncpg.TooManyConnectionsError("too many connections"),
         RuntimeError("a bug"),
+        # An OSError, yet a certificate refused: the server answers, the set-up is wrong.
+        ssl.SSLCertVerificationError(1, "[SSL: CERTIFICATE_VERIFY_FAILED] certificate expired"),
+        ssl.SSLError(1, "[SSL: UNSUPPORTED_PROTOCOL] unsupported protocol"),
         None,
     ],
 )
