@@ -12,6 +12,7 @@ which shows ``label (target)``.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -58,6 +59,7 @@ NO_PINGS: dict[str, list[str]] = {"parse": []}
 MORE_NOT_SHOWN = "{dropped} more not shown"
 # The ephemeral messages that show a request's exact arguments: the response and follow-ups.
 ARGUMENTS_MESSAGES = 5
+_BACKTICKS = re.compile(r"`{3,}")
 STEPS_NOT_SHOWN = (
     "{dropped} more not shown: too long for one card, so approve step by step"
     " (`kestrel runs show` or the run's page has every step)"
@@ -451,7 +453,9 @@ def _code(arguments: dict[str, Any]) -> tuple[str, bool]:
 
 def _fenced(code: str) -> str:
     """Code to show inside a fence: printable, and no backticks that would close it."""
-    return printable(code).replace("```", "`\u200b``")
+    # Every backtick of a run of three or more apart: replacing "```" alone leaves three
+    # together in a run of four or more, and Discord ends the block at any three.
+    return _BACKTICKS.sub(lambda run: "\u200b".join(run.group()), printable(code))
 
 
 def arguments_messages(request: Request) -> list[str]:

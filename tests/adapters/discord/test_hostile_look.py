@@ -482,3 +482,19 @@ def test_full_arguments_of_a_plan_name_each_step() -> None:
 
     assert all(f'"unit": "u{n}"' in shown for n in range(3))
     assert '"step": 3' in shown and '"tool": "restart_unit"' in shown
+
+
+def test_a_run_of_backticks_never_closes_the_arguments_code_block() -> None:
+    # Four or more backticks in a row left three together once "```" was defused: the block
+    # closed there, and what followed was Discord markdown (a masked link, a heading).
+    tail = " [docs](https://evil.example) @everyone\n# rm -rf /"
+    for run in (4, 5, 7, 9):
+        request = _approval({"cmd": "echo " + "`" * run + tail})
+        (part,) = arguments_messages(request)
+        assert part.count("```") == 2, run  # the block's own fences alone
+        (field,) = [
+            f
+            for f in DiscordLook().card(_view(request))["embeds"][0]["fields"]
+            if f["name"] == "Arguments"
+        ]
+        assert field["value"].count("```") == 2, run
