@@ -399,16 +399,18 @@ class KestrelDiscord(discord.Client):
 
     async def show_arguments(self, interaction: discord.Interaction, request_id: str) -> None:
         """A card's Full arguments: the request's exact arguments, to the clicker alone, when
-        they may read it from where they clicked (as any read, checked against the place)."""
+        they may read it from where they clicked (as any read, checked against the place).
+        Deferred first, as a decision is: the reads may take longer than Discord waits (over
+        HTTP, a response after that would be dropped)."""
+        if not interaction.response.is_done() and not await _deferred(interaction):
+            return
         actor = await self.actor_for(interaction, request_id)
         view = await self.chat.request(request_id, user=actor) if actor else None
         if view is None:
             note = NOT_THIS_THREAD if actor else NOT_HERE
-            await interaction.response.send_message(note, ephemeral=True)
+            await interaction.followup.send(note, ephemeral=True)
             return
-        first, *rest = arguments_messages(view.request)
-        await interaction.response.send_message(first, ephemeral=True)
-        for part in rest:
+        for part in arguments_messages(view.request):
             await interaction.followup.send(part, ephemeral=True)
 
     async def actor_for(self, interaction: discord.Interaction, request_id: str) -> Actor | None:

@@ -323,3 +323,76 @@ async def test_a_click_answered_after_its_token_expired_decides_nothing_in_one_l
         click = await world.click(card, "approve", user=APPROVER)  # in time: it counts
         assert "Recorded" in await world.answered(click)
         await world.answer_posted(thread, "healthy again")
+
+
+async def test_full_arguments_are_shown_from_the_run_thread_alone(tmp_path: Path) -> None:
+    service = "checkout" + "q" * 400  # cut on the card: it offers Full arguments
+    script = restart_script()
+    script[0]["calls"][0]["arguments"]["service"] = service
+    async with discord_world(tmp_path, script) as world:
+        thread, card = await _approval_card(world)
+        arguments = _component_id(card, "kestrel:arguments:")
+        forged = [
+            # another channel of the run's guild, a direct message, an unknown request
+            p.interaction_button(custom_id=arguments, channel="201", user_id=APPROVER),
+            p.interaction_button(custom_id=arguments, guild=None, channel="9", user_id=APPROVER),
+            p.interaction_button(custom_id="kestrel:arguments:req_nope", user_id=APPROVER),
+        ]
+        for click in forged:
+            await world.discord.dispatch("INTERACTION_CREATE", click)
+            told = await said(world, click)
+            assert "qqqq" not in told, told
+        run_id = (await world.chat.recent(1))[0].id
+        audit = [a.action for a in await world.rt.store.list_audit(run_id)]
+        assert audit.count("show_refused") == 2, audit
+        here = await world.click(card, "arguments", user=REQUESTER)  # no approver, yet here
+        assert "qqqq" in await said(world, here)
+        assert thread
+
+
+async def test_full_arguments_read_slower_than_the_http_answer_still_reach_the_clicker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Over the HTTP endpoint a handler that has not answered in time is answered with a defer,
+    # and its own first response is dropped: the arguments' first message (the only one, for
+    # a short call) never reached the clicker when the reads took longer than that.
+    from aiohttp import web
+
+    from adapters.discord import interactions
+    from tests.fakes.discord_http import InteractionPoster
+    from tests.fakes.serving import free_port
+
+    monkeypatch.setattr(interactions, "ANSWER_SECONDS", 0.3)
+    service = "checkout" + "q" * 400
+    script = restart_script()
+    script[0]["calls"][0]["arguments"]["service"] = service
+    async with discord_world(tmp_path, script) as world:
+        thread, card = await _approval_card(world)
+        poster = InteractionPoster(world.discord)
+        key = interactions.public_key(poster.public_key)
+        application = web.Application()
+        interactions.InteractionEndpoint(world.adapter.client, key).add_to(application)
+        runner = web.AppRunner(application)
+        await runner.setup()
+        port = free_port()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        try:
+            read = world.chat.request
+
+            async def slow(*args: Any, **kwargs: Any) -> Any:
+                await asyncio.sleep(0.4)  # a store under load: longer than the answer waits
+                return await read(*args, **kwargs)
+
+            monkeypatch.setattr(world.chat, "request", slow)
+            click = p.interaction_button(
+                custom_id=_component_id(card, "kestrel:arguments:"),
+                channel=thread,
+                message=card,
+                user_id=APPROVER,
+            )
+            url = f"http://127.0.0.1:{port}{interactions.INTERACTIONS_PATH}"
+            status, _ = await poster.post(url, click)
+            assert status == 200
+            assert "qqqq" in await said(world, click, timeout=8)
+        finally:
+            await runner.cleanup()
