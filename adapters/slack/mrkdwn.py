@@ -77,6 +77,7 @@ WORKING_LINES: Final = 10
 
 TRUNCATED: Final = "…"
 ZWSP: Final = "\u200b"
+_BACKTICKS: Final = re.compile(r"`{3,}")
 
 
 @dataclass(frozen=True)
@@ -151,7 +152,9 @@ def _plain(raw: str, limit: int, empty: str = "(blank)") -> str:
 
 def _code_safe(raw: str) -> str:
     """Text that cannot close the code block around it."""
-    return printable(raw).replace("```", f"``{ZWSP}`")
+    # Every backtick of a run of three or more apart: replacing "```" alone leaves three
+    # together in a run of five or more.
+    return _BACKTICKS.sub(lambda run: ZWSP.join(run.group()), printable(raw))
 
 
 def _code(raw: str, limit: int, marker: str = f"\n{TRUNCATED} (truncated)") -> tuple[str, bool]:

@@ -325,6 +325,16 @@ def test_arguments_cannot_close_their_code_block() -> None:
     assert code[3:-3].count("```") == 0
 
 
+@pytest.mark.parametrize("run", [4, 5, 7, 9])
+def test_a_run_of_backticks_cannot_close_the_code_block(run: int) -> None:
+    # "```" made "``<ZWSP>`" left three backticks together in a run of five or more.
+    request = approval(arguments={"x": "echo " + "`" * run + " *bold* <https://evil|docs>"})
+    code = mrkdwn_texts(cards.request_card(request, reason="", may_answer=[]).blocks)[1]
+    assert code[3:-3].count("```") == 0
+    modal = [t for t in mrkdwn_texts(modals.arguments_modal(request)["blocks"]) if "echo" in t]
+    assert modal and all(t[3:-3].count("```") == 0 for t in modal)
+
+
 @pytest.mark.parametrize(
     ("principal", "shown"),
     [
