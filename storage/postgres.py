@@ -337,8 +337,9 @@ class PostgresStore(SqlStore):
                     reset=_keep_session,
                     connect=self._new_connection,
                 )
-            except ValueError as exc:
-                # A DSN asyncpg cannot parse; its message may quote the DSN, hence the scrub.
+            except (ValueError, OverflowError) as exc:
+                # A DSN asyncpg cannot parse (a port over 65535: the socket's OverflowError);
+                # its message may quote the DSN, hence the scrub.
                 # A password holding a character that ends the host part is parsed in pieces,
                 # and a piece is no secret the scrub knows: its message is not quoted at all.
                 if _UNENCODED.search(postgres_credentials(self._dsn)[1]):

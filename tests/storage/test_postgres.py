@@ -499,6 +499,14 @@ def test_a_refused_certificate_is_said_as_itself() -> None:
     assert "certificate has expired" in _cause(refused)
 
 
+async def test_a_port_out_of_range_is_the_store_error() -> None:
+    store = PostgresStore(f"postgresql://kestrel:{SECRET}@127.0.0.1:99999/kestrel")
+    with pytest.raises(StoreError, match="connect failed") as caught:
+        await store.migrate()
+    await store.close()
+    assert SECRET not in str(caught.value)
+
+
 @pytest.mark.parametrize("mark", ["#", "?", "/"])
 async def test_a_password_not_percent_encoded_shows_no_piece_of_it(mark: str) -> None:
     # asyncpg's parser ends the host part at the mark, and its message quotes a piece of the
