@@ -32,16 +32,22 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-async def test_a_rolling_restart_answers_every_mention_once(tmp_path: Path) -> None:
-    plan = Plan(
-        mentions=30,
+def short_roll(mentions: int, every: float) -> Plan:
+    """A roll the suite can afford: two rounds at least, a lease of 2 s, and an approved
+    command of half a second, during which a SIGKILL leaves an effect for on-call."""
+    return Plan(
+        mentions=mentions,
         rate=3.0,
-        every=2.5,
+        every=every,
         lease=2.0,
         seed=random.randrange(1000),
         rounds=2,
         command_seconds=0.5,
     )
+
+
+async def test_a_rolling_restart_answers_every_mention_once(tmp_path: Path) -> None:
+    plan = short_roll(mentions=30, every=2.5)
     schema = f"kroll_{uuid.uuid4().hex[:12]}"
     try:
         tally = await run("slack", plan, DSN, tmp_path, schema)
@@ -56,15 +62,7 @@ async def test_a_rolling_restart_answers_every_mention_once(tmp_path: Path) -> N
 
 
 async def test_a_rolling_restart_on_discord_answers_every_mention_once(tmp_path: Path) -> None:
-    plan = Plan(
-        mentions=24,
-        rate=3.0,
-        every=2.0,
-        lease=2.0,
-        seed=random.randrange(1000),
-        rounds=2,
-        command_seconds=0.5,
-    )
+    plan = short_roll(mentions=24, every=2.0)
     schema = f"kroll_{uuid.uuid4().hex[:12]}"
     try:
         tally = await run("discord", plan, DSN, tmp_path, schema)
