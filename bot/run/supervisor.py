@@ -193,6 +193,15 @@ class Supervisor:
             # Stopping: no claim either, which a run released while waiting would take for
             # one (``ORPHANED_RUNS``: its epoch is its journal's last only until claimed).
             return None
+        claimed = await self._claim_with_work(run_id)
+        if claimed is None:
+            return None
+        epoch, state = claimed
+        return self._resumed(run_id, epoch, state, prompter, force, record.owner, by)
+
+    async def _claim_with_work(self, run_id: str) -> tuple[int, RunState] | None:
+        """The run's lease and its state, if it still has work once claimed; else None (the
+        claim given back, or left to expire by a process that began to stop)."""
         while True:
             epoch = await self.rt.store.claim(run_id, self.rt.owner, self.rt.lease_seconds)
             if epoch is None:
@@ -203,17 +212,20 @@ class Supervisor:
                 # run from every sweep (``ORPHANED_RUNS``), as a refused resume is.
                 return None
             state = fold(await self.rt.store.load(run_id), run_id)
-            if state.result is None and await self._has_work(state):
-                return self._resumed(run_id, epoch, state, prompter, force, record.owner, by)
+            if await self._goes_on(state):
+                return epoch, state
             # Another owner moved it on between our look and our claim: nothing left to do.
             await self.rt.store.release(run_id, self.rt.owner, epoch)
             # Unless the answer it waits on came while we held the claim: its decider found the
             # lease taken and left the run to us, and given back without a journal entry, the
             # run is hidden from every sweep. Looked at after the release, an answer written
             # since took the lease itself.
-            state = fold(await self.rt.store.load(run_id), run_id)
-            if state.result is not None or not await self._has_work(state):
+            if not await self._goes_on(fold(await self.rt.store.load(run_id), run_id)):
                 return None
+
+    async def _goes_on(self, state: RunState) -> bool:
+        """Whether a run not ended has work to resume (``_has_work``)."""
+        return state.result is None and await self._has_work(state)
 
     async def _left_to_a_person(self, run_id: str) -> None:
         """A run no resume may take up without --force is claimed and given back, as a refused

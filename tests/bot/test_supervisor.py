@@ -139,16 +139,24 @@ async def handed_back_and_not_queued(tmp_path: Path, opened: list[Runtime]) -> t
     replies = [reply(call("nap", seconds=0.2)), reply(text="rested")]
     rt, _ = await make_runtime(tmp_path / "k.db", replies, [nap], owner="replica-a")
     opened.append(rt)
+    run_id = await handed_back_mid_tool(rt, "rest")
+    record = await rt.store.get_run(run_id)
+    assert record.status is RunStatus.SUSPENDED and record.stop_reason == "handed_back"
+    assert record.owner == "" and await rt.store.take_work("replica-a", 10) == []
+    return rt, run_id
+
+
+async def handed_back_mid_tool(rt: Runtime, prompt: str, requested_by: str = "") -> str:
+    """Start a turn on ``rt`` and, once its tool runs, stop as a replica does (hand_back):
+    the run's id, handed back."""
     started = asyncio.Event()
     rt.events.add(ToolStarted(started))
     supervisor = Supervisor(rt)
-    live = await supervisor.start_turn("rest", prompter=None)
+    prompter = DeferringPrompter() if requested_by else None
+    live = await supervisor.start_turn(prompt, requested_by=requested_by, prompter=prompter)
     await started.wait()
     assert await supervisor.shutdown(hand_back=True) == [live.run_id]
-    record = await rt.store.get_run(live.run_id)
-    assert record.status is RunStatus.SUSPENDED and record.stop_reason == "handed_back"
-    assert record.owner == "" and await rt.store.take_work("replica-a", 10) == []
-    return rt, live.run_id
+    return live.run_id
 
 
 async def replica(tmp_path: Path, owner: str, opened: list[Runtime]) -> Supervisor:
@@ -642,15 +650,10 @@ async def test_a_handed_back_run_taken_by_its_work_item_and_a_sweep_at_once_runs
     tools = [holding_tool(release), *counting_tools(counter)]
     rt, _ = await make_runtime(tmp_path / "k.db", [reply(call("hold"))], tools)
     opened.append(rt)
-    started = asyncio.Event()
-    rt.events.add(ToolStarted(started))
-    handing = Supervisor(rt)
-    live = await handing.start_turn("rest", prompter=None)
-    await started.wait()
-    assert await handing.shutdown(hand_back=True) == [live.run_id]
+    run_id = await handed_back_mid_tool(rt, "rest")
     release.set()  # the cut `hold` is done again at once
-    await WorkTaker(handing, rt.store).submit_resume(live.run_id)
-    assert await rt.store.orphaned_runs() == [live.run_id]  # and swept too
+    await WorkTaker(Supervisor(rt), rt.store).submit_resume(run_id)
+    assert await rt.store.orphaned_runs() == [run_id]  # and swept too
 
     supervisors = []
     for owner in ("replica-b", "replica-c"):
@@ -673,13 +676,13 @@ async def test_a_handed_back_run_taken_by_its_work_item_and_a_sweep_at_once_runs
         WorkTaker(taking, taking.rt.store)._handle(item), sweeping.adopt_orphans()
     )
 
-    await until(lambda: has_ended(rt, live.run_id))
-    state = fold(await rt.store.load(live.run_id), live.run_id)
+    await until(lambda: has_ended(rt, run_id))
+    state = fold(await rt.store.load(run_id), run_id)
     assert state.result is not None and state.result.text == "written"
-    resumes = [r.entry for r in await rt.store.load(live.run_id) if r.entry.kind == "run_resumed"]
-    assert adopted == [live.run_id] if resumes[0].owner == "replica-c" else adopted == []
+    resumes = [r.entry for r in await rt.store.load(run_id) if r.entry.kind == "run_resumed"]
+    assert adopted == [run_id] if resumes[0].owner == "replica-c" else adopted == []
     assert counter.calls == {"write": 1}
-    kinds = await kinds_of(rt, live.run_id)
+    kinds = await kinds_of(rt, run_id)
     assert kinds.count("run_resumed") == 1 and kinds.count("run_ended") == 1
     assert await rt.store.take_work("replica-c", 1, retake_after=0) == []  # item finished
 
@@ -697,13 +700,7 @@ async def test_an_answer_that_finds_a_sweeps_claim_about_to_be_given_back_is_not
     replies = [reply(call("hold")), reply(call("deploy", text="v2")), reply(text="finished")]
     rt, _ = await make_runtime(tmp_path / "k.db", replies, tools, owner="replica-a")
     opened.append(rt)
-    started = asyncio.Event()
-    rt.events.add(ToolStarted(started))
-    handing = Supervisor(rt)
-    live = await handing.start_turn("ship it", requested_by="U0REQ", prompter=DeferringPrompter())
-    run_id = live.run_id
-    await started.wait()
-    assert await handing.shutdown(hand_back=True) == [run_id]
+    run_id = await handed_back_mid_tool(rt, "ship it", requested_by="U0REQ")
     release.set()
 
     async def other(owner: str) -> Supervisor:

@@ -203,12 +203,7 @@ async def test_full_arguments_open_in_a_modal(tmp_path: Path) -> None:
         card = await world.card(ids.SHOW_ARGUMENTS)
         assert long_name not in json.dumps(card.args)  # cut on the card
         await world.click(card, ids.SHOW_ARGUMENTS, user="U0ANYONE")
-        opened = await world.api.wait_for("views.open")
-        shown = "".join(
-            block["text"]["text"]
-            for block in opened[0].args["view"]["blocks"]
-            if block.get("type") == "section"
-        )
+        shown = await modal_text(world)
         assert shown.count("x") >= 5000
 
 
@@ -324,12 +319,7 @@ async def test_a_plan_step_cut_on_its_card_opens_whole(tmp_path: Path) -> None:
         card = await world.card(ids.SHOW_ARGUMENTS)
         assert long_name not in json.dumps(card.args)  # the step is cut on the card
         await world.click(card, ids.SHOW_ARGUMENTS, user="U0ANYONE")
-        opened = await world.api.wait_for("views.open")
-        shown = "".join(
-            block["text"]["text"]
-            for block in opened[0].args["view"]["blocks"]
-            if block.get("type") == "section"
-        )
+        shown = await modal_text(world)
         assert long_name in shown and '"checkout"' in shown
         assert world.executions == []
 
@@ -434,3 +424,10 @@ async def approved_at_the_terminal(
             yield supervisor, decided.resumed
         finally:
             await supervisor.shutdown()
+
+
+async def modal_text(world: SlackWorld) -> str:
+    """The text of the first modal opened (its sections, joined)."""
+    opened = await world.api.wait_for("views.open")
+    blocks = opened[0].args["view"]["blocks"]
+    return "".join(block["text"]["text"] for block in blocks if block.get("type") == "section")
