@@ -289,10 +289,10 @@ class ChatService:
         run_id = found[0].run_id
         if user is not None and await self._misplaced(user, run_id, "show", request_id):
             return None
-        if found[1] is RequestStatus.OPEN and await self.ended(run_id):
-            found = (found[0], RequestStatus.CANCELLED, found[2])  # see ``_view``
         reason = self._reasons.get(request_id)
         if reason is not None:  # why the model asked never changes: no journal to read
+            if found[1] is RequestStatus.OPEN and await self.ended(run_id):
+                found = (found[0], RequestStatus.CANCELLED, found[2])  # see ``_view``
             return self._shown(*found, reason)
         view = self._view(*found, fold(await self._rt.store.load(run_id), run_id))
         self._remember(request_id, view.reason)  # from the whole journal: final
