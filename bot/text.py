@@ -38,12 +38,41 @@ def printable(text: str) -> str:
     return _SURROGATES.sub("\ufffd", _REORDERING.sub("", text))
 
 
+# What shows as nothing, or as a space it is not, yet is part of a value: controls (C0 but tab
+# and newline, DEL, C1), every format character (Cf: zero-width spaces and joiners, word
+# joiners, the byte-order mark, overrides, tags U+E0000 on), the other default-ignorables
+# (variation selectors, Hangul fillers, the grapheme joiner), the Braille blank, spaces and
+# separators but the ASCII space, and lone surrogates. An approver reads "rm -rf /tmp/x" for a
+# value that holds them, and two values that differ only by them as one.
+_INVISIBLE: Final = on_use(
+    "[\x00-\x08\x0b-\x1f\x7f-\xa0\xad\u034f\u0600-\u0605\u061c\u06dd\u070f"
+    "\u0890\u0891\u08e2\u115f\u1160\u1680\u17b4\u17b5\u180b-\u180f\u2000-\u200f"
+    "\u2028-\u202f\u205f-\u206f\u2800\u3000\u3164\ud800-\udfff\ufe00-\ufe0f\ufeff"
+    "\uffa0\ufff0-\ufffb\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3"
+    "\U0001d173-\U0001d17a\U000e0000-\U000e0fff]"
+)
+
+
+def invisibles_named(text: str) -> str:
+    """``text`` with each character that shows as nothing or as a space it is not (zero-width
+    characters, tags, other format characters, controls) named by its code point
+    (``[U+200B]``): where an approver reads a call's exact arguments, so that what is shown is
+    every character of what runs."""
+    if text.isascii() and text.replace("\n", "").replace("\t", "").isprintable():
+        return text  # ASCII's invisibles are its controls
+    return _INVISIBLE.sub(_code_point, text)
+
+
+def _code_point(found: re.Match[str]) -> str:
+    return f"[U+{ord(found.group()):04X}]"
+
+
 def reordering_named(text: str) -> str:
     """``text`` with each direction override or isolate shown as its code point
     (``[U+202E]``): on a page, where the text stays whole but must read in written order."""
     if text.isascii():
         return text
-    return _REORDERING.sub(lambda found: f"[U+{ord(found.group()):04X}]", text)
+    return _REORDERING.sub(_code_point, text)
 
 
 # Compiled on first use (``bot.patterns``): a command's answer on a terminal is only made
@@ -140,7 +169,7 @@ def _ref_key(ref: str) -> str:
     return " ".join(ref.split()).casefold()
 
 
-__all__ = ["printable", "unmask_links"]
+__all__ = ["invisibles_named", "printable", "unmask_links"]
 
 
 # Text in a tool's output that speaks to the agent rather than about the system: the shapes

@@ -23,6 +23,7 @@ from bot.chat.cards import (
     PLAN_BINDING,
     PLAN_BUTTONS,
     closing,
+    exact,
     exact_calls,
     off_plan_words,
     plan_steps,
@@ -443,7 +444,7 @@ def _within_embed_limit(
 def _code(arguments: dict[str, Any]) -> tuple[str, bool]:
     """The arguments as a code block for a field, each long value cut; whether any was cut."""
     shortened, cut = shorten(arguments, VALUE_LIMIT)
-    body = _fenced(pretty(shortened))
+    body = _fenced(exact(shortened))
     fence = "```json\n{}\n```"
     room = FIELD_LIMIT - len(fence) + 2
     if len(body) <= room:
@@ -463,7 +464,7 @@ def arguments_messages(request: Request) -> list[str]:
     in a code block over at most ``ARGUMENTS_MESSAGES`` messages; the last says so when even
     they cannot hold it all."""
     head = f"Full arguments of {_inline(request.tool)} (request {_inline(request.id)}):"
-    text = f"{head}\n```json\n{_fenced(pretty(exact_calls(request)))}\n```"
+    text = f"{head}\n```json\n{_fenced(exact(exact_calls(request)))}\n```"
     parts = _split(text, CONTENT_LIMIT - len(CUT_NOTE))
     if len(parts) <= ARGUMENTS_MESSAGES:
         return parts

@@ -29,7 +29,7 @@ from adapters.slack.mrkdwn import (
     _section,
     escape,
 )
-from bot.chat.cards import exact_calls, pretty
+from bot.chat.cards import exact, exact_calls
 from bot.domain import (
     Request,
 )
@@ -109,7 +109,7 @@ def arguments_modal(request: Request) -> dict[str, Any]:
     """A call's exact arguments, pretty JSON in code blocks across as many sections as the
     modal holds; says so when even they cannot hold it all."""
     head = _section(f"{_inline(request.tool)} · request {_inline(request.id)}")
-    body = _code_safe(pretty(exact_calls(request)))
+    body = _code_safe(exact(exact_calls(request)))
     room = VIEW_BLOCKS_LIMIT - 2
     pieces, rest = _split_escaped(body, SECTION_TEXT_LIMIT - 6, room)
     blocks = [head, *(_section(f"```{piece}```") for piece in pieces)]

@@ -35,7 +35,7 @@ from slack_sdk.models.blocks import (
     StaticSelectElement,
 )
 
-from bot.chat.cards import pretty, shorten
+from bot.chat.cards import exact, shorten
 from bot.chat.words import stop_reason_words
 from bot.domain import (
     RequestKind,
@@ -293,7 +293,7 @@ def _compact(value: Any) -> str:
 def _arguments_section(arguments: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
     """The call's arguments as pretty JSON in a code block; whether anything was cut."""
     shortened, cut_values = shorten(dict(arguments), CARD_VALUE_LIMIT)
-    code, cut_whole = _code(pretty(shortened), CARD_ARGUMENTS_LIMIT)
+    code, cut_whole = _code(exact(shortened), CARD_ARGUMENTS_LIMIT)
     return _section(code), cut_values or cut_whole
 
 

@@ -3,7 +3,8 @@
 Everything that comes from a model, a tool or a person reaches the HTML through autoescaping;
 the one filter that returns markup, ``marked``, escapes first and then wraps the PII guard's
 placeholders in ``<span class="redacted">``. Every value a template prints shows its direction
-overrides and isolates by code point (``[U+202E]``) instead of obeying them.
+overrides and isolates by code point (``[U+202E]``) instead of obeying them; a call's
+arguments show every invisible character so (``[U+200B]``, ``invisibles_named``).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from bot.chat.run_summary import PAGE_ENTRIES
 from bot.chat.service import PendingRequest, RequestView, RunInspection, RunMark, RunView
 from bot.chat.words import ORIGINS_TITLE, Origin, origin_lines, stop_reason_words, thread_of
 from bot.domain import utcnow
-from bot.text import reordering_named
+from bot.text import invisibles_named, reordering_named
 
 # While a run is running its page polls this often; while it is suspended, less often.
 RUNNING_POLL_MS = 2000
@@ -145,6 +146,7 @@ def _environment() -> Environment:
         span=_span,
         pretty=pretty_json,
         shown=shown,
+        named=invisibles_named,
         origins=_origins,
         reason=stop_reason_words,
     )

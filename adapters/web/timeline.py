@@ -31,7 +31,7 @@ from bot.domain import (
     TerminalResult,
     Usage,
 )
-from bot.text import instruction_like
+from bot.text import instruction_like, invisibles_named
 
 # An output longer than this (characters or lines) is collapsed under a <details>.
 # A page stays small whatever the run did: each output or argument block is cut at
@@ -466,7 +466,7 @@ class TimelineWalk:
             case "assistant_turn":
                 turn = entry.turn
                 calls = [
-                    Call(seq, c.id, c.name, shown(pretty_arguments(c.arguments)))
+                    Call(seq, c.id, c.name, invisibles_named(shown(pretty_arguments(c.arguments))))
                     for c in turn.calls
                 ]
                 self._batch = {c.call_id: c for c in calls}

@@ -14,6 +14,7 @@ from typing import Any, assert_never
 
 from bot.chat.words import origin_lines
 from bot.domain import Decision, DecisionKind, PlanStep, Request, RequestKind, RequestStatus
+from bot.text import invisibles_named
 
 TRUNCATED = "…"
 
@@ -72,14 +73,14 @@ def plan_steps(request: Request) -> list[StepView]:
 
 def _step_view(number: int, step: PlanStep) -> StepView:
     origins = tuple(origin_lines(step.origins))
-    arguments = json.dumps(step.arguments, sort_keys=True, ensure_ascii=False)
+    arguments = invisibles_named(json.dumps(step.arguments, sort_keys=True, ensure_ascii=False))
     return StepView(number, step.tool, arguments, step.why.strip(), origins, step.gated)
 
 
 def off_plan_words(request: Request) -> str:
     """How an approval's call differs from the approved plan (``Off the approved plan: …``);
-    empty when the run has no plan."""
-    note = request.off_plan.strip()
+    empty when the run has no plan. Invisible characters in the values it quotes are named."""
+    note = invisibles_named(request.off_plan.strip())
     return note[:1].upper() + note[1:]
 
 
@@ -116,6 +117,12 @@ def exact_calls(request: Request) -> Any:
 def pretty(value: Any) -> str:
     """JSON for people: indented, keys sorted, unicode as is."""
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def exact(value: Any) -> str:
+    """A call's arguments as an approver reads them: ``pretty``, with each character that
+    shows as nothing or as a space it is not named by its code point (``[U+200B]``)."""
+    return invisibles_named(pretty(value))
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Final, Protocol
 
 from bot.kinds import StopReason
+from bot.text import invisibles_named
 
 _REASONS: Final[dict[StopReason, str]] = {
     StopReason.ANSWERED: "answered",
@@ -155,9 +156,14 @@ def origin_lines(
     origins: Sequence[Origin], code: Callable[[str], str] = str, warn: Callable[[str], str] = str
 ) -> list[str]:
     """Each origin in words, its argument, value, tool and excerpt marked up by ``code``, and
-    an output with instruction-like text said so (marked up by ``warn``)."""
+    an output with instruction-like text said so (marked up by ``warn``). Invisible characters
+    in the pieces are named, as in the arguments they came into."""
+
+    def piece(text: str) -> str:
+        return code(invisibles_named(text))
+
     return [
-        origin_words(code(o.argument), code(o.value), code(o.tool), o.line, code(o.excerpt))
+        origin_words(piece(o.argument), piece(o.value), piece(o.tool), o.line, piece(o.excerpt))
         + (f" {warn(f'⚠ {INSTRUCTION_MARK}')}" if o.instruction_like else "")
         for o in origins
     ]

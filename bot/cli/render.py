@@ -258,7 +258,10 @@ def _message_lines(message: Message) -> list[str]:
     if isinstance(message, AssistantMessage):
         turn = message.turn
         lines = [f"assistant: {turn.text}"] if turn.text else []
-        return lines + [f"  call {c.id}: {c.name} {c.arguments}" for c in turn.calls]
+        from bot.text import invisibles_named
+
+        calls = [f"  call {c.id}: {c.name} {invisibles_named(c.arguments)}" for c in turn.calls]
+        return lines + calls
     return [f"  result {r.call_id}: {_short(r.output)}" for r in message.results]
 
 
@@ -291,12 +294,15 @@ def _deadline_words(request: ShownRequest, now: datetime) -> str:
 
 def request_details(request: ShownRequest) -> list[str]:
     """The lines under a request's: where its arguments came from, a plan's steps (with where
-    their values came from), or how a call differs from the approved plan."""
+    their values came from), or how a call differs from the approved plan; invisible
+    characters in them named."""
+    from bot.text import invisibles_named
+
     lines = origin_lines(request.origins)
     if request.off_plan:
-        lines.append(f"    {request.off_plan}")
+        lines.append(f"    {invisibles_named(request.off_plan)}")
     for number, step in enumerate(request.steps, 1):
-        args = json.dumps(step.arguments, sort_keys=True, ensure_ascii=False)
+        args = invisibles_named(json.dumps(step.arguments, sort_keys=True, ensure_ascii=False))
         why = f"  ({step.why})" if step.why else ""
         free = "  [needs no approval]" if not step.gated else ""
         lines.append(f"    step {number}: {step.tool} {args}{why}{free}")

@@ -328,3 +328,41 @@ def test_an_unknown_slash_command_is_named_and_a_message_can_start_with_a_slash(
     assert "/resume needs a RUN" in result.stdout
     (run,) = json.loads(kestrel(tmp_path, "runs", "list", "--json").stdout)
     assert run["prompt"] == "/var/log is full"
+
+
+async def test_the_terminal_card_names_invisible_characters_in_what_is_approved() -> None:
+    import io
+
+    from adapters.console import ConsoleIO, ConsolePrompter
+    from bot.domain import PlanStep, Request, RequestKind
+
+    hidden = "rm -rf /tmp/x\u200b\U000e0041"
+    out = io.StringIO()
+    prompter = ConsolePrompter(ConsoleIO(io.StringIO("l\nl\n"), out), "alice")
+    plan = Request(
+        run_id="run_1",
+        kind=RequestKind.WAIT_PLAN,
+        call_id="c",
+        tool="propose_plan",
+        prompt="clean up",
+        steps=(PlanStep(tool="run_shell", arguments={"command": hidden}),),
+    )
+    off = Request(
+        run_id="run_1",
+        kind=RequestKind.WAIT_APPROVAL,
+        call_id="c2",
+        tool="run_shell",
+        arguments={"command": hidden},
+        off_plan=f"off the approved plan: changed argument `command`: `{hidden}`",
+    )
+
+    assert await prompter.ask(plan) is None
+    assert await prompter.ask(off) is None
+
+    shown = out.getvalue()
+    assert '│ 1. run_shell {"command": "rm -rf /tmp/x[U+200B][U+E0041]"}' in shown
+    assert (
+        "│ Off the approved plan: changed argument `command`: `rm -rf /tmp/x[U+200B][U+E0041]`"
+        in shown
+    )
+    assert "\u200b" not in shown and "\U000e0041" not in shown

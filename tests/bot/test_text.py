@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from bot.text import printable, unmask_links
+from bot.text import invisibles_named, printable, unmask_links
 
 # What any platform could read as a labelled link: Slack's <target|label> (not a mention or a
 # command), Markdown's ](…) and a reference definition with a scheme.
@@ -132,3 +132,50 @@ def test_every_ascii_character_is_kept_or_dropped_as_the_patterns_say(code: int)
 
 def test_an_escape_sequence_in_ascii_text_is_removed() -> None:
     assert printable("plain \x1b[2J\x1b]0;title\x07text") == "plain text"
+
+
+# Characters that show as nothing (zero-width, joiners, the byte-order mark, tags, variation
+# selectors) or as a space that is not one: an approver reads "rm -rf /tmp/x" either way.
+INVISIBLE = (
+    "\u200b\u200c\u200d\u2060\ufeff\u00ad\u034f\u180e\u2800\u3164\ufe0f"
+    "\U000e0001\U000e0041\U000e007f\U000e0100\u00a0\u2003\u2028\x7f\x85"
+)
+
+
+def test_each_invisible_character_in_exact_text_is_named_by_its_code_point() -> None:
+    shown = invisibles_named(f"rm -rf /tmp/x{INVISIBLE} done")
+    assert shown == (
+        "rm -rf /tmp/x[U+200B][U+200C][U+200D][U+2060][U+FEFF][U+00AD][U+034F][U+180E]"
+        "[U+2800][U+3164][U+FE0F][U+E0001][U+E0041][U+E007F][U+E0100][U+00A0][U+2003]"
+        "[U+2028][U+007F][U+0085] done"
+    )
+    assert invisibles_named("\u202ebd-stnemyap\u202c") == "[U+202E]bd-stnemyap[U+202C]"
+    assert invisibles_named("crème brûlée ✓ שלום") == "crème brûlée ✓ שלום"  # visible stays
+
+
+def test_every_format_control_and_separator_character_is_named() -> None:
+    import sys
+    import unicodedata
+
+    hidden = {"Cf", "Cc", "Zs", "Zl", "Zp"}
+    missed = [
+        f"U+{code:04X}"
+        for code in range(sys.maxunicode + 1)
+        if unicodedata.category(chr(code)) in hidden
+        and chr(code) not in " \t\n"
+        and invisibles_named(chr(code)) == chr(code)
+    ]
+    assert missed == []
+
+
+def test_plain_ascii_exact_text_is_returned_as_is_and_compiles_nothing() -> None:
+    import subprocess
+    import sys
+
+    probe = (
+        'from bot import text; shown = text.invisibles_named(\'restart_unit {"unit": "db"}\');'
+        "print(shown, text._INVISIBLE._compiled is None)"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.split(maxsplit=1)[1] == '{"unit": "db"} True\n'
+    assert invisibles_named("a\x1b[2Jb\tc\n") == "a[U+001B][2Jb\tc\n"

@@ -498,3 +498,36 @@ def test_a_run_of_backticks_never_closes_the_arguments_code_block() -> None:
             if f["name"] == "Arguments"
         ]
         assert field["value"].count("```") == 2, run
+
+
+HIDDEN = "rm -rf /tmp/x\u200b\U000e0041"
+NAMED = "rm -rf /tmp/x[U+200B][U+E0041]"
+
+
+def test_invisible_characters_in_arguments_are_named_on_cards_and_full_arguments() -> None:
+    request = _approval({"command": HIDDEN})
+    off = Request(
+        run_id="run_1",
+        kind=RequestKind.WAIT_APPROVAL,
+        call_id="c",
+        tool="run_shell",
+        arguments={"command": HIDDEN},
+        off_plan=f"off the approved plan: changed argument `command`: `{HIDDEN}`",
+    )
+    step = PlanStep(tool="run_shell", arguments={"command": HIDDEN})
+    plan = Request(
+        run_id="run_1",
+        kind=RequestKind.WAIT_PLAN,
+        call_id="c",
+        tool="propose_plan",
+        prompt="p",
+        steps=(step,),
+    )
+
+    card = _raw_texts(DiscordLook().card(_view(request)))
+    plan_card = _raw_texts(DiscordLook().card(_view(plan)))
+    off_card = _raw_texts(DiscordLook().card(_view(off)))
+    for shown in (card, plan_card, "".join(arguments_messages(request))):
+        assert f'\\"command\\": \\"{NAMED}\\"' in shown or f'"command": "{NAMED}"' in shown
+        assert "\u200b\U000e0041" not in shown
+    assert f"`{NAMED}`" in off_card

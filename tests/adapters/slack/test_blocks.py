@@ -1012,3 +1012,28 @@ def test_a_question_card_shown_as_text_names_its_request_and_keeps_its_options()
     assert f"request `{request.id}`" in text and f"{request.id}:0" not in text
     assert "eu &lt;!channel&gt;" in text and "<!channel>" not in text
     assert "us" in text
+
+
+# A zero-width space and a tag character: the card would read "rm -rf /tmp/x" for a value
+# that is not that.
+HIDDEN = "rm -rf /tmp/x\u200b\U000e0041"
+NAMED = "rm -rf /tmp/x[U+200B][U+E0041]"
+
+
+def test_invisible_characters_in_arguments_are_named_on_cards_and_the_modal() -> None:
+    from bot.domain import PlanStep
+
+    request = approval(arguments={"command": HIDDEN})
+    card = "\n".join(mrkdwn_texts(cards.request_card(request, reason="", may_answer=[]).blocks))
+    step = PlanStep(tool="run_shell", arguments={"command": HIDDEN})
+    planned = one_step_plan(step)
+    plan_card = cards.request_card(planned, reason="", may_answer=[])
+    off = approval(off_plan=f"off the approved plan: changed argument `command`: `{HIDDEN}`")
+    off_card = cards.request_card(off, reason="", may_answer=[])
+    modal = "".join(mrkdwn_texts(modals.arguments_modal(request)["blocks"]))
+    plan_modal = "".join(mrkdwn_texts(modals.arguments_modal(planned)["blocks"]))
+
+    for shown in (card, "\n".join(mrkdwn_texts(plan_card.blocks)), modal, plan_modal):
+        assert f'"command": "{NAMED}"' in shown
+    assert f"`{NAMED}`" in "\n".join(mrkdwn_texts(off_card.blocks))
+    assert request.arguments == {"command": HIDDEN}  # what runs is untouched

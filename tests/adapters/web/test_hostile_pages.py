@@ -568,3 +568,30 @@ async def test_no_field_can_reorder_what_a_page_shows() -> None:
     exported = render_run_page(page, now=T0, standalone=True)
     assert not set(REORDERING) & set(exported)
     assert "[U+2067]gnp.exe[U+2069]" in exported
+
+
+# A zero-width space and a tag character in a call's arguments: the page would read
+# "rm -rf /tmp/x" for a value that is not that.
+HIDDEN = "rm -rf /tmp/x\u200b\U000e0041"
+
+
+async def test_invisible_characters_in_arguments_are_named_on_the_pages() -> None:
+    run_id = "run_hidden"
+    reader = HostileReader()
+    stored, pending = hostile_run(run_id, payload=HIDDEN)
+    reader.runs[run_id] = stored
+    reader.open.append(pending)
+    config = WebConfig.from_settings(WebSettings(), {"KESTREL_WEB_TOKEN": TOKEN})
+    runner, url = await serve(web_routes(reader, config))
+    try:
+        async with aiohttp.ClientSession() as http:
+            for path, shown in (
+                (f"/runs/{run_id}", '{"rm -rf /tmp/x[U+200B][U+E0041]": 1}'),
+                ("/pending", '"rm -rf /tmp/x[U+200B][U+E0041]": "rm -rf /tmp/x[U+200B][U+E0041]"'),
+            ):
+                async with http.get(url + path, headers=BEARER) as response:
+                    assert response.status == 200, path
+                    html = await response.text()
+                assert shown.replace('"', "&#34;") in html, path
+    finally:
+        await runner.cleanup()

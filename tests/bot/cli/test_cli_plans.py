@@ -124,3 +124,17 @@ def test_always_is_no_answer_to_a_plan(tmp_path: Path) -> None:
         "kestrel: --always is for an approval (wait_approval); this is a plan:"
         f" kestrel runs approve {run_id} {plan['id']} [--step-by-step] (or deny --reason TEXT)"
     )
+
+
+def test_invisible_characters_in_a_plan_are_named_where_the_terminal_shows_it(
+    tmp_path: Path,
+) -> None:
+    plan_world(tmp_path, ["payments-api", "payments-db\u200b\U000e0041"])
+    run_id, _ = deferred_plan(tmp_path)
+
+    pending = kestrel(tmp_path, "runs", "pending").stdout
+    transcript = kestrel(tmp_path, "runs", "show", run_id).stdout
+
+    for shown in (pending, transcript):
+        assert "payments-db[U+200B][U+E0041]" in shown, shown
+        assert "\u200b" not in shown and "\U000e0041" not in shown
