@@ -25,7 +25,8 @@ from bot.run.arguments import parse_arguments
 from bot.tools.propose_plan import PROPOSE_PLAN
 from bot.tools.toolset import ToolSet
 
-# An argument value longer than this is cut where a card says how a call differs.
+# An argument value longer than this is cut where a card says how a call differs: a changed
+# one around where it differs from the plan's.
 VALUE_SHOWN: Final = 60
 
 
@@ -115,11 +116,41 @@ def _changes(planned: dict[str, Any], called: dict[str, Any]) -> list[str]:
         elif key not in called:
             changes.append(f"missing argument `{key}` (plan `{_value(planned[key])}`)")
         elif _canonical(planned[key]) != _canonical(called[key]):
-            was, now = _value(planned[key]), _value(called[key])
+            was, now = _text(planned[key]), _text(called[key])
             if _look_alike(was, now):  # 1 vs "1", NFC vs NFD, fullwidth: as escaped JSON
-                was, now = _cut(_canonical(planned[key])), _cut(_canonical(called[key]))
+                was, now = _canonical(planned[key]), _canonical(called[key])
+            was, now = _around_difference(was, now)
             changes.append(f"changed argument `{key}`: `{now}` vs plan `{was}`")
     return changes
+
+
+def _around_difference(was: str, now: str) -> tuple[str, str]:
+    """Both values whole when they are short; else each cut to the same window, starting a
+    little before the first character where they differ, so that the card shows the
+    difference and not only a start they share."""
+    if len(was) <= VALUE_SHOWN and len(now) <= VALUE_SHOWN:
+        return was, now
+    at = _first_difference(was, now)
+    start = max(0, at - VALUE_SHOWN // 3)
+    return _window(was, start), _window(now, start)
+
+
+def _first_difference(was: str, now: str) -> int:
+    """Where two different texts first differ (the shorter one's length if it starts the
+    other)."""
+    low, high = 0, min(len(was), len(now))
+    while low < high:  # halving: a slice comparison is C, a loop over characters is not
+        middle = (low + high + 1) // 2
+        if was[:middle] == now[:middle]:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+def _window(text: str, start: int) -> str:
+    end = start + VALUE_SHOWN
+    return ("…" if start else "") + text[start:end] + ("…" if len(text) > end else "")
 
 
 def _look_alike(shown: str, other: str) -> bool:
@@ -132,8 +163,12 @@ def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True)
 
 
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+
 def _value(value: Any) -> str:
-    return _cut(value if isinstance(value, str) else json.dumps(value, sort_keys=True))
+    return _cut(_text(value))
 
 
 def _cut(text: str) -> str:

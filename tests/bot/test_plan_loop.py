@@ -152,6 +152,24 @@ async def test_an_off_plan_call_gets_a_normal_card_saying_how_it_differs(tmp_pat
     assert world.effects.count() == 0
 
 
+async def test_an_off_plan_card_shows_where_a_long_value_differs(tmp_path: Path) -> None:
+    # The same for 81 characters, then not: the first 60 of each would read the same.
+    same = "payments-" + "x" * 71
+    replies = [
+        reply(call("propose_plan", summary="restart", steps=[step("restart_unit", same + "-api")])),
+        reply(call("restart_unit", unit=same + "-evil;rm -rf /")),
+        reply(text="done"),
+    ]
+    world = await plan_world(tmp_path, replies)
+    run_id = await world.start()
+    await world.decide(run_id, await world.plan(run_id), DecisionKind.APPROVE)
+
+    (card,) = await world.open(run_id)
+    was, now = "…" + "x" * 19 + "-api", "…" + "x" * 19 + "-evil;rm -rf /"
+    assert f"changed argument `unit`: `{now}` vs plan `{was}`" in card.off_plan, card.off_plan
+    assert world.effects.count() == 0
+
+
 async def test_propose_plan_with_an_unknown_tool_is_a_tool_error(tmp_path: Path) -> None:
     replies = [
         reply(call("propose_plan", summary="x", steps=[step("reboot_world", "a")])),
