@@ -61,9 +61,14 @@ def find_emails(src: ScanText) -> Iterator[PiiHit]:
 
 
 # Written-out addresses: "jane at example dot com", "jane[at]example[dot]com",
-# "jane%40example.com", "jane @ example.com". Found on the lower-case text from their "at":
-# the word or bracketed "at", "%40" and the HTML entities, and every "@" (rare in logs).
-_DOT_SEPARATOR = r"(?:\.|%2e|[ \t]*[\[({<][ \t]*(?:dot|\.)[ \t]*[\])}>][ \t]*|[ \t]+dot[ \t]+)"
+# "jane%40example.com" (and "%2540", encoded twice or more), "jane\u0040example.com" (a JSON
+# or Python escape kept as text), "jane @ example.com". Found on the lower-case text from
+# their "at": the word or bracketed "at", "%40", the escapes and the HTML entities, and every
+# "@" (rare in logs).
+_DOT_SEPARATOR = (
+    r"(?:\.|%(?:25)*2e|\\u002e|\\x2e"
+    r"|[ \t]*[\[({<][ \t]*(?:dot|\.)[ \t]*[\])}>][ \t]*|[ \t]+dot[ \t]+)"
+)
 _LOOSE_DOMAIN = on_use(rf"[a-z0-9-]{{1,63}}(?:{_DOT_SEPARATOR}[a-z0-9-]{{1,63}})+")
 _DOT_SPLIT = on_use(_DOT_SEPARATOR)
 # The word "at" counts only before a written-out dot: "deployed at api.example.com" is prose.
@@ -71,8 +76,9 @@ _AT_WORD = on_use(
     r"at(?:[ \t]*[\])}>]|[ \t]+(?=[a-z0-9-]{1,63}(?:[ \t]+dot[ \t]|[ \t]*[\[({<][ \t]*dot\b)))"
 )
 # Two passes: an alternation that does not start with one literal is scanned ten times slower.
-_AT_PERCENT = on_use(r"%40")
+_AT_PERCENT = on_use(r"%(?:25)*40")
 _AT_ENTITY = on_use(r"&(?:#0*64|#x0*40|commat);")
+_AT_ESCAPE = on_use(r"\\(?:u0040|x40)")
 _AT_SIGN = on_use(r"@")
 _OPEN_BRACKETS = " \t[({<"
 
@@ -129,7 +135,8 @@ def find_loose_emails(src: ScanText) -> Iterator[PiiHit]:
             hit = _loose_email(src, end, after, plain_dots=True)
             if hit:
                 yield hit
-    for pattern, anchor in ((_AT_PERCENT, "%"), (_AT_ENTITY, "&")):
+    escapes = ((_AT_ESCAPE, "\\u0040"), (_AT_ESCAPE, "\\x40"))  # not every backslash
+    for pattern, anchor in ((_AT_PERCENT, "%"), (_AT_ENTITY, "&"), *escapes):
         for match in _anchored(pattern, lower, anchor):
             hit = _loose_email(src, match.start(), match.end(), plain_dots=True)
             if hit:

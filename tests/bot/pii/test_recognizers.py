@@ -868,6 +868,17 @@ def test_a_plain_prompt_compiles_no_pattern() -> None:
     assert out.stdout.strip() == "[]"
 
 
+def test_a_backslash_compiles_no_escaped_at_sign_pattern() -> None:
+    """A Windows path or an escaped newline is no ``\\u0040``: the pattern stays uncompiled."""
+    code = (
+        "from bot.pii import emails; from bot.pii.guard import PiiGuard, PiiSettings;"
+        "PiiGuard(PiiSettings()).scan_output('copied C:\\\\Users\\\\ops\\\\x.log\\\\n');"
+        "print(emails._AT_ESCAPE._compiled is None)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "True"
+
+
 def test_the_configuration_guide_names_every_entity_type() -> None:
     guide = (Path(__file__).resolve().parents[3] / "docs" / "configuration.md").read_text()
     assert [name for name in ENTITY_TYPES if f"`{name}`" not in guide] == []
