@@ -170,7 +170,9 @@ class McpSource:
     ) -> None:
         self.settings = settings
         self._cwd = cwd
-        self._redact = redact  # the PII guard, for the server's stderr in the log
+        # The PII guard, as it reads tool outputs: over the server's stderr in the log, and its
+        # tools' descriptions and schemas before the model reads them.
+        self._redact = redact
         self._tools: tuple[McpTool, ...] = ()
         self._session: ClientSession | None = None
         self._task: asyncio.Task[None] | None = None
@@ -405,10 +407,20 @@ class McpSource:
 
     def _tool(self, tool: types.Tool) -> McpTool:
         gated = tool.name in self.settings.confirm
+        said = tool.description or tool.title or f"{tool.name} on MCP server {self.name}"
+        description = self._redact(said)
+        parameters = guarded_schema(dict(tool.input_schema), self._redact)
+        if description != said or parameters != tool.input_schema:
+            log.warning(
+                "MCP server %s: tool %r: the PII guard rewrote sensitive data in its description"
+                " or input schema before the model reads them",
+                self.name,
+                tool.name,
+            )
         return McpTool(
             name=tool_name(self.name, tool.name),
-            description=tool.description or tool.title or f"{tool.name} on MCP server {self.name}",
-            parameters=dict(tool.input_schema),
+            description=description,
+            parameters=parameters,
             flags=tool_flags(tool.annotations, gated, self.settings.timeout, self.name),
             remote=tool.name,
             source=self,
@@ -531,6 +543,44 @@ def describe_change(before: Sequence[Tool], after: Sequence[Tool]) -> str:
 
 def _shape(tool: Tool) -> str:
     return json.dumps([tool.description, tool.parameters, repr(tool.flags)], sort_keys=True)
+
+
+# JSON Schema's words for people, which validate nothing: a server's author may paste a key or
+# an address into them as into a description.
+_ANNOTATIONS = frozenset({"title", "description", "$comment", "default", "examples"})
+# Keywords whose value maps names (a property's, a definition's) to schemas: those names are
+# not keywords, so a property named ``description`` is a schema like any other.
+_SCHEMA_MAPS = frozenset(
+    {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"}
+)
+
+
+def guarded_schema(schema: Any, redact: Redact) -> Any:
+    """``schema`` with ``redact`` over every string of its annotations (descriptions, titles,
+    defaults, examples), at every depth; the keywords that validate are left as they are."""
+    if isinstance(schema, list):
+        return [guarded_schema(item, redact) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    guarded: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key in _ANNOTATIONS:
+            guarded[key] = _guarded_strings(value, redact)
+        elif key in _SCHEMA_MAPS and isinstance(value, dict):
+            guarded[key] = {name: guarded_schema(item, redact) for name, item in value.items()}
+        else:
+            guarded[key] = guarded_schema(value, redact)
+    return guarded
+
+
+def _guarded_strings(value: Any, redact: Redact) -> Any:
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {key: _guarded_strings(item, redact) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_guarded_strings(item, redact) for item in value]
+    return value
 
 
 def schema_problem(schema: dict[str, Any]) -> str:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import sys
+from typing import Annotated
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
+from pydantic import Field
 
 server = MCPServer("kestrel-test")
 
@@ -54,6 +57,30 @@ async def mutate(ctx: Context) -> str:
 def crash() -> str:
     """End this server's process at once, as a crash would."""
     os._exit(3)
+
+
+# With ``--leaky``: a tool whose description and schema hold what a careless server's author
+# pastes into them (a key, a password in a URL, an address), as a model must never read them.
+LEAKY_KEY = "sk-proj-" + "Ab3dEf6hIj9lMn2pQr5tUv8xYz1bCd4fGh7jKl0nPq3sTv6wXy9zA2cE5gH8kM1p"
+LEAKY_PASSWORD = "Tr0ub4dor-3xample"
+LEAKY_EMAIL = "oncall.lead@example.com"
+
+
+def deploy(
+    target: Annotated[
+        str, Field(description=f"A URL such as https://deploy:{LEAKY_PASSWORD}@ci.example.net/x")
+    ],
+) -> str:
+    """Deploy a target."""
+    return f"deployed {target}"
+
+
+if "--leaky" in sys.argv:
+    server.add_tool(
+        deploy,
+        annotations=DESTRUCTIVE,
+        description=f"Deploy a target. Uses API key {LEAKY_KEY}; questions to {LEAKY_EMAIL}.",
+    )
 
 
 if __name__ == "__main__":

@@ -565,3 +565,68 @@ async def test_servers_that_outlive_their_stdin_are_closed_side_by_side() -> Non
     await three.close()
 
     assert time.monotonic() - started < 2 * alone
+
+
+async def test_a_server_s_descriptions_reach_the_model_as_the_pii_guard_leaves_them(
+    tmp_path: Path,
+) -> None:
+    from bot.config.settings import ModelSettings, Secret
+    from tests.fakes.mcp_server import LEAKY_EMAIL, LEAKY_KEY, LEAKY_PASSWORD
+    from tests.fakes.openai_server import FakeOpenAI
+
+    leaky = settings(command=[sys.executable, str(SERVER), "--leaky"])
+    async with FakeOpenAI([{"text": "done"}]) as fake:
+        config = Settings(
+            database=str(tmp_path / "k.db"),
+            tools=[],
+            mcp_servers=[leaky],
+            model=ModelSettings(provider="openai", name="m", max_retries=0),
+            openai_api_key=Secret("k"),
+            openai_base_url=fake.base_url,
+        )
+        async with runtime(config) as rt:
+            sup = Supervisor(rt)
+            state = await sup.wait(await sup.start_turn("deploy it", requested_by="U0REQ"))
+
+    assert state.result is not None and state.result.text == "done"
+    (request,) = fake.requests
+    sent = json.dumps(request)
+    for secret in (LEAKY_KEY, LEAKY_PASSWORD, LEAKY_EMAIL):
+        assert secret not in sent
+    (deploy,) = [t["function"] for t in request["tools"] if t["function"]["name"] == "srv__deploy"]
+    assert deploy["description"] == (
+        "Deploy a target. Uses API key <OPENAI_API_KEY>; questions to <EMAIL_ADDRESS>."
+    )
+    target = deploy["parameters"]["properties"]["target"]
+    assert target["description"] == (
+        "A URL such as https://deploy:<CONNECTION_STRING_PASSWORD>@ci.example.net/x"
+    )
+    assert target["type"] == "string" and deploy["parameters"]["required"] == ["target"]
+
+
+def test_only_a_schema_s_words_for_people_are_guarded_never_what_validates() -> None:
+    from bot.tools.mcp import guarded_schema
+
+    schema = {
+        "type": "object",
+        "title": "secret words",
+        "properties": {
+            "description": {"type": "string", "enum": ["secret a"], "description": "secret b"},
+            "mode": {"const": "secret c", "default": "secret d", "examples": [{"x": "secret e"}]},
+        },
+        "$defs": {"title": {"pattern": "^secret$", "$comment": "secret f"}},
+        "required": ["description"],
+    }
+
+    guarded = guarded_schema(schema, lambda text: text.replace("secret", "<X>"))
+
+    assert guarded == {
+        "type": "object",
+        "title": "<X> words",
+        "properties": {
+            "description": {"type": "string", "enum": ["secret a"], "description": "<X> b"},
+            "mode": {"const": "secret c", "default": "<X> d", "examples": [{"x": "<X> e"}]},
+        },
+        "$defs": {"title": {"pattern": "^secret$", "$comment": "<X> f"}},
+        "required": ["description"],
+    }
