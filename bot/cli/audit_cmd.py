@@ -9,6 +9,7 @@ import click
 
 from bot.cli import render
 from bot.cli.common import echo, limit_option, one_line_errors, with_reader
+from bot.text import invisibles_named
 
 if TYPE_CHECKING:
     from bot.store import Store
@@ -36,4 +37,6 @@ def audit(run_id: str | None, limit: int, as_json: bool) -> None:
         target = entry.request_id or entry.run_id
         when = f"{entry.at:%Y-%m-%d %H:%M:%S}"
         actor = " ".join(entry.actor.split())  # one row a line, whatever a platform sent
-        echo(f"{when}  {actor:<16} {entry.action:<14} {target}  {entry.detail}")
+        # The call approved, as the cards showed it: its invisible characters named.
+        detail = invisibles_named(entry.detail)
+        echo(f"{when}  {actor:<16} {entry.action:<14} {target}  {detail}")

@@ -587,6 +587,7 @@ async def test_invisible_characters_in_arguments_are_named_on_the_pages() -> Non
         async with aiohttp.ClientSession() as http:
             for path, shown in (
                 (f"/runs/{run_id}", '{"rm -rf /tmp/x[U+200B][U+E0041]": 1}'),
+                (f"/runs/{run_id}", "detail:rm -rf /tmp/x[U+200B][U+E0041]"),  # audited
                 ("/pending", '"rm -rf /tmp/x[U+200B][U+E0041]": "rm -rf /tmp/x[U+200B][U+E0041]"'),
             ):
                 async with http.get(url + path, headers=BEARER) as response:

@@ -134,7 +134,8 @@ def test_invisible_characters_in_a_plan_are_named_where_the_terminal_shows_it(
 
     pending = kestrel(tmp_path, "runs", "pending").stdout
     transcript = kestrel(tmp_path, "runs", "show", run_id).stdout
+    audit = kestrel(tmp_path, "audit", "--run", run_id).stdout
 
-    for shown in (pending, transcript):
+    for shown in (pending, transcript, audit):
         assert "payments-db[U+200B][U+E0041]" in shown, shown
         assert "\u200b" not in shown and "\U000e0041" not in shown
