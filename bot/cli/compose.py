@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from bot.hooks import Hooks
     from bot.llm.base import ModelProvider
     from bot.pii.guard import PiiGuard
+    from bot.pii.settings import PiiSettings
     from bot.run.runtime import Runtime
     from bot.store import Store
     from bot.tools.base import ToolFlags
@@ -201,14 +202,28 @@ def tool_flags(settings: Settings) -> Callable[[str], ToolFlags | None]:
     return flags.get
 
 
-def build_guard(settings: Settings) -> PiiGuard:
-    """The PII guard; a mode other than off whose scanner will not build is an error."""
+def build_guard(settings: Settings, pii: PiiSettings | None = None) -> PiiGuard:
+    """The PII guard (of ``pii``, else the settings'); a mode other than off whose scanner
+    will not build is an error."""
     from bot.pii.guard import PiiBuildError, PiiGuard
 
     try:
-        return PiiGuard(settings.pii)
+        return PiiGuard(pii or settings.pii)
     except PiiBuildError as exc:
         raise ConfigError(f"pii: the scanner will not build: {exc}") from exc
+
+
+def steady_operators(pii: PiiSettings) -> PiiSettings:
+    """``pii`` with each ``hash`` that has no salt of its own replaced by the type's name: the
+    process's random salt would make a server's tool descriptions differ between processes,
+    and so the tool set's digest, and every resume would be refused as a changed tool set."""
+    operators = pii.operators.items()
+    steady = {name: spec for name, spec in operators if spec.salt or spec.type != "hash"}
+    if len(steady) == len(pii.operators):
+        return pii
+    import msgspec
+
+    return msgspec.structs.replace(pii, operators=steady)
 
 
 def build_hooks(settings: Settings) -> Hooks:
@@ -347,7 +362,9 @@ async def tool_source(settings: Settings, *, checked: bool = True) -> AsyncItera
         raise ConfigError(
             f"mcp_servers: the mcp package is missing: {install_hint('mcp')}"
         ) from exc
-    guard = build_guard(settings)  # a server's stderr is logged as the model would read it
+    # A server's stderr is logged, and its tools are described to the model, as the guard
+    # leaves them; a description must read the same in every process (``steady_operators``).
+    guard = build_guard(settings, steady_operators(settings.pii))
     tools = mcp_tools(settings, builtin.values(), lambda text: guard.scan_output(text).text)
     try:
         source = await tools.start()

@@ -630,3 +630,36 @@ def test_only_a_schema_s_words_for_people_are_guarded_never_what_validates() -> 
         "$defs": {"title": {"pattern": "^secret$", "$comment": "<X> f"}},
         "required": ["description"],
     }
+
+
+_DIGEST_OF_LEAKY = """
+import asyncio, sys
+from bot.cli.compose import tool_source
+from bot.config.settings import McpServerSettings, Settings
+from bot.pii.settings import OperatorSpec, PiiSettings
+
+async def main() -> None:
+    server = McpServerSettings(name="srv", transport="stdio", command=sys.argv[1:], timeout=15)
+    pii = PiiSettings(operators={"EMAIL_ADDRESS": OperatorSpec(type="hash")})
+    config = Settings(database=":memory:", tools=[], mcp_servers=[server], pii=pii)
+    async with tool_source(config) as source:
+        toolset = source.current()
+        print(toolset.digest(), toolset.get("srv__deploy").description)
+
+asyncio.run(main())
+"""
+
+
+def test_a_hashed_description_reads_the_same_in_every_process(tmp_path: Path) -> None:
+    # The process's random salt hashed a description differently in each process: the tool
+    # set's digest changed with it, and a suspended run's resume was refused as a change.
+    import subprocess
+
+    argv = [sys.executable, "-c", _DIGEST_OF_LEAKY, sys.executable, str(SERVER), "--leaky"]
+    first, second = (
+        subprocess.run(argv, capture_output=True, text=True, check=True, cwd=tmp_path).stdout
+        for _ in range(2)
+    )
+
+    assert first == second
+    assert "questions to <EMAIL_ADDRESS>." in first
