@@ -13,6 +13,7 @@ is reported beside whatever else is wrong with its struct.
 from __future__ import annotations
 
 import enum
+import math
 import types
 from collections.abc import Callable
 from typing import (
@@ -51,6 +52,9 @@ _TYPE_WORDS: Final = {
     "null": "null",
 }
 _INVALID_CHOICE: Final = on_use(r"^Invalid enum value (.*)$")
+# msgspec takes ``.inf`` (and ``nan`` where a number has no bound) as a float: a timeout or a
+# lease of ``.inf`` waits forever, or overflows where it is added to a time.
+NOT_FINITE: Final = "must be a finite number"
 
 
 class FieldProblem(ValueError):
@@ -99,9 +103,13 @@ def convert(
     give them.
     """
     try:
-        return msgspec.convert(value, kind, strict=strict, dec_hook=dec_hook)
+        converted = msgspec.convert(value, kind, strict=strict, dec_hook=dec_hook)
     except msgspec.ValidationError:
         raise Invalid(problems(value, kind, strict=strict, dec_hook=dec_hook)) from None
+    infinite = non_finite(converted)
+    if infinite:
+        raise Invalid(infinite)
+    return converted
 
 
 def problems(
@@ -110,13 +118,39 @@ def problems(
     """Every problem of ``value`` as a ``kind``, each at its place below ``loc``; none if it
     is one."""
     try:
-        msgspec.convert(value, kind, strict=strict, dec_hook=dec_hook)
+        converted = msgspec.convert(value, kind, strict=strict, dec_hook=dec_hook)
     except msgspec.ValidationError as exc:
         first = exc
     else:
-        return []
+        return non_finite(converted, loc)
     found = _parts_problems(value, _container(kind), strict, dec_hook, loc)
-    return found or [_placed(first, loc, kind)]
+    if found:
+        return found
+    if isinstance(value, float) and not math.isfinite(value):
+        # NaN fails a bound as any number would: say what is wrong with it.
+        return [Problem(loc, NOT_FINITE)]
+    return [_placed(first, loc, kind)]
+
+
+def non_finite(value: Any, loc: Loc = ()) -> list[Problem]:
+    """Every float below a converted ``value`` (its structs' fields, lists and mappings) that
+    is infinite or NaN, each at its place below ``loc``."""
+    found: list[Problem] = []
+    # One pass over a stack, not a call per value: every command converts its settings.
+    stack: list[tuple[Loc, Any]] = [(loc, value)]
+    while stack:
+        where, item = stack.pop()
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                found.append(Problem(where, NOT_FINITE))
+        elif isinstance(item, msgspec.Struct):
+            names = zip(item.__struct_encode_fields__, item.__struct_fields__, strict=True)
+            stack += [((*where, encoded), getattr(item, name)) for encoded, name in names]
+        elif isinstance(item, dict):
+            stack += [((*where, str(key)), part) for key, part in item.items()]
+        elif isinstance(item, list | tuple):
+            stack += [((*where, index), part) for index, part in enumerate(item)]
+    return found[::-1]
 
 
 def dotted(loc: Loc) -> str:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import Annotated, get_args, get_origin
 
+import msgspec
 import pytest
 
 from bot.config.settings import ConfigError, Settings, load_settings
@@ -290,3 +292,51 @@ def test_an_empty_model_url_is_no_url(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_BASE_URL", "")
     with pytest.raises(ConfigError, match="OPENAI_API_KEY is not set"):
         build_model(load_settings())
+
+
+def _float_settings(section: type[msgspec.Struct], above: tuple[str, ...] = ()) -> list[str]:
+    """Every float setting below ``section``, dotted (a mapping of floats by one key, ``x``)."""
+    found = []
+    for field in msgspec.structs.fields(section):
+        path, kind = (*above, field.encode_name), field.type
+        if get_origin(kind) is dict:
+            path, kind = (*path, "x"), get_args(kind)[1]
+        if get_origin(kind) is Annotated:
+            kind = get_args(kind)[0]
+        if kind is float:
+            found.append(".".join(path))
+        elif isinstance(kind, type) and issubclass(kind, msgspec.Struct):
+            found += _float_settings(kind, path)
+    return found
+
+
+FLOAT_SETTINGS = _float_settings(Settings)
+
+
+def test_every_float_setting_is_found() -> None:
+    assert {"database_timeout_seconds", "replica.shutdown_grace_seconds"} <= set(FLOAT_SETTINGS)
+    assert {"deadlines.per_tool.x", "deadlines.remind_before"} <= set(FLOAT_SETTINGS)
+
+
+@pytest.mark.parametrize("key", FLOAT_SETTINGS)
+@pytest.mark.parametrize("written", [".inf", ".nan", "-.inf"])
+def test_a_float_setting_that_is_not_finite_is_refused_in_the_file(
+    clean_environment: Path, key: str, written: str
+) -> None:
+    *above, last = key.split(".")
+    text = f"{last}: {written}"
+    for name in reversed(above):
+        text = f"{name}: {{{text}}}"
+    (clean_environment / "kestrel.yaml").write_text(text + "\n")
+    message = refusal()
+    assert f"kestrel.yaml: {key}: must be a finite number" in message, message
+
+
+@pytest.mark.parametrize("key", FLOAT_SETTINGS)
+@pytest.mark.parametrize("written", ["inf", "nan", "-inf", " Infinity\n"])
+def test_a_float_setting_that_is_not_finite_is_refused_from_a_variable(
+    key: str, written: str
+) -> None:
+    name = "KESTREL_" + key.upper().replace(".", "__")
+    message = refusal(**{name: written})
+    assert message == f"environment {name}: {key.lower()}: must be a finite number", message
