@@ -16,7 +16,12 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import asyncpg
 
-from bot.config.sources import DATABASE_TIMEOUT_SETTING, postgres_credentials, postgres_target
+from bot.config.sources import (
+    DATABASE_TIMEOUT_SETTING,
+    postgres_credentials,
+    postgres_target,
+    postgres_url_problem,
+)
 from bot.domain import utcnow
 from bot.errors import StoreError
 from bot.journal.entries import Entry
@@ -150,6 +155,9 @@ class PostgresStore(SqlStore):
         connect_timeout: float = 10.0,
         command_timeout: float = COMMAND_TIMEOUT,
     ) -> None:
+        unreadable = postgres_url_problem(dsn)
+        if unreadable is not None:
+            raise StoreError(f"PostgreSQL: {_invalid_dsn(dsn, unreadable)}")
         scheme = urlsplit(dsn).scheme
         if scheme not in ("postgres", "postgresql"):
             got = f"{scheme}://" if scheme else "no scheme"
@@ -342,9 +350,8 @@ class PostgresStore(SqlStore):
                 # its message may quote the DSN, hence the scrub.
                 # A password holding a character that ends the host part is parsed in pieces,
                 # and a piece is no secret the scrub knows: its message is not quoted at all.
-                if _UNENCODED.search(postgres_credentials(self._dsn)[1]):
-                    raise StoreError(self._message("connect", _UNENCODED_PASSWORD)) from None
-                raise StoreError(self._message("connect", f"invalid DSN: {exc}")) from None
+                said = _invalid_dsn(self._dsn, str(exc))
+                raise StoreError(self._message("connect", said)) from None
         # The outage is said by ``_new_connection``: the pool's own warnings would repeat it,
         # with a traceback, at each of its retries.
         quiet_pool_reconnects()
@@ -562,6 +569,14 @@ def _work_channel(schema: str) -> str:
         return channel
     # Schema names are ASCII, so characters are bytes; a long one is replaced by its digest.
     return f"kestrel_work.{hashlib.sha256(schema.encode()).hexdigest()[:32]}"
+
+
+def _invalid_dsn(dsn: str, said: str) -> str:
+    """Why ``dsn`` is refused: ``said``, unless its password holds a character that ends the
+    host part, whose pieces no scrub knows (then that, and nothing quoted)."""
+    if _UNENCODED.search(postgres_credentials(dsn)[1]):
+        return _UNENCODED_PASSWORD
+    return f"invalid DSN: {said}"
 
 
 def _secrets(dsn: str) -> frozenset[str]:

@@ -252,10 +252,7 @@ def shown_database(settings: Settings) -> str:
 
 def postgres_schema(url: str) -> tuple[str, str]:
     """Split an optional ``?schema=NAME`` (Kestrel's, not libpq's) off a PostgreSQL URL."""
-    try:
-        parts = urlsplit(url)
-    except ValueError as exc:
-        raise ConfigError(f"database: not a valid PostgreSQL URL: {exc}") from None
+    parts = urlsplit(url)  # ``check_database`` refused a URL it cannot read
     query = [(k, v) for k, v in parse_qsl(parts.query) if k != "schema"]
     schema = dict(parse_qsl(parts.query)).get("schema", "public")
     return urlunsplit(parts._replace(query=urlencode(query))), schema

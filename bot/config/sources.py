@@ -242,6 +242,9 @@ def check_database(database: str) -> None:
         )
     if database.startswith(POSTGRES_SCHEMES):
         _check_password(postgres_credentials(database)[1])
+        problem = postgres_url_problem(database)
+        if problem is not None:
+            raise ValueError(f"not a valid PostgreSQL URL: {problem}")
         return
     scheme, sep, _ = database.partition("://")
     if sep and not database.startswith("sqlite:///"):
@@ -258,7 +261,14 @@ def check_database(database: str) -> None:
 
 
 # Characters that end a URL's credentials or host part: a password must percent-encode them.
-_URL_DELIMITERS: Final = {"/": "%2F", "?": "%3F", "#": "%23", "@": "%40"}
+_URL_DELIMITERS: Final = {
+    "/": "%2F",
+    "?": "%3F",
+    "#": "%23",
+    "@": "%40",
+    "[": "%5B",
+    "]": "%5D",
+}
 
 
 def _check_password(password: str) -> None:
@@ -277,6 +287,22 @@ def postgres_credentials(dsn: str) -> tuple[str, str, str]:
         return "", "", rest
     user, _, password = userinfo.partition(":")
     return user, password, after
+
+
+def postgres_url_problem(dsn: str) -> str | None:
+    """Why a URL parser cannot read the PostgreSQL URL ``dsn`` (an unclosed IPv6 bracket), in
+    words that never quote its password; None when it can."""
+    _, password, rest = postgres_credentials(dsn)
+    try:
+        urlsplit(dsn)
+        urlsplit(f"postgresql://{rest}")
+    except ValueError as exc:
+        # urlsplit may quote the whole host part, the password in it.
+        said = str(exc)
+        for secret in sorted({password, unquote(password)} - {""}, key=len, reverse=True):
+            said = said.replace(secret, "***")
+        return said
+    return None
 
 
 def postgres_target(dsn: str, schema: str = "public") -> str:

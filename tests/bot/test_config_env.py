@@ -340,3 +340,14 @@ def test_a_float_setting_that_is_not_finite_is_refused_from_a_variable(
     name = "KESTREL_" + key.upper().replace(".", "__")
     message = refusal(**{name: written})
     assert message == f"environment {name}: {key.lower()}: must be a finite number", message
+
+
+def test_a_database_url_no_parser_reads_is_refused_without_its_password(tmp_path: Path) -> None:
+    # urlsplit's own message quotes the whole host part, password and all.
+    database = "postgresql://kestrel:s3cr\u2100et@db:5432/k"
+    message = refusal(KESTREL_DATABASE_URL=database)
+    assert "database: not a valid PostgreSQL URL: " in message, message
+    assert "s3cr" not in message
+    write_config(tmp_path, database=database)
+    message = one_line_error(kestrel(tmp_path, "db", "migrate"))
+    assert "not a valid PostgreSQL URL" in message and "s3cr" not in message, message

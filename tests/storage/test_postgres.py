@@ -507,6 +507,27 @@ async def test_a_port_out_of_range_is_the_store_error() -> None:
     assert SECRET not in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    ("dsn", "said"),
+    [
+        (f"postgresql://kestrel:{SECRET}@[::1:5432/kestrel", "invalid DSN: Invalid IPv6 URL"),
+        (f"postgresql://kestrel:{SECRET}@::1]:5432/kestrel", "invalid DSN: Invalid IPv6 URL"),
+        # urlsplit quotes the whole host part, password and all.
+        (f"postgresql://kestrel:{SECRET}\u2100@db/kestrel", "invalid characters under NFKC"),
+        (f"postgresql://kestrel:{SECRET}[@db/kestrel", "percent-encode"),
+    ],
+)
+def test_a_dsn_no_url_parser_reads_is_the_store_error_without_the_password(
+    dsn: str, said: str
+) -> None:
+    with pytest.raises(StoreError) as caught:
+        PostgresStore(dsn)
+    message = str(caught.value)
+    assert message.startswith("PostgreSQL: invalid DSN:"), message
+    assert said in message
+    assert SECRET not in message
+
+
 @pytest.mark.parametrize("mark", ["#", "?", "/"])
 async def test_a_password_not_percent_encoded_shows_no_piece_of_it(mark: str) -> None:
     # asyncpg's parser ends the host part at the mark, and its message quotes a piece of the
