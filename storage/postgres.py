@@ -182,6 +182,9 @@ class PostgresStore(SqlStore):
         self._connect_timeout = connect_timeout
         self._timeout = command_timeout
         self._migration_timeout = max(command_timeout, _MIGRATION_TIMEOUT)
+        # The server stops a statement we stopped waiting for (asyncpg's cancel request may
+        # not reach it, and the statement would go on holding its locks).
+        self._server_timeout = {"statement_timeout": _milliseconds(command_timeout)}
         self._secrets = _secrets(dsn)
         self._outage = Outage(self._label, lambda exc: self._scrub(_cause(exc)))
         self._pool: asyncpg.Pool | None = None
@@ -312,7 +315,10 @@ class PostgresStore(SqlStore):
         """A connection of its own that LISTENs on this schema's work channel."""
         with self._errors("listen"):
             conn = await self._new_connection(
-                self._dsn, timeout=self._connect_timeout, command_timeout=self._timeout
+                self._dsn,
+                timeout=self._connect_timeout,
+                command_timeout=self._timeout,
+                server_settings=self._server_timeout,
             )
             try:
                 await conn.add_listener(self._channel, self._on_work)
@@ -341,7 +347,10 @@ class PostgresStore(SqlStore):
                     max_size=self._max_size,
                     timeout=self._connect_timeout,
                     command_timeout=self._timeout,
-                    server_settings={"search_path": _quote_ident(self._schema)},
+                    server_settings={
+                        "search_path": _quote_ident(self._schema),
+                        **self._server_timeout,
+                    },
                     reset=_keep_session,
                     connect=self._new_connection,
                 )
@@ -397,6 +406,9 @@ class PostgresStore(SqlStore):
                     # the version under the lock, so every migration is applied exactly once.
                     # Waiting for it, and the migration, may take as long as a migration.
                     async with conn.transaction():
+                        # For this transaction alone: the connection goes back to the pool.
+                        longest = _milliseconds(longer)
+                        await conn.execute(f"SET LOCAL statement_timeout = {longest}")
                         lock = "SELECT pg_advisory_xact_lock($1)"
                         await conn.execute(lock, lock_key, timeout=longer)
                         version = await self._schema_version(conn)
@@ -467,6 +479,9 @@ class PostgresStore(SqlStore):
         """A driver error as a ``StoreError`` naming the server, the action and the cause."""
         if isinstance(exc, TimeoutError) and not str(exc):
             # A statement, or the wait for a connection, ran out of time.
+            return StoreError(self._message(action, self._timed_out(action)))
+        if isinstance(exc, asyncpg.QueryCanceledError) and "statement timeout" in str(exc):
+            # The same bound, met by the server first.
             return StoreError(self._message(action, self._timed_out(action)))
         return StoreError(self._message(action, _cause(exc)))
 
@@ -550,6 +565,11 @@ async def _close_pool(pool: asyncpg.Pool) -> None:
         await asyncio.wait_for(pool.close(), _CLOSE_TIMEOUT)
     except (TimeoutError, *_DRIVER_ERRORS):
         pool.terminate()
+
+
+def _milliseconds(seconds: float) -> str:
+    """``seconds`` as PostgreSQL's ``statement_timeout`` (whole milliseconds, at least 1)."""
+    return str(max(1, round(seconds * 1000)))
 
 
 def _quote_ident(name: str) -> str:

@@ -444,6 +444,22 @@ async def test_a_migration_waits_for_the_migration_lock_longer_than_a_statement_
         await store.close()
 
 
+async def test_the_server_times_a_statement_out_as_the_store_does(dsn: str, schema: str) -> None:
+    # A statement the store gave up on must not keep running (and holding its locks) on a
+    # server the cancel request never reached.
+    store = PostgresStore(dsn, schema=schema, command_timeout=2.5, min_size=2, max_size=2)
+    await store.migrate()
+    try:
+        pool = store._pool
+        assert pool is not None
+        async with pool.acquire() as first, pool.acquire() as second:
+            # The migration's longer bound was its transaction's alone.
+            assert await first.fetchval("SHOW statement_timeout") == "2500ms"
+            assert await second.fetchval("SHOW statement_timeout") == "2500ms"
+    finally:
+        await store.close()
+
+
 async def test_a_command_timeout_must_be_positive() -> None:
     with pytest.raises(StoreError, match="command_timeout"):
         PostgresStore("postgresql://127.0.0.1/kestrel", command_timeout=0)
