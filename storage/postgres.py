@@ -131,6 +131,34 @@ class _AppendQueue:
             del self._tails[run_id]
 
 
+class _Acquired:
+    """``async with`` a pooled connection, as asyncpg's own acquire; a wait for one that
+    runs out while every connection is in use says so, not that the server was silent."""
+
+    __slots__ = ("_conn", "_pool", "_timeout")
+
+    def __init__(self, pool: asyncpg.Pool, timeout: float) -> None:
+        self._pool = pool
+        self._timeout = timeout
+        self._conn: Any = None
+
+    async def __aenter__(self) -> Any:
+        try:
+            self._conn = await self._pool.acquire(timeout=self._timeout)
+        except TimeoutError as exc:
+            pool = self._pool
+            if str(exc) or pool.get_idle_size() or pool.get_size() < pool.get_max_size():
+                raise  # a connection being opened, not one being waited for
+            raise TimeoutError(
+                f"no free pooled connection within {self._timeout:g} s (all"
+                f" {pool.get_max_size()} in use; {DATABASE_TIMEOUT_SETTING})"
+            ) from exc
+        return self._conn
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self._pool.release(self._conn)
+
+
 class SchemaNameError(StoreError, ValueError):
     """A schema name that is not a plain identifier: never quoted into SQL, refused."""
 
@@ -470,15 +498,15 @@ class PostgresStore(SqlStore):
     def _ready(self) -> asyncpg.Pool:
         return self._opened(self._pool)
 
-    def _acquire(self, pool: asyncpg.Pool) -> asyncpg.pool.PoolAcquireContext:
+    def _acquire(self, pool: asyncpg.Pool) -> _Acquired:
         """A pooled connection, waited for no longer than a statement may take (a pool whose
         connections are all stuck would otherwise keep its next caller waiting forever)."""
-        return pool.acquire(timeout=self._timeout)
+        return _Acquired(pool, self._timeout)
 
     def _failure(self, action: str, exc: Exception) -> StoreError:
         """A driver error as a ``StoreError`` naming the server, the action and the cause."""
         if isinstance(exc, TimeoutError) and not str(exc):
-            # A statement, or the wait for a connection, ran out of time.
+            # A statement, or a connection being opened for it, ran out of time.
             return StoreError(self._message(action, self._timed_out(action)))
         if isinstance(exc, asyncpg.QueryCanceledError) and "statement timeout" in str(exc):
             # The same bound, met by the server first.

@@ -460,6 +460,24 @@ async def test_the_server_times_a_statement_out_as_the_store_does(dsn: str, sche
         await store.close()
 
 
+async def test_a_pool_with_no_free_connection_says_so(dsn: str, schema: str) -> None:
+    store = PostgresStore(dsn, schema=schema, command_timeout=BOUND, max_size=1)
+    await store.migrate()
+    try:
+        pool = store._pool
+        assert pool is not None
+        async with pool.acquire():  # the pool's one connection, busy elsewhere
+            with pytest.raises(StoreError) as caught:
+                await asyncio.wait_for(store.get_session("s1"), GUARD)
+        message = str(caught.value)
+        assert "no free pooled connection within 0.5 s (all 1 in use;" in message, message
+        assert "database_timeout_seconds" in message
+        assert "no answer" not in message
+        assert await store.get_session("s1") is None
+    finally:
+        await store.close()
+
+
 async def test_a_command_timeout_must_be_positive() -> None:
     with pytest.raises(StoreError, match="command_timeout"):
         PostgresStore("postgresql://127.0.0.1/kestrel", command_timeout=0)
