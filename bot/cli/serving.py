@@ -75,7 +75,7 @@ class ChatFront:
         add_web_routes(application, self._chat, config)
         application.router.add_get("/metrics", self._metrics_route(config))
         application.router.add_get("/healthz", self._alive)
-        application.router.add_get("/readyz", self._ready)
+        application.router.add_get("/readyz", self._ready_route(config))
         await self._listen(application)
         if not config.enabled:
             self._lines.append("http: the run pages are off (set KESTREL_WEB_TOKEN)")
@@ -185,7 +185,18 @@ class ChatFront:
         ok, said = self.health.alive()
         return web.json_response({"ok": ok, "loop": said}, status=200 if ok else 503)
 
-    async def _ready(self, _request: web.Request) -> web.Response:
-        """Readiness: 200 while store, platforms and registration hold; else 503 naming what."""
-        readiness = await self.health.check()
-        return web.json_response(readiness.body(), status=200 if readiness.ready else 503)
+    def _ready_route(
+        self, config: WebConfig
+    ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+        """Readiness: 200 while store, platforms and registration hold; else 503 naming which
+        check failed, and what exactly is wrong only to an operator (the web token)."""
+        from adapters.web.auth import bearer_ok
+
+        health = self.health
+
+        async def ready(request: web.Request) -> web.StreamResponse:
+            readiness = await health.check()
+            body = readiness.body(detailed=bearer_ok(request, config))
+            return web.json_response(body, status=200 if readiness.ready else 503)
+
+        return ready

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Final, Protocol
+from typing import Final, NamedTuple, Protocol
 
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -29,6 +30,24 @@ LIVENESS_DEADLINE_SECONDS: Final = 10.0
 
 Connected = Callable[[], Awaitable[bool]]
 
+log = logging.getLogger("kestrel.health")
+
+# What ``/readyz`` says of a failed check to anyone: a fixed phrase per check. The store's own
+# error may name a host, a file or parts of a DSN: the log says it once, and an operator's
+# request (the web token) gets it.
+STORE_UNREACHABLE: Final = "unreachable"
+SCHEMA_CHANGED: Final = "schema version is not this replica's"
+NOT_REGISTERED: Final = "registration is not current"
+NOT_CONNECTED: Final = "not connected (reconnecting)"
+STOPPING: Final = "stopping: live runs are being handed back"
+
+
+class Problem(NamedTuple):
+    """A failed check: its fixed phrase, and what exactly is wrong (for the log, operators)."""
+
+    said: str
+    detail: str
+
 
 class HealthStore(Admin, ReplicaRegistry, Protocol):
     """The roles readiness reads: the schema version and the live replicas."""
@@ -36,19 +55,23 @@ class HealthStore(Admin, ReplicaRegistry, Protocol):
 
 @dataclass(frozen=True)
 class Readiness:
-    """Ready, or the problems by what has them (``store``, ``replica``, a platform)."""
+    """Ready, or the problems by what has them (``store``, ``replica``, a platform): in
+    detail, and as ``said`` to anyone."""
 
     problems: dict[str, str] = field(default_factory=dict)
     connected: dict[str, bool] = field(default_factory=dict)
+    said: dict[str, str] = field(default_factory=dict)
 
     @property
     def ready(self) -> bool:
         """Whether nothing is wrong."""
         return not self.problems
 
-    def body(self) -> dict[str, object]:
-        """The JSON ``/readyz`` answers."""
-        return {"ready": self.ready, "problems": self.problems, "platforms": self.connected}
+    def body(self, *, detailed: bool = False) -> dict[str, object]:
+        """The JSON ``/readyz`` answers: each problem's fixed phrase, or (``detailed``, for an
+        operator) what exactly is wrong."""
+        problems = self.problems if detailed else self.said
+        return {"ready": self.ready, "problems": problems, "platforms": self.connected}
 
 
 class LoopWatch:
@@ -91,7 +114,8 @@ class Health:
         self._platforms: dict[str, Connected] = {}
         self._expected: int | None = None
         self.watch = LoopWatch()
-        self.latest = Readiness(problems={"starting": "not checked yet"})
+        starting = "not checked yet"
+        self.latest = Readiness(problems={"starting": starting}, said={"starting": starting})
         self.stopping = False
 
     def platform(self, name: str, connected: Connected) -> None:
@@ -115,58 +139,70 @@ class Health:
         return True, f"the event loop answers ({late:.3f} s late)"
 
     async def check(self) -> Readiness:
-        """Every check, each within ``CHECK_SECONDS``; kept as ``latest`` for the gauges."""
-        problems: dict[str, str] = {}
+        """Every check, each within ``CHECK_SECONDS``; kept as ``latest`` for the gauges. A
+        problem is logged when it appears or changes, not at each probe."""
+        found: dict[str, Problem] = {}
         if self.stopping:
-            problems["shutdown"] = "stopping: live runs are being handed back"
-        store = await _bounded(self._store_problem())
+            found["shutdown"] = Problem(STOPPING, STOPPING)
+        store = await _bounded(self._store_problem(), STORE_UNREACHABLE)
         if store:
-            problems["store"] = store
+            found["store"] = store
         else:
-            replica = await _bounded(self._replica_problem())
+            replica = await _bounded(self._replica_problem(), NOT_REGISTERED)
             if replica:
-                problems["replica"] = replica
+                found["replica"] = replica
         connected: dict[str, bool] = {}
         for name, is_connected in self._platforms.items():
-            said = await _bounded(_connected_problem(is_connected))
+            said = await _bounded(_connected_problem(is_connected), NOT_CONNECTED)
             connected[name] = not said
             if said:
-                problems[name] = said
-        self.latest = Readiness(problems=problems, connected=connected)
+                found[name] = said
+        before = self.latest.problems
+        for name, problem in found.items():
+            if before.get(name) != problem.detail:
+                log.warning("not ready: %s: %s", name, problem.detail)
+        self.latest = Readiness(
+            problems={name: problem.detail for name, problem in found.items()},
+            connected=connected,
+            said={name: problem.said for name, problem in found.items()},
+        )
         return self.latest
 
-    async def _store_problem(self) -> str | None:
+    async def _store_problem(self) -> Problem | None:
         try:
             version = await self._store.schema_version()
         except StoreError as exc:
-            return f"unreachable: {exc}"
+            return Problem(STORE_UNREACHABLE, f"unreachable: {exc}")
         if self._expected is not None and version != self._expected:
-            return f"schema version {version}, this replica runs version {self._expected}"
+            detail = f"schema version {version}, this replica runs version {self._expected}"
+            return Problem(SCHEMA_CHANGED, detail)
         return None
 
-    async def _replica_problem(self) -> str | None:
+    async def _replica_problem(self) -> Problem | None:
         try:
             replicas = await self._store.list_replicas(alive_within=self._alive_within)
         except StoreError as exc:
-            return f"cannot read the registrations: {exc}"
+            return Problem(NOT_REGISTERED, f"cannot read the registrations: {exc}")
         if not any(replica.owner == self._owner for replica in replicas):
             seconds = f"{self._alive_within:g}"
-            return f"{self._owner} has not heartbeat in the last {seconds} s (not registered)"
+            detail = f"{self._owner} has not heartbeat in the last {seconds} s (not registered)"
+            return Problem(NOT_REGISTERED, detail)
         return None
 
 
-async def _connected_problem(connected: Connected) -> str | None:
+async def _connected_problem(connected: Connected) -> Problem | None:
     if await connected():
         return None
-    return "not connected (reconnecting)"
+    return Problem(NOT_CONNECTED, NOT_CONNECTED)
 
 
-async def _bounded(problem: Awaitable[str | None]) -> str | None:
-    """``problem``'s answer, or a problem of its own when it takes over ``CHECK_SECONDS``."""
+async def _bounded(problem: Awaitable[Problem | None], said: str) -> Problem | None:
+    """``problem``'s answer, or a problem of its own (said as ``said``) when it takes over
+    ``CHECK_SECONDS``."""
     try:
         return await asyncio.wait_for(problem, CHECK_SECONDS)
     except TimeoutError:
-        return f"no answer within {CHECK_SECONDS:g} s"
+        return Problem(said, f"no answer within {CHECK_SECONDS:g} s")
 
 
 class ReadinessGauges(Collector):

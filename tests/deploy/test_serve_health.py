@@ -22,7 +22,7 @@ from tests.fakes import discord_payloads as p
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.processes import KESTREL, clean_env
-from tests.fakes.serving import free_port, log_records, wait_healthy
+from tests.fakes.serving import free_port, log_records, serve_env, start_serve, wait_healthy
 from tests.fakes.slack_api import FakeSlackApi, events_api_envelope
 from tests.fakes.slack_client import app_mention, event_callback
 from tests.fakes.slack_world import REQUESTER, write_config
@@ -91,10 +91,11 @@ def prepare(tmp: Path, model_url: str, slack_url: str, discord_url: str) -> dict
     return env
 
 
-async def readyz(port: int, path: str) -> tuple[int, dict[str, Any]]:
+async def readyz(port: int, path: str, token: str = "") -> tuple[int, dict[str, Any]]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     async with (
         aiohttp.ClientSession() as session,
-        session.get(f"http://127.0.0.1:{port}{path}") as response,
+        session.get(f"http://127.0.0.1:{port}{path}", headers=headers) as response,
     ):
         return response.status, await response.json()
 
@@ -233,3 +234,36 @@ async def _problems_when_down(port: int, path: str) -> dict[str, Any] | None:
 def _schema(journal: Path, statement: str) -> None:
     with sqlite3.connect(journal, timeout=10) as conn:
         conn.execute(statement)
+
+
+async def test_readiness_says_which_check_failed_and_its_detail_to_operators_alone(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "kestrel.yaml"
+    config.write_text("database: kestrel.db\ntools: []\n")
+    token = "operator-token-5b1e9d3c7a"
+    env = serve_env(config, "http://127.0.0.1:9", KESTREL_WEB_TOKEN=token)
+    port = free_port()
+    process = start_serve(tmp_path, port, env)
+    journal = tmp_path / "kestrel.db"
+    try:
+        await wait_healthy(port, process)
+        await until(lambda: _status_is(port, "/readyz", 200), timeout=20)
+        # The store's error names the journal's file (on PostgreSQL: a host, a user).
+        journal.rename(tmp_path / "moved.db")
+        body = await until(lambda: _problems_when_down(port, "/readyz"), timeout=20)
+        assert body["problems"] == {"store": "unreachable"}, body
+        for _ in range(3):
+            assert await readyz(port, "/readyz") == (503, body)
+        assert await readyz(port, "/readyz", "not-the-operators-token") == (503, body)
+        status, detailed = await readyz(port, "/readyz", token)
+        assert status == 503
+        assert str(journal) in detailed["problems"]["store"], detailed
+        (tmp_path / "moved.db").rename(journal)
+        await until(lambda: _status_is(port, "/readyz", 200), timeout=20)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, err = await asyncio.to_thread(process.communicate, timeout=40)
+    said = [line for line in err.splitlines() if "not ready: store:" in line]
+    assert len(said) == 1, err
+    assert str(journal) in said[0]

@@ -29,10 +29,17 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def readyz(port: int) -> tuple[int, dict[str, object]] | None:
-    """``/readyz``'s status and body, or None while nothing listens."""
+# The operators' token: with it, /readyz says what exactly is wrong.
+TOKEN = "operator-token-3f9a1c7e5b"
+
+
+def readyz(port: int, token: str = "") -> tuple[int, dict[str, object]] | None:
+    """``/readyz``'s status and body (in detail with ``token``), or None while nothing
+    listens."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    asked = urllib.request.Request(f"http://127.0.0.1:{port}/readyz", headers=headers)
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as answer:
+        with urllib.request.urlopen(asked, timeout=5) as answer:
             return answer.status, json.loads(answer.read())
     except urllib.error.HTTPError as refused:
         return refused.code, json.loads(refused.read())
@@ -53,9 +60,9 @@ def serve(c: Cluster, port: int) -> subprocess.Popen[str]:
     )
 
 
-async def ready_says(port: int, status: int, problem: str = "") -> bool:
+async def ready_says(port: int, status: int, problem: str = "", token: str = "") -> bool:
     """Whether the replica's ``/readyz`` answers ``status``, naming ``problem``."""
-    said = await asyncio.to_thread(readyz, port)
+    said = await asyncio.to_thread(readyz, port, token)
     return said is not None and said[0] == status and problem in json.dumps(said[1])
 
 
@@ -116,6 +123,7 @@ async def test_a_replica_whose_store_stops_answering_fails_in_time_and_carries_o
         proxied = DSN.replace(target.netloc, f"{target.username}@127.0.0.1:{proxy.port}", 1)
         database = f"{proxied}?schema={schema}"
         c = cluster(ONE_EFFECT, database=database, database_timeout_seconds=0.5)
+        c.env = {**c.env, "KESTREL_WEB_TOKEN": TOKEN}
         port = free_port()
         c.replicas.append(await asyncio.to_thread(serve, c, port))
 
@@ -123,9 +131,10 @@ async def test_a_replica_whose_store_stops_answering_fails_in_time_and_carries_o
         # Connections stay open and nothing comes back: without a bound, every statement of
         # the replica (readiness's, the heartbeat's, the work taker's) would wait forever.
         proxy.hold()
-        await until(
-            lambda: ready_says(port, 503, "no answer within 0.5 s (database_timeout_seconds)")
-        )
+        timed_out = "no answer within 0.5 s (database_timeout_seconds)"
+        await until(lambda: ready_says(port, 503, timed_out, TOKEN))
+        # Anyone else is told which check failed, not the store's error (its host, its user).
+        assert await ready_says(port, 503, '"problems": {"store": "unreachable"}')
         proxy.restore()
 
         await until(lambda: ready_says(port, 200), timeout=30)
