@@ -14,12 +14,14 @@ Routes (``add_web_routes``):
 - ``GET /static/style.css`` and ``GET /static/live.js``: the stylesheet and the live-update
   script, the only things served without authorization.
 
-Who may see what is ``adapters.web.auth``'s; every response carries its security headers.
+Who may see what is ``adapters.web.auth``'s; every response carries its security headers,
+aiohttp's own answers too when served by ``SecureRunner``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -75,6 +77,26 @@ def add_web_routes(
 async def _secure_response(_request: web.Request, response: web.StreamResponse) -> None:
     secure(response.headers)
     response.headers.popall("Server", None)
+
+
+class SecureRunner(web.AppRunner):
+    """An ``AppRunner`` whose own answers carry the security headers too: what aiohttp cannot
+    parse (a bad request line, a bad or oversized header) it answers itself, before any route,
+    middleware or ``on_response_prepare`` sees the request."""
+
+    async def _make_server(self) -> web.Server:
+        server = await super()._make_server()
+        server.request_factory = functools.partial(self.app._make_request, _cls=_Request)
+        return server
+
+
+class _Request(web.Request):
+    """A request whose answer, if no route ever matched it, is secured as a routed one is."""
+
+    async def _prepare_hook(self, response: web.StreamResponse) -> None:
+        if self._match_info is None:  # aiohttp's own answer to what it could not parse
+            await _secure_response(self, response)
+        await super()._prepare_hook(response)
 
 
 def web_routes(chat: RunReader, config: WebConfig) -> web.Application:

@@ -107,7 +107,9 @@ class ChatFront:
             await self._discord.stop()
 
     async def _listen(self, application: web.Application) -> None:
-        self._runner = web.AppRunner(application, access_log=None, logger=one_line(HTTP_LOG))
+        from adapters.web import SecureRunner
+
+        self._runner = SecureRunner(application, access_log=None, logger=one_line(HTTP_LOG))
         await self._runner.setup()
         site = web.TCPSite(self._runner, self._host, self._port)
         try:

@@ -12,6 +12,7 @@ from pathlib import Path
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+from adapters.web.auth import SECURITY_HEADERS
 from bot.domain import Session
 from bot.records import RunRecord
 from storage.sqlite import open_sqlite
@@ -197,3 +198,38 @@ async def test_a_request_serve_cannot_parse_never_puts_a_credential_in_the_log(
     assert all("WARNING" in line and "400" in line for line in refused), refused
     assert TOKEN not in err and TOKEN[:12] not in err, err[-3000:]
     assert signature not in err and signature[:16] not in err, err[-3000:]
+
+
+def _headers(answer: bytes) -> dict[str, str]:
+    """A raw answer's headers, by their lower-cased names."""
+    head = answer.partition(b"\r\n\r\n")[0].decode("latin-1").split("\r\n")[1:]
+    return {
+        name.strip().lower(): value.strip() for name, _, value in (h.partition(":") for h in head)
+    }
+
+
+async def test_what_serve_cannot_parse_is_answered_with_the_security_headers(
+    tmp_path: Path,
+) -> None:
+    config = write_config(tmp_path, "http://127.0.0.1:9/v1")
+    env = serve_env(config, "http://127.0.0.1:9/api/", KESTREL_WEB_TOKEN=TOKEN)
+    port = free_port()
+    process = start_serve(tmp_path, port, env)
+    try:
+        await wait_healthy(port, process)
+        bad = [
+            b"GET /runs HTTP/9.x\r\nHost: k\r\n\r\n",  # a bad request line
+            b"NOT HTTP AT ALL\r\n\r\n",
+            b"GET /runs HTTP/1.1\r\nHost: k\r\nBad Header: x\r\n\r\n",
+            b"GET /runs HTTP/1.1\r\nHost: k\r\nX-Long: " + b"x" * 9000 + b"\r\n\r\n",
+        ]
+        for request in bad:
+            answer = await _raw(port, request)
+            assert answer.startswith((b"HTTP/1.0 400", b"HTTP/1.1 400")), answer[:100]
+            headers = _headers(answer)
+            for name, value in SECURITY_HEADERS.items():
+                assert headers.get(name.lower()) == value, (request[:30], answer[:400])
+            assert "server" not in headers, answer[:400]
+    finally:
+        process.send_signal(signal.SIGTERM)
+        await asyncio.to_thread(process.communicate, timeout=30)
