@@ -332,6 +332,7 @@ async def _answer(
     first = started(call)
     if first is not None and first.done:
         return first.result
+    interrupt.tool = tool.name
     async with interrupt.guard(tool=True), asyncio.timeout(limit):
         return await (call if first is None else first)
 

@@ -31,6 +31,8 @@ class Interrupt:
         self.reason = StopReason.INTERRUPTED
         self._task: asyncio.Task[object] | None = None
         self._in_tool = False
+        # The tool whose wait the tool guard holds (set as it enters): what a cut would kill.
+        self.tool = ""
         self._cut = False
         # Made once: a run enters one or two guards per iteration.
         self._guards = (_Guard(self, False), _Guard(self, True))
@@ -46,6 +48,10 @@ class Interrupt:
             return
         self._cut = True
         self._task.cancel()
+
+    def tool_under_way(self) -> str:
+        """The tool a request now would cut short ("" if the run waits on none)."""
+        return self.tool if self._task is not None and self._in_tool else ""
 
     def refuse(self) -> None:
         """Raise ``Interrupted`` once a stop was requested: nothing new starts after it."""

@@ -438,6 +438,7 @@ class Supervisor:
         self.interrupt_all(spare_tools=tool_grace > 0, hand_back=hand_back)
         if self._tasks and tool_grace > 0:
             await asyncio.wait(list(self._tasks), timeout=tool_grace)
+            self._say_tools_cut(tool_grace)
         # A run started while this one stops (a turn taken during the grace) is stopped and
         # handed back too (``_drive_on_task`` counts it), not stranded with no owner.
         while self._tasks:
@@ -454,6 +455,20 @@ class Supervisor:
             except StoreError:
                 handed_back.append(state.run_id)  # whoever takes it up looks again
         return handed_back
+
+    def _say_tools_cut(self, grace: float) -> None:
+        """One line per run whose tool outlived the grace and is about to be killed: on-call
+        looks for what a command left half done."""
+        for live in self.live.values():
+            tool = live.signals.interrupt.tool_under_way()
+            if tool:
+                log.warning(
+                    "run %s: tool %s was killed after the shutdown grace period (%g s,"
+                    " replica.shutdown_grace_seconds); what it did so far stands",
+                    live.run_id,
+                    tool,
+                    grace,
+                )
 
     @property
     def stopping(self) -> bool:

@@ -50,7 +50,8 @@ from bot.replica.schedule import Scheduler
 from bot.replica.work import WorkTaker
 from bot.run.runtime import Runtime
 from bot.run.supervisor import Supervisor
-from bot.tools.base import Tool
+from bot.tools.base import Tool, ToolFlags, ToolTraits
+from bot.tools.command import CommandTool
 from bot.tools.python import function_tool
 from tests.fakes.runtime import Counter, call, counting_tools, make_runtime, reply
 from tests.fakes.waiting import until
@@ -846,3 +847,36 @@ async def test_a_run_a_person_stopped_is_adopted_by_no_replica(
     other = await replica(tmp_path, "replica-b", opened)
     other.rt.tools = rt.tools  # it could resume the run, were it an orphan
     assert await other.adopt_orphans() == []
+
+
+async def test_a_command_killed_after_the_grace_is_named_in_the_log(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    marker = tmp_path / "started"
+    slow = CommandTool(
+        "slow_check",
+        "Checks, slowly.",
+        ["/bin/sh", "-c", ': > "$0"; exec sleep 60', str(marker)],
+        flags=ToolFlags(traits=ToolTraits(idempotent=True, timeout=120)),
+    )
+    rt, _ = await make_runtime(tmp_path / "k.db", [reply(call("slow_check"))], [slow])
+    supervisor = Supervisor(rt)
+    live = await supervisor.start_turn("check", prompter=None)
+    await until(marker.exists)
+    caplog.set_level(logging.WARNING, logger="kestrel.supervisor")
+    handed_back = await asyncio.wait_for(supervisor.shutdown(tool_grace=0.2, hand_back=True), 10)
+    await rt.store.close()
+    assert handed_back == [live.run_id]
+    said = [r.getMessage() for r in caplog.records if r.name == "kestrel.supervisor"]
+    assert said == [
+        f"run {live.run_id}: tool slow_check was killed after the shutdown grace period"
+        " (0.2 s, replica.shutdown_grace_seconds); what it did so far stands"
+    ]
+
+
+async def test_a_tool_that_finishes_within_the_grace_is_not_said_killed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="kestrel.supervisor")
+    await shut_down_during(tmp_path, seconds=0.1, grace=10)
+    assert [r for r in caplog.records if r.name == "kestrel.supervisor"] == []
