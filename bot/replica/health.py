@@ -139,8 +139,9 @@ class Health:
         return True, f"the event loop answers ({late:.3f} s late)"
 
     async def check(self) -> Readiness:
-        """Every check, each within ``CHECK_SECONDS``; kept as ``latest`` for the gauges. A
-        problem is logged when it appears or changes, not at each probe."""
+        """Every check, each within ``CHECK_SECONDS``; kept as ``latest`` for the gauges. What
+        ``/readyz`` withholds of a problem is logged when it appears or changes, not at each
+        probe."""
         found: dict[str, Problem] = {}
         if self.stopping:
             found["shutdown"] = Problem(STOPPING, STOPPING)
@@ -159,7 +160,7 @@ class Health:
                 found[name] = said
         before = self.latest.problems
         for name, problem in found.items():
-            if before.get(name) != problem.detail:
+            if problem.detail != problem.said and before.get(name) != problem.detail:
                 log.warning("not ready: %s: %s", name, problem.detail)
         self.latest = Readiness(
             problems={name: problem.detail for name, problem in found.items()},
