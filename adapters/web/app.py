@@ -86,7 +86,9 @@ class SecureRunner(web.AppRunner):
 
     async def _make_server(self) -> web.Server:
         server = await super()._make_server()
-        server.request_factory = functools.partial(self.app._make_request, _cls=_Request)
+        make = getattr(self.app, "_make_request", None)  # private: an aiohttp without it
+        if make is not None:  # serves as a plain runner does
+            server.request_factory = functools.partial(make, _cls=_Request)
         return server
 
 
@@ -94,7 +96,9 @@ class _Request(web.Request):
     """A request whose answer, if no route ever matched it, is secured as a routed one is."""
 
     async def _prepare_hook(self, response: web.StreamResponse) -> None:
-        if self._match_info is None:  # aiohttp's own answer to what it could not parse
+        # aiohttp's own answer to what it could not parse: no route ever matched. Read with a
+        # default, a private name: were it renamed, every answer is secured twice, none lost.
+        if getattr(self, "_match_info", None) is None:
             await _secure_response(self, response)
         await super()._prepare_hook(response)
 
