@@ -40,10 +40,14 @@ class Interrupt:
     def request(self, *, spare_tools: bool = False, hand_back: bool = False) -> None:
         """Cut the current guarded wait short (unless it is a tool being spared); every later
         guard raises ``Interrupted``, so nothing new starts. ``hand_back``: the run suspends
-        ``handed_back``, for any replica to go on with."""
-        self.requested = True
-        if hand_back:
+        ``handed_back``, for any replica to go on with, unless a person's stop came first."""
+        if not hand_back:
+            # A person's pause wins over a stopping replica's, whichever came first: the run
+            # waits for that person's resume, not for another replica's sweep.
+            self.reason = StopReason.INTERRUPTED
+        elif not self.requested:
             self.reason = StopReason.HANDED_BACK
+        self.requested = True
         if self._task is None or self._cut or (spare_tools and self._in_tool):
             return
         self._cut = True

@@ -450,7 +450,7 @@ class Supervisor:
             if not isinstance(state, RunState):
                 continue
             try:
-                if await self._can_go_on(state):
+                if await self._for_another(state, hand_back):
                     handed_back.append(state.run_id)
             except StoreError:
                 handed_back.append(state.run_id)  # whoever takes it up looks again
@@ -469,6 +469,18 @@ class Supervisor:
                     tool,
                     grace,
                 )
+
+    async def _for_another(self, state: RunState, hand_back: bool) -> bool:
+        """Whether a run that ``shutdown`` stopped is for another process to go on with: it
+        waits on nobody, and, handing back, no person paused it."""
+        if not await self._can_go_on(state):
+            return False
+        if not hand_back:
+            return True
+        # Handing back suspends every run `handed_back` but one a person paused first
+        # (``Interrupt.request``), which waits for that person's resume.
+        record = await self.rt.store.get_run(state.run_id)
+        return record.stop_reason != StopReason.INTERRUPTED
 
     @property
     def stopping(self) -> bool:

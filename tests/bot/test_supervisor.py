@@ -880,3 +880,30 @@ async def test_a_tool_that_finishes_within_the_grace_is_not_said_killed(
     caplog.set_level(logging.WARNING, logger="kestrel.supervisor")
     await shut_down_during(tmp_path, seconds=0.1, grace=10)
     assert [r for r in caplog.records if r.name == "kestrel.supervisor"] == []
+
+
+async def test_a_persons_pause_is_not_turned_into_a_hand_back_by_sigterm(
+    tmp_path: Path, opened: list[Runtime]
+) -> None:
+    # Ctrl-C at a chat on a store replicas share, then SIGTERM to that process before the run
+    # reached its suspend: the person's pause wins. The run suspends `interrupted`, is not
+    # queued for another replica, and no sweep adopts it.
+    release = asyncio.Event()
+    rt, _ = await make_runtime(tmp_path / "k.db", [reply(call("hold"))], [holding_tool(release)])
+    opened.append(rt)
+    started = asyncio.Event()
+    rt.events.add(ToolStarted(started))
+    supervisor = Supervisor(rt)
+    live = await supervisor.start_turn("hold on", prompter=None)
+    await started.wait()
+
+    ChatService(supervisor).interrupt(live)
+    handed_back = await supervisor.shutdown(hand_back=True)
+
+    record = await rt.store.get_run(live.run_id)
+    assert record.stop_reason == "interrupted" and record.owner == ""
+    assert handed_back == []
+    assert await rt.store.orphaned_runs() == []
+    other = await replica(tmp_path, "replica-b", opened)
+    other.rt.tools = rt.tools
+    assert await other.adopt_orphans() == []
