@@ -41,6 +41,11 @@ class WorkItem(DomainModel, frozen=True, kw_only=True):
     created_at: datetime = msgspec.field(default_factory=utcnow)
 
 
+# A replica's ``info`` once it began to stop: it hands its runs back, and a lease it took
+# meanwhile is left to expire, so it drives none of them any more.
+REPLICA_STOPPING: Final = "stopping"
+
+
 class Replica(DomainModel, frozen=True, kw_only=True):
     """A live Kestrel process sharing the store, and the runs it holds leases on."""
 
@@ -49,6 +54,11 @@ class Replica(DomainModel, frozen=True, kw_only=True):
     started_at: datetime
     last_seen: datetime
     runs: tuple[tuple[str, datetime | None], ...] = ()
+
+    @property
+    def stopping(self) -> bool:
+        """Whether it began to stop (``REPLICA_STOPPING``): the leases it holds run out."""
+        return self.info == REPLICA_STOPPING
 
 
 class OutboxMessage(DomainModel, frozen=True, kw_only=True):

@@ -245,7 +245,8 @@ class ReplicaRegistry(Protocol):
     """Which replicas are alive and which runs they hold."""
 
     async def heartbeat(self, owner: str, info: str = "") -> None:
-        """Record that replica ``owner`` is alive (first call registers it)."""
+        """Record that replica ``owner`` is alive (first call registers it); ``info``
+        ``REPLICA_STOPPING`` marks it stopping, for good."""
         ...
 
     async def forget_replica(self, owner: str) -> None:

@@ -401,9 +401,12 @@ ORDER BY id LIMIT $4
 # The columns ``work_from_row`` reads, as a take's RETURNING clause.
 TAKEN_WORK: Final = "id, kind, payload::text, created_at"
 FINISH_WORK: Final = "UPDATE work SET done_at = $1 WHERE id = $2 AND done_at IS NULL"
+# A replica marked stopping ($4) stays so: a heartbeat already under way as it began to stop
+# may land after the mark.
 HEARTBEAT: Final = """
 INSERT INTO replicas(owner, info, started_at, last_seen) VALUES ($1, $2, $3, $3)
-ON CONFLICT (owner) DO UPDATE SET info = excluded.info, last_seen = excluded.last_seen
+ON CONFLICT (owner) DO UPDATE SET last_seen = excluded.last_seen,
+    info = CASE WHEN replicas.info = $4 THEN replicas.info ELSE excluded.info END
 """
 FORGET_REPLICA: Final = "DELETE FROM replicas WHERE owner = $1"
 # The replicas seen since $1, one row per run each owns (NULLs for none).

@@ -22,7 +22,7 @@ from bot.domain import Decision, Request, RequestStatus, Session
 from bot.errors import StoreError, ThreadBusy, UnknownRun
 from bot.journal.entries import Entry
 from bot.journal.log import JournalRecord, JournalTally
-from bot.records import OutboxMessage, Replica, RunRecord, WorkItem
+from bot.records import REPLICA_STOPPING, OutboxMessage, Replica, RunRecord, WorkItem
 from bot.store import Audited, AuditRecord, Settled
 from storage import sql
 from storage.common import (
@@ -452,8 +452,10 @@ class SqlStore(ABC):
         await self._write("finish_work", sql.FINISH_WORK, (self._now(), work_id))
 
     async def heartbeat(self, owner: str, info: str = "") -> None:
-        """Register replica ``owner``, or refresh its info and last-seen time."""
-        await self._write("heartbeat", sql.HEARTBEAT, (owner, info, self._now()))
+        """Register replica ``owner``, or refresh its info and last-seen time (one marked
+        ``REPLICA_STOPPING`` stays so)."""
+        params = (owner, info, self._now(), REPLICA_STOPPING)
+        await self._write("heartbeat", sql.HEARTBEAT, params)
 
     async def forget_replica(self, owner: str) -> None:
         """Unregister replica ``owner`` (it stopped cleanly); a later heartbeat registers it."""

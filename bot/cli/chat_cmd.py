@@ -100,6 +100,7 @@ def serve(platforms: tuple[str, ...], port: int | None, host: str) -> None:
     from bot.collector import settle_for_service
     from bot.errors import StoreError
     from bot.logs import SERVICE
+    from bot.records import REPLICA_STOPPING
     from bot.replica.schedule import Scheduler
     from bot.replica.work import WorkTaker
     from bot.run.supervisor import Supervisor
@@ -142,6 +143,10 @@ def serve(platforms: tuple[str, ...], port: int | None, host: str) -> None:
         for line in front.describe():
             log.info("%s", printable(line))  # the names in it come from Slack and Discord
         await stop.wait()
+        with contextlib.suppress(StoreError):
+            # Marked first: through the grace, `kestrel replicas` and a refused resume say that
+            # its leases run out rather than that it drives their runs.
+            await rt.store.heartbeat(rt.owner, REPLICA_STOPPING)
         taker.stop()
         await scheduler.stop()
         grace = settings.replica.shutdown_grace_seconds

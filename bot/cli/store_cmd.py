@@ -18,6 +18,8 @@ from bot.cli.common import (
 )
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from bot.store import Store
 
 
@@ -92,12 +94,26 @@ def replicas(as_json: bool) -> None:
     now = utcnow()
     for replica in rows:
         seen = (now - replica.last_seen).total_seconds()
-        echo(f"{replica.owner}  seen {seen:.0f}s ago  {len(replica.runs)} live run(s)")
+        # A stopping replica drives none of its runs to the end: it hands them back, or lets
+        # the claims it took meanwhile run out.
+        held = "stopping: {} run(s) held" if replica.stopping else "{} live run(s)"
+        echo(f"{replica.owner}  seen {seen:.0f}s ago  {held.format(len(replica.runs))}")
         for run_id, expires in replica.runs:
-            left = f"lease {(expires - now).total_seconds():+.0f}s" if expires else "no lease"
-            echo(f"    {run_id}  {left}")
+            echo(f"    {run_id}  {_lease(expires, now, replica.stopping)}")
     if not rows:
         echo("no live replicas")
+
+
+def _lease(expires: datetime | None, now: datetime, stopping: bool) -> str:
+    """A held run's lease as `kestrel replicas` shows it."""
+    from datetime import UTC
+
+    if expires is None:
+        return "no lease"
+    left = (expires - now).total_seconds()
+    if stopping:
+        return f"stopping, claim expires at {expires.astimezone(UTC):%H:%M:%S} UTC (in {left:.0f}s)"
+    return f"lease {left:+.0f}s"
 
 
 @click.command()

@@ -8,6 +8,7 @@ import logging
 import math
 import traceback
 from collections.abc import AsyncIterator, Coroutine
+from datetime import UTC
 from typing import Any, NoReturn
 
 import msgspec
@@ -747,19 +748,29 @@ class Supervisor:
         record = await self.rt.store.get_run(run_id)
         owner = record.owner or "another process"
         replicas = await self.rt.store.list_replicas()
-        if any(r.owner == record.owner for r in replicas):
+        holder = next((r for r in replicas if r.owner == record.owner), None)
+        if holder is not None and not holder.stopping:
             return f"run {run_id} is live on replica {owner}, which drives it now"
-        left = (
-            (record.lease_expires - self.rt.clock()).total_seconds() if record.lease_expires else 0
-        )
-        if left <= 0:
+        expires = record.lease_expires
+        left = (expires - self.rt.clock()).total_seconds() if expires else 0
+        if expires is None or left <= 0:
             return f"run {run_id} was held by {owner}, whose lease just expired: try again"
-        others = [r.owner for r in replicas if r.owner != self.rt.owner]
+        others = [
+            r.owner for r in replicas if r.owner not in (self.rt.owner, owner) and not r.stopping
+        ]
         then = (
             f"a kestrel serve replica ({others[0]}) adopts it"
             if others
             else f"`kestrel runs resume {run_id}` takes it over"
         )
+        if holder is not None:
+            # It began to stop: it hands the run back, or its claim runs out; either way it
+            # drives the run no further.
+            at = f"{expires.astimezone(UTC):%H:%M:%S} UTC (in {math.ceil(left)} s)"
+            return (
+                f"run {run_id} is held by {owner}, which is stopping: its claim expires at {at}"
+                f" unless it hands the run back first; then {then}"
+            )
         return (
             f"run {run_id} is held by {owner}, whose lease expires in {math.ceil(left)} s unless"
             f" {owner} is alive and renews it; then {then}"

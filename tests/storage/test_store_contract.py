@@ -53,7 +53,7 @@ from bot.journal.entries import (
 from bot.journal.fold import fold
 from bot.journal.writer import RunJournal
 from bot.kinds import AuditAction
-from bot.records import RunRecord, WorkItem
+from bot.records import REPLICA_STOPPING, RunRecord, WorkItem
 from bot.store import Audited, Settled, Store
 from storage.sqlite import SqliteStore
 from storage.sqlite_schema import CREATE_VERSION_TABLE, SCHEMA_VERSION, migration_script
@@ -1238,6 +1238,23 @@ async def test_a_silent_replica_is_not_listed(store: Store, clock: FakeClock) ->
     w1, _ = await store.list_replicas(alive_within=60)
     assert w1.started_at == clock.now - timedelta(seconds=61)
     assert [r for r, _ in w1.runs] == [run_id]
+
+
+async def test_a_replica_marked_stopping_stays_so_until_forgotten(
+    store: Store, clock: FakeClock
+) -> None:
+    await store.heartbeat("w1")
+    await store.heartbeat("w1", info=REPLICA_STOPPING)
+    clock.advance(1)
+    await store.heartbeat("w1")  # taken as it began to stop, landed after the mark
+
+    (w1,) = await store.list_replicas(alive_within=60)
+
+    assert w1.stopping and w1.last_seen == clock.now
+    await store.forget_replica("w1")
+    await store.heartbeat("w1")
+    (w1,) = await store.list_replicas(alive_within=60)
+    assert not w1.stopping
 
 
 async def test_a_replica_that_stopped_cleanly_is_forgotten_at_once(

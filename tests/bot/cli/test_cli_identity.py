@@ -9,7 +9,7 @@ import sqlite3
 from pathlib import Path
 
 from bot.domain import Session, new_id
-from bot.records import RunRecord
+from bot.records import REPLICA_STOPPING, RunRecord
 from storage.sqlite import open_sqlite
 from tests.bot.cli.test_cli import kestrel, one_line_error
 
@@ -112,10 +112,10 @@ def held_by_the_dead(run_id: str) -> str:
     )
 
 
-async def heartbeat(db: Path, owner: str) -> None:
+async def heartbeat(db: Path, owner: str, info: str = "") -> None:
     store = await open_sqlite(db)
     try:
-        await store.heartbeat(owner)
+        await store.heartbeat(owner, info)
     finally:
         await store.close()
 
@@ -136,6 +136,34 @@ async def test_resume_of_a_run_whose_owner_died_says_when_and_what_then(tmp_path
     await heartbeat(db, "host:42:dead")  # the owner is a live replica after all
     refused = one_line_error(kestrel(tmp_path, "runs", "resume", run_id, env=me))
     assert refused == f"kestrel: run {run_id} is live on replica host:42:dead, which drives it now"
+
+
+async def test_a_stopping_replicas_claim_is_shown_running_out_not_driven(tmp_path: Path) -> None:
+    # A replica took the run's lease as it began to stop and left it to expire: it drives
+    # nothing. A resume and `kestrel replicas` say when the claim runs out, and who then goes on.
+    db = tmp_path / "kestrel.db"
+    run_id = await held_run(db, "host:42:old", 600)
+    await heartbeat(db, "host:42:old")
+    await heartbeat(db, "host:42:old", REPLICA_STOPPING)
+    await heartbeat(db, "host:42:old")  # a heartbeat taken as it stopped: still stopping
+    await heartbeat(db, "host:7:serve")
+    me = {"USER": "erin"}
+
+    refused = one_line_error(kestrel(tmp_path, "runs", "resume", run_id, env=me))
+
+    assert re.fullmatch(
+        rf"kestrel: run {run_id} is held by host:42:old, which is stopping: its claim expires"
+        r" at \d\d:\d\d:\d\d UTC \(in (59\d|600) s\) unless it hands the run back first;"
+        r" then a kestrel serve replica \(host:7:serve\) adopts it",
+        refused,
+    ), refused
+    listed = kestrel(tmp_path, "replicas").stdout.splitlines()
+    assert re.fullmatch(r"host:42:old  seen \d+s ago  stopping: 1 run\(s\) held", listed[0])
+    assert re.fullmatch(
+        rf"    {run_id}  stopping, claim expires at \d\d:\d\d:\d\d UTC \(in (59\d|600)s\)",
+        listed[1],
+    ), listed
+    assert re.fullmatch(r"host:7:serve  seen \d+s ago  0 live run\(s\)", listed[2]), listed
 
 
 async def test_cancel_of_a_held_or_ended_run_is_refused_and_audited(tmp_path: Path) -> None:

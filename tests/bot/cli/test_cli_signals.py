@@ -216,6 +216,35 @@ def test_serve_suspends_a_run_waiting_on_a_hanging_model(
     assert listed.stdout.strip() == "no live replicas", listed.stderr
 
 
+def test_serve_says_it_is_stopping_while_a_command_finishes(folder: Path) -> None:
+    # Through the grace a stopping replica drives its runs no further than their suspend:
+    # `kestrel replicas` and a refused resume say so rather than name it as their driver.
+    (folder / "slow.sh").write_text('echo start >> "$EFFECTS_FILE"\nsleep 3\n')
+    env = scripted(folder)
+    config = yaml.safe_load((folder / "kestrel.yaml").read_text())
+    config["replica"]["shutdown_grace_seconds"] = 30
+    (folder / "kestrel.yaml").write_text(yaml.safe_dump(config))
+    serve = start(folder, env, "serve", "--port", "0")
+
+    async def submit() -> None:
+        store = SqliteStore(folder / "kestrel.db")
+        await store.migrate()
+        session = Session(id=new_id("ses"), platform="test")
+        payload = {"run_id": new_id("run"), "prompt": "slow", "session": wire.to_plain(session)}
+        await store.enqueue_work("start", {**payload, "requested_by": "U0REQ"})
+        await store.close()
+
+    asyncio.run(submit())
+    wait_until(lambda: effects(folder) == ["start"], "the command's start")
+    assert [r.stopping for r in asyncio.run(replicas(folder))] == [False]
+
+    serve.send_signal(signal.SIGTERM)
+
+    wait_until(lambda: [r.stopping for r in asyncio.run(replicas(folder))] == [True], "the mark")
+    _, err = serve.communicate(timeout=20)
+    assert serve.returncode == 0, err
+
+
 async def replicas(folder: Path) -> list[Any]:
     store = SqliteStore(folder / "kestrel.db")
     await store.migrate()
