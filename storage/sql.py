@@ -172,11 +172,16 @@ COUNT_RUNS_BY_STATUS: Final = "SELECT status, COUNT(*) FROM runs GROUP BY status
 # left the run to it), and a stopping replica leaves ``handed_back`` if it dies before it queues
 # the run's resume. A decider, sweep or work item whose resume was refused (it takes --force)
 # claimed the run and gave it back: that run waits for a person, not for a sweep that would be
-# refused at every pass. A canceller that died leaves its requests open or cancelled, and a run
-# a person stopped (Ctrl-C) is suspended ``interrupted``: not those.
+# refused at every pass; running, it is released with an epoch past its journal's last too (a
+# run's row comes with its first entries: only a test's has none). A canceller that died
+# leaves its requests open or cancelled, and a run a person stopped (Ctrl-C) is suspended
+# ``interrupted``: not those.
 ORPHANED_RUNS: Final = """
 SELECT id FROM runs
-WHERE (status = 'running' AND (owner = '' OR lease_expires IS NULL OR lease_expires < $1))
+WHERE (status = 'running'
+       AND ((owner <> '' AND (lease_expires IS NULL OR lease_expires < $1))
+            OR (owner = '' AND epoch = (SELECT COALESCE(MAX(j.epoch), runs.epoch)
+                                         FROM journal AS j WHERE j.run_id = runs.id))))
    OR (status = 'suspended'
        AND ((owner <> '' AND lease_expires < $1)
             OR (owner = '' AND stop_reason IN ('waiting', 'handed_back')

@@ -907,3 +907,31 @@ async def test_a_persons_pause_is_not_turned_into_a_hand_back_by_sigterm(
     other = await replica(tmp_path, "replica-b", opened)
     other.rt.tools = rt.tools
     assert await other.adopt_orphans() == []
+
+
+async def test_a_running_orphan_that_takes_force_is_claimed_by_one_sweep_only(
+    tmp_path: Path, opened: list[Runtime]
+) -> None:
+    # Its owner died mid-run and the system prompt changed since: the first sweep is refused
+    # and leaves it to a person. The next ones leave it alone, its epoch as it was, and still
+    # adopt the orphans behind it.
+    counter = Counter()
+    rt, _ = await make_runtime(tmp_path / "k.db", [reply(text="x")], counting_tools(counter))
+    opened.append(rt)
+    await orphan(rt, "run_forced", "a")
+    started_with, rt.system_prompt = rt.system_prompt, "changed since the run started"
+    supervisor = Supervisor(rt)
+    assert await supervisor.adopt_orphans() == []
+    epoch = (await rt.store.get_run("run_forced")).epoch
+
+    for _ in range(3):
+        assert await supervisor.adopt_orphans() == []
+
+    record = await rt.store.get_run("run_forced")
+    assert (record.epoch, record.owner, record.status) == (epoch, "", RunStatus.RUNNING)
+    rt.system_prompt = started_with
+    await orphan(rt, "run_later", "b")
+    assert await supervisor.adopt_orphans() == ["run_later"]
+    live = await supervisor.resume("run_forced", force=True)  # a person still may
+    assert live is not None
+    assert (await supervisor.wait(live)).open_requests  # its uncertain `write` asks on-call

@@ -1477,6 +1477,23 @@ async def test_orphaned_runs_are_running_runs_without_a_live_lease(
     assert await store.orphaned_runs() == []
 
 
+async def test_a_running_run_whose_resume_was_refused_is_no_orphan(
+    store: Store, clock: FakeClock
+) -> None:
+    run_id, epoch = await new_run(store, owner="w1")
+    for seq, entry in enumerate(every_entry(run_id)[:3]):
+        await store.append(run_id, seq, epoch, entry)
+    clock.advance(LEASE + 1)  # w1 died mid-run
+    assert await store.orphaned_runs() == [run_id]
+    taken = await store.claim(run_id, "w2", 30)
+    assert taken is not None
+
+    # w2's resume was refused (it takes --force): the run waits for a person.
+    await store.release(run_id, "w2", taken)
+
+    assert await store.orphaned_runs() == []
+
+
 async def test_a_suspended_run_whose_decider_died_is_an_orphan(
     store: Store, clock: FakeClock
 ) -> None:
