@@ -68,6 +68,9 @@ _UNSETTLED = (
     " person asks you to"
 )
 
+# What a run fails with when the model's reply has neither text nor a tool call.
+_EMPTY = "the model returned an empty reply: no text and no tool call"
+
 # A reply that ended so is not all the model meant: none of its calls runs.
 _CUT_SHORT = frozenset({"length", "content_filter"})
 
@@ -210,7 +213,7 @@ class AgentLoop:
                     turn.text or "",
                 )
             if not turn.calls:
-                raise Stop(RunStatus.COMPLETED, StopReason.ANSWERED, text=turn.text or "")
+                raise _answer(turn.text or "")
             self._check_batch_budgets(len(turn.calls))
             await self._run_batch(tools)
 
@@ -550,6 +553,14 @@ class AgentLoop:
             outcomes=self.state.outcomes(),
         )
         await self.journal.append(RunEnded.of(result, last_turn_text=self.state.last_text))
+
+
+def _answer(text: str) -> Stop:
+    """How a reply without calls ends the run: answered, or failed if it says nothing (the
+    reply is journaled all the same, so the model is not asked for that step again)."""
+    if text.strip():
+        return Stop(RunStatus.COMPLETED, StopReason.ANSWERED, text=text)
+    return Stop(RunStatus.FAILED, StopReason.MODEL_ERROR, _EMPTY)
 
 
 def _asks_people(tools: ToolSet, name: str) -> bool:

@@ -155,6 +155,20 @@ async def test_a_refusal_is_the_answer_not_an_empty_one(tmp_path: Path) -> None:
     assert state.result is not None and state.result.text == "I can't help with that."
 
 
+async def test_an_empty_reply_fails_the_run_saying_so(tmp_path: Path) -> None:
+    # No text, no tool call: not an answer to complete the run with (adapters showed "(no
+    # text)"). The reply is journaled, so nothing asks the model for that step again.
+    for number, content in enumerate((None, "", " \n ")):
+        empty = _with_message(chat_completion(), "stop", content=content)
+        (tmp_path / str(number)).mkdir()
+        state, counter, _ = await _run(tmp_path / str(number), empty)
+
+        assert _ended(state) == (RunStatus.FAILED, StopReason.MODEL_ERROR)
+        assert state.result is not None
+        assert state.result.error == "the model returned an empty reply: no text and no tool call"
+        assert state.iteration == 1 and counter.calls == {}
+
+
 async def test_a_filtered_reply_fails_the_run_naming_the_filter(tmp_path: Path) -> None:
     calls = [("c1", "echo", '{"text": "a"}')]
     filtered = _with_message(chat_completion(calls=calls), "content_filter")
