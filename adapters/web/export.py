@@ -13,7 +13,7 @@ from typing import Final
 
 from markupsafe import Markup
 
-from adapters.web.render import RunReader, load_run_sources, render_items, render_run_page
+from adapters.web.render import RunPageReader, load_run_sources, render_items, render_run_page
 from adapters.web.timeline import AuditRow, TimelineWalk
 from bot.domain import utcnow
 
@@ -25,7 +25,7 @@ _MARKER: Final = Markup("<!--kestrel:timeline-->")
 
 
 async def write_export(
-    chat: RunReader, run_id: str, write: Callable[[str], object], *, now: datetime | None = None
+    chat: RunPageReader, run_id: str, write: Callable[[str], object], *, now: datetime | None = None
 ) -> None:
     """Write the page of ``run_id`` as one file through ``write``, in chunks: the stylesheet
     inlined (allowed by its hash in a ``<meta>`` Content-Security-Policy), no script, no
@@ -48,7 +48,7 @@ async def write_export(
     write(tail)
 
 
-async def export_html(chat: RunReader, run_id: str, *, now: datetime | None = None) -> str:
+async def export_html(chat: RunPageReader, run_id: str, *, now: datetime | None = None) -> str:
     """The page of ``run_id`` as one file, as a string (``write_export`` writes it to a file
     without holding it)."""
     out = io.StringIO()

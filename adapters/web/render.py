@@ -266,17 +266,22 @@ def render_pending(pending: Sequence[PendingRequest], *, now: datetime | None = 
     )
 
 
-class RunReader(Protocol):
-    """What the pages read runs through: ``bot.chat.service.ChatService`` (or anything with these
-    read methods)."""
+class RunPageReader(Protocol):
+    """What one run's page is read through: ``bot.chat.service.RunReads`` (the store alone, for
+    ``kestrel runs export``) or ``ChatService``."""
 
     async def inspect(
         self, run_id: str, *, before: int | None = None, size: int = PAGE_ENTRIES
     ) -> RunInspection: ...
 
-    async def mark(self, run_id: str) -> RunMark: ...
-
     async def entries(self, run_id: str, start: int, stop: int) -> list[JournalRecord]: ...
+
+
+class RunReader(RunPageReader, Protocol):
+    """What the pages read runs through: ``bot.chat.service.ChatService`` (or anything with these
+    read methods)."""
+
+    async def mark(self, run_id: str) -> RunMark: ...
 
     async def recent(self, limit: int = 10) -> list[RunRecord]: ...
 
@@ -306,7 +311,7 @@ def mark_version(mark: RunMark) -> str:
 
 
 async def load_run_sources(
-    chat: RunReader, run_id: str, *, before: int | None = None, size: int = PAGE_ENTRIES
+    chat: RunPageReader, run_id: str, *, before: int | None = None, size: int = PAGE_ENTRIES
 ) -> RunSources:
     """A run's record, a page of its journal, its audit and its requests
     (``bot.errors.UnknownRun`` for an unknown id)."""

@@ -150,6 +150,61 @@ class Decided(msgspec.Struct, frozen=True):
     resumed: LiveRun | None = None
 
 
+class ReadStore(RunRows, JournalLog, Requests, AuditLog, Protocol):
+    """The roles a run's page is read through: runs, journals, requests and the audit."""
+
+
+class RunReads:
+    """A run's page read from the store alone: its record, a page of its journal, its audit
+    and its requests, each with who may answer it (``who_may_answer``). Needs no model, no
+    tool and no write: ``kestrel runs export`` reads through it with nothing else open."""
+
+    def __init__(
+        self, store: ReadStore, who_may_answer: Callable[[Request], tuple[str, ...]]
+    ) -> None:
+        self._store = store
+        self._who_may_answer = who_may_answer
+        self._summaries = RunSummaries(store)
+
+    async def inspect(
+        self, run_id: str, *, before: int | None = None, size: int = PAGE_ENTRIES
+    ) -> RunInspection:
+        """A run's record, one page of its journal (the ``size`` entries before ``before``;
+        the newest without it), its audit and its requests (``UnknownRun`` for an unknown
+        id). The whole journal is never loaded: see ``bot.chat.run_summary``."""
+        store = self._store
+        record = await store.get_run(run_id)
+        length = await store.journal_length(run_id)
+        page = await self._summaries.page(record, length, before=before, size=size)
+        audit = await store.list_audit(run_id, limit=1000)
+        found = await store.list_requests(run_id=run_id, status=None)
+        # Why the model asked is known for the current batch's requests (earlier: "").
+        requests = [self.view(*row, page.state) for row in found]
+        closed = _closed_ids(found)
+        view = RunView(record, page.state, closed)
+        return RunInspection(view, page.records, audit, requests, length)
+
+    async def entries(self, run_id: str, start: int, stop: int) -> list[JournalRecord]:
+        """A run's journal entries with ``start <= seq < stop`` (``UnknownRun``)."""
+        return await self._store.load_range(run_id, start, stop)
+
+    def view(
+        self, request: Request, status: RequestStatus, decision: Decision | None, state: RunState
+    ) -> RequestView:
+        """A request of the run ``state`` folds, as a card shows it."""
+        if status is RequestStatus.OPEN and state.result is not None:
+            # Left open by a cancel that ended its run and died before closing it: nothing
+            # waits on it, and a click on it is refused (``Decisions``), so no card offers it.
+            status = RequestStatus.CANCELLED
+        return self.shown(request, status, decision, state.reason_for(request.call_id))
+
+    def shown(
+        self, request: Request, status: RequestStatus, decision: Decision | None, reason: str
+    ) -> RequestView:
+        """A request as a card shows it, why the model asked being known."""
+        return RequestView(request, status, decision, self._who_may_answer(request), reason)
+
+
 async def pending_requests(
     requests: Requests, policy: Policy, flags_of: Callable[[str], ToolFlags | None]
 ) -> list[PendingRequest]:
@@ -174,7 +229,7 @@ class ChatService:
         self._supervisor = supervisor
         # The runtime typed as what this service uses of it: only the store roles it needs.
         self._rt: ChatRuntime = supervisor.rt
-        self._summaries = RunSummaries(self._rt.store)
+        self._reads = RunReads(self._rt.store, self._who_may_answer)
         self.duplicates_dropped = 0
         self.inbound = Inbound(supervisor)
         # Why the model asked, by request: it never changes, so a card refreshed after a
@@ -292,9 +347,9 @@ class ChatService:
         reason = self._reasons.get(request_id)
         if reason is not None:  # why the model asked never changes: no journal to read
             if found[1] is RequestStatus.OPEN and await self.ended(run_id):
-                found = (found[0], RequestStatus.CANCELLED, found[2])  # see ``_view``
-            return self._shown(*found, reason)
-        view = self._view(*found, fold(await self._rt.store.load(run_id), run_id))
+                found = (found[0], RequestStatus.CANCELLED, found[2])  # see ``RunReads.view``
+            return self._reads.shown(*found, reason)
+        view = self._reads.view(*found, fold(await self._rt.store.load(run_id), run_id))
         self._remember(request_id, view.reason)  # from the whole journal: final
         return view
 
@@ -304,23 +359,12 @@ class ChatService:
         if not found:
             return []
         state = fold(await self._rt.store.load(run_id), run_id)
-        return [self._view(*row, state) for row in found]
+        return [self._reads.view(*row, state) for row in found]
 
-    def _view(
-        self, request: Request, status: RequestStatus, decision: Decision | None, state: RunState
-    ) -> RequestView:
-        if status is RequestStatus.OPEN and state.result is not None:
-            # Left open by a cancel that ended its run and died before closing it: nothing
-            # waits on it, and a click on it is refused (``Decisions``), so no card offers it.
-            status = RequestStatus.CANCELLED
-        return self._shown(request, status, decision, state.reason_for(request.call_id))
-
-    def _shown(
-        self, request: Request, status: RequestStatus, decision: Decision | None, reason: str
-    ) -> RequestView:
+    def _who_may_answer(self, request: Request) -> tuple[str, ...]:
+        # The policy and tool set of now: both may be replaced while the service lives.
         flags_of = self._rt.tools.current().flags_of
-        who = tuple(self._rt.policy.who_may_answer(request, flags_of(request.tool), flags_of))
-        return RequestView(request, status, decision, who, reason)
+        return tuple(self._rt.policy.who_may_answer(request, flags_of(request.tool), flags_of))
 
     def _remember(self, request_id: str, reason: str) -> None:
         self._reasons[request_id] = reason
@@ -330,24 +374,12 @@ class ChatService:
     async def inspect(
         self, run_id: str, *, before: int | None = None, size: int = PAGE_ENTRIES
     ) -> RunInspection:
-        """A run's record, one page of its journal (the ``size`` entries before ``before``;
-        the newest without it), its audit and its requests (``UnknownRun`` for an unknown
-        id). The whole journal is never loaded: see ``bot.chat.run_summary``."""
-        store = self._rt.store
-        record = await store.get_run(run_id)
-        length = await store.journal_length(run_id)
-        page = await self._summaries.page(record, length, before=before, size=size)
-        audit = await store.list_audit(run_id, limit=1000)
-        found = await store.list_requests(run_id=run_id, status=None)
-        # Why the model asked is known for the current batch's requests (earlier: "").
-        requests = [self._view(*row, page.state) for row in found]
-        closed = _closed_ids(found)
-        view = RunView(record, page.state, closed)
-        return RunInspection(view, page.records, audit, requests, length)
+        """A run's page as ``RunReads.inspect`` reads it (``UnknownRun``)."""
+        return await self._reads.inspect(run_id, before=before, size=size)
 
     async def entries(self, run_id: str, start: int, stop: int) -> list[JournalRecord]:
         """A run's journal entries with ``start <= seq < stop`` (``UnknownRun``)."""
-        return await self._rt.store.load_range(run_id, start, stop)
+        return await self._reads.entries(run_id, start, stop)
 
     async def mark(self, run_id: str) -> RunMark:
         """What a live page compares (``UnknownRun`` for an unknown id): three indexed reads."""

@@ -32,6 +32,7 @@ from bot.cli.run_cmd import print_run
 
 if TYPE_CHECKING:
     from bot.chat.service import PendingRequest
+    from bot.domain import Request
     from bot.run.runtime import Runtime
     from bot.store import Store
 
@@ -117,20 +118,30 @@ def runs_show(run_id: str, as_json: bool) -> None:
 def runs_export(run_id: str, html_file: Path) -> None:
     """A run's page as one self-contained HTML file, for an incident report."""
     from adapters.web.export import write_export
-    from bot.chat.service import ChatService
-    from bot.run.supervisor import Supervisor
+    from bot.chat.service import RunReads
+    from bot.cli import compose
+    from bot.people.policy import Policy
+
+    settings = settings_of(click.get_current_context())
+    # The store alone, read only, as `runs show` reads it: no model (nor its key), no tool.
+    flags_of = compose.tool_flags(settings)  # the catalog's flags (tags) pick approvers
+    policy = Policy(settings.policy)
+
+    def who_may_answer(request: Request) -> tuple[str, ...]:
+        flags = flags_of(request.tool)
+        return tuple(policy.who_may_answer(request, flags, flags_of))
 
     partial = html_file.with_name(f".{html_file.name}.partial")
 
-    async def work(rt: Runtime) -> int:
+    async def work(store: Store) -> int:
         # Written as it is read (bounded memory), to a file beside the target that replaces
         # it once complete: an unknown run or a failure leaves no half-written file behind.
         with partial.open("w", encoding="utf-8") as out:
-            await write_export(ChatService(Supervisor(rt)), run_id, out.write)
+            await write_export(RunReads(store, who_may_answer), run_id, out.write)
             return out.tell()
 
     try:
-        size = with_runtime(work)
+        size = with_reader(work)
         partial.replace(html_file)
     except OSError as exc:
         fail(f"cannot write {html_file}: {exc.strerror or exc}")

@@ -149,3 +149,27 @@ def test_pending_reads_flags_of_a_catalog_only_a_run_refuses(tmp_path: Path) -> 
     # lookahead, which RE2 cannot run.
     assert "linear time" in one_line_error(kestrel(tmp_path, "run", "checkout is failing"))
     assert "linear time" in kestrel(tmp_path, "tools", "check", "ops.yaml").stderr
+
+
+def test_export_reads_the_store_only_and_needs_no_model_key(journal: tuple[Path, str]) -> None:
+    # A folder configured for a real provider, at a desk with no OPENAI_API_KEY, offline: the
+    # export reads the journal alone, as `runs show` does, and changes nothing in it.
+    folder, run_id = journal
+    write_config(
+        folder, database="kestrel.db", model={"provider": "openai", "name": "gpt-4.1-mini"}
+    )
+    db = folder / "kestrel.db"
+    before = db.read_bytes()
+    page = folder / "out" / "incident.html"
+    page.parent.mkdir()
+
+    with read_only(db):
+        exported = kestrel(folder, "runs", "export", run_id, "--html", str(page))
+
+    assert exported.returncode == 0, exported.stderr
+    assert exported.stderr.startswith(f"wrote {page} (")
+    html = page.read_text()
+    assert run_id in html and "wait_approval" in html and html.rstrip().endswith("</html>")
+    assert db.read_bytes() == before
+    refused = one_line_error(kestrel(folder, "run", "again"))
+    assert "OPENAI_API_KEY is not set" in refused  # what runs a model still needs it
