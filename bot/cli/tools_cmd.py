@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from bot.cli.common import echo, one_line_errors, settings_of
+from bot.cli.common import config_option, echo, one_line_errors, settings_of
 
 if TYPE_CHECKING:
     from bot.config.settings import Settings
@@ -28,8 +28,16 @@ def tools_list() -> None:
     import asyncio
 
     from bot.cli import compose
+    from bot.config.settings import load_settings_sparing
 
-    settings = settings_of(click.get_current_context())
+    # The policy decides nothing here: a mistake in it is said, and the tools listed anyway.
+    settings, policy_problem = load_settings_sparing(config_option(), spared="policy")
+    if policy_problem:
+        echo(
+            f"kestrel: warning: {policy_problem}; the tools are listed without the policy,"
+            " which every command that acts refuses until it is fixed",
+            err=True,
+        )
     if settings.mcp_servers:
         toolset = asyncio.run(_listed(settings))
     else:

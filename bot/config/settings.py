@@ -305,6 +305,14 @@ def demo_file(name: str) -> Path:
 def load_settings(explicit: str | None = None) -> Settings:
     """Read the YAML file (if any), then ``./.env`` and the environment over it; one readable
     error on failure."""
+    settings, _ = load_settings_sparing(explicit, spared="")
+    return settings
+
+
+def load_settings_sparing(explicit: str | None, *, spared: str) -> tuple[Settings, str]:
+    """The settings as ``load_settings`` reads them, but with section ``spared`` at its
+    defaults when it alone is wrong (a command that does not use it still works), and what
+    was wrong with it ("" when nothing was)."""
     path = config_path(explicit)
     data = read_yaml(path) if path else {}
     file_values, file_sources = _setting_variables(with_secret_files(dotenv()), ENV_FILE)
@@ -314,9 +322,19 @@ def load_settings(explicit: str | None = None) -> Settings:
     layered = _offs_as_written(merged(merged(data, file_values), env_values))
     derived = {"base_dir": base_dir, "config_file": path.resolve() if path else None}
     try:
-        return convert_plain({**layered, **derived}, Settings, strict=False, dec_hook=_from_text)
+        return _converted({**layered, **derived}), ""
     except Invalid as exc:
-        raise ConfigError(_describe(exc.problems, path, variables)) from None
+        problems = exc.problems
+    said = _describe(problems, path, variables)
+    if not spared or any(not problem.loc or problem.loc[0] != spared for problem in problems):
+        raise ConfigError(said)
+    others = {key: value for key, value in layered.items() if key != spared}
+    return _converted({**others, **derived}), said
+
+
+def _converted(layered: dict[str, Any]) -> Settings:
+    """The layered values as settings (``Invalid`` with every problem)."""
+    return convert_plain(layered, Settings, strict=False, dec_hook=_from_text)
 
 
 def _offs_as_written(layered: dict[str, Any]) -> dict[str, Any]:

@@ -164,6 +164,28 @@ def test_tools_list_shows_every_tool_with_what_gates_it(tmp_path: Path) -> None:
     assert rows["ask_human_input"] == ["idempotent", "operator_paced"]
 
 
+def test_tools_list_lists_the_tools_past_a_policy_mistake_and_warns(tmp_path: Path) -> None:
+    # The policy decides nothing in a listing: a typo there is said, and the tools listed.
+    (tmp_path / "ops.yaml").write_text(TOOL.format(name="restart") + "    confirm: true\n")
+    write_config(tmp_path, tools=["ops.yaml"], policy={"aprovers": {"*": ["*"]}})
+
+    listed = kestrel(tmp_path, "tools", "list")
+
+    assert listed.returncode == 0, listed.stderr
+    rows = {line.split()[0]: line.split()[1:] for line in listed.stdout.splitlines()}
+    assert rows["restart"][:1] == ["confirm"] and "ask_human_input" in rows
+    assert listed.stderr == (
+        "kestrel: warning: kestrel.yaml: policy.aprovers: unknown key (did you"
+        " mean approvers?); the tools are listed without the policy, which every command that"
+        " acts refuses until it is fixed\n"
+    )
+    # A mistake elsewhere still stops it, and the policy's is named with it.
+    write_config(tmp_path, tools=["ops.yaml"], policy={"aprovers": {}}, budgets={"max": 1})
+    refused = kestrel(tmp_path, "tools", "list")
+    assert refused.returncode == 2 and "budgets.max: unknown key" in refused.stderr
+    assert "policy.aprovers" in refused.stderr
+
+
 def test_tools_list_shows_the_mcp_servers_tools_too(tmp_path: Path) -> None:
     server = Path(__file__).resolve().parents[2] / "fakes" / "mcp_server.py"
     write_config(
