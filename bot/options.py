@@ -41,6 +41,13 @@ def _holds_number(option: str) -> bool:
     return any(char.isnumeric() for char in option)
 
 
+def wordless(answer: str) -> Refusal | None:
+    """Why ``answer`` answers no question: it has no words (a file posted alone, a blank line)."""
+    if answer.strip():
+        return None
+    return Refusal("an answer needs words: a reply with no text (a file alone) answers nothing")
+
+
 def answer_refusal(answer: str, options: Sequence[str]) -> Refusal | None:
     """None when ``answer`` answers a question with these options (any, without); else why."""
     if not options or match_option(answer, options) is not None:

@@ -18,7 +18,7 @@ from bot.domain import Decision, DecisionKind, Request, RequestKind, RequestStat
 from bot.events import AdvisoryEvent, FanOut, RequestDecidedEvent, RequestExpiredEvent
 from bot.journal.fold import RunState
 from bot.kinds import TERMINAL_STATUSES, AuditAction
-from bot.options import answer_refusal, match_option
+from bot.options import answer_refusal, match_option, wordless
 from bot.people.audit import Redact, decision_detail, request_detail
 from bot.people.policy import Actor, Policy
 from bot.people.refusal import Refusal
@@ -98,6 +98,10 @@ class Decisions:
         except KeyError:
             return Answered(False, f"there is no request {decision.request_id}")
         refusal = await self._refusal(request, status, decision, actor, run_id, digest, winner)
+        if not refusal and request.kind is RequestKind.WAIT_USER:
+            # Checked here, not in ``_refusal``: opening the Answer form checks the person
+            # before any words exist. A screenshot alone must not use up the question.
+            refusal = wordless(decision.text)
         # An answer, and an approval of a request that needs more than one, is refused in its
         # own statement once the run ended (then ``_too_late``, which says so and closes it).
         partial = decision.kind is DecisionKind.APPROVE and request.approvals_needed > 1

@@ -217,3 +217,24 @@ async def test_hostile_no_python_repr_in_notes(tmp_path: Path) -> None:
         note = await world.ephemeral_to(REQUESTER)
         text = note.args["text"]
         assert "\\n" not in text and "'yes'" not in text and '"maybe' not in text, text
+
+
+@pytest.mark.parametrize("text", ["", "  \n "])
+async def test_hostile_a_reply_without_text_answers_nothing(tmp_path: Path, text: str) -> None:
+    """A screenshot posted alone in the thread (``file_share``, no text) or a blank reply is
+    not the answer: the question stays open for the words that follow, and its author is told."""
+    async with slack_world(tmp_path, question_script()) as world:
+        thread = await _question_open(world)
+        event = message(REQUESTER, text, thread_ts=thread, subtype="file_share")
+        event["files"] = [{"id": "F0SHOT", "name": "latency.png"}]
+        await world.sender.event(event)
+        note = await world.ephemeral_to(REQUESTER)
+        await world.settled()
+        assert await _open_requests(world) == [RequestStatus.OPEN]
+        assert note.args["text"] == (
+            "an answer needs words: a reply with no text (a file alone) answers nothing"
+        )
+        await world.reply("us-east", user=REQUESTER, thread_ts=thread)
+        await world.answer_posted()
+        await world.settled()
+        assert await _open_requests(world) == [RequestStatus.ANSWERED]
