@@ -55,12 +55,12 @@ class Conversation:
         waited on when the message came ("" for none; None: not known, the one it waits on now).
         """
         latest = await self._chat.latest(session)
-        word = text.strip().lower()
+        word = command_word(text)
         if word in THREAD_COMMANDS:
             if latest is None:
                 return Outcome(note="There is no run in this thread.")
             return await self.operate(word, await self._commanded(session, latest), actor)
-        if not word:
+        if not text.strip():
             return Outcome(note=HELP)
         if answers:
             # Handled late or again, it answers that question or none, never a later one.
@@ -159,6 +159,16 @@ class Conversation:
             # go on here (its tool set changed): the clicker is told which.
             return Outcome(note=decided.message)
         return Outcome(running=decided.resumed.run_id)
+
+
+# What people put around a one-word command in chat: "cancel!", "`status`", ", resume."
+COMMAND_MARKS = ".,:;!?*_~`'\"\u201c\u201d\u2018\u2019"
+
+
+def command_word(text: str) -> str:
+    """The thread command ``text`` says, as a lowercase word, if it is one word with its
+    punctuation or markup; anything else comes back lowercased and stripped."""
+    return text.strip().strip(COMMAND_MARKS).strip().lower()
 
 
 def _still_going(view: RunView | RunRecord) -> str:

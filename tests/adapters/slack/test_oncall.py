@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from adapters.slack import ids
 from tests.fakes.slack_api import FakeSlackApi
 from tests.fakes.slack_client import app_mention, event_callback, slash_command
@@ -64,6 +66,26 @@ async def test_status_cancel_and_resume_in_the_thread(tmp_path: Path) -> None:
         assert note.args["text"] == "cancelled"
         await world.answer_posted()
         assert world.executions == []
+
+
+@pytest.mark.parametrize("said", ["cancel!", "`cancel`", ", Cancel.", "*cancel*"])
+async def test_a_thread_command_said_with_punctuation_is_the_command(
+    tmp_path: Path, said: str
+) -> None:
+    """``@Kestrel cancel!`` while the run asks a question cancels the run: it is not the
+    answer to the question, and the run does not go on with "cancel!"."""
+    async with slack_world(tmp_path, confirm_script()) as world:
+        mention = await world.mention("drain the node")
+        await world.card(ids.CHOOSE)
+        await world.settled()
+        await world.mention(said, user=REQUESTER, thread_ts=str(mention["ts"]))
+        note = await world.ephemeral_to(REQUESTER)
+        await world.settled()
+        assert note.args["text"] == "cancelled"
+        run = (await world.chat.recent(1))[0]
+        assert run.status.value == "cancelled"
+        (request,) = await world.chat.requests_of(run.id)
+        assert request.status.value == "cancelled"
 
 
 async def test_a_new_mention_while_a_run_waits_is_not_a_second_run(tmp_path: Path) -> None:
