@@ -37,7 +37,7 @@ from bot.chat.conversation import HELP, THREAD_COMMANDS, Conversation, Outcome
 from bot.chat.inbound import Accepted, Delivery
 from bot.chat.service import ChatService, PendingRequest
 from bot.chat.threads import ThreadRenderer
-from bot.chat.words import NOT_AN_OPTION, chosen_option, thread_of
+from bot.chat.words import NOT_AN_OPTION, NOT_RECORDED, chosen_option, thread_of
 from bot.domain import DecisionKind, Session
 
 log = logging.getLogger("kestrel.slack")
@@ -216,14 +216,24 @@ class SlackListeners:
         self, action_id: str, body: dict[str, Any], action: dict[str, Any]
     ) -> tuple[Outcome, SlackThread, str]:
         thread, actor = await self._clicked(body)
-        value, card = _action_value(action), _card_of_action(body)
+        try:
+            outcome = await self._click_outcome(action_id, action, actor, _card_of_action(body))
+        except StoreError as exc:
+            # Slack never sends a click again: the clicker must not believe it counted.
+            log.error("slack: the store failed: %s", exc)
+            outcome = Outcome(note=NOT_RECORDED)
+        return outcome, thread, actor.user
+
+    async def _click_outcome(
+        self, action_id: str, action: dict[str, Any], actor: Actor, card: str
+    ) -> Outcome:
+        value = _action_value(action)
         if action_id == ids.CHOOSE:
-            return await self._choose(value, actor, card), thread, actor.user
+            return await self._choose(value, actor, card)
         request_id = ids.parse_request_value(value)
         if not request_id:
-            return Outcome(note="This button is not one of mine."), thread, actor.user
-        kind = DECISIONS[action_id]
-        return await self._talk.decide(request_id, kind, actor, card=card), thread, actor.user
+            return Outcome(note="This button is not one of mine.")
+        return await self._talk.decide(request_id, DECISIONS[action_id], actor, card=card)
 
     async def _on_action(self, body: dict[str, Any], action: dict[str, Any]) -> None:
         action_id = ids.canonical_action(str(action.get("action_id", ""))) or ""

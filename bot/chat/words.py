@@ -36,6 +36,10 @@ _REASONS: Final[dict[StopReason, str]] = {
 
 # What a click on an option that the question does not have gets, on every platform.
 NOT_AN_OPTION: Final = "That is not one of the options."
+# What a click gets when the store failed under it: the platform never sends it again.
+NOT_RECORDED: Final = (
+    "Kestrel's store did not answer: that click may not have counted. Click again in a moment."
+)
 
 
 def stop_reason_words(value: StopReason | str) -> str:

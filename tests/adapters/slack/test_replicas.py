@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from adapters.slack import ids
 from tests.fakes.slack_api import FakeSlackApi
 from tests.fakes.slack_world import APPROVER, posted_ts, restart_script, slack_world
+from tests.fakes.tcp_proxy import TcpProxy
 from tests.storage.conftest import postgres_dsn, postgres_schema
 
 
@@ -39,3 +41,32 @@ async def test_a_click_on_one_replica_resumes_a_run_the_other_started(tmp_path: 
             assert updates and APPROVER in json.dumps(updates[-1].args["blocks"])
             run_id = (await b.chat.recent(1))[0].id
             assert (await b.chat.status(run_id)).record.status.value == "completed"
+
+
+async def test_a_click_the_store_could_not_take_is_said_to_the_clicker(tmp_path: Path) -> None:
+    """Slack never sends a click again: one acknowledged while the store was away must not
+    vanish without a word, or the approver believes the call approved."""
+    dsn = postgres_dsn()
+    target = urlsplit(dsn)
+    async with (
+        postgres_schema(dsn) as schema,
+        TcpProxy(target.port or 5432, target.hostname or "127.0.0.1") as proxy,
+    ):
+        proxied = dsn.replace(target.netloc, f"{target.username}@127.0.0.1:{proxy.port}", 1)
+        database = f"{proxied}?schema={schema}"
+        async with slack_world(tmp_path, restart_script(), database=database) as world:
+            await world.mention("checkout is failing")
+            card = await world.card()
+            await world.settled()
+            proxy.cut()
+            await world.click(card, ids.APPROVE_ONCE, user=APPROVER)
+            note = await world.ephemeral_to(APPROVER)
+            assert note.args["text"] == (
+                "Kestrel's store did not answer: that click may not have counted."
+                " Click again in a moment."
+            )
+            proxy.restore()
+            await world.click(card, ids.APPROVE_ONCE, user=APPROVER)
+            await world.answer_posted()
+            await world.settled()
+            assert world.executions == ["checkout"]
