@@ -8,6 +8,7 @@ and show the ``Outcome``: a note for its author alone, a status, the run that no
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass
 
 from bot.chat.service import ChatService, RunView
@@ -167,8 +168,12 @@ COMMAND_MARKS = ".,:;!?*_~`'\"\u201c\u201d\u2018\u2019"
 
 def command_word(text: str) -> str:
     """The thread command ``text`` says, as a lowercase word, if it is one word with its
-    punctuation or markup; anything else comes back lowercased and stripped."""
-    return text.strip().strip(COMMAND_MARKS).strip().lower()
+    punctuation, markup or invisible characters; anything else comes back lowercased and
+    stripped."""
+    # A pasted word may carry a zero-width space or joiner (format characters) that no
+    # one sees and ``strip`` keeps.
+    visible = "".join(char for char in text if unicodedata.category(char) != "Cf")
+    return visible.strip().strip(COMMAND_MARKS).strip().lower()
 
 
 def _still_going(view: RunView | RunRecord) -> str:

@@ -68,7 +68,7 @@ async def test_status_cancel_and_resume_in_the_thread(tmp_path: Path) -> None:
         assert world.executions == []
 
 
-@pytest.mark.parametrize("said", ["cancel!", "`cancel`", ", Cancel.", "*cancel*"])
+@pytest.mark.parametrize("said", ["cancel!", "`cancel`", ", Cancel.", "*cancel*", "cancel\u200b"])
 async def test_a_thread_command_said_with_punctuation_is_the_command(
     tmp_path: Path, said: str
 ) -> None:
