@@ -38,7 +38,7 @@ from bot.chat.inbound import Accepted, Delivery, TryLater
 from bot.chat.lifecycle import PlatformLife
 from bot.chat.links import RunLink
 from bot.chat.service import ChatService
-from bot.chat.words import NOT_AN_OPTION, chosen_option, thread_of
+from bot.chat.words import NOT_AN_OPTION, NOT_RECORDED, chosen_option, thread_of
 from bot.domain import DecisionKind, Session
 from bot.user_agent import USER_AGENT
 
@@ -379,7 +379,12 @@ class KestrelDiscord(discord.Client):
             return
         # A form opened from a card carries it, as a click does: one without counts nowhere.
         card = str(interaction.message.id) if interaction.message is not None else ""
-        outcome = await self.talk.decide(request_id, kind, actor, text=text, card=card)
+        try:
+            outcome = await self.talk.decide(request_id, kind, actor, text=text, card=card)
+        except StoreError as exc:
+            # Deferred already: without a follow-up the clicker sees "thinking…" for ever.
+            log.error("discord: the store failed: %s", exc)
+            outcome = Outcome(note=NOT_RECORDED)
         await interaction.followup.send(note_text(outcome.note or "Recorded."), ephemeral=True)
         await self.after(outcome)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -396,3 +397,25 @@ async def test_full_arguments_read_slower_than_the_http_answer_still_reach_the_c
             assert "qqqq" in await said(world, click, timeout=8)
         finally:
             await runner.cleanup()
+
+
+async def test_a_click_the_store_fails_under_is_answered_not_left_thinking(
+    tmp_path: Path,
+) -> None:
+    """A decision is deferred ("Kestrel is thinking…") before the store is asked: when the
+    store fails under it (here the run's journal, cut short on disk, cannot be read to resume
+    it), the clicker is told so, instead of the thinking line staying for ever."""
+    async with discord_world(tmp_path, restart_script()) as world:
+        await world.mention("checkout is failing")
+        card = await world.card("approve")
+        await world.settled()
+        run_id = (await world.chat.recent(1))[0].id
+        with sqlite3.connect(tmp_path / "kestrel.db") as conn:
+            cut = "UPDATE journal SET body = substr(body, 1, 20) WHERE run_id = ? AND seq = 1"
+            conn.execute(cut, (run_id,))
+        click = await world.click(card, "approve", user=APPROVER)
+        assert await world.answered(click) == (
+            "Kestrel's store did not answer: that click may not have counted."
+            " Click again in a moment."
+        )
+        assert world.executions == []
