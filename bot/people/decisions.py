@@ -98,9 +98,10 @@ class Decisions:
         except KeyError:
             return Answered(False, f"there is no request {decision.request_id}")
         refusal = await self._refusal(request, status, decision, actor, run_id, digest, winner)
-        if not refusal and request.kind is RequestKind.WAIT_USER:
+        if not refusal and request.kind is RequestKind.WAIT_USER and not request.options:
             # Checked here, not in ``_refusal``: opening the Answer form checks the person
-            # before any words exist. A screenshot alone must not use up the question.
+            # before any words exist. A screenshot alone must not use up the question (one
+            # with options takes one of them only, an empty one too).
             refusal = wordless(decision.text)
         # An answer, and an approval of a request that needs more than one, is refused in its
         # own statement once the run ended (then ``_too_late``, which says so and closes it).

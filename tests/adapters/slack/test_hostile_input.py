@@ -238,3 +238,23 @@ async def test_hostile_a_reply_without_text_answers_nothing(tmp_path: Path, text
         await world.answer_posted()
         await world.settled()
         assert await _open_requests(world) == [RequestStatus.ANSWERED]
+
+
+async def test_hostile_an_empty_option_is_still_an_option(tmp_path: Path) -> None:
+    """A reply needs words, but an option the model made empty is one of the question's
+    options: clicking it answers."""
+    ask = {"question": "Which region?", "options": ["", "us-east"]}
+    script = [
+        {"text": "One detail.", "calls": [{"name": "ask_human_select", "arguments": ask}]},
+        {"text": "Noted."},
+    ]
+    async with slack_world(tmp_path, script) as world:
+        await world.mention("look at the latency")
+        card = await world.card(ids.CHOOSE)
+        await world.settled()
+        request_id = (await world.chat.requests_of((await world.chat.recent(1))[0].id))[0]
+        value = ids.choice_value(request_id.request.id, 0)
+        await world.click(card, f"{ids.CHOOSE}:0", user=REQUESTER, value=value)
+        await world.answer_posted()
+        await world.settled()
+        assert await _open_requests(world) == [RequestStatus.ANSWERED]
