@@ -28,7 +28,13 @@ import discord
 from discord import app_commands
 
 from adapters.discord import ids
-from adapters.discord.look import DiscordLook, arguments_messages, note_text, status_text
+from adapters.discord.look import (
+    DiscordLook,
+    arguments_messages,
+    note_text,
+    runs_listing,
+    status_text,
+)
 from adapters.discord.progress import DiscordProgress
 from adapters.discord.target import DiscordTarget
 from adapters.discord.transport import DiscordTransport
@@ -650,8 +656,7 @@ def _kestrel_commands() -> app_commands.Group:
             lines.append(
                 f"• {item.request.kind.value} `{item.request.tool}` — may answer: {who} — {link}"
             )
-        text = "\n".join(lines[:20]) or "Nothing is waiting."
-        await interaction.followup.send(text[:2000], ephemeral=True)
+        await interaction.followup.send(runs_listing(lines), ephemeral=True)
 
     return group
 

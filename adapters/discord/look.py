@@ -491,6 +491,21 @@ def _shown(text: str) -> str:
     return unmask_links(printable(text))
 
 
+def runs_listing(lines: list[str]) -> str:
+    """``/kestrel runs`` in one message: as many whole lines as fit (a link cut in the middle
+    leads nowhere), then how many were left out."""
+    if not lines:
+        return "Nothing is waiting."
+    shown = list(lines)
+    while True:
+        left = len(lines) - len(shown)
+        rest = [f"… and {left} more: `kestrel runs pending` lists them all"] if left else []
+        text = "\n".join(shown + rest)
+        if len(text) <= CONTENT_LIMIT:
+            return text
+        shown.pop()
+
+
 def note_text(text: str) -> str:
     """A note for one person (a refusal, a command's answer), as safe as any other text."""
     return _cut(_shown(text), CONTENT_LIMIT)

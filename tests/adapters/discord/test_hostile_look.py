@@ -14,6 +14,7 @@ from adapters.discord.look import (
     DiscordLook,
     arguments_messages,
     note_text,
+    runs_listing,
     working,
 )
 from bot.chat.service import RequestView
@@ -531,3 +532,19 @@ def test_invisible_characters_in_arguments_are_named_on_cards_and_full_arguments
         assert f'\\"command\\": \\"{NAMED}\\"' in shown or f'"command": "{NAMED}"' in shown
         assert "\u200b\U000e0041" not in shown
     assert f"`{NAMED}`" in off_card
+
+
+def test_a_long_runs_listing_keeps_whole_lines_and_says_how_many_are_left_out() -> None:
+    """``/kestrel runs`` with many open requests: one message Discord takes, each line whole
+    (a link cut in the middle leads nowhere), and the ones left out counted."""
+    link = "https://discord.com/channels/100/1579074512832430082"
+    lines = [
+        f"• wait_approval `restart_service` — may answer: 1002, 300 — {link}/{n}" for n in range(30)
+    ]
+    text = runs_listing(lines)
+    shown = text.splitlines()
+    assert len(text) <= 2000
+    assert shown[:-1] == lines[: len(shown) - 1]
+    assert shown[-1] == f"… and {30 - (len(shown) - 1)} more: `kestrel runs pending` lists them all"
+    assert runs_listing([]) == "Nothing is waiting."
+    assert runs_listing(lines[:2]) == "\n".join(lines[:2])
