@@ -37,7 +37,7 @@ from bot.chat.conversation import HELP, THREAD_COMMANDS, Conversation, Outcome
 from bot.chat.inbound import Accepted, Delivery
 from bot.chat.service import ChatService, PendingRequest
 from bot.chat.threads import ThreadRenderer
-from bot.chat.words import NOT_AN_OPTION, NOT_RECORDED, chosen_option, thread_of
+from bot.chat.words import NOT_AN_OPTION, NOT_RECORDED, STORE_DOWN, chosen_option, thread_of
 from bot.domain import DecisionKind, Session
 
 log = logging.getLogger("kestrel.slack")
@@ -344,13 +344,22 @@ class SlackListeners:
         verb = words[0].lower() if words else "runs"
         if verb == "runs":
             await ack()
-            self._spawn(self._command_runs(command, respond))
+            self._spawn(self._answered(self._command_runs(command, respond), respond))
             return
         if verb not in THREAD_COMMANDS or len(words) != 2:
             await ack(text=f"Usage: `/kestrel runs`, `/kestrel status|cancel|resume RUN`. {HELP}")
             return
         await ack()
-        self._spawn(self._command_on_run(verb, words[1], command, respond))
+        self._spawn(self._answered(self._command_on_run(verb, words[1], command, respond), respond))
+
+    async def _answered(self, work: Coroutine[Any, Any, None], respond: Respond) -> None:
+        """A slash command's work; when the store fails under it, the person is told so (it
+        was acknowledged already, and Slack sends a command once)."""
+        try:
+            await work
+        except StoreError as exc:
+            log.error("slack: the store failed: %s", exc)
+            await respond(text=ephemeral_text(STORE_DOWN))
 
     async def _command_runs(self, command: dict[str, Any], respond: Respond) -> None:
         actor = await self._command_actor(command)

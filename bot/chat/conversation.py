@@ -8,15 +8,19 @@ and show the ``Outcome``: a note for its author alone, a status, the run that no
 
 from __future__ import annotations
 
+import logging
 import unicodedata
 from dataclasses import dataclass
 
 from bot.chat.service import ChatService, RunView
+from bot.chat.words import STORE_DOWN
 from bot.domain import TERMINAL_STATUSES, DecisionKind, Request, RequestKind, Session
-from bot.errors import ResumeRefused, StoreError, UnknownRun
+from bot.errors import ResumeRefused, StoreError, UnknownRun, UnreadableJournal
 from bot.people.policy import Actor, NotPermitted
 from bot.prompter import DeferringPrompter
 from bot.records import RunRecord
+
+log = logging.getLogger("kestrel.chat")
 
 THREAD_COMMANDS = ("status", "cancel", "resume")
 HELP = (
@@ -129,8 +133,12 @@ class Conversation:
             live = await self._chat.resume(run_id, user=actor)
         except UnknownRun:
             return Outcome(note=f"There is no run {run_id} that you can see.")
-        except (NotPermitted, ResumeRefused, StoreError) as exc:
+        except (NotPermitted, ResumeRefused, UnreadableJournal) as exc:
             return Outcome(note=str(exc))
+        except StoreError as exc:
+            # Said in the log only: the store's error names its host, user and schema.
+            log.error("%s of run %s: the store failed: %s", verb, run_id, exc)
+            return Outcome(note=STORE_DOWN)
         if live is None:
             return Outcome(
                 note=f"Run {run_id} has nothing to do yet: it still waits on people, or it ended."

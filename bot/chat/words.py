@@ -36,6 +36,8 @@ _REASONS: Final[dict[StopReason, str]] = {
 
 # What a click on an option that the question does not have gets, on every platform.
 NOT_AN_OPTION: Final = "That is not one of the options."
+# What a command gets when the store failed under it: the store's own error names its host.
+STORE_DOWN: Final = "Kestrel's store did not answer: try again in a moment."
 # What a click gets when the store failed under it: the platform never sends it again.
 NOT_RECORDED: Final = (
     "Kestrel's store did not answer: that click may not have counted. Click again in a moment."

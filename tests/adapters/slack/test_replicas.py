@@ -9,7 +9,8 @@ from urllib.parse import urlsplit
 
 from adapters.slack import ids
 from tests.fakes.slack_api import FakeSlackApi
-from tests.fakes.slack_world import APPROVER, posted_ts, restart_script, slack_world
+from tests.fakes.slack_client import slash_command
+from tests.fakes.slack_world import APPROVER, ONCALL, posted_ts, restart_script, slack_world
 from tests.fakes.tcp_proxy import TcpProxy
 from tests.storage.conftest import postgres_dsn, postgres_schema
 
@@ -70,3 +71,28 @@ async def test_a_click_the_store_could_not_take_is_said_to_the_clicker(tmp_path:
             await world.answer_posted()
             await world.settled()
             assert world.executions == ["checkout"]
+
+
+async def test_a_slash_command_the_store_could_not_serve_is_answered(tmp_path: Path) -> None:
+    """``/kestrel cancel RUN`` in an incident, while the store is away: the person is told to
+    try again, not left with no answer at all."""
+    dsn = postgres_dsn()
+    target = urlsplit(dsn)
+    async with (
+        postgres_schema(dsn) as schema,
+        TcpProxy(target.port or 5432, target.hostname or "127.0.0.1") as proxy,
+    ):
+        proxied = dsn.replace(target.netloc, f"{target.username}@127.0.0.1:{proxy.port}", 1)
+        database = f"{proxied}?schema={schema}"
+        async with slack_world(tmp_path, restart_script(), database=database) as world:
+            await world.mention("checkout is failing")
+            await world.card()
+            await world.settled()
+            run_id = (await world.chat.recent(1))[0].id
+            proxy.cut()
+            for text in (f"cancel {run_id}", "runs"):
+                await world.sender.command(slash_command(ONCALL, text))
+            answers = await world.api.wait_for("response_url", count=2)
+            assert [a.args["text"] for a in answers] == [
+                "Kestrel's store did not answer: try again in a moment."
+            ] * 2
