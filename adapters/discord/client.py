@@ -39,7 +39,7 @@ from adapters.discord.progress import DiscordProgress
 from adapters.discord.target import DiscordTarget
 from adapters.discord.transport import DiscordTransport
 from bot.chat.contract import Actor, Outbox, Place, StoreError
-from bot.chat.conversation import Conversation, Outcome
+from bot.chat.conversation import Conversation, Outcome, store_note
 from bot.chat.inbound import Accepted, Delivery, TryLater
 from bot.chat.lifecycle import PlatformLife
 from bot.chat.links import RunLink
@@ -663,6 +663,15 @@ def _kestrel_commands() -> app_commands.Group:
 
 async def _operate(interaction: discord.Interaction, verb: str, run: str | None) -> None:
     await interaction.response.defer(ephemeral=True, thinking=True)
+    try:
+        await _operate_deferred(interaction, verb, run)
+    except StoreError as exc:
+        # Deferred already: without a follow-up the person sees "thinking…" for ever.
+        log.error("discord: /kestrel %s: the store failed: %s", verb, exc)
+        await interaction.followup.send(note_text(store_note(exc)), ephemeral=True)
+
+
+async def _operate_deferred(interaction: discord.Interaction, verb: str, run: str | None) -> None:
     client = _kestrel(interaction)
     run_id = run or await _thread_run(client, interaction)
     if not run_id:

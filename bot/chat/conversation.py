@@ -133,12 +133,11 @@ class Conversation:
             live = await self._chat.resume(run_id, user=actor)
         except UnknownRun:
             return Outcome(note=f"There is no run {run_id} that you can see.")
-        except (NotPermitted, ResumeRefused, UnreadableJournal) as exc:
+        except (NotPermitted, ResumeRefused) as exc:
             return Outcome(note=str(exc))
         except StoreError as exc:
-            # Said in the log only: the store's error names its host, user and schema.
             log.error("%s of run %s: the store failed: %s", verb, run_id, exc)
-            return Outcome(note=STORE_DOWN)
+            return Outcome(note=store_note(exc))
         if live is None:
             return Outcome(
                 note=f"Run {run_id} has nothing to do yet: it still waits on people, or it ended."
@@ -182,6 +181,13 @@ def command_word(text: str) -> str:
     # one sees and ``strip`` keeps.
     visible = "".join(char for char in text if unicodedata.category(char) != "Cf")
     return visible.strip().strip(COMMAND_MARKS).strip().lower()
+
+
+def store_note(exc: StoreError) -> str:
+    """What to tell a person of a store failure: a journal no process can read is named (on-call
+    repairs it); anything else only as the store not answering, as its error names the
+    database's host, user and schema."""
+    return str(exc) if isinstance(exc, UnreadableJournal) else STORE_DOWN
 
 
 def _still_going(view: RunView | RunRecord) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -9,7 +10,7 @@ from bot.domain import Session
 from bot.people.policy import Actor
 from bot.prompter import DeferringPrompter
 from tests.fakes import discord_payloads as p
-from tests.fakes.discord_world import DiscordWorld, discord_world
+from tests.fakes.discord_world import ONCALL, DiscordWorld, discord_world
 from tests.fakes.slack_world import restart_script
 from tests.fakes.waiting import until
 
@@ -66,3 +67,17 @@ async def test_runs_lists_only_discord_runs(tmp_path: Path) -> None:
             world, "runs", guild=p.GUILD_ID, channel=p.CHANNEL_ID, user=STRANGER
         )
         assert "None/None" not in listed, listed
+
+
+async def test_a_thread_status_whose_journal_cannot_be_read_is_answered(tmp_path: Path) -> None:
+    """``/kestrel status`` in a run's thread folds its journal: one cut short on disk is said,
+    instead of the "thinking…" line staying for ever."""
+    async with discord_world(tmp_path, restart_script()) as world:
+        thread, run = await _run_with_a_card(world)
+        with sqlite3.connect(tmp_path / "kestrel.db") as conn:
+            cut = "UPDATE journal SET body = substr(body, 1, 20) WHERE run_id = ? AND seq = 1"
+            conn.execute(cut, (run,))
+        shown = await _command(world, "status", guild=p.GUILD_ID, channel=thread, user=ONCALL)
+        assert (
+            shown == f"run '{run}': journal entry at seq 1 is unreadable: Input data was truncated"
+        )
