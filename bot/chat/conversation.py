@@ -173,10 +173,15 @@ class Conversation:
 COMMAND_MARKS = ".,:;!?*_~`'\"\u201c\u201d\u2018\u2019"
 
 
+# No command with its marks is longer: a longer text is a request, read no further here.
+COMMAND_ROOM = 64
+
+
 def command_word(text: str) -> str:
     """The thread command ``text`` says, as a lowercase word, if it is one word with its
-    punctuation, markup or invisible characters; anything else comes back lowercased and
-    stripped."""
+    punctuation, markup or invisible characters; else a word that is no command."""
+    if len(text) > COMMAND_ROOM:
+        return ""
     # A pasted word may carry a zero-width space or joiner (format characters) that no
     # one sees and ``strip`` keeps.
     visible = "".join(char for char in text if unicodedata.category(char) != "Cf")
