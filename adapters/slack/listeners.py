@@ -244,7 +244,12 @@ class SlackListeners:
         elif action_id in MODALS or action_id == ids.SHOW_ARGUMENTS:
             request_id = ids.parse_request_value(value) or ""
             origin = ids.ModalOrigin(request_id, thread, _card_of_action(body))
-            await self._open_modal(action_id, origin, actor, body.get("trigger_id", ""))
+            try:
+                await self._open_modal(action_id, origin, actor, body.get("trigger_id", ""))
+            except StoreError as exc:
+                # Deny or Answer opened no form: the clicker must not wait for one.
+                log.error("slack: the store failed: %s", exc)
+                await self._ephemeral(thread, actor.user, NOT_RECORDED)
 
     async def _choose(self, value: str, actor: Actor, card: str) -> Outcome:
         choice = ids.parse_choice(value)
