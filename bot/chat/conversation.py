@@ -59,7 +59,11 @@ class Conversation:
         is run ``run_id`` when the delivery reserved one. ``answers``: the question the thread
         waited on when the message came ("" for none; None: not known, the one it waits on now).
         """
-        latest = await self._chat.latest(session)
+        try:
+            latest = await self._chat.latest(session)
+        except UnreadableJournal as exc:
+            # Said, not raised: raised, the message would be taken up again, and fail, for ever.
+            return Outcome(note=str(exc))
         word = command_word(text)
         if word in THREAD_COMMANDS:
             if latest is None:
@@ -110,8 +114,13 @@ class Conversation:
         return Outcome(note="I could not start a run just now; mention me again in a moment.")
 
     async def question(self, session: Session) -> Request | None:
-        """The question the thread's run waits on, if any: a plain reply answers it."""
-        latest = await self._chat.latest(session)
+        """The question the thread's run waits on, if any: a plain reply answers it. None for
+        a run whose journal cannot be read (its thread's replies are then taken as chatter)."""
+        try:
+            latest = await self._chat.latest(session)
+        except UnreadableJournal as exc:
+            log.warning("a reply in %s answers nothing: %s", session.id, exc)
+            return None
         return waiting_question(latest) if latest is not None else None
 
     async def answered_by(self, session: Session, pinned: str = "") -> str:

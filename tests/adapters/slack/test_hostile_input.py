@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -258,3 +259,23 @@ async def test_hostile_an_empty_option_is_still_an_option(tmp_path: Path) -> Non
         await world.answer_posted()
         await world.settled()
         assert await _open_requests(world) == [RequestStatus.ANSWERED]
+
+
+async def test_hostile_a_thread_whose_run_cannot_be_read_says_so(tmp_path: Path) -> None:
+    """A run's journal cut short on disk (a bad copy, a hand edit): messages in its thread are
+    taken (Slack is not answered 500 for each, nor is a mention taken up again for ever), a
+    reply answers nothing, and a mention is told which entry cannot be read."""
+    async with slack_world(tmp_path, question_script()) as world:
+        thread = await _question_open(world)
+        run_id = (await world.chat.recent(1))[0].id
+        with sqlite3.connect(tmp_path / "kestrel.db") as conn:
+            cut = "UPDATE journal SET body = substr(body, 1, 20) WHERE run_id = ? AND seq = 1"
+            conn.execute(cut, (run_id,))
+        await world.reply("us-east", user=REQUESTER, thread_ts=thread)
+        await world.mention("status", thread_ts=thread)
+        note = await world.ephemeral_to(REQUESTER)
+        await world.settled()
+        unreadable = f"run '{run_id}': journal entry at seq 1 is unreadable"
+        assert note.args["text"] == f"{unreadable}: Input data was truncated"
+        # Nothing was left to be taken up again (and fail again, for ever).
+        assert await world.rt.store.take_work("test", retake_after=0) == []
