@@ -39,7 +39,7 @@ from adapters.discord.progress import DiscordProgress
 from adapters.discord.target import DiscordTarget
 from adapters.discord.transport import DiscordTransport
 from bot.chat.contract import Actor, Outbox, Place, StoreError
-from bot.chat.conversation import Conversation, Outcome, store_note
+from bot.chat.conversation import Conversation, Outcome, run_id_said, store_note
 from bot.chat.inbound import Accepted, Delivery, TryLater
 from bot.chat.lifecycle import PlatformLife
 from bot.chat.links import RunLink
@@ -673,7 +673,7 @@ async def _operate(interaction: discord.Interaction, verb: str, run: str | None)
 
 async def _operate_deferred(interaction: discord.Interaction, verb: str, run: str | None) -> None:
     client = _kestrel(interaction)
-    run_id = run or await _thread_run(client, interaction)
+    run_id = run_id_said(run or "") or await _thread_run(client, interaction)
     if not run_id:
         await interaction.followup.send(
             "Name a run, or use this in a run's thread.", ephemeral=True

@@ -33,7 +33,7 @@ from adapters.slack.mrkdwn import ephemeral_text
 from adapters.slack.progress import Progress
 from adapters.slack.status import status_message
 from bot.chat.contract import Actor, NotPermitted, Place, StoreError
-from bot.chat.conversation import HELP, THREAD_COMMANDS, Conversation, Outcome
+from bot.chat.conversation import HELP, THREAD_COMMANDS, Conversation, Outcome, run_id_said
 from bot.chat.inbound import Accepted, Delivery
 from bot.chat.service import ChatService, PendingRequest
 from bot.chat.threads import ThreadRenderer
@@ -355,7 +355,8 @@ class SlackListeners:
             await ack(text=f"Usage: `/kestrel runs`, `/kestrel status|cancel|resume RUN`. {HELP}")
             return
         await ack()
-        self._spawn(self._answered(self._command_on_run(verb, words[1], command, respond), respond))
+        work = self._command_on_run(verb, run_id_said(words[1]), command, respond)
+        self._spawn(self._answered(work, respond))
 
     async def _answered(self, work: Coroutine[Any, Any, None], respond: Respond) -> None:
         """A slash command's work; when the store fails under it, the person is told so (it

@@ -197,6 +197,12 @@ def command_word(text: str) -> str:
     return visible.strip().strip(COMMAND_MARKS).strip().lower()
 
 
+def run_id_said(text: str) -> str:
+    """A run id as typed after a command: without the code marks and punctuation a pasted id
+    comes with (a backquoted id and a colon); the core's ids hold none at their ends."""
+    return text.strip().strip(COMMAND_MARKS)
+
+
 def store_note(exc: StoreError) -> str:
     """What to tell a person of a store failure: a journal no process can read is named (on-call
     repairs it); anything else only as the store not answering, as its error names the

@@ -81,3 +81,14 @@ async def test_a_thread_status_whose_journal_cannot_be_read_is_answered(tmp_path
         assert (
             shown == f"run '{run}': journal entry at seq 1 is unreadable: Input data was truncated"
         )
+
+
+async def test_a_run_id_pasted_with_its_markdown_is_the_run(tmp_path: Path) -> None:
+    """A run id copied from a status message comes with its code marks (Discord copies the
+    markdown of what is selected): it still names the run."""
+    async with discord_world(tmp_path, restart_script()) as world:
+        _thread, run = await _run_with_a_card(world)
+        shown = await _command(
+            world, "status", guild=p.GUILD_ID, channel="200", user=ONCALL, run=f"`{run}`:"
+        )
+        assert shown.startswith(f"Run `{run}`: **suspended**"), shown

@@ -303,3 +303,14 @@ async def test_hostile_forged_payloads_change_nothing_and_say_nothing_odd(tmp_pa
         for call in world.api.calls_to("chat.postEphemeral"):
             text = call.args.get("text", "")
             assert "Traceback" not in text and "Error(" not in text, text
+
+
+async def test_hostile_a_run_id_pasted_with_its_marks_is_the_run(tmp_path: Path) -> None:
+    async with slack_world(tmp_path, restart_script()) as world:
+        await world.mention("checkout is failing")
+        await world.card()
+        await world.settled()
+        run_id = await _run_id(world)
+        await world.sender.command(slash_command(ONCALL, f"status `{run_id}`:"))
+        (answer,) = await world.api.wait_for("response_url")
+        assert "suspended" in json.dumps(answer.args), answer.args
