@@ -39,7 +39,15 @@ from adapters.discord.progress import DiscordProgress
 from adapters.discord.target import DiscordTarget
 from adapters.discord.transport import DiscordTransport
 from bot.chat.contract import Actor, Outbox, Place, StoreError
-from bot.chat.conversation import Conversation, Outcome, run_id_said, store_note
+from bot.chat.conversation import (
+    HELP,
+    THREAD_COMMANDS,
+    Conversation,
+    Outcome,
+    command_word,
+    run_id_said,
+    store_note,
+)
 from bot.chat.inbound import Accepted, Delivery, TryLater
 from bot.chat.lifecycle import PlatformLife
 from bot.chat.links import RunLink
@@ -256,6 +264,10 @@ class KestrelDiscord(discord.Client):
         thread = channel if isinstance(channel, discord.Thread) else None
         if thread is None and again:
             thread = await self._thread_started_from(message)
+        if thread is None and (not text or command_word(text) in THREAD_COMMANDS):
+            # No run to act on outside a run's thread: a thread named "status" would be empty.
+            await message.reply(note_text(_no_run_here(text)), mention_author=False)
+            return
         thread = thread or await self._start_thread(message, text)
         if thread is None:
             return
@@ -793,6 +805,18 @@ async def _deferred(interaction: discord.Interaction) -> bool:
         )
         return False
     return True
+
+
+def _no_run_here(text: str) -> str:
+    """What a bare mention, or a thread command, said in a channel rather than a run's thread
+    gets."""
+    word = command_word(text)
+    if not word:
+        return HELP
+    return (
+        f"There is no run here: mention me with `{word}` in a run's thread,"
+        f" or use `/kestrel {word} RUN`."
+    )
 
 
 def _no_thread(exc: discord.HTTPException | discord.RateLimited) -> str:
