@@ -31,6 +31,14 @@ class Settled(msgspec.Struct, frozen=True):
     epoch: int | None = None
 
 
+class Counted(msgspec.Struct, frozen=True):
+    """What ``add_approval`` did: how many distinct people approved the request now, and
+    whether this approver was new (False: they had approved it already and counted once)."""
+
+    count: int
+    new: bool
+
+
 class AuditRecord(Protocol):
     """One audited fact: who did what to which request or run, when."""
 
@@ -188,10 +196,15 @@ class Requests(Protocol):
 
     async def add_approval(
         self, request_id: str, by: str, audit: Audited | None = None
-    ) -> int | None:
+    ) -> Counted | None:
         """Record one distinct approver of an open request (``audit``ed the first time only);
-        return how many it has now, or None if it is closed (a decision came first: nothing
-        recorded)."""
+        how many it has now and whether ``by`` was new, or None if it is closed (a decision
+        came first: nothing recorded)."""
+        ...
+
+    async def approvers(self, request_id: str) -> list[str]:
+        """Everyone who approved a request that needs several approvals, first approver
+        first (empty for one nobody approved so, or an unknown one)."""
         ...
 
 

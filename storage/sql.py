@@ -342,12 +342,14 @@ RETURNING epoch
 # last of them sees every approval (two racing "last" approvers must not both see one too few).
 LOCK_REQUEST: Final = "SELECT status FROM requests WHERE id = $1 FOR NO KEY UPDATE"
 # A closed request, or one whose run ended (a cancel ends its run before it closes the run's
-# requests), takes no more approvals; the same approver twice counts once.
+# requests), takes no more approvals; the same approver twice counts once. A row comes back
+# only for an approval that counted for the first time.
 INSERT_APPROVAL: Final = f"""
 INSERT INTO approvals(request_id, approver, at)
 SELECT $1::text, $2::text, $3::timestamptz
 WHERE EXISTS (SELECT 1 FROM requests WHERE id = $1 AND status = 'open' AND {_RUN_NOT_ENDED})
 ON CONFLICT (request_id, approver) DO NOTHING
+RETURNING true
 """
 # Audited once per approver: only while the approval is not there yet (a second click is none).
 AUDIT_APPROVAL: Final = f"""
@@ -364,6 +366,8 @@ SELECT (SELECT COUNT(*) FROM approvals WHERE request_id = $1),
        EXISTS (SELECT 1 FROM requests WHERE id = $1),
        EXISTS (SELECT 1 FROM requests WHERE id = $1 AND status = 'open' AND {_RUN_NOT_ENDED})
 """
+# In the order they approved (the same instant, rare, ordered by name so a card reads the same).
+LIST_APPROVERS: Final = "SELECT approver FROM approvals WHERE request_id = $1 ORDER BY at, approver"
 MARK_ONCE: Final = """
 INSERT INTO once_keys(key, at) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING RETURNING true
 """

@@ -23,7 +23,7 @@ from bot.errors import StoreError, ThreadBusy, UnknownRun
 from bot.journal.entries import Entry
 from bot.journal.log import JournalRecord, JournalTally
 from bot.records import REPLICA_STOPPING, OutboxMessage, Replica, RunRecord, WorkItem
-from bot.store import Audited, AuditRecord, Settled
+from bot.store import Audited, AuditRecord, Counted, Settled
 from storage import sql
 from storage.common import (
     AuditEntry,
@@ -379,10 +379,10 @@ class SqlStore(ABC):
 
     async def add_approval(
         self, request_id: str, by: str, audit: Audited | None = None
-    ) -> int | None:
+    ) -> Counted | None:
         """Record ``by`` as an approver of an open request (and ``audit`` it, the first time
-        only); the number of distinct approvers, or None if the request is closed (nothing
-        recorded)."""
+        only); the number of distinct approvers and whether ``by`` was new, or None if the
+        request is closed (nothing recorded)."""
         steps: list[Step] = []
         if audit is not None:
             params = (self._now(), audit.actor, str(audit.action), audit.detail, request_id)
@@ -398,10 +398,16 @@ class SqlStore(ABC):
                 (sql.LOCK_RUN_OF_REQUEST, (request_id,)),
                 (sql.LOCK_REQUEST, (request_id,)),
             ]
-        count, known, still_open = (await self._transaction("add_approval", steps))[-1][0]
+        rows = await self._transaction("add_approval", steps)
+        count, known, still_open = rows[-1][0]
         if not known:
             raise KeyError(request_id)
-        return int(count) if still_open else None
+        return Counted(int(count), new=bool(rows[-2])) if still_open else None
+
+    async def approvers(self, request_id: str) -> list[str]:
+        """Who approved a request that needs several approvals, in the order they did."""
+        rows = await self._read("approvers", sql.LIST_APPROVERS, (request_id,))
+        return [str(approver) for (approver,) in rows]
 
     async def mark_once(self, key: str) -> bool:
         """Claim ``key``; True only for the first caller ever, across processes and replicas."""

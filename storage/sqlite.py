@@ -77,7 +77,16 @@ _WORK_POLL: Final = 0.2
 # second connection (its schema parsed again: 0.9 M instructions of a 10 M first suspend).
 # Listings stay on the reader, whose cache is SQLite's default, four times the writer's.
 _POINT_READS: Final = frozenset(
-    {"read", "get_run", "get_request", "get_session", "current_epoch", "get_message", "put_message"}
+    {
+        "read",
+        "get_run",
+        "get_request",
+        "approvers",
+        "get_session",
+        "current_epoch",
+        "get_message",
+        "put_message",
+    }
 )
 # A run's journal and requests ride the idle writer too until the reader is open: a process
 # that resumes one run and exits (``kestrel runs approve``, a fresh resume) reads them and no

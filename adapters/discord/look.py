@@ -25,6 +25,7 @@ from bot.chat.cards import (
     closing,
     exact,
     exact_calls,
+    listed,
     off_plan_words,
     plan_steps,
     pretty,
@@ -222,10 +223,10 @@ def status_text(view: RunView) -> str:
 
 def closed_line(view: RequestView) -> str:
     """How a closed request ended: "Approved by @x <time>", "Denied by @x: reason"…"""
-    end = closing(view.status, view.decision)
+    end = closing(view.status, view.decision, view.approvers)
     line = end.phrase
     if end.by:
-        line += f" by {person(end.by) or end.by}"
+        line += f" by {listed([person(user) for user in end.by])}"
     if end.at is not None:
         line += f" {when(end.at)}"
     if end.said:

@@ -45,7 +45,14 @@ from adapters.slack.mrkdwn import (
     escape,
     slack_date,
 )
-from bot.chat.cards import PLAN_BINDING, PLAN_BUTTONS, closing, off_plan_words, plan_steps
+from bot.chat.cards import (
+    PLAN_BINDING,
+    PLAN_BUTTONS,
+    closing,
+    listed,
+    off_plan_words,
+    plan_steps,
+)
 from bot.chat.words import ORIGINS_TITLE, Origin, origin_lines
 from bot.domain import (
     Decision,
@@ -67,6 +74,7 @@ class ClosedCard:
 
     status: RequestStatus
     decision: Decision | None = None
+    approvers: tuple[str, ...] = ()  # of a request that needed several, in order
 
 
 def request_card(
@@ -323,10 +331,10 @@ _EMOJI = {
 
 
 def _closed_line(closed: ClosedCard) -> str:
-    end = closing(closed.status, closed.decision)
+    end = closing(closed.status, closed.decision, closed.approvers)
     line = f"{_EMOJI.get(end.phrase, '')} {escape(end.phrase)}".strip()
     if end.by:
-        line += f" by {_person(end.by)}"
+        line += f" by {listed([_person(user) for user in end.by])}"
     if end.at is not None and not end.said:
         line += f" {slack_date(end.at)}"
     if end.said:

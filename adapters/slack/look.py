@@ -38,7 +38,7 @@ class SlackLook:
         """The request's card: open with its buttons, or closed with who decided."""
         closed = None
         if view.status is not RequestStatus.OPEN:
-            closed = ClosedCard(status=view.status, decision=view.decision)
+            closed = ClosedCard(view.status, view.decision, view.approvers)
         message = request_card(
             view.request, reason=view.reason, may_answer=view.may_answer, closed=closed
         )

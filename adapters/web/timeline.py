@@ -174,6 +174,14 @@ class RequestItem:
     may_answer: tuple[str, ...]
     reason: str
     decisions: tuple[AuditRow, ...]
+    approvers: tuple[str, ...] = ()  # of one several approved, first approver first
+
+    @property
+    def deciders(self) -> str:
+        """Who decided it: everyone who approved it, or the one who decided."""
+        if self.approvers:
+            return ", ".join(self.approvers)
+        return self.decision.by if self.decision is not None else ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -536,6 +544,7 @@ def _request_item(
         view.may_answer,
         view.reason,
         decisions,
+        view.approvers,
     )
 
 

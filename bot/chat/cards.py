@@ -7,7 +7,7 @@ and in their limits; the words and the decisions behind them are the same, and l
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, assert_never
@@ -127,12 +127,20 @@ def exact(value: Any) -> str:
 
 @dataclass(frozen=True)
 class Closing:
-    """How a request closed: a verb phrase, by whom, when, and what they said."""
+    """How a request closed: a verb phrase, by whom (everyone whose approval it took, first
+    approver first), when, and what they said."""
 
     phrase: str  # "Approved", "Approved for this run", "Denied", "Expired", "Cancelled"…
-    by: str = ""
+    by: tuple[str, ...] = ()
     at: datetime | None = None
     said: str = ""
+
+
+def listed(names: Sequence[str]) -> str:
+    """Names as a sentence lists them: ``a``, ``a and b``, ``a, b and c``."""
+    if len(names) <= 1:
+        return "".join(names)
+    return f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 _PHRASES = {
@@ -148,14 +156,24 @@ _PHRASES = {
 }
 
 
-def closing(status: RequestStatus, decision: Decision | None) -> Closing:
-    """How a closed request ended, from its status and decision."""
+def closing(
+    status: RequestStatus, decision: Decision | None, approvers: Sequence[str] = ()
+) -> Closing:
+    """How a closed request ended, from its status, its decision and, for one that needed
+    several approvals, everyone who approved it (the store's, in order)."""
     if status is RequestStatus.CANCELLED:
-        return Closing("Cancelled", by=decision.by if decision else "")
+        return Closing("Cancelled", by=_named(decision.by if decision else ""))
     if decision is None:
         return Closing("Expired" if status is RequestStatus.EXPIRED else f"Closed ({status})")
-    by = "" if decision.kind is DecisionKind.EXPIRED else decision.by
+    by = _named("" if decision.kind is DecisionKind.EXPIRED else decision.by)
+    if decision.kind is DecisionKind.APPROVE and approvers:
+        # The decision names the last approver only; the others approved before it.
+        by = tuple(dict.fromkeys((*approvers, *by)))
     said = (
         decision.text.strip() if decision.kind in (DecisionKind.DENY, DecisionKind.ANSWER) else ""
     )
     return Closing(_PHRASES[decision.kind], by=by, at=decision.at, said=said)
+
+
+def _named(person: str) -> tuple[str, ...]:
+    return (person,) if person else ()

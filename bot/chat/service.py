@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol, cast
 
 import msgspec
+from msgspec.structs import replace
 
 from bot.chat.handles import RunHandle, RunResult
 from bot.chat.inbound import Accepted, Delivery, Inbound
@@ -120,6 +121,8 @@ class RequestView(msgspec.Struct, frozen=True):
     decision: Decision | None
     may_answer: tuple[str, ...]
     reason: str
+    # Everyone who approved a request that needed several approvals, first approver first.
+    approvers: tuple[str, ...] = ()
 
 
 class RunInspection(msgspec.Struct, frozen=True):
@@ -179,7 +182,7 @@ class RunReads:
         audit = await store.list_audit(run_id, limit=1000)
         found = await store.list_requests(run_id=run_id, status=None)
         # Why the model asked is known for the current batch's requests (earlier: "").
-        requests = [self.view(*row, page.state) for row in found]
+        requests = [await self.approved(self.view(*row, page.state)) for row in found]
         closed = _closed_ids(found)
         view = RunView(record, page.state, closed)
         return RunInspection(view, page.records, audit, requests, length)
@@ -203,6 +206,17 @@ class RunReads:
     ) -> RequestView:
         """A request as a card shows it, why the model asked being known."""
         return RequestView(request, status, decision, self._who_may_answer(request), reason)
+
+    async def approved(self, view: RequestView) -> RequestView:
+        """``view`` with everyone who approved it, when it was approved by several: its
+        decision names only the last of them (the store is read for these alone)."""
+        decision = view.decision
+        if view.request.approvals_needed <= 1 or view.status is not RequestStatus.ANSWERED:
+            return view
+        if decision is None or decision.kind is not DecisionKind.APPROVE:
+            return view
+        approvers = tuple(await self._store.approvers(view.request.id))
+        return replace(view, approvers=approvers)
 
 
 async def pending_requests(
@@ -348,10 +362,10 @@ class ChatService:
         if reason is not None:  # why the model asked never changes: no journal to read
             if found[1] is RequestStatus.OPEN and await self.ended(run_id):
                 found = (found[0], RequestStatus.CANCELLED, found[2])  # see ``RunReads.view``
-            return self._reads.shown(*found, reason)
+            return await self._reads.approved(self._reads.shown(*found, reason))
         view = self._reads.view(*found, fold(await self._rt.store.load(run_id), run_id))
         self._remember(request_id, view.reason)  # from the whole journal: final
-        return view
+        return await self._reads.approved(view)
 
     async def requests_of(self, run_id: str) -> list[RequestView]:
         """Every request a run made, open or closed, oldest first."""
@@ -359,7 +373,7 @@ class ChatService:
         if not found:
             return []
         state = fold(await self._rt.store.load(run_id), run_id)
-        return [self._reads.view(*row, state) for row in found]
+        return [await self._reads.approved(self._reads.view(*row, state)) for row in found]
 
     def _who_may_answer(self, request: Request) -> tuple[str, ...]:
         # The policy and tool set of now: both may be replaced while the service lives.

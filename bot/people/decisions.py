@@ -24,7 +24,7 @@ from bot.people.policy import Actor, Policy
 from bot.people.refusal import Refusal
 from bot.place import Place
 from bot.prompter import Prompter
-from bot.store import Audited, AuditLog, Requests, RunRows, Settled
+from bot.store import Audited, AuditLog, Counted, Requests, RunRows, Settled
 
 if TYPE_CHECKING:
     # A type only: people/ asks nothing of the tools room but the flags the tool set gives.
@@ -120,12 +120,11 @@ class Decisions:
             audited = Audited(
                 actor.user, AuditAction.APPROVE_PARTIAL, decision_detail(request, decision)
             )
-            count = await self.rt.store.add_approval(request.id, actor.user, audited)
-            if count is None:
+            counted = await self.rt.store.add_approval(request.id, actor.user, audited)
+            if counted is None:
                 return await self._too_late(decision, actor, run_id)
-            if count < request.approvals_needed:
-                self._decided(request, decision)
-                return Answered(True, f"approval {count} of {request.approvals_needed} recorded")
+            if counted.count < request.approvals_needed:
+                return self._partial(request, decision, counted)
         detail = decision_detail(request, decision, self.rt.redact)
         audit = Audited(actor.user, AuditAction.of(decision.kind), detail)
         settled = await self.rt.store.decide_and_claim(
@@ -138,6 +137,18 @@ class Decisions:
             return Answered(True, "recorded", ready=True, claimed=settled.epoch)
         remaining = await self.rt.store.list_requests(run_id=run_id)
         return Answered(True, "recorded", ready=not remaining)
+
+    def _partial(self, request: Request, decision: Decision, counted: Counted) -> Answered:
+        """An approval that counted towards several, or a repeat of one that did: said so."""
+        left = request.approvals_needed - counted.count
+        more = f"{left} more approval" + ("" if left == 1 else "s")
+        if not counted.new:
+            # Nothing changed: no card to refresh, and the clicker must not think it counted.
+            return Answered(
+                True, f"You already approved this; it needs {more} (from someone else)."
+            )
+        self._decided(request, decision)
+        return Answered(True, f"approval {counted.count} of {request.approvals_needed} recorded")
 
     async def _ended(self, request: Request) -> Refusal | None:
         """A request still open on a run that ended: a cancel ends its run before it closes

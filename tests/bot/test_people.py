@@ -194,6 +194,9 @@ async def test_two_person_rule(tmp_path: Path) -> None:
         Decision(request_id=request.id, kind=DecisionKind.APPROVE, by="U0APPROVER"), run_id=run_id
     )
     assert again.accepted and not again.ready  # the same person twice still counts once
+    assert (
+        again.message == "You already approved this; it needs 1 more approval (from someone else)."
+    )
     partial = [r for r in await rt.store.list_audit(run_id) if r.action == "approve_partial"]
     assert [r.actor for r in partial] == ["U0APPROVER"]  # ... and is audited once
     ok, _, state = await approve_and_finish(sup, run_id, request.id, "U0DEPLOYER")

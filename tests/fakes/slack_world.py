@@ -244,6 +244,19 @@ def reload_with_another_argv(rt: Runtime, tmp: Path) -> None:
     assert rt.tools.current().digest() != before.digest(), "the catalog was not edited"
 
 
+def require_approvals(rt: Runtime, tmp: Path, approvals: int) -> None:
+    """Edit ``write_config``'s catalog so that ``restart_service`` needs ``approvals``
+    approvers, and give the runtime the edited tool, as a reload would."""
+    catalog = tmp / "catalog.yaml"
+    document = yaml.safe_load(catalog.read_text())
+    for tool in document["tools"]:
+        if tool["name"] == "restart_service":
+            tool["approvals"] = approvals
+    catalog.write_text(yaml.safe_dump(document))
+    edited = {tool.name: tool for tool in load_catalog(catalog)}
+    rt.tools.replace(ToolSet([edited.get(t.name, t) for t in rt.tools.current().values()]))
+
+
 @dataclass
 class SlackWorld:
     """One Kestrel replica in Slack, and the fakes around it."""

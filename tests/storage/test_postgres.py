@@ -130,7 +130,7 @@ async def test_the_last_of_racing_approvers_sees_every_approval(dsn: str, schema
                 )
             )
             # Two "last" approvers that both saw one too few would leave the request stuck.
-            assert sorted(count or 0 for count in counts) == [1, 2, 3, 4]
+            assert sorted(c.count if c else 0 for c in counts) == [1, 2, 3, 4]
     finally:
         await first.close()
         await second.close()

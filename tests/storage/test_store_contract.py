@@ -54,7 +54,7 @@ from bot.journal.fold import fold
 from bot.journal.writer import RunJournal
 from bot.kinds import AuditAction
 from bot.records import REPLICA_STOPPING, RunRecord, WorkItem
-from bot.store import Audited, Settled, Store
+from bot.store import Audited, Counted, Settled, Store
 from storage.sqlite import SqliteStore
 from storage.sqlite_schema import CREATE_VERSION_TABLE, SCHEMA_VERSION, migration_script
 from tests.storage.conftest import Backend, FakeClock
@@ -803,11 +803,27 @@ async def test_approvals_count_distinct_approvers(store: Store) -> None:
     request = a_request(run_id, approvals_needed=2)
     await store.open_request(request)
 
-    assert await store.add_approval(request.id, "bob") == 1
-    assert await store.add_approval(request.id, "bob") == 1
-    assert await store.add_approval(request.id, "eve") == 2
+    assert await store.add_approval(request.id, "bob") == Counted(1, new=True)
+    assert await store.add_approval(request.id, "bob") == Counted(1, new=False)
+    assert await store.add_approval(request.id, "eve") == Counted(2, new=True)
     with pytest.raises(KeyError):
         await store.add_approval("req_missing", "bob")
+
+
+async def test_approvers_are_listed_in_the_order_they_approved(
+    store: Store, clock: FakeClock
+) -> None:
+    run_id, _ = await new_run(store)
+    request = a_request(run_id, approvals_needed=3)
+    await store.open_request(request)
+    assert await store.approvers(request.id) == []
+
+    for approver in ("zed", "amy", "zed", "bob"):
+        await store.add_approval(request.id, approver)
+        clock.advance(1)
+
+    assert await store.approvers(request.id) == ["zed", "amy", "bob"]
+    assert await store.approvers("req_missing") == []
 
 
 async def test_concurrent_approvals_each_count_once(backend: Backend) -> None:
@@ -823,16 +839,18 @@ async def test_concurrent_approvals_each_count_once(backend: Backend) -> None:
         )
     )
 
-    assert set(counts) <= set(range(1, 11))  # each counted (None: not counted)
-    assert max(count or 0 for count in counts) == 10
-    assert await first_store.add_approval(request.id, "user0") == 10
+    assert all(counted is not None for counted in counts)  # None: not counted
+    assert {c.count for c in counts if c} <= set(range(1, 11))
+    assert max(c.count for c in counts if c) == 10
+    assert sum(c.new for c in counts if c) == 10  # each approver new once, and only once
+    assert await first_store.add_approval(request.id, "user0") == Counted(10, new=False)
 
 
 async def test_a_closed_request_takes_no_more_approvals(store: Store) -> None:
     run_id, _ = await new_run(store)
     request = a_request(run_id, approvals_needed=2)
     await store.open_request(request)
-    assert await store.add_approval(request.id, "bob") == 1
+    assert await store.add_approval(request.id, "bob") == Counted(1, new=True)
     denied = Decision(request_id=request.id, kind=DecisionKind.DENY, by="eve", at=AT)
     assert await store.decide(denied, RequestStatus.ANSWERED)
 
@@ -846,7 +864,7 @@ async def test_an_ended_runs_request_takes_no_more_approvals(store: Store) -> No
     run_id, epoch = await new_run(store)
     request = a_request(run_id, approvals_needed=2)
     await store.open_request(request)
-    assert await store.add_approval(request.id, "bob") == 1
+    assert await store.add_approval(request.id, "bob") == Counted(1, new=True)
     result = TerminalResult(status=RunStatus.CANCELLED, stop_reason=StopReason.CANCELLED)
     await store.append(run_id, 0, epoch, RunEnded(result=result))
 

@@ -33,6 +33,7 @@ from tests.fakes.slack_world import (
     plan_script,
     question_script,
     reload_with_another_argv,
+    require_approvals,
     restart_script,
 )
 from tests.fakes.waiting import until
@@ -81,6 +82,29 @@ async def test_refused_clicks_change_nothing(tmp_path: Path) -> None:
         second = await world.click(card, "approve", user=APPROVER)
         assert "already" in await world.answered(second)
         assert world.executions == ["checkout"]
+
+
+async def test_a_card_two_people_approved_names_both(tmp_path: Path) -> None:
+    async with discord_world(tmp_path, restart_script()) as world:
+        require_approvals(world.rt, tmp_path, 2)
+        mention = await world.mention("checkout is failing")
+        thread = await world.thread_of(mention)
+        card = await world.card("approve")
+        first = await world.click(card, "approve", user=APPROVER)
+        assert await world.answered(first) == "approval 1 of 2 recorded"
+        again = await world.click(card, "approve", user=APPROVER)
+        assert await world.answered(again) == (
+            "You already approved this; it needs 1 more approval (from someone else)."
+        )
+        assert world.executions == []
+        last = await world.click(card, "approve", user="1500", roles=[SRE_ROLE])
+        assert "Recorded" in await world.answered(last)
+        await world.answer_posted(thread, "healthy again")
+        assert world.executions == ["checkout"]
+        await world.settled()
+        edited = world.discord.message(thread, card["id"])
+        assert edited is not None
+        assert f"Approved by <@{APPROVER}> and <@1500>" in json.dumps(edited["embeds"])
 
 
 async def test_deny_with_a_reason_from_the_modal(tmp_path: Path) -> None:

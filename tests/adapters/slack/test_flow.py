@@ -30,6 +30,7 @@ from tests.fakes.slack_world import (
     posted_ts,
     question_script,
     reload_with_another_argv,
+    require_approvals,
     restart_script,
     slack_world,
     updates_of,
@@ -192,6 +193,31 @@ async def test_a_member_of_an_approver_group_approves(tmp_path: Path) -> None:
             assert world.executions == ["checkout"]
             # Memberships are cached briefly: one lookup served every click and mention.
             assert len(api.calls_to("usergroups.users.list")) == 1
+
+
+async def test_a_card_two_people_approved_names_both(tmp_path: Path) -> None:
+    async with FakeSlackApi() as api:
+        api.usergroups["S0SRE"] = ["U0SRE1"]
+        async with slack_world(tmp_path, restart_script(), api=api) as world:
+            require_approvals(world.rt, tmp_path, 2)
+            await world.mention("checkout is failing")
+            card = await world.card()
+            await world.click(card, ids.APPROVE_ONCE, user=APPROVER)
+            first = await world.ephemeral_to(APPROVER)
+            assert first.args["text"] == "approval 1 of 2 recorded"
+            # A second click of the same person counts nothing, and says so.
+            await world.click(card, ids.APPROVE_ONCE, user=APPROVER)
+            again = await world.ephemeral_to(APPROVER, nth=2)
+            assert again.args["text"] == (
+                "You already approved this; it needs 1 more approval (from someone else)."
+            )
+            assert world.executions == []
+            await world.click(card, ids.APPROVE_ONCE, user="U0SRE1")
+            await world.answer_posted()
+            assert world.executions == ["checkout"]
+            await world.settled()
+            last = json.dumps(updates_of(world.api, posted_ts(world.api, card))[-1].args)
+            assert f"Approved by <@{APPROVER}> and <@U0SRE1>" in last, last
 
 
 async def test_full_arguments_open_in_a_modal(tmp_path: Path) -> None:

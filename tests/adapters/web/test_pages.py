@@ -430,3 +430,34 @@ async def test_a_plan_shows_its_steps_on_the_pending_and_run_pages(tmp_path: Pat
     page = render_run_page(await load_run_page(world.chat, run_id))
     assert page.count('<li class="plan-step">') == 2 and f"<code>{plan.digest}</code>" in page
     await world.rt.store.close()
+
+
+async def test_a_request_two_people_approved_names_both_on_the_run_page(tmp_path: Path) -> None:
+    from bot.people.policy import Policy
+    from bot.prompter import DeferringPrompter
+    from tests.adapters.web.conftest import POLICY, SCRIPT, THREAD
+    from tests.fakes.runtime import Counter, counting_tools
+
+    tools = counting_tools(Counter(), approvals=2)
+    rt, _ = await make_runtime(tmp_path / "k.db", SCRIPT, tools)
+    rt.policy = Policy(POLICY)
+    service = ChatService(Supervisor(rt))
+    user = Actor("U0REQ")
+    started = await service.submit_turn(
+        "ship v2", user=user, session=THREAD, prompter=DeferringPrompter()
+    )
+    (request,) = (await service.wait(started)).open_requests
+    first = await service.decide(
+        started.run_id, request.id, DecisionKind.APPROVE, user=Actor("U0BOSS")
+    )
+    assert first.accepted and first.resumed is None
+    sre = Actor("U0SRE", groups=frozenset({"S0SRE"}))
+    second = await service.decide(started.run_id, request.id, DecisionKind.APPROVE, user=sre)
+    assert second.resumed is not None
+    await service.wait(second.resumed)
+
+    html = render_run_page(await load_run_page(service, started.run_id))
+    decision = re.search(r'<p class="decision" data-decision="approve">(.*?)</p>', html, re.S)
+    assert decision is not None
+    assert "by U0BOSS, U0SRE," in decision.group(1), decision.group(1)
+    await rt.store.close()
