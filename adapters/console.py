@@ -19,6 +19,7 @@ from bot.chat.contract import (
     NotPermitted,
     ResumeRefused,
     StoreError,
+    already_ended,
     answer_refusal,
     match_option,
 )
@@ -430,7 +431,11 @@ class ConsoleChat:
         elif name == "/resume" and arg:
             live = await self._resuming(arg)
             if live is None:
-                self.io.write("  nothing to resume: the run ended or still waits on someone")
+                status = await self.chat.ended_as(arg)
+                if status is not None:
+                    self.io.write(f"  ! {already_ended(arg, status, 'resume')}")
+                else:
+                    self.io.write("  nothing to resume: the run still waits on someone")
                 return
             await self._follow(live)
         elif name == "/cancel" and arg:

@@ -39,3 +39,8 @@ class ResumeRefused(Exception):
 class CancelRefused(ResumeRefused):
     """The run cannot be cancelled now: it ended, or another process holds it (the message says
     who, and until when). Reported where a refused resume is, as one line."""
+
+
+def already_ended(run_id: str, status: str, verb: str) -> str:
+    """Why ``verb`` (cancel, resume) does nothing to a run that ended ``status``."""
+    return f"run {run_id} already ended ({status}): nothing to {verb}"

@@ -9,7 +9,7 @@ reviewer can read, instead of an adapter reaching into the policy, the store or 
 from __future__ import annotations
 
 from bot.config.settings import ConfigError, WebSettings
-from bot.errors import ResumeRefused, StoreError, UnknownRun
+from bot.errors import ResumeRefused, StoreError, UnknownRun, already_ended
 from bot.journal.entries import Entry
 from bot.journal.log import JournalRecord
 from bot.options import answer_refusal, match_option
@@ -38,6 +38,7 @@ __all__ = [
     "StoreError",
     "UnknownRun",
     "WebSettings",
+    "already_ended",
     "answer_refusal",
     "match_option",
 ]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from bot.chat.service import ChatService, RunView
 from bot.chat.words import STORE_DOWN
 from bot.domain import TERMINAL_STATUSES, DecisionKind, Request, RequestKind, Session
-from bot.errors import ResumeRefused, StoreError, UnknownRun, UnreadableJournal
+from bot.errors import ResumeRefused, StoreError, UnknownRun, UnreadableJournal, already_ended
 from bot.people.policy import Actor, NotPermitted
 from bot.prompter import DeferringPrompter
 from bot.records import RunRecord
@@ -140,6 +140,8 @@ class Conversation:
             if verb == "cancel":
                 return Outcome(note=await self._chat.cancel(run_id, user=actor))
             live = await self._chat.resume(run_id, user=actor)
+            if live is None:
+                return Outcome(note=await self._idle(run_id))
         except UnknownRun:
             return Outcome(note=f"There is no run {run_id} that you can see.")
         except (NotPermitted, ResumeRefused) as exc:
@@ -147,11 +149,14 @@ class Conversation:
         except StoreError as exc:
             log.error("%s of run %s: the store failed: %s", verb, run_id, exc)
             return Outcome(note=store_note(exc))
-        if live is None:
-            return Outcome(
-                note=f"Run {run_id} has nothing to do yet: it still waits on people, or it ended."
-            )
         return Outcome(note=f"Resuming run {run_id}.", running=run_id)
+
+    async def _idle(self, run_id: str) -> str:
+        """Why a resume did nothing: the run ended, or still waits on people."""
+        status = await self._chat.ended_as(run_id)
+        if status is not None:
+            return already_ended(run_id, status, "resume")
+        return f"Run {run_id} has nothing to do yet: it still waits on people."
 
     async def decide(
         self,

@@ -23,6 +23,7 @@ from bot.domain import (
     DecisionKind,
     Request,
     RequestStatus,
+    RunStatus,
     Session,
 )
 from bot.errors import UnknownRun
@@ -553,5 +554,9 @@ class ChatService:
 
     async def ended(self, run_id: str) -> bool:
         """Whether the run has a terminal result."""
+        return await self.ended_as(run_id) is not None
+
+    async def ended_as(self, run_id: str) -> RunStatus | None:
+        """How the run ended (completed, failed, cancelled); None while it has not."""
         record = await self._rt.store.get_run(run_id)
-        return record.status in TERMINAL_STATUSES
+        return record.status if record.status in TERMINAL_STATUSES else None

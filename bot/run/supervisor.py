@@ -24,7 +24,14 @@ from bot.domain import (
     TerminalResult,
     new_id,
 )
-from bot.errors import CancelRefused, ResumeRefused, StoreError, ThreadBusy, UnreadableJournal
+from bot.errors import (
+    CancelRefused,
+    ResumeRefused,
+    StoreError,
+    ThreadBusy,
+    UnreadableJournal,
+    already_ended,
+)
 from bot.events import (
     AdvisoryEvent,
     JournalFailedEvent,
@@ -387,7 +394,7 @@ class Supervisor:
             return "cancelling at the next loop boundary"
         record = await self.rt.store.get_run(run_id)
         if record.status in TERMINAL_STATUSES:
-            await self._refuse_cancel(run_id, by, f"run {run_id} already ended {record.status}")
+            await self._refuse_cancel(run_id, by, already_ended(run_id, record.status, "cancel"))
         epoch = await self.rt.store.claim(run_id, self.rt.owner, self.rt.lease_seconds)
         if epoch is None:
             held = await self._held_elsewhere(run_id)

@@ -366,3 +366,14 @@ async def test_the_terminal_card_names_invisible_characters_in_what_is_approved(
         in shown
     )
     assert "\u200b" not in shown and "\U000e0041" not in shown
+
+
+def test_cancel_and_resume_of_an_ended_run_say_how_it_ended(tmp_path: Path) -> None:
+    assert kestrel(tmp_path, "chat", stdin="hello\n").returncode == 0
+    (run,) = json.loads(kestrel(tmp_path, "runs", "list", "--json").stdout)
+    assert run["status"] == "completed"
+    run_id = run["run_id"]
+    result = kestrel(tmp_path, "chat", stdin=f"/cancel {run_id}\n/resume {run_id}\n")
+    assert result.returncode == 0, result.stderr
+    assert f"  ! run {run_id} already ended (completed): nothing to cancel\n" in result.stdout
+    assert f"  ! run {run_id} already ended (completed): nothing to resume\n" in result.stdout

@@ -935,3 +935,27 @@ async def test_a_running_orphan_that_takes_force_is_claimed_by_one_sweep_only(
     live = await supervisor.resume("run_forced", force=True)  # a person still may
     assert live is not None
     assert (await supervisor.wait(live)).open_requests  # its uncertain `write` asks on-call
+
+
+@pytest.mark.parametrize(
+    ("said", "status"),
+    [("All good.", "completed"), ("", "failed"), (None, "cancelled")],
+)
+async def test_a_cancel_of_an_ended_run_says_how_it_ended(
+    tmp_path: Path, said: str | None, status: str
+) -> None:
+    # An empty reply fails the run; a call to approve suspends it, cancelled below.
+    first = reply(text=said) if said is not None else reply(call("deploy", text="v2"))
+    rt, _ = await make_runtime(tmp_path / "k.db", [first], counting_tools(Counter()))
+    supervisor = Supervisor(rt)
+    live = await supervisor.start_turn("go", prompter=DeferringPrompter(), requested_by="U0REQ")
+    await supervisor.wait(live)
+    if status == "cancelled":
+        assert await supervisor.cancel(live.run_id, by="U0REQ") == "cancelled"
+    assert (await rt.store.get_run(live.run_id)).status.value == status
+
+    with pytest.raises(ResumeRefused) as refused:
+        await supervisor.cancel(live.run_id, by="U0REQ")
+
+    assert str(refused.value) == f"run {live.run_id} already ended ({status}): nothing to cancel"
+    await rt.store.close()

@@ -66,6 +66,24 @@ async def test_status_cancel_and_resume_in_the_thread(tmp_path: Path) -> None:
         assert note.args["text"] == "cancelled"
         await world.answer_posted()
         assert world.executions == []
+        await world.mention("cancel", user=REQUESTER, thread_ts=thread)
+        again = await world.ephemeral_to(REQUESTER, nth=2)
+        assert again.args["text"] == f"run {run_id} already ended (cancelled): nothing to cancel"
+
+
+async def test_cancel_and_resume_of_a_completed_run_say_it_ended(tmp_path: Path) -> None:
+    async with slack_world(tmp_path, [{"text": "Checkout is fine."}]) as world:
+        mention = await world.mention("how is checkout?")
+        await world.answer_posted()
+        await world.settled()
+        run_id = (await world.chat.recent(1))[0].id
+        await world.mention("cancel", user=REQUESTER, thread_ts=mention["ts"])
+        note = await world.ephemeral_to(REQUESTER)
+        assert note.args["text"] == f"run {run_id} already ended (completed): nothing to cancel"
+        await world.sender.command(slash_command(ONCALL, f"resume {run_id}"))
+        replies = await world.api.wait_for("response_url")
+        said = replies[0].args["text"]
+        assert said == f"run {run_id} already ended (completed): nothing to resume", said
 
 
 @pytest.mark.parametrize("said", ["cancel!", "`cancel`", ", Cancel.", "*cancel*", "cancel\u200b"])

@@ -179,4 +179,4 @@ async def test_cancel_of_a_held_or_ended_run_is_refused_and_audited(tmp_path: Pa
     with sqlite3.connect(db) as conn:
         conn.execute("UPDATE runs SET status = 'completed', owner = '' WHERE id = ?", (run_id,))
     ended = one_line_error(kestrel(tmp_path, "runs", "cancel", run_id, env=me))
-    assert ended == f"kestrel: run {run_id} already ended completed"
+    assert ended == f"kestrel: run {run_id} already ended (completed): nothing to cancel"
