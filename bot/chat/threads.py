@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal, Protocol, assert_never
+from typing import Any, Final, Literal, Protocol, assert_never
 
 from bot.chat.outbox import Deliveries, Target, answer_key, card_key, reminder_key
 from bot.chat.service import ChatService, RequestView
@@ -42,6 +43,10 @@ from bot.events import (
 )
 
 log = logging.getLogger("kestrel.threads")
+
+# How many runs' places a renderer remembers, the least recently used forgotten first: more
+# than a replica drives at once, never every run (another platform's included) it ever saw.
+PLACES_KEPT: Final = 1024
 
 StepStatus = Literal["in_progress", "complete", "error"]
 Body = dict[str, Any]
@@ -108,7 +113,7 @@ class ThreadRenderer:
         self._deliveries = deliveries
         self._look = look
         self._progress = progress
-        self._places: dict[str, RunPlace | None] = {}
+        self._places: OrderedDict[str, RunPlace | None] = OrderedDict()
         self._queues: dict[str, asyncio.Queue[Event]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         deliveries.renders_owed(self.render_owed)
@@ -141,12 +146,19 @@ class ThreadRenderer:
         """Know where a run this process just started lives, before its row is written."""
         target = self._look.target(session)
         place = RunPlace(session, target, requested_by) if target is not None else None
-        self._places[run_id] = place
+        self._remember(run_id, place)
         return place
+
+    def _remember(self, run_id: str, place: RunPlace | None) -> None:
+        self._places[run_id] = place
+        self._places.move_to_end(run_id)
+        if len(self._places) > PLACES_KEPT:
+            self._places.popitem(last=False)
 
     async def place_of(self, run_id: str) -> RunPlace | None:
         """The run's thread on this platform; None for a run of another platform."""
         if run_id in self._places:
+            self._places.move_to_end(run_id)
             return self._places[run_id]
         try:
             # The run's row names who asked: no journal is read (a status would fold it whole).
@@ -157,7 +169,7 @@ class ThreadRenderer:
         found = None
         if session is not None and target is not None:
             found = RunPlace(session, target, record.requested_by)
-        self._places[run_id] = found
+        self._remember(run_id, found)
         return found
 
     async def show_card(self, view: RequestView) -> None:

@@ -12,7 +12,7 @@ import pytest
 from bot.chat.conversation import Conversation
 from bot.chat.outbox import Deliveries
 from bot.chat.service import ChatService, RequestView
-from bot.chat.threads import RunPlace, StepStatus, ThreadRenderer
+from bot.chat.threads import PLACES_KEPT, RunPlace, StepStatus, ThreadRenderer
 from bot.domain import (
     DecisionKind,
     RequestKind,
@@ -264,6 +264,27 @@ async def test_a_renderer_finds_a_run_s_place_without_reading_its_journal(
     assert place.session.channel == "C1"
     assert store.loads == before
     assert await renderer.place_of("run_made_up") is None
+
+
+async def test_the_places_a_renderer_keeps_are_bounded(chat: tuple[ChatService, Counter]) -> None:
+    # Every run of another platform was remembered as None, and never forgotten: a replica
+    # serving two platforms grew by one entry per run of the other for as long as it lived.
+    service, _ = chat
+    run_id, _request_id = await suspended_on_approval(service, thread())
+    store = service._supervisor.rt.store
+    renderer = ThreadRenderer(service, Deliveries(store, _NoTransport(), "o"), _Look(), _Silent())
+    other = Session(id="ses_console", platform="console")
+    assert await renderer.place_of(run_id) is not None
+
+    for n in range(3 * PLACES_KEPT):
+        assert renderer.expect(f"run_other_{n}", other, "U0REQ") is None
+        if n % 100 == 0:
+            assert await renderer.place_of(run_id) is not None  # in use: kept
+
+    assert len(renderer._places) == PLACES_KEPT
+    assert run_id in renderer._places
+    assert "run_other_0" not in renderer._places  # the least recently used went first
+    assert renderer.expect("run_other_0", other, "U0REQ") is None
 
 
 async def test_a_call_that_failed_shows_as_failed_in_the_thread_s_progress(tmp_path: Path) -> None:
