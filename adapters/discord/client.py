@@ -427,8 +427,14 @@ class KestrelDiscord(discord.Client):
         HTTP, a response after that would be dropped)."""
         if not interaction.response.is_done() and not await _deferred(interaction):
             return
-        actor = await self.actor_for(interaction, request_id)
-        view = await self.chat.request(request_id, user=actor) if actor else None
+        try:
+            actor = await self.actor_for(interaction, request_id)
+            view = await self.chat.request(request_id, user=actor) if actor else None
+        except StoreError as exc:
+            # Deferred already: without a follow-up the clicker sees "thinking…" for ever.
+            log.error("discord: Full arguments: the store failed: %s", exc)
+            await interaction.followup.send(note_text(store_note(exc)), ephemeral=True)
+            return
         if view is None:
             note = NOT_THIS_THREAD if actor else NOT_HERE
             await interaction.followup.send(note, ephemeral=True)
@@ -657,20 +663,32 @@ def _kestrel_commands() -> app_commands.Group:
     @group.command(name="runs", description="What waits on people, with links to the threads")
     async def runs(interaction: discord.Interaction) -> None:
         await interaction.response.defer(ephemeral=True, thinking=True)
-        client = _kestrel(interaction)
-        lines = []
-        for item in await client.chat.pending(user=interaction_actor(interaction)):
-            place = await client.renderer.place_of(item.request.run_id)
-            if place is None or DiscordTarget.of(place.target).guild != str(interaction.guild_id):
-                continue  # this server's runs only
-            link = thread_of(place.session.id).url or place.session.id
-            who = ", ".join(item.may_answer) or "nobody"
-            lines.append(
-                f"• {item.request.kind.value} `{item.request.tool}` — may answer: {who} — {link}"
-            )
+        try:
+            lines = await _pending_lines(interaction)
+        except StoreError as exc:
+            # Deferred already: without a follow-up the person sees "thinking…" for ever.
+            log.error("discord: /kestrel runs: the store failed: %s", exc)
+            await interaction.followup.send(note_text(store_note(exc)), ephemeral=True)
+            return
         await interaction.followup.send(runs_listing(lines), ephemeral=True)
 
     return group
+
+
+async def _pending_lines(interaction: discord.Interaction) -> list[str]:
+    """This server's open requests, a line each, with who may answer and the thread's link."""
+    client = _kestrel(interaction)
+    lines = []
+    for item in await client.chat.pending(user=interaction_actor(interaction)):
+        place = await client.renderer.place_of(item.request.run_id)
+        if place is None or DiscordTarget.of(place.target).guild != str(interaction.guild_id):
+            continue  # this server's runs only
+        link = thread_of(place.session.id).url or place.session.id
+        who = ", ".join(item.may_answer) or "nobody"
+        lines.append(
+            f"• {item.request.kind.value} `{item.request.tool}` — may answer: {who} — {link}"
+        )
+    return lines
 
 
 async def _operate(interaction: discord.Interaction, verb: str, run: str | None) -> None:

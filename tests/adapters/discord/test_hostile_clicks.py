@@ -419,3 +419,26 @@ async def test_a_click_the_store_fails_under_is_answered_not_left_thinking(
             " Click again in a moment."
         )
         assert world.executions == []
+
+
+async def test_full_arguments_the_store_fails_under_are_answered_not_left_thinking(
+    tmp_path: Path,
+) -> None:
+    """Full arguments defers ("thinking…") before it reads the request: with the store failing
+    under that read (here the requests' table gone from under it), the clicker is told so
+    instead of the thinking line staying for ever."""
+    service = "checkout" + "q" * 400  # cut on the card: it offers Full arguments
+    script = restart_script()
+    script[0]["calls"][0]["arguments"]["service"] = service
+    async with discord_world(tmp_path, script) as world:
+        _thread, card = await _approval_card(world)
+        await world.settled()
+        with sqlite3.connect(tmp_path / "kestrel.db") as conn:
+            conn.execute("ALTER TABLE requests RENAME TO requests_away")
+        try:
+            click = await world.click(card, "arguments", user=REQUESTER)
+            told = await said(world, click)
+        finally:
+            with sqlite3.connect(tmp_path / "kestrel.db") as conn:
+                conn.execute("ALTER TABLE requests_away RENAME TO requests")
+        assert told == "Kestrel's store did not answer: try again in a moment."

@@ -92,3 +92,19 @@ async def test_a_run_id_pasted_with_its_markdown_is_the_run(tmp_path: Path) -> N
             world, "status", guild=p.GUILD_ID, channel="200", user=ONCALL, run=f"`{run}`:"
         )
         assert shown.startswith(f"Run `{run}`: **suspended**"), shown
+
+
+async def test_runs_the_store_fails_under_is_answered_not_left_thinking(tmp_path: Path) -> None:
+    """``/kestrel runs`` defers ("thinking…") before it lists the open requests: with the
+    store failing under that read (here the requests' table gone from under it), the person
+    is told so instead of the thinking line staying for ever."""
+    async with discord_world(tmp_path, restart_script()) as world:
+        thread, _run = await _run_with_a_card(world)
+        with sqlite3.connect(tmp_path / "kestrel.db") as conn:
+            conn.execute("ALTER TABLE requests RENAME TO requests_away")
+        try:
+            listed = await _command(world, "runs", guild=p.GUILD_ID, channel=thread, user=ONCALL)
+        finally:
+            with sqlite3.connect(tmp_path / "kestrel.db") as conn:
+                conn.execute("ALTER TABLE requests_away RENAME TO requests")
+        assert listed == "Kestrel's store did not answer: try again in a moment."
