@@ -130,6 +130,14 @@ class RunRows(Protocol):
         ...
 
 
+class SessionPlaces(Protocol):
+    """Where a platform's sessions live: what a chat adapter reads back after a gap."""
+
+    async def sessions_on(self, platform: str, limit: int) -> list[Session]:
+        """The platform's newest ``limit`` sessions, newest first."""
+        ...
+
+
 class Leases(Protocol):
     """Who drives a run: leases with epochs, and the runs whose owner died."""
 
@@ -343,6 +351,7 @@ class AuditLog(Protocol):
 class Store(
     Admin,
     RunRows,
+    SessionPlaces,
     Leases,
     JournalLog,
     Requests,

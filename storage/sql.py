@@ -146,6 +146,12 @@ VALUES ($1, $2, $3, $4, $5, $6)
 ON CONFLICT (id) DO NOTHING
 """
 GET_SESSION: Final = "SELECT id, platform, workspace, channel, thread FROM sessions WHERE id = $1"
+# A platform's newest sessions ($1 the platform, $2 how many): where a chat adapter reads back
+# what it may have missed while disconnected. Once per connection, so no index of its own.
+SESSIONS_ON: Final = """
+SELECT id, platform, workspace, channel, thread FROM sessions WHERE platform = $1
+ORDER BY created_at DESC, id LIMIT $2
+"""
 CREATE_RUN: Final = (
     f"INSERT INTO runs({RUN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, 1, $8, $9, $10)"
 )

@@ -150,10 +150,12 @@ class SqlStore(ABC):
         rows = await self._read("get_session", sql.GET_SESSION, (session_id,))
         if not rows:
             return None
-        sid, platform, workspace, channel, thread = rows[0]
-        return Session(
-            id=sid, platform=platform, workspace=workspace, channel=channel, thread=thread
-        )
+        return _session(rows[0])
+
+    async def sessions_on(self, platform: str, limit: int) -> list[Session]:
+        """The platform's newest ``limit`` sessions, newest first."""
+        rows = await self._read("sessions_on", sql.SESSIONS_ON, (platform, limit))
+        return [_session(row) for row in rows]
 
     async def create_run(
         self,
@@ -632,3 +634,9 @@ async def migrated(store: _S) -> _S:
 def _seq(value: Any) -> int | None:
     """A seq read from a row, None where there was none."""
     return None if value is None else int(value)
+
+
+def _session(row: Row) -> Session:
+    """A ``sessions`` row (id, platform, workspace, channel, thread) as a session."""
+    sid, platform, workspace, channel, thread = row
+    return Session(id=sid, platform=platform, workspace=workspace, channel=channel, thread=thread)

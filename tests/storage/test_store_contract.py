@@ -555,6 +555,19 @@ async def test_a_session_reads_back_by_id(store: Store) -> None:
     assert await store.get_session("nowhere") is None
 
 
+async def test_a_platforms_sessions_read_back_newest_first(store: Store, clock: FakeClock) -> None:
+    older = Session(id="d1", platform="discord", workspace="100", channel="200", thread="201")
+    slack = Session(id="s1", platform="slack", channel="C1", thread="1.5")
+    newer = Session(id="d2", platform="discord", workspace="100", channel="210", thread="211")
+    for session in (older, slack, newer):
+        await store.ensure_session(session)
+        clock.advance(1)
+
+    assert await store.sessions_on("discord", 10) == [newer, older]
+    assert await store.sessions_on("discord", 1) == [newer]
+    assert await store.sessions_on("console", 10) == []
+
+
 async def test_list_runs_newest_first(store: Store) -> None:
     await store.ensure_session(Session(id="s1"))
     await store.ensure_session(Session(id="s1"))  # idempotent
