@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from datetime import timedelta
 
 import aiohttp
 import discord
@@ -54,11 +55,13 @@ class DiscordAdapter:
             link=link,
             pings=settings.ping_approvers,
             claim_seconds=claim_seconds,
+            catch_up=timedelta(minutes=settings.catch_up_minutes),
         )
         self._connecting: asyncio.Task[None] | None = None
 
     async def start(self) -> discord.ClientUser:
-        """Log in, connect and wait until the gateway says READY; then serve."""
+        """Log in, connect and wait until the gateway says READY; then serve, beginning with
+        the mentions said while no session was connected."""
         client = self.client
         try:
             await client.login(self.settings.token)
@@ -83,6 +86,7 @@ class DiscordAdapter:
         assert client.user is not None
         self._connecting = connecting
         await client.life.start()
+        client.serve()
         return client.user
 
     def add_routes(self, application: web.Application) -> str:

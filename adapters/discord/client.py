@@ -22,12 +22,14 @@ import contextlib
 import logging
 import re
 from collections.abc import AsyncIterator, Callable
+from datetime import timedelta
 from typing import Any, Literal
 
 import discord
 from discord import app_commands
 
 from adapters.discord import ids
+from adapters.discord.catch_up import CatchUp, delivery_key
 from adapters.discord.look import (
     DiscordLook,
     arguments_messages,
@@ -93,6 +95,7 @@ class KestrelDiscord(discord.Client):
         link: RunLink | None = None,
         pings: bool = True,
         claim_seconds: float = 60.0,
+        catch_up: timedelta = timedelta(0),
     ) -> None:
         super().__init__(
             intents=intents(message_content),
@@ -135,6 +138,11 @@ class KestrelDiscord(discord.Client):
         self._handling = 0
         self._idle = asyncio.Event()
         self._idle.set()
+        # How far back a fresh gateway session reads for missed mentions, once it may handle
+        # them (``serve``), once per session.
+        self._catch_up = catch_up
+        self._serving = False
+        self._read_back_in: str | None = None
 
     def drain(self) -> None:
         """Take no new message or interaction from now on (this replica is stopping)."""
@@ -156,6 +164,43 @@ class KestrelDiscord(discord.Client):
             self._handling -= 1
             if not self._handling:
                 self._idle.set()
+
+    def serve(self) -> None:
+        """Rendering and delivering now: handle what this gateway session missed (a run
+        started before would show nothing)."""
+        self._serving = True
+        self._read_back()
+
+    async def on_ready(self) -> None:
+        """A fresh gateway session (IDENTIFY; a RESUME dispatches ``resumed``, and Discord
+        replays what it missed): nothing said while no session was connected reaches it, so
+        read it back."""
+        if self._serving:
+            self._read_back()
+
+    def _read_back(self) -> None:
+        """Read back what this gateway session missed, once (``serve`` and ``on_ready`` both
+        ask after the first IDENTIFY)."""
+        session = self.ws.session_id if self.ws is not None else None
+        if not self._catch_up or self.draining or session in (None, self._read_back_in):
+            return
+        self._read_back_in = session
+        task = asyncio.create_task(self._read_back_now(), name="discord-catch-up")
+        self._taking.add(task)
+        task.add_done_callback(self._taking.discard)
+
+    async def _read_back_now(self) -> None:
+        catch_up = CatchUp(self, self.chat, self._catch_up, self.on_message, lambda: self.draining)
+        async with self._busy():
+            try:
+                handed = await catch_up.run()
+            except StoreError as exc:
+                log.warning("discord: missed mentions were not read back: %s", exc)
+                return
+            except Exception:
+                log.exception("discord: reading back missed mentions failed")
+                return
+        log.info("discord: read back after connecting: %d missed mention(s) handed on", handed)
 
     async def setup_hook(self) -> None:
         """Register the buttons' templates (so old cards keep working) and ``/kestrel``."""
@@ -217,7 +262,7 @@ class KestrelDiscord(discord.Client):
             delivery = {"what": what, "channel": str(channel.id), "message": str(message.id)}
             if answers is not None:
                 delivery["answers"] = answers
-            key = f"discord:{message.id}"
+            key = delivery_key(message.id)
             accepted = await self.chat.accept_delivery(key, "discord", delivery)
             if accepted is None:
                 return

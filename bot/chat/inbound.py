@@ -20,7 +20,7 @@ import msgspec
 
 from bot.domain import new_id
 from bot.errors import StoreError, UnknownRun
-from bot.store import RunRows, WorkQueue
+from bot.store import OnceMarks, RunRows, WorkQueue
 
 if TYPE_CHECKING:
     from bot.run.supervisor import Supervisor
@@ -38,9 +38,9 @@ class TryLater(Exception):
     """
 
 
-class InboundStore(WorkQueue, RunRows, Protocol):
-    """The roles inbound deliveries use: the work queue that holds them, and whether the run
-    a delivery starts exists."""
+class InboundStore(WorkQueue, RunRows, OnceMarks, Protocol):
+    """The roles inbound deliveries use: the work queue that holds them, whether the run a
+    delivery starts exists, and the marks of deliveries passed over."""
 
 
 class Accepted(msgspec.Struct, frozen=True):
@@ -84,6 +84,11 @@ class Inbound:
         held = {**delivery, "platform": platform, "run_id": new_id("run")}
         work_id = await self._store.accept_delivery(f"inbound:{key}", held, self._owner)
         return None if work_id is None else Accepted(work_id, held)
+
+    async def pass_over(self, key: str) -> bool:
+        """Mark delivery ``key`` as seen without handling it (one found too late to act on);
+        True only when nobody accepted or passed it over before."""
+        return await self._store.mark_once(f"inbound:{key}")
 
     async def settle(self, accepted: Accepted) -> None:
         """Handle an accepted delivery, then mark its work done (once a run it started

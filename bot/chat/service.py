@@ -37,7 +37,7 @@ from bot.people.refusal import Refusal
 from bot.place import Place
 from bot.prompter import Prompter
 from bot.records import RunRecord
-from bot.store import AuditLog, AuditRecord, OnceMarks, Outbox, Requests, RunRows
+from bot.store import AuditLog, AuditRecord, OnceMarks, Outbox, Requests, RunRows, SessionPlaces
 from bot.tools.base import ToolFlags
 
 if TYPE_CHECKING:  # the read-only commands import this module without starting any run
@@ -45,9 +45,12 @@ if TYPE_CHECKING:  # the read-only commands import this module without starting 
     from bot.tools.source import ToolSource
 
 
-class ChatStore(RunRows, JournalLog, Requests, AuditLog, OnceMarks, Outbox, Protocol):
-    """The roles the chat service reads and writes: runs, journals, requests, the audit,
-    interactions marked once, and the outbox (which message shows a request's card)."""
+class ChatStore(
+    RunRows, SessionPlaces, JournalLog, Requests, AuditLog, OnceMarks, Outbox, Protocol
+):
+    """The roles the chat service reads and writes: runs and where their sessions live,
+    journals, requests, the audit, interactions marked once, and the outbox (which message
+    shows a request's card)."""
 
 
 class ChatRuntime(Protocol):
@@ -426,6 +429,15 @@ class ChatService:
         if accepted is None:
             self.duplicates_dropped += 1
         return accepted
+
+    async def pass_over(self, key: str) -> bool:
+        """Mark inbound delivery ``key`` seen without handling it (found too late to act on);
+        True only for the first to mark it: nobody accepted it, nor passed it over, before."""
+        return await self.inbound.pass_over(key)
+
+    async def sessions_on(self, platform: str, limit: int) -> list[Session]:
+        """The platform's newest ``limit`` sessions, newest first (where it reads back)."""
+        return await self._rt.store.sessions_on(platform, limit)
 
     async def first_interaction(self, key: str) -> bool:
         """Whether this replica is the first to take interaction ``key`` (a platform that sends

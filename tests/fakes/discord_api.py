@@ -733,6 +733,15 @@ class FakeDiscord:
         seqs = [await self._send_dispatch(c, event, copy.deepcopy(dict(data))) for c in ready]
         return seqs[-1]
 
+    def post(self, data: Mapping[str, Any]) -> dict[str, Any]:
+        """Take a MESSAGE_CREATE's ``data`` as sent while no session of the bot is connected:
+        stored (history returns it, its author becomes a member) and dispatched to nobody; a
+        session that IDENTIFYs later is not sent it either, as on Discord. The stored message."""
+        self._observe("MESSAGE_CREATE", copy.deepcopy(dict(data)))
+        stored = self.message(str(data["channel_id"]), str(data["id"]))
+        assert stored is not None
+        return stored
+
     def interaction_posted(self, data: Mapping[str, Any]) -> None:
         """Register an interaction sent to an HTTP endpoint instead of the gateway: its
         callback route is closed (the HTTP answer is its response), its follow-ups open."""

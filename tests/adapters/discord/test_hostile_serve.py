@@ -64,12 +64,21 @@ async def _serve(tmp: Path, env: dict[str, str], timeout: float = 45.0) -> tuple
         ({"DISCORD_TOKEN": TOKEN, "DISCORD_API_URL": "http://h:99999/api"}, "DISCORD_API_URL"),
         ({"DISCORD_TOKEN": TOKEN, "DISCORD_MESSAGE_CONTENT": "maybe"}, "DISCORD_MESSAGE_CONTENT"),
         ({"DISCORD_TOKEN": TOKEN, "DISCORD_PING_APPROVERS": "loud"}, "DISCORD_PING_APPROVERS"),
+        ({"DISCORD_TOKEN": TOKEN, "DISCORD_CATCH_UP_MINUTES": "15m"}, "DISCORD_CATCH_UP_MINUTES"),
+        ({"DISCORD_TOKEN": TOKEN, "DISCORD_CATCH_UP_MINUTES": "-1"}, "DISCORD_CATCH_UP_MINUTES"),
+        ({"DISCORD_TOKEN": TOKEN, "DISCORD_CATCH_UP_MINUTES": "1441"}, "from 0 to 1440"),
     ],
 )
 def test_settings_name_the_bad_variable(env: dict[str, str], named: str) -> None:
     with pytest.raises(ConfigError, match=named.replace("(", r"\(")) as caught:
         DiscordSettings.from_env(env)
     assert TOKEN not in str(caught.value)
+
+
+def test_catch_up_reads_back_15_minutes_unless_told() -> None:
+    assert DiscordSettings.from_env({"DISCORD_TOKEN": TOKEN}).catch_up_minutes == 15
+    off = {"DISCORD_TOKEN": TOKEN, "DISCORD_CATCH_UP_MINUTES": " 0 "}
+    assert DiscordSettings.from_env(off).catch_up_minutes == 0
 
 
 def test_pings_are_on_unless_turned_off() -> None:

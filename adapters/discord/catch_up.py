@@ -1,0 +1,148 @@
+"""Mentions said while no session of Kestrel was connected, read back after a fresh IDENTIFY.
+
+Discord replays missed events only to a session that RESUMEs; a new session (after a restart, a
+deploy or a crash) gets nothing of what was said while none was connected. So once a fresh
+session is ready, Kestrel reads the recent history of the places where it has sessions: the
+channels its threads were started in, and those threads that are active. A mention of it from
+within the window is handed to the client's ``on_message``, the very path a live mention takes
+(so the place, the policy, the PII guard and the store's once-mark of each message all apply: a
+mention another replica, or this one before the gap, took is dropped). An older one is not run
+(its request may be stale by now): its author is told once that it was missed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from datetime import datetime, timedelta
+from typing import Any
+
+import discord
+
+from adapters.discord.look import note_text
+from bot.chat.service import ChatService
+from bot.domain import Session
+
+log = logging.getLogger("kestrel.discord")
+
+# The newest sessions whose places are read: bounds the reads of a server with years of runs.
+SESSIONS_READ = 500
+# Messages read per place at most: one page of Discord's history.
+MESSAGES_READ = 100
+# A mention older than the window but within this long is told it was missed; older ones are
+# left alone (nobody waits on an answer to last week's question).
+TOLD_WITHIN = timedelta(hours=24)
+
+
+def delivery_key(message_id: int) -> str:
+    """The key that marks a Discord message taken, by any replica, for good."""
+    return f"discord:{message_id}"
+
+
+def missed_note(age: timedelta) -> str:
+    """What the author of a mention too old to act on is told, once."""
+    minutes = int(age.total_seconds() // 60)
+    ago = f"{minutes} minutes" if minutes < 120 else f"{minutes // 60} hours"
+    return (
+        f"I was not connected when you mentioned me here ({ago} ago), so I did not act on it."
+        " Mention me again if it still stands."
+    )
+
+
+class CatchUp:
+    """One read back, after a fresh gateway session: mentions in the window are handled as
+    live ones, older ones are told once that they were missed."""
+
+    def __init__(
+        self,
+        client: discord.Client,
+        chat: ChatService,
+        window: timedelta,
+        handle: Callable[[discord.Message], Awaitable[None]],
+        stopping: Callable[[], bool],
+    ) -> None:
+        self._client = client
+        self._chat = chat
+        self._window = window
+        self._handle = handle
+        self._stopping = stopping
+
+    async def run(self) -> int:
+        """Read every place back; how many mentions were handed on (taken or not)."""
+        now = discord.utils.utcnow()
+        since = now - max(self._window, TOLD_WITHIN)
+        handed = 0
+        for place in self._places(await self._chat.sessions_on("discord", SESSIONS_READ)):
+            for message in await self._mentions(place, since):
+                if self._stopping():
+                    return handed  # the live replicas read back too
+                if message.created_at >= now - self._window:
+                    await self._handle(await self._as_member(message))
+                    handed += 1
+                else:
+                    await self._tell_missed(message, now - message.created_at)
+        return handed
+
+    def _places(self, sessions: Iterable[Session]) -> list[Any]:
+        """The channels and active threads of these sessions that this session can see, each
+        once."""
+        channels: dict[int, Any] = {}
+        threads: dict[int, Any] = {}
+        for session in sessions:
+            guild = self._client.get_guild(_int(session.workspace))
+            if guild is None:
+                continue
+            channel = guild.get_channel(_int(session.channel))
+            if isinstance(channel, discord.TextChannel):
+                channels[channel.id] = channel
+            thread = guild.get_thread(_int(session.thread))  # active threads only
+            if thread is not None:
+                threads[thread.id] = thread
+        return [*channels.values(), *threads.values()]
+
+    async def _mentions(self, place: Any, since: datetime) -> list[discord.Message]:
+        """The mentions of Kestrel by people in the newest page of ``place`` since ``since``,
+        oldest first."""
+        me = self._client.user
+        found: list[discord.Message] = []
+        try:
+            async for message in place.history(limit=MESSAGES_READ):  # newest first
+                if message.created_at < since:
+                    break
+                if me is not None and _mentions_me(message, me.id):
+                    found.append(message)
+        except (discord.HTTPException, discord.RateLimited) as exc:
+            log.warning("discord: cannot read back %s for missed mentions: %s", place.id, exc)
+        return found[::-1]
+
+    async def _as_member(self, message: discord.Message) -> discord.Message:
+        """The message with its author as a member of its server (their roles count in the
+        policy, as a live mention's do): history gives only the user."""
+        guild = message.guild
+        if guild is None or isinstance(message.author, discord.Member):
+            return message
+        try:
+            message.author = await guild.fetch_member(message.author.id)
+        except (discord.HTTPException, discord.RateLimited) as exc:
+            log.info("discord: the author of message %s as a member: %s", message.id, exc)
+        return message
+
+    async def _tell_missed(self, message: discord.Message, age: timedelta) -> None:
+        """Tell the author once that the mention was missed; nothing for one taken before."""
+        if not await self._chat.pass_over(delivery_key(message.id)):
+            return
+        log.info("discord: message %s was missed while disconnected: too old to act on", message.id)
+        try:
+            await message.reply(note_text(missed_note(age)), mention_author=False)
+        except (discord.HTTPException, discord.RateLimited) as exc:
+            log.warning("discord: cannot say that message %s was missed: %s", message.id, exc)
+
+
+def _mentions_me(message: discord.Message, me: int) -> bool:
+    """Whether a person (no bot) mentioned Kestrel's user in ``message`` (@everyone is none)."""
+    return not message.author.bot and any(user.id == me for user in message.mentions)
+
+
+def _int(value: str) -> int:
+    """A Discord id read from the store; 0 (found nowhere) for anything else."""
+    return int(value) if value.isdigit() else 0
