@@ -651,11 +651,25 @@ class Supervisor:
             # A suspended or ended run's last entry gave the lease up as it was written.
             if state.status is RunStatus.RUNNING:
                 with contextlib.suppress(Exception):
-                    record = await self.rt.store.get_run(live.run_id)
-                    await self.rt.store.release(live.run_id, self.rt.owner, record.epoch)
+                    await self._give_back(live.run_id)
         if state.status is RunStatus.SUSPENDED:
             await self._after_suspend(live, state)
         return state
+
+    async def _give_back(self, run_id: str) -> None:
+        """Release a run its task left running (the store failed under it, or its panic could
+        not be journaled) if its journal holds an entry under this claim; else leave the claim
+        to expire. Released with an epoch past its journal's last, it would be taken for a
+        refused resume, which no sweep takes up again (``ORPHANED_RUNS``); expired, any
+        replica's sweep adopts it."""
+        store = self.rt.store
+        record = await store.get_run(run_id)
+        if record.owner != self.rt.owner:
+            return  # taken over: not ours to give
+        length = await store.journal_length(run_id)
+        last = await store.load_range(run_id, length - 1, length) if length else []
+        if last and last[0].epoch == record.epoch:
+            await store.release(run_id, self.rt.owner, record.epoch)
 
     async def _after_suspend(self, live: LiveRun, state: RunState) -> None:
         """A cancel asked for while the run ran ends it now that it suspended (its batch

@@ -959,3 +959,33 @@ async def test_a_cancel_of_an_ended_run_says_how_it_ended(
 
     assert str(refused.value) == f"run {live.run_id} already ended ({status}): nothing to cancel"
     await rt.store.close()
+
+
+async def test_an_orphan_whose_adoption_could_not_be_journaled_is_adopted_later(
+    tmp_path: Path, opened: list[Runtime]
+) -> None:
+    # A sweep claims the orphan, then the store fails its first entry (a blip, a statement
+    # timeout): the claim, with nothing journaled under it, must not look like a refused
+    # resume, which no sweep takes up again. Once the store is back, a sweep adopts the run.
+    counter = Counter()
+    rt, _ = await make_runtime(
+        tmp_path / "k.db", [reply(text="x")], counting_tools(counter), lease_seconds=0.3
+    )
+    opened.append(rt)
+    await orphan(rt, "run_blip", "a")
+    with sqlite3.connect(tmp_path / "k.db") as conn:  # every journal write fails
+        conn.execute(
+            "CREATE TRIGGER blip BEFORE INSERT ON journal BEGIN INSERT INTO gone VALUES (1); END"
+        )
+    supervisor = Supervisor(rt)
+    assert await supervisor.adopt_orphans() == ["run_blip"]
+    stopped = await supervisor.wait(supervisor.live["run_blip"])
+    assert stopped.status is RunStatus.RUNNING  # stopped on the store failure
+    with sqlite3.connect(tmp_path / "k.db") as conn:
+        conn.execute("DROP TRIGGER blip")
+
+    adopted = await until(supervisor.adopt_orphans, timeout=10)
+
+    assert adopted == ["run_blip"]
+    resumed = await supervisor.wait(supervisor.live["run_blip"])
+    assert resumed.open_requests  # its uncertain `write` asks on-call
