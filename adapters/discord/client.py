@@ -748,7 +748,8 @@ async def _operate(interaction: discord.Interaction, verb: str, run: str | None)
 
 async def _operate_deferred(interaction: discord.Interaction, verb: str, run: str | None) -> None:
     client = _kestrel(interaction)
-    run_id = run_id_said(run or "") or await _thread_run(client, interaction)
+    # A run named, even by its marks alone, is the one asked about: never the thread's.
+    run_id = (run_id_said(run) or run) if run else await _thread_run(client, interaction)
     if not run_id:
         await interaction.followup.send(
             "Name a run, or use this in a run's thread.", ephemeral=True

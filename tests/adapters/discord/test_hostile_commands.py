@@ -108,3 +108,15 @@ async def test_runs_the_store_fails_under_is_answered_not_left_thinking(tmp_path
             with sqlite3.connect(tmp_path / "kestrel.db") as conn:
                 conn.execute("ALTER TABLE requests_away RENAME TO requests")
         assert listed == "Kestrel's store did not answer: try again in a moment."
+
+
+async def test_a_run_named_by_marks_alone_is_not_the_threads_run(tmp_path: Path) -> None:
+    """``/kestrel cancel`` with a run that is only marks (a paste that missed the id) names
+    no run: it is refused as such, never taken for the thread's run and cancelled."""
+    async with discord_world(tmp_path, restart_script()) as world:
+        thread, run = await _run_with_a_card(world)
+        shown = await _command(
+            world, "cancel", guild=p.GUILD_ID, channel=thread, user=ONCALL, run="`"
+        )
+        assert shown == "There is no run ` in this server.", shown
+        assert (await world.chat.status(run)).record.status.value == "suspended"
