@@ -66,9 +66,14 @@ class Conversation:
             return Outcome(note=str(exc))
         word = command_word(text)
         if word in THREAD_COMMANDS:
-            if latest is None:
-                return Outcome(note="There is no run in this thread.")
-            return await self.operate(word, await self._commanded(session, latest), actor)
+            option = _option_spelled(word, latest, answers)
+            if option is None:
+                if latest is None:
+                    return Outcome(note="There is no run in this thread.")
+                return await self.operate(word, await self._commanded(session, latest), actor)
+            # The question asks "resume or cancel?": the word picks that option, as a click
+            # would (``/kestrel cancel`` still cancels the run).
+            text = option
         if not text.strip():
             return Outcome(note=HELP)
         if answers:
@@ -200,6 +205,15 @@ def command_word(text: str) -> str:
     # one sees and ``strip`` keeps.
     visible = "".join(char for char in text if unicodedata.category(char) != "Cf")
     return visible.strip().strip(COMMAND_MARKS).strip().lower()
+
+
+def _option_spelled(word: str, latest: RunView | None, answers: str | None) -> str | None:
+    """The option spelled as the command ``word`` of the question a mention answers (the one
+    it was pinned to, else the one the run waits on now); None when it has none."""
+    question = waiting_question(latest) if latest is not None else None
+    if question is None or answers not in (None, question.id):
+        return None
+    return next((option for option in question.options if command_word(option) == word), None)
 
 
 def run_id_said(text: str) -> str:

@@ -265,3 +265,40 @@ async def test_an_effect_cut_by_a_restart_is_settled_from_its_card(tmp_path: Pat
             answer = await second.answer_posted()
             assert "drained" in json.dumps(answer.args)
             assert second.executions == ["node-3"]  # started once, never run again
+
+
+def resume_or_cancel_script() -> list[Any]:
+    """The model asks to pick "resume" or "cancel" (of a migration), then says what it heard."""
+    question = "The migration is paused halfway. Resume it, or cancel and roll it back?"
+    select = {"question": question, "options": ["resume", "cancel"]}
+    return [
+        {"text": "Before I go on:", "calls": [{"name": "ask_human_select", "arguments": select}]},
+        {"one_of": [{"match": "(?P<answer>resume|cancel)", "text": "You chose {answer}."}]},
+    ]
+
+
+@pytest.mark.parametrize("said", ["cancel", "Resume!"])
+async def test_a_thread_command_that_is_one_of_the_questions_options_answers_it(
+    tmp_path: Path, said: str
+) -> None:
+    """A question whose options are spelled as thread commands ("resume", "cancel") is
+    answered by that word: the run is neither cancelled nor told it has nothing to resume."""
+    async with slack_world(tmp_path, resume_or_cancel_script()) as world:
+        mention = await world.mention("migrate the orders table")
+        await world.card(ids.CHOOSE)
+        await world.settled()
+        run_id = (await world.chat.recent(1))[0].id
+
+        await world.mention(said, user=REQUESTER, thread_ts=str(mention["ts"]))
+
+        async def ended() -> Any:
+            view = await world.chat.status(run_id)
+            return view if view.state.result is not None else None
+
+        view = await until(ended, timeout=10)
+        word = said.strip("!").lower()
+        assert view.record.status.value == "completed"
+        assert view.state.result.text == f"You chose {word}."
+        (request,) = await world.chat.requests_of(run_id)
+        assert request.status.value == "answered"
+        assert request.decision is not None and request.decision.text == word
