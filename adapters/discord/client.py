@@ -46,6 +46,7 @@ from bot.chat.conversation import (
     THREAD_COMMANDS,
     Conversation,
     Outcome,
+    click_note,
     command_word,
     run_id_said,
     store_note,
@@ -54,7 +55,7 @@ from bot.chat.inbound import Accepted, Delivery, TryLater
 from bot.chat.lifecycle import PlatformLife
 from bot.chat.links import RunLink
 from bot.chat.service import ChatService
-from bot.chat.words import NOT_AN_OPTION, NOT_RECORDED, chosen_option, thread_of
+from bot.chat.words import NOT_AN_OPTION, chosen_option, thread_of
 from bot.domain import DecisionKind, Session
 from bot.user_agent import USER_AGENT
 
@@ -447,7 +448,7 @@ class KestrelDiscord(discord.Client):
         except StoreError as exc:
             # Deferred already: without a follow-up the clicker sees "thinking…" for ever.
             log.error("discord: the store failed: %s", exc)
-            outcome = Outcome(note=NOT_RECORDED)
+            outcome = Outcome(note=click_note(exc))
         await interaction.followup.send(note_text(outcome.note or "Recorded."), ephemeral=True)
         await self.after(outcome)
 

@@ -13,7 +13,7 @@ import unicodedata
 from dataclasses import dataclass
 
 from bot.chat.service import ChatService, RunView
-from bot.chat.words import STORE_DOWN
+from bot.chat.words import NOT_RECORDED, STORE_DOWN
 from bot.domain import TERMINAL_STATUSES, DecisionKind, Request, RequestKind, Session
 from bot.errors import ResumeRefused, StoreError, UnknownRun, UnreadableJournal, already_ended
 from bot.people.policy import Actor, NotPermitted
@@ -220,6 +220,12 @@ def run_id_said(text: str) -> str:
     """A run id as typed after a command: without the code marks and punctuation a pasted id
     comes with (a backquoted id and a colon); the core's ids hold none at their ends."""
     return text.strip().strip(COMMAND_MARKS)
+
+
+def click_note(exc: StoreError) -> str:
+    """What to tell a clicker the store failed under: a journal no process can read is named
+    (a click again would meet it again); anything else as a click that may not have counted."""
+    return str(exc) if isinstance(exc, UnreadableJournal) else NOT_RECORDED
 
 
 def store_note(exc: StoreError) -> str:

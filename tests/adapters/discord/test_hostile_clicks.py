@@ -404,7 +404,8 @@ async def test_a_click_the_store_fails_under_is_answered_not_left_thinking(
 ) -> None:
     """A decision is deferred ("Kestrel is thinking…") before the store is asked: when the
     store fails under it (here the run's journal, cut short on disk, cannot be read to resume
-    it), the clicker is told so, instead of the thinking line staying for ever."""
+    it), the clicker is told which entry cannot be read (a click again would meet it again),
+    instead of the thinking line staying for ever."""
     async with discord_world(tmp_path, restart_script()) as world:
         await world.mention("checkout is failing")
         card = await world.card("approve")
@@ -414,10 +415,8 @@ async def test_a_click_the_store_fails_under_is_answered_not_left_thinking(
             cut = "UPDATE journal SET body = substr(body, 1, 20) WHERE run_id = ? AND seq = 1"
             conn.execute(cut, (run_id,))
         click = await world.click(card, "approve", user=APPROVER)
-        assert await world.answered(click) == (
-            "Kestrel's store did not answer: that click may not have counted."
-            " Click again in a moment."
-        )
+        unreadable = f"run '{run_id}': journal entry at seq 1 is unreadable"
+        assert await world.answered(click) == f"{unreadable}: Input data was truncated"
         assert world.executions == []
 
 

@@ -15,11 +15,13 @@ from adapters.slack import ids
 from bot.domain import RequestStatus
 from tests.fakes.slack_client import app_mention, message, slash_command
 from tests.fakes.slack_world import (
+    APPROVER,
     CHANNEL,
     REQUESTER,
     SECRET,
     SlackWorld,
     question_script,
+    restart_script,
     slack_world,
 )
 
@@ -279,3 +281,23 @@ async def test_hostile_a_thread_whose_run_cannot_be_read_says_so(tmp_path: Path)
         assert note.args["text"] == f"{unreadable}: Input data was truncated"
         # Nothing was left to be taken up again (and fail again, for ever).
         assert await world.rt.store.take_work("test", retake_after=0) == []
+
+
+async def test_hostile_a_click_on_a_run_whose_journal_cannot_be_read_names_it(
+    tmp_path: Path,
+) -> None:
+    """A click on the card of a run whose journal was cut short on disk is told which entry
+    cannot be read (on-call repairs it), not that the store did not answer and to click
+    again, which would meet the same entry for ever."""
+    async with slack_world(tmp_path, restart_script()) as world:
+        await world.mention("checkout is failing")
+        card = await world.card()
+        await world.settled()
+        run_id = (await world.chat.recent(1))[0].id
+        with sqlite3.connect(tmp_path / "kestrel.db") as conn:
+            cut = "UPDATE journal SET body = substr(body, 1, 20) WHERE run_id = ? AND seq = 1"
+            conn.execute(cut, (run_id,))
+        await world.click(card, ids.APPROVE_ONCE, user=APPROVER)
+        note = await world.ephemeral_to(APPROVER)
+        unreadable = f"run '{run_id}': journal entry at seq 1 is unreadable"
+        assert note.args["text"] == f"{unreadable}: Input data was truncated"
