@@ -13,7 +13,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any, TextIO, assert_never
 
-from bot.chat.cards import PLAN_BINDING, off_plan_words, plan_steps
+from bot.chat.cards import PLAN_BINDING, off_plan_words, options_shown, plan_steps
 from bot.chat.contract import (
     Actor,
     NotPermitted,
@@ -223,7 +223,7 @@ class ConsolePrompter:
 
     async def _choice(self, request: Request) -> Decision | None:
         """One of the question's options, asked until given; None on later or end of input."""
-        options = " / ".join(request.options)
+        options = " / ".join(options_shown(request))
         while True:
             line = await self._io.readline(f"    answer {options}, or [l]ater: ")
             if line is None or not line.strip():

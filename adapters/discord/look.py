@@ -27,6 +27,7 @@ from bot.chat.cards import (
     exact_calls,
     listed,
     off_plan_words,
+    options_shown,
     plan_steps,
     pretty,
     shorten,
@@ -276,10 +277,11 @@ def _description(view: RequestView) -> str:
     request = view.request
     if request.kind is RequestKind.WAIT_USER:
         question = _plain(request.prompt) or "(no question text)"
-        if not _numbered(request.options):
+        options = options_shown(request)
+        if not _numbered(options):
             return question
         listed = "\n".join(
-            f"{n}. {_plain(o.strip()) or '(empty)'}" for n, o in enumerate(request.options, 1)
+            f"{n}. {_plain(o.strip()) or '(empty)'}" for n, o in enumerate(options, 1)
         )
         return f"{question}\n\n**Options:**\n{listed}"
     if request.kind is RequestKind.WAIT_PLAN:
@@ -355,7 +357,7 @@ def _buttons(view: RequestView, *, whole: bool = True) -> list[dict[str, Any]]:
 
 def _question_components(view: RequestView) -> list[dict[str, Any]]:
     request = view.request
-    options = list(request.options)
+    options = options_shown(request)
     if not options:
         return [_row([_button("Answer", ids.custom_id("answer", request.id), PRIMARY)])]
     if len(options) <= BUTTONS_PER_ROW * 5:

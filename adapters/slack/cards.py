@@ -51,6 +51,8 @@ from bot.chat.cards import (
     closing,
     listed,
     off_plan_words,
+    off_plan_words,
+    options_shown,
     plan_steps,
 )
 from bot.chat.words import ORIGINS_TITLE, Origin, origin_lines
@@ -216,7 +218,7 @@ def _question_card(
             _fit_fallback(f"Question: {escape(request.prompt)} ({outcome})"), _checked(blocks)
         )
     blocks.append(_context(facts))
-    options = list(request.options)
+    options = options_shown(request)
     labels = _option_labels(options)
     if labels != [_plain(option, OPTION_TEXT_LIMIT) for option in options]:  # some are cut
         blocks.append(_options_listed(options))

@@ -119,6 +119,13 @@ def pretty(value: Any) -> str:
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
 
 
+def options_shown(request: Request) -> list[str]:
+    """A question's options as a person reads them before picking one, each invisible
+    character named (``[U+200B]``): two options alike but for one would read the same, and
+    the one picked is what the model reads. In order: a click's index is still its option's."""
+    return [invisibles_named(option) for option in request.options]
+
+
 def exact(value: Any) -> str:
     """A call's arguments as an approver reads them: ``pretty``, with each character that
     shows as nothing or as a space it is not named by its code point (``[U+200B]``)."""

@@ -377,3 +377,27 @@ def test_cancel_and_resume_of_an_ended_run_say_how_it_ended(tmp_path: Path) -> N
     assert result.returncode == 0, result.stderr
     assert f"  ! run {run_id} already ended (completed): nothing to cancel\n" in result.stdout
     assert f"  ! run {run_id} already ended (completed): nothing to resume\n" in result.stdout
+
+
+async def test_the_terminal_names_invisible_characters_in_a_questions_options() -> None:
+    import io
+
+    from adapters.console import ConsoleIO, ConsolePrompter
+    from bot.domain import Request, RequestKind
+
+    out = io.StringIO()
+    prompter = ConsolePrompter(ConsoleIO(io.StringIO("l\n"), out), "alice")
+    question = Request(
+        run_id="run_1",
+        kind=RequestKind.WAIT_USER,
+        call_id="q",
+        tool="ask_human_select",
+        prompt="Which one?",
+        options=("skip", "skip\u200b\U000e0041"),
+    )
+
+    assert await prompter.ask(question) is None
+
+    shown = out.getvalue()
+    assert "answer skip / skip[U+200B][U+E0041], or [l]ater: " in shown
+    assert "\u200b" not in shown and "\U000e0041" not in shown

@@ -548,3 +548,16 @@ def test_a_long_runs_listing_keeps_whole_lines_and_says_how_many_are_left_out() 
     assert shown[-1] == f"… and {30 - (len(shown) - 1)} more: `kestrel runs pending` lists them all"
     assert runs_listing([]) == "Nothing is waiting."
     assert runs_listing(lines[:2]) == "\n".join(lines[:2])
+
+
+def test_invisible_characters_in_a_questions_options_are_named() -> None:
+    # Two options that differ only by a zero-width space and a tag character read alike on
+    # their buttons, and the one clicked is the answer the model reads, hidden part and all.
+    for options in (
+        ("skip", f"skip{HIDDEN[-2:]}"),  # buttons
+        ("skip", f"skip{HIDDEN[-2:]}", *(f"other {n}" for n in range(28))),  # menus
+        ("skip", f"skip{HIDDEN[-2:]}", "x" * 90),  # numbered and listed whole
+    ):
+        shown = _raw_texts(DiscordLook().card(_view(_question(options))))
+        assert "skip[U+200B][U+E0041]" in shown, len(options)
+        assert HIDDEN[-2:] not in shown, len(options)

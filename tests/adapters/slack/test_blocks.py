@@ -1037,3 +1037,14 @@ def test_invisible_characters_in_arguments_are_named_on_cards_and_the_modal() ->
         assert f'"command": "{NAMED}"' in shown
     assert f"`{NAMED}`" in "\n".join(mrkdwn_texts(off_card.blocks))
     assert request.arguments == {"command": HIDDEN}  # what runs is untouched
+
+
+def test_invisible_characters_in_a_questions_options_are_named() -> None:
+    # Two options that differ only by a zero-width space and a tag character read alike on
+    # their buttons, and the one clicked is the answer the model reads, hidden part and all.
+    for count in (2, 30):  # buttons, then a menu
+        options = ("skip", f"skip{HIDDEN[-2:]}", *(f"other {n}" for n in range(count - 2)))
+        card = cards.request_card(question(options), reason="", may_answer=[])
+        shown = json.dumps(card.blocks, ensure_ascii=False)
+        assert "skip[U+200B][U+E0041]" in shown, count
+        assert HIDDEN[-2:] not in shown, count

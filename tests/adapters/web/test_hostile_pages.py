@@ -596,3 +596,23 @@ async def test_invisible_characters_in_arguments_are_named_on_the_pages() -> Non
                 assert shown.replace('"', "&#34;") in html, path
     finally:
         await runner.cleanup()
+
+
+async def test_invisible_characters_in_a_questions_options_are_named_on_the_run_page() -> None:
+    run_id = "run_hidden_options"
+    reader = HostileReader()
+    stored, _pending = hostile_run(run_id, payload=HIDDEN)
+    reader.runs[run_id] = stored
+    config = WebConfig.from_settings(WebSettings(), {"KESTREL_WEB_TOKEN": TOKEN})
+    runner, url = await serve(web_routes(reader, config))
+    try:
+        async with (
+            aiohttp.ClientSession() as http,
+            http.get(f"{url}/runs/{run_id}", headers=BEARER) as response,
+        ):
+            assert response.status == 200
+            html = await response.text()
+        assert "<li>opt1:rm -rf /tmp/x[U+200B][U+E0041]</li>" in html
+        assert "\u200b" not in html.split('class="options"')[1].split("</ul>")[0]
+    finally:
+        await runner.cleanup()
