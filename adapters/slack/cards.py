@@ -51,7 +51,6 @@ from bot.chat.cards import (
     closing,
     listed,
     off_plan_words,
-    off_plan_words,
     options_shown,
     plan_steps,
 )
