@@ -68,8 +68,11 @@ _UNSETTLED = (
     " person asks you to"
 )
 
-# What a run fails with when the model's reply has neither text nor a tool call.
+# What a run fails with when the model's first reply has neither text nor a tool call.
 _EMPTY = "the model returned an empty reply: no text and no tool call"
+# What a run answers when the model, its calls answered, ends with nothing to add: some models
+# say what they do beside their calls and then reply with nothing.
+_NOTHING_TO_ADD = "(The model ended without a final answer after its tool calls.)"
 
 # A reply that ended so is not all the model meant: none of its calls runs.
 _CUT_SHORT = frozenset({"length", "content_filter"})
@@ -213,7 +216,7 @@ class AgentLoop:
                     turn.text or "",
                 )
             if not turn.calls:
-                raise _answer(turn.text or "")
+                raise _answer(turn.text or "", worked=any(self.state.outcome_counts.values()))
             self._check_batch_budgets(len(turn.calls))
             await self._run_batch(tools)
 
@@ -555,11 +558,14 @@ class AgentLoop:
         await self.journal.append(RunEnded.of(result, last_turn_text=self.state.last_text))
 
 
-def _answer(text: str) -> Stop:
-    """How a reply without calls ends the run: answered, or failed if it says nothing (the
-    reply is journaled all the same, so the model is not asked for that step again)."""
+def _answer(text: str, *, worked: bool) -> Stop:
+    """How a reply without calls ends the run: answered; if it says nothing, answered so after
+    tools ran (``worked``), else failed (the reply is journaled all the same, so the model is
+    not asked for that step again)."""
     if text.strip():
         return Stop(RunStatus.COMPLETED, StopReason.ANSWERED, text=text)
+    if worked:
+        return Stop(RunStatus.COMPLETED, StopReason.ANSWERED, text=_NOTHING_TO_ADD)
     return Stop(RunStatus.FAILED, StopReason.MODEL_ERROR, _EMPTY)
 
 

@@ -169,6 +169,19 @@ async def test_an_empty_reply_fails_the_run_saying_so(tmp_path: Path) -> None:
         assert state.iteration == 1 and counter.calls == {}
 
 
+async def test_an_empty_reply_after_tool_calls_completes_the_run(tmp_path: Path) -> None:
+    # Some models say what they do beside their calls, then reply with nothing once the calls
+    # are answered: the run did its work, so it is answered, not failed.
+    said = chat_completion("Echoing it now.", calls=[("c1", "echo", '{"text": "a"}')])
+    empty = _with_message(chat_completion(), "stop", content="")
+    state, counter, _ = await _run(tmp_path, said, empty)
+
+    assert _ended(state) == (RunStatus.COMPLETED, StopReason.ANSWERED)
+    assert state.result is not None
+    assert state.result.text == "(The model ended without a final answer after its tool calls.)"
+    assert counter.calls == {"echo": 1} and state.iteration == 2
+
+
 async def test_a_filtered_reply_fails_the_run_naming_the_filter(tmp_path: Path) -> None:
     calls = [("c1", "echo", '{"text": "a"}')]
     filtered = _with_message(chat_completion(calls=calls), "content_filter")
