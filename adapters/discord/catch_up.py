@@ -1,4 +1,4 @@
-"""Mentions said while no session of Kestrel was connected, read back after a fresh IDENTIFY.
+"""Messages said while no session of Kestrel was connected, read back after a fresh IDENTIFY.
 
 Discord replays missed events only to a session that RESUMEs; a new session (after a restart, a
 deploy or a crash) gets nothing of what was said while none was connected. So once a fresh
@@ -8,6 +8,12 @@ within the window is handed to the client's ``on_message``, the very path a live
 (so the place, the policy, the PII guard and the store's once-mark of each message all apply: a
 mention another replica, or this one before the gap, took is dropped). An older one is not run
 (its request may be stale by now): its author is told once that it was missed.
+
+In a thread whose run waits on a question, a plain reply from within the window is handed on
+too (it may be the answer; the client lets it answer only a question asked before it was said).
+An older reply is left: it is addressed to nobody, so telling its author would be noise, and
+the question still waits, its card and reminders still ask for it. Other threads' chatter is
+not read at all.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import discord
 
 from adapters.discord.look import note_text
 from bot.chat.service import ChatService
-from bot.domain import Session
+from bot.domain import Request, Session
 
 log = logging.getLogger("kestrel.discord")
 
@@ -50,8 +56,9 @@ def missed_note(age: timedelta) -> str:
 
 
 class CatchUp:
-    """One read back, after a fresh gateway session: mentions in the window are handled as
-    live ones, older ones are told once that they were missed."""
+    """One read back, after a fresh gateway session: mentions in the window, and replies in
+    the window in threads that wait on a question, are handled as live ones; older mentions
+    are told once that they were missed."""
 
     def __init__(
         self,
@@ -60,20 +67,24 @@ class CatchUp:
         window: timedelta,
         handle: Callable[[discord.Message], Awaitable[None]],
         stopping: Callable[[], bool],
+        question: Callable[[Session], Awaitable[Request | None]],
     ) -> None:
         self._client = client
         self._chat = chat
         self._window = window
         self._handle = handle
         self._stopping = stopping
+        self._question = question
 
     async def run(self) -> int:
-        """Read every place back; how many mentions were handed on (taken or not)."""
+        """Read every place back; how many messages were handed on (taken or not)."""
         now = discord.utils.utcnow()
         since = now - max(self._window, TOLD_WITHIN)
         handed = 0
-        for place in self._places(await self._chat.sessions_on("discord", SESSIONS_READ)):
-            for message in await self._mentions(place, since):
+        sessions = await self._chat.sessions_on("discord", SESSIONS_READ)
+        for place, waits in await self._places(sessions):
+            replies_since = now - self._window if waits else None
+            for message in await self._missed(place, since, replies_since):
                 if self._stopping():
                     return handed  # the live replicas read back too
                 if message.created_at >= now - self._window:
@@ -83,11 +94,11 @@ class CatchUp:
                     await self._tell_missed(message, now - message.created_at)
         return handed
 
-    def _places(self, sessions: Iterable[Session]) -> list[Any]:
+    async def _places(self, sessions: Iterable[Session]) -> list[tuple[Any, bool]]:
         """The channels and active threads of these sessions that this session can see, each
-        once."""
+        once, with whether a thread's run waits on a question (its replies may answer it)."""
         channels: dict[int, Any] = {}
-        threads: dict[int, Any] = {}
+        threads: dict[int, tuple[Any, Session]] = {}
         for session in sessions:
             guild = self._client.get_guild(_int(session.workspace))
             if guild is None:
@@ -97,22 +108,29 @@ class CatchUp:
                 channels[channel.id] = channel
             thread = guild.get_thread(_int(session.thread))  # active threads only
             if thread is not None:
-                threads[thread.id] = thread
-        return [*channels.values(), *threads.values()]
+                threads.setdefault(thread.id, (thread, session))
+        places = [(channel, False) for channel in channels.values()]
+        for thread, session in threads.values():
+            places.append((thread, await self._question(session) is not None))
+        return places
 
-    async def _mentions(self, place: Any, since: datetime) -> list[discord.Message]:
+    async def _missed(
+        self, place: Any, since: datetime, replies_since: datetime | None
+    ) -> list[discord.Message]:
         """The mentions of Kestrel by people in the newest page of ``place`` since ``since``,
-        oldest first."""
+        and their plain replies since ``replies_since`` (None: none), oldest first."""
         me = self._client.user
         found: list[discord.Message] = []
         try:
             async for message in place.history(limit=MESSAGES_READ):  # newest first
                 if message.created_at < since:
                     break
-                if me is not None and _mentions_me(message, me.id):
+                if me is None or message.author.bot:
+                    continue
+                if _mentions_me(message, me.id) or _replies(message, replies_since):
                     found.append(message)
         except (discord.HTTPException, discord.RateLimited) as exc:
-            log.warning("discord: cannot read back %s for missed mentions: %s", place.id, exc)
+            log.warning("discord: cannot read back %s for missed messages: %s", place.id, exc)
         return found[::-1]
 
     async def _as_member(self, message: discord.Message) -> discord.Message:
@@ -139,8 +157,13 @@ class CatchUp:
 
 
 def _mentions_me(message: discord.Message, me: int) -> bool:
-    """Whether a person (no bot) mentioned Kestrel's user in ``message`` (@everyone is none)."""
-    return not message.author.bot and any(user.id == me for user in message.mentions)
+    """Whether Kestrel's user is mentioned in ``message`` (@everyone is none)."""
+    return any(user.id == me for user in message.mentions)
+
+
+def _replies(message: discord.Message, since: datetime | None) -> bool:
+    """Whether ``message`` is a plain reply said since ``since`` (None: no reply counts)."""
+    return since is not None and message.created_at >= since
 
 
 def _int(value: str) -> int:

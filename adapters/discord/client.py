@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import re
 from collections.abc import AsyncIterator, Callable
@@ -57,6 +58,8 @@ from bot.chat.links import RunLink
 from bot.chat.service import ChatService
 from bot.chat.words import NOT_AN_OPTION, chosen_option, thread_of
 from bot.domain import DecisionKind, Session
+from bot.chat.words import NOT_AN_OPTION, NOT_RECORDED, chosen_option, thread_of
+from bot.domain import DecisionKind, Request, Session
 from bot.user_agent import USER_AGENT
 
 log = logging.getLogger("kestrel.discord")
@@ -191,7 +194,14 @@ class KestrelDiscord(discord.Client):
         task.add_done_callback(self._taking.discard)
 
     async def _read_back_now(self) -> None:
-        catch_up = CatchUp(self, self.chat, self._catch_up, self.on_message, lambda: self.draining)
+        catch_up = CatchUp(
+            self,
+            self.chat,
+            self._catch_up,
+            functools.partial(self.on_message, missed=True),
+            lambda: self.draining,
+            self.talk.question,
+        )
         async with self._busy():
             try:
                 handed = await catch_up.run()
@@ -201,7 +211,7 @@ class KestrelDiscord(discord.Client):
             except Exception:
                 log.exception("discord: reading back missed mentions failed")
                 return
-        log.info("discord: read back after connecting: %d missed mention(s) handed on", handed)
+        log.info("discord: read back after connecting: %d missed message(s) handed on", handed)
 
     async def setup_hook(self) -> None:
         """Register the buttons' templates (so old cards keep working) and ``/kestrel``."""
@@ -216,17 +226,18 @@ class KestrelDiscord(discord.Client):
 
     # --- messages ---------------------------------------------------------------------
 
-    async def on_message(self, message: discord.Message) -> None:
-        """A mention starts or continues a thread's conversation; a thread reply may answer."""
+    async def on_message(self, message: discord.Message, *, missed: bool = False) -> None:
+        """A mention starts or continues a thread's conversation; a thread reply may answer.
+        ``missed``: read back from history after a gap, not just said."""
         if message.author.bot or message.guild is None or self.user is None:
             return
         me = self.user.id
         try:
             channel = await self._channel_of(message)
             if any(user.id == me for user in message.mentions):  # @everyone is not a mention
-                await self._mentioned(message, channel)
+                await self._mentioned(message, channel, missed)
             elif isinstance(channel, discord.Thread):
-                await self._replied(message, channel)
+                await self._replied(message, channel, missed)
         except TryLater as exc:
             log.warning("discord: message %s left to be taken up again: %s", message.id, exc)
         except Exception:
@@ -243,12 +254,25 @@ class KestrelDiscord(discord.Client):
                 return channel
         return channel
 
-    async def _mentioned(self, message: discord.Message, channel: Any) -> None:
+    async def _mentioned(self, message: discord.Message, channel: Any, missed: bool) -> None:
         # Held with the question its thread waits on now: that is the one it may answer.
         question = None
-        if isinstance(channel, discord.Thread) and message.guild is not None:
-            question = await self.talk.question(_session(message.guild.id, channel))
+        if isinstance(channel, discord.Thread):
+            question = await self._question(message, channel, missed)
         await self._accept("mention", message, channel, answers=question.id if question else "")
+
+    async def _question(
+        self, message: discord.Message, thread: discord.Thread, missed: bool
+    ) -> Request | None:
+        """The question ``message`` may answer: the one its thread waits on now. Live, that was
+        open when it was said; read back after a gap, only one asked before it was said is
+        (the store keeps no history of which was open when: a later one is not its question).
+        """
+        assert message.guild is not None
+        question = await self.talk.question(_session(message.guild.id, thread))
+        if question is not None and missed and question.created_at > message.created_at:
+            return None
+        return question
 
     async def _accept(
         self, what: str, message: discord.Message, channel: Any, *, answers: str | None = None
@@ -326,10 +350,12 @@ class KestrelDiscord(discord.Client):
             self.renderer.expect(outcome.running, session, actor.user)
         await self._show(outcome, thread, message)
 
-    async def _replied(self, message: discord.Message, thread: discord.Thread) -> None:
+    async def _replied(
+        self, message: discord.Message, thread: discord.Thread, missed: bool
+    ) -> None:
         assert message.guild is not None
         session = _session(message.guild.id, thread)
-        question = await self.talk.question(session)
+        question = await self._question(message, thread, missed)
         if question is None or not message.content:
             return  # not an answer to anything (or no message content intent): ignored
         actor = _actor(message.author, session.place, message.guild)

@@ -164,9 +164,9 @@ def _count_messages(adapter: DiscordAdapter) -> Counter[int]:
     inner = client.on_message
     handled: Counter[int] = Counter()
 
-    async def on_message(message: discord.Message) -> None:
+    async def on_message(message: discord.Message, **options: Any) -> None:
         try:
-            await inner(message)
+            await inner(message, **options)
         finally:
             handled[message.id] += 1
 

@@ -1,5 +1,6 @@
-"""Mentions said while no replica was connected: Discord sends a fresh session nothing of
-them, so Kestrel reads them back from history after an IDENTIFY (never after a RESUME)."""
+"""Mentions, and replies to an open question, said while no replica was connected: Discord
+sends a fresh session nothing of them, so Kestrel reads them back from history after an
+IDENTIFY (never after a RESUME)."""
 
 from __future__ import annotations
 
@@ -9,27 +10,78 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bot.domain import RequestStatus
 from tests.fakes import discord_payloads as p
 from tests.fakes.discord_api import Call, FakeDiscord
-from tests.fakes.discord_world import REQUESTER, SRE_ROLE, discord_world
-from tests.fakes.slack_world import restart_script
+from tests.fakes.discord_world import APPROVER, REQUESTER, SRE_ROLE, DiscordWorld, discord_world
+from tests.fakes.slack_world import question_script, restart_script
 from tests.fakes.waiting import until
 
 HISTORY = r"/channels/\d+/messages"
 
 
 def missed(
-    text: str, *, author: str = REQUESTER, minutes_ago: float = 0.0, roles: tuple[str, ...] = ()
+    text: str,
+    *,
+    author: str = REQUESTER,
+    minutes_ago: float = 0.0,
+    roles: tuple[str, ...] = (),
+    channel: str = p.CHANNEL_ID,
 ) -> dict[str, Any]:
-    """``@kestrel text`` from ``author`` (a member with ``roles``), sent ``minutes_ago`` (its
-    id says when)."""
+    """``@kestrel text`` from ``author`` (a member with ``roles``) in ``channel``, sent
+    ``minutes_ago`` (its id says when)."""
     content = f"<@{p.BOT_ID}> {text}"
-    data = p.message_create(author_id=author, content=content, roles=roles)
+    data = p.message_create(channel=channel, author_id=author, content=content, roles=roles)
+    return said_ago(data, minutes_ago)
+
+
+def missed_reply(
+    text: str, *, thread: str, author: str = REQUESTER, minutes_ago: float = 0.0
+) -> dict[str, Any]:
+    """A plain ``text`` in ``thread`` from ``author`` (no mention), sent ``minutes_ago``."""
+    data = p.message_create(channel=thread, author_id=author, content=text, mentions=[])
+    return said_ago(data, minutes_ago)
+
+
+def said_ago(data: dict[str, Any], minutes_ago: float) -> dict[str, Any]:
+    """``data`` as sent ``minutes_ago`` (its id says when)."""
     if minutes_ago:
         ms = int((time.time() - minutes_ago * 60) * 1000)
         data["id"] = str(((ms - p.DISCORD_EPOCH_MS) << 22) | 1)
         data["timestamp"] = p.timestamp_of(data["id"])
     return data
+
+
+def two_questions_script() -> list[Any]:
+    """The model: asks for a region, then for a service, then echoes the last answer."""
+    return [
+        {
+            "text": "I need one detail.",
+            "calls": [{"name": "ask_human_input", "arguments": {"question": "Which region?"}}],
+        },
+        {
+            "text": "And one more.",
+            "calls": [{"name": "ask_human_input", "arguments": {"question": "Which service?"}}],
+        },
+        {"one_of": [{"match": "(?P<answer>.+)", "text": "Thanks, looking at {answer}."}]},
+    ]
+
+
+async def statuses(world: DiscordWorld) -> list[RequestStatus]:
+    """The statuses of the newest run's requests, oldest first."""
+    run = (await world.chat.recent(1))[0]
+    return [view.status for view in await world.chat.requests_of(run.id)]
+
+
+async def statuses_are(world: DiscordWorld, expected: list[RequestStatus]) -> bool:
+    """Whether the newest run's requests are ``expected`` (a condition for ``until``)."""
+    return await statuses(world) == expected
+
+
+def posts_with(fake: FakeDiscord, thread: str, text: str) -> list[Call]:
+    """Kestrel's posts in ``thread`` that say ``text``."""
+    calls = fake.calls_to("POST", rf"/channels/{thread}/messages")
+    return [c for c in calls if text in str((c.json or {}).get("content", ""))]
 
 
 def thread_starts(fake: FakeDiscord, message: dict[str, Any]) -> list[Call]:
@@ -169,3 +221,81 @@ async def test_a_read_back_mention_is_checked_as_a_live_one_roles_included(
                 "checkout is failing",
             ]
             assert not cards_in(fake, stranger["id"])
+
+
+async def test_a_reply_made_while_down_answers_the_open_question_once(tmp_path: Path) -> None:
+    async with FakeDiscord() as fake:
+        async with discord_world(tmp_path, question_script(), fake=fake) as first:
+            thread = await first.thread_of(await first.mention("look at the latency"))
+            await first.card("answer")
+            await first.settled()
+        said = fake.post(missed_reply("eu-west", thread=thread))
+        async with discord_world(tmp_path, question_script(), fake=fake) as second:
+            await second.answer_posted(thread, "looking at eu-west")
+            await second.quiet(said)
+            assert await statuses(second) == [RequestStatus.ANSWERED]
+        async with discord_world(tmp_path, question_script(), fake=fake) as third:
+            await fake.wait_for(f"GET /channels/{thread}/messages", count=2)
+            await third.settled()
+        assert len(posts_with(fake, thread, "looking at eu-west")) == 1
+
+
+async def test_a_reply_handled_live_is_not_handled_again_after_a_restart(
+    tmp_path: Path,
+) -> None:
+    async with FakeDiscord() as fake:
+        async with discord_world(tmp_path, question_script(), fake=fake) as first:
+            thread = await first.thread_of(await first.mention("look at the latency"))
+            await first.card("answer")
+            said = await first.reply("us-east", user="1999", thread=thread)
+            await first.answer_posted(thread, "1999 may not answer this question")
+            await first.settled()
+        async with discord_world(tmp_path, question_script(), fake=fake) as second:
+            await second.quiet(said)
+
+            # The mention that started the run is read back too: both are dropped.
+            assert second.chat.duplicates_dropped == 2
+            assert len(posts_with(fake, thread, "1999 may not answer this question")) == 1
+            assert await statuses(second) == [RequestStatus.OPEN]
+
+
+async def test_a_reply_said_before_a_newer_question_does_not_answer_it(tmp_path: Path) -> None:
+    async with FakeDiscord() as fake:
+        async with discord_world(tmp_path, two_questions_script(), fake=fake) as first:
+            thread = await first.thread_of(await first.mention("look at the latency"))
+            await first.card("answer")
+            await first.reply("eu-west", user=REQUESTER, thread=thread)
+            asked = [RequestStatus.ANSWERED, RequestStatus.OPEN]
+            await until(lambda: statuses_are(first, asked), timeout=10)
+            await first.settled()
+        # Said a minute ago: before the question the run waits on now was asked.
+        said = fake.post(missed_reply("checkout", thread=thread, minutes_ago=1))
+        mention = fake.post(missed("billing", channel=thread, minutes_ago=1))
+        async with discord_world(tmp_path, two_questions_script(), fake=fake) as second:
+            await second.quiet(said)
+            await second.answer_posted(thread, "A run is still going in this thread")
+            await second.quiet(mention)
+            assert await statuses(second) == asked
+            assert posts_with(fake, thread, "looking at checkout") == []
+            assert posts_with(fake, thread, "looking at billing") == []
+            await second.reply("payments", user=REQUESTER, thread=thread)
+            await second.answer_posted(thread, "looking at payments")
+
+
+async def test_chatter_in_a_thread_with_no_open_question_is_not_read_back(
+    tmp_path: Path,
+) -> None:
+    async with FakeDiscord() as fake:
+        async with discord_world(tmp_path, restart_script(), fake=fake) as first:
+            thread = await first.thread_of(await first.mention("checkout is failing"))
+            card = await first.card("approve")
+            await first.click(card, "approve", user=APPROVER)
+            await first.answer_posted(thread, "healthy again")
+            await first.settled()
+        chatter = fake.post(missed_reply("thanks, that fixed it", thread=thread))
+        # Said after the chatter in the same thread: handled after it, were it read back.
+        status = fake.post(missed("status", channel=thread))
+        async with discord_world(tmp_path, restart_script(), fake=fake) as second:
+            await second.quiet(status)
+
+            assert second.handled[int(chatter["id"])] == 0
