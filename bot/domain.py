@@ -199,6 +199,13 @@ class Decision(DomainModel, frozen=True, kw_only=True):
     at: datetime = msgspec.field(default_factory=utcnow)
 
 
+def approved_by_several(request: Request, status: RequestStatus, decision: Decision | None) -> bool:
+    """Whether ``request`` closed approved by several people: its decision names the last of
+    them only, the store's ``approvers`` every one."""
+    approved = decision is not None and decision.kind is DecisionKind.APPROVE
+    return approved and request.approvals_needed > 1 and status is RequestStatus.ANSWERED
+
+
 class Grant(DomainModel, frozen=True, kw_only=True):
     """Permission to run a gated call."""
 

@@ -25,6 +25,7 @@ from bot.domain import (
     RequestStatus,
     RunStatus,
     Session,
+    approved_by_several,
 )
 from bot.errors import UnknownRun
 from bot.events import EventSink, FanOut
@@ -214,10 +215,7 @@ class RunReads:
     async def approved(self, view: RequestView) -> RequestView:
         """``view`` with everyone who approved it, when it was approved by several: its
         decision names only the last of them (the store is read for these alone)."""
-        decision = view.decision
-        if view.request.approvals_needed <= 1 or view.status is not RequestStatus.ANSWERED:
-            return view
-        if decision is None or decision.kind is not DecisionKind.APPROVE:
+        if not approved_by_several(view.request, view.status, view.decision):
             return view
         approvers = tuple(await self._store.approvers(view.request.id))
         return replace(view, approvers=approvers)

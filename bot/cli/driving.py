@@ -67,9 +67,17 @@ async def run_object(rt: Runtime, run_id: str) -> dict[str, Any]:
     return render.run_object(record, state, await closed_requests(rt.store, run_id))
 
 
-async def closed_requests(store: Store, run_id: str) -> list[render.StoredRequest]:
-    """The run's requests that were decided, expired or cancelled, oldest first."""
+async def closed_requests(store: Store, run_id: str) -> list[render.ClosedRequest]:
+    """The run's requests that were decided, expired or cancelled, oldest first, each with
+    everyone who approved it when several did (the store is read for these alone)."""
+    from bot.domain import approved_by_several
     from bot.kinds import RequestStatus
 
-    found = await store.list_requests(run_id=run_id, status=None)
-    return [item for item in found if item[1] is not RequestStatus.OPEN]
+    closed: list[render.ClosedRequest] = []
+    for request, status, decision in await store.list_requests(run_id=run_id, status=None):
+        if status is RequestStatus.OPEN:
+            continue
+        several = approved_by_several(request, status, decision)
+        approvers = tuple(await store.approvers(request.id)) if several else ()
+        closed.append((request, status, decision, approvers))
+    return closed

@@ -19,8 +19,9 @@ if TYPE_CHECKING:
     from bot.store import AuditRecord
 
 
-# A request from the store: the request, its status and the decision that closed it, if any.
-StoredRequest = tuple["Request", "RequestStatus", "Decision | None"]
+# A closed request from the store: the request, its status, the decision that closed it, if
+# any, and everyone who approved it when several did (first approver first).
+ClosedRequest = tuple["Request", "RequestStatus", "Decision | None", tuple[str, ...]]
 
 
 class ShownStep(Protocol):
@@ -107,7 +108,7 @@ def record_object(record: RunRecord) -> dict[str, Any]:
 
 
 def run_object(
-    record: RunRecord, state: RunState, closed: Sequence[StoredRequest] = ()
+    record: RunRecord, state: RunState, closed: Sequence[ClosedRequest] = ()
 ) -> dict[str, Any]:
     """The stable JSON shape of ``run --json`` and ``runs show --json``: the run's row (as
     ``runs list --json`` has it), its result, its open requests and its ``closed`` ones."""
@@ -125,10 +126,10 @@ def run_object(
     }
 
 
-def waiting(state: RunState, closed: Sequence[StoredRequest]) -> list[ShownRequest]:
+def waiting(state: RunState, closed: Sequence[ClosedRequest]) -> list[ShownRequest]:
     """The requests the run still waits on: its journal's open ones less those the store has
     closed since (decided while the run stayed suspended, expired, cancelled with the run)."""
-    done = {request.id for request, _status, _decision in closed}
+    done = {item[0].id for item in closed}
     return [request for request in state.open_requests if request.id not in done]
 
 
@@ -185,18 +186,34 @@ def _step_object(step: ShownStep) -> dict[str, Any]:
 
 
 def closed_object(
-    request: Request, status: RequestStatus, decision: Decision | None
+    request: Request,
+    status: RequestStatus,
+    decision: Decision | None,
+    approvers: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """A closed request as JSON, with how it closed and the decision that closed it."""
+    """A closed request as JSON, with how it closed and the decision that closed it: ``by``
+    whoever closed it, ``approvers`` everyone who approved it (of several, first first)."""
     decided = None
     if decision is not None:
         decided = {
             "kind": decision.kind.value,
             "text": decision.text,
             "by": decision.by,
+            "approvers": approved_by(decision, approvers),
             "at": stamp(decision.at),
         }
     return request_object(request) | {"status": status.value, "decision": decided}
+
+
+def approved_by(decision: Decision, approvers: Sequence[str]) -> list[str]:
+    """Everyone whose approval ``decision`` is, first approver first; none for a decision
+    that approves nothing."""
+    from bot.kinds import DecisionKind
+
+    if decision.kind not in (DecisionKind.APPROVE, DecisionKind.APPROVE_ALWAYS):
+        return []
+    # The decision names the last approver only; the others approved before it.
+    return list(dict.fromkeys((*approvers, decision.by)))
 
 
 def audit_object(entry: AuditRecord) -> dict[str, Any]:
@@ -211,7 +228,7 @@ def audit_object(entry: AuditRecord) -> dict[str, Any]:
     }
 
 
-def transcript(record: RunRecord, state: RunState, closed: Sequence[StoredRequest] = ()) -> str:
+def transcript(record: RunRecord, state: RunState, closed: Sequence[ClosedRequest] = ()) -> str:
     """The conversation, what it waits on and the terminal result, for people."""
     from bot.llm.base import SystemMessage
 
@@ -230,6 +247,7 @@ def transcript(record: RunRecord, state: RunState, closed: Sequence[StoredReques
         lines += _message_lines(message)
     for owner in state.takeovers:
         lines.append(f"  taken over from {owner}")
+    lines += [closed_line(*item) for item in closed]
     for request in waiting(state, closed):
         lines.append(f"  waiting: {request.kind.value} {request.id} for {request.tool}")
         lines += request_details(request)
@@ -246,6 +264,17 @@ def transcript(record: RunRecord, state: RunState, closed: Sequence[StoredReques
         lines.append(f"  usage: {usage.input_tokens} in, {usage.output_tokens} out")
         lines.append("  calls: " + json.dumps(result.outcomes, sort_keys=True))
     return "\n".join(lines)
+
+
+def closed_line(
+    request: Request, status: RequestStatus, decision: Decision | None, approvers: Sequence[str]
+) -> str:
+    """How a closed request ended, as a card's closing line says it (every approver named)."""
+    from bot.chat.cards import closing, listed
+
+    ended = closing(status, decision, approvers)
+    by = f" by {listed(ended.by)}" if ended.by else ""
+    return f"  closed: {request.kind.value} {request.id} for {request.tool}: {ended.phrase}{by}"
 
 
 def _message_lines(message: Message) -> list[str]:

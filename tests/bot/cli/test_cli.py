@@ -92,6 +92,37 @@ def test_run_json_shape_and_headless_refusal(tmp_path: Path) -> None:
     assert not (tmp_path / "demo-state" / "restarts.log").exists()
 
 
+def two_approvals_catalog(folder: Path) -> Path:
+    """The demo's catalog, its confirmed tools needing two approvals."""
+    demo = ROOT / "bot" / "demo" / "tools" / "ops.yaml"
+    text = demo.read_text().replace('"./bin/', f'"{demo.parent}/bin/')
+    path = folder / "ops.yaml"
+    path.write_text(text.replace("    confirm: true\n", "    confirm: true\n    approvals: 2\n"))
+    return path
+
+
+def test_runs_show_names_everyone_who_approved(tmp_path: Path) -> None:
+    write_config(tmp_path, tools=[str(two_approvals_catalog(tmp_path))])
+    deferred = json.loads(
+        kestrel(tmp_path, "run", "checkout is failing", "--defer", "--json", "--as", "U0REQ").stdout
+    )
+    run_id, request_id = deferred["run_id"], deferred["requests"][0]["id"]
+    for approver in ("U0ONE", "U0TWO"):
+        approved = kestrel(tmp_path, "runs", "approve", run_id, request_id, "--as", approver)
+        assert approved.returncode == 0, approved.stderr
+    assert (tmp_path / "demo-state" / "restarts.log").read_text() == "restart checkout\n"
+    shown = json.loads(kestrel(tmp_path, "runs", "show", run_id, "--json").stdout)
+    (closed,) = shown["closed_requests"]
+    # ``by`` stays the approver whose approval closed it, for what reads it already.
+    assert closed["decision"]["by"] == "U0TWO"
+    assert closed["decision"]["approvers"] == ["U0ONE", "U0TWO"]
+    text = kestrel(tmp_path, "runs", "show", run_id).stdout
+    assert (
+        f"  closed: wait_approval {request_id} for restart_service: Approved by U0ONE and U0TWO"
+        in text.splitlines()
+    )
+
+
 def test_run_defer_then_approve_from_another_process(tmp_path: Path) -> None:
     deferred = json.loads(
         kestrel(tmp_path, "run", "checkout is failing", "--defer", "--json", "--as", "U0REQ").stdout
@@ -119,6 +150,7 @@ def test_run_defer_then_approve_from_another_process(tmp_path: Path) -> None:
     (closed,) = shown["closed_requests"]  # the approval, with who decided it and when
     assert closed["id"] == request["id"] and closed["status"] == "answered"
     assert closed["decision"]["kind"] == "approve" and closed["decision"]["by"] == "U0BOSS"
+    assert closed["decision"]["approvers"] == ["U0BOSS"]
     # One schema: the run object starts with the row ``runs list --json`` shows, stamps alike.
     (listed,) = json.loads(kestrel(tmp_path, "runs", "list", "--json").stdout)
     assert listed.items() <= {**shown, "stop_reason": listed["stop_reason"]}.items()
