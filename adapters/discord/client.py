@@ -57,8 +57,6 @@ from bot.chat.lifecycle import PlatformLife
 from bot.chat.links import RunLink
 from bot.chat.service import ChatService
 from bot.chat.words import NOT_AN_OPTION, chosen_option, thread_of
-from bot.domain import DecisionKind, Session
-from bot.chat.words import NOT_AN_OPTION, NOT_RECORDED, chosen_option, thread_of
 from bot.domain import DecisionKind, Request, Session
 from bot.user_agent import USER_AGENT
 
