@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import AsyncIterator
 from types import TracebackType
+from urllib.parse import urlsplit
 
 
 class TcpProxy:
@@ -94,3 +96,11 @@ async def _pipe(
     finally:
         with contextlib.suppress(OSError):
             writer.close()
+
+
+@contextlib.asynccontextmanager
+async def proxied_dsn(dsn: str) -> AsyncIterator[tuple[str, TcpProxy]]:
+    """A PostgreSQL ``dsn`` reached through a ``TcpProxy``: the DSN to use, and the proxy."""
+    target = urlsplit(dsn)
+    async with TcpProxy(target.port or 5432, target.hostname or "127.0.0.1") as proxy:
+        yield dsn.replace(target.netloc, f"{target.username}@127.0.0.1:{proxy.port}", 1), proxy

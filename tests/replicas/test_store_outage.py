@@ -10,12 +10,11 @@ import subprocess
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from urllib.parse import urlsplit
 
 from bot.domain import RunStatus
 from bot.journal.fold import fold
 from tests.fakes.processes import KESTREL
-from tests.fakes.tcp_proxy import TcpProxy
+from tests.fakes.tcp_proxy import proxied_dsn
 from tests.fakes.waiting import until
 from tests.replicas.test_replicas import DSN, ONE_EFFECT, Cluster, statuses, store_of, submit
 from tests.replicas.test_replicas import cluster as cluster  # the fixtures
@@ -69,9 +68,7 @@ async def ready_says(port: int, status: int, problem: str = "", token: str = "")
 async def test_a_replica_takes_work_again_once_the_store_is_back(
     cluster: Callable[..., Cluster], schema: str
 ) -> None:
-    target = urlsplit(DSN)
-    async with TcpProxy(target.port or 5432, target.hostname or "127.0.0.1") as proxy:
-        proxied = DSN.replace(target.netloc, f"{target.username}@127.0.0.1:{proxy.port}", 1)
+    async with proxied_dsn(DSN) as (proxied, proxy):
         c = cluster(ONE_EFFECT, database=f"{proxied}?schema={schema}")
         # JSON lines: a record's exception is its traceback, whatever the level.
         c.env = {**c.env, "KESTREL_LOG_FORMAT": "json"}
@@ -118,9 +115,7 @@ async def test_a_replica_takes_work_again_once_the_store_is_back(
 async def test_a_replica_whose_store_stops_answering_fails_in_time_and_carries_on(
     cluster: Callable[..., Cluster], schema: str
 ) -> None:
-    target = urlsplit(DSN)
-    async with TcpProxy(target.port or 5432, target.hostname or "127.0.0.1") as proxy:
-        proxied = DSN.replace(target.netloc, f"{target.username}@127.0.0.1:{proxy.port}", 1)
+    async with proxied_dsn(DSN) as (proxied, proxy):
         database = f"{proxied}?schema={schema}"
         c = cluster(ONE_EFFECT, database=database, database_timeout_seconds=0.5)
         c.env = {**c.env, "KESTREL_WEB_TOKEN": TOKEN}

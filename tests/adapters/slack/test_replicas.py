@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from adapters.slack import ids
 from tests.fakes.slack_api import FakeSlackApi
 from tests.fakes.slack_client import slash_command
 from tests.fakes.slack_world import APPROVER, ONCALL, posted_ts, restart_script, slack_world
-from tests.fakes.tcp_proxy import TcpProxy
+from tests.fakes.tcp_proxy import proxied_dsn
 from tests.storage.conftest import postgres_dsn, postgres_schema
 
 
@@ -48,12 +47,7 @@ async def test_a_click_the_store_could_not_take_is_said_to_the_clicker(tmp_path:
     """Slack never sends a click again: one acknowledged while the store was away must not
     vanish without a word, or the approver believes the call approved."""
     dsn = postgres_dsn()
-    target = urlsplit(dsn)
-    async with (
-        postgres_schema(dsn) as schema,
-        TcpProxy(target.port or 5432, target.hostname or "127.0.0.1") as proxy,
-    ):
-        proxied = dsn.replace(target.netloc, f"{target.username}@127.0.0.1:{proxy.port}", 1)
+    async with postgres_schema(dsn) as schema, proxied_dsn(dsn) as (proxied, proxy):
         database = f"{proxied}?schema={schema}"
         async with slack_world(tmp_path, restart_script(), database=database) as world:
             await world.mention("checkout is failing")
@@ -79,12 +73,7 @@ async def test_a_slash_command_the_store_could_not_serve_is_answered(tmp_path: P
     """``/kestrel cancel RUN`` in an incident, while the store is away: the person is told to
     try again, not left with no answer at all."""
     dsn = postgres_dsn()
-    target = urlsplit(dsn)
-    async with (
-        postgres_schema(dsn) as schema,
-        TcpProxy(target.port or 5432, target.hostname or "127.0.0.1") as proxy,
-    ):
-        proxied = dsn.replace(target.netloc, f"{target.username}@127.0.0.1:{proxy.port}", 1)
+    async with postgres_schema(dsn) as schema, proxied_dsn(dsn) as (proxied, proxy):
         database = f"{proxied}?schema={schema}"
         async with slack_world(tmp_path, restart_script(), database=database) as world:
             await world.mention("checkout is failing")
