@@ -13,7 +13,9 @@ In a thread whose run waits on a question, a plain reply from within the window 
 too (it may be the answer; the client lets it answer only a question asked before it was said).
 An older reply is left: it is addressed to nobody, so telling its author would be noise, and
 the question still waits, its card and reminders still ask for it. Other threads' chatter is
-not read at all.
+not read at all. A message edited since it was said is left: live, an edit acts on nothing (a
+mention edited into a message while connected was never one), and what it said when it was
+said is not known.
 """
 
 from __future__ import annotations
@@ -117,16 +119,16 @@ class CatchUp:
     async def _missed(
         self, place: Any, since: datetime, replies_since: datetime | None
     ) -> list[discord.Message]:
-        """The mentions of Kestrel by people in the newest page of ``place`` since ``since``,
-        and their plain replies since ``replies_since`` (None: none), oldest first."""
+        """The unedited mentions of Kestrel by people in the newest page of ``place`` since
+        ``since``, and their plain replies since ``replies_since`` (None: none), oldest first."""
         me = self._client.user
         found: list[discord.Message] = []
         try:
             async for message in place.history(limit=MESSAGES_READ):  # newest first
                 if message.created_at < since:
                     break
-                if me is None or message.author.bot:
-                    continue
+                if me is None or message.author.bot or message.edited_at is not None:
+                    continue  # an edit acts on nothing live, and what it replaced is unknown
                 if _mentions_me(message, me.id) or _replies(message, replies_since):
                     found.append(message)
         except (discord.HTTPException, discord.RateLimited) as exc:

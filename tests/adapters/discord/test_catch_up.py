@@ -299,3 +299,35 @@ async def test_chatter_in_a_thread_with_no_open_question_is_not_read_back(
             await second.quiet(status)
 
             assert second.handled[int(chatter["id"])] == 0
+
+
+async def test_a_mention_edited_into_a_message_live_is_not_read_back(tmp_path: Path) -> None:
+    async with FakeDiscord() as fake:
+        async with discord_world(tmp_path, restart_script(), fake=fake) as first:
+            await first.mention("checkout is failing")
+            await first.card("approve")
+            await first.settled()
+            # Said without a mention while connected (ignored), then edited to mention Kestrel:
+            # live, an edit acts on nothing.
+            recent = p.message_create(content="payments is failing", mentions=[])
+            old = said_ago(p.message_create(content="billing is failing", mentions=[]), 20)
+            for plain in (old, recent):
+                await fake.dispatch("MESSAGE_CREATE", plain)
+                await first.quiet(plain)
+                edited = {**missed(plain["content"]), "id": plain["id"]}
+                edited |= {"timestamp": plain["timestamp"], "edited_timestamp": p.iso()}
+                await fake.dispatch("MESSAGE_UPDATE", edited)
+            await first.settled()
+        said = fake.post(missed("search is failing"))
+        async with discord_world(tmp_path, restart_script(), fake=fake) as second:
+            await until(lambda: cards_in(fake, said["id"]), timeout=10)
+            await second.settled()
+
+            assert second.handled[int(recent["id"])] == 0
+            assert thread_starts(fake, recent) == []
+            told = fake.calls_to("POST", rf"/channels/{p.CHANNEL_ID}/messages")
+            assert not [c for c in told if "not connected" in str((c.json or {}).get("content"))]
+            assert [r.prompt for r in await second.chat.recent(5)] == [
+                "search is failing",
+                "checkout is failing",
+            ]
