@@ -216,7 +216,7 @@ class AgentLoop:
                     turn.text or "",
                 )
             if not turn.calls:
-                raise _answer(turn.text or "", worked=any(self.state.outcome_counts.values()))
+                raise _answer(turn.text or "", worked=self._worked)
             self._check_batch_budgets(len(turn.calls))
             await self._run_batch(tools)
 
@@ -234,6 +234,12 @@ class AgentLoop:
         self._check_deadline()
         if self.state.iteration > 0:
             self._check_tokens()
+
+    @property
+    def _worked(self) -> bool:
+        """Whether a call of this run did its work: calls refused, unknown or failed did none,
+        so an empty reply after only those is no answer."""
+        return self.state.outcome_counts[ToolOutcome.OK] > 0
 
     def _check_batch_budgets(self, calls: int) -> None:
         self._check_tokens()
@@ -560,8 +566,8 @@ class AgentLoop:
 
 def _answer(text: str, *, worked: bool) -> Stop:
     """How a reply without calls ends the run: answered; if it says nothing, answered so after
-    tools ran (``worked``), else failed (the reply is journaled all the same, so the model is
-    not asked for that step again)."""
+    a call did its work (``worked``), else failed (the reply is journaled all the same, so the
+    model is not asked for that step again)."""
     if text.strip():
         return Stop(RunStatus.COMPLETED, StopReason.ANSWERED, text=text)
     if worked:

@@ -182,6 +182,18 @@ async def test_an_empty_reply_after_tool_calls_completes_the_run(tmp_path: Path)
     assert counter.calls == {"echo": 1} and state.iteration == 2
 
 
+async def test_an_empty_reply_after_calls_that_all_failed_fails_the_run(tmp_path: Path) -> None:
+    # A call of a tool that does not exist ran nothing: an empty reply after it is no answer.
+    said = chat_completion("Checking.", calls=[("c1", "no_such_tool", "{}")])
+    empty = _with_message(chat_completion(), "stop", content="")
+    state, counter, _ = await _run(tmp_path, said, empty)
+
+    assert _ended(state) == (RunStatus.FAILED, StopReason.MODEL_ERROR)
+    assert state.result is not None
+    assert state.result.error == "the model returned an empty reply: no text and no tool call"
+    assert counter.calls == {} and state.iteration == 2
+
+
 async def test_a_filtered_reply_fails_the_run_naming_the_filter(tmp_path: Path) -> None:
     calls = [("c1", "echo", '{"text": "a"}')]
     filtered = _with_message(chat_completion(calls=calls), "content_filter")
