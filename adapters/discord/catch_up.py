@@ -85,10 +85,12 @@ class CatchUp:
         handed = 0
         sessions = await self._chat.sessions_on("discord", SESSIONS_READ)
         for place, waits in await self._places(sessions):
+            if self._stopping():
+                return handed  # the live replicas read back too
             replies_since = now - self._window if waits else None
             for message in await self._missed(place, since, replies_since):
                 if self._stopping():
-                    return handed  # the live replicas read back too
+                    return handed
                 if message.created_at >= now - self._window:
                     await self._handle(await self._as_member(message))
                     handed += 1

@@ -331,3 +331,24 @@ async def test_a_mention_edited_into_a_message_live_is_not_read_back(tmp_path: P
                 "search is failing",
                 "checkout is failing",
             ]
+
+
+async def test_a_replica_that_begins_to_stop_reads_no_more_places_back(tmp_path: Path) -> None:
+    async with FakeDiscord() as fake:
+        async with discord_world(tmp_path, restart_script(), fake=fake) as first:
+            # Said over a day ago: nothing in the channel to read back.
+            mention = missed("checkout is failing", minutes_ago=25 * 60)
+            await fake.dispatch("MESSAGE_CREATE", mention)
+            await first.thread_of(mention)
+            await first.card("approve")
+            await first.settled()
+        # Two places to read back: the channel and the run's thread.
+        fake.delay("GET", HISTORY, 0.5)
+        async with discord_world(tmp_path, restart_script(), fake=fake) as second:
+            await fake.wait_for(f"GET {HISTORY}")
+            client = second.adapter.client
+            client.drain()
+            await client.handled(10)
+
+            # The live replicas read back too: the rest is theirs.
+            assert len(fake.calls_to("GET", HISTORY)) == 1
