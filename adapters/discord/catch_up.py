@@ -92,8 +92,7 @@ class CatchUp:
                 if self._stopping():
                     return handed
                 if message.created_at >= now - self._window:
-                    await self._handle(await self._as_member(message))
-                    handed += 1
+                    handed += await self._hand_on(message, now - message.created_at)
                 else:
                     await self._tell_missed(message, now - message.created_at)
         return handed
@@ -137,16 +136,31 @@ class CatchUp:
             log.warning("discord: cannot read back %s for missed messages: %s", place.id, exc)
         return found[::-1]
 
-    async def _as_member(self, message: discord.Message) -> discord.Message:
+    async def _hand_on(self, message: discord.Message, age: timedelta) -> bool:
+        """Hand a message from the window on as a live one; whether it was. One whose author
+        Discord does not give as a member now is not: without their roles the policy would
+        refuse them wrongly (and one who left may not ask). A mention is told it was missed."""
+        member = await self._as_member(message)
+        if member is not None:
+            await self._handle(member)
+            return True
+        me = self._client.user
+        if me is not None and _mentions_me(message, me.id):
+            await self._tell_missed(message, age)
+        return False
+
+    async def _as_member(self, message: discord.Message) -> discord.Message | None:
         """The message with its author as a member of its server (their roles count in the
-        policy, as a live mention's do): history gives only the user."""
+        policy, as a live mention's do): history gives only the user. None when Discord does
+        not say who they are there now."""
         guild = message.guild
         if guild is None or isinstance(message.author, discord.Member):
             return message
         try:
             message.author = await guild.fetch_member(message.author.id)
         except (discord.HTTPException, discord.RateLimited) as exc:
-            log.info("discord: the author of message %s as a member: %s", message.id, exc)
+            log.warning("discord: the author of message %s as a member: %s", message.id, exc)
+            return None
         return message
 
     async def _tell_missed(self, message: discord.Message, age: timedelta) -> None:

@@ -352,3 +352,37 @@ async def test_a_replica_that_begins_to_stop_reads_no_more_places_back(tmp_path:
 
             # The live replicas read back too: the rest is theirs.
             assert len(fake.calls_to("GET", HISTORY)) == 1
+
+
+async def test_a_read_back_mention_whose_author_cannot_be_looked_up_is_told_not_refused(
+    tmp_path: Path,
+) -> None:
+    sre = {"requesters": [f"group:{SRE_ROLE}"]}
+    async with FakeDiscord() as fake:
+        async with discord_world(tmp_path, restart_script(), fake=fake, extra_policy=sre) as first:
+            await first.mention("checkout is failing", roles=[SRE_ROLE])
+            await first.card("approve")
+            await first.settled()
+        member = fake.post(
+            missed("payments is failing", author="1500", roles=(SRE_ROLE,), minutes_ago=3)
+        )
+        # Discord will not say who the author is now (their roles): a long rate limit.
+        fake.fail("GET", r"/guilds/\d+/members/\d+", retry_after=120, times=None)
+        async with discord_world(tmp_path, restart_script(), fake=fake, extra_policy=sre) as second:
+            replies = await fake.wait_for(
+                lambda c: (
+                    c.method == "POST"
+                    and c.path == f"/channels/{p.CHANNEL_ID}/messages"
+                    and "not connected" in str((c.json or {}).get("content"))
+                ),
+                timeout=10,
+            )
+            await second.settled()
+
+            assert (replies[0].json or {})["content"] == (
+                "I was not connected when you mentioned me here (3 minutes ago), so I did not"
+                " act on it. Mention me again if it still stands."
+            )
+            assert str((replies[0].json or {})["message_reference"]["message_id"]) == member["id"]
+            assert thread_starts(fake, member) == []
+            assert len(await second.chat.recent(5)) == 1
