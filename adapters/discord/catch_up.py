@@ -98,8 +98,8 @@ class CatchUp:
         return handed
 
     async def _places(self, sessions: Iterable[Session]) -> list[tuple[Any, bool]]:
-        """The channels and active threads of these sessions that this session can see, each
-        once, with whether a thread's run waits on a question (its replies may answer it)."""
+        """The channels and active threads of these sessions whose history Kestrel may read,
+        each once, with whether a thread's run waits on a question (its replies may answer it)."""
         channels: dict[int, Any] = {}
         threads: dict[int, tuple[Any, Session]] = {}
         for session in sessions:
@@ -107,10 +107,10 @@ class CatchUp:
             if guild is None:
                 continue
             channel = guild.get_channel(_int(session.channel))
-            if isinstance(channel, discord.TextChannel):
+            if isinstance(channel, discord.TextChannel) and _readable(channel):
                 channels[channel.id] = channel
             thread = guild.get_thread(_int(session.thread))  # active threads only
-            if thread is not None:
+            if thread is not None and _readable(thread):
                 threads.setdefault(thread.id, (thread, session))
         places = [(channel, False) for channel in channels.values()]
         for thread, session in threads.values():
@@ -172,6 +172,19 @@ class CatchUp:
             await message.reply(note_text(missed_note(age)), mention_author=False)
         except (discord.HTTPException, discord.RateLimited) as exc:
             log.warning("discord: cannot say that message %s was missed: %s", message.id, exc)
+
+
+def _readable(place: discord.TextChannel | discord.Thread) -> bool:
+    """Whether Kestrel may read ``place``'s history (else Discord answers 403, or nothing): its
+    member is cached with the guild; not knowing it, try."""
+    me = place.guild.me
+    if me is None:
+        return True
+    try:
+        allowed = place.permissions_for(me)
+    except discord.ClientException:  # a thread whose channel is not cached
+        return True
+    return allowed.view_channel and allowed.read_message_history
 
 
 def _mentions_me(message: discord.Message, me: int) -> bool:

@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from bot.domain import RequestStatus
 from tests.fakes import discord_payloads as p
 from tests.fakes.discord_api import Call, FakeDiscord
@@ -386,3 +388,25 @@ async def test_a_read_back_mention_whose_author_cannot_be_looked_up_is_told_not_
             assert str((replies[0].json or {})["message_reference"]["message_id"]) == member["id"]
             assert thread_starts(fake, member) == []
             assert len(await second.chat.recent(5)) == 1
+
+
+async def test_a_channel_kestrel_may_not_view_is_not_read_back(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with FakeDiscord() as fake:
+        async with discord_world(tmp_path, restart_script(), fake=fake) as first:
+            thread = await first.thread_of(await first.mention("checkout is failing"))
+            await first.card("approve")
+            await first.settled()
+        # Kestrel's member is denied View Channel there since (so its threads too): Discord
+        # would answer each read of their history 403.
+        view_channel = 1 << 10
+        denied = {"id": p.BOT_ID, "type": 1, "allow": "0", "deny": str(view_channel)}
+        fake.channels[p.CHANNEL_ID]["permission_overwrites"] = [denied]
+        caplog.set_level("INFO", logger="kestrel.discord")
+        async with discord_world(tmp_path, restart_script(), fake=fake) as second:
+            await until(lambda: "read back after connecting" in caplog.text, timeout=10)
+            await second.settled()
+
+            assert fake.calls_to("GET", rf"/channels/({p.CHANNEL_ID}|{thread})/messages") == []
+            assert "cannot read back" not in caplog.text
