@@ -88,13 +88,16 @@ class CatchUp:
             if self._stopping():
                 return handed  # the live replicas read back too
             replies_since = now - self._window if waits else None
-            for message in await self._missed(place, since, replies_since):
+            found = await self._missed(place, since, replies_since)
+            told = _told(found, now - self._window)
+            for message in found:
                 if self._stopping():
                     return handed
+                age = now - message.created_at
                 if message.created_at >= now - self._window:
-                    handed += await self._hand_on(message, now - message.created_at)
+                    handed += await self._hand_on(message, age)
                 else:
-                    await self._tell_missed(message, now - message.created_at)
+                    await self._tell_missed(message, age, say=message.id in told)
         return handed
 
     async def _places(self, sessions: Iterable[Session]) -> list[tuple[Any, bool]]:
@@ -163,15 +166,29 @@ class CatchUp:
             return None
         return message
 
-    async def _tell_missed(self, message: discord.Message, age: timedelta) -> None:
-        """Tell the author once that the mention was missed; nothing for one taken before."""
+    async def _tell_missed(
+        self, message: discord.Message, age: timedelta, *, say: bool = True
+    ) -> None:
+        """Mark the mention missed and, if ``say``, tell its author once; nothing for one taken
+        before."""
         if not await self._chat.pass_over(delivery_key(message.id)):
             return
         log.info("discord: message %s was missed while disconnected: too old to act on", message.id)
+        if not say:
+            return  # its author is told of a newer one
         try:
             await message.reply(note_text(missed_note(age)), mention_author=False)
         except (discord.HTTPException, discord.RateLimited) as exc:
             log.warning("discord: cannot say that message %s was missed: %s", message.id, exc)
+
+
+def _told(found: list[discord.Message], window_start: datetime) -> set[int]:
+    """The mentions too old to act on whose authors are told so: each author's newest of them
+    in the place, so that someone who asked five times while Kestrel was away gets one note,
+    not five."""
+    old = (message for message in found if message.created_at < window_start)
+    newest = {message.author.id: message.id for message in old}  # oldest first: newest wins
+    return set(newest.values())
 
 
 def _readable(place: discord.TextChannel | discord.Thread) -> bool:

@@ -410,3 +410,36 @@ async def test_a_channel_kestrel_may_not_view_is_not_read_back(
 
             assert fake.calls_to("GET", rf"/channels/({p.CHANNEL_ID}|{thread})/messages") == []
             assert "cannot read back" not in caplog.text
+
+
+async def test_an_author_of_several_missed_mentions_is_told_once(tmp_path: Path) -> None:
+    async with FakeDiscord() as fake:
+        async with discord_world(tmp_path, restart_script(), fake=fake) as first:
+            await first.mention("checkout is failing")
+            await first.card("approve")
+            await first.settled()
+        # Down for an hour: one person asks three times, another once, a third twice (the
+        # last time within the window: acted on; the first told it was missed).
+        asked = [fake.post(missed(f"status {n}", minutes_ago=n)) for n in (50, 40, 30)]
+        other = fake.post(missed("payments?", author="1500", minutes_ago=35))
+        first_ask = fake.post(missed("search is failing", author="1600", minutes_ago=45))
+        again = fake.post(missed("search is failing", author="1600", minutes_ago=2))
+
+        def notes() -> list[Call]:
+            calls = fake.calls_to("POST", rf"/channels/{p.CHANNEL_ID}/messages")
+            return [c for c in calls if "not connected" in str((c.json or {}).get("content"))]
+
+        def to(call: Call) -> str:
+            return str(((call.json or {}).get("message_reference") or {}).get("message_id"))
+
+        async with discord_world(tmp_path, restart_script(), fake=fake) as second:
+            await until(lambda: cards_in(fake, again["id"]), timeout=10)
+            await second.quiet(again)
+
+            expected = [asked[-1]["id"], other["id"], first_ask["id"]]
+            assert sorted(to(c) for c in notes()) == sorted(expected)
+            newest = next(c for c in notes() if to(c) == asked[-1]["id"])
+            assert "(30 minutes ago)" in str((newest.json or {})["content"])
+        async with discord_world(tmp_path, restart_script(), fake=fake) as third:
+            await third.quiet(again)
+        assert len(notes()) == 3
