@@ -130,6 +130,10 @@ def terminal_user(given: str | None = None) -> str:
     """Who acts at this terminal: ``--as``, else ``KESTREL_USER``, else the login name."""
     import os
 
+    if given is not None and not given.strip():
+        # A script's ``--as "$APPROVER"`` with the variable unset: acting as the login name
+        # would record someone nobody named.
+        raise Failure("--as: the name is empty")
     for name in (given, os.environ.get("KESTREL_USER"), os.environ.get("USER")):
         if name and name.strip():
             return checked_user(name.strip())

@@ -180,3 +180,23 @@ async def test_cancel_of_a_held_or_ended_run_is_refused_and_audited(tmp_path: Pa
         conn.execute("UPDATE runs SET status = 'completed', owner = '' WHERE id = ?", (run_id,))
     ended = one_line_error(kestrel(tmp_path, "runs", "cancel", run_id, env=me))
     assert ended == f"kestrel: run {run_id} already ended (completed): nothing to cancel"
+
+
+def test_an_empty_as_is_refused_not_read_as_the_login_name(tmp_path: Path) -> None:
+    run_id = deferred(tmp_path, {"USER": "erin"})
+    request_id = json.loads(kestrel(tmp_path, "runs", "show", run_id, "--json").stdout)["requests"][
+        0
+    ]["id"]
+    for args in (
+        ("run", PROMPT, "--as", ""),
+        ("runs", "approve", run_id, request_id, "--as", " "),
+        ("runs", "approve", run_id, request_id, "--as="),
+        ("runs", "cancel", run_id, "--as", ""),
+    ):
+        refused = kestrel(tmp_path, *args, env={"USER": "erin", "KESTREL_USER": "U0DAVE"})
+        assert refused.returncode == 2, refused.stdout
+        assert one_line_error(refused) == "kestrel: --as: the name is empty", args
+    audited = json.loads(kestrel(tmp_path, "audit", "--json").stdout)
+    assert [row["action"] for row in audited] == ["request"]
+    assert len(json.loads(kestrel(tmp_path, "runs", "list", "--json").stdout)) == 1
+    assert json.loads(kestrel(tmp_path, "runs", "show", run_id, "--json").stdout)["requests"]
