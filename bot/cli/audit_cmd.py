@@ -33,6 +33,9 @@ def audit(run_id: str | None, limit: int, as_json: bool) -> None:
     if as_json:
         echo(json.dumps([render.audit_object(entry) for entry in entries]))
         return
+    if not entries:
+        echo("no audit entries")  # as ``runs list`` and ``runs pending`` say so: not silence
+        return
     for entry in entries:
         target = entry.request_id or entry.run_id
         when = f"{entry.at:%Y-%m-%d %H:%M:%S}"

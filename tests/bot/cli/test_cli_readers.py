@@ -96,6 +96,8 @@ def test_readers_do_not_need_the_write_lock(journal: tuple[Path, str]) -> None:
 def test_a_missing_journal_reads_as_empty_and_is_not_created(tmp_path: Path) -> None:
     assert kestrel(tmp_path, "runs", "list", "--json").stdout.strip() == "[]"
     assert "no open requests" in kestrel(tmp_path, "runs", "pending").stdout
+    assert kestrel(tmp_path, "audit").stdout == "no audit entries\n"
+    assert kestrel(tmp_path, "audit", "--json").stdout.strip() == "[]"
     assert "run_nope" in one_line_error(kestrel(tmp_path, "runs", "show", "run_nope"))
     assert not list(tmp_path.glob("kestrel.db*"))
 
