@@ -325,7 +325,7 @@ def load_settings_sparing(explicit: str | None, *, spared: str) -> tuple[Setting
         return _converted({**layered, **derived}), ""
     except Invalid as exc:
         problems = exc.problems
-    said = _describe(problems, path, variables)
+    said = _describe(problems, path, variables, layered.get("tools"))
     if not spared or any(not problem.loc or problem.loc[0] != spared for problem in problems):
         raise ConfigError(said)
     others = {key: value for key, value in layered.items() if key != spared}
@@ -543,15 +543,37 @@ def _assign(nested: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
 
 
 def _describe(
-    problems: list[Problem], path: Path | None, variables: Mapping[tuple[str, ...], str]
+    problems: list[Problem],
+    path: Path | None,
+    variables: Mapping[tuple[str, ...], str],
+    tools: Any,
 ) -> str:
     """Every problem on one line, each blamed on the variable or the file it came from."""
     said = []
     for problem in problems:
         loc = tuple(str(part) for part in problem.loc)
         key = ".".join(loc) or "(top level)"
-        said.append(f"{_source_of(loc, path, variables)}: {key}: {problem.message}")
+        message = problem.message + _tools_hint(loc, tools)
+        said.append(f"{_source_of(loc, path, variables)}: {key}: {message}")
     return "; ".join(said)
+
+
+def _tools_hint(loc: tuple[str, ...], tools: Any) -> str:
+    """What ``tools`` holds instead, when it was written as something else: a newcomer writes
+    a tool's definition here, as the catalogs' examples show it, or one file without a list."""
+    if loc[:1] != ("tools",):
+        return ""
+    if isinstance(tools, str):
+        return f": write it as a list, [{json.dumps(tools)}]"
+    entry = loc[1:]
+    if not (len(entry) == 1 and entry[0].isdigit() and isinstance(tools, list)):
+        return ""
+    if int(entry[0]) < len(tools) and isinstance(tools[int(entry[0])], Mapping):
+        return (
+            ': tools lists catalog files ("tools/*.yaml");'
+            " a tool's name, command and parameters go in one of them"
+        )
+    return ""
 
 
 def _source_of(

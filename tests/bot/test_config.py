@@ -116,6 +116,16 @@ def test_environment_overrides_nested_keys(tmp_path: Path, monkeypatch: pytest.M
         # libyaml reads past the tab; the line and PyYAML's words are said, not an IndexError.
         ("database: kestrel.db\nmax_output: !!int \t\n", "kestrel.yaml:2: not valid YAML"),
         ("- just a list\n", "top level must be a mapping"),
+        # A tool written where its catalog is named: the key says what goes there instead.
+        (
+            "tools: [{name: restart_unit, command: [systemctl]}]\n",
+            "tools.0: expected a string, got a mapping: tools lists catalog files"
+            ' ("tools/*.yaml"); a tool\'s name, command and parameters go in one of them',
+        ),
+        (
+            "tools: ops.yaml\n",
+            'tools: expected a list or null, got a string: write it as a list, ["ops.yaml"]',
+        ),
     ],
 )
 def test_bad_configuration_names_the_cause(tmp_path: Path, text: str, message: str) -> None:
