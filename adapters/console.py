@@ -10,8 +10,8 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
-from typing import Any, TextIO, assert_never
+from collections.abc import Iterator, Mapping
+from typing import Any, Final, TextIO, assert_never
 
 from bot.chat.cards import PLAN_BINDING, off_plan_words, options_shown, plan_steps
 from bot.chat.contract import (
@@ -131,6 +131,12 @@ def _lines_of(stdin: TextIO) -> Iterator[str]:
         yield pending
 
 
+# Each prompt's choices: the letter it shows, and the word that letter stands for.
+_APPROVAL_WORDS: Final = {"a": "approve", "r": "run", "d": "deny", "l": "later"}
+_PLAN_WORDS: Final = {"a": "approve", "s": "step", "d": "deny", "l": "later"}
+_EFFECT_WORDS: Final = {"r": "retry", "d": "done", "f": "failed", "l": "later"}
+
+
 class ConsolePrompter:
     """The person at the terminal: answers approvals and questions inline, or says later."""
 
@@ -162,18 +168,29 @@ class ConsolePrompter:
             self._io.write(f"  │ {said}", exact=True)
         self._asked_by(request)
         choices = {"a": DecisionKind.APPROVE, "r": DecisionKind.APPROVE_ALWAYS}
+        choice = await self._chosen(
+            "  └ [a]pprove once, approve for this [r]un, [d]eny, [l]ater? ", _APPROVAL_WORDS
+        )
+        if choice in choices:
+            return self._decide(request, choices[choice])
+        if choice == "d":
+            reason = await self._io.readline("    reason (optional): ")
+            return self._decide(request, DecisionKind.DENY, reason or "")
+        return None
+
+    async def _chosen(self, prompt: str, words: Mapping[str, str]) -> str:
+        """The letter of the choice typed at ``prompt``, asked until one is: its letter or its
+        word (``a``, ``approve``); an empty line or the end of input is later (``l``).
+        Never a word's first letter: "reject" would approve for the run, "abort" approve."""
         while True:
-            line = await self._io.readline(
-                "  └ [a]pprove once, approve for this [r]un, [d]eny, [l]ater? "
-            )
-            choice = (line or "l").strip().lower()[:1]
-            if choice in choices:
-                return self._decide(request, choices[choice])
-            if choice == "d":
-                reason = await self._io.readline("    reason (optional): ")
-                return self._decide(request, DecisionKind.DENY, reason or "")
-            if choice == "l":
-                return None
+            line = await self._io.readline(prompt)
+            said = (line or "l").strip().lower() or "l"
+            for letter, word in words.items():
+                if said in (letter, word):
+                    return letter
+            *others, last = words
+            listed = f"{', '.join(others)} or {last}"
+            self._io.write(f"    ! “{said}” is not one of the choices: answer {listed}")
 
     def _asked_by(self, request: Request) -> None:
         self._io.write(f"  │ asked by {request.requested_by or 'the run'}; request {request.id}")
@@ -190,26 +207,25 @@ class ConsolePrompter:
                 self._io.write(f"  │    {origin}", exact=True)
         self._io.write(f"  │ {PLAN_BINDING}")
         self._asked_by(request)
-        while True:
-            line = await self._io.readline(
-                "  └ [a]pprove plan, approve [s]tep by step, [d]eny, [l]ater? "
-            )
-            choice = (line or "l").strip().lower()[:1]
-            if choice == "a":
-                return self._decide(request, DecisionKind.APPROVE)
-            if choice == "s":
-                return self._decide(request, DecisionKind.STEP_BY_STEP)
-            if choice == "d":
-                reason = await self._io.readline("    reason: ")
-                return self._decide(request, DecisionKind.DENY, reason or "")
-            if choice == "l":
-                return None
+        choice = await self._chosen(
+            "  └ [a]pprove plan, approve [s]tep by step, [d]eny, [l]ater? ", _PLAN_WORDS
+        )
+        if choice == "a":
+            return self._decide(request, DecisionKind.APPROVE)
+        if choice == "s":
+            return self._decide(request, DecisionKind.STEP_BY_STEP)
+        if choice == "d":
+            reason = await self._io.readline("    reason: ")
+            return self._decide(request, DecisionKind.DENY, reason or "")
+        return None
 
     async def _effect(self, request: Request) -> Decision | None:
         self._io.write(f"  ? {request.prompt}")
         kinds = {"r": DecisionKind.RETRY, "d": DecisionKind.DONE, "f": DecisionKind.FAILED}
-        line = await self._io.readline("    [r]etry, mark [d]one, mark [f]ailed, [l]ater? ")
-        kind = kinds.get((line or "l").strip().lower()[:1])
+        choice = await self._chosen(
+            "    [r]etry, mark [d]one, mark [f]ailed, [l]ater? ", _EFFECT_WORDS
+        )
+        kind = kinds.get(choice)
         return self._decide(request, kind) if kind else None
 
     async def _question(self, request: Request) -> Decision | None:

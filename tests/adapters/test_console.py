@@ -401,3 +401,39 @@ async def test_the_terminal_names_invisible_characters_in_a_questions_options() 
     shown = out.getvalue()
     assert "answer skip / skip[U+200B][U+E0041], or [l]ater: " in shown
     assert "\u200b" not in shown and "\U000e0041" not in shown
+
+
+async def test_a_word_that_is_no_choice_is_named_and_never_read_by_its_first_letter() -> None:
+    import io
+
+    from adapters.console import ConsoleIO, ConsolePrompter
+    from bot.domain import DecisionKind, PlanStep, Request, RequestKind
+
+    def asked(kind: RequestKind, typed: str) -> tuple[ConsolePrompter, io.StringIO, Request]:
+        out = io.StringIO()
+        request = Request(
+            run_id="run_1",
+            kind=kind,
+            call_id="c",
+            tool="restart_service",
+            arguments={"service": "checkout"},
+            prompt="did it happen?",
+            steps=(PlanStep(tool="restart_service", arguments={"service": "checkout"}),),
+        )
+        return ConsolePrompter(ConsoleIO(io.StringIO(typed), out), "alice"), out, request
+
+    # "reject" began with r (approve for the run), "abort" with a (approve), "x" meant later.
+    for kind, typed, then, expected in (
+        (RequestKind.WAIT_APPROVAL, "reject\nyes\n", "d\nno\n", DecisionKind.DENY),
+        (RequestKind.WAIT_PLAN, "abort\n", "deny\nno\n", DecisionKind.DENY),
+        (RequestKind.WAIT_EFFECT, "x\n", "failed\n", DecisionKind.FAILED),
+    ):
+        prompter, out, request = asked(kind, typed + then)
+        decision = await prompter.ask(request)
+        assert decision is not None and decision.kind is expected, (kind, decision)
+        first = typed.split("\n")[0]
+        assert f"    ! “{first}” is not one of the choices: answer " in out.getvalue()
+    assert "    ! “x” is not one of the choices: answer r, d, f or l\n" in out.getvalue()
+    prompter, out, request = asked(RequestKind.WAIT_APPROVAL, "approve\n")
+    decision = await prompter.ask(request)
+    assert decision is not None and decision.kind is DecisionKind.APPROVE
