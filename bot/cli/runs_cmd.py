@@ -6,7 +6,7 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import click
 
@@ -35,6 +35,10 @@ if TYPE_CHECKING:
     from bot.domain import Request
     from bot.run.runtime import Runtime
     from bot.store import Store
+
+
+# What a resumed run that is still suspended waits on: any of the three, as `run --help` says.
+WAITS: Final = "the run still waits for an approval, an answer or on-call (kestrel runs pending)"
 
 
 @click.group()
@@ -170,7 +174,7 @@ def runs_resume(run_id: str, force: bool, as_json: bool, user: str | None) -> No
         live = await chat.resume(run_id, user=Actor(terminal_user(user)), force=force)
         if live is None:
             if not await chat.ended(run_id):
-                echo("the run still waits for an answer (kestrel runs pending)", err=True)
+                echo(WAITS, err=True)
         else:
             await chat.wait(live)
             if live.error:

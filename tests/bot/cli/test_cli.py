@@ -454,7 +454,10 @@ def test_runs_resume_exits_by_the_status_the_run_is_in_as_run_does(tmp_path: Pat
     )
     run_id = deferred["run_id"]
     waiting = kestrel(tmp_path, "runs", "resume", run_id, "--as", "U0REQ")
-    assert waiting.returncode == 3 and "still waits" in waiting.stderr
+    assert waiting.returncode == 3
+    # It waits on an approval here: "an answer" alone read as if a question were open.
+    said = "the run still waits for an approval, an answer or on-call (kestrel runs pending)"
+    assert waiting.stderr.splitlines()[0] == said
     assert kestrel(tmp_path, "runs", "cancel", run_id, "--as", "U0REQ").returncode == 0
     assert kestrel(tmp_path, "runs", "resume", run_id, "--as", "U0REQ").returncode == 4
     write_config(tmp_path, budgets={"max_iterations": 1})
