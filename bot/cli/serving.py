@@ -27,6 +27,10 @@ DEFAULT_PORT = 3000
 # What aiohttp says of a request it cannot parse (a URL or header over 8 KiB, bytes that are not
 # HTTP) or of a handler that raised: each is one line here, never a traceback.
 HTTP_LOG: Final = "kestrel.http"
+METRICS_OFF: Final = (
+    "The metrics are off: set KESTREL_WEB_TOKEN (operators), or web.metrics_public: true"
+    " (a scraper without the token)."
+)
 
 
 class ChatFront:
@@ -140,6 +144,8 @@ class ChatFront:
         health = self.health
 
         async def scrape(request: web.Request) -> web.StreamResponse:
+            if not config.metrics_public and not config.token:
+                return refusal(403, METRICS_OFF)  # no token anyone could send: say what to set
             if not config.metrics_public and not bearer_ok(request, config):
                 return refusal(401, "Authorization required (the operators' bearer token).")
             await health.check()  # kestrel_ready says what /readyz would say now

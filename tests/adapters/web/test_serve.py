@@ -233,3 +233,25 @@ async def test_what_serve_cannot_parse_is_answered_with_the_security_headers(
     finally:
         process.send_signal(signal.SIGTERM)
         await asyncio.to_thread(process.communicate, timeout=30)
+
+
+async def test_metrics_without_a_token_configured_say_how_to_turn_them_on(tmp_path: Path) -> None:
+    # Asking for a token nobody could have sent left a newcomer guessing which token.
+    config = write_config(tmp_path, "http://127.0.0.1:9/v1")
+    port = free_port()
+    process = start_serve(tmp_path, port, serve_env(config, "http://127.0.0.1:9/api/"))
+    try:
+        await wait_healthy(port, process)
+        async with (
+            aiohttp.ClientSession() as http,
+            http.get(f"http://127.0.0.1:{port}/metrics") as response,
+        ):
+            status, text = response.status, await response.text()
+    finally:
+        process.send_signal(signal.SIGTERM)
+        await asyncio.to_thread(process.communicate, timeout=30)
+    assert status == 403
+    assert text == (
+        "The metrics are off: set KESTREL_WEB_TOKEN (operators), or web.metrics_public: true"
+        " (a scraper without the token).\n"
+    )
