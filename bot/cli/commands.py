@@ -35,9 +35,31 @@ class _Cli(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except click.NoSuchOption as exc:
+            placed = _own_option_placed(exc)
+            usage_error(placed)
+            raise placed from None
         except click.UsageError as exc:
             usage_error(exc)
             raise
+
+
+# kestrel's own options, with what each takes: given after a command, they are said where they go.
+_OWN_OPTIONS = {"--config": " FILE", "-v": "", "--verbose": "", "--log-level": " LEVEL"}
+
+
+def _own_option_placed(exc: click.NoSuchOption) -> click.NoSuchOption:
+    """``exc``, saying where an option of kestrel itself goes when one was given after the
+    command (``kestrel runs list --config x.yaml``): the usual place for other tools' options."""
+    takes = _OWN_OPTIONS.get(exc.option_name)
+    if takes is None or exc.ctx is None:
+        return exc
+    command = exc.ctx.command_path.partition(" ")[2]
+    message = (
+        f"{exc.message} It is kestrel's own option: give it before the command,"
+        f" kestrel {exc.option_name}{takes} {command} …"
+    )
+    return click.NoSuchOption(exc.option_name, message, exc.possibilities, exc.ctx)
 
 
 @click.group(cls=_Cli, context_settings={"help_option_names": ["-h", "--help"]})

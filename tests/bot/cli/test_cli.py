@@ -611,3 +611,19 @@ def test_with_json_logs_a_usage_error_is_a_json_record_too(tmp_path: Path) -> No
         assert said in record["message"], (args, record)
     text = kestrel(tmp_path, "runs", "show")
     assert text.returncode == 2 and "Usage: kestrel runs show" in text.stderr
+
+
+def test_kestrels_own_options_after_the_command_say_where_they_go(tmp_path: Path) -> None:
+    for args, said in (
+        (("runs", "list", "--config", "x.yaml"), "--config FILE runs list"),
+        (("runs", "approve", "run_1", "req_1", "--config=x.yaml"), "--config FILE runs approve"),
+        (("audit", "-v"), "-v audit"),
+        (("tools", "check", "--log-level", "info"), "--log-level LEVEL tools check"),
+    ):
+        result = kestrel(tmp_path, *args)
+        assert result.returncode == 2 and "Traceback" not in result.stderr
+        option = said.split()[0]
+        assert result.stderr.splitlines()[-1] == (
+            f"Error: No such option '{option}'. It is kestrel's own option: give it before the"
+            f" command, kestrel {said} …"
+        ), args
