@@ -119,8 +119,11 @@ def checked_isolation(settings: Settings) -> Isolation | None:
     return isolation
 
 
-def build_tools(settings: Settings, isolation: Isolation | None) -> ToolSet:
-    """Catalog tools, then the ask_human tools: one namespace, any collision is an error."""
+def build_tools(
+    settings: Settings, isolation: Isolation | None, *, checked: bool = True
+) -> ToolSet:
+    """Catalog tools, then the ask_human tools: one namespace, any collision is an error;
+    ``checked``: the names the policy and deadlines give checked against them too."""
     from bot.tools.catalog import CatalogError, load_catalogs
     from bot.tools.propose_plan import human_tools
     from bot.tools.toolset import ToolCollision, ToolSet
@@ -135,7 +138,8 @@ def build_tools(settings: Settings, isolation: Isolation | None) -> ToolSet:
         raise _unusable_catalogs(exc) from exc
     except ToolCollision as exc:
         raise ConfigError(f"tools: {exc}") from exc
-    check_tool_names(settings, tools)
+    if checked:
+        check_tool_names(settings, tools)
     return tools
 
 

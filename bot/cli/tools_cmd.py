@@ -33,17 +33,38 @@ def tools_list() -> None:
     # The policy decides nothing here: a mistake in it is said, and the tools listed anyway.
     settings, policy_problem = load_settings_sparing(config_option(), spared="policy")
     if policy_problem:
-        echo(
-            f"kestrel: warning: {policy_problem}; the tools are listed without the policy,"
-            " which every command that acts refuses until it is fixed",
-            err=True,
-        )
+        _warn_of_policy(policy_problem)
     if settings.mcp_servers:
         toolset = asyncio.run(_listed(settings))
     else:
-        toolset = compose.build_tools(settings, compose.build_isolation(settings))
+        isolation = compose.build_isolation(settings)
+        toolset = compose.build_tools(settings, isolation, checked=False)
+        _check_names(settings, toolset)
     for name, tool in toolset.items():
         echo(f"{name:<24} {' '.join(flag_words(tool.flags)) or '-':<28} {tool.description}")
+
+
+def _warn_of_policy(problem: str) -> None:
+    """Say the policy's ``problem`` as a warning: the listing goes on without the policy."""
+    echo(
+        f"kestrel: warning: {problem}; the tools are listed without the policy,"
+        " which every command that acts refuses until it is fixed",
+        err=True,
+    )
+
+
+def _check_names(settings: Settings, toolset: ToolSet) -> None:
+    """The names the policy and deadlines give, checked against the tools listed: a policy's
+    misspelt tool is warned of (the listing is where its right name is looked up)."""
+    from bot.cli import compose
+    from bot.config.settings import ConfigError
+
+    try:
+        compose.check_tool_names(settings, toolset)
+    except ConfigError as exc:
+        if not str(exc).startswith("policy."):
+            raise
+        _warn_of_policy(str(exc))
 
 
 async def _listed(settings: Settings) -> ToolSet:

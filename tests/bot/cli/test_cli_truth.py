@@ -186,6 +186,24 @@ def test_tools_list_lists_the_tools_past_a_policy_mistake_and_warns(tmp_path: Pa
     assert "policy.aprovers" in refused.stderr
 
 
+def test_tools_list_lists_the_tools_past_an_approver_naming_no_tool(tmp_path: Path) -> None:
+    # The approvers' key misspelt is the likeliest policy mistake, and the listing is where one
+    # looks up the right name: it must not be the one command that refuses to show it.
+    (tmp_path / "ops.yaml").write_text(TOOL.format(name="restart") + "    confirm: true\n")
+    write_config(tmp_path, tools=["ops.yaml"], policy={"approvers": {"restrat": ["*"]}})
+
+    listed = kestrel(tmp_path, "tools", "list")
+
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.split()[0] == "restart"
+    assert listed.stderr == (
+        "kestrel: warning: policy.approvers: 'restrat' names no tool or tag here (did you mean"
+        " 'restart'?); the tools are listed without the policy, which every command that acts"
+        " refuses until it is fixed\n"
+    )
+    assert "'restrat' names no tool" in kestrel(tmp_path, "run", "hello").stderr
+
+
 def test_tools_list_shows_the_mcp_servers_tools_too(tmp_path: Path) -> None:
     server = Path(__file__).resolve().parents[2] / "fakes" / "mcp_server.py"
     write_config(
