@@ -80,9 +80,12 @@ class ConsoleIO:
         loop = asyncio.get_running_loop()
 
         def pump() -> None:
-            for line in _lines_of(self._stdin):
-                loop.call_soon_threadsafe(self._lines.put_nowait, line)
-            loop.call_soon_threadsafe(self._lines.put_nowait, None)
+            try:
+                for line in _lines_of(self._stdin):
+                    loop.call_soon_threadsafe(self._lines.put_nowait, line)
+                loop.call_soon_threadsafe(self._lines.put_nowait, None)
+            except RuntimeError:
+                return  # the chat ended and its loop closed first: nobody reads these lines
 
         threading.Thread(target=pump, name="console-stdin", daemon=True).start()
         self._started = True

@@ -437,3 +437,31 @@ async def test_a_word_that_is_no_choice_is_named_and_never_read_by_its_first_let
     prompter, out, request = asked(RequestKind.WAIT_APPROVAL, "approve\n")
     decision = await prompter.ask(request)
     assert decision is not None and decision.kind is DecisionKind.APPROVE
+
+
+def test_input_that_comes_after_the_chat_ended_is_dropped_without_a_traceback() -> None:
+    import asyncio
+    import io
+    import threading
+
+    from adapters.console import ConsoleIO
+
+    read_end, write_end = os.pipe()  # a terminal whose end of input comes after the chat's
+    raised: list[BaseException | None] = []
+    before = threading.excepthook
+    threading.excepthook = lambda args: raised.append(args.exc_value)
+    try:
+        earlier = set(threading.enumerate())
+        loop = asyncio.new_event_loop()
+        with os.fdopen(read_end) as stdin:
+            reading = loop.create_task(ConsoleIO(stdin, io.StringIO()).readline("you> "))
+            loop.run_until_complete(asyncio.wait([reading], timeout=0))  # the reader starts
+            reading.cancel()
+            loop.run_until_complete(asyncio.gather(reading, return_exceptions=True))
+            loop.close()
+            (pump,) = [thread for thread in threading.enumerate() if thread not in earlier]
+            os.close(write_end)
+            pump.join(timeout=30)
+    finally:
+        threading.excepthook = before
+    assert not pump.is_alive() and raised == []
