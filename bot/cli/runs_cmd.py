@@ -48,7 +48,9 @@ def runs() -> None:
 
 @runs.command("list")
 @limit_option(20)
-@click.option("--json", "as_json", is_flag=True)
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print JSON (its schema: docs/configuration.md)."
+)
 @one_line_errors
 def runs_list(limit: int, as_json: bool) -> None:
     """The newest runs."""
@@ -93,7 +95,9 @@ def _print_runs(lines: list[str]) -> None:
 
 @runs.command("show")
 @click.argument("run_id")
-@click.option("--json", "as_json", is_flag=True)
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print JSON (its schema: docs/configuration.md)."
+)
 @one_line_errors
 def runs_show(run_id: str, as_json: bool) -> None:
     """A run's transcript and terminal result."""
@@ -158,7 +162,9 @@ def runs_export(run_id: str, html_file: Path) -> None:
 @runs.command("resume")
 @click.argument("run_id")
 @click.option("--force", is_flag=True, help="Resume although the model, tools or prompt changed.")
-@click.option("--json", "as_json", is_flag=True)
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print JSON (its schema: docs/configuration.md)."
+)
 @as_option("Who resumes (the requester or on-call).")
 @one_line_errors
 def runs_resume(run_id: str, force: bool, as_json: bool, user: str | None) -> None:
@@ -211,7 +217,9 @@ Pending = tuple[render.ShownRequest, list[str], str, str]
 
 
 @runs.command("pending")
-@click.option("--json", "as_json", is_flag=True)
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print JSON (its schema: docs/configuration.md)."
+)
 @one_line_errors
 def runs_pending(as_json: bool) -> None:
     """Open requests: approvals, questions and uncertain effects."""
@@ -282,7 +290,7 @@ def runs_approve(
 @runs.command("deny")
 @click.argument("run_id")
 @click.argument("request_id")
-@click.option("--reason", default="")
+@click.option("--reason", default="", help="Why: the model reads it.")
 @as_option("Who denies.")
 @one_line_errors
 def runs_deny(run_id: str, request_id: str, reason: str, user: str | None) -> None:

@@ -77,7 +77,9 @@ def db_check() -> None:
 
 
 @click.command()
-@click.option("--json", "as_json", is_flag=True)
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print JSON (its schema: docs/configuration.md)."
+)
 @one_line_errors
 def replicas(as_json: bool) -> None:
     """Live replicas sharing the store, with the runs they hold and their lease ages."""
