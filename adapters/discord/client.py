@@ -266,7 +266,8 @@ class KestrelDiscord(discord.Client):
         open when it was said; read back after a gap, only one asked before it was said is
         (the store keeps no history of which was open when: a later one is not its question).
         """
-        assert message.guild is not None
+        if message.guild is None:  # ``on_message`` takes none: a thread is in a server
+            return None
         question = await self.talk.question(_session(message.guild.id, thread))
         if question is not None and missed and question.created_at > message.created_at:
             return None
