@@ -47,7 +47,6 @@ from bot.chat.conversation import (
     THREAD_COMMANDS,
     Conversation,
     Outcome,
-    click_note,
     command_word,
     run_id_said,
     store_note,
@@ -56,7 +55,7 @@ from bot.chat.inbound import Accepted, Delivery, TryLater
 from bot.chat.lifecycle import PlatformLife
 from bot.chat.links import RunLink
 from bot.chat.service import ChatService
-from bot.chat.words import NOT_AN_OPTION, chosen_option, thread_of
+from bot.chat.words import NOT_AN_OPTION, NOT_RECORDED, chosen_option, thread_of
 from bot.domain import DecisionKind, Request, Session
 from bot.user_agent import USER_AGENT
 
@@ -473,7 +472,7 @@ class KestrelDiscord(discord.Client):
         except StoreError as exc:
             # Deferred already: without a follow-up the clicker sees "thinking…" for ever.
             log.error("discord: the store failed: %s", exc)
-            outcome = Outcome(note=click_note(exc))
+            outcome = Outcome(note=store_note(exc, NOT_RECORDED))
         await interaction.followup.send(note_text(outcome.note or "Recorded."), ephemeral=True)
         await self.after(outcome)
 
@@ -502,9 +501,7 @@ class KestrelDiscord(discord.Client):
             actor = await self.actor_for(interaction, request_id)
             view = await self.chat.request(request_id, user=actor) if actor else None
         except StoreError as exc:
-            # Deferred already: without a follow-up the clicker sees "thinking…" for ever.
-            log.error("discord: Full arguments: the store failed: %s", exc)
-            await interaction.followup.send(note_text(store_note(exc)), ephemeral=True)
+            await _say_store_failed(interaction, "Full arguments", exc)
             return
         if view is None:
             note = NOT_THIS_THREAD if actor else NOT_HERE
@@ -737,9 +734,7 @@ def _kestrel_commands() -> app_commands.Group:
         try:
             lines = await _pending_lines(interaction)
         except StoreError as exc:
-            # Deferred already: without a follow-up the person sees "thinking…" for ever.
-            log.error("discord: /kestrel runs: the store failed: %s", exc)
-            await interaction.followup.send(note_text(store_note(exc)), ephemeral=True)
+            await _say_store_failed(interaction, "/kestrel runs", exc)
             return
         await interaction.followup.send(runs_listing(lines), ephemeral=True)
 
@@ -767,9 +762,14 @@ async def _operate(interaction: discord.Interaction, verb: str, run: str | None)
     try:
         await _operate_deferred(interaction, verb, run)
     except StoreError as exc:
-        # Deferred already: without a follow-up the person sees "thinking…" for ever.
-        log.error("discord: /kestrel %s: the store failed: %s", verb, exc)
-        await interaction.followup.send(note_text(store_note(exc)), ephemeral=True)
+        await _say_store_failed(interaction, f"/kestrel {verb}", exc)
+
+
+async def _say_store_failed(interaction: discord.Interaction, what: str, exc: StoreError) -> None:
+    """Answer a deferred interaction the store failed under: without a follow-up the person
+    sees "thinking…" for ever."""
+    log.error("discord: %s: the store failed: %s", what, exc)
+    await interaction.followup.send(note_text(store_note(exc)), ephemeral=True)
 
 
 async def _operate_deferred(interaction: discord.Interaction, verb: str, run: str | None) -> None:

@@ -38,13 +38,13 @@ from bot.chat.conversation import (
     THREAD_COMMANDS,
     Conversation,
     Outcome,
-    click_note,
     run_id_said,
+    store_note,
 )
 from bot.chat.inbound import Accepted, Delivery
 from bot.chat.service import ChatService, PendingRequest
 from bot.chat.threads import ThreadRenderer
-from bot.chat.words import NOT_AN_OPTION, STORE_DOWN, chosen_option, thread_of
+from bot.chat.words import NOT_AN_OPTION, NOT_RECORDED, STORE_DOWN, chosen_option, thread_of
 from bot.domain import DecisionKind, Session
 
 log = logging.getLogger("kestrel.slack")
@@ -228,7 +228,7 @@ class SlackListeners:
         except StoreError as exc:
             # Slack never sends a click again: the clicker must not believe it counted.
             log.error("slack: the store failed: %s", exc)
-            outcome = Outcome(note=click_note(exc))
+            outcome = Outcome(note=store_note(exc, NOT_RECORDED))
         return outcome, thread, actor.user
 
     async def _click_outcome(
@@ -256,7 +256,7 @@ class SlackListeners:
             except StoreError as exc:
                 # Deny or Answer opened no form: the clicker must not wait for one.
                 log.error("slack: the store failed: %s", exc)
-                await self._ephemeral(thread, actor.user, click_note(exc))
+                await self._ephemeral(thread, actor.user, store_note(exc, NOT_RECORDED))
 
     async def _choose(self, value: str, actor: Actor, card: str) -> Outcome:
         choice = ids.parse_choice(value)

@@ -13,7 +13,7 @@ import unicodedata
 from dataclasses import dataclass
 
 from bot.chat.service import ChatService, RunView
-from bot.chat.words import NOT_RECORDED, STORE_DOWN
+from bot.chat.words import STORE_DOWN
 from bot.domain import TERMINAL_STATUSES, DecisionKind, Request, RequestKind, Session
 from bot.errors import ResumeRefused, StoreError, UnknownRun, UnreadableJournal, already_ended
 from bot.people.policy import Actor, NotPermitted
@@ -222,17 +222,12 @@ def run_id_said(text: str) -> str:
     return text.strip().strip(COMMAND_MARKS)
 
 
-def click_note(exc: StoreError) -> str:
-    """What to tell a clicker the store failed under: a journal no process can read is named
-    (a click again would meet it again); anything else as a click that may not have counted."""
-    return str(exc) if isinstance(exc, UnreadableJournal) else NOT_RECORDED
-
-
-def store_note(exc: StoreError) -> str:
+def store_note(exc: StoreError, down: str = STORE_DOWN) -> str:
     """What to tell a person of a store failure: a journal no process can read is named (on-call
-    repairs it); anything else only as the store not answering, as its error names the
-    database's host, user and schema."""
-    return str(exc) if isinstance(exc, UnreadableJournal) else STORE_DOWN
+    repairs it; a click again would meet it again); anything else only as ``down`` says (for
+    a click, ``NOT_RECORDED``), as the store's error names the database's host, user and
+    schema."""
+    return str(exc) if isinstance(exc, UnreadableJournal) else down
 
 
 def _still_going(view: RunView | RunRecord) -> str:
