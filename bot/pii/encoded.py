@@ -38,6 +38,7 @@ _SECRET_LABELS = (
     "accesskey",
     "access_key",
     "access-key",
+    "accountkey",  # Azure Storage's connection strings
     "signingkey",
     "signing_key",
     "encryption_key",

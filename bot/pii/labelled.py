@@ -1,5 +1,6 @@
-"""Secrets found from their labels: passwords (in URLs, key=value pairs, command lines),
-bearer and basic tokens, authorization headers, environment secrets and AWS secret keys."""
+"""Secrets found from their labels: passwords (in URLs, key=value pairs, YAML, command lines),
+bearer and basic tokens, authorization headers, environment secrets (NAME=value, or a name and
+a value) and AWS secret keys."""
 
 from __future__ import annotations
 
@@ -30,7 +31,9 @@ def find_url_passwords(src: ScanText) -> Iterator[PiiHit]:
 # word ("password: required") is prose as often as it is YAML. JSON inside a JSON string (a
 # container's log line, an applied manifest) escapes its quotes, once or more: \"password\";
 # and whatever the value escapes (Go's \\u0026 for &, PHP's \\/), which is part of it.
-_PASSWORD_KEY = on_use(r"p(?:ass(?:word|wd)|wd)(?:[ \t]*=[ \t]*|\\*[\"'][ \t]*:[ \t]*(?=\\*[\"']))")
+_PASSWORD_KEY = on_use(
+    r"p(?:ass(?:word|wd)|wd)(?:[ \t]*=[ \t]*|\\*[\"'][ \t]*:[ \t]*(?=\\*[\"'])|(?P<yaml>:[ \t]+))"
+)
 _PASSWORD_VALUE = on_use(
     r"\\+\"(?P<edq>(?:[^\"\\\r\n]|\\++[^\"\\\r\n]){1,256}+)\\+\""
     r"|\"(?P<dq>[^\"\r\n]{1,256})\"|'(?P<sq>[^'\r\n]{1,256})'|\{(?P<br>[^}\r\n]{1,256})\}"
@@ -77,7 +80,33 @@ def find_keyvalue_passwords(src: ScanText) -> Iterator[PiiHit]:
             continue  # "password= dbname=app": the password is empty, the next key follows
         if key.group().startswith("pwd") and secret[0] in "/~.":
             continue  # PWD=/home/... is the shell's working directory, not a password
+        if key.group("yaml") and not _yaml_password(text, key.start(), secret):
+            continue
         yield PiiHit("CONNECTION_STRING_PASSWORD", start, end)
+
+
+_KEY_NAME_CHARS = frozenset(string.ascii_letters + string.digits + "_-.")
+# What YAML writes for no value, a reference or a value on the lines below.
+_YAML_NOT_VALUES = ("~", "|", ">", "&", "*", "!")
+
+
+def _yaml_password(text: str, key: int, value: str) -> bool:
+    """Whether ``key: value`` (the password word at ``key``) is a YAML password.
+
+    The key must start its line: inside a line a colon is prose ("error: password: x"). At
+    the line's start a plain word is prose too ("Password: incorrect", nsswitch's "passwd:
+    files"), unless the key is nested (indented, a list item) or named (DB_PASSWORD).
+    """
+    if value.startswith(_PLACEHOLDER_STARTS + _YAML_NOT_VALUES) or value.lower() == "null":
+        return False
+    name = _run_start(text, key, _KEY_NAME_CHARS, 64)
+    name = key if name < 0 else name
+    line = name
+    while line > 0 and text[line - 1] in " \t-":
+        line -= 1
+    if line > 0 and text[line - 1] not in "\r\n":
+        return False
+    return line < name or name < key or not value.isalpha()
 
 
 # curl's -u/--user and -U/--proxy-user USER:PASSWORD on a command line. The flag is a word
@@ -383,6 +412,34 @@ def find_env_secrets(src: ScanText) -> Iterator[PiiHit]:
         if _SECRET_PATH.fullmatch(value):
             continue  # where the secret is kept (GOOGLE_APPLICATION_CREDENTIALS=/var/...json)
         yield PiiHit("GENERIC_SECRET", *match.span(group))
+
+
+# An environment variable given as a name and a value: YAML on two lines (a pod's spec), or
+# JSON with the value next (kubectl -o json, an ECS task definition).
+_NAMED_VALUE = on_use(
+    r"name[\"']?[ \t]*:[ \t]*[\"']?(?P<name>[A-Za-z_][A-Za-z0-9_]{0,127})[\"']?"
+    r"[ \t]*(?:,|\r?\n)[ \t]*[\"']?value[\"']?[ \t]*:[ \t]*"
+    r"(?:\"(?P<dq>[^\"\r\n]{1,256})\"|'(?P<sq>[^'\r\n]{1,256})'|(?P<bare>[^\s\"',}]{1,256}))"
+)
+_SECRET_NAME_ENDS = ("PASSWORD", "PASSWD", "SECRET", "TOKEN", "PASSPHRASE", "CREDENTIAL")
+
+
+def _secret_name(name: str) -> bool:
+    """Whether an environment variable's name says its value is a secret."""
+    upper = name.upper().removesuffix("S")
+    return upper.endswith(_SECRET_NAME_ENDS) or upper.endswith(_ENV_SECRET_KEYS)
+
+
+def find_named_values(src: ScanText) -> Iterator[PiiHit]:
+    """The value of a secret-named environment variable given as ``name:`` and ``value:``."""
+    if "value" not in src.text:  # most outputs name things without giving values
+        return
+    for match in finditer_with(_NAMED_VALUE, src.text, "name"):
+        if not _secret_name(match.group("name")):
+            continue
+        group = match.lastgroup or "bare"
+        if not match.group(group).startswith(_PLACEHOLDER_STARTS):
+            yield PiiHit("GENERIC_SECRET", *match.span(group))
 
 
 _AWS_SECRET_LABEL = on_use(r"secret_?(?:access_?)?key")

@@ -42,6 +42,7 @@ from bot.pii.labelled import (
     find_cli_passwords,
     find_env_secrets,
     find_keyvalue_passwords,
+    find_named_values,
     find_url_passwords,
     find_user_flag_passwords,
 )
@@ -74,6 +75,7 @@ RECOGNIZERS: tuple[Recognizer, ...] = (
     Recognizer(frozenset({"BASIC_AUTH"}), find_user_flag_passwords),
     Recognizer(frozenset({"GENERIC_SECRET"}), find_authorization),
     Recognizer(frozenset({"GENERIC_SECRET"}), find_env_secrets),
+    Recognizer(frozenset({"GENERIC_SECRET"}), find_named_values),
     Recognizer(frozenset({"CONNECTION_STRING_PASSWORD"}), find_url_passwords),
     Recognizer(frozenset({"CONNECTION_STRING_PASSWORD"}), find_keyvalue_passwords),
     Recognizer(frozenset({"CONNECTION_STRING_PASSWORD"}), find_cli_passwords),

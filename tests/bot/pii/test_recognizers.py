@@ -28,6 +28,7 @@ JWT = (
     "WF0IjoxNTE2MjM5MDIyfQ.SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c"
 )
 AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+AZURE_KEY = "Yk3x9QmZ1vP8rT2sW7uL4nB6cD0eF5gH9jK1lM3nO5pQ7rS9tU1vW3xY5zA7bC9dE1fG3hI5jK7lM9nO1p+Q3r/S=="
 GH_BODY = "1234567890abcdefghijABCDEFGHIJ123456"
 # A Discord bot token: the bot's id (1089976543210987654) in base64, a timestamp, an HMAC.
 DISCORD = "MTA4OTk3NjU0MzIxMDk4NzY1NA.GkX2bT.Vq3mZ9rT0pLx8sWcY1uNd4Hf-JbKe7gAo2iQv5R"
@@ -404,6 +405,31 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
     # A value may start with a separator.
     ("CONNECTION_STRING_PASSWORD", "password=&Tr0ub4dor3 x", "&Tr0ub4dor3"),
     ("CONNECTION_STRING_PASSWORD", "PASSWORD=,abc123XYZ", ",abc123XYZ"),
+    # YAML: a password key that starts its line, nested, named or with a value that is not
+    # a plain word (a compose file's environment, a chart's values, a config map).
+    ("CONNECTION_STRING_PASSWORD", "db:\n  password: changeme\n", "changeme"),
+    ("CONNECTION_STRING_PASSWORD", "environment:\n  DB_PASSWORD: s3cr3t!\n", "s3cr3t!"),
+    ("CONNECTION_STRING_PASSWORD", 'DB_PASSWORD: "Tr0ub4dor 3"', "Tr0ub4dor 3"),
+    ("CONNECTION_STRING_PASSWORD", "x\npassword: hunter22 # the old one", "hunter22"),
+    ("CONNECTION_STRING_PASSWORD", "users:\n- passwd: Letmein\n", "Letmein"),
+    ("CONNECTION_STRING_PASSWORD", "redis-password:\tTr0ub4dor3", "Tr0ub4dor3"),
+    # Azure's connection strings.
+    (
+        "GENERIC_SECRET",
+        f"DefaultEndpointsProtocol=https;AccountName=app;AccountKey={AZURE_KEY};EndpointSuffix=x",
+        AZURE_KEY,
+    ),
+    (
+        "GENERIC_SECRET",
+        "Endpoint=sb://app.servicebus.windows.net/;SharedAccessKeyName=RootManageSharedAccessKey;"
+        f"SharedAccessKey={AZURE_KEY[:44]}",
+        AZURE_KEY[:44],
+    ),
+    # An environment given as name and value (a pod's spec, an ECS task definition).
+    ("GENERIC_SECRET", "env:\n- name: DB_PASSWORD\n  value: hunter22\n", "hunter22"),
+    ("GENERIC_SECRET", '    - name: API_TOKEN\n      value: "abc def"', "abc def"),
+    ("GENERIC_SECRET", '[{"name": "STRIPE_SECRET", "value": "s3cr3t"}]', "s3cr3t"),
+    ("GENERIC_SECRET", "{'name': 'Signing_Key', 'value': 'k3y!'}", "k3y!"),
 ]
 
 
@@ -606,6 +632,24 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     ("CONNECTION_STRING_PASSWORD", "mysql -u root -p -e 'select 1'; ss -plnt"),
     ("CONNECTION_STRING_PASSWORD", "pgrep mysqld | xargs ps -p1234"),
     ("CONNECTION_STRING_PASSWORD", r'{"log": "{\"password\": \"\"}"}'),
+    # A password key with a colon inside a line is prose; at a line's start, a plain word
+    # after an unnamed, unindented key is too (and nsswitch.conf's sources), as are YAML's
+    # placeholders, nulls, anchors and block indicators.
+    ("CONNECTION_STRING_PASSWORD", "error: password: hunter22"),
+    ("CONNECTION_STRING_PASSWORD", "Password: incorrect"),
+    ("CONNECTION_STRING_PASSWORD", "passwd:         files systemd"),
+    ("CONNECTION_STRING_PASSWORD", "  password: ${DB_PASSWORD}"),
+    ("CONNECTION_STRING_PASSWORD", "  password: '{{ .Values.db.password }}'"),
+    ("CONNECTION_STRING_PASSWORD", "  password: ~"),
+    ("CONNECTION_STRING_PASSWORD", "  password: null"),
+    ("CONNECTION_STRING_PASSWORD", "  password: |"),
+    ("CONNECTION_STRING_PASSWORD", "  password: *db_password"),
+    ("CONNECTION_STRING_PASSWORD", "  password: ********"),
+    ("GENERIC_SECRET", "- name: LOG_LEVEL\n  value: debug"),
+    ("GENERIC_SECRET", "- name: SORT_KEY\n  value: created_at"),
+    ("GENERIC_SECRET", "- name: DB_PASSWORD\n  valueFrom:\n    secretKeyRef: {name: db}"),
+    ("GENERIC_SECRET", '{"name": "API_TOKEN", "value": ""}'),
+    ("GENERIC_SECRET", "- name: API_TOKEN\n  value: $(TOKEN)"),
 ]
 
 
@@ -763,6 +807,9 @@ ADVERSARIAL = [
     "hf_a1B" * 20_000,
     "SG.aB1" * 20_000,
     "pypi-AgEIcHlwaS5vcmc " * 5_000,
+    "- name: A_TOKEN\n  value: " * 10_000,
+    "name:" * 30_000 + "value",
+    "  password: " * 20_000,
 ]
 
 
