@@ -76,11 +76,12 @@ def find_keyvalue_passwords(src: ScanText) -> Iterator[PiiHit]:
         secret = text[start:end]
         if set(secret) in ({"*"}, {"\\"}):
             continue  # already masked; or an empty value's escaped quote (\"password\": \"\")
-        if group == "bare" and key.group()[-1] in " \t" and _NEXT_KEY.match(secret):
+        yaml = key.group("yaml") is not None
+        if group == "bare" and not yaml and key.group()[-1] in " \t" and _NEXT_KEY.match(secret):
             continue  # "password= dbname=app": the password is empty, the next key follows
         if key.group().startswith("pwd") and secret[0] in "/~.":
             continue  # PWD=/home/... is the shell's working directory, not a password
-        if key.group("yaml") and not _yaml_password(text, key.start(), secret):
+        if yaml and not _yaml_password(text, key.start(), secret):
             continue
         yield PiiHit("CONNECTION_STRING_PASSWORD", start, end)
 
@@ -224,6 +225,53 @@ def find_cli_passwords(src: ScanText) -> Iterator[PiiHit]:
         group = match.lastgroup or "bare"
         if not match.group(group).startswith(_PLACEHOLDER_STARTS):
             yield PiiHit("CONNECTION_STRING_PASSWORD", *match.span(group))
+
+
+# A password after a word: a long option (--password x, --db-password x), SQL (IDENTIFIED BY
+# 'x', PASSWORD 'x': quoted, as SQL writes a string) and .netrc (login bob password x, or a
+# password line, in a text that names a machine). Found from the word's literal, which the
+# regex engine skips to, and read backwards from there.
+_PASSWORD_WORD = on_use(r"pass(?:word|wd)[ \t]+")
+_IDENTIFIED_BY = on_use(r"identified[ \t]+(?:with[ \t]+[a-z0-9_]+[ \t]+)?by[ \t]+(?=['\"])")
+_LOGIN_BEFORE = on_use(r"[ \t]+[^\s]+[ \t]+nigol(?![a-z0-9_])")  # reversed: "login bob "
+_OPTION_CHARS = frozenset(string.ascii_lowercase + string.digits + "-")
+_WORDED_VALUE = on_use(_P_VALUE)
+
+
+def _worded_password(lower: str, word: re.Match[str], netrc: bool) -> bool:
+    """Whether the password word ``word`` (with its blanks) is followed by a password."""
+    start, after = word.start(), lower[word.end() : word.end() + 1]
+    option = _run_start(lower, start, _OPTION_CHARS, 64)
+    if option >= 0 and lower.startswith("--", option):
+        return after not in ("", "-")  # "--password -" reads it from the standard input
+    if option >= 0 or _word_before(lower, start):
+        return False  # part of a longer word: "bypass", "-password"
+    if after == "'" and word.group().startswith("password"):
+        return True  # SQL's PASSWORD 'x'
+    if not netrc:
+        return False
+    if _starts_line(lower, start):
+        return True  # a .netrc's password line
+    return _LOGIN_BEFORE.match(lower[max(0, start - 300) : start][::-1]) is not None
+
+
+def find_worded_passwords(src: ScanText) -> Iterator[PiiHit]:
+    """The password after --password, SQL's IDENTIFIED BY or PASSWORD, or .netrc's password."""
+    text, lower = src.text, src.lower
+    netrc = "machine" in lower
+    keys = [
+        w.end()
+        for w in finditer_with(_PASSWORD_WORD, lower, "pass")
+        if _worded_password(lower, w, netrc)
+    ]
+    keys += [by.end() for by in finditer_with(_IDENTIFIED_BY, lower, "identified")]
+    for end in keys:
+        value = _WORDED_VALUE.match(text, end)
+        if value is None:
+            continue
+        group = value.lastgroup or "bare"
+        if not value.group(group).startswith(_PLACEHOLDER_STARTS):
+            yield PiiHit("CONNECTION_STRING_PASSWORD", *value.span(group))
 
 
 # One pass for both schemes: "b" is rarer in logs than two separate six-letter scans cost.

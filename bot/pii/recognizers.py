@@ -45,6 +45,7 @@ from bot.pii.labelled import (
     find_named_values,
     find_url_passwords,
     find_user_flag_passwords,
+    find_worded_passwords,
 )
 from bot.pii.numbers import (
     find_card_runs,
@@ -79,6 +80,7 @@ RECOGNIZERS: tuple[Recognizer, ...] = (
     Recognizer(frozenset({"CONNECTION_STRING_PASSWORD"}), find_url_passwords),
     Recognizer(frozenset({"CONNECTION_STRING_PASSWORD"}), find_keyvalue_passwords),
     Recognizer(frozenset({"CONNECTION_STRING_PASSWORD"}), find_cli_passwords),
+    Recognizer(frozenset({"CONNECTION_STRING_PASSWORD"}), find_worded_passwords),
     Recognizer(
         frozenset({"CREDIT_CARD", "US_SSN", "PHONE_NUMBER", "IP_ADDRESS"}),
         find_separated_numbers,

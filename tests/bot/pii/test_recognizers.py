@@ -28,7 +28,9 @@ JWT = (
     "WF0IjoxNTE2MjM5MDIyfQ.SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c"
 )
 AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
-AZURE_KEY = "Yk3x9QmZ1vP8rT2sW7uL4nB6cD0eF5gH9jK1lM3nO5pQ7rS9tU1vW3xY5zA7bC9dE1fG3hI5jK7lM9nO1p+Q3r/S=="
+AZURE_KEY = (
+    "Yk3x9QmZ1vP8rT2sW7uL4nB6cD0eF5gH9jK1lM3nO5pQ7rS9tU1vW3xY5zA7bC9dE1fG3hI5jK7lM9nO1p+Q3r/S=="
+)
 GH_BODY = "1234567890abcdefghijABCDEFGHIJ123456"
 # A Discord bot token: the bot's id (1089976543210987654) in base64, a timestamp, an HMAC.
 DISCORD = "MTA4OTk3NjU0MzIxMDk4NzY1NA.GkX2bT.Vq3mZ9rT0pLx8sWcY1uNd4Hf-JbKe7gAo2iQv5R"
@@ -413,6 +415,20 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
     ("CONNECTION_STRING_PASSWORD", "x\npassword: hunter22 # the old one", "hunter22"),
     ("CONNECTION_STRING_PASSWORD", "users:\n- passwd: Letmein\n", "Letmein"),
     ("CONNECTION_STRING_PASSWORD", "redis-password:\tTr0ub4dor3", "Tr0ub4dor3"),
+    # A password after a word: a long option, SQL, .netrc.
+    ("CONNECTION_STRING_PASSWORD", "mongo --username bob --password hunter22 db", "hunter22"),
+    ("CONNECTION_STRING_PASSWORD", "app migrate --db-password 'Tr0ub 4dor'", "Tr0ub 4dor"),
+    ("CONNECTION_STRING_PASSWORD", "CREATE USER 'app'@'%' IDENTIFIED BY 'hunter22';", "hunter22"),
+    (
+        "CONNECTION_STRING_PASSWORD",
+        "ALTER USER app IDENTIFIED WITH mysql_native_password BY 's3cr3t';",
+        "s3cr3t",
+    ),
+    ("CONNECTION_STRING_PASSWORD", "CREATE ROLE app WITH LOGIN PASSWORD 'hunter22';", "hunter22"),
+    ("CONNECTION_STRING_PASSWORD", "machine github.com login bob password hunter22", "hunter22"),
+    ("CONNECTION_STRING_PASSWORD", "machine db\n  login bob\n  password hunter22\n", "hunter22"),
+    # A Secret's data: the password in base64, padded.
+    ("CONNECTION_STRING_PASSWORD", "data:\n  password: aHVudGVyMjI=\n", "aHVudGVyMjI="),
     # Azure's connection strings.
     (
         "GENERIC_SECRET",
@@ -645,6 +661,11 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     ("CONNECTION_STRING_PASSWORD", "  password: |"),
     ("CONNECTION_STRING_PASSWORD", "  password: *db_password"),
     ("CONNECTION_STRING_PASSWORD", "  password: ********"),
+    ("CONNECTION_STRING_PASSWORD", "docker login --password-stdin registry"),
+    ("CONNECTION_STRING_PASSWORD", "app --password - < secret.txt"),
+    ("CONNECTION_STRING_PASSWORD", 'app --password "$DB_PASSWORD"'),
+    ("CONNECTION_STRING_PASSWORD", "ALTER ROLE app PASSWORD NULL;"),
+    ("CONNECTION_STRING_PASSWORD", "the password is wrong"),
     ("GENERIC_SECRET", "- name: LOG_LEVEL\n  value: debug"),
     ("GENERIC_SECRET", "- name: SORT_KEY\n  value: created_at"),
     ("GENERIC_SECRET", "- name: DB_PASSWORD\n  valueFrom:\n    secretKeyRef: {name: db}"),
@@ -810,6 +831,8 @@ ADVERSARIAL = [
     "- name: A_TOKEN\n  value: " * 10_000,
     "name:" * 30_000 + "value",
     "  password: " * 20_000,
+    "machine " + "login a password " * 20_000,
+    "--a-" * 25_000 + "password x",
 ]
 
 
