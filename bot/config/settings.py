@@ -56,6 +56,9 @@ _VARIABLE_OF: Final = {
 }
 # The setting each of those variables sets.
 _SETTING_OF: Final = {variable: setting for setting, variable in _VARIABLE_OF.items()}
+# The model endpoint's variables, which a blank value unsets (``OPENAI_API_KEY=`` in .env or a
+# compose file): the demo plays without either, and a blank key is no key to send.
+_UNSET_WHEN_BLANK: Final = frozenset({"OPENAI_API_KEY", "OPENAI_BASE_URL"})
 # Settings of these types are read from a variable as JSON, as sections are.
 _CONTAINERS: Final = (list, tuple, set, frozenset, dict)
 # How a variable may say yes or no to a yes-or-no setting (``true`` and ``1``, as written in
@@ -88,7 +91,7 @@ class Secret:
         return "Secret('**********')"
 
     def __len__(self) -> int:
-        # As pydantic's SecretStr: an empty secret is false (``OPENAI_API_KEY=`` sets no key).
+        # As pydantic's SecretStr: an empty secret is false.
         return len(self._value)
 
     def __eq__(self, other: object) -> bool:
@@ -228,7 +231,7 @@ class ToolIsolationSettings(Section):
 def _model_url(url: str | None) -> None:
     """Refuse a model endpoint no request can be sent to (no scheme, a port over 65535, a
     pasted space) at start: the first model call retried it, panicked or raised a traceback."""
-    if url:  # empty is unset, as ``OPENAI_API_KEY=`` is
+    if url:  # empty is unset, as a blank OPENAI_BASE_URL variable is
         _check_url(url)
 
 
@@ -273,7 +276,7 @@ class Settings(Section):
         """The configured provider, or the demo's scripted one when no endpoint is set."""
         if self.model.provider:
             return self.model.provider
-        has_endpoint = self.openai_api_key is not None or self.openai_base_url is not None
+        has_endpoint = bool(self.openai_api_key) or bool(self.openai_base_url)
         return "openai" if has_endpoint else "scripted"
 
     def resolve(self, path: str) -> Path:
@@ -416,6 +419,8 @@ def _setting_variables(
         variable = f"{source} {name}"
         found[setting.path] = variable
         raw = environ[name]
+        if upper in _UNSET_WHEN_BLANK and raw is not None and not raw.strip():
+            raw = None
         # A bare NAME line in .env is a null: refused where a value is needed, not ignored.
         value = None if raw is None else _decoded(raw, setting, name, variable)
         values.append((setting.path, value))

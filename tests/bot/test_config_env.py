@@ -243,17 +243,42 @@ def test_a_number_from_a_variable_reads_as_python_reads_it(
     assert settings.deadlines.per_tool == {"restart": 30.0}
 
 
+@pytest.mark.parametrize("variable", ["OPENAI_API_KEY", "OPENAI_BASE_URL"])
+@pytest.mark.parametrize("value", ["", "   ", "\t"])
+@pytest.mark.parametrize("source", ["environment", ".env"])
+def test_a_blank_model_endpoint_is_none_and_the_demo_plays(
+    clean_environment: Path, monkeypatch: pytest.MonkeyPatch, variable: str, value: str, source: str
+) -> None:
+    # ``OPENAI_API_KEY=`` (a line of .env, a compose file's empty value) turned the demo off
+    # and then failed for want of a key; one holding spaces was sent to the server as a key.
+    # Empty or blank, either variable is now unset, wherever it is written.
+    if source == ".env":
+        (clean_environment / ".env").write_text(f"{variable}={value}\n")
+    else:
+        monkeypatch.setenv(variable, value)
+    settings = load_settings()
+    assert (settings.openai_api_key, settings.openai_base_url) == (None, None)
+    assert settings.provider == "scripted"
+
+
+def test_a_blank_variable_unsets_the_key_beneath_it(
+    clean_environment: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Written empty is how one says "no key" over a .env that holds one: the demo plays.
+    (clean_environment / ".env").write_text("OPENAI_API_KEY=sk-from-dotenv\n")
+    monkeypatch.setenv("OPENAI_API_KEY", " ")
+    assert load_settings().provider == "scripted"
+
+
 def test_an_empty_api_key_is_no_key(monkeypatch: pytest.MonkeyPatch) -> None:
-    # ``OPENAI_API_KEY=`` (a blank line of .env, a compose file's empty value) sets no key: the
-    # command says so in one line, as it did, and no traceback of the provider's reaches anyone.
+    # With the provider named, no key (empty or blank) is said in one line, and no traceback
+    # of the provider's reaches anyone.
     from bot.cli.compose import build_model
 
-    monkeypatch.setenv("OPENAI_API_KEY", "")
+    monkeypatch.setenv("OPENAI_API_KEY", " ")
     monkeypatch.setenv("KESTREL_MODEL__PROVIDER", "openai")
-    settings = load_settings()
-    assert settings.openai_api_key is not None and not settings.openai_api_key
     with pytest.raises(ConfigError, match="OPENAI_API_KEY is not set"):
-        build_model(settings)
+        build_model(load_settings())
 
 
 @pytest.mark.parametrize(
@@ -282,16 +307,6 @@ def test_an_unusable_model_url_is_refused_without_its_password() -> None:
     message = refusal(OPENAI_BASE_URL="https://kestrel:Tr0ub4dor3@proxy.example.com:99999/v1")
     assert "Tr0ub4dor3" not in message
     assert "https://kestrel:***@proxy.example.com:99999/v1" in message
-
-
-def test_an_empty_model_url_is_no_url(monkeypatch: pytest.MonkeyPatch) -> None:
-    # ``OPENAI_BASE_URL=`` (a blank line of .env) is unset, as an empty key is: without a key
-    # the command says so in one line, where the provider's traceback reached the terminal.
-    from bot.cli.compose import build_model
-
-    monkeypatch.setenv("OPENAI_BASE_URL", "")
-    with pytest.raises(ConfigError, match="OPENAI_API_KEY is not set"):
-        build_model(load_settings())
 
 
 def _float_settings(section: type[msgspec.Struct], above: tuple[str, ...] = ()) -> list[str]:
