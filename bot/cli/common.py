@@ -204,13 +204,24 @@ def as_option(help_text: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
 
 
 def limit_option(default: int) -> Callable[[Callable[P, R]], Callable[P, R]]:
-    """``--limit N``: at most N rows, the newest; N from 1 up to what a database integer holds
-    (0 would list nothing whatever there is, and SQLite reads a negative limit as none)."""
+    """``--limit N``: at most N rows, the newest. N is 1 or more (0 would list nothing whatever
+    there is, and SQLite reads a negative limit as none); past what a database integer holds,
+    it is every row."""
     import click
 
     return click.option(
-        "--limit", default=default, show_default=True, type=click.IntRange(1, 2**63 - 1)
+        "--limit",
+        default=default,
+        show_default=True,
+        metavar="N",
+        type=click.IntRange(min=1),
+        callback=lambda _ctx, _param, n: min(n, _MOST_ROWS),
+        help="At most N rows, the newest.",
     )
+
+
+# The largest limit a database takes (a signed 64-bit integer): more rows than any store holds.
+_MOST_ROWS = 2**63 - 1
 
 
 def config_option() -> str | None:
