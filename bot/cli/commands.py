@@ -3,13 +3,14 @@ them."""
 
 from __future__ import annotations
 
-from typing import Any
+import sys
+from typing import Any, NoReturn
 
 import click
 
 from bot import __version__
 from bot.cli import audit_cmd, chat_cmd, run_cmd, runs_cmd, store_cmd, tools_cmd
-from bot.cli.common import configure_logs, usage_error
+from bot.cli.common import configure_logs, unread, usage_error
 
 # The subcommand modules import click and bot.cli.common alone at import time (each command
 # imports what it needs when it runs): ``kestrel --help`` stays light. bench/startup.py times it.
@@ -31,6 +32,8 @@ class _Cli(click.Group):
         except click.UsageError as exc:
             usage_error(exc)
             raise
+        except BrokenPipeError:
+            _help_unread()
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -42,6 +45,16 @@ class _Cli(click.Group):
         except click.UsageError as exc:
             usage_error(exc)
             raise
+        except BrokenPipeError:
+            _help_unread()
+
+
+def _help_unread() -> NoReturn:
+    """click's own output (``--help``, ``--version``) went to a reader that left (``| head``):
+    exit 0, as the help did (click's exit status for a broken pipe is 1). The commands' own
+    output ends quietly in ``echo``."""
+    unread(sys.stdout)
+    sys.exit(0)
 
 
 # kestrel's own options, with what each takes: given after a command, they are said where they go.

@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TextIO, TypeVar
 
 from bot.collector import settle_after_start_up
 from bot.text import printable
@@ -51,13 +51,28 @@ def echo(text: str, *, err: bool = False) -> None:
         return
     line = printable(text)
     try:
-        stream.write(line + "\n")
-    except UnicodeEncodeError:  # a stream that cannot say it (ASCII): click.echo writes UTF-8
-        import click
+        try:
+            stream.write(line + "\n")
+        except UnicodeEncodeError:  # a stream that cannot say it (ASCII): click.echo writes UTF-8
+            import click
 
-        click.echo(line, err=err)
+            click.echo(line, err=err)
+            return
+        stream.flush()
+    except BrokenPipeError:
+        unread(stream)
+
+
+def unread(stream: TextIO) -> None:
+    """Send the rest of ``stream`` nowhere: its reader left (``kestrel runs list | head``).
+    That ends the output alone, quietly: the command goes on and exits with its own status,
+    and Python's last flush of the stream finds nothing to complain of."""
+    import os
+
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+    except (OSError, ValueError):  # no descriptor of its own (a test's capture): nothing to flush
         return
-    stream.flush()
 
 
 def fail(message: str) -> None:

@@ -164,9 +164,6 @@ def answered(argv: Sequence[str]) -> bool:
         echo("", err=True)  # the line the terminal's ^C began
         echo("Aborted!", err=True)
         sys.exit(1)
-    except BrokenPipeError:  # the reader of stdout left (``| head``): as click ends
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.exit(1)
     return True
 
 

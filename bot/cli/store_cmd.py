@@ -47,7 +47,7 @@ def db_migrate() -> None:
         finally:
             await store.close()
 
-    click.echo(f"schema at version {asyncio.run(work())}")
+    echo(f"schema at version {asyncio.run(work())}")
 
 
 @db.command("check")

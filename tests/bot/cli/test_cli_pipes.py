@@ -1,0 +1,82 @@
+"""A reader of ``kestrel``'s output that leaves (``kestrel runs list | head``) ends the output
+alone: no traceback, and the command's own exit status."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.bot.cli.test_cli import CLI, kestrel
+from tests.fakes.processes import clean_env
+
+
+def into_closed_pipe(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run the real CLI with its stdout a pipe nobody reads any more (as ``| head`` leaves
+    it once it has its lines), its stderr captured."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        return subprocess.run(
+            [sys.executable, "-c", CLI, *args],
+            cwd=cwd,
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=clean_env(KESTREL_DEMO_STATE=str(cwd / "demo-state")),
+            timeout=60,
+            check=False,
+        )
+    finally:
+        os.close(write_end)
+
+
+def deferred_run(folder: Path) -> dict[str, str]:
+    """A run of the demo waiting on the approval of a restart, asked for by U0REQ."""
+    started = kestrel(folder, "run", "checkout is failing", "--defer", "--json", "--as", "U0REQ")
+    obj = json.loads(started.stdout)
+    return {"run": obj["run_id"], "request": obj["requests"][0]["id"]}
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("runs", "list"),
+        ("runs", "list", "--json"),
+        ("runs", "pending"),
+        ("runs", "show", "{run}"),
+        ("audit",),
+        ("tools", "list"),
+        ("--help",),
+        ("runs", "--help"),
+        ("--version",),
+    ],
+)
+def test_a_reader_that_left_ends_the_output_quietly_with_exit_0(
+    tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    # Each exited 1 (click's status for a broken pipe), failing a script's pipeline.
+    ids = deferred_run(tmp_path)
+    result = into_closed_pipe(tmp_path, *(part.format(**ids) for part in command))
+    assert (result.returncode, result.stderr) == (0, "")
+
+
+def test_an_approval_into_a_closed_pipe_counts_and_exits_0(tmp_path: Path) -> None:
+    # What the command did stands; only what it says of it goes nowhere.
+    ids = deferred_run(tmp_path)
+    result = into_closed_pipe(tmp_path, "runs", "approve", ids["run"], ids["request"], "--as", "U0")
+    assert (result.returncode, result.stderr) == (0, "")
+    assert (tmp_path / "demo-state" / "restarts.log").read_text() == "restart checkout\n"
+
+
+def test_a_run_into_a_closed_pipe_keeps_its_own_exit_status(tmp_path: Path) -> None:
+    # 3 says the run suspended: a closed stdout does not turn it into a success or a failure.
+    result = into_closed_pipe(tmp_path, "run", "checkout is failing", "--defer")
+    assert result.returncode == 3, result.stderr
+    assert "suspended" in result.stderr and "Traceback" not in result.stderr  # its status line
+    listed = json.loads(kestrel(tmp_path, "runs", "list", "--json").stdout)
+    assert [run["status"] for run in listed] == ["suspended"]
