@@ -54,9 +54,12 @@ QUIETER: Final = {"aiosqlite": logging.INFO}
 TICKING: Final = ("apscheduler.executors",)
 # What ``kestrel serve`` says of itself: which replica it is, where it listens, that it stopped.
 SERVICE: Final = "kestrel.serve"
-# Loggers heard at info whatever the level: an operator needs serve's own lines at the default
-# (warning) too, and they are a few lines at start and one at stop.
-LOUDER: Final = {SERVICE: logging.INFO}
+# What the configuration warns of: a line of .env it could not read.
+CONFIG: Final = "kestrel.config"
+# Loggers heard at a level whatever the level: an operator needs serve's own lines at the
+# default (warning) too, and they are a few lines at start and one at stop; a line of .env
+# skipped is a setting not given, which a one-shot command (at error by default) says too.
+LOUDER: Final = {SERVICE: logging.INFO, CONFIG: logging.WARNING}
 # discord.py's warnings about voice support a text bot never uses.
 _VOICE_NOTICE: Final = "voice will NOT be supported"
 

@@ -4,6 +4,7 @@ environment, found and read without converting them (``bot.config.settings`` con
 
 from __future__ import annotations
 
+import io
 import os
 import re
 from collections.abc import Mapping
@@ -160,18 +161,49 @@ def environment() -> dict[str, str]:
 
 
 def dotenv() -> dict[str, str | None]:
-    """The variables of ``./.env``, which the settings read too."""
+    """The variables of ``./.env``, which the settings read too; a line that cannot be read is
+    left out, and warned of once (``unread_lines``)."""
     env_file = Path(ENV_FILE)
     if not env_file.is_file():
         return {}
-    from dotenv import dotenv_values  # only when there is a .env to read
+    # Only when there is a .env to read; its parser, not dotenv_values, which warns of a bad
+    # line without naming the file.
+    from dotenv.main import resolve_variables
+    from dotenv.parser import parse_stream
 
     try:
-        return dotenv_values(env_file)
+        text = env_file.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{ENV_FILE}: not UTF-8 text (byte {exc.start})") from exc
     except OSError as exc:
         raise ConfigError(f"cannot read {ENV_FILE}: {exc.strerror}") from exc
+    bindings = list(parse_stream(io.StringIO(text)))
+    unread_lines(env_file, [binding.original.line for binding in bindings if binding.error])
+    pairs = [(b.key, b.value) for b in bindings if b.key is not None]
+    return dict(resolve_variables(pairs, override=True))
+
+
+# The .env lines already warned of, by file: each command reads .env more than once.
+_UNREAD: set[tuple[Path, int]] = set()
+
+
+def unread_lines(env_file: Path, lines: list[int]) -> None:
+    """Warn once of each line of ``env_file`` that could not be read, by its number alone: the
+    line may hold a secret, and a setting it meant to give is not given."""
+    import logging
+
+    from bot.logs import CONFIG
+
+    for line in lines:
+        seen = (env_file.resolve(), line)
+        if seen in _UNREAD:
+            continue
+        _UNREAD.add(seen)
+        logging.getLogger(CONFIG).warning(
+            "%s:%d: skipped: not NAME=VALUE (a quote left open? a space in the name?)",
+            env_file,
+            line,
+        )
 
 
 def merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:

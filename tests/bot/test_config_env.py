@@ -366,3 +366,23 @@ def test_a_database_url_no_parser_reads_is_refused_without_its_password(tmp_path
     write_config(tmp_path, database=database)
     message = one_line_error(kestrel(tmp_path, "db", "migrate"))
     assert "not a valid PostgreSQL URL" in message and "s3cr" not in message, message
+
+
+def test_a_line_of_dotenv_that_cannot_be_read_is_warned_of_once_without_its_value(
+    clean_environment: Path,
+) -> None:
+    # It was skipped without a word (python-dotenv's own warning, naming no file, went to a log
+    # a one-shot command does not show): the setting it meant was simply not there.
+    (clean_environment / ".env").write_text(
+        'OPENAI_API_KEY="sk-live-f00d\nKESTREL_MODEL__NAME=other-model\nexport BAD NAME=1\n'
+    )
+    listed = kestrel(clean_environment, "runs", "list")
+    assert listed.returncode == 0, listed.stderr
+    warnings = listed.stderr.splitlines()
+    assert [line.split(" WARNING kestrel.config: ")[1] for line in warnings] == [
+        ".env:1: skipped: not NAME=VALUE (a quote left open? a space in the name?)",
+        ".env:3: skipped: not NAME=VALUE (a quote left open? a space in the name?)",
+    ]
+    assert "f00d" not in listed.stderr
+    # The lines between are read as before.
+    assert load_settings().model.name == "other-model"
