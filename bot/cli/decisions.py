@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from bot.chat.service import ChatService
     from bot.config.settings import Settings
     from bot.domain import DecisionKind
+    from bot.people.policy import Actor
     from bot.run.runtime import Runtime
 
 # Set by a shell asking click to complete a command line.
@@ -213,7 +214,9 @@ def decide(
         actor = Actor(terminal_user(user))
         decided = await chat.decide(run_id, request_id, kind, user=actor, text=text)
         if not decided.accepted:
-            raise Failure(await _misfit(chat, request_id, kind) or decided.message)
+            misfit = await _misfit(chat, request_id, kind)
+            own = await _own_run(chat, run_id, request_id, decided.message, actor)
+            raise Failure(misfit or decided.message + own)
         if decided.resumed is not None:
             await chat.wait(decided.resumed)
         elif not await chat.ended(run_id):
@@ -244,6 +247,27 @@ async def _misfit(chat: ChatService, request_id: str, kind: DecisionKind) -> str
     meant = " or ".join(f"{_NOUNS[k]} ({k})" for k in RequestKind if fits(kind, k))
     how = _how(request.kind, request.run_id, request.id, request.options)
     return f"{_SPELLED[kind]} is for {meant}; this is {_NOUNS[request.kind]}: {how}"
+
+
+async def _own_run(
+    chat: ChatService, run_id: str, request_id: str, refusal: str, actor: Actor
+) -> str:
+    """What the requester, refused the approval of their own run, can do at this terminal:
+    approve as someone the policy names by id (``--as``), or in ``kestrel chat``, whose
+    operator may approve their own run when one approval is needed; "" for other refusals."""
+    from bot.people.policy import EVERYONE, OWN_RUN, PRINCIPAL_KINDS
+
+    view = await chat.request(request_id) if refusal.startswith(OWN_RUN) else None
+    if view is None:
+        return ""
+    named = [p for p in view.may_answer if p.partition(":")[0] not in PRINCIPAL_KINDS]
+    ways = []
+    if EVERYONE in named or any(p != actor.user for p in named):
+        command = f"kestrel runs approve {run_id} {request_id} --as NAME"
+        ways.append(f"approve as one of them ({command})")
+    if view.request.approvals_needed <= 1:
+        ways.append(f"resume the run in kestrel chat (/resume {run_id}), where you may approve it")
+    return f". At this terminal, {', or '.join(ways)}" if ways else ""
 
 
 def _how(kind: str, run_id: str, request_id: str, options: Sequence[str]) -> str:

@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from bot.tools.base import ToolFlags
 
 EVERYONE = "*"
+# How a refusal of the requester's approval of their own run begins (the two-person rule).
+OWN_RUN = "you asked for this run: someone else must approve it"
 
 # Each tool's flags by name, for the steps of a plan (None: no tool set at hand, no tags).
 FlagsOf = Callable[[str], "ToolFlags | None"]
@@ -355,9 +357,7 @@ class Policy:
             )
         if mine and not inline and not self._self_approval(request):
             phrase = self.may_answer_phrase(request, None, flags_of)
-            return Refusal(
-                f"you asked for this run: someone else must approve it; may approve: {phrase}"
-            )
+            return Refusal(f"{OWN_RUN}; may approve: {phrase}")
         refused = []
         for number, step in enumerate(request.steps, 1):
             flags = flags_of(step.tool)
@@ -403,9 +403,7 @@ class Policy:
             return Refusal(f"policy never allows {request.tool}")
         if mine and not inline and not self._self_approval(request):
             phrase = self.may_answer_phrase(request, flags)
-            return Refusal(
-                f"you asked for this run: someone else must approve it; may approve: {phrase}"
-            )
+            return Refusal(f"{OWN_RUN}; may approve: {phrase}")
         if not await actor.admitted(approvers, run):
             return Refusal(
                 f"{actor.user} may not approve {request.tool}: only {_either(approvers, actor)} may"

@@ -134,9 +134,12 @@ def test_run_defer_then_approve_from_another_process(tmp_path: Path) -> None:
     assert request["id"] in pending.stdout
     assert "may answer: anyone but the requester (U0REQ))" in pending.stdout
     mine = kestrel(tmp_path, "runs", "approve", deferred["run_id"], request["id"], "--as", "U0REQ")
+    run_id, request_id = deferred["run_id"], request["id"]
     assert one_line_error(mine) == (
         "kestrel: you asked for this run: someone else must approve it;"
-        " may approve: anyone but the requester (U0REQ)"
+        " may approve: anyone but the requester (U0REQ). At this terminal, approve as one of"
+        f" them (kestrel runs approve {run_id} {request_id} --as NAME), or resume the run in"
+        f" kestrel chat (/resume {run_id}), where you may approve it"
     )
     approved = kestrel(
         tmp_path, "runs", "approve", deferred["run_id"], request["id"], "--as", "U0BOSS"

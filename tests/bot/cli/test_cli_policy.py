@@ -12,7 +12,7 @@ from bot.people.policy import Actor, Policy, PolicyRules
 from bot.people.refusal import Refusal
 from bot.records import RunRecord
 from storage.sqlite import open_sqlite
-from tests.bot.cli.test_cli import kestrel, one_line_error, write_config
+from tests.bot.cli.test_cli import kestrel, one_line_error, two_approvals_catalog, write_config
 
 
 def deferred_run(folder: Path, user: str) -> str:
@@ -216,3 +216,59 @@ def test_an_mcp_servers_tools_are_its_own_to_name() -> None:
     check_tool_names(headless, ToolSet())  # a replica sharing the file asks people
     with pytest.raises(ConfigError, match="'gh__create_issue' names no tool or tag"):
         check_tool_names(Settings(policy=policy), tools)  # no server gh to list it
+
+
+def own_run_refusal(folder: Path) -> tuple[str, str, str]:
+    """The run U0REQ deferred, its request, and what U0REQ is told approving it."""
+    started = kestrel(folder, "run", "checkout is failing", "--defer", "--json", "--as", "U0REQ")
+    obj = json.loads(started.stdout)
+    run_id, request_id = obj["run_id"], obj["requests"][0]["id"]
+    mine = kestrel(folder, "runs", "approve", run_id, request_id, "--as", "U0REQ")
+    return run_id, request_id, one_line_error(mine)
+
+
+def restarts(folder: Path) -> str:
+    log = folder / "demo-state" / "restarts.log"
+    return log.read_text() if log.exists() else ""
+
+
+def test_the_requester_refused_at_the_terminal_is_told_what_works_and_it_does(
+    tmp_path: Path,
+) -> None:
+    # The README's demo from another shell: the requester's own approval was refused, with no
+    # word on what to do. Each way the refusal names approves the call (once).
+    run_id, _, refused = own_run_refusal(tmp_path)
+    assert f"--as NAME), or resume the run in kestrel chat (/resume {run_id})" in refused
+    assert restarts(tmp_path) == ""
+    chat = kestrel(tmp_path, "chat", "--as", "U0REQ", stdin=f"/resume {run_id}\na\n")
+    assert chat.returncode == 0, chat.stderr
+    assert restarts(tmp_path) == "restart checkout\n"
+    other_id, other_request, _ = own_run_refusal(tmp_path)
+    approved = kestrel(tmp_path, "runs", "approve", other_id, other_request, "--as", "U0ALICE")
+    assert approved.returncode == 0, approved.stderr
+    assert restarts(tmp_path) == "restart checkout\nrestart checkout\n"
+
+
+def test_the_refusal_offers_no_way_the_policy_refuses(tmp_path: Path) -> None:
+    # Two approvals needed: kestrel chat cannot approve it (one person at a time, here).
+    write_config(tmp_path, tools=[str(two_approvals_catalog(tmp_path))])
+    _, _, refused = own_run_refusal(tmp_path)
+    assert refused.endswith("--as NAME)") and "kestrel chat" not in refused
+    # The requester the only approver: nobody else to approve as, the chat alone can.
+    write_config(tmp_path, policy={"approvers": {"*": ["U0REQ"]}})
+    _, _, refused = own_run_refusal(tmp_path)
+    assert "may approve: nobody (the requester, U0REQ, may not approve their own run)" in refused
+    assert "--as NAME" not in refused and "resume the run in kestrel chat" in refused
+    # Approvers named only by group: the terminal knows nobody's groups.
+    write_config(tmp_path, policy={"approvers": {"*": ["group:S0SRE"]}})
+    _, _, refused = own_run_refusal(tmp_path)
+    assert "--as NAME" not in refused
+
+
+def test_any_other_refusal_adds_nothing(tmp_path: Path) -> None:
+    write_config(tmp_path, policy={"approvers": {"*": ["U0BOSS"]}})
+    run_id, request_id, _ = own_run_refusal(tmp_path)
+    other = kestrel(tmp_path, "runs", "approve", run_id, request_id, "--as", "U0MALLORY")
+    assert one_line_error(other) == (
+        "kestrel: U0MALLORY may not approve restart_service: only U0BOSS may"
+    )
