@@ -57,11 +57,13 @@ from bot.events import (
 )
 from bot.text import printable, unmask_links
 
+# Typed at any prompt, ends the chat as the end of input does.
+QUIT: Final = "/quit"
 HELP = """commands:
   /runs              recent runs
   /resume RUN        resume a suspended run here
   /cancel RUN        cancel a run
-  /quit              leave (Ctrl-D works too)
+  /quit              leave, at any prompt (Ctrl-D works too); what it asked stays open
 A message that starts with / is sent as written after a second /: //var/log is full.
 Ctrl-C while a run works stops its model call or command and suspends it; a second Ctrl-C
 leaves the chat. SIGTERM suspends the run and leaves."""
@@ -75,6 +77,7 @@ class ConsoleIO:
         self._stdout = stdout
         self._lines: asyncio.Queue[str | None] = asyncio.Queue()
         self._started = False
+        self._ended = False  # end of input, or /quit: every prompt after it ends too
 
     def _start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -91,17 +94,20 @@ class ConsoleIO:
         self._started = True
 
     async def readline(self, prompt: str) -> str | None:
-        """Show ``prompt`` and wait for one line; None at end of input."""
+        """Show ``prompt`` and wait for one line; None at end of input, and from ``/quit`` on,
+        typed at any prompt (an approval's or a question's too: it is left open, as Ctrl-D
+        leaves it, and the chat ends)."""
         if not self._started:
             self._start()
         self.write(prompt, end="")
-        line = await self._lines.get()
-        if line is None:
-            self._lines.put_nowait(None)
-            self.write("")
-            return None
-        if not self._stdin.isatty():
+        line = None if self._ended else await self._lines.get()
+        if line is not None and not self._stdin.isatty():
             self.write(line)
+        if line is None or line.strip() == QUIT:
+            if line is None:
+                self.write("")  # the line the terminal's Ctrl-D did not end
+            self._ended = True
+            return None
         return line
 
     def write(self, text: str, end: str = "\n", *, exact: bool = False) -> None:
@@ -390,7 +396,7 @@ class ConsoleChat:
     async def _read_turns(self) -> None:
         while not self.terminated:
             line = await self.io.readline("you> ")
-            if line is None or line.strip() == "/quit":
+            if line is None:
                 return
             if line.strip():
                 await self._handle(line.strip())

@@ -465,3 +465,49 @@ def test_input_that_comes_after_the_chat_ended_is_dropped_without_a_traceback() 
     finally:
         threading.excepthook = before
     assert not pump.is_alive() and raised == []
+
+
+def test_quit_at_a_question_ends_the_chat_and_leaves_the_question_open(tmp_path: Path) -> None:
+    # "/quit" at a free-text question was taken as the answer, and the model went on with it.
+    script = [
+        {
+            "text": "asking",
+            "calls": [{"name": "ask_human_input", "arguments": {"question": "Why?"}}],
+        },
+        {"text": "thanks"},
+    ]
+    (tmp_path / "script.yaml").write_text(yaml.safe_dump(script))
+    config = {"model": {"provider": "scripted", "script": "script.yaml"}, "tools": []}
+    (tmp_path / "kestrel.yaml").write_text(yaml.safe_dump(config))
+    typed = "go\n/quit\nnot a message: the chat has ended\n"
+    result = kestrel(tmp_path, "chat", "--as", "erin", stdin=typed)
+    assert result.returncode == 0, result.stderr
+    assert "suspended: waiting for an answer" in result.stdout
+    (run,) = runs(tmp_path)  # the line after /quit started no run
+    shown = json.loads(kestrel(tmp_path, "runs", "show", str(run["run_id"]), "--json").stdout)
+    assert shown["status"] == "suspended"
+    (question,) = shown["requests"]  # still open, for /resume or kestrel runs answer
+    assert question["kind"] == "wait_user" and shown["closed_requests"] == []
+
+
+async def test_quit_at_any_prompt_is_the_end_of_input_for_every_prompt_after_it() -> None:
+    import io
+
+    from adapters.console import ConsoleIO, ConsolePrompter
+    from bot.domain import Request, RequestKind
+
+    for kind, options in (
+        (RequestKind.WAIT_USER, ()),
+        (RequestKind.WAIT_USER, ("yes", "no")),
+        (RequestKind.WAIT_APPROVAL, ()),
+        (RequestKind.WAIT_PLAN, ()),
+        (RequestKind.WAIT_EFFECT, ()),
+    ):
+        out = io.StringIO()
+        io_ = ConsoleIO(io.StringIO(" /quit \nan answer\n"), out)
+        request = Request(
+            run_id="run_1", kind=kind, call_id="c", tool="t", prompt="Why?", options=options
+        )
+        assert await ConsolePrompter(io_, "alice").ask(request) is None, kind
+        assert await io_.readline("you> ") is None  # the chat's own prompt ends too
+        assert "an answer" not in out.getvalue()
