@@ -630,3 +630,31 @@ def test_kestrels_own_options_after_the_command_say_where_they_go(tmp_path: Path
             f"Error: No such option '{option}'. It is kestrel's own option: give it before the"
             f" command, kestrel {said} …"
         ), args
+
+
+def test_a_commands_option_before_the_command_says_where_it_goes(tmp_path: Path) -> None:
+    # ``kestrel --json runs list`` was answered "Did you mean '--version'?", and ``kestrel --as
+    # bob runs approve …`` with "No such option" alone, as if the command had none.
+    for args, option, said in (
+        (("--json", "runs", "list"), "--json", "runs list: … kestrel runs list --json"),
+        (
+            ("--as", "bob", "runs", "approve", "run_1", "req_1"),
+            "--as",
+            "runs approve: … kestrel runs approve --as USER",
+        ),
+        (
+            ("--config", "x.yaml", "--limit=3", "audit"),
+            "--limit",
+            "audit: … kestrel audit --limit N",
+        ),
+    ):
+        result = kestrel(tmp_path, *args)
+        assert result.returncode == 2 and "Traceback" not in result.stderr
+        where = said.replace("…", "give it after the command,")
+        assert result.stderr.splitlines()[-1] == (
+            f"Error: No such option '{option}'. It is an option of kestrel {where} …"
+        ), args
+    # An option the command named has not, or no command at all: click's answer, as before.
+    for plain in (("--as", "bob", "runs", "pending"), ("--json",)):
+        said = kestrel(tmp_path, *plain).stderr.splitlines()[-1]
+        assert "It is an option" not in said and said.startswith("Error: No such option"), plain
