@@ -125,7 +125,13 @@ def _lease(expires: datetime | None, now: datetime, stopping: bool) -> str:
     show_default=True,
     help="The endpoint to ask (/healthz: alive; /readyz: ready for traffic).",
 )
-@click.option("--timeout", default=5.0, show_default=True, type=click.FloatRange(0.1, 300))
+@click.option(
+    "--timeout",
+    default=5.0,
+    show_default=True,
+    type=click.FloatRange(0.1, 300),
+    help="Seconds to wait for the answer.",
+)
 def health(url: str, timeout: float) -> None:
     """Ask a running kestrel serve how it is: exit 0 on 200, else 1 with the answer on one
     line (the container's HEALTHCHECK; a probe where HTTP probes are not available)."""
@@ -138,7 +144,10 @@ def health(url: str, timeout: float) -> None:
     except urllib.error.HTTPError as exc:
         status, body = exc.code, exc.read(4096)
     except (OSError, ValueError) as exc:
-        fail(f"{url}: {getattr(exc, 'reason', None) or exc}")
+        reason = getattr(exc, "reason", None) or exc
+        if isinstance(reason, ConnectionRefusedError):  # said as [Errno 111] Connection refused
+            reason = "nothing listens there (is kestrel serve running, on that --port?)"
+        fail(f"{url}: {reason}")
         sys.exit(1)
     echo(f"{status} {' '.join(body.decode('utf-8', 'replace').split())}", err=status != 200)
     sys.exit(0 if status == 200 else 1)

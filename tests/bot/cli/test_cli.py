@@ -658,3 +658,15 @@ def test_a_commands_option_before_the_command_says_where_it_goes(tmp_path: Path)
     for plain in (("--as", "bob", "runs", "pending"), ("--json",)):
         said = kestrel(tmp_path, *plain).stderr.splitlines()[-1]
         assert "It is an option" not in said and said.startswith("Error: No such option"), plain
+
+
+def test_health_with_nothing_listening_says_so_in_words(tmp_path: Path) -> None:
+    # It said "[Errno 111] Connection refused"; the one-line answer is read by whoever runs it.
+    from tests.fakes.serving import free_port
+
+    url = f"http://127.0.0.1:{free_port()}/healthz"
+    result = kestrel(tmp_path, "health", "--url", url)
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr == (
+        f"kestrel: {url}: nothing listens there (is kestrel serve running, on that --port?)\n"
+    )
