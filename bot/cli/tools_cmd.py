@@ -102,7 +102,14 @@ def tools_check(files: tuple[str, ...]) -> None:
     builtin = [tool.name for tool in human_tools()]
     if files:
         checked = [Path(f) for f in files]
-        problems = check_catalogs(checked, reserved=builtin)
+        settings_files = [path for path in checked if _is_configuration(path)]
+        problems = [
+            f"{path}: a configuration (kestrel.yaml), not a catalog: kestrel --config {path}"
+            " tools check checks the catalogs it names"
+            for path in settings_files
+        ]
+        catalogs = [path for path in checked if path not in settings_files]
+        problems += check_catalogs(catalogs, reserved=builtin) if catalogs else []
     else:
         settings = settings_of(click.get_current_context())
         patterns = settings.tool_patterns()
@@ -115,3 +122,22 @@ def tools_check(files: tuple[str, ...]) -> None:
         echo("no catalog configured: nothing to check")
         return
     echo(f"{len(checked)} catalog file(s) OK: {', '.join(map(str, checked))}")
+
+
+def _is_configuration(path: Path) -> bool:
+    """Whether ``path`` reads as a kestrel.yaml: a mapping whose keys are all settings, one at
+    least no catalog has (``tools:`` alone is a catalog's too). What cannot be read is left to
+    the catalog check, which names the problem."""
+    from bot.config.settings import Settings
+    from bot.plain import fields_of
+    from bot.tools.catalog import CatalogFile
+    from bot.yamldoc import NotYaml, safe_load
+
+    try:
+        data = safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, NotYaml, RecursionError):
+        return False
+    if not isinstance(data, dict) or not data:
+        return False
+    keys = set(data)
+    return keys <= fields_of(Settings).keys() and not keys <= fields_of(CatalogFile).keys()

@@ -670,3 +670,23 @@ def test_health_with_nothing_listening_says_so_in_words(tmp_path: Path) -> None:
     assert result.stderr == (
         f"kestrel: {url}: nothing listens there (is kestrel serve running, on that --port?)\n"
     )
+
+
+def test_tools_check_of_a_configuration_says_what_it_is_and_what_checks_it(
+    tmp_path: Path,
+) -> None:
+    # kestrel.yaml given to tools check was read as a catalog: "database: unknown key", "model:
+    # unknown key", … "tools: required key is missing", one line per setting.
+    config = write_config(tmp_path, database="k.db", model={"name": "m"}, tools=["ops.yaml"])
+    tool = {"name": "noop", "description": "Nothing", "command": ["true"], "idempotent": True}
+    (tmp_path / "ops.yaml").write_text(yaml.safe_dump({"tools": [tool]}))
+    result = kestrel(tmp_path, "tools", "check", "kestrel.yaml")
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr.splitlines() == [
+        "kestrel.yaml: a configuration (kestrel.yaml), not a catalog: kestrel --config"
+        " kestrel.yaml tools check checks the catalogs it names"
+    ]
+    # What it says to run works; a catalog given is checked as before.
+    said = kestrel(tmp_path, "--config", config.name, "tools", "check")
+    assert said.returncode == 0 and said.stdout.startswith("1 catalog file(s) OK"), said.stderr
+    assert kestrel(tmp_path, "tools", "check", "ops.yaml").returncode == 0
