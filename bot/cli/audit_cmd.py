@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 
 @click.command()
-@click.option("--run", "run_id", default=None, help="Only this run's entries.")
+@click.option("--run", "run_id", default=None, metavar="RUN", help="Only this run's entries.")
 @limit_option(200)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON array.")
 @one_line_errors

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from bot.run.runtime import Runtime
 
 
-@click.command()
+@click.command(short_help="Chat in the terminal; the offline demo without a model.")
 @as_option("Your user id in this session.")
 @one_line_errors
 def chat(user: str | None) -> None:
@@ -78,15 +78,18 @@ def _unlogged(notices: list[str]) -> list[str]:
 PLATFORMS = ("slack", "discord")
 
 
-@click.command()
+@click.command(short_help="Serve the chat platforms and take work, until stopped.")
 @click.argument("platforms", nargs=-1, type=click.Choice(PLATFORMS))
 @click.option(
     "--port",
     type=click.IntRange(0, 65535),
+    metavar="PORT",
     default=None,
     help="HTTP port: /healthz, the run pages, /metrics, /slack/events [3000; 0: any free].",
 )
-@click.option("--host", default="127.0.0.1", show_default=True, help="HTTP address to bind.")
+@click.option(
+    "--host", default="127.0.0.1", show_default=True, metavar="HOST", help="HTTP address to bind."
+)
 @one_line_errors
 def serve(platforms: tuple[str, ...], port: int | None, host: str) -> None:
     """Run until stopped: take work from the store, adopt orphaned runs, fire deadlines,

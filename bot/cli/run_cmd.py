@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from bot.run.runtime import Runtime
 
 
-@click.command()
+@click.command(short_help="Run one prompt headless; --defer waits for people.")
 @click.argument("prompt")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--defer", is_flag=True, help="Defer approvals and questions: suspend and exit.")

@@ -113,7 +113,7 @@ def runs_show(run_id: str, as_json: bool) -> None:
     echo(json.dumps(obj, indent=2, sort_keys=True) if as_json else text)
 
 
-@runs.command("export")
+@runs.command("export", short_help="A run's page as one HTML file, for an incident report.")
 @click.argument("run_id")
 @click.option(
     "--html",
@@ -194,7 +194,7 @@ def runs_resume(run_id: str, force: bool, as_json: bool, user: str | None) -> No
     sys.exit(exit_status(obj["status"]))
 
 
-@runs.command("cancel")
+@runs.command("cancel", short_help="Cancel a run: its requester or on-call may.")
 @click.argument("run_id")
 @as_option("Who cancels (the requester or on-call).")
 @one_line_errors
@@ -271,7 +271,7 @@ def _pending_in_full() -> list[Pending]:
     ]
 
 
-@runs.command("approve")
+@runs.command("approve", short_help="Approve a waiting call, or a whole plan.")
 @click.argument("run_id")
 @click.argument("request_id")
 @click.option("--always", is_flag=True, help="Approve this tool for the rest of the run.")
@@ -287,7 +287,7 @@ def runs_approve(
     decide(run_id, request_id, approval(always, step_by_step), "", user)
 
 
-@runs.command("deny")
+@runs.command("deny", short_help="Deny a waiting call or plan; the model reads why.")
 @click.argument("run_id")
 @click.argument("request_id")
 @click.option("--reason", default="", help="Why: the model reads it.")
@@ -313,7 +313,7 @@ def runs_answer(run_id: str, request_id: str, text: str, user: str | None) -> No
     decide(run_id, request_id, DecisionKind.ANSWER, text, user)
 
 
-@runs.command("effect")
+@runs.command("effect", short_help="Settle an effect of uncertain outcome.")
 @click.argument("run_id")
 @click.argument("request_id")
 @click.argument("choice", type=click.Choice(["retry", "done", "failed"]))

@@ -50,7 +50,7 @@ def db_migrate() -> None:
     echo(f"schema at version {asyncio.run(work())}")
 
 
-@db.command("check")
+@db.command("check", short_help="The schema version, runs and open requests; reads only.")
 @one_line_errors
 def db_check() -> None:
     """Connect and report the schema version, runs and open requests; reads only. Exits 1
@@ -76,7 +76,7 @@ def db_check() -> None:
     sys.exit(EXIT_FAILED)
 
 
-@click.command()
+@click.command(short_help="Live replicas sharing the store, their runs and leases.")
 @click.option(
     "--json", "as_json", is_flag=True, help="Print JSON (its schema: docs/configuration.md)."
 )
@@ -118,10 +118,11 @@ def _lease(expires: datetime | None, now: datetime, stopping: bool) -> str:
     return f"lease {left:+.0f}s"
 
 
-@click.command()
+@click.command(short_help="Ask a running kestrel serve how it is (exit 0 on 200).")
 @click.option(
     "--url",
     default="http://127.0.0.1:3000/healthz",
+    metavar="URL",
     show_default=True,
     help="The endpoint to ask (/healthz: alive; /readyz: ready for traffic).",
 )
@@ -130,6 +131,7 @@ def _lease(expires: datetime | None, now: datetime, stopping: bool) -> str:
     default=5.0,
     show_default=True,
     type=click.FloatRange(0.1, 300),
+    metavar="SECONDS",
     help="Seconds to wait for the answer.",
 )
 def health(url: str, timeout: float) -> None:

@@ -21,7 +21,7 @@ def tools() -> None:
     """The tool catalog."""
 
 
-@tools.command("list")
+@tools.command("list", short_help="The tools a run gets, with their flags.")
 @one_line_errors
 def tools_list() -> None:
     """The tools a run gets, with their flags: the MCP servers' too, started to list them."""
@@ -89,7 +89,7 @@ def flag_words(flags: ToolFlags) -> list[str]:
     return words
 
 
-@tools.command("check")
+@tools.command("check", short_help="Validate catalog files (by default the configured ones).")
 @click.argument("files", nargs=-1, type=click.Path())
 @one_line_errors
 def tools_check(files: tuple[str, ...]) -> None:

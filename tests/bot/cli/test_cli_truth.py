@@ -49,6 +49,37 @@ def test_help_is_plain_text_without_markup() -> None:
     assert [path for path, text in shown.items() if "`" in text] == []
 
 
+def commands(command: click.Command, path: str) -> Iterator[tuple[str, click.Command]]:
+    """``(command line, command)`` for ``command`` and every subcommand under it."""
+    yield path, command
+    if isinstance(command, click.Group):
+        context = click.Context(command, info_name=path)
+        for name in command.list_commands(context):
+            sub = command.get_command(context, name)
+            assert sub is not None
+            yield from commands(sub, f"{path} {name}")
+
+
+def test_every_option_says_what_it_does() -> None:
+    # --limit (runs list, audit) and health's --timeout showed a range and a default alone.
+    silent = [
+        f"{path} {param.opts[0]}"
+        for path, command in commands(cli, "kestrel")
+        for param in command.params
+        if isinstance(param, click.Option) and not param.help
+    ]
+    assert silent == []
+
+
+def test_no_command_is_cut_short_in_its_groups_help(tmp_path: Path) -> None:
+    # At 80 columns (a pipe's, a narrow terminal's) the listing cut eleven of them with "...":
+    # "chat  Chat in the terminal (the offline demo when no model endpoint..." first of all.
+    for group in ((), ("runs",), ("tools",), ("db",)):
+        shown = kestrel(tmp_path, *group, "--help").stdout
+        listed = shown.split("Commands:\n", 1)[1].splitlines()
+        assert listed and [line for line in listed if line.endswith("...")] == [], group
+
+
 def older_schema(db: Path) -> None:
     with sqlite3.connect(db) as conn:
         conn.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY, applied_at TEXT)")
