@@ -13,6 +13,8 @@ from typing import Any, Final
 from urllib.parse import parse_qs, unquote, urlsplit
 
 DEFAULT_CONFIG_NAME = "kestrel.yaml"
+# The variable naming the configuration file, when --config does not.
+CONFIG_VARIABLE: Final = "KESTREL_CONFIG"
 ENV_PREFIX: Final = "KESTREL_"
 ENV_FILE: Final = ".env"
 # The variable that sets ``database`` (the settings' other variables are KESTREL_<KEY>).
@@ -25,7 +27,7 @@ DERIVED_SETTINGS: Final = frozenset({"base_dir", "config_file"})
 # Variables with the prefix that the program reads itself and that are not settings.
 NON_SETTING_VARIABLES: Final = frozenset(
     {
-        "KESTREL_CONFIG",
+        CONFIG_VARIABLE,
         "KESTREL_DEMO_STATE",
         "KESTREL_MODEL_CACHE",
         "KESTREL_USER",
@@ -140,14 +142,20 @@ def secret_file_paths(environ: Mapping[str, str | None]) -> list[Path]:
 
 
 def config_path(explicit: str | None) -> Path | None:
-    """``--config``, else ``KESTREL_CONFIG`` (environment or ``.env``), else ``./kestrel.yaml``."""
-    chosen = explicit or os.environ.get("KESTREL_CONFIG") or dotenv().get("KESTREL_CONFIG")
+    """``--config``, else ``KESTREL_CONFIG`` (environment or ``.env``), else ``./kestrel.yaml``.
+    A file named that is not there is an error naming who named it: a variable set long ago,
+    or a line of .env, is not where one looks first."""
+    chosen, named_by = explicit, "--config"
+    if not chosen:
+        chosen, named_by = os.environ.get(CONFIG_VARIABLE), CONFIG_VARIABLE
+    if not chosen:
+        chosen, named_by = dotenv().get(CONFIG_VARIABLE), f"{ENV_FILE} {CONFIG_VARIABLE}"
     if chosen:
         path = Path(chosen)
         if path.is_dir():
-            raise ConfigError(f"config file {path} is a folder, not a file")
+            raise ConfigError(f"config file {path} ({named_by}) is a folder, not a file")
         if not path.is_file():
-            raise ConfigError(f"config file {path} does not exist")
+            raise ConfigError(f"config file {path} ({named_by}) does not exist")
         return path
     default = Path(DEFAULT_CONFIG_NAME)
     return default if default.is_file() else None

@@ -137,9 +137,22 @@ def test_bad_configuration_names_the_cause(tmp_path: Path, text: str, message: s
     assert "\n" not in str(caught.value)
 
 
-def test_a_missing_config_file_is_named(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="does not exist"):
-        load_settings(str(tmp_path / "nope.yaml"))
+@pytest.mark.parametrize("named_by", ["--config", "KESTREL_CONFIG", ".env KESTREL_CONFIG"])
+@pytest.mark.parametrize(("name", "wrong"), [("nope.yaml", "does not exist"), (".", "is a folder")])
+def test_a_config_file_that_is_not_there_is_named_with_who_named_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, named_by: str, name: str, wrong: str
+) -> None:
+    # A KESTREL_CONFIG exported long ago, or a line of .env, was not named: the error read as
+    # if the command line had asked for the file.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("KESTREL_CONFIG", raising=False)
+    if named_by == ".env KESTREL_CONFIG":
+        (tmp_path / ".env").write_text(f"KESTREL_CONFIG={name}\n")
+    elif named_by == "KESTREL_CONFIG":
+        monkeypatch.setenv("KESTREL_CONFIG", name)
+    with pytest.raises(ConfigError) as caught:
+        load_settings(name if named_by == "--config" else None)
+    assert str(caught.value).startswith(f"config file {name} ({named_by}) {wrong}")
 
 
 def test_yaml_nested_past_the_parser_is_one_clear_error(tmp_path: Path) -> None:
