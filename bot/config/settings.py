@@ -328,7 +328,7 @@ def load_settings_sparing(explicit: str | None, *, spared: str) -> tuple[Setting
         return _converted({**layered, **derived}), ""
     except Invalid as exc:
         problems = exc.problems
-    said = _describe(problems, path, variables, layered.get("tools"))
+    said = _describe(problems, path, variables, layered)
     if not spared or any(not problem.loc or problem.loc[0] != spared for problem in problems):
         raise ConfigError(said)
     others = {key: value for key, value in layered.items() if key != spared}
@@ -551,14 +551,15 @@ def _describe(
     problems: list[Problem],
     path: Path | None,
     variables: Mapping[tuple[str, ...], str],
-    tools: Any,
+    layered: Mapping[str, Any],
 ) -> str:
     """Every problem on one line, each blamed on the variable or the file it came from."""
     said = []
     for problem in problems:
         loc = tuple(str(part) for part in problem.loc)
         key = ".".join(loc) or "(top level)"
-        message = problem.message + _tools_hint(loc, tools)
+        hint = _tools_hint(loc, layered.get("tools")) + _model_hint(loc, layered.get("model"))
+        message = problem.message + hint
         said.append(f"{_source_of(loc, path, variables)}: {key}: {message}")
     return "; ".join(said)
 
@@ -579,6 +580,14 @@ def _tools_hint(loc: tuple[str, ...], tools: Any) -> str:
             " a tool's name, command and parameters go in one of them"
         )
     return ""
+
+
+def _model_hint(loc: tuple[str, ...], model: Any) -> str:
+    """How to name the model, when ``model`` was given its name alone (``model: llama3``): the
+    README speaks of model.name."""
+    if loc != ("model",) or not isinstance(model, str):
+        return ""
+    return f": the model's name goes under it, model: {{name: {json.dumps(model)}}}"
 
 
 def _source_of(

@@ -126,6 +126,12 @@ def test_environment_overrides_nested_keys(tmp_path: Path, monkeypatch: pytest.M
             "tools: ops.yaml\n",
             'tools: expected a list or null, got a string: write it as a list, ["ops.yaml"]',
         ),
+        # The model's name alone, as "model.name set to one of the server's models" reads.
+        (
+            "model: llama3.2\n",
+            "model: expected a mapping, got a string: the model's name goes under it,"
+            ' model: {name: "llama3.2"}',
+        ),
     ],
 )
 def test_bad_configuration_names_the_cause(tmp_path: Path, text: str, message: str) -> None:
