@@ -37,7 +37,7 @@ class _Cli(click.Group):
             usage_error(exc)
             raise
         except BrokenPipeError:
-            _help_unread()
+            _output_unread()
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -50,13 +50,13 @@ class _Cli(click.Group):
             usage_error(exc)
             raise
         except BrokenPipeError:
-            _help_unread()
+            _output_unread()
 
 
-def _help_unread() -> NoReturn:
-    """click's own output (``--help``, ``--version``) went to a reader that left (``| head``):
-    exit 0, as the help did (click's exit status for a broken pipe is 1). The commands' own
-    output ends quietly in ``echo``."""
+def _output_unread() -> NoReturn:
+    """Output not written through ``echo`` (click's ``--help`` and ``--version``, the chat's
+    console) went to a reader that left (``| head``): end quietly with exit 0 (click's status
+    for a broken pipe is 1). What ``echo`` writes ends quietly there, the command going on."""
     unread(sys.stdout)
     sys.exit(0)
 

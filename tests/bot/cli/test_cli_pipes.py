@@ -24,6 +24,7 @@ def into_closed_pipe(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-c", CLI, *args],
             cwd=cwd,
+            stdin=subprocess.DEVNULL,
             stdout=write_end,
             stderr=subprocess.PIPE,
             text=True,
@@ -54,6 +55,7 @@ def deferred_run(folder: Path) -> dict[str, str]:
         ("--help",),
         ("runs", "--help"),
         ("--version",),
+        ("chat",),  # its console's banner: nobody reads it, the chat ends at once
     ],
 )
 def test_a_reader_that_left_ends_the_output_quietly_with_exit_0(
