@@ -112,27 +112,31 @@ def links_another_service(variable: str, value: str) -> bool:
 
 def with_secret_files(variables: Mapping[str, str | None]) -> dict[str, str | None]:
     """``variables`` with each secret whose ``NAME_FILE`` is set read from that file (its
-    trailing newline dropped); ``ConfigError`` in one line for a file it cannot read, or for a
-    secret given both ways."""
+    trailing newline dropped); ``ConfigError`` in one line for a file it cannot read or that
+    holds nothing, or for a secret given both ways (a blank ``NAME`` is not given)."""
     found = dict(variables)
     for name in SECRET_FILE_VARIABLES:
         path = variables.get(name + FILE_SUFFIX)
         if not path:
             continue
-        if variables.get(name):
+        if (variables.get(name) or "").strip():
             raise ConfigError(f"{name} and {name}{FILE_SUFFIX} are both set: keep one")
         found[name] = read_secret_file(name + FILE_SUFFIX, path)
     return found
 
 
 def read_secret_file(variable: str, path: str) -> str:
-    """The secret in the file ``variable`` names, without its trailing newline."""
+    """The secret in the file ``variable`` names, without its trailing newline; a file that
+    holds none is an error (a secret mounted empty: read as no secret, it would be taken as
+    one never set, and a model key's absence starts the scripted demo)."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{variable}: {path}: not UTF-8 text (byte {exc.start})") from exc
     except OSError as exc:
         raise ConfigError(f"{variable}: cannot read {path}: {exc.strerror or exc}") from exc
+    if not text.strip():
+        raise ConfigError(f"{variable}: {path} is empty: the secret goes in it")
     return text.removesuffix("\n").removesuffix("\r")
 
 

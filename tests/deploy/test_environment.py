@@ -124,6 +124,32 @@ def test_an_unreadable_secret_file_is_one_line(here: Path, monkeypatch: pytest.M
         load_settings()
 
 
+@pytest.mark.parametrize("held", ["", "\n", "  \r\n"])
+def test_a_secret_file_that_holds_nothing_is_one_line(
+    here: Path, monkeypatch: pytest.MonkeyPatch, held: str
+) -> None:
+    # A secret mounted empty was read as a key never set: a replica started the scripted demo
+    # model instead of refusing to start, now that a blank OPENAI_API_KEY is none.
+    (here / "key").write_text(held)
+    monkeypatch.setenv("OPENAI_API_KEY_FILE", str(here / "key"))
+    with pytest.raises(ConfigError) as caught:
+        load_settings()
+    assert (
+        str(caught.value) == f"OPENAI_API_KEY_FILE: {here / 'key'} is empty: the secret goes in it"
+    )
+
+
+def test_a_blank_secret_beside_its_file_is_not_given(
+    here: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # ``OPENAI_API_KEY=`` left blank by a compose file that also mounts the key's file.
+    (here / "key").write_text("sk-from-file\n")
+    monkeypatch.setenv("OPENAI_API_KEY_FILE", str(here / "key"))
+    monkeypatch.setenv("OPENAI_API_KEY", " ")
+    key = load_settings().openai_api_key
+    assert key is not None and key.get_secret_value() == "sk-from-file"
+
+
 def test_a_secret_given_both_ways_is_refused(here: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (here / "token").write_text("xoxb-1\n")
     monkeypatch.setenv("SLACK_BOT_TOKEN_FILE", str(here / "token"))
