@@ -28,6 +28,7 @@ class _Cli(click.Group):
         **extra: Any,
     ) -> click.Context:
         try:
+            # A copy: click's parser consumes the list it reads, which the error below reads.
             return super().make_context(info_name, list(args), parent, **extra)
         except click.NoSuchOption as exc:
             placed = _command_option_placed(exc, self, args)

@@ -214,9 +214,11 @@ def decide(
         actor = Actor(terminal_user(user))
         decided = await chat.decide(run_id, request_id, kind, user=actor, text=text)
         if not decided.accepted:
-            misfit = await _misfit(chat, request_id, kind)
-            own = await _own_run(chat, run_id, request_id, decided.message, actor)
-            raise Failure(misfit or decided.message + own)
+            said = await _misfit(chat, request_id, kind)
+            if not said:
+                refused = decided.message
+                said = refused + await _own_run(chat, run_id, request_id, refused, actor)
+            raise Failure(said)
         if decided.resumed is not None:
             await chat.wait(decided.resumed)
         elif not await chat.ended(run_id):
