@@ -27,6 +27,12 @@ class Place(msgspec.Struct, frozen=True):
             return False
         return not (acted_from.thread and self.thread) or acted_from.thread == self.thread
 
+    def within(self, acted_from: Place) -> bool:
+        """Whether ``acted_from`` is this very place, thread included: a thread may show to
+        fewer people than its channel (a Discord private thread), so a slash command in the
+        channel has not seen it."""
+        return self.holds(acted_from) and acted_from.thread == self.thread
+
     def describe(self) -> str:
         """The place in a few words, for refusals and the audit."""
         where = [self.platform, self.workspace, self.channel, self.thread]

@@ -839,7 +839,8 @@ def _actor(user: discord.User | discord.Member, place: Place, guild: discord.Gui
 
 class GuildDirectory:
     """What the gateway's cache tells of a member: their roles (known with the interaction)
-    and which channels they can see."""
+    and which channels they can see; Discord is asked only about a thread the cache lacks (an
+    archived one) and whether they are in a private thread, each within ``LOOKUP_SECONDS``."""
 
     def __init__(self, user: discord.User | discord.Member, guild: discord.Guild | None) -> None:
         self._user = user
@@ -850,16 +851,66 @@ class GuildDirectory:
         return False
 
     async def sees(self, user: str, place: Place) -> bool:
-        """Whether the member may view the channel of ``place`` (of their own guild)."""
+        """Whether the member may view the channel of ``place`` (of their own guild), and its
+        thread: a private one only as its member or as someone who manages threads."""
         guild, member = self._guild, self._user
         if guild is None or not isinstance(member, discord.Member) or str(member.id) != user:
             return False
         if place.platform != "discord" or place.workspace != str(guild.id):
             return False
-        where = guild.get_channel_or_thread(int(place.thread or place.channel or 0))
-        if where is None and place.channel.isdigit():
-            where = guild.get_channel(int(place.channel))
-        return where is not None and where.permissions_for(member).view_channel
+        where = await _channel_or_thread(guild, place)
+        allowed = _permissions(where, member)
+        if allowed is None or not allowed.view_channel:
+            return False
+        if not isinstance(where, discord.Thread) or not where.is_private():
+            return True
+        return allowed.manage_threads or await _in_thread(where, member)
+
+
+LOOKUP_SECONDS = 2.0  # a lookup that takes longer is a no for the check at hand
+
+
+async def _channel_or_thread(guild: discord.Guild, place: Place) -> Any:
+    """The thread of ``place`` (its channel when it names none), from the cache, else from
+    Discord (archived threads leave the cache); None when neither can tell."""
+    ident = place.thread or place.channel
+    if not ident.isdigit():
+        return None
+    found = guild.get_channel_or_thread(int(ident))
+    if found is not None or not place.thread:
+        return found
+    try:
+        return await asyncio.wait_for(guild.fetch_channel(int(ident)), LOOKUP_SECONDS)
+    except (TimeoutError, discord.DiscordException) as exc:
+        log.warning("discord: thread %s could not be looked up: %s: taken as no", ident, exc)
+        return None
+
+
+def _permissions(where: Any, member: discord.Member) -> discord.Permissions | None:
+    """The member's permissions in ``where``; None for nowhere, or a thread whose channel the
+    cache lacks (discord.py cannot tell then)."""
+    if where is None:
+        return None
+    try:
+        permissions: discord.Permissions = where.permissions_for(member)
+    except discord.ClientException:
+        return None
+    return permissions
+
+
+async def _in_thread(thread: discord.Thread, member: discord.Member) -> bool:
+    """Whether ``member`` is in ``thread`` (Discord says so; the gateway does not tell Kestrel
+    who is in a thread without the privileged members intent)."""
+    try:
+        await asyncio.wait_for(thread.fetch_member(member.id), LOOKUP_SECONDS)
+    except discord.NotFound:
+        return False
+    except (TimeoutError, discord.DiscordException) as exc:
+        log.warning(
+            "discord: members of thread %s could not be asked: %s: taken as no", thread.id, exc
+        )
+        return False
+    return True
 
 
 NOT_HERE = "That request is not one of a Discord run's."

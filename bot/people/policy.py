@@ -190,19 +190,22 @@ class Policy:
 
     async def may_see(self, actor: Actor, run: Place) -> bool:
         """Whether ``actor`` may read a run that lives in ``run`` (its prompt, tools, requests):
-        at the terminal, from the run's own channel, or on the run's platform and workspace and
-        on-call (a person or a group) or able to see its channel; from another workspace, only
+        at the terminal, from the run's own thread, or on the run's platform and workspace and
+        on-call (a person or a group) or able to see its thread; from another workspace, only
         on-call named by their own user id."""
-        if actor.place is None or run.holds(actor.place):
-            return True  # the terminal, or someone in the run's own channel
+        if actor.place is None or run.within(actor.place):
+            return True  # the terminal, or someone in the run's own thread
         if actor.place.platform != run.platform:
             return False
         if actor.place.workspace != run.workspace:
             # Another workspace's people see nothing of ours, but on-call named by their id.
             return actor.user in self.settings.oncall
-        # From elsewhere: on-call as a person or a group. ``channel:ID`` names people acting on
-        # the run from its channel (let in above), never whoever reads it from anywhere else.
-        if await self.may_operate(actor, None):
+        # From its channel outside its thread (a slash command), on-call for the runs of that
+        # channel (``channel:ID``) counts; from elsewhere, on-call as a person or a group. Else
+        # the platform says whether they see the thread: a private thread shows to fewer people
+        # than its channel.
+        here = run if run.holds(actor.place) else None
+        if await self.may_operate(actor, here):
             return True
         return actor.directory is not None and await actor.directory.sees(actor.user, run)
 

@@ -22,6 +22,8 @@ class Directory:
 
     groups: dict[str, set[str]] = field(default_factory=dict)
     channels: dict[str, set[str]] = field(default_factory=dict)
+    # Threads that show to fewer people than their channel (Discord's private threads).
+    threads: dict[str, set[str]] = field(default_factory=dict)
     asked: list[str] = field(default_factory=list)
 
     async def in_group(self, user: str, group: str) -> bool:
@@ -29,7 +31,8 @@ class Directory:
         return user in self.groups.get(group, set())
 
     async def sees(self, user: str, place: Place) -> bool:
-        return user in self.channels.get(place.channel, set())
+        in_thread = place.thread not in self.threads or user in self.threads[place.thread]
+        return user in self.channels.get(place.channel, set()) and in_thread
 
 
 def _approval(requested_by: str = "U0REQ") -> Request:
@@ -113,7 +116,7 @@ async def test_reads_show_a_run_to_its_channel_and_to_oncall_only() -> None:
     assert not await policy.may_see(reader("U0MEMBER", Place("discord", "100", "200")), run)
     assert not await policy.may_see(reader("U0MEMBER", Place("slack", "T0OTHER", "C1")), run)
     assert await policy.may_see(Actor("anyone"), run)  # the terminal that runs Kestrel
-    assert await policy.may_see(reader("U0STRANGER", Place("slack", "T0001", "C0PRIV")), run)
+    assert await policy.may_see(reader("U0STRANGER", Place("slack", "T0001", "C0PRIV", "1.1")), run)
 
 
 def test_an_actor_is_who_acts_whatever_directory_answers_for_them() -> None:
@@ -142,3 +145,21 @@ async def test_oncall_by_channel_or_everyone_reads_no_run_from_elsewhere(platfor
     assert not await policy.may_see(stranger, run)
     assert await policy.may_see(Actor("U0ONCALL", place=other_server), run)
     assert await policy.may_see(Actor("U0STRANGER", place=Place(platform, workspace, private)), run)
+
+
+async def test_a_run_in_a_thread_is_read_from_its_channel_only_by_those_who_see_the_thread() -> (
+    None
+):
+    directory = Directory(channels={"200": {"1004", "1999"}}, threads={"201": {"1004"}})
+    policy = Policy(PolicyRules(oncall=["1003"]))
+    run = Place("discord", "100", "200", "201")
+
+    def reader(user: str, thread: str = "") -> Actor:
+        return Actor(user, place=Place("discord", "100", "200", thread), directory=directory)
+
+    # A slash command in the run's channel names no thread: the platform says who sees it.
+    assert not await policy.may_see(reader("1999"), run)
+    assert not await policy.may_see(reader("1999", "202"), run)
+    assert await policy.may_see(reader("1004"), run)
+    assert await policy.may_see(reader("1003"), run)
+    assert await policy.may_see(reader("1999", "201"), run)  # from the thread itself

@@ -221,6 +221,7 @@ _ROUTES: list[tuple[str, str, str]] = [
         "unreact",
     ),
     ("PUT", r"/channels/(?P<channel>\d+)/thread-members/@me", "join_thread"),
+    ("GET", r"/channels/(?P<channel>\d+)/thread-members/(?P<user>\d+)", "get_thread_member"),
     (
         "POST",
         r"/interactions/(?P<interaction>\d+)/(?P<token>[^/]+)/callback",
@@ -304,6 +305,8 @@ class FakeDiscord:
     * ``members``: (guild id, user id) -> ``{"roles": [...], ...}`` (``GET
       /guilds/{g}/members/{u}``; set it to change roles; authors of dispatched messages and
       interactions are added); ``users``: user id -> user object;
+    * ``thread_members``: thread id -> the ids of its members (``GET
+      /channels/{t}/thread-members/{u}``; a thread not listed has none);
     * ``commands``: guild id (None: global) -> the registered application commands;
     * ``interactions``: interaction id -> record (``payload``, ``token``, ``channel_id``,
       ``response_type``, ``responses`` (callback bodies), ``original``, ``followups``) of
@@ -354,6 +357,7 @@ class FakeDiscord:
         self.channels: dict[str, dict[str, Any]] = {}
         self.messages: dict[str, list[dict[str, Any]]] = {}
         self.members: dict[tuple[str, str], dict[str, Any]] = {}
+        self.thread_members: dict[str, set[str]] = {}
         self.users: dict[str, dict[str, Any]] = {self.bot_id: p.user(self.bot_id, bot=True)}
         self.users[self.bot_id]["username"] = bot_name
         self.commands: dict[str | None, list[dict[str, Any]]] = {}
@@ -1216,6 +1220,13 @@ class FakeDiscord:
         if channel not in self.channels:
             return _unknown("Channel", 10003)
         return 204, None
+
+    async def _r_get_thread_member(self, call: Call, channel: str, user: str) -> Reply:
+        if channel not in self.channels:
+            return _unknown("Channel", 10003)
+        if user not in self.thread_members.get(channel, set()):
+            return _unknown("Member", 10007)
+        return 200, {"id": channel, "user_id": user, "join_timestamp": p.iso(), "flags": 0}
 
     # ----------------------------------------------------------------- REST: channels, threads
 
