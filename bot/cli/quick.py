@@ -265,11 +265,15 @@ def read_settings(explicit: str | None) -> ReadSettings | None:
     policy = data.get("policy", {})
     if not _kept_as_is(policy, PolicyRules):
         return None
+    try:
+        rules = PolicyRules(**policy)
+    except ValueError:
+        return None  # a principal that names nobody: the full way says which
     base_dir = base_dir_of(path)
     journal = sqlite_file(base_dir, database)
     if journal is None:
         return None  # PostgreSQL: the store reads it
-    return ReadSettings(journal=journal, policy=PolicyRules(**policy))
+    return ReadSettings(journal=journal, policy=rules)
 
 
 def _refused(database: str) -> bool:

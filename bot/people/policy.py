@@ -7,13 +7,14 @@ for who may do what, only this policy and the store are.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 import msgspec
 
 from bot.kinds import DecisionKind, RequestKind
 from bot.people.refusal import Refusal
 from bot.place import Place
+from bot.plain import nearest, run_field_checks
 
 # Types only: ``kestrel runs pending`` decides who may answer without importing the models.
 if TYPE_CHECKING:
@@ -33,15 +34,64 @@ def no_flags(_tool: str) -> ToolFlags | None:
     return None
 
 
+def principal_problem(principal: str) -> str:
+    """Why ``principal`` as written can name nobody ("" when it can name someone): spaces
+    around it, a kind misspelt or in capitals (``Group:S0SRE``), a kind with no id or with a
+    name, a mention, a pattern or small letters for one (``channel:#ops``, ``group:*``,
+    ``channel:c0ops``), or a mention for a person's id. Matching no one, it would refuse
+    everyone the check it is in."""
+    if principal != principal.strip() or not principal:
+        return "a principal has no spaces around it" if principal else "an empty principal"
+    kind, colon, ident = principal.partition(":")
+    if not colon:
+        mention = principal != EVERYONE and principal.startswith(("<", "@", "#", "*"))
+        return "name a person by their platform id, not a mention or a pattern" if mention else ""
+    if kind in PRINCIPAL_KINDS:
+        # Slack's ids are capitals and digits (C0123ABCD), Discord's digits: nothing else is one.
+        if ident.isascii() and ident.isalnum() and ident == ident.upper():
+            return ""
+        return (
+            f"{kind}:ID takes the platform's id (capitals and digits, C0123ABCD or"
+            " 234567890123456789), not a name or a pattern"
+        )
+    known = list(PRINCIPAL_KINDS)
+    near = kind.lower() if kind.lower() in known else nearest(kind.lower(), known)
+    return f"did you mean {near}:{ident}?" if near else ""
+
+
+def _principals(principals: list[str]) -> None:
+    for principal in principals:
+        problem = principal_problem(principal)
+        if problem:
+            raise ValueError(f"{principal!r}: {problem}")
+
+
+def _approvers_named(approvers: dict[str, list[str]]) -> None:
+    for principals in approvers.values():
+        _principals(principals)
+
+
 class PolicyRules(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """``policy:`` in kestrel.yaml: platform ids (never names) that may start runs, approve
     which tools (by name, ``tag:TAG`` or ``*``), answer questions, and operate runs."""
+
+    # A principal that can name nobody as written is refused at load: it would refuse everyone
+    # the check it is in, silently (a card nobody may approve waits until its deadline).
+    __field_checks__: ClassVar = {
+        "requesters": _principals,
+        "approvers": _approvers_named,
+        "answerers": _principals,
+        "oncall": _principals,
+    }
 
     requesters: list[str] = msgspec.field(default_factory=lambda: [EVERYONE])
     approvers: dict[str, list[str]] = msgspec.field(default_factory=lambda: {EVERYONE: [EVERYONE]})
     answerers: list[str] = []
     oncall: list[str] = []
     self_approval: bool = False
+
+    def __post_init__(self) -> None:
+        run_field_checks(self)
 
 
 class AskedStep(Protocol):

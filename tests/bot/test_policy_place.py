@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
+from bot.config.settings import ConfigError, load_settings
 from bot.domain import DecisionKind, Request, RequestKind
 from bot.people.policy import Actor, Policy, PolicyRules
 from bot.place import Place
@@ -163,3 +166,27 @@ async def test_a_run_in_a_thread_is_read_from_its_channel_only_by_those_who_see_
     assert await policy.may_see(reader("1004"), run)
     assert await policy.may_see(reader("1003"), run)
     assert await policy.may_see(reader("1999", "201"), run)  # from the thread itself
+
+
+@pytest.mark.parametrize(
+    ("principal", "said"),
+    [
+        ("Group:S0SRE", "did you mean group:S0SRE?"),
+        ("chanel:C0OPS", "did you mean channel:C0OPS?"),
+        ("channel:#ops", "channel:ID takes the platform's id"),
+        ("channel:c0ops", "channel:ID takes the platform's id"),
+        ("group:*", "group:ID takes the platform's id"),
+        ("role:", "role:ID takes the platform's id"),
+        ("<@U0ALICE>", "name a person by their platform id"),
+        ("U0ALICE ", "a principal has no spaces around it"),
+    ],
+)
+def test_a_principal_that_names_nobody_is_refused_when_the_policy_is_read(
+    tmp_path: Path, principal: str, said: str
+) -> None:
+    # Each of these matches no one: the check it is in would refuse everyone, unsaid.
+    path = tmp_path / "kestrel.yaml"
+    path.write_text(json.dumps({"policy": {"approvers": {"*": ["U0APPROVER", principal]}}}))
+    with pytest.raises(ConfigError) as refused:
+        load_settings(str(path))
+    assert f"policy.approvers: {principal!r}: {said}" in str(refused.value)

@@ -272,3 +272,11 @@ def test_any_other_refusal_adds_nothing(tmp_path: Path) -> None:
     assert one_line_error(other) == (
         "kestrel: U0MALLORY may not approve restart_service: only U0BOSS may"
     )
+@pytest.mark.parametrize("command", [("runs", "list"), ("runs", "pending"), ("run", "hello")])
+def test_a_principal_that_names_nobody_stops_a_command_in_one_line(
+    tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    # The fast way of `runs list` and `runs pending` reads the policy too: it says the same.
+    write_config(tmp_path, policy={"oncall": ["U0ONCALL", "Group:S0ONCALL"]})
+    said = one_line_error(kestrel(tmp_path, *command))
+    assert said.endswith("policy.oncall: 'Group:S0ONCALL': did you mean group:S0ONCALL?")
