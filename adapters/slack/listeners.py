@@ -506,7 +506,11 @@ def _user_team(event: dict[str, Any]) -> str:
 
 def _team_of(body: dict[str, Any], event: dict[str, Any]) -> str:
     # The workspace the event was delivered for: where the thread (and so the session) lives.
-    return str(body.get("team_id") or event.get("team") or "")
+    # In a channel another workspace shared with ours, ``team_id`` names that one; the
+    # installation's, which clicks on our cards name too, is in ``authorizations``.
+    authorizations = body.get("authorizations") or [{}]
+    ours = authorizations[0].get("team_id")
+    return str(ours or body.get("team_id") or event.get("team") or "")
 
 
 def _thread_of_action(body: dict[str, Any]) -> SlackThread:

@@ -1,0 +1,34 @@
+"""A Slack Connect channel that another workspace shared with ours: its events name that
+workspace in ``team_id`` and ours in ``authorizations``; clicks on Kestrel's cards name ours.
+A run there lives in our workspace, so the approver's click from its thread counts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from adapters.slack import ids
+from tests.fakes.slack_client import app_mention
+from tests.fakes.slack_world import APPROVER, REQUESTER, restart_script, slack_world
+
+OURS, THEIRS = "T0001", "T0THEIRS"
+SHARED = "C0SHARED"  # begun in THEIRS, shared with OURS
+
+
+async def test_a_run_in_a_channel_another_workspace_shared_is_decided_from_its_thread(
+    tmp_path: Path,
+) -> None:
+    async with slack_world(tmp_path, restart_script()) as world:
+        mention = app_mention(REQUESTER, "checkout is failing", channel=SHARED, team=OURS)
+        ours = {"team_id": OURS, "user_id": world.api.bot_user, "is_bot": True}
+        sent = await world.sender.event(
+            mention, team=THEIRS, authorizations=[ours], is_ext_shared_channel=True
+        )
+        assert sent.status == 200
+        card = await world.card()
+        assert card.args["channel"] == SHARED
+
+        await world.click(card, ids.APPROVE_ONCE, user=APPROVER)
+        await world.answer_posted()
+        assert world.executions == ["checkout"]
+        run = (await world.chat.recent(1))[0]
+        assert run.session_id.startswith(f"slack:{OURS}:{SHARED}:")
