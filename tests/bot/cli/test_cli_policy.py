@@ -272,6 +272,8 @@ def test_any_other_refusal_adds_nothing(tmp_path: Path) -> None:
     assert one_line_error(other) == (
         "kestrel: U0MALLORY may not approve restart_service: only U0BOSS may"
     )
+
+
 @pytest.mark.parametrize("command", [("runs", "list"), ("runs", "pending"), ("run", "hello")])
 def test_a_principal_that_names_nobody_stops_a_command_in_one_line(
     tmp_path: Path, command: tuple[str, ...]
