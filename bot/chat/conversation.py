@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import unicodedata
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from bot.chat.service import ChatService, RunView
 from bot.chat.words import STORE_DOWN
@@ -66,14 +66,12 @@ class Conversation:
             return Outcome(note=str(exc))
         word = command_word(text)
         if word in THREAD_COMMANDS:
-            option = _option_spelled(word, latest, answers)
-            if option is None:
-                if latest is None:
-                    return Outcome(note="There is no run in this thread.")
-                return await self.operate(word, await self._commanded(session, latest), actor)
-            # The question asks "resume or cancel?": the word picks that option, as a click
-            # would (``/kestrel cancel`` still cancels the run).
-            text = option
+            picked = await self._picked(word, latest, answers, actor)
+            if picked is not None:
+                return await self._pick(word, *picked, actor)
+            if latest is None:
+                return Outcome(note="There is no run in this thread.")
+            return await self.operate(word, await self._commanded(session, latest), actor)
         if not text.strip():
             return Outcome(note=HELP)
         if answers:
@@ -100,6 +98,30 @@ class Conversation:
         if not await self._chat.begun(live):
             return await self._not_begun(session)
         return Outcome(running=live.run_id, started=True)
+
+    async def _picked(
+        self, word: str, latest: RunView | None, answers: str | None, actor: Actor
+    ) -> tuple[Request, str] | None:
+        """The question and its option the command ``word`` picks, when the question a
+        mention answers spells it and ``actor`` may answer that question now; else None: the
+        word is the command (someone who may not answer, or no longer can, as the question
+        expired, means the run)."""
+        question = waiting_question(latest) if latest is not None else None
+        if question is None or answers not in (None, question.id):
+            return None
+        option = next((o for o in question.options if command_word(o) == word), None)
+        if option is None:
+            return None
+        refusal = await self._chat.check(question.id, DecisionKind.ANSWER, user=actor, text=option)
+        return None if refusal else (question, option)
+
+    async def _pick(self, word: str, question: Request, option: str, actor: Actor) -> Outcome:
+        """The question asks "resume or cancel?": the command ``word`` picks that option, as a
+        click would; its author is told how to act on the run itself."""
+        answered = await self.decide(question.id, DecisionKind.ANSWER, actor, text=option)
+        if answered.note:
+            return answered
+        return replace(answered, note=_taken_as_option(word, option, question.run_id))
 
     async def _commanded(self, session: Session, latest: RunView) -> str:
         """The run a thread command acts on: the newest, unless it ended while an older one is
@@ -207,13 +229,13 @@ def command_word(text: str) -> str:
     return visible.strip().strip(COMMAND_MARKS).strip().lower()
 
 
-def _option_spelled(word: str, latest: RunView | None, answers: str | None) -> str | None:
-    """The option spelled as the command ``word`` of the question a mention answers (the one
-    it was pinned to, else the one the run waits on now); None when it has none."""
-    question = waiting_question(latest) if latest is not None else None
-    if question is None or answers not in (None, question.id):
-        return None
-    return next((option for option in question.options if command_word(option) == word), None)
+def _taken_as_option(word: str, option: str, run_id: str) -> str:
+    """What the author of a thread command that picked its question's option is told: how to
+    act on the run itself, should they have meant that."""
+    return (
+        f'Taken as your answer to the question: "{option}". To {word} the run itself:'
+        f" `/kestrel {word} {run_id}`."
+    )
 
 
 def run_id_said(text: str) -> str:

@@ -290,15 +290,42 @@ async def test_a_thread_command_that_is_one_of_the_questions_options_answers_it(
         run_id = (await world.chat.recent(1))[0].id
 
         await world.mention(said, user=REQUESTER, thread_ts=str(mention["ts"]))
+        word = said.strip("!").lower()
+        # Its author is told how to act on the run itself, had they meant that.
+        note = await world.ephemeral_to(REQUESTER)
+        assert f"`/kestrel {word} {run_id}`" in note.args["text"]
 
         async def ended() -> Any:
             view = await world.chat.status(run_id)
             return view if view.state.result is not None else None
 
         view = await until(ended, timeout=10)
-        word = said.strip("!").lower()
         assert view.record.status.value == "completed"
         assert view.state.result.text == f"You chose {word}."
         (request,) = await world.chat.requests_of(run_id)
         assert request.status.value == "answered"
         assert request.decision is not None and request.decision.text == word
+
+
+async def test_cancel_when_the_question_offering_cancel_has_expired_cancels_the_run(
+    tmp_path: Path,
+) -> None:
+    """On-call says ``@Kestrel cancel`` in a thread whose question offers "cancel" but can no
+    longer be answered (its deadline passed): they mean the run, and it is cancelled, rather
+    than refused as an answer with nothing said of how to cancel."""
+    async with slack_world(tmp_path, resume_or_cancel_script()) as world:
+        mention = await world.mention("migrate the orders table")
+        await world.card(ids.CHOOSE)
+        await world.settled()
+        run_id = (await world.chat.recent(1))[0].id
+        await world.later(2 * 3600)  # past deadlines.wait_user, before anything expired it
+
+        await world.mention("cancel", user=ONCALL, thread_ts=str(mention["ts"]))
+        note = await world.ephemeral_to(ONCALL)
+        await world.settled()
+
+        assert note.args["text"] == "cancelled"
+        view = await world.chat.status(run_id)
+        assert view.record.status.value == "cancelled"
+        (request,) = await world.chat.requests_of(run_id)
+        assert request.decision is None or request.decision.text != "cancel"
