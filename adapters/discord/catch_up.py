@@ -13,9 +13,10 @@ In a thread whose run waits on a question, a plain reply from within the window 
 too (it may be the answer; the client lets it answer only a question asked before it was said).
 An older reply is left: it is addressed to nobody, so telling its author would be noise, and
 the question still waits, its card and reminders still ask for it. Other threads' chatter is
-not read at all. A message edited since it was said is left: live, an edit acts on nothing (a
-mention edited into a message while connected was never one), and what it said when it was
-said is not known.
+not read at all, nor is a message of no person's (a webhook's, or Discord's own). Each author
+is looked up as a member once a read back. A message edited since it was said is left: live,
+an edit acts on nothing (a mention edited into a message while connected was never one), and
+what it said when it was said is not known.
 """
 
 from __future__ import annotations
@@ -45,6 +46,16 @@ TOLD_WITHIN = timedelta(hours=24)
 def delivery_key(message_id: int) -> str:
     """The key that marks a Discord message taken, by any replica, for good."""
     return f"discord:{message_id}"
+
+
+# What a person posts: a message or a reply. Every other type is Discord's own (a pin, a join,
+# a thread's starter), and a webhook's message is nobody's, whatever name it shows.
+PEOPLES_TYPES = frozenset({discord.MessageType.default, discord.MessageType.reply})
+
+
+def said_by_a_person(message: discord.Message) -> bool:
+    """Whether ``message`` is a person's: not a bot's, not a webhook's, not Discord's own."""
+    return not message.author.bot and message.webhook_id is None and message.type in PEOPLES_TYPES
 
 
 def missed_note(age: timedelta) -> str:
@@ -77,6 +88,9 @@ class CatchUp:
         self._handle = handle
         self._stopping = stopping
         self._question = question
+        # Each author's member, looked up once a read back (None: Discord did not say): the
+        # same person's mentions and replies, taken before or not, ask nothing more.
+        self._members: dict[tuple[int, int], discord.Member | None] = {}
 
     async def run(self) -> int:
         """Read every place back; how many messages were handed on (taken or not)."""
@@ -131,7 +145,7 @@ class CatchUp:
             async for message in place.history(limit=MESSAGES_READ):  # newest first
                 if message.created_at < since:
                     break
-                if me is None or message.author.bot or message.edited_at is not None:
+                if me is None or not said_by_a_person(message) or message.edited_at is not None:
                     continue  # an edit acts on nothing live, and what it replaced is unknown
                 if _mentions_me(message, me.id) or _replies(message, replies_since):
                     found.append(message)
@@ -159,12 +173,25 @@ class CatchUp:
         guild = message.guild
         if guild is None or isinstance(message.author, discord.Member):
             return message
+        key = (guild.id, message.author.id)
+        if key not in self._members:
+            self._members[key] = await self._fetch_member(guild, message)
+        member = self._members[key]
+        if member is None:
+            return None
+        message.author = member
+        return message
+
+    async def _fetch_member(
+        self, guild: discord.Guild, message: discord.Message
+    ) -> discord.Member | None:
+        """The author of ``message`` as a member of ``guild``, asked of Discord; None when it
+        does not say (the author left, or a long rate limit)."""
         try:
-            message.author = await guild.fetch_member(message.author.id)
+            return await guild.fetch_member(message.author.id)
         except (discord.HTTPException, discord.RateLimited) as exc:
             log.warning("discord: the author of message %s as a member: %s", message.id, exc)
             return None
-        return message
 
     async def _tell_missed(
         self, message: discord.Message, age: timedelta, *, say: bool = True

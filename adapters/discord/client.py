@@ -30,7 +30,7 @@ import discord
 from discord import app_commands
 
 from adapters.discord import ids
-from adapters.discord.catch_up import CatchUp, delivery_key
+from adapters.discord.catch_up import CatchUp, delivery_key, said_by_a_person
 from adapters.discord.look import (
     DiscordLook,
     arguments_messages,
@@ -226,7 +226,7 @@ class KestrelDiscord(discord.Client):
     async def on_message(self, message: discord.Message, *, missed: bool = False) -> None:
         """A mention starts or continues a thread's conversation; a thread reply may answer.
         ``missed``: read back from history after a gap, not just said."""
-        if message.author.bot or message.guild is None or self.user is None:
+        if not said_by_a_person(message) or message.guild is None or self.user is None:
             return
         me = self.user.id
         try:

@@ -443,3 +443,69 @@ async def test_an_author_of_several_missed_mentions_is_told_once(tmp_path: Path)
         async with discord_world(tmp_path, restart_script(), fake=fake) as third:
             await third.quiet(again)
         assert len(notes()) == 3
+
+
+async def test_each_author_is_looked_up_once_a_read_back(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """History gives authors without their roles, so a read back asks Discord for each
+    author's member: once per author, however many of their messages it finds (one taken
+    before the restart among them), not once per message at every restart."""
+    async with FakeDiscord() as fake:
+        async with discord_world(tmp_path, restart_script(), fake=fake) as first:
+            await first.mention("checkout is failing")
+            await first.card("approve")
+            await first.settled()
+        asked = [fake.post(missed("status", minutes_ago=n)) for n in (3, 2, 1)]
+        other = fake.post(missed("status", author="1500", minutes_ago=2))
+        caplog.set_level("INFO", logger="kestrel.discord")
+        async with discord_world(tmp_path, restart_script(), fake=fake) as second:
+            await until(lambda: "read back after connecting" in caplog.text, timeout=10)
+            await second.settled()
+
+            lookups = fake.calls_to("GET", r"/guilds/\d+/members/\d+")
+            looked_up = sorted(call.path.rsplit("/", 1)[-1] for call in lookups)
+            assert looked_up == sorted([REQUESTER, "1500"])
+            # Each was still handled as a live one: told there is no run outside a thread.
+            for message in [*asked, other]:
+                replies = fake.calls_to("POST", rf"/channels/{p.CHANNEL_ID}/messages")
+                to = [c for c in replies if _replies_to(c, message)]
+                assert len(to) == 1, message["id"]
+
+
+@pytest.mark.parametrize(
+    "made",
+    [
+        pytest.param({"webhook_id": "1700"}, id="a webhook's"),
+        pytest.param({"type": 6}, id="Discord's own (a pin)"),
+    ],
+)
+async def test_a_message_of_no_person_is_not_read_back(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, made: dict[str, Any]
+) -> None:
+    """A webhook's message (anyone holding its URL picks the name it shows) and Discord's own
+    messages mention Kestrel on behalf of nobody: read back, they start no run and get no
+    reply, and their "author" is not looked up."""
+    async with FakeDiscord() as fake:
+        async with discord_world(tmp_path, restart_script(), fake=fake) as first:
+            await first.mention("checkout is failing")
+            await first.card("approve")
+            await first.settled()
+        data = p.message_create(author_id="1700", content=f"<@{p.BOT_ID}> restart payments", **made)
+        posted = fake.post(said_ago(data, 1))
+        caplog.set_level("INFO", logger="kestrel.discord")
+        async with discord_world(tmp_path, restart_script(), fake=fake) as second:
+            await until(lambda: "read back after connecting" in caplog.text, timeout=10)
+            await second.settled()
+
+            assert thread_starts(fake, posted) == []
+            replies = fake.calls_to("POST", rf"/channels/{p.CHANNEL_ID}/messages")
+            assert [c for c in replies if _replies_to(c, posted)] == []
+            assert fake.calls_to("GET", r"/guilds/\d+/members/1700") == []
+            assert len(await second.chat.recent(5)) == 1
+
+
+def _replies_to(call: Call, message: dict[str, Any]) -> bool:
+    """Whether ``call`` posted a reply to ``message``."""
+    reference = (call.json or {}).get("message_reference") or {}
+    return str(reference.get("message_id")) == str(message["id"])

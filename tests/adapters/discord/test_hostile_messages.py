@@ -27,6 +27,20 @@ async def test_bots_and_webhooks_do_not_start_runs(tmp_path: Path) -> None:
         assert _threads(world.discord) == [] and await world.chat.recent(5) == []
 
 
+async def test_a_webhook_without_the_bot_flag_and_discords_own_messages_start_no_run(
+    tmp_path: Path,
+) -> None:
+    """A webhook's message is nobody's (whoever holds its URL picks the name and the words),
+    whether or not Discord flags its author a bot; a message of Discord's own (a pin) is
+    nobody's request either."""
+    async with discord_world(tmp_path, restart_script()) as world:
+        hook = await world.mention("restart checkout", user="4343", webhook_id="4343")
+        pin = await world.mention("restart checkout", user="4444", type=6)
+        await world.quiet(hook)
+        await world.quiet(pin)
+        assert _threads(world.discord) == [] and await world.chat.recent(5) == []
+
+
 async def test_everyone_alone_does_not_start_a_run(tmp_path: Path) -> None:
     async with discord_world(tmp_path, restart_script()) as world:
         data = p.message_create(content="@everyone deploy at 5", mentions=[])
