@@ -44,7 +44,7 @@ from bot.chat.conversation import (
 from bot.chat.inbound import Accepted, Delivery
 from bot.chat.service import ChatService, PendingRequest
 from bot.chat.threads import ThreadRenderer
-from bot.chat.words import NOT_AN_OPTION, NOT_RECORDED, STORE_DOWN, chosen_option, thread_of
+from bot.chat.words import NOT_AN_OPTION, NOT_RECORDED, chosen_option, thread_of
 from bot.domain import DecisionKind, Session
 
 log = logging.getLogger("kestrel.slack")
@@ -372,7 +372,7 @@ class SlackListeners:
             await work
         except StoreError as exc:
             log.error("slack: the store failed: %s", exc)
-            await respond(text=ephemeral_text(STORE_DOWN))
+            await respond(text=ephemeral_text(store_note(exc)))
 
     async def _command_runs(self, command: dict[str, Any], respond: Respond) -> None:
         actor = await self._command_actor(command)

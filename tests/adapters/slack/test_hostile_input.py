@@ -17,6 +17,7 @@ from tests.fakes.slack_client import app_mention, message, slash_command
 from tests.fakes.slack_world import (
     APPROVER,
     CHANNEL,
+    ONCALL,
     REQUESTER,
     SECRET,
     SlackWorld,
@@ -301,3 +302,23 @@ async def test_hostile_a_click_on_a_run_whose_journal_cannot_be_read_names_it(
         note = await world.ephemeral_to(APPROVER)
         unreadable = f"run '{run_id}': journal entry at seq 1 is unreadable"
         assert note.args["text"] == f"{unreadable}: Input data was truncated"
+
+
+@pytest.mark.parametrize("verb", ["status", "cancel", "resume"])
+async def test_hostile_a_slash_command_on_a_run_whose_journal_cannot_be_read_names_it(
+    tmp_path: Path, verb: str
+) -> None:
+    """``/kestrel status|cancel|resume RUN`` on a run whose journal was cut short on disk is
+    told which entry cannot be read (as Discord's are), not that the store did not answer."""
+    async with slack_world(tmp_path, restart_script()) as world:
+        await world.mention("checkout is failing")
+        await world.card()
+        await world.settled()
+        run_id = (await world.chat.recent(1))[0].id
+        with sqlite3.connect(tmp_path / "kestrel.db") as conn:
+            cut = "UPDATE journal SET body = substr(body, 1, 20) WHERE run_id = ? AND seq = 1"
+            conn.execute(cut, (run_id,))
+        await world.sender.command(slash_command(ONCALL, f"{verb} {run_id}"))
+        replies = await world.api.wait_for("response_url")
+        unreadable = f"run '{run_id}': journal entry at seq 1 is unreadable"
+        assert replies[0].args["text"] == f"{unreadable}: Input data was truncated"
