@@ -114,7 +114,11 @@ class SlackListeners:
     # --- messages ---------------------------------------------------------------------
 
     async def on_app_mention(self, event: dict[str, Any], body: dict[str, Any]) -> None:
-        """A message that mentions the bot: a turn, a thread command, or an answer."""
+        """A message that mentions the bot: a turn, a thread command, or an answer. Not an
+        edit (Slack sends one that mentions the bot as ``app_mention`` too): what a message said
+        when it was said stands, and an old message edited would act unseen, high in a thread."""
+        if event.get("edited"):
+            return
         await self._accept_mention(event, _team_of(body, event))
 
     async def _accept_mention(self, event: dict[str, Any], team: str) -> None:

@@ -88,6 +88,17 @@ async def test_hostile_bots_edits_and_userless_messages_never_answer(tmp_path: P
                 "message": {"user": REQUESTER, "text": f"<@{bot}> cancel", "ts": thread},
                 "ts": "1700000999.000200",
             },
+            # ... and as an app_mention of the old message, marked edited: an edit acts on
+            # nothing (what a message said when it was said stands, as in Discord)
+            {
+                "type": "app_mention",
+                "user": REQUESTER,
+                "text": f"<@{bot}> cancel",
+                "channel": CHANNEL,
+                "ts": "1700000999.000300",
+                "thread_ts": thread,
+                "edited": {"user": REQUESTER, "ts": "1700001999.000000"},
+            },
         ]
         for event in odd:
             response = await world.sender.event(event)
