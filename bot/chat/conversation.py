@@ -142,13 +142,18 @@ class Conversation:
 
     async def question(self, session: Session) -> Request | None:
         """The question the thread's run waits on, if any: a plain reply answers it. None for
-        a run whose journal cannot be read (its thread's replies are then taken as chatter)."""
+        a run whose journal cannot be read (its thread's replies are then taken as chatter).
+        Asked of every message in a thread: the journal is read only when the thread's newest
+        run has not ended (one that ended waits on nothing)."""
+        unfinished = await self._chat.unfinished(session, look_back=1)
+        if unfinished is None:
+            return None
         try:
-            latest = await self._chat.latest(session)
+            view = await self._chat.status(unfinished.id)
         except UnreadableJournal as exc:
             log.warning("a reply in %s answers nothing: %s", session.id, exc)
             return None
-        return waiting_question(latest) if latest is not None else None
+        return waiting_question(view)
 
     async def answered_by(self, session: Session, pinned: str = "") -> str:
         """The request a plain thread reply answers: ``pinned``, the question open when the

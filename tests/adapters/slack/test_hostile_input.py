@@ -333,3 +333,25 @@ async def test_hostile_a_slash_command_on_a_run_whose_journal_cannot_be_read_nam
         replies = await world.api.wait_for("response_url")
         unreadable = f"run '{run_id}': journal entry at seq 1 is unreadable"
         assert replies[0].args["text"] == f"{unreadable}: Input data was truncated"
+
+
+async def test_hostile_chatter_in_the_thread_of_an_ended_run_reads_no_journal(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every reply in a thread asks whether the thread's run waits on a question: for a run
+    that ended, its journal is not read (a busy thread read it whole for each message), so
+    even one that can no longer be read costs, and says, nothing."""
+    async with slack_world(tmp_path, [{"text": "Checkout is fine."}]) as world:
+        mention = await world.mention("how is checkout?")
+        await world.answer_posted()
+        await world.settled()
+        run_id = (await world.chat.recent(1))[0].id
+        with sqlite3.connect(tmp_path / "kestrel.db") as conn:
+            cut = "UPDATE journal SET body = substr(body, 1, 20) WHERE run_id = ? AND seq = 1"
+            conn.execute(cut, (run_id,))
+        caplog.set_level("INFO")
+        for said in ("thanks!", "nice"):
+            await world.reply(said, user=REQUESTER, thread_ts=str(mention["ts"]))
+        await world.settled()
+        assert "unreadable" not in caplog.text
+        assert world.api.calls_to("chat.postEphemeral") == []
