@@ -227,12 +227,8 @@ class SlackListeners:
         self, action_id: str, body: dict[str, Any], action: dict[str, Any]
     ) -> tuple[Outcome, SlackThread, str]:
         thread, actor = await self._clicked(body)
-        try:
-            outcome = await self._click_outcome(action_id, action, actor, _card_of_action(body))
-        except StoreError as exc:
-            # Slack never sends a click again: the clicker must not believe it counted.
-            log.error("slack: the store failed: %s", exc)
-            outcome = Outcome(note=store_note(exc, NOT_RECORDED))
+        card = _card_of_action(body)
+        outcome = await _said(self._click_outcome(action_id, action, actor, card))
         return outcome, thread, actor.user
 
     async def _click_outcome(
@@ -327,9 +323,8 @@ class SlackListeners:
         user = body.get("user") or {}
         actor = await self._actor(str(user.get("id", "")), thread, user.get("team_id", ""))
         text = _input_value(view, block, action)
-        outcome = await self._talk.decide(
-            origin.request_id, kind, actor, text=text, card=origin.card
-        )
+        deciding = self._talk.decide(origin.request_id, kind, actor, text=text, card=origin.card)
+        outcome = await _said(deciding)
         if outcome.note:
             await ack(response_action="errors", errors={block: outcome.note})
             return
@@ -484,6 +479,17 @@ class SlackListeners:
         except Exception:
             log.exception("slack: handling a request failed")
         return None
+
+
+async def _said(deciding: Awaitable[Outcome]) -> Outcome:
+    """A click's or a form's outcome; a store failure under it becomes what its author is told
+    (Slack never sends either again: they must not believe it counted, nor see only "trouble
+    connecting")."""
+    try:
+        return await deciding
+    except StoreError as exc:
+        log.error("slack: the store failed: %s", exc)
+        return Outcome(note=store_note(exc, NOT_RECORDED))
 
 
 def _session(thread: SlackThread) -> Session | None:

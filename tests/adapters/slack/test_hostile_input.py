@@ -13,7 +13,7 @@ import pytest
 
 from adapters.slack import ids
 from bot.domain import RequestStatus
-from tests.fakes.slack_client import app_mention, message, slash_command
+from tests.fakes.slack_client import app_mention, message, slash_command, view_submission
 from tests.fakes.slack_world import (
     APPROVER,
     CHANNEL,
@@ -355,3 +355,27 @@ async def test_hostile_chatter_in_the_thread_of_an_ended_run_reads_no_journal(
         await world.settled()
         assert "unreadable" not in caplog.text
         assert world.api.calls_to("chat.postEphemeral") == []
+
+
+async def test_hostile_a_form_on_a_run_whose_journal_cannot_be_read_names_it(
+    tmp_path: Path,
+) -> None:
+    """The Answer form, submitted on a run whose journal was cut short on disk after it
+    opened: the form says which entry cannot be read (the answer counted; the run cannot go
+    on until it is repaired), as a click does, instead of Slack's "trouble connecting"."""
+    async with slack_world(tmp_path, question_script()) as world:
+        await _question_open(world)
+        card = await world.card(ids.ANSWER)
+        await world.click(card, ids.ANSWER, user=REQUESTER)
+        modal = (await world.api.wait_for("views.open"))[0].args["view"]
+        run_id = (await world.chat.recent(1))[0].id
+        with sqlite3.connect(tmp_path / "kestrel.db") as conn:
+            cut = "UPDATE journal SET body = substr(body, 1, 20) WHERE run_id = ? AND seq = 1"
+            conn.execute(cut, (run_id,))
+        values = {ids.ANSWER_BLOCK: {ids.ANSWER_ACTION: "ap-south"}}
+        submitted = view_submission(REQUESTER, ids.ANSWER_MODAL, modal["private_metadata"], values)
+        response = await world.sender.action(submitted)
+        assert response.status == 200 and response.json is not None
+        unreadable = f"run '{run_id}': journal entry at seq 1 is unreadable"
+        shown = response.json["errors"][ids.ANSWER_BLOCK]
+        assert shown == f"{unreadable}: Input data was truncated"
