@@ -55,7 +55,7 @@ from bot.chat.inbound import Accepted, Delivery, TryLater
 from bot.chat.lifecycle import PlatformLife
 from bot.chat.links import RunLink
 from bot.chat.service import ChatService
-from bot.chat.words import NOT_AN_OPTION, NOT_RECORDED, chosen_option, thread_of
+from bot.chat.words import NOT_AN_OPTION, NOT_RECORDED, STORE_DOWN, chosen_option, thread_of
 from bot.domain import DecisionKind, Request, Session
 from bot.user_agent import USER_AGENT
 
@@ -480,8 +480,12 @@ class KestrelDiscord(discord.Client):
         self, interaction: discord.Interaction, request_id: str, kind: DecisionKind
     ) -> None:
         """Deny and Answer: check, then open the form (a modal must be the first response)."""
-        actor = await self.actor_for(interaction, request_id)
-        refusal = await self.chat.check(request_id, kind, user=actor) if actor else None
+        try:
+            actor = await self.actor_for(interaction, request_id)
+            refusal = await self.chat.check(request_id, kind, user=actor) if actor else None
+        except StoreError as exc:
+            await _say_store_failed(interaction, f"{kind.value} form", exc, NOT_RECORDED)
+            return
         if actor is None or refusal is not None:
             note = refusal.reason if refusal is not None else NOT_HERE
             await interaction.response.send_message(note, ephemeral=True)
@@ -648,7 +652,11 @@ class ChooseButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=ids.
             index = int(chosen) if re.fullmatch(r"[0-9]{1,3}", chosen) else -1
         # Only the option's text is read here; where the click came from is checked (and a
         # refusal audited) as the answer is decided, as for any button of the card.
-        view = await client.chat.request(self.request_id)
+        try:
+            view = await client.chat.request(self.request_id)
+        except StoreError as exc:
+            await _say_store_failed(interaction, "an option", exc, NOT_RECORDED)
+            return
         option = chosen_option(view.request.options if view else (), index)
         if option is None:
             await interaction.response.send_message(NOT_AN_OPTION, ephemeral=True)
@@ -765,11 +773,18 @@ async def _operate(interaction: discord.Interaction, verb: str, run: str | None)
         await _say_store_failed(interaction, f"/kestrel {verb}", exc)
 
 
-async def _say_store_failed(interaction: discord.Interaction, what: str, exc: StoreError) -> None:
-    """Answer a deferred interaction the store failed under: without a follow-up the person
-    sees "thinking…" for ever."""
+async def _say_store_failed(
+    interaction: discord.Interaction, what: str, exc: StoreError, down: str = STORE_DOWN
+) -> None:
+    """Answer an interaction the store failed under (``down``: what to say of a store that
+    did not answer): deferred, without a follow-up the person sees "thinking…" for ever; not
+    yet, without a response Discord says "This interaction failed"."""
     log.error("discord: %s: the store failed: %s", what, exc)
-    await interaction.followup.send(note_text(store_note(exc)), ephemeral=True)
+    text = note_text(store_note(exc, down))
+    if interaction.response.is_done():
+        await interaction.followup.send(text, ephemeral=True)
+    else:
+        await interaction.response.send_message(text, ephemeral=True)
 
 
 async def _operate_deferred(interaction: discord.Interaction, verb: str, run: str | None) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from bot.chat.words import NOT_RECORDED
 from bot.domain import RequestStatus, Session
 from bot.people.policy import Actor
 from bot.prompter import DeferringPrompter
@@ -441,3 +442,27 @@ async def test_full_arguments_the_store_fails_under_are_answered_not_left_thinki
             with sqlite3.connect(tmp_path / "kestrel.db") as conn:
                 conn.execute("ALTER TABLE requests_away RENAME TO requests")
         assert told == "Kestrel's store did not answer: try again in a moment."
+
+
+@pytest.mark.parametrize("kind", ["deny", "choose"])
+async def test_a_form_or_an_option_the_store_fails_under_is_answered_not_failed(
+    tmp_path: Path, kind: str
+) -> None:
+    """Deny (a form to open) and an option (its words to read) read the request before they
+    answer Discord: with the store failing under that read (here the requests' table gone
+    from under it), the clicker is told so, instead of "This interaction failed" and a
+    traceback in the log."""
+    script = restart_script() if kind == "deny" else select_script(3)
+    async with discord_world(tmp_path, script) as world:
+        await world.mention("checkout is failing")
+        card = await world.card(kind)
+        await world.settled()
+        with sqlite3.connect(tmp_path / "kestrel.db") as conn:
+            conn.execute("ALTER TABLE requests RENAME TO requests_away")
+        try:
+            click = await world.click(card, kind, user=REQUESTER)
+            told = await said(world, click)
+        finally:
+            with sqlite3.connect(tmp_path / "kestrel.db") as conn:
+                conn.execute("ALTER TABLE requests_away RENAME TO requests")
+        assert told == NOT_RECORDED
