@@ -392,6 +392,10 @@ class KestrelDiscord(discord.Client):
                 name=name, auto_archive_duration=THREAD_ARCHIVE_MINUTES
             )
         except (discord.HTTPException, discord.RateLimited) as exc:
+            if isinstance(exc, discord.NotFound) and exc.code == UNKNOWN_MESSAGE:
+                # Deleted as it came: it asks nothing any more, and has nothing to reply to.
+                log.info("discord: message %s was deleted before its thread started", message.id)
+                return None
             log.warning("discord: cannot start a thread in %s: %s", message.channel.id, exc)
             await message.reply(_no_thread(exc), mention_author=False)
             return None
@@ -946,6 +950,7 @@ def _form_text(data: dict[str, Any]) -> str:
 
 
 UNKNOWN_INTERACTION = 10062
+UNKNOWN_MESSAGE = 10008
 
 
 async def _deferred(interaction: discord.Interaction) -> bool:

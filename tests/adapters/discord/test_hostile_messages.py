@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.fakes import discord_payloads as p
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.discord_world import ONCALL, REQUESTER, discord_world
@@ -195,3 +197,22 @@ async def test_a_command_or_a_bare_mention_in_a_channel_starts_no_thread(tmp_pat
         assert len(told) == 3, told
         assert told[0].startswith("There is no run here: mention me with `status` in a run's")
         assert told[2].startswith("Mention me with what you need")
+
+
+async def test_a_mention_deleted_as_it_came_gets_no_reply(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A mention deleted before Kestrel starts its thread (Discord: Unknown Message) asked
+    nothing any more: no thread, no run, and no "I could not start a thread here" posted in
+    the channel (nor a reply to a message that is gone, which fails with a traceback)."""
+    async with FakeDiscord() as fake, discord_world(tmp_path, restart_script(), fake=fake) as world:
+        threads = r"/channels/\d+/messages/\d+/threads"
+        fake.fail("POST", threads, status=404, code=10008, message="Unknown Message")
+        caplog.set_level("INFO", logger="kestrel.discord")
+        said = await world.mention("checkout is failing")
+        await fake.wait_for(f"POST /channels/{p.CHANNEL_ID}/messages/{said['id']}/threads")
+        await world.quiet(said)
+        await world.settled()
+        posts = fake.calls_to("POST", rf"/channels/{p.CHANNEL_ID}/messages")
+        assert posts == [] and await world.chat.recent(5) == []
+        assert "deleted" in caplog.text and "Traceback" not in caplog.text
