@@ -504,8 +504,8 @@ class FakeDiscord:
         owner_id: str | None = None,
         type: int = p.PUBLIC_THREAD,
     ) -> dict[str, Any]:
-        """Seed a thread under ``parent_id`` (no event is sent; active threads are in the
-        GUILD_CREATE of later connections). Returns the stored thread object."""
+        """Seed a thread under ``parent_id``, its owner a member (no event is sent; active
+        threads are in the GUILD_CREATE of later connections). Returns the stored thread."""
         parent = self.channels[str(parent_id)]
         thread = p.thread_channel(
             thread_id,
@@ -518,6 +518,8 @@ class FakeDiscord:
             locked=locked,
         )
         self.channels[thread["id"]] = thread
+        # Discord makes whoever starts a thread one of its members.
+        self.thread_members.setdefault(thread["id"], set()).add(str(thread["owner_id"]))
         return thread
 
     def archive(self, thread_id: str, *, locked: bool = False) -> dict[str, Any]:

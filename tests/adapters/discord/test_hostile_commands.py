@@ -10,7 +10,8 @@ from bot.domain import Session
 from bot.people.policy import Actor
 from bot.prompter import DeferringPrompter
 from tests.fakes import discord_payloads as p
-from tests.fakes.discord_world import ONCALL, DiscordWorld, discord_world
+from tests.fakes.discord_api import FakeDiscord
+from tests.fakes.discord_world import ONCALL, REQUESTER, DiscordWorld, discord_world
 from tests.fakes.slack_world import restart_script
 from tests.fakes.waiting import until
 
@@ -120,3 +121,53 @@ async def test_a_run_named_by_marks_alone_is_not_the_threads_run(tmp_path: Path)
         )
         assert shown == "There is no run ` in this server.", shown
         assert (await world.chat.status(run)).record.status.value == "suspended"
+
+
+async def test_a_run_of_a_private_thread_is_not_shown_to_those_outside_it(
+    tmp_path: Path,
+) -> None:
+    """A private thread is seen by its members (and moderators) alone, though everyone sees
+    the channel it belongs to: its run's status and requests are not shown to someone of
+    that channel who is not in it, as its messages are not; inside it, they are."""
+    async with FakeDiscord() as fake:
+        private = fake.add_thread(owner_id=REQUESTER, type=p.PRIVATE_THREAD, name="incident")
+        # Nobody but moderators manages threads there (the fake's @everyone may, elsewhere).
+        manage_threads = 1 << 34
+        everyone = {"id": p.GUILD_ID, "type": 0, "allow": "0", "deny": str(manage_threads)}
+        fake.channels[p.CHANNEL_ID]["permission_overwrites"] = [everyone]
+        async with discord_world(tmp_path, restart_script(), fake=fake) as world:
+            await world.mention("checkout is failing", channel=private["id"])
+            await world.card("approve")
+            await world.settled()
+            run = (await world.chat.recent(1))[0].id
+            args = {"guild": p.GUILD_ID, "user": STRANGER}
+            shown = await _command(world, "status", channel=p.CHANNEL_ID, run=run, **args)
+            assert "restart_service" not in shown, shown
+            listed = await _command(world, "runs", channel=p.CHANNEL_ID, **args)
+            assert "restart_service" not in listed, listed
+            inside = await _command(world, "status", channel=private["id"], run=run, **args)
+            assert "restart_service" in inside, inside
+
+
+async def test_a_run_of_an_archived_private_thread_is_shown_to_its_owner_only(
+    tmp_path: Path,
+) -> None:
+    """A private thread archived when Kestrel connected is not in its cache: it is asked of
+    Discord what the thread is, rather than taken for its (visible) channel."""
+    async with FakeDiscord() as fake:
+        private = fake.add_thread(owner_id=REQUESTER, type=p.PRIVATE_THREAD, name="incident")
+        manage_threads = 1 << 34
+        everyone = {"id": p.GUILD_ID, "type": 0, "allow": "0", "deny": str(manage_threads)}
+        fake.channels[p.CHANNEL_ID]["permission_overwrites"] = [everyone]
+        async with discord_world(tmp_path, restart_script(), fake=fake) as first:
+            await first.mention("checkout is failing", channel=private["id"])
+            await first.card("approve")
+            await first.settled()
+            run = (await first.chat.recent(1))[0].id
+        fake.archive(private["id"])
+        async with discord_world(tmp_path, restart_script(), fake=fake) as second:
+            args = {"guild": p.GUILD_ID, "channel": p.CHANNEL_ID, "run": run}
+            shown = await _command(second, "status", user=STRANGER, **args)
+            assert "restart_service" not in shown, shown
+            owner = await _command(second, "status", user=REQUESTER, **args)
+            assert "restart_service" in owner, owner

@@ -208,3 +208,28 @@ async def test_socket_mode_takes_a_retried_envelope_once(tmp_path: Path) -> None
             assert await _runs(world) == 1
         finally:
             await adapter.stop()
+
+
+async def test_a_guests_mention_in_a_shared_channel_is_a_run_of_our_workspace(
+    tmp_path: Path,
+) -> None:
+    """In a Slack Connect channel, an event said by a guest may come with the guest's own
+    workspace as its ``team_id`` (the installation is in ``authorizations``): the run it
+    starts still lives in the thread as our people see it, so our approver's click on its
+    card counts, and a mention of ours in the thread is about that same run."""
+    policy = {"requesters": ["U0GUEST"]}
+    home = [{"team_id": "T0001", "user_id": "UBOT", "is_bot": True}]
+    async with slack_world(tmp_path, restart_script(), extra_policy=policy) as world:
+        guest = app_mention("U0GUEST", "checkout is failing", user_team="T0OTHER")
+        guest["team"] = "T0OTHER"
+        await world.sender.event(
+            guest, team="T0OTHER", authorizations=home, is_ext_shared_channel=True
+        )
+        card = await world.card()
+        await world.settled()
+        await world.mention("status", user=ONCALL, thread_ts=guest["ts"])
+        status = await world.ephemeral_to(ONCALL)
+        assert "suspended" in json.dumps(status.args)
+        await world.click(card, ids.APPROVE_ONCE, user=APPROVER)
+        await world.answer_posted()
+        assert world.executions == ["checkout"]
