@@ -139,9 +139,8 @@ class Health:
         return True, f"the event loop answers ({late:.3f} s late)"
 
     async def check(self) -> Readiness:
-        """Every check, each within ``CHECK_SECONDS``; kept as ``latest`` for the gauges. What
-        ``/readyz`` withholds of a problem is logged when it appears or changes, not at each
-        probe."""
+        """Every check, each within ``CHECK_SECONDS``; kept as ``latest`` for the gauges, and
+        what changed logged (``_tell``)."""
         found: dict[str, Problem] = {}
         if self.stopping:
             found["shutdown"] = Problem(STOPPING, STOPPING)
@@ -158,16 +157,30 @@ class Health:
             connected[name] = not said
             if said:
                 found[name] = said
-        before = self.latest.problems
-        for name, problem in found.items():
-            if problem.detail != problem.said and before.get(name) != problem.detail:
-                log.warning("not ready: %s: %s", name, problem.detail)
+        self._tell(found)
         self.latest = Readiness(
             problems={name: problem.detail for name, problem in found.items()},
             connected=connected,
             said={name: problem.said for name, problem in found.items()},
         )
         return self.latest
+
+    def _tell(self, found: dict[str, Problem]) -> None:
+        """Log what ``/readyz`` withholds of a problem when it appears or its kind changes, and
+        its end: not at each probe, as a store's error reads differently from one try to the
+        next through an outage (a reset, a lost connection, a refusal)."""
+        before = self.latest
+        for name, problem in found.items():
+            if problem.detail != problem.said and before.said.get(name) != problem.said:
+                log.warning("not ready: %s: %s", name, problem.detail)
+        ended = [
+            name
+            for name, detail in before.problems.items()
+            if name not in found and detail != before.said[name]
+        ]
+        if ended:
+            still = f"still not ready: {', '.join(found)}" if found else "ready"
+            log.warning("%s: fine again (%s)", ", ".join(ended), still)
 
     async def _store_problem(self) -> Problem | None:
         try:

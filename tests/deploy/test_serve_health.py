@@ -26,7 +26,9 @@ from tests.fakes.serving import free_port, log_records, serve_env, start_serve, 
 from tests.fakes.slack_api import FakeSlackApi, events_api_envelope
 from tests.fakes.slack_client import app_mention, event_callback
 from tests.fakes.slack_world import REQUESTER, write_config
+from tests.fakes.tcp_proxy import proxied_dsn
 from tests.fakes.waiting import until
+from tests.storage.conftest import postgres_dsn, postgres_schema
 
 # Each from a file (NAME_FILE), as Docker and Kubernetes secrets are, with a trailing newline.
 IN_FILES = {
@@ -267,3 +269,46 @@ async def test_readiness_says_which_check_failed_and_its_detail_to_operators_alo
     said = [line for line in err.splitlines() if "not ready: store:" in line]
     assert len(said) == 1, err
     assert str(journal) in said[0]
+
+
+async def test_a_postgresql_outage_is_logged_once_by_readiness_and_its_end_too(
+    tmp_path: Path,
+) -> None:
+    dsn = postgres_dsn()
+    config = tmp_path / "kestrel.yaml"
+    config.write_text("tools: []\n")
+    token = "operator-token-9c4e2a6b8d"
+    async with postgres_schema(dsn) as schema, proxied_dsn(dsn) as (proxied, proxy):
+        env = serve_env(
+            config,
+            "http://127.0.0.1:9",
+            KESTREL_DATABASE_URL=f"{proxied}?schema={schema}",
+            KESTREL_WEB_TOKEN=token,
+            KESTREL_DATABASE_TIMEOUT_SECONDS="1",
+        )
+        port = free_port()
+        process = start_serve(tmp_path, port, env)
+        try:
+            await wait_healthy(port, process)
+            await until(lambda: _status_is(port, "/readyz", 200), timeout=20)
+            proxy.cut()  # connections reset, new ones refused: the error reads as either
+            await until(lambda: _problems_when_down(port, "/readyz"), timeout=20)
+            for _ in range(5):  # probes, as a kubelet's and a balancer's come
+                assert (await readyz(port, "/readyz"))[0] == 503
+            proxy.restore()
+            proxy.hold()  # then a network that passes nothing: the error reads otherwise
+            await until(lambda: _detail_says(port, token, "no answer within"), timeout=20)
+            proxy.restore()
+            await until(lambda: _status_is(port, "/readyz", 200), timeout=30)
+        finally:
+            process.send_signal(signal.SIGTERM)
+            _, err = await asyncio.to_thread(process.communicate, timeout=40)
+    told = [line for line in err.splitlines() if " kestrel.health: " in line]
+    assert len([line for line in told if "not ready: store: unreachable" in line]) == 1, err
+    assert len([line for line in told if "store: fine again" in line]) == 1, err
+    assert "Traceback" not in err
+
+
+async def _detail_says(port: int, token: str, words: str) -> bool:
+    status, body = await readyz(port, "/readyz", token)
+    return status == 503 and words in json.dumps(body)
