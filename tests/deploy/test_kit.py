@@ -18,6 +18,7 @@ import yaml
 from bot import __version__
 from bot.config.settings import Settings, load_settings
 from bot.config.sources import SECRET_FILE_VARIABLES
+from storage.postgres import _MIGRATION_TIMEOUT
 from tests.deploy.kit import (
     CHART,
     COMPOSE,
@@ -145,6 +146,9 @@ def test_the_chart_renders_manifests_kubernetes_accepts(
     assert env["KESTREL_REPLICA__SHUTDOWN_GRACE_SECONDS"]["value"] == str(grace)
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    # Nothing listens until the schema is migrated: the startup probe outlasts a migration.
+    startup = container["startupProbe"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] > _MIGRATION_TIMEOUT
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert container["args"][0] == "serve"
     secret = given.get("secret", {})
