@@ -17,6 +17,9 @@ DOCKERFILE = DEPLOY / "Dockerfile"
 CHART = DEPLOY / "helm" / "kestrel"
 COMPOSE = DEPLOY / "compose.yaml"
 UNIT = DEPLOY / "systemd" / "kestrel.service"
+# The least the chart renders with: the replicas' shared journal.
+DATABASE_URL = "postgresql://kestrel:pw@postgres:5432/kestrel"
+A_DATABASE: dict[str, Any] = {"secret": {"values": {"KESTREL_DATABASE_URL": DATABASE_URL}}}
 
 
 def dockerfile_instructions(path: Path = DOCKERFILE) -> list[tuple[str, str]]:

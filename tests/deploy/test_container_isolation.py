@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from bot.tools.isolation import NOT_CONFINED, Isolation
-from tests.deploy.kit import COMPOSE, one, render_chart
+from tests.deploy.kit import A_DATABASE, COMPOSE, one, render_chart
 from tests.fakes import container
 
 WHY_NOT = container.available()
@@ -32,7 +32,7 @@ def compose_unmasks() -> bool:
 def chart_unmasks() -> bool:
     """Whether the chart's container runs with ``/proc`` unmasked, and in a user namespace of
     its own, without which Kubernetes refuses ``procMount: Unmasked``."""
-    pod: dict[str, Any] = one(render_chart(), "Deployment")["spec"]["template"]["spec"]
+    pod: dict[str, Any] = one(render_chart(A_DATABASE), "Deployment")["spec"]["template"]["spec"]
     (kestrel,) = pod["containers"]
     unmasked = kestrel.get("securityContext", {}).get("procMount") == "Unmasked"
     return unmasked and pod.get("hostUsers") is False

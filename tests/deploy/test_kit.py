@@ -20,8 +20,10 @@ from bot.config.settings import Settings, load_settings
 from bot.config.sources import SECRET_FILE_VARIABLES
 from storage.postgres import _MIGRATION_TIMEOUT
 from tests.deploy.kit import (
+    A_DATABASE,
     CHART,
     COMPOSE,
+    DATABASE_URL,
     DEPLOY,
     DOCKERFILE,
     UNIT,
@@ -35,8 +37,8 @@ from tests.fakes.processes import ROOT
 
 BIN = Path(sys.executable).parent
 KUBERNETES = "1.30.0"
-VALUE_SETS: dict[str, dict[str, Any] | None] = {
-    "defaults": None,
+VALUE_SETS: dict[str, dict[str, Any]] = {
+    "defaults and a database URL": A_DATABASE,
     "everything": {
         "replicaCount": 3,
         "platforms": ["slack", "discord"],
@@ -64,16 +66,32 @@ VALUE_SETS: dict[str, dict[str, Any] | None] = {
         },
         "serviceMonitor": {"enabled": True, "bearerTokenKey": ""},
     },
-    "only a database URL": {
-        "secret": {"values": {"KESTREL_DATABASE_URL": "postgresql://kestrel:pw@pg/kestrel"}}
+    "a database URL from another Secret": {
+        "extraEnv": [
+            {
+                "name": "KESTREL_DATABASE_URL",
+                "valueFrom": {"secretKeyRef": {"name": "pg-app", "key": "uri"}},
+            }
+        ]
+    },
+    "a database in kestrel.yaml (its password in PGPASSFILE)": {
+        "config": "database: postgresql://kestrel@pg/kestrel\ntools: []\n",
     },
     # The chart's list of them is SECRET_FILE_VARIABLES, kept by hand in the template.
     "every secret Kestrel reads from a file": {
-        "secret": {"values": {name: "x" for name in SECRET_FILE_VARIABLES}}
+        "secret": {
+            "values": {"KESTREL_DATABASE_URL": DATABASE_URL}
+            | {name: "x" for name in SECRET_FILE_VARIABLES}
+        }
     },
     "secrets for catalog commands": {
         "secret": {
-            "values": {"SLACK_BOT_TOKEN": "xoxb-1", "GITHUB_TOKEN": "g", "SLACK_BOT_TOKN": "t"}
+            "values": {
+                "KESTREL_DATABASE_URL": DATABASE_URL,
+                "SLACK_BOT_TOKEN": "xoxb-1",
+                "GITHUB_TOKEN": "g",
+                "SLACK_BOT_TOKN": "t",
+            }
         }
     },
 }
@@ -181,6 +199,22 @@ def test_the_chart_renders_manifests_kubernetes_accepts(
         assert endpoint["path"] == "/metrics" and endpoint["port"] == "http"
         assert monitor["spec"]["selector"] == deployment["spec"]["selector"]
     _loads_as_kestrel(documents, tmp_path, monkeypatch)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {},
+        {"secret": {"existingSecret": "team-kestrel", "keys": ["SLACK_BOT_TOKEN"]}},
+        {"config": "database: kestrel.db\n"},
+    ],
+)
+def test_the_chart_refuses_to_render_without_a_shared_database(values: dict[str, Any]) -> None:
+    # Else each pod opened a SQLite journal of its own in /etc/kestrel, on a read-only root.
+    import helm_python
+
+    with pytest.raises(helm_python.HelmRenderError, match="KESTREL_DATABASE_URL=postgresql://"):
+        render_chart(values)
 
 
 def test_the_chart_deploys_the_package_s_version() -> None:

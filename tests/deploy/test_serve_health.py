@@ -17,7 +17,7 @@ from typing import Any
 import aiohttp
 import yaml
 
-from tests.deploy.kit import healthcheck_argv, one, render_chart
+from tests.deploy.kit import A_DATABASE, healthcheck_argv, one, render_chart
 from tests.fakes import discord_payloads as p
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI
@@ -55,7 +55,7 @@ SERVICE_LINKS = {
 def chart_argv(port: int) -> tuple[list[str], dict[str, str]]:
     """The chart's container args for ``slack`` and ``discord`` (on this test's loopback port),
     after the image's entrypoint; and the probes' paths."""
-    values = {"platforms": ["slack", "discord"], "logLevel": "debug"}
+    values = {**A_DATABASE, "platforms": ["slack", "discord"], "logLevel": "debug"}
     container = one(render_chart(values), "Deployment")["spec"]["template"]["spec"]["containers"][0]
     args = [str(arg) for arg in container["args"]]
     args[args.index("--host") + 1] = "127.0.0.1"  # the pod's 0.0.0.0, kept to loopback here

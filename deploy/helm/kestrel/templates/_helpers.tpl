@@ -57,3 +57,17 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The replicas' shared journal must be PostgreSQL: without it each pod kept a SQLite file of
+     its own under /etc/kestrel, which the read-only root refuses (and an emptyDir would lose
+     with the pod, and share with no other replica). Given as the Secret's
+     KESTREL_DATABASE_URL, a variable of extraEnv, or database: postgresql://… in config. */}}
+{{- define "kestrel.requireDatabase" -}}
+{{- $keys := include "kestrel.secretKeys" . | fromYamlArray -}}
+{{- $extra := list -}}
+{{- range .Values.extraEnv }}{{ $extra = append $extra .name }}{{ end -}}
+{{- $inConfig := regexMatch "(?m)^database:\\s*[\"']?postgres(ql)?://" .Values.config -}}
+{{- if not (or (has "KESTREL_DATABASE_URL" $keys) (has "KESTREL_DATABASE_URL" $extra) $inConfig) -}}
+{{- fail "no database: set KESTREL_DATABASE_URL=postgresql://… in the Secret (secret.values, or secret.keys of secret.existingSecret): the replicas share one PostgreSQL journal" -}}
+{{- end -}}
+{{- end -}}
