@@ -119,8 +119,10 @@ def serve(platforms: tuple[str, ...], port: int | None, host: str) -> None:
         taker = WorkTaker(supervisor, rt.store, inbound=front.chat.inbound)
         scheduler = Scheduler(supervisor, settings.deadlines, settings.schedules, store=rt.store)
         stop = asyncio.Event()
+        received: list[int] = []
 
-        def stopping(_signum: int) -> None:
+        def stopping(signum: int) -> None:
+            received.append(signum)
             stop.set()
             front.drain()  # /readyz says 503 at once, even before the listener is up
 
@@ -146,13 +148,21 @@ def serve(platforms: tuple[str, ...], port: int | None, host: str) -> None:
         for line in front.describe():
             log.info("%s", printable(line))  # the names in it come from Slack and Discord
         await stop.wait()
+        grace = settings.replica.shutdown_grace_seconds
+        # Said at once: the drain may take the whole grace, and the orchestrator's kill follows.
+        log.info(
+            "stopping on %s: not ready from now on; handing back %d live run(s), a command"
+            " under way given up to %g s",
+            signal.Signals(received[0]).name,
+            len(supervisor.live),
+            grace,
+        )
         with contextlib.suppress(StoreError):
             # Marked first: through the grace, `kestrel replicas` and a refused resume say that
             # its leases run out rather than that it drives their runs.
             await rt.store.heartbeat(rt.owner, REPLICA_STOPPING)
         taker.stop()
         await scheduler.stop()
-        grace = settings.replica.shutdown_grace_seconds
         for run_id in await supervisor.shutdown(tool_grace=grace, hand_back=True):
             await taker.submit_resume(run_id)  # handed back: another replica goes on
         await front.stop()

@@ -243,6 +243,12 @@ def test_serve_says_it_is_stopping_while_a_command_finishes(folder: Path) -> Non
     wait_until(lambda: [r.stopping for r in asyncio.run(replicas(folder))] == [True], "the mark")
     _, err = serve.communicate(timeout=20)
     assert serve.returncode == 0, err
+    # The operator reads that the drain began, what it holds and for how long, before its end.
+    lines = [line.split(" kestrel.serve: ", 1)[-1] for line in err.splitlines()]
+    began = "stopping on SIGTERM: not ready from now on; handing back 1 live run(s), a command"
+    assert lines.index(f"{began} under way given up to 30 s") < lines.index(
+        "stopped: live runs suspended and their leases released"
+    ), err
 
 
 async def replicas(folder: Path) -> list[Any]:
