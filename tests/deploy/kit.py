@@ -4,7 +4,9 @@ Helm's own engine (its Go SDK, through helm-python-sdk), the compose file."""
 from __future__ import annotations
 
 import json
+import re
 import shlex
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -77,3 +79,15 @@ def one(documents: list[dict[str, Any]], kind: str) -> dict[str, Any]:
     found = [doc for doc in documents if doc["kind"] == kind]
     assert len(found) == 1, [doc["kind"] for doc in documents]
     return found[0]
+
+
+def compose_environment(service: str, variables: Mapping[str, str]) -> dict[str, str]:
+    """A service's ``environment:`` in the compose file, as Compose interpolates it from
+    ``variables`` (``${NAME}``, ``${NAME:?message}``)."""
+    compose = yaml.safe_load(COMPOSE.read_text())
+    given = compose["services"][service]["environment"]
+    pattern = r"\$\{(\w+)(?::\?[^}]*)?\}"
+    return {
+        name: re.sub(pattern, lambda found: variables[found.group(1)], str(value))
+        for name, value in given.items()
+    }

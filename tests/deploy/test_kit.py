@@ -5,6 +5,7 @@ the systemd unit by systemd-analyze, and the configuration they ship loaded by K
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import subprocess
@@ -27,13 +28,15 @@ from tests.deploy.kit import (
     DEPLOY,
     DOCKERFILE,
     UNIT,
+    compose_environment,
     dockerfile_instructions,
     exec_form,
     healthcheck_argv,
     one,
     render_chart,
 )
-from tests.fakes.processes import ROOT
+from tests.fakes.pg_password import PasswordTaker
+from tests.fakes.processes import KESTREL, ROOT, clean_env
 
 BIN = Path(sys.executable).parent
 KUBERNETES = "1.30.0"
@@ -253,6 +256,33 @@ def test_the_compose_file_is_valid_and_runs_two_replicas_on_postgres() -> None:
         assert service["environment"]["KESTREL_DATABASE_URL"].startswith("postgresql://")
         assert service["command"][0] == "serve" and service["ports"]
         assert service["healthcheck"]["test"][1:3] == ["kestrel", "health"]
+
+
+# A password as `openssl rand -base64` and people make them: Compose gives it to PostgreSQL as
+# it is, so it may hold what a URL cannot.
+A_PASSWORD = "Zx9/Qp+r4T#@?%2F=="
+
+
+async def test_the_compose_replicas_log_in_with_any_password(tmp_path: Path) -> None:
+    (tmp_path / "kestrel.yaml").write_text("tools: []\n")
+    async with PasswordTaker() as postgres:
+        for service in ("kestrel-1", "kestrel-2"):
+            env = compose_environment(service, {"POSTGRES_PASSWORD": A_PASSWORD})
+            here = {
+                k: v.replace("@postgres:5432/", f"@127.0.0.1:{postgres.port}/")
+                for k, v in env.items()
+            }
+            done = await asyncio.to_thread(
+                subprocess.run,
+                [*KESTREL, "db", "check"],
+                env=clean_env(KESTREL_CONFIG=str(tmp_path / "kestrel.yaml"), **here),
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert "password authentication failed" in done.stderr, done.stderr
+            assert A_PASSWORD not in done.stderr
+    assert postgres.passwords and set(postgres.passwords) == {A_PASSWORD}
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="needs systemd-analyze")
