@@ -256,6 +256,13 @@ def test_the_compose_file_is_valid_and_runs_two_replicas_on_postgres() -> None:
         assert service["environment"]["KESTREL_DATABASE_URL"].startswith("postgresql://")
         assert service["command"][0] == "serve" and service["ports"]
         assert service["healthcheck"]["test"][1:3] == ["kestrel", "health"]
+        # What the image copies from deploy/ is mounted from there: an edit of kestrel.yaml or
+        # of a catalog takes effect at a restart, without building the image again.
+        mounted = {m.split(":")[1]: m.split(":")[0] for m in service["volumes"]}
+        for word, rest in dockerfile_instructions():
+            if word == "COPY" and rest.startswith("deploy/"):
+                source, target = rest.split()
+                assert (COMPOSE.parent / mounted[target.rstrip("/")]) == ROOT / source.rstrip("/")
 
 
 # A password as `openssl rand -base64` and people make them: Compose gives it to PostgreSQL as
