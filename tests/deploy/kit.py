@@ -26,6 +26,11 @@ A_DATABASE: dict[str, Any] = {"secret": {"values": {"KESTREL_DATABASE_URL": DATA
 
 def dockerfile_instructions(path: Path = DOCKERFILE) -> list[tuple[str, str]]:
     """``(INSTRUCTION, arguments)`` of the final stage, continuation lines joined."""
+    return dockerfile_stages(path)[-1]
+
+
+def dockerfile_stages(path: Path = DOCKERFILE) -> list[list[tuple[str, str]]]:
+    """Each stage's ``(INSTRUCTION, arguments)``, continuation lines joined."""
     lines: list[str] = []
     pending = ""
     for raw in path.read_text().splitlines():
@@ -43,7 +48,7 @@ def dockerfile_instructions(path: Path = DOCKERFILE) -> list[tuple[str, str]]:
         if word.upper() == "FROM":
             stages.append([])
         stages[-1].append((word.upper(), rest.strip()))
-    return stages[-1]
+    return stages
 
 
 def exec_form(arguments: str) -> list[str]:

@@ -30,6 +30,7 @@ from tests.deploy.kit import (
     UNIT,
     compose_environment,
     dockerfile_instructions,
+    dockerfile_stages,
     exec_form,
     healthcheck_argv,
     one,
@@ -131,6 +132,17 @@ def test_the_image_runs_kestrel_serve_as_a_user_and_finds_its_configuration() ->
     # Nothing goes into the build context unless named: never .env, a journal or .git.
     rules = [r for r in (ROOT / ".dockerignore").read_text().splitlines() if r and r[0] != "#"]
     assert rules[0] == "*" and not any(".env" in r or ".db" in r for r in rules)
+
+
+def test_the_image_ships_bytecode_it_can_use() -> None:
+    # Its root is read-only and it sets PYTHONDONTWRITEBYTECODE: bytecode not made at build is
+    # made again, in memory, at every start of every replica (and every HEALTHCHECK).
+    final = dockerfile_instructions()
+    assert "PYTHONDONTWRITEBYTECODE=1" in " ".join(rest for word, rest in final if word == "ENV")
+    build = " ".join(rest for word, rest in dockerfile_stages()[0] if word == "RUN")
+    # Hashes unchecked: a copy that changes the sources' times leaves it valid.
+    assert "-m compileall -q --invalidation-mode unchecked-hash /opt/kestrel/lib" in build
+    assert ("COPY", "--from=build /opt/kestrel /opt/kestrel") in final
 
 
 def test_the_image_configuration_and_catalog_load(monkeypatch: pytest.MonkeyPatch) -> None:
