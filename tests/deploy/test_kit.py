@@ -304,6 +304,33 @@ async def test_the_compose_replicas_log_in_with_any_password(tmp_path: Path) -> 
     assert postgres.passwords and set(postgres.passwords) == {A_PASSWORD}
 
 
+async def test_a_password_file_credential_logs_in_as_docs_deploy_md_says(tmp_path: Path) -> None:
+    # The systemd form's PostgreSQL password: a credential (a file only the service may read)
+    # named by PGPASSFILE, and a URL without the password.
+    (tmp_path / "kestrel.yaml").write_text("tools: []\n")
+    credentials = tmp_path / "credentials"
+    credentials.mkdir()
+    async with PasswordTaker() as postgres:
+        pgpass = credentials / "pgpass"
+        pgpass.write_text(f"127.0.0.1:{postgres.port}:kestrel:kestrel:{A_PASSWORD}\n")
+        pgpass.chmod(0o400)  # as systemd hands a credential over
+        env = clean_env(
+            KESTREL_CONFIG=str(tmp_path / "kestrel.yaml"),
+            KESTREL_DATABASE_URL=f"postgresql://kestrel@127.0.0.1:{postgres.port}/kestrel",
+            PGPASSFILE=str(pgpass),
+        )
+        done = await asyncio.to_thread(
+            subprocess.run,
+            [*KESTREL, "db", "check"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert "password authentication failed" in done.stderr, done.stderr
+    assert postgres.passwords and set(postgres.passwords) == {A_PASSWORD}
+
+
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="needs systemd-analyze")
 def test_systemd_analyze_finds_nothing_in_the_unit(tmp_path: Path) -> None:
     # The unit as installed, but with a program and a user that exist on this machine.
