@@ -170,7 +170,10 @@ class TextLines(logging.Formatter):
         known.pop("replica", None)  # the same on every line: said once at start
         known.pop("platform", None)  # the logger's name says it
         tail = "".join(f" [{key}={value}]" for key, value in known.items())
-        line = f"{_stamp(record)} {record.levelname} {record.name}: {record.getMessage()}{tail}"
+        message = record.getMessage()
+        if "\n" in message or "\r" in message:  # a library's, the Slack SDK's errors say
+            message = " ".join(message.splitlines())  # "…failed.\nThe server responded with: …"
+        line = f"{_stamp(record)} {record.levelname} {record.name}: {message}{tail}"
         if not record.exc_info:
             return line
         if logging.getLogger().isEnabledFor(logging.DEBUG):

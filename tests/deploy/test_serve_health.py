@@ -312,3 +312,29 @@ async def test_a_postgresql_outage_is_logged_once_by_readiness_and_its_end_too(
 async def _detail_says(port: int, token: str, words: str) -> bool:
     status, body = await readyz(port, "/readyz", token)
     return status == 503 and words in json.dumps(body)
+
+
+async def test_a_slack_reconnection_refused_is_logged_one_line_per_event(tmp_path: Path) -> None:
+    # The Slack SDK's errors span lines ("…failed.\nThe server responded with: …"): in the text
+    # format, the second would be a line of its own, with no time, level or logger.
+    config = write_config(tmp_path, "http://127.0.0.1:9/v1")
+    async with FakeSlackApi() as slack:
+        env = serve_env(config, slack.url, SLACK_APP_TOKEN="xapp-test", KESTREL_LOG_FORMAT="text")
+        port = free_port()
+        process = start_serve(tmp_path, port, env, "slack")
+        try:
+            await wait_healthy(port, process)
+            await until(lambda: _status_is(port, "/readyz", 200), timeout=20)
+            slack.refuse("apps.connections.open", "internal_error")
+            await slack.close_sockets()
+            await until(lambda: _problems_when_down(port, "/readyz"), timeout=20)
+            await until(lambda: len(slack.calls_to("apps.connections.open")) >= 3, timeout=20)
+            slack.clear_faults("apps.connections.open")
+            await until(lambda: _status_is(port, "/readyz", 200), timeout=25)
+        finally:
+            process.send_signal(signal.SIGTERM)
+            _, err = await asyncio.to_thread(process.communicate, timeout=40)
+    assert process.returncode == 0, err
+    records = log_records(err, "text")  # fails on a line that is no record
+    refused = [r for r in records if "internal_error" in r["message"]]
+    assert refused and all(r["logger"].startswith("kestrel.slack") for r in refused), err
