@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import signal
 import sys
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any, Final
 
 import click
 
@@ -18,6 +19,8 @@ from bot.cli.common import (
 from bot.cli.driving import hold_sigterm, on_stop_signals
 
 if TYPE_CHECKING:
+    import asyncio
+
     from bot.config.settings import Settings
     from bot.run.runtime import Runtime
 
@@ -76,6 +79,34 @@ def _unlogged(notices: list[str]) -> list[str]:
 
 
 PLATFORMS = ("slack", "discord")
+# How long a stop waits on each store write it can do without (the mark that it is stopping,
+# its registration's removal): a silent store made each wait database_timeout_seconds, and the
+# stop outlasted the orchestrator's grace.
+STOP_NOTE_SECONDS: Final = 5.0
+
+
+async def _noted(write: Awaitable[object]) -> bool:
+    """Whether ``write``, a store write a stop can do without, landed in time. One that did not
+    is left to end by itself: cancelling a PostgreSQL statement waits for the server too."""
+    import asyncio
+
+    from bot.errors import StoreError
+
+    task = asyncio.ensure_future(write)
+    task.add_done_callback(_settled)
+    await asyncio.wait({task}, timeout=STOP_NOTE_SECONDS)
+    if not task.done():
+        return False
+    if isinstance(task.exception(), StoreError):
+        return False
+    task.result()  # anything else is a fault of ours: raised
+    return True
+
+
+def _settled(task: asyncio.Future[Any]) -> None:
+    """Retrieve a left write's outcome, so that a late failure is not logged as unretrieved."""
+    if not task.cancelled():
+        task.exception()
 
 
 @click.command(short_help="Serve the chat platforms and take work, until stopped.")
@@ -96,12 +127,10 @@ def serve(platforms: tuple[str, ...], port: int | None, host: str) -> None:
     reminders and scheduled prompts, and serve the chat PLATFORMS named (slack, discord). SIGTERM or
     Ctrl-C suspends live runs and hands them back."""
     import asyncio
-    import contextlib
     import logging
 
     from bot.cli.serving import ChatFront
     from bot.collector import settle_for_service
-    from bot.errors import StoreError
     from bot.logs import SERVICE
     from bot.records import REPLICA_STOPPING
     from bot.replica.schedule import Scheduler
@@ -157,21 +186,27 @@ def serve(platforms: tuple[str, ...], port: int | None, host: str) -> None:
             len(supervisor.live),
             grace,
         )
-        with contextlib.suppress(StoreError):
-            # Marked first: through the grace, `kestrel replicas` and a refused resume say that
-            # its leases run out rather than that it drives their runs.
-            await rt.store.heartbeat(rt.owner, REPLICA_STOPPING)
+        # Marked first: through the grace, `kestrel replicas` and a refused resume say that its
+        # leases run out rather than that it drives their runs.
+        await _noted(rt.store.heartbeat(rt.owner, REPLICA_STOPPING))
         taker.stop()
         await scheduler.stop()
         for run_id in await supervisor.shutdown(tool_grace=grace, hand_back=True):
             await taker.submit_resume(run_id)  # handed back: another replica goes on
         await front.stop()
         taking.cancel()
-        await asyncio.gather(taking, return_exceptions=True)
+        taking.add_done_callback(_settled)
+        # Not past the bound: a store statement it waits on may take as long to cancel.
+        await asyncio.wait({taking}, timeout=STOP_NOTE_SECONDS)
         # Stopped cleanly: gone from `kestrel replicas` at once, not a minute later (with the
         # store away, it drops off once its heartbeat is a minute old).
-        with contextlib.suppress(StoreError):
-            await rt.store.forget_replica(rt.owner)
-        log.info("stopped: live runs suspended and their leases released")
+        if await _noted(rt.store.forget_replica(rt.owner)):
+            log.info("stopped: live runs suspended and their leases released")
+            return
+        log.warning(
+            "stopped, but the store did not answer: this replica's leases run out within %g s,"
+            " and the other replicas then take its runs up",
+            rt.lease_seconds,
+        )
 
     with_runtime(work)

@@ -11,12 +11,14 @@ import json
 import signal
 import sqlite3
 import subprocess
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import yaml
 
+from bot.cli.chat_cmd import STOP_NOTE_SECONDS
 from tests.deploy.kit import A_DATABASE, healthcheck_argv, one, render_chart
 from tests.fakes import discord_payloads as p
 from tests.fakes.discord_api import FakeDiscord
@@ -338,3 +340,50 @@ async def test_a_slack_reconnection_refused_is_logged_one_line_per_event(tmp_pat
     records = log_records(err, "text")  # fails on a line that is no record
     refused = [r for r in records if "internal_error" in r["message"]]
     assert refused and all(r["logger"].startswith("kestrel.slack") for r in refused), err
+
+
+async def test_a_stop_with_the_store_silent_says_so_within_the_grace(tmp_path: Path) -> None:
+    # A network that passes nothing: each store write of the stop waited the whole
+    # database_timeout_seconds (and its cancellation as long again), so a replica told to stop
+    # was killed by the orchestrator first, saying nothing true of its leases.
+    dsn = postgres_dsn()
+    config = tmp_path / "kestrel.yaml"
+    config.write_text("tools: []\n")
+    async with postgres_schema(dsn) as schema, proxied_dsn(dsn) as (proxied, proxy):
+        env = serve_env(
+            config, "http://127.0.0.1:9", KESTREL_DATABASE_URL=f"{proxied}?schema={schema}"
+        )
+        port = free_port()
+        log = (tmp_path / "stderr.log").open("w+")
+        process = subprocess.Popen(  # noqa: ASYNC220 - a process that outlives this call
+            [*KESTREL, "serve", "--port", str(port)], env=env, cwd=tmp_path, stderr=log, text=True
+        )
+        try:
+            await wait_healthy(port, process)
+            await until(lambda: _status_is(port, "/readyz", 200), timeout=20)
+            proxy.hold()
+            process.send_signal(signal.SIGTERM)
+            err = await until(lambda: _said(tmp_path / "stderr.log", "stopped"), timeout=60)
+        finally:
+            process.send_signal(signal.SIGTERM)
+            await asyncio.to_thread(process.wait, timeout=60)
+            log.close()
+            proxy.restore()
+    lines = log_records(err, "text")
+    said = {
+        r["message"].split(":")[0].split(",")[0]: r for r in lines if r["logger"] == "kestrel.serve"
+    }
+    began, ended = said["stopping on SIGTERM"], said["stopped"]
+    assert "the store did not answer" in ended["message"] and ended["level"] == "warning", err
+    took = _seconds(ended["ts"]) - _seconds(began["ts"])
+    assert took < 4 * STOP_NOTE_SECONDS, err  # its three bounded waits, not the store's
+    assert process.returncode == 0
+
+
+def _said(path: Path, words: str) -> str | None:
+    text = path.read_text()
+    return text if f"kestrel.serve: {words}" in text else None
+
+
+def _seconds(stamp: str) -> float:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
