@@ -16,9 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 import yaml
 
+from bot import wire
 from bot.cli.chat_cmd import STOP_NOTE_SECONDS
+from bot.domain import Session, new_id
+from storage.sqlite import SqliteStore
 from tests.deploy.kit import A_DATABASE, healthcheck_argv, one, render_chart
 from tests.fakes import discord_payloads as p
 from tests.fakes.discord_api import FakeDiscord
@@ -387,3 +391,49 @@ def _said(path: Path, words: str) -> str | None:
 
 def _seconds(stamp: str) -> float:
     return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+@pytest.mark.parametrize("form", ["json", "text"])
+async def test_a_model_proxy_s_password_is_not_logged(tmp_path: Path, form: str) -> None:
+    # OPENAI_BASE_URL may name a proxy with its credentials; the HTTP client logs the URL of
+    # each model call at info, the chart's and the unit's level.
+    (tmp_path / "kestrel.yaml").write_text(
+        "model: {provider: openai, name: fake, max_retries: 0}\ntools: []\n"
+    )
+    async with FakeOpenAI([{"text": "all good"}]) as model:
+        proxy_url = model.base_url.replace("http://", f"http://proxyuser:{PROXY_PASSWORD}@")
+        env = serve_env(
+            tmp_path / "kestrel.yaml",
+            "http://127.0.0.1:9",
+            OPENAI_BASE_URL=proxy_url,
+            KESTREL_LOG_LEVEL="info",
+            KESTREL_LOG_FORMAT=form,
+        )
+        port = free_port()
+        process = start_serve(tmp_path, port, env)
+        try:
+            await wait_healthy(port, process)
+            await _start_a_run(tmp_path / "kestrel.db")
+            await until(lambda: model.count >= 1, timeout=20)
+        finally:
+            process.send_signal(signal.SIGTERM)
+            _, err = await asyncio.to_thread(process.communicate, timeout=40)
+    calls = [r for r in log_records(err, form) if "/chat/completions" in r["message"]]
+    assert calls, err  # the line is still there, the proxy named
+    assert PROXY_PASSWORD not in err
+    assert all("proxyuser:…@127.0.0.1" in r["message"] for r in calls), err
+
+
+PROXY_PASSWORD = "Pr0xy-S3cret-9d1f"
+
+
+async def _start_a_run(journal: Path) -> None:
+    """Queue a run's start as a chat adapter does."""
+    store = SqliteStore(journal)
+    await store.migrate()
+    try:
+        session = wire.to_plain(Session(id=new_id("ses"), platform="test"))
+        payload = {"run_id": new_id("run"), "prompt": "is it fine?", "session": session}
+        await store.enqueue_work("start", {**payload, "requested_by": "U0REQ"})
+    finally:
+        await store.close()
