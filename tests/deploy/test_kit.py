@@ -232,6 +232,15 @@ def test_the_chart_refuses_to_render_without_a_shared_database(values: dict[str,
         render_chart(values)
 
 
+def test_the_chart_refuses_a_scrape_with_a_token_the_secret_lacks() -> None:
+    # Else the Prometheus Operator finds no such key, and the metrics are silently not scraped.
+    import helm_python
+
+    values = {**A_DATABASE, "serviceMonitor": {"enabled": True}}
+    with pytest.raises(helm_python.HelmRenderError, match="bearerTokenKey is KESTREL_WEB_TOKEN"):
+        render_chart(values)
+
+
 def test_the_chart_deploys_the_package_s_version() -> None:
     # The image's tag defaults to the chart's appVersion: behind the package, the chart pulls
     # an older image; and the image docs/deploy.md builds must be the one it pulls.
