@@ -68,6 +68,6 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- range .Values.extraEnv }}{{ $extra = append $extra .name }}{{ end -}}
 {{- $inConfig := regexMatch "(?m)^database:\\s*[\"']?postgres(ql)?://" .Values.config -}}
 {{- if not (or (has "KESTREL_DATABASE_URL" $keys) (has "KESTREL_DATABASE_URL" $extra) $inConfig) -}}
-{{- fail "no database: set KESTREL_DATABASE_URL=postgresql://… in the Secret (secret.values, or secret.keys of secret.existingSecret): the replicas share one PostgreSQL journal" -}}
+{{- fail "no database: set KESTREL_DATABASE_URL=postgresql://… in the Secret (secret.values, or secret.keys of secret.existingSecret) or in extraEnv: the replicas share one PostgreSQL journal" -}}
 {{- end -}}
 {{- end -}}
