@@ -17,6 +17,8 @@ import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
+import msgspec
+
 from bot import wire
 from bot.chat.service import ChatService
 from bot.domain import Decision, DecisionKind, Request, RequestStatus, Session
@@ -32,9 +34,12 @@ from bot.records import RunRecord
 from bot.run.runtime import Runtime
 from bot.run.supervisor import LiveRun, Supervisor
 from bot.store import Audited, Settled
+from bot.tools.ask_human import ask_human_tools
+from bot.tools.base import Tool
 from bot.tools.catalog import load_catalog
 from bot.tools.isolation import Isolation
 from bot.tools.propose_plan import propose_plan_tool
+from bot.tools.python import function_tool
 from bot.tools.source import ToolSource
 from bot.tools.toolset import ToolSet
 from storage.sqlite import SqliteStore
@@ -104,6 +109,27 @@ class CrashingStore(SqliteStore):
         return self._left == 0
 
 
+class Named(msgspec.Struct, frozen=True):
+    """The arguments of ``record``: a name, as the catalog's commands take."""
+
+    name: str
+
+
+@function_tool(idempotent=False)
+async def record(args: Named) -> str:
+    """Record a side effect in the process (an in-process tool, not idempotent)."""
+    await asyncio.sleep(0.05)  # an effect that takes a moment, as a command's does
+    with open(os.environ["EFFECTS_FILE"], "a") as effects:  # noqa: ASYNC230 - one short line
+        effects.write(f"{args.name}\n")
+    return f"recorded {args.name}"
+
+
+def tools(catalog: str) -> list[Tool]:
+    """Every kind of tool a run may reach execution through: catalog commands, an in-process
+    function, the questions to people and ``propose_plan``."""
+    return [*load_catalog(catalog, Isolation()), record, *ask_human_tools(), propose_plan_tool()]
+
+
 class ApprovingPrompter:
     """Someone at the keyboard who approves every call once."""
 
@@ -116,13 +142,17 @@ class ApprovingPrompter:
 
 
 async def resume_when_free(
-    sup: Supervisor, run_id: str, claimed: int | None = None
+    sup: Supervisor, run_id: str, claimed: int | None = None, force: bool = False
 ) -> LiveRun | None:
     """Resume (with the lease a decision took, if it did) once the crashed owner's has expired."""
     for _ in range(50):
         try:
-            return await sup.resume(run_id, prompter=DeferringPrompter(), claimed=claimed)
-        except ResumeRefused:
+            return await sup.resume(
+                run_id, prompter=DeferringPrompter(), claimed=claimed, force=force
+            )
+        except ResumeRefused as exc:
+            if "--force" in str(exc):
+                raise  # refused for good: the configuration changed since the run started
             await asyncio.sleep(0.1)
     raise SystemExit("the crashed owner's lease never expired")
 
@@ -164,7 +194,7 @@ async def main(args: argparse.Namespace) -> None:
     rt = Runtime(
         store=store,
         model=OpenAIProvider("fake-model", api_key="test-key", base_url=args.base_url),
-        tools=ToolSource(ToolSet([*load_catalog(args.catalog, Isolation()), propose_plan_tool()])),
+        tools=ToolSource(ToolSet(tools(args.catalog))),
         events=FanOut(),
         owner=f"child-{os.getpid()}",
         lease_seconds=0.3,
@@ -177,8 +207,11 @@ async def main(args: argparse.Namespace) -> None:
         rt.events.add(clicker)
     claimed = None
     for settle in args.settle:
-        request_id, choice = settle.split("=")
-        decision = Decision(request_id=request_id, kind=DecisionKind(choice), by="U0ONCALL")
+        request_id, _, choice = settle.partition("=")
+        kind, _, text = choice.partition(":")
+        decision = Decision(
+            request_id=request_id, kind=DecisionKind(kind), text=text, by="U0ONCALL"
+        )
         answered = await sup.answer(decision, run_id=args.resume)
         if not answered.accepted:  # said, for the test to judge; nothing is resumed
             print(json.dumps({"refused": answered.message}))
@@ -192,7 +225,12 @@ async def main(args: argparse.Namespace) -> None:
     if args.resume and args.adopt:
         live = await adopt_when_free(sup, args.resume)
     elif args.resume:
-        live = await resume_when_free(sup, args.resume, claimed)
+        try:
+            live = await resume_when_free(sup, args.resume, claimed, args.force)
+        except ResumeRefused as exc:  # said, for the test to judge; the decision stands
+            print(json.dumps({"refused": str(exc)}))
+            await store.close()
+            return
     else:
         prompter = ApprovingPrompter() if args.approve else DeferringPrompter()
         live = await sup.start_turn("fix it", requested_by="U0REQ", prompter=prompter)
@@ -221,7 +259,8 @@ def parser() -> argparse.ArgumentParser:
     options.add_argument("--catalog", required=True)
     options.add_argument("--crash-after", default="")
     options.add_argument("--resume", default="")
-    options.add_argument("--settle", action="append", default=[], help="REQ=decision kind")
+    options.add_argument("--settle", action="append", default=[], help="REQ=decision kind[:text]")
+    options.add_argument("--force", action="store_true", help="resume past a changed config")
     options.add_argument("--adopt", action="store_true", help="take the run over as serve does")
     options.add_argument("--cancel", default="", help="cancel this run as on-call")
     options.add_argument("--run-id-file", default="")

@@ -202,6 +202,13 @@ PATHS: dict[str, tuple[list[dict[str, object]], list[str]]] = {
             "tool_dispatched",
             "tool_process",
             "tool_result",
+            # the second reply's two calls, one after the other
+            "tool_dispatched:2",
+            "tool_process:2",
+            "tool_result:2",
+            "tool_dispatched:3",
+            "tool_process:3",
+            "tool_result:3",
             "run_ended",
         ],
     ),
@@ -295,12 +302,15 @@ PATHS: dict[str, tuple[list[dict[str, object]], list[str]]] = {
 
 
 def settle_args(requests: list[dict[str, Any]], retries: Counter[str]) -> list[str]:
-    """Approve what waits for approval; answer ``retry`` to every uncertain effect."""
+    """Approve what waits for approval; answer ``retry`` to every uncertain effect and ``yes``
+    to every question."""
     args: list[str] = []
     for request in requests:
         if request["kind"] == "wait_effect":
             retries[request["arguments"]["name"]] += 1
             args += ["--settle", f"{request['id']}=retry"]
+        elif request["kind"] == "wait_user":
+            args += ["--settle", f"{request['id']}=answer:yes"]
         else:
             args += ["--settle", f"{request['id']}=approve"]
     return args
@@ -337,25 +347,30 @@ def deciding_process(
     return child(world, "--resume", run_id, "--adopt", *crash_args)
 
 
-def finish(world: dict[str, Path | str], run_id: str, retries: Counter[str]) -> dict[str, Any]:
-    """Resume after the crash, deciding every request as people would, until the run ends."""
-    out: dict[str, Any] = json.loads(child(world, "--resume", run_id).stdout)
+def finish(
+    world: dict[str, Path | str], run_id: str, retries: Counter[str], *extra: str
+) -> dict[str, Any]:
+    """Resume after the crash (each process given ``extra``), deciding every request as people
+    would, until the run ends."""
+    out: dict[str, Any] = json.loads(child(world, "--resume", run_id, *extra).stdout)
     for _ in range(6):
         if out["status"] != "suspended":
             return out
-        settled = child(world, "--resume", run_id, *settle_args(out["requests"], retries))
+        settling = settle_args(out["requests"], retries)
+        settled = child(world, "--resume", run_id, *settling, *extra)
         assert settled.returncode == 0, settled.stderr
         out = json.loads(settled.stdout)
     return out
 
 
 def assert_finished_each_effect_once(
-    world: dict[str, Path | str], run_id: str, retries: Counter[str]
+    world: dict[str, Path | str], run_id: str, retries: Counter[str], *extra: str
 ) -> None:
-    """Finish the run after the crash, then: it completed, the model was asked once for each
-    position, and no effect ran more often than on-call chose to retry it."""
+    """Finish the run after the crash (``extra``: every later process's own arguments), then:
+    it completed, the model was asked once for each position, and no effect ran more often than
+    on-call chose to retry it."""
     folder = Path(world["dir"])
-    out = finish(world, run_id, retries)
+    out = finish(world, run_id, retries, *extra)
 
     assert out["status"] == "completed", out
     assert all(n == 1 for n in positions_requested(folder).values())

@@ -1,0 +1,141 @@
+"""The paths to execution test_crash_resume does not take, under SIGKILL after each kind of
+journal append: a call made after a person answered a question, a run resumed with --force past
+a changed catalog, and an in-process function tool. No effect runs again without a fresh
+decision by on-call. Real processes, real SQLite file, real openai client (its harness)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.crash.test_crash_resume import (
+    GATED_SCRIPT,
+    assert_finished_each_effect_once,
+    child,
+)
+
+# The model asks a person first, then makes the call the answer allows.
+QUESTION_SCRIPT: list[dict[str, object]] = [
+    {
+        "text": "asking first",
+        "calls": [{"name": "ask_human_confirm", "arguments": {"question": "record e?"}}],
+    },
+    {"text": "recording", "calls": [{"name": "effect", "arguments": {"name": "e"}}]},
+    {"text": "done"},
+]
+
+# The in-process ``record`` tool (not idempotent): one call, then two in one reply.
+FUNCTION_SCRIPT: list[dict[str, object]] = [
+    {"text": "first", "calls": [{"name": "record", "arguments": {"name": "a"}}]},
+    {
+        "text": "two more",
+        "calls": [
+            {"name": "record", "arguments": {"name": "b"}},
+            {"name": "record", "arguments": {"name": "c"}},
+        ],
+    },
+    {"text": "all done"},
+]
+
+# Each path with the append kinds (``kind:N``, the N-th of this process) its deciding process
+# makes, so that the kill lands between every two durable steps of it.
+PATHS: dict[str, tuple[list[dict[str, object]], list[str]]] = {
+    "answered_question": (
+        QUESTION_SCRIPT,
+        [
+            "decided",
+            "run_resumed",
+            "answer_supplied",
+            "tool_result",  # the answer, as the question's result
+            "assistant_turn",
+            "tool_dispatched",
+            "tool_process",
+            "tool_result:2",
+            "run_ended",
+        ],
+    ),
+    "forced": (
+        GATED_SCRIPT,
+        [
+            "run_resumed",
+            "answer_supplied",
+            "tool_dispatched",
+            "tool_process",
+            "tool_result",
+            "grant_written",
+            "assistant_turn",
+            "run_ended",
+        ],
+    ),
+    "function_tool": (
+        FUNCTION_SCRIPT,
+        [
+            "assistant_turn",
+            "tool_dispatched",
+            "tool_result",
+            "assistant_turn:2",
+            "tool_dispatched:2",
+            "tool_result:2",
+            "tool_dispatched:3",
+            "tool_result:3",
+            "run_ended",
+        ],
+    ),
+}
+
+# What every process after the crash is given on a path: past a changed catalog, only --force.
+LATER: dict[str, tuple[str, ...]] = {"forced": ("--force",)}
+
+
+def change_catalog(folder: Path) -> None:
+    """A tool added to the catalog: the tool set the run started with is no longer the one."""
+    catalog = yaml.safe_load((folder / "catalog.yaml").read_text())
+    added = {**catalog["tools"][0], "name": "added", "description": "Added since the run began"}
+    catalog["tools"].append(added)
+    (folder / "catalog.yaml").write_text(yaml.safe_dump(catalog))
+
+
+def deciding_process(
+    world: dict[str, Path | str], path: str, crash: str
+) -> subprocess.CompletedProcess[str]:
+    """Bring the run to where ``path`` reaches execution, in a process that crashes on cue."""
+    folder = Path(world["dir"])
+    crash_args = ["--crash-after", crash if ":" in crash else f"{crash}:1"]
+    if path == "function_tool":
+        return child(world, *crash_args)
+    (request,) = json.loads(child(world).stdout)["requests"]
+    run_id = (folder / "run_id").read_text()
+    if path == "answered_question":
+        assert request["kind"] == "wait_user", request
+        return child(
+            world, "--resume", run_id, "--settle", f"{request['id']}=answer:yes", *crash_args
+        )
+    assert path == "forced"
+    change_catalog(folder)
+    approved = child(world, "--resume", run_id, "--settle", f"{request['id']}=approve")
+    # The approval is recorded; the run waits for someone to resume it past the change.
+    assert "resume with --force" in json.loads(approved.stdout)["refused"], approved.stdout
+    return child(world, "--resume", run_id, "--force", *crash_args)
+
+
+@pytest.mark.parametrize(
+    ("world", "path", "crash"),
+    [(script, path, crash) for path, (script, kinds) in PATHS.items() for crash in kinds],
+    indirect=["world"],
+    ids=[f"{path}-{crash}" for path, (_, kinds) in PATHS.items() for crash in kinds],
+)
+def test_no_effect_runs_again_without_a_fresh_decision(
+    world: dict[str, Path | str], path: str, crash: str
+) -> None:
+    folder = Path(world["dir"])
+    retries: Counter[str] = Counter()
+    crashed = deciding_process(world, path, crash)
+    assert crashed.returncode == -9, f"no {crash} append on this path: {crashed.stderr}"
+    run_id = (folder / "run_id").read_text()
+
+    assert_finished_each_effect_once(world, run_id, retries, *LATER.get(path, ()))
