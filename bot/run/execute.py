@@ -253,6 +253,9 @@ async def _proposed(
 async def _takeover_check(call: ToolCall, tool: Tool, env: CallEnv) -> None:
     """The last check before an effect: a fenced dispatch record, or an epoch read."""
     if not tool.flags.traits.idempotent:
+        # Refused before its dispatch is journaled, not after: a call stopped there never
+        # started, and must not come back as an effect whose outcome is unknown.
+        env.run.interrupt.refuse()
         await env.run.journal.append(ToolDispatched(call_id=call.id, tool=tool.name))
         return
     if not await env.run.journal.still_owner():

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
+from bot import wire
 from bot.chat.service import ChatService
 from bot.config.settings import DeadlineSettings
 from bot.domain import (
@@ -104,6 +105,35 @@ async def test_a_tool_that_finishes_within_the_grace_keeps_its_result(tmp_path: 
     assert [e.output for e in entries if isinstance(e, ToolResultEntry)] == ["rested"]
     (suspended,) = [e for e in entries if isinstance(e, RunSuspended)]
     assert suspended.reason is StopReason.INTERRUPTED
+
+
+async def test_a_call_a_shutdown_kept_from_starting_runs_on_resume_without_asking(
+    tmp_path: Path, opened: list[Runtime]
+) -> None:
+    counter = Counter()
+    replies = [reply(call("nap", seconds=0.1), call("write", text="x")), reply(text="done")]
+    rt, _ = await make_runtime(tmp_path / "k.db", replies, [nap, *counting_tools(counter)])
+    opened.append(rt)
+    started = asyncio.Event()
+    rt.events.add(ToolStarted(started))
+    stopping = Supervisor(rt)
+    live = await stopping.start_turn("rest, then write", prompter=None)
+    await started.wait()
+    # The nap finishes within the grace; the write after it in the batch never starts.
+    assert await stopping.shutdown(tool_grace=10) == [live.run_id]
+    assert counter.calls == {}
+
+    taking_up = Supervisor(rt)
+    resumed = await taking_up.resume(live.run_id)
+    assert resumed is not None
+    state = await taking_up.wait(resumed)
+
+    # Nothing was in flight: the write runs, once, with no uncertain effect for on-call.
+    assert state.result is not None and state.result.status is RunStatus.COMPLETED, state.result
+    assert counter.calls == {"write": 1}
+    assert "wait_effect" not in json.dumps(
+        [wire.to_plain(r.entry) for r in await rt.store.load(live.run_id)]
+    )
 
 
 async def test_a_tool_still_running_after_the_grace_is_cut(tmp_path: Path) -> None:
