@@ -388,6 +388,9 @@ class Supervisor:
         if live is not None:
             live.cancelled_by = by
             live.signals.cancel.set()
+            # Nothing new starts: the model call is cut, the call under way finishes, and no
+            # other call of its batch runs (the run suspends, then ends cancelled).
+            live.signals.interrupt.request(spare_tools=True)
             await self.rt.store.audit(
                 by, AuditAction.CANCEL, run_id=run_id, detail="at the loop boundary"
             )

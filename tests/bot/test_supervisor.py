@@ -506,6 +506,28 @@ async def test_a_cancel_taken_while_the_run_ran_ends_it_at_its_suspend(
     assert await rt.store.list_requests(run_id=run_id) == []
 
 
+async def test_a_cancel_taken_while_a_call_runs_starts_no_other_call_of_its_batch(
+    tmp_path: Path, opened: list[Runtime]
+) -> None:
+    counter, release = Counter(), asyncio.Event()
+    batch = reply(call("hold"), call("write", text="after"), call("deploy", text="v2"))
+    tools = [*counting_tools(counter), holding_tool(release)]
+    rt, seen = await make_runtime(tmp_path / "k.db", [batch, reply(text="finished")], tools)
+    opened.append(rt)
+    sup = Supervisor(rt)
+    live = await sup.start_turn("ship it", requested_by="U0REQ", prompter=DeferringPrompter())
+    await until(lambda: "tool_started" in seen.kinds())
+    # On-call cancels while the batch's first call still runs: the calls after it are moot.
+    assert await sup.cancel(live.run_id, by="U0REQ") == "cancelling at the next loop boundary"
+    release.set()
+
+    await sup.wait(live)
+
+    assert (await rt.store.get_run(live.run_id)).status is RunStatus.CANCELLED
+    assert counter.calls == {}
+    assert await rt.store.list_requests(run_id=live.run_id) == []
+
+
 async def test_waiting_on_a_run_follows_it_past_a_suspend_that_found_its_answers(
     tmp_path: Path, opened: list[Runtime]
 ) -> None:
