@@ -733,9 +733,15 @@ class Supervisor:
         interval = max(self.rt.lease_seconds / 3, 0.05)
         while True:
             await asyncio.sleep(interval)
-            held = await self.rt.store.renew(
-                journal.run_id, self.rt.owner, journal.epoch, self.rt.lease_seconds
-            )
+            try:
+                held = await self.rt.store.renew(
+                    journal.run_id, self.rt.owner, journal.epoch, self.rt.lease_seconds
+                )
+            except StoreError as exc:
+                # A store that blinks must not cost the run its lease: a long command would be
+                # adopted, and its effect asked about, though this process still drives it.
+                log.warning("run %s: lease not renewed, trying again: %s", journal.run_id, exc)
+                continue
             if not held:
                 log.warning("run %s: lease lost", journal.run_id)
                 return

@@ -31,7 +31,7 @@ from bot.domain import (
     ToolCall,
     utcnow,
 )
-from bot.errors import ResumeRefused
+from bot.errors import ResumeRefused, StoreError
 from bot.events import AnswerSuppliedEvent, Event, RunResumedEvent, ToolStartedEvent
 from bot.journal.entries import (
     AssistantTurnEntry,
@@ -44,6 +44,7 @@ from bot.journal.entries import (
 )
 from bot.journal.fold import RunState, fold
 from bot.journal.writer import RunJournal
+from bot.llm.scripted import ScriptedProvider
 from bot.people.policy import Actor
 from bot.prompter import DeferringPrompter
 from bot.records import RunRecord
@@ -54,6 +55,10 @@ from bot.run.supervisor import Supervisor
 from bot.tools.base import Tool, ToolFlags, ToolTraits
 from bot.tools.command import CommandTool
 from bot.tools.python import function_tool
+from bot.tools.source import ToolSource
+from bot.tools.toolset import ToolSet
+from storage.sql_store import migrated
+from storage.sqlite import SqliteStore
 from tests.fakes.runtime import Counter, call, counting_tools, make_runtime, reply
 from tests.fakes.waiting import until
 
@@ -134,6 +139,51 @@ async def test_a_call_a_shutdown_kept_from_starting_runs_on_resume_without_askin
     assert "wait_effect" not in json.dumps(
         [wire.to_plain(r.entry) for r in await rt.store.load(live.run_id)]
     )
+
+
+class BlinkingStore(SqliteStore):
+    """The real store, whose first lease renewal fails as a store that blinked would."""
+
+    blinked = False
+
+    async def renew(self, run_id: str, owner: str, epoch: int, lease_seconds: float) -> bool:
+        """Fail once, then renew."""
+        if not self.blinked:
+            self.blinked = True
+            raise StoreError("the database is unreachable")
+        return await super().renew(run_id, owner, epoch, lease_seconds)
+
+
+async def test_a_lease_is_still_renewed_after_one_renewal_failed(
+    tmp_path: Path, opened: list[Runtime]
+) -> None:
+    counter = Counter()
+    replies = [reply(call("nap", seconds=1.5), call("write", text="x")), reply(text="done")]
+    store = await migrated(BlinkingStore(tmp_path / "k.db"))
+    tools = ToolSource(ToolSet([nap, *counting_tools(counter)]))
+    model = ScriptedProvider.from_replies(replies, name="test")
+    rt = Runtime(store=store, model=model, tools=tools, owner="replica-a", lease_seconds=0.3)
+    other, _ = await make_runtime(
+        tmp_path / "k.db", [], [nap, *counting_tools(counter)], owner="replica-b", lease_seconds=0.3
+    )
+    opened += [rt, other]
+    owner, sweeper = Supervisor(rt), Supervisor(other)
+    live = await owner.start_turn("rest, then write", prompter=None)
+
+    # Another replica sweeps for orphans all the while the nap outlasts five leases.
+    adopted: list[str] = []
+
+    async def swept() -> bool:
+        adopted.extend(await sweeper.adopt_orphans())
+        return live.left.is_set()
+
+    await until(swept)
+    state = await owner.wait(live)
+
+    assert store.blinked
+    assert adopted == []
+    assert state.result is not None and state.result.status is RunStatus.COMPLETED
+    assert counter.calls == {"write": 1}
 
 
 async def test_a_tool_still_running_after_the_grace_is_cut(tmp_path: Path) -> None:
