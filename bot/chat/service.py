@@ -314,13 +314,14 @@ class ChatService:
         answered = await self._supervisor.answer(decision, run_id=run_id, actor=user, digest=digest)
         if not answered.accepted or not answered.ready:
             return Decided(answered.accepted, answered.message)
-        from bot.errors import ResumeRefused
+        from bot.errors import ResumeRefused, UnreadableJournal
 
         try:
             live = await self._supervisor.resume(run_id, claimed=answered.claimed, by=user.user)
-        except ResumeRefused as exc:
+        except (ResumeRefused, UnreadableJournal) as exc:
             # The decision stands: the run is live elsewhere (its task goes on with the answer
-            # once it suspends), or needs someone to resume it with --force.
+            # once it suspends), needs someone to resume it with --force, or waits for its
+            # journal to be repaired.
             return Decided(True, f"{answered.message}; not resumed here: {exc}")
         return Decided(True, answered.message, live)
 

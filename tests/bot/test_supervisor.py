@@ -31,7 +31,7 @@ from bot.domain import (
     ToolCall,
     utcnow,
 )
-from bot.errors import ResumeRefused, StoreError
+from bot.errors import ResumeRefused, StoreError, UnreadableJournal
 from bot.events import AnswerSuppliedEvent, Event, RunResumedEvent, ToolStartedEvent
 from bot.journal.entries import (
     AssistantTurnEntry,
@@ -708,6 +708,37 @@ async def two_waiting_one_unreadable(
             (waiting[0][0],),
         )
     return rt, sup, counter, waiting
+
+
+async def test_a_cancel_of_a_run_whose_journal_cannot_be_read_leaves_it_free(
+    tmp_path: Path, opened: list[Runtime]
+) -> None:
+    rt, sup, _counter, waiting = await two_waiting_one_unreadable(tmp_path, opened)
+    run_id = waiting[0][0]
+
+    with pytest.raises(UnreadableJournal, match="seq 1 is unreadable"):
+        await sup.cancel(run_id, by="U0REQ")
+
+    # Not held by a process that could do nothing with it: the next try is not told to wait.
+    assert (await rt.store.get_run(run_id)).owner == ""
+    with pytest.raises(UnreadableJournal):
+        await sup.cancel(run_id, by="U0REQ")
+
+
+async def test_an_approval_of_a_run_whose_journal_cannot_be_read_stands_and_says_so(
+    tmp_path: Path, opened: list[Runtime]
+) -> None:
+    rt, sup, counter, waiting = await two_waiting_one_unreadable(tmp_path, opened)
+    run_id, request = waiting[0]
+
+    decided = await ChatService(sup).decide(
+        run_id, request.id, DecisionKind.APPROVE, user=Actor("U0APPROVER")
+    )
+
+    assert decided.accepted and decided.resumed is None
+    assert "not resumed here" in decided.message and "unreadable" in decided.message
+    assert (await rt.store.get_run(run_id)).owner == ""  # the lease the decision took, given back
+    assert counter.calls == {}
 
 
 async def test_a_journal_no_process_can_read_holds_up_no_other_expiry(

@@ -312,7 +312,9 @@ async def test_hostile_a_click_on_a_run_whose_journal_cannot_be_read_names_it(
         await world.click(card, ids.APPROVE_ONCE, user=APPROVER)
         note = await world.ephemeral_to(APPROVER)
         unreadable = f"run '{run_id}': journal entry at seq 1 is unreadable"
-        assert note.args["text"] == f"{unreadable}: Input data was truncated"
+        # The click counted: the run waits for the entry's repair, not for another click.
+        said = f"recorded; not resumed here: {unreadable}: Input data was truncated"
+        assert note.args["text"] == said
 
 
 @pytest.mark.parametrize("verb", ["status", "cancel", "resume"])
@@ -361,8 +363,8 @@ async def test_hostile_a_form_on_a_run_whose_journal_cannot_be_read_names_it(
     tmp_path: Path,
 ) -> None:
     """The Answer form, submitted on a run whose journal was cut short on disk after it
-    opened: the form says which entry cannot be read (the answer counted; the run cannot go
-    on until it is repaired), as a click does, instead of Slack's "trouble connecting"."""
+    opened: the form says the answer counted and which entry cannot be read (the run cannot
+    go on until it is repaired), as a click does, instead of Slack's "trouble connecting"."""
     async with slack_world(tmp_path, question_script()) as world:
         await _question_open(world)
         card = await world.card(ids.ANSWER)
@@ -378,4 +380,4 @@ async def test_hostile_a_form_on_a_run_whose_journal_cannot_be_read_names_it(
         assert response.status == 200 and response.json is not None
         unreadable = f"run '{run_id}': journal entry at seq 1 is unreadable"
         shown = response.json["errors"][ids.ANSWER_BLOCK]
-        assert shown == f"{unreadable}: Input data was truncated"
+        assert shown == f"recorded; not resumed here: {unreadable}: Input data was truncated"

@@ -73,6 +73,15 @@ def test_a_body_that_is_no_entry_is_refused(body: str) -> None:
         decode_entry(body)
 
 
+def test_a_kind_from_a_newer_version_is_named_as_such() -> None:
+    with pytest.raises(wire.Unreadable) as refused:
+        decode_entry('{"kind":"tool_progress","call_id":"c1"}')
+
+    assert str(refused.value) == (
+        "its kind 'tool_progress' is not one this Kestrel knows (a newer version wrote it?)"
+    )
+
+
 # Bodies as the pydantic models of 2026-12-04 stored them: journals written before the domain
 # became msgspec structs must read back, whole.
 PYDANTIC_ERA = [
