@@ -21,6 +21,7 @@ import msgspec
 
 from bot import wire
 from bot.chat.service import ChatService
+from bot.config.settings import McpServerSettings
 from bot.domain import Decision, DecisionKind, Request, RequestStatus, Session
 from bot.errors import ResumeRefused
 from bot.events import Event, FanOut, RequestOpenedEvent
@@ -38,11 +39,14 @@ from bot.tools.ask_human import ask_human_tools
 from bot.tools.base import Tool
 from bot.tools.catalog import load_catalog
 from bot.tools.isolation import Isolation
+from bot.tools.mcp import McpSource, McpTools
 from bot.tools.propose_plan import propose_plan_tool
 from bot.tools.python import function_tool
 from bot.tools.source import ToolSource
 from bot.tools.toolset import ToolSet
 from storage.sqlite import SqliteStore
+
+MCP_SERVER = Path(__file__).resolve().parents[1] / "fakes" / "mcp_server.py"
 
 
 class CrashingStore(SqliteStore):
@@ -126,8 +130,21 @@ async def record(args: Named) -> str:
 
 def tools(catalog: str) -> list[Tool]:
     """Every kind of tool a run may reach execution through: catalog commands, an in-process
-    function, the questions to people and ``propose_plan``."""
+    function, the questions to people and ``propose_plan`` (and, with ``--mcp``, an MCP
+    server's: ``mcp_tools``)."""
     return [*load_catalog(catalog, Isolation()), record, *ask_human_tools(), propose_plan_tool()]
+
+
+def mcp_tools(builtin: list[Tool]) -> McpTools:
+    """``builtin`` and the fake MCP server's tools (``srv__record`` records an effect)."""
+    server = McpServerSettings(
+        name="srv",
+        transport="stdio",
+        command=[sys.executable, str(MCP_SERVER), "--effects"],
+        env={"EFFECTS_FILE": os.environ["EFFECTS_FILE"]},
+        timeout=15,
+    )
+    return McpTools(builtin, [McpSource(server)])
 
 
 class ApprovingPrompter:
@@ -187,14 +204,24 @@ class ApprovesWhileLive:
         return decided.resumed
 
 
+async def closed(store: SqliteStore, servers: McpTools | None) -> None:
+    """Close the store and the MCP servers, if any."""
+    if servers is not None:
+        await servers.close()
+    await store.close()
+
+
 async def main(args: argparse.Namespace) -> None:
+    """Start, resume, settle or cancel as ``args`` say; print where the run is."""
     kind, _, nth = (args.crash_after or ":0").partition(":")
     store = CrashingStore(Path(args.db), kind, int(nth or 0))
     await store.migrate()
+    servers = mcp_tools(tools(args.catalog)) if args.mcp else None
+    tool_source = await servers.start() if servers else ToolSource(ToolSet(tools(args.catalog)))
     rt = Runtime(
         store=store,
         model=OpenAIProvider("fake-model", api_key="test-key", base_url=args.base_url),
-        tools=ToolSource(ToolSet(tools(args.catalog))),
+        tools=tool_source,
         events=FanOut(),
         owner=f"child-{os.getpid()}",
         lease_seconds=0.3,
@@ -215,12 +242,12 @@ async def main(args: argparse.Namespace) -> None:
         answered = await sup.answer(decision, run_id=args.resume)
         if not answered.accepted:  # said, for the test to judge; nothing is resumed
             print(json.dumps({"refused": answered.message}))
-            await store.close()
+            await closed(store, servers)
             return
         claimed = answered.claimed  # as ChatService.decide resumes
     if args.cancel:
         print(json.dumps({"cancel": await sup.cancel(args.cancel, by="U0ONCALL")}))
-        await store.close()
+        await closed(store, servers)
         return
     if args.resume and args.adopt:
         live = await adopt_when_free(sup, args.resume)
@@ -229,7 +256,7 @@ async def main(args: argparse.Namespace) -> None:
             live = await resume_when_free(sup, args.resume, claimed, args.force)
         except ResumeRefused as exc:  # said, for the test to judge; the decision stands
             print(json.dumps({"refused": str(exc)}))
-            await store.close()
+            await closed(store, servers)
             return
     else:
         prompter = ApprovingPrompter() if args.approve else DeferringPrompter()
@@ -248,7 +275,7 @@ async def main(args: argparse.Namespace) -> None:
         "outcomes": state.outcomes(),
     }
     print(json.dumps(out))
-    await store.close()
+    await closed(store, servers)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -261,6 +288,7 @@ def parser() -> argparse.ArgumentParser:
     options.add_argument("--resume", default="")
     options.add_argument("--settle", action="append", default=[], help="REQ=decision kind[:text]")
     options.add_argument("--force", action="store_true", help="resume past a changed config")
+    options.add_argument("--mcp", action="store_true", help="add the fake MCP server's tools")
     options.add_argument("--adopt", action="store_true", help="take the run over as serve does")
     options.add_argument("--cancel", default="", help="cancel this run as on-call")
     options.add_argument("--run-id-file", default="")

@@ -1,7 +1,8 @@
 """The paths to execution test_crash_resume does not take, under SIGKILL after each kind of
 journal append: a call made after a person answered a question, a run resumed with --force past
-a changed catalog, and an in-process function tool. No effect runs again without a fresh
-decision by on-call. Real processes, real SQLite file, real openai client (its harness)."""
+a changed catalog, an in-process function tool and an MCP server's tool. No effect runs again
+without a fresh decision by on-call. Real processes, real SQLite file, real openai client (the
+harness of test_crash_resume)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 import subprocess
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -17,6 +19,7 @@ from tests.crash.test_crash_resume import (
     GATED_SCRIPT,
     assert_finished_each_effect_once,
     child,
+    effects,
 )
 
 # The model asks a person first, then makes the call the answer allows.
@@ -37,6 +40,19 @@ FUNCTION_SCRIPT: list[dict[str, object]] = [
         "calls": [
             {"name": "record", "arguments": {"name": "b"}},
             {"name": "record", "arguments": {"name": "c"}},
+        ],
+    },
+    {"text": "all done"},
+]
+
+# The fake MCP server's ``record`` (not idempotent, not gated): one call, then two in a reply.
+MCP_SCRIPT: list[dict[str, object]] = [
+    {"text": "first", "calls": [{"name": "srv__record", "arguments": {"name": "a"}}]},
+    {
+        "text": "two more",
+        "calls": [
+            {"name": "srv__record", "arguments": {"name": "b"}},
+            {"name": "srv__record", "arguments": {"name": "c"}},
         ],
     },
     {"text": "all done"},
@@ -86,10 +102,24 @@ PATHS: dict[str, tuple[list[dict[str, object]], list[str]]] = {
             "run_ended",
         ],
     ),
+    "mcp_tool": (
+        MCP_SCRIPT,
+        [
+            "assistant_turn",
+            "tool_dispatched",
+            "tool_result",
+            "assistant_turn:2",
+            "tool_dispatched:2",
+            "tool_result:2",
+            "tool_dispatched:3",
+            "tool_result:3",
+            "run_ended",
+        ],
+    ),
 }
 
-# What every process after the crash is given on a path: past a changed catalog, only --force.
-LATER: dict[str, tuple[str, ...]] = {"forced": ("--force",)}
+# What every process of a path is given: past a changed catalog, only --force; the MCP server.
+LATER: dict[str, tuple[str, ...]] = {"forced": ("--force",), "mcp_tool": ("--mcp",)}
 
 
 def change_catalog(folder: Path) -> None:
@@ -106,8 +136,8 @@ def deciding_process(
     """Bring the run to where ``path`` reaches execution, in a process that crashes on cue."""
     folder = Path(world["dir"])
     crash_args = ["--crash-after", crash if ":" in crash else f"{crash}:1"]
-    if path == "function_tool":
-        return child(world, *crash_args)
+    if path in ("function_tool", "mcp_tool"):
+        return child(world, *LATER.get(path, ()), *crash_args)
     (request,) = json.loads(child(world).stdout)["requests"]
     run_id = (folder / "run_id").read_text()
     if path == "answered_question":
@@ -139,3 +169,11 @@ def test_no_effect_runs_again_without_a_fresh_decision(
     run_id = (folder / "run_id").read_text()
 
     assert_finished_each_effect_once(world, run_id, retries, *LATER.get(path, ()))
+    # Every effect the model asked for took place: the tool did run, on each path.
+    assert set(effects(folder)) == names_recorded(PATHS[path][0])
+
+
+def names_recorded(script: list[dict[str, Any]]) -> set[str]:
+    """The names the script's calls record (a question records none)."""
+    calls = [call for reply in script for call in reply.get("calls", [])]
+    return {call["arguments"]["name"] for call in calls if "name" in call["arguments"]}

@@ -6,6 +6,7 @@ import os
 import sys
 from typing import Annotated
 
+import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
@@ -81,6 +82,19 @@ if "--leaky" in sys.argv:
         annotations=DESTRUCTIVE,
         description=f"Deploy a target. Uses API key {LEAKY_KEY}; questions to {LEAKY_EMAIL}.",
     )
+
+
+async def record(name: str) -> str:
+    """Record a side effect in ``$EFFECTS_FILE`` (not idempotent; a crash test counts them)."""
+    await anyio.sleep(0.05)  # an effect that takes a moment, as a command's does
+    with open(os.environ["EFFECTS_FILE"], "a") as effects:  # noqa: ASYNC230 - one short line
+        effects.write(f"{name}\n")
+    return f"recorded {name}"
+
+
+# With ``--effects``: ``record``, whose effects the crash tests count.
+if "--effects" in sys.argv:
+    server.add_tool(record, annotations=ADDITIVE)
 
 
 if __name__ == "__main__":
