@@ -1,0 +1,220 @@
+"""Races between replicas on one PostgreSQL database: two sweeps adopting the same orphan, an
+approval and a cancel at once, a decision landing while a run is being adopted. Each replica is
+a runtime of its own (its own store connections, owner and model) in this process; whichever
+way a race goes, each effect runs at most once and nothing is left unowned."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any, TypeVar
+
+import pytest
+
+from bot.chat.service import ChatService
+from bot.domain import (
+    AssistantTurn,
+    DecisionKind,
+    Request,
+    RequestMaker,
+    RunStatus,
+    Session,
+    ToolCall,
+)
+from bot.errors import CancelRefused
+from bot.journal.entries import AssistantTurnEntry, RunStarted, ToolDeferred, UserMessageEntry
+from bot.journal.fold import RunState, fold
+from bot.journal.writer import RunJournal
+from bot.kinds import TERMINAL_STATUSES, RequestKind
+from bot.llm.scripted import ScriptedProvider
+from bot.people.policy import Actor
+from bot.prompter import DeferringPrompter
+from bot.records import RunRecord
+from bot.run.runtime import Runtime
+from bot.run.supervisor import Supervisor
+from bot.tools.source import ToolSource
+from bot.tools.toolset import ToolSet
+from storage.postgres import PostgresStore
+from tests.fakes.runtime import Counter, call, counting_tools, reply
+from tests.fakes.waiting import until
+from tests.storage.conftest import postgres_dsn, postgres_schema
+
+LEASE = 0.5
+
+A = TypeVar("A")
+B = TypeVar("B")
+
+
+class Replicas:
+    """Replicas on one schema; each effect counted in one counter, whichever replica ran it."""
+
+    def __init__(self, dsn: str, schema: str) -> None:
+        self.dsn, self.schema = dsn, schema
+        self.counter = Counter()
+        self.runtimes: list[Runtime] = []
+
+    async def replica(self, owner: str, replies: list[dict[str, Any]]) -> Supervisor:
+        """A replica named ``owner`` whose model answers ``replies`` (for each run it drives)."""
+        store = PostgresStore(self.dsn, schema=self.schema)
+        await store.migrate()
+        rt = Runtime(
+            store=store,
+            model=ScriptedProvider.from_replies(replies, name="test"),
+            tools=ToolSource(ToolSet(counting_tools(self.counter))),
+            owner=owner,
+            lease_seconds=LEASE,
+        )
+        rt.policy.settings.oncall.append("U0ONCALL")
+        self.runtimes.append(rt)
+        return Supervisor(rt)
+
+    async def close(self) -> None:
+        for rt in self.runtimes:
+            await rt.store.close()
+
+
+@pytest.fixture
+async def replicas() -> AsyncIterator[Replicas]:
+    dsn = postgres_dsn()
+    async with postgres_schema(dsn) as schema:
+        made = Replicas(dsn, schema)
+        yield made
+        await made.close()
+
+
+async def orphan(
+    sup: Supervisor, run_id: str, *calls: ToolCall, deferred: Request | None = None
+) -> None:
+    """A run whose owner died after its model asked for ``calls`` (``deferred``: the first of
+    them waits on that request); its lease gone at once."""
+    rt = sup.rt
+    session = Session(id=f"ses_{run_id}")
+    await rt.store.ensure_session(session)
+    epoch = await rt.store.create_run(RunRecord(id=run_id, session_id=session.id), "dead", 0.0)
+    journal = RunJournal(rt.store, RunState(run_id), epoch)
+    started = RunStarted(
+        run_id=run_id, session_id=session.id, requested_by="U0REQ", fingerprint=rt.fingerprint()
+    )
+    entries: list[Any] = [
+        started,
+        UserMessageEntry(text="ship it", by="U0REQ"),
+        AssistantTurnEntry(iteration=0, turn=AssistantTurn(calls=calls)),
+    ]
+    if deferred is not None:
+        entries.append(ToolDeferred(call_id=deferred.call_id, tool=deferred.tool, request=deferred))
+    for entry in entries:
+        await journal.append(entry)
+
+
+def write(text: str) -> ToolCall:
+    """A call of ``write`` (not idempotent, not gated)."""
+    return ToolCall(id=f"call_w_{text}", name="write", arguments=json.dumps({"text": text}))
+
+
+async def ended(sup: Supervisor, run_id: str) -> RunStatus | None:
+    status = (await sup.rt.store.get_run(run_id)).status
+    return status if status in TERMINAL_STATUSES else None
+
+
+async def test_two_sweeps_adopting_the_same_orphans_at_once_run_each_once(
+    replicas: Replicas,
+) -> None:
+    done = [reply(text="written")] * 6
+    first = await replicas.replica("replica-a", done)
+    second = await replicas.replica("replica-b", done)
+    runs = [f"run_orphan_{n}" for n in range(6)]
+    for n, run_id in enumerate(runs):
+        await orphan(first, run_id, write(str(n)))
+
+    adopted = await asyncio.gather(first.adopt_orphans(), second.adopt_orphans())
+
+    assert sorted(adopted[0] + adopted[1]) == sorted(runs)  # each by one sweep, none twice
+    assert await until(lambda: all_ended(first, runs)) == [RunStatus.COMPLETED] * len(runs)
+    assert replicas.counter.calls == {"write": len(runs)}
+
+
+async def all_ended(sup: Supervisor, run_ids: list[str]) -> list[RunStatus] | None:
+    """How each run ended, once all have."""
+    statuses = [await ended(sup, run_id) for run_id in run_ids]
+    return None if None in statuses else statuses  # type: ignore[return-value]
+
+
+async def waiting_for_approval(sup: Supervisor) -> tuple[str, Request]:
+    live = await sup.start_turn("ship it", requested_by="U0REQ", prompter=DeferringPrompter())
+    (request,) = (await sup.wait(live)).open_requests
+    return live.run_id, request
+
+
+async def cancel_or_why_not(sup: Supervisor, run_id: str) -> str:
+    """Cancel as on-call; what the cancel said, or why it was refused."""
+    try:
+        return await sup.cancel(run_id, by="U0ONCALL")
+    except CancelRefused as exc:
+        return str(exc)
+
+
+async def both(first: Awaitable[A], second: Awaitable[B], second_first: bool) -> tuple[A, B]:
+    """``first`` and ``second`` at once, the one said started first (a race both ways)."""
+    if not second_first:
+        return await asyncio.gather(first, second)
+    later, sooner = await asyncio.gather(second, first)
+    return sooner, later
+
+
+@pytest.mark.parametrize("cancel_first", [False, True, False, True])
+async def test_an_approval_and_a_cancel_at_once_never_both_happen(
+    replicas: Replicas, cancel_first: bool
+) -> None:
+    script = [reply(call("deploy", text="v2")), reply(text="deployed")]
+    deciding = await replicas.replica("replica-a", script)
+    cancelling = await replicas.replica("replica-b", script)
+    run_id, request = await waiting_for_approval(deciding)
+    chat = ChatService(deciding)
+
+    decided, cancelled = await both(
+        chat.decide(run_id, request.id, DecisionKind.APPROVE, user=Actor("U0APPROVER")),
+        cancel_or_why_not(cancelling, run_id),
+        cancel_first,
+    )
+    if decided.resumed is not None:
+        await deciding.wait(decided.resumed)
+    status = await until(lambda: ended(deciding, run_id))
+
+    # Cancelled and never deployed, or deployed once and the cancel refused: never both.
+    if status is RunStatus.CANCELLED:
+        assert cancelled == "cancelled" and replicas.counter.calls == {}
+    else:
+        assert status is RunStatus.COMPLETED, (status, decided, cancelled)
+        assert cancelled != "cancelled" and replicas.counter.calls == {"deploy": 1}
+    assert await deciding.rt.store.list_requests(run_id=run_id) == []
+
+
+@pytest.mark.parametrize("decision_first", [False, True, False, True])
+async def test_a_decision_landing_while_its_run_is_adopted_runs_it_once(
+    replicas: Replicas, decision_first: bool
+) -> None:
+    script = [reply(text="deployed and written")]
+    adopting = await replicas.replica("replica-a", script)
+    deciding = await replicas.replica("replica-b", script)
+    run_id = "run_adopted"
+    deploy = ToolCall(id="call_deploy", name="deploy", arguments='{"text": "v2"}')
+    digest = adopting.rt.tools.current().call_digest("deploy", {"text": "v2"})
+    request = RequestMaker(run_id, "U0REQ")(
+        RequestKind.WAIT_APPROVAL, deploy.id, "deploy", {"text": "v2"}, digest=digest
+    )
+    # Its owner died as the batch's next call, a write, was about to start.
+    await orphan(adopting, run_id, deploy, write("x"), deferred=request)
+
+    adopted, decided = await both(
+        adopting.adopt_orphans(),
+        ChatService(deciding).decide(
+            run_id, request.id, DecisionKind.APPROVE, user=Actor("U0APPROVER")
+        ),
+        decision_first,
+    )
+
+    assert decided.accepted, decided.message
+    status = await until(lambda: ended(adopting, run_id))
+    assert status is RunStatus.COMPLETED, fold(await adopting.rt.store.load(run_id), run_id)
+    assert replicas.counter.calls == {"deploy": 1, "write": 1}, (adopted, decided)
