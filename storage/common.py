@@ -135,6 +135,17 @@ def record(run_id: str, seq: int, epoch: int, body: str) -> JournalRecord:
     return JournalRecord(run_id=run_id, seq=seq, epoch=epoch, entry=entry)
 
 
+def whole(run_id: str, records: list[JournalRecord]) -> list[JournalRecord]:
+    """``records``, a run's whole journal read in order, once its seqs run 0, 1, 2… with none
+    missing (a row deleted, a partial copy): read past, a lost dispatch record would let its
+    effect run again. Distinct and ascending, they do when the last is one less than their
+    count; only then is each looked at, for the message."""
+    if not records or records[-1].seq == len(records) - 1:
+        return records
+    missing = next(n for n, each in enumerate(records) if each.seq != n)
+    raise UnreadableJournal(f"run {run_id!r}: journal entry at seq {missing} is missing")
+
+
 def diagnose(
     run_id: str, seq: int, epoch: int, body: str, row: Sequence[Any] | None
 ) -> StoreError | None:

@@ -41,6 +41,7 @@ from storage.common import (
     request_row,
     run_from_row,
     tally_from_rows,
+    whole,
     work_from_row,
     work_payload,
 )
@@ -257,12 +258,15 @@ class SqlStore(ABC):
         await self.submit(run_id, seq, epoch, entry)
 
     async def load(self, run_id: str) -> list[JournalRecord]:
-        """The run's whole journal, in order; raises ``UnknownRun``."""
+        """The run's whole journal, in order; raises ``UnknownRun``, and ``UnreadableJournal``
+        for an entry that does not read back or is missing."""
         self.loads += 1
         rows = await self._read("load", sql.LOAD, (run_id,))
         if not rows:
             await self.current_epoch(run_id)  # unknown runs raise UnknownRun
-        return [record(run_id, int(seq), int(epoch), body) for seq, epoch, body in rows]
+        return whole(
+            run_id, [record(run_id, int(seq), int(epoch), body) for seq, epoch, body in rows]
+        )
 
     async def load_range(self, run_id: str, start: int, stop: int) -> list[JournalRecord]:
         """The run's entries with ``start <= seq < stop``, in order; raises ``UnknownRun``."""

@@ -79,7 +79,8 @@ class JournalLog(Protocol):
         ...
 
     async def load(self, run_id: str) -> list[JournalRecord]:
-        """The run's whole journal, in order."""
+        """The run's whole journal, in order; ``UnreadableJournal`` if an entry does not read
+        back or is missing."""
         ...
 
     async def load_range(self, run_id: str, start: int, stop: int) -> list[JournalRecord]:

@@ -34,6 +34,7 @@ from bot.domain import (
 from bot.errors import ResumeRefused, StoreError, UnreadableJournal
 from bot.events import AnswerSuppliedEvent, Event, RunResumedEvent, ToolStartedEvent
 from bot.journal.entries import (
+    AdvisoryEntry,
     AssistantTurnEntry,
     Entry,
     RunStarted,
@@ -683,6 +684,25 @@ async def test_a_journal_no_process_can_read_holds_up_no_other_adoption(
     assert adopted == ["run_good"]
     assert (await rt.store.get_run("run_bad")).status is RunStatus.RUNNING  # left as it was
     assert counter.calls == {}  # the good run's uncertain effect waits for on-call
+
+
+async def test_a_journal_missing_an_entry_is_refused_not_read_past(
+    tmp_path: Path, opened: list[Runtime]
+) -> None:
+    counter = Counter()
+    rt, _ = await make_runtime(tmp_path / "k.db", [reply(text="x")], counting_tools(counter))
+    opened.append(rt)
+    await orphan(rt, "run_gap", "a")
+    journal = RunJournal(rt.store, fold(await rt.store.load("run_gap"), "run_gap"), 1)
+    await journal.append(AdvisoryEntry(text="noted after the dispatch"))
+    with sqlite3.connect(tmp_path / "k.db") as conn:  # a partial copy, a hand edit
+        conn.execute("DELETE FROM journal WHERE run_id = 'run_gap' AND seq = 3")
+
+    with pytest.raises(UnreadableJournal, match="seq 3 is missing"):
+        await Supervisor(rt).resume("run_gap")
+
+    # Read past, the lost dispatch record would have let the write run a second time.
+    assert counter.calls == {}
 
 
 async def two_waiting_one_unreadable(
