@@ -822,7 +822,12 @@ class Supervisor:
         runs = await self.rt.store.list_runs(limit=HISTORY_TURNS, session_id=session_id)
         pairs: list[tuple[str, str]] = []
         for record in reversed(runs):
-            state = fold(await self.rt.store.load(record.id), record.id)
+            try:
+                state = fold(await self.rt.store.load(record.id), record.id)
+            except UnreadableJournal as exc:
+                # That turn is left out of the history, not every new turn of the thread.
+                log.warning("session %s: a turn left out of the history: %s", session_id, exc)
+                continue
             prompt = _own_prompt(state)
             answer = state.result.text if state.result else ""
             if prompt and answer:

@@ -705,6 +705,28 @@ async def test_a_journal_missing_an_entry_is_refused_not_read_past(
     assert counter.calls == {}
 
 
+async def test_an_earlier_run_that_cannot_be_read_keeps_no_new_turn_from_starting(
+    tmp_path: Path, opened: list[Runtime]
+) -> None:
+    rt, _ = await make_runtime(tmp_path / "k.db", [reply(text="answered")])
+    opened.append(rt)
+    sup = Supervisor(rt)
+    session = Session(id="ses_thread")
+    earlier = []
+    for prompt in ("first question", "second question"):
+        earlier.append((await sup.wait(await sup.start_turn(prompt, session=session))).run_id)
+    with sqlite3.connect(tmp_path / "k.db") as conn:  # the older run's, cut short on disk
+        cut = "UPDATE journal SET body = substr(body, 1, 20) WHERE run_id = ? AND seq = 1"
+        conn.execute(cut, (earlier[0],))
+
+    state = await sup.wait(await sup.start_turn("third question", session=session))
+
+    # The thread's history holds what can be read; the turn is not refused for the rest.
+    assert state.result is not None and state.result.status is RunStatus.COMPLETED
+    assert state.started is not None
+    assert state.started.history == (("user", "second question"), ("assistant", "answered"))
+
+
 async def two_waiting_one_unreadable(
     tmp_path: Path, opened: list[Runtime], lease_seconds: float = 30.0
 ) -> tuple[Runtime, Supervisor, Counter, list[tuple[str, Request]]]:
