@@ -88,6 +88,11 @@ PATHS: dict[str, tuple[list[dict[str, object]], list[str]]] = {
             "run_ended",
         ],
     ),
+    # The approved tool itself changed: its approval covers it no more, and it asks again.
+    "forced_tool_changed": (
+        GATED_SCRIPT,
+        ["run_resumed", "answer_supplied", "tool_deferred", "run_suspended"],
+    ),
     "function_tool": (
         FUNCTION_SCRIPT,
         [
@@ -119,14 +124,23 @@ PATHS: dict[str, tuple[list[dict[str, object]], list[str]]] = {
 }
 
 # What every process of a path is given: past a changed catalog, only --force; the MCP server.
-LATER: dict[str, tuple[str, ...]] = {"forced": ("--force",), "mcp_tool": ("--mcp",)}
+LATER: dict[str, tuple[str, ...]] = {
+    "forced": ("--force",),
+    "forced_tool_changed": ("--force",),
+    "mcp_tool": ("--mcp",),
+}
 
 
-def change_catalog(folder: Path) -> None:
-    """A tool added to the catalog: the tool set the run started with is no longer the one."""
+def change_catalog(folder: Path, path: str) -> None:
+    """The tool set the run started with is no longer the one: a tool added to the catalog, or
+    (``forced_tool_changed``) the approved ``deploy`` described anew."""
     catalog = yaml.safe_load((folder / "catalog.yaml").read_text())
-    added = {**catalog["tools"][0], "name": "added", "description": "Added since the run began"}
-    catalog["tools"].append(added)
+    if path == "forced_tool_changed":
+        deploy = next(tool for tool in catalog["tools"] if tool["name"] == "deploy")
+        deploy["description"] = "Deploy, as edited since the card"
+    else:
+        added = {**catalog["tools"][0], "name": "added", "description": "Added since the start"}
+        catalog["tools"].append(added)
     (folder / "catalog.yaml").write_text(yaml.safe_dump(catalog))
 
 
@@ -145,8 +159,8 @@ def deciding_process(
         return child(
             world, "--resume", run_id, "--settle", f"{request['id']}=answer:yes", *crash_args
         )
-    assert path == "forced"
-    change_catalog(folder)
+    assert path in ("forced", "forced_tool_changed")
+    change_catalog(folder, path)
     approved = child(world, "--resume", run_id, "--settle", f"{request['id']}=approve")
     # The approval is recorded; the run waits for someone to resume it past the change.
     assert "resume with --force" in json.loads(approved.stdout)["refused"], approved.stdout
