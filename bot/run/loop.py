@@ -74,6 +74,9 @@ _EMPTY = "the model returned an empty reply: no text and no tool call"
 # say what they do beside their calls and then reply with nothing.
 _NOTHING_TO_ADD = "(The model ended without a final answer after its tool calls.)"
 
+# Why a run someone cancelled while it ran ended.
+_CANCELLED = "cancelled on request"
+
 # A reply that ended so is not all the model meant: none of its calls runs.
 _CUT_SHORT = frozenset({"length", "content_filter"})
 
@@ -160,7 +163,7 @@ class AgentLoop:
         try:
             await self._iterate(resumed)
         except Interrupted:
-            await self._suspend(Suspend(self.signals.interrupt.reason))
+            await self._interrupted()
         except Suspend as pause:
             await self._suspend(pause)
         except Stop as stop:
@@ -220,10 +223,18 @@ class AgentLoop:
             self._check_batch_budgets(len(turn.calls))
             await self._run_batch(tools)
 
+    async def _interrupted(self) -> None:
+        """Cut short: a cancel ends the run here, unless the batch opened a request (ended at
+        its suspend, by the cancel, which closes it); any other stop suspends it."""
+        if self.signals.cancel.is_set() and not self.state.open_requests:
+            await self._end(RunStatus.CANCELLED, StopReason.CANCELLED, _CANCELLED, "")
+            return
+        await self._suspend(Suspend(self.signals.interrupt.reason))
+
     def _poll(self) -> None:
         """The loop boundary: cancel, suspend and the limits, before an iteration is used."""
         if self.signals.cancel.is_set():
-            raise Stop(RunStatus.CANCELLED, StopReason.CANCELLED, "cancelled on request")
+            raise Stop(RunStatus.CANCELLED, StopReason.CANCELLED, _CANCELLED)
         if self.signals.interrupt.requested:
             raise Suspend(self.signals.interrupt.reason)
         if self.signals.suspend.is_set():

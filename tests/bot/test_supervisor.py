@@ -577,6 +577,8 @@ async def test_a_cancel_taken_while_a_call_runs_starts_no_other_call_of_its_batc
     assert (await rt.store.get_run(live.run_id)).status is RunStatus.CANCELLED
     assert counter.calls == {}
     assert await rt.store.list_requests(run_id=live.run_id) == []
+    # Ended, never paused: the thread is not told to resume a run someone cancelled.
+    assert "run_suspended" not in seen.kinds()
 
 
 async def test_waiting_on_a_run_follows_it_past_a_suspend_that_found_its_answers(
