@@ -43,7 +43,6 @@ from bot.events import (
 from bot.hooks import HookContext, HookFailure, Hooks
 from bot.journal.entries import Entry, RunEnded, RunResumed, RunStarted, UserMessageEntry
 from bot.journal.fold import RunState, fold
-from bot.journal.log import JournalRecord
 from bot.journal.writer import RunJournal, TakenOver
 from bot.kinds import AuditAction
 from bot.llm.base import UserMessage
@@ -220,7 +219,7 @@ class Supervisor:
                 # replica adopts the run. Given back, the claim's epoch would have hidden the
                 # run from every sweep (``ORPHANED_RUNS``), as a refused resume is.
                 return None
-            state = fold(await self._load_held(run_id, epoch), run_id)
+            state = fold(await self.rt.store.load(run_id), run_id)
             if await self._goes_on(state):
                 return epoch, state
             # Another owner moved it on between our look and our claim: nothing left to do.
@@ -236,16 +235,6 @@ class Supervisor:
         """Whether a run not ended has work to resume (``_has_work``)."""
         return state.result is None and await self._has_work(state)
 
-    async def _load_held(self, run_id: str, epoch: int) -> list[JournalRecord]:
-        """The run's journal, read under the lease this process took at ``epoch``. A journal
-        no process can read gives the lease back first: held by a process that can do nothing
-        with it, the run would refuse every cancel and resume until the lease ran out."""
-        try:
-            return await self.rt.store.load(run_id)
-        except UnreadableJournal:
-            await self.rt.store.release(run_id, self.rt.owner, epoch)
-            raise
-
     async def _left_to_a_person(self, run_id: str) -> None:
         """A run no resume may take up without --force is claimed and given back, as a refused
         decider's is: its lease's epoch is then past its journal's last, and no sweep is
@@ -258,7 +247,7 @@ class Supervisor:
     async def _resume_claimed(
         self, run_id: str, epoch: int, prompter: Prompter | None, force: bool, by: str
     ) -> LiveRun | None:
-        records = await self._load_held(run_id, epoch)
+        records = await self.rt.store.load(run_id)
         state = fold(records, run_id)
         if state.result is not None or any(r.epoch > epoch for r in records):
             # Resumed meanwhile under a newer lease (and since suspended or ended): that
@@ -409,11 +398,14 @@ class Supervisor:
         record = await self.rt.store.get_run(run_id)
         if record.status in TERMINAL_STATUSES:
             await self._refuse_cancel(run_id, by, already_ended(run_id, record.status, "cancel"))
+        # A journal no process can read is said before any claim: claimed, the run would be
+        # held for a lease by a process that did nothing with it.
+        await self.rt.store.load(run_id)
         epoch = await self.rt.store.claim(run_id, self.rt.owner, self.rt.lease_seconds)
         if epoch is None:
             held = await self._held_elsewhere(run_id)
             await self._refuse_cancel(run_id, by, f"{held}; cancel it when it suspends")
-        state = fold(await self._load_held(run_id, epoch), run_id)
+        state = fold(await self.rt.store.load(run_id), run_id)  # as it is under the claim
         cause = f"cancelled by {by or 'an operator'}"
         # The end first (RunEnded gives the lease up as it is written): a request closed on a
         # run not yet ended reads as answered, and a crash between the two would let any

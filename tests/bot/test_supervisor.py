@@ -763,10 +763,13 @@ async def test_a_cancel_of_a_run_whose_journal_cannot_be_read_leaves_it_free(
     with pytest.raises(UnreadableJournal, match="seq 1 is unreadable"):
         await sup.cancel(run_id, by="U0REQ")
 
-    # Not held by a process that could do nothing with it: the next try is not told to wait.
+    # Not claimed by a process that could do nothing with it: another is told the same, not
+    # that the run is held until a lease runs out.
     assert (await rt.store.get_run(run_id)).owner == ""
-    with pytest.raises(UnreadableJournal):
-        await sup.cancel(run_id, by="U0REQ")
+    other, _ = await make_runtime(tmp_path / "k.db", [], owner="replica-b")
+    opened.append(other)
+    with pytest.raises(UnreadableJournal, match="seq 1 is unreadable"):
+        await Supervisor(other).cancel(run_id, by="U0REQ")
 
 
 async def test_an_approval_of_a_run_whose_journal_cannot_be_read_stands_and_says_so(
@@ -781,7 +784,8 @@ async def test_an_approval_of_a_run_whose_journal_cannot_be_read_stands_and_says
 
     assert decided.accepted and decided.resumed is None
     assert "not resumed here" in decided.message and "unreadable" in decided.message
-    assert (await rt.store.get_run(run_id)).owner == ""  # the lease the decision took, given back
+    _, status, decision = await rt.store.get_request(request.id)
+    assert status is RequestStatus.ANSWERED and decision is not None  # it counted, as said
     assert counter.calls == {}
 
 
