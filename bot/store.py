@@ -223,6 +223,10 @@ class OnceMarks(Protocol):
         """Claim ``key`` for good; True only for the first caller (deadlines, reminders, cron)."""
         ...
 
+    async def marked(self, key: str) -> bool:
+        """Whether ``key`` was claimed (a cancel asked of the replica that drives a run)."""
+        ...
+
 
 class WorkQueue(Protocol):
     """Inbound turns and resumes for any replica to take."""

@@ -419,6 +419,10 @@ class SqlStore(ABC):
         """Claim ``key``; True only for the first caller ever, across processes and replicas."""
         return bool(await self._write("mark_once", sql.MARK_ONCE, (key, self._now())))
 
+    async def marked(self, key: str) -> bool:
+        """Whether ``key`` was claimed."""
+        return bool(await self._read("marked", sql.MARKED, (key,)))
+
     # -- work and replicas -------------------------------------------------------------------
 
     async def accept_delivery(self, key: str, payload: dict[str, Any], owner: str) -> int | None:

@@ -86,6 +86,7 @@ _POINT_READS: Final = frozenset(
         "current_epoch",
         "get_message",
         "put_message",
+        "marked",
     }
 )
 # A run's journal and requests ride the idle writer too until the reader is open: a process

@@ -59,6 +59,12 @@ log = logging.getLogger("kestrel.supervisor")
 
 HISTORY_TURNS = 5
 
+
+def cancel_key(run_id: str) -> str:
+    """The once-mark that asks whichever process drives ``run_id`` to cancel it."""
+    return f"cancel:{run_id}"
+
+
 # The journal's decoder, built with this module rather than by a run. Only a process that
 # drives runs imports the supervisor, and every run it drives writes entries that the store
 # checks read back as their kind: the first entry of each kind had its field types inspected
@@ -386,11 +392,7 @@ class Supervisor:
     async def _cancel_held(self, run_id: str, by: str) -> str:
         live = self.live.get(run_id)
         if live is not None:
-            live.cancelled_by = by
-            live.signals.cancel.set()
-            # Nothing new starts: the model call is cut, the call under way finishes, and no
-            # other call of its batch runs (the run suspends, then ends cancelled).
-            live.signals.interrupt.request(spare_tools=True)
+            self._stop_for_cancel(live, by)
             await self.rt.store.audit(
                 by, AuditAction.CANCEL, run_id=run_id, detail="at the loop boundary"
             )
@@ -403,17 +405,55 @@ class Supervisor:
         await self.rt.store.load(run_id)
         epoch = await self.rt.store.claim(run_id, self.rt.owner, self.rt.lease_seconds)
         if epoch is None:
-            held = await self._held_elsewhere(run_id)
-            await self._refuse_cancel(run_id, by, f"{held}; cancel it when it suspends")
+            return await self._cancel_elsewhere(run_id, by)
         state = fold(await self.rt.store.load(run_id), run_id)  # as it is under the claim
+        await self._end_cancelled(state, epoch, by)
+        return "cancelled"
+
+    async def _cancel_elsewhere(self, run_id: str, by: str) -> str:
+        """Cancel a run another process holds: asked through the store, which its driver
+        reads at every lease renewal and suspend, and any process at a resume (one that died
+        holding it, its successor)."""
+        await self.rt.store.mark_once(cancel_key(run_id))
+        # Tried again once the mark is written: a run its driver suspended since (its lease
+        # given up) is cancelled here; one still held is sure to see the mark.
+        epoch = await self.rt.store.claim(run_id, self.rt.owner, self.rt.lease_seconds)
+        if epoch is not None:
+            await self._end_cancelled(fold(await self.rt.store.load(run_id), run_id), epoch, by)
+            return "cancelled"
+        owner = (await self.rt.store.get_run(run_id)).owner or "another process"
+        await self.rt.store.audit(by, AuditAction.CANCEL, run_id=run_id, detail=f"asked of {owner}")
+        return (
+            f"cancelling: {owner} holds the run and ends it at its next step"
+            " (if it died, whoever takes the run up ends it)"
+        )
+
+    async def _end_cancelled(self, state: RunState, epoch: int, by: str) -> None:
+        """End a run whose lease this process holds at ``epoch`` (no task of it runs), cancelled
+        by ``by``, and close its requests."""
         cause = f"cancelled by {by or 'an operator'}"
         # The end first (RunEnded gives the lease up as it is written): a request closed on a
         # run not yet ended reads as answered, and a crash between the two would let any
         # resume take the run on past its cancel. Left open on an ended run, it resumes nothing.
         await self._end_outside(state, epoch, RunStatus.CANCELLED, StopReason.CANCELLED, cause)
-        await self.decisions.close_requests(run_id, by)
-        await self.rt.store.audit(by, AuditAction.CANCEL, run_id=run_id)
-        return "cancelled"
+        await self.decisions.close_requests(state.run_id, by)
+        await self.rt.store.audit(by, AuditAction.CANCEL, run_id=state.run_id)
+
+    async def _cancel_asked(self, run_id: str) -> str | None:
+        """Who asked through the store that the run be cancelled (``_cancel_elsewhere``), ""
+        if nobody is named; None if nobody asked."""
+        if not await self.rt.store.marked(cancel_key(run_id)):
+            return None
+        audited = await self.rt.store.list_audit(run_id=run_id, limit=1000)
+        asked = [a.actor for a in audited if a.action == AuditAction.CANCEL]
+        return asked[-1] if asked else ""
+
+    def _stop_for_cancel(self, live: LiveRun, by: str) -> None:
+        """Cancel a run this process drives, at once: the model call is cut, the call under way
+        finishes, and no other call of its batch runs."""
+        live.cancelled_by = by
+        live.signals.cancel.set()
+        live.signals.interrupt.request(spare_tools=True)
 
     async def _refuse_cancel(self, run_id: str, by: str, reason: str) -> NoReturn:
         await self.rt.store.audit(by, AuditAction.CANCEL_REFUSED, run_id=run_id, detail=reason)
@@ -581,6 +621,12 @@ class Supervisor:
         prompter: Prompter | None,
         resumed: RunResumed,
     ) -> RunState:
+        asked = await self._cancel_asked(live.run_id)
+        if asked is not None:
+            # Cancelled from another process while it ran elsewhere, or waited: it goes no
+            # further, whoever takes it up.
+            await self._end_cancelled(state, epoch, asked)
+            return state
         journal = RunJournal(self.rt.store, state, epoch, self.rt.lease_seconds)
         # The loop journals ``resumed`` (audited as it lands) with the answers it reads, and
         # says so once that is durable.
@@ -614,7 +660,7 @@ class Supervisor:
             advisories=self.rt.tools.drain,
             lookup_request=self.decisions.lookup,
         )
-        renewal = asyncio.create_task(self._renew(journal))
+        renewal = asyncio.create_task(self._renew(journal, live))
         try:
             state = await AgentLoop(run, deps, live.signals).run(resumed)
         except Exception:
@@ -682,6 +728,11 @@ class Supervisor:
         ended in a wait before any loop boundary); a run that suspended on requests already
         answered goes on at once, on a task of its own."""
         try:
+            if not live.signals.cancel.is_set():
+                asked = await self._cancel_asked(live.run_id)  # from another process
+                if asked is not None:
+                    live.cancelled_by = asked
+                    live.signals.cancel.set()
             if live.signals.cancel.is_set():
                 await self._cancel(live.run_id, live.cancelled_by)
             elif self._may_go_on(live, state) and await self._can_go_on(state):
@@ -732,7 +783,9 @@ class Supervisor:
         await hooks.on_run_end(state.result, ctx)
         self.rt.events.emit(RunEndedEvent(state.run_id, state.result))
 
-    async def _renew(self, journal: RunJournal) -> None:
+    async def _renew(self, journal: RunJournal, live: LiveRun) -> None:
+        """Renew the run's lease while its task drives it; and, at each renewal, look for a
+        cancel another process asked of it (``_cancel_elsewhere``)."""
         interval = max(self.rt.lease_seconds / 3, 0.05)
         while True:
             await asyncio.sleep(interval)
@@ -749,6 +802,12 @@ class Supervisor:
                 log.warning("run %s: lease lost", journal.run_id)
                 return
             journal.lease_renewed()
+            if live.signals.cancel.is_set():
+                continue
+            with contextlib.suppress(StoreError):  # looked at again at the next renewal
+                asked = await self._cancel_asked(journal.run_id)
+                if asked is not None:
+                    self._stop_for_cancel(live, asked)
 
     # --- helpers ------------------------------------------------------------------------
 

@@ -45,6 +45,7 @@ from bot.journal.entries import (
 )
 from bot.journal.fold import RunState, fold
 from bot.journal.writer import RunJournal
+from bot.kinds import AuditAction
 from bot.llm.scripted import ScriptedProvider
 from bot.people.policy import Actor
 from bot.prompter import DeferringPrompter
@@ -52,7 +53,7 @@ from bot.records import RunRecord
 from bot.replica.schedule import Scheduler
 from bot.replica.work import WorkTaker
 from bot.run.runtime import Runtime
-from bot.run.supervisor import Supervisor
+from bot.run.supervisor import Supervisor, cancel_key
 from bot.tools.base import Tool, ToolFlags, ToolTraits
 from bot.tools.command import CommandTool
 from bot.tools.python import function_tool
@@ -579,6 +580,56 @@ async def test_a_cancel_taken_while_a_call_runs_starts_no_other_call_of_its_batc
     assert await rt.store.list_requests(run_id=live.run_id) == []
     # Ended, never paused: the thread is not told to resume a run someone cancelled.
     assert "run_suspended" not in seen.kinds()
+
+
+async def test_a_cancel_from_another_process_stops_the_run_where_it_runs(
+    tmp_path: Path, opened: list[Runtime]
+) -> None:
+    counter, release = Counter(), asyncio.Event()
+    batch = reply(call("hold"), call("write", text="after"))
+    tools = [*counting_tools(counter), holding_tool(release)]
+    replies = [batch, reply(text="finished")]
+    rt, seen = await make_runtime(tmp_path / "k.db", replies, tools, lease_seconds=0.3)
+    terminal, _ = await make_runtime(tmp_path / "k.db", [], owner="terminal")
+    opened += [rt, terminal]
+    serving = Supervisor(rt)
+    live = await serving.start_turn("ship it", requested_by="U0REQ", prompter=DeferringPrompter())
+    await until(lambda: "tool_started" in seen.kinds())
+
+    # `kestrel runs cancel` at a terminal, while `kestrel serve` runs the batch's first call.
+    said = await Supervisor(terminal).cancel(live.run_id, by="U0REQ")
+    assert said.startswith("cancelling:"), said
+    await until(lambda: live.signals.cancel.is_set())  # read at its next lease renewal
+    release.set()
+    await serving.wait(live)
+
+    record = await rt.store.get_run(live.run_id)
+    assert record.status is RunStatus.CANCELLED
+    assert counter.calls == {}  # the write after the cancel never started
+    state = fold(await rt.store.load(live.run_id), live.run_id)
+    assert state.result is not None and "on request" in state.result.error
+
+
+async def test_a_run_asked_to_cancel_is_cancelled_by_whoever_resumes_it(
+    tmp_path: Path, opened: list[Runtime]
+) -> None:
+    rt, sup, counter, run_id = await waiting_for_approval(tmp_path, opened)
+    (request,) = (await sup.wait(sup.live[run_id])).open_requests
+    # The cancel was asked while another process held the run, which died before it read it.
+    await rt.store.mark_once(cancel_key(run_id))
+    await rt.store.audit("U0ONCALL", AuditAction.CANCEL, run_id=run_id, detail="asked")
+
+    decided = await ChatService(sup).decide(
+        run_id, request.id, DecisionKind.APPROVE, user=Actor("U0APPROVER")
+    )
+    if decided.resumed is not None:
+        await sup.wait(decided.resumed)
+
+    record = await rt.store.get_run(run_id)
+    assert record.status is RunStatus.CANCELLED
+    assert counter.calls == {}
+    state = fold(await rt.store.load(run_id), run_id)
+    assert state.result is not None and state.result.error == "cancelled by U0ONCALL"
 
 
 async def test_waiting_on_a_run_follows_it_past_a_suspend_that_found_its_answers(

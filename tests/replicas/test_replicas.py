@@ -351,6 +351,34 @@ async def test_concurrent_approvals_from_two_processes_one_winner(
     await store.close()
 
 
+async def test_a_cancel_at_the_terminal_stops_a_run_a_replica_drives(
+    cluster: Callable[..., Cluster],
+) -> None:
+    batch = [
+        {"name": "slow_effect", "arguments": {"name": "$PROMPT"}},
+        {"name": "effect", "arguments": {"name": "$PROMPT"}},
+    ]
+    c = cluster([{"text": "two steps", "calls": batch}, {"text": "both done"}])
+    c.start_replica()
+    store = await store_of(c.schema)
+    run_id = await submit(store, "c0")
+    await until(lambda: "start c0" in c.effects())
+
+    cancelled = c.kestrel("runs", "cancel", run_id, "--as", "U0ONCALL")
+
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert cancelled.stdout.startswith("cancelling:"), cancelled.stdout
+
+    async def ended() -> RunStatus | None:
+        status = (await statuses(store, [run_id])).get(run_id)
+        return status if status in (RunStatus.CANCELLED, RunStatus.COMPLETED) else None
+
+    assert await until(ended) is RunStatus.CANCELLED
+    # The step under way finished; the one after it in the batch never started.
+    assert c.effects() == ["start c0", "done c0"]
+    await store.close()
+
+
 async def test_deadline_and_cron_fire_once_with_three_replicas(
     cluster: Callable[..., Cluster],
 ) -> None:
