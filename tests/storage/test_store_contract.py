@@ -1494,6 +1494,16 @@ async def test_mark_once_has_one_first_caller(store: Store) -> None:
     assert await store.mark_once("cron:nightly:2026-01-02T03:00")
 
 
+async def test_a_mark_is_read_as_made_by_another_store(backend: Backend) -> None:
+    asking, driving = await backend.open(), await backend.open()  # two processes
+    assert not await driving.marked("cancel:run_x")
+
+    assert await asking.mark_once("cancel:run_x")
+
+    assert await driving.marked("cancel:run_x")
+    assert not await driving.marked("cancel:run_y")
+
+
 async def test_orphaned_runs_are_running_runs_without_a_live_lease(
     store: Store, clock: FakeClock
 ) -> None:
