@@ -406,9 +406,7 @@ class Supervisor:
         epoch = await self.rt.store.claim(run_id, self.rt.owner, self.rt.lease_seconds)
         if epoch is None:
             return await self._cancel_elsewhere(run_id, by)
-        state = fold(await self.rt.store.load(run_id), run_id)  # as it is under the claim
-        await self._end_cancelled(state, epoch, by)
-        return "cancelled"
+        return await self._cancel_claimed(run_id, epoch, by)
 
     async def _cancel_elsewhere(self, run_id: str, by: str) -> str:
         """Cancel a run another process holds: asked through the store, which its driver
@@ -419,14 +417,24 @@ class Supervisor:
         # given up) is cancelled here; one still held is sure to see the mark.
         epoch = await self.rt.store.claim(run_id, self.rt.owner, self.rt.lease_seconds)
         if epoch is not None:
-            await self._end_cancelled(fold(await self.rt.store.load(run_id), run_id), epoch, by)
-            return "cancelled"
+            return await self._cancel_claimed(run_id, epoch, by)
         owner = (await self.rt.store.get_run(run_id)).owner or "another process"
         await self.rt.store.audit(by, AuditAction.CANCEL, run_id=run_id, detail=f"asked of {owner}")
         return (
             f"cancelling: {owner} holds the run and ends it at its next step"
             " (if it died, whoever takes the run up ends it)"
         )
+
+    async def _cancel_claimed(self, run_id: str, epoch: int, by: str) -> str:
+        """Cancel a run whose lease this process just took at ``epoch``, unless it ended
+        between the look and the claim (a claim does not ask whether a run ended)."""
+        state = fold(await self.rt.store.load(run_id), run_id)  # as it is under the claim
+        if state.result is not None:
+            await self.rt.store.release(run_id, self.rt.owner, epoch)
+            ended = already_ended(run_id, state.result.status, "cancel")
+            await self._refuse_cancel(run_id, by, ended)
+        await self._end_cancelled(state, epoch, by)
+        return "cancelled"
 
     async def _end_cancelled(self, state: RunState, epoch: int, by: str) -> None:
         """End a run whose lease this process holds at ``epoch`` (no task of it runs), cancelled

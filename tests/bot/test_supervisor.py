@@ -7,7 +7,7 @@ import asyncio
 import json
 import logging
 import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,7 @@ from bot.domain import (
     ToolCall,
     utcnow,
 )
-from bot.errors import ResumeRefused, StoreError, UnreadableJournal
+from bot.errors import CancelRefused, ResumeRefused, StoreError, UnreadableJournal
 from bot.events import AnswerSuppliedEvent, Event, RunResumedEvent, ToolStartedEvent
 from bot.journal.entries import (
     AdvisoryEntry,
@@ -630,6 +630,48 @@ async def test_a_run_asked_to_cancel_is_cancelled_by_whoever_resumes_it(
     assert counter.calls == {}
     state = fold(await rt.store.load(run_id), run_id)
     assert state.result is not None and state.result.error == "cancelled by U0ONCALL"
+
+
+class RacedClaims(SqliteStore):
+    """The real store, where something else happens (``first``) just before the next claim."""
+
+    first: Callable[[], Awaitable[object]] | None = None
+
+    async def claim(
+        self, run_id: str, owner: str, lease_seconds: float, *, force: bool = False
+    ) -> int | None:
+        """Let ``first`` happen, once, then claim."""
+        first, self.first = self.first, None
+        if first is not None:
+            await first()
+        return await super().claim(run_id, owner, lease_seconds, force=force)
+
+
+async def test_a_cancel_whose_run_ended_as_it_claimed_it_ends_nothing_twice(
+    tmp_path: Path, opened: list[Runtime]
+) -> None:
+    rt, sup, counter, run_id = await waiting_for_approval(tmp_path, opened)
+    (request,) = (await sup.wait(sup.live[run_id])).open_requests
+    store = await migrated(RacedClaims(tmp_path / "k.db"))
+    model = ScriptedProvider.from_replies([], name="test")
+    other = Runtime(store=store, model=model, tools=rt.tools, owner="terminal")
+    opened.append(other)
+
+    async def approved_and_finished() -> None:
+        decided = await ChatService(sup).decide(
+            run_id, request.id, DecisionKind.APPROVE, user=Actor("U0APPROVER")
+        )
+        assert decided.resumed is not None
+        await sup.wait(decided.resumed)
+
+    # The run is approved, deploys and completes between the cancel's look and its claim.
+    store.first = approved_and_finished
+    with pytest.raises(CancelRefused, match="already ended \\(completed\\)"):
+        await Supervisor(other).cancel(run_id, by="U0REQ")
+
+    assert (await rt.store.get_run(run_id)).status is RunStatus.COMPLETED
+    assert (await kinds_of(rt, run_id)).count("run_ended") == 1
+    assert counter.calls == {"deploy": 1}
 
 
 async def test_waiting_on_a_run_follows_it_past_a_suspend_that_found_its_answers(
