@@ -456,6 +456,15 @@ class Supervisor:
         asked = [a.actor for a in audited if a.action == AuditAction.CANCEL]
         return asked[-1] if asked else ""
 
+    async def _still_to_cancel(self, live: LiveRun) -> bool:
+        """Whether another process asked that the run, just suspended, be cancelled, and did
+        not end it itself since (it claims the run once its lease is given up)."""
+        asked = await self._cancel_asked(live.run_id)
+        if asked is None:
+            return False
+        live.cancelled_by = asked
+        return (await self.rt.store.get_run(live.run_id)).status not in TERMINAL_STATUSES
+
     def _stop_for_cancel(self, live: LiveRun, by: str) -> None:
         """Cancel a run this process drives, at once: the model call is cut, the call under way
         finishes, and no other call of its batch runs."""
@@ -736,11 +745,8 @@ class Supervisor:
         ended in a wait before any loop boundary); a run that suspended on requests already
         answered goes on at once, on a task of its own."""
         try:
-            if not live.signals.cancel.is_set():
-                asked = await self._cancel_asked(live.run_id)  # from another process
-                if asked is not None:
-                    live.cancelled_by = asked
-                    live.signals.cancel.set()
+            if not live.signals.cancel.is_set() and await self._still_to_cancel(live):
+                live.signals.cancel.set()
             if live.signals.cancel.is_set():
                 await self._cancel(live.run_id, live.cancelled_by)
             elif self._may_go_on(live, state) and await self._can_go_on(state):

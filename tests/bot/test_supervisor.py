@@ -610,6 +610,26 @@ async def test_a_cancel_from_another_process_stops_the_run_where_it_runs(
     assert state.result is not None and "on request" in state.result.error
 
 
+async def test_a_run_asked_to_cancel_that_suspends_first_is_cancelled_at_its_suspend(
+    tmp_path: Path, opened: list[Runtime]
+) -> None:
+    # A lease of 30 s: the driver renews it (and reads the cancel) only in 10 s.
+    rt, _sup, counter, run_id, _request, release = await card_out_while_running(tmp_path, opened)
+    terminal, _ = await make_runtime(tmp_path / "k.db", [], owner="terminal")
+    opened.append(terminal)
+    said = await Supervisor(terminal).cancel(run_id, by="U0REQ")
+    assert said.startswith("cancelling:"), said
+
+    release.set()  # the batch ends waiting on its card: the run suspends, the cancel read then
+    await until(lambda: has_ended(rt, run_id))
+
+    assert (await rt.store.get_run(run_id)).status is RunStatus.CANCELLED
+    assert await rt.store.list_requests(run_id=run_id) == []  # the card closed with it
+    assert counter.calls == {}
+    audited = [a.action for a in await rt.store.list_audit(run_id=run_id)]
+    assert "cancel_refused" not in audited, audited
+
+
 async def test_a_run_asked_to_cancel_is_cancelled_by_whoever_resumes_it(
     tmp_path: Path, opened: list[Runtime]
 ) -> None:
