@@ -32,31 +32,25 @@ QUESTION_SCRIPT: list[dict[str, object]] = [
     {"text": "done"},
 ]
 
-# The in-process ``record`` tool (not idempotent): one call, then two in one reply.
-FUNCTION_SCRIPT: list[dict[str, object]] = [
-    {"text": "first", "calls": [{"name": "record", "arguments": {"name": "a"}}]},
-    {
-        "text": "two more",
-        "calls": [
-            {"name": "record", "arguments": {"name": "b"}},
-            {"name": "record", "arguments": {"name": "c"}},
-        ],
-    },
-    {"text": "all done"},
-]
 
-# The fake MCP server's ``record`` (not idempotent, not gated): one call, then two in a reply.
-MCP_SCRIPT: list[dict[str, object]] = [
-    {"text": "first", "calls": [{"name": "srv__record", "arguments": {"name": "a"}}]},
-    {
-        "text": "two more",
-        "calls": [
-            {"name": "srv__record", "arguments": {"name": "b"}},
-            {"name": "srv__record", "arguments": {"name": "c"}},
-        ],
-    },
-    {"text": "all done"},
-]
+def batch_script(tool: str) -> list[dict[str, object]]:
+    """One call of ``tool`` (not idempotent), then two in one reply."""
+    return [
+        {"text": "first", "calls": [{"name": tool, "arguments": {"name": "a"}}]},
+        {
+            "text": "two more",
+            "calls": [
+                {"name": tool, "arguments": {"name": "b"}},
+                {"name": tool, "arguments": {"name": "c"}},
+            ],
+        },
+        {"text": "all done"},
+    ]
+
+
+# The in-process ``record`` tool, and the fake MCP server's (not gated).
+FUNCTION_SCRIPT = batch_script("record")
+MCP_SCRIPT = batch_script("srv__record")
 
 # Each path with the append kinds (``kind:N``, the N-th of this process) its deciding process
 # makes, so that the kill lands between every two durable steps of it.
