@@ -7,6 +7,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from slack_sdk.errors import SlackApiError
@@ -51,7 +52,7 @@ class Identities:
         in the policy lets them act."""
         team = team or await self._team_of(user)
         external = team != self._home_team
-        return Actor(user, place=place, external=external, directory=self)
+        return Actor(user, place=place, external=external, directory=_Acting(self, user, place))
 
     async def in_group(self, user: str, group: str) -> bool:
         """Whether ``user`` is in the user group ``group``."""
@@ -118,6 +119,29 @@ class Identities:
         team = str(_dict(reply.get("user")).get("team_id") or "")
         self._teams[user] = (self._clock(), team)
         return team
+
+
+@dataclass(frozen=True)
+class _Acting:
+    """The directory as one person acting from one place asks it. A Slack thread shows to
+    everyone in its channel, so a person acting from a run's channel (a slash command names no
+    thread) sees the run: Slack is asked about other channels only, where a busy workspace's
+    rate limit would be a no."""
+
+    identities: Identities
+    user: str
+    acted_from: Place
+
+    async def in_group(self, user: str, group: str) -> bool:
+        """Whether ``user`` is in the user group ``group``."""
+        return await self.identities.in_group(user, group)
+
+    async def sees(self, user: str, place: Place) -> bool:
+        """Whether ``user`` sees the channel of ``place``: from it, at once."""
+        channel = Place(place.platform, place.workspace, place.channel)
+        if user == self.user and channel.holds(self.acted_from):
+            return True
+        return await self.identities.sees(user, place)
 
 
 def _dict(value: Any) -> dict[str, Any]:

@@ -39,3 +39,22 @@ async def test_channel_oncall_reads_a_run_only_from_its_channel(tmp_path: Path) 
         assert "restart_service" not in await _command(world, STRANGER, "runs", "C0OTHER")
         # From the run's channel, the same person is on-call for it and sees it.
         assert "checkout is failing" in await _command(world, STRANGER, f"status {run_id}", CHANNEL)
+
+
+async def test_a_member_reads_a_run_from_its_channel_while_slack_limits_lookups(
+    tmp_path: Path,
+) -> None:
+    # A Slack thread shows to everyone in its channel: from the run's channel, /kestrel status
+    # and runs need not ask Slack who is in it, which a busy workspace finds rate limited.
+    async with slack_world(tmp_path, restart_script()) as world:
+        world.api.fail("conversations.members", times=None)
+        await world.mention("checkout is failing")
+        await world.card()
+        await world.settled()
+        run_id = (await world.chat.recent(1))[0].id
+        told = await _command(world, REQUESTER, f"status {run_id}", CHANNEL)
+        assert "checkout is failing" in told
+        assert "restart_service" in await _command(world, REQUESTER, "runs", CHANNEL)
+        # From another channel the lookup still decides, and a failed one is a no.
+        told = await _command(world, REQUESTER, f"status {run_id}", "C0OTHER")
+        assert "checkout is failing" not in told
