@@ -43,7 +43,7 @@ from bot.config.sources import (
 from bot.config.sources import ConfigError as ConfigError
 from bot.domain import Budgets
 from bot.kinds import Provenance
-from bot.people.policy import PolicyRules
+from bot.people.policy import PolicyRules, principals_as_written
 from bot.pii.settings import PiiSettings
 from bot.plain import Invalid, Problem, fields_of, is_struct, run_field_checks
 from bot.plain import convert as convert_plain
@@ -322,7 +322,7 @@ def load_settings_sparing(explicit: str | None, *, spared: str) -> tuple[Setting
     env_values, env_sources = _setting_variables(with_secret_files(os.environ), "environment")
     variables = {**file_sources, **env_sources}
     base_dir = base_dir_of(path)
-    layered = _offs_as_written(merged(merged(data, file_values), env_values))
+    layered = _ids_as_written(_offs_as_written(merged(merged(data, file_values), env_values)))
     derived = {"base_dir": base_dir, "config_file": path.resolve() if path else None}
     try:
         return _converted({**layered, **derived}), ""
@@ -349,6 +349,15 @@ def _offs_as_written(layered: dict[str, Any]) -> dict[str, Any]:
     if layered.get("provenance") is False:
         layered = {**layered, "provenance": "off"}
     return layered
+
+
+def _ids_as_written(layered: dict[str, Any]) -> dict[str, Any]:
+    """YAML reads a Discord id left unquoted as a number: under ``policy:`` it is taken as the
+    id it was written as."""
+    policy = layered.get("policy")
+    if not isinstance(policy, Mapping):
+        return layered
+    return {**layered, "policy": principals_as_written(policy)}
 
 
 def checked_url(name: str, url: str) -> str:

@@ -6,8 +6,8 @@ for who may do what, only this policy and the store are.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, ClassVar, Protocol
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import msgspec
 
@@ -57,6 +57,27 @@ def principal_problem(principal: str) -> str:
     known = list(PRINCIPAL_KINDS)
     near = kind.lower() if kind.lower() in known else nearest(kind.lower(), known)
     return f"did you mean {near}:{ident}?" if near else ""
+
+
+def principals_as_written(rules: Mapping[str, Any]) -> dict[str, Any]:
+    """``policy:`` as YAML read it, each whole number where a principal goes taken as the id
+    it was written as: YAML reads a Discord id left unquoted (``oncall: [345678901234567890]``)
+    as a number, and a snowflake never starts with a 0 that a number would drop."""
+    written = dict(rules)
+    for field in ("requesters", "answerers", "oncall"):
+        if field in written:
+            written[field] = _ids_as_written(written[field])
+    approvers = written.get("approvers")
+    if isinstance(approvers, Mapping):
+        written["approvers"] = {key: _ids_as_written(who) for key, who in approvers.items()}
+    return written
+
+
+def _ids_as_written(principals: Any) -> Any:
+    if not isinstance(principals, list):
+        return principals  # not a list: converting it says so
+    # ``type() is int``: YAML's true and false are ints to Python, and are no one's id.
+    return [str(p) if type(p) is int else p for p in principals]
 
 
 def _principals(principals: list[str]) -> None:

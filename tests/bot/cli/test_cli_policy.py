@@ -44,6 +44,16 @@ def test_only_the_requester_or_oncall_may_cancel(tmp_path: Path) -> None:
     assert any("U0REQ" in line and " cancel " in line and second in line for line in audit)
 
 
+def test_discord_ids_written_as_numbers_name_their_people(tmp_path: Path) -> None:
+    # Discord's ids pasted unquoted, as YAML reads them: numbers. They name whom they spell.
+    oncall, approver = 345678901234567890, 123456789012345678
+    write_config(tmp_path, policy={"oncall": [oncall], "approvers": {"*": [approver]}})
+    run_id = deferred_run(tmp_path, "U0REQ")
+    cancelled = kestrel(tmp_path, "runs", "cancel", run_id, "--as", str(oncall))
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert status_of(tmp_path, run_id) == "cancelled"
+
+
 def test_without_oncall_the_refusal_says_so(tmp_path: Path) -> None:
     run_id = deferred_run(tmp_path, "U0REQ")
     refused = one_line_error(kestrel(tmp_path, "runs", "cancel", run_id, "--as", "cli"))
