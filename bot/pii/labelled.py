@@ -81,24 +81,47 @@ def find_keyvalue_passwords(src: ScanText) -> Iterator[PiiHit]:
             continue  # "password= dbname=app": the password is empty, the next key follows
         if key.group().startswith("pwd") and secret[0] in "/~.":
             continue  # PWD=/home/... is the shell's working directory, not a password
-        if yaml and not _yaml_password(text, key.start(), secret):
-            continue
+        if text.startswith(_SHOWN_WITHHELD, start):
+            continue  # terraform plan's "(sensitive value)": nothing is shown
+        if yaml:
+            if not _yaml_password(text, key.start(), secret, end):
+                continue
+            if group == "bare":
+                end = covered = _yaml_plain_end(text, end)
         yield PiiHit("CONNECTION_STRING_PASSWORD", start, end)
 
 
 _KEY_NAME_CHARS = frozenset(string.ascii_letters + string.digits + "_-.")
 # What YAML writes for no value, a reference or a value on the lines below.
 _YAML_NOT_VALUES = ("~", "|", ">", "&", "*", "!")
+# A flag's value in a schema or a chart's values (show_password: false), not a password.
+_YAML_BOOLEANS = frozenset({"null", "true", "false", "yes", "no", "on", "off"})
+# kubectl describe secret gives a value's size alone ("password:  8 bytes").
+_SIZE_ONLY = on_use(r"[ \t]+bytes?[ \t]*(?:\r?\n|\Z)")
+# A plain scalar runs to its line's end, over its blanks, up to a comment (" #"); a quote or
+# a backslash (a JSON string's escaped line end, read as "\ ") ends it too.
+_YAML_MORE = on_use(r"(?:[ \t]++[^\s#\"'\\][^\s\"'\\]*+)*+")
+# What terraform shows in a password's place: nothing of it.
+_SHOWN_WITHHELD = ("(sensitive value)", "(sensitive)", "(known after apply)")
 
 
-def _yaml_password(text: str, key: int, value: str) -> bool:
-    """Whether ``key: value`` (the password word at ``key``) is a YAML password.
+def _yaml_plain_end(text: str, end: int) -> int:
+    """Where a plain scalar whose first word ends at ``end`` ends ("correct horse battery")."""
+    more = _YAML_MORE.match(text, end)
+    return end if more is None else more.end()
+
+
+def _yaml_password(text: str, key: int, value: str, end: int) -> bool:
+    """Whether ``key: value`` (the password word at ``key``, the value ending at ``end``) is
+    a YAML password.
 
     The key must start its line: inside a line a colon is prose ("error: password: x"). At
     the line's start a plain word is prose too ("Password: incorrect", nsswitch's "passwd:
     files"), unless the key is nested (indented, a list item) or named (DB_PASSWORD).
     """
-    if value.startswith(_PLACEHOLDER_STARTS + _YAML_NOT_VALUES) or value.lower() == "null":
+    if value.startswith(_PLACEHOLDER_STARTS + _YAML_NOT_VALUES) or value.lower() in _YAML_BOOLEANS:
+        return False
+    if value.isdigit() and _SIZE_ONLY.match(text, end):
         return False
     name = _run_start(text, key, _KEY_NAME_CHARS, 64)
     name = key if name < 0 else name

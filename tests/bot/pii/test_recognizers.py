@@ -415,6 +415,13 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
     ("CONNECTION_STRING_PASSWORD", "x\npassword: hunter22 # the old one", "hunter22"),
     ("CONNECTION_STRING_PASSWORD", "users:\n- passwd: Letmein\n", "Letmein"),
     ("CONNECTION_STRING_PASSWORD", "redis-password:\tTr0ub4dor3", "Tr0ub4dor3"),
+    # A plain scalar runs to the line's end or a comment: every word of a passphrase.
+    (
+        "CONNECTION_STRING_PASSWORD",
+        "auth:\n  password: correct horse battery # rotated\n  user: app",
+        "correct horse battery",
+    ),
+    ("CONNECTION_STRING_PASSWORD", "  DB_PASSWORD: Tr0ub 4dor 3\r\n", "Tr0ub 4dor 3"),
     # A password after a word: a long option, SQL, .netrc.
     ("CONNECTION_STRING_PASSWORD", "mongo --username bob --password hunter22 db", "hunter22"),
     ("CONNECTION_STRING_PASSWORD", "app migrate --db-password 'Tr0ub 4dor'", "Tr0ub 4dor"),
@@ -661,6 +668,12 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     ("CONNECTION_STRING_PASSWORD", "  password: |"),
     ("CONNECTION_STRING_PASSWORD", "  password: *db_password"),
     ("CONNECTION_STRING_PASSWORD", "  password: ********"),
+    # A flag's value, a size kubectl describe shows for a Secret's key, terraform's stand-ins.
+    ("CONNECTION_STRING_PASSWORD", "  password: true"),
+    ("CONNECTION_STRING_PASSWORD", "auth:\n  show_password: false\n"),
+    ("CONNECTION_STRING_PASSWORD", "Data\n====\npassword:  8 bytes\nusername:  5 bytes\n"),
+    ("CONNECTION_STRING_PASSWORD", "      + password                = (sensitive value)"),
+    ("CONNECTION_STRING_PASSWORD", "  ~ db_password = (known after apply)"),
     ("CONNECTION_STRING_PASSWORD", "docker login --password-stdin registry"),
     ("CONNECTION_STRING_PASSWORD", "app --password - < secret.txt"),
     ("CONNECTION_STRING_PASSWORD", 'app --password "$DB_PASSWORD"'),
@@ -831,6 +844,7 @@ ADVERSARIAL = [
     "- name: A_TOKEN\n  value: " * 10_000,
     "name:" * 30_000 + "value",
     "  password: " * 20_000,
+    "  password: x" + " y" * 50_000,
     "machine " + "login a password " * 20_000,
     "--a-" * 25_000 + "password x",
 ]
