@@ -261,11 +261,27 @@ _OPTION_CHARS = frozenset(string.ascii_lowercase + string.digits + "-")
 _WORDED_VALUE = on_use(_P_VALUE)
 
 
+# Before an option that starts a line of a --help text or a man page, reversed: perhaps a short
+# form ("-p, "), the indent, and a line end not after a backslash (a command continued).
+_HELP_INDENT_REVERSED = on_use(r"(?:[ \t]*+,[a-z0-9]-)?[ \t]++\n\r?+(?![ \t]*+\\)")
+_HELP_REACH = 40
+
+
+def _help_line(lower: str, option: int) -> bool:
+    """Whether the option at ``option`` starts a line of a --help text, where the word after
+    it names what it takes (string, PASSWORD) or describes it."""
+    low = max(0, option - _HELP_REACH)
+    before = lower[low:option][::-1] + ("\n" if low == 0 else "")
+    return _HELP_INDENT_REVERSED.match(before) is not None
+
+
 def _worded_password(lower: str, word: re.Match[str], netrc: bool) -> bool:
     """Whether the password word ``word`` (with its blanks) is followed by a password."""
     start, after = word.start(), lower[word.end() : word.end() + 1]
     option = _run_start(lower, start, _OPTION_CHARS, 64)
     if option >= 0 and lower.startswith("--", option):
+        if lower.startswith("--no-", option) or _help_line(lower, option):
+            return False  # pg_dump's --no-password; "  -p, --password string   Password..."
         return after not in ("", "-")  # "--password -" reads it from the standard input
     if option >= 0 or _word_before(lower, start):
         return False  # part of a longer word: "bypass", "-password"
@@ -293,8 +309,16 @@ def find_worded_passwords(src: ScanText) -> Iterator[PiiHit]:
         if value is None:
             continue
         group = value.lastgroup or "bare"
-        if not value.group(group).startswith(_PLACEHOLDER_STARTS):
-            yield PiiHit("CONNECTION_STRING_PASSWORD", *value.span(group))
+        secret = value.group(group)
+        if secret.startswith(_PLACEHOLDER_STARTS) or _metavar(secret):
+            continue
+        yield PiiHit("CONNECTION_STRING_PASSWORD", *value.span(group))
+
+
+def _metavar(value: str) -> bool:
+    """Whether a value is a usage text's name for one: PASSWORD, [PASSWORD], DB_PASS."""
+    name = value.strip("[]")
+    return name.replace("_", "").isalpha() and name.isupper()
 
 
 # One pass for both schemes: "b" is rarer in logs than two separate six-letter scans cost.

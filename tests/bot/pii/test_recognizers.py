@@ -425,6 +425,9 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
     # A password after a word: a long option, SQL, .netrc.
     ("CONNECTION_STRING_PASSWORD", "mongo --username bob --password hunter22 db", "hunter22"),
     ("CONNECTION_STRING_PASSWORD", "app migrate --db-password 'Tr0ub 4dor'", "Tr0ub 4dor"),
+    # An option that starts a line continued from a command's (a script's backslash).
+    ("CONNECTION_STRING_PASSWORD", "mongo \\\n  --password hunter22 \\\n  --db app", "hunter22"),
+    ("CONNECTION_STRING_PASSWORD", "app --password HUNTER22", "HUNTER22"),
     ("CONNECTION_STRING_PASSWORD", "CREATE USER 'app'@'%' IDENTIFIED BY 'hunter22';", "hunter22"),
     (
         "CONNECTION_STRING_PASSWORD",
@@ -677,6 +680,14 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     ("CONNECTION_STRING_PASSWORD", "docker login --password-stdin registry"),
     ("CONNECTION_STRING_PASSWORD", "app --password - < secret.txt"),
     ("CONNECTION_STRING_PASSWORD", 'app --password "$DB_PASSWORD"'),
+    # A --help text's or a man page's option line, a usage line's name for the value, and an
+    # option that says there is no password.
+    ("CONNECTION_STRING_PASSWORD", "Flags:\n  -p, --password string   Password for the registry"),
+    ("CONNECTION_STRING_PASSWORD", "Options:\n  --password TEXT  The database password.\n"),
+    ("CONNECTION_STRING_PASSWORD", "  -P, --password         Ask for a password"),
+    ("CONNECTION_STRING_PASSWORD", "OPTIONS\n       --password password\n           The password."),
+    ("CONNECTION_STRING_PASSWORD", "usage: app [-h] [--password PASSWORD]"),
+    ("CONNECTION_STRING_PASSWORD", "pg_dump -h db --no-password app"),
     ("CONNECTION_STRING_PASSWORD", "ALTER ROLE app PASSWORD NULL;"),
     ("CONNECTION_STRING_PASSWORD", "the password is wrong"),
     ("GENERIC_SECRET", "- name: LOG_LEVEL\n  value: debug"),
@@ -847,6 +858,7 @@ ADVERSARIAL = [
     "  password: x" + " y" * 50_000,
     "machine " + "login a password " * 20_000,
     "--a-" * 25_000 + "password x",
+    "\n  -p, --password x" * 20_000,
 ]
 
 
