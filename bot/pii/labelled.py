@@ -442,16 +442,18 @@ def find_authorization(src: ScanText) -> Iterator[PiiHit]:
 # where "INVALID_TOKEN: the session expired" in a log line is not one. Possessive blanks: the
 # colon's and the value's would share a long run of them, quadratically.
 _ENV_NAME_END = on_use(
-    r"(?P<word>SECRET|TOKEN|PASSPHRASE|CREDENTIALS?|KEY)(?P<colon>:[ \t]++|[ \t]*+=)[ \t]*+"
+    r"(?P<word>SECRET|TOKEN|PASS(?:PHRASE)?|CREDENTIALS?|KEY)(?P<colon>:[ \t]++|[ \t]*+=)[ \t]*+"
     r"(?:\"(?P<dq>[^\"\r\n]{6,256})\"|'(?P<sq>[^'\r\n]{6,256})'|(?P<bare>[^\s\x00-\x1f\"',;]{6,256}))"
 )
 _ENV_NAME_CHARS = frozenset(string.ascii_uppercase + string.digits + "_")
-_ENV_NAME_WORDS = ("SECRET", "TOKEN", "PASSPHRASE", "CREDENTIAL", "KEY")
+_ENV_NAME_WORDS = ("SECRET", "TOKEN", "PASS", "CREDENTIAL", "KEY")  # PASS finds PASSPHRASE
 # KEY alone ends too many names that hold none (PRIMARY_KEY, SORT_KEY): these do.
 _ENV_SECRET_KEYS = (
     *("API_KEY", "APIKEY", "ACCESS_KEY", "PRIVATE_KEY", "SECRET_KEY", "SIGNING_KEY"),
     *("MASTER_KEY", "ENCRYPTION_KEY", "LICENSE_KEY", "AUTH_KEY"),
 )
+# PASS ends a password's name as a word of its own; inside one it is "BYPASS".
+_ENV_SECRET_PASS = "_PASS"
 
 
 # A file's path, in lower-case names of two parts or more: a generated secret with a slash in
@@ -489,7 +491,7 @@ def _env_name_ends(text: str) -> Iterator[re.Match[str]]:
 
 def find_env_secrets(src: ScanText) -> Iterator[PiiHit]:
     """The value of an environment variable whose name ends in SECRET, TOKEN, PASSPHRASE,
-    CREDENTIAL(S) or a secret's KEY (API_KEY, SECRET_KEY...)."""
+    CREDENTIAL(S), a secret's KEY (API_KEY, SECRET_KEY...) or PASS as a word (DB_PASS)."""
     text = src.text
     for match in _env_name_ends(text):
         start = _env_name_start(text, match.end("word"))
@@ -498,6 +500,8 @@ def find_env_secrets(src: ScanText) -> Iterator[PiiHit]:
         name = text[start : match.end("word")]
         if name.endswith("KEY") and not name.endswith(_ENV_SECRET_KEYS):
             continue
+        if name.endswith("PASS") and not name.endswith(_ENV_SECRET_PASS):
+            continue  # DB_PASS, RABBITMQ_DEFAULT_PASS; not BYPASS or COMPASS
         if match.group("colon").startswith(":") and not _starts_line(text, start):
             continue  # a colon after a name inside a line is a log's error code, not YAML
         group = "dq" if match.group("dq") else "sq" if match.group("sq") else "bare"
@@ -516,12 +520,18 @@ _NAMED_VALUE = on_use(
     r"[ \t]*(?:,|\r?\n)[ \t]*[\"']?value[\"']?[ \t]*:[ \t]*"
     r"(?:\"(?P<dq>[^\"\r\n]{1,256})\"|'(?P<sq>[^'\r\n]{1,256})'|(?P<bare>[^\s\"',}]{1,256}))"
 )
-_SECRET_NAME_ENDS = ("PASSWORD", "PASSWD", "SECRET", "TOKEN", "PASSPHRASE", "CREDENTIAL")
+_SECRET_NAME_ENDS = (
+    *("PASSWORD", "PASSWD", "SECRET", "TOKEN", "PASSPHRASE", "CREDENTIAL"),
+    _ENV_SECRET_PASS,
+)
 
 
 def _secret_name(name: str) -> bool:
     """Whether an environment variable's name says its value is a secret."""
-    upper = name.upper().removesuffix("S")
+    upper = name.upper()
+    if upper.endswith(_ENV_SECRET_PASS):
+        return True  # before the plural's S comes off: SMTP_PASS
+    upper = upper.removesuffix("S")
     return upper.endswith(_SECRET_NAME_ENDS) or upper.endswith(_ENV_SECRET_KEYS)
 
 

@@ -290,6 +290,10 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
     ("GENERIC_SECRET", '"Env": ["SECRET_KEY=aB3dE5fG7hJ9kL1m", "TZ=UTC"]', "aB3dE5fG7hJ9kL1m"),
     ("GENERIC_SECRET", "env:\n  SLACK_SIGNING_SECRET: Hunter2!xyz\n", "Hunter2!xyz"),
     ("GENERIC_SECRET", "DISCORD_CLIENT_SECRET='s3cr3t-w0rds'", "s3cr3t-w0rds"),
+    # PASS as the last word of a name: docker inspect's Env, kubectl describe, a pod's spec.
+    ("GENERIC_SECRET", '"Env": ["TZ=UTC", "RABBITMQ_DEFAULT_PASS=guest123"]', "guest123"),
+    ("GENERIC_SECRET", "    Environment:\n      REDIS_PASS:  s3cr3tpw\n", "s3cr3tpw"),
+    ("GENERIC_SECRET", "- name: SMTP_PASS\n  value: hunter22", "hunter22"),
     # A value with a slash that is no path of lower-case names: base64, as AWS keys are.
     (
         "GENERIC_SECRET",
@@ -625,6 +629,7 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     ("GENERIC_SECRET", "  SIGNING_KEY:  ./keys/signing.pem"),
     ("GENERIC_SECRET", "  SECRET_KEY:  <set to the key 'key' in secret 'app'>"),
     ("GENERIC_SECRET", "MAX_TOKENS=4096 TOKEN=abc"),
+    ("GENERIC_SECRET", "BYPASS=enabled1 COMPASS=northward SKIP_BYPASS=always1"),
     # JWT
     ("JWT", "eyJhbGciOiJIUzI1NiJ9 only a header"),
     ("JWT", "eyJ.eyJ.x"),
@@ -853,6 +858,8 @@ ADVERSARIAL = [
     "SG.aB1" * 20_000,
     "pypi-AgEIcHlwaS5vcmc " * 5_000,
     "- name: A_TOKEN\n  value: " * 10_000,
+    "A_PASS=" * 20_000,
+    "PASS" * 30_000,
     "name:" * 30_000 + "value",
     "  password: " * 20_000,
     "  password: x" + " y" * 50_000,
