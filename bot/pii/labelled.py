@@ -227,23 +227,41 @@ def _one_command(between: str) -> bool:
     return _ONE_COMMAND.fullmatch(between) is not None
 
 
+# A registry login's -p (docker, podman, nerdctl login) and redis-cli's -a take the password as
+# the next word; redis-cli's -p is its port, docker run's a port mapping.
+_LOGIN_CLIENT = on_use(r"(?<![a-z0-9_-])(?:docker|podman|nerdctl)[ \t]+login(?![a-z0-9_-])")
+_LOGIN_P = on_use(rf"(?<=[ \t])-p[ \t]+{_P_VALUE}")
+_REDIS_CLIENT = on_use(r"(?<![a-z0-9_-])redis-cli(?![a-z0-9_-])")
+_REDIS_A = on_use(rf"(?<=[ \t])-a[ \t]+{_P_VALUE}")
+
+
+def _client_flags(
+    text: str, lower: str, client: re.Pattern[str], flag: re.Pattern[str]
+) -> Iterator[re.Match[str]]:
+    """The matches of ``flag`` that stand in a command of the ``client`` named before them."""
+    clients = [c.end() for c in client.finditer(lower) if not _option_value(text, c.start())]
+    if not clients:
+        return
+    for match in flag.finditer(text):
+        # The nearest client named before the flag, in its command and within reach.
+        before = bisect_right(clients, match.start()) - 1
+        if before < 0 or match.start() - clients[before] > _COMMAND_REACH:
+            continue
+        if _one_command(text[clients[before] : match.start()]):
+            yield match
+
+
 def find_cli_passwords(src: ScanText) -> Iterator[PiiHit]:
-    """The password of mysql -pPASSWORD (and its kin) and of sshpass -p PASSWORD."""
+    """The password of mysql -pPASSWORD (and its kin), sshpass -p PASSWORD, docker login -p
+    PASSWORD and redis-cli -a PASSWORD."""
     text, lower = src.text, src.lower
     found = list(finditer_with(_SSHPASS_P, text, "sshpass"))
     if "mysql" in lower or "mariadb" in lower:
-        clients = [
-            client.end()
-            for client in _MYSQL_CLIENT.finditer(lower)
-            if not _option_value(text, client.start())
-        ]
-        for match in _GLUED_P.finditer(text):
-            # The nearest client named before the -p, in its command and within reach.
-            before = bisect_right(clients, match.start()) - 1
-            if before < 0 or match.start() - clients[before] > _COMMAND_REACH:
-                continue
-            if _one_command(text[clients[before] : match.start()]):
-                found.append(match)
+        found += _client_flags(text, lower, _MYSQL_CLIENT, _GLUED_P)
+    if " login" in lower:
+        found += _client_flags(text, lower, _LOGIN_CLIENT, _LOGIN_P)
+    if "redis-cli" in lower:
+        found += _client_flags(text, lower, _REDIS_CLIENT, _REDIS_A)
     for match in found:
         group = match.lastgroup or "bare"
         if not match.group(group).startswith(_PLACEHOLDER_STARTS):

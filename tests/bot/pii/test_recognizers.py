@@ -357,6 +357,10 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
     ("CONNECTION_STRING_PASSWORD", "kubectl exec -it db-0 -- mysql -pTr0ub4dor3", "Tr0ub4dor3"),
     ("CONNECTION_STRING_PASSWORD", "sudo -E mysql -uroot -pTr0ub4dor3", "Tr0ub4dor3"),
     ("CONNECTION_STRING_PASSWORD", "mysql -h mysql -pTr0ub4dor3", "Tr0ub4dor3"),
+    # A registry login's -p and redis-cli's -a, as a CI job's trace or ps shows them.
+    ("CONNECTION_STRING_PASSWORD", "+ docker login -u bob -p hunter22 registry.corp", "hunter22"),
+    ("CONNECTION_STRING_PASSWORD", "podman login -u a -p 'Tr0ub 4dor' quay.io", "Tr0ub 4dor"),
+    ("CONNECTION_STRING_PASSWORD", "redis-cli -h cache -p 6379 -a hunter22 ping", "hunter22"),
     # JSON that escapes its slashes (PHP's json_encode): postgresql:\/\/app:...@db\/x
     # JSON inside a JSON string whose value escapes a character: Go's \u0026 for "&", a
     # backslash, PHP's "\/"; the escapes are the secret's own characters.
@@ -662,6 +666,9 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     ("CONNECTION_STRING_PASSWORD", "kubectl -n mysql exec db-0 -- ss -plnt"),
     ("CONNECTION_STRING_PASSWORD", "mysql -u root -p -e 'select 1'; ss -plnt"),
     ("CONNECTION_STRING_PASSWORD", "pgrep mysqld | xargs ps -p1234"),
+    ("CONNECTION_STRING_PASSWORD", "docker login ghcr.io && docker run -p 8080:80 nginx"),
+    ("CONNECTION_STRING_PASSWORD", "docker login -u bob -p $CI_REGISTRY_PASSWORD"),
+    ("CONNECTION_STRING_PASSWORD", "redis-cli -p 6379 info; ps -a 1"),
     ("CONNECTION_STRING_PASSWORD", r'{"log": "{\"password\": \"\"}"}'),
     # A password key with a colon inside a line is prose; at a line's start, a plain word
     # after an unnamed, unindented key is too (and nsswitch.conf's sources), as are YAML's
@@ -847,6 +854,8 @@ ADVERSARIAL = [
     "sshpass -p " * 10_000,
     "mysql '" + " -p;" * 50_000,
     "mysql" + " -p" * 50_000,
+    "docker login" + " -p x" * 30_000,
+    "redis-cli" + " -a" * 50_000,
     '\\"password\\":\\"' + "\\\\a" * 50_000,
     '\\"password\\":\\"a' * 20_000,
     "authorization:" * 5_000,
