@@ -56,6 +56,7 @@ from bot.pii.numbers import (
     find_separated_numbers,
 )
 from bot.pii.scantext import ENTITY_TYPES, PiiHit, Recognizer, ScanText
+from bot.pii.web import find_cookies, find_query_secrets
 
 RECOGNIZERS: tuple[Recognizer, ...] = (
     Recognizer(frozenset({"PRIVATE_KEY"}), find_private_keys),
@@ -77,6 +78,8 @@ RECOGNIZERS: tuple[Recognizer, ...] = (
     Recognizer(frozenset({"GENERIC_SECRET"}), find_authorization),
     Recognizer(frozenset({"GENERIC_SECRET"}), find_env_secrets),
     Recognizer(frozenset({"GENERIC_SECRET"}), find_named_values),
+    Recognizer(frozenset({"GENERIC_SECRET"}), find_query_secrets),
+    Recognizer(frozenset({"GENERIC_SECRET"}), find_cookies),
     Recognizer(frozenset({"CONNECTION_STRING_PASSWORD"}), find_url_passwords),
     Recognizer(frozenset({"CONNECTION_STRING_PASSWORD"}), find_keyvalue_passwords),
     Recognizer(frozenset({"CONNECTION_STRING_PASSWORD"}), find_cli_passwords),

@@ -459,6 +459,35 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
         f"SharedAccessKey={AZURE_KEY[:44]}",
         AZURE_KEY[:44],
     ),
+    # A URL's query parameter named for a credential, as an access log or a proxy shows it.
+    ("GENERIC_SECRET", "GET /api/v1/items?token=abc123def456ghi789 HTTP/1.1", "abc123def456ghi789"),
+    (
+        "GENERIC_SECRET",
+        '10.0.0.1 - - "GET /cb?code=x&access_token=ya29.a0AfH6SMBx1234abcd&state=y HTTP/1.1"',
+        "ya29.a0AfH6SMBx1234abcd",
+    ),
+    ("GENERIC_SECRET", "https://api.example.com/v2/x?api_key=9f86d081&page=2", "9f86d081"),
+    (
+        "GENERIC_SECRET",
+        "https://app.blob.core.windows.net/c/b?sv=2022-11-02&sr=b&sig=u1Xk%2Fq9rT0pLx8sWcY1uN%3D",
+        "u1Xk%2Fq9rT0pLx8sWcY1uN%3D",
+    ),
+    # Cookies: every cookie of a Cookie header, the one a Set-Cookie header sets.
+    (
+        "GENERIC_SECRET",
+        "> Cookie: theme=dark; sessionid=8f14e45fceea167a5a36dedd4bea",
+        "8f14e45fceea167a5a36dedd4bea",
+    ),
+    (
+        "GENERIC_SECRET",
+        "< Set-Cookie: session=s%3Aabc123def456.xyzXYZ0987; Path=/; HttpOnly",
+        "s%3Aabc123def456.xyzXYZ0987",
+    ),
+    (
+        "GENERIC_SECRET",
+        '{"Cookie": "lang=en; sid=abcDEF123456xyz", "Host": "x"}',
+        "abcDEF123456xyz",
+    ),
     # An environment given as name and value (a pod's spec, an ECS task definition).
     ("GENERIC_SECRET", "env:\n- name: DB_PASSWORD\n  value: hunter22\n", "hunter22"),
     ("GENERIC_SECRET", '    - name: API_TOKEN\n      value: "abc def"', "abc def"),
@@ -634,6 +663,12 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     ("GENERIC_SECRET", "  SECRET_KEY:  <set to the key 'key' in secret 'app'>"),
     ("GENERIC_SECRET", "MAX_TOKENS=4096 TOKEN=abc"),
     ("GENERIC_SECRET", "BYPASS=enabled1 COMPASS=northward SKIP_BYPASS=always1"),
+    # A query's other parameters, words and placeholders; cookies that hold a word; prose.
+    ("GENERIC_SECRET", "https://x.example/items?sort_key=created_at&page_token=next"),
+    ("GENERIC_SECRET", "https://x.example/y?auth=1&token=none&key=value"),
+    ("GENERIC_SECRET", "https://x.example/y?access_token=${TOKEN}&q=token=abc123456"),
+    ("GENERIC_SECRET", "Set-Cookie: lang=en-US; Path=/; Expires=Wed, 21 Oct 2026 07:28:00 GMT"),
+    ("GENERIC_SECRET", "the cookie: it was stale; retry=later"),
     # JWT
     ("JWT", "eyJhbGciOiJIUzI1NiJ9 only a header"),
     ("JWT", "eyJ.eyJ.x"),
@@ -868,6 +903,10 @@ ADVERSARIAL = [
     "pypi-AgEIcHlwaS5vcmc " * 5_000,
     "- name: A_TOKEN\n  value: " * 10_000,
     "A_PASS=" * 20_000,
+    "Cookie: a=" * 20_000,
+    "Cookie: " + "a=b12345678;" * 20_000,
+    "?" + "&token=" * 30_000,
+    "?" + "a" * 100_000 + "key=x",
     "PASS" * 30_000,
     "name:" * 30_000 + "value",
     "  password: " * 20_000,
