@@ -468,7 +468,7 @@ _ENV_NAME_WORDS = ("SECRET", "TOKEN", "PASS", "CREDENTIAL", "KEY")  # PASS finds
 # KEY alone ends too many names that hold none (PRIMARY_KEY, SORT_KEY): these do.
 _ENV_SECRET_KEYS = (
     *("API_KEY", "APIKEY", "ACCESS_KEY", "PRIVATE_KEY", "SECRET_KEY", "SIGNING_KEY"),
-    *("MASTER_KEY", "ENCRYPTION_KEY", "LICENSE_KEY", "AUTH_KEY"),
+    *("MASTER_KEY", "ENCRYPTION_KEY", "LICENSE_KEY", "AUTH_KEY", "APP_KEY", "APPLICATION_KEY"),
 )
 # PASS ends a password's name as a word of its own; inside one it is "BYPASS".
 _ENV_SECRET_PASS = "_PASS"

@@ -294,6 +294,17 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
     ("GENERIC_SECRET", '"Env": ["TZ=UTC", "RABBITMQ_DEFAULT_PASS=guest123"]', "guest123"),
     ("GENERIC_SECRET", "    Environment:\n      REDIS_PASS:  s3cr3tpw\n", "s3cr3tpw"),
     ("GENERIC_SECRET", "- name: SMTP_PASS\n  value: hunter22", "hunter22"),
+    # An application's key: Laravel's APP_KEY, Datadog's application key.
+    (
+        "GENERIC_SECRET",
+        "APP_ENV=production\nAPP_KEY=base64:q9rT0pLx8sWcY1uNd4HfJbKe7gAo2iQv5R1234abcd=\n",
+        "base64:q9rT0pLx8sWcY1uNd4HfJbKe7gAo2iQv5R1234abcd=",
+    ),
+    (
+        "GENERIC_SECRET",
+        "DD_APP_KEY=9f86d081884c7d659a2feaa0c55ad0159f86d081",
+        "9f86d081884c7d659a2feaa0c55ad0159f86d081",
+    ),
     # A value with a slash that is no path of lower-case names: base64, as AWS keys are.
     (
         "GENERIC_SECRET",
