@@ -32,7 +32,7 @@ def find_url_passwords(src: ScanText) -> Iterator[PiiHit]:
 # container's log line, an applied manifest) escapes its quotes, once or more: \"password\";
 # and whatever the value escapes (Go's \\u0026 for &, PHP's \\/), which is part of it.
 _PASSWORD_KEY = on_use(
-    r"p(?:ass(?:word|wd)|wd)(?:[ \t]*=[ \t]*|\\*[\"'][ \t]*:[ \t]*(?=\\*[\"'])|(?P<yaml>:[ \t]+))"
+    r"p(?:ass(?:word|wd)?|wd)(?:[ \t]*=[ \t]*|\\*[\"'][ \t]*:[ \t]*(?=\\*[\"'])|(?P<yaml>:[ \t]+))"
 )
 _PASSWORD_VALUE = on_use(
     r"\\+\"(?P<edq>(?:[^\"\\\r\n]|\\++[^\"\\\r\n]){1,256}+)\\+\""
@@ -59,12 +59,16 @@ def _bare_end(text: str, end: int) -> int:
 
 
 def find_keyvalue_passwords(src: ScanText) -> Iterator[PiiHit]:
-    """The value of password=, passwd= or pwd= in key=value connection strings."""
+    """The value of password=, passwd=, pwd= or a name's _pass= in key=value connection
+    strings, quoted keys and YAML."""
     text = src.text
     covered = 0  # the end of the last value: a key inside it is part of that secret
-    for key in finditer_with(_PASSWORD_KEY, src.lower, "pass", "pwd"):
+    lower = src.lower
+    for key in finditer_with(_PASSWORD_KEY, lower, "pass", "pwd"):
         if key.start() < covered:
             continue  # each key scanning to the end again would be quadratic in the text
+        if not _password_key(lower, key.start()):
+            continue
         value = _PASSWORD_VALUE.match(text, key.end())
         group = "bare" if value is None else value.lastgroup or "bare"
         start, end = (key.end(), key.end()) if value is None else value.span(group)
@@ -89,6 +93,18 @@ def find_keyvalue_passwords(src: ScanText) -> Iterator[PiiHit]:
             if group == "bare":
                 end = covered = _yaml_plain_end(text, end)
         yield PiiHit("CONNECTION_STRING_PASSWORD", start, end)
+
+
+def _password_key(lower: str, key: int) -> bool:
+    """Whether the key word at ``key`` names a password: password, passwd and pwd do; "pass"
+    as the last word of a name (ansible_become_pass, smtp_pass) or a quoted key of its own
+    ("pass": "x"), not in "bypass=" or "pass=12 fail=0"."""
+    if lower[key + 1] != "a" or lower[key + 4] == "w":
+        return True
+    if key == 0:
+        return False
+    before = lower[key - 1]
+    return before == "_" or (before in "\"'" and lower[key + 4] == before)
 
 
 _KEY_NAME_CHARS = frozenset(string.ascii_letters + string.digits + "_-.")
@@ -460,17 +476,17 @@ def find_authorization(src: ScanText) -> Iterator[PiiHit]:
 # where "INVALID_TOKEN: the session expired" in a log line is not one. Possessive blanks: the
 # colon's and the value's would share a long run of them, quadratically.
 _ENV_NAME_END = on_use(
-    r"(?P<word>SECRET|TOKEN|PASS(?:PHRASE)?|CREDENTIALS?|KEY)(?P<colon>:[ \t]++|[ \t]*+=)[ \t]*+"
+    r"(?P<word>SECRET|TOKEN|PASSPHRASE|CREDENTIALS?|KEY)(?P<colon>:[ \t]++|[ \t]*+=)[ \t]*+"
     r"(?:\"(?P<dq>[^\"\r\n]{6,256})\"|'(?P<sq>[^'\r\n]{6,256})'|(?P<bare>[^\s\x00-\x1f\"',;]{6,256}))"
 )
 _ENV_NAME_CHARS = frozenset(string.ascii_uppercase + string.digits + "_")
-_ENV_NAME_WORDS = ("SECRET", "TOKEN", "PASS", "CREDENTIAL", "KEY")  # PASS finds PASSPHRASE
+_ENV_NAME_WORDS = ("SECRET", "TOKEN", "PASSPHRASE", "CREDENTIAL", "KEY")
 # KEY alone ends too many names that hold none (PRIMARY_KEY, SORT_KEY): these do.
 _ENV_SECRET_KEYS = (
     *("API_KEY", "APIKEY", "ACCESS_KEY", "PRIVATE_KEY", "SECRET_KEY", "SIGNING_KEY"),
     *("MASTER_KEY", "ENCRYPTION_KEY", "LICENSE_KEY", "AUTH_KEY", "APP_KEY", "APPLICATION_KEY"),
 )
-# PASS ends a password's name as a word of its own; inside one it is "BYPASS".
+# PASS ends a password's name as a word of its own (DB_PASS); inside one it is "BYPASS".
 _ENV_SECRET_PASS = "_PASS"
 
 
@@ -509,7 +525,7 @@ def _env_name_ends(text: str) -> Iterator[re.Match[str]]:
 
 def find_env_secrets(src: ScanText) -> Iterator[PiiHit]:
     """The value of an environment variable whose name ends in SECRET, TOKEN, PASSPHRASE,
-    CREDENTIAL(S), a secret's KEY (API_KEY, SECRET_KEY...) or PASS as a word (DB_PASS)."""
+    CREDENTIAL(S) or a secret's KEY (API_KEY, SECRET_KEY...)."""
     text = src.text
     for match in _env_name_ends(text):
         start = _env_name_start(text, match.end("word"))
@@ -518,8 +534,6 @@ def find_env_secrets(src: ScanText) -> Iterator[PiiHit]:
         name = text[start : match.end("word")]
         if name.endswith("KEY") and not name.endswith(_ENV_SECRET_KEYS):
             continue
-        if name.endswith("PASS") and not name.endswith(_ENV_SECRET_PASS):
-            continue  # DB_PASS, RABBITMQ_DEFAULT_PASS; not BYPASS or COMPASS
         if match.group("colon").startswith(":") and not _starts_line(text, start):
             continue  # a colon after a name inside a line is a log's error code, not YAML
         group = "dq" if match.group("dq") else "sq" if match.group("sq") else "bare"

@@ -290,9 +290,7 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
     ("GENERIC_SECRET", '"Env": ["SECRET_KEY=aB3dE5fG7hJ9kL1m", "TZ=UTC"]', "aB3dE5fG7hJ9kL1m"),
     ("GENERIC_SECRET", "env:\n  SLACK_SIGNING_SECRET: Hunter2!xyz\n", "Hunter2!xyz"),
     ("GENERIC_SECRET", "DISCORD_CLIENT_SECRET='s3cr3t-w0rds'", "s3cr3t-w0rds"),
-    # PASS as the last word of a name: docker inspect's Env, kubectl describe, a pod's spec.
-    ("GENERIC_SECRET", '"Env": ["TZ=UTC", "RABBITMQ_DEFAULT_PASS=guest123"]', "guest123"),
-    ("GENERIC_SECRET", "    Environment:\n      REDIS_PASS:  s3cr3tpw\n", "s3cr3tpw"),
+    # PASS as the last word of a name, given as a name and a value (a pod's spec).
     ("GENERIC_SECRET", "- name: SMTP_PASS\n  value: hunter22", "hunter22"),
     # An application's key: Laravel's APP_KEY, Datadog's application key.
     (
@@ -434,6 +432,17 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
     ("CONNECTION_STRING_PASSWORD", "x\npassword: hunter22 # the old one", "hunter22"),
     ("CONNECTION_STRING_PASSWORD", "users:\n- passwd: Letmein\n", "Letmein"),
     ("CONNECTION_STRING_PASSWORD", "redis-password:\tTr0ub4dor3", "Tr0ub4dor3"),
+    # PASS as the last word of a key, or a quoted key of its own: docker inspect's Env, kubectl
+    # describe, an Ansible inventory, a JSON config.
+    (
+        "CONNECTION_STRING_PASSWORD",
+        '"Env": ["TZ=UTC", "RABBITMQ_DEFAULT_PASS=guest123"]',
+        "guest123",
+    ),
+    ("CONNECTION_STRING_PASSWORD", "    Environment:\n      REDIS_PASS:  s3cr3tpw\n", "s3cr3tpw"),
+    ("CONNECTION_STRING_PASSWORD", "web1 ansible_become_pass=hunter22 x=1", "hunter22"),
+    ("CONNECTION_STRING_PASSWORD", "all:\n  vars:\n    ansible_ssh_pass: s3cr3t\n", "s3cr3t"),
+    ("CONNECTION_STRING_PASSWORD", '{"user": "bob", "pass": "hunter22"}', "hunter22"),
     # A plain scalar runs to the line's end or a comment: every word of a passphrase.
     (
         "CONNECTION_STRING_PASSWORD",
@@ -673,7 +682,9 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     ("GENERIC_SECRET", "  SIGNING_KEY:  ./keys/signing.pem"),
     ("GENERIC_SECRET", "  SECRET_KEY:  <set to the key 'key' in secret 'app'>"),
     ("GENERIC_SECRET", "MAX_TOKENS=4096 TOKEN=abc"),
-    ("GENERIC_SECRET", "BYPASS=enabled1 COMPASS=northward SKIP_BYPASS=always1"),
+    ("CONNECTION_STRING_PASSWORD", "BYPASS=enabled1 COMPASS=northward SKIP_BYPASS=always1"),
+    ("CONNECTION_STRING_PASSWORD", "tests: pass=12 fail=0\n  pass: 3\n"),
+    ("CONNECTION_STRING_PASSWORD", "ERROR DB_PASS: invalid value"),
     # A query's other parameters, words and placeholders; cookies that hold a word; prose.
     ("GENERIC_SECRET", "https://x.example/items?sort_key=created_at&page_token=next"),
     ("GENERIC_SECRET", "https://x.example/y?auth=1&token=none&key=value"),
