@@ -48,7 +48,10 @@ def _plain_email(text: str, at: int) -> PiiHit | None:
         start += 1
     if start == at or text[at - 1] == "." or _is_url_userinfo(text, start):
         return None
-    return PiiHit("EMAIL_ADDRESS", start, at + 1 + length)
+    end = at + 1 + length
+    if text.startswith(":", end) and end + 1 < len(text) and not text[end + 1].isspace():
+        return None  # scp's user@host:path, git's remote git@github.com:org/repo.git
+    return PiiHit("EMAIL_ADDRESS", start, end)
 
 
 def find_emails(src: ScanText) -> Iterator[PiiHit]:

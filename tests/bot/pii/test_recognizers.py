@@ -68,6 +68,7 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
     ("EMAIL_ADDRESS", '{"email": "x.y@sub.example.travel"}', "x.y@sub.example.travel"),
     ("EMAIL_ADDRESS", "sent to jörg@example.de.", "jörg@example.de"),
     ("EMAIL_ADDRESS", "Author: Jane <jane@example.com>", "jane@example.com"),
+    ("EMAIL_ADDRESS", "reply to jane@example.com: she knows", "jane@example.com"),
     # PHONE_NUMBER
     ("PHONE_NUMBER", "call +44 20 7946 0958 today", "+44 20 7946 0958"),
     ("PHONE_NUMBER", "+1 (555) 123-4567", "+1 (555) 123-4567"),
@@ -532,6 +533,9 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     ("EMAIL_ADDRESS", "https://user@example.com/path"),
     ("EMAIL_ADDRESS", "x@-bad.com"),
     ("EMAIL_ADDRESS", "foo@bar.c"),
+    # scp's user@host:path: git's remotes, rsync and scp command lines.
+    ("EMAIL_ADDRESS", "origin\tgit@github.com:acme/api.git (fetch)"),
+    ("EMAIL_ADDRESS", "scp deploy@web1.example.com:/var/log/app.log ."),
     # PHONE_NUMBER
     ("PHONE_NUMBER", "2024-05-01 12:34:56"),
     ("PHONE_NUMBER", "2024-05-01T12:34:56.789+02:00"),
