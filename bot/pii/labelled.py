@@ -12,19 +12,27 @@ from collections.abc import Iterator
 from bot.patterns import finditer_with, on_use
 from bot.pii.checks import _run_start, _word_before
 from bot.pii.credentials import _looks_random
-from bot.pii.encoded import _decode_base64
+from bot.pii.encoded import _decode_base64, _looks_secret
 from bot.pii.scantext import PiiHit, ScanText
 
 # The slashes may come JSON-escaped (PHP's json_encode writes postgresql:\/\/app:...).
-_URL_CREDENTIALS = on_use(r":(?:\\?/){2}[^\s:/@\"'<>]{0,256}:(?P<password>[^\s/\"'<>]{1,256})@")
+_URL_CREDENTIALS = on_use(
+    r":(?:\\?/){2}(?P<user>[^\s:/@\"'<>]{0,256})(?::(?P<password>[^\s/\"'<>]{1,256}))?@"
+)
+_URL_TOKEN_USER = 20  # a user this long, letters and digits mixed, is a token (git's remotes)
 
 
 def find_url_passwords(src: ScanText) -> Iterator[PiiHit]:
-    """The password of scheme://user:password@host."""
+    """The password of scheme://user:password@host, and a token given as the user
+    (https://TOKEN@github.com, https://TOKEN:x-oauth-basic@github.com)."""
     if "@" not in src.text:  # memchr: most outputs have no "@" at all
         return
     for match in _URL_CREDENTIALS.finditer(src.text):
-        yield PiiHit("CONNECTION_STRING_PASSWORD", *match.span("password"))
+        user = match.group("user")
+        if len(user) >= _URL_TOKEN_USER and _looks_secret(user):
+            yield PiiHit("GENERIC_SECRET", *match.span("user"))
+        if match.group("password") is not None:
+            yield PiiHit("CONNECTION_STRING_PASSWORD", *match.span("password"))
 
 
 # key=value, and a quoted key with a quoted value ("password": "x"): a colon after a bare

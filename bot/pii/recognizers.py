@@ -80,7 +80,7 @@ RECOGNIZERS: tuple[Recognizer, ...] = (
     Recognizer(frozenset({"GENERIC_SECRET"}), find_named_values),
     Recognizer(frozenset({"GENERIC_SECRET"}), find_query_secrets),
     Recognizer(frozenset({"GENERIC_SECRET"}), find_cookies),
-    Recognizer(frozenset({"CONNECTION_STRING_PASSWORD"}), find_url_passwords),
+    Recognizer(frozenset({"CONNECTION_STRING_PASSWORD", "GENERIC_SECRET"}), find_url_passwords),
     Recognizer(frozenset({"CONNECTION_STRING_PASSWORD"}), find_keyvalue_passwords),
     Recognizer(frozenset({"CONNECTION_STRING_PASSWORD"}), find_cli_passwords),
     Recognizer(frozenset({"CONNECTION_STRING_PASSWORD"}), find_worded_passwords),

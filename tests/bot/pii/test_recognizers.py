@@ -384,6 +384,17 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
     ("CONNECTION_STRING_PASSWORD", r'{"dsn":"postgresql:\/\/app:s3cr3t@db\/app"}', "s3cr3t"),
     ("CONNECTION_STRING_PASSWORD", "mongodb+srv://u:p%40ss@cluster0.example.net/db", "p%40ss"),
     ("CONNECTION_STRING_PASSWORD", "amqp://guest:p@ss@rabbit/vhost", "p@ss"),
+    # A token given as a URL's user: git's remotes (git remote -v), a CI job's clone URL.
+    (
+        "GENERIC_SECRET",
+        "origin\thttps://0123456789abcdef0123456789abcdef01234567@github.com/o/r.git (push)",
+        "0123456789abcdef0123456789abcdef01234567",
+    ),
+    (
+        "GENERIC_SECRET",
+        "git clone https://0123456789abcdef0123456789abcdef01234567:x-oauth-basic@github.com/o/r",
+        "0123456789abcdef0123456789abcdef01234567",
+    ),
     ("CONNECTION_STRING_PASSWORD", "Server=db;User Id=sa;Password=Pa55w0rd!;", "Pa55w0rd!"),
     ("CONNECTION_STRING_PASSWORD", "host=db user=app password=hunter2 dbname=app", "hunter2"),
     ("CONNECTION_STRING_PASSWORD", "Driver={ODBC};Pwd={secret;val};", "secret;val"),
@@ -695,6 +706,8 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     ("GENERIC_SECRET", "https://x.example/y?access_token=${TOKEN}&q=token=abc123456"),
     ("GENERIC_SECRET", "Set-Cookie: lang=en-US; Path=/; Expires=Wed, 21 Oct 2026 07:28:00 GMT"),
     ("GENERIC_SECRET", "the cookie: it was stale; retry=later"),
+    ("GENERIC_SECRET", "https://deploy-bot-for-production@git.example.com/o/r.git"),
+    ("GENERIC_SECRET", "ssh://git@github.com:22/o/r.git"),
     # JWT
     ("JWT", "eyJhbGciOiJIUzI1NiJ9 only a header"),
     ("JWT", "eyJ.eyJ.x"),
@@ -908,6 +921,8 @@ ADVERSARIAL = [
     "pwd=x,9" * 10_000,
     "-----BEGIN PRIVATE KEY-----\n" * 3_000,
     "://a:b" * 20_000,
+    "://" + "a1" * 50_000,
+    "://" + "a1" * 50_000 + ":" + "b" * 50_000 + "@",
     "eyJaaaaaaaaa." * 8_000,
     "API_TOKEN:" + " " * 100_000,
     "API_TOKEN:" + "\t " * 50_000 + "\n",
