@@ -520,6 +520,17 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
         '{"Cookie": "lang=en; sid=abcDEF123456xyz", "Host": "x"}',
         "abcDEF123456xyz",
     ),
+    # Vault's tokens, as vault login and vault token lookup print them.
+    (
+        "GENERIC_SECRET",
+        "token            hvs.CAESIJ1aB2cD3eF4gH5iJ6kL7mN8oP9qR0sT1uV2wX3yZ4a\nrenewable true",
+        "hvs.CAESIJ1aB2cD3eF4gH5iJ6kL7mN8oP9qR0sT1uV2wX3yZ4a",
+    ),
+    (
+        "GENERIC_SECRET",
+        "X-Vault-Token: hvb.AAAAAQJ8kZ0x9Lq3Vb7Nc2Mw5Ht1Ry4Ue6Io8Pa0Sd2Fg4Hj6",
+        "hvb.AAAAAQJ8kZ0x9Lq3Vb7Nc2Mw5Ht1Ry4Ue6Io8Pa0Sd2Fg4Hj6",
+    ),
     # An environment given as name and value (a pod's spec, an ECS task definition).
     ("GENERIC_SECRET", "env:\n- name: DB_PASSWORD\n  value: hunter22\n", "hunter22"),
     ("GENERIC_SECRET", '    - name: API_TOKEN\n      value: "abc def"', "abc def"),
@@ -708,6 +719,7 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     ("GENERIC_SECRET", "the cookie: it was stale; retry=later"),
     ("GENERIC_SECRET", "https://deploy-bot-for-production@git.example.com/o/r.git"),
     ("GENERIC_SECRET", "ssh://git@github.com:22/o/r.git"),
+    ("GENERIC_SECRET", "ahvs.CAESIJ1aB2cD3eF4gH5iJ6kL7mN8oP9qR0sT1uV2wX3yZ4a hvs.short"),
     # JWT
     ("JWT", "eyJhbGciOiJIUzI1NiJ9 only a header"),
     ("JWT", "eyJ.eyJ.x"),
@@ -939,6 +951,7 @@ ADVERSARIAL = [
     "Authorization: Bearer " * 3_000,
     "Authorization: " + "a1" * 20_000 + " authorization:" * 4_000,
     "npm_" * 25_000,
+    "hvs." * 25_000,
     "hf_a1B" * 20_000,
     "SG.aB1" * 20_000,
     "pypi-AgEIcHlwaS5vcmc " * 5_000,
