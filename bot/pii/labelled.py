@@ -93,6 +93,8 @@ def find_keyvalue_passwords(src: ScanText) -> Iterator[PiiHit]:
             continue  # "password= dbname=app": the password is empty, the next key follows
         if key.group().startswith("pwd") and secret[0] in "/~.":
             continue  # PWD=/home/... is the shell's working directory, not a password
+        if group == "bare" and _named_elsewhere(lower, key.start(), secret):
+            continue
         if text.startswith(_SHOWN_WITHHELD, start):
             continue  # terraform plan's "(sensitive value)": nothing is shown
         if yaml:
@@ -101,6 +103,20 @@ def find_keyvalue_passwords(src: ScanText) -> Iterator[PiiHit]:
             if group == "bare":
                 end = covered = _yaml_plain_end(text, end)
         yield PiiHit("CONNECTION_STRING_PASSWORD", start, end)
+
+
+# A shell variable in capitals ($DB_PASSWORD, ${DB_PASSWORD}): a password of the same shape
+# ($ecretPass1) has small letters.
+_SHELL_VARIABLE = on_use(r"\$(?:\{[A-Z_][A-Z0-9_]*\}|[A-Z_][A-Z0-9_]*)")
+
+
+def _named_elsewhere(lower: str, key: int, value: str) -> bool:
+    """Whether a bare value names the password rather than gives it: a shell variable
+    (helm --set auth.password=$DB_PASSWORD), or a usage text's --password=PASSWORD."""
+    if _SHELL_VARIABLE.fullmatch(value):
+        return True
+    option = _run_start(lower, key, _OPTION_CHARS, 64)
+    return option >= 0 and lower.startswith("--", option) and _metavar(value)
 
 
 def _password_key(lower: str, key: int) -> bool:

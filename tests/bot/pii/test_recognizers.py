@@ -407,6 +407,8 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
     ("CONNECTION_STRING_PASSWORD", "Password=a;b;Data Source=db", "a;b"),
     ("CONNECTION_STRING_PASSWORD", "Password=x;User Id=sa;", "x"),
     ("CONNECTION_STRING_PASSWORD", "pwd=abc, then", "abc"),
+    # A password that starts like a shell variable, but with small letters.
+    ("CONNECTION_STRING_PASSWORD", "login password=$ecretPass1 ok", "$ecretPass1"),
     # GITLAB_TOKEN
     ("GITLAB_TOKEN", "token glpat-abcdefghij1234567890XY.", "glpat-abcdefghij1234567890XY"),
     ("GITLAB_TOKEN", "CI_JOB=gldt-ABCDEFGHIJKLMNOPQRSTuv x", "gldt-ABCDEFGHIJKLMNOPQRSTuv"),
@@ -786,6 +788,9 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     ("CONNECTION_STRING_PASSWORD", "OPTIONS\n       --password password\n           The password."),
     ("CONNECTION_STRING_PASSWORD", "usage: app [-h] [--password PASSWORD]"),
     ("CONNECTION_STRING_PASSWORD", "pg_dump -h db --no-password app"),
+    ("CONNECTION_STRING_PASSWORD", "Options:\n  --password=PASSWORD  The password.\n"),
+    ("CONNECTION_STRING_PASSWORD", "helm upgrade db chart --set auth.password=$DB_PASSWORD"),
+    ("CONNECTION_STRING_PASSWORD", "--set auth.password=${DB_PASSWORD},auth.user=app"),
     ("CONNECTION_STRING_PASSWORD", "ALTER ROLE app PASSWORD NULL;"),
     ("CONNECTION_STRING_PASSWORD", "the password is wrong"),
     ("GENERIC_SECRET", "- name: LOG_LEVEL\n  value: debug"),
