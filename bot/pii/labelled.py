@@ -312,7 +312,11 @@ def find_cli_passwords(src: ScanText) -> Iterator[PiiHit]:
 # 'x', PASSWORD 'x': quoted, as SQL writes a string) and .netrc (login bob password x, or a
 # password line, in a text that names a machine). Found from the word's literal, which the
 # regex engine skips to, and read backwards from there.
-_PASSWORD_WORD = on_use(r"pass(?:word|wd)[ \t]+")
+# The word's blanks, or the next item of a list: an option and its value as an argv, in JSON
+# (docker inspect's "Args": ["--password", "x"]) or YAML (a pod's args: - --password, - x).
+_PASSWORD_WORD = on_use(
+    r"pass(?:word|wd)(?:[ \t]+|(?P<item>[\"'][ \t]*,[ \t]*(?=[\"'])|\r?\n[ \t]*-[ \t]+))"
+)
 _IDENTIFIED_BY = on_use(r"identified[ \t]+(?:with[ \t]+[a-z0-9_]+[ \t]+)?by[ \t]+(?=['\"])")
 _LOGIN_BEFORE = on_use(r"[ \t]+[^\s]+[ \t]+nigol(?![a-z0-9_])")  # reversed: "login bob "
 _OPTION_CHARS = frozenset(string.ascii_lowercase + string.digits + "-")
@@ -341,6 +345,8 @@ def _worded_password(lower: str, word: re.Match[str], netrc: bool) -> bool:
         if lower.startswith("--no-", option) or _help_line(lower, option):
             return False  # pg_dump's --no-password; "  -p, --password string   Password..."
         return after not in ("", "-")  # "--password -" reads it from the standard input
+    if word.group("item") is not None:
+        return False  # a list's item that is no option: ["password", "x"] names two things
     if option >= 0 or _word_before(lower, start):
         return False  # part of a longer word: "bypass", "-password"
     if after == "'" and word.group().startswith("password"):
@@ -368,8 +374,8 @@ def find_worded_passwords(src: ScanText) -> Iterator[PiiHit]:
             continue
         group = value.lastgroup or "bare"
         secret = value.group(group)
-        if secret.startswith(_PLACEHOLDER_STARTS) or _metavar(secret):
-            continue
+        if secret.startswith((*_PLACEHOLDER_STARTS, "-")) or _metavar(secret):
+            continue  # "-" reads it from the standard input; "--port" is the next option
         yield PiiHit("CONNECTION_STRING_PASSWORD", *value.span(group))
 
 

@@ -470,6 +470,18 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
     # An option that starts a line continued from a command's (a script's backslash).
     ("CONNECTION_STRING_PASSWORD", "mongo \\\n  --password hunter22 \\\n  --db app", "hunter22"),
     ("CONNECTION_STRING_PASSWORD", "app --password HUNTER22", "HUNTER22"),
+    # An option and its value as items of a list: docker inspect's Args, a pod's args.
+    (
+        "CONNECTION_STRING_PASSWORD",
+        '"Args": ["--password", "hunter22", "--port", "5432"]',
+        "hunter22",
+    ),
+    (
+        "CONNECTION_STRING_PASSWORD",
+        "    args:\n    - --db-password\n    - Tr0ub4dor3\n",
+        "Tr0ub4dor3",
+    ),
+    ("CONNECTION_STRING_PASSWORD", "command: ['app', '--password', 'two words']", "two words"),
     ("CONNECTION_STRING_PASSWORD", "CREATE USER 'app'@'%' IDENTIFIED BY 'hunter22';", "hunter22"),
     (
         "CONNECTION_STRING_PASSWORD",
@@ -788,6 +800,9 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     ("CONNECTION_STRING_PASSWORD", "OPTIONS\n       --password password\n           The password."),
     ("CONNECTION_STRING_PASSWORD", "usage: app [-h] [--password PASSWORD]"),
     ("CONNECTION_STRING_PASSWORD", "pg_dump -h db --no-password app"),
+    ("CONNECTION_STRING_PASSWORD", '"Args": ["--password", "-", "--db-password", "--port"]'),
+    ("CONNECTION_STRING_PASSWORD", "args:\n- --password\n- $(DB_PASSWORD)\n"),
+    ("CONNECTION_STRING_PASSWORD", 'fields: ["password", "hunter22"]'),
     ("CONNECTION_STRING_PASSWORD", "Options:\n  --password=PASSWORD  The password.\n"),
     ("CONNECTION_STRING_PASSWORD", "helm upgrade db chart --set auth.password=$DB_PASSWORD"),
     ("CONNECTION_STRING_PASSWORD", "--set auth.password=${DB_PASSWORD},auth.user=app"),
@@ -973,6 +988,8 @@ ADVERSARIAL = [
     "machine " + "login a password " * 20_000,
     "--a-" * 25_000 + "password x",
     "\n  -p, --password x" * 20_000,
+    '"--password", ' * 20_000,
+    "- --password\n" * 20_000,
 ]
 
 
