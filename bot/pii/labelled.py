@@ -141,6 +141,12 @@ _SIZE_ONLY = on_use(r"[ \t]+bytes?[ \t]*(?:\r?\n|\Z)")
 # A plain scalar runs to its line's end, over its blanks, up to a comment (" #"); a quote or
 # a backslash (a JSON string's escaped line end, read as "\ ") ends it too.
 _YAML_MORE = on_use(r"(?:[ \t]++[^\s#\"'\\][^\s\"'\\]*+)*+")
+# A field's type in source code or a schema (Python's "password: str", TypeScript's
+# "password: string;", an API doc's "password: string"), not its value.
+_TYPE_NAMES = frozenset(
+    {"str", "string", "bytes", "secretstr", "secretbytes", "text", "any", "int", "number"}
+)
+_TYPE_OPENERS = ("optional[", "annotated[", "union[", "str|", "string|")
 # What terraform shows in a password's place: nothing of it.
 _SHOWN_WITHHELD = ("(sensitive value)", "(sensitive)", "(known after apply)")
 
@@ -162,6 +168,9 @@ def _yaml_password(text: str, key: int, value: str, end: int) -> bool:
     if value.startswith(_PLACEHOLDER_STARTS + _YAML_NOT_VALUES) or value.lower() in _YAML_BOOLEANS:
         return False
     if value.isdigit() and _SIZE_ONLY.match(text, end):
+        return False
+    lower = value.lower()
+    if lower.rstrip(";,") in _TYPE_NAMES or lower.startswith(_TYPE_OPENERS):
         return False
     name = _run_start(text, key, _KEY_NAME_CHARS, 64)
     name = key if name < 0 else name
@@ -605,8 +614,12 @@ def find_named_values(src: ScanText) -> Iterator[PiiHit]:
         if not _secret_name(match.group("name")):
             continue
         group = match.lastgroup or "bare"
-        if not match.group(group).startswith(_PLACEHOLDER_STARTS):
-            yield PiiHit("GENERIC_SECRET", *match.span(group))
+        if match.group(group).startswith(_PLACEHOLDER_STARTS):
+            continue
+        start, end = match.span(group)
+        if group == "bare" and "\n" in match.group():
+            end = _yaml_plain_end(src.text, end)  # YAML's value: every word to the line's end
+        yield PiiHit("GENERIC_SECRET", start, end)
 
 
 _AWS_SECRET_LABEL = on_use(r"secret_?(?:access_?)?key")

@@ -550,6 +550,11 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
     ("GENERIC_SECRET", '    - name: API_TOKEN\n      value: "abc def"', "abc def"),
     ("GENERIC_SECRET", '[{"name": "STRIPE_SECRET", "value": "s3cr3t"}]', "s3cr3t"),
     ("GENERIC_SECRET", "{'name': 'Signing_Key', 'value': 'k3y!'}", "k3y!"),
+    (
+        "GENERIC_SECRET",
+        "- name: DB_PASSPHRASE\n  value: correct horse battery\n",
+        "correct horse battery",
+    ),
 ]
 
 
@@ -789,6 +794,10 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     ("CONNECTION_STRING_PASSWORD", "Data\n====\npassword:  8 bytes\nusername:  5 bytes\n"),
     ("CONNECTION_STRING_PASSWORD", "      + password                = (sensitive value)"),
     ("CONNECTION_STRING_PASSWORD", "  ~ db_password = (known after apply)"),
+    # A field's type in source code or an API's schema.
+    ("CONNECTION_STRING_PASSWORD", "class Login(BaseModel):\n    password: str\n"),
+    ("CONNECTION_STRING_PASSWORD", "    db_password: Optional[SecretStr] = None\n"),
+    ("CONNECTION_STRING_PASSWORD", "interface Login {\n  password: string;\n}"),
     ("CONNECTION_STRING_PASSWORD", "docker login --password-stdin registry"),
     ("CONNECTION_STRING_PASSWORD", "app --password - < secret.txt"),
     ("CONNECTION_STRING_PASSWORD", 'app --password "$DB_PASSWORD"'),
