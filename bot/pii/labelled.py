@@ -276,9 +276,12 @@ def _one_command(between: str) -> bool:
     return _ONE_COMMAND.fullmatch(between) is not None
 
 
-# A registry login's -p (docker, podman, nerdctl login) and redis-cli's -a take the password as
-# the next word; redis-cli's -p is its port, docker run's a port mapping.
-_LOGIN_CLIENT = on_use(r"(?<![a-z0-9_-])(?:docker|podman|nerdctl)[ \t]+login(?![a-z0-9_-])")
+# A registry login's -p (docker, podman, nerdctl login), MongoDB's tools' -p and redis-cli's -a
+# take the password as the next word; redis-cli's -p is its port, docker run's a port mapping.
+_LOGIN_CLIENT = on_use(
+    r"(?<![a-z0-9_-])(?:(?:docker|podman|nerdctl)[ \t]+login"
+    r"|mongo(?:sh|dump|restore|export|import|stat|top)?)(?![a-z0-9_-])"
+)
 _LOGIN_P = on_use(rf"(?<=[ \t])-p[ \t]+{_P_VALUE}")
 _REDIS_CLIENT = on_use(r"(?<![a-z0-9_-])redis-cli(?![a-z0-9_-])")
 _REDIS_A = on_use(rf"(?<=[ \t])-a[ \t]+{_P_VALUE}")
@@ -302,18 +305,19 @@ def _client_flags(
 
 def find_cli_passwords(src: ScanText) -> Iterator[PiiHit]:
     """The password of mysql -pPASSWORD (and its kin), sshpass -p PASSWORD, docker login -p
-    PASSWORD and redis-cli -a PASSWORD."""
+    PASSWORD, mongosh -p PASSWORD (and MongoDB's other tools) and redis-cli -a PASSWORD."""
     text, lower = src.text, src.lower
     found = list(finditer_with(_SSHPASS_P, text, "sshpass"))
     if "mysql" in lower or "mariadb" in lower:
         found += _client_flags(text, lower, _MYSQL_CLIENT, _GLUED_P)
-    if " login" in lower:
+    if " login" in lower or "mongo" in lower:
         found += _client_flags(text, lower, _LOGIN_CLIENT, _LOGIN_P)
     if "redis-cli" in lower:
         found += _client_flags(text, lower, _REDIS_CLIENT, _REDIS_A)
     for match in found:
         group = match.lastgroup or "bare"
-        if not match.group(group).startswith(_PLACEHOLDER_STARTS):
+        # "-p --authenticationDatabase admin": a -p with no value asks for the password.
+        if not match.group(group).startswith((*_PLACEHOLDER_STARTS, "-")):
             yield PiiHit("CONNECTION_STRING_PASSWORD", *match.span(group))
 
 
