@@ -107,9 +107,6 @@ _SENDGRID = on_use(
     r"SG\.(?<![0-9A-Za-z_]SG\.)[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}(?![A-Za-z0-9_-])"
 )
 _HUGGING_FACE = on_use(r"hf_(?<![0-9A-Za-z_]hf_)(?P<body>[A-Za-z0-9]{30,40}+)(?![A-Za-z0-9_])")
-# HashiCorp Vault's tokens since 1.10: hvs. (service), hvb. (batch), hvr. (recovery), then a
-# long base64url body; vault login, vault token lookup and X-Vault-Token headers print them.
-_VAULT = on_use(r"hv[sbr]\.(?<![0-9A-Za-z_]hv[sbr]\.)[A-Za-z0-9_-]{24,}+")
 
 
 def _not_a_word(body: str) -> bool:
@@ -119,13 +116,9 @@ def _not_a_word(body: str) -> bool:
 
 
 def find_service_tokens(src: ScanText) -> Iterator[PiiHit]:
-    """npm and PyPI tokens, SendGrid API keys, Hugging Face and Vault tokens. One recognizer
-    for the five: a text that has none of their prefixes costs five searches in C and one
-    call."""
+    """npm and PyPI tokens, SendGrid API keys and Hugging Face tokens. One recognizer for the
+    four: a text that has none of their prefixes costs four searches in C and one call."""
     text = src.text
-    if "hv" in text:
-        for match in _VAULT.finditer(text):
-            yield PiiHit("GENERIC_SECRET", match.start(), match.end())
     if "npm_" in text:
         for match in _NPM.finditer(text):
             if _not_a_word(match.group("body")):

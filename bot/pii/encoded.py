@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 
 from bot.patterns import finditer_with, on_use
 from bot.pii.checks import _run_start
-from bot.pii.scantext import _HEX, PiiHit, ScanText, priority
+from bot.pii.scantext import _HEX, _WORD, PiiHit, ScanText, priority
 
 # A run this long of base64 characters is a candidate: long enough for "password=hunter2" in
 # base64 (24), longer than the 16-hex span ids of tracing logs, which would double the work.
@@ -171,6 +171,21 @@ def _decoded_hit(text: str, start: int, end: int, rescan: Rescan) -> PiiHit | No
     return PiiHit(min((hit.entity_type for hit in hits), key=priority), start, end)
 
 
+# HashiCorp Vault's tokens since 1.10: hvs. (service), hvb. (batch), hvr. (recovery), then a
+# long base64url body that no label precedes and that decodes to binary. Read here, from the
+# body's run, where a search of the text for the prefix would cost a pass of its own.
+_VAULT_PREFIXES = ("hvs.", "hvb.", "hvr.")
+_VAULT_BODY = 24
+
+
+def _vault_token(text: str, start: int, end: int) -> bool:
+    """Whether the run at [start, end), after a ".", is a Vault token's body."""
+    prefix = start - len(_VAULT_PREFIXES[0])
+    if end - start < _VAULT_BODY or not text.startswith(_VAULT_PREFIXES, prefix):
+        return False
+    return prefix == 0 or text[prefix - 1] not in _WORD
+
+
 def find_encoded(src: ScanText, rescan: Rescan | None) -> Iterator[PiiHit]:
     """Long tokens after a secret-ish key, and base64 or hex whose decoded text has a hit.
 
@@ -193,6 +208,9 @@ def find_encoded(src: ScanText, rescan: Rescan | None) -> Iterator[PiiHit]:
         if end < size and text[end] in "-_=":
             end = _token_end(text, end)
         done = end
+        if before == "." and _vault_token(text, start, end):
+            yield PiiHit("GENERIC_SECRET", start - len(_VAULT_PREFIXES[0]), end)
+            continue
         token = text[start:end]
         if before in _VALUE_OPENERS and _secret_label_before(lower, start) and _looks_secret(token):
             yield PiiHit("GENERIC_SECRET", start, end)

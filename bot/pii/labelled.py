@@ -285,6 +285,8 @@ _LOGIN_CLIENT = on_use(
 _LOGIN_P = on_use(rf"(?<=[ \t])-p[ \t]+{_P_VALUE}")
 _REDIS_CLIENT = on_use(r"(?<![a-z0-9_-])redis-cli(?![a-z0-9_-])")
 _REDIS_A = on_use(rf"(?<=[ \t])-a[ \t]+{_P_VALUE}")
+# Either flag with its blank: one pass in C before looking for the three clients' names.
+_SPACED_FLAG = on_use(r"-[pa][ \t]")
 
 
 def _client_flags(
@@ -310,10 +312,11 @@ def find_cli_passwords(src: ScanText) -> Iterator[PiiHit]:
     found = list(finditer_with(_SSHPASS_P, text, "sshpass"))
     if "mysql" in lower or "mariadb" in lower:
         found += _client_flags(text, lower, _MYSQL_CLIENT, _GLUED_P)
-    if " login" in lower or "mongo" in lower:
-        found += _client_flags(text, lower, _LOGIN_CLIENT, _LOGIN_P)
-    if "redis-cli" in lower:
-        found += _client_flags(text, lower, _REDIS_CLIENT, _REDIS_A)
+    if "-" in text and _SPACED_FLAG.search(text):  # memchr first: a prompt compiles nothing
+        if " login" in lower or "mongo" in lower:
+            found += _client_flags(text, lower, _LOGIN_CLIENT, _LOGIN_P)
+        if "redis-cli" in lower:
+            found += _client_flags(text, lower, _REDIS_CLIENT, _REDIS_A)
     for match in found:
         group = match.lastgroup or "bare"
         # "-p --authenticationDatabase admin": a -p with no value asks for the password.

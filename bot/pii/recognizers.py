@@ -69,9 +69,7 @@ RECOGNIZERS: tuple[Recognizer, ...] = (
     Recognizer(frozenset({"SLACK_TOKEN", "DISCORD_TOKEN"}), find_webhooks),
     Recognizer(frozenset({"STRIPE_KEY", "OPENAI_API_KEY"}), find_k_keys),
     Recognizer(
-        frozenset(
-            {"NPM_TOKEN", "PYPI_TOKEN", "SENDGRID_API_KEY", "HUGGINGFACE_TOKEN", "GENERIC_SECRET"}
-        ),
+        frozenset({"NPM_TOKEN", "PYPI_TOKEN", "SENDGRID_API_KEY", "HUGGINGFACE_TOKEN"}),
         find_service_tokens,
     ),
     Recognizer(frozenset({"JWT"}), find_jwt),
