@@ -324,14 +324,16 @@ def find_cli_passwords(src: ScanText) -> Iterator[PiiHit]:
             yield PiiHit("CONNECTION_STRING_PASSWORD", *match.span(group))
 
 
-# A password after a word: a long option (--password x, --db-password x), SQL (IDENTIFIED BY
-# 'x', PASSWORD 'x': quoted, as SQL writes a string) and .netrc (login bob password x, or a
-# password line, in a text that names a machine). Found from the word's literal, which the
-# regex engine skips to, and read backwards from there.
+# A password after a word: a long option (--password x, --db-password x, redis-server's
+# --requirepass x), redis.conf's requirepass line, SQL (IDENTIFIED BY 'x', PASSWORD 'x':
+# quoted, as SQL writes a string) and .netrc (login bob password x, or a password line, in a
+# text that names a machine). Found from the word's literal, which the regex engine skips to,
+# and read backwards from there.
 # The word's blanks, or the next item of a list: an option and its value as an argv, in JSON
 # (docker inspect's "Args": ["--password", "x"]) or YAML (a pod's args: - --password, - x).
 _PASSWORD_WORD = on_use(
-    r"pass(?:word|wd)(?:[ \t]+|(?P<item>[\"'][ \t]*,[ \t]*(?=[\"'])|\r?\n[ \t]*-[ \t]+))"
+    r"pass(?:word|wd|(?<=requirepass))"
+    r"(?:[ \t]+|(?P<item>[\"'][ \t]*,[ \t]*(?=[\"'])|\r?\n[ \t]*-[ \t]+))"
 )
 _IDENTIFIED_BY = on_use(r"identified[ \t]+(?:with[ \t]+[a-z0-9_]+[ \t]+)?by[ \t]+(?=['\"])")
 _LOGIN_BEFORE = on_use(r"[ \t]+[^\s]+[ \t]+nigol(?![a-z0-9_])")  # reversed: "login bob "
@@ -363,6 +365,8 @@ def _worded_password(lower: str, word: re.Match[str], netrc: bool) -> bool:
         return after not in ("", "-")  # "--password -" reads it from the standard input
     if word.group("item") is not None:
         return False  # a list's item that is no option: ["password", "x"] names two things
+    if lower.endswith("require", 0, start):
+        return _starts_line(lower, start - len("require"))  # redis.conf's requirepass line
     if option >= 0 or _word_before(lower, start):
         return False  # part of a longer word: "bypass", "-password"
     if after == "'" and word.group().startswith("password"):

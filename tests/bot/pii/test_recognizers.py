@@ -484,6 +484,13 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
         "Tr0ub4dor3",
     ),
     ("CONNECTION_STRING_PASSWORD", "command: ['app', '--password', 'two words']", "two words"),
+    # Redis's password: redis-server's option (a compose file's command), redis.conf's line.
+    (
+        "CONNECTION_STRING_PASSWORD",
+        "command: redis-server --requirepass hunter22 --appendonly yes",
+        "hunter22",
+    ),
+    ("CONNECTION_STRING_PASSWORD", "# set it\nrequirepass Tr0ub4dor3\n", "Tr0ub4dor3"),
     ("CONNECTION_STRING_PASSWORD", "CREATE USER 'app'@'%' IDENTIFIED BY 'hunter22';", "hunter22"),
     (
         "CONNECTION_STRING_PASSWORD",
@@ -816,6 +823,7 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     ("CONNECTION_STRING_PASSWORD", '"Args": ["--password", "-", "--db-password", "--port"]'),
     ("CONNECTION_STRING_PASSWORD", "args:\n- --password\n- $(DB_PASSWORD)\n"),
     ("CONNECTION_STRING_PASSWORD", 'fields: ["password", "hunter22"]'),
+    ("CONNECTION_STRING_PASSWORD", "# requirepass foobared\nthe requirepass option sets it"),
     ("CONNECTION_STRING_PASSWORD", "Options:\n  --password=PASSWORD  The password.\n"),
     ("CONNECTION_STRING_PASSWORD", "helm upgrade db chart --set auth.password=$DB_PASSWORD"),
     ("CONNECTION_STRING_PASSWORD", "--set auth.password=${DB_PASSWORD},auth.user=app"),
