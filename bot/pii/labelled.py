@@ -82,6 +82,7 @@ def find_keyvalue_passwords(src: ScanText) -> Iterator[PiiHit]:
         start, end = (key.end(), key.end()) if value is None else value.span(group)
         if group == "bare":
             end = _bare_end(text, end)  # a value may start with a separator (&Tr0ub4dor3)
+            end = _escape_trimmed(text, start, end)
         if end == start:
             continue
         covered = end
@@ -177,7 +178,7 @@ def _yaml_password(text: str, key: int, value: str, end: int) -> bool:
     line = name
     while line > 0 and text[line - 1] in " \t-":
         line -= 1
-    if line > 0 and text[line - 1] not in "\r\n":
+    if not _line_start(text, line):
         return False
     return line < name or name < key or not value.isalpha()
 
@@ -558,7 +559,23 @@ def _starts_line(text: str, index: int) -> bool:
     """Whether only blanks stand between the line's start and ``index``."""
     while index > 0 and text[index - 1] in " \t":
         index -= 1
-    return index == 0 or text[index - 1] in "\r\n"
+    return _line_start(text, index)
+
+
+def _line_start(text: str, index: int) -> bool:
+    """Whether a line starts at ``index``: after a line end, or after a JSON string's escaped
+    one (a config map's YAML in kubectl -o json), which ScanText reads as "\\ "."""
+    if index == 0 or text[index - 1] in "\r\n":
+        return True
+    return text[index - 1] == "\\" and text[index] == " "
+
+
+def _escape_trimmed(text: str, start: int, end: int) -> int:
+    """The end of a bare value without the backslash of a JSON escape after it: redacting
+    "hunter22\\" of "password=hunter22\\n" would leave the model "nnext line"."""
+    if end - start > 1 and text[end - 1] == "\\" and text.startswith(" ", end):
+        return end - 1
+    return end
 
 
 def _env_name_ends(text: str) -> Iterator[re.Match[str]]:
@@ -592,7 +609,8 @@ def find_env_secrets(src: ScanText) -> Iterator[PiiHit]:
             continue
         if _SECRET_PATH.fullmatch(value):
             continue  # where the secret is kept (GOOGLE_APPLICATION_CREDENTIALS=/var/...json)
-        yield PiiHit("GENERIC_SECRET", *match.span(group))
+        start, end = match.span(group)
+        yield PiiHit("GENERIC_SECRET", start, _escape_trimmed(text, start, end))
 
 
 # An environment variable given as a name and a value: YAML on two lines (a pod's spec), or

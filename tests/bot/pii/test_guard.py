@@ -118,6 +118,15 @@ def test_redact_replaces_registry_and_service_tokens() -> None:
     )
 
 
+def test_redact_keeps_the_json_escape_after_a_password() -> None:
+    text = '{"log": "password=hunter22\\nnext line", "env": "API_TOKEN=abcdef123456\\tX=1"}'
+    outcome = guard().scan_output(text)
+    assert outcome.text == (
+        '{"log": "password=<CONNECTION_STRING_PASSWORD>\\nnext line", '
+        '"env": "API_TOKEN=<GENERIC_SECRET>\\tX=1"}'
+    )
+
+
 def test_redact_keeps_non_ascii_text_around_hits() -> None:
     outcome = guard().scan_output("Grüße, jörg@example.de! 🙂")
     assert outcome.text == "Grüße, <EMAIL_ADDRESS>! 🙂"

@@ -466,6 +466,15 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
         "correct horse battery",
     ),
     ("CONNECTION_STRING_PASSWORD", "  DB_PASSWORD: Tr0ub 4dor 3\r\n", "Tr0ub 4dor 3"),
+    # YAML or an env file inside a JSON string (a config map in kubectl -o json), its line
+    # ends escaped: the value ends before the escape, which the model still reads.
+    (
+        "CONNECTION_STRING_PASSWORD",
+        r'{"data": {"config.yaml": "db:\n  password: hunter22\n  user: app\n"}}',
+        "hunter22",
+    ),
+    ("CONNECTION_STRING_PASSWORD", r'{"log": "password=hunter22\nnext line"}', "hunter22"),
+    ("GENERIC_SECRET", r'{"data": {"app.env": "API_TOKEN=abcdef123456\nX=1"}}', "abcdef123456"),
     # A password after a word: a long option, SQL, .netrc.
     ("CONNECTION_STRING_PASSWORD", "mongo --username bob --password hunter22 db", "hunter22"),
     ("CONNECTION_STRING_PASSWORD", "app migrate --db-password 'Tr0ub 4dor'", "Tr0ub 4dor"),
