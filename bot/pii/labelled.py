@@ -96,7 +96,7 @@ def find_keyvalue_passwords(src: ScanText) -> Iterator[PiiHit]:
             continue  # PWD=/home/... is the shell's working directory, not a password
         if group == "bare" and _named_elsewhere(lower, key.start(), secret):
             continue
-        if text.startswith(_SHOWN_WITHHELD, start):
+        if _SHOWN_WITHHELD.match(text, start):
             continue  # terraform plan's "(sensitive value)": nothing is shown
         if yaml:
             if not _yaml_password(text, key.start(), secret, end):
@@ -148,8 +148,9 @@ _TYPE_NAMES = frozenset(
     {"str", "string", "bytes", "secretstr", "secretbytes", "text", "any", "int", "number"}
 )
 _TYPE_OPENERS = ("optional[", "annotated[", "union[", "str|", "string|")
-# What terraform shows in a password's place: nothing of it.
-_SHOWN_WITHHELD = ("(sensitive value)", "(sensitive)", "(known after apply)")
+# Words in brackets shown in a password's place, nothing of it: terraform plan's "(sensitive
+# value)" and "(known after apply)", a tool's "(hidden)" or "(not set)".
+_SHOWN_WITHHELD = on_use(r"\([a-z ]{1,32}\)")
 
 
 def _yaml_plain_end(text: str, end: int) -> int:
@@ -397,7 +398,16 @@ def find_worded_passwords(src: ScanText) -> Iterator[PiiHit]:
         secret = value.group(group)
         if secret.startswith((*_PLACEHOLDER_STARTS, "-")) or _metavar(secret):
             continue  # "-" reads it from the standard input; "--port" is the next option
+        if group == "bare" and secret in _PROSE_WORDS:
+            continue  # an error's "--password is required", "pass --password or set X"
         yield PiiHit("CONNECTION_STRING_PASSWORD", *value.span(group))
+
+
+# Words that follow an option named in prose; no password is one of them.
+_PROSE_WORDS = frozenset(
+    {"is", "or", "and", "to", "of", "in", "if", "for", "with", "the", "a", "an", "was", "are"}
+    | {"must", "can", "cannot", "should", "will", "may", "not", "has", "option", "flag"}
+)
 
 
 def _metavar(value: str) -> bool:

@@ -814,6 +814,7 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     ("CONNECTION_STRING_PASSWORD", "Data\n====\npassword:  8 bytes\nusername:  5 bytes\n"),
     ("CONNECTION_STRING_PASSWORD", "      + password                = (sensitive value)"),
     ("CONNECTION_STRING_PASSWORD", "  ~ db_password = (known after apply)"),
+    ("CONNECTION_STRING_PASSWORD", "login: bob\npassword: (hidden)\n"),
     # A field's type in source code or an API's schema.
     ("CONNECTION_STRING_PASSWORD", "class Login(BaseModel):\n    password: str\n"),
     ("CONNECTION_STRING_PASSWORD", "    db_password: Optional[SecretStr] = None\n"),
@@ -829,6 +830,7 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     ("CONNECTION_STRING_PASSWORD", "OPTIONS\n       --password password\n           The password."),
     ("CONNECTION_STRING_PASSWORD", "usage: app [-h] [--password PASSWORD]"),
     ("CONNECTION_STRING_PASSWORD", "pg_dump -h db --no-password app"),
+    ("CONNECTION_STRING_PASSWORD", "Error: --password is required\nhint: pass --password or set X"),
     ("CONNECTION_STRING_PASSWORD", '"Args": ["--password", "-", "--db-password", "--port"]'),
     ("CONNECTION_STRING_PASSWORD", "args:\n- --password\n- $(DB_PASSWORD)\n"),
     ("CONNECTION_STRING_PASSWORD", 'fields: ["password", "hunter22"]'),
