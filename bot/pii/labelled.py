@@ -167,11 +167,11 @@ def _yaml_password(text: str, key: int, value: str, end: int) -> bool:
     the line's start a plain word is prose too ("Password: incorrect", nsswitch's "passwd:
     files"), unless the key is nested (indented, a list item) or named (DB_PASSWORD).
     """
-    if value.startswith(_PLACEHOLDER_STARTS + _YAML_NOT_VALUES) or value.lower() in _YAML_BOOLEANS:
+    lower = value.lower()
+    if value.startswith(_PLACEHOLDER_STARTS + _YAML_NOT_VALUES) or lower in _YAML_BOOLEANS:
         return False
     if value.isdigit() and _SIZE_ONLY.match(text, end):
         return False
-    lower = value.lower()
     if lower.rstrip(";,") in _TYPE_NAMES or lower.startswith(_TYPE_OPENERS):
         return False
     name = _run_start(text, key, _KEY_NAME_CHARS, 64)
@@ -624,10 +624,11 @@ def find_env_secrets(src: ScanText) -> Iterator[PiiHit]:
 
 
 # An environment variable given as a name and a value: YAML on two lines (a pod's spec), or
-# JSON with the value next (kubectl -o json, an ECS task definition).
+# JSON with the value next, on the same line or, pretty-printed, the next (kubectl -o json, an
+# ECS task definition).
 _NAMED_VALUE = on_use(
     r"name[\"']?[ \t]*:[ \t]*[\"']?(?P<name>[A-Za-z_][A-Za-z0-9_]{0,127})[\"']?"
-    r"[ \t]*(?:,|\r?\n)[ \t]*[\"']?value[\"']?[ \t]*:[ \t]*"
+    r"[ \t]*(?:,[ \t]*+(?:\r?\n)?|\r?\n)[ \t]*[\"']?value[\"']?[ \t]*:[ \t]*"
     r"(?:\"(?P<dq>[^\"\r\n]{1,256})\"|'(?P<sq>[^'\r\n]{1,256})'|(?P<bare>[^\s\"',}]{1,256}))"
 )
 _SECRET_NAME_ENDS = (

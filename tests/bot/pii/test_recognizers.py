@@ -570,6 +570,11 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
     ("GENERIC_SECRET", "{'name': 'Signing_Key', 'value': 'k3y!'}", "k3y!"),
     (
         "GENERIC_SECRET",
+        '"env": [\n    {\n        "name": "DB_PASSWORD",\n        "value": "hunter22"\n    }\n]',
+        "hunter22",
+    ),
+    (
+        "GENERIC_SECRET",
         "- name: DB_PASSPHRASE\n  value: correct horse battery\n",
         "correct horse battery",
     ),
@@ -1008,6 +1013,7 @@ ADVERSARIAL = [
     "SG.aB1" * 20_000,
     "pypi-AgEIcHlwaS5vcmc " * 5_000,
     "- name: A_TOKEN\n  value: " * 10_000,
+    '"name": "A_TOKEN",' + " " * 50_000 + "\n" + " " * 50_000,
     "A_PASS=" * 20_000,
     "Cookie: a=" * 20_000,
     "Cookie: " + "a=b12345678;" * 20_000,
