@@ -75,7 +75,7 @@ def find_keyvalue_passwords(src: ScanText) -> Iterator[PiiHit]:
     for key in finditer_with(_PASSWORD_KEY, lower, "pass", "pwd"):
         if key.start() < covered:
             continue  # each key scanning to the end again would be quadratic in the text
-        if not _password_key(lower, key.start()):
+        if not _password_key(text, key.start()):
             continue
         value = _PASSWORD_VALUE.match(text, key.end())
         group = "bare" if value is None else value.lastgroup or "bare"
@@ -120,16 +120,18 @@ def _named_elsewhere(lower: str, key: int, value: str) -> bool:
     return option >= 0 and lower.startswith("--", option) and _metavar(value)
 
 
-def _password_key(lower: str, key: int) -> bool:
+def _password_key(text: str, key: int) -> bool:
     """Whether the key word at ``key`` names a password: password, passwd and pwd do; "pass"
-    as the last word of a name (ansible_become_pass, smtp_pass) or a quoted key of its own
-    ("pass": "x"), not in "bypass=" or "pass=12 fail=0"."""
-    if lower[key + 1] != "a" or lower[key + 4] == "w":
+    as the last word of a name (ansible_become_pass, db-pass, smtpPass) or a quoted key of its
+    own ("pass": "x"), not in "bypass=" or "pass=12 fail=0"."""
+    if text[key + 1] not in "aA" or text[key + 4] in "wW":
         return True
     if key == 0:
         return False
-    before = lower[key - 1]
-    return before == "_" or (before in "\"'" and lower[key + 4] == before)
+    before = text[key - 1]
+    if before in "_-" or (text[key] == "P" and before.islower()):
+        return True
+    return before in "\"'" and text[key + 4] == before
 
 
 _KEY_NAME_CHARS = frozenset(string.ascii_letters + string.digits + "_-.")

@@ -459,6 +459,9 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
     ("CONNECTION_STRING_PASSWORD", "web1 ansible_become_pass=hunter22 x=1", "hunter22"),
     ("CONNECTION_STRING_PASSWORD", "all:\n  vars:\n    ansible_ssh_pass: s3cr3t\n", "s3cr3t"),
     ("CONNECTION_STRING_PASSWORD", '{"user": "bob", "pass": "hunter22"}', "hunter22"),
+    ("CONNECTION_STRING_PASSWORD", "data:\n  db-pass: aHVudGVyMjI=\n", "aHVudGVyMjI="),
+    ("CONNECTION_STRING_PASSWORD", "smtp:\n  smtpPass: hunter22x\n", "hunter22x"),
+    ("CONNECTION_STRING_PASSWORD", '{"rootPass": "hunter22"}', "hunter22"),
     # A plain scalar runs to the line's end or a comment: every word of a passphrase.
     (
         "CONNECTION_STRING_PASSWORD",
@@ -752,6 +755,7 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     ("GENERIC_SECRET", "MAX_TOKENS=4096 TOKEN=abc"),
     ("CONNECTION_STRING_PASSWORD", "BYPASS=enabled1 COMPASS=northward SKIP_BYPASS=always1"),
     ("CONNECTION_STRING_PASSWORD", "tests: pass=12 fail=0\n  pass: 3\n"),
+    ("CONNECTION_STRING_PASSWORD", "proxy:\n  bypass: internal1\n  compass: north1\n"),
     ("CONNECTION_STRING_PASSWORD", "ERROR DB_PASS: invalid value"),
     # A query's other parameters, words and placeholders; cookies that hold a word; prose.
     ("GENERIC_SECRET", "https://x.example/items?sort_key=created_at&page_token=next"),
