@@ -664,6 +664,19 @@ def find_named_values(src: ScanText) -> Iterator[PiiHit]:
         yield PiiHit("GENERIC_SECRET", start, end)
 
 
+# An SSM parameter read with --with-decryption: the CLI prints its Type just before its Value.
+_SECURE_STRING = on_use(
+    r"\"Type\"[ \t]*:[ \t]*\"SecureString\"[ \t]*,\s*+\"Value\"[ \t]*:[ \t]*"
+    r"\"(?P<value>(?:[^\"\\\r\n]|\\.){1,4096}+)\""
+)
+
+
+def find_secure_strings(src: ScanText) -> Iterator[PiiHit]:
+    """The value of an AWS SSM SecureString parameter (aws ssm get-parameter --with-decryption)."""
+    for match in finditer_with(_SECURE_STRING, src.text, "SecureString"):
+        yield PiiHit("GENERIC_SECRET", *match.span("value"))
+
+
 _AWS_SECRET_LABEL = on_use(r"secret_?(?:access_?)?key")
 _AWS_SECRET_VALUE = on_use(
     r"(?:\\*[\"'])?[ \t]*(?:=>|[:=])[ \t]*(?:\\*[\"'])?"

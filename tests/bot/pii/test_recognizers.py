@@ -566,6 +566,13 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
         "X-Vault-Token: hvb.AAAAAQJ8kZ0x9Lq3Vb7Nc2Mw5Ht1Ry4Ue6Io8Pa0Sd2Fg4Hj6",
         "hvb.AAAAAQJ8kZ0x9Lq3Vb7Nc2Mw5Ht1Ry4Ue6Io8Pa0Sd2Fg4Hj6",
     ),
+    # An SSM SecureString parameter, as aws ssm get-parameter --with-decryption prints it.
+    (
+        "GENERIC_SECRET",
+        '{\n    "Parameter": {\n        "Name": "/prod/db/password",\n'
+        '        "Type": "SecureString",\n        "Value": "hunter 22",\n        "Version": 3',
+        "hunter 22",
+    ),
     # An environment given as name and value (a pod's spec, an ECS task definition).
     ("GENERIC_SECRET", "env:\n- name: DB_PASSWORD\n  value: hunter22\n", "hunter22"),
     ("GENERIC_SECRET", '    - name: API_TOKEN\n      value: "abc def"', "abc def"),
@@ -766,6 +773,7 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     ("GENERIC_SECRET", "https://deploy-bot-for-production@git.example.com/o/r.git"),
     ("GENERIC_SECRET", "ssh://git@github.com:22/o/r.git"),
     ("GENERIC_SECRET", "ahvs.CAESIJ1aB2cD3eF4gH5iJ6kL7mN8oP9qR0sT1uV2wX3yZ4a hvs.short"),
+    ("GENERIC_SECRET", '{"Name": "/prod/region", "Type": "String", "Value": "eu-west-1a"}'),
     # JWT
     ("JWT", "eyJhbGciOiJIUzI1NiJ9 only a header"),
     ("JWT", "eyJ.eyJ.x"),
@@ -1013,6 +1021,7 @@ ADVERSARIAL = [
     "Authorization: " + "a1" * 20_000 + " authorization:" * 4_000,
     "npm_" * 25_000,
     "hvs." * 25_000,
+    '"Type": "SecureString", "Value": "' + "\\" * 100_000,
     "hf_a1B" * 20_000,
     "SG.aB1" * 20_000,
     "pypi-AgEIcHlwaS5vcmc " * 5_000,
