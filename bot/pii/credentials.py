@@ -79,14 +79,19 @@ _GITLAB = on_use(
     rf"g(?<![0-9A-Za-z_]g)l(?:{'|'.join(_GITLAB_KINDS)})-[A-Za-z0-9_.-]{{20,}}+"
     r"|G(?<![0-9A-Za-z_]G)R1348941[A-Za-z0-9_-]{20,}+"
 )
-_GITLAB_PREFIXES = (*(f"gl{kind}-" for kind in _GITLAB_KINDS), "GR1348941")
+# Whether a text holds a prefix: one regex search, which skips to "gl" in C, where a search of
+# the text for each of the thirteen prefixes cost 27 ms of a 4 MB scan's 190.
+_GITLAB_PREFIX = on_use(rf"gl(?:{'|'.join(_GITLAB_KINDS)})-")
 
 
 def find_gitlab(src: ScanText) -> Iterator[PiiHit]:
     """GitLab tokens: glpat- (personal), gldt- (deploy), glrt- (runner), their kin and a
     runner's legacy registration token (GR1348941...)."""
     text = src.text
-    for match in finditer_with(_GITLAB, text, *_GITLAB_PREFIXES):
+    # "gl" first: a prompt without it compiles nothing.
+    if not (("gl" in text and _GITLAB_PREFIX.search(text)) or "GR1348941" in text):
+        return
+    for match in _GITLAB.finditer(text):
         end = match.end()
         while text[end - 1] in ".-":
             end -= 1  # a sentence's full stop, a dash after the token
