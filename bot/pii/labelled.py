@@ -109,12 +109,17 @@ def find_keyvalue_passwords(src: ScanText) -> Iterator[PiiHit]:
 # A shell variable in capitals ($DB_PASSWORD, ${DB_PASSWORD}): a password of the same shape
 # ($ecretPass1) has small letters.
 _SHELL_VARIABLE = on_use(r"\$(?:\{[A-Z_][A-Z0-9_]*\}|[A-Z_][A-Z0-9_]*)")
+# Source code's right-hand side, cut where its quote starts: a call or a subscript of a name
+# in small letters (getpass(), os.environ[, config.get(), or a constant.
+_CODE_VALUE = on_use(r"[a-z_][a-z0-9_]*+(?:\.[a-z_][a-z0-9_]*+)*+(?:\(\)?|\[)")
+_CODE_CONSTANTS = frozenset({"None", "True", "False", "nil", "undefined"})
 
 
 def _named_elsewhere(lower: str, key: int, value: str) -> bool:
     """Whether a bare value names the password rather than gives it: a shell variable
-    (helm --set auth.password=$DB_PASSWORD), or a usage text's --password=PASSWORD."""
-    if _SHELL_VARIABLE.fullmatch(value):
+    (helm --set auth.password=$DB_PASSWORD), source code's expression (password =
+    getpass()), or a usage text's --password=PASSWORD."""
+    if value in _CODE_CONSTANTS or _SHELL_VARIABLE.fullmatch(value) or _CODE_VALUE.fullmatch(value):
         return True
     option = _run_start(lower, key, _OPTION_CHARS, 64)
     return option >= 0 and lower.startswith("--", option) and _metavar(value)

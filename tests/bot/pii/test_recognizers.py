@@ -411,6 +411,7 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
     ("CONNECTION_STRING_PASSWORD", "pwd=abc, then", "abc"),
     # A password that starts like a shell variable, but with small letters.
     ("CONNECTION_STRING_PASSWORD", "login password=$ecretPass1 ok", "$ecretPass1"),
+    ("CONNECTION_STRING_PASSWORD", "[db]\npassword = xK9(aB3\n", "xK9(aB3"),
     # GITLAB_TOKEN
     ("GITLAB_TOKEN", "token glpat-abcdefghij1234567890XY.", "glpat-abcdefghij1234567890XY"),
     ("GITLAB_TOKEN", "CI_JOB=gldt-ABCDEFGHIJKLMNOPQRSTuv x", "gldt-ABCDEFGHIJKLMNOPQRSTuv"),
@@ -854,6 +855,11 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     ("CONNECTION_STRING_PASSWORD", "# requirepass foobared\nthe requirepass option sets it"),
     ("CONNECTION_STRING_PASSWORD", "Options:\n  --password=PASSWORD  The password.\n"),
     ("CONNECTION_STRING_PASSWORD", "helm upgrade db chart --set auth.password=$DB_PASSWORD"),
+    # Source code's right-hand side: where the password comes from, not the password.
+    ("CONNECTION_STRING_PASSWORD", "if args.password is None:\n    args.password = getpass()"),
+    ("CONNECTION_STRING_PASSWORD", 'password = os.environ["DB_PASSWORD"]'),
+    ("CONNECTION_STRING_PASSWORD", 'password = config.get("db", "password") or None'),
+    ("CONNECTION_STRING_PASSWORD", "    password = None"),
     ("CONNECTION_STRING_PASSWORD", "--set auth.password=${DB_PASSWORD},auth.user=app"),
     ("CONNECTION_STRING_PASSWORD", "ALTER ROLE app PASSWORD NULL;"),
     ("CONNECTION_STRING_PASSWORD", "the password is wrong"),
