@@ -669,17 +669,26 @@ def find_named_values(src: ScanText) -> Iterator[PiiHit]:
         yield PiiHit("GENERIC_SECRET", start, end)
 
 
-# An SSM parameter read with --with-decryption: the CLI prints its Type just before its Value.
+# A value its own metadata marks secret, printed in the clear: an SSM parameter read with
+# --with-decryption (the CLI prints its Type just before its Value), and terraform output
+# -json's sensitive outputs (sensitive, type and value, in that order).
+_JSON_STRING = r"\"(?P<value>(?:[^\"\\\r\n]|\\.){1,4096}+)\""
 _SECURE_STRING = on_use(
-    r"\"Type\"[ \t]*:[ \t]*\"SecureString\"[ \t]*,\s*+\"Value\"[ \t]*:[ \t]*"
-    r"\"(?P<value>(?:[^\"\\\r\n]|\\.){1,4096}+)\""
+    r"\"Type\"[ \t]*:[ \t]*\"SecureString\"[ \t]*,\s*+\"Value\"[ \t]*:[ \t]*" + _JSON_STRING
+)
+_SENSITIVE_OUTPUT = on_use(
+    r"\"sensitive\"[ \t]*:[ \t]*true[ \t]*,\s*+\"type\"[ \t]*:[ \t]*\"string\"[ \t]*,\s*+"
+    r"\"value\"[ \t]*:[ \t]*" + _JSON_STRING
 )
 
 
 def find_secure_strings(src: ScanText) -> Iterator[PiiHit]:
-    """The value of an AWS SSM SecureString parameter (aws ssm get-parameter --with-decryption)."""
-    for match in finditer_with(_SECURE_STRING, src.text, "SecureString"):
-        yield PiiHit("GENERIC_SECRET", *match.span("value"))
+    """The value of an AWS SSM SecureString parameter (aws ssm get-parameter
+    --with-decryption) and of terraform's sensitive string outputs (terraform output -json)."""
+    text = src.text
+    for pattern, literal in ((_SECURE_STRING, "SecureString"), (_SENSITIVE_OUTPUT, '"sensitive"')):
+        for match in finditer_with(pattern, text, literal):
+            yield PiiHit("GENERIC_SECRET", *match.span("value"))
 
 
 _AWS_SECRET_LABEL = on_use(r"secret_?(?:access_?)?key")

@@ -574,6 +574,13 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
         '        "Type": "SecureString",\n        "Value": "hunter 22",\n        "Version": 3',
         "hunter 22",
     ),
+    # A sensitive output, as terraform output -json prints it.
+    (
+        "GENERIC_SECRET",
+        '{\n  "db_password": {\n    "sensitive": true,\n    "type": "string",\n'
+        '    "value": "hunter22"\n  }\n}',
+        "hunter22",
+    ),
     # An environment given as name and value (a pod's spec, an ECS task definition).
     ("GENERIC_SECRET", "env:\n- name: DB_PASSWORD\n  value: hunter22\n", "hunter22"),
     ("GENERIC_SECRET", '    - name: API_TOKEN\n      value: "abc def"', "abc def"),
@@ -775,6 +782,7 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     ("GENERIC_SECRET", "ssh://git@github.com:22/o/r.git"),
     ("GENERIC_SECRET", "ahvs.CAESIJ1aB2cD3eF4gH5iJ6kL7mN8oP9qR0sT1uV2wX3yZ4a hvs.short"),
     ("GENERIC_SECRET", '{"Name": "/prod/region", "Type": "String", "Value": "eu-west-1a"}'),
+    ("GENERIC_SECRET", '{"region": {"sensitive": false, "type": "string", "value": "eu-west-1a"}}'),
     # JWT
     ("JWT", "eyJhbGciOiJIUzI1NiJ9 only a header"),
     ("JWT", "eyJ.eyJ.x"),
@@ -1028,6 +1036,7 @@ ADVERSARIAL = [
     "npm_" * 25_000,
     "hvs." * 25_000,
     '"Type": "SecureString", "Value": "' + "\\" * 100_000,
+    '"sensitive": true, "type": "string", "value": "' + "\\" * 100_000,
     "hf_a1B" * 20_000,
     "SG.aB1" * 20_000,
     "pypi-AgEIcHlwaS5vcmc " * 5_000,
