@@ -11,12 +11,13 @@ import click
 from bot import __version__
 from bot.cli import audit_cmd, chat_cmd, run_cmd, runs_cmd, store_cmd, tools_cmd
 from bot.cli.common import configure_logs, unread, usage_error
+from bot.cli.placing import PlacingGroup
 
 # The subcommand modules import click and bot.cli.common alone at import time (each command
 # imports what it needs when it runs): ``kestrel --help`` stays light. bench/startup.py times it.
 
 
-class _Cli(click.Group):
+class _Cli(PlacingGroup):
     """The command group, whose usage errors are one JSON record when the logs are JSON lines
     (a start refused by a mistyped platform is a line a log shipper reads as every other)."""
 
@@ -28,12 +29,7 @@ class _Cli(click.Group):
         **extra: Any,
     ) -> click.Context:
         try:
-            # A copy: click's parser consumes the list it reads, which the error below reads.
-            return super().make_context(info_name, list(args), parent, **extra)
-        except click.NoSuchOption as exc:
-            placed = _command_option_placed(exc, self, args)
-            usage_error(placed)
-            raise placed from None
+            return super().make_context(info_name, args, parent, **extra)
         except click.UsageError as exc:
             usage_error(exc)
             raise
@@ -78,43 +74,6 @@ def _own_option_placed(exc: click.NoSuchOption) -> click.NoSuchOption:
         f" kestrel {exc.option_name}{takes} {command} …"
     )
     return click.NoSuchOption(exc.option_name, message, exc.possibilities, exc.ctx)
-
-
-def _command_option_placed(
-    exc: click.NoSuchOption, group: click.Group, args: list[str]
-) -> click.NoSuchOption:
-    """``exc``, saying where an option of the command named in ``args`` goes when it was given
-    before the command (``kestrel --json runs list``), instead of suggesting one of kestrel's
-    own (``--version``)."""
-    path, command = _named_command(group, args)
-    found = [p for p in command.params if path and exc.option_name in p.opts]
-    option = found[0] if found else None
-    if not isinstance(option, click.Option):
-        return exc
-    takes = "" if option.is_flag else f" {option.metavar or (option.name or '').upper()}"
-    message = (
-        f"{exc.message} It is an option of kestrel {path}: give it after the command,"
-        f" kestrel {path} {exc.option_name}{takes} …"
-    )
-    return click.NoSuchOption(exc.option_name, message, None, exc.ctx)
-
-
-def _named_command(group: click.Group, args: list[str]) -> tuple[str, click.Command]:
-    """The command ``args`` name below ``group`` (its path, "" for none): from the first word
-    that names one (the words before it are options' values), down to the first that does not."""
-    path: list[str] = []
-    command: click.Command = group
-    for token in args:
-        if token.startswith("-"):
-            continue
-        below = command if isinstance(command, click.Group) else None
-        found = below.get_command(click.Context(below), token) if below else None
-        if found is None and path:
-            break
-        if found is not None:
-            path.append(token)
-            command = found
-    return " ".join(path), command
 
 
 @click.group(cls=_Cli, context_settings={"help_option_names": ["-h", "--help"]})

@@ -28,6 +28,7 @@ from bot.cli.common import (
 )
 from bot.cli.decisions import approval, decide
 from bot.cli.driving import closed_requests, exit_if_signalled, run_object, suspend_on_signals
+from bot.cli.placing import PlacingGroup
 from bot.cli.run_cmd import print_run
 
 if TYPE_CHECKING:
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
 WAITS: Final = "the run still waits for an approval, an answer or on-call (kestrel runs pending)"
 
 
-@click.group()
+@click.group(cls=PlacingGroup)
 def runs() -> None:
     """Inspect and operate runs."""
 

@@ -16,6 +16,7 @@ from bot.cli.common import (
     settings_of,
     with_reader,
 )
+from bot.cli.placing import PlacingGroup
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
     from bot.store import Store
 
 
-@click.group()
+@click.group(cls=PlacingGroup)
 def db() -> None:
     """The store's schema."""
 

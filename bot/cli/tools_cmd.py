@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import click
 
 from bot.cli.common import config_option, echo, one_line_errors, settings_of
+from bot.cli.placing import PlacingGroup
 
 if TYPE_CHECKING:
     from bot.config.settings import Settings
@@ -16,7 +17,7 @@ if TYPE_CHECKING:
     from bot.tools.toolset import ToolSet
 
 
-@click.group()
+@click.group(cls=PlacingGroup)
 def tools() -> None:
     """The tool catalog."""
 

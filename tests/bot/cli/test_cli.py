@@ -660,6 +660,26 @@ def test_a_commands_option_before_the_command_says_where_it_goes(tmp_path: Path)
         assert "It is an option" not in said and said.startswith("Error: No such option"), plain
 
 
+def test_a_commands_option_before_it_within_a_group_says_where_it_goes(tmp_path: Path) -> None:
+    # ``kestrel runs --as bob approve …`` (as one writes ``git -C dir log``) was answered "No
+    # such option '--as'" alone: only an option given before ``runs`` itself got the hint.
+    for args, command, given in (
+        (("runs", "--as", "bob", "approve", "run_1", "req_1"), "runs approve", "--as USER"),
+        (("runs", "--limit", "5", "list"), "runs list", "--limit N"),
+        (("runs", "--json", "pending"), "runs pending", "--json"),
+    ):
+        result = kestrel(tmp_path, *args)
+        assert result.returncode == 2 and "Traceback" not in result.stderr
+        option = given.split()[0]
+        assert result.stderr.splitlines()[-1] == (
+            f"Error: No such option '{option}'. It is an option of kestrel {command}: give it"
+            f" after the command, kestrel {command} {given} …"
+        ), args
+    # An option no command of the group has: click's answer, as before.
+    said = kestrel(tmp_path, "tools", "--json", "list").stderr.splitlines()[-1]
+    assert said == "Error: No such option '--json'.", said
+
+
 def test_health_with_nothing_listening_says_so_in_words(tmp_path: Path) -> None:
     # It said "[Errno 111] Connection refused"; the one-line answer is read by whoever runs it.
     from tests.fakes.serving import free_port
