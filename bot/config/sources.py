@@ -43,6 +43,17 @@ NON_SETTING_VARIABLES: Final = frozenset(
         "KESTREL_UPDATE_SCREENSHOT",
     }
 )
+# Variables read from the process's environment alone, never from ``.env``: who acts and how it
+# logs are known before ``.env`` is read. Given there, each is warned of (``unread_lines``).
+ENVIRONMENT_ONLY: Final = frozenset(
+    {
+        "KESTREL_USER",
+        "KESTREL_LOG_LEVEL",
+        "KESTREL_LOG_FORMAT",
+        "KESTREL_MODEL_CACHE",
+        "KESTREL_DEMO_STATE",
+    }
+)
 # What Kubernetes puts in every pod's environment for a Service named ``kestrel`` (unless the
 # pod says ``enableServiceLinks: false``): no setting of ours, and no typo either.
 KUBERNETES_SERVICE_LINKS: Final = ("KESTREL_SERVICE_HOST", "KESTREL_SERVICE_PORT", "KESTREL_PORT")
@@ -190,32 +201,38 @@ def dotenv() -> dict[str, str | None]:
     except OSError as exc:
         raise ConfigError(f"cannot read {ENV_FILE}: {exc.strerror}") from exc
     bindings = list(parse_stream(io.StringIO(text)))
-    unread_lines(env_file, [binding.original.line for binding in bindings if binding.error])
+    unread = {b.original.line: _UNPARSED for b in bindings if b.error}
+    unread |= {b.original.line: _ENVIRONMENT_ONLY % b.key for b in bindings if _env_only(b.key)}
+    unread_lines(env_file, unread)
     pairs = [(b.key, b.value) for b in bindings if b.key is not None]
     return dict(resolve_variables(pairs, override=True))
 
 
+# Why a line of .env is skipped: it cannot be parsed, or it names a variable .env does not give.
+_UNPARSED: Final = "not NAME=VALUE (a quote left open? a space in the name?)"
+_ENVIRONMENT_ONLY: Final = "%s is read from the environment only: export it"
 # The .env lines already warned of, by file: each command reads .env more than once.
 _UNREAD: set[tuple[Path, int]] = set()
 
 
-def unread_lines(env_file: Path, lines: list[int]) -> None:
-    """Warn once of each line of ``env_file`` that could not be read, by its number alone: the
+def _env_only(key: str | None) -> bool:
+    """Whether ``key``, given in ``.env``, names a variable read from the environment alone."""
+    return key is not None and key.upper() in ENVIRONMENT_ONLY
+
+
+def unread_lines(env_file: Path, lines: Mapping[int, str]) -> None:
+    """Warn once of each line of ``env_file`` that is skipped, by its number and why alone: the
     line may hold a secret, and a setting it meant to give is not given."""
     import logging
 
     from bot.logs import CONFIG
 
-    for line in lines:
+    for line, why in sorted(lines.items()):
         seen = (env_file.resolve(), line)
         if seen in _UNREAD:
             continue
         _UNREAD.add(seen)
-        logging.getLogger(CONFIG).warning(
-            "%s:%d: skipped: not NAME=VALUE (a quote left open? a space in the name?)",
-            env_file,
-            line,
-        )
+        logging.getLogger(CONFIG).warning("%s:%d: skipped: %s", env_file, line, why)
 
 
 def merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Annotated, get_args, get_origin
 import msgspec
 import pytest
 
+from bot.cli.common import terminal_user
 from bot.config.settings import ConfigError, Settings, load_settings
 from bot.config.sources import NON_SETTING_VARIABLES
 from tests.bot.cli.test_cli import kestrel, one_line_error, write_config
@@ -385,4 +387,24 @@ def test_a_line_of_dotenv_that_cannot_be_read_is_warned_of_once_without_its_valu
     ]
     assert "f00d" not in listed.stderr
     # The lines between are read as before.
+    assert load_settings().model.name == "other-model"
+
+
+def test_a_variable_dotenv_does_not_give_is_warned_of_by_name(clean_environment: Path) -> None:
+    # KESTREL_USER, KESTREL_LOG_LEVEL and the like are read from the environment alone; written
+    # in .env (which .env.example, "every variable Kestrel reads", invites) they were ignored
+    # without a word: `kestrel run` asked as the login name, not as the .env's user.
+    (clean_environment / ".env").write_text(
+        "KESTREL_USER=bob\nKESTREL_MODEL__NAME=other-model\nKESTREL_LOG_FORMAT=json\n"
+    )
+    ran = kestrel(clean_environment, "run", "--defer", "checkout is failing, can you look?")
+    assert ran.returncode == 3, ran.stderr
+    said = [line.partition(" WARNING kestrel.config: ") for line in ran.stderr.splitlines()]
+    assert [warning for _, found, warning in said if found] == [
+        ".env:1: skipped: KESTREL_USER is read from the environment only: export it",
+        ".env:3: skipped: KESTREL_LOG_FORMAT is read from the environment only: export it",
+    ]
+    # What the warning says is so: the run was asked for by the login name, not by bob.
+    listed = kestrel(clean_environment, "runs", "list", "--json")
+    assert [run["requested_by"] for run in json.loads(listed.stdout)] == [terminal_user()]
     assert load_settings().model.name == "other-model"
