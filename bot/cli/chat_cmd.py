@@ -12,6 +12,7 @@ import click
 from bot.cli.common import (
     as_option,
     one_line_errors,
+    plain_range,
     settings_of,
     terminal_user,
     with_runtime,
@@ -113,7 +114,7 @@ def _settled(task: asyncio.Future[Any]) -> None:
 @click.argument("platforms", nargs=-1, type=click.Choice(PLATFORMS))
 @click.option(
     "--port",
-    type=click.IntRange(0, 65535),
+    type=plain_range(click.IntRange(0, 65535)),
     metavar="PORT",
     default=None,
     help="HTTP port: /healthz, the run pages, /metrics, /slack/events [3000; 0: any free].",

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 P = ParamSpec("P")
 R = TypeVar("R")
+N = TypeVar("N", "click.IntRange", "click.FloatRange")
 
 # Exit statuses of ``kestrel run`` (see its --help); 2 is also click's for usage errors.
 EXIT_COMPLETED = 0
@@ -229,10 +230,17 @@ def limit_option(default: int) -> Callable[[Callable[P, R]], Callable[P, R]]:
         default=default,
         show_default=True,
         metavar="N",
-        type=click.IntRange(min=1),
+        type=plain_range(click.IntRange(min=1)),
         callback=lambda _ctx, _param, n: min(n, _MOST_ROWS),
         help="At most N rows, the newest.",
     )
+
+
+def plain_range(numbers: N) -> N:
+    """``numbers`` (click's IntRange or FloatRange), whose error for a value that is no number
+    names the number it wants (``'abc' is not a valid integer``), not click's "integer range"."""
+    numbers.name = numbers.name.removesuffix(" range")
+    return numbers
 
 
 # The largest limit a database takes (a signed 64-bit integer): more rows than any store holds.

@@ -13,6 +13,7 @@ from bot.cli.common import (
     echo,
     fail,
     one_line_errors,
+    plain_range,
     settings_of,
     with_reader,
 )
@@ -131,7 +132,7 @@ def _lease(expires: datetime | None, now: datetime, stopping: bool) -> str:
     "--timeout",
     default=5.0,
     show_default=True,
-    type=click.FloatRange(0.1, 300),
+    type=plain_range(click.FloatRange(0.1, 300)),
     metavar="SECONDS",
     help="Seconds to wait for the answer.",
 )

@@ -680,6 +680,22 @@ def test_a_commands_option_before_it_within_a_group_says_where_it_goes(tmp_path:
     assert said == "Error: No such option '--json'.", said
 
 
+def test_a_number_that_is_no_number_is_named_as_the_number_it_wants(tmp_path: Path) -> None:
+    # ``--limit abc`` was "'abc' is not a valid integer range": a range is not what one types.
+    for args, wanted in (
+        (("runs", "list", "--limit", "abc"), "integer"),
+        (("audit", "--limit", "1.5"), "integer"),
+        (("serve", "--port", "http"), "integer"),
+        (("health", "--timeout", "5s"), "float"),
+    ):
+        result = kestrel(tmp_path, *args)
+        assert result.returncode == 2 and "Traceback" not in result.stderr
+        option, value = args[-2:]
+        assert result.stderr.splitlines()[-1] == (
+            f"Error: Invalid value for '{option}': '{value}' is not a valid {wanted}."
+        ), args
+
+
 def test_health_with_nothing_listening_says_so_in_words(tmp_path: Path) -> None:
     # It said "[Errno 111] Connection refused"; the one-line answer is read by whoever runs it.
     from tests.fakes.serving import free_port
