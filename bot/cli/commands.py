@@ -78,7 +78,7 @@ def _own_option_placed(exc: click.NoSuchOption) -> click.NoSuchOption:
 
 @click.group(cls=_Cli, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", prog_name="kestrel", message="%(prog)s %(version)s")
-@click.option("--config", "config", type=click.Path(), help="kestrel.yaml to use.")
+@click.option("--config", "config", type=click.Path(), metavar="FILE", help="kestrel.yaml to use.")
 @click.option("-v", "--verbose", is_flag=True, help="Log at info level (--log-level info).")
 @click.option(
     "--log-level",

@@ -71,6 +71,20 @@ def test_every_option_says_what_it_does() -> None:
     assert silent == []
 
 
+def test_every_option_names_what_it_takes_in_words() -> None:
+    # ``kestrel --help`` showed ``--config PATH`` where the README, and the hint for --config
+    # given after a command, say ``--config FILE``; click's type names are no one's words.
+    typed = {"PATH", "INTEGER", "FLOAT", "INTEGER RANGE", "FLOAT RANGE", "FILENAME"}
+    shown = [
+        f"{path} {param.opts[0]} {metavar}"
+        for path, command in commands(cli, "kestrel")
+        for param in command.params
+        if isinstance(param, click.Option) and not param.is_flag
+        if (metavar := param.make_metavar(click.Context(command))) in typed
+    ]
+    assert shown == []
+
+
 def test_no_command_is_cut_short_in_its_groups_help(tmp_path: Path) -> None:
     # At 80 columns (a pipe's, a narrow terminal's) the listing cut eleven of them with "...":
     # "chat  Chat in the terminal (the offline demo when no model endpoint..." first of all.
