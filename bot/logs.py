@@ -161,7 +161,7 @@ def _platform_of(logger: str) -> str | None:
     return None
 
 
-def _masked(line: str) -> str:
+def masked(line: str) -> str:
     """``line`` with the password of each URL in it masked, whichever library wrote it."""
     if "@" not in line or "://" not in line:
         return line
@@ -187,12 +187,12 @@ class TextLines(logging.Formatter):
             message = " ".join(message.splitlines())  # "…failed.\nThe server responded with: …"
         line = f"{_stamp(record)} {record.levelname} {record.name}: {message}{tail}"
         if not record.exc_info:
-            return _masked(line)
+            return masked(line)
         if logging.getLogger().isEnabledFor(logging.DEBUG):
-            return _masked(line + "\n" + self.formatException(record.exc_info))
+            return masked(line + "\n" + self.formatException(record.exc_info))
         # Above debug, a line stays a line: the exception named, no traceback.
         exc = record.exc_info[1]
-        return _masked(f"{line}: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}")
+        return masked(f"{line}: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}")
 
 
 class JsonLines(logging.Formatter):
@@ -210,4 +210,4 @@ class JsonLines(logging.Formatter):
         obj.update(where(record))
         if record.exc_info:
             obj["exception"] = self.formatException(record.exc_info)
-        return _masked(json.dumps(obj, ensure_ascii=False))
+        return masked(json.dumps(obj, ensure_ascii=False))

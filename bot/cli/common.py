@@ -80,6 +80,10 @@ def fail(message: str) -> None:
     """The one line a user sees on error, on stderr: a log record when the logs are JSON lines,
     so that a log shipper reads it as it reads every other line."""
     text = " ".join(message.split())
+    if "://" in text and "@" in text:  # a URL's password, masked here as in the logs
+        from bot.logs import masked
+
+        text = masked(text)
     logs = sys.modules.get("bot.logs")  # not imported yet: no logs were configured
     if logs is not None and logs.json_lines():
         logs.failure(text)

@@ -120,10 +120,14 @@ def _lease(expires: datetime | None, now: datetime, stopping: bool) -> str:
     return f"lease {left:+.0f}s"
 
 
+# What ``kestrel health`` asks by default: the image's HEALTHCHECK, on the same host.
+HEALTH_URL = "http://127.0.0.1:3000/healthz"
+
+
 @click.command(short_help="Ask a running kestrel serve how it is (exit 0 on 200).")
 @click.option(
     "--url",
-    default="http://127.0.0.1:3000/healthz",
+    default=HEALTH_URL,
     metavar="URL",
     show_default=True,
     help="The endpoint to ask (/healthz: alive; /readyz: ready for traffic).",
@@ -142,8 +146,14 @@ def health(url: str, timeout: float) -> None:
     import urllib.error
     import urllib.request
 
+    if not url.startswith(("http://", "https://")):
+        fail(f"{url}: not an http:// URL (the default is {HEALTH_URL})")
+        sys.exit(1)
+    # Straight to the replica: a proxy in the environment, there for the model's and the
+    # platforms' endpoints, would be asked instead, and fail the probe or answer for it.
+    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
+        with direct.open(url, timeout=timeout) as response:
             status, body = response.status, response.read(4096)
     except urllib.error.HTTPError as exc:
         status, body = exc.code, exc.read(4096)

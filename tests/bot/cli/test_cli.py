@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -706,6 +708,46 @@ def test_health_with_nothing_listening_says_so_in_words(tmp_path: Path) -> None:
     assert result.stderr == (
         f"kestrel: {url}: nothing listens there (is kestrel serve running, on that --port?)\n"
     )
+
+
+async def test_health_asks_the_replica_itself_whatever_proxy_the_environment_names(
+    tmp_path: Path,
+) -> None:
+    # A pod given HTTP_PROXY for the model's and Slack's endpoints ran the image's HEALTHCHECK
+    # through that proxy: the probe failed ("nothing listens there", or the proxy's own 502)
+    # and the container was unhealthy though it served, or healthy on the proxy's word.
+    from tests.fakes.processes import clean_env
+    from tests.fakes.serving import free_port, start_serve, wait_healthy
+
+    port, nowhere = free_port(), f"http://127.0.0.1:{free_port()}"
+    env = clean_env(KESTREL_DEMO_STATE=str(tmp_path / "demo-state"))
+    process = start_serve(tmp_path, port, env)
+    try:
+        await wait_healthy(port, process)
+        proxied = {"HTTP_PROXY": nowhere, "http_proxy": nowhere, "NO_PROXY": "", "no_proxy": ""}
+        url = f"http://127.0.0.1:{port}/healthz"
+        result = await asyncio.to_thread(kestrel, tmp_path, "health", "--url", url, env=proxied)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.startswith("200 "), result.stdout
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.communicate(timeout=60)
+
+
+def test_health_names_neither_a_url_without_its_scheme_nor_a_password(tmp_path: Path) -> None:
+    # "unknown url type: localhost" for --url localhost:3000; a URL's password was shown as is.
+    said = kestrel(tmp_path, "health", "--url", "localhost:3000")
+    assert said.returncode == 1
+    assert said.stderr == (
+        "kestrel: localhost:3000: not an http:// URL (the default is"
+        " http://127.0.0.1:3000/healthz)\n"
+    )
+    from tests.fakes.serving import free_port
+
+    url = f"http://probe:hunter22@127.0.0.1:{free_port()}/healthz"
+    said = kestrel(tmp_path, "health", "--url", url)
+    assert said.returncode == 1 and said.stderr.startswith("kestrel: http://probe:…@127.0.0.1:")
+    assert "hunter22" not in said.stderr
 
 
 def test_tools_check_of_a_configuration_says_what_it_is_and_what_checks_it(
