@@ -55,6 +55,7 @@ from bot.events import (
     ToolExitEvent,
     ToolStartedEvent,
 )
+from bot.kinds import how_answered
 from bot.text import printable, unmask_links
 
 # Typed at any prompt, ends the chat as the end of input does.
@@ -365,6 +366,15 @@ def _waiting_for(request: Request) -> str:
     return f"{what} ({request.id})"
 
 
+def _elsewhere(state: RunResult) -> str:
+    """How a suspended run is moved on from another shell: the command answering each request
+    it waits on (a resume would find it still waiting), else ``kestrel runs resume``."""
+    hows = [how_answered(r.kind, r.run_id, r.id, r.options) for r in state.open_requests]
+    if not hows:
+        return f", or `kestrel runs resume {state.run_id}`"
+    return ", or from another shell: " + "; ".join(hows)
+
+
 class ConsoleChat:
     """The terminal chat: one session, turns one after another."""
 
@@ -431,9 +441,7 @@ class ConsoleChat:
             self.io.write(
                 f"kestrel> (run {state.run_id} suspended{': ' + waiting if waiting else ''})"
             )
-            self.io.write(
-                f"         resume it with /resume {state.run_id} or `kestrel runs resume`"
-            )
+            self.io.write(f"         resume it with /resume {state.run_id}{_elsewhere(state)}")
             return
         if result.status is RunStatus.COMPLETED:
             self.io.write(f"kestrel> {result.text}")

@@ -6,7 +6,9 @@ runs pending``) can name them without importing the models; ``bot.domain`` offer
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from enum import StrEnum
+from typing import Final
 
 
 class RunStatus(StrEnum):
@@ -67,6 +69,23 @@ class RequestKind(StrEnum):
     WAIT_APPROVAL = "wait_approval"
     WAIT_EFFECT = "wait_effect"
     WAIT_PLAN = "wait_plan"
+
+
+# How each kind of request is answered from a shell: ``how_answered`` fills in the names.
+_ANSWER_WITH: Final[Mapping[str, str]] = {
+    RequestKind.WAIT_APPROVAL: "kestrel runs approve {run} {id} (or deny)",
+    RequestKind.WAIT_USER: "kestrel runs answer {run} {id} {text}",
+    RequestKind.WAIT_EFFECT: "kestrel runs effect {run} {id} retry|done|failed",
+    RequestKind.WAIT_PLAN: (
+        "kestrel runs approve {run} {id} [--step-by-step] (or deny --reason TEXT)"
+    ),
+}
+
+
+def how_answered(kind: str, run_id: str, request_id: str, options: Sequence[str]) -> str:
+    """The command that answers a request of ``kind`` ("" for a kind no command answers)."""
+    text = "|".join(options) or "TEXT"
+    return _ANSWER_WITH.get(kind, "").format(run=run_id, id=request_id, text=text)
 
 
 class RequestStatus(StrEnum):

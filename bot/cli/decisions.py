@@ -46,13 +46,6 @@ _LOG_LEVELS: Final = frozenset({"debug", "info", "warning", "error"})
 # After it: each command's options that take a value, and its flags.
 _VALUES: Final = {"approve": frozenset({"--as"}), "deny": frozenset({"--as", "--reason"})}
 _FLAGS: Final = {"approve": frozenset({"--always", "--step-by-step"}), "deny": frozenset()}
-# How each kind of request is answered from the command line.
-_ANSWER_WITH: Final = {
-    "wait_approval": "kestrel runs approve {run} {id} (or deny)",
-    "wait_user": "kestrel runs answer {run} {id} {text}",
-    "wait_effect": "kestrel runs effect {run} {id} retry|done|failed",
-    "wait_plan": "kestrel runs approve {run} {id} [--step-by-step] (or deny --reason TEXT)",
-}
 # The text a decision of each kind carries, as its option or argument names it.
 _TEXT_OF: Final = {"answer": "the answer", "deny": "the reason", "done": "the output"}
 # Each kind of request, as a person calls it.
@@ -239,7 +232,7 @@ async def _misfit(chat: ChatService, request_id: str, kind: DecisionKind) -> str
     """What ``kind`` is for and the command that answers the request instead, in the command
     line's words, when ``kind`` cannot answer a request of its kind at all (the policy's refusal
     says so in the journal's names); "" when the refusal was for another reason."""
-    from bot.kinds import RequestKind, RequestStatus
+    from bot.kinds import RequestKind, RequestStatus, how_answered
     from bot.people.policy import fits
 
     view = await chat.request(request_id)
@@ -247,7 +240,7 @@ async def _misfit(chat: ChatService, request_id: str, kind: DecisionKind) -> str
         return ""
     request = view.request
     meant = " or ".join(f"{_NOUNS[k]} ({k})" for k in RequestKind if fits(kind, k))
-    how = _how(request.kind, request.run_id, request.id, request.options)
+    how = how_answered(request.kind, request.run_id, request.id, request.options)
     return f"{_SPELLED[kind]} is for {meant}; this is {_NOUNS[request.kind]}: {how}"
 
 
@@ -272,18 +265,14 @@ async def _own_run(
     return f". At this terminal, {', or '.join(ways)}" if ways else ""
 
 
-def _how(kind: str, run_id: str, request_id: str, options: Sequence[str]) -> str:
-    """The command that answers a request of ``kind`` ("" for a kind no command answers)."""
-    text = "|".join(options) or "TEXT"
-    return _ANSWER_WITH.get(kind, "").format(run=run_id, id=request_id, text=text)
-
-
 def _next_requests(obj: dict[str, Any]) -> list[str]:
     """The requests a run waits on now, each with its id and the command that answers it."""
+    from bot.kinds import how_answered
+
     lines = []
     for request in obj["requests"]:
         args = json.dumps(request["arguments"], sort_keys=True)
-        how = _how(request["kind"], obj["run_id"], request["id"], request["options"])
+        how = how_answered(request["kind"], obj["run_id"], request["id"], request["options"])
         lines.append(f"  waiting: {request['kind']} {request['id']} {request['tool']} {args}")
         lines.append(f"    {how}" if how else "")
     return [line for line in lines if line]

@@ -160,6 +160,23 @@ def test_a_ctrl_c_at_a_resumed_runs_question_leaves_it_open(tmp_path: Path) -> N
     assert run["status"] == "suspended"
 
 
+def test_a_suspended_run_says_what_moves_it_on_from_another_shell(tmp_path: Path) -> None:
+    # It said "resume it with /resume RUN or `kestrel runs resume`", and that resume found the
+    # run still waiting on its approval: it moved nothing, whoever ran it.
+    said = kestrel(tmp_path, "chat", stdin="checkout is failing, can you look?\nl\n").stdout
+    (hint,) = [line for line in said.splitlines() if "resume it with" in line]
+    command = hint.split("from another shell: kestrel ", 1)[1].removesuffix(" (or deny)").split()
+    assert command[:2] == ["runs", "approve"], hint
+    approved = kestrel(tmp_path, *command, "--as", "alice")
+    assert approved.returncode == 0, approved.stderr
+    (run,) = runs(tmp_path)
+    assert run["status"] == "suspended"  # on to its question now, which it names the same way
+    question = approved.stdout.splitlines()[-1].split()
+    answered = kestrel(tmp_path, *question[1:-1], "yes")
+    assert answered.returncode == 0, answered.stderr
+    assert [run["status"] for run in runs(tmp_path)] == ["completed"]
+
+
 def test_a_resume_past_a_deadline_goes_on_with_the_person_who_resumed(tmp_path: Path) -> None:
     script = [
         {"text": "restarting", "calls": [{"name": "restart", "arguments": {}}]},
