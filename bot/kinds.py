@@ -1,4 +1,5 @@
-"""The domain's closed vocabularies: statuses, stop reasons, outcomes and kinds.
+"""The domain's closed vocabularies: statuses, stop reasons, outcomes and kinds, and the command
+that answers each kind of request (``kestrel runs approve``, ``kestrel chat`` and the rest say it).
 
 Plain enums without pydantic, so that a command that only reads the journal's rows (``kestrel
 runs pending``) can name them without importing the models; ``bot.domain`` offers them too.
