@@ -58,13 +58,13 @@ from bot.events import (
 from bot.kinds import how_answered
 from bot.text import printable, unmask_links
 
-# Typed at any prompt, ends the chat as the end of input does.
-QUIT: Final = "/quit"
+# Typed at any prompt, ends the chat as the end of input does (/exit as other REPLs spell it).
+QUIT: Final = frozenset({"/quit", "/exit"})
 HELP = """commands:
   /runs              recent runs
   /resume RUN        resume a suspended run here
   /cancel RUN        cancel a run
-  /quit              leave, at any prompt (Ctrl-D works too); what it asked stays open
+  /quit, /exit       leave, at any prompt (Ctrl-D works too); what it asked stays open
 A message that starts with / is sent as written after a second /: //var/log is full.
 Ctrl-C while a run works stops its model call or command and suspends it; a second Ctrl-C
 leaves the chat. SIGTERM suspends the run and leaves."""
@@ -104,7 +104,7 @@ class ConsoleIO:
         line = None if self._ended else await self._lines.get()
         if line is not None and not self._stdin.isatty():
             self.write(line)
-        if line is None or line.strip() == QUIT:
+        if line is None or line.strip() in QUIT:
             if line is None:
                 self.write("")  # the line the terminal's Ctrl-D did not end
             self._ended = True

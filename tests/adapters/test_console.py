@@ -507,6 +507,15 @@ def test_quit_at_a_question_ends_the_chat_and_leaves_the_question_open(tmp_path:
     assert question["kind"] == "wait_user" and shown["closed_requests"] == []
 
 
+def test_exit_leaves_the_chat_as_quit_does(tmp_path: Path) -> None:
+    # "/exit", as other REPLs spell it, was "unknown command /exit" and the chat went on: the
+    # next line typed (here, "exit" again) started a run, a model call with a real model.
+    result = kestrel(tmp_path, "chat", stdin="/exit\nexit\n")
+    assert result.returncode == 0, result.stderr
+    assert "unknown command" not in result.stdout
+    assert runs(tmp_path) == []
+
+
 async def test_quit_at_any_prompt_is_the_end_of_input_for_every_prompt_after_it() -> None:
     import io
 
