@@ -34,6 +34,7 @@ from bot.domain import (
     RunStatus,
     Session,
     ToolOutcome,
+    how_answered,
     new_id,
 )
 from bot.events import (
@@ -55,7 +56,6 @@ from bot.events import (
     ToolExitEvent,
     ToolStartedEvent,
 )
-from bot.kinds import how_answered
 from bot.text import printable, unmask_links
 
 # Typed at any prompt, ends the chat as the end of input does (/exit as other REPLs spell it).
