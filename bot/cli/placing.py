@@ -23,10 +23,10 @@ class PlacingGroup(click.Group):
             # A copy: click's parser consumes the list it reads, which the hint below reads.
             return super().make_context(info_name, list(args), parent, **extra)
         except click.NoSuchOption as exc:
-            raise command_option_placed(exc, self, args) from None
+            raise _command_option_placed(exc, self, args) from None
 
 
-def command_option_placed(
+def _command_option_placed(
     exc: click.NoSuchOption, group: click.Group, args: list[str]
 ) -> click.NoSuchOption:
     """``exc``, saying where an option of the command named in ``args`` goes when it was given
