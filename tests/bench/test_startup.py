@@ -69,6 +69,7 @@ def test_help_imports_click_and_no_part_of_the_bot(tmp_path: Path) -> None:
         "bot.cli.common",
         "bot.cli.decisions",  # the script's own reading of runs approve and deny
         "bot.cli.driving",
+        "bot.cli.placing",  # the groups' hint for an option given before its command
         "bot.collector",
         *(f"bot.cli.{name}_cmd" for name in ("audit", "chat", "run", "runs", "store", "tools")),
         "bot.cli.render",
