@@ -330,13 +330,17 @@ async def _answer(
 ) -> object:
     """What the tool answered. Its first step is taken at once: an instant tool is done there,
     with no timer armed. The rest waits inside the interrupt guard and under the timeout."""
-    interrupt.refuse()  # as the guard would: nothing new starts once a stop is requested
+    # A call whose dispatch is journaled is under way: a stop that spares tools and came as
+    # that record was written lets it start, or its resume would ask on-call about an effect
+    # that never began. Anything else starts nothing once a stop is requested.
+    under_way = not tool.flags.traits.idempotent
+    interrupt.refuse(under_way)
     call = tool.call(arguments, ctx)
     first = started(call)
     if first is not None and first.done:
         return first.result
     interrupt.tool = tool.name
-    async with interrupt.guard(tool=True), asyncio.timeout(limit):
+    async with interrupt.guard(tool=True, under_way=under_way), asyncio.timeout(limit):
         return await (call if first is None else first)
 
 

@@ -34,8 +34,14 @@ class Interrupt:
         # The tool whose wait the tool guard holds (set as it enters): what a cut would kill.
         self.tool = ""
         self._cut = False
+        # Whether every stop asked so far spares a tool under way (a graceful shutdown, a cancel).
+        self._spares = True
         # Made once: a run enters one or two guards per iteration.
-        self._guards = (_Guard(self, False), _Guard(self, True))
+        self._guards = (
+            _Guard(self, False, False),
+            _Guard(self, True, False),
+            _Guard(self, True, True),
+        )
 
     def request(self, *, spare_tools: bool = False, hand_back: bool = False) -> None:
         """Cut the current guarded wait short (unless it is a tool being spared); every later
@@ -48,6 +54,7 @@ class Interrupt:
         elif not self.requested:
             self.reason = StopReason.HANDED_BACK
         self.requested = True
+        self._spares = self._spares and spare_tools
         if self._task is None or self._cut or (spare_tools and self._in_tool):
             return
         self._cut = True
@@ -57,29 +64,32 @@ class Interrupt:
         """The tool a request now would cut short ("" if the run waits on none)."""
         return self.tool if self._task is not None and self._in_tool else ""
 
-    def refuse(self) -> None:
-        """Raise ``Interrupted`` once a stop was requested: nothing new starts after it."""
-        if self.requested:
+    def refuse(self, under_way: bool = False) -> None:
+        """Raise ``Interrupted`` once a stop was requested: nothing new starts after it. A call
+        ``under_way`` (its dispatch journaled) is let start by a stop that spares tools."""
+        if self.requested and not (under_way and self._spares):
             raise Interrupted("the run was interrupted")
 
-    def guard(self, *, tool: bool = False) -> _Guard:
-        """A wait that a stop request may cut short (raising ``Interrupted`` instead)."""
-        return self._guards[tool]
+    def guard(self, *, tool: bool = False, under_way: bool = False) -> _Guard:
+        """A wait that a stop request may cut short (raising ``Interrupted`` instead); a tool's
+        ``under_way`` is entered as ``refuse`` lets it."""
+        return self._guards[tool + (tool and under_way)]
 
 
 class _Guard:
     """A guarded wait (a plain class, reused: it runs twice per iteration of every run; one
     task enters it at a time, the run's)."""
 
-    __slots__ = ("_interrupt", "_tool")
+    __slots__ = ("_interrupt", "_tool", "_under_way")
 
-    def __init__(self, interrupt: Interrupt, tool: bool) -> None:
+    def __init__(self, interrupt: Interrupt, tool: bool, under_way: bool) -> None:
         self._interrupt = interrupt
         self._tool = tool
+        self._under_way = under_way
 
     async def __aenter__(self) -> None:
         interrupt = self._interrupt
-        interrupt.refuse()
+        interrupt.refuse(self._under_way)
         interrupt._task = asyncio.current_task()
         interrupt._in_tool = self._tool
         interrupt._cut = False

@@ -143,6 +143,47 @@ async def test_a_call_a_shutdown_kept_from_starting_runs_on_resume_without_askin
     )
 
 
+class StoppedAsItDispatches(SqliteStore):
+    """The real store, where a stop is asked (``stop``) while a dispatch record is written."""
+
+    stop: Callable[[], None] | None = None
+
+    def submit(self, run_id: str, seq: int, epoch: int, entry: Entry) -> asyncio.Future[None]:
+        """Queue the append; ask for the stop, once, as a dispatch record goes to disk."""
+        done = super().submit(run_id, seq, epoch, entry)
+        if isinstance(entry, ToolDispatched) and self.stop is not None:
+            stop, self.stop = self.stop, None
+            stop()
+        return done
+
+
+async def test_a_call_whose_dispatch_a_shutdown_met_runs_once_and_asks_nobody(
+    tmp_path: Path, opened: list[Runtime]
+) -> None:
+    counter = Counter()
+    store = await migrated(StoppedAsItDispatches(tmp_path / "k.db"))
+    tools = ToolSource(ToolSet(counting_tools(counter)))
+    model = ScriptedProvider.from_replies([reply(call("write", text="x")), reply(text="done")])
+    rt = Runtime(store=store, model=model, tools=tools, owner="replica-a")
+    opened.append(rt)
+    stopping = Supervisor(rt)
+    store.stop = lambda: stopping.interrupt_all(spare_tools=True)  # a graceful shutdown's
+    live = await stopping.start_turn("write", prompter=None)
+    await stopping.wait(live)
+    assert store.stop is None and live.signals.interrupt.requested
+
+    resumed = await Supervisor(rt).resume(live.run_id)
+    assert resumed is not None
+    state = await Supervisor(rt).wait(resumed)
+
+    # Its dispatch was journaled: it was under way, and ran then, once; nothing is uncertain.
+    assert state.result is not None and state.result.status is RunStatus.COMPLETED, state.result
+    assert counter.calls == {"write": 1}
+    assert "wait_effect" not in json.dumps(
+        [wire.to_plain(r.entry) for r in await rt.store.load(live.run_id)]
+    )
+
+
 class BlinkingStore(SqliteStore):
     """The real store, whose first lease renewal fails as a store that blinked would."""
 
