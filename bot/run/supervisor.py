@@ -412,40 +412,64 @@ class Supervisor:
         """Cancel a run another process holds: asked through the store, which its driver
         reads at every lease renewal and suspend, and any process at a resume (one that died
         holding it, its successor)."""
+        owner = (await self.rt.store.get_run(run_id)).owner or "another process"
+        # Audited before the mark, once: whoever reads the mark finds who asked (``_cancel_asked``).
+        await self.rt.store.audit(by, AuditAction.CANCEL, run_id=run_id, detail=f"asked of {owner}")
         await self.rt.store.mark_once(cancel_key(run_id))
         # Tried again once the mark is written: a run its driver suspended since (its lease
         # given up) is cancelled here; one still held is sure to see the mark.
         epoch = await self.rt.store.claim(run_id, self.rt.owner, self.rt.lease_seconds)
         if epoch is not None:
-            return await self._cancel_claimed(run_id, epoch, by)
-        owner = (await self.rt.store.get_run(run_id)).owner or "another process"
-        await self.rt.store.audit(by, AuditAction.CANCEL, run_id=run_id, detail=f"asked of {owner}")
+            return await self._cancel_claimed(run_id, epoch, by, audited=True)
         return (
             f"cancelling: {owner} holds the run and ends it at its next step"
             " (if it died, whoever takes the run up ends it)"
         )
 
-    async def _cancel_claimed(self, run_id: str, epoch: int, by: str) -> str:
+    async def _cancel_claimed(
+        self, run_id: str, epoch: int, by: str, *, audited: bool = False
+    ) -> str:
         """Cancel a run whose lease this process just took at ``epoch``, unless it ended
-        between the look and the claim (a claim does not ask whether a run ended)."""
+        between the look and the claim (a claim does not ask whether a run ended). ``audited``:
+        the cancel was audited as asked already."""
         state = fold(await self.rt.store.load(run_id), run_id)  # as it is under the claim
         if state.result is not None:
             await self.rt.store.release(run_id, self.rt.owner, epoch)
             ended = already_ended(run_id, state.result.status, "cancel")
             await self._refuse_cancel(run_id, by, ended)
         await self._end_cancelled(state, epoch, by)
+        if not audited:
+            await self.rt.store.audit(by, AuditAction.CANCEL, run_id=run_id)
         return "cancelled"
+
+    async def _honour_cancel(self, run_id: str, by: str) -> None:
+        """End a run, just suspended, whose cancel ``by`` asked and was audited for already
+        (here, or through the store): neither audited again nor refused in ``by``'s name. A run
+        another process holds meanwhile (the asker, ending it; a decider) is left to the mark."""
+        async with self._resuming.hold(run_id):
+            live = self.live.get(run_id)
+            if live is not None:  # a task of this process took it on since
+                self._stop_for_cancel(live, by)
+                return
+            epoch = await self.rt.store.claim(run_id, self.rt.owner, self.rt.lease_seconds)
+            if epoch is None:
+                await self.rt.store.mark_once(cancel_key(run_id))
+                return
+            state = fold(await self.rt.store.load(run_id), run_id)
+            if state.result is not None:  # its asker ended it, having claimed it first
+                await self.rt.store.release(run_id, self.rt.owner, epoch)
+                return
+            await self._end_cancelled(state, epoch, by)
 
     async def _end_cancelled(self, state: RunState, epoch: int, by: str) -> None:
         """End a run whose lease this process holds at ``epoch`` (no task of it runs), cancelled
-        by ``by``, and close its requests."""
+        by ``by``, and close its requests (the cancel is audited by whoever asked it)."""
         cause = f"cancelled by {by or 'an operator'}"
         # The end first (RunEnded gives the lease up as it is written): a request closed on a
         # run not yet ended reads as answered, and a crash between the two would let any
         # resume take the run on past its cancel. Left open on an ended run, it resumes nothing.
         await self._end_outside(state, epoch, RunStatus.CANCELLED, StopReason.CANCELLED, cause)
         await self.decisions.close_requests(state.run_id, by)
-        await self.rt.store.audit(by, AuditAction.CANCEL, run_id=state.run_id)
 
     async def _cancel_asked(self, run_id: str) -> str | None:
         """Who asked through the store that the run be cancelled (``_cancel_elsewhere``), ""
@@ -455,15 +479,6 @@ class Supervisor:
         audited = await self.rt.store.list_audit(run_id=run_id, limit=1000)
         asked = [a.actor for a in audited if a.action == AuditAction.CANCEL]
         return asked[-1] if asked else ""
-
-    async def _still_to_cancel(self, live: LiveRun) -> bool:
-        """Whether another process asked that the run, just suspended, be cancelled, and did
-        not end it itself since (it claims the run once its lease is given up)."""
-        asked = await self._cancel_asked(live.run_id)
-        if asked is None:
-            return False
-        live.cancelled_by = asked
-        return (await self.rt.store.get_run(live.run_id)).status not in TERMINAL_STATUSES
 
     def _stop_for_cancel(self, live: LiveRun, by: str) -> None:
         """Cancel a run this process drives, at once: the model call is cut, the call under way
@@ -745,10 +760,13 @@ class Supervisor:
         ended in a wait before any loop boundary); a run that suspended on requests already
         answered goes on at once, on a task of its own."""
         try:
-            if not live.signals.cancel.is_set() and await self._still_to_cancel(live):
-                live.signals.cancel.set()
+            if not live.signals.cancel.is_set():
+                asked = await self._cancel_asked(live.run_id)  # from another process
+                if asked is not None:
+                    live.cancelled_by = asked
+                    live.signals.cancel.set()
             if live.signals.cancel.is_set():
-                await self._cancel(live.run_id, live.cancelled_by)
+                await self._honour_cancel(live.run_id, live.cancelled_by)
             elif self._may_go_on(live, state) and await self._can_go_on(state):
                 live.next = await self.resume(state.run_id)
         except (ResumeRefused, StoreError) as exc:

@@ -193,6 +193,10 @@ async def test_an_approval_and_a_cancel_at_once_never_both_happen(
     else:
         assert status is RunStatus.CANCELLED, (status, decided, cancelled)
     assert await deciding.rt.store.list_requests(run_id=run_id) == []
+    # One cancel asked, one line in the audit: whoever ended the run, it was asked once.
+    audited = await deciding.rt.store.list_audit(run_id=run_id)
+    cancels = [a for a in audited if a.action in ("cancel", "cancel_refused")]
+    assert [a.actor for a in cancels] == ["U0ONCALL"], cancels
 
 
 @pytest.mark.parametrize("decision_first", [False, True, False, True])
