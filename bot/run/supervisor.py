@@ -198,6 +198,8 @@ class Supervisor:
         try:
             self._check_fingerprint(state, force)
         except ResumeRefused:
+            if await self._cancelled_instead(run_id):
+                return None
             await self._left_to_a_person(run_id)
             raise
         prompter = _prompter_for(state, prompter)
@@ -265,6 +267,8 @@ class Supervisor:
         try:
             self._check_fingerprint(state, force)
         except ResumeRefused:
+            if await self._cancelled_instead(run_id, epoch):
+                return None
             await self.rt.store.release(run_id, self.rt.owner, epoch)
             raise
         return self._resumed(run_id, epoch, state, prompter, force, "", by)
@@ -451,15 +455,31 @@ class Supervisor:
             if live is not None:  # a task of this process took it on since
                 self._stop_for_cancel(live, by)
                 return
+            await self._end_asked(run_id, by)
+
+    async def _end_asked(self, run_id: str, by: str, epoch: int | None = None) -> None:
+        """End, as ``by`` asked, a run no task of this process drives, under the lease held at
+        ``epoch`` or claimed now; one another process holds is left to the mark."""
+        if epoch is None:
             epoch = await self.rt.store.claim(run_id, self.rt.owner, self.rt.lease_seconds)
-            if epoch is None:
-                await self.rt.store.mark_once(cancel_key(run_id))
-                return
-            state = fold(await self.rt.store.load(run_id), run_id)
-            if state.result is not None:  # its asker ended it, having claimed it first
-                await self.rt.store.release(run_id, self.rt.owner, epoch)
-                return
-            await self._end_cancelled(state, epoch, by)
+        if epoch is None:
+            await self.rt.store.mark_once(cancel_key(run_id))
+            return
+        state = fold(await self.rt.store.load(run_id), run_id)
+        if state.result is not None:  # its asker ended it, having claimed it first
+            await self.rt.store.release(run_id, self.rt.owner, epoch)
+            return
+        await self._end_cancelled(state, epoch, by)
+
+    async def _cancelled_instead(self, run_id: str, epoch: int | None = None) -> bool:
+        """Whether a run no resume may take up without --force (its configuration changed) was
+        asked to cancel, and is ended so here (under ``epoch``, if this process holds it):
+        its end runs nothing, and whoever asked was told whoever takes the run up ends it."""
+        asked = await self._cancel_asked(run_id)
+        if asked is None:
+            return False
+        await self._end_asked(run_id, asked, epoch)
+        return True
 
     async def _end_cancelled(self, state: RunState, epoch: int, by: str) -> None:
         """End a run whose lease this process holds at ``epoch`` (no task of it runs), cancelled

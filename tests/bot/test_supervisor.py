@@ -1279,6 +1279,29 @@ async def test_a_running_orphan_that_takes_force_is_claimed_by_one_sweep_only(
     assert (await supervisor.wait(live)).open_requests  # its uncertain `write` asks on-call
 
 
+async def test_an_orphan_asked_to_cancel_is_ended_though_no_sweep_may_resume_it(
+    tmp_path: Path, opened: list[Runtime]
+) -> None:
+    counter = Counter()
+    rt, _ = await make_runtime(tmp_path / "k.db", [reply(text="x")], counting_tools(counter))
+    opened.append(rt)
+    await orphan(rt, "run_asked", "a")
+    # Cancelled at the terminal while its replica held it; that replica then died, and the
+    # system prompt changed since (an upgrade): no sweep may resume it without --force.
+    await rt.store.audit("U0ONCALL", AuditAction.CANCEL, run_id="run_asked", detail="asked")
+    await rt.store.mark_once(cancel_key("run_asked"))
+    rt.system_prompt = "changed since the run started"
+
+    await Supervisor(rt).adopt_orphans()
+
+    # Whoever takes the run up ends it, as the person who asked was told: ending runs nothing.
+    assert (await rt.store.get_run("run_asked")).status is RunStatus.CANCELLED
+    state = fold(await rt.store.load("run_asked"), "run_asked")
+    assert state.result is not None and state.result.error == "cancelled by U0ONCALL"
+    assert counter.calls == {}
+    assert await cancels_audited(rt, "run_asked") == ["U0ONCALL"]
+
+
 @pytest.mark.parametrize(
     ("said", "status"),
     [("All good.", "completed"), ("", "failed"), (None, "cancelled")],
