@@ -379,6 +379,42 @@ async def test_a_cancel_at_the_terminal_stops_a_run_a_replica_drives(
     await store.close()
 
 
+async def test_a_cancel_asked_of_a_replica_that_dies_is_done_by_the_one_that_adopts(
+    cluster: Callable[..., Cluster],
+) -> None:
+    batch = [
+        {"name": "slow_effect", "arguments": {"name": "$PROMPT"}},
+        {"name": "effect", "arguments": {"name": "$PROMPT"}},
+    ]
+    # A lease long enough that the cancel finds it held: the cancel is carried by the store.
+    c = cluster(
+        [{"text": "two steps", "calls": batch}, {"text": "both done"}],
+        replica={"lease_seconds": 8, "poll_seconds": 0.2},
+    )
+    first = c.start_replica()
+    store = await store_of(c.schema)
+    run_id = await submit(store, "k0")
+    await until(lambda: "start k0" in c.effects())
+    first.send_signal(signal.SIGSTOP)  # it reads the cancel at no renewal now
+
+    cancelled = c.kestrel("runs", "cancel", run_id, "--as", "U0ONCALL")
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert cancelled.stdout.startswith("cancelling:"), cancelled.stdout
+    first.kill()  # died before it read the cancel, its command's outcome unknown
+    c.start_replica()
+
+    async def ended() -> RunStatus | None:
+        status = (await statuses(store, [run_id])).get(run_id)
+        return status if status in (RunStatus.CANCELLED, RunStatus.COMPLETED) else None
+
+    assert await until(ended) is RunStatus.CANCELLED
+    state = fold(await store.load(run_id), run_id)
+    assert state.result is not None and state.result.error == "cancelled by U0ONCALL"
+    # The step under way was not run again, nor the one after it started.
+    assert c.effects().count("start k0") == 1 and "effect k0" not in c.effects(), c.effects()
+    await store.close()
+
+
 async def test_deadline_and_cron_fire_once_with_three_replicas(
     cluster: Callable[..., Cluster],
 ) -> None:
