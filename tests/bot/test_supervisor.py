@@ -47,7 +47,7 @@ from bot.journal.fold import RunState, fold
 from bot.journal.writer import RunJournal
 from bot.kinds import AuditAction
 from bot.llm.scripted import ScriptedProvider
-from bot.people.policy import Actor
+from bot.people.policy import Actor, Policy, PolicyRules
 from bot.prompter import DeferringPrompter
 from bot.records import RunRecord
 from bot.replica.schedule import Scheduler
@@ -1279,6 +1279,25 @@ async def test_a_running_orphan_that_takes_force_is_claimed_by_one_sweep_only(
     assert (await supervisor.wait(live)).open_requests  # its uncertain `write` asks on-call
 
 
+async def test_a_cancel_of_a_run_whose_command_was_under_way_says_its_outcome_is_unknown(
+    tmp_path: Path, opened: list[Runtime]
+) -> None:
+    counter = Counter()
+    rt, _ = await make_runtime(tmp_path / "k.db", [reply(text="x")], counting_tools(counter))
+    opened.append(rt)
+    rt.policy = Policy(PolicyRules(oncall=["U0ONCALL"]))
+    await orphan(rt, "run_died", "a")  # its process died as `write` ran
+
+    assert await Supervisor(rt).cancel("run_died", by="U0ONCALL") == "cancelled"
+
+    # Nobody is asked about the write now (the run ended): who reads how it ended is told.
+    state = fold(await rt.store.load("run_died"), "run_died")
+    assert state.result is not None and state.result.status is RunStatus.CANCELLED
+    assert "write had started" in state.result.error, state.result.error
+    assert "unknown" in state.result.error, state.result.error
+    assert counter.calls == {}
+
+
 async def test_an_orphan_asked_to_cancel_is_ended_though_no_sweep_may_resume_it(
     tmp_path: Path, opened: list[Runtime]
 ) -> None:
@@ -1297,7 +1316,7 @@ async def test_an_orphan_asked_to_cancel_is_ended_though_no_sweep_may_resume_it(
     # Whoever takes the run up ends it, as the person who asked was told: ending runs nothing.
     assert (await rt.store.get_run("run_asked")).status is RunStatus.CANCELLED
     state = fold(await rt.store.load("run_asked"), "run_asked")
-    assert state.result is not None and state.result.error == "cancelled by U0ONCALL"
+    assert state.result is not None and state.result.error.startswith("cancelled by U0ONCALL;")
     assert counter.calls == {}
     assert await cancels_audited(rt, "run_asked") == ["U0ONCALL"]
 
