@@ -227,7 +227,9 @@ class AgentLoop:
         """Cut short: a cancel ends the run here, unless the batch opened a request (ended at
         its suspend, by the cancel, which closes it); any other stop suspends it."""
         if self.signals.cancel.is_set() and not self.state.open_requests:
-            await self._end(RunStatus.CANCELLED, StopReason.CANCELLED, _CANCELLED, "")
+            # A tool a later stop cut (a shutdown's, past its grace) may have half run.
+            cause = _CANCELLED + unsettled(self.state)
+            await self._end(RunStatus.CANCELLED, StopReason.CANCELLED, cause, "")
             return
         await self._suspend(Suspend(self.signals.interrupt.reason))
 
@@ -573,6 +575,19 @@ class AgentLoop:
             outcomes=self.state.outcomes(),
         )
         await self.journal.append(RunEnded.of(result, last_turn_text=self.state.last_text))
+
+
+def unsettled(state: RunState) -> str:
+    """What a run ended with no resume to come leaves unknown, for whoever reads how it ended:
+    each effect started (its dispatch journaled) with no result, which on-call would have been
+    asked about (``wait_effect``) had the run gone on."""
+    started = [
+        c.effect_tool or c.call.name for c in state.batch if c.dispatched and c.result is None
+    ]
+    if not started:
+        return ""
+    they = "it" if len(started) == 1 else "they"
+    return f"; {' and '.join(started)} had started, and whether {they} took effect is unknown"
 
 
 def _answer(text: str, *, worked: bool) -> Stop:

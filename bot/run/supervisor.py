@@ -52,7 +52,7 @@ from bot.people.policy import Actor, NotPermitted
 from bot.prompter import DeferringPrompter, Prompter
 from bot.records import RunRecord
 from bot.run.context import RunContext
-from bot.run.loop import AgentLoop, LoopDeps, Signals
+from bot.run.loop import AgentLoop, LoopDeps, Signals, unsettled
 from bot.run.runtime import Runtime
 
 log = logging.getLogger("kestrel.supervisor")
@@ -484,7 +484,7 @@ class Supervisor:
     async def _end_cancelled(self, state: RunState, epoch: int, by: str) -> None:
         """End a run whose lease this process holds at ``epoch`` (no task of it runs), cancelled
         by ``by``, and close its requests (the cancel is audited by whoever asked it)."""
-        cause = f"cancelled by {by or 'an operator'}{_unsettled(state)}"
+        cause = f"cancelled by {by or 'an operator'}{unsettled(state)}"
         # The end first (RunEnded gives the lease up as it is written): a request closed on a
         # run not yet ended reads as answered, and a crash between the two would let any
         # resume take the run on past its cancel. Left open on an ended run, it resumes nothing.
@@ -936,17 +936,6 @@ class Supervisor:
             if prompt and answer:
                 pairs += [("user", prompt), ("assistant", answer)]
         return tuple(pairs)
-
-
-def _unsettled(state: RunState) -> str:
-    """What a run ended outside its loop leaves unknown, for whoever reads how it ended: each
-    effect started (its dispatch journaled, by a process that died) with no result, which no
-    resume will now ask on-call about."""
-    started = [c.effect_tool or c.call.name for c in state.batch if c.dispatched and not c.result]
-    if not started:
-        return ""
-    they = "it" if len(started) == 1 else "they"
-    return f"; {' and '.join(started)} had started, and whether {they} took effect is unknown"
 
 
 def _own_prompt(state: RunState) -> str:

@@ -630,6 +630,31 @@ async def test_a_cancel_taken_while_a_call_runs_starts_no_other_call_of_its_batc
     assert "run_suspended" not in seen.kinds()
 
 
+async def test_a_cancelled_run_whose_command_a_shutdown_cut_says_its_outcome_is_unknown(
+    tmp_path: Path, opened: list[Runtime]
+) -> None:
+    release = asyncio.Event()
+
+    @function_tool(name="migrate", idempotent=False, timeout=0)
+    async def migrate(args: Held) -> str:
+        """A consequential step that runs until the test lets it finish."""
+        await release.wait()
+        return "migrated"
+
+    rt, seen = await make_runtime(tmp_path / "k.db", [reply(call("migrate"))], [migrate])
+    opened.append(rt)
+    sup = Supervisor(rt)
+    live = await sup.start_turn("migrate", requested_by="U0REQ", prompter=None)
+    await until(lambda: "tool_started" in seen.kinds())
+    await sup.cancel(live.run_id, by="U0REQ")  # the step under way is let finish...
+
+    await sup.shutdown(tool_grace=0)  # ...until a stop that spares nothing cuts it
+
+    state = fold(await rt.store.load(live.run_id), live.run_id)
+    assert state.result is not None and state.result.status is RunStatus.CANCELLED
+    assert "migrate had started" in state.result.error, state.result.error
+
+
 async def test_a_cancel_from_another_process_stops_the_run_where_it_runs(
     tmp_path: Path, opened: list[Runtime]
 ) -> None:
