@@ -440,6 +440,10 @@ class Supervisor:
         if state.result is not None:
             await self.rt.store.release(run_id, self.rt.owner, epoch)
             ended = already_ended(run_id, state.result.status, "cancel")
+            if audited and state.result.status is RunStatus.CANCELLED:
+                return "cancelled"  # by whoever read the mark this cancel wrote, as asked
+            if audited:  # asked too late: one line for one cancel, the asking
+                raise CancelRefused(ended)
             await self._refuse_cancel(run_id, by, ended)
         await self._end_cancelled(state, epoch, by)
         if not audited:

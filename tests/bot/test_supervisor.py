@@ -767,6 +767,48 @@ async def test_a_cancel_whose_run_ended_as_it_claimed_it_ends_nothing_twice(
     assert counter.calls == {"deploy": 1}
 
 
+class RacedMark(SqliteStore):
+    """The real store, where something else happens (``then``) just after a once-mark."""
+
+    then: Callable[[], Awaitable[object]] | None = None
+
+    async def mark_once(self, key: str) -> bool:
+        """Mark, then let ``then`` happen, once."""
+        marked = await super().mark_once(key)
+        then, self.then = self.then, None
+        if then is not None:
+            await then()
+        return marked
+
+
+async def test_a_cancel_carried_to_a_decider_that_ends_the_run_is_said_done_once(
+    tmp_path: Path, opened: list[Runtime]
+) -> None:
+    rt, sup, counter, run_id = await waiting_for_approval(tmp_path, opened)
+    (request,) = (await sup.wait(sup.live[run_id])).open_requests
+    answered = await sup.answer(approval(request), run_id=run_id)
+    assert answered.claimed is not None  # the decider holds the run, about to resume it
+    store = await migrated(RacedMark(tmp_path / "k.db"))
+    model = ScriptedProvider.from_replies([], name="test")
+    other = Runtime(store=store, model=model, tools=rt.tools, owner="terminal")
+    opened.append(other)
+
+    async def resumed_by_the_decider() -> None:
+        live = await sup.resume(run_id, claimed=answered.claimed)
+        assert live is not None
+        await sup.wait(live)
+
+    # The cancel finds the run held and carries it; the decider's resume reads it and ends it.
+    store.then = resumed_by_the_decider
+    said = await Supervisor(other).cancel(run_id, by="U0REQ")
+
+    assert said == "cancelled"
+    assert counter.calls == {}
+    state = fold(await rt.store.load(run_id), run_id)
+    assert state.result is not None and state.result.error == "cancelled by U0REQ"
+    assert await cancels_audited(rt, run_id) == ["U0REQ"]
+
+
 async def test_waiting_on_a_run_follows_it_past_a_suspend_that_found_its_answers(
     tmp_path: Path, opened: list[Runtime]
 ) -> None:
