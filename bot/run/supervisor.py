@@ -470,7 +470,7 @@ class Supervisor:
             await self.rt.store.mark_once(cancel_key(run_id))
             return
         state = fold(await self.rt.store.load(run_id), run_id)
-        if state.result is not None:  # its asker ended it, having claimed it first
+        if state.result is not None:  # ended meanwhile (its asker claimed it first)
             await self.rt.store.release(run_id, self.rt.owner, epoch)
             return
         await self._end_cancelled(state, epoch, by)
