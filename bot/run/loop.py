@@ -228,7 +228,7 @@ class AgentLoop:
         its suspend, by the cancel, which closes it); any other stop suspends it."""
         if self.signals.cancel.is_set() and not self.state.open_requests:
             # A tool a later stop cut (a shutdown's, past its grace) may have half run.
-            cause = _CANCELLED + unsettled(self.state)
+            cause = _CANCELLED + await unsettled(self.state)
             await self._end(RunStatus.CANCELLED, StopReason.CANCELLED, cause, "")
             return
         await self._suspend(Suspend(self.signals.interrupt.reason))
@@ -577,13 +577,17 @@ class AgentLoop:
         await self.journal.append(RunEnded.of(result, last_turn_text=self.state.last_text))
 
 
-def unsettled(state: RunState) -> str:
+async def unsettled(state: RunState) -> str:
     """What a run ended with no resume to come leaves unknown, for whoever reads how it ended:
     each effect started (its dispatch journaled) with no result, which on-call would have been
-    asked about (``wait_effect``) had the run gone on."""
-    started = [
-        c.effect_tool or c.call.name for c in state.batch if c.dispatched and c.result is None
-    ]
+    asked about (``wait_effect``) had the run gone on. A command of a process that died, still
+    running on this host, is stopped first, as it is before on-call is asked."""
+    started = []
+    for call in state.batch:
+        if not call.dispatched or call.result is not None:
+            continue
+        found = f" ({await orphans.end_orphan(call.process)})" if call.process else ""
+        started.append(f"{call.effect_tool or call.call.name}{found}")
     if not started:
         return ""
     they = "it" if len(started) == 1 else "they"

@@ -488,7 +488,7 @@ class Supervisor:
     async def _end_cancelled(self, state: RunState, epoch: int, by: str) -> None:
         """End a run whose lease this process holds at ``epoch`` (no task of it runs), cancelled
         by ``by``, and close its requests (the cancel is audited by whoever asked it)."""
-        cause = f"cancelled by {by or 'an operator'}{unsettled(state)}"
+        cause = f"cancelled by {by or 'an operator'}{await unsettled(state)}"
         # The end first (RunEnded gives the lease up as it is written): a request closed on a
         # run not yet ended reads as answered, and a crash between the two would let any
         # resume take the run on past its cancel. Left open on an ended run, it resumes nothing.

@@ -5,11 +5,14 @@ after it (no model turn, no effect). Real processes, real SQLite file, real open
 from __future__ import annotations
 
 import json
+import sqlite3
+import time
 from pathlib import Path
 
 import pytest
+import yaml
 
-from tests.crash.test_crash_resume import child, effects, positions_requested
+from tests.crash.test_crash_resume import SLOW_SCRIPT, child, effects, positions_requested
 
 # A gated call waits for approval; were the run to go on, its model would record an effect.
 WAITING_SCRIPT: list[dict[str, object]] = [
@@ -42,3 +45,32 @@ def test_a_cancel_killed_half_way_never_lets_the_run_go_on(
     assert out["status"] == "cancelled", out
     assert effects(folder) == []
     assert sorted(positions_requested(folder)) == [0]
+
+
+@pytest.mark.parametrize("world", [SLOW_SCRIPT], indirect=True)
+def test_a_cancel_of_a_run_whose_process_died_mid_command_stops_the_command(
+    world: dict[str, Path | str],
+) -> None:
+    folder = Path(world["dir"])
+    (folder / "slow.sh").write_text('sleep 2\necho "late $1" >> "$EFFECTS_FILE"\n')
+    catalog = yaml.safe_load((folder / "catalog.yaml").read_text())
+    slow = {**catalog["tools"][0], "name": "slow", "command": ["/bin/sh", "./slow.sh", "{name}"]}
+    catalog["tools"].append(slow)
+    (folder / "catalog.yaml").write_text(yaml.safe_dump(catalog))
+    crashed = child(world, "--crash-after", "tool_process:1")
+    assert crashed.returncode == -9
+    run_id = (folder / "run_id").read_text()
+
+    cancelled = json.loads(child(world, "--cancel", run_id).stdout)["cancel"]
+    if cancelled.startswith("cancelling:"):  # its lease not yet expired: carried by the store
+        assert json.loads(child(world, "--resume", run_id).stdout)["status"] == "cancelled"
+    else:
+        assert cancelled == "cancelled"
+    time.sleep(2.5)  # past the moment the command would have written its effect
+    assert effects(folder) == []
+    with sqlite3.connect(folder / "k.db") as conn:
+        (body,) = conn.execute(
+            "SELECT body FROM journal WHERE run_id = ? AND kind = 'run_ended'", (run_id,)
+        ).fetchone()
+    said = json.loads(body)["result"]["error"]
+    assert "slow (its process group" in said and "was stopped" in said, said
