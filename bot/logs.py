@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import sys
 from collections.abc import Mapping
 from contextvars import Context, ContextVar, copy_context
 from datetime import UTC, datetime
 from typing import Final, TextIO
+
+from bot.text import url_passwords_masked
 
 LEVEL_VARIABLE: Final = "KESTREL_LOG_LEVEL"
 FORMAT_VARIABLE: Final = "KESTREL_LOG_FORMAT"
@@ -63,11 +64,6 @@ CONFIG: Final = "kestrel.config"
 LOUDER: Final = {SERVICE: logging.INFO, CONFIG: logging.WARNING}
 # discord.py's warnings about voice support a text bot never uses.
 _VOICE_NOTICE: Final = "voice will NOT be supported"
-# A URL's password (``https://user:PASSWORD@proxy/v1``): OPENAI_BASE_URL may carry a proxy's, and
-# the HTTP client logs each request's URL at info.
-# Compiled at first use (``re`` keeps it), not at import: every command imports this module.
-_URL_PASSWORD: Final = r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^\s/:@]*):[^\s/@]*@"
-
 RUN_ID: ContextVar[str | None] = ContextVar("kestrel_run_id", default=None)
 REQUEST_ID: ContextVar[str | None] = ContextVar("kestrel_request_id", default=None)
 PLATFORM: ContextVar[str | None] = ContextVar("kestrel_platform", default=None)
@@ -161,13 +157,6 @@ def _platform_of(logger: str) -> str | None:
     return None
 
 
-def masked(line: str) -> str:
-    """``line`` with the password of each URL in it masked, whichever library wrote it."""
-    if "@" not in line or "://" not in line:
-        return line
-    return re.sub(_URL_PASSWORD, r"\1:…@", line)
-
-
 def _stamp(record: logging.LogRecord) -> str:
     moment = datetime.fromtimestamp(record.created, UTC)
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
@@ -186,13 +175,17 @@ class TextLines(logging.Formatter):
         if "\n" in message or "\r" in message:  # a library's, the Slack SDK's errors say
             message = " ".join(message.splitlines())  # "…failed.\nThe server responded with: …"
         line = f"{_stamp(record)} {record.levelname} {record.name}: {message}{tail}"
+        # URLs' passwords masked whoever logs them: OPENAI_BASE_URL may carry a proxy's, and
+        # the HTTP client logs each request's URL at info.
         if not record.exc_info:
-            return masked(line)
+            return url_passwords_masked(line)
         if logging.getLogger().isEnabledFor(logging.DEBUG):
-            return masked(line + "\n" + self.formatException(record.exc_info))
+            return url_passwords_masked(line + "\n" + self.formatException(record.exc_info))
         # Above debug, a line stays a line: the exception named, no traceback.
         exc = record.exc_info[1]
-        return masked(f"{line}: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}")
+        return url_passwords_masked(
+            f"{line}: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+        )
 
 
 class JsonLines(logging.Formatter):
@@ -210,4 +203,4 @@ class JsonLines(logging.Formatter):
         obj.update(where(record))
         if record.exc_info:
             obj["exception"] = self.formatException(record.exc_info)
-        return masked(json.dumps(obj, ensure_ascii=False))
+        return url_passwords_masked(json.dumps(obj, ensure_ascii=False))

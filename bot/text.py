@@ -28,6 +28,31 @@ _REORDERING: Final = on_use("[\u202a-\u202e\u2066-\u2069]")
 _SURROGATES: Final = on_use("[\ud800-\udfff]")
 
 
+# A URL's scheme and authority, in a line of text: the authority ends at a path, a query, a
+# fragment, a blank or a quote (a URL inside a JSON string).
+_URL_AUTHORITY: Final = on_use(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s/?#\"'<>\\]*")
+
+
+def password_masked(url: str, mark: str = "…") -> str:
+    """``url`` with the password of its user:password@ shown as ``mark``, parsed by hand (a URL
+    being refused may be one urlsplit cannot read): the authority's last "@" ends it, so a
+    password holding one is masked whole."""
+    scheme, sep, rest = url.partition("://")
+    authority = re.split(r"[/?#]", rest, maxsplit=1)[0]
+    userinfo, at, host = authority.rpartition("@")
+    user, colon, _ = userinfo.partition(":")
+    if not (sep and at and colon):
+        return url
+    return f"{scheme}{sep}{user}:{mark}@{host}{rest[len(authority) :]}"
+
+
+def url_passwords_masked(text: str) -> str:
+    """``text`` with the password of each URL in it masked (a log line, an error)."""
+    if "@" not in text or "://" not in text:
+        return text
+    return _URL_AUTHORITY.sub(lambda found: password_masked(found.group()), text)
+
+
 def printable(text: str) -> str:
     """``text`` safe for a terminal: escape sequences, control characters (but tab and
     newline) and direction overrides removed, so model and tool text cannot retitle, clear or

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, ParamSpec, TextIO, TypeVar
 
 from bot.collector import settle_after_start_up
-from bot.text import printable
+from bot.text import printable, url_passwords_masked
 
 # Each command imports what it needs when it runs: ``kestrel --help`` needs click alone, and
 # the read-only commands (``runs list``, ``runs pending``) the settings and the store, not the
@@ -80,10 +80,7 @@ def fail(message: str) -> None:
     """The one line a user sees on error, on stderr: a log record when the logs are JSON lines,
     so that a log shipper reads it as it reads every other line."""
     text = " ".join(message.split())
-    if "://" in text and "@" in text:  # a URL's password, masked here as in the logs
-        from bot.logs import masked
-
-        text = masked(text)
+    text = url_passwords_masked(text)  # as the logs mask them
     logs = sys.modules.get("bot.logs")  # not imported yet: no logs were configured
     if logs is not None and logs.json_lines():
         logs.failure(text)

@@ -2,7 +2,6 @@
 
 import json
 import os
-import re
 import types
 from collections.abc import Mapping
 from pathlib import Path
@@ -47,6 +46,7 @@ from bot.people.policy import PolicyRules, principals_as_written
 from bot.pii.settings import PiiSettings
 from bot.plain import Invalid, Problem, fields_of, is_struct, run_field_checks
 from bot.plain import convert as convert_plain
+from bot.text import password_masked
 
 # Settings whose variable is not KESTREL_<NAME>: the variable's name, by setting.
 _VARIABLE_OF: Final = {
@@ -380,19 +380,7 @@ def _check_url(url: str) -> None:
     except ValueError:
         valid = False
     if not valid:
-        raise ValueError(f"must be an http(s) URL with a host, not {_without_password(url)!r}")
-
-
-def _without_password(url: str) -> str:
-    """``url`` with the password of its user:password@ shown as ``***``, parsed by hand: the
-    URL being refused may be one urlsplit cannot read (an unclosed IPv6 bracket)."""
-    scheme, sep, rest = url.partition("://")
-    authority = re.split(r"[/?#]", rest, maxsplit=1)[0]
-    userinfo, at, host = authority.rpartition("@")
-    user, colon, _ = userinfo.partition(":")
-    if not (sep and at and colon):
-        return url
-    return f"{scheme}{sep}{user}:***@{host}{rest[len(authority) :]}"
+        raise ValueError(f"must be an http(s) URL with a host, not {password_masked(url, '***')!r}")
 
 
 class _Setting(NamedTuple):

@@ -44,3 +44,23 @@ def test_the_schedulers_per_tick_lines_are_debug_only() -> None:
     logs.configure(logging.DEBUG, "text", stream)
     executor.info('Running job "Supervisor.adopt_orphans"')
     assert "Running job" in stream.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("amqp://guest:p@ss@rabbit/vhost", "amqp://guest:…@rabbit/vhost"),
+        (
+            "https://proxy:s3cr3t@proxy.example.com:8080/v1",
+            "https://proxy:…@proxy.example.com:8080/v1",
+        ),
+        ("https://proxy.example.com/v1?a=b@c", "https://proxy.example.com/v1?a=b@c"),
+    ],
+)
+def test_a_urls_password_is_masked_whole_in_a_log_line(url: str, shown: str) -> None:
+    """The last "@" before the host ends the password: one holding an "@" is masked whole."""
+    record = logging.LogRecord(
+        "httpx", logging.INFO, __file__, 1, "HTTP Request: POST %s", (url,), None
+    )
+    assert logs.TextLines().format(record).endswith(f"httpx: HTTP Request: POST {shown}")
+    assert f"POST {shown}" in json.loads(logs.JsonLines().format(record))["message"]
