@@ -24,25 +24,6 @@ DATABASE_TIMEOUT_SETTING: Final = "database_timeout_seconds"
 POSTGRES_SCHEMES: Final = ("postgres://", "postgresql://")
 # Settings derived from where the configuration file is, so never read from it or a variable.
 DERIVED_SETTINGS: Final = frozenset({"base_dir", "config_file"})
-# Variables with the prefix that the program reads itself and that are not settings.
-NON_SETTING_VARIABLES: Final = frozenset(
-    {
-        CONFIG_VARIABLE,
-        "KESTREL_DEMO_STATE",
-        "KESTREL_MODEL_CACHE",
-        "KESTREL_USER",
-        "KESTREL_TEST_POSTGRES_DSN",
-        "KESTREL_BENCH_POSTGRES_DSN",
-        "KESTREL_WEB_TOKEN",
-        "KESTREL_WEB_SECRET",
-        "KESTREL_WEB_TOKEN_FILE",
-        "KESTREL_WEB_SECRET_FILE",
-        "KESTREL_LOG_LEVEL",
-        "KESTREL_LOG_FORMAT",
-        "KESTREL_CHROMIUM",
-        "KESTREL_UPDATE_SCREENSHOT",
-    }
-)
 # Variables read from the process's environment alone, never from ``.env``: who acts and how it
 # logs are known before ``.env`` is read. Given there, each is warned of (``unread_lines``).
 ENVIRONMENT_ONLY: Final = frozenset(
@@ -54,6 +35,18 @@ ENVIRONMENT_ONLY: Final = frozenset(
         "KESTREL_DEMO_STATE",
     }
 )
+# Variables with the prefix that the program reads itself and that are not settings.
+NON_SETTING_VARIABLES: Final = ENVIRONMENT_ONLY | {
+    CONFIG_VARIABLE,
+    "KESTREL_TEST_POSTGRES_DSN",
+    "KESTREL_BENCH_POSTGRES_DSN",
+    "KESTREL_WEB_TOKEN",
+    "KESTREL_WEB_SECRET",
+    "KESTREL_WEB_TOKEN_FILE",
+    "KESTREL_WEB_SECRET_FILE",
+    "KESTREL_CHROMIUM",
+    "KESTREL_UPDATE_SCREENSHOT",
+}
 # What Kubernetes puts in every pod's environment for a Service named ``kestrel`` (unless the
 # pod says ``enableServiceLinks: false``): no setting of ours, and no typo either.
 KUBERNETES_SERVICE_LINKS: Final = ("KESTREL_SERVICE_HOST", "KESTREL_SERVICE_PORT", "KESTREL_PORT")
