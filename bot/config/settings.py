@@ -158,6 +158,9 @@ class ScheduledPrompt(Section):
     name: str
     cron: str
     prompt: str
+    # An occurrence that fell while no replica ran (a restart, an upgrade) still starts when
+    # one starts this soon after it; 0: never late.
+    grace_seconds: Annotated[float, Meta(ge=0)] = 300.0
 
     def __post_init__(self) -> None:
         run_field_checks(self)

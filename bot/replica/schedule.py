@@ -58,14 +58,17 @@ class Scheduler:
         self._aps: AsyncIOScheduler | None = None
 
     async def start(self) -> None:
-        """Sweep what fell due while no process ran, then schedule jobs from the store."""
+        """Sweep what fell due while no process ran and start the scheduled prompts it missed
+        (within their grace), then schedule jobs from the store."""
         self._aps = AsyncIOScheduler(timezone="UTC")
         self._aps.start()
         await self.sweep()
         for request, _status, _decision in await self.store.list_requests():
             self._schedule_request(request)
+        now = self.clock()
         for name in self.prompts:
-            self._schedule_prompt(name, self.clock())
+            await self._catch_up(name, now)
+            self._schedule_prompt(name, now)
         # Other replicas open requests this one hears nothing of: sweep the store regularly.
         every = max(self.supervisor.rt.lease_seconds / 2, 1.0)
         self._aps.add_job(
@@ -124,6 +127,20 @@ class Scheduler:
         await self.store.finish_work(work_id)
         log.info("scheduled prompt %s started run %s", name, live.run_id)
         return live
+
+    async def _catch_up(self, name: str, now: datetime) -> None:
+        """Start the latest occurrence of prompt ``name`` that fell within its grace before
+        ``now`` (while no replica ran), unless a replica took it then or takes it now."""
+        prompt, trigger = self.prompts[name]
+        missed, after = None, now - timedelta(seconds=prompt.grace_seconds)
+        while (at := trigger.get_next_fire_time(None, after)) is not None and at < now:
+            missed, after = at, at + timedelta(seconds=1)
+        if missed is not None and await self.fire_prompt(name, missed) is not None:
+            log.warning(
+                "scheduled prompt %s: its %s occurrence fell while no replica ran; started late",
+                name,
+                missed.isoformat(),
+            )
 
     async def _remind(self, request: Request) -> bool:
         if not await self.store.mark_once(f"remind:{request.id}"):

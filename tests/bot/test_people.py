@@ -583,3 +583,41 @@ async def test_a_partial_approval_that_lands_as_a_cancel_ends_the_run_is_refused
     assert ("U0APPROVER", "approve_partial") not in actions, actions
     assert ("U0APPROVER", "approve_refused") in actions, actions
     await rt.store.close()
+
+
+async def _scheduled_runs(rt: Runtime) -> list[RunRecord]:
+    return [r for r in await rt.store.list_runs() if r.requested_by.startswith("schedule:")]
+
+
+@pytest.mark.parametrize(
+    ("minutes_late", "grace", "started"),
+    [(2, 300.0, True), (10, 300.0, False), (2, 0.0, False)],
+)
+async def test_an_occurrence_missed_while_no_replica_ran_starts_within_its_grace(
+    tmp_path: Path, minutes_late: int, grace: float, started: bool
+) -> None:
+    # The 03:00 occurrence fell while no replica ran; one starts at 03:02 (or 03:10).
+    rt, _ = await make_runtime(tmp_path / "k.db", [reply(text="done")] * 2)
+    at = utcnow().replace(hour=3, minute=0, second=0, microsecond=0)
+    now = at + timedelta(minutes=minutes_late)
+    prompt = ScheduledPrompt(
+        name="nightly", cron="0 3 * * *", prompt="check nightly", grace_seconds=grace
+    )
+
+    def replica() -> Scheduler:
+        return Scheduler(
+            Supervisor(rt), DeadlineSettings(), [prompt], store=rt.store, clock=lambda: now
+        )
+
+    for scheduler in (replica(), replica()):  # the second starts as the first did
+        await scheduler.start()
+        await scheduler.stop()
+    runs = await _scheduled_runs(rt)
+    assert len(runs) == (1 if started else 0)
+    for run in runs:
+
+        async def ended(run_id: str = run.id) -> bool:
+            return (await rt.store.get_run(run_id)).status is RunStatus.COMPLETED
+
+        await until(ended)
+    await rt.store.close()
