@@ -5,7 +5,7 @@
 
 import hashlib
 import json
-import uuid
+import os
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -28,7 +28,7 @@ from bot.place import Place
 
 def new_id(prefix: str) -> str:
     """A short unique id with a readable prefix, e.g. ``run_3f9a…``."""
-    return f"{prefix}_{uuid.uuid4().hex[:16]}"
+    return f"{prefix}_{os.urandom(8).hex()}"
 
 
 def request_id() -> str:
