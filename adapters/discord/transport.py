@@ -6,6 +6,11 @@ outbox key and body, with ``enforce_nonce``: a post sent again within minutes of
 outcome returns the message the first one created instead of creating a second; later, the
 thread's latest messages are searched for the bot's message showing the same body. A thread
 that auto-archived is unarchived before the post is sent again.
+
+A body Discord refuses as such (50035 Invalid Form Body: a card over one of its limits) is
+refused the same way every time: it is sent once more as its words alone (a card's, with what
+its buttons would have decided and how to decide it without them), and given up if that is
+refused too, never retried hourly.
 """
 
 from __future__ import annotations
@@ -13,23 +18,49 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from typing import Any
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import discord
 from discord.http import Route
 
+from adapters.discord import ids
 from adapters.discord.target import DiscordTarget
 from bot.chat.outbox import DeliveryFailed, MessageGone, Undeliverable
 
 log = logging.getLogger("kestrel.discord")
+T = TypeVar("T")
 
 THREAD_ARCHIVED = 50083
 UNKNOWN_MESSAGE = 10008
 UNKNOWN_CHANNEL = 10003  # the thread (or its channel) was deleted: it never comes back
-# Refusals a retry in seconds cannot lift (missing access or permission, a locked thread, a
-# body Discord will not take): retried hourly, never dropped, and logged as errors.
-NEEDS_A_PERSON = frozenset({50001, 50013, 50035, 50083})
+# Refusals a retry in seconds cannot lift (missing access or permission, a locked thread):
+# retried hourly, never dropped, and logged as errors.
+NEEDS_A_PERSON = frozenset({50001, 50013, 50083})
 NEEDS_A_PERSON_SECONDS = 3600.0
+# The body itself refused (Invalid Form Body): no retry and no person makes it acceptable.
+BODY_REFUSED = 50035
+CONTENT_LIMIT = 2000
+# The most of a refused question card's words its options take (the rest: its other words).
+OPTIONS_LIMIT = 800
+# The components whose custom id names the request they decide (``req``).
+_DECIDING = tuple(
+    re.compile(template)
+    for template in (
+        ids.APPROVE,
+        ids.APPROVE_RUN,
+        ids.DENY,
+        ids.STEP_BY_STEP,
+        ids.ANSWER,
+        ids.CHOOSE,
+        ids.EFFECT,
+    )
+)
+
+
+class BodyRefused(Undeliverable):
+    """Discord refused the body itself (50035): the same body is refused every time."""
 
 
 class DiscordTransport:
@@ -43,9 +74,13 @@ class DiscordTransport:
     async def post(self, key: str, target: dict[str, Any], body: dict[str, Any]) -> str:
         """Post into the thread, once per key; return the message id."""
         channel = DiscordTarget.from_json(target).channel
-        payload = {**body, "nonce": nonce(key, body), "enforce_nonce": True}
         route = Route("POST", "/channels/{channel_id}/messages", channel_id=channel)
-        message = await self._send(route, payload, channel)
+
+        async def send(shown: dict[str, Any]) -> Any:
+            payload = {**shown, "nonce": nonce(key, shown), "enforce_nonce": True}
+            return await self._send(route, payload, channel)
+
+        message = await _sent(send, key, body)
         return str(message["id"])
 
     async def update(self, ref: str, target: dict[str, Any], body: dict[str, Any]) -> None:
@@ -57,7 +92,11 @@ class DiscordTransport:
             channel_id=channel,
             message_id=ref,
         )
-        await self._send(route, body, channel)
+
+        async def send(shown: dict[str, Any]) -> Any:
+            return await self._send(route, shown, channel)
+
+        await _sent(send, ref, body)
 
     async def find(self, key: str, target: dict[str, Any], body: dict[str, Any]) -> str | None:  # noqa: ARG002
         """A post whose outcome is unknown, among the thread's latest messages: a bot's message
@@ -70,8 +109,11 @@ class DiscordTransport:
             raise _failed(exc, channel) from exc
         except discord.RateLimited as exc:
             raise _limited(exc) from exc
+        instead = words_instead(body, "")  # what a post refused as a body showed
         for message in messages:
-            if (message.get("author") or {}).get("bot") and _shows(message, body):
+            if not (message.get("author") or {}).get("bot"):
+                continue
+            if _shows(message, body) or (instead and _shows(message, instead)):
                 return str(message["id"])
         return None
 
@@ -109,10 +151,114 @@ def _failed(exc: discord.HTTPException, channel: str) -> DeliveryFailed:
         return MessageGone(what)
     if exc.status == 404 and exc.code == UNKNOWN_CHANNEL:
         return Undeliverable(f"thread {channel} was deleted ({what})")
+    if exc.code == BODY_REFUSED:
+        return BodyRefused(what)
     if exc.code in NEEDS_A_PERSON:
         log.error("discord: thread %s refuses Kestrel's messages: %s", channel, what)
         return DeliveryFailed(what, NEEDS_A_PERSON_SECONDS)
     return DeliveryFailed(what, 30.0 if exc.status == 429 else None)
+
+
+async def _sent(
+    send: Callable[[dict[str, Any]], Awaitable[T]], what: str, body: dict[str, Any]
+) -> T:
+    """``send(body)``; a body Discord refuses as such is sent once more, as its words alone. A
+    second refusal, or one of words alone, is given up (``BodyRefused``)."""
+    try:
+        return await send(body)
+    except BodyRefused as exc:
+        instead = words_instead(body, str(exc).partition("\n")[0])
+        if instead is None:
+            raise
+        if _deciding(body):
+            # A card without its buttons decides nothing in the thread: on-call must hear of it.
+            log.error("discord: %s refused (%s); shown without its buttons", what, exc)
+        else:
+            log.warning("discord: %s refused (%s); showing its words alone", what, exc)
+    return await send(instead)
+
+
+def words_instead(body: dict[str, Any], refusal: str) -> dict[str, Any] | None:
+    """What to show instead of a body Discord refused (``refusal``: how it said so): its words
+    alone, and for a card, how to decide it without its buttons; None when it had nothing
+    but words (sending them again would be refused again)."""
+    if not body.get("embeds") and not body.get("components"):
+        return None
+    note = _buttons_lost(body, refusal)
+    parts = [str(body.get("content") or "").strip()]
+    for embed in body.get("embeds") or []:
+        parts.append(f"**{embed.get('title', '')}**" if embed.get("title") else "")
+        parts.append(str(embed.get("description") or ""))
+        parts += [
+            f"**{f.get('name', '')}**\n{f.get('value', '')}" for f in embed.get("fields") or []
+        ]
+    words = "\n\n".join(part.strip() for part in parts if part.strip())
+    room = CONTENT_LIMIT - (len(note) + 2 if note else 0)
+    if len(words) > room:
+        words = words[: room - 5] + "…"
+        if words.count("```") % 2:  # a code block cut open: closed, so the note is not code
+            words += "\n```"
+    words = words or "(a message Discord would not show)"
+    return {
+        "content": f"{words}\n\n{note}" if note else words,
+        "embeds": [],
+        "components": [],
+        # Those a card notified are notified of its words: they decide it.
+        "allowed_mentions": body.get("allowed_mentions") or {"parse": []},
+    }
+
+
+def _deciding(body: dict[str, Any]) -> list[re.Match[str]]:
+    """The components of ``body`` that decide a request (their custom ids matched)."""
+    found = []
+    for row in body.get("components") or []:
+        for component in row.get("components") or []:
+            custom_id = str(component.get("custom_id") or "")
+            match = next((m for t in _DECIDING if (m := t.fullmatch(custom_id))), None)
+            if match is not None:
+                found.append(match)
+    return found
+
+
+def _buttons_lost(body: dict[str, Any], refusal: str) -> str:
+    """What to say in place of the buttons of a card shown as its words alone; empty if it had
+    none that decide. Each one's custom id names the request it decides."""
+    deciding = _deciding(body)
+    if not deciding:
+        return ""
+    requests = ", ".join(f"`{r}`" for r in dict.fromkeys(m["req"] for m in deciding))
+    why = f" ({refusal})" if refusal else ""
+    note = (
+        f"_Discord refused this card{why}, so its buttons cannot be shown: on-call can decide"
+        f" request {requests} from the terminal (`kestrel runs pending` lists it; `/kestrel"
+        " runs` shows what waits)._"
+    )
+    options = _options(body)
+    if not options:
+        return note
+    listed = " · ".join(options)
+    if len(listed) > OPTIONS_LIMIT:
+        listed = listed[: OPTIONS_LIMIT - 1] + "…"
+    return f"Options: {listed}\n\n{note}"
+
+
+def _options(body: dict[str, Any]) -> list[str]:
+    """A question's options as inline code (no markdown, no mention): its choice buttons'
+    labels, or its menus' items."""
+
+    def code(text: Any) -> str:
+        return "`" + (str(text).replace("`", "\u02cb").replace("\n", " ") or " ") + "`"
+
+    shown: list[str] = []
+    for row in body.get("components") or []:
+        for component in row.get("components") or []:
+            if not str(component.get("custom_id") or "").startswith("kestrel:choose:"):
+                continue
+            if component.get("type") == 3:
+                shown += [code(o.get("label", "")) for o in component.get("options") or []]
+            else:
+                shown.append(code(component.get("label", "")))
+    return shown
 
 
 def _limited(exc: discord.RateLimited) -> DeliveryFailed:

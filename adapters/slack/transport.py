@@ -169,7 +169,8 @@ def _buttons_lost(body: dict[str, Any], error: str) -> str:
     which = f"request {requests}" if requests else "it"
     note = (
         f"_Slack refused this card ({error}), so its buttons cannot be shown: on-call can decide"
-        f" {which} from the terminal (`kestrel runs pending` lists it)._"
+        f" {which} from the terminal (`kestrel runs pending` lists it; `/kestrel runs` shows what"
+        " waits)._"
     )
     options = _options(elements)
     # The options are the model's words, in plain text on the buttons: escaped for mrkdwn here.

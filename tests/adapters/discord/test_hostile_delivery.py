@@ -289,3 +289,46 @@ async def test_a_reply_taken_up_late_answers_the_question_it_replied_to_or_none(
         await world.reply("node-3", user=REQUESTER, thread=thread)
         await world.answer_posted(thread, "Draining node-3")
         assert run_id == (await world.chat.recent(1))[0].id
+
+
+def _refusing_embeds(fake: FakeDiscord) -> Any:
+    """A handler that refuses any post carrying an embed with 50035 (Invalid Form Body), as
+    Discord does a card over one of its limits, and takes one of content alone."""
+
+    async def handler(call: Any) -> Any:
+        if (call.json or {}).get("embeds"):
+            errors = {"embeds": {"0": {"_errors": [{"code": "BASE_TYPE_MAX_LENGTH"}]}}}
+            return 400, {"message": "Invalid Form Body", "code": 50035, "errors": errors}
+        return await fake._r_create_message(call, call.path.split("/")[2])
+
+    return handler
+
+
+async def test_a_card_discord_refuses_is_shown_once_as_words_saying_how_to_decide_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A card Discord refuses as a body (50035) is refused the same way every time: it was
+    # retried hourly for ever, and nothing in the thread said a request waited.
+    async with FakeDiscord() as fake:
+        fake.set_handler("POST", r"/channels/\d+/messages", _refusing_embeds(fake))
+        async with discord_world(tmp_path, restart_script(), fake=fake) as world:
+            thread = await world.thread_of(await world.mention("checkout is failing"))
+            shown = await world.answer_posted(thread, "buttons cannot be shown")
+            await world.settled()
+            [(request, _, _)] = await world.rt.store.list_requests()
+            text = str((shown.json or {})["content"])
+            assert f"request `{request.id}`" in text
+            assert "`kestrel runs pending`" in text and "`/kestrel runs`" in text
+            assert "restart_service" in text  # what it asks, in words
+            assert (shown.json or {}).get("allowed_mentions", {}).get("users") == [APPROVER]
+
+            def cards() -> list[Any]:
+                posts = fake.calls_to("POST", rf"/channels/{thread}/messages")
+                return [c for c in posts if request.id in json.dumps(c.json)]
+
+            tried = len(cards())
+            for _ in range(3):
+                await world.later(3600)
+            assert len(cards()) == tried == 2  # refused once, then its words alone
+            refusals = [r for r in caplog.records if "refused" in r.getMessage()]
+            assert len(refusals) == 1, [r.getMessage() for r in refusals]

@@ -241,4 +241,4 @@ async def test_hostile_a_card_whose_blocks_are_refused_says_how_to_decide_it(
         [(request, _, _)] = await world.rt.store.list_requests()
         text = shown.args["text"]
         assert f"its buttons cannot be shown: on-call can decide request `{request.id}`" in text
-        assert "`kestrel runs pending`" in text
+        assert "`kestrel runs pending`" in text and "`/kestrel runs`" in text
