@@ -27,7 +27,7 @@ from discord.http import Route
 
 from adapters.discord import ids
 from adapters.discord.target import DiscordTarget
-from bot.chat.outbox import DeliveryFailed, MessageGone, Undeliverable
+from bot.chat.outbox import DeliveryFailed, MessageGone, Undeliverable, after_waiting
 
 log = logging.getLogger("kestrel.discord")
 T = TypeVar("T")
@@ -156,7 +156,7 @@ def _failed(exc: discord.HTTPException, channel: str) -> DeliveryFailed:
     if exc.code in NEEDS_A_PERSON:
         log.error("discord: thread %s refuses Kestrel's messages: %s", channel, what)
         return DeliveryFailed(what, NEEDS_A_PERSON_SECONDS)
-    return DeliveryFailed(what, 30.0 if exc.status == 429 else None)
+    return DeliveryFailed(what, after_waiting(30.0) if exc.status == 429 else None)
 
 
 async def _sent(
@@ -262,8 +262,10 @@ def _options(body: dict[str, Any]) -> list[str]:
 
 
 def _limited(exc: discord.RateLimited) -> DeliveryFailed:
-    """A 429 longer than the client sleeps out: put off by Discord's own retry_after."""
-    return DeliveryFailed(f"discord: rate limited for {exc.retry_after:.0f}s", exc.retry_after)
+    """A 429 longer than the client sleeps out: put off by Discord's own retry_after (and a
+    little more, so that what it put off together is not all tried again at one instant)."""
+    wait = after_waiting(exc.retry_after)
+    return DeliveryFailed(f"discord: rate limited for {exc.retry_after:.0f}s", wait)
 
 
 def _shows(message: dict[str, Any], body: dict[str, Any]) -> bool:

@@ -15,7 +15,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack.mrkdwn import escape
 from adapters.slack.target import SlackTarget
-from bot.chat.outbox import DeliveryFailed, MessageGone
+from bot.chat.outbox import DeliveryFailed, MessageGone, after_waiting
 
 log = logging.getLogger("kestrel.slack")
 T = TypeVar("T")
@@ -226,5 +226,6 @@ def _failed(exc: SlackApiError) -> DeliveryFailed:
     retry_after = None
     if response.status_code == 429:
         headers = {k.lower(): v for k, v in response.headers.items()}
-        retry_after = float(headers.get("retry-after", 30))
+        # Jittered: what one limit put off together is not all tried again at one instant.
+        retry_after = after_waiting(float(headers.get("retry-after", 30)))
     return DeliveryFailed(f"slack: {error}", retry_after)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any, Protocol
@@ -29,6 +30,10 @@ from bot.store import Outbox
 log = logging.getLogger("kestrel.outbox")
 
 BACKOFF_SECONDS = (1.0, 5.0, 15.0, 60.0, 300.0)
+# A platform's Retry-After is lengthened by up to a tenth of it (at least 1 s, at most 30 s), so
+# that the messages one limit put off, in one replica or several, do not all fall due at once.
+JITTER_SHARE = 0.1
+JITTER_SECONDS = (1.0, 30.0)
 
 # Fills in what a placeholder owes (puts the real messages): given what is owed ("answer" or
 # "card") and whose (the run's or the request's id).
@@ -83,6 +88,13 @@ class DeliveryFailed(Exception):
     def __init__(self, message: str, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+
+def after_waiting(seconds: float) -> float:
+    """When to try again after a platform asked to wait ``seconds`` (its Retry-After): never
+    sooner, and up to a small, bounded time later at random."""
+    low, high = JITTER_SECONDS
+    return seconds + random.uniform(0.0, min(max(seconds * JITTER_SHARE, low), high))
 
 
 class Undeliverable(DeliveryFailed):

@@ -154,7 +154,7 @@ async def test_a_thread_rate_limited_for_minutes_holds_back_no_other_thread(
         limited = fake.calls_to("POST", rf"/channels/{slow}/messages")
         assert len(limited) == 1  # asked once, then put off: not retried in a loop
         fake.clear_faults()
-        await world.later(601)  # past the retry_after: the slow thread's card lands, once
+        await world.later(631)  # past the retry_after and its jitter: the card lands, once
         assert len(_cards(fake, slow)) == 1
         assert len(_cards(fake, other)) == 1
         assert "Traceback" not in caplog.text
@@ -233,7 +233,7 @@ async def test_a_reply_rate_limited_after_a_mention_acted_is_put_off_not_acted_a
 
         assert await world.rt.store.take_work(world.rt.owner, retake_after=0) == []
         fake.clear_faults()
-        await world.later(601)
+        await world.later(631)  # past the retry_after and its jitter
         notes = [m for m in fake.bot_messages(thread) if m.get("content") == "cancelled"]
         assert len(notes) == 1, fake.bot_messages(thread)
 
@@ -332,3 +332,25 @@ async def test_a_card_discord_refuses_is_shown_once_as_words_saying_how_to_decid
             assert len(cards()) == tried == 2  # refused once, then its words alone
             refusals = [r for r in caplog.records if "refused" in r.getMessage()]
             assert len(refusals) == 1, [r.getMessage() for r in refusals]
+
+
+async def test_cards_rate_limited_together_are_retried_spread_never_sooner(tmp_path: Path) -> None:
+    # Several cards (of this replica, or of several) put off by one Retry-After were all due
+    # at the same instant, and met the limit again together.
+    async with FakeDiscord() as fake, discord_world(tmp_path, restart_script(), fake=fake) as world:
+        fake.fail("POST", r"/channels/\d+/messages", retry_after=600, times=None)
+        for _ in range(3):
+            await world.mention("checkout is failing")
+        store = world.rt.store
+
+        async def put_off() -> list[Any]:
+            requests = await store.list_requests()
+            rows = [await store.get_message(f"discord:card:{r.id}") for r, _, _ in requests]
+            limited = [m for m in rows if m is not None and "rate limited" in m.error]
+            return limited if len(limited) == 3 else []
+
+        rows = await until(put_off, timeout=20)
+        waits = [(m.next_attempt_at - m.updated_at).total_seconds() for m in rows]
+        assert min(waits) >= 599.9, waits  # never sooner than Discord said
+        assert max(waits) <= 600 + 30, waits  # a small, bounded spread
+        assert max(waits) - min(waits) > 0.01, waits

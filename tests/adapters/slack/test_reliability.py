@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from adapters.slack import ids
 from adapters.slack.app import SlackAdapter
@@ -23,6 +24,7 @@ from tests.fakes.slack_world import (
     slack_world,
     updates_of,
 )
+from tests.fakes.waiting import until
 
 SLOW = "C0SLOW"  # a channel Slack rate-limits
 
@@ -101,6 +103,30 @@ async def test_a_rate_limited_channel_holds_back_no_other_channel(tmp_path: Path
         assert card.args["channel"] == CHANNEL
         limited = [c for c in world.api.calls_to("chat.postMessage") if c.args["channel"] == SLOW]
         assert len(limited) == 1  # asked once, then put off: not retried in a loop
+
+
+async def test_cards_rate_limited_together_are_retried_spread_never_sooner(
+    tmp_path: Path,
+) -> None:
+    # Cards one Retry-After put off (in this replica, or in several) were all due at the same
+    # instant, and met the limit again together.
+    async with slack_world(tmp_path, restart_script()) as world:
+        world.api.fail("chat.postMessage", retry_after=600, times=None)
+        for _ in range(3):
+            await world.mention("checkout is failing")
+        store = world.rt.store
+
+        async def put_off() -> list[Any]:
+            requests = await store.list_requests()
+            rows = [await store.get_message(f"slack:card:{r.id}") for r, _, _ in requests]
+            limited = [m for m in rows if m is not None and "ratelimited" in m.error]
+            return limited if len(limited) == 3 else []
+
+        rows = await until(put_off, timeout=20)
+        waits = [(m.next_attempt_at - m.updated_at).total_seconds() for m in rows]
+        assert min(waits) >= 599.9, waits  # never sooner than Slack said
+        assert max(waits) <= 600 + 30, waits  # a small, bounded spread
+        assert max(waits) - min(waits) > 0.01, waits
 
 
 async def test_a_post_that_landed_unrecorded_is_found_not_posted_again(tmp_path: Path) -> None:
