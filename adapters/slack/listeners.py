@@ -380,11 +380,13 @@ class SlackListeners:
         await respond(text=message.text, blocks=message.blocks)
 
     async def _command_actor(self, command: dict[str, Any]) -> Actor:
-        # A slash command names a channel but no thread: it acts on that channel's runs.
-        team, channel = str(command.get("team_id", "")), str(command.get("channel_id", ""))
-        where = SlackThread(team, channel, "")
-        user_team = str(command.get("user_team_id", ""))
-        return await self._actor(str(command.get("user_id", "")), where, user_team)
+        # A slash command names a channel but no thread: it acts on that channel's runs. Its
+        # ``team_id`` is the typist's own workspace (where they were in Slack), which in a
+        # channel shared with another is not always ours; the channel's runs live in ours, as
+        # the events' (``_team_of``) do, and the typist is told apart by their own.
+        own_team = str(command.get("user_team_id") or command.get("team_id") or "")
+        where = SlackThread(self._me.team or own_team, str(command.get("channel_id", "")), "")
+        return await self._actor(str(command.get("user_id", "")), where, own_team)
 
     async def _command_on_run(
         self, verb: str, run_id: str, command: dict[str, Any], respond: Respond

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from adapters.slack import ids
-from tests.fakes.slack_client import app_mention
+from tests.fakes.slack_client import app_mention, slash_command
 from tests.fakes.slack_world import APPROVER, REQUESTER, restart_script, slack_world
 
 OURS, THEIRS = "T0001", "T0THEIRS"
@@ -32,3 +32,28 @@ async def test_a_run_in_a_channel_another_workspace_shared_is_decided_from_its_t
         assert world.executions == ["checkout"]
         run = (await world.chat.recent(1))[0]
         assert run.session_id.startswith(f"slack:{OURS}:{SHARED}:")
+
+
+async def test_a_guest_cancels_their_run_with_the_slash_command_from_its_channel(
+    tmp_path: Path,
+) -> None:
+    # A slash command's team_id is the workspace of the person who typed it (where they were
+    # in Slack), not the one Kestrel is installed in: a guest's command from the run's own
+    # channel was taken to come from their workspace's channel, not the run's, and refused.
+    guest, theirs_user = "U0GUEST", {"team_id": THEIRS}
+    policy = {"requesters": [REQUESTER, guest]}
+    async with slack_world(tmp_path, restart_script(), extra_policy=policy) as world:
+        world.api.users[guest] = theirs_user
+        mention = app_mention(guest, "checkout is failing", channel=SHARED, user_team=THEIRS)
+        ours = {"team_id": OURS, "user_id": world.api.bot_user, "is_bot": True}
+        await world.sender.event(
+            mention, team=THEIRS, authorizations=[ours], is_ext_shared_channel=True
+        )
+        await world.card()
+        run = (await world.chat.recent(1))[0]
+
+        typed = slash_command(guest, f"cancel {run.id}", channel=SHARED, team=THEIRS)
+        assert (await world.sender.command(typed)).status == 200
+        [answer] = await world.api.wait_for("response_url")
+        assert answer.args.get("text") == "cancelled", answer.args
+        assert (await world.chat.status(run.id)).record.status.value == "cancelled"
