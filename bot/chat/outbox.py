@@ -34,6 +34,10 @@ BACKOFF_SECONDS = (1.0, 5.0, 15.0, 60.0, 300.0)
 # that the messages one limit put off, in one replica or several, do not all fall due at once.
 JITTER_SHARE = 0.1
 JITTER_SECONDS = (1.0, 30.0)
+# A card not shown after this many tries, or put off this long at once (a refusal only a
+# person lifts), is said in an error line: nobody in its thread can decide it.
+UNSHOWN_CARD_TRIES = 3
+UNSHOWN_CARD_WAIT_SECONDS = 600.0
 
 # Fills in what a placeholder owes (puts the real messages): given what is owed ("answer" or
 # "card") and whose (the run's or the request's id).
@@ -154,6 +158,8 @@ class Deliveries:
         self._resting.set()
         self._stopped = False
         self._render_owed: RenderOwed | None = None
+        # The cards this process said were not shown (said once each, forgotten once shown).
+        self._said_unshown: set[str] = set()
 
     def renders_owed(self, render: RenderOwed) -> None:
         """Have ``render`` fill in the answers runs and the cards requests owe (the platform's
@@ -218,9 +224,13 @@ class Deliveries:
             ref = await self._show(message)
         except Undeliverable as exc:
             log.error("outbox: %s given up: %s", message.key, exc)
+            self._unshown(message, str(exc), given_up=True)
             await self._store.message_delivered(message.key, self._owner, message.version, "")
             return 0
         except DeliveryFailed as exc:
+            late = exc.retry_after is not None and exc.retry_after >= UNSHOWN_CARD_WAIT_SECONDS
+            if late or message.attempts >= UNSHOWN_CARD_TRIES:
+                self._unshown(message, str(exc), given_up=False)
             await self._failed(message, str(exc), exc.retry_after)
             return 0
         except Exception as exc:  # a bug or a broken connection: the post may have landed
@@ -228,7 +238,29 @@ class Deliveries:
             await self._failed(message, f"{type(exc).__name__}: {exc}", None)
             return 0
         await self._store.message_delivered(message.key, self._owner, message.version, ref)
+        self._said_unshown.discard(message.key)
         return 1
+
+    def _unshown(self, message: OutboxMessage, error: str, *, given_up: bool) -> None:
+        """Say, once, that a request's card has never been shown in its thread: nobody there
+        can decide it, so on-call must, and learns here which request and how."""
+        _, _, key = message.key.partition(":")
+        if not key.startswith("card:") or message.ref or message.delivered_version:
+            return
+        if message.key in self._said_unshown:
+            return
+        self._said_unshown.add(message.key)
+        request = key.removeprefix("card:")
+        what = "given up" if given_up else f"tried {message.attempts} time(s), still trying"
+        log.error(
+            "outbox: the card of request %s has not reached its thread (%s; %s): nobody there"
+            " can decide it; `kestrel runs pending` lists it with its run, and `kestrel runs"
+            " approve` or `deny` RUN %s decides it",
+            request,
+            error.partition("\n")[0],
+            what,
+            request,
+        )
 
     async def _fill_in(self, message: OutboxMessage, kind: str, owner: str) -> int:
         """Render the answer or card ``owner`` (a run, a request) owes in place of the

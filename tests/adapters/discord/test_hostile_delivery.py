@@ -354,3 +354,30 @@ async def test_cards_rate_limited_together_are_retried_spread_never_sooner(tmp_p
         assert min(waits) >= 599.9, waits  # never sooner than Discord said
         assert max(waits) <= 600 + 30, waits  # a small, bounded spread
         assert max(waits) - min(waits) > 0.01, waits
+
+
+async def test_a_card_that_never_reaches_its_thread_is_said_once_where_on_call_looks(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Kestrel lost access to the thread before its card was shown: the card was retried hourly
+    # for ever, and nothing told anyone which request waited, or how to decide it.
+    async with FakeDiscord() as fake, discord_world(tmp_path, restart_script(), fake=fake) as world:
+        fake.fail("POST", r"/channels/\d+/messages", status=403, code=50001, times=None)
+        await world.mention("checkout is failing")
+
+        async def refused() -> list[Any]:
+            requests = await world.rt.store.list_requests()
+            rows = [
+                await world.rt.store.get_message(f"discord:card:{r.id}") for r, _, _ in requests
+            ]
+            return [r for r, _, _ in requests if rows and rows[0] and rows[0].error]
+
+        [request] = await until(refused, timeout=20)
+        for _ in range(4):
+            await world.later(3600)
+        said = [r for r in caplog.records if "has not reached its thread" in r.getMessage()]
+        assert len(said) == 1, [r.getMessage() for r in said]
+        assert said[0].levelname == "ERROR"
+        line = said[0].getMessage()
+        assert f"request {request.id}" in line and "50001" in line
+        assert "`kestrel runs pending`" in line and "`kestrel runs approve`" in line

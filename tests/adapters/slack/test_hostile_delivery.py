@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from aiohttp import web
 
 from adapters.slack import ids
@@ -242,3 +243,24 @@ async def test_hostile_a_card_whose_blocks_are_refused_says_how_to_decide_it(
         text = shown.args["text"]
         assert f"its buttons cannot be shown: on-call can decide request `{request.id}`" in text
         assert "`kestrel runs pending`" in text and "`/kestrel runs`" in text
+
+
+async def test_hostile_a_card_slack_keeps_refusing_is_said_once_where_on_call_looks(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Slack failed every post of the card (an outage of minutes): it was retried every five
+    # minutes, one warning each, and nothing said which request waited, or how to decide it.
+    async with slack_world(tmp_path, restart_script()) as world:
+        world.api.fail("chat.postMessage", error="fatal_error", status=200, times=None)
+        await world.mention("checkout is failing")
+        await world.api.wait_for(lambda c: c.method == "chat.postMessage" and c.ok is False)
+        for _ in range(6):
+            await world.later(300)
+        [(request, _, _)] = await world.rt.store.list_requests()
+        said = [r for r in caplog.records if "has not reached its thread" in r.getMessage()]
+        assert len(said) == 1, [r.getMessage() for r in said]
+        assert f"request {request.id}" in said[0].getMessage()
+        assert said[0].levelname == "ERROR"
+        world.api.clear_faults()
+        await world.later(300)
+        await world.card()
