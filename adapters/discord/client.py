@@ -114,7 +114,7 @@ class KestrelDiscord(discord.Client):
         self.life = PlatformLife(
             chat,
             outbox,
-            DiscordTransport(http),
+            DiscordTransport(http, self.seeing),
             owner,
             DiscordLook(link, pings=pings),
             lambda deliveries: DiscordProgress(http, deliveries),
@@ -144,6 +144,18 @@ class KestrelDiscord(discord.Client):
         self._catch_up = catch_up
         self._serving = False
         self._read_back_in: str | None = None
+
+    async def seeing(self, guild: str, thread: str, users: list[str]) -> frozenset[str] | None:
+        """Which of ``users`` see private thread ``thread`` already (its members, and those who
+        manage threads there); None when it is not a private thread, or cannot be looked up
+        (its channel's people see it, as before)."""
+        found = self.get_guild(int(guild)) if guild.isdigit() else None
+        if found is None:
+            return None
+        where = await _channel_or_thread(found, Place("discord", guild, "", thread))
+        if not isinstance(where, discord.Thread) or not where.is_private():
+            return None
+        return frozenset([user for user in users if await _sees_private(found, where, user)])
 
     def drain(self) -> None:
         """Take no new message or interaction from now on (this replica is stopping)."""
@@ -930,6 +942,29 @@ async def _in_thread(thread: discord.Thread, member: discord.Member) -> bool:
         )
         return False
     return True
+
+
+async def _sees_private(guild: discord.Guild, thread: discord.Thread, user: str) -> bool:
+    """Whether ``user`` sees private ``thread``: as its member, or as someone who manages
+    threads in its channel; a lookup that fails or takes too long is a no (no ping)."""
+    if not user.isdigit():
+        return False
+    try:
+        await asyncio.wait_for(thread.fetch_member(int(user)), LOOKUP_SECONDS)
+        return True
+    except discord.NotFound:
+        pass
+    except (TimeoutError, discord.DiscordException) as exc:
+        log.warning("discord: members of thread %s could not be asked: %s", thread.id, exc)
+        return False
+    member = guild.get_member(int(user))
+    if member is None:
+        try:
+            member = await asyncio.wait_for(guild.fetch_member(int(user)), LOOKUP_SECONDS)
+        except (TimeoutError, discord.DiscordException):
+            return False  # not in the server, or not answered: not one who sees the thread
+    allowed = _permissions(thread, member)
+    return allowed is not None and allowed.view_channel and allowed.manage_threads
 
 
 NOT_HERE = "That request is not one of a Discord run's."

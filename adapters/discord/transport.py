@@ -11,6 +11,11 @@ A body Discord refuses as such (50035 Invalid Form Body: a card over one of its 
 refused the same way every time: it is sent once more as its words alone (a card's, with what
 its buttons would have decided and how to decide it without them), and given up if that is
 refused too, never retried hourly.
+
+Discord adds whoever a message in a private thread notifies to that thread. So a message
+notifying people (a card, a reminder) into a private thread notifies only those who see it
+already (its members, and those who manage threads) and names the others, unnotified: an
+approver who is not in the thread is told of nothing they could then read whole.
 """
 
 from __future__ import annotations
@@ -59,6 +64,16 @@ _DECIDING = tuple(
 )
 
 
+# Which of some users already see a thread (guild, thread, users); None when it is not a
+# private thread, which shows to everyone who sees its channel.
+Seeing = Callable[[str, str, list[str]], Awaitable[frozenset[str] | None]]
+NOT_PINGED = (
+    "Not notified, as they are not in this private thread (a ping would add them to it): {who}."
+    " They may still answer, once added to the thread, or from the terminal"
+    " (`kestrel runs pending`)."
+)
+
+
 class BodyRefused(Undeliverable):
     """Discord refused the body itself (50035): the same body is refused every time."""
 
@@ -68,12 +83,14 @@ class DiscordTransport:
 
     platform = "discord"
 
-    def __init__(self, http: discord.http.HTTPClient) -> None:
+    def __init__(self, http: discord.http.HTTPClient, seeing: Seeing | None = None) -> None:
         self._http = http
+        self._seeing = seeing
 
     async def post(self, key: str, target: dict[str, Any], body: dict[str, Any]) -> str:
         """Post into the thread, once per key; return the message id."""
         channel = DiscordTarget.from_json(target).channel
+        body = await self._for_thread(target, body)
         route = Route("POST", "/channels/{channel_id}/messages", channel_id=channel)
 
         async def send(shown: dict[str, Any]) -> Any:
@@ -86,6 +103,7 @@ class DiscordTransport:
     async def update(self, ref: str, target: dict[str, Any], body: dict[str, Any]) -> None:
         """Edit message ``ref`` in place."""
         channel = DiscordTarget.from_json(target).channel
+        body = await self._for_thread(target, body)
         route = Route(
             "PATCH",
             "/channels/{channel_id}/messages/{message_id}",
@@ -102,6 +120,7 @@ class DiscordTransport:
         """A post whose outcome is unknown, among the thread's latest messages: a bot's message
         showing ``body`` (Discord returns no nonce there; within minutes the nonce dedupes)."""
         channel = DiscordTarget.from_json(target).channel
+        body = await self._for_thread(target, body)
         route = Route("GET", "/channels/{channel_id}/messages", channel_id=channel)
         try:
             messages = await self._http.request(route, params={"limit": 50})
@@ -116,6 +135,34 @@ class DiscordTransport:
             if _shows(message, body) or (instead and _shows(message, instead)):
                 return str(message["id"])
         return None
+
+    async def _for_thread(self, target: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
+        """``body`` as it may be shown in the thread: in a private one, notifying only those
+        who see it already, and naming the others (roles too: a role's members are not asked
+        one by one) unnotified."""
+        allowed = body.get("allowed_mentions") or {}
+        users = [str(u) for u in allowed.get("users") or []]
+        roles = [str(r) for r in allowed.get("roles") or []]
+        if self._seeing is None or not (users or roles):
+            return body
+        where = DiscordTarget.from_json(target)
+        seeing = await self._seeing(where.guild, where.channel, users)
+        if seeing is None:
+            return body
+        kept = [user for user in users if user in seeing]
+        left = [f"<@{u}>" for u in users if u not in seeing] + [f"<@&{r}>" for r in roles]
+        if not left:
+            return body
+        note = NOT_PINGED.format(who=", ".join(left))
+        content = str(body.get("content") or "")
+        content = f"{content}\n{note}" if content else note
+        if len(content) > CONTENT_LIMIT:
+            content = content[: CONTENT_LIMIT - 1] + "…"
+        return {
+            **body,
+            "content": content,
+            "allowed_mentions": {**allowed, "users": kept, "roles": []},
+        }
 
     async def unarchive(self, channel: str) -> None:
         """Open an archived thread again so that it can be written to."""

@@ -306,7 +306,8 @@ class FakeDiscord:
       /guilds/{g}/members/{u}``; set it to change roles; authors of dispatched messages and
       interactions are added); ``users``: user id -> user object;
     * ``thread_members``: thread id -> the ids of its members (``GET
-      /channels/{t}/thread-members/{u}``; a thread not listed has none);
+      /channels/{t}/thread-members/{u}``; a thread not listed has none); a bot post in a
+      private thread adds the users it mentions (those ``allowed_mentions`` lets it notify);
     * ``commands``: guild id (None: global) -> the registered application commands;
     * ``interactions``: interaction id -> record (``payload``, ``token``, ``channel_id``,
       ``response_type``, ``responses`` (callback bodies), ``original``, ``followups``) of
@@ -1121,6 +1122,11 @@ class FakeDiscord:
         await self._unarchive_for_send(target)
         message = self._build_message(channel, body, extra={"_files": call.files})
         self._store(message)
+        if target.get("type") == p.PRIVATE_THREAD:
+            # As Discord does: a user a message in a private thread mentions (and notifies:
+            # ``allowed_mentions`` decides) becomes one of its members, and sees all of it.
+            members = self.thread_members.setdefault(channel, set())
+            members.update(str(user["id"]) for user in message["mentions"])
         if nonce is not None:
             self._nonces[(nonce, channel)] = message
         await self._echo_message("MESSAGE_CREATE", message)

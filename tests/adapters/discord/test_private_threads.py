@@ -4,12 +4,20 @@ its channel or from anywhere else in the server."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 from tests.fakes import discord_payloads as p
 from tests.fakes.discord_api import FakeDiscord
-from tests.fakes.discord_world import ONCALL, REQUESTER, DiscordWorld, discord_world
+from tests.fakes.discord_world import (
+    APPROVER,
+    ONCALL,
+    REQUESTER,
+    SRE_ROLE,
+    DiscordWorld,
+    discord_world,
+)
 from tests.fakes.slack_world import restart_script
 
 MANAGE_THREADS = 1 << 34
@@ -68,3 +76,68 @@ async def test_a_private_threads_run_is_read_only_by_those_who_see_the_thread(
                 assert "restart_service" in listed, listed
                 shown = await _command(world, "status", channel=p.CHANNEL_ID, user=reader, run=run)
                 assert "restart_service" in shown, shown
+
+
+async def test_a_card_in_a_private_thread_pings_only_approvers_who_see_it(tmp_path: Path) -> None:
+    # Discord adds whoever a message in a private thread notifies to the thread: the card's
+    # ping added every approver (and asked a role in), who then read the whole incident.
+    async with FakeDiscord() as fake:
+        private, _ = _guild_with_a_private_thread(fake)
+        thread = private["id"]
+        fake.members[(p.GUILD_ID, APPROVER)] = {"roles": []}
+        fake.members[(p.GUILD_ID, MEMBER)] = {"roles": []}
+        policy = {"approvers": {"*": [APPROVER, MEMBER, f"group:{SRE_ROLE}"]}}
+        async with discord_world(
+            tmp_path, restart_script(), fake=fake, extra_policy=policy
+        ) as world:
+            await world.mention("checkout is failing", channel=thread)
+            await world.card()
+            [posted] = [
+                c
+                for c in fake.calls_to("POST", rf"/channels/{thread}/messages")
+                if "kestrel:approve:" in json.dumps(c.json) and c.status == 200
+            ]
+            body = posted.json or {}
+            assert body["allowed_mentions"]["users"] == [MEMBER]
+            assert body["allowed_mentions"]["roles"] == []
+            assert APPROVER not in fake.thread_members[thread]
+            # Those not pinged are named, with how they may still answer.
+            content = body["content"]
+            assert f"<@{APPROVER}>" in content and f"<@&{SRE_ROLE}>" in content
+            assert "not in this private thread" in content
+
+
+async def test_a_card_in_a_public_thread_still_pings_every_approver(tmp_path: Path) -> None:
+    async with discord_world(tmp_path, restart_script()) as world:
+        await world.mention("checkout is failing")
+        card = await world.card()
+        posted = [
+            c
+            for c in world.discord.calls_to("POST", rf"/channels/{card['channel_id']}/messages")
+            if "kestrel:approve:" in json.dumps(c.json)
+        ]
+        mentions = (posted[0].json or {})["allowed_mentions"]
+        assert mentions["users"] == [APPROVER] and mentions["roles"] == [SRE_ROLE]
+
+
+async def test_a_card_in_a_private_thread_pings_an_approver_who_manages_threads(
+    tmp_path: Path,
+) -> None:
+    async with FakeDiscord() as fake:
+        private, _ = _guild_with_a_private_thread(fake)
+        manages = {"id": SRE_ROLE, "type": 0, "allow": str(MANAGE_THREADS), "deny": "0"}
+        fake.channels[p.CHANNEL_ID]["permission_overwrites"].append(manages)
+        fake.members[(p.GUILD_ID, APPROVER)] = {"roles": []}
+        fake.members[(p.GUILD_ID, ONCALL)] = {"roles": [SRE_ROLE]}
+        policy = {"approvers": {"*": [APPROVER, ONCALL]}}
+        async with discord_world(
+            tmp_path, restart_script(), fake=fake, extra_policy=policy
+        ) as world:
+            await world.mention("checkout is failing", channel=private["id"])
+            await world.card()
+            [posted] = [
+                c
+                for c in fake.calls_to("POST", rf"/channels/{private['id']}/messages")
+                if "kestrel:approve:" in json.dumps(c.json) and c.status == 200
+            ]
+            assert (posted.json or {})["allowed_mentions"]["users"] == [ONCALL]
