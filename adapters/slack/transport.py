@@ -15,7 +15,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack.mrkdwn import escape
 from adapters.slack.target import SlackTarget
-from bot.chat.outbox import DeliveryFailed, MessageGone, after_waiting
+from bot.chat.outbox import DeliveryFailed, MessageGone, Undeliverable, after_waiting
 
 log = logging.getLogger("kestrel.slack")
 T = TypeVar("T")
@@ -41,7 +41,7 @@ NEEDS_A_PERSON = frozenset(
 )
 NEEDS_A_PERSON_SECONDS = 3600.0
 # Refusals of the body itself: the same body is refused every time, so it is shown once as
-# its words alone (no blocks) rather than retried for ever.
+# its words alone (no blocks) rather than retried for ever, and given up if those are refused.
 BODY_REFUSED = frozenset(
     {"invalid_blocks", "invalid_blocks_format", "msg_too_long", "invalid_attachments"}
 )
@@ -223,6 +223,8 @@ def _failed(exc: SlackApiError) -> DeliveryFailed:
         return MessageGone(f"slack: {error}")
     if error in NEEDS_A_PERSON:
         return DeliveryFailed(f"slack: {error}", NEEDS_A_PERSON_SECONDS)
+    if error in BODY_REFUSED:  # words alone, or a second refusal: sending again changes nothing
+        return Undeliverable(f"slack: {error}: Slack refuses this message as written")
     retry_after = None
     if response.status_code == 429:
         headers = {k.lower(): v for k, v in response.headers.items()}

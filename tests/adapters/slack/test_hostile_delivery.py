@@ -264,3 +264,37 @@ async def test_hostile_a_card_slack_keeps_refusing_is_said_once_where_on_call_lo
         world.api.clear_faults()
         await world.later(300)
         await world.card()
+
+
+async def test_hostile_a_message_refused_even_as_text_is_given_up_in_one_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Slack refused the answer as a body (msg_too_long), then its words alone too: the same
+    # words were sent every five minutes for ever, a warning each time.
+    async with slack_world(tmp_path, restart_script()) as world:
+        await world.mention("checkout is failing")
+        card = await world.card()
+        await world.settled()
+        original = world.api._post_message
+
+        def refusing_the_answer(call: Any) -> dict[str, Any]:
+            if "healthy again" in json.dumps(call.args):
+                return {"ok": False, "error": "msg_too_long"}
+            return dict(original(call))
+
+        world.api.set_handler("chat.postMessage", refusing_the_answer)
+        await world.click(card, ids.APPROVE_ONCE, user=APPROVER)
+        await world.api.wait_for(
+            lambda c: c.method == "chat.postMessage" and "healthy again" in json.dumps(c.args)
+        )
+        await world.settled()
+
+        def answers() -> int:
+            posts = world.api.calls_to("chat.postMessage")
+            return len([c for c in posts if "healthy again" in json.dumps(c.args)])
+
+        tried = answers()
+        for _ in range(3):
+            await world.later(300)
+        assert answers() == tried == 2  # as it was, then its words alone; no more
+        assert any("given up" in r.getMessage() for r in caplog.records)
