@@ -775,9 +775,11 @@ async def _pending_lines(interaction: discord.Interaction) -> list[str]:
             continue  # this server's runs only
         link = thread_of(place.session.id).url or place.session.id
         who = ", ".join(item.may_answer) or "nobody"
-        lines.append(
-            f"• {item.request.kind.value} `{item.request.tool}` — may answer: {who} — {link}"
-        )
+        line = f"• {item.request.kind.value} `{item.request.tool}` — may answer: {who} — {link}"
+        why = await client.renderer.card_unshown(item.request.id)
+        if why:  # nobody in the thread can decide it: the terminal can
+            line += f" — **card not shown** ({why}): `kestrel runs pending`"
+        lines.append(line)
     return lines
 
 

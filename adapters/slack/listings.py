@@ -37,7 +37,7 @@ from bot.domain import (
 )
 
 
-def _item_line(item: PendingRequest, *, with_run: bool) -> str:
+def _item_line(item: PendingRequest, *, with_run: bool, unshown: str = "") -> str:
     request = item.request
     parts = [f"{_KIND_NAMES[request.kind]} {_inline(request.tool)}"]
     if with_run:
@@ -48,12 +48,20 @@ def _item_line(item: PendingRequest, *, with_run: bool) -> str:
     parts.append(f"may answer: {_principals(item.may_answer, most=5)}")
     if item.note:
         parts.append(f"_{_fit(item.note, 200)}_")
+    if unshown:  # nobody in the thread can decide it: the terminal can
+        parts.append(f"*card not shown* ({_inline(_fit(unshown, 200))}): `kestrel runs pending`")
     return " · ".join(parts)
 
 
-def runs_message(pending: Sequence[PendingRequest], links: Mapping[str, str]) -> SlackMessage:
+def runs_message(
+    pending: Sequence[PendingRequest],
+    links: Mapping[str, str],
+    unshown: Mapping[str, str] | None = None,
+) -> SlackMessage:
     """The workspace's open requests grouped by run, oldest first, each run linked to its
-    thread (``links``: run id → permalink). Post it ephemerally: it mentions people."""
+    thread (``links``: run id → permalink), each request whose card was never shown saying so
+    (``unshown``: request id → why). Post it ephemerally: it mentions people."""
+    unshown = unshown or {}
     if not pending:
         return SlackMessage("Nothing is waiting.", _checked([_section("Nothing is waiting.")]))
     runs: dict[str, list[PendingRequest]] = {}
@@ -71,7 +79,17 @@ def runs_message(pending: Sequence[PendingRequest], links: Mapping[str, str]) ->
         link = _link(links.get(run_id), "thread")
         if link:
             head += f" · {link}"
-        blocks.append(_section(_lines_within(head, [_item_line(i, with_run=False) for i in items])))
+        blocks.append(
+            _section(
+                _lines_within(
+                    head,
+                    [
+                        _item_line(i, with_run=False, unshown=unshown.get(i.request.id, ""))
+                        for i in items
+                    ],
+                )
+            )
+        )
     text = f"{len(pending)} open request(s) in {len(runs)} run(s)"
     return SlackMessage(text, _checked(blocks))
 

@@ -177,6 +177,17 @@ class Deliveries:
         platform = self._transport.platform
         return await self._store.get_message(f"{platform}:{key}") is not None
 
+    async def unshown(self, key: str) -> str:
+        """Why message ``key`` (a card: ``card_key``) has never been shown in its thread: the
+        platform's last refusal, or "given up"; empty when it was shown or is not refused."""
+        message = await self._store.get_message(f"{self._transport.platform}:{key}")
+        if message is None or message.ref:
+            return ""
+        if message.error:
+            return message.error.partition("\n")[0]
+        given_up = message.delivered_version >= message.version and owed_of(message.body) is None
+        return "given up" if given_up else ""
+
     async def run(self) -> None:
         """Deliver until ``stop``: at once when woken, else every ``poll_seconds``."""
         while not self._stopped:

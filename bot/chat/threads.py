@@ -185,6 +185,11 @@ class ThreadRenderer:
         if view is not None:
             await self.show_card(view)
 
+    async def card_unshown(self, request_id: str) -> str:
+        """Why the request's card has never been shown in its thread (the platform's last
+        refusal, or "given up"); empty when it was, or nothing refused it."""
+        return await self._deliveries.unshown(card_key(request_id))
+
     async def show_open_cards(self) -> None:
         """The card of every open request that the outbox does not hold yet, so that a card no
         process lived to put there appears. One it holds is left alone: it is delivered anyway,

@@ -381,3 +381,12 @@ async def test_a_card_that_never_reaches_its_thread_is_said_once_where_on_call_l
         line = said[0].getMessage()
         assert f"request {request.id}" in line and "50001" in line
         assert "`kestrel runs pending`" in line and "`kestrel runs approve`" in line
+
+        # Whoever lists what waits learns its card is not in the thread, and why.
+        data = p.interaction_command(
+            options=[{"name": "runs", "type": 1, "options": []}], user_id=ONCALL
+        )
+        await world.discord.dispatch("INTERACTION_CREATE", data)
+        listed = await world.answered(data)
+        assert "restart_service" in listed and "card not shown" in listed, listed
+        assert "50001" in listed, listed

@@ -12,10 +12,11 @@ from aiohttp import web
 
 from adapters.slack import ids
 from tests.fakes.slack_api import FakeSlackApi
-from tests.fakes.slack_client import block_actions
+from tests.fakes.slack_client import block_actions, slash_command
 from tests.fakes.slack_world import (
     APPROVER,
     CHANNEL,
+    ONCALL,
     button_value,
     posted_ts,
     restart_script,
@@ -261,6 +262,10 @@ async def test_hostile_a_card_slack_keeps_refusing_is_said_once_where_on_call_lo
         assert len(said) == 1, [r.getMessage() for r in said]
         assert f"request {request.id}" in said[0].getMessage()
         assert said[0].levelname == "ERROR"
+        # Whoever lists what waits learns its card is not in the thread, and why.
+        await world.sender.command(slash_command(ONCALL, "runs"))
+        listed = json.dumps((await world.api.wait_for("response_url"))[0].args)
+        assert "card not shown" in listed and "fatal_error" in listed, listed
         world.api.clear_faults()
         await world.later(300)
         await world.card()
