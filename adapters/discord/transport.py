@@ -46,6 +46,7 @@ NEEDS_A_PERSON = frozenset({50001, 50013, 50083})
 NEEDS_A_PERSON_SECONDS = 3600.0
 # The body itself refused (Invalid Form Body): no retry and no person makes it acceptable.
 BODY_REFUSED = 50035
+REFUSED_AS = "50035 Invalid Form Body"  # as a card shown as its words says (the same each time)
 CONTENT_LIMIT = 2000
 # The most of a refused question card's words its options take (the rest: its other words).
 OPTIONS_LIMIT = 800
@@ -128,7 +129,7 @@ class DiscordTransport:
             raise _failed(exc, channel) from exc
         except discord.RateLimited as exc:
             raise _limited(exc) from exc
-        instead = words_instead(body, "")  # what a post refused as a body showed
+        instead = words_instead(body, REFUSED_AS)  # what a post refused as a body showed
         for message in messages:
             if not (message.get("author") or {}).get("bot"):
                 continue
@@ -214,7 +215,7 @@ async def _sent(
     try:
         return await send(body)
     except BodyRefused as exc:
-        instead = words_instead(body, str(exc).partition("\n")[0])
+        instead = words_instead(body, REFUSED_AS)
         if instead is None:
             raise
         if _deciding(body):

@@ -256,7 +256,8 @@ class Deliveries:
         """Say, once, that a request's card has never been shown in its thread: nobody there
         can decide it, so on-call must, and learns here which request and how."""
         _, _, key = message.key.partition(":")
-        if not key.startswith("card:") or message.ref or message.delivered_version:
+        # Never posted: no ref (a placeholder filled in counts as delivered, yet shows nothing).
+        if not key.startswith("card:") or message.ref:
             return
         if message.key in self._said_unshown:
             return
