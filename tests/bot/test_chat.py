@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from bot.chat.conversation import Conversation
-from bot.chat.outbox import Deliveries
+from bot.chat.outbox import Deliveries, DeliveryFailed
 from bot.chat.service import ChatService, RequestView
 from bot.chat.threads import PLACES_KEPT, RunPlace, StepStatus, ThreadRenderer
 from bot.domain import (
@@ -407,3 +407,38 @@ async def test_a_click_that_lands_as_a_cancel_ends_the_run_is_refused(
     assert not clicked.accepted and "cancelled" in clicked.message, clicked.message
     assert (await service._rt.store.get_request(request_id))[1] is RequestStatus.CANCELLED
     assert counter.calls == {}
+
+
+class _CardLook(_Look):
+    """A look for platform ``test`` that draws a card as its request's id."""
+
+    def card(self, view: RequestView) -> dict[str, Any]:
+        return {"text": view.request.id}
+
+
+class _NoAccess(_NoTransport):
+    """A platform that refuses every post until a person lets Kestrel in."""
+
+    async def post(self, key: str, target: dict[str, Any], body: dict[str, Any]) -> str:
+        raise DeliveryFailed("test: no access", 3600.0)
+
+
+async def test_a_card_filled_in_from_its_placeholder_and_refused_is_said_unshown(
+    chat: tuple[ChatService, Counter], caplog: pytest.LogCaptureFixture
+) -> None:
+    # A request's opening owes its card; the worker filled the placeholder in before any
+    # renderer put the card, so the placeholder's version counted as delivered, and the card,
+    # refused ever after, was never said to be missing from its thread.
+    service, _ = chat
+    _run_id, request_id = await suspended_on_approval(service, thread())
+    store = service._supervisor.rt.store
+    deliveries = Deliveries(store, _NoAccess(), "test-owner")
+    renderer = ThreadRenderer(service, deliveries, _CardLook(), _Silent())
+
+    await deliveries.deliver_due()
+
+    said = [
+        r.getMessage() for r in caplog.records if "has not reached its thread" in r.getMessage()
+    ]
+    assert len(said) == 1 and f"request {request_id}" in said[0], said
+    assert "no access" in await renderer.card_unshown(request_id)
