@@ -9,7 +9,7 @@ import math
 import traceback
 from collections.abc import AsyncIterator, Coroutine
 from datetime import UTC
-from typing import Any, NoReturn
+from typing import Any
 
 import msgspec
 
@@ -25,12 +25,10 @@ from bot.domain import (
     new_id,
 )
 from bot.errors import (
-    CancelRefused,
     ResumeRefused,
     StoreError,
     ThreadBusy,
     UnreadableJournal,
-    already_ended,
 )
 from bot.events import (
     AdvisoryEvent,
@@ -48,21 +46,18 @@ from bot.kinds import AuditAction
 from bot.llm.base import UserMessage
 from bot.logs import run_context
 from bot.people.decisions import Answered, Decisions
-from bot.people.policy import Actor, NotPermitted
+from bot.people.policy import Actor
 from bot.prompter import DeferringPrompter, Prompter
 from bot.records import RunRecord
+from bot.run.cancel import Cancels
+from bot.run.cancel import cancel_key as cancel_key  # where callers have always found it
 from bot.run.context import RunContext
-from bot.run.loop import AgentLoop, LoopDeps, Signals, unsettled
+from bot.run.loop import AgentLoop, LoopDeps, Signals
 from bot.run.runtime import Runtime
 
 log = logging.getLogger("kestrel.supervisor")
 
 HISTORY_TURNS = 5
-
-
-def cancel_key(run_id: str) -> str:
-    """The once-mark that asks whichever process drives ``run_id`` to cancel it."""
-    return f"cancel:{run_id}"
 
 
 # The journal's decoder, built with this module rather than by a run. Only a process that
@@ -121,6 +116,9 @@ class Supervisor:
         self.decisions = Decisions(runtime)
         self.live: dict[str, LiveRun] = {}
         self._resuming = KeyedLocks()
+        self.cancels = Cancels(
+            runtime, self.decisions, self.live, self._resuming, self._end_outside
+        )
         # Every run task until it returns: a task that left ``live`` may still be resuming.
         self._tasks: set[asyncio.Task[RunState]] = set()
         self._stopped: list[asyncio.Task[RunState]] = []  # the tasks shutdown waits on
@@ -198,7 +196,7 @@ class Supervisor:
         try:
             self._check_fingerprint(state, force)
         except ResumeRefused:
-            if await self._cancelled_instead(run_id):
+            if await self.cancels.instead(run_id):
                 return None
             await self._left_to_a_person(run_id)
             raise
@@ -267,7 +265,7 @@ class Supervisor:
         try:
             self._check_fingerprint(state, force)
         except ResumeRefused:
-            if await self._cancelled_instead(run_id, epoch):
+            if await self.cancels.instead(run_id, epoch):
                 return None
             await self.rt.store.release(run_id, self.rt.owner, epoch)
             raise
@@ -373,147 +371,7 @@ class Supervisor:
 
         Only the run's requester or on-call may; anyone else gets ``NotPermitted`` (audited).
         """
-
-        actor = actor or Actor(by)
-        by = by or actor.user
-        record = await self.rt.store.get_run(run_id)
-        run = await self.decisions.place_of(run_id) if actor.place is not None else None
-        policy = self.rt.policy
-        refusal = await policy.check_operate(actor, "cancel", run_id, record.requested_by, run)
-        if refusal:
-            await self.rt.store.audit(
-                by, AuditAction.CANCEL_REFUSED, run_id=run_id, detail=refusal.reason
-            )
-            raise NotPermitted(refusal.reason)
-        return await self._cancel(run_id, by)
-
-    async def _cancel(self, run_id: str, by: str) -> str:
-        # A resume of this process between its claim and its task must not drive a run this
-        # cancel ends: both look and claim under the run's lock.
-        async with self._resuming.hold(run_id):
-            return await self._cancel_held(run_id, by)
-
-    async def _cancel_held(self, run_id: str, by: str) -> str:
-        live = self.live.get(run_id)
-        if live is not None:
-            self._stop_for_cancel(live, by)
-            await self.rt.store.audit(
-                by, AuditAction.CANCEL, run_id=run_id, detail="at the loop boundary"
-            )
-            return "cancelling at the next loop boundary"
-        record = await self.rt.store.get_run(run_id)
-        if record.status in TERMINAL_STATUSES:
-            await self._refuse_cancel(run_id, by, already_ended(run_id, record.status, "cancel"))
-        # A journal no process can read is said before any claim: claimed, the run would be
-        # held for a lease by a process that did nothing with it.
-        await self.rt.store.load(run_id)
-        epoch = await self.rt.store.claim(run_id, self.rt.owner, self.rt.lease_seconds)
-        if epoch is None:
-            return await self._cancel_elsewhere(run_id, by)
-        return await self._cancel_claimed(run_id, epoch, by)
-
-    async def _cancel_elsewhere(self, run_id: str, by: str) -> str:
-        """Cancel a run another process holds: asked through the store, which its driver
-        reads at every lease renewal and suspend, and any process at a resume (one that died
-        holding it, its successor)."""
-        owner = (await self.rt.store.get_run(run_id)).owner or "another process"
-        # Audited before the mark, once: whoever reads the mark finds who asked (``_cancel_asked``).
-        await self.rt.store.audit(by, AuditAction.CANCEL, run_id=run_id, detail=f"asked of {owner}")
-        await self.rt.store.mark_once(cancel_key(run_id))
-        # Tried again once the mark is written: a run its driver suspended since (its lease
-        # given up) is cancelled here; one still held is sure to see the mark.
-        epoch = await self.rt.store.claim(run_id, self.rt.owner, self.rt.lease_seconds)
-        if epoch is not None:
-            return await self._cancel_claimed(run_id, epoch, by, audited=True)
-        return (
-            f"cancelling: {owner} holds the run and ends it at its next step"
-            " (if it died, whoever takes the run up ends it)"
-        )
-
-    async def _cancel_claimed(
-        self, run_id: str, epoch: int, by: str, *, audited: bool = False
-    ) -> str:
-        """Cancel a run whose lease this process just took at ``epoch``, unless it ended
-        between the look and the claim (a claim does not ask whether a run ended). ``audited``:
-        the cancel was audited as asked already."""
-        state = fold(await self.rt.store.load(run_id), run_id)  # as it is under the claim
-        if state.result is not None:
-            await self.rt.store.release(run_id, self.rt.owner, epoch)
-            ended = already_ended(run_id, state.result.status, "cancel")
-            if audited and state.result.status is RunStatus.CANCELLED:
-                return "cancelled"  # by whoever read the mark this cancel wrote, as asked
-            if audited:  # asked too late: one line for one cancel, the asking
-                raise CancelRefused(ended)
-            await self._refuse_cancel(run_id, by, ended)
-        await self._end_cancelled(state, epoch, by)
-        if not audited:
-            await self.rt.store.audit(by, AuditAction.CANCEL, run_id=run_id)
-        return "cancelled"
-
-    async def _honour_cancel(self, run_id: str, by: str) -> None:
-        """End a run, just suspended, whose cancel ``by`` asked and was audited for already
-        (here, or through the store): neither audited again nor refused in ``by``'s name. A run
-        another process holds meanwhile (the asker, ending it; a decider) is left to the mark."""
-        async with self._resuming.hold(run_id):
-            live = self.live.get(run_id)
-            if live is not None:  # a task of this process took it on since
-                self._stop_for_cancel(live, by)
-                return
-            await self._end_asked(run_id, by)
-
-    async def _end_asked(self, run_id: str, by: str, epoch: int | None = None) -> None:
-        """End, as ``by`` asked, a run no task of this process drives, under the lease held at
-        ``epoch`` or claimed now; one another process holds is left to the mark."""
-        if epoch is None:
-            epoch = await self.rt.store.claim(run_id, self.rt.owner, self.rt.lease_seconds)
-        if epoch is None:
-            await self.rt.store.mark_once(cancel_key(run_id))
-            return
-        state = fold(await self.rt.store.load(run_id), run_id)
-        if state.result is not None:  # ended meanwhile (its asker claimed it first)
-            await self.rt.store.release(run_id, self.rt.owner, epoch)
-            return
-        await self._end_cancelled(state, epoch, by)
-
-    async def _cancelled_instead(self, run_id: str, epoch: int | None = None) -> bool:
-        """Whether a run no resume may take up without --force (its configuration changed) was
-        asked to cancel, and is ended so here (under ``epoch``, if this process holds it):
-        its end runs nothing, and whoever asked was told whoever takes the run up ends it."""
-        asked = await self._cancel_asked(run_id)
-        if asked is None:
-            return False
-        await self._end_asked(run_id, asked, epoch)
-        return True
-
-    async def _end_cancelled(self, state: RunState, epoch: int, by: str) -> None:
-        """End a run whose lease this process holds at ``epoch`` (no task of it runs), cancelled
-        by ``by``, and close its requests (the cancel is audited by whoever asked it)."""
-        cause = f"cancelled by {by or 'an operator'}{await unsettled(state)}"
-        # The end first (RunEnded gives the lease up as it is written): a request closed on a
-        # run not yet ended reads as answered, and a crash between the two would let any
-        # resume take the run on past its cancel. Left open on an ended run, it resumes nothing.
-        await self._end_outside(state, epoch, RunStatus.CANCELLED, StopReason.CANCELLED, cause)
-        await self.decisions.close_requests(state.run_id, by)
-
-    async def _cancel_asked(self, run_id: str) -> str | None:
-        """Who asked through the store that the run be cancelled (``_cancel_elsewhere``), ""
-        if nobody is named; None if nobody asked."""
-        if not await self.rt.store.marked(cancel_key(run_id)):
-            return None
-        audited = await self.rt.store.list_audit(run_id=run_id, limit=1000)
-        asked = [a.actor for a in audited if a.action == AuditAction.CANCEL]
-        return asked[-1] if asked else ""
-
-    def _stop_for_cancel(self, live: LiveRun, by: str) -> None:
-        """Cancel a run this process drives, at once: the model call is cut, the call under way
-        finishes, and no other call of its batch runs."""
-        live.cancelled_by = by
-        live.signals.cancel.set()
-        live.signals.interrupt.request(spare_tools=True)
-
-    async def _refuse_cancel(self, run_id: str, by: str, reason: str) -> NoReturn:
-        await self.rt.store.audit(by, AuditAction.CANCEL_REFUSED, run_id=run_id, detail=reason)
-        raise CancelRefused(reason)
+        return await self.cancels.cancel(run_id, by, actor)
 
     async def wait(self, live: LiveRun) -> RunState:
         """Wait for a live run's task to end (suspended, ended, or given up), and for the
@@ -677,11 +535,9 @@ class Supervisor:
         prompter: Prompter | None,
         resumed: RunResumed,
     ) -> RunState:
-        asked = await self._cancel_asked(live.run_id)
-        if asked is not None:
+        if await self.cancels.at_resume(state, epoch):
             # Cancelled from another process while it ran elsewhere, or waited: it goes no
             # further, whoever takes it up.
-            await self._end_cancelled(state, epoch, asked)
             return state
         journal = RunJournal(self.rt.store, state, epoch, self.rt.lease_seconds)
         # The loop journals ``resumed`` (audited as it lands) with the answers it reads, and
@@ -784,14 +640,9 @@ class Supervisor:
         ended in a wait before any loop boundary); a run that suspended on requests already
         answered goes on at once, on a task of its own."""
         try:
-            if not live.signals.cancel.is_set():
-                asked = await self._cancel_asked(live.run_id)  # from another process
-                if asked is not None:
-                    live.cancelled_by = asked
-                    live.signals.cancel.set()
-            if live.signals.cancel.is_set():
-                await self._honour_cancel(live.run_id, live.cancelled_by)
-            elif self._may_go_on(live, state) and await self._can_go_on(state):
+            if await self.cancels.at_suspend(live):
+                return
+            if self._may_go_on(live, state) and await self._can_go_on(state):
                 live.next = await self.resume(state.run_id)
         except (ResumeRefused, StoreError) as exc:
             # Another process took it on, or the store is away: adoption or a resume will do.
@@ -841,7 +692,7 @@ class Supervisor:
 
     async def _renew(self, journal: RunJournal, live: LiveRun) -> None:
         """Renew the run's lease while its task drives it; and, at each renewal, look for a
-        cancel another process asked of it (``_cancel_elsewhere``)."""
+        cancel another process asked of it (``Cancels.at_renewal``)."""
         interval = max(self.rt.lease_seconds / 3, 0.05)
         while True:
             await asyncio.sleep(interval)
@@ -858,12 +709,7 @@ class Supervisor:
                 log.warning("run %s: lease lost", journal.run_id)
                 return
             journal.lease_renewed()
-            if live.signals.cancel.is_set():
-                continue
-            with contextlib.suppress(StoreError):  # looked at again at the next renewal
-                asked = await self._cancel_asked(journal.run_id)
-                if asked is not None:
-                    self._stop_for_cancel(live, asked)
+            await self.cancels.at_renewal(live)
 
     # --- helpers ------------------------------------------------------------------------
 

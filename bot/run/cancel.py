@@ -1,0 +1,229 @@
+"""Cancels: a live run at its next loop boundary, a suspended one at once, and one another
+process holds through the store's once-mark (``cancel:RUN``), which its driver reads at each
+lease renewal and at its suspend, and any process reads as it resumes or adopts the run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, NoReturn
+
+from bot.domain import TERMINAL_STATUSES, RunStatus, StopReason
+from bot.errors import CancelRefused, StoreError, already_ended
+from bot.journal.fold import RunState, fold
+from bot.kinds import AuditAction
+from bot.people.decisions import Decisions
+from bot.people.policy import Actor, NotPermitted
+from bot.run.loop import unsettled
+from bot.run.runtime import Runtime
+
+if TYPE_CHECKING:
+    # Types only: the supervisor holds this collaborator, and hands it its runs and their locks.
+    from bot.run.supervisor import KeyedLocks, LiveRun
+
+# Ends a run no loop drives: journals its end (giving the lease at ``epoch`` up), RunEnd.
+EndOutside = Callable[[RunState, int, RunStatus, StopReason, str], Awaitable[None]]
+
+
+def cancel_key(run_id: str) -> str:
+    """The once-mark that asks whichever process drives ``run_id`` to cancel it."""
+    return f"cancel:{run_id}"
+
+
+class Cancels:
+    """Cancels asked of runs, wherever the run is: driven here, suspended, or held elsewhere."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        decisions: Decisions,
+        live: dict[str, LiveRun],
+        locks: KeyedLocks,
+        end_outside: EndOutside,
+    ) -> None:
+        self.rt = runtime
+        self.decisions = decisions
+        self._live = live  # the supervisor's runs driven by a task of this process
+        self._locks = locks  # the supervisor's, under which a resume looks and claims
+        self._end_outside = end_outside
+
+    async def cancel(self, run_id: str, by: str = "", actor: Actor | None = None) -> str:
+        """Cancel a run: a live one at its next loop boundary, a suspended one at once.
+
+        Only the run's requester or on-call may; anyone else gets ``NotPermitted`` (audited).
+        """
+
+        actor = actor or Actor(by)
+        by = by or actor.user
+        record = await self.rt.store.get_run(run_id)
+        run = await self.decisions.place_of(run_id) if actor.place is not None else None
+        policy = self.rt.policy
+        refusal = await policy.check_operate(actor, "cancel", run_id, record.requested_by, run)
+        if refusal:
+            await self.rt.store.audit(
+                by, AuditAction.CANCEL_REFUSED, run_id=run_id, detail=refusal.reason
+            )
+            raise NotPermitted(refusal.reason)
+        return await self._cancel(run_id, by)
+
+    async def _cancel(self, run_id: str, by: str) -> str:
+        # A resume of this process between its claim and its task must not drive a run this
+        # cancel ends: both look and claim under the run's lock.
+        async with self._locks.hold(run_id):
+            return await self._cancel_held(run_id, by)
+
+    async def _cancel_held(self, run_id: str, by: str) -> str:
+        live = self._live.get(run_id)
+        if live is not None:
+            self._stop(live, by)
+            await self.rt.store.audit(
+                by, AuditAction.CANCEL, run_id=run_id, detail="at the loop boundary"
+            )
+            return "cancelling at the next loop boundary"
+        record = await self.rt.store.get_run(run_id)
+        if record.status in TERMINAL_STATUSES:
+            await self._refuse(run_id, by, already_ended(run_id, record.status, "cancel"))
+        # A journal no process can read is said before any claim: claimed, the run would be
+        # held for a lease by a process that did nothing with it.
+        await self.rt.store.load(run_id)
+        epoch = await self.rt.store.claim(run_id, self.rt.owner, self.rt.lease_seconds)
+        if epoch is None:
+            return await self._cancel_elsewhere(run_id, by)
+        return await self._cancel_claimed(run_id, epoch, by)
+
+    async def _cancel_elsewhere(self, run_id: str, by: str) -> str:
+        """Cancel a run another process holds: asked through the store, which its driver
+        reads at every lease renewal and suspend, and any process at a resume (one that died
+        holding it, its successor)."""
+        owner = (await self.rt.store.get_run(run_id)).owner or "another process"
+        # Audited before the mark, once: whoever reads the mark finds who asked (``_asked``).
+        await self.rt.store.audit(by, AuditAction.CANCEL, run_id=run_id, detail=f"asked of {owner}")
+        await self.rt.store.mark_once(cancel_key(run_id))
+        # Tried again once the mark is written: a run its driver suspended since (its lease
+        # given up) is cancelled here; one still held is sure to see the mark.
+        epoch = await self.rt.store.claim(run_id, self.rt.owner, self.rt.lease_seconds)
+        if epoch is not None:
+            return await self._cancel_claimed(run_id, epoch, by, audited=True)
+        return (
+            f"cancelling: {owner} holds the run and ends it at its next step"
+            " (if it died, whoever takes the run up ends it)"
+        )
+
+    async def _cancel_claimed(
+        self, run_id: str, epoch: int, by: str, *, audited: bool = False
+    ) -> str:
+        """Cancel a run whose lease this process just took at ``epoch``, unless it ended
+        between the look and the claim (a claim does not ask whether a run ended). ``audited``:
+        the cancel was audited as asked already."""
+        state = fold(await self.rt.store.load(run_id), run_id)  # as it is under the claim
+        if state.result is not None:
+            await self.rt.store.release(run_id, self.rt.owner, epoch)
+            ended = already_ended(run_id, state.result.status, "cancel")
+            if audited and state.result.status is RunStatus.CANCELLED:
+                return "cancelled"  # by whoever read the mark this cancel wrote, as asked
+            if audited:  # asked too late: one line for one cancel, the asking
+                raise CancelRefused(ended)
+            await self._refuse(run_id, by, ended)
+        await self._end(state, epoch, by)
+        if not audited:
+            await self.rt.store.audit(by, AuditAction.CANCEL, run_id=run_id)
+        return "cancelled"
+
+    async def at_suspend(self, live: LiveRun) -> bool:
+        """Whether a cancel ends a run that just suspended: one asked while it ran (its batch
+        ended in a wait before any loop boundary), or by another process (the mark, read
+        once); if so, the run is ended here."""
+        if not live.signals.cancel.is_set():
+            asked = await self._asked(live.run_id)  # from another process
+            if asked is not None:
+                live.cancelled_by = asked
+                live.signals.cancel.set()
+        if not live.signals.cancel.is_set():
+            return False
+        await self._honour(live.run_id, live.cancelled_by)
+        return True
+
+    async def _honour(self, run_id: str, by: str) -> None:
+        """End a run, just suspended, whose cancel ``by`` asked and was audited for already
+        (here, or through the store): neither audited again nor refused in ``by``'s name. A run
+        another process holds meanwhile (the asker, ending it; a decider) is left to the mark."""
+        async with self._locks.hold(run_id):
+            live = self._live.get(run_id)
+            if live is not None:  # a task of this process took it on since
+                self._stop(live, by)
+                return
+            await self._end_asked(run_id, by)
+
+    async def at_renewal(self, live: LiveRun) -> None:
+        """At a lease renewal of a run this process drives: stop it if another process asked
+        for its cancel (the mark); a store that fails the look is looked at again next time."""
+        if live.signals.cancel.is_set():
+            return
+        with contextlib.suppress(StoreError):  # looked at again at the next renewal
+            asked = await self._asked(live.run_id)
+            if asked is not None:
+                self._stop(live, asked)
+
+    async def at_resume(self, state: RunState, epoch: int) -> bool:
+        """Whether a run this process just took up (its lease held at ``epoch``) was asked to
+        cancel, and is ended so here: it goes no further, whoever takes it up."""
+        asked = await self._asked(state.run_id)
+        if asked is None:
+            return False
+        await self._end(state, epoch, asked)
+        return True
+
+    async def _end_asked(self, run_id: str, by: str, epoch: int | None = None) -> None:
+        """End, as ``by`` asked, a run no task of this process drives, under the lease held at
+        ``epoch`` or claimed now; one another process holds is left to the mark."""
+        if epoch is None:
+            epoch = await self.rt.store.claim(run_id, self.rt.owner, self.rt.lease_seconds)
+        if epoch is None:
+            await self.rt.store.mark_once(cancel_key(run_id))
+            return
+        state = fold(await self.rt.store.load(run_id), run_id)
+        if state.result is not None:  # ended meanwhile (its asker claimed it first)
+            await self.rt.store.release(run_id, self.rt.owner, epoch)
+            return
+        await self._end(state, epoch, by)
+
+    async def instead(self, run_id: str, epoch: int | None = None) -> bool:
+        """Whether a run no resume may take up without --force (its configuration changed) was
+        asked to cancel, and is ended so here (under ``epoch``, if this process holds it):
+        its end runs nothing, and whoever asked was told whoever takes the run up ends it."""
+        asked = await self._asked(run_id)
+        if asked is None:
+            return False
+        await self._end_asked(run_id, asked, epoch)
+        return True
+
+    async def _end(self, state: RunState, epoch: int, by: str) -> None:
+        """End a run whose lease this process holds at ``epoch`` (no task of it runs), cancelled
+        by ``by``, and close its requests (the cancel is audited by whoever asked it)."""
+        cause = f"cancelled by {by or 'an operator'}{await unsettled(state)}"
+        # The end first (RunEnded gives the lease up as it is written): a request closed on a
+        # run not yet ended reads as answered, and a crash between the two would let any
+        # resume take the run on past its cancel. Left open on an ended run, it resumes nothing.
+        await self._end_outside(state, epoch, RunStatus.CANCELLED, StopReason.CANCELLED, cause)
+        await self.decisions.close_requests(state.run_id, by)
+
+    async def _asked(self, run_id: str) -> str | None:
+        """Who asked through the store that the run be cancelled (``_cancel_elsewhere``), ""
+        if nobody is named; None if nobody asked."""
+        if not await self.rt.store.marked(cancel_key(run_id)):
+            return None
+        audited = await self.rt.store.list_audit(run_id=run_id, limit=1000)
+        asked = [a.actor for a in audited if a.action == AuditAction.CANCEL]
+        return asked[-1] if asked else ""
+
+    def _stop(self, live: LiveRun, by: str) -> None:
+        """Cancel a run this process drives, at once: the model call is cut, the call under way
+        finishes, and no other call of its batch runs."""
+        live.cancelled_by = by
+        live.signals.cancel.set()
+        live.signals.interrupt.request(spare_tools=True)
+
+    async def _refuse(self, run_id: str, by: str, reason: str) -> NoReturn:
+        await self.rt.store.audit(by, AuditAction.CANCEL_REFUSED, run_id=run_id, detail=reason)
+        raise CancelRefused(reason)
