@@ -97,7 +97,7 @@ class Cancels:
         reads at every lease renewal and suspend, and any process at a resume (one that died
         holding it, its successor)."""
         owner = (await self.rt.store.get_run(run_id)).owner or "another process"
-        # Audited before the mark, once: whoever reads the mark finds who asked (``_asked``).
+        # Audited before the mark, once: whoever reads the mark finds who asked (``asked``).
         await self.rt.store.audit(by, AuditAction.CANCEL, run_id=run_id, detail=f"asked of {owner}")
         await self.rt.store.mark_once(cancel_key(run_id))
         # Tried again once the mark is written: a run its driver suspended since (its lease
@@ -135,7 +135,7 @@ class Cancels:
         ended in a wait before any loop boundary), or by another process (the mark, read
         once); if so, the run is ended here."""
         if not live.signals.cancel.is_set():
-            asked = await self._asked(live.run_id)  # from another process
+            asked = await self.asked(live.run_id)  # from another process
             if asked is not None:
                 live.cancelled_by = asked
                 live.signals.cancel.set()
@@ -161,14 +161,14 @@ class Cancels:
         if live.signals.cancel.is_set():
             return
         with contextlib.suppress(StoreError):  # looked at again at the next renewal
-            asked = await self._asked(live.run_id)
+            asked = await self.asked(live.run_id)
             if asked is not None:
                 self._stop(live, asked)
 
     async def at_resume(self, state: RunState, epoch: int) -> bool:
         """Whether a run this process just took up (its lease held at ``epoch``) was asked to
         cancel, and is ended so here: it goes no further, whoever takes it up."""
-        asked = await self._asked(state.run_id)
+        asked = await self.asked(state.run_id)
         if asked is None:
             return False
         await self._end(state, epoch, asked)
@@ -192,7 +192,7 @@ class Cancels:
         """Whether a run no resume may take up without --force (its configuration changed) was
         asked to cancel, and is ended so here (under ``epoch``, if this process holds it):
         its end runs nothing, and whoever asked was told whoever takes the run up ends it."""
-        asked = await self._asked(run_id)
+        asked = await self.asked(run_id)
         if asked is None:
             return False
         await self._end_asked(run_id, asked, epoch)
@@ -208,7 +208,7 @@ class Cancels:
         await self._end_outside(state, epoch, RunStatus.CANCELLED, StopReason.CANCELLED, cause)
         await self.decisions.close_requests(state.run_id, by)
 
-    async def _asked(self, run_id: str) -> str | None:
+    async def asked(self, run_id: str) -> str | None:
         """Who asked through the store that the run be cancelled (``_cancel_elsewhere``), ""
         if nobody is named; None if nobody asked."""
         if not await self.rt.store.marked(cancel_key(run_id)):

@@ -200,22 +200,32 @@ class Supervisor:
                 return None
             await self._left_to_a_person(run_id)
             raise
+        cancelled = False
+        if prompter is not None and state.open_requests:
+            # Someone present (the console) is offered what the run waits on, unless it was
+            # asked to cancel: then it ends (its resume reads the mark again, once claimed),
+            # and nobody is asked about a step it never takes. One given no prompter asks
+            # nobody now (``_prompter_for`` defers), and so reads no mark here.
+            cancelled = await self.cancels.asked(run_id) is not None
+            if not cancelled:
+                await self.decisions.ask_again(state, prompter)
         prompter = _prompter_for(state, prompter)
-        if prompter is not None:
-            await self.decisions.ask_again(state, prompter)
-        if not await self._has_work(state) or self._stopping:
+        if not (cancelled or await self._has_work(state)) or self._stopping:
             # Stopping: no claim either, which a run released while waiting would take for
             # one (``ORPHANED_RUNS``: its epoch is its journal's last only until claimed).
             return None
-        claimed = await self._claim_with_work(run_id)
+        claimed = await self._claim_with_work(run_id, cancelled)
         if claimed is None:
             return None
         epoch, state = claimed
         return self._resumed(run_id, epoch, state, prompter, force, record.owner, by)
 
-    async def _claim_with_work(self, run_id: str) -> tuple[int, RunState] | None:
-        """The run's lease and its state, if it still has work once claimed; else None (the
-        claim given back, or left to expire by a process that began to stop)."""
+    async def _claim_with_work(
+        self, run_id: str, cancelled: bool = False
+    ) -> tuple[int, RunState] | None:
+        """The run's lease and its state, if it still has work once claimed (``cancelled``:
+        ending it is work enough); else None (the claim given back, or left to expire by a
+        process that began to stop)."""
         while True:
             epoch = await self.rt.store.claim(run_id, self.rt.owner, self.rt.lease_seconds)
             if epoch is None:
@@ -226,7 +236,7 @@ class Supervisor:
                 # run from every sweep (``ORPHANED_RUNS``), as a refused resume is.
                 return None
             state = fold(await self.rt.store.load(run_id), run_id)
-            if await self._goes_on(state):
+            if await self._goes_on(state, cancelled):
                 return epoch, state
             # Another owner moved it on between our look and our claim: nothing left to do.
             await self.rt.store.release(run_id, self.rt.owner, epoch)
@@ -234,12 +244,13 @@ class Supervisor:
             # lease taken and left the run to us, and given back without a journal entry, the
             # run is hidden from every sweep. Looked at after the release, an answer written
             # since took the lease itself.
-            if not await self._goes_on(fold(await self.rt.store.load(run_id), run_id)):
+            if not await self._goes_on(fold(await self.rt.store.load(run_id), run_id), cancelled):
                 return None
 
-    async def _goes_on(self, state: RunState) -> bool:
-        """Whether a run not ended has work to resume (``_has_work``)."""
-        return state.result is None and await self._has_work(state)
+    async def _goes_on(self, state: RunState, cancelled: bool = False) -> bool:
+        """Whether a run not ended has work to resume (``_has_work``; or, ``cancelled``, its
+        end)."""
+        return state.result is None and (cancelled or await self._has_work(state))
 
     async def _left_to_a_person(self, run_id: str) -> None:
         """A run no resume may take up without --force is claimed and given back, as a refused

@@ -24,6 +24,7 @@ from bot.domain import (
     Decision,
     DecisionKind,
     Request,
+    RequestMaker,
     RequestStatus,
     RunStatus,
     Session,
@@ -39,13 +40,14 @@ from bot.journal.entries import (
     Entry,
     RunStarted,
     RunSuspended,
+    ToolDeferred,
     ToolDispatched,
     ToolResultEntry,
     UserMessageEntry,
 )
 from bot.journal.fold import RunState, fold
 from bot.journal.writer import RunJournal
-from bot.kinds import AuditAction
+from bot.kinds import AuditAction, RequestKind
 from bot.llm.scripted import ScriptedProvider
 from bot.people.policy import Actor, Policy, PolicyRules
 from bot.prompter import DeferringPrompter
@@ -61,7 +63,14 @@ from bot.tools.source import ToolSource
 from bot.tools.toolset import ToolSet
 from storage.sql_store import migrated
 from storage.sqlite import SqliteStore
-from tests.fakes.runtime import Counter, call, counting_tools, make_runtime, reply
+from tests.fakes.runtime import (
+    Counter,
+    ScriptedPrompter,
+    call,
+    counting_tools,
+    make_runtime,
+    reply,
+)
 from tests.fakes.waiting import until
 
 
@@ -1386,6 +1395,83 @@ async def test_an_orphan_asked_to_cancel_is_ended_though_no_sweep_may_resume_it(
     assert state.result is not None and state.result.error.startswith("cancelled by U0ONCALL;")
     assert counter.calls == {}
     assert await cancels_audited(rt, "run_asked") == ["U0ONCALL"]
+
+
+async def orphan_waiting(rt: Runtime, run_id: str) -> Request:
+    """A run whose owner died as it asked for ``deploy``: its card out (the request open)."""
+    await rt.store.ensure_session(Session(id=f"ses_{run_id}"))
+    epoch = await rt.store.create_run(RunRecord(id=run_id, session_id=f"ses_{run_id}"), "dead", 0.0)
+    journal = RunJournal(rt.store, RunState(run_id), epoch)
+    deploy = ToolCall(id="call_deploy", name="deploy", arguments='{"text": "v2"}')
+    digest = rt.tools.current().call_digest("deploy", {"text": "v2"})
+    request = RequestMaker(run_id, "U0REQ")(
+        RequestKind.WAIT_APPROVAL, deploy.id, "deploy", {"text": "v2"}, digest=digest
+    )
+    started = RunStarted(
+        run_id=run_id,
+        session_id=f"ses_{run_id}",
+        requested_by="U0REQ",
+        fingerprint=rt.fingerprint(),
+        has_prompter=True,
+    )
+    for entry in (
+        started,
+        UserMessageEntry(text="ship it", by="U0REQ"),
+        AssistantTurnEntry(iteration=0, turn=AssistantTurn(calls=(deploy,))),
+        ToolDeferred(call_id=deploy.id, tool="deploy", request=request),
+    ):
+        await journal.append(entry)
+    return request
+
+
+@pytest.mark.parametrize("answer", [DecisionKind.APPROVE, None])
+async def test_an_orphan_asked_to_cancel_is_ended_without_asking_anyone_again(
+    tmp_path: Path, opened: list[Runtime], answer: DecisionKind | None
+) -> None:
+    counter = Counter()
+    rt, _ = await make_runtime(tmp_path / "k.db", [reply(text="x")], counting_tools(counter))
+    opened.append(rt)
+    await orphan_waiting(rt, "run_asked")
+    # Cancelled at the terminal while its replica held it; that replica then died.
+    await rt.store.audit("U0ONCALL", AuditAction.CANCEL, run_id="run_asked", detail="asked")
+    await rt.store.mark_once(cancel_key("run_asked"))
+    console = ScriptedPrompter([answer])  # approves it, or says later
+    sup = Supervisor(rt)
+
+    # Taken up where someone is present to answer what it waits on (`kestrel chat`'s /resume):
+    # whatever they would say, the run ends cancelled.
+    live = await sup.resume("run_asked", prompter=console)
+    assert live is not None
+    await sup.wait(live)
+
+    assert console.asked == []  # its card is not put to anyone again: the run ends
+    state = fold(await rt.store.load("run_asked"), "run_asked")
+    assert state.result is not None and state.result.status is RunStatus.CANCELLED
+    assert state.result.error == "cancelled by U0ONCALL"
+    assert await rt.store.list_requests(run_id="run_asked") == []
+    assert counter.calls == {}
+    audited = [(a.actor, a.action) for a in await rt.store.list_audit(run_id="run_asked")]
+    assert ("U0APPROVER", "approve") not in audited
+
+
+async def test_a_suspended_run_asked_to_cancel_is_ended_by_a_resume_that_asks_nobody(
+    tmp_path: Path, opened: list[Runtime]
+) -> None:
+    rt, sup, counter, run_id = await waiting_for_approval(tmp_path, opened)
+    await sup.wait(sup.live[run_id])
+    # The cancel's asker died between its mark and its claim: nobody ended the run.
+    await rt.store.audit("U0ONCALL", AuditAction.CANCEL, run_id=run_id, detail="asked")
+    await rt.store.mark_once(cancel_key(run_id))
+    console = ScriptedPrompter([None])
+
+    live = await sup.resume(run_id, prompter=console)
+    assert live is not None  # not "still waits on someone": it ends
+    await sup.wait(live)
+
+    assert console.asked == []
+    assert (await rt.store.get_run(run_id)).status is RunStatus.CANCELLED
+    assert await rt.store.list_requests(run_id=run_id) == []
+    assert counter.calls == {}
 
 
 @pytest.mark.parametrize(

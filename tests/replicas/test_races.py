@@ -26,17 +26,17 @@ from bot.errors import CancelRefused
 from bot.journal.entries import AssistantTurnEntry, RunStarted, ToolDeferred, UserMessageEntry
 from bot.journal.fold import RunState, fold
 from bot.journal.writer import RunJournal
-from bot.kinds import TERMINAL_STATUSES, RequestKind
+from bot.kinds import TERMINAL_STATUSES, AuditAction, RequestKind
 from bot.llm.scripted import ScriptedProvider
 from bot.people.policy import Actor
 from bot.prompter import DeferringPrompter
 from bot.records import RunRecord
 from bot.run.runtime import Runtime
-from bot.run.supervisor import Supervisor
+from bot.run.supervisor import Supervisor, cancel_key
 from bot.tools.source import ToolSource
 from bot.tools.toolset import ToolSet
 from storage.postgres import PostgresStore
-from tests.fakes.runtime import Counter, call, counting_tools, reply
+from tests.fakes.runtime import Counter, ScriptedPrompter, call, counting_tools, reply
 from tests.fakes.waiting import until
 from tests.storage.conftest import postgres_dsn, postgres_schema
 
@@ -227,3 +227,32 @@ async def test_a_decision_landing_while_its_run_is_adopted_runs_it_once(
     status = await until(lambda: ended(adopting, run_id))
     assert status is RunStatus.COMPLETED, fold(await adopting.rt.store.load(run_id), run_id)
     assert replicas.counter.calls == {"deploy": 1, "write": 1}, (adopted, decided)
+
+
+@pytest.mark.parametrize("answer", [DecisionKind.APPROVE, None])
+async def test_a_run_asked_to_cancel_whose_replica_died_is_ended_asking_nobody_again(
+    replicas: Replicas, answer: DecisionKind | None
+) -> None:
+    taking_up = await replicas.replica("replica-a", [reply(text="deployed")])
+    run_id = "run_asked"
+    deploy = ToolCall(id="call_deploy", name="deploy", arguments='{"text": "v2"}')
+    digest = taking_up.rt.tools.current().call_digest("deploy", {"text": "v2"})
+    request = RequestMaker(run_id, "U0REQ")(
+        RequestKind.WAIT_APPROVAL, deploy.id, "deploy", {"text": "v2"}, digest=digest
+    )
+    await orphan(taking_up, run_id, deploy, deferred=request)
+    # Cancelled at the terminal while its replica held the run; that replica then died.
+    store = taking_up.rt.store
+    await store.audit("U0ONCALL", AuditAction.CANCEL, run_id=run_id, detail="asked")
+    await store.mark_once(cancel_key(run_id))
+    console = ScriptedPrompter([answer])  # someone present, who would approve or say later
+
+    live = await taking_up.resume(run_id, prompter=console)
+    assert live is not None
+    await taking_up.wait(live)
+
+    assert console.asked == []  # its card is put to nobody again
+    state = fold(await store.load(run_id), run_id)
+    assert state.result is not None and state.result.error == "cancelled by U0ONCALL"
+    assert await store.list_requests(run_id=run_id) == []
+    assert replicas.counter.calls == {}
