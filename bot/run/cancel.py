@@ -5,7 +5,9 @@ lease renewal and at its suspend, and any process reads as it resumes or adopts 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, NoReturn
 
@@ -21,6 +23,8 @@ from bot.run.runtime import Runtime
 if TYPE_CHECKING:
     # Types only: the supervisor holds this collaborator, and hands it its runs and their locks.
     from bot.run.supervisor import KeyedLocks, LiveRun
+
+log = logging.getLogger("kestrel.supervisor")
 
 # Ends a run no loop drives: journals its end (giving the lease at ``epoch`` up), RunEnd.
 EndOutside = Callable[[RunState, int, RunStatus, StopReason, str], Awaitable[None]]
@@ -47,6 +51,12 @@ class Cancels:
         self._live = live  # the supervisor's runs driven by a task of this process
         self._locks = locks  # the supervisor's, under which a resume looks and claims
         self._end_outside = end_outside
+        # Set as this process stops: a cancel the store failed is tried here no more.
+        self._stopping = asyncio.Event()
+
+    def stopping(self) -> None:
+        """This process stops: a cancel the store failed is left to its mark (``_honour``)."""
+        self._stopping.set()
 
     async def cancel(self, run_id: str, by: str = "", actor: Actor | None = None) -> str:
         """Cancel a run: a live one at its next loop boundary, a suspended one at once.
@@ -147,13 +157,40 @@ class Cancels:
     async def _honour(self, run_id: str, by: str) -> None:
         """End a run, just suspended, whose cancel ``by`` asked and was audited for already
         (here, or through the store): neither audited again nor refused in ``by``'s name. A run
-        another process holds meanwhile (the asker, ending it; a decider) is left to the mark."""
-        async with self._locks.hold(run_id):
-            live = self._live.get(run_id)
-            if live is not None:  # a task of this process took it on since
-                self._stop(live, by)
+        another process holds meanwhile (the asker, ending it; a decider) is left to the mark.
+
+        A store that fails it is tried again until it takes it, or this process stops: its
+        card is closed once the store is back, not left open until a decision or its deadline.
+        """
+        again = False
+        while True:
+            try:
+                async with self._locks.hold(run_id):
+                    await self._honour_held(run_id, by, again)
                 return
-            await self._end_asked(run_id, by)
+            except StoreError as exc:
+                log.warning("run %s: its cancel is not applied yet, trying again: %s", run_id, exc)
+            again = True
+            # Carried by the store meanwhile: should this process stop before the store takes
+            # the end, whoever takes the run up (the resume of a decision too) ends it instead.
+            with contextlib.suppress(StoreError):
+                await self.rt.store.mark_once(cancel_key(run_id))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), max(self.rt.lease_seconds / 3, 0.05))
+            if self._stopping.is_set():
+                log.warning("run %s: its cancel is left to whoever takes the run up", run_id)
+                return
+
+    async def _honour_held(self, run_id: str, by: str, again: bool) -> None:
+        """``_honour`` under the run's lock; ``again``: after a store failure, which may have
+        come between the run's end and the closing of its requests."""
+        live = self._live.get(run_id)
+        if live is not None:  # a task of this process took it on since
+            self._stop(live, by)
+            return
+        await self._end_asked(run_id, by)
+        if again and (await self.rt.store.get_run(run_id)).status is RunStatus.CANCELLED:
+            await self.decisions.close_requests(run_id, by)
 
     async def at_renewal(self, live: LiveRun) -> None:
         """At a lease renewal of a run this process drives: stop it if another process asked

@@ -413,6 +413,7 @@ class Supervisor:
         dies before it queues their resumes.
         """
         self._stopping, self._hand_back = True, hand_back
+        self.cancels.stopping()
         self._stopped.extend(self._tasks)
         self.interrupt_all(spare_tools=tool_grace > 0, hand_back=hand_back)
         if self._tasks and tool_grace > 0:

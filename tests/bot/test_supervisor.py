@@ -1474,6 +1474,103 @@ async def test_a_suspended_run_asked_to_cancel_is_ended_by_a_resume_that_asks_no
     assert counter.calls == {}
 
 
+# Writes the store fails (a statement that errs), by what they write: a run's end, a card's close.
+FAILING = {
+    "end": "BEFORE INSERT ON journal WHEN NEW.kind = 'run_ended'",
+    "close": "BEFORE UPDATE ON requests WHEN NEW.status = 'cancelled'",
+}
+
+
+def store_fails(db: Path, what: str = "end", failing: bool = True) -> None:
+    """Make the store fail every write of ``what`` (``FAILING``), or no longer."""
+    with sqlite3.connect(db) as conn:
+        if not failing:
+            conn.execute("DROP TRIGGER blip")
+            return
+        conn.execute(
+            f"CREATE TRIGGER blip {FAILING[what]} BEGIN SELECT json('the store is away'); END"
+        )
+
+
+async def cancelled_as_the_store_fails(
+    tmp_path: Path, opened: list[Runtime], caplog: pytest.LogCaptureFixture, what: str = "end"
+) -> tuple[Runtime, Supervisor, Counter, str, Request]:
+    """A run cancelled here while its batch ran, its card out; the store failed the cancel
+    that its suspend applied."""
+    caplog.set_level(logging.INFO, logger="kestrel")
+    counter, release = Counter(), asyncio.Event()
+    batch = reply(call("deploy", text="v2"), call("hold"))
+    tools = [*counting_tools(counter), holding_tool(release)]
+    rt, _ = await make_runtime(
+        tmp_path / "k.db", [batch, reply(text="finished")], tools, lease_seconds=0.3
+    )
+    opened.append(rt)
+    sup = Supervisor(rt)
+    live = await sup.start_turn("ship it", requested_by="U0REQ", prompter=DeferringPrompter())
+    await until(lambda: has_open_requests(rt, live.run_id))
+    (request, _status, _decision) = (await rt.store.list_requests(run_id=live.run_id))[0]
+    said = await ChatService(sup).cancel(live.run_id, user=Actor("U0REQ"))
+    assert said == "cancelling at the next loop boundary"
+    store_fails(tmp_path / "k.db", what)
+    release.set()  # the batch ends waiting on its card: the run suspends, its cancel applied then
+    await until(lambda: "malformed JSON" in caplog.text)
+    return rt, sup, counter, live.run_id, request
+
+
+@pytest.mark.parametrize("what", FAILING)
+async def test_a_cancel_the_store_failed_at_the_suspend_ends_the_run_once_it_is_back(
+    tmp_path: Path, opened: list[Runtime], caplog: pytest.LogCaptureFixture, what: str
+) -> None:
+    rt, _sup, counter, run_id, _request = await cancelled_as_the_store_fails(
+        tmp_path, opened, caplog, what
+    )
+
+    store_fails(tmp_path / "k.db", failing=False)  # the store is back
+
+    await until(lambda: ended_and_closed(rt, run_id))  # its card closed too
+    assert (await rt.store.get_run(run_id)).status is RunStatus.CANCELLED
+    assert counter.calls == {}
+    assert await cancels_audited(rt, run_id) == ["U0REQ"]
+
+
+async def test_a_cancel_the_store_failed_outlives_the_process_that_took_it(
+    tmp_path: Path, opened: list[Runtime], caplog: pytest.LogCaptureFixture
+) -> None:
+    rt, sup, counter, run_id, request = await cancelled_as_the_store_fails(tmp_path, opened, caplog)
+
+    await sup.shutdown()  # it stops while the store still fails
+    store_fails(tmp_path / "k.db", failing=False)
+    await until(lambda: lease_expired(rt, run_id))
+    # An approval reaches the run's card afterwards, at another replica.
+    tools = [*counting_tools(counter), holding_tool(asyncio.Event())]
+    other, _ = await make_runtime(
+        tmp_path / "k.db", [reply(text="finished")], tools, owner="replica-b"
+    )
+    opened.append(other)
+    later = Supervisor(other)
+    decided = await ChatService(later).decide(
+        run_id, request.id, DecisionKind.APPROVE, user=Actor("U0APPROVER")
+    )
+    if decided.resumed is not None:
+        await later.wait(decided.resumed)
+
+    # The cancel was not lost with the process: nothing it forbade ran.
+    assert (await rt.store.get_run(run_id)).status is RunStatus.CANCELLED
+    assert counter.calls == {}
+    assert await rt.store.list_requests(run_id=run_id) == []
+
+
+async def ended_and_closed(rt: Runtime, run_id: str) -> bool:
+    """Whether the run ended, and none of its requests is open."""
+    return await has_ended(rt, run_id) and not await has_open_requests(rt, run_id)
+
+
+async def lease_expired(rt: Runtime, run_id: str) -> bool:
+    """Whether nobody holds the run's lease now."""
+    record = await rt.store.get_run(run_id)
+    return not record.owner or record.lease_expires is None or record.lease_expires <= utcnow()
+
+
 @pytest.mark.parametrize(
     ("said", "status"),
     [("All good.", "completed"), ("", "failed"), (None, "cancelled")],

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator, Awaitable
 from typing import Any, TypeVar
 
+import asyncpg
 import pytest
 
 from bot.chat.service import ChatService
@@ -33,9 +35,11 @@ from bot.prompter import DeferringPrompter
 from bot.records import RunRecord
 from bot.run.runtime import Runtime
 from bot.run.supervisor import Supervisor, cancel_key
+from bot.tools.base import Tool
 from bot.tools.source import ToolSource
 from bot.tools.toolset import ToolSet
 from storage.postgres import PostgresStore
+from tests.bot.test_supervisor import holding_tool
 from tests.fakes.runtime import Counter, ScriptedPrompter, call, counting_tools, reply
 from tests.fakes.waiting import until
 from tests.storage.conftest import postgres_dsn, postgres_schema
@@ -54,14 +58,15 @@ class Replicas:
         self.counter = Counter()
         self.runtimes: list[Runtime] = []
 
-    async def replica(self, owner: str, replies: list[dict[str, Any]]) -> Supervisor:
-        """A replica named ``owner`` whose model answers ``replies`` (for each run it drives)."""
+    async def replica(self, owner: str, replies: list[dict[str, Any]], *extra: Tool) -> Supervisor:
+        """A replica named ``owner`` whose model answers ``replies`` (for each run it drives);
+        ``extra``: tools it has besides the counting ones."""
         store = PostgresStore(self.dsn, schema=self.schema)
         await store.migrate()
         rt = Runtime(
             store=store,
             model=ScriptedProvider.from_replies(replies, name="test"),
-            tools=ToolSource(ToolSet(counting_tools(self.counter))),
+            tools=ToolSource(ToolSet([*counting_tools(self.counter), *extra])),
             owner=owner,
             lease_seconds=LEASE,
         )
@@ -256,3 +261,52 @@ async def test_a_run_asked_to_cancel_whose_replica_died_is_ended_asking_nobody_a
     assert state.result is not None and state.result.error == "cancelled by U0ONCALL"
     assert await store.list_requests(run_id=run_id) == []
     assert replicas.counter.calls == {}
+
+
+async def run_ends_fail(replicas: Replicas, failing: bool = True) -> None:
+    """Make the database fail every write of a run's end (an error it raises), or no longer."""
+    schema = replicas.schema
+    admin = await asyncpg.connect(replicas.dsn)
+    try:
+        if not failing:
+            await admin.execute(f"DROP TRIGGER blip ON {schema}.journal")
+            return
+        await admin.execute(
+            f"CREATE OR REPLACE FUNCTION {schema}.blip() RETURNS trigger LANGUAGE plpgsql"
+            " AS $$ BEGIN RAISE EXCEPTION 'the store is away'; END $$"
+        )
+        await admin.execute(
+            f"CREATE TRIGGER blip BEFORE INSERT ON {schema}.journal FOR EACH ROW"
+            f" WHEN (NEW.kind = 'run_ended') EXECUTE FUNCTION {schema}.blip()"
+        )
+    finally:
+        await admin.close()
+
+
+async def test_a_cancel_the_store_failed_at_the_suspend_is_applied_once_it_is_back(
+    replicas: Replicas, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="kestrel")
+    release = asyncio.Event()
+    script = [reply(call("deploy", text="v2"), call("hold")), reply(text="deployed")]
+    driving = await replicas.replica("replica-a", script, holding_tool(release))
+    live = await driving.start_turn("ship it", requested_by="U0REQ", prompter=DeferringPrompter())
+    store = driving.rt.store
+    await until(lambda: store.list_requests(run_id=live.run_id))  # its card is out
+    assert (
+        await driving.cancel(live.run_id, by="U0ONCALL") == "cancelling at the next loop boundary"
+    )
+    await run_ends_fail(replicas)
+    release.set()  # the batch ends waiting on its card: the run suspends, its cancel applied then
+    await until(lambda: "the store is away" in caplog.text)
+
+    await run_ends_fail(replicas, failing=False)
+
+    assert await until(lambda: ended(driving, live.run_id)) is RunStatus.CANCELLED
+    assert await until(lambda: no_open_requests(driving, live.run_id))  # its card closed
+    assert replicas.counter.calls == {}
+
+
+async def no_open_requests(sup: Supervisor, run_id: str) -> bool:
+    """Whether none of the run's requests is open."""
+    return not await sup.rt.store.list_requests(run_id=run_id)
