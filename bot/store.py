@@ -347,8 +347,11 @@ class AuditLog(Protocol):
         """Record one audited fact."""
         ...
 
-    async def list_audit(self, run_id: str | None = None, limit: int = 200) -> list[AuditRecord]:
-        """Audited facts, oldest first."""
+    async def list_audit(
+        self, run_id: str | None = None, limit: int = 200, action: str | None = None
+    ) -> list[AuditRecord]:
+        """The newest ``limit`` audited facts (of one run, of one action, if given), oldest
+        first."""
         ...
 
 

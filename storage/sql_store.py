@@ -555,9 +555,12 @@ class SqlStore(ABC):
         params = (self._now(), actor, str(action), run_id, request_id, detail)
         await self._write("audit", sql.AUDIT, params)
 
-    async def list_audit(self, run_id: str | None = None, limit: int = 200) -> list[AuditRecord]:
-        """The newest ``limit`` audited facts (of one run, if given), oldest first."""
-        clause, params = sql.where(run_id=run_id)
+    async def list_audit(
+        self, run_id: str | None = None, limit: int = 200, action: str | None = None
+    ) -> list[AuditRecord]:
+        """The newest ``limit`` audited facts (of one run, of one action, if given), oldest
+        first."""
+        clause, params = sql.where(run_id=run_id, action=action)
         statement = sql.list_audit(clause, len(params) + 1)
         rows = await self._read("list_audit", statement, (*params, limit))
         moment = self._dialect.moment

@@ -250,9 +250,9 @@ class Cancels:
         if nobody is named; None if nobody asked."""
         if not await self.rt.store.marked(cancel_key(run_id)):
             return None
-        audited = await self.rt.store.list_audit(run_id=run_id, limit=1000)
-        asked = [a.actor for a in audited if a.action == AuditAction.CANCEL]
-        return asked[-1] if asked else ""
+        # The newest cancel audited of the run, alone: however much was audited since.
+        asked = await self.rt.store.list_audit(run_id, limit=1, action=AuditAction.CANCEL)
+        return asked[-1].actor if asked else ""
 
     def _stop(self, live: LiveRun, by: str) -> None:
         """Cancel a run this process drives, at once: the model call is cut, the call under way

@@ -1571,6 +1571,27 @@ async def lease_expired(rt: Runtime, run_id: str) -> bool:
     return not record.owner or record.lease_expires is None or record.lease_expires <= utcnow()
 
 
+async def test_a_cancel_names_its_asker_however_much_was_audited_since(
+    tmp_path: Path, opened: list[Runtime]
+) -> None:
+    rt, sup, counter, run_id = await waiting_for_approval(tmp_path, opened)
+    (request,) = (await sup.wait(sup.live[run_id])).open_requests
+    await rt.store.audit("U0ONCALL", AuditAction.CANCEL, run_id=run_id, detail="asked")
+    await rt.store.mark_once(cancel_key(run_id))
+    for n in range(1000):  # a long run's audit after the cancel was asked: refusals, say
+        await rt.store.audit("U0OTHER", AuditAction.REFUSED, run_id, request.id, f"no {n}")
+
+    decided = await ChatService(sup).decide(
+        run_id, request.id, DecisionKind.APPROVE, user=Actor("U0APPROVER")
+    )
+    assert decided.resumed is not None
+    await sup.wait(decided.resumed)
+
+    state = fold(await rt.store.load(run_id), run_id)
+    assert state.result is not None and state.result.error == "cancelled by U0ONCALL"
+    assert counter.calls == {}
+
+
 @pytest.mark.parametrize(
     ("said", "status"),
     [("All good.", "completed"), ("", "failed"), (None, "cancelled")],

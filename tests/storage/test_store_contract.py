@@ -1326,6 +1326,20 @@ async def test_audit_lists_oldest_first(store: Store, clock: FakeClock) -> None:
     assert [f.action for f in await store.list_audit(limit=2)] == ["cancel", "resume"]
 
 
+async def test_audit_lists_one_action_newest_first_kept(store: Store) -> None:
+    run_id, _ = await new_run(store)
+    await store.audit("ann", AuditAction.CANCEL, run_id=run_id, detail="asked")
+    await store.audit("bob", AuditAction.CANCEL, run_id=run_id, detail="asked again")
+    await store.audit("bob", AuditAction.RESUME, run_id=run_id)
+    await store.audit("cy", AuditAction.CANCEL, detail="of no run")
+
+    newest = await store.list_audit(run_id=run_id, action=AuditAction.CANCEL, limit=1)
+    every = await store.list_audit(run_id=run_id, action=AuditAction.CANCEL)
+
+    assert [(f.actor, f.detail) for f in newest] == [("bob", "asked again")]
+    assert [f.actor for f in every] == ["ann", "bob"]
+
+
 # -- lifecycle ----------------------------------------------------------------------------------
 
 
