@@ -159,8 +159,9 @@ class Cancels:
         (here, or through the store): neither audited again nor refused in ``by``'s name. A run
         another process holds meanwhile (the asker, ending it; a decider) is left to the mark.
 
-        A store that fails it is tried again until it takes it, or this process stops: its
-        card is closed once the store is back, not left open until a decision or its deadline.
+        A store that fails it (not one that answers: an unreadable journal) is tried again
+        until it takes it, or this process stops: its card is closed once the store is back,
+        not left open until a decision or its deadline.
         """
         again = False
         while True:
@@ -169,6 +170,8 @@ class Cancels:
                     await self._honour_held(run_id, by, again)
                 return
             except StoreError as exc:
+                if type(exc) is not StoreError:
+                    raise  # what the store answered (a journal it cannot read): so it stays
                 log.warning("run %s: its cancel is not applied yet, trying again: %s", run_id, exc)
             again = True
             # Carried by the store meanwhile: should this process stop before the store takes

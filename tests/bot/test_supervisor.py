@@ -1560,6 +1560,25 @@ async def test_a_cancel_the_store_failed_outlives_the_process_that_took_it(
     assert await rt.store.list_requests(run_id=run_id) == []
 
 
+async def test_a_cancel_at_a_suspend_whose_journal_cannot_be_read_is_not_tried_again(
+    tmp_path: Path, opened: list[Runtime], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="kestrel")
+    rt, sup, _counter, run_id, _request, release = await card_out_while_running(tmp_path, opened)
+    live = sup.live[run_id]
+    assert await sup.cancel(run_id, by="U0REQ") == "cancelling at the next loop boundary"
+    with sqlite3.connect(tmp_path / "k.db") as conn:  # a hand edit, under the running batch
+        conn.execute("DELETE FROM journal WHERE run_id = ? AND seq = 1", (run_id,))
+
+    release.set()  # the run suspends; its cancel reads a journal no process can read
+
+    # What the store answered stays so: the task leaves, the run left to whoever repairs it.
+    assert live.task is not None
+    await until(live.task.done)
+    assert "is missing" in caplog.text
+    assert (await rt.store.get_run(run_id)).status is RunStatus.SUSPENDED
+
+
 async def ended_and_closed(rt: Runtime, run_id: str) -> bool:
     """Whether the run ended, and none of its requests is open."""
     return await has_ended(rt, run_id) and not await has_open_requests(rt, run_id)
