@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any, Protocol
@@ -97,6 +96,9 @@ class DeliveryFailed(Exception):
 def after_waiting(seconds: float) -> float:
     """When to try again after a platform asked to wait ``seconds`` (its Retry-After): never
     sooner, and up to a small, bounded time later at random."""
+    # Imported here: a process that meets no rate limit (every CLI command) does not pay for it.
+    import random
+
     low, high = JITTER_SECONDS
     return seconds + random.uniform(0.0, min(max(seconds * JITTER_SHARE, low), high))
 
