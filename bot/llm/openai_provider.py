@@ -7,7 +7,7 @@ import hashlib
 import json
 import logging
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from http import HTTPStatus
 from typing import Any
 from urllib.parse import urlsplit
@@ -34,6 +34,7 @@ from bot.llm.base import (
 )
 from bot.llm.error_body import error_message
 from bot.llm.retry import MAX_SERVER_WAIT, backoff, out_of_quota, retryable, server_wait
+from bot.llm.text_calls import text_calls
 from bot.user_agent import USER_AGENT
 
 log = logging.getLogger("kestrel.llm")
@@ -154,7 +155,8 @@ class OpenAIProvider:
             raise ModelError(f"model call failed: the reply from {self.base_url} {exc}") from None
         try:
             # Scrubbed before any of it is quoted: a preview cut mid-key would keep part of it.
-            turn = parse_completion(decode_body(_scrub_body(body, self._client.api_key)))
+            data = decode_body(_scrub_body(body, self._client.api_key))
+            turn = parse_completion(data, {tool.name for tool in tools})
         except _BadShape as exc:
             raise ModelError(
                 f"model call failed: bad response from {self.base_url}: {exc}"
@@ -465,8 +467,9 @@ def decode_body(body: bytes) -> object:
         raise _BadShape(f"expected a chat completion, got {_preview(body)}") from None
 
 
-def parse_completion(data: object) -> AssistantTurn:
-    """The first choice of a decoded completion as an ``AssistantTurn``; arguments stay raw."""
+def parse_completion(data: object, tools: Collection[str] = ()) -> AssistantTurn:
+    """The first choice of a decoded completion as an ``AssistantTurn``; arguments stay raw.
+    Calls the model wrote as text, each naming one of ``tools``, are its calls (``text_calls``)."""
     if not isinstance(data, Mapping):
         raise _BadShape(f"expected a chat completion, got {type(data).__name__}")
     choices = data.get("choices")
@@ -480,7 +483,7 @@ def parse_completion(data: object) -> AssistantTurn:
     message = choice.get("message")
     if not isinstance(message, Mapping):
         raise _BadShape("the first choice has no message")
-    text = _content_text(message.get("content"))
+    text = content = _content_text(message.get("content"))
     refusal = message.get("refusal")
     if not text and isinstance(refusal, str) and refusal.strip():
         text = refusal  # the model declined: its reason is the answer, not an empty one
@@ -493,6 +496,8 @@ def parse_completion(data: object) -> AssistantTurn:
     legacy = message.get("function_call")  # the one look a reply without it costs
     if legacy and not calls:
         calls, finish = _function_call(legacy, data.get("id"), finish)
+    if content and not calls and tools:
+        calls, finish = _written_calls(valid_text(content), tools, data.get("id"), finish)
     return AssistantTurn(
         text=text,
         calls=calls,
@@ -542,17 +547,39 @@ def _function_call(
     them) as the turn's one call, and its finish reason ``function_call`` as ``tool_calls``."""
     if not isinstance(raw, Mapping):
         raise _BadShape("the message's function_call is not an object")
-    call = _tool_call({"id": _function_call_id(response_id), "function": raw})
+    call = _tool_call({"id": _reply_call_id(response_id), "function": raw})
     return (call,), ("tool_calls" if finish == "function_call" else finish)
 
 
-def _function_call_id(response_id: object) -> str:
-    """``call_`` and a digest of the response's id: the same reply always gets the same id,
-    and one of OpenAI's shape and length whatever the server's id holds (its size, its
-    characters). Empty without a response id: ``unique_call_ids`` names it as any missing id."""
+def _written_calls(
+    text: str, tools: Collection[str], response_id: object, finish: object
+) -> tuple[tuple[ToolCall, ...], object]:
+    """The calls the model wrote as text (none if it wrote none of ``tools``), and the finish
+    reason ``tool_calls`` for them unless the reply was cut short or withheld."""
+    found = text_calls(text, tools)
+    if not found:
+        return (), finish
+    log.info("read %d tool call(s) from the reply's text: the server parsed none", len(found))
+    calls = tuple(
+        ToolCall(id=_reply_call_id(response_id, i), name=name, arguments=valid_text(arguments))
+        for i, (name, arguments) in enumerate(found)
+    )
+    return calls, (finish if finish in _CUT_SHORT else "tool_calls")
+
+
+# The loop runs no call of a reply that ended so, whatever it was read from.
+_CUT_SHORT = frozenset({"length", "content_filter"})
+
+
+def _reply_call_id(response_id: object, index: int = 0) -> str:
+    """``call_`` and a digest of the response's id (and the call's place in it, after the
+    first): the same reply always gets the same ids, and ones of OpenAI's shape and length
+    whatever the server's id holds (its size, its characters). Empty without a response id:
+    ``unique_call_ids`` names it as any missing id."""
     if not isinstance(response_id, str) or not response_id:
         return ""
-    digest = hashlib.sha256(response_id.encode("utf-8", "surrogatepass")).hexdigest()
+    key = response_id if index == 0 else f"{response_id}#{index}"
+    digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
     return f"call_{digest[:24]}"
 
 

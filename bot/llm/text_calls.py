@@ -1,0 +1,109 @@
+"""Tool calls a model wrote as text: a server without a tool-call parser for the model (vLLM
+without ``--tool-call-parser``, Ollama or an older llama.cpp with some models) hands the model's
+call markup back as the reply's content, and ``tool_calls`` stays empty.
+
+Only the shapes chat templates write are read, and only as a whole: tagged blocks
+(``<tool_call>{…}</tool_call>``, Hermes and Qwen, with words around them), or a reply that is
+nothing but a call's JSON (an object or a list of them, bare, after ``[TOOL_CALLS]`` or
+``<|python_tag|>``, or in one fenced block). Each must name one of the run's tools; one that
+does not, or one that does not read, leaves the whole text an answer, as it was before.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Collection, Mapping
+from typing import Final
+
+from bot.nesting import loads
+from bot.patterns import on_use
+
+OPEN_TAG: Final = "<tool_call>"
+CLOSE_TAG: Final = "</tool_call>"
+# What Mistral's and Llama 3.1's templates write before a call (the server strips neither).
+_PREFIXES: Final = ("[TOOL_CALLS]", "<|python_tag|>")
+_FENCED: Final = on_use(r"\A```(?:json)?[ \t]*\n(.*?)\n?[ \t]*```\Z", re.DOTALL)
+# A call's object holds these and nothing else: one with more keys is an answer's data.
+_CALL_KEYS: Final = frozenset({"name", "arguments", "parameters", "type", "id"})
+
+TextCall = tuple[str, str]
+"""One call read from text: the tool's name and its arguments as JSON text."""
+
+
+def text_calls(text: str, tools: Collection[str]) -> list[TextCall]:
+    """The calls ``text`` is made of, in order; none unless every one names a tool in
+    ``tools`` and reads as a call."""
+    if not tools:
+        return []
+    tagged = OPEN_TAG in text
+    values = _tagged(text) if tagged else _bare(text.strip())
+    calls = [_call(value, tagged) for value in values]
+    if not calls or any(call is None or call[0] not in tools for call in calls):
+        return []
+    return [call for call in calls if call is not None]
+
+
+def _tagged(text: str) -> list[object]:
+    """Each ``<tool_call>`` block's JSON; none if one does not read (the last may be left
+    unclosed: a model can stop before it writes the closing tag)."""
+    values: list[object] = []
+    at = text.find(OPEN_TAG)
+    while at >= 0:
+        start = at + len(OPEN_TAG)
+        end = text.find(CLOSE_TAG, start)
+        block = text[start:] if end < 0 else text[start:end]
+        value = _json(block)
+        if value is None:
+            return []
+        values.append(value)
+        if end < 0:
+            break
+        at = text.find(OPEN_TAG, end + len(CLOSE_TAG))
+    return values
+
+
+def _bare(text: str) -> list[object]:
+    """The calls of a reply that is only JSON: one object, or a list of them."""
+    for prefix in _PREFIXES:
+        text = text.removeprefix(prefix).lstrip()
+    fenced = _FENCED.match(text)
+    if fenced:
+        text = fenced.group(1).strip()
+    if not text.startswith(("{", "[")):
+        return []
+    value = _json(text)
+    if isinstance(value, list):
+        return list(value)
+    return [value] if value is not None else []
+
+
+def _json(text: str) -> object:
+    """``text`` as JSON; None if it is none (nested too deep included)."""
+    try:
+        return loads(text)
+    except ValueError:
+        return None
+
+
+def _call(value: object, tagged: bool) -> TextCall | None:
+    """One call's name and arguments; None for anything else. Outside a tag the arguments
+    must be there: ``{"name": …}`` alone is as likely an answer's data as a call."""
+    if not isinstance(value, Mapping) or not value.keys() <= _CALL_KEYS:
+        return None
+    name = value.get("name")
+    if not isinstance(name, str) or value.get("type", "function") != "function":
+        return None
+    if "arguments" in value and "parameters" in value:
+        return None
+    arguments = value.get("arguments", value.get("parameters"))
+    if arguments is None:
+        return (name, "{}") if tagged else None
+    if isinstance(arguments, str):
+        return name, arguments  # JSON text as the API sends it; the loop checks it
+    if not isinstance(arguments, dict):
+        return None
+    try:
+        return name, json.dumps(arguments)
+    except (ValueError, RecursionError):
+        return None

@@ -1,0 +1,164 @@
+"""Tool calls a model wrote as text (servers without a tool-call parser for the model), through
+the real ``openai`` client against the fake server: read as calls only when they name one of
+the run's tools, and the reply's text journaled as the model sent it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bot.domain import AssistantTurn, RequestKind, RunStatus, StopReason
+from bot.journal.entries import AssistantTurnEntry
+from bot.llm.base import ToolSpec, UserMessage
+from bot.llm.openai_provider import OpenAIProvider
+from bot.run.supervisor import Supervisor
+from tests.fakes.openai_server import Canned, FakeOpenAI, chat_completion
+from tests.fakes.runtime import Counter, ScriptedPrompter, counting_tools, make_runtime
+
+STATUS = ToolSpec(name="service_status", description="Show a service's status.")
+LOGS = ToolSpec(name="tail_logs", description="Show a service's last log lines.")
+CHECKOUT = '{"service": "checkout"}'
+
+
+async def _turn(content: str, tools: list[ToolSpec] | None = None) -> AssistantTurn:
+    """The turn the provider makes of a reply whose content is ``content``."""
+    tools = [STATUS, LOGS] if tools is None else tools
+    async with FakeOpenAI(canned=[Canned(status=200, body=chat_completion(content))]) as fake:
+        model = OpenAIProvider("m", api_key="k", base_url=fake.base_url)
+        try:
+            return await model.complete([UserMessage("checkout?")], tools, timeout=5)
+        finally:
+            await model.aclose()
+
+
+def _calls(turn: AssistantTurn) -> list[tuple[str, str]]:
+    return [(call.name, call.arguments) for call in turn.calls]
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        # Hermes and Qwen templates (vLLM without --tool-call-parser, Ollama, llama.cpp).
+        '<tool_call>\n{"name": "service_status", "arguments": {"service": "checkout"}}\n'
+        "</tool_call>",
+        # The model's bare JSON, as Mistral's and many small models' templates write it.
+        '{"name": "service_status", "arguments": {"service": "checkout"}}',
+        # Llama 3.1's JSON tool calling names them parameters.
+        '{"name": "service_status", "parameters": {"service": "checkout"}}',
+        '<|python_tag|>{"name": "service_status", "parameters": {"service": "checkout"}}',
+        '[TOOL_CALLS] [{"name": "service_status", "arguments": {"service": "checkout"}}]',
+        '```json\n{"name": "service_status", "arguments": {"service": "checkout"}}\n```',
+        # Arguments already as JSON text, as the API sends them.
+        '{"name": "service_status", "arguments": "{\\"service\\": \\"checkout\\"}"}',
+    ],
+)
+async def test_a_call_written_as_text_is_a_call(content: str) -> None:
+    turn = await _turn(content)
+
+    assert _calls(turn) == [("service_status", CHECKOUT)]
+    assert turn.finish_reason == "tool_calls"
+    assert turn.calls[0].id.startswith("call_")
+    assert turn.text == content  # what the model said, kept as it said it
+
+
+async def test_several_tagged_calls_with_words_around_them_are_each_a_call() -> None:
+    content = (
+        "Let me look at both.\n"
+        '<tool_call>{"name": "service_status", "arguments": {"service": "checkout"}}</tool_call>\n'
+        '<tool_call>{"name": "tail_logs", "arguments": {"service": "checkout"}}</tool_call>'
+    )
+    turn = await _turn(content)
+
+    assert _calls(turn) == [("service_status", CHECKOUT), ("tail_logs", CHECKOUT)]
+    assert len({call.id for call in turn.calls}) == 2
+    assert turn.text == content
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        # Not one of the run's tools: an answer about some other API, left as it is.
+        '{"name": "delete_everything", "arguments": {}}',
+        '<tool_call>{"name": "delete_everything", "arguments": {}}</tool_call>',
+        # One of several names no tool: none of them is taken.
+        '<tool_call>{"name": "service_status", "arguments": {}}</tool_call>'
+        '<tool_call>{"name": "delete_everything", "arguments": {}}</tool_call>',
+        # A call shown inside an explanation is not a call.
+        'You could run {"name": "service_status", "arguments": {"service": "checkout"}} later.',
+        # A structured answer that happens to hold a tool's name.
+        '{"name": "service_status", "status": "degraded"}',
+        '{"name": "service_status", "arguments": {"service": "checkout"}, "verdict": "down"}',
+        # Broken markup stays text for people to read.
+        '<tool_call>{"name": "service_status", "arguments": </tool_call>',
+        '<tool_call>["service_status"]</tool_call>',
+        '{"name": 7, "arguments": {}}',
+    ],
+)
+async def test_text_that_is_not_a_call_of_a_tool_is_left_alone(content: str) -> None:
+    turn = await _turn(content)
+
+    assert turn.calls == ()
+    assert (turn.text, turn.finish_reason) == (content, "stop")
+
+
+async def test_without_tools_no_text_is_a_call() -> None:
+    content = '{"name": "service_status", "arguments": {"service": "checkout"}}'
+    turn = await _turn(content, tools=[])
+
+    assert turn.calls == ()
+    assert turn.text == content
+
+
+async def test_a_call_written_as_text_runs_and_the_journal_keeps_what_was_said(
+    tmp_path: Path,
+) -> None:
+    # The run ended "answered" with the call's JSON as its answer, the tool never run.
+    said = '<tool_call>\n{"name": "echo", "arguments": {"text": "a"}}\n</tool_call>'
+    canned = [Canned(status=200, body=chat_completion(said))]
+    async with FakeOpenAI([{"text": "unused"}, {"text": "done"}], canned=canned) as fake:
+        model = OpenAIProvider("m", api_key="k", base_url=fake.base_url)
+        counter = Counter()
+        rt, _ = await make_runtime(tmp_path / "k.db", model, counting_tools(counter))
+        try:
+            sup = Supervisor(rt)
+            state = await sup.wait(await sup.start_turn("help", requested_by="U0REQ"))
+            records = await rt.store.load(state.run_id)
+        finally:
+            await rt.store.close()
+            await model.aclose()
+
+    assert state.result is not None
+    assert (state.result.stop_reason, state.result.text) == (StopReason.ANSWERED, "done")
+    assert counter.calls == {"echo": 1}
+    first = next(r.entry.turn for r in records if isinstance(r.entry, AssistantTurnEntry))
+    assert first.text == said
+    assert [(c.name, json.loads(c.arguments)) for c in first.calls] == [("echo", {"text": "a"})]
+    second = fake.requests[1]["messages"]
+    assistant = next(m for m in second if m["role"] == "assistant")
+    assert [c["id"] for c in assistant["tool_calls"]] == [first.calls[0].id]
+    assert [m["content"] for m in second if m["role"] == "tool"] == ["a"]
+
+
+async def test_a_gated_call_written_as_text_waits_for_approval(tmp_path: Path) -> None:
+    said = '{"name": "deploy", "arguments": {"text": "v2"}}'
+    canned = [Canned(status=200, body=chat_completion(said))]
+    async with FakeOpenAI([{"text": "unused"}], canned=canned) as fake:
+        model = OpenAIProvider("m", api_key="k", base_url=fake.base_url)
+        counter = Counter()
+        rt, _ = await make_runtime(tmp_path / "k.db", model, counting_tools(counter))
+        prompter = ScriptedPrompter([None])  # asked, and answers later
+        try:
+            sup = Supervisor(rt)
+            live = await sup.start_turn("ship it", requested_by="U0REQ", prompter=prompter)
+            state = await sup.wait(live)
+        finally:
+            await rt.store.close()
+            await model.aclose()
+
+    assert state.status is RunStatus.SUSPENDED
+    assert [(r.kind, r.tool) for r in state.open_requests] == [
+        (RequestKind.WAIT_APPROVAL, "deploy")
+    ]
+    assert counter.calls == {}
