@@ -5,9 +5,13 @@ from __future__ import annotations
 import email.utils
 import math
 import random
+import re
 import time
 
 import openai
+
+from bot.llm.error_body import error_message
+from bot.patterns import on_use
 
 # As the openai client: these statuses and every 5xx are worth another try.
 RETRIED_STATUSES = frozenset({408, 409, 429})
@@ -18,6 +22,22 @@ _MAX_BACKOFF = 8.0
 # OpenAI's error code (and type) for an account whose credit or monthly limit is spent: sent
 # with 429, a rate limit's status, though no wait ends it, only a change of plan or billing.
 OUT_OF_QUOTA = "insufficient_quota"
+# OpenRouter's and Together's status for an account out of credit; no wait ends it either.
+PAYMENT_REQUIRED = 402
+# Others send 429 and say it in words (xAI's credits, a proxy that drops OpenAI's code). Read
+# without the links: Azure's and Groq's rate limits link to a quota or billing page.
+_LINK = on_use(r"\b(?:https?://|www\.)\S*", re.IGNORECASE)
+_BILLING = on_use(
+    r"\b(?:billing|payments?|credits?|spending limit|insufficient[ _](?:quota|balance|funds)"
+    r"|(?:exceeded|used up|out of) (?:your |the )?(?:current |monthly )?quota)\b",
+    re.IGNORECASE,
+)
+# Words of a rate limit, which a wait ends: Gemini's "You exceeded your current quota" is a
+# per-minute limit when it says when to retry.
+_WAIT = on_use(
+    r"\b(?:rate[ -]?limit(?:s|ed)?|try again in|retry (?:in|after)|per (?:second|minute|hour))\b",
+    re.IGNORECASE,
+)
 
 
 def retryable(exc: openai.OpenAIError) -> bool:
@@ -35,9 +55,20 @@ def retryable(exc: openai.OpenAIError) -> bool:
 
 
 def out_of_quota(exc: BaseException) -> bool:
-    """The account's quota is used up: a 429 (or any status) saying ``insufficient_quota``."""
+    """The account's quota or credit is used up: any status saying ``insufficient_quota``, a
+    402, or a 429 that says so in words and names no wait."""
+    if not isinstance(exc, openai.APIStatusError):
+        return False
     # The type too: a proxy relaying OpenAI's error may keep one of the two and drop the other.
-    return isinstance(exc, openai.APIStatusError) and OUT_OF_QUOTA in (exc.code, exc.type)
+    if OUT_OF_QUOTA in (exc.code, exc.type) or exc.status_code == PAYMENT_REQUIRED:
+        return True
+    return exc.status_code == 429 and server_wait(exc) is None and _says_billing(exc.body)
+
+
+def _says_billing(body: object) -> bool:
+    """The error's message speaks of billing or credit, and not of a rate limit or a wait."""
+    words = _LINK.sub(" ", error_message(body))
+    return _BILLING.search(words) is not None and _WAIT.search(words) is None
 
 
 def server_wait(exc: openai.OpenAIError) -> float | None:

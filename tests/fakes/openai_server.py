@@ -146,6 +146,20 @@ def insufficient_quota(
     return Canned(status=429, body=body, headers={"retry-after-ms": "1", **(headers or {})})
 
 
+def account_error(
+    status: int,
+    message: str,
+    *,
+    kind: str | None = None,
+    code: str | int | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> Canned:
+    """Another provider's refusal of an account (out of credit, or only rate limited), in
+    OpenAI's error shape with its own words; no Retry-After unless given, as they send it."""
+    body = {"error": {"message": message, "type": kind, "param": None, "code": code}}
+    return Canned(status=status, body=body, headers=dict(headers or {}))
+
+
 class FakeOpenAI:
     """The fake server; replies are picked by the number of assistant messages in a request.
 

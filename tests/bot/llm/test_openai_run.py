@@ -15,6 +15,7 @@ from bot.run.supervisor import Supervisor
 from tests.fakes.openai_server import (
     Canned,
     FakeOpenAI,
+    account_error,
     chat_completion,
     function_call_completion,
     huge_reply,
@@ -161,6 +162,23 @@ async def test_an_exhausted_quota_fails_the_run_at_once_as_a_model_error(tmp_pat
         RunStatus.FAILED,
         StopReason.MODEL_ERROR,
     )
+    assert "the account's quota is used up: check its plan and billing" in state.result.error
+    assert fake.count == 1
+    assert not [e for e in rec.events if isinstance(e, AdvisoryEvent)]
+
+
+async def test_credits_used_up_fail_the_run_at_once_naming_the_billing(tmp_path: Path) -> None:
+    # Said as a rate limit to the thread twice, retried, and failed naming none of it.
+    words = "Your team has used all available credits. Please purchase more credits."
+    async with FakeOpenAI([{"text": "unused"}], canned=[account_error(429, words)] * 3) as fake:
+        state, _, _, rec = await _run(tmp_path, fake)
+
+    assert state.result is not None
+    assert (state.result.status, state.result.stop_reason) == (
+        RunStatus.FAILED,
+        StopReason.MODEL_ERROR,
+    )
+    assert words in state.result.error
     assert "the account's quota is used up: check its plan and billing" in state.result.error
     assert fake.count == 1
     assert not [e for e in rec.events if isinstance(e, AdvisoryEvent)]
