@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from typing import Final
 
 from bot.nesting import loads
@@ -33,34 +33,30 @@ TextCall = tuple[str, str]
 
 def text_calls(text: str, tools: Collection[str]) -> list[TextCall]:
     """The calls ``text`` is made of, in order; none unless every one names a tool in
-    ``tools`` and reads as a call."""
+    ``tools`` and reads as a call (the first that does not ends the reading)."""
     if not tools:
         return []
     tagged = OPEN_TAG in text
-    values = _tagged(text) if tagged else _bare(text.strip())
-    calls = [_call(value, tagged) for value in values]
-    if not calls or any(call is None or call[0] not in tools for call in calls):
-        return []
-    return [call for call in calls if call is not None]
+    calls: list[TextCall] = []
+    for value in _tagged(text) if tagged else _bare(text.strip()):
+        call = _call(value, tagged)
+        if call is None or call[0] not in tools:
+            return []
+        calls.append(call)
+    return calls
 
 
-def _tagged(text: str) -> list[object]:
-    """Each ``<tool_call>`` block's JSON; none if one does not read (the last may be left
-    unclosed: a model can stop before it writes the closing tag)."""
-    values: list[object] = []
+def _tagged(text: str) -> Iterator[object]:
+    """Each ``<tool_call>`` block's JSON, None for one that does not read (the last may be
+    left unclosed: a model can stop before it writes the closing tag)."""
     at = text.find(OPEN_TAG)
     while at >= 0:
         start = at + len(OPEN_TAG)
         end = text.find(CLOSE_TAG, start)
-        block = text[start:] if end < 0 else text[start:end]
-        value = _json(block)
-        if value is None:
-            return []
-        values.append(value)
+        yield _json(text[start:] if end < 0 else text[start:end])
         if end < 0:
-            break
+            return
         at = text.find(OPEN_TAG, end + len(CLOSE_TAG))
-    return values
 
 
 def _bare(text: str) -> list[object]:
@@ -73,9 +69,7 @@ def _bare(text: str) -> list[object]:
     if not text.startswith(("{", "[")):
         return []
     value = _json(text)
-    if isinstance(value, list):
-        return list(value)
-    return [value] if value is not None else []
+    return list(value) if isinstance(value, list) else [value]
 
 
 def _json(text: str) -> object:

@@ -252,3 +252,38 @@ async def test_a_function_call_in_a_reply_without_an_id_is_given_one(tmp_path: P
     assert counter.calls == {"echo": 1}
     turns = [m.turn for m in state.messages if isinstance(m, AssistantMessage)]
     assert [call.id for turn in turns for call in turn.calls] == ["call_1"]
+
+
+async def test_a_call_written_as_text_with_bad_arguments_is_refused_not_a_panic(
+    tmp_path: Path,
+) -> None:
+    # Read from the reply's text, the call meets the checks any call does.
+    said = [
+        '{"name": "echo", "arguments": "not json"}',
+        '{"name": "echo", "arguments": {"text": "a\\ud800b"}}',
+        '{"name": "echo", "arguments": ' + '{"a":' * 100 + "1" + "}" * 100 + "}",
+    ]
+    state, counter, rec = await _run(
+        tmp_path, *(chat_completion(text) for text in said), chat_completion("done")
+    )
+
+    assert _ended(state) == (RunStatus.COMPLETED, StopReason.ANSWERED)
+    assert state.outcomes() == {ToolOutcome.INVALID_ARGUMENTS: 3}
+    assert counter.calls == {}
+    assert "panic" not in rec.kinds()
+
+
+async def test_text_calls_past_the_decoder_or_the_batch_end_the_run_plainly(
+    tmp_path: Path,
+) -> None:
+    deep = '{"name": "echo", "arguments": ' + '{"a":' * DEEP + "1" + "}" * DEEP + "}"
+    state, counter, rec = await _run(tmp_path, chat_completion(deep))
+    assert _ended(state) == (RunStatus.COMPLETED, StopReason.ANSWERED)
+    assert state.result is not None and state.result.text == deep
+
+    many = '<tool_call>{"name": "echo", "arguments": {"text": "a"}}</tool_call>' * 1000
+    (tmp_path / "many").mkdir()
+    state, counter, rec = await _run(tmp_path / "many", chat_completion(many))
+    assert _ended(state) == (RunStatus.FAILED, StopReason.TOOL_CALL_LIMIT)
+    assert counter.calls == {}
+    assert "panic" not in rec.kinds()
