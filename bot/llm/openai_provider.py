@@ -33,6 +33,7 @@ from bot.llm.base import (
     unique_call_ids,
 )
 from bot.llm.error_body import error_message
+from bot.llm.http_client import http_client
 from bot.llm.retry import MAX_SERVER_WAIT, backoff, out_of_quota, retryable, server_wait
 from bot.llm.text_calls import text_calls
 from bot.user_agent import USER_AGENT
@@ -99,6 +100,7 @@ class OpenAIProvider:
             # (which the settings read as unset) for the URL.
             base_url=base_url or OPENAI_API,
             max_retries=0,
+            http_client=http_client(),
             # The client's own name and version stay, after ours, for whoever reads the logs.
             default_headers={"User-Agent": f"{USER_AGENT} AsyncOpenAI/Python {openai.__version__}"},
         )

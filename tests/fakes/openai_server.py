@@ -17,7 +17,7 @@ import signal
 import socket
 import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -39,7 +39,8 @@ class Canned:
     Waits ``delay`` seconds, then answers ``status`` with ``body`` (JSON) or ``raw`` (text, sent
     as ``content_type``); with ``status`` None it answers the scripted reply after the delay (a
     slow server). ``chunked`` sends the body without a Content-Length, in pieces; with
-    ``cut_after`` it drops the connection after that many bytes of it.
+    ``cut_after`` it drops the connection after that many bytes of it; ``pad`` bytes of
+    spaces follow the body (JSON still), made as they are sent.
     """
 
     status: int | None = 500
@@ -49,6 +50,7 @@ class Canned:
     content_type: str = "text/plain"
     chunked: bool = False
     cut_after: int | None = None
+    pad: int = 0
     # A tiny Retry-After keeps the client's retry backoff from slowing tests down.
     headers: Mapping[str, str] = field(default_factory=lambda: {"retry-after-ms": "1"})
 
@@ -182,6 +184,8 @@ class FakeOpenAI:
             else parse_script(list(script), name="fake", source="<fake>")
         )
         self.requests: list[dict[str, Any]] = []
+        # The bytes each chunked answer wrote before it ended or the client went away.
+        self.sent: list[int] = []
         # Each request's headers, names lower-cased, in the order the requests arrived.
         self.headers: list[dict[str, str]] = []
         self.delay = delay
@@ -258,7 +262,7 @@ class FakeOpenAI:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), delay)
         if canned is not None and canned.status is not None:
-            return await _canned_response(canned, request)
+            return await _canned_response(canned, request, self.sent)
         return _json(completion_body(self.script, body, self.count))
 
     def _log(self, body: dict[str, Any]) -> None:
@@ -281,10 +285,12 @@ def _json(
     )
 
 
-async def _canned_response(canned: Canned, request: web.Request) -> web.StreamResponse:
+async def _canned_response(
+    canned: Canned, request: web.Request, sent: list[int]
+) -> web.StreamResponse:
     assert canned.status is not None
     if canned.chunked:
-        return await _chunked(canned, request)
+        return await _chunked(canned, request, sent)
     if canned.raw is not None:
         return web.Response(
             status=canned.status,
@@ -299,7 +305,7 @@ async def _canned_response(canned: Canned, request: web.Request) -> web.StreamRe
 _CHUNK = 64 * 1024
 
 
-async def _chunked(canned: Canned, request: web.Request) -> web.StreamResponse:
+async def _chunked(canned: Canned, request: web.Request, sent: list[int]) -> web.StreamResponse:
     """The body in pieces with no Content-Length, so a client cannot know its size up front."""
     assert canned.status is not None
     data = (canned.raw if canned.raw is not None else json.dumps(canned.body)).encode()
@@ -309,16 +315,29 @@ async def _chunked(canned: Canned, request: web.Request) -> web.StreamResponse:
     await response.prepare(request)
     if canned.cut_after is not None:
         data = data[: canned.cut_after]
+    written = 0
     try:
-        for start in range(0, len(data), _CHUNK):
-            await response.write(data[start : start + _CHUNK])
+        for piece in _pieces(data, canned.pad):
+            await response.write(piece)
+            written += len(piece)
         if canned.cut_after is not None and request.transport is not None:
             request.transport.close()  # no final chunk: the client sees a broken body
             return response
         await response.write_eof()
     except ConnectionError:
         pass  # the client gave up reading, as a capped client should
+    finally:
+        sent.append(written)
     return response
+
+
+def _pieces(data: bytes, pad: int) -> Iterator[bytes]:
+    """``data``, then ``pad`` spaces, in pieces of at most ``_CHUNK`` bytes."""
+    for start in range(0, len(data), _CHUNK):
+        yield data[start : start + _CHUNK]
+    spaces = b" " * _CHUNK
+    for start in range(0, pad, _CHUNK):
+        yield spaces[: min(_CHUNK, pad - start)]
 
 
 def completion_body(script: Script, request: dict[str, Any], serial: int) -> dict[str, Any]:

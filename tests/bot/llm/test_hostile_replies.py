@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from bot.domain import RunStatus, StopReason, ToolOutcome
 from bot.journal.fold import RunState
 from bot.llm.base import AssistantMessage, ModelError, UserMessage
@@ -287,3 +289,22 @@ async def test_text_calls_past_the_decoder_or_the_batch_end_the_run_plainly(
     assert _ended(state) == (RunStatus.FAILED, StopReason.TOOL_CALL_LIMIT)
     assert counter.calls == {}
     assert "panic" not in rec.kinds()
+
+
+async def test_an_error_reply_of_any_size_is_read_only_so_far() -> None:
+    # The client read a failed request's whole body to quote it: a 500 whose body did not end
+    # (a proxy's runaway page) filled the memory, 1.2 GB for 300 MB, before the timeout.
+    pad = 48 * 1024 * 1024
+    error = '{"error": {"message": "boom"}}'
+    huge = Canned(status=500, raw=error, content_type="application/json", chunked=True, pad=pad)
+    async with FakeOpenAI(canned=[huge]) as fake:
+        model = OpenAIProvider("m", api_key=KEY, base_url=fake.base_url, max_retries=0)
+        try:
+            with pytest.raises(ModelError) as failed:
+                await model.complete([UserMessage("hi")], [], timeout=30)
+        finally:
+            await model.aclose()
+
+    assert str(failed.value).startswith("model call failed: 500 Internal Server Error from")
+    assert str(failed.value).endswith(": boom")
+    assert fake.sent[0] < pad // 4  # what the sockets' buffers held when the client stopped
