@@ -16,11 +16,17 @@ import openai
 # What an error says is near its top (``error_body`` reads 64 KiB of a page at most).
 ERROR_BODY_BYTES: Final = 64 * 1024
 
-# The HTTP library the openai client runs on: httpx2, or httpx before openai moved to it. A
-# response's body is read only if it is that library's stream type.
-_HTTP: Any = importlib.import_module(
-    openai.DefaultAsyncHttpxClient.__mro__[1].__module__.partition(".")[0]
-)
+
+def _library() -> Any:
+    """The HTTP library the openai client runs on: httpx2, or httpx before openai moved to it
+    (the package of its default client's first base that is not openai's own)."""
+    bases = openai.DefaultAsyncHttpxClient.__mro__
+    packages = (base.__module__.partition(".")[0] for base in bases)
+    return importlib.import_module(next(p for p in packages if p not in ("openai", "builtins")))
+
+
+# A response's body is read only if it is that library's stream type.
+_HTTP: Any = _library()
 
 
 class _Head(_HTTP.AsyncByteStream):  # type: ignore[misc]  # the base found above, typed Any
