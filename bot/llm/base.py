@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -64,15 +65,18 @@ def unique_call_ids(turn: AssistantTurn, messages: Sequence[Message]) -> Assista
 
     A missing id becomes ``call_<n>``, a repeated one ``<id>_<n>`` (the first free ``n``). A
     call repeated within the turn with its id, name and arguments is the same call: kept once.
+    Linear in the calls: a looping model can send thousands in one reply.
     """
     # Results, deferrals and one-shot grants are keyed by call id across the whole run, so a
     # repeat within the turn or of an earlier turn's id would answer or authorise the wrong call.
     taken = {call.id for m in messages if isinstance(m, AssistantMessage) for call in m.turn.calls}
+    seen = _SentCalls()
+    numbered: dict[str, int] = {}
     calls: list[ToolCall] = []
-    for i, call in enumerate(turn.calls):
-        if call.id and any(_same_call(call, earlier) for earlier in turn.calls[:i]):
+    for call in turn.calls:
+        if call.id and seen.again(call):
             continue
-        free = _free_id(call.id, taken)
+        free = _free_id(call.id, taken, numbered)
         taken.add(free)
         calls.append(call if free == call.id else replace(call, id=free))
     if len(calls) == len(turn.calls) and all(
@@ -82,24 +86,52 @@ def unique_call_ids(turn: AssistantTurn, messages: Sequence[Message]) -> Assista
     return replace(turn, calls=tuple(calls))
 
 
-def _same_call(call: ToolCall, other: ToolCall) -> bool:
-    """The model sent one call twice: same id, same tool, same arguments (as JSON values)."""
-    if (call.id, call.name) != (other.id, other.name):
+class _SentCalls:
+    """The calls of one reply so far, to know one sent again: same id, same tool, same
+    arguments (as JSON values, whatever the order of their keys)."""
+
+    def __init__(self) -> None:
+        # The first call's raw arguments per (id, name); their JSON values' canonical texts
+        # are made only once a second call has that id and name (most replies have none).
+        self._first: dict[tuple[str, str], str] = {}
+        self._values: dict[tuple[str, str], set[str]] = {}
+
+    def again(self, call: ToolCall) -> bool:
+        """Whether ``call`` was sent before in this reply (it is remembered if not)."""
+        pair = (call.id, call.name)
+        first = self._first.get(pair)
+        if first is None:
+            self._first[pair] = call.arguments
+            return False
+        values = self._values.get(pair)
+        if values is None:
+            values = self._values[pair] = {_canonical(first)}
+        value = _canonical(call.arguments)
+        if value in values:
+            return True
+        values.add(value)
         return False
-    if call.arguments == other.arguments:
-        return True
+
+
+def _canonical(arguments: str) -> str:
+    """The arguments' JSON value as one text (keys sorted); text that is no JSON (or nested
+    past the decoder) stands for itself, marked so no JSON value's text can equal it."""
     try:
-        return bool(loads(call.arguments) == loads(other.arguments))
-    except ValueError:
-        return False
+        return json.dumps(loads(arguments), sort_keys=True)
+    except (ValueError, RecursionError):
+        return "\0" + arguments
 
 
-def _free_id(wanted: str, taken: set[str]) -> str:
+def _free_id(wanted: str, taken: set[str], numbered: dict[str, int]) -> str:
+    """``wanted`` if free, else ``<wanted>_<n>`` (``call_<n>`` without one), the first free
+    ``n`` after the last this reply gave the stem (``taken`` only grows, so none below is)."""
     if wanted and wanted not in taken:
         return wanted
-    stem, n = (wanted, 2) if wanted else ("call", 1)
+    stem = wanted or "call"
+    n = numbered.get(stem, 2 if wanted else 1)
     while f"{stem}_{n}" in taken:
         n += 1
+    numbered[stem] = n + 1
     return f"{stem}_{n}"
 
 

@@ -236,8 +236,8 @@ class OpenAIProvider:
     def _with_unique_ids(self, turn: AssistantTurn, messages: Sequence[Message]) -> AssistantTurn:
         unique = unique_call_ids(turn, messages)
         if unique is not turn:
-            sent = [call.id for call in turn.calls]
-            kept = [call.id for call in unique.calls]
+            sent = _first_ids(turn.calls)
+            kept = _first_ids(unique.calls)
             log.warning(
                 "%s sent missing or repeated tool-call ids %s; kept %s", self.base_url, sent, kept
             )
@@ -312,6 +312,16 @@ class _GaveUp(Exception):
         if self.asked is not None and self.asked > MAX_SERVER_WAIT:
             return f"longer than Kestrel waits ({_seconds(MAX_SERVER_WAIT)})"
         return f"more than the {_seconds(max(self.left, 0.0))} left for this call"
+
+
+# A looping model can send thousands of calls in one reply: its log line names the first ones.
+_IDS_LOGGED = 10
+
+
+def _first_ids(calls: Sequence[ToolCall]) -> str:
+    """The first calls' ids as a list, and how many there are in all when there are more."""
+    shown = repr([call.id for call in calls[:_IDS_LOGGED]])
+    return shown if len(calls) <= _IDS_LOGGED else f"{shown[:-1]}, …] ({len(calls)} in all)"
 
 
 def _retries(count: int) -> str:

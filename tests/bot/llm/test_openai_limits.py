@@ -377,6 +377,58 @@ async def test_unique_ids_are_left_alone() -> None:
     assert [c.id for c in turn.calls] == ["a", "b"]
 
 
+MANY = 20_000  # a reply of this many calls fits well under the reply cap (about 80 bytes each)
+
+
+@pytest.mark.parametrize("same_id", [False, True], ids=["distinct ids", "one id"])
+async def test_a_reply_of_very_many_calls_is_read_in_linear_time(same_id: bool) -> None:
+    # Each call's id was checked against every earlier call's, and a repeated one renamed by
+    # counting up from 2 each time: 20,000 calls held the event loop for a minute (a looping
+    # model writes as many before its output limit), and every run of the replica with it.
+    calls = [("call_0" if same_id else f"c{i}", "echo", f'{{"n": {i}}}') for i in range(MANY)]
+    body = chat_completion(calls=calls)
+
+    started = time.monotonic()
+    turn = await _turn_for(Canned(status=200, body=body))
+    elapsed = time.monotonic() - started
+
+    assert len({c.id for c in turn.calls}) == MANY
+    assert elapsed < 5  # under a second here; the quadratic reading took over 30
+
+
+async def test_the_warning_of_renamed_ids_names_the_first_few(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # It listed every id sent and kept: one log line of 600 KB for 20,000 calls.
+    calls = [("call_0", "echo", f'{{"n": {i}}}') for i in range(MANY)]
+    with caplog.at_level(logging.WARNING, logger="kestrel.llm"):
+        await _turn_for(Canned(status=200, body=chat_completion(calls=calls)))
+
+    [said] = [r.getMessage() for r in caplog.records if r.name == "kestrel.llm"]
+    assert len(said) < 600
+    assert "sent missing or repeated tool-call ids ['call_0', 'call_0'," in said
+    assert f"…] ({MANY} in all); kept ['call_0', 'call_0_2', 'call_0_3'," in said
+
+
+async def test_a_call_repeated_with_its_arguments_in_another_order_is_kept_once() -> None:
+    body = chat_completion(
+        calls=[
+            ("call_0", "tail_logs", '{"service": "checkout", "lines": 5}'),
+            ("call_0", "tail_logs", '{"lines": 5, "service": "checkout"}'),
+            ("call_0", "tail_logs", '{"lines": 6, "service": "checkout"}'),
+            ("call_0", "service_status", '{"lines": 5, "service": "checkout"}'),
+        ]
+    )
+
+    turn = await _turn_for(Canned(status=200, body=body))
+
+    assert [(c.id, c.name) for c in turn.calls] == [
+        ("call_0", "tail_logs"),
+        ("call_0_2", "tail_logs"),
+        ("call_0_3", "service_status"),
+    ]
+
+
 # A reply is capped in bytes before it is parsed.
 
 
