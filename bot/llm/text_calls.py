@@ -5,8 +5,9 @@ call markup back as the reply's content, and ``tool_calls`` stays empty.
 Only the shapes chat templates write are read, and only as a whole: tagged blocks
 (``<tool_call>{…}</tool_call>``, Hermes and Qwen, with words around them), or a reply that is
 nothing but a call's JSON (an object or a list of them, bare, after ``[TOOL_CALLS]`` or
-``<|python_tag|>``, or in one fenced block). Each must name one of the run's tools; one that
-does not, or one that does not read, leaves the whole text an answer, as it was before.
+``<|python_tag|>``, or in one fenced block), after the model's ``<think>`` block if it leads
+the reply. Each must name one of the run's tools; one that does not, or one that does not
+read, leaves the whole text an answer, as it was before.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ CLOSE_TAG: Final = "</tool_call>"
 # What Mistral's and Llama 3.1's templates write before a call (the server strips neither).
 _PREFIXES: Final = ("[TOOL_CALLS]", "<|python_tag|>")
 _FENCED: Final = on_use(r"\A```(?:json)?[ \t]*\n(.*?)\n?[ \t]*```\Z", re.DOTALL)
+_THINK: Final = "<think>"
+_THOUGHT: Final = "</think>"
 # A call's object holds these and nothing else: one with more keys is an answer's data.
 _CALL_KEYS: Final = frozenset({"name", "arguments", "parameters", "type", "id"})
 
@@ -36,6 +39,7 @@ def text_calls(text: str, tools: Collection[str]) -> list[TextCall]:
     ``tools`` and reads as a call (the first that does not ends the reading)."""
     if not tools:
         return []
+    text = _after_thinking(text)
     tagged = OPEN_TAG in text
     calls: list[TextCall] = []
     for value in _tagged(text) if tagged else _bare(text.strip()):
@@ -44,6 +48,17 @@ def text_calls(text: str, tools: Collection[str]) -> list[TextCall]:
             return []
         calls.append(call)
     return calls
+
+
+def _after_thinking(text: str) -> str:
+    """What follows a leading ``<think>…</think>`` block: a reasoning model served without a
+    reasoning parser writes its thinking first, which may name the markup it is about to use.
+    Reasoning never closed is all there is, and calls nothing."""
+    stripped = text.lstrip()
+    if not stripped.startswith(_THINK):
+        return text
+    _, closed, after = stripped.partition(_THOUGHT)
+    return after if closed else ""
 
 
 def _tagged(text: str) -> Iterator[object]:

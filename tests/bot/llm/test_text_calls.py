@@ -63,6 +63,26 @@ async def test_a_call_written_as_text_is_a_call(content: str) -> None:
     assert turn.text == content  # what the model said, kept as it said it
 
 
+@pytest.mark.parametrize(
+    "call",
+    [
+        '<tool_call>{"name": "service_status", "arguments": {"service": "checkout"}}</tool_call>',
+        '{"name": "service_status", "arguments": {"service": "checkout"}}',
+    ],
+)
+async def test_a_call_after_the_models_reasoning_is_a_call(call: str) -> None:
+    # A reasoning model served without a reasoning parser (Qwen3, DeepSeek-R1 on vLLM) writes
+    # its thinking first, which may mention the markup it is about to use.
+    content = (
+        "<think>\nThe user asks about checkout; I will use <tool_call> with service_status."
+        "\n</think>\n\n" + call
+    )
+    turn = await _turn(content)
+
+    assert _calls(turn) == [("service_status", CHECKOUT)]
+    assert turn.text == content
+
+
 async def test_several_tagged_calls_with_words_around_them_are_each_a_call() -> None:
     content = (
         "Let me look at both.\n"
@@ -94,6 +114,9 @@ async def test_several_tagged_calls_with_words_around_them_are_each_a_call() -> 
         '<tool_call>{"name": "service_status", "arguments": </tool_call>',
         '<tool_call>["service_status"]</tool_call>',
         '{"name": 7, "arguments": {}}',
+        # Reasoning that is all there is, or never closed, calls nothing.
+        '<think>{"name": "service_status", "arguments": {}}</think>',
+        '<think>\n{"name": "service_status", "arguments": {}}',
     ],
 )
 async def test_text_that_is_not_a_call_of_a_tool_is_left_alone(content: str) -> None:
