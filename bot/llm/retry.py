@@ -28,8 +28,9 @@ PAYMENT_REQUIRED = 402
 # without the links: Azure's and Groq's rate limits link to a quota or billing page.
 _LINK = on_use(r"\b(?:https?://|www\.)\S*", re.IGNORECASE)
 _BILLING = on_use(
-    r"\b(?:billing|payments?|credits?|spending limit|insufficient[ _](?:quota|balance|funds)"
-    r"|(?:exceeded|used up|out of) (?:your |the )?(?:current |monthly )?quota)\b",
+    r"\b(?:billing|payments?|credits?|spending limit|monthly usage limit|out of budget"
+    r"|insufficient[ _](?:quota|balance|funds)|(?:account|available|credit) balance"
+    r"|quota exceeded|(?:exceeded|used up|out of) (?:your |the )?(?:current |monthly )?quota)\b",
     re.IGNORECASE,
 )
 # Words of a rate limit, which a wait ends: Gemini's "You exceeded your current quota" is a

@@ -112,6 +112,9 @@ OUT_OF_CREDIT = {
     "a proxy dropping OpenAI's code": account_error(
         429, "You exceeded your current quota, please check your plan and billing details."
     ),
+    "a monthly usage limit": account_error(429, "Monthly usage limit reached for this workspace."),
+    "a quota exceeded": account_error(429, "Quota exceeded: upgrade the plan to continue."),
+    "a balance too low": account_error(429, "Your account balance is too low."),
     "a 402 asking to retry": account_error(
         402, "Payment required", headers={"x-should-retry": "true", "retry-after-ms": "1"}
     ),
