@@ -335,9 +335,9 @@ def find_cli_passwords(src: ScanText) -> Iterator[PiiHit]:
 
 # A password after a word: a long option (--password x, --db-password x, redis-server's
 # --requirepass x), redis.conf's requirepass line, SQL (IDENTIFIED BY 'x', PASSWORD 'x':
-# quoted, as SQL writes a string) and .netrc (login bob password x, or a password line, in a
-# text that names a machine). Found from the word's literal, which the regex engine skips to,
-# and read backwards from there.
+# quoted, as SQL writes a string) and .netrc (machine h login bob password x, on one line or
+# consecutive ones). Found from the word's literal, which the regex engine skips to, and read
+# backwards from there.
 # The word's blanks, or the next item of a list: an option and its value as an argv, in JSON
 # (docker inspect's "Args": ["--password", "x"]) or YAML (a pod's args: - --password, - x).
 _PASSWORD_WORD = on_use(
@@ -345,7 +345,14 @@ _PASSWORD_WORD = on_use(
     r"(?:[ \t]+|(?P<item>[\"'][ \t]*,[ \t]*(?=[\"'])|\r?\n[ \t]*-[ \t]+))"
 )
 _IDENTIFIED_BY = on_use(r"identified[ \t]+(?:with[ \t]+[a-z0-9_]+[ \t]+)?by[ \t]+(?=['\"])")
-_LOGIN_BEFORE = on_use(r"[ \t]+[^\s]+[ \t]+nigol(?![a-z0-9_])")  # reversed: "login bob "
+# Before a .netrc's password, reversed: its machine (or the default entry) and perhaps its
+# login, each token separated by blanks or one line end ("machine h\n  login u\n  password").
+_NETRC_GAP = r"(?:[ \t]+|[ \t]*\n\r?[ \t]*)"
+_NETRC_BEFORE = on_use(
+    rf"{_NETRC_GAP}(?:[^\s]+{_NETRC_GAP}nigol{_NETRC_GAP})?"
+    rf"(?:[^\s]+{_NETRC_GAP}enihcam|tluafed)(?![a-z0-9_])"
+)
+_NETRC_REACH = 300
 _OPTION_CHARS = frozenset(string.ascii_lowercase + string.digits + "-")
 _WORDED_VALUE = on_use(_P_VALUE)
 
@@ -382,15 +389,14 @@ def _worded_password(lower: str, word: re.Match[str], netrc: bool) -> bool:
         return True  # SQL's PASSWORD 'x'
     if not netrc:
         return False
-    if _starts_line(lower, start):
-        return True  # a .netrc's password line
-    return _LOGIN_BEFORE.match(lower[max(0, start - 300) : start][::-1]) is not None
+    before = lower[max(0, start - _NETRC_REACH) : start][::-1]
+    return _NETRC_BEFORE.match(before) is not None  # machine HOST [login USER] password
 
 
 def find_worded_passwords(src: ScanText) -> Iterator[PiiHit]:
     """The password after --password, SQL's IDENTIFIED BY or PASSWORD, or .netrc's password."""
     text, lower = src.text, src.lower
-    netrc = "machine" in lower
+    netrc = "machine" in lower or "default" in lower  # a C search before any regex
     keys = [
         w.end()
         for w in finditer_with(_PASSWORD_WORD, lower, "pass")

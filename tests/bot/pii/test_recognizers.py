@@ -513,6 +513,9 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
     ("CONNECTION_STRING_PASSWORD", "CREATE ROLE app WITH LOGIN PASSWORD 'hunter22';", "hunter22"),
     ("CONNECTION_STRING_PASSWORD", "machine github.com login bob password hunter22", "hunter22"),
     ("CONNECTION_STRING_PASSWORD", "machine db\n  login bob\n  password hunter22\n", "hunter22"),
+    ("CONNECTION_STRING_PASSWORD", "machine db password hunter22", "hunter22"),
+    ("CONNECTION_STRING_PASSWORD", "default login anonymous password Tr0ub4dor3", "Tr0ub4dor3"),
+    ("CONNECTION_STRING_PASSWORD", "machine a.b\r\nlogin bob\r\npassword hunter22", "hunter22"),
     # A Secret's data: the password in base64, padded.
     ("CONNECTION_STRING_PASSWORD", "data:\n  password: aHVudGVyMjI=\n", "aHVudGVyMjI="),
     # Azure's connection strings.
@@ -871,6 +874,11 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     ("CONNECTION_STRING_PASSWORD", "--set auth.password=${DB_PASSWORD},auth.user=app"),
     ("CONNECTION_STRING_PASSWORD", "ALTER ROLE app PASSWORD NULL;"),
     ("CONNECTION_STRING_PASSWORD", "the password is wrong"),
+    # .netrc's shape only (machine HOST [login USER] password PASS), not any text that holds
+    # the word "machine".
+    ("CONNECTION_STRING_PASSWORD", "the build machine is slow\npassword reset mails queued"),
+    ("CONNECTION_STRING_PASSWORD", "machine learning login\npassword policy: 12 chars"),
+    ("CONNECTION_STRING_PASSWORD", "state machine: login ok password expired"),
     ("GENERIC_SECRET", "- name: LOG_LEVEL\n  value: debug"),
     ("GENERIC_SECRET", "- name: SORT_KEY\n  value: created_at"),
     ("GENERIC_SECRET", "- name: DB_PASSWORD\n  valueFrom:\n    secretKeyRef: {name: db}"),
@@ -1052,6 +1060,8 @@ ADVERSARIAL = [
     "  password: " * 20_000,
     "  password: x" + " y" * 50_000,
     "machine " + "login a password " * 20_000,
+    "default " + "password a " * 20_000,
+    "machine a\n" + " login\n" * 20_000 + "password x",
     "--a-" * 25_000 + "password x",
     "\n  -p, --password x" * 20_000,
     '"--password", ' * 20_000,
