@@ -99,7 +99,7 @@ def find_keyvalue_passwords(src: ScanText) -> Iterator[PiiHit]:
         if _SHOWN_WITHHELD.match(text, start):
             continue  # terraform plan's "(sensitive value)": nothing is shown
         if yaml:
-            if not _yaml_password(text, key.start(), secret, end):
+            if not _yaml_password(text, key.start(), secret, end, bare=group == "bare"):
                 continue
             if group == "bare":
                 end = covered = _yaml_plain_end(text, end)
@@ -166,13 +166,14 @@ def _yaml_plain_end(text: str, end: int) -> int:
     return end if more is None else more.end()
 
 
-def _yaml_password(text: str, key: int, value: str, end: int) -> bool:
+def _yaml_password(text: str, key: int, value: str, end: int, *, bare: bool) -> bool:
     """Whether ``key: value`` (the password word at ``key``, the value ending at ``end``) is
     a YAML password.
 
-    The key must start its line: inside a line a colon is prose ("error: password: x"). At
-    the line's start a plain word is prose too ("Password: incorrect", nsswitch's "passwd:
-    files"), unless the key is nested (indented, a list item) or named (DB_PASSWORD).
+    The key must start its line: inside a line a colon is prose ("error: password: x"). There,
+    nested or not, named or not, a plain value is a password unless its first word is one
+    that prose or a status puts there ("Password: incorrect", "password: is too short",
+    nsswitch's "passwd: files"): a leak costs more than a word hidden from the model.
     """
     lower = value.lower()
     if value.startswith(_PLACEHOLDER_STARTS + _YAML_NOT_VALUES) or lower in _YAML_BOOLEANS:
@@ -188,7 +189,21 @@ def _yaml_password(text: str, key: int, value: str, end: int) -> bool:
         line -= 1
     if not _line_start(text, line):
         return False
-    return line < name or name < key or not value.isalpha()
+    return not (bare and lower.rstrip(".,;:!") in _PROSE_VALUES)
+
+
+# The first word of a value after "password:" that says something about the password rather
+# than giving it: an error's or a form's status, prose, nsswitch.conf's sources.
+_PROSE_VALUES = frozenset(
+    {"required", "incorrect", "invalid", "wrong", "missing", "expired", "empty", "unset"}
+    | {"changed", "reset", "updated", "accepted", "rejected", "denied", "ok"}
+    | {"hidden", "redacted", "masked", "optional", "disabled", "enabled", "provided", "none"}
+    | {"protected", "unknown", "saved", "sent", "needed", "too", "please", "enter", "mismatch"}
+    | {"verified", "failed", "error", "weak", "strong", "valid", "blank", "set", "match"}
+    | {"files", "systemd", "sss", "ldap", "nis", "compat", "winbind"}
+    | {"is", "or", "and", "to", "of", "in", "if", "for", "with", "the", "a", "an", "was", "are"}
+    | {"must", "can", "cannot", "should", "will", "may", "not", "has", "does", "did", "be"}
+)
 
 
 # curl's -u/--user and -U/--proxy-user USER:PASSWORD on a command line. The flag is a word

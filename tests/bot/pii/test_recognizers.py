@@ -449,6 +449,10 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
     ("CONNECTION_STRING_PASSWORD", "x\npassword: hunter22 # the old one", "hunter22"),
     ("CONNECTION_STRING_PASSWORD", "users:\n- passwd: Letmein\n", "Letmein"),
     ("CONNECTION_STRING_PASSWORD", "redis-password:\tTr0ub4dor3", "Tr0ub4dor3"),
+    # A plain word is a password at a line's start as it is nested: only prose words are not.
+    ("CONNECTION_STRING_PASSWORD", "password: hunter\n", "hunter"),
+    ("CONNECTION_STRING_PASSWORD", "Username: bob\nPassword: letmein\n", "letmein"),
+    ("CONNECTION_STRING_PASSWORD", "user: bob\npassword: correct horse\n", "correct horse"),
     # PASS as the last word of a key, or a quoted key of its own: docker inspect's Env, kubectl
     # describe, an Ansible inventory, a JSON config.
     (
@@ -830,6 +834,13 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     ("CONNECTION_STRING_PASSWORD", "error: password: hunter22"),
     ("CONNECTION_STRING_PASSWORD", "Password: incorrect"),
     ("CONNECTION_STRING_PASSWORD", "passwd:         files systemd"),
+    ("CONNECTION_STRING_PASSWORD", "  passwd:     files systemd"),
+    ("CONNECTION_STRING_PASSWORD", "  password: required"),
+    ("CONNECTION_STRING_PASSWORD", "- password: missing\n- username: ok"),
+    ("CONNECTION_STRING_PASSWORD", "DB_PASSWORD: required"),
+    ("CONNECTION_STRING_PASSWORD", "Password: Incorrect."),
+    ("CONNECTION_STRING_PASSWORD", "  password: is too short"),
+    ("CONNECTION_STRING_PASSWORD", "password: must be 12 characters or more"),
     ("CONNECTION_STRING_PASSWORD", "  password: ${DB_PASSWORD}"),
     ("CONNECTION_STRING_PASSWORD", "  password: '{{ .Values.db.password }}'"),
     ("CONNECTION_STRING_PASSWORD", "  password: ~"),
