@@ -731,3 +731,70 @@ def find_aws_secret(src: ScanText) -> Iterator[PiiHit]:
         value = _AWS_SECRET_VALUE.match(src.text, label.end())
         if value:
             yield PiiHit("AWS_SECRET_KEY", *value.span("key"))
+
+
+# A key in any case that names a secret (client_secret=, "api key:", "apiKey": ", token:) and
+# a value that looks generated: one shorter than the 20 characters the encoded-run finder needs,
+# or one its dashes cut into short runs (a UUID). Found from the key's last word, which str.find
+# skips to in C; "key" counts only after a word that makes it a secret's (api, access, app...).
+_KEYED_WORDS = ("secret", "token", "passphrase", "credential", "key")
+_KEYED_AFTER = frozenset(":=>\"' \t\\")
+_KEYED_VALUE = on_use(
+    r"(?:\\*[\"'])?[ \t]*+(?:=>|[:=])[ \t]*+(?:\\*[\"'])?"
+    r"(?P<value>[^\s\x00-\x1f\"'`\\,;&<>()\[\]{}|]{6,}+)"
+)
+_KEYED_KEY_WORDS = (
+    *("api", "access", "secret", "private", "signing", "encryption", "master", "license"),
+    *("auth", "app", "application", "account", "client", "subscription", "session"),
+)
+_KEYED_NAME_CHARS = frozenset(string.ascii_lowercase + string.digits + "_-.")
+_LETTERS = frozenset(string.ascii_lowercase)
+
+
+def _keyed_labels(lower: str) -> list[int]:
+    """Where each secret-naming key's last word ends, in the order of the text."""
+    ends: list[int] = []
+    for word in _KEYED_WORDS:
+        position = lower.find(word)
+        while position >= 0:
+            end = position + len(word)
+            if word == "credential" and lower.startswith("s", end):
+                end += 1
+            after = lower[end : end + 1]  # "" at the text's end, which is no separator
+            if after in _KEYED_AFTER and (word != "key" or _secret_key_name(lower, position)):
+                ends.append(end)
+            position = lower.find(word, end)
+    return sorted(ends)
+
+
+def _secret_key_name(lower: str, key: int) -> bool:
+    """Whether the word before the "key" at ``key`` makes it a secret's: api_key, apiKey,
+    "api key", x-api-key; not sort_key, primary key or monkey."""
+    end = key - 1 if key and lower[key - 1] in " _-." else key
+    start = _run_start(lower, end, _LETTERS, 24)
+    return start >= 0 and lower[start:end].endswith(_KEYED_KEY_WORDS)
+
+
+def find_keyed_secrets(src: ScanText) -> Iterator[PiiHit]:
+    """A generated-looking value after a key that names a secret, in any case and however
+    short (six characters or more): token: 9f8e7d6c5b4a, "api key: <a UUID>"."""
+    text, lower = src.text, src.lower
+    covered = 0  # the end of the last value: a key inside it is part of that value
+    for label in _keyed_labels(lower):
+        if label < covered:
+            continue
+        match = _KEYED_VALUE.match(text, label)
+        if match is None:
+            continue
+        covered = match.end()
+        name = _run_start(lower, label, _KEYED_NAME_CHARS, 64)
+        if name > 0 and lower[name - 1] == "=":
+            continue  # a value that holds a key (?q=token=abc123), not a key of its own
+        start, end = match.span("value")
+        while end > start and text[end - 1] in ".:":
+            end -= 1  # a sentence's full stop
+        value = text[start:end]
+        if value.startswith(_PLACEHOLDER_STARTS) or _SECRET_PATH.fullmatch(value):
+            continue
+        if _looks_secret(value):
+            yield PiiHit("GENERIC_SECRET", start, end)

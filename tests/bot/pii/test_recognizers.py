@@ -291,6 +291,25 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
     ("GENERIC_SECRET", '"Env": ["SECRET_KEY=aB3dE5fG7hJ9kL1m", "TZ=UTC"]', "aB3dE5fG7hJ9kL1m"),
     ("GENERIC_SECRET", "env:\n  SLACK_SIGNING_SECRET: Hunter2!xyz\n", "Hunter2!xyz"),
     ("GENERIC_SECRET", "DISCORD_CLIENT_SECRET='s3cr3t-w0rds'", "s3cr3t-w0rds"),
+    # A key in small letters that names a secret, and a value that looks generated: shorter
+    # than 20 characters, or a UUID (its dashes cut it into short runs).
+    (
+        "GENERIC_SECRET",
+        "api key: 3f2c9a1e-4b5d-4e6f-8a7b-9c0d1e2f3a4b",
+        "3f2c9a1e-4b5d-4e6f-8a7b-9c0d1e2f3a4b",
+    ),
+    ("GENERIC_SECRET", "client_secret=abcd1234efgh", "abcd1234efgh"),
+    ("GENERIC_SECRET", "token: 9f8e7d6c5b4a", "9f8e7d6c5b4a"),
+    ("GENERIC_SECRET", '{"apiKey": "a1b2c3d4e5", "region": "eu"}', "a1b2c3d4e5"),
+    (
+        "GENERIC_SECRET",
+        "-H 'x-api-key: 7c9e6679-7425-40de-944b-e07fc1f90ae7'",
+        "7c9e6679-7425-40de-944b-e07fc1f90ae7",
+    ),
+    ("GENERIC_SECRET", "auth_token = 'k9Xz81qP'", "k9Xz81qP"),
+    ("GENERIC_SECRET", "stringData:\n  webhook_secret: s3cretvalue9\n", "s3cretvalue9"),
+    ("GENERIC_SECRET", r'{"log":"{\"access_key\": \"ab12cd34\"}"}', "ab12cd34"),
+    ("GENERIC_SECRET", "Credentials: u1x9-77ab. Done", "u1x9-77ab"),
     # PASS as the last word of a name, given as a name and a value (a pod's spec).
     ("GENERIC_SECRET", "- name: SMTP_PASS\n  value: hunter22", "hunter22"),
     # An application's key: Laravel's APP_KEY, Datadog's application key.
@@ -775,6 +794,12 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     ("GENERIC_SECRET", "  SIGNING_KEY:  ./keys/signing.pem"),
     ("GENERIC_SECRET", "  SECRET_KEY:  <set to the key 'key' in secret 'app'>"),
     ("GENERIC_SECRET", "MAX_TOKENS=4096 TOKEN=abc"),
+    # A key that names no secret, a value that is a word, a number, a path or a placeholder.
+    ("GENERIC_SECRET", "sort_key: abc123def monkey=ab12cd34 primary key: id123abc"),
+    ("GENERIC_SECRET", "max_tokens: 4096 token_count=12ab34 tokenizer=bert2base"),
+    ("GENERIC_SECRET", "token: expired\nsecret: none\napi_key: 12345678"),
+    ("GENERIC_SECRET", "client_secret: /etc/app/secret.txt token=${TOKEN} api-key: <your key>"),
+    ("GENERIC_SECRET", "secrets: 3 found, tokens: 12ab34cd"),
     ("CONNECTION_STRING_PASSWORD", "BYPASS=enabled1 COMPASS=northward SKIP_BYPASS=always1"),
     ("CONNECTION_STRING_PASSWORD", "tests: pass=12 fail=0\n  pass: 3\n"),
     ("CONNECTION_STRING_PASSWORD", "proxy:\n  bypass: internal1\n  compass: north1\n"),
@@ -1074,6 +1099,11 @@ ADVERSARIAL = [
     "default " + "password a " * 20_000,
     "machine a\n" + " login\n" * 20_000 + "password x",
     "--a-" * 25_000 + "password x",
+    "token=" * 20_000,
+    "api key: " + "a1" * 50_000 + " secret:" * 10_000,
+    "token" + " " * 100_000,
+    "token:secret=key:credentials=" * 5_000,
+    "monkey:" * 20_000,
     "\n  -p, --password x" * 20_000,
     '"--password", ' * 20_000,
     "- --password\n" * 20_000,
