@@ -285,3 +285,58 @@ def find_private_keys(src: ScanText) -> Iterator[PiiHit]:
             while text[stop - 1] in " \t\r\n\\":
                 stop -= 1  # blank lines (real or escaped) after the key material are not in it
         yield PiiHit("PRIVATE_KEY", begin.start(), stop)
+
+
+# More vendors' keys, each found from its prefix. Twilio: an API key is SK and 32 hex digits;
+# an account is AC and 32 hex digits, a public id, but the 32-character auth token (or an API
+# key's secret) written beside it is the credential (Client(SID, TOKEN), -u SID:TOKEN). Mailgun:
+# key- and 32 characters. Shopify: shpat_, shpca_, shppa_ or shpss_ and 32 hex digits.
+# DigitalOcean: dop_v1_, doo_v1_ or dor_v1_ and 64 hex digits. Google's OAuth tokens: ya29.
+# (an access token, as gcloud auth print-access-token prints it) and 1//0 (a refresh token).
+# Stripe's webhook signing secret: whsec_ (its API keys are found with the "k" keys above).
+_TWILIO_SK = on_use(r"SK(?<![0-9A-Za-z_]SK)[0-9a-fA-F]{32}(?![0-9A-Za-z_])")
+_TWILIO_SID = on_use(r"AC(?<![0-9A-Za-z_]AC)[0-9a-f]{32}(?![0-9A-Za-z_])")
+_TWILIO_SECRET_SHAPE = on_use(r"(?<![A-Za-z0-9_])[A-Za-z0-9]{32}(?![A-Za-z0-9_])")
+_TWILIO_PAIR_REACH = 256
+_MAILGUN = on_use(r"key-(?<![0-9A-Za-z_]key-)(?P<body>[0-9a-zA-Z]{32})(?![0-9A-Za-z_])")
+_SHOPIFY = on_use(r"shp(?<![0-9A-Za-z_]shp)(?:at|ca|pa|ss)_[0-9a-fA-F]{32}(?![0-9A-Za-z_])")
+_DIGITALOCEAN = on_use(r"do(?<![0-9A-Za-z_]do)[opr]_v1_[0-9a-f]{64}(?![0-9A-Za-z_])")
+_GOOGLE_OAUTH = on_use(
+    r"ya29\.(?<![0-9A-Za-z_.]ya29\.)[0-9A-Za-z_-]{20,}+"
+    r"|1//0(?<![0-9A-Za-z_/:]1//0)[0-9A-Za-z_-]{30,}+"
+)
+_STRIPE_WEBHOOK = on_use(r"whsec_(?<![0-9A-Za-z_]whsec_)[0-9A-Za-z]{24,}+(?![0-9A-Za-z_])")
+_VENDOR_PATTERNS = (
+    (_MAILGUN, "MAILGUN_API_KEY", "key-"),
+    (_SHOPIFY, "SHOPIFY_TOKEN", "shp"),
+    (_DIGITALOCEAN, "DIGITALOCEAN_TOKEN", "_v1_"),
+    (_GOOGLE_OAUTH, "GOOGLE_OAUTH_TOKEN", "ya29.", "1//0"),
+    (_STRIPE_WEBHOOK, "STRIPE_KEY", "whsec_"),
+)
+
+
+def _twilio_secrets_near(text: str, start: int, end: int) -> Iterator[PiiHit]:
+    """The 32-character tokens near a Twilio account SID or API key: its auth token or secret."""
+    low, high = max(0, start - _TWILIO_PAIR_REACH), min(len(text), end + _TWILIO_PAIR_REACH)
+    for match in _TWILIO_SECRET_SHAPE.finditer(text, low, high):
+        token = match.group()
+        if match.end() == high and high < len(text) and text[high].isalnum():
+            continue  # a longer run cut by the window
+        if any(char.isdigit() for char in token) and any(char.isalpha() for char in token):
+            yield PiiHit("TWILIO_KEY", match.start(), match.end())
+
+
+def find_vendor_keys(src: ScanText) -> Iterator[PiiHit]:
+    """Twilio API keys and auth tokens, Mailgun API keys, Shopify and DigitalOcean tokens,
+    Google OAuth tokens and Stripe webhook secrets. A text with none of their prefixes costs a
+    C search each."""
+    text = src.text
+    for match in finditer_with(_TWILIO_SK, text, "SK"):
+        yield PiiHit("TWILIO_KEY", match.start(), match.end())
+        yield from _twilio_secrets_near(text, match.start(), match.end())
+    for match in finditer_with(_TWILIO_SID, text, "AC"):
+        yield from _twilio_secrets_near(text, match.start(), match.end())
+    for pattern, entity, *literals in _VENDOR_PATTERNS:
+        for match in finditer_with(pattern, text, *literals):
+            if entity != "MAILGUN_API_KEY" or any(c.isdigit() for c in match.group("body")):
+                yield PiiHit(entity, match.start(), match.end())

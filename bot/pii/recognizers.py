@@ -31,6 +31,7 @@ from bot.pii.credentials import (
     find_private_keys,
     find_service_tokens,
     find_slack,
+    find_vendor_keys,
     find_webhooks,
 )
 from bot.pii.emails import find_emails, find_loose_emails
@@ -73,6 +74,13 @@ RECOGNIZERS: tuple[Recognizer, ...] = (
     Recognizer(
         frozenset({"NPM_TOKEN", "PYPI_TOKEN", "SENDGRID_API_KEY", "HUGGINGFACE_TOKEN"}),
         find_service_tokens,
+    ),
+    Recognizer(
+        frozenset(
+            {"TWILIO_KEY", "MAILGUN_API_KEY", "SHOPIFY_TOKEN", "DIGITALOCEAN_TOKEN"}
+            | {"GOOGLE_OAUTH_TOKEN", "STRIPE_KEY"}
+        ),
+        find_vendor_keys,
     ),
     Recognizer(frozenset({"JWT"}), find_jwt),
     Recognizer(frozenset({"BEARER_TOKEN", "BASIC_AUTH"}), find_bearer_and_basic),

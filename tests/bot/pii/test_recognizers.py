@@ -47,6 +47,18 @@ TEST_PYPI = (
 )
 SENDGRID = "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"
 HUGGING_FACE = "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"
+# Made up in the vendors' formats: Twilio's API key (SK and 32 hex) and account SID (AC and 32
+# hex) with its auth token, Mailgun's key-, Shopify's shpat_, DigitalOcean's dop_v1_, Google's
+# OAuth access (ya29.) and refresh (1//0) tokens, Stripe's webhook signing secret.
+TWILIO_SK = "SK33dbf550cbd9cf909cf615cb5856614c"
+TWILIO_SID = "AC08b895cac62890c4ee2290b41c3d72e8"
+TWILIO_AUTH = "71045e4563e0ae3bad9db4466f005d61"
+MAILGUN = "key-aeb30712cf79d734c1b2e0db8bddca41"
+SHOPIFY = "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"
+DIGITALOCEAN = "dop_v1_580aa856a81b34caf5f2fbf61751960e528995ed05ddff5877ebb1b52266e840"
+GOOGLE_ACCESS = "ya29.a0AfB_byC1XkLm2PzR9vTnB4wYc8HdJs5FgA3eUi0oQ7XkLm2PzR9vTnB4wYc8HdJs5Fg0171"
+GOOGLE_REFRESH = "1//0gLr3ZqXkLm2PzR9vTnB4wYc8HdJs5FgA3eUi0oQ7XkLm2PzR9vTnB4wYc8HdJs5FgA3eUi0o"
+STRIPE_WEBHOOK = "whsec_RLcZERNFkgpqorrJNUuZ3O2VJV8YX4m9"
 RSA_BLOCK = (
     "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAx4UbaDzY1W2YBkV\n"
     "q8T0jDdbB2xY1ZkLd0==\n-----END RSA PRIVATE KEY-----"
@@ -263,6 +275,22 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
         "hf_hub_download(repo, token='hf_q7XkLm2PzR9vTnB4wYc8HdJs5FgA3eUi0o')",
         "hf_q7XkLm2PzR9vTnB4wYc8HdJs5FgA3eUi0o",
     ),
+    # TWILIO_KEY: an API key, and an account's auth token beside its SID
+    ("TWILIO_KEY", f"twilio api:core:keys:list\n{TWILIO_SK}  ci  2024-05-01", TWILIO_SK),
+    ("TWILIO_KEY", f"{TWILIO_SID}:{TWILIO_AUTH}", TWILIO_AUTH),
+    ("TWILIO_KEY", f"client = Client('{TWILIO_SID}', '{TWILIO_AUTH}')", TWILIO_AUTH),
+    ("TWILIO_KEY", f"curl -u {TWILIO_SID}:{TWILIO_AUTH} https://api.twilio.com", TWILIO_AUTH),
+    # MAILGUN_API_KEY
+    ("MAILGUN_API_KEY", f"curl -s --user 'api:{MAILGUN}' https://api.mailgun.net/v3", MAILGUN),
+    # SHOPIFY_TOKEN
+    ("SHOPIFY_TOKEN", f"X-Shopify-Access-Token {SHOPIFY}", SHOPIFY),
+    # DIGITALOCEAN_TOKEN
+    ("DIGITALOCEAN_TOKEN", f"doctl auth init -t {DIGITALOCEAN}", DIGITALOCEAN),
+    # GOOGLE_OAUTH_TOKEN: gcloud auth print-access-token, an OAuth client's refresh token
+    ("GOOGLE_OAUTH_TOKEN", f"$ gcloud auth print-access-token\n{GOOGLE_ACCESS}\n", GOOGLE_ACCESS),
+    ("GOOGLE_OAUTH_TOKEN", f"refresh with {GOOGLE_REFRESH}.", GOOGLE_REFRESH),
+    # Stripe's webhook signing secret, as stripe listen prints it
+    ("STRIPE_KEY", f"Your webhook signing secret is {STRIPE_WEBHOOK} (^C to quit)", STRIPE_WEBHOOK),
     # BEARER_TOKEN
     ("BEARER_TOKEN", "Authorization: Bearer abcDEF123456ghiJKL", "abcDEF123456ghiJKL"),
     ("BEARER_TOKEN", "bearer 0123456789abcdef0123", "0123456789abcdef0123"),
@@ -768,6 +796,20 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     # GOOGLE_API_KEY
     ("GOOGLE_API_KEY", "AIzaSyD-short"),
     ("GOOGLE_API_KEY", "AIzaSyD-9tSrke72PouQMnMX-a7eZSW0jkFMBWYx"),
+    # TWILIO_KEY: SK or AC inside a word, an SID alone, a digest far from any SID
+    ("TWILIO_KEY", f"DISK{TWILIO_SK[2:]} TASK{TWILIO_SK[2:]}"),
+    ("TWILIO_KEY", f"account {TWILIO_SID}"),
+    ("TWILIO_KEY", f"md5 {TWILIO_AUTH}"),
+    ("TWILIO_KEY", f"{TWILIO_SID} " + "x" * 300 + f" {TWILIO_AUTH}"),
+    # MAILGUN_API_KEY: a word, a key cut short, inside a word
+    ("MAILGUN_API_KEY", "key-value-store-implementation-ab"),
+    ("MAILGUN_API_KEY", f"{MAILGUN[:-1]} monkey-aeb30712cf79d734c1b2e0db8bddca41"),
+    # SHOPIFY_TOKEN, DIGITALOCEAN_TOKEN: cut short, not hex
+    ("SHOPIFY_TOKEN", f"{SHOPIFY[:-1]} shpat_zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz"),
+    ("DIGITALOCEAN_TOKEN", f"{DIGITALOCEAN[:-1]} dop_v1_"),
+    # GOOGLE_OAUTH_TOKEN: the prefix in prose, a path with a double slash
+    ("GOOGLE_OAUTH_TOKEN", "access tokens start with ya29. and expire; see 1//0 or file:1//0a"),
+    ("STRIPE_KEY", "whsec_short whsec_"),
     # BEARER_TOKEN
     ("BEARER_TOKEN", "Bearer authentication is required"),
     ("BEARER_TOKEN", 'WWW-Authenticate: Bearer realm="example"'),
@@ -1104,6 +1146,12 @@ ADVERSARIAL = [
     "token" + " " * 100_000,
     "token:secret=key:credentials=" * 5_000,
     "monkey:" * 20_000,
+    "SK" * 50_000,
+    "AC" + "a1" * 16 + " " + ("AC" + "b2" * 16 + " ") * 3_000,
+    "key-" * 25_000,
+    "ya29." * 20_000,
+    "1//0" * 25_000,
+    "shpat_" * 15_000 + "dop_v1_" * 15_000 + "whsec_" * 15_000,
     "\n  -p, --password x" * 20_000,
     '"--password", ' * 20_000,
     "- --password\n" * 20_000,
