@@ -306,7 +306,13 @@ _GOOGLE_OAUTH = on_use(
     r"|1//0(?<![0-9A-Za-z_/:]1//0)[0-9A-Za-z_-]{30,}+"
 )
 _STRIPE_WEBHOOK = on_use(r"whsec_(?<![0-9A-Za-z_]whsec_)[0-9A-Za-z]{24,}+(?![0-9A-Za-z_])")
+# An STS session token (aws sts get-session-token, assume-role) starts with the base64 of its
+# own header: FQoGZXIvYXdz or FwoGZXIvYXdz before 2021, IQoJb3JpZ2luX2Vj ("origin_ec") since.
+_AWS_SESSION = on_use(
+    r"(?<![A-Za-z0-9/+])(?:F[Qw]oGZXIvYXdz|IQoJb3JpZ2luX2Vj)[A-Za-z0-9/+]{40,}+=*"
+)
 _VENDOR_PATTERNS = (
+    (_AWS_SESSION, "AWS_SESSION_TOKEN", "GZXIvYXdz", "IQoJb3JpZ2lu"),
     (_MAILGUN, "MAILGUN_API_KEY", "key-"),
     (_SHOPIFY, "SHOPIFY_TOKEN", "shp"),
     (_DIGITALOCEAN, "DIGITALOCEAN_TOKEN", "_v1_"),
@@ -327,9 +333,9 @@ def _twilio_secrets_near(text: str, start: int, end: int) -> Iterator[PiiHit]:
 
 
 def find_vendor_keys(src: ScanText) -> Iterator[PiiHit]:
-    """Twilio API keys and auth tokens, Mailgun API keys, Shopify and DigitalOcean tokens,
-    Google OAuth tokens and Stripe webhook secrets. A text with none of their prefixes costs a
-    C search each."""
+    """AWS session tokens, Twilio API keys and auth tokens, Mailgun API keys, Shopify and
+    DigitalOcean tokens, Google OAuth tokens and Stripe webhook secrets. A text with none of
+    their prefixes costs a C search each."""
     text = src.text
     for match in finditer_with(_TWILIO_SK, text, "SK"):
         yield PiiHit("TWILIO_KEY", match.start(), match.end())

@@ -760,6 +760,8 @@ def _keyed_labels(lower: str) -> list[int]:
             end = position + len(word)
             if word == "credential" and lower.startswith("s", end):
                 end += 1
+            if lower.startswith("_base", end):
+                end += len("_base")  # Rails's secret_key_base
             after = lower[end : end + 1]  # "" at the text's end, which is no separator
             if after in _KEYED_AFTER and (word != "key" or _secret_key_name(lower, position)):
                 ends.append(end)

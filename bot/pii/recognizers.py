@@ -78,7 +78,7 @@ RECOGNIZERS: tuple[Recognizer, ...] = (
     Recognizer(
         frozenset(
             {"TWILIO_KEY", "MAILGUN_API_KEY", "SHOPIFY_TOKEN", "DIGITALOCEAN_TOKEN"}
-            | {"GOOGLE_OAUTH_TOKEN", "STRIPE_KEY"}
+            | {"GOOGLE_OAUTH_TOKEN", "STRIPE_KEY", "AWS_SESSION_TOKEN"}
         ),
         find_vendor_keys,
     ),

@@ -19,6 +19,7 @@ ENTITY_TYPES: tuple[str, ...] = (
     "PRIVATE_KEY",
     "AWS_SECRET_KEY",
     "AWS_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
     "GITHUB_TOKEN",
     "GITLAB_TOKEN",
     "SLACK_TOKEN",

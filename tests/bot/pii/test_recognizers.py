@@ -59,6 +59,9 @@ DIGITALOCEAN = "dop_v1_580aa856a81b34caf5f2fbf61751960e528995ed05ddff5877ebb1b52
 GOOGLE_ACCESS = "ya29.a0AfB_byC1XkLm2PzR9vTnB4wYc8HdJs5FgA3eUi0oQ7XkLm2PzR9vTnB4wYc8HdJs5Fg0171"
 GOOGLE_REFRESH = "1//0gLr3ZqXkLm2PzR9vTnB4wYc8HdJs5FgA3eUi0oQ7XkLm2PzR9vTnB4wYc8HdJs5FgA3eUi0o"
 STRIPE_WEBHOOK = "whsec_RLcZERNFkgpqorrJNUuZ3O2VJV8YX4m9"
+# STS session tokens: the older FwoGZXIvYXdz... and the newer IQoJb3JpZ2luX2Vj... ("origin_ec").
+AWS_SESSION = "FwoGZXIvYXdzEBYaDHqa0AP1hWLt/hKjoSLAAVsMy7ZsRmdXvLx1Gf+D2ZT1k0bYFiJ5yAmpcQ8mZ8I5HT=="
+AWS_SESSION_NEW = "IQoJb3JpZ2luX2VjEJr//////////wEaCXVzLWVhc3QtMSJHMEUCIQDl3Ft4hXk2Rb0fTmzYqLp"
 RSA_BLOCK = (
     "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAx4UbaDzY1W2YBkV\n"
     "q8T0jDdbB2xY1ZkLd0==\n-----END RSA PRIVATE KEY-----"
@@ -280,6 +283,15 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
     ("TWILIO_KEY", f"{TWILIO_SID}:{TWILIO_AUTH}", TWILIO_AUTH),
     ("TWILIO_KEY", f"client = Client('{TWILIO_SID}', '{TWILIO_AUTH}')", TWILIO_AUTH),
     ("TWILIO_KEY", f"curl -u {TWILIO_SID}:{TWILIO_AUTH} https://api.twilio.com", TWILIO_AUTH),
+    # AWS_SESSION_TOKEN: aws sts get-session-token's text and table outputs give it unlabelled
+    (
+        "AWS_SESSION_TOKEN",
+        f"CREDENTIALS\tASIAY34FZKBOKMUTVV7A\t2024-05-01T12:00:00Z\t{AWS_SECRET}\t{AWS_SESSION}",
+        AWS_SESSION,
+    ),
+    ("AWS_SESSION_TOKEN", f"|  SessionToken    |  {AWS_SESSION_NEW} |", AWS_SESSION_NEW),
+    # Rails's secret_key_base, as an env or credentials dump shows it
+    ("GENERIC_SECRET", '"SECRET_KEY_BASE=3f2c9a1e4b5d", "TZ=UTC"', "3f2c9a1e4b5d"),
     # MAILGUN_API_KEY
     ("MAILGUN_API_KEY", f"curl -s --user 'api:{MAILGUN}' https://api.mailgun.net/v3", MAILGUN),
     # SHOPIFY_TOKEN
@@ -810,6 +822,7 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     # GOOGLE_OAUTH_TOKEN: the prefix in prose, a path with a double slash
     ("GOOGLE_OAUTH_TOKEN", "access tokens start with ya29. and expire; see 1//0 or file:1//0a"),
     ("STRIPE_KEY", "whsec_short whsec_"),
+    ("AWS_SESSION_TOKEN", f"FwoGZXIvYXdz IQoJb3JpZ2luX2Vj x{AWS_SESSION}"),
     # BEARER_TOKEN
     ("BEARER_TOKEN", "Bearer authentication is required"),
     ("BEARER_TOKEN", 'WWW-Authenticate: Bearer realm="example"'),
@@ -1147,6 +1160,8 @@ ADVERSARIAL = [
     "token:secret=key:credentials=" * 5_000,
     "monkey:" * 20_000,
     "SK" * 50_000,
+    "FwoGZXIvYXdz" * 10_000,
+    "IQoJb3JpZ2luX2Vj/" * 10_000,
     "AC" + "a1" * 16 + " " + ("AC" + "b2" * 16 + " ") * 3_000,
     "key-" * 25_000,
     "ya29." * 20_000,
