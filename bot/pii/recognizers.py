@@ -50,6 +50,7 @@ from bot.pii.labelled import (
     find_user_flag_passwords,
     find_worded_passwords,
 )
+from bot.pii.manifests import find_secret_data
 from bot.pii.numbers import (
     find_card_runs,
     find_ibans,
@@ -89,6 +90,7 @@ RECOGNIZERS: tuple[Recognizer, ...] = (
     Recognizer(frozenset({"GENERIC_SECRET"}), find_env_secrets),
     Recognizer(frozenset({"GENERIC_SECRET"}), find_named_values),
     Recognizer(frozenset({"GENERIC_SECRET"}), find_keyed_secrets),
+    Recognizer(frozenset({"GENERIC_SECRET"}), find_secret_data),
     Recognizer(frozenset({"GENERIC_SECRET"}), find_secure_strings),
     Recognizer(frozenset({"GENERIC_SECRET"}), find_query_secrets),
     Recognizer(frozenset({"GENERIC_SECRET"}), find_cookies),

@@ -665,6 +665,108 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
 ]
 
 
+# A Kubernetes Secret's data, whatever its keys are named: kubectl get secret -o yaml and -o
+# json (keys sorted, so kind comes after data), a manifest (kind before stringData), a List.
+SECRET_YAML = """apiVersion: v1
+data:
+  api: c2VjcmV0MTIz
+  ca.crt: LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0t
+  webhook: aHR0cHM6Ly9leGFtcGxl
+kind: Secret
+metadata:
+  name: app
+type: Opaque
+"""
+SECRET_MANIFEST = """---
+apiVersion: v1
+kind: Secret
+metadata:
+  name: app
+stringData:
+  config.ini: |
+    [auth]
+    key = plainvalue
+  endpoint: "https://x.example/hook/abc"
+---
+apiVersion: v1
+kind: ConfigMap
+data:
+  level: debug
+"""
+SECRET_JSON = """{
+    "apiVersion": "v1",
+    "items": [
+        {
+            "apiVersion": "v1",
+            "data": {
+                "api": "c2VjcmV0MTIz",
+                "webhook": "aHR0cHM6Ly9leGFtcGxl"
+            },
+            "kind": "Secret",
+            "metadata": {
+                "name": "app"
+            }
+        },
+        {
+            "apiVersion": "v1",
+            "data": {
+                "level": "debug"
+            },
+            "kind": "ConfigMap"
+        }
+    ],
+    "kind": "List"
+}"""
+SECRET_LIST = """apiVersion: v1
+items:
+- apiVersion: v1
+  data:
+    level: debug
+  kind: ConfigMap
+- apiVersion: v1
+  data:
+    api: c2VjcmV0MTIz
+  kind: Secret
+kind: List
+"""
+
+
+# kubectl apply keeps the manifest it applied in an annotation, as JSON on one line (escaped
+# once more in -o json's string).
+SECRET_APPLIED = """metadata:
+  annotations:
+    kubectl.kubernetes.io/last-applied-configuration: |
+      {"apiVersion":"v1","data":{"api":"c2VjcmV0MTIz","x":"eHl6"},"kind":"Secret","metadata":{"name":"app"}}
+"""
+SECRET_APPLIED_JSON = (
+    '"kubectl.kubernetes.io/last-applied-configuration": "{\\"apiVersion\\":\\"v1\\",'
+    '\\"kind\\":\\"Secret\\",\\"stringData\\":{\\"api\\":\\"plain-value\\"}}\\n"'
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (SECRET_APPLIED, ["c2VjcmV0MTIz", "eHl6"]),
+        (SECRET_APPLIED_JSON, ["plain-value"]),
+        (SECRET_YAML, ["c2VjcmV0MTIz", "aHR0cHM6Ly9leGFtcGxl"]),
+        (SECRET_MANIFEST, ["[auth]\n    key = plainvalue", "https://x.example/hook/abc"]),
+        (SECRET_JSON, ["c2VjcmV0MTIz", "aHR0cHM6Ly9leGFtcGxl"]),
+        (SECRET_LIST, ["c2VjcmV0MTIz"]),
+    ],
+    ids=["applied", "applied-json", "yaml", "manifest", "json", "list"],
+)
+def test_a_kubernetes_secrets_data_is_redacted_whatever_its_keys(
+    text: str, expected: list[str]
+) -> None:
+    assert found(text, "GENERIC_SECRET") == expected
+
+
+def test_a_config_maps_data_is_left() -> None:
+    text = SECRET_YAML.replace("kind: Secret", "kind: ConfigMap")
+    assert found(text, "GENERIC_SECRET") == []
+
+
 @pytest.mark.parametrize(("entity", "text", "expected"), TRUE_POSITIVES)
 def test_true_positive(entity: str, text: str, expected: str) -> None:
     assert found(text, entity) == [expected]
@@ -1160,6 +1262,14 @@ ADVERSARIAL = [
     "token:secret=key:credentials=" * 5_000,
     "monkey:" * 20_000,
     "SK" * 50_000,
+    "kind: Secret\n" * 20_000,
+    "kind: Secret\ndata:\n" + "  a: b\n" * 20_000,
+    "- kind: Secret\n  data:\n" * 10_000,
+    "kind: Secret\n" + "  " * 50_000 + "data:\n",
+    '{"kind": "Secret", "data": {' * 10_000,
+    '{"kind":"Secret","data":{"a":"b"}}' * 10_000,
+    '"kind":"Secret"' + '"data":{' * 20_000,
+    '\\"data\\":{' + '\\"a\\":\\"b\\",' * 20_000,
     "FwoGZXIvYXdz" * 10_000,
     "IQoJb3JpZ2luX2Vj/" * 10_000,
     "AC" + "a1" * 16 + " " + ("AC" + "b2" * 16 + " ") * 3_000,

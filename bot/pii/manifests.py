@@ -1,0 +1,207 @@
+"""The data of a Kubernetes Secret, as kubectl get secret -o yaml or -o json and manifests show
+it: every value under its ``data:`` or ``stringData:`` is a secret, whatever its key is named
+(``api: c2VjcmV0MTIz`` says nothing of a secret but where it stands).
+
+Read by lines from each line that says ``kind: Secret``: the object is the run of lines at that
+key's indent or deeper around it, and its ``data:`` block the deeper lines after that key. A
+ConfigMap's data, at the same place in its own object, is left.
+"""
+
+from __future__ import annotations
+
+import re
+from bisect import bisect_right
+from collections.abc import Iterator
+
+from bot.patterns import finditer_with, on_use
+from bot.pii.scantext import PiiHit, ScanText
+
+_KIND_LINE = on_use(r"[ \t]*(?:-[ \t]+)?[\"']?kind[\"']?[ \t]*:[ \t]*[\"']?Secret[\"']?[ \t]*,?\r?")
+_DATA_KEY = on_use(r"[\"']?(?:data|stringData)[\"']?[ \t]*:[ \t]*\{?[ \t]*\r?")
+_ENTRY = on_use(
+    r"(?P<key>\"[^\"]*\"|'[^']*'|[^\s:\"'][^:]*?)[ \t]*:(?:[ \t]+(?P<value>.*?))?[ \t]*,?[ \t]*\r?"
+)
+_BLOCK_SCALARS = frozenset({"|", ">", "|-", ">-", "|+", ">+"})
+_LINE_REACH = 256  # a kind line is short: a "Secret" farther from a line's ends is in prose
+_PUBLIC_SUFFIXES = (".crt",)  # a certificate (tls.crt, ca.crt) is public
+
+
+class _Lines:
+    """The text's lines: where each starts and ends, and the column of its key."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.starts = [0] + [m.end() for m in re.finditer("\n", text)]
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def index(self, position: int) -> int:
+        """The line that holds ``position``."""
+        return bisect_right(self.starts, position) - 1
+
+    def span(self, line: int) -> tuple[int, int]:
+        """Where the line starts and ends (its line end left out)."""
+        start = self.starts[line]
+        end = self.starts[line + 1] - 1 if line + 1 < len(self.starts) else len(self.text)
+        return start, end
+
+    def key(self, line: int) -> tuple[int, bool] | None:
+        """Where the line's key starts and whether a list's "- " stands before it; None for a
+        blank line or a document's separator, which no object spans."""
+        start, end = self.span(line)
+        text = self.text
+        column = start
+        while column < end and text[column] in " \t":
+            column += 1
+        marker = text.startswith("- ", column)
+        if marker:
+            column += 2
+            while column < end and text[column] in " \t":
+                column += 1
+        if text.startswith("---", column):
+            return -1, False  # before every column: it ends the object
+        if column >= end or text[column] == "\r":
+            return None
+        return column - start, marker
+
+
+def _kind_lines(text: str) -> Iterator[int]:
+    """The positions of the lines that say ``kind: Secret``."""
+    position = text.find("Secret")
+    while position >= 0:
+        low = text.rfind("\n", max(0, position - _LINE_REACH), position) + 1
+        high = text.find("\n", position, position + _LINE_REACH)
+        high = len(text) if high < 0 and position + _LINE_REACH >= len(text) else high
+        short = (low > 0 or position < _LINE_REACH) and high >= 0
+        if short and _KIND_LINE.fullmatch(text, low, high):
+            yield low
+        position = text.find("Secret", position + len("Secret"))
+
+
+def _object(lines: _Lines, kind: int, column: int, marker: bool) -> tuple[int, int]:
+    """The first and last line of the object whose keys stand at ``column``, around ``kind``
+    (which starts it if a list's "- " stands before its key)."""
+    first = kind
+    if not marker:
+        line = kind - 1
+        while line >= 0:
+            key = lines.key(line)
+            if key is not None:
+                if key[0] < column:
+                    break
+                first = line
+                if key[0] == column and key[1]:
+                    break  # the "- " of a list's item starts the object
+            line -= 1
+    last = kind
+    line = kind + 1
+    while line < len(lines):
+        key = lines.key(line)
+        if key is not None:
+            if key[0] < column or (key[0] == column and key[1]):
+                break
+            last = line
+        line += 1
+    return first, last
+
+
+def _data_values(lines: _Lines, data: int, column: int) -> Iterator[PiiHit]:
+    """The values of the entries under the ``data:`` key on line ``data``."""
+    text = lines.text
+    line = data + 1
+    entry_column = -1
+    block: list[int] = []  # the first and last line of a block scalar's content
+    while line < len(lines):
+        key = lines.key(line)
+        if key is not None and key[0] <= column:
+            break
+        if key is None:
+            line += 1
+            continue
+        start, end = lines.span(line)
+        if entry_column < 0:
+            entry_column = key[0]
+        if key[0] > entry_column and block:
+            block[1:] = [line]
+        else:
+            yield from _block_hit(lines, block)
+            block = []
+            entry = _ENTRY.fullmatch(text, start + key[0], end)
+            if entry is not None and entry.group("value"):
+                name = entry.group("key").strip("\"'")
+                value_start, value_end = entry.span("value")
+                value = entry.group("value")
+                if value in _BLOCK_SCALARS:
+                    block = [line + 1, line]
+                elif not name.endswith(_PUBLIC_SUFFIXES) and value not in ("{}", '""', "''"):
+                    if value[0] in "\"'" and value[-1] == value[0] and len(value) > 1:
+                        value_start, value_end = value_start + 1, value_end - 1
+                    yield PiiHit("GENERIC_SECRET", value_start, value_end)
+        line += 1
+    yield from _block_hit(lines, block)
+
+
+def _block_hit(lines: _Lines, block: list[int]) -> Iterator[PiiHit]:
+    """A hit over a block scalar's content, from its first character to its last."""
+    if not block or block[1] < block[0]:
+        return
+    start, _ = lines.span(block[0])
+    _, end = lines.span(block[1])
+    text = lines.text
+    while start < end and text[start] in " \t":
+        start += 1
+    while end > start and text[end - 1] in " \t\r":
+        end -= 1
+    if end > start:
+        yield PiiHit("GENERIC_SECRET", start, end)
+
+
+# JSON on one line (kubectl apply's last-applied-configuration annotation, jq -c), its quotes
+# escaped once more inside a JSON string: a data object, its string values, and the kind.
+_JSON_DATA = on_use(r"\"(?:data|stringData)\\*\"[ \t]*:[ \t]*\{(?P<body>[^{}\r\n]*+)\}")
+_JSON_VALUE = on_use(r"\\*\"[ \t]*:[ \t]*\\*\"(?P<value>(?:[^\"\\\r\n]|\\[^\"\r\n])*+)\\*\"")
+_JSON_KIND = on_use(r"kind\\*\"[ \t]*:[ \t]*\\*\"Secret\\*\"")
+
+
+def _json_data(text: str) -> Iterator[PiiHit]:
+    """The string values of a data object on a line that says its kind is Secret."""
+    line = (-1, -1, False)  # the last line read: its start, its end, whether it says Secret
+    for data in finditer_with(_JSON_DATA, text, '"data', '"stringData'):
+        if not line[0] <= data.start() < line[1]:
+            start = text.rfind("\n", 0, data.start()) + 1
+            end = text.find("\n", data.end())
+            end = len(text) if end < 0 else end
+            line = (start, end, _JSON_KIND.search(text, start, end) is not None)
+        if not line[2]:
+            continue
+        for value in _JSON_VALUE.finditer(text, *data.span("body")):
+            if value.group("value"):
+                yield PiiHit("GENERIC_SECRET", *value.span("value"))
+
+
+def find_secret_data(src: ScanText) -> Iterator[PiiHit]:
+    """Every value under a Kubernetes Secret's ``data:`` or ``stringData:``."""
+    text = src.text
+    if "Secret" not in text or "ata" not in text:  # C searches: most outputs hold neither
+        return
+    if '"' in text:
+        yield from _json_data(text)
+    lines: _Lines | None = None
+    covered = -1  # the last line of the last object read: a kind line in it is its own
+    for kind_start in _kind_lines(text):
+        lines = lines or _Lines(text)
+        kind = lines.index(kind_start)
+        key = lines.key(kind)
+        if kind <= covered or key is None or key[0] < 0:
+            continue
+        column = key[0]
+        first, last = _object(lines, kind, column, key[1])
+        covered = last
+        for line in range(first, last + 1):
+            line_key = lines.key(line)
+            if line_key is None or line_key[0] != column:
+                continue
+            start, end = lines.span(line)
+            if _DATA_KEY.fullmatch(text, start + column, end):
+                yield from _data_values(lines, line, column)
