@@ -263,9 +263,30 @@ _PEM_BODY = on_use(
 _PEM_REACH = 65536  # a private key block is a few KB; an END farther away belongs to another
 
 
+# A PuTTY key file (.ppk) gives its private part as "Private-Lines: N", N lines of base64 and
+# a Private-MAC line; the public part before it is not secret.
+_PUTTY_PRIVATE = on_use(
+    r"Private-Lines:[ \t]*(?P<count>[0-9]{1,3})\r?\n(?P<body>(?:[A-Za-z0-9+/=]++\r?\n)+?)"
+    r"(?:(?P<mac>Private-MAC:[ \t]*[0-9a-fA-F]++)|(?=[^A-Za-z0-9+/=]|\Z))"
+)
+
+
+def _putty_private_keys(text: str) -> Iterator[PiiHit]:
+    """The private lines (and their MAC) of a PuTTY key file."""
+    for match in finditer_with(_PUTTY_PRIVATE, text, "Private-Lines:"):
+        start, end = match.span("body")
+        if match.group("mac"):
+            end = match.end()
+        while text[end - 1] in "\r\n":
+            end -= 1  # a file cut after its private lines: they end the key
+        yield PiiHit("PRIVATE_KEY", start, end)
+
+
 def find_private_keys(src: ScanText) -> Iterator[PiiHit]:
-    """PEM and PGP private key blocks, BEGIN through END (or through the key material)."""
+    """PEM and PGP private key blocks, BEGIN through END (or through the key material), and a
+    PuTTY key file's private lines."""
     text = src.text
+    yield from _putty_private_keys(text)
     if "-----BEGIN " not in text:  # a long literal: str's search skips most of the text
         return
     begins = list(_PEM_BEGIN.finditer(text))
@@ -311,8 +332,12 @@ _STRIPE_WEBHOOK = on_use(r"whsec_(?<![0-9A-Za-z_]whsec_)[0-9A-Za-z]{24,}+(?![0-9
 _AWS_SESSION = on_use(
     r"(?<![A-Za-z0-9/+])(?:F[Qw]oGZXIvYXdz|IQoJb3JpZ2luX2Vj)[A-Za-z0-9/+]{40,}+=*"
 )
+# aws ecr get-login-password prints a registry password, valid for 12 hours: the base64 of a
+# JSON object whose first key is "payload" ({"payload":").
+_ECR_PASSWORD = on_use(r"(?<![A-Za-z0-9/+])eyJwYXlsb2FkIjoi[A-Za-z0-9/+]{64,}+=*")
 _VENDOR_PATTERNS = (
     (_AWS_SESSION, "AWS_SESSION_TOKEN", "GZXIvYXdz", "IQoJb3JpZ2lu"),
+    (_ECR_PASSWORD, "AWS_SESSION_TOKEN", "eyJwYXlsb2FkIjoi"),
     (_MAILGUN, "MAILGUN_API_KEY", "key-"),
     (_SHOPIFY, "SHOPIFY_TOKEN", "shp"),
     (_DIGITALOCEAN, "DIGITALOCEAN_TOKEN", "_v1_"),

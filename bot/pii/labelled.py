@@ -565,15 +565,16 @@ def find_authorization(src: ScanText) -> Iterator[PiiHit]:
 # where "INVALID_TOKEN: the session expired" in a log line is not one. Possessive blanks: the
 # colon's and the value's would share a long run of them, quadratically.
 _ENV_NAME_END = on_use(
-    r"(?P<word>SECRET|TOKEN|PASSPHRASE|CREDENTIALS?|KEY)(?P<colon>:[ \t]++|[ \t]*+=)[ \t]*+"
+    r"(?P<word>SECRET|TOKEN|PASSPHRASE|CREDENTIALS?|KEY|PW)(?P<colon>:[ \t]++|[ \t]*+=)[ \t]*+"
     r"(?:\"(?P<dq>[^\"\r\n]{6,256})\"|'(?P<sq>[^'\r\n]{6,256})'|(?P<bare>[^\s\x00-\x1f\"',;]{6,256}))"
 )
 _ENV_NAME_CHARS = frozenset(string.ascii_uppercase + string.digits + "_")
-_ENV_NAME_WORDS = ("SECRET", "TOKEN", "PASSPHRASE", "CREDENTIAL", "KEY")
+_ENV_NAME_WORDS = ("SECRET", "TOKEN", "PASSPHRASE", "CREDENTIAL", "KEY", "PW")
 # KEY alone ends too many names that hold none (PRIMARY_KEY, SORT_KEY): these do.
 _ENV_SECRET_KEYS = (
     *("API_KEY", "APIKEY", "ACCESS_KEY", "PRIVATE_KEY", "SECRET_KEY", "SIGNING_KEY"),
     *("MASTER_KEY", "ENCRYPTION_KEY", "LICENSE_KEY", "AUTH_KEY", "APP_KEY", "APPLICATION_KEY"),
+    "FERNET_KEY",  # Airflow's, which encrypts its connections' passwords
 )
 # PASS ends a password's name as a word of its own (DB_PASS); inside one it is "BYPASS".
 _ENV_SECRET_PASS = "_PASS"
@@ -630,7 +631,7 @@ def _env_name_ends(text: str) -> Iterator[re.Match[str]]:
 
 def find_env_secrets(src: ScanText) -> Iterator[PiiHit]:
     """The value of an environment variable whose name ends in SECRET, TOKEN, PASSPHRASE,
-    CREDENTIAL(S) or a secret's KEY (API_KEY, SECRET_KEY...)."""
+    CREDENTIAL(S), a secret's KEY (API_KEY, SECRET_KEY...) or _PW."""
     text = src.text
     for match in _env_name_ends(text):
         start = _env_name_start(text, match.end("word"))
@@ -639,6 +640,8 @@ def find_env_secrets(src: ScanText) -> Iterator[PiiHit]:
         name = text[start : match.end("word")]
         if name.endswith("KEY") and not name.endswith(_ENV_SECRET_KEYS):
             continue
+        if name.endswith("PW") and not name.endswith("_PW"):
+            continue  # a password's short name is a word of its own (LDAP_BIND_PW), not SPW
         if match.group("colon").startswith(":") and not _starts_line(text, start):
             continue  # a colon after a name inside a line is a log's error code, not YAML
         group = "dq" if match.group("dq") else "sq" if match.group("sq") else "bare"
@@ -737,7 +740,7 @@ def find_aws_secret(src: ScanText) -> Iterator[PiiHit]:
 # a value that looks generated: one shorter than the 20 characters the encoded-run finder needs,
 # or one its dashes cut into short runs (a UUID). Found from the key's last word, which str.find
 # skips to in C; "key" counts only after a word that makes it a secret's (api, access, app...).
-_KEYED_WORDS = ("secret", "token", "passphrase", "credential", "key")
+_KEYED_WORDS = ("secret", "token", "passphrase", "credential", "key", "auth")
 _KEYED_AFTER = frozenset(":=>\"' \t\\")
 _KEYED_VALUE = on_use(
     r"(?:\\*[\"'])?[ \t]*+(?:=>|[:=])[ \t]*+(?:\\*[\"'])?"
@@ -745,7 +748,7 @@ _KEYED_VALUE = on_use(
 )
 _KEYED_KEY_WORDS = (
     *("api", "access", "secret", "private", "signing", "encryption", "master", "license"),
-    *("auth", "app", "application", "account", "client", "subscription", "session"),
+    *("auth", "app", "application", "account", "client", "subscription", "session", "fernet"),
 )
 _KEYED_NAME_CHARS = frozenset(string.ascii_lowercase + string.digits + "_-.")
 _LETTERS = frozenset(string.ascii_lowercase)

@@ -62,6 +62,19 @@ STRIPE_WEBHOOK = "whsec_RLcZERNFkgpqorrJNUuZ3O2VJV8YX4m9"
 # STS session tokens: the older FwoGZXIvYXdz... and the newer IQoJb3JpZ2luX2Vj... ("origin_ec").
 AWS_SESSION = "FwoGZXIvYXdzEBYaDHqa0AP1hWLt/hKjoSLAAVsMy7ZsRmdXvLx1Gf+D2ZT1k0bYFiJ5yAmpcQ8mZ8I5HT=="
 AWS_SESSION_NEW = "IQoJb3JpZ2luX2VjEJr//////////wEaCXVzLWVhc3QtMSJHMEUCIQDl3Ft4hXk2Rb0fTmzYqLp"
+ECR_PASSWORD = (
+    "eyJwYXlsb2FkIjoiQmx0MVdURkRiUXRaeGR3ZlJ4V2ZqZ1h6Y0x0QmxUcm5rY2hKR0JKa0x2N3JrbGxrZCIsImRhdGFr"
+    "ZXkiOiJBUUVCQUhoIiwidmVyc2lvbiI6IjIiLCJ0eXBlIjoiREFUQV9LRVkiLCJleHBpcmF0aW9uIjoxNzAwMDAwMDAwfQ=="
+)
+PUTTY_PRIVATE = (
+    "AAAAIDF3G9Vr0pLx8sWcY1uNd4HfJbKe7gAo2iQv5R1234\nAAAAIQDl3Ft4hXk2Rb0fTmzYqLp9\n"
+    "Private-MAC: 2a3b4c5d6e7f8a9b0c1d2e3f4a5b6c7d8e9f0a1b2c3d4e5f6a7b8c9d0e1f2a3b"
+)
+PUTTY_KEY = (
+    "PuTTY-User-Key-File-3: ssh-ed25519\nEncryption: none\nComment: eddsa-key\n"
+    "Public-Lines: 2\nAAAAC3NzaC1lZDI1NTE5AAAAIGHk\nAAAAC3NzaC1lZDI1\nPrivate-Lines: 2\n"
+    f"{PUTTY_PRIVATE}\n"
+)
 RSA_BLOCK = (
     "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAx4UbaDzY1W2YBkV\n"
     "q8T0jDdbB2xY1ZkLd0==\n-----END RSA PRIVATE KEY-----"
@@ -290,6 +303,24 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
         AWS_SESSION,
     ),
     ("AWS_SESSION_TOKEN", f"|  SessionToken    |  {AWS_SESSION_NEW} |", AWS_SESSION_NEW),
+    # A registry's auth in a docker config (base64 of user:password), however short.
+    ("GENERIC_SECRET", '{"auths": {"ghcr.io": {"auth": "Ym9iOmh1bnRlcjIy"}}}', "Ym9iOmh1bnRlcjIy"),
+    # Airflow's Fernet key, a password named _PW (LDAP_BIND_PW), as env prints them.
+    (
+        "GENERIC_SECRET",
+        "AIRFLOW__CORE__FERNET_KEY=81HqDtbqAywKSOumSha3BhWNOdQ26slT6K0YaZeZyPs=",
+        "81HqDtbqAywKSOumSha3BhWNOdQ26slT6K0YaZeZyPs=",
+    ),
+    ("GENERIC_SECRET", "LDAP_BIND_PW=s3cr3tpw9\nX=1", "s3cr3tpw9"),
+    # aws ecr get-login-password: base64 of {"payload": ...}, alone on its line.
+    ("AWS_SESSION_TOKEN", f"$ aws ecr get-login-password\n{ECR_PASSWORD}\n", ECR_PASSWORD),
+    # A PuTTY key file's private lines.
+    ("PRIVATE_KEY", PUTTY_KEY, PUTTY_PRIVATE),
+    (
+        "PRIVATE_KEY",
+        "Private-Lines: 1\r\nAAAAIDF3G9Vr0pLx8sWcY1uNd4HfJbKe7gAo2iQv5R1234\r\n",
+        "AAAAIDF3G9Vr0pLx8sWcY1uNd4HfJbKe7gAo2iQv5R1234",
+    ),
     # Rails's secret_key_base, as an env or credentials dump shows it
     ("GENERIC_SECRET", '"SECRET_KEY_BASE=3f2c9a1e4b5d", "TZ=UTC"', "3f2c9a1e4b5d"),
     # MAILGUN_API_KEY
@@ -924,6 +955,8 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     # GOOGLE_OAUTH_TOKEN: the prefix in prose, a path with a double slash
     ("GOOGLE_OAUTH_TOKEN", "access tokens start with ya29. and expire; see 1//0 or file:1//0a"),
     ("STRIPE_KEY", "whsec_short whsec_"),
+    ("GENERIC_SECRET", "SPW=abc123def OLDPWD=/tmp/x1 auth: kerberos auth=none"),
+    ("PRIVATE_KEY", "Private-Lines: 3\nthe key has three private lines"),
     ("AWS_SESSION_TOKEN", f"FwoGZXIvYXdz IQoJb3JpZ2luX2Vj x{AWS_SESSION}"),
     # BEARER_TOKEN
     ("BEARER_TOKEN", "Bearer authentication is required"),
@@ -1262,6 +1295,10 @@ ADVERSARIAL = [
     "token:secret=key:credentials=" * 5_000,
     "monkey:" * 20_000,
     "SK" * 50_000,
+    "PuTTY-User-Key-File-2: x\nPrivate-Lines: 64\n" * 5_000,
+    "Private-Lines: 9" * 10_000,
+    "eyJwYXlsb2FkIjoi" * 10_000,
+    "A_PW=" * 20_000,
     "kind: Secret\n" * 20_000,
     "kind: Secret\ndata:\n" + "  a: b\n" * 20_000,
     "- kind: Secret\n  data:\n" * 10_000,
