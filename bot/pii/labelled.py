@@ -752,11 +752,13 @@ _KEYED_KEY_WORDS = (
 )
 _KEYED_NAME_CHARS = frozenset(string.ascii_lowercase + string.digits + "_-.")
 _LETTERS = frozenset(string.ascii_lowercase)
+# Keys that name where a secret is kept (a chart's existingSecret, a pod's imagePullSecrets).
+_KEYED_REFERENCES = ("existing", "pullsecret")
 
 
-def _keyed_labels(lower: str) -> list[int]:
-    """Where each secret-naming key's last word ends, in the order of the text."""
-    ends: list[int] = []
+def _keyed_labels(lower: str) -> list[tuple[int, str]]:
+    """Where each secret-naming key's last word ends, and the word, in the order of the text."""
+    ends: list[tuple[int, str]] = []
     for word in _KEYED_WORDS:
         position = lower.find(word)
         while position >= 0:
@@ -767,7 +769,7 @@ def _keyed_labels(lower: str) -> list[int]:
                 end += len("_base")  # Rails's secret_key_base
             after = lower[end : end + 1]  # "" at the text's end, which is no separator
             if after in _KEYED_AFTER and (word != "key" or _secret_key_name(lower, position)):
-                ends.append(end)
+                ends.append((end, word))
             position = lower.find(word, end)
     return sorted(ends)
 
@@ -785,7 +787,7 @@ def find_keyed_secrets(src: ScanText) -> Iterator[PiiHit]:
     short (six characters or more): token: 9f8e7d6c5b4a, "api key: <a UUID>"."""
     text, lower = src.text, src.lower
     covered = 0  # the end of the last value: a key inside it is part of that value
-    for label in _keyed_labels(lower):
+    for label, word in _keyed_labels(lower):
         if label < covered:
             continue
         match = _KEYED_VALUE.match(text, label)
@@ -793,13 +795,20 @@ def find_keyed_secrets(src: ScanText) -> Iterator[PiiHit]:
             continue
         covered = match.end()
         name = _run_start(lower, label, _KEYED_NAME_CHARS, 64)
+        name = label if name < 0 else name  # a name longer than any key's
         if name > 0 and lower[name - 1] == "=":
             continue  # a value that holds a key (?q=token=abc123), not a key of its own
+        if any(ref in lower[name:label] for ref in _KEYED_REFERENCES):
+            continue  # names a Secret object (existingSecret: db-secret-2), holds none
         start, end = match.span("value")
         while end > start and text[end - 1] in ".:":
             end -= 1  # a sentence's full stop
         value = text[start:end]
         if value.startswith(_PLACEHOLDER_STARTS) or _SECRET_PATH.fullmatch(value):
             continue
+        if word == "auth":
+            decoded = _decode_base64(value, shortest=3)
+            if decoded is None or ":" not in decoded:
+                continue  # a docker config's auth is user:password in base64; "auth: md5" not
         if _looks_secret(value):
             yield PiiHit("GENERIC_SECRET", start, end)

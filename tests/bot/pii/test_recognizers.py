@@ -955,7 +955,8 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     # GOOGLE_OAUTH_TOKEN: the prefix in prose, a path with a double slash
     ("GOOGLE_OAUTH_TOKEN", "access tokens start with ya29. and expire; see 1//0 or file:1//0a"),
     ("STRIPE_KEY", "whsec_short whsec_"),
-    ("GENERIC_SECRET", "SPW=abc123def OLDPWD=/tmp/x1 auth: kerberos auth=none"),
+    ("GENERIC_SECRET", "SPW=abc123def OLDPWD=/tmp/x1 auth: kerberos5 auth=sha256"),
+    ("GENERIC_SECRET", "auth:\n  existingSecret: db-secret-2\n  imagePullSecret: regcred2"),
     ("PRIVATE_KEY", "Private-Lines: 3\nthe key has three private lines"),
     ("AWS_SESSION_TOKEN", f"FwoGZXIvYXdz IQoJb3JpZ2luX2Vj x{AWS_SESSION}"),
     # BEARER_TOKEN
