@@ -706,13 +706,49 @@ _SENSITIVE_OUTPUT = on_use(
 )
 
 
+# aws secretsmanager get-secret-value: the secret is the SecretString, whatever it holds.
+_SECRET_STRING = on_use(r"\"SecretString\"[ \t]*:[ \t]*" + _JSON_STRING)
+_SECURE_PATTERNS = (
+    (_SECURE_STRING, "SecureString"),
+    (_SENSITIVE_OUTPUT, '"sensitive"'),
+    (_SECRET_STRING, '"SecretString"'),
+)
+
+
 def find_secure_strings(src: ScanText) -> Iterator[PiiHit]:
     """The value of an AWS SSM SecureString parameter (aws ssm get-parameter
-    --with-decryption) and of terraform's sensitive string outputs (terraform output -json)."""
+    --with-decryption), of a Secrets Manager secret (aws secretsmanager get-secret-value) and
+    of terraform's sensitive string outputs (terraform output -json)."""
     text = src.text
-    for pattern, literal in ((_SECURE_STRING, "SecureString"), (_SENSITIVE_OUTPUT, '"sensitive"')):
+    for pattern, literal in _SECURE_PATTERNS:
         for match in finditer_with(pattern, text, literal):
             yield PiiHit("GENERIC_SECRET", *match.span("value"))
+
+
+# Vault's table output: "Key  Value", "---  -----", then a row a key. Every value of the table
+# under "====== Data ======" (vault kv get) is a secret; in another (vault read of a dynamic
+# secret's lease, a token's lookup) the rows whose key names one.
+_VAULT_TABLE = on_use(r"Key[ \t]+Value[ \t]*\r?\n-{3}[ \t]+-{5}[ \t]*(?:\r?\n|\Z)")
+_VAULT_ROW = on_use(r"(?P<key>[^\s=][^ \t\r\n]*+)[ \t]++(?P<value>[^\r\n]*?)[ \t]*\r?(?:\n|\Z)")
+_VAULT_DATA = on_use(r"=+[ \t]+(?:Secret[ \t]+)?Data[ \t]+=+[ \t]*\r?\n")
+
+
+def find_vault_data(src: ScanText) -> Iterator[PiiHit]:
+    """The values of vault kv get's Data table, and the secret-named rows of Vault's others."""
+    text = src.text
+    covered = 0  # the end of the last table's rows: a header inside them is a row
+    for table in finditer_with(_VAULT_TABLE, text, "Key"):
+        if table.start() < covered:
+            continue
+        low = max(0, table.start() - 80)  # a header's line is short
+        line = text.rfind("\n", low, max(low, table.start() - 1)) + 1
+        data = _VAULT_DATA.fullmatch(text, line or low, table.start()) is not None
+        position = table.end()
+        while (row := _VAULT_ROW.match(text, position)) is not None and row.end() > position:
+            position = row.end()
+            if row.group("value") and (data or _secret_name(row.group("key"))):
+                yield PiiHit("GENERIC_SECRET", *row.span("value"))
+        covered = position
 
 
 _AWS_SECRET_LABEL = on_use(r"secret_?(?:access_?)?key")

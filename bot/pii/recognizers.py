@@ -48,6 +48,7 @@ from bot.pii.labelled import (
     find_secure_strings,
     find_url_passwords,
     find_user_flag_passwords,
+    find_vault_data,
     find_worded_passwords,
 )
 from bot.pii.manifests import find_secret_data
@@ -92,6 +93,7 @@ RECOGNIZERS: tuple[Recognizer, ...] = (
     Recognizer(frozenset({"GENERIC_SECRET"}), find_keyed_secrets),
     Recognizer(frozenset({"GENERIC_SECRET"}), find_secret_data),
     Recognizer(frozenset({"GENERIC_SECRET"}), find_secure_strings),
+    Recognizer(frozenset({"GENERIC_SECRET"}), find_vault_data),
     Recognizer(frozenset({"GENERIC_SECRET"}), find_query_secrets),
     Recognizer(frozenset({"GENERIC_SECRET"}), find_cookies),
     Recognizer(frozenset({"CONNECTION_STRING_PASSWORD", "GENERIC_SECRET"}), find_url_passwords),

@@ -75,6 +75,24 @@ PUTTY_KEY = (
     "Public-Lines: 2\nAAAAC3NzaC1lZDI1NTE5AAAAIGHk\nAAAAC3NzaC1lZDI1\nPrivate-Lines: 2\n"
     f"{PUTTY_PRIVATE}\n"
 )
+VAULT_KV = """====== Metadata ======
+Key                Value
+---                -----
+created_time       2024-05-01T12:00:00.123456Z
+version            3
+
+====== Data ======
+Key         Value
+---         -----
+api         k3yv4lu3
+"""
+VAULT_READ = """Key                Value
+---                -----
+lease_id           database/creds/readonly/2f6a614c
+lease_duration     768h
+password           A1a-EkPXWxYz9q
+username           v-token-readonly-wGL
+"""
 RSA_BLOCK = (
     "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAx4UbaDzY1W2YBkV\n"
     "q8T0jDdbB2xY1ZkLd0==\n-----END RSA PRIVATE KEY-----"
@@ -678,6 +696,16 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
         '    "value": "hunter22"\n  }\n}',
         "hunter22",
     ),
+    # aws secretsmanager get-secret-value: the SecretString, whatever it holds.
+    (
+        "GENERIC_SECRET",
+        '{\n    "Name": "prod/api",\n    "SecretString": "k3yv4lu3-plain",\n'
+        '    "VersionStages": []',
+        "k3yv4lu3-plain",
+    ),
+    # vault kv get: every value of the Data table; vault read: the secret-named rows.
+    ("GENERIC_SECRET", VAULT_KV, "k3yv4lu3"),
+    ("GENERIC_SECRET", VAULT_READ, "A1a-EkPXWxYz9q"),
     # An environment given as name and value (a pod's spec, an ECS task definition).
     ("GENERIC_SECRET", "env:\n- name: DB_PASSWORD\n  value: hunter22\n", "hunter22"),
     ("GENERIC_SECRET", '    - name: API_TOKEN\n      value: "abc def"', "abc def"),
@@ -1296,6 +1324,9 @@ ADVERSARIAL = [
     "token:secret=key:credentials=" * 5_000,
     "monkey:" * 20_000,
     "SK" * 50_000,
+    "Key Value\n--- -----\n" * 10_000,
+    "====== Data ======\nKey Value\n--- -----\n" + "a b\n" * 20_000,
+    '"SecretString": "' + "\\" * 100_000,
     "PuTTY-User-Key-File-2: x\nPrivate-Lines: 64\n" * 5_000,
     "Private-Lines: 9" * 10_000,
     "eyJwYXlsb2FkIjoi" * 10_000,
