@@ -782,6 +782,9 @@ _KEYED_VALUE = on_use(
     r"(?:\\*[\"'])?[ \t]*+(?:=>|[:=])[ \t]*+(?:\\*[\"'])?"
     r"(?P<value>[^\s\x00-\x1f\"'`\\,;&<>()\[\]{}|]{6,}+)"
 )
+_KEYED_OPTION_VALUE = on_use(
+    r"[ \t]++(?:\\*[\"'])?(?P<value>[^\s\x00-\x1f\"'`\\,;&<>()\[\]{}|]{6,}+)"
+)
 _KEYED_KEY_WORDS = (
     *("api", "access", "secret", "private", "signing", "encryption", "master", "license"),
     *("auth", "app", "application", "account", "client", "subscription", "session", "fernet"),
@@ -826,12 +829,14 @@ def find_keyed_secrets(src: ScanText) -> Iterator[PiiHit]:
     for label, word in _keyed_labels(lower):
         if label < covered:
             continue
-        match = _KEYED_VALUE.match(text, label)
-        if match is None:
-            continue
-        covered = match.end()
         name = _run_start(lower, label, _KEYED_NAME_CHARS, 64)
         name = label if name < 0 else name  # a name longer than any key's
+        match = _KEYED_VALUE.match(text, label)
+        if match is None and lower.startswith("--", name):
+            match = _KEYED_OPTION_VALUE.match(text, label)  # --client-secret VALUE
+        if match is None or match.group("value").startswith("-"):
+            continue
+        covered = match.end()
         if name > 0 and lower[name - 1] == "=":
             continue  # a value that holds a key (?q=token=abc123), not a key of its own
         if any(ref in lower[name:label] for ref in _KEYED_REFERENCES):

@@ -180,9 +180,25 @@ def _json_data(text: str) -> Iterator[PiiHit]:
                 yield PiiHit("GENERIC_SECRET", *value.span("value"))
 
 
+# kubectl create secret generic NAME --from-literal=KEY=VALUE: every value is the secret's.
+_FROM_LITERAL = on_use(
+    r"--from-literal(?:=|[ \t]+)(?:\\*(?P<q>[\"']))?[^=\s\"']{1,253}="
+    r"(?P<value>(?(q)[^\"'\r\n]+|[^\s\"']+))"
+)
+
+
+def _from_literals(text: str) -> Iterator[PiiHit]:
+    """The values of kubectl create secret's --from-literal options."""
+    for match in finditer_with(_FROM_LITERAL, text, "--from-literal"):
+        if not match.group("value").startswith(("$", "<", "{{")):
+            yield PiiHit("GENERIC_SECRET", *match.span("value"))
+
+
 def find_secret_data(src: ScanText) -> Iterator[PiiHit]:
-    """Every value under a Kubernetes Secret's ``data:`` or ``stringData:``."""
+    """Every value under a Kubernetes Secret's ``data:`` or ``stringData:``, and of kubectl
+    create secret's ``--from-literal``."""
     text = src.text
+    yield from _from_literals(text)
     if "Secret" not in text or "ata" not in text:  # C searches: most outputs hold neither
         return
     if '"' in text:

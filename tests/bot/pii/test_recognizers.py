@@ -399,6 +399,20 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
     ("GENERIC_SECRET", "stringData:\n  webhook_secret: s3cretvalue9\n", "s3cretvalue9"),
     ("GENERIC_SECRET", r'{"log":"{\"access_key\": \"ab12cd34\"}"}', "ab12cd34"),
     ("GENERIC_SECRET", "Credentials: u1x9-77ab. Done", "u1x9-77ab"),
+    # A long option and its value as two words: a command line a tool echoed.
+    ("GENERIC_SECRET", "app --client-secret abcd1234efgh --port 80", "abcd1234efgh"),
+    (
+        "GENERIC_SECRET",
+        "app --api-key '3f2c9a1e-4b5d-4e6f-8a7b-9c0d1e2f3a4b'",
+        "3f2c9a1e-4b5d-4e6f-8a7b-9c0d1e2f3a4b",
+    ),
+    # kubectl create secret's literals: every value is the secret's.
+    (
+        "GENERIC_SECRET",
+        "kubectl create secret generic app --from-literal=api=k3yv4lu3 -n x",
+        "k3yv4lu3",
+    ),
+    ("GENERIC_SECRET", "kubectl create secret generic a --from-literal 'url=x y'", "x y"),
     # PASS as the last word of a name, given as a name and a value (a pod's spec).
     ("GENERIC_SECRET", "- name: SMTP_PASS\n  value: hunter22", "hunter22"),
     # An application's key: Laravel's APP_KEY, Datadog's application key.
@@ -985,6 +999,8 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     ("STRIPE_KEY", "whsec_short whsec_"),
     ("GENERIC_SECRET", "SPW=abc123def OLDPWD=/tmp/x1 auth: kerberos5 auth=sha256"),
     ("GENERIC_SECRET", "auth:\n  existingSecret: db-secret-2\n  imagePullSecret: regcred2"),
+    ("GENERIC_SECRET", "app --token --port 8080 --secret-file /etc/s.txt; my token abc123def"),
+    ("GENERIC_SECRET", "kubectl create secret generic a --from-literal=api=$API_KEY"),
     ("PRIVATE_KEY", "Private-Lines: 3\nthe key has three private lines"),
     ("AWS_SESSION_TOKEN", f"FwoGZXIvYXdz IQoJb3JpZ2luX2Vj x{AWS_SESSION}"),
     # BEARER_TOKEN
@@ -1324,6 +1340,9 @@ ADVERSARIAL = [
     "token:secret=key:credentials=" * 5_000,
     "monkey:" * 20_000,
     "SK" * 50_000,
+    "--token " * 20_000,
+    "--from-literal=" * 20_000,
+    "--from-literal=a=" * 20_000,
     "Key Value\n--- -----\n" * 10_000,
     "====== Data ======\nKey Value\n--- -----\n" + "a b\n" * 20_000,
     '"SecretString": "' + "\\" * 100_000,
