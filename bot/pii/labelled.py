@@ -35,12 +35,14 @@ def find_url_passwords(src: ScanText) -> Iterator[PiiHit]:
             yield PiiHit("CONNECTION_STRING_PASSWORD", *match.span("password"))
 
 
-# key=value, and a quoted key with a quoted value ("password": "x"): a colon after a bare
-# word ("password: required") is prose as often as it is YAML. JSON inside a JSON string (a
+# key=value (and Ruby's and Perl's key => value), and a quoted key with a quoted value
+# ("password": "x"): a colon after a bare word ("password: required") is prose as often as it
+# is YAML, so that form must start its line (see _yaml_password). JSON inside a JSON string (a
 # container's log line, an applied manifest) escapes its quotes, once or more: \"password\";
 # and whatever the value escapes (Go's \\u0026 for &, PHP's \\/), which is part of it.
 _PASSWORD_KEY = on_use(
-    r"p(?:ass(?:word|wd)?|wd)(?:[ \t]*=[ \t]*|\\*[\"'][ \t]*:[ \t]*(?=\\*[\"'])|(?P<yaml>:[ \t]+))"
+    r"p(?:ass(?:word|wd)?|wd)"
+    r"(?:[ \t]*+=>?[ \t]*+|\\*[\"'][ \t]*:[ \t]*(?=\\*[\"'])|(?P<yaml>[ \t]*+:[ \t]*+))"
 )
 _PASSWORD_VALUE = on_use(
     r"\\+\"(?P<edq>(?:[^\"\\\r\n]|\\++[^\"\\\r\n]){1,256}+)\\+\""
@@ -691,6 +693,26 @@ def find_named_values(src: ScanText) -> Iterator[PiiHit]:
         if group == "bare" and "\n" in match.group():
             end = _yaml_plain_end(src.text, end)  # YAML's value: every word to the line's end
         yield PiiHit("GENERIC_SECRET", start, end)
+
+
+# XML elements named for a secret (Maven's settings.xml <password>, <apiKey>), and .NET's
+# appSettings (<add key="ApiKey" value="..."/>).
+_XML_ELEMENT = on_use(
+    r"<(?P<name>[A-Za-z_][A-Za-z0-9_.:-]{0,63}+)>(?P<value>[^<\r\n]{1,256}+)</(?P=name)>"
+)
+_ADD_KEY = on_use(r"key=\"(?P<name>[^\"\r\n]{1,64}+)\"[ \t]+value=\"(?P<value>[^\"\r\n]{1,256}+)\"")
+
+
+def find_markup_secrets(src: ScanText) -> Iterator[PiiHit]:
+    """The text of an XML element named for a secret, and the value of .NET's add element
+    whose key is one."""
+    text = src.text
+    for pattern, literal in ((_XML_ELEMENT, "</"), (_ADD_KEY, 'key="')):
+        for match in finditer_with(pattern, text, literal):
+            name = match.group("name").rpartition(":")[2]
+            value = match.group("value")
+            if _secret_name(name) and not value.startswith(_PLACEHOLDER_STARTS):
+                yield PiiHit("GENERIC_SECRET", *match.span("value"))
 
 
 # A value its own metadata marks secret, printed in the clear: an SSM parameter read with
