@@ -711,8 +711,16 @@ def find_markup_secrets(src: ScanText) -> Iterator[PiiHit]:
         for match in finditer_with(pattern, text, literal):
             name = match.group("name").rpartition(":")[2]
             value = match.group("value")
-            if _secret_name(name) and not value.startswith(_PLACEHOLDER_STARTS):
+            if _secret_name(name) and not _stand_in(value):
                 yield PiiHit("GENERIC_SECRET", *match.span("value"))
+
+
+def _stand_in(value: str) -> bool:
+    """Whether a value stands in for a secret in docs or a masked output: a placeholder
+    ($TOKEN, <token>, {{ .token }}), an ellipsis, stars or x's, a usage text's VALUE."""
+    if value.startswith(_PLACEHOLDER_STARTS) or value.endswith("..."):
+        return True
+    return set(value) <= {".", "*", "x", "X"} or _metavar(value.rstrip(":"))
 
 
 # A value its own metadata marks secret, printed in the clear: an SSM parameter read with

@@ -14,6 +14,7 @@ from bisect import bisect_right
 from collections.abc import Iterator
 
 from bot.patterns import finditer_with, on_use
+from bot.pii.labelled import _stand_in
 from bot.pii.scantext import PiiHit, ScanText
 
 _KIND_LINE = on_use(r"[ \t]*(?:-[ \t]+)?[\"']?kind[\"']?[ \t]*:[ \t]*[\"']?Secret[\"']?[ \t]*,?\r?")
@@ -190,7 +191,7 @@ _FROM_LITERAL = on_use(
 def _from_literals(text: str) -> Iterator[PiiHit]:
     """The values of kubectl create secret's --from-literal options."""
     for match in finditer_with(_FROM_LITERAL, text, "--from-literal"):
-        if not match.group("value").startswith(("$", "<", "{{")):
+        if not _stand_in(match.group("value")):
             yield PiiHit("GENERIC_SECRET", *match.span("value"))
 
 

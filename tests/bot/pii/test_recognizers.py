@@ -1008,6 +1008,8 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     ("GENERIC_SECRET", "auth:\n  existingSecret: db-secret-2\n  imagePullSecret: regcred2"),
     ("GENERIC_SECRET", "app --token --port 8080 --secret-file /etc/s.txt; my token abc123def"),
     ("GENERIC_SECRET", "kubectl create secret generic a --from-literal=api=$API_KEY"),
+    ("GENERIC_SECRET", "--from-literal=A=… --from-literal=B=xoxb-… --from-literal=KEY=VALUE"),
+    ("GENERIC_SECRET", '<add key="ApiKey" value="..."/><password>****</password>'),
     ("PRIVATE_KEY", "Private-Lines: 3\nthe key has three private lines"),
     ("AWS_SESSION_TOKEN", f"FwoGZXIvYXdz IQoJb3JpZ2luX2Vj x{AWS_SESSION}"),
     # BEARER_TOKEN
