@@ -202,6 +202,7 @@ _PROSE_VALUES = frozenset(
     | {"hidden", "redacted", "masked", "optional", "disabled", "enabled", "provided", "none"}
     | {"protected", "unknown", "saved", "sent", "needed", "too", "please", "enter", "mismatch"}
     | {"verified", "failed", "error", "weak", "strong", "valid", "blank", "set", "match"}
+    | {"n/a", "unchanged", "generated"}
     | {"files", "systemd", "sss", "ldap", "nis", "compat", "winbind"}
     | {"is", "or", "and", "to", "of", "in", "if", "for", "with", "the", "a", "an", "was", "are"}
     | {"must", "can", "cannot", "should", "will", "may", "not", "has", "does", "did", "be"}

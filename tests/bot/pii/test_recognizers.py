@@ -1108,6 +1108,7 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     ("CONNECTION_STRING_PASSWORD", "- password: missing\n- username: ok"),
     ("CONNECTION_STRING_PASSWORD", "DB_PASSWORD: required"),
     ("CONNECTION_STRING_PASSWORD", "Password :incorrect\npassword:\n  - x"),
+    ("CONNECTION_STRING_PASSWORD", "Username: bob\nPassword: N/A\n  password: unchanged"),
     ("GENERIC_SECRET", '<id>x1y2z3abc</id><add key="LogLevel" value="debug2x"/>'),
     ("GENERIC_SECRET", "<password>${env.PASS}</password><token></token>"),
     ("CONNECTION_STRING_PASSWORD", "Password: Incorrect."),
