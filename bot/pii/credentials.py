@@ -246,10 +246,23 @@ _JWT = on_use(
 )
 
 
+# An encrypted JWT (JWE, compact): its header, an encrypted key (empty for "dir"), an IV, the
+# ciphertext and a tag. Only the header is JSON; it names the encryption ("enc").
+_JWE = on_use(
+    r"J(?<=eyJ)(?<![0-9A-Za-z_-]eyJ)(?P<header>[A-Za-z0-9_-]{8,}+)\.[A-Za-z0-9_-]*+"
+    r"\.[A-Za-z0-9_-]{8,}+\.[A-Za-z0-9_-]{8,}+\.[A-Za-z0-9_-]{8,}+(?![A-Za-z0-9_.-])"
+)
+
+
 def find_jwt(src: ScanText) -> Iterator[PiiHit]:
-    """JSON Web Tokens: three base64url segments, header and payload starting with eyJ."""
+    """JSON Web Tokens: three base64url segments, header and payload starting with eyJ; and
+    encrypted ones, five segments whose header names an "enc"."""
     for match in _anchored(_JWT, src.text, "J"):
         yield PiiHit("JWT", match.start() - 2, match.end())
+    for match in _anchored(_JWE, src.text, "J"):
+        header = _decode_base64("eyJ" + match.group("header"), shortest=2)
+        if header is not None and '"enc"' in header:
+            yield PiiHit("JWT", match.start() - 2, match.end())
 
 
 _PEM_BEGIN = on_use(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----")

@@ -93,6 +93,10 @@ lease_duration     768h
 password           A1a-EkPXWxYz9q
 username           v-token-readonly-wGL
 """
+JWE = (
+    "eyJhbGciOiJSU0EtT0FFUCIsImVuYyI6IkEyNTZHQ00ifQ.OKOawDo13gRp2ojaHV7LFpZcgV7T6DVZKTyKOMTYUm"
+    ".48V1_ALb6US04U3b.5eym8TW_c8SuK0ltJ3rpYIzOeDQz7TALvtu6UG9oMo4vpzs9tX_EFSh.XFBoMYUZodetZdvTiFvSkQ"
+)
 RSA_BLOCK = (
     "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAx4UbaDzY1W2YBkV\n"
     "q8T0jDdbB2xY1ZkLd0==\n-----END RSA PRIVATE KEY-----"
@@ -437,6 +441,8 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
     # JWT
     ("JWT", f"token={JWT}", JWT),
     ("JWT", f"Authorization: Bearer {JWT}", JWT),
+    # An encrypted JWT (JWE): five parts, its header names an "enc".
+    ("JWT", f"id_token {JWE} ok", JWE),
     # PRIVATE_KEY
     ("PRIVATE_KEY", f"key:\n{RSA_BLOCK}\nnext line", RSA_BLOCK),
     (
@@ -1062,6 +1068,8 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     # JWT
     ("JWT", "eyJhbGciOiJIUzI1NiJ9 only a header"),
     ("JWT", "eyJ.eyJ.x"),
+    # Five parts whose header names no "enc": base64 JSON and dotted words, not a JWE.
+    ("JWT", "eyJhIjoxfQ.a.bbbbbbbb.cccccccc.dddddddd"),
     # PRIVATE_KEY
     ("PRIVATE_KEY", "-----BEGIN PUBLIC KEY-----\nMIIBIjANBgkqh\n-----END PUBLIC KEY-----"),
     ("PRIVATE_KEY", "-----BEGIN CERTIFICATE-----\nMIIBIjANBgkqh\n-----END CERTIFICATE-----"),
@@ -1353,6 +1361,8 @@ ADVERSARIAL = [
     "token:secret=key:credentials=" * 5_000,
     "monkey:" * 20_000,
     "SK" * 50_000,
+    "eyJaaaaaaaaa.b.c.d" * 8_000,
+    "eyJhbGciOiJSU0EtT0FFUCIsImVuYyI6IkEyNTZHQ00ifQ" + ".aaaaaaaa" * 20_000,
     "<password>" * 20_000,
     "<a>" + "x" * 100_000,
     '<add key="' * 20_000,
