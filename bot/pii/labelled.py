@@ -760,7 +760,7 @@ def find_secure_strings(src: ScanText) -> Iterator[PiiHit]:
 # under "====== Data ======" (vault kv get) is a secret; in another (vault read of a dynamic
 # secret's lease, a token's lookup) the rows whose key names one.
 _VAULT_TABLE = on_use(r"Key[ \t]+Value[ \t]*\r?\n-{3}[ \t]+-{5}[ \t]*(?:\r?\n|\Z)")
-_VAULT_ROW = on_use(r"(?P<key>[^\s=][^ \t\r\n]*+)[ \t]++(?P<value>[^\r\n]*?)[ \t]*\r?(?:\n|\Z)")
+_VAULT_ROW = on_use(r"(?P<key>[^\s=][^ \t\r\n]*+)[ \t]++(?P<value>[^\r\n]*+)(?:\n|\Z)")
 _VAULT_DATA = on_use(r"=+[ \t]+(?:Secret[ \t]+)?Data[ \t]+=+[ \t]*\r?\n")
 
 
@@ -777,8 +777,11 @@ def find_vault_data(src: ScanText) -> Iterator[PiiHit]:
         position = table.end()
         while (row := _VAULT_ROW.match(text, position)) is not None and row.end() > position:
             position = row.end()
-            if row.group("value") and (data or _secret_name(row.group("key"))):
-                yield PiiHit("GENERIC_SECRET", *row.span("value"))
+            start, end = row.span("value")
+            while end > start and text[end - 1] in " \t\r":
+                end -= 1  # the row's trailing blanks, trimmed here: a lazy value cost O(n²)
+            if end > start and (data or _secret_name(row.group("key"))):
+                yield PiiHit("GENERIC_SECRET", start, end)
         covered = position
 
 

@@ -18,10 +18,10 @@ from bot.pii.labelled import _stand_in
 from bot.pii.scantext import PiiHit, ScanText
 
 _KIND_LINE = on_use(r"[ \t]*(?:-[ \t]+)?[\"']?kind[\"']?[ \t]*:[ \t]*[\"']?Secret[\"']?[ \t]*,?\r?")
-_DATA_KEY = on_use(r"[\"']?(?:data|stringData)[\"']?[ \t]*:[ \t]*\{?[ \t]*\r?")
-_ENTRY = on_use(
-    r"(?P<key>\"[^\"]*\"|'[^']*'|[^\s:\"'][^:]*?)[ \t]*:(?:[ \t]+(?P<value>.*?))?[ \t]*,?[ \t]*\r?"
-)
+_DATA_KEY = on_use(r"[\"']?(?:data|stringData)[\"']?[ \t]*+:[ \t]*+\{?[ \t]*+\r?")
+# An entry's key and its colon; the value, the rest of the line, is trimmed in Python (a lazy
+# value before trailing blanks would be tried at every blank of a long line).
+_ENTRY_KEY = on_use(r"(?P<key>\"[^\"\r\n]*+\"|'[^'\r\n]*+'|[^\s:\"'][^:\r\n]*+):")
 _BLOCK_SCALARS = frozenset({"|", ">", "|-", ">-", "|+", ">+"})
 _LINE_REACH = 256  # a kind line is short: a "Secret" farther from a line's ends is in prose
 _PUBLIC_SUFFIXES = (".crt",)  # a certificate (tls.crt, ca.crt) is public
@@ -49,7 +49,7 @@ class _Lines:
 
     def key(self, line: int) -> tuple[int, bool] | None:
         """Where the line's key starts and whether a list's "- " stands before it; None for a
-        blank line or a document's separator, which no object spans."""
+        blank line, and -1 for a document's separator ("---"), which ends every object."""
         start, end = self.span(line)
         text = self.text
         column = start
@@ -128,11 +128,10 @@ def _data_values(lines: _Lines, data: int, column: int) -> Iterator[PiiHit]:
         else:
             yield from _block_hit(lines, block)
             block = []
-            entry = _ENTRY.fullmatch(text, start + key[0], end)
-            if entry is not None and entry.group("value"):
-                name = entry.group("key").strip("\"'")
-                value_start, value_end = entry.span("value")
-                value = entry.group("value")
+            entry = _entry(text, start + key[0], end)
+            if entry is not None:
+                name, value_start, value_end = entry
+                value = text[value_start:value_end]
                 if value in _BLOCK_SCALARS:
                     block = [line + 1, line]
                 elif not name.endswith(_PUBLIC_SUFFIXES) and value not in ("{}", '""', "''"):
@@ -141,6 +140,24 @@ def _data_values(lines: _Lines, data: int, column: int) -> Iterator[PiiHit]:
                     yield PiiHit("GENERIC_SECRET", value_start, value_end)
         line += 1
     yield from _block_hit(lines, block)
+
+
+def _entry(text: str, start: int, end: int) -> tuple[str, int, int] | None:
+    """The key of the entry on [start, end) and where its value starts and ends (blanks and
+    JSON's comma after it left out); None if it has no key or no value on its line."""
+    key = _ENTRY_KEY.match(text, start, end)
+    if key is None:
+        return None
+    value_start, value_end = key.end(), end
+    while value_start < value_end and text[value_start] in " \t":
+        value_start += 1
+    while value_end > value_start and text[value_end - 1] in " \t\r":
+        value_end -= 1
+    if value_end > value_start + 1 and text[value_end - 1] == "," and text[value_start] in "\"'":
+        value_end -= 1  # pretty JSON's comma between entries
+    if value_end == value_start or value_start == key.end():
+        return None  # "key:" alone (a nested map), or "key:value", which YAML reads as a key
+    return key.group("key").strip().strip("\"'"), value_start, value_end
 
 
 def _block_hit(lines: _Lines, block: list[int]) -> Iterator[PiiHit]:
