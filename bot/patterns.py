@@ -46,4 +46,7 @@ def finditer_with(
 ) -> Iterator[re.Match[AnyStr]]:
     """``pattern.finditer(text)`` for a pattern whose every match holds one of ``literals``:
     nothing, and the pattern left uncompiled, when the text holds none (a C search each)."""
-    return pattern.finditer(text) if any(lit in text for lit in literals) else iter(())
+    for literal in literals:
+        if literal in text:
+            return pattern.finditer(text)
+    return iter(())
