@@ -40,7 +40,7 @@ from adapters.discord.look import (
 )
 from adapters.discord.progress import DiscordProgress
 from adapters.discord.target import DiscordTarget
-from adapters.discord.transport import DiscordTransport
+from adapters.discord.transport import NEEDS_A_PERSON_SECONDS, DiscordTransport
 from bot.chat.contract import Actor, Outbox, Place, StoreError
 from bot.chat.conversation import (
     HELP,
@@ -54,6 +54,7 @@ from bot.chat.conversation import (
 from bot.chat.inbound import Accepted, Delivery, TryLater
 from bot.chat.lifecycle import PlatformLife
 from bot.chat.links import RunLink
+from bot.chat.outbox import DeliveryFailed, after_waiting
 from bot.chat.service import ChatService
 from bot.chat.words import NOT_AN_OPTION, NOT_RECORDED, STORE_DOWN, chosen_option, thread_of
 from bot.domain import DecisionKind, Request, Session
@@ -147,12 +148,22 @@ class KestrelDiscord(discord.Client):
 
     async def seeing(self, guild: str, thread: str, users: list[str]) -> frozenset[str] | None:
         """Which of ``users`` see private thread ``thread`` already (its members, and those who
-        manage threads there); None when it is not a private thread, or cannot be looked up
-        (its channel's people see it, as before)."""
-        found = self.get_guild(int(guild)) if guild.isdigit() else None
-        if found is None:
+        manage threads there); None when it is not a private thread (or no longer exists: the
+        post says so). Raises ``DeliveryFailed`` when Discord does not tell what the thread is:
+        a ping into a private thread adds whoever it notifies, so none is sent blind."""
+        if not guild.isdigit() or not thread.isdigit():
             return None
-        where = await _channel_or_thread(found, Place("discord", guild, "", thread))
+        found = self.get_guild(int(guild))
+        if found is None:  # not (yet, or again) in the gateway's cache: a reconnection
+            raise DeliveryFailed(f"discord: server {guild} is not known yet")
+        where = found.get_channel_or_thread(int(thread))
+        if where is None:  # archived threads leave the cache: Discord is asked
+            try:
+                where = await asyncio.wait_for(found.fetch_channel(int(thread)), LOOKUP_SECONDS)
+            except discord.NotFound:
+                return None
+            except (TimeoutError, discord.DiscordException) as exc:
+                raise _not_looked_up(thread, exc) from exc
         if not isinstance(where, discord.Thread) or not where.is_private():
             return None
         return frozenset([user for user in users if await _sees_private(found, where, user)])
@@ -944,6 +955,17 @@ async def _in_thread(thread: discord.Thread, member: discord.Member) -> bool:
         )
         return False
     return True
+
+
+def _not_looked_up(thread: str, exc: Exception) -> DeliveryFailed:
+    """A thread Discord did not say anything of, to be asked again: when it says (a refusal of
+    access waits on a person, as a post's would; a rate limit on its end), else soon."""
+    what = f"discord: thread {thread} could not be looked up: {exc or type(exc).__name__}"
+    if isinstance(exc, discord.Forbidden):
+        return DeliveryFailed(what, NEEDS_A_PERSON_SECONDS)
+    if isinstance(exc, discord.RateLimited):
+        return DeliveryFailed(what, after_waiting(exc.retry_after))
+    return DeliveryFailed(what)
 
 
 async def _sees_private(guild: discord.Guild, thread: discord.Thread, user: str) -> bool:

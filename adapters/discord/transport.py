@@ -15,7 +15,10 @@ refused too, never retried hourly.
 Discord adds whoever a message in a private thread notifies to that thread. So a message
 notifying people (a card, a reminder) into a private thread notifies only those who see it
 already (its members, and those who manage threads) and names the others, unnotified: an
-approver who is not in the thread is told of nothing they could then read whole.
+approver who is not in the thread is told of nothing they could then read whole. When Discord
+does not say whether a thread is private (an archived thread, left out of the gateway's cache,
+looked up while Discord is slow or limits Kestrel), such a message is tried again later rather
+than sent notifying people blind.
 """
 
 from __future__ import annotations
@@ -66,7 +69,8 @@ _DECIDING = tuple(
 
 
 # Which of some users already see a thread (guild, thread, users); None when it is not a
-# private thread, which shows to everyone who sees its channel.
+# private thread, which shows to everyone who sees its channel. It raises DeliveryFailed when
+# Discord does not say what the thread is: the message waits rather than notify blind.
 Seeing = Callable[[str, str, list[str]], Awaitable[frozenset[str] | None]]
 NOT_PINGED = (
     "Not notified, as they are not in this private thread (a ping would add them to it): {who}."

@@ -19,6 +19,7 @@ from tests.fakes.discord_world import (
     discord_world,
 )
 from tests.fakes.slack_world import restart_script
+from tests.fakes.waiting import until
 
 MANAGE_THREADS = 1 << 34
 MEMBER = "1004"  # in the private thread
@@ -141,3 +142,45 @@ async def test_a_card_in_a_private_thread_pings_an_approver_who_manages_threads(
                 if "kestrel:approve:" in json.dumps(c.json) and c.status == 200
             ]
             assert (posted.json or {})["allowed_mentions"]["users"] == [ONCALL]
+
+
+async def test_a_card_for_a_private_thread_discord_cannot_look_up_adds_nobody_to_it(
+    tmp_path: Path,
+) -> None:
+    # Archived, a private thread leaves the gateway's cache; when Discord then did not say what
+    # the thread is (rate-limited, down), the card was taken for a public thread's and notified
+    # every approver, whom Discord added to the private thread.
+    async with FakeDiscord() as fake:
+        private, _ = _guild_with_a_private_thread(fake)
+        thread = private["id"]
+        fake.members[(p.GUILD_ID, APPROVER)] = {"roles": []}
+        fake.members[(p.GUILD_ID, MEMBER)] = {"roles": []}
+        policy = {"approvers": {"*": [APPROVER, MEMBER]}}
+        async with discord_world(
+            tmp_path, restart_script(), fake=fake, extra_policy=policy
+        ) as world:
+            posts = rf"/channels/{thread}/messages"
+            fake.fail("POST", posts, status=403, code=50013, times=None)  # not shown at first
+            await world.mention("checkout is failing", channel=thread)
+
+            def tried() -> list[Any]:
+                calls = fake.calls_to("POST", posts)
+                return [c for c in calls if "kestrel:approve:" in json.dumps(c.json)]
+
+            await until(tried, timeout=10)
+            await world.settled()
+            fake.clear_faults()
+            await fake.dispatch("THREAD_UPDATE", fake.archive(thread))
+            fake.fail("GET", rf"/channels/{thread}", retry_after=600, times=None)
+
+            await world.later(3700)  # the card is tried again, its thread not looked up
+            assert APPROVER not in fake.thread_members[thread]
+            for call in tried():
+                mentions = (call.json or {}).get("allowed_mentions") or {}
+                assert APPROVER not in (mentions.get("users") or []), call.json
+
+            fake.clear_faults()  # Discord answers again: the card is shown, as in a private one
+            await world.later(3700)
+            [shown] = [c for c in tried() if c.status == 200]
+            assert (shown.json or {})["allowed_mentions"]["users"] == [MEMBER]
+            assert APPROVER not in fake.thread_members[thread]
