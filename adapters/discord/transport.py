@@ -77,6 +77,8 @@ NOT_PINGED = (
     " They may still answer, once added to the thread, or from the terminal"
     " (`kestrel runs pending`)."
 )
+# That line, where it is in a message's content (cut short, too, at the content's limit).
+_NOT_PINGED_LINE = re.compile(r"\n?" + re.escape(NOT_PINGED[:40]) + r"[^\n]*")
 
 
 class BodyRefused(Undeliverable):
@@ -99,7 +101,9 @@ class DiscordTransport:
         route = Route("POST", "/channels/{channel_id}/messages", channel_id=channel)
 
         async def send(shown: dict[str, Any]) -> Any:
-            payload = {**shown, "nonce": nonce(key, shown), "enforce_nonce": True}
+            # The nonce is of what the message says, not of whom it could notify: sent again
+            # after someone joined the thread, it is the same message.
+            payload = {**shown, "nonce": nonce(key, _unnoted(shown)), "enforce_nonce": True}
             return await self._send(route, payload, channel)
 
         message = await _sent(send, key, body)
@@ -123,9 +127,9 @@ class DiscordTransport:
 
     async def find(self, key: str, target: dict[str, Any], body: dict[str, Any]) -> str | None:  # noqa: ARG002
         """A post whose outcome is unknown, among the thread's latest messages: a bot's message
-        showing ``body`` (Discord returns no nonce there; within minutes the nonce dedupes)."""
+        showing ``body`` (Discord returns no nonce there; within minutes the nonce dedupes),
+        whomever it names as not notified (who sees a private thread may have changed since)."""
         channel = DiscordTarget.from_json(target).channel
-        body = await self._for_thread(target, body)
         route = Route("GET", "/channels/{channel_id}/messages", channel_id=channel)
         try:
             messages = await self._http.request(route, params={"limit": 50})
@@ -320,6 +324,14 @@ def _limited(exc: discord.RateLimited) -> DeliveryFailed:
     return DeliveryFailed(f"discord: rate limited for {exc.retry_after:.0f}s", wait)
 
 
+def _unnoted(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` without what ``_for_thread`` changed: the line naming who was not notified,
+    and whom it notifies."""
+    content = _NOT_PINGED_LINE.sub("", str(body.get("content") or ""))
+    shown = {k: v for k, v in body.items() if k != "allowed_mentions"}
+    return {**shown, "content": content}
+
+
 def _shows(message: dict[str, Any], body: dict[str, Any]) -> bool:
     """Whether a posted message shows what ``body`` asked for (its text, embed titles and
     component ids: what Discord keeps as sent)."""
@@ -335,7 +347,7 @@ def _shows(message: dict[str, Any], body: dict[str, Any]) -> bool:
         return [str(e.get("title", "")) for e in embeds or []]
 
     return (
-        message.get("content", "") == body.get("content", "")
+        _unnoted(message)["content"] == _unnoted(body)["content"]
         and titles(message.get("embeds")) == titles(body.get("embeds"))
         and ids(message.get("components")) == ids(body.get("components"))
     )

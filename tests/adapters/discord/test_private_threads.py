@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from adapters.discord.transport import DiscordTransport
 from tests.fakes import discord_payloads as p
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.discord_world import (
@@ -184,3 +185,37 @@ async def test_a_card_for_a_private_thread_discord_cannot_look_up_adds_nobody_to
             [shown] = [c for c in tried() if c.status == 200]
             assert (shown.json or {})["allowed_mentions"]["users"] == [MEMBER]
             assert APPROVER not in fake.thread_members[thread]
+
+
+async def test_a_card_of_unknown_outcome_is_found_after_the_thread_let_an_approver_in(
+    tmp_path: Path,
+) -> None:
+    # The card landed naming the approver not in the private thread, unnotified; its answer
+    # was lost. A member then added the approver, as the card suggests. Sent again, the card
+    # looked different (nobody left to name), so it was neither found nor deduplicated by its
+    # nonce: a second card, notifying the approver this time.
+    async with FakeDiscord() as fake:
+        private, _ = _guild_with_a_private_thread(fake)
+        thread = private["id"]
+        fake.members[(p.GUILD_ID, APPROVER)] = {"roles": []}
+        fake.members[(p.GUILD_ID, MEMBER)] = {"roles": []}
+        policy = {"approvers": {"*": [APPROVER, MEMBER]}}
+        async with discord_world(
+            tmp_path, restart_script(), fake=fake, extra_policy=policy
+        ) as world:
+            await world.mention("checkout is failing", channel=thread)
+            card = await world.card()
+            await world.settled()
+            [(request, _, _)] = await world.rt.store.list_requests()
+            stored = await world.rt.store.get_message(f"discord:card:{request.id}")
+            assert stored is not None
+            client = world.adapter.client
+            transport = DiscordTransport(client.http, client.seeing)
+
+            fake.thread_members[thread].add(APPROVER)  # let in by a member
+            found = await transport.find(stored.key, stored.target, stored.body)
+            assert found == card["id"]
+            again = await transport.post(stored.key, stored.target, stored.body)
+            assert again == card["id"]  # within minutes, Discord answers with the first one
+            cards = [m for m in fake.bot_messages(thread) if "kestrel:approve:" in json.dumps(m)]
+            assert len(cards) == 1, cards
