@@ -382,11 +382,13 @@ class SlackListeners:
 
     async def _command_actor(self, command: dict[str, Any]) -> Actor:
         # A slash command names a channel but no thread: it acts on that channel's runs. Its
-        # ``team_id`` is the typist's own workspace (where they were in Slack), which in a
-        # channel shared with another is not always ours; the channel's runs live in ours, as
-        # the events' (``_team_of``) do, and the typist is told apart by their own.
-        own_team = str(command.get("user_team_id") or command.get("team_id") or "")
-        where = SlackThread(self._me.team or own_team, str(command.get("channel_id", "")), "")
+        # ``team_id`` is not always ours in a channel shared with another workspace; the
+        # channel's runs live in ours, as the events' (``_team_of``) do. Which workspace that
+        # ``team_id`` names for a guest Slack does not document: the typist's own is what the
+        # payload says it is (``user_team_id``), else what Slack's users.info says, never it.
+        team = str(command.get("team_id") or "")
+        where = SlackThread(self._me.team or team, str(command.get("channel_id", "")), "")
+        own_team = str(command.get("user_team_id") or "")
         return await self._actor(str(command.get("user_id", "")), where, own_team)
 
     async def _command_on_run(

@@ -4,6 +4,7 @@ A run there lives in our workspace, so the approver's click from its thread coun
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from adapters.slack import ids
@@ -57,3 +58,27 @@ async def test_a_guest_cancels_their_run_with_the_slash_command_from_its_channel
         [answer] = await world.api.wait_for("response_url")
         assert answer.args.get("text") == "cancelled", answer.args
         assert (await world.chat.status(run.id)).record.status.value == "cancelled"
+
+
+async def test_a_guest_is_told_apart_by_slack_not_by_the_commands_team(tmp_path: Path) -> None:
+    # Which workspace a slash command's team_id names for a guest of a shared channel is not
+    # something Slack documents; users.info is. Taking that team_id for the typist's own made a
+    # guest whose command named our workspace one of ours: on-call for the channel's runs
+    # (``channel:ID``, which never names a guest) let them cancel a run of ours.
+    guest = "U0GUEST"
+    policy = {"oncall": [f"channel:{SHARED}"]}
+    async with slack_world(tmp_path, restart_script(), extra_policy=policy) as world:
+        world.api.users[guest] = {"team_id": THEIRS}
+        mention = app_mention(REQUESTER, "checkout is failing", channel=SHARED, team=OURS)
+        ours = {"team_id": OURS, "user_id": world.api.bot_user, "is_bot": True}
+        await world.sender.event(
+            mention, team=THEIRS, authorizations=[ours], is_ext_shared_channel=True
+        )
+        await world.card()
+        run = (await world.chat.recent(1))[0]
+
+        typed = slash_command(guest, f"cancel {run.id}", channel=SHARED, team=OURS)
+        await world.sender.command(typed)
+        [answer] = await world.api.wait_for("response_url")
+        assert "may not cancel" in json.dumps(answer.args), answer.args
+        assert (await world.chat.status(run.id)).record.status.value != "cancelled"
