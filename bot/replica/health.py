@@ -199,7 +199,7 @@ class Health:
             return Problem(NOT_REGISTERED, f"cannot read the registrations: {exc}")
         if not any(replica.owner == self._owner for replica in replicas):
             seconds = f"{self._alive_within:g}"
-            detail = f"{self._owner} has not heartbeat in the last {seconds} s (not registered)"
+            detail = f"{self._owner} has sent no heartbeat in the last {seconds} s (not registered)"
             return Problem(NOT_REGISTERED, detail)
         return None
 

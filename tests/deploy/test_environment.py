@@ -182,7 +182,7 @@ def test_a_bad_log_level_is_one_line(here: Path) -> None:
     )
 
 
-async def test_a_replica_that_never_heartbeat_is_not_ready(tmp_path: Path) -> None:
+async def test_a_replica_that_never_sent_a_heartbeat_is_not_ready(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "kestrel.db")
     await store.migrate()
     try:
@@ -190,7 +190,9 @@ async def test_a_replica_that_never_heartbeat_is_not_ready(tmp_path: Path) -> No
         await health.start(await store.schema_version())
         said = await health.check()
         assert list(said.problems) == ["replica"]
-        assert "replica-a has not heartbeat" in said.problems["replica"]
+        assert said.problems["replica"] == (
+            "replica-a has sent no heartbeat in the last 30 s (not registered)"
+        )
         await store.heartbeat("replica-a")
         assert (await health.check()).ready
         health.stopping = True
