@@ -46,11 +46,35 @@ def password_masked(url: str, mark: str = "…") -> str:
     return f"{scheme}{sep}{user}:{mark}@{host}{rest[len(authority) :]}"
 
 
+# A query parameter holds a credential when its name ends in one of these words (access_token,
+# Azure's sig, X-Amz-Signature) or is an API key's name: "key" alone ends too many names
+# (sort_key). The PII guard reads tool output by the same names (bot/pii/web.py).
+QUERY_CREDENTIAL_ENDINGS: Final = ("token", "sig", "signature")
+QUERY_API_KEYS: Final = frozenset(
+    {"key", "apikey", "api_key", "api-key", "x-api-key", "access_key", "subscription-key"}
+)
+# A query parameter, its name after "?" or "&" and its value up to the next one, a fragment, a
+# blank or a quote (a URL inside a JSON string).
+_QUERY_PARAMETER: Final = on_use(r"(?<=[?&])([A-Za-z0-9_.-]{1,64})=([^&\s#\"'<>\\]+)")
+
+
+def _query_value_masked(found: re.Match[str]) -> str:
+    """A query parameter, its value shown as "…" when its name is a credential's."""
+    name = found.group(1).lower()
+    if name.endswith(QUERY_CREDENTIAL_ENDINGS) or name in QUERY_API_KEYS:
+        return f"{found.group(1)}=…"
+    return found.group()
+
+
 def url_passwords_masked(text: str) -> str:
-    """``text`` with the password of each URL in it masked (a log line, an error)."""
-    if "@" not in text or "://" not in text:
-        return text
-    return _URL_AUTHORITY.sub(lambda found: password_masked(found.group()), text)
+    """``text`` with the credentials of each URL in it masked (a log line, an error): the
+    password of its user:password@ and the value of each query parameter named for one
+    (``?token=``, ``&sig=``, ``?api_key=``)."""
+    if "@" in text and "://" in text:
+        text = _URL_AUTHORITY.sub(lambda found: password_masked(found.group()), text)
+    if "?" in text and "=" in text:
+        text = _QUERY_PARAMETER.sub(_query_value_masked, text)
+    return text
 
 
 def printable(text: str) -> str:

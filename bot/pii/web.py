@@ -10,14 +10,13 @@ from bot.patterns import on_use
 from bot.pii.checks import _run_start
 from bot.pii.labelled import _PLACEHOLDER_STARTS
 from bot.pii.scantext import PiiHit, ScanText
+from bot.text import QUERY_API_KEYS, QUERY_CREDENTIAL_ENDINGS
 
-# A query parameter whose name ends in one of these words holds a credential (access_token,
-# Azure's sig, X-Amz-Signature); "key" alone ends too many names (sort_key), so only an API
-# key's names count. Each word costs a str.find over the text, in C: four, no more.
-_QUERY_WORDS = ("token=", "sig=", "signature=", "key=")
-_QUERY_KEYS = frozenset(
-    {"key", "apikey", "api_key", "api-key", "x-api-key", "access_key", "subscription-key"}
-)
+# A query parameter named for a credential, by the names the logs mask (bot/text.py): its name
+# ends in a credential's word, or "key=" ends an API key's name. Each word costs a str.find over
+# the text, in C: four, no more.
+_QUERY_WORDS = (*(f"{word}=" for word in QUERY_CREDENTIAL_ENDINGS), "key=")
+_QUERY_KEYS = QUERY_API_KEYS
 _QUERY_NAME_CHARS = frozenset(string.ascii_lowercase + string.digits + "_-.")
 _QUERY_VALUE = on_use(r"[^&\s#\"'<>\\]++")
 _SHORTEST = 8  # "?auth=1", "?token=none" hold nothing; a credential is longer

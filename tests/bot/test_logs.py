@@ -64,3 +64,50 @@ def test_a_urls_password_is_masked_whole_in_a_log_line(url: str, shown: str) -> 
     )
     assert logs.TextLines().format(record).endswith(f"httpx: HTTP Request: POST {shown}")
     assert f"POST {shown}" in json.loads(logs.JsonLines().format(record))["message"]
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("https://mcp.example/?token=abc", "https://mcp.example/?token=…"),
+        (
+            "https://mcp.example/mcp?api_key=k1&region=eu",
+            "https://mcp.example/mcp?api_key=…&region=eu",
+        ),
+        (
+            "https://mcp.example/mcp?region=eu&access_token=ya29.a0",
+            "https://mcp.example/mcp?region=eu&access_token=…",
+        ),
+        (
+            "https://acct.blob.example/c/b?sv=2022-11-02&sig=AbC%2Fd%3D",
+            "https://acct.blob.example/c/b?sv=2022-11-02&sig=…",
+        ),
+        (
+            "https://s3.example/b/k?X-Amz-Signature=9f8e7d",
+            "https://s3.example/b/k?X-Amz-Signature=…",
+        ),
+        (
+            "https://bot:hunter22@mcp.example/mcp?Token=abc#top",
+            "https://bot:…@mcp.example/mcp?Token=…#top",
+        ),
+        ("/runs/run_1?exp=1765000000&sig=4f3e2d", "/runs/run_1?exp=1765000000&sig=…"),
+        # What names no credential stays: a sort key, a token count, an empty value.
+        (
+            "https://api.example/items?sort_key=name&page=2",
+            "https://api.example/items?sort_key=name&page=2",
+        ),
+        (
+            "https://api.example/x?max_tokens=5&monkey=1",
+            "https://api.example/x?max_tokens=5&monkey=1",
+        ),
+        ("https://api.example/x?token=&a=b", "https://api.example/x?token=&a=b"),
+    ],
+)
+def test_a_urls_query_credentials_are_masked_in_a_log_line(url: str, shown: str) -> None:
+    """A query parameter named for a credential (token, sig, an API key) is masked, as the PII
+    guard reads one: an HTTP MCP server's URL may carry its token there."""
+    record = logging.LogRecord(
+        "httpx", logging.INFO, __file__, 1, "HTTP Request: POST %s", (url,), None
+    )
+    assert logs.TextLines().format(record).endswith(f"httpx: HTTP Request: POST {shown}")
+    assert json.loads(logs.JsonLines().format(record))["message"] == f"HTTP Request: POST {shown}"

@@ -734,7 +734,7 @@ async def test_health_asks_the_replica_itself_whatever_proxy_the_environment_nam
         process.communicate(timeout=60)
 
 
-def test_health_names_neither_a_url_without_its_scheme_nor_a_password(tmp_path: Path) -> None:
+def test_health_names_neither_a_url_without_its_scheme_nor_its_credentials(tmp_path: Path) -> None:
     # "unknown url type: localhost" for --url localhost:3000; a URL's password was shown as is.
     said = kestrel(tmp_path, "health", "--url", "localhost:3000")
     assert said.returncode == 1
@@ -748,6 +748,9 @@ def test_health_names_neither_a_url_without_its_scheme_nor_a_password(tmp_path: 
     said = kestrel(tmp_path, "health", "--url", url)
     assert said.returncode == 1 and said.stderr.startswith("kestrel: http://probe:…@127.0.0.1:")
     assert "hunter22" not in said.stderr
+    said = kestrel(tmp_path, "health", "--url", f"http://127.0.0.1:{free_port()}/?token=Tk-9f8e7d")
+    assert said.returncode == 1 and "/?token=… " in said.stderr, said.stderr
+    assert "Tk-9f8e7d" not in said.stderr
 
 
 def test_tools_check_of_a_configuration_says_what_it_is_and_what_checks_it(

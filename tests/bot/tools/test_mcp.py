@@ -541,6 +541,42 @@ async def test_an_http_server_restarted_while_idle_is_connected_again() -> None:
         await server.wait()
 
 
+@pytest.mark.parametrize("form", ["text", "json"])
+async def test_an_http_servers_token_in_its_url_is_not_logged(form: str) -> None:
+    # A server's URL may carry its credential in the query (?token=); the HTTP client logs
+    # each request's URL at info, the chart's and the unit's level.
+    import io
+    import socket
+
+    from bot import logs
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = await _http_server(port)
+    url = f"http://127.0.0.1:{port}/mcp?token={MCP_TOKEN}&region=eu"
+    tools = McpTools([], [McpSource(settings(transport="http", url=url, command=[]))])
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    stream = io.StringIO()
+    logs.configure(logging.INFO, form, stream)
+    try:
+        await tools.start()
+        assert (await call_tool(tools, "srv__lookup", key="a")).output == "value of a"
+    finally:
+        await tools.close()
+        server.kill()
+        await server.wait()
+        root.handlers[:] = handlers
+        root.setLevel(level)
+    said = stream.getvalue()
+    assert "/mcp?token=…&region=eu" in said, said  # the request is still logged
+    assert MCP_TOKEN not in said
+
+
+MCP_TOKEN = "Mcp-T0ken-4e5f6a"
+
+
 async def test_servers_that_outlive_their_stdin_are_closed_side_by_side() -> None:
     # A server that ignores its stdin closing and SIGTERM is killed only after the stdio
     # client's waits (some seconds); one after another, three of them held a SIGTERM'd serve
