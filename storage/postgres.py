@@ -156,7 +156,19 @@ class _Acquired:
         return self._conn
 
     async def __aexit__(self, *_exc: object) -> None:
-        await self._pool.release(self._conn)
+        # asyncpg shields the release from its caller's cancellation (a connection still
+        # waiting for its cancelled statement goes back to the pool, or is dropped, either
+        # way), but a caller cancelled meanwhile (a stop) leaves its failure to no one, and
+        # asyncio logs it as never retrieved. Ours to see, then: shielded as asyncpg does.
+        releasing = asyncio.ensure_future(self._pool.release(self._conn))
+        releasing.add_done_callback(_outcome_seen)
+        await asyncio.shield(releasing)
+
+
+def _outcome_seen(task: asyncio.Future[None]) -> None:
+    """Retrieve a release's failure: its caller raised it, or was stopped and needs it no more."""
+    if not task.cancelled():
+        task.exception()
 
 
 class SchemaNameError(StoreError, ValueError):

@@ -25,6 +25,7 @@ class TcpProxy:
         self.up = True
         self.port = 0
         self.refused = 0  # connections refused while cut
+        self.accepted = 0  # connections taken, held ones' included
         self._flowing = asyncio.Event()  # cleared while held
         self._flowing.set()
         self._forwarding: set[asyncio.Task[object]] = set()
@@ -65,6 +66,7 @@ class TcpProxy:
             self.refused += 1
             writer.transport.abort()
             return
+        self.accepted += 1
         try:
             upstream_reader, upstream_writer = await asyncio.open_connection(*self._target)
         except OSError:

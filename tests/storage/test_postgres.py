@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import socket
 import ssl
 import time
@@ -407,6 +408,38 @@ async def test_a_statement_on_a_connection_that_stopped_answering_fails_within_t
             await until(lambda: answers(store), timeout=GUARD)
         finally:
             await store.close()
+
+
+async def test_a_caller_stopped_while_its_connection_is_released_leaves_no_error_unretrieved(
+    dsn: str, schema: str
+) -> None:
+    # A stop against a silent server: a statement timed out, and asyncpg waits for its cancel
+    # request before the connection goes back to the pool, shielded from the caller. The stop
+    # cancelled the caller (the work taker) in that wait, and the release failed later with no
+    # one to see it: asyncio logged "Task exception was never retrieved", with a traceback.
+    loop = asyncio.get_running_loop()
+    unhandled: list[dict[str, object]] = []
+    loop.set_exception_handler(lambda _loop, context: unhandled.append(context))
+    async with TcpProxy(urlsplit(dsn).port or 5432) as proxy:
+        store = PostgresStore(proxied(dsn, proxy), schema=schema, command_timeout=2)
+        await store.migrate()
+        try:
+            proxy.hold()
+            connections = proxy.accepted
+            caller = asyncio.ensure_future(store.heartbeat("replica-a"))
+            # The statement timed out: asyncpg sends its cancel request on a connection of its
+            # own, and the caller waits for the release.
+            await until(lambda: proxy.accepted > connections, timeout=GUARD)
+            caller.cancel()
+            await asyncio.wait({caller}, timeout=GUARD)
+        finally:
+            await store.close()
+        others = asyncio.all_tasks() - {asyncio.current_task()}
+        await asyncio.wait(others, timeout=GUARD)  # the release, settled its own way
+    del caller, others
+    gc.collect()  # a task's unretrieved error is reported as the task is freed
+    loop.set_exception_handler(None)
+    assert [context["message"] for context in unhandled] == []
 
 
 async def answers(store: PostgresStore) -> bool:
