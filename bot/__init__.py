@@ -3,7 +3,7 @@
 # The one place the version and the distribution's name are written: pyproject.toml reads
 # ``__version__`` (setuptools' dynamic version), and hints name the extras by ``DISTRIBUTION``.
 DISTRIBUTION = "kestrel-chatops"
-__version__ = "0.2.0"
+__version__ = "0.3.0.dev0"
 
 
 def install_hint(extra: str) -> str:

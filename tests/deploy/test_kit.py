@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -246,6 +247,9 @@ def test_the_chart_deploys_the_package_s_version() -> None:
     # an older image; and the image docs/deploy.md builds must be the one it pulls.
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     assert chart["appVersion"] == __version__
+    # The chart is versioned with the package, in SemVer as Helm needs (0.3.0.dev0 is
+    # 0.3.0-dev.0, a pre-release `helm install` takes only with --devel).
+    assert chart["version"] == re.sub(r"\.dev(\d+)$", r"-dev.\1", __version__)
     built = f"docker build -f deploy/Dockerfile -t registry.example.com/kestrel:{__version__} "
     assert built in (ROOT / "docs" / "deploy.md").read_text()
 
