@@ -155,13 +155,17 @@ class _Acquired:
             ) from exc
         return self._conn
 
-    async def __aexit__(self, *_exc: object) -> None:
+    async def __aexit__(self, _kind: object, exc: BaseException | None, _tb: object) -> None:
         # asyncpg shields the release from its caller's cancellation (a connection still
         # waiting for its cancelled statement goes back to the pool, or is dropped, either
         # way), but a caller cancelled meanwhile (a stop) leaves its failure to no one, and
         # asyncio logs it as never retrieved. Ours to see, then: shielded as asyncpg does.
         releasing = asyncio.ensure_future(self._pool.release(self._conn))
         releasing.add_done_callback(_outcome_seen)
+        if isinstance(exc, asyncio.CancelledError):
+            # Stopped: the release goes on by itself. Waited for, a silent server held the
+            # stop a statement's whole timeout, and its failure then replaced the cancel.
+            return
         await asyncio.shield(releasing)
 
 

@@ -26,6 +26,7 @@ class TcpProxy:
         self.port = 0
         self.refused = 0  # connections refused while cut
         self.accepted = 0  # connections taken, held ones' included
+        self.held = 0  # chunks a client sent while held (a statement, a cancel request)
         self._flowing = asyncio.Event()  # cleared while held
         self._flowing.set()
         self._forwarding: set[asyncio.Task[object]] = set()
@@ -78,26 +79,28 @@ class TcpProxy:
             self._forwarding.add(task)
             task.add_done_callback(self._forwarding.discard)
         await asyncio.gather(
-            _pipe(reader, upstream_writer, self._flowing),
-            _pipe(upstream_reader, writer, self._flowing),
+            self._pipe(reader, upstream_writer, sent=True),
+            self._pipe(upstream_reader, writer, sent=False),
             return_exceptions=True,
         )
         self._open -= {writer, upstream_writer}
 
-
-async def _pipe(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, flowing: asyncio.Event
-) -> None:
-    try:
-        while data := await reader.read(65536):
-            await flowing.wait()
-            writer.write(data)
-            await writer.drain()
-    except OSError:
-        pass
-    finally:
-        with contextlib.suppress(OSError):
-            writer.close()
+    async def _pipe(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, sent: bool
+    ) -> None:
+        """Pass ``reader``'s bytes to ``writer`` while flowing (``sent``: the client's)."""
+        try:
+            while data := await reader.read(65536):
+                if sent and not self._flowing.is_set():
+                    self.held += 1
+                await self._flowing.wait()
+                writer.write(data)
+                await writer.drain()
+        except OSError:
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                writer.close()
 
 
 @contextlib.asynccontextmanager

@@ -442,6 +442,28 @@ async def test_a_caller_stopped_while_its_connection_is_released_leaves_no_error
     assert [context["message"] for context in unhandled] == []
 
 
+async def test_a_caller_stopped_in_a_statement_the_server_does_not_answer_ends_at_once(
+    dsn: str, schema: str
+) -> None:
+    # A stop cancels the work taker in its heartbeat: asyncpg then waits for its cancel
+    # request before the connection goes back to the pool, and the taker waited with it (the
+    # statement's whole timeout, the stop's bound passed), then ended with the release's
+    # timeout as a store failure, logging "trying again every poll" after the replica stopped.
+    async with TcpProxy(urlsplit(dsn).port or 5432) as proxy:
+        store = PostgresStore(proxied(dsn, proxy), schema=schema, command_timeout=GUARD)
+        await store.migrate()
+        try:
+            proxy.hold()
+            caller = asyncio.ensure_future(store.heartbeat("replica-a"))
+            await until(lambda: proxy.held > 0, timeout=GUARD)  # the statement went out
+            caller.cancel()
+            await asyncio.wait({caller}, timeout=GUARD / 3)
+            assert caller.cancelled()
+        finally:
+            proxy.restore()
+            await store.close()
+
+
 async def answers(store: PostgresStore) -> bool:
     try:
         await store.get_session("s1")
