@@ -62,6 +62,10 @@ class WorkTaker:
                 for item in items:
                     await self._handle(item)
             except StoreError as exc:
+                if self._stopping.is_set():
+                    # What was under way when the replica stopped: it tries nothing again,
+                    # and the stop says itself whether the store answered.
+                    return
                 # The store is away (restarted, unreachable): keep looking, or this replica
                 # would never heartbeat nor take work again once it is back.
                 if not unreachable:

@@ -10,10 +10,18 @@ import subprocess
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from pathlib import Path
+
+import msgspec
+import pytest
 
 from bot.domain import RunStatus
 from bot.journal.fold import fold
+from bot.replica.work import WorkTaker
+from bot.run.supervisor import Supervisor
+from storage.postgres import PostgresStore
 from tests.fakes.processes import KESTREL
+from tests.fakes.runtime import make_runtime
 from tests.fakes.tcp_proxy import proxied_dsn
 from tests.fakes.waiting import until
 from tests.replicas.test_replicas import DSN, ONE_EFFECT, Cluster, statuses, store_of, submit
@@ -191,3 +199,31 @@ async def test_a_replica_whose_clock_runs_ahead_takes_no_live_run(
     state = fold(await store.load(run_id), run_id)
     assert not state.takeovers
     await store.close()
+
+
+async def test_a_work_taker_stopped_while_the_store_is_silent_says_nothing_of_trying_again(
+    schema: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The heartbeat under way when a replica stops fails once the store gives up on it: the
+    # taker said "the store failed, trying again every poll" after "stopping on SIGTERM",
+    # though it tried nothing again and the replica was gone.
+    async with proxied_dsn(DSN) as (proxied, proxy):
+        store = PostgresStore(proxied, schema=schema, command_timeout=1)
+        await store.migrate()
+        rt, _ = await make_runtime(tmp_path / "kestrel.db", [])
+        unused, rt = rt.store, msgspec.structs.replace(rt, store=store)
+        taker = WorkTaker(Supervisor(rt), store, poll=0.05)
+        taking = asyncio.ensure_future(taker.run())
+        try:
+            await until(lambda: proxy.accepted > 0)  # it heartbeats and looks for work
+            proxy.hold()
+            await until(lambda: proxy.held > 0)  # a statement under way, unanswered
+            taker.stop()
+            await asyncio.wait({taking}, timeout=15)
+            assert taking.done() and taking.exception() is None
+        finally:
+            taking.cancel()
+            proxy.restore()
+            await store.close()
+            await unused.close()
+    assert "trying again" not in caplog.text, caplog.text
