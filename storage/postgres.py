@@ -417,14 +417,20 @@ class PostgresStore(SqlStore):
         try:
             conn = await asyncpg.connect(*args, **kwargs)
         except TimeoutError as exc:
-            self._outage.failed(exc)
+            self._connect_failed(exc)
             timeout = kwargs.get("timeout", self._connect_timeout)
             raise TimeoutError(f"no connection within {timeout:g} s") from exc
         except Exception as exc:
-            self._outage.failed(exc)
+            self._connect_failed(exc)
             raise
         self._outage.connected()
         return conn
+
+    def _connect_failed(self, exc: BaseException) -> None:
+        """An outage begins, unless the store is closing: then nothing reconnects, and the
+        stop says itself whether the store answered."""
+        if not self._closed:
+            self._outage.failed(exc)
 
     def _server_time(self) -> datetime:
         """The time on the server's clock: this host's, corrected by the measured offset."""

@@ -379,6 +379,8 @@ async def test_a_stop_with_the_store_silent_says_so_within_the_grace(tmp_path: P
         r["message"].split(":")[0].split(",")[0]: r for r in lines if r["logger"] == "kestrel.serve"
     }
     began, ended = said["stopping on SIGTERM"], said["stopped"]
+    # Its last word: nothing after it says the store is being reconnected or tried again.
+    assert lines[-1] == ended, err
     assert "the store did not answer" in ended["message"] and ended["level"] == "warning", err
     took = _seconds(ended["ts"]) - _seconds(began["ts"])
     # Its three bounded waits; the store's own took about two minutes.

@@ -464,6 +464,30 @@ async def test_a_caller_stopped_in_a_statement_the_server_does_not_answer_ends_a
             await store.close()
 
 
+async def test_a_connection_that_fails_while_the_store_closes_is_no_outage(
+    dsn: str, schema: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A stop against a silent server: a connection still being made when the store closed
+    # failed later, and the store said "unreachable …; reconnecting in the background until
+    # it answers" after the replica had said "stopped", with nothing left to reconnect.
+    async with TcpProxy(urlsplit(dsn).port or 5432) as proxy:
+        store = PostgresStore(
+            proxied(dsn, proxy), schema=schema, command_timeout=GUARD, connect_timeout=1
+        )
+        await store.migrate()
+        proxy.hold()
+        connections = proxy.accepted
+        # The first takes the pool's one connection, the second makes another.
+        callers = [asyncio.ensure_future(store.heartbeat(f"replica-{i}")) for i in "ab"]
+        await until(lambda: proxy.accepted > connections, timeout=GUARD)
+        await store.close()
+        for caller in callers:
+            caller.cancel()
+        await asyncio.wait(callers, timeout=GUARD)
+        proxy.restore()
+    assert "unreachable" not in caplog.text, caplog.text
+
+
 async def answers(store: PostgresStore) -> bool:
     try:
         await store.get_session("s1")
