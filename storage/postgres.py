@@ -282,14 +282,18 @@ class PostgresStore(SqlStore):
                 )
 
     async def _shut_down(self) -> None:
-        """Write the appends already submitted, then close every pooled connection."""
+        """Write the appends already submitted, then close every connection."""
         await self._appends.drain(_CLOSE_TIMEOUT)
         listener, self._listener = self._listener, None
-        if listener is not None:
-            await _close_connection(listener)
         pool, self._pool = self._pool, None
+        closing: list[Awaitable[None]] = []
+        if listener is not None:
+            closing.append(_close_connection(listener))
         if pool is not None:
-            await _close_pool(pool)
+            closing.append(_close_pool(pool))
+        # Side by side: against a silent server each waits its whole bound, and one after the
+        # other they held a stopping replica past its orchestrator's grace.
+        await asyncio.gather(*closing)
 
     # -- journal: the write path -------------------------------------------------------------
 

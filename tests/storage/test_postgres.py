@@ -488,6 +488,32 @@ async def test_a_connection_that_fails_while_the_store_closes_is_no_outage(
     assert "unreachable" not in caplog.text, caplog.text
 
 
+async def test_a_store_closes_its_listener_and_pool_side_by_side_when_the_server_is_silent(
+    dsn: str, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each close waits its bound for a silent server, and one after the other they held a
+    # stopping replica 20 s after it said "stopped": with a command under way in its grace, past
+    # the pod's (and Compose's, and the unit's) 40 s, and it was killed.
+    import storage.postgres
+
+    bound = 2.0
+    monkeypatch.setattr(storage.postgres, "_CLOSE_TIMEOUT", bound)
+    async with TcpProxy(urlsplit(dsn).port or 5432) as proxy:
+        store = PostgresStore(proxied(dsn, proxy), schema=schema, command_timeout=GUARD)
+        await store.migrate()
+        await store.wait_for_work(0.01)  # the listener opened
+        proxy.hold()
+        caller = asyncio.ensure_future(store.heartbeat("replica-a"))  # a pooled one, stuck
+        await until(lambda: proxy.held > 0, timeout=GUARD)
+        started = time.monotonic()
+        await store.close()
+        took = time.monotonic() - started
+        caller.cancel()
+        await asyncio.wait({caller}, timeout=GUARD)
+        proxy.restore()
+    assert bound <= took < 1.75 * bound, took
+
+
 async def answers(store: PostgresStore) -> bool:
     try:
         await store.get_session("s1")
