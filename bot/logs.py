@@ -51,9 +51,10 @@ _PLATFORM_OF: Final = (
 # with its parameters (journal content), and say nothing an operator can act on.
 QUIETER: Final = {"aiosqlite": logging.INFO}
 # Loggers whose info lines come with every tick of serve's sweeps (APScheduler's executor:
-# "Running job …" and "… executed successfully", four lines a second): heard at debug; at any
-# other level, their warnings and errors only.
-TICKING: Final = ("apscheduler.executors",)
+# "Running job …" and "… executed successfully", four lines a second) and with every job it is
+# given (its scheduler: "Added job …" for each request's reminder and deadline, "Scheduler
+# started"): heard at debug; at any other level, their warnings and errors only.
+TICKING: Final = ("apscheduler",)
 # What ``kestrel serve`` says of itself: which replica it is, where it listens, that it stopped.
 SERVICE: Final = "kestrel.serve"
 # What the configuration warns of: a line of .env it could not read.

@@ -46,6 +46,23 @@ def test_the_schedulers_per_tick_lines_are_debug_only() -> None:
     assert "Running job" in stream.getvalue()
 
 
+def test_the_schedulers_job_lines_are_debug_only() -> None:
+    # At info (the chart's and the unit's level) serve began with APScheduler's "Scheduler
+    # started" and an "Added job … to job store" line for each sweep, each open request's
+    # reminder and deadline and each scheduled prompt, again as each was opened or came round,
+    # and ended with "Scheduler has been shut down": its own names for what serve says itself.
+    scheduler = logging.getLogger("apscheduler.scheduler")
+    stream = io.StringIO()
+    logs.configure(logging.INFO, "text", stream)
+    scheduler.info('Added job "Scheduler.sweep" to job store "default"')
+    scheduler.warning("Execution of job skipped: maximum number of running instances reached")
+    assert "Added job" not in stream.getvalue() and "skipped" in stream.getvalue()
+    stream = io.StringIO()
+    logs.configure(logging.DEBUG, "text", stream)
+    scheduler.info('Added job "Scheduler.sweep" to job store "default"')
+    assert "Added job" in stream.getvalue()
+
+
 @pytest.mark.parametrize(
     ("url", "shown"),
     [
