@@ -280,7 +280,10 @@ class AgentLoop:
             raise Stop(RunStatus.FAILED, StopReason.DEADLINE, "the run's deadline passed")
 
     async def _drain_advisories(self) -> None:
-        for text in self.deps.advisories():
+        for said in self.deps.advisories():
+            # A tool source's own words (an MCP server's error may quote its URL and token):
+            # kept and shown as the guard leaves them, as anything a person typed is.
+            text = self.run_ctx.redact(said)
             await self.journal.append(AdvisoryEntry(text=text))
             self.run_ctx.events.emit(AdvisoryEvent(self.run_id, text))
 

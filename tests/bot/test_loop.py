@@ -6,13 +6,16 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from bot import wire
 from bot.domain import Budgets, DecisionKind, RunStatus, StopReason, ToolCall, ToolOutcome
+from bot.events import AdvisoryEvent
 from bot.hooks import HookContext, Hooks, ToolVerdict
-from bot.journal.entries import AssistantTurnEntry, ToolDispatched, ToolResultEntry
+from bot.journal.entries import AdvisoryEntry, AssistantTurnEntry, ToolDispatched, ToolResultEntry
 from bot.journal.fold import fold
+from bot.pii.guard import PiiGuard, PiiSettings
 from bot.run.supervisor import Supervisor
 from bot.tools.base import ToolResult
 from bot.tools.command import CommandTool
@@ -459,3 +462,29 @@ async def test_a_tool_answering_with_no_text_fails_the_call_not_the_journal(
     (answer,) = [r.entry for r in records if isinstance(r.entry, ToolResultEntry)]
     assert answer.outcome is ToolOutcome.ERROR and answer.is_error
     assert answer.output == "the tool answered with int output, is_error False, not text"
+
+
+async def test_an_advisory_is_journaled_and_said_as_the_pii_guard_leaves_it(
+    tmp_path: Path,
+) -> None:
+    # An MCP server's refused change says why, and its error may carry the server's URL
+    # with a token: the journal (and the run page, the console) must not keep it.
+    guard = PiiGuard(PiiSettings())
+    rt, rec = await make_runtime(tmp_path / "k.db", [reply(text="done")])
+    rt = msgspec.structs.replace(rt, redact=lambda text: guard.scan_output(text).text)
+    secret = "q7Zt4mW9xK2pL8vN3bR6"
+    rt.tools.replace(
+        rt.tools.current(),
+        f"MCP server ops: tool list failed: 401 for https://mcp.example/mcp?token={secret}",
+    )
+    sup = Supervisor(rt)
+    live = await sup.start_turn("help", requested_by="U0REQ")
+    state = await sup.wait(live)
+    records = await rt.store.load(live.run_id)
+    await rt.store.close()
+    assert state.result is not None and state.result.status is RunStatus.COMPLETED
+    (advisory,) = [r.entry for r in records if isinstance(r.entry, AdvisoryEntry)]
+    assert advisory.text.startswith("MCP server ops: tool list failed: 401 for https://mcp")
+    assert secret not in advisory.text
+    said = [e.text for e in rec.events if isinstance(e, AdvisoryEvent)]
+    assert said == [advisory.text]
