@@ -90,6 +90,10 @@ class Cancels:
             await self.rt.store.audit(
                 by, AuditAction.CANCEL, run_id=run_id, detail="at the loop boundary"
             )
+            # Carried by the store too: should this process die before the boundary, or an
+            # approval take the run up elsewhere between its suspend and the end applied
+            # there, whoever takes it up ends it (``at_resume``) instead of going on.
+            await self.rt.store.mark_once(cancel_key(run_id))
             return "cancelling at the next loop boundary"
         record = await self.rt.store.get_run(run_id)
         if record.status in TERMINAL_STATUSES:

@@ -24,7 +24,7 @@ from bot.chat.service import ChatService
 from bot.config.settings import McpServerSettings
 from bot.domain import Decision, DecisionKind, Request, RequestStatus, Session
 from bot.errors import ResumeRefused
-from bot.events import Event, FanOut, RequestOpenedEvent
+from bot.events import Event, FanOut, RequestOpenedEvent, ToolStartedEvent
 from bot.hooks import Hooks, load_hook
 from bot.journal.entries import Entry
 from bot.journal.fold import fold
@@ -204,6 +204,20 @@ class ApprovesWhileLive:
         return decided.resumed
 
 
+class CancelsWhileLive:
+    """On-call, who cancels the run in this process as tool ``tool`` starts (a cancel of a
+    live run, taken by the process that drives it: `/kestrel cancel` in its thread)."""
+
+    def __init__(self, sup: Supervisor, tool: str) -> None:
+        self.sup, self.tool = sup, tool
+        self.said: list[asyncio.Task[str]] = []
+
+    def emit(self, event: Event) -> None:
+        """Cancel the run whose tool ``tool`` started."""
+        if isinstance(event, ToolStartedEvent) and event.tool == self.tool:
+            self.said.append(asyncio.ensure_future(self.sup.cancel(event.run_id, by="U0ONCALL")))
+
+
 async def closed(store: SqliteStore, servers: McpTools | None) -> None:
     """Close the store and the MCP servers, if any."""
     if servers is not None:
@@ -232,6 +246,8 @@ async def main(args: argparse.Namespace) -> None:
     clicker = ApprovesWhileLive(ChatService(sup))
     if args.approve_while_live:
         rt.events.add(clicker)
+    if args.cancel_while_running:
+        rt.events.add(CancelsWhileLive(sup, args.cancel_while_running))
     claimed = None
     for settle in args.settle:
         request_id, _, choice = settle.partition("=")
@@ -298,6 +314,9 @@ def parser() -> argparse.ArgumentParser:
     )
     options.add_argument(
         "--approve-while-live", action="store_true", help="click Approve on each card at once"
+    )
+    options.add_argument(
+        "--cancel-while-running", default="", help="cancel the run as on-call as TOOL starts"
     )
     return options
 

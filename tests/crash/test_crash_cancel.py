@@ -74,3 +74,43 @@ def test_a_cancel_of_a_run_whose_process_died_mid_command_stops_the_command(
         ).fetchone()
     said = json.loads(body)["result"]["error"]
     assert "slow (its process group" in said and "was stopped" in said, said
+
+
+# A command that takes a moment; were the run to go on past its cancel, its model would record
+# an effect.
+CANCELLED_WHILE_RUNNING_SCRIPT: list[dict[str, object]] = [
+    {"text": "slowly", "calls": [{"name": "slow", "arguments": {"name": "s"}}]},
+    {"text": "then recording", "calls": [{"name": "effect", "arguments": {"name": "e"}}]},
+    {"text": "done"},
+]
+
+
+@pytest.mark.parametrize("world", [CANCELLED_WHILE_RUNNING_SCRIPT], indirect=True)
+def test_a_cancel_taken_by_the_process_that_died_driving_the_run_still_ends_it(
+    world: dict[str, Path | str],
+) -> None:
+    folder = Path(world["dir"])
+    (folder / "slow.sh").write_text('sleep 0.5\necho "$1" >> "$EFFECTS_FILE"\n')
+    catalog = yaml.safe_load((folder / "catalog.yaml").read_text())
+    slow = {**catalog["tools"][0], "name": "slow", "command": ["/bin/sh", "./slow.sh", "{name}"]}
+    catalog["tools"].append(slow)
+    (folder / "catalog.yaml").write_text(yaml.safe_dump(catalog))
+
+    # Cancelled at the process that drives it ("cancelling at the next loop boundary"), which
+    # dies once the command under way has finished, before that boundary.
+    crashed = child(world, "--cancel-while-running", "slow", "--crash-after", "tool_result:1")
+    assert crashed.returncode == -9, crashed.stderr
+    run_id = (folder / "run_id").read_text()
+    with sqlite3.connect(folder / "k.db") as conn:  # the cancel was taken before the crash
+        asked = conn.execute("SELECT actor FROM audit WHERE action = 'cancel'").fetchall()
+    assert asked == [("U0ONCALL",)]
+    out = json.loads(child(world, "--resume", run_id).stdout)
+
+    assert out["status"] == "cancelled", out
+    assert effects(folder) == ["s"]  # the command under way finished; nothing after it ran
+    assert sorted(positions_requested(folder)) == [0]
+    with sqlite3.connect(folder / "k.db") as conn:
+        (body,) = conn.execute(
+            "SELECT body FROM journal WHERE run_id = ? AND kind = 'run_ended'", (run_id,)
+        ).fetchone()
+    assert json.loads(body)["result"]["error"] == "cancelled by U0ONCALL"
