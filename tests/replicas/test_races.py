@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import threading
 from collections.abc import AsyncIterator, Awaitable
 from typing import Any, TypeVar
 
@@ -25,6 +26,7 @@ from bot.domain import (
     ToolCall,
 )
 from bot.errors import CancelRefused
+from bot.events import Event, RunSuspendedEvent
 from bot.journal.entries import AssistantTurnEntry, RunStarted, ToolDeferred, UserMessageEntry
 from bot.journal.fold import RunState, fold
 from bot.journal.writer import RunJournal
@@ -310,3 +312,64 @@ async def test_a_cancel_the_store_failed_at_the_suspend_is_applied_once_it_is_ba
 async def no_open_requests(sup: Supervisor, run_id: str) -> bool:
     """Whether none of the run's requests is open."""
     return not await sup.rt.store.list_requests(run_id=run_id)
+
+
+class ApprovesElsewhereAtTheSuspend:
+    """An event sink of the replica driving a run: as the run suspends, before that replica
+    does anything more, another replica (a process of its own: its own thread, event loop and
+    store connections) takes an approval of its card and drives the run as far as it goes."""
+
+    def __init__(self, replicas: Replicas, run_id: str, request_id: str) -> None:
+        self.replicas, self.run_id, self.request_id = replicas, run_id, request_id
+        self.said: list[str] = []
+
+    def emit(self, event: Event) -> None:
+        """At the run's suspend, the other replica's approval, start to end."""
+        if isinstance(event, RunSuspendedEvent) and event.run_id == self.run_id and not self.said:
+            elsewhere = threading.Thread(target=asyncio.run, args=(self._approve(),))
+            elsewhere.start()
+            elsewhere.join()  # this replica's event loop waits: nothing of it runs meanwhile
+
+    async def _approve(self) -> None:
+        store = PostgresStore(self.replicas.dsn, schema=self.replicas.schema)
+        await store.migrate()
+        tools = [*counting_tools(self.replicas.counter), holding_tool(asyncio.Event())]
+        rt = Runtime(
+            store=store,
+            model=ScriptedProvider.from_replies([reply(text="deployed")], name="test"),
+            tools=ToolSource(ToolSet(tools)),
+            owner="replica-b",
+            lease_seconds=LEASE,
+        )
+        try:
+            sup = Supervisor(rt)
+            decided = await ChatService(sup).decide(
+                self.run_id, self.request_id, DecisionKind.APPROVE, user=Actor("U0APPROVER")
+            )
+            self.said.append(decided.message)
+            if decided.resumed is not None:
+                await sup.wait(decided.resumed)
+        finally:
+            await store.close()
+
+
+async def test_a_cancel_taken_as_the_run_ran_holds_against_an_approval_at_its_suspend(
+    replicas: Replicas,
+) -> None:
+    release = asyncio.Event()
+    script = [reply(call("deploy", text="v2"), call("hold")), reply(text="deployed")]
+    driving = await replicas.replica("replica-a", script, holding_tool(release))
+    live = await driving.start_turn("ship it", requested_by="U0REQ", prompter=DeferringPrompter())
+    store = driving.rt.store
+    await until(lambda: store.list_requests(run_id=live.run_id))  # its card is out
+    ((request, _status, _decision),) = await store.list_requests(run_id=live.run_id)
+    said = await driving.cancel(live.run_id, by="U0ONCALL")
+    assert said == "cancelling at the next loop boundary"
+    approving = ApprovesElsewhereAtTheSuspend(replicas, live.run_id, request.id)
+    driving.rt.events.add(approving)
+
+    release.set()  # the batch ends waiting on the card: the run suspends, and is approved then
+
+    assert await until(lambda: ended(driving, live.run_id)) is RunStatus.CANCELLED
+    assert approving.said  # the approval came in that moment
+    assert replicas.counter.calls == {}  # the deploy the cancel was asked to stop never ran
