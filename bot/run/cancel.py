@@ -84,6 +84,11 @@ class Cancels:
             return await self._cancel_held(run_id, by)
 
     async def _cancel_held(self, run_id: str, by: str) -> str:
+        # Looked at first: a run's task keeps it live while it runs its RunEnd hooks, after
+        # its end, which no cancel undoes (nor would one ever come to say so).
+        record = await self.rt.store.get_run(run_id)
+        if record.status in TERMINAL_STATUSES:
+            await self._refuse(run_id, by, already_ended(run_id, record.status, "cancel"))
         live = self._live.get(run_id)
         if live is not None:
             self._stop(live, by)
@@ -95,9 +100,6 @@ class Cancels:
             # there, whoever takes it up ends it (``at_resume``) instead of going on.
             await self.rt.store.mark_once(cancel_key(run_id))
             return "cancelling at the next loop boundary"
-        record = await self.rt.store.get_run(run_id)
-        if record.status in TERMINAL_STATUSES:
-            await self._refuse(run_id, by, already_ended(run_id, record.status, "cancel"))
         # A journal no process can read is said before any claim: claimed, the run would be
         # held for a lease by a process that did nothing with it.
         await self.rt.store.load(run_id)

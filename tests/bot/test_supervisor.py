@@ -29,11 +29,13 @@ from bot.domain import (
     RunStatus,
     Session,
     StopReason,
+    TerminalResult,
     ToolCall,
     utcnow,
 )
 from bot.errors import CancelRefused, ResumeRefused, StoreError, UnreadableJournal
 from bot.events import AnswerSuppliedEvent, Event, RunResumedEvent, ToolStartedEvent
+from bot.hooks import HookContext, Hooks
 from bot.journal.entries import (
     AdvisoryEntry,
     AssistantTurnEntry,
@@ -1663,3 +1665,31 @@ async def test_an_orphan_whose_adoption_could_not_be_journaled_is_adopted_later(
     assert adopted == ["run_blip"]
     resumed = await supervisor.wait(supervisor.live["run_blip"])
     assert resumed.open_requests  # its uncertain `write` asks on-call
+
+
+async def test_a_cancel_of_a_run_that_ended_as_its_end_hooks_run_says_it_ended(
+    tmp_path: Path, opened: list[Runtime]
+) -> None:
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def slow_run_end(result: TerminalResult, ctx: HookContext) -> None:
+        entered.set()
+        await release.wait()  # a RunEnd hook that takes its time (a webhook, say)
+
+    hooks = Hooks(run_end=[slow_run_end])
+    rt, _ = await make_runtime(tmp_path / "k.db", [reply(text="All good.")], hooks=hooks)
+    opened.append(rt)
+    sup = Supervisor(rt)
+    live = await sup.start_turn("go", requested_by="U0REQ")
+    await entered.wait()  # its end is journaled; its task runs the RunEnd hooks
+
+    with pytest.raises(CancelRefused) as refused:
+        await sup.cancel(live.run_id, by="U0REQ")
+    release.set()
+    await sup.wait(live)
+
+    said = f"run {live.run_id} already ended (completed): nothing to cancel"
+    assert str(refused.value) == said
+    assert (await rt.store.get_run(live.run_id)).status is RunStatus.COMPLETED
+    audited = [(a.actor, a.action) for a in await rt.store.list_audit(run_id=live.run_id)]
+    assert ("U0REQ", "cancel") not in audited  # no cancel said to be under way
