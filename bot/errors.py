@@ -28,6 +28,11 @@ class UnreadableJournal(StoreError):
     version): that run cannot be resumed until someone repairs it; the store itself works."""
 
 
+class UnreadableRow(StoreError):
+    """A run's or a request's stored row reads as none (edited, written by a newer version):
+    reading it again gives the same answer; the store itself works."""
+
+
 class ThreadBusy(StoreError):
     """A run of the same thread is still unfinished: a new one was not created."""
 

@@ -16,7 +16,15 @@ import msgspec
 from bot import wire
 from bot.chat.outbox import answer_key, card_key, owed_answer, owed_card
 from bot.domain import Decision, Request, RequestStatus, RunStatus
-from bot.errors import SeqConflict, SeqGap, StaleEpoch, StoreError, UnknownRun, UnreadableJournal
+from bot.errors import (
+    SeqConflict,
+    SeqGap,
+    StaleEpoch,
+    StoreError,
+    UnknownRun,
+    UnreadableJournal,
+    UnreadableRow,
+)
 from bot.journal.decode import decode_entry
 from bot.journal.entries import (
     Entry,
@@ -194,7 +202,8 @@ _RUN_TEXT_COLUMNS: Final = (
 
 
 def run_from_row(row: Sequence[Any], timestamp: Timestamp) -> RunRecord:
-    """A run from a row of ``RUN_COLUMNS``; an unreadable one is a ``StoreError`` naming it."""
+    """A run from a row of ``RUN_COLUMNS``; an unreadable one is an ``UnreadableRow`` naming
+    it."""
     try:
         stamps = {
             "lease_expires": None if row[8] is None else timestamp(row[8]),
@@ -207,12 +216,12 @@ def run_from_row(row: Sequence[Any], timestamp: Timestamp) -> RunRecord:
             dict(zip(_RUN_TEXT_COLUMNS, row[:8], strict=True)) | stamps, RunRecord
         )
     except (TypeError, ValueError) as exc:
-        raise StoreError(f"run {row[0]}: unreadable: {exc}") from exc
+        raise UnreadableRow(f"run {row[0]}: unreadable: {exc}") from exc
 
 
 def request_from_row(row: Sequence[Any]) -> tuple[Request, RequestStatus, Decision | None]:
     """A request, its status and its decision from an (id, body, status, decision) row; an
-    unreadable one is a ``StoreError`` naming it."""
+    unreadable one is an ``UnreadableRow`` naming it."""
     request_id, body, status, decision = row
     try:
         return (
@@ -221,7 +230,7 @@ def request_from_row(row: Sequence[Any]) -> tuple[Request, RequestStatus, Decisi
             None if decision is None else wire.from_json(decision, Decision),
         )
     except ValueError as exc:
-        raise StoreError(f"request {request_id}: unreadable: {exc}") from exc
+        raise UnreadableRow(f"request {request_id}: unreadable: {exc}") from exc
 
 
 def work_payload(kind: str, payload: dict[str, Any]) -> str:

@@ -165,7 +165,7 @@ class Cancels:
         (here, or through the store): neither audited again nor refused in ``by``'s name. A run
         another process holds meanwhile (the asker, ending it; a decider) is left to the mark.
 
-        A store that fails it (not one that answers: an unreadable journal) is tried again
+        A store that fails it (not one that answers: an unreadable journal or row) is tried again
         until it takes it, or this process stops: its card is closed once the store is back,
         not left open until a decision or its deadline.
         """
@@ -177,7 +177,9 @@ class Cancels:
                 return
             except StoreError as exc:
                 if type(exc) is not StoreError:
-                    raise  # what the store answered (a journal it cannot read): so it stays
+                    # What the store answered (a journal, a run or a card it cannot read), not
+                    # a failure: so it stays, however often it is asked.
+                    raise
                 log.warning("run %s: its cancel is not applied yet, trying again: %s", run_id, exc)
             again = True
             # Carried by the store meanwhile: should this process stop before the store takes

@@ -1581,6 +1581,26 @@ async def test_a_cancel_at_a_suspend_whose_journal_cannot_be_read_is_not_tried_a
     assert (await rt.store.get_run(run_id)).status is RunStatus.SUSPENDED
 
 
+async def test_a_cancel_at_a_suspend_whose_card_cannot_be_read_is_not_tried_again(
+    tmp_path: Path, opened: list[Runtime], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="kestrel")
+    rt, sup, _counter, run_id, request, release = await card_out_while_running(tmp_path, opened)
+    live = sup.live[run_id]
+    assert await sup.cancel(run_id, by="U0REQ") == "cancelling at the next loop boundary"
+    with sqlite3.connect(tmp_path / "k.db") as conn:  # written by a newer version, say
+        conn.execute("UPDATE requests SET body = ? WHERE id = ?", ('{"kind": "new"}', request.id))
+
+    release.set()  # the run suspends; its cancel ends it, and cannot read the card it closes
+
+    # What the store answered stays so: the task leaves, once, not warning every few seconds.
+    assert live.task is not None
+    await until(live.task.done)
+    assert (await rt.store.get_run(run_id)).status is RunStatus.CANCELLED
+    assert f"request {request.id}: unreadable" in caplog.text
+    assert "trying again" not in caplog.text
+
+
 async def ended_and_closed(rt: Runtime, run_id: str) -> bool:
     """Whether the run ended, and none of its requests is open."""
     return await has_ended(rt, run_id) and not await has_open_requests(rt, run_id)
