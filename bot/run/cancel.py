@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, NoReturn
 from bot.domain import TERMINAL_STATUSES, RunStatus, StopReason
 from bot.errors import CancelRefused, StoreError, already_ended
 from bot.journal.fold import RunState, fold
+from bot.journal.writer import TakenOver
 from bot.kinds import AuditAction
 from bot.people.decisions import Decisions
 from bot.people.policy import Actor, NotPermitted
@@ -174,6 +175,13 @@ class Cancels:
             try:
                 async with self._locks.hold(run_id):
                     await self._honour_held(run_id, by, again)
+                return
+            except TakenOver as exc:
+                # Another process took the run over between this claim and its end: held
+                # there, it is left to the mark, which that process reads as it takes it up.
+                log.warning("run %s taken over as its cancel was applied: %s", run_id, exc)
+                with contextlib.suppress(StoreError):
+                    await self.rt.store.mark_once(cancel_key(run_id))
                 return
             except StoreError as exc:
                 if type(exc) is not StoreError:

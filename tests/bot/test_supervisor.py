@@ -1601,6 +1601,34 @@ async def test_a_cancel_at_a_suspend_whose_card_cannot_be_read_is_not_tried_agai
     assert "trying again" not in caplog.text
 
 
+async def test_a_cancel_at_a_suspend_whose_run_is_taken_over_as_it_ends_leaves_it_to_them(
+    tmp_path: Path, opened: list[Runtime], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="kestrel")
+    rt, sup, counter, run_id, _request, release = await card_out_while_running(tmp_path, opened)
+    live = sup.live[run_id]
+    assert await sup.cancel(run_id, by="U0REQ") == "cancelling at the next loop boundary"
+    with sqlite3.connect(tmp_path / "k.db") as conn:
+        # Whatever this process claims once the run is free, another takes over at once (its
+        # lease ran out under a stalled store, a forced resume): the end it journals is fenced.
+        conn.execute(
+            "CREATE TRIGGER thief AFTER UPDATE OF owner ON runs"
+            " WHEN OLD.owner = '' AND NEW.owner = 'test-owner'"
+            " BEGIN UPDATE runs SET owner = 'replica-b', epoch = epoch + 1 WHERE id = NEW.id; END"
+        )
+
+    release.set()  # the run suspends; its cancel claims it, and finds it taken over
+
+    # The run is the other process's now: its task here ends, said, not with an error.
+    assert live.task is not None
+    await until(live.task.done)
+    assert live.task.exception() is None
+    assert "taken over as its cancel was applied" in caplog.text
+    assert (await rt.store.get_run(run_id)).owner == "replica-b"
+    assert await rt.store.marked(cancel_key(run_id))  # whoever holds it now ends it
+    assert counter.calls == {}
+
+
 async def ended_and_closed(rt: Runtime, run_id: str) -> bool:
     """Whether the run ended, and none of its requests is open."""
     return await has_ended(rt, run_id) and not await has_open_requests(rt, run_id)
