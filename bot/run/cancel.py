@@ -221,10 +221,12 @@ class Cancels:
             if asked is not None:
                 self._stop(live, asked)
 
-    async def at_resume(self, state: RunState, epoch: int) -> bool:
+    async def at_resume(self, state: RunState, epoch: int, asked: str | None = None) -> bool:
         """Whether a run this process just took up (its lease held at ``epoch``) was asked to
-        cancel, and is ended so here: it goes no further, whoever takes it up."""
-        asked = await self.asked(state.run_id)
+        cancel, and is ended so here: it goes no further, whoever takes it up. ``asked``: who
+        asked, if the resume read the mark already (once written, it stays): not read again."""
+        if asked is None:
+            asked = await self.asked(state.run_id)
         if asked is None:
             return False
         await self._end(state, epoch, asked)

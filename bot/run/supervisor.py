@@ -200,15 +200,16 @@ class Supervisor:
                 return None
             await self._left_to_a_person(run_id)
             raise
-        cancelled = False
+        asked = None
         if prompter is not None and state.open_requests:
             # Someone present (the console) is offered what the run waits on, unless it was
-            # asked to cancel: then it ends (its resume reads the mark again, once claimed),
-            # and nobody is asked about a step it never takes. One given no prompter asks
-            # nobody now (``_prompter_for`` defers), and so reads no mark here.
-            cancelled = await self.cancels.asked(run_id) is not None
-            if not cancelled:
+            # asked to cancel: then it ends (its resume goes by this read of the mark, which
+            # stays once written), and nobody is asked about a step it never takes. One given
+            # no prompter asks nobody now (``_prompter_for`` defers), and so reads no mark here.
+            asked = await self.cancels.asked(run_id)
+            if asked is None:
                 await self.decisions.ask_again(state, prompter)
+        cancelled = asked is not None
         prompter = _prompter_for(state, prompter)
         if not (cancelled or await self._has_work(state)) or self._stopping:
             # Stopping: no claim either, which a run released while waiting would take for
@@ -218,7 +219,7 @@ class Supervisor:
         if claimed is None:
             return None
         epoch, state = claimed
-        return self._resumed(run_id, epoch, state, prompter, force, record.owner, by)
+        return self._resumed(run_id, epoch, state, prompter, force, record.owner, by, asked)
 
     async def _claim_with_work(
         self, run_id: str, cancelled: bool = False
@@ -291,13 +292,15 @@ class Supervisor:
         force: bool,
         owner: str,
         by: str,
+        asked: str | None = None,
     ) -> LiveRun:
-        """Drive a run whose lease this process holds at ``epoch`` on a task of its own."""
+        """Drive a run whose lease this process holds at ``epoch`` on a task of its own
+        (``asked``: who asked it to cancel, if this resume read the mark already)."""
         prompter = _prompter_for(state, prompter)
         live = LiveRun(run_id, epoch)
         previous = owner if owner != self.rt.owner else ""
         resumed = RunResumed(owner=self.rt.owner, forced=force, taken_over_from=previous, by=by)
-        self._drive_on_task(live, self._resume(live, epoch, state, prompter, resumed))
+        self._drive_on_task(live, self._resume(live, epoch, state, prompter, resumed, asked))
         return live
 
     def _drive_on_task(self, live: LiveRun, work: Coroutine[Any, Any, RunState]) -> None:
@@ -546,8 +549,9 @@ class Supervisor:
         state: RunState,
         prompter: Prompter | None,
         resumed: RunResumed,
+        asked: str | None = None,
     ) -> RunState:
-        if await self.cancels.at_resume(state, epoch):
+        if await self.cancels.at_resume(state, epoch, asked):
             # Cancelled from another process while it ran elsewhere, or waited: it goes no
             # further, whoever takes it up.
             return state

@@ -1476,6 +1476,36 @@ async def test_a_suspended_run_asked_to_cancel_is_ended_by_a_resume_that_asks_no
     assert counter.calls == {}
 
 
+class MarksCounted(SqliteStore):
+    """The real store, counting how often a once-mark (a cancel's) is read."""
+
+    marks_read = 0
+
+    async def marked(self, key: str) -> bool:
+        """``SqliteStore.marked``, counted."""
+        self.marks_read += 1
+        return await super().marked(key)
+
+
+async def test_a_resume_at_the_console_of_a_run_asked_to_cancel_reads_the_mark_once(
+    tmp_path: Path, opened: list[Runtime]
+) -> None:
+    rt, sup, counter, run_id = await waiting_for_approval(tmp_path, opened)
+    await sup.wait(sup.live[run_id])
+    await rt.store.audit("U0ONCALL", AuditAction.CANCEL, run_id=run_id, detail="asked")
+    await rt.store.mark_once(cancel_key(run_id))
+    await rt.store.close()
+    store = rt.store = await migrated(MarksCounted(tmp_path / "k.db"))
+
+    live = await sup.resume(run_id, prompter=ScriptedPrompter([None]))
+    assert live is not None
+    await sup.wait(live)
+
+    assert (await store.get_run(run_id)).status is RunStatus.CANCELLED
+    assert store.marks_read == 1  # not again once claimed: a mark, once written, stays
+    assert counter.calls == {}
+
+
 # Writes the store fails (a statement that errs), by what they write: a run's end, a card's close.
 FAILING = {
     "end": "BEFORE INSERT ON journal WHEN NEW.kind = 'run_ended'",
