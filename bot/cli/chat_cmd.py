@@ -35,7 +35,7 @@ def chat(user: str | None) -> None:
 
     from adapters.console import ConsoleChat, ConsoleIO
     from bot.chat.service import ChatService
-    from bot.cli.compose import shown_database
+    from bot.cli.compose import policy_notices, shown_database
     from bot.run.supervisor import Supervisor
 
     settings = settings_of(click.get_current_context())
@@ -49,7 +49,9 @@ def chat(user: str | None) -> None:
             f"journal {shown_database(settings)}. "
             "/help for commands, Ctrl-D to leave."
             f"\nYou are {user} (--as or KESTREL_USER to change it)."
-        ) + "".join(f"\nnote: {notice}" for notice in _unlogged(rt.policy.notices()))
+        )
+        notices = _unlogged(policy_notices(settings, rt.policy))
+        banner += "".join(f"\nnote: {notice}" for notice in notices)
         console = ConsoleChat(ChatService(supervisor), ConsoleIO(), user)
         try:
             await console.run(banner)

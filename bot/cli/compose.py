@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from bot.config.settings import Settings
     from bot.hooks import Hooks
     from bot.llm.base import ModelProvider
+    from bot.people.policy import Policy
     from bot.pii.guard import PiiGuard
     from bot.pii.settings import PiiSettings
     from bot.run.runtime import Runtime
@@ -247,6 +248,13 @@ def build_hooks(settings: Settings) -> Hooks:
         raise ConfigError(f"hooks: {exc}") from exc
 
 
+def policy_notices(settings: Settings, policy: Policy) -> list[str]:
+    """What people should know of the policy as it is loaded; nothing in the offline demo,
+    whose simulated services have no on-call to name (a newcomer's first screen says what
+    the demo is, not how to staff it)."""
+    return [] if settings.uses_demo_catalog() else policy.notices()
+
+
 def shown_database(settings: Settings) -> str:
     """The journal as the terminal names it: a SQLite file, or a PostgreSQL server without its
     password."""
@@ -394,7 +402,7 @@ async def runtime(
     hooks = build_hooks(settings)
     events = FanOut(LogSink())
     policy = Policy(settings.policy)
-    for notice in policy.notices():
+    for notice in policy_notices(settings, policy):
         log.warning("%s", notice)
     async with tool_source(settings) as tools:
         store = await open_store(settings, clock=clock)

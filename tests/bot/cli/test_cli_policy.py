@@ -86,6 +86,7 @@ async def test_pending_effects_without_oncall_name_the_requester(tmp_path: Path)
     assert "may answer: U0REQ; the requester settles it: policy.oncall is empty" in line
     (row,) = json.loads(kestrel(tmp_path, "runs", "pending", "--json").stdout)
     assert row["may_answer"] == ["U0REQ"] and "policy.oncall is empty" in row["note"]
+    write_config(tmp_path, tools=[])  # the offline demo says nothing of on-call
     banner = kestrel(tmp_path, "chat").stdout
     assert "note: policy.oncall is empty" in banner and "wait_effect" in banner
     # With -v the log says it as the runtime is built: the banner does not say it again.
