@@ -132,7 +132,7 @@ def serve(platforms: tuple[str, ...], port: int | None, host: str) -> None:
     import asyncio
     import logging
 
-    from bot.cli.serving import ChatFront
+    from bot.cli.serving import ChatFront, front_settings
     from bot.collector import settle_for_service
     from bot.logs import SERVICE
     from bot.records import REPLICA_STOPPING
@@ -143,11 +143,13 @@ def serve(platforms: tuple[str, ...], port: int | None, host: str) -> None:
 
     hold_sigterm()  # one that comes while starting stops the replica once started
     settings = settings_of(click.get_current_context())
+    # Before the runtime, whose notices would otherwise bury a refusal for a missing token.
+    checked = front_settings(platforms, settings.web)
     log = logging.getLogger(SERVICE)
 
     async def work(rt: Runtime) -> None:
         supervisor = Supervisor(rt)
-        front = ChatFront(supervisor, platforms, host=host, port=port, web_settings=settings.web)
+        front = ChatFront(supervisor, checked, host=host, port=port)
         taker = WorkTaker(supervisor, rt.store, inbound=front.chat.inbound)
         scheduler = Scheduler(supervisor, settings.deadlines, settings.schedules, store=rt.store)
         stop = asyncio.Event()

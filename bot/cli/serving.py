@@ -4,7 +4,7 @@ for ``/healthz``, the run pages, ``/metrics`` and Slack's endpoint (unless in So
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, NamedTuple
 
 from aiohttp import web
 
@@ -17,7 +17,9 @@ from bot.replica.health import Health
 
 if TYPE_CHECKING:
     from adapters.discord.app import DiscordAdapter
+    from adapters.discord.settings import DiscordSettings
     from adapters.slack.app import SlackAdapter
+    from adapters.slack.settings import SlackSettings
     from adapters.web.auth import WebConfig
     from bot.chat.links import RunLink
     from bot.replica.metrics import Metrics
@@ -33,24 +35,52 @@ METRICS_OFF: Final = (
 )
 
 
+class FrontSettings(NamedTuple):
+    """What the front reads from the environment: the pages' guard and each platform named
+    (None when not named)."""
+
+    web: WebConfig
+    slack: SlackSettings | None = None
+    discord: DiscordSettings | None = None
+
+    @property
+    def platforms(self) -> tuple[str, ...]:
+        """The platforms named, in the order they start."""
+        named = (("slack", self.slack), ("discord", self.discord))
+        return tuple(name for name, settings in named if settings is not None)
+
+
+def front_settings(platforms: Sequence[str], web_settings: WebSettings) -> FrontSettings:
+    """The front's settings, checked before anything is built: a missing or malformed token is
+    a ``ConfigError`` naming it, said first and alone (not after the runtime's notices)."""
+    from adapters.web import WebConfig
+
+    environ = environment()
+    web_config = WebConfig.from_settings(web_settings, environ)
+    slack = discord = None
+    if "slack" in platforms:
+        from adapters.slack.settings import SlackSettings
+
+        slack = SlackSettings.from_env(environ)
+    if "discord" in platforms:
+        from adapters.discord.settings import DiscordSettings
+
+        discord = DiscordSettings.from_env(environ)
+    return FrontSettings(web_config, slack, discord)
+
+
 class ChatFront:
     """Starts the named platforms' adapters and the listener; stops both."""
 
     def __init__(
-        self,
-        supervisor: Supervisor,
-        platforms: Sequence[str],
-        *,
-        host: str,
-        port: int | None,
-        web_settings: WebSettings,
+        self, supervisor: Supervisor, settings: FrontSettings, *, host: str, port: int | None
     ) -> None:
         self._supervisor = supervisor
         self._chat = ChatService(supervisor)
-        self._platforms = tuple(dict.fromkeys(platforms))
+        self._settings = settings
+        self._platforms = settings.platforms
         self._host = host
         self._port = DEFAULT_PORT if port is None else port
-        self._web_settings = web_settings
         self._slack: SlackAdapter | None = None
         self._discord: DiscordAdapter | None = None
         self._runner: web.AppRunner | None = None
@@ -60,19 +90,19 @@ class ChatFront:
         set_replica(rt.owner)
 
     async def start(self) -> None:
-        """Check the web settings, connect every platform (a bad token fails here, naming
-        it), then listen (port 0: any free port, said in ``describe``)."""
-        from adapters.web import WebConfig, add_web_routes
+        """Connect every platform (a token refused fails here, naming it), then listen (port
+        0: any free port, said in ``describe``)."""
+        from adapters.web import add_web_routes
 
-        config = WebConfig.from_settings(self._web_settings, environment())
+        config = self._settings.web
         links = config.links()
         application = web.Application()
-        if "slack" in self._platforms:
-            application = await self._start_slack(links)
+        if self._settings.slack is not None:
+            application = await self._start_slack(self._settings.slack, links)
             assert self._slack is not None
             self.health.platform("slack", self._slack.connected)
-        if "discord" in self._platforms:
-            await self._start_discord(links, application)
+        if self._settings.discord is not None:
+            await self._start_discord(self._settings.discord, links, application)
             assert self._discord is not None
             self.health.platform("discord", self._discord.connected)
         await self.health.start(await self._supervisor.rt.store.schema_version())
@@ -154,11 +184,9 @@ class ChatFront:
 
         return scrape
 
-    async def _start_slack(self, links: RunLink | None) -> web.Application:
+    async def _start_slack(self, settings: SlackSettings, links: RunLink | None) -> web.Application:
         from adapters.slack.app import EVENTS_PATH, SlackAdapter
-        from adapters.slack.settings import SlackSettings
 
-        settings = SlackSettings.from_env(environment())
         rt = self._supervisor.rt
         # A dead replica's claims on messages run out as its leases on runs do.
         adapter = SlackAdapter(
@@ -173,11 +201,11 @@ class ChatFront:
         self._lines.append(f"slack: workspace {me.team} as <@{me.user}>, HTTP at {EVENTS_PATH}")
         return adapter.web_app()
 
-    async def _start_discord(self, links: RunLink | None, application: web.Application) -> None:
+    async def _start_discord(
+        self, settings: DiscordSettings, links: RunLink | None, application: web.Application
+    ) -> None:
         from adapters.discord.app import DiscordAdapter
-        from adapters.discord.settings import DiscordSettings
 
-        settings = DiscordSettings.from_env(environment())
         rt = self._supervisor.rt
         adapter = DiscordAdapter(
             self._chat, rt.store, rt.owner, settings, link=links, claim_seconds=rt.lease_seconds

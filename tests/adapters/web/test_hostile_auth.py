@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from adapters.web.app import web_routes
 from adapters.web.auth import WebConfig
 from bot.chat.service import ChatService
-from bot.cli.serving import ChatFront
+from bot.cli.serving import ChatFront, front_settings
 from bot.config.settings import ConfigError, WebSettings
 from bot.domain import Session
 from bot.people.policy import Actor, Policy
@@ -193,7 +193,8 @@ async def front(
     monkeypatch.setenv("KESTREL_WEB_SECRET", SECRET)
     rt, _ = await make_runtime(tmp_path / "k.db", SCRIPT, counting_tools(Counter()))
     rt.policy = Policy(POLICY)
-    front = ChatFront(Supervisor(rt), [], host="127.0.0.1", port=0, web_settings=WebSettings())
+    checked = front_settings([], WebSettings())
+    front = ChatFront(Supervisor(rt), checked, host="127.0.0.1", port=0)
     await front.start()
     line = next(line for line in front.describe() if "listening" in line)
     port = re.search(r":(\d+) ", line).group(1)  # type: ignore[union-attr]
