@@ -24,6 +24,10 @@ if TYPE_CHECKING:
     from bot.run.runtime import Runtime
 
 
+# The prompt argument that asks for the prompt on stdin, as for most Unix tools.
+FROM_STDIN = "-"
+
+
 @click.command(short_help="Run one prompt headless; --defer waits for people.")
 @click.argument("prompt")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
@@ -31,7 +35,8 @@ if TYPE_CHECKING:
 @as_option("Who asks.")
 @one_line_errors
 def run(prompt: str, as_json: bool, defer: bool, user: str | None) -> None:
-    """Run one prompt headless: gated calls are refused (or deferred with --defer).
+    """Run one PROMPT headless: gated calls are refused (or deferred with --defer). A PROMPT
+    of - is read from stdin (echo "checkout is down" | kestrel run -).
 
     The exit status says how the run stopped (with --json too):
 
@@ -44,6 +49,10 @@ def run(prompt: str, as_json: bool, defer: bool, user: str | None) -> None:
       128+N  stopped by signal N (130 Ctrl-C, 143 SIGTERM): the run is suspended
     """
     # Before any run starts: nothing is journaled for a prompt no run should be started on.
+    if prompt == FROM_STDIN:
+        prompt = _stdin_prompt()
+        if not prompt.strip():
+            raise Failure("the prompt is empty (read from stdin, as - asks)")
     if not prompt.strip():
         raise Failure("the prompt is empty")
     prompt = checked_text(prompt, "the prompt")
@@ -69,6 +78,17 @@ def run(prompt: str, as_json: bool, defer: bool, user: str | None) -> None:
     print_run(obj, as_json)
     exit_if_signalled(received)
     sys.exit(exit_status(obj["status"]))
+
+
+def _stdin_prompt() -> str:
+    """The whole of stdin, as ``checked_text`` reads an argument: bytes that are not UTF-8 kept
+    as lone surrogates, for it to name. At a terminal, how to end it is said first."""
+    stream = sys.stdin
+    if stream is None:  # closed before the command started: nothing to read
+        return ""
+    if stream.isatty():
+        echo("kestrel: reading the prompt from stdin; end it with Ctrl-D", err=True)
+    return stream.buffer.read().decode("utf-8", errors="surrogateescape")
 
 
 def print_run(obj: dict[str, Any], as_json: bool) -> None:

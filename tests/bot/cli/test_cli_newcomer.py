@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from tests.bot.cli.test_cli import kestrel, one_line_error, write_config
+from tests.bot.cli.test_cli import CLI, kestrel, one_line_error, write_config
 
 
 def test_the_demos_banner_says_nothing_of_oncall(tmp_path: Path) -> None:
@@ -29,3 +33,31 @@ def test_serve_without_its_token_says_so_first_and_alone(
     for platform, variable in (("slack", "SLACK_BOT_TOKEN"), ("discord", "DISCORD_TOKEN")):
         refused = one_line_error(kestrel(tmp_path, "serve", platform, "--port", "0"))
         assert refused.startswith(f"kestrel: {variable} is not set"), refused
+
+
+def test_run_dash_reads_the_prompt_from_stdin(tmp_path: Path) -> None:
+    done = kestrel(tmp_path, "run", "-", "--json", "--defer", stdin="checkout is failing\n")
+    assert done.returncode == 3, done.stderr  # the demo's restart waits for an approver
+    run_id = json.loads(done.stdout)["run_id"]
+    shown = kestrel(tmp_path, "runs", "show", run_id).stdout
+    assert "user: checkout is failing" in shown
+    for empty in ("", " \n\n"):
+        said = one_line_error(kestrel(tmp_path, "run", "-", stdin=empty))
+        assert said == "kestrel: the prompt is empty (read from stdin, as - asks)"
+
+
+def test_run_dash_refuses_stdin_that_is_not_utf8(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "KESTREL_"))}
+    done = subprocess.run(
+        [sys.executable, "-c", CLI, "run", "-"],
+        cwd=tmp_path,
+        input=b"bad \xff bytes",
+        capture_output=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2 and done.stderr.decode().splitlines() == [
+        "kestrel: the prompt is not valid UTF-8 text (byte 0xff at offset 4)"
+    ]
+    assert kestrel(tmp_path, "runs", "list").stdout == "no runs\n"
