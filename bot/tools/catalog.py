@@ -474,7 +474,7 @@ def _parse(path: Path, *, whole: bool = True) -> _Parsed:
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        return _Parsed(path, problems=[f"{path}: cannot read catalog: {exc}"])
+        return _Parsed(path, problems=[f"{path}: cannot read catalog: {_unread(exc)}"])
     name = name_of(_SUBFOLDER, whole, text, modules=_CHECKING)
     recalled = _recalled(path, name, whole=whole)
     if recalled is not None:
@@ -484,6 +484,17 @@ def _parse(path: Path, *, whole: bool = True) -> _Parsed:
         trust = [[tool, key, line] for (tool, key), line in parsed.trust_lines.items()]
         keep_json(_SUBFOLDER, name, [data, parsed.lines, trust])  # a _Clean, as JSON writes it
     return parsed
+
+
+def _unread(exc: OSError | UnicodeDecodeError) -> str:
+    """Why a file could not be read, in words (not an errno, nor a codec's jargon)."""
+    if isinstance(exc, UnicodeDecodeError):
+        return f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start})"
+    if isinstance(exc, FileNotFoundError):
+        return "no such file"
+    if isinstance(exc, IsADirectoryError):
+        return "a folder, not a file"
+    return exc.strerror or str(exc)
 
 
 def _checked(path: Path, text: str, *, whole: bool) -> tuple[_Parsed, Any]:

@@ -61,3 +61,16 @@ def test_run_dash_refuses_stdin_that_is_not_utf8(tmp_path: Path) -> None:
         "kestrel: the prompt is not valid UTF-8 text (byte 0xff at offset 4)"
     ]
     assert kestrel(tmp_path, "runs", "list").stdout == "no runs\n"
+
+
+def test_tools_check_of_a_file_that_is_not_there_says_so(tmp_path: Path) -> None:
+    (tmp_path / "folder.yaml").mkdir()
+    (tmp_path / "latin1.yaml").write_bytes(b"tools: []  # caf\xe9\n")
+    result = kestrel(tmp_path, "tools", "check", "nope.yaml", "folder.yaml", "latin1.yaml")
+    assert result.returncode == 1
+    assert "Errno" not in result.stderr and "codec" not in result.stderr
+    assert result.stderr.splitlines() == [
+        "nope.yaml: cannot read catalog: no such file",
+        "folder.yaml: cannot read catalog: a folder, not a file",
+        "latin1.yaml: cannot read catalog: not UTF-8 text (byte 0xe9 at offset 16)",
+    ]
