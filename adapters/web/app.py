@@ -11,8 +11,9 @@ Routes (``add_web_routes``):
   ``?v=VERSION`` (the ``data-version`` the page shows) it answers 204 while nothing changed,
   read from the run's row, its journal's length and its last audit (never the journal);
 - ``GET /pending``: every open request, oldest first, with who may answer it;
-- ``GET /static/style.css`` and ``GET /static/live.js``: the stylesheet and the live-update
-  script, the only things served without authorization.
+- ``GET /static/style.css``, ``GET /static/live.js`` and ``GET /static/favicon.svg`` (also at
+  ``GET /favicon.ico``, which a browser asks for by itself): the stylesheet, the live-update
+  script and the icon, the only things served without authorization.
 
 Who may see what is ``adapters.web.auth``'s; every response carries its security headers,
 aiohttp's own answers too when served by ``SecureRunner``.
@@ -51,7 +52,9 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
-_STATIC = {"style.css": "text/css", "live.js": "text/javascript"}
+_STATIC = {"style.css": "text/css", "live.js": "text/javascript", "favicon.svg": "image/svg+xml"}
+# Where a browser looks for a site's icon unless a page names one (a refusal, /healthz).
+_ICON = "/favicon.ico"
 
 
 def add_web_routes(
@@ -69,6 +72,7 @@ def add_web_routes(
     app.router.add_get("/pending", _guarded(pages.pending))
     for name in _STATIC:
         app.router.add_get(f"/static/{name}", _guarded(_static_handler(name)))
+    app.router.add_get(_ICON, _guarded(_static_handler("favicon.svg")))
     # Every response of the listener (the router's own 404 and 405, /metrics) carries the
     # security headers, and none names the server's software.
     app.on_response_prepare.append(_secure_response)

@@ -166,6 +166,19 @@ async def test_the_static_files_are_open_and_nothing_else_is(
         assert status == 404, path
 
 
+async def test_the_icon_is_served_to_anyone_where_browsers_ask_for_it(
+    site: Site, http: aiohttp.ClientSession
+) -> None:
+    # A browser asks for /favicon.ico by itself (for a refusal's page too): a 404 there was an
+    # error in its console on every page. The pages name the icon in their head.
+    for path in ("/favicon.ico", "/static/favicon.svg"):
+        status, svg, headers = await get(http, site.url + path)
+        assert status == 200 and headers["Content-Type"].startswith("image/svg+xml"), path
+        assert svg.startswith("<svg") and "<script" not in svg
+    status, html, _ = await get(http, site.url + "/runs", headers=site.bearer())
+    assert status == 200 and '<link rel="icon" href="/static/favicon.svg"' in html
+
+
 def test_web_config_from_settings() -> None:
     settings = WebSettings(public_url=PUBLIC_URL, link_ttl_seconds=60, metrics_public=True)
     config = WebConfig.from_settings(settings, {"KESTREL_WEB_SECRET": SECRET})

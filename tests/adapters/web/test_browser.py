@@ -283,9 +283,7 @@ class Watch:
     fragments: list[int] = field(default_factory=list)
 
     def _console(self, message: ConsoleMessage) -> None:
-        # The browser asks for /favicon.ico by itself (the pages name none): its 404 is noise.
-        if not message.location.get("url", "").endswith("/favicon.ico"):
-            self.console.append(f"{message.type}: {message.text}")
+        self.console.append(f"{message.type}: {message.text}")
 
     @classmethod
     async def on(cls, page: Page) -> Watch:
@@ -550,9 +548,23 @@ async def test_no_page_answers_without_authorization(world: World, new_page: New
             assert run_id not in text and request_id not in text and "checkout" not in text, path
         expected = 404 if path.endswith("run_nope") else 200
         assert (await goto(operator, world.url + path)).status == expected, path
-    # The stylesheet and the live-update script are the only things served to anyone.
-    for name in ("style.css", "live.js"):
+    # The stylesheet, the live-update script and the icon are the only things served to anyone.
+    for name in ("style.css", "live.js", "favicon.svg"):
         assert (await goto(anonymous, f"{world.url}/static/{name}")).status == 200
+    assert (await goto(anonymous, f"{world.url}/favicon.ico")).status == 200
+
+
+async def test_every_page_gets_its_icon_and_no_request_fails(
+    world: World, new_page: NewPage
+) -> None:
+    run_id, _request_id = await world.waiting()
+    page = await new_page()
+    watch = await Watch.on(page)
+    for path in ("/runs", f"/runs/{run_id}", "/pending"):
+        async with page.expect_response(lambda r: r.url.endswith("/favicon.svg")) as icon:
+            assert (await goto(page, world.url + path)).status == 200, path
+        assert (await icon.value).status == 200, path
+    assert watch.errors == [] and watch.console == []
 
 
 # --------------------------------------------------------------------------- how it looks
