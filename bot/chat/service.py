@@ -75,11 +75,13 @@ class ChatRuntime(Protocol):
 
 
 class PendingRequest(msgspec.Struct, frozen=True):
-    """An open request with the principals who may answer it (and why, when not obvious)."""
+    """An open request with the principals who may answer it (and why, when not obvious), and
+    who that is in words (``Policy.may_answer_phrase``: every surface says it alike)."""
 
     request: Request
     may_answer: tuple[str, ...]
     note: str = ""
+    phrase: str = ""
 
 
 class RunView(msgspec.Struct, frozen=True):
@@ -233,8 +235,10 @@ async def pending_requests(
     # In the same read: one per run made the Home tab, /pending and the web page read as
     # many runs as there are open requests.
     for request, _status, _decision in await requests.list_requests(unfinished_runs=True):
-        who = policy.who_may_answer(request, flags_of(request.tool), flags_of)
-        pending.append(PendingRequest(request, tuple(who), policy.answer_note(request)))
+        flags = flags_of(request.tool)
+        who = policy.who_may_answer(request, flags, flags_of)
+        phrase = policy.may_answer_phrase(request, flags, flags_of)
+        pending.append(PendingRequest(request, tuple(who), policy.answer_note(request), phrase))
     return pending
 
 

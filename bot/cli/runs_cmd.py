@@ -261,15 +261,7 @@ def _pending_in_full() -> list[Pending]:
     async def work(store: Store) -> list[PendingRequest]:
         return await pending_requests(store, policy, flags_of)
 
-    return [
-        (
-            p.request,
-            list(p.may_answer),
-            policy.may_answer_phrase(p.request, flags_of(p.request.tool), flags_of),
-            p.note,
-        )
-        for p in with_reader(work)
-    ]
+    return [(p.request, list(p.may_answer), p.phrase, p.note) for p in with_reader(work)]
 
 
 @runs.command("approve", short_help="Approve a waiting call, or a whole plan.")

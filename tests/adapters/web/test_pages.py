@@ -461,3 +461,24 @@ async def test_a_request_two_people_approved_names_both_on_the_run_page(tmp_path
     assert decision is not None
     assert "by U0BOSS, U0SRE," in decision.group(1), decision.group(1)
     await rt.store.close()
+
+
+async def test_pending_says_who_may_answer_in_the_clis_words(tmp_path: Path) -> None:
+    from adapters.web.render import render_pending
+    from bot.people.policy import Policy, PolicyRules
+    from bot.prompter import DeferringPrompter
+    from tests.adapters.web.conftest import SCRIPT, THREAD
+    from tests.fakes.runtime import Counter, counting_tools
+
+    rt, _ = await make_runtime(tmp_path / "k.db", SCRIPT, counting_tools(Counter()))
+    rt.policy = Policy(PolicyRules())  # anyone approves, but not their own run
+    service = ChatService(Supervisor(rt))
+    started = await service.submit_turn(
+        "ship v2", user=Actor("U0REQ"), session=THREAD, prompter=DeferringPrompter()
+    )
+    (request,) = (await service.wait(started)).open_requests
+    said = rt.policy.may_answer_phrase(request, None)  # what `kestrel runs pending` says
+    assert said == "anyone but the requester (U0REQ)"
+    html = render_pending(await service.pending(user=Actor("U0BOSS")))
+    assert f'<dd class="may-answer">{said}</dd>' in html
+    await rt.store.close()
