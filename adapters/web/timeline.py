@@ -175,6 +175,7 @@ class RequestItem:
     reason: str
     decisions: tuple[AuditRow, ...]
     approvers: tuple[str, ...] = ()  # of one several approved, first approver first
+    phrase: str = ""  # who may answer, in the words of ``kestrel runs pending``
 
     @property
     def deciders(self) -> str:
@@ -545,6 +546,7 @@ def _request_item(
         view.reason,
         decisions,
         view.approvers,
+        view.phrase,
     )
 
 

@@ -130,6 +130,8 @@ class RequestView(msgspec.Struct, frozen=True):
     reason: str
     # Everyone who approved a request that needed several approvals, first approver first.
     approvers: tuple[str, ...] = ()
+    # Who may answer in words, as ``PendingRequest.phrase``.
+    phrase: str = ""
 
 
 class RunInspection(msgspec.Struct, frozen=True):
@@ -166,14 +168,19 @@ class ReadStore(RunRows, JournalLog, Requests, AuditLog, Protocol):
 
 class RunReads:
     """A run's page read from the store alone: its record, a page of its journal, its audit
-    and its requests, each with who may answer it (``who_may_answer``). Needs no model, no
-    tool and no write: ``kestrel runs export`` reads through it with nothing else open."""
+    and its requests, each with who may answer it (``who_may_answer``, and in words
+    ``phrase_of``). Needs no model, no tool and no write: ``kestrel runs export`` reads through
+    it with nothing else open."""
 
     def __init__(
-        self, store: ReadStore, who_may_answer: Callable[[Request], tuple[str, ...]]
+        self,
+        store: ReadStore,
+        who_may_answer: Callable[[Request], tuple[str, ...]],
+        phrase_of: Callable[[Request], str],
     ) -> None:
         self._store = store
         self._who_may_answer = who_may_answer
+        self._phrase_of = phrase_of
         self._summaries = RunSummaries(store)
 
     async def inspect(
@@ -212,7 +219,9 @@ class RunReads:
         self, request: Request, status: RequestStatus, decision: Decision | None, reason: str
     ) -> RequestView:
         """A request as a card shows it, why the model asked being known."""
-        return RequestView(request, status, decision, self._who_may_answer(request), reason)
+        who = self._who_may_answer(request)
+        phrase = self._phrase_of(request)
+        return RequestView(request, status, decision, who, reason, phrase=phrase)
 
     async def approved(self, view: RequestView) -> RequestView:
         """``view`` with everyone who approved it, when it was approved by several: its
@@ -249,7 +258,7 @@ class ChatService:
         self._supervisor = supervisor
         # The runtime typed as what this service uses of it: only the store roles it needs.
         self._rt: ChatRuntime = supervisor.rt
-        self._reads = RunReads(self._rt.store, self._who_may_answer)
+        self._reads = RunReads(self._rt.store, self._who_may_answer, self._may_answer_phrase)
         self.duplicates_dropped = 0
         self.inbound = Inbound(supervisor)
         # Why the model asked, by request: it never changes, so a card refreshed after a
@@ -386,6 +395,10 @@ class ChatService:
         # The policy and tool set of now: both may be replaced while the service lives.
         flags_of = self._rt.tools.current().flags_of
         return tuple(self._rt.policy.who_may_answer(request, flags_of(request.tool), flags_of))
+
+    def _may_answer_phrase(self, request: Request) -> str:
+        flags_of = self._rt.tools.current().flags_of
+        return self._rt.policy.may_answer_phrase(request, flags_of(request.tool), flags_of)
 
     def _remember(self, request_id: str, reason: str) -> None:
         self._reasons[request_id] = reason

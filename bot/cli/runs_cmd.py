@@ -140,13 +140,16 @@ def runs_export(run_id: str, html_file: Path) -> None:
         flags = flags_of(request.tool)
         return tuple(policy.who_may_answer(request, flags, flags_of))
 
+    def phrase_of(request: Request) -> str:
+        return policy.may_answer_phrase(request, flags_of(request.tool), flags_of)
+
     partial = html_file.with_name(f".{html_file.name}.partial")
 
     async def work(store: Store) -> int:
         # Written as it is read (bounded memory), to a file beside the target that replaces
         # it once complete: an unknown run or a failure leaves no half-written file behind.
         with partial.open("w", encoding="utf-8") as out:
-            await write_export(RunReads(store, who_may_answer), run_id, out.write)
+            await write_export(RunReads(store, who_may_answer, phrase_of), run_id, out.write)
             return out.tell()
 
     try:

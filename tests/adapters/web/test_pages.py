@@ -481,4 +481,6 @@ async def test_pending_says_who_may_answer_in_the_clis_words(tmp_path: Path) -> 
     assert said == "anyone but the requester (U0REQ)"
     html = render_pending(await service.pending(user=Actor("U0BOSS")))
     assert f'<dd class="may-answer">{said}</dd>' in html
+    page = render_run_page(await load_run_page(service, started.run_id))
+    assert f'<dd class="may-answer">{said}</dd>' in page
     await rt.store.close()

@@ -74,3 +74,13 @@ def test_tools_check_of_a_file_that_is_not_there_says_so(tmp_path: Path) -> None
         "folder.yaml: cannot read catalog: a folder, not a file",
         "latin1.yaml: cannot read catalog: not UTF-8 text (byte 0xe9 at offset 16)",
     ]
+
+
+def test_the_export_says_who_may_answer_as_runs_pending_does(tmp_path: Path) -> None:
+    done = kestrel(tmp_path, "run", "checkout is failing", "--defer", "--json", "--as", "U0REQ")
+    run_id = json.loads(done.stdout)["run_id"]
+    said = "anyone but the requester (U0REQ)"
+    assert f"may answer: {said}" in kestrel(tmp_path, "runs", "pending").stdout
+    exported = kestrel(tmp_path, "runs", "export", run_id, "--html", "run.html")
+    assert exported.returncode == 0, exported.stderr
+    assert f'<dd class="may-answer">{said}</dd>' in (tmp_path / "run.html").read_text()
