@@ -140,9 +140,20 @@ def authorize(
         if run_id and config.signer and config.signer.valid(run_id, expires, signature):
             return Access(operator=False, run_id=run_id, query=f"exp={expires}&sig={signature}")
         return refusal(403, "This link is not valid: it was altered, or it has expired.")
-    response = refusal(401, "Authorization required.")
+    response = refusal(401, _unauthorized(config))
     response.headers["WWW-Authenticate"] = 'Bearer realm="kestrel"'
     return response
+
+
+def _unauthorized(config: WebConfig) -> str:
+    """What a request without credentials is told: what would let it in (a browser opening a
+    page sends no token, and its person would otherwise not know what the page wants)."""
+    ways = []
+    if config.token:
+        ways.append(f"operators send Authorization: Bearer ${TOKEN_VARIABLE}")
+    if config.signer is not None:
+        ways.append("a chat message's signed View run link opens that run's page")
+    return "Authorization required: " + "; ".join(ways) + "."
 
 
 def refusal(status: int, text: str) -> web.Response:

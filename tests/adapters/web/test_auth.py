@@ -55,6 +55,11 @@ async def test_nothing_is_served_without_authorization(
         assert status == 401, path
         assert headers["WWW-Authenticate"].startswith("Bearer")
         assert "checkout" not in body and site.done not in body
+        # Opened in a browser, which sends no token: the refusal says what gets one in.
+        assert body == (
+            "Authorization required: operators send Authorization: Bearer $KESTREL_WEB_TOKEN;"
+            " a chat message's signed View run link opens that run's page.\n"
+        ), body
         for name, value in SECURITY.items():
             assert headers[name] == value
 
