@@ -600,8 +600,13 @@ def _expand(patterns: Sequence[str], base_dir: Path, problems: list[str]) -> lis
     files: list[Path] = []
     seen: set[Path] = set()
     for pattern in patterns:
-        matches = [path for path in _matching(pattern, base_dir) if path.is_file()]
-        if not matches:
+        found = _matching(pattern, base_dir)
+        matches = [path for path in found if path.is_file()]
+        if found == [base_dir / pattern] and not matches and found[0].is_dir():
+            # A folder named as a whole: the catalogs in it are named by a pattern.
+            inside = pattern.rstrip("/") + "/*.yaml"
+            problems.append(f"{pattern}: a folder, not a catalog file: name its files ({inside})")
+        elif not matches:
             problems.append(f"{pattern}: catalog pattern matches no file (in {base_dir})")
         for match in matches:
             if match.resolve() not in seen:

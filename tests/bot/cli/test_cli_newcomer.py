@@ -84,3 +84,15 @@ def test_the_export_says_who_may_answer_as_runs_pending_does(tmp_path: Path) -> 
     exported = kestrel(tmp_path, "runs", "export", run_id, "--html", "run.html")
     assert exported.returncode == 0, exported.stderr
     assert f'<dd class="may-answer">{said}</dd>' in (tmp_path / "run.html").read_text()
+
+
+def test_a_catalog_folder_in_the_configuration_says_how_to_name_its_files(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "catalogs").mkdir()
+    write_config(tmp_path, tools=["catalogs"])
+    checked = kestrel(tmp_path, "tools", "check")
+    assert checked.returncode == 1
+    assert checked.stderr.splitlines() == [
+        "catalogs: a folder, not a catalog file: name its files (catalogs/*.yaml)"
+    ]
