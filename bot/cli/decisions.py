@@ -216,12 +216,12 @@ def decide(
             await chat.wait(decided.resumed)
         elif not await chat.ended(run_id):
             obj = await run_object(rt, run_id)
-            return "\n".join([decided.message, *_next_requests(obj)])
+            return "\n".join([decided.message, *waiting_lines(obj)])
         obj = await run_object(rt, run_id)
         said = f"{decided.message}; run {run_id} is now {obj['status']}" + (
             f": {obj['text']}" if obj["text"] else ""
         )
-        return "\n".join([said, *_next_requests(obj)])
+        return "\n".join([said, *waiting_lines(obj)])
 
     received: list[int] = []
     echo(with_runtime(work, settings))
@@ -265,8 +265,9 @@ async def _own_run(
     return f". At this terminal, {', or '.join(ways)}" if ways else ""
 
 
-def _next_requests(obj: dict[str, Any]) -> list[str]:
-    """The requests a run waits on now, each with its id and the command that answers it."""
+def waiting_lines(obj: dict[str, Any]) -> list[str]:
+    """The requests a run (``run_object``) waits on now, each with its id and the command that
+    answers it."""
     from bot.kinds import how_answered
 
     lines = []

@@ -18,6 +18,7 @@ from bot.cli.common import (
     terminal_user,
     with_runtime,
 )
+from bot.cli.decisions import waiting_lines
 from bot.cli.driving import exit_if_signalled, run_object, suspend_on_signals
 
 if TYPE_CHECKING:
@@ -101,6 +102,5 @@ def print_run(obj: dict[str, Any], as_json: bool) -> None:
     echo(f"[{obj['run_id']}: {obj['status']}, {obj['stop_reason']}]", err=True)
     if obj["error"]:
         echo(f"  {obj['error']}", err=True)
-    for request in obj["requests"]:
-        args = json.dumps(request["arguments"], sort_keys=True)
-        echo(f"  waiting: {request['kind']} {request['id']} {request['tool']} {args}", err=True)
+    for line in waiting_lines(obj):  # as `runs approve` says what the run waits on next
+        echo(line, err=True)

@@ -96,3 +96,15 @@ def test_a_catalog_folder_in_the_configuration_says_how_to_name_its_files(
     assert checked.stderr.splitlines() == [
         "catalogs: a folder, not a catalog file: name its files (catalogs/*.yaml)"
     ]
+
+
+def test_a_deferred_run_says_the_command_that_moves_it_on(tmp_path: Path) -> None:
+    done = kestrel(tmp_path, "run", "checkout is failing", "--defer", "--as", "U0REQ")
+    assert done.returncode == 3, done.stderr
+    (request,) = json.loads(kestrel(tmp_path, "runs", "pending", "--json").stdout)
+    run_id, request_id = request["run_id"], request["id"]
+    command = f"kestrel runs approve {run_id} {request_id}"
+    assert f"    {command} (or deny)" in done.stderr.splitlines(), done.stderr
+    # What it says works, as someone other than the requester.
+    approved = kestrel(tmp_path, *command.split()[1:], "--as", "U0BOSS")
+    assert approved.returncode == 0, approved.stderr
