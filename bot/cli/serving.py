@@ -35,6 +35,20 @@ METRICS_OFF: Final = (
 )
 
 
+def _unbound(exc: OSError) -> str:
+    """Why the listener could not bind, once (asyncio's text repeats the address), and what
+    to do when the port is taken."""
+    import errno
+    import os
+
+    if exc.errno is None or exc.errno <= 0:  # a name that does not resolve (EAI_*): its own
+        return (exc.strerror or str(exc)).lower()
+    said = os.strerror(exc.errno).lower()
+    if exc.errno == errno.EADDRINUSE:
+        return f"{said} (another kestrel serve? --port chooses another)"
+    return said
+
+
 class FrontSettings(NamedTuple):
     """What the front reads from the environment: the pages' guard and each platform named
     (None when not named)."""
@@ -151,7 +165,7 @@ class ChatFront:
         except OSError as exc:  # in use, no such address, not permitted
             await self.stop()
             where = f"{self._host}:{self._port}"
-            raise ConfigError(f"cannot listen on {where}: {exc.strerror or exc}") from exc
+            raise ConfigError(f"cannot listen on {where}: {_unbound(exc)}") from exc
         port = self._runner.addresses[0][1] if self._runner.addresses else self._port
         self._lines.append(
             f"http: listening on {self._host}:{port} (/healthz, /readyz, /runs, /pending, /metrics)"

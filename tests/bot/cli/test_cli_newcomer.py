@@ -108,3 +108,20 @@ def test_a_deferred_run_says_the_command_that_moves_it_on(tmp_path: Path) -> Non
     # What it says works, as someone other than the requester.
     approved = kestrel(tmp_path, *command.split()[1:], "--as", "U0BOSS")
     assert approved.returncode == 0, approved.stderr
+
+
+def test_serve_on_a_port_in_use_says_so_once_and_what_to_do(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        refused = one_line_error(kestrel(tmp_path, "serve", "--port", str(port)))
+    assert refused == (
+        f"kestrel: cannot listen on 127.0.0.1:{port}: address already in use"
+        " (another kestrel serve? --port chooses another)"
+    )
+    unknown = one_line_error(kestrel(tmp_path, "serve", "--port", "0", "--host", "nosuch.invalid"))
+    assert unknown.startswith("kestrel: cannot listen on nosuch.invalid:0: ")
+    assert "error -" not in unknown and "errno" not in unknown.lower()
