@@ -11,6 +11,7 @@ Routes (``add_web_routes``):
   ``?v=VERSION`` (the ``data-version`` the page shows) it answers 204 while nothing changed,
   read from the run's row, its journal's length and its last audit (never the journal);
 - ``GET /pending``: every open request, oldest first, with who may answer it;
+- ``GET /``: a redirect to ``/runs`` (where a person typing the listener's address lands);
 - ``GET /static/style.css``, ``GET /static/live.js`` and ``GET /static/favicon.svg`` (also at
   ``GET /favicon.ico``, which a browser asks for by itself): the stylesheet, the live-update
   script and the icon, the only things served without authorization.
@@ -70,6 +71,7 @@ def add_web_routes(
     app.router.add_get("/runs/{run_id}", _guarded(pages.run))
     app.router.add_get("/runs/{run_id}/fragment", _guarded(pages.fragment))
     app.router.add_get("/pending", _guarded(pages.pending))
+    app.router.add_get("/", _guarded(_to_runs))
     for name in _STATIC:
         app.router.add_get(f"/static/{name}", _guarded(_static_handler(name)))
     app.router.add_get(_ICON, _guarded(_static_handler("favicon.svg")))
@@ -128,6 +130,11 @@ def _guarded(handler: Handler) -> Handler:
         return response
 
     return guarded
+
+
+async def _to_runs(_request: web.Request) -> web.StreamResponse:
+    """The listener's root: the runs are the pages' first page (which says who may see it)."""
+    return web.Response(status=302, headers={"Location": "/runs"})
 
 
 def _static_handler(name: str) -> Handler:

@@ -199,3 +199,12 @@ def test_web_config_from_settings() -> None:
         WebConfig.from_settings(WebSettings(), {"KESTREL_WEB_SECRET": "short"})
     with pytest.raises(ConfigError, match=r"web.public_url .* need KESTREL_WEB_SECRET"):
         WebConfig.from_settings(WebSettings(public_url=PUBLIC_URL), {"KESTREL_WEB_TOKEN": TOKEN})
+
+
+async def test_the_listeners_root_leads_to_the_runs(
+    site: Site, http: aiohttp.ClientSession
+) -> None:
+    # http://127.0.0.1:3000/ answered "404: Not Found": the pages are at /runs.
+    status, _, headers = await get(http, site.url + "/")
+    assert status == 302 and headers["Location"] == "/runs"
+    assert headers["Content-Security-Policy"] == CONTENT_SECURITY_POLICY
