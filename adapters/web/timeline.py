@@ -566,6 +566,11 @@ class RunRow:
         """Everyone who may answer one of its open requests."""
         return tuple(dict.fromkeys(p for r in self.open_requests for p in r.may_answer))
 
+    @property
+    def phrases(self) -> tuple[str, ...]:
+        """Who may answer its open requests, in the policy's words, each said once."""
+        return tuple(dict.fromkeys(r.phrase for r in self.open_requests if r.phrase))
+
 
 def may_answer(pending: PendingRequest, principal: str) -> bool:
     """Whether ``principal`` (a user id, or ``group:ID``) is among those who may answer."""

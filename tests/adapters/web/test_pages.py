@@ -464,7 +464,7 @@ async def test_a_request_two_people_approved_names_both_on_the_run_page(tmp_path
 
 
 async def test_pending_says_who_may_answer_in_the_clis_words(tmp_path: Path) -> None:
-    from adapters.web.render import render_pending
+    from adapters.web.render import load_run_rows, render_pending, render_runs
     from bot.people.policy import Policy, PolicyRules
     from bot.prompter import DeferringPrompter
     from tests.adapters.web.conftest import SCRIPT, THREAD
@@ -483,4 +483,6 @@ async def test_pending_says_who_may_answer_in_the_clis_words(tmp_path: Path) -> 
     assert f'<dd class="may-answer">{said}</dd>' in html
     page = render_run_page(await load_run_page(service, started.run_id))
     assert f'<dd class="may-answer">{said}</dd>' in page
+    runs = render_runs(await load_run_rows(service, limit=10))
+    assert f'<div class="may-answer">may answer: {said}</div>' in runs
     await rt.store.close()
