@@ -73,8 +73,8 @@ leaves the chat. SIGTERM suspends the run and leaves."""
 class ConsoleIO:
     """Lines in from a reader thread (so a blocked read never holds the event loop), text out."""
 
-    def __init__(self, stdin: TextIO = sys.stdin, stdout: TextIO = sys.stdout) -> None:
-        self._stdin = stdin
+    def __init__(self, stdin: TextIO | None = sys.stdin, stdout: TextIO = sys.stdout) -> None:
+        self._stdin = stdin  # None: closed before the chat started (``kestrel chat <&-``)
         self._stdout = stdout
         self._lines: asyncio.Queue[str | None] = asyncio.Queue()
         self._started = False
@@ -102,7 +102,7 @@ class ConsoleIO:
             self._start()
         self.write(prompt, end="")
         line = None if self._ended else await self._lines.get()
-        if line is not None and not self._stdin.isatty():
+        if line is not None and self._stdin is not None and not self._stdin.isatty():
             self.write(line)
         if line is None or line.strip() in QUIT:
             if line is None:
@@ -120,12 +120,15 @@ class ConsoleIO:
         self._stdout.flush()
 
 
-def _lines_of(stdin: TextIO) -> Iterator[str]:
-    """The lines of ``stdin``, read from its file descriptor when it has one.
+def _lines_of(stdin: TextIO | None) -> Iterator[str]:
+    """The lines of ``stdin``, read from its file descriptor when it has one; none when there
+    is no stdin at all.
 
     A thread blocked in ``readline`` holds the stream's lock, and Python's exit waits for that
     lock to close the stream: leaving on Ctrl-C would hang until the next line was typed.
     """
+    if stdin is None:
+        return
     try:
         fd = stdin.fileno()
     except (AttributeError, OSError, ValueError):

@@ -125,3 +125,16 @@ def test_serve_on_a_port_in_use_says_so_once_and_what_to_do(tmp_path: Path) -> N
     unknown = one_line_error(kestrel(tmp_path, "serve", "--port", "0", "--host", "nosuch.invalid"))
     assert unknown.startswith("kestrel: cannot listen on nosuch.invalid:0: ")
     assert "error -" not in unknown and "errno" not in unknown.lower()
+
+
+@pytest.mark.parametrize("args", [("chat",), ("run", "-")])
+def test_a_closed_stdin_is_the_end_of_input(tmp_path: Path, args: tuple[str, ...]) -> None:
+    # `kestrel chat <&-`: the reader thread died on a traceback and the chat waited forever.
+    closed = "import os, sys; os.close(0); sys.stdin = None; " + CLI
+    done = kestrel(tmp_path, *args, script=closed)
+    assert "Traceback" not in done.stderr, done.stderr
+    if args == ("chat",):
+        assert done.returncode == 0 and done.stdout.startswith("Kestrel chat: "), done.stderr
+    else:
+        said = one_line_error(done)
+        assert said == "kestrel: the prompt is empty (read from stdin, as - asks)"
