@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Final
 import click
 
 from bot.cli.common import (
+    Failure,
     as_option,
     one_line_errors,
     plain_range,
@@ -38,6 +39,8 @@ def chat(user: str | None) -> None:
     from bot.cli.compose import policy_notices, shown_database
     from bot.run.supervisor import Supervisor
 
+    if sys.stdout is None:  # closed before the command started (`kestrel chat >&-`)
+        raise Failure("stdout is closed: the chat has nowhere to show itself")
     settings = settings_of(click.get_current_context())
     user = terminal_user(user)
 

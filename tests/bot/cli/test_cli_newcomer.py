@@ -138,3 +138,10 @@ def test_a_closed_stdin_is_the_end_of_input(tmp_path: Path, args: tuple[str, ...
     else:
         said = one_line_error(done)
         assert said == "kestrel: the prompt is empty (read from stdin, as - asks)"
+
+
+def test_a_chat_with_no_stdout_is_refused_in_one_line(tmp_path: Path) -> None:
+    closed = "import os, sys; os.close(1); sys.stdout = None; " + CLI
+    refused = one_line_error(kestrel(tmp_path, "chat", stdin="hello\n", script=closed))
+    assert refused == "kestrel: stdout is closed: the chat has nowhere to show itself"
+    assert kestrel(tmp_path, "runs", "list").stdout == "no runs\n"  # nothing was started
