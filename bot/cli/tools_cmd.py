@@ -17,6 +17,11 @@ if TYPE_CHECKING:
     from bot.tools.toolset import ToolSet
 
 
+# Said where the demo's catalog stands in: run where no kestrel.yaml is (a --config forgotten),
+# the tools shown are not the person's own.
+DEMO_NOTE = "the offline demo's simulated services: no tools: configured here"
+
+
 @click.group(cls=PlacingGroup)
 def tools() -> None:
     """The tool catalog."""
@@ -35,6 +40,8 @@ def tools_list() -> None:
     settings, policy_problem = load_settings_sparing(config_option(), spared="policy")
     if policy_problem:
         _warn_of_policy(policy_problem)
+    if settings.uses_demo_catalog():
+        echo(f"kestrel: {DEMO_NOTE}", err=True)
     if settings.mcp_servers:
         toolset = asyncio.run(_listed(settings))
     else:
@@ -101,6 +108,7 @@ def tools_check(files: tuple[str, ...]) -> None:
 
     # Reserved whether or not human_in_the_loop is on: a catalog must not depend on it being off.
     builtin = [tool.name for tool in human_tools()]
+    demo = ""
     if files:
         checked = [Path(f) for f in files]
         settings_files = [path for path in checked if _is_configuration(path)]
@@ -115,6 +123,7 @@ def tools_check(files: tuple[str, ...]) -> None:
         settings = settings_of(click.get_current_context())
         patterns = settings.tool_patterns()
         checked, problems = check_configured(patterns, settings.base_dir, reserved=builtin)
+        demo = f" ({DEMO_NOTE})" if settings.uses_demo_catalog() else ""
     for problem in problems:
         echo(problem, err=True)
     if problems:
@@ -122,7 +131,7 @@ def tools_check(files: tuple[str, ...]) -> None:
     if not checked:
         echo("no catalog configured: nothing to check")
         return
-    echo(f"{len(checked)} catalog file(s) OK: {', '.join(map(str, checked))}")
+    echo(f"{len(checked)} catalog file(s) OK: {', '.join(map(str, checked))}{demo}")
 
 
 def _is_configuration(path: Path) -> bool:

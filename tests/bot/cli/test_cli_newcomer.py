@@ -145,3 +145,15 @@ def test_a_chat_with_no_stdout_is_refused_in_one_line(tmp_path: Path) -> None:
     refused = one_line_error(kestrel(tmp_path, "chat", stdin="hello\n", script=closed))
     assert refused == "kestrel: stdout is closed: the chat has nowhere to show itself"
     assert kestrel(tmp_path, "runs", "list").stdout == "no runs\n"  # nothing was started
+
+
+def test_tools_check_and_list_say_when_the_demo_catalog_stands_in(tmp_path: Path) -> None:
+    # Run where no kestrel.yaml is (a --config forgotten), they checked and listed the demo's
+    # simulated tools with nothing to say those were not the person's own.
+    said = "the offline demo's simulated services: no tools: configured here"
+    checked = kestrel(tmp_path, "tools", "check")
+    assert checked.returncode == 0 and checked.stdout.rstrip().endswith(f"({said})")
+    listed = kestrel(tmp_path, "tools", "list")
+    assert listed.returncode == 0 and listed.stderr == f"kestrel: {said}\n"
+    write_config(tmp_path, tools=[])
+    assert kestrel(tmp_path, "tools", "list").stderr == ""
