@@ -77,6 +77,12 @@ def url_passwords_masked(text: str) -> str:
     return text
 
 
+def not_utf8(exc: UnicodeDecodeError) -> str:
+    """Why a file's bytes are not text, for people: the first byte that is not UTF-8, and where
+    it is (an offset alone read as the byte's value)."""
+    return f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start})"
+
+
 def printable(text: str) -> str:
     """``text`` safe for a terminal: escape sequences, control characters (but tab and
     newline) and direction overrides removed, so model and tool text cannot retitle, clear or

@@ -136,7 +136,9 @@ def read_secret_file(variable: str, path: str) -> str:
     try:
         text = Path(path).read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"{variable}: {path}: not UTF-8 text (byte {exc.start})") from exc
+        from bot.text import not_utf8  # only for the error: a light start
+
+        raise ConfigError(f"{variable}: {path}: {not_utf8(exc)}") from exc
     except OSError as exc:
         raise ConfigError(f"{variable}: cannot read {path}: {exc.strerror or exc}") from exc
     if not text.strip():
@@ -190,7 +192,9 @@ def dotenv() -> dict[str, str | None]:
     try:
         text = env_file.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"{ENV_FILE}: not UTF-8 text (byte {exc.start})") from exc
+        from bot.text import not_utf8  # only for the error: a light start
+
+        raise ConfigError(f"{ENV_FILE}: {not_utf8(exc)}") from exc
     except OSError as exc:
         raise ConfigError(f"cannot read {ENV_FILE}: {exc.strerror}") from exc
     bindings = list(parse_stream(io.StringIO(text)))
@@ -244,11 +248,13 @@ def read_yaml(path: Path) -> dict[str, Any]:
     from bot.yamldoc import NotYaml, safe_load  # here: a runtime composed in code reads no file
 
     try:
-        data = safe_load(path.read_text())
+        data = safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror}") from exc
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from exc
+        from bot.text import not_utf8  # only for the error: a light start
+
+        raise ConfigError(f"{path}: {not_utf8(exc)}") from exc
     except NotYaml as exc:
         raise ConfigError(exc.located(path)) from exc
     except RecursionError as exc:

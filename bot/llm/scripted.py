@@ -29,6 +29,7 @@ from bot.llm.base import (
     ToolSpec,
     UserMessage,
 )
+from bot.text import not_utf8
 
 PROVIDER = "scripted"
 EXHAUSTED = "(the script has no more replies)"
@@ -177,7 +178,7 @@ def load_script(path: str | Path) -> Script:
     except OSError as exc:
         raise ScriptError(f"{source}: cannot read the script: {exc.strerror or exc}") from exc
     except UnicodeDecodeError as exc:  # as kestrel.yaml's: one line, not a traceback
-        raise ScriptError(f"{source}: not UTF-8 text (byte {exc.start})") from exc
+        raise ScriptError(f"{source}: {not_utf8(exc)}") from exc
     except NotYaml as exc:
         raise ScriptError(exc.located(source)) from exc
     except RecursionError as exc:

@@ -40,6 +40,7 @@ from msgspec import Meta
 
 from bot.kept import keep_json, name_of, recall_json
 from bot.plain import Invalid, Loc, Problem, convert, dotted
+from bot.text import not_utf8
 from bot.tools.base import (
     DEFAULT_MAX_OUTPUT,
     TOOL_NAME_PATTERN,
@@ -489,7 +490,7 @@ def _parse(path: Path, *, whole: bool = True) -> _Parsed:
 def _unread(exc: OSError | UnicodeDecodeError) -> str:
     """Why a file could not be read, in words (not an errno, nor a codec's jargon)."""
     if isinstance(exc, UnicodeDecodeError):
-        return f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start})"
+        return not_utf8(exc)
     if isinstance(exc, FileNotFoundError):
         return "no such file"
     if isinstance(exc, IsADirectoryError):

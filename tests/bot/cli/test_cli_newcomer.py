@@ -157,3 +157,14 @@ def test_tools_check_and_list_say_when_the_demo_catalog_stands_in(tmp_path: Path
     assert listed.returncode == 0 and listed.stderr == f"kestrel: {said}\n"
     write_config(tmp_path, tools=[])
     assert kestrel(tmp_path, "tools", "list").stderr == ""
+
+
+def test_a_configuration_that_is_not_utf8_names_the_byte_and_where(tmp_path: Path) -> None:
+    # It said "(byte 0)": the offset, read as the byte's value.
+    (tmp_path / "kestrel.yaml").write_bytes(b"model: {}\n# caf\xe9\n")
+    refused = one_line_error(kestrel(tmp_path, "runs", "list"))
+    assert refused == "kestrel: kestrel.yaml: not UTF-8 text (byte 0xe9 at offset 15)"
+    (tmp_path / "kestrel.yaml").unlink()
+    (tmp_path / ".env").write_bytes(b"\xffX=1\n")
+    refused = one_line_error(kestrel(tmp_path, "runs", "list"))
+    assert refused == "kestrel: .env: not UTF-8 text (byte 0xff at offset 0)"

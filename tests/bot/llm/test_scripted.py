@@ -272,7 +272,7 @@ def test_a_script_that_is_not_utf8_is_named_with_the_byte(tmp_path: Path) -> Non
     with pytest.raises(ScriptError) as caught:
         load_script(script)
 
-    assert str(caught.value) == f"{script}: not UTF-8 text (byte 11)"
+    assert str(caught.value) == f"{script}: not UTF-8 text (byte 0xe9 at offset 11)"
 
 
 def test_missing_script_file(tmp_path: Path) -> None:
