@@ -3,11 +3,12 @@ without ``--tool-call-parser``, Ollama or an older llama.cpp with some models) h
 call markup back as the reply's content, and ``tool_calls`` stays empty.
 
 Only the shapes chat templates write are read, and only as a whole: tagged blocks
-(``<tool_call>{…}</tool_call>``, Hermes and Qwen, with words around them), or a reply that is
-nothing but a call's JSON (an object or a list of them, bare, after ``[TOOL_CALLS]`` or
-``<|python_tag|>``, or in one fenced block), after the model's ``<think>`` block if it leads
-the reply. Each must name one of the run's tools; one that does not, or one that does not
-read, leaves the whole text an answer, as it was before.
+(``<tool_call>{…}</tool_call>``, Hermes and Qwen, after words, with nothing but blanks between
+and after them, as a template writes them), or a reply that is nothing but a call's JSON (an
+object or a list of them, bare, after ``[TOOL_CALLS]`` or ``<|python_tag|>``, or in one fenced
+block), after the model's reasoning (its ``<think>`` block). Each must name one of the run's
+tools; one that does not, one that does not read, or markup shown rather than written (words
+after it, or in a code span or block) leaves the whole text an answer, as it was before.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ _PREFIXES: Final = ("[TOOL_CALLS]", "<|python_tag|>")
 _FENCED: Final = on_use(r"\A```(?:json)?[ \t]*\n(.*?)\n?[ \t]*```\Z", re.DOTALL)
 _THINK: Final = "<think>"
 _THOUGHT: Final = "</think>"
+_FENCE: Final = "```"
 # A call's object holds these and nothing else: one with more keys is an answer's data.
 _CALL_KEYS: Final = frozenset({"name", "arguments", "parameters", "type", "id"})
 
@@ -51,27 +53,43 @@ def text_calls(text: str, tools: Collection[str]) -> list[TextCall]:
 
 
 def _after_thinking(text: str) -> str:
-    """What follows a leading ``<think>…</think>`` block: a reasoning model served without a
-    reasoning parser writes its thinking first, which may name the markup it is about to use.
+    """What follows the model's reasoning: a reasoning model served without a reasoning parser
+    writes its thinking first, which may weigh the very calls it then does not make. Its
+    template may open the ``<think>`` block in the prompt, so the reply holds only the close;
+    and thinking may name its closing tag, so only what follows the last one is read.
     Reasoning never closed is all there is, and calls nothing."""
-    stripped = text.lstrip()
-    if not stripped.startswith(_THINK):
-        return text
-    _, closed, after = stripped.partition(_THOUGHT)
-    return after if closed else ""
+    _, closed, after = text.rpartition(_THOUGHT)
+    if closed:
+        return after
+    return "" if text.lstrip().startswith(_THINK) else text
 
 
 def _tagged(text: str) -> Iterator[object]:
-    """Each ``<tool_call>`` block's JSON, None for one that does not read (the last may be
-    left unclosed: a model can stop before it writes the closing tag)."""
+    """Each ``<tool_call>`` block's JSON, None for one that does not read or that was shown
+    rather than written (the last may be left unclosed: a model can stop before it writes the
+    closing tag)."""
     at = text.find(OPEN_TAG)
+    if _in_code(text[:at]):
+        yield None
+        return
     while at >= 0:
         start = at + len(OPEN_TAG)
         end = text.find(CLOSE_TAG, start)
         yield _json(text[start:] if end < 0 else text[start:end])
         if end < 0:
             return
-        at = text.find(OPEN_TAG, end + len(CLOSE_TAG))
+        after = end + len(CLOSE_TAG)
+        at = text.find(OPEN_TAG, after)
+        # A template writes calls one after another and stops: words after one (a closing
+        # backtick or fence too) mean it was quoted, explained or offered, not made.
+        if text[after : at if at >= 0 else len(text)].strip():
+            yield None
+            return
+
+
+def _in_code(words: str) -> bool:
+    """Whether the words before the first block leave it in a code span or block."""
+    return words.rstrip().endswith("`") or words.count(_FENCE) % 2 == 1
 
 
 def _bare(text: str) -> list[object]:

@@ -185,3 +185,69 @@ async def test_a_gated_call_written_as_text_waits_for_approval(tmp_path: Path) -
         (RequestKind.WAIT_APPROVAL, "deploy")
     ]
     assert counter.calls == {}
+
+
+STATUS_CALL = (
+    '<tool_call>{"name": "service_status", "arguments": {"service": "checkout"}}</tool_call>'
+)
+LOGS_CALL = '<tool_call>{"name": "tail_logs", "arguments": {"service": "checkout"}}</tool_call>'
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        # The markup explained in inline code, or shown in a fenced block: an answer.
+        f"A model calls a tool by writing `{STATUS_CALL}` in its reply.",
+        f"To look yourself, send:\n```\n{STATUS_CALL}\n```",
+        f"To look yourself, send:\n```xml\n{STATUS_CALL}",
+        f"Models write `{STATUS_CALL}",
+        # An earlier call quoted, with words after it.
+        f"I ran {STATUS_CALL} and checkout is up.",
+        # Calls offered as choices, with words between them.
+        f"You could run {STATUS_CALL} or {LOGS_CALL}",
+        # The reasoning of a model whose template opened the <think> block in the prompt (so
+        # the reply holds only its close) weighs a call, then answers in words.
+        f"The user wants checkout looked at; {STATUS_CALL} would do.\n</think>\n\nShall I look?",
+    ],
+)
+async def test_markup_shown_in_an_answer_is_no_call(content: str) -> None:
+    turn = await _turn(content)
+
+    assert turn.calls == ()
+    assert (turn.text, turn.finish_reason) == (content, "stop")
+
+
+@pytest.mark.parametrize(
+    "thinking",
+    [
+        # The <think> block opened by the prompt: only its close is in the reply.
+        f"A status would do: {LOGS_CALL} is too much.\n</think>\n\n",
+        # Reasoning that names its own closing tag before it ends.
+        f"<think>I end with </think>, then maybe {LOGS_CALL}; no, the status.</think>\n",
+    ],
+)
+async def test_only_the_call_after_the_reasoning_is_read(thinking: str) -> None:
+    turn = await _turn(thinking + STATUS_CALL)
+
+    assert _calls(turn) == [("service_status", CHECKOUT)]
+
+
+async def test_a_call_explained_in_an_answer_does_not_run(tmp_path: Path) -> None:
+    # The model explained its markup to the user: the consequential, ungated tool it quoted ran.
+    said = 'I would write `<tool_call>{"name": "write", "arguments": {"text": "x"}}</tool_call>`.'
+    canned = [Canned(status=200, body=chat_completion(said))]
+    async with FakeOpenAI([{"text": "unused"}], canned=canned) as fake:
+        model = OpenAIProvider("m", api_key="k", base_url=fake.base_url)
+        counter = Counter()
+        rt, _ = await make_runtime(tmp_path / "k.db", model, counting_tools(counter))
+        try:
+            sup = Supervisor(rt)
+            state = await sup.wait(await sup.start_turn("how?", requested_by="U0REQ"))
+        finally:
+            await rt.store.close()
+            await model.aclose()
+
+    assert state.result is not None
+    assert (state.result.stop_reason, state.result.text) == (StopReason.ANSWERED, said)
+    assert counter.calls == {}
+    assert fake.count == 1
