@@ -33,10 +33,12 @@ _BILLING = on_use(
     r"|quota exceeded|(?:exceeded|used up|out of) (?:your |the )?(?:current |monthly )?quota)\b",
     re.IGNORECASE,
 )
-# Words of a rate limit, which a wait ends: Gemini's "You exceeded your current quota" is a
-# per-minute limit when it says when to retry.
+# Words of a rate limit, which a wait ends, read links and all: Gemini's "You exceeded your
+# current quota" is a per-minute limit when it says when to retry, links to its rate-limits
+# page, or (relayed by a gateway) holds Google's RetryInfo with its retryDelay.
 _WAIT = on_use(
-    r"\b(?:rate[ -]?limit(?:s|ed)?|try again in|retry (?:in|after)|per (?:second|minute|hour))\b",
+    r"\b(?:rate[ -]?limit(?:s|ed|ing)?|try again in|retry ?(?:in|after|delay)"
+    r"|per (?:second|minute|hour))\b",
     re.IGNORECASE,
 )
 
@@ -67,9 +69,10 @@ def out_of_quota(exc: BaseException) -> bool:
 
 
 def _says_billing(body: object) -> bool:
-    """The error's message speaks of billing or credit, and not of a rate limit or a wait."""
-    words = _LINK.sub(" ", error_message(body))
-    return _BILLING.search(words) is not None and _WAIT.search(words) is None
+    """The error's message speaks of billing or credit (a link's words aside), and not of a
+    rate limit or a wait (a link to a rate-limits page included)."""
+    message = error_message(body)
+    return _BILLING.search(_LINK.sub(" ", message)) is not None and _WAIT.search(message) is None
 
 
 def server_wait(exc: openai.OpenAIError) -> float | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from email.utils import formatdate
 from time import time
 
@@ -162,6 +163,36 @@ RATE_LIMITED = {
         " Please retry in 0.1s.",
     ),
     "Gemini, exhausted": account_error(429, "Resource has been exhausted (e.g. check quota)."),
+    # Gemini's per-minute limit relayed by a gateway: the words of a spent account, the wait
+    # only in its link to the rate-limits page and in Google's RetryInfo details.
+    "Gemini, relayed": account_error(
+        429,
+        json.dumps(
+            {
+                "error": {
+                    "code": 429,
+                    "message": "You exceeded your current quota, please check your plan and"
+                    " billing details. For more information on this error, head to:"
+                    " https://ai.google.dev/gemini-api/docs/rate-limits.",
+                    "status": "RESOURCE_EXHAUSTED",
+                    "details": [
+                        {
+                            "@type": "type.googleapis.com/google.rpc.QuotaFailure",
+                            "violations": [
+                                {"quotaId": "GenerateRequestsPerMinutePerProjectPerModel"}
+                            ],
+                        },
+                        {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "1s"},
+                    ],
+                }
+            },
+            indent=2,
+        ),
+        code=429,
+    ),
+    "rate limiting": account_error(
+        429, "Request was rejected due to request rate limiting. Add credits to raise it."
+    ),
     "a wait in the headers": account_error(
         429, "Out of credits for this minute.", headers={"retry-after-ms": "1"}
     ),
