@@ -2,12 +2,15 @@
 
 The openai client reads the whole body of an error reply to quote it: a server or a proxy that
 answers 500 with a runaway body (a log, a page that never ends) filled the memory before the
-call's timeout could end it. A 200's body is capped where it is read (``read_capped``).
+call's timeout could end it. A 200's body is capped where it is read (``read_capped``). The
+cap counts an error body's bytes as they are read: a gzip or deflate body is inflated here,
+since a proxy's compression shrinks a runaway page of blanks a thousandfold.
 """
 
 from __future__ import annotations
 
 import importlib
+import zlib
 from collections.abc import AsyncIterator
 from typing import Any, Final
 
@@ -49,10 +52,48 @@ class _Head(_HTTP.AsyncByteStream):  # type: ignore[misc]  # the base found abov
         await self._stream.aclose()
 
 
+class _Inflated(_Head):
+    """The first ``limit`` bytes of a gzip or deflate body once inflated; each piece is
+    inflated no further than the bytes still wanted, so no piece can be a bomb."""
+
+    def __init__(self, stream: Any, limit: int, wbits: int) -> None:
+        super().__init__(stream, limit)
+        self._wbits = wbits
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        inflater = zlib.decompressobj(self._wbits)
+        left = self._limit
+        async for chunk in self._stream:
+            try:
+                piece = inflater.decompress(chunk, left)
+            except zlib.error as exc:  # as the library says it of a body it cannot inflate
+                raise _HTTP.DecodingError(str(exc)) from exc
+            yield piece
+            left -= len(piece)
+            if left <= 0 or inflater.eof:
+                return
+
+
+# Each encoding inflated here, by zlib's window bits: gzip's, and deflate's (zlib's wrapper,
+# or gzip's, as servers send under that name).
+_WBITS: Final = {"gzip": zlib.MAX_WBITS | 16, "x-gzip": zlib.MAX_WBITS | 16}
+_WBITS_DEFLATE: Final = zlib.MAX_WBITS | 32
+
+
 async def cap_error_body(response: Any) -> None:
-    """A response hook: an error reply's body is read no further than ``ERROR_BODY_BYTES``."""
-    if response.status_code >= 400 and isinstance(response.stream, _HTTP.AsyncByteStream):
+    """A response hook: an error reply's body is read no further than ``ERROR_BODY_BYTES``,
+    counted once inflated."""
+    if response.status_code < 400 or not isinstance(response.stream, _HTTP.AsyncByteStream):
+        return
+    encoding = response.headers.get("content-encoding", "").strip().lower()
+    wbits = _WBITS_DEFLATE if encoding == "deflate" else _WBITS.get(encoding)
+    if wbits is None:
+        # Unencoded, or an encoding the library would not inflate either (or, installed,
+        # would): the bytes as sent are capped.
         response.stream = _Head(response.stream, ERROR_BODY_BYTES)
+        return
+    response.stream = _Inflated(response.stream, ERROR_BODY_BYTES, wbits)
+    del response.headers["content-encoding"]  # inflated here, so not again by the library
 
 
 def http_client() -> Any:

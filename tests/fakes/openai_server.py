@@ -40,7 +40,8 @@ class Canned:
     as ``content_type``); with ``status`` None it answers the scripted reply after the delay (a
     slow server). ``chunked`` sends the body without a Content-Length, in pieces; with
     ``cut_after`` it drops the connection after that many bytes of it; ``pad`` bytes of
-    spaces follow the body (JSON still), made as they are sent.
+    spaces follow the body (JSON still), made as they are sent; ``gzip`` compresses it as it
+    is sent (a proxy's ``Content-Encoding: gzip``).
     """
 
     status: int | None = 500
@@ -51,6 +52,7 @@ class Canned:
     chunked: bool = False
     cut_after: int | None = None
     pad: int = 0
+    gzip: bool = False
     # A tiny Retry-After keeps the client's retry backoff from slowing tests down.
     headers: Mapping[str, str] = field(default_factory=lambda: {"retry-after-ms": "1"})
 
@@ -312,6 +314,8 @@ async def _chunked(canned: Canned, request: web.Request, sent: list[int]) -> web
     response = web.StreamResponse(status=canned.status, headers=dict(canned.headers))
     response.content_type = "application/json" if canned.raw is None else canned.content_type
     response.enable_chunked_encoding()
+    if canned.gzip:
+        response.enable_compression(web.ContentCoding.gzip)
     await response.prepare(request)
     if canned.cut_after is not None:
         data = data[: canned.cut_after]

@@ -3,14 +3,17 @@ cause named, its journal readable, and no panic."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
+import openai
 import pytest
 
 from bot.domain import RunStatus, StopReason, ToolOutcome
 from bot.journal.fold import RunState
 from bot.llm.base import AssistantMessage, ModelError, UserMessage
+from bot.llm.http_client import ERROR_BODY_BYTES
 from bot.llm.openai_provider import OpenAIProvider
 from bot.run.supervisor import Supervisor
 from tests.fakes.openai_server import Canned, FakeOpenAI, chat_completion
@@ -308,3 +311,42 @@ async def test_an_error_reply_of_any_size_is_read_only_so_far() -> None:
     assert str(failed.value).startswith("model call failed: 500 Internal Server Error from")
     assert str(failed.value).endswith(": boom")
     assert fake.sent[0] < pad // 4  # what the sockets' buffers held when the client stopped
+
+
+async def test_a_compressed_error_reply_is_read_only_so_far_once_inflated() -> None:
+    # The cap counted the bytes as sent: a proxy's gzip shrinks a runaway page of blanks a
+    # thousandfold, so 64 KiB of it was 64 MB once inflated (here all 48 MB were read).
+    pad = 48 * 1024 * 1024
+    error = '{"error": {"message": "boom"}}'
+    huge = Canned(
+        status=500, raw=error, content_type="application/json", chunked=True, pad=pad, gzip=True
+    )
+    async with FakeOpenAI([{"text": "fine"}], canned=[huge]) as fake:
+        model = OpenAIProvider("m", api_key=KEY, base_url=fake.base_url, max_retries=0)
+        try:
+            with pytest.raises(ModelError) as failed:
+                await model.complete([UserMessage("hi")], [], timeout=30)
+            after = await model.complete([UserMessage("hi")], [], timeout=30)
+        finally:
+            await model.aclose()
+
+    assert str(failed.value).endswith(": boom")
+    cause = failed.value.__cause__
+    assert isinstance(cause, openai.APIStatusError)
+    assert len(cause.response.content) == ERROR_BODY_BYTES
+    assert after.text == "fine"  # the connection the cut body was on is not used again
+
+
+async def test_a_small_compressed_error_reply_is_read_whole() -> None:
+    error = json.dumps({"error": {"message": "no such model: " + "m" * 100}})
+    small = Canned(status=404, raw=error, content_type="application/json", chunked=True, gzip=True)
+    async with FakeOpenAI(canned=[small]) as fake:
+        model = OpenAIProvider("m", api_key=KEY, base_url=fake.base_url, max_retries=0)
+        try:
+            with pytest.raises(ModelError) as failed:
+                await model.complete([UserMessage("hi")], [], timeout=30)
+        finally:
+            await model.aclose()
+
+    assert "404 Not Found" in str(failed.value)
+    assert "no such model: mmm" in str(failed.value)
