@@ -88,8 +88,10 @@ def _tagged(text: str) -> Iterator[object]:
 
 
 def _in_code(words: str) -> bool:
-    """Whether the words before the first block leave it in a code span or block."""
-    return words.rstrip().endswith("`") or words.count(_FENCE) % 2 == 1
+    """Whether the words before the first block leave it in a code block or span (one opened
+    and not closed: fences and backticks come in pairs)."""
+    fences = words.count(_FENCE)
+    return fences % 2 == 1 or (words.count("`") - 3 * fences) % 2 == 1
 
 
 def _bare(text: str) -> list[object]:

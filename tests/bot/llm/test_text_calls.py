@@ -218,6 +218,19 @@ async def test_markup_shown_in_an_answer_is_no_call(content: str) -> None:
 
 
 @pytest.mark.parametrize(
+    "words",
+    [
+        "Checking `checkout`\n",
+        "```\ncurl checkout/health\n```\nLet me look myself.\n",
+    ],
+)
+async def test_a_call_after_closed_code_in_its_words_is_a_call(words: str) -> None:
+    turn = await _turn(words + STATUS_CALL)
+
+    assert _calls(turn) == [("service_status", CHECKOUT)]
+
+
+@pytest.mark.parametrize(
     "thinking",
     [
         # The <think> block opened by the prompt: only its close is in the reply.
