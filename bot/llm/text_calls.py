@@ -130,9 +130,15 @@ def _call(value: object, tagged: bool) -> TextCall | None:
         return (name, "{}") if tagged else None
     if isinstance(arguments, str):
         return name, arguments  # JSON text as the API sends it; the loop checks it
-    if not isinstance(arguments, dict):
+    if not isinstance(arguments, dict) or _schema(arguments):
         return None
     try:
         return name, json.dumps(arguments)
     except (ValueError, RecursionError):
         return None
+
+
+def _schema(arguments: dict[str, object]) -> bool:
+    """Whether ``arguments`` are a tool's JSON Schema, as a listing of the tools writes them:
+    data about a tool, which no call's arguments look like."""
+    return arguments.get("type") == "object" and isinstance(arguments.get("properties"), dict)

@@ -114,6 +114,10 @@ async def test_several_tagged_calls_with_words_around_them_are_each_a_call() -> 
         '<tool_call>{"name": "service_status", "arguments": </tool_call>',
         '<tool_call>["service_status"]</tool_call>',
         '{"name": 7, "arguments": {}}',
+        # The run's tools listed as data: a schema where a call's arguments would be.
+        '[{"name": "service_status", "parameters": {"type": "object", "properties": {}}},'
+        ' {"name": "tail_logs", "parameters": {"type": "object", "properties": {}}}]',
+        '{"name": "service_status", "arguments": {"type": "object", "properties": {}}}',
         # Reasoning that is all there is, or never closed, calls nothing.
         '<think>{"name": "service_status", "arguments": {}}</think>',
         '<think>\n{"name": "service_status", "arguments": {}}',
