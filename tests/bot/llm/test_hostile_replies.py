@@ -350,3 +350,19 @@ async def test_a_small_compressed_error_reply_is_read_whole() -> None:
 
     assert "404 Not Found" in str(failed.value)
     assert "no such model: mmm" in str(failed.value)
+
+
+@pytest.mark.parametrize("gzip", [False, True], ids=["plain", "gzip"])
+async def test_a_reply_past_the_error_cap_is_read_whole(gzip: bool) -> None:
+    # Only an error's body is cut at 64 KiB: a long answer is the model's, every byte of it.
+    text = "x" * (1 << 20)
+    body = json.dumps(chat_completion(text))
+    long = Canned(status=200, raw=body, content_type="application/json", chunked=True, gzip=gzip)
+    async with FakeOpenAI(canned=[long]) as fake:
+        model = OpenAIProvider("m", api_key=KEY, base_url=fake.base_url, max_retries=0)
+        try:
+            turn = await model.complete([UserMessage("hi")], [], timeout=30)
+        finally:
+            await model.aclose()
+
+    assert turn.text == text
