@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.domain import AssistantTurn, RequestKind, RunStatus, StopReason
+from bot.domain import AssistantTurn, Decision, DecisionKind, RequestKind, RunStatus, StopReason
 from bot.journal.entries import AssistantTurnEntry
 from bot.llm.base import ToolSpec, UserMessage
 from bot.llm.openai_provider import OpenAIProvider
@@ -268,3 +268,56 @@ async def test_a_call_explained_in_an_answer_does_not_run(tmp_path: Path) -> Non
     assert (state.result.stop_reason, state.result.text) == (StopReason.ANSWERED, said)
     assert counter.calls == {}
     assert fake.count == 1
+
+
+async def test_a_resumed_run_answers_each_text_call_by_the_id_it_was_journaled_with(
+    tmp_path: Path,
+) -> None:
+    # The calls' ids are made from the reply's id and each call's place, and kept in the
+    # journal: another process resuming the run maps each result to the call it answers.
+    said = (
+        '<tool_call>{"name": "echo", "arguments": {"text": "a"}}</tool_call>\n'
+        '<tool_call>{"name": "deploy", "arguments": {"text": "v2"}}</tool_call>'
+    )
+    db = tmp_path / "k.db"
+    canned = [Canned(status=200, body=chat_completion(said))]
+    async with FakeOpenAI([{"text": "unused"}], canned=canned) as first:
+        model = OpenAIProvider("m", api_key="k", base_url=first.base_url)
+        rt, _ = await make_runtime(db, model, counting_tools(Counter()))
+        try:
+            sup = Supervisor(rt)
+            live = await sup.start_turn(
+                "ship", requested_by="U0REQ", prompter=ScriptedPrompter([None])
+            )
+            (request,) = (await sup.wait(live)).open_requests
+            records = await rt.store.load(live.run_id)
+        finally:
+            await rt.store.close()
+            await model.aclose()
+    journaled = next(r.entry.turn for r in records if isinstance(r.entry, AssistantTurnEntry))
+    ids = [call.id for call in journaled.calls]
+
+    async with FakeOpenAI([{"text": "unused"}, {"text": "done"}]) as second:
+        model = OpenAIProvider("m", api_key="k", base_url=second.base_url)
+        counter = Counter()
+        rt, _ = await make_runtime(db, model, counting_tools(counter))
+        try:
+            sup = Supervisor(rt)
+            decision = Decision(request_id=request.id, kind=DecisionKind.APPROVE, by="U0APP")
+            answered = await sup.answer(decision, run_id=live.run_id)
+            resumed = await sup.resume(live.run_id, claimed=answered.claimed)
+            assert resumed is not None
+            state = await sup.wait(resumed)
+        finally:
+            await rt.store.close()
+            await model.aclose()
+
+    assert state.result is not None
+    assert state.result.text == "done"
+    assert counter.calls == {"deploy": 1}
+    messages = second.requests[0]["messages"]
+    (assistant,) = [m for m in messages if m["role"] == "assistant"]
+    assert assistant["content"] == said
+    assert [c["id"] for c in assistant["tool_calls"]] == ids
+    results = {m["tool_call_id"]: m["content"] for m in messages if m["role"] == "tool"}
+    assert results == {ids[0]: "a", ids[1]: "deployed v2"}
