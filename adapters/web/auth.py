@@ -2,16 +2,21 @@
 
 Two ways in, nothing else:
 
-- ``Authorization: Bearer <KESTREL_WEB_TOKEN>``: an operator, who sees every page;
+- ``Authorization: Bearer <KESTREL_WEB_TOKEN>``: an operator, who sees every page; a browser,
+  which cannot send one, is asked for a Basic login instead, the token as its password (any
+  user name). Every page is a read, so credentials a browser sends by itself change nothing;
 - a signed link (``?exp=…&sig=…``, made by ``bot.chat.links.LinkSigner`` with
   ``KESTREL_WEB_SECRET``): that one run's page and its live updates, until it expires.
 
 With neither configured, every page is refused (never open). A missing bearer gets 401 with
-``WWW-Authenticate: Bearer``; a forged, altered or expired link gets 403 and shows nothing.
+``WWW-Authenticate: Bearer`` (and ``Basic``); a forged, altered or expired link gets 403 and
+shows nothing.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hmac
 import time
 from collections.abc import Callable, Mapping, MutableMapping
@@ -108,14 +113,44 @@ def secure(headers: MutableMapping[str, str]) -> None:
 
 
 def bearer_ok(request: web.BaseRequest, config: WebConfig) -> bool:
-    """Whether the request carries the operators' token (constant-time comparison)."""
-    if not config.token:
-        return False
+    """Whether the request carries the operators' token, as a bearer or as a Basic login's
+    password (constant-time comparison)."""
     scheme, _, value = request.headers.get("Authorization", "").partition(" ")
-    if scheme.lower() != "bearer":
+    token_of = _TOKEN_OF.get(scheme.lower())
+    if not config.token or token_of is None:
         return False
-    given = value.strip().encode("utf-8", "surrogateescape")
+    given = token_of(value.strip().encode("utf-8", "surrogateescape"))
     return hmac.compare_digest(given, config.token.encode("utf-8", "surrogateescape"))
+
+
+def _basic_password(credentials: bytes) -> bytes:
+    """The password of a Basic login (``base64(user:password)``); empty when it holds none."""
+    try:
+        decoded = base64.b64decode(credentials, validate=True)
+    except binascii.Error:
+        return b""
+    _user, colon, password = decoded.partition(b":")
+    return password if colon else b""
+
+
+# What the token is, by the Authorization header's scheme: a bearer's value, a Basic login's
+# password.
+_TOKEN_OF: Mapping[str, Callable[[bytes], bytes]] = {
+    "bearer": lambda value: value,
+    "basic": _basic_password,
+}
+
+
+def _challenge(
+    response: web.Response, config: WebConfig, error: str = "", *, basic: bool = True
+) -> web.Response:
+    """``response`` asking for the token: as a bearer, and (``basic``) as a Basic login's
+    password, which makes a browser ask its person (only where there is a token to give)."""
+    bearer = 'Bearer realm="kestrel"' + (f', error="{error}"' if error else "")
+    response.headers.add("WWW-Authenticate", bearer)
+    if basic and config.token:
+        response.headers.add("WWW-Authenticate", 'Basic realm="kestrel", charset="UTF-8"')
+    return response
 
 
 def authorize(
@@ -131,18 +166,17 @@ def authorize(
     if "Authorization" in request.headers:
         if bearer_ok(request, config):
             return OPERATOR
-        response = refusal(401, "That bearer token is not valid.")
-        response.headers["WWW-Authenticate"] = 'Bearer realm="kestrel", error="invalid_token"'
-        return response
+        response = refusal(401, "That token is not valid.")
+        # A bearer's client is told in its own scheme; a browser's login is asked again.
+        basic = request.headers["Authorization"][:6].lower() == "basic "
+        return _challenge(response, config, "invalid_token", basic=basic)
     query = request.rel_url.query
     if "exp" in query or "sig" in query:
         expires, signature = query.get("exp", ""), query.get("sig", "")
         if run_id and config.signer and config.signer.valid(run_id, expires, signature):
             return Access(operator=False, run_id=run_id, query=f"exp={expires}&sig={signature}")
         return refusal(403, "This link is not valid: it was altered, or it has expired.")
-    response = refusal(401, _unauthorized(config))
-    response.headers["WWW-Authenticate"] = 'Bearer realm="kestrel"'
-    return response
+    return _challenge(refusal(401, _unauthorized(config)), config)
 
 
 def _unauthorized(config: WebConfig) -> str:
@@ -150,7 +184,10 @@ def _unauthorized(config: WebConfig) -> str:
     page sends no token, and its person would otherwise not know what the page wants)."""
     ways = []
     if config.token:
-        ways.append(f"operators send Authorization: Bearer ${TOKEN_VARIABLE}")
+        ways.append(
+            f"operators send Authorization: Bearer ${TOKEN_VARIABLE} (a browser asks for it:"
+            " any user name, the token as the password)"
+        )
     if config.signer is not None:
         ways.append("a chat message's signed View run link opens that run's page")
     return "Authorization required: " + "; ".join(ways) + "."

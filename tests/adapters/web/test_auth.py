@@ -57,7 +57,8 @@ async def test_nothing_is_served_without_authorization(
         assert "checkout" not in body and site.done not in body
         # Opened in a browser, which sends no token: the refusal says what gets one in.
         assert body == (
-            "Authorization required: operators send Authorization: Bearer $KESTREL_WEB_TOKEN;"
+            "Authorization required: operators send Authorization: Bearer $KESTREL_WEB_TOKEN"
+            " (a browser asks for it: any user name, the token as the password);"
             " a chat message's signed View run link opens that run's page.\n"
         ), body
         for name, value in SECURITY.items():
@@ -208,3 +209,31 @@ async def test_the_listeners_root_leads_to_the_runs(
     status, _, headers = await get(http, site.url + "/")
     assert status == 302 and headers["Location"] == "/runs"
     assert headers["Content-Security-Policy"] == CONTENT_SECURITY_POLICY
+
+
+async def test_a_browser_is_asked_for_the_token_as_its_password(
+    site: Site, http: aiohttp.ClientSession
+) -> None:
+    # A browser cannot send a bearer token, but it asks its person for a Basic login when
+    # told to: any user name, the operators' token as the password.
+    async with http.get(site.url + "/runs", allow_redirects=False) as response:
+        assert response.status == 401
+        challenges = response.headers.getall("WWW-Authenticate")
+    assert challenges[0].startswith("Bearer")
+    assert 'Basic realm="kestrel", charset="UTF-8"' in challenges
+    for path in pages(site):
+        auth = aiohttp.BasicAuth("anyone", TOKEN)
+        status, _body, _ = await get(http, site.url + path, auth=auth)
+        assert status == 200, path
+    refused = [
+        {"auth": aiohttp.BasicAuth("anyone", "not-the-token-0123456789")},
+        {"auth": aiohttp.BasicAuth(TOKEN, "")},
+        {"headers": {"Authorization": "Basic !!not base64!!"}},
+        {"headers": {"Authorization": "Basic " + "b25seS1hLW5hbWU="}},  # "only-a-name", no colon
+    ]
+    for kwargs in refused:
+        async with http.get(site.url + "/runs", allow_redirects=False, **kwargs) as response:  # type: ignore[arg-type]
+            assert response.status == 401, kwargs
+            assert "checkout" not in await response.text()
+            # Asked again: the browser shows its login once more.
+            assert any(c.startswith("Basic") for c in response.headers.getall("WWW-Authenticate"))

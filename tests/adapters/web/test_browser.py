@@ -259,10 +259,20 @@ async def new_page(chromium: Browser) -> AsyncIterator[NewPage]:
     none) and a viewport; every context is closed after the test."""
     contexts = []
 
-    async def make(*, token: str | None = TOKEN, width: int = 1200, height: int = 900) -> Page:
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
+    async def make(
+        *,
+        token: str | None = TOKEN,
+        login: tuple[str, str] | None = None,
+        width: int = 1200,
+        height: int = 900,
+    ) -> Page:
+        headers = {"Authorization": f"Bearer {token}"} if token and not login else {}
+        # ``login``: what a person types when the browser asks (user name, password).
+        credentials = {"username": login[0], "password": login[1]} if login else None
         context = await chromium.new_context(
-            extra_http_headers=headers, viewport={"width": width, "height": height}
+            extra_http_headers=headers,
+            http_credentials=credentials,  # type: ignore[arg-type]
+            viewport={"width": width, "height": height},
         )
         contexts.append(context)
         return await context.new_page()
@@ -534,8 +544,9 @@ async def test_no_page_answers_without_authorization(world: World, new_page: New
         "/pending",
         "/runs/run_nope",
     ]
+    # Anonymous, a browser is asked for a login; its person types a wrong one.
     anonymous, wrong, operator = (
-        await new_page(token=None),
+        await new_page(login=("anyone", "not-the-token-0123456789")),
         await new_page(token="not-the-token-0123456789"),
         await new_page(),
     )
@@ -552,6 +563,24 @@ async def test_no_page_answers_without_authorization(world: World, new_page: New
     for name in ("style.css", "live.js", "favicon.svg"):
         assert (await goto(anonymous, f"{world.url}/static/{name}")).status == 200
     assert (await goto(anonymous, f"{world.url}/favicon.ico")).status == 200
+
+
+async def test_a_person_who_logs_in_with_the_token_sees_every_page_live(
+    world: World, new_page: NewPage
+) -> None:
+    # A browser sends no bearer token: it asks its person, who types the token as the password.
+    run_id, _request_id = await world.waiting()
+    page = await new_page(login=("alice", TOKEN))
+    watch = await Watch.on(page)
+    for path in ("/runs", "/pending", f"/runs/{run_id}"):
+        assert (await goto(page, world.url + path)).status == 200, path
+        assert run_id in await page.locator("body").inner_text(), path
+    # The open run's page polls for its live updates with the same login.
+    await expect(page.locator("body")).to_contain_text("checkout")
+    async with page.expect_response(is_fragment) as fragment:
+        pass
+    assert (await fragment.value).status in (200, 204)  # changed, or nothing new: let in
+    assert watch.errors == []
 
 
 async def test_every_page_gets_its_icon_and_no_request_fails(
