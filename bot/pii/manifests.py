@@ -10,7 +10,7 @@ ConfigMap's data, at the same place in its own object, is left.
 from __future__ import annotations
 
 import re
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
 
 from bot.patterns import finditer_with, on_use
@@ -80,21 +80,66 @@ def _kind_lines(text: str) -> Iterator[int]:
         position = text.find("Secret", position + len("Secret"))
 
 
-def _object(lines: _Lines, kind: int, column: int, marker: bool) -> tuple[int, int]:
-    """The first and last line of the object whose keys stand at ``column``, around ``kind``
-    (which starts it if a list's "- " stands before its key)."""
-    first = kind
-    if not marker:
-        line = kind - 1
-        while line >= 0:
-            key = lines.key(line)
-            if key is not None:
-                if key[0] < column:
-                    break
-                first = line
-                if key[0] == column and key[1]:
-                    break  # the "- " of a list's item starts the object
-            line -= 1
+class _Objects:
+    """Where the objects around kind lines start and end, read once over the text's lines.
+
+    An object's first line follows the nearest line above its kind line with a key less
+    indented (or is a list item's "- " at its indent): a stack of the lines whose keys are
+    less indented than every line after them finds it for every kind line in one pass, where
+    a walk up from each would read the same lines again for each indent (quadratic).
+    """
+
+    def __init__(self, lines: _Lines) -> None:
+        self.lines = lines
+        self.read = 0  # the lines above this one are on the stack
+        self.stack: list[tuple[int, int]] = []  # (a line's rank, the line), ranks increasing
+        self.data: dict[int, list[int]] = {}  # a data key's column: its lines, in order
+        self.keys: list[tuple[int, bool] | None] = []
+
+    def _rank(self, column: int, marker: bool) -> int:
+        """How a key ranks for a stop: a list item's "- " stops an object at its column."""
+        return 2 * column - (1 if marker else 0)
+
+    def first(self, kind: int, column: int, marker: bool) -> int:
+        """The first line of the object whose keys stand at ``column``, around ``kind``."""
+        self._read_to(kind)
+        if marker:
+            return kind  # the "- " of a list's item starts the object
+        rank = self._rank(column, False)
+        found = bisect_left(self.stack, (rank, -1)) - 1  # the nearest line above, ranked lower
+        if found < 0:
+            return 0
+        line = self.stack[found][1]
+        key = self.keys[line]
+        return line if key is not None and key[0] == column else line + 1
+
+    def data_lines(self, column: int, first: int, last: int) -> list[int]:
+        """The lines in [first, last] whose key, at ``column``, is data: or stringData:."""
+        self._read_to(last + 1)
+        lines = self.data.get(column, [])
+        return lines[bisect_left(lines, first) : bisect_right(lines, last)]
+
+    def _read_to(self, end: int) -> None:
+        """Reads the lines up to ``end``: their keys, the stack, the data keys."""
+        text = self.lines.text
+        while self.read < min(end, len(self.lines)):
+            line = self.read
+            key = self.lines.key(line)
+            self.keys.append(key)
+            self.read += 1
+            if key is None:
+                continue
+            rank = self._rank(*key) if key[0] >= 0 else -1
+            while self.stack and self.stack[-1][0] >= rank:
+                self.stack.pop()
+            self.stack.append((rank, line))
+            start, stop = self.lines.span(line)
+            if key[0] >= 0 and _DATA_KEY.fullmatch(text, start + key[0], stop):
+                self.data.setdefault(key[0], []).append(line)
+
+
+def _last(lines: _Lines, kind: int, column: int) -> int:
+    """The last line of the object whose keys stand at ``column``, from ``kind`` on."""
     last = kind
     line = kind + 1
     while line < len(lines):
@@ -104,7 +149,7 @@ def _object(lines: _Lines, kind: int, column: int, marker: bool) -> tuple[int, i
                 break
             last = line
         line += 1
-    return first, last
+    return last
 
 
 def _data_values(lines: _Lines, data: int, column: int) -> Iterator[PiiHit]:
@@ -222,20 +267,17 @@ def find_secret_data(src: ScanText) -> Iterator[PiiHit]:
     if '"' in text:
         yield from _json_data(text)
     lines: _Lines | None = None
+    objects: _Objects | None = None
     covered = -1  # the last line of the last object read: a kind line in it is its own
     for kind_start in _kind_lines(text):
         lines = lines or _Lines(text)
+        objects = objects or _Objects(lines)
         kind = lines.index(kind_start)
         key = lines.key(kind)
         if kind <= covered or key is None or key[0] < 0:
             continue
         column = key[0]
-        first, last = _object(lines, kind, column, key[1])
-        covered = last
-        for line in range(first, last + 1):
-            line_key = lines.key(line)
-            if line_key is None or line_key[0] != column:
-                continue
-            start, end = lines.span(line)
-            if _DATA_KEY.fullmatch(text, start + column, end):
-                yield from _data_values(lines, line, column)
+        first = objects.first(kind, column, key[1])
+        covered = last = _last(lines, kind, column)
+        for line in objects.data_lines(column, first, last):
+            yield from _data_values(lines, line, column)

@@ -1390,6 +1390,11 @@ ADVERSARIAL = [
     '{"kind": "Secret", "data": {' * 10_000,
     '{"kind":"Secret","data":{"a":"b"}}' * 10_000,
     '"kind":"Secret"' + '"data":{' * 20_000,
+    # Secrets' kind lines, each less indented than the last, with blank lines between: each
+    # object's start lies before all the lines above it.
+    "".join(" " * c + "kind: Secret\n" + "\n" * 500 for c in range(200, 0, -1)) + "data:\n",
+    "".join(" " * c + "kind: Secret\n" + " " * 241 + "x: y\n" for c in range(240, 0, -1)) * 2
+    + "data:\n",
     '\\"data\\":{' + '\\"a\\":\\"b\\",' * 20_000,
     "FwoGZXIvYXdz" * 10_000,
     "IQoJb3JpZ2luX2Vj/" * 10_000,
