@@ -191,18 +191,38 @@ def _yaml_password(text: str, key: int, value: str, end: int, *, bare: bool) -> 
         line -= 1
     if not _line_start(text, line):
         return False
-    return not (bare and lower.rstrip(".,;:!") in _PROSE_VALUES)
+    return not (bare and _prose(text, end - len(value)))
 
 
-# The first word of a value after "password:" that says something about the password rather
-# than giving it: an error's or a form's status, prose, nsswitch.conf's sources.
+_WORD_MARKS = "[]()<>.,;:!?"
+# The rest of a value's line: up to a line end, real or a JSON string's escaped one.
+_VALUE_LINE = on_use(r"[^\r\n\\]*+")
+
+
+def _prose(text: str, start: int) -> bool:
+    """Whether the plain value at ``start``, to its line's end or comment, is prose: a prose
+    or status word anywhere in it ("Login incorrect", "size must be between 8 and 64"), or a
+    colon and a blank, which YAML's plain scalars never hold ("su: Authentication failure")."""
+    line = _VALUE_LINE.match(text, start)
+    end = start if line is None else line.end()
+    comment = text.find(" #", start, end)
+    value = text[start : end if comment < 0 else comment].lower()
+    if ": " in value:
+        return True
+    return any(word.strip(_WORD_MARKS) in _PROSE_VALUES for word in value.split())
+
+
+# The words of a value after "password:" that say something about the password rather than
+# give it: an error's or a form's status, prose, nsswitch.conf's sources.
 _PROSE_VALUES = frozenset(
     {"required", "incorrect", "invalid", "wrong", "missing", "expired", "empty", "unset"}
     | {"changed", "reset", "updated", "accepted", "rejected", "denied", "ok"}
     | {"hidden", "redacted", "masked", "optional", "disabled", "enabled", "provided", "none"}
     | {"protected", "unknown", "saved", "sent", "needed", "too", "please", "enter", "mismatch"}
     | {"verified", "failed", "error", "weak", "strong", "valid", "blank", "set", "match"}
-    | {"n/a", "unchanged", "generated"}
+    | {"n/a", "unchanged", "generated", "never", "expires", "locked", "unlocked", "succeeded"}
+    | {"successful", "failure", "sorry", "try", "again", "see", "below", "above", "same", "as"}
+    | {"from", "have", "at", "least", "between", "than"}
     | {"files", "systemd", "sss", "ldap", "nis", "compat", "winbind"}
     | {"is", "or", "and", "to", "of", "in", "if", "for", "with", "the", "a", "an", "was", "are"}
     | {"must", "can", "cannot", "should", "will", "may", "not", "has", "does", "did", "be"}

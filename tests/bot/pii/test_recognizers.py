@@ -588,6 +588,7 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
     ("CONNECTION_STRING_PASSWORD", "password: hunter\n", "hunter"),
     ("CONNECTION_STRING_PASSWORD", "Username: bob\nPassword: letmein\n", "letmein"),
     ("CONNECTION_STRING_PASSWORD", "user: bob\npassword: correct horse\n", "correct horse"),
+    ("CONNECTION_STRING_PASSWORD", "password: hunter22 # in the vault\n", "hunter22"),
     # PASS as the last word of a key, or a quoted key of its own: docker inspect's Env, kubectl
     # describe, an Ansible inventory, a JSON config.
     (
@@ -1120,6 +1121,22 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     ("GENERIC_SECRET", '<id>x1y2z3abc</id><add key="LogLevel" value="debug2x"/>'),
     ("GENERIC_SECRET", "<password>${env.PASS}</password><token></token>"),
     ("CONNECTION_STRING_PASSWORD", "Password: Incorrect."),
+    # Prose after the first word too: a login's echo after its prompt, a validator's message,
+    # an account's status; a colon inside the value, which YAML's plain scalars never hold.
+    ("CONNECTION_STRING_PASSWORD", "Password: Login incorrect"),
+    ("CONNECTION_STRING_PASSWORD", "Password: su: Authentication failure"),
+    ("CONNECTION_STRING_PASSWORD", "Password: Sorry, try again."),
+    ("CONNECTION_STRING_PASSWORD", "Password: Permission denied, please try again."),
+    ("CONNECTION_STRING_PASSWORD", "Password: Login Succeeded"),
+    ("CONNECTION_STRING_PASSWORD", "password: This field is required."),
+    ("CONNECTION_STRING_PASSWORD", "password: Field required"),
+    ("CONNECTION_STRING_PASSWORD", "password: Value error, too short"),
+    ("CONNECTION_STRING_PASSWORD", "password: size must be between 8 and 64"),
+    ("CONNECTION_STRING_PASSWORD", "password: Ensure this field has at least 8 characters."),
+    ("CONNECTION_STRING_PASSWORD", "Password: Expires in 5 days"),
+    ("CONNECTION_STRING_PASSWORD", "Password: never expires\nPassword: Never\nPassword: Locked"),
+    ("CONNECTION_STRING_PASSWORD", "password: see below\npassword: same as above"),
+    ("CONNECTION_STRING_PASSWORD", "password: [REDACTED]\npassword: <hidden>"),
     ("CONNECTION_STRING_PASSWORD", "  password: is too short"),
     ("CONNECTION_STRING_PASSWORD", "password: must be 12 characters or more"),
     ("CONNECTION_STRING_PASSWORD", "  password: ${DB_PASSWORD}"),
