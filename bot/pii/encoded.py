@@ -110,6 +110,24 @@ _LABEL_BEFORE_REVERSED = on_use(
 _LABEL_REACH = 48
 
 
+# A page's cursor (next_token, NextToken, nextPageToken, NextContinuationToken, page_token,
+# --starting-token): the call for the next page needs it, and it opens nothing. Read
+# backwards from the value as the labels are.
+_PAGE_WORDS = ("next", "page", "continuation", "pagination", "starting", "resume", "sync")
+_REVERSED_PAGE_WORDS = "|".join(word[::-1] for word in _PAGE_WORDS)
+_PAGE_TOKEN_BEFORE_REVERSED = on_use(
+    rf"(?:[\"']\\*)?[ \t]*(?:[:=]|>=)[ \t]*(?:[\"']\\*)?nekot[_-]?(?:egap[_-]?)?"
+    rf"(?:{_REVERSED_PAGE_WORDS})"
+    rf"|[ \t]+nekot-(?:egap-)?(?:{_REVERSED_PAGE_WORDS})--"
+)
+
+
+def _page_token_before(lower: str, start: int) -> bool:
+    """True if the value at `start` follows a page cursor's key: next_token=, "NextToken": "."""
+    before = lower[max(0, start - _LABEL_REACH) : start][::-1]
+    return _PAGE_TOKEN_BEFORE_REVERSED.match(before) is not None
+
+
 def _secret_label_before(lower: str, start: int) -> bool:
     """True if the value at `start` follows a secret-ish key: token=, "apiKey": ", --secret ."""
     before = lower[max(0, start - _LABEL_REACH) : start][::-1]
@@ -212,7 +230,12 @@ def find_encoded(src: ScanText, rescan: Rescan | None) -> Iterator[PiiHit]:
             yield PiiHit("GENERIC_SECRET", start - len(_VAULT_PREFIXES[0]), end)
             continue
         token = text[start:end]
-        if before in _VALUE_OPENERS and _secret_label_before(lower, start) and _looks_secret(token):
+        if (
+            before in _VALUE_OPENERS
+            and _secret_label_before(lower, start)
+            and _looks_secret(token)
+            and not _page_token_before(lower, start)
+        ):
             yield PiiHit("GENERIC_SECRET", start, end)
         elif rescan is not None and (
             not (token.islower() or token.isupper() or token.isdigit())

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from bot.patterns import finditer_with, on_use
 from bot.pii.checks import _run_start, _word_before
 from bot.pii.credentials import _looks_random
-from bot.pii.encoded import _decode_base64, _looks_secret
+from bot.pii.encoded import _decode_base64, _looks_secret, _page_token_before
 from bot.pii.scantext import PiiHit, ScanText
 
 # The slashes may come JSON-escaped (PHP's json_encode writes postgresql:\/\/app:...).
@@ -895,6 +895,8 @@ def find_keyed_secrets(src: ScanText) -> Iterator[PiiHit]:
             continue  # a value that holds a key (?q=token=abc123), not a key of its own
         if any(ref in lower[name:label] for ref in _KEYED_REFERENCES):
             continue  # names a Secret object (existingSecret: db-secret-2), holds none
+        if word == "token" and _page_token_before(lower, match.start("value")):
+            continue  # a page's cursor (next_token: ...), which the next call needs
         start, end = match.span("value")
         while end > start and text[end - 1] in ".:":
             end -= 1  # a sentence's full stop

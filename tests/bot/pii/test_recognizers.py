@@ -393,6 +393,8 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
     ),
     ("GENERIC_SECRET", "client_secret=abcd1234efgh", "abcd1234efgh"),
     ("GENERIC_SECRET", "token: 9f8e7d6c5b4a", "9f8e7d6c5b4a"),
+    ("GENERIC_SECRET", "next_token: x\nrefresh_token: 9f8e7d6c5b4a", "9f8e7d6c5b4a"),
+    ("GENERIC_SECRET", '{"SessionToken": "AQoDYXdzEJr1K9f8e7d6c5b"}', "AQoDYXdzEJr1K9f8e7d6c5b"),
     ("GENERIC_SECRET", '{"apiKey": "a1b2c3d4e5", "region": "eu"}', "a1b2c3d4e5"),
     (
         "GENERIC_SECRET",
@@ -1013,6 +1015,14 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     ("STRIPE_KEY", "whsec_short whsec_"),
     ("GENERIC_SECRET", "SPW=abc123def OLDPWD=/tmp/x1 auth: kerberos5 auth=sha256"),
     ("GENERIC_SECRET", "auth:\n  existingSecret: db-secret-2\n  imagePullSecret: regcred2"),
+    # A page's cursor, which the next call needs (aws's NextToken, Google's nextPageToken, S3's
+    # NextContinuationToken, --starting-token): no credential, however it looks.
+    ("GENERIC_SECRET", '{"items": [], "next_token": "eyJvZmZzZXQiOjEwMH0"}'),
+    ("GENERIC_SECRET", '{"Functions": [], "NextToken": "AAMA-EFRSURBSGgx2kPzTEyWQ9f3"}'),
+    ("GENERIC_SECRET", '{"nextPageToken": "CiAKGjBpNDd2Nmp2Zml2cXRwYjBpOXA3", "items": []}'),
+    ("GENERIC_SECRET", '"NextContinuationToken": "1ueGcxLPRx1Tr/XYExHnhbYLgveDs2J/wm36Hy4vbOwM="'),
+    ("GENERIC_SECRET", "page_token=Cg4xNzE0NTY3ODkwMTIz next_page_token: a1b2c3d4e5"),
+    ("GENERIC_SECRET", "aws lambda list-functions --starting-token eyJNYXJrZXIiOiBudWxsfQ=="),
     ("GENERIC_SECRET", "app --token --port 8080 --secret-file /etc/s.txt; my token abc123def"),
     ("GENERIC_SECRET", "kubectl create secret generic a --from-literal=api=$API_KEY"),
     ("GENERIC_SECRET", "--from-literal=A=… --from-literal=B=xoxb-… --from-literal=KEY=VALUE"),
