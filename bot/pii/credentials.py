@@ -359,6 +359,25 @@ _VENDOR_PATTERNS = (
 )
 
 
+# The key of a 32-character value that names an id or a digest: a trace id, an ETag, an MD5
+# beside an SID in a JSON log line is no auth token.
+_TWILIO_NOT_SECRET_KEYS = ("id", "hash", "md5", "sha", "sum", "digest", "etag", "fingerprint")
+_KEY_CHARS = frozenset(string.ascii_letters + string.digits + "_-")
+_KEY_SEPARATORS = "\"' \t:="
+
+
+def _named_not_secret(text: str, start: int) -> bool:
+    """Whether the key before the value at ``start`` names an id or a digest (trace_id=,
+    "ETag": ", request-id: ")."""
+    end = start
+    while end > max(0, start - 8) and text[end - 1] in _KEY_SEPARATORS:
+        end -= 1
+    if end == start:
+        return False
+    key = _run_start(text, end, _KEY_CHARS, 64)
+    return key >= 0 and text[key:end].lower().endswith(_TWILIO_NOT_SECRET_KEYS)
+
+
 def _twilio_secrets_near(text: str, start: int, end: int) -> Iterator[PiiHit]:
     """The 32-character tokens near a Twilio account SID or API key: its auth token or secret."""
     low, high = max(0, start - _TWILIO_PAIR_REACH), min(len(text), end + _TWILIO_PAIR_REACH)
@@ -366,6 +385,8 @@ def _twilio_secrets_near(text: str, start: int, end: int) -> Iterator[PiiHit]:
         token = match.group()
         if match.end() == high and high < len(text) and text[high].isalnum():
             continue  # a longer run cut by the window
+        if _named_not_secret(text, match.start()):
+            continue
         if any(char.isdigit() for char in token) and any(char.isalpha() for char in token):
             yield PiiHit("TWILIO_KEY", match.start(), match.end())
 

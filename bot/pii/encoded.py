@@ -122,6 +122,15 @@ _PAGE_TOKEN_BEFORE_REVERSED = on_use(
 )
 
 
+def _page_cursor_name(name: str) -> bool:
+    """Whether a key names a page's cursor: NextToken, next_page_token, ContinuationToken."""
+    lower = name.lower().replace("_", "").replace("-", "")
+    if not lower.endswith("token"):
+        return False
+    stem = lower.removesuffix("token")
+    return stem.endswith(_PAGE_WORDS) or stem.removesuffix("page").endswith(_PAGE_WORDS)
+
+
 def _page_token_before(lower: str, start: int) -> bool:
     """True if the value at `start` follows a page cursor's key: next_token=, "NextToken": "."""
     before = lower[max(0, start - _LABEL_REACH) : start][::-1]

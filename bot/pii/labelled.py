@@ -12,7 +12,12 @@ from collections.abc import Iterator
 from bot.patterns import finditer_with, on_use
 from bot.pii.checks import _run_start, _word_before
 from bot.pii.credentials import _looks_random
-from bot.pii.encoded import _decode_base64, _looks_secret, _page_token_before
+from bot.pii.encoded import (
+    _decode_base64,
+    _looks_secret,
+    _page_cursor_name,
+    _page_token_before,
+)
 from bot.pii.scantext import PiiHit, ScanText
 
 # The slashes may come JSON-escaped (PHP's json_encode writes postgresql:\/\/app:...).
@@ -732,7 +737,7 @@ def find_markup_secrets(src: ScanText) -> Iterator[PiiHit]:
         for match in finditer_with(pattern, text, literal):
             name = match.group("name").rpartition(":")[2]
             value = match.group("value")
-            if _secret_name(name) and not _stand_in(value):
+            if _secret_name(name) and not _stand_in(value) and not _page_cursor_name(name):
                 yield PiiHit("GENERIC_SECRET", *match.span("value"))
 
 

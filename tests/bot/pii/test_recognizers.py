@@ -318,6 +318,7 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
     ("TWILIO_KEY", f"{TWILIO_SID}:{TWILIO_AUTH}", TWILIO_AUTH),
     ("TWILIO_KEY", f"client = Client('{TWILIO_SID}', '{TWILIO_AUTH}')", TWILIO_AUTH),
     ("TWILIO_KEY", f"curl -u {TWILIO_SID}:{TWILIO_AUTH} https://api.twilio.com", TWILIO_AUTH),
+    ("TWILIO_KEY", f"sid={TWILIO_SID} auth_token={TWILIO_AUTH}", TWILIO_AUTH),
     # AWS_SESSION_TOKEN: aws sts get-session-token's text and table outputs give it unlabelled
     (
         "AWS_SESSION_TOKEN",
@@ -1004,6 +1005,15 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     ("TWILIO_KEY", f"account {TWILIO_SID}"),
     ("TWILIO_KEY", f"md5 {TWILIO_AUTH}"),
     ("TWILIO_KEY", f"{TWILIO_SID} " + "x" * 300 + f" {TWILIO_AUTH}"),
+    # A 32-character id beside an SID that its key names as no secret: a trace id, an ETag.
+    (
+        "TWILIO_KEY",
+        '{"trace_id": "4bf92f3577b34da6a3ce929d0e0e4736", "account_sid": "'
+        + TWILIO_SID
+        + '", "ETag": "d41d8cd98f00b204e9800998ecf8427e", "request-id": '
+        + '"0af7651916cd43dd8448eb211c80319c"}',
+    ),
+    ("TWILIO_KEY", f"sms sent account={TWILIO_SID} traceId=4bf92f3577b34da6a3ce929d0e0e4736"),
     # MAILGUN_API_KEY: a word, a key cut short, inside a word
     ("MAILGUN_API_KEY", "key-value-store-implementation-ab"),
     ("MAILGUN_API_KEY", f"{MAILGUN[:-1]} monkey-aeb30712cf79d734c1b2e0db8bddca41"),
@@ -1023,6 +1033,12 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     ("GENERIC_SECRET", '"NextContinuationToken": "1ueGcxLPRx1Tr/XYExHnhbYLgveDs2J/wm36Hy4vbOwM="'),
     ("GENERIC_SECRET", "page_token=Cg4xNzE0NTY3ODkwMTIz next_page_token: a1b2c3d4e5"),
     ("GENERIC_SECRET", "aws lambda list-functions --starting-token eyJNYXJrZXIiOiBudWxsfQ=="),
+    (
+        "GENERIC_SECRET",
+        "<IsTruncated>true</IsTruncated><NextContinuationToken>1ueGcxLPRx1Tr/XYExHnhb"
+        "</NextContinuationToken><ContinuationToken>1ueGcxLPRx1Tr</ContinuationToken>",
+    ),
+    ("GENERIC_SECRET", "<nextToken>AAMA-EFRSURBSGgx2kPzTEyWQ9f3</nextToken>"),
     ("GENERIC_SECRET", "app --token --port 8080 --secret-file /etc/s.txt; my token abc123def"),
     ("GENERIC_SECRET", "kubectl create secret generic a --from-literal=api=$API_KEY"),
     ("GENERIC_SECRET", "--from-literal=A=… --from-literal=B=xoxb-… --from-literal=KEY=VALUE"),
