@@ -41,13 +41,14 @@ def find_url_passwords(src: ScanText) -> Iterator[PiiHit]:
 
 
 # key=value (and Ruby's and Perl's key => value), and a quoted key with a quoted value
-# ("password": "x"): a colon after a bare word ("password: required") is prose as often as it
-# is YAML, so that form must start its line (see _yaml_password). JSON inside a JSON string (a
+# ("password": "x", PHP's 'password' => 'x'): a colon after a bare word ("password:
+# required") is prose as often as it is YAML, so that form must start its line (see
+# _yaml_password). JSON inside a JSON string (a
 # container's log line, an applied manifest) escapes its quotes, once or more: \"password\";
 # and whatever the value escapes (Go's \\u0026 for &, PHP's \\/), which is part of it.
 _PASSWORD_KEY = on_use(
     r"p(?:ass(?:word|wd)?|wd)"
-    r"(?:[ \t]*+=>?[ \t]*+|\\*[\"'][ \t]*:[ \t]*(?=\\*[\"'])|(?P<yaml>[ \t]*+:[ \t]*+))"
+    r"(?:[ \t]*+=>?[ \t]*+|\\*[\"'][ \t]*+(?::|=>)[ \t]*+(?=\\*[\"'])|(?P<yaml>[ \t]*+:[ \t]*+))"
 )
 _PASSWORD_VALUE = on_use(
     r"\\+\"(?P<edq>(?:[^\"\\\r\n]|\\++[^\"\\\r\n]){1,256}+)\\+\""

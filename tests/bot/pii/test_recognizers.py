@@ -584,6 +584,9 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
     ("CONNECTION_STRING_PASSWORD", "user : bob\npassword : hunter22\n", "hunter22"),
     ("CONNECTION_STRING_PASSWORD", "User:bob\nPassword:hunter22\n", "hunter22"),
     ("CONNECTION_STRING_PASSWORD", "  :password => 'hunter22',", "hunter22"),
+    # A quoted key before =>: PHP's arrays (Laravel's config/database.php), Ruby's hashes.
+    ("CONNECTION_STRING_PASSWORD", "    'password' => 'hunter22',", "hunter22"),
+    ("CONNECTION_STRING_PASSWORD", '{"db_password" => "Tr0ub 4dor"}', "Tr0ub 4dor"),
     # XML: Maven's settings.xml, a .NET appSettings' add element.
     ("GENERIC_SECRET", "<server><id>x</id><password>hunter22</password></server>", "hunter22"),
     ("GENERIC_SECRET", '<add key="ApiKey" value="abc123def456"/>', "abc123def456"),
