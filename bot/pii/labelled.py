@@ -85,6 +85,15 @@ def find_keyvalue_passwords(src: ScanText) -> Iterator[PiiHit]:
             continue  # each key scanning to the end again would be quadratic in the text
         if not _password_key(text, key.start()):
             continue
+        if key.group("yaml") is not None and _BLOCK_INDICATOR.match(text, key.end()):
+            block = _block_scalar(text, key.start(), key.end())
+            if block is not None:
+                covered = block[1]  # a key in the block is its content: each would read on
+                if not text.startswith(_PLACEHOLDER_STARTS, block[0]) and not _prose(
+                    text, block[0]
+                ):
+                    yield PiiHit("CONNECTION_STRING_PASSWORD", *block)
+            continue
         value = _PASSWORD_VALUE.match(text, key.end())
         group = "bare" if value is None else value.lastgroup or "bare"
         start, end = (key.end(), key.end()) if value is None else value.span(group)
@@ -166,6 +175,42 @@ _TYPE_OPENERS = ("optional[", "annotated[", "union[", "str|", "string|")
 # Words in brackets shown in a password's place, nothing of it: terraform plan's "(sensitive
 # value)" and "(known after apply)", a tool's "(hidden)" or "(not set)".
 _SHOWN_WITHHELD = on_use(r"\([a-z ]{1,32}\)")
+
+
+# A block scalar's header (password: |, >-, |2+), perhaps a comment, and its line's end.
+_BLOCK_INDICATOR = on_use(r"[|>](?:[+-]?[1-9]?|[1-9][+-])[ \t]*+(?:#[^\r\n]*+)?\r?\n")
+
+
+def _block_scalar(text: str, key: int, header: int) -> tuple[int, int] | None:
+    """Where the content of the block scalar whose header is at ``header`` starts and ends: the
+    lines after it indented deeper than its key (the password word at ``key``), which must
+    start its line. None if the key does not, or the block is empty."""
+    name = _run_start(text, key, _KEY_NAME_CHARS, 64)
+    name = key if name < 0 else name
+    line = name
+    while line > 0 and text[line - 1] in " \t-":
+        line -= 1
+    if line > 0 and text[line - 1] not in "\r\n":
+        return None  # inside a line: prose ("error: password: |")
+    column = name - line
+    position = text.index("\n", header) + 1
+    first = last = -1
+    while position < len(text):
+        line_end = text.find("\n", position)
+        line_end = len(text) if line_end < 0 else line_end
+        body = position
+        while body < line_end and text[body] == " ":
+            body += 1
+        content_end = line_end
+        while content_end > body and text[content_end - 1] in " \t\r":
+            content_end -= 1
+        if content_end > body:
+            if body - position <= column:
+                break  # the next key of the mapping, or less indented
+            first = body if first < 0 else first
+            last = content_end
+        position = line_end + 1
+    return None if first < 0 else (first, last)
 
 
 def _yaml_plain_end(text: str, end: int) -> int:

@@ -584,6 +584,18 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
     ("CONNECTION_STRING_PASSWORD", "user : bob\npassword : hunter22\n", "hunter22"),
     ("CONNECTION_STRING_PASSWORD", "User:bob\nPassword:hunter22\n", "hunter22"),
     ("CONNECTION_STRING_PASSWORD", "  :password => 'hunter22',", "hunter22"),
+    # A YAML block scalar: the lines below the key, indented deeper.
+    ("CONNECTION_STRING_PASSWORD", "password: |\n  hunter22xyz\n", "hunter22xyz"),
+    (
+        "CONNECTION_STRING_PASSWORD",
+        "db:\n  password: >-\n    Tr0ub4dor3\n  user: app\n",
+        "Tr0ub4dor3",
+    ),
+    (
+        "CONNECTION_STRING_PASSWORD",
+        "- db_password: |2-  # two lines\r\n\n    line one\r\n    line 2\r\nnext: 1",
+        "line one\r\n    line 2",
+    ),
     # A quoted key before =>: PHP's arrays (Laravel's config/database.php), Ruby's hashes.
     ("CONNECTION_STRING_PASSWORD", "    'password' => 'hunter22',", "hunter22"),
     ("CONNECTION_STRING_PASSWORD", '{"db_password" => "Tr0ub 4dor"}', "Tr0ub 4dor"),
@@ -1173,6 +1185,9 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     ("CONNECTION_STRING_PASSWORD", "  password: ~"),
     ("CONNECTION_STRING_PASSWORD", "  password: null"),
     ("CONNECTION_STRING_PASSWORD", "  password: |"),
+    ("CONNECTION_STRING_PASSWORD", "  password: |\n  user: app\nerror: password: |\n  x1y2z3"),
+    ("CONNECTION_STRING_PASSWORD", "password: >\n  The admin's password, at least 12 characters."),
+    ("CONNECTION_STRING_PASSWORD", "password: |\n  {{ .Values.password | b64enc }}\n"),
     ("CONNECTION_STRING_PASSWORD", "  password: *db_password"),
     ("CONNECTION_STRING_PASSWORD", "  password: ********"),
     # A flag's value, a size kubectl describe shows for a Secret's key, terraform's stand-ins.
@@ -1442,6 +1457,8 @@ ADVERSARIAL = [
     "".join(" " * c + "kind: Secret\n" + " " * 241 + "x: y\n" for c in range(240, 0, -1)) * 2
     + "data:\n",
     '\\"data\\":{' + '\\"a\\":\\"b\\",' * 20_000,
+    "".join(" " * i + "password: |\n" for i in range(400)) + "  ${X}\n",
+    "password: |\n" + "\n" * 50_000 + "password: >\n" + "  \n" * 30_000,
     "FwoGZXIvYXdz" * 10_000,
     "IQoJb3JpZ2luX2Vj/" * 10_000,
     "AC" + "a1" * 16 + " " + ("AC" + "b2" * 16 + " ") * 3_000,
