@@ -250,10 +250,30 @@ _FROM_LITERAL = on_use(
 )
 
 
+# kubectl create configmap (or cm) takes --from-literal too: its values are no secret. The
+# nearest create before an option is its command's, read over a few continued lines.
+_CREATE_REACH = 1024
+_CREATE_CONFIGMAP = on_use(r"create[ \t]+(?:configmap|cm)(?![A-Za-z0-9_-])")
+_CREATE_SECRET = on_use(r"create[ \t]+secret(?![A-Za-z0-9_-])")
+
+
+def _config_map_literal(text: str, option: int) -> bool:
+    """Whether the --from-literal at ``option`` is kubectl create configmap's."""
+    low = max(0, option - _CREATE_REACH)
+    create = text.rfind("create", low, option)
+    while create >= 0:
+        if _CREATE_SECRET.match(text, create, option):
+            return False
+        if _CREATE_CONFIGMAP.match(text, create, option):
+            return True
+        create = text.rfind("create", low, create)
+    return False  # no command in sight: the values are taken for a Secret's
+
+
 def _from_literals(text: str) -> Iterator[PiiHit]:
     """The values of kubectl create secret's --from-literal options."""
     for match in finditer_with(_FROM_LITERAL, text, "--from-literal"):
-        if not _stand_in(match.group("value")):
+        if not _stand_in(match.group("value")) and not _config_map_literal(text, match.start()):
             yield PiiHit("GENERIC_SECRET", *match.span("value"))
 
 

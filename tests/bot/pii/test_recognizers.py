@@ -420,6 +420,12 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
         "k3yv4lu3",
     ),
     ("GENERIC_SECRET", "kubectl create secret generic a --from-literal 'url=x y'", "x y"),
+    (
+        "GENERIC_SECRET",
+        "kubectl create cm a --from-literal=A=b1\nkubectl create secret generic s \\\n"
+        "  --from-literal=api=k3yv4lu3",
+        "k3yv4lu3",
+    ),
     # PASS as the last word of a name, given as a name and a value (a pod's spec).
     ("GENERIC_SECRET", "- name: SMTP_PASS\n  value: hunter22", "hunter22"),
     # An application's key: Laravel's APP_KEY, Datadog's application key.
@@ -1057,6 +1063,9 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     ("GENERIC_SECRET", "app --token --port 8080 --secret-file /etc/s.txt; my token abc123def"),
     ("GENERIC_SECRET", "kubectl create secret generic a --from-literal=api=$API_KEY"),
     ("GENERIC_SECRET", "--from-literal=A=… --from-literal=B=xoxb-… --from-literal=KEY=VALUE"),
+    # A ConfigMap's literals hold no secret; a Secret's, created after it, do (a TP below).
+    ("GENERIC_SECRET", "kubectl create configmap app --from-literal=LOG_LEVEL=debug2"),
+    ("GENERIC_SECRET", "oc create cm app \\\n  --from-literal=PORT=8080 \\\n  --from-literal=A=b1"),
     ("GENERIC_SECRET", '<add key="ApiKey" value="..."/><password>****</password>'),
     ("PRIVATE_KEY", "Private-Lines: 3\nthe key has three private lines"),
     ("AWS_SESSION_TOKEN", f"FwoGZXIvYXdz IQoJb3JpZ2luX2Vj x{AWS_SESSION}"),
@@ -1437,6 +1446,7 @@ ADVERSARIAL = [
     "--token " * 20_000,
     "--from-literal=" * 20_000,
     "--from-literal=a=" * 20_000,
+    ("create " * 150 + "--from-literal=a=b ") * 100 + "--from-literal=a=b " * 5_000,
     "Key Value\n--- -----\n" * 10_000,
     "====== Data ======\nKey Value\n--- -----\n" + "a b\n" * 20_000,
     '"SecretString": "' + "\\" * 100_000,
