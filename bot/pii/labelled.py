@@ -129,7 +129,7 @@ _SHELL_VARIABLE = on_use(r"\$(?:\{[A-Z_][A-Z0-9_]*\}|[A-Z_][A-Z0-9_]*)")
 # Source code's right-hand side, cut where its quote starts: a call or a subscript of a name
 # in small letters (getpass(), os.environ[, config.get(), or a constant.
 _CODE_VALUE = on_use(r"[a-z_][a-z0-9_]*+(?:\.[a-z_][a-z0-9_]*+)*+(?:\(\)?|\[)")
-_CODE_CONSTANTS = frozenset({"None", "True", "False", "nil", "undefined"})
+_CODE_CONSTANTS = frozenset({"None", "True", "False", "nil", "null", "undefined"})
 
 
 def _named_elsewhere(lower: str, key: int, value: str) -> bool:
@@ -173,8 +173,9 @@ _TYPE_NAMES = frozenset(
 )
 _TYPE_OPENERS = ("optional[", "annotated[", "union[", "str|", "string|")
 # Words in brackets shown in a password's place, nothing of it: terraform plan's "(sensitive
-# value)" and "(known after apply)", a tool's "(hidden)" or "(not set)".
-_SHOWN_WITHHELD = on_use(r"\([a-z ]{1,32}\)")
+# value)" and "(known after apply)", a tool's "(hidden)" or "(not set)", Kafka's "[hidden]",
+# a log's "[REDACTED]".
+_SHOWN_WITHHELD = on_use(r"\([a-z ]{1,32}\)|\[[A-Za-z ]{1,32}\]")
 
 
 # A block scalar's header (password: |, >-, |2+), perhaps a comment, and its line's end.

@@ -1129,6 +1129,12 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     ("CONNECTION_STRING_PASSWORD", "https://example.com:8443/path"),
     ("CONNECTION_STRING_PASSWORD", "password= dbname=app"),
     ("CONNECTION_STRING_PASSWORD", "password=*** user=app"),
+    # Kafka's client config dump: a password it hides, or none set (Java's null).
+    (
+        "CONNECTION_STRING_PASSWORD",
+        "\tssl.truststore.password = [hidden]\n\tssl.key.password = null\n",
+    ),
+    ("CONNECTION_STRING_PASSWORD", "password=[REDACTED] user=app"),
     ("CONNECTION_STRING_PASSWORD", "PWD=/home/user OLDPWD=/tmp"),
     ("CONNECTION_STRING_PASSWORD", "password: required"),
     ("CONNECTION_STRING_PASSWORD", "http://user@host/"),
