@@ -113,6 +113,8 @@ def find_keyvalue_passwords(src: ScanText) -> Iterator[PiiHit]:
             continue  # PWD=/home/... is the shell's working directory, not a password
         if group == "bare" and _named_elsewhere(lower, key.start(), secret):
             continue
+        if group == "bare" and _code_expression(text, secret, end):
+            continue  # source code: Password: cfg.DBPassword, password = models.CharField(
         if _SHOWN_WITHHELD.match(text, start):
             continue  # terraform plan's "(sensitive value)": nothing is shown
         if yaml:
@@ -214,6 +216,39 @@ def _block_scalar(text: str, key: int, header: int) -> tuple[int, int] | None:
     return None if first < 0 else (first, last)
 
 
+# Source code's value for a field named password (Go's and JavaScript's objects, schemas): a
+# name or a chain of names (cfg.DBPassword, process.env.DB_PASSWORD), perhaps called or
+# subscripted (os.Getenv(, z.string().min(8), Mapped[str]).
+_CODE_EXPRESSION = on_use(
+    r"(?P<chain>[A-Za-z_][A-Za-z0-9_]*+(?:\.[A-Za-z_][A-Za-z0-9_]*+)*+)"
+    r"(?:(?P<call>\()|\[(?P<type>[A-Za-z_][A-Za-z0-9_.]*+)[],])?"
+)
+_CODE_TRAILER = on_use(r",[ \t]*+(?:\r?\n|\Z)")
+_PASSWORD_NAME = on_use(r"pass|pwd")
+
+
+def _code_expression(text: str, value: str, end: int) -> bool:
+    """Whether a plain value (its first word ``value``, ending at ``end``) is source code's
+    expression rather than a password: a call of a chain or of a name in small letters
+    (os.Getenv(, constr(), a generic type (Mapped[str]), a chain that names a password or
+    ends an object's line with a comma (this.password, cfg.Secret,), or a name that does both
+    (hashedPassword,). A word alone stays a password, whatever it says (Passw0rd)."""
+    code = _CODE_EXPRESSION.match(value)
+    if code is None:
+        return False
+    chain = code.group("chain")
+    if code.group("call"):
+        return "." in chain or chain.islower()
+    if code.group("type"):
+        return True
+    if code.end() != len(value):
+        return False
+    dotted = "." in chain
+    names_password = _PASSWORD_NAME.search(chain.rpartition(".")[2].lower()) is not None
+    trailer = _CODE_TRAILER.match(text, end) is not None
+    return (dotted and (names_password or trailer)) or (names_password and trailer)
+
+
 def _yaml_plain_end(text: str, end: int) -> int:
     """Where a plain scalar whose first word ends at ``end`` ends ("correct horse battery")."""
     more = _YAML_MORE.match(text, end)
@@ -234,7 +269,7 @@ def _yaml_password(text: str, key: int, value: str, end: int, *, bare: bool) -> 
         return False
     if value.isdigit() and _SIZE_ONLY.match(text, end):
         return False
-    if lower.rstrip(";,") in _TYPE_NAMES or lower.startswith(_TYPE_OPENERS):
+    if lower.rstrip(";,!?") in _TYPE_NAMES or lower.startswith(_TYPE_OPENERS):
         return False
     name = _run_start(text, key, _KEY_NAME_CHARS, 64)
     name = key if name < 0 else name

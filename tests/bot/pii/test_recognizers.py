@@ -613,6 +613,11 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
     ("CONNECTION_STRING_PASSWORD", "Username: bob\nPassword: letmein\n", "letmein"),
     ("CONNECTION_STRING_PASSWORD", "user: bob\npassword: correct horse\n", "correct horse"),
     ("CONNECTION_STRING_PASSWORD", "password: hunter22 # in the vault\n", "hunter22"),
+    # Not code: a password with dots or a bracket, or a word with a comma after it.
+    ("CONNECTION_STRING_PASSWORD", "db:\n  password: Summer.Time\n", "Summer.Time"),
+    ("CONNECTION_STRING_PASSWORD", "db:\n  password: Tr0ub(4dor\n", "Tr0ub(4dor"),
+    ("CONNECTION_STRING_PASSWORD", "db:\n  password: hunter22,\n", "hunter22"),
+    ("CONNECTION_STRING_PASSWORD", "db:\n  password: MyPassw0rd\n", "MyPassw0rd"),
     # PASS as the last word of a key, or a quoted key of its own: docker inspect's Env, kubectl
     # describe, an Ansible inventory, a JSON config.
     (
@@ -1205,6 +1210,24 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     ("CONNECTION_STRING_PASSWORD", "password: |\n  {{ .Values.password | b64enc }}\n"),
     ("CONNECTION_STRING_PASSWORD", "  password: *db_password"),
     ("CONNECTION_STRING_PASSWORD", "  password: ********"),
+    # Source code whose field is named password: a Go or JavaScript object's field set from an
+    # expression, a schema's type or validator (Go, Node, zod, SQLAlchemy, pydantic, GraphQL).
+    (
+        "CONNECTION_STRING_PASSWORD",
+        '\tPassword: os.Getenv("DB_PASSWORD"),\n\tPassword: cfg.DBPassword,\n'
+        "\tPassword: password,\n  password: hashedPassword,\n",
+    ),
+    (
+        "CONNECTION_STRING_PASSWORD",
+        "  password: req.body.password,\n  password: process.env.DB_PASSWORD\n"
+        "  password: this.password\n  password: z.string().min(8),\n",
+    ),
+    (
+        "CONNECTION_STRING_PASSWORD",
+        "    password: Mapped[str] = mapped_column(String(128))\n"
+        "    password: constr(min_length=8)\n  password: String!\n",
+    ),
+    ("CONNECTION_STRING_PASSWORD", "    password = models.CharField(max_length=128)\n"),
     # A flag's value, a size kubectl describe shows for a Secret's key, terraform's stand-ins.
     ("CONNECTION_STRING_PASSWORD", "  password: true"),
     ("CONNECTION_STRING_PASSWORD", "auth:\n  show_password: false\n"),
