@@ -867,7 +867,7 @@ def find_secure_strings(src: ScanText) -> Iterator[PiiHit]:
 # under "====== Data ======" (vault kv get) is a secret; in another (vault read of a dynamic
 # secret's lease, a token's lookup) the rows whose key names one.
 _VAULT_TABLE = on_use(r"Key[ \t]+Value[ \t]*\r?\n-{3}[ \t]+-{5}[ \t]*(?:\r?\n|\Z)")
-_VAULT_ROW = on_use(r"(?P<key>[^\s=][^ \t\r\n]*+)[ \t]++(?P<value>[^\r\n]*+)(?:\n|\Z)")
+_VAULT_ROW = on_use(r"(?P<key>[^\s=][^ \t\r\n]*+)[ \t]++(?P<value>[^\r\n]*+)(?:\r?\n|\Z)")
 _VAULT_DATA = on_use(r"=+[ \t]+(?:Secret[ \t]+)?Data[ \t]+=+[ \t]*\r?\n")
 
 

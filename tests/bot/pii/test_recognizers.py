@@ -763,6 +763,9 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
     # vault kv get: every value of the Data table; vault read: the secret-named rows.
     ("GENERIC_SECRET", VAULT_KV, "k3yv4lu3"),
     ("GENERIC_SECRET", VAULT_READ, "A1a-EkPXWxYz9q"),
+    # Under a terminal (kubectl exec -t, ssh -t) each line ends in CRLF.
+    ("GENERIC_SECRET", VAULT_KV.replace("\n", "\r\n"), "k3yv4lu3"),
+    ("GENERIC_SECRET", VAULT_READ.replace("\n", "\r\n"), "A1a-EkPXWxYz9q"),
     # An environment given as name and value (a pod's spec, an ECS task definition).
     ("GENERIC_SECRET", "env:\n- name: DB_PASSWORD\n  value: hunter22\n", "hunter22"),
     ("GENERIC_SECRET", '    - name: API_TOKEN\n      value: "abc def"', "abc def"),
