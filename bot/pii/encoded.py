@@ -122,6 +122,15 @@ _PAGE_TOKEN_BEFORE_REVERSED = on_use(
 )
 
 
+def _location(value: str) -> bool:
+    """Whether a value says where a secret is kept: a URL (its credentials are read as a
+    URL's), an ARN, or a relative path in small letters (a generated value with a slash in it
+    is base64, which mixes cases)."""
+    if "://" in value or value.startswith("arn:"):
+        return True
+    return "/" in value and value == value.lower() and "" not in value.split("/")
+
+
 def _page_cursor_name(name: str) -> bool:
     """Whether a key names a page's cursor: NextToken, next_page_token, ContinuationToken."""
     lower = name.lower().replace("_", "").replace("-", "")
@@ -244,6 +253,7 @@ def find_encoded(src: ScanText, rescan: Rescan | None) -> Iterator[PiiHit]:
             and _secret_label_before(lower, start)
             and _looks_secret(token)
             and not _page_token_before(lower, start)
+            and not _location(token)
         ):
             yield PiiHit("GENERIC_SECRET", start, end)
         elif rescan is not None and (

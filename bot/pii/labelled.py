@@ -14,6 +14,7 @@ from bot.pii.checks import _run_start, _word_before
 from bot.pii.credentials import _looks_random
 from bot.pii.encoded import (
     _decode_base64,
+    _location,
     _looks_secret,
     _page_cursor_name,
     _page_token_before,
@@ -990,6 +991,8 @@ def find_keyed_secrets(src: ScanText) -> Iterator[PiiHit]:
         value = text[start:end]
         if value.startswith(_PLACEHOLDER_STARTS) or _SECRET_PATH.fullmatch(value):
             continue
+        if _location(value):
+            continue  # where the secret is kept (secret: projects/p/secrets/db/versions/2)
         if word == "auth":
             decoded = _decode_base64(value, shortest=3)
             if decoded is None or ":" not in decoded:

@@ -393,6 +393,7 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
         "3f2c9a1e-4b5d-4e6f-8a7b-9c0d1e2f3a4b",
     ),
     ("GENERIC_SECRET", "client_secret=abcd1234efgh", "abcd1234efgh"),
+    ("GENERIC_SECRET", "client_secret: Ab3/x9Kd+2q", "Ab3/x9Kd+2q"),
     ("GENERIC_SECRET", "token: 9f8e7d6c5b4a", "9f8e7d6c5b4a"),
     ("GENERIC_SECRET", "next_token: x\nrefresh_token: 9f8e7d6c5b4a", "9f8e7d6c5b4a"),
     ("GENERIC_SECRET", '{"SessionToken": "AQoDYXdzEJr1K9f8e7d6c5b"}', "AQoDYXdzEJr1K9f8e7d6c5b"),
@@ -1054,6 +1055,11 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     ("STRIPE_KEY", "whsec_short whsec_"),
     ("GENERIC_SECRET", "SPW=abc123def OLDPWD=/tmp/x1 auth: kerberos5 auth=sha256"),
     ("GENERIC_SECRET", "auth:\n  existingSecret: db-secret-2\n  imagePullSecret: regcred2"),
+    # Where a secret is kept, not the secret: a URL, an ARN, a relative path in small letters.
+    ("GENERIC_SECRET", "secret: projects/my-proj-123/secrets/db-pass/versions/latest"),
+    ("GENERIC_SECRET", "secret: arn:aws:secretsmanager:us-east-1:123456789012:secret:db-AbCdEf"),
+    ("GENERIC_SECRET", "  token: vault:secret/data/ci2#token\n  client_key: certs/client-2024.key"),
+    ("GENERIC_SECRET", "secret: s3://bucket-2024/secrets.json\ntoken: https://vault.example/v1/a"),
     # A page's cursor, which the next call needs (aws's NextToken, Google's nextPageToken, S3's
     # NextContinuationToken, --starting-token): no credential, however it looks.
     ("GENERIC_SECRET", '{"items": [], "next_token": "eyJvZmZzZXQiOjEwMH0"}'),
