@@ -804,24 +804,45 @@ def find_named_values(src: ScanText) -> Iterator[PiiHit]:
         yield PiiHit("GENERIC_SECRET", start, end)
 
 
-# XML elements named for a secret (Maven's settings.xml <password>, <apiKey>), and .NET's
-# appSettings (<add key="ApiKey" value="..."/>).
+# XML elements named for a secret (Maven's settings.xml <password>, <apiKey>); an element
+# whose key or name attribute names one, with the value as an attribute (.NET's <add
+# key="ApiKey" value="..."/>, Spring's <property name="password" value="..."/>) or as its text
+# (Hibernate's <property name="connection.password">, Java's <entry key="db.password">); and
+# PHP's constants (WordPress's define('DB_PASSWORD', '...')).
 _XML_ELEMENT = on_use(
     r"<(?P<name>[A-Za-z_][A-Za-z0-9_.:-]{0,63}+)>(?P<value>[^<\r\n]{1,256}+)</(?P=name)>"
 )
-_ADD_KEY = on_use(r"key=\"(?P<name>[^\"\r\n]{1,64}+)\"[ \t]+value=\"(?P<value>[^\"\r\n]{1,256}+)\"")
+_NAMED_ATTRIBUTE = on_use(
+    r"(?<![A-Za-z0-9_-])(?:key|name)=\"(?P<name>[^\"\r\n]{1,64}+)\"[ \t]+"
+    r"value=\"(?P<value>[^\"\r\n]{1,256}+)\""
+)
+_NAMED_ELEMENT = on_use(
+    r"<(?P<tag>entry|property)[ \t]+(?:key|name)=\"(?P<name>[^\"\r\n]{1,64}+)\"[ \t]*>"
+    r"(?P<value>[^<\r\n]{1,256}+)</(?P=tag)>"
+)
+_PHP_DEFINE = on_use(
+    r"define\([ \t]*['\"](?P<name>[A-Za-z_][A-Za-z0-9_]{0,63}+)['\"][ \t]*,[ \t]*"
+    r"(?:'(?P<sq>[^'\r\n]{1,256}+)'|\"(?P<dq>[^\"\r\n]{1,256}+)\")"
+)
+_MARKUP_PATTERNS = (
+    (_XML_ELEMENT, ("</",)),
+    (_NAMED_ATTRIBUTE, ('key="', 'name="')),
+    (_NAMED_ELEMENT, ("<entry", "<property")),
+    (_PHP_DEFINE, ("define(",)),
+)
 
 
 def find_markup_secrets(src: ScanText) -> Iterator[PiiHit]:
-    """The text of an XML element named for a secret, and the value of .NET's add element
-    whose key is one."""
+    """The text of an XML element named for a secret, the value of an element whose key or
+    name attribute is one, and of a PHP constant so named."""
     text = src.text
-    for pattern, literal in ((_XML_ELEMENT, "</"), (_ADD_KEY, 'key="')):
-        for match in finditer_with(pattern, text, literal):
+    for pattern, literals in _MARKUP_PATTERNS:
+        for match in finditer_with(pattern, text, *literals):
             name = match.group("name").rpartition(":")[2]
-            value = match.group("value")
+            group = match.lastgroup or "value"
+            value = match.group(group)
             if _secret_name(name) and not _stand_in(value) and not _page_cursor_name(name):
-                yield PiiHit("GENERIC_SECRET", *match.span("value"))
+                yield PiiHit("GENERIC_SECRET", *match.span(group))
 
 
 def _stand_in(value: str) -> bool:

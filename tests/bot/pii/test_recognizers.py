@@ -609,6 +609,16 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
     # XML: Maven's settings.xml, a .NET appSettings' add element.
     ("GENERIC_SECRET", "<server><id>x</id><password>hunter22</password></server>", "hunter22"),
     ("GENERIC_SECRET", '<add key="ApiKey" value="abc123def456"/>', "abc123def456"),
+    # Spring's and Hibernate's XML, Java's properties in XML, WordPress's wp-config.php.
+    ("GENERIC_SECRET", '<property name="password" value="hunter22"/>', "hunter22"),
+    (
+        "GENERIC_SECRET",
+        '<property name="hibernate.connection.password">hunter22</property>',
+        "hunter22",
+    ),
+    ("GENERIC_SECRET", '<entry key="db.password">hunter22</entry>', "hunter22"),
+    ("GENERIC_SECRET", "define( 'DB_PASSWORD', 'hunter22' );", "hunter22"),
+    ("GENERIC_SECRET", 'define("AUTH_KEY", "x9!kQ2 p#L");', "x9!kQ2 p#L"),
     # A plain word is a password at a line's start as it is nested: only prose words are not.
     ("CONNECTION_STRING_PASSWORD", "password: hunter\n", "hunter"),
     ("CONNECTION_STRING_PASSWORD", "Username: bob\nPassword: letmein\n", "letmein"),
@@ -1190,6 +1200,11 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     ("CONNECTION_STRING_PASSWORD", "Username: bob\nPassword: N/A\n  password: unchanged"),
     ("GENERIC_SECRET", '<id>x1y2z3abc</id><add key="LogLevel" value="debug2x"/>'),
     ("GENERIC_SECRET", "<password>${env.PASS}</password><token></token>"),
+    (
+        "GENERIC_SECRET",
+        "define('DB_NAME', 'wordpress2'); define('DB_PASSWORD', getenv('DB_PASSWORD'));"
+        '<property name="username" value="app2"/><entry key="url">jdbc:x2</entry>',
+    ),
     ("CONNECTION_STRING_PASSWORD", "Password: Incorrect."),
     # Prose after the first word too: a login's echo after its prompt, a validator's message,
     # an account's status; a colon inside the value, which YAML's plain scalars never hold.
@@ -1485,6 +1500,9 @@ ADVERSARIAL = [
     "--from-literal=" * 20_000,
     "--from-literal=a=" * 20_000,
     ("create " * 150 + "--from-literal=a=b ") * 100 + "--from-literal=a=b " * 5_000,
+    "define('A', " * 15_000,
+    '<property name="a">' * 10_000 + '<entry key="password">x' * 5_000,
+    'name="a" key="b"   ' * 10_000,
     "Key Value\n--- -----\n" * 10_000,
     "====== Data ======\nKey Value\n--- -----\n" + "a b\n" * 20_000,
     '"SecretString": "' + "\\" * 100_000,
