@@ -19,7 +19,7 @@ from bot.pii.encoded import (
     _page_cursor_name,
     _page_token_before,
 )
-from bot.pii.scantext import PiiHit, ScanText
+from bot.pii.scantext import PiiHit, ScanText, fold
 
 # The slashes may come JSON-escaped (PHP's json_encode writes postgresql:\/\/app:...).
 _URL_CREDENTIALS = on_use(
@@ -302,7 +302,7 @@ def _prose(text: str, start: int) -> bool:
 
 # The words of a value after "password:" that say something about the password rather than
 # give it: an error's or a form's status, prose, nsswitch.conf's sources.
-_PROSE_VALUES = frozenset(
+_PROSE_SPELLED = (
     {"required", "incorrect", "invalid", "wrong", "missing", "expired", "empty", "unset"}
     | {"changed", "reset", "updated", "accepted", "rejected", "denied", "ok"}
     | {"hidden", "redacted", "masked", "optional", "disabled", "enabled", "provided", "none"}
@@ -311,10 +311,18 @@ _PROSE_VALUES = frozenset(
     | {"n/a", "unchanged", "generated", "never", "expires", "locked", "unlocked", "succeeded"}
     | {"successful", "failure", "sorry", "try", "again", "see", "below", "above", "same", "as"}
     | {"from", "have", "at", "least", "between", "than"}
+    # The same in German, French, Italian, Spanish and Portuguese interfaces.
+    | {"falsch", "ungültig", "erforderlich", "abgelaufen", "geändert", "fehlt", "leer"}
+    | {"incorrect", "incorrecte", "invalide", "requis", "obligatoire", "expiré", "modifié"}
+    | {"errata", "sbagliata", "non", "valida", "richiesta", "obbligatoria", "scaduta"}
+    | {"incorrecta", "incorrecto", "inválida", "requerida", "obligatoria", "caducada"}
+    | {"incorreta", "obrigatória", "expirada", "alterada", "vazia"}
     | {"files", "systemd", "sss", "ldap", "nis", "compat", "winbind"}
     | {"is", "or", "and", "to", "of", "in", "if", "for", "with", "the", "a", "an", "was", "are"}
     | {"must", "can", "cannot", "should", "will", "may", "not", "has", "does", "did", "be"}
 )
+# Spelled as the scan reads them: a letter outside ASCII is one "?" (ungültig: ung?ltig).
+_PROSE_VALUES = frozenset(fold(word)[0] for word in _PROSE_SPELLED)
 
 
 # curl's -u/--user and -U/--proxy-user USER:PASSWORD on a command line. The flag is a word

@@ -1222,6 +1222,12 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     ("CONNECTION_STRING_PASSWORD", "Password: never expires\nPassword: Never\nPassword: Locked"),
     ("CONNECTION_STRING_PASSWORD", "password: see below\npassword: same as above"),
     ("CONNECTION_STRING_PASSWORD", "password: [REDACTED]\npassword: <hidden>"),
+    # The same statuses in the languages whose interfaces keep the English word "password".
+    ("CONNECTION_STRING_PASSWORD", "Password: falsch\nPassword: errata\nPassword: incorrecta"),
+    (
+        "CONNECTION_STRING_PASSWORD",
+        "password: obligatoire\npassword: ungültig\nPassword: richiesta",
+    ),
     ("CONNECTION_STRING_PASSWORD", "  password: is too short"),
     ("CONNECTION_STRING_PASSWORD", "password: must be 12 characters or more"),
     ("CONNECTION_STRING_PASSWORD", "  password: ${DB_PASSWORD}"),
