@@ -478,6 +478,13 @@ _PASSWORD_WORD = on_use(
     r"pass(?:word|wd|(?<=requirepass))"
     r"(?:[ \t]+|(?P<item>[\"'][ \t]*,[ \t]*(?=[\"'])|\r?\n[ \t]*-[ \t]+))"
 )
+# OpenSSL's -pass, -passin and -passout with a pass: argument (env:, file: and stdin name
+# where the password is), and keytool's and jarsigner's -storepass, -keypass and their
+# -src and -dest forms (-storepass:env names a variable), each before its value.
+_SINGLE_DASH_PASS = on_use(
+    r"(?<![a-z0-9_-])-(?:pass(?:in|out)?[ \t]+(?:pass:|(?=[\"']pass:))"
+    r"|(?:src|dest)?(?:store|key)pass[ \t]+)"
+)
 _IDENTIFIED_BY = on_use(r"identified[ \t]+(?:with[ \t]+[a-z0-9_]+[ \t]+)?by[ \t]+(?=['\"])")
 # Before a .netrc's password, reversed: its machine (or the default entry) and perhaps its
 # login, each token separated by blanks or one line end ("machine h\n  login u\n  password").
@@ -537,17 +544,22 @@ def find_worded_passwords(src: ScanText) -> Iterator[PiiHit]:
         if _worded_password(lower, w, netrc)
     ]
     keys += [by.end() for by in finditer_with(_IDENTIFIED_BY, lower, "identified")]
+    keys += [dash.end() for dash in finditer_with(_SINGLE_DASH_PASS, lower, "pass")]
     for end in keys:
         value = _WORDED_VALUE.match(text, end)
         if value is None:
             continue
         group = value.lastgroup or "bare"
         secret = value.group(group)
+        start, stop = value.span(group)
+        if secret.startswith("pass:"):
+            start, secret = start + len("pass:"), secret[len("pass:") :]  # 'pass:two words'
         if secret.startswith((*_PLACEHOLDER_STARTS, "-")) or _metavar(secret):
             continue  # "-" reads it from the standard input; "--port" is the next option
         if group == "bare" and secret in _PROSE_WORDS:
             continue  # an error's "--password is required", "pass --password or set X"
-        yield PiiHit("CONNECTION_STRING_PASSWORD", *value.span(group))
+        if secret:
+            yield PiiHit("CONNECTION_STRING_PASSWORD", start, stop)
 
 
 # Words that follow an option named in prose; no password is one of them.

@@ -661,6 +661,19 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
     ("GENERIC_SECRET", r'{"data": {"app.env": "API_TOKEN=abcdef123456\nX=1"}}', "abcdef123456"),
     # A password after a word: a long option, SQL, .netrc.
     ("CONNECTION_STRING_PASSWORD", "mongo --username bob --password hunter22 db", "hunter22"),
+    # OpenSSL's pass: argument and keytool's store and key passwords.
+    (
+        "CONNECTION_STRING_PASSWORD",
+        "openssl enc -aes-256-cbc -pass pass:hunter22 -in x",
+        "hunter22",
+    ),
+    (
+        "CONNECTION_STRING_PASSWORD",
+        "openssl pkcs12 -passout 'pass:Tr0ub 4dor' -out x",
+        "Tr0ub 4dor",
+    ),
+    ("CONNECTION_STRING_PASSWORD", "keytool -list -keystore k.jks -storepass hunter22", "hunter22"),
+    ("CONNECTION_STRING_PASSWORD", "jarsigner -keypass 'Tr0ub 4dor' app.jar", "Tr0ub 4dor"),
     ("CONNECTION_STRING_PASSWORD", "app migrate --db-password 'Tr0ub 4dor'", "Tr0ub 4dor"),
     # An option that starts a line continued from a command's (a script's backslash).
     ("CONNECTION_STRING_PASSWORD", "mongo \\\n  --password hunter22 \\\n  --db app", "hunter22"),
@@ -1168,6 +1181,11 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     ("GITLAB_TOKEN", "glxyz-abcdefghij1234567890XY"),
     ("CONNECTION_STRING_PASSWORD", "password=;Database=app"),
     ("CONNECTION_STRING_PASSWORD", "mysql -u root -p app"),
+    (
+        "CONNECTION_STRING_PASSWORD",
+        "openssl enc -pass env:PASS; openssl pkcs12 -passin stdin -passout file:/tmp/p;"
+        " keytool -storepass:env PW -keypass $KEY_PW",
+    ),
     ("CONNECTION_STRING_PASSWORD", "mkdir -p /var/lib/mysql"),
     ("CONNECTION_STRING_PASSWORD", "mysql -P3306 -h db"),
     ("CONNECTION_STRING_PASSWORD", "sshpass -p $PASS ssh host"),
@@ -1507,6 +1525,7 @@ ADVERSARIAL = [
     "--from-literal=a=" * 20_000,
     ("create " * 150 + "--from-literal=a=b ") * 100 + "--from-literal=a=b " * 5_000,
     "define('A', " * 15_000,
+    "-pass pass:" * 10_000 + "-storepass " * 10_000 + "-passin 'pass:" * 5_000,
     '<property name="a">' * 10_000 + '<entry key="password">x' * 5_000,
     'name="a" key="b"   ' * 10_000,
     "Key Value\n--- -----\n" * 10_000,
