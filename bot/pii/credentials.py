@@ -397,6 +397,8 @@ def find_vendor_keys(src: ScanText) -> Iterator[PiiHit]:
     their prefixes costs a C search each."""
     text = src.text
     for match in finditer_with(_TWILIO_SK, text, "SK"):
+        if match.group()[2:].isdigit():
+            continue  # a product's SKU: 32 random hex digits hold a letter
         yield PiiHit("TWILIO_KEY", match.start(), match.end())
         yield from _twilio_secrets_near(text, match.start(), match.end())
     for match in finditer_with(_TWILIO_SID, text, "AC"):

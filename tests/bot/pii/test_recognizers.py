@@ -1056,6 +1056,8 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     # TWILIO_KEY: SK or AC inside a word, an SID alone, a digest far from any SID
     ("TWILIO_KEY", f"DISK{TWILIO_SK[2:]} TASK{TWILIO_SK[2:]}"),
     ("TWILIO_KEY", f"account {TWILIO_SID}"),
+    # SK and 32 digits: a product's SKU, no hex a generator would give.
+    ("TWILIO_KEY", '{"SKU": "SK12345678901234567890123456789012", "qty": 2}'),
     ("TWILIO_KEY", f"md5 {TWILIO_AUTH}"),
     ("TWILIO_KEY", f"{TWILIO_SID} " + "x" * 300 + f" {TWILIO_AUTH}"),
     # A 32-character id beside an SID that its key names as no secret: a trace id, an ETag.
