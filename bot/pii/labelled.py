@@ -824,13 +824,16 @@ def find_named_values(src: ScanText) -> Iterator[PiiHit]:
         yield PiiHit("GENERIC_SECRET", start, end)
 
 
-# XML elements named for a secret (Maven's settings.xml <password>, <apiKey>); an element
-# whose key or name attribute names one, with the value as an attribute (.NET's <add
-# key="ApiKey" value="..."/>, Spring's <property name="password" value="..."/>) or as its text
-# (Hibernate's <property name="connection.password">, Java's <entry key="db.password">); and
-# PHP's constants (WordPress's define('DB_PASSWORD', '...')).
+# XML elements named for a secret (Maven's settings.xml <password>, <apiKey>), their text
+# perhaps in a CDATA section; an element whose key or name attribute names one, with the
+# value as an attribute (.NET's <add key="ApiKey" value="..."/>, Spring's <property
+# name="password" value="..."/>) or as its text (Hibernate's <property
+# name="connection.password">, Java's <entry key="db.password">); and PHP's constants
+# (WordPress's define('DB_PASSWORD', '...')).
 _XML_ELEMENT = on_use(
-    r"<(?P<name>[A-Za-z_][A-Za-z0-9_.:-]{0,63}+)>(?P<value>[^<\r\n]{1,256}+)</(?P=name)>"
+    r"<(?P<name>[A-Za-z_][A-Za-z0-9_.:-]{0,63}+)>"
+    r"(?:<!\[CDATA\[(?P<cdata>(?:[^\]\r\n]|\](?!\]>)){1,256}+)\]\]>|(?P<value>[^<\r\n]{1,256}+))"
+    r"</(?P=name)>"
 )
 _NAMED_ATTRIBUTE = on_use(
     r"(?<![A-Za-z0-9_-])(?:key|name)=\"(?P<name>[^\"\r\n]{1,64}+)\"[ \t]+"

@@ -617,6 +617,7 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
         "hunter22",
     ),
     ("GENERIC_SECRET", '<entry key="db.password">hunter22</entry>', "hunter22"),
+    ("GENERIC_SECRET", "<password><![CDATA[Tr0ub<4dor&3]]></password>", "Tr0ub<4dor&3"),
     ("GENERIC_SECRET", "define( 'DB_PASSWORD', 'hunter22' );", "hunter22"),
     ("GENERIC_SECRET", 'define("AUTH_KEY", "x9!kQ2 p#L");', "x9!kQ2 p#L"),
     # A plain word is a password at a line's start as it is nested: only prose words are not.
@@ -1527,6 +1528,7 @@ ADVERSARIAL = [
     "--from-literal=a=" * 20_000,
     ("create " * 150 + "--from-literal=a=b ") * 100 + "--from-literal=a=b " * 5_000,
     "define('A', " * 15_000,
+    "<password><![CDATA[" * 8_000 + "<a><![CDATA[" + "]]" * 20_000,
     "-pass pass:" * 10_000 + "-storepass " * 10_000 + "-passin 'pass:" * 5_000,
     '<property name="a">' * 10_000 + '<entry key="password">x' * 5_000,
     'name="a" key="b"   ' * 10_000,
