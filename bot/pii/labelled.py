@@ -487,11 +487,12 @@ _SINGLE_DASH_PASS = on_use(
 )
 _IDENTIFIED_BY = on_use(r"identified[ \t]+(?:with[ \t]+[a-z0-9_]+[ \t]+)?by[ \t]+(?=['\"])")
 # Before a .netrc's password, reversed: its machine (or the default entry) and perhaps its
-# login, each token separated by blanks or one line end ("machine h\n  login u\n  password").
-_NETRC_GAP = r"(?:[ \t]+|[ \t]*\n\r?[ \t]*)"
+# login and account, each token separated by blanks or one line end ("machine h\n  login u\n
+# password"). Not blank lines: they would join prose below to a paragraph naming a machine.
+_NETRC_GAP = r"(?:[ \t]++|[ \t]*+\n\r?[ \t]*+)"
 _NETRC_BEFORE = on_use(
-    rf"{_NETRC_GAP}(?:[^\s]+{_NETRC_GAP}nigol{_NETRC_GAP})?"
-    rf"(?:[^\s]+{_NETRC_GAP}enihcam|tluafed)(?![a-z0-9_])"
+    rf"{_NETRC_GAP}(?:[^\s]++{_NETRC_GAP}(?:nigol|tnuocca){_NETRC_GAP}){{0,2}}"
+    rf"(?:[^\s]++{_NETRC_GAP}enihcam|tluafed)(?![a-z0-9_])"
 )
 _NETRC_REACH = 300
 _OPTION_CHARS = frozenset(string.ascii_lowercase + string.digits + "-")

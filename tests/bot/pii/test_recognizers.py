@@ -710,6 +710,17 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
     ("CONNECTION_STRING_PASSWORD", "machine db password hunter22", "hunter22"),
     ("CONNECTION_STRING_PASSWORD", "default login anonymous password Tr0ub4dor3", "Tr0ub4dor3"),
     ("CONNECTION_STRING_PASSWORD", "machine a.b\r\nlogin bob\r\npassword hunter22", "hunter22"),
+    # An account token beside the login (ftp's), in either order.
+    (
+        "CONNECTION_STRING_PASSWORD",
+        "machine db login bob account ops password hunter22",
+        "hunter22",
+    ),
+    (
+        "CONNECTION_STRING_PASSWORD",
+        "machine db\n account ops\n login bob\n password Tr0ub",
+        "Tr0ub",
+    ),
     # A Secret's data: the password in base64, padded.
     ("CONNECTION_STRING_PASSWORD", "data:\n  password: aHVudGVyMjI=\n", "aHVudGVyMjI="),
     # Azure's connection strings.
@@ -1321,6 +1332,7 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     ("CONNECTION_STRING_PASSWORD", "the build machine is slow\npassword reset mails queued"),
     ("CONNECTION_STRING_PASSWORD", "machine learning login\npassword policy: 12 chars"),
     ("CONNECTION_STRING_PASSWORD", "state machine: login ok password expired"),
+    ("CONNECTION_STRING_PASSWORD", "the ci machine\n\npassword rotation is weekly"),
     ("GENERIC_SECRET", "- name: LOG_LEVEL\n  value: debug"),
     ("GENERIC_SECRET", "- name: SORT_KEY\n  value: created_at"),
     ("GENERIC_SECRET", "- name: DB_PASSWORD\n  valueFrom:\n    secretKeyRef: {name: db}"),
