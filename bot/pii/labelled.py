@@ -53,7 +53,8 @@ _PASSWORD_KEY = on_use(
 )
 _PASSWORD_VALUE = on_use(
     r"\\+\"(?P<edq>(?:[^\"\\\r\n]|\\++[^\"\\\r\n]){1,256}+)\\+\""
-    r"|\"(?P<dq>[^\"\r\n]{1,256})\"|'(?P<sq>[^'\r\n]{1,256})'|\{(?P<br>[^}\r\n]{1,256})\}"
+    r"|\"(?P<dq>(?:[^\"\\\r\n]|\\[^\r\n]){1,256}+)\"|'(?P<sq>[^'\r\n]{1,256})'"
+    r"|\{(?P<br>[^}\r\n]{1,256})\}"
     r"|(?P<bare>[^\s;&,\"'<>]+)"
 )
 
@@ -277,9 +278,13 @@ def _yaml_password(text: str, key: int, value: str, end: int, *, bare: bool) -> 
     line = name
     while line > 0 and text[line - 1] in " \t-":
         line -= 1
-    if not _line_start(text, line):
+    if not (_line_start(text, line) or _JSON_STRING_START.search(text, max(0, line - 8), line)):
         return False
     return not (bare and _prose(text, end - len(value)))
+
+
+# A JSON string's start is a line's (a container's log line: {"log":"password: x\n"}).
+_JSON_STRING_START = on_use(r"[:\[,][ \t]*+\"\Z")
 
 
 _WORD_MARKS = "[]()<>.,;:!?"

@@ -659,6 +659,14 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
         "hunter22",
     ),
     ("CONNECTION_STRING_PASSWORD", r'{"log": "password=hunter22\nnext line"}', "hunter22"),
+    # A JSON string's escaped quote is part of the password; a JSON string starts a line (a
+    # container's log line in Docker's json-file log).
+    ("CONNECTION_STRING_PASSWORD", r'{"password":"Tr0ub\"4dor","user":"app"}', r"Tr0ub\"4dor"),
+    (
+        "CONNECTION_STRING_PASSWORD",
+        r'{"log":"password: hunter22\r\n","stream":"stdout"}',
+        "hunter22",
+    ),
     ("GENERIC_SECRET", r'{"data": {"app.env": "API_TOKEN=abcdef123456\nX=1"}}', "abcdef123456"),
     # A password after a word: a long option, SQL, .netrc.
     ("CONNECTION_STRING_PASSWORD", "mongo --username bob --password hunter22 db", "hunter22"),
@@ -1222,6 +1230,7 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     # after an unnamed, unindented key is too (and nsswitch.conf's sources), as are YAML's
     # placeholders, nulls, anchors and block indicators.
     ("CONNECTION_STRING_PASSWORD", "error: password: hunter22"),
+    ("CONNECTION_STRING_PASSWORD", r'{"log":"Password: Login incorrect\n","msg":"x password: y"}'),
     ("CONNECTION_STRING_PASSWORD", "Password: incorrect"),
     ("CONNECTION_STRING_PASSWORD", "passwd:         files systemd"),
     ("CONNECTION_STRING_PASSWORD", "  passwd:     files systemd"),
