@@ -987,6 +987,15 @@ _LETTERS = frozenset(string.ascii_lowercase)
 _KEYED_REFERENCES = ("existing", "pullsecret")
 
 
+# What a clock, a timer or a release says, which no generated secret looks like: a version
+# or a number with its unit (v1.2.3, 12.5ms), a duration (1h30m0s), a date and time.
+_MEASURE = on_use(
+    r"v?[0-9]++(?:\.[0-9]++)++[a-z]{0,2}"
+    r"|(?:[0-9]++(?:\.[0-9]++)?(?:ns|us|ms|s|m|h|d))++"
+    r"|[0-9]{4}-[0-9]{2}-[0-9]{2}(?:[T ][0-9:.]++(?:Z|[+-][0-9:]++)?)?"
+)
+
+
 def _keyed_labels(lower: str) -> list[tuple[int, str]]:
     """Where each secret-naming key's last word ends, and the word, in the order of the text."""
     ends: list[tuple[int, str]] = []
@@ -1043,6 +1052,8 @@ def find_keyed_secrets(src: ScanText) -> Iterator[PiiHit]:
             continue
         if _location(value):
             continue  # where the secret is kept (secret: projects/p/secrets/db/versions/2)
+        if _MEASURE.fullmatch(value):
+            continue  # a time, a duration or a version (token: 2024-05-01T12:00:00Z, 12.5ms)
         if word == "auth":
             decoded = _decode_base64(value, shortest=3)
             if decoded is None or ":" not in decoded:

@@ -1100,6 +1100,9 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     ("STRIPE_KEY", "whsec_short whsec_"),
     ("GENERIC_SECRET", "SPW=abc123def OLDPWD=/tmp/x1 auth: kerberos5 auth=sha256"),
     ("GENERIC_SECRET", "auth:\n  existingSecret: db-secret-2\n  imagePullSecret: regcred2"),
+    # A time, a duration or a version after a secret-naming key: no generator's output.
+    ("GENERIC_SECRET", "token: 2024-05-01T12:00:00Z\nsecret: 12.5ms\napi_key: v1.2.3"),
+    ("GENERIC_SECRET", "token: 1h30m0s, auth_token: 2024-05-01 12:00:00.123"),
     # Where a secret is kept, not the secret: a URL, an ARN, a relative path in small letters.
     ("GENERIC_SECRET", "secret: projects/my-proj-123/secrets/db-pass/versions/latest"),
     ("GENERIC_SECRET", "secret: arn:aws:secretsmanager:us-east-1:123456789012:secret:db-AbCdEf"),
@@ -1549,6 +1552,7 @@ ADVERSARIAL = [
     "--from-literal=a=" * 20_000,
     ("create " * 150 + "--from-literal=a=b ") * 100 + "--from-literal=a=b " * 5_000,
     "define('A', " * 15_000,
+    "token: " + "1." * 30_000 + "x token: " + "1h" * 30_000 + "!",
     "<password><![CDATA[" * 8_000 + "<a><![CDATA[" + "]]" * 20_000,
     "-pass pass:" * 10_000 + "-storepass " * 10_000 + "-passin 'pass:" * 5_000,
     '<property name="a">' * 10_000 + '<entry key="password">x' * 5_000,
