@@ -77,6 +77,10 @@ QUERY_CREDENTIAL_ENDINGS: Final = ("token", "sig", "signature")
 QUERY_API_KEYS: Final = frozenset(
     {"key", "apikey", "api_key", "api-key", "x-api-key", "access_key", "subscription-key"}
 )
+# A password's and a secret's names (?password=, &client_secret=): the guard reads them by its
+# key=value and named-secret readers (bot/pii/labelled.py), anywhere in a text; the logs mask
+# them in a query.
+_QUERY_LABELLED_ENDINGS: Final = ("password", "passwd", "secret")
 # A query parameter, its name after "?" or "&" and its value up to the next one, a fragment, a
 # blank or a quote (a URL inside a JSON string).
 _QUERY_PARAMETER: Final = on_use(r"(?<=[?&])([A-Za-z0-9_.-]{1,64})=([^&\s#\"'<>\\]+)")
@@ -85,7 +89,9 @@ _QUERY_PARAMETER: Final = on_use(r"(?<=[?&])([A-Za-z0-9_.-]{1,64})=([^&\s#\"'<>\
 def _query_value_masked(found: re.Match[str]) -> str:
     """A query parameter, its value shown as "…" when its name is a credential's."""
     name = found.group(1).lower()
-    if name.endswith(QUERY_CREDENTIAL_ENDINGS) or name in QUERY_API_KEYS:
+    if name.endswith((*QUERY_CREDENTIAL_ENDINGS, *_QUERY_LABELLED_ENDINGS)):
+        return f"{found.group(1)}=…"
+    if name in QUERY_API_KEYS:
         return f"{found.group(1)}=…"
     return found.group()
 
@@ -93,7 +99,7 @@ def _query_value_masked(found: re.Match[str]) -> str:
 def url_passwords_masked(text: str) -> str:
     """``text`` with the credentials of each URL in it masked (a log line, an error): the
     password of its user:password@ and the value of each query parameter named for one
-    (``?token=``, ``&sig=``, ``?api_key=``)."""
+    (``?token=``, ``&sig=``, ``?api_key=``, ``&client_secret=``, ``?password=``)."""
     if "@" in text and "://" in text:
         text = _passwords_masked(text)
     if "?" in text and "=" in text:

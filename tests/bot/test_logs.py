@@ -128,3 +128,31 @@ def test_a_urls_query_credentials_are_masked_in_a_log_line(url: str, shown: str)
     )
     assert logs.TextLines().format(record).endswith(f"httpx: HTTP Request: POST {shown}")
     assert json.loads(logs.JsonLines().format(record))["message"] == f"HTTP Request: POST {shown}"
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        (
+            "https://mcp.example/mcp?client_id=kestrel&client_secret=Cs-8d7c6b5a",
+            "https://mcp.example/mcp?client_id=kestrel&client_secret=…",
+        ),
+        ("https://mcp.example/mcp?secret=Cs-8d7c6b5a", "https://mcp.example/mcp?secret=…"),
+        (
+            "https://mcp.example/mcp?user=ops&password=Pw-8d7c6b5a",
+            "https://mcp.example/mcp?user=ops&password=…",
+        ),
+        ("https://mcp.example/mcp?DB_PASSWD=Pw-8d7c6b5a", "https://mcp.example/mcp?DB_PASSWD=…"),
+        # What names no credential stays.
+        ("https://api.example/x?sort=token_count", "https://api.example/x?sort=token_count"),
+    ],
+)
+def test_a_password_or_secret_in_a_urls_query_is_masked_in_a_log_line(url: str, shown: str) -> None:
+    # The PII guard redacts ?password= and ?client_secret= in tool output (its key=value and
+    # named-secret readers); the logs wrote them as they were, in the HTTP client's line for
+    # each request to an HTTP MCP server given so.
+    record = logging.LogRecord(
+        "httpx", logging.INFO, __file__, 1, "HTTP Request: POST %s", (url,), None
+    )
+    assert logs.TextLines().format(record).endswith(f"httpx: HTTP Request: POST {shown}")
+    assert f"POST {shown}" in json.loads(logs.JsonLines().format(record))["message"]
