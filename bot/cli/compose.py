@@ -249,9 +249,10 @@ def build_hooks(settings: Settings) -> Hooks:
 
 
 def policy_notices(settings: Settings, policy: Policy) -> list[str]:
-    """What people should know of the policy as it is loaded; nothing in the offline demo,
-    whose simulated services have no on-call to name (a newcomer's first screen says what
-    the demo is, not how to staff it)."""
+    """What the chat's banner says of the policy; nothing in the offline demo, whose one
+    person at a terminal has no on-call to name (a newcomer's first screen says what the demo
+    is, not how to staff it). The log says every notice: ``serve`` of the demo's catalog is a
+    team's, with people to put on call."""
     return [] if settings.uses_demo_catalog() else policy.notices()
 
 
@@ -402,7 +403,7 @@ async def runtime(
     hooks = build_hooks(settings)
     events = FanOut(LogSink())
     policy = Policy(settings.policy)
-    for notice in policy_notices(settings, policy):
+    for notice in policy.notices():
         log.warning("%s", notice)
     async with tool_source(settings) as tools:
         store = await open_store(settings, clock=clock)

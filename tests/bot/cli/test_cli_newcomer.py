@@ -113,6 +113,8 @@ def test_a_deferred_run_says_the_command_that_moves_it_on(tmp_path: Path) -> Non
 def test_serve_on_a_port_in_use_says_so_once_and_what_to_do(tmp_path: Path) -> None:
     import socket
 
+    write_config(tmp_path, policy={"oncall": ["U0SRE"]})  # no notice: the refusal alone
+
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -168,3 +170,26 @@ def test_a_configuration_that_is_not_utf8_names_the_byte_and_where(tmp_path: Pat
     (tmp_path / ".env").write_bytes(b"\xffX=1\n")
     refused = one_line_error(kestrel(tmp_path, "runs", "list"))
     assert refused == "kestrel: .env: not UTF-8 text (byte 0xff at offset 0)"
+
+
+async def test_serve_of_the_demo_catalog_still_says_nobody_is_on_call(tmp_path: Path) -> None:
+    # A team serving the demo's catalog (the README's Slack steps, no kestrel.yaml yet) has
+    # people to put on call, and its restart can end uncertain: only the chat's banner, one
+    # person at a terminal, leaves the notice out.
+    import asyncio
+    import signal
+
+    from tests.fakes.processes import clean_env
+    from tests.fakes.serving import free_port, start_serve, wait_healthy
+
+    port = free_port()
+    env = clean_env(KESTREL_DEMO_STATE=str(tmp_path / "demo-state"))
+    env = {k: v for k, v in env.items() if not k.startswith(("SLACK_", "DISCORD_"))}
+    process = start_serve(tmp_path, port, env)
+    try:
+        await wait_healthy(port, process)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _out, err = await asyncio.to_thread(process.communicate, timeout=30)
+    assert process.returncode == 0, err
+    assert err.count("WARNING kestrel.policy: policy.oncall is empty") == 1, err
