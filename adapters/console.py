@@ -132,16 +132,22 @@ def _lines_of(stdin: TextIO | None) -> Iterator[str]:
     try:
         fd = stdin.fileno()
     except (AttributeError, OSError, ValueError):
-        yield from (line.rstrip("\n") for line in iter(stdin.readline, ""))
+        yield from (_text(line.rstrip("\n")) for line in iter(stdin.readline, ""))
         return
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     pending = ""
     while chunk := os.read(fd, 65536):
         *lines, pending = (pending + decoder.decode(chunk)).split("\n")
-        yield from lines
+        yield from map(_text, lines)
     pending += decoder.decode(b"", final=True)
     if pending:
-        yield pending
+        yield _text(pending)
+
+
+def _text(line: str) -> str:
+    """A line as text: a NUL, which no PostgreSQL text column keeps, read as a byte that is not
+    UTF-8 is (U+FFFD)."""
+    return line.replace("\x00", "\ufffd")
 
 
 # Each prompt's choices: the letter it shows, and the word that letter stands for.

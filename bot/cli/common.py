@@ -177,9 +177,10 @@ def checked_user(name: str) -> str:
 
 
 def checked_text(text: str, what: str) -> str:
-    """``text`` given on the command line, if it is UTF-8; else ``Failure`` naming ``what`` (the
-    prompt) and the first byte that is not. Python keeps such bytes of an argument as lone
-    surrogates, which no journal entry, model request or audit row could carry."""
+    """``text`` given on the command line, if it is UTF-8 with no NUL; else ``Failure`` naming
+    ``what`` (the prompt) and the first byte that is not. Python keeps such bytes of an
+    argument as lone surrogates, which no journal entry, model request or audit row could
+    carry."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
@@ -187,6 +188,9 @@ def checked_text(text: str, what: str) -> str:
         char = ord(text[exc.start])
         found = f"byte 0x{char - 0xDC00:02x}" if 0xDC80 <= char <= 0xDCFF else f"U+{char:04X}"
         raise Failure(f"{what} is not valid UTF-8 text ({found} at offset {offset})") from None
+    if "\x00" in text:  # from stdin (an argument cannot hold one): PostgreSQL's text refuses it
+        offset = len(text[: text.index("\x00")].encode("utf-8"))
+        raise Failure(f"{what} is not text: it holds a NUL byte (at offset {offset})")
     return text
 
 

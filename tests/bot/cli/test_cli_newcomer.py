@@ -193,3 +193,42 @@ async def test_serve_of_the_demo_catalog_still_says_nobody_is_on_call(tmp_path: 
         _out, err = await asyncio.to_thread(process.communicate, timeout=30)
     assert process.returncode == 0, err
     assert err.count("WARNING kestrel.policy: policy.oncall is empty") == 1, err
+
+
+def test_run_dash_refuses_a_prompt_that_holds_a_nul(tmp_path: Path) -> None:
+    # Piped from a file with NUL bytes, it started a run PostgreSQL then refused to journal
+    # ("create_run failed: invalid byte sequence for encoding UTF8: 0x00"), and SQLite kept.
+    said = one_line_error(kestrel(tmp_path, "run", "-", stdin="look at this\x00log\n"))
+    assert said == "kestrel: the prompt is not text: it holds a NUL byte (at offset 12)"
+    assert kestrel(tmp_path, "runs", "list").stdout == "no runs\n"
+
+
+PG_DSN = os.environ.get("KESTREL_TEST_POSTGRES_DSN", "")
+
+
+@pytest.mark.skipif(not PG_DSN, reason="set KESTREL_TEST_POSTGRES_DSN to check PostgreSQL")
+def test_a_chat_line_that_holds_a_nul_is_a_message_on_postgres(tmp_path: Path) -> None:
+    # It said "(run … suspended) resume it with /resume RUN" of a run PostgreSQL had refused
+    # to create: no journal keeps a NUL in text. It reads as a byte that is not UTF-8 does.
+    import asyncio
+    import uuid
+
+    import asyncpg
+
+    schema = f"nul_{uuid.uuid4().hex[:12]}"
+    write_config(tmp_path, database=f"{PG_DSN}?schema={schema}")
+    try:
+        done = kestrel(tmp_path, "chat", stdin="checkout is\x00 failing, can you look?\nl\n")
+        assert done.returncode == 0, done.stderr
+        assert "you> checkout is\ufffd failing, can you look?" in done.stdout
+        assert "approval needed: restart_service" in done.stdout, done.stdout
+    finally:
+
+        async def drop() -> None:
+            conn = await asyncpg.connect(PG_DSN)
+            try:
+                await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+            finally:
+                await conn.close()
+
+        asyncio.run(drop())
