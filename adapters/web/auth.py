@@ -188,8 +188,13 @@ def _unauthorized(config: WebConfig) -> str:
             f"operators send Authorization: Bearer ${TOKEN_VARIABLE} (a browser asks for it:"
             " any user name, the token as the password)"
         )
-    if config.signer is not None:
+    if config.links() is not None:
         ways.append("a chat message's signed View run link opens that run's page")
+    elif config.signer is not None:  # links can be checked, but no chat message carries one
+        ways.append(
+            "a signed View run link opens one run's page, but chat messages carry none until"
+            " web.public_url is set"
+        )
     return "Authorization required: " + "; ".join(ways) + "."
 
 

@@ -158,6 +158,35 @@ async def test_without_token_or_secret_every_page_is_refused(
         await runner.cleanup()
 
 
+async def test_a_refusal_names_no_link_that_no_chat_message_carries(
+    chat: tuple[ChatService, str, str, str], http: aiohttp.ClientSession
+) -> None:
+    # With KESTREL_WEB_SECRET but no web.public_url, chat messages carry no "View run" link,
+    # yet a page opened without credentials said that one "opens that run's page".
+    service, done, _, _ = chat
+    for environ, said in (
+        (
+            {"KESTREL_WEB_SECRET": SECRET},
+            "Authorization required: a signed View run link opens one run's page, but chat"
+            " messages carry none until web.public_url is set.\n",
+        ),
+        (
+            {"KESTREL_WEB_SECRET": SECRET, "KESTREL_WEB_TOKEN": TOKEN},
+            "Authorization required: operators send Authorization: Bearer $KESTREL_WEB_TOKEN;"
+            " a signed View run link opens one run's page, but chat messages carry none until"
+            " web.public_url is set.\n",
+        ),
+    ):
+        config = WebConfig.from_settings(WebSettings(), environ)
+        runner, url = await serve(web_routes(service, config))
+        try:
+            for path in ("/runs", f"/runs/{done}", "/pending"):
+                status, body, _ = await get(http, url + path)
+                assert (status, body) == (401, said), path
+        finally:
+            await runner.cleanup()
+
+
 async def test_the_static_files_are_open_and_nothing_else_is(
     site: Site, http: aiohttp.ClientSession
 ) -> None:
