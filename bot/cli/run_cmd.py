@@ -83,13 +83,14 @@ def run(prompt: str, as_json: bool, defer: bool, user: str | None) -> None:
 
 def _stdin_prompt() -> str:
     """The whole of stdin, as ``checked_text`` reads an argument: bytes that are not UTF-8 kept
-    as lone surrogates, for it to name. At a terminal, how to end it is said first."""
+    as lone surrogates, for it to name. Its last line ends are left out, as a shell's
+    ``$(…)`` leaves them. At a terminal, how to end it is said first."""
     stream = sys.stdin
     if stream is None:  # closed before the command started: nothing to read
         return ""
     if stream.isatty():
         echo("kestrel: reading the prompt from stdin; end it with Ctrl-D", err=True)
-    return stream.buffer.read().decode("utf-8", errors="surrogateescape")
+    return stream.buffer.read().decode("utf-8", errors="surrogateescape").rstrip("\r\n")
 
 
 def print_run(obj: dict[str, Any], as_json: bool) -> None:

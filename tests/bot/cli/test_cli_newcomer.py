@@ -232,3 +232,12 @@ def test_a_chat_line_that_holds_a_nul_is_a_message_on_postgres(tmp_path: Path) -
                 await conn.close()
 
         asyncio.run(drop())
+
+
+def test_run_dash_leaves_out_the_last_line_end_as_a_shell_does(tmp_path: Path) -> None:
+    # `git log -1 | kestrel run -` kept the input's last newline: `runs show` showed a blank
+    # line under the prompt, and --json's prompt ended in "\n", where "$(git log -1)" did not.
+    done = kestrel(tmp_path, "run", "-", stdin="  indented\nchecked\n\n")
+    assert done.returncode == 0, done.stderr
+    (run,) = json.loads(kestrel(tmp_path, "runs", "list", "--json").stdout)
+    assert run["prompt"] == "  indented\nchecked"
