@@ -12,6 +12,7 @@ from bot.cli.common import (
     Failure,
     as_option,
     checked_text,
+    current_settings,
     echo,
     exit_status,
     one_line_errors,
@@ -51,6 +52,7 @@ def run(prompt: str, as_json: bool, defer: bool, user: str | None) -> None:
     """
     # Before any run starts: nothing is journaled for a prompt no run should be started on.
     if prompt == FROM_STDIN:
+        current_settings()  # a broken configuration said before a prompt is typed, not after
         prompt = _stdin_prompt()
         if not prompt.strip():
             raise Failure("the prompt is empty (read from stdin, as - asks)")

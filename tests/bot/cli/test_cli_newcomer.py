@@ -241,3 +241,28 @@ def test_run_dash_leaves_out_the_last_line_end_as_a_shell_does(tmp_path: Path) -
     assert done.returncode == 0, done.stderr
     (run,) = json.loads(kestrel(tmp_path, "runs", "list", "--json").stdout)
     assert run["prompt"] == "  indented\nchecked"
+
+
+def test_run_dash_says_a_broken_configuration_before_it_reads_the_prompt(
+    tmp_path: Path,
+) -> None:
+    # At a terminal the prompt was typed out and ended with Ctrl-D, and only then was the
+    # configuration refused: the prompt was lost. Stdin left open stands for that terminal.
+    (tmp_path / "kestrel.yaml").write_text("modle: {}\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "KESTREL_"))}
+    process = subprocess.Popen(
+        [sys.executable, "-c", CLI, "run", "-"],
+        cwd=tmp_path,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        text=True,
+    )
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()  # still reading stdin: the configuration was not checked first
+    _out, err = process.communicate()
+    assert process.returncode == 2, err
+    assert err == "kestrel: kestrel.yaml: modle: unknown key (did you mean model?)\n"
