@@ -172,7 +172,8 @@ async def test_a_refusal_names_no_link_that_no_chat_message_carries(
         ),
         (
             {"KESTREL_WEB_SECRET": SECRET, "KESTREL_WEB_TOKEN": TOKEN},
-            "Authorization required: operators send Authorization: Bearer $KESTREL_WEB_TOKEN;"
+            "Authorization required: operators send Authorization: Bearer $KESTREL_WEB_TOKEN"
+            " (a browser asks for it: any user name, the token as the password);"
             " a signed View run link opens one run's page, but chat messages carry none until"
             " web.public_url is set.\n",
         ),
