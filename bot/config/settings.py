@@ -149,6 +149,9 @@ def _not_blank(text: str) -> None:
         raise ValueError("must not be empty")
 
 
+MAX_GRACE_SECONDS = 366 * 86400.0
+
+
 class ScheduledPrompt(Section):
     """A prompt started on a cron schedule (UTC; five fields, or six with seconds first)."""
 
@@ -159,8 +162,9 @@ class ScheduledPrompt(Section):
     cron: str
     prompt: str
     # An occurrence that fell while no replica ran (a restart, an upgrade) still starts when
-    # one starts this soon after it; 0: never late.
-    grace_seconds: Annotated[float, Meta(ge=0)] = 300.0
+    # one starts this soon after it; 0: never late. At most a year: it is looked back on at
+    # every start, and further would pass the first date there is.
+    grace_seconds: Annotated[float, Meta(ge=0, le=MAX_GRACE_SECONDS)] = 300.0
 
     def __post_init__(self) -> None:
         run_field_checks(self)

@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from apscheduler.triggers.base import BaseTrigger as Trigger
 from apscheduler.triggers.date import DateTrigger
 
 from bot import wire
@@ -130,12 +131,24 @@ class Scheduler:
 
     async def _catch_up(self, name: str, now: datetime) -> None:
         """Start the latest occurrence of prompt ``name`` that fell within its grace before
-        ``now`` (while no replica ran), unless a replica took it then or takes it now."""
+        ``now`` (while no replica ran), unless a replica took it then or takes it now; a store
+        failure is said, and the replica starts without it."""
         prompt, trigger = self.prompts[name]
-        missed, after = None, now - timedelta(seconds=prompt.grace_seconds)
-        while (at := trigger.get_next_fire_time(None, after)) is not None and at < now:
-            missed, after = at, at + timedelta(seconds=1)
-        if missed is not None and await self.fire_prompt(name, missed) is not None:
+        missed = latest_before(trigger, now, timedelta(seconds=prompt.grace_seconds))
+        if missed is None:
+            return
+        try:
+            live = await self.fire_prompt(name, missed)
+        except StoreError as exc:
+            log.warning(
+                "scheduled prompt %s: its %s occurrence fell while no replica ran and was not"
+                " started late: %s",
+                name,
+                missed.isoformat(),
+                exc,
+            )
+            return
+        if live is not None:
             log.warning(
                 "scheduled prompt %s: its %s occurrence fell while no replica ran; started late",
                 name,
@@ -183,6 +196,31 @@ class Scheduler:
     async def _occurrence(self, name: str, at: datetime) -> None:
         self._schedule_prompt(name, at + timedelta(seconds=1))
         await self.fire_prompt(name, at)
+
+
+def latest_before(trigger: Trigger, now: datetime, grace: timedelta) -> datetime | None:
+    """The latest fire time of ``trigger`` in ``[now - grace, now)``, or None: searched by
+    halving (a cron fires on whole seconds), not by stepping through every occurrence, which
+    for a six-field cron and a long grace held the start for minutes."""
+
+    def fires_before_now(after: datetime) -> datetime | None:
+        at = trigger.get_next_fire_time(None, after)
+        return at if at is not None and at < now else None
+
+    low = now - grace
+    first = fires_before_now(low)
+    if first is None:
+        return None
+    # The latest is at or after ``first``: the last second ``s`` with a fire in [s, now).
+    latest, high = first, now
+    while high - latest > timedelta(seconds=1):
+        middle = latest + (high - latest) / 2
+        found = fires_before_now(middle)
+        if found is None:
+            high = middle
+        else:
+            latest = found
+    return latest
 
 
 def scheduled_start(name: str, prompt: str) -> dict[str, Any]:

@@ -108,6 +108,11 @@ def test_environment_overrides_nested_keys(tmp_path: Path, monkeypatch: pytest.M
         ),
         ("schedules: [{name: a, cron: '0 0 0 31 4 *', prompt: p}]\n", "31 4 *': never fires"),
         ("schedules: [{name: '', cron: '0 7 * * *', prompt: p}]\n", "0.name: must not be empty"),
+        # Looked back on at every start: a grace past any date would end it with an OverflowError.
+        (
+            "schedules: [{name: a, cron: '0 7 * * *', prompt: p, grace_seconds: 1e12}]\n",
+            "schedules.0.grace_seconds",
+        ),
         (
             "deadlines: {per_tool: {1: 5}}\n",
             "per_tool.1: expected a string, got an integer (for a key)",

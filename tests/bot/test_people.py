@@ -621,3 +621,69 @@ async def test_an_occurrence_missed_while_no_replica_ran_starts_within_its_grace
 
         await until(ended)
     await rt.store.close()
+
+
+async def test_the_catch_up_finds_the_latest_occurrence_at_once_however_long_the_grace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every second, a 30 days' grace: the missed occurrence is the second before the start,
+    # found without stepping through the 2,592,000 before it (a start held for half a minute
+    # and more, while nothing else ran).
+    rt, _ = await make_runtime(tmp_path / "k.db", [reply(text="done")] * 2)
+    now = utcnow().replace(microsecond=0) + timedelta(milliseconds=500)
+    prompt = ScheduledPrompt(
+        name="tick", cron="* * * * * *", prompt="tick", grace_seconds=30 * 86400.0
+    )
+    taken: list[str] = []
+    take_once = rt.store.take_once
+
+    async def noted(key: str, *args: Any) -> int | None:
+        taken.append(key)
+        return await take_once(key, *args)
+
+    monkeypatch.setattr(rt.store, "take_once", noted)
+    scheduler = Scheduler(
+        Supervisor(rt), DeadlineSettings(), [prompt], store=rt.store, clock=lambda: now
+    )
+    await asyncio.wait_for(scheduler.start(), timeout=10)
+    await scheduler.stop()
+    # The first taken is the catch-up's (the scheduler may have fired the next since).
+    assert taken[0] == f"cron:tick:{now.replace(microsecond=0).isoformat()}", taken
+    runs = await _scheduled_runs(rt)
+    for run in runs:
+
+        async def ended(run_id: str = run.id) -> bool:
+            return (await rt.store.get_run(run_id)).status is RunStatus.COMPLETED
+
+        await until(ended)
+    await rt.store.close()
+
+
+async def test_a_store_failure_in_the_catch_up_leaves_the_replica_scheduling(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The late start is one occurrence; a store that fails it must not keep the replica
+    # from starting, nor its other prompts and sweeps from being scheduled.
+    rt, _ = await make_runtime(tmp_path / "k.db", [reply(text="done")] * 2)
+    at = utcnow().replace(hour=3, minute=0, second=0, microsecond=0)
+    now = at + timedelta(minutes=2)
+
+    async def away(*_args: Any) -> int | None:
+        raise StoreError("the store is away")
+
+    monkeypatch.setattr(rt.store, "take_once", away)
+    prompts = [
+        ScheduledPrompt(name="nightly", cron="0 3 * * *", prompt="check nightly"),
+        ScheduledPrompt(name="later", cron="0 4 * * *", prompt="check later"),
+    ]
+    scheduler = Scheduler(
+        Supervisor(rt), DeadlineSettings(), prompts, store=rt.store, clock=lambda: now
+    )
+    with caplog.at_level(logging.WARNING, logger="kestrel.schedule"):
+        await scheduler.start()
+    assert scheduler._aps is not None
+    jobs = {job.id for job in scheduler._aps.get_jobs()}
+    await scheduler.stop()
+    assert {"cron:nightly", "cron:later", "sweep", "adopt"} <= jobs, jobs
+    assert "nightly" in caplog.text and "the store is away" in caplog.text, caplog.text
+    await rt.store.close()
