@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import pytest
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from msgspec.structs import replace
@@ -25,6 +27,8 @@ from bot.domain import (
     utcnow,
 )
 from bot.errors import StoreError
+from bot.events import FanOut
+from bot.hooks import Hooks
 from bot.journal.entries import (
     AssistantTurnEntry,
     RunStarted,
@@ -34,6 +38,7 @@ from bot.journal.entries import (
 )
 from bot.journal.fold import RunState, fold
 from bot.journal.writer import RunJournal
+from bot.llm.scripted import ScriptedProvider
 from bot.people.policy import Actor, Policy, PolicyRules
 from bot.prompter import DeferringPrompter
 from bot.records import RunRecord
@@ -42,8 +47,13 @@ from bot.replica.work import WorkTaker
 from bot.run.runtime import Runtime
 from bot.run.supervisor import Supervisor
 from bot.tools.ask_human import ask_human_tools
+from bot.tools.source import ToolSource
+from bot.tools.toolset import ToolSet
+from storage.postgres import PostgresStore
 from tests.fakes.runtime import Counter, call, counting_tools, make_runtime, reply
 from tests.fakes.waiting import until
+
+POSTGRES_DSN = os.environ.get("KESTREL_TEST_POSTGRES_DSN", "")
 
 POLICY = PolicyRules(
     approvers={"*": ["U0APPROVER", "group:S0SRE"], "deploy": ["U0DEPLOYER"]},
@@ -687,3 +697,45 @@ async def test_a_store_failure_in_the_catch_up_leaves_the_replica_scheduling(
     assert {"cron:nightly", "cron:later", "sweep", "adopt"} <= jobs, jobs
     assert "nightly" in caplog.text and "the store is away" in caplog.text, caplog.text
     await rt.store.close()
+
+
+@pytest.mark.skipif(not POSTGRES_DSN, reason="set KESTREL_TEST_POSTGRES_DSN")
+async def test_two_replicas_starting_together_on_postgres_start_the_missed_one_once() -> None:
+    # A rolling restart: both replicas start at 03:02 and both look back on 03:00.
+    schema = f"kt_{os.urandom(6).hex()}"
+    stores = [PostgresStore(POSTGRES_DSN, schema=schema) for _ in range(2)]
+    await stores[0].migrate()
+    await stores[1].migrate()
+    at = utcnow().replace(hour=3, minute=0, second=0, microsecond=0)
+    now = at + timedelta(minutes=2)
+    prompt = ScheduledPrompt(name="nightly", cron="0 3 * * *", prompt="check nightly")
+    schedulers = []
+    for number, store in enumerate(stores):
+        rt = Runtime(
+            store=store,
+            model=ScriptedProvider.from_replies([reply(text="done")] * 2, name="test"),
+            tools=ToolSource(ToolSet([])),
+            hooks=Hooks(),
+            events=FanOut(),
+            owner=f"replica-{number}",
+        )
+        schedulers.append(
+            Scheduler(Supervisor(rt), DeadlineSettings(), [prompt], store=store, clock=lambda: now)
+        )
+    try:
+        await asyncio.gather(*(scheduler.start() for scheduler in schedulers))
+        for scheduler in schedulers:
+            await scheduler.stop()
+        runs = [r for r in await stores[0].list_runs() if r.requested_by == "schedule:nightly"]
+        assert len(runs) == 1, runs
+
+        async def ended() -> bool:
+            return (await stores[0].get_run(runs[0].id)).status is RunStatus.COMPLETED
+
+        await until(ended)
+    finally:
+        for store in stores:
+            await store.close()
+        conn = await asyncpg.connect(POSTGRES_DSN)
+        await conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        await conn.close()
