@@ -18,8 +18,8 @@ from bot.pii.emails import _AT_SIGN
 from bot.pii.encoded import _SECRET_LABELS
 from bot.pii.guard import resolve_overlaps
 from bot.pii.numbers import _INTL_PHONE
-from bot.pii.recognizers import Scanner
-from bot.pii.scantext import ENTITY_TYPES
+from bot.pii.recognizers import RECOGNIZERS, Scanner
+from bot.pii.scantext import ENTITY_TYPES, ScanText
 
 SCAN = Scanner()
 
@@ -1708,3 +1708,18 @@ def test_a_backslash_compiles_no_escaped_at_sign_pattern() -> None:
 def test_the_configuration_guide_names_every_entity_type() -> None:
     guide = (Path(__file__).resolve().parents[3] / "docs" / "configuration.md").read_text()
     assert [name for name in ENTITY_TYPES if f"`{name}`" not in guide] == []
+
+
+def test_a_recognizer_reports_only_the_types_it_declares() -> None:
+    # A recognizer whose every declared type is enabled is read without a filter: a hit of a
+    # type it does not declare would pass a `pii.entities` that leaves that type out.
+    constants = [value for value in globals().values() if isinstance(value, str) and value]
+    for text in [sample for _entity, sample, _found in TRUE_POSITIVES] + constants:
+        src = ScanText(text)
+        for recognizer in RECOGNIZERS:
+            found = {hit.entity_type for hit in recognizer.find(src)}
+            assert found <= recognizer.entities, (recognizer.find.__name__, found, text)
+        for entity in {hit.entity_type for hit in SCAN(text)}:
+            # Every type but the one found: a recognizer reporting it among others is filtered.
+            others = [other for other in ENTITY_TYPES if other != entity]
+            assert all(hit.entity_type != entity for hit in Scanner(others)(text)), (entity, text)
