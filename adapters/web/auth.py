@@ -4,7 +4,8 @@ Two ways in, nothing else:
 
 - ``Authorization: Bearer <KESTREL_WEB_TOKEN>``: an operator, who sees every page; a browser,
   which cannot send one, is asked for a Basic login instead, the token as its password (any
-  user name). Every page is a read, so credentials a browser sends by itself change nothing;
+  user name), which opens reads (GET, HEAD) alone: credentials a browser sends by itself, to
+  a form another site posts too, change nothing;
 - a signed link (``?exp=…&sig=…``, made by ``bot.chat.links.LinkSigner`` with
   ``KESTREL_WEB_SECRET``): that one run's page and its live updates, until it expires.
 
@@ -113,11 +114,15 @@ def secure(headers: MutableMapping[str, str]) -> None:
 
 
 def bearer_ok(request: web.BaseRequest, config: WebConfig) -> bool:
-    """Whether the request carries the operators' token, as a bearer or as a Basic login's
-    password (constant-time comparison)."""
+    """Whether the request carries the operators' token, as a bearer or, to a read (GET,
+    HEAD), as a Basic login's password (constant-time comparison)."""
     scheme, _, value = request.headers.get("Authorization", "").partition(" ")
     token_of = _TOKEN_OF.get(scheme.lower())
     if not config.token or token_of is None:
+        return False
+    # A browser sends its login with whatever any site makes it send, a posted form too: the
+    # login opens reads alone, so that a route which changes something is never opened by it.
+    if token_of is _basic_password and request.method not in _READS:
         return False
     given = token_of(value.strip().encode("utf-8", "surrogateescape"))
     return hmac.compare_digest(given, config.token.encode("utf-8", "surrogateescape"))
@@ -132,6 +137,8 @@ def _basic_password(credentials: bytes) -> bytes:
     _user, colon, password = decoded.partition(b":")
     return password if colon else b""
 
+
+_READS = frozenset({"GET", "HEAD"})
 
 # What the token is, by the Authorization header's scheme: a bearer's value, a Basic login's
 # password.

@@ -7,9 +7,10 @@ from urllib.parse import quote
 
 import aiohttp
 import pytest
+from aiohttp import web
 
 from adapters.web.app import web_routes
-from adapters.web.auth import CONTENT_SECURITY_POLICY, WebConfig
+from adapters.web.auth import CONTENT_SECURITY_POLICY, WebConfig, authorize
 from bot.chat.service import ChatService
 from bot.config.settings import ConfigError, WebSettings
 from tests.adapters.web.conftest import PUBLIC_URL, SECRET, TOKEN, Site, serve
@@ -45,6 +46,11 @@ async def get(
 ) -> tuple[int, str, dict[str, str]]:
     async with http.get(url, allow_redirects=False, **kwargs) as response:  # type: ignore[arg-type]
         return response.status, await response.text(), dict(response.headers)
+
+
+def login(user: str, password: str) -> dict[str, str]:
+    """The header of a browser's Basic login (``aiohttp.BasicAuth`` is deprecated)."""
+    return {"Authorization": aiohttp.encode_basic_auth(user, password)}
 
 
 async def test_nothing_is_served_without_authorization(
@@ -252,12 +258,11 @@ async def test_a_browser_is_asked_for_the_token_as_its_password(
     assert challenges[0].startswith("Bearer")
     assert 'Basic realm="kestrel", charset="UTF-8"' in challenges
     for path in pages(site):
-        auth = aiohttp.BasicAuth("anyone", TOKEN)
-        status, _body, _ = await get(http, site.url + path, auth=auth)
+        status, _body, _ = await get(http, site.url + path, headers=login("anyone", TOKEN))
         assert status == 200, path
     refused = [
-        {"auth": aiohttp.BasicAuth("anyone", "not-the-token-0123456789")},
-        {"auth": aiohttp.BasicAuth(TOKEN, "")},
+        {"headers": login("anyone", "not-the-token-0123456789")},
+        {"headers": login(TOKEN, "")},
         {"headers": {"Authorization": "Basic !!not base64!!"}},
         {"headers": {"Authorization": "Basic " + "b25seS1hLW5hbWU="}},  # "only-a-name", no colon
     ]
@@ -267,3 +272,35 @@ async def test_a_browser_is_asked_for_the_token_as_its_password(
             assert "checkout" not in await response.text()
             # Asked again: the browser shows its login once more.
             assert any(c.startswith("Basic") for c in response.headers.getall("WWW-Authenticate"))
+
+
+async def test_a_login_a_browser_sends_by_itself_opens_no_change(
+    http: aiohttp.ClientSession,
+) -> None:
+    # A browser sends its Basic login with any request to the site, a form another site
+    # posts included: the token as a login's password lets in reads (GET, HEAD) alone, so
+    # a route that changes something, added later, is not opened by it. A bearer, which no
+    # browser sends by itself, still is.
+    config = WebConfig(token=TOKEN)
+
+    async def change(request: web.Request) -> web.StreamResponse:
+        access = authorize(request, config)
+        return access if isinstance(access, web.Response) else web.Response(text="changed")
+
+    app = web.Application()
+    app.router.add_route("*", "/change", change)
+    runner, url = await serve(app)
+    try:
+        browser = login("anyone", TOKEN)
+        for method in ("POST", "PUT", "PATCH", "DELETE"):
+            async with http.request(method, url + "/change", headers=browser) as response:
+                assert response.status == 401, method
+                assert "changed" not in await response.text(), method
+            bearer = {"Authorization": f"Bearer {TOKEN}"}
+            async with http.request(method, url + "/change", headers=bearer) as response:
+                assert response.status == 200, method
+        for method in ("GET", "HEAD"):
+            async with http.request(method, url + "/change", headers=browser) as response:
+                assert response.status == 200, method
+    finally:
+        await runner.cleanup()
