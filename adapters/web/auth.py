@@ -11,7 +11,8 @@ Two ways in, nothing else:
 
 With neither configured, every page is refused (never open). A missing bearer gets 401 with
 ``WWW-Authenticate: Bearer`` (and ``Basic``); a forged, altered or expired link gets 403 and
-shows nothing.
+shows nothing. A wrong Basic login beside a link (one a browser kept from before the token
+changed) leaves the link to decide; a wrong bearer is refused, link or not.
 """
 
 from __future__ import annotations
@@ -170,15 +171,19 @@ def authorize(
             f"The run pages are off: set {TOKEN_VARIABLE} (operators), or web.public_url"
             f" and {SECRET_VARIABLE} (signed links).",
         )
+    query = request.rel_url.query
+    linked = "exp" in query or "sig" in query
     if "Authorization" in request.headers:
         if bearer_ok(request, config):
             return OPERATOR
-        response = refusal(401, "That token is not valid.")
-        # A bearer's client is told in its own scheme; a browser's login is asked again.
         basic = request.headers["Authorization"][:6].lower() == "basic "
-        return _challenge(response, config, "invalid_token", basic=basic)
-    query = request.rel_url.query
-    if "exp" in query or "sig" in query:
+        # A browser sends a login it was once given (a token since changed) by itself, with
+        # a chat message's link too: the link decides. A bearer's client chose what it sent.
+        if not (basic and linked):
+            response = refusal(401, "That token is not valid.")
+            # A bearer's client is told in its own scheme; a browser's login is asked again.
+            return _challenge(response, config, "invalid_token", basic=basic)
+    if linked:
         expires, signature = query.get("exp", ""), query.get("sig", "")
         if run_id and config.signer and config.signer.valid(run_id, expires, signature):
             return Access(operator=False, run_id=run_id, query=f"exp={expires}&sig={signature}")

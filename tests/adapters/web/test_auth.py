@@ -304,3 +304,29 @@ async def test_a_login_a_browser_sends_by_itself_opens_no_change(
                 assert response.status == 200, method
     finally:
         await runner.cleanup()
+
+
+async def test_a_signed_link_opens_its_run_in_a_browser_holding_a_stale_login(
+    site: Site, http: aiohttp.ClientSession
+) -> None:
+    # A browser sends the login it was once given with every request to the listener; after
+    # the token changed, that login must not shut the chat message's link out of its run.
+    stale = login("anyone", "the-token-before-it-was-changed")
+    link = signed(site, site.done)
+    status, body, _ = await get(http, site.url + link, headers=stale)
+    assert status == 200 and "Looking at checkout." in body
+    query = link.partition("?")[2]
+    status, _, _ = await get(http, f"{site.url}/runs/{site.done}/fragment?{query}", headers=stale)
+    assert status == 200
+    # The link opens its run alone; elsewhere the stale login is asked again.
+    other = f"{site.url}/runs/{site.waiting}?{query}"
+    status, body, _ = await get(http, other, headers=stale)
+    assert status == 403 and "checkout" not in body
+    async with http.get(site.url + "/runs", headers=stale) as response:
+        assert response.status == 401 and "checkout" not in await response.text()
+        challenges = response.headers.getall("WWW-Authenticate")
+    assert 'Basic realm="kestrel", charset="UTF-8"' in challenges
+    # A bearer's client says who it is: a wrong one is refused, link or not.
+    wrong = {"Authorization": "Bearer not-the-token-0123456789"}
+    status, body, _ = await get(http, site.url + link, headers=wrong)
+    assert status == 401 and "checkout" not in body
