@@ -330,3 +330,30 @@ async def test_a_signed_link_opens_its_run_in_a_browser_holding_a_stale_login(
     wrong = {"Authorization": "Bearer not-the-token-0123456789"}
     status, body, _ = await get(http, site.url + link, headers=wrong)
     assert status == 401 and "checkout" not in body
+
+
+async def test_with_links_alone_no_login_is_asked_for_and_none_opens_a_page(
+    chat: tuple[ChatService, str, str, str], http: aiohttp.ClientSession
+) -> None:
+    # KESTREL_WEB_SECRET without KESTREL_WEB_TOKEN: there is no token to type, so a browser
+    # is not asked for a login, and an empty one (the empty token) opens nothing.
+    service, done, _, _ = chat
+    config = WebConfig.from_settings(WebSettings(), {"KESTREL_WEB_SECRET": SECRET})
+    runner, url = await serve(web_routes(service, config))
+    try:
+        for headers in (
+            {},
+            login("", ""),
+            login("anyone", ""),
+            {"Authorization": "Bearer "},
+            {"Authorization": "Basic "},
+            {"Authorization": "BASIC " + aiohttp.encode_basic_auth("a", "").split()[1]},
+        ):
+            for path in ("/runs", f"/runs/{done}", "/pending"):
+                async with http.get(url + path, headers=headers) as response:
+                    assert response.status == 401, (path, headers)
+                    assert "checkout" not in await response.text()
+                    challenges = response.headers.getall("WWW-Authenticate")
+                assert not any(c.startswith("Basic") for c in challenges), (path, challenges)
+    finally:
+        await runner.cleanup()
