@@ -19,7 +19,7 @@ from bot.pii.encoded import (
     _page_cursor_name,
     _page_token_before,
 )
-from bot.pii.scantext import PiiHit, ScanText, fold
+from bot.pii.scantext import PiiHit, ScanText
 
 # The slashes may come JSON-escaped (PHP's json_encode writes postgresql:\/\/app:...).
 _URL_CREDENTIALS = on_use(
@@ -326,8 +326,9 @@ _PROSE_SPELLED = (
     | {"is", "or", "and", "to", "of", "in", "if", "for", "with", "the", "a", "an", "was", "are"}
     | {"must", "can", "cannot", "should", "will", "may", "not", "has", "does", "did", "be"}
 )
-# Spelled as the scan reads them: a letter outside ASCII is one "?" (ungültig: ung?ltig).
-_PROSE_VALUES = frozenset(fold(word)[0] for word in _PROSE_SPELLED)
+# Spelled as the scan reads them: a letter outside ASCII is one "?" (ungültig: ung?ltig), as
+# ``fold`` reads these; not by ``fold`` itself, whose table would be built at every start.
+_PROSE_VALUES = frozenset(word.encode("ascii", "replace").decode() for word in _PROSE_SPELLED)
 
 
 # curl's -u/--user and -U/--proxy-user USER:PASSWORD on a command line. The flag is a word
