@@ -282,8 +282,14 @@ class PostgresStore(SqlStore):
                 )
 
     async def _shut_down(self) -> None:
-        """Write the appends already submitted, then close every connection."""
-        await self._appends.drain(_CLOSE_TIMEOUT)
+        """Write the appends already submitted, then close every connection. Cancelled (a
+        stop out of time), it drops them instead: a statement under way then fails at once,
+        rather than being cancelled at a server that may not answer."""
+        try:
+            await self._appends.drain(_CLOSE_TIMEOUT)
+        except asyncio.CancelledError:
+            self._drop_connections()
+            raise
         listener, self._listener = self._listener, None
         pool, self._pool = self._pool, None
         closing: list[Awaitable[None]] = []
@@ -292,8 +298,18 @@ class PostgresStore(SqlStore):
         if pool is not None:
             closing.append(_close_pool(pool))
         # Side by side: against a silent server each waits its whole bound, and one after the
-        # other they held a stopping replica past its orchestrator's grace.
+        # other they held a stopping replica past its orchestrator's grace. A cancelled close
+        # of either drops its connections (asyncpg's own close does, and ours below).
         await asyncio.gather(*closing)
+
+    def _drop_connections(self) -> None:
+        """Close every connection at once, telling the server nothing."""
+        listener, self._listener = self._listener, None
+        pool, self._pool = self._pool, None
+        if listener is not None:
+            listener.terminate()
+        if pool is not None:
+            pool.terminate()
 
     # -- journal: the write path -------------------------------------------------------------
 
@@ -611,6 +627,9 @@ async def _close_connection(conn: asyncpg.Connection) -> None:
         await asyncio.wait_for(conn.close(), _CLOSE_TIMEOUT)
     except (TimeoutError, *_DRIVER_ERRORS):
         conn.terminate()
+    except asyncio.CancelledError:  # before asyncpg's close began, which drops it too
+        conn.terminate()
+        raise
 
 
 async def _close_pool(pool: asyncpg.Pool) -> None:
@@ -619,6 +638,9 @@ async def _close_pool(pool: asyncpg.Pool) -> None:
         await asyncio.wait_for(pool.close(), _CLOSE_TIMEOUT)
     except (TimeoutError, *_DRIVER_ERRORS):
         pool.terminate()
+    except asyncio.CancelledError:  # before asyncpg's close began, which drops them too
+        pool.terminate()
+        raise
 
 
 def _milliseconds(seconds: float) -> str:

@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 
     from bot.config.settings import Settings
     from bot.run.runtime import Runtime
+    from bot.run.supervisor import Supervisor
+    from bot.store import Store
 
 
 @click.command(short_help="Chat in the terminal; the offline demo without a model.")
@@ -89,18 +91,29 @@ PLATFORMS = ("slack", "discord")
 # its registration's removal): a silent store made each wait database_timeout_seconds, and the
 # stop outlasted the orchestrator's grace.
 STOP_NOTE_SECONDS: Final = 5.0
+# The whole stop past the tool grace (replica.shutdown_grace_seconds), whatever the store does:
+# the runs' suspensions, their hand-back, the registration's removal and the store's close.
+# Helm's, Compose's and the unit's 40 s hold the default 20 s grace, this, and the exit.
+STOP_MARGIN_SECONDS: Final = 12.0
+# Of that margin, what the store's close is kept at least (it has whatever the rest left): a
+# close still waiting at the stop's deadline drops its connections.
+STOP_CLOSE_SECONDS: Final = 3.0
+# How long the runs a stop left (their suspension still being written) are given to fail once
+# the store's connections are dropped, so that what they log comes before the stop's last line.
+_LEFT_RUNS_SECONDS: Final = 1.0
 
 
-async def _noted(write: Awaitable[object]) -> bool:
-    """Whether ``write``, a store write a stop can do without, landed in time. One that did not
-    is left to end by itself: cancelling a PostgreSQL statement waits for the server too."""
+async def _noted(write: Awaitable[object], until: float | None = None) -> bool:
+    """Whether ``write``, a store write a stop can do without, landed in time (within
+    ``STOP_NOTE_SECONDS``, and before ``until``, the event loop's time). One that did not is
+    left to end by itself: cancelling a PostgreSQL statement waits for the server too."""
     import asyncio
 
     from bot.errors import StoreError
 
     task = asyncio.ensure_future(write)
     task.add_done_callback(_settled)
-    await asyncio.wait({task}, timeout=STOP_NOTE_SECONDS)
+    await asyncio.wait({task}, timeout=_left(STOP_NOTE_SECONDS, until))
     if not task.done():
         return False
     if isinstance(task.exception(), StoreError):
@@ -109,10 +122,43 @@ async def _noted(write: Awaitable[object]) -> bool:
     return True
 
 
+def _left(seconds: float, until: float | None) -> float:
+    """``seconds``, cut to what is left before ``until`` (the event loop's time), if given."""
+    import asyncio
+
+    if until is None:
+        return seconds
+    return max(0.0, min(seconds, until - asyncio.get_running_loop().time()))
+
+
 def _settled(task: asyncio.Future[Any]) -> None:
     """Retrieve a left write's outcome, so that a late failure is not logged as unretrieved."""
     if not task.cancelled():
         task.exception()
+
+
+async def _closed(store: Store, until: float) -> None:
+    """Close ``store`` by ``until`` (the event loop's time): a close still waiting on a silent
+    server then is cancelled, which drops its connections without a word to the server."""
+    import asyncio
+
+    closing = asyncio.ensure_future(store.close())
+    closing.add_done_callback(_settled)
+    await asyncio.wait({closing}, timeout=max(0.0, until - asyncio.get_running_loop().time()))
+    if closing.done():
+        return
+    closing.cancel()
+    await asyncio.wait({closing})
+
+
+async def _left_runs_ended(supervisor: Supervisor) -> None:
+    """Give the runs a stop left, whose store connections are gone now, a moment to fail and
+    say so; one still waiting for a connection is cancelled as the process ends."""
+    import asyncio
+
+    tasks = {live.task for live in supervisor.live.values() if live.task is not None}
+    if tasks:
+        await asyncio.wait(tasks, timeout=_LEFT_RUNS_SECONDS)
 
 
 @click.command(short_help="Serve the chat platforms and take work, until stopped.")
@@ -186,6 +232,10 @@ def serve(platforms: tuple[str, ...], port: int | None, host: str) -> None:
             log.info("%s", printable(line))  # the names in it come from Slack and Discord
         await stop.wait()
         grace = settings.replica.shutdown_grace_seconds
+        # One deadline for the whole stop, whatever the store does: a silent one made each of
+        # its waits a store timeout, and the orchestrator's kill came first.
+        ends = asyncio.get_running_loop().time() + grace + STOP_MARGIN_SECONDS
+        writes_end = ends - STOP_CLOSE_SECONDS
         # Said at once: the drain may take the whole grace, and the orchestrator's kill follows.
         log.info(
             "stopping on %s: not ready from now on; handing back %d live run(s), a command"
@@ -195,20 +245,29 @@ def serve(platforms: tuple[str, ...], port: int | None, host: str) -> None:
             grace,
         )
         # Marked first: through the grace, `kestrel replicas` and a refused resume say that its
-        # leases run out rather than that it drives their runs.
-        await _noted(rt.store.heartbeat(rt.owner, REPLICA_STOPPING))
+        # leases run out rather than that it drives their runs. Not waited for: a silent
+        # store would hold the grace back.
+        noting = asyncio.ensure_future(rt.store.heartbeat(rt.owner, REPLICA_STOPPING))
+        noting.add_done_callback(_settled)
         taker.stop()
         await scheduler.stop()
-        for run_id in await supervisor.shutdown(tool_grace=grace, hand_back=True):
-            await taker.submit_resume(run_id)  # handed back: another replica goes on
+        for run_id in await supervisor.shutdown(tool_grace=grace, hand_back=True, until=writes_end):
+            # Handed back: another replica goes on. Not queued, it is adopted as handed back.
+            if not await _noted(taker.submit_resume(run_id), writes_end):
+                break
         await front.stop()
         taking.cancel()
         taking.add_done_callback(_settled)
         # Not past the bound: a store statement it waits on may take as long to cancel.
-        await asyncio.wait({taking}, timeout=STOP_NOTE_SECONDS)
+        await asyncio.wait({taking}, timeout=_left(STOP_NOTE_SECONDS, writes_end))
         # Stopped cleanly: gone from `kestrel replicas` at once, not a minute later (with the
-        # store away, it drops off once its heartbeat is a minute old).
-        if await _noted(rt.store.forget_replica(rt.owner)):
+        # store away, it drops off once its heartbeat is a minute old). Not while the mark is
+        # still on its way, which, landing after, would register it again.
+        await _noted(noting, writes_end)
+        forgotten = noting.done() and await _noted(rt.store.forget_replica(rt.owner), writes_end)
+        await _closed(rt.store, ends)
+        await _left_runs_ended(supervisor)
+        if forgotten:
             log.info("stopped: live runs suspended and their leases released")
             return
         log.warning(

@@ -406,7 +406,9 @@ class Supervisor:
         for live in self.live.values():
             live.signals.interrupt.request(spare_tools=spare_tools, hand_back=hand_back)
 
-    async def shutdown(self, tool_grace: float = 0.0, *, hand_back: bool = False) -> list[str]:
+    async def shutdown(
+        self, tool_grace: float = 0.0, *, hand_back: bool = False, until: float | None = None
+    ) -> list[str]:
         """Suspend every live run now, letting a tool under way finish for ``tool_grace``
         seconds first; wait for their tasks, and return the runs suspended only because of
         it (for another process to take on).
@@ -414,30 +416,43 @@ class Supervisor:
         ``hand_back`` (a replica stopping): each run suspends ``handed_back``, which any
         replica's sweep adopts (``ORPHANED_RUNS``), so that one is not lost if this process
         dies before it queues their resumes.
+
+        ``until`` (the event loop's time): no wait past it. A run whose suspension is still
+        being written then is left to end by itself and is not returned: its lease, kept,
+        runs out, and another replica adopts it as after a kill.
         """
         self._stopping, self._hand_back = True, hand_back
         self.cancels.stopping()
         self._stopped.extend(self._tasks)
         self.interrupt_all(spare_tools=tool_grace > 0, hand_back=hand_back)
         if self._tasks and tool_grace > 0:
-            await asyncio.wait(list(self._tasks), timeout=tool_grace)
+            await asyncio.wait(list(self._tasks), timeout=_capped(tool_grace, until))
             self._say_tools_cut(tool_grace)
         # A run started while this one stops (a turn taken during the grace) is stopped and
         # handed back too (``_drive_on_task`` counts it), not stranded with no owner.
         while self._tasks:
             self.interrupt_all(hand_back=hand_back)
-            await asyncio.wait(list(self._tasks))
-        states = await asyncio.gather(*self._stopped, return_exceptions=True)
+            _, pending = await asyncio.wait(list(self._tasks), timeout=_capped(None, until))
+            if pending and _capped(None, until) == 0:
+                break
         handed_back = []
-        for state in states:
-            if not isinstance(state, RunState):
+        for task in self._stopped:
+            if not task.done() or task.cancelled() or task.exception() is not None:
                 continue
-            try:
-                if await self._for_another(state, hand_back):
-                    handed_back.append(state.run_id)
-            except StoreError:
-                handed_back.append(state.run_id)  # whoever takes it up looks again
+            if await self._in_time(self._for_another(task.result(), hand_back), until):
+                handed_back.append(task.result().run_id)
         return handed_back
+
+    async def _in_time(self, asked: Coroutine[Any, Any, bool], until: float | None) -> bool:
+        """``asked``'s answer, or True when the store fails or (past ``until``) has not
+        answered: whoever takes the run up looks again. One left unanswered ends by itself:
+        cancelling a PostgreSQL statement waits for the server too."""
+        task = asyncio.ensure_future(asked)
+        task.add_done_callback(_outcome_retrieved)
+        await asyncio.wait({task}, timeout=_capped(None, until))
+        if not task.done() or isinstance(task.exception(), StoreError):
+            return True
+        return task.result()
 
     def _say_tools_cut(self, grace: float) -> None:
         """One line per run whose tool outlived the grace and is about to be killed: on-call
@@ -830,3 +845,17 @@ def _prompter_for(state: RunState, prompter: Prompter | None) -> Prompter | None
     if prompter is None and state.started is not None and state.started.has_prompter:
         return DeferringPrompter()
     return prompter
+
+
+def _capped(seconds: float | None, until: float | None) -> float | None:
+    """``seconds`` (None: no bound), cut to what is left before ``until`` (the loop's time)."""
+    if until is None:
+        return seconds
+    left = max(0.0, until - asyncio.get_running_loop().time())
+    return left if seconds is None else min(seconds, left)
+
+
+def _outcome_retrieved(task: asyncio.Future[Any]) -> None:
+    """Retrieve a left read's outcome, so that a late failure is not logged as unretrieved."""
+    if not task.cancelled():
+        task.exception()

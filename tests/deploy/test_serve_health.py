@@ -22,6 +22,7 @@ import yaml
 from bot import wire
 from bot.cli.chat_cmd import STOP_NOTE_SECONDS
 from bot.domain import Session, new_id
+from storage.postgres import PostgresStore
 from storage.sqlite import SqliteStore
 from tests.deploy.kit import A_DATABASE, healthcheck_argv, one, render_chart
 from tests.fakes import discord_payloads as p
@@ -368,9 +369,13 @@ async def test_a_stop_with_the_store_silent_says_so_within_the_grace(tmp_path: P
             proxy.hold()
             process.send_signal(signal.SIGTERM)
             await until(lambda: _said(tmp_path / "stderr.log", "stopped"), timeout=60)
+            # Its last word comes once the store is closed: the process ends at once after it
+            # (a second SIGTERM then would find no handler left, and kill it).
+            await asyncio.to_thread(process.wait, timeout=10)
         finally:
-            process.send_signal(signal.SIGTERM)
-            await asyncio.to_thread(process.wait, timeout=60)
+            if process.poll() is None:
+                process.kill()
+                await asyncio.to_thread(process.wait, timeout=60)
             log.close()
             proxy.restore()
     err = (tmp_path / "stderr.log").read_text()
@@ -389,6 +394,106 @@ async def test_a_stop_with_the_store_silent_says_so_within_the_grace(tmp_path: P
     # A store write the stop gave up on ends by itself, and no one else's error is left: no
     # "Task exception was never retrieved" (tests/storage/test_postgres.py has the release's).
     assert "never retrieved" not in err and "Traceback" not in err, err
+
+
+# A catalog command that outlives any grace: what the stop gives up on.
+SLOW_CATALOG = {
+    "tools": [
+        {
+            "name": "slow_check",
+            "description": "a check that takes a minute",
+            "command": ["/bin/sh", "./slow.sh"],
+            "parameters": {"type": "object", "properties": {}},
+            "env": ["MARK_FILE"],
+            "timeout": 120,
+        }
+    ]
+}
+SLOW_SCRIPT: list[dict[str, Any]] = [
+    {"text": "checking", "calls": [{"name": "slow_check", "arguments": {}}]},
+    {"text": "checked"},
+]
+STOP_GRACE = 2.0  # replica.shutdown_grace_seconds, short so that the test is quick
+# What a stop may take past the grace: Helm's, Compose's and systemd's 40 s hold the default
+# 20 s grace and this.
+STOP_MARGIN = 15.0
+
+
+async def test_a_stop_with_the_store_silent_and_a_command_under_way_ends_within_the_grace(
+    tmp_path: Path,
+) -> None:
+    # A run's command under way at the stop: its suspension, the read of what to hand back,
+    # the replica's removal and the store's close each waited on the silent store in turn, and
+    # the stop took grace + about 40 s, past the orchestrator's kill.
+    dsn = postgres_dsn()
+    (tmp_path / "catalog.yaml").write_text(yaml.safe_dump(SLOW_CATALOG))
+    (tmp_path / "slow.sh").write_text('echo started >> "$MARK_FILE"\nsleep 60\n')
+    mark = tmp_path / "started.txt"
+    config = tmp_path / "kestrel.yaml"
+    settings = {
+        "model": {"provider": "openai", "name": "fake", "max_retries": 0},
+        "tools": ["catalog.yaml"],
+        "replica": {"shutdown_grace_seconds": STOP_GRACE},
+    }
+    config.write_text(yaml.safe_dump(settings))
+    async with (
+        FakeOpenAI(SLOW_SCRIPT) as model,
+        postgres_schema(dsn) as schema,
+        proxied_dsn(dsn) as (proxied, proxy),
+    ):
+        env = serve_env(
+            config,
+            "http://127.0.0.1:9",
+            KESTREL_DATABASE_URL=f"{proxied}?schema={schema}",
+            OPENAI_BASE_URL=model.base_url,
+            OPENAI_API_KEY="test",
+            MARK_FILE=str(mark),
+        )
+        port = free_port()
+        log = (tmp_path / "stderr.log").open("w+")
+        process = subprocess.Popen(  # noqa: ASYNC220 - a process that outlives this call
+            [*KESTREL, "serve", "--port", str(port)], env=env, cwd=tmp_path, stderr=log, text=True
+        )
+        try:
+            await wait_healthy(port, process)
+            await until(lambda: _status_is(port, "/readyz", 200), timeout=20)
+            await _start_a_postgres_run(f"{dsn}?schema={schema}")
+            await until(mark.exists, timeout=30)
+            proxy.hold()
+            process.send_signal(signal.SIGTERM)
+            await until(lambda: _said(tmp_path / "stderr.log", "stopped"), timeout=90)
+            await asyncio.to_thread(process.wait, timeout=10)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                await asyncio.to_thread(process.wait, timeout=60)
+            log.close()
+            proxy.restore()
+    err = (tmp_path / "stderr.log").read_text()
+    lines = log_records(err, "text")
+    said = {
+        r["message"].split(":")[0].split(",")[0]: r for r in lines if r["logger"] == "kestrel.serve"
+    }
+    began, ended = said["stopping on SIGTERM"], said["stopped"]
+    assert "handing back 1 live run(s)" in began["message"], err
+    assert lines[-1] == ended, err
+    assert "the store did not answer" in ended["message"] and ended["level"] == "warning", err
+    took = _seconds(ended["ts"]) - _seconds(began["ts"])
+    assert took < STOP_GRACE + STOP_MARGIN, err
+    assert process.returncode == 0, err
+    assert "never retrieved" not in err and "Traceback" not in err, err
+
+
+async def _start_a_postgres_run(database: str) -> None:
+    """Queue a run's start on PostgreSQL as a chat adapter on any replica does."""
+    store = PostgresStore(database.split("?")[0], schema=database.split("schema=")[1])
+    await store.migrate()
+    try:
+        session = wire.to_plain(Session(id=new_id("ses"), platform="test"))
+        payload = {"run_id": new_id("run"), "prompt": "is it fine?", "session": session}
+        await store.enqueue_work("start", {**payload, "requested_by": "U0REQ"})
+    finally:
+        await store.close()
 
 
 def _said(path: Path, words: str) -> bool:
