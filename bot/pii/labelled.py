@@ -969,8 +969,14 @@ def find_aws_secret(src: ScanText) -> Iterator[PiiHit]:
 # a value that looks generated: one shorter than the 20 characters the encoded-run finder needs,
 # or one its dashes cut into short runs (a UUID). Found from the key's last word, which str.find
 # skips to in C; "key" counts only after a word that makes it a secret's (api, access, app...).
+# Each word with what may follow it (credentials' plural, Rails's secret_key_base) and the
+# separator after that: one pattern a word, whose literal prefix the engine skips to in C, so a
+# "key" inside "monkey" or "keys" costs no Python.
 _KEYED_WORDS = ("secret", "token", "passphrase", "credential", "key", "auth")
-_KEYED_AFTER = frozenset(":=>\"' \t\\")
+_KEYED_LABELS = tuple(
+    (word, on_use(rf"{word}(?:s(?<=credentials))?+(?:_base)?+(?=[:=>\"' \t\\])"))
+    for word in _KEYED_WORDS
+)
 _KEYED_VALUE = on_use(
     r"(?:\\*[\"'])?[ \t]*+(?:=>|[:=])[ \t]*+(?:\\*[\"'])?"
     r"(?P<value>[^\s\x00-\x1f\"'`\\,;&<>()\[\]{}|]{6,}+)"
@@ -1000,18 +1006,12 @@ _MEASURE = on_use(
 def _keyed_labels(lower: str) -> list[tuple[int, str]]:
     """Where each secret-naming key's last word ends, and the word, in the order of the text."""
     ends: list[tuple[int, str]] = []
-    for word in _KEYED_WORDS:
-        position = lower.find(word)
-        while position >= 0:
-            end = position + len(word)
-            if word == "credential" and lower.startswith("s", end):
-                end += 1
-            if lower.startswith("_base", end):
-                end += len("_base")  # Rails's secret_key_base
-            after = lower[end : end + 1]  # "" at the text's end, which is no separator
-            if after in _KEYED_AFTER and (word != "key" or _secret_key_name(lower, position)):
-                ends.append((end, word))
-            position = lower.find(word, end)
+    for word, label in _KEYED_LABELS:
+        if word not in lower:
+            continue  # a C search, and the pattern left uncompiled
+        for match in label.finditer(lower):
+            if word != "key" or _secret_key_name(lower, match.start()):
+                ends.append((match.end(), word))
     return sorted(ends)
 
 
