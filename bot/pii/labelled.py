@@ -82,7 +82,9 @@ def find_keyvalue_passwords(src: ScanText) -> Iterator[PiiHit]:
     text = src.text
     covered = 0  # the end of the last value: a key inside it is part of that secret
     lower = src.lower
-    for key in finditer_with(_PASSWORD_KEY, lower, "pass", "pwd"):
+    if not (src.holds("pass") or src.holds("pwd")):
+        return
+    for key in _PASSWORD_KEY.finditer(lower):
         if key.start() < covered:
             continue  # each key scanning to the end again would be quadratic in the text
         if not _password_key(text, key.start()):
@@ -544,14 +546,14 @@ def _worded_password(lower: str, word: re.Match[str], netrc: bool) -> bool:
 def find_worded_passwords(src: ScanText) -> Iterator[PiiHit]:
     """The password after --password, SQL's IDENTIFIED BY or PASSWORD, or .netrc's password."""
     text, lower = src.text, src.lower
-    netrc = "machine" in lower or "default" in lower  # a C search before any regex
-    keys = [
-        w.end()
-        for w in finditer_with(_PASSWORD_WORD, lower, "pass")
-        if _worded_password(lower, w, netrc)
-    ]
+    passwords = src.holds("pass")
+    # C searches for the netrc words only where a password could be.
+    netrc = passwords and ("machine" in lower or "default" in lower)
+    words = _PASSWORD_WORD.finditer(lower) if passwords else ()
+    keys = [w.end() for w in words if _worded_password(lower, w, netrc)]
     keys += [by.end() for by in finditer_with(_IDENTIFIED_BY, lower, "identified")]
-    keys += [dash.end() for dash in finditer_with(_SINGLE_DASH_PASS, lower, "pass")]
+    if passwords:
+        keys += [dash.end() for dash in _SINGLE_DASH_PASS.finditer(lower)]
     for end in keys:
         value = _WORDED_VALUE.match(text, end)
         if value is None:
@@ -954,7 +956,7 @@ _AWS_SECRET_VALUE = on_use(
 def find_aws_secret(src: ScanText) -> Iterator[PiiHit]:
     """A 40-character AWS secret access key after an aws_secret_access_key-like label."""
     lower = src.lower
-    if "secret" not in lower:  # a long literal: str's search skips most of the text
+    if not src.holds("secret"):  # a long literal: str's search skips most of the text
         return
     for label in _AWS_SECRET_LABEL.finditer(lower):
         aws_named = lower[max(0, label.start() - 4) : label.start()].rstrip("_-").endswith("aws")
@@ -1003,11 +1005,12 @@ _MEASURE = on_use(
 )
 
 
-def _keyed_labels(lower: str) -> list[tuple[int, str]]:
+def _keyed_labels(src: ScanText) -> list[tuple[int, str]]:
     """Where each secret-naming key's last word ends, and the word, in the order of the text."""
+    lower = src.lower
     ends: list[tuple[int, str]] = []
     for word, label in _KEYED_LABELS:
-        if word not in lower:
+        if not src.holds(word):
             continue  # a C search, and the pattern left uncompiled
         for match in label.finditer(lower):
             if word != "key" or _secret_key_name(lower, match.start()):
@@ -1028,7 +1031,7 @@ def find_keyed_secrets(src: ScanText) -> Iterator[PiiHit]:
     short (six characters or more): token: 9f8e7d6c5b4a, "api key: <a UUID>"."""
     text, lower = src.text, src.lower
     covered = 0  # the end of the last value: a key inside it is part of that value
-    for label, word in _keyed_labels(lower):
+    for label, word in _keyed_labels(src):
         if label < covered:
             continue
         name = _run_start(lower, label, _KEYED_NAME_CHARS, 64)

@@ -203,7 +203,7 @@ def fold(text: str) -> tuple[str, _Resizes | None]:
 class ScanText:
     """The text under scan and the views of it that recognizers share, each built once."""
 
-    __slots__ = ("_ascii", "_encoded", "_lower", "_resizes", "_shape", "text")
+    __slots__ = ("_ascii", "_encoded", "_held", "_lower", "_resizes", "_shape", "text")
 
     def __init__(self, text: str) -> None:
         self._resizes: _Resizes | None = None
@@ -221,6 +221,7 @@ class ScanText:
         self._lower: str | None = None
         self._shape: bytes | None = None
         self._encoded: bytes | None = None
+        self._held: dict[str, bool] = {}
 
     @property
     def lower(self) -> str:
@@ -228,6 +229,14 @@ class ScanText:
         if self._lower is None:
             self._lower = self.text.lower()
         return self._lower
+
+    def holds(self, word: str) -> bool:
+        """Whether the lower-case text holds ``word``: a C search, done once a text however
+        many recognizers ask (several look for "pass" or "secret" before their regexes)."""
+        held = self._held.get(word)
+        if held is None:
+            held = self._held[word] = word in self.lower
+        return held
 
     def _bytes(self) -> bytes:
         # The text is ASCII here (folding made it so): one byte a character, same offsets.
