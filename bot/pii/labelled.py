@@ -856,11 +856,14 @@ _PHP_DEFINE = on_use(
     r"define\([ \t]*['\"](?P<name>[A-Za-z_][A-Za-z0-9_]{0,63}+)['\"][ \t]*,[ \t]*"
     r"(?:'(?P<sq>[^'\r\n]{1,256}+)'|\"(?P<dq>[^\"\r\n]{1,256}+)\")"
 )
+# Each with whether its matches hold key=" or name=" (looked for once for both), and literals
+# one of which each of its matches holds besides (none: those are all it needs).
+_NAMED_LITERALS = ('key="', 'name="')
 _MARKUP_PATTERNS = (
-    (_XML_ELEMENT, ("</",)),
-    (_NAMED_ATTRIBUTE, ('key="', 'name="')),
-    (_NAMED_ELEMENT, ("<entry", "<property")),
-    (_PHP_DEFINE, ("define(",)),
+    (_XML_ELEMENT, False, ("</",)),
+    (_NAMED_ATTRIBUTE, True, ()),
+    (_NAMED_ELEMENT, True, ("<entry", "<property")),
+    (_PHP_DEFINE, False, ("define(",)),
 )
 
 
@@ -868,8 +871,12 @@ def find_markup_secrets(src: ScanText) -> Iterator[PiiHit]:
     """The text of an XML element named for a secret, the value of an element whose key or
     name attribute is one, and of a PHP constant so named."""
     text = src.text
-    for pattern, literals in _MARKUP_PATTERNS:
-        for match in finditer_with(pattern, text, *literals):
+    named = any(literal in text for literal in _NAMED_LITERALS)  # C searches, once for two
+    for pattern, needs_named, literals in _MARKUP_PATTERNS:
+        if needs_named and not named:
+            continue
+        found = finditer_with(pattern, text, *literals) if literals else pattern.finditer(text)
+        for match in found:
             name = match.group("name").rpartition(":")[2]
             group = match.lastgroup or "value"
             value = match.group(group)
