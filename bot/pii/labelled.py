@@ -552,8 +552,9 @@ def find_worded_passwords(src: ScanText) -> Iterator[PiiHit]:
     words = _PASSWORD_WORD.finditer(lower) if passwords else ()
     keys = [w.end() for w in words if _worded_password(lower, w, netrc)]
     keys += [by.end() for by in finditer_with(_IDENTIFIED_BY, lower, "identified")]
-    if passwords:
-        keys += [dash.end() for dash in _SINGLE_DASH_PASS.finditer(lower)]
+    if passwords:  # the pattern starts at every "-": these literals first, one in each match
+        dashes = finditer_with(_SINGLE_DASH_PASS, lower, "-pass", "storepass", "keypass")
+        keys += [dash.end() for dash in dashes]
     for end in keys:
         value = _WORDED_VALUE.match(text, end)
         if value is None:
