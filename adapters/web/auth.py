@@ -149,7 +149,7 @@ _TOKEN_OF: Mapping[str, Callable[[bytes], bytes]] = {
 }
 
 
-def _challenge(
+def challenge(
     response: web.Response, config: WebConfig, error: str = "", *, basic: bool = True
 ) -> web.Response:
     """``response`` asking for the token: as a bearer, and (``basic``) as a Basic login's
@@ -182,13 +182,13 @@ def authorize(
         if not (basic and linked):
             response = refusal(401, "That token is not valid.")
             # A bearer's client is told in its own scheme; a browser's login is asked again.
-            return _challenge(response, config, "invalid_token", basic=basic)
+            return challenge(response, config, "invalid_token", basic=basic)
     if linked:
         expires, signature = query.get("exp", ""), query.get("sig", "")
         if run_id and config.signer and config.signer.valid(run_id, expires, signature):
             return Access(operator=False, run_id=run_id, query=f"exp={expires}&sig={signature}")
         return refusal(403, "This link is not valid: it was altered, or it has expired.")
-    return _challenge(refusal(401, _unauthorized(config)), config)
+    return challenge(refusal(401, _unauthorized(config)), config)
 
 
 def _unauthorized(config: WebConfig) -> str:

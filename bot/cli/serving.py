@@ -174,7 +174,7 @@ class ChatFront:
     def _metrics_route(
         self, config: WebConfig
     ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
-        from adapters.web.auth import bearer_ok, refusal
+        from adapters.web.auth import bearer_ok, challenge, refusal
         from bot.replica.health import ReadinessGauges
         from bot.replica.metrics import CONTENT_TYPE, Metrics
 
@@ -191,7 +191,9 @@ class ChatFront:
             if not config.metrics_public and not config.token:
                 return refusal(403, METRICS_OFF)  # no token anyone could send: say what to set
             if not config.metrics_public and not bearer_ok(request, config):
-                return refusal(401, "Authorization required (the operators' bearer token).")
+                # As the pages ask: a browser that opens /metrics first asks its person too.
+                said = refusal(401, "Authorization required (the operators' bearer token).")
+                return challenge(said, config)
             await health.check()  # kestrel_ready says what /readyz would say now
             body = await metrics.render()
             return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})

@@ -111,6 +111,13 @@ async def test_pages_and_metrics_of_a_finished_run(tmp_path: Path) -> None:
                 await _long_page_while_healthy(http, base, bearer)
                 async with http.get(f"{base}/metrics") as response:
                     assert response.status == 401
+                    # Opened first in a browser, it asks for the login the pages take.
+                    challenges = response.headers.getall("WWW-Authenticate")
+                    assert challenges[0].startswith("Bearer")
+                    assert 'Basic realm="kestrel", charset="UTF-8"' in challenges
+                login = {"Authorization": aiohttp.encode_basic_auth("anyone", TOKEN)}
+                async with http.get(f"{base}/metrics", headers=login) as response:
+                    assert response.status == 200
                 async with http.get(f"{base}/metrics", headers=bearer) as response:
                     assert response.status == 200
                     text = await response.text()
