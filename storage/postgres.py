@@ -25,6 +25,7 @@ from bot.config.sources import (
 from bot.domain import utcnow
 from bot.errors import StoreError
 from bot.journal.entries import Entry
+from bot.waits import outcome_retrieved
 from storage import sql
 from storage.common import (
     Refusal,
@@ -161,18 +162,12 @@ class _Acquired:
         # way), but a caller cancelled meanwhile (a stop) leaves its failure to no one, and
         # asyncio logs it as never retrieved. Ours to see, then: shielded as asyncpg does.
         releasing = asyncio.ensure_future(self._pool.release(self._conn))
-        releasing.add_done_callback(_outcome_seen)
+        releasing.add_done_callback(outcome_retrieved)
         if isinstance(exc, asyncio.CancelledError):
             # Stopped: the release goes on by itself. Waited for, a silent server held the
             # stop a statement's whole timeout, and its failure then replaced the cancel.
             return
         await asyncio.shield(releasing)
-
-
-def _outcome_seen(task: asyncio.Future[None]) -> None:
-    """Retrieve a release's failure: its caller raised it, or was stopped and needs it no more."""
-    if not task.cancelled():
-        task.exception()
 
 
 class SchemaNameError(StoreError, ValueError):

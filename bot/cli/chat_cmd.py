@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 import sys
 from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 import click
 
@@ -21,8 +21,6 @@ from bot.cli.common import (
 from bot.cli.driving import hold_sigterm, on_stop_signals
 
 if TYPE_CHECKING:
-    import asyncio
-
     from bot.config.settings import Settings
     from bot.run.runtime import Runtime
     from bot.run.supervisor import Supervisor
@@ -110,10 +108,11 @@ async def _noted(write: Awaitable[object], until: float | None = None) -> bool:
     import asyncio
 
     from bot.errors import StoreError
+    from bot.waits import outcome_retrieved, time_left
 
     task = asyncio.ensure_future(write)
-    task.add_done_callback(_settled)
-    await asyncio.wait({task}, timeout=_left(STOP_NOTE_SECONDS, until))
+    task.add_done_callback(outcome_retrieved)
+    await asyncio.wait({task}, timeout=time_left(until, STOP_NOTE_SECONDS))
     if not task.done():
         return False
     if isinstance(task.exception(), StoreError):
@@ -122,29 +121,16 @@ async def _noted(write: Awaitable[object], until: float | None = None) -> bool:
     return True
 
 
-def _left(seconds: float, until: float | None) -> float:
-    """``seconds``, cut to what is left before ``until`` (the event loop's time), if given."""
-    import asyncio
-
-    if until is None:
-        return seconds
-    return max(0.0, min(seconds, until - asyncio.get_running_loop().time()))
-
-
-def _settled(task: asyncio.Future[Any]) -> None:
-    """Retrieve a left write's outcome, so that a late failure is not logged as unretrieved."""
-    if not task.cancelled():
-        task.exception()
-
-
 async def _closed(store: Store, until: float) -> None:
     """Close ``store`` by ``until`` (the event loop's time): a close still waiting on a silent
     server then is cancelled, which drops its connections without a word to the server."""
     import asyncio
 
+    from bot.waits import outcome_retrieved, time_left
+
     closing = asyncio.ensure_future(store.close())
-    closing.add_done_callback(_settled)
-    await asyncio.wait({closing}, timeout=max(0.0, until - asyncio.get_running_loop().time()))
+    closing.add_done_callback(outcome_retrieved)
+    await asyncio.wait({closing}, timeout=time_left(until))
     if closing.done():
         return
     closing.cancel()
@@ -189,6 +175,7 @@ def serve(platforms: tuple[str, ...], port: int | None, host: str) -> None:
     from bot.replica.work import WorkTaker
     from bot.run.supervisor import Supervisor
     from bot.text import printable
+    from bot.waits import outcome_retrieved, time_left
 
     hold_sigterm()  # one that comes while starting stops the replica once started
     settings = settings_of(click.get_current_context())
@@ -248,7 +235,7 @@ def serve(platforms: tuple[str, ...], port: int | None, host: str) -> None:
         # leases run out rather than that it drives their runs. Not waited for: a silent
         # store would hold the grace back.
         noting = asyncio.ensure_future(rt.store.heartbeat(rt.owner, REPLICA_STOPPING))
-        noting.add_done_callback(_settled)
+        noting.add_done_callback(outcome_retrieved)
         taker.stop()
         await scheduler.stop()
         for run_id in await supervisor.shutdown(tool_grace=grace, hand_back=True, until=writes_end):
@@ -257,9 +244,9 @@ def serve(platforms: tuple[str, ...], port: int | None, host: str) -> None:
                 break
         await front.stop()
         taking.cancel()
-        taking.add_done_callback(_settled)
+        taking.add_done_callback(outcome_retrieved)
         # Not past the bound: a store statement it waits on may take as long to cancel.
-        await asyncio.wait({taking}, timeout=_left(STOP_NOTE_SECONDS, writes_end))
+        await asyncio.wait({taking}, timeout=time_left(writes_end, STOP_NOTE_SECONDS))
         # Stopped cleanly: gone from `kestrel replicas` at once, not a minute later (with the
         # store away, it drops off once its heartbeat is a minute old). Not while the mark is
         # still on its way, which, landing after, would register it again.

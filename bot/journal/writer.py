@@ -10,6 +10,7 @@ from bot.errors import StaleEpoch
 from bot.journal.entries import Entry
 from bot.journal.fold import RunState, apply
 from bot.journal.log import JournalLog
+from bot.waits import outcome_retrieved
 
 
 class TakenOver(Exception):
@@ -96,7 +97,7 @@ class RunJournal:
                     # Every failure is seen, the first one is raised. An entry still being
                     # written fails too once one before it did (a store writes a run's entries
                     # in order): seen when it settles, or asyncio logs it as never retrieved.
-                    done.add_done_callback(_seen)
+                    done.add_done_callback(outcome_retrieved)  # its flush raised the first
             for needed, callback in callbacks:
                 if needed <= durable:
                     callback()
@@ -111,9 +112,3 @@ class RunJournal:
         if self._clock() < self._sure_until:
             return True
         return await self.store.current_epoch(self.run_id) == self.epoch
-
-
-def _seen(done: asyncio.Future[None]) -> None:
-    """Mark a settled append's failure as retrieved (its flush raised the first one)."""
-    if not done.cancelled():
-        done.exception()

@@ -54,6 +54,7 @@ from bot.run.cancel import cancel_key as cancel_key  # where callers have always
 from bot.run.context import RunContext
 from bot.run.loop import AgentLoop, LoopDeps, Signals
 from bot.run.runtime import Runtime
+from bot.waits import outcome_retrieved, time_left
 
 log = logging.getLogger("kestrel.supervisor")
 
@@ -426,14 +427,14 @@ class Supervisor:
         self._stopped.extend(self._tasks)
         self.interrupt_all(spare_tools=tool_grace > 0, hand_back=hand_back)
         if self._tasks and tool_grace > 0:
-            await asyncio.wait(list(self._tasks), timeout=_capped(tool_grace, until))
+            await asyncio.wait(list(self._tasks), timeout=time_left(until, tool_grace))
             self._say_tools_cut(tool_grace)
         # A run started while this one stops (a turn taken during the grace) is stopped and
         # handed back too (``_drive_on_task`` counts it), not stranded with no owner.
         while self._tasks:
             self.interrupt_all(hand_back=hand_back)
-            _, pending = await asyncio.wait(list(self._tasks), timeout=_capped(None, until))
-            if pending and _capped(None, until) == 0:
+            _, pending = await asyncio.wait(list(self._tasks), timeout=time_left(until))
+            if pending and time_left(until) == 0:
                 break
         handed_back = []
         for task in self._stopped:
@@ -448,8 +449,8 @@ class Supervisor:
         answered: whoever takes the run up looks again. One left unanswered ends by itself:
         cancelling a PostgreSQL statement waits for the server too."""
         task = asyncio.ensure_future(asked)
-        task.add_done_callback(_outcome_retrieved)
-        await asyncio.wait({task}, timeout=_capped(None, until))
+        task.add_done_callback(outcome_retrieved)
+        await asyncio.wait({task}, timeout=time_left(until))
         if not task.done() or isinstance(task.exception(), StoreError):
             return True
         return task.result()
@@ -845,17 +846,3 @@ def _prompter_for(state: RunState, prompter: Prompter | None) -> Prompter | None
     if prompter is None and state.started is not None and state.started.has_prompter:
         return DeferringPrompter()
     return prompter
-
-
-def _capped(seconds: float | None, until: float | None) -> float | None:
-    """``seconds`` (None: no bound), cut to what is left before ``until`` (the loop's time)."""
-    if until is None:
-        return seconds
-    left = max(0.0, until - asyncio.get_running_loop().time())
-    return left if seconds is None else min(seconds, left)
-
-
-def _outcome_retrieved(task: asyncio.Future[Any]) -> None:
-    """Retrieve a left read's outcome, so that a late failure is not logged as unretrieved."""
-    if not task.cancelled():
-        task.exception()

@@ -1,0 +1,22 @@
+"""Bounded waits: the time left before a deadline, and the outcome of what a wait leaves."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+
+def time_left(until: float | None, at_most: float | None = None) -> float | None:
+    """``at_most`` seconds (None: no bound), cut to what is left before ``until`` (the running
+    loop's time; None: no deadline)."""
+    if until is None:
+        return at_most
+    left = max(0.0, until - asyncio.get_running_loop().time())
+    return left if at_most is None else min(at_most, left)
+
+
+def outcome_retrieved(future: asyncio.Future[Any]) -> None:
+    """A done callback retrieving a future's failure, which its waiter raised already or no
+    longer waits for: asyncio would log it as never retrieved."""
+    if not future.cancelled():
+        future.exception()
