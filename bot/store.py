@@ -227,6 +227,12 @@ class OnceMarks(Protocol):
         """Whether ``key`` was claimed (a cancel asked of the replica that drives a run)."""
         ...
 
+    async def first_marked(self, key: str, at: datetime) -> datetime:
+        """Mark ``key`` as made at ``at`` unless it was marked before; when it was first marked
+        (the first caller's ``at``, read alike by every caller: when a scheduled prompt was
+        first seen)."""
+        ...
+
 
 class WorkQueue(Protocol):
     """Inbound turns and resumes for any replica to take."""
@@ -242,12 +248,18 @@ class WorkQueue(Protocol):
         ...
 
     async def take_once(
-        self, key: str, kind: str, payload: dict[str, Any], owner: str
+        self,
+        key: str,
+        kind: str,
+        payload: dict[str, Any],
+        owner: str,
+        *,
+        also: Sequence[str] = (),
     ) -> int | None:
-        """Mark ``key`` for good and queue ``payload`` as ``kind`` work already taken by
-        ``owner``, in one commit (a scheduled prompt's occurrence and the run it starts); the
-        item's id, or None when ``key`` was marked before. Others retake the item only once
-        ``owner`` died."""
+        """Mark ``key`` (and every key of ``also``) for good and queue ``payload`` as ``kind``
+        work already taken by ``owner``, in one commit (a scheduled prompt's occurrence and the
+        run it starts); the item's id, or None when any of the keys was marked before (then
+        none is marked). Others retake the item only once ``owner`` died."""
         ...
 
     async def take_work(

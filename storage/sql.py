@@ -378,6 +378,7 @@ MARK_ONCE: Final = """
 INSERT INTO once_keys(key, at) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING RETURNING true
 """
 MARKED: Final = "SELECT true FROM once_keys WHERE key = $1"
+MARKED_AT: Final = "SELECT at FROM once_keys WHERE key = $1"
 # A mark that comes with work (a chat delivery, a scheduled occurrence): a key that stands
 # already refuses it (a unique violation), and with it the whole transaction: nothing is queued.
 MARK_DELIVERY: Final = "INSERT INTO once_keys(key, at) VALUES ($1, $2)"

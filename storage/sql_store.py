@@ -423,6 +423,12 @@ class SqlStore(ABC):
         """Whether ``key`` was claimed."""
         return bool(await self._read("marked", sql.MARKED, (key,)))
 
+    async def first_marked(self, key: str, at: datetime) -> datetime:
+        """Mark ``key`` at ``at`` unless it is marked; when it was first marked."""
+        steps: list[Step] = [(sql.MARK_ONCE, (key, self._stamp(at))), (sql.MARKED_AT, (key,))]
+        rows = await self._transaction("first_marked", steps)
+        return self._dialect.moment(rows[1][0][0])
+
     # -- work and replicas -------------------------------------------------------------------
 
     async def accept_delivery(self, key: str, payload: dict[str, Any], owner: str) -> int | None:
@@ -431,24 +437,29 @@ class SqlStore(ABC):
         return await self.take_once(key, "inbound", payload, owner)
 
     async def take_once(
-        self, key: str, kind: str, payload: dict[str, Any], owner: str
+        self,
+        key: str,
+        kind: str,
+        payload: dict[str, Any],
+        owner: str,
+        *,
+        also: Sequence[str] = (),
     ) -> int | None:
-        """Mark ``key`` and queue ``payload`` as ``kind`` work taken by ``owner``, in one
-        transaction; the item's id, or None when ``key`` was marked before (nothing queued)."""
+        """Mark ``key`` and ``also`` and queue ``payload`` as ``kind`` work taken by ``owner``,
+        in one transaction; the item's id, or None when any key was marked before (nothing
+        marked, nothing queued)."""
 
         def repeat(violation: Violation) -> StoreError:  # noqa: ARG001
             return _Repeat(key)
 
         now = self._now()
-        steps: list[Step] = [
-            (sql.MARK_DELIVERY, (key, now)),
-            (sql.ENQUEUE_TAKEN_WORK, (kind, work_payload(kind, payload), now, owner)),
-        ]
+        steps: list[Step] = [(sql.MARK_DELIVERY, (mark, now)) for mark in (key, *also)]
+        steps.append((sql.ENQUEUE_TAKEN_WORK, (kind, work_payload(kind, payload), now, owner)))
         try:
             rows = await self._transaction("accept_delivery", steps, repeat)
         except _Repeat:
             return None
-        return int(rows[1][0][0])
+        return int(rows[-1][0][0])
 
     async def take_work(
         self, owner: str, limit: int = 10, retake_after: float = 60.0

@@ -4,14 +4,23 @@ The store is the truth: deadlines live on the requests, and every firing goes th
 conditional write (``decide``, ``mark_once``, or ``take_once`` for a scheduled prompt), so a
 restart rebuilds the jobs from the store and two processes sharing it never fire the same
 thing twice.
+
+A scheduled prompt is the one it was while it keeps its name, or its schedule and text
+(``PromptIdentity``): an occurrence is claimed under both, so neither a rename of an unchanged
+prompt nor new words under its name runs an occurrence again, and replicas of a rolling update
+that know it by either start it once. An occurrence missed while no replica ran is started
+late only if it fell after the store first saw the prompt (by either identity): a prompt added
+at 09:02 with a 09:00 cron starts at its next occurrence, not at once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
@@ -110,9 +119,10 @@ class Scheduler:
         commit: a replica that dies before the run exists leaves the work to another, where a
         bare mark would have left the occurrence claimed and its run never started."""
         prompt, _trigger = self.prompts[name]
-        key = f"cron:{name}:{at.isoformat()}"
+        keys = PromptIdentity.of(prompt).occurrence(at)
         start = scheduled_start(name, prompt.prompt)
-        work_id = await self.store.take_once(key, "start", start, self.supervisor.rt.owner)
+        owner = self.supervisor.rt.owner
+        work_id = await self.store.take_once(keys[0], "start", start, owner, also=keys[1:])
         if work_id is None:
             return None
         live = await self.supervisor.start_turn(
@@ -131,20 +141,22 @@ class Scheduler:
 
     async def _catch_up(self, name: str, now: datetime) -> None:
         """Start the latest occurrence of prompt ``name`` that fell within its grace before
-        ``now`` (while no replica ran), unless a replica took it then or takes it now; a store
-        failure is said, and the replica starts without it."""
+        ``now`` (while no replica ran) and after the store first saw the prompt, unless a
+        replica took it then or takes it now; a store failure is said, and the replica starts
+        without it."""
         prompt, trigger = self.prompts[name]
-        missed = latest_before(trigger, now, timedelta(seconds=prompt.grace_seconds))
-        if missed is None:
-            return
         try:
+            seen = await self._first_seen(prompt, now)
+            since = max(now - timedelta(seconds=prompt.grace_seconds), seen)
+            missed = latest_before(trigger, now, since)
+            if missed is None:
+                return
             live = await self.fire_prompt(name, missed)
         except StoreError as exc:
             log.warning(
-                "scheduled prompt %s: its %s occurrence fell while no replica ran and was not"
-                " started late: %s",
+                "scheduled prompt %s: an occurrence that fell while no replica ran may not"
+                " have been started late: %s",
                 name,
-                missed.isoformat(),
                 exc,
             )
             return
@@ -154,6 +166,12 @@ class Scheduler:
                 name,
                 missed.isoformat(),
             )
+
+    async def _first_seen(self, prompt: ScheduledPrompt, now: datetime) -> datetime:
+        """When the store first saw ``prompt`` by either of its identities (``now`` for one
+        never seen before: marked so, for every replica to read alike)."""
+        keys = PromptIdentity.of(prompt).seen()
+        return min([await self.store.first_marked(key, now) for key in keys])
 
     async def _remind(self, request: Request) -> bool:
         if not await self.store.mark_once(f"remind:{request.id}"):
@@ -198,17 +216,39 @@ class Scheduler:
         await self.fire_prompt(name, at)
 
 
-def latest_before(trigger: Trigger, now: datetime, grace: timedelta) -> datetime | None:
-    """The latest fire time of ``trigger`` in ``[now - grace, now)``, or None: searched by
-    halving (a cron fires on whole seconds), not by stepping through every occurrence, which
-    for a six-field cron and a long grace held the start for minutes."""
+@dataclass(frozen=True)
+class PromptIdentity:
+    """What makes a scheduled prompt the one it was: its name, or its schedule and text (its
+    cron's fields, however spaced, and its prompt exactly, as a digest)."""
+
+    name: str
+    content: str
+
+    @classmethod
+    def of(cls, prompt: ScheduledPrompt) -> PromptIdentity:
+        text = " ".join(prompt.cron.split()) + "\n" + prompt.prompt
+        return cls(prompt.name, hashlib.sha256(text.encode()).hexdigest()[:32])
+
+    def occurrence(self, at: datetime) -> tuple[str, str]:
+        """The once-keys of the occurrence ``at``: by name (as before identities had two
+        keys), and by schedule and text."""
+        return f"cron:{self.name}:{at.isoformat()}", f"cron-text:{self.content}:{at.isoformat()}"
+
+    def seen(self) -> tuple[str, str]:
+        """The once-keys that hold when the store first saw the prompt, by each identity."""
+        return f"cron-seen:name:{self.name}", f"cron-seen:text:{self.content}"
+
+
+def latest_before(trigger: Trigger, now: datetime, since: datetime) -> datetime | None:
+    """The latest fire time of ``trigger`` in ``[since, now)``, or None: searched by halving
+    (a cron fires on whole seconds), not by stepping through every occurrence, which for a
+    six-field cron and a long grace held the start for minutes."""
 
     def fires_before_now(after: datetime) -> datetime | None:
         at = trigger.get_next_fire_time(None, after)
         return at if at is not None and at < now else None
 
-    low = now - grace
-    first = fires_before_now(low)
+    first = fires_before_now(since)
     if first is None:
         return None
     # The latest is at or after ``first``: the last second ``s`` with a fire in [s, now).

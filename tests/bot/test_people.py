@@ -619,6 +619,8 @@ async def test_an_occurrence_missed_while_no_replica_ran_starts_within_its_grace
             Supervisor(rt), DeadlineSettings(), [prompt], store=rt.store, clock=lambda: now
         )
 
+    # A replica knew the prompt before 03:00 (one added later never starts 03:00 late).
+    await rt.store.first_marked("cron-seen:name:nightly", at - timedelta(minutes=10))
     for scheduler in (replica(), replica()):  # the second starts as the first did
         await scheduler.start()
         await scheduler.stop()
@@ -647,10 +649,12 @@ async def test_the_catch_up_finds_the_latest_occurrence_at_once_however_long_the
     taken: list[str] = []
     take_once = rt.store.take_once
 
-    async def noted(key: str, *args: Any) -> int | None:
+    async def noted(key: str, *args: Any, **kwargs: Any) -> int | None:
         taken.append(key)
-        return await take_once(key, *args)
+        return await take_once(key, *args, **kwargs)
 
+    # Known to the store for ten days of the grace: the search runs over those.
+    await rt.store.first_marked("cron-seen:name:tick", now - timedelta(days=10))
     monkeypatch.setattr(rt.store, "take_once", noted)
     scheduler = Scheduler(
         Supervisor(rt), DeadlineSettings(), [prompt], store=rt.store, clock=lambda: now
@@ -678,14 +682,16 @@ async def test_a_store_failure_in_the_catch_up_leaves_the_replica_scheduling(
     at = utcnow().replace(hour=3, minute=0, second=0, microsecond=0)
     now = at + timedelta(minutes=2)
 
-    async def away(*_args: Any) -> int | None:
+    async def away(*_args: Any, **_kwargs: Any) -> int | None:
         raise StoreError("the store is away")
 
-    monkeypatch.setattr(rt.store, "take_once", away)
     prompts = [
         ScheduledPrompt(name="nightly", cron="0 3 * * *", prompt="check nightly"),
         ScheduledPrompt(name="later", cron="0 4 * * *", prompt="check later"),
     ]
+    for seen in prompts:  # a replica knew them before 03:00
+        await rt.store.first_marked(f"cron-seen:name:{seen.name}", at - timedelta(minutes=10))
+    monkeypatch.setattr(rt.store, "take_once", away)
     scheduler = Scheduler(
         Supervisor(rt), DeadlineSettings(), prompts, store=rt.store, clock=lambda: now
     )
@@ -723,6 +729,8 @@ async def test_two_replicas_starting_together_on_postgres_start_the_missed_one_o
             Scheduler(Supervisor(rt), DeadlineSettings(), [prompt], store=store, clock=lambda: now)
         )
     try:
+        # A replica knew the prompt before 03:00 (one added later never starts 03:00 late).
+        await stores[0].first_marked("cron-seen:name:nightly", at - timedelta(minutes=10))
         await asyncio.gather(*(scheduler.start() for scheduler in schedulers))
         for scheduler in schedulers:
             await scheduler.stop()

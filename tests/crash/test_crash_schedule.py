@@ -34,8 +34,8 @@ async def replica(db: Path, owner: str) -> tuple[Runtime, Scheduler]:
 
 
 def dying_after_claim(claim: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
-    async def claimed(*args: Any) -> Any:
-        won = await claim(*args)
+    async def claimed(*args: Any, **kwargs: Any) -> Any:
+        won = await claim(*args, **kwargs)
         os.kill(os.getpid(), signal.SIGKILL)
         return won
 

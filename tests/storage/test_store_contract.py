@@ -1797,6 +1797,43 @@ async def test_an_occurrence_is_claimed_once_with_its_start(
     assert [(item.id, item.kind, item.payload) for item in retaken] == [(work_id, "start", start)]
 
 
+async def test_an_occurrence_claimed_under_one_of_its_keys_is_not_claimed_under_another(
+    backend: Backend,
+) -> None:
+    # A renamed prompt (new name, same schedule and text) shares its occurrence's second key.
+    first_store, second_store = await backend.open(), await backend.open()
+    start = {"run_id": "run_1", "prompt": "check the backups"}
+    at = "2026-01-02T03:00"
+
+    claims = await asyncio.gather(
+        first_store.take_once(f"cron:old:{at}", "start", start, "w1", also=(f"cron-text:D:{at}",)),
+        second_store.take_once(f"cron:new:{at}", "start", start, "w2", also=(f"cron-text:D:{at}",)),
+    )
+
+    assert claims.count(None) == 1, claims
+    # The refused claim marked nothing: its own name's key is still free.
+    assert await second_store.take_work("w3") == []
+    assert not await first_store.marked(f"cron:{'new' if claims[1] is None else 'old'}:{at}")
+
+
+async def test_a_key_is_first_marked_once_and_every_caller_reads_that_time(
+    backend: Backend,
+) -> None:
+    first_store, second_store = await backend.open(), await backend.open()
+    early = datetime(2026, 1, 2, 9, 2, 0, 123456, tzinfo=UTC)
+    later = early + timedelta(minutes=5)
+
+    seen = await asyncio.gather(
+        first_store.first_marked("cron-seen:name:nightly", early),
+        second_store.first_marked("cron-seen:name:nightly", early + timedelta(seconds=1)),
+    )
+
+    assert seen[0] == seen[1] and seen[0] in (early, early + timedelta(seconds=1)), seen
+    assert await second_store.first_marked("cron-seen:name:nightly", later) == seen[0]
+    assert await first_store.first_marked("cron-seen:name:other", later) == later
+    assert await first_store.marked("cron-seen:name:nightly")
+
+
 # -- what a run's end owes ----------------------------------------------------------------------
 
 
