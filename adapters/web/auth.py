@@ -13,6 +13,13 @@ With neither configured, every page is refused (never open). A missing bearer ge
 ``WWW-Authenticate: Bearer`` (and ``Basic``); a forged, altered or expired link gets 403 and
 shows nothing. A wrong Basic login beside a link (one a browser kept from before the token
 changed) leaves the link to decide; a wrong bearer is refused, link or not.
+
+A browser sends its login with whatever another site makes it ask for (a link, a frame, an
+image, a script, a ``fetch``). A request a browser says another site made (``Sec-Fetch-Site``
+other than ``same-origin`` or ``none``) counts no login: a signed link still opens its run
+(a chat message's link is opened from the chat's site), anything else gets 403; a person who
+followed another site's link is offered the same page from here, one click away. A client that
+sends no ``Sec-Fetch-Site`` (curl, Prometheus) is no browser, and is unaffected.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 
 from aiohttp import web
+from markupsafe import escape
 
 from bot.chat.contract import ConfigError, WebSettings
 from bot.chat.links import MIN_SECRET_BYTES, LinkSigner, RunLink, run_links
@@ -42,7 +50,14 @@ SECURITY_HEADERS: Mapping[str, str] = {
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-store",
     "X-Frame-Options": "DENY",
+    # No other site's page gets a response of this listener (an image, a script), nor a
+    # handle on the window of one it opened.
+    "Cross-Origin-Resource-Policy": "same-origin",
+    "Cross-Origin-Opener-Policy": "same-origin",
 }
+# What a browser says of a request its own person made (the address bar, a bookmark) or a
+# page of this listener made; anything else (``cross-site``, ``same-site``) another site made.
+_OWN_SITES = frozenset({"same-origin", "none"})
 
 
 @dataclass(frozen=True)
@@ -116,10 +131,11 @@ def secure(headers: MutableMapping[str, str]) -> None:
 
 def bearer_ok(request: web.BaseRequest, config: WebConfig) -> bool:
     """Whether the request carries the operators' token, as a bearer or, to a read (GET,
-    HEAD), as a Basic login's password (constant-time comparison)."""
+    HEAD), as a Basic login's password (constant-time comparison), and no other site made
+    it."""
     scheme, _, value = request.headers.get("Authorization", "").partition(" ")
     token_of = _TOKEN_OF.get(scheme.lower())
-    if not config.token or token_of is None:
+    if not config.token or token_of is None or from_elsewhere(request):
         return False
     # A browser sends its login with whatever any site makes it send, a posted form too: the
     # login opens reads alone, so that a route which changes something is never opened by it.
@@ -127,6 +143,37 @@ def bearer_ok(request: web.BaseRequest, config: WebConfig) -> bool:
         return False
     given = token_of(value.strip().encode("utf-8", "surrogateescape"))
     return hmac.compare_digest(given, config.token.encode("utf-8", "surrogateescape"))
+
+
+def from_elsewhere(request: web.BaseRequest) -> bool:
+    """Whether a browser says another site's page made the request (``Sec-Fetch-Site``); a
+    request that says nothing is from no browser, or its person."""
+    site = request.headers.get("Sec-Fetch-Site")
+    return site is not None and site.strip().lower() not in _OWN_SITES
+
+
+def elsewhere(request: web.BaseRequest) -> web.Response:
+    """The refusal of a request another site made: 403; to a person who followed another
+    site's link, a page offering the same address from here (a link of this listener, which
+    the browser then sends with its login)."""
+    said = "Another site opened this page, and the run pages take no login with what another"
+    said += " site asks for"
+    navigated = request.headers.get("Sec-Fetch-Mode", "").lower() == "navigate"
+    if not (navigated and request.headers.get("Sec-Fetch-Dest", "").lower() == "document"):
+        return refusal(403, said + ": open the page by its address, or a chat message's link.")
+    # One leading slash: "//host" would be another host's address.
+    here = escape("/" + request.rel_url.raw_path_qs.lstrip("/"))
+    page = (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="referrer" content="no-referrer"><meta name="robots" content="noindex">'
+        "<title>Opened from another site · Kestrel</title>"
+        '<link rel="stylesheet" href="/static/style.css"></head><body><main id="main">'
+        f'<h1>Opened from another site</h1><p id="elsewhere">{said}: <a href="{here}">open it'
+        " here</a>, or type its address.</p></main></body></html>"
+    )
+    response = web.Response(status=403, text=page, content_type="text/html", charset="utf-8")
+    secure(response.headers)
+    return response
 
 
 def _basic_password(credentials: bytes) -> bytes:
@@ -173,6 +220,9 @@ def authorize(
         )
     query = request.rel_url.query
     linked = "exp" in query or "sig" in query
+    if from_elsewhere(request):
+        # Whatever login the browser sent, it sent by itself: the link alone decides.
+        return _linked(query, config, run_id) if linked else elsewhere(request)
     if "Authorization" in request.headers:
         if bearer_ok(request, config):
             return OPERATOR
@@ -184,11 +234,16 @@ def authorize(
             # A bearer's client is told in its own scheme; a browser's login is asked again.
             return challenge(response, config, "invalid_token", basic=basic)
     if linked:
-        expires, signature = query.get("exp", ""), query.get("sig", "")
-        if run_id and config.signer and config.signer.valid(run_id, expires, signature):
-            return Access(operator=False, run_id=run_id, query=f"exp={expires}&sig={signature}")
-        return refusal(403, "This link is not valid: it was altered, or it has expired.")
+        return _linked(query, config, run_id)
     return challenge(refusal(401, _unauthorized(config)), config)
+
+
+def _linked(query: Mapping[str, str], config: WebConfig, run_id: str) -> Access | web.Response:
+    """What a signed link (``exp``, ``sig``) opens: its run (``run_id``) alone, or 403."""
+    expires, signature = query.get("exp", ""), query.get("sig", "")
+    if run_id and config.signer and config.signer.valid(run_id, expires, signature):
+        return Access(operator=False, run_id=run_id, query=f"exp={expires}&sig={signature}")
+    return refusal(403, "This link is not valid: it was altered, or it has expired.")
 
 
 def _unauthorized(config: WebConfig) -> str:

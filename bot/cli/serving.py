@@ -174,7 +174,7 @@ class ChatFront:
     def _metrics_route(
         self, config: WebConfig
     ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
-        from adapters.web.auth import bearer_ok, challenge, refusal
+        from adapters.web.auth import bearer_ok, challenge, elsewhere, from_elsewhere, refusal
         from bot.replica.health import ReadinessGauges
         from bot.replica.metrics import CONTENT_TYPE, Metrics
 
@@ -190,6 +190,8 @@ class ChatFront:
         async def scrape(request: web.Request) -> web.StreamResponse:
             if not config.metrics_public and not config.token:
                 return refusal(403, METRICS_OFF)  # no token anyone could send: say what to set
+            if not config.metrics_public and from_elsewhere(request):
+                return elsewhere(request)  # another site's request: a login counts for nothing
             if not config.metrics_public and not bearer_ok(request, config):
                 # As the pages ask: a browser that opens /metrics first asks its person too.
                 said = refusal(401, "Authorization required (the operators' bearer token).")

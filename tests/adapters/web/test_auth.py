@@ -20,6 +20,9 @@ SECURITY = {
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-store",
+    "X-Frame-Options": "DENY",
+    "Cross-Origin-Resource-Policy": "same-origin",
+    "Cross-Origin-Opener-Policy": "same-origin",
 }
 
 
@@ -357,3 +360,63 @@ async def test_with_links_alone_no_login_is_asked_for_and_none_opens_a_page(
                 assert not any(c.startswith("Basic") for c in challenges), (path, challenges)
     finally:
         await runner.cleanup()
+
+
+def sent_from(site: str, *, navigation: bool = False) -> dict[str, str]:
+    """The fetch metadata a browser adds to a request a page of ``site`` made (``navigation``:
+    a link followed, else a fetch)."""
+    if navigation:
+        return {"Sec-Fetch-Site": site, "Sec-Fetch-Mode": "navigate", "Sec-Fetch-Dest": "document"}
+    return {"Sec-Fetch-Site": site, "Sec-Fetch-Mode": "no-cors", "Sec-Fetch-Dest": "image"}
+
+
+async def test_a_login_sent_with_another_sites_request_opens_nothing(
+    site: Site, http: aiohttp.ClientSession
+) -> None:
+    # A browser sends its login with what any site makes it ask for: an image, a frame, a
+    # fetch, a link followed. Said by the browser (Sec-Fetch-Site), none of those counts it.
+    for credentials in (login("anyone", TOKEN), site.bearer()):
+        for other in ("cross-site", "same-site", "Cross-Site"):
+            for path in pages(site):
+                headers = credentials | sent_from(other)
+                status, body, answered = await get(http, site.url + path, headers=headers)
+                assert status == 403, (other, path)
+                assert "another site" in body and "checkout" not in body, body
+                assert site.done not in body and site.request_id not in body
+                for name, value in SECURITY.items():
+                    assert answered[name] == value
+        # What the person typed or bookmarked, and what the pages ask for themselves, count it.
+        for own in ("none", "same-origin"):
+            for path in pages(site):
+                headers = credentials | sent_from(own, navigation=True)
+                assert (await get(http, site.url + path, headers=headers))[0] == 200, path
+
+
+async def test_a_person_who_followed_another_sites_link_is_offered_the_page_from_here(
+    site: Site, http: aiohttp.ClientSession
+) -> None:
+    headers = login("anyone", TOKEN) | sent_from("cross-site", navigation=True)
+    status, body, answered = await get(
+        http, site.url + "/runs?status=failed&may_answer=%22%3E%3Cb%3E", headers=headers
+    )
+    assert status == 403 and answered["Content-Type"].startswith("text/html")
+    assert "checkout" not in body and "<b>" not in body
+    assert 'href="/runs?status=failed&amp;may_answer=%22%3E%3Cb%3E"' in body, body
+    # A path that starts with two slashes stays on this listener: "//host" is another host.
+    status, body, _ = await get(http, site.url + "//evil.example/runs", headers=headers)
+    assert 'href="//' not in body
+
+
+async def test_another_sites_link_to_a_run_opens_it_by_its_signature_alone(
+    site: Site, http: aiohttp.ClientSession
+) -> None:
+    # A chat message's link is opened from the chat's site: the signature opens its run, the
+    # browser's login (sent by itself) adds nothing, and another run stays shut.
+    link = signed(site, site.done)
+    query = link.partition("?")[2]
+    headers = login("anyone", TOKEN) | sent_from("cross-site", navigation=True)
+    status, body, _ = await get(http, site.url + link, headers=headers)
+    assert status == 200 and "Looking at checkout." in body
+    assert 'href="/pending"' not in body  # a link holder's page, not an operator's
+    status, body, _ = await get(http, f"{site.url}/runs/{site.waiting}?{query}", headers=headers)
+    assert status == 403 and "Deploying" not in body

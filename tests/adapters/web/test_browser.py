@@ -36,6 +36,7 @@ from bot.tools.base import Tool
 from bot.tools.python import function_tool
 from tests.fakes.browser import browser_or_skip
 from tests.fakes.runtime import make_runtime
+from tests.fakes.waiting import until
 
 async_api = pytest.importorskip(
     "playwright.async_api", reason="playwright is not installed: pip install -e '.[dev]'"
@@ -616,3 +617,197 @@ async def test_the_run_page_screenshot_and_a_phone_sized_render(
     assert (await goto(phone, f"{world.url}/runs/{run_id}")).status == 200
     overflow = await phone.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
     assert overflow[0] <= overflow[1] + 1, f"scrollWidth {overflow[0]} > {overflow[1]} px"
+
+
+# --------------------------------------------------------------------------- what other sites get
+
+
+@dataclass
+class OtherSite:
+    """Another site's pages (no policy of ours: their scripts run), on a host name other than
+    the run pages' (``localhost`` against ``127.0.0.1``: another site, to a browser)."""
+
+    url: str
+    pages: dict[str, str] = field(default_factory=dict)
+
+    def page(self, name: str, html: str) -> str:
+        """Serve ``html`` as the page ``name``; its address."""
+        self.pages[name] = html
+        return f"{self.url}/{name}"
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def other_site() -> AsyncIterator[OtherSite]:
+    pages: dict[str, str] = {}
+
+    async def serve(request: web.Request) -> web.Response:
+        html = pages.get(request.match_info["name"])
+        if html is None:
+            return web.Response(status=404)
+        return web.Response(text=html, content_type="text/html")
+
+    app = web.Application()
+    app.router.add_get("/{name}", serve)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    yield OtherSite(f"http://localhost:{runner.addresses[0][1]}", pages)
+    await runner.cleanup()
+
+
+def answers_of(page: Page, url: str) -> list[Response]:
+    """The responses ``page`` (and its frames) got from ``url``'s server, as they come."""
+    seen: list[Response] = []
+    page.on("response", lambda r: seen.append(r) if r.url.startswith(url) else None)
+    return seen
+
+
+async def secured(responses: list[Response]) -> None:
+    """Every response carries the headers that keep it from other sites and caches."""
+    assert responses
+    for response in responses:
+        headers = await response.all_headers()
+        assert headers.get("cache-control") == "no-store", response.url
+        assert headers.get("x-content-type-options") == "nosniff", response.url
+        assert headers.get("referrer-policy") == "no-referrer", response.url
+        assert headers.get("x-frame-options") == "DENY", response.url
+        assert "frame-ancestors 'none'" in headers.get("content-security-policy", "")
+        assert headers.get("cross-origin-resource-policy") == "same-origin", response.url
+        assert headers.get("cross-origin-opener-policy") == "same-origin", response.url
+
+
+async def test_another_site_gets_nothing_through_a_logged_in_browser(
+    world: World, new_page: NewPage, other_site: OtherSite
+) -> None:
+    run_id = await world.finished()
+    page = await new_page(login=("alice", TOKEN))
+    assert (await goto(page, f"{world.url}/runs")).status == 200  # the person is logged in
+    answers = answers_of(page, world.url)
+    # The other site frames a run, fetches it with the browser's login, and embeds the icon.
+    url = other_site.page(
+        "grab",
+        f"""<!doctype html><title>grab</title>
+        <iframe id="frame" src="{world.url}/runs/{run_id}"></iframe>
+        <img id="icon" src="{world.url}/static/favicon.svg"
+          onload="window.icon = 'loaded'" onerror="window.icon = 'blocked'">
+        <script>
+        fetch("{world.url}/runs/{run_id}", {{mode: "no-cors", credentials: "include"}})
+          .then(r => window.fetched = r.type, e => window.fetched = "failed");
+        </script>""",
+    )
+    await goto(page, url)
+    await page.wait_for_function("window.icon && window.fetched")
+    # Cross-Origin-Resource-Policy: the icon and the fetched page never reach the other site.
+    assert await page.evaluate("[window.icon, window.fetched]") == ["blocked", "failed"]
+    # The framed run is refused outright, the login notwithstanding: 403, not the run.
+    framed = f"{world.url}/runs/{run_id}"
+    await until_answered(answers, framed)
+    run_answers = [r for r in answers if r.url == framed]
+    assert [(r.request.resource_type, r.status) for r in run_answers] == [("document", 403)]
+    (frame,) = page.main_frame.child_frames
+    assert run_id not in await frame.content() and "checkout" not in await frame.content()
+    await secured(run_answers)
+
+
+async def test_a_signed_link_another_site_frames_or_opens_shows_it_nothing(
+    world: World, new_page: NewPage, other_site: OtherSite
+) -> None:
+    run_id = await world.finished()
+    link = world.link(run_id)
+    page = await new_page(token=None)
+    answers = answers_of(page, world.url)
+    url = other_site.page(
+        "frame",
+        f'<!doctype html><title>frame</title><iframe id="frame" src="{link}"></iframe>',
+    )
+    await goto(page, url)
+    # The link opens its run (200), but no other site's frame shows it (frame-ancestors 'none',
+    # X-Frame-Options: DENY).
+    await until_answered(answers, link)
+    assert [r.status for r in answers if r.url == link] == [200]
+    (frame,) = page.main_frame.child_frames
+    assert run_id not in await frame.content() and "checkout" not in await frame.content()
+
+    # Opened in a window of its own, the run shows; the opener gets no handle on it
+    # (Cross-Origin-Opener-Policy): to it the window is closed at once.
+    async with page.expect_popup() as popup:
+        await page.evaluate(f"window.opened = window.open({link!r})")
+    shown = await popup.value
+    await expect(shown.locator("h1")).to_have_text(f"Run {run_id}")
+    await page.wait_for_function("window.opened.closed === true")
+    await secured(answers)
+
+
+async def until_answered(answers: list[Response], url: str) -> None:
+    """Wait until the server answered ``url``."""
+
+    async def answered() -> bool:
+        return any(r.url == url for r in answers)
+
+    await until(answered)
+
+
+async def test_a_link_another_site_shows_opens_a_page_only_from_here(
+    world: World, new_page: NewPage, other_site: OtherSite
+) -> None:
+    run_id, _request_id = await world.waiting()
+    page = await new_page(login=("alice", TOKEN))
+    watch = await Watch.on(page)
+    answers = answers_of(page, world.url)
+    url = other_site.page(
+        "links", f'<!doctype html><title>links</title><a id="runs" href="{world.url}/runs">runs</a>'
+    )
+    await goto(page, url)
+    async with page.expect_navigation():
+        await page.click("#runs")
+    assert [r.status for r in answers if r.url == f"{world.url}/runs"] == [403]
+    text = await page.locator("body").inner_text()
+    assert "Another site opened this page" in text and run_id not in text, text
+    # One click from here, the browser's login counts again.
+    async with page.expect_navigation():
+        await page.click("#elsewhere a")
+    assert [r.status for r in answers if r.url == f"{world.url}/runs"] == [403, 200]
+    assert page.url == f"{world.url}/runs"
+    await expect(page.locator("#runs")).to_contain_text(run_id)
+    assert watch.errors == []
+    await secured(answers)
+
+
+async def test_a_signed_pages_address_reaches_no_other_site(
+    world: World, new_page: NewPage
+) -> None:
+    # The chat thread's link leaves for Slack: the page's address, signature and all, stays.
+    run_id = await world.finished()
+    page = await new_page(token=None)
+    sent: list[dict[str, str]] = []
+
+    async def slack(route: Any) -> None:
+        sent.append(await route.request.all_headers())
+        await route.fulfill(status=200, content_type="text/html", body="<p id=slack>Slack</p>")
+
+    await page.context.route("https://app.slack.com/**", slack)
+    assert (await goto(page, world.link(run_id))).status == 200
+    async with page.expect_navigation():
+        await page.click("#thread a")
+    assert len(sent) == 1 and "referer" not in sent[0], sent
+    assert await page.evaluate("document.referrer") == ""
+
+
+async def test_a_page_asked_for_as_a_script_is_not_run(world: World, new_page: NewPage) -> None:
+    # Served as text/html with nosniff: even a page of ours that asks for another as a script
+    # (the Content-Security-Policy allows its own scripts) gets it refused, not run.
+    run_id = await world.echoed()
+    page = await new_page()
+    watch = await Watch.on(page)
+    assert (await goto(page, f"{world.url}/runs/{run_id}")).status == 200
+    loaded = await page.evaluate(
+        """() => new Promise(resolve => {
+          const script = document.createElement('script');
+          script.src = '/runs';
+          script.onload = () => resolve('ran');
+          script.onerror = () => resolve('refused');
+          document.head.append(script);
+        })"""
+    )
+    assert loaded == "refused"
+    assert any("strict MIME type checking" in line for line in watch.console), watch.console

@@ -243,6 +243,21 @@ async def test_metrics_needs_the_token_and_labels_carry_no_ids(
     assert len(values) < 60, values
 
 
+async def test_metrics_and_readiness_count_no_login_another_site_sent(
+    front: tuple[str, ChatService, list[str]], http: aiohttp.ClientSession
+) -> None:
+    url, _, _ = front
+    browser = {"Authorization": aiohttp.encode_basic_auth("anyone", TOKEN)}
+    elsewhere = browser | {"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "no-cors"}
+    status, body = await fetch(http, "GET", url + "/metrics", elsewhere)
+    assert status == 403 and "kestrel_" not in body and "another site" in body, body
+    status, body = await fetch(http, "GET", url + "/metrics", browser)
+    assert status == 200 and "kestrel_" in body
+    _, detailed = await fetch(http, "GET", url + "/readyz", browser)
+    _, plain = await fetch(http, "GET", url + "/readyz", elsewhere)
+    assert plain != detailed and len(plain) < len(detailed), (plain, detailed)
+
+
 async def test_metrics_responses_are_not_cached(
     front: tuple[str, ChatService, list[str]], http: aiohttp.ClientSession
 ) -> None:
