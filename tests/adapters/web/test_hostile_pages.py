@@ -29,6 +29,7 @@ from adapters.web.timeline import build_run_page
 from bot.chat.service import PendingRequest, RequestView, RunInspection, RunMark, RunView
 from bot.config.settings import WebSettings
 from bot.domain import (
+    ArgumentOrigin,
     AssistantTurn,
     Budgets,
     Decision,
@@ -36,6 +37,7 @@ from bot.domain import (
     Fingerprint,
     Grant,
     GrantKind,
+    PlanStep,
     ProcessStamp,
     Request,
     RequestKind,
@@ -161,6 +163,8 @@ def hostile_run(
         approvals_needed=2,
         created_at=T0,
         deadline=T0 + timedelta(hours=1),
+        origins=(origin(H),),
+        off_plan=h("offplan"),
     )
     decision = Decision(
         request_id=request.id, kind=DecisionKind.DENY, text=h("reason"), by=h("decider"), at=T0
@@ -248,6 +252,47 @@ def hostile_run(
     return Stored(record, journal, audit, [view]), pending
 
 
+def origin(H: str) -> ArgumentOrigin:
+    """Where an argument came from, every string of it ``H``."""
+    return ArgumentOrigin(
+        argument=f"arg:{H}",
+        value=f"value:{H}",
+        tool=f"from:{H}",
+        call_id=f"call:{H}",
+        line=3,
+        excerpt=f"excerpt:{H}",
+        instruction_like=True,
+    )
+
+
+def hostile_plan(run_id: str) -> PendingRequest:
+    """An open plan whose every string (steps, reasons, origins) is ``H``."""
+    steps = (
+        PlanStep(
+            tool=f"steptool:{H}",
+            arguments={H: H},
+            why=f"stepwhy:{H}",
+            digest=f"stepdigest:{H}",
+            call_id=f"stepcall:{H}",
+            origins=(origin(H),),
+        ),
+        PlanStep(tool=f"free:{H}", arguments={"n": 1}, why=H, gated=False),
+    )
+    plan = Request(
+        id=f"req_plan_{H}",
+        run_id=run_id,
+        kind=RequestKind.WAIT_PLAN,
+        call_id=f"plan_{H}",
+        tool=f"plantool:{H}",
+        prompt=f"planprompt:{H}",
+        digest=f"plandigest:{H}",
+        steps=steps,
+        requested_by=f"planby:{H}",
+        created_at=T0,
+    )
+    return PendingRequest(plan, (f"planmay:{H}",), note=f"plannote:{H}")
+
+
 RUN = f"run_{H}"
 DONE = "run_done_plain"
 
@@ -270,6 +315,7 @@ async def hostile() -> AsyncIterator[HostileSite]:
     stored, pending = hostile_run(RUN)
     reader.runs[RUN] = stored
     reader.open.append(pending)
+    reader.open.append(hostile_plan(RUN))
     done, _ = hostile_run(DONE, status=RunStatus.COMPLETED)
     reader.runs[DONE] = done
     clock = [time.time()]
@@ -376,6 +422,12 @@ async def test_every_field_is_inert_in_chromium(hostile: HostileSite) -> None:
         await page.goto(hostile.url + f"/runs/{quote(RUN, safe='')}")
         text = await page.locator("body").inner_text()
         assert f"modeltext:{H}" in text
+        assert f"offplan:{H}"[:30].capitalize() in text and f"excerpt:{H}" in text
+        # A plan's steps, their reasons and origins show as text too.
+        await page.goto(hostile.url + "/pending")
+        text = await page.locator("body").inner_text()
+        for shown in (f"steptool:{H}", f"stepwhy:{H}", f"value:{H}", f"plannote:{H}"):
+            assert shown in text, shown
         await context.close()
 
 
