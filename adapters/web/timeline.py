@@ -81,6 +81,7 @@ class Call:
     dispatched: bool = False  # a non-idempotent effect was started
     process: str = ""  # where its processes ran
     request_id: str = ""  # the latest request it was deferred on
+    later: bool = False  # the page ends before its result could come: a newer page may have it
 
     @property
     def state(self) -> str:
@@ -89,6 +90,8 @@ class Call:
             return self.outcome
         if self.request_id:
             return "deferred"
+        if self.later:
+            return "on a newer page"
         return "dispatched" if self.dispatched else "no result"
 
     @property
@@ -368,6 +371,8 @@ def build_run_page(
     items = items[hidden:]
     stop = journal[-1].seq + 1 if journal else 0
     whole = stop if length is None else length
+    if stop < whole:
+        _results_later(items)
     first_seq = items[0].seq if items else (journal[0].seq if journal else stop)
     started = state.started
     budgets = tuple(Budget(name, used, limit) for name, (used, limit) in view.budgets_used.items())
@@ -395,6 +400,14 @@ def build_run_page(
         first_seq=first_seq,
         stop=stop,
     )
+
+
+def _results_later(items: Sequence[Item]) -> None:
+    """On a page older than the newest, the calls of its last turn still without a result:
+    results follow their turn, so theirs may be on a newer page (an effect is not lost)."""
+    turn = next((item for item in reversed(items) if isinstance(item, Turn)), None)
+    for call in turn.calls if turn is not None else ():
+        call.later = call.outcome is None and not call.request_id
 
 
 def page_version(record: RunRecord, length: int, last_audit: AuditRecord | None) -> str:

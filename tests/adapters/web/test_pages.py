@@ -41,6 +41,7 @@ from bot.journal.entries import (
     Entry,
     RunEnded,
     RunStarted,
+    ToolDispatched,
     ToolResultEntry,
     UserMessageEntry,
 )
@@ -486,3 +487,74 @@ async def test_pending_says_who_may_answer_in_the_clis_words(tmp_path: Path) -> 
     runs = render_runs(await load_run_rows(service, limit=10))
     assert f'<div class="may-answer">may answer: {said}</div>' in runs
     await rt.store.close()
+
+
+async def test_a_run_of_ten_thousand_entries_is_read_whole_page_by_page(
+    tmp_path: Path, http: aiohttp.ClientSession
+) -> None:
+    # Back from the newest page by "older pages", then forward by "the next page": every
+    # call shows with its output on some page, none as a result without its call, every page
+    # bounded, and each walk ends where it should.
+    rt, _ = await make_runtime(tmp_path / "k.db", [])
+    service = ChatService(Supervisor(rt))
+    view, records = big_run(10_000)
+    session = Session(id="slack:T1:C1:1.1", platform="slack", channel="C1", thread="1.1")
+    await rt.store.create_run(view.record, "elsewhere", 3600.0, session, [r.entry for r in records])
+    calls = {
+        call.id
+        for r in records
+        if isinstance(r.entry, AssistantTurnEntry)
+        for call in r.entry.turn.calls
+    }
+    runner, url = await serve(web_routes(service, WebConfig(token=TOKEN)))
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+
+    async def walk(path: str, rel: str) -> tuple[set[str], int]:
+        """The calls shown with an output on the pages from ``path`` on, by links ``rel``."""
+        shown: set[str] = set()
+        pages = 0
+        next_path: str | None = path
+        while next_path is not None:
+            async with http.get(url + next_path, headers=bearer) as response:
+                assert response.status == 200, next_path
+                html = await response.text()
+            pages += 1
+            assert pages <= 10_000 // 400 + 2, "the walk does not end"
+            assert "result without its call" not in html, next_path
+            assert len(re.findall(r'<li class="item ', html)) <= 400 + 3, next_path
+            shown |= set(re.findall(r'data-call="([^"]+)" data-seq="\d+" data-result-seq', html))
+            found = re.search(rf'<a href="([^"]+)" rel="{rel}">', html)
+            next_path = found.group(1).replace("&amp;", "&") if found else None
+        return shown, pages
+
+    try:
+        back, pages = await walk("/runs/run_big", "prev")
+        assert back == calls and pages >= 10_000 // 400
+        forward, _ = await walk("/runs/run_big?before=1", "next")
+        assert forward == calls
+    finally:
+        await runner.cleanup()
+        await rt.store.close()
+
+
+def test_an_older_page_cut_between_an_effect_and_its_result_does_not_call_it_lost() -> None:
+    # A page ends after a turn's effect started and before its result, which the next page
+    # shows: the older page must not warn "effect started, no result" of a run that had it.
+    finished, records = big_run(60)
+    turn = next(r for r in records if isinstance(r.entry, AssistantTurnEntry) and r.seq > 20)
+    assert isinstance(turn.entry, AssistantTurnEntry)
+    first = turn.entry.turn.calls[0]
+    entries = [r.entry for r in records]
+    entries.insert(turn.seq + 1, ToolDispatched(call_id=first.id, tool=first.name))
+    run_id = records[0].run_id
+    journal = [JournalRecord(run_id=run_id, seq=n, epoch=1, entry=e) for n, e in enumerate(entries)]
+    view = RunView(finished.record, fold(journal, run_id))
+    cut = turn.seq + 2  # the dispatch on this page, the result on the next
+    page = build_run_page(view, journal[:cut], [], [], length=len(journal))
+    html = render_run_page(page)
+    assert "effect started, no result" not in html
+    call = re.search(rf'<li class="call[^"]*" data-call="{first.id}"[^>]*>', html)
+    assert call is not None and 'data-outcome="on a newer page"' in call.group(0), call
+    # On the newest page of a run, an effect with no result is said to be one.
+    newest = build_run_page(view, journal[: turn.seq + 2], [], [])
+    assert "effect started, no result" in render_run_page(newest)
