@@ -170,6 +170,27 @@ class ScheduledPrompt(Section):
         run_field_checks(self)
 
 
+def _distinct_names(schedules: list[ScheduledPrompt]) -> None:
+    """Refuse two schedules of one name: prompts are known by name, and the first would never
+    start (and its occurrences be claimed under the other's name)."""
+    first: dict[str, int] = {}
+    for number, prompt in enumerate(schedules, 1):
+        earlier = first.setdefault(prompt.name, number)
+        if earlier != number:
+            raise ValueError(
+                f"the {_nth(earlier)} and {_nth(number)} schedules are both named"
+                f" {prompt.name!r}: give each its own name"
+            )
+
+
+def _nth(number: int) -> str:
+    """1st, 2nd, 3rd, 4th, …, 11th, 12th, 13th, …, 21st."""
+    suffix = (
+        "th" if number % 100 in (11, 12, 13) else {1: "st", 2: "nd", 3: "rd"}.get(number % 10, "th")
+    )
+    return f"{number}{suffix}"
+
+
 class ReplicaSettings(Section):
     """How a process shares the store with other replicas."""
 
@@ -248,7 +269,11 @@ class Settings(Section):
     ``load_settings`` layers it: the environment over ``./.env`` over the YAML file.
     """
 
-    __field_checks__: ClassVar = {"database": check_database, "openai_base_url": _model_url}
+    __field_checks__: ClassVar = {
+        "database": check_database,
+        "openai_base_url": _model_url,
+        "schedules": _distinct_names,
+    }
 
     database: str = "kestrel.db"
     # PostgreSQL: how long one statement, or the wait for a pooled connection, may take before

@@ -108,6 +108,12 @@ def test_environment_overrides_nested_keys(tmp_path: Path, monkeypatch: pytest.M
         ),
         ("schedules: [{name: a, cron: '0 0 0 31 4 *', prompt: p}]\n", "31 4 *': never fires"),
         ("schedules: [{name: '', cron: '0 7 * * *', prompt: p}]\n", "0.name: must not be empty"),
+        # Keyed by name: the first of two alike would never start, and nobody would be told.
+        (
+            "schedules: [{name: a, cron: '0 7 * * *', prompt: p},"
+            " {name: b, cron: '0 8 * * *', prompt: q}, {name: a, cron: '0 9 * * *', prompt: r}]\n",
+            "schedules: the 1st and 3rd schedules are both named 'a': give each its own name",
+        ),
         # Looked back on at every start: a grace past any date would end it with an OverflowError.
         (
             "schedules: [{name: a, cron: '0 7 * * *', prompt: p, grace_seconds: 1e12}]\n",
