@@ -9,8 +9,9 @@ A scheduled prompt is the one it was while it keeps its name, or its schedule an
 (``PromptIdentity``): an occurrence is claimed under both, so neither a rename of an unchanged
 prompt nor new words under its name runs an occurrence again, and replicas of a rolling update
 that know it by either start it once. An occurrence missed while no replica ran is started
-late only if it fell after the store first saw the prompt (by either identity): a prompt added
-at 09:02 with a 09:00 cron starts at its next occurrence, not at once.
+late only if it fell after the store first saw the prompt on its schedule (by either identity):
+a prompt added at 09:02 with a 09:00 cron, or moved onto 09:00 then, starts at its next
+occurrence, not at once.
 """
 
 from __future__ import annotations
@@ -168,8 +169,8 @@ class Scheduler:
             )
 
     async def _first_seen(self, prompt: ScheduledPrompt, now: datetime) -> datetime:
-        """When the store first saw ``prompt`` by either of its identities (``now`` for one
-        never seen before: marked so, for every replica to read alike)."""
+        """When the store first saw ``prompt`` on its schedule by either of its identities
+        (``now`` for one never seen before: marked so, for every replica to read alike)."""
         keys = PromptIdentity.of(prompt).seen()
         return min([await self.store.first_marked(key, now) for key in keys])
 
@@ -222,12 +223,14 @@ class PromptIdentity:
     cron's fields, however spaced, and its prompt exactly, as a digest)."""
 
     name: str
+    cron: str
     content: str
 
     @classmethod
     def of(cls, prompt: ScheduledPrompt) -> PromptIdentity:
-        text = " ".join(prompt.cron.split()) + "\n" + prompt.prompt
-        return cls(prompt.name, hashlib.sha256(text.encode()).hexdigest()[:32])
+        cron = " ".join(prompt.cron.split())
+        digest = hashlib.sha256(f"{cron}\n{prompt.prompt}".encode()).hexdigest()[:32]
+        return cls(prompt.name, cron, digest)
 
     def occurrence(self, at: datetime) -> tuple[str, str]:
         """The once-keys of the occurrence ``at``: by name (as before identities had two
@@ -235,8 +238,10 @@ class PromptIdentity:
         return f"cron:{self.name}:{at.isoformat()}", f"cron-text:{self.content}:{at.isoformat()}"
 
     def seen(self) -> tuple[str, str]:
-        """The once-keys that hold when the store first saw the prompt, by each identity."""
-        return f"cron-seen:name:{self.name}", f"cron-seen:text:{self.content}"
+        """The once-keys that hold when the store first saw the prompt on its schedule: by
+        name and schedule, and by schedule and text (a schedule moved onto an occurrence just
+        past never had it to miss)."""
+        return f"cron-seen:name:{self.cron}:{self.name}", f"cron-seen:text:{self.content}"
 
 
 def latest_before(trigger: Trigger, now: datetime, since: datetime) -> datetime | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -42,10 +42,11 @@ from bot.llm.scripted import ScriptedProvider
 from bot.people.policy import Actor, Policy, PolicyRules
 from bot.prompter import DeferringPrompter
 from bot.records import RunRecord
-from bot.replica.schedule import Scheduler, _job
+from bot.replica.schedule import PromptIdentity, Scheduler, _job
 from bot.replica.work import WorkTaker
 from bot.run.runtime import Runtime
 from bot.run.supervisor import Supervisor
+from bot.store import Store
 from bot.tools.ask_human import ask_human_tools
 from bot.tools.source import ToolSource
 from bot.tools.toolset import ToolSet
@@ -595,6 +596,12 @@ async def test_a_partial_approval_that_lands_as_a_cancel_ends_the_run_is_refused
     await rt.store.close()
 
 
+async def seen_since(store: Store, prompt: ScheduledPrompt, at: datetime) -> None:
+    """The store first saw ``prompt`` at ``at`` (a replica knew it then)."""
+    for key in PromptIdentity.of(prompt).seen():
+        await store.first_marked(key, at)
+
+
 async def _scheduled_runs(rt: Runtime) -> list[RunRecord]:
     return [r for r in await rt.store.list_runs() if r.requested_by.startswith("schedule:")]
 
@@ -620,7 +627,7 @@ async def test_an_occurrence_missed_while_no_replica_ran_starts_within_its_grace
         )
 
     # A replica knew the prompt before 03:00 (one added later never starts 03:00 late).
-    await rt.store.first_marked("cron-seen:name:nightly", at - timedelta(minutes=10))
+    await seen_since(rt.store, prompt, at - timedelta(minutes=10))
     for scheduler in (replica(), replica()):  # the second starts as the first did
         await scheduler.start()
         await scheduler.stop()
@@ -654,7 +661,7 @@ async def test_the_catch_up_finds_the_latest_occurrence_at_once_however_long_the
         return await take_once(key, *args, **kwargs)
 
     # Known to the store for ten days of the grace: the search runs over those.
-    await rt.store.first_marked("cron-seen:name:tick", now - timedelta(days=10))
+    await seen_since(rt.store, prompt, now - timedelta(days=10))
     monkeypatch.setattr(rt.store, "take_once", noted)
     scheduler = Scheduler(
         Supervisor(rt), DeadlineSettings(), [prompt], store=rt.store, clock=lambda: now
@@ -690,7 +697,7 @@ async def test_a_store_failure_in_the_catch_up_leaves_the_replica_scheduling(
         ScheduledPrompt(name="later", cron="0 4 * * *", prompt="check later"),
     ]
     for seen in prompts:  # a replica knew them before 03:00
-        await rt.store.first_marked(f"cron-seen:name:{seen.name}", at - timedelta(minutes=10))
+        await seen_since(rt.store, seen, at - timedelta(minutes=10))
     monkeypatch.setattr(rt.store, "take_once", away)
     scheduler = Scheduler(
         Supervisor(rt), DeadlineSettings(), prompts, store=rt.store, clock=lambda: now
@@ -730,7 +737,7 @@ async def test_two_replicas_starting_together_on_postgres_start_the_missed_one_o
         )
     try:
         # A replica knew the prompt before 03:00 (one added later never starts 03:00 late).
-        await stores[0].first_marked("cron-seen:name:nightly", at - timedelta(minutes=10))
+        await seen_since(stores[0], prompt, at - timedelta(minutes=10))
         await asyncio.gather(*(scheduler.start() for scheduler in schedulers))
         for scheduler in schedulers:
             await scheduler.stop()

@@ -2,8 +2,8 @@
 
 A prompt is the one it was while it keeps its name, or its schedule and text: a rename of an
 unchanged prompt, or new words under its name, neither runs an occurrence again nor loses one
-missed. An occurrence from before the store first saw the prompt is never started late. Each
-test runs on SQLite and on PostgreSQL (``KESTREL_TEST_POSTGRES_DSN``).
+missed. An occurrence from before the store first saw the prompt on its schedule is never
+started late. Each test runs on SQLite and on PostgreSQL (``KESTREL_TEST_POSTGRES_DSN``).
 """
 
 from __future__ import annotations
@@ -144,6 +144,16 @@ async def test_a_prompt_renamed_and_reworded_is_a_new_one(replicas: Replicas) ->
     await replicas.start([NIGHTLY], NINE - timedelta(minutes=10))
     other = ScheduledPrompt(name="backups", cron=NIGHTLY.cron, prompt="check every backup")
     await replicas.start([other], NINE + timedelta(minutes=2))
+    assert await replicas.runs() == []
+
+
+async def test_a_schedule_moved_onto_an_occurrence_just_past_does_not_start_it_late(
+    replicas: Replicas,
+) -> None:
+    # Known at 08:00 on a 08:00 cron; moved to 09:00 at 09:02: 09:00 was never its to miss.
+    early = ScheduledPrompt(name="nightly", cron="0 8 * * *", prompt=NIGHTLY.prompt)
+    await replicas.start([early], NINE - timedelta(minutes=50))
+    await replicas.start([NIGHTLY], NINE + timedelta(minutes=2))
     assert await replicas.runs() == []
 
 
