@@ -3,73 +3,109 @@ without ``--tool-call-parser``, Ollama or an older llama.cpp with some models) h
 call markup back as the reply's content, and ``tool_calls`` stays empty.
 
 Only the shapes chat templates write are read, and only as a whole: tagged blocks
-(``<tool_call>{…}</tool_call>``, Hermes and Qwen, after words, with nothing but blanks between
-and after them, as a template writes them), or a reply that is nothing but a call's JSON (an
-object or a list of them, bare, after ``[TOOL_CALLS]`` or ``<|python_tag|>``, or in one fenced
-block), after the model's reasoning (its ``<think>`` block). Each must name one of the run's
-tools; one that does not, one that does not read, or markup shown rather than written (words
-after it, or in a code span or block) leaves the whole text an answer, as it was before.
+(``<tool_call>{…}</tool_call>``, Hermes and Qwen, at the start of a line after words, with
+nothing but blanks between and after them, as a template writes them), or a reply that is
+nothing but its calls (a call's JSON object or a list of them, bare or after ``[TOOL_CALLS]``
+or ``<|python_tag|>``; or Llama 3.2's pythonic list, ``[name(key=literal, …), …]``), after the
+model's reasoning (its ``<think>`` block). Each must name one of the run's tools; one that does
+not, one that does not read, or markup shown rather than written (words after it or before it
+on its line, or in a code span or block, fenced JSON included) leaves the whole text an answer,
+as it was before.
 """
 
 from __future__ import annotations
 
+import ast
 import json
-import re
 from collections.abc import Collection, Iterator, Mapping
-from typing import Final
+from typing import Final, NamedTuple
 
+from bot.domain import AssistantTurn
 from bot.nesting import loads
-from bot.patterns import on_use
 
 OPEN_TAG: Final = "<tool_call>"
 CLOSE_TAG: Final = "</tool_call>"
 # What Mistral's and Llama 3.1's templates write before a call (the server strips neither).
 _PREFIXES: Final = ("[TOOL_CALLS]", "<|python_tag|>")
-_FENCED: Final = on_use(r"\A```(?:json)?[ \t]*\n(.*?)\n?[ \t]*```\Z", re.DOTALL)
 _THINK: Final = "<think>"
 _THOUGHT: Final = "</think>"
 _FENCE: Final = "```"
 # A call's object holds these and nothing else: one with more keys is an answer's data.
 _CALL_KEYS: Final = frozenset({"name", "arguments", "parameters", "type", "id"})
+# Python's parser holds some 500 bytes of tree for each byte of a list of short items: a
+# runaway reply of 4 MiB would take seconds and gigabytes. Calls are far shorter than this.
+_PYTHONIC_CHARS: Final = 64 * 1024
 
 TextCall = tuple[str, str]
 """One call read from text: the tool's name and its arguments as JSON text."""
 
 
+class Written(NamedTuple):
+    """What a reply is made of: the calls it wrote (none if it wrote no call of the run's
+    tools), and its words without them (the whole reply when it made none)."""
+
+    calls: list[TextCall]
+    words: str
+
+
 def text_calls(text: str, tools: Collection[str]) -> list[TextCall]:
     """The calls ``text`` is made of, in order; none unless every one names a tool in
     ``tools`` and reads as a call (the first that does not ends the reading)."""
+    return read(text, tools).calls
+
+
+def read(text: str, tools: Collection[str]) -> Written:
+    """``text``'s calls of ``tools`` (as ``text_calls``) and the words before them: the
+    model's reasoning and what it said before its first call, the markup left out."""
     if not tools:
-        return []
-    text = _after_thinking(text)
-    tagged = OPEN_TAG in text
+        return Written([], text)
+    start = _thought_end(text)
+    after = text[start:]
+    at = after.find(OPEN_TAG)
     calls: list[TextCall] = []
-    for value in _tagged(text) if tagged else _bare(text.strip()):
-        call = _call(value, tagged)
+    for value in _tagged(after, at) if at >= 0 else _bare(after.strip()):
+        call = _call(value, tagged=at >= 0)
         if call is None or call[0] not in tools:
-            return []
+            return Written([], text)
         calls.append(call)
-    return calls
+    if not calls:
+        return Written([], text)
+    return Written(calls, text[: start + max(at, 0)].rstrip())
 
 
-def _after_thinking(text: str) -> str:
-    """What follows the model's reasoning: a reasoning model served without a reasoning parser
-    writes its thinking first, which may weigh the very calls it then does not make. Its
-    template may open the ``<think>`` block in the prompt, so the reply holds only the close;
-    and thinking may name its closing tag, so only what follows the last one is read.
-    Reasoning never closed is all there is, and calls nothing."""
-    _, closed, after = text.rpartition(_THOUGHT)
-    if closed:
-        return after
-    return "" if text.lstrip().startswith(_THINK) else text
+def words(turn: AssistantTurn) -> str:
+    """The turn's text without the calls it wrote as text: what a person reads of it, and what
+    the model is sent back beside those calls (its template writes their markup again, so the
+    markup sent too would show the model each call twice)."""
+    text = turn.text or ""
+    if not turn.calls:
+        return text
+    written = read(text, {call.name for call in turn.calls})
+    if [name for name, _ in written.calls] != [call.name for call in turn.calls]:
+        return text  # the server parsed the calls: the text is the model's words
+    return written.words
 
 
-def _tagged(text: str) -> Iterator[object]:
-    """Each ``<tool_call>`` block's JSON, None for one that does not read or that was shown
-    rather than written (the last may be left unclosed: a model can stop before it writes the
-    closing tag)."""
-    at = text.find(OPEN_TAG)
-    if _in_code(text[:at]):
+def _thought_end(text: str) -> int:
+    """Where what follows the model's reasoning starts: a reasoning model served without a
+    reasoning parser writes its thinking first, which may weigh the very calls it then does
+    not make. Its template may open the ``<think>`` block in the prompt, so the reply holds only
+    the close; and thinking may name its closing tag, so only what follows the last one is
+    read. Reasoning never closed is all there is, and calls nothing (the end of the text)."""
+    closed = text.rfind(_THOUGHT)
+    if closed >= 0:
+        return closed + len(_THOUGHT)
+    return len(text) if text.lstrip().startswith(_THINK) else 0
+
+
+def _tagged(text: str, at: int) -> Iterator[object]:
+    """Each ``<tool_call>`` block's JSON from ``at`` on, None for one that does not read or that
+    was shown rather than written (the last may be left unclosed: a model can stop before it
+    writes the closing tag)."""
+    before = text[:at]
+    # A template writes the first call on a line of its own: one after words on its line ends
+    # the sentence that quotes it ("Earlier I ran <tool_call>…</tool_call>").
+    if _in_code(before) or before.rstrip(" \t")[-1:] not in ("", "\n"):
         yield None
         return
     while at >= 0:
@@ -95,16 +131,73 @@ def _in_code(words: str) -> bool:
 
 
 def _bare(text: str) -> list[object]:
-    """The calls of a reply that is only JSON: one object, or a list of them."""
+    """The calls of a reply that is only calls: one JSON object, a list of them, or a pythonic
+    list. A fenced block is none: a call's JSON shown in code is shown, as its markup would be."""
     for prefix in _PREFIXES:
         text = text.removeprefix(prefix).lstrip()
-    fenced = _FENCED.match(text)
-    if fenced:
-        text = fenced.group(1).strip()
     if not text.startswith(("{", "[")):
         return []
     value = _json(text)
+    if value is None and text.startswith("["):
+        return _pythonic(text)
     return list(value) if isinstance(value, list) else [value]
+
+
+def _pythonic(text: str) -> list[object]:
+    """Llama 3.2's and 3.3's calls, ``[name(key=value, …), …]``, as call objects; ``[None]``
+    unless the text is only such a list, each call a plain name with keyword arguments whose
+    values are literals (the text is parsed, never run)."""
+    if len(text) > _PYTHONIC_CHARS:
+        return [None]
+    try:
+        tree = ast.parse(text, mode="eval").body
+    # The parser's own limits: a text nested too deep, or too big for its stack.
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return [None]
+    if not isinstance(tree, ast.List):
+        return [None]
+    try:
+        return [_pythonic_call(node) for node in tree.elts]
+    except (_NotLiteral, ValueError, RecursionError):  # ValueError: inf or nan, no JSON
+        return [None]
+
+
+def _pythonic_call(node: ast.expr) -> dict[str, str]:
+    if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name) or node.args:
+        raise _NotLiteral
+    arguments: dict[str, object] = {}
+    for keyword in node.keywords:
+        if keyword.arg is None:  # **mapping
+            raise _NotLiteral
+        arguments[keyword.arg] = _literal(keyword.value)
+    return {"name": node.func.id, "arguments": json.dumps(arguments, allow_nan=False)}
+
+
+class _NotLiteral(Exception):
+    """A pythonic call that is not a name and literal keyword arguments."""
+
+
+def _literal(node: ast.expr) -> object:
+    """A JSON value written as a Python literal: a string, a number, a truth value or None,
+    or a list, tuple or dict (string keys) of them."""
+    match node:
+        case ast.Constant(value=str() | int() | float() | None as value):
+            return value
+        case ast.UnaryOp(op=ast.USub(), operand=ast.Constant(value=int() | float() as number)):
+            if isinstance(number, bool):
+                raise _NotLiteral
+            return -number
+        case ast.List(elts=items) | ast.Tuple(elts=items):
+            return [_literal(item) for item in items]
+        case ast.Dict(keys=keys, values=values):
+            return {_key(key): _literal(value) for key, value in zip(keys, values, strict=True)}
+    raise _NotLiteral
+
+
+def _key(node: ast.expr | None) -> str:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    raise _NotLiteral  # a key that is no string, or a **mapping
 
 
 def _json(text: str) -> object:

@@ -49,7 +49,9 @@ def _calls(turn: AssistantTurn) -> list[tuple[str, str]]:
         '{"name": "service_status", "parameters": {"service": "checkout"}}',
         '<|python_tag|>{"name": "service_status", "parameters": {"service": "checkout"}}',
         '[TOOL_CALLS] [{"name": "service_status", "arguments": {"service": "checkout"}}]',
-        '```json\n{"name": "service_status", "arguments": {"service": "checkout"}}\n```',
+        # Llama 3.2's and 3.3's pythonic calls.
+        '[service_status(service="checkout")]',
+        '<|python_tag|>[service_status(service="checkout")]',
         # Arguments already as JSON text, as the API sends them.
         '{"name": "service_status", "arguments": "{\\"service\\": \\"checkout\\"}"}',
     ],
@@ -94,6 +96,59 @@ async def test_several_tagged_calls_with_words_around_them_are_each_a_call() -> 
     assert _calls(turn) == [("service_status", CHECKOUT), ("tail_logs", CHECKOUT)]
     assert len({call.id for call in turn.calls}) == 2
     assert turn.text == content
+
+
+async def test_several_pythonic_calls_are_each_a_call_with_their_literal_arguments() -> None:
+    content = '[service_status(service="checkout"), tail_logs(service="api", lines=20,'
+    content += " grep=None, follow=False, levels=['error', 'warn'], tags={'a': (1, -2.5)})]"
+    turn = await _turn(content)
+
+    assert [(name, json.loads(arguments)) for name, arguments in _calls(turn)] == [
+        ("service_status", {"service": "checkout"}),
+        (
+            "tail_logs",
+            {
+                "service": "api",
+                "lines": 20,
+                "grep": None,
+                "follow": False,
+                "levels": ["error", "warn"],
+                "tags": {"a": [1, -2.5]},
+            },
+        ),
+    ]
+    assert turn.finish_reason == "tool_calls"
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        # Each names one of the run's tools, with literal keyword arguments, or none is read.
+        '[service_status(service="checkout"), delete_everything()]',
+        '[os.system("rm -rf /")]',
+        '[service_status("checkout")]',
+        '[service_status(**{"service": "checkout"})]',
+        '[service_status(service=open("/etc/passwd").read())]',
+        "[service_status(service=checkout)]",
+        '[service_status(service=f"{checkout}")]',
+        "[service_status(service={1, 2})]",
+        "[service_status(service=1e999)]",
+        "[service_status(service=b'checkout')]",
+        "[service_status(service={(1, 2): 'x'})]",
+        '[service_status(service="checkout")][0]',
+        '[service_status(service="checkout")] and then the logs',
+        '[service_status(service="checkout"), ]x',
+        # Without its brackets, it is a line of code in an answer.
+        'service_status(service="checkout")',
+        '[lambda: service_status(service="checkout")]',
+        "[" * 200 + "]" * 200,
+    ],
+)
+async def test_pythonic_text_that_is_not_all_calls_of_tools_is_left_alone(content: str) -> None:
+    turn = await _turn(content)
+
+    assert turn.calls == ()
+    assert (turn.text, turn.finish_reason) == (content, "stop")
 
 
 @pytest.mark.parametrize(
@@ -205,8 +260,14 @@ LOGS_CALL = '<tool_call>{"name": "tail_logs", "arguments": {"service": "checkout
         f"To look yourself, send:\n```\n{STATUS_CALL}\n```",
         f"To look yourself, send:\n```xml\n{STATUS_CALL}",
         f"Models write `{STATUS_CALL}",
-        # An earlier call quoted, with words after it.
+        # An earlier call quoted, with words after it, or ending the sentence that quotes it.
         f"I ran {STATUS_CALL} and checkout is up.",
+        f"Earlier I ran {STATUS_CALL}",
+        f"Checked.\nEarlier I ran {STATUS_CALL}\n",
+        # A call's JSON shown in a fenced block is shown, not made, as its markup would be.
+        '```json\n{"name": "service_status", "arguments": {"service": "checkout"}}\n```',
+        '```\n[{"name": "service_status", "arguments": {"service": "checkout"}}]\n```',
+        '```python\n[service_status(service="checkout")]\n```',
         # Calls offered as choices, with words between them.
         f"You could run {STATUS_CALL} or {LOGS_CALL}",
         # The reasoning of a model whose template opened the <think> block in the prompt (so
