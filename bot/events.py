@@ -47,8 +47,8 @@ class RunResumedEvent(msgspec.Struct, frozen=True):
 
 
 class ModelTurnEvent(msgspec.Struct, frozen=True):
-    """The model answered: its text, how many tool calls it asked for, how long the call took
-    (seconds) and the tokens it spent."""
+    """The model answered: its text (without the calls it wrote as text), how many tool calls
+    it asked for, how long the call took (seconds) and the tokens it spent."""
 
     kind: ClassVar[str] = "model_turn"
     run_id: str

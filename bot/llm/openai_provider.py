@@ -35,7 +35,7 @@ from bot.llm.base import (
 from bot.llm.error_body import error_message
 from bot.llm.http_client import http_client
 from bot.llm.retry import MAX_SERVER_WAIT, backoff, out_of_quota, retryable, server_wait
-from bot.llm.text_calls import text_calls
+from bot.llm.text_calls import text_calls, words
 from bot.user_agent import USER_AGENT
 
 log = logging.getLogger("kestrel.llm")
@@ -411,7 +411,9 @@ def _assistant_message(turn: AssistantTurn) -> ChatCompletionMessageParam:
         }
         for call in turn.calls
     ]
-    return {"role": "assistant", "content": turn.text, "tool_calls": calls}
+    # Calls the model wrote as text go back as calls alone: its template writes them as it
+    # wrote them, and the text's markup beside them would show the model each call twice.
+    return {"role": "assistant", "content": words(turn) or None, "tool_calls": calls}
 
 
 def _tool_messages(message: ToolResultsMessage) -> list[ChatCompletionMessageParam]:

@@ -46,6 +46,7 @@ from bot.journal.entries import (
 from bot.journal.fold import CallState, RunState
 from bot.journal.writer import TakenOver
 from bot.llm.base import ModelError, ModelProvider, ToolResultsMessage
+from bot.llm.text_calls import words
 from bot.nesting import loads
 from bot.run.context import RunContext
 from bot.run.execute import CallEnv, HookAbort, execute_tool, post_tool, traced_steps
@@ -197,7 +198,7 @@ class AgentLoop:
             self.run_ctx.events.announce(
                 ModelTurnEvent,
                 self.run_id,
-                turn.text or "",
+                words(turn),  # the calls it wrote as text are shown as the calls they are
                 len(turn.calls),
                 seconds=seconds,
                 input_tokens=turn.usage.input_tokens,

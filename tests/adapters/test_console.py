@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import select
@@ -16,6 +17,7 @@ import yaml
 from tests.bot.cli.test_cli import kestrel
 from tests.fakes.injected import executions as injected_executions
 from tests.fakes.injected import write_folder
+from tests.fakes.openai_server import Canned, FakeOpenAI, chat_completion
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -537,3 +539,45 @@ async def test_quit_at_any_prompt_is_the_end_of_input_for_every_prompt_after_it(
         assert await ConsolePrompter(io_, "alice").ask(request) is None, kind
         assert await io_.readline("you> ") is None  # the chat's own prompt ends too
         assert "an answer" not in out.getvalue()
+
+
+NOTE_CATALOG = {
+    "tools": [
+        {
+            "name": "note",
+            "description": "Take a note",
+            "command": ["echo", "{text}"],
+            "parameters": {"type": "object", "properties": {"text": {"type": "string"}}},
+            "idempotent": True,
+        }
+    ]
+}
+
+
+async def test_the_chat_shows_a_models_words_not_the_calls_it_wrote_as_text(
+    tmp_path: Path,
+) -> None:
+    # A server without a tool-call parser (vLLM, Ollama) hands back the model's call markup
+    # as its text: the person read it as if the model had said it.
+    written = 'Let me note that.\n<tool_call>\n{"name": "note", "arguments": {"text": "a"}}\n'
+    canned = [
+        Canned(status=200, body=chat_completion(written + "</tool_call>")),
+        Canned(status=200, body=chat_completion('[note(text="b")]')),
+    ]
+    (tmp_path / "tools.yaml").write_text(yaml.safe_dump(NOTE_CATALOG))
+    config = {"model": {"provider": "openai", "name": "m"}, "tools": ["tools.yaml"]}
+    (tmp_path / "kestrel.yaml").write_text(yaml.safe_dump(config))
+    async with FakeOpenAI([{"text": "unused"}, {"text": "unused"}, {"text": "noted"}]) as fake:
+        fake.add_canned(*canned)
+        env = {"OPENAI_BASE_URL": fake.base_url, "OPENAI_API_KEY": "k"}
+        chat = await asyncio.to_thread(kestrel, tmp_path, "chat", stdin="note a, b\n", env=env)
+
+    assert chat.returncode == 0, chat.stderr
+    lines = chat.stdout.splitlines()
+    assert "  … Let me note that." in lines
+    assert [line for line in lines if "⚙" in line] == [
+        '  ⚙ note {"text": "a"}',
+        '  ⚙ note {"text": "b"}',
+    ]
+    assert "kestrel> noted" in lines
+    assert "tool_call" not in chat.stdout and "note(" not in chat.stdout
