@@ -83,12 +83,14 @@ class ToolCall(DomainModel, frozen=True, kw_only=True):
 
 
 class AssistantTurn(DomainModel, frozen=True, kw_only=True):
-    """One model reply: text and/or tool calls, why it finished, what it cost."""
+    """One model reply: text and/or tool calls, why it finished, what it cost, and the
+    reasoning a server sent apart from the text (None if it sent none)."""
 
     text: str | None = None
     calls: tuple[ToolCall, ...] = ()
     finish_reason: str = "stop"
     usage: Usage = msgspec.field(default_factory=Usage)
+    reasoning: str | None = None
 
 
 def call_digest(tool: str, arguments: dict[str, Any], definition: str = "") -> str:

@@ -9,7 +9,7 @@ import logging
 import re
 from collections.abc import Collection, Mapping, Sequence
 from http import HTTPStatus
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 import openai
@@ -413,7 +413,13 @@ def _assistant_message(turn: AssistantTurn) -> ChatCompletionMessageParam:
     ]
     # Calls the model wrote as text go back as calls alone: its template writes them as it
     # wrote them, and the text's markup beside them would show the model each call twice.
-    return {"role": "assistant", "content": words(turn) or None, "tool_calls": calls}
+    message: dict[str, Any] = {"role": "assistant", "content": words(turn) or None}
+    if turn.reasoning is not None:
+        # DeepSeek's thinking mode refuses the next request (400) unless the reasoning of a
+        # reply that called tools comes back with it; vLLM's templates write it back too.
+        message["reasoning_content"] = turn.reasoning
+    message["tool_calls"] = calls
+    return cast(ChatCompletionMessageParam, message)
 
 
 def _tool_messages(message: ToolResultsMessage) -> list[ChatCompletionMessageParam]:
@@ -512,12 +518,14 @@ def parse_completion(data: object, tools: Collection[str] = ()) -> AssistantTurn
         calls, finish = _function_call(legacy, data.get("id"), finish)
     if content and not calls and tools:
         calls, finish = _written_calls(valid_text(content), tools, data.get("id"), finish)
+    reasoning = message.get("reasoning_content")
     return AssistantTurn(
         text=text,
         calls=calls,
         # Some compatible servers leave finish_reason empty; infer the obvious one.
         finish_reason=finish if isinstance(finish, str) else ("tool_calls" if calls else "stop"),
         usage=_usage(data.get("usage")),
+        reasoning=valid_text(reasoning) if isinstance(reasoning, str) else None,
     )
 
 

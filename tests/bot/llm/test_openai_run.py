@@ -202,3 +202,24 @@ async def test_a_legacy_function_call_runs_its_tool_and_is_answered(tmp_path: Pa
     assert [(m["tool_call_id"], m["content"]) for m in second if m["role"] == "tool"] == [
         (call_id, "a")
     ]
+
+
+async def test_the_models_reasoning_beside_its_calls_goes_back_with_them(tmp_path: Path) -> None:
+    # DeepSeek's thinking mode (on by default) refuses the next request with a 400 ("The
+    # reasoning_content in the thinking mode must be passed back to the API") unless a reply's
+    # reasoning_content comes back with its tool calls: every run that called a tool failed.
+    said = chat_completion("Echoing.", calls=[("c1", "echo", '{"text": "a"}')])
+    said["choices"][0]["message"]["reasoning_content"] = "The user wants an echo of a."
+    async with FakeOpenAI(
+        [{"text": "unused"}, {"text": "done"}], canned=[Canned(status=200, body=said)]
+    ) as fake:
+        state, counter, records, _ = await _run(tmp_path, fake)
+
+    assert state.result is not None and state.result.text == "done"
+    assert counter.calls == {"echo": 1}
+    (assistant,) = [m for m in fake.requests[1]["messages"] if m["role"] == "assistant"]
+    assert assistant["reasoning_content"] == "The user wants an echo of a."
+    assert assistant["content"] == "Echoing."
+    # Journaled with the reply: a run resumed elsewhere sends it back too.
+    first = next(r.entry.turn for r in records if isinstance(r.entry, AssistantTurnEntry))
+    assert first.reasoning == "The user wants an echo of a."
