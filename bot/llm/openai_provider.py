@@ -35,6 +35,7 @@ from bot.llm.base import (
 from bot.llm.error_body import error_message
 from bot.llm.http_client import http_client
 from bot.llm.retry import MAX_SERVER_WAIT, backoff, out_of_quota, retryable, server_wait
+from bot.llm.streamed import NotAStream, assembled, is_stream
 from bot.llm.text_calls import text_calls, words
 from bot.user_agent import USER_AGENT
 
@@ -479,7 +480,13 @@ def _too_large(limit: int, how: str) -> str:
 
 
 def decode_body(body: bytes) -> object:
-    """The body as JSON; anything else (HTML from a proxy, a cut body) is a bad response."""
+    """The body as JSON, or the completion its events make when the server streamed it;
+    anything else (HTML from a proxy, a cut body) is a bad response."""
+    if is_stream(body):
+        try:
+            return assembled(body)
+        except NotAStream as exc:
+            raise _BadShape(f"the server streamed its reply, and {exc}") from None
     try:
         return json.loads(body)
     # RecursionError: deeply nested arrays, which json gives up on rather than parse.

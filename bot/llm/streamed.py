@@ -1,0 +1,124 @@
+"""A streamed reply put back together: some servers and proxies (a gateway set to stream, a
+server that only streams) answer a request that asked for one whole completion with its
+server-sent events, ``data: {chunk}`` … ``data: [DONE]``. The chunks' deltas are joined into
+the completion they make, for ``parse_completion`` to read as any other.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+_DATA = "data:"
+_DONE = "[DONE]"
+
+
+class NotAStream(ValueError):
+    """Events that do not make a completion; the message names why (of "it", the reply)."""
+
+
+def is_stream(body: bytes) -> bool:
+    """Whether ``body`` is server-sent events rather than one JSON value."""
+    start = body.lstrip()[:16]
+    return start.startswith((b"data:", b"event:", b"id:", b":"))
+
+
+def assembled(body: bytes) -> dict[str, Any]:
+    """The completion the events of ``body`` make (its first choice's text, reasoning and tool
+    calls joined in order, the last finish reason and usage), or the error one of them sent.
+    ``NotAStream`` if an event's data is no JSON, or none made a chunk."""
+    completion = _Completion()
+    for data in _event_data(body.decode("utf-8", errors="replace")):
+        if data.strip() == _DONE:
+            break
+        try:
+            chunk = json.loads(data)
+        except (ValueError, RecursionError):
+            raise NotAStream(f"an event of it is no JSON: {data[:80]!r}") from None
+        if not isinstance(chunk, Mapping):
+            raise NotAStream("an event of it is not a chunk")
+        if chunk.get("error"):
+            return {"error": chunk["error"]}
+        completion.add(chunk)
+    return completion.whole()
+
+
+def _event_data(text: str) -> list[str]:
+    """Each event's data: its ``data:`` lines joined, events ending at a blank line."""
+    events: list[str] = []
+    lines: list[str] = []
+    for line in [*text.splitlines(), ""]:
+        if not line.strip():
+            if lines:
+                events.append("\n".join(lines))
+                lines = []
+        elif line.startswith(_DATA):
+            value = line[len(_DATA) :]
+            lines.append(value[1:] if value.startswith(" ") else value)
+    return events
+
+
+class _Completion:
+    """The chunks so far, as one completion's parts."""
+
+    def __init__(self) -> None:
+        self.chunks = 0
+        self.id: object = None
+        self.text: list[str] = []
+        self.reasoning: list[str] = []
+        self.calls: dict[int, dict[str, Any]] = {}
+        self.finish: object = None
+        self.usage: object = None
+
+    def add(self, chunk: Mapping[str, Any]) -> None:
+        self.chunks += 1
+        self.id = self.id or chunk.get("id")
+        self.usage = chunk.get("usage") or self.usage
+        choices = chunk.get("choices")
+        first = choices[0] if isinstance(choices, list) and choices else None
+        if not isinstance(first, Mapping):
+            return  # the last chunk carries only the usage
+        self.finish = first.get("finish_reason") or self.finish
+        delta = first.get("delta")
+        if not isinstance(delta, Mapping):
+            return
+        _append(self.text, delta.get("content"))
+        _append(self.reasoning, delta.get("reasoning_content"))
+        for i, call in enumerate(delta.get("tool_calls") or ()):
+            if isinstance(call, Mapping):
+                self._call(call, i)
+
+    def _call(self, delta: Mapping[str, Any], position: int) -> None:
+        """One call's delta: its first names the id and the tool, the rest add arguments."""
+        index = delta.get("index")
+        call = self.calls.setdefault(
+            index if isinstance(index, int) else position,
+            {"type": "function", "function": {"name": "", "arguments": ""}},
+        )
+        if isinstance(delta.get("id"), str) and delta["id"]:
+            call["id"] = delta["id"]
+        function = delta.get("function")
+        if isinstance(function, Mapping):
+            for part in ("name", "arguments"):
+                if isinstance(function.get(part), str):
+                    call["function"][part] += function[part]
+
+    def whole(self) -> dict[str, Any]:
+        if not self.chunks:
+            raise NotAStream("it held no chunk")
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(self.text) or None}
+        if self.reasoning:
+            message["reasoning_content"] = "".join(self.reasoning)
+        if self.calls:
+            message["tool_calls"] = [self.calls[index] for index in sorted(self.calls)]
+        return {
+            "id": self.id,
+            "choices": [{"index": 0, "message": message, "finish_reason": self.finish}],
+            "usage": self.usage,
+        }
+
+
+def _append(parts: list[str], value: object) -> None:
+    if isinstance(value, str):
+        parts.append(value)

@@ -1,0 +1,147 @@
+"""Servers that stream a reply nobody asked to be streamed (a gateway set to stream, a server
+that only streams), through the real ``openai`` client against the fake server: the chunks
+make the completion they stream, and events that make none name why."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bot.domain import AssistantTurn, RunStatus, StopReason
+from bot.llm.base import ModelError, ToolSpec, UserMessage
+from bot.llm.openai_provider import OpenAIProvider
+from bot.run.supervisor import Supervisor
+from tests.fakes.openai_server import Canned, FakeOpenAI
+from tests.fakes.runtime import Counter, counting_tools, make_runtime
+
+ECHO = ToolSpec(name="echo", description="Echo a text.")
+
+
+def _chunk(delta: dict[str, Any], finish: str | None = None, **more: Any) -> dict[str, Any]:
+    choice = {"index": 0, "delta": delta, "finish_reason": finish}
+    return {"id": "chatcmpl-s", "object": "chat.completion.chunk", "choices": [choice], **more}
+
+
+def _stream(*events: object, done: bool = True) -> Canned:
+    """A 200 of server-sent events, each a chunk (or text as it is), then ``[DONE]``."""
+    lines = [f"data: {e if isinstance(e, str) else json.dumps(e)}\n\n" for e in events]
+    text = ": keep-alive\n\n" + "".join(lines) + ("data: [DONE]\n\n" if done else "")
+    return Canned(status=200, raw=text, content_type="text/event-stream")
+
+
+async def _complete(canned: Canned) -> AssistantTurn:
+    async with FakeOpenAI(canned=[canned]) as fake:
+        model = OpenAIProvider("m", api_key="k", base_url=fake.base_url, max_retries=0)
+        try:
+            return await model.complete([UserMessage("hi")], [ECHO], timeout=5)
+        finally:
+            await model.aclose()
+
+
+async def test_a_streamed_answer_is_the_answer() -> None:
+    turn = await _complete(
+        _stream(
+            _chunk({"role": "assistant", "content": ""}),
+            _chunk({"reasoning_content": "They greet me."}),
+            _chunk({"content": "Hello "}),
+            _chunk({"content": "there."}, "stop"),
+            {
+                "id": "chatcmpl-s",
+                "choices": [],
+                "usage": {"prompt_tokens": 7, "completion_tokens": 3},
+            },
+        )
+    )
+
+    assert (turn.text, turn.calls, turn.finish_reason) == ("Hello there.", (), "stop")
+    assert turn.reasoning == "They greet me."
+    assert (turn.usage.input_tokens, turn.usage.output_tokens) == (7, 3)
+
+
+async def test_a_streamed_tool_call_runs(tmp_path: Path) -> None:
+    call = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "echo"}}
+    canned = _stream(
+        _chunk(
+            {
+                "role": "assistant",
+                "tool_calls": [{**call, "function": {"name": "echo", "arguments": ""}}],
+            }
+        ),
+        _chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"text"'}}]}),
+        _chunk({"tool_calls": [{"index": 0, "function": {"arguments": ': "a"}'}}]}, "tool_calls"),
+    )
+    async with FakeOpenAI([{"text": "unused"}, {"text": "done"}], canned=[canned]) as fake:
+        model = OpenAIProvider("m", api_key="k", base_url=fake.base_url)
+        counter = Counter()
+        rt, _ = await make_runtime(tmp_path / "k.db", model, counting_tools(counter))
+        try:
+            sup = Supervisor(rt)
+            state = await sup.wait(await sup.start_turn("echo a", requested_by="U0REQ"))
+        finally:
+            await rt.store.close()
+            await model.aclose()
+
+    assert state.result is not None
+    assert (state.result.stop_reason, state.result.text) == (StopReason.ANSWERED, "done")
+    assert counter.calls == {"echo": 1}
+    (assistant,) = [m for m in fake.requests[1]["messages"] if m["role"] == "assistant"]
+    assert assistant["tool_calls"][0]["function"] == {"name": "echo", "arguments": '{"text": "a"}'}
+
+
+async def test_a_stream_cut_before_its_end_keeps_what_came() -> None:
+    # No [DONE] and no finish reason: the text so far, ended as the server left it.
+    turn = await _complete(_stream(_chunk({"content": "Checkout is"}), done=False))
+
+    assert (turn.text, turn.finish_reason) == ("Checkout is", "stop")
+
+
+@pytest.mark.parametrize(
+    ("canned", "said"),
+    [
+        (
+            _stream({"error": {"message": "model overloaded", "type": "server_error"}}),
+            "the server answered 200 with an error: model overloaded",
+        ),
+        (_stream("{not json"), "the server streamed its reply, and an event of it is no JSON"),
+        (_stream(), "the server streamed its reply, and it held no chunk"),
+    ],
+)
+async def test_a_stream_that_makes_no_completion_names_why(canned: Canned, said: str) -> None:
+    with pytest.raises(ModelError) as raised:
+        await _complete(canned)
+
+    assert said in str(raised.value)
+    assert "Traceback" not in str(raised.value)
+
+
+async def test_a_streamed_run_fails_naming_its_cut_at_the_output_limit(tmp_path: Path) -> None:
+    canned = _stream(
+        _chunk(
+            {
+                "tool_calls": [
+                    {"index": 0, "id": "c", "function": {"name": "echo", "arguments": '{"te'}}
+                ]
+            },
+            "length",
+        )
+    )
+    async with FakeOpenAI([{"text": "unused"}], canned=[canned]) as fake:
+        model = OpenAIProvider("m", api_key="k", base_url=fake.base_url)
+        counter = Counter()
+        rt, _ = await make_runtime(tmp_path / "k.db", model, counting_tools(counter))
+        try:
+            sup = Supervisor(rt)
+            state = await sup.wait(await sup.start_turn("echo a", requested_by="U0REQ"))
+        finally:
+            await rt.store.close()
+            await model.aclose()
+
+    assert state.result is not None
+    assert (state.result.status, state.result.stop_reason) == (
+        RunStatus.FAILED,
+        StopReason.TRUNCATED,
+    )
+    assert counter.calls == {}
