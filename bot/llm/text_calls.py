@@ -86,6 +86,18 @@ def words(turn: AssistantTurn) -> str:
     return written.words
 
 
+def before_cut_call(text: str) -> str | None:
+    """The words of a reply cut at the output limit before a call it had begun to write as
+    text (a ``<tool_call>`` tag as a template writes it, or a reply opening as Mistral's and
+    Llama's calls do), reasoning included; None if it had begun none."""
+    start = _thought_end(text)
+    after = text[start:]
+    at = 0 if after.lstrip().startswith(_PREFIXES) else after.find(OPEN_TAG)
+    if at < 0 or (at and not _written_at(after[:at])):
+        return None
+    return text[: start + at].rstrip()
+
+
 def _thought_end(text: str) -> int:
     """Where what follows the model's reasoning starts: a reasoning model served without a
     reasoning parser writes its thinking first, which may weigh the very calls it then does
@@ -102,10 +114,7 @@ def _tagged(text: str, at: int) -> Iterator[object]:
     """Each ``<tool_call>`` block's JSON from ``at`` on, None for one that does not read or that
     was shown rather than written (the last may be left unclosed: a model can stop before it
     writes the closing tag)."""
-    before = text[:at]
-    # A template writes the first call on a line of its own: one after words on its line ends
-    # the sentence that quotes it ("Earlier I ran <tool_call>…</tool_call>").
-    if _in_code(before) or before.rstrip(" \t")[-1:] not in ("", "\n"):
+    if not _written_at(text[:at]):
         yield None
         return
     while at >= 0:
@@ -121,6 +130,13 @@ def _tagged(text: str, at: int) -> Iterator[object]:
         if text[after : at if at >= 0 else len(text)].strip():
             yield None
             return
+
+
+def _written_at(before: str) -> bool:
+    """Whether a tag after ``before`` is where a template writes a call: outside code, and on a
+    line of its own (one after words on its line ends the sentence that quotes it, "Earlier I
+    ran <tool_call>…</tool_call>")."""
+    return not _in_code(before) and before.rstrip(" \t")[-1:] in ("", "\n")
 
 
 def _in_code(words: str) -> bool:

@@ -46,7 +46,7 @@ from bot.journal.entries import (
 from bot.journal.fold import CallState, RunState
 from bot.journal.writer import TakenOver
 from bot.llm.base import ModelError, ModelProvider, ToolResultsMessage
-from bot.llm.text_calls import words
+from bot.llm.text_calls import before_cut_call, words
 from bot.nesting import loads
 from bot.run.context import RunContext
 from bot.run.execute import CallEnv, HookAbort, execute_tool, post_tool, traced_steps
@@ -77,6 +77,11 @@ _NOTHING_TO_ADD = "(The model ended without a final answer after its tool calls.
 
 # Why a run someone cancelled while it ran ended.
 _CANCELLED = "cancelled on request"
+# A reply cut at the model's output limit (finish reason "length"), and one cut in a call.
+_CUT = "the model's reply was cut at its output limit; no tool was run"
+_CUT_CALL = (
+    "the model's reply was cut at its output limit while it wrote a tool call; no tool was run"
+)
 
 # A reply that ended so is not all the model meant: none of its calls runs.
 _CUT_SHORT = frozenset({"length", "content_filter"})
@@ -205,12 +210,7 @@ class AgentLoop:
                 output_tokens=turn.usage.output_tokens,
             )
             if turn.finish_reason == "length":
-                raise Stop(
-                    RunStatus.FAILED,
-                    StopReason.TRUNCATED,
-                    "the model's reply was cut at its output limit; no tool was run",
-                    turn.text or "",
-                )
+                raise _cut(turn)
             if turn.finish_reason == "content_filter":
                 raise Stop(
                     RunStatus.FAILED,
@@ -607,6 +607,16 @@ def _answer(text: str, *, worked: bool) -> Stop:
     if worked:
         return Stop(RunStatus.COMPLETED, StopReason.ANSWERED, text=_NOTHING_TO_ADD)
     return Stop(RunStatus.FAILED, StopReason.MODEL_ERROR, _EMPTY)
+
+
+def _cut(turn: AssistantTurn) -> Stop:
+    """How a reply cut at the model's output limit ends the run: failed, saying whether it was
+    writing a call, its words shown without the markup of one (the journal keeps it all)."""
+    text = turn.text or ""
+    begun = words(turn) if turn.calls else before_cut_call(text)
+    if begun is None:
+        return Stop(RunStatus.FAILED, StopReason.TRUNCATED, _CUT, text)
+    return Stop(RunStatus.FAILED, StopReason.TRUNCATED, _CUT_CALL, begun)
 
 
 def _asks_people(tools: ToolSet, name: str) -> bool:

@@ -366,3 +366,49 @@ async def test_a_reply_past_the_error_cap_is_read_whole(gzip: bool) -> None:
             await model.aclose()
 
     assert turn.text == text
+
+
+@pytest.mark.parametrize(
+    ("content", "words"),
+    [
+        ('Let me check.\n<tool_call>\n{"name": "echo", "arguments": {"te', "Let me check."),
+        ('<tool_call>\n{"name": "echo", "arguments": {"text": "a"}}\n</tool_call>\n<tool_', ""),
+        ('[TOOL_CALLS] [{"name": "echo", "arguments": {"te', ""),
+    ],
+)
+async def test_a_call_written_as_text_cut_at_the_output_limit_names_the_cut(
+    tmp_path: Path, content: str, words: str
+) -> None:
+    # The run's answer was the cut markup, shown to the thread as if the model had said it.
+    state, counter, _ = await _run(tmp_path, _with_message(chat_completion(content), "length"))
+
+    assert _ended(state) == (RunStatus.FAILED, StopReason.TRUNCATED)
+    assert state.result is not None
+    assert state.result.error == (
+        "the model's reply was cut at its output limit while it wrote a tool call; no tool was run"
+    )
+    assert state.result.text == words
+    assert counter.calls == {}
+    turns = [m.turn for m in state.messages if isinstance(m, AssistantMessage)]
+    assert [turn.text for turn in turns] == [content]  # the journal keeps what was said
+
+
+async def test_a_structured_call_cut_at_the_output_limit_names_the_cut(tmp_path: Path) -> None:
+    cut = chat_completion("Checking.", calls=[("c1", "echo", '{"text": "a')])
+    state, counter, _ = await _run(tmp_path, _with_message(cut, "length"))
+
+    assert _ended(state) == (RunStatus.FAILED, StopReason.TRUNCATED)
+    assert state.result is not None
+    assert "cut at its output limit while it wrote a tool call" in state.result.error
+    assert state.result.text == "Checking."
+    assert counter.calls == {}
+
+
+async def test_an_answer_cut_at_the_output_limit_keeps_its_words(tmp_path: Path) -> None:
+    cut = _with_message(chat_completion("Checkout restarted at 09:41 because"), "length")
+    state, _, _ = await _run(tmp_path, cut)
+
+    assert _ended(state) == (RunStatus.FAILED, StopReason.TRUNCATED)
+    assert state.result is not None
+    assert state.result.error == "the model's reply was cut at its output limit; no tool was run"
+    assert state.result.text == "Checkout restarted at 09:41 because"
