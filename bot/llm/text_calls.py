@@ -86,6 +86,19 @@ def words(turn: AssistantTurn) -> str:
     return written.words
 
 
+def past_reasoning(text: str) -> str:
+    """What a person reads of a model's answer: what follows its reasoning (``after_reasoning``);
+    the text as it is when nothing does (then that is all there is to read)."""
+    return after_reasoning(text) or text
+
+
+def after_reasoning(text: str) -> str:
+    """What follows the reasoning a server without a reasoning parser leaves in a model's text
+    (read as ``text_calls`` reads it), blanks around it dropped; the whole text without one."""
+    start = _thought_end(text)
+    return text[start:].strip() if start else text
+
+
 def before_cut_call(text: str) -> str | None:
     """The words of a reply cut at the output limit before a call it had begun to write as
     text (a ``<tool_call>`` tag as a template writes it, or a reply opening as Mistral's and

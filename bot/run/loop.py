@@ -46,7 +46,7 @@ from bot.journal.entries import (
 from bot.journal.fold import CallState, RunState
 from bot.journal.writer import TakenOver
 from bot.llm.base import ModelError, ModelProvider, ToolResultsMessage
-from bot.llm.text_calls import before_cut_call, words
+from bot.llm.text_calls import after_reasoning, before_cut_call, past_reasoning, words
 from bot.nesting import loads
 from bot.run.context import RunContext
 from bot.run.execute import CallEnv, HookAbort, execute_tool, post_tool, traced_steps
@@ -203,7 +203,9 @@ class AgentLoop:
             self.run_ctx.events.announce(
                 ModelTurnEvent,
                 self.run_id,
-                words(turn),  # the calls it wrote as text are shown as the calls they are
+                # Its words: its reasoning is its own, and the calls it wrote as text are
+                # shown as the calls they are.
+                after_reasoning(words(turn)),
                 len(turn.calls),
                 seconds=seconds,
                 input_tokens=turn.usage.input_tokens,
@@ -220,7 +222,7 @@ class AgentLoop:
                     turn.text or "",
                 )
             if not turn.calls:
-                raise _answer(turn.text or "", worked=self._worked)
+                raise _answer(past_reasoning(turn.text or ""), worked=self._worked)
             self._check_batch_budgets(len(turn.calls))
             await self._run_batch(tools)
 
@@ -615,8 +617,8 @@ def _cut(turn: AssistantTurn) -> Stop:
     text = turn.text or ""
     begun = words(turn) if turn.calls else before_cut_call(text)
     if begun is None:
-        return Stop(RunStatus.FAILED, StopReason.TRUNCATED, _CUT, text)
-    return Stop(RunStatus.FAILED, StopReason.TRUNCATED, _CUT_CALL, begun)
+        return Stop(RunStatus.FAILED, StopReason.TRUNCATED, _CUT, past_reasoning(text))
+    return Stop(RunStatus.FAILED, StopReason.TRUNCATED, _CUT_CALL, past_reasoning(begun))
 
 
 def _asks_people(tools: ToolSet, name: str) -> bool:

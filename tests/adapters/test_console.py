@@ -559,10 +559,11 @@ async def test_the_chat_shows_a_models_words_not_the_calls_it_wrote_as_text(
 ) -> None:
     # A server without a tool-call parser (vLLM, Ollama) hands back the model's call markup
     # as its text: the person read it as if the model had said it.
-    written = 'Let me note that.\n<tool_call>\n{"name": "note", "arguments": {"text": "a"}}\n'
+    written = "<think>\nThe user wants two notes.\n</think>\n\nLet me note that.\n<tool_call>\n"
+    written += '{"name": "note", "arguments": {"text": "a"}}\n'
     canned = [
         Canned(status=200, body=chat_completion(written + "</tool_call>")),
-        Canned(status=200, body=chat_completion('[note(text="b")]')),
+        Canned(status=200, body=chat_completion('<think>Now b.</think>\n[note(text="b")]')),
     ]
     (tmp_path / "tools.yaml").write_text(yaml.safe_dump(NOTE_CATALOG))
     config = {"model": {"provider": "openai", "name": "m"}, "tools": ["tools.yaml"]}
@@ -581,3 +582,5 @@ async def test_the_chat_shows_a_models_words_not_the_calls_it_wrote_as_text(
     ]
     assert "kestrel> noted" in lines
     assert "tool_call" not in chat.stdout and "note(" not in chat.stdout
+    assert "think>" not in chat.stdout and "two notes" not in chat.stdout
+    assert "Now b." not in chat.stdout

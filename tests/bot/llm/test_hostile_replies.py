@@ -412,3 +412,34 @@ async def test_an_answer_cut_at_the_output_limit_keeps_its_words(tmp_path: Path)
     assert state.result is not None
     assert state.result.error == "the model's reply was cut at its output limit; no tool was run"
     assert state.result.text == "Checkout restarted at 09:41 because"
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        # A reasoning model served without a reasoning parser (Qwen3 on vLLM, llama.cpp
+        # without --reasoning-format) leaves its thinking in the text.
+        "<think>\nThe user asks about checkout. It is up.\n</think>\n\nCheckout is up.",
+        # DeepSeek-R1's template opens the block in the prompt: only its close is written.
+        "The user asks about checkout. It is up.\n</think>\n\nCheckout is up.",
+    ],
+)
+async def test_the_answer_is_what_follows_the_models_reasoning(
+    tmp_path: Path, content: str
+) -> None:
+    # The thread was shown the model's thinking, tags and all, before its answer.
+    state, _, _ = await _run(tmp_path, chat_completion(content))
+
+    assert _ended(state) == (RunStatus.COMPLETED, StopReason.ANSWERED)
+    assert state.result is not None and state.result.text == "Checkout is up."
+    turns = [m.turn for m in state.messages if isinstance(m, AssistantMessage)]
+    assert [turn.text for turn in turns] == [content]  # the journal keeps what was said
+
+
+async def test_an_answer_that_is_only_reasoning_is_shown_as_it_is(tmp_path: Path) -> None:
+    # Nothing follows the reasoning: what the model wrote is all there is to show.
+    content = "<think>\nCheckout is up, I think.\n</think>"
+    state, _, _ = await _run(tmp_path, chat_completion(content))
+
+    assert _ended(state) == (RunStatus.COMPLETED, StopReason.ANSWERED)
+    assert state.result is not None and state.result.text == content
