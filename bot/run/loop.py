@@ -71,6 +71,8 @@ _UNSETTLED = (
 
 # What a run fails with when the model's first reply has neither text nor a tool call.
 _EMPTY = "the model returned an empty reply: no text and no tool call"
+# ... and when the server sent its reasoning apart, and nothing else.
+_ONLY_REASONING = "the model returned only its reasoning: no answer text and no tool call"
 # What a run answers when the model, its calls answered, ends with nothing to add: some models
 # say what they do beside their calls and then reply with nothing.
 _NOTHING_TO_ADD = "(The model ended without a final answer after its tool calls.)"
@@ -222,7 +224,7 @@ class AgentLoop:
                     turn.text or "",
                 )
             if not turn.calls:
-                raise _answer(past_reasoning(turn.text or ""), worked=self._worked)
+                raise _answer(turn, worked=self._worked)
             self._check_batch_budgets(len(turn.calls))
             await self._run_batch(tools)
 
@@ -600,15 +602,18 @@ async def unsettled(state: RunState) -> str:
     return f"; {' and '.join(started)} had started, and whether {they} took effect is unknown"
 
 
-def _answer(text: str, *, worked: bool) -> Stop:
-    """How a reply without calls ends the run: answered; if it says nothing, answered so after
-    a call did its work (``worked``), else failed (the reply is journaled all the same, so the
-    model is not asked for that step again)."""
+def _answer(turn: AssistantTurn, *, worked: bool) -> Stop:
+    """How a reply without calls ends the run: answered with what follows its reasoning; if it
+    says nothing, answered so after a call did its work (``worked``), else failed (the reply is
+    journaled all the same, so the model is not asked for that step again)."""
+    text = past_reasoning(turn.text or "")
     if text.strip():
         return Stop(RunStatus.COMPLETED, StopReason.ANSWERED, text=text)
     if worked:
         return Stop(RunStatus.COMPLETED, StopReason.ANSWERED, text=_NOTHING_TO_ADD)
-    return Stop(RunStatus.FAILED, StopReason.MODEL_ERROR, _EMPTY)
+    return Stop(
+        RunStatus.FAILED, StopReason.MODEL_ERROR, _ONLY_REASONING if turn.reasoning else _EMPTY
+    )
 
 
 def _cut(turn: AssistantTurn) -> Stop:

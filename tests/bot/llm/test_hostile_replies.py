@@ -443,3 +443,19 @@ async def test_an_answer_that_is_only_reasoning_is_shown_as_it_is(tmp_path: Path
 
     assert _ended(state) == (RunStatus.COMPLETED, StopReason.ANSWERED)
     assert state.result is not None and state.result.text == content
+
+
+async def test_a_reply_of_reasoning_alone_fails_the_run_saying_so(tmp_path: Path) -> None:
+    # A reasoning parser (DeepSeek's API, vLLM's) moves all of a reply that never left its
+    # thinking to reasoning_content: the run failed as if the model had said nothing at all.
+    alone = _with_message(chat_completion(), "stop", content="", reasoning_content="Hmm, the")
+    state, counter, _ = await _run(tmp_path, alone)
+
+    assert _ended(state) == (RunStatus.FAILED, StopReason.MODEL_ERROR)
+    assert state.result is not None
+    assert state.result.error == (
+        "the model returned only its reasoning: no answer text and no tool call"
+    )
+    assert counter.calls == {}
+    turns = [m.turn for m in state.messages if isinstance(m, AssistantMessage)]
+    assert [turn.reasoning for turn in turns] == ["Hmm, the"]
