@@ -116,7 +116,7 @@ def run_object(
     usage = result.usage if result else state.usage
     return record_object(record) | {
         "stop_reason": result.stop_reason.value if result else record.stop_reason or None,
-        "text": result.text if result else state.last_text,
+        "text": result.text if result else _last_words(state),
         "payload": result.payload if result else None,
         "error": result.error if result else "",
         "usage": {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens},
@@ -124,6 +124,19 @@ def run_object(
         "requests": [request_object(r) for r in waiting(state, closed)],
         "closed_requests": [closed_object(*item) for item in closed],
     }
+
+
+def _last_words(state: RunState) -> str:
+    """What a run not ended last said: its last reply with text, without its reasoning or the
+    calls it wrote as text (which the run shows as calls; the journal keeps them all)."""
+    from bot.llm.base import AssistantMessage
+    from bot.llm.text_calls import after_reasoning, words
+
+    said = state.last_text
+    for message in reversed(state.messages):
+        if isinstance(message, AssistantMessage) and message.turn.text == said:
+            return after_reasoning(words(message.turn))
+    return said
 
 
 def waiting(state: RunState, closed: Sequence[ClosedRequest]) -> list[ShownRequest]:

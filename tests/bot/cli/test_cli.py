@@ -15,6 +15,8 @@ from pathlib import Path
 
 import yaml
 
+from tests.fakes.openai_server import Canned, FakeOpenAI, chat_completion
+
 ROOT = Path(__file__).resolve().parents[3]
 
 
@@ -771,3 +773,35 @@ def test_tools_check_of_a_configuration_says_what_it_is_and_what_checks_it(
     said = kestrel(tmp_path, "--config", config.name, "tools", "check")
     assert said.returncode == 0 and said.stdout.startswith("1 catalog file(s) OK"), said.stderr
     assert kestrel(tmp_path, "tools", "check", "ops.yaml").returncode == 0
+
+
+async def test_run_says_a_suspended_runs_words_without_the_calls_it_wrote_as_text(
+    tmp_path: Path,
+) -> None:
+    # A run waiting on the approval of a call the model wrote as text printed that call's
+    # markup, reasoning and all, as the run's words.
+    said = "<think>A restart it is.</think>\nRestarting checkout.\n<tool_call>\n"
+    said += '{"name": "restart", "arguments": {"service": "checkout"}}\n</tool_call>'
+    restart = {
+        "name": "restart",
+        "description": "Restart a service",
+        "command": ["true", "{service}"],
+        "parameters": {"type": "object", "properties": {"service": {"type": "string"}}},
+        "confirm": True,
+    }
+    (tmp_path / "tools.yaml").write_text(yaml.safe_dump({"tools": [restart]}))
+    write_config(tmp_path, model={"provider": "openai", "name": "m"}, tools=["tools.yaml"])
+    canned = [Canned(status=200, body=chat_completion(said))]
+    async with FakeOpenAI(canned=canned) as fake:
+        env = {"OPENAI_BASE_URL": fake.base_url, "OPENAI_API_KEY": "k"}
+        done = await asyncio.to_thread(
+            kestrel, tmp_path, "run", "--defer", "restart checkout", env=env
+        )
+
+    assert "suspended" in done.stderr, done.stderr
+    assert done.stdout == "Restarting checkout.\n"
+    shown = json.loads(kestrel(tmp_path, "runs", "list", "--json").stdout)
+    as_json = json.loads(
+        kestrel(tmp_path, "runs", "show", str(shown[0]["run_id"]), "--json").stdout
+    )
+    assert as_json["text"] == "Restarting checkout."
