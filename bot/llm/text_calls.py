@@ -11,6 +11,9 @@ model's reasoning (its ``<think>`` block). Each must name one of the run's tools
 not, one that does not read, or markup shown rather than written (words after it or before it
 on its line, or in a code span or block, fenced JSON included) leaves the whole text an answer,
 as it was before.
+
+Read so, a reply's words are what a person reads of it: without the calls it wrote (shown as
+the calls they are) and without its reasoning; the journal keeps the text as it was sent.
 """
 
 from __future__ import annotations
