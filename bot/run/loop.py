@@ -79,10 +79,14 @@ _NOTHING_TO_ADD = "(The model ended without a final answer after its tool calls.
 
 # Why a run someone cancelled while it ran ended.
 _CANCELLED = "cancelled on request"
-# A reply cut at the model's output limit (finish reason "length"), and one cut in a call.
+# A reply cut at the model's output limit (finish reason "length"): in its words, in a call,
+# or before it was done reasoning.
 _CUT = "the model's reply was cut at its output limit; no tool was run"
 _CUT_CALL = (
     "the model's reply was cut at its output limit while it wrote a tool call; no tool was run"
+)
+_CUT_THINKING = (
+    "the model's reply was cut at its output limit while it was still reasoning; no tool was run"
 )
 
 # A reply that ended so is not all the model meant: none of its calls runs.
@@ -621,9 +625,11 @@ def _cut(turn: AssistantTurn) -> Stop:
     writing a call, its words shown without the markup of one (the journal keeps it all)."""
     text = turn.text or ""
     begun = words(turn) if turn.calls else before_cut_call(text)
-    if begun is None:
-        return Stop(RunStatus.FAILED, StopReason.TRUNCATED, _CUT, past_reasoning(text))
-    return Stop(RunStatus.FAILED, StopReason.TRUNCATED, _CUT_CALL, past_reasoning(begun))
+    if begun is not None:
+        return Stop(RunStatus.FAILED, StopReason.TRUNCATED, _CUT_CALL, past_reasoning(begun))
+    if not after_reasoning(text).strip() and (turn.reasoning or text.strip()):
+        return Stop(RunStatus.FAILED, StopReason.TRUNCATED, _CUT_THINKING)
+    return Stop(RunStatus.FAILED, StopReason.TRUNCATED, _CUT, past_reasoning(text))
 
 
 def _asks_people(tools: ToolSet, name: str) -> bool:

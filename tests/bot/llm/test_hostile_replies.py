@@ -459,3 +459,28 @@ async def test_a_reply_of_reasoning_alone_fails_the_run_saying_so(tmp_path: Path
     assert counter.calls == {}
     turns = [m.turn for m in state.messages if isinstance(m, AssistantMessage)]
     assert [turn.reasoning for turn in turns] == ["Hmm, the"]
+
+
+@pytest.mark.parametrize(
+    ("content", "reasoning"),
+    [
+        ("", "The user wants checkout looked at. First I"),
+        ("<think>\nThe user wants checkout looked at. First I", None),
+    ],
+)
+async def test_a_reply_cut_in_its_reasoning_says_so(
+    tmp_path: Path, content: str, reasoning: str | None
+) -> None:
+    # A reasoning model can spend its whole output limit thinking: the run said only that the
+    # reply was cut, and showed the thinking as the run's words.
+    cut = _with_message(chat_completion(content), "length", reasoning_content=reasoning)
+    state, counter, _ = await _run(tmp_path, cut)
+
+    assert _ended(state) == (RunStatus.FAILED, StopReason.TRUNCATED)
+    assert state.result is not None
+    assert state.result.error == (
+        "the model's reply was cut at its output limit while it was still reasoning;"
+        " no tool was run"
+    )
+    assert state.result.text == ""
+    assert counter.calls == {}
