@@ -82,6 +82,15 @@ class ToolCall(DomainModel, frozen=True, kw_only=True):
     arguments: str = "{}"
 
 
+class Reasoning(DomainModel, frozen=True, kw_only=True):
+    """The reasoning a server sent apart from a reply's text, and the field it sent it in
+    (``reasoning_content``: DeepSeek, vLLM before 0.17; ``reasoning``: vLLM since, OpenRouter,
+    Groq), which is the one it goes back in: a server may refuse the other."""
+
+    field: str
+    text: str
+
+
 class AssistantTurn(DomainModel, frozen=True, kw_only=True):
     """One model reply: text and/or tool calls, why it finished, what it cost, and the
     reasoning a server sent apart from the text (None if it sent none)."""
@@ -90,7 +99,7 @@ class AssistantTurn(DomainModel, frozen=True, kw_only=True):
     calls: tuple[ToolCall, ...] = ()
     finish_reason: str = "stop"
     usage: Usage = msgspec.field(default_factory=Usage)
-    reasoning: str | None = None
+    reasoning: Reasoning | None = None
 
 
 def call_digest(tool: str, arguments: dict[str, Any], definition: str = "") -> str:

@@ -20,7 +20,7 @@ from openai.types.chat import (
     ChatCompletionMessageParam,
 )
 
-from bot.domain import AssistantTurn, ToolCall, Usage
+from bot.domain import AssistantTurn, Reasoning, ToolCall, Usage
 from bot.llm.base import (
     AssistantMessage,
     Message,
@@ -35,7 +35,7 @@ from bot.llm.base import (
 from bot.llm.error_body import error_message
 from bot.llm.http_client import http_client
 from bot.llm.retry import MAX_SERVER_WAIT, backoff, out_of_quota, retryable, server_wait
-from bot.llm.streamed import NotAStream, assembled, is_stream
+from bot.llm.streamed import REASONING_FIELDS, NotAStream, assembled, is_stream
 from bot.llm.text_calls import text_calls, words
 from bot.user_agent import USER_AGENT
 
@@ -418,7 +418,7 @@ def _assistant_message(turn: AssistantTurn) -> ChatCompletionMessageParam:
     if turn.reasoning is not None:
         # DeepSeek's thinking mode refuses the next request (400) unless the reasoning of a
         # reply that called tools comes back with it; vLLM's templates write it back too.
-        message["reasoning_content"] = turn.reasoning
+        message[turn.reasoning.field] = turn.reasoning.text
     message["tool_calls"] = calls
     return cast(ChatCompletionMessageParam, message)
 
@@ -525,15 +525,24 @@ def parse_completion(data: object, tools: Collection[str] = ()) -> AssistantTurn
         calls, finish = _function_call(legacy, data.get("id"), finish)
     if content and not calls and tools:
         calls, finish = _written_calls(valid_text(content), tools, data.get("id"), finish)
-    reasoning = message.get("reasoning_content")
     return AssistantTurn(
         text=text,
         calls=calls,
         # Some compatible servers leave finish_reason empty; infer the obvious one.
         finish_reason=finish if isinstance(finish, str) else ("tool_calls" if calls else "stop"),
         usage=_usage(data.get("usage")),
-        reasoning=valid_text(reasoning) if isinstance(reasoning, str) else None,
+        reasoning=_reasoning(message),
     )
+
+
+def _reasoning(message: Mapping[str, Any]) -> Reasoning | None:
+    """The reasoning in the first field that holds text (an empty one kept: DeepSeek wants
+    it back all the same)."""
+    for field in REASONING_FIELDS:
+        text = message.get(field)
+        if isinstance(text, str):
+            return Reasoning(field=field, text=valid_text(text))
+    return None
 
 
 def _content_text(content: object) -> str | None:

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
+# Where servers send the reasoning apart from the text, the older name first.
+REASONING_FIELDS: Final = ("reasoning_content", "reasoning")
 _DATA = "data:"
 _DONE = "[DONE]"
 
@@ -66,7 +68,7 @@ class _Completion:
         self.chunks = 0
         self.id: object = None
         self.text: list[str] = []
-        self.reasoning: list[str] = []
+        self.reasoning: dict[str, list[str]] = {}
         self.calls: dict[int, dict[str, Any]] = {}
         self.finish: object = None
         self.usage: object = None
@@ -84,7 +86,8 @@ class _Completion:
         if not isinstance(delta, Mapping):
             return
         _append(self.text, delta.get("content"))
-        _append(self.reasoning, delta.get("reasoning_content"))
+        for field in REASONING_FIELDS:
+            _append(self.reasoning.setdefault(field, []), delta.get(field))
         for i, call in enumerate(delta.get("tool_calls") or ()):
             if isinstance(call, Mapping):
                 self._call(call, i)
@@ -108,8 +111,7 @@ class _Completion:
         if not self.chunks:
             raise NotAStream("it held no chunk")
         message: dict[str, Any] = {"role": "assistant", "content": "".join(self.text) or None}
-        if self.reasoning:
-            message["reasoning_content"] = "".join(self.reasoning)
+        message.update((field, "".join(parts)) for field, parts in self.reasoning.items() if parts)
         if self.calls:
             message["tool_calls"] = [self.calls[index] for index in sorted(self.calls)]
         return {

@@ -616,8 +616,13 @@ def _answer(turn: AssistantTurn, *, worked: bool) -> Stop:
     if worked:
         return Stop(RunStatus.COMPLETED, StopReason.ANSWERED, text=_NOTHING_TO_ADD)
     return Stop(
-        RunStatus.FAILED, StopReason.MODEL_ERROR, _ONLY_REASONING if turn.reasoning else _EMPTY
+        RunStatus.FAILED, StopReason.MODEL_ERROR, _ONLY_REASONING if _reasoned(turn) else _EMPTY
     )
+
+
+def _reasoned(turn: AssistantTurn) -> bool:
+    """Whether the server sent reasoning apart from the reply's text (an empty one is none)."""
+    return turn.reasoning is not None and bool(turn.reasoning.text.strip())
 
 
 def _cut(turn: AssistantTurn) -> Stop:
@@ -627,7 +632,7 @@ def _cut(turn: AssistantTurn) -> Stop:
     begun = words(turn) if turn.calls else before_cut_call(text)
     if begun is not None:
         return Stop(RunStatus.FAILED, StopReason.TRUNCATED, _CUT_CALL, past_reasoning(begun))
-    if not after_reasoning(text).strip() and (turn.reasoning or text.strip()):
+    if not after_reasoning(text).strip() and (_reasoned(turn) or text.strip()):
         return Stop(RunStatus.FAILED, StopReason.TRUNCATED, _CUT_THINKING)
     return Stop(RunStatus.FAILED, StopReason.TRUNCATED, _CUT, past_reasoning(text))
 

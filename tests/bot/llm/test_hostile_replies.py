@@ -10,7 +10,7 @@ from typing import Any
 import openai
 import pytest
 
-from bot.domain import RunStatus, StopReason, ToolOutcome
+from bot.domain import Reasoning, RunStatus, StopReason, ToolOutcome
 from bot.journal.fold import RunState
 from bot.llm.base import AssistantMessage, ModelError, UserMessage
 from bot.llm.http_client import ERROR_BODY_BYTES
@@ -448,7 +448,7 @@ async def test_an_answer_that_is_only_reasoning_is_shown_as_it_is(tmp_path: Path
 async def test_a_reply_of_reasoning_alone_fails_the_run_saying_so(tmp_path: Path) -> None:
     # A reasoning parser (DeepSeek's API, vLLM's) moves all of a reply that never left its
     # thinking to reasoning_content: the run failed as if the model had said nothing at all.
-    alone = _with_message(chat_completion(), "stop", content="", reasoning_content="Hmm, the")
+    alone = _with_message(chat_completion(), "stop", content="", reasoning="Hmm, the")
     state, counter, _ = await _run(tmp_path, alone)
 
     assert _ended(state) == (RunStatus.FAILED, StopReason.MODEL_ERROR)
@@ -458,7 +458,7 @@ async def test_a_reply_of_reasoning_alone_fails_the_run_saying_so(tmp_path: Path
     )
     assert counter.calls == {}
     turns = [m.turn for m in state.messages if isinstance(m, AssistantMessage)]
-    assert [turn.reasoning for turn in turns] == ["Hmm, the"]
+    assert [turn.reasoning for turn in turns] == [Reasoning(field="reasoning", text="Hmm, the")]
 
 
 @pytest.mark.parametrize(

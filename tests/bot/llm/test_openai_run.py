@@ -5,7 +5,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from bot.domain import Budgets, RunStatus, StopReason
+import pytest
+
+from bot.domain import Budgets, Reasoning, RunStatus, StopReason
 from bot.events import AdvisoryEvent
 from bot.journal.entries import AssistantTurnEntry
 from bot.journal.fold import RunState
@@ -204,12 +206,23 @@ async def test_a_legacy_function_call_runs_its_tool_and_is_answered(tmp_path: Pa
     ]
 
 
-async def test_the_models_reasoning_beside_its_calls_goes_back_with_them(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("field", "other"),
+    [
+        # DeepSeek (and vLLM before 0.17).
+        ("reasoning_content", "reasoning"),
+        # vLLM from 0.17, OpenRouter, Groq: a server that does not know the other refuses it.
+        ("reasoning", "reasoning_content"),
+    ],
+)
+async def test_the_models_reasoning_beside_its_calls_goes_back_with_them(
+    tmp_path: Path, field: str, other: str
+) -> None:
     # DeepSeek's thinking mode (on by default) refuses the next request with a 400 ("The
     # reasoning_content in the thinking mode must be passed back to the API") unless a reply's
     # reasoning_content comes back with its tool calls: every run that called a tool failed.
     said = chat_completion("Echoing.", calls=[("c1", "echo", '{"text": "a"}')])
-    said["choices"][0]["message"]["reasoning_content"] = "The user wants an echo of a."
+    said["choices"][0]["message"][field] = "The user wants an echo of a."
     async with FakeOpenAI(
         [{"text": "unused"}, {"text": "done"}], canned=[Canned(status=200, body=said)]
     ) as fake:
@@ -218,8 +231,9 @@ async def test_the_models_reasoning_beside_its_calls_goes_back_with_them(tmp_pat
     assert state.result is not None and state.result.text == "done"
     assert counter.calls == {"echo": 1}
     (assistant,) = [m for m in fake.requests[1]["messages"] if m["role"] == "assistant"]
-    assert assistant["reasoning_content"] == "The user wants an echo of a."
+    assert assistant[field] == "The user wants an echo of a."
+    assert other not in assistant
     assert assistant["content"] == "Echoing."
     # Journaled with the reply: a run resumed elsewhere sends it back too.
     first = next(r.entry.turn for r in records if isinstance(r.entry, AssistantTurnEntry))
-    assert first.reasoning == "The user wants an echo of a."
+    assert first.reasoning == Reasoning(field=field, text="The user wants an echo of a.")

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from bot.domain import AssistantTurn, RunStatus, StopReason
+from bot.domain import AssistantTurn, Reasoning, RunStatus, StopReason
 from bot.llm.base import ModelError, ToolSpec, UserMessage
 from bot.llm.openai_provider import OpenAIProvider
 from bot.run.supervisor import Supervisor
@@ -45,7 +45,8 @@ async def test_a_streamed_answer_is_the_answer() -> None:
     turn = await _complete(
         _stream(
             _chunk({"role": "assistant", "content": ""}),
-            _chunk({"reasoning_content": "They greet me."}),
+            _chunk({"reasoning": "They greet "}),
+            _chunk({"reasoning": "me."}),
             _chunk({"content": "Hello "}),
             _chunk({"content": "there."}, "stop"),
             {
@@ -57,7 +58,7 @@ async def test_a_streamed_answer_is_the_answer() -> None:
     )
 
     assert (turn.text, turn.calls, turn.finish_reason) == ("Hello there.", (), "stop")
-    assert turn.reasoning == "They greet me."
+    assert turn.reasoning == Reasoning(field="reasoning", text="They greet me.")
     assert (turn.usage.input_tokens, turn.usage.output_tokens) == (7, 3)
 
 
