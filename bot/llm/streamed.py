@@ -88,24 +88,35 @@ class _Completion:
         _append(self.text, delta.get("content"))
         for field in REASONING_FIELDS:
             _append(self.reasoning.setdefault(field, []), delta.get(field))
-        for i, call in enumerate(delta.get("tool_calls") or ()):
+        for call in delta.get("tool_calls") or ():
             if isinstance(call, Mapping):
-                self._call(call, i)
+                self._call(call)
 
-    def _call(self, delta: Mapping[str, Any], position: int) -> None:
+    def _call(self, delta: Mapping[str, Any]) -> None:
         """One call's delta: its first names the id and the tool, the rest add arguments."""
-        index = delta.get("index")
+        given = delta.get("id")
+        call_id = given if isinstance(given, str) else ""
         call = self.calls.setdefault(
-            index if isinstance(index, int) else position,
+            self._index(delta.get("index"), call_id),
             {"type": "function", "function": {"name": "", "arguments": ""}},
         )
-        if isinstance(delta.get("id"), str) and delta["id"]:
-            call["id"] = delta["id"]
+        if call_id:
+            call["id"] = call_id
         function = delta.get("function")
         if isinstance(function, Mapping):
             for part in ("name", "arguments"):
                 if isinstance(function.get(part), str):
                     call["function"][part] += function[part]
+
+    def _index(self, index: object, call_id: str) -> int:
+        """Which call a delta adds to: the one its index names; without one (some servers send
+        each call whole, unnumbered), a new call for an id not seen last, else the last."""
+        if isinstance(index, int):
+            return index
+        last = max(self.calls, default=-1)
+        if last < 0 or (call_id and self.calls[last].get("id") != call_id):
+            return last + 1
+        return last
 
     def whole(self) -> dict[str, Any]:
         if not self.chunks:

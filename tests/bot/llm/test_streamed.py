@@ -146,3 +146,22 @@ async def test_a_streamed_run_fails_naming_its_cut_at_the_output_limit(tmp_path:
         StopReason.TRUNCATED,
     )
     assert counter.calls == {}
+
+
+async def test_streamed_calls_without_an_index_are_told_apart_by_their_ids() -> None:
+    # Some servers (Gemini's compatible API) send each call whole, with no index.
+    first = {"id": "a", "type": "function", "function": {"name": "echo", "arguments": '{"text"'}}
+    rest = {"function": {"arguments": ': "a"}'}}
+    second = {"id": "b", "type": "function", "function": {"name": "echo", "arguments": "{}"}}
+    turn = await _complete(
+        _stream(
+            _chunk({"tool_calls": [first]}),
+            _chunk({"tool_calls": [rest]}),
+            _chunk({"tool_calls": [second]}, "tool_calls"),
+        )
+    )
+
+    assert [(c.id, c.name, c.arguments) for c in turn.calls] == [
+        ("a", "echo", '{"text": "a"}'),
+        ("b", "echo", "{}"),
+    ]
