@@ -75,11 +75,14 @@ class Usage(DomainModel, frozen=True, kw_only=True):
 
 
 class ToolCall(DomainModel, frozen=True, kw_only=True):
-    """One tool call proposed by the model; ``arguments`` is the raw JSON text it sent."""
+    """One tool call proposed by the model; ``arguments`` is the raw JSON text it sent;
+    ``extra_content`` what the server added to the call (Gemini 3's thought signature), as
+    JSON text, to be sent back with it as it came (empty if it added nothing)."""
 
     id: str
     name: str
     arguments: str = "{}"
+    extra_content: str = ""
 
 
 class Reasoning(DomainModel, frozen=True, kw_only=True):

@@ -404,14 +404,7 @@ def to_wire_messages(messages: Sequence[Message]) -> list[ChatCompletionMessageP
 def _assistant_message(turn: AssistantTurn) -> ChatCompletionMessageParam:
     if not turn.calls:
         return {"role": "assistant", "content": turn.text or ""}
-    calls: list[ChatCompletionMessageFunctionToolCallParam] = [
-        {
-            "id": call.id,
-            "type": "function",
-            "function": {"name": call.name, "arguments": call.arguments},
-        }
-        for call in turn.calls
-    ]
+    calls = [_wire_call(call) for call in turn.calls]
     # Calls the model wrote as text go back as calls alone: its template writes them as it
     # wrote them, and the text's markup beside them would show the model each call twice.
     message: dict[str, Any] = {"role": "assistant", "content": words(turn) or None}
@@ -421,6 +414,19 @@ def _assistant_message(turn: AssistantTurn) -> ChatCompletionMessageParam:
         message[turn.reasoning.field] = turn.reasoning.text
     message["tool_calls"] = calls
     return cast(ChatCompletionMessageParam, message)
+
+
+def _wire_call(call: ToolCall) -> ChatCompletionMessageFunctionToolCallParam:
+    wired: dict[str, Any] = {
+        "id": call.id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": call.arguments},
+    }
+    if call.extra_content:
+        # Gemini 3 refuses the next request (400) unless each call it signed comes back with
+        # its thought signature.
+        wired["extra_content"] = json.loads(call.extra_content)
+    return cast(ChatCompletionMessageFunctionToolCallParam, wired)
 
 
 def _tool_messages(message: ToolResultsMessage) -> list[ChatCompletionMessageParam]:
@@ -575,7 +581,23 @@ def _tool_call(raw: object) -> ToolCall:
     if not isinstance(name, str) or not name:
         raise _BadShape(f"tool call {call_id or '(no id)'} has no function name")
     arguments = _arguments_text(call_id, function)
-    return ToolCall(id=valid_text(call_id), name=valid_text(name), arguments=valid_text(arguments))
+    return ToolCall(
+        id=valid_text(call_id),
+        name=valid_text(name),
+        arguments=valid_text(arguments),
+        extra_content=_extra_content(fields.get("extra_content")),
+    )
+
+
+def _extra_content(extra: object) -> str:
+    """What a server added to a call, as JSON text to send back (text, so the journal holds
+    it however it nests); none unless it is an object."""
+    if not isinstance(extra, Mapping) or not extra:
+        return ""
+    try:
+        return json.dumps(extra)  # ASCII: every lone surrogate escaped
+    except (TypeError, ValueError, RecursionError):
+        return ""
 
 
 def _function_call(

@@ -102,6 +102,8 @@ class _Completion:
         )
         if call_id:
             call["id"] = call_id
+        if isinstance(delta.get("extra_content"), Mapping):
+            call["extra_content"] = delta["extra_content"]  # Gemini 3's thought signature
         function = delta.get("function")
         if isinstance(function, Mapping):
             for part in ("name", "arguments"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -237,3 +238,33 @@ async def test_the_models_reasoning_beside_its_calls_goes_back_with_them(
     # Journaled with the reply: a run resumed elsewhere sends it back too.
     first = next(r.entry.turn for r in records if isinstance(r.entry, AssistantTurnEntry))
     assert first.reasoning == Reasoning(field=field, text="The user wants an echo of a.")
+
+
+async def test_a_calls_thought_signature_goes_back_with_it(tmp_path: Path) -> None:
+    # Gemini 3 through its OpenAI-compatible endpoint signs each call in extra_content and
+    # refuses the next request (400) when the call comes back without it.
+    said = chat_completion(calls=[("c1", "echo", '{"text": "a"}')])
+    signed = {"google": {"thought_signature": "c2lnbmVk"}}
+    said["choices"][0]["message"]["tool_calls"][0]["extra_content"] = signed
+    async with FakeOpenAI(
+        [{"text": "unused"}, {"text": "done"}], canned=[Canned(status=200, body=said)]
+    ) as fake:
+        state, counter, records, _ = await _run(tmp_path, fake)
+
+    assert state.result is not None and state.result.text == "done"
+    assert counter.calls == {"echo": 1}
+    (assistant,) = [m for m in fake.requests[1]["messages"] if m["role"] == "assistant"]
+    assert assistant["tool_calls"][0]["extra_content"] == signed
+    first = next(r.entry.turn for r in records if isinstance(r.entry, AssistantTurnEntry))
+    assert json.loads(first.calls[0].extra_content) == signed  # kept for a resume elsewhere
+
+
+async def test_a_call_without_extra_content_goes_back_without_it(tmp_path: Path) -> None:
+    said = chat_completion(calls=[("c1", "echo", '{"text": "a"}')])
+    async with FakeOpenAI(
+        [{"text": "unused"}, {"text": "done"}], canned=[Canned(status=200, body=said)]
+    ) as fake:
+        await _run(tmp_path, fake)
+
+    (assistant,) = [m for m in fake.requests[1]["messages"] if m["role"] == "assistant"]
+    assert "extra_content" not in assistant["tool_calls"][0]

@@ -165,3 +165,19 @@ async def test_streamed_calls_without_an_index_are_told_apart_by_their_ids() -> 
         ("a", "echo", '{"text": "a"}'),
         ("b", "echo", "{}"),
     ]
+
+
+async def test_a_streamed_calls_signature_is_kept() -> None:
+    # Gemini 3 may send a call's signature in a delta of its own.
+    call = {"id": "a", "type": "function", "function": {"name": "echo", "arguments": "{}"}}
+    signed = {"google": {"thought_signature": "c2lnbmVk"}}
+    turn = await _complete(
+        _stream(
+            _chunk({"tool_calls": [call]}),
+            _chunk({"tool_calls": [{"extra_content": signed}]}, "stop"),
+        )
+    )
+
+    assert [(c.id, c.name, json.loads(c.extra_content)) for c in turn.calls] == [
+        ("a", "echo", signed)
+    ]
