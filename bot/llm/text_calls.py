@@ -81,8 +81,8 @@ def words(turn: AssistantTurn) -> str:
     the model is sent back beside those calls (its template writes their markup again, so the
     markup sent too would show the model each call twice)."""
     text = turn.text or ""
-    if not turn.calls:
-        return text
+    if not turn.calls or not text:
+        return text  # a reply of calls alone, as a server parses them, is read every turn
     written = read(text, {call.name for call in turn.calls})
     if [name for name, _ in written.calls] != [call.name for call in turn.calls]:
         return text  # the server parsed the calls: the text is the model's words
