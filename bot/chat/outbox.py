@@ -41,6 +41,8 @@ UNSHOWN_CARD_WAIT_SECONDS = 600.0
 # Fills in what a placeholder owes (puts the real messages): given what is owed ("answer" or
 # "card") and whose (the run's or the request's id).
 RenderOwed = Callable[[str, str], Awaitable[None]]
+# Whether a request (by id) still waits on a decision.
+StillOpen = Callable[[str], Awaitable[bool]]
 
 
 def answer_key(run_id: str, part: int = 0) -> str:
@@ -160,6 +162,7 @@ class Deliveries:
         self._resting.set()
         self._stopped = False
         self._render_owed: RenderOwed | None = None
+        self._still_open: StillOpen | None = None
         # The cards this process said were not shown (said once each, forgotten once shown).
         self._said_unshown: set[str] = set()
 
@@ -167,6 +170,11 @@ class Deliveries:
         """Have ``render`` fill in the answers runs and the cards requests owe (the platform's
         thread renderer)."""
         self._render_owed = render
+
+    def asks_open(self, still_open: StillOpen) -> None:
+        """Have ``still_open`` say whether a request whose card was never shown still waits:
+        only then is that said (a decided one needs nobody, after a restart too)."""
+        self._still_open = still_open
 
     async def put(self, key: str, target: Target, body: dict[str, Any]) -> None:
         """Make message ``key`` show ``body`` (posted or edited soon, by this or any replica)."""
@@ -237,13 +245,13 @@ class Deliveries:
             ref = await self._show(message)
         except Undeliverable as exc:
             log.error("outbox: %s given up: %s", message.key, exc)
-            self._unshown(message, str(exc), given_up=True)
+            await self._unshown(message, str(exc), given_up=True)
             await self._store.message_delivered(message.key, self._owner, message.version, "")
             return 0
         except DeliveryFailed as exc:
             late = exc.retry_after is not None and exc.retry_after >= UNSHOWN_CARD_WAIT_SECONDS
             if late or message.attempts >= UNSHOWN_CARD_TRIES:
-                self._unshown(message, str(exc), given_up=False)
+                await self._unshown(message, str(exc), given_up=False)
             await self._failed(message, str(exc), exc.retry_after)
             return 0
         except Exception as exc:  # a bug or a broken connection: the post may have landed
@@ -254,17 +262,20 @@ class Deliveries:
         self._said_unshown.discard(message.key)
         return 1
 
-    def _unshown(self, message: OutboxMessage, error: str, *, given_up: bool) -> None:
+    async def _unshown(self, message: OutboxMessage, error: str, *, given_up: bool) -> None:
         """Say, once, that a request's card has never been shown in its thread: nobody there
-        can decide it, so on-call must, and learns here which request and how."""
+        can decide it, so on-call must, and learns here which request and how. A request
+        decided meanwhile (at the terminal) is not said: it waits on nobody."""
         _, _, key = message.key.partition(":")
         # Never posted: no ref (a placeholder filled in counts as delivered, yet shows nothing).
         if not key.startswith("card:") or message.ref:
             return
         if message.key in self._said_unshown:
             return
-        self._said_unshown.add(message.key)
         request = key.removeprefix("card:")
+        if not await self._waits(request):
+            return
+        self._said_unshown.add(message.key)
         what = "given up" if given_up else f"tried {message.attempts} time(s), still trying"
         log.error(
             "outbox: the card of request %s has not reached its thread (%s; %s): nobody there"
@@ -275,6 +286,17 @@ class Deliveries:
             what,
             request,
         )
+
+    async def _waits(self, request: str) -> bool:
+        """Whether ``request`` still waits on a decision; when that cannot be told (no renderer
+        here, the store failed), it is taken to: saying it once too often loses nothing."""
+        if self._still_open is None:
+            return True
+        try:
+            return await self._still_open(request)
+        except Exception:
+            log.exception("outbox: whether request %s still waits could not be read", request)
+            return True
 
     async def _fill_in(self, message: OutboxMessage, kind: str, owner: str) -> int:
         """Render the answer or card ``owner`` (a run, a request) owes in place of the

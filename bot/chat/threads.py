@@ -117,6 +117,7 @@ class ThreadRenderer:
         self._queues: dict[str, asyncio.Queue[Event]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         deliveries.renders_owed(self.render_owed)
+        deliveries.asks_open(self.waits)
 
     def emit(self, event: Event) -> None:
         """Queue the event behind the run's earlier ones."""
@@ -184,6 +185,11 @@ class ThreadRenderer:
         view = await self._chat.request(request_id)
         if view is not None:
             await self.show_card(view)
+
+    async def waits(self, request_id: str) -> bool:
+        """Whether the request is still open (its card still offers a decision)."""
+        view = await self._chat.request(request_id)
+        return view is not None and view.status is RequestStatus.OPEN
 
     async def card_unshown(self, request_id: str) -> str:
         """Why the request's card has never been shown in its thread (the platform's last

@@ -11,6 +11,8 @@ import pytest
 from aiohttp import web
 
 from adapters.slack import ids
+from bot.domain import DecisionKind
+from bot.people.policy import Actor
 from tests.fakes.slack_api import FakeSlackApi
 from tests.fakes.slack_client import block_actions, slash_command
 from tests.fakes.slack_world import (
@@ -22,6 +24,7 @@ from tests.fakes.slack_world import (
     restart_script,
     slack_world,
 )
+from tests.fakes.waiting import until
 
 
 def _cards_in_thread(api: FakeSlackApi, thread_ts: str) -> list[dict[str, Any]]:
@@ -303,3 +306,32 @@ async def test_hostile_a_message_refused_even_as_text_is_given_up_in_one_line(
             await world.later(300)
         assert answers() == tried == 2  # as it was, then its words alone; no more
         assert any("given up" in r.getMessage() for r in caplog.records)
+
+
+async def test_hostile_a_card_never_shown_and_decided_at_the_terminal_is_not_said_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The card never reached its thread and was said once; on-call approved it at the
+    # terminal, as the line told them. After a restart its closed card, still refused, was said
+    # again: "nobody there can decide it; `kestrel runs approve` decides it", of a request
+    # decided long before.
+    async with FakeSlackApi() as api:
+        api.fail("chat.postMessage", error="fatal_error", status=200, times=None)
+        async with slack_world(tmp_path, restart_script(), api=api) as world:
+            await world.mention("checkout is failing")
+            for _ in range(4):
+                await world.later(300)
+            [(request, _, _)] = await world.rt.store.list_requests()
+            decided = await world.chat.decide(
+                request.run_id, request.id, DecisionKind.APPROVE, user=Actor(APPROVER)
+            )
+            assert decided.accepted, decided.message
+            await until(lambda: world.chat.ended(request.run_id))
+            for _ in range(4):
+                await world.later(300)
+        async with slack_world(tmp_path, restart_script(), api=api) as world:
+            for _ in range(4):
+                await world.later(3600)
+            assert world.executions == ["checkout"]
+        said = [r for r in caplog.records if "has not reached its thread" in r.getMessage()]
+        assert len(said) == 1, [r.getMessage() for r in said]
