@@ -340,6 +340,10 @@ class Outbox(Protocol):
         """One message, or None."""
         ...
 
+    async def get_messages(self, keys: Sequence[str]) -> list[OutboxMessage]:
+        """The messages of ``keys`` that exist (any order), read at once."""
+        ...
+
     async def outbox_backlog(self, platform: str | None = None) -> int:
         """How many messages wait for delivery (version > delivered_version)."""
         ...

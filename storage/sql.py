@@ -56,6 +56,7 @@ class Dialect:
         casts: bool = True,
         row_locks: bool = True,
         json_text: Callable[[str, Sequence[str]], str] = _path_text,
+        json_items: str = "json_array_elements_text",
     ) -> None:
         # The column that orders rows of equal timestamps by insertion.
         self.insertion = insertion
@@ -71,6 +72,8 @@ class Dialect:
         self.row_locks = row_locks
         # ``{json:COLUMN:a.b}``: the value at a path of a JSON column.
         self.json_text = json_text
+        # ``{json_items}(X)``: the items of JSON array X, as rows of one column, ``value``.
+        self.json_items = json_items
         # Bounded: statements are constants, or built from a few filter combinations.
         self._rendered: dict[str, str] = {}
 
@@ -89,6 +92,7 @@ class Dialect:
         text = statement.replace("$", self.marker).replace("{insertion}", self.insertion)
         if "{json:" in text:
             text = _JSON_PATH.sub(lambda m: self.json_text(m[1], m[2].split(".")), text)
+        text = text.replace("{json_items}", self.json_items)
         if not self.casts and "::" in text:
             text = _CAST.sub("", text)
         return text
@@ -118,6 +122,7 @@ SQLITE: Final = Dialect(
     casts=False,
     row_locks=False,
     json_text=_json_extract,
+    json_items="json_each",
 )
 
 
@@ -517,6 +522,11 @@ UPDATE outbox SET claimed_by = '', claim_expires = NULL, next_attempt_at = $3, e
 WHERE key = $1 AND claimed_by = $2
 """
 GET_MESSAGE: Final = f"SELECT {_OUTBOX_COLUMNS} FROM outbox WHERE key = $1"
+# The messages whose keys are in the JSON array $1 (a page's cards, read at once).
+GET_MESSAGES: Final = (
+    f"SELECT {_OUTBOX_COLUMNS} FROM outbox"
+    " WHERE key IN (SELECT value FROM {json_items}($1::json))"
+)
 # Written with a run's end (its answer) or a request's opening (its card): what is owed to run
 # $1's thread, as message $2 (prefixed by the session's platform) showing the platform-neutral
 # body $3 until a renderer of that platform replaces it (at $4); a message already there (a

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timedelta
@@ -546,6 +547,13 @@ class SqlStore(ABC):
         """Message ``key``, or None."""
         rows = await self._read("get_message", sql.GET_MESSAGE, (key,))
         return outbox_from_row(rows[0], self._dialect.moment) if rows else None
+
+    async def get_messages(self, keys: Sequence[str]) -> list[OutboxMessage]:
+        """The messages of ``keys`` that exist, in one query."""
+        if not keys:
+            return []
+        rows = await self._read("get_messages", sql.GET_MESSAGES, (json.dumps(list(keys)),))
+        return [outbox_from_row(row, self._dialect.moment) for row in rows]
 
     async def outbox_backlog(self, platform: str | None = None) -> int:
         """How many messages (of one platform, if given) the platform does not show yet."""

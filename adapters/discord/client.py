@@ -779,15 +779,19 @@ def _kestrel_commands() -> app_commands.Group:
 async def _pending_lines(interaction: discord.Interaction) -> list[str]:
     """This server's open requests, a line each, with who may answer and the thread's link."""
     client = _kestrel(interaction)
-    lines = []
+    listed = []
     for item in await client.chat.pending(user=interaction_actor(interaction)):
         place = await client.renderer.place_of(item.request.run_id)
         if place is None or DiscordTarget.of(place.target).guild != str(interaction.guild_id):
             continue  # this server's runs only
+        listed.append((item, place))
+    unshown = await client.renderer.cards_unshown([item.request.id for item, _ in listed])
+    lines = []
+    for item, place in listed:
         link = thread_of(place.session.id).url or place.session.id
         who = ", ".join(item.may_answer) or "nobody"
         line = f"• {item.request.kind.value} `{item.request.tool}` — may answer: {who} — {link}"
-        why = await client.renderer.card_unshown(item.request.id)
+        why = unshown.get(item.request.id)
         if why:  # nobody in the thread can decide it: the terminal can
             line += f" — **card not shown** ({why}): `kestrel runs pending`"
         lines.append(line)

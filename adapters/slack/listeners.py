@@ -376,7 +376,7 @@ class SlackListeners:
     async def _command_runs(self, command: dict[str, Any], respond: Respond) -> None:
         actor = await self._command_actor(command)
         pending = await self._chat.pending(user=actor)
-        unshown = {i.request.id: await self._renderer.card_unshown(i.request.id) for i in pending}
+        unshown = await self._renderer.cards_unshown([i.request.id for i in pending])
         message = runs_message(pending, await self._links(pending), unshown)
         await respond(text=message.text, blocks=message.blocks)
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import Any, Protocol
 
@@ -84,6 +84,17 @@ def status_key(run_id: str) -> str:
 def reminder_key(request_id: str) -> str:
     """The outbox key of the reminder that a request still waits."""
     return f"remind:{request_id}"
+
+
+def _never_shown(message: OutboxMessage) -> str:
+    """Why ``message`` has never been shown: the platform's last refusal, or "given up"; empty
+    when it was shown, or nothing refused it."""
+    if message.ref:
+        return ""
+    if message.error:
+        return message.error.partition("\n")[0]
+    given_up = message.delivered_version >= message.version and owed_of(message.body) is None
+    return "given up" if given_up else ""
 
 
 class DeliveryFailed(Exception):
@@ -187,16 +198,14 @@ class Deliveries:
         platform = self._transport.platform
         return await self._store.get_message(f"{platform}:{key}") is not None
 
-    async def unshown(self, key: str) -> str:
-        """Why message ``key`` (a card: ``card_key``) has never been shown in its thread: the
-        platform's last refusal, or "given up"; empty when it was shown or is not refused."""
-        message = await self._store.get_message(f"{self._transport.platform}:{key}")
-        if message is None or message.ref:
-            return ""
-        if message.error:
-            return message.error.partition("\n")[0]
-        given_up = message.delivered_version >= message.version and owed_of(message.body) is None
-        return "given up" if given_up else ""
+    async def unshown(self, keys: Sequence[str]) -> dict[str, str]:
+        """Why each message of ``keys`` (cards: ``card_key``) that has never been shown in its
+        thread was not: the platform's last refusal, or "given up"; read in one query. A key
+        shown, or not refused, is left out."""
+        platform = self._transport.platform
+        messages = await self._store.get_messages([f"{platform}:{key}" for key in keys])
+        found = {message.key.partition(":")[2]: _never_shown(message) for message in messages}
+        return {key: why for key, why in found.items() if why}
 
     async def run(self) -> None:
         """Deliver until ``stop``: at once when woken, else every ``poll_seconds``."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, Literal, Protocol, assert_never
@@ -191,10 +192,13 @@ class ThreadRenderer:
         view = await self._chat.request(request_id)
         return view is not None and view.status is RequestStatus.OPEN
 
-    async def card_unshown(self, request_id: str) -> str:
-        """Why the request's card has never been shown in its thread (the platform's last
-        refusal, or "given up"); empty when it was, or nothing refused it."""
-        return await self._deliveries.unshown(card_key(request_id))
+    async def cards_unshown(self, request_ids: Sequence[str]) -> dict[str, str]:
+        """Why each of these requests' cards that has never been shown in its thread was not
+        (the platform's last refusal, or "given up"), read at once; one shown, or that nothing
+        refused, is left out."""
+        keys = {card_key(request_id): request_id for request_id in request_ids}
+        unshown = await self._deliveries.unshown(list(keys))
+        return {keys[key]: why for key, why in unshown.items()}
 
     async def show_open_cards(self) -> None:
         """The card of every open request that the outbox does not hold yet, so that a card no

@@ -441,4 +441,4 @@ async def test_a_card_filled_in_from_its_placeholder_and_refused_is_said_unshown
         r.getMessage() for r in caplog.records if "has not reached its thread" in r.getMessage()
     ]
     assert len(said) == 1 and f"request {request_id}" in said[0], said
-    assert "no access" in await renderer.card_unshown(request_id)
+    assert "no access" in (await renderer.cards_unshown([request_id]))[request_id]

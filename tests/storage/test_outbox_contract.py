@@ -56,6 +56,16 @@ async def claim_all(store: Store, owner: str, limit: int = 3) -> list[str]:
 # -- put, claim, deliver ------------------------------------------------------------------------
 
 
+async def test_messages_are_read_by_their_keys_at_once(store: Store) -> None:
+    await put(store, "slack:card:req_1")
+    await put(store, "slack:card:req_2", ANSWERED)
+    await put(store, "slack:card:req_3")
+    found = await store.get_messages(["slack:card:req_2", "slack:card:req_1", "slack:card:nope"])
+    assert sorted(keys(found)) == ["slack:card:req_1", "slack:card:req_2"]
+    assert {m.key: m.body for m in found}["slack:card:req_2"] == ANSWERED
+    assert await store.get_messages([]) == []
+
+
 async def test_a_message_is_put_claimed_and_delivered(store: Store, clock: FakeClock) -> None:
     assert await put(store, "slack:card:req_1") == 1
     put_at = clock.now

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from adapters.slack import ids
+from storage.sqlite import SqliteStore
 from tests.fakes.slack_api import FakeSlackApi
 from tests.fakes.slack_client import app_mention, event_callback, slash_command
 from tests.fakes.slack_world import (
@@ -329,3 +330,29 @@ async def test_cancel_when_the_question_offering_cancel_has_expired_cancels_the_
         assert view.record.status.value == "cancelled"
         (request,) = await world.chat.requests_of(run_id)
         assert request.decision is None or request.decision.text != "cancel"
+
+
+async def test_the_slash_command_reads_the_cards_shown_in_one_query(tmp_path: Path) -> None:
+    # Whether each listed request's card was shown was read from the outbox one request at a
+    # time: a page of fifty waiting requests, fifty reads before on-call saw anything.
+    async with slack_world(tmp_path, restart_script()) as world:
+        for n in range(3):
+            await world.mention(f"checkout {n} is failing")
+        await until(lambda: _waiting(world, 3))
+        await world.settled()
+        store = world.rt.store
+        assert isinstance(store, SqliteStore)
+        await store.list_runs()  # both connections open: every read is traced
+        statements: list[str] = []
+        store._writer()._conn.set_trace_callback(statements.append)
+        store._reader()._conn.set_trace_callback(statements.append)
+        await world.sender.command(slash_command(ONCALL, "runs"))
+        body = json.dumps((await world.api.wait_for("response_url"))[0].args)
+        assert body.count("restart_service") == 3, body
+        # The outbox worker's own claims go on meanwhile: only the reads of messages count.
+        reads = [s for s in statements if s.startswith("SELECT key, platform")]
+        assert len(reads) == 1, reads
+
+
+async def _waiting(world: Any, count: int) -> bool:
+    return len(await world.rt.store.list_requests()) == count
