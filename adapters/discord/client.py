@@ -166,7 +166,7 @@ class KestrelDiscord(discord.Client):
                 raise _not_looked_up(thread, exc) from exc
         if not isinstance(where, discord.Thread) or not where.is_private():
             return None
-        return frozenset([user for user in users if await _sees_private(found, where, user)])
+        return await _seeing_private(found, where, users)
 
     def drain(self) -> None:
         """Take no new message or interaction from now on (this replica is stopping)."""
@@ -916,6 +916,8 @@ class GuildDirectory:
 
 
 LOOKUP_SECONDS = 2.0  # a lookup that takes longer is a no for the check at hand
+# How many of a card's approvers are asked of Discord at once whether they see a private thread.
+LOOKUPS_AT_ONCE = 4
 
 
 async def _channel_or_thread(guild: discord.Guild, place: Place) -> Any:
@@ -972,9 +974,34 @@ def _not_looked_up(thread: str, exc: Exception) -> DeliveryFailed:
     return DeliveryFailed(what)
 
 
+async def _seeing_private(
+    guild: discord.Guild, thread: discord.Thread, users: list[str]
+) -> frozenset[str]:
+    """Which of ``users`` see private ``thread``, asked of Discord ``LOOKUPS_AT_ONCE`` at a
+    time (one by one, a card with many approvers waited a round trip or two for each). Once
+    Discord rate-limits a lookup, the users not yet asked are not asked: they are a no."""
+    gate = asyncio.Semaphore(LOOKUPS_AT_ONCE)
+    limited = asyncio.Event()
+
+    async def sees(user: str) -> bool:
+        async with gate:
+            if limited.is_set():
+                return False
+            try:
+                return await _sees_private(guild, thread, user)
+            except discord.RateLimited as exc:
+                limited.set()
+                log.warning("discord: members of thread %s could not be asked: %s", thread.id, exc)
+                return False
+
+    seen = await asyncio.gather(*(sees(user) for user in users))
+    return frozenset(user for user, yes in zip(users, seen, strict=True) if yes)
+
+
 async def _sees_private(guild: discord.Guild, thread: discord.Thread, user: str) -> bool:
     """Whether ``user`` sees private ``thread``: as its member, or as someone who manages
-    threads in its channel; a lookup that fails or takes too long is a no (no ping)."""
+    threads in its channel; a lookup that fails or takes too long is a no (no ping). Raises
+    ``discord.RateLimited`` under a limit longer than the client sleeps out."""
     if not user.isdigit():
         return False
     try:
@@ -982,6 +1009,8 @@ async def _sees_private(guild: discord.Guild, thread: discord.Thread, user: str)
         return True
     except discord.NotFound:
         pass
+    except discord.RateLimited:
+        raise
     except (TimeoutError, discord.DiscordException) as exc:
         log.warning("discord: members of thread %s could not be asked: %s", thread.id, exc)
         return False
@@ -989,6 +1018,8 @@ async def _sees_private(guild: discord.Guild, thread: discord.Thread, user: str)
     if member is None:
         try:
             member = await asyncio.wait_for(guild.fetch_member(int(user)), LOOKUP_SECONDS)
+        except discord.RateLimited:
+            raise
         except (TimeoutError, discord.DiscordException):
             return False  # not in the server, or not answered: not one who sees the thread
     allowed = _permissions(thread, member)

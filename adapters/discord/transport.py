@@ -15,7 +15,10 @@ refused too, never retried hourly.
 Discord adds whoever a message in a private thread notifies to that thread. So a message
 notifying people (a card, a reminder) into a private thread notifies only those who see it
 already (its members, and those who manage threads) and names the others, unnotified: an
-approver who is not in the thread is told of nothing they could then read whole. When Discord
+approver who is not in the thread is told of nothing they could then read whole. A role is
+never pinged there (its members cannot be told apart without the privileged members intent):
+the message names it, says that those of it in the thread may answer there, and says first
+when that leaves nobody notified, so that the thread's members bring an approver in. When Discord
 does not say whether a thread is private (an archived thread, left out of the gateway's cache,
 looked up while Discord is slow or limits Kestrel), such a message is tried again later rather
 than sent notifying people blind.
@@ -72,13 +75,30 @@ _DECIDING = tuple(
 # private thread, which shows to everyone who sees its channel. It raises DeliveryFailed when
 # Discord does not say what the thread is: the message waits rather than notify blind.
 Seeing = Callable[[str, str, list[str]], Awaitable[frozenset[str] | None]]
+# What a message into a private thread says of those it may not notify: users who do not see
+# the thread, and roles (a role is never pinged there: Discord would add its members, none of
+# whom Kestrel can tell apart without the privileged members intent). One line; when it leaves
+# nobody notified, it says so first, so the thread's members know to bring an approver in.
 NOT_PINGED = (
     "Not notified, as they are not in this private thread (a ping would add them to it): {who}."
-    " They may still answer, once added to the thread, or from the terminal"
-    " (`kestrel runs pending`)."
+)
+ROLES_NOT_PINGED = (
+    "Roles are not pinged in a private thread (Discord would add all their members to it):"
+    " {roles}; those of them already in this thread may answer here."
+)
+NOBODY_PINGED = "Nobody was notified."
+HOW_ELSE = (
+    " A member of the thread adds whom it names by mentioning them here; on-call can also"
+    " decide from the terminal (`kestrel runs pending`)."
 )
 # That line, where it is in a message's content (cut short, too, at the content's limit).
-_NOT_PINGED_LINE = re.compile(r"\n?" + re.escape(NOT_PINGED[:40]) + r"[^\n]*")
+_NOT_PINGED_LINE = re.compile(
+    r"\n?(?:"
+    + "|".join(
+        re.escape(start) for start in (NOBODY_PINGED, NOT_PINGED[:16], ROLES_NOT_PINGED[:28])
+    )
+    + r")[^\n]*"
+)
 
 
 class BodyRefused(Undeliverable):
@@ -159,10 +179,10 @@ class DiscordTransport:
         if seeing is None:
             return body
         kept = [user for user in users if user in seeing]
-        left = [f"<@{u}>" for u in users if u not in seeing] + [f"<@&{r}>" for r in roles]
-        if not left:
+        left = [f"<@{u}>" for u in users if u not in seeing]
+        if not (left or roles):
             return body
-        note = NOT_PINGED.format(who=", ".join(left))
+        note = _not_pinged(left, [f"<@&{r}>" for r in roles], nobody=not kept)
         content = str(body.get("content") or "")
         content = f"{content}\n{note}" if content else note
         if len(content) > CONTENT_LIMIT:
@@ -192,6 +212,17 @@ class DiscordTransport:
             raise _failed(exc, channel) from exc
         except discord.RateLimited as exc:
             raise _limited(exc) from exc
+
+
+def _not_pinged(users: list[str], roles: list[str], *, nobody: bool) -> str:
+    """The line naming whom a message into a private thread did not notify, and how they may
+    still answer (``nobody``: it notifies no one)."""
+    parts = [NOBODY_PINGED] if nobody else []
+    if users:
+        parts.append(NOT_PINGED.format(who=", ".join(users)))
+    if roles:
+        parts.append(ROLES_NOT_PINGED.format(roles=", ".join(roles)))
+    return " ".join(parts) + HOW_ELSE
 
 
 def nonce(key: str, body: dict[str, Any]) -> str:

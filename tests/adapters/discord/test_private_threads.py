@@ -4,10 +4,12 @@ its channel or from anywhere else in the server."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
 
+from adapters.discord.client import LOOKUPS_AT_ONCE
 from adapters.discord.transport import DiscordTransport
 from tests.fakes import discord_payloads as p
 from tests.fakes.discord_api import FakeDiscord
@@ -219,3 +221,88 @@ async def test_a_card_of_unknown_outcome_is_found_after_the_thread_let_an_approv
             assert again == card["id"]  # within minutes, Discord answers with the first one
             cards = [m for m in fake.bot_messages(thread) if "kestrel:approve:" in json.dumps(m)]
             assert len(cards) == 1, cards
+
+
+async def test_a_card_whose_approvers_are_a_role_says_in_a_private_thread_who_may_answer(
+    tmp_path: Path,
+) -> None:
+    # Approvers named only as a role: the role is not pinged in a private thread (Discord
+    # would add its members), so nobody was notified, and the card said the role was "not in
+    # this private thread", though members of it may well be, and may click.
+    async with FakeDiscord() as fake:
+        private, _ = _guild_with_a_private_thread(fake)
+        thread = private["id"]
+        async with discord_world(
+            tmp_path,
+            restart_script(),
+            fake=fake,
+            extra_policy={"approvers": {"*": [f"group:{SRE_ROLE}"]}},
+        ) as world:
+            await world.mention("checkout is failing", channel=thread)
+            await world.card()
+            [posted] = [
+                c
+                for c in fake.calls_to("POST", rf"/channels/{thread}/messages")
+                if "kestrel:approve:" in json.dumps(c.json) and c.status == 200
+            ]
+            body = posted.json or {}
+            assert body["allowed_mentions"]["users"] == []
+            assert body["allowed_mentions"]["roles"] == []
+            content = body["content"]
+            assert "Nobody was notified" in content, content
+            assert f"<@&{SRE_ROLE}>" in content and "Roles are not pinged" in content, content
+            assert "already in this thread may answer here" in content, content
+            assert "not in this private thread (a ping" not in content, content
+
+
+async def test_who_sees_a_private_thread_is_asked_a_few_at_a_time(tmp_path: Path) -> None:
+    # Eight approvers not in the thread: each was asked of Discord in turn, two requests
+    # each, so a card waited sixteen round trips before it was posted.
+    approvers = [str(2001 + n) for n in range(8)]
+    in_flight = {"now": 0, "most": 0}
+
+    async def slowly(call: Any) -> tuple[int, Any]:
+        in_flight["now"] += 1
+        in_flight["most"] = max(in_flight["most"], in_flight["now"])
+        try:
+            await asyncio.sleep(0.2)  # Discord's round trip
+        finally:
+            in_flight["now"] -= 1
+        return 404, {"message": "Unknown Member", "code": 10007}
+
+    async with FakeDiscord() as fake:
+        private, _ = _guild_with_a_private_thread(fake)
+        thread = private["id"]
+        for user in approvers:
+            fake.members[(p.GUILD_ID, user)] = {"roles": []}
+        fake.set_handler("GET", rf"/channels/{thread}/thread-members/\d+", slowly)
+        async with discord_world(
+            tmp_path, restart_script(), fake=fake, extra_policy={"approvers": {"*": approvers}}
+        ) as world:
+            await world.mention("checkout is failing", channel=thread)
+            await world.card()
+            asked = fake.calls_to("GET", rf"/channels/{thread}/thread-members/\d+")
+            assert sorted(c.path.rsplit("/", 1)[1] for c in asked) == approvers
+            assert 1 < in_flight["most"] <= LOOKUPS_AT_ONCE, in_flight
+
+
+async def test_who_sees_a_private_thread_is_asked_no_more_once_discord_limits_it(
+    tmp_path: Path,
+) -> None:
+    # Rate-limited for ten minutes on the first lookup, the card still asked about every other
+    # approver, each refused in turn: a burst into a limit Discord had already set.
+    approvers = [str(2001 + n) for n in range(12)]
+    async with FakeDiscord() as fake:
+        private, _ = _guild_with_a_private_thread(fake)
+        thread = private["id"]
+        for user in approvers:
+            fake.members[(p.GUILD_ID, user)] = {"roles": []}
+        lookups = rf"/channels/{thread}/thread-members/\d+"
+        fake.fail("GET", lookups, retry_after=600, times=None)
+        async with discord_world(
+            tmp_path, restart_script(), fake=fake, extra_policy={"approvers": {"*": approvers}}
+        ) as world:
+            await world.mention("checkout is failing", channel=thread)
+            await world.card()  # posted at once, notifying nobody it could not ask about
+            assert len(fake.calls_to("GET", lookups)) <= LOOKUPS_AT_ONCE
+            assert not set(approvers) & fake.thread_members[thread]
