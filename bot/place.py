@@ -9,6 +9,12 @@ from __future__ import annotations
 
 import msgspec
 
+from bot.patterns import on_use
+
+_SLACK_ID = on_use(r"[A-Z0-9]{2,32}")
+_SLACK_TS = on_use(r"[0-9]{1,12}\.[0-9]{1,9}")
+_SNOWFLAKE = on_use(r"[0-9]{1,20}")
+
 
 class Place(msgspec.Struct, frozen=True):
     """A platform, a workspace on it (Slack team, Discord guild), a channel, a thread."""
@@ -32,6 +38,24 @@ class Place(msgspec.Struct, frozen=True):
         fewer people than its channel (a Discord private thread), so a slash command in the
         channel has not seen it."""
         return self.holds(acted_from) and acted_from.thread == self.thread
+
+    def link(self) -> str | None:
+        """The address of this place's thread on its platform (a Discord place's channel when
+        it names no thread); None for a place with none (the console) or with ids that are
+        not the platform's."""
+        if self.platform == "slack":
+            team, channel, ts = self.workspace, self.channel, self.thread
+            if (
+                _SLACK_ID.fullmatch(team)
+                and _SLACK_ID.fullmatch(channel)
+                and _SLACK_TS.fullmatch(ts)
+            ):
+                return f"https://app.slack.com/client/{team}/{channel}/thread/{channel}-{ts}"
+        if self.platform == "discord":
+            where = self.thread or self.channel
+            if _SNOWFLAKE.fullmatch(self.workspace) and _SNOWFLAKE.fullmatch(where):
+                return f"https://discord.com/channels/{self.workspace}/{where}"
+        return None
 
     def describe(self) -> str:
         """The place in a few words, for refusals and the audit."""

@@ -283,11 +283,11 @@ class ChatService:
         it runs in the background (as ``run_id``, when the delivery reserved one). ``alone``:
         only if no other run of the session is unfinished (``begun`` tells)."""
         place = session.place if session is not None else None
-        refusal = self._rt.policy.place_refusal(user, place, "this thread")
+        refusal = await self._rt.policy.place_refusal(user, place, "this thread")
         if refusal is None and not await self._rt.policy.may_start(user, place):
             refusal = Refusal(f"{user.user} may not start runs (policy.requesters)")
         if refusal is not None:
-            await self._rt.store.audit(user.user, AuditAction.START_REFUSED, detail=refusal.reason)
+            await self._rt.store.audit(user.user, AuditAction.START_REFUSED, detail=refusal.audited)
             raise NotPermitted(refusal.reason)
         return await self._supervisor.start_turn(
             text,
@@ -484,12 +484,12 @@ class ChatService:
         record = await self._rt.store.get_run(run_id)
         run = await self._place(run_id) if user.place is not None else None
         policy = self._rt.policy
-        refusal = policy.place_refusal(user, run, f"run {run_id}") or await policy.check_operate(
-            user, "resume", run_id, record.requested_by, run
-        )
+        refusal = await policy.place_refusal(
+            user, run, f"run {run_id}"
+        ) or await policy.check_operate(user, "resume", run_id, record.requested_by, run)
         if refusal:
             await self._rt.store.audit(
-                user.user, AuditAction.RESUME_REFUSED, run_id=run_id, detail=refusal.reason
+                user.user, AuditAction.RESUME_REFUSED, run_id=run_id, detail=refusal.audited
             )
             raise NotPermitted(refusal.reason)
         claimed = await self._supervisor.expire_overdue(run_id)
@@ -564,10 +564,10 @@ class ChatService:
             await self._rt.store.get_run(run_id)
             return None
         what = f"request {request_id}" if request_id else f"run {run_id}"
-        refusal = self._rt.policy.place_refusal(user, await self._place(run_id), what)
+        refusal = await self._rt.policy.place_refusal(user, await self._place(run_id), what)
         if refusal:
             await self._rt.store.audit(
-                user.user, AuditAction.refused(verb), run_id, request_id, refusal.reason
+                user.user, AuditAction.refused(verb), run_id, request_id, refusal.audited
             )
         return refusal
 

@@ -4,12 +4,12 @@ its markup (escaping, bold, code spans) around them."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol
 
 from bot.kinds import StopReason
+from bot.place import Place
 from bot.text import invisibles_named
 
 _REASONS: Final[dict[StopReason, str]] = {
@@ -96,10 +96,6 @@ def chosen_option(options: Sequence[str], index: int | None) -> str | None:
 
 # --- a session's thread ----------------------------------------------------------------------
 
-_SLACK_ID = re.compile(r"[A-Z0-9]{2,32}")
-_SLACK_TS = re.compile(r"[0-9]{1,12}\.[0-9]{1,9}")
-_SNOWFLAKE = re.compile(r"[0-9]{1,20}")
-
 
 @dataclass(frozen=True, slots=True)
 class Thread:
@@ -116,13 +112,13 @@ def thread_of(session_id: str) -> Thread:
     parts = session_id.split(":")
     if len(parts) == 4 and parts[0] == "slack":
         _, team, channel, ts = parts
-        if _SLACK_ID.fullmatch(team) and _SLACK_ID.fullmatch(channel) and _SLACK_TS.fullmatch(ts):
-            url = f"https://app.slack.com/client/{team}/{channel}/thread/{channel}-{ts}"
+        url = Place("slack", team, channel, ts).link()
+        if url is not None:
             return Thread("slack", f"Slack {channel}, thread {ts}", url)
     if len(parts) == 3 and parts[0] == "discord":
         _, guild, thread = parts
-        if _SNOWFLAKE.fullmatch(guild) and _SNOWFLAKE.fullmatch(thread):
-            url = f"https://discord.com/channels/{guild}/{thread}"
+        url = Place("discord", guild, "", thread).link()
+        if url is not None:
             return Thread("discord", f"Discord thread {thread}", url)
     return Thread("", session_id)
 

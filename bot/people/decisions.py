@@ -188,7 +188,7 @@ class Decisions:
 
     def audited_refusal(self, refusal: Refusal, decision: Decision) -> str:
         """A refusal as the audit keeps it: redacted when it may quote what the person typed."""
-        return self.rt.redact(refusal.reason) if decision.text.strip() else refusal.reason
+        return self.rt.redact(refusal.audited) if decision.text.strip() else refusal.audited
 
     async def _refusal(
         self,

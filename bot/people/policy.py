@@ -217,6 +217,31 @@ class Actor(msgspec.Struct, frozen=True):
         return False
 
 
+# How a refusal names another platform, and a workspace of one (a Discord guild is a server).
+_PLATFORM_NAMES = {"slack": "Slack", "discord": "Discord"}
+_WORKSPACE_WORDS = {"discord": "server"}
+
+
+def _elsewhere(run: Place, here: Place) -> str:
+    """Where a run lives, said from ``here``: "in another thread of this channel", "in
+    another channel", "in another workspace", "on Discord"."""
+    if here.platform != run.platform:
+        return f"on {_PLATFORM_NAMES.get(run.platform, run.platform)}"
+    if here.workspace != run.workspace:
+        return f"in another {_WORKSPACE_WORDS.get(run.platform, 'workspace')}"
+    if here.channel != run.channel:
+        return "in another channel"
+    return "in another thread of this channel"
+
+
+async def _sees(actor: Actor, run: Place) -> bool:
+    """Whether the platform says ``actor`` sees the thread of ``run`` (a guest's word is
+    not asked: they see only what was shared with them)."""
+    if actor.external or actor.directory is None:
+        return False
+    return await actor.directory.sees(actor.user, run)
+
+
 GROUP_KINDS = ("group", "role")  # ``role:ID`` reads better for a Discord role; both mean it
 # What a principal may name besides one person: a person's name must not read as one of them.
 PRINCIPAL_KINDS = (*GROUP_KINDS, "channel")
@@ -280,14 +305,25 @@ class Policy:
             return True
         return actor.directory is not None and await actor.directory.sees(actor.user, run)
 
-    def place_refusal(self, actor: Actor, run: Place | None, what: str) -> Refusal | None:
-        """None when ``actor`` acts from the run's place (or at the terminal); else why not."""
-        if actor.place is None or run is None or run.holds(actor.place):
+    async def place_refusal(self, actor: Actor, run: Place | None, what: str) -> Refusal | None:
+        """None when ``actor`` acts from the run's place (or at the terminal); else why not:
+        ``what`` ("request R", "run X") is elsewhere, said from where they are, and where its
+        run's thread is, as a link to someone the platform says sees it (a private channel's
+        or thread's is no one else's business: no link, no id)."""
+        here = actor.place
+        if here is None or run is None or run.holds(here):
             return None
-        return Refusal(
-            f"{what} belongs to a run of another channel: act on it from that run's thread"
-            f" (this came from {actor.place.describe()})"
-        )
+        where = _elsewhere(run, here)
+        if (here.platform, here.workspace) != (run.platform, run.workspace):
+            reason = f"{what} is {where}: act on it from its run's thread there"
+        elif (link := run.link()) and await _sees(actor, run):
+            reason = f"{what} is {where}: act on it from its run's thread, {link}"
+        else:
+            reason = (
+                f"{what} is {where}, in a thread you cannot see: someone in that thread, or"
+                " on-call, can act on it"
+            )
+        return Refusal(reason[:1].upper() + reason[1:], detail=f"acted from {here.describe()}")
 
     async def check_operate(
         self, actor: Actor, verb: str, run_id: str, requested_by: str, run: Place | None = None
@@ -343,7 +379,7 @@ class Policy:
         """
         if not fits(kind, request.kind):
             return Refusal(f"{kind.value} is not an answer to a {request.kind.value} request")
-        refusal = self.place_refusal(actor, run, f"request {request.id}")
+        refusal = await self.place_refusal(actor, run, f"request {request.id}")
         if refusal:
             return refusal
         if request.kind is RequestKind.WAIT_PLAN:

@@ -6,12 +6,20 @@ import msgspec
 
 
 class Refusal(msgspec.Struct, frozen=True):
-    """Why an action is refused; the callers that allow return None instead of a Refusal."""
+    """Why an action is refused; the callers that allow return None instead of a Refusal.
+    ``detail``: what the audit keeps beside the reason (where the person acted from, in the
+    store's notation, which is no words for them)."""
 
     reason: str
+    detail: str = ""
 
     def __str__(self) -> str:
         return self.reason
+
+    @property
+    def audited(self) -> str:
+        """The refusal as the audit keeps it: its reason, and its detail if any."""
+        return f"{self.reason} ({self.detail})" if self.detail else self.reason
 
 
 def refused(reason: str) -> Refusal | None:

@@ -148,7 +148,7 @@ async def _slack_place(slack: Slack, tmp: Path) -> Call:
     await slack.click(card, ids.APPROVE_ONCE, APPROVER, channel=OPS)
     assert "another channel" in await slack.told(APPROVER)
     await slack.click(card, ids.APPROVE_ONCE, APPROVER, team="T0OTHER")
-    assert "another channel" in await slack.told(APPROVER)
+    assert "another workspace" in await slack.told(APPROVER)
     await slack.click(card, ids.APPROVE_ONCE, APPROVER, message_ts=str(mention["ts"]))
     assert "not on that request" in await slack.told(APPROVER)
     # channel:C0OPS names people acting on runs OF #ops: in the run's own thread, a member of
@@ -187,7 +187,7 @@ async def _slack_place(slack: Slack, tmp: Path) -> Call:
     assert _executions(tmp) == []
     refused = _audit(tmp, "approve_refused")
     assert len(refused) == 5 and {r[1] for r in refused} == {request_id}
-    assert any("came from slack:T0001:C0OPS" in r[2] for r in refused)
+    assert any("acted from slack:T0001:C0OPS" in r[2] for r in refused)
     assert len(_audit(tmp, "cancel_refused")) == 2
     assert len(_audit(tmp, "show_refused")) == 1 and len(_audit(tmp, "feedback_refused")) == 1
     assert len(_audit(tmp, "resume_refused")) == 1
@@ -205,13 +205,13 @@ async def _discord_place(discord: FakeDiscord, slack: Slack, slack_card: Call, t
 
     # A Discord click from another guild, and one naming the Slack run's request: refused.
     guest = await _discord_click(discord, card, button_id(card, "approve"), guild="777")
-    assert "another channel" in await _discord_told(discord, guest)
+    assert "another server" in await _discord_told(discord, guest)
     # Deny's form asked for from another guild: refused before it opens, and audited.
     deny = await _discord_click(discord, card, button_id(card, "deny"), guild="777")
     answered = await discord.wait_for(
         lambda c: str(deny["token"]) in c.path and c.path.endswith("/callback"), timeout=15
     )
-    assert "another channel" in json.dumps(answered[-1].json)
+    assert "another server" in json.dumps(answered[-1].json)
     assert [r[1] for r in _audit(tmp, "deny_refused")] == [slack_request, discord_request]
     crossed = f"kestrel:approve:{slack_request}"
     forged = json.loads(json.dumps(card).replace(button_id(card, "approve"), crossed))

@@ -72,7 +72,7 @@ async def test_refused_clicks_change_nothing(tmp_path: Path) -> None:
         # Roles count in the run's guild only: the approvers' role id from another guild
         # does not make its holder an approver.
         guest = await world.click(card, "approve", user="1500", roles=[SRE_ROLE], guild="777")
-        assert "act on it from that run's thread" in await world.answered(guest)
+        assert "is in another server" in await world.answered(guest)
         run_id = (await world.chat.recent(1))[0].id
         assert [v.status for v in await world.chat.requests_of(run_id)] == [RequestStatus.OPEN]
         # A member of the approvers' role approves; a second click is refused.
@@ -402,7 +402,7 @@ async def test_a_plan_click_from_another_guild_decides_nothing(tmp_path: Path) -
         card = await world.card("step_by_step")
         for kind in ("approve", "step_by_step"):
             guest = await world.click(card, kind, user=APPROVER, guild="777")
-            assert "act on it from that run's thread" in await world.answered(guest)
+            assert "is in another server" in await world.answered(guest)
         run_id = (await world.chat.recent(1))[0].id
         assert [v.status for v in await world.chat.requests_of(run_id)] == [RequestStatus.OPEN]
         assert world.executions == []

@@ -6,8 +6,19 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.fakes.slack_client import slash_command
-from tests.fakes.slack_world import CHANNEL, REQUESTER, SlackWorld, restart_script, slack_world
+from adapters.slack import ids
+from tests.fakes.slack_api import Call
+from tests.fakes.slack_client import block_actions, slash_command
+from tests.fakes.slack_world import (
+    APPROVER,
+    CHANNEL,
+    REQUESTER,
+    SlackWorld,
+    button_value,
+    posted_ts,
+    restart_script,
+    slack_world,
+)
 
 STRANGER = "U0STRANGER"  # in the workspace, not a member of the run's channel
 
@@ -58,3 +69,50 @@ async def test_a_member_reads_a_run_from_its_channel_while_slack_limits_lookups(
         # From another channel the lookup still decides, and a failed one is a no.
         told = await _command(world, REQUESTER, f"status {run_id}", "C0OTHER")
         assert "checkout is failing" not in told
+
+
+async def test_a_click_from_elsewhere_says_where_the_run_lives_to_whoever_may_see_it(
+    tmp_path: Path,
+) -> None:
+    # A click on a run's card from another place was told "request … belongs to a run of
+    # another channel: act on it from that run's thread (this came from slack:T0001:C0001:9.9)":
+    # "another channel" from the very same channel, an address in the store's notation, and
+    # nothing saying where that thread is.
+    async with slack_world(tmp_path, restart_script()) as world:
+        world.api.channel_members[CHANNEL] = [APPROVER]
+        mention = await world.mention("checkout is failing")
+        card = await world.card()
+        await world.settled()
+        link = f"https://app.slack.com/client/T0001/{CHANNEL}/thread/{CHANNEL}-{mention['ts']}"
+
+        async def told(user: str, channel: str, thread_ts: str) -> str:
+            payload = block_actions(
+                user,
+                ids.APPROVE_ONCE,
+                button_value(card, ids.APPROVE_ONCE),
+                channel=channel,
+                message_ts=posted_ts(world.api, card),
+                thread_ts=thread_ts,
+            )
+
+            def to_user(call: Call) -> bool:
+                return call.method == "chat.postEphemeral" and call.args.get("user") == user
+
+            before = len([c for c in world.api.calls if to_user(c)])
+            assert (await world.sender.action(payload)).status == 200
+            calls = await world.api.wait_for(to_user, count=before + 1)
+            return str(calls[-1].args["text"])
+
+        # Another thread of the run's own channel: said so, with the run's thread.
+        note = await told(APPROVER, CHANNEL, "9.9")
+        assert "another thread of this channel" in note and link in note, note
+        # Another channel, by a member of the run's: that thread, named by its link.
+        note = await told(APPROVER, "C0OTHER", "8.8")
+        assert "another channel" in note and link in note, note
+        # Another channel, by someone who is not in the run's: neither its link nor its id.
+        note = await told(STRANGER, "C0OTHER", "8.8")
+        assert "another channel" in note and "cannot see" in note, note
+        assert CHANNEL not in note and mention["ts"] not in note, note
+        for note in [c.args["text"] for c in world.api.calls_to("chat.postEphemeral")]:
+            assert "slack:T0001" not in note and "belongs to a run of" not in note, note
+        assert world.executions == []
