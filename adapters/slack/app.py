@@ -188,6 +188,8 @@ def _bolt_app(settings: SlackSettings, client: AsyncWebClient, on: SlackListener
     app.event("app_mention")(on.on_app_mention)
     app.event("message")(on.on_message)
     app.event("app_home_opened")(on.on_home_opened)
+    app.event("app_uninstalled")(on.on_uninstalled)
+    app.event("tokens_revoked")(on.on_uninstalled)
     app.action(ids.ACTION_PATTERN)(on.on_action)
     app.view(ids.DENY_MODAL)(on.on_deny_submitted)
     app.view(ids.ANSWER_MODAL)(on.on_answer_submitted)

@@ -432,6 +432,31 @@ class SlackListeners:
                 links[item.request.run_id] = url
         return links
 
+    # --- the app's own installation ------------------------------------------------------------
+
+    async def on_uninstalled(self, event: dict[str, Any], body: dict[str, Any]) -> None:
+        """The app was removed from a workspace (``app_uninstalled``), or the bot's token was
+        revoked (``tokens_revoked`` naming the bot; a person's own token revoked is nothing to
+        Kestrel). Taken, not left unhandled (Slack delivers an unhandled event again, and turns
+        an app's events off when too many fail), and said once: nothing can be posted there
+        until the app is installed again, so what waits there is decided at the terminal."""
+        team = _team_of(body, event)
+        if event.get("type") == "tokens_revoked":
+            bots = (event.get("tokens") or {}).get("bot") or []
+            if self._me.user not in bots:
+                log.info("slack: a token of workspace %s was revoked (not Kestrel's)", team)
+                return
+            what = "Kestrel's bot token was revoked"
+        else:
+            what = "Kestrel was uninstalled"
+        log.error(
+            "slack: %s in workspace %s: nothing can be posted there until it is installed again"
+            " (its messages are tried again hourly); `kestrel runs pending` lists what waits on"
+            " people there, and `kestrel runs approve` or `deny` decides it",
+            what,
+            team,
+        )
+
     # --- showing outcomes -------------------------------------------------------------------
 
     async def _show(self, outcome: Outcome, thread: SlackThread, user: str) -> None:

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from adapters.slack import ids
@@ -314,3 +315,27 @@ async def test_hostile_a_run_id_pasted_with_its_marks_is_the_run(tmp_path: Path)
         await world.sender.command(slash_command(ONCALL, f"status `{run_id}`:"))
         (answer,) = await world.api.wait_for("response_url")
         assert "suspended" in json.dumps(answer.args), answer.args
+
+
+async def test_hostile_an_uninstall_or_a_revoked_token_is_taken_and_said_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Slack's app_uninstalled and tokens_revoked got 404 ("no listener takes this"), which
+    # Slack delivers again and counts towards turning the app's events off, and the log said
+    # nothing of what had happened: every card after it failed with account_inactive.
+    async with slack_world(tmp_path, restart_script()) as world:
+        bot = world.api.bot_user
+        revoked = {"type": "tokens_revoked", "tokens": {"oauth": ["U0SOMEONE"], "bot": []}}
+        assert (await world.sender.event(revoked)).status == 200
+        assert not [r for r in caplog.records if r.levelname == "ERROR"]
+        for event in (
+            {"type": "tokens_revoked", "tokens": {"bot": [bot]}},
+            {"type": "app_uninstalled"},
+        ):
+            response = await world.sender.event(event)
+            assert response.status == 200, response.text
+        said = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+        assert len(said) == 2, said
+        assert all("T0001" in line and "`kestrel runs pending`" in line for line in said), said
+        assert "token was revoked" in said[0] and "uninstalled" in said[1], said
+        assert not [r for r in caplog.records if "no listener" in r.getMessage()]
