@@ -41,8 +41,9 @@ UNSHOWN_CARD_WAIT_SECONDS = 600.0
 # Fills in what a placeholder owes (puts the real messages): given what is owed ("answer" or
 # "card") and whose (the run's or the request's id).
 RenderOwed = Callable[[str, str], Awaitable[None]]
-# Whether a request (by id) still waits on a decision.
-StillOpen = Callable[[str], Awaitable[bool]]
+# Whether to say now that a request's card (by the request's id) was never shown: it still
+# waits on a decision, and nobody said so before (in this process, another, or before a restart).
+SayUnshown = Callable[[str], Awaitable[bool]]
 
 
 def answer_key(run_id: str, part: int = 0) -> str:
@@ -173,8 +174,9 @@ class Deliveries:
         self._resting.set()
         self._stopped = False
         self._render_owed: RenderOwed | None = None
-        self._still_open: StillOpen | None = None
-        # The cards this process said were not shown (said once each, forgotten once shown).
+        self._say_unshown: SayUnshown | None = None
+        # The cards this process weighed saying were never shown: asked of the store once
+        # each (its once-mark keeps them said once in all), forgotten once shown.
         self._said_unshown: set[str] = set()
 
     def renders_owed(self, render: RenderOwed) -> None:
@@ -182,10 +184,11 @@ class Deliveries:
         thread renderer)."""
         self._render_owed = render
 
-    def asks_open(self, still_open: StillOpen) -> None:
-        """Have ``still_open`` say whether a request whose card was never shown still waits:
-        only then is that said (a decided one needs nobody, after a restart too)."""
-        self._still_open = still_open
+    def asks_unshown(self, say: SayUnshown) -> None:
+        """Have ``say`` tell whether a card never shown is said so now: once in all, whatever
+        process or restart takes it up, and only while its request waits (a decided one needs
+        nobody)."""
+        self._say_unshown = say
 
     async def put(self, key: str, target: Target, body: dict[str, Any]) -> None:
         """Make message ``key`` show ``body`` (posted or edited soon, by this or any replica)."""
@@ -282,9 +285,9 @@ class Deliveries:
         if message.key in self._said_unshown:
             return
         request = key.removeprefix("card:")
-        if not await self._waits(request):
-            return
         self._said_unshown.add(message.key)
+        if not await self._first_to_say(request):
+            return
         what = "given up" if given_up else f"tried {message.attempts} time(s), still trying"
         log.error(
             "outbox: the card of request %s has not reached its thread (%s; %s): nobody there"
@@ -296,15 +299,15 @@ class Deliveries:
             request,
         )
 
-    async def _waits(self, request: str) -> bool:
-        """Whether ``request`` still waits on a decision; when that cannot be told (no renderer
-        here, the store failed), it is taken to: saying it once too often loses nothing."""
-        if self._still_open is None:
+    async def _first_to_say(self, request: str) -> bool:
+        """Whether to say that ``request``'s card was never shown; when that cannot be told
+        (no renderer here, the store failed), it is said: once too often loses nothing."""
+        if self._say_unshown is None:
             return True
         try:
-            return await self._still_open(request)
+            return await self._say_unshown(request)
         except Exception:
-            log.exception("outbox: whether request %s still waits could not be read", request)
+            log.exception("outbox: whether to say request %s unshown could not be read", request)
             return True
 
     async def _fill_in(self, message: OutboxMessage, kind: str, owner: str) -> int:

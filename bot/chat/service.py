@@ -463,6 +463,11 @@ class ChatService:
             self.duplicates_dropped += 1
         return first
 
+    async def first_to_say(self, key: str) -> bool:
+        """Whether this process is the first, of any replica and since any restart, to say what
+        ``key`` names (a card that never reached its thread): True once."""
+        return await self._rt.store.mark_once(key)
+
     async def cancel(self, run_id: str, *, user: Actor) -> str:
         """Cancel a run (its requester or on-call may, from its place); what happened, in a
         sentence."""

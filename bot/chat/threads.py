@@ -118,7 +118,7 @@ class ThreadRenderer:
         self._queues: dict[str, asyncio.Queue[Event]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         deliveries.renders_owed(self.render_owed)
-        deliveries.asks_open(self.waits)
+        deliveries.asks_unshown(self.say_unshown)
 
     def emit(self, event: Event) -> None:
         """Queue the event behind the run's earlier ones."""
@@ -187,10 +187,13 @@ class ThreadRenderer:
         if view is not None:
             await self.show_card(view)
 
-    async def waits(self, request_id: str) -> bool:
-        """Whether the request is still open (its card still offers a decision)."""
+    async def say_unshown(self, request_id: str) -> bool:
+        """Whether to say now that the request's card was never shown: it is still open, and
+        no process said so before."""
         view = await self._chat.request(request_id)
-        return view is not None and view.status is RequestStatus.OPEN
+        if view is None or view.status is not RequestStatus.OPEN:
+            return False
+        return await self._chat.first_to_say(f"unshown:{request_id}")
 
     async def cards_unshown(self, request_ids: Sequence[str]) -> dict[str, str]:
         """Why each of these requests' cards that has never been shown in its thread was not

@@ -335,3 +335,25 @@ async def test_hostile_a_card_never_shown_and_decided_at_the_terminal_is_not_sai
             assert world.executions == ["checkout"]
         said = [r for r in caplog.records if "has not reached its thread" in r.getMessage()]
         assert len(said) == 1, [r.getMessage() for r in said]
+
+
+async def test_hostile_a_card_never_shown_is_said_once_across_restarts(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Each process kept its own memory of what it had said: every restart of serve (and every
+    # replica that took the card up in turn) said the same card again.
+    async with FakeSlackApi() as api:
+        api.fail("chat.postMessage", error="fatal_error", status=200, times=None)
+        async with slack_world(tmp_path, restart_script(), api=api) as world:
+            await world.mention("checkout is failing")
+            await world.api.wait_for(lambda c: c.method == "chat.postMessage" and c.ok is False)
+            for _ in range(6):
+                await world.later(300)
+        async with slack_world(tmp_path, restart_script(), api=api) as world:
+            for _ in range(5):
+                await world.later(600)  # its deadline (an hour) not yet passed
+            [(request, _, _)] = await world.rt.store.list_requests()
+            shown = await world.rt.store.get_message(f"slack:card:{request.id}")
+            assert shown is not None and shown.attempts > 3 and not shown.ref, shown
+        said = [r for r in caplog.records if "has not reached its thread" in r.getMessage()]
+        assert len(said) == 1, [r.getMessage() for r in said]
