@@ -335,7 +335,17 @@ class KestrelDiscord(discord.Client):
     async def _handle_delivery(self, delivery: Delivery) -> None:
         held = self._held.get(int(delivery["message"]))
         again = held is None
-        message, channel = held or await self._fetch(delivery)
+        try:
+            message, channel = held or await self._fetch(delivery)
+        except discord.NotFound as exc:
+            # Deleted since it was held (by a replica that died before handling it): it asks
+            # nothing any more, and there is nothing to reply to.
+            log.info(
+                "discord: message %s was deleted before it was handled: %s",
+                delivery["message"],
+                exc.text or exc.code,
+            )
+            return
         held_as = Accepted(0, delivery)
         if delivery.get("what") == "reply" and isinstance(channel, discord.Thread):
             await self._answered(message, channel, held_as.answers or "")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -390,3 +391,24 @@ async def test_a_card_that_never_reaches_its_thread_is_said_once_where_on_call_l
         listed = await world.answered(data)
         assert "restart_service" in listed and "card not shown" in listed, listed
         assert "50001" in listed, listed
+
+
+async def test_a_mention_deleted_before_it_was_taken_up_again_is_let_go_quietly(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The replica that held a mention died before handling it, and its author deleted it: the
+    # replica that took it up logged a traceback ("handling inbound delivery failed") for a
+    # message that asks nothing any more.
+    caplog.set_level(logging.INFO, logger="kestrel.discord")
+    async with FakeDiscord() as fake, discord_world(tmp_path, restart_script(), fake=fake) as world:
+        message = "777000000000000010"  # never in the channel, as after a delete
+        delivery = {"what": "mention", "channel": p.CHANNEL_ID, "message": message}
+        accepted = await world.chat.accept_delivery(f"discord:{message}", "discord", delivery)
+        assert accepted is not None
+        await world.chat.inbound.settle(accepted)
+        assert await world.rt.store.take_work(world.rt.owner, retake_after=0) == []
+        assert await world.chat.recent(10) == []
+        ours = [r for r in caplog.records if r.name.startswith("kestrel")]
+        loud = [r for r in ours if r.levelno >= logging.WARNING]
+        assert not loud, [r.getMessage() for r in loud]
+        assert any(f"message {message} was deleted" in r.getMessage() for r in ours)
