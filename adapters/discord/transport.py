@@ -18,10 +18,10 @@ already (its members, and those who manage threads) and names the others, unnoti
 approver who is not in the thread is told of nothing they could then read whole. A role is
 never pinged there (its members cannot be told apart without the privileged members intent):
 the message names it, says that those of it in the thread may answer there, and says first
-when that leaves nobody notified, so that the thread's members bring an approver in. When Discord
-does not say whether a thread is private (an archived thread, left out of the gateway's cache,
-looked up while Discord is slow or limits Kestrel), such a message is tried again later rather
-than sent notifying people blind.
+when that leaves nobody notified, so that the thread's members bring an approver in. When
+Discord does not say whether a thread is private (an archived thread, left out of the gateway's
+cache, looked up while Discord is slow or limits Kestrel), such a message is tried again later
+rather than sent notifying people blind.
 """
 
 from __future__ import annotations
