@@ -206,13 +206,20 @@ class Supervisor:
             # Someone present (the console) is offered what the run waits on, unless it was
             # asked to cancel: then it ends (its resume goes by this read of the mark, which
             # stays once written), and nobody is asked about a step it never takes. One given
-            # no prompter asks nobody now (``_prompter_for`` defers), and so reads no mark here.
+            # no prompter asks nobody now (``_prompter_for`` defers): read below only if idle.
             asked = await self.cancels.asked(run_id)
             if asked is None:
                 await self.decisions.ask_again(state, prompter)
+        has_work = asked is not None or await self._has_work(state)
+        if not has_work and prompter is None and state.open_requests:
+            # Nothing to do yet for a run that waits on people: unless it was asked to cancel
+            # (a cancel whose end the store failed at its suspend), which it is ended for here,
+            # not said to wait on a card nobody may answer any more.
+            asked = await self.cancels.asked(run_id)
+            has_work = asked is not None
         cancelled = asked is not None
         prompter = _prompter_for(state, prompter)
-        if not (cancelled or await self._has_work(state)) or self._stopping:
+        if not has_work or self._stopping:
             # Stopping: no claim either, which a run released while waiting would take for
             # one (``ORPHANED_RUNS``: its epoch is its journal's last only until claimed).
             return None

@@ -805,3 +805,32 @@ async def test_run_says_a_suspended_runs_words_without_the_calls_it_wrote_as_tex
         kestrel(tmp_path, "runs", "show", str(shown[0]["run_id"]), "--json").stdout
     )
     assert as_json["text"] == "Restarting checkout."
+
+
+def test_a_resume_of_a_run_asked_to_cancel_ends_it_rather_than_saying_it_waits(
+    tmp_path: Path,
+) -> None:
+    deferred = json.loads(
+        kestrel(tmp_path, "run", "checkout is failing", "--defer", "--json", "--as", "U0REQ").stdout
+    )
+    run_id = deferred["run_id"]
+    # Asked to cancel, as a cancel whose end the store failed at the run's suspend leaves it:
+    # audited and marked, the run still suspended on its card.
+    with sqlite3.connect(tmp_path / "kestrel.db") as conn:
+        conn.execute(
+            "INSERT INTO audit (at, actor, action, run_id, request_id, detail)"
+            " VALUES ('2026-01-01T00:00:00+00:00', 'U0ONCALL', 'cancel', ?, '', 'asked')",
+            (run_id,),
+        )
+        conn.execute(
+            "INSERT INTO once_keys VALUES (?, '2026-01-01T00:00:00+00:00')", (f"cancel:{run_id}",)
+        )
+
+    resumed = kestrel(tmp_path, "runs", "resume", run_id, "--json", "--as", "U0REQ")
+
+    assert "waits" not in resumed.stderr, resumed.stderr
+    shown = json.loads(resumed.stdout)
+    assert shown["status"] == "cancelled" and shown["requests"] == [], shown
+    assert resumed.returncode == 4
+    assert "U0ONCALL" in shown["error"], shown
+    assert not (tmp_path / "demo-state" / "restarts.log").exists()  # nothing it forbade ran
