@@ -614,12 +614,14 @@ class Supervisor:
         renewal = asyncio.create_task(self._renew(journal, live))
         try:
             state = await AgentLoop(run, deps, live.signals).run(resumed)
-        except Exception:
+        except Exception as exc:
             # What the loop queued is being written: the panic barrier, which reads the journal
             # back and appends the run's end, must come after it, not race it for its seq.
             with contextlib.suppress(Exception):
                 await journal.flush()
-            raise
+            if not await self._end_landed(journal, exc, patient=True):
+                raise
+            state = journal.state  # its end is durable: announced below, as any end
         finally:
             renewal.cancel()
         if state.result is not None:
@@ -716,8 +718,39 @@ class Supervisor:
             usage=state.usage,
             outcomes=state.outcomes(),
         )
-        await RunJournal(self.rt.store, state, epoch).append(RunEnded(result=result))
+        journal = RunJournal(self.rt.store, state, epoch)
+        try:
+            await journal.append(RunEnded(result=result))
+        except StoreError as exc:
+            if not await self._end_landed(journal, exc):
+                raise
         await self._finished(state)
+
+    async def _end_landed(self, journal: RunJournal, exc: Exception, patient: bool = False) -> bool:
+        """Whether the run's end, whose append failed with ``exc``, is durable all the same: a
+        store that did not answer may have committed it (a connection dropped after COMMIT),
+        and an end that landed unannounced would tell no RunEnd hook, thread or waiter that the
+        run ended. Read back at its seq; ``patient``: read again until the store answers or
+        this process stops (the run's task, which nobody else announces the end for)."""
+        if type(exc) is not StoreError or journal.state.result is None:
+            return False  # a store that answered (taken over, unreadable), or no end queued
+        seq = journal.state.next_seq - 1
+        while True:
+            try:
+                found = await self.rt.store.load_range(journal.run_id, seq, seq + 1)
+            except StoreError as again:
+                if not patient or self._stopping:
+                    log.warning(
+                        "run %s: whether its end was journaled is unknown (%s); if it was,"
+                        " no RunEnd hook was told",
+                        journal.run_id,
+                        again,
+                    )
+                    return False
+                await asyncio.sleep(max(self.rt.lease_seconds / 3, 0.05))
+                continue
+            landed = bool(found) and isinstance(found[0].entry, RunEnded)
+            return landed and found[0].epoch == journal.epoch
 
     async def _finished(self, state: RunState, hooks: Hooks | None = None) -> None:
         """RunEnd hooks and the end event, exactly once, when a terminal result is journaled."""

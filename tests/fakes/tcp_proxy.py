@@ -3,7 +3,9 @@
 ``async with TcpProxy(port) as proxy`` listens on a free local port and forwards each
 connection to ``port`` on 127.0.0.1; ``cut()`` drops every connection and refuses new ones
 until ``restore()``; ``hold()`` keeps every connection open but passes no byte either way (a
-stalled network, a half-open connection) until ``restore()``.
+stalled network, a half-open connection) until ``restore()``; ``lose_commit_reply(marker)``
+lets the next transaction whose statements carry ``marker`` commit, then drops the server's
+answer to its ``COMMIT`` and the connection with it (the commit landed; the client never learns).
 """
 
 from __future__ import annotations
@@ -30,6 +32,12 @@ class TcpProxy:
         self._flowing = asyncio.Event()  # cleared while held
         self._flowing.set()
         self._forwarding: set[asyncio.Task[object]] = set()
+        # ``lose_commit_reply``: the marker looked for, and the connection (its client's
+        # writer) whose COMMIT carried it, once seen.
+        self._marker = b""
+        self._marked: asyncio.StreamWriter | None = None
+        self._losing: asyncio.StreamWriter | None = None
+        self.replies_lost = 0
 
     async def __aenter__(self) -> TcpProxy:
         self._server = await asyncio.start_server(self._forward, "127.0.0.1", 0)
@@ -57,6 +65,11 @@ class TcpProxy:
         """Pass no more bytes, new connections' included, and close nothing."""
         self._flowing.clear()
 
+    def lose_commit_reply(self, marker: bytes) -> None:
+        """Drop the answer to the next COMMIT sent after a statement carrying ``marker``, and
+        that connection (once, then forward as before)."""
+        self._marker = marker
+
     def restore(self) -> None:
         """Accept connections again, and pass what was held."""
         self.up = True
@@ -79,21 +92,32 @@ class TcpProxy:
             self._forwarding.add(task)
             task.add_done_callback(self._forwarding.discard)
         await asyncio.gather(
-            self._pipe(reader, upstream_writer, sent=True),
-            self._pipe(upstream_reader, writer, sent=False),
+            self._pipe(reader, upstream_writer, sent=True, client=writer),
+            self._pipe(upstream_reader, writer, sent=False, client=writer),
             return_exceptions=True,
         )
         self._open -= {writer, upstream_writer}
 
     async def _pipe(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, sent: bool
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        *,
+        sent: bool,
+        client: asyncio.StreamWriter,
     ) -> None:
-        """Pass ``reader``'s bytes to ``writer`` while flowing (``sent``: the client's)."""
+        """Pass ``reader``'s bytes to ``writer`` while flowing (``sent``: the client's, of the
+        connection whose client side is ``client``)."""
         try:
             while data := await reader.read(65536):
                 if sent and not self._flowing.is_set():
                     self.held += 1
                 await self._flowing.wait()
+                if sent:
+                    self._watch_for_commit(data, client)
+                elif self._losing is client:
+                    self._lose(client)
+                    return
                 writer.write(data)
                 await writer.drain()
         except OSError:
@@ -101,6 +125,20 @@ class TcpProxy:
         finally:
             with contextlib.suppress(OSError):
                 writer.close()
+
+    def _watch_for_commit(self, data: bytes, client: asyncio.StreamWriter) -> None:
+        """``lose_commit_reply``: note the connection that sent the marker, then its COMMIT."""
+        if self._marker and self._marked is None and self._marker in data:
+            self._marked = client
+        if self._marked is client and b"COMMIT" in data:
+            self._marker, self._marked, self._losing = b"", None, client
+
+    def _lose(self, client: asyncio.StreamWriter) -> None:
+        """The server answered the COMMIT: drop the answer and the connection (its server side
+        closes as the client side's pipe ends)."""
+        self._losing = None
+        self.replies_lost += 1
+        client.transport.abort()
 
 
 @contextlib.asynccontextmanager
