@@ -13,7 +13,7 @@ import unicodedata
 from dataclasses import dataclass, replace
 
 from bot.chat.service import ChatService, RunView
-from bot.chat.words import STORE_DOWN
+from bot.chat.words import STORE_DOWN, cancel_not_counted
 from bot.domain import TERMINAL_STATUSES, DecisionKind, Request, RequestKind, Session
 from bot.errors import ResumeRefused, StoreError, UnknownRun, UnreadableJournal, already_ended
 from bot.people.policy import Actor, NotPermitted
@@ -180,7 +180,8 @@ class Conversation:
             return Outcome(note=str(exc))
         except StoreError as exc:
             log.error("%s of run %s: the store failed: %s", verb, run_id, exc)
-            return Outcome(note=store_note(exc))
+            down = cancel_not_counted(run_id) if verb == "cancel" else STORE_DOWN
+            return Outcome(note=store_note(exc, down))
         return Outcome(note=f"Resuming run {run_id}.", running=run_id)
 
     async def _idle(self, run_id: str) -> str:

@@ -44,6 +44,15 @@ NOT_RECORDED: Final = (
 )
 
 
+def cancel_not_counted(run_id: str) -> str:
+    """What a cancel gets when the store failed under it (before the run was stopped here):
+    nothing stopped the run, and the cancel may not be recorded."""
+    return (
+        f"Kestrel's store did not answer: the cancel of run {run_id} may not have counted, and"
+        " the run may go on. Cancel it again in a moment."
+    )
+
+
 def stop_reason_words(value: StopReason | str) -> str:
     """Why a run stopped, for people ("token budget exhausted"); an unknown reason as it is."""
     try:

@@ -20,6 +20,7 @@ from bot.people.decisions import Decisions
 from bot.people.policy import Actor, NotPermitted
 from bot.run.loop import unsettled
 from bot.run.runtime import Runtime
+from bot.waits import time_left
 
 if TYPE_CHECKING:
     # Types only: the supervisor holds this collaborator, and hands it its runs and their locks.
@@ -54,6 +55,9 @@ class Cancels:
         self._end_outside = end_outside
         # Set as this process stops: a cancel the store failed is tried here no more.
         self._stopping = asyncio.Event()
+        # Cancels of runs driven here that the store failed to record: who asked, and the
+        # task recording them (``_record_later``), until the store takes them.
+        self._recording: dict[str, tuple[str, asyncio.Task[None]]] = {}
 
     def stopping(self) -> None:
         """This process stops: a cancel the store failed is left to its mark (``_honour``)."""
@@ -93,14 +97,13 @@ class Cancels:
         live = self._live.get(run_id)
         if live is not None:
             self._stop(live, by)
-            await self.rt.store.audit(
-                by, AuditAction.CANCEL, run_id=run_id, detail="at the loop boundary"
+            if await self._recorded(run_id, by):
+                return "cancelling at the next loop boundary"
+            return (
+                "cancelling here at the next loop boundary; but Kestrel's store did not answer,"
+                " so the cancel is not recorded yet (tried again until it is): should Kestrel"
+                f" stop first, run {run_id} goes on where it is taken up, so cancel it again then"
             )
-            # Carried by the store too: should this process die before the boundary, or an
-            # approval take the run up elsewhere between its suspend and the end applied
-            # there, whoever takes it up ends it (``at_resume``) instead of going on.
-            await self.rt.store.mark_once(cancel_key(run_id))
-            return "cancelling at the next loop boundary"
         # A journal no process can read is said before any claim: claimed, the run would be
         # held for a lease by a process that did nothing with it.
         await self.rt.store.load(run_id)
@@ -108,6 +111,67 @@ class Cancels:
         if epoch is None:
             return await self._cancel_elsewhere(run_id, by)
         return await self._cancel_claimed(run_id, epoch, by)
+
+    async def _recorded(self, run_id: str, by: str) -> bool:
+        """Record the cancel of a run this process drives (stopped here already): audited, and
+        carried by the store too, so that should this process die before the boundary, or an
+        approval take the run up elsewhere between its suspend and the end applied there,
+        whoever takes it up ends it (``at_resume``) instead of going on. A store that fails it
+        is tried again until it takes it (``_record_later``); False then."""
+        try:
+            await self._record(run_id, by, audited=False)
+        except StoreError as exc:
+            if type(exc) is not StoreError:
+                raise  # what the store answered, not a failure: trying again would meet it again
+            log.warning("run %s: its cancel is not recorded yet, trying again: %s", run_id, exc)
+            task = asyncio.create_task(self._record_later(run_id, by))
+            self._recording[run_id] = (by, task)
+            task.add_done_callback(lambda _: self._recording.pop(run_id, None))
+            return False
+        return True
+
+    async def _record(self, run_id: str, by: str, audited: bool) -> bool:
+        """The cancel's audit (unless ``audited`` already), then its mark; True once audited."""
+        if not audited:
+            await self.rt.store.audit(
+                by, AuditAction.CANCEL, run_id=run_id, detail="at the loop boundary"
+            )
+        await self.rt.store.mark_once(cancel_key(run_id))
+        return True
+
+    async def _record_later(self, run_id: str, by: str) -> None:
+        """Record a cancel the store failed, until it takes it. Audited once: an audit whose
+        answer the store lost may have landed, so it is looked for first."""
+        while True:
+            await asyncio.sleep(max(self.rt.lease_seconds / 3, 0.05))
+            with contextlib.suppress(StoreError):
+                await self._record(run_id, by, await self._audited(run_id, by))
+                log.warning("run %s: its cancel is recorded now", run_id)
+                return
+
+    async def _audited(self, run_id: str, by: str) -> bool:
+        """Whether ``by``'s cancel of the run is the newest one audited."""
+        asked = await self.rt.store.list_audit(run_id, limit=1, action=AuditAction.CANCEL)
+        return bool(asked) and asked[-1].actor == by
+
+    async def settle(self, until: float | None) -> None:
+        """Wait (no later than ``until``; without it, one lease) for the cancels the store
+        failed to be recorded; each one still not recorded is said, for on-call: the run goes
+        on wherever it is taken up, and its cancel must be asked again."""
+        if not self._recording:
+            return
+        tasks = [task for _by, task in self._recording.values()]
+        await asyncio.wait(tasks, timeout=time_left(until, self.rt.lease_seconds))
+        for run_id, (by, task) in list(self._recording.items()):
+            if task.done():
+                continue
+            task.cancel()
+            log.error(
+                "run %s: the cancel %s asked was never recorded (the store did not answer):"
+                " the run goes on where it is taken up; cancel it again",
+                run_id,
+                by or "an operator",
+            )
 
     async def _cancel_elsewhere(self, run_id: str, by: str) -> str:
         """Cancel a run another process holds: asked through the store, which its driver

@@ -443,6 +443,9 @@ class Supervisor:
             _, pending = await asyncio.wait(list(self._tasks), timeout=time_left(until))
             if pending and time_left(until) == 0:
                 break
+        # A cancel the store failed to record is waited for within the deadline: recorded, it
+        # ends the run wherever it is taken up; else it is said lost, never silently.
+        await self.cancels.settle(until)
         handed_back = []
         for task in self._stopped:
             if not task.done() or task.cancelled() or task.exception() is not None:

@@ -1771,3 +1771,94 @@ async def test_a_cancel_of_a_run_that_ended_as_its_end_hooks_run_says_it_ended(
     assert (await rt.store.get_run(live.run_id)).status is RunStatus.COMPLETED
     audited = [(a.actor, a.action) for a in await rt.store.list_audit(run_id=live.run_id)]
     assert ("U0REQ", "cancel") not in audited  # no cancel said to be under way
+
+
+def store_wholly_fails(db: Path, failing: bool = True) -> None:
+    """Make the store fail every write (journal, audit, marks, runs, requests), or no longer."""
+    tables = {"journal": "INSERT", "audit": "INSERT", "once_keys": "INSERT", "runs": "UPDATE"}
+    with sqlite3.connect(db) as conn:
+        for table, verb in tables.items():
+            if not failing:
+                conn.execute(f"DROP TRIGGER away_{table}")
+                continue
+            conn.execute(
+                f"CREATE TRIGGER away_{table} BEFORE {verb} ON {table}"
+                " BEGIN SELECT json('the store is away'); END"
+            )
+
+
+async def cancelled_while_the_store_is_away(
+    tmp_path: Path, opened: list[Runtime]
+) -> tuple[Runtime, Supervisor, Counter, str, Request, str]:
+    """A run driven here, its card out, cancelled while every write of the store fails: what
+    the canceller was told."""
+    counter = Counter()
+    batch = reply(call("deploy", text="v2"), call("hold"))
+    tools = [*counting_tools(counter), holding_tool(asyncio.Event())]
+    rt, _ = await make_runtime(
+        tmp_path / "k.db", [batch, reply(text="finished")], tools, lease_seconds=0.3
+    )
+    opened.append(rt)
+    sup = Supervisor(rt)
+    live = await sup.start_turn("ship it", requested_by="U0REQ", prompter=DeferringPrompter())
+    await until(lambda: has_open_requests(rt, live.run_id))
+    (request, _status, _decision) = (await rt.store.list_requests(run_id=live.run_id))[0]
+    store_wholly_fails(tmp_path / "k.db")
+    said = await ChatService(sup).cancel(live.run_id, user=Actor("U0REQ"))
+    return rt, sup, counter, live.run_id, request, said
+
+
+async def approved_elsewhere(
+    tmp_path: Path, opened: list[Runtime], counter: Counter, run_id: str, request: Request
+) -> None:
+    """Another process, once the run's lease ran out, approves its card and drives it on."""
+    tools = [*counting_tools(counter), holding_tool(asyncio.Event())]
+    other, _ = await make_runtime(
+        tmp_path / "k.db", [reply(text="finished")], tools, owner="replica-b"
+    )
+    opened.append(other)
+    later = Supervisor(other)
+    await until(lambda: lease_expired(other, run_id))
+    await later.adopt_orphans()  # the run stopped mid-batch as the store failed its writes
+    for live in list(later.live.values()):
+        await later.wait(live)
+    decided = await ChatService(later).decide(
+        run_id, request.id, DecisionKind.APPROVE, user=Actor("U0APPROVER")
+    )
+    if decided.resumed is not None:
+        await later.wait(decided.resumed)
+
+
+async def test_a_cancel_the_store_failed_is_recorded_within_the_stop_once_it_is_back(
+    tmp_path: Path, opened: list[Runtime]
+) -> None:
+    rt, sup, counter, run_id, request, said = await cancelled_while_the_store_is_away(
+        tmp_path, opened
+    )
+    assert "not recorded yet" in said and "cancel it again" in said, said
+
+    loop = asyncio.get_running_loop()
+    stopping = asyncio.create_task(sup.shutdown(until=loop.time() + 20))
+    await until(lambda: not sup.live)  # its runs stopped; the stop waits on the cancel's record
+    store_wholly_fails(tmp_path / "k.db", failing=False)  # back within the stop's deadline
+    await stopping
+
+    assert await rt.store.marked(cancel_key(run_id))
+    await approved_elsewhere(tmp_path, opened, counter, run_id, request)
+    assert (await rt.store.get_run(run_id)).status is RunStatus.CANCELLED
+    assert counter.calls == {}  # the deploy the cancel was asked to stop never ran
+    assert await cancels_audited(rt, run_id) == ["U0REQ"]
+
+
+async def test_a_cancel_the_store_never_took_before_the_stop_is_said_lost(
+    tmp_path: Path, opened: list[Runtime], caplog: pytest.LogCaptureFixture
+) -> None:
+    _rt, sup, _counter, run_id, _request, said = await cancelled_while_the_store_is_away(
+        tmp_path, opened
+    )
+
+    await sup.shutdown(until=asyncio.get_running_loop().time() + 0.5)
+
+    assert "not recorded yet" in said
+    assert f"run {run_id}: the cancel U0REQ asked was never recorded" in caplog.text
+    store_wholly_fails(tmp_path / "k.db", failing=False)

@@ -70,8 +70,8 @@ async def test_a_click_the_store_could_not_take_is_said_to_the_clicker(tmp_path:
 
 
 async def test_a_slash_command_the_store_could_not_serve_is_answered(tmp_path: Path) -> None:
-    """``/kestrel cancel RUN`` in an incident, while the store is away: the person is told to
-    try again, not left with no answer at all."""
+    """``/kestrel cancel RUN`` in an incident, while the store is away: the person is told the
+    cancel may not have counted and to ask it again, not left with no answer at all."""
     dsn = postgres_dsn()
     async with postgres_schema(dsn) as schema, proxied_dsn(dsn) as (proxied, proxy):
         database = f"{proxied}?schema={schema}"
@@ -84,6 +84,10 @@ async def test_a_slash_command_the_store_could_not_serve_is_answered(tmp_path: P
             for text in (f"cancel {run_id}", "runs"):
                 await world.sender.command(slash_command(ONCALL, text))
             answers = await world.api.wait_for("response_url", count=2)
+            # The cancel is said not to have counted: the run may go on, and must be cancelled
+            # again (a "try again" alone read as if it would be retried for them).
             assert [a.args["text"] for a in answers] == [
-                "Kestrel's store did not answer: try again in a moment."
-            ] * 2
+                f"Kestrel's store did not answer: the cancel of run {run_id} may not have"
+                " counted, and the run may go on. Cancel it again in a moment.",
+                "Kestrel's store did not answer: try again in a moment.",
+            ]
