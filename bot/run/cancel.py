@@ -98,7 +98,7 @@ class Cancels:
         if live is not None:
             self._stop(live, by)
             if await self._recorded(run_id, by):
-                return "cancelling at the next loop boundary"
+                return await self._stopping_here(run_id)
             return (
                 "cancelling here at the next loop boundary; but Kestrel's store did not answer,"
                 " so the cancel is not recorded yet (tried again until it is): should Kestrel"
@@ -111,6 +111,16 @@ class Cancels:
         if epoch is None:
             return await self._cancel_elsewhere(run_id, by)
         return await self._cancel_claimed(run_id, epoch, by)
+
+    async def _stopping_here(self, run_id: str) -> str:
+        """What a cancel recorded of a run driven here says: it stops at its boundary, unless
+        its end was journaled since the look (asked too late: audited once, as asked)."""
+        record = await self.rt.store.get_run(run_id)
+        if record.status is RunStatus.CANCELLED:
+            return "cancelled"
+        if record.status in TERMINAL_STATUSES:
+            raise CancelRefused(already_ended(run_id, record.status, "cancel"))
+        return "cancelling at the next loop boundary"
 
     async def _recorded(self, run_id: str, by: str) -> bool:
         """Record the cancel of a run this process drives (stopped here already): audited, and

@@ -1862,3 +1862,61 @@ async def test_a_cancel_the_store_never_took_before_the_stop_is_said_lost(
     assert "not recorded yet" in said
     assert f"run {run_id}: the cancel U0REQ asked was never recorded" in caplog.text
     store_wholly_fails(tmp_path / "k.db", failing=False)
+
+
+class StaleRead(SqliteStore):
+    """The real store, where something else happens (``then``) just after the next read of a
+    run's row: the reader goes on with a row that is no longer so."""
+
+    then: Callable[[], Awaitable[object]] | None = None
+    reads_before: int = 0  # rows read as they are before ``then`` happens
+
+    async def get_run(self, run_id: str) -> RunRecord:
+        """Read, then let ``then`` happen once ``reads_before`` reads went by."""
+        record = await super().get_run(run_id)
+        if self.then is not None and self.reads_before == 0:
+            then, self.then = self.then, None
+            await then()
+        self.reads_before -= 1
+        return record
+
+
+async def test_a_cancel_of_a_live_run_that_completed_as_it_was_asked_says_so(
+    tmp_path: Path, opened: list[Runtime]
+) -> None:
+    entered, release_end = asyncio.Event(), asyncio.Event()
+
+    async def slow_run_end(result: TerminalResult, ctx: HookContext) -> None:
+        entered.set()
+        await release_end.wait()  # its task stays live while its RunEnd hooks run
+
+    release = asyncio.Event()
+    rt, _ = await make_runtime(
+        tmp_path / "k.db",
+        [reply(call("hold")), reply(text="All good.")],
+        [holding_tool(release)],
+        hooks=Hooks(run_end=[slow_run_end]),
+    )
+    await rt.store.close()
+    store = rt.store = await migrated(StaleRead(tmp_path / "k.db"))
+    opened.append(rt)
+    started = asyncio.Event()
+    rt.events.add(ToolStarted(started))
+    sup = Supervisor(rt)
+    live = await sup.start_turn("go", requested_by="U0REQ")
+    await started.wait()  # `hold` runs
+
+    async def completed() -> None:
+        release.set()
+        await entered.wait()  # its end is journaled
+
+    # The run completes just after the cancel read its row (running), before it is stopped.
+    store.then, store.reads_before = completed, 1
+    with pytest.raises(CancelRefused) as refused:
+        await sup.cancel(live.run_id, by="U0REQ")
+    release_end.set()
+    await sup.wait(live)
+
+    assert str(refused.value) == f"run {live.run_id} already ended (completed): nothing to cancel"
+    assert (await rt.store.get_run(live.run_id)).status is RunStatus.COMPLETED
+    assert await cancels_audited(rt, live.run_id) == ["U0REQ"]  # asked, once
