@@ -1,6 +1,7 @@
 """Cancels: a live run at its next loop boundary, a suspended one at once, and one another
 process holds through the store's once-mark (``cancel:RUN``), which its driver reads at each
-lease renewal and at its suspend, and any process reads as it resumes or adopts the run.
+lease renewal, before each consequential call and at its suspend, and any process reads as it
+resumes or adopts the run.
 """
 
 from __future__ import annotations
@@ -285,9 +286,10 @@ class Cancels:
         if again and (await self.rt.store.get_run(run_id)).status is RunStatus.CANCELLED:
             await self.decisions.close_requests(run_id, by)
 
-    async def at_renewal(self, live: LiveRun) -> None:
-        """At a lease renewal of a run this process drives: stop it if another process asked
-        for its cancel (the mark); a store that fails the look is looked at again next time."""
+    async def asked_elsewhere(self, live: LiveRun) -> None:
+        """At a lease renewal of a run this process drives, and before its next effect: stop it
+        if another process asked for its cancel (the mark); a store that fails the look is
+        looked at again next time."""
         if live.signals.cancel.is_set():
             return
         with contextlib.suppress(StoreError):  # looked at again at the next renewal

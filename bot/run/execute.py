@@ -251,7 +251,13 @@ async def _proposed(
 
 
 async def _takeover_check(call: ToolCall, tool: Tool, env: CallEnv) -> None:
-    """The last check before an effect: a fenced dispatch record, or an epoch read."""
+    """The last check before an effect: a cancel asked elsewhere, then a fenced dispatch
+    record, or an epoch read."""
+    if env.run.look_for_cancel is not None and consequential(tool):
+        # A cancel another process asked (the store's mark) stops the run here, not only at
+        # its next lease renewal: the effect it was asked before never starts (refused below,
+        # or as it is invoked).
+        await env.run.look_for_cancel()
     if not tool.flags.traits.idempotent:
         # Refused before its dispatch is journaled, not after: a call stopped there never
         # started, and must not come back as an effect whose outcome is unknown.

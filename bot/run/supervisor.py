@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import math
 import traceback
@@ -606,6 +607,7 @@ class Supervisor:
             interrupt=live.signals.interrupt,
             provenance=self.rt.provenance,
             redact=self.rt.redact,
+            look_for_cancel=functools.partial(self.cancels.asked_elsewhere, live),
         )
         deps = LoopDeps(
             model=self.rt.model,
@@ -767,7 +769,7 @@ class Supervisor:
 
     async def _renew(self, journal: RunJournal, live: LiveRun) -> None:
         """Renew the run's lease while its task drives it; and, at each renewal, look for a
-        cancel another process asked of it (``Cancels.at_renewal``)."""
+        cancel another process asked of it (``Cancels.asked_elsewhere``)."""
         interval = max(self.rt.lease_seconds / 3, 0.05)
         while True:
             await asyncio.sleep(interval)
@@ -784,7 +786,7 @@ class Supervisor:
                 log.warning("run %s: lease lost", journal.run_id)
                 return
             journal.lease_renewed()
-            await self.cancels.at_renewal(live)
+            await self.cancels.asked_elsewhere(live)
 
     # --- helpers ------------------------------------------------------------------------
 

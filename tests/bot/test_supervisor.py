@@ -1920,3 +1920,27 @@ async def test_a_cancel_of_a_live_run_that_completed_as_it_was_asked_says_so(
     assert str(refused.value) == f"run {live.run_id} already ended (completed): nothing to cancel"
     assert (await rt.store.get_run(live.run_id)).status is RunStatus.COMPLETED
     assert await cancels_audited(rt, live.run_id) == ["U0REQ"]  # asked, once
+
+
+async def test_a_cancel_from_another_process_keeps_the_next_effect_from_starting(
+    tmp_path: Path, opened: list[Runtime]
+) -> None:
+    counter, release = Counter(), asyncio.Event()
+    batch = reply(call("hold"), call("write", text="after"))
+    tools = [*counting_tools(counter), holding_tool(release)]
+    # A lease of 30 s: the driver renews it (and reads the cancel there) only in 10 s.
+    rt, seen = await make_runtime(tmp_path / "k.db", [batch, reply(text="finished")], tools)
+    terminal, _ = await make_runtime(tmp_path / "k.db", [], owner="terminal")
+    opened += [rt, terminal]
+    serving = Supervisor(rt)
+    live = await serving.start_turn("ship it", requested_by="U0REQ", prompter=DeferringPrompter())
+    await until(lambda: "tool_started" in seen.kinds())
+    said = await Supervisor(terminal).cancel(live.run_id, by="U0REQ")
+    assert said.startswith("cancelling: test-owner holds the run"), said
+
+    release.set()  # `hold` ends before any renewal: the batch's next call is an effect
+    await serving.wait(live)
+
+    assert counter.calls == {}  # the write, not started when the cancel was taken, never ran
+    assert (await rt.store.get_run(live.run_id)).status is RunStatus.CANCELLED
+    assert await cancels_audited(rt, live.run_id) == ["U0REQ"]
