@@ -7,6 +7,7 @@ import json
 import os
 import select
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -584,3 +585,28 @@ async def test_the_chat_shows_a_models_words_not_the_calls_it_wrote_as_text(
     assert "tool_call" not in chat.stdout and "note(" not in chat.stdout
     assert "think>" not in chat.stdout and "two notes" not in chat.stdout
     assert "Now b." not in chat.stdout
+
+
+def test_a_cancel_the_store_failed_says_it_may_not_have_counted(tmp_path: Path) -> None:
+    deferred = json.loads(
+        kestrel(tmp_path, "run", "checkout is failing", "--defer", "--json", "--as", "U0REQ").stdout
+    )
+    run_id = deferred["run_id"]
+    with sqlite3.connect(tmp_path / "kestrel.db") as conn:  # the store fails every claim
+        conn.execute(
+            "CREATE TRIGGER away BEFORE UPDATE ON runs BEGIN SELECT json('the store is away'); END"
+        )
+
+    result = kestrel(tmp_path, "chat", "--as", "U0REQ", stdin=f"/cancel {run_id}\n")
+    terminal = kestrel(tmp_path, "runs", "cancel", run_id, "--as", "U0REQ")
+
+    said = (
+        f"Kestrel's store did not answer: the cancel of run {run_id} may not have counted, and"
+        " the run may go on. Cancel it again in a moment."
+    )
+    assert result.returncode == 0, result.stderr
+    assert f"  ! {said} (" in result.stdout, result.stdout
+    assert terminal.returncode == 2 and terminal.stderr.rstrip().endswith(said), terminal.stderr
+    assert "Traceback" not in result.stderr + terminal.stderr
+    shown = json.loads(kestrel(tmp_path, "runs", "show", run_id, "--json").stdout)
+    assert shown["status"] == "suspended"  # as said: not cancelled
