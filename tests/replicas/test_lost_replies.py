@@ -14,12 +14,13 @@ from bot.domain import RunStatus, TerminalResult
 from bot.events import Event, RunEndedEvent
 from bot.hooks import HookContext, Hooks
 from bot.llm.scripted import ScriptedProvider
+from bot.prompter import DeferringPrompter
 from bot.run.runtime import Runtime
 from bot.run.supervisor import Supervisor
 from bot.tools.source import ToolSource
 from bot.tools.toolset import ToolSet
 from storage.postgres import PostgresStore
-from tests.fakes.runtime import Counter, counting_tools, reply
+from tests.fakes.runtime import Counter, call, counting_tools, reply
 from tests.fakes.tcp_proxy import TcpProxy, proxied_dsn
 from tests.storage.conftest import postgres_dsn, postgres_schema
 
@@ -91,3 +92,22 @@ async def test_an_end_whose_commit_answer_was_lost_is_announced_once(proxied: An
     assert world.announced.events == [live.run_id]
     assert live.error == ""
     assert state.result is not None and state.result.text == "All good."
+
+
+async def test_a_cancel_whose_end_commit_answer_was_lost_is_said_done_and_announced(
+    proxied: Any,
+) -> None:
+    world: Proxied = await proxied([reply(call("deploy", text="v2"))])
+    sup = Supervisor(world.rt)
+    live = await sup.start_turn("ship it", requested_by="U0REQ", prompter=DeferringPrompter())
+    assert (await sup.wait(live)).open_requests  # suspended on its card
+    world.proxy.lose_commit_reply(b"run_ended")
+
+    said = await sup.cancel(live.run_id, by="U0REQ")
+
+    assert world.proxy.replies_lost == 1
+    assert said == "cancelled"  # not a store failure: the end landed, and was read back
+    assert (await world.rt.store.get_run(live.run_id)).status is RunStatus.CANCELLED
+    assert world.announced.hooked == [(live.run_id, "cancelled")]
+    assert world.announced.events == [live.run_id]
+    assert await world.rt.store.list_requests(run_id=live.run_id) == []  # its card closed
