@@ -174,6 +174,9 @@ class Conversation:
             live = await self._chat.resume(run_id, user=actor)
             if live is None:
                 return Outcome(note=await self._idle(run_id))
+            if live.cancelled_by:
+                said = f"Run {run_id} was asked to cancel by {live.cancelled_by}: it ends cancelled"
+                return Outcome(note=f"{said}, not resumed.", running=run_id)
         except UnknownRun:
             return Outcome(note=f"There is no run {run_id} that you can see.")
         except (NotPermitted, ResumeRefused) as exc:

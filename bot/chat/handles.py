@@ -24,6 +24,12 @@ class RunHandle(Protocol):
         """Why the run's task failed before the run could stop cleanly; empty if it did not."""
         ...
 
+    @property
+    def cancelled_by(self) -> str:
+        """Who asked the cancel the run's task ends it for, when known as the handle was given
+        (a resume that found the run asked to cancel); empty otherwise."""
+        ...
+
 
 class RunResult(Protocol):
     """Where a run stands once it suspended or ended."""

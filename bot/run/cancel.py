@@ -33,6 +33,11 @@ log = logging.getLogger("kestrel.supervisor")
 EndOutside = Callable[[RunState, int, RunStatus, StopReason, str], Awaitable[None]]
 
 
+def asker(by: str) -> str:
+    """Who asked a cancel, as the run's end names them ("" when the audit names nobody)."""
+    return by or "an operator"
+
+
 def cancel_key(run_id: str) -> str:
     """The once-mark that asks whichever process drives ``run_id`` to cancel it."""
     return f"cancel:{run_id}"
@@ -181,7 +186,7 @@ class Cancels:
                 "run %s: the cancel %s asked was never recorded (the store did not answer):"
                 " the run goes on where it is taken up; cancel it again",
                 run_id,
-                by or "an operator",
+                asker(by),
             )
 
     async def _cancel_elsewhere(self, run_id: str, by: str) -> str:
@@ -335,7 +340,7 @@ class Cancels:
     async def _end(self, state: RunState, epoch: int, by: str) -> None:
         """End a run whose lease this process holds at ``epoch`` (no task of it runs), cancelled
         by ``by``, and close its requests (the cancel is audited by whoever asked it)."""
-        cause = f"cancelled by {by or 'an operator'}{await unsettled(state)}"
+        cause = f"cancelled by {asker(by)}{await unsettled(state)}"
         # The end first (RunEnded gives the lease up as it is written): a request closed on a
         # run not yet ended reads as answered, and a crash between the two would let any
         # resume take the run on past its cancel. Left open on an ended run, it resumes nothing.

@@ -50,7 +50,7 @@ from bot.people.decisions import Answered, Decisions
 from bot.people.policy import Actor
 from bot.prompter import DeferringPrompter, Prompter
 from bot.records import RunRecord
-from bot.run.cancel import Cancels
+from bot.run.cancel import Cancels, asker
 from bot.run.cancel import cancel_key as cancel_key  # where callers have always found it
 from bot.run.context import RunContext
 from bot.run.loop import AgentLoop, LoopDeps, Signals
@@ -306,7 +306,8 @@ class Supervisor:
         """Drive a run whose lease this process holds at ``epoch`` on a task of its own
         (``asked``: who asked it to cancel, if this resume read the mark already)."""
         prompter = _prompter_for(state, prompter)
-        live = LiveRun(run_id, epoch)
+        # Who asked, for whoever resumed it: the run ends cancelled instead (``_resume``).
+        live = LiveRun(run_id, epoch, cancelled_by=asker(asked) if asked is not None else "")
         previous = owner if owner != self.rt.owner else ""
         resumed = RunResumed(owner=self.rt.owner, forced=force, taken_over_from=previous, by=by)
         self._drive_on_task(live, self._resume(live, epoch, state, prompter, resumed, asked))

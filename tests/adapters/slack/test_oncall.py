@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,35 @@ async def test_status_cancel_and_resume_in_the_thread(tmp_path: Path) -> None:
         await world.mention("cancel", user=REQUESTER, thread_ts=thread)
         again = await world.ephemeral_to(REQUESTER, nth=2)
         assert again.args["text"] == f"run {run_id} already ended (cancelled): nothing to cancel"
+
+
+async def test_a_resume_in_the_thread_of_a_run_asked_to_cancel_says_it_ends_cancelled(
+    tmp_path: Path,
+) -> None:
+    async with slack_world(tmp_path, restart_script()) as world:
+        thread = await _in_thread(world)
+        run_id = (await world.chat.recent(1))[0].id
+        # Asked to cancel, as a cancel whose end the store failed at the run's suspend leaves
+        # it: audited and marked, the run still suspended on its card.
+        with sqlite3.connect(tmp_path / "kestrel.db") as conn:
+            conn.execute(
+                "INSERT INTO audit (at, actor, action, run_id) VALUES (?, ?, 'cancel', ?)",
+                ("2026-01-01T00:00:00+00:00", REQUESTER, run_id),
+            )
+            conn.execute(
+                "INSERT INTO once_keys VALUES (?, '2026-01-01T00:00:00+00:00')",
+                (f"cancel:{run_id}",),
+            )
+
+        await world.mention("resume", user=ONCALL, thread_ts=thread)
+
+        note = await world.ephemeral_to(ONCALL)
+        assert note.args["text"] == (
+            f"Run {run_id} was asked to cancel by {REQUESTER}: it ends cancelled, not resumed."
+        )
+        await until(lambda: world.chat.ended(run_id))
+        assert (await world.chat.status(run_id)).record.status.value == "cancelled"
+        assert world.executions == []
 
 
 async def test_cancel_and_resume_of_a_completed_run_say_it_ended(tmp_path: Path) -> None:
