@@ -140,20 +140,20 @@ class Cancels:
             if type(exc) is not StoreError:
                 raise  # what the store answered, not a failure: trying again would meet it again
             log.warning("run %s: its cancel is not recorded yet, trying again: %s", run_id, exc)
-            task = asyncio.create_task(self._record_later(run_id, by))
-            self._recording[run_id] = (by, task)
-            task.add_done_callback(lambda _: self._recording.pop(run_id, None))
+            if run_id not in self._recording:  # a cancel asked again meanwhile is the same one
+                task = asyncio.create_task(self._record_later(run_id, by))
+                self._recording[run_id] = (by, task)
+                task.add_done_callback(lambda _: self._recording.pop(run_id, None))
             return False
         return True
 
-    async def _record(self, run_id: str, by: str, audited: bool) -> bool:
-        """The cancel's audit (unless ``audited`` already), then its mark; True once audited."""
+    async def _record(self, run_id: str, by: str, audited: bool) -> None:
+        """The cancel's audit (unless ``audited`` already), then its mark."""
         if not audited:
             await self.rt.store.audit(
                 by, AuditAction.CANCEL, run_id=run_id, detail="at the loop boundary"
             )
         await self.rt.store.mark_once(cancel_key(run_id))
-        return True
 
     async def _record_later(self, run_id: str, by: str) -> None:
         """Record a cancel the store failed, until it takes it. Audited once: an audit whose
