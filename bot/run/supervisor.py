@@ -239,7 +239,11 @@ class Supervisor:
         while True:
             epoch = await self.rt.store.claim(run_id, self.rt.owner, self.rt.lease_seconds)
             if epoch is None:
-                raise ResumeRefused(await self._held_elsewhere(run_id))
+                held = await self._held_elsewhere(run_id)
+                if cancelled or await self.cancels.asked(run_id) is not None:
+                    # Not as if it went on once taken up: its cancel ends it there, or here.
+                    held += "; it was asked to cancel: it ends cancelled wherever it is driven"
+                raise ResumeRefused(held)
             if self._stopping:
                 # It began to shut down since the look: the lease is left to expire, and another
                 # replica adopts the run. Given back, the claim's epoch would have hidden the

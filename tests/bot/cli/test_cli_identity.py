@@ -189,6 +189,24 @@ async def test_cancel_of_a_held_run_is_asked_of_its_holder_and_of_an_ended_one_r
     assert ended == f"kestrel: run {run_id} already ended (completed): nothing to cancel"
 
 
+async def test_resume_of_a_held_run_asked_to_cancel_says_it_ends_cancelled(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "kestrel.db"
+    run_id = await held_run(db, "host:42:dead", 600)
+    me = {"USER": "erin"}
+    assert kestrel(tmp_path, "runs", "cancel", run_id, env=me).returncode == 0
+
+    refused = one_line_error(kestrel(tmp_path, "runs", "resume", run_id, env=me))
+
+    # Not as if it would go on once taken over: whoever takes it up ends it, cancelled.
+    then = (
+        f"; then `kestrel runs resume {run_id}` takes it over;"
+        " it was asked to cancel: it ends cancelled wherever it is driven"
+    )
+    assert re.fullmatch(held_by_the_dead(run_id) + re.escape(then), refused), refused
+
+
 def test_an_empty_as_is_refused_not_read_as_the_login_name(tmp_path: Path) -> None:
     run_id = deferred(tmp_path, {"USER": "erin"})
     request_id = json.loads(kestrel(tmp_path, "runs", "show", run_id, "--json").stdout)["requests"][
