@@ -25,7 +25,7 @@ from bot.chat.contract import (
 )
 from bot.chat.handles import RunHandle, RunResult
 from bot.chat.service import ChatService
-from bot.chat.words import cancel_not_counted, origin_lines, stop_reason_words
+from bot.chat.words import origin_lines, stop_reason_words
 from bot.domain import (
     Decision,
     DecisionKind,
@@ -481,24 +481,13 @@ class ConsoleChat:
                 return
             await self._follow(live)
         elif name == "/cancel" and arg:
-            await self._cancel(arg)
+            self.io.write("  " + await self.chat.cancel(arg, user=self.actor))
         elif name in ("/resume", "/cancel"):
             self.io.write(f"  ! {name} needs a RUN (/runs lists them)")
         elif name == "/help":
             self.io.write(HELP)
         else:
             self.io.write(f"  ! unknown command {name}: /help lists them; //… sends a message")
-
-    async def _cancel(self, run_id: str) -> None:
-        """``/cancel RUN``: what happened, or that the store failed it (the run may go on)."""
-        try:
-            said = await self.chat.cancel(run_id, user=self.actor)
-        except StoreError as exc:
-            if type(exc) is not StoreError:
-                raise  # what the store answered (no such run, a journal it cannot read)
-            self.io.write(f"  ! {cancel_not_counted(run_id)} ({exc})")
-            return
-        self.io.write("  " + said)
 
     async def _resuming(self, run_id: str) -> RunHandle | None:
         """Resume a run, answering here what it still waits on: a Ctrl-C at one of those

@@ -17,6 +17,7 @@ from bot.chat.handles import RunHandle, RunResult
 from bot.chat.inbound import Accepted, Delivery, Inbound
 from bot.chat.outbox import card_key
 from bot.chat.run_summary import PAGE_ENTRIES, RunSummaries
+from bot.chat.words import cancel_not_counted
 from bot.domain import (
     TERMINAL_STATUSES,
     Decision,
@@ -27,7 +28,7 @@ from bot.domain import (
     Session,
     approved_by_several,
 )
-from bot.errors import UnknownRun
+from bot.errors import StoreError, UnknownRun
 from bot.events import EventSink, FanOut
 from bot.journal.fold import RunState, fold
 from bot.journal.log import JournalLog, JournalRecord
@@ -471,10 +472,17 @@ class ChatService:
     async def cancel(self, run_id: str, *, user: Actor) -> str:
         """Cancel a run (its requester or on-call may, from its place); what happened, in a
         sentence."""
-        refusal = await self._misplaced(user, run_id, "cancel")
-        if refusal:
-            raise NotPermitted(refusal.reason)
-        return await self._supervisor.cancel(run_id, actor=user)
+        try:
+            refusal = await self._misplaced(user, run_id, "cancel")
+            if refusal:
+                raise NotPermitted(refusal.reason)
+            return await self._supervisor.cancel(run_id, actor=user)
+        except StoreError as exc:
+            if type(exc) is not StoreError:
+                raise  # what the store answered: no such run, a journal it cannot read
+            # Said wherever it is shown (the console, the terminal); a chat thread shows the
+            # plain part alone (``store_note``): the store's error names its host.
+            raise StoreError(f"{exc}. {cancel_not_counted(run_id)}") from exc
 
     async def resume(
         self,

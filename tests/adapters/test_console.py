@@ -605,7 +605,7 @@ def test_a_cancel_the_store_failed_says_it_may_not_have_counted(tmp_path: Path) 
         " the run may go on. Cancel it again in a moment."
     )
     assert result.returncode == 0, result.stderr
-    assert f"  ! {said} (" in result.stdout, result.stdout
+    assert f"{said}\n" in result.stdout and "  ! SQLite database" in result.stdout, result.stdout
     assert terminal.returncode == 2 and terminal.stderr.rstrip().endswith(said), terminal.stderr
     assert "Traceback" not in result.stderr + terminal.stderr
     shown = json.loads(kestrel(tmp_path, "runs", "show", run_id, "--json").stdout)
