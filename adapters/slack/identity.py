@@ -7,7 +7,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from slack_sdk.errors import SlackApiError
@@ -27,8 +27,10 @@ T = TypeVar("T")
 class Identities:
     """Builds ``Actor``s and answers the policy's questions about them (``Directory``): who is
     in a user group (``usergroups.users.list``), who is in a channel (``conversations.members``)
-    and a user's own workspace (``users.info``). Answers are cached briefly; a failure or a
-    time-out is a no, for that check alone."""
+    and a user's own workspace (``users.info``). Answers are cached briefly, but a group is
+    asked again for each person's action that is not a listing (``actor``'s ``listing``):
+    authority is read when they act, not from what Slack said of the group a minute before. A
+    failure or a time-out is a no, for that check alone."""
 
     def __init__(
         self,
@@ -46,17 +48,25 @@ class Identities:
         self._channels: dict[str, tuple[float, frozenset[str]]] = {}
         self._teams: dict[str, tuple[float, str]] = {}
 
-    async def actor(self, user: str, place: Place, *, team: str = "") -> Actor:
+    async def actor(
+        self, user: str, place: Place, *, team: str = "", listing: bool = False
+    ) -> Actor:
         """``user`` acting from ``place``; ``team``: their own workspace when the payload says
         it. Someone whose workspace cannot be told is taken for a guest: only their own user id
-        in the policy lets them act."""
+        in the policy lets them act. ``listing``: only to read what waits (``/kestrel runs``,
+        the Home tab), where a group's members as Slack said them a moment ago do."""
         team = team or await self._team_of(user)
         external = team != self._home_team
-        return Actor(user, place=place, external=external, directory=_Acting(self, user, place))
+        directory = _Acting(self, user, place, listing)
+        return Actor(user, place=place, external=external, directory=directory)
 
-    async def in_group(self, user: str, group: str) -> bool:
-        """Whether ``user`` is in the user group ``group``."""
-        members = await self._cached(self._groups, group, self._group_members, "user group")
+    async def in_group(self, user: str, group: str, *, cached: bool = True) -> bool:
+        """Whether ``user`` is in the user group ``group`` (``cached``: as Slack said it within
+        the last minute will do)."""
+        if cached:
+            members = await self._cached(self._groups, group, self._group_members, "user group")
+        else:
+            members = await self._asked(self._groups, group, self._group_members, "user group")
         return members is not None and user in members
 
     async def sees(self, user: str, place: Place) -> bool:
@@ -77,6 +87,16 @@ class Identities:
         hit = cache.get(key)
         if hit and self._clock() - hit[0] < CACHE_SECONDS:
             return hit[1]
+        return await self._asked(cache, key, fetch, what)
+
+    async def _asked(
+        self,
+        cache: dict[str, tuple[float, frozenset[str]]],
+        key: str,
+        fetch: Callable[[str], Awaitable[frozenset[str]]],
+        what: str,
+    ) -> frozenset[str] | None:
+        """Slack's answer now (kept in ``cache`` for the reads after it); None for a no."""
         found = await self._bounded(fetch(key), f"{what} of {key}")
         if found is not None:
             cache[key] = (self._clock(), found)
@@ -121,20 +141,27 @@ class Identities:
         return team
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Acting:
     """The directory as one person acting from one place asks it. A Slack thread shows to
     everyone in its channel, so a person acting from a run's channel (a slash command names no
     thread) sees the run: Slack is asked about other channels only, where a busy workspace's
-    rate limit would be a no."""
+    rate limit would be a no. A group is asked once per action (a plan's steps may name it
+    several times), and afresh unless the action is a ``listing``."""
 
     identities: Identities
     user: str
     acted_from: Place
+    listing: bool = False
+    _groups: dict[tuple[str, str], bool] = field(default_factory=dict)
 
     async def in_group(self, user: str, group: str) -> bool:
         """Whether ``user`` is in the user group ``group``."""
-        return await self.identities.in_group(user, group)
+        known = self._groups.get((user, group))
+        if known is None:
+            known = await self.identities.in_group(user, group, cached=self.listing)
+            self._groups[(user, group)] = known
+        return known
 
     async def sees(self, user: str, place: Place) -> bool:
         """Whether ``user`` sees the channel of ``place``: from it, at once."""

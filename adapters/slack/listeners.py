@@ -374,13 +374,13 @@ class SlackListeners:
             await respond(text=ephemeral_text(store_note(exc)))
 
     async def _command_runs(self, command: dict[str, Any], respond: Respond) -> None:
-        actor = await self._command_actor(command)
+        actor = await self._command_actor(command, listing=True)
         pending = await self._chat.pending(user=actor)
         unshown = await self._renderer.cards_unshown([i.request.id for i in pending])
         message = runs_message(pending, await self._links(pending), unshown)
         await respond(text=message.text, blocks=message.blocks)
 
-    async def _command_actor(self, command: dict[str, Any]) -> Actor:
+    async def _command_actor(self, command: dict[str, Any], *, listing: bool = False) -> Actor:
         # A slash command names a channel but no thread: it acts on that channel's runs. Its
         # ``team_id`` is not always ours in a channel shared with another workspace; the
         # channel's runs live in ours, as the events' (``_team_of``) do. Which workspace that
@@ -389,7 +389,7 @@ class SlackListeners:
         team = str(command.get("team_id") or "")
         where = SlackThread(self._me.team or team, str(command.get("channel_id", "")), "")
         own_team = str(command.get("user_team_id") or "")
-        return await self._actor(str(command.get("user_id", "")), where, own_team)
+        return await self._actor(str(command.get("user_id", "")), where, own_team, listing)
 
     async def _command_on_run(
         self, verb: str, run_id: str, command: dict[str, Any], respond: Respond
@@ -414,7 +414,7 @@ class SlackListeners:
             self._spawn(self._publish_home(user, _team_of(body, event)))
 
     async def _publish_home(self, user: str, team: str) -> None:
-        actor = await self._actor(user, SlackThread(team, "", ""), "")
+        actor = await self._actor(user, SlackThread(team, "", ""), "", listing=True)
         waiting = []
         for item in await self._chat.pending(user=actor):
             run = await self._chat.place_of(item.request.run_id)
@@ -474,9 +474,12 @@ class SlackListeners:
             self._progress.follow(outcome.running, place)
             await self._progress.working(place)
 
-    async def _actor(self, user: str, where: SlackThread, team: str) -> Actor:
+    async def _actor(
+        self, user: str, where: SlackThread, team: str, listing: bool = False
+    ) -> Actor:
+        # ``listing``: only to list what waits; anything else asks Slack of groups afresh.
         place = Place("slack", where.team, where.channel, where.thread_ts)
-        return await self._identities.actor(user, place, team=str(team or ""))
+        return await self._identities.actor(user, place, team=str(team or ""), listing=listing)
 
     async def _ephemeral(
         self, thread: SlackThread, user: str, text: str, blocks: list[Any] | None = None

@@ -1,0 +1,179 @@
+"""Authority in Slack, against the real bolt app: who may decide is read from the policy and
+from Slack when the person acts, never from what a card showed, nor from an answer Slack gave
+before; and the same click taken by two replicas decides once."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+from adapters.slack import ids
+from bot.domain import RequestStatus
+from tests.fakes.slack_api import Call, FakeSlackApi
+from tests.fakes.slack_client import block_actions, slash_command
+from tests.fakes.slack_world import (
+    APPROVER,
+    CHANNEL,
+    ONCALL,
+    REQUESTER,
+    SlackWorld,
+    button_value,
+    posted_ts,
+    question_script,
+    restart_script,
+    slack_world,
+)
+
+SRE = "U0SRE1"
+
+
+async def _statuses(world: SlackWorld) -> list[RequestStatus]:
+    run_id = (await world.chat.recent(1))[0].id
+    return [view.status for view in await world.chat.requests_of(run_id)]
+
+
+async def test_an_approver_removed_from_their_group_after_the_card_was_shown_may_not_approve(
+    tmp_path: Path,
+) -> None:
+    # The group is asked when the person acts: a member removed a moment ago (an admin taking
+    # an on-call engineer off the SRE group) is no approver any more, whatever Slack said of
+    # the group for their last click.
+    async with FakeSlackApi() as api:
+        api.usergroups["S0SRE"] = [SRE]
+        async with slack_world(tmp_path, restart_script(), api=api) as world:
+            await world.mention("checkout is failing")
+            card = await world.card()
+            await world.click(card, ids.DENY, user=SRE)  # the form opens: SRE is a member
+            await api.wait_for("views.open")
+            api.usergroups["S0SRE"] = []
+            await world.click(card, ids.APPROVE_ONCE, user=SRE)
+            note = await world.ephemeral_to(SRE)
+            assert f"{SRE} may not approve restart_service" in note.args["text"]
+            await world.settled()
+            assert await _statuses(world) == [RequestStatus.OPEN]
+            assert world.executions == []
+
+
+async def test_each_decision_asks_slack_of_the_group_once(
+    tmp_path: Path,
+) -> None:
+    # Opening the Deny form checks the person as the decision would, and so does the click
+    # after it: each asks Slack once, neither reuses what the other was told.
+    async with FakeSlackApi() as api:
+        api.usergroups["S0SRE"] = [SRE]
+        async with slack_world(tmp_path, restart_script(), api=api) as world:
+            await world.mention("checkout is failing")
+            card = await world.card()
+            await world.click(card, ids.DENY, user=SRE)
+            await api.wait_for("views.open")
+            await world.click(card, ids.APPROVE_ONCE, user=SRE)
+            await world.answer_posted()
+            assert world.executions == ["checkout"]
+            assert len(api.calls_to("usergroups.users.list")) == 2
+
+
+async def test_a_question_for_the_requester_is_not_answered_by_someone_else_in_the_thread(
+    tmp_path: Path,
+) -> None:
+    async with slack_world(tmp_path, question_script()) as world:
+        mention = await world.mention("checkout is failing")
+        await world.api.wait_for(lambda c: "Which region?" in json.dumps(c.args))
+        await world.settled()
+        await world.reply("eu-west", user=APPROVER, thread_ts=mention["ts"])
+        note = await world.ephemeral_to(APPROVER)
+        assert "may not answer this question" in note.args["text"]
+        assert await _statuses(world) == [RequestStatus.OPEN]
+        await world.reply("ap-south", user=REQUESTER, thread_ts=mention["ts"])
+        answer = await world.answer_posted()
+        assert "looking at ap-south" in json.dumps(answer.args)
+
+
+async def test_the_right_request_clicked_from_another_thread_of_its_channel_decides_nothing(
+    tmp_path: Path,
+) -> None:
+    async with slack_world(tmp_path, restart_script()) as world:
+        await world.mention("checkout is failing")
+        card = await world.card()
+        await world.settled()
+        payload = block_actions(
+            APPROVER,
+            ids.APPROVE_ONCE,
+            button_value(card, ids.APPROVE_ONCE),
+            channel=CHANNEL,
+            message_ts=posted_ts(world.api, card),
+            thread_ts="1700000000.000999",
+        )
+        assert (await world.sender.action(payload)).status == 200
+        note = await world.ephemeral_to(APPROVER)
+        assert "another channel" in note.args["text"]
+        assert await _statuses(world) == [RequestStatus.OPEN]
+        assert world.executions == []
+
+
+async def _said(world: SlackWorld, user: str, text: str, channel: str, team: str) -> str:
+    """``/kestrel TEXT`` as ``user`` in ``channel`` of ``team``; what it answered."""
+    url = world.api.new_response_url()
+    typed = slash_command(user, text, channel, team, response_url=url)
+    assert (await world.sender.command(typed)).status == 200
+
+    def to_it(call: Call) -> bool:
+        return call.method == "response_url" and url.endswith(call.path)
+
+    return str((await world.api.wait_for(to_it))[-1].args.get("text"))
+
+
+async def test_cancel_and_resume_from_a_direct_message_or_another_workspace_are_refused(
+    tmp_path: Path,
+) -> None:
+    # The requester and on-call may cancel, but from the run's channel only: a DM with the
+    # bot, or a channel of another workspace of the organisation, is not where the run lives.
+    async with slack_world(tmp_path, restart_script()) as world:
+        await world.mention("checkout is failing")
+        await world.card()
+        await world.settled()
+        run_id = (await world.chat.recent(1))[0].id
+        elsewhere = ((REQUESTER, "D0REQ", "T0001"), (ONCALL, "C0GRID", "T0GRID"))
+        for user, channel, team in elsewhere:
+            for verb in ("cancel", "resume"):
+                said = await _said(world, user, f"{verb} {run_id}", channel, team)
+                assert "another channel" in said, said
+                assert CHANNEL not in said
+        assert (await world.chat.status(run_id)).record.status.value == "suspended"
+        assert world.executions == []
+
+
+async def test_the_same_click_at_two_replicas_decides_once_and_says_so_to_the_second(
+    tmp_path: Path,
+) -> None:
+    from tests.storage.conftest import postgres_dsn, postgres_schema
+
+    dsn = postgres_dsn()
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    async with postgres_schema(dsn) as schema, FakeSlackApi() as api:
+        database = f"{dsn}?schema={schema}"
+        async with (
+            slack_world(tmp_path / "a", restart_script(), api=api, database=database) as a,
+            slack_world(tmp_path / "b", restart_script(), api=api, database=database) as b,
+        ):
+            await a.mention("checkout is failing")
+            card = await a.card()
+            await a.settled()
+            await asyncio.gather(
+                a.click(card, ids.APPROVE_ONCE, user=APPROVER),
+                b.click(card, ids.APPROVE_ONCE, user=APPROVER),
+            )
+            await a.answer_posted()
+            await api.wait_for("chat.postEphemeral")
+            for world in (a, b):
+                await world.settled()
+            assert a.executions + b.executions == ["checkout"]
+            [note] = api.calls_to("chat.postEphemeral")
+            run_id = (await a.chat.recent(1))[0].id
+            [request] = await a.chat.requests_of(run_id)
+            closed = f"request {request.request.id} is already answered (approve by {APPROVER})"
+            assert note.args["text"] == closed
+            audit = await a.rt.store.list_audit(run_id, limit=100)
+            actions = sorted(str(row.action) for row in audit if row.request_id)
+            assert actions.count("approve") == 1 and actions.count("approve_refused") == 1
