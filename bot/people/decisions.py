@@ -200,6 +200,12 @@ class Decisions:
         digest: str,
         winner: Decision | None = None,
     ) -> Refusal | None:
+        # Where it came from first: from another place, nothing of the request is said (how
+        # it closed and who closed it, when it expired, which run it is of).
+        run = await self.place_of(request.run_id) if actor.place is not None else None
+        misplaced = self.rt.policy.place_refusal(actor, run, f"request {request.id}")
+        if misplaced:
+            return misplaced
         if request.run_id != run_id:
             return Refusal(f"request {request.id} is run {request.run_id}'s, not run {run_id}'s")
         if status is not RequestStatus.OPEN:
@@ -210,7 +216,6 @@ class Decisions:
         if digest and digest != request.digest:
             return Refusal("this card is stale: the call it shows is not the one waiting")
         tools = self.rt.tools.current()
-        run = await self.place_of(run_id) if actor.place is not None else None
         refusal = await self.rt.policy.check_decision(
             actor,
             decision.kind,

@@ -177,3 +177,22 @@ async def test_the_same_click_at_two_replicas_decides_once_and_says_so_to_the_se
             audit = await a.rt.store.list_audit(run_id, limit=100)
             actions = sorted(str(row.action) for row in audit if row.request_id)
             assert actions.count("approve") == 1 and actions.count("approve_refused") == 1
+
+
+async def test_a_click_from_another_channel_learns_nothing_of_how_the_request_closed(
+    tmp_path: Path,
+) -> None:
+    # The place is checked before anything about the request is said: from another channel,
+    # a click on a request someone decided is told it belongs elsewhere, not who decided it.
+    async with slack_world(tmp_path, restart_script()) as world:
+        await world.mention("checkout is failing")
+        card = await world.card()
+        await world.click(card, ids.APPROVE_ONCE, user=APPROVER)
+        await world.answer_posted()
+        await world.settled()
+        await world.click(card, ids.DENY, user="U0ELSEWHERE", channel="C0OTHER")
+        await world.click(card, ids.APPROVE_ONCE, user="U0ELSEWHERE", channel="C0OTHER")
+        for nth in (1, 2):
+            said = (await world.ephemeral_to("U0ELSEWHERE", nth=nth)).args["text"]
+            assert "another channel" in said, said
+            assert APPROVER not in said and "answered" not in said
