@@ -468,3 +468,18 @@ async def test_a_form_or_an_option_the_store_fails_under_is_answered_not_failed(
             with sqlite3.connect(tmp_path / "kestrel.db") as conn:
                 conn.execute("ALTER TABLE requests_away RENAME TO requests")
         assert told == NOT_RECORDED
+
+
+async def test_a_click_from_another_guild_learns_nothing_of_how_the_request_closed(
+    tmp_path: Path,
+) -> None:
+    async with discord_world(tmp_path, restart_script()) as world:
+        mention = await world.mention("checkout is failing")
+        thread = await world.thread_of(mention)
+        card = await world.card("approve")
+        assert "Recorded" in await world.answered(await world.click(card, "approve", user=APPROVER))
+        await world.answer_posted(thread, "Restarted checkout")
+        guest = await world.click(card, "approve", user="1999", guild="777")
+        said = await world.answered(guest)
+        assert "act on it from that run's thread" in said, said
+        assert APPROVER not in said and "answered" not in said

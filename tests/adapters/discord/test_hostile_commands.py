@@ -171,3 +171,19 @@ async def test_a_run_of_an_archived_private_thread_is_shown_to_its_owner_only(
             assert "restart_service" not in shown, shown
             owner = await _command(second, "status", user=REQUESTER, **args)
             assert "restart_service" in owner, owner
+
+
+async def test_cancel_and_resume_from_another_guild_that_shares_the_bot_are_refused(
+    tmp_path: Path,
+) -> None:
+    # On-call of the run's server, typing in another server the bot is in: that server's
+    # members act on that server's runs only, and learn nothing of this one's.
+    async with discord_world(tmp_path, restart_script()) as world:
+        _thread, run = await _run_with_a_card(world)
+        for verb in ("cancel", "resume"):
+            said = await _command(
+                world, verb, guild=OTHER_GUILD, channel="7770", user=ONCALL, run=run
+            )
+            assert said == f"There is no run {run} in this server.", said
+        assert (await world.chat.status(run)).record.status.value == "suspended"
+        assert world.executions == []
