@@ -106,7 +106,12 @@ async def test_the_right_request_clicked_from_another_thread_of_its_channel_deci
         )
         assert (await world.sender.action(payload)).status == 200
         note = await world.ephemeral_to(APPROVER)
-        assert "another channel" in note.args["text"]
+        run_id = (await world.chat.recent(1))[0].id
+        [view] = await world.chat.requests_of(run_id)
+        assert note.args["text"].startswith(
+            f"Request {view.request.id} is in another thread of this channel: act on it from"
+            f" its run's thread, https://app.slack.com/client/T0001/{CHANNEL}/thread/"
+        ), note.args["text"]
         assert await _statuses(world) == [RequestStatus.OPEN]
         assert world.executions == []
 
@@ -137,8 +142,8 @@ async def test_cancel_and_resume_from_a_direct_message_or_another_workspace_are_
         for user, channel, team in elsewhere:
             for verb in ("cancel", "resume"):
                 said = await _said(world, user, f"{verb} {run_id}", channel, team)
-                assert "another channel" in said, said
-                assert CHANNEL not in said
+                assert said.startswith(f"Run {run_id} is in another "), said
+                assert "act on it" in said, said
         assert (await world.chat.status(run_id)).record.status.value == "suspended"
         assert world.executions == []
 
