@@ -27,10 +27,10 @@ T = TypeVar("T")
 class Identities:
     """Builds ``Actor``s and answers the policy's questions about them (``Directory``): who is
     in a user group (``usergroups.users.list``), who is in a channel (``conversations.members``)
-    and a user's own workspace (``users.info``). Answers are cached briefly, but a group is
-    asked again for each person's action that is not a listing (``actor``'s ``listing``):
-    authority is read when they act, not from what Slack said of the group a minute before. A
-    failure or a time-out is a no, for that check alone."""
+    and a user's own workspace (``users.info``). Answers are cached briefly, but a group or a
+    channel is asked again for each person's action that is not a listing (``actor``'s
+    ``listing``): who may decide or read is read when they act, not from what Slack said a
+    minute before. A failure or a time-out is a no, for that check alone."""
 
     def __init__(
         self,
@@ -54,7 +54,7 @@ class Identities:
         """``user`` acting from ``place``; ``team``: their own workspace when the payload says
         it. Someone whose workspace cannot be told is taken for a guest: only their own user id
         in the policy lets them act. ``listing``: only to read what waits (``/kestrel runs``,
-        the Home tab), where a group's members as Slack said them a moment ago do."""
+        the Home tab), where a group's or a channel's members as Slack said them a moment ago do."""
         team = team or await self._team_of(user)
         external = team != self._home_team
         directory = _Acting(self, user, place, listing)
@@ -63,18 +63,17 @@ class Identities:
     async def in_group(self, user: str, group: str, *, cached: bool = True) -> bool:
         """Whether ``user`` is in the user group ``group`` (``cached``: as Slack said it within
         the last minute will do)."""
-        if cached:
-            members = await self._cached(self._groups, group, self._group_members, "user group")
-        else:
-            members = await self._asked(self._groups, group, self._group_members, "user group")
+        ask = self._cached if cached else self._asked
+        members = await ask(self._groups, group, self._group_members, "user group")
         return members is not None and user in members
 
-    async def sees(self, user: str, place: Place) -> bool:
-        """Whether ``user`` is a member of the channel of ``place`` (of our workspace)."""
+    async def sees(self, user: str, place: Place, *, cached: bool = True) -> bool:
+        """Whether ``user`` is a member of the channel of ``place`` (of our workspace;
+        ``cached``: as Slack said it within the last minute will do)."""
         if place.platform != "slack" or place.workspace != self._home_team or not place.channel:
             return False
-        fetch = self._channel_members
-        members = await self._cached(self._channels, place.channel, fetch, "channel members")
+        ask = self._cached if cached else self._asked
+        members = await ask(self._channels, place.channel, self._channel_members, "channel members")
         return members is not None and user in members
 
     async def _cached(
@@ -146,14 +145,16 @@ class _Acting:
     """The directory as one person acting from one place asks it. A Slack thread shows to
     everyone in its channel, so a person acting from a run's channel (a slash command names no
     thread) sees the run: Slack is asked about other channels only, where a busy workspace's
-    rate limit would be a no. A group is asked once per action (a plan's steps may name it
-    several times), and afresh unless the action is a ``listing``."""
+    rate limit would be a no. A group or a channel is asked once per action (a plan's steps
+    may name a group several times, a listing a channel per run), and afresh unless the
+    action is a ``listing``."""
 
     identities: Identities
     user: str
     acted_from: Place
     listing: bool = False
     _groups: dict[tuple[str, str], bool] = field(default_factory=dict)
+    _channels: dict[tuple[str, str], bool] = field(default_factory=dict)
 
     async def in_group(self, user: str, group: str) -> bool:
         """Whether ``user`` is in the user group ``group``."""
@@ -168,7 +169,12 @@ class _Acting:
         channel = Place(place.platform, place.workspace, place.channel)
         if user == self.user and channel.holds(self.acted_from):
             return True
-        return await self.identities.sees(user, place)
+        key = (user, channel.channel)
+        known = self._channels.get(key)
+        if known is None:
+            known = await self.identities.sees(user, place, cached=self.listing)
+            self._channels[key] = known
+        return known
 
 
 def _dict(value: Any) -> dict[str, Any]:

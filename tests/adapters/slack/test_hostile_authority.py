@@ -201,3 +201,21 @@ async def test_a_click_from_another_channel_learns_nothing_of_how_the_request_cl
             said = (await world.ephemeral_to("U0ELSEWHERE", nth=nth)).args["text"]
             assert "another channel" in said, said
             assert APPROVER not in said and "answered" not in said
+
+
+async def test_someone_taken_out_of_the_runs_channel_no_longer_reads_it_from_elsewhere(
+    tmp_path: Path,
+) -> None:
+    # /kestrel status RUN from another channel shows the run to a member of its channel, as
+    # Slack says the members are when they ask: not as it said a moment before.
+    async with slack_world(tmp_path, restart_script()) as world:
+        world.api.channel_members[CHANNEL] = [REQUESTER, "U0MEMBER"]
+        await world.mention("checkout is failing")
+        await world.card()
+        await world.settled()
+        run_id = (await world.chat.recent(1))[0].id
+        said = await _said(world, "U0MEMBER", f"status {run_id}", "C0OTHER", "T0001")
+        assert said == f"Run {run_id}: suspended", said
+        world.api.channel_members[CHANNEL] = [REQUESTER]
+        said = await _said(world, "U0MEMBER", f"status {run_id}", "C0OTHER", "T0001")
+        assert said == f"There is no run {run_id} that you can see.", said
