@@ -15,7 +15,7 @@ from bot.people.policy import Actor
 from bot.prompter import DeferringPrompter
 from tests.fakes import discord_payloads as p
 from tests.fakes.discord_api import FakeDiscord
-from tests.fakes.discord_world import APPROVER, REQUESTER, DiscordWorld, discord_world
+from tests.fakes.discord_world import APPROVER, REQUESTER, SRE_ROLE, DiscordWorld, discord_world
 from tests.fakes.slack_world import restart_script
 from tests.fakes.waiting import until
 
@@ -483,3 +483,21 @@ async def test_a_click_from_another_guild_learns_nothing_of_how_the_request_clos
         said = await world.answered(guest)
         assert "act on it from that run's thread" in said, said
         assert APPROVER not in said and "answered" not in said
+
+
+async def test_a_member_whose_role_was_taken_away_after_the_card_showed_may_not_approve(
+    tmp_path: Path,
+) -> None:
+    # Roles come with each click: the one that opened the Deny form had the SRE role, the
+    # Approve click after an admin took it away has not, and approves nothing.
+    async with discord_world(tmp_path, restart_script()) as world:
+        mention = await world.mention("checkout is failing")
+        await world.thread_of(mention)
+        card = await world.card("approve")
+        await world.click(card, "deny", user="1500", roles=[SRE_ROLE])
+        await world.discord.wait_for(lambda c: "callback" in c.path and "modal" in str(c.json))
+        said = await world.answered(await world.click(card, "approve", user="1500"))
+        assert said.startswith("1500 may not approve restart_service"), said
+        run_id = (await world.chat.recent(1))[0].id
+        assert [v.status for v in await world.chat.requests_of(run_id)] == [RequestStatus.OPEN]
+        assert world.executions == []
