@@ -495,11 +495,12 @@ class ChatService:
         """Continue a suspended run (its requester or on-call may, from its place); None if it
         still waits."""
         record = await self._rt.store.get_run(run_id)
+        misplaced = await self._misplaced(user, run_id, "resume")
+        if misplaced:
+            raise NotPermitted(misplaced.reason)
         run = await self._place(run_id) if user.place is not None else None
         policy = self._rt.policy
-        refusal = await policy.place_refusal(
-            user, run, f"run {run_id}"
-        ) or await policy.check_operate(user, "resume", run_id, record.requested_by, run)
+        refusal = await policy.check_operate(user, "resume", run_id, record.requested_by, run)
         if refusal:
             await self._rt.store.audit(
                 user.user, AuditAction.RESUME_REFUSED, run_id=run_id, detail=refusal.audited
@@ -572,16 +573,21 @@ class ChatService:
         self, user: Actor, run_id: str, verb: str, request_id: str = ""
     ) -> Refusal | None:
         """Why ``user`` may not act on the run from where they are (audited); None if they
-        may. ``UnknownRun`` for an unknown id."""
+        may. ``UnknownRun`` for an unknown id, and for a run acted on from elsewhere by someone
+        who may not see it (``status`` says as much: a refusal tells nothing of others)."""
         if user.place is None:
             await self._rt.store.get_run(run_id)
             return None
         what = f"request {request_id}" if request_id else f"run {run_id}"
-        refusal = await self._rt.policy.place_refusal(user, await self._place(run_id), what)
+        place = await self._place(run_id)
+        policy = self._rt.policy
+        refusal = await policy.place_refusal(user, place, what)
         if refusal:
             await self._rt.store.audit(
                 user.user, AuditAction.refused(verb), run_id, request_id, refusal.audited
             )
+            if not request_id and not await policy.may_see(user, place):
+                raise UnknownRun(run_id)
         return refusal
 
     async def _shows(self, user: Actor, key: str, ref: str) -> bool:

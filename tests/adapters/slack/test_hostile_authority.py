@@ -219,3 +219,26 @@ async def test_someone_taken_out_of_the_runs_channel_no_longer_reads_it_from_els
         world.api.channel_members[CHANNEL] = [REQUESTER]
         said = await _said(world, "U0MEMBER", f"status {run_id}", "C0OTHER", "T0001")
         assert said == f"There is no run {run_id} that you can see.", said
+
+
+async def test_a_cancel_from_elsewhere_tells_a_stranger_nothing_of_the_run(tmp_path: Path) -> None:
+    # /kestrel status RUN tells someone who may not see a run that there is none they can
+    # see; cancel and resume from elsewhere must not tell them more (that it exists, that it
+    # lives in another channel). A member of its channel is told where to act.
+    async with slack_world(tmp_path, restart_script()) as world:
+        world.api.channel_members[CHANNEL] = [REQUESTER, "U0MEMBER"]
+        await world.mention("checkout is failing")
+        await world.card()
+        await world.settled()
+        run_id = (await world.chat.recent(1))[0].id
+        for verb in ("status", "cancel", "resume"):
+            said = await _said(world, "U0STRANGER", f"{verb} {run_id}", "C0OTHER", "T0001")
+            assert said == f"There is no run {run_id} that you can see.", (verb, said)
+        said = await _said(world, "U0MEMBER", f"cancel {run_id}", "C0OTHER", "T0001")
+        assert said.startswith(
+            f"Run {run_id} is in another channel: act on it from its run's thread, https://"
+        ), said
+        assert (await world.chat.status(run_id)).record.status.value == "suspended"
+        audit = await world.rt.store.list_audit(run_id, limit=100)
+        refused = sorted(str(row.action) for row in audit if str(row.action).endswith("_refused"))
+        assert refused == ["cancel_refused", "cancel_refused", "resume_refused"]
