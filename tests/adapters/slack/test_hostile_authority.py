@@ -134,6 +134,7 @@ async def test_cancel_and_resume_from_a_direct_message_or_another_workspace_are_
     # The requester and on-call may cancel, but from the run's channel only: a DM with the
     # bot, or a channel of another workspace of the organisation, is not where the run lives.
     async with slack_world(tmp_path, restart_script()) as world:
+        world.api.channel_members[CHANNEL] = [REQUESTER]
         await world.mention("checkout is failing")
         await world.card()
         await world.settled()
