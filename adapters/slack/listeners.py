@@ -32,7 +32,7 @@ from adapters.slack.modals import answer_modal, arguments_modal, deny_modal
 from adapters.slack.mrkdwn import ephemeral_text
 from adapters.slack.progress import Progress
 from adapters.slack.status import status_message
-from bot.chat.contract import Actor, NotPermitted, Place, StoreError
+from bot.chat.contract import Actor, NotPermitted, Place, StoreError, UnknownRun
 from bot.chat.conversation import (
     HELP,
     THREAD_COMMANDS,
@@ -44,7 +44,7 @@ from bot.chat.conversation import (
 from bot.chat.inbound import Accepted, Delivery
 from bot.chat.service import ChatService, PendingRequest
 from bot.chat.threads import ThreadRenderer
-from bot.chat.words import NOT_AN_OPTION, NOT_RECORDED, chosen_option, thread_of
+from bot.chat.words import NOT_AN_OPTION, NOT_RECORDED, chosen_option, thread_of, unseen_run
 from bot.domain import DecisionKind, Session
 
 log = logging.getLogger("kestrel.slack")
@@ -338,6 +338,10 @@ class SlackListeners:
         positive, run_id = parsed
         try:
             await self._chat.feedback(run_id, positive=positive, user=actor)
+        except UnknownRun:
+            # Made up, or a run they may not see, acted on from elsewhere: said as status says.
+            await self._ephemeral(thread, actor.user, unseen_run(run_id))
+            return
         except StoreError:
             return
         except NotPermitted as exc:

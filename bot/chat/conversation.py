@@ -13,7 +13,7 @@ import unicodedata
 from dataclasses import dataclass, replace
 
 from bot.chat.service import ChatService, RunView
-from bot.chat.words import STORE_DOWN, cancel_not_counted
+from bot.chat.words import STORE_DOWN, cancel_not_counted, unseen_run
 from bot.domain import TERMINAL_STATUSES, DecisionKind, Request, RequestKind, Session
 from bot.errors import ResumeRefused, StoreError, UnknownRun, UnreadableJournal, already_ended
 from bot.people.policy import Actor, NotPermitted
@@ -178,7 +178,7 @@ class Conversation:
                 said = f"Run {run_id} was asked to cancel by {live.cancelled_by}: it ends cancelled"
                 return Outcome(note=f"{said}, not resumed.", running=run_id)
         except UnknownRun:
-            return Outcome(note=f"There is no run {run_id} that you can see.")
+            return Outcome(note=unseen_run(run_id))
         except (NotPermitted, ResumeRefused) as exc:
             return Outcome(note=str(exc))
         except StoreError as exc:

@@ -53,6 +53,12 @@ def cancel_not_counted(run_id: str) -> str:
     )
 
 
+def unseen_run(run_id: str) -> str:
+    """What someone told of a run that does not exist or that they may not see: the same
+    words for both, so that a refusal tells nothing of others' runs."""
+    return f"There is no run {run_id} that you can see."
+
+
 def stop_reason_words(value: StopReason | str) -> str:
     """Why a run stopped, for people ("token budget exhausted"); an unknown reason as it is."""
     try:

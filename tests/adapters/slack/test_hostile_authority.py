@@ -243,3 +243,19 @@ async def test_a_cancel_from_elsewhere_tells_a_stranger_nothing_of_the_run(tmp_p
         audit = await world.rt.store.list_audit(run_id, limit=100)
         refused = sorted(str(row.action) for row in audit if str(row.action).endswith("_refused"))
         assert refused == ["cancel_refused", "cancel_refused", "resume_refused"]
+
+
+async def test_feedback_from_elsewhere_on_a_run_one_may_not_see_is_answered(
+    tmp_path: Path,
+) -> None:
+    async with slack_world(tmp_path, restart_script()) as world:
+        await world.mention("checkout is failing")
+        card = await world.card()
+        await world.settled()
+        run_id = (await world.chat.recent(1))[0].id
+        feedback = ids.feedback_value(run_id, positive=False)
+        await world.click(card, ids.FEEDBACK, user="U0STRANGER", channel="C0OTHER", value=feedback)
+        note = await world.ephemeral_to("U0STRANGER")
+        assert note.args["text"] == f"There is no run {run_id} that you can see."
+        audit = await world.rt.store.list_audit(run_id, limit=100)
+        assert [str(row.action) for row in audit].count("feedback_refused") == 1
