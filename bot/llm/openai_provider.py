@@ -63,6 +63,14 @@ QUOTA_HINT = (
 _DETAIL_CHARS = 200
 # Local servers load a model on its first request, which can outlast the default timeout.
 SLOW_MODEL = "a slow model may need a longer model.timeout"
+# Nothing answered: a local server not started, a mistyped address, or no route to OpenAI.
+UNREACHABLE = "is the server running there? check OPENAI_BASE_URL"
+UNREACHABLE_OPENAI = "check this host's network, or its proxy (HTTPS_PROXY)"
+# A 200 that is no completion at all: a web server, a proxy's page or another service is there.
+NOT_THE_API = (
+    "OPENAI_BASE_URL answers, but not as an OpenAI-compatible API: point it at the server's"
+    " API (most answer under /v1)"
+)
 # The largest legitimate reply (about 128k output tokens, JSON-escaped) stays under 4 MiB,
 # while a runaway server's body is refused before it costs a parse, a journal row and a copy.
 DEFAULT_MAX_REPLY_BYTES = 4 * 1024 * 1024
@@ -161,8 +169,9 @@ class OpenAIProvider:
             data = decode_body(_scrub_body(body, self._client.api_key))
             turn = parse_completion(data, {tool.name for tool in tools})
         except _BadShape as exc:
+            hint = f" — {NOT_THE_API}" if exc.not_the_api else ""
             raise ModelError(
-                f"model call failed: bad response from {self.base_url}: {exc}"
+                f"model call failed: bad response from {self.base_url}: {exc}{hint}"
             ) from None
         return self._with_unique_ids(turn, messages)
 
@@ -261,13 +270,18 @@ class OpenAIProvider:
             line += f" (the server asks to wait {_seconds(gave_up.asked)}, {gave_up.past()})"
         if gave_up.retries:
             line += f" (gave up after {_retries(gave_up.retries)})"
-        hint = QUOTA_HINT if out_of_quota(exc) else self._hint(getattr(exc, "status_code", 0))
+        hint = QUOTA_HINT if out_of_quota(exc) else self._hint(exc)
         if hint:
             line += f" — {hint}"
         return _scrub(line, self._client.api_key)
 
-    def _hint(self, status: int) -> str:
-        """What to check for a status; a 404 from a base URL with no path is that path."""
+    def _hint(self, exc: _Failure) -> str:
+        """What to check for a failure; a 404 from a base URL with no path is that path."""
+        # A timeout is a connection error to the client, but something did answer.
+        unreachable = not isinstance(exc, openai.APITimeoutError)
+        if isinstance(exc, openai.APIConnectionError) and unreachable:
+            return UNREACHABLE_OPENAI if self.base_url == OPENAI_API else UNREACHABLE
+        status = getattr(exc, "status_code", 0)
         if status == HTTPStatus.NOT_FOUND and urlsplit(self.base_url).path in ("", "/"):
             return (
                 "OPENAI_BASE_URL has no path: OpenAI-compatible servers answer under /v1"
@@ -452,7 +466,12 @@ def to_wire_tools(tools: Sequence[ToolSpec]) -> list[ChatCompletionFunctionToolP
 
 
 class _BadShape(Exception):
-    """The server answered 200 with something that is not a usable chat completion."""
+    """The server answered 200 with something that is not a usable chat completion;
+    ``not_the_api`` when it is not one at all (what is at the base URL is something else)."""
+
+    def __init__(self, message: str, *, not_the_api: bool = False) -> None:
+        super().__init__(message)
+        self.not_the_api = not_the_api
 
 
 class _ReadFailed(Exception):
@@ -497,21 +516,23 @@ def decode_body(body: bytes) -> object:
         return json.loads(body)
     # RecursionError: deeply nested arrays, which json gives up on rather than parse.
     except (ValueError, RecursionError):
-        raise _BadShape(f"expected a chat completion, got {_preview(body)}") from None
+        raise _BadShape(
+            f"expected a chat completion, got {_preview(body)}", not_the_api=True
+        ) from None
 
 
 def parse_completion(data: object, tools: Collection[str] = ()) -> AssistantTurn:
     """The first choice of a decoded completion as an ``AssistantTurn``; arguments stay raw.
     Calls the model wrote as text, each naming one of ``tools``, are its calls (``text_calls``)."""
     if not isinstance(data, Mapping):
-        raise _BadShape(f"expected a chat completion, got {type(data).__name__}")
+        raise _BadShape(f"expected a chat completion, got {type(data).__name__}", not_the_api=True)
     choices = data.get("choices")
     if not isinstance(choices, list) or not choices:
         # Some compatible servers report failures as a 200 with an OpenAI-style error body.
         error = data.get("error")
         if error:
             raise _BadShape(f"the server answered 200 with an error{_server_detail(error)}")
-        raise _BadShape("the completion has no choices")
+        raise _BadShape("the completion has no choices", not_the_api=True)
     choice = choices[0] if isinstance(choices[0], Mapping) else {}
     message = choice.get("message")
     if not isinstance(message, Mapping):

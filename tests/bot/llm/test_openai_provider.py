@@ -316,9 +316,29 @@ async def test_connection_refused_becomes_model_error() -> None:
         port = sock.getsockname()[1]
     model = OpenAIProvider("m", api_key=KEY, base_url=f"http://127.0.0.1:{port}/v1", max_retries=0)
 
-    with pytest.raises(ModelError, match=rf"cannot connect to http://127.0.0.1:{port}/v1"):
+    with pytest.raises(ModelError, match=rf"cannot connect to http://127.0.0.1:{port}/v1") as e:
         await model.complete([UserMessage("hi")], [], timeout=2)
     await model.aclose()
+
+    # What to do: the usual cause is a local server not started, or a mistyped address.
+    assert str(e.value).endswith(" — is the server running there? check OPENAI_BASE_URL")
+
+
+async def test_openai_unreachable_says_to_check_the_network(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # No OPENAI_BASE_URL to blame: here a proxy nobody listens on stands for a host cut off.
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setenv("HTTPS_PROXY", f"http://127.0.0.1:{port}")
+    model = OpenAIProvider("m", api_key=KEY, base_url=None, max_retries=0)
+
+    with pytest.raises(ModelError, match=r"cannot connect to https://api\.openai\.com/v1") as e:
+        await model.complete([UserMessage("hi")], [], timeout=2)
+    await model.aclose()
+
+    assert str(e.value).endswith(" — check this host's network, or its proxy (HTTPS_PROXY)")
 
 
 @pytest.mark.parametrize(
@@ -336,6 +356,44 @@ async def test_bad_response_shape_becomes_model_error(
 
     with pytest.raises(ModelError, match=f"bad response from .*{cause}"):
         await provider.complete([UserMessage("hi")], [], timeout=5)
+
+
+NOT_THE_API = (
+    " — OPENAI_BASE_URL answers, but not as an OpenAI-compatible API: point it at the"
+    " server's API (most answer under /v1)"
+)
+
+
+@pytest.mark.parametrize(
+    "canned",
+    [
+        Canned(status=200, raw="<!doctype html><title>Welcome to nginx!</title>"),
+        Canned(status=200, raw="[1, 2]"),
+        Canned(status=200, body={"status": "ok"}),
+    ],
+    ids=["html", "not an object", "no choices"],
+)
+async def test_a_reply_that_is_no_chat_api_says_to_check_the_base_url(
+    fake: FakeOpenAI, provider: OpenAIProvider, canned: Canned
+) -> None:
+    # A web server or another service at the address answers 200 with a page of its own.
+    fake.add_canned(canned)
+
+    with pytest.raises(ModelError) as caught:
+        await provider.complete([UserMessage("hi")], [], timeout=5)
+
+    assert str(caught.value).endswith(NOT_THE_API)
+
+
+async def test_a_completion_with_a_broken_message_is_the_model_servers_not_the_url(
+    fake: FakeOpenAI, provider: OpenAIProvider
+) -> None:
+    fake.add_canned(Canned(status=200, body={"choices": [{"index": 0}]}))
+
+    with pytest.raises(ModelError) as caught:
+        await provider.complete([UserMessage("hi")], [], timeout=5)
+
+    assert str(caught.value).endswith("the first choice has no message")
 
 
 def test_missing_key_fails_at_construction() -> None:
