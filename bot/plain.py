@@ -129,7 +129,25 @@ def problems(
     if isinstance(value, float) and not math.isfinite(value):
         # NaN fails a bound as any number would: say what is wrong with it.
         return [Problem(loc, NOT_FINITE)]
-    return [_placed(first, loc, kind)]
+    placed = _placed(first, loc, kind)
+    if isinstance(value, str) and _lists_text(kind) and placed.loc == loc:
+        # One item where a list goes (``oncall: U0ONCALL``): the list it surely meant.
+        return [Problem(loc, f"{placed.message}: write it as a list, [{_quoted(value)}]")]
+    return [placed]
+
+
+def _lists_text(kind: Any) -> bool:
+    """Whether ``kind`` is a list of strings."""
+    container = _container(kind)
+    args = get_args(container)
+    return get_origin(container) is list and bool(args) and _container(args[0]) is str
+
+
+def _quoted(text: str) -> str:
+    """``text`` as a YAML flow list's item: JSON's string, which YAML reads the same."""
+    import json  # only to describe a mistake
+
+    return json.dumps(text)
 
 
 def non_finite(value: Any, loc: Loc = ()) -> list[Problem]:

@@ -594,12 +594,10 @@ def _describe(
 
 
 def _tools_hint(loc: tuple[str, ...], tools: Any) -> str:
-    """What ``tools`` holds instead, when it was written as something else: a newcomer writes
-    a tool's definition here, as the catalogs' examples show it, or one file without a list."""
+    """What ``tools`` holds instead, when a newcomer wrote a tool's definition here, as the
+    catalogs' examples show it (one file without a list is ``bot.plain``'s to say)."""
     if loc[:1] != ("tools",):
         return ""
-    if isinstance(tools, str):
-        return f": write it as a list, [{json.dumps(tools)}]"
     entry = loc[1:]
     if not (len(entry) == 1 and entry[0].isdigit() and isinstance(tools, list)):
         return ""

@@ -220,6 +220,25 @@ def _command_problems(report: _Report, raw: dict[str, Any], prefix: Loc) -> None
     _dash_problems(report, raw, elements, properties, prefix)
 
 
+def _argv_hint(problem: Problem, raw: Any) -> Problem:
+    """A command written as a shell line shown as the argv it reads as: one element of it, as
+    ``bot.plain`` would have it, names a program that is not there."""
+    command = raw.get("command") if isinstance(raw, dict) else None
+    if problem.loc != ("command",) or not isinstance(command, str):
+        return problem
+    import json  # only to describe a mistake
+    import shlex
+
+    try:
+        argv = json.dumps(shlex.split(command))
+    except ValueError:  # a quote left open: the elements are not to be guessed
+        argv = '["program", "argument", …]'
+    return Problem(
+        problem.loc,
+        f"expected a list (the argv; no shell runs it), got a string: write it as {argv}",
+    )
+
+
 def _dash_problems(
     report: _Report,
     raw: dict[str, Any],
@@ -307,7 +326,7 @@ def _entry(report: _Report, raw: Any, index: int, *, whole: bool) -> ToolEntry |
     try:
         entry = convert(raw, ToolEntry)
     except Invalid as exc:
-        _place(report, exc.problems, prefix)
+        _place(report, [_argv_hint(problem, raw) for problem in exc.problems], prefix)
     if isinstance(raw, dict):
         if whole:
             _schema_problems(report, raw, (*prefix, "parameters"))
@@ -442,7 +461,12 @@ def _entries(report: _Report, data: Any) -> list[tuple[int, Any]]:
     try:
         convert(data, CatalogFile)
     except Invalid as exc:
-        _place(report, exc.problems)
+        # The tools alone, as the docs show one tool's entry: the key they go under.
+        hint = ": the tools go under a key of their own, tools:, one item each"
+        said = exc.problems
+        if isinstance(data, list):
+            said = [Problem(problem.loc, problem.message + hint) for problem in said]
+        _place(report, said)
     tools = data.get("tools") if isinstance(data, dict) else None
     return list(enumerate(tools)) if isinstance(tools, list) else []
 

@@ -137,6 +137,16 @@ def test_environment_overrides_nested_keys(tmp_path: Path, monkeypatch: pytest.M
             "tools: ops.yaml\n",
             'tools: expected a list or null, got a string: write it as a list, ["ops.yaml"]',
         ),
+        # One id where a list of them goes: the list it meant, not msgspec's words alone.
+        (
+            "policy: {oncall: U0ONCALL}\n",
+            'policy.oncall: expected a list, got a string: write it as a list, ["U0ONCALL"]',
+        ),
+        (
+            "policy: {approvers: {'*': group:S0SRE}}\n",
+            "policy.approvers.*: expected a list, got a string:"
+            ' write it as a list, ["group:S0SRE"]',
+        ),
         # The model's name alone, as "model.name set to one of the server's models" reads.
         (
             "model: llama3.2\n",

@@ -75,6 +75,13 @@ def test_a_wrong_shape_is_one_problem_at_its_place() -> None:
     assert found([]) == [Problem((), "expected a mapping, got a list")]
 
 
+def test_one_word_where_a_list_of_words_goes_is_shown_as_that_list() -> None:
+    # A list of structs gets no such hint: ["no"] would be as wrong as "no".
+    assert found({"name": "x", "words": "fine"}) == [
+        Problem(("words",), 'expected a list, got a string: write it as a list, ["fine"]')
+    ]
+
+
 def test_text_converts_to_numbers_only_when_not_strict() -> None:
     assert convert({"name": "x", "inner": {"count": "5"}}, Outer, strict=False).inner.count == 5
     with pytest.raises(Invalid, match=r"inner.count: expected an integer, got a string"):

@@ -159,6 +159,41 @@ def test_a_name_ending_in_a_newline_is_refused(
     assert only_problem(path).startswith(f"{path}:{where}: must be a string matching regex ")
 
 
+@pytest.mark.parametrize(
+    ("line", "argv"),
+    [
+        ("systemctl restart '{unit}'", '["systemctl", "restart", "{unit}"]'),
+        ("systemctl restart '{unit}", '["program", "argument", …]'),
+    ],
+    ids=["split", "a quote left open"],
+)
+def test_a_command_written_as_a_shell_line_shows_its_argv(
+    tmp_path: Path, line: str, argv: str
+) -> None:
+    # The way one types it at a shell; a catalog's command is argv, which no shell splits.
+    good = 'command: ["systemctl", "restart", "{unit}"]'
+    path = write(tmp_path, "ops.yaml", GOOD.replace(good, f"command: {line}"))
+    assert only_problem(path) == (
+        f"{path}:4: tools[0].command: expected a list (the argv; no shell runs it), got a"
+        f" string: write it as {argv}"
+    )
+
+
+def test_a_tag_written_alone_is_shown_as_a_list(tmp_path: Path) -> None:
+    path = write(tmp_path, "ops.yaml", GOOD.replace("tags: [prod]", "tags: prod"))
+    assert only_problem(path) == (
+        f'{path}:13: tools[0].tags: expected a list, got a string: write it as a list, ["prod"]'
+    )
+
+
+def test_tools_written_without_the_tools_key_say_where_they_go(tmp_path: Path) -> None:
+    path = write(tmp_path, "ops.yaml", GOOD.split("tools:\n", 1)[1])
+    assert only_problem(path) == (
+        f"{path}:1: expected a mapping, got a list: the tools go under a key of their own,"
+        " tools:, one item each"
+    )
+
+
 def test_missing_key_points_at_the_entry(tmp_path: Path) -> None:
     path = write(tmp_path, "ops.yaml", GOOD.replace("    description: Restart a unit\n", ""))
     assert only_problem(path) == f"{path}:2: tools[0].description: required key is missing"
