@@ -33,6 +33,11 @@ METRICS_OFF: Final = (
     "The metrics are off: set KESTREL_WEB_TOKEN (operators), or web.metrics_public: true"
     " (a scraper without the token)."
 )
+METRICS_UNAUTHORIZED: Final = (
+    "Authorization required: a scraper sends Authorization: Bearer $KESTREL_WEB_TOKEN (a"
+    " browser asks for it: any user name, the token as the password), or set"
+    " web.metrics_public: true to serve /metrics without it."
+)
 
 
 def _unbound(exc: OSError) -> str:
@@ -194,7 +199,7 @@ class ChatFront:
                 return elsewhere(request)  # another site's request: a login counts for nothing
             if not config.metrics_public and not bearer_ok(request, config):
                 # As the pages ask: a browser that opens /metrics first asks its person too.
-                said = refusal(401, "Authorization required (the operators' bearer token).")
+                said = refusal(401, METRICS_UNAUTHORIZED)
                 return challenge(said, config)
             await health.check()  # kestrel_ready says what /readyz would say now
             body = await metrics.render()

@@ -115,6 +115,13 @@ async def test_pages_and_metrics_of_a_finished_run(tmp_path: Path) -> None:
                     challenges = response.headers.getall("WWW-Authenticate")
                     assert challenges[0].startswith("Bearer")
                     assert 'Basic realm="kestrel", charset="UTF-8"' in challenges
+                    # Says what lets a scraper in, as the pages and the 403 do.
+                    assert await response.text() == (
+                        "Authorization required: a scraper sends Authorization: Bearer"
+                        " $KESTREL_WEB_TOKEN (a browser asks for it: any user name, the token as"
+                        " the password), or set web.metrics_public: true to serve /metrics"
+                        " without it.\n"
+                    )
                 login = {"Authorization": aiohttp.encode_basic_auth("anyone", TOKEN)}
                 async with http.get(f"{base}/metrics", headers=login) as response:
                     assert response.status == 200
