@@ -470,13 +470,35 @@ def _setting_of(name: str, source: str) -> _Setting:
         )
     found = None if parts[0] in _VARIABLE_OF else _type_of(Settings, parts)
     if found is None:
-        hint = f" (did you mean {_VARIABLE_OF[parts[0]]}?)" if parts[0] in _VARIABLE_OF else ""
+        near = _VARIABLE_OF.get(parts[0]) or _near_variable(parts)
+        hint = f" (did you mean {near}?)" if near else ""
         raise ConfigError(
             f"{source} {name}: unknown variable{hint}; settings are {ENV_PREFIX}<KEY>,"
             " nested with __ (e.g. KESTREL_MODEL__NAME); see .env.example"
         )
     annotation, is_field = found
     return _Setting(parts, annotation, is_field)
+
+
+def _near_variable(parts: tuple[str, ...]) -> str | None:
+    """The variable ``parts`` likely misspells (``KESTREL_MODLE__NAME``): its first unknown key
+    made the nearest of its section's, when that names a setting."""
+    from bot.plain import nearest  # only to describe a mistake
+
+    section: Any = Settings
+    for depth, part in enumerate(parts):
+        if not is_struct(section):
+            return None
+        fields = fields_of(section)
+        if part in fields:
+            section = fields[part]
+            continue
+        near = nearest(part, [name for name in fields if name not in DERIVED_SETTINGS])
+        if near is None:
+            return None
+        fixed = (*parts[:depth], near, *parts[depth + 1 :])
+        return ENV_PREFIX + "__".join(fixed).upper() if _type_of(Settings, fixed) else None
+    return None
 
 
 def _type_of(section: type, parts: tuple[str, ...]) -> tuple[Any, bool] | None:

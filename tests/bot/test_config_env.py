@@ -50,10 +50,21 @@ def refusal(**variables: str) -> str:
         ("KESTREL_OPENAI_API_KEY", "did you mean OPENAI_API_KEY?"),
         ("kestrel_modle__name", "kestrel_modle__name: unknown variable"),
         ("KESTREL_BASE_DIR", "KESTREL_BASE_DIR: base_dir is not a setting"),
+        # A misspelt key, as the file's keys are: the variable it is nearest.
+        ("KESTREL_MODLE__NAME", "unknown variable (did you mean KESTREL_MODEL__NAME?);"),
+        ("KESTREL_MODEL__NMAE", "unknown variable (did you mean KESTREL_MODEL__NAME?);"),
+        ("KESTREL_POLICY__ONCAL", "unknown variable (did you mean KESTREL_POLICY__ONCALL?);"),
     ],
 )
 def test_unknown_variables_are_refused_by_name(name: str, expected: str) -> None:
     assert expected in refusal(**{name: "x"})
+
+
+@pytest.mark.parametrize(
+    "name", ["KESTREL_ZZZ", "KESTREL_MODLE__NAMME", "KESTREL_BUDGETS__MAX_ITERATIONS__X"]
+)
+def test_a_variable_near_no_setting_guesses_none(name: str) -> None:
+    assert "did you mean" not in refusal(**{name: "x"})
 
 
 def test_unknown_variables_in_dotenv_are_refused_by_name(clean_environment: Path) -> None:
