@@ -200,8 +200,18 @@ class ReplicaSettings(Section):
     shutdown_grace_seconds: Annotated[float, Meta(ge=0)] = 20.0
 
 
+def _http_url(url: str | None) -> None:
+    """Refuse, at start, a URL nothing can be sent to or linked to (no scheme, a port over
+    65535, a pasted space): a model endpoint's first call retried it, panicked or raised a
+    traceback; a host alone as ``web.public_url`` made every "View run" link a relative path."""
+    if url:  # empty is unset, as a blank OPENAI_BASE_URL variable is
+        _check_url(url)
+
+
 class WebSettings(Section):
     """The run pages and metrics ``kestrel serve`` serves, and the links chat messages carry."""
+
+    __field_checks__: ClassVar = {"public_url": _http_url}
 
     # Where people reach the pages (https://kestrel.example.com); chat messages then carry
     # "View run" links signed with KESTREL_WEB_SECRET, each for one run.
@@ -209,6 +219,9 @@ class WebSettings(Section):
     link_ttl_seconds: Annotated[float, Meta(gt=0)] = 86400.0
     # /metrics without the operator token (an internal network's scraper).
     metrics_public: bool = False
+
+    def __post_init__(self) -> None:
+        run_field_checks(self)
 
 
 class HookSettings(Section):
@@ -256,13 +269,6 @@ class ToolIsolationSettings(Section):
     hide: list[str] = []
 
 
-def _model_url(url: str | None) -> None:
-    """Refuse a model endpoint no request can be sent to (no scheme, a port over 65535, a
-    pasted space) at start: the first model call retried it, panicked or raised a traceback."""
-    if url:  # empty is unset, as a blank OPENAI_BASE_URL variable is
-        _check_url(url)
-
-
 class Settings(Section):
     """The whole configuration of one Kestrel process.
 
@@ -271,7 +277,7 @@ class Settings(Section):
 
     __field_checks__: ClassVar = {
         "database": check_database,
-        "openai_base_url": _model_url,
+        "openai_base_url": _http_url,
         "schedules": _distinct_names,
     }
 

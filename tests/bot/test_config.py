@@ -137,6 +137,11 @@ def test_environment_overrides_nested_keys(tmp_path: Path, monkeypatch: pytest.M
             "tools: ops.yaml\n",
             'tools: expected a list or null, got a string: write it as a list, ["ops.yaml"]',
         ),
+        # A host alone: every "View run" link would be a relative path, opening nothing.
+        (
+            "web: {public_url: kestrel.example.com}\n",
+            "web.public_url: must be an http(s) URL with a host, not 'kestrel.example.com'",
+        ),
         # One id where a list of them goes: the list it meant, not msgspec's words alone.
         (
             "policy: {oncall: U0ONCALL}\n",
