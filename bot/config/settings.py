@@ -615,7 +615,11 @@ def _describe(
     for problem in problems:
         loc = tuple(str(part) for part in problem.loc)
         key = ".".join(loc) or "(top level)"
-        hint = _tools_hint(loc, layered.get("tools")) + _model_hint(loc, layered.get("model"))
+        hint = (
+            _tools_hint(loc, layered.get("tools"))
+            + _model_hint(loc, layered.get("model"))
+            + _approvers_hint(loc, layered.get("policy"))
+        )
         message = problem.message + hint
         said.append(f"{_source_of(loc, path, variables)}: {key}: {message}")
     return "; ".join(said)
@@ -643,6 +647,19 @@ def _model_hint(loc: tuple[str, ...], model: Any) -> str:
     if loc != ("model",) or not isinstance(model, str):
         return ""
     return f": the model's name goes under it, model: {{name: {json.dumps(model)}}}"
+
+
+def _approvers_hint(loc: tuple[str, ...], policy: Any) -> str:
+    """How to key approvers written as a list, as ``oncall`` and ``requesters`` are."""
+    if loc != ("policy", "approvers") or not isinstance(policy, Mapping):
+        return ""
+    approvers = policy.get("approvers")
+    if not isinstance(approvers, list):
+        return ""
+    return (
+        ": it maps a tool, tag:NAME or * to who approves it,"
+        f" {json.dumps({'*': approvers})} for every gated tool"
+    )
 
 
 def _source_of(

@@ -137,6 +137,12 @@ def test_environment_overrides_nested_keys(tmp_path: Path, monkeypatch: pytest.M
             "tools: ops.yaml\n",
             'tools: expected a list or null, got a string: write it as a list, ["ops.yaml"]',
         ),
+        # Approvers listed as oncall is: whom they approve for is the key.
+        (
+            "policy: {approvers: [U0ALICE, 'group:S0SRE']}\n",
+            "policy.approvers: expected a mapping, got a list: it maps a tool, tag:NAME or * to"
+            ' who approves it, {"*": ["U0ALICE", "group:S0SRE"]} for every gated tool',
+        ),
         # A host alone: every "View run" link would be a relative path, opening nothing.
         (
             "web: {public_url: kestrel.example.com}\n",
