@@ -123,6 +123,7 @@ def tools_check(files: tuple[str, ...]) -> None:
         settings = settings_of(click.get_current_context())
         patterns = settings.tool_patterns()
         checked, problems = check_configured(patterns, settings.base_dir, reserved=builtin)
+        problems = problems or _named_problems(settings)
         demo = f" ({DEMO_NOTE})" if settings.uses_demo_catalog() else ""
     for problem in problems:
         echo(problem, err=True)
@@ -132,6 +133,20 @@ def tools_check(files: tuple[str, ...]) -> None:
         echo("no catalog configured: nothing to check")
         return
     echo(f"{len(checked)} catalog file(s) OK: {', '.join(map(str, checked))}{demo}")
+
+
+def _named_problems(settings: Settings) -> list[str]:
+    """The tool names ``policy.approvers`` and ``deadlines.per_tool`` give that the catalogs
+    lack: ``run``, ``chat`` and ``serve`` refuse them, so a check that passed them would pass a
+    configuration no replica starts with."""
+    from bot.cli import compose
+    from bot.config.settings import ConfigError
+
+    try:
+        compose.check_tool_names(settings, compose.build_tools(settings, None, checked=False))
+    except ConfigError as exc:
+        return [str(exc)]
+    return []
 
 
 def _is_configuration(path: Path) -> bool:

@@ -266,3 +266,28 @@ def test_run_dash_says_a_broken_configuration_before_it_reads_the_prompt(
     _out, err = process.communicate()
     assert process.returncode == 2, err
     assert err == "kestrel: kestrel.yaml: modle: unknown key (did you mean model?)\n"
+
+
+@pytest.mark.parametrize(
+    ("section", "said"),
+    [
+        (
+            {"policy": {"approvers": {"restart_servce": ["*"]}}},
+            "policy.approvers: 'restart_servce' names no tool or tag here",
+        ),
+        (
+            {"deadlines": {"per_tool": {"restart": 60}}},
+            "deadlines.per_tool: 'restart' names no tool here",
+        ),
+    ],
+    ids=["approvers", "deadline"],
+)
+def test_tools_check_reports_a_tool_name_serve_would_refuse(
+    tmp_path: Path, section: dict[str, object], said: str
+) -> None:
+    # A team lead validates before a deploy: it said "OK", and serve then refused to start.
+    write_config(tmp_path, **section)
+    checked = kestrel(tmp_path, "tools", "check")
+    assert checked.returncode == 1, checked.stdout
+    assert checked.stderr.splitlines() == [f"{said} (did you mean 'restart_service'?)"]
+    assert "OK" not in checked.stdout
