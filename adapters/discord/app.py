@@ -16,8 +16,8 @@ from discord.gateway import DiscordWebSocket
 
 from adapters.discord.client import KestrelDiscord
 from adapters.discord.interactions import INTERACTIONS_PATH, InteractionEndpoint, public_key
-from adapters.discord.settings import DiscordSettings
-from adapters.unreachable import why
+from adapters.discord.settings import DEFAULT_API, DiscordSettings
+from adapters.unreachable import unreachable
 from bot.chat.contract import ConfigError, Outbox
 from bot.chat.links import RunLink
 from bot.chat.service import ChatService
@@ -73,7 +73,11 @@ class DiscordAdapter:
             raise _limited(exc) from exc
         except (discord.HTTPException, OSError, aiohttp.ClientError, ValueError) as exc:
             await client.close()
-            raise ConfigError(f"discord: cannot reach {self.settings.api_url}: {why(exc)}") from exc
+            url = self.settings.api_url
+            moved = url != DEFAULT_API
+            raise ConfigError(
+                unreachable("discord", url, exc, variable="DISCORD_API_URL", moved=moved)
+            ) from exc
         await self._use_gateway_rest_names()
         connecting = asyncio.create_task(client.connect(reconnect=True), name="discord-gateway")
         ready = asyncio.create_task(client.wait_until_ready())

@@ -21,7 +21,7 @@ from adapters.slack.look import SlackLook
 from adapters.slack.progress import Progress
 from adapters.slack.settings import SlackSettings
 from adapters.slack.transport import SlackTransport
-from adapters.unreachable import why
+from adapters.unreachable import unreachable
 from bot.chat.contract import ConfigError, Outbox
 from bot.chat.lifecycle import PlatformLife
 from bot.chat.links import RunLink
@@ -134,8 +134,9 @@ class SlackAdapter:
             error = exc.response.get("error") or exc
             raise ConfigError(f"slack: auth.test refused SLACK_BOT_TOKEN: {error}") from exc
         except (OSError, aiohttp.ClientError, ValueError) as exc:
-            where = self.settings.api_url or SLACK_API
-            raise ConfigError(f"slack: cannot reach {where}: {why(exc)}") from exc
+            where, moved = self.settings.api_url or SLACK_API, bool(self.settings.api_url)
+            said = unreachable("slack", where, exc, variable="SLACK_API_URL", moved=moved)
+            raise ConfigError(said) from exc
         return BotIdentity(str(reply["team_id"]), str(reply["user_id"]))
 
 

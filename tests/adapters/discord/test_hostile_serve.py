@@ -108,7 +108,8 @@ async def test_serve_with_a_refused_token(tmp_path: Path) -> None:
 
 async def test_serve_with_an_unreachable_api(tmp_path: Path) -> None:
     env = {"DISCORD_TOKEN": TOKEN, "DISCORD_API_URL": "http://127.0.0.1:9/api/v10"}
-    await _fails_cleanly(tmp_path, env, "cannot reach")
+    out = await _fails_cleanly(tmp_path, env, "cannot reach http://127.0.0.1:9/api/v10: ")
+    assert "; check DISCORD_API_URL" in out, out
 
 
 async def test_serve_with_an_unclosed_session_warning_is_one_line(tmp_path: Path) -> None:

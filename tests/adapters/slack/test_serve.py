@@ -116,6 +116,17 @@ def test_serve_slack_without_a_token_says_which_variable(tmp_path: Path) -> None
     assert "Traceback" not in done.stderr
 
 
+def test_serve_slack_with_its_api_unreachable_says_what_to_check(tmp_path: Path) -> None:
+    config = write_config(tmp_path, "http://127.0.0.1:9/v1")
+    done = run_serve(
+        tmp_path, serve_env(config, "http://127.0.0.1:9/api/"), "slack", "--port", str(free_port())
+    )
+    assert done.returncode == 2
+    (line,) = done.stderr.strip().splitlines()[-1:]
+    assert line.startswith("kestrel: slack: cannot reach http://127.0.0.1:9/api/: "), line
+    assert line.endswith("; check SLACK_API_URL"), line
+
+
 async def test_serve_slack_with_a_refused_token_says_so(tmp_path: Path) -> None:
     async with FakeSlackApi() as api:
         api.refuse("auth.test", "invalid_auth")
