@@ -1,4 +1,6 @@
-"""One YAML document read as ``yaml.safe_load`` reads it, parsed by libyaml when it can be.
+"""One YAML document read as ``yaml.safe_load`` reads it, parsed by libyaml when it can be; a
+key written twice in one mapping, which PyYAML resolves silently (the last wins, a whole section
+before it dropped), is an error of the document.
 
 PyYAML's own parser is Python: the settings, a catalog and a script took a fresh command about
 1.5 ms to parse, libyaml (``yaml.CSafeLoader``, when PyYAML was built with it) a tenth of that.
@@ -55,11 +57,42 @@ def safe_load(text: str) -> Any:
     import yaml
 
     try:
-        value = node_and_value(text)[1]
+        root, value = node_and_value(text)
     except yaml.YAMLError as exc:
         raise NotYaml(exc) from exc
+    for _loc, key, first in repeated_keys(root):
+        said = f"duplicate key {key.value!r}, first at line {first}"
+        raise NotYaml(yaml.constructor.ConstructorError(problem=said, problem_mark=key.start_mark))
     keep_json(_SUBFOLDER, name, value)
     return value
+
+
+def repeated_keys(root: yaml.Node | None) -> list[tuple[tuple[str | int, ...], yaml.Node, int]]:
+    """Each key written again in its mapping below ``root``: its path, its node (whose mark is
+    its line) and the line of its first writing. A node an alias repeats is looked at once."""
+    import yaml
+
+    found: list[tuple[tuple[str | int, ...], yaml.Node, int]] = []
+    seen: set[int] = set()
+    # A stack, not recursion: a document may nest as deep as the parser goes.
+    stack: list[tuple[tuple[str | int, ...], yaml.Node]] = [((), root)] if root else []
+    while stack:
+        loc, node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.SequenceNode):
+            stack += [((*loc, index), item) for index, item in enumerate(node.value)]
+        elif isinstance(node, yaml.MappingNode):
+            first: dict[str, int] = {}
+            for key, value in node.value:
+                name = str(key.value)
+                if name in first:
+                    found.append(((*loc, name), key, first[name]))
+                    continue
+                first[name] = key.start_mark.line + 1
+                stack.append(((*loc, name), value))
+    return sorted(found, key=lambda item: item[1].start_mark.index)
 
 
 def node_and_value(text: str) -> tuple[yaml.Node | None, Any]:

@@ -58,7 +58,7 @@ from bot.tools.command import (
 )
 from bot.tools.isolation import Isolation, is_kestrels_variable, unstartable
 from bot.tools.verdicts import CHECKERS, SOUND_PARAMETERS, found_clean, keep_clean
-from bot.yamldoc import PARSER, node_and_value
+from bot.yamldoc import PARSER, node_and_value, repeated_keys
 
 if TYPE_CHECKING:
     import yaml
@@ -158,25 +158,10 @@ def _place(report: _Report, found: list[Problem], prefix: Loc = ()) -> None:
         report.at((*prefix, *problem.loc), problem.message)
 
 
-def _duplicate_keys(report: _Report, node: "yaml.Node", loc: Loc = ()) -> None:
+def _duplicate_keys(report: _Report, node: "yaml.Node") -> None:
     """Report repeated mapping keys, which YAML would otherwise resolve silently (last wins)."""
-    import yaml  # imported already: the node is one of its
-
-    if isinstance(node, yaml.SequenceNode):
-        for index, item in enumerate(node.value):
-            _duplicate_keys(report, item, (*loc, index))
-        return
-    if not isinstance(node, yaml.MappingNode):
-        return
-    seen: dict[str, int] = {}
-    for key_node, value_node in node.value:
-        name = str(key_node.value)
-        line = key_node.start_mark.line + 1
-        if name in seen:
-            report.at((*loc, name), f"duplicate key (first at line {seen[name]})", line=line)
-            continue
-        seen[name] = line
-        _duplicate_keys(report, value_node, (*loc, name))
+    for loc, key, first in repeated_keys(node):
+        report.at(loc, f"duplicate key (first at line {first})", line=key.start_mark.line + 1)
 
 
 def _tool(raw: dict[str, Any]) -> str:

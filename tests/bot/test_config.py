@@ -137,6 +137,15 @@ def test_environment_overrides_nested_keys(tmp_path: Path, monkeypatch: pytest.M
             "tools: ops.yaml\n",
             'tools: expected a list or null, got a string: write it as a list, ["ops.yaml"]',
         ),
+        # YAML keeps the last of a key written twice: a whole section was dropped unsaid.
+        (
+            "model:\n  name: a\npolicy: {}\nmodel:\n  name: b\n",
+            "kestrel.yaml:4: not valid YAML (duplicate key 'model', first at line 1)",
+        ),
+        (
+            "policy:\n  oncall: [U0A]\n  requesters: ['*']\n  oncall: [U0B]\n",
+            "kestrel.yaml:4: not valid YAML (duplicate key 'oncall', first at line 2)",
+        ),
         # Approvers listed as oncall is: whom they approve for is the key.
         (
             "policy: {approvers: [U0ALICE, 'group:S0SRE']}\n",

@@ -38,11 +38,26 @@ BROKEN = {
     "a tab after an int's tag and a value": "port: !!int \tabc\n",
     "a character no YAML text may hold": "a: \udcff\n",
 }
+# PyYAML keeps the last of a repeated key; Kestrel's documents refuse it, with both lines.
+REPEATED = {
+    "a top-level key": ("a: 1\nb: 2\na: 3\n", 3, "duplicate key 'a', first at line 1"),
+    "a key in a list's mapping": ("- {x: 1}\n- x: 1\n  x: 2\n", 3, "'x', first at line 2"),
+    "a key below an alias": ("d: &m {k: 1, k: 2}\ne: *m\n", 1, "'k', first at line 1"),
+}
 
 
 @pytest.mark.parametrize("text", DOCUMENTS)
 def test_a_document_reads_as_pyyaml_reads_it(text: str) -> None:
     assert safe_load(text) == yaml.safe_load(text)
+
+
+@pytest.mark.parametrize("what", REPEATED)
+def test_a_key_written_twice_is_refused_at_its_second_line(what: str) -> None:
+    text, line, said = REPEATED[what]
+    with pytest.raises(NotYaml) as refused:
+        safe_load(text)
+    assert refused.value.located("k.yaml").startswith(f"k.yaml:{line}: not valid YAML (")
+    assert said in refused.value.located("k.yaml")
 
 
 @pytest.mark.parametrize("text", DOCUMENTS[2:])
