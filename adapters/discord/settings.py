@@ -35,7 +35,10 @@ class DiscordSettings:
         token = environ.get("DISCORD_TOKEN", "").strip()
         api_url = environ.get("DISCORD_API_URL", "").strip().rstrip("/") or DEFAULT_API
         if not token:
-            raise ConfigError("DISCORD_TOKEN is not set: the bot token of the application")
+            raise ConfigError(
+                "DISCORD_TOKEN is not set: the application's bot token (Developer Portal → Bot →"
+                " Reset Token; manifests/discord-app.md)"
+            )
         if token.lower().startswith("bot "):
             raise ConfigError("DISCORD_TOKEN is the token alone, without the 'Bot ' prefix")
         api_url = checked_url("DISCORD_API_URL", api_url)

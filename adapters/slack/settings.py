@@ -30,7 +30,10 @@ class SlackSettings:
         app_token = environ.get("SLACK_APP_TOKEN", "").strip()
         api_url = environ.get("SLACK_API_URL", "").strip()
         if not bot_token:
-            raise ConfigError("SLACK_BOT_TOKEN is not set: the bot token (xoxb-…) of the app")
+            raise ConfigError(
+                "SLACK_BOT_TOKEN is not set: the app's bot token, xoxb-… (OAuth & Permissions →"
+                " Bot User OAuth Token; docs/slack.md)"
+            )
         if not bot_token.startswith("xoxb-"):
             raise ConfigError("SLACK_BOT_TOKEN must be a bot token (it starts with xoxb-)")
         if app_token and not app_token.startswith("xapp-"):
@@ -38,7 +41,8 @@ class SlackSettings:
         if not secret and not app_token:
             raise ConfigError(
                 "SLACK_SIGNING_SECRET is not set: HTTP mode verifies every request with it"
-                " (or set SLACK_APP_TOKEN for Socket Mode)"
+                " (Basic Information → App Credentials → Signing Secret), or set SLACK_APP_TOKEN"
+                " for Socket Mode"
             )
         if api_url:
             api_url = checked_url("SLACK_API_URL", api_url)

@@ -30,9 +30,18 @@ def test_serve_without_its_token_says_so_first_and_alone(
     for name in ("SLACK_BOT_TOKEN", "SLACK_APP_TOKEN", "DISCORD_TOKEN"):
         monkeypatch.delenv(name, raising=False)
     write_config(tmp_path, tools=[])  # nobody on call: a warning, were the runtime built
-    for platform, variable in (("slack", "SLACK_BOT_TOKEN"), ("discord", "DISCORD_TOKEN")):
+    # Each says where the token is found, as the walkthrough does.
+    for platform, variable, where in (
+        ("slack", "SLACK_BOT_TOKEN", "OAuth & Permissions → Bot User OAuth Token; docs/slack.md"),
+        ("discord", "DISCORD_TOKEN", "Bot → Reset Token; manifests/discord-app.md"),
+    ):
         refused = one_line_error(kestrel(tmp_path, "serve", platform, "--port", "0"))
         assert refused.startswith(f"kestrel: {variable} is not set"), refused
+        assert refused.endswith(f"{where})"), refused
+    monkeypatch.setenv("SLACK_BOT_TOKEN", "xoxb-test")
+    monkeypatch.delenv("SLACK_SIGNING_SECRET", raising=False)
+    refused = one_line_error(kestrel(tmp_path, "serve", "slack", "--port", "0"))
+    assert "(Basic Information → App Credentials → Signing Secret)" in refused, refused
 
 
 def test_run_dash_reads_the_prompt_from_stdin(tmp_path: Path) -> None:
