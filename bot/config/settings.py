@@ -380,10 +380,12 @@ def _converted(layered: dict[str, Any]) -> Settings:
 
 def _offs_as_written(layered: dict[str, Any]) -> dict[str, Any]:
     """YAML 1.1 reads ``off`` as false: where ``off`` is a choice (``pii.mode``,
-    ``provenance``), false is taken as the ``off`` it was written as."""
-    pii = layered.get("pii")
-    if isinstance(pii, Mapping) and pii.get("mode") is False:
-        layered = {**layered, "pii": {**pii, "mode": "off"}}
+    ``provenance``), false is taken as the ``off`` it was written as; where a mode is chosen by
+    name (``tool_isolation.mode``), so that its refusal names the choices, not a boolean."""
+    for section in ("pii", "tool_isolation"):
+        named = layered.get(section)
+        if isinstance(named, Mapping) and named.get("mode") is False:
+            layered = {**layered, section: {**named, "mode": "off"}}
     if layered.get("provenance") is False:
         layered = {**layered, "provenance": "off"}
     return layered

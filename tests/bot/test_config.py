@@ -137,6 +137,8 @@ def test_environment_overrides_nested_keys(tmp_path: Path, monkeypatch: pytest.M
             "tools: ops.yaml\n",
             'tools: expected a list or null, got a string: write it as a list, ["ops.yaml"]',
         ),
+        # YAML 1.1 reads off as false: the choice it is not, not "got true or false".
+        ("tool_isolation: {mode: off}\n", "tool_isolation.mode: 'off' is not one of namespaces"),
         # YAML keeps the last of a key written twice: a whole section was dropped unsaid.
         (
             "model:\n  name: a\npolicy: {}\nmodel:\n  name: b\n",
