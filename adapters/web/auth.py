@@ -230,7 +230,7 @@ def authorize(
         # A browser sends a login it was once given (a token since changed) by itself, with
         # a chat message's link too: the link decides. A bearer's client chose what it sent.
         if not (basic and linked):
-            response = refusal(401, "That token is not valid.")
+            response = refusal(401, _NOT_VALID)
             # A bearer's client is told in its own scheme; a browser's login is asked again.
             return challenge(response, config, "invalid_token", basic=basic)
     if linked:
@@ -244,6 +244,13 @@ def _linked(query: Mapping[str, str], config: WebConfig, run_id: str) -> Access 
     if run_id and config.signer and config.signer.valid(run_id, expires, signature):
         return Access(operator=False, run_id=run_id, query=f"exp={expires}&sig={signature}")
     return refusal(403, "This link is not valid: it was altered, or it has expired.")
+
+
+# A wrong token, or the right one without its scheme (``Authorization: TOKEN``).
+_NOT_VALID = (
+    f"That token is not valid: send Authorization: Bearer ${TOKEN_VARIABLE}, the token this"
+    " replica started with (a browser asks for it: any user name, the token as the password)."
+)
 
 
 def _unauthorized(config: WebConfig) -> str:

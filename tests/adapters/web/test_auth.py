@@ -77,11 +77,19 @@ async def test_nothing_is_served_without_authorization(
 async def test_a_wrong_bearer_is_refused_and_the_right_one_sees_every_page(
     site: Site, http: aiohttp.ClientSession
 ) -> None:
+    # Either way, what is refused says what to send: the right token, or the scheme forgotten.
+    said = (
+        "That token is not valid: send Authorization: Bearer $KESTREL_WEB_TOKEN, the token this"
+        " replica started with (a browser asks for it: any user name, the token as the"
+        " password).\n"
+    )
     for path in pages(site):
-        status, _, headers = await get(http, site.url + path, headers=site.bearer("nope"))
+        status, body, headers = await get(http, site.url + path, headers=site.bearer("nope"))
         assert status == 401 and "invalid_token" in headers["WWW-Authenticate"]
-        status, _, headers = await get(http, site.url + path, headers={"Authorization": TOKEN})
+        assert body == said
+        status, body, headers = await get(http, site.url + path, headers={"Authorization": TOKEN})
         assert status == 401, "a token without the Bearer scheme"
+        assert body == said
         status, _, headers = await get(http, site.url + path, headers=site.bearer())
         assert status == 200, path
         assert headers["Content-Security-Policy"] == CONTENT_SECURITY_POLICY
