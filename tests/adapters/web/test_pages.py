@@ -153,6 +153,10 @@ async def test_runs_lists_and_filters(site: Site, http: aiohttp.ClientSession) -
     assert listed == [(site.waiting, "suspended"), (site.done, "completed")]
     assert '<td class="requester">U0REQ</td>' in html
     assert "may answer: U0BOSS, group:S0SRE" in html
+    # Two runs of 50 shown: there are no more to show, whatever ?limit= says.
+    assert '<p class="hint">All 2 runs.</p>' in html
+    status, html = await get(http, site, "/runs?limit=1")
+    assert '<p class="hint">The 1 newest runs; <code>?limit=</code> shows more.</p>' in html
 
     for query, expected in [
         ("?status=suspended", [site.waiting]),
