@@ -286,7 +286,7 @@ class ChatService:
         place = session.place if session is not None else None
         refusal = await self._rt.policy.place_refusal(user, place, "this thread")
         if refusal is None and not await self._rt.policy.may_start(user, place):
-            refusal = Refusal(f"{user.user} may not start runs (policy.requesters)")
+            refusal = self._rt.policy.start_refusal(user)
         if refusal is not None:
             await self._rt.store.audit(user.user, AuditAction.START_REFUSED, detail=refusal.audited)
             raise NotPermitted(refusal.reason)

@@ -279,6 +279,11 @@ class Policy:
         """Whether ``actor`` may start a run that lives in ``place``."""
         return await actor.admitted(self.settings.requesters, place)
 
+    def start_refusal(self, actor: Actor) -> Refusal:
+        """Why ``actor`` may not start a run, naming who may."""
+        who = _either(self.settings.requesters, actor)
+        return Refusal(f"{actor.user} may not start runs: only {who} may (policy.requesters)")
+
     async def may_operate(self, actor: Actor, run: Place | None = None) -> bool:
         """On-call for a run that lives in ``run``: may resume, cancel, settle uncertain
         effects, and see it from anywhere on its platform."""

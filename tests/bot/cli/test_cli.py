@@ -585,7 +585,10 @@ def test_a_policy_or_deadline_naming_no_tool_is_refused_with_the_nearest(tmp_pat
 def test_only_requesters_may_start_runs(tmp_path: Path) -> None:
     write_config(tmp_path, policy={"requesters": ["U0ALLOWED", "group:S0OPS"]})
     refused = one_line_error(kestrel(tmp_path, "run", "hi", "--as", "U0OTHER"))
-    assert "U0OTHER may not start runs" in refused
+    # Who may, as every other refusal says: at the terminal, whom to be with --as.
+    assert refused == (
+        "kestrel: U0OTHER may not start runs: only U0ALLOWED or group:S0OPS may (policy.requesters)"
+    )
     assert kestrel(tmp_path, "run", "checkout is failing", "--as", "U0ALLOWED").returncode == 0
 
 
