@@ -126,7 +126,58 @@ def find_keyvalue_passwords(src: ScanText) -> Iterator[PiiHit]:
                 continue
             if group == "bare":
                 end = covered = _yaml_plain_end(text, end)
+        elif group == "bare" and (separator := key.group().rstrip(" \t")).endswith("="):
+            spaced = separator[-2] in " \t"  # password = x
+            end = covered = _pair_value_end(text, key.start(), end, spaced=spaced)
         yield PiiHit("CONNECTION_STRING_PASSWORD", start, end)
+
+
+# The next word of a pair's value, up to a comment or a shell's operator.
+_PAIR_WORD = on_use(r"[ \t]++(?P<word>[^\s#\"'\\|&;<>][^\s\"'\\]*+)")
+_QUOTED_PAIR_REACH = 256
+
+
+def _pair_value_end(text: str, key: int, end: int, *, spaced: bool) -> int:
+    """Where a bare ``key=value``'s value whose first word ends at ``end`` ends, the password
+    word at ``key``. A variable of docker inspect's Env is a JSON string of its own
+    ("DB_PASSWORD=two words"): its value runs to the closing quote. A pair that starts its
+    line in a listing of them (an INI file, my.cnf, .properties, .env, env's output), or
+    whose "=" has blanks before it (INI's "password = x", which no shell writes), runs to the
+    line's end, a comment or the next key=. Elsewhere the value is its first word: a
+    shell's command goes on after it (PGPASSWORD=x psql), a log's message."""
+    name = _run_start(text, key, _KEY_NAME_CHARS, 64)
+    name = key if name < 0 else name
+    if name > 0 and text[name - 1] == '"':
+        close = text.find('"', end, end + _QUOTED_PAIR_REACH)
+        if close > end and text[close - 1] == "\\":
+            close -= 1  # JSON inside a JSON string: \"DB_PASSWORD=two words\"
+        if close < 0 or any(char in text[end:close] for char in "\\\r\n"):
+            return end  # an escape: a log line's message ("password=x\nnext line")
+        return close
+    if not _starts_line(text, name):
+        return end
+    if not (spaced or _in_listing(text, name)):
+        return end
+    while (word := _PAIR_WORD.match(text, end)) is not None:
+        if _NEXT_KEY.match(word.group("word")):
+            break  # password=x dbname=app: a connection string's next key
+        end = word.end()
+    return end
+
+
+# An INI file's or a listing's line: a key, perhaps blanks, and "=".
+_LISTED_PAIR = on_use(r"[ \t]*+[A-Za-z_][A-Za-z0-9_.-]*+[ \t]*+=")
+
+
+def _in_listing(text: str, name: int) -> bool:
+    """Whether the pair whose key name starts its line at ``name`` is one of a listing: the
+    line before or after it holds a pair too."""
+    line = text.rfind("\n", 0, name) + 1
+    after = text.find("\n", name)
+    if after >= 0 and _LISTED_PAIR.match(text, after + 1):
+        return True
+    before = text.rfind("\n", 0, max(0, line - 1)) + 1
+    return line > 0 and _LISTED_PAIR.match(text, before, line) is not None
 
 
 # A shell variable in capitals ($DB_PASSWORD, ${DB_PASSWORD}): a password of the same shape
@@ -296,15 +347,18 @@ _VALUE_LINE = on_use(r"[^\r\n\\]*+")
 
 def _prose(text: str, start: int) -> bool:
     """Whether the plain value at ``start``, to its line's end or comment, is prose: a prose
-    or status word anywhere in it ("Login incorrect", "size must be between 8 and 64"), or a
-    colon and a blank, which YAML's plain scalars never hold ("su: Authentication failure")."""
+    or status word at either end ("Login incorrect", "must be 12 characters"), prose words a
+    third of its words or more ("size must be between 8 and 64"), or a colon and a blank,
+    which YAML's plain scalars never hold ("su: Authentication failure"). A prose word inside
+    a passphrase does not make it prose ("open sesame and more")."""
     line = _VALUE_LINE.match(text, start)
     end = start if line is None else line.end()
     comment = text.find(" #", start, end)
     value = text[start : end if comment < 0 else comment].lower()
     if ": " in value:
         return True
-    return any(word.strip(_WORD_MARKS) in _PROSE_VALUES for word in value.split())
+    prose = [word.strip(_WORD_MARKS) in _PROSE_VALUES for word in value.split()]
+    return bool(prose) and (prose[0] or prose[-1] or 3 * sum(prose) >= len(prose))
 
 
 # The words of a value after "password:" that say something about the password rather than

@@ -825,6 +825,39 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
         "- name: DB_PASSPHRASE\n  value: correct horse battery\n",
         "correct horse battery",
     ),
+    # A passphrase keeps every word, a prose word among them too: prose starts or ends with
+    # one, or is made of them.
+    ("CONNECTION_STRING_PASSWORD", "password: open sesame and more\n", "open sesame and more"),
+    (
+        "CONNECTION_STRING_PASSWORD",
+        "  password: correct horse battery staple is the best\n",
+        "correct horse battery staple is the best",
+    ),
+    (
+        "CONNECTION_STRING_PASSWORD",
+        "password: grape strong lunar pillow",
+        "grape strong lunar pillow",
+    ),
+    # key = value at a line's start (an INI file, my.cnf, .properties, .env, env's output): the
+    # value runs to the line's end, or a comment, or the next key=.
+    (
+        "CONNECTION_STRING_PASSWORD",
+        "[client]\npassword = correct horse battery staple\nuser = app",
+        "correct horse battery staple",
+    ),
+    (
+        "CONNECTION_STRING_PASSWORD",
+        "HOSTNAME=web-1\nDB_PASSWORD=correct horse battery staple\nTZ=UTC",
+        "correct horse battery staple",
+    ),
+    ("CONNECTION_STRING_PASSWORD", "password = two words # rotated\n", "two words"),
+    ("CONNECTION_STRING_PASSWORD", "password=hunter22 dbname=app sslmode=require", "hunter22"),
+    # docker inspect's Env: each variable a JSON string, its value to the closing quote.
+    (
+        "CONNECTION_STRING_PASSWORD",
+        '"Env": [\n    "MYSQL_ROOT_PASSWORD=correct horse, battery",\n    "TZ=UTC"\n]',
+        "correct horse, battery",
+    ),
 ]
 
 
@@ -1350,6 +1383,13 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     ("GENERIC_SECRET", "- name: DB_PASSWORD\n  valueFrom:\n    secretKeyRef: {name: db}"),
     ("GENERIC_SECRET", '{"name": "API_TOKEN", "value": ""}'),
     ("GENERIC_SECRET", "- name: API_TOKEN\n  value: $(TOKEN)"),
+    # Prose lookalikes of a passphrase: a status word at either end, or mostly prose words.
+    ("CONNECTION_STRING_PASSWORD", "password: the same one as before"),
+    ("CONNECTION_STRING_PASSWORD", "Password: reset link sent to your inbox"),
+    ("CONNECTION_STRING_PASSWORD", "password: it has been changed"),
+    ("CONNECTION_STRING_PASSWORD", "password: length should be at least 12"),
+    # Inside a line, key=value keeps its first word: a log's message goes on after it.
+    ("CONNECTION_STRING_PASSWORD", "login failed: password=*** for user bob"),
 ]
 
 
@@ -1589,6 +1629,13 @@ ADVERSARIAL = [
     "\n  -p, --password x" * 20_000,
     '"--password", ' * 20_000,
     "- --password\n" * 20_000,
+    '"password=a ' * 20_000,
+    '"password=a' + " b" * 50_000 + '\\"',
+    "x=1\npassword=a" + " b" * 50_000,
+    "password = " + "a " * 50_000,
+    "password=a b\n" * 20_000,
+    " " * 50_000 + "password=a b\n" + "a" * 50_000,
+    "password: a" + " is" * 50_000,
 ]
 
 
