@@ -1067,6 +1067,26 @@ _MEASURE = on_use(
 )
 
 
+# A Kubernetes object's name (DNS-1123: small letters, digits, "-" and "."), in parts that read
+# as words ("tls", "creds2", "v2") or short numbers ("2024"), the last perhaps the five
+# characters kubernetes appends to a generated name ("x7k2p"). A generated value's parts mix
+# letters and digits ("a1b2-c3d4", a UUID's "e89b") or run long ("abcdef-123456").
+_NAME_PART = on_use(r"[a-z]++[0-9]*+|[0-9]{1,4}+")
+_GENERATED_SUFFIX = on_use(r"[bcdfghjklmnpqrstvwxz2456789]{5}")
+_NAME_SEPARATORS = on_use(r"[-.]")
+
+
+def _object_name(value: str) -> bool:
+    """Whether a value after a key that names a secret is the name of one, in two parts or
+    more: a Secret's as a volume or a TLS section names it, a token Secret's, docker's."""
+    if len(value) > 253 or ("-" not in value and "." not in value):
+        return False
+    *parts, last = _NAME_SEPARATORS.split(value)
+    if not all(_NAME_PART.fullmatch(part) for part in parts):
+        return False
+    return bool(_NAME_PART.fullmatch(last) or _GENERATED_SUFFIX.fullmatch(last))
+
+
 def _keyed_labels(src: ScanText) -> list[tuple[int, str]]:
     """Where each secret-naming key's last word ends, and the word, in the order of the text."""
     lower = src.lower
@@ -1120,6 +1140,8 @@ def find_keyed_secrets(src: ScanText) -> Iterator[PiiHit]:
             continue  # where the secret is kept (secret: projects/p/secrets/db/versions/2)
         if _MEASURE.fullmatch(value):
             continue  # a time, a duration or a version (token: 2024-05-01T12:00:00Z, 12.5ms)
+        if (word == "secret" or name == label - len(word)) and _object_name(value):
+            continue  # names a Secret (secret: my-tls-secret-v2, token: default-token-x7k2p)
         if word == "auth":
             decoded = _decode_base64(value, shortest=3)
             if decoded is None or ":" not in decoded:

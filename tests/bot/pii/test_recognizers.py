@@ -852,6 +852,14 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
     ),
     ("CONNECTION_STRING_PASSWORD", "password = two words # rotated\n", "two words"),
     ("CONNECTION_STRING_PASSWORD", "password=hunter22 dbname=app sslmode=require", "hunter22"),
+    # After a key that names a secret, a generated value with dashes is no object's name.
+    ("GENERIC_SECRET", "secret: a1b2-c3d4-e5f6\n", "a1b2-c3d4-e5f6"),
+    ("GENERIC_SECRET", "token: abcdef-123456\n", "abcdef-123456"),
+    (
+        "GENERIC_SECRET",
+        "client_secret: 123e4567-e89b-12d3-a456-426614174000",
+        "123e4567-e89b-12d3-a456-426614174000",
+    ),
     # docker inspect's Env: each variable a JSON string, its value to the closing quote.
     (
         "CONNECTION_STRING_PASSWORD",
@@ -1390,6 +1398,12 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     ("CONNECTION_STRING_PASSWORD", "password: length should be at least 12"),
     # Inside a line, key=value keeps its first word: a log's message goes on after it.
     ("CONNECTION_STRING_PASSWORD", "login failed: password=*** for user bob"),
+    # A Kubernetes object's name after a key that names a secret: a volume's secret, a TLS
+    # secret, a token Secret's generated name, docker's and gcloud's --secret.
+    ("GENERIC_SECRET", "secret: my-tls-secret-v2\nsecret: db-creds2\nsecret: tls-2024"),
+    ("GENERIC_SECRET", '{"secret": "my-tls-secret-v2", "token": "default-token-x7k2p"}'),
+    ("GENERIC_SECRET", "  auth-secret: basic-auth-2\n  tlsSecret: wildcard.example-2024"),
+    ("GENERIC_SECRET", "docker service create --secret db-creds-2 app"),
 ]
 
 
@@ -1636,6 +1650,8 @@ ADVERSARIAL = [
     "password=a b\n" * 20_000,
     " " * 50_000 + "password=a b\n" + "a" * 50_000,
     "password: a" + " is" * 50_000,
+    "secret: a-" * 20_000,
+    "token: " + "a1-" * 50_000,
 ]
 
 
