@@ -265,8 +265,14 @@ def find_jwt(src: ScanText) -> Iterator[PiiHit]:
             yield PiiHit("JWT", match.start() - 2, match.end())
 
 
-_PEM_BEGIN = on_use(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----")
-_PEM_END = on_use(r"-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----")
+# RFC 4716's form (PuTTYgen's and ssh-keygen -e's SSH2 keys) has four dashes and blanks.
+_PEM_BEGIN = on_use(
+    r"----(?:-BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"
+    r"| BEGIN SSH2 ENCRYPTED PRIVATE KEY ----)"
+)
+_PEM_END = on_use(
+    r"----(?:-END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----| END SSH2 ENCRYPTED PRIVATE KEY ----)"
+)
 # A block cut short (head -c, a truncated log line) is covered through its last base64 or
 # header line; lines end with real newlines or JSON-escaped ones (read as "\ ", see ScanText).
 _PEM_BODY = on_use(
@@ -300,7 +306,7 @@ def find_private_keys(src: ScanText) -> Iterator[PiiHit]:
     PuTTY key file's private lines."""
     text = src.text
     yield from _putty_private_keys(text)
-    if "-----BEGIN " not in text:  # a long literal: str's search skips most of the text
+    if "BEGIN " not in text:  # a long literal: str's search skips most of the text
         return
     begins = list(_PEM_BEGIN.finditer(text))
     ends = list(_PEM_END.finditer(text, begins[0].end())) if begins else []

@@ -62,6 +62,7 @@ from bot.pii.numbers import (
     find_separated_numbers,
 )
 from bot.pii.scantext import ENTITY_TYPES, PiiHit, Recognizer, ScanText
+from bot.pii.shapes import find_printed_secrets, find_shaped_secrets
 from bot.pii.web import find_cookies, find_query_secrets
 
 RECOGNIZERS: tuple[Recognizer, ...] = (
@@ -102,6 +103,8 @@ RECOGNIZERS: tuple[Recognizer, ...] = (
     Recognizer(frozenset({"CONNECTION_STRING_PASSWORD"}), find_keyvalue_passwords),
     Recognizer(frozenset({"CONNECTION_STRING_PASSWORD"}), find_cli_passwords),
     Recognizer(frozenset({"CONNECTION_STRING_PASSWORD"}), find_worded_passwords),
+    Recognizer(frozenset({"CONNECTION_STRING_PASSWORD", "GENERIC_SECRET"}), find_shaped_secrets),
+    Recognizer(frozenset({"GENERIC_SECRET"}), find_printed_secrets),
     Recognizer(
         frozenset({"CREDIT_CARD", "US_SSN", "PHONE_NUMBER", "IP_ADDRESS"}),
         find_separated_numbers,

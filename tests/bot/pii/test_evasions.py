@@ -289,6 +289,15 @@ OPS_OUTPUT: list[tuple[str, str]] = [
     ("docker-user", "docker run -u 1000:1000 img; docker exec -u app:app web sh"),
     ("user-flag-placeholders", "curl -u $USER:$API_TOKEN x; curl -u admin x; git push -u origin"),
     ("sort-uniq", "sort -u hosts.txt | uniq -c"),
+    ("k8s-secret-volume", "volumes:\n- name: certs\n  secret:\n    secretName: tls-2024"),
+    ("k8s-secret-names", "secret: my-tls-secret-v2\ntoken: default-token-x7k2p"),
+    ("etc-passwd", "root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534::/:/sbin/nologin"),
+    ("colon-fields", "web-01:8080:GET:healthz:200 12:34:56:789"),
+    ("dockerfile", "FROM node:20\nENV NODE_ENV production\nENV PORT 8080\nCMD node ."),
+    ("shell-dollars", "awk '{print $1$2}' x; echo $5$6"),
+    ("terraform-outputs", "$ terraform output -raw vpc_id\nvpc-0abc123def4567890"),
+    ("password-prose", "password: the same one as before\nPassword: it has been changed"),
+    ("env-listing", "HOME=/root\nPATH=/usr/bin:/bin\nLANG=C.UTF-8"),
 ]
 
 

@@ -860,6 +860,84 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
         "client_secret: 123e4567-e89b-12d3-a456-426614174000",
         "123e4567-e89b-12d3-a456-426614174000",
     ),
+    # Unlabelled, in the shape of a well-known file or output. .pgpass: host:port:db:user:pw.
+    (
+        "CONNECTION_STRING_PASSWORD",
+        "db.internal:5432:appdb:appuser:S3cretPgPass\n",
+        "S3cretPgPass",
+    ),
+    ("CONNECTION_STRING_PASSWORD", "*:*:*:postgres:hunter22", "hunter22"),
+    ("CONNECTION_STRING_PASSWORD", "$ cat ~/.pgpass\ndb:6432:*:app:two words", "two words"),
+    # .htpasswd's and /etc/shadow's hashes: MD5-crypt, bcrypt, SHA-crypt, yescrypt, {SHA}.
+    (
+        "GENERIC_SECRET",
+        "admin:$apr1$r31.....$HqJZimcKQFAMYayBlzkrA/",
+        "$apr1$r31.....$HqJZimcKQFAMYayBlzkrA/",
+    ),
+    (
+        "GENERIC_SECRET",
+        "bob:$2y$05$6S6KW8g8Mt7vWRAmPbdvPeuwaqkcqPAHX94Kk0XLJsPCJ8RYrMOGm",
+        "$2y$05$6S6KW8g8Mt7vWRAmPbdvPeuwaqkcqPAHX94Kk0XLJsPCJ8RYrMOGm",
+    ),
+    (
+        "GENERIC_SECRET",
+        "carol:$6$saltsalt$qFmFH.bQmmtXzyBY0s9v7Oicd2z4XSIecDzlB5KiA2/jctKu9YterLp8ww:19000:0:",
+        "$6$saltsalt$qFmFH.bQmmtXzyBY0s9v7Oicd2z4XSIecDzlB5KiA2/jctKu9YterLp8ww",
+    ),
+    (
+        "GENERIC_SECRET",
+        "dave:$y$j9T$F5Jx5fExrKuPp53xLKQ..1$X3DX6M94c7o.9agCG9G317fhZg9SqC.5i5rd.RhAtQ7:19000::",
+        "$y$j9T$F5Jx5fExrKuPp53xLKQ..1$X3DX6M94c7o.9agCG9G317fhZg9SqC.5i5rd.RhAtQ7",
+    ),
+    (
+        "GENERIC_SECRET",
+        "alice:{SHA}W6ph5Mm5Pz8GgiULbPgzG37mj9g=",
+        "{SHA}W6ph5Mm5Pz8GgiULbPgzG37mj9g=",
+    ),
+    # A Dockerfile's ENV in its legacy form, name and value apart: the value is the line's rest.
+    ("GENERIC_SECRET", "FROM node:20\nENV API_KEY abc123def456ghi\n", "abc123def456ghi"),
+    ("GENERIC_SECRET", "ENV DB_PASSWORD correct horse battery\n", "correct horse battery"),
+    # Windows's cmdkey and an Oracle login (sqlplus, a thin JDBC URL): user/password@db.
+    (
+        "CONNECTION_STRING_PASSWORD",
+        "cmdkey /add:srv01 /user:CORP\\admin /pass:Hunter22!",
+        "Hunter22!",
+    ),
+    (
+        "CONNECTION_STRING_PASSWORD",
+        'cmdkey /generic:TERMSRV/h /user:a /pass:"P@ss w0rd"',
+        "P@ss w0rd",
+    ),
+    ("CONNECTION_STRING_PASSWORD", "jdbc:oracle:thin:scott/tiger@db:1521/ORCL", "tiger"),
+    ("CONNECTION_STRING_PASSWORD", "$ sqlplus -s scott/Tiger22@ORCL @report.sql", "Tiger22"),
+    # A command that prints one secret, echoed above what it printed (a shell's transcript,
+    # set -x, a CI log): the line after it is the secret.
+    (
+        "GENERIC_SECRET",
+        "$ terraform output -raw db_password\nSup3rS3cretPw!\n$ ls",
+        "Sup3rS3cretPw!",
+    ),
+    ("GENERIC_SECRET", '+ tofu output admin_token\n"abc def"\n', '"abc def"'),
+    (
+        "GENERIC_SECRET",
+        "$ heroku config:get SESSION_SECRET -a web\nhunter2isnotsafe",
+        "hunter2isnotsafe",
+    ),
+    ("GENERIC_SECRET", "$ vault kv get -field=value secret/app/db\nhunter22", "hunter22"),
+    (
+        "GENERIC_SECRET",
+        "$ kubectl get secret db -o jsonpath='{.data.password}' | base64 -d\nhunter22\n",
+        "hunter22",
+    ),
+    ("GENERIC_SECRET", "gcloud secrets versions access latest --secret=db\nhunter22", "hunter22"),
+    # An RFC 4716 (SSH2) private key, as PuTTYgen and ssh-keygen -e write it.
+    (
+        "PRIVATE_KEY",
+        '---- BEGIN SSH2 ENCRYPTED PRIVATE KEY ----\nComment: "rsa-key"\nP2/56wAAAi4AAAA3aWYtbW9k\n'
+        "---- END SSH2 ENCRYPTED PRIVATE KEY ----\n",
+        '---- BEGIN SSH2 ENCRYPTED PRIVATE KEY ----\nComment: "rsa-key"\nP2/56wAAAi4AAAA3aWYtbW9k\n'
+        "---- END SSH2 ENCRYPTED PRIVATE KEY ----",
+    ),
     # docker inspect's Env: each variable a JSON string, its value to the closing quote.
     (
         "CONNECTION_STRING_PASSWORD",
@@ -1404,6 +1482,27 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     ("GENERIC_SECRET", '{"secret": "my-tls-secret-v2", "token": "default-token-x7k2p"}'),
     ("GENERIC_SECRET", "  auth-secret: basic-auth-2\n  tlsSecret: wildcard.example-2024"),
     ("GENERIC_SECRET", "docker service create --secret db-creds-2 app"),
+    # Colon-separated lines that are no .pgpass: passwd, group, a time, an access line.
+    ("CONNECTION_STRING_PASSWORD", "root:x:0:0:root:/root:/bin/bash\ndocker:x:999:alice"),
+    ("CONNECTION_STRING_PASSWORD", "12:34:56:789 worker:8080:GET:/healthz 200"),
+    ("CONNECTION_STRING_PASSWORD", "web-01:8080:GET:healthz:200\n1:2345:respawn:/sbin/getty"),
+    # Dollar signs and braces that are no hash: a shell's positional parameters, a template.
+    ("GENERIC_SECRET", "awk '{print $1$2}' f; echo $5$6 ${SHA} {SHA} is deprecated"),
+    # A Dockerfile's ENV that sets no secret, or names where it is kept.
+    ("GENERIC_SECRET", "ENV NODE_ENV production\nENV PATH /usr/local/bin:$PATH"),
+    ("GENERIC_SECRET", "ENV API_TOKEN ${API_TOKEN}\nENV SECRET_KEY_FILE /run/secrets/key"),
+    ("GENERIC_SECRET", "ENV PASSWORD_MIN_LENGTH 12"),
+    # cmdkey's listing shows no password; sqlplus without one prompts for it.
+    ("CONNECTION_STRING_PASSWORD", "cmdkey /list\n    Type: Domain Password\n    User: a\\b"),
+    ("CONNECTION_STRING_PASSWORD", "cmdkey /add:srv /user:a /pass\nsqlplus / as sysdba"),
+    ("CONNECTION_STRING_PASSWORD", "sqlplus scott@ORCL; jdbc:oracle:thin:@db:1521/ORCL"),
+    # A printing command whose output is no secret, or an error in its place.
+    ("GENERIC_SECRET", "$ terraform output -raw vpc_id\nvpc-0abc123def4567890"),
+    (
+        "GENERIC_SECRET",
+        '$ terraform output -raw db_password\n╷\n│ Error: Output "db_password" not found',
+    ),
+    ("GENERIC_SECRET", "$ heroku config:get WEB_CONCURRENCY\n4abc2"),
 ]
 
 
@@ -1652,6 +1751,25 @@ ADVERSARIAL = [
     "password: a" + " is" * 50_000,
     "secret: a-" * 20_000,
     "token: " + "a1-" * 50_000,
+    "a:5432:b:c:" * 20_000,
+    "a:5432:b:c:d\n" * 20_000,
+    ":*:" * 30_000,
+    "$1$" * 30_000,
+    "$2y$05$" * 15_000,
+    "{SHA}" * 20_000,
+    "ENV A_TOKEN " * 10_000,
+    "ENV " * 30_000,
+    "/pass:" * 20_000,
+    'cmdkey /pass:"' * 10_000,
+    "sqlplus " * 20_000 + "a/b",
+    "thin:a/" * 20_000,
+    "sqlplus a/b" * 10_000 + "@",
+    "terraform output " * 10_000 + "\n",
+    "terraform output a_password" * 10_000 + "\n",
+    "kubectl get secret " * 10_000 + "\n",
+    "config:get " * 10_000,
+    "-field=" * 20_000,
+    "---- BEGIN SSH2 ENCRYPTED PRIVATE KEY ----\n" * 3_000,
 ]
 
 

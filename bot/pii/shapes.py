@@ -1,0 +1,194 @@
+"""Secrets that no label names, known by the shape of the file or output that holds them:
+.pgpass lines, password hashes (.htpasswd, /etc/shadow), a Dockerfile's legacy ENV, Windows's
+cmdkey, Oracle's user/password@db logins, and the line a secret-printing command printed
+under its own echoed command line (a shell's transcript, ``set -x``, a CI log)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from bot.patterns import finditer_with, on_use
+from bot.pii.checks import _word_before
+from bot.pii.labelled import _PLACEHOLDER_STARTS, _SECRET_PATH, _secret_name
+from bot.pii.scantext import PiiHit, ScanText
+
+# .pgpass: hostname:port:database:username:password, a line each, any field but the password
+# perhaps "*". Found from a port of four or five digits or a "*" between colons, in the shape
+# view (every digit a "0"), where a time's two-digit fields never match.
+_PGPASS_LINE = on_use(
+    r"[ \t]*+(?P<host>[A-Za-z0-9*][A-Za-z0-9_.*-]{0,252}+|/[^\s:]{1,252}+):(?P<port>[0-9]{1,5}|\*)"
+    r":(?P<db>[A-Za-z0-9_.*-]{1,63}+):(?P<user>[A-Za-z0-9_.@*-]{1,63}+)"
+    r":(?P<password>(?:[^\r\n:\\]|\\.){1,256}+)\r?"
+)
+_PGPASS_ANCHORS = (b":0000", b":*:")
+# Ports a .pgpass is written for (PostgreSQL's, PgBouncer's); with another, the line must say
+# otherwise that it is one: a host with a dot or localhost, or a field that is "*".
+_PGPASS_PORTS = frozenset({"*", "5432", "5433", "5434", "5435", "6432"})
+
+
+def _pgpass_lines(src: ScanText) -> Iterator[PiiHit]:
+    text, shape = src.text, src.shape
+    read: set[int] = set()  # the starts of the lines read: a line both anchors find, once
+    for anchor in _PGPASS_ANCHORS:
+        position = shape.find(anchor)
+        while position >= 0:
+            start = text.rfind("\n", 0, position) + 1
+            end = text.find("\n", position)
+            end = len(text) if end < 0 else end
+            if start not in read:
+                read.add(start)
+                yield from _pgpass_line(text, start, end)
+            position = shape.find(anchor, end)
+
+
+def _pgpass_line(text: str, start: int, end: int) -> Iterator[PiiHit]:
+    line = _PGPASS_LINE.fullmatch(text, start, end)
+    if line is None:
+        return
+    host, port = line.group("host"), line.group("port")
+    stars = "*" in (host, line.group("db"), line.group("user"))
+    if port in _PGPASS_PORTS or stars or "." in host or host == "localhost":
+        stop = line.end("password")
+        yield PiiHit("CONNECTION_STRING_PASSWORD", line.start("password"), stop)
+
+
+# Password hashes: MD5-crypt ($1$, Apache's $apr1$), SHA-crypt ($5$, $6$, with rounds=),
+# bcrypt ($2a$, $2b$, $2y$), yescrypt ($y$) and LDAP's {SHA}/{SSHA}. A hash is offline-
+# crackable: the model needs to know one is there, not what it is.
+_CRYPT_HASH = on_use(
+    r"\$(?:(?:apr1|1|5|6)\$(?:rounds=[0-9]{1,9}+\$)?[./A-Za-z0-9]{1,16}+\$[./A-Za-z0-9]{22,}+"
+    r"|2[abxy]\$[0-9]{2}\$[./A-Za-z0-9]{53}"
+    r"|y\$[./A-Za-z0-9]{1,16}+\$[./A-Za-z0-9]{1,64}+\$[./A-Za-z0-9]{43})"
+    r"(?![./A-Za-z0-9])"
+)
+_LDAP_HASH = on_use(r"\{S?SHA\}[A-Za-z0-9+/]{27,}+=*")
+
+
+def _password_hashes(text: str) -> Iterator[PiiHit]:
+    if "$" in text:  # memchr: a pattern that starts with "$" stays uncompiled without one
+        for match in _CRYPT_HASH.finditer(text):
+            yield PiiHit("GENERIC_SECRET", match.start(), match.end())
+    for match in finditer_with(_LDAP_HASH, text, "SHA}"):
+        yield PiiHit("GENERIC_SECRET", match.start(), match.end())
+
+
+# A Dockerfile's ENV in its legacy form, ``ENV NAME value``: the value is the rest of the line
+# (``docker history`` shows it after ``#(nop)``). The ``NAME=value`` form is an environment
+# variable's, found with those.
+_DOCKER_ENV = on_use(
+    r"ENV[ \t]++(?P<name>[A-Za-z_][A-Za-z0-9_]{0,127}+)[ \t]++(?P<value>[^\s=][^\r\n]{0,255}+)"
+)
+
+
+def _docker_env(text: str) -> Iterator[PiiHit]:
+    for match in finditer_with(_DOCKER_ENV, text, "ENV"):
+        if _word_before(text, match.start()) or not _secret_name(match.group("name")):
+            continue
+        start, end = match.span("value")
+        while end > start and text[end - 1] in " \t\r":
+            end -= 1
+        value = text[start:end]
+        if value.startswith(_PLACEHOLDER_STARTS) or _SECRET_PATH.fullmatch(value):
+            continue
+        yield PiiHit("GENERIC_SECRET", start, end)
+
+
+# Windows's cmdkey /add or /generic with /pass:PASSWORD (quoted when it holds a blank); and an
+# Oracle login, user/password@database, in a thin JDBC URL or on sqlplus's command line
+# (its options before it: -s, -l, -m "...").
+_CMDKEY_PASS = on_use(
+    r"/pass:(?<![^\s]/pass:)(?:\"(?P<dq>[^\"\r\n]{1,256}+)\"|(?P<bare>[^\s\"]{1,256}+))"
+)
+_ORACLE_LOGIN = on_use(
+    r"(?:thin:|sqlplus[ \t]++(?:-[a-z]++[ \t]++)*+)[\"']?"
+    r"[a-z0-9_$#]{1,128}+/(?P<password>[^\s@/\"']{1,256}+)@"
+)
+
+
+def _command_passwords(text: str, lower: str) -> Iterator[PiiHit]:
+    for match in finditer_with(_CMDKEY_PASS, lower, "/pass:"):
+        group = match.lastgroup or "bare"
+        if not match.group(group).startswith(_PLACEHOLDER_STARTS):
+            yield PiiHit("CONNECTION_STRING_PASSWORD", *match.span(group))
+    if "@" not in text:  # memchr: most outputs have no "@"
+        return
+    for match in finditer_with(_ORACLE_LOGIN, lower, "thin:", "sqlplus"):
+        if not match.group("password").startswith(_PLACEHOLDER_STARTS):
+            yield PiiHit("CONNECTION_STRING_PASSWORD", *match.span("password"))
+
+
+def find_shaped_secrets(src: ScanText) -> Iterator[PiiHit]:
+    """.pgpass passwords, password hashes, a Dockerfile's ENV NAME value, cmdkey's /pass: and
+    Oracle's user/password@db."""
+    text = src.text
+    yield from _pgpass_lines(src)
+    yield from _password_hashes(text)
+    yield from _docker_env(text)
+    if src.holds("pass") or "@" in text:
+        yield from _command_passwords(text, src.lower)
+
+
+# A command that prints a secret alone, echoed on its line, and the line it printed: terraform
+# (or tofu) output of a secret-named output, heroku config:get of a secret-named variable,
+# vault kv get's -field, kubectl's jsonpath or go-template of a Secret, gcloud secrets versions
+# access. Each found from a literal and read no further than its line (bounded: a long line of
+# repeated command words costs a constant each).
+_PRINTED = r"[^\r\n]{0,256}+\r?\n(?P<value>[^\r\n]++)"
+_TERRAFORM_OUTPUT = on_use(
+    r"output(?:(?<=terraform output)|(?<=tofu output))[ \t]+(?:-(?:raw|json|no-color)[ \t]+)*+"
+    r"(?P<name>[a-z0-9_-]{1,128}+)(?![a-z0-9_-])" + _PRINTED
+)
+_CONFIG_GET = on_use(r"config:get[ \t]+(?P<name>[a-z0-9_]{1,128}+)(?![a-z0-9_])" + _PRINTED)
+_VAULT_FIELD = on_use(r"-field=" + _PRINTED)
+_JSONPATH = on_use(r"jsonpath" + _PRINTED)
+_GO_TEMPLATE = on_use(r"go-template" + _PRINTED)
+_GCLOUD_ACCESS = on_use(r"versions(?<=secrets versions)[ \t]+access[ \t]" + _PRINTED)
+# Each with its literal and the words its line must hold before it (none: the pattern says).
+_PRINTING_COMMANDS: tuple[tuple[re.Pattern[str], str, tuple[str, ...]], ...] = (
+    (_TERRAFORM_OUTPUT, "output", ()),
+    (_CONFIG_GET, "config:get", ()),
+    (_VAULT_FIELD, "-field=", ("vault kv get",)),
+    (_JSONPATH, "jsonpath", ("get secret",)),
+    (_GO_TEMPLATE, "go-template", ("get secret",)),
+    (_GCLOUD_ACCESS, "versions", ()),
+)
+_LINE_REACH = 256
+# The words of which a secret-printing command's line holds one: the secret's name, or its kind.
+_GATE_WORDS = ("secret", "pass", "token", "key", "credential")
+# What a command prints when it prints no secret: an error, a warning, a placeholder; and
+# terraform's error box, whose first line (a lone "╷") the scan reads as "?".
+_NOT_PRINTED = ("error", "warning", "usage", "no outputs", "(sensitive", *_PLACEHOLDER_STARTS)
+_ERROR_BOX = "?"
+
+
+def _line_holds(lower: str, position: int, words: tuple[str, ...]) -> bool:
+    """Whether the line before ``position``, within reach, holds one of ``words``."""
+    low = max(0, position - _LINE_REACH)
+    start = lower.rfind("\n", low, position) + 1 or low
+    return any(lower.find(word, start, position) >= 0 for word in words)
+
+
+def find_printed_secrets(src: ScanText) -> Iterator[PiiHit]:
+    """The line a secret-printing command printed under its echoed command line."""
+    if not any(src.holds(word) for word in _GATE_WORDS):
+        return  # C searches, shared with other recognizers
+    text, lower = src.text, src.lower
+    for pattern, literal, words in _PRINTING_COMMANDS:
+        for match in finditer_with(pattern, lower, literal):
+            name = match.groupdict().get("name")
+            if name is not None and not _secret_name(name):
+                continue  # terraform output -raw vpc_id
+            if words and not _line_holds(lower, match.start(), words):
+                continue
+            start, end = match.span("value")
+            while end > start and text[end - 1] in " \t":
+                end -= 1
+            while start < end and text[start] in " \t":
+                start += 1
+            if (
+                start < end
+                and text[start:end] != _ERROR_BOX
+                and not lower.startswith(_NOT_PRINTED, start)
+            ):
+                yield PiiHit("GENERIC_SECRET", start, end)
