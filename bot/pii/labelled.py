@@ -484,14 +484,36 @@ def _one_command(between: str) -> bool:
 # A registry login's -p (docker, podman, nerdctl login), MongoDB's tools' -p and redis-cli's -a
 # take the password as the next word; redis-cli's -p is its port, docker run's a port mapping.
 _LOGIN_CLIENT = on_use(
-    r"(?<![a-z0-9_-])(?:(?:docker|podman|nerdctl)[ \t]+login"
-    r"|mongo(?:sh|dump|restore|export|import|stat|top)?)(?![a-z0-9_-])"
+    r"(?<![a-z0-9_-])(?:(?:docker|podman|nerdctl|az|oc|cf)[ \t]+login"
+    r"|mongo(?:sh|dump|restore|export|import|stat|top)?|cqlsh)(?![a-z0-9_-])"
 )
 _LOGIN_P = on_use(rf"(?<=[ \t])-p[ \t]+{_P_VALUE}")
 _REDIS_CLIENT = on_use(r"(?<![a-z0-9_-])redis-cli(?![a-z0-9_-])")
 _REDIS_A = on_use(rf"(?<=[ \t])-a[ \t]+{_P_VALUE}")
-# Either flag with its blank: one pass in C before looking for the three clients' names.
-_SPACED_FLAG = on_use(r"-[pa][ \t]")
+# SQL Server's sqlcmd and bcp and ipmitool take it after -P; OpenLDAP's clients after -w
+# (-W asks for it); Samba's after the user's "%" (-U alice%pw); FreeRDP after /p:.
+_UPPER_P_CLIENT = on_use(r"(?<![a-z0-9_-])(?:sqlcmd|bcp|ipmitool)(?![a-z0-9_-])")
+_UPPER_P = on_use(rf"(?<=[ \t])-P[ \t]+{_P_VALUE}")
+_LDAP_CLIENT = on_use(r"(?<![a-z0-9_-])ldap[a-z]{3,8}+(?![a-z0-9_-])")
+_LDAP_W = on_use(rf"(?<=[ \t])-w[ \t]+{_P_VALUE}")
+_SAMBA_CLIENT = on_use(r"(?<![a-z0-9_-])(?:smbclient|rpcclient|smbcacls|smbget)(?![a-z0-9_-])")
+_SAMBA_USER = on_use(r"(?<=[ \t])-U[ \t]*+[\"']?[^\s%\"']{1,256}+%(?P<bare>[^\s\"']{1,256}+)")
+_FREERDP_CLIENT = on_use(r"(?<![a-z0-9_-])[a-z]*freerdp[0-9]?(?![a-z0-9_-])")
+_FREERDP_P = on_use(rf"(?<=[ \t])/p:{_P_VALUE}")
+# The flags, with their blank (Samba's -U perhaps glued to its user), in one pass in C before
+# the clients' names are looked for: a text without them compiles and searches nothing more.
+_CLIENT_FLAG = on_use(r"-(?:[paPw][ \t]|U)")
+# Each flag's clients: the flag as the pass finds it, a literal the client's name holds, the
+# client's pattern and the flag's with its value.
+_FLAG_CLIENTS: tuple[tuple[str, str, re.Pattern[str], re.Pattern[str]], ...] = (
+    ("-a", "redis-cli", _REDIS_CLIENT, _REDIS_A),
+    ("-P", "sqlcmd", _UPPER_P_CLIENT, _UPPER_P),
+    ("-P", "bcp", _UPPER_P_CLIENT, _UPPER_P),
+    ("-P", "ipmitool", _UPPER_P_CLIENT, _UPPER_P),
+    ("-w", "ldap", _LDAP_CLIENT, _LDAP_W),
+    ("-U", "smb", _SAMBA_CLIENT, _SAMBA_USER),
+    ("-U", "rpcclient", _SAMBA_CLIENT, _SAMBA_USER),
+)
 
 
 def _client_flags(
@@ -511,17 +533,24 @@ def _client_flags(
 
 
 def find_cli_passwords(src: ScanText) -> Iterator[PiiHit]:
-    """The password of mysql -pPASSWORD (and its kin), sshpass -p PASSWORD, docker login -p
-    PASSWORD, mongosh -p PASSWORD (and MongoDB's other tools) and redis-cli -a PASSWORD."""
+    """The password of mysql -pPASSWORD (and its kin), sshpass -p PASSWORD, docker, podman,
+    az, oc and cf login -p PASSWORD, mongosh (and MongoDB's other tools) and cqlsh -p
+    PASSWORD, redis-cli -a PASSWORD, sqlcmd, bcp and ipmitool -P PASSWORD, OpenLDAP's -w
+    PASSWORD, Samba's -U USER%PASSWORD and FreeRDP's /p:PASSWORD."""
     text, lower = src.text, src.lower
     found = list(finditer_with(_SSHPASS_P, text, "sshpass"))
     if "mysql" in lower or "mariadb" in lower:
         found += _client_flags(text, lower, _MYSQL_CLIENT, _GLUED_P)
-    if "-" in text and _SPACED_FLAG.search(text):  # memchr first: a prompt compiles nothing
-        if " login" in lower or "mongo" in lower:
-            found += _client_flags(text, lower, _LOGIN_CLIENT, _LOGIN_P)
-        if "redis-cli" in lower:
-            found += _client_flags(text, lower, _REDIS_CLIENT, _REDIS_A)
+    flags = {flag.group()[:2] for flag in _CLIENT_FLAG.finditer(text)} if "-" in text else set()
+    if "-p" in flags and (" login" in lower or "mongo" in lower or "cqlsh" in lower):
+        found += _client_flags(text, lower, _LOGIN_CLIENT, _LOGIN_P)
+    searched: set[re.Pattern[str]] = set()  # sqlcmd, bcp and ipmitool share theirs
+    for flag, literal, client, pattern in _FLAG_CLIENTS:
+        if flag in flags and client not in searched and literal in lower:
+            searched.add(client)
+            found += _client_flags(text, lower, client, pattern)
+    if "/p:" in text and "freerdp" in lower:
+        found += _client_flags(text, lower, _FREERDP_CLIENT, _FREERDP_P)
     for match in found:
         group = match.lastgroup or "bare"
         # "-p --authenticationDatabase admin": a -p with no value asks for the password.
@@ -579,6 +608,10 @@ def _worded_password(lower: str, word: re.Match[str], netrc: bool) -> bool:
     """Whether the password word ``word`` (with its blanks) is followed by a password."""
     start, after = word.start(), lower[word.end() : word.end() + 1]
     option = _run_start(lower, start, _OPTION_CHARS, 64)
+    if option == start - 1 and lower[option] == "-" and (option == 0 or lower[option - 1] in " \t"):
+        # A single-dash long option (influx -password x), not in Go's usage text ("  -password
+        # string\n    \tPassword to ...").
+        return after not in ("", "-") and not _help_line(lower, option)
     if option >= 0 and lower.startswith("--", option):
         if lower.startswith("--no-", option) or _help_line(lower, option):
             return False  # pg_dump's --no-password; "  -p, --password string   Password..."

@@ -938,6 +938,30 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
         '---- BEGIN SSH2 ENCRYPTED PRIVATE KEY ----\nComment: "rsa-key"\nP2/56wAAAi4AAAA3aWYtbW9k\n'
         "---- END SSH2 ENCRYPTED PRIVATE KEY ----",
     ),
+    # More clients' password flags: cloud and cluster logins, Cassandra, SQL Server, a BMC,
+    # LDAP, Samba's user%password, FreeRDP, InfluxDB's single-dash -password.
+    (
+        "CONNECTION_STRING_PASSWORD",
+        "az login --service-principal -u app -p Xy7~abcDEF.12345 --tenant t1",
+        "Xy7~abcDEF.12345",
+    ),
+    ("CONNECTION_STRING_PASSWORD", "oc login -u dev -p S3cretDev https://api:6443", "S3cretDev"),
+    ("CONNECTION_STRING_PASSWORD", "cf login -a https://api.x -u admin -p S3cretCf", "S3cretCf"),
+    ("CONNECTION_STRING_PASSWORD", "cqlsh -u cassandra -p S3cretCq db1", "S3cretCq"),
+    ("CONNECTION_STRING_PASSWORD", 'sqlcmd -S db -U sa -P S3cretSql -Q "select 1"', "S3cretSql"),
+    (
+        "CONNECTION_STRING_PASSWORD",
+        "ipmitool -I lanplus -H b1 -U admin -P S3cretIp power on",
+        "S3cretIp",
+    ),
+    (
+        "CONNECTION_STRING_PASSWORD",
+        "ldapsearch -x -D cn=admin,dc=example,dc=org -w S3cretLdap -b dc=example,dc=org",
+        "S3cretLdap",
+    ),
+    ("CONNECTION_STRING_PASSWORD", "smbclient //srv/share -U alice%S3cretSmb -c ls", "S3cretSmb"),
+    ("CONNECTION_STRING_PASSWORD", "xfreerdp /v:host /u:admin /p:S3cretRdp", "S3cretRdp"),
+    ("CONNECTION_STRING_PASSWORD", "influx -username admin -password S3cretIdb", "S3cretIdb"),
     # docker inspect's Env: each variable a JSON string, its value to the closing quote.
     (
         "CONNECTION_STRING_PASSWORD",
@@ -1482,6 +1506,18 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     ("GENERIC_SECRET", '{"secret": "my-tls-secret-v2", "token": "default-token-x7k2p"}'),
     ("GENERIC_SECRET", "  auth-secret: basic-auth-2\n  tlsSecret: wildcard.example-2024"),
     ("GENERIC_SECRET", "docker service create --secret db-creds-2 app"),
+    # The same flags on other commands, or with no password after them.
+    (
+        "CONNECTION_STRING_PASSWORD",
+        "az vm list -p 2; ps -P 1 x; grep -w error log\n"
+        "ipmitool -P $IPMI_PW x; ldapsearch -W -D cn=a; smbclient -L srv -U alice; ls -w 80",
+    ),
+    ("CONNECTION_STRING_PASSWORD", "rsync -P a b; tar -P x; cp /p:x y; mkdir -p /a/b"),
+    ("CONNECTION_STRING_PASSWORD", "the -password flag is deprecated"),
+    (
+        "CONNECTION_STRING_PASSWORD",
+        "Usage of influx:\n  -password string\n    \tPassword to connect to the server.",
+    ),
     # Colon-separated lines that are no .pgpass: passwd, group, a time, an access line.
     ("CONNECTION_STRING_PASSWORD", "root:x:0:0:root:/root:/bin/bash\ndocker:x:999:alice"),
     ("CONNECTION_STRING_PASSWORD", "12:34:56:789 worker:8080:GET:/healthz 200"),
@@ -1770,6 +1806,12 @@ ADVERSARIAL = [
     "config:get " * 10_000,
     "-field=" * 20_000,
     "---- BEGIN SSH2 ENCRYPTED PRIVATE KEY ----\n" * 3_000,
+    "az login" + " -p" * 50_000,
+    "sqlcmd" + " -P" * 50_000,
+    "ldapsearch" + " -w" * 50_000,
+    "smbclient -U a%" * 10_000,
+    "xfreerdp" + " /p:" * 30_000,
+    " -password" * 20_000,
 ]
 
 
