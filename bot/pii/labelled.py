@@ -995,17 +995,24 @@ _SENSITIVE_OUTPUT = on_use(
 
 # aws secretsmanager get-secret-value: the secret is the SecretString, whatever it holds.
 _SECRET_STRING = on_use(r"\"SecretString\"[ \t]*:[ \t]*" + _JSON_STRING)
+# az storage account keys list: each key's name and permissions, then its value.
+_AZURE_STORAGE_KEY = on_use(
+    r"\"keyName\"[ \t]*:[ \t]*\"[^\"\r\n]{0,64}+\"[ \t]*,\s*+\"permissions\"[ \t]*:[ \t]*"
+    r"\"[A-Za-z]{1,16}+\"[ \t]*,\s*+\"value\"[ \t]*:[ \t]*" + _JSON_STRING
+)
 _SECURE_PATTERNS = (
     (_SECURE_STRING, "SecureString"),
     (_SENSITIVE_OUTPUT, '"sensitive"'),
     (_SECRET_STRING, '"SecretString"'),
+    (_AZURE_STORAGE_KEY, '"keyName"'),
 )
 
 
 def find_secure_strings(src: ScanText) -> Iterator[PiiHit]:
     """The value of an AWS SSM SecureString parameter (aws ssm get-parameter
-    --with-decryption), of a Secrets Manager secret (aws secretsmanager get-secret-value) and
-    of terraform's sensitive string outputs (terraform output -json)."""
+    --with-decryption), of a Secrets Manager secret (aws secretsmanager get-secret-value), of
+    terraform's sensitive string outputs (terraform output -json) and of an Azure storage
+    account's keys (az storage account keys list)."""
     text = src.text
     for pattern, literal in _SECURE_PATTERNS:
         for match in finditer_with(pattern, text, literal):
@@ -1085,6 +1092,9 @@ _KEYED_KEY_WORDS = (
     *("api", "access", "secret", "private", "signing", "encryption", "master", "license"),
     *("auth", "app", "application", "account", "client", "subscription", "session", "fernet"),
 )
+# Azure's primaryKey and secondaryKey (Service Bus, Event Hubs, IoT Hub), written as one word:
+# a database's "primary key" or primary_key is a column.
+_KEYED_GLUED_WORDS = ("primary", "secondary")
 _KEYED_NAME_CHARS = frozenset(string.ascii_lowercase + string.digits + "_-.")
 _LETTERS = frozenset(string.ascii_lowercase)
 # Keys that name where a secret is kept (a chart's existingSecret, a pod's imagePullSecrets).
@@ -1135,7 +1145,9 @@ def _keyed_labels(src: ScanText) -> list[tuple[int, str]]:
 
 def _secret_key_name(lower: str, key: int) -> bool:
     """Whether the word before the "key" at ``key`` makes it a secret's: api_key, apiKey,
-    "api key", x-api-key; not sort_key, primary key or monkey."""
+    "api key", x-api-key, primaryKey; not sort_key, primary key or monkey."""
+    if lower.endswith(_KEYED_GLUED_WORDS, 0, key):
+        return True
     end = key - 1 if key and lower[key - 1] in " _-." else key
     start = _run_start(lower, end, _LETTERS, 24)
     return start >= 0 and lower[start:end].endswith(_KEYED_KEY_WORDS)

@@ -130,16 +130,19 @@ def find_shaped_secrets(src: ScanText) -> Iterator[PiiHit]:
 
 
 # A command that prints a secret alone, echoed on its line, and the line it printed: terraform
-# (or tofu) output of a secret-named output, heroku config:get of a secret-named variable,
-# vault kv get's -field, kubectl's jsonpath or go-template of a Secret, gcloud secrets versions
-# access. Each found from a literal and read no further than its line (bounded: a long line of
-# repeated command words costs a constant each).
+# (or tofu) output of a secret-named output, heroku config:get and aws configure get of a
+# secret-named variable, vault kv get's -field, kubectl's jsonpath or go-template of a Secret,
+# gcloud secrets versions access. Each found from a literal and read no further than its line
+# (bounded: a long line of repeated command words costs a constant each).
 _PRINTED = r"[^\r\n]{0,256}+\r?\n(?P<value>[^\r\n]++)"
 _TERRAFORM_OUTPUT = on_use(
     r"output(?:(?<=terraform output)|(?<=tofu output))[ \t]+(?:-(?:raw|json|no-color)[ \t]+)*+"
     r"(?P<name>[a-z0-9_-]{1,128}+)(?![a-z0-9_-])" + _PRINTED
 )
 _CONFIG_GET = on_use(r"config:get[ \t]+(?P<name>[a-z0-9_]{1,128}+)(?![a-z0-9_])" + _PRINTED)
+_CONFIGURE_GET = on_use(
+    r"configure[ \t]+get[ \t]+(?P<name>[a-z0-9_.-]{1,128}+)(?![a-z0-9_.-])" + _PRINTED
+)
 _VAULT_FIELD = on_use(r"-field=" + _PRINTED)
 _JSONPATH = on_use(r"jsonpath" + _PRINTED)
 _GO_TEMPLATE = on_use(r"go-template" + _PRINTED)
@@ -148,6 +151,7 @@ _GCLOUD_ACCESS = on_use(r"versions(?<=secrets versions)[ \t]+access[ \t]" + _PRI
 _PRINTING_COMMANDS: tuple[tuple[re.Pattern[str], str, tuple[str, ...]], ...] = (
     (_TERRAFORM_OUTPUT, "output", ()),
     (_CONFIG_GET, "config:get", ()),
+    (_CONFIGURE_GET, "configure", ()),
     (_VAULT_FIELD, "-field=", ("vault kv get",)),
     (_JSONPATH, "jsonpath", ("get secret",)),
     (_GO_TEMPLATE, "go-template", ("get secret",)),

@@ -962,6 +962,26 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
     ("CONNECTION_STRING_PASSWORD", "smbclient //srv/share -U alice%S3cretSmb -c ls", "S3cretSmb"),
     ("CONNECTION_STRING_PASSWORD", "xfreerdp /v:host /u:admin /p:S3cretRdp", "S3cretRdp"),
     ("CONNECTION_STRING_PASSWORD", "influx -username admin -password S3cretIdb", "S3cretIdb"),
+    # Azure's keys: a storage account's (az storage account keys list), Service Bus's and
+    # Event Hubs' (authorization-rule keys list); and aws configure get of a secret.
+    (
+        "GENERIC_SECRET",
+        '[\n  {\n    "creationTime": "2024-05-01T12:00:00+00:00",\n    "keyName": "key1",\n'
+        '    "permissions": "FULL",\n'
+        '    "value": "AbCdEf0123456789AbCdEf0123+/AbCdEf0123456789AbCdEf==="\n  }\n]',
+        "AbCdEf0123456789AbCdEf0123+/AbCdEf0123456789AbCdEf===",
+    ),
+    (
+        "GENERIC_SECRET",
+        '{"keyName": "RootManageSharedAccessKey",'
+        ' "primaryKey": "AbCdEf0123456789AbCdEf0123456789AbCdEf01234="}',
+        "AbCdEf0123456789AbCdEf0123456789AbCdEf01234=",
+    ),
+    (
+        "GENERIC_SECRET",
+        "$ aws configure get aws_secret_access_key\nwJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY\n",
+        "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+    ),
     # docker inspect's Env: each variable a JSON string, its value to the closing quote.
     (
         "CONNECTION_STRING_PASSWORD",
@@ -1518,6 +1538,9 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
         "CONNECTION_STRING_PASSWORD",
         "Usage of influx:\n  -password string\n    \tPassword to connect to the server.",
     ),
+    # A primary key that is a column, a key's name, a region printed by aws configure get.
+    ("GENERIC_SECRET", '{"primaryKey": "order_id", "keyName": "key1", "permissions": "FULL"}'),
+    ("GENERIC_SECRET", "$ aws configure get region\neu-west-1b2"),
     # Colon-separated lines that are no .pgpass: passwd, group, a time, an access line.
     ("CONNECTION_STRING_PASSWORD", "root:x:0:0:root:/root:/bin/bash\ndocker:x:999:alice"),
     ("CONNECTION_STRING_PASSWORD", "12:34:56:789 worker:8080:GET:/healthz 200"),
@@ -1812,6 +1835,8 @@ ADVERSARIAL = [
     "smbclient -U a%" * 10_000,
     "xfreerdp" + " /p:" * 30_000,
     " -password" * 20_000,
+    '"keyName": "a", "permissions": "FULL", "value": "' + "\\" * 100_000,
+    "configure get a_secret" * 10_000 + "\n",
 ]
 
 
