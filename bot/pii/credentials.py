@@ -3,6 +3,7 @@ keys (``labelled.py`` finds those known by their labels)."""
 
 from __future__ import annotations
 
+import re
 import string
 from collections.abc import Iterator
 
@@ -306,7 +307,7 @@ def find_private_keys(src: ScanText) -> Iterator[PiiHit]:
     PuTTY key file's private lines."""
     text = src.text
     yield from _putty_private_keys(text)
-    if "BEGIN " not in text:  # a long literal: str's search skips most of the text
+    if "PRIVATE KEY" not in text:  # a long literal: str's search skips most of the text
         return
     begins = list(_PEM_BEGIN.finditer(text))
     ends = list(_PEM_END.finditer(text, begins[0].end())) if begins else []
@@ -354,15 +355,71 @@ _AWS_SESSION = on_use(
 # aws ecr get-login-password prints a registry password, valid for 12 hours: the base64 of a
 # JSON object whose first key is "payload" ({"payload":").
 _ECR_PASSWORD = on_use(r"(?<![A-Za-z0-9/+])eyJwYXlsb2FkIjoi[A-Za-z0-9/+]{64,}+=*")
-_VENDOR_PATTERNS = (
-    (_AWS_SESSION, "AWS_SESSION_TOKEN", "GZXIvYXdz", "IQoJb3JpZ2lu"),
-    (_ECR_PASSWORD, "AWS_SESSION_TOKEN", "eyJwYXlsb2FkIjoi"),
-    (_MAILGUN, "MAILGUN_API_KEY", "key-"),
-    (_SHOPIFY, "SHOPIFY_TOKEN", "shp"),
-    (_DIGITALOCEAN, "DIGITALOCEAN_TOKEN", "_v1_"),
-    (_GOOGLE_OAUTH, "GOOGLE_OAUTH_TOKEN", "ya29.", "1//0"),
-    (_STRIPE_WEBHOOK, "STRIPE_KEY", "whsec_"),
+# Every key but Google's is a run of MIN_ENCODED base64 characters or more (ScanText.runs), or
+# starts one: found from the runs, read once for the encoded secrets too, where a search of
+# the text for each prefix cost a pass each. Each with what starts its run (the key's prefix
+# or its first characters), its pattern and its type; a key after its prefix is matched from
+# the prefix's start.
+_RUN_STARTS: tuple[tuple[str, re.Pattern[str], str], ...] = (
+    ("FQoGZXIvYXdz", _AWS_SESSION, "AWS_SESSION_TOKEN"),
+    ("FwoGZXIvYXdz", _AWS_SESSION, "AWS_SESSION_TOKEN"),
+    ("IQoJb3JpZ2luX2Vj", _AWS_SESSION, "AWS_SESSION_TOKEN"),
+    ("eyJwYXlsb2FkIjoi", _ECR_PASSWORD, "AWS_SESSION_TOKEN"),
 )
+_RUN_PREFIXES: tuple[tuple[str, re.Pattern[str], str], ...] = (
+    ("key-", _MAILGUN, "MAILGUN_API_KEY"),
+    ("shpat_", _SHOPIFY, "SHOPIFY_TOKEN"),
+    ("shpca_", _SHOPIFY, "SHOPIFY_TOKEN"),
+    ("shppa_", _SHOPIFY, "SHOPIFY_TOKEN"),
+    ("shpss_", _SHOPIFY, "SHOPIFY_TOKEN"),
+    ("dop_v1_", _DIGITALOCEAN, "DIGITALOCEAN_TOKEN"),
+    ("doo_v1_", _DIGITALOCEAN, "DIGITALOCEAN_TOKEN"),
+    ("dor_v1_", _DIGITALOCEAN, "DIGITALOCEAN_TOKEN"),
+    ("whsec_", _STRIPE_WEBHOOK, "STRIPE_KEY"),
+)
+_STARTS = tuple(start for start, _, _ in _RUN_STARTS)
+_PREFIXES = tuple(prefix for prefix, _, _ in _RUN_PREFIXES)
+_LONGEST_PREFIX = max(map(len, _PREFIXES))
+# Twilio's SK and AC, 34 characters, may follow a "/" or "+" inside a run (a URL's
+# .../Accounts/AC...): their patterns' lookbehinds keep those inside a word out.
+_TWILIO_IN_RUN = on_use(r"SK|AC")
+_TWILIO_LENGTH = 34
+
+
+def _run_keys(text: str, start: int, end: int) -> Iterator[PiiHit]:
+    """The vendor keys (but Google's) that are, or start, the run at [start, end)."""
+    if text.startswith(_STARTS, start):
+        for first, pattern, entity in _RUN_STARTS:
+            if text.startswith(first, start) and (match := pattern.match(text, start)):
+                yield PiiHit(entity, start, match.end())
+    if text.endswith(_PREFIXES, max(0, start - _LONGEST_PREFIX), start):
+        for prefix, pattern, entity in _RUN_PREFIXES:
+            if text.endswith(prefix, 0, start):
+                match = pattern.match(text, start - len(prefix))
+                if match and (entity != "MAILGUN_API_KEY" or _digit(match.group("body"))):
+                    yield PiiHit(entity, match.start(), match.end())
+    if end - start >= _TWILIO_LENGTH:  # a trace id's 32 hex digits cannot hold one
+        for place in _TWILIO_IN_RUN.finditer(text, start, end):
+            yield from _twilio_keys(text, place.start())
+
+
+def _digit(body: str) -> bool:
+    return any(char.isdigit() for char in body)
+
+
+def _twilio_keys(text: str, start: int) -> Iterator[PiiHit]:
+    """A Twilio API key (SK...) at ``start`` and the secret beside it, or the auth token
+    beside an account SID (AC...)."""
+    if text.startswith("SK", start):
+        match = _TWILIO_SK.match(text, start)
+        if match is None or match.group()[2:].isdigit():
+            return  # a product's SKU: 32 random hex digits hold a letter
+        yield PiiHit("TWILIO_KEY", match.start(), match.end())
+    else:
+        match = _TWILIO_SID.match(text, start)
+        if match is None:
+            return
+    yield from _twilio_secrets_near(text, match.start(), match.end())
 
 
 # The key of a 32-character value that names an id or a digest: a trace id, an ETag, an MD5
@@ -399,17 +456,10 @@ def _twilio_secrets_near(text: str, start: int, end: int) -> Iterator[PiiHit]:
 
 def find_vendor_keys(src: ScanText) -> Iterator[PiiHit]:
     """AWS session tokens, Twilio API keys and auth tokens, Mailgun API keys, Shopify and
-    DigitalOcean tokens, Google OAuth tokens and Stripe webhook secrets. A text with none of
-    their prefixes costs a C search each."""
+    DigitalOcean tokens, Google OAuth tokens and Stripe webhook secrets: Google's from their
+    prefixes, the others from the runs of base64 characters they make."""
     text = src.text
-    for match in finditer_with(_TWILIO_SK, text, "SK"):
-        if match.group()[2:].isdigit():
-            continue  # a product's SKU: 32 random hex digits hold a letter
-        yield PiiHit("TWILIO_KEY", match.start(), match.end())
-        yield from _twilio_secrets_near(text, match.start(), match.end())
-    for match in finditer_with(_TWILIO_SID, text, "AC"):
-        yield from _twilio_secrets_near(text, match.start(), match.end())
-    for pattern, entity, *literals in _VENDOR_PATTERNS:
-        for match in finditer_with(pattern, text, *literals):
-            if entity != "MAILGUN_API_KEY" or any(c.isdigit() for c in match.group("body")):
-                yield PiiHit(entity, match.start(), match.end())
+    for start, end in src.runs:
+        yield from _run_keys(text, start, end)
+    for match in finditer_with(_GOOGLE_OAUTH, text, "ya29.", "1//0"):
+        yield PiiHit("GOOGLE_OAUTH_TOKEN", match.start(), match.end())

@@ -9,14 +9,10 @@ import re
 import string
 from collections.abc import Callable, Iterator
 
-from bot.patterns import finditer_with, on_use
+from bot.patterns import on_use
 from bot.pii.checks import _run_start
 from bot.pii.scantext import _HEX, _WORD, PiiHit, ScanText, priority
 
-# A run this long of base64 characters is a candidate: long enough for "password=hunter2" in
-# base64 (24), longer than the 16-hex span ids of tracing logs, which would double the work.
-_MIN_ENCODED = 20
-_ENCODED_RUN = on_use(b"b" * _MIN_ENCODED + b"b*")
 _TOKEN_CHARS = frozenset(string.ascii_letters + string.digits + "+/_-")
 _TOKEN_REACH = 512
 # The end of a key that names a secret; matched on the lower-case text before the value.
@@ -232,8 +228,7 @@ def find_encoded(src: ScanText, rescan: Rescan | None) -> Iterator[PiiHit]:
     done = 0
     # Most runs are hex ids and digests after a key that is not secret-ish; the loop keeps
     # their path to a few C calls.
-    for match in finditer_with(_ENCODED_RUN, src.encoded, b"b" * _MIN_ENCODED):
-        start, end = match.span()
+    for start, end in src.runs:
         if start < done:
             continue
         before = text[start - 1] if start else ""

@@ -793,7 +793,8 @@ def find_authorization(src: ScanText) -> Iterator[PiiHit]:
 # where "INVALID_TOKEN: the session expired" in a log line is not one. Possessive blanks: the
 # colon's and the value's would share a long run of them, quadratically.
 _ENV_NAME_END = on_use(
-    r"(?P<word>SECRET|TOKEN|PASSPHRASE|CREDENTIALS?|KEY|PW)(?P<colon>:[ \t]++|[ \t]*+=)[ \t]*+"
+    r"(?P<word>SECRET|TOKEN|PASSPHRASE|CREDENTIALS?|KEY|PW)"
+    r"(?P<colon>:[ \t]++|[ \t]*+=|(?P<blank>[ \t]++))[ \t]*+"
     r"(?:\"(?P<dq>[^\"\r\n]{6,256})\"|'(?P<sq>[^'\r\n]{6,256})'|(?P<bare>[^\s\x00-\x1f\"',;]{6,256}))"
 )
 _ENV_NAME_CHARS = frozenset(string.ascii_uppercase + string.digits + "_")
@@ -859,7 +860,8 @@ def _env_name_ends(text: str) -> Iterator[re.Match[str]]:
 
 def find_env_secrets(src: ScanText) -> Iterator[PiiHit]:
     """The value of an environment variable whose name ends in SECRET, TOKEN, PASSPHRASE,
-    CREDENTIAL(S), a secret's KEY (API_KEY, SECRET_KEY...) or _PW."""
+    CREDENTIAL(S), a secret's KEY (API_KEY, SECRET_KEY...) or _PW, a Dockerfile's ENV NAME
+    value too."""
     text = src.text
     for match in _env_name_ends(text):
         start = _env_name_start(text, match.end("word"))
@@ -872,6 +874,8 @@ def find_env_secrets(src: ScanText) -> Iterator[PiiHit]:
             continue  # a password's short name is a word of its own (LDAP_BIND_PW), not SPW
         if match.group("colon").startswith(":") and not _starts_line(text, start):
             continue  # a colon after a name inside a line is a log's error code, not YAML
+        if match.group("blank") is not None and not _docker_env_name(text, start):
+            continue  # a name and a value apart only in a Dockerfile's ENV NAME value
         group = "dq" if match.group("dq") else "sq" if match.group("sq") else "bare"
         value = match.group(group)
         if value.startswith(_PLACEHOLDER_STARTS) or set(value) <= {"*", "x", "X"}:
@@ -879,7 +883,27 @@ def find_env_secrets(src: ScanText) -> Iterator[PiiHit]:
         if _SECRET_PATH.fullmatch(value):
             continue  # where the secret is kept (GOOGLE_APPLICATION_CREDENTIALS=/var/...json)
         start, end = match.span(group)
+        if match.group("blank") is not None and group == "bare":
+            rest = _ENV_LINE_REST.match(text, end)  # ENV's value runs to the line's end
+            end = rest.end() if rest else end
+            while text[end - 1] in " \t":
+                end -= 1
         yield PiiHit("GENERIC_SECRET", start, _escape_trimmed(text, start, end))
+
+
+# The rest of a legacy ENV's line, up to a line end (real or a JSON string's escaped one).
+_ENV_LINE_REST = on_use(r"[^\r\n\\]{0,256}+")
+
+
+def _docker_env_name(text: str, start: int) -> bool:
+    """Whether the name at ``start`` is a Dockerfile's ENV's in its legacy form, ``ENV NAME
+    value`` (docker history shows it after ``#(nop)``)."""
+    keyword = start - len("ENV ")
+    return (
+        text.startswith("ENV", keyword)
+        and text[start - 1] in " \t"
+        and not (_word_before(text, keyword))
+    )
 
 
 # An environment variable given as a name and a value: YAML on two lines (a pod's spec), or

@@ -75,6 +75,12 @@ _HEX = frozenset(string.hexdigits)
 _ESCAPE = on_use(r"\\[nrt]")
 _BASE64_CHARS = frozenset(string.ascii_letters + string.digits + "+/")
 _BASE64_VIEW = bytes.maketrans((string.ascii_letters + string.digits + "+/").encode(), b"b" * 64)
+# A run this long of base64 characters is a candidate: long enough for "password=hunter2" in
+# base64 (24), longer than the 16-hex span ids of tracing logs, which would double the work;
+# and every vendor key found from inside a run is this long.
+MIN_ENCODED = 20
+_MIN_RUN = b"b" * MIN_ENCODED
+_RUN_REST = on_use(b"b*+")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -203,7 +209,7 @@ def fold(text: str) -> tuple[str, _Resizes | None]:
 class ScanText:
     """The text under scan and the views of it that recognizers share, each built once."""
 
-    __slots__ = ("_ascii", "_encoded", "_held", "_lower", "_resizes", "_shape", "text")
+    __slots__ = ("_ascii", "_encoded", "_held", "_lower", "_resizes", "_runs", "_shape", "text")
 
     def __init__(self, text: str) -> None:
         self._resizes: _Resizes | None = None
@@ -221,6 +227,7 @@ class ScanText:
         self._lower: str | None = None
         self._shape: bytes | None = None
         self._encoded: bytes | None = None
+        self._runs: list[tuple[int, int]] | None = None
         self._held: dict[str, bool] = {}
 
     @property
@@ -257,6 +264,23 @@ class ScanText:
         if self._encoded is None:
             self._encoded = self._bytes().translate(_BASE64_VIEW)
         return self._encoded
+
+    @property
+    def runs(self) -> list[tuple[int, int]]:
+        """Where each run of MIN_ENCODED base64 characters or more starts and ends: read once
+        for the encoded secrets and the vendor keys found from inside one."""
+        if self._runs is None:
+            # bytes.find skips ahead by up to the needle's length at each other character,
+            # where a regex reads every one: a run starts at the first window of the needle.
+            encoded, runs = self.encoded, []
+            start = encoded.find(_MIN_RUN)
+            while start >= 0:
+                rest = _RUN_REST.match(encoded, start)  # always a match: b* takes none too
+                end = rest.end() if rest else start + MIN_ENCODED
+                runs.append((start, end))
+                start = encoded.find(_MIN_RUN, end)
+            self._runs = runs
+        return self._runs
 
     def original(self, hit: PiiHit) -> PiiHit:
         """The hit with the span it has in the text before folding."""

@@ -9,19 +9,21 @@ import re
 from collections.abc import Iterator
 
 from bot.patterns import finditer_with, on_use
-from bot.pii.checks import _word_before
+from bot.pii.checks import _anchored, _word_before
 from bot.pii.labelled import _PLACEHOLDER_STARTS, _SECRET_PATH, _secret_name
 from bot.pii.scantext import PiiHit, ScanText
 
 # .pgpass: hostname:port:database:username:password, a line each, any field but the password
-# perhaps "*". Found from a port of four or five digits or a "*" between colons, in the shape
-# view (every digit a "0"), where a time's two-digit fields never match.
+# perhaps "*". Found from a port of four digits or a "*" between colons, in the shape view
+# (every digit a "0"), where a time's two-digit fields and a URL's port ("host:8080/") never
+# match.
 _PGPASS_LINE = on_use(
     r"[ \t]*+(?P<host>[A-Za-z0-9*][A-Za-z0-9_.*-]{0,252}+|/[^\s:]{1,252}+):(?P<port>[0-9]{1,5}|\*)"
     r":(?P<db>[A-Za-z0-9_.*-]{1,63}+):(?P<user>[A-Za-z0-9_.@*-]{1,63}+)"
     r":(?P<password>(?:[^\r\n:\\]|\\.){1,256}+)\r?"
 )
-_PGPASS_ANCHORS = (b":0000", b":*:")
+_PGPASS_PORT = b":0000:"
+_PGPASS_ANY_PORT = b":*:"
 # Ports a .pgpass is written for (PostgreSQL's, PgBouncer's); with another, the line must say
 # otherwise that it is one: a host with a dot or localhost, or a field that is "*".
 _PGPASS_PORTS = frozenset({"*", "5432", "5433", "5434", "5435", "6432"})
@@ -30,7 +32,8 @@ _PGPASS_PORTS = frozenset({"*", "5432", "5433", "5434", "5435", "6432"})
 def _pgpass_lines(src: ScanText) -> Iterator[PiiHit]:
     text, shape = src.text, src.shape
     read: set[int] = set()  # the starts of the lines read: a line both anchors find, once
-    for anchor in _PGPASS_ANCHORS:
+    anchors = (_PGPASS_PORT, _PGPASS_ANY_PORT) if "*" in text else (_PGPASS_PORT,)  # memchr
+    for anchor in anchors:
         position = shape.find(anchor)
         while position >= 0:
             start = text.rfind("\n", 0, position) + 1
@@ -66,24 +69,27 @@ _LDAP_HASH = on_use(r"\{S?SHA\}[A-Za-z0-9+/]{27,}+=*")
 
 
 def _password_hashes(text: str) -> Iterator[PiiHit]:
-    if "$" in text:  # memchr: a pattern that starts with "$" stays uncompiled without one
-        for match in _CRYPT_HASH.finditer(text):
-            yield PiiHit("GENERIC_SECRET", match.start(), match.end())
-    for match in finditer_with(_LDAP_HASH, text, "SHA}"):
+    # From each "$" (memchr: a few in most outputs, and the pattern compiled only after one).
+    for match in _anchored(_CRYPT_HASH, text, "$"):
         yield PiiHit("GENERIC_SECRET", match.start(), match.end())
+    if "{" in text:  # memchr before the longer search
+        for match in finditer_with(_LDAP_HASH, text, "SHA}"):
+            yield PiiHit("GENERIC_SECRET", match.start(), match.end())
 
 
 # A Dockerfile's ENV in its legacy form, ``ENV NAME value``: the value is the rest of the line
-# (``docker history`` shows it after ``#(nop)``). The ``NAME=value`` form is an environment
-# variable's, found with those.
+# (``docker history`` shows it after ``#(nop)``). A name that ends in SECRET, TOKEN or KEY is
+# found with the environment's variables; this finds a password's (DB_PASSWORD, SMTP_PASS).
 _DOCKER_ENV = on_use(
     r"ENV[ \t]++(?P<name>[A-Za-z_][A-Za-z0-9_]{0,127}+)[ \t]++(?P<value>[^\s=][^\r\n]{0,255}+)"
 )
+_PASSWORD_ENDS = ("PASSWORD", "PASSWD", "_PASS", "_PWD")
 
 
-def _docker_env(text: str) -> Iterator[PiiHit]:
-    for match in finditer_with(_DOCKER_ENV, text, "ENV"):
-        if _word_before(text, match.start()) or not _secret_name(match.group("name")):
+def _docker_env_passwords(text: str) -> Iterator[PiiHit]:
+    for match in finditer_with(_DOCKER_ENV, text, "ENV "):
+        name = match.group("name").upper().removesuffix("S")
+        if _word_before(text, match.start()) or not name.endswith(_PASSWORD_ENDS):
             continue
         start, end = match.span("value")
         while end > start and text[end - 1] in " \t\r":
@@ -106,27 +112,47 @@ _ORACLE_LOGIN = on_use(
 )
 
 
-def _command_passwords(text: str, lower: str) -> Iterator[PiiHit]:
+_ORACLE_CLIENTS = ("thin:", "sqlplus")
+_LINE_REACH = 256  # how far back on its line a login or a command is looked for
+
+
+def _cmdkey_passwords(lower: str) -> Iterator[PiiHit]:
     for match in finditer_with(_CMDKEY_PASS, lower, "/pass:"):
         group = match.lastgroup or "bare"
         if not match.group(group).startswith(_PLACEHOLDER_STARTS):
             yield PiiHit("CONNECTION_STRING_PASSWORD", *match.span(group))
-    if "@" not in text:  # memchr: most outputs have no "@"
-        return
-    for match in finditer_with(_ORACLE_LOGIN, lower, "thin:", "sqlplus"):
-        if not match.group("password").startswith(_PLACEHOLDER_STARTS):
-            yield PiiHit("CONNECTION_STRING_PASSWORD", *match.span("password"))
+
+
+def _oracle_passwords(text: str, lower: str) -> Iterator[PiiHit]:
+    """Found from each "@" (memchr: rare in most outputs), then the client on its line before
+    it, within reach: two searches of the text for the clients' names cost more."""
+    done = 0  # the end of the last login: an "@" inside it is part of it
+    at = text.find("@")
+    while at >= 0:
+        low = max(done, at - _LINE_REACH)
+        line = lower.rfind("\n", low, at) + 1 or low
+        for client in _ORACLE_CLIENTS:
+            begin = lower.rfind(client, line, at)
+            login = _ORACLE_LOGIN.match(lower, begin, at + 1) if begin >= 0 else None
+            if login is not None and not login.group("password").startswith(_PLACEHOLDER_STARTS):
+                done = login.end()
+                yield PiiHit("CONNECTION_STRING_PASSWORD", *login.span("password"))
+                break
+        at = text.find("@", at + 1)
 
 
 def find_shaped_secrets(src: ScanText) -> Iterator[PiiHit]:
-    """.pgpass passwords, password hashes, a Dockerfile's ENV NAME value, cmdkey's /pass: and
-    Oracle's user/password@db."""
+    """.pgpass passwords, password hashes, a Dockerfile's ENV NAME value for a password,
+    cmdkey's /pass: and Oracle's user/password@db."""
     text = src.text
     yield from _pgpass_lines(src)
     yield from _password_hashes(text)
-    yield from _docker_env(text)
-    if src.holds("pass") or "@" in text:
-        yield from _command_passwords(text, src.lower)
+    if src.holds("pass") or src.holds("pwd"):  # C searches, shared with other recognizers
+        yield from _docker_env_passwords(text)
+    if src.holds("pass"):  # a C search, shared with other recognizers
+        yield from _cmdkey_passwords(src.lower)
+    if "@" in text:
+        yield from _oracle_passwords(text, src.lower)
 
 
 # A command that prints a secret alone, echoed on its line, and the line it printed: terraform
@@ -139,25 +165,23 @@ _TERRAFORM_OUTPUT = on_use(
     r"output(?:(?<=terraform output)|(?<=tofu output))[ \t]+(?:-(?:raw|json|no-color)[ \t]+)*+"
     r"(?P<name>[a-z0-9_-]{1,128}+)(?![a-z0-9_-])" + _PRINTED
 )
-_CONFIG_GET = on_use(r"config:get[ \t]+(?P<name>[a-z0-9_]{1,128}+)(?![a-z0-9_])" + _PRINTED)
-_CONFIGURE_GET = on_use(
-    r"configure[ \t]+get[ \t]+(?P<name>[a-z0-9_.-]{1,128}+)(?![a-z0-9_.-])" + _PRINTED
+_CONFIG_GET = on_use(
+    r"config(?::get|ure[ \t]+get)[ \t]+(?P<name>[a-z0-9_.-]{1,128}+)(?![a-z0-9_.-])" + _PRINTED
 )
 _VAULT_FIELD = on_use(r"-field=" + _PRINTED)
-_JSONPATH = on_use(r"jsonpath" + _PRINTED)
-_GO_TEMPLATE = on_use(r"go-template" + _PRINTED)
-_GCLOUD_ACCESS = on_use(r"versions(?<=secrets versions)[ \t]+access[ \t]" + _PRINTED)
-# Each with its literal and the words its line must hold before it (none: the pattern says).
-_PRINTING_COMMANDS: tuple[tuple[re.Pattern[str], str, tuple[str, ...]], ...] = (
-    (_TERRAFORM_OUTPUT, "output", ()),
-    (_CONFIG_GET, "config:get", ()),
-    (_CONFIGURE_GET, "configure", ()),
-    (_VAULT_FIELD, "-field=", ("vault kv get",)),
-    (_JSONPATH, "jsonpath", ("get secret",)),
-    (_GO_TEMPLATE, "go-template", ("get secret",)),
-    (_GCLOUD_ACCESS, "versions", ()),
+_SECRET_TEMPLATE = on_use(
+    r"get[ \t]+secrets?[ \t][^\r\n]{0,256}?(?:jsonpath|go-template)" + _PRINTED
 )
-_LINE_REACH = 256
+_GCLOUD_ACCESS = on_use(r"secrets[ \t]+versions[ \t]+access[ \t]" + _PRINTED)
+# Each with its literal, the words its line must hold before it (none: the pattern says them),
+# and whether it prints a Secret's (the text then says "secret": a search done anyway).
+_PRINTING_COMMANDS: tuple[tuple[re.Pattern[str], str, tuple[str, ...], bool], ...] = (
+    (_TERRAFORM_OUTPUT, "output", (), False),
+    (_CONFIG_GET, "config", (), False),  # heroku config:get, aws configure get
+    (_VAULT_FIELD, "-field=", ("vault kv get",), True),  # kv's mount is secret/ by default
+    (_SECRET_TEMPLATE, "get secret", ("kubectl",), True),
+    (_GCLOUD_ACCESS, "secrets versions", ("gcloud",), True),
+)
 # The words of which a secret-printing command's line holds one: the secret's name, or its kind.
 _GATE_WORDS = ("secret", "pass", "token", "key", "credential")
 # What a command prints when it prints no secret: an error, a warning, a placeholder; and
@@ -177,8 +201,10 @@ def find_printed_secrets(src: ScanText) -> Iterator[PiiHit]:
     """The line a secret-printing command printed under its echoed command line."""
     if not any(src.holds(word) for word in _GATE_WORDS):
         return  # C searches, shared with other recognizers
-    text, lower = src.text, src.lower
-    for pattern, literal, words in _PRINTING_COMMANDS:
+    text, lower, secret = src.text, src.lower, src.holds("secret")
+    for pattern, literal, words, of_secret in _PRINTING_COMMANDS:
+        if of_secret and not secret:
+            continue
         for match in finditer_with(pattern, lower, literal):
             name = match.groupdict().get("name")
             if name is not None and not _secret_name(name):

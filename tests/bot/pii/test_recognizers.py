@@ -319,6 +319,13 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
     ("TWILIO_KEY", f"client = Client('{TWILIO_SID}', '{TWILIO_AUTH}')", TWILIO_AUTH),
     ("TWILIO_KEY", f"curl -u {TWILIO_SID}:{TWILIO_AUTH} https://api.twilio.com", TWILIO_AUTH),
     ("TWILIO_KEY", f"sid={TWILIO_SID} auth_token={TWILIO_AUTH}", TWILIO_AUTH),
+    # The SID in a URL's path, the key after a plus: inside a longer run of base64 characters.
+    (
+        "TWILIO_KEY",
+        f"POST /2010-04-01/Accounts/{TWILIO_SID}/Messages.json auth {TWILIO_AUTH}",
+        TWILIO_AUTH,
+    ),
+    ("TWILIO_KEY", f"keys=a1+{TWILIO_SK}", TWILIO_SK),
     # AWS_SESSION_TOKEN: aws sts get-session-token's text and table outputs give it unlabelled
     (
         "AWS_SESSION_TOKEN",
@@ -1817,6 +1824,8 @@ ADVERSARIAL = [
     "$2y$05$" * 15_000,
     "{SHA}" * 20_000,
     "ENV A_TOKEN " * 10_000,
+    "ENV A_TOKEN abcdefg " * 10_000,
+    "ENV DB_PASSWORD abcdefg " * 10_000,
     "ENV " * 30_000,
     "/pass:" * 20_000,
     'cmdkey /pass:"' * 10_000,
