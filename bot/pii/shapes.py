@@ -141,9 +141,56 @@ def _oracle_passwords(text: str, lower: str) -> Iterator[PiiHit]:
         at = text.find("@", at + 1)
 
 
+# A password as a command's positional argument: htpasswd in batch mode (-b: FILE USER
+# PASSWORD, or USER PASSWORD with -n), chpasswd reading echo's USER:PASSWORD, rabbitmqctl
+# change_password USER PASSWORD. Each command's name holds "pass", which the text is searched
+# for anyway.
+_HTPASSWD = on_use(r"htpasswd(?<![A-Za-z0-9_.-]htpasswd)(?P<rest>[^\r\n|;&]{0,256}+)")
+_ARGUMENT = on_use(r"\"(?P<dq>[^\"]*+)\"|'(?P<sq>[^']*+)'|(?P<bare>[^\s\"']++)")
+_HTPASSWD_VALUED = frozenset({"-C", "-r"})  # options that take a value: bcrypt's cost, rounds
+_CHPASSWD = on_use(
+    r"echo[ \t]++(?:-[en][ \t]++)?(?P<q>[\"']?)[^:\s\"']{1,64}+:(?P<password>[^\s\"'\\]{1,256}+)"
+    r"(?P=q)[ \t]*+\|[ \t]*+(?:sudo[ \t]++)?chpasswd"
+)
+_RABBITMQ_PASSWORD = on_use(
+    r"change_password[ \t]++(?:\"[^\"\r\n]*+\"|'[^'\r\n]*+'|[^\s\"']++)[ \t]++"
+    r"(?:\"(?P<dq>[^\"\r\n]{1,256}+)\"|'(?P<sq>[^'\r\n]{1,256}+)'|(?P<bare>[^\s\"']{1,256}+))"
+)
+
+
+def _htpasswd_password(text: str) -> Iterator[PiiHit]:
+    for command in finditer_with(_HTPASSWD, text, "htpasswd"):
+        flags, takes_value = "", False
+        positionals: list[re.Match[str]] = []
+        for argument in _ARGUMENT.finditer(text, *command.span("rest")):
+            word = argument.group()
+            if takes_value:
+                takes_value = False
+            elif word.startswith("-") and not positionals:
+                flags += word[1:]
+                takes_value = word in _HTPASSWD_VALUED
+            else:
+                positionals.append(argument)
+        place = 1 if "n" in flags else 2
+        if "b" in flags and len(positionals) > place:
+            group = positionals[place].lastgroup or "bare"
+            yield PiiHit("CONNECTION_STRING_PASSWORD", *positionals[place].span(group))
+
+
+def _positional_passwords(text: str) -> Iterator[PiiHit]:
+    yield from _htpasswd_password(text)
+    for match in finditer_with(_CHPASSWD, text, "chpasswd"):
+        yield PiiHit("CONNECTION_STRING_PASSWORD", *match.span("password"))
+    for match in finditer_with(_RABBITMQ_PASSWORD, text, "change_password"):
+        group = match.lastgroup or "bare"
+        if not match.group(group).startswith(_PLACEHOLDER_STARTS):
+            yield PiiHit("CONNECTION_STRING_PASSWORD", *match.span(group))
+
+
 def find_shaped_secrets(src: ScanText) -> Iterator[PiiHit]:
     """.pgpass passwords, password hashes, a Dockerfile's ENV NAME value for a password,
-    cmdkey's /pass: and Oracle's user/password@db."""
+    cmdkey's /pass:, Oracle's user/password@db and the passwords htpasswd -b, chpasswd and
+    rabbitmqctl change_password take as arguments."""
     text = src.text
     yield from _pgpass_lines(src)
     yield from _password_hashes(text)
@@ -151,6 +198,7 @@ def find_shaped_secrets(src: ScanText) -> Iterator[PiiHit]:
         yield from _docker_env_passwords(text)
     if src.holds("pass"):  # a C search, shared with other recognizers
         yield from _cmdkey_passwords(src.lower)
+        yield from _positional_passwords(text)
     if "@" in text:
         yield from _oracle_passwords(text, src.lower)
 

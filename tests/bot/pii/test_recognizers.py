@@ -989,6 +989,16 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
         "$ aws configure get aws_secret_access_key\nwJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY\n",
         "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
     ),
+    # A password as a command's positional argument: htpasswd's batch mode, chpasswd's input,
+    # rabbitmqctl change_password.
+    (
+        "CONNECTION_STRING_PASSWORD",
+        "htpasswd -b -c /etc/nginx/.htpasswd alice S3cretHt",
+        "S3cretHt",
+    ),
+    ("CONNECTION_STRING_PASSWORD", "htpasswd -nbB -C 10 alice 'two words'", "two words"),
+    ("CONNECTION_STRING_PASSWORD", "echo 'alice:S3cretChpw' | sudo chpasswd", "S3cretChpw"),
+    ("CONNECTION_STRING_PASSWORD", "rabbitmqctl change_password app S3cretRab", "S3cretRab"),
     # docker inspect's Env: each variable a JSON string, its value to the closing quote.
     (
         "CONNECTION_STRING_PASSWORD",
@@ -1548,6 +1558,12 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     # A primary key that is a column, a key's name, a region printed by aws configure get.
     ("GENERIC_SECRET", '{"primaryKey": "order_id", "keyName": "key1", "permissions": "FULL"}'),
     ("GENERIC_SECRET", "$ aws configure get region\neu-west-1b2"),
+    # The same commands with no password on their line: asked for, or none set.
+    (
+        "CONNECTION_STRING_PASSWORD",
+        "htpasswd -c /etc/nginx/.htpasswd alice\nhtpasswd -v .htpasswd bob\nhtpasswd -bD f carol"
+        "\necho 'a:b' | tee x\nrabbitmqctl list_users; chpasswd < users.txt",
+    ),
     # Colon-separated lines that are no .pgpass: passwd, group, a time, an access line.
     ("CONNECTION_STRING_PASSWORD", "root:x:0:0:root:/root:/bin/bash\ndocker:x:999:alice"),
     ("CONNECTION_STRING_PASSWORD", "12:34:56:789 worker:8080:GET:/healthz 200"),
@@ -1824,6 +1840,10 @@ ADVERSARIAL = [
     "$2y$05$" * 15_000,
     "{SHA}" * 20_000,
     "ENV A_TOKEN " * 10_000,
+    "htpasswd -b" + " -C" * 50_000,
+    "htpasswd -b a b " * 10_000,
+    "echo a:b | chpasswd " * 10_000,
+    "rabbitmqctl change_password a " * 10_000,
     "ENV A_TOKEN abcdefg " * 10_000,
     "ENV DB_PASSWORD abcdefg " * 10_000,
     "ENV " * 30_000,
