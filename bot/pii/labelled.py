@@ -332,8 +332,28 @@ def _yaml_password(text: str, key: int, value: str, end: int, *, bare: bool) -> 
     while line > 0 and text[line - 1] in " \t-":
         line -= 1
     if not (_line_start(text, line) or _JSON_STRING_START.search(text, max(0, line - 8), line)):
-        return False
+        return bare and _generated_alone(text, value, end)
     return not (bare and _prose(text, end - len(value)))
+
+
+_GENERATED_SHORTEST = 8
+_LINE_END = on_use(r"[ \t]*+(?:\r?\n|\\ |\Z)")
+
+
+def _generated_alone(text: str, value: str, end: int) -> bool:
+    """Whether a password value inside a line, where a colon is mostly prose, is an
+    installer's generated one ("Generated root password: Xk9#mP2$vL7"): the line's last word,
+    mixing three of capitals, small letters, digits and symbols. A status ("RESET_REQUIRED")
+    or a word and a number ("hunter22") mixes fewer."""
+    if len(value) < _GENERATED_SHORTEST or not _LINE_END.match(text, end):
+        return False
+    kinds = (
+        any(char.isupper() for char in value),
+        any(char.islower() for char in value),
+        any(char.isdigit() for char in value),
+        any(not char.isalnum() for char in value),
+    )
+    return sum(kinds) >= 3
 
 
 # A JSON string's start is a line's (a container's log line: {"log":"password: x\n"}).

@@ -206,8 +206,9 @@ def find_shaped_secrets(src: ScanText) -> Iterator[PiiHit]:
 # A command that prints a secret alone, echoed on its line, and the line it printed: terraform
 # (or tofu) output of a secret-named output, heroku config:get and aws configure get of a
 # secret-named variable, vault kv get's -field, kubectl's jsonpath or go-template of a Secret,
-# gcloud secrets versions access. Each found from a literal and read no further than its line
-# (bounded: a long line of repeated command words costs a constant each).
+# gcloud secrets versions access, cat of a secret-named file. Each found from a literal and
+# read no further than its line (bounded: a long line of repeated command words costs a
+# constant each).
 _PRINTED = r"[^\r\n]{0,256}+\r?\n(?P<value>[^\r\n]++)"
 _TERRAFORM_OUTPUT = on_use(
     r"output(?:(?<=terraform output)|(?<=tofu output))[ \t]+(?:-(?:raw|json|no-color)[ \t]+)*+"
@@ -221,21 +222,35 @@ _SECRET_TEMPLATE = on_use(
     r"get[ \t]+secrets?[ \t][^\r\n]{0,256}?(?:jsonpath|go-template)" + _PRINTED
 )
 _GCLOUD_ACCESS = on_use(r"secrets[ \t]+versions[ \t]+access[ \t]" + _PRINTED)
-# Each with its literal, the words its line must hold before it (none: the pattern says them),
-# and whether it prints a Secret's (the text then says "secret": a search done anyway).
-_PRINTING_COMMANDS: tuple[tuple[re.Pattern[str], str, tuple[str, ...], bool], ...] = (
-    (_TERRAFORM_OUTPUT, "output", (), False),
-    (_CONFIG_GET, "config", (), False),  # heroku config:get, aws configure get
-    (_VAULT_FIELD, "-field=", ("vault kv get",), True),  # kv's mount is secret/ by default
-    (_SECRET_TEMPLATE, "get secret", ("kubectl",), True),
-    (_GCLOUD_ACCESS, "secrets versions", ("gcloud",), True),
+# cat of a file named for a secret (Jenkins's secrets/initialAdminPassword, a token file).
+_CAT_FILE = on_use(
+    r"cat(?<![A-Za-z0-9_.-]cat)[ \t]++(?P<name>[^\s|;&<>]{1,256}+)[ \t]*+\r?\n(?P<value>[^\r\n]++)"
 )
 # The words of which a secret-printing command's line holds one: the secret's name, or its kind.
 _GATE_WORDS = ("secret", "pass", "token", "key", "credential")
+_SECRET_WORD = ("secret",)
+_FILE_GATE_WORDS = ("secret", "pass", "token", "credential")  # a key file is found as a key
+# Each with its literal, the words its line must hold before it (none: the pattern says them),
+# and the words of which the text holds one if it can hold the command's secret (all searched
+# for by other recognizers too).
+_PRINTING_COMMANDS: tuple[tuple[re.Pattern[str], str, tuple[str, ...], tuple[str, ...]], ...] = (
+    (_TERRAFORM_OUTPUT, "output", (), _GATE_WORDS),
+    (_CONFIG_GET, "config", (), _GATE_WORDS),  # heroku config:get, aws configure get
+    (_VAULT_FIELD, "-field=", ("vault kv get",), _SECRET_WORD),  # kv's mount is secret/
+    (_SECRET_TEMPLATE, "get secret", ("kubectl",), _SECRET_WORD),
+    (_GCLOUD_ACCESS, "secrets versions", ("gcloud",), _SECRET_WORD),
+    (_CAT_FILE, "cat ", (), _FILE_GATE_WORDS),
+)
 # What a command prints when it prints no secret: an error, a warning, a placeholder; and
 # terraform's error box, whose first line (a lone "╷") the scan reads as "?".
 _NOT_PRINTED = ("error", "warning", "usage", "no outputs", "(sensitive", *_PLACEHOLDER_STARTS)
 _ERROR_BOX = "?"
+
+
+def _file_stem(name: str) -> str:
+    """A path's last part without its extension, as a name (secrets/db_password.txt:
+    db_password); a plain name as it is."""
+    return name.rpartition("/")[2].partition(".")[0] or name
 
 
 def _line_holds(lower: str, position: int, words: tuple[str, ...]) -> bool:
@@ -247,16 +262,14 @@ def _line_holds(lower: str, position: int, words: tuple[str, ...]) -> bool:
 
 def find_printed_secrets(src: ScanText) -> Iterator[PiiHit]:
     """The line a secret-printing command printed under its echoed command line."""
-    if not any(src.holds(word) for word in _GATE_WORDS):
-        return  # C searches, shared with other recognizers
-    text, lower, secret = src.text, src.lower, src.holds("secret")
-    for pattern, literal, words, of_secret in _PRINTING_COMMANDS:
-        if of_secret and not secret:
-            continue
+    text, lower = src.text, src.lower
+    for pattern, literal, words, gate in _PRINTING_COMMANDS:
+        if not any(src.holds(word) for word in gate):
+            continue  # C searches, shared with other recognizers
         for match in finditer_with(pattern, lower, literal):
             name = match.groupdict().get("name")
-            if name is not None and not _secret_name(name):
-                continue  # terraform output -raw vpc_id
+            if name is not None and not _secret_name(_file_stem(name)):
+                continue  # terraform output -raw vpc_id, cat /etc/hostname
             if words and not _line_holds(lower, match.start(), words):
                 continue
             start, end = match.span("value")

@@ -999,6 +999,20 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
     ("CONNECTION_STRING_PASSWORD", "htpasswd -nbB -C 10 alice 'two words'", "two words"),
     ("CONNECTION_STRING_PASSWORD", "echo 'alice:S3cretChpw' | sudo chpasswd", "S3cretChpw"),
     ("CONNECTION_STRING_PASSWORD", "rabbitmqctl change_password app S3cretRab", "S3cretRab"),
+    # Inside a line "password:" is mostly prose, but an installer's generated password, the
+    # line's last word and mixing three kinds of character, is none.
+    (
+        "CONNECTION_STRING_PASSWORD",
+        "Generated root password: Xk9#mP2$vL7@qR4!\n",
+        "Xk9#mP2$vL7@qR4!",
+    ),
+    ("CONNECTION_STRING_PASSWORD", "[init] Grafana admin password: admin123X", "admin123X"),
+    # A file named for a secret, printed with cat under its echoed command line.
+    (
+        "GENERIC_SECRET",
+        "$ cat /var/jenkins_home/secrets/initialAdminPassword\n3f9a1c2e4b5d6f708192a3b4c5d6e7f8",
+        "3f9a1c2e4b5d6f708192a3b4c5d6e7f8",
+    ),
     # docker inspect's Env: each variable a JSON string, its value to the closing quote.
     (
         "CONNECTION_STRING_PASSWORD",
@@ -1564,6 +1578,14 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
         "htpasswd -c /etc/nginx/.htpasswd alice\nhtpasswd -v .htpasswd bob\nhtpasswd -bD f carol"
         "\necho 'a:b' | tee x\nrabbitmqctl list_users; chpasswd < users.txt",
     ),
+    # Inside a line, a status after "password:", in capitals, or a word of one or two kinds.
+    (
+        "CONNECTION_STRING_PASSWORD",
+        "msg: password: RESET_REQUIRED\nkey password: PKCS12\nerror: password: CHANGEME123",
+    ),
+    ("CONNECTION_STRING_PASSWORD", "auth: password: Expired-2024 for bob"),
+    # cat of a file that names no secret, or of a secret's key file (found as a key).
+    ("GENERIC_SECRET", "$ cat /etc/hostname\nweb-01a2b3\n$ cat token_count.txt\n12"),
     # Colon-separated lines that are no .pgpass: passwd, group, a time, an access line.
     ("CONNECTION_STRING_PASSWORD", "root:x:0:0:root:/root:/bin/bash\ndocker:x:999:alice"),
     ("CONNECTION_STRING_PASSWORD", "12:34:56:789 worker:8080:GET:/healthz 200"),
@@ -1840,6 +1862,8 @@ ADVERSARIAL = [
     "$2y$05$" * 15_000,
     "{SHA}" * 20_000,
     "ENV A_TOKEN " * 10_000,
+    "cat a_secret " * 10_000 + "\n",
+    "x password: aB3" * 20_000,
     "htpasswd -b" + " -C" * 50_000,
     "htpasswd -b a b " * 10_000,
     "echo a:b | chpasswd " * 10_000,
