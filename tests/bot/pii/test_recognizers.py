@@ -1549,6 +1549,9 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     ("CONNECTION_STRING_PASSWORD", "Password: reset link sent to your inbox"),
     ("CONNECTION_STRING_PASSWORD", "password: it has been changed"),
     ("CONNECTION_STRING_PASSWORD", "password: length should be at least 12"),
+    ("CONNECTION_STRING_PASSWORD", "Password: Account locked due to 5 failed attempts"),
+    ("CONNECTION_STRING_PASSWORD", "password: ssh login failed for root"),
+    ("CONNECTION_STRING_PASSWORD", "Password: authentication token manipulation error"),
     # Inside a line, key=value keeps its first word: a log's message goes on after it.
     ("CONNECTION_STRING_PASSWORD", "login failed: password=*** for user bob"),
     # A Kubernetes object's name after a key that names a secret: a volume's secret, a TLS
