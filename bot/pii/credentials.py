@@ -182,11 +182,16 @@ def find_k_keys(src: ScanText) -> Iterator[PiiHit]:
             yield PiiHit("OPENAI_API_KEY", match.start() - 1, match.end())
 
 
-_SLACK = on_use(r"x(?<![0-9A-Za-z_-]x)(?:ox[abeoprs]|app)-[A-Za-z0-9-]{10,}+")
+# A rotating token keeps its xoxe. prefix; a browser's session cookie (xoxd-) is URL-encoded.
+_SLACK = on_use(
+    r"x(?<![0-9A-Za-z_-]x)(?:oxe\.x)?+(?:ox[abcdeoprs]|app)-[A-Za-z0-9-]{10,}+"
+    r"(?:%[0-9A-F]{2}[A-Za-z0-9-]*+)*+"
+)
 
 
 def find_slack(src: ScanText) -> Iterator[PiiHit]:
-    """Slack tokens: xoxb-, xoxp-, xoxa-, xoxe-, xoxo-, xoxr-, xoxs- and app tokens xapp-."""
+    """Slack tokens: xoxb-, xoxp-, xoxa-, xoxe-, xoxo-, xoxr-, xoxs-, a browser's xoxc- and
+    its d cookie xoxd-, and app tokens xapp-."""
     text = src.text
     for match in finditer_with(_SLACK, text, "xox", "xapp-"):
         end = match.end()

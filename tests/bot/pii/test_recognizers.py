@@ -1013,6 +1013,23 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
         "$ cat /var/jenkins_home/secrets/initialAdminPassword\n3f9a1c2e4b5d6f708192a3b4c5d6e7f8",
         "3f9a1c2e4b5d6f708192a3b4c5d6e7f8",
     ),
+    # Slack's browser session: an xoxc- token and its d cookie (xoxd-, URL-encoded); a rotating
+    # token whole, its xoxe. prefix too.
+    (
+        "SLACK_TOKEN",
+        '{"token": "xoxc-1234567890-1234567890123-abcdef0123456789abcdef0123"}',
+        "xoxc-1234567890-1234567890123-abcdef0123456789abcdef0123",
+    ),
+    (
+        "SLACK_TOKEN",
+        "Cookie: d=xoxd-aBcD1234eFgH5678%2FiJkL9012mNoP3456%3D",
+        "xoxd-aBcD1234eFgH5678%2FiJkL9012mNoP3456%3D",
+    ),
+    (
+        "SLACK_TOKEN",
+        "refresh: xoxe.xoxp-1-Mi0yLTEyMzQ1Njc4OTAtMTIzNDU2Nzg5MDEy",
+        "xoxe.xoxp-1-Mi0yLTEyMzQ1Njc4OTAtMTIzNDU2Nzg5MDEy",
+    ),
     # docker inspect's Env: each variable a JSON string, its value to the closing quote.
     (
         "CONNECTION_STRING_PASSWORD",
@@ -1865,6 +1882,8 @@ ADVERSARIAL = [
     "$2y$05$" * 15_000,
     "{SHA}" * 20_000,
     "ENV A_TOKEN " * 10_000,
+    "xoxd-abcdefghij1" + "%2F" * 30_000,
+    "xoxe.x" * 20_000,
     "cat a_secret " * 10_000 + "\n",
     "x password: aB3" * 20_000,
     "htpasswd -b" + " -C" * 50_000,
