@@ -1884,6 +1884,8 @@ ADVERSARIAL = [
     "ENV A_TOKEN " * 10_000,
     "xoxd-abcdefghij1" + "%2F" * 30_000,
     "xoxe.x" * 20_000,
+    ("a" * 19 + ".") * 5_000,
+    ("a" * 19 + "." + "a" * 20 + "/") * 2_500,
     "cat a_secret " * 10_000 + "\n",
     "x password: aB3" * 20_000,
     "htpasswd -b" + " -C" * 50_000,
