@@ -154,8 +154,8 @@ def _pair_value_end(text: str, key: int, end: int, *, spaced: bool) -> int:
         if close < 0 or any(char in text[end:close] for char in "\\\r\n"):
             return end  # an escape: a log line's message ("password=x\nnext line")
         return close
-    if not _starts_line(text, name):
-        return end
+    if not _starts_line(text, name) or text.startswith(",", end):
+        return end  # inside a line, or an argument list's item (password=x,)
     if not (spaced or _in_listing(text, name)):
         return end
     while (word := _PAIR_WORD.match(text, end)) is not None:
@@ -187,13 +187,17 @@ _SHELL_VARIABLE = on_use(r"\$(?:\{[A-Z_][A-Z0-9_]*\}|[A-Z_][A-Z0-9_]*)")
 # in small letters (getpass(), os.environ[, config.get(), or a constant.
 _CODE_VALUE = on_use(r"[a-z_][a-z0-9_]*+(?:\.[a-z_][a-z0-9_]*+)*+(?:\(\)?|\[)")
 _CODE_CONSTANTS = frozenset({"None", "True", "False", "nil", "null", "undefined"})
+# Source code's keywords that start an expression (password = await get_secret()).
+_CODE_KEYWORDS = frozenset({"await", "yield", "new", "lambda", "not", "typeof"})
 
 
 def _named_elsewhere(lower: str, key: int, value: str) -> bool:
     """Whether a bare value names the password rather than gives it: a shell variable
     (helm --set auth.password=$DB_PASSWORD), source code's expression (password =
-    getpass()), or a usage text's --password=PASSWORD."""
-    if value in _CODE_CONSTANTS or _SHELL_VARIABLE.fullmatch(value) or _CODE_VALUE.fullmatch(value):
+    getpass(), password = await vault.read()), or a usage text's --password=PASSWORD."""
+    if value in _CODE_CONSTANTS or value.rstrip(":") in _CODE_KEYWORDS:
+        return True
+    if _SHELL_VARIABLE.fullmatch(value) or _CODE_VALUE.fullmatch(value):
         return True
     option = _run_start(lower, key, _OPTION_CHARS, 64)
     return option >= 0 and lower.startswith("--", option) and _metavar(value)

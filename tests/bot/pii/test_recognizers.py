@@ -1569,6 +1569,16 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     ("CONNECTION_STRING_PASSWORD", "Password: Account locked due to 5 failed attempts"),
     ("CONNECTION_STRING_PASSWORD", "password: ssh login failed for root"),
     ("CONNECTION_STRING_PASSWORD", "Password: authentication token manipulation error"),
+    # Source code that starts its line with password = and an expression.
+    (
+        "CONNECTION_STRING_PASSWORD",
+        "    password = await reader.readexactly(length - 4)\n    user = x\n"
+        "const password = new Password(input)\n",
+    ),
+    (
+        "CONNECTION_STRING_PASSWORD",
+        "    connect(\n        host=host,\n        password=lambda: sslpassword,\n    )",
+    ),
     # Inside a line, key=value keeps its first word: a log's message goes on after it.
     ("CONNECTION_STRING_PASSWORD", "login failed: password=*** for user bob"),
     # A Kubernetes object's name after a key that names a secret: a volume's secret, a TLS
