@@ -127,11 +127,20 @@ def find_keyvalue_passwords(src: ScanText) -> Iterator[PiiHit]:
             if group == "bare":
                 end = covered = _yaml_plain_end(text, end)
         elif group == "bare" and (separator := key.group().rstrip(" \t")).endswith("="):
-            spaced = separator[-2] in " \t"  # password = x
-            end = covered = _pair_value_end(text, key.start(), end, spaced=spaced)
+            if secret[0] == "=":
+                continue  # a comparison in source code: password == other.password
+            if not any(char in secret for char in "([="):  # a call, an index: code
+                spaced = separator[-2] in " \t"  # password = x
+                end = covered = _pair_value_end(text, key.start(), end, spaced=spaced)
         yield PiiHit("CONNECTION_STRING_PASSWORD", start, end)
 
 
+# An expression's operators and keywords: a value with one of them among its words is source
+# code's (password = REQUOTER(password) if password else password), read no further.
+_CODE_WORDS = frozenset(
+    {"or", "and", "if", "else", "not", "in", "is", "+", "-", "*", "/", "%", "==", "!="}
+    | {"?", ":", "||", "&&", "??", "=>"}
+)
 # The next word of a pair's value, up to a comment or a shell's operator.
 _PAIR_WORD = on_use(r"[ \t]++(?P<word>[^\s#\"'\\|&;<>][^\s\"'\\]*+)")
 _QUOTED_PAIR_REACH = 256
@@ -158,11 +167,14 @@ def _pair_value_end(text: str, key: int, end: int, *, spaced: bool) -> int:
         return end  # inside a line, or an argument list's item (password=x,)
     if not (spaced or _in_listing(text, name)):
         return end
-    while (word := _PAIR_WORD.match(text, end)) is not None:
+    first, stop = end, end
+    while (word := _PAIR_WORD.match(text, stop)) is not None:
         if _NEXT_KEY.match(word.group("word")):
             break  # password=x dbname=app: a connection string's next key
-        end = word.end()
-    return end
+        if word.group("word") in _CODE_WORDS:
+            return first  # source code's expression: password = x or prompt()
+        stop = word.end()
+    return stop
 
 
 # An INI file's or a listing's line: a key, perhaps blanks, and "=".

@@ -1579,6 +1579,12 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
         "CONNECTION_STRING_PASSWORD",
         "    connect(\n        host=host,\n        password=lambda: sslpassword,\n    )",
     ),
+    # Comparisons and expressions in source code, which would run on to the line's end.
+    (
+        "CONNECTION_STRING_PASSWORD",
+        "        return self.password == getattr(other, 'password', None)\n"
+        "        password = password_from(url) or prompt() + suffix\n",
+    ),
     # Inside a line, key=value keeps its first word: a log's message goes on after it.
     ("CONNECTION_STRING_PASSWORD", "login failed: password=*** for user bob"),
     # A Kubernetes object's name after a key that names a secret: a volume's secret, a TLS
