@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 from bot.patterns import finditer_with, on_use
 from bot.pii.checks import _anchored, _word_before
-from bot.pii.labelled import _PLACEHOLDER_STARTS, _SECRET_PATH, _secret_name
+from bot.pii.labelled import _PLACEHOLDER_STARTS, _SECRET_PATH, _generated_alone, _secret_name
 from bot.pii.scantext import PiiHit, ScanText
 
 # .pgpass: hostname:port:database:username:password, a line each, any field but the password
@@ -187,10 +187,25 @@ def _positional_passwords(text: str) -> Iterator[PiiHit]:
             yield PiiHit("CONNECTION_STRING_PASSWORD", *match.span(group))
 
 
+# An installer's generated password in a sentence: "A temporary password is generated for
+# root@localhost: X" (MySQL's first start), "The admin password is: X".
+_ANNOUNCED_PASSWORD = on_use(
+    r"password[ \t]++is(?:[ \t]++generated)?+(?:[ \t]++for[ \t]++[^\s:]{1,128}+)?+:[ \t]++"
+    r"(?P<value>[^\s]{1,256}+)"
+)
+
+
+def _announced_passwords(text: str, lower: str) -> Iterator[PiiHit]:
+    for match in finditer_with(_ANNOUNCED_PASSWORD, lower, "password"):
+        start, end = match.span("value")
+        if _generated_alone(text, text[start:end], end):
+            yield PiiHit("CONNECTION_STRING_PASSWORD", start, end)
+
+
 def find_shaped_secrets(src: ScanText) -> Iterator[PiiHit]:
     """.pgpass passwords, password hashes, a Dockerfile's ENV NAME value for a password,
-    cmdkey's /pass:, Oracle's user/password@db and the passwords htpasswd -b, chpasswd and
-    rabbitmqctl change_password take as arguments."""
+    cmdkey's /pass:, Oracle's user/password@db, the passwords htpasswd -b, chpasswd and
+    rabbitmqctl change_password take as arguments, and a generated one a sentence announces."""
     text = src.text
     yield from _pgpass_lines(src)
     yield from _password_hashes(text)
@@ -199,6 +214,7 @@ def find_shaped_secrets(src: ScanText) -> Iterator[PiiHit]:
     if src.holds("pass"):  # a C search, shared with other recognizers
         yield from _cmdkey_passwords(src.lower)
         yield from _positional_passwords(text)
+        yield from _announced_passwords(text, src.lower)
     if "@" in text:
         yield from _oracle_passwords(text, src.lower)
 

@@ -1007,6 +1007,13 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
         "Xk9#mP2$vL7@qR4!",
     ),
     ("CONNECTION_STRING_PASSWORD", "[init] Grafana admin password: admin123X", "admin123X"),
+    (
+        "CONNECTION_STRING_PASSWORD",
+        "[Note] [MY-010454] [Server] A temporary password is generated for root@localhost: "
+        "Xk9#mP2$vL7@\n",
+        "Xk9#mP2$vL7@",
+    ),
+    ("CONNECTION_STRING_PASSWORD", "The generated admin password is: aB3dE5fG7hJ9", "aB3dE5fG7hJ9"),
     # A file named for a secret, printed with cat under its echoed command line.
     (
         "GENERIC_SECRET",
@@ -1620,6 +1627,7 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
         "msg: password: RESET_REQUIRED\nkey password: PKCS12\nerror: password: CHANGEME123",
     ),
     ("CONNECTION_STRING_PASSWORD", "auth: password: Expired-2024 for bob"),
+    ("CONNECTION_STRING_PASSWORD", "the password is: required\nroot password is set for root: yes"),
     # cat of a file that names no secret, or of a secret's key file (found as a key).
     ("GENERIC_SECRET", "$ cat /etc/hostname\nweb-01a2b3\n$ cat token_count.txt\n12"),
     # Colon-separated lines that are no .pgpass: passwd, group, a time, an access line.
@@ -1904,6 +1912,7 @@ ADVERSARIAL = [
     ("a" * 19 + "." + "a" * 20 + "/") * 2_500,
     "cat a_secret " * 10_000 + "\n",
     "x password: aB3" * 20_000,
+    "password is generated for " * 10_000 + ": aB3dE5fG7hJ9",
     "htpasswd -b" + " -C" * 50_000,
     "htpasswd -b a b " * 10_000,
     "echo a:b | chpasswd " * 10_000,
