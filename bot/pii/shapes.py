@@ -257,9 +257,13 @@ _PRINTING_COMMANDS: tuple[tuple[re.Pattern[str], str, tuple[str, ...], tuple[str
     (_GCLOUD_ACCESS, "secrets versions", ("gcloud",), _SECRET_WORD),
     (_CAT_FILE, "cat ", (), _FILE_GATE_WORDS),
 )
-# What a command prints when it prints no secret: an error, a warning, a placeholder; and
-# terraform's error box, whose first line (a lone "╷") the scan reads as "?".
-_NOT_PRINTED = ("error", "warning", "usage", "no outputs", "(sensitive", *_PLACEHOLDER_STARTS)
+# What a command prints when it prints no secret: an error, a warning, a placeholder, set -x's
+# trace of the next command; and terraform's error box, whose first line (a lone "╷") the scan
+# reads as "?".
+_NOT_PRINTED = (
+    *("error", "warning", "usage", "no outputs", "(sensitive", "+ "),
+    *_PLACEHOLDER_STARTS,
+)
 _ERROR_BOX = "?"
 
 

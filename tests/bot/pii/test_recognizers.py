@@ -1651,6 +1651,7 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
         '$ terraform output -raw db_password\n╷\n│ Error: Output "db_password" not found',
     ),
     ("GENERIC_SECRET", "$ heroku config:get WEB_CONCURRENCY\n4abc2"),
+    ("GENERIC_SECRET", "+ terraform output -raw db_password\n+ echo done2x\ndone2x"),
 ]
 
 
