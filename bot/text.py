@@ -47,9 +47,25 @@ def password_masked(url: str, mark: str = "…") -> str:
     authority = re.split(r"[/?#]", rest, maxsplit=1)[0]
     userinfo, at, host = authority.rpartition("@")
     user, colon, _ = userinfo.partition(":")
-    if not (sep and at and colon):
+    if not (sep and at):
         return url
+    if not colon:  # a user alone: a token given as one (https://ghp_…@github.com) is masked
+        shown = mark if _token_like(user) else user
+        return f"{scheme}{sep}{shown}@{host}{rest[len(authority) :]}"
     return f"{scheme}{sep}{user}:{mark}@{host}{rest[len(authority) :]}"
+
+
+# The starts of tokens that a host takes as a URL's user with no password (GitHub's, GitLab's,
+# Slack's, OpenAI's keys): a user that starts so, or is long with a digit in it, is a token.
+_TOKEN_STARTS: Final = ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "glpat-", "xox")
+_TOKEN_STARTS_TOO: Final = ("gldt-", "glrt-", "sk-")
+
+
+def _token_like(user: str) -> bool:
+    """Whether a URL's user, given alone, is a token rather than a login name (git, kestrel)."""
+    if user.startswith((*_TOKEN_STARTS, *_TOKEN_STARTS_TOO)):
+        return True
+    return len(user) >= 20 and any(c.isdigit() for c in user)
 
 
 def _passwords_masked(text: str) -> str:
@@ -81,14 +97,23 @@ QUERY_API_KEYS: Final = frozenset(
 # key=value and named-secret readers (bot/pii/labelled.py), anywhere in a text; the logs mask
 # them in a query.
 _QUERY_LABELLED_ENDINGS: Final = ("password", "passwd", "secret")
-# A query parameter, its name after "?" or "&" and its value up to the next one, a fragment, a
-# blank or a quote (a URL inside a JSON string).
-_QUERY_PARAMETER: Final = on_use(r"(?<=[?&])([A-Za-z0-9_.-]{1,64})=([^&\s#\"'<>\\]+)")
+# A URL's parameter: its name after "?", "&", ";" (a path's or a JDBC URL's parameters) or "#"
+# (a fragment's: OAuth's implicit grant), percent-encoded or not, and its value up to the next
+# one, a fragment, a blank or a quote (a URL inside a JSON string). Tried only after one of
+# those four, each try reading at most the name's 64 characters: linear in the line.
+_QUERY_PARAMETER: Final = on_use(r"(?<=[?&;#])([A-Za-z0-9_.%-]{1,64})=([^&;\s#\"'<>\\]+)")
+# Where a parameter can start: what a line must hold for the parameters to be read at all.
+_PARAMETER_STARTS: Final = ("?", "&", ";", "#")
+# A percent-encoded byte in a parameter's name ("%74oken", "api%5Fkey").
+_PERCENT: Final = on_use(r"%([0-9A-Fa-f]{2})")
 
 
 def _query_value_masked(found: re.Match[str]) -> str:
-    """A query parameter, its value shown as "…" when its name is a credential's."""
-    name = found.group(1).lower()
+    """A URL's parameter, its value shown as "…" when its name is a credential's."""
+    name = found.group(1)
+    if "%" in name:  # read as the server reads it
+        name = _PERCENT.sub(lambda byte: chr(int(byte.group(1), 16)), name)
+    name = name.lower()
     if name.endswith((*QUERY_CREDENTIAL_ENDINGS, *_QUERY_LABELLED_ENDINGS)):
         return f"{found.group(1)}=…"
     if name in QUERY_API_KEYS:
@@ -98,11 +123,13 @@ def _query_value_masked(found: re.Match[str]) -> str:
 
 def url_passwords_masked(text: str) -> str:
     """``text`` with the credentials of each URL in it masked (a log line, an error): the
-    password of its user:password@ and the value of each query parameter named for one
-    (``?token=``, ``&sig=``, ``?api_key=``, ``&client_secret=``, ``?password=``)."""
+    password of its user:password@, a token given as its user alone (``https://ghp_…@``), and
+    the value of each parameter named for one, in its query, path or fragment, its name
+    percent-encoded or not (``?token=``, ``&sig=``, ``?api%5Fkey=``, ``;password=``,
+    ``#access_token=``, ``&client_secret=``)."""
     if "@" in text and "://" in text:
         text = _passwords_masked(text)
-    if "?" in text and "=" in text:
+    if "=" in text and any(start in text for start in _PARAMETER_STARTS):
         text = _QUERY_PARAMETER.sub(_query_value_masked, text)
     return text
 

@@ -156,3 +156,50 @@ def test_a_password_or_secret_in_a_urls_query_is_masked_in_a_log_line(url: str, 
     )
     assert logs.TextLines().format(record).endswith(f"httpx: HTTP Request: POST {shown}")
     assert f"POST {shown}" in json.loads(logs.JsonLines().format(record))["message"]
+
+
+@pytest.mark.parametrize(
+    ("line", "shown"),
+    [
+        # A URL's ;parameters (matrix parameters, a JDBC URL's properties).
+        (
+            "jdbc:postgresql://db/kestrel;user=ops;password=Pw-8d7c6b5a;ssl=true",
+            "jdbc:postgresql://db/kestrel;user=ops;password=…;ssl=true",
+        ),
+        ("https://api.example/x;token=ya29.a0&a=b", "https://api.example/x;token=…&a=b"),
+        # A fragment's parameters (OAuth's implicit grant hands the token back there).
+        (
+            "https://app.example/cb#access_token=ya29.a0&expires_in=3599",
+            "https://app.example/cb#access_token=…&expires_in=3599",
+        ),
+        (
+            "https://app.example/cb?state=1#id_token=eyJ.x.y",
+            "https://app.example/cb?state=1#id_token=…",
+        ),
+        # A name percent-encoded, read as what it decodes to.
+        ("https://mcp.example/mcp?%74oken=abc123&a=b", "https://mcp.example/mcp?%74oken=…&a=b"),
+        ("https://mcp.example/mcp?api%5Fkey=k1", "https://mcp.example/mcp?api%5Fkey=…"),
+        ("https://mcp.example/mcp?PASS%57ORD=Pw-1", "https://mcp.example/mcp?PASS%57ORD=…"),
+        # A token given as the URL's user, no password after it (GitHub takes one so).
+        (
+            "git clone https://ghp_16C7e42F292c6912E7710c838347Ae178B4a@github.com/o/r.git",
+            "git clone https://…@github.com/o/r.git",
+        ),
+        ("https://glpat-abcdefghij0123456789@gitlab.example/o/r", "https://…@gitlab.example/o/r"),
+        ("https://ghp_xxx@github.com/o/r", "https://…@github.com/o/r"),
+        # What is no credential stays: a login name as the user, a fragment, a name that
+        # decodes to none, an anchor.
+        ("postgresql://kestrel@db:5432/kestrel", "postgresql://kestrel@db:5432/kestrel"),
+        ("ssh://git@github.com/o/r.git", "ssh://git@github.com/o/r.git"),
+        ("https://docs.example/page#token-usage", "https://docs.example/page#token-usage"),
+        ("https://api.example/x?sort%5Fkey=name", "https://api.example/x?sort%5Fkey=name"),
+        ("https://api.example/x;jsessionid=1;page=2", "https://api.example/x;jsessionid=1;page=2"),
+    ],
+)
+def test_a_credential_elsewhere_in_a_url_is_masked_in_a_log_line(line: str, shown: str) -> None:
+    # The masker read a query's "?name=" and "&name=" alone, by names as written: a JDBC URL's
+    # ";password=", an OAuth callback's "#access_token=", "?%74oken=" and a token given as the
+    # URL's user (https://ghp_…@github.com) were logged as they were.
+    record = logging.LogRecord("httpx", logging.INFO, __file__, 1, "GET %s", (line,), None)
+    assert logs.TextLines().format(record).endswith(f"httpx: GET {shown}")
+    assert json.loads(logs.JsonLines().format(record))["message"] == f"GET {shown}"
