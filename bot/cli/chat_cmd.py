@@ -12,6 +12,7 @@ import click
 from bot.cli.common import (
     Failure,
     as_option,
+    in_runtime,
     one_line_errors,
     plain_range,
     settings_of,
@@ -19,6 +20,7 @@ from bot.cli.common import (
     with_runtime,
 )
 from bot.cli.driving import hold_sigterm, on_stop_signals
+from bot.cli.stopping import Stop, end_on_signals
 
 if TYPE_CHECKING:
     from bot.config.settings import Settings
@@ -177,28 +179,24 @@ def serve(platforms: tuple[str, ...], port: int | None, host: str) -> None:
     from bot.text import printable
     from bot.waits import outcome_retrieved, time_left
 
-    hold_sigterm()  # one that comes while starting stops the replica once started
+    hold_sigterm()  # one that comes before the event loop is kept for the stop
     settings = settings_of(click.get_current_context())
     # Before the runtime, whose notices would otherwise bury a refusal for a missing token.
     checked = front_settings(platforms, settings.web)
     log = logging.getLogger(SERVICE)
+    grace = settings.replica.shutdown_grace_seconds
 
-    async def work(rt: Runtime) -> None:
+    async def work(rt: Runtime, stop: Stop) -> None:
+        stop.started()
         supervisor = Supervisor(rt)
         front = ChatFront(supervisor, checked, host=host, port=port)
         taker = WorkTaker(supervisor, rt.store, inbound=front.chat.inbound)
         scheduler = Scheduler(supervisor, settings.deadlines, settings.schedules, store=rt.store)
-        stop = asyncio.Event()
-        received: list[int] = []
-
-        def stopping(signum: int) -> None:
-            received.append(signum)
-            stop.set()
-            front.drain()  # /readyz says 503 at once, even before the listener is up
-
-        on_stop_signals(stopping)
+        stop.on_first(front.drain)  # /readyz says 503 at once, even before the listener is up
+        # A second signal kills the commands under way now, sparing none the grace.
+        stop.on_second(lambda: supervisor.interrupt_all(hand_back=True))
         await front.start()
-        if stop.is_set():
+        if stop.event.is_set():
             front.drain()  # stopped while starting: the platforms started since are drained too
         await scheduler.start()
         # What start-up built (modules, schemas, the catalog) lives as long as the process:
@@ -217,20 +215,21 @@ def serve(platforms: tuple[str, ...], port: int | None, host: str) -> None:
             )
         for line in front.describe():
             log.info("%s", printable(line))  # the names in it come from Slack and Discord
-        await stop.wait()
-        grace = settings.replica.shutdown_grace_seconds
-        # One deadline for the whole stop, whatever the store does: a silent one made each of
-        # its waits a store timeout, and the orchestrator's kill came first.
-        ends = asyncio.get_running_loop().time() + grace + STOP_MARGIN_SECONDS
+        await stop.event.wait()
+        # One deadline for the whole stop, counted from the signal (which may have come while
+        # starting), whatever the store does: a silent one made each of its waits a store
+        # timeout, and the orchestrator's kill came first.
+        ends = stop.ends
         writes_end = ends - STOP_CLOSE_SECONDS
         # Said at once: the drain may take the whole grace, and the orchestrator's kill follows.
         log.info(
             "stopping on %s: not ready from now on; handing back %d live run(s), a command"
             " under way given up to %g s",
-            signal.Signals(received[0]).name,
+            signal.Signals(stop.received[0]).name,
             len(supervisor.live),
             grace,
         )
+        stop.doing = _under_way(supervisor)
         # Marked first: through the grace, `kestrel replicas` and a refused resume say that its
         # leases run out rather than that it drives their runs. Not waited for: a silent
         # store would hold the grace back.
@@ -239,9 +238,11 @@ def serve(platforms: tuple[str, ...], port: int | None, host: str) -> None:
         taker.stop()
         await scheduler.stop()
         for run_id in await supervisor.shutdown(tool_grace=grace, hand_back=True, until=writes_end):
+            stop.doing = "handing the suspended runs back"
             # Handed back: another replica goes on. Not queued, it is adopted as handed back.
             if not await _noted(taker.submit_resume(run_id), writes_end):
                 break
+        stop.doing = "closing the listener, the platforms and the store"
         await front.stop()
         taking.cancel()
         taking.add_done_callback(outcome_retrieved)
@@ -254,6 +255,9 @@ def serve(platforms: tuple[str, ...], port: int | None, host: str) -> None:
         forgotten = noting.done() and await _noted(rt.store.forget_replica(rt.owner), writes_end)
         await _closed(rt.store, ends)
         await _left_runs_ended(supervisor)
+        stop.doing = "closing the model's and the tools' connections, after the stop"
+        if stop.ended_by is not None:
+            return  # the stop was cut short, and its line said so
         if forgotten:
             log.info("stopped: live runs suspended and their leases released")
             return
@@ -263,4 +267,36 @@ def serve(platforms: tuple[str, ...], port: int | None, host: str) -> None:
             rt.lease_seconds,
         )
 
-    with_runtime(work)
+    async def main() -> Stop:
+        stop = Stop(log, grace + STOP_MARGIN_SECONDS)
+        on_stop_signals(stop.take)
+        try:
+            await in_runtime(lambda rt: work(rt, stop), settings)
+        except asyncio.CancelledError:
+            if not stop.cut_start:
+                raise
+            asyncio.current_task().uncancel()  # type: ignore[union-attr]
+            log.warning(
+                "stopped on %s while starting: the start-up was cut short at the stop's"
+                " deadline (%g s); nothing was served, and a migration under way was rolled"
+                " back whole (the next start applies it again)",
+                signal.Signals(stop.received[0]).name,
+                grace + STOP_MARGIN_SECONDS,
+            )
+        return stop
+
+    stopped = asyncio.run(main())
+    end_on_signals(log)
+    stopped.exit_if_cut()
+
+
+def _under_way(supervisor: Supervisor) -> str:
+    """What the stop waits on first: the commands under way (run and tool), or the suspends."""
+    tools = [
+        f"{tool} (run {run_id})"
+        for run_id, live in supervisor.live.items()
+        if (tool := live.signals.interrupt.tool_under_way())
+    ]
+    if not tools:
+        return "suspending the live runs"
+    return "the grace of the command(s) under way: " + ", ".join(tools)

@@ -282,20 +282,20 @@ def with_runtime(work: Callable[[Runtime], Awaitable[R]], settings: Settings | N
     """Run ``work`` with a runtime built from ``settings`` (the command's by default)."""
     import asyncio
 
+    return asyncio.run(in_runtime(work, settings or current_settings()))
+
+
+async def in_runtime(work: Callable[[Runtime], Awaitable[R]], settings: Settings) -> R:
+    """``work`` with a runtime built from ``settings``, on the running event loop."""
     from bot.cli import compose
 
-    settings = settings or current_settings()
-
-    async def main() -> R:
-        async with compose.runtime(settings) as rt:
-            # What start-up built (modules, settings, the catalog) outlives the work: kept out
-            # of the collector's passes while it runs, as ``serve`` keeps it. A gen-1 pass over
-            # the last imports' objects otherwise fell in a fresh run's suspend or resume
-            # (0.5 ms, 1.6 M instructions of about 12 M: bench.cold), for nothing it could free.
-            settle_after_start_up()
-            return await work(rt)
-
-    return asyncio.run(main())
+    async with compose.runtime(settings) as rt:
+        # What start-up built (modules, settings, the catalog) outlives the work: kept out
+        # of the collector's passes while it runs, as ``serve`` keeps it. A gen-1 pass over
+        # the last imports' objects otherwise fell in a fresh run's suspend or resume
+        # (0.5 ms, 1.6 M instructions of about 12 M: bench.cold), for nothing it could free.
+        settle_after_start_up()
+        return await work(rt)
 
 
 def with_reader(work: Callable[[Store], Awaitable[R]]) -> R:

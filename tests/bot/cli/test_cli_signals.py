@@ -300,3 +300,37 @@ def test_approve_stops_the_run_it_carries_on_and_suspends(folder: Path) -> None:
     entries = assert_suspended_and_released(folder)
     (process,) = [e.process for e in entries if isinstance(e, ToolProcess)]
     wait_until(lambda: orphans.members(process) == [], "the whole group's end")
+
+
+def test_a_second_sigterm_cuts_serves_stop_short(folder: Path) -> None:
+    # A second SIGTERM (or Ctrl-C) while serve stops was taken as the first again: the stop
+    # went on for the whole grace, a command under way with it, and nothing said so.
+    env = scripted(folder)
+    config = yaml.safe_load((folder / "kestrel.yaml").read_text())
+    config["replica"]["shutdown_grace_seconds"] = 30
+    (folder / "kestrel.yaml").write_text(yaml.safe_dump(config))
+    serve = start(folder, env, "serve", "--port", "0")
+    asyncio.run(submit_slow(folder))
+    wait_until(lambda: effects(folder) == ["start"], "the command's start")
+    serve.send_signal(signal.SIGTERM)
+    wait_until(lambda: [r.stopping for r in asyncio.run(replicas(folder))] == [True], "the mark")
+
+    serve.send_signal(signal.SIGTERM)
+    _, err = serve.communicate(timeout=10)
+
+    assert serve.returncode == 143, err
+    assert "Traceback" not in err
+    record, _ = the_run(folder)
+    said = "SIGTERM again while stopping: stopping at once, cutting short the grace of the"
+    assert f"{said} command(s) under way: slow (run {record.id})" in err, err
+    assert "stopped: live runs suspended" not in err
+    assert effects(folder) == ["start"]  # killed, not finished
+
+
+async def submit_slow(folder: Path) -> None:
+    store = SqliteStore(folder / "kestrel.db")
+    await store.migrate()
+    session = Session(id=new_id("ses"), platform="test")
+    payload = {"run_id": new_id("run"), "prompt": "slow", "session": wire.to_plain(session)}
+    await store.enqueue_work("start", {**payload, "requested_by": "U0REQ"})
+    await store.close()
