@@ -54,6 +54,7 @@ from bot.run.cancel import Cancels, asker
 from bot.run.cancel import cancel_key as cancel_key  # where callers have always found it
 from bot.run.context import RunContext
 from bot.run.loop import AgentLoop, LoopDeps, Signals
+from bot.run.renewals import RenewalTrouble
 from bot.run.runtime import Runtime
 from bot.waits import outcome_retrieved, time_left
 
@@ -126,6 +127,7 @@ class Supervisor:
         self._stopped: list[asyncio.Task[RunState]] = []  # the tasks shutdown waits on
         self._stopping = False
         self._hand_back = False  # what ``shutdown`` suspends its runs as (``Interrupt``)
+        self._renewals = RenewalTrouble()  # said once per outage, not per run and renewal
 
     # --- entry points -------------------------------------------------------------------
 
@@ -776,22 +778,26 @@ class Supervisor:
         """Renew the run's lease while its task drives it; and, at each renewal, look for a
         cancel another process asked of it (``Cancels.asked_elsewhere``)."""
         interval = max(self.rt.lease_seconds / 3, 0.05)
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                held = await self.rt.store.renew(
-                    journal.run_id, self.rt.owner, journal.epoch, self.rt.lease_seconds
-                )
-            except StoreError as exc:
-                # A store that blinks must not cost the run its lease: a long command would be
-                # adopted, and its effect asked about, though this process still drives it.
-                log.warning("run %s: lease not renewed, trying again: %s", journal.run_id, exc)
-                continue
-            if not held:
-                log.warning("run %s: lease lost", journal.run_id)
-                return
-            journal.lease_renewed()
-            await self.cancels.asked_elsewhere(live)
+        try:
+            while True:
+                await asyncio.sleep(interval)
+                try:
+                    held = await self.rt.store.renew(
+                        journal.run_id, self.rt.owner, journal.epoch, self.rt.lease_seconds
+                    )
+                except StoreError as exc:
+                    # A store that blinks must not cost the run its lease: a long command would
+                    # be adopted, and its effect asked about, though this process drives it.
+                    self._renewals.failed(journal.run_id, exc)
+                    continue
+                self._renewals.renewed(journal.run_id)
+                if not held:
+                    log.warning("run %s: lease lost", journal.run_id)
+                    return
+                journal.lease_renewed()
+                await self.cancels.asked_elsewhere(live)
+        finally:
+            self._renewals.left(journal.run_id)
 
     # --- helpers ------------------------------------------------------------------------
 

@@ -1944,3 +1944,46 @@ async def test_a_cancel_from_another_process_keeps_the_next_effect_from_starting
     assert counter.calls == {}  # the write, not started when the cancel was taken, never ran
     assert (await rt.store.get_run(live.run_id)).status is RunStatus.CANCELLED
     assert await cancels_audited(rt, live.run_id) == ["U0REQ"]
+
+
+class OutageStore(SqliteStore):
+    """The real store, whose lease renewals fail while ``down``, as in a store's outage."""
+
+    down = False
+    failed = 0
+
+    async def renew(self, run_id: str, owner: str, epoch: int, lease_seconds: float) -> bool:
+        """Fail while down; renew otherwise."""
+        if self.down:
+            self.failed += 1
+            raise StoreError("PostgreSQL is unreachable: connection refused")
+        return await super().renew(run_id, owner, epoch, lease_seconds)
+
+
+async def test_a_store_outage_says_two_lease_lines_not_one_per_renewal(
+    tmp_path: Path, opened: list[Runtime], caplog: pytest.LogCaptureFixture
+) -> None:
+    # Each run said "lease not renewed, trying again" at each renewal the store failed: three
+    # runs with 30 s leases, a line every 10 s each; a hundred runs, ten lines a second, for
+    # as long as the outage lasted. One line says the renewals fail, one that they work again.
+    caplog.set_level(logging.INFO, "kestrel.supervisor")
+    replies = [reply(call("nap", seconds=60)) for _ in range(3)]
+    store = await migrated(OutageStore(tmp_path / "k.db"))
+    model = ScriptedProvider.from_replies(replies, name="test")
+    rt = Runtime(store=store, model=model, tools=ToolSource(ToolSet([nap])), lease_seconds=0.3)
+    opened.append(rt)
+    supervisor = Supervisor(rt)
+    runs = [await supervisor.start_turn(f"rest {n}", prompter=None) for n in range(3)]
+    await until(lambda: all(live.run_id in supervisor.live for live in runs))
+
+    store.down = True
+    await until(lambda: store.failed >= 12)
+    store.down = False
+    await until(lambda: any("work again" in r.getMessage() for r in caplog.records))
+    failed = store.failed
+    await supervisor.shutdown()
+
+    lines = [r.getMessage() for r in caplog.records if "lease" in r.getMessage()]
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("lease renewals fail (PostgreSQL is unreachable"), lines
+    assert f"after {failed} failed renewal(s) of 3 run(s)" in lines[1], lines
