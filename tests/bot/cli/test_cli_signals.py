@@ -10,6 +10,7 @@ import json
 import signal
 import sqlite3
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -334,3 +335,44 @@ async def submit_slow(folder: Path) -> None:
     payload = {"run_id": new_id("run"), "prompt": "slow", "session": wire.to_plain(session)}
     await store.enqueue_work("start", {**payload, "requested_by": "U0REQ"})
     await store.close()
+
+
+def test_a_sigterm_after_serve_said_stopped_ends_it_at_once(folder: Path) -> None:
+    # After "stopped:" the process still closes its MCP servers (one that ignores its stdin's
+    # end and SIGTERM takes 4 s to be killed): a SIGTERM then was taken as the first again,
+    # and the process went on closing, or, once the event loop had closed, died by it.
+    server = Path(__file__).resolve().parents[2] / "fakes" / "mcp_server.py"
+    stubborn = f"trap '' TERM; {sys.executable} {server}; sleep 30"
+    env = scripted(folder)
+    config = yaml.safe_load((folder / "kestrel.yaml").read_text())
+    srv = {"name": "srv", "transport": "stdio", "command": ["sh", "-c", stubborn]}
+    config["mcp_servers"] = [srv]
+    (folder / "kestrel.yaml").write_text(yaml.safe_dump(config))
+    serve = start(folder, env, "serve", "--port", "0")
+    assert serve.stderr is not None
+    wait_until(lambda: replicas_now(folder) == 1, "the replica's start")
+    serve.send_signal(signal.SIGTERM)
+    said = []
+    for line in serve.stderr:
+        said.append(line)
+        if "stopped: live runs suspended" in line:
+            break
+
+    signalled = time.monotonic()
+    serve.send_signal(signal.SIGTERM)
+    _, err = serve.communicate(timeout=10)
+
+    assert time.monotonic() - signalled < 2.5, err
+    assert serve.returncode == 143, "".join(said) + err
+    assert "Traceback" not in err
+    assert "SIGTERM again" in err and "after the stop" in err, err
+
+
+def replicas_now(folder: Path) -> int:
+    if not (folder / "kestrel.db").exists():
+        return 0
+    with contextlib.closing(sqlite3.connect(folder / "kestrel.db")) as db:
+        try:
+            return int(db.execute("SELECT count(*) FROM replicas").fetchone()[0])
+        except sqlite3.OperationalError:  # not migrated yet
+            return 0
