@@ -10,7 +10,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final, TextIO, assert_never
 
 from bot.chat.cards import PLAN_BINDING, off_plan_words, options_shown, plan_steps
@@ -387,7 +387,13 @@ def _elsewhere(state: RunResult) -> str:
 class ConsoleChat:
     """The terminal chat: one session, turns one after another."""
 
-    def __init__(self, chat: ChatService, io: ConsoleIO, user: str = "console") -> None:
+    def __init__(
+        self,
+        chat: ChatService,
+        io: ConsoleIO,
+        user: str = "console",
+        on_stop: Callable[[int], object] | None = None,
+    ) -> None:
         self.chat = chat
         self.io = io
         self.user = user
@@ -399,7 +405,14 @@ class ConsoleChat:
         self._interrupts = 0
         self.terminated = False  # SIGTERM arrived: leave once the run under way has suspended
         self._leaving = False
+        # Told of each signal that stops the chat (a SIGTERM, the Ctrl-C that leaves, any once
+        # leaving): the command's stop deadline, which a later one ends at once.
+        self._on_stop = on_stop or (lambda _signum: None)
         chat.subscribe(ConsoleRenderer(io, user))
+
+    def under_way(self) -> str | None:
+        """The run this chat follows now, if any."""
+        return None if self._live is None else self._live.run_id
 
     async def run(self, banner: str) -> None:
         """Read messages until end of input or /quit."""
@@ -519,12 +532,13 @@ class ConsoleChat:
         try:
             yield
         finally:
-            # The handlers stay (the loop removes them when it closes) but do nothing more:
+            # The handlers stay (the loop removes them when it closes) but only tell the stop:
             # Python's own Ctrl-C would raise in the middle of closing the journal.
             self._leaving = True
 
     def _terminate(self, main: asyncio.Task[Any] | None) -> None:
-        if self._leaving:
+        self._on_stop(signal.SIGTERM)
+        if self._leaving or self.terminated:
             return
         self.terminated = True
         if self._live is not None:
@@ -533,7 +547,8 @@ class ConsoleChat:
             main.cancel()
 
     def _interrupt(self, main: asyncio.Task[Any] | None) -> None:
-        if self._leaving:
+        if self._leaving or self.terminated:
+            self._on_stop(signal.SIGINT)
             return
         self._interrupts += 1
         if self._asking is not None:
@@ -543,5 +558,6 @@ class ConsoleChat:
             self.chat.interrupt(self._live)
             self.io.write("\n  (stopping: the run suspends now; Ctrl-C again leaves the chat)")
             return
+        self._on_stop(signal.SIGINT)
         if main is not None:
             main.cancel()

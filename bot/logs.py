@@ -59,10 +59,12 @@ TICKING: Final = ("apscheduler",)
 SERVICE: Final = "kestrel.serve"
 # What the configuration warns of: a line of .env it could not read.
 CONFIG: Final = "kestrel.config"
+# What ``kestrel chat`` says of its stop on stderr: what a stop cut short left.
+CHAT: Final = "kestrel.chat"
 # Loggers heard at a level whatever the level: an operator needs serve's own lines at the
 # default (warning) too, and they are a few lines at start and one at stop; a line of .env
 # skipped is a setting not given, which a one-shot command (at error by default) says too.
-LOUDER: Final = {SERVICE: logging.INFO, CONFIG: logging.WARNING}
+LOUDER: Final = {SERVICE: logging.INFO, CONFIG: logging.WARNING, CHAT: logging.WARNING}
 # discord.py's warnings about voice support a text bot never uses.
 _VOICE_NOTICE: Final = "voice will NOT be supported"
 RUN_ID: ContextVar[str | None] = ContextVar("kestrel_run_id", default=None)

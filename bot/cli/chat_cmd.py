@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import signal
 import sys
 from collections.abc import Awaitable
@@ -17,12 +18,11 @@ from bot.cli.common import (
     plain_range,
     settings_of,
     terminal_user,
-    with_runtime,
 )
 from bot.cli.driving import hold_sigterm, on_stop_signals
-from bot.cli.stopping import Stop, end_on_signals
 
 if TYPE_CHECKING:
+    from bot.cli.stopping import Stop
     from bot.config.settings import Settings
     from bot.run.runtime import Runtime
     from bot.run.supervisor import Supervisor
@@ -39,14 +39,17 @@ def chat(user: str | None) -> None:
     from adapters.console import ConsoleChat, ConsoleIO
     from bot.chat.service import ChatService
     from bot.cli.compose import policy_notices, shown_database
+    from bot.cli.stopping import Stop, end_on_signals
+    from bot.logs import CHAT
     from bot.run.supervisor import Supervisor
 
     if sys.stdout is None:  # closed before the command started (`kestrel chat >&-`)
         raise Failure("stdout is closed: the chat has nowhere to show itself")
     settings = settings_of(click.get_current_context())
     user = terminal_user(user)
+    log = logging.getLogger(CHAT)
 
-    async def work(rt: Runtime) -> bool:
+    async def work(rt: Runtime, stop: Stop) -> bool:
         supervisor = Supervisor(rt)
         banner = (
             f"Kestrel chat: model {rt.model.provider}/{rt.model.model}, "
@@ -57,21 +60,42 @@ def chat(user: str | None) -> None:
         )
         notices = _unlogged(policy_notices(settings, rt.policy))
         banner += "".join(f"\nnote: {notice}" for notice in notices)
-        console = ConsoleChat(ChatService(supervisor), ConsoleIO(), user)
+        console = ConsoleChat(ChatService(supervisor), ConsoleIO(), user, on_stop=stop.take)
+        stop.on_first(lambda: _left_by(stop, console.under_way()))
         try:
             await console.run(banner)
         finally:
             await supervisor.shutdown()
         return console.terminated
 
+    async def main() -> tuple[bool, Stop]:
+        # The stop's rule is serve's, with no grace: a command under way is killed at once.
+        stop = Stop(log, STOP_MARGIN_SECONDS)
+        stop.started()
+        return await in_runtime(lambda rt: work(rt, stop), settings), stop
+
     try:
-        terminated = with_runtime(work)
+        terminated, stop = asyncio.run(main())
     except (KeyboardInterrupt, asyncio.CancelledError):
+        end_on_signals(log)
         click.echo("\naborted", err=True)
         sys.exit(130)
+    end_on_signals(log)
+    stop.exit_if_cut()
     if terminated:
         click.echo("stopped: the run under way was suspended", err=True)
         sys.exit(128 + signal.SIGTERM)
+
+
+def _left_by(stop: Stop, run_id: str | None) -> None:
+    """What the chat's stop does first, named if it is cut short: with it, what it leaves."""
+    if run_id is None:
+        stop.doing = "closing the journal"
+        return
+    stop.doing = (
+        f"suspending run {run_id}: its lease runs out, then `kestrel runs resume {run_id}`"
+        " takes it up"
+    )
 
 
 def _demo_said(settings: Settings) -> str:
@@ -81,7 +105,6 @@ def _demo_said(settings: Settings) -> str:
 
 def _unlogged(notices: list[str]) -> list[str]:
     """The policy's notices for the banner, unless the log has just shown them (``-v``)."""
-    import logging
 
     return [] if logging.getLogger("kestrel.policy").isEnabledFor(logging.WARNING) else notices
 
@@ -167,9 +190,9 @@ def serve(platforms: tuple[str, ...], port: int | None, host: str) -> None:
     reminders and scheduled prompts, and serve the chat PLATFORMS named (slack, discord). SIGTERM or
     Ctrl-C suspends live runs and hands them back."""
     import asyncio
-    import logging
 
     from bot.cli.serving import ChatFront, front_settings
+    from bot.cli.stopping import Stop, end_on_signals
     from bot.collector import settle_for_service
     from bot.logs import SERVICE
     from bot.records import REPLICA_STOPPING

@@ -113,7 +113,7 @@ class Stop:
 
     def _overdue(self) -> None:
         self._log.error(
-            "the stop outlasted its deadline (%g s) while %s: ending now",
+            "the stop outlasted its deadline (%g s): ending now, cutting short %s",
             self._seconds + EXIT_SECONDS,
             self.doing,
         )
