@@ -206,4 +206,8 @@ class JsonLines(logging.Formatter):
         obj.update(where(record))
         if record.exc_info:
             obj["exception"] = self.formatException(record.exc_info)
-        return url_passwords_masked(json.dumps(obj, ensure_ascii=False))
+        # Masked before they are JSON strings: a payload's quotes are then still quotes.
+        for key in ("message", "exception"):
+            if key in obj:
+                obj[key] = url_passwords_masked(obj[key])
+        return json.dumps(obj, ensure_ascii=False)

@@ -113,12 +113,41 @@ def _query_value_masked(found: re.Match[str]) -> str:
     name = found.group(1)
     if "%" in name:  # read as the server reads it
         name = _PERCENT.sub(lambda byte: chr(int(byte.group(1), 16)), name)
+    return f"{found.group(1)}=…" if _names_a_credential(name) else found.group()
+
+
+def _names_a_credential(name: str) -> bool:
+    """Whether a parameter's or a key's name is a credential's (token, sig, an API key, a
+    password, a secret)."""
     name = name.lower()
     if name.endswith((*QUERY_CREDENTIAL_ENDINGS, *_QUERY_LABELLED_ENDINGS)):
-        return f"{found.group(1)}=…"
-    if name in QUERY_API_KEYS:
-        return f"{found.group(1)}=…"
-    return found.group()
+        return True
+    return name in QUERY_API_KEYS
+
+
+# A token in a URL's path: Discord's interaction's and webhook's (/interactions/ID/TOKEN,
+# /webhooks/ID/TOKEN: discord.py's rate limit warning names the URL), Slack's incoming
+# webhook's and a click's response_url (hooks.slack.com/actions/T…/…/SECRET).
+_PATH_TOKEN: Final = on_use(
+    r"(/(?:interactions|webhooks)/\d{1,20}/)[A-Za-z0-9_.-]++"
+    r"|(hooks\.slack\.com/[a-z]{1,16}/(?:[A-Za-z0-9_-]{1,40}/){1,3})[A-Za-z0-9_-]++"
+)
+_PATH_TOKEN_MARKS: Final = ("/interactions/", "/webhooks/", "hooks.slack.com/")
+# A quoted key and its quoted value, as a dict's repr or a JSON object writes them (a
+# library's debug line of a payload: Discord's events, Slack's bodies). The value stops at
+# the next quote: each quote starts one try, reading at most to the next.
+_KEYED_VALUE: Final = on_use(r"""(['"])([A-Za-z0-9_.-]{1,64})\1:\s?(['"])[^'"\\]*+\3""")
+
+
+def _path_token_masked(found: re.Match[str]) -> str:
+    return f"{found.group(1) or found.group(2)}…"
+
+
+def _keyed_value_masked(found: re.Match[str]) -> str:
+    if not _names_a_credential(found.group(2)):
+        return found.group()
+    quote = found.group(3)
+    return f"{found.group(1)}{found.group(2)}{found.group(1)}: {quote}…{quote}"
 
 
 def url_passwords_masked(text: str) -> str:
@@ -126,11 +155,16 @@ def url_passwords_masked(text: str) -> str:
     password of its user:password@, a token given as its user alone (``https://ghp_…@``), and
     the value of each parameter named for one, in its query, path or fragment, its name
     percent-encoded or not (``?token=``, ``&sig=``, ``?api%5Fkey=``, ``;password=``,
-    ``#access_token=``, ``&client_secret=``)."""
+    ``#access_token=``, ``&client_secret=``); a token in a path (Discord's interactions and
+    webhooks, Slack's hooks), and a quoted key's value named so (``'token': '…'``)."""
     if "@" in text and "://" in text:
         text = _passwords_masked(text)
     if "=" in text and any(start in text for start in _PARAMETER_STARTS):
         text = _QUERY_PARAMETER.sub(_query_value_masked, text)
+    if any(mark in text for mark in _PATH_TOKEN_MARKS):
+        text = _PATH_TOKEN.sub(_path_token_masked, text)
+    if "':" in text or '":' in text:
+        text = _KEYED_VALUE.sub(_keyed_value_masked, text)
     return text
 
 

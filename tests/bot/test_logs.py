@@ -203,3 +203,72 @@ def test_a_credential_elsewhere_in_a_url_is_masked_in_a_log_line(line: str, show
     record = logging.LogRecord("httpx", logging.INFO, __file__, 1, "GET %s", (line,), None)
     assert logs.TextLines().format(record).endswith(f"httpx: GET {shown}")
     assert json.loads(logs.JsonLines().format(record))["message"] == f"GET {shown}"
+
+
+INTERACTION_TOKEN = "aW50ZXJhY3Rpb246MTIzNDU2Nzg5MDpTZWNyZXRUb2tlbg"
+
+
+@pytest.mark.parametrize(
+    ("logger", "level", "message", "args", "secret"),
+    [
+        # discord.py's rate limit warning names the URL, an interaction's token in its path.
+        (
+            "discord.http",
+            logging.WARNING,
+            "We are being rate limited. %s %s responded with 429. Retrying in %.2f seconds.",
+            (
+                "POST",
+                f"https://discord.com/api/v10/interactions/1234/{INTERACTION_TOKEN}/callback",
+                1.0,
+            ),
+            INTERACTION_TOKEN,
+        ),
+        (
+            "discord.http",
+            logging.DEBUG,
+            "%s %s with %s has returned %s",
+            (
+                "PATCH",
+                f"https://discord.com/api/v10/webhooks/99/{INTERACTION_TOKEN}/messages/@original",
+                None,
+                200,
+            ),
+            INTERACTION_TOKEN,
+        ),
+        # Its gateway's events at debug: an interaction's token as a dict's value.
+        (
+            "discord.gateway",
+            logging.DEBUG,
+            "For Shard ID %s: WebSocket Event: %s",
+            (None, {"t": "INTERACTION_CREATE", "d": {"id": "1234", "token": INTERACTION_TOKEN}}),
+            INTERACTION_TOKEN,
+        ),
+        # A Slack click's response_url: its last part lets anyone post to the channel.
+        (
+            "slack_bolt.AsyncApp",
+            logging.DEBUG,
+            "payload: %s",
+            (
+                "response_url=https://hooks.slack.com/actions/T0001/1234567890/Zq8xW3vR5tY7uI9oP1aS2dF4",
+            ),
+            "Zq8xW3vR5tY7uI9oP1aS2dF4",
+        ),
+        (
+            "slack_sdk",
+            logging.DEBUG,
+            "body: %s",
+            ({"ok": True, "client_secret": "Cs-8d7c6b5a4f3e", "user": "U1"},),
+            "Cs-8d7c6b5a4f3e",
+        ),
+    ],
+)
+def test_a_platforms_token_in_a_path_or_a_payload_is_masked(
+    logger: str, level: int, message: str, args: tuple[object, ...], secret: str
+) -> None:
+    # At warning (the default), discord.py's line for a rate-limited reply to a click named
+    # the interaction's URL, whose token lets anyone answer for the bot for 15 minutes; at
+    # debug, its events and Slack's payloads carried tokens as a dict's values.
+    record = logging.LogRecord(logger, level, __file__, 1, message, args, None)
+    text = logs.TextLines().format(record)
+    assert secret not in text and "…" in text, text
+    assert secret not in logs.JsonLines().format(record)

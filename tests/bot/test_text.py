@@ -196,6 +196,11 @@ def test_plain_ascii_exact_text_is_returned_as_is_and_compiles_nothing() -> None
         # A long user alone, and many of them.
         ("http://" + "a" * 65_536 + "@h http://ghp_hunter22@h/", " http://…@h/"),
         ("s://u@" * 10_922 + " http://ghp_hunter22@h/", " http://…@h/"),
+        # Quoted keys, path tokens' starts, again and again, none ending as one.
+        ("'a': '" * 10_922 + "' 'token': 'hunter22'", "'token': '…'"),
+        ('"a":"' * 13_107 + '" "api_key": "hunter22"', '"api_key": "…"'),
+        ("/webhooks/1/" * 5_461 + " /webhooks/2/hunter22", " /webhooks/2/…"),
+        ("hooks.slack.com/a/" + "b/" * 32_768 + " hooks.slack.com/s/T/B/hunter22", "/T/B/…"),
     ],
 )
 def test_a_long_line_is_masked_in_linear_time(line: str, tail: str) -> None:
