@@ -68,6 +68,8 @@ LOUDER: Final = {SERVICE: logging.INFO, CONFIG: logging.WARNING, CHAT: logging.W
 # discord.py's warnings about voice support a text bot never uses.
 _VOICE_NOTICE: Final = "voice will NOT be supported"
 RUN_ID: ContextVar[str | None] = ContextVar("kestrel_run_id", default=None)
+# The run's session: its id names the platform, workspace, channel and thread (slack:T:C:TS).
+SESSION: ContextVar[str | None] = ContextVar("kestrel_session", default=None)
 REQUEST_ID: ContextVar[str | None] = ContextVar("kestrel_request_id", default=None)
 PLATFORM: ContextVar[str | None] = ContextVar("kestrel_platform", default=None)
 _replica: list[str] = []
@@ -138,16 +140,19 @@ def set_replica(owner: str) -> None:
     _replica[:] = [owner]
 
 
-def run_context(run_id: str) -> Context:
-    """A copy of the current context in which lines name ``run_id`` (for the run's task)."""
+def run_context(run_id: str, session_id: str = "") -> Context:
+    """A copy of the current context in which lines name ``run_id`` and its session (for the
+    run's task)."""
     context = copy_context()
     context.run(RUN_ID.set, run_id)
+    context.run(SESSION.set, session_id or None)
     return context
 
 
 def where(record: logging.LogRecord) -> dict[str, str]:
-    """What is known of where ``record`` came from: run, request, replica, platform."""
-    found = {"run_id": RUN_ID.get(), "request_id": REQUEST_ID.get()}
+    """What is known of where ``record`` came from: run, session, request, replica,
+    platform."""
+    found = {"run_id": RUN_ID.get(), "session": SESSION.get(), "request_id": REQUEST_ID.get()}
     found["replica"] = _replica[0] if _replica else None
     found["platform"] = PLATFORM.get() or _platform_of(record.name)
     return {key: value for key, value in found.items() if value}

@@ -146,7 +146,7 @@ class Supervisor:
         run_id = run_id or new_id("run")
         live = LiveRun(run_id)
         work = self._start(live, prompt, session, requested_by, prompter, alone)
-        self._drive_on_task(live, work)
+        self._drive_on_task(live, work, session.id if session is not None else "")
         return live
 
     async def begun(self, live: LiveRun) -> bool:
@@ -316,13 +316,16 @@ class Supervisor:
         live = LiveRun(run_id, epoch, cancelled_by=asker(asked) if asked is not None else "")
         previous = owner if owner != self.rt.owner else ""
         resumed = RunResumed(owner=self.rt.owner, forced=force, taken_over_from=previous, by=by)
-        self._drive_on_task(live, self._resume(live, epoch, state, prompter, resumed, asked))
+        work = self._resume(live, epoch, state, prompter, resumed, asked)
+        self._drive_on_task(live, work, state.started.session_id if state.started else "")
         return live
 
-    def _drive_on_task(self, live: LiveRun, work: Coroutine[Any, Any, RunState]) -> None:
+    def _drive_on_task(
+        self, live: LiveRun, work: Coroutine[Any, Any, RunState], session_id: str
+    ) -> None:
         """Run ``work`` on a task of its own behind the panic barrier; the run is live."""
-        # Every log line the run's task writes names the run (``bot.logs``).
-        context = run_context(live.run_id)
+        # Every log line the run's task writes names the run and its session (``bot.logs``).
+        context = run_context(live.run_id, session_id)
         task = asyncio.create_task(self._barrier(live, work), name=live.run_id, context=context)
         live.task = task
         self.live[live.run_id] = live

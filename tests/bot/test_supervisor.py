@@ -4,6 +4,7 @@ answers, deadlines that take the lease."""
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import logging
 import sqlite3
@@ -15,7 +16,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from bot import wire
+from bot import logs, wire
 from bot.chat.service import ChatService
 from bot.config.settings import DeadlineSettings
 from bot.domain import (
@@ -1987,3 +1988,43 @@ async def test_a_store_outage_says_two_lease_lines_not_one_per_renewal(
     assert len(lines) == 2, lines
     assert lines[0].startswith("lease renewals fail (PostgreSQL is unreachable"), lines
     assert f"after {failed} failed renewal(s) of 3 run(s)" in lines[1], lines
+
+
+class Note(BaseModel):
+    """What to note."""
+
+    text: str
+
+
+@function_tool(name="note", idempotent=True)
+async def note(args: Note) -> str:
+    """Log a line, as a tool's library would."""
+    logging.getLogger("kestrel.tools.note").warning("noted %s", args.text)
+    return "noted"
+
+
+async def test_a_runs_json_log_lines_name_its_run_and_its_session(
+    tmp_path: Path, opened: list[Runtime]
+) -> None:
+    # A JSON line from a run's task named the run alone: an operator looking for what went
+    # wrong in a Slack channel or a Discord thread had to look each run up to find where.
+    stream = io.StringIO()
+    logs.configure(logging.WARNING, "json", stream)
+    replies = [reply(call("note", text="x")), reply(text="done")]
+    rt, _ = await make_runtime(tmp_path / "k.db", replies, [note])
+    opened.append(rt)
+    session = Session(
+        id="slack:T0001:C0002:1714000000.000100",
+        platform="slack",
+        workspace="T0001",
+        channel="C0002",
+        thread="1714000000.000100",
+    )
+    supervisor = Supervisor(rt)
+    live = await supervisor.start_turn("note x", session=session, prompter=None)
+    await supervisor.wait(live)
+
+    (line,) = [json.loads(text) for text in stream.getvalue().splitlines()]
+    assert line["message"] == "noted x"
+    assert line["run_id"] == live.run_id
+    assert line["session"] == "slack:T0001:C0002:1714000000.000100"
