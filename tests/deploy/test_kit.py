@@ -390,3 +390,24 @@ def _check_catalogs(files: list[Path]) -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_every_stop_allowance_holds_serve_s_whole_stop() -> None:
+    # serve's stop ends by the grace + STOP_MARGIN_SECONDS, and ends itself EXIT_SECONDS
+    # later whatever it waits on: what Helm, Compose and the unit allow before SIGKILL must
+    # hold both, or a stop that needed them all is killed half-written.
+    from bot.cli.chat_cmd import STOP_MARGIN_SECONDS
+    from bot.cli.stopping import EXIT_SECONDS
+
+    grace = Settings().replica.shutdown_grace_seconds
+    whole = grace + STOP_MARGIN_SECONDS + EXIT_SECONDS
+    values = yaml.safe_load((DEPLOY / "helm" / "kestrel" / "values.yaml").read_text())
+    assert values["replica"]["shutdownGraceSeconds"] == grace
+    assert values["replica"]["terminationMarginSeconds"] >= STOP_MARGIN_SECONDS + EXIT_SECONDS
+    compose = yaml.safe_load(COMPOSE.read_text())
+    for name, service in compose["services"].items():
+        if name.startswith("kestrel"):
+            assert float(service["stop_grace_period"].removesuffix("s")) >= whole
+    unit = UNIT.read_text()
+    (allowed,) = re.findall(r"^TimeoutStopSec=(\d+)$", unit, re.MULTILINE)
+    assert float(allowed) >= whole
