@@ -95,8 +95,9 @@ QUERY_API_KEYS: Final = frozenset(
 )
 # A password's and a secret's names (?password=, &client_secret=): the guard reads them by its
 # key=value and named-secret readers (bot/pii/labelled.py), anywhere in a text; the logs mask
-# them in a query.
-_QUERY_LABELLED_ENDINGS: Final = ("password", "passwd", "secret")
+# them in a query. A ticket opens a connection once (Slack's Socket Mode URL, which its SDK
+# logs at debug): the logs mask it too.
+_QUERY_LABELLED_ENDINGS: Final = ("password", "passwd", "secret", "ticket")
 # A URL's parameter: its name after "?", "&", ";" (a path's or a JDBC URL's parameters) or "#"
 # (a fragment's: OAuth's implicit grant), percent-encoded or not, and its value up to the next
 # one, a fragment, a blank or a quote (a URL inside a JSON string). Tried only after one of

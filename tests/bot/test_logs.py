@@ -180,6 +180,11 @@ def test_a_password_or_secret_in_a_urls_query_is_masked_in_a_log_line(url: str, 
         ("https://mcp.example/mcp?%74oken=abc123&a=b", "https://mcp.example/mcp?%74oken=…&a=b"),
         ("https://mcp.example/mcp?api%5Fkey=k1", "https://mcp.example/mcp?api%5Fkey=…"),
         ("https://mcp.example/mcp?PASS%57ORD=Pw-1", "https://mcp.example/mcp?PASS%57ORD=…"),
+        # Slack's Socket Mode URL, in its SDK's debug line of apps.connections.open's answer.
+        (
+            "{'ok': True, 'url': 'wss://wss-primary.slack.com/link/?ticket=7f3e9a1c-5b2d&app_id=A1'}",
+            "{'ok': True, 'url': 'wss://wss-primary.slack.com/link/?ticket=…&app_id=A1'}",
+        ),
         # A token given as the URL's user, no password after it (GitHub takes one so).
         (
             "git clone https://ghp_16C7e42F292c6912E7710c838347Ae178B4a@github.com/o/r.git",
