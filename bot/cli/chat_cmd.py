@@ -105,7 +105,6 @@ def _demo_said(settings: Settings) -> str:
 
 def _unlogged(notices: list[str]) -> list[str]:
     """The policy's notices for the banner, unless the log has just shown them (``-v``)."""
-
     return [] if logging.getLogger("kestrel.policy").isEnabledFor(logging.WARNING) else notices
 
 
