@@ -79,3 +79,33 @@ async def test_chat_stops_by_its_deadline_with_the_store_silent(tmp_path: Path) 
     # What it left: the run it could not suspend, and how it is taken up.
     assert "the stop outlasted its deadline" in err and "suspending run run_" in err, err
     assert "kestrel runs resume run_" in err, err
+
+
+async def test_a_second_sigterm_ends_the_chats_stop_at_once(tmp_path: Path) -> None:
+    # Once the chat was leaving, its signal handlers did nothing: a person whose chat hung on a
+    # silent store had only SIGKILL, and nothing said what was left.
+    schema = f"chat_stop_{uuid.uuid4().hex[:12]}"
+    async with proxied_dsn(DSN) as (proxied, proxy):
+        chat = chat_with(tmp_path, f"{proxied}?schema={schema}")
+        try:
+            await until(lambda: effects(tmp_path) == ["start"], timeout=30)
+            proxy.hold()
+            chat.send_signal(signal.SIGTERM)
+            await until(lambda: proxy.held > 0, timeout=10)  # the suspend's write, unanswered
+            signalled = time.monotonic()
+            chat.send_signal(signal.SIGTERM)
+            _, err = await asyncio.to_thread(chat.communicate, timeout=20)
+            took = time.monotonic() - signalled
+        finally:
+            if chat.poll() is None:
+                chat.kill()
+                chat.wait()
+            proxy.restore()
+            conn = await asyncpg.connect(DSN)
+            await conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+            await conn.close()
+    assert took < 3, (took, err)
+    assert chat.returncode == 143, err
+    assert "Traceback" not in err
+    said = "SIGTERM again while stopping: stopping at once, cutting short suspending run run_"
+    assert said in err, err
