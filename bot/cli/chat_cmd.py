@@ -187,7 +187,8 @@ async def _left_runs_ended(supervisor: Supervisor) -> None:
 def serve(platforms: tuple[str, ...], port: int | None, host: str) -> None:
     """Run until stopped: take work from the store, adopt orphaned runs, fire deadlines,
     reminders and scheduled prompts, and serve the chat PLATFORMS named (slack, discord). SIGTERM or
-    Ctrl-C suspends live runs and hands them back."""
+    Ctrl-C suspends live runs and hands them back, within replica.shutdown_grace_seconds + 12 s;
+    a second one ends the stop at once, killing a command under way (exit 128+N: 143, 130)."""
     import asyncio
 
     from bot.cli.serving import ChatFront, front_settings
