@@ -17,7 +17,6 @@ from bot.chat.handles import RunHandle, RunResult
 from bot.chat.inbound import Accepted, Delivery, Inbound
 from bot.chat.outbox import card_key
 from bot.chat.run_summary import PAGE_ENTRIES, RunSummaries
-from bot.chat.words import cancel_not_counted
 from bot.domain import (
     TERMINAL_STATUSES,
     Decision,
@@ -481,7 +480,10 @@ class ChatService:
             if type(exc) is not StoreError:
                 raise  # what the store answered: no such run, a journal it cannot read
             # Said wherever it is shown (the console, the terminal); a chat thread shows the
-            # plain part alone (``store_note``): the store's error names its host.
+            # plain part alone (``store_note``): the store's error names its host. Imported
+            # here: the chat's words (and ``dataclasses``) would cost every command's start.
+            from bot.chat.words import cancel_not_counted
+
             raise StoreError(f"{exc}. {cancel_not_counted(run_id)}") from exc
 
     async def resume(
