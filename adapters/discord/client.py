@@ -26,6 +26,7 @@ from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from typing import Any, Literal
 
+import aiohttp
 import discord
 from discord import app_commands
 
@@ -162,7 +163,7 @@ class KestrelDiscord(discord.Client):
                 where = await asyncio.wait_for(found.fetch_channel(int(thread)), LOOKUP_SECONDS)
             except discord.NotFound:
                 return None
-            except (TimeoutError, discord.DiscordException) as exc:
+            except LOOKUP_FAILED as exc:
                 raise _not_looked_up(thread, exc) from exc
         if not isinstance(where, discord.Thread) or not where.is_private():
             return None
@@ -926,6 +927,9 @@ class GuildDirectory:
 
 
 LOOKUP_SECONDS = 2.0  # a lookup that takes longer is a no for the check at hand
+# What a lookup that is a no may meet: Discord's errors, a time-out, and a dropped or refused
+# connection (discord.py passes those on as aiohttp's or the socket's own).
+LOOKUP_FAILED = (discord.DiscordException, aiohttp.ClientError, OSError)
 # How many of a card's approvers are asked of Discord at once whether they see a private thread.
 LOOKUPS_AT_ONCE = 4
 
@@ -941,7 +945,7 @@ async def _channel_or_thread(guild: discord.Guild, place: Place) -> Any:
         return found
     try:
         return await asyncio.wait_for(guild.fetch_channel(int(ident)), LOOKUP_SECONDS)
-    except (TimeoutError, discord.DiscordException) as exc:
+    except LOOKUP_FAILED as exc:
         log.warning("discord: thread %s could not be looked up: %s: taken as no", ident, exc)
         return None
 
@@ -965,7 +969,7 @@ async def _in_thread(thread: discord.Thread, member: discord.Member) -> bool:
         await asyncio.wait_for(thread.fetch_member(member.id), LOOKUP_SECONDS)
     except discord.NotFound:
         return False
-    except (TimeoutError, discord.DiscordException) as exc:
+    except LOOKUP_FAILED as exc:
         log.warning(
             "discord: members of thread %s could not be asked: %s: taken as no", thread.id, exc
         )
@@ -1021,7 +1025,7 @@ async def _sees_private(guild: discord.Guild, thread: discord.Thread, user: str)
         pass
     except discord.RateLimited:
         raise
-    except (TimeoutError, discord.DiscordException) as exc:
+    except LOOKUP_FAILED as exc:
         log.warning("discord: members of thread %s could not be asked: %s", thread.id, exc)
         return False
     member = guild.get_member(int(user))
@@ -1030,7 +1034,7 @@ async def _sees_private(guild: discord.Guild, thread: discord.Thread, user: str)
             member = await asyncio.wait_for(guild.fetch_member(int(user)), LOOKUP_SECONDS)
         except discord.RateLimited:
             raise
-        except (TimeoutError, discord.DiscordException):
+        except LOOKUP_FAILED:
             return False  # not in the server, or not answered: not one who sees the thread
     allowed = _permissions(thread, member)
     return allowed is not None and allowed.view_channel and allowed.manage_threads

@@ -306,3 +306,30 @@ async def test_who_sees_a_private_thread_is_asked_no_more_once_discord_limits_it
             await world.card()  # posted at once, notifying nobody it could not ask about
             assert len(fake.calls_to("GET", lookups)) <= LOOKUPS_AT_ONCE
             assert not set(approvers) & fake.thread_members[thread]
+
+
+async def test_a_refusal_whose_thread_lookup_the_network_drops_is_still_said_and_audited(
+    tmp_path: Path,
+) -> None:
+    # Whether the person sees the run's private thread (for its link) was asked of Discord,
+    # and a dropped connection (not a Discord error) escaped the refusal: `/kestrel cancel`
+    # from another thread stayed "thinking…" for ever, and the refusal was not audited.
+    async with FakeDiscord() as fake:
+        private, public = _guild_with_a_private_thread(fake)
+        thread = private["id"]
+        async with discord_world(tmp_path, restart_script(), fake=fake) as world:
+            await world.mention("checkout is failing", channel=thread)
+            await world.card("approve")
+            await world.settled()
+            run = (await world.chat.recent(1))[0].id
+
+            async def dropped(call: Any) -> Any:
+                raise asyncio.CancelledError  # the connection closes with no answer
+
+            fake.set_handler("GET", rf"/channels/{thread}/thread-members/\d+", dropped)
+            told = await _command(world, "cancel", channel=public, user=MEMBER, run=run)
+            assert "in another thread of this channel" in told, told
+            assert thread not in told, told  # not told it sees the thread: no link
+            refused = await world.rt.store.list_audit(run_id=run, action="cancel_refused")
+            assert [a.actor for a in refused] == [MEMBER], refused
+            assert (await world.chat.recent(1))[0].status.value == "suspended"
