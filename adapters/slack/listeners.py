@@ -444,7 +444,10 @@ class SlackListeners:
         Kestrel). Taken, not left unhandled (Slack delivers an unhandled event again, and turns
         an app's events off when too many fail), and said once: nothing can be posted there
         until the app is installed again, so what waits there is decided at the terminal."""
-        team = _team_of(body, event)
+        # The workspace that removed the app is the body's own: ``authorizations`` names an
+        # installation Slack delivered the event through, which, for another workspace of an
+        # org (whose bot user is the same), is Kestrel's, and says nothing of Kestrel's token.
+        team = str(body.get("team_id") or _team_of(body, event))
         if event.get("type") == "tokens_revoked":
             bots = (event.get("tokens") or {}).get("bot") or []
             if self._me.user not in bots:
@@ -453,6 +456,14 @@ class SlackListeners:
             what = "Kestrel's bot token was revoked"
         else:
             what = "Kestrel was uninstalled"
+        if team and team != self._me.team:
+            log.info(
+                "slack: %s in workspace %s, not the one it serves (%s): nothing changes here",
+                what,
+                team,
+                self._me.team,
+            )
+            return
         log.error(
             "slack: %s in workspace %s: nothing can be posted there until it is installed again"
             " (its messages are tried again hourly); `kestrel runs pending` lists what waits on"

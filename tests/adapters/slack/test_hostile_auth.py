@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -339,3 +340,33 @@ async def test_hostile_an_uninstall_or_a_revoked_token_is_taken_and_said_once(
         assert all("T0001" in line and "`kestrel runs pending`" in line for line in said), said
         assert "token was revoked" in said[0] and "uninstalled" in said[1], said
         assert not [r for r in caplog.records if "no listener" in r.getMessage()]
+
+
+async def test_hostile_another_workspaces_uninstall_is_not_said_as_ours(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The app installed in two workspaces of an Enterprise Grid org (one bot user across the
+    # org), Kestrel serving T0001: removed from T0OTHER, Slack delivered the events for
+    # T0OTHER through T0001's installation (the one left), and Kestrel said at error level that
+    # it was uninstalled, and its token revoked, in T0001 itself.
+    caplog.set_level(logging.INFO, logger="kestrel.slack")
+    async with slack_world(tmp_path, restart_script()) as world:
+        bot = world.api.bot_user
+        ours = [{"enterprise_id": "E0001", "team_id": "T0001", "user_id": bot, "is_bot": True}]
+        for event in (
+            {"type": "tokens_revoked", "tokens": {"bot": [bot]}},
+            {"type": "app_uninstalled"},
+        ):
+            sent = await world.sender.event(
+                event, team="T0OTHER", authorizations=ours, enterprise_id="E0001"
+            )
+            assert sent.status == 200, sent.text
+        loud = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+        assert not loud, loud
+        noted = [r.getMessage() for r in caplog.records if "T0OTHER" in r.getMessage()]
+        assert len(noted) == 2, noted
+        # Its own workspace's, with no installation left to name: said, naming it.
+        sent = await world.sender.event({"type": "app_uninstalled"}, authorizations=[])
+        assert sent.status == 200, sent.text
+        said = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+        assert len(said) == 1 and "T0001" in said[0], said
