@@ -323,10 +323,11 @@ class Policy:
             reason = f"{what} is {where}: act on it from its run's thread there"
         elif (link := run.link()) and await _sees(actor, run):
             reason = f"{what} is {where}: act on it from its run's thread, {link}"
-        else:
+        else:  # they do not see it, or the platform did not say: the same words, true of both
+            platform = _PLATFORM_NAMES.get(run.platform, run.platform)
             reason = (
-                f"{what} is {where}, in a thread you cannot see: someone in that thread, or"
-                " on-call, can act on it"
+                f"{what} is {where}; its thread is linked only for those {platform} says can"
+                " see it: someone in that thread, or on-call, can act on it"
             )
         return Refusal(reason[:1].upper() + reason[1:], detail=f"acted from {here.describe()}")
 

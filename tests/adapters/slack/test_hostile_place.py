@@ -111,8 +111,38 @@ async def test_a_click_from_elsewhere_says_where_the_run_lives_to_whoever_may_se
         assert "another channel" in note and link in note, note
         # Another channel, by someone who is not in the run's: neither its link nor its id.
         note = await told(STRANGER, "C0OTHER", "8.8")
-        assert "another channel" in note and "cannot see" in note, note
+        assert "another channel" in note and "linked only for those" in note, note
         assert CHANNEL not in note and mention["ts"] not in note, note
         for note in [c.args["text"] for c in world.api.calls_to("chat.postEphemeral")]:
             assert "slack:T0001" not in note and "belongs to a run of" not in note, note
+        assert world.executions == []
+
+
+async def test_a_member_whose_lookup_fails_is_not_told_they_cannot_see_the_thread(
+    tmp_path: Path,
+) -> None:
+    # Slack did not say who is in the run's channel (an error, a time-out): the link was kept
+    # back, as it should be, but a member of that channel was told the run is "in a thread you
+    # cannot see", which is not so, and no reason to stop looking for it.
+    async with slack_world(tmp_path, restart_script()) as world:
+        world.api.channel_members[CHANNEL] = [APPROVER]
+        mention = await world.mention("checkout is failing")
+        card = await world.card()
+        await world.settled()
+        world.api.fail("conversations.members", error="internal_error", status=200, times=None)
+        payload = block_actions(
+            APPROVER,
+            ids.APPROVE_ONCE,
+            button_value(card, ids.APPROVE_ONCE),
+            channel="C0OTHER",
+            message_ts=posted_ts(world.api, card),
+            thread_ts="8.8",
+        )
+        assert (await world.sender.action(payload)).status == 200
+        [call] = await world.api.wait_for("chat.postEphemeral")
+        note = str(call.args["text"])
+        assert "another channel" in note and "on-call" in note, note
+        assert "cannot see" not in note, note
+        assert CHANNEL not in note and mention["ts"] not in note, note
+        assert len(await world.rt.store.list_audit(action="approve_refused")) == 1
         assert world.executions == []
