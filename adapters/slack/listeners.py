@@ -456,7 +456,9 @@ class SlackListeners:
             what = "Kestrel's bot token was revoked"
         else:
             what = "Kestrel was uninstalled"
-        if team and team != self._me.team:
+        # Another workspace's only when one is named: an org's own (its ``enterprise_id``) may
+        # be Kestrel's installation's too, and a loss not said is worse than one said twice.
+        if team and team not in (self._me.team, body.get("enterprise_id")):
             log.info(
                 "slack: %s in workspace %s, not the one it serves (%s): nothing changes here",
                 what,

@@ -365,8 +365,13 @@ async def test_hostile_another_workspaces_uninstall_is_not_said_as_ours(
         assert not loud, loud
         noted = [r.getMessage() for r in caplog.records if "T0OTHER" in r.getMessage()]
         assert len(noted) == 2, noted
-        # Its own workspace's, with no installation left to name: said, naming it.
+        # Its own workspace's, with no installation left to name: said, naming it; and the
+        # org's own, which may be Kestrel's too, is said rather than passed over.
         sent = await world.sender.event({"type": "app_uninstalled"}, authorizations=[])
         assert sent.status == 200, sent.text
+        sent = await world.sender.event(
+            {"type": "app_uninstalled"}, team="E0001", authorizations=[], enterprise_id="E0001"
+        )
+        assert sent.status == 200, sent.text
         said = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
-        assert len(said) == 1 and "T0001" in said[0], said
+        assert len(said) == 2 and "T0001" in said[0] and "E0001" in said[1], said
