@@ -524,8 +524,10 @@ async def test_a_model_proxy_s_password_is_not_logged(tmp_path: Path, form: str)
         process = start_serve(tmp_path, port, env)
         try:
             await wait_healthy(port, process)
-            await _start_a_run(tmp_path / "kestrel.db")
-            await until(lambda: model.count >= 1, timeout=20)
+            run_id = await _start_a_run(tmp_path / "kestrel.db")
+            # Its end, not the model's count: the client logs the call once it has the answer,
+            # and a stop before then cuts the call short, line and all.
+            await until(lambda: _status(tmp_path / "kestrel.db", run_id) == "completed", timeout=20)
         finally:
             process.send_signal(signal.SIGTERM)
             _, err = await asyncio.to_thread(process.communicate, timeout=40)
@@ -538,8 +540,8 @@ async def test_a_model_proxy_s_password_is_not_logged(tmp_path: Path, form: str)
 PROXY_PASSWORD = "Pr0xy-S3cret-9d1f"
 
 
-async def _start_a_run(journal: Path) -> None:
-    """Queue a run's start as a chat adapter does."""
+async def _start_a_run(journal: Path) -> str:
+    """Queue a run's start as a chat adapter does; the run's id."""
     store = SqliteStore(journal)
     await store.migrate()
     try:
@@ -548,3 +550,11 @@ async def _start_a_run(journal: Path) -> None:
         await store.enqueue_work("start", {**payload, "requested_by": "U0REQ"})
     finally:
         await store.close()
+    return str(payload["run_id"])
+
+
+def _status(journal: Path, run_id: str) -> str:
+    """The run's status as its row has it ("" before it is created)."""
+    with sqlite3.connect(journal) as conn:
+        row = conn.execute("SELECT status FROM runs WHERE id = ?", (run_id,)).fetchone()
+    return str(row[0]) if row else ""
