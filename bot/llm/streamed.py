@@ -29,11 +29,12 @@ def is_stream(body: bytes) -> bool:
 def assembled(body: bytes) -> dict[str, Any]:
     """The completion the events of ``body`` make (its first choice's text, reasoning and tool
     calls joined in order, the last finish reason and usage), or the error one of them sent.
-    ``NotAStream`` if an event's data is no JSON, or none made a chunk."""
+    ``NotAStream`` if an event's data is no JSON or no chunk, none made a chunk, or the events
+    stopped before the reply ended."""
     completion = _Completion()
     for data in _event_data(body.decode("utf-8", errors="replace")):
         if data.strip() == _DONE:
-            break
+            return completion.whole()
         try:
             chunk = json.loads(data)
         except (ValueError, RecursionError):
@@ -42,7 +43,13 @@ def assembled(body: bytes) -> dict[str, Any]:
             raise NotAStream("an event of it is not a chunk")
         if chunk.get("error"):
             return {"error": chunk["error"]}
+        if chunk.get("object") == "error":  # older vLLM's error, sent mid-stream
+            return {"error": chunk}
         completion.add(chunk)
+    if completion.chunks and completion.finish is None:
+        # The connection closed mid-reply: what came is not all the model said, and a call
+        # of it may be one of several (a reply cut so runs none, as one cut by its limit).
+        raise NotAStream("it ended before the reply did (no finish reason, no [DONE])")
     return completion.whole()
 
 
@@ -69,7 +76,7 @@ class _Completion:
         self.id: object = None
         self.text: list[str] = []
         self.reasoning: dict[str, list[str]] = {}
-        self.calls: dict[int, dict[str, Any]] = {}
+        self.calls: dict[int, _Call] = {}
         self.finish: object = None
         self.usage: object = None
 
@@ -88,7 +95,10 @@ class _Completion:
         _append(self.text, delta.get("content"))
         for field in REASONING_FIELDS:
             _append(self.reasoning.setdefault(field, []), delta.get(field))
-        for call in delta.get("tool_calls") or ():
+        calls = delta.get("tool_calls") or []
+        if not isinstance(calls, list):
+            raise NotAStream("an event's tool_calls is not a list")
+        for call in calls:
             if isinstance(call, Mapping):
                 self._call(call)
 
@@ -96,19 +106,14 @@ class _Completion:
         """One call's delta: its first names the id and the tool, the rest add arguments."""
         given = delta.get("id")
         call_id = given if isinstance(given, str) else ""
-        call = self.calls.setdefault(
-            self._index(delta.get("index"), call_id),
-            {"type": "function", "function": {"name": "", "arguments": ""}},
-        )
-        if call_id:
-            call["id"] = call_id
+        call = self.calls.setdefault(self._index(delta.get("index"), call_id), _Call())
+        call.id = call_id or call.id
         if isinstance(delta.get("extra_content"), Mapping):
-            call["extra_content"] = delta["extra_content"]  # Gemini 3's thought signature
+            call.extra_content = delta["extra_content"]  # Gemini 3's thought signature
         function = delta.get("function")
         if isinstance(function, Mapping):
-            for part in ("name", "arguments"):
-                if isinstance(function.get(part), str):
-                    call["function"][part] += function[part]
+            _append(call.name, function.get("name"))
+            _append(call.arguments, function.get("arguments"))
 
     def _index(self, index: object, call_id: str) -> int:
         """Which call a delta adds to: the one its index names; without one (some servers send
@@ -116,7 +121,7 @@ class _Completion:
         if isinstance(index, int):
             return index
         last = max(self.calls, default=-1)
-        if last < 0 or (call_id and self.calls[last].get("id") != call_id):
+        if last < 0 or (call_id and self.calls[last].id != call_id):
             return last + 1
         return last
 
@@ -126,12 +131,31 @@ class _Completion:
         message: dict[str, Any] = {"role": "assistant", "content": "".join(self.text) or None}
         message.update((field, "".join(parts)) for field, parts in self.reasoning.items() if parts)
         if self.calls:
-            message["tool_calls"] = [self.calls[index] for index in sorted(self.calls)]
+            message["tool_calls"] = [self.calls[index].whole() for index in sorted(self.calls)]
         return {
             "id": self.id,
             "choices": [{"index": 0, "message": message, "finish_reason": self.finish}],
             "usage": self.usage,
         }
+
+
+class _Call:
+    """One streamed call's parts so far (kept as pieces: joined once, in linear time)."""
+
+    def __init__(self) -> None:
+        self.id = ""
+        self.extra_content: object = None
+        self.name: list[str] = []
+        self.arguments: list[str] = []
+
+    def whole(self) -> dict[str, Any]:
+        function = {"name": "".join(self.name), "arguments": "".join(self.arguments)}
+        call: dict[str, Any] = {"type": "function", "function": function}
+        if self.id:
+            call["id"] = self.id
+        if self.extra_content is not None:
+            call["extra_content"] = self.extra_content
+        return call
 
 
 def _append(parts: list[str], value: object) -> None:

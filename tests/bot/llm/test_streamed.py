@@ -5,6 +5,7 @@ make the completion they stream, and events that make none name why."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 from bot.domain import AssistantTurn, Reasoning, RunStatus, StopReason
 from bot.llm.base import ModelError, ToolSpec, UserMessage
 from bot.llm.openai_provider import OpenAIProvider
+from bot.llm.streamed import assembled
 from bot.run.supervisor import Supervisor
 from tests.fakes.openai_server import Canned, FakeOpenAI
 from tests.fakes.runtime import Counter, counting_tools, make_runtime
@@ -92,13 +94,6 @@ async def test_a_streamed_tool_call_runs(tmp_path: Path) -> None:
     assert assistant["tool_calls"][0]["function"] == {"name": "echo", "arguments": '{"text": "a"}'}
 
 
-async def test_a_stream_cut_before_its_end_keeps_what_came() -> None:
-    # No [DONE] and no finish reason: the text so far, ended as the server left it.
-    turn = await _complete(_stream(_chunk({"content": "Checkout is"}), done=False))
-
-    assert (turn.text, turn.finish_reason) == ("Checkout is", "stop")
-
-
 @pytest.mark.parametrize(
     ("canned", "said"),
     [
@@ -108,6 +103,24 @@ async def test_a_stream_cut_before_its_end_keeps_what_came() -> None:
         ),
         (_stream("{not json"), "the server streamed its reply, and an event of it is no JSON"),
         (_stream(), "the server streamed its reply, and it held no chunk"),
+        # Older vLLM sends an error mid-stream as a top-level error object, then [DONE].
+        (
+            _stream(
+                _chunk({"content": "Checkout is"}),
+                {"object": "error", "message": "CUDA out of memory", "code": 500},
+            ),
+            "the server answered 200 with an error: CUDA out of memory",
+        ),
+        # No [DONE] and no finish reason: the connection closed mid-reply; what came is not
+        # the answer, and no call of it runs.
+        (
+            _stream(_chunk({"content": "Checkout is"}), done=False),
+            "the server streamed its reply, and it ended before the reply did",
+        ),
+        (
+            _stream(_chunk({"tool_calls": 5}, "tool_calls")),
+            "the server streamed its reply, and an event's tool_calls is not a list",
+        ),
     ],
 )
 async def test_a_stream_that_makes_no_completion_names_why(canned: Canned, said: str) -> None:
@@ -181,3 +194,18 @@ async def test_a_streamed_calls_signature_is_kept() -> None:
     assert [(c.id, c.name, json.loads(c.extra_content)) for c in turn.calls] == [
         ("a", "echo", signed)
     ]
+
+
+def test_a_stream_of_small_deltas_is_put_together_in_linear_time() -> None:
+    # Each argument delta was added to the call's text so far, a copy of it: a 4 MiB stream
+    # of short deltas held the event loop (every run of the process) for a second or more.
+    delta = _chunk({"tool_calls": [{"index": 0, "function": {"arguments": "x" * 100}}]})
+    event = f"data: {json.dumps(delta)}\n\n"
+    body = (event * (4 * 1024 * 1024 // len(event)) + "data: [DONE]\n\n").encode()
+
+    started = time.perf_counter()
+    completion = assembled(body)
+    assert time.perf_counter() - started < 0.5
+
+    (call,) = completion["choices"][0]["message"]["tool_calls"]
+    assert len(call["function"]["arguments"]) > 1_000_000
