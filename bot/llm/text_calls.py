@@ -33,6 +33,7 @@ _PREFIXES: Final = ("[TOOL_CALLS]", "<|python_tag|>")
 _THINK: Final = "<think>"
 _THOUGHT: Final = "</think>"
 _FENCE: Final = "```"
+_TILDES: Final = "~~~"  # Markdown's other fence
 # A call's object holds these and nothing else: one with more keys is an answer's data.
 _CALL_KEYS: Final = frozenset({"name", "arguments", "parameters", "type", "id"})
 # Python's parser holds some 500 bytes of tree for each byte of a list of short items: a
@@ -151,15 +152,18 @@ def _tagged(text: str, at: int) -> Iterator[object]:
 def _written_at(before: str) -> bool:
     """Whether a tag after ``before`` is where a template writes a call: outside code, and on a
     line of its own (one after words on its line ends the sentence that quotes it, "Earlier I
-    ran <tool_call>…</tool_call>")."""
-    return not _in_code(before) and before.rstrip(" \t")[-1:] in ("", "\n")
+    ran <tool_call>…</tool_call>"), not indented as Markdown's code is."""
+    line = before[before.rfind("\n") + 1 :]
+    return not _in_code(before) and not line.strip(" \t") and len(line.expandtabs(4)) < 4
 
 
 def _in_code(words: str) -> bool:
     """Whether the words before the first block leave it in a code block or span (one opened
     and not closed: fences and backticks come in pairs)."""
     fences = words.count(_FENCE)
-    return fences % 2 == 1 or (words.count("`") - 3 * fences) % 2 == 1
+    return (
+        fences % 2 == 1 or words.count(_TILDES) % 2 == 1 or (words.count("`") - 3 * fences) % 2 == 1
+    )
 
 
 def _bare(text: str) -> list[object]:
@@ -188,21 +192,34 @@ def _pythonic(text: str) -> list[object]:
         return [None]
     if not isinstance(tree, ast.List):
         return [None]
+    lines = text.encode("utf-8", "surrogatepass").splitlines()
     try:
-        return [_pythonic_call(node) for node in tree.elts]
+        return [_pythonic_call(node, lines) for node in tree.elts]
     except (_NotLiteral, ValueError, RecursionError):  # ValueError: inf or nan, no JSON
         return [None]
 
 
-def _pythonic_call(node: ast.expr) -> dict[str, str]:
+def _pythonic_call(node: ast.expr, lines: list[bytes]) -> dict[str, str]:
     if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name) or node.args:
         raise _NotLiteral
+    _as_written(node.func.id, node, lines)
     arguments: dict[str, object] = {}
     for keyword in node.keywords:
         if keyword.arg is None:  # **mapping
             raise _NotLiteral
+        _as_written(keyword.arg, keyword, lines)
         arguments[keyword.arg] = _literal(keyword.value)
     return {"name": node.func.id, "arguments": json.dumps(arguments, allow_nan=False)}
+
+
+def _as_written(name: str, node: ast.Call | ast.keyword, lines: list[bytes]) -> None:
+    """``_NotLiteral`` unless ``name`` (a call's or a keyword's) is spelled at ``node`` as
+    Python reads it: the parser folds a name to its NFKC form, so "delete" in fullwidth
+    letters would name the tool ``delete``, which a call's JSON of that name does not."""
+    spelled = name.encode()
+    at = node.col_offset  # in UTF-8 bytes, as the parser counts
+    if lines[node.lineno - 1][at : at + len(spelled)] != spelled:
+        raise _NotLiteral
 
 
 class _NotLiteral(Exception):

@@ -142,6 +142,10 @@ async def test_several_pythonic_calls_are_each_a_call_with_their_literal_argumen
         'service_status(service="checkout")',
         '[lambda: service_status(service="checkout")]',
         "[" * 200 + "]" * 200,
+        # Python reads a name in its NFKC form: one written in other letters names no tool,
+        # as it names none in a call's JSON.
+        '[\uff53\uff45\uff52\uff56\uff49\uff43\uff45_status(service="checkout")]',
+        '[service_status(\uff53\uff45\uff52\uff56\uff49\uff43\uff45="checkout")]',
     ],
 )
 async def test_pythonic_text_that_is_not_all_calls_of_tools_is_left_alone(content: str) -> None:
@@ -263,6 +267,10 @@ LOGS_CALL = '<tool_call>{"name": "tail_logs", "arguments": {"service": "checkout
         f"To look yourself, send:\n```\n{STATUS_CALL}\n```",
         f"To look yourself, send:\n```xml\n{STATUS_CALL}",
         f"Models write `{STATUS_CALL}",
+        # ... in an indented code block, or a fenced block opened with tildes.
+        f"To look yourself, send:\n\n    {STATUS_CALL}",
+        f"To look yourself, send:\n\n\t{STATUS_CALL}",
+        f"To look yourself, send:\n~~~\n{STATUS_CALL}",
         # An earlier call quoted, with words after it, or ending the sentence that quotes it.
         f"I ran {STATUS_CALL} and checkout is up.",
         f"Earlier I ran {STATUS_CALL}",
