@@ -130,12 +130,12 @@ def _last_words(state: RunState) -> str:
     """What a run not ended last said: its last reply with text, without its reasoning or the
     calls it wrote as text (which the run shows as calls; the journal keeps them all)."""
     from bot.llm.base import AssistantMessage
-    from bot.llm.text_calls import after_reasoning, words
+    from bot.llm.text_calls import shown
 
     said = state.last_text
     for message in reversed(state.messages):
         if isinstance(message, AssistantMessage) and message.turn.text == said:
-            return after_reasoning(words(message.turn))
+            return shown(message.turn)
     return said
 
 

@@ -90,10 +90,10 @@ def words(turn: AssistantTurn) -> str:
     return written.words
 
 
-def past_reasoning(text: str) -> str:
-    """What a person reads of a model's answer: what follows its reasoning (``after_reasoning``);
-    the text as it is when nothing does (then that is all there is to read)."""
-    return after_reasoning(text) or text
+def shown(turn: AssistantTurn) -> str:
+    """What a person reads of a reply: its words (``words``) after its reasoning, empty if
+    it said nothing but its calls and its reasoning."""
+    return after_reasoning(words(turn))
 
 
 def after_reasoning(text: str) -> str:

@@ -46,7 +46,7 @@ from bot.journal.entries import (
 from bot.journal.fold import CallState, RunState
 from bot.journal.writer import TakenOver
 from bot.llm.base import ModelError, ModelProvider, ToolResultsMessage
-from bot.llm.text_calls import after_reasoning, before_cut_call, past_reasoning, words
+from bot.llm.text_calls import after_reasoning, before_cut_call, shown, words
 from bot.nesting import loads
 from bot.run.context import RunContext
 from bot.run.execute import CallEnv, HookAbort, execute_tool, post_tool, traced_steps
@@ -211,7 +211,7 @@ class AgentLoop:
                 self.run_id,
                 # Its words: its reasoning is its own, and the calls it wrote as text are
                 # shown as the calls they are.
-                after_reasoning(words(turn)),
+                shown(turn),
                 len(turn.calls),
                 seconds=seconds,
                 input_tokens=turn.usage.input_tokens,
@@ -225,7 +225,7 @@ class AgentLoop:
                     StopReason.MODEL_ERROR,
                     "the model's reply was withheld by the provider's content filter;"
                     " no tool was run",
-                    turn.text or "",
+                    shown(turn),
                 )
             if not turn.calls:
                 raise _answer(turn, worked=self._worked)
@@ -608,9 +608,10 @@ async def unsettled(state: RunState) -> str:
 
 def _answer(turn: AssistantTurn, *, worked: bool) -> Stop:
     """How a reply without calls ends the run: answered with what follows its reasoning; if it
-    says nothing, answered so after a call did its work (``worked``), else failed (the reply is
-    journaled all the same, so the model is not asked for that step again)."""
-    text = past_reasoning(turn.text or "")
+    says nothing, answered so after a call did its work (``worked``), else failed, naming
+    reasoning alone if that was all it held (the reply is journaled all the same, so the
+    model is not asked for that step again)."""
+    text = shown(turn)
     if text.strip():
         return Stop(RunStatus.COMPLETED, StopReason.ANSWERED, text=text)
     if worked:
@@ -621,20 +622,23 @@ def _answer(turn: AssistantTurn, *, worked: bool) -> Stop:
 
 
 def _reasoned(turn: AssistantTurn) -> bool:
-    """Whether the server sent reasoning apart from the reply's text (an empty one is none)."""
-    return turn.reasoning is not None and bool(turn.reasoning.text.strip())
+    """Whether a reply that shows nothing (``shown``) held reasoning: sent apart from its
+    text, or all of its text (an empty one is none)."""
+    apart = turn.reasoning is not None and bool(turn.reasoning.text.strip())
+    return apart or bool((turn.text or "").strip())
 
 
 def _cut(turn: AssistantTurn) -> Stop:
     """How a reply cut at the model's output limit ends the run: failed, saying whether it was
-    writing a call, its words shown without the markup of one (the journal keeps it all)."""
-    text = turn.text or ""
-    begun = words(turn) if turn.calls else before_cut_call(text)
+    writing a call, its words shown without the markup of one or its reasoning (the journal
+    keeps it all)."""
+    begun = words(turn) if turn.calls else before_cut_call(turn.text or "")
     if begun is not None:
-        return Stop(RunStatus.FAILED, StopReason.TRUNCATED, _CUT_CALL, past_reasoning(begun))
-    if not after_reasoning(text).strip() and (_reasoned(turn) or text.strip()):
+        return Stop(RunStatus.FAILED, StopReason.TRUNCATED, _CUT_CALL, after_reasoning(begun))
+    text = shown(turn)
+    if not text.strip() and _reasoned(turn):
         return Stop(RunStatus.FAILED, StopReason.TRUNCATED, _CUT_THINKING)
-    return Stop(RunStatus.FAILED, StopReason.TRUNCATED, _CUT, past_reasoning(text))
+    return Stop(RunStatus.FAILED, StopReason.TRUNCATED, _CUT, text)
 
 
 def _asks_people(tools: ToolSet, name: str) -> bool:

@@ -209,6 +209,29 @@ async def test_a_filtered_reply_fails_the_run_naming_the_filter(tmp_path: Path) 
     assert counter.calls == {}
 
 
+@pytest.mark.parametrize(
+    "content",
+    [
+        "<think>\nThe user wants the secret.\n</think>\n\nHere is how you",
+        "<think>\nThe user wants the secret.\n</think>\n\nHere is how you\n<tool_call>\n"
+        '{"name": "echo", "arguments": {"text": "a"}}\n</tool_call>',
+    ],
+)
+async def test_a_filtered_reply_shows_neither_its_reasoning_nor_markup(
+    tmp_path: Path, content: str
+) -> None:
+    # The thread was shown the withheld reply as it came: the model's thinking, tags and all,
+    # and the markup of a call it wrote as text.
+    filtered = _with_message(chat_completion(content), "content_filter")
+    state, counter, _ = await _run(tmp_path, filtered)
+
+    assert _ended(state) == (RunStatus.FAILED, StopReason.MODEL_ERROR)
+    assert state.result is not None and state.result.text == "Here is how you"
+    assert counter.calls == {}
+    turns = [m.turn for m in state.messages if isinstance(m, AssistantMessage)]
+    assert [turn.text for turn in turns] == [content]  # the journal keeps what was said
+
+
 async def test_content_sent_as_parts_is_the_answer(tmp_path: Path) -> None:
     # Mistral's API (and gateways in front of it) send content as parts, thinking among them:
     # the run failed ("the message content is not text") on a good answer.
@@ -374,6 +397,13 @@ async def test_a_reply_past_the_error_cap_is_read_whole(gzip: bool) -> None:
         ('Let me check.\n<tool_call>\n{"name": "echo", "arguments": {"te', "Let me check."),
         ('<tool_call>\n{"name": "echo", "arguments": {"text": "a"}}\n</tool_call>\n<tool_', ""),
         ('[TOOL_CALLS] [{"name": "echo", "arguments": {"te', ""),
+        # Its reasoning, and nothing said before the call, shows nothing.
+        ('<think>\nEcho it.\n</think>\n<tool_call>\n{"name": "echo", "arguments": {"te', ""),
+        (
+            '<think>\nEcho it.\n</think>\n<tool_call>\n{"name": "echo", "arguments": {}}\n'
+            "</tool_call>\n<tool_",
+            "",
+        ),
     ],
 )
 async def test_a_call_written_as_text_cut_at_the_output_limit_names_the_cut(
@@ -436,13 +466,26 @@ async def test_the_answer_is_what_follows_the_models_reasoning(
     assert [turn.text for turn in turns] == [content]  # the journal keeps what was said
 
 
-async def test_an_answer_that_is_only_reasoning_is_shown_as_it_is(tmp_path: Path) -> None:
-    # Nothing follows the reasoning: what the model wrote is all there is to show.
-    content = "<think>\nCheckout is up, I think.\n</think>"
-    state, _, _ = await _run(tmp_path, chat_completion(content))
+@pytest.mark.parametrize(
+    "content",
+    ["<think>\nCheckout is up, I think.\n</think>", "<think>\nCheckout is up, I think."],
+)
+async def test_a_reply_of_reasoning_left_in_its_text_fails_the_run_saying_so(
+    tmp_path: Path, content: str
+) -> None:
+    # The thread was shown the model's thinking, tags and all, as its answer; served with a
+    # reasoning parser, the same reply failed the run as one of reasoning alone.
+    state, counter, _ = await _run(tmp_path, chat_completion(content))
 
-    assert _ended(state) == (RunStatus.COMPLETED, StopReason.ANSWERED)
-    assert state.result is not None and state.result.text == content
+    assert _ended(state) == (RunStatus.FAILED, StopReason.MODEL_ERROR)
+    assert state.result is not None
+    assert state.result.error == (
+        "the model returned only its reasoning: no answer text and no tool call"
+    )
+    assert state.result.text == ""
+    assert counter.calls == {}
+    turns = [m.turn for m in state.messages if isinstance(m, AssistantMessage)]
+    assert [turn.text for turn in turns] == [content]
 
 
 async def test_a_reply_of_reasoning_alone_fails_the_run_saying_so(tmp_path: Path) -> None:
