@@ -700,8 +700,16 @@ def _count(value: object) -> int:
 
 
 def _preview(body: bytes) -> str:
-    text = _one_line(body[:_PREVIEW_BYTES].decode("utf-8", errors="replace"))
+    """What a body that is no completion holds, in a few words: a web page (a sign-in proxy's,
+    a captive portal's) by what it says, its markup naming no cause."""
+    head = body[:_PAGE_BYTES].decode("utf-8", errors="replace")
+    if head.lstrip().startswith("<"):
+        said = _one_line(error_message(head))
+        return f"a web page: {said[:80]!r}" if said else "a web page that says nothing"
+    text = _one_line(head[:_PREVIEW_CHARS])
     return repr(text[:80]) if text else "an empty body"
 
 
-_PREVIEW_BYTES = 320
+_PREVIEW_CHARS = 320
+# A page's title may follow a long head of styles; what ``error_message`` reads of it.
+_PAGE_BYTES = 64 * 1024

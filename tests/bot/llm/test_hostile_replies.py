@@ -138,6 +138,21 @@ async def test_an_html_page_echoing_the_key_does_not_show_it() -> None:
     assert "expected a chat completion" in line
 
 
+async def test_a_200_web_page_is_named_by_what_it_says() -> None:
+    # A sign-in proxy or captive portal answers 200 with its page: the line quoted the first
+    # 80 characters of its markup, which name no cause.
+    page = (
+        "<!DOCTYPE html>\n<html><head><meta charset='utf-8'>"
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>"
+        "<link rel='stylesheet' href='/static/sso.css'>\n"
+        "<title>Sign in - Example Corp SSO</title></head><body><form></form></body></html>"
+    )
+    line = await _model_error(Canned(status=200, raw=page, content_type="text/html"))
+
+    assert "expected a chat completion, got a web page: 'Sign in - Example Corp SSO'" in line
+    assert "<" not in line
+
+
 async def test_an_error_message_cut_mid_key_shows_none_of_it() -> None:
     # The detail is cut at 200 characters: the key straddles the cut.
     echo = {"error": {"message": "x" * 185 + f" key {KEY}"}}
