@@ -119,12 +119,16 @@ def _thought_end(text: str) -> int:
     """Where what follows the model's reasoning starts: a reasoning model served without a
     reasoning parser writes its thinking first, which may weigh the very calls it then does
     not make. Its template may open the ``<think>`` block in the prompt, so the reply holds only
-    the close; and thinking may name its closing tag, so only what follows the last one is
-    read. Reasoning never closed is all there is, and calls nothing (the end of the text)."""
-    closed = text.rfind(_THOUGHT)
-    if closed >= 0:
-        return closed + len(_THOUGHT)
-    return len(text) if text.lstrip().startswith(_THINK) else 0
+    the close (a reply that names ``<think>`` before that is an answer naming the tags); and
+    thinking may name its closing tag, so only what follows the last one is read. Reasoning
+    never closed is all there is, and calls nothing (the end of the text)."""
+    opened = text.lstrip().startswith(_THINK)
+    first = text.find(_THOUGHT)
+    if first < 0:
+        return len(text) if opened else 0
+    if not opened and _THINK in text[:first]:
+        return 0  # an answer naming the tags, not a block its template opened
+    return text.rfind(_THOUGHT) + len(_THOUGHT)
 
 
 def _tagged(text: str, at: int) -> Iterator[object]:

@@ -483,6 +483,24 @@ async def test_the_answer_is_what_follows_the_models_reasoning(
 
 @pytest.mark.parametrize(
     "content",
+    [
+        "DeepSeek-R1 writes its thinking between <think> and </think>, then its answer.",
+        "Qwen3 wraps it in `<think>…</think>`:\n```\n<think>\nplan\n</think>\n\nanswer\n```",
+    ],
+)
+async def test_an_answer_that_names_the_reasoning_tags_is_shown_whole(
+    tmp_path: Path, content: str
+) -> None:
+    # Everything up to the tag it named was taken for reasoning: the thread was shown
+    # ", then its answer." of an answer about the tags.
+    state, _, _ = await _run(tmp_path, chat_completion(content))
+
+    assert _ended(state) == (RunStatus.COMPLETED, StopReason.ANSWERED)
+    assert state.result is not None and state.result.text == content
+
+
+@pytest.mark.parametrize(
+    "content",
     ["<think>\nCheckout is up, I think.\n</think>", "<think>\nCheckout is up, I think."],
 )
 async def test_a_reply_of_reasoning_left_in_its_text_fails_the_run_saying_so(
