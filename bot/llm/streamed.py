@@ -7,7 +7,6 @@ the completion they make, for ``parse_completion`` to read as any other.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from typing import Any, Final
 
 # Where servers send the reasoning apart from the text, the older name first.
@@ -27,7 +26,7 @@ def is_stream(body: bytes) -> bool:
 
 
 def assembled(body: bytes) -> dict[str, Any]:
-    """The completion the events of ``body`` make (its first choice's text, reasoning and tool
+    """The completion the events of ``body`` make (its first choice's content, reasoning and tool
     calls joined in order, the last finish reason and usage), or the error one of them sent.
     ``NotAStream`` if an event's data is no JSON or no chunk, none made a chunk, or the events
     stopped before the reply ended."""
@@ -39,7 +38,7 @@ def assembled(body: bytes) -> dict[str, Any]:
             chunk = json.loads(data)
         except (ValueError, RecursionError):
             raise NotAStream(f"an event of it is no JSON: {data[:80]!r}") from None
-        if not isinstance(chunk, Mapping):
+        if not isinstance(chunk, dict):  # json's objects: dicts, cheaper checked than Mapping
             raise NotAStream("an event of it is not a chunk")
         if chunk.get("error"):
             return {"error": chunk["error"]}
@@ -74,44 +73,48 @@ class _Completion:
     def __init__(self) -> None:
         self.chunks = 0
         self.id: object = None
-        self.text: list[str] = []
+        self.content: list[object] = []  # text, or parts (Mistral's) as they came
         self.reasoning: dict[str, list[str]] = {}
         self.calls: dict[int, _Call] = {}
         self.finish: object = None
         self.usage: object = None
 
-    def add(self, chunk: Mapping[str, Any]) -> None:
+    def add(self, chunk: dict[str, Any]) -> None:
         self.chunks += 1
         self.id = self.id or chunk.get("id")
         self.usage = chunk.get("usage") or self.usage
         choices = chunk.get("choices")
         first = choices[0] if isinstance(choices, list) and choices else None
-        if not isinstance(first, Mapping):
+        if not isinstance(first, dict):
             return  # the last chunk carries only the usage
         self.finish = first.get("finish_reason") or self.finish
         delta = first.get("delta")
-        if not isinstance(delta, Mapping):
+        if not isinstance(delta, dict):
             return
-        _append(self.text, delta.get("content"))
+        content = delta.get("content")
+        if isinstance(content, list):
+            self.content.extend(content)
+        else:
+            _append(self.content, content)
         for field in REASONING_FIELDS:
             _append(self.reasoning.setdefault(field, []), delta.get(field))
         calls = delta.get("tool_calls") or []
         if not isinstance(calls, list):
             raise NotAStream("an event's tool_calls is not a list")
         for call in calls:
-            if isinstance(call, Mapping):
+            if isinstance(call, dict):
                 self._call(call)
 
-    def _call(self, delta: Mapping[str, Any]) -> None:
+    def _call(self, delta: dict[str, Any]) -> None:
         """One call's delta: its first names the id and the tool, the rest add arguments."""
         given = delta.get("id")
         call_id = given if isinstance(given, str) else ""
         call = self.calls.setdefault(self._index(delta.get("index"), call_id), _Call())
         call.id = call_id or call.id
-        if isinstance(delta.get("extra_content"), Mapping):
+        if isinstance(delta.get("extra_content"), dict):
             call.extra_content = delta["extra_content"]  # Gemini 3's thought signature
         function = delta.get("function")
-        if isinstance(function, Mapping):
+        if isinstance(function, dict):
             _append(call.name, function.get("name"))
             _append(call.arguments, function.get("arguments"))
 
@@ -125,10 +128,18 @@ class _Completion:
             return last + 1
         return last
 
+    def _content(self) -> object:
+        """The text; or, once a delta sent parts, all of it as parts, for ``parse_completion``
+        to read as it reads a whole reply's."""
+        texts = [part for part in self.content if isinstance(part, str)]
+        if len(texts) == len(self.content):
+            return "".join(texts) or None
+        return [{"type": "text", "text": p} if isinstance(p, str) else p for p in self.content]
+
     def whole(self) -> dict[str, Any]:
         if not self.chunks:
             raise NotAStream("it held no chunk")
-        message: dict[str, Any] = {"role": "assistant", "content": "".join(self.text) or None}
+        message: dict[str, Any] = {"role": "assistant", "content": self._content()}
         message.update((field, "".join(parts)) for field, parts in self.reasoning.items() if parts)
         if self.calls:
             message["tool_calls"] = [self.calls[index].whole() for index in sorted(self.calls)]
@@ -158,6 +169,6 @@ class _Call:
         return call
 
 
-def _append(parts: list[str], value: object) -> None:
+def _append(parts: list[Any], value: object) -> None:
     if isinstance(value, str):
         parts.append(value)
