@@ -431,6 +431,7 @@ def _assistant_message(turn: AssistantTurn) -> ChatCompletionMessageParam:
 
 
 def _wire_call(call: ToolCall) -> ChatCompletionMessageFunctionToolCallParam:
+    """A call as it goes back to the server, with whatever the server added to it."""
     wired: dict[str, Any] = {
         "id": call.id,
         "type": "function",

@@ -80,6 +80,7 @@ class _Completion:
         self.usage: object = None
 
     def add(self, chunk: dict[str, Any]) -> None:
+        """One chunk's parts, added to those before it."""
         self.chunks += 1
         self.id = self.id or chunk.get("id")
         self.usage = chunk.get("usage") or self.usage
@@ -137,6 +138,7 @@ class _Completion:
         return [{"type": "text", "text": p} if isinstance(p, str) else p for p in self.content]
 
     def whole(self) -> dict[str, Any]:
+        """The completion the chunks make; ``NotAStream`` if there were none."""
         if not self.chunks:
             raise NotAStream("it held no chunk")
         message: dict[str, Any] = {"role": "assistant", "content": self._content()}
@@ -160,6 +162,7 @@ class _Call:
         self.arguments: list[str] = []
 
     def whole(self) -> dict[str, Any]:
+        """The call as a whole reply's ``tool_calls`` entry."""
         function = {"name": "".join(self.name), "arguments": "".join(self.arguments)}
         call: dict[str, Any] = {"type": "function", "function": function}
         if self.id:
@@ -170,5 +173,6 @@ class _Call:
 
 
 def _append(parts: list[Any], value: object) -> None:
+    """Add ``value`` to ``parts`` if it is text (a server may send null, or nothing)."""
     if isinstance(value, str):
         parts.append(value)

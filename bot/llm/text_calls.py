@@ -204,6 +204,7 @@ def _pythonic(text: str) -> list[object]:
 
 
 def _pythonic_call(node: ast.expr, lines: list[bytes]) -> dict[str, str]:
+    """One ``name(key=literal, …)`` of the list as a call object; ``_NotLiteral`` otherwise."""
     if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name) or node.args:
         raise _NotLiteral
     _as_written(node.func.id, node, lines)
@@ -248,6 +249,7 @@ def _literal(node: ast.expr) -> object:
 
 
 def _key(node: ast.expr | None) -> str:
+    """A dict literal's key: a string, or ``_NotLiteral``."""
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return node.value
     raise _NotLiteral  # a key that is no string, or a **mapping
