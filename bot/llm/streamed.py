@@ -76,6 +76,7 @@ class _Completion:
         self.content: list[object] = []  # text, or parts (Mistral's) as they came
         self.reasoning: dict[str, list[str]] = {}
         self.calls: dict[int, _Call] = {}
+        self.last = -1  # the highest index of a call so far
         self.finish: object = None
         self.usage: object = None
 
@@ -110,7 +111,9 @@ class _Completion:
         """One call's delta: its first names the id and the tool, the rest add arguments."""
         given = delta.get("id")
         call_id = given if isinstance(given, str) else ""
-        call = self.calls.setdefault(self._index(delta.get("index"), call_id), _Call())
+        index = self._index(delta.get("index"), call_id)
+        self.last = max(self.last, index)
+        call = self.calls.setdefault(index, _Call())
         call.id = call_id or call.id
         if isinstance(delta.get("extra_content"), dict):
             call.extra_content = delta["extra_content"]  # Gemini 3's thought signature
@@ -124,7 +127,7 @@ class _Completion:
         each call whole, unnumbered), a new call for an id not seen last, else the last."""
         if isinstance(index, int):
             return index
-        last = max(self.calls, default=-1)
+        last = self.last
         if last < 0 or (call_id and self.calls[last].id != call_id):
             return last + 1
         return last

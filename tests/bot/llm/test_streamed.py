@@ -224,3 +224,21 @@ def test_a_stream_of_small_deltas_is_put_together_in_linear_time() -> None:
 
     (call,) = completion["choices"][0]["message"]["tool_calls"]
     assert len(call["function"]["arguments"]) > 1_000_000
+
+
+def test_many_streamed_calls_without_an_index_are_told_apart_in_linear_time() -> None:
+    # Each unnumbered call looked through all the calls before it for the last one: 2 MiB of
+    # them held the event loop for seconds.
+    events = [
+        "data: "
+        + json.dumps(_chunk({"tool_calls": [{"id": f"c{n}", "function": {"name": "echo"}}]}))
+        + "\n\n"
+        for n in range(20_000)
+    ]
+    body = ("".join(events) + "data: [DONE]\n\n").encode()
+
+    started = time.perf_counter()
+    completion = assembled(body)
+    assert time.perf_counter() - started < 0.8
+
+    assert len(completion["choices"][0]["message"]["tool_calls"]) == 20_000
