@@ -56,7 +56,9 @@ def _event_data(text: str) -> list[str]:
     """Each event's data: its ``data:`` lines joined, events ending at a blank line."""
     events: list[str] = []
     lines: list[str] = []
-    for line in [*text.splitlines(), ""]:
+    # Only these end a line of events: str.splitlines would also split at a U+2028 or U+0085
+    # that a JSON string may hold unescaped.
+    for line in [*text.replace("\r\n", "\n").replace("\r", "\n").split("\n"), ""]:
         if not line.strip():
             if lines:
                 events.append("\n".join(lines))

@@ -79,6 +79,16 @@ async def test_streamed_content_parts_are_the_answer() -> None:
     assert (turn.text, turn.finish_reason) == ("Checkout is up.", "stop")
 
 
+async def test_text_holding_unicode_line_separators_streams_whole() -> None:
+    # JSON needs no escape for U+2028, U+2029 or U+0085, and servers that write UTF-8 send
+    # them raw: each event was split there, as if at a line end, and was then no JSON.
+    said = "Line\u2028separator, paragraph\u2029separator, next\x85line."
+    raw = json.dumps(_chunk({"content": said}, "stop"), ensure_ascii=False)
+    turn = await _complete(_stream(raw))
+
+    assert turn.text == said
+
+
 async def test_a_streamed_tool_call_runs(tmp_path: Path) -> None:
     call = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "echo"}}
     canned = _stream(
