@@ -12,6 +12,7 @@ from typing import Any, Final
 # Where servers send the reasoning apart from the text, the older name first.
 REASONING_FIELDS: Final = ("reasoning_content", "reasoning")
 _DATA = "data:"
+_ERROR = "error:"
 _DONE = "[DONE]"
 
 
@@ -22,7 +23,7 @@ class NotAStream(ValueError):
 def is_stream(body: bytes) -> bool:
     """Whether ``body`` is server-sent events rather than one JSON value."""
     start = body.lstrip()[:16]
-    return start.startswith((b"data:", b"event:", b"id:", b":"))
+    return start.startswith((b"data:", b"event:", b"id:", b":", b"error:"))
 
 
 def assembled(body: bytes) -> dict[str, Any]:
@@ -31,7 +32,9 @@ def assembled(body: bytes) -> dict[str, Any]:
     ``NotAStream`` if an event's data is no JSON or no chunk, none made a chunk, or the events
     stopped before the reply ended."""
     completion = _Completion()
-    for data in _event_data(body.decode("utf-8", errors="replace")):
+    for field, data in _events(body.decode("utf-8", errors="replace")):
+        if field == _ERROR:
+            return {"error": _error(data)}
         if data.strip() == _DONE:
             return completion.whole()
         try:
@@ -52,21 +55,38 @@ def assembled(body: bytes) -> dict[str, Any]:
     return completion.whole()
 
 
-def _event_data(text: str) -> list[str]:
-    """Each event's data: its ``data:`` lines joined, events ending at a blank line."""
-    events: list[str] = []
+def _events(text: str) -> list[tuple[str, str]]:
+    """Each event's field and data: its ``data:`` lines joined, events ending at a blank line;
+    an ``error:`` line (older llama.cpp's own field for an error) an event of its own."""
+    events: list[tuple[str, str]] = []
     lines: list[str] = []
     # Only these end a line of events: str.splitlines would also split at a U+2028 or U+0085
     # that a JSON string may hold unescaped.
     for line in [*text.replace("\r\n", "\n").replace("\r", "\n").split("\n"), ""]:
         if not line.strip():
             if lines:
-                events.append("\n".join(lines))
+                events.append((_DATA, "\n".join(lines)))
                 lines = []
         elif line.startswith(_DATA):
-            value = line[len(_DATA) :]
-            lines.append(value[1:] if value.startswith(" ") else value)
+            lines.append(_value(line, _DATA))
+        elif line.startswith(_ERROR):
+            events.append((_ERROR, _value(line, _ERROR)))
     return events
+
+
+def _value(line: str, field: str) -> str:
+    """A ``field:`` line's value, without the one space that may follow the colon."""
+    value = line[len(field) :]
+    return value[1:] if value.startswith(" ") else value
+
+
+def _error(data: str) -> object:
+    """An error event's data: its JSON object, else its text, as a 200's error body holds it."""
+    try:
+        value = json.loads(data)
+    except (ValueError, RecursionError):
+        return data
+    return value if isinstance(value, dict) and value else data
 
 
 class _Completion:

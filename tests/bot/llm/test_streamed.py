@@ -142,6 +142,25 @@ async def test_a_streamed_tool_call_runs(tmp_path: Path) -> None:
             _stream(_chunk({"content": "Checkout is"}), done=False),
             "the server streamed its reply, and it ended before the reply did",
         ),
+        # Older llama.cpp sends its error as an event field of its own, "error: {…}".
+        (
+            Canned(
+                status=200,
+                raw=f"data: {json.dumps(_chunk({'content': 'Checkout'}))}\n\n"
+                'error: {"code": 500, "message": "the request exceeds the available context'
+                ' size", "type": "exceed_context_size_error"}\n\n',
+                content_type="text/event-stream",
+            ),
+            "the server answered 200 with an error: the request exceeds the available context",
+        ),
+        (
+            Canned(
+                status=200,
+                raw='error: {"code": 503, "message": "Loading model", "type": "unavailable"}\n\n',
+                content_type="text/event-stream",
+            ),
+            "the server answered 200 with an error: Loading model",
+        ),
         (
             _stream(_chunk({"tool_calls": 5}, "tool_calls")),
             "the server streamed its reply, and an event's tool_calls is not a list",
