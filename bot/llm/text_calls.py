@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 from collections.abc import Collection, Iterator, Mapping
 from typing import Final, NamedTuple
 
@@ -39,6 +40,12 @@ _CALL_KEYS: Final = frozenset({"name", "arguments", "parameters", "type", "id"})
 # Python's parser holds some 500 bytes of tree for each byte of a list of short items: a
 # runaway reply of 4 MiB would take seconds and gigabytes. Calls are far shorter than this.
 _PYTHONIC_CHARS: Final = 64 * 1024
+
+# How a bare call opens, its tool named: {"name": "…" or [{"name": "…", or [name( .
+_OPENING: Final = re.compile(
+    r'(?:\[\s*)?\{\s*"name"\s*:\s*"(?P<json>[^"\\]+)"|\[\s*(?P<pythonic>[A-Za-z_]\w*)\s*\('
+)
+_OPENING_CHARS: Final = 512  # far past any tool's name; the rest is never looked at
 
 TextCall = tuple[str, str]
 """One call read from text: the tool's name and its arguments as JSON text."""
@@ -103,16 +110,26 @@ def after_reasoning(text: str) -> str:
     return text[start:].strip() if start else text
 
 
-def before_cut_call(text: str) -> str | None:
+def before_cut_call(text: str, tools: Collection[str]) -> str | None:
     """The words of a reply cut at the output limit before a call it had begun to write as
-    text (a ``<tool_call>`` tag as a template writes it, or a reply opening as Mistral's and
-    Llama's calls do), reasoning included; None if it had begun none."""
+    text (a ``<tool_call>`` tag as a template writes it, a reply opening as Mistral's and
+    Llama's calls do, or as a bare call of one of ``tools``), reasoning included; None if it
+    had begun none."""
     start = _thought_end(text)
     after = text[start:]
-    at = 0 if after.lstrip().startswith(_PREFIXES) else after.find(OPEN_TAG)
+    opening = after.lstrip()
+    begun = opening.startswith(_PREFIXES) or _opens_call(opening, tools)
+    at = 0 if begun else after.find(OPEN_TAG)
     if at < 0 or (at and not _written_at(after[:at])):
         return None
     return text[: start + at].rstrip()
+
+
+def _opens_call(text: str, tools: Collection[str]) -> bool:
+    """Whether ``text`` opens as a bare call of one of ``tools``: its JSON object (alone or
+    first in a list), or the first of Llama's pythonic list."""
+    opened = _OPENING.match(text[:_OPENING_CHARS])
+    return opened is not None and (opened["json"] or opened["pythonic"]) in tools
 
 
 def _thought_end(text: str) -> int:

@@ -218,7 +218,7 @@ class AgentLoop:
                 output_tokens=turn.usage.output_tokens,
             )
             if turn.finish_reason == "length":
-                raise _cut(turn)
+                raise _cut(turn, tools)
             if turn.finish_reason == "content_filter":
                 raise Stop(
                     RunStatus.FAILED,
@@ -628,11 +628,11 @@ def _reasoned(turn: AssistantTurn) -> bool:
     return apart or bool((turn.text or "").strip())
 
 
-def _cut(turn: AssistantTurn) -> Stop:
+def _cut(turn: AssistantTurn, tools: ToolSet) -> Stop:
     """How a reply cut at the model's output limit ends the run: failed, saying whether it was
     writing a call, its words shown without the markup of one or its reasoning (the journal
     keeps it all)."""
-    begun = words(turn) if turn.calls else before_cut_call(turn.text or "")
+    begun = words(turn) if turn.calls else before_cut_call(turn.text or "", tools)
     if begun is not None:
         return Stop(RunStatus.FAILED, StopReason.TRUNCATED, _CUT_CALL, after_reasoning(begun))
     text = shown(turn)

@@ -412,6 +412,10 @@ async def test_a_reply_past_the_error_cap_is_read_whole(gzip: bool) -> None:
         ('Let me check.\n<tool_call>\n{"name": "echo", "arguments": {"te', "Let me check."),
         ('<tool_call>\n{"name": "echo", "arguments": {"text": "a"}}\n</tool_call>\n<tool_', ""),
         ('[TOOL_CALLS] [{"name": "echo", "arguments": {"te', ""),
+        # A bare call's JSON, or Llama's pythonic list, naming one of the run's tools.
+        ('{"name": "echo", "arguments": {"te', ""),
+        ('[{"name": "echo", "arguments": {}}, {"name": "echo", "argu', ""),
+        ('<think>\nEcho it.\n</think>\n[echo(text="a"), echo(te', ""),
         # Its reasoning, and nothing said before the call, shows nothing.
         ('<think>\nEcho it.\n</think>\n<tool_call>\n{"name": "echo", "arguments": {"te', ""),
         (
@@ -436,6 +440,20 @@ async def test_a_call_written_as_text_cut_at_the_output_limit_names_the_cut(
     assert counter.calls == {}
     turns = [m.turn for m in state.messages if isinstance(m, AssistantMessage)]
     assert [turn.text for turn in turns] == [content]  # the journal keeps what was said
+
+
+@pytest.mark.parametrize(
+    "content", ['{"name": "checkout", "status": "degr', '[checkout(region="eu"), x', "[Docs](ht"]
+)
+async def test_an_answer_cut_at_the_output_limit_that_begins_no_call_shows_what_it_said(
+    tmp_path: Path, content: str
+) -> None:
+    # Data that names no tool, or a link, is an answer cut short, not a call.
+    state, _, _ = await _run(tmp_path, _with_message(chat_completion(content), "length"))
+
+    assert state.result is not None
+    assert state.result.error == "the model's reply was cut at its output limit; no tool was run"
+    assert state.result.text == content
 
 
 async def test_a_structured_call_cut_at_the_output_limit_names_the_cut(tmp_path: Path) -> None:
