@@ -18,8 +18,9 @@ A browser sends its login with whatever another site makes it ask for (a link, a
 image, a script, a ``fetch``). A request a browser says another site made (``Sec-Fetch-Site``
 other than ``same-origin`` or ``none``) counts no login: a signed link still opens its run
 (a chat message's link is opened from the chat's site), anything else gets 403; a person who
-followed another site's link is offered the same page from here, one click away. A client that
-sends no ``Sec-Fetch-Site`` (curl, Prometheus) is no browser, and is unaffected.
+followed another site's link (an expired one too) is offered the same page from here, one
+click away, where the browser's login counts. A client that sends no ``Sec-Fetch-Site`` (curl,
+Prometheus) is no browser, and is unaffected.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ SECURITY_HEADERS: Mapping[str, str] = {
 # What a browser says of a request its own person made (the address bar, a bookmark) or a
 # page of this listener made; anything else (``cross-site``, ``same-site``) another site made.
 _OWN_SITES = frozenset({"same-origin", "none"})
+INVALID_LINK = "This link is not valid: it was altered, or it has expired."
 
 
 @dataclass(frozen=True)
@@ -152,15 +154,21 @@ def from_elsewhere(request: web.BaseRequest) -> bool:
     return site is not None and site.strip().lower() not in _OWN_SITES
 
 
-def elsewhere(request: web.BaseRequest) -> web.Response:
+def elsewhere(request: web.BaseRequest, *, linked: bool = False) -> web.Response:
     """The refusal of a request another site made: 403; to a person who followed another
     site's link, a page offering the same address from here (a link of this listener, which
-    the browser then sends with its login)."""
+    the browser then sends with its login). ``linked``: its signed link opened nothing (an
+    operator's login may open it from here)."""
     said = "Another site opened this page, and the run pages take no login with what another"
     said += " site asks for"
     navigated = request.headers.get("Sec-Fetch-Mode", "").lower() == "navigate"
     if not (navigated and request.headers.get("Sec-Fetch-Dest", "").lower() == "document"):
+        if linked:
+            return refusal(403, INVALID_LINK)
         return refusal(403, said + ": open the page by its address, or a chat message's link.")
+    if linked:
+        said = f"{INVALID_LINK} The operators' login may still open it, though not from another"
+        said += " site"
     # One leading slash: "//host" would be another host's address.
     here = escape("/" + request.rel_url.raw_path_qs.lstrip("/"))
     page = (
@@ -221,8 +229,10 @@ def authorize(
     query = request.rel_url.query
     linked = "exp" in query or "sig" in query
     if from_elsewhere(request):
-        # Whatever login the browser sent, it sent by itself: the link alone decides.
-        return _linked(query, config, run_id) if linked else elsewhere(request)
+        # Whatever login the browser sent, it sent by itself: the link alone decides. One
+        # that opens nothing (expired) is offered from here, where an operator's login counts.
+        access = _linked(query, config, run_id) if linked else None
+        return access or elsewhere(request, linked=linked)
     if "Authorization" in request.headers:
         if bearer_ok(request, config):
             return OPERATOR
@@ -234,16 +244,16 @@ def authorize(
             # A bearer's client is told in its own scheme; a browser's login is asked again.
             return challenge(response, config, "invalid_token", basic=basic)
     if linked:
-        return _linked(query, config, run_id)
+        return _linked(query, config, run_id) or refusal(403, INVALID_LINK)
     return challenge(refusal(401, _unauthorized(config)), config)
 
 
-def _linked(query: Mapping[str, str], config: WebConfig, run_id: str) -> Access | web.Response:
-    """What a signed link (``exp``, ``sig``) opens: its run (``run_id``) alone, or 403."""
+def _linked(query: Mapping[str, str], config: WebConfig, run_id: str) -> Access | None:
+    """What a signed link (``exp``, ``sig``) opens: its run (``run_id``) alone, or nothing."""
     expires, signature = query.get("exp", ""), query.get("sig", "")
     if run_id and config.signer and config.signer.valid(run_id, expires, signature):
         return Access(operator=False, run_id=run_id, query=f"exp={expires}&sig={signature}")
-    return refusal(403, "This link is not valid: it was altered, or it has expired.")
+    return None
 
 
 # A wrong token, or the right one without its scheme (``Authorization: TOKEN``).

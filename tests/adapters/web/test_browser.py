@@ -811,3 +811,29 @@ async def test_a_page_asked_for_as_a_script_is_not_run(world: World, new_page: N
     )
     assert loaded == "refused"
     assert any("strict MIME type checking" in line for line in watch.console), watch.console
+
+
+async def test_an_operator_following_an_expired_link_from_the_chats_site_opens_it_from_here(
+    world: World, new_page: NewPage, other_site: OtherSite
+) -> None:
+    # A "View run" link older than its day, followed from the chat's web app by an operator
+    # whose browser holds the login: before, the login opened it; it must stay one click away.
+    run_id = await world.finished()
+    expired = world.link(run_id, issued=time.time() - TTL - 60)
+    page = await new_page(login=("alice", TOKEN))
+    assert (await goto(page, f"{world.url}/runs")).status == 200  # the person is logged in
+    answers = answers_of(page, world.url)
+    url = other_site.page(
+        "chat", f'<!doctype html><title>chat</title><a id="view" href="{expired}">View run</a>'
+    )
+    await goto(page, url)
+    async with page.expect_navigation():
+        await page.click("#view")
+    assert [r.status for r in answers if r.url == expired] == [403]
+    text = await page.locator("body").inner_text()
+    assert "expired" in text and "checkout" not in text, text
+    async with page.expect_navigation():
+        await page.click("#elsewhere a")
+    assert [r.status for r in answers if r.url == expired] == [403, 200]
+    await expect(page.locator("h1")).to_have_text(f"Run {run_id}")
+    await secured(answers)
