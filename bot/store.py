@@ -227,10 +227,10 @@ class OnceMarks(Protocol):
         """Whether ``key`` was claimed (a cancel asked of the replica that drives a run)."""
         ...
 
-    async def first_marked(self, key: str, at: datetime) -> datetime:
-        """Mark ``key`` as made at ``at`` unless it was marked before; when it was first marked
-        (the first caller's ``at``, read alike by every caller: when a scheduled prompt was
-        first seen)."""
+    async def first_marked(self, keys: Sequence[str], at: datetime) -> dict[str, datetime]:
+        """Mark each of ``keys`` as made at ``at`` unless it was marked before, in one commit;
+        when each was first marked (the first caller's ``at``, read alike by every caller:
+        when the scheduled prompts were first seen)."""
         ...
 
 

@@ -383,7 +383,16 @@ MARK_ONCE: Final = """
 INSERT INTO once_keys(key, at) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING RETURNING true
 """
 MARKED: Final = "SELECT true FROM once_keys WHERE key = $1"
-MARKED_AT: Final = "SELECT at FROM once_keys WHERE key = $1"
+# The keys of the JSON array $1 marked at $2 unless marked before, and when each was. In one
+# order whatever the caller's: two transactions inserting keys both hold would each wait on
+# the other's (a deadlock on PostgreSQL). ``WHERE true``: SQLite's parser asks for it.
+MARK_ALL_ONCE: Final = """
+INSERT INTO once_keys(key, at) SELECT value, $2::timestamptz FROM {json_items}($1::json)
+WHERE true ORDER BY value ON CONFLICT (key) DO NOTHING
+"""
+MARKED_AT: Final = (
+    "SELECT key, at FROM once_keys WHERE key IN (SELECT value FROM {json_items}($1::json))"
+)
 # A mark that comes with work (a chat delivery, a scheduled occurrence): a key that stands
 # already refuses it (a unique violation), and with it the whole transaction: nothing is queued.
 MARK_DELIVERY: Final = "INSERT INTO once_keys(key, at) VALUES ($1, $2)"

@@ -424,11 +424,18 @@ class SqlStore(ABC):
         """Whether ``key`` was claimed."""
         return bool(await self._read("marked", sql.MARKED, (key,)))
 
-    async def first_marked(self, key: str, at: datetime) -> datetime:
-        """Mark ``key`` at ``at`` unless it is marked; when it was first marked."""
-        steps: list[Step] = [(sql.MARK_ONCE, (key, self._stamp(at))), (sql.MARKED_AT, (key,))]
+    async def first_marked(self, keys: Sequence[str], at: datetime) -> dict[str, datetime]:
+        """Mark each of ``keys`` at ``at`` unless it is marked, in one transaction whatever
+        their number; when each was first marked."""
+        if not keys:
+            return {}
+        listed = json.dumps(list(keys))
+        steps: list[Step] = [
+            (sql.MARK_ALL_ONCE, (listed, self._stamp(at))),
+            (sql.MARKED_AT, (listed,)),
+        ]
         rows = await self._transaction("first_marked", steps)
-        return self._dialect.moment(rows[1][0][0])
+        return {str(key): self._dialect.moment(moment) for key, moment in rows[1]}
 
     # -- work and replicas -------------------------------------------------------------------
 

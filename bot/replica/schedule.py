@@ -77,8 +77,8 @@ class Scheduler:
         for request, _status, _decision in await self.store.list_requests():
             self._schedule_request(request)
         now = self.clock()
+        await self._catch_up(now)
         for name in self.prompts:
-            await self._catch_up(name, now)
             self._schedule_prompt(name, now)
         # Other replicas open requests this one hears nothing of: sweep the store regularly.
         every = max(self.supervisor.rt.lease_seconds / 2, 1.0)
@@ -140,24 +140,42 @@ class Scheduler:
         log.info("scheduled prompt %s started run %s", name, live.run_id)
         return live
 
-    async def _catch_up(self, name: str, now: datetime) -> None:
-        """Start the latest occurrence of prompt ``name`` that fell within its grace before
-        ``now`` (while no replica ran) and after the store first saw the prompt, unless a
-        replica took it then or takes it now; a store failure is said, and the replica starts
-        without it."""
-        prompt, trigger = self.prompts[name]
+    async def _catch_up(self, now: datetime) -> None:
+        """Start each prompt's latest occurrence that fell within its grace before ``now``
+        (while no replica ran) and after the store first saw the prompt, unless a replica
+        took it then or takes it now. When the prompts were first seen is asked of the store
+        once, whatever their number; a store failure is said, and the replica starts without
+        what it would have started late."""
+        identities = {name: PromptIdentity.of(prompt) for name, (prompt, _) in self.prompts.items()}
+        keys = [key for identity in identities.values() for key in identity.seen()]
         try:
-            seen = await self._first_seen(prompt, now)
-            since = max(now - timedelta(seconds=prompt.grace_seconds), seen)
-            missed = latest_before(trigger, now, since)
-            if missed is None:
-                return
+            marked = await self.store.first_marked(keys, now)
+        except StoreError as exc:
+            log.warning(
+                "scheduled prompts: occurrences that fell while no replica ran may not have"
+                " been started late: %s",
+                exc,
+            )
+            return
+        for name, identity in identities.items():
+            await self._start_missed(name, now, min(marked[key] for key in identity.seen()))
+
+    async def _start_missed(self, name: str, now: datetime, seen: datetime) -> None:
+        """Start the latest occurrence of prompt ``name`` in its grace before ``now`` and not
+        before ``seen`` (when the store first saw it); a store failure is said."""
+        prompt, trigger = self.prompts[name]
+        since = max(now - timedelta(seconds=prompt.grace_seconds), seen)
+        missed = latest_before(trigger, now, since)
+        if missed is None:
+            return
+        try:
             live = await self.fire_prompt(name, missed)
         except StoreError as exc:
             log.warning(
-                "scheduled prompt %s: an occurrence that fell while no replica ran may not"
-                " have been started late: %s",
+                "scheduled prompt %s: its %s occurrence fell while no replica ran and was not"
+                " started late: %s",
                 name,
+                missed.isoformat(),
                 exc,
             )
             return
@@ -167,12 +185,6 @@ class Scheduler:
                 name,
                 missed.isoformat(),
             )
-
-    async def _first_seen(self, prompt: ScheduledPrompt, now: datetime) -> datetime:
-        """When the store first saw ``prompt`` on its schedule by either of its identities
-        (``now`` for one never seen before: marked so, for every replica to read alike)."""
-        keys = PromptIdentity.of(prompt).seen()
-        return min([await self.store.first_marked(key, now) for key in keys])
 
     async def _remind(self, request: Request) -> bool:
         if not await self.store.mark_once(f"remind:{request.id}"):

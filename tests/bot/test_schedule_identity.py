@@ -30,6 +30,7 @@ from bot.tools.toolset import ToolSet
 from storage.postgres import PostgresStore
 from storage.sqlite import SqliteStore
 from tests.fakes.runtime import reply
+from tests.fakes.tcp_proxy import proxied_dsn
 from tests.fakes.waiting import until
 from tests.storage.conftest import postgres_dsn, postgres_schema
 
@@ -166,3 +167,27 @@ async def test_replicas_of_a_rolling_rename_start_an_occurrence_once(replicas: R
     fired = await asyncio.gather(old.fire_prompt("nightly", NINE), new.fire_prompt("backups", NINE))
     assert sum(live is not None for live in fired) == 1
     assert len(await replicas.runs()) == 1
+
+
+async def test_a_start_asks_the_store_alike_for_one_prompt_and_for_hundreds() -> None:
+    # Each prompt's first sighting was two transactions of its own, one after another, before
+    # the replica took any work: 500 prompts held a start for seconds on a nearby PostgreSQL,
+    # and for as many round trips again as a distant one is away.
+    dsn = postgres_dsn()
+    async with postgres_schema(dsn) as schema, proxied_dsn(dsn) as (through, proxy):
+        store = PostgresStore(through, schema=schema)
+        await store.migrate()
+        replicas = Replicas(store)
+        await replicas.start([NIGHTLY], NINE + timedelta(hours=1))  # statements prepared
+        sent = proxy.sent
+        await replicas.start([NIGHTLY], NINE + timedelta(hours=2))
+        one = proxy.sent - sent
+        many = [
+            ScheduledPrompt(name=f"check-{n}", cron=f"{n % 60} 8 * * *", prompt=f"check {n}")
+            for n in range(300)
+        ]
+        sent = proxy.sent
+        await replicas.start(many, NINE + timedelta(hours=3))
+        hundreds = proxy.sent - sent
+        await store.close()
+        assert hundreds <= one + 10, (one, hundreds)

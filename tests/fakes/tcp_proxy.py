@@ -29,6 +29,7 @@ class TcpProxy:
         self.refused = 0  # connections refused while cut
         self.accepted = 0  # connections taken, held ones' included
         self.held = 0  # chunks a client sent while held (a statement, a cancel request)
+        self.sent = 0  # chunks the clients sent in all (about one a round trip)
         self._flowing = asyncio.Event()  # cleared while held
         self._flowing.set()
         self._forwarding: set[asyncio.Task[object]] = set()
@@ -110,6 +111,7 @@ class TcpProxy:
         connection whose client side is ``client``)."""
         try:
             while data := await reader.read(65536):
+                self.sent += sent
                 if sent and not self._flowing.is_set():
                     self.held += 1
                 await self._flowing.wait()

@@ -1823,15 +1823,31 @@ async def test_a_key_is_first_marked_once_and_every_caller_reads_that_time(
     early = datetime(2026, 1, 2, 9, 2, 0, 123456, tzinfo=UTC)
     later = early + timedelta(minutes=5)
 
+    nightly, other = "cron-seen:name:nightly", "cron-seen:name:other"
+
     seen = await asyncio.gather(
-        first_store.first_marked("cron-seen:name:nightly", early),
-        second_store.first_marked("cron-seen:name:nightly", early + timedelta(seconds=1)),
+        first_store.first_marked([nightly], early),
+        second_store.first_marked([nightly], early + timedelta(seconds=1)),
     )
 
-    assert seen[0] == seen[1] and seen[0] in (early, early + timedelta(seconds=1)), seen
-    assert await second_store.first_marked("cron-seen:name:nightly", later) == seen[0]
-    assert await first_store.first_marked("cron-seen:name:other", later) == later
-    assert await first_store.marked("cron-seen:name:nightly")
+    assert seen[0] == seen[1] and seen[0][nightly] in (early, early + timedelta(seconds=1)), seen
+    both = await second_store.first_marked([nightly, other], later)
+    assert both == {nightly: seen[0][nightly], other: later}
+    assert await first_store.marked(nightly) and await first_store.marked(other)
+    assert await first_store.first_marked([], later) == {}
+
+
+async def test_stores_marking_keys_in_opposite_orders_both_finish(backend: Backend) -> None:
+    # Replicas of a rolling update that reordered the schedules mark when they first saw the
+    # prompts, each in its own order, at the same moment: neither may wait on the other.
+    first_store, second_store = await backend.open(), await backend.open()
+    at = datetime(2026, 1, 2, 9, 2, tzinfo=UTC)
+    for round_ in range(5):
+        keys = [f"cron-seen:text:{round_}:{n:04}" for n in range(400)]
+        seen = await asyncio.gather(
+            first_store.first_marked(keys, at), second_store.first_marked(keys[::-1], at)
+        )
+        assert seen[0] == seen[1] == dict.fromkeys(keys, at)
 
 
 # -- what a run's end owes ----------------------------------------------------------------------
