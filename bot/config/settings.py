@@ -170,16 +170,26 @@ class ScheduledPrompt(Section):
         run_field_checks(self)
 
 
-def _distinct_names(schedules: list[ScheduledPrompt]) -> None:
-    """Refuse two schedules of one name: prompts are known by name, and the first would never
-    start (and its occurrences be claimed under the other's name)."""
-    first: dict[str, int] = {}
+def _distinct(schedules: list[ScheduledPrompt]) -> None:
+    """Refuse two schedules of one name, or of one cron and prompt: a prompt is known by
+    either, and the second of two alike would never start (its occurrences claimed by the
+    first's), unsaid."""
+    names: dict[str, int] = {}
+    texts: dict[tuple[str, str], int] = {}
     for number, prompt in enumerate(schedules, 1):
-        earlier = first.setdefault(prompt.name, number)
+        earlier = names.setdefault(prompt.name, number)
         if earlier != number:
             raise ValueError(
                 f"the {_nth(earlier)} and {_nth(number)} schedules are both named"
                 f" {prompt.name!r}: give each its own name"
+            )
+        # Spaced apart alike, a cron's fields are the same schedule.
+        earlier = texts.setdefault((" ".join(prompt.cron.split()), prompt.prompt), number)
+        if earlier != number:
+            raise ValueError(
+                f"the {_nth(earlier)} and {_nth(number)} schedules"
+                f" ({schedules[earlier - 1].name!r}, {prompt.name!r}) have the same cron and"
+                " prompt, and would start one run: remove one, or tell them apart"
             )
 
 
@@ -278,7 +288,7 @@ class Settings(Section):
     __field_checks__: ClassVar = {
         "database": check_database,
         "openai_base_url": _http_url,
-        "schedules": _distinct_names,
+        "schedules": _distinct,
     }
 
     database: str = "kestrel.db"

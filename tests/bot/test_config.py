@@ -114,6 +114,13 @@ def test_environment_overrides_nested_keys(tmp_path: Path, monkeypatch: pytest.M
             " {name: b, cron: '0 8 * * *', prompt: q}, {name: a, cron: '0 9 * * *', prompt: r}]\n",
             "schedules: the 1st and 3rd schedules are both named 'a': give each its own name",
         ),
+        # One schedule and text are one prompt: the second of two so would never start.
+        (
+            "schedules: [{name: a, cron: '0 7 * * *', prompt: p},"
+            " {name: b, cron: ' 0 7  * * * ', prompt: p}]\n",
+            "schedules: the 1st and 2nd schedules ('a', 'b') have the same cron and prompt, and"
+            " would start one run: remove one, or tell them apart",
+        ),
         # Looked back on at every start: a grace past any date would end it with an OverflowError.
         (
             "schedules: [{name: a, cron: '0 7 * * *', prompt: p, grace_seconds: 1e12}]\n",
