@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar
@@ -372,7 +372,7 @@ def build_run_page(
     stop = journal[-1].seq + 1 if journal else 0
     whole = stop if length is None else length
     if stop < whole:
-        _results_later(items)
+        _results_later(items, {call.call.id for call in state.batch if call.result is None})
     first_seq = items[0].seq if items else (journal[0].seq if journal else stop)
     started = state.started
     budgets = tuple(Budget(name, used, limit) for name, (used, limit) in view.budgets_used.items())
@@ -402,12 +402,15 @@ def build_run_page(
     )
 
 
-def _results_later(items: Sequence[Item]) -> None:
+def _results_later(items: Sequence[Item], unanswered: Collection[str]) -> None:
     """On a page older than the newest, the calls of its last turn still without a result:
-    results follow their turn, so theirs may be on a newer page (an effect is not lost)."""
+    results follow their turn, so theirs are on a newer page (an effect is not lost), unless
+    the run has none for them at all (``unanswered``: its last batch's, a run that ended with
+    an effect's outcome unknown)."""
     turn = next((item for item in reversed(items) if isinstance(item, Turn)), None)
     for call in turn.calls if turn is not None else ():
-        call.later = call.outcome is None and not call.request_id
+        answered = call.call_id not in unanswered
+        call.later = answered and call.outcome is None and not call.request_id
 
 
 def page_version(record: RunRecord, length: int, last_audit: AuditRecord | None) -> str:

@@ -562,3 +562,28 @@ def test_an_older_page_cut_between_an_effect_and_its_result_does_not_call_it_los
     # On the newest page of a run, an effect with no result is said to be one.
     newest = build_run_page(view, journal[: turn.seq + 2], [], [])
     assert "effect started, no result" in render_run_page(newest)
+
+
+def test_an_older_page_does_not_promise_a_result_the_run_never_had() -> None:
+    # Cancelled while its last turn's effect ran (a shutdown cut it): the run ended with the
+    # effect's outcome unknown. A page cut after the dispatch must not send its reader to a
+    # newer page for a result no page has: it says the effect has none.
+    finished, records = big_run(60)
+    turn = next(r for r in records if isinstance(r.entry, AssistantTurnEntry) and r.seq > 20)
+    assert isinstance(turn.entry, AssistantTurnEntry)
+    first = turn.entry.turn.calls[0]
+    cause = "cancelled on request; echo had started, and whether it took effect is unknown"
+    ended = TerminalResult(
+        status=RunStatus.CANCELLED, stop_reason=StopReason.CANCELLED, outcomes={"ok": 0}
+    )
+    entries = [r.entry for r in records[: turn.seq + 1]]
+    entries += [ToolDispatched(call_id=first.id, tool=first.name), RunEnded.of(ended, cause)]
+    run_id = records[0].run_id
+    journal = [JournalRecord(run_id=run_id, seq=n, epoch=1, entry=e) for n, e in enumerate(entries)]
+    view = RunView(replace(finished.record, status=RunStatus.CANCELLED), fold(journal, run_id))
+    page = build_run_page(view, journal[: turn.seq + 2], [], [], length=len(journal))
+    html = render_run_page(page)
+    assert "on a newer page" not in html
+    call = re.search(rf'<li class="call[^"]*" data-call="{first.id}"[^>]*>', html)
+    assert call is not None and 'data-outcome="dispatched"' in call.group(0), call
+    assert "effect started, no result" in html
