@@ -35,3 +35,9 @@ def parse_cron(expression: str) -> CronTrigger:
     if trigger.get_next_fire_time(None, datetime.now(UTC)) is None:
         raise ValueError(f"cron {expression!r}: never fires (no date matches it)")
     return trigger
+
+
+def cron_fields(expression: str) -> str:
+    """``expression``'s fields one space apart: two expressions spaced apart alike are one
+    schedule."""
+    return " ".join(expression.split())

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 import msgspec
 from msgspec import Meta
 
-from bot.config.cron import parse_cron
+from bot.config.cron import cron_fields, parse_cron
 from bot.config.deadlines import DeadlineSettings as DeadlineSettings
 from bot.config.sources import (
     DATABASE_VARIABLE,
@@ -183,8 +183,7 @@ def _distinct(schedules: list[ScheduledPrompt]) -> None:
                 f"the {_nth(earlier)} and {_nth(number)} schedules are both named"
                 f" {prompt.name!r}: give each its own name"
             )
-        # Spaced apart alike, a cron's fields are the same schedule.
-        earlier = texts.setdefault((" ".join(prompt.cron.split()), prompt.prompt), number)
+        earlier = texts.setdefault((cron_fields(prompt.cron), prompt.prompt), number)
         if earlier != number:
             raise ValueError(
                 f"the {_nth(earlier)} and {_nth(number)} schedules"

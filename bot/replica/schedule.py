@@ -30,7 +30,7 @@ from apscheduler.triggers.base import BaseTrigger as Trigger
 from apscheduler.triggers.date import DateTrigger
 
 from bot import wire
-from bot.config.cron import parse_cron
+from bot.config.cron import cron_fields, parse_cron
 from bot.config.deadlines import DeadlineSettings
 from bot.config.settings import ScheduledPrompt
 from bot.domain import Request, Session, new_id
@@ -235,25 +235,26 @@ class PromptIdentity:
     cron's fields, however spaced, and its prompt exactly, as a digest)."""
 
     name: str
-    cron: str
-    content: str
+    cron: str  # its fields, one space apart
+    digest: str  # of the cron and the prompt's text
 
     @classmethod
     def of(cls, prompt: ScheduledPrompt) -> PromptIdentity:
-        cron = " ".join(prompt.cron.split())
+        """``prompt``'s identity."""
+        cron = cron_fields(prompt.cron)
         digest = hashlib.sha256(f"{cron}\n{prompt.prompt}".encode()).hexdigest()[:32]
         return cls(prompt.name, cron, digest)
 
     def occurrence(self, at: datetime) -> tuple[str, str]:
         """The once-keys of the occurrence ``at``: by name (as before identities had two
         keys), and by schedule and text."""
-        return f"cron:{self.name}:{at.isoformat()}", f"cron-text:{self.content}:{at.isoformat()}"
+        return f"cron:{self.name}:{at.isoformat()}", f"cron-text:{self.digest}:{at.isoformat()}"
 
     def seen(self) -> tuple[str, str]:
         """The once-keys that hold when the store first saw the prompt on its schedule: by
         name and schedule, and by schedule and text (a schedule moved onto an occurrence just
         past never had it to miss)."""
-        return f"cron-seen:name:{self.cron}:{self.name}", f"cron-seen:text:{self.content}"
+        return f"cron-seen:name:{self.cron}:{self.name}", f"cron-seen:text:{self.digest}"
 
 
 def latest_before(trigger: Trigger, now: datetime, since: datetime) -> datetime | None:
