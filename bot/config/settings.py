@@ -143,10 +143,16 @@ class BudgetSettings(Section):
         return Budgets(**msgspec.structs.asdict(self))
 
 
-def _not_blank(text: str) -> None:
-    """Refuse an empty or blank text (a schedule would start a run on nothing)."""
+def _storable_text(text: str) -> None:
+    """Refuse an empty or blank text (a schedule would start a run on nothing), or one the
+    store cannot keep (a NUL character, an unpaired surrogate: YAML's ``\\0``, ``\\ud800``)."""
     if not text.strip():
         raise ValueError("must not be empty")
+    if "\0" in text:
+        raise ValueError("must not hold a NUL character (\\0)")
+    unpaired = next((c for c in text if "\ud800" <= c <= "\udfff"), None)
+    if unpaired is not None:
+        raise ValueError(f"must not hold an unpaired surrogate (\\u{ord(unpaired):x})")
 
 
 MAX_GRACE_SECONDS = 366 * 86400.0
@@ -156,7 +162,11 @@ class ScheduledPrompt(Section):
     """A prompt started on a cron schedule (UTC; five fields, or six with seconds first)."""
 
     # Checked on its own (bot.plain): a bad expression is reported beside a bad prompt.
-    __field_checks__: ClassVar = {"name": _not_blank, "cron": parse_cron, "prompt": _not_blank}
+    __field_checks__: ClassVar = {
+        "name": _storable_text,
+        "cron": parse_cron,
+        "prompt": _storable_text,
+    }
 
     name: str
     cron: str

@@ -114,6 +114,16 @@ def test_environment_overrides_nested_keys(tmp_path: Path, monkeypatch: pytest.M
             " {name: b, cron: '0 8 * * *', prompt: q}, {name: a, cron: '0 9 * * *', prompt: r}]\n",
             "schedules: the 1st and 3rd schedules are both named 'a': give each its own name",
         ),
+        # Kept in the store, which keeps neither (a start failed on them, every prompt's late
+        # start with it).
+        (
+            "schedules: [{name: \"a\\0b\", cron: '0 7 * * *', prompt: p}]\n",
+            "schedules.0.name: must not hold a NUL character (\\0)",
+        ),
+        (
+            "schedules: [{name: a, cron: '0 7 * * *', prompt: \"p \\ud800\"}]\n",
+            "schedules.0.prompt: must not hold an unpaired surrogate (\\ud800)",
+        ),
         # One schedule and text are one prompt: the second of two so would never start.
         (
             "schedules: [{name: a, cron: '0 7 * * *', prompt: p},"
