@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import signal
 import sys
@@ -218,7 +219,11 @@ def serve(platforms: tuple[str, ...], port: int | None, host: str) -> None:
         stop.on_first(front.drain)  # /readyz says 503 at once, even before the listener is up
         # A second signal kills the commands under way now, sparing none the grace.
         stop.on_second(lambda: supervisor.interrupt_all(hand_back=True))
+        stop.doing = "starting the chat platforms and the listener"
         await front.start()
+        # Named at the signal, not once serve resumes: a second signal read in the same pass
+        # of the event loop cuts the stop short before then.
+        stop.on_first(functools.partial(_name_under_way, stop, supervisor))
         if stop.event.is_set():
             front.drain()  # stopped while starting: the platforms started since are drained too
         await scheduler.start()
@@ -252,7 +257,6 @@ def serve(platforms: tuple[str, ...], port: int | None, host: str) -> None:
             len(supervisor.live),
             grace,
         )
-        stop.doing = _under_way(supervisor)
         # Marked first: through the grace, `kestrel replicas` and a refused resume say that its
         # leases run out rather than that it drives their runs. Not waited for: a silent
         # store would hold the grace back.
@@ -311,6 +315,11 @@ def serve(platforms: tuple[str, ...], port: int | None, host: str) -> None:
     stopped = asyncio.run(main())
     end_on_signals(log)
     stopped.exit_if_cut()
+
+
+def _name_under_way(stop: Stop, supervisor: Supervisor) -> None:
+    """Name what the stop waits on first, for the line a cut short says."""
+    stop.doing = _under_way(supervisor)
 
 
 def _under_way(supervisor: Supervisor) -> str:

@@ -376,3 +376,29 @@ def replicas_now(folder: Path) -> int:
             return int(db.execute("SELECT count(*) FROM replicas").fetchone()[0])
         except sqlite3.OperationalError:  # not migrated yet
             return 0
+
+
+def test_signals_in_quick_succession_name_the_command_serve_cuts_short(folder: Path) -> None:
+    # Two signals read in one pass of the event loop (an impatient operator, a supervisor that
+    # sends SIGTERM then SIGINT): the second cut the stop short before serve had said what it
+    # waited on, and the line named the start-up ("the schema's migration") of a replica that
+    # had served for a while, not the command it killed.
+    env = scripted(folder)
+    config = yaml.safe_load((folder / "kestrel.yaml").read_text())
+    config["replica"]["shutdown_grace_seconds"] = 30
+    (folder / "kestrel.yaml").write_text(yaml.safe_dump(config))
+    serve = start(folder, env, "serve", "--port", "0")
+    asyncio.run(submit_slow(folder))
+    wait_until(lambda: effects(folder) == ["start"], "the command's start")
+    wait_until(lambda: process_recorded(folder), "the command's process record")
+
+    serve.send_signal(signal.SIGTERM)
+    serve.send_signal(signal.SIGINT)
+    _, err = serve.communicate(timeout=10)
+
+    assert serve.returncode in (130, 143), err
+    record, entries = the_run(folder)
+    assert "the schema's migration" not in err, err
+    assert f"cutting short the grace of the command(s) under way: slow (run {record.id})" in err
+    (process,) = [e.process for e in entries if isinstance(e, ToolProcess)]
+    wait_until(lambda: orphans.members(process) == [], "the whole group's end")
