@@ -137,7 +137,7 @@ _PATH_TOKEN_MARKS: Final = ("/interactions/", "/webhooks/", "hooks.slack.com/")
 # A quoted key and its quoted value, as a dict's repr or a JSON object writes them (a
 # library's debug line of a payload: Discord's events, Slack's bodies). The value stops at
 # the next quote: each quote starts one try, reading at most to the next.
-_KEYED_VALUE: Final = on_use(r"""(['"])([A-Za-z0-9_.-]{1,64})\1:\s?(['"])[^'"\\]*+\3""")
+_KEYED_VALUE: Final = on_use(r"""((['"])([A-Za-z0-9_.-]{1,64})\2:\s?(['"]))[^'"\\]*+\4""")
 
 
 def _path_token_masked(found: re.Match[str]) -> str:
@@ -145,10 +145,11 @@ def _path_token_masked(found: re.Match[str]) -> str:
 
 
 def _keyed_value_masked(found: re.Match[str]) -> str:
-    if not _names_a_credential(found.group(2)):
+    """A quoted key and its value, the value shown as "…" when the key names a credential;
+    the key, its quotes and what separates it from the value kept as written."""
+    if not _names_a_credential(found.group(3)):
         return found.group()
-    quote = found.group(3)
-    return f"{found.group(1)}{found.group(2)}{found.group(1)}: {quote}…{quote}"
+    return f"{found.group(1)}…{found.group(4)}"
 
 
 def url_passwords_masked(text: str) -> str:

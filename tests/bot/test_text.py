@@ -229,3 +229,18 @@ def test_a_long_line_is_masked_in_linear_time(line: str, tail: str) -> None:
 )
 def test_a_urls_password_is_masked_where_a_scheme_starts_a_word(text: str, shown: str) -> None:
     assert url_passwords_masked(text) == shown
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ('{"token":"xoxb-1","n":1}', '{"token":"…","n":1}'),
+        ("{'client_secret':'Cs-1'}", "{'client_secret':'…'}"),
+        ("{'token': 'xoxb-1'}", "{'token': '…'}"),
+        ("{'token':\t'xoxb-1'}", "{'token':\t'…'}"),
+    ],
+)
+def test_a_quoted_keys_value_is_masked_and_the_rest_kept_as_written(text: str, shown: str) -> None:
+    # The masked value came back after ": " whatever separated it: a compact JSON payload
+    # ('"token":"…"') was rewritten beyond its secret, and no longer read as the line it was.
+    assert url_passwords_masked(text) == shown
