@@ -82,9 +82,10 @@ def chat(user: str | None) -> None:
         click.echo("\naborted", err=True)
         sys.exit(130)
     end_on_signals(log)
+    if terminated:  # after a cut short too: the stop got through, its line said what it might not
+        click.echo("stopped: the run under way was suspended", err=True)
     stop.exit_if_cut()
     if terminated:
-        click.echo("stopped: the run under way was suspended", err=True)
         sys.exit(128 + signal.SIGTERM)
 
 
@@ -283,8 +284,8 @@ def serve(platforms: tuple[str, ...], port: int | None, host: str) -> None:
         await _closed(rt.store, ends)
         await _left_runs_ended(supervisor)
         stop.doing = "closing the model's and the tools' connections, after the stop"
-        if stop.ended_by is not None:
-            return  # the stop was cut short, and its line said so
+        # Said after a cut short too: the stop got through all the same, and its line said
+        # only what it might leave.
         if forgotten:
             log.info("stopped: live runs suspended and their leases released")
             return

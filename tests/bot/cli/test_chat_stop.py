@@ -109,3 +109,37 @@ async def test_a_second_sigterm_ends_the_chats_stop_at_once(tmp_path: Path) -> N
     assert "Traceback" not in err
     said = "SIGTERM again while stopping: stopping at once, cutting short suspending run run_"
     assert said in err, err
+
+
+async def test_a_chats_stop_cut_short_that_still_suspended_the_run_says_so(
+    tmp_path: Path,
+) -> None:
+    # The cut's line says what it may leave ("its lease runs out, then kestrel runs resume
+    # takes it up"); when the suspend landed all the same, the chat ended on that line, and
+    # its person waited on a lease that was released.
+    schema = f"chat_stop_{uuid.uuid4().hex[:12]}"
+    async with proxied_dsn(DSN) as (proxied, proxy):
+        chat = chat_with(tmp_path, f"{proxied}?schema={schema}")
+        try:
+            await until(lambda: effects(tmp_path) == ["start"], timeout=30)
+            proxy.hold()
+            chat.send_signal(signal.SIGTERM)
+            await until(lambda: proxy.held > 0, timeout=10)  # the suspend's write, unanswered
+            chat.send_signal(signal.SIGTERM)
+            proxy.restore()  # answered now, well within the second the cut gives
+            _, err = await asyncio.to_thread(chat.communicate, timeout=20)
+            conn = await asyncpg.connect(DSN)
+            status, owner = await conn.fetchrow(f"SELECT status, owner FROM {schema}.runs")
+            await conn.close()
+        finally:
+            if chat.poll() is None:
+                chat.kill()
+                chat.wait()
+            proxy.restore()
+            conn = await asyncpg.connect(DSN)
+            await conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+            await conn.close()
+    assert chat.returncode == 143, err
+    assert (status, owner) == ("suspended", ""), err
+    assert "SIGTERM again while stopping" in err, err
+    assert "stopped: the run under way was suspended" in err, err
