@@ -191,6 +191,8 @@ def serve(platforms: tuple[str, ...], port: int | None, host: str) -> None:
     reminders and scheduled prompts, and serve the chat PLATFORMS named (slack, discord). SIGTERM or
     Ctrl-C suspends live runs and hands them back, within replica.shutdown_grace_seconds + 12 s;
     a second one ends the stop at once, killing a command under way (exit 128+N: 143, 130)."""
+    # First: the imports below take most of a second, and a SIGTERM during them must be kept.
+    hold_sigterm()  # one that comes before the event loop is kept for the stop
     import asyncio
 
     from bot.cli.serving import ChatFront, front_settings
@@ -204,7 +206,6 @@ def serve(platforms: tuple[str, ...], port: int | None, host: str) -> None:
     from bot.text import printable
     from bot.waits import outcome_retrieved, time_left
 
-    hold_sigterm()  # one that comes before the event loop is kept for the stop
     settings = settings_of(click.get_current_context())
     # Before the runtime, whose notices would otherwise bury a refusal for a missing token.
     checked = front_settings(platforms, settings.web)

@@ -405,3 +405,25 @@ def test_signals_in_quick_succession_name_the_command_serve_cuts_short(folder: P
     assert f"cutting short the grace of the command(s) under way: slow (run {record.id})" in err
     (process,) = [e.process for e in entries if isinstance(e, ToolProcess)]
     wait_until(lambda: orphans.members(process) == [], "the whole group's end")
+
+
+def loaded(pid: int, library: str) -> bool:
+    """Whether process ``pid`` has mapped a shared object whose path names ``library``."""
+    try:
+        return library in Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return False
+
+
+def test_a_sigterm_while_serve_imports_is_kept_for_its_stop(folder: Path) -> None:
+    # serve held a SIGTERM for its stop only after its own imports (aiohttp, the supervisor,
+    # the scheduler: most of a second): one that came then killed it outright, and PID 1 (a
+    # container's kestrel) dropped it, started anyway and was killed at the end of the grace.
+    serve = start(folder, scripted(folder), "serve", "--port", "0")
+    wait_until(lambda: loaded(serve.pid, "multidict"), "aiohttp's import")
+
+    serve.send_signal(signal.SIGTERM)
+    _, err = serve.communicate(timeout=20)
+
+    assert serve.returncode == 0, err
+    assert "stopping on SIGTERM" in err, err
