@@ -404,6 +404,7 @@ class ConsoleChat:
         self._asking: asyncio.Future[RunHandle | None] | None = None  # a resume asking here
         self._interrupts = 0
         self.terminated = False  # SIGTERM arrived: leave once the run under way has suspended
+        self.suspended: str | None = None  # the run under way when SIGTERM came, if any
         self._leaving = False
         # Told of each signal that stops the chat (a SIGTERM, the Ctrl-C that leaves, any once
         # leaving): the command's stop deadline, which a later one ends at once.
@@ -541,6 +542,7 @@ class ConsoleChat:
         if self._leaving or self.terminated:
             return
         self.terminated = True
+        self.suspended = self.under_way()
         if self._live is not None:
             self.chat.interrupt(self._live)
         elif main is not None:

@@ -50,7 +50,7 @@ def chat(user: str | None) -> None:
     user = terminal_user(user)
     log = logging.getLogger(CHAT)
 
-    async def work(rt: Runtime, stop: Stop) -> bool:
+    async def work(rt: Runtime, stop: Stop) -> tuple[bool, str | None]:
         supervisor = Supervisor(rt)
         banner = (
             f"Kestrel chat: model {rt.model.provider}/{rt.model.model}, "
@@ -67,26 +67,33 @@ def chat(user: str | None) -> None:
             await console.run(banner)
         finally:
             await supervisor.shutdown()
-        return console.terminated
+        return console.terminated, console.suspended
 
-    async def main() -> tuple[bool, Stop]:
+    async def main() -> tuple[tuple[bool, str | None], Stop]:
         # The stop's rule is serve's, with no grace: a command under way is killed at once.
         stop = Stop(log, STOP_MARGIN_SECONDS)
         stop.started()
         return await in_runtime(lambda rt: work(rt, stop), settings), stop
 
     try:
-        terminated, stop = asyncio.run(main())
+        (terminated, suspended), stop = asyncio.run(main())
     except (KeyboardInterrupt, asyncio.CancelledError):
         end_on_signals(log)
         click.echo("\naborted", err=True)
         sys.exit(130)
     end_on_signals(log)
     if terminated:  # after a cut short too: the stop got through, its line said what it might not
-        click.echo("stopped: the run under way was suspended", err=True)
+        click.echo(_stopped(suspended), err=True)
     stop.exit_if_cut()
     if terminated:
         sys.exit(128 + signal.SIGTERM)
+
+
+def _stopped(suspended: str | None) -> str:
+    """The chat's last line after a SIGTERM: whether it suspended a run (its id is above)."""
+    if suspended is None:
+        return "stopped on SIGTERM: no run was under way"
+    return "stopped: the run under way was suspended"
 
 
 def _left_by(stop: Stop, run_id: str | None) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import signal
 import sqlite3
 import subprocess
@@ -427,3 +428,24 @@ def test_a_sigterm_while_serve_imports_is_kept_for_its_stop(folder: Path) -> Non
 
     assert serve.returncode == 0, err
     assert "stopping on SIGTERM" in err, err
+
+
+def test_an_idle_chat_stopped_by_sigterm_says_no_run_was_suspended(folder: Path) -> None:
+    # With nothing under way, the chat said "stopped: the run under way was suspended": its
+    # person looked for a run that never was.
+    chat = start(folder, scripted(folder), "chat")
+    assert chat.stdout is not None
+    shown = b""
+    while b"you> " not in shown:  # the prompt: the chat reads, its signal handlers are set
+        chunk = os.read(chat.stdout.fileno(), 4096)
+        assert chunk, "the chat ended before its prompt"
+        shown += chunk
+
+    chat.send_signal(signal.SIGTERM)
+    chat.wait(timeout=10)  # stdin left open: its end would race the signal
+    assert chat.stderr is not None
+    err = chat.stderr.read()
+
+    assert chat.returncode == 143, err
+    assert "stopped on SIGTERM: no run was under way" in err, err
+    assert "suspended" not in err, err
