@@ -40,7 +40,7 @@ def chat(user: str | None) -> None:
     from adapters.console import ConsoleChat, ConsoleIO
     from bot.chat.service import ChatService
     from bot.cli.compose import policy_notices, shown_database
-    from bot.cli.stopping import Stop, end_on_signals
+    from bot.cli.stopping import Stop, end_on_signals, ending_code
     from bot.logs import CHAT
     from bot.run.supervisor import Supervisor
 
@@ -80,13 +80,13 @@ def chat(user: str | None) -> None:
     except (KeyboardInterrupt, asyncio.CancelledError):
         end_on_signals(log)
         click.echo("\naborted", err=True)
-        sys.exit(130)
+        sys.exit(ending_code(signal.SIGINT))
     end_on_signals(log)
     if terminated:  # after a cut short too: the stop got through, its line said what it might not
         click.echo(_stopped(suspended), err=True)
     stop.exit_if_cut()
     if terminated:
-        sys.exit(128 + signal.SIGTERM)
+        sys.exit(ending_code(signal.SIGTERM))
 
 
 def _stopped(suspended: str | None) -> str:
