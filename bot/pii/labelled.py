@@ -135,12 +135,12 @@ def find_keyvalue_passwords(src: ScanText) -> Iterator[PiiHit]:
         yield PiiHit("CONNECTION_STRING_PASSWORD", start, end)
 
 
-# An expression's operators and keywords: a value with one of them among its words is source
-# code's (password = REQUOTER(password) if password else password), read no further.
-_CODE_WORDS = frozenset(
-    {"or", "and", "if", "else", "not", "in", "is", "+", "-", "*", "/", "%", "==", "!="}
-    | {"?", ":", "||", "&&", "??", "=>"}
-)
+# An expression's operators: a value with one of them among its words is source code's
+# (password = a + b), read no further.
+_CODE_OPERATORS = frozenset({"+", "*", "/", "%", "==", "!=", "?", ":", "||", "&&", "??", "=>"})
+# Its keywords, which a passphrase holds as words too ("salt and pepper - 42"): code's only
+# beside a call or an index among the words (password = pw or prompt()).
+_CODE_KEYWORDS_IN_VALUE = frozenset({"or", "and", "if", "else", "not", "in", "is", "-"})
 # The next word of a pair's value, up to a comment or a shell's operator.
 _PAIR_WORD = on_use(r"[ \t]++(?P<word>[^\s#\"'\\|&;<>][^\s\"'\\]*+)")
 _QUOTED_PAIR_REACH = 256
@@ -168,13 +168,17 @@ def _pair_value_end(text: str, key: int, end: int, *, spaced: bool) -> int:
     if not (spaced or _in_listing(text, name)):
         return end
     first, stop = end, end
+    keyword = called = False
     while (word := _PAIR_WORD.match(text, stop)) is not None:
-        if _NEXT_KEY.match(word.group("word")):
+        value = word.group("word")
+        if _NEXT_KEY.match(value):
             break  # password=x dbname=app: a connection string's next key
-        if word.group("word") in _CODE_WORDS:
-            return first  # source code's expression: password = x or prompt()
+        if value in _CODE_OPERATORS:
+            return first  # source code's expression: password = a + b
+        keyword = keyword or value in _CODE_KEYWORDS_IN_VALUE
+        called = called or "(" in value or "[" in value
         stop = word.end()
-    return stop
+    return first if keyword and called else stop  # password = x or prompt(): code's
 
 
 # An INI file's or a listing's line: a key, perhaps blanks, and "=".

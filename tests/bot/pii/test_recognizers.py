@@ -859,6 +859,17 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
     ),
     ("CONNECTION_STRING_PASSWORD", "password = two words # rotated\n", "two words"),
     ("CONNECTION_STRING_PASSWORD", "password=hunter22 dbname=app sslmode=require", "hunter22"),
+    # A passphrase's words that source code's expressions use too: code's only beside a call.
+    (
+        "CONNECTION_STRING_PASSWORD",
+        "[client]\nuser = app\npassword = salt and pepper - 42\n",
+        "salt and pepper - 42",
+    ),
+    (
+        "CONNECTION_STRING_PASSWORD",
+        "HOSTNAME=web-1\nDB_PASSWORD=fish or chips if not in\nTZ=UTC",
+        "fish or chips if not in",
+    ),
     # After a key that names a secret, a generated value with dashes is no object's name.
     ("GENERIC_SECRET", "secret: a1b2-c3d4-e5f6\n", "a1b2-c3d4-e5f6"),
     ("GENERIC_SECRET", "token: abcdef-123456\n", "abcdef-123456"),
