@@ -142,18 +142,21 @@ def _oracle_passwords(text: str, lower: str) -> Iterator[PiiHit]:
 
 
 # A password as a command's positional argument: htpasswd in batch mode (-b: FILE USER
-# PASSWORD, or USER PASSWORD with -n), chpasswd reading echo's USER:PASSWORD, rabbitmqctl
-# change_password USER PASSWORD. Each command's name holds "pass", which the text is searched
-# for anyway.
+# PASSWORD, or USER PASSWORD with -n), chpasswd reading echo's or printf's USER:PASSWORD lines,
+# rabbitmqctl change_password or add_user USER PASSWORD. But add_user, each command's name
+# holds "pass", which the text is searched for anyway.
 _HTPASSWD = on_use(r"htpasswd(?<![A-Za-z0-9_.-]htpasswd)(?P<rest>[^\r\n|;&]{0,256}+)")
 _ARGUMENT = on_use(r"\"(?P<dq>[^\"]*+)\"|'(?P<sq>[^']*+)'|(?P<bare>[^\s\"']++)")
 _HTPASSWD_VALUED = frozenset({"-C", "-r"})  # options that take a value: bcrypt's cost, rounds
 _CHPASSWD = on_use(
-    r"echo[ \t]++(?:-[en][ \t]++)?(?P<q>[\"']?)[^:\s\"']{1,64}+:(?P<password>[^\s\"'\\]{1,256}+)"
-    r"(?P=q)[ \t]*+\|[ \t]*+(?:sudo[ \t]++)?chpasswd"
+    r"(?:echo|printf)[ \t]++(?:-[en]{1,2}+[ \t]++)?"
+    r"(?:\"(?P<dq>[^\"\r\n]{1,1024}+)\"|'(?P<sq>[^'\r\n]{1,1024}+)'|(?P<bare>[^\s\"'|;&<>]{1,1024}+))"
+    r"[ \t]*+\|[ \t]*+(?:sudo[ \t]++)?chpasswd"
 )
+# One USER:PASSWORD line of chpasswd's input; the lines apart by an escaped line end ("\n").
+_CHPASSWD_LINE = on_use(r"[^:\s\\]{1,64}+:(?P<password>[^\s\\]{1,256}+)")
 _RABBITMQ_PASSWORD = on_use(
-    r"change_password[ \t]++(?:\"[^\"\r\n]*+\"|'[^'\r\n]*+'|[^\s\"']++)[ \t]++"
+    r"(?:change_password|add_user)[ \t]++(?:\"[^\"\r\n]*+\"|'[^'\r\n]*+'|[^\s\"']++)[ \t]++"
     r"(?:\"(?P<dq>[^\"\r\n]{1,256}+)\"|'(?P<sq>[^'\r\n]{1,256}+)'|(?P<bare>[^\s\"']{1,256}+))"
 )
 
@@ -180,8 +183,9 @@ def _htpasswd_password(text: str) -> Iterator[PiiHit]:
 def _positional_passwords(text: str) -> Iterator[PiiHit]:
     yield from _htpasswd_password(text)
     for match in finditer_with(_CHPASSWD, text, "chpasswd"):
-        yield PiiHit("CONNECTION_STRING_PASSWORD", *match.span("password"))
-    for match in finditer_with(_RABBITMQ_PASSWORD, text, "change_password"):
+        for line in _CHPASSWD_LINE.finditer(text, *match.span(match.lastgroup or "bare")):
+            yield PiiHit("CONNECTION_STRING_PASSWORD", *line.span("password"))
+    for match in finditer_with(_RABBITMQ_PASSWORD, text, "change_password", "add_user"):
         group = match.lastgroup or "bare"
         if not match.group(group).startswith(_PLACEHOLDER_STARTS):
             yield PiiHit("CONNECTION_STRING_PASSWORD", *match.span(group))
@@ -215,6 +219,8 @@ def find_shaped_secrets(src: ScanText) -> Iterator[PiiHit]:
         yield from _cmdkey_passwords(src.lower)
         yield from _positional_passwords(text)
         yield from _announced_passwords(text, src.lower)
+    elif "add_user" in text:
+        yield from _positional_passwords(text)
     if "@" in text:
         yield from _oracle_passwords(text, src.lower)
 

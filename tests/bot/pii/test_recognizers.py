@@ -1010,6 +1010,10 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
     ("CONNECTION_STRING_PASSWORD", "htpasswd -nbB -C 10 alice 'two words'", "two words"),
     ("CONNECTION_STRING_PASSWORD", "echo 'alice:S3cretChpw' | sudo chpasswd", "S3cretChpw"),
     ("CONNECTION_STRING_PASSWORD", "rabbitmqctl change_password app S3cretRab", "S3cretRab"),
+    # Unspaced, printed by printf, or one of several users' lines; rabbitmqctl add_user.
+    ("CONNECTION_STRING_PASSWORD", "echo alice:S3cretChpw|chpasswd", "S3cretChpw"),
+    ("CONNECTION_STRING_PASSWORD", "printf 'alice:S3cretChpw\\n' | chpasswd", "S3cretChpw"),
+    ("CONNECTION_STRING_PASSWORD", "rabbitmqctl add_user app 'S3cret Rab'", "S3cret Rab"),
     # Inside a line "password:" is mostly prose, but an installer's generated password, the
     # line's last word and mixing three kinds of character, is none.
     (
@@ -1775,6 +1779,11 @@ def test_iban_checksum(iban: str, valid: bool) -> None:
 )
 def test_ssn_validity(ssn: tuple[str, str, str], valid: bool) -> None:
     assert ssn_ok(*ssn) is valid
+
+
+def test_every_users_password_chpasswd_reads_is_redacted() -> None:
+    text = 'echo -e "alice:S3cretOne\\nbob:S3cretTwo" | chpasswd'
+    assert found(text, "CONNECTION_STRING_PASSWORD") == ["S3cretOne", "S3cretTwo"]
 
 
 def test_truncated_private_key_stops_before_blank_lines() -> None:
