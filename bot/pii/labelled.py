@@ -357,7 +357,8 @@ def _yaml_password(text: str, key: int, value: str, end: int, *, bare: bool) -> 
 
 
 _GENERATED_SHORTEST = 8
-_LINE_END = on_use(r"[ \t]*+(?:\r?\n|\\ |\Z)")
+# A line end; a terminal's CR may end the text (kubectl exec -t's output, its last newline cut).
+_LINE_END = on_use(r"[ \t\r]*+(?:\n|\\ |\Z)")
 
 
 def _generated_alone(text: str, value: str, end: int) -> bool:

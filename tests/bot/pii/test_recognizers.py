@@ -1022,6 +1022,9 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
         "Xk9#mP2$vL7@qR4!",
     ),
     ("CONNECTION_STRING_PASSWORD", "[init] Grafana admin password: admin123X", "admin123X"),
+    # A terminal's line end (kubectl exec -t) with the output's last newline cut off.
+    ("CONNECTION_STRING_PASSWORD", "Generated root password: Xk9#mP2$vL7q\r", "Xk9#mP2$vL7q"),
+    ("CONNECTION_STRING_PASSWORD", "The admin password is: Xk9#mP2$vL7q \r", "Xk9#mP2$vL7q"),
     (
         "CONNECTION_STRING_PASSWORD",
         "[Note] [MY-010454] [Server] A temporary password is generated for root@localhost: "
