@@ -936,6 +936,18 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
         "Sup3rS3cretPw!",
     ),
     ("GENERIC_SECRET", '+ tofu output admin_token\n"abc def"\n', '"abc def"'),
+    # terraform's global options before output (a CI job's -chdir), blanks, a quoted name.
+    (
+        "GENERIC_SECRET",
+        "+ terraform -chdir=infra output -raw db_password\nSup3rS3cretPw!\n",
+        "Sup3rS3cretPw!",
+    ),
+    ("GENERIC_SECRET", "$ terraform  output  -raw 'db_password'\nSup3rS3cretPw!", "Sup3rS3cretPw!"),
+    (
+        "GENERIC_SECRET",
+        "$ tofu output -state=prod.tfstate -raw db_password\nSup3rS3cretPw!",
+        "Sup3rS3cretPw!",
+    ),
     (
         "GENERIC_SECRET",
         "$ heroku config:get SESSION_SECRET -a web\nhunter2isnotsafe",
@@ -1951,6 +1963,10 @@ ADVERSARIAL = [
     "sqlplus a/b" * 10_000 + "@",
     "terraform output " * 10_000 + "\n",
     "terraform output a_password" * 10_000 + "\n",
+    "terraform output " + "-a=b " * 20_000 + "a_password\nx",
+    "sqlplus a/b" + "@" * 100_000,
+    "echo " + "a:b\\n" * 20_000 + " | chpasswd",
+    "[client]\npassword = " + "a and " * 20_000 + "\n",
     "kubectl get secret " * 10_000 + "\n",
     "config:get " * 10_000,
     "-field=" * 20_000,
