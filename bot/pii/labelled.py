@@ -536,14 +536,19 @@ _REDIS_A = on_use(rf"(?<=[ \t])-a[ \t]+{_P_VALUE}")
 _UPPER_P_CLIENT = on_use(r"(?<![a-z0-9_-])(?:sqlcmd|bcp|ipmitool)(?![a-z0-9_-])")
 _UPPER_P = on_use(rf"(?<=[ \t])-P[ \t]+{_P_VALUE}")
 _LDAP_CLIENT = on_use(r"(?<![a-z0-9_-])ldap[a-z]{3,8}+(?![a-z0-9_-])")
-_LDAP_W = on_use(rf"(?<=[ \t])-w[ \t]+{_P_VALUE}")
+_LDAP_W = on_use(rf"(?<=[ \t])-w[ \t]*+{_P_VALUE}")  # getopt's: glued too (-wPASSWORD)
 _SAMBA_CLIENT = on_use(r"(?<![a-z0-9_-])(?:smbclient|rpcclient|smbcacls|smbget)(?![a-z0-9_-])")
-_SAMBA_USER = on_use(r"(?<=[ \t])-U[ \t]*+[\"']?[^\s%\"']{1,256}+%(?P<bare>[^\s\"']{1,256}+)")
+_SAMBA_USER = on_use(
+    r"(?<=[ \t])(?:-U[ \t]*+|--user[= \t][ \t]*+)"
+    r"(?:\"[^\"%\r\n]{1,256}+%(?P<dq>[^\"\r\n]{1,256}+)\"|'[^'%\r\n]{1,256}+%(?P<sq>[^'\r\n]{1,256}+)'"
+    r"|[^\s%\"']{1,256}+%(?P<bare>[^\s\"']{1,256}+))"
+)
 _FREERDP_CLIENT = on_use(r"(?<![a-z0-9_-])[a-z]*freerdp[0-9]?(?![a-z0-9_-])")
 _FREERDP_P = on_use(rf"(?<=[ \t])/p:{_P_VALUE}")
-# The flags, with their blank (Samba's -U perhaps glued to its user), in one pass in C before
-# the clients' names are looked for: a text without them compiles and searches nothing more.
-_CLIENT_FLAG = on_use(r"-(?:[paPw][ \t]|U)")
+# The flags, with their blank (Samba's -U and OpenLDAP's -w perhaps glued to their value,
+# Samba's --user read as "--"), in one pass in C before the clients' names are looked for: a
+# text without them compiles and searches nothing more.
+_CLIENT_FLAG = on_use(r"-(?:[paP][ \t]|[wU]|-user[= \t])")
 # Each flag's clients: the flag as the pass finds it, a literal the client's name holds, the
 # client's pattern and the flag's with its value.
 _FLAG_CLIENTS: tuple[tuple[str, str, re.Pattern[str], re.Pattern[str]], ...] = (
@@ -554,6 +559,8 @@ _FLAG_CLIENTS: tuple[tuple[str, str, re.Pattern[str], re.Pattern[str]], ...] = (
     ("-w", "ldap", _LDAP_CLIENT, _LDAP_W),
     ("-U", "smb", _SAMBA_CLIENT, _SAMBA_USER),
     ("-U", "rpcclient", _SAMBA_CLIENT, _SAMBA_USER),
+    ("--", "smb", _SAMBA_CLIENT, _SAMBA_USER),
+    ("--", "rpcclient", _SAMBA_CLIENT, _SAMBA_USER),
 )
 
 
@@ -577,7 +584,7 @@ def find_cli_passwords(src: ScanText) -> Iterator[PiiHit]:
     """The password of mysql -pPASSWORD (and its kin), sshpass -p PASSWORD, docker, podman,
     az, oc and cf login -p PASSWORD, mongosh (and MongoDB's other tools) and cqlsh -p
     PASSWORD, redis-cli -a PASSWORD, sqlcmd, bcp and ipmitool -P PASSWORD, OpenLDAP's -w
-    PASSWORD, Samba's -U USER%PASSWORD and FreeRDP's /p:PASSWORD."""
+    PASSWORD, Samba's -U (or --user) USER%PASSWORD and FreeRDP's /p:PASSWORD."""
     text, lower = src.text, src.lower
     found = list(finditer_with(_SSHPASS_P, text, "sshpass"))
     if "mysql" in lower or "mariadb" in lower:

@@ -990,6 +990,15 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
         "S3cretLdap",
     ),
     ("CONNECTION_STRING_PASSWORD", "smbclient //srv/share -U alice%S3cretSmb -c ls", "S3cretSmb"),
+    # Samba's user quoted with a blank in its password, or given as --user; -w glued.
+    (
+        "CONNECTION_STRING_PASSWORD",
+        "smbclient //srv/share -U 'CORP\\alice%two words' -c ls",
+        "two words",
+    ),
+    ("CONNECTION_STRING_PASSWORD", "smbclient //srv/share --user=alice%S3cretSmb", "S3cretSmb"),
+    ("CONNECTION_STRING_PASSWORD", "rpcclient srv --user alice%S3cretSmb", "S3cretSmb"),
+    ("CONNECTION_STRING_PASSWORD", "ldapwhoami -x -D cn=admin -wS3cretLdap", "S3cretLdap"),
     ("CONNECTION_STRING_PASSWORD", "xfreerdp /v:host /u:admin /p:S3cretRdp", "S3cretRdp"),
     ("CONNECTION_STRING_PASSWORD", "influx -username admin -password S3cretIdb", "S3cretIdb"),
     # Azure's keys: a storage account's (az storage account keys list), Service Bus's and
