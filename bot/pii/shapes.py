@@ -57,15 +57,23 @@ def _pgpass_line(text: str, start: int, end: int) -> Iterator[PiiHit]:
 
 
 # Password hashes: MD5-crypt ($1$, Apache's $apr1$), SHA-crypt ($5$, $6$, with rounds=),
-# bcrypt ($2a$, $2b$, $2y$), yescrypt ($y$) and LDAP's {SHA}/{SSHA}. A hash is offline-
-# crackable: the model needs to know one is there, not what it is.
+# bcrypt ($2a$, $2b$, $2y$), yescrypt ($y$), argon2 ($argon2id$v=19$m=...,t=...,p=...$) and
+# LDAP's schemes: {SHA}/{SSHA}, pw-sha2's {SSHA512} and kin, {MD5}, 389 Directory Server's and
+# FreeIPA's {PBKDF2_SHA256}. A hash is offline-crackable: the model needs to know one is
+# there, not what it is.
 _CRYPT_HASH = on_use(
     r"\$(?:(?:apr1|1|5|6)\$(?:rounds=[0-9]{1,9}+\$)?[./A-Za-z0-9]{1,16}+\$[./A-Za-z0-9]{22,}+"
     r"|2[abxy]\$[0-9]{2}\$[./A-Za-z0-9]{53}"
-    r"|y\$[./A-Za-z0-9]{1,16}+\$[./A-Za-z0-9]{1,64}+\$[./A-Za-z0-9]{43})"
+    r"|y\$[./A-Za-z0-9]{1,16}+\$[./A-Za-z0-9]{1,64}+\$[./A-Za-z0-9]{43}"
+    r"|argon2(?:id|i|d)\$v=[0-9]{1,3}+\$m=[0-9]{1,10}+,t=[0-9]{1,10}+,p=[0-9]{1,3}+"
+    r"\$[A-Za-z0-9+/]{8,}+\$[A-Za-z0-9+/]{16,}+)"
     r"(?![./A-Za-z0-9])"
 )
-_LDAP_HASH = on_use(r"\{S?SHA\}[A-Za-z0-9+/]{27,}+=*")
+_LDAP_HASH = on_use(
+    r"\{(?:S?SHA(?:256|384|512)?|S?MD5)\}[A-Za-z0-9+/]{22,}+=*"
+    r"|\{PBKDF2(?:[-_]SHA(?:1|256|512))?\}[A-Za-z0-9+/.$-]{20,}+=*"
+)
+_LDAP_SCHEME_ENDS = ("SHA}", "SHA256}", "SHA384}", "SHA512}", "MD5}", "{PBKDF2")
 
 
 def _password_hashes(text: str) -> Iterator[PiiHit]:
@@ -73,7 +81,7 @@ def _password_hashes(text: str) -> Iterator[PiiHit]:
     for match in _anchored(_CRYPT_HASH, text, "$"):
         yield PiiHit("GENERIC_SECRET", match.start(), match.end())
     if "{" in text:  # memchr before the longer search
-        for match in finditer_with(_LDAP_HASH, text, "SHA}"):
+        for match in finditer_with(_LDAP_HASH, text, *_LDAP_SCHEME_ENDS):
             yield PiiHit("GENERIC_SECRET", match.start(), match.end())
 
 

@@ -912,6 +912,26 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
         "alice:{SHA}W6ph5Mm5Pz8GgiULbPgzG37mj9g=",
         "{SHA}W6ph5Mm5Pz8GgiULbPgzG37mj9g=",
     ),
+    # LDAP's other schemes (OpenLDAP's pw-sha2, 389 Directory Server's and FreeIPA's PBKDF2),
+    # in an LDIF's userPassword too; argon2 in its modular form.
+    (
+        "GENERIC_SECRET",
+        "userPassword: {SSHA512}mAmPaElro8MJT/+2ohnmww5w7khtVXJFkXDAy8XDcxOPwcPLePW0CbNMVMRYxOE8"
+        "81ntDBHHfBHceDyzpq562nNhbHRzYWx0\n",
+        "{SSHA512}mAmPaElro8MJT/+2ohnmww5w7khtVXJFkXDAy8XDcxOPwcPLePW0CbNMVMRYxOE881ntDBHHfBHce"
+        "Dyzpq562nNhbHRzYWx0",
+    ),
+    (
+        "GENERIC_SECRET",
+        "bob:{PBKDF2_SHA256}T7epWfxBHiKQQGlNJ3+9CM17dQuKVeWu++anuIAf6vhzYWx0c2FsdHNhbHQ=",
+        "{PBKDF2_SHA256}T7epWfxBHiKQQGlNJ3+9CM17dQuKVeWu++anuIAf6vhzYWx0c2FsdHNhbHQ=",
+    ),
+    ("GENERIC_SECRET", "carol {MD5}AQEBAQEBAQEBAQEBAQEBAQ== x", "{MD5}AQEBAQEBAQEBAQEBAQEBAQ=="),
+    (
+        "GENERIC_SECRET",
+        "admin_hash $argon2id$v=19$m=65536,t=3,p=4$c2FsdHNhbHQ$T7epWfxBHiKQQGlNJ3+9CM17dQuKVeWu",
+        "$argon2id$v=19$m=65536,t=3,p=4$c2FsdHNhbHQ$T7epWfxBHiKQQGlNJ3+9CM17dQuKVeWu",
+    ),
     # A Dockerfile's ENV in its legacy form, name and value apart: the value is the line's rest.
     ("GENERIC_SECRET", "FROM node:20\nENV API_KEY abc123def456ghi\n", "abc123def456ghi"),
     ("GENERIC_SECRET", "ENV DB_PASSWORD correct horse battery\n", "correct horse battery"),
@@ -1950,6 +1970,9 @@ ADVERSARIAL = [
     "$1$" * 30_000,
     "$2y$05$" * 15_000,
     "{SHA}" * 20_000,
+    "{PBKDF2}" + "$" * 100_000,
+    "{SSHA512}" * 10_000,
+    "$argon2id$v=1$m=1,t=1,p=1$" * 4_000,
     "ENV A_TOKEN " * 10_000,
     "xoxd-abcdefghij1" + "%2F" * 30_000,
     "xoxe.x" * 20_000,
