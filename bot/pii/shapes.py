@@ -14,16 +14,23 @@ from bot.pii.labelled import _PLACEHOLDER_STARTS, _SECRET_PATH, _generated_alone
 from bot.pii.scantext import PiiHit, ScanText
 
 # .pgpass: hostname:port:database:username:password, a line each, any field but the password
-# perhaps "*". Found from a port of four digits or a "*" between colons, in the shape view
-# (every digit a "0"), where a time's two-digit fields and a URL's port ("host:8080/") never
-# match.
+# perhaps "*"; or the line echo or printf writes to one. Found from a port of four or five
+# digits or a "*" between colons, in the shape view (every digit a "0"), where a time's
+# two-digit fields and a URL's port ("host:8080/") never match.
 _PGPASS_LINE = on_use(
     r"[ \t]*+(?P<host>[A-Za-z0-9*][A-Za-z0-9_.*-]{0,252}+|/[^\s:]{1,252}+):(?P<port>[0-9]{1,5}|\*)"
     r":(?P<db>[A-Za-z0-9_.*-]{1,63}+):(?P<user>[A-Za-z0-9_.@*-]{1,63}+)"
     r":(?P<password>(?:[^\r\n:\\]|\\.){1,256}+)\r?"
 )
-_PGPASS_PORT = b":0000:"
+_PGPASS_PORT = b"0000:"  # the end of a port of four digits or five: the line's match decides
 _PGPASS_ANY_PORT = b":*:"
+# What echo or printf prints, its argument quoted or bare: a .pgpass line, chpasswd's input.
+_ECHO_ARGUMENT = (
+    r"(?:echo|printf)[ \t]++(?:-[en]{1,2}+[ \t]++)?"
+    r"(?:\"(?P<dq>[^\"\r\n]{1,1024}+)\"|'(?P<sq>[^'\r\n]{1,1024}+)'"
+    r"|(?P<bare>[^\s\"'|;&<>]{1,1024}+))"
+)
+_ECHO = on_use(_ECHO_ARGUMENT)
 # Ports a .pgpass is written for (PostgreSQL's, PgBouncer's); with another, the line must say
 # otherwise that it is one: a host with a dot or localhost, or a field that is "*".
 _PGPASS_PORTS = frozenset({"*", "5432", "5433", "5434", "5435", "6432"})
@@ -46,7 +53,7 @@ def _pgpass_lines(src: ScanText) -> Iterator[PiiHit]:
 
 
 def _pgpass_line(text: str, start: int, end: int) -> Iterator[PiiHit]:
-    line = _PGPASS_LINE.fullmatch(text, start, end)
+    line = _PGPASS_LINE.fullmatch(text, start, end) or _echoed_pgpass(text, start, end)
     if line is None:
         return
     host, port = line.group("host"), line.group("port")
@@ -54,6 +61,15 @@ def _pgpass_line(text: str, start: int, end: int) -> Iterator[PiiHit]:
     if port in _PGPASS_PORTS or stars or "." in host or host == "localhost":
         stop = line.end("password")
         yield PiiHit("CONNECTION_STRING_PASSWORD", line.start("password"), stop)
+
+
+def _echoed_pgpass(text: str, start: int, end: int) -> re.Match[str] | None:
+    """The .pgpass line that an echo or a printf on the line at [start, end) prints."""
+    for echo in _ECHO.finditer(text, start, end):
+        line = _PGPASS_LINE.fullmatch(text, *echo.span(echo.lastgroup or "bare"))
+        if line is not None:
+            return line
+    return None
 
 
 # Password hashes: MD5-crypt ($1$, Apache's $apr1$), SHA-crypt ($5$, $6$, with rounds=),
@@ -156,11 +172,7 @@ def _oracle_passwords(text: str, lower: str) -> Iterator[PiiHit]:
 _HTPASSWD = on_use(r"htpasswd(?<![A-Za-z0-9_.-]htpasswd)(?P<rest>[^\r\n|;&]{0,256}+)")
 _ARGUMENT = on_use(r"\"(?P<dq>[^\"]*+)\"|'(?P<sq>[^']*+)'|(?P<bare>[^\s\"']++)")
 _HTPASSWD_VALUED = frozenset({"-C", "-r"})  # options that take a value: bcrypt's cost, rounds
-_CHPASSWD = on_use(
-    r"(?:echo|printf)[ \t]++(?:-[en]{1,2}+[ \t]++)?"
-    r"(?:\"(?P<dq>[^\"\r\n]{1,1024}+)\"|'(?P<sq>[^'\r\n]{1,1024}+)'|(?P<bare>[^\s\"'|;&<>]{1,1024}+))"
-    r"[ \t]*+\|[ \t]*+(?:sudo[ \t]++)?chpasswd"
-)
+_CHPASSWD = on_use(_ECHO_ARGUMENT + r"[ \t]*+\|[ \t]*+(?:sudo[ \t]++)?chpasswd")
 # One USER:PASSWORD line of chpasswd's input; the lines apart by an escaped line end ("\n").
 _CHPASSWD_LINE = on_use(r"[^:\s\\]{1,64}+:(?P<password>[^\s\\]{1,256}+)")
 _RABBITMQ_PASSWORD = on_use(

@@ -886,6 +886,24 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
     ),
     ("CONNECTION_STRING_PASSWORD", "*:*:*:postgres:hunter22", "hunter22"),
     ("CONNECTION_STRING_PASSWORD", "$ cat ~/.pgpass\ndb:6432:*:app:two words", "two words"),
+    # Written by echo (a CI job, a Dockerfile's RUN), quoted or not; a managed database's
+    # five-digit port (DigitalOcean's 25060).
+    (
+        "CONNECTION_STRING_PASSWORD",
+        "+ echo 'db.internal:5432:appdb:appuser:S3cretPgPass' >> ~/.pgpass",
+        "S3cretPgPass",
+    ),
+    (
+        "CONNECTION_STRING_PASSWORD",
+        'RUN echo "*:*:*:postgres:two words" > /root/.pgpass',
+        "two words",
+    ),
+    ("CONNECTION_STRING_PASSWORD", "echo db.x:5432:app:app:S3cretPg >> .pgpass", "S3cretPg"),
+    (
+        "CONNECTION_STRING_PASSWORD",
+        "db-pg.b.db.ondigitalocean.com:25060:defaultdb:doadmin:S3cretPgPass",
+        "S3cretPgPass",
+    ),
     # .htpasswd's and /etc/shadow's hashes: MD5-crypt, bcrypt, SHA-crypt, yescrypt, {SHA}.
     (
         "GENERIC_SECRET",
@@ -1971,6 +1989,9 @@ ADVERSARIAL = [
     "$2y$05$" * 15_000,
     "{SHA}" * 20_000,
     "{PBKDF2}" + "$" * 100_000,
+    "echo " + "a:1234:" * 14_000,
+    "echo 'a:12345:b:c:d " * 7_000,
+    "1234:\n" * 20_000,
     "{SSHA512}" * 10_000,
     "$argon2id$v=1$m=1,t=1,p=1$" * 4_000,
     "ENV A_TOKEN " * 10_000,
