@@ -247,7 +247,8 @@ def find_shaped_secrets(src: ScanText) -> Iterator[PiiHit]:
 
 # A command that prints a secret alone, echoed on its line, and the line it printed: terraform
 # (or tofu) output of a secret-named output, heroku config:get and aws configure get of a
-# secret-named variable, vault kv get's -field, kubectl's jsonpath or go-template of a Secret,
+# secret-named variable, vault's -field (any of kv get's, a secret-named one of the other
+# commands'), kubectl's jsonpath or go-template of a Secret,
 # gcloud secrets versions access, cat of a secret-named file. Each found from a literal and
 # read no further than its line (bounded: a long line of repeated command words costs a
 # constant each).
@@ -261,7 +262,7 @@ _TERRAFORM_OUTPUT = on_use(
 _CONFIG_GET = on_use(
     r"config(?::get|ure[ \t]+get)[ \t]+(?P<name>[a-z0-9_.-]{1,128}+)(?![a-z0-9_.-])" + _PRINTED
 )
-_VAULT_FIELD = on_use(r"-field=" + _PRINTED)
+_VAULT_FIELD = on_use(r"-field(?:=|[ \t]++)(?P<field>[a-z0-9_.-]{1,128}+)" + _PRINTED)
 _SECRET_TEMPLATE = on_use(
     r"get[ \t]+secrets?[ \t][^\r\n]{0,256}?(?:jsonpath|go-template)" + _PRINTED
 )
@@ -280,7 +281,7 @@ _FILE_GATE_WORDS = ("secret", "pass", "token", "credential")  # a key file is fo
 _PRINTING_COMMANDS: tuple[tuple[re.Pattern[str], str, tuple[str, ...], tuple[str, ...]], ...] = (
     (_TERRAFORM_OUTPUT, "output", ("terraform", "tofu"), _GATE_WORDS),
     (_CONFIG_GET, "config", (), _GATE_WORDS),  # heroku config:get, aws configure get
-    (_VAULT_FIELD, "-field=", ("vault kv get",), _SECRET_WORD),  # kv's mount is secret/
+    (_VAULT_FIELD, "-field", ("vault",), _GATE_WORDS),
     (_SECRET_TEMPLATE, "get secret", ("kubectl",), _SECRET_WORD),
     (_GCLOUD_ACCESS, "secrets versions", ("gcloud",), _SECRET_WORD),
     (_CAT_FILE, "cat ", (), _FILE_GATE_WORDS),
@@ -308,6 +309,16 @@ def _line_holds(lower: str, position: int, words: tuple[str, ...]) -> bool:
     return any(lower.find(word, start, position) >= 0 for word in words)
 
 
+def _vault_secret_field(lower: str, match: re.Match[str]) -> bool:
+    """Whether a vault command's -field printed a secret: any of a kv secret's, a secret-named
+    one of the others' (vault read's password, vault token create's token); True for other
+    commands."""
+    field = match.groupdict().get("field")
+    if field is None or _secret_name(field):
+        return True
+    return _line_holds(lower, match.start(), ("vault kv",))
+
+
 def find_printed_secrets(src: ScanText) -> Iterator[PiiHit]:
     """The line a secret-printing command printed under its echoed command line."""
     text, lower = src.text, src.lower
@@ -316,9 +327,11 @@ def find_printed_secrets(src: ScanText) -> Iterator[PiiHit]:
             continue  # C searches, shared with other recognizers
         for match in finditer_with(pattern, lower, literal):
             name = match.groupdict().get("name")
-            if name is not None and not _secret_name(_file_stem(name)):
+            if name is not None and not (_secret_name(name) or _secret_name(_file_stem(name))):
                 continue  # terraform output -raw vpc_id, cat /etc/hostname
             if words and not _line_holds(lower, match.start(), words):
+                continue
+            if not _vault_secret_field(lower, match):
                 continue
             start, end = match.span("value")
             while end > start and text[end - 1] in " \t":

@@ -992,6 +992,16 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
         "hunter2isnotsafe",
     ),
     ("GENERIC_SECRET", "$ vault kv get -field=value secret/app/db\nhunter22", "hunter22"),
+    # -field given apart; a secret-named field of vault's other commands (dynamic database
+    # credentials, a token); a profile's key that aws configure get prints.
+    ("GENERIC_SECRET", "$ vault kv get -field value secret/app/db\nhunter22", "hunter22"),
+    ("GENERIC_SECRET", "$ vault read -field=password database/creds/app\nA1a-Xk9q", "A1a-Xk9q"),
+    ("GENERIC_SECRET", "+ vault token create -field=token -ttl=1h\nhvs_x.A1aXk9q", "hvs_x.A1aXk9q"),
+    (
+        "GENERIC_SECRET",
+        "$ aws configure get profile.prod.aws_secret_access_key\nabcDEF123ghi",
+        "abcDEF123ghi",
+    ),
     (
         "GENERIC_SECRET",
         "$ kubectl get secret db -o jsonpath='{.data.password}' | base64 -d\nhunter22\n",
@@ -1692,6 +1702,7 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     # A primary key that is a column, a key's name, a region printed by aws configure get.
     ("GENERIC_SECRET", '{"primaryKey": "order_id", "keyName": "key1", "permissions": "FULL"}'),
     ("GENERIC_SECRET", "$ aws configure get region\neu-west-1b2"),
+    ("GENERIC_SECRET", "$ vault read -field=username database/creds/app\nv-app-x7k2"),
     # The same commands with no password on their line: asked for, or none set.
     (
         "CONNECTION_STRING_PASSWORD",
@@ -2023,6 +2034,7 @@ ADVERSARIAL = [
     "kubectl get secret " * 10_000 + "\n",
     "config:get " * 10_000,
     "-field=" * 20_000,
+    "vault -field " * 8_000 + "secret",
     "---- BEGIN SSH2 ENCRYPTED PRIVATE KEY ----\n" * 3_000,
     "az login" + " -p" * 50_000,
     "sqlcmd" + " -P" * 50_000,
