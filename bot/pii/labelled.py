@@ -606,15 +606,15 @@ def find_cli_passwords(src: ScanText) -> Iterator[PiiHit]:
             yield PiiHit("CONNECTION_STRING_PASSWORD", *match.span(group))
 
 
-# A password after a word: a long option (--password x, --db-password x, redis-server's
-# --requirepass x), redis.conf's requirepass line, SQL (IDENTIFIED BY 'x', PASSWORD 'x':
-# quoted, as SQL writes a string) and .netrc (machine h login bob password x, on one line or
-# consecutive ones). Found from the word's literal, which the regex engine skips to, and read
-# backwards from there.
+# A password after a word: a long option (--password x, --db-password x, redis-cli's --pass x,
+# redis-server's --requirepass x), redis.conf's requirepass line, SQL (IDENTIFIED BY 'x',
+# PASSWORD 'x': quoted, as SQL writes a string) and .netrc (machine h login bob password x, on
+# one line or consecutive ones). Found from the word's literal, which the regex engine skips
+# to, and read backwards from there.
 # The word's blanks, or the next item of a list: an option and its value as an argv, in JSON
 # (docker inspect's "Args": ["--password", "x"]) or YAML (a pod's args: - --password, - x).
 _PASSWORD_WORD = on_use(
-    r"pass(?:word|wd|(?<=requirepass))"
+    r"pass(?:word|wd|(?<=requirepass)|(?<=--pass))"
     r"(?:[ \t]+|(?P<item>[\"'][ \t]*,[ \t]*(?=[\"'])|\r?\n[ \t]*-[ \t]+))"
 )
 # OpenSSL's -pass, -passin and -passout with a pass: argument (env:, file: and stdin name

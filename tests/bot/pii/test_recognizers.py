@@ -516,6 +516,7 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
     ("CONNECTION_STRING_PASSWORD", "+ docker login -u bob -p hunter22 registry.corp", "hunter22"),
     ("CONNECTION_STRING_PASSWORD", "podman login -u a -p 'Tr0ub 4dor' quay.io", "Tr0ub 4dor"),
     ("CONNECTION_STRING_PASSWORD", "redis-cli -h cache -p 6379 -a hunter22 ping", "hunter22"),
+    ("CONNECTION_STRING_PASSWORD", "redis-cli -h cache --pass hunter22 ping", "hunter22"),
     ("CONNECTION_STRING_PASSWORD", "mongosh -u admin -p hunter22 --quiet", "hunter22"),
     ("CONNECTION_STRING_PASSWORD", "mongodump -h db -u bkp -p 'Tr0ub 4dor' --out /b", "Tr0ub 4dor"),
     # JSON that escapes its slashes (PHP's json_encode): postgresql:\/\/app:...@db\/x
@@ -1531,6 +1532,7 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     ("CONNECTION_STRING_PASSWORD", "docker login ghcr.io && docker run -p 8080:80 nginx"),
     ("CONNECTION_STRING_PASSWORD", "docker login -u bob -p $CI_REGISTRY_PASSWORD"),
     ("CONNECTION_STRING_PASSWORD", "redis-cli -p 6379 info; ps -a 1"),
+    ("CONNECTION_STRING_PASSWORD", "app --pass-through x --passes 3; a --bypass x; --pass -"),
     ("CONNECTION_STRING_PASSWORD", "mongosh -u admin -p --authenticationDatabase admin"),
     ("CONNECTION_STRING_PASSWORD", "docker run --name mongo -p 27017:27017 mongo:7"),
     ("CONNECTION_STRING_PASSWORD", r'{"log": "{\"password\": \"\"}"}'),
