@@ -267,9 +267,12 @@ _SECRET_TEMPLATE = on_use(
     r"get[ \t]+secrets?[ \t][^\r\n]{0,256}?(?:jsonpath|go-template)" + _PRINTED
 )
 _GCLOUD_ACCESS = on_use(r"secrets[ \t]+versions[ \t]+access[ \t]" + _PRINTED)
-# cat of a file named for a secret (Jenkins's secrets/initialAdminPassword, a token file).
+# cat of a file named for a secret (Jenkins's secrets/initialAdminPassword, a token file), with
+# its options, the name perhaps quoted, perhaps an echo after it for the line end the file lacks.
 _CAT_FILE = on_use(
-    r"cat(?<![A-Za-z0-9_.-]cat)[ \t]++(?P<name>[^\s|;&<>]{1,256}+)[ \t]*+\r?\n(?P<value>[^\r\n]++)"
+    r"cat(?<![A-Za-z0-9_.-]cat)[ \t]++(?:-[a-z]{1,8}+[ \t]++)*+"
+    r"(?:(?P<q>[\"'])(?P<quoted>(?:(?!(?P=q))[^\r\n]){1,256}+)(?P=q)|(?P<name>[^\s|;&<>\"']{1,256}+))"
+    r"[ \t]*+(?:(?:;|&&)[ \t]*+echo[ \t]*+)?\r?\n(?P<value>[^\r\n]++)"
 )
 # The words of which a secret-printing command's line holds one: the secret's name, or its kind.
 _GATE_WORDS = ("secret", "pass", "token", "key", "credential")
@@ -326,7 +329,8 @@ def find_printed_secrets(src: ScanText) -> Iterator[PiiHit]:
         if not any(src.holds(word) for word in gate):
             continue  # C searches, shared with other recognizers
         for match in finditer_with(pattern, lower, literal):
-            name = match.groupdict().get("name")
+            groups = match.groupdict()
+            name = groups.get("name") or groups.get("quoted")
             if name is not None and not (_secret_name(name) or _secret_name(_file_stem(name))):
                 continue  # terraform output -raw vpc_id, cat /etc/hostname
             if words and not _line_holds(lower, match.start(), words):

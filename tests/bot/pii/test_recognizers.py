@@ -1108,6 +1108,10 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
         "$ cat /var/jenkins_home/secrets/initialAdminPassword\n3f9a1c2e4b5d6f708192a3b4c5d6e7f8",
         "3f9a1c2e4b5d6f708192a3b4c5d6e7f8",
     ),
+    # With cat's options, the name quoted, or an echo after it for the line end a secret lacks.
+    ("GENERIC_SECRET", "$ cat /run/secrets/db_password; echo\nPw1xyz\n$ ls", "Pw1xyz"),
+    ("GENERIC_SECRET", "+ cat -v '/run/secrets/db_password' && echo\nPw1xyz", "Pw1xyz"),
+    ("GENERIC_SECRET", '$ cat "secrets/api token.txt"\nPw1xyz', "Pw1xyz"),
     # Slack's browser session: an xoxc- token and its d cookie (xoxd-, URL-encoded); a rotating
     # token whole, its xoxe. prefix too.
     (
@@ -2037,6 +2041,8 @@ ADVERSARIAL = [
     "config:get " * 10_000,
     "-field=" * 20_000,
     "vault -field " * 8_000 + "secret",
+    "cat -a " * 14_000 + "secret",
+    'cat "' + "a" * 100_000 + " secret",
     "---- BEGIN SSH2 ENCRYPTED PRIVATE KEY ----\n" * 3_000,
     "az login" + " -p" * 50_000,
     "sqlcmd" + " -P" * 50_000,
