@@ -299,6 +299,19 @@ _NOT_PRINTED = (
 _ERROR_BOX = "?"
 
 
+# Files of many lines in a structured format: the first line cat prints is a key's or a
+# brace, and a secret in them is found by its key (password: x, "token": "x", API_TOKEN=x).
+_STRUCTURED_EXTENSIONS = frozenset(
+    {"yaml", "yml", "json", "toml", "ini", "conf", "cfg", "properties", "xml", "env", "tf"}
+    | {"tfvars", "hcl", "sh", "py", "js", "ts", "go", "rb", "md"}
+)
+
+
+def _structured_file(name: str) -> bool:
+    """Whether a file's name says it holds structured text (secrets.yaml, tokens.env)."""
+    return name.rpartition("/")[2].rpartition(".")[2].lower() in _STRUCTURED_EXTENSIONS
+
+
 def _file_stem(name: str) -> str:
     """A path's last part without its extension, as a name (secrets/db_password.txt:
     db_password); a plain name as it is."""
@@ -333,6 +346,8 @@ def find_printed_secrets(src: ScanText) -> Iterator[PiiHit]:
             name = groups.get("name") or groups.get("quoted")
             if name is not None and not (_secret_name(name) or _secret_name(_file_stem(name))):
                 continue  # terraform output -raw vpc_id, cat /etc/hostname
+            if pattern is _CAT_FILE and name is not None and _structured_file(name):
+                continue  # cat secrets.yaml: its first line is "apiVersion: v1"
             if words and not _line_holds(lower, match.start(), words):
                 continue
             if not _vault_secret_field(lower, match):

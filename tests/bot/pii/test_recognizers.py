@@ -1724,6 +1724,11 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     ("CONNECTION_STRING_PASSWORD", "the password is: required\nroot password is set for root: yes"),
     # cat of a file that names no secret, or of a secret's key file (found as a key).
     ("GENERIC_SECRET", "$ cat /etc/hostname\nweb-01a2b3\n$ cat token_count.txt\n12"),
+    # A structured file named for secrets: its first line is a key's, its values found by theirs.
+    (
+        "GENERIC_SECRET",
+        "$ cat k8s/db-secret.yaml\napiVersion: v1\n$ cat secrets.json\n{\n$ cat tokens.env\nA=1",
+    ),
     # Colon-separated lines that are no .pgpass: passwd, group, a time, an access line.
     ("CONNECTION_STRING_PASSWORD", "root:x:0:0:root:/root:/bin/bash\ndocker:x:999:alice"),
     ("CONNECTION_STRING_PASSWORD", "12:34:56:789 worker:8080:GET:/healthz 200"),
