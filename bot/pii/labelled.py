@@ -1202,6 +1202,23 @@ def _object_name(value: str) -> bool:
     return bool(_NAME_PART.fullmatch(last) or _GENERATED_SUFFIX.fullmatch(last))
 
 
+# The owners of a secret that is always a value: a client's, an API's, a webhook's secret is
+# no Secret's name (client_secret: purple-monkey-dishwasher-42).
+_VALUE_OWNERS = (
+    *("client", "api", "app", "consumer", "jwt", "session", "webhook", "signing", "shared"),
+    *("encryption", "master", "private", "access", "account"),
+)
+
+
+def _names_object(key: str, word: str) -> bool:
+    """Whether a key may name a Kubernetes object rather than give a secret: the word alone
+    (secret:, token:) or a secret of a volume, a TLS section or an ingress (tlsSecret,
+    auth-secret), not of a client or an API."""
+    if key == word:
+        return True
+    return word == "secret" and not key[: -len(word)].rstrip("_-.").endswith(_VALUE_OWNERS)
+
+
 def _keyed_labels(src: ScanText) -> list[tuple[int, str]]:
     """Where each secret-naming key's last word ends, and the word, in the order of the text."""
     lower = src.lower
@@ -1257,7 +1274,7 @@ def find_keyed_secrets(src: ScanText) -> Iterator[PiiHit]:
             continue  # where the secret is kept (secret: projects/p/secrets/db/versions/2)
         if _MEASURE.fullmatch(value):
             continue  # a time, a duration or a version (token: 2024-05-01T12:00:00Z, 12.5ms)
-        if (word == "secret" or name == label - len(word)) and _object_name(value):
+        if _names_object(lower[name:label], word) and _object_name(value):
             continue  # names a Secret (secret: my-tls-secret-v2, token: default-token-x7k2p)
         if word == "auth":
             decoded = _decode_base64(value, shortest=3)

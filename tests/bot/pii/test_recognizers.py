@@ -879,6 +879,10 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
         "client_secret: 123e4567-e89b-12d3-a456-426614174000",
         "123e4567-e89b-12d3-a456-426614174000",
     ),
+    # A client's, an API's or a webhook's secret is a value, never a Secret's name: a
+    # memorable password in words is redacted there.
+    ("GENERIC_SECRET", "client_secret: purple-monkey-dishwasher-42", "purple-monkey-dishwasher-42"),
+    ("GENERIC_SECRET", '{"webhookSecret": "lunar-grape7-pillow"}', "lunar-grape7-pillow"),
     # Unlabelled, in the shape of a well-known file or output. .pgpass: host:port:db:user:pw.
     (
         "CONNECTION_STRING_PASSWORD",
