@@ -182,10 +182,12 @@ def find_k_keys(src: ScanText) -> Iterator[PiiHit]:
             yield PiiHit("OPENAI_API_KEY", match.start() - 1, match.end())
 
 
-# A rotating token keeps its xoxe. prefix; a browser's session cookie (xoxd-) is URL-encoded.
+# A rotating token keeps its xoxe. prefix; a browser's session cookie (xoxd-) is base64,
+# URL-encoded (in either case) or decoded (a browser's cookie view: / + and =).
 _SLACK = on_use(
-    r"x(?<![0-9A-Za-z_-]x)(?:oxe\.x)?+(?:ox[abcdeoprs]|app)-[A-Za-z0-9-]{10,}+"
-    r"(?:%[0-9A-F]{2}[A-Za-z0-9-]*+)*+"
+    r"x(?<![0-9A-Za-z_-]x)(?:"
+    r"oxd-[A-Za-z0-9-]{10,}+(?:(?:%[0-9A-Fa-f]{2}|[/+])[A-Za-z0-9-]*+)*+=*+"
+    r"|(?:oxe\.x)?+(?:ox[abcdeoprs]|app)-[A-Za-z0-9-]{10,}+(?:%[0-9A-F]{2}[A-Za-z0-9-]*+)*+)"
 )
 
 

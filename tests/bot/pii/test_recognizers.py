@@ -1128,6 +1128,17 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
         "Cookie: d=xoxd-aBcD1234eFgH5678%2FiJkL9012mNoP3456%3D",
         "xoxd-aBcD1234eFgH5678%2FiJkL9012mNoP3456%3D",
     ),
+    # Encoded in small letters, or decoded (a browser's cookie view): base64's / + and =.
+    (
+        "SLACK_TOKEN",
+        "d=xoxd-aBcD1234eFgH5678%2fiJkL9012%2bmNoP3456%3d; d-s=1",
+        "xoxd-aBcD1234eFgH5678%2fiJkL9012%2bmNoP3456%3d",
+    ),
+    (
+        "SLACK_TOKEN",
+        "d: xoxd-aBcD1234eFgH5678/iJkL9012+mNoP3456==",
+        "xoxd-aBcD1234eFgH5678/iJkL9012+mNoP3456==",
+    ),
     (
         "SLACK_TOKEN",
         "refresh: xoxe.xoxp-1-Mi0yLTEyMzQ1Njc4OTAtMTIzNDU2Nzg5MDEy",
@@ -2022,6 +2033,8 @@ ADVERSARIAL = [
     "$argon2id$v=1$m=1,t=1,p=1$" * 4_000,
     "ENV A_TOKEN " * 10_000,
     "xoxd-abcdefghij1" + "%2F" * 30_000,
+    "xoxd-abcdefghij1" + "%2f/" * 25_000 + "=" * 1_000,
+    "xoxd-abcdefghij " * 6_000,
     "xoxe.x" * 20_000,
     ("a" * 19 + ".") * 5_000,
     ("a" * 19 + "." + "a" * 20 + "/") * 2_500,
