@@ -1072,11 +1072,22 @@ _AZURE_STORAGE_KEY = on_use(
     r"\"keyName\"[ \t]*:[ \t]*\"[^\"\r\n]{0,64}+\"[ \t]*,\s*+\"permissions\"[ \t]*:[ \t]*"
     r"\"[A-Za-z]{1,16}+\"[ \t]*,\s*+\"value\"[ \t]*:[ \t]*" + _JSON_STRING
 )
-_SECURE_PATTERNS = (
-    (_SECURE_STRING, "SecureString"),
-    (_SENSITIVE_OUTPUT, '"sensitive"'),
-    (_SECRET_STRING, '"SecretString"'),
-    (_AZURE_STORAGE_KEY, '"keyName"'),
+# The same as -o yaml prints it, and a row of -o tsv's or -o table's (key1, FULL, the value).
+_AZURE_STORAGE_KEY_YAML = on_use(
+    r"keyName:[ \t]*+key[0-9]\r?\n[ \t]*+permissions:[ \t]*+[A-Za-z]{1,16}+\r?\n"
+    r"[ \t]*+value:[ \t]*+(?P<value>[^\s]{1,4096}+)"
+)
+_AZURE_STORAGE_KEY_ROW = on_use(
+    r"(?<![A-Za-z0-9_-])key[0-9][ \t]++(?:FULL|READ)[ \t]++(?P<value>[A-Za-z0-9+/]{20,4096}+=*+)"
+)
+# Each with the literals of which every match holds one.
+_SECURE_PATTERNS: tuple[tuple[re.Pattern[str], tuple[str, ...]], ...] = (
+    (_SECURE_STRING, ("SecureString",)),
+    (_SENSITIVE_OUTPUT, ('"sensitive"',)),
+    (_SECRET_STRING, ('"SecretString"',)),
+    (_AZURE_STORAGE_KEY, ('"keyName"',)),
+    (_AZURE_STORAGE_KEY_YAML, ("keyName:",)),
+    (_AZURE_STORAGE_KEY_ROW, ("FULL", "READ")),
 )
 
 
@@ -1084,10 +1095,10 @@ def find_secure_strings(src: ScanText) -> Iterator[PiiHit]:
     """The value of an AWS SSM SecureString parameter (aws ssm get-parameter
     --with-decryption), of a Secrets Manager secret (aws secretsmanager get-secret-value), of
     terraform's sensitive string outputs (terraform output -json) and of an Azure storage
-    account's keys (az storage account keys list)."""
+    account's keys (az storage account keys list, as JSON, YAML, TSV or a table)."""
     text = src.text
-    for pattern, literal in _SECURE_PATTERNS:
-        for match in finditer_with(pattern, text, literal):
+    for pattern, literals in _SECURE_PATTERNS:
+        for match in finditer_with(pattern, text, *literals):
             yield PiiHit("GENERIC_SECRET", *match.span("value"))
 
 

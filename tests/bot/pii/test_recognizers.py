@@ -1063,6 +1063,24 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
         '    "value": "AbCdEf0123456789AbCdEf0123+/AbCdEf0123456789AbCdEf==="\n  }\n]',
         "AbCdEf0123456789AbCdEf0123+/AbCdEf0123456789AbCdEf===",
     ),
+    # The same keys as -o yaml, -o tsv and -o table print them.
+    (
+        "GENERIC_SECRET",
+        "- creationTime: '2024-05-01T12:00:00+00:00'\n  keyName: key1\n  permissions: FULL\n"
+        "  value: AbCdEf0123456789AbCdEf0123+/AbCdEf0123456789AbCdEf==\n",
+        "AbCdEf0123456789AbCdEf0123+/AbCdEf0123456789AbCdEf==",
+    ),
+    (
+        "GENERIC_SECRET",
+        "2024-05-01T12:00:00+00:00\tkey1\tFULL\tAbCdEf0123456789AbCdEf0123+/AbCdEf012345==\n",
+        "AbCdEf0123456789AbCdEf0123+/AbCdEf012345==",
+    ),
+    (
+        "GENERIC_SECRET",
+        "KeyName    Permissions    Value\n---------  -------------  -----\n"
+        "key2       FULL           AbCdEf0123456789AbCdEf0123+/AbCdEf012345==",
+        "AbCdEf0123456789AbCdEf0123+/AbCdEf012345==",
+    ),
     (
         "GENERIC_SECRET",
         '{"keyName": "RootManageSharedAccessKey",'
@@ -2063,6 +2081,8 @@ ADVERSARIAL = [
     "config:get " * 10_000,
     "-field=" * 20_000,
     "vault -field " * 8_000 + "secret",
+    "key1 FULL " * 10_000,
+    "keyName: key1\npermissions: FULL\n" * 3_000,
     "cat -a " * 14_000 + "secret",
     'cat "' + "a" * 100_000 + " secret",
     "---- BEGIN SSH2 ENCRYPTED PRIVATE KEY ----\n" * 3_000,
