@@ -26,6 +26,7 @@ _AWS_PAIR_REACH = 256
 
 
 def _aws_secrets_near(text: str, start: int, end: int) -> Iterator[PiiHit]:
+    """The secret access keys within reach of the access key id at [start, end)."""
     low, high = max(0, start - _AWS_PAIR_REACH), min(len(text), end + _AWS_PAIR_REACH)
     for match in _AWS_SECRET_SHAPE.finditer(text, low, high):
         if match.end() == high and high < len(text) and text[high] in _BASE64_CHARS:
@@ -411,6 +412,7 @@ def _run_keys(text: str, start: int, end: int) -> Iterator[PiiHit]:
 
 
 def _digit(body: str) -> bool:
+    """Whether a key's body holds a digit (a Mailgun key does; key-value-store-... does not)."""
     return any(char.isdigit() for char in body)
 
 

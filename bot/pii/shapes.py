@@ -37,6 +37,7 @@ _PGPASS_PORTS = frozenset({"*", "5432", "5433", "5434", "5435", "6432"})
 
 
 def _pgpass_lines(src: ScanText) -> Iterator[PiiHit]:
+    """The passwords of the .pgpass lines, each line read once whichever anchor found it."""
     text, shape = src.text, src.shape
     read: set[int] = set()  # the starts of the lines read: a line both anchors find, once
     anchors = (_PGPASS_PORT, _PGPASS_ANY_PORT) if "*" in text else (_PGPASS_PORT,)  # memchr
@@ -53,6 +54,7 @@ def _pgpass_lines(src: ScanText) -> Iterator[PiiHit]:
 
 
 def _pgpass_line(text: str, start: int, end: int) -> Iterator[PiiHit]:
+    """The password of the line at [start, end) if it is a .pgpass line, or echo writes one."""
     line = _PGPASS_LINE.fullmatch(text, start, end) or _echoed_pgpass(text, start, end)
     if line is None:
         return
@@ -93,6 +95,7 @@ _LDAP_SCHEME_ENDS = ("SHA}", "SHA256}", "SHA384}", "SHA512}", "MD5}", "{PBKDF2")
 
 
 def _password_hashes(text: str) -> Iterator[PiiHit]:
+    """Crypt-style and LDAP password hashes, whole."""
     # From each "$" (memchr: a few in most outputs, and the pattern compiled only after one).
     for match in _anchored(_CRYPT_HASH, text, "$"):
         yield PiiHit("GENERIC_SECRET", match.start(), match.end())
@@ -111,6 +114,7 @@ _PASSWORD_ENDS = ("PASSWORD", "PASSWD", "_PASS", "_PWD")
 
 
 def _docker_env_passwords(text: str) -> Iterator[PiiHit]:
+    """The value of a legacy ENV NAME value whose name is a password's."""
     for match in finditer_with(_DOCKER_ENV, text, "ENV "):
         name = match.group("name").upper().removesuffix("S")
         if _word_before(text, match.start()) or not name.endswith(_PASSWORD_ENDS):
@@ -141,6 +145,7 @@ _LINE_REACH = 256  # how far back on its line a login or a command is looked for
 
 
 def _cmdkey_passwords(lower: str) -> Iterator[PiiHit]:
+    """The password of cmdkey's /pass:, quoted or bare."""
     for match in finditer_with(_CMDKEY_PASS, lower, "/pass:"):
         group = match.lastgroup or "bare"
         if not match.group(group).startswith(_PLACEHOLDER_STARTS):
@@ -182,6 +187,7 @@ _RABBITMQ_PASSWORD = on_use(
 
 
 def _htpasswd_password(text: str) -> Iterator[PiiHit]:
+    """The password htpasswd -b takes as its last positional argument."""
     for command in finditer_with(_HTPASSWD, text, "htpasswd"):
         flags, takes_value = "", False
         positionals: list[re.Match[str]] = []
@@ -201,6 +207,7 @@ def _htpasswd_password(text: str) -> Iterator[PiiHit]:
 
 
 def _positional_passwords(text: str) -> Iterator[PiiHit]:
+    """The passwords htpasswd -b, chpasswd and rabbitmqctl take as arguments."""
     yield from _htpasswd_password(text)
     for match in finditer_with(_CHPASSWD, text, "chpasswd"):
         for line in _CHPASSWD_LINE.finditer(text, *match.span(match.lastgroup or "bare")):
@@ -220,6 +227,7 @@ _ANNOUNCED_PASSWORD = on_use(
 
 
 def _announced_passwords(text: str, lower: str) -> Iterator[PiiHit]:
+    """A generated password a sentence announces, alone at its line's end."""
     for match in finditer_with(_ANNOUNCED_PASSWORD, lower, "password"):
         start, end = match.span("value")
         if _generated_alone(text, text[start:end], end):
