@@ -139,8 +139,10 @@ def find_keyvalue_passwords(src: ScanText) -> Iterator[PiiHit]:
 # (password = a + b), read no further.
 _CODE_OPERATORS = frozenset({"+", "*", "/", "%", "==", "!=", "?", ":", "||", "&&", "??", "=>"})
 # Its keywords, which a passphrase holds as words too ("salt and pepper - 42"): code's only
-# beside a call or an index among the words (password = pw or prompt()).
+# beside a call or an index among the words (password = pw or prompt()), or as a conditional
+# expression's pair (password = x if y else z).
 _CODE_KEYWORDS_IN_VALUE = frozenset({"or", "and", "if", "else", "not", "in", "is", "-"})
+_CONDITIONAL = frozenset({"if", "else"})
 # The next word of a pair's value, up to a comment or a shell's operator.
 _PAIR_WORD = on_use(r"[ \t]++(?P<word>[^\s#\"'\\|&;<>][^\s\"'\\]*+)")
 _QUOTED_PAIR_REACH = 256
@@ -168,17 +170,21 @@ def _pair_value_end(text: str, key: int, end: int, *, spaced: bool) -> int:
     if not (spaced or _in_listing(text, name)):
         return end
     first, stop = end, end
-    keyword = called = False
+    keywords: set[str] = set()
+    called = False
     while (word := _PAIR_WORD.match(text, stop)) is not None:
         value = word.group("word")
         if _NEXT_KEY.match(value):
             break  # password=x dbname=app: a connection string's next key
         if value in _CODE_OPERATORS:
             return first  # source code's expression: password = a + b
-        keyword = keyword or value in _CODE_KEYWORDS_IN_VALUE
+        if value in _CODE_KEYWORDS_IN_VALUE:
+            keywords.add(value)
         called = called or "(" in value or "[" in value
         stop = word.end()
-    return first if keyword and called else stop  # password = x or prompt(): code's
+    if (keywords and called) or keywords >= _CONDITIONAL:
+        return first  # source code's expression: password = x or prompt(), x if y else z
+    return stop
 
 
 # An INI file's or a listing's line: a key, perhaps blanks, and "=".

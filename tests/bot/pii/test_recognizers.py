@@ -1898,6 +1898,12 @@ def test_ssn_validity(ssn: tuple[str, str, str], valid: bool) -> None:
     assert ssn_ok(*ssn) is valid
 
 
+def test_a_conditional_expression_after_password_is_no_passphrase() -> None:
+    # Python's x if y else z, no call in it: the expression's words stay readable.
+    text = "x = 1\npassword = prompt_for_password if interactive else None\ny = 2\n"
+    assert all(" else " not in value for value in found(text, "CONNECTION_STRING_PASSWORD"))
+
+
 def test_every_users_password_chpasswd_reads_is_redacted() -> None:
     text = 'echo -e "alice:S3cretOne\\nbob:S3cretTwo" | chpasswd'
     assert found(text, "CONNECTION_STRING_PASSWORD") == ["S3cretOne", "S3cretTwo"]
