@@ -939,14 +939,29 @@ def find_env_secrets(src: ScanText) -> Iterator[PiiHit]:
         start, end = match.span(group)
         if match.group("blank") is not None and group == "bare":
             rest = _ENV_LINE_REST.match(text, end)  # ENV's value runs to the line's end
-            end = rest.end() if rest else end
-            while text[end - 1] in " \t":
-                end -= 1
+            end = _docker_env_value_end(text, start, rest.end() if rest else end)
         yield PiiHit("GENERIC_SECRET", start, _escape_trimmed(text, start, end))
 
 
 # The rest of a legacy ENV's line, up to a line end (real or a JSON string's escaped one).
 _ENV_LINE_REST = on_use(r"[^\r\n\\]{0,256}+")
+
+
+_ENV_QUOTE_REACH = 256  # how far back on its line a JSON string's quote is looked for
+
+
+def _docker_env_value_end(text: str, start: int, end: int) -> int:
+    """Where a legacy ENV's value at ``start``, read to its line's end ``end``, ends: before
+    the quote that closes a JSON string holding the instruction (docker inspect's
+    "CreatedBy": "... ENV NAME value"), and before blanks."""
+    low = max(0, start - _ENV_QUOTE_REACH)
+    line = text.rfind("\n", low, start) + 1 or low
+    if text.find('"', line, start) >= 0:
+        close = text.rfind('"', start, end)
+        end = close if close > start else end
+    while end > start and text[end - 1] in " \t\r":
+        end -= 1
+    return end
 
 
 def _docker_env_name(text: str, start: int) -> bool:

@@ -10,7 +10,13 @@ from collections.abc import Iterator
 
 from bot.patterns import finditer_with, on_use
 from bot.pii.checks import _anchored, _word_before
-from bot.pii.labelled import _PLACEHOLDER_STARTS, _SECRET_PATH, _generated_alone, _secret_name
+from bot.pii.labelled import (
+    _PLACEHOLDER_STARTS,
+    _SECRET_PATH,
+    _docker_env_value_end,
+    _generated_alone,
+    _secret_name,
+)
 from bot.pii.scantext import PiiHit, ScanText
 
 # .pgpass: hostname:port:database:username:password, a line each, any field but the password
@@ -119,9 +125,8 @@ def _docker_env_passwords(text: str) -> Iterator[PiiHit]:
         name = match.group("name").upper().removesuffix("S")
         if _word_before(text, match.start()) or not name.endswith(_PASSWORD_ENDS):
             continue
-        start, end = match.span("value")
-        while end > start and text[end - 1] in " \t\r":
-            end -= 1
+        start = match.start("value")
+        end = _docker_env_value_end(text, start, match.end("value"))
         value = text[start:end]
         if value.startswith(_PLACEHOLDER_STARTS) or _SECRET_PATH.fullmatch(value):
             continue

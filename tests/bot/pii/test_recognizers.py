@@ -958,6 +958,17 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
     # A Dockerfile's ENV in its legacy form, name and value apart: the value is the line's rest.
     ("GENERIC_SECRET", "FROM node:20\nENV API_KEY abc123def456ghi\n", "abc123def456ghi"),
     ("GENERIC_SECRET", "ENV DB_PASSWORD correct horse battery\n", "correct horse battery"),
+    # Inside a JSON string (docker inspect's history, CreatedBy): the value ends at its quote.
+    (
+        "GENERIC_SECRET",
+        '"CreatedBy": "/bin/sh -c #(nop)  ENV DB_PASSWORD two words",\n',
+        "two words",
+    ),
+    (
+        "GENERIC_SECRET",
+        '{"CreatedBy":"/bin/sh -c #(nop)  ENV API_TOKEN abcdef123456"}',
+        "abcdef123456",
+    ),
     # Windows's cmdkey and an Oracle login (sqlplus, a thin JDBC URL): user/password@db.
     (
         "CONNECTION_STRING_PASSWORD",
@@ -2088,6 +2099,7 @@ ADVERSARIAL = [
     "-field=" * 20_000,
     "vault -field " * 8_000 + "secret",
     "key1 FULL " * 10_000,
+    '"' + "ENV A_PASSWORD x " * 6_000,
     "keyName: key1\npermissions: FULL\n" * 3_000,
     "cat -a " * 14_000 + "secret",
     'cat "' + "a" * 100_000 + " secret",
