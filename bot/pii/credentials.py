@@ -188,7 +188,7 @@ def find_k_keys(src: ScanText) -> Iterator[PiiHit]:
 _SLACK = on_use(
     r"x(?<![0-9A-Za-z_-]x)(?:"
     r"oxd-[A-Za-z0-9-]{10,}+(?:(?:%[0-9A-Fa-f]{2}|[/+])[A-Za-z0-9-]*+)*+=*+"
-    r"|(?:oxe\.x)?+(?:ox[abcdeoprs]|app)-[A-Za-z0-9-]{10,}+(?:%[0-9A-F]{2}[A-Za-z0-9-]*+)*+)"
+    r"|(?:oxe\.x)?+(?:ox[abcdeoprs]|app)-[A-Za-z0-9-]{10,}+)"
 )
 
 
@@ -461,6 +461,16 @@ def _twilio_secrets_near(text: str, start: int, end: int) -> Iterator[PiiHit]:
             continue
         if any(char.isdigit() for char in token) and any(char.isalpha() for char in token):
             yield PiiHit("TWILIO_KEY", match.start(), match.end())
+
+
+# How the keys of the prefixed recognizers here start, as regexes: a key behind a
+# percent-escaped separator is looked for again only before one of them (see recognizers.py).
+# A recognizer of a new prefix adds it here.
+PREFIX_STARTS = (
+    *(r"gh[pousr]_", "github_pat_", "gl[a-z]{1,6}-", "GR1348941", "xox", r"xapp-", "[sr]k[-_]"),
+    *("npm_", "pypi-", r"SG\.", "hf_", "A(?:KIA|SIA|BIA|CCA|Iza)", "eyJ", "key-", "shp"),
+    *("do[opr]_v1_", r"ya29\.", "1//0", "whsec_", "SK", "AC", "F[Qw]oG", "IQoJ"),
+)
 
 
 def find_vendor_keys(src: ScanText) -> Iterator[PiiHit]:

@@ -13,15 +13,18 @@ Text that is not ASCII is folded for detection first (per-character NFKC, other 
 digits, dashes and spaces made ASCII, invisible characters dropped), so full-width digits,
 no-break or zero-width spaces cannot hide a number; hits are mapped back to the original.
 Encoded secrets (base64, hex) are found from runs of base64 characters and decoded and
-scanned again only when they read as text.
+scanned again only when they read as text. Keys found by their prefix are looked for again
+behind percent-escaped separators (a URL inside another's query), in a view of the same length.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
+from bot.patterns import on_use
 from bot.pii.credentials import (
+    PREFIX_STARTS,
     find_a_keys,
     find_discord,
     find_github,
@@ -68,16 +71,19 @@ from bot.pii.web import find_cookies, find_query_secrets
 RECOGNIZERS: tuple[Recognizer, ...] = (
     Recognizer(frozenset({"PRIVATE_KEY"}), find_private_keys),
     Recognizer(frozenset({"AWS_SECRET_KEY"}), find_aws_secret),
-    Recognizer(frozenset({"AWS_ACCESS_KEY", "AWS_SECRET_KEY", "GOOGLE_API_KEY"}), find_a_keys),
-    Recognizer(frozenset({"GITHUB_TOKEN"}), find_github),
-    Recognizer(frozenset({"GITLAB_TOKEN"}), find_gitlab),
-    Recognizer(frozenset({"SLACK_TOKEN"}), find_slack),
+    Recognizer(
+        frozenset({"AWS_ACCESS_KEY", "AWS_SECRET_KEY", "GOOGLE_API_KEY"}), find_a_keys, True
+    ),
+    Recognizer(frozenset({"GITHUB_TOKEN"}), find_github, True),
+    Recognizer(frozenset({"GITLAB_TOKEN"}), find_gitlab, True),
+    Recognizer(frozenset({"SLACK_TOKEN"}), find_slack, True),
     Recognizer(frozenset({"DISCORD_TOKEN"}), find_discord),
     Recognizer(frozenset({"SLACK_TOKEN", "DISCORD_TOKEN"}), find_webhooks),
-    Recognizer(frozenset({"STRIPE_KEY", "OPENAI_API_KEY"}), find_k_keys),
+    Recognizer(frozenset({"STRIPE_KEY", "OPENAI_API_KEY"}), find_k_keys, True),
     Recognizer(
         frozenset({"NPM_TOKEN", "PYPI_TOKEN", "SENDGRID_API_KEY", "HUGGINGFACE_TOKEN"}),
         find_service_tokens,
+        True,
     ),
     Recognizer(
         frozenset(
@@ -85,8 +91,9 @@ RECOGNIZERS: tuple[Recognizer, ...] = (
             | {"GOOGLE_OAUTH_TOKEN", "STRIPE_KEY", "AWS_SESSION_TOKEN"}
         ),
         find_vendor_keys,
+        True,
     ),
-    Recognizer(frozenset({"JWT"}), find_jwt),
+    Recognizer(frozenset({"JWT"}), find_jwt, True),
     Recognizer(frozenset({"BEARER_TOKEN", "BASIC_AUTH"}), find_bearer_and_basic),
     Recognizer(frozenset({"BASIC_AUTH"}), find_user_flag_passwords),
     Recognizer(frozenset({"GENERIC_SECRET"}), find_authorization),
@@ -119,6 +126,15 @@ RECOGNIZERS: tuple[Recognizer, ...] = (
 )
 
 
+# A percent-escape of a separator (a blank, punctuation, a control character; not "_", which
+# is a word's) right before the start of a key a prefixed recognizer finds (an access log's
+# escaped paths and queries have none, and cost one search).
+_ESCAPED_SEPARATOR = on_use(
+    r"%(?:[01][0-9A-Fa-f]|2[0-9A-Fa-f]|3[A-Fa-f]|40|5[B-Eb-e]|60|7[B-Fb-f])"
+    rf"(?={'|'.join(PREFIX_STARTS)})"
+)
+
+
 class Scanner:
     """Runs the recognizers of the enabled entity types over a text."""
 
@@ -133,6 +149,7 @@ class Scanner:
         self._recognizers = tuple(
             (r.find, not r.entities <= enabled) for r in RECOGNIZERS if r.entities & enabled
         )
+        self._prefixed = tuple(r.find for r in RECOGNIZERS if r.prefixed and r.entities & enabled)
 
     def __call__(self, text: str) -> list[PiiHit]:
         """Every hit of an enabled entity type, as spans of `text`; hits may overlap."""
@@ -149,7 +166,20 @@ class Scanner:
                 hits.extend(hit for hit in find(src) if hit.entity_type in enabled)
             else:
                 hits.extend(find(src))
+        if "%" in src.text and self._prefixed:
+            hits.extend(hit for hit in self._behind_escapes(src) if hit.entity_type in enabled)
         # Decoded text is scanned by the same recognizers, one level deeper each time.
         rescan = functools.partial(self._scan, depth=depth + 1) if depth < _MAX_DEPTH else None
         hits.extend(hit for hit in find_encoded(src, rescan) if hit.entity_type in enabled)
         return [src.original(hit) for hit in hits]
+
+    def _behind_escapes(self, src: ScanText) -> Iterator[PiiHit]:
+        """The keys found by their prefix right after a percent-escaped separator (a URL in
+        another's query: ...%3Dghp_...), whose hex digit their lookbehinds read as a word's:
+        looked for again where those escapes are blanks, at the same offsets."""
+        blanked, count = _ESCAPED_SEPARATOR.subn("   ", src.text)
+        if not count:
+            return
+        view = ScanText(blanked)
+        for find in self._prefixed:
+            yield from find(view)

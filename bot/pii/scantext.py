@@ -295,7 +295,8 @@ Finder = Callable[[ScanText], Iterator[PiiHit]]
 
 
 class Recognizer(msgspec.Struct, frozen=True):
-    """A finder and the entity types it can report."""
+    """A finder, the entity types it can report, and whether it finds keys by their prefix."""
 
     entities: frozenset[str]
     find: Finder
+    prefixed: bool = False

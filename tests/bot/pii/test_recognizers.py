@@ -1915,6 +1915,29 @@ def test_a_conditional_expression_after_password_is_no_passphrase() -> None:
     assert all(" else " not in value for value in found(text, "CONNECTION_STRING_PASSWORD"))
 
 
+# A key behind a percent-escaped separator: a URL inside another's query (a login's redirect,
+# a proxy's log), where the escape's last hex digit reads as a word's letter before the prefix.
+ESCAPED_KEYS = [
+    ("GITHUB_TOKEN", "ghp_1234567890abcdefghijABCDEFGHIJ123456"),
+    ("STRIPE_KEY", "sk_live_abcdEFGH1234ijklMNOP5678"),
+    ("SLACK_TOKEN", "xoxb-1234567890-1234567890-abcdefABCDEF"),
+    ("AWS_ACCESS_KEY", "AKIAIOSFODNN7EXAMPLE"),
+    ("MAILGUN_API_KEY", "key-aeb30712cf79d734c1b2e0db8bddca41"),
+    ("SHOPIFY_TOKEN", "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"),
+    ("TWILIO_KEY", "SK33dbf550cbd9cf909cf615cb5856614c"),
+    ("AWS_SESSION_TOKEN", "FwoGZXIvYXdzEBYaDHabcdefghijklmnopqrstuvwxyz0123456789ABCDEFGHIJ"),
+]
+
+
+@pytest.mark.parametrize(("entity", "key"), ESCAPED_KEYS, ids=[e for e, _ in ESCAPED_KEYS])
+@pytest.mark.parametrize("escape", ["%3D", "%2f", "%3A", "%22", "%20"])
+def test_a_key_after_a_percent_escaped_separator_is_redacted(
+    entity: str, key: str, escape: str
+) -> None:
+    text = f"GET /login?next=https%3A%2F%2Fapp%2Fcb%3Fx%3D1%26k{escape}{key}%26y%3D2 HTTP/1.1"
+    assert found(text, entity) == [key]
+
+
 def test_every_users_password_chpasswd_reads_is_redacted() -> None:
     text = 'echo -e "alice:S3cretOne\\nbob:S3cretTwo" | chpasswd'
     assert found(text, "CONNECTION_STRING_PASSWORD") == ["S3cretOne", "S3cretTwo"]
@@ -2099,6 +2122,9 @@ ADVERSARIAL = [
     "-field=" * 20_000,
     "vault -field " * 8_000 + "secret",
     "key1 FULL " * 10_000,
+    "%3Dghp_%3Dsk_live_%3Dxoxb-%3DAKIA" * 3_000,
+    "%2F" * 33_000 + "a",
+    "%3Dkey-" * 14_000,
     '"' + "ENV A_PASSWORD x " * 6_000,
     "keyName: key1\npermissions: FULL\n" * 3_000,
     "cat -a " * 14_000 + "secret",
