@@ -266,10 +266,11 @@ def find_shaped_secrets(src: ScanText) -> Iterator[PiiHit]:
 # read no further than its line (bounded: a long line of repeated command words costs a
 # constant each).
 _PRINTED = r"[^\r\n]{0,256}+\r?\n(?P<value>[^\r\n]++)"
-# terraform's or tofu's name is looked for on the line: global options (-chdir=) may stand
-# between it and output.
+# Global options (-chdir=) may stand between terraform (or tofu) and output; a few of them and
+# of output's own, so that each name of the client costs a bounded read.
 _TERRAFORM_OUTPUT = on_use(
-    r"output(?<![a-z0-9_-]output)[ \t]++(?:-[a-z-]{1,16}+(?:=[^\s]{0,256}+)?[ \t]++)*+"
+    r"(?:terraform|tofu)(?:[ \t]++-[^\s]{1,256}+){0,8}+[ \t]++output[ \t]++"
+    r"(?:-[a-z-]{1,16}+(?:=[^\s]{0,256}+)?[ \t]++){0,8}+"
     r"[\"']?(?P<name>[a-z0-9_-]{1,128}+)[\"']?(?![a-z0-9_-])" + _PRINTED
 )
 _CONFIG_GET = on_use(
@@ -295,7 +296,7 @@ _FILE_GATE_WORDS = ("secret", "pass", "token", "credential")  # a key file is fo
 # and the words of which the text holds one if it can hold the command's secret (all searched
 # for by other recognizers too).
 _PRINTING_COMMANDS: tuple[tuple[re.Pattern[str], str, tuple[str, ...], tuple[str, ...]], ...] = (
-    (_TERRAFORM_OUTPUT, "output", ("terraform", "tofu"), _GATE_WORDS),
+    (_TERRAFORM_OUTPUT, "output", (), _GATE_WORDS),
     (_CONFIG_GET, "config", (), _GATE_WORDS),  # heroku config:get, aws configure get
     (_VAULT_FIELD, "-field", ("vault",), _GATE_WORDS),
     (_SECRET_TEMPLATE, "get secret", ("kubectl",), _SECRET_WORD),

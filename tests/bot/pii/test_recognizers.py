@@ -1752,6 +1752,7 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     # A primary key that is a column, a key's name, a region printed by aws configure get.
     ("GENERIC_SECRET", '{"primaryKey": "order_id", "keyName": "key1", "permissions": "FULL"}'),
     ("GENERIC_SECRET", "$ aws configure get region\neu-west-1b2"),
+    ("GENERIC_SECRET", "terraform: will output db_password after apply\nPlan: 1 to add"),
     ("GENERIC_SECRET", "$ vault read -field=username database/creds/app\nv-app-x7k2"),
     # The same commands with no password on their line: asked for, or none set.
     (
@@ -2114,6 +2115,9 @@ ADVERSARIAL = [
     "terraform output " * 10_000 + "\n",
     "terraform output a_password" * 10_000 + "\n",
     "terraform output " + "-a=b " * 20_000 + "a_password\nx",
+    "terraform" + " -xterraform" * 8_000 + " secret output",
+    "tofu output" + " -a=tofu" * 12_000 + " secret",
+    "terraform output" + " -a=output" * 10_000 + " secret",
     "sqlplus a/b" + "@" * 100_000,
     "echo " + "a:b\\n" * 20_000 + " | chpasswd",
     "[client]\npassword = " + "a and " * 20_000 + "\n",
