@@ -8,6 +8,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, TypeVar
 
 from slack_sdk.errors import SlackApiError
@@ -18,7 +19,10 @@ from bot.chat.contract import Actor, Place
 log = logging.getLogger("kestrel.slack")
 
 CACHE_SECONDS = 60.0
-LOOKUP_SECONDS = 2.0  # a lookup that takes longer is a no for the check at hand
+# What one person's action may spend asking Slack, all its lookups together (a card's
+# approvers may name several groups): a lookup past it is a no, and the click or form is
+# still answered within Slack's 3 s, with time left for the store.
+LOOKUP_SECONDS = 2.0
 MEMBERS_PAGE = 1000
 
 T = TypeVar("T")
@@ -30,7 +34,8 @@ class Identities:
     and a user's own workspace (``users.info``). Answers are cached briefly, but a group or a
     channel is asked again for each person's action that is not a listing (``actor``'s
     ``listing``): who may decide or read is read when they act, not from what Slack said a
-    minute before. A failure or a time-out is a no, for that check alone."""
+    minute before. A failure or a time-out is a no, for that check alone, and an action that
+    is not a listing spends at most ``timeout`` seconds asking, whatever it asks."""
 
     def __init__(
         self,
@@ -55,25 +60,31 @@ class Identities:
         it. Someone whose workspace cannot be told is taken for a guest: only their own user id
         in the policy lets them act. ``listing``: only to read what waits (``/kestrel runs``,
         the Home tab), where a group's or a channel's members as Slack said them a moment ago do."""
-        team = team or await self._team_of(user)
+        deadline = None if listing else self._clock() + self._timeout
+        team = team or await self._team_of(user, deadline)
         external = team != self._home_team
-        directory = _Acting(self, user, place, listing)
+        directory = _Acting(self, user, place, listing, deadline)
         return Actor(user, place=place, external=external, directory=directory)
 
-    async def in_group(self, user: str, group: str, *, cached: bool = True) -> bool:
+    async def in_group(
+        self, user: str, group: str, *, cached: bool = True, deadline: float | None = None
+    ) -> bool:
         """Whether ``user`` is in the user group ``group`` (``cached``: as Slack said it within
-        the last minute will do)."""
+        the last minute will do; ``deadline``: when the action stops asking Slack)."""
         ask = self._cached if cached else self._asked
-        members = await ask(self._groups, group, self._group_members, "user group")
+        members = await ask(self._groups, group, self._group_members, "user group", deadline)
         return members is not None and user in members
 
-    async def sees(self, user: str, place: Place, *, cached: bool = True) -> bool:
+    async def sees(
+        self, user: str, place: Place, *, cached: bool = True, deadline: float | None = None
+    ) -> bool:
         """Whether ``user`` is a member of the channel of ``place`` (of our workspace;
-        ``cached``: as Slack said it within the last minute will do)."""
+        ``cached`` and ``deadline`` as for ``in_group``)."""
         if place.platform != "slack" or place.workspace != self._home_team or not place.channel:
             return False
         ask = self._cached if cached else self._asked
-        members = await ask(self._channels, place.channel, self._channel_members, "channel members")
+        fetch, what = self._channel_members, "channel members"
+        members = await ask(self._channels, place.channel, fetch, what, deadline)
         return members is not None and user in members
 
     async def _cached(
@@ -82,11 +93,12 @@ class Identities:
         key: str,
         fetch: Callable[[str], Awaitable[frozenset[str]]],
         what: str,
+        deadline: float | None = None,
     ) -> frozenset[str] | None:
         hit = cache.get(key)
         if hit and self._clock() - hit[0] < CACHE_SECONDS:
             return hit[1]
-        return await self._asked(cache, key, fetch, what)
+        return await self._asked(cache, key, fetch, what, deadline)
 
     async def _asked(
         self,
@@ -94,18 +106,26 @@ class Identities:
         key: str,
         fetch: Callable[[str], Awaitable[frozenset[str]]],
         what: str,
+        deadline: float | None = None,
     ) -> frozenset[str] | None:
         """Slack's answer now (kept in ``cache`` for the reads after it); None for a no."""
-        found = await self._bounded(fetch(key), f"{what} of {key}")
+        found = await self._bounded(partial(fetch, key), f"{what} of {key}", deadline)
         if found is not None:
             cache[key] = (self._clock(), found)
         return found
 
-    async def _bounded(self, lookup: Awaitable[T], what: str) -> T | None:
+    async def _bounded(
+        self, lookup: Callable[[], Awaitable[T]], what: str, deadline: float | None
+    ) -> T | None:
+        """``lookup``'s answer within the time left (``deadline``), else None, said in a line."""
+        left = self._timeout if deadline is None else min(self._timeout, deadline - self._clock())
+        if left <= 0:
+            log.warning("slack: %s not asked: the action's %.0f s were spent", what, self._timeout)
+            return None
         try:
-            return await asyncio.wait_for(lookup, self._timeout)
+            return await asyncio.wait_for(lookup(), left)
         except TimeoutError:
-            log.warning("slack: %s took over %.0f s: taken as no", what, self._timeout)
+            log.warning("slack: %s took over %.1f s: taken as no", what, left)
         except SlackApiError as exc:
             log.warning("slack: %s refused: %s", what, exc.response.get("error"))
         except Exception as exc:  # a broken connection or reply: a no, said in one line
@@ -128,11 +148,12 @@ class Identities:
             if not cursor:
                 return frozenset(members)
 
-    async def _team_of(self, user: str) -> str:
+    async def _team_of(self, user: str, deadline: float | None) -> str:
         hit = self._teams.get(user)
         if hit and self._clock() - hit[0] < CACHE_SECONDS:
             return hit[1]
-        reply = await self._bounded(self._client.users_info(user=user), f"users.info of {user}")
+        ask = partial(self._client.users_info, user=user)
+        reply = await self._bounded(ask, f"users.info of {user}", deadline)
         if reply is None:
             return ""
         team = str(_dict(reply.get("user")).get("team_id") or "")
@@ -153,6 +174,7 @@ class _Acting:
     user: str
     acted_from: Place
     listing: bool = False
+    deadline: float | None = None  # when the action stops asking Slack (None: a listing)
     _groups: dict[tuple[str, str], bool] = field(default_factory=dict)
     _channels: dict[tuple[str, str], bool] = field(default_factory=dict)
 
@@ -160,7 +182,8 @@ class _Acting:
         """Whether ``user`` is in the user group ``group``."""
         known = self._groups.get((user, group))
         if known is None:
-            known = await self.identities.in_group(user, group, cached=self.listing)
+            ask = self.identities.in_group
+            known = await ask(user, group, cached=self.listing, deadline=self.deadline)
             self._groups[(user, group)] = known
         return known
 
@@ -172,7 +195,8 @@ class _Acting:
         key = (user, channel.channel)
         known = self._channels.get(key)
         if known is None:
-            known = await self.identities.sees(user, place, cached=self.listing)
+            ask = self.identities.sees
+            known = await ask(user, place, cached=self.listing, deadline=self.deadline)
             self._channels[key] = known
         return known
 

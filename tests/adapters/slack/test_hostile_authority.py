@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 
 from adapters.slack import ids
@@ -259,3 +260,25 @@ async def test_feedback_from_elsewhere_on_a_run_one_may_not_see_is_answered(
         assert note.args["text"] == f"There is no run {run_id} that you can see."
         audit = await world.rt.store.list_audit(run_id, limit=100)
         assert [str(row.action) for row in audit].count("feedback_refused") == 1
+
+
+async def test_a_click_is_answered_within_slacks_3_s_however_many_groups_slack_is_slow_on(
+    tmp_path: Path,
+) -> None:
+    # Slack shows an error for a click not answered within 3 s, and the click is decided
+    # before it is answered: the groups of a card's approvers, asked one after another of a
+    # Slack that hangs, must not add up past that. Past the action's time, no more is asked.
+    async with FakeSlackApi() as api:
+        policy = {"approvers": {"*": ["group:S0A", "group:S0B", "group:S0C"]}}
+        async with slack_world(tmp_path, restart_script(), api=api, extra_policy=policy) as world:
+            await world.mention("checkout is failing")
+            card = await world.card()
+            await world.settled()
+            api.delay("usergroups.users.list", 8)
+            began = time.monotonic()
+            await world.click(card, ids.APPROVE_ONCE, user=SRE)
+            assert time.monotonic() - began < 3
+            note = await world.ephemeral_to(SRE)
+            assert f"{SRE} may not approve restart_service" in note.args["text"]
+            assert len(api.calls_to("usergroups.users.list")) == 1
+            assert await _statuses(world) == [RequestStatus.OPEN]
