@@ -57,7 +57,14 @@ from bot.chat.lifecycle import PlatformLife
 from bot.chat.links import RunLink
 from bot.chat.outbox import DeliveryFailed, after_waiting
 from bot.chat.service import ChatService
-from bot.chat.words import NOT_AN_OPTION, NOT_RECORDED, STORE_DOWN, chosen_option, thread_of
+from bot.chat.words import (
+    NOT_AN_OPTION,
+    NOT_RECORDED,
+    STORE_DOWN,
+    chosen_option,
+    thread_of,
+    unseen_run,
+)
 from bot.domain import DecisionKind, Request, Session
 from bot.user_agent import USER_AGENT
 
@@ -842,7 +849,8 @@ async def _operate_deferred(interaction: discord.Interaction, verb: str, run: st
         return
     place = await client.renderer.place_of(run_id) if _known(run_id) else None
     if place is None or DiscordTarget.of(place.target).guild != str(interaction.guild_id):
-        await interaction.followup.send(f"There is no run {run_id} in this server.", ephemeral=True)
+        # Made up, or another server's or platform's: said as a run one may not see.
+        await interaction.followup.send(unseen_run(run_id), ephemeral=True)
         return
     outcome = await client.talk.operate(verb, run_id, interaction_actor(interaction))
     text = status_text(outcome.status) if outcome.status is not None else note_text(outcome.note)

@@ -400,8 +400,8 @@ class SlackListeners:
     ) -> None:
         actor = await self._command_actor(command)
         place = await self._renderer.place_of(run_id) if ids.is_core_id(run_id) else None
-        if place is None:
-            await respond(text=ephemeral_text(f"There is no Slack run {run_id}."))
+        if place is None:  # made up, or another platform's: said as a run one may not see
+            await respond(text=ephemeral_text(unseen_run(run_id)))
             return
         outcome = await self._talk.operate(verb, run_id, actor)
         if outcome.status is not None:

@@ -475,7 +475,11 @@ class ChatService:
             refusal = await self._misplaced(user, run_id, "cancel")
             if refusal:
                 raise NotPermitted(refusal.reason)
-            return await self._supervisor.cancel(run_id, actor=user)
+            try:
+                return await self._supervisor.cancel(run_id, actor=user)
+            except NotPermitted:
+                await self._unseen(user, run_id)
+                raise
         except StoreError as exc:
             if type(exc) is not StoreError:
                 raise  # what the store answered: no such run, a journal it cannot read
@@ -507,6 +511,7 @@ class ChatService:
             await self._rt.store.audit(
                 user.user, AuditAction.RESUME_REFUSED, run_id=run_id, detail=refusal.audited
             )
+            await self._unseen(user, run_id, run)
             raise NotPermitted(refusal.reason)
         claimed = await self._supervisor.expire_overdue(run_id)
         return await self._supervisor.resume(
@@ -588,9 +593,18 @@ class ChatService:
             await self._rt.store.audit(
                 user.user, AuditAction.refused(verb), run_id, request_id, refusal.audited
             )
-            if not request_id and not await policy.may_see(user, place):
-                raise UnknownRun(run_id)
+            if not request_id:
+                await self._unseen(user, run_id, place)
         return refusal
+
+    async def _unseen(self, user: Actor, run_id: str, place: Place | None = None) -> None:
+        """``UnknownRun`` when ``user`` may not see the run they were refused (``status`` says
+        as much): from a Discord channel outside the run's private thread, a refusal naming
+        its requester and on-call told a stranger the run exists and who asked for it."""
+        if user.place is None:
+            return
+        if not await self._rt.policy.may_see(user, place or await self._place(run_id)):
+            raise UnknownRun(run_id)
 
     async def _shows(self, user: Actor, key: str, ref: str) -> bool:
         """Whether the platform message ``ref`` may be the one the outbox shows under ``key``:

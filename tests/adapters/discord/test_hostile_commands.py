@@ -119,7 +119,7 @@ async def test_a_run_named_by_marks_alone_is_not_the_threads_run(tmp_path: Path)
         shown = await _command(
             world, "cancel", guild=p.GUILD_ID, channel=thread, user=ONCALL, run="`"
         )
-        assert shown == "There is no run ` in this server.", shown
+        assert shown == "There is no run ` that you can see.", shown
         assert (await world.chat.status(run)).record.status.value == "suspended"
 
 
@@ -184,6 +184,6 @@ async def test_cancel_and_resume_from_another_guild_that_shares_the_bot_are_refu
             said = await _command(
                 world, verb, guild=OTHER_GUILD, channel="7770", user=ONCALL, run=run
             )
-            assert said == f"There is no run {run} in this server.", said
+            assert said == f"There is no run {run} that you can see.", said
         assert (await world.chat.status(run)).record.status.value == "suspended"
         assert world.executions == []

@@ -334,3 +334,25 @@ async def test_a_refusal_whose_thread_lookup_the_network_drops_is_still_said_and
             refused = await world.rt.store.list_audit(run_id=run, action="cancel_refused")
             assert [a.actor for a in refused] == [MEMBER], refused
             assert (await world.chat.recent(1))[0].status.value == "suspended"
+
+
+async def test_a_made_up_run_is_told_in_the_words_of_a_run_one_may_not_see(
+    tmp_path: Path,
+) -> None:
+    # Which runs exist is no stranger's business: a made-up id and the run of a private thread
+    # they are not in are answered alike, from the thread's channel too (whose slash command
+    # acts on its runs: a refusal there named the run's requester and on-call).
+    async with FakeDiscord() as fake:
+        private, _public = _guild_with_a_private_thread(fake)
+        async with discord_world(tmp_path, restart_script(), fake=fake) as world:
+            await world.mention("checkout is failing", channel=private["id"])
+            await world.card("approve")
+            await world.settled()
+            run = (await world.chat.recent(1))[0].id
+            made_up = "run_00000000deadbeef"
+            for verb in ("status", "cancel", "resume"):
+                for named in (run, made_up):
+                    said = await _command(
+                        world, verb, channel=p.CHANNEL_ID, user=STRANGER, run=named
+                    )
+                    assert said == f"There is no run {named} that you can see.", (verb, said)

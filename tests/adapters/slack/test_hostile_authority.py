@@ -282,3 +282,21 @@ async def test_a_click_is_answered_within_slacks_3_s_however_many_groups_slack_i
             assert f"{SRE} may not approve restart_service" in note.args["text"]
             assert len(api.calls_to("usergroups.users.list")) == 1
             assert await _statuses(world) == [RequestStatus.OPEN]
+
+
+async def test_a_made_up_run_is_told_in_the_words_of_a_run_one_may_not_see(
+    tmp_path: Path,
+) -> None:
+    # Which runs exist is no stranger's business: a made-up id, a Discord run's and a Slack
+    # run they may not see are answered alike, whatever the verb.
+    async with slack_world(tmp_path, restart_script()) as world:
+        world.api.channel_members[CHANNEL] = [REQUESTER]
+        await world.mention("checkout is failing")
+        await world.card()
+        await world.settled()
+        run_id = (await world.chat.recent(1))[0].id
+        made_up = "run_00000000deadbeef"
+        for verb in ("status", "cancel", "resume"):
+            for run in (run_id, made_up):
+                said = await _said(world, "U0STRANGER", f"{verb} {run}", "C0OTHER", "T0001")
+                assert said == f"There is no run {run} that you can see.", (verb, said)
