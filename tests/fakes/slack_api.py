@@ -962,13 +962,18 @@ class FakeSlackApi:
         return {"ok": True, "users": list(self.usergroups[group])}
 
     def _channel_members(self, call: Call) -> dict[str, Any]:
+        # Paged as Slack pages it: ``limit`` members (100 unless asked; 1000 at most) from
+        # ``cursor``, and the cursor of the next page ("" after the last).
         channel = str(call.args.get("channel") or "")
         if channel not in self.channel_members:
             return _error("channel_not_found")
+        members = list(self.channel_members[channel])
+        start = int(call.args.get("cursor") or 0)
+        end = start + min(int(call.args.get("limit") or 100), 1000)
         return {
             "ok": True,
-            "members": list(self.channel_members[channel]),
-            "response_metadata": {"next_cursor": ""},
+            "members": members[start:end],
+            "response_metadata": {"next_cursor": str(end) if end < len(members) else ""},
         }
 
     def _store_view(self, view_id: str, view: Any) -> dict[str, Any]:

@@ -300,3 +300,26 @@ async def test_a_made_up_run_is_told_in_the_words_of_a_run_one_may_not_see(
             for run in (run_id, made_up):
                 said = await _said(world, "U0STRANGER", f"{verb} {run}", "C0OTHER", "T0001")
                 assert said == f"There is no run {run} that you can see.", (verb, said)
+
+
+async def test_a_member_on_a_later_page_of_a_big_channel_reads_its_run_from_elsewhere(
+    tmp_path: Path,
+) -> None:
+    # Slack gives a channel's members a page at a time: a member past the first thousand is
+    # one. Rate-limited, Slack asks for a wait longer than a person waits: nobody is one.
+    async with slack_world(tmp_path, restart_script()) as world:
+        crowd = [f"U0M{n:05d}" for n in range(2500)]
+        world.api.channel_members[CHANNEL] = [REQUESTER, *crowd]
+        await world.mention("checkout is failing")
+        await world.card()
+        await world.settled()
+        run_id = (await world.chat.recent(1))[0].id
+        said = await _said(world, crowd[-1], f"status {run_id}", "C0OTHER", "T0001")
+        assert said == f"Run {run_id}: suspended", said
+        asked = world.api.calls_to("conversations.members")
+        assert [c.args.get("cursor") for c in asked] == [None, "1000", "2000"]
+        world.api.fail("conversations.members", retry_after=30, times=None)
+        began = time.monotonic()
+        said = await _said(world, crowd[-1], f"status {run_id}", "C0OTHER", "T0001")
+        assert said == f"There is no run {run_id} that you can see.", said
+        assert time.monotonic() - began < 3
