@@ -273,11 +273,12 @@ def _checked(
     return []
 
 
-def nearest(name: str, known: list[str]) -> str | None:
-    """The one of ``known`` that ``name`` is likely a misspelling of, if any is near."""
+def nearest(name: str, known: list[str], cutoff: float = 0.6) -> str | None:
+    """The one of ``known`` that ``name`` is likely a misspelling of, if any is near (as
+    ``difflib`` measures it: ``cutoff`` and closer)."""
     import difflib  # only to describe a mistake
 
-    near = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    near = difflib.get_close_matches(name, known, n=1, cutoff=cutoff)
     return near[0] if near else None
 
 

@@ -28,6 +28,7 @@ from bot.config.sources import (
     DERIVED_SETTINGS,
     ENV_FILE,
     ENV_PREFIX,
+    OPERATOR_VARIABLES,
     base_dir_of,
     check_database,
     config_path,
@@ -508,8 +509,49 @@ def _setting_of(name: str, source: str) -> _Setting:
 
 
 def _near_variable(parts: tuple[str, ...]) -> str | None:
-    """The variable ``parts`` likely misspells (``KESTREL_MODLE__NAME``): its first unknown key
-    made the nearest of its section's, when that names a setting."""
+    """The variable ``parts`` likely misspells: one ``_`` where a section's key needs two
+    (``KESTREL_MODEL_NAME``), a key misspelt (``KESTREL_MODLE__NAME``: its first unknown key
+    made the nearest of its section's, when that names a setting), or a variable read from
+    the environment that is no setting (``KESTREL_LOG_LEVL``)."""
+    from bot.plain import nearest  # only to describe a mistake
+
+    nested = _as_nested(parts)
+    if nested is not None:
+        return ENV_PREFIX + "__".join(nested).upper()
+    near = _near_key(parts)
+    if near is not None or len(parts) > 1:
+        return near
+    # Closer than a setting's key must be: these names share words (web_, log_) that alone
+    # made a guess (KESTREL_WEB_PORT is not KESTREL_WEB_SECRET).
+    others = {name[len(ENV_PREFIX) :].lower(): name for name in OPERATOR_VARIABLES}
+    other = nearest(parts[0], sorted(others), cutoff=0.8)
+    return others[other] if other else None
+
+
+# How many single ``_`` of an unknown variable are tried as ``__``: each doubles the guesses.
+_GUESSED_CUTS: Final = 8
+
+
+def _as_nested(parts: tuple[str, ...], start: int = 0) -> tuple[str, ...] | None:
+    """``parts`` with some of their single ``_`` read as ``__``, when that names a setting:
+    each ``_`` from part ``start`` on cut or not, left to right (a name with more than
+    ``_GUESSED_CUTS`` of them is not guessed at)."""
+    if _type_of(Settings, parts):
+        return parts
+    if start == 0 and sum(part.count("_") for part in parts) > _GUESSED_CUTS:
+        return None
+    for depth in range(start, len(parts)):
+        part = parts[depth]
+        for cut in (at for at, letter in enumerate(part) if letter == "_"):
+            split = (*parts[:depth], part[:cut], part[cut + 1 :], *parts[depth + 1 :])
+            if all(split) and (found := _as_nested(split, depth + 1)) is not None:
+                return found
+    return None
+
+
+def _near_key(parts: tuple[str, ...]) -> str | None:
+    """The variable ``parts`` names with its first unknown key made the nearest of its
+    section's, when that names a setting."""
     from bot.plain import nearest  # only to describe a mistake
 
     section: Any = Settings

@@ -35,15 +35,18 @@ ENVIRONMENT_ONLY: Final = frozenset(
         "KESTREL_DEMO_STATE",
     }
 )
-# Variables with the prefix that the program reads itself and that are not settings.
-NON_SETTING_VARIABLES: Final = ENVIRONMENT_ONLY | {
+# Variables with the prefix that the program reads itself and that are not settings: those an
+# operator sets (a misspelling of one is named), then the test suite's and benchmarks'.
+OPERATOR_VARIABLES: Final = ENVIRONMENT_ONLY | {
     CONFIG_VARIABLE,
-    "KESTREL_TEST_POSTGRES_DSN",
-    "KESTREL_BENCH_POSTGRES_DSN",
     "KESTREL_WEB_TOKEN",
     "KESTREL_WEB_SECRET",
     "KESTREL_WEB_TOKEN_FILE",
     "KESTREL_WEB_SECRET_FILE",
+}
+NON_SETTING_VARIABLES: Final = OPERATOR_VARIABLES | {
+    "KESTREL_TEST_POSTGRES_DSN",
+    "KESTREL_BENCH_POSTGRES_DSN",
     "KESTREL_CHROMIUM",
     "KESTREL_UPDATE_SCREENSHOT",
 }

@@ -54,6 +54,13 @@ def refusal(**variables: str) -> str:
         ("KESTREL_MODLE__NAME", "unknown variable (did you mean KESTREL_MODEL__NAME?);"),
         ("KESTREL_MODEL__NMAE", "unknown variable (did you mean KESTREL_MODEL__NAME?);"),
         ("KESTREL_POLICY__ONCAL", "unknown variable (did you mean KESTREL_POLICY__ONCALL?);"),
+        # One _ where a section's key needs two: the key, not the section set as JSON.
+        ("KESTREL_MODEL_NAME", "unknown variable (did you mean KESTREL_MODEL__NAME?);"),
+        ("KESTREL_PII_MODE", "unknown variable (did you mean KESTREL_PII__MODE?);"),
+        ("KESTREL_DEADLINES_WAIT_EFFECT", "(did you mean KESTREL_DEADLINES__WAIT_EFFECT?);"),
+        # A misspelt variable that is read from the environment, not a setting.
+        ("KESTREL_LOG_LEVL", "unknown variable (did you mean KESTREL_LOG_LEVEL?);"),
+        ("KESTREL_WEB_TOKN", "unknown variable (did you mean KESTREL_WEB_TOKEN?);"),
     ],
 )
 def test_unknown_variables_are_refused_by_name(name: str, expected: str) -> None:
@@ -61,7 +68,17 @@ def test_unknown_variables_are_refused_by_name(name: str, expected: str) -> None
 
 
 @pytest.mark.parametrize(
-    "name", ["KESTREL_ZZZ", "KESTREL_MODLE__NAMME", "KESTREL_BUDGETS__MAX_ITERATIONS__X"]
+    "name",
+    [
+        "KESTREL_ZZZ",
+        "KESTREL_MODLE__NAMME",
+        "KESTREL_BUDGETS__MAX_ITERATIONS__X",
+        # Words an operator's variable shares, not a misspelling of it; the test suite's own.
+        "KESTREL_WEB_PORT",
+        "KESTREL_POSTGRES_DSN",
+        # Too many _ to try each as __.
+        "KESTREL_A_B_C_D_E_F_G_H_I_J_K_L_M_N_O_P",
+    ],
 )
 def test_a_variable_near_no_setting_guesses_none(name: str) -> None:
     assert "did you mean" not in refusal(**{name: "x"})
