@@ -2,8 +2,9 @@
 pastes the policy of docs/slack.md into ``kestrel.yaml`` and expects a replica, not a refusal.
 
 A block that is a mapping is a ``kestrel.yaml``, or a catalog when it starts with a comment
-naming the catalog's file (``# tools/systemd.yaml, a catalog``); a block that is a list shows one
-key of a catalog's tool, with the rest elided (``# …``), and is no file of its own."""
+naming the catalog's file (``# tools/systemd.yaml, a catalog``); a block that is a list shows
+keys of a tool of the catalog before it, the rest elided (``# …``): it is checked as that
+catalog with those keys added to the tool they name."""
 
 from __future__ import annotations
 
@@ -23,16 +24,33 @@ _CATALOG = re.compile(r"\A# (\S+\.yaml), a catalog")
 
 
 def _examples() -> list[tuple[str, str]]:
-    """(where, text) of each YAML block of the docs that is a file of its own."""
+    """(where, text) of each YAML block of the docs, as the file it is or extends."""
     found = []
     for doc in sorted((ROOT / "docs").glob("*.md")):
         markdown = doc.read_text()
+        catalog = ""  # the last catalog of this page, which a list block extends
         for block in _BLOCK.finditer(markdown):
-            if isinstance(yaml.safe_load(block[1]), list):
-                continue
+            text = block[1]
+            if isinstance(yaml.safe_load(text), list):
+                text = _extended(catalog, yaml.safe_load(text)) if catalog else text
+            elif _CATALOG.match(text):
+                catalog = text
             line = markdown.count("\n", 0, block.start()) + 1
-            found.append((f"docs/{doc.name}:{line}", block[1]))
+            found.append((f"docs/{doc.name}:{line}", text))
     return found
+
+
+def _extended(catalog: str, tools: list[dict[str, object]]) -> str:
+    """``catalog`` (a block's text) with each of ``tools``' keys added to the tool it names;
+    a tool it does not have is added whole (and its catalog then says what is missing)."""
+    document = yaml.safe_load(catalog)
+    named = {tool["name"]: tool for tool in document["tools"]}
+    for tool in tools:
+        if tool.get("name") in named:
+            named[str(tool["name"])].update(tool)
+        else:
+            document["tools"].append(tool)
+    return f"{catalog.splitlines()[0]}\n{yaml.safe_dump(document)}"
 
 
 EXAMPLES = _examples()
