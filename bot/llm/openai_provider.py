@@ -49,12 +49,6 @@ MISSING_KEY = (
     "OPENAI_API_KEY is not set: set it, or set OPENAI_BASE_URL alone for a local"
     " OpenAI-compatible server that needs no key"
 )
-_HINTS = {
-    401: "check OPENAI_API_KEY",
-    403: "check OPENAI_API_KEY and the model's access",
-    404: "check the model name (model.name: {model}) and OPENAI_BASE_URL",
-    429: "rate limited or out of quota",
-}
 # Said whatever the server's own words were: a proxy may keep OpenAI's code and not its message.
 QUOTA_HINT = (
     "the account's quota is used up: check its plan and billing (the account of"
@@ -71,6 +65,15 @@ NOT_THE_API = (
     "OPENAI_BASE_URL answers, but not as an OpenAI-compatible API: point it at the server's"
     " API (most answer under /v1)"
 )
+_HINTS = {
+    401: "check OPENAI_API_KEY",
+    403: "check OPENAI_API_KEY and the model's access",
+    404: "check the model name (model.name: {model}) and OPENAI_BASE_URL",
+    # No POST taken there at all: a static web server (501) or a page behind a proxy (405).
+    405: NOT_THE_API,
+    429: "rate limited or out of quota",
+    501: NOT_THE_API,
+}
 # The largest legitimate reply (about 128k output tokens, JSON-escaped) stays under 4 MiB,
 # while a runaway server's body is refused before it costs a parse, a journal row and a copy.
 DEFAULT_MAX_REPLY_BYTES = 4 * 1024 * 1024

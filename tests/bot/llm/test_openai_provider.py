@@ -385,6 +385,22 @@ async def test_a_reply_that_is_no_chat_api_says_to_check_the_base_url(
     assert str(caught.value).endswith(NOT_THE_API)
 
 
+@pytest.mark.parametrize("status", [405, 501])
+async def test_a_server_that_takes_no_post_says_to_check_the_base_url(
+    fake: FakeOpenAI, provider: OpenAIProvider, status: int
+) -> None:
+    # A static web server (python -m http.server: 501) or a proxy's page (405) takes no POST
+    # at all: it is no chat API, whatever model is named.
+    # Three times: the client tries a 5xx again, twice here.
+    page = Canned(status=status, raw="<html><title>Error response</title></html>")
+    fake.add_canned(page, page, page)
+
+    with pytest.raises(ModelError) as caught:
+        await provider.complete([UserMessage("hi")], [], timeout=5)
+
+    assert str(caught.value).endswith(NOT_THE_API)
+
+
 async def test_a_completion_with_a_broken_message_is_the_model_servers_not_the_url(
     fake: FakeOpenAI, provider: OpenAIProvider
 ) -> None:
