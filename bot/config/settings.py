@@ -515,12 +515,11 @@ def _near_variable(parts: tuple[str, ...]) -> str | None:
     the environment that is no setting (``KESTREL_LOG_LEVL``)."""
     from bot.plain import nearest  # only to describe a mistake
 
-    nested = _as_nested(parts)
+    nested = _as_nested(parts) or _near_key(parts)
     if nested is not None:
-        return ENV_PREFIX + "__".join(nested).upper()
-    near = _near_key(parts)
-    if near is not None or len(parts) > 1:
-        return near
+        return _variable_of(nested)
+    if len(parts) > 1:
+        return None
     # Closer than a setting's key must be: these names share words (web_, log_) that alone
     # made a guess (KESTREL_WEB_PORT is not KESTREL_WEB_SECRET).
     others = {name[len(ENV_PREFIX) :].lower(): name for name in OPERATOR_VARIABLES}
@@ -549,9 +548,16 @@ def _as_nested(parts: tuple[str, ...], start: int = 0) -> tuple[str, ...] | None
     return None
 
 
-def _near_key(parts: tuple[str, ...]) -> str | None:
-    """The variable ``parts`` names with its first unknown key made the nearest of its
-    section's, when that names a setting."""
+def _variable_of(parts: tuple[str, ...]) -> str:
+    """The variable that sets the setting ``parts`` names (``database``: KESTREL_DATABASE_URL)."""
+    if len(parts) == 1 and parts[0] in _VARIABLE_OF:
+        return _VARIABLE_OF[parts[0]]
+    return ENV_PREFIX + "__".join(parts).upper()
+
+
+def _near_key(parts: tuple[str, ...]) -> tuple[str, ...] | None:
+    """``parts`` with their first unknown key made the nearest of its section's, when that
+    names a setting."""
     from bot.plain import nearest  # only to describe a mistake
 
     section: Any = Settings
@@ -566,7 +572,7 @@ def _near_key(parts: tuple[str, ...]) -> str | None:
         if near is None:
             return None
         fixed = (*parts[:depth], near, *parts[depth + 1 :])
-        return ENV_PREFIX + "__".join(fixed).upper() if _type_of(Settings, fixed) else None
+        return fixed if _type_of(Settings, fixed) else None
     return None
 
 

@@ -58,6 +58,9 @@ def refusal(**variables: str) -> str:
         ("KESTREL_MODEL_NAME", "unknown variable (did you mean KESTREL_MODEL__NAME?);"),
         ("KESTREL_PII_MODE", "unknown variable (did you mean KESTREL_PII__MODE?);"),
         ("KESTREL_DEADLINES_WAIT_EFFECT", "(did you mean KESTREL_DEADLINES__WAIT_EFFECT?);"),
+        # A setting whose variable is not KESTREL_<KEY>: that variable, not one refused.
+        ("KESTREL_DATABASE_URLL", "unknown variable (did you mean KESTREL_DATABASE_URL?);"),
+        ("KESTREL_OPENAI_API_KY", "unknown variable (did you mean OPENAI_API_KEY?);"),
         # A misspelt variable that is read from the environment, not a setting.
         ("KESTREL_LOG_LEVL", "unknown variable (did you mean KESTREL_LOG_LEVEL?);"),
         ("KESTREL_WEB_TOKN", "unknown variable (did you mean KESTREL_WEB_TOKEN?);"),
