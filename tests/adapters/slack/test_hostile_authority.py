@@ -9,6 +9,8 @@ import json
 import time
 from pathlib import Path
 
+import pytest
+
 from adapters.slack import ids
 from bot.domain import RequestStatus
 from tests.fakes.slack_api import Call, FakeSlackApi
@@ -323,3 +325,34 @@ async def test_a_member_on_a_later_page_of_a_big_channel_reads_its_run_from_else
         said = await _said(world, crowd[-1], f"status {run_id}", "C0OTHER", "T0001")
         assert said == f"There is no run {run_id} that you can see.", said
         assert time.monotonic() - began < 3
+
+
+@pytest.mark.parametrize(
+    ("status", "error"),
+    [(200, "missing_scope"), (429, "ratelimited"), (500, "internal_error")],
+    ids=["refused", "rate-limited", "failing"],
+)
+async def test_a_group_slack_does_not_give_is_a_no_for_that_click_alone(
+    tmp_path: Path, status: int, error: str
+) -> None:
+    # A member of the approvers' group, while Slack will not say who is in it: the click is
+    # refused in time, nothing is decided, and their next click, Slack answering, counts.
+    async with FakeSlackApi() as api:
+        api.usergroups["S0SRE"] = [SRE]
+        async with slack_world(tmp_path, restart_script(), api=api) as world:
+            await world.mention("checkout is failing")
+            card = await world.card()
+            await world.settled()
+            if status == 200:
+                api.refuse("usergroups.users.list", error, times=1)
+            else:
+                api.fail("usergroups.users.list", error=error, status=status, retry_after=30)
+            began = time.monotonic()
+            await world.click(card, ids.APPROVE_ONCE, user=SRE)
+            assert time.monotonic() - began < 3
+            note = await world.ephemeral_to(SRE)
+            assert f"{SRE} may not approve restart_service" in note.args["text"]
+            assert await _statuses(world) == [RequestStatus.OPEN]
+            await world.click(card, ids.APPROVE_ONCE, user=SRE)
+            await world.answer_posted()
+            assert world.executions == ["checkout"]
