@@ -130,17 +130,28 @@ def problems(
         # NaN fails a bound as any number would: say what is wrong with it.
         return [Problem(loc, NOT_FINITE)]
     placed = _placed(first, loc, kind)
-    if isinstance(value, str) and _lists_text(kind) and placed.loc == loc:
+    if placed.loc != loc:
+        return [placed]
+    if isinstance(value, str) and _list_of(kind) is str:
         # One item where a list goes (``oncall: U0ONCALL``): the list it surely meant.
         return [Problem(loc, f"{placed.message}: write it as a list, [{_quoted(value)}]")]
+    if isinstance(value, dict) and (_list_of(kind) is Any or is_struct(_list_of(kind))):
+        # One entry written as the mapping itself (a schedule, a server, a catalog's tool):
+        # an item of a list.
+        return [Problem(loc, f"{placed.message}: {ONE_ENTRY}")]
     return [placed]
 
 
-def _lists_text(kind: Any) -> bool:
-    """Whether ``kind`` is a list of strings."""
+ONE_ENTRY = (
+    "write it as a list of one, with - before its first key and its other keys under that one"
+)
+
+
+def _list_of(kind: Any) -> Any:
+    """What ``kind`` is a list of (None when it is no list)."""
     container = _container(kind)
     args = get_args(container)
-    return get_origin(container) is list and bool(args) and _container(args[0]) is str
+    return _container(args[0]) if get_origin(container) is list and args else None
 
 
 def _quoted(text: str) -> str:

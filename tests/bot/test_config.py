@@ -176,6 +176,12 @@ def test_environment_overrides_nested_keys(tmp_path: Path, monkeypatch: pytest.M
             "web: {public_url: kestrel.example.com}\n",
             "web.public_url: must be an http(s) URL with a host, not 'kestrel.example.com'",
         ),
+        # One schedule where a list of them goes: made an item of a list.
+        (
+            "schedules: {name: daily, cron: '0 9 * * *', prompt: hi}\n",
+            "schedules: expected a list, got a mapping: write it as a list of one, with - before"
+            " its first key and its other keys under that one",
+        ),
         # One id where a list of them goes: the list it meant, not msgspec's words alone.
         (
             "policy: {oncall: U0ONCALL}\n",

@@ -82,6 +82,17 @@ def test_one_word_where_a_list_of_words_goes_is_shown_as_that_list() -> None:
     ]
 
 
+def test_one_entry_where_a_list_of_entries_goes_says_to_make_it_an_item() -> None:
+    # One schedule, server or tool written as the mapping itself, not as a list of one.
+    assert found({"name": "x", "items": {"count": 2}}) == [
+        Problem(
+            ("items",),
+            "expected a list, got a mapping: write it as a list of one, with - before its first"
+            " key and its other keys under that one",
+        )
+    ]
+
+
 def test_text_converts_to_numbers_only_when_not_strict() -> None:
     assert convert({"name": "x", "inner": {"count": "5"}}, Outer, strict=False).inner.count == 5
     with pytest.raises(Invalid, match=r"inner.count: expected an integer, got a string"):

@@ -186,6 +186,14 @@ def test_a_tag_written_alone_is_shown_as_a_list(tmp_path: Path) -> None:
     )
 
 
+def test_one_tool_written_as_the_mapping_itself_is_made_an_item(tmp_path: Path) -> None:
+    path = write(tmp_path, "ops.yaml", "tools:\n  name: x\n  description: y\n  command: [echo]\n")
+    assert only_problem(path) == (
+        f"{path}:1: tools: expected a list, got a mapping: write it as a list of one, with -"
+        " before its first key and its other keys under that one"
+    )
+
+
 def test_tools_written_without_the_tools_key_say_where_they_go(tmp_path: Path) -> None:
     path = write(tmp_path, "ops.yaml", GOOD.split("tools:\n", 1)[1])
     assert only_problem(path) == (
