@@ -21,7 +21,8 @@ log = logging.getLogger("kestrel.slack")
 CACHE_SECONDS = 60.0
 # What one person's action may spend asking Slack, all its lookups together (a card's
 # approvers may name several groups): a lookup past it is a no, and the click or form is
-# still answered within Slack's 3 s, with time left for the store.
+# still answered within Slack's 3 s, with time left for the store. A listing, answered
+# through a response URL or the Home tab, gives each lookup this long.
 LOOKUP_SECONDS = 2.0
 MEMBERS_PAGE = 1000
 
