@@ -291,8 +291,9 @@ class FakeSlackApi:
     * ``users``: user id -> fields merged into the ``users.info`` answer (``team_id``, ``name``,
       ``is_bot``, ``profile``...); unknown users are ordinary members of the home team;
     * ``usergroups``: usergroup id -> member ids, for ``usergroups.users.list``;
-    * ``channel_members``: channel id -> member ids, for ``conversations.members`` (a channel
-      not listed is ``channel_not_found``);
+    * ``channel_members``: channel id -> member ids, for ``conversations.members``, paged by
+      ``limit`` and ``cursor`` as Slack pages them (a channel not listed is
+      ``channel_not_found``);
     * ``views``: view id -> the last view opened/updated/published under that id;
     * ``socket_acks``: the JSON messages with an ``envelope_id`` a Socket Mode client sent;
       ``socket_received`` the other ones.
