@@ -917,6 +917,10 @@ class GuildDirectory:
         """Roles come with the member: one not among them is not theirs."""
         return False
 
+    def untold(self) -> str:
+        """A lookup Discord did not answer is said in the log; nothing here."""
+        return ""
+
     async def sees(self, user: str, place: Place) -> bool:
         """Whether the member may view the channel of ``place`` (of their own guild), and its
         thread: a private one only as its member or as someone who manages threads."""

@@ -69,24 +69,25 @@ class Identities:
 
     async def in_group(
         self, user: str, group: str, *, cached: bool = True, deadline: float | None = None
-    ) -> bool:
-        """Whether ``user`` is in the user group ``group`` (``cached``: as Slack said it within
-        the last minute will do; ``deadline``: when the action stops asking Slack)."""
+    ) -> bool | None:
+        """Whether ``user`` is in the user group ``group``; None when Slack did not say
+        (``cached``: as Slack said it within the last minute will do; ``deadline``: when the
+        action stops asking Slack)."""
         ask = self._cached if cached else self._asked
         members = await ask(self._groups, group, self._group_members, "user group", deadline)
-        return members is not None and user in members
+        return None if members is None else user in members
 
     async def sees(
         self, user: str, place: Place, *, cached: bool = True, deadline: float | None = None
-    ) -> bool:
-        """Whether ``user`` is a member of the channel of ``place`` (of our workspace;
-        ``cached`` and ``deadline`` as for ``in_group``)."""
+    ) -> bool | None:
+        """Whether ``user`` is a member of the channel of ``place`` (of our workspace); None
+        when Slack did not say (``cached`` and ``deadline`` as for ``in_group``)."""
         if place.platform != "slack" or place.workspace != self._home_team or not place.channel:
             return False
         ask = self._cached if cached else self._asked
         fetch, what = self._channel_members, "channel members"
         members = await ask(self._channels, place.channel, fetch, what, deadline)
-        return members is not None and user in members
+        return None if members is None else user in members
 
     async def _cached(
         self,
@@ -178,14 +179,15 @@ class _Acting:
     deadline: float | None = None  # when the action stops asking Slack (None: a listing)
     _groups: dict[tuple[str, str], bool] = field(default_factory=dict)
     _channels: dict[tuple[str, str], bool] = field(default_factory=dict)
+    _untold: list[str] = field(default_factory=list)  # principals Slack did not say of
 
     async def in_group(self, user: str, group: str) -> bool:
         """Whether ``user`` is in the user group ``group``."""
         known = self._groups.get((user, group))
         if known is None:
             ask = self.identities.in_group
-            known = await ask(user, group, cached=self.listing, deadline=self.deadline)
-            self._groups[(user, group)] = known
+            said = await ask(user, group, cached=self.listing, deadline=self.deadline)
+            known = self._groups[(user, group)] = self._told(said, f"group:{group}")
         return known
 
     async def sees(self, user: str, place: Place) -> bool:
@@ -197,9 +199,19 @@ class _Acting:
         known = self._channels.get(key)
         if known is None:
             ask = self.identities.sees
-            known = await ask(user, place, cached=self.listing, deadline=self.deadline)
-            self._channels[key] = known
+            said = await ask(user, place, cached=self.listing, deadline=self.deadline)
+            known = self._channels[key] = self._told(said, f"channel:{channel.channel}")
         return known
+
+    def untold(self) -> str:
+        """What Slack did not say when asked for this action, in words; "" when it said all."""
+        return f"Slack did not say who is in {', '.join(self._untold)}" if self._untold else ""
+
+    def _told(self, said: bool | None, principal: str) -> bool:
+        """Slack's answer of ``principal``, None (it did not say) kept as untold and a no."""
+        if said is None:
+            self._untold.append(principal)
+        return bool(said)
 
 
 def _dict(value: Any) -> dict[str, Any]:

@@ -155,6 +155,12 @@ class Directory(Protocol):
         """Whether ``user`` can see the channel of ``place``."""
         ...
 
+    def untold(self) -> str:
+        """What the platform did not say when asked for this action (an error, a time-out),
+        which counted as no, in words ("Slack did not say who is in group:S0SRE"); "" when
+        it said everything asked."""
+        ...
+
 
 class Actor(msgspec.Struct, frozen=True):
     """Someone acting: their user id, the groups already known to hold them, the place they
@@ -388,6 +394,25 @@ class Policy:
         refusal = await self.place_refusal(actor, run, f"request {request.id}")
         if refusal:
             return refusal
+        refusal = await self._decision_refusal(actor, kind, request, flags, run, inline, flags_of)
+        untold = actor.directory.untold() if refusal and actor.directory else ""
+        if refusal and untold:
+            # A member the platform did not vouch for must not believe they are no member.
+            said = f"{refusal.reason}; {untold}, which counts as no here: try again in a moment"
+            return Refusal(said, refusal.detail)
+        return refusal
+
+    async def _decision_refusal(
+        self,
+        actor: Actor,
+        kind: DecisionKind,
+        request: Request,
+        flags: ToolFlags | None,
+        run: Place | None,
+        inline: bool,
+        flags_of: FlagsOf,
+    ) -> Refusal | None:
+        """``check_decision`` once the decision fits the request and comes from its place."""
         if request.kind is RequestKind.WAIT_PLAN:
             return await self._plan(actor, kind, request, flags_of, run, inline)
         if request.kind is RequestKind.WAIT_APPROVAL:

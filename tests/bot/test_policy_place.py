@@ -37,6 +37,9 @@ class Directory:
         in_thread = place.thread not in self.threads or user in self.threads[place.thread]
         return user in self.channels.get(place.channel, set()) and in_thread
 
+    def untold(self) -> str:
+        return ""
+
 
 def _approval(requested_by: str = "U0REQ") -> Request:
     return Request(

@@ -352,6 +352,12 @@ async def test_a_group_slack_does_not_give_is_a_no_for_that_click_alone(
             assert time.monotonic() - began < 3
             note = await world.ephemeral_to(SRE)
             assert f"{SRE} may not approve restart_service" in note.args["text"]
+            # Not left believing they are out of the group: Slack did not say, and why it
+            # counted as no, and what to do.
+            assert note.args["text"].endswith(
+                "; Slack did not say who is in group:S0SRE, which counts as no here: try again"
+                " in a moment"
+            ), note.args["text"]
             assert await _statuses(world) == [RequestStatus.OPEN]
             await world.click(card, ids.APPROVE_ONCE, user=SRE)
             await world.answer_posted()
