@@ -288,7 +288,8 @@ class Policy:
     def start_refusal(self, actor: Actor) -> Refusal:
         """Why ``actor`` may not start a run, naming who may."""
         who = _either(self.settings.requesters, actor)
-        return Refusal(f"{actor.user} may not start runs: only {who} may (policy.requesters)")
+        said = Refusal(f"{actor.user} may not start runs: only {who} may (policy.requesters)")
+        return _with_untold(said, actor)
 
     async def may_operate(self, actor: Actor, run: Place | None = None) -> bool:
         """On-call for a run that lives in ``run``: may resume, cancel, settle uncertain
@@ -347,10 +348,9 @@ class Policy:
         requester = f"its requester ({requested_by or 'none recorded'})"
         if self.settings.oncall:
             oncall = _listed(self.settings.oncall)
-            return Refusal(
-                f"{actor.user} may not {verb} run {run_id}:"
-                f" only {requester} or on-call ({oncall}) may"
-            )
+            who = f"{requester} or on-call ({oncall})"
+            said = f"{actor.user} may not {verb} run {run_id}: only {who} may"
+            return _with_untold(Refusal(said), actor)
         return Refusal(
             f"{actor.user} may not {verb} run {run_id}: only {requester} may"
             " (policy.oncall is empty)"
@@ -395,12 +395,7 @@ class Policy:
         if refusal:
             return refusal
         refusal = await self._decision_refusal(actor, kind, request, flags, run, inline, flags_of)
-        untold = actor.directory.untold() if refusal and actor.directory else ""
-        if refusal and untold:
-            # A member the platform did not vouch for must not believe they are no member.
-            said = f"{refusal.reason}; {untold}, which counts as no here: try again in a moment"
-            return Refusal(said, refusal.detail)
-        return refusal
+        return _with_untold(refusal, actor) if refusal else None
 
     async def _decision_refusal(
         self,
@@ -584,6 +579,16 @@ class Policy:
         return Refusal(
             f"{actor.user} may not answer this question: only {_either(names, actor)} may"
         )
+
+
+def _with_untold(refusal: Refusal, actor: Actor) -> Refusal:
+    """``refusal`` with what the platform did not say of ``actor`` when asked, which counted
+    as no: a member it did not vouch for must not believe they are no member."""
+    untold = actor.directory.untold() if actor.directory else ""
+    if not untold:
+        return refusal
+    said = f"{refusal.reason}; {untold}, which counts as no here: try again in a moment"
+    return Refusal(said, refusal.detail)
 
 
 def _gated(request: Asked) -> list[AskedStep]:

@@ -362,3 +362,19 @@ async def test_a_group_slack_does_not_give_is_a_no_for_that_click_alone(
             await world.click(card, ids.APPROVE_ONCE, user=SRE)
             await world.answer_posted()
             assert world.executions == ["checkout"]
+
+
+async def test_a_requester_slack_did_not_vouch_for_is_told_so(tmp_path: Path) -> None:
+    # Starting a run, as deciding: a member of the requesters' group whom Slack would not
+    # place in it is told that Slack did not say, not only that they may not start runs.
+    async with FakeSlackApi() as api:
+        api.usergroups["S0SRE"] = [SRE]
+        policy = {"requesters": ["group:S0SRE"]}
+        async with slack_world(tmp_path, restart_script(), api=api, extra_policy=policy) as world:
+            api.refuse("usergroups.users.list", "missing_scope", times=1)
+            await world.mention("checkout is failing", user=SRE)
+            note = await world.ephemeral_to(SRE)
+            assert note.args["text"].endswith(
+                "; Slack did not say who is in group:S0SRE, which counts as no here: try again"
+                " in a moment"
+            ), note.args["text"]
