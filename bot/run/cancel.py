@@ -222,10 +222,24 @@ class Cancels:
             if audited:  # asked too late: one line for one cancel, the asking
                 raise CancelRefused(ended)
             await self._refuse(run_id, by, ended)
-        await self._end(state, epoch, by)
-        if not audited:
+        if not audited:  # as it is asked: a store that fails the audit has ended nothing
             await self.rt.store.audit(by, AuditAction.CANCEL, run_id=run_id)
+        try:
+            await self._end(state, epoch, by)
+        except StoreError as exc:
+            # Failed after the end landed (its cards' closing): the run is cancelled all the
+            # same, and must not be said to go on.
+            if type(exc) is not StoreError or not await self._is_cancelled(run_id):
+                raise
+            log.warning("run %s cancelled; its open requests were not closed: %s", run_id, exc)
         return "cancelled"
+
+    async def _is_cancelled(self, run_id: str) -> bool:
+        """Whether the run's row says it ended cancelled; False if the store fails the look."""
+        try:
+            return (await self.rt.store.get_run(run_id)).status is RunStatus.CANCELLED
+        except StoreError:
+            return False
 
     async def at_suspend(self, live: LiveRun) -> bool:
         """Whether a cancel ends a run that just suspended: one asked while it ran (its batch

@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.fakes.openai_server import Canned, FakeOpenAI, chat_completion
@@ -837,3 +838,37 @@ def test_a_resume_of_a_run_asked_to_cancel_ends_it_rather_than_saying_it_waits(
     assert resumed.returncode == 4
     assert "U0ONCALL" in shown["error"], shown
     assert not (tmp_path / "demo-state" / "restarts.log").exists()  # nothing it forbade ran
+
+
+@pytest.mark.parametrize(
+    ("failing", "status"),
+    [("INSERT ON audit", "suspended"), ("UPDATE ON requests", "cancelled")],
+    ids=["its-audit", "its-card-closing"],
+)
+def test_a_terminal_cancel_the_store_half_failed_says_what_took(
+    tmp_path: Path, failing: str, status: str
+) -> None:
+    """The store fails the cancel's audit (nothing ended: it may not have counted), or the
+    closing of its cards once the run's end is written (cancelled: never said to go on)."""
+    deferred = json.loads(
+        kestrel(tmp_path, "run", "checkout is failing", "--defer", "--json", "--as", "U0REQ").stdout
+    )
+    run_id = deferred["run_id"]
+    with sqlite3.connect(tmp_path / "kestrel.db") as conn:
+        conn.execute(
+            f"CREATE TRIGGER away BEFORE {failing} BEGIN SELECT json('the store is away'); END"
+        )
+
+    cancelled = kestrel(tmp_path, "runs", "cancel", run_id, "--as", "U0REQ")
+
+    shown = json.loads(kestrel(tmp_path, "runs", "show", run_id, "--json").stdout)
+    assert shown["status"] == status
+    assert "Traceback" not in cancelled.stderr
+    if status == "cancelled":
+        assert (cancelled.returncode, cancelled.stdout.strip()) == (0, "cancelled"), cancelled
+        with sqlite3.connect(tmp_path / "kestrel.db") as conn:
+            audited = conn.execute("SELECT actor FROM audit WHERE action = 'cancel'").fetchall()
+        assert audited == [("U0REQ",)]  # audited once, as it was asked
+    else:
+        assert cancelled.returncode == 2
+        assert "may not have counted, and the run may go on" in cancelled.stderr
