@@ -170,6 +170,13 @@ class Cancels:
         asked = await self.rt.store.list_audit(run_id, limit=1, action=AuditAction.CANCEL)
         return bool(asked) and asked[-1].actor == by
 
+    def ended(self, run_id: str) -> None:
+        """The run's end is journaled: a cancel of it still being recorded has nothing left to
+        stop (its end names who cancelled it), and is neither tried again nor said lost."""
+        recording = self._recording.pop(run_id, None)
+        if recording is not None:
+            recording[1].cancel()
+
     async def settle(self, until: float | None) -> None:
         """Wait (no later than ``until``; without it, one lease) for the cancels the store
         failed to be recorded; each one still not recorded is said, for on-call: the run goes

@@ -770,6 +770,7 @@ class Supervisor:
     async def _finished(self, state: RunState, hooks: Hooks | None = None) -> None:
         """RunEnd hooks and the end event, exactly once, when a terminal result is journaled."""
         assert state.result is not None
+        self.cancels.ended(state.run_id)
         hooks = hooks or self.rt.run_hooks()
         ctx = HookContext(
             run_id=state.run_id, requested_by=state.started.requested_by if state.started else ""

@@ -2028,3 +2028,36 @@ async def test_a_runs_json_log_lines_name_its_run_and_its_session(
     assert line["message"] == "noted x"
     assert line["run_id"] == live.run_id
     assert line["session"] == "slack:T0001:C0002:1714000000.000100"
+
+
+async def test_a_cancel_unrecorded_of_a_run_it_ended_is_not_said_lost_at_the_stop(
+    tmp_path: Path, opened: list[Runtime], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The store fails the cancel's audit and mark, not the run's end: the run ends cancelled
+    here, and the stop does not tell on-call that it goes on and must be cancelled again."""
+    release = asyncio.Event()
+    batch = reply(call("deploy", text="v2"), call("hold"))
+    tools = [*counting_tools(Counter()), holding_tool(release)]
+    rt, _ = await make_runtime(
+        tmp_path / "k.db", [batch, reply(text="finished")], tools, lease_seconds=0.3
+    )
+    opened.append(rt)
+    sup = Supervisor(rt)
+    live = await sup.start_turn("ship it", requested_by="U0REQ", prompter=DeferringPrompter())
+    await until(lambda: has_open_requests(rt, live.run_id))
+    with sqlite3.connect(tmp_path / "k.db") as conn:
+        for table in ("audit", "once_keys"):
+            conn.execute(
+                f"CREATE TRIGGER away_{table} BEFORE INSERT ON {table}"
+                " BEGIN SELECT json('the store is away'); END"
+            )
+
+    said = await ChatService(sup).cancel(live.run_id, user=Actor("U0REQ"))
+    release.set()
+    await sup.wait(live)
+    await until(lambda: has_ended(rt, live.run_id))
+    await sup.shutdown(until=asyncio.get_running_loop().time() + 0.5)
+
+    assert "not recorded yet" in said
+    assert (await rt.store.get_run(live.run_id)).status is RunStatus.CANCELLED
+    assert "was never recorded" not in caplog.text, caplog.text
