@@ -1,8 +1,10 @@
-"""Bounded waits: the time left before a deadline, and the outcome of what a wait leaves."""
+"""Bounded waits: the time left before a deadline, a pause a stop ends, and the outcome of what
+a wait leaves."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 
@@ -13,6 +15,13 @@ def time_left(until: float | None, at_most: float | None = None) -> float | None
         return at_most
     left = max(0.0, until - asyncio.get_running_loop().time())
     return left if at_most is None else min(at_most, left)
+
+
+async def paused(stop: asyncio.Event, seconds: float) -> bool:
+    """Wait ``seconds``, or less if ``stop`` is set meanwhile; whether it is."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)
+    return stop.is_set()
 
 
 def outcome_retrieved(future: asyncio.Future[Any]) -> None:

@@ -21,7 +21,7 @@ from bot.people.decisions import Decisions
 from bot.people.policy import Actor, NotPermitted
 from bot.run.loop import unsettled
 from bot.run.runtime import Runtime
-from bot.waits import time_left
+from bot.waits import paused, time_left
 
 if TYPE_CHECKING:
     # Types only: the supervisor holds this collaborator, and hands it its runs and their locks.
@@ -53,21 +53,19 @@ class Cancels:
         live: dict[str, LiveRun],
         locks: KeyedLocks,
         end_outside: EndOutside,
+        stop: asyncio.Event,
     ) -> None:
         self.rt = runtime
         self.decisions = decisions
         self._live = live  # the supervisor's runs driven by a task of this process
         self._locks = locks  # the supervisor's, under which a resume looks and claims
         self._end_outside = end_outside
-        # Set as this process stops: a cancel the store failed is tried here no more.
-        self._stopping = asyncio.Event()
+        # The supervisor's, set as this process stops: a cancel the store failed is tried here
+        # no more.
+        self._shutdown = stop
         # Cancels of runs driven here that the store failed to record: who asked, and the
         # task recording them (``_record_later``), until the store takes them.
         self._recording: dict[str, tuple[str, asyncio.Task[None]]] = {}
-
-    def stopping(self) -> None:
-        """This process stops: a cancel the store failed is left to its mark (``_honour``)."""
-        self._stopping.set()
 
     async def cancel(self, run_id: str, by: str = "", actor: Actor | None = None) -> str:
         """Cancel a run: a live one at its next loop boundary, a suspended one at once.
@@ -295,9 +293,7 @@ class Cancels:
             # the end, whoever takes the run up (the resume of a decision too) ends it instead.
             with contextlib.suppress(StoreError):
                 await self.rt.store.mark_once(cancel_key(run_id))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), max(self.rt.lease_seconds / 3, 0.05))
-            if self._stopping.is_set():
+            if await paused(self._shutdown, max(self.rt.lease_seconds / 3, 0.05)):
                 log.warning("run %s: its cancel is left to whoever takes the run up", run_id)
                 return
 

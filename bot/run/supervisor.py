@@ -56,7 +56,7 @@ from bot.run.context import RunContext
 from bot.run.loop import AgentLoop, LoopDeps, Signals
 from bot.run.renewals import RenewalTrouble
 from bot.run.runtime import Runtime
-from bot.waits import outcome_retrieved, time_left
+from bot.waits import outcome_retrieved, paused, time_left
 
 log = logging.getLogger("kestrel.supervisor")
 
@@ -119,13 +119,15 @@ class Supervisor:
         self.decisions = Decisions(runtime)
         self.live: dict[str, LiveRun] = {}
         self._resuming = KeyedLocks()
+        # Set as ``shutdown`` begins: this process takes up no run, and a wait on the store
+        # (a cancel's, an end's read back) ends there.
+        self._stop = asyncio.Event()
         self.cancels = Cancels(
-            runtime, self.decisions, self.live, self._resuming, self._end_outside
+            runtime, self.decisions, self.live, self._resuming, self._end_outside, self._stop
         )
         # Every run task until it returns: a task that left ``live`` may still be resuming.
         self._tasks: set[asyncio.Task[RunState]] = set()
         self._stopped: list[asyncio.Task[RunState]] = []  # the tasks shutdown waits on
-        self._stopping = False
         self._hand_back = False  # what ``shutdown`` suspends its runs as (``Interrupt``)
         self._renewals = RenewalTrouble()  # said once per outage, not per run and renewal
 
@@ -222,7 +224,7 @@ class Supervisor:
             has_work = asked is not None
         cancelled = asked is not None
         prompter = _prompter_for(state, prompter)
-        if not has_work or self._stopping:
+        if not has_work or self._stop.is_set():
             # Stopping: no claim either, which a run released while waiting would take for
             # one (``ORPHANED_RUNS``: its epoch is its journal's last only until claimed).
             return None
@@ -246,7 +248,7 @@ class Supervisor:
                     # Not as if it went on once taken up: its cancel ends it there, or here.
                     held += "; it was asked to cancel: it ends cancelled wherever it is driven"
                 raise ResumeRefused(held)
-            if self._stopping:
+            if self._stop.is_set():
                 # It began to shut down since the look: the lease is left to expire, and another
                 # replica adopts the run. Given back, the claim's epoch would have hidden the
                 # run from every sweep (``ORPHANED_RUNS``), as a refused resume is.
@@ -286,7 +288,7 @@ class Supervisor:
             # Resumed meanwhile under a newer lease (and since suspended or ended): that
             # resume answered what this decision allowed.
             return None
-        if self._stopping:
+        if self._stop.is_set():
             # Shutting down: the lease is left to expire, and another replica adopts the run.
             return None
         try:
@@ -330,7 +332,7 @@ class Supervisor:
         live.task = task
         self.live[live.run_id] = live
         self._tasks.add(task)
-        if self._stopping:
+        if self._stop.is_set():
             self._stopped.append(task)
             # A turn taken as this process stops suspends before its first model call: after
             # ``shutdown`` returned nothing else would stop it, and its tools would run until
@@ -440,8 +442,8 @@ class Supervisor:
         being written then is left to end by itself and is not returned: its lease, kept,
         runs out, and another replica adopts it as after a kill.
         """
-        self._stopping, self._hand_back = True, hand_back
-        self.cancels.stopping()
+        self._stop.set()
+        self._hand_back = hand_back
         self._stopped.extend(self._tasks)
         self.interrupt_all(spare_tools=tool_grace > 0, hand_back=hand_back)
         if self._tasks and tool_grace > 0:
@@ -505,7 +507,7 @@ class Supervisor:
     @property
     def stopping(self) -> bool:
         """Whether this process is shutting down: it takes up no run (a resume gives it back)."""
-        return self._stopping
+        return self._stop.is_set()
 
     async def _has_work(self, state: RunState) -> bool:
         """Whether resuming the run does anything: an orphan (its owner died mid-run) always
@@ -516,7 +518,7 @@ class Supervisor:
     def _may_go_on(self, live: LiveRun, state: RunState) -> bool:
         """Whether a run that suspended waiting for people, not because it was told to, may
         go on in this process (which is not shutting down)."""
-        return bool(state.open_requests) and not live.signals.stopping and not self._stopping
+        return bool(state.open_requests) and not live.signals.stopping and not self._stop.is_set()
 
     async def _can_go_on(self, state: RunState) -> bool:
         """Whether a run that suspended waits on nobody: it was stopped, not waiting, or every
@@ -754,7 +756,7 @@ class Supervisor:
             try:
                 found = await self.rt.store.load_range(journal.run_id, seq, seq + 1)
             except StoreError as again:
-                if not patient or self._stopping:
+                if not patient or await paused(self._stop, max(self.rt.lease_seconds / 3, 0.05)):
                     log.warning(
                         "run %s: whether its end was journaled is unknown (%s); if it was,"
                         " no RunEnd hook was told",
@@ -762,7 +764,6 @@ class Supervisor:
                         again,
                     )
                     return False
-                await asyncio.sleep(max(self.rt.lease_seconds / 3, 0.05))
                 continue
             landed = bool(found) and isinstance(found[0].entry, RunEnded)
             return landed and found[0].epoch == journal.epoch

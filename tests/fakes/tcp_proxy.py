@@ -5,7 +5,8 @@ connection to ``port`` on 127.0.0.1; ``cut()`` drops every connection and refuse
 until ``restore()``; ``hold()`` keeps every connection open but passes no byte either way (a
 stalled network, a half-open connection) until ``restore()``; ``lose_commit_reply(marker)``
 lets the next transaction whose statements carry ``marker`` commit, then drops the server's
-answer to its ``COMMIT`` and the connection with it (the commit landed; the client never learns).
+answer to its ``COMMIT`` and the connection with it (the commit landed; the client never learns),
+and with ``then_cut`` cuts every connection as it does.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class TcpProxy:
         self._marker = b""
         self._marked: asyncio.StreamWriter | None = None
         self._losing: asyncio.StreamWriter | None = None
+        self._cut_after_loss = False
         self.replies_lost = 0
 
     async def __aenter__(self) -> TcpProxy:
@@ -66,10 +68,12 @@ class TcpProxy:
         """Pass no more bytes, new connections' included, and close nothing."""
         self._flowing.clear()
 
-    def lose_commit_reply(self, marker: bytes) -> None:
+    def lose_commit_reply(self, marker: bytes, *, then_cut: bool = False) -> None:
         """Drop the answer to the next COMMIT sent after a statement carrying ``marker``, and
-        that connection (once, then forward as before)."""
+        that connection (once, then forward as before; ``then_cut``: ``cut()`` there, the
+        store gone as it committed)."""
         self._marker = marker
+        self._cut_after_loss = then_cut
 
     def restore(self) -> None:
         """Accept connections again, and pass what was held."""
@@ -141,6 +145,8 @@ class TcpProxy:
         self._losing = None
         self.replies_lost += 1
         client.transport.abort()
+        if self._cut_after_loss:
+            self.cut()
 
 
 @contextlib.asynccontextmanager

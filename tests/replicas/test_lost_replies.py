@@ -4,6 +4,7 @@ learns it on its next read. A real store behind a TCP proxy that drops that one 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +23,7 @@ from bot.tools.toolset import ToolSet
 from storage.postgres import PostgresStore
 from tests.fakes.runtime import Counter, call, counting_tools, reply
 from tests.fakes.tcp_proxy import TcpProxy, proxied_dsn
+from tests.fakes.waiting import until
 from tests.storage.conftest import postgres_dsn, postgres_schema
 
 
@@ -54,7 +56,7 @@ async def proxied() -> AsyncIterator[Any]:
     dsn = postgres_dsn()
     async with postgres_schema(dsn) as schema, proxied_dsn(dsn) as (through, proxy):
 
-        async def make(replies: list[dict[str, Any]]) -> Proxied:
+        async def make(replies: list[dict[str, Any]], lease_seconds: float = 0.5) -> Proxied:
             store = PostgresStore(through, schema=schema)
             await store.migrate()
             announced = Announced()
@@ -63,7 +65,7 @@ async def proxied() -> AsyncIterator[Any]:
                 model=ScriptedProvider.from_replies(replies, name="test"),
                 tools=ToolSource(ToolSet(counting_tools(Counter()))),
                 hooks=Hooks(run_end=[announced.run_end]),
-                lease_seconds=0.5,
+                lease_seconds=lease_seconds,
             )
             rt.events.add(announced)
             made.append(rt)
@@ -111,3 +113,23 @@ async def test_a_cancel_whose_end_commit_answer_was_lost_is_said_done_and_announ
     assert world.announced.hooked == [(live.run_id, "cancelled")]
     assert world.announced.events == [live.run_id]
     assert await world.rt.store.list_requests(run_id=live.run_id) == []  # its card closed
+
+
+async def test_an_end_read_back_against_a_store_gone_holds_no_stop(proxied: Any) -> None:
+    """The store went as the end's commit landed: the run's task reads it back again and
+    again, a third of a lease apart; a stop ends that wait at once, not at the next try."""
+    world: Proxied = await proxied([reply(text="All good.")], lease_seconds=30)
+    sup = Supervisor(world.rt)
+    world.proxy.lose_commit_reply(b"run_ended", then_cut=True)
+    live = await sup.start_turn("how is checkout?", requested_by="U0REQ")
+    await until(lambda: world.proxy.replies_lost == 1 and world.proxy.refused > 0)
+
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    await sup.shutdown(until=began + 8)
+
+    assert loop.time() - began < 2  # not the 10 s to the next read, nor the stop's deadline
+    assert live.task is not None and live.task.done()
+    world.proxy.restore()
+    record = await world.rt.store.get_run(live.run_id)
+    assert record.status is RunStatus.COMPLETED  # it landed; this process could not learn it
