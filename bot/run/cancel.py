@@ -157,7 +157,7 @@ class Cancels:
         """Record a cancel the store failed, until it takes it. Audited once: an audit whose
         answer the store lost may have landed, so it is looked for first."""
         while True:
-            await asyncio.sleep(max(self.rt.lease_seconds / 3, 0.05))
+            await asyncio.sleep(self.rt.renew_every)
             with contextlib.suppress(StoreError):
                 await self._record(run_id, by, await self._audited(run_id, by))
                 log.warning("run %s: its cancel is recorded now", run_id)
@@ -293,7 +293,7 @@ class Cancels:
             # the end, whoever takes the run up (the resume of a decision too) ends it instead.
             with contextlib.suppress(StoreError):
                 await self.rt.store.mark_once(cancel_key(run_id))
-            if await paused(self._shutdown, max(self.rt.lease_seconds / 3, 0.05)):
+            if await paused(self._shutdown, self.rt.renew_every):
                 log.warning("run %s: its cancel is left to whoever takes the run up", run_id)
                 return
 

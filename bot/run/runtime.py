@@ -53,6 +53,12 @@ class Runtime(msgspec.Struct):
     # so a test moves time for all of them at once instead of sleeping.
     clock: Callable[[], datetime] = utcnow
 
+    @property
+    def renew_every(self) -> float:
+        """How often a run's lease is renewed, and a store write it needs tried again: a third
+        of the lease, so that two may fail before it runs out."""
+        return max(self.lease_seconds / 3, 0.05)
+
     def stamp(self, request: Request) -> Request:
         """Give a new request its deadline: per tool if configured, else per kind."""
         if request.deadline is not None:

@@ -756,7 +756,7 @@ class Supervisor:
             try:
                 found = await self.rt.store.load_range(journal.run_id, seq, seq + 1)
             except StoreError as again:
-                if not patient or await paused(self._stop, max(self.rt.lease_seconds / 3, 0.05)):
+                if not patient or await paused(self._stop, self.rt.renew_every):
                     log.warning(
                         "run %s: whether its end was journaled is unknown (%s); if it was,"
                         " no RunEnd hook was told",
@@ -782,10 +782,9 @@ class Supervisor:
     async def _renew(self, journal: RunJournal, live: LiveRun) -> None:
         """Renew the run's lease while its task drives it; and, at each renewal, look for a
         cancel another process asked of it (``Cancels.asked_elsewhere``)."""
-        interval = max(self.rt.lease_seconds / 3, 0.05)
         try:
             while True:
-                await asyncio.sleep(interval)
+                await asyncio.sleep(self.rt.renew_every)
                 try:
                     held = await self.rt.store.renew(
                         journal.run_id, self.rt.owner, journal.epoch, self.rt.lease_seconds
