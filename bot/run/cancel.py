@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Final, NoReturn
 
 from bot.domain import TERMINAL_STATUSES, RunStatus, StopReason
 from bot.errors import CancelRefused, StoreError, already_ended
@@ -28,6 +28,9 @@ if TYPE_CHECKING:
     from bot.run.supervisor import KeyedLocks, LiveRun
 
 log = logging.getLogger("kestrel.supervisor")
+
+# What a cancel recorded of a run this process drives says, the run still going.
+STOPPING_HERE: Final = "cancelling at the next loop boundary"
 
 # Ends a run no loop drives: journals its end (giving the lease at ``epoch`` up), RunEnd.
 EndOutside = Callable[[RunState, int, RunStatus, StopReason, str], Awaitable[None]]
@@ -118,13 +121,19 @@ class Cancels:
 
     async def _stopping_here(self, run_id: str) -> str:
         """What a cancel recorded of a run driven here says: it stops at its boundary, unless
-        its end was journaled since the look (asked too late: audited once, as asked)."""
-        record = await self.rt.store.get_run(run_id)
+        its end was journaled since the look (asked too late: audited once, as asked). A store
+        that fails the look changes nothing of that: the run stops here, its cancel recorded."""
+        try:
+            record = await self.rt.store.get_run(run_id)
+        except StoreError as exc:
+            if type(exc) is not StoreError:
+                raise
+            return STOPPING_HERE
         if record.status is RunStatus.CANCELLED:
             return "cancelled"
         if record.status in TERMINAL_STATUSES:
             raise CancelRefused(already_ended(run_id, record.status, "cancel"))
-        return "cancelling at the next loop boundary"
+        return STOPPING_HERE
 
     async def _recorded(self, run_id: str, by: str) -> bool:
         """Record the cancel of a run this process drives (stopped here already): audited, and

@@ -2061,3 +2061,46 @@ async def test_a_cancel_unrecorded_of_a_run_it_ended_is_not_said_lost_at_the_sto
     assert "not recorded yet" in said
     assert (await rt.store.get_run(live.run_id)).status is RunStatus.CANCELLED
     assert "was never recorded" not in caplog.text, caplog.text
+
+
+class BlinksAfterAMark(SqliteStore):
+    """The real store, which fails the first look at a run after a once-mark is written (a
+    store that blinks as a cancel is recorded)."""
+
+    blink = False
+
+    async def mark_once(self, key: str) -> bool:
+        """Mark, then blink at the next look."""
+        won = await super().mark_once(key)
+        self.blink = True
+        return won
+
+    async def get_run(self, run_id: str) -> RunRecord:
+        """Fail once after a mark, then look."""
+        if self.blink:
+            self.blink = False
+            raise StoreError("the database is unreachable")
+        return await super().get_run(run_id)
+
+
+async def test_a_cancel_recorded_of_a_run_driven_here_is_not_said_uncounted_if_a_look_fails(
+    tmp_path: Path, opened: list[Runtime]
+) -> None:
+    release = asyncio.Event()
+    store = await migrated(BlinksAfterAMark(tmp_path / "k.db"))
+    model = ScriptedProvider.from_replies([reply(call("hold")), reply(text="finished")])
+    tools = ToolSource(ToolSet([holding_tool(release)]))
+    rt = Runtime(store=store, model=model, tools=tools, owner="replica-a")
+    opened.append(rt)
+    sup = Supervisor(rt)
+    live = await sup.start_turn("hold on", requested_by="U0REQ", prompter=None)
+    await until(lambda: live.signals.interrupt.tool_under_way())
+
+    said = await ChatService(sup).cancel(live.run_id, user=Actor("U0REQ"))
+    release.set()
+    state = await sup.wait(live)
+
+    # Recorded and stopped here: said so, not that it may not have counted and may go on.
+    assert said == "cancelling at the next loop boundary"
+    assert state.result is not None and state.result.status is RunStatus.CANCELLED
+    assert await rt.store.marked(cancel_key(live.run_id))
