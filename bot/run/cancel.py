@@ -213,9 +213,19 @@ class Cancels:
         await self.rt.store.mark_once(cancel_key(run_id))
         # Tried again once the mark is written: a run its driver suspended since (its lease
         # given up) is cancelled here; one still held is sure to see the mark.
-        epoch = await self.rt.store.claim(run_id, self.rt.owner, self.rt.lease_seconds)
-        if epoch is not None:
-            return await self._cancel_claimed(run_id, epoch, by, audited=True)
+        try:
+            epoch = await self.rt.store.claim(run_id, self.rt.owner, self.rt.lease_seconds)
+            if epoch is not None:
+                return await self._cancel_claimed(run_id, epoch, by, audited=True)
+        except StoreError as exc:
+            if type(exc) is not StoreError:
+                raise
+            # The mark holds whatever failed after it: the run goes no further anywhere.
+            log.warning("run %s: its cancel is marked, not applied here: %s", run_id, exc)
+            return (
+                "cancelling: Kestrel's store did not answer as the run was ended here;"
+                " whoever takes the run up ends it"
+            )
         return (
             f"cancelling: {owner} holds the run and ends it at its next step"
             " (if it died, whoever takes the run up ends it)"

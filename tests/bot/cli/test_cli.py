@@ -872,3 +872,40 @@ def test_a_terminal_cancel_the_store_half_failed_says_what_took(
     else:
         assert cancelled.returncode == 2
         assert "may not have counted, and the run may go on" in cancelled.stderr
+
+
+def test_a_cancel_marked_whose_end_the_store_failed_says_it_still_ends_the_run(
+    tmp_path: Path,
+) -> None:
+    """Asked of a process holding the run, which gives it up as the mark lands: the cancel
+    claims it and the store fails its end. The mark holds: the run is not said to go on."""
+    deferred = json.loads(
+        kestrel(tmp_path, "run", "checkout is failing", "--defer", "--json", "--as", "U0REQ").stdout
+    )
+    run_id = deferred["run_id"]
+    with sqlite3.connect(tmp_path / "kestrel.db") as conn:
+        conn.execute(
+            "UPDATE runs SET owner = 'replica-b', lease_expires = '2999-01-01T00:00:00+00:00'"
+        )
+        conn.execute(
+            "CREATE TRIGGER given_up AFTER INSERT ON once_keys"
+            " BEGIN UPDATE runs SET owner = '', lease_expires = NULL; END"
+        )
+        conn.execute(
+            "CREATE TRIGGER away BEFORE INSERT ON journal WHEN NEW.kind = 'run_ended'"
+            " BEGIN SELECT json('the store is away'); END"
+        )
+
+    cancelled = kestrel(tmp_path, "runs", "cancel", run_id, "--as", "U0REQ")
+
+    assert "Traceback" not in cancelled.stderr
+    assert "may go on" not in cancelled.stdout + cancelled.stderr, cancelled
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert "whoever takes the run up ends it" in cancelled.stdout, cancelled.stdout
+    with sqlite3.connect(tmp_path / "kestrel.db") as conn:
+        conn.execute("DROP TRIGGER away")
+        marks = conn.execute("SELECT key FROM once_keys").fetchall()
+    assert marks == [(f"cancel:{run_id}",)]
+    # Its claim runs out; until then a resume says the run ends cancelled wherever it is driven.
+    resumed = kestrel(tmp_path, "runs", "resume", run_id, "--as", "U0REQ")
+    assert "it ends cancelled wherever it is driven" in resumed.stderr, resumed.stderr
