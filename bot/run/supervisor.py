@@ -756,7 +756,9 @@ class Supervisor:
             try:
                 found = await self.rt.store.load_range(journal.run_id, seq, seq + 1)
             except StoreError as again:
-                if not patient or await paused(self._stop, self.rt.renew_every):
+                # A store that answered (an entry it cannot read) gives the same answer again.
+                answered = type(again) is not StoreError
+                if answered or not patient or await paused(self._stop, self.rt.renew_every):
                     log.warning(
                         "run %s: whether its end was journaled is unknown (%s); if it was,"
                         " no RunEnd hook was told",

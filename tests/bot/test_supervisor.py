@@ -41,6 +41,7 @@ from bot.journal.entries import (
     AdvisoryEntry,
     AssistantTurnEntry,
     Entry,
+    RunEnded,
     RunStarted,
     RunSuspended,
     ToolDeferred,
@@ -49,6 +50,7 @@ from bot.journal.entries import (
     UserMessageEntry,
 )
 from bot.journal.fold import RunState, fold
+from bot.journal.log import JournalRecord
 from bot.journal.writer import RunJournal
 from bot.kinds import AuditAction, RequestKind
 from bot.llm.scripted import ScriptedProvider
@@ -2104,3 +2106,36 @@ async def test_a_cancel_recorded_of_a_run_driven_here_is_not_said_uncounted_if_a
     assert said == "cancelling at the next loop boundary"
     assert state.result is not None and state.result.status is RunStatus.CANCELLED
     assert await rt.store.marked(cancel_key(live.run_id))
+
+
+class EndUnansweredThenUnreadable(SqliteStore):
+    """The real store, where a run's end commits but its answer is lost, and the entry at its
+    seq then reads as none (written over by a newer version that adopted the run)."""
+
+    def submit(self, run_id: str, seq: int, epoch: int, entry: Entry) -> asyncio.Future[None]:
+        """Commit; for a run's end, answer a failure all the same."""
+        done = super().submit(run_id, seq, epoch, entry)
+        if not isinstance(entry, RunEnded):
+            return done
+        lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        done.add_done_callback(lambda _: lost.set_exception(StoreError("connection lost")))
+        return lost
+
+    async def load_range(self, run_id: str, start: int, stop: int) -> list[JournalRecord]:
+        """The end's seq reads as no entry."""
+        raise UnreadableJournal(f"run {run_id}: entry {start} reads as none")
+
+
+async def test_an_end_read_back_as_unreadable_is_not_read_again_and_again(
+    tmp_path: Path, opened: list[Runtime]
+) -> None:
+    store = await migrated(EndUnansweredThenUnreadable(tmp_path / "k.db"))
+    model = ScriptedProvider.from_replies([reply(text="All good.")])
+    rt = Runtime(store=store, model=model, tools=ToolSource(ToolSet([])), lease_seconds=0.3)
+    opened.append(rt)
+    sup = Supervisor(rt)
+    live = await sup.start_turn("how is checkout?", requested_by="U0REQ")
+
+    # The store answered: reading again gives the same answer, and the run's task ends.
+    await asyncio.wait_for(sup.wait(live), 5)
+    assert "connection lost" in live.error
