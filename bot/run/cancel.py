@@ -83,9 +83,7 @@ class Cancels:
         policy = self.rt.policy
         refusal = await policy.check_operate(actor, "cancel", run_id, record.requested_by, run)
         if refusal:
-            await self.rt.store.audit(
-                by, AuditAction.CANCEL_REFUSED, run_id=run_id, detail=refusal.reason
-            )
+            await self._audit_refusal(run_id, by, refusal.reason)
             raise NotPermitted(refusal.reason)
         return await self._cancel(run_id, by)
 
@@ -400,5 +398,14 @@ class Cancels:
         live.signals.interrupt.request(spare_tools=True)
 
     async def _refuse(self, run_id: str, by: str, reason: str) -> NoReturn:
-        await self.rt.store.audit(by, AuditAction.CANCEL_REFUSED, run_id=run_id, detail=reason)
+        """Refuse a cancel of a run that ended, audited."""
+        await self._audit_refusal(run_id, by, reason)
         raise CancelRefused(reason)
+
+    async def _audit_refusal(self, run_id: str, by: str, reason: str) -> None:
+        """Audit a refused cancel; a store that fails it changes nothing of the refusal, which
+        the asker is told (not that the cancel may not have counted)."""
+        try:
+            await self.rt.store.audit(by, AuditAction.CANCEL_REFUSED, run_id=run_id, detail=reason)
+        except StoreError as exc:
+            log.warning("run %s: the cancel refused %s was not audited: %s", run_id, asker(by), exc)

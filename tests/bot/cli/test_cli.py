@@ -909,3 +909,20 @@ def test_a_cancel_marked_whose_end_the_store_failed_says_it_still_ends_the_run(
     # Its claim runs out; until then a resume says the run ends cancelled wherever it is driven.
     resumed = kestrel(tmp_path, "runs", "resume", run_id, "--as", "U0REQ")
     assert "it ends cancelled wherever it is driven" in resumed.stderr, resumed.stderr
+
+
+def test_a_cancel_of_an_ended_run_is_refused_as_ended_when_its_audit_fails(
+    tmp_path: Path,
+) -> None:
+    ran = kestrel(tmp_path, "run", "how is checkout", "--json", "--as", "U0REQ")
+    run_id = json.loads(ran.stdout)["run_id"]
+    with sqlite3.connect(tmp_path / "kestrel.db") as conn:  # the store fails every audit
+        conn.execute(
+            "CREATE TRIGGER away BEFORE INSERT ON audit BEGIN SELECT json('the store is away'); END"
+        )
+
+    cancelled = kestrel(tmp_path, "runs", "cancel", run_id, "--as", "U0REQ")
+
+    # The run ended: it is said so, not that it may go on and must be cancelled again.
+    assert "may go on" not in cancelled.stderr, cancelled.stderr
+    assert f"run {run_id} already ended (completed)" in one_line_error(cancelled)
