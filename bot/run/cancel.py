@@ -325,16 +325,17 @@ class Cancels:
         if again and (await self.rt.store.get_run(run_id)).status is RunStatus.CANCELLED:
             await self.decisions.close_requests(run_id, by)
 
-    async def asked_elsewhere(self, live: LiveRun) -> None:
-        """At a lease renewal of a run this process drives, and before its next effect: stop it
-        if another process asked for its cancel (the mark); a store that fails the look is
-        looked at again next time."""
+    async def asked_elsewhere(self, live: LiveRun) -> bool:
+        """At a lease renewal of a run this process drives, and around its next effect: stop
+        it if another process asked for its cancel (the mark); whether the run was asked to
+        cancel, here or there. A store that fails the look is looked at again next time."""
         if live.signals.cancel.is_set():
-            return
+            return True
         with contextlib.suppress(StoreError):  # looked at again at the next renewal
             asked = await self.asked(live.run_id)
             if asked is not None:
                 self._stop(live, asked)
+        return live.signals.cancel.is_set()
 
     async def at_resume(self, state: RunState, epoch: int, asked: str | None = None) -> bool:
         """Whether a run this process just took up (its lease held at ``epoch``) was asked to

@@ -33,7 +33,7 @@ class RunContext:
         workdir: Path | None = None,
         provenance: Provenance = Provenance.ASK,
         redact: Redact = unchanged,
-        look_for_cancel: Callable[[], Awaitable[None]] | None = None,
+        look_for_cancel: Callable[[], Awaitable[bool]] | None = None,
     ) -> None:
         self.journal = journal
         self.hooks = hooks
@@ -48,7 +48,8 @@ class RunContext:
         # The PII guard as a function of text, for what the log says of a tool's failure.
         self.redact = redact
         # Before an effect: reads whether another process asked the run's cancel, and stops
-        # the run if so (None: nobody else can ask, a run no supervisor drives).
+        # the run if so; whether the run was asked to cancel, here or there (None: nobody else
+        # can ask, a run no supervisor drives).
         self.look_for_cancel = look_for_cancel
         self.run_id = journal.run_id  # the journal's, kept here: read on every step
         requested_by = self.requested_by

@@ -8,7 +8,7 @@ import logging
 import time
 import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 from msgspec.structs import asdict, replace
@@ -80,6 +80,10 @@ class CallEnv(msgspec.Struct):
     tools: ToolSet
     gate: Gate
     trace: Callable[[str, Tool, dict[str, Any]], tuple[ArgumentOrigin, ...]] | None = None
+
+
+# What a call that a cancel kept from starting after its dispatch was journaled answers.
+NOT_STARTED: Final = "not run: the run was cancelled as this call was about to start"
 
 
 def _error(outcome: ToolOutcome, output: str) -> CallExit:
@@ -205,7 +209,8 @@ async def _dispatch(
         started=None if traits.idempotent else _process_recorder(call, env),
         stamp=env.run.stamp,
     )
-    await _takeover_check(call, tool, env)
+    if not await _takeover_check(call, tool, env):
+        return _error(ToolOutcome.ERROR, NOT_STARTED)
     env.run.events.announce(ToolStartedEvent, env.run.run_id, call.id, tool.name, arguments)
     outcome, output, is_error, deferral = await _invoke(
         tool, arguments, ctx, env.run.interrupt, env.run.redact
@@ -250,22 +255,26 @@ async def _proposed(
     return CallExit(ToolOutcome.OK, output)
 
 
-async def _takeover_check(call: ToolCall, tool: Tool, env: CallEnv) -> None:
-    """The last check before an effect: a cancel asked elsewhere, then a fenced dispatch
-    record, or an epoch read."""
-    if env.run.look_for_cancel is not None and consequential(tool):
-        # A cancel another process asked (the store's mark) stops the run here, not only at
-        # its next lease renewal: the effect it was asked before never starts (refused below,
-        # or as it is invoked).
-        await env.run.look_for_cancel()
+async def _takeover_check(call: ToolCall, tool: Tool, env: CallEnv) -> bool:
+    """The last check before an effect: a cancel asked elsewhere, a fenced dispatch record or
+    an epoch read, then that cancel again; False if one came as the record was written (the
+    call must not start)."""
+    look = env.run.look_for_cancel if consequential(tool) else None
+    # A cancel another process asked (the store's mark) stops the run here, not only at its
+    # next lease renewal: the effect it was asked before never starts (refused below, or as it
+    # is invoked).
+    before = look is not None and await look()
     if not tool.flags.traits.idempotent:
         # Refused before its dispatch is journaled, not after: a call stopped there never
         # started, and must not come back as an effect whose outcome is unknown.
         env.run.interrupt.refuse()
         await env.run.journal.append(ToolDispatched(call_id=call.id, tool=tool.name))
-        return
-    if not await env.run.journal.still_owner():
+    elif not await env.run.journal.still_owner():
         raise TakenOver(f"run {env.run.journal.run_id} was claimed by another owner")
+    # Read again once the record is durable (or the lease read): a cancel written before then,
+    # while the record was, is seen here, and the call is answered as never started; one
+    # written after finds the call under way.
+    return look is None or before or not await look()
 
 
 def _process_recorder(call: ToolCall, env: CallEnv) -> Callable[[int], None]:

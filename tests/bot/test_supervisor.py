@@ -2139,3 +2139,52 @@ async def test_an_end_read_back_as_unreadable_is_not_read_again_and_again(
     # The store answered: reading again gives the same answer, and the run's task ends.
     await asyncio.wait_for(sup.wait(live), 5)
     assert "connection lost" in live.error
+
+
+class CancelledElsewhereAsItDispatches(SqliteStore):
+    """The real store, where another process's cancel (``cancel``) lands as a dispatch record
+    is written: after the driver's look before the call, before the record's commit."""
+
+    cancel: Callable[[], Awaitable[str]] | None = None
+    said = ""  # what the cancel said
+
+    def submit(self, run_id: str, seq: int, epoch: int, entry: Entry) -> asyncio.Future[None]:
+        """Append; the first dispatch record once the cancel is written."""
+        if not isinstance(entry, ToolDispatched) or self.cancel is None:
+            return super().submit(run_id, seq, epoch, entry)
+        cancel, self.cancel = self.cancel, None
+        append = super().submit
+
+        async def after_the_cancel() -> None:
+            self.said = await cancel()
+            await append(run_id, seq, epoch, entry)
+
+        return asyncio.ensure_future(after_the_cancel())
+
+
+async def test_a_cancel_taken_elsewhere_as_a_call_is_dispatched_keeps_it_from_starting(
+    tmp_path: Path, opened: list[Runtime]
+) -> None:
+    counter = Counter()
+    store = await migrated(CancelledElsewhereAsItDispatches(tmp_path / "k.db"))
+    model = ScriptedProvider.from_replies([reply(call("write", text="x")), reply(text="done")])
+    rt = Runtime(
+        store=store, model=model, tools=ToolSource(ToolSet(counting_tools(counter))), owner="a"
+    )
+    other, _ = await make_runtime(tmp_path / "k.db", [], owner="b")
+    opened += [rt, other]
+    driving, elsewhere = Supervisor(rt), Supervisor(other)
+    live = await driving.start_turn("write x", requested_by="U0REQ", prompter=None)
+    store.cancel = lambda: elsewhere.cancel(live.run_id, by="U0REQ")
+
+    state = await driving.wait(live)
+
+    # The asker was told the run ends at its next step: the write, whose record landed after
+    # the cancel, never starts, and the run ends cancelled saying no command had started.
+    assert store.said.startswith("cancelling: a holds the run"), store.said
+    assert counter.calls == {}
+    assert state.result is not None and state.result.status is RunStatus.CANCELLED
+    assert "started" not in state.result.error, state.result.error
+    results = [r.entry for r in await rt.store.load(live.run_id)]
+    (written,) = [e for e in results if isinstance(e, ToolResultEntry)]
+    assert written.output.startswith("not run: the run was cancelled"), written
