@@ -225,8 +225,8 @@ class Cancels:
                 " whoever takes the run up ends it"
             )
         return (
-            f"cancelling: {owner} holds the run and ends it at its next step"
-            " (if it died, whoever takes the run up ends it)"
+            f"cancelling: {owner} holds the run and ends it at its next step, unless it"
+            " finishes first (if it died, whoever takes the run up ends it)"
         )
 
     async def _cancel_claimed(

@@ -2188,3 +2188,26 @@ async def test_a_cancel_taken_elsewhere_as_a_call_is_dispatched_keeps_it_from_st
     results = [r.entry for r in await rt.store.load(live.run_id)]
     (written,) = [e for e in results if isinstance(e, ToolResultEntry)]
     assert written.output.startswith("not run: the run was cancelled"), written
+
+
+async def test_a_cancel_asked_elsewhere_does_not_promise_an_end_the_run_may_outrun(
+    tmp_path: Path, opened: list[Runtime]
+) -> None:
+    """Asked while the run's driver holds a tool that changes nothing: its final answer comes
+    before its next lease renewal, and the run completes; the asker was not told otherwise."""
+    release = asyncio.Event()
+    replies = [reply(call("hold")), reply(text="finished")]
+    rt, _ = await make_runtime(tmp_path / "k.db", replies, [holding_tool(release)], owner="a")
+    other, _ = await make_runtime(tmp_path / "k.db", [], owner="b")
+    opened += [rt, other]
+    driving = Supervisor(rt)
+    live = await driving.start_turn("hold on", requested_by="U0REQ", prompter=None)
+    await until(lambda: live.signals.interrupt.tool_under_way())
+
+    said = await Supervisor(other).cancel(live.run_id, by="U0REQ")
+    release.set()
+    state = await driving.wait(live)
+
+    assert state.result is not None and state.result.status is RunStatus.COMPLETED
+    assert said.startswith("cancelling: a holds the run"), said
+    assert "unless it finishes first" in said, said

@@ -177,8 +177,8 @@ async def test_cancel_of_a_held_run_is_asked_of_its_holder_and_of_an_ended_one_r
     asked = kestrel(tmp_path, "runs", "cancel", run_id, env=me)
     assert asked.returncode == 0, asked.stderr
     assert asked.stdout.strip() == (
-        "cancelling: host:42:dead holds the run and ends it at its next step"
-        " (if it died, whoever takes the run up ends it)"
+        "cancelling: host:42:dead holds the run and ends it at its next step, unless it"
+        " finishes first (if it died, whoever takes the run up ends it)"
     )
     audit = kestrel(tmp_path, "audit", "--run", run_id, env=me).stdout
     assert " erin " in audit and " cancel " in audit and "asked of host:42:dead" in audit
