@@ -221,8 +221,8 @@ class Cancels:
             # The mark holds whatever failed after it: the run goes no further anywhere.
             log.warning("run %s: its cancel is marked, not applied here: %s", run_id, exc)
             return (
-                "cancelling: Kestrel's store did not answer as the run was ended here;"
-                " whoever takes the run up ends it"
+                "cancelling: the cancel is written, but Kestrel's store did not answer as"
+                " the run was taken up here to end it; whoever takes the run up ends it"
             )
         return (
             f"cancelling: {owner} holds the run and ends it at its next step, unless it"
