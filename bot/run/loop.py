@@ -45,7 +45,7 @@ from bot.journal.entries import (
 )
 from bot.journal.fold import CallState, RunState
 from bot.journal.writer import TakenOver
-from bot.llm.base import ModelError, ModelProvider, ToolResultsMessage
+from bot.llm.base import AssistantMessage, ModelError, ModelProvider, ToolResultsMessage
 from bot.llm.text_calls import after_reasoning, before_cut_call, shown, words
 from bot.nesting import loads
 from bot.run.context import RunContext
@@ -183,13 +183,16 @@ class AgentLoop:
         return self.state
 
     async def _iterate(self, resumed: RunResumed | None) -> None:
-        found = await self._look_up_answers() if self.state.open_batch else {}
+        ended = self._ended_by_its_reply()
+        found = await self._look_up_answers() if self.state.open_batch and ended is None else {}
         if resumed is not None:
             # Still running, not suspended: its owner died mid-run and this process adopts it.
             orphaned = self.state.status is RunStatus.RUNNING
             event = RunResumedEvent(self.run_id, orphaned=orphaned)
             said = functools.partial(self.run_ctx.events.emit, event)
             self.journal.append_soon(resumed, then=said)
+        if ended is not None:
+            raise ended
         if self.state.open_batch:
             await self._finish_batch(found)
         while True:
@@ -205,7 +208,10 @@ class AgentLoop:
             if turn.calls and turn.finish_reason not in _CUT_SHORT:
                 await self.journal.append(entry)  # durable before any of its tools runs
             else:
-                self.journal.append_soon(entry)  # the run's end, next, commits with it
+                # The run's end comes next: committed with it where a store commits queued
+                # entries together (SQLite), and on its own before it elsewhere (PostgreSQL),
+                # where whoever takes the run up then ends it so (``_ended_by_its_reply``).
+                self.journal.append_soon(entry)
             self.run_ctx.events.announce(
                 ModelTurnEvent,
                 self.run_id,
@@ -217,20 +223,35 @@ class AgentLoop:
                 input_tokens=turn.usage.input_tokens,
                 output_tokens=turn.usage.output_tokens,
             )
-            if turn.finish_reason == "length":
-                raise _cut(turn, tools)
-            if turn.finish_reason == "content_filter":
-                raise Stop(
-                    RunStatus.FAILED,
-                    StopReason.MODEL_ERROR,
-                    "the model's reply was withheld by the provider's content filter;"
-                    " no tool was run",
-                    shown(turn),
-                )
-            if not turn.calls:
-                raise _answer(turn, worked=self._worked)
+            stop = self._ends(turn, tools)
+            if stop is not None:
+                raise stop
             self._check_batch_budgets(len(turn.calls))
             await self._run_batch(tools)
+
+    def _ends(self, turn: AssistantTurn, tools: ToolSet) -> Stop | None:
+        """How ``turn`` ends the run, if it does: cut short, withheld, or an answer (no calls)."""
+        if turn.finish_reason == "length":
+            return _cut(turn, tools)
+        if turn.finish_reason == "content_filter":
+            return Stop(
+                RunStatus.FAILED,
+                StopReason.MODEL_ERROR,
+                "the model's reply was withheld by the provider's content filter; no tool was run",
+                shown(turn),
+            )
+        if not turn.calls:
+            return _answer(turn, worked=self._worked)
+        return None
+
+    def _ended_by_its_reply(self) -> Stop | None:
+        """How the run's last journaled reply ended it, when its end was not journaled (its
+        owner died, or lost its lease, between the two): taken up, it ends so, as it would
+        have, rather than ask the model again after its answer."""
+        last = self.state.messages[-1] if self.state.messages else None
+        if not isinstance(last, AssistantMessage):
+            return None
+        return self._ends(last.turn, self.deps.tools())
 
     async def _interrupted(self) -> None:
         """Cut short: a cancel ends the run here, unless the batch opened a request (ended at

@@ -910,6 +910,60 @@ async def orphan(rt: Runtime, run_id: str, text: str) -> None:
         await journal.append(entry)
 
 
+# A reply that ends the run, and how it ends it (a cut one's call is never run).
+ENDING_REPLIES = [
+    (AssistantTurn(text="All good."), RunStatus.COMPLETED, StopReason.ANSWERED, "All good."),
+    (
+        AssistantTurn(
+            text="Writing it",
+            calls=(ToolCall(id="call_cut", name="write", arguments='{"text": "x"}'),),
+            finish_reason="length",
+        ),
+        RunStatus.FAILED,
+        StopReason.TRUNCATED,
+        "Writing it",
+    ),
+]
+
+
+@pytest.mark.parametrize(("turn", "status", "reason", "text"), ENDING_REPLIES)
+async def test_an_orphan_whose_reply_ended_it_ends_so_without_asking_the_model_again(
+    tmp_path: Path,
+    opened: list[Runtime],
+    turn: AssistantTurn,
+    status: RunStatus,
+    reason: StopReason,
+    text: str,
+) -> None:
+    counter = Counter()
+    rt, _ = await make_runtime(
+        tmp_path / "k.db", [reply(text="Asked again.")], counting_tools(counter)
+    )
+    opened.append(rt)
+    # Its owner died with the reply durable and the run's end not (on PostgreSQL each append
+    # commits on its own; or its lease was taken between the two).
+    await rt.store.ensure_session(Session(id="ses_1"))
+    epoch = await rt.store.create_run(RunRecord(id="run_1", session_id="ses_1"), "dead", 0.0)
+    journal = RunJournal(rt.store, RunState("run_1"), epoch)
+    for entry in (
+        RunStarted(run_id="run_1", session_id="ses_1", fingerprint=rt.fingerprint()),
+        UserMessageEntry(text="how is it?"),
+        AssistantTurnEntry(iteration=0, turn=turn),
+    ):
+        await journal.append(entry)
+    sup = Supervisor(rt)
+
+    assert await sup.adopt_orphans() == ["run_1"]
+    state = await sup.wait(sup.live["run_1"])
+
+    assert state.result is not None
+    assert (state.result.status, state.result.stop_reason) == (status, reason)
+    assert state.result.text == text  # the reply it had, as a live run ends with it
+    kinds = await kinds_of(rt, "run_1")
+    assert kinds.count("assistant_turn") == 1  # the model was not asked again
+    assert counter.calls == {}
+
+
 async def test_a_journal_no_process_can_read_holds_up_no_other_adoption(
     tmp_path: Path, opened: list[Runtime]
 ) -> None:
