@@ -7,6 +7,12 @@ class StoreError(Exception):
     """A store operation failed for a reason the caller should report."""
 
 
+def unanswered(exc: BaseException) -> bool:
+    """Whether ``exc`` is the store failing to answer (down, timed out, cut off), which a later
+    try may get past; a subclass is an answer (no such run, an unreadable journal), which stays."""
+    return type(exc) is StoreError
+
+
 class StaleEpoch(StoreError):
     """The append carried an epoch older than the run's current lease: the caller lost ownership."""
 

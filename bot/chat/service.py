@@ -27,7 +27,7 @@ from bot.domain import (
     Session,
     approved_by_several,
 )
-from bot.errors import StoreError, UnknownRun
+from bot.errors import StoreError, UnknownRun, unanswered
 from bot.events import EventSink, FanOut
 from bot.journal.fold import RunState, fold
 from bot.journal.log import JournalLog, JournalRecord
@@ -481,7 +481,7 @@ class ChatService:
                 await self._unseen(user, run_id)
                 raise
         except StoreError as exc:
-            if type(exc) is not StoreError:
+            if not unanswered(exc):
                 raise  # what the store answered: no such run, a journal it cannot read
             # Said wherever it is shown (the console, the terminal); a chat thread shows the
             # plain part alone (``store_note``): the store's error names its host. Imported

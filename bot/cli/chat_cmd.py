@@ -138,14 +138,10 @@ async def _noted(write: Awaitable[object], until: float | None = None) -> bool:
     """Whether ``write``, a store write a stop can do without, landed in time (within
     ``STOP_NOTE_SECONDS``, and before ``until``, the event loop's time). One that did not is
     left to end by itself: cancelling a PostgreSQL statement waits for the server too."""
-    import asyncio
-
     from bot.errors import StoreError
-    from bot.waits import outcome_retrieved, time_left
+    from bot.waits import time_left, waited
 
-    task = asyncio.ensure_future(write)
-    task.add_done_callback(outcome_retrieved)
-    await asyncio.wait({task}, timeout=time_left(until, STOP_NOTE_SECONDS))
+    task = await waited(write, time_left(until, STOP_NOTE_SECONDS))
     if not task.done():
         return False
     if isinstance(task.exception(), StoreError):
@@ -159,11 +155,9 @@ async def _closed(store: Store, until: float) -> None:
     server then is cancelled, which drops its connections without a word to the server."""
     import asyncio
 
-    from bot.waits import outcome_retrieved, time_left
+    from bot.waits import time_left, waited
 
-    closing = asyncio.ensure_future(store.close())
-    closing.add_done_callback(outcome_retrieved)
-    await asyncio.wait({closing}, timeout=time_left(until))
+    closing = await waited(store.close(), time_left(until))
     if closing.done():
         return
     closing.cancel()

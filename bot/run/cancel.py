@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Final, NoReturn
 
 from bot.domain import TERMINAL_STATUSES, RunStatus, StopReason
-from bot.errors import CancelRefused, StoreError, already_ended
+from bot.errors import CancelRefused, StoreError, already_ended, unanswered
 from bot.journal.fold import RunState, fold
 from bot.journal.writer import TakenOver
 from bot.kinds import AuditAction
@@ -124,7 +124,7 @@ class Cancels:
         try:
             record = await self.rt.store.get_run(run_id)
         except StoreError as exc:
-            if type(exc) is not StoreError:
+            if not unanswered(exc):
                 raise
             return STOPPING_HERE
         if record.status is RunStatus.CANCELLED:
@@ -142,7 +142,7 @@ class Cancels:
         try:
             await self._record(run_id, by, audited=False)
         except StoreError as exc:
-            if type(exc) is not StoreError:
+            if not unanswered(exc):
                 raise  # what the store answered, not a failure: trying again would meet it again
             log.warning("run %s: its cancel is not recorded yet, trying again: %s", run_id, exc)
             if run_id not in self._recording:  # a cancel asked again meanwhile is the same one
@@ -216,7 +216,7 @@ class Cancels:
             if epoch is not None:
                 return await self._cancel_claimed(run_id, epoch, by, audited=True)
         except StoreError as exc:
-            if type(exc) is not StoreError:
+            if not unanswered(exc):
                 raise
             # The mark holds whatever failed after it: the run goes no further anywhere.
             log.warning("run %s: its cancel is marked, not applied here: %s", run_id, exc)
@@ -251,7 +251,7 @@ class Cancels:
         except StoreError as exc:
             # Failed after the end landed (its cards' closing): the run is cancelled all the
             # same, and must not be said to go on.
-            if type(exc) is not StoreError or not await self._is_cancelled(run_id):
+            if not unanswered(exc) or not await self._is_cancelled(run_id):
                 raise
             log.warning("run %s cancelled; its open requests were not closed: %s", run_id, exc)
         return "cancelled"
@@ -300,7 +300,7 @@ class Cancels:
                     await self.rt.store.mark_once(cancel_key(run_id))
                 return
             except StoreError as exc:
-                if type(exc) is not StoreError:
+                if not unanswered(exc):
                     # What the store answered (a journal, a run or a card it cannot read), not
                     # a failure: so it stays, however often it is asked.
                     raise

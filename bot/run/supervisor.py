@@ -30,6 +30,7 @@ from bot.errors import (
     StoreError,
     ThreadBusy,
     UnreadableJournal,
+    unanswered,
 )
 from bot.events import (
     AdvisoryEvent,
@@ -56,7 +57,7 @@ from bot.run.context import RunContext
 from bot.run.loop import AgentLoop, LoopDeps, Signals
 from bot.run.renewals import RenewalTrouble
 from bot.run.runtime import Runtime
-from bot.waits import outcome_retrieved, paused, time_left
+from bot.waits import paused, time_left, waited
 
 log = logging.getLogger("kestrel.supervisor")
 
@@ -471,9 +472,7 @@ class Supervisor:
         """``asked``'s answer, or True when the store fails or (past ``until``) has not
         answered: whoever takes the run up looks again. One left unanswered ends by itself:
         cancelling a PostgreSQL statement waits for the server too."""
-        task = asyncio.ensure_future(asked)
-        task.add_done_callback(outcome_retrieved)
-        await asyncio.wait({task}, timeout=time_left(until))
+        task = await waited(asked, time_left(until))
         if not task.done() or isinstance(task.exception(), StoreError):
             return True
         return task.result()
@@ -749,7 +748,7 @@ class Supervisor:
         and an end that landed unannounced would tell no RunEnd hook, thread or waiter that the
         run ended. Read back at its seq; ``patient``: read again until the store answers or
         this process stops (the run's task, which nobody else announces the end for)."""
-        if type(exc) is not StoreError or journal.state.result is None:
+        if not unanswered(exc) or journal.state.result is None:
             return False  # a store that answered (taken over, unreadable), or no end queued
         seq = journal.state.next_seq - 1
         while True:
@@ -757,7 +756,7 @@ class Supervisor:
                 found = await self.rt.store.load_range(journal.run_id, seq, seq + 1)
             except StoreError as again:
                 # A store that answered (an entry it cannot read) gives the same answer again.
-                answered = type(again) is not StoreError
+                answered = not unanswered(again)
                 if answered or not patient or await paused(self._stop, self.rt.renew_every):
                     log.warning(
                         "run %s: whether its end was journaled is unknown (%s); if it was,"
