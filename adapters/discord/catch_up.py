@@ -53,6 +53,16 @@ def delivery_key(message_id: int) -> str:
 PEOPLES_TYPES = frozenset({discord.MessageType.default, discord.MessageType.reply})
 
 
+async def member_now(guild: discord.Guild, user: int) -> discord.Member | None:
+    """``user`` as a member of ``guild`` now, with their roles, asked of Discord (a message
+    read back or fetched again gives its author as a user alone); None when Discord says they
+    are none (they left). Any other failure (a long rate limit, an outage) is raised."""
+    try:
+        return await guild.fetch_member(user)
+    except discord.NotFound:
+        return None
+
+
 def said_by_a_person(message: discord.Message) -> bool:
     """Whether ``message`` is a person's: not a bot's, not a webhook's, not Discord's own."""
     return not message.author.bot and message.webhook_id is None and message.type in PEOPLES_TYPES
@@ -188,7 +198,7 @@ class CatchUp:
         """The author of ``message`` as a member of ``guild``, asked of Discord; None when it
         does not say (the author left, or a long rate limit)."""
         try:
-            return await guild.fetch_member(message.author.id)
+            return await member_now(guild, message.author.id)
         except (discord.HTTPException, discord.RateLimited) as exc:
             log.warning("discord: the author of message %s as a member: %s", message.id, exc)
             return None

@@ -31,7 +31,7 @@ import discord
 from discord import app_commands
 
 from adapters.discord import ids
-from adapters.discord.catch_up import CatchUp, delivery_key, said_by_a_person
+from adapters.discord.catch_up import CatchUp, delivery_key, member_now, said_by_a_person
 from adapters.discord.look import (
     DiscordLook,
     arguments_messages,
@@ -354,11 +354,30 @@ class KestrelDiscord(discord.Client):
                 exc.text or exc.code,
             )
             return
+        if again and not await self._author_now(message):
+            return
         held_as = Accepted(0, delivery)
         if delivery.get("what") == "reply" and isinstance(channel, discord.Thread):
             await self._answered(message, channel, held_as.answers or "")
         elif delivery.get("what") == "mention":
             await self._on_mention(message, channel, held_as, again)
+
+    async def _author_now(self, message: discord.Message) -> bool:
+        """Make a message fetched again carry its author as a member of its server now (with
+        their roles, which the policy weighs, as a live message's author does); False, said in
+        a line, when they are none any more (they left: they ask nothing of its runs)."""
+        if message.guild is None or isinstance(message.author, discord.Member):
+            return True
+        member = await member_now(message.guild, message.author.id)
+        if member is None:
+            log.info(
+                "discord: message %s was held, and its author is no member of the server now:"
+                " not acted on",
+                message.id,
+            )
+            return False
+        message.author = member
+        return True
 
     async def _fetch(self, delivery: Delivery) -> tuple[discord.Message, Any]:
         channel = await self.fetch_channel(int(delivery["channel"]))

@@ -1,0 +1,65 @@
+"""A message held in the store and taken up again (by another replica, or after a rate limit):
+its author is judged as they are now in the run's server, as a live message's author is."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from pathlib import Path
+
+from bot.chat.inbound import Accepted
+from tests.fakes import discord_payloads as p
+from tests.fakes.discord_world import REQUESTER, DiscordWorld, discord_world
+from tests.fakes.slack_world import question_script, restart_script
+from tests.fakes.waiting import until
+
+ANSWERING_ROLE = p.ROLE_ID  # a role the server has
+MEMBER_OF_ROLE = "1009"
+
+
+async def _held_then_taken_up(world: DiscordWorld, post: Awaitable[object]) -> None:
+    """Post while this replica stops (the message is held for another), then take it up as
+    another replica would: the message is fetched again from Discord."""
+    world.adapter.client.drain()
+    await post
+    await until(lambda: world.rt.store.take_work(world.rt.owner, retake_after=0))
+    world.adapter.client.draining = False  # another replica, as far as the rest goes
+    (held,) = await world.rt.store.take_work(world.rt.owner, retake_after=0)
+    await world.chat.inbound.settle(Accepted(held.id, held.payload))
+
+
+async def test_a_held_reply_counts_the_roles_its_author_has(tmp_path: Path) -> None:
+    # Fetched again, a message carries its author as a user, without their roles: a member
+    # of the answering role was told they may not answer.
+    policy = {"answerers": [f"role:{ANSWERING_ROLE}"]}
+    async with discord_world(tmp_path, question_script(), extra_policy=policy) as world:
+        mention = await world.mention("drain a node")
+        thread = await world.thread_of(mention)
+        await world.card("answer")
+        await world.settled()
+        world.discord.members[(p.GUILD_ID, MEMBER_OF_ROLE)] = {"roles": [ANSWERING_ROLE]}
+        reply = p.message_create(
+            channel=thread,
+            author_id=MEMBER_OF_ROLE,
+            content="us-east",
+            mentions=[],
+            roles=[ANSWERING_ROLE],
+        )
+        await _held_then_taken_up(world, world.discord.dispatch("MESSAGE_CREATE", reply))
+        assert await world.chat.pending() == []
+        await world.answer_posted(thread, "us-east")
+
+
+async def test_a_held_mention_whose_author_left_the_server_starts_nothing(
+    tmp_path: Path,
+) -> None:
+    # Someone who left the server asks nothing of its runs any more (a mention read back after
+    # a gap is not acted on then either); held, theirs started a run all the same.
+    async with discord_world(tmp_path, restart_script()) as world:
+
+        async def post_and_leave() -> None:
+            await world.mention("checkout is failing", user=REQUESTER)
+            del world.discord.members[(p.GUILD_ID, REQUESTER)]  # known once it posted
+
+        await _held_then_taken_up(world, post_and_leave())
+        await world.settled()
+        assert await world.chat.recent(5) == []
