@@ -580,15 +580,17 @@ class ChatService:
         self, user: Actor, run_id: str, verb: str, request_id: str = ""
     ) -> Refusal | None:
         """Why ``user`` may not act on the run from where they are (audited); None if they
-        may. ``UnknownRun`` for an unknown id, and for a run acted on from elsewhere by someone
-        who may not see it (``status`` says as much: a refusal tells nothing of others)."""
+        may: on a request (``request_id``), from its run's thread, where its card is; on the
+        run, from its channel too (a slash command names no thread). ``UnknownRun`` for an
+        unknown id, and for a run acted on from elsewhere by someone who may not see it
+        (``status`` says as much: a refusal tells nothing of others)."""
         if user.place is None:
             await self._rt.store.get_run(run_id)
             return None
         what = f"request {request_id}" if request_id else f"run {run_id}"
         place = await self._place(run_id)
         policy = self._rt.policy
-        refusal = await policy.place_refusal(user, place, what)
+        refusal = await policy.place_refusal(user, place, what, thread=bool(request_id))
         if refusal:
             await self._rt.store.audit(
                 user.user, AuditAction.refused(verb), run_id, request_id, refusal.audited

@@ -203,7 +203,8 @@ class Decisions:
         # Where it came from first: from another place, nothing of the request is said (how
         # it closed and who closed it, when it expired, which run it is of).
         run = await self.place_of(request.run_id) if actor.place is not None else None
-        misplaced = await self.rt.policy.place_refusal(actor, run, f"request {request.id}")
+        what = f"request {request.id}"
+        misplaced = await self.rt.policy.place_refusal(actor, run, what, thread=True)
         if misplaced:
             return misplaced
         if request.run_id != run_id:

@@ -229,15 +229,16 @@ _WORKSPACE_WORDS = {"discord": "server"}
 
 
 def _elsewhere(run: Place, here: Place) -> str:
-    """Where a run lives, said from ``here``: "in another thread of this channel", "in
-    another channel", "in another workspace", "on Discord"."""
+    """Where a run lives, said from ``here``: "in another thread of this channel" (or "in a
+    thread of this channel", from the channel itself), "in another channel", "in another
+    workspace", "on Discord"."""
     if here.platform != run.platform:
         return f"on {_PLATFORM_NAMES.get(run.platform, run.platform)}"
     if here.workspace != run.workspace:
         return f"in another {_WORKSPACE_WORDS.get(run.platform, 'workspace')}"
     if here.channel != run.channel:
         return "in another channel"
-    return "in another thread of this channel"
+    return "in another thread of this channel" if here.thread else "in a thread of this channel"
 
 
 async def _sees(actor: Actor, run: Place) -> bool:
@@ -317,13 +318,20 @@ class Policy:
             return True
         return actor.directory is not None and await actor.directory.sees(actor.user, run)
 
-    async def place_refusal(self, actor: Actor, run: Place | None, what: str) -> Refusal | None:
+    async def place_refusal(
+        self, actor: Actor, run: Place | None, what: str, *, thread: bool = False
+    ) -> Refusal | None:
         """None when ``actor`` acts from the run's place (or at the terminal); else why not:
         ``what`` ("request R", "run X") is elsewhere, said from where they are, and where its
         run's thread is, as a link to someone the platform says sees it (a private channel's
-        or thread's is no one else's business: no link, no id)."""
+        or thread's is no one else's business: no link, no id). ``thread``: only from the
+        run's thread itself, as a request is acted on (its card is there), not from its
+        channel outside it, as a slash command acts on the run: a Discord private thread
+        shows to fewer people than its channel."""
         here = actor.place
-        if here is None or run is None or run.holds(here):
+        if here is None or run is None:
+            return None
+        if run.within(here) if thread else run.holds(here):
             return None
         where = _elsewhere(run, here)
         if (here.platform, here.workspace) != (run.platform, run.workspace):
@@ -391,7 +399,7 @@ class Policy:
         """
         if not fits(kind, request.kind):
             return Refusal(f"{kind.value} is not an answer to a {request.kind.value} request")
-        refusal = await self.place_refusal(actor, run, f"request {request.id}")
+        refusal = await self.place_refusal(actor, run, f"request {request.id}", thread=True)
         if refusal:
             return refusal
         refusal = await self._decision_refusal(actor, kind, request, flags, run, inline, flags_of)

@@ -194,3 +194,21 @@ def test_a_principal_that_names_nobody_is_refused_when_the_policy_is_read(
     with pytest.raises(ConfigError) as refused:
         load_settings(str(path))
     assert f"policy.approvers: {principal!r}: {said}" in str(refused.value)
+
+
+async def test_a_request_is_decided_from_its_runs_thread_the_run_also_from_its_channel() -> None:
+    # A card is in its run's thread: a decision from the run's channel outside it (a Discord
+    # click in the thread's parent) is from another place; a slash command, which names no
+    # thread, acts on the run from its channel.
+    directory = Directory(channels={"200": {"1001"}})
+    policy = Policy(PolicyRules(approvers={"*": ["*"]}))
+    run = Place("discord", "100", "200", "500")
+    actor = Actor("1001", place=Place("discord", "100", "200"), directory=directory)
+    refused = await policy.check_decision(actor, DecisionKind.APPROVE, _approval(), None, run=run)
+    assert refused is not None and "in a thread of this channel" in refused.reason, refused
+    assert await policy.place_refusal(actor, run, "run run_1") is None
+    in_thread = Actor("1001", place=run, directory=directory)
+    assert (
+        await policy.check_decision(in_thread, DecisionKind.APPROVE, _approval(), None, run=run)
+        is None
+    )

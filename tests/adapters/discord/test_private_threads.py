@@ -356,3 +356,36 @@ async def test_a_made_up_run_is_told_in_the_words_of_a_run_one_may_not_see(
                         world, verb, channel=p.CHANNEL_ID, user=STRANGER, run=named
                     )
                     assert said == f"There is no run {named} that you can see.", (verb, said)
+
+
+async def test_full_arguments_asked_from_a_private_threads_channel_show_nothing(
+    tmp_path: Path,
+) -> None:
+    # A card's buttons are in its run's thread: Full arguments asked from the thread's own
+    # channel (a custom id sent from a message there) counted as from the run's place, and
+    # showed a private thread's exact arguments to someone of #ops who is not in it.
+    script = restart_script()
+    script[0]["calls"][0]["arguments"]["service"] = "checkout" + "q" * 400  # cut on the card
+    async with FakeDiscord() as fake:
+        private, _public = _guild_with_a_private_thread(fake)
+        async with discord_world(tmp_path, script, fake=fake) as world:
+            await world.mention("checkout is failing", channel=private["id"])
+            card = await world.card("approve")
+            await world.settled()
+            arguments = next(
+                str(c["custom_id"])
+                for row in card["components"]
+                for c in row["components"]
+                if str(c.get("custom_id", "")).startswith("kestrel:arguments:")
+            )
+            click = p.interaction_button(
+                custom_id=arguments, channel=p.CHANNEL_ID, user_id=STRANGER
+            )
+            await world.discord.dispatch("INTERACTION_CREATE", click)
+            told = await world.answered(click)
+            assert "qqqq" not in told and "not one of this thread" in told, told
+            run = (await world.chat.recent(1))[0].id
+            refused = await world.rt.store.list_audit(run_id=run, action="show_refused")
+            assert [a.actor for a in refused] == [STRANGER], refused
+            here = await world.click(card, "arguments", user=MEMBER)  # in the thread: shown
+            assert "qqqq" in await world.answered(here)
