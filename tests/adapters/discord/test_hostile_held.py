@@ -6,7 +6,9 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from pathlib import Path
 
-from bot.chat.inbound import Accepted
+import pytest
+
+from bot.chat.inbound import Accepted, TryLater
 from tests.fakes import discord_payloads as p
 from tests.fakes.discord_world import REQUESTER, DiscordWorld, discord_world
 from tests.fakes.slack_world import question_script, restart_script
@@ -63,3 +65,25 @@ async def test_a_held_mention_whose_author_left_the_server_starts_nothing(
         await _held_then_taken_up(world, post_and_leave())
         await world.settled()
         assert await world.chat.recent(5) == []
+
+
+async def test_a_held_mention_whose_author_discord_will_not_give_yet_waits(
+    tmp_path: Path,
+) -> None:
+    # Under a long rate limit on the member lookup, the mention is neither dropped nor acted
+    # on without its author's roles: it is left to be taken up again.
+    async with discord_world(tmp_path, restart_script()) as world:
+        world.adapter.client.drain()
+        await world.mention("checkout is failing", user=REQUESTER)
+        await until(lambda: world.rt.store.take_work(world.rt.owner, retake_after=0))
+        world.adapter.client.draining = False
+        members = rf"/guilds/{p.GUILD_ID}/members/{REQUESTER}"
+        world.discord.fail("GET", members, retry_after=600, times=None)
+        (held,) = await world.rt.store.take_work(world.rt.owner, retake_after=0)
+        with pytest.raises(TryLater):
+            await world.chat.inbound.settle(Accepted(held.id, held.payload))
+        assert await world.chat.recent(5) == []
+        world.discord.clear_faults()
+        (again,) = await world.rt.store.take_work(world.rt.owner, retake_after=0)
+        await world.chat.inbound.settle(Accepted(again.id, again.payload))
+        await world.card("approve")
