@@ -4,7 +4,8 @@ call markup back as the reply's content, and ``tool_calls`` stays empty.
 
 Only the shapes chat templates write are read, and only as a whole: tagged blocks
 (``<tool_call>{…}</tool_call>``, Hermes and Qwen, at the start of a line after words, with
-nothing but blanks between and after them, as a template writes them), or a reply that is
+nothing after the last, and between two nothing but blanks or words on lines of their own,
+as a model says what it does next), or a reply that is
 nothing but its calls (a call's JSON object or a list of them, bare or after ``[TOOL_CALLS]``
 or ``<|python_tag|>``; or Llama 3.2's pythonic list, ``[name(key=literal, …), …]``), after the
 model's reasoning (its ``<think>`` block). Each must name one of the run's tools; one that does
@@ -21,7 +22,7 @@ from __future__ import annotations
 import ast
 import json
 import re
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Mapping
 from typing import Final, NamedTuple
 
 from bot.domain import AssistantTurn
@@ -66,22 +67,24 @@ def text_calls(text: str, tools: Collection[str]) -> list[TextCall]:
 
 
 def read(text: str, tools: Collection[str]) -> Written:
-    """``text``'s calls of ``tools`` (as ``text_calls``) and the words before them: the
-    model's reasoning and what it said before its first call, the markup left out."""
+    """``text``'s calls of ``tools`` (as ``text_calls``) and its words without them: the
+    model's reasoning, what it said before its first call and between its calls."""
     if not tools:
         return Written([], text)
     start = _thought_end(text)
     after = text[start:]
     at = after.find(OPEN_TAG)
+    values, between = _tagged(after, at) if at >= 0 else (_bare(after.strip()), [])
     calls: list[TextCall] = []
-    for value in _tagged(after, at) if at >= 0 else _bare(after.strip()):
+    for value in values:
         call = _call(value, tagged=at >= 0)
         if call is None or call[0] not in tools:
             return Written([], text)
         calls.append(call)
     if not calls:
         return Written([], text)
-    return Written(calls, text[: start + max(at, 0)].rstrip())
+    said = [text[: start + max(at, 0)].rstrip(), *(line.strip() for line in between)]
+    return Written(calls, "\n".join(piece for piece in said if piece))
 
 
 def words(turn: AssistantTurn) -> str:
@@ -148,26 +151,36 @@ def _thought_end(text: str) -> int:
     return text.rfind(_THOUGHT) + len(_THOUGHT)
 
 
-def _tagged(text: str, at: int) -> Iterator[object]:
+def _tagged(text: str, at: int) -> tuple[list[object], list[str]]:
     """Each ``<tool_call>`` block's JSON from ``at`` on, None for one that does not read or that
     was shown rather than written (the last may be left unclosed: a model can stop before it
-    writes the closing tag)."""
+    writes the closing tag); and the words written between them."""
     if not _written_at(text[:at]):
-        yield None
-        return
+        return [None], []
+    values: list[object] = []
+    between: list[str] = []
+    said = text[:at]  # the words so far, to tell whether the next block is in code
     while at >= 0:
         start = at + len(OPEN_TAG)
         end = text.find(CLOSE_TAG, start)
-        yield _json(text[start:] if end < 0 else text[start:end])
+        values.append(_json(text[start:] if end < 0 else text[start:end]))
         if end < 0:
-            return
+            break
         after = end + len(CLOSE_TAG)
         at = text.find(OPEN_TAG, after)
-        # A template writes calls one after another and stops: words after one (a closing
-        # backtick or fence too) mean it was quoted, explained or offered, not made.
-        if text[after : at if at >= 0 else len(text)].strip():
-            yield None
-            return
+        gap = text[after : at if at >= 0 else len(text)]
+        if not gap.strip():
+            continue
+        # A template writes calls one after another and stops: words after the last one (a
+        # closing backtick or fence too), or on a block's own line, mean it was quoted,
+        # explained or offered, not made. Words on lines of their own between blocks are
+        # the model saying what it does next ("Now the logs:").
+        said += gap
+        if at < 0 or gap.partition("\n")[0].strip() or not _written_at(said):
+            values.append(None)
+            break
+        between.append(gap)
+    return values, between
 
 
 def _written_at(before: str) -> bool:

@@ -13,6 +13,7 @@ from bot.domain import AssistantTurn, Decision, DecisionKind, RequestKind, RunSt
 from bot.journal.entries import AssistantTurnEntry
 from bot.llm.base import ToolSpec, UserMessage
 from bot.llm.openai_provider import OpenAIProvider
+from bot.llm.text_calls import shown
 from bot.run.supervisor import Supervisor
 from tests.fakes.openai_server import Canned, FakeOpenAI, chat_completion
 from tests.fakes.runtime import Counter, ScriptedPrompter, counting_tools, make_runtime
@@ -96,6 +97,21 @@ async def test_several_tagged_calls_with_words_around_them_are_each_a_call() -> 
     assert _calls(turn) == [("service_status", CHECKOUT), ("tail_logs", CHECKOUT)]
     assert len({call.id for call in turn.calls}) == 2
     assert turn.text == content
+
+
+async def test_tagged_calls_with_words_on_lines_between_them_are_each_a_call() -> None:
+    # Hermes and Qwen2.5 say what they do next between their calls.
+    content = (
+        "Let me look at the status first.\n"
+        '<tool_call>\n{"name": "service_status", "arguments": {"service": "checkout"}}\n'
+        "</tool_call>\nNow its logs, with `tail`:\n\n"
+        '<tool_call>\n{"name": "tail_logs", "arguments": {"service": "checkout"}}\n</tool_call>'
+    )
+    turn = await _turn(content)
+
+    assert _calls(turn) == [("service_status", CHECKOUT), ("tail_logs", CHECKOUT)]
+    assert turn.text == content
+    assert shown(turn) == "Let me look at the status first.\nNow its logs, with `tail`:"
 
 
 async def test_several_pythonic_calls_are_each_a_call_with_their_literal_arguments() -> None:
@@ -202,6 +218,7 @@ async def test_a_call_written_as_text_runs_and_the_journal_keeps_what_was_said(
 ) -> None:
     # The run ended "answered" with the call's JSON as its answer, the tool never run.
     said = 'Let me echo it.\n<tool_call>\n{"name": "echo", "arguments": {"text": "a"}}\n'
+    said += '</tool_call>\nAnd b:\n<tool_call>{"name": "echo", "arguments": {"text": "b"}}'
     said += "</tool_call>"
     canned = [Canned(status=200, body=chat_completion(said))]
     async with FakeOpenAI([{"text": "unused"}, {"text": "done"}], canned=canned) as fake:
@@ -218,16 +235,19 @@ async def test_a_call_written_as_text_runs_and_the_journal_keeps_what_was_said(
 
     assert state.result is not None
     assert (state.result.stop_reason, state.result.text) == (StopReason.ANSWERED, "done")
-    assert counter.calls == {"echo": 1}
+    assert counter.calls == {"echo": 2}
     first = next(r.entry.turn for r in records if isinstance(r.entry, AssistantTurnEntry))
     assert first.text == said
-    assert [(c.name, json.loads(c.arguments)) for c in first.calls] == [("echo", {"text": "a"})]
+    assert [(c.name, json.loads(c.arguments)) for c in first.calls] == [
+        ("echo", {"text": "a"}),
+        ("echo", {"text": "b"}),
+    ]
     second = fake.requests[1]["messages"]
     assistant = next(m for m in second if m["role"] == "assistant")
-    assert [c["id"] for c in assistant["tool_calls"]] == [first.calls[0].id]
+    assert [c["id"] for c in assistant["tool_calls"]] == [c.id for c in first.calls]
     # The calls go back once, as calls: the model's template writes their markup itself.
-    assert assistant["content"] == "Let me echo it."
-    assert [m["content"] for m in second if m["role"] == "tool"] == ["a"]
+    assert assistant["content"] == "Let me echo it.\nAnd b:"
+    assert [m["content"] for m in second if m["role"] == "tool"] == ["a", "b"]
 
 
 async def test_a_gated_call_written_as_text_waits_for_approval(tmp_path: Path) -> None:
@@ -281,6 +301,12 @@ LOGS_CALL = '<tool_call>{"name": "tail_logs", "arguments": {"service": "checkout
         '```python\n[service_status(service="checkout")]\n```',
         # Calls offered as choices, with words between them.
         f"You could run {STATUS_CALL} or {LOGS_CALL}",
+        f"{STATUS_CALL} or\n{LOGS_CALL}",
+        f"{STATUS_CALL}\nor {LOGS_CALL}",
+        # Words between blocks that leave the next one in code, or that follow the last.
+        f"{STATUS_CALL}\nSend this:\n```\n{LOGS_CALL}\n```",
+        f"{STATUS_CALL}\nthen `{LOGS_CALL}`",
+        f"{STATUS_CALL}\n{LOGS_CALL}\nThat is how I would look.",
         # The reasoning of a model whose template opened the <think> block in the prompt (so
         # the reply holds only its close) weighs a call, then answers in words.
         f"The user wants checkout looked at; {STATUS_CALL} would do.\n</think>\n\nShall I look?",
