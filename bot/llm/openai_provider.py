@@ -170,7 +170,7 @@ class OpenAIProvider:
         try:
             # Scrubbed before any of it is quoted: a preview cut mid-key would keep part of it.
             data = decode_body(_scrub_body(body, self._client.api_key))
-            turn = parse_completion(data, {tool.name for tool in tools})
+            turn = parse_completion(data, {tool.name: tool.parameters for tool in tools})
         except _BadShape as exc:
             hint = f" — {NOT_THE_API}" if exc.not_the_api else ""
             raise ModelError(
@@ -527,7 +527,8 @@ def decode_body(body: bytes) -> object:
 
 def parse_completion(data: object, tools: Collection[str] = ()) -> AssistantTurn:
     """The first choice of a decoded completion as an ``AssistantTurn``; arguments stay raw.
-    Calls the model wrote as text, each naming one of ``tools``, are its calls (``text_calls``)."""
+    Calls the model wrote as text, each naming one of ``tools``, are its calls (``text_calls``;
+    ``tools`` may map each name to its parameters' schema, as ``text_calls`` reads them)."""
     if not isinstance(data, Mapping):
         raise _BadShape(f"expected a chat completion, got {type(data).__name__}", not_the_api=True)
     choices = data.get("choices")

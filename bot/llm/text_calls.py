@@ -3,7 +3,8 @@ without ``--tool-call-parser``, Ollama or an older llama.cpp with some models) h
 call markup back as the reply's content, and ``tool_calls`` stays empty.
 
 Only the shapes chat templates write are read, and only as a whole: tagged blocks
-(``<tool_call>{…}</tool_call>``, Hermes and Qwen, at the start of a line after words, with
+(``<tool_call>{…}</tool_call>``, Hermes and Qwen; Qwen3-Coder's ``<function=…>`` in them, its
+values typed by the tool's schema), at the start of a line after words, with
 nothing after the last, and between two nothing but blanks or words on lines of their own,
 as a model says what it does next), or a reply that is
 nothing but its calls (a call's JSON object or a list of them, bare or after ``[TOOL_CALLS]``
@@ -32,6 +33,11 @@ OPEN_TAG: Final = "<tool_call>"
 CLOSE_TAG: Final = "</tool_call>"
 # What Mistral's and Llama 3.1's templates write before a call (the server strips neither).
 _PREFIXES: Final = ("[TOOL_CALLS]", "<|python_tag|>")
+# Qwen3-Coder's call inside the tag: <function=NAME>, then <parameter=KEY>VALUE</parameter> each.
+_FUNCTION: Final = "<function="
+_FUNCTION_END: Final = "</function>"
+_PARAMETER: Final = "<parameter="
+_PARAMETER_END: Final = "</parameter>"
 _THINK: Final = "<think>"
 _THOUGHT: Final = "</think>"
 _FENCE: Final = "```"
@@ -62,7 +68,9 @@ class Written(NamedTuple):
 
 def text_calls(text: str, tools: Collection[str]) -> list[TextCall]:
     """The calls ``text`` is made of, in order; none unless every one names a tool in
-    ``tools`` and reads as a call (the first that does not ends the reading)."""
+    ``tools`` and reads as a call (the first that does not ends the reading). ``tools`` may
+    map each name to its parameters' JSON Schema: Qwen3-Coder writes each value as text, and
+    the schema's type says what it is (a number, a truth value, an object)."""
     return read(text, tools).calls
 
 
@@ -74,7 +82,8 @@ def read(text: str, tools: Collection[str]) -> Written:
     start = _thought_end(text)
     after = text[start:]
     at = after.find(OPEN_TAG)
-    values, between = _tagged(after, at) if at >= 0 else (_bare(after.strip()), [])
+    schemas = tools if isinstance(tools, Mapping) else {}
+    values, between = _tagged(after, at, schemas) if at >= 0 else (_bare(after.strip()), [])
     calls: list[TextCall] = []
     for value in values:
         call = _call(value, tagged=at >= 0)
@@ -151,9 +160,9 @@ def _thought_end(text: str) -> int:
     return text.rfind(_THOUGHT) + len(_THOUGHT)
 
 
-def _tagged(text: str, at: int) -> tuple[list[object], list[str]]:
-    """Each ``<tool_call>`` block's JSON from ``at`` on, None for one that does not read or that
-    was shown rather than written (the last may be left unclosed: a model can stop before it
+def _tagged(text: str, at: int, schemas: Mapping[str, object]) -> tuple[list[object], list[str]]:
+    """Each ``<tool_call>`` block's call from ``at`` on (``_block``), None for one that was
+    shown rather than written (the last may be left unclosed: a model can stop before it
     writes the closing tag); and the words written between them."""
     if not _written_at(text[:at]):
         return [None], []
@@ -163,7 +172,7 @@ def _tagged(text: str, at: int) -> tuple[list[object], list[str]]:
     while at >= 0:
         start = at + len(OPEN_TAG)
         end = text.find(CLOSE_TAG, start)
-        values.append(_json(text[start:] if end < 0 else text[start:end]))
+        values.append(_block(text[start:] if end < 0 else text[start:end], schemas))
         if end < 0:
             break
         after = end + len(CLOSE_TAG)
@@ -181,6 +190,76 @@ def _tagged(text: str, at: int) -> tuple[list[object], list[str]]:
             break
         between.append(gap)
     return values, between
+
+
+def _block(inside: str, schemas: Mapping[str, object]) -> object:
+    """What a ``<tool_call>`` block holds: Qwen3-Coder's ``<function=…>`` as a call object,
+    else the JSON of Hermes and Qwen2.5; None if it is neither."""
+    body = inside.strip()
+    if body.startswith(_FUNCTION):
+        return _function(body, schemas)
+    return _json(inside)
+
+
+def _function(body: str, schemas: Mapping[str, object]) -> dict[str, object] | None:
+    """Qwen3-Coder's ``<function=NAME><parameter=KEY>VALUE</parameter>…</function>`` as a call
+    object, each value typed by the tool's schema (``_typed``); None unless it is only that."""
+    head, opened, rest = body.removeprefix(_FUNCTION).partition(">")
+    name = head.strip()
+    if not opened or not name or "<" in name or not rest.endswith(_FUNCTION_END):
+        return None
+    properties = _properties(schemas.get(name))
+    arguments: dict[str, object] = {}
+    rest = rest.removesuffix(_FUNCTION_END).lstrip()
+    while rest:
+        if not rest.startswith(_PARAMETER):
+            return None
+        key, opened, rest = rest.removeprefix(_PARAMETER).partition(">")
+        value, closed, rest = rest.partition(_PARAMETER_END)
+        key = key.strip()
+        if not opened or not closed or not key or "<" in key or key in arguments:
+            return None
+        # The template writes each value on lines of its own: those two line ends are its.
+        value = value.removeprefix("\n").removesuffix("\n")
+        arguments[key] = _typed(value, properties.get(key))
+        rest = rest.lstrip()
+    return {"name": name, "arguments": arguments}
+
+
+def _properties(schema: object) -> Mapping[str, object]:
+    """A tool's parameters by name, from its JSON Schema; none if it names none."""
+    properties = schema.get("properties") if isinstance(schema, Mapping) else None
+    return properties if isinstance(properties, Mapping) else {}
+
+
+def _typed(text: str, schema: object) -> object:
+    """A parameter's value written as text, as its schema's type says: the text itself where
+    the type is text or unsaid, or where the text is not of its type (the tool's check then
+    tells the model what it should be)."""
+    kind = schema.get("type") if isinstance(schema, Mapping) else None
+    kinds = {kind} if isinstance(kind, str) else set(kind) if isinstance(kind, list) else set()
+    if not kinds or "string" in kinds:
+        return text
+    word = text.strip()
+    if word == "null":
+        return None
+    if word in ("true", "false") and "boolean" in kinds:
+        return word == "true"
+    value = _json(word) if word[:1] in _JSON_STARTS else None
+    for wanted, types in _JSON_TYPES.items():
+        if wanted in kinds and isinstance(value, types) and not isinstance(value, bool):
+            return value
+    return text
+
+
+# How a number, an object or an array opens; and which JSON values each type takes.
+_JSON_STARTS: Final = frozenset("-0123456789{[")
+_JSON_TYPES: Final[dict[str, type | tuple[type, ...]]] = {
+    "integer": int,
+    "number": (int, float),
+    "object": dict,
+    "array": list,
+}
 
 
 def _written_at(before: str) -> bool:

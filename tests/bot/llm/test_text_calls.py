@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel
 
 from bot.domain import AssistantTurn, Decision, DecisionKind, RequestKind, RunStatus, StopReason
 from bot.journal.entries import AssistantTurnEntry
@@ -15,6 +16,7 @@ from bot.llm.base import ToolSpec, UserMessage
 from bot.llm.openai_provider import OpenAIProvider
 from bot.llm.text_calls import shown
 from bot.run.supervisor import Supervisor
+from bot.tools.python import function_tool
 from tests.fakes.openai_server import Canned, FakeOpenAI, chat_completion
 from tests.fakes.runtime import Counter, ScriptedPrompter, counting_tools, make_runtime
 
@@ -419,3 +421,158 @@ async def test_a_resumed_run_answers_each_text_call_by_the_id_it_was_journaled_w
     assert [c["id"] for c in assistant["tool_calls"]] == ids
     results = {m["tool_call_id"]: m["content"] for m in messages if m["role"] == "tool"}
     assert results == {ids[0]: "a", ids[1]: "deployed v2"}
+
+
+TAIL = ToolSpec(
+    name="tail_logs",
+    description="Show a service's last log lines.",
+    parameters={
+        "type": "object",
+        "properties": {
+            "service": {"type": "string"},
+            "lines": {"type": "integer"},
+            "since": {"type": "number"},
+            "follow": {"type": "boolean"},
+            "levels": {"type": "array", "items": {"type": "string"}},
+            "labels": {"type": "object"},
+            "grep": {"type": ["string", "null"]},
+            "until": {"type": ["integer", "null"]},
+        },
+    },
+)
+
+
+def _qwen3_coder(name: str, **values: str) -> str:
+    """A call as Qwen3-Coder's template writes it: each value as text, on lines of its own."""
+    written = "".join(
+        f"<parameter={key}>\n{value}\n</parameter>\n" for key, value in values.items()
+    )
+    return f"<tool_call>\n<function={name}>\n{written}</function>\n</tool_call>"
+
+
+async def test_qwen3_coder_calls_are_calls_with_values_of_their_schemas_types() -> None:
+    content = "<think>\nStatus, then logs.\n</think>\n\nLooking.\n"
+    content += _qwen3_coder("service_status", service="checkout") + "\n"
+    content += _qwen3_coder(
+        "tail_logs",
+        service="42",
+        lines="20",
+        since="1.5",
+        follow="true",
+        levels='["error", "warn"]',
+        labels='{"team": "pay"}',
+        grep="null",
+        until="null",
+    )
+    turn = await _turn(content, [STATUS, TAIL])
+
+    assert [(name, json.loads(arguments)) for name, arguments in _calls(turn)] == [
+        ("service_status", {"service": "checkout"}),
+        (
+            "tail_logs",
+            {
+                "service": "42",  # text, as its schema says: never a number
+                "lines": 20,
+                "since": 1.5,
+                "follow": True,
+                "levels": ["error", "warn"],
+                "labels": {"team": "pay"},
+                "grep": "null",  # text may say null
+                "until": None,
+            },
+        ),
+    ]
+    assert turn.finish_reason == "tool_calls"
+    assert shown(turn) == "Looking."
+
+
+async def test_a_qwen3_coder_value_keeps_its_lines_and_blanks() -> None:
+    script = "set -e\n\n  echo <done>\n"
+    turn = await _turn(_qwen3_coder("tail_logs", service=script, lines=" 7 "), [TAIL])
+
+    assert [json.loads(arguments) for _, arguments in _calls(turn)] == [
+        {"service": script, "lines": 7}
+    ]
+
+
+async def test_a_qwen3_coder_value_not_of_its_type_stays_text_for_the_tools_check() -> None:
+    turn = await _turn(
+        _qwen3_coder("tail_logs", lines="twenty", follow="yes", levels="error", since="[1]"),
+        [TAIL],
+    )
+
+    assert [json.loads(arguments) for _, arguments in _calls(turn)] == [
+        {"lines": "twenty", "follow": "yes", "levels": "error", "since": "[1]"}
+    ]
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        # Not one of the run's tools.
+        _qwen3_coder("delete_everything", service="checkout"),
+        # Broken markup: a parameter or the function left open, words inside, a key twice.
+        "<tool_call>\n<function=service_status>\n<parameter=service>\ncheckout\n</function>"
+        "\n</tool_call>",
+        "<tool_call>\n<function=service_status>\n<parameter=service>\ncheckout\n"
+        "</parameter>\n</tool_call>",
+        "<tool_call>\n<function=service_status>\nfor checkout\n<parameter=service>\n"
+        "checkout\n</parameter>\n</function>\n</tool_call>",
+        "<tool_call>\n<function=service_status>\n<parameter=service>\na\n</parameter>\n"
+        "<parameter=service>\nb\n</parameter>\n</function>\n</tool_call>",
+        "<tool_call>\n<function=>\n</function>\n</tool_call>",
+        # Shown in code, or quoted with words after it.
+        "Qwen3-Coder writes:\n```\n" + _qwen3_coder("service_status", service="x") + "\n```",
+        _qwen3_coder("service_status", service="checkout") + "\nis how it looks.",
+    ],
+)
+async def test_qwen3_coder_markup_that_is_not_a_call_of_a_tool_is_left_alone(
+    content: str,
+) -> None:
+    turn = await _turn(content, [STATUS, TAIL])
+
+    assert turn.calls == ()
+    assert (turn.text, turn.finish_reason) == (content, "stop")
+
+
+class _TailArgs(BaseModel):
+    service: str
+    lines: int
+
+
+async def test_a_qwen3_coder_call_runs_and_a_value_not_of_its_type_goes_back_to_the_model(
+    tmp_path: Path,
+) -> None:
+    ran: list[tuple[str, int]] = []
+
+    @function_tool(name="tail", idempotent=True)
+    async def tail(args: _TailArgs) -> str:
+        """Tail a service's logs."""
+        ran.append((args.service, args.lines))
+        return "ok"
+
+    replies = [
+        _qwen3_coder("tail", service="checkout", lines="twenty"),
+        _qwen3_coder("tail", service="checkout", lines="20"),
+    ]
+    canned = [Canned(status=200, body=chat_completion(said)) for said in replies]
+    async with FakeOpenAI([{"text": "unused"}] * 2 + [{"text": "done"}], canned=canned) as fake:
+        model = OpenAIProvider("m", api_key="k", base_url=fake.base_url)
+        rt, _ = await make_runtime(tmp_path / "k.db", model, [tail])
+        try:
+            sup = Supervisor(rt)
+            state = await sup.wait(await sup.start_turn("logs?", requested_by="U0REQ"))
+        finally:
+            await rt.store.close()
+            await model.aclose()
+
+    assert state.result is not None
+    assert (state.result.stop_reason, state.result.text) == (StopReason.ANSWERED, "done")
+    assert ran == [("checkout", 20)]
+    messages = fake.requests[1]["messages"]
+    (refused,) = [m["content"] for m in messages if m["role"] == "tool"]
+    assert refused.startswith("invalid arguments: lines:")
+    (assistant,) = [m for m in messages if m["role"] == "assistant"]
+    assert assistant["content"] is None  # the markup goes back once, as the call it was
+    call = assistant["tool_calls"][0]["function"]
+    assert json.loads(call["arguments"]) == {"service": "checkout", "lines": "twenty"}
