@@ -4,15 +4,15 @@ call markup back as the reply's content, and ``tool_calls`` stays empty.
 
 Only the shapes chat templates write are read, and only as a whole: tagged blocks
 (``<tool_call>{…}</tool_call>``, Hermes and Qwen; Qwen3-Coder's ``<function=…>`` in them, its
-values typed by the tool's schema), at the start of a line after words, with
-nothing after the last, and between two nothing but blanks or words on lines of their own,
-as a model says what it does next), or a reply that is
-nothing but its calls (a call's JSON object or a list of them, bare or after ``[TOOL_CALLS]``
-or ``<|python_tag|>``; or Llama 3.2's pythonic list, ``[name(key=literal, …), …]``), after the
-model's reasoning (its ``<think>`` block). Each must name one of the run's tools; one that does
-not, one that does not read, or markup shown rather than written (words after it or before it
-on its line, or in a code span or block, fenced JSON included) leaves the whole text an answer,
-as it was before.
+values typed by the tool's schema) at the start of a line after words, with nothing after the
+last and, between two, blanks or words on lines of their own (a model saying what it does
+next); or a reply that is nothing but its calls (a call's JSON object or a list of them, bare
+or after ``[TOOL_CALLS]`` or ``<|python_tag|>``; Mistral's ``[TOOL_CALLS]name[ARGS]{…}`` from
+v11 on, arguments that do not read left for the loop's check; or Llama 3.2's pythonic list,
+``[name(key=literal, …), …]``), after the model's reasoning (its ``<think>`` block). Each must
+name one of the run's tools; one that does not, one that does not read, or markup shown rather
+than written (words after it or before it on its line, or in a code span or block, fenced JSON
+included) leaves the whole text an answer, as it was before.
 
 Read so, a reply's words are what a person reads of it: without the calls it wrote (shown as
 the calls they are) and without its reasoning; the journal keeps the text as it was sent.
@@ -32,7 +32,12 @@ from bot.nesting import loads
 OPEN_TAG: Final = "<tool_call>"
 CLOSE_TAG: Final = "</tool_call>"
 # What Mistral's and Llama 3.1's templates write before a call (the server strips neither).
-_PREFIXES: Final = ("[TOOL_CALLS]", "<|python_tag|>")
+_MISTRAL: Final = "[TOOL_CALLS]"
+_PREFIXES: Final = (_MISTRAL, "<|python_tag|>")
+# Mistral's tokenizers from v11 on write each call as [TOOL_CALLS]NAME[ARGS]{…}; early v11
+# ones leave out [ARGS], and some write [CALL_ID]ID before it.
+_ARGS: Final = "[ARGS]"
+_CALL_ID: Final = "[CALL_ID]"
 # Qwen3-Coder's call inside the tag: <function=NAME>, then <parameter=KEY>VALUE</parameter> each.
 _FUNCTION: Final = "<function="
 _FUNCTION_END: Final = "</function>"
@@ -281,7 +286,10 @@ def _in_code(words: str) -> bool:
 
 def _bare(text: str) -> list[object]:
     """The calls of a reply that is only calls: one JSON object, a list of them, or a pythonic
-    list. A fenced block is none: a call's JSON shown in code is shown, as its markup would be."""
+    list; or Mistral's calls from v11 on. A fenced block is none: a call's JSON shown in code
+    is shown, as its markup would be."""
+    if text.startswith(_MISTRAL) and not text[len(_MISTRAL) :].lstrip().startswith(("{", "[")):
+        return _mistral(text)
     for prefix in _PREFIXES:
         text = text.removeprefix(prefix).lstrip()
     if not text.startswith(("{", "[")):
@@ -290,6 +298,24 @@ def _bare(text: str) -> list[object]:
     if value is None and text.startswith("["):
         return _pythonic(text)
     return list(value) if isinstance(value, list) else [value]
+
+
+def _mistral(text: str) -> list[object]:
+    """Mistral's calls from v11 on, ``[TOOL_CALLS]NAME[ARGS]{…}`` each, as call objects; a
+    name that is not one word is None. What follows ``[ARGS]`` (or the name, without it) is
+    the call's arguments: JSON text as the API sends it, which the loop checks."""
+    calls: list[object] = []
+    for written in text.split(_MISTRAL)[1:]:
+        head, tagged, arguments = written.partition(_ARGS)
+        if not tagged:
+            brace = written.find("{")
+            head, arguments = (written[:brace], written[brace:]) if brace >= 0 else (written, "")
+        name = head.partition(_CALL_ID)[0].strip()
+        if not name or len(name.split()) > 1:
+            return [None]
+        value = _json(arguments)
+        calls.append({"name": name, "arguments": value if isinstance(value, dict) else arguments})
+    return calls
 
 
 def _pythonic(text: str) -> list[object]:

@@ -52,6 +52,11 @@ def _calls(turn: AssistantTurn) -> list[tuple[str, str]]:
         '{"name": "service_status", "parameters": {"service": "checkout"}}',
         '<|python_tag|>{"name": "service_status", "parameters": {"service": "checkout"}}',
         '[TOOL_CALLS] [{"name": "service_status", "arguments": {"service": "checkout"}}]',
+        # Mistral's tokenizers from v11 on: the name, then the arguments after [ARGS] (early
+        # v11 templates leave it out; some write the call's id before it).
+        '[TOOL_CALLS]service_status[ARGS]{"service": "checkout"}',
+        '[TOOL_CALLS]service_status{"service": "checkout"}',
+        '[TOOL_CALLS]service_status[CALL_ID]a1b2c3d4e[ARGS]{"service": "checkout"}\n',
         # Llama 3.2's and 3.3's pythonic calls.
         '[service_status(service="checkout")]',
         '<|python_tag|>[service_status(service="checkout")]',
@@ -114,6 +119,35 @@ async def test_tagged_calls_with_words_on_lines_between_them_are_each_a_call() -
     assert _calls(turn) == [("service_status", CHECKOUT), ("tail_logs", CHECKOUT)]
     assert turn.text == content
     assert shown(turn) == "Let me look at the status first.\nNow its logs, with `tail`:"
+
+
+async def test_several_mistral_calls_are_each_a_call() -> None:
+    content = '[TOOL_CALLS]service_status[ARGS]{"service": "checkout"}'
+    content += (
+        '[TOOL_CALLS]tail_logs[ARGS]{"service": "checkout"}[TOOL_CALLS]service_status[ARGS]{}'
+    )
+    turn = await _turn(content)
+
+    assert _calls(turn) == [
+        ("service_status", CHECKOUT),
+        ("tail_logs", CHECKOUT),
+        ("service_status", "{}"),
+    ]
+    assert len({call.id for call in turn.calls}) == 3
+    assert shown(turn) == ""
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    ['{"service": "checkout"', '{"service": "checkout"} for checkout', '["checkout"]'],
+)
+async def test_a_mistral_call_with_arguments_that_do_not_read_keeps_them_for_the_loop(
+    arguments: str,
+) -> None:
+    # The arguments are what follows [ARGS]: the loop's check tells the model what is wrong.
+    turn = await _turn(f"[TOOL_CALLS]service_status[ARGS]{arguments}")
+
+    assert _calls(turn) == [("service_status", arguments)]
 
 
 async def test_several_pythonic_calls_are_each_a_call_with_their_literal_arguments() -> None:
@@ -195,6 +229,13 @@ async def test_pythonic_text_that_is_not_all_calls_of_tools_is_left_alone(conten
         '[{"name": "service_status", "parameters": {"type": "object", "properties": {}}},'
         ' {"name": "tail_logs", "parameters": {"type": "object", "properties": {}}}]',
         '{"name": "service_status", "arguments": {"type": "object", "properties": {}}}',
+        # Mistral's calls name the run's tools, each, or none is read.
+        '[TOOL_CALLS]delete_everything[ARGS]{"service": "checkout"}',
+        "[TOOL_CALLS]service_status[ARGS]{}[TOOL_CALLS]delete_everything[ARGS]{}",
+        "[TOOL_CALLS]service_status is what I would call",
+        "[TOOL_CALLS][ARGS]{}",
+        '```\n[TOOL_CALLS]service_status[ARGS]{"service": "checkout"}\n```',
+        '[TOOL_CALLS]service_status[ARGS]{"type": "object", "properties": {}}',
         # Reasoning that is all there is, or never closed, calls nothing.
         '<think>{"name": "service_status", "arguments": {}}</think>',
         '<think>\n{"name": "service_status", "arguments": {}}',
@@ -576,3 +617,27 @@ async def test_a_qwen3_coder_call_runs_and_a_value_not_of_its_type_goes_back_to_
     assert assistant["content"] is None  # the markup goes back once, as the call it was
     call = assistant["tool_calls"][0]["function"]
     assert json.loads(call["arguments"]) == {"service": "checkout", "lines": "twenty"}
+
+
+async def test_a_mistral_call_runs_and_one_whose_arguments_do_not_read_goes_back(
+    tmp_path: Path,
+) -> None:
+    replies = ['[TOOL_CALLS]echo[ARGS]{"text": "a"', '[TOOL_CALLS]echo[ARGS]{"text": "a"}']
+    canned = [Canned(status=200, body=chat_completion(said)) for said in replies]
+    async with FakeOpenAI([{"text": "unused"}] * 2 + [{"text": "done"}], canned=canned) as fake:
+        model = OpenAIProvider("m", api_key="k", base_url=fake.base_url)
+        counter = Counter()
+        rt, _ = await make_runtime(tmp_path / "k.db", model, counting_tools(counter))
+        try:
+            sup = Supervisor(rt)
+            state = await sup.wait(await sup.start_turn("echo a", requested_by="U0REQ"))
+        finally:
+            await rt.store.close()
+            await model.aclose()
+
+    assert state.result is not None
+    assert (state.result.stop_reason, state.result.text) == (StopReason.ANSWERED, "done")
+    assert counter.calls == {"echo": 1}
+    tools = [m["content"] for m in fake.requests[2]["messages"] if m["role"] == "tool"]
+    assert tools[0].startswith("invalid arguments: arguments are not valid JSON")
+    assert tools[1] == "a"
