@@ -9,7 +9,8 @@ last and, between two, blanks or words on lines of their own (a model saying wha
 next); or a reply that is nothing but its calls (a call's JSON object or a list of them, bare
 or after ``[TOOL_CALLS]`` or ``<|python_tag|>``; Mistral's ``[TOOL_CALLS]name[ARGS]{…}`` from
 v11 on, arguments that do not read left for the loop's check; or Llama 3.2's pythonic list,
-``[name(key=literal, …), …]``), after the model's reasoning (its ``<think>`` block). Each must
+``[name(key=literal, …), …]``), after the model's reasoning (its ``<think>`` block); or gpt-oss's
+harmony messages, its calls to ``functions.NAME`` after its reasoning and its words. Each must
 name one of the run's tools; one that does not, one that does not read, or markup shown rather
 than written (words after it or before it on its line, or in a code span or block, fenced JSON
 included) leaves the whole text an answer, as it was before.
@@ -38,6 +39,16 @@ _PREFIXES: Final = (_MISTRAL, "<|python_tag|>")
 # ones leave out [ARGS], and some write [CALL_ID]ID before it.
 _ARGS: Final = "[ARGS]"
 _CALL_ID: Final = "[CALL_ID]"
+# gpt-oss's harmony format, its markup left in the text: a reply of messages, each
+# [<|start|>assistant]<|channel|>CHANNEL[ to=functions.NAME][ <|constrain|>json]<|message|>…
+# ended by <|end|>, or by <|call|> for a call (the server may leave the last end out).
+_HARMONY: Final = ("<|channel|>", "<|start|>")
+_HARMONY_START: Final = "<|start|>"
+_HARMONY_CHANNEL: Final = "<|channel|>"
+_HARMONY_MESSAGE: Final = "<|message|>"
+_HARMONY_CONSTRAIN: Final = "<|constrain|>"
+_HARMONY_ENDS: Final = ("<|end|>", "<|call|>", "<|return|>")
+_HARMONY_TOOLS: Final = "to=functions."
 # Qwen3-Coder's call inside the tag: <function=NAME>, then <parameter=KEY>VALUE</parameter> each.
 _FUNCTION: Final = "<function="
 _FUNCTION_END: Final = "</function>"
@@ -88,7 +99,14 @@ def read(text: str, tools: Collection[str]) -> Written:
     after = text[start:]
     at = after.find(OPEN_TAG)
     schemas = tools if isinstance(tools, Mapping) else {}
-    values, between = _tagged(after, at, schemas) if at >= 0 else (_bare(after.strip()), [])
+    opening = after.lstrip()
+    if opening.startswith(_HARMONY):
+        # gpt-oss keeps its reasoning in messages of its own: none of it is its words.
+        at, (values, between) = 0, _harmony(opening)
+    elif at >= 0:
+        values, between = _tagged(after, at, schemas)
+    else:
+        values, between = _bare(opening.rstrip()), []
     calls: list[TextCall] = []
     for value in values:
         call = _call(value, tagged=at >= 0)
@@ -265,6 +283,51 @@ _JSON_TYPES: Final[dict[str, type | tuple[type, ...]]] = {
     "object": dict,
     "array": list,
 }
+
+
+def _harmony(text: str) -> tuple[list[object], list[str]]:
+    """gpt-oss's calls, each a ``commentary`` message to ``functions.NAME``, and its words
+    before them (``commentary`` to no one: what it tells the user it is doing); its
+    ``analysis`` is its reasoning. A ``final`` message (an answer), a call of one of its
+    built-in tools, or markup that does not read is None: the whole text is the answer."""
+    values: list[object] = []
+    said: list[str] = []
+    for message in text.split(_HARMONY_START):
+        if not message.strip():
+            continue
+        header, opened, written = message.partition(_HARMONY_MESSAGE)
+        body = _harmony_body(written)
+        words = header.replace(_HARMONY_CHANNEL, " ").replace(_HARMONY_CONSTRAIN, " ").split()
+        channel = header.partition(_HARMONY_CHANNEL)[2].split()[:1]
+        if not opened or body is None or not channel:
+            return [None], []
+        recipients = [word for word in words if word.startswith("to=")]
+        if recipients:
+            values.append(_harmony_call(recipients, body))
+        elif channel == ["commentary"] and not values:
+            said.append(body)
+        elif channel != ["analysis"]:
+            return [None], []
+    return values, said
+
+
+def _harmony_body(body: str) -> str | None:
+    """A harmony message's text without the token that ends it; None if text follows that."""
+    for end in _HARMONY_ENDS:
+        body, ended, rest = body.partition(end)
+        if ended:
+            return body if not rest.strip() else None
+    return body
+
+
+def _harmony_call(recipients: list[str], body: str) -> dict[str, object] | None:
+    """A harmony message to ``functions.NAME`` as a call object; its text is the arguments,
+    as the API would send them. None for any other recipient (a built-in tool's)."""
+    if len(recipients) > 1 or not recipients[0].startswith(_HARMONY_TOOLS):
+        return None
+    value = _json(body)
+    arguments = value if isinstance(value, dict) else body.strip()
+    return {"name": recipients[0].removeprefix(_HARMONY_TOOLS), "arguments": arguments}
 
 
 def _written_at(before: str) -> bool:

@@ -293,8 +293,17 @@ async def test_a_call_written_as_text_runs_and_the_journal_keeps_what_was_said(
     assert [m["content"] for m in second if m["role"] == "tool"] == ["a", "b"]
 
 
-async def test_a_gated_call_written_as_text_waits_for_approval(tmp_path: Path) -> None:
-    said = '{"name": "deploy", "arguments": {"text": "v2"}}'
+@pytest.mark.parametrize(
+    "said",
+    [
+        '{"name": "deploy", "arguments": {"text": "v2"}}',
+        "<tool_call>\n<function=deploy>\n<parameter=text>\nv2\n</parameter>\n</function>\n"
+        "</tool_call>",
+        '[TOOL_CALLS]deploy[ARGS]{"text": "v2"}',
+        '<|channel|>commentary to=functions.deploy <|constrain|>json<|message|>{"text": "v2"}',
+    ],
+)
+async def test_a_gated_call_written_as_text_waits_for_approval(tmp_path: Path, said: str) -> None:
     canned = [Canned(status=200, body=chat_completion(said))]
     async with FakeOpenAI([{"text": "unused"}], canned=canned) as fake:
         model = OpenAIProvider("m", api_key="k", base_url=fake.base_url)
@@ -641,3 +650,59 @@ async def test_a_mistral_call_runs_and_one_whose_arguments_do_not_read_goes_back
     tools = [m["content"] for m in fake.requests[2]["messages"] if m["role"] == "tool"]
     assert tools[0].startswith("invalid arguments: arguments are not valid JSON")
     assert tools[1] == "a"
+
+
+ANALYSIS = "<|channel|>analysis<|message|>Need the status; use service_status.<|end|>"
+HARMONY_CALL = (
+    "<|start|>assistant<|channel|>commentary to=functions.service_status <|constrain|>json"
+    '<|message|>{"service": "checkout"}<|call|>'
+)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        # gpt-oss's harmony messages, left as text by a server that does not parse them.
+        ANALYSIS + HARMONY_CALL,
+        HARMONY_CALL.removeprefix("<|start|>assistant").removesuffix("<|call|>"),
+        # The recipient in the header's role part, as harmony also allows.
+        "<|start|>assistant to=functions.service_status<|channel|>commentary json<|message|>"
+        '{"service": "checkout"}<|call|>',
+    ],
+)
+async def test_a_gpt_oss_call_left_as_harmony_text_is_a_call(content: str) -> None:
+    turn = await _turn(content)
+
+    assert _calls(turn) == [("service_status", CHECKOUT)]
+    assert turn.finish_reason == "tool_calls"
+    assert shown(turn) == ""  # its reasoning is no answer
+
+
+async def test_a_gpt_oss_preamble_is_its_words_and_its_reasoning_none() -> None:
+    preamble = "<|start|>assistant<|channel|>commentary<|message|>Checking checkout.<|end|>"
+    turn = await _turn(ANALYSIS + preamble + HARMONY_CALL)
+
+    assert _calls(turn) == [("service_status", CHECKOUT)]
+    assert shown(turn) == "Checking checkout."
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        # An answer, after reasoning that weighed a call.
+        ANALYSIS + "<|start|>assistant<|channel|>final<|message|>Checkout is up.",
+        HARMONY_CALL + "<|start|>assistant<|channel|>final<|message|>Checkout is up.",
+        # Not one of the run's tools, or one of gpt-oss's own (its browser, its python).
+        ANALYSIS + HARMONY_CALL.replace("service_status", "delete_everything"),
+        ANALYSIS + HARMONY_CALL.replace("functions.service_status", "browser.search"),
+        # Words after a call, or markup that does not read.
+        HARMONY_CALL + " and then the logs",
+        "<|channel|>commentary to=functions.service_status {}",
+        "<|channel|><|message|>{}",
+    ],
+)
+async def test_harmony_text_that_is_not_a_call_of_a_tool_is_left_alone(content: str) -> None:
+    turn = await _turn(content)
+
+    assert turn.calls == ()
+    assert (turn.text, turn.finish_reason) == (content, "stop")
