@@ -10,7 +10,8 @@ next); or a reply that is nothing but its calls (a call's JSON object or a list 
 or after ``[TOOL_CALLS]`` or ``<|python_tag|>``; Mistral's ``[TOOL_CALLS]name[ARGS]{…}`` from
 v11 on, arguments that do not read left for the loop's check; or Llama 3.2's pythonic list,
 ``[name(key=literal, …), …]``), after the model's reasoning (its ``<think>`` block); or gpt-oss's
-harmony messages, its calls to ``functions.NAME`` after its reasoning and its words. Each must
+harmony messages, its calls to ``functions.NAME`` after its reasoning and its words; or
+DeepSeek's calls between its markers, after its words. Each must
 name one of the run's tools; one that does not, one that does not read, or markup shown rather
 than written (words after it or before it on its line, or in a code span or block, fenced JSON
 included) leaves the whole text an answer, as it was before.
@@ -49,6 +50,22 @@ _HARMONY_MESSAGE: Final = "<|message|>"
 _HARMONY_CONSTRAIN: Final = "<|constrain|>"
 _HARMONY_ENDS: Final = ("<|end|>", "<|call|>", "<|return|>")
 _HARMONY_TOOLS: Final = "to=functions."
+
+
+def _deepseek_token(name: str) -> str:
+    """One of DeepSeek's markers: its words between fullwidth bars, joined by U+2581."""
+    return "<\uff5c" + name.replace(" ", "\u2581") + "\uff5c>"
+
+
+# DeepSeek's calls (V3, R1, V3.1): after its words, between "tool calls begin" and "end",
+# each call as "tool call begin" NAME "tool sep" {…} "tool call end" (V3.1), or with
+# "function" before the separator and the name and a ```json block after it (V3 and R1).
+_DEEPSEEK: Final = _deepseek_token("tool calls begin")
+_DEEPSEEK_END: Final = _deepseek_token("tool calls end")
+_DEEPSEEK_CALL: Final = _deepseek_token("tool call begin")
+_DEEPSEEK_CALL_END: Final = _deepseek_token("tool call end")
+_DEEPSEEK_SEP: Final = _deepseek_token("tool sep")
+_DEEPSEEK_EOS: Final = _deepseek_token("end of sentence")
 # Qwen3-Coder's call inside the tag: <function=NAME>, then <parameter=KEY>VALUE</parameter> each.
 _FUNCTION: Final = "<function="
 _FUNCTION_END: Final = "</function>"
@@ -100,9 +117,13 @@ def read(text: str, tools: Collection[str]) -> Written:
     at = after.find(OPEN_TAG)
     schemas = tools if isinstance(tools, Mapping) else {}
     opening = after.lstrip()
+    # DeepSeek's markers are not ASCII: a reply that is (most are) costs no look for them.
+    marked = -1 if after.isascii() else after.find(_DEEPSEEK)
     if opening.startswith(_HARMONY):
         # gpt-oss keeps its reasoning in messages of its own: none of it is its words.
         at, (values, between) = 0, _harmony(opening)
+    elif marked >= 0 and (at < 0 or marked < at):
+        at, values, between = marked, _deepseek(after, marked), []
     elif at >= 0:
         values, between = _tagged(after, at, schemas)
     else:
@@ -328,6 +349,30 @@ def _harmony_call(recipients: list[str], body: str) -> dict[str, object] | None:
     value = _json(body)
     arguments = value if isinstance(value, dict) else body.strip()
     return {"name": recipients[0].removeprefix(_HARMONY_TOOLS), "arguments": arguments}
+
+
+def _deepseek(text: str, at: int) -> list[object]:
+    """DeepSeek's calls from ``at`` as call objects: ``[None]`` unless its words before leave
+    them out of code and nothing but the calls follows."""
+    inside, ended, rest = text[at + len(_DEEPSEEK) :].partition(_DEEPSEEK_END)
+    if _in_code(text[:at]) or (ended and rest.strip() not in ("", _DEEPSEEK_EOS)):
+        return [None]
+    first, *written = inside.split(_DEEPSEEK_CALL)
+    if first.strip() or not written:
+        return [None]
+    calls: list[object] = []
+    for each in written:
+        call, closed, after = each.partition(_DEEPSEEK_CALL_END)
+        head, split, arguments = call.partition(_DEEPSEEK_SEP)
+        if not closed or not split or after.strip():
+            return [None]
+        if head.strip() == "function":  # V3 and R1: the name, then its arguments fenced
+            head, _, arguments = arguments.partition("\n")
+            arguments = arguments.strip().removeprefix("```json").removesuffix("```")
+        value = _json(arguments)
+        name = head.strip()
+        calls.append({"name": name, "arguments": value if isinstance(value, dict) else arguments})
+    return calls
 
 
 def _written_at(before: str) -> bool:

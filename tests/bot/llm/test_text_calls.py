@@ -301,6 +301,8 @@ async def test_a_call_written_as_text_runs_and_the_journal_keeps_what_was_said(
         "</tool_call>",
         '[TOOL_CALLS]deploy[ARGS]{"text": "v2"}',
         '<|channel|>commentary to=functions.deploy <|constrain|>json<|message|>{"text": "v2"}',
+        "<\uff5ctool\u2581calls\u2581begin\uff5c><\uff5ctool\u2581call\u2581begin\uff5c>deploy"
+        '<\uff5ctool\u2581sep\uff5c>{"text": "v2"}<\uff5ctool\u2581call\u2581end\uff5c>',
     ],
 )
 async def test_a_gated_call_written_as_text_waits_for_approval(tmp_path: Path, said: str) -> None:
@@ -702,6 +704,52 @@ async def test_a_gpt_oss_preamble_is_its_words_and_its_reasoning_none() -> None:
     ],
 )
 async def test_harmony_text_that_is_not_a_call_of_a_tool_is_left_alone(content: str) -> None:
+    turn = await _turn(content)
+
+    assert turn.calls == ()
+    assert (turn.text, turn.finish_reason) == (content, "stop")
+
+
+def _marker(name: str) -> str:
+    """One of DeepSeek's markers (its bars fullwidth, its words joined by U+2581)."""
+    return "<\uff5c" + name.replace(" ", "\u2581") + "\uff5c>"
+
+
+CALLS, CALLS_END = _marker("tool calls begin"), _marker("tool calls end")
+CALL, CALL_END, SEP = _marker("tool call begin"), _marker("tool call end"), _marker("tool sep")
+V31_STATUS = f'{CALL}service_status{SEP}{{"service": "checkout"}}{CALL_END}'
+V3_LOGS = f'{CALL}function{SEP}tail_logs\n```json\n{{"service": "checkout"}}\n```{CALL_END}'
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        # DeepSeek V3.1's calls, and V3's and R1's (the name after "function", JSON fenced).
+        f"{CALLS}{V31_STATUS}{V3_LOGS}{CALLS_END}",
+        f"{CALLS}\n{V31_STATUS}\n{V3_LOGS}\n{CALLS_END}{_marker('end of sentence')}",
+        f"{CALLS}{V31_STATUS}{V3_LOGS}",  # the server left out the last marker
+    ],
+)
+async def test_deepseek_calls_are_calls(content: str) -> None:
+    turn = await _turn(f"<think>Both.</think>Looking at checkout.{content}")
+
+    assert _calls(turn) == [("service_status", CHECKOUT), ("tail_logs", CHECKOUT)]
+    assert shown(turn) == "Looking at checkout."
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        f"{CALLS}{V31_STATUS.replace('service_status', 'delete_everything')}{CALLS_END}",
+        f"{CALLS}{V31_STATUS}{CALLS_END} and then the logs",
+        f"{CALLS}first {V31_STATUS}{CALLS_END}",
+        f"{CALLS}{V31_STATUS} then{CALLS_END}",
+        f"{CALLS}{CALL}service_status{CALL_END}{CALLS_END}",
+        f"{CALLS}{CALLS_END}",
+        f"DeepSeek writes `{CALLS}{V31_STATUS}{CALLS_END}`",
+    ],
+)
+async def test_deepseek_markup_that_is_not_a_call_of_a_tool_is_left_alone(content: str) -> None:
     turn = await _turn(content)
 
     assert turn.calls == ()
