@@ -50,6 +50,7 @@ _HARMONY_MESSAGE: Final = "<|message|>"
 _HARMONY_CONSTRAIN: Final = "<|constrain|>"
 _HARMONY_ENDS: Final = ("<|end|>", "<|call|>", "<|return|>")
 _HARMONY_TOOLS: Final = "to=functions."
+_HARMONY_FINAL: Final = "<|channel|>final<|message|>"
 
 
 def _deepseek_token(name: str) -> str:
@@ -194,8 +195,13 @@ def _thought_end(text: str) -> int:
     not make. Its template may open the ``<think>`` block in the prompt, so the reply holds only
     the close (a reply that names ``<think>`` before that is an answer naming the tags); and
     thinking may name its closing tag, so only what follows the last one is read. Reasoning
-    never closed is all there is, and calls nothing (the end of the text)."""
-    opened = text.lstrip().startswith(_THINK)
+    never closed is all there is, and calls nothing (the end of the text). gpt-oss's harmony
+    messages put its answer in a ``final`` message after its reasoning: what follows is read."""
+    opening = text.lstrip()
+    if opening.startswith(_HARMONY):
+        final = text.rfind(_HARMONY_FINAL)
+        return final + len(_HARMONY_FINAL) if final >= 0 else 0
+    opened = opening.startswith(_THINK)
     first = text.find(_THOUGHT)
     if first < 0:
         return len(text) if opened else 0

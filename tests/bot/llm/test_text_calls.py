@@ -754,3 +754,23 @@ async def test_deepseek_markup_that_is_not_a_call_of_a_tool_is_left_alone(conten
 
     assert turn.calls == ()
     assert (turn.text, turn.finish_reason) == (content, "stop")
+
+
+async def test_a_gpt_oss_answer_left_as_harmony_text_shows_only_its_final_message(
+    tmp_path: Path,
+) -> None:
+    said = ANALYSIS + "<|start|>assistant<|channel|>final<|message|>Checkout is up."
+    canned = [Canned(status=200, body=chat_completion(said))]
+    async with FakeOpenAI([{"text": "unused"}], canned=canned) as fake:
+        model = OpenAIProvider("m", api_key="k", base_url=fake.base_url)
+        rt, _ = await make_runtime(tmp_path / "k.db", model, counting_tools(Counter()))
+        try:
+            sup = Supervisor(rt)
+            state = await sup.wait(await sup.start_turn("checkout?", requested_by="U0REQ"))
+        finally:
+            await rt.store.close()
+            await model.aclose()
+
+    assert state.result is not None
+    # Its reasoning ("Need the status; …") is its own: the journal keeps it, people never see it.
+    assert (state.result.stop_reason, state.result.text) == (StopReason.ANSWERED, "Checkout is up.")
