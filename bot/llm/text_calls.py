@@ -169,17 +169,22 @@ def after_reasoning(text: str) -> str:
 
 def before_cut_call(text: str, tools: Collection[str]) -> str | None:
     """The words of a reply cut at the output limit before a call it had begun to write as
-    text (a ``<tool_call>`` tag as a template writes it, a reply opening as Mistral's and
-    Llama's calls do, or as a bare call of one of ``tools``), reasoning included; None if it
-    had begun none."""
+    text (a ``<tool_call>`` tag as a template writes it, DeepSeek's markers out of code, a
+    reply opening as Mistral's and Llama's calls do, as a bare call of one of ``tools``, or
+    as gpt-oss's messages naming a function), reasoning included; None if it had begun none."""
     start = _thought_end(text)
     after = text[start:]
     opening = after.lstrip()
-    begun = opening.startswith(_PREFIXES) or _opens_call(opening, tools)
-    at = 0 if begun else after.find(OPEN_TAG)
-    if at < 0 or (at and not _written_at(after[:at])):
-        return None
-    return text[: start + at].rstrip()
+    harmony = opening.startswith(_HARMONY) and _HARMONY_TOOLS in opening
+    if harmony or opening.startswith(_PREFIXES) or _opens_call(opening, tools):
+        return text[:start].rstrip()
+    at = after.find(OPEN_TAG)
+    if at >= 0 and _written_at(after[:at]):
+        return text[: start + at].rstrip()
+    marked = -1 if after.isascii() else after.find(_DEEPSEEK)
+    if marked >= 0 and not _in_code(after[:marked]):
+        return text[: start + marked].rstrip()
+    return None
 
 
 def _opens_call(text: str, tools: Collection[str]) -> bool:

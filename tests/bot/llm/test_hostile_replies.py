@@ -412,6 +412,23 @@ async def test_a_reply_past_the_error_cap_is_read_whole(gzip: bool) -> None:
         ('Let me check.\n<tool_call>\n{"name": "echo", "arguments": {"te', "Let me check."),
         ('<tool_call>\n{"name": "echo", "arguments": {"text": "a"}}\n</tool_call>\n<tool_', ""),
         ('[TOOL_CALLS] [{"name": "echo", "arguments": {"te', ""),
+        ('[TOOL_CALLS]echo[ARGS]{"te', ""),
+        # gpt-oss's harmony messages, its reasoning never shown; DeepSeek's markers.
+        (
+            "<|channel|>analysis<|message|>Echo it.<|end|><|start|>assistant<|channel|>"
+            'commentary to=functions.echo <|constrain|>json<|message|>{"te',
+            "",
+        ),
+        (
+            "<|channel|>analysis<|message|>Echo it.<|end|><|start|>assistant<|channel|>"
+            "commentary to=functions.echo <|const",
+            "",
+        ),
+        (
+            "Echoing.<\uff5ctool\u2581calls\u2581begin\uff5c><\uff5ctool\u2581call\u2581begin"
+            '\uff5c>echo<\uff5ctool\u2581sep\uff5c>{"te',
+            "Echoing.",
+        ),
         # A bare call's JSON, or Llama's pythonic list, naming one of the run's tools.
         ('{"name": "echo", "arguments": {"te', ""),
         ('[{"name": "echo", "arguments": {}}, {"name": "echo", "argu', ""),
