@@ -11,10 +11,10 @@ or after ``[TOOL_CALLS]`` or ``<|python_tag|>``; Mistral's ``[TOOL_CALLS]name[AR
 v11 on, arguments that do not read left for the loop's check; or Llama 3.2's pythonic list,
 ``[name(key=literal, …), …]``), after the model's reasoning (its ``<think>`` block); or gpt-oss's
 harmony messages, its calls to ``functions.NAME`` after its reasoning and its words; or
-DeepSeek's calls between its markers, after its words. Each must
-name one of the run's tools; one that does not, one that does not read, or markup shown rather
-than written (words after it or before it on its line, or in a code span or block, fenced JSON
-included) leaves the whole text an answer, as it was before.
+DeepSeek's calls between its markers, after its words. Each must name one of the run's tools;
+one that does not, one that does not read, or markup shown rather than written (words after it
+or before it on its line, or in a code span or block, fenced JSON included) leaves the whole
+text an answer, as it was before.
 
 Read so, a reply's words are what a person reads of it: without the calls it wrote (shown as
 the calls they are) and without its reasoning; the journal keeps the text as it was sent.
@@ -53,9 +53,12 @@ _HARMONY_TOOLS: Final = "to=functions."
 _HARMONY_FINAL: Final = "<|channel|>final<|message|>"
 
 
+_DEEPSEEK_BAR: Final = "\uff5c"  # fullwidth
+
+
 def _deepseek_token(name: str) -> str:
     """One of DeepSeek's markers: its words between fullwidth bars, joined by U+2581."""
-    return "<\uff5c" + name.replace(" ", "\u2581") + "\uff5c>"
+    return f"<{_DEEPSEEK_BAR}{name.replace(' ', chr(0x2581))}{_DEEPSEEK_BAR}>"
 
 
 # DeepSeek's calls (V3, R1, V3.1): after its words, between "tool calls begin" and "end",
@@ -114,21 +117,7 @@ def read(text: str, tools: Collection[str]) -> Written:
     if not tools:
         return Written([], text)
     start = _thought_end(text)
-    after = text[start:]
-    at = after.find(OPEN_TAG)
-    schemas = tools if isinstance(tools, Mapping) else {}
-    opening = after.lstrip()
-    # DeepSeek's markers are not ASCII: a reply that is (most are) costs no look for them.
-    marked = -1 if after.isascii() else after.find(_DEEPSEEK)
-    if opening.startswith(_HARMONY):
-        # gpt-oss keeps its reasoning in messages of its own: none of it is its words.
-        at, (values, between) = 0, _harmony(opening)
-    elif marked >= 0 and (at < 0 or marked < at):
-        at, values, between = marked, _deepseek(after, marked), []
-    elif at >= 0:
-        values, between = _tagged(after, at, schemas)
-    else:
-        values, between = _bare(opening.rstrip()), []
+    at, values, between = _markup(text[start:], tools)
     calls: list[TextCall] = []
     for value in values:
         call = _call(value, tagged=at >= 0)
@@ -137,8 +126,25 @@ def read(text: str, tools: Collection[str]) -> Written:
         calls.append(call)
     if not calls:
         return Written([], text)
-    said = [text[: start + max(at, 0)].rstrip(), *(line.strip() for line in between)]
+    said = [text[: start + max(at, 0)].rstrip(), *(gap.strip() for gap in between)]
     return Written(calls, "\n".join(piece for piece in said if piece))
+
+
+def _markup(after: str, tools: Collection[str]) -> tuple[int, list[object], list[str]]:
+    """Where the calls in what follows the reasoning begin (-1 for bare ones), each call's
+    value, and the words between them: the first marker found says whose they are."""
+    at = after.find(OPEN_TAG)
+    opening = after.lstrip()
+    if opening.startswith(_HARMONY):
+        # gpt-oss keeps its reasoning in messages of its own: none of it is its words.
+        return 0, *_harmony(opening)
+    # DeepSeek's markers hold a fullwidth bar: a reply without one costs no look for them.
+    marked = after.find(_DEEPSEEK) if _DEEPSEEK_BAR in after else -1
+    if marked >= 0 and (at < 0 or marked < at):
+        return marked, _deepseek(after, marked), []
+    if at >= 0:
+        return at, *_tagged(after, at, tools if isinstance(tools, Mapping) else {})
+    return -1, _bare(opening.rstrip()), []
 
 
 def words(turn: AssistantTurn) -> str:
@@ -181,7 +187,7 @@ def before_cut_call(text: str, tools: Collection[str]) -> str | None:
     at = after.find(OPEN_TAG)
     if at >= 0 and _written_at(after[:at]):
         return text[: start + at].rstrip()
-    marked = -1 if after.isascii() else after.find(_DEEPSEEK)
+    marked = after.find(_DEEPSEEK) if _DEEPSEEK_BAR in after else -1
     if marked >= 0 and not _in_code(after[:marked]):
         return text[: start + marked].rstrip()
     return None
@@ -329,11 +335,11 @@ def _harmony(text: str) -> tuple[list[object], list[str]]:
             continue
         header, opened, written = message.partition(_HARMONY_MESSAGE)
         body = _harmony_body(written)
-        words = header.replace(_HARMONY_CHANNEL, " ").replace(_HARMONY_CONSTRAIN, " ").split()
+        fields = header.replace(_HARMONY_CHANNEL, " ").replace(_HARMONY_CONSTRAIN, " ").split()
         channel = header.partition(_HARMONY_CHANNEL)[2].split()[:1]
         if not opened or body is None or not channel:
             return [None], []
-        recipients = [word for word in words if word.startswith("to=")]
+        recipients = [field for field in fields if field.startswith("to=")]
         if recipients:
             values.append(_harmony_call(recipients, body))
         elif channel == ["commentary"] and not values:
