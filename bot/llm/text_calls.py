@@ -11,10 +11,11 @@ or after ``[TOOL_CALLS]`` or ``<|python_tag|>``; Mistral's ``[TOOL_CALLS]name[AR
 v11 on, arguments that do not read left for the loop's check; or Llama 3.2's pythonic list,
 ``[name(key=literal, …), …]``), after the model's reasoning (its ``<think>`` block); or gpt-oss's
 harmony messages, its calls to ``functions.NAME`` after its reasoning and its words; or
-DeepSeek's calls between its markers, after its words. Each must name one of the run's tools;
-one that does not, one that does not read, or markup shown rather than written (words after it
-or before it on its line, or in a code span or block, fenced JSON included) leaves the whole
-text an answer, as it was before.
+DeepSeek's calls between its markers, after its words. Each must name one of the run's tools,
+or, in a call's markup, none may (the loop tells the model the tools there are, and runs
+nothing); one that does not read, a mix of the two, or markup shown rather than written (words
+after it or before it on its line, or in a code span or block, fenced JSON included) leaves the
+whole text an answer, as it was before.
 
 Read so, a reply's words are what a person reads of it: without the calls it wrote (shown as
 the calls they are) and without its reasoning; the journal keeps the text as it was sent.
@@ -121,18 +122,28 @@ def read(text: str, tools: Collection[str]) -> Written:
     calls: list[TextCall] = []
     for value in values:
         call = _call(value, tagged=at >= 0)
-        if call is None or call[0] not in tools:
+        if call is None:
             return Written([], text)
         calls.append(call)
-    if not calls:
+    if not calls or not _ours(calls, tools, marked=at >= 0):
         return Written([], text)
     said = [text[: start + max(at, 0)].rstrip(), *(gap.strip() for gap in between)]
     return Written(calls, "\n".join(piece for piece in said if piece))
 
 
+def _ours(calls: list[TextCall], tools: Collection[str], *, marked: bool) -> bool:
+    """Whether ``calls`` are the run's to take: each names one of ``tools``; or, written in a
+    call's markup (``marked``), none does. Those go to the loop, which tells the model the
+    tools there are and runs nothing; a call of a tool beside them would run, so a reply
+    mixing the two stays an answer, as does bare JSON naming none (likely an answer's data)."""
+    known = [name in tools for name, _ in calls]
+    return all(known) or (marked and not any(known))
+
+
 def _markup(after: str, tools: Collection[str]) -> tuple[int, list[object], list[str]]:
-    """Where the calls in what follows the reasoning begin (-1 for bare ones), each call's
-    value, and the words between them: the first marker found says whose they are."""
+    """Where the calls in what follows the reasoning begin (-1 for bare ones, 0 for ones
+    after a marker), each call's value, and the words between them: the first marker found
+    says whose they are."""
     at = after.find(OPEN_TAG)
     opening = after.lstrip()
     if opening.startswith(_HARMONY):
@@ -144,7 +155,7 @@ def _markup(after: str, tools: Collection[str]) -> tuple[int, list[object], list
         return marked, _deepseek(after, marked), []
     if at >= 0:
         return at, *_tagged(after, at, tools if isinstance(tools, Mapping) else {})
-    return -1, _bare(opening.rstrip()), []
+    return (0 if opening.startswith(_PREFIXES) else -1), _bare(opening.rstrip()), []
 
 
 def words(turn: AssistantTurn) -> str:

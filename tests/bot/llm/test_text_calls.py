@@ -210,10 +210,10 @@ async def test_pythonic_text_that_is_not_all_calls_of_tools_is_left_alone(conten
 @pytest.mark.parametrize(
     "content",
     [
-        # Not one of the run's tools: an answer about some other API, left as it is.
+        # Not one of the run's tools, and no call's markup: an answer about some other API.
         '{"name": "delete_everything", "arguments": {}}',
-        '<tool_call>{"name": "delete_everything", "arguments": {}}</tool_call>',
-        # One of several names no tool: none of them is taken.
+        '[delete_everything(service="checkout")]',
+        # One of several names no tool: none of them is taken (the other would run).
         '<tool_call>{"name": "service_status", "arguments": {}}</tool_call>'
         '<tool_call>{"name": "delete_everything", "arguments": {}}</tool_call>',
         # A call shown inside an explanation is not a call.
@@ -230,7 +230,6 @@ async def test_pythonic_text_that_is_not_all_calls_of_tools_is_left_alone(conten
         ' {"name": "tail_logs", "parameters": {"type": "object", "properties": {}}}]',
         '{"name": "service_status", "arguments": {"type": "object", "properties": {}}}',
         # Mistral's calls name the run's tools, each, or none is read.
-        '[TOOL_CALLS]delete_everything[ARGS]{"service": "checkout"}',
         "[TOOL_CALLS]service_status[ARGS]{}[TOOL_CALLS]delete_everything[ARGS]{}",
         "[TOOL_CALLS]service_status is what I would call",
         "[TOOL_CALLS][ARGS]{}",
@@ -561,8 +560,6 @@ async def test_a_qwen3_coder_value_not_of_its_type_stays_text_for_the_tools_chec
 @pytest.mark.parametrize(
     "content",
     [
-        # Not one of the run's tools.
-        _qwen3_coder("delete_everything", service="checkout"),
         # Broken markup: a parameter or the function left open, words inside, a key twice.
         "<tool_call>\n<function=service_status>\n<parameter=service>\ncheckout\n</function>"
         "\n</tool_call>",
@@ -694,8 +691,7 @@ async def test_a_gpt_oss_preamble_is_its_words_and_its_reasoning_none() -> None:
         # An answer, after reasoning that weighed a call.
         ANALYSIS + "<|start|>assistant<|channel|>final<|message|>Checkout is up.",
         HARMONY_CALL + "<|start|>assistant<|channel|>final<|message|>Checkout is up.",
-        # Not one of the run's tools, or one of gpt-oss's own (its browser, its python).
-        ANALYSIS + HARMONY_CALL.replace("service_status", "delete_everything"),
+        # A call of one of gpt-oss's own tools (its browser, its python).
         ANALYSIS + HARMONY_CALL.replace("functions.service_status", "browser.search"),
         # Words after a call, or markup that does not read.
         HARMONY_CALL + " and then the logs",
@@ -740,7 +736,6 @@ async def test_deepseek_calls_are_calls(content: str) -> None:
 @pytest.mark.parametrize(
     "content",
     [
-        f"{CALLS}{V31_STATUS.replace('service_status', 'delete_everything')}{CALLS_END}",
         f"{CALLS}{V31_STATUS}{CALLS_END} and then the logs",
         f"{CALLS}first {V31_STATUS}{CALLS_END}",
         f"{CALLS}{V31_STATUS} then{CALLS_END}",
@@ -774,3 +769,48 @@ async def test_a_gpt_oss_answer_left_as_harmony_text_shows_only_its_final_messag
     assert state.result is not None
     # Its reasoning ("Need the status; …") is its own: the journal keeps it, people never see it.
     assert (state.result.stop_reason, state.result.text) == (StopReason.ANSWERED, "Checkout is up.")
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        '<tool_call>{"name": "delete_everything", "arguments": {}}</tool_call>',
+        _qwen3_coder("delete_everything", service="checkout"),
+        '[TOOL_CALLS]delete_everything[ARGS]{"service": "checkout"}',
+        '[TOOL_CALLS] [{"name": "delete_everything", "arguments": {}}]',
+        ANALYSIS + HARMONY_CALL.replace("service_status", "delete_everything"),
+        f"{CALLS}{V31_STATUS.replace('service_status', 'delete_everything')}{CALLS_END}",
+    ],
+)
+async def test_calls_in_a_calls_markup_naming_no_tool_of_the_run_are_calls(content: str) -> None:
+    # The loop tells the model its tools (nothing runs) rather than end with the markup shown.
+    turn = await _turn(content)
+
+    assert [call.name for call in turn.calls] == ["delete_everything"]
+    assert turn.finish_reason == "tool_calls"
+
+
+async def test_a_call_of_no_tool_of_the_run_goes_back_to_the_model_and_nothing_runs(
+    tmp_path: Path,
+) -> None:
+    replies = [
+        '<tool_call>\n{"name": "echo_text", "arguments": {"text": "a"}}\n</tool_call>',
+        '<tool_call>\n{"name": "echo", "arguments": {"text": "a"}}\n</tool_call>',
+    ]
+    canned = [Canned(status=200, body=chat_completion(said)) for said in replies]
+    async with FakeOpenAI([{"text": "unused"}] * 2 + [{"text": "done"}], canned=canned) as fake:
+        model = OpenAIProvider("m", api_key="k", base_url=fake.base_url)
+        counter = Counter()
+        rt, _ = await make_runtime(tmp_path / "k.db", model, counting_tools(counter))
+        try:
+            sup = Supervisor(rt)
+            state = await sup.wait(await sup.start_turn("echo a", requested_by="U0REQ"))
+        finally:
+            await rt.store.close()
+            await model.aclose()
+
+    assert state.result is not None
+    assert (state.result.stop_reason, state.result.text) == (StopReason.ANSWERED, "done")
+    assert counter.calls == {"echo": 1}
+    (told,) = [m["content"] for m in fake.requests[1]["messages"] if m["role"] == "tool"]
+    assert told == "unknown tool 'echo_text'; tools: boom, deploy, echo, slow, write"
