@@ -206,9 +206,13 @@ def before_cut_call(text: str, tools: Collection[str]) -> str | None:
 
 def _opens_call(text: str, tools: Collection[str]) -> bool:
     """Whether ``text`` opens as a bare call of one of ``tools``: its JSON object (alone or
-    first in a list), or the first of Llama's pythonic list."""
+    first in a list), the first of Llama's pythonic list, or Mistral's ``NAME{`` without its
+    markers."""
     opened = _OPENING.match(text[:_OPENING_CHARS])
-    return opened is not None and (opened["json"] or opened["pythonic"]) in tools
+    if opened is not None:
+        return (opened["json"] or opened["pythonic"]) in tools
+    brace = text.find("{", 0, _NAME_CHARS)
+    return brace > 0 and text[:brace].strip() in tools
 
 
 def _thought_end(text: str) -> int:
@@ -429,11 +433,43 @@ def _bare(text: str) -> list[object]:
     for prefix in _PREFIXES:
         text = text.removeprefix(prefix).lstrip()
     if not text.startswith(("{", "[")):
-        return []
+        return _named(text) if text.find("{", 0, _NAME_CHARS) > 0 else []
     value = _json(text)
     if value is None and text.startswith("["):
         return _pythonic(text)
     return list(value) if isinstance(value, list) else [value]
+
+
+def _named(text: str) -> list[object]:
+    """Mistral's calls from v11 on as a server that drops its control tokens leaves them (vLLM
+    without a tool parser does): ``NAME{…}`` each, one after the other; none unless the text
+    is only these, each name one word (a tool's, as ``read`` then checks)."""
+    calls: list[object] = []
+    at = 0
+    while at < len(text):
+        brace = text.find("{", at, at + _NAME_CHARS)
+        name = text[at:brace].strip() if brace > at else ""
+        if not name.replace("-", "_").replace(".", "_").isidentifier():
+            return [None] if calls else []
+        if len(text) > _NAMED_CHARS:
+            return [None]
+        try:
+            value, at = _DECODER.raw_decode(text, brace)
+        # The decoder's own limit: an object nested past the interpreter's recursion limit.
+        except (ValueError, RecursionError):
+            return [None]
+        calls.append({"name": name, "arguments": value})
+        while at < len(text) and text[at].isspace():  # in place: a runaway reply is long
+            at += 1
+    return calls
+
+
+# A tool's name is shorter than this: where a reply opening NAME{ looks for its brace.
+_NAME_CHARS: Final = 128
+# Calls written NAME{…} take a few bytes each: a runaway reply of them, millions of calls in
+# the reply's 4 MiB, would hold the event loop for seconds. Real ones are far shorter.
+_NAMED_CHARS: Final = 64 * 1024
+_DECODER: Final = json.JSONDecoder()
 
 
 def _mistral(text: str) -> list[object]:

@@ -413,6 +413,7 @@ async def test_a_reply_past_the_error_cap_is_read_whole(gzip: bool) -> None:
         ('<tool_call>\n{"name": "echo", "arguments": {"text": "a"}}\n</tool_call>\n<tool_', ""),
         ('[TOOL_CALLS] [{"name": "echo", "arguments": {"te', ""),
         ('[TOOL_CALLS]echo[ARGS]{"te', ""),
+        ('echo{"te', ""),
         # gpt-oss's harmony messages, its reasoning never shown; DeepSeek's markers.
         (
             "<|channel|>analysis<|message|>Echo it.<|end|><|start|>assistant<|channel|>"

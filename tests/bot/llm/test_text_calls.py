@@ -57,6 +57,8 @@ def _calls(turn: AssistantTurn) -> list[tuple[str, str]]:
         '[TOOL_CALLS]service_status[ARGS]{"service": "checkout"}',
         '[TOOL_CALLS]service_status{"service": "checkout"}',
         '[TOOL_CALLS]service_status[CALL_ID]a1b2c3d4e[ARGS]{"service": "checkout"}\n',
+        # ... and as vLLM leaves them without a tool parser: its control tokens dropped.
+        'service_status{"service": "checkout"}',
         # Llama 3.2's and 3.3's pythonic calls.
         '[service_status(service="checkout")]',
         '<|python_tag|>[service_status(service="checkout")]',
@@ -121,11 +123,15 @@ async def test_tagged_calls_with_words_on_lines_between_them_are_each_a_call() -
     assert shown(turn) == "Let me look at the status first.\nNow its logs, with `tail`:"
 
 
-async def test_several_mistral_calls_are_each_a_call() -> None:
-    content = '[TOOL_CALLS]service_status[ARGS]{"service": "checkout"}'
-    content += (
-        '[TOOL_CALLS]tail_logs[ARGS]{"service": "checkout"}[TOOL_CALLS]service_status[ARGS]{}'
-    )
+@pytest.mark.parametrize(
+    "content",
+    [
+        '[TOOL_CALLS]service_status[ARGS]{"service": "checkout"}'
+        '[TOOL_CALLS]tail_logs[ARGS]{"service": "checkout"}[TOOL_CALLS]service_status[ARGS]{}',
+        'service_status{"service": "checkout"}tail_logs{"service": "checkout"}\nservice_status{}',
+    ],
+)
+async def test_several_mistral_calls_are_each_a_call(content: str) -> None:
     turn = await _turn(content)
 
     assert _calls(turn) == [
@@ -232,6 +238,13 @@ async def test_pythonic_text_that_is_not_all_calls_of_tools_is_left_alone(conten
         # Mistral's calls name the run's tools, each, or none is read.
         "[TOOL_CALLS]service_status[ARGS]{}[TOOL_CALLS]delete_everything[ARGS]{}",
         "[TOOL_CALLS]service_status is what I would call",
+        # Without its markers: a name and its object, and nothing else, each one of the run's.
+        'service_status{"service": "checkout"} is what I would call',
+        'service_status {"service": "checkout"',
+        'service_status{"service": "checkout"}delete_everything{}',
+        'Run service_status{"service": "checkout"}',
+        'delete_everything{"service": "checkout"}',
+        "service_status{}" * 5000,  # a runaway reply, as many calls as it could hold
         "[TOOL_CALLS][ARGS]{}",
         '```\n[TOOL_CALLS]service_status[ARGS]{"service": "checkout"}\n```',
         '[TOOL_CALLS]service_status[ARGS]{"type": "object", "properties": {}}',
