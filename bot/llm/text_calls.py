@@ -2,20 +2,25 @@
 without ``--tool-call-parser``, Ollama or an older llama.cpp with some models) hands the model's
 call markup back as the reply's content, and ``tool_calls`` stays empty.
 
-Only the shapes chat templates write are read, and only as a whole: tagged blocks
-(``<tool_call>{…}</tool_call>``, Hermes and Qwen; Qwen3-Coder's ``<function=…>`` in them, its
-values typed by the tool's schema) at the start of a line after words, with nothing after the
-last and, between two, blanks or words on lines of their own (a model saying what it does
-next); or a reply that is nothing but its calls (a call's JSON object or a list of them, bare
-or after ``[TOOL_CALLS]`` or ``<|python_tag|>``; Mistral's ``[TOOL_CALLS]name[ARGS]{…}`` from
-v11 on, arguments that do not read left for the loop's check; or Llama 3.2's pythonic list,
-``[name(key=literal, …), …]``), after the model's reasoning (its ``<think>`` block); or gpt-oss's
-harmony messages, its calls to ``functions.NAME`` after its reasoning and its words; or
-DeepSeek's calls between its markers, after its words. Each must name one of the run's tools,
-or, in a call's markup, none may (the loop tells the model the tools there are, and runs
-nothing); one that does not read, a mix of the two, or markup shown rather than written (words
-after it or before it on its line, or in a code span or block, fenced JSON included) leaves the
-whole text an answer, as it was before.
+Only the shapes chat templates write are read, and only as a whole, after the model's
+reasoning (its ``<think>`` block):
+
+- ``<tool_call>`` blocks at the start of a line after words, nothing after the last and,
+  between two, blanks or words on lines of their own (a model saying what it does next):
+  JSON in them (Hermes, Qwen), Qwen3-Coder's ``<function=…>`` or GLM's ``NAME<arg_key>…``
+  (their values typed by the tool's schema);
+- a reply that is nothing but its calls: a call's JSON object or a list of them, bare or
+  after ``[TOOL_CALLS]`` or ``<|python_tag|>``; Mistral's ``[TOOL_CALLS]NAME[ARGS]{…}`` from
+  v11 on, or ``NAME{…}`` as vLLM leaves them; Llama 3.2's pythonic ``[name(key=literal)]``;
+- gpt-oss's harmony messages: its calls to ``functions.NAME``, after its reasoning and words;
+- DeepSeek's calls between its markers, after its words.
+
+Each must name one of the run's tools or, in a call's markup, none may (the loop tells the
+model the tools there are, and runs nothing). Arguments after ``[ARGS]`` or in a harmony
+message that do not read are left for the loop's check. One that does not read otherwise, a
+mix of known and unknown names, or markup shown rather than written (words after it or before
+it on its line, or in a code span or block, fenced JSON included) leaves the whole text an
+answer, as it was before.
 
 Read so, a reply's words are what a person reads of it: without the calls it wrote (shown as
 the calls they are) and without its reasoning; the journal keeps the text as it was sent.
@@ -76,6 +81,11 @@ _FUNCTION: Final = "<function="
 _FUNCTION_END: Final = "</function>"
 _PARAMETER: Final = "<parameter="
 _PARAMETER_END: Final = "</parameter>"
+# GLM-4.5's and later's, inside the tag: NAME, then <arg_key>KEY</arg_key><arg_value>VALUE…
+_ARG_KEY: Final = "<arg_key>"
+_ARG_KEY_END: Final = "</arg_key>"
+_ARG_VALUE: Final = "<arg_value>"
+_ARG_VALUE_END: Final = "</arg_value>"
 _THINK: Final = "<think>"
 _THOUGHT: Final = "</think>"
 _FENCE: Final = "```"
@@ -269,11 +279,13 @@ def _tagged(text: str, at: int, schemas: Mapping[str, object]) -> tuple[list[obj
 
 
 def _block(inside: str, schemas: Mapping[str, object]) -> object:
-    """What a ``<tool_call>`` block holds: Qwen3-Coder's ``<function=…>`` as a call object,
-    else the JSON of Hermes and Qwen2.5; None if it is neither."""
+    """What a ``<tool_call>`` block holds: Qwen3-Coder's ``<function=…>`` or GLM's name and
+    ``<arg_key>``s as a call object, else the JSON of Hermes and Qwen2.5; None if it is none."""
     body = inside.strip()
     if body.startswith(_FUNCTION):
         return _function(body, schemas)
+    if not body.startswith(("{", "[")):
+        return _glm(body, schemas)
     return _json(inside)
 
 
@@ -297,6 +309,33 @@ def _function(body: str, schemas: Mapping[str, object]) -> dict[str, object] | N
             return None
         # The template writes each value on lines of its own: those two line ends are its.
         value = value.removeprefix("\n").removesuffix("\n")
+        arguments[key] = _typed(value, properties.get(key))
+        rest = rest.lstrip()
+    return {"name": name, "arguments": arguments}
+
+
+def _glm(body: str, schemas: Mapping[str, object]) -> dict[str, object] | None:
+    """GLM-4.5's and later's ``NAME<arg_key>KEY</arg_key><arg_value>VALUE</arg_value>…`` as a
+    call object, each value typed by the tool's schema (``_typed``: its template writes text
+    as it is, anything else as JSON); None unless it is only that."""
+    head, opened, rest = body.partition(_ARG_KEY)
+    name = head.strip()
+    if not name or len(name.split()) > 1 or "<" in name:
+        return None
+    properties = _properties(schemas.get(name))
+    arguments: dict[str, object] = {}
+    rest = _ARG_KEY + rest if opened else ""
+    while rest:
+        if not rest.startswith(_ARG_KEY):
+            return None
+        key, closed, rest = rest.removeprefix(_ARG_KEY).partition(_ARG_KEY_END)
+        rest = rest.lstrip()
+        if not rest.startswith(_ARG_VALUE):
+            return None
+        value, ended, rest = rest.removeprefix(_ARG_VALUE).partition(_ARG_VALUE_END)
+        key = key.strip()
+        if not closed or not ended or not key or "<" in key or key in arguments:
+            return None
         arguments[key] = _typed(value, properties.get(key))
         rest = rest.lstrip()
     return {"name": name, "arguments": arguments}

@@ -311,6 +311,7 @@ async def test_a_call_written_as_text_runs_and_the_journal_keeps_what_was_said(
         '{"name": "deploy", "arguments": {"text": "v2"}}',
         "<tool_call>\n<function=deploy>\n<parameter=text>\nv2\n</parameter>\n</function>\n"
         "</tool_call>",
+        "<tool_call>deploy\n<arg_key>text</arg_key>\n<arg_value>v2</arg_value>\n</tool_call>",
         '[TOOL_CALLS]deploy[ARGS]{"text": "v2"}',
         '<|channel|>commentary to=functions.deploy <|constrain|>json<|message|>{"text": "v2"}',
         "<\uff5ctool\u2581calls\u2581begin\uff5c><\uff5ctool\u2581call\u2581begin\uff5c>deploy"
@@ -827,3 +828,48 @@ async def test_a_call_of_no_tool_of_the_run_goes_back_to_the_model_and_nothing_r
     assert counter.calls == {"echo": 1}
     (told,) = [m["content"] for m in fake.requests[1]["messages"] if m["role"] == "tool"]
     assert told == "unknown tool 'echo_text'; tools: boom, deploy, echo, slow, write"
+
+
+def _glm(name: str, **values: str) -> str:
+    """A call as GLM-4.5's and later templates write it (text as it is, the rest as JSON)."""
+    written = "".join(
+        f"<arg_key>{key}</arg_key>\n<arg_value>{value}</arg_value>\n"
+        for key, value in values.items()
+    )
+    return f"<tool_call>{name}\n{written}</tool_call>"
+
+
+async def test_glm_calls_are_calls_with_values_of_their_schemas_types() -> None:
+    content = "<think>Status, then logs.</think>\nLooking.\n" + _glm("service_status") + "\n"
+    content += _glm("tail_logs", service=" checkout ", lines="20", follow="false")
+    # GLM-4.7 writes the first key on the name's line.
+    content += '\n<tool_call>tail_logs<arg_key>levels</arg_key><arg_value>["error"]'
+    content += "</arg_value></tool_call>"
+    turn = await _turn(content, [STATUS, TAIL])
+
+    assert [(name, json.loads(arguments)) for name, arguments in _calls(turn)] == [
+        ("service_status", {}),
+        ("tail_logs", {"service": " checkout ", "lines": 20, "follow": False}),
+        ("tail_logs", {"levels": ["error"]}),
+    ]
+    assert shown(turn) == "Looking."
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "<tool_call>service_status please</tool_call>",
+        "<tool_call>service_status\n<arg_key>service</arg_key>checkout</tool_call>",
+        "<tool_call>service_status\n<arg_key>service</arg_key><arg_value>a</tool_call>",
+        "<tool_call>service_status\nfor <arg_key>service</arg_key><arg_value>a</arg_value>"
+        "</tool_call>",
+        "<tool_call>service_status\n<arg_key>service</arg_key><arg_value>a</arg_value>\nthen"
+        "</tool_call>",
+        "Run:\n```\n" + _glm("service_status", service="checkout") + "\n```",
+    ],
+)
+async def test_glm_markup_that_is_not_a_call_is_left_alone(content: str) -> None:
+    turn = await _turn(content, [STATUS, TAIL])
+
+    assert turn.calls == ()
+    assert (turn.text, turn.finish_reason) == (content, "stop")
