@@ -873,3 +873,21 @@ async def test_glm_markup_that_is_not_a_call_is_left_alone(content: str) -> None
 
     assert turn.calls == ()
     assert (turn.text, turn.finish_reason) == (content, "stop")
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        '<|channel|>commentary to=functions.service_status <|constrain|>json<|message|>{"serv',
+        f"{CALLS}{CALL}service_status{SEP}{{'service': 'checkout'}}{CALL_END}{CALLS_END}",
+    ],
+)
+async def test_marked_arguments_that_do_not_read_are_left_for_the_loops_check(
+    content: str,
+) -> None:
+    # The loop tells the model its arguments are not JSON, rather than end with the markup.
+    turn = await _turn(content)
+
+    assert [call.name for call in turn.calls] == ["service_status"]
+    with pytest.raises(ValueError):
+        json.loads(turn.calls[0].arguments)
