@@ -233,6 +233,53 @@ def test_the_chart_refuses_to_render_without_a_shared_database(values: dict[str,
         render_chart(values)
 
 
+# Each a secret given where every reader of the release sees it: a ConfigMap (kestrel.yaml) or
+# the Deployment's spec (extraEnv's value), both shown by `kubectl get -o yaml` to anyone who
+# may read them, and by `helm get values`, where a Secret would keep it.
+SECRETS_IN_THE_OPEN = {
+    "an API key in kestrel.yaml": (
+        {**A_DATABASE, "config": "openai_api_key: sk-live-5e1d7c3a9b\ntools: []\n"},
+        "config holds openai_api_key",
+    ),
+    "the database's password in kestrel.yaml": (
+        {"config": "database: postgresql://kestrel:pw-9c4e@pg:5432/kestrel\ntools: []\n"},
+        "config holds a URL with a password",
+    ),
+    "a proxy's password in kestrel.yaml": (
+        {**A_DATABASE, "config": "openai_base_url: http://me:pw-2f8b@proxy:3128/v1\n"},
+        "config holds a URL with a password",
+    ),
+    "the database URL with its password in extraEnv": (
+        {"extraEnv": [{"name": "KESTREL_DATABASE_URL", "value": DATABASE_URL}]},
+        "extraEnv KESTREL_DATABASE_URL holds a URL with a password",
+    ),
+    "a token in extraEnv": (
+        {**A_DATABASE, "extraEnv": [{"name": "SLACK_BOT_TOKEN", "value": "xoxb-7a3e9c1b5d"}]},
+        "extraEnv SLACK_BOT_TOKEN is a secret",
+    ),
+    "the database's password in extraEnv": (
+        {
+            "config": "database: postgresql://kestrel@pg:5432/kestrel\n",
+            "extraEnv": [{"name": "PGPASSWORD", "value": "pw-4d0b8f2c"}],
+        },
+        "extraEnv PGPASSWORD is a secret",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(SECRETS_IN_THE_OPEN))
+def test_the_chart_refuses_a_secret_outside_the_secret(name: str) -> None:
+    # Else it sits in a ConfigMap or the pod's spec, which RBAC lets far more people read.
+    import helm_python
+
+    values, said = SECRETS_IN_THE_OPEN[name]
+    with pytest.raises(helm_python.HelmRenderError, match=re.escape(said)) as refused:
+        render_chart(values)
+    assert "secret.values" in str(refused.value)
+    for secret in ("sk-live", "pw-", "xoxb-"):
+        assert secret not in str(refused.value)  # the refusal is shown, logged, pasted
+
+
 def test_the_chart_refuses_a_scrape_with_a_token_the_secret_lacks() -> None:
     # Else the Prometheus Operator finds no such key, and the metrics are silently not scraped.
     import helm_python

@@ -71,3 +71,30 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- fail "no database: set KESTREL_DATABASE_URL=postgresql://… in the Secret (secret.values, or secret.keys of secret.existingSecret) or in extraEnv: the replicas share one PostgreSQL journal" -}}
 {{- end -}}
 {{- end -}}
+
+{{/* No secret where every reader of the release sees it: kestrel.yaml is a ConfigMap and
+     extraEnv's values are the Deployment's spec, which `kubectl get -o yaml` shows to anyone
+     allowed to read them (far more people than may read a Secret), and `helm get values` too.
+     Refused: openai_api_key or a URL's password in config, and in extraEnv a value for a
+     secret Kestrel reads (PGPASSWORD too) or a URL with a password. The refusal names where, never the value. */}}
+{{- define "kestrel.noSecretInTheOpen" -}}
+{{- $where := "put it in the Secret (secret.values, or secret.keys of secret.existingSecret) or give extraEnv a valueFrom.secretKeyRef; a database URL may leave its password out, with PGPASSWORD in the Secret" -}}
+{{- $withPassword := "[A-Za-z][A-Za-z0-9+.-]*://[^\\s/@:]*:[^\\s/@]+@" -}}
+{{- if regexMatch "(?m)^openai_api_key:[ \\t]*[^\\s#]" .Values.config -}}
+{{- fail (printf "config holds openai_api_key, which a ConfigMap shows to anyone who may read it: %s" $where) -}}
+{{- end -}}
+{{- if regexMatch $withPassword .Values.config -}}
+{{- fail (printf "config holds a URL with a password, which a ConfigMap shows to anyone who may read it: %s" $where) -}}
+{{- end -}}
+{{- $secrets := append (include "kestrel.fileVariables" . | fromYamlArray) "PGPASSWORD" -}}
+{{- range .Values.extraEnv -}}
+{{- if hasKey . "value" -}}
+{{- if has .name $secrets -}}
+{{- fail (printf "extraEnv %s is a secret, which the pod's spec shows to anyone who may read it: %s" .name $where) -}}
+{{- end -}}
+{{- if regexMatch $withPassword (toString .value) -}}
+{{- fail (printf "extraEnv %s holds a URL with a password, which the pod's spec shows to anyone who may read it: %s" .name $where) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
