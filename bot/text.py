@@ -152,13 +152,39 @@ def _keyed_value_masked(found: re.Match[str]) -> str:
     return f"{found.group(1)}…{found.group(4)}"
 
 
+# An Authorization header's credentials, as text (a command's output, curl -v), a dict's repr or
+# JSON (a library's headers at debug): what follows its scheme (Bearer, Basic, token), or the
+# whole value when it names none; and a bearer token quoted without its header (a client's
+# error). After a scheme, any credential of 8 characters or more; else one holding a digit, as
+# tokens do ("authorization: denied by policy", "Bearer authentication" are prose). The PII
+# guard redacts them for the model; the logs mask them whatever pii.mode says.
+_AUTHORIZATION: Final = on_use(
+    r"(?i)(\b(?:proxy-)?authorization['\"]?[ \t]{0,4}[:=][ \t]{0,4}['\"]?"
+    r"(?:([a-z][a-z0-9_-]{0,30})[ \t]+)?)([^\s'\"\\,;]++)"
+)
+_BEARER: Final = on_use(r"(?i)(\bbearer[ \t]+)()([a-z0-9._~+/-]{8,}+=*)")
+# What a line must hold for them to be read at all (either case).
+_AUTHORIZATION_MARKS: Final = ("uthorization", "UTHORIZATION", "earer", "EARER")
+
+
+def _credential_masked(found: re.Match[str]) -> str:
+    """A header's or a bearer's credential shown as "…" (group 3), when it is one: long enough
+    after a scheme (group 2), else holding a digit."""
+    credential = found.group(3)
+    after_scheme = bool(found.group(2)) and len(credential) >= 8
+    if not after_scheme and not any(c.isdigit() for c in credential):
+        return found.group()
+    return f"{found.group(1)}…"
+
+
 def url_passwords_masked(text: str) -> str:
     """``text`` with the credentials of each URL in it masked (a log line, an error): the
     password of its user:password@, a token given as its user alone (``https://ghp_…@``), and
     the value of each parameter named for one, in its query, path or fragment, its name
     percent-encoded or not (``?token=``, ``&sig=``, ``?api%5Fkey=``, ``;password=``,
     ``#access_token=``, ``&client_secret=``); a token in a path (Discord's interactions and
-    webhooks, Slack's hooks), and a quoted key's value named so (``'token': '…'``)."""
+    webhooks, Slack's hooks), a quoted key's value named so (``'token': '…'``), and an
+    Authorization header's credentials (``Authorization: Bearer …``) or a bearer token's."""
     if "@" in text and "://" in text:
         text = _passwords_masked(text)
     if "=" in text and any(start in text for start in _PARAMETER_STARTS):
@@ -167,6 +193,8 @@ def url_passwords_masked(text: str) -> str:
         text = _PATH_TOKEN.sub(_path_token_masked, text)
     if "':" in text or '":' in text:
         text = _KEYED_VALUE.sub(_keyed_value_masked, text)
+    if any(mark in text for mark in _AUTHORIZATION_MARKS):
+        text = _BEARER.sub(_credential_masked, _AUTHORIZATION.sub(_credential_masked, text))
     return text
 
 

@@ -277,3 +277,51 @@ def test_a_platforms_token_in_a_path_or_a_payload_is_masked(
     text = logs.TextLines().format(record)
     assert secret not in text and "…" in text, text
     assert secret not in logs.JsonLines().format(record)
+
+
+BEARER = "eyJhbGciOi.Jz8dK2mQ4pW7"
+
+
+@pytest.mark.parametrize(
+    ("message", "args", "secret"),
+    [
+        # A catalog command's output (curl -v, a script echoing its headers), as kestrel.events
+        # logs a tool's exit at debug: with pii.mode off nothing redacted it before.
+        (
+            "%s",
+            (
+                {
+                    "kind": "tool_exit",
+                    "output": f"> GET / HTTP/1.1\n> Authorization: Bearer {BEARER}",
+                },
+            ),
+            BEARER,
+        ),
+        ("%s", (f"Proxy-Authorization: Basic {BEARER}",), BEARER),
+        ("%s", ("Authorization: Basic dXNlcjpwYXNzd29yZA==",), "dXNlcjpwYXNzd29yZA"),
+        ("%s", (f"authorization={BEARER}",), BEARER),
+        # A library's request headers at debug, as a dict's repr or as JSON.
+        ("headers: %s", ({"Authorization": f"Bearer {BEARER}", "Accept": "*/*"},), BEARER),
+        ("headers: %s", (json.dumps({"authorization": f"token {BEARER}"}),), BEARER),
+        # A client's error quoting the token it sent.
+        ("refused: invalid credentials Bearer %s", (BEARER,), BEARER),
+    ],
+)
+def test_an_authorization_headers_credentials_are_masked_in_a_log_line(
+    message: str, args: tuple[object, ...], secret: str
+) -> None:
+    # The logs masked a URL's password and a key named for a credential, not the header that
+    # carries most of them: a token in a tool's output reached the log whole.
+    record = logging.LogRecord("kestrel.events", logging.DEBUG, __file__, 1, message, args, None)
+    text = logs.TextLines().format(record)
+    assert secret not in text and "…" in text, text
+    assert secret not in logs.JsonLines().format(record)
+
+
+@pytest.mark.parametrize(
+    "line",
+    ["Bearer authentication is required", "authorization: denied by policy", "the bearer of news"],
+)
+def test_words_about_authorization_are_left_as_they_are(line: str) -> None:
+    record = logging.LogRecord("kestrel.events", logging.INFO, __file__, 1, line, None, None)
+    assert line in logs.TextLines().format(record)
