@@ -65,6 +65,13 @@ def healthcheck_argv() -> list[str]:
     return exec_form(" ".join(words))
 
 
+def healthcheck_seconds() -> float:
+    """How long Docker lets the HEALTHCHECK's command run (``--timeout``; Docker's default 30 s)."""
+    (arguments,) = [rest for word, rest in dockerfile_instructions() if word == "HEALTHCHECK"]
+    found = re.search(r"--timeout=(\d+)s\b", arguments.split(" CMD ", 1)[0])
+    return float(found.group(1)) if found else 30.0
+
+
 def render_chart(values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Every manifest ``helm template kestrel deploy/helm/kestrel`` would print."""
     import helm_python

@@ -9,6 +9,7 @@ import asyncio
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -34,6 +35,7 @@ from tests.deploy.kit import (
     dockerfile_stages,
     exec_form,
     healthcheck_argv,
+    healthcheck_seconds,
     one,
     render_chart,
 )
@@ -335,6 +337,40 @@ def test_the_compose_file_is_valid_and_runs_two_replicas_on_postgres() -> None:
             if word == "COPY" and rest.startswith("deploy/"):
                 source, target = rest.split()
                 assert (COMPOSE.parent / mounted[target.rstrip("/")]) == ROOT / source.rstrip("/")
+
+
+def _health_checks() -> list[tuple[str, list[str], float]]:
+    """Each health check the kit runs: where, its command, and how long its runtime lets it run."""
+    checks = [("the image", healthcheck_argv(), healthcheck_seconds())]
+    for name, service in yaml.safe_load(COMPOSE.read_text())["services"].items():
+        if name.startswith("kestrel"):
+            check = service["healthcheck"]
+            seconds = float(str(check["timeout"]).removesuffix("s"))
+            checks.append((f"compose {name}", check["test"][1:], seconds))
+    return checks
+
+
+def test_a_health_check_that_gets_no_answer_says_so_before_it_is_killed() -> None:
+    # kestrel health waited its default 5 s for a replica that accepts and never answers (a
+    # loop stuck, a full backlog), as long as Docker's --timeout=5s: Docker killed it first and
+    # `docker inspect` said "Health check exceeded timeout", never the line it would have.
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        port = silent.getsockname()[1]
+        for where, argv, seconds in _health_checks():
+            assert argv[:2] == ["kestrel", "health"], where
+            url = argv[argv.index("--url") + 1].replace(":3000/", f":{port}/")
+            argv = [*argv[2:]]
+            argv[argv.index("--url") + 1] = url
+            done = subprocess.run(
+                [*KESTREL, "health", *argv],
+                capture_output=True,
+                text=True,
+                timeout=seconds,
+                check=False,
+            )
+            assert done.returncode == 1 and "timed out" in done.stderr, (where, done.stderr)
 
 
 # A password as `openssl rand -base64` and people make them: Compose gives it to PostgreSQL as
