@@ -219,9 +219,15 @@ class LogSink:
     """An event sink that writes each event to the ``kestrel.events`` logger."""
 
     def emit(self, event: Event) -> None:
-        """Log the event at debug level, as JSON-ready data."""
+        """Log the event at debug level, as JSON-ready data; a run the model failed also as a
+        warning, which the operator must hear of (a key refused, a quota used up)."""
         if log.isEnabledFor(logging.DEBUG):
             log.debug("%s", to_json(event))
+        if isinstance(event, RunEndedEvent) and event.result.stop_reason is StopReason.MODEL_ERROR:
+            result = event.result
+            log.warning(
+                "run %s %s (%s): %s", event.run_id, result.status, result.stop_reason, result.error
+            )
 
 
 class FanOut:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import logging
 import typing
 from typing import Any
+
+import pytest
 
 from bot.domain import (
     DecisionKind,
@@ -15,7 +18,14 @@ from bot.domain import (
     TerminalResult,
     ToolOutcome,
 )
-from bot.events import Event, ModelTurnEvent, RequestOpenedEvent, to_json
+from bot.events import (
+    Event,
+    LogSink,
+    ModelTurnEvent,
+    RequestOpenedEvent,
+    RunEndedEvent,
+    to_json,
+)
 
 REQUEST = Request(run_id="run_1", kind=RequestKind.WAIT_APPROVAL, call_id="c1", tool="deploy")
 VALUES: dict[Any, Any] = {
@@ -62,3 +72,22 @@ def test_models_inside_events_become_plain_json() -> None:
         "input_tokens": 0,
         "output_tokens": 0,
     }
+
+
+def test_a_run_the_model_failed_is_a_warning_and_other_ends_stay_debug(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A model that refuses the key (401), a quota used up, a model name it does not know:
+    # every run failed, the people in the thread were told, and at serve's default level
+    # (warning) the operator's log said nothing of it.
+    error = "model call failed: 401 from http://model/v1: Incorrect API key provided"
+    failed = TerminalResult(
+        status=RunStatus.FAILED, stop_reason=StopReason.MODEL_ERROR, error=error
+    )
+    answered = TerminalResult(status=RunStatus.COMPLETED, stop_reason=StopReason.ANSWERED)
+    caplog.set_level(logging.WARNING, logger="kestrel.events")
+    LogSink().emit(RunEndedEvent("run_1", answered))
+    LogSink().emit(RunEndedEvent("run_2", failed))
+    (record,) = caplog.records
+    assert record.levelno == logging.WARNING
+    assert record.getMessage() == f"run run_2 failed (model_error): {error}"
