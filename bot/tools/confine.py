@@ -81,7 +81,7 @@ def enter(hidden: list[str]) -> None:
     for path in hidden:
         if os.path.isdir(path):
             _mount("tmpfs", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
-        elif os.path.lexists(path):
+        elif os.path.exists(path):  # a link is followed: covered where it leads now
             _mount("/dev/null", path, None, MS_BIND)
 
 

@@ -173,11 +173,16 @@ def _stamp(path: str) -> str:
 def secret_files(
     config_file: Path | None, env_file: Path | None, named: Iterable[Path] = ()
 ) -> tuple[str, ...]:
-    """The absolute paths to cover (links resolved): those that exist now, each once. The kept
-    folder is among them, made if need be: it holds what Kestrel read of its settings file
-    (``bot.kept``), and what another process keeps there later must be covered too."""
+    """The absolute paths to cover, those that exist now, each once: each as resolved, and a
+    link as given too, which each command's cover follows to where it leads then (a Kubernetes
+    Secret's file leads to a new one once the Secret changes). The kept folder is among them,
+    made if need be: it holds what Kestrel read of its settings file (``bot.kept``), and what
+    another process keeps there later must be covered too."""
     candidates = [config_file, env_file, _pgpass(), kept.root(create=True), *named]
-    found = (path.resolve() for path in candidates if path is not None and path.exists())
+    found: list[Path] = []
+    for path in candidates:
+        if path is not None and path.exists():
+            found += [path.resolve(), path.absolute()]
     return tuple(dict.fromkeys(str(path) for path in found))
 
 

@@ -339,3 +339,36 @@ def test_a_passed_probe_is_remembered_per_covered_files(
     Isolation((str(tmp_path),)).check_remembered()
     Isolation().check_remembered()  # remembered: no third marker
     assert len(list((tmp_path / "kestrel").glob("isolation-*"))) == 2
+
+
+def _kubelet_writes(folder: Path, version: str, secrets: dict[str, str]) -> None:
+    """A Secret volume's files as the kubelet writes them, and rewrites them when the Secret
+    changes: a new ``..VERSION`` folder, ``..data`` swapped to it at once, the old one removed;
+    each key a link through ``..data``."""
+    fresh = folder / f"..{version}"
+    fresh.mkdir(parents=True)
+    for name, value in secrets.items():
+        (fresh / name).write_text(value)
+        if not (folder / name).is_symlink():
+            (folder / name).symlink_to(Path("..data") / name)
+    old = (folder / "..data").resolve() if (folder / "..data").is_symlink() else None
+    (folder / "..data_tmp").symlink_to(fresh.name)
+    (folder / "..data_tmp").rename(folder / "..data")
+    if old is not None:
+        shutil.rmtree(old)
+
+
+async def test_a_secret_file_the_kubelet_updates_reads_as_empty_after_the_update_too(
+    tmp_path: Path,
+) -> None:
+    # Covered as the file it led to at start: once the Secret changed (a token rotated), that
+    # file was gone and the link led to a new one, which every command could read.
+    secrets = tmp_path / "secrets"
+    _kubelet_writes(secrets, "2026_12_06_20_00_00.1", {"SLACK_BOT_TOKEN": "xoxb-old-secret"})
+    hidden = secret_files(None, tmp_path / "absent.env", [secrets / "SLACK_BOT_TOKEN"])
+    _kubelet_writes(secrets, "2026_12_06_21_00_00.2", {"SLACK_BOT_TOKEN": "xoxb-new-secret"})
+    script = 'cat "$0"; echo end'
+    argv = ["/bin/sh", "-c", script, str(secrets / "SLACK_BOT_TOKEN")]
+    tool = CommandTool("c", "c", argv, isolation=Isolation(hidden))
+    output = (await tool.call({}, CTX)).output
+    assert "secret" not in output and output.endswith("end\n[exit status 0]"), output
