@@ -139,21 +139,24 @@ class Health:
         return True, f"the event loop answers ({late:.3f} s late)"
 
     async def check(self) -> Readiness:
-        """Every check, each within ``CHECK_SECONDS``; kept as ``latest`` for the gauges, and
-        what changed logged (``_tell``)."""
+        """Every check at once, each within ``CHECK_SECONDS`` (so all of them too: one after
+        another, a slow store's two reads outlasted a probe's timeout); kept as ``latest`` for
+        the gauges, and what changed logged (``_tell``)."""
         found: dict[str, Problem] = {}
         if self.stopping:
             found["shutdown"] = Problem(STOPPING, STOPPING)
-        store = await _bounded(self._store_problem(), STORE_UNREACHABLE)
+        names = list(self._platforms)
+        store, replica, *platforms = await asyncio.gather(
+            _bounded(self._store_problem(), STORE_UNREACHABLE),
+            _bounded(self._replica_problem(), NOT_REGISTERED),
+            *(_bounded(_connected_problem(self._platforms[n]), NOT_CONNECTED) for n in names),
+        )
         if store:
             found["store"] = store
-        else:
-            replica = await _bounded(self._replica_problem(), NOT_REGISTERED)
-            if replica:
-                found["replica"] = replica
+        elif replica:  # read from the store too: a store that fails is said once, as the store
+            found["replica"] = replica
         connected: dict[str, bool] = {}
-        for name, is_connected in self._platforms.items():
-            said = await _bounded(_connected_problem(is_connected), NOT_CONNECTED)
+        for name, said in zip(names, platforms, strict=True):
             connected[name] = not said
             if said:
                 found[name] = said

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +13,13 @@ import pytest
 
 from bot.config.settings import ConfigError, load_settings
 from bot.config.sources import environment, names_a_setting
-from bot.replica.health import Health
+from bot.replica.health import CHECK_SECONDS, Health
+from storage.postgres import PostgresStore
 from storage.sqlite import SqliteStore
+from tests.deploy.kit import A_DATABASE, one, render_chart
 from tests.fakes.processes import KESTREL, ROOT
+from tests.fakes.tcp_proxy import proxied_dsn
+from tests.storage.conftest import postgres_dsn, postgres_schema
 
 
 @pytest.fixture
@@ -200,6 +205,34 @@ async def test_a_replica_that_never_sent_a_heartbeat_is_not_ready(tmp_path: Path
         await health.stop()
     finally:
         await store.close()
+
+
+async def test_readiness_answers_within_one_check_s_bound_when_the_store_is_slow() -> None:
+    # The store's check, then the registration's, one after the other: each within the 3 s
+    # bound, two in a row took up to 6 s, past the chart's readiness timeoutSeconds (5), so a
+    # store answering slowly made the kubelet's probe time out on a replica that said ready.
+    pod = one(render_chart(A_DATABASE), "Deployment")["spec"]["template"]["spec"]
+    assert pod["containers"][0]["readinessProbe"]["timeoutSeconds"] > CHECK_SECONDS + 0.5
+    dsn = postgres_dsn()
+    async with postgres_schema(dsn) as schema, proxied_dsn(dsn) as (proxied, proxy):
+        store = PostgresStore(proxied, schema=schema)
+        await store.migrate()
+        try:
+            await store.heartbeat("replica-a")
+            health = Health(store, "replica-a", alive_within=30)
+            await health.start(await store.schema_version())
+            for _ in range(3):  # at full speed: each pooled connection prepares each read
+                assert (await health.check()).ready
+            proxy.slow(CHECK_SECONDS * 2 / 3)  # each read answers within the bound
+            started = time.monotonic()
+            said = await health.check()
+            took = time.monotonic() - started
+            proxy.slow(0)
+            await health.stop()
+        finally:
+            await store.close()
+    assert said.ready, said
+    assert took < CHECK_SECONDS + 0.5, took
 
 
 async def test_a_sqlite_journal_deleted_or_replaced_under_a_replica_is_not_ready(

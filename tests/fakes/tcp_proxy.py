@@ -6,7 +6,8 @@ until ``restore()``; ``hold()`` keeps every connection open but passes no byte e
 stalled network, a half-open connection) until ``restore()``; ``lose_commit_reply(marker)``
 lets the next transaction whose statements carry ``marker`` commit, then drops the server's
 answer to its ``COMMIT`` and the connection with it (the commit landed; the client never learns),
-and with ``then_cut`` cuts every connection as it does.
+and with ``then_cut`` cuts every connection as it does; ``slow(seconds)`` holds each chunk of
+the server's answers that long before passing it on (a store that answers, slowly).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class TcpProxy:
         self._losing: asyncio.StreamWriter | None = None
         self._cut_after_loss = False
         self.replies_lost = 0
+        self.latency = 0.0  # ``slow``: seconds each chunk of the server's answers is held
 
     async def __aenter__(self) -> TcpProxy:
         self._server = await asyncio.start_server(self._forward, "127.0.0.1", 0)
@@ -74,6 +76,10 @@ class TcpProxy:
         store gone as it committed)."""
         self._marker = marker
         self._cut_after_loss = then_cut
+
+    def slow(self, seconds: float) -> None:
+        """Hold each chunk the server sends ``seconds`` before passing it on (0: at once)."""
+        self.latency = seconds
 
     def restore(self) -> None:
         """Accept connections again, and pass what was held."""
@@ -124,6 +130,8 @@ class TcpProxy:
                 elif self._losing is client:
                     self._lose(client)
                     return
+                elif self.latency:
+                    await asyncio.sleep(self.latency)
                 writer.write(data)
                 await writer.drain()
         except OSError:
