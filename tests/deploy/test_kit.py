@@ -373,6 +373,16 @@ def test_a_health_check_that_gets_no_answer_says_so_before_it_is_killed() -> Non
             assert done.returncode == 1 and "timed out" in done.stderr, (where, done.stderr)
 
 
+def test_a_readiness_check_waits_for_readiness_s_own_answer() -> None:
+    # /readyz gives each check 3 s: a health check that gave up sooner said "timed out" where
+    # the replica was about to say which check failed (the store: no answer within 3 s).
+    from bot.replica.health import CHECK_SECONDS
+
+    for where, argv, _ in _health_checks():
+        if argv[argv.index("--url") + 1].endswith("/readyz"):
+            assert float(argv[argv.index("--timeout") + 1]) > CHECK_SECONDS + 0.5, where
+
+
 # A password as `openssl rand -base64` and people make them: Compose gives it to PostgreSQL as
 # it is, so it may hold what a URL cannot.
 A_PASSWORD = "Zx9/Qp+r4T#@?%2F=="
