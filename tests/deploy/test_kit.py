@@ -350,6 +350,21 @@ def _health_checks() -> list[tuple[str, list[str], float]]:
     return checks
 
 
+def test_no_process_of_a_replica_can_gain_a_privilege() -> None:
+    # Catalog commands are what runs untrusted: without no_new_privs a setuid program of the
+    # image (su, mount, passwd) or a file capability could give one what the user lacks. The
+    # systemd unit had NoNewPrivileges=yes; the chart and Compose left it to the runtime.
+    pod = one(render_chart(A_DATABASE), "Deployment")["spec"]["template"]["spec"]
+    context = pod["containers"][0]["securityContext"]
+    assert context["allowPrivilegeEscalation"] is False
+    assert context["capabilities"]["drop"] == ["ALL"] and context["readOnlyRootFilesystem"]
+    for name, service in yaml.safe_load(COMPOSE.read_text())["services"].items():
+        if name.startswith("kestrel"):
+            assert "no-new-privileges:true" in service["security_opt"], name
+            assert service["cap_drop"] == ["ALL"], name
+    assert re.search(r"^NoNewPrivileges=yes$", UNIT.read_text(), re.MULTILINE)
+
+
 def test_a_health_check_that_gets_no_answer_says_so_before_it_is_killed() -> None:
     # kestrel health waited its default 5 s for a replica that accepts and never answers (a
     # loop stuck, a full backlog), as long as Docker's --timeout=5s: Docker killed it first and

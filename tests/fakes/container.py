@@ -42,11 +42,14 @@ def available() -> str | None:
 
 
 def run_in_container(
-    argv: Sequence[str], *, unmasked: bool, timeout: float = 30
+    argv: Sequence[str], *, unmasked: bool, no_new_privs: bool = False, timeout: float = 30
 ) -> subprocess.CompletedProcess[str]:
-    """``argv`` as the image's user, in a container's ``/proc`` (``unmasked``: none masked)."""
+    """``argv`` as the image's user, in a container's ``/proc`` (``unmasked``: none masked;
+    ``no_new_privs``: as Compose's ``no-new-privileges`` and the chart's
+    ``allowPrivilegeEscalation: false`` start it)."""
     script = [] if unmasked else _masks()
     drop = f"setpriv --reuid {IMAGE_USER} --regid {IMAGE_USER} --clear-groups"
+    drop += " --no-new-privs" if no_new_privs else ""
     script.append(f'exec {drop} --inh-caps=-all --bounding-set=-all "$@"')
     namespaces = ["unshare", "--mount", "--pid", "--fork", "--mount-proc"]
     return subprocess.run(
