@@ -92,15 +92,10 @@ def usage_error(exc: click.UsageError) -> None:
     """With JSON logs (configured, or asked for by ``KESTREL_LOG_FORMAT`` before they were), a
     usage error ends as one error record naming it, and exit status 2; else nothing: click
     prints its usage text."""
-    import logging
-    import os
-
     from bot import logs
 
-    if not logs.json_lines():
-        if os.environ.get(logs.FORMAT_VARIABLE, "").strip().lower() != "json":
-            return
-        logs.configure(logging.ERROR, "json")
+    if not _json_errors_if_asked():
+        return
     command = exc.ctx.command_path if exc.ctx is not None else "kestrel"
     logs.failure(f"{exc.format_message()} ({command} --help)")
     sys.exit(exc.exit_code)
@@ -206,9 +201,26 @@ def configure_logs(log_level: str | None, verbose: bool, serving: bool) -> None:
     try:
         level, form = logs.chosen(log_level or ("info" if verbose else None), os.environ, default)
     except logs.LogSetupError as exc:
+        _json_errors_if_asked()  # a bad level with JSON asked: its one line is JSON too
         fail(str(exc))
         sys.exit(EXIT_USAGE)
     logs.configure(level, form)
+
+
+def _json_errors_if_asked() -> bool:
+    """Whether the logs are JSON lines, configured so (errors only) if ``KESTREL_LOG_FORMAT``
+    asked for them before they were configured."""
+    import logging
+    import os
+
+    from bot import logs
+
+    if logs.json_lines():
+        return True
+    if os.environ.get(logs.FORMAT_VARIABLE, "").strip().lower() != "json":
+        return False
+    logs.configure(logging.ERROR, "json")
+    return True
 
 
 def as_option(help_text: str) -> Callable[[Callable[P, R]], Callable[P, R]]:

@@ -3,6 +3,7 @@ files, a bad log level; and readiness of a replica that has not registered."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
@@ -184,6 +185,24 @@ def test_a_bad_log_level_is_one_line(here: Path) -> None:
     assert done.returncode == 2
     assert done.stderr == (
         "kestrel: KESTREL_LOG_LEVEL must be one of debug, info, warning, error, not 'loud'\n"
+    )
+
+
+def test_a_bad_log_level_with_json_logs_asked_is_one_json_record(here: Path) -> None:
+    # The chart's logLevel mistyped: the pod's one line was text, which a shipper parsing the
+    # JSON lines it was promised could not read.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KESTREL_")}
+    env.update(KESTREL_LOG_LEVEL="loud", KESTREL_LOG_FORMAT="json", PYTHONPATH=str(ROOT))
+    done = subprocess.run(
+        [*KESTREL, "serve"], env=env, cwd=here, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 2
+    (line,) = done.stderr.splitlines()
+    record = json.loads(line)
+    assert record["level"] == "error" and record["logger"] == "kestrel"
+    assert (
+        record["message"]
+        == "KESTREL_LOG_LEVEL must be one of debug, info, warning, error, not 'loud'"
     )
 
 
