@@ -187,13 +187,10 @@ class TextLines(logging.Formatter):
         # the HTTP client logs each request's URL at info.
         if not record.exc_info:
             return url_passwords_masked(line)
-        if logging.getLogger().isEnabledFor(logging.DEBUG):
+        if _tracebacks_shown():
             return url_passwords_masked(line + "\n" + self.formatException(record.exc_info))
         # Above debug, a line stays a line: the exception named, no traceback.
-        exc = record.exc_info[1]
-        return url_passwords_masked(
-            f"{line}: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
-        )
+        return url_passwords_masked(f"{line}: {_named(record.exc_info[1])}")
 
 
 class JsonLines(logging.Formatter):
@@ -209,10 +206,23 @@ class JsonLines(logging.Formatter):
             "message": record.getMessage(),
         }
         obj.update(where(record))
-        if record.exc_info:
-            obj["exception"] = self.formatException(record.exc_info)
+        if record.exc_info:  # as TextLines says it: a traceback at debug, else one line
+            shown = _tracebacks_shown()
+            exc_info = record.exc_info
+            obj["exception"] = self.formatException(exc_info) if shown else _named(exc_info[1])
         # Masked before they are JSON strings: a payload's quotes are then still quotes.
         for key in ("message", "exception"):
             if key in obj:
                 obj[key] = url_passwords_masked(obj[key])
         return json.dumps(obj, ensure_ascii=False)
+
+
+def _tracebacks_shown() -> bool:
+    """Whether a record's exception is written whole (at debug), not named on one line."""
+    return logging.getLogger().isEnabledFor(logging.DEBUG)
+
+
+def _named(exc: BaseException | None) -> str:
+    """An exception on one line: its type and the start of its message (a library's expected
+    failure, a gateway that dropped say, is no traceback above debug, in either format)."""
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"

@@ -325,3 +325,28 @@ def test_an_authorization_headers_credentials_are_masked_in_a_log_line(
 def test_words_about_authorization_are_left_as_they_are(line: str) -> None:
     record = logging.LogRecord("kestrel.events", logging.INFO, __file__, 1, line, None, None)
     assert line in logs.TextLines().format(record)
+
+
+def _reconnect_logged(level: int, form: str) -> str:
+    """discord.py's line for a gateway that dropped (``log.exception``), as ``form`` writes it
+    at ``level``."""
+    stream = io.StringIO()
+    logs.configure(level, form, stream)
+    try:
+        raise ConnectionResetError("the gateway closed with 4000\nreconnecting")
+    except ConnectionResetError:
+        logging.getLogger("discord.client").exception("Attempting a reconnect in %.2fs", 1.62)
+    return stream.getvalue()
+
+
+def test_an_expected_failure_has_no_traceback_in_json_lines_above_debug() -> None:
+    # A gateway that drops is logged with its exception by discord.py: text said it on one
+    # line naming it, but a JSON line carried the whole traceback, at info (the chart's level).
+    (line,) = _reconnect_logged(logging.INFO, "json").splitlines()
+    record = json.loads(line)
+    assert record["message"] == "Attempting a reconnect in 1.62s"
+    assert record["exception"] == "ConnectionResetError: the gateway closed with 4000 reconnecting"
+    text = _reconnect_logged(logging.INFO, "text")
+    assert text.rstrip("\n").endswith(f": {record['exception']}") and "Traceback" not in text
+    record = json.loads(_reconnect_logged(logging.DEBUG, "json"))
+    assert record["exception"].startswith("Traceback (most recent call last):")
