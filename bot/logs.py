@@ -67,6 +67,8 @@ CHAT: Final = "kestrel.chat"
 LOUDER: Final = {SERVICE: logging.INFO, CONFIG: logging.WARNING, CHAT: logging.WARNING}
 # discord.py's warnings about voice support a text bot never uses.
 _VOICE_NOTICE: Final = "voice will NOT be supported"
+# discord.py's line as its gateway drops and it connects again.
+_RECONNECT: Final = "Attempting a reconnect in"
 RUN_ID: ContextVar[str | None] = ContextVar("kestrel_run_id", default=None)
 # The run's session: its id names the platform, workspace, channel and thread (slack:T:C:TS).
 SESSION: ContextVar[str | None] = ContextVar("kestrel_session", default=None)
@@ -115,9 +117,10 @@ def configure(level: int, form: str, stream: TextIO | None = None) -> None:
         logging.getLogger(name).setLevel(quiet)
     for name, ceiling in LOUDER.items():
         logging.getLogger(name).setLevel(min(level, ceiling))
-    voice = logging.getLogger("discord.client")
-    if not any(isinstance(f, _NoVoiceNotice) for f in voice.filters):
-        voice.addFilter(_NoVoiceNotice())
+    client = logging.getLogger("discord.client")
+    for kind in (_NoVoiceNotice, _ReconnectIsAWarning):
+        if not any(isinstance(f, kind) for f in client.filters):
+            client.addFilter(kind())
 
 
 def json_lines() -> bool:
@@ -133,6 +136,18 @@ def failure(message: str) -> None:
 class _NoVoiceNotice(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         return _VOICE_NOTICE not in str(record.msg)
+
+
+class _ReconnectIsAWarning(logging.Filter):
+    """discord.py's "Attempting a reconnect in …" (an error, with the exception) is a warning:
+    the client mends it by itself, and /readyz says the platform is reconnecting meanwhile."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno <= logging.WARNING or not str(record.msg).startswith(_RECONNECT):
+            return True
+        record.levelno, record.levelname = logging.WARNING, "WARNING"
+        # The logger let the error through; the warning it now is obeys its level too.
+        return logging.getLogger(record.name).isEnabledFor(record.levelno)
 
 
 def set_replica(owner: str) -> None:

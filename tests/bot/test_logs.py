@@ -350,3 +350,12 @@ def test_an_expected_failure_has_no_traceback_in_json_lines_above_debug() -> Non
     assert text.rstrip("\n").endswith(f": {record['exception']}") and "Traceback" not in text
     record = json.loads(_reconnect_logged(logging.DEBUG, "json"))
     assert record["exception"].startswith("Traceback (most recent call last):")
+
+
+@pytest.mark.parametrize("form", ["json", "text"])
+def test_a_gateway_reconnecting_is_a_warning_not_an_error(form: str) -> None:
+    # discord.py logs each reconnect at error: an alert on errors paged for a blip that it
+    # mends by itself, while /readyz already says "discord: not connected (reconnecting)".
+    said = _reconnect_logged(logging.WARNING, form)
+    level = json.loads(said)["level"] if form == "json" else said.split()[1]
+    assert level.lower() == "warning", said
