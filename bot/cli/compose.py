@@ -172,6 +172,27 @@ def check_tool_names(settings: Settings, tools: ToolSet) -> None:
         else:
             what, names = "tool", sorted(tools)
         raise ConfigError(f"{section}: {key!r} names no {what} here{_nearest(key, names)}")
+    _check_approvable(settings, tools)
+
+
+def _check_approvable(settings: Settings, tools: ToolSet) -> None:
+    """Refuse a policy that names nobody to approve a tool that asks for approval: its every
+    request would wait until its deadline, each click refused. A tool nobody may run says so
+    with ``deny: true`` in its catalog."""
+    from bot.people.policy import approval_keys, approvers_of
+
+    for name, tool in tools.items():
+        approval = tool.flags.approval
+        if not approval.confirm or approval.deny:
+            continue
+        if approvers_of(settings.policy, name, approval.tags):
+            continue
+        keys = [f'"{key}"' if key == "*" else key for key in approval_keys(name, approval.tags)]
+        raise ConfigError(
+            f"policy.approvers: nobody may approve {name}, which asks for approval"
+            f" (confirm: true): name who may under {', '.join(keys[:-1])} or {keys[-1]}"
+            "; a tool nobody may run is deny: true in its catalog"
+        )
 
 
 def _nearest(name: str, known: list[str]) -> str:

@@ -34,6 +34,16 @@ def no_flags(_tool: str) -> ToolFlags | None:
     return None
 
 
+def approval_keys(tool: str, tags: Sequence[str]) -> list[str]:
+    """The keys of ``policy.approvers`` that name approvers of ``tool``: it, its tags, ``*``."""
+    return [tool, *(f"tag:{tag}" for tag in tags), EVERYONE]
+
+
+def approvers_of(rules: PolicyRules, tool: str, tags: Sequence[str]) -> list[str]:
+    """The principals ``rules`` name to approve ``tool`` (with these tags), in key order."""
+    return [p for key in approval_keys(tool, tags) for p in rules.approvers.get(key, [])]
+
+
 def principal_problem(principal: str) -> str:
     """Why ``principal`` as written can name nobody ("" when it can name someone): spaces
     around it, a kind misspelt or in capitals (``Group:S0SRE``), a kind with no id or with a
@@ -523,9 +533,7 @@ class Policy:
         return not (self.settings.self_approval and request.approvals_needed <= 1)
 
     def _approvers(self, tool: str, flags: ToolFlags | None) -> list[str]:
-        tags = flags.approval.tags if flags else ()
-        keys = [tool, *(f"tag:{tag}" for tag in tags), EVERYONE]
-        return [p for key in keys for p in self.settings.approvers.get(key, [])]
+        return approvers_of(self.settings, tool, flags.approval.tags if flags else ())
 
     async def _approval(
         self,

@@ -583,6 +583,31 @@ def test_a_policy_or_deadline_naming_no_tool_is_refused_with_the_nearest(tmp_pat
     assert kestrel(tmp_path, "run", "checkout is failing").returncode == 0
 
 
+def test_a_gated_tool_the_policy_lets_nobody_approve_is_refused(tmp_path: Path) -> None:
+    # Each left the demo's restart_service (confirm: true, tag prod) to nobody: its card
+    # waited an hour, every click refused with "only nobody may".
+    said = (
+        "policy.approvers: nobody may approve restart_service, which asks for approval"
+        ' (confirm: true): name who may under restart_service, tag:prod or "*"'
+    )
+    nobody: list[dict[str, list[str]]] = [
+        {},
+        {"restart_service": []},
+        {"*": []},
+        {"tag:read-only": ["U0BOSS"]},
+    ]
+    for approvers in nobody:
+        write_config(tmp_path, policy={"approvers": approvers})
+        for args in (("run", "hi"), ("chat",)):
+            refused = one_line_error(kestrel(tmp_path, *args))
+            assert refused.startswith(f"kestrel: {said}"), (approvers, args, refused)
+        checked = kestrel(tmp_path, "tools", "check")
+        assert checked.returncode == 1, (approvers, checked.stdout)
+        assert checked.stderr.startswith(said), checked.stderr
+    write_config(tmp_path, policy={"approvers": {"tag:prod": ["U0BOSS"]}})
+    assert kestrel(tmp_path, "run", "hi").returncode == 0
+
+
 def test_only_requesters_may_start_runs(tmp_path: Path) -> None:
     write_config(tmp_path, policy={"requesters": ["U0ALLOWED", "group:S0OPS"]})
     refused = one_line_error(kestrel(tmp_path, "run", "hi", "--as", "U0OTHER"))
