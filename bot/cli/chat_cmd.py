@@ -39,7 +39,7 @@ def chat(user: str | None) -> None:
 
     from adapters.console import ConsoleChat, ConsoleIO
     from bot.chat.service import ChatService
-    from bot.cli.compose import policy_notices, shown_database
+    from bot.cli.compose import policy_notices, program_notices, shown_database
     from bot.cli.stopping import Stop, end_on_signals, ending_code
     from bot.logs import CHAT
     from bot.run.supervisor import Supervisor
@@ -59,7 +59,8 @@ def chat(user: str | None) -> None:
             "/help for commands, Ctrl-D to leave."
             f"\nYou are {user} (--as or KESTREL_USER to change it)."
         )
-        notices = _unlogged(policy_notices(settings, rt.policy))
+        notices = _unlogged("kestrel.policy", policy_notices(settings, rt.policy))
+        notices += _unlogged("kestrel.tools", program_notices(settings))
         banner += "".join(f"\nnote: {notice}" for notice in notices)
         console = ConsoleChat(ChatService(supervisor), ConsoleIO(), user, on_stop=stop.take)
         stop.on_first(lambda: _left_by(stop, console.under_way()))
@@ -112,9 +113,9 @@ def _demo_said(settings: Settings) -> str:
     return " (the demo's simulated services)" if settings.uses_demo_catalog() else ""
 
 
-def _unlogged(notices: list[str]) -> list[str]:
-    """The policy's notices for the banner, unless the log has just shown them (``-v``)."""
-    return [] if logging.getLogger("kestrel.policy").isEnabledFor(logging.WARNING) else notices
+def _unlogged(logger: str, notices: list[str]) -> list[str]:
+    """Notices for the banner, unless ``logger`` has just shown them as warnings (``-v``)."""
+    return [] if logging.getLogger(logger).isEnabledFor(logging.WARNING) else notices
 
 
 PLATFORMS = ("slack", "discord")

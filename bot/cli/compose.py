@@ -277,6 +277,15 @@ def policy_notices(settings: Settings, policy: Policy) -> list[str]:
     return [] if settings.uses_demo_catalog() else policy.notices()
 
 
+def program_notices(settings: Settings) -> list[str]:
+    """What the chat's banner says of the catalogs: each tool whose program cannot start here,
+    which a load only warns of (it may be installed later), and the chat's log leaves unsaid."""
+    from bot.tools.catalog import unstartable_programs
+
+    found = unstartable_programs(settings.tool_patterns(), settings.base_dir)
+    return [f"{problem}; its calls fail until it can start" for problem in found]
+
+
 def shown_database(settings: Settings) -> str:
     """The journal as the terminal names it: a SQLite file, or a PostgreSQL server without its
     password."""

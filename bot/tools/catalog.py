@@ -683,6 +683,13 @@ def load_catalogs(
     return [tool for parsed in files for tool in parsed.tools(isolation)]
 
 
+def unstartable_programs(patterns: Sequence[str], base_dir: Path) -> list[str]:
+    """What a load of these catalogs warns of: each tool whose program cannot start on this
+    host (``file:line: tool …``), for a surface whose log does not show warnings."""
+    files, _problems = _collect(_expand(patterns, base_dir, []), set(), whole=False)
+    return _program_problems(files)
+
+
 def catalog_flags(
     patterns: Sequence[str], base_dir: Path, reserved: Iterable[str] = ()
 ) -> dict[str, ToolFlags]:

@@ -24,6 +24,33 @@ def test_the_demos_banner_says_nothing_of_oncall(tmp_path: Path) -> None:
     assert configured.stdout.count("note: policy.oncall is empty") == 1
 
 
+def test_the_chats_banner_names_a_tool_whose_program_is_not_there(tmp_path: Path) -> None:
+    # A catalog written by hand, its program misspelt: the load only warns (it may be
+    # installed later), and the chat's log shows errors alone, so it went unsaid until a call.
+    (tmp_path / "ops.yaml").write_text(
+        "tools:\n"
+        "  - name: disk_usage\n"
+        "    description: Disk usage\n"
+        '    command: ["dff", "-h"]\n'
+        "    idempotent: true\n"
+    )
+    write_config(tmp_path, tools=["ops.yaml"], policy={"oncall": ["U0ONCALL"]})
+    banner = kestrel(tmp_path, "chat")
+    assert banner.returncode == 0, banner.stderr
+    said = (
+        f"note: {tmp_path / 'ops.yaml'}:2: tool 'disk_usage': program 'dff' is not on the PATH"
+        " commands run with (/usr/local/bin:/usr/bin:/bin); its calls fail until it can start"
+    )
+    assert banner.stdout.count(said) == 1, banner.stdout
+    # Said once: with -v the log has said it already.
+    logged = kestrel(tmp_path, "-v", "chat")
+    assert "note: " not in logged.stdout, logged.stdout
+    assert logged.stderr.count("program 'dff' is not on the PATH") == 1, logged.stderr
+    # The demo's catalog, whose programs are all there, adds no note.
+    write_config(tmp_path)
+    assert "note:" not in kestrel(tmp_path, "chat").stdout
+
+
 def test_serve_without_its_token_says_so_first_and_alone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
