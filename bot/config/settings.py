@@ -116,8 +116,22 @@ class Section(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """A config section: unknown keys are errors."""
 
 
+def _model_name(name: str) -> None:
+    """Refuse a name no server has: empty, or with spaces around it (it was sent as written,
+    and each run failed with the server's 404 for a model named "" or " llama3.2")."""
+    if not name.strip():
+        raise ValueError(
+            "must not be empty: name one of the server's models (gpt-4.1-mini, or one"
+            " `ollama list` shows)"
+        )
+    if name != name.strip():
+        raise ValueError(f"{name!r} has spaces around it: write it as {name.strip()!r}")
+
+
 class ModelSettings(Section):
     """Which model answers, and how patiently."""
+
+    __field_checks__: ClassVar = {"name": _model_name}
 
     provider: Literal["openai", "scripted"] | None = None
     name: str = "gpt-4.1-mini"
@@ -128,6 +142,9 @@ class ModelSettings(Section):
     # A reply body over this many bytes ends the run as a model error (4 MiB: any real reply
     # fits, a runaway server's does not get parsed, journaled and held in memory).
     max_reply_bytes: Annotated[int, Meta(ge=1024)] = 4 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        run_field_checks(self)
 
 
 class BudgetSettings(Section):

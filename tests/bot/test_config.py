@@ -192,6 +192,9 @@ def test_environment_overrides_nested_keys(tmp_path: Path, monkeypatch: pytest.M
             "policy.approvers.*: expected a list, got a string:"
             ' write it as a list, ["group:S0SRE"]',
         ),
+        # Sent as it is: the server answered 404 for a model `` (or ` llama3.2`), run by run.
+        ("model: {name: ''}\n", "model.name: must not be empty: name one of the server's models"),
+        ("model: {name: ' llama3.2'}\n", "model.name: ' llama3.2' has spaces around it"),
         # The model's name alone, as "model.name set to one of the server's models" reads.
         (
             "model: llama3.2\n",
