@@ -74,6 +74,8 @@ _HINTS = {
     429: "rate limited or out of quota",
     501: NOT_THE_API,
 }
+# A key refused when none was set: the client sent its placeholder.
+NO_KEY_SENT = "OPENAI_API_KEY is not set, and this server wants one: set it"
 # The largest legitimate reply (about 128k output tokens, JSON-escaped) stays under 4 MiB,
 # while a runaway server's body is refused before it costs a parse, a journal row and a copy.
 DEFAULT_MAX_REPLY_BYTES = 4 * 1024 * 1024
@@ -97,6 +99,7 @@ class OpenAIProvider:
         if max_reply_bytes < MIN_REPLY_BYTES:
             raise ValueError(f"max_reply_bytes must be at least {MIN_REPLY_BYTES}")
         self._model = model
+        self._keyless = client is None and not api_key
         self._max_retries = max_retries
         self._max_reply_bytes = max_reply_bytes
         # Retries are the provider's (``_post_retrying``): the client's would sleep into the
@@ -290,6 +293,8 @@ class OpenAIProvider:
                 "OPENAI_BASE_URL has no path: OpenAI-compatible servers answer under /v1"
                 f" ({self.base_url}/v1)"
             )
+        if self._keyless and status in (HTTPStatus.UNAUTHORIZED, HTTPStatus.FORBIDDEN):
+            return NO_KEY_SENT
         return _HINTS.get(status, "").format(model=self._model)
 
 

@@ -245,6 +245,20 @@ async def test_401_names_the_cause_without_the_key(
     assert fake.count == 1  # a 401 is not retried
 
 
+async def test_a_key_refused_when_none_was_set_says_it_is_not_set(fake: FakeOpenAI) -> None:
+    # OPENAI_BASE_URL alone, for a server that does want a key: "check OPENAI_API_KEY" had the
+    # newcomer look at a variable they never set (the client sent its placeholder).
+    keyless = OpenAIProvider("gpt-test", api_key=None, base_url=fake.base_url)
+    for status in (401, 403):
+        fake.add_canned(Canned(status=status))
+        with pytest.raises(ModelError) as caught:
+            await keyless.complete([UserMessage("hi")], [], timeout=5)
+        assert str(caught.value).endswith(
+            " — OPENAI_API_KEY is not set, and this server wants one: set it"
+        ), caught.value
+    await keyless.aclose()
+
+
 async def test_404_hints_at_model_and_base_url(fake: FakeOpenAI, provider: OpenAIProvider) -> None:
     fake.add_canned(Canned(status=404))
 
