@@ -84,8 +84,8 @@ def _own_option_placed(exc: click.NoSuchOption) -> click.NoSuchOption:
     "--log-level",
     type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
     default=None,
-    help="What reaches stderr [KESTREL_LOG_LEVEL, else warning]; KESTREL_LOG_FORMAT=json for"
-    " one JSON object per line.",
+    help="What reaches stderr [KESTREL_LOG_LEVEL, else warning for serve, error for the rest];"
+    " KESTREL_LOG_FORMAT=json for one JSON object per line.",
 )
 @click.pass_context
 def cli(ctx: click.Context, config: str | None, verbose: bool, log_level: str | None) -> None:

@@ -327,3 +327,12 @@ def test_tools_check_reports_a_tool_name_serve_would_refuse(
     assert checked.returncode == 1, checked.stdout
     assert checked.stderr.splitlines() == [f"{said} (did you mean 'restart_service'?)"]
     assert "OK" not in checked.stdout
+
+
+def test_the_help_says_the_log_level_each_command_starts_at(tmp_path: Path) -> None:
+    # It said "else warning", and a newcomer's `kestrel run` showed no warning at all: only
+    # serve starts at warning, a one-shot command's answer stays its one line.
+    shown = kestrel(tmp_path, "--help")
+    assert shown.returncode == 0, shown.stderr
+    said = " ".join(shown.stdout.split())
+    assert "[KESTREL_LOG_LEVEL, else warning for serve, error for the rest]" in said, said
