@@ -375,10 +375,14 @@ def _waiting_for(request: Request) -> str:
     return f"{what} ({request.id})"
 
 
-def _elsewhere(state: RunResult) -> str:
-    """How a suspended run is moved on from another shell: the command answering each request
-    it waits on (a resume would find it still waiting), else ``kestrel runs resume``."""
-    hows = [how_answered(r.kind, r.run_id, r.id, r.options) for r in state.open_requests]
+def _elsewhere(state: RunResult, user: str) -> str:
+    """How a suspended run is moved on from another shell by ``user`` (an approval of their own
+    run: as someone else): the command answering each request it waits on (a resume would find
+    it still waiting), else ``kestrel runs resume``."""
+    hows = [
+        how_answered(r.kind, r.run_id, r.id, r.options, requester=r.requested_by == user)
+        for r in state.open_requests
+    ]
     if not hows:
         return f", or `kestrel runs resume {state.run_id}`"
     return ", or from another shell: " + "; ".join(hows)
@@ -464,7 +468,9 @@ class ConsoleChat:
             self.io.write(
                 f"kestrel> (run {state.run_id} suspended{': ' + waiting if waiting else ''})"
             )
-            self.io.write(f"         resume it with /resume {state.run_id}{_elsewhere(state)}")
+            self.io.write(
+                f"         resume it with /resume {state.run_id}{_elsewhere(state, self.user)}"
+            )
             return
         if result.status is RunStatus.COMPLETED:
             self.io.write(f"kestrel> {result.text}")

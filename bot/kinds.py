@@ -74,19 +74,25 @@ class RequestKind(StrEnum):
 
 # How each kind of request is answered from a shell: ``how_answered`` fills in the names.
 _ANSWER_WITH: Final[Mapping[str, str]] = {
-    RequestKind.WAIT_APPROVAL: "kestrel runs approve {run} {id} (or deny)",
+    RequestKind.WAIT_APPROVAL: "kestrel runs approve {run} {id}{someone} (or deny)",
     RequestKind.WAIT_USER: "kestrel runs answer {run} {id} {text}",
     RequestKind.WAIT_EFFECT: "kestrel runs effect {run} {id} retry|done|failed",
     RequestKind.WAIT_PLAN: (
-        "kestrel runs approve {run} {id} [--step-by-step] (or deny --reason TEXT)"
+        "kestrel runs approve {run} {id}{someone} [--step-by-step] (or deny --reason TEXT)"
     ),
 }
 
 
-def how_answered(kind: str, run_id: str, request_id: str, options: Sequence[str]) -> str:
-    """The command that answers a request of ``kind`` ("" for a kind no command answers)."""
+def how_answered(
+    kind: str, run_id: str, request_id: str, options: Sequence[str], *, requester: bool = False
+) -> str:
+    """The command that answers a request of ``kind`` ("" for a kind no command answers).
+
+    ``requester``: said to the run's requester, whose own approval ``runs approve`` refuses
+    (the two-person rule): the approval is given ``--as`` someone else."""
     text = "|".join(options) or "TEXT"
-    return _ANSWER_WITH.get(kind, "").format(run=run_id, id=request_id, text=text)
+    someone = " --as NAME" if requester else ""
+    return _ANSWER_WITH.get(kind, "").format(run=run_id, id=request_id, text=text, someone=someone)
 
 
 class RequestStatus(StrEnum):

@@ -216,12 +216,12 @@ def decide(
             await chat.wait(decided.resumed)
         elif not await chat.ended(run_id):
             obj = await run_object(rt, run_id)
-            return "\n".join([decided.message, *waiting_lines(obj)])
+            return "\n".join([decided.message, *waiting_lines(obj, actor.user)])
         obj = await run_object(rt, run_id)
         said = f"{decided.message}; run {run_id} is now {obj['status']}" + (
             f": {obj['text']}" if obj["text"] else ""
         )
-        return "\n".join([said, *waiting_lines(obj)])
+        return "\n".join([said, *waiting_lines(obj, actor.user)])
 
     received: list[int] = []
     echo(with_runtime(work, settings))
@@ -265,15 +265,17 @@ async def _own_run(
     return f". At this terminal, {', or '.join(ways)}" if ways else ""
 
 
-def waiting_lines(obj: dict[str, Any]) -> list[str]:
+def waiting_lines(obj: dict[str, Any], reader: str) -> list[str]:
     """The requests a run (``run_object``) waits on now, each with its id and the command that
-    answers it."""
+    answers it, as ``reader`` would give it (the requester approves as someone else)."""
     from bot.kinds import how_answered
 
     lines = []
+    requester = obj["requested_by"] == reader
     for request in obj["requests"]:
         args = json.dumps(request["arguments"], sort_keys=True)
-        how = how_answered(request["kind"], obj["run_id"], request["id"], request["options"])
+        ids = (obj["run_id"], request["id"], request["options"])
+        how = how_answered(request["kind"], *ids, requester=requester)
         lines.append(f"  waiting: {request['kind']} {request['id']} {request['tool']} {args}")
         lines.append(f"    {how}" if how else "")
     return [line for line in lines if line]

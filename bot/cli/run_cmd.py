@@ -78,7 +78,7 @@ def run(prompt: str, as_json: bool, defer: bool, user: str | None) -> None:
 
     received: list[int] = []
     obj = with_runtime(work)
-    print_run(obj, as_json)
+    print_run(obj, as_json, terminal_user(user))
     exit_if_signalled(received)
     sys.exit(exit_status(obj["status"]))
 
@@ -95,8 +95,9 @@ def _stdin_prompt() -> str:
     return stream.buffer.read().decode("utf-8", errors="surrogateescape").rstrip("\r\n")
 
 
-def print_run(obj: dict[str, Any], as_json: bool) -> None:
-    """A run's answer on stdout, its status and waits on stderr (or one JSON object)."""
+def print_run(obj: dict[str, Any], as_json: bool, reader: str) -> None:
+    """A run's answer on stdout, its status and waits (as ``reader`` answers them) on stderr
+    (or one JSON object)."""
     if as_json:
         echo(json.dumps(obj, indent=2, sort_keys=True))
         return
@@ -105,5 +106,5 @@ def print_run(obj: dict[str, Any], as_json: bool) -> None:
     echo(f"[{obj['run_id']}: {obj['status']}, {obj['stop_reason']}]", err=True)
     if obj["error"]:
         echo(f"  {obj['error']}", err=True)
-    for line in waiting_lines(obj):  # as `runs approve` says what the run waits on next
+    for line in waiting_lines(obj, reader):  # as `runs approve` says what the run waits on next
         echo(line, err=True)

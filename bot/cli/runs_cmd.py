@@ -193,7 +193,7 @@ def runs_resume(run_id: str, force: bool, as_json: bool, user: str | None) -> No
 
     received: list[int] = []
     obj = with_runtime(work)
-    print_run(obj, as_json)
+    print_run(obj, as_json, terminal_user(user))
     exit_if_signalled(received)
     sys.exit(exit_status(obj["status"]))
 

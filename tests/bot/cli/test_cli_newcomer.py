@@ -139,10 +139,11 @@ def test_a_deferred_run_says_the_command_that_moves_it_on(tmp_path: Path) -> Non
     assert done.returncode == 3, done.stderr
     (request,) = json.loads(kestrel(tmp_path, "runs", "pending", "--json").stdout)
     run_id, request_id = request["run_id"], request["id"]
-    command = f"kestrel runs approve {run_id} {request_id}"
+    command = f"kestrel runs approve {run_id} {request_id} --as NAME"
+    # Said to the requester, whose own approval is refused there: someone else approves.
     assert f"    {command} (or deny)" in done.stderr.splitlines(), done.stderr
-    # What it says works, as someone other than the requester.
-    approved = kestrel(tmp_path, *command.split()[1:], "--as", "U0BOSS")
+    # What it says works, NAME someone other than the requester.
+    approved = kestrel(tmp_path, *command.split()[1:-1], "U0BOSS")
     assert approved.returncode == 0, approved.stderr
 
 
