@@ -298,6 +298,8 @@ class Policy:
 
     def start_refusal(self, actor: Actor) -> Refusal:
         """Why ``actor`` may not start a run, naming who may."""
+        if not self.settings.requesters:
+            return Refusal(f"{actor.user} may not start runs: policy.requesters is empty")
         who = _either(self.settings.requesters, actor)
         said = Refusal(f"{actor.user} may not start runs: only {who} may (policy.requesters)")
         return _with_untold(said, actor)

@@ -616,6 +616,10 @@ def test_only_requesters_may_start_runs(tmp_path: Path) -> None:
         "kestrel: U0OTHER may not start runs: only U0ALLOWED or group:S0OPS may (policy.requesters)"
     )
     assert kestrel(tmp_path, "run", "checkout is failing", "--as", "U0ALLOWED").returncode == 0
+    # It said "only nobody may".
+    write_config(tmp_path, policy={"requesters": []})
+    refused = one_line_error(kestrel(tmp_path, "run", "hi", "--as", "U0OTHER"))
+    assert refused == "kestrel: U0OTHER may not start runs: policy.requesters is empty"
 
 
 def test_with_json_logs_a_commands_one_line_error_is_a_json_record(tmp_path: Path) -> None:
