@@ -373,6 +373,37 @@ def _program_problems(files: Iterable["_Parsed"]) -> list[str]:
 
 
 def _unstartable(entry: ToolEntry, folder: Path) -> str | None:
+    """Why the entry's program cannot start (``_why_unstartable``); a shell line written as
+    one element (``["df -h"]``) is shown as the argv it meant."""
+    reason = _why_unstartable(entry, folder)
+    if reason is None:
+        return None
+    argv = _meant_argv(entry.command, folder)
+    if argv is None:
+        return reason
+    return (
+        f"is a command line, not a program: the command is an argv, one word to an element: {argv}"
+    )
+
+
+def _meant_argv(command: list[str], folder: Path) -> str | None:
+    """The argv a program with spaces in it meant, as JSON, when its first word is a program
+    here (``df -h``); None otherwise (``/opt/my tools/run`` is a path)."""
+    if not any(char.isspace() for char in command[0]):
+        return None
+    import json  # only to describe a mistake
+    import shlex
+
+    try:
+        words = shlex.split(command[0])
+    except ValueError:  # a quote left open: the words are not to be guessed
+        return None
+    if not words or unstartable(words[0], SAFE_PATH, folder) is not None:
+        return None
+    return json.dumps([*words, *command[1:]])
+
+
+def _why_unstartable(entry: ToolEntry, folder: Path) -> str | None:
     """Why the entry's program cannot start, as a call would start it (on ``SAFE_PATH``, from
     the tool's ``cwd``, else from the call's new and empty ``HOME``); None if it can."""
     program = _resolve(entry.command[0], folder)

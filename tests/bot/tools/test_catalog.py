@@ -372,6 +372,28 @@ def test_a_program_that_cannot_start_here_is_a_problem_of_the_check(tmp_path: Pa
     ]
 
 
+def test_a_shell_line_in_one_element_names_the_argv_it_meant(tmp_path: Path) -> None:
+    # A list, so not refused as a string is: the whole line was looked for as one program.
+    text = """\
+tools:
+  - {name: usage, description: x, command: ["df -h", "{path}"], parameters: {type: object,
+     properties: {path: {type: string}}}}
+  - {name: lines, description: x, command: ["wc -l '/var/log/app log'"]}
+  - {name: odd, description: x, command: ["/opt/my tools/run"]}
+"""
+    path = write(tmp_path, "ops.yaml", text)
+    assert check_catalog(path) == [
+        f"{path}:2: tool 'usage': program 'df -h' is a command line, not a program: the"
+        ' command is an argv, one word to an element: ["df", "-h", "{path}"]',
+        f"{path}:4: tool 'lines': program \"wc -l '/var/log/app log'\" is a command line, not"
+        ' a program: the command is an argv, one word to an element: ["wc", "-l",'
+        ' "/var/log/app log"]',
+        # A path with a space in it is a path: its first word is no program either.
+        f"{path}:5: tool 'odd': program '/opt/my tools/run' cannot start: No such file or"
+        " directory",
+    ]
+
+
 def test_a_program_that_cannot_start_here_is_only_warned_of_when_loading(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
