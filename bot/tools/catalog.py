@@ -51,6 +51,7 @@ from bot.tools.base import (
 from bot.tools.command import (
     SAFE_PATH,
     CommandTool,
+    misspelt_keywords,
     pattern_problems,
     placeholder,
     template_problems,
@@ -185,7 +186,7 @@ def _schema_problems(report: _Report, raw: dict[str, Any], prefix: Loc) -> None:
     before = len(report.problems)
     if parameters.get("type") != "object":
         report.at(prefix, "parameters must be a JSON Schema with type: object")
-    for path, message in pattern_problems(parameters):
+    for path, message in [*misspelt_keywords(parameters), *pattern_problems(parameters)]:
         report.at((*prefix, *path), _tool(raw) + message)
     if len(report.problems) == before:
         keep_clean(SOUND_PARAMETERS, parameters)

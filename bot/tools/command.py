@@ -92,6 +92,26 @@ _SUBSCHEMA_MAPS = frozenset(
     {"$defs", "definitions", "dependencies", "dependentSchemas", "properties"}
 )
 
+# Every keyword of JSON Schema (drafts 4 to 2020-12): a key of a schema that is none of them
+# but near one is a misspelling, which a validator ignores (``patern`` checks nothing).
+_KEYWORDS = frozenset(
+    {
+        *_SUBSCHEMA_KEYWORDS,
+        *_SUBSCHEMA_MAPS,
+        *("$anchor", "$comment", "$dynamicAnchor", "$dynamicRef", "$id", "$ref", "$schema"),
+        *("$vocabulary", "const", "contentEncoding", "contentMediaType", "default", "deprecated"),
+        *("dependentRequired", "description", "enum", "examples", "exclusiveMaximum"),
+        *("exclusiveMinimum", "format", "id", "maxContains", "maxItems", "maxLength"),
+        *("maxProperties", "maximum", "minContains", "minItems", "minLength", "minProperties"),
+        *("minimum", "multipleOf", "pattern", "patternProperties", "readOnly", "required"),
+        *("title", "type", "uniqueItems", "writeOnly"),
+    }
+)
+# Near enough to be a misspelling (``tpye``, ``enun``), not a custom annotation (``hint``).
+_MISSPELT = 0.75
+# Never suggested: words so short that annotations are near them (``note``, ``when``, ``pid``).
+_SUGGESTED = sorted(_KEYWORDS - {"id", "if", "not", "then", "else"})
+
 
 def placeholder(element: str) -> str | None:
     """The parameter name if the element is exactly ``{param}`` (a letter or ``_``, then
@@ -244,6 +264,27 @@ def pattern_problems(schema: Any, path: SchemaPath = ()) -> list[tuple[SchemaPat
         problems.append(((*path, "patternProperties"), message))
     for where, subschema in _subschemas(schema):
         problems += pattern_problems(subschema, (*path, *where))
+    return problems
+
+
+def misspelt_keywords(schema: Any, path: SchemaPath = ()) -> list[tuple[SchemaPath, str]]:
+    """Keys of ``schema`` and its subschemas that are no JSON Schema keyword but near one, as
+    (schema path, message): a validator ignores them, so what they meant goes unchecked."""
+    from bot.plain import nearest  # only to describe a mistake
+
+    if not isinstance(schema, Mapping):
+        return []
+    problems: list[tuple[SchemaPath, str]] = []
+    for key in schema:
+        near = None if key in _KEYWORDS else nearest(str(key), _SUGGESTED, _MISSPELT)
+        if near is not None:
+            message = (
+                f"not a JSON Schema keyword (did you mean {near}?): a validator ignores it,"
+                " and checks nothing"
+            )
+            problems.append(((*path, key), message))
+    for where, subschema in _subschemas(schema):
+        problems += misspelt_keywords(subschema, (*path, *where))
     return problems
 
 

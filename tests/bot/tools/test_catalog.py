@@ -372,6 +372,31 @@ def test_a_program_that_cannot_start_here_is_a_problem_of_the_check(tmp_path: Pa
     ]
 
 
+def test_a_misspelt_schema_keyword_is_named_with_the_keyword_it_meant(tmp_path: Path) -> None:
+    # JSON Schema ignores a keyword it does not know: "patern" checked nothing, and a unit
+    # named "-x; reboot" would have gone on to the approval card unrefused.
+    text = """\
+tools:
+  - name: restart
+    description: x
+    command: ["systemctl", "restart", "--", "{unit}"]
+    parameters:
+      type: object
+      properties:
+        unit: {tpye: string, patern: "^[a-z]+$", x-shown-as: Unit, note: a systemd unit}
+      requried: [unit]
+"""
+    path = write(tmp_path, "ops.yaml", text)
+    assert check_catalog(path) == [
+        f"{path}:9: tools[0].parameters.requried: tool 'restart': not a JSON Schema keyword"
+        " (did you mean required?): a validator ignores it, and checks nothing",
+        f"{path}:8: tools[0].parameters.properties.unit.tpye: tool 'restart': not a JSON Schema"
+        " keyword (did you mean type?): a validator ignores it, and checks nothing",
+        f"{path}:8: tools[0].parameters.properties.unit.patern: tool 'restart': not a JSON"
+        " Schema keyword (did you mean pattern?): a validator ignores it, and checks nothing",
+    ]
+
+
 def test_a_shell_line_in_one_element_names_the_argv_it_meant(tmp_path: Path) -> None:
     # A list, so not refused as a string is: the whole line was looked for as one program.
     text = """\
