@@ -181,7 +181,8 @@ def _schema_problems(report: _Report, raw: dict[str, Any], prefix: Loc) -> None:
     try:
         validator_for(parameters).check_schema(parameters)
     except SchemaError as exc:
-        report.at((*prefix, *exc.path), f"invalid JSON Schema: {exc.message}")
+        said = _unknown_type(exc.instance) if exc.path and exc.path[-1] == "type" else None
+        report.at((*prefix, *exc.path), f"invalid JSON Schema: {said or exc.message}")
         return
     before = len(report.problems)
     if parameters.get("type") != "object":
@@ -190,6 +191,33 @@ def _schema_problems(report: _Report, raw: dict[str, Any], prefix: Loc) -> None:
         report.at((*prefix, *path), _tool(raw) + message)
     if len(report.problems) == before:
         keep_clean(SOUND_PARAMETERS, parameters)
+
+
+# JSON Schema's types, and what Python and YAML call them.
+_TYPES: Final = ("array", "boolean", "integer", "null", "number", "object", "string")
+_TYPE_ALIASES: Final = {
+    "str": "string",
+    "int": "integer",
+    "bool": "boolean",
+    "float": "number",
+    "list": "array",
+    "dict": "object",
+    "map": "object",
+    "none": "null",
+}
+
+
+def _unknown_type(written: Any) -> str | None:
+    """What is said of a ``type`` JSON Schema lacks (``str``), with the type it meant; None for
+    any other problem of a type (a list of them, a number), which jsonschema's words say."""
+    if not isinstance(written, str) or written in _TYPES:
+        return None
+    from bot.plain import nearest  # only to describe a mistake
+
+    meant = _TYPE_ALIASES.get(written.lower()) or nearest(written.lower(), list(_TYPES))
+    hint = f" (did you mean {meant}?)" if meant else ""
+    listed = f"{', '.join(_TYPES[:-1])} and {_TYPES[-1]}"
+    return f"{written!r} is not a type{hint}; the types are {listed}"
 
 
 def _command_problems(report: _Report, raw: dict[str, Any], prefix: Loc) -> None:

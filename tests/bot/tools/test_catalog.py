@@ -397,6 +397,24 @@ tools:
     ]
 
 
+def test_a_type_json_schema_lacks_names_the_types_it_has(tmp_path: Path) -> None:
+    # Python's and YAML's names for it: "'str' is not valid under any of the given schemas".
+    for written, meant in (("str", "string"), ("int", "integer"), ("bool", "boolean")):
+        text = f"""\
+tools:
+  - name: scale
+    description: x
+    command: ["scale", "{{n}}"]
+    parameters: {{type: object, properties: {{n: {{type: {written}}}}}}}
+"""
+        path = write(tmp_path, "ops.yaml", text)
+        assert check_catalog(path)[0] == (
+            f"{path}:5: tools[0].parameters.properties.n.type: invalid JSON Schema: {written!r}"
+            f" is not a type (did you mean {meant}?); the types are array, boolean, integer,"
+            " null, number, object and string"
+        )
+
+
 def test_a_shell_line_in_one_element_names_the_argv_it_meant(tmp_path: Path) -> None:
     # A list, so not refused as a string is: the whole line was looked for as one program.
     text = """\
