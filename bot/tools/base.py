@@ -70,9 +70,17 @@ TOOL_NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,64}\Z"
 
 
 def check_tool_name(name: str) -> None:
-    """Refuse a name the model APIs would refuse (``ValueError``)."""
-    if not re.fullmatch(TOOL_NAME_PATTERN, name):
-        raise ValueError(f"tool name {name!r} must match {TOOL_NAME_PATTERN}")
+    """Refuse a name the model APIs would refuse (``ValueError``, saying why in words)."""
+    if re.fullmatch(TOOL_NAME_PATTERN, name):
+        return
+    odd = sorted(
+        {char for char in name if not (char.isascii() and (char.isalnum() or char in "_-"))}
+    )
+    why = f"has {', '.join(map(repr, odd))}" if odd else f"has {len(name)} characters"
+    raise ValueError(
+        f"a tool's name is 1 to 64 letters, digits, _ and -, as the model APIs take it:"
+        f" {name!r} {why}"
+    )
 
 
 class ApprovalPolicy(msgspec.Struct, frozen=True):

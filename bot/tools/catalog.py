@@ -33,20 +33,20 @@ import logging
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Final
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Final
 
 import msgspec
 from msgspec import Meta
 
 from bot.kept import keep_json, name_of, recall_json
-from bot.plain import Invalid, Loc, Problem, convert, dotted
+from bot.plain import Invalid, Loc, Problem, convert, dotted, run_field_checks
 from bot.text import not_utf8
 from bot.tools.base import (
     DEFAULT_MAX_OUTPUT,
-    TOOL_NAME_PATTERN,
     ApprovalPolicy,
     ToolFlags,
     ToolTraits,
+    check_tool_name,
 )
 from bot.tools.command import (
     SAFE_PATH,
@@ -89,7 +89,10 @@ class ToolEntry(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only
     """One command tool as declared in a catalog; converted strictly (``true`` is no number,
     ``"30"`` no timeout): a config value of the wrong type is an error, not silently coerced."""
 
-    name: Annotated[str, Meta(pattern=TOOL_NAME_PATTERN)]
+    # Checked on its own (bot.plain): the model APIs' rule, said in words, not as a regex.
+    __field_checks__: ClassVar = {"name": check_tool_name}
+
+    name: str
     description: Annotated[str, Meta(min_length=1)]
     command: Annotated[list[str], Meta(min_length=1)]
     parameters: dict[str, Any] = msgspec.field(default_factory=_no_parameters)
@@ -105,6 +108,9 @@ class ToolEntry(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only
     max_output: Annotated[int, Meta(gt=0)] = DEFAULT_MAX_OUTPUT
     allow_leading_dash: list[str] = []
     trusted_from: dict[str, list[str]] = {}
+
+    def __post_init__(self) -> None:
+        run_field_checks(self)
 
 
 class CatalogFile(msgspec.Struct, forbid_unknown_fields=True):

@@ -148,15 +148,15 @@ def test_an_entry_with_several_problems_reports_each_at_its_line(tmp_path: Path)
 @pytest.mark.parametrize(
     ("before", "after", "where"),
     [
-        ("name: restart_service", 'name: "restart_service\\n"', "2: tools[0].name"),
-        ("env: [KUBECONFIG]", 'env: ["KUBECONFIG\\n"]', "16: tools[0].env[0]"),
+        ("name: restart_service", 'name: "restart_service\\n"', "2: tools[0].name: a tool's"),
+        ("env: [KUBECONFIG]", 'env: ["KUBECONFIG\\n"]', "16: tools[0].env[0]: must be a"),
     ],
 )
 def test_a_name_ending_in_a_newline_is_refused(
     tmp_path: Path, before: str, after: str, where: str
 ) -> None:
     path = write(tmp_path, "ops.yaml", GOOD.replace(before, after))
-    assert only_problem(path).startswith(f"{path}:{where}: must be a string matching regex ")
+    assert only_problem(path).startswith(f"{path}:{where} "), only_problem(path)
 
 
 @pytest.mark.parametrize(
@@ -265,9 +265,14 @@ def test_a_placeholder_without_its_closing_brace_is_refused(tmp_path: Path) -> N
 
 def test_bad_name(tmp_path: Path) -> None:
     path = write(tmp_path, "ops.yaml", GOOD.replace("name: restart_service", "name: restart it"))
+    # It said "must be a string matching regex '^[a-zA-Z0-9_-]{1,64}\Z'".
     assert only_problem(path) == (
-        rf"{path}:2: tools[0].name: must be a string matching regex '^[a-zA-Z0-9_-]{{1,64}}\Z'"
+        f"{path}:2: tools[0].name: a tool's name is 1 to 64 letters, digits, _ and -, as the"
+        " model APIs take it: 'restart it' has ' '"
     )
+    long = "x" * 65
+    path = write(tmp_path, "ops.yaml", GOOD.replace("name: restart_service", f"name: {long}"))
+    assert only_problem(path).endswith(f"as the model APIs take it: {long!r} has 65 characters")
 
 
 def test_yaml_syntax_error_has_a_line(tmp_path: Path) -> None:

@@ -99,7 +99,7 @@ def test_first_parameter_must_be_a_struct_or_a_model() -> None:
 
 
 def test_bad_name_and_missing_description_are_refused() -> None:
-    with pytest.raises(ValueError, match="must match"):
+    with pytest.raises(ValueError, match="1 to 64 letters, digits, _ and -"):
         PythonTool.from_function(ask, name="no spaces")
 
     async def bare(args: Greeting) -> str:
