@@ -706,6 +706,8 @@ def _describe(
             + _model_hint(loc, layered.get("model"))
             + _approvers_hint(loc, layered.get("policy"))
         )
+        if problem.message == "unknown key":
+            hint += _endpoint_hint(loc)
         message = problem.message + hint
         said.append(f"{_source_of(loc, path, variables)}: {key}: {message}")
     return "; ".join(said)
@@ -733,6 +735,27 @@ def _model_hint(loc: tuple[str, ...], model: Any) -> str:
     if loc != ("model",) or not isinstance(model, str):
         return ""
     return f": the model's name goes under it, model: {{name: {json.dumps(model)}}}"
+
+
+# Where OpenAI's clients take the server and its key, and where Kestrel does.
+_ENDPOINT_KEYS: Final = {
+    **dict.fromkeys(
+        ("base_url", "api_base", "url", "endpoint", "host"),
+        ": the server's address is OPENAI_BASE_URL (the environment or .env), or"
+        " openai_base_url: at the top level",
+    ),
+    **dict.fromkeys(
+        ("api_key", "key", "token"),
+        ": the key is OPENAI_API_KEY, in the environment or .env (a secret: keep it out of"
+        " this file)",
+    ),
+}
+
+
+def _endpoint_hint(loc: tuple[str, ...]) -> str:
+    """Where the model's server or key goes, for one written under ``model:`` as OpenAI's own
+    clients take them (an unknown key there, with no near one)."""
+    return _ENDPOINT_KEYS.get(loc[1], "") if len(loc) == 2 and loc[0] == "model" else ""
 
 
 def _approvers_hint(loc: tuple[str, ...], policy: Any) -> str:

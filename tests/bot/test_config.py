@@ -195,6 +195,17 @@ def test_environment_overrides_nested_keys(tmp_path: Path, monkeypatch: pytest.M
         # Sent as it is: the server answered 404 for a model `` (or ` llama3.2`), run by run.
         ("model: {name: ''}\n", "model.name: must not be empty: name one of the server's models"),
         ("model: {name: ' llama3.2'}\n", "model.name: ' llama3.2' has spaces around it"),
+        # Where OpenAI's own clients take them: the server and its key are Kestrel's variables.
+        (
+            "model: {name: llama3.2, base_url: 'http://127.0.0.1:11434/v1'}\n",
+            "model.base_url: unknown key: the server's address is OPENAI_BASE_URL (the"
+            " environment or .env), or openai_base_url: at the top level",
+        ),
+        (
+            "model: {name: gpt-4.1-mini, api_key: sk-test}\n",
+            "model.api_key: unknown key: the key is OPENAI_API_KEY, in the environment or .env"
+            " (a secret: keep it out of this file)",
+        ),
         # The model's name alone, as "model.name set to one of the server's models" reads.
         (
             "model: llama3.2\n",
