@@ -151,8 +151,8 @@ def _named_problems(settings: Settings) -> list[str]:
 
 def _is_configuration(path: Path) -> bool:
     """Whether ``path`` reads as a kestrel.yaml: a mapping whose keys are all settings, one at
-    least no catalog has (``tools:`` alone is a catalog's too). What cannot be read is left to
-    the catalog check, which names the problem."""
+    least no catalog has, or ``tools:`` alone (a catalog's key too) listing file names, not
+    tools. What cannot be read is left to the catalog check, which names the problem."""
     from bot.config.settings import Settings
     from bot.plain import fields_of
     from bot.tools.catalog import CatalogFile
@@ -165,4 +165,9 @@ def _is_configuration(path: Path) -> bool:
     if not isinstance(data, dict) or not data:
         return False
     keys = set(data)
-    return keys <= fields_of(Settings).keys() and not keys <= fields_of(CatalogFile).keys()
+    if not keys <= fields_of(Settings).keys():
+        return False
+    if not keys <= fields_of(CatalogFile).keys():
+        return True
+    tools = data.get("tools")
+    return isinstance(tools, list) and bool(tools) and all(isinstance(t, str) for t in tools)

@@ -806,6 +806,10 @@ def test_tools_check_of_a_configuration_says_what_it_is_and_what_checks_it(
     said = kestrel(tmp_path, "--config", config.name, "tools", "check")
     assert said.returncode == 0 and said.stdout.startswith("1 catalog file(s) OK"), said.stderr
     assert kestrel(tmp_path, "tools", "check", "ops.yaml").returncode == 0
+    # tools: alone is a catalog's key too, but a catalog's tools are not file names.
+    write_config(tmp_path, tools=["ops.yaml"])
+    alone = kestrel(tmp_path, "tools", "check", "kestrel.yaml")
+    assert alone.stderr.startswith("kestrel.yaml: a configuration (kestrel.yaml)"), alone.stderr
 
 
 async def test_run_says_a_suspended_runs_words_without_the_calls_it_wrote_as_text(
