@@ -266,6 +266,12 @@ def read_yaml(path: Path) -> dict[str, Any]:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of settings")
+    if path.name != DEFAULT_CONFIG_NAME and _is_catalog(data):
+        # Named so by the user (--config): a kestrel.yaml of tools is told at each of them.
+        raise ConfigError(
+            f"{path}: a tool catalog (its tools: lists tools), not a configuration: a"
+            f' kestrel.yaml names catalog files, tools: ["{path.name}"]'
+        )
     for key in data:
         if not isinstance(key, str):
             raise ConfigError(f"{path}: {key!r}: keys must be names")
@@ -274,6 +280,15 @@ def read_yaml(path: Path) -> dict[str, Any]:
                 f"{path}: {key}: not a setting (paths are relative to this file's folder)"
             )
     return data
+
+
+def _is_catalog(data: Mapping[Any, Any]) -> bool:
+    """Whether a document read as settings is a tool catalog: ``tools:`` alone, listing
+    tools (mappings), where a configuration lists catalog files."""
+    tools = data.get("tools")
+    if set(data) != {"tools"} or not isinstance(tools, list) or not tools:
+        return False
+    return all(isinstance(tool, Mapping) for tool in tools)
 
 
 def base_dir_of(config: Path | None) -> Path:

@@ -223,6 +223,19 @@ def test_bad_configuration_names_the_cause(tmp_path: Path, text: str, message: s
     assert "\n" not in str(caught.value)
 
 
+def test_a_catalog_given_as_the_configuration_is_named_as_one(tmp_path: Path) -> None:
+    # It said "tools.0: expected a string, got a mapping: …" once for each of its tools.
+    tools = "".join(f"  - {{name: t{n}, description: x, command: [x]}}\n" for n in range(3))
+    path = tmp_path / "ops.yaml"
+    path.write_text("tools:\n" + tools)
+    with pytest.raises(ConfigError) as caught:
+        load_settings(str(path))
+    assert str(caught.value) == (
+        f"{path}: a tool catalog (its tools: lists tools), not a configuration: a kestrel.yaml"
+        ' names catalog files, tools: ["ops.yaml"]'
+    )
+
+
 @pytest.mark.parametrize("named_by", ["--config", "KESTREL_CONFIG", ".env KESTREL_CONFIG"])
 @pytest.mark.parametrize(("name", "wrong"), [("nope.yaml", "does not exist"), (".", "is a folder")])
 def test_a_config_file_that_is_not_there_is_named_with_who_named_it(
