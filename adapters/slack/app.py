@@ -34,6 +34,13 @@ log = logging.getLogger("kestrel.slack")
 EVENTS_PATH = "/slack/events"
 SLACK_API = "https://slack.com/api/"
 STOP_SECONDS = 5.0
+# Slack's word that who is in a user group or a channel changed: what Kestrel kept of it goes.
+MEMBERSHIP_EVENTS = (
+    "subteam_members_changed",
+    "subteam_updated",
+    "member_joined_channel",
+    "member_left_channel",
+)
 
 
 class SlackAdapter:
@@ -191,6 +198,8 @@ def _bolt_app(settings: SlackSettings, client: AsyncWebClient, on: SlackListener
     app.event("app_home_opened")(on.on_home_opened)
     app.event("app_uninstalled")(on.on_uninstalled)
     app.event("tokens_revoked")(on.on_uninstalled)
+    for changed in MEMBERSHIP_EVENTS:
+        app.event(changed)(on.on_members_changed)
     app.action(ids.ACTION_PATTERN)(on.on_action)
     app.view(ids.DENY_MODAL)(on.on_deny_submitted)
     app.view(ids.ANSWER_MODAL)(on.on_answer_submitted)

@@ -18,6 +18,11 @@ from bot.chat.contract import Actor, Place
 
 log = logging.getLogger("kestrel.slack")
 
+# How long a group's or a channel's members, as Slack said them, stand: Slack tells of a change
+# as it happens (``forget``, from ``subteam_members_changed``, ``subteam_updated``,
+# ``member_left_channel``, ``member_joined_channel``), and this bounds what an event lost, or
+# delivered to another replica, leaves standing. Asking afresh at every click met Slack's limit
+# on ``usergroups.users.list`` (Tier 2, about 20 a minute) in an incident.
 CACHE_SECONDS = 60.0
 # What one person's action may spend asking Slack, all its lookups together (a card's
 # approvers may name several groups): a lookup past it is a no, and the click or form is
@@ -32,11 +37,12 @@ T = TypeVar("T")
 class Identities:
     """Builds ``Actor``s and answers the policy's questions about them (``Directory``): who is
     in a user group (``usergroups.users.list``), who is in a channel (``conversations.members``)
-    and a user's own workspace (``users.info``). Answers are cached briefly, but a group or a
-    channel is asked again for each person's action that is not a listing (``actor``'s
-    ``listing``): who may decide or read is read when they act, not from what Slack said a
-    minute before. A failure or a time-out is a no, for that check alone, and an action that
-    is not a listing spends at most ``timeout`` seconds asking, whatever it asks."""
+    and a user's own workspace (``users.info``). A group's or a channel's members are kept until
+    Slack says they changed (``forget``) or for ``CACHE_SECONDS`` at most, and one lookup at a
+    time is made of each, whoever waits on it: clicks of several approvers at once do not each
+    spend one of the few calls a minute Slack allows. A failure or a time-out is a no, for that
+    check alone, and an action that is not a listing spends at most ``timeout`` seconds asking,
+    whatever it asks."""
 
     def __init__(
         self,
@@ -53,6 +59,10 @@ class Identities:
         self._groups: dict[str, tuple[float, frozenset[str]]] = {}
         self._channels: dict[str, tuple[float, frozenset[str]]] = {}
         self._teams: dict[str, tuple[float, str]] = {}
+        # The lookups under way, and how often Slack said each group or channel changed: an
+        # answer asked before a change is given to who waited on it, never kept.
+        self._asking: dict[tuple[str, str], tuple[float, asyncio.Task[frozenset[str]]]] = {}
+        self._changes: dict[tuple[str, str], int] = {}
 
     async def actor(
         self, user: str, place: Place, *, team: str = "", listing: bool = False
@@ -60,67 +70,93 @@ class Identities:
         """``user`` acting from ``place``; ``team``: their own workspace when the payload says
         it. Someone whose workspace cannot be told is taken for a guest: only their own user id
         in the policy lets them act. ``listing``: only to read what waits (``/kestrel runs``,
-        the Home tab), where a group's or a channel's members as Slack said them a moment ago do."""
+        the Home tab), where no lookup is bounded by the action's time."""
         deadline = None if listing else self._clock() + self._timeout
         team = team or await self._team_of(user, deadline)
         external = team != self._home_team
-        directory = _Acting(self, user, place, listing, deadline)
+        directory = _Acting(self, user, place, deadline)
         return Actor(user, place=place, external=external, directory=directory)
 
+    def forget(self, *, group: str = "", channel: str = "") -> None:
+        """Slack said the members of ``group`` or ``channel`` changed: ask it again."""
+        for kind, key, cache in (
+            ("group", group, self._groups),
+            ("channel", channel, self._channels),
+        ):
+            if key:
+                cache.pop(key, None)
+                self._asking.pop((kind, key), None)
+                self._changes[(kind, key)] = self._changes.get((kind, key), 0) + 1
+
     async def in_group(
-        self, user: str, group: str, *, cached: bool = True, deadline: float | None = None
+        self, user: str, group: str, *, deadline: float | None = None
     ) -> bool | None:
         """Whether ``user`` is in the user group ``group``; None when Slack did not say
-        (``cached``: as Slack said it within the last minute will do; ``deadline``: when the
-        action stops asking Slack)."""
-        ask = self._cached if cached else self._asked
-        members = await ask(self._groups, group, self._group_members, "user group", deadline)
+        (``deadline``: when the action stops asking Slack)."""
+        lookup = partial(self._group_members, group)
+        members = await self._members("group", self._groups, group, lookup, deadline)
         return None if members is None else user in members
 
-    async def sees(
-        self, user: str, place: Place, *, cached: bool = True, deadline: float | None = None
-    ) -> bool | None:
+    async def sees(self, user: str, place: Place, *, deadline: float | None = None) -> bool | None:
         """Whether ``user`` is a member of the channel of ``place`` (of our workspace); None
-        when Slack did not say (``cached`` and ``deadline`` as for ``in_group``)."""
+        when Slack did not say (``deadline`` as for ``in_group``)."""
         if place.platform != "slack" or place.workspace != self._home_team or not place.channel:
             return False
-        ask = self._cached if cached else self._asked
-        fetch, what = self._channel_members, "channel members"
-        members = await ask(self._channels, place.channel, fetch, what, deadline)
+        lookup = partial(self._channel_members, place.channel)
+        members = await self._members("channel", self._channels, place.channel, lookup, deadline)
         return None if members is None else user in members
 
-    async def _cached(
+    async def _members(
         self,
+        kind: str,
         cache: dict[str, tuple[float, frozenset[str]]],
         key: str,
-        fetch: Callable[[str], Awaitable[frozenset[str]]],
-        what: str,
-        deadline: float | None = None,
+        fetch: Callable[[], Awaitable[frozenset[str]]],
+        deadline: float | None,
     ) -> frozenset[str] | None:
+        """The members of ``key`` as kept, else as Slack says now (one lookup for everyone
+        waiting on it); None for a no."""
         hit = cache.get(key)
         if hit and self._clock() - hit[0] < CACHE_SECONDS:
             return hit[1]
-        return await self._asked(cache, key, fetch, what, deadline)
+        what = f"{'user group' if kind == 'group' else 'channel members'} of {key}"
+        if self._time_left(deadline) <= 0:
+            log.warning("slack: %s not asked: the action's %.0f s were spent", what, self._timeout)
+            return None
+        asking = self._asking.get((kind, key))
+        # One lookup for all who act at once; one Slack has not answered within an action's
+        # time (slow, or waiting out a rate limit) is left to finish, and asked again beside.
+        if asking is None or self._clock() - asking[0] >= self._timeout:
+            task = asyncio.create_task(self._kept(kind, cache, key, fetch))
+            task.add_done_callback(partial(self._asked, (kind, key)))
+            asking = self._asking[(kind, key)] = (self._clock(), task)
+        return await self._bounded(partial(asyncio.shield, asking[1]), what, deadline)
 
-    async def _asked(
+    async def _kept(
         self,
+        kind: str,
         cache: dict[str, tuple[float, frozenset[str]]],
         key: str,
-        fetch: Callable[[str], Awaitable[frozenset[str]]],
-        what: str,
-        deadline: float | None = None,
-    ) -> frozenset[str] | None:
-        """Slack's answer now (kept in ``cache`` for the reads after it); None for a no."""
-        found = await self._bounded(partial(fetch, key), f"{what} of {key}", deadline)
-        if found is not None:
-            cache[key] = (self._clock(), found)
+        fetch: Callable[[], Awaitable[frozenset[str]]],
+    ) -> frozenset[str]:
+        """Slack's answer, kept unless Slack said the members changed while it was asked."""
+        asked_at, changes = self._clock(), self._changes.get((kind, key), 0)
+        found = await fetch()
+        if self._changes.get((kind, key), 0) == changes:
+            cache[key] = (asked_at, found)
         return found
+
+    def _asked(self, key: tuple[str, str], done: asyncio.Task[frozenset[str]]) -> None:
+        if (asking := self._asking.get(key)) and asking[1] is done:
+            del self._asking[key]
+        if not done.cancelled():
+            done.exception()  # said by whoever waited for it; no "never retrieved" warning
 
     async def _bounded(
         self, lookup: Callable[[], Awaitable[T]], what: str, deadline: float | None
     ) -> T | None:
         """``lookup``'s answer within the time left (``deadline``), else None, said in a line."""
-        left = self._timeout if deadline is None else min(self._timeout, deadline - self._clock())
+        left = self._time_left(deadline)
         if left <= 0:
             log.warning("slack: %s not asked: the action's %.0f s were spent", what, self._timeout)
             return None
@@ -133,6 +169,10 @@ class Identities:
         except Exception as exc:  # a broken connection or reply: a no, said in one line
             log.warning("slack: %s failed: %s", what, exc)
         return None
+
+    def _time_left(self, deadline: float | None) -> float:
+        """How long a lookup may take: ``timeout``, or what is left of the action's time."""
+        return self._timeout if deadline is None else min(self._timeout, deadline - self._clock())
 
     async def _group_members(self, group: str) -> frozenset[str]:
         reply = await self._client.usergroups_users_list(usergroup=group)
@@ -169,13 +209,11 @@ class _Acting:
     everyone in its channel, so a person acting from a run's channel (a slash command names no
     thread) sees the run: Slack is asked about other channels only, where a busy workspace's
     rate limit would be a no. A group or a channel is asked once per action (a plan's steps
-    may name a group several times, a listing a channel per run), and afresh unless the
-    action is a ``listing``."""
+    may name a group several times, a listing a channel per run)."""
 
     identities: Identities
     user: str
     acted_from: Place
-    listing: bool = False
     deadline: float | None = None  # when the action stops asking Slack (None: a listing)
     _groups: dict[tuple[str, str], bool] = field(default_factory=dict)
     _channels: dict[tuple[str, str], bool] = field(default_factory=dict)
@@ -186,7 +224,7 @@ class _Acting:
         known = self._groups.get((user, group))
         if known is None:
             ask = self.identities.in_group
-            said = await ask(user, group, cached=self.listing, deadline=self.deadline)
+            said = await ask(user, group, deadline=self.deadline)
             known = self._groups[(user, group)] = self._told(said, f"group:{group}")
         return known
 
@@ -199,7 +237,7 @@ class _Acting:
         known = self._channels.get(key)
         if known is None:
             ask = self.identities.sees
-            said = await ask(user, place, cached=self.listing, deadline=self.deadline)
+            said = await ask(user, place, deadline=self.deadline)
             known = self._channels[key] = self._told(said, f"channel:{channel.channel}")
         return known
 

@@ -436,6 +436,16 @@ class SlackListeners:
                 links[item.request.run_id] = url
         return links
 
+    # --- who is in a group or a channel ----------------------------------------------------
+
+    async def on_members_changed(self, event: dict[str, Any]) -> None:
+        """Slack says who is in a user group (``subteam_members_changed``, ``subteam_updated``)
+        or a channel (``member_joined_channel``, ``member_left_channel``) changed: what was kept
+        of it is asked again at the next action, so a member removed is refused at once."""
+        group = event.get("subteam_id") or _dict(event.get("subteam")).get("id")
+        channel = event.get("channel") if str(event.get("type", "")).startswith("member_") else ""
+        self._identities.forget(group=str(group or ""), channel=str(channel or ""))
+
     # --- the app's own installation ------------------------------------------------------------
 
     async def on_uninstalled(self, event: dict[str, Any], body: dict[str, Any]) -> None:
@@ -587,6 +597,10 @@ def _card_of_action(body: dict[str, Any]) -> str:
     container = body.get("container") or {}
     message = body.get("message") or {}
     return str(message.get("ts") or container.get("message_ts") or "")
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 def _action_value(action: dict[str, Any]) -> str:

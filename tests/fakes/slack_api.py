@@ -152,6 +152,15 @@ class _Fault:
     channel: str | None = None  # None: calls into any channel
 
 
+@dataclass
+class _Limit:
+    """Slack's per-method rate limit: ``calls`` answered a ``window``, then 429s."""
+
+    calls: int
+    window: float
+    answered: list[float]
+
+
 Handler = Callable[[Call], Mapping[str, Any] | Awaitable[Mapping[str, Any]]]
 
 
@@ -325,6 +334,7 @@ class FakeSlackApi:
         self.socket_connections = 0  # connections ever accepted
         self._sockets: list[web.WebSocketResponse] = []
         self._faults: dict[str, list[_Fault]] = {}
+        self._limits: dict[str, _Limit] = {}
         self._delays: dict[str, float] = {}
         self._handlers: dict[str, Handler] = {
             method: getattr(self, name) for method, name in self._default_methods.items()
@@ -415,6 +425,11 @@ class FakeSlackApi:
         self._faults.setdefault(method, []).append(
             _Fault(error, status, retry_after if status == 429 else None, times, channel)
         )
+
+    def limit(self, method: str, calls: int, window: float = 60.0) -> None:
+        """Rate-limit ``method`` as Slack's tiers do: past ``calls`` answered within the last
+        ``window`` seconds, ``ratelimited`` (HTTP 429, ``Retry-After`` the wait left)."""
+        self._limits[method] = _Limit(calls, window, [])
 
     def refuse(
         self, method: str, error: str = "not_allowed_token_type", times: int | None = None
@@ -661,6 +676,17 @@ class FakeSlackApi:
                 return fault
         return None
 
+    def _limited(self, call: Call) -> _Fault | None:
+        limit = self._limits.get(call.method)
+        if limit is None:
+            return None
+        limit.answered = [at for at in limit.answered if call.at - at < limit.window]
+        if len(limit.answered) < limit.calls:
+            limit.answered.append(call.at)
+            return None
+        wait = limit.window - (call.at - limit.answered[0])
+        return _Fault("ratelimited", 429, max(1, int(wait + 0.999)), 1)
+
     async def _pause(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._stopping.wait(), seconds)
@@ -680,7 +706,7 @@ class FakeSlackApi:
         if method in self._delays:
             await self._pause(self._delays[method])
         status, headers = 200, {}
-        fault = self._take_fault(call)
+        fault = self._take_fault(call) or self._limited(call)
         if fault is not None:
             status, body = fault.status, _error(fault.error)
             if fault.retry_after is not None:

@@ -14,6 +14,7 @@ from slack_sdk.models.blocks import Block
 from slack_sdk.models.views import View
 
 from adapters.slack import answers, cards, ids, listings, modals, mrkdwn, status
+from adapters.slack.app import MEMBERSHIP_EVENTS
 from bot.chat.service import PendingRequest, RunView
 from bot.domain import (
     Budgets,
@@ -912,6 +913,8 @@ def test_the_manifest_parses_and_asks_for_what_the_adapter_uses() -> None:
     assert settings["interactivity"]["is_enabled"] is True
     events = set(settings["event_subscriptions"]["bot_events"])
     assert {"app_mention", "message.channels", "message.groups", "app_home_opened"} <= events
+    # What Kestrel keeps of a group's or a channel's members goes when Slack says it changed.
+    assert set(MEMBERSHIP_EVENTS) <= events
     (command,) = manifest["features"]["slash_commands"]
     assert command["command"] == "/kestrel"
     assert manifest["features"]["app_home"]["home_tab_enabled"] is True

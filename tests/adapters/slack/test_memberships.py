@@ -1,0 +1,74 @@
+"""Who is in a user group or a channel, as Kestrel keeps it, against the real bolt app and the
+fake Web API: kept until Slack says it changed (its events, tests/adapters/slack/
+test_hostile_authority.py) or a minute at most, so that an incident's clicks do not run into
+Slack's limit on ``usergroups.users.list`` (Tier 2, about 20 a minute)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from slack_sdk.web.async_client import AsyncWebClient
+
+from adapters.slack import ids
+from adapters.slack.identity import CACHE_SECONDS, Identities
+from bot.chat.contract import Place
+from tests.fakes.slack_api import FakeSlackApi
+from tests.fakes.slack_world import CHANNEL, require_approvals, restart_script, slack_world
+
+CLICKERS = 24  # more than Slack answers usergroups.users.list a minute
+SRES = [f"U0SRE{n:02d}" for n in range(CLICKERS)]
+
+
+async def test_an_incidents_clicks_are_decided_while_slack_limits_group_lookups(
+    tmp_path: Path,
+) -> None:
+    # Each click asked Slack who is in the approvers' group: past Slack's 20 a minute, every
+    # member was refused "Slack did not say who is in group:S0SRE: try again".
+    async with FakeSlackApi() as api:
+        api.usergroups["S0SRE"] = list(SRES)
+        api.limit("usergroups.users.list", 20)
+        async with slack_world(tmp_path, restart_script(), api=api) as world:
+            require_approvals(world.rt, tmp_path, CLICKERS)
+            await world.mention("checkout is failing")
+            card = await world.card()
+            await world.settled()
+            for n, sre in enumerate(SRES, start=1):
+                # Someone outside the group clicks too: refused as such, not as untold.
+                await world.click(card, ids.APPROVE_ONCE, user=f"U0OUT{n:02d}")
+                refused = await world.ephemeral_to(f"U0OUT{n:02d}")
+                assert "may not approve" in refused.args["text"], refused.args
+                assert "Slack did not say" not in refused.args["text"], refused.args
+                await world.click(card, ids.APPROVE_ONCE, user=sre)
+                if n < CLICKERS:
+                    note = await world.ephemeral_to(sre)
+                    assert note.args["text"] == f"approval {n} of {CLICKERS} recorded", note.args
+            await world.answer_posted()
+            assert world.executions == ["checkout"]
+            assert len(api.calls_to("usergroups.users.list")) == 1
+
+
+async def test_what_slack_said_of_a_group_stands_a_minute_at_most(tmp_path: Path) -> None:
+    # An event lost, or delivered to another replica, leaves a removed member in for a minute
+    # at most; people acting at once while Slack is asked wait on one lookup.
+    now = [0.0]
+    async with FakeSlackApi() as api:
+        api.usergroups["S0SRE"] = [SRES[0], SRES[1]]
+        api.delay("usergroups.users.list", 0.2)
+        identities = Identities(
+            AsyncWebClient(token="xoxb-test", base_url=api.url), "T0001", clock=lambda: now[0]
+        )
+        place = Place("slack", "T0001", CHANNEL, "1.1")
+        actors = [await identities.actor(sre, place, team="T0001") for sre in SRES[:2]]
+        assert actors[0].directory is not None and actors[1].directory is not None
+        both = await asyncio.gather(
+            *(a.directory.in_group(a.user, "S0SRE") for a in actors if a.directory)
+        )
+        assert both == [True, True]
+        assert len(api.calls_to("usergroups.users.list")) == 1
+        api.usergroups["S0SRE"] = []
+        now[0] += CACHE_SECONDS - 1
+        assert await identities.in_group(SRES[0], "S0SRE") is True
+        now[0] += 1
+        assert await identities.in_group(SRES[0], "S0SRE") is False
+        assert len(api.calls_to("usergroups.users.list")) == 2
