@@ -86,7 +86,7 @@ class SlackAdapter:
         """Check the token (``auth.test``), register the listeners, start delivering, and
         show the cards of requests that were opened while no process could post them."""
         me = await self._whoami()
-        identities = Identities(self.client, me.team)
+        identities = Identities(self.client, me.team, org=me.org)
         listeners = SlackListeners(
             self._chat, self.client, me, identities, self.progress, self.renderer, self._modal_key
         )
@@ -144,7 +144,16 @@ class SlackAdapter:
             where, moved = self.settings.api_url or SLACK_API, bool(self.settings.api_url)
             said = unreachable("slack", where, exc, variable="SLACK_API_URL", moved=moved)
             raise ConfigError(said) from exc
-        return BotIdentity(str(reply["team_id"]), str(reply["user_id"]))
+        if reply.get("is_enterprise_install"):
+            # An org-wide token acts for many workspaces (clicks may name none, methods need a
+            # team_id): Kestrel serves the one workspace its token is installed in.
+            raise ConfigError(
+                "slack: SLACK_BOT_TOKEN is an organisation-wide (Enterprise Grid) installation's;"
+                " Kestrel serves one workspace: install the app to that workspace (the"
+                " manifest's org_deploy_enabled: false) and use that installation's bot token"
+            )
+        org = str(reply.get("enterprise_id") or "")
+        return BotIdentity(str(reply["team_id"]), str(reply["user_id"]), org)
 
 
 class KestrelAgent(dict[str, str]):

@@ -51,9 +51,11 @@ class Identities:
         *,
         clock: Callable[[], float] = time.monotonic,
         timeout: float = LOOKUP_SECONDS,
+        org: str = "",
     ) -> None:
         self._client = client
         self._home_team = home_team
+        self._org = org  # the Enterprise Grid organisation of our workspace ("" for none)
         self._clock = clock
         self._timeout = timeout
         self._groups: dict[str, tuple[float, frozenset[str]]] = {}
@@ -72,7 +74,10 @@ class Identities:
         in the policy lets them act. ``listing``: only to read what waits (``/kestrel runs``,
         the Home tab), where no lookup is bounded by the action's time."""
         deadline = None if listing else self._clock() + self._timeout
-        team = team or await self._team_of(user, deadline)
+        if not team or (self._org and team == self._org):
+            # No team, or our Enterprise Grid org's id (``user_team``, ``user.team_id`` may
+            # name the org): which workspace they are of, Slack's users.info says.
+            team = await self._team_of(user, deadline)
         external = team != self._home_team
         directory = _Acting(self, user, place, deadline)
         return Actor(user, place=place, external=external, directory=directory)
@@ -198,7 +203,12 @@ class Identities:
         reply = await self._bounded(ask, f"users.info of {user}", deadline)
         if reply is None:
             return ""
-        team = str(_dict(reply.get("user")).get("team_id") or "")
+        found = _dict(reply.get("user"))
+        team = str(found.get("team_id") or "")
+        # On Enterprise Grid a person may be of several workspaces of the org: ours among them
+        # makes them one of ours.
+        if self._home_team in (_dict(found.get("enterprise_user")).get("teams") or []):
+            team = self._home_team
         self._teams[user] = (self._clock(), team)
         return team
 

@@ -72,10 +72,12 @@ MODALS = {
 
 @dataclass(frozen=True)
 class BotIdentity:
-    """Who the bot is in its workspace (from ``auth.test``)."""
+    """Who the bot is in its workspace (from ``auth.test``): ``org``, the Enterprise Grid
+    organisation the workspace is in ("" for none)."""
 
     team: str
     user: str
+    org: str = ""
 
 
 class SlackListeners:

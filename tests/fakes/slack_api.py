@@ -318,6 +318,8 @@ class FakeSlackApi:
         port: int = 0,
     ) -> None:
         self.team = team
+        # An Enterprise Grid org the workspace is in ("": none), as auth.test says it.
+        self.enterprise = ""
         self.bot_user = bot_user
         self.bot_id = bot_id
         self.app_id = app_id
@@ -781,6 +783,7 @@ class FakeSlackApi:
             "user_id": self.bot_user,
             "bot_id": self.bot_id,
             "is_enterprise_install": False,
+            **({"enterprise_id": self.enterprise} if self.enterprise else {}),
         }
 
     def _connections_open(self, call: Call) -> dict[str, Any]:
