@@ -80,13 +80,14 @@ class SlackAdapter:
         self.renderer = self.life.renderer
         self.app: AsyncApp | None = None
         self.listeners: SlackListeners | None = None
+        self._identities: Identities | None = None
         self._socket: GatedSocketMode | None = None
 
     async def start(self) -> BotIdentity:
         """Check the token (``auth.test``), register the listeners, start delivering, and
         show the cards of requests that were opened while no process could post them."""
         me = await self._whoami()
-        identities = Identities(self.client, me.team, org=me.org)
+        identities = self._identities = Identities(self.client, me.team, org=me.org)
         listeners = SlackListeners(
             self._chat, self.client, me, identities, self.progress, self.renderer, self._modal_key
         )
@@ -132,6 +133,8 @@ class SlackAdapter:
             await self._socket.close_async()  # type: ignore[no-untyped-call]
         if self.listeners is not None:
             await self.listeners.idle(timeout=STOP_SECONDS)
+        if self._identities is not None:
+            await self._identities.close()
         await self.life.stop(STOP_SECONDS)
 
     async def _whoami(self) -> BotIdentity:

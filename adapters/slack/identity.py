@@ -93,6 +93,14 @@ class Identities:
                 self._asking.pop((kind, key), None)
                 self._changes[(kind, key)] = self._changes.get((kind, key), 0) + 1
 
+    async def close(self) -> None:
+        """Stop the lookups still under way (nobody waits on them any more)."""
+        asking = [task for _, task in self._asking.values()]
+        self._asking.clear()
+        for task in asking:
+            task.cancel()
+        await asyncio.gather(*asking, return_exceptions=True)
+
     async def in_group(
         self, user: str, group: str, *, deadline: float | None = None
     ) -> bool | None:

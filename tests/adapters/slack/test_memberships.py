@@ -72,3 +72,19 @@ async def test_what_slack_said_of_a_group_stands_a_minute_at_most(tmp_path: Path
         now[0] += 1
         assert await identities.in_group(SRES[0], "S0SRE") is False
         assert len(api.calls_to("usergroups.users.list")) == 2
+
+
+async def test_a_lookup_slack_hangs_on_is_stopped_with_the_adapter(tmp_path: Path) -> None:
+    # A lookup outlives the action that gave up on it (others may wait on it): stopping must
+    # not leave it pending past the event loop.
+    async with FakeSlackApi() as api:
+        api.usergroups["S0SRE"] = [SRES[0]]
+        api.delay("usergroups.users.list", 30)
+        identities = Identities(
+            AsyncWebClient(token="xoxb-test", base_url=api.url), "T0001", timeout=0.2
+        )
+        assert await identities.in_group(SRES[0], "S0SRE") is None
+        lookups = [t for t in asyncio.all_tasks() if "Identities" in repr(t.get_coro())]
+        assert lookups and not any(t.done() for t in lookups)
+        await identities.close()
+        assert all(t.done() for t in lookups)
