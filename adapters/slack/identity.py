@@ -22,8 +22,9 @@ log = logging.getLogger("kestrel.slack")
 # as it happens (``forget``, from ``subteam_members_changed``, ``subteam_updated``,
 # ``member_left_channel``, ``member_joined_channel``), and this bounds what an event lost, or
 # delivered to another replica, leaves standing. Asking afresh at every click met Slack's limit
-# on ``usergroups.users.list`` (Tier 2, about 20 a minute) in an incident.
-CACHE_SECONDS = 60.0
+# on ``usergroups.users.list`` (Tier 2, about 20 a minute) in an incident; 10 s keeps a burst of
+# clicks to one call a group while a removal Slack told another replica counts within seconds.
+CACHE_SECONDS = 10.0
 # What one person's action may spend asking Slack, all its lookups together (a card's
 # approvers may name several groups): a lookup past it is a no, and the click or form is
 # still answered within Slack's 3 s, with time left for the store. A listing, answered
