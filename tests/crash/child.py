@@ -1,7 +1,8 @@
 """A Kestrel process for crash tests: starts, resumes or adopts one run, SIGKILLed on cue.
 
-The kill comes from a thin subclass of the real SQLite store: right after the N-th durable
-append of a given entry kind, the process sends itself SIGKILL, as a crash would.
+The kill comes from a thin subclass of the real store (SQLite, or PostgreSQL when ``--db`` is
+a DSN): right after the N-th durable append of a given entry kind, the process sends itself
+SIGKILL, as a crash would.
 """
 
 from __future__ import annotations
@@ -44,20 +45,25 @@ from bot.tools.propose_plan import propose_plan_tool
 from bot.tools.python import function_tool
 from bot.tools.source import ToolSource
 from bot.tools.toolset import ToolSet
+from storage.postgres import PostgresStore
+from storage.sql_store import SqlStore
 from storage.sqlite import SqliteStore
 
 MCP_SERVER = Path(__file__).resolve().parents[1] / "fakes" / "mcp_server.py"
 
 
-class CrashingStore(SqliteStore):
-    """The real store, killed right after a chosen append is durable."""
+class CrashingStore(SqlStore):
+    """The real store, killed right after a chosen append is durable (mixed into a backend)."""
 
-    def __init__(self, path: Path, kind: str, nth: int) -> None:
-        super().__init__(path)
+    _kind, _left = "", 0
+
+    def crash_after(self, kind: str, nth: int) -> None:
+        """Die right after the ``nth`` durable append (or decision) of ``kind``."""
         self._kind, self._left = kind, nth
 
     def submit(self, run_id: str, seq: int, epoch: int, entry: Entry) -> asyncio.Future[None]:
-        done = super().submit(run_id, seq, epoch, entry)
+        # A backend's own submit: this class is only ever mixed in before one (below).
+        done = super().submit(run_id, seq, epoch, entry)  # type: ignore[safe-super]
         if self._due(entry):
             done.add_done_callback(lambda _: os.kill(os.getpid(), signal.SIGKILL))
         return done
@@ -111,6 +117,21 @@ class CrashingStore(SqliteStore):
             return False
         self._left -= 1
         return self._left == 0
+
+
+class CrashingSqlite(CrashingStore, SqliteStore):
+    """The SQLite store, killed on cue."""
+
+
+class CrashingPostgres(CrashingStore, PostgresStore):
+    """The PostgreSQL store, killed on cue: each append is a commit of its own there."""
+
+
+def crashing_store(db: str, schema: str) -> CrashingStore:
+    """The store at ``db``: a PostgreSQL DSN (in ``schema``), else a SQLite file."""
+    if db.startswith("postgresql://"):
+        return CrashingPostgres(db, schema=schema)
+    return CrashingSqlite(Path(db))
 
 
 class Named(msgspec.Struct, frozen=True):
@@ -218,7 +239,7 @@ class CancelsWhileLive:
             self.said.append(asyncio.ensure_future(self.sup.cancel(event.run_id, by="U0ONCALL")))
 
 
-async def closed(store: SqliteStore, servers: McpTools | None) -> None:
+async def closed(store: SqlStore, servers: McpTools | None) -> None:
     """Close the store and the MCP servers, if any."""
     if servers is not None:
         await servers.close()
@@ -228,7 +249,8 @@ async def closed(store: SqliteStore, servers: McpTools | None) -> None:
 async def main(args: argparse.Namespace) -> None:
     """Start, resume, settle or cancel as ``args`` say; print where the run is."""
     kind, _, nth = (args.crash_after or ":0").partition(":")
-    store = CrashingStore(Path(args.db), kind, int(nth or 0))
+    store = crashing_store(args.db, args.schema)
+    store.crash_after(kind, int(nth or 0))
     await store.migrate()
     servers = mcp_tools(tools(args.catalog)) if args.mcp else None
     tool_source = await servers.start() if servers else ToolSource(ToolSet(tools(args.catalog)))
@@ -297,7 +319,8 @@ async def main(args: argparse.Namespace) -> None:
 def parser() -> argparse.ArgumentParser:
     """The child's options."""
     options = argparse.ArgumentParser()
-    options.add_argument("--db", required=True)
+    options.add_argument("--db", required=True, help="a SQLite file, or a PostgreSQL DSN")
+    options.add_argument("--schema", default="public", help="the PostgreSQL schema")
     options.add_argument("--base-url", required=True)
     options.add_argument("--catalog", required=True)
     options.add_argument("--crash-after", default="")

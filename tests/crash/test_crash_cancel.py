@@ -1,17 +1,17 @@
 """A cancel of a suspended run, SIGKILLed between its durable steps: the run never goes on
-after it (no model turn, no effect). Real processes, real SQLite file, real openai client
-(the harness of test_crash_resume)."""
+after it (no model turn, no effect). Real processes, a real SQLite file or PostgreSQL schema,
+real openai client (the harness of test_crash_resume)."""
 
 from __future__ import annotations
 
 import json
-import sqlite3
 import time
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests.crash.database import STORES, rows
 from tests.crash.test_crash_resume import SLOW_SCRIPT, child, effects, positions_requested
 
 # A gated call waits for approval; were the run to go on, its model would record an effect.
@@ -22,6 +22,7 @@ WAITING_SCRIPT: list[dict[str, object]] = [
 ]
 
 
+@pytest.mark.parametrize("store_name", STORES)
 @pytest.mark.parametrize("world", [WAITING_SCRIPT], indirect=True)
 @pytest.mark.parametrize("crash", ["closed:1", "run_ended:1"])
 def test_a_cancel_killed_half_way_never_lets_the_run_go_on(
@@ -47,6 +48,7 @@ def test_a_cancel_killed_half_way_never_lets_the_run_go_on(
     assert sorted(positions_requested(folder)) == [0]
 
 
+@pytest.mark.parametrize("store_name", STORES)
 @pytest.mark.parametrize("world", [SLOW_SCRIPT], indirect=True)
 def test_a_cancel_of_a_run_whose_process_died_mid_command_stops_the_command(
     world: dict[str, Path | str],
@@ -68,10 +70,9 @@ def test_a_cancel_of_a_run_whose_process_died_mid_command_stops_the_command(
         assert cancelled == "cancelled"
     time.sleep(2.5)  # past the moment the command would have written its effect
     assert effects(folder) == []
-    with sqlite3.connect(folder / "k.db") as conn:
-        (body,) = conn.execute(
-            "SELECT body FROM journal WHERE run_id = ? AND kind = 'run_ended'", (run_id,)
-        ).fetchone()
+    ((body,),) = rows(
+        world, "SELECT body FROM journal WHERE run_id = ? AND kind = 'run_ended'", run_id
+    )
     said = json.loads(body)["result"]["error"]
     assert "slow (its process group" in said and "was stopped" in said, said
 
@@ -85,6 +86,7 @@ CANCELLED_WHILE_RUNNING_SCRIPT: list[dict[str, object]] = [
 ]
 
 
+@pytest.mark.parametrize("store_name", STORES)
 @pytest.mark.parametrize("world", [CANCELLED_WHILE_RUNNING_SCRIPT], indirect=True)
 def test_a_cancel_taken_by_the_process_that_died_driving_the_run_still_ends_it(
     world: dict[str, Path | str],
@@ -101,16 +103,15 @@ def test_a_cancel_taken_by_the_process_that_died_driving_the_run_still_ends_it(
     crashed = child(world, "--cancel-while-running", "slow", "--crash-after", "tool_result:1")
     assert crashed.returncode == -9, crashed.stderr
     run_id = (folder / "run_id").read_text()
-    with sqlite3.connect(folder / "k.db") as conn:  # the cancel was taken before the crash
-        asked = conn.execute("SELECT actor FROM audit WHERE action = 'cancel'").fetchall()
+    # The cancel was taken before the crash.
+    asked = rows(world, "SELECT actor FROM audit WHERE action = 'cancel'")
     assert asked == [("U0ONCALL",)]
     out = json.loads(child(world, "--resume", run_id).stdout)
 
     assert out["status"] == "cancelled", out
     assert effects(folder) == ["s"]  # the command under way finished; nothing after it ran
     assert sorted(positions_requested(folder)) == [0]
-    with sqlite3.connect(folder / "k.db") as conn:
-        (body,) = conn.execute(
-            "SELECT body FROM journal WHERE run_id = ? AND kind = 'run_ended'", (run_id,)
-        ).fetchone()
+    ((body,),) = rows(
+        world, "SELECT body FROM journal WHERE run_id = ? AND kind = 'run_ended'", run_id
+    )
     assert json.loads(body)["result"]["error"] == "cancelled by U0ONCALL"

@@ -1,6 +1,7 @@
 """A call a PreToolUse hook turns into a consequential one, under SIGKILL after each kind of
 journal append: its effect never runs again without a fresh decision by on-call. Real
-processes, real SQLite file, real openai client (the harness of test_crash_resume)."""
+processes, a real SQLite file or PostgreSQL schema, real openai client (the harness of
+test_crash_resume)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import yaml
 
 from bot.domain import ToolCall
 from bot.hooks import HookContext, ToolVerdict
+from tests.crash.database import STORES
 from tests.crash.test_crash_resume import child, effects, positions_requested, settle_args
 
 HOOK = ["--pre-tool-use", f"{__name__}:record_lookups"]
@@ -60,6 +62,7 @@ def finish(
     return out
 
 
+@pytest.mark.parametrize("store_name", STORES)
 @pytest.mark.parametrize("world", [LOOKUP_SCRIPT], indirect=True)
 @pytest.mark.parametrize("crash", ["tool_dispatched", "tool_process", "tool_result"])
 def test_a_call_a_hook_made_consequential_never_runs_twice(

@@ -1,6 +1,7 @@
 """Plans under SIGKILL after each kind of journal append: a finished step never runs again, a
 step killed mid-effect becomes a ``wait_effect`` for on-call, and a denied plan runs nothing.
-Real processes, real SQLite file, real openai client (the harness of test_crash_resume)."""
+Real processes, a real SQLite file or PostgreSQL schema, real openai client (the harness of
+test_crash_resume)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tests.crash.database import kill_points
 from tests.crash.test_crash_resume import assert_finished_each_effect_once, child, effects
 
 # One reply, three gated calls: one plan.
@@ -115,11 +117,16 @@ def deciding_process(
     return child(world, "--resume", run_id, "--settle", f"{plan['id']}={decision}", *crash_args)
 
 
+# An approved plan is killed on PostgreSQL too, at every append of its deciding process: also
+# those the list above passes over (the plan's third and fourth step grants, the third step's
+# process and the grant it used up), each a commit of its own there.
+ON_POSTGRES = {
+    "plan_approved": ["grant_written:3", "grant_written:4", "tool_process:3", "grant_written:6"]
+}
+
+
 @pytest.mark.parametrize(
-    ("world", "path", "crash"),
-    [(script, path, crash) for path, (script, kinds) in PATHS.items() for crash in kinds],
-    indirect=["world"],
-    ids=[f"{path}-{crash}" for path, (_, kinds) in PATHS.items() for crash in kinds],
+    ("world", "store_name", "path", "crash"), kill_points(PATHS, ON_POSTGRES), indirect=["world"]
 )
 def test_no_step_runs_again_without_a_fresh_decision(
     world: dict[str, Path | str], path: str, crash: str

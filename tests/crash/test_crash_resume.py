@@ -1,5 +1,6 @@
 """SIGKILL after each kind of journal append, then resume: no model turn asked twice, no
-non-idempotent command run twice. Real processes, real SQLite file, real openai client."""
+non-idempotent command run twice. Real processes, a real SQLite file or PostgreSQL schema, real
+openai client."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 import yaml
 
 from tests.crash.child import run_child
+from tests.crash.database import STORES, crash_database, kill_points
 from tests.fakes.processes import FakeOpenAIProcess
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,21 +70,32 @@ GATED_SCRIPT: list[dict[str, object]] = [
 
 
 @pytest.fixture
-def world(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[dict[str, Path | str]]:
+def store_name() -> str:
+    """The store the test's processes share: SQLite, unless the test names it (``STORES``)."""
+    return "sqlite"
+
+
+@pytest.fixture
+def world(
+    tmp_path: Path, request: pytest.FixtureRequest, store_name: str
+) -> Iterator[dict[str, Path | str]]:
     (tmp_path / "catalog.yaml").write_text(yaml.safe_dump(CATALOG))
     # Long enough for its process to be journaled while it runs.
     effect = 'sleep 0.1\necho "$1" >> "$EFFECTS_FILE"\necho "effect $1 done"\n'
     (tmp_path / "effect.sh").write_text(effect)
-    server = FakeOpenAIProcess(tmp_path, getattr(request, "param", SCRIPT), forked=True)
-    yield {"dir": tmp_path, "base_url": server.base_url}
-    server.stop()
+    with crash_database(tmp_path, store_name) as db:
+        server = FakeOpenAIProcess(tmp_path, getattr(request, "param", SCRIPT), forked=True)
+        yield {"dir": tmp_path, "base_url": server.base_url, **db}
+        server.stop()
 
 
 def child(world: dict[str, Path | str], *extra: str) -> subprocess.CompletedProcess[str]:
     folder = Path(world["dir"])
     argv = [
         "--db",
-        str(folder / "k.db"),
+        str(world["db"]),
+        "--schema",
+        str(world["schema"]),
         "--base-url",
         str(world["base_url"]),
         "--catalog",
@@ -122,6 +135,7 @@ def resume_until_done(world: dict[str, Path | str], run_id: str) -> dict[str, ob
     return done
 
 
+@pytest.mark.parametrize("store_name", STORES)
 @pytest.mark.parametrize(
     ("crash_after", "effects_before"),
     [
@@ -378,11 +392,16 @@ def assert_finished_each_effect_once(
     assert all(runs[name] <= 1 + retries[name] for name in runs), (runs, retries)
 
 
+# The paths killed on PostgreSQL too, with the appends it commits apart from the one before
+# (the last reply and the run's end): an approval once, and for the rest of the run.
+ON_POSTGRES: dict[str, list[str]] = {
+    "approved_once": [],
+    "standing_grant": ["assistant_turn:2"],
+}
+
+
 @pytest.mark.parametrize(
-    ("world", "path", "crash"),
-    [(script, path, crash) for path, (script, kinds) in PATHS.items() for crash in kinds],
-    indirect=["world"],
-    ids=[f"{path}-{crash}" for path, (_, kinds) in PATHS.items() for crash in kinds],
+    ("world", "store_name", "path", "crash"), kill_points(PATHS, ON_POSTGRES), indirect=["world"]
 )
 def test_no_effect_runs_again_without_a_fresh_decision(
     world: dict[str, Path | str], path: str, crash: str
@@ -465,3 +484,19 @@ def test_a_run_answered_while_live_and_killed_as_it_suspended_is_adopted(
 
     assert out["status"] == "completed", out
     assert sorted(effects(folder)) == ["d", "e"]
+
+
+@pytest.mark.parametrize("store_name", STORES)
+@pytest.mark.parametrize("world", [GATED_SCRIPT], indirect=True)
+@pytest.mark.parametrize("crash", ["tool_deferred:1", "run_suspended:1"])
+def test_a_run_killed_as_it_suspends_is_approved_and_runs_once(
+    world: dict[str, Path | str], crash: str
+) -> None:
+    folder = Path(world["dir"])
+    # On PostgreSQL the request may be durable while the run is not yet suspended.
+    crashed = child(world, "--crash-after", crash)
+    assert crashed.returncode == -9, crashed.stderr
+    run_id = (folder / "run_id").read_text()
+
+    assert_finished_each_effect_once(world, run_id, Counter())
+    assert effects(folder) == ["d"]
