@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from tests.crash.child import run_child
-from tests.crash.database import STORES, crash_database, kill_points
+from tests.crash.database import STORES, crash_database, kill_points, rows
 from tests.fakes.processes import FakeOpenAIProcess
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -381,15 +381,33 @@ def assert_finished_each_effect_once(
     world: dict[str, Path | str], run_id: str, retries: Counter[str], *extra: str
 ) -> None:
     """Finish the run after the crash (``extra``: every later process's own arguments), then:
-    it completed, the model was asked once for each position, and no effect ran more often than
-    on-call chose to retry it."""
+    it completed, the model was asked once for each of its scripted replies and never past the
+    last (its answer), no effect ran more often than on-call chose to retry it, and its journal
+    holds each answer and the end once."""
     folder = Path(world["dir"])
     out = finish(world, run_id, retries, *extra)
 
     assert out["status"] == "completed", out
-    assert all(n == 1 for n in positions_requested(folder).values())
+    requested = positions_requested(folder)
+    assert all(n == 1 for n in requested.values()), requested
+    replies = len(yaml.safe_load((folder / "script.yaml").read_text()))
+    assert sorted(requested) == list(range(replies)), requested
     runs = Counter(effects(folder))
     assert all(runs[name] <= 1 + retries[name] for name in runs), (runs, retries)
+    assert_journal_whole(world, run_id)
+
+
+def assert_journal_whole(world: dict[str, Path | str], run_id: str) -> None:
+    """The run's journal as it must read after any crash: no gap, one result per call, one
+    end, and nothing after it."""
+    journal = rows(
+        world, "SELECT seq, kind, body FROM journal WHERE run_id = ? ORDER BY seq", run_id
+    )
+    assert [seq for seq, _, _ in journal] == list(range(len(journal)))
+    kinds = [kind for _, kind, _ in journal]
+    assert kinds.count("run_ended") == 1 and kinds[-1] == "run_ended", kinds
+    results = [json.loads(body)["call_id"] for _, kind, body in journal if kind == "tool_result"]
+    assert len(results) == len(set(results)), kinds
 
 
 # The paths killed on PostgreSQL too, with the appends it commits apart from the one before
