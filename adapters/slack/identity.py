@@ -64,7 +64,7 @@ class Identities:
         self._teams: dict[str, tuple[float, str]] = {}
         # The lookups under way, and how often Slack said each group or channel changed: an
         # answer asked before a change is given to who waited on it, never kept.
-        self._asking: dict[tuple[str, str], tuple[float, asyncio.Task[frozenset[str]]]] = {}
+        self._asking: dict[tuple[str, str], asyncio.Task[frozenset[str]]] = {}
         self._changes: dict[tuple[str, str], int] = {}
 
     async def actor(
@@ -96,7 +96,7 @@ class Identities:
 
     async def close(self) -> None:
         """Stop the lookups still under way (nobody waits on them any more)."""
-        asking = [task for _, task in self._asking.values()]
+        asking = list(self._asking.values())
         self._asking.clear()
         for task in asking:
             task.cancel()
@@ -138,13 +138,12 @@ class Identities:
             log.warning("slack: %s not asked: the action's %.0f s were spent", what, self._timeout)
             return None
         asking = self._asking.get((kind, key))
-        # One lookup for all who act at once; one Slack has not answered within an action's
-        # time (slow, or waiting out a rate limit) is left to finish, and asked again beside.
-        if asking is None or self._clock() - asking[0] >= self._timeout:
-            task = asyncio.create_task(self._kept(kind, cache, key, fetch))
-            task.add_done_callback(partial(self._asked, (kind, key)))
-            asking = self._asking[(kind, key)] = (self._clock(), task)
-        return await self._bounded(partial(asyncio.shield, asking[1]), what, deadline)
+        if asking is None:
+            asking = self._asking[(kind, key)] = asyncio.create_task(
+                self._kept(kind, cache, key, fetch)
+            )
+            asking.add_done_callback(partial(self._asked, (kind, key)))
+        return await self._bounded(partial(asyncio.shield, asking), what, deadline)
 
     async def _kept(
         self,
@@ -153,15 +152,17 @@ class Identities:
         key: str,
         fetch: Callable[[], Awaitable[frozenset[str]]],
     ) -> frozenset[str]:
-        """Slack's answer, kept unless Slack said the members changed while it was asked."""
+        """Slack's answer, kept unless Slack said the members changed while it was asked. It
+        is given ``timeout`` at most, what one person waits: a rate-limited call waited out
+        past that would ask again for nobody, spending a call of Slack's next window."""
         asked_at, changes = self._clock(), self._changes.get((kind, key), 0)
-        found = await fetch()
+        found = await asyncio.wait_for(fetch(), self._timeout)
         if self._changes.get((kind, key), 0) == changes:
             cache[key] = (asked_at, found)
         return found
 
     def _asked(self, key: tuple[str, str], done: asyncio.Task[frozenset[str]]) -> None:
-        if (asking := self._asking.get(key)) and asking[1] is done:
+        if self._asking.get(key) is done:
             del self._asking[key]
         if not done.cancelled():
             done.exception()  # said by whoever waited for it; no "never retrieved" warning

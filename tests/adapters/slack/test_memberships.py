@@ -15,6 +15,7 @@ from adapters.slack.identity import CACHE_SECONDS, Identities
 from bot.chat.contract import Place
 from tests.fakes.slack_api import FakeSlackApi
 from tests.fakes.slack_world import CHANNEL, require_approvals, restart_script, slack_world
+from tests.fakes.waiting import until
 
 CLICKERS = 24  # more than Slack answers usergroups.users.list a minute
 SRES = [f"U0SRE{n:02d}" for n in range(CLICKERS)]
@@ -88,3 +89,26 @@ async def test_a_lookup_slack_hangs_on_is_stopped_with_the_adapter(tmp_path: Pat
         assert lookups and not any(t.done() for t in lookups)
         await identities.close()
         assert all(t.done() for t in lookups)
+
+
+def _lookups() -> list[asyncio.Task[object]]:
+    """The group and channel lookups still under way."""
+    return [t for t in asyncio.all_tasks() if "Identities" in repr(t.get_coro()) and not t.done()]
+
+
+async def test_a_rate_limited_lookup_ends_with_the_time_a_click_may_wait(tmp_path: Path) -> None:
+    # Slack's 429 asks for a wait longer than a person waits. The click is refused in time;
+    # the lookup it gave up on must not sleep the wait out and ask again for nobody: each such
+    # lookup spent a call of Slack's next window, and a click every 2 s left one more behind.
+    async with FakeSlackApi() as api:
+        api.usergroups["S0SRE"] = [SRES[0]]
+        async with slack_world(tmp_path, restart_script(), api=api) as world:
+            await world.mention("checkout is failing")
+            card = await world.card()
+            await world.settled()
+            api.fail("usergroups.users.list", status=429, error="ratelimited", retry_after=30)
+            await world.click(card, ids.APPROVE_ONCE, user=SRES[0])
+            note = await world.ephemeral_to(SRES[0])
+            assert "Slack did not say who is in group:S0SRE" in note.args["text"], note.args
+            await until(lambda: not _lookups(), timeout=5)
+            assert len(api.calls_to("usergroups.users.list")) == 1
