@@ -62,10 +62,10 @@ class Identities:
         self._groups: dict[str, tuple[float, frozenset[str]]] = {}
         self._channels: dict[str, tuple[float, frozenset[str]]] = {}
         self._teams: dict[str, tuple[float, str]] = {}
-        # The lookups under way, and how often Slack said each group or channel changed: an
-        # answer asked before a change is given to who waited on it, never kept.
+        # The lookup each group or channel is asked by, shared by all who act at once; one
+        # Slack said was out of date (``forget``) is dropped here, its answer never kept.
         self._asking: dict[tuple[str, str], asyncio.Task[frozenset[str]]] = {}
-        self._changes: dict[tuple[str, str], int] = {}
+        self._lookups: set[asyncio.Task[frozenset[str]]] = set()  # all under way, for ``close``
 
     async def actor(
         self, user: str, place: Place, *, team: str = "", listing: bool = False
@@ -92,15 +92,14 @@ class Identities:
             if key:
                 cache.pop(key, None)
                 self._asking.pop((kind, key), None)
-                self._changes[(kind, key)] = self._changes.get((kind, key), 0) + 1
 
     async def close(self) -> None:
         """Stop the lookups still under way (nobody waits on them any more)."""
-        asking = list(self._asking.values())
+        lookups = list(self._lookups)
         self._asking.clear()
-        for task in asking:
+        for task in lookups:
             task.cancel()
-        await asyncio.gather(*asking, return_exceptions=True)
+        await asyncio.gather(*lookups, return_exceptions=True)
 
     async def in_group(
         self, user: str, group: str, *, deadline: float | None = None
@@ -142,6 +141,7 @@ class Identities:
             asking = self._asking[(kind, key)] = asyncio.create_task(
                 self._kept(kind, cache, key, fetch)
             )
+            self._lookups.add(asking)
             asking.add_done_callback(partial(self._asked, (kind, key)))
         return await self._bounded(partial(asyncio.shield, asking), what, deadline)
 
@@ -155,13 +155,14 @@ class Identities:
         """Slack's answer, kept unless Slack said the members changed while it was asked. It
         is given ``timeout`` at most, what one person waits: a rate-limited call waited out
         past that would ask again for nobody, spending a call of Slack's next window."""
-        asked_at, changes = self._clock(), self._changes.get((kind, key), 0)
+        asked_at = self._clock()
         found = await asyncio.wait_for(fetch(), self._timeout)
-        if self._changes.get((kind, key), 0) == changes:
+        if self._asking.get((kind, key)) is asyncio.current_task():
             cache[key] = (asked_at, found)
         return found
 
     def _asked(self, key: tuple[str, str], done: asyncio.Task[frozenset[str]]) -> None:
+        self._lookups.discard(done)
         if self._asking.get(key) is done:
             del self._asking[key]
         if not done.cancelled():

@@ -112,3 +112,35 @@ async def test_a_rate_limited_lookup_ends_with_the_time_a_click_may_wait(tmp_pat
             assert "Slack did not say who is in group:S0SRE" in note.args["text"], note.args
             await until(lambda: not _lookups(), timeout=5)
             assert len(api.calls_to("usergroups.users.list")) == 1
+
+
+async def test_a_lookup_slack_said_changed_while_it_hung_is_stopped_with_the_adapter() -> None:
+    # A lookup Slack said was out of date (its members changed) is no longer shared, but it
+    # runs on: stopping must end it too, not leave it pending past the event loop.
+    async with FakeSlackApi() as api:
+        api.usergroups["S0SRE"] = [SRES[0]]
+        api.delay("usergroups.users.list", 30)
+        identities = Identities(
+            AsyncWebClient(token="xoxb-test", base_url=api.url), "T0001", timeout=0.2
+        )
+        assert await identities.in_group(SRES[0], "S0SRE") is None
+        identities.forget(group="S0SRE")
+        assert _lookups()
+        await identities.close()
+        assert not _lookups()
+
+
+async def test_an_answer_slack_gave_before_it_said_the_group_changed_is_not_kept() -> None:
+    # Someone is taken out of the group while a lookup is under way: the answer, asked before,
+    # goes to who waited on it, and the next click asks Slack again rather than use it.
+    async with FakeSlackApi() as api:
+        api.usergroups["S0SRE"] = [SRES[0]]
+        api.delay("usergroups.users.list", 0.5)
+        identities = Identities(AsyncWebClient(token="xoxb-test", base_url=api.url), "T0001")
+        asking = asyncio.create_task(identities.in_group(SRES[0], "S0SRE"))
+        await until(lambda: api.calls_to("usergroups.users.list"))
+        identities.forget(group="S0SRE")  # subteam_members_changed, while Slack answers
+        assert await asking is True  # as Slack said it before
+        api.usergroups["S0SRE"] = []
+        assert await identities.in_group(SRES[0], "S0SRE") is False
+        assert len(api.calls_to("usergroups.users.list")) == 2
