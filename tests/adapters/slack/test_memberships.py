@@ -1,11 +1,12 @@
 """Who is in a user group or a channel, as Kestrel keeps it, against the real bolt app and the
 fake Web API: kept until Slack says it changed (its events, tests/adapters/slack/
-test_hostile_authority.py) or a minute at most, so that an incident's clicks do not run into
-Slack's limit on ``usergroups.users.list`` (Tier 2, about 20 a minute)."""
+test_hostile_authority.py) or ``CACHE_SECONDS`` at most, so that an incident's clicks do not run
+into Slack's limit on ``usergroups.users.list`` (Tier 2, about 20 a minute)."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 from slack_sdk.web.async_client import AsyncWebClient
@@ -34,6 +35,7 @@ async def test_an_incidents_clicks_are_decided_while_slack_limits_group_lookups(
             await world.mention("checkout is failing")
             card = await world.card()
             await world.settled()
+            began = time.monotonic()
             for n, sre in enumerate(SRES, start=1):
                 # Someone outside the group clicks too: refused as such, not as untold.
                 await world.click(card, ids.APPROVE_ONCE, user=f"U0OUT{n:02d}")
@@ -46,12 +48,14 @@ async def test_an_incidents_clicks_are_decided_while_slack_limits_group_lookups(
                     assert note.args["text"] == f"approval {n} of {CLICKERS} recorded", note.args
             await world.answer_posted()
             assert world.executions == ["checkout"]
-            assert len(api.calls_to("usergroups.users.list")) == 1
+            # Asked once, and once more each CACHE_SECONDS a slow machine spends clicking.
+            asked = len(api.calls_to("usergroups.users.list"))
+            assert asked <= 1 + (time.monotonic() - began) // CACHE_SECONDS, asked
 
 
-async def test_what_slack_said_of_a_group_stands_a_minute_at_most(tmp_path: Path) -> None:
-    # An event lost, or delivered to another replica, leaves a removed member in for a minute
-    # at most; people acting at once while Slack is asked wait on one lookup.
+async def test_what_slack_said_of_a_group_stands_cache_seconds_at_most(tmp_path: Path) -> None:
+    # An event lost, or delivered to another replica, leaves a removed member in for
+    # CACHE_SECONDS at most; people acting at once while Slack is asked wait on one lookup.
     now = [0.0]
     async with FakeSlackApi() as api:
         api.usergroups["S0SRE"] = [SRES[0], SRES[1]]
