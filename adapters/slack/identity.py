@@ -33,6 +33,7 @@ LOOKUP_SECONDS = 2.0
 MEMBERS_PAGE = 1000
 
 T = TypeVar("T")
+U = TypeVar("U", bool, str)
 
 
 class Identities:
@@ -75,12 +76,13 @@ class Identities:
         in the policy lets them act. ``listing``: only to read what waits (``/kestrel runs``,
         the Home tab), where no lookup is bounded by the action's time."""
         deadline = None if listing else self._clock() + self._timeout
+        directory = _Acting(self, user, place, deadline)
         if not team or (self._org and team == self._org):
             # No team, or our Enterprise Grid org's id (``user_team``, ``user.team_id`` may
             # name the org): which workspace they are of, Slack's users.info says.
-            team = await self._team_of(user, deadline)
+            said = await self._team_of(user, deadline)
+            team = directory.told(said, f"which workspace {user} is of") or ""
         external = team != self._home_team
-        directory = _Acting(self, user, place, deadline)
         return Actor(user, place=place, external=external, directory=directory)
 
     def forget(self, *, group: str = "", channel: str = "") -> None:
@@ -206,14 +208,15 @@ class Identities:
             if not cursor:
                 return frozenset(members)
 
-    async def _team_of(self, user: str, deadline: float | None) -> str:
+    async def _team_of(self, user: str, deadline: float | None) -> str | None:
+        """``user``'s own workspace as Slack's users.info says it; None when it did not say."""
         hit = self._teams.get(user)
         if hit and self._clock() - hit[0] < CACHE_SECONDS:
             return hit[1]
         ask = partial(self._client.users_info, user=user)
         reply = await self._bounded(ask, f"users.info of {user}", deadline)
         if reply is None:
-            return ""
+            return None
         found = _dict(reply.get("user"))
         team = str(found.get("team_id") or "")
         # On Enterprise Grid a person may be of several workspaces of the org: ours among them
@@ -238,7 +241,7 @@ class _Acting:
     deadline: float | None = None  # when the action stops asking Slack (None: a listing)
     _groups: dict[tuple[str, str], bool] = field(default_factory=dict)
     _channels: dict[tuple[str, str], bool] = field(default_factory=dict)
-    _untold: list[str] = field(default_factory=list)  # principals Slack did not say of
+    _untold: list[str] = field(default_factory=list)  # what Slack did not say, in words
 
     async def in_group(self, user: str, group: str) -> bool:
         """Whether ``user`` is in the user group ``group``."""
@@ -246,7 +249,7 @@ class _Acting:
         if known is None:
             ask = self.identities.in_group
             said = await ask(user, group, deadline=self.deadline)
-            known = self._groups[(user, group)] = self._told(said, f"group:{group}")
+            known = self._groups[(user, group)] = bool(self.told(said, f"who is in group:{group}"))
         return known
 
     async def sees(self, user: str, place: Place) -> bool:
@@ -259,18 +262,21 @@ class _Acting:
         if known is None:
             ask = self.identities.sees
             said = await ask(user, place, deadline=self.deadline)
-            known = self._channels[key] = self._told(said, f"channel:{channel.channel}")
+            known = self._channels[key] = bool(
+                self.told(said, f"who is in channel:{channel.channel}")
+            )
         return known
 
     def untold(self) -> str:
         """What Slack did not say when asked for this action, in words; "" when it said all."""
-        return f"Slack did not say who is in {', '.join(self._untold)}" if self._untold else ""
+        return f"Slack did not say {', nor '.join(self._untold)}" if self._untold else ""
 
-    def _told(self, said: bool | None, principal: str) -> bool:
-        """Slack's answer of ``principal``, None (it did not say) kept as untold and a no."""
+    def told(self, said: U | None, what: str) -> U | None:
+        """Slack's answer of ``what`` ("who is in group:S1"); None (it did not say) is kept
+        as untold, for the refusal to say."""
         if said is None:
-            self._untold.append(principal)
-        return bool(said)
+            self._untold.append(what)
+        return said
 
 
 def _dict(value: Any) -> dict[str, Any]:

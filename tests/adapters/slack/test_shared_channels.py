@@ -159,6 +159,41 @@ async def test_a_grid_member_whose_click_names_the_org_is_one_of_ours(tmp_path: 
             assert world.executions == ["checkout"]
 
 
+async def test_a_grid_member_slack_did_not_place_is_told_so(tmp_path: Path) -> None:
+    # Named by the org's id, a member is placed by users.info alone: when Slack does not
+    # answer it, they count as a guest for that click, and must not read "only ... may" as if
+    # they were no approver: the refusal says what Slack did not say, and to try again.
+    member = "W0SRE"
+    async with FakeSlackApi() as api:
+        api.enterprise = ORG
+        api.usergroups["S0SRE"] = [member]
+        api.users[member] = {"team_id": ORG, "enterprise_user": {"teams": [OURS]}}
+        async with slack_world(tmp_path, restart_script(), api=api) as world:
+            await world.mention("checkout is failing")
+            card = await world.card()
+            await world.settled()
+            api.fail("users.info", error="internal_error", status=500, times=1)
+            for attempt in (1, 2):
+                payload = block_actions(
+                    member,
+                    ids.APPROVE_ONCE,
+                    button_value(card, ids.APPROVE_ONCE),
+                    channel=card.args["channel"],
+                    message_ts=posted_ts(api, card),
+                    thread_ts=card.args.get("thread_ts"),
+                    user_team=ORG,
+                )
+                assert (await world.sender.action(payload)).status == 200
+                if attempt == 1:
+                    note = await world.ephemeral_to(member)
+                    assert note.args["text"].endswith(
+                        f"; Slack did not say which workspace {member} is of, which counts as"
+                        " no here: try again in a moment"
+                    ), note.args["text"]
+            await world.answer_posted()
+            assert world.executions == ["checkout"]
+
+
 async def test_an_org_wide_installations_token_is_refused_at_start(tmp_path: Path) -> None:
     # An org-wide token acts for many workspaces: clicks may name none (``team`` null) and
     # user group lookups need a team_id. Kestrel serves one workspace, and says so at start.
