@@ -22,7 +22,7 @@ import contextlib
 import functools
 import logging
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from typing import Any, Literal
 
@@ -552,11 +552,12 @@ class KestrelDiscord(discord.Client):
             return
         if actor is None or refusal is not None:
             note = refusal.reason if refusal is not None else NOT_HERE
-            await interaction.response.send_message(note, ephemeral=True)
+            await _in_time(interaction, interaction.response.send_message(note, ephemeral=True))
             return
         form = ReasonModal if kind is DecisionKind.DENY else AnswerModal
         # A modal is found again by its custom id: one per request and person.
-        await interaction.response.send_modal(form(request_id, interaction.user.id))
+        modal = form(request_id, interaction.user.id)
+        await _in_time(interaction, interaction.response.send_modal(modal))
 
     async def show_arguments(self, interaction: discord.Interaction, request_id: str) -> None:
         """A card's Full arguments: the request's exact arguments, to the clicker alone, when
@@ -723,7 +724,9 @@ class ChooseButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=ids.
             return
         option = chosen_option(view.request.options if view else (), index)
         if option is None:
-            await interaction.response.send_message(NOT_AN_OPTION, ephemeral=True)
+            await _in_time(
+                interaction, interaction.response.send_message(NOT_AN_OPTION, ephemeral=True)
+            )
             return
         await client.decide(interaction, self.request_id, DecisionKind.ANSWER, option)
 
@@ -854,7 +857,7 @@ async def _say_store_failed(
     if interaction.response.is_done():
         await interaction.followup.send(text, ephemeral=True)
     else:
-        await interaction.response.send_message(text, ephemeral=True)
+        await _in_time(interaction, interaction.response.send_message(text, ephemeral=True))
 
 
 async def _operate_deferred(interaction: discord.Interaction, verb: str, run: str | None) -> None:
@@ -1094,8 +1097,14 @@ UNKNOWN_MESSAGE = 10008
 
 async def _deferred(interaction: discord.Interaction) -> bool:
     """Defer ``interaction``; False when it expired first (answered after Discord's 3 s)."""
+    return await _in_time(interaction, interaction.response.defer(ephemeral=True, thinking=True))
+
+
+async def _in_time(interaction: discord.Interaction, responding: Awaitable[object]) -> bool:
+    """Give ``interaction`` its first response; False, said in a line, when it expired first
+    (answered after Discord's 3 s, which told the person it failed)."""
     try:
-        await interaction.response.defer(ephemeral=True, thinking=True)
+        await responding
     except discord.NotFound as exc:
         if exc.code != UNKNOWN_INTERACTION:
             raise

@@ -501,3 +501,37 @@ async def test_a_member_whose_role_was_taken_away_after_the_card_showed_may_not_
         run_id = (await world.chat.recent(1))[0].id
         assert [v.status for v in await world.chat.requests_of(run_id)] == [RequestStatus.OPEN]
         assert world.executions == []
+
+
+@pytest.mark.parametrize("case", ["form", "refused", "store", "option"])
+async def test_a_click_answered_at_once_after_its_token_expired_is_one_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, case: str
+) -> None:
+    # Deny and Answer answer with the form itself (or a refusal, or the store's failure), and
+    # an option not offered with a note, not with a defer: past Discord's 3 s (a slow store,
+    # or the lookups a refusal makes), its 10062 left a traceback from discord.py's view, per
+    # click, as a defer's did.
+    script = select_script(30) if case == "option" else restart_script()
+    async with FakeDiscord() as fake, discord_world(tmp_path, script, fake=fake) as world:
+        await world.mention("checkout is failing")
+        card = await world.card("choose" if case == "option" else "approve")
+        await world.settled()
+        fake.fail(
+            "POST",
+            r"/interactions/.*/callback",
+            status=404,
+            code=10062,
+            message="Unknown interaction",
+        )
+        if case == "store":
+            with sqlite3.connect(tmp_path / "kestrel.db") as conn:
+                conn.execute("ALTER TABLE requests RENAME TO requests_away")
+        if case == "option":
+            await _select(world, card, ["30"])  # one the menu does not offer
+        else:
+            await world.click(card, "deny", user=APPROVER if case != "refused" else "1999")
+        await fake.wait_for(lambda c: "callback" in c.path and c.status == 404)
+        await until(lambda: "expired before Kestrel answered it" in caplog.text, timeout=5)
+        await world.adapter.client.handled(5)
+        assert "Traceback" not in caplog.text
+        assert "Ignoring exception" not in caplog.text
