@@ -489,3 +489,41 @@ async def test_arguments_a_card_cut_are_shown_whole_to_the_clicker(tmp_path: Pat
         assert told_alone(world, guest) == ["That request is not one of this thread's."]
         assert world.executions == []  # shown, nothing decided
         assert len(await world.chat.pending()) == 1
+
+
+async def test_a_run_in_a_forum_post_is_decided_in_the_post_not_from_the_forum(
+    tmp_path: Path,
+) -> None:
+    # A forum's posts are its threads: a run asked for in one lives there, its card and form
+    # count from the post, and a click sent from the forum itself is from outside the thread.
+    forum = "250"
+    async with FakeDiscord() as fake:
+        fake.channels[forum] = {**p.text_channel(forum, name="incidents"), "type": 15}
+        fake.guilds[p.GUILD_ID]["channel_ids"].append(forum)
+        post = fake.add_thread(forum, name="checkout is down", owner_id=REQUESTER)["id"]
+        async with discord_world(tmp_path, restart_script(), fake=fake) as world:
+            await world.mention("checkout is failing", channel=post)
+            card = await world.card("approve")
+            assert card["channel_id"] == post
+            outside = p.interaction_button(
+                custom_id=button_id(card, "approve"), channel=forum, user_id=APPROVER, message=card
+            )
+            await world.discord.dispatch("INTERACTION_CREATE", outside)
+            assert "in a thread of this channel" in await world.answered(outside)
+            await world.click(card, "deny", user=APPROVER)
+            await world.discord.wait_for(
+                lambda c: "callback" in c.path and (c.json or {}).get("type") == 9
+            )
+            modal = world.discord.modals[-1]
+            field = modal["components"][0]["components"][0]["custom_id"]
+            submit = p.interaction_modal_submit(
+                custom_id=modal["custom_id"],
+                message=card,
+                components={field: "peak hours"},
+                guild=p.GUILD_ID,
+                channel=post,
+                user_id=APPROVER,
+            )
+            await world.discord.dispatch("INTERACTION_CREATE", submit)
+            await world.answer_posted(post, "denied")
+            assert world.executions == []
