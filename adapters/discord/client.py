@@ -805,7 +805,8 @@ def _kestrel_commands() -> app_commands.Group:
 
     @group.command(name="runs", description="What waits on people, with links to the threads")
     async def runs(interaction: discord.Interaction) -> None:
-        await interaction.response.defer(ephemeral=True, thinking=True)
+        if not await _deferred(interaction):
+            return  # Discord told them it failed
         try:
             lines = await _pending_lines(interaction)
         except StoreError as exc:
@@ -839,7 +840,8 @@ async def _pending_lines(interaction: discord.Interaction) -> list[str]:
 
 
 async def _operate(interaction: discord.Interaction, verb: str, run: str | None) -> None:
-    await interaction.response.defer(ephemeral=True, thinking=True)
+    if not await _deferred(interaction):
+        return  # Discord told them it failed: a cancel must not act unseen
     try:
         await _operate_deferred(interaction, verb, run)
     except StoreError as exc:

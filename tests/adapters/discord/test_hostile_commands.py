@@ -6,6 +6,8 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from bot.domain import Session
 from bot.people.policy import Actor
 from bot.prompter import DeferringPrompter
@@ -187,3 +189,28 @@ async def test_cancel_and_resume_from_another_guild_that_shares_the_bot_are_refu
             assert said == f"There is no run {run} that you can see.", said
         assert (await world.chat.status(run)).record.status.value == "suspended"
         assert world.executions == []
+
+
+@pytest.mark.parametrize("verb", ["runs", "status", "cancel"])
+async def test_a_command_answered_after_its_token_expired_is_one_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, verb: str
+) -> None:
+    # Past Discord's 3 s (a store slow to say which replica takes the interaction), the defer
+    # met 10062 and discord.py logged a traceback per command; nor may the command act, as
+    # the person was told it failed.
+    async with FakeDiscord() as fake, discord_world(tmp_path, restart_script(), fake=fake) as world:
+        thread, run = await _run_with_a_card(world)
+        fake.fail("POST", r"/interactions/.*/callback", status=404, code=10062, message="Unknown")
+        options = [] if verb == "runs" else [{"name": "run", "type": 3, "value": run}]
+        data = p.interaction_command(
+            options=[{"name": verb, "type": 1, "options": options}],
+            guild=p.GUILD_ID,
+            channel=thread,
+            user_id=ONCALL,
+        )
+        await world.discord.dispatch("INTERACTION_CREATE", data)
+        await fake.wait_for(lambda c: "callback" in c.path and c.status == 404)
+        await until(lambda: "expired before Kestrel answered it" in caplog.text, timeout=5)
+        await world.settled()
+        assert "Traceback" not in caplog.text
+        assert (await world.chat.status(run)).record.status.value == "suspended"
