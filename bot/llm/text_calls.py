@@ -254,7 +254,6 @@ def _tagged(text: str, at: int, schemas: Mapping[str, object]) -> tuple[list[obj
         return [None], []
     values: list[object] = []
     between: list[str] = []
-    said = text[:at]  # the words so far, to tell whether the next block is in code
     while at >= 0:
         start = at + len(OPEN_TAG)
         end = text.find(CLOSE_TAG, start)
@@ -269,9 +268,10 @@ def _tagged(text: str, at: int, schemas: Mapping[str, object]) -> tuple[list[obj
         # A template writes calls one after another and stops: words after the last one (a
         # closing backtick or fence too), or on a block's own line, mean it was quoted,
         # explained or offered, not made. Words on lines of their own between blocks are
-        # the model saying what it does next ("Now the logs:").
-        said += gap
-        if at < 0 or gap.partition("\n")[0].strip() or not _written_at(said):
+        # the model saying what it does next ("Now the logs:"). The words before the gap are
+        # out of code and end on a blank, so whether the next block is in code is the gap's
+        # alone: looking at them all again for each block was quadratic in a runaway reply.
+        if at < 0 or gap.partition("\n")[0].strip() or not _written_at(gap):
             values.append(None)
             break
         between.append(gap)

@@ -5,6 +5,8 @@ the run's tools, and the reply's text journaled as the model sent it."""
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,7 @@ from bot.domain import AssistantTurn, Decision, DecisionKind, RequestKind, RunSt
 from bot.journal.entries import AssistantTurnEntry
 from bot.llm.base import ToolSpec, UserMessage
 from bot.llm.openai_provider import OpenAIProvider
-from bot.llm.text_calls import shown
+from bot.llm.text_calls import shown, text_calls
 from bot.run.supervisor import Supervisor
 from bot.tools.python import function_tool
 from tests.fakes.openai_server import Canned, FakeOpenAI, chat_completion
@@ -891,3 +893,22 @@ async def test_marked_arguments_that_do_not_read_are_left_for_the_loops_check(
     assert [call.name for call in turn.calls] == ["service_status"]
     with pytest.raises(ValueError):
         json.loads(turn.calls[0].arguments)
+
+
+REPLY_CAP = 4 * 1024 * 1024  # the most a reply may hold (DEFAULT_MAX_REPLY_BYTES)
+
+
+def _runaway_words_between() -> str:
+    """A model stuck repeating a call and a line of words after it."""
+    unit = f"{STATUS_CALL}\nNow the logs:\n"
+    return "Looking.\n" + unit * (REPLY_CAP // len(unit))
+
+
+@pytest.mark.parametrize("runaway", [_runaway_words_between])
+def test_a_runaway_reply_of_markup_is_read_in_linear_time(runaway: Callable[[], str]) -> None:
+    # Read quadratically, these held the event loop for seconds (15 for the words between
+    # calls); read linearly, each takes a fraction of one.
+    text = runaway()
+    started = time.perf_counter()
+    text_calls(text, {"service_status": {}, "tail_logs": {}})
+    assert time.perf_counter() - started < 2.0
