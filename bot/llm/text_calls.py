@@ -296,49 +296,74 @@ def _function(body: str, schemas: Mapping[str, object]) -> dict[str, object] | N
     name = head.strip()
     if not opened or not name or "<" in name or not rest.endswith(_FUNCTION_END):
         return None
+    pairs = _pairs(rest.removesuffix(_FUNCTION_END), (_PARAMETER, ">"), ("", _PARAMETER_END))
+    if pairs is None:
+        return None
     properties = _properties(schemas.get(name))
-    arguments: dict[str, object] = {}
-    rest = rest.removesuffix(_FUNCTION_END).lstrip()
-    while rest:
-        if not rest.startswith(_PARAMETER):
-            return None
-        key, opened, rest = rest.removeprefix(_PARAMETER).partition(">")
-        value, closed, rest = rest.partition(_PARAMETER_END)
-        key = key.strip()
-        if not opened or not closed or not key or "<" in key or key in arguments:
-            return None
-        # The template writes each value on lines of its own: those two line ends are its.
-        value = value.removeprefix("\n").removesuffix("\n")
-        arguments[key] = _typed(value, properties.get(key))
-        rest = rest.lstrip()
-    return {"name": name, "arguments": arguments}
+    # The template writes each value on lines of its own: those two line ends are its.
+    return {
+        "name": name,
+        "arguments": {
+            key: _typed(value.removeprefix("\n").removesuffix("\n"), properties.get(key))
+            for key, value in pairs.items()
+        },
+    }
 
 
 def _glm(body: str, schemas: Mapping[str, object]) -> dict[str, object] | None:
     """GLM-4.5's and later's ``NAME<arg_key>KEY</arg_key><arg_value>VALUE</arg_value>…`` as a
     call object, each value typed by the tool's schema (``_typed``: its template writes text
     as it is, anything else as JSON); None unless it is only that."""
-    head, opened, rest = body.partition(_ARG_KEY)
-    name = head.strip()
+    at = body.find(_ARG_KEY)
+    name = (body if at < 0 else body[:at]).strip()
     if not name or len(name.split()) > 1 or "<" in name:
         return None
+    pairs = _pairs(body[at:] if at >= 0 else "", (_ARG_KEY, _ARG_KEY_END), _GLM_VALUE)
+    if pairs is None:
+        return None
     properties = _properties(schemas.get(name))
-    arguments: dict[str, object] = {}
-    rest = _ARG_KEY + rest if opened else ""
-    while rest:
-        if not rest.startswith(_ARG_KEY):
-            return None
-        key, closed, rest = rest.removeprefix(_ARG_KEY).partition(_ARG_KEY_END)
-        rest = rest.lstrip()
-        if not rest.startswith(_ARG_VALUE):
-            return None
-        value, ended, rest = rest.removeprefix(_ARG_VALUE).partition(_ARG_VALUE_END)
-        key = key.strip()
-        if not closed or not ended or not key or "<" in key or key in arguments:
-            return None
-        arguments[key] = _typed(value, properties.get(key))
-        rest = rest.lstrip()
+    arguments = {key: _typed(value, properties.get(key)) for key, value in pairs.items()}
     return {"name": name, "arguments": arguments}
+
+
+_GLM_VALUE: Final = (_ARG_VALUE, _ARG_VALUE_END)
+
+
+def _pairs(text: str, key: tuple[str, str], value: tuple[str, str]) -> dict[str, str] | None:
+    """Each key and value in ``text``, written between the ``key`` and ``value`` markers (an
+    opening and a closing one each; blanks between them and between pairs); None unless the
+    text is only these, each key a word without markup, and written once. Read by place in
+    the text: cutting what was left after each pair made a runaway reply's pairs quadratic."""
+    pairs: dict[str, str] = {}
+    at = _blanks(text, 0)
+    while at < len(text):
+        if not text.startswith(key[0], at):
+            return None
+        key_end = text.find(key[1], at + len(key[0]))
+        if key_end < 0:
+            return None
+        name = text[at + len(key[0]) : key_end].strip()
+        at = key_end + len(key[1])
+        if value[0]:
+            at = _blanks(text, at)
+            if not text.startswith(value[0], at):
+                return None
+            at += len(value[0])
+        value_end = text.find(value[1], at)
+        if value_end < 0 or not name or "<" in name or name in pairs:
+            return None
+        pairs[name] = text[at:value_end]
+        at = _blanks(text, value_end + len(value[1]))
+    return pairs
+
+
+_BLANKS: Final = re.compile(r"\s*")
+
+
+def _blanks(text: str, at: int) -> int:
+    """Where the blanks from ``at`` in ``text`` end (``at`` itself when there are none)."""
+    blanks = _BLANKS.match(text, at)
+    return blanks.end() if blanks is not None else at
 
 
 def _properties(schema: object) -> Mapping[str, object]:

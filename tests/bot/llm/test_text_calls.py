@@ -904,10 +904,27 @@ def _runaway_words_between() -> str:
     return "Looking.\n" + unit * (REPLY_CAP // len(unit))
 
 
-@pytest.mark.parametrize("runaway", [_runaway_words_between])
+def _runaway_qwen3_coder_parameters() -> str:
+    """Qwen3-Coder stuck writing parameters of one call, each of another name."""
+    count = REPLY_CAP // 40
+    written = "".join(f"<parameter=p{i}>\n1\n</parameter>\n" for i in range(count))
+    return f"<tool_call>\n<function=service_status>\n{written}</function>\n</tool_call>"
+
+
+def _runaway_glm_arguments() -> str:
+    """GLM stuck writing arguments of one call, each of another name."""
+    count = REPLY_CAP // 50
+    written = "".join(f"<arg_key>p{i}</arg_key><arg_value>1</arg_value>" for i in range(count))
+    return f"<tool_call>service_status\n{written}</tool_call>"
+
+
+@pytest.mark.parametrize(
+    "runaway",
+    [_runaway_words_between, _runaway_qwen3_coder_parameters, _runaway_glm_arguments],
+)
 def test_a_runaway_reply_of_markup_is_read_in_linear_time(runaway: Callable[[], str]) -> None:
     # Read quadratically, these held the event loop for seconds (15 for the words between
-    # calls); read linearly, each takes a fraction of one.
+    # calls, a minute for Qwen3-Coder's parameters); read linearly, each takes a fraction of one.
     text = runaway()
     started = time.perf_counter()
     text_calls(text, {"service_status": {}, "tail_logs": {}})
