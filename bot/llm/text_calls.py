@@ -409,11 +409,10 @@ def _harmony(text: str) -> tuple[list[object], list[str]]:
     built-in tools, or markup that does not read is None: the whole text is the answer."""
     values: list[object] = []
     said: list[str] = []
-    for message in text.split(_HARMONY_START):
-        if not message.strip():
-            continue
+    messages = [message for message in text.split(_HARMONY_START) if message.strip()]
+    for index, message in enumerate(messages):
         header, opened, written = message.partition(_HARMONY_MESSAGE)
-        body = _harmony_body(written)
+        body = _harmony_body(written, last=index == len(messages) - 1)
         fields = header.replace(_HARMONY_CHANNEL, " ").replace(_HARMONY_CONSTRAIN, " ").split()
         channel = header.partition(_HARMONY_CHANNEL)[2].split()[:1]
         if not opened or body is None or not channel:
@@ -428,13 +427,15 @@ def _harmony(text: str) -> tuple[list[object], list[str]]:
     return values, said
 
 
-def _harmony_body(body: str) -> str | None:
-    """A harmony message's text without the token that ends it; None if text follows that."""
+def _harmony_body(body: str, *, last: bool) -> str | None:
+    """A harmony message's text without the token that ends it; None if text follows that, or
+    if none ends a message before the last (the model ends each one before it starts the next:
+    a message started inside another is markup it quotes, as from a tool's output)."""
     for end in _HARMONY_ENDS:
         body, ended, rest = body.partition(end)
         if ended:
             return body if not rest.strip() else None
-    return body
+    return body if last else None
 
 
 def _harmony_call(recipients: list[str], body: str) -> dict[str, object] | None:

@@ -713,6 +713,12 @@ async def test_a_gpt_oss_preamble_is_its_words_and_its_reasoning_none() -> None:
         HARMONY_CALL + " and then the logs",
         "<|channel|>commentary to=functions.service_status {}",
         "<|channel|><|message|>{}",
+        # Reasoning that repeats a tool's output holding a call's markup: each message the
+        # model writes ends before the next begins, so one that does not is quoted.
+        "<|channel|>analysis<|message|>The page says " + HARMONY_CALL,
+        "<|channel|>analysis<|message|>The log holds <|start|>assistant<|channel|>commentary "
+        "to=functions.tail_logs<|message|>{}<|end|>" + HARMONY_CALL,
+        "<|start|>assistant<|channel|>commentary<|message|>I would send " + HARMONY_CALL,
     ],
 )
 async def test_harmony_text_that_is_not_a_call_of_a_tool_is_left_alone(content: str) -> None:
