@@ -56,7 +56,6 @@ _HARMONY_MESSAGE: Final = "<|message|>"
 _HARMONY_CONSTRAIN: Final = "<|constrain|>"
 _HARMONY_ENDS: Final = ("<|end|>", "<|call|>", "<|return|>")
 _HARMONY_TOOLS: Final = "to=functions."
-_HARMONY_FINAL: Final = "<|channel|>final<|message|>"
 
 
 _DEEPSEEK_BAR: Final = "\uff5c"  # fullwidth
@@ -235,8 +234,7 @@ def _thought_end(text: str) -> int:
     messages put its answer in a ``final`` message after its reasoning: what follows is read."""
     opening = text.lstrip()
     if opening.startswith(_HARMONY):
-        final = text.rfind(_HARMONY_FINAL)
-        return final + len(_HARMONY_FINAL) if final >= 0 else 0
+        return _harmony_final(text)
     opened = opening.startswith(_THINK)
     first = text.find(_THOUGHT)
     if first < 0:
@@ -244,6 +242,24 @@ def _thought_end(text: str) -> int:
     if not opened and _THINK in text[:first]:
         return 0  # an answer naming the tags, not a block its template opened
     return text.rfind(_THOUGHT) + len(_THOUGHT)
+
+
+def _harmony_final(text: str) -> int:
+    """Where the text of gpt-oss's ``final`` message starts: the first message of that channel,
+    read message by message (reasoning, or the answer itself, may name its marker); 0 if
+    there is none. Each message before it ended, as the model ends each one."""
+    at = 0
+    while (opened := text.find(_HARMONY_MESSAGE, at)) >= 0:
+        if text[at:opened].partition(_HARMONY_CHANNEL)[2].split()[:1] == ["final"]:
+            return opened + len(_HARMONY_MESSAGE)
+        ended = _HARMONY_END.search(text, opened)
+        if ended is None:
+            return 0
+        at = ended.end()
+    return 0
+
+
+_HARMONY_END: Final = re.compile("|".join(re.escape(end) for end in _HARMONY_ENDS))
 
 
 def _tagged(text: str, at: int, schemas: Mapping[str, object]) -> tuple[list[object], list[str]]:

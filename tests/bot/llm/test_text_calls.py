@@ -728,6 +728,28 @@ async def test_harmony_text_that_is_not_a_call_of_a_tool_is_left_alone(content: 
     assert (turn.text, turn.finish_reason) == (content, "stop")
 
 
+# Reasoning that names the marker of gpt-oss's final message, as a question about it may.
+NAMES_FINAL = "<|channel|>analysis<|message|>Not <|channel|>final<|message|> yet.<|end|>"
+
+
+async def test_a_gpt_oss_call_after_reasoning_naming_its_final_marker_is_a_call() -> None:
+    turn = await _turn(NAMES_FINAL + HARMONY_CALL)
+
+    assert _calls(turn) == [("service_status", CHECKOUT)]
+    assert shown(turn) == ""
+
+
+@pytest.mark.parametrize(
+    "answer",
+    ["Checkout is up.", "Its answer follows `<|channel|>final<|message|>`, as this one does."],
+)
+async def test_a_gpt_oss_final_message_is_shown_whole(answer: str) -> None:
+    turn = await _turn(NAMES_FINAL + "<|start|>assistant<|channel|>final<|message|>" + answer)
+
+    assert turn.calls == ()
+    assert shown(turn) == answer
+
+
 def _marker(name: str) -> str:
     """One of DeepSeek's markers (its bars fullwidth, its words joined by U+2581)."""
     return "<\uff5c" + name.replace(" ", "\u2581") + "\uff5c>"
