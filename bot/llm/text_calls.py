@@ -127,6 +127,8 @@ def read(text: str, tools: Collection[str]) -> Written:
     if not tools:
         return Written([], text)
     start = _thought_end(text)
+    if start and text.lstrip().startswith(_HARMONY):
+        return Written([], text)  # gpt-oss's final message: its answer, which calls nothing
     at, values, between = _markup(text[start:], tools)
     calls: list[TextCall] = []
     for value in values:
