@@ -127,8 +127,8 @@ def read(text: str, tools: Collection[str]) -> Written:
     if not tools:
         return Written([], text)
     start = _thought_end(text)
-    if start and text.lstrip().startswith(_HARMONY):
-        return Written([], text)  # gpt-oss's final message: its answer, which calls nothing
+    if _in_final(text, start):
+        return Written([], text)
     at, values, between = _markup(text[start:], tools)
     calls: list[TextCall] = []
     for value in values:
@@ -201,6 +201,8 @@ def before_cut_call(text: str, tools: Collection[str]) -> str | None:
     reply opening as Mistral's and Llama's calls do, as a bare call of one of ``tools``, or
     as gpt-oss's messages naming a function), reasoning included; None if it had begun none."""
     start = _thought_end(text)
+    if _in_final(text, start):
+        return None
     after = text[start:]
     opening = after.lstrip()
     harmony = opening.startswith(_HARMONY) and _HARMONY_TOOLS in opening
@@ -213,6 +215,12 @@ def before_cut_call(text: str, tools: Collection[str]) -> str | None:
     if marked >= 0 and not _in_code(after[:marked]):
         return text[: start + marked].rstrip()
     return None
+
+
+def _in_final(text: str, start: int) -> bool:
+    """Whether what follows the reasoning, from ``start``, is gpt-oss's ``final`` message: its
+    answer, which calls nothing whatever it shows."""
+    return start > 0 and text.lstrip().startswith(_HARMONY)
 
 
 def _opens_call(text: str, tools: Collection[str]) -> bool:

@@ -474,6 +474,22 @@ async def test_an_answer_cut_at_the_output_limit_that_begins_no_call_shows_what_
     assert state.result.text == content
 
 
+async def test_a_gpt_oss_final_message_cut_at_the_output_limit_is_an_answer_cut(
+    tmp_path: Path,
+) -> None:
+    # Its final message is its answer, which calls nothing, whatever it opens with.
+    answer = '{"name": "echo", "arguments": {"te'
+    content = (
+        "<|channel|>analysis<|message|>Show it.<|end|><|start|>assistant<|channel|>final"
+        "<|message|>" + answer
+    )
+    state, _, _ = await _run(tmp_path, _with_message(chat_completion(content), "length"))
+
+    assert state.result is not None
+    assert state.result.error == "the model's reply was cut at its output limit; no tool was run"
+    assert state.result.text == answer
+
+
 async def test_a_structured_call_cut_at_the_output_limit_names_the_cut(tmp_path: Path) -> None:
     cut = chat_completion("Checking.", calls=[("c1", "echo", '{"text": "a')])
     state, counter, _ = await _run(tmp_path, _with_message(cut, "length"))
