@@ -260,7 +260,7 @@ def _harmony_final(text: str) -> int:
     there is none. Each message before it ended, as the model ends each one."""
     at = 0
     while (opened := text.find(_HARMONY_MESSAGE, at)) >= 0:
-        if text[at:opened].partition(_HARMONY_CHANNEL)[2].split()[:1] == ["final"]:
+        if _channel(text[at:opened]) == ["final"]:
             return opened + len(_HARMONY_MESSAGE)
         ended = _HARMONY_END.search(text, opened)
         if ended is None:
@@ -440,7 +440,7 @@ def _harmony(text: str) -> tuple[list[object], list[str]]:
         header, opened, written = message.partition(_HARMONY_MESSAGE)
         body = _harmony_body(written, last=index == len(messages) - 1)
         fields = header.replace(_HARMONY_CHANNEL, " ").replace(_HARMONY_CONSTRAIN, " ").split()
-        channel = header.partition(_HARMONY_CHANNEL)[2].split()[:1]
+        channel = _channel(header)
         if not opened or body is None or not channel:
             return [None], []
         recipients = [field for field in fields if field.startswith("to=")]
@@ -451,6 +451,11 @@ def _harmony(text: str) -> tuple[list[object], list[str]]:
         elif channel != ["analysis"]:
             return [None], []
     return values, said
+
+
+def _channel(header: str) -> list[str]:
+    """A harmony message's channel, the word after ``<|channel|>`` in its header; none if none."""
+    return header.partition(_HARMONY_CHANNEL)[2].split()[:1]
 
 
 def _harmony_body(body: str, *, last: bool) -> str | None:
