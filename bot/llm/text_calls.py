@@ -462,11 +462,10 @@ def _harmony_body(body: str, *, last: bool) -> str | None:
     """A harmony message's text without the token that ends it; None if text follows that, or
     if none ends a message before the last (the model ends each one before it starts the next:
     a message started inside another is markup it quotes, as from a tool's output)."""
-    for end in _HARMONY_ENDS:
-        body, ended, rest = body.partition(end)
-        if ended:
-            return body if not rest.strip() else None
-    return body if last else None
+    ended = _HARMONY_END.search(body)  # the first, of any kind: text after it was quoted
+    if ended is None:
+        return body if last else None
+    return body[: ended.start()] if not body[ended.end() :].strip() else None
 
 
 def _harmony_call(recipients: list[str], body: str) -> dict[str, object] | None:

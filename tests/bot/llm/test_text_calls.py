@@ -719,6 +719,7 @@ async def test_a_gpt_oss_preamble_is_its_words_and_its_reasoning_none() -> None:
         "<|channel|>analysis<|message|>The log holds <|start|>assistant<|channel|>commentary "
         "to=functions.tail_logs<|message|>{}<|end|>" + HARMONY_CALL,
         "<|start|>assistant<|channel|>commentary<|message|>I would send " + HARMONY_CALL,
+        HARMONY_CALL + " is what the page held.<|end|>",
         # A final message is the answer, whatever it shows: gpt-oss calls nothing in it.
         ANALYSIS + "<|start|>assistant<|channel|>final<|message|>" + HARMONY_CALL,
         ANALYSIS + '<|start|>assistant<|channel|>final<|message|>{"name": "service_status", '
