@@ -19,8 +19,8 @@ Each must name one of the run's tools or, in a call's markup, none may (the loop
 model the tools there are, and runs nothing). Arguments after ``[ARGS]`` or in a harmony
 message that do not read are left for the loop's check. One that does not read otherwise, a
 mix of known and unknown names, or markup shown rather than written (words after it or before
-it on its line, or in a code span or block, fenced JSON included) leaves the whole text an
-answer, as it was before.
+it on its line, on a Markdown quote's line, or in a code span or block, fenced JSON included)
+leaves the whole text an answer, as it was before.
 
 Read so, a reply's words are what a person reads of it: without the calls it wrote (shown as
 the calls they are) and without its reasoning; the journal keeps the text as it was sent.
@@ -212,7 +212,7 @@ def before_cut_call(text: str, tools: Collection[str]) -> str | None:
     if at >= 0 and _written_at(after[:at]):
         return text[: start + at].rstrip()
     marked = after.find(_DEEPSEEK) if _DEEPSEEK_BAR in after else -1
-    if marked >= 0 and not _in_code(after[:marked]):
+    if marked >= 0 and not _quoted_at(after[:marked]):
         return text[: start + marked].rstrip()
     return None
 
@@ -482,7 +482,7 @@ def _deepseek(text: str, at: int) -> list[object]:
     """DeepSeek's calls from ``at`` as call objects: ``[None]`` unless its words before leave
     them out of code and nothing but the calls follows."""
     inside, ended, rest = text[at + len(_DEEPSEEK) :].partition(_DEEPSEEK_END)
-    if _in_code(text[:at]) or (ended and rest.strip() not in ("", _DEEPSEEK_EOS)):
+    if _quoted_at(text[:at]) or (ended and rest.strip() not in ("", _DEEPSEEK_EOS)):
         return [None]
     first, *written = inside.split(_DEEPSEEK_CALL)
     if first.strip() or not written:
@@ -508,6 +508,13 @@ def _written_at(before: str) -> bool:
     ran <tool_call>…</tool_call>"), not indented as Markdown's code is."""
     line = before[before.rfind("\n") + 1 :]
     return not _in_code(before) and not line.strip(" \t") and len(line.expandtabs(4)) < 4
+
+
+def _quoted_at(before: str) -> bool:
+    """Whether markup written inline after ``before`` (DeepSeek's, after its words) is shown,
+    not written: in code, or on a Markdown quote's line (a tool's output repeated)."""
+    line = before[before.rfind("\n") + 1 :]
+    return _in_code(before) or line.lstrip().startswith(">")
 
 
 def _in_code(words: str) -> bool:

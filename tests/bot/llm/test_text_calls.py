@@ -791,6 +791,9 @@ async def test_deepseek_calls_are_calls(content: str) -> None:
         f"{CALLS}{CALL}service_status{CALL_END}{CALLS_END}",
         f"{CALLS}{CALLS_END}",
         f"DeepSeek writes `{CALLS}{V31_STATUS}{CALLS_END}`",
+        # A tool's output holding its markup, repeated as a Markdown quote.
+        f"The log reads:\n> {CALLS}{V31_STATUS}{CALLS_END}",
+        f"The log reads:\n  > line 3: {CALLS}{V31_STATUS}{CALLS_END}",
     ],
 )
 async def test_deepseek_markup_that_is_not_a_call_of_a_tool_is_left_alone(content: str) -> None:
