@@ -241,7 +241,7 @@ def _thought_end(text: str) -> int:
     the close (a reply that names ``<think>`` before that is an answer naming the tags); and
     thinking may name its closing tag, so only what follows the last one is read. Reasoning
     never closed is all there is, and calls nothing (the end of the text). gpt-oss's harmony
-    messages put its answer in a ``final`` message after its reasoning: what follows is read."""
+    messages put its answer in a ``final`` message after its reasoning: what follows is it."""
     opening = text.lstrip()
     if opening.startswith(_HARMONY):
         return _harmony_final(text)
@@ -358,7 +358,7 @@ _GLM_VALUE: Final = (_ARG_VALUE, _ARG_VALUE_END)
 def _pairs(text: str, key: tuple[str, str], value: tuple[str, str]) -> dict[str, str] | None:
     """Each key and value in ``text``, written between the ``key`` and ``value`` markers (an
     opening and a closing one each; blanks between them and between pairs); None unless the
-    text is only these, each key a word without markup, and written once. Read by place in
+    text is only these, each key said without markup, and once. Read by place in
     the text: cutting what was left after each pair made a runaway reply's pairs quadratic."""
     pairs: dict[str, str] = {}
     at = _blanks(text, 0)
