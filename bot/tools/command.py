@@ -109,8 +109,24 @@ _KEYWORDS = frozenset(
 )
 # Near enough to be a misspelling (``tpye``, ``enun``), not a custom annotation (``hint``).
 _MISSPELT = 0.75
-# Never suggested: words so short that annotations are near them (``note``, ``when``, ``pid``).
-_SUGGESTED = sorted(_KEYWORDS - {"id", "if", "not", "then", "else"})
+# Annotations check nothing, spelt right or not: OpenAPI's ``example`` is no misspelt one.
+_ANNOTATIONS = frozenset(
+    {
+        "$comment",
+        "default",
+        "deprecated",
+        "description",
+        "examples",
+        "readOnly",
+        "title",
+        "writeOnly",
+    }
+)
+# Never suggested: words so short that annotations are near them (``note``, ``when``, ``pid``),
+# and annotations.
+_SUGGESTED = sorted(_KEYWORDS - {"id", "if", "not", "then", "else"} - _ANNOTATIONS)
+# An extension's key (OpenAPI's ``x-…``), which no validator reads, whatever follows it.
+_EXTENSION = "x-"
 
 
 def placeholder(element: str) -> str | None:
@@ -276,7 +292,8 @@ def misspelt_keywords(schema: Any, path: SchemaPath = ()) -> list[tuple[SchemaPa
         return []
     problems: list[tuple[SchemaPath, str]] = []
     for key in schema:
-        near = None if key in _KEYWORDS else nearest(str(key), _SUGGESTED, _MISSPELT)
+        known = key in _KEYWORDS or str(key).startswith(_EXTENSION)
+        near = None if known else nearest(str(key), _SUGGESTED, _MISSPELT)
         if near is not None:
             message = (
                 f"not a JSON Schema keyword (did you mean {near}?): a validator ignores it,"

@@ -402,6 +402,30 @@ tools:
     ]
 
 
+def test_annotations_and_extensions_near_a_keyword_are_no_misspelling(tmp_path: Path) -> None:
+    # OpenAPI's example, x- extensions and an annotation misspelt check nothing either way: a
+    # schema written for OpenAPI or by Pydantic loads as it did, and a near keyword still says.
+    text = """\
+tools:
+  - name: deploy
+    description: x
+    command: ["deploy", "{service}"]
+    parameters:
+      type: object
+      x-order: 1
+      $defs:
+        svc: {type: string, example: checkout, x-description: Service, x-pattern: "[a-z]"}
+      properties:
+        service: {$ref: "#/$defs/svc", x-default: web, titel: Service, descripton: x}
+        count: {type: integer, maximun: 3}
+"""
+    path = write(tmp_path, "ops.yaml", text)
+    assert check_catalog(path) == [
+        f"{path}:12: tools[0].parameters.properties.count.maximun: tool 'deploy': not a JSON"
+        " Schema keyword (did you mean maximum?): a validator ignores it, and checks nothing"
+    ]
+
+
 def test_a_type_json_schema_lacks_names_the_types_it_has(tmp_path: Path) -> None:
     # Python's and YAML's names for it: "'str' is not valid under any of the given schemas".
     for written, meant in (("str", "string"), ("int", "integer"), ("bool", "boolean")):
