@@ -153,14 +153,15 @@ def _keyed_value_masked(found: re.Match[str]) -> str:
 
 
 # An Authorization header's credentials, as text (a command's output, curl -v), a dict's repr or
-# JSON (a library's headers at debug): what follows its scheme (Bearer, Basic, token), or the
-# whole value when it names none; and a bearer token quoted without its header (a client's
-# error). After a scheme, any credential of 8 characters or more; else one holding a digit, as
-# tokens do ("authorization: denied by policy", "Bearer authentication" are prose). The PII
-# guard redacts them for the model; the logs mask them whatever pii.mode says.
+# JSON (a library's headers at debug; Go's hold a list of values, ``Authorization:[Basic …]``):
+# what follows its scheme (Bearer, Basic, token), or the whole value when it names none; and a
+# bearer token quoted without its header (a client's error). After a scheme, any credential of
+# 8 characters or more; else one holding a digit, as tokens do ("authorization: denied by
+# policy", "Bearer authentication" are prose). The PII guard redacts them for the model; the
+# logs mask them whatever pii.mode says.
 _AUTHORIZATION: Final = on_use(
-    r"(?i)(\b(?:proxy-)?authorization['\"]?[ \t]{0,4}[:=][ \t]{0,4}['\"]?"
-    r"(?:([a-z][a-z0-9_-]{0,30})[ \t]+)?)([^\s'\"\\,;]++)"
+    r"(?i)(\b(?:proxy-)?authorization['\"]?[ \t]{0,4}[:=][ \t]{0,4}\[?['\"]?"
+    r"(?:([a-z][a-z0-9_-]{0,30})[ \t]+)?)([^\s'\"\\,;\]]++)"
 )
 _BEARER: Final = on_use(r"(?i)(\bbearer[ \t]+)()([a-z0-9._~+/-]{8,}+=*)")
 # What a line must hold for them to be read at all (either case).

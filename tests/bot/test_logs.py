@@ -303,6 +303,9 @@ BEARER = "eyJhbGciOi.Jz8dK2mQ4pW7"
         # A library's request headers at debug, as a dict's repr or as JSON.
         ("headers: %s", ({"Authorization": f"Bearer {BEARER}", "Accept": "*/*"},), BEARER),
         ("headers: %s", (json.dumps({"authorization": f"token {BEARER}"}),), BEARER),
+        # Go's headers, each a list of values: printed (%v), and as JSON.
+        ("%s", ("map[Accept:[*/*] Authorization:[Basic dXNlcjpwYXNzd29yZA==]]",), "dXNlcjpw"),
+        ("%s", (json.dumps({"Authorization": ["Basic dXNlcjpwYXNzd29yZA=="]}),), "dXNlcjpw"),
         # A client's error quoting the token it sent.
         ("refused: invalid credentials Bearer %s", (BEARER,), BEARER),
     ],
