@@ -251,6 +251,26 @@ SECRETS_IN_THE_OPEN = {
         {**A_DATABASE, "config": "openai_base_url: http://me:pw-2f8b@proxy:3128/v1\n"},
         "config holds a URL with a password",
     ),
+    "an API key under a quoted key in kestrel.yaml": (
+        {**A_DATABASE, "config": '"openai_api_key": sk-live-5e1d7c3a9b\ntools: []\n'},
+        "config holds openai_api_key",
+    ),
+    "an API key in kestrel.yaml's flow style": (
+        {**A_DATABASE, "config": "{openai_api_key: sk-live-5e1d7c3a9b, tools: []}\n"},
+        "config holds openai_api_key",
+    ),
+    "the database's password as its URL's parameter in kestrel.yaml": (
+        {"config": "database: postgresql://kestrel@pg/kestrel?sslmode=require&password=pw-9c4e\n"},
+        "config holds a URL with a password",
+    ),
+    "the database's password as its URL's parameter in extraEnv": (
+        {
+            "extraEnv": [
+                {"name": "KESTREL_DATABASE_URL", "value": "postgresql://pg/kestrel?password=pw-1"}
+            ]
+        },
+        "extraEnv KESTREL_DATABASE_URL holds a URL with a password",
+    ),
     "the database URL with its password in extraEnv": (
         {"extraEnv": [{"name": "KESTREL_DATABASE_URL", "value": DATABASE_URL}]},
         "extraEnv KESTREL_DATABASE_URL holds a URL with a password",
@@ -280,6 +300,12 @@ def test_the_chart_refuses_a_secret_outside_the_secret(name: str) -> None:
     assert "secret.values" in str(refused.value)
     for secret in ("sk-live", "pw-", "xoxb-"):
         assert secret not in str(refused.value)  # the refusal is shown, logged, pasted
+
+
+def test_the_chart_takes_an_empty_api_key_in_its_config() -> None:
+    # An empty key is no secret (Kestrel reads it as unset): nothing to keep in the Secret.
+    for written in ('""', "null", "", "~"):
+        render_chart({**A_DATABASE, "config": f"openai_api_key: {written}\ntools: []\n"})
 
 
 def test_the_chart_refuses_a_scrape_with_a_token_the_secret_lacks() -> None:

@@ -76,11 +76,14 @@ app.kubernetes.io/instance: {{ .Release.Name }}
      extraEnv's values are the Deployment's spec, which `kubectl get -o yaml` shows to anyone
      allowed to read them (far more people than may read a Secret), and `helm get values` too.
      Refused: openai_api_key or a URL's password in config, and in extraEnv a value for a
-     secret Kestrel reads (PGPASSWORD too) or a URL with a password. The refusal names where, never the value. */}}
+     secret Kestrel reads (PGPASSWORD too) or a URL with a password (user:password@, or a
+     ?password= parameter, which libpq and asyncpg take too). openai_api_key is read as YAML
+     reads it (quoted, in flow style; empty is no key). The refusal names where, never the
+     value. */}}
 {{- define "kestrel.noSecretInTheOpen" -}}
 {{- $where := "put it in the Secret (secret.values, or secret.keys of secret.existingSecret) or give extraEnv a valueFrom.secretKeyRef; a database URL may leave its password out, with PGPASSWORD in the Secret" -}}
-{{- $withPassword := "[A-Za-z][A-Za-z0-9+.-]*://[^\\s/@:]*:[^\\s/@]+@" -}}
-{{- if regexMatch "(?m)^openai_api_key:[ \\t]*[^\\s#]" .Values.config -}}
+{{- $withPassword := "[A-Za-z][A-Za-z0-9+.-]*://([^\\s/@:]*:[^\\s/@]+@|[^\\s#]*[?&]password=[^\\s&#])" -}}
+{{- if get (fromYaml .Values.config) "openai_api_key" -}}
 {{- fail (printf "config holds openai_api_key, which a ConfigMap shows to anyone who may read it: %s" $where) -}}
 {{- end -}}
 {{- if regexMatch $withPassword .Values.config -}}
