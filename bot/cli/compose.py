@@ -176,23 +176,40 @@ def check_tool_names(settings: Settings, tools: ToolSet) -> None:
 
 
 def _check_approvable(settings: Settings, tools: ToolSet) -> None:
-    """Refuse a policy that names nobody to approve a tool that asks for approval: its every
-    request would wait until its deadline, each click refused. A tool nobody may run says so
-    with ``deny: true`` in its catalog."""
+    """Refuse a policy that names nobody to approve a tool that asks for approval, or fewer
+    people than its ``approvals``: its every request would wait until its deadline, each click
+    refused. A tool nobody may run says so with ``deny: true`` in its catalog."""
     from bot.people.policy import approval_keys, approvers_of
 
     for name, tool in tools.items():
         approval = tool.flags.approval
         if not approval.confirm or approval.deny:
             continue
-        if approvers_of(settings.policy, name, approval.tags):
-            continue
+        who = approvers_of(settings.policy, name, approval.tags)
         keys = [f'"{key}"' if key == "*" else key for key in approval_keys(name, approval.tags)]
-        raise ConfigError(
-            f"policy.approvers: nobody may approve {name}, which asks for approval"
-            f" (confirm: true): name who may under {', '.join(keys[:-1])} or {keys[-1]}"
-            "; a tool nobody may run is deny: true in its catalog"
-        )
+        under = f"{', '.join(keys[:-1])} or {keys[-1]}"
+        if not who:
+            raise ConfigError(
+                f"policy.approvers: nobody may approve {name}, which asks for approval"
+                f" (confirm: true): name who may under {under}"
+                "; a tool nobody may run is deny: true in its catalog"
+            )
+        few = _too_few(who, approval.approvals)
+        if few:
+            raise ConfigError(
+                f"policy.approvers: {name} needs {approval.approvals} approvers (approvals:"
+                f" {approval.approvals}), and only {few} may approve it: name more under"
+                f" {under}, or a group"
+            )
+
+
+def _too_few(who: list[str], needed: int) -> str:
+    """The people ``who`` names, when they are fewer than the ``needed`` approvals (each a
+    different person's), as "U1, U2"; "" when ``*``, a group or a channel may hold more."""
+    people = sorted(set(who))
+    if len(people) >= needed or any(p == "*" or ":" in p for p in people):
+        return ""
+    return ", ".join(people)
 
 
 def _nearest(name: str, known: list[str]) -> str:

@@ -229,6 +229,39 @@ def test_an_mcp_servers_tools_are_its_own_to_name() -> None:
         check_tool_names(Settings(policy=policy), tools)  # no server gh to list it
 
 
+def test_a_gated_tool_needing_more_approvers_than_the_policy_names_is_refused(
+    tmp_path: Path,
+) -> None:
+    # approvals: 2 counts two different people: one person named to approve it could never
+    # be enough, and its every card waited until its deadline.
+    from bot.cli.compose import check_tool_names
+    from bot.config.settings import ConfigError, Settings
+    from bot.tools.catalog import load_catalog
+    from bot.tools.toolset import ToolSet
+
+    catalog = tmp_path / "ops.yaml"
+    catalog.write_text(
+        "tools:\n  - name: deploy\n    description: x\n    command: [echo]\n"
+        "    confirm: true\n    approvals: 2\n    tags: [prod]\n"
+    )
+    tools = ToolSet(load_catalog(catalog))
+    for approvers in ({"deploy": ["U0BOSS"]}, {"deploy": ["U0BOSS"], "tag:prod": ["U0BOSS"]}):
+        with pytest.raises(ConfigError) as refused:
+            check_tool_names(Settings(policy=PolicyRules(approvers=approvers)), tools)
+        assert str(refused.value).startswith(
+            "policy.approvers: deploy needs 2 approvers (approvals: 2), and only U0BOSS may"
+            ' approve it: name more under deploy, tag:prod or "*", or a group'
+        ), str(refused.value)
+    enough: list[dict[str, list[str]]] = [
+        {"deploy": ["U0BOSS"], "tag:prod": ["U0SRE"]},
+        {"deploy": ["group:S0SRE"]},
+        {"deploy": ["U0BOSS"], "*": ["*"]},
+        {"tag:prod": ["channel:C0OPS"]},
+    ]
+    for approvers in enough:
+        check_tool_names(Settings(policy=PolicyRules(approvers=approvers)), tools)
+
+
 def own_run_refusal(folder: Path) -> tuple[str, str, str]:
     """The run U0REQ deferred, its request, and what U0REQ is told approving it."""
     started = kestrel(folder, "run", "checkout is failing", "--defer", "--json", "--as", "U0REQ")
