@@ -214,8 +214,12 @@ _TYPE_ALIASES: Final = {
 
 
 def _unknown_type(written: Any) -> str | None:
-    """What is said of a ``type`` JSON Schema lacks (``str``), with the type it meant; None for
-    any other problem of a type (a list of them, a number), which jsonschema's words say."""
+    """What is said of a ``type`` JSON Schema lacks (``str``, or one of a list of types), with
+    the type it meant; None for any other problem of a type (a number, a type listed twice),
+    which jsonschema's words say."""
+    if isinstance(written, list):
+        unknown = [each for each in written if isinstance(each, str) and each not in _TYPES]
+        return _unknown_type(unknown[0]) if unknown else None
     if not isinstance(written, str) or written in _TYPES:
         return None
     from bot.plain import nearest  # only to describe a mistake

@@ -402,6 +402,26 @@ tools:
     ]
 
 
+def test_a_type_json_schema_lacks_in_a_list_of_types_names_the_one_it_meant(
+    tmp_path: Path,
+) -> None:
+    # A nullable parameter lists its types: "['str', 'null'] is not valid under any of the
+    # given schemas" named neither the wrong one nor the right one.
+    text = """\
+tools:
+  - name: scale
+    description: x
+    command: ["scale", "{n}"]
+    parameters: {type: object, properties: {n: {type: [str, "null"]}}}
+"""
+    path = write(tmp_path, "ops.yaml", text)
+    assert check_catalog(path) == [
+        f"{path}:5: tools[0].parameters.properties.n.type: invalid JSON Schema: 'str' is not a"
+        " type (did you mean string?); the types are array, boolean, integer, null, number,"
+        " object and string"
+    ]
+
+
 def test_annotations_and_extensions_near_a_keyword_are_no_misspelling(tmp_path: Path) -> None:
     # OpenAPI's example, x- extensions and an annotation misspelt check nothing either way: a
     # schema written for OpenAPI or by Pydantic loads as it did, and a near keyword still says.
