@@ -302,6 +302,22 @@ def test_the_chart_refuses_a_secret_outside_the_secret(name: str) -> None:
         assert secret not in str(refused.value)  # the refusal is shown, logged, pasted
 
 
+def test_the_chart_takes_a_secret_extra_env_composes_from_another() -> None:
+    # Kubernetes expands $(NAME) from the variables before it, one a secretKeyRef's: the spec
+    # holds the reference, never the password. A DSN is often composed so.
+    password = {"name": "PG_PASS", "valueFrom": {"secretKeyRef": {"name": "pg", "key": "pw"}}}
+    key = {"name": "RAW_KEY", "valueFrom": {"secretKeyRef": {"name": "ai", "key": "key"}}}
+    extra = [
+        password,
+        key,
+        {"name": "KESTREL_DATABASE_URL", "value": "postgresql://kestrel:$(PG_PASS)@pg/kestrel"},
+        {"name": "OPENAI_API_KEY", "value": "$(RAW_KEY)"},
+    ]
+    env = one(render_chart({"extraEnv": extra}), "Deployment")["spec"]["template"]["spec"]
+    values = {e["name"]: e.get("value") for e in env["containers"][0]["env"]}
+    assert values["OPENAI_API_KEY"] == "$(RAW_KEY)"
+
+
 def test_the_chart_takes_an_empty_api_key_in_its_config() -> None:
     # An empty key is no secret (Kestrel reads it as unset): nothing to keep in the Secret.
     for written in ('""', "null", "", "~"):

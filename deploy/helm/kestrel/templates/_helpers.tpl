@@ -91,11 +91,15 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 {{- $secrets := append (include "kestrel.fileVariables" . | fromYamlArray) "PGPASSWORD" -}}
 {{- range .Values.extraEnv -}}
-{{- if hasKey . "value" -}}
+{{- /* $(NAME), which Kubernetes expands from a variable before it (a secretKeyRef's), is no
+       secret in the spec: a DSN composed so (postgresql://kestrel:$(PG_PASS)@pg/kestrel)
+       holds none, nor does a value that is nothing else, or empty. */ -}}
+{{- $written := regexReplaceAll "\\$\\([A-Za-z_][A-Za-z0-9_]*\\)" (toString (.value | default "")) "" -}}
+{{- if $written -}}
 {{- if has .name $secrets -}}
 {{- fail (printf "extraEnv %s is a secret, which the pod's spec shows to anyone who may read it: %s" .name $where) -}}
 {{- end -}}
-{{- if regexMatch $withPassword (toString .value) -}}
+{{- if regexMatch $withPassword $written -}}
 {{- fail (printf "extraEnv %s holds a URL with a password, which the pod's spec shows to anyone who may read it: %s" .name $where) -}}
 {{- end -}}
 {{- end -}}
