@@ -154,11 +154,14 @@ def check_tool_names(settings: Settings, tools: ToolSet) -> None:
     """Refuse a policy or deadline that names a tool, or a tag, the tool set lacks: a typo
     would leave that tool's requests to nobody, or its deadline unused. An MCP server's tools
     (``server__tool``) are the server's to list, so they are not checked here."""
+    from bot.tools.base import mcp_tags
     from bot.tools.propose_plan import human_tools
 
     # A server's name may itself hold "__" or end in "_": its tools are "NAME__TOOL".
     servers = tuple(f"{server.name}__" for server in settings.mcp_servers)
     tags = {f"tag:{tag}" for tool in tools.values() for tag in tool.flags.approval.tags}
+    # A server's tools, listed only once it runs, carry its tags (mcp, mcp:SERVER).
+    tags |= {f"tag:{tag}" for server in settings.mcp_servers for tag in mcp_tags(server.name)}
     # The ask_human tools are known whether human_in_the_loop turns them on here or not: one
     # kestrel.yaml may serve a replica with them and headless runs without.
     known = {*tools, *(tool.name for tool in human_tools()), *tags}

@@ -83,6 +83,12 @@ def check_tool_name(name: str) -> None:
     )
 
 
+def mcp_tags(server: str) -> tuple[str, ...]:
+    """The tags every tool of MCP server ``server`` carries (``mcp``, ``mcp:SERVER``): the
+    policy names approvers per server with them."""
+    return ("mcp", f"mcp:{server}") if server else ("mcp",)
+
+
 class ApprovalPolicy(msgspec.Struct, frozen=True):
     """Who must let a call of the tool run: the policy's half of a tool's flags."""
 

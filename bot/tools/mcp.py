@@ -40,6 +40,7 @@ from bot.tools.base import (
     ToolResult,
     ToolTraits,
     capped,
+    mcp_tags,
 )
 from bot.tools.mcp_stderr import Redact, ServerStderr, unchanged
 from bot.tools.source import ToolSource
@@ -96,7 +97,7 @@ def tool_flags(
     destructive = hints.destructive_hint is not False
     approval = ApprovalPolicy(
         confirm=gated or (destructive and not read_only),
-        tags=("mcp", f"mcp:{server}") if server else ("mcp",),
+        tags=mcp_tags(server),
     )
     traits = ToolTraits(idempotent=read_only or hints.idempotent_hint is True, timeout=timeout)
     return ToolFlags(approval, traits)

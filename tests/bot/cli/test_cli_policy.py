@@ -227,6 +227,12 @@ def test_an_mcp_servers_tools_are_its_own_to_name() -> None:
     check_tool_names(headless, ToolSet())  # a replica sharing the file asks people
     with pytest.raises(ConfigError, match="'gh__create_issue' names no tool or tag"):
         check_tool_names(Settings(policy=policy), tools)  # no server gh to list it
+    # Every tool of a server carries tags mcp and mcp:SERVER (tools list shows them).
+    for tag in ("tag:mcp", "tag:mcp:gh"):
+        by_tag = PolicyRules(approvers={tag: ["U0BOSS"]})
+        check_tool_names(Settings(mcp_servers=[server], policy=by_tag), tools)
+        with pytest.raises(ConfigError, match=f"'{tag}' names no tool or tag"):
+            check_tool_names(Settings(policy=by_tag), tools)
 
 
 def test_a_gated_tool_needing_more_approvers_than_the_policy_names_is_refused(
