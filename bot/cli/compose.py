@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from bot.pii.settings import PiiSettings
     from bot.run.runtime import Runtime
     from bot.store import Store
-    from bot.tools.base import ToolFlags
+    from bot.tools.base import ApprovalPolicy, ToolFlags
     from bot.tools.catalog import CatalogError
     from bot.tools.isolation import Isolation
     from bot.tools.source import ToolSource
@@ -184,8 +184,7 @@ def _check_approvable(settings: Settings, tools: ToolSet) -> None:
     refused. A tool nobody may run says so with ``deny: true`` in its catalog."""
     from bot.people.policy import approval_keys, approvers_of
 
-    for name, tool in tools.items():
-        approval = tool.flags.approval
+    for name, approval in [*_gated_by_servers(settings), *_approvals(tools)]:
         if not approval.confirm or approval.deny:
             continue
         who = approvers_of(settings.policy, name, approval.tags)
@@ -204,6 +203,28 @@ def _check_approvable(settings: Settings, tools: ToolSet) -> None:
                 f" {approval.approvals}), and only {few} may approve it: name more under"
                 f" {under}, or a group"
             )
+
+
+def _approvals(tools: ToolSet) -> list[tuple[str, ApprovalPolicy]]:
+    """Each tool's name and who must let a call of it run."""
+    return [(name, tool.flags.approval) for name, tool in tools.items()]
+
+
+def _gated_by_servers(settings: Settings) -> list[tuple[str, ApprovalPolicy]]:
+    """The MCP tools a server's ``confirm:`` gates, known before it lists them, as the server's
+    source offers them (``SERVER__TOOL``); a name it would rewrite to fit is left out."""
+    from bot.tools.base import ApprovalPolicy, check_tool_name, mcp_tags
+
+    gated = []
+    for server in settings.mcp_servers:
+        for tool in server.confirm:
+            name = f"{server.name}__{tool}"
+            try:
+                check_tool_name(name)
+            except ValueError:
+                continue
+            gated.append((name, ApprovalPolicy(confirm=True, tags=mcp_tags(server.name))))
+    return gated
 
 
 def _too_few(who: list[str], needed: int) -> str:

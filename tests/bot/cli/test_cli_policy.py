@@ -268,6 +268,30 @@ def test_a_gated_tool_needing_more_approvers_than_the_policy_names_is_refused(
         check_tool_names(Settings(policy=PolicyRules(approvers=approvers)), tools)
 
 
+def test_an_mcp_tool_its_server_gates_that_nobody_may_approve_is_refused() -> None:
+    # The server's confirm: list gates a tool before it is listed: with nobody to approve it
+    # (the chart's approvers: {}), each of its cards waited until its deadline.
+    from bot.cli.compose import check_tool_names
+    from bot.config.settings import ConfigError, McpServerSettings, Settings
+    from bot.tools.propose_plan import human_tools
+    from bot.tools.toolset import ToolSet
+
+    gh = McpServerSettings(name="gh", transport="stdio", command=["gh-mcp"], confirm=["merge"])
+    tools = ToolSet(human_tools())
+    with pytest.raises(ConfigError) as refused:
+        check_tool_names(Settings(mcp_servers=[gh], policy=PolicyRules(approvers={})), tools)
+    assert str(refused.value).startswith(
+        "policy.approvers: nobody may approve gh__merge, which asks for approval (confirm:"
+        ' true): name who may under gh__merge, tag:mcp, tag:mcp:gh or "*"'
+    ), str(refused.value)
+    for key in ("gh__merge", "tag:mcp:gh", "*"):
+        named = PolicyRules(approvers={key: ["U0BOSS"]})
+        check_tool_names(Settings(mcp_servers=[gh], policy=named), tools)
+    odd = McpServerSettings(name="gh", transport="stdio", command=["x"], confirm=["a.b"])
+    # Offered under a name of its own (a.b is no tool name): not guessed here.
+    check_tool_names(Settings(mcp_servers=[odd], policy=PolicyRules(approvers={})), tools)
+
+
 def own_run_refusal(folder: Path) -> tuple[str, str, str]:
     """The run U0REQ deferred, its request, and what U0REQ is told approving it."""
     started = kestrel(folder, "run", "checkout is failing", "--defer", "--json", "--as", "U0REQ")
