@@ -56,6 +56,7 @@ from bot.events import (
     ToolExitEvent,
     ToolStartedEvent,
 )
+from bot.people.policy import PolicyRules, requester_approves
 from bot.text import printable, unmask_links
 
 # Typed at any prompt, ends the chat as the end of input does (/exit as other REPLs spell it).
@@ -375,17 +376,22 @@ def _waiting_for(request: Request) -> str:
     return f"{what} ({request.id})"
 
 
-def _elsewhere(state: RunResult, user: str) -> str:
+def _elsewhere(state: RunResult, user: str, rules: PolicyRules) -> str:
     """How a suspended run is moved on from another shell by ``user`` (an approval of their own
-    run: as someone else): the command answering each request it waits on (a resume would find
-    it still waiting), else ``kestrel runs resume``."""
+    run: as someone else, unless ``rules`` let them approve it): the command answering each
+    request it waits on (a resume would find it still waiting), else ``kestrel runs resume``."""
     hows = [
-        how_answered(r.kind, r.run_id, r.id, r.options, requester=r.requested_by == user)
+        how_answered(r.kind, r.run_id, r.id, r.options, requester=_as_someone_else(r, user, rules))
         for r in state.open_requests
     ]
     if not hows:
         return f", or `kestrel runs resume {state.run_id}`"
     return ", or from another shell: " + "; ".join(hows)
+
+
+def _as_someone_else(request: Request, user: str, rules: PolicyRules) -> bool:
+    """Whether ``user``, the run's requester, approves ``request`` only as someone else."""
+    return request.requested_by == user and not requester_approves(rules, request.approvals_needed)
 
 
 class ConsoleChat:
@@ -397,10 +403,13 @@ class ConsoleChat:
         io: ConsoleIO,
         user: str = "console",
         on_stop: Callable[[int], object] | None = None,
+        rules: PolicyRules | None = None,
     ) -> None:
         self.chat = chat
         self.io = io
         self.user = user
+        # The policy's rules: whether the user may approve their own run from another shell.
+        self.rules = rules or PolicyRules()
         self.actor = Actor(user)
         self.prompter = ConsolePrompter(io, user)
         self.session = Session(id=new_id("ses"), platform="console")
@@ -468,9 +477,8 @@ class ConsoleChat:
             self.io.write(
                 f"kestrel> (run {state.run_id} suspended{': ' + waiting if waiting else ''})"
             )
-            self.io.write(
-                f"         resume it with /resume {state.run_id}{_elsewhere(state, self.user)}"
-            )
+            elsewhere = _elsewhere(state, self.user, self.rules)
+            self.io.write(f"         resume it with /resume {state.run_id}{elsewhere}")
             return
         if result.status is RunStatus.COMPLETED:
             self.io.write(f"kestrel> {result.text}")

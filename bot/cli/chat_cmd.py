@@ -62,7 +62,9 @@ def chat(user: str | None) -> None:
         notices = _unlogged("kestrel.policy", policy_notices(settings, rt.policy))
         notices += _unlogged("kestrel.tools", program_notices(settings))
         banner += "".join(f"\nnote: {notice}" for notice in notices)
-        console = ConsoleChat(ChatService(supervisor), ConsoleIO(), user, on_stop=stop.take)
+        console = ConsoleChat(
+            ChatService(supervisor), ConsoleIO(), user, on_stop=stop.take, rules=rt.policy.settings
+        )
         stop.on_first(lambda: _left_by(stop, console.under_way()))
         try:
             await console.run(banner)

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from bot.chat.service import ChatService
     from bot.config.settings import Settings
     from bot.domain import DecisionKind
-    from bot.people.policy import Actor
+    from bot.people.policy import Actor, PolicyRules
     from bot.run.runtime import Runtime
 
 # Set by a shell asking click to complete a command line.
@@ -216,12 +216,12 @@ def decide(
             await chat.wait(decided.resumed)
         elif not await chat.ended(run_id):
             obj = await run_object(rt, run_id)
-            return "\n".join([decided.message, *waiting_lines(obj, actor.user)])
+            return "\n".join([decided.message, *waiting_lines(obj, actor.user, rt.policy.settings)])
         obj = await run_object(rt, run_id)
         said = f"{decided.message}; run {run_id} is now {obj['status']}" + (
             f": {obj['text']}" if obj["text"] else ""
         )
-        return "\n".join([said, *waiting_lines(obj, actor.user)])
+        return "\n".join([said, *waiting_lines(obj, actor.user, rt.policy.settings)])
 
     received: list[int] = []
     echo(with_runtime(work, settings))
@@ -265,16 +265,19 @@ async def _own_run(
     return f". At this terminal, {', or '.join(ways)}" if ways else ""
 
 
-def waiting_lines(obj: dict[str, Any], reader: str) -> list[str]:
+def waiting_lines(obj: dict[str, Any], reader: str, rules: PolicyRules) -> list[str]:
     """The requests a run (``run_object``) waits on now, each with its id and the command that
-    answers it, as ``reader`` would give it (the requester approves as someone else)."""
+    answers it, as ``reader`` would give it (the requester approves as someone else, unless
+    ``rules`` let them approve their own)."""
     from bot.kinds import how_answered
+    from bot.people.policy import requester_approves
 
     lines = []
-    requester = obj["requested_by"] == reader
     for request in obj["requests"]:
         args = json.dumps(request["arguments"], sort_keys=True)
         ids = (obj["run_id"], request["id"], request["options"])
+        own = obj["requested_by"] == reader
+        requester = own and not requester_approves(rules, request["approvals_needed"])
         how = how_answered(request["kind"], *ids, requester=requester)
         lines.append(f"  waiting: {request['kind']} {request['id']} {request['tool']} {args}")
         lines.append(f"    {how}" if how else "")

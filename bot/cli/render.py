@@ -62,6 +62,8 @@ class ShownRequest(Protocol):
     @property
     def digest(self) -> str: ...
     @property
+    def approvals_needed(self) -> int: ...
+    @property
     def steps(self) -> Sequence[ShownStep]: ...
     @property
     def off_plan(self) -> str: ...
@@ -156,6 +158,7 @@ def request_object(request: ShownRequest) -> dict[str, Any]:
         "prompt": request.prompt,
         "options": list(request.options),
         "digest": request.digest,
+        "approvals_needed": request.approvals_needed,
         "steps": [_step_object(step) for step in request.steps],
         "off_plan": request.off_plan,
         "created_at": stamp(request.created_at),

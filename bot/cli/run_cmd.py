@@ -96,8 +96,8 @@ def _stdin_prompt() -> str:
 
 
 def print_run(obj: dict[str, Any], as_json: bool, reader: str) -> None:
-    """A run's answer on stdout, its status and waits (as ``reader`` answers them) on stderr
-    (or one JSON object)."""
+    """A run's answer on stdout, its status and waits (as ``reader`` answers them under the
+    policy) on stderr (or one JSON object)."""
     if as_json:
         echo(json.dumps(obj, indent=2, sort_keys=True))
         return
@@ -106,5 +106,6 @@ def print_run(obj: dict[str, Any], as_json: bool, reader: str) -> None:
     echo(f"[{obj['run_id']}: {obj['status']}, {obj['stop_reason']}]", err=True)
     if obj["error"]:
         echo(f"  {obj['error']}", err=True)
-    for line in waiting_lines(obj, reader):  # as `runs approve` says what the run waits on next
+    # As `runs approve` says what the run waits on next.
+    for line in waiting_lines(obj, reader, current_settings().policy):
         echo(line, err=True)

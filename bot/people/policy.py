@@ -44,6 +44,13 @@ def approvers_of(rules: PolicyRules, tool: str, tags: Sequence[str]) -> list[str
     return [p for key in approval_keys(tool, tags) for p in rules.approvers.get(key, [])]
 
 
+def requester_approves(rules: PolicyRules, approvals_needed: int) -> bool:
+    """Whether a run's requester may approve its request needing ``approvals_needed`` outside
+    the terminal: with ``self_approval``, and one approval needed (the two-person rule counts
+    the requester as neither of two)."""
+    return rules.self_approval and approvals_needed <= 1
+
+
 def principal_problem(principal: str) -> str:
     """Why ``principal`` as written can name nobody ("" when it can name someone): spaces
     around it, a kind misspelt or in capitals (``Group:S0SRE``), a kind with no id or with a
@@ -532,7 +539,7 @@ class Policy:
 
     def _excludes(self, request: Asked) -> bool:
         """Whether the requester may not approve their own request (outside the terminal)."""
-        return not (self.settings.self_approval and request.approvals_needed <= 1)
+        return not requester_approves(self.settings, request.approvals_needed)
 
     def _approvers(self, tool: str, flags: ToolFlags | None) -> list[str]:
         return approvers_of(self.settings, tool, flags.approval.tags if flags else ())

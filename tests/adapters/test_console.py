@@ -182,6 +182,18 @@ def test_a_suspended_run_says_what_moves_it_on_from_another_shell(tmp_path: Path
     assert [run["status"] for run in runs(tmp_path)] == ["completed"]
 
 
+def test_a_requester_who_may_approve_their_run_is_told_to_approve_it(tmp_path: Path) -> None:
+    # self_approval: true lets the requester approve from another shell as themselves: the
+    # hint said --as NAME, someone else, all the same.
+    (tmp_path / "kestrel.yaml").write_text("policy: {self_approval: true}\n")
+    said = kestrel(tmp_path, "chat", stdin="checkout is failing, can you look?\nl\n").stdout
+    (hint,) = [line for line in said.splitlines() if "resume it with" in line]
+    command = hint.split("from another shell: kestrel ", 1)[1].removesuffix(" (or deny)").split()
+    assert command[:2] == ["runs", "approve"] and "--as" not in command, hint
+    approved = kestrel(tmp_path, *command)
+    assert approved.returncode == 0, approved.stderr
+
+
 def test_a_resume_past_a_deadline_goes_on_with_the_person_who_resumed(tmp_path: Path) -> None:
     script = [
         {"text": "restarting", "calls": [{"name": "restart", "arguments": {}}]},

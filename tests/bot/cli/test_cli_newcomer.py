@@ -147,6 +147,19 @@ def test_a_deferred_run_says_the_command_that_moves_it_on(tmp_path: Path) -> Non
     assert approved.returncode == 0, approved.stderr
 
 
+def test_a_deferred_run_of_a_requester_who_may_approve_it_says_so(tmp_path: Path) -> None:
+    # self_approval: true lets the requester approve their own run with runs approve: the
+    # command said to them took --as NAME, someone else, whom they need not be.
+    write_config(tmp_path, policy={"self_approval": True})
+    done = kestrel(tmp_path, "run", "checkout is failing", "--defer", "--as", "U0REQ")
+    assert done.returncode == 3, done.stderr
+    (request,) = json.loads(kestrel(tmp_path, "runs", "pending", "--json").stdout)
+    command = f"kestrel runs approve {request['run_id']} {request['id']}"
+    assert f"    {command} (or deny)" in done.stderr.splitlines(), done.stderr
+    approved = kestrel(tmp_path, *command.split()[1:], "--as", "U0REQ")
+    assert approved.returncode == 0, approved.stderr
+
+
 def test_serve_on_a_port_in_use_says_so_once_and_what_to_do(tmp_path: Path) -> None:
     import socket
 
