@@ -480,7 +480,7 @@ class Policy:
         who = self.who_may_answer(request, flags, flags_of)
         requester = request.requested_by
         approving = (RequestKind.WAIT_APPROVAL, RequestKind.WAIT_PLAN)
-        if request.kind in approving and requester and self._excludes(request):
+        if request.kind in approving and requester and self._excludes(request) and who:
             if EVERYONE in who:
                 return f"anyone but the requester ({requester})"
             who = [p for p in who if p != requester]

@@ -201,6 +201,8 @@ async def test_refusals_name_who_may_act() -> None:
             asked(RequestKind.WAIT_USER),
             "anyone",
         ),
+        # Nobody named at all (a request asked before approvers: {}): not the requester's rule.
+        (PolicyRules(approvers={}), asked(RequestKind.WAIT_APPROVAL), "nobody"),
     ],
 )
 def test_who_may_answer_in_words(rules: PolicyRules, request_: Request, phrase: str) -> None:
