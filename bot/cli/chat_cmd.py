@@ -39,7 +39,7 @@ def chat(user: str | None) -> None:
 
     from adapters.console import ConsoleChat, ConsoleIO
     from bot.chat.service import ChatService
-    from bot.cli.compose import policy_notices, program_notices, shown_database
+    from bot.cli.compose import check_approvable, policy_notices, program_notices, shown_database
     from bot.cli.stopping import Stop, end_on_signals, ending_code
     from bot.logs import CHAT
     from bot.run.supervisor import Supervisor
@@ -51,6 +51,7 @@ def chat(user: str | None) -> None:
     log = logging.getLogger(CHAT)
 
     async def work(rt: Runtime, stop: Stop) -> tuple[bool, str | None]:
+        check_approvable(settings, rt.tools.current())
         supervisor = Supervisor(rt)
         banner = (
             f"Kestrel chat: model {rt.model.provider}/{rt.model.model}, "
@@ -199,6 +200,7 @@ def serve(platforms: tuple[str, ...], port: int | None, host: str) -> None:
     hold_sigterm()  # one that comes before the event loop is kept for the stop
     import asyncio
 
+    from bot.cli.compose import check_approvable
     from bot.cli.serving import ChatFront, front_settings
     from bot.cli.stopping import Stop, end_on_signals
     from bot.collector import settle_for_service
@@ -217,6 +219,7 @@ def serve(platforms: tuple[str, ...], port: int | None, host: str) -> None:
     grace = settings.replica.shutdown_grace_seconds
 
     async def work(rt: Runtime, stop: Stop) -> None:
+        check_approvable(settings, rt.tools.current())
         stop.started()
         supervisor = Supervisor(rt)
         front = ChatFront(supervisor, checked, host=host, port=port)

@@ -175,13 +175,14 @@ def check_tool_names(settings: Settings, tools: ToolSet) -> None:
         else:
             what, names = "tool", sorted(tools)
         raise ConfigError(f"{section}: {key!r} names no {what} here{_nearest(key, names)}")
-    _check_approvable(settings, tools)
 
 
-def _check_approvable(settings: Settings, tools: ToolSet) -> None:
+def check_approvable(settings: Settings, tools: ToolSet) -> None:
     """Refuse a policy that names nobody to approve a tool that asks for approval, or fewer
     people than its ``approvals``: its every request would wait until its deadline, each click
-    refused. A tool nobody may run says so with ``deny: true`` in its catalog."""
+    refused. A tool nobody may run says so with ``deny: true`` in its catalog. Asked only by
+    the commands that ask people (``chat``, ``serve``, ``run --defer``, ``tools check``): a
+    headless run refuses gated calls, and ``runs cancel`` must work under any policy."""
     from bot.people.policy import approval_keys, approvers_of
 
     for name, approval in [*_gated_by_servers(settings), *_approvals(tools)]:

@@ -61,11 +61,14 @@ def run(prompt: str, as_json: bool, defer: bool, user: str | None) -> None:
     prompt = checked_text(prompt, "the prompt")
 
     from bot.chat.service import ChatService
+    from bot.cli.compose import check_approvable
     from bot.people.policy import Actor
     from bot.prompter import DeferringPrompter
     from bot.run.supervisor import Supervisor
 
     async def work(rt: Runtime) -> dict[str, Any]:
+        if defer:
+            check_approvable(current_settings(), rt.tools.current())
         supervisor = Supervisor(rt)
         prompter = DeferringPrompter() if defer else None
         chat = ChatService(supervisor)

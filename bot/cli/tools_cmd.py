@@ -69,6 +69,7 @@ def _check_names(settings: Settings, toolset: ToolSet) -> None:
 
     try:
         compose.check_tool_names(settings, toolset)
+        compose.check_approvable(settings, toolset)
     except ConfigError as exc:
         if not str(exc).startswith("policy."):
             raise
@@ -143,7 +144,9 @@ def _named_problems(settings: Settings) -> list[str]:
     from bot.config.settings import ConfigError
 
     try:
-        compose.check_tool_names(settings, compose.build_tools(settings, None, checked=False))
+        tools = compose.build_tools(settings, None, checked=False)
+        compose.check_tool_names(settings, tools)
+        compose.check_approvable(settings, tools)
     except ConfigError as exc:
         return [str(exc)]
     return []

@@ -598,12 +598,19 @@ def test_a_gated_tool_the_policy_lets_nobody_approve_is_refused(tmp_path: Path) 
     ]
     for approvers in nobody:
         write_config(tmp_path, policy={"approvers": approvers})
-        for args in (("run", "hi"), ("chat",)):
+        for args in (("run", "--defer", "hi"), ("chat",)):
             refused = one_line_error(kestrel(tmp_path, *args))
             assert refused.startswith(f"kestrel: {said}"), (approvers, args, refused)
         checked = kestrel(tmp_path, "tools", "check")
         assert checked.returncode == 1, (approvers, checked.stdout)
         assert checked.stderr.startswith(said), checked.stderr
+    # Commands that ask nobody still work under such a policy (a freeze written as
+    # approvers: {}): a headless run refuses gated calls itself, and a stuck run is cancelled.
+    headless = kestrel(tmp_path, "run", "--json", "checkout is failing")
+    assert headless.returncode == 0, headless.stderr
+    run_id = json.loads(headless.stdout)["run_id"]
+    for args in (("runs", "list"), ("runs", "show", run_id)):
+        assert kestrel(tmp_path, *args).returncode == 0, args
     write_config(tmp_path, policy={"approvers": {"tag:prod": ["U0BOSS"]}})
     assert kestrel(tmp_path, "run", "hi").returncode == 0
 

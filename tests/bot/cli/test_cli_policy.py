@@ -242,7 +242,7 @@ def test_a_gated_tool_needing_more_approvers_than_the_policy_names_is_refused(
 ) -> None:
     # approvals: 2 counts two different people: one person named to approve it could never
     # be enough, and its every card waited until its deadline.
-    from bot.cli.compose import check_tool_names
+    from bot.cli.compose import check_approvable
     from bot.config.settings import ConfigError, Settings
     from bot.tools.catalog import load_catalog
     from bot.tools.toolset import ToolSet
@@ -255,7 +255,7 @@ def test_a_gated_tool_needing_more_approvers_than_the_policy_names_is_refused(
     tools = ToolSet(load_catalog(catalog))
     for approvers in ({"deploy": ["U0BOSS"]}, {"deploy": ["U0BOSS"], "tag:prod": ["U0BOSS"]}):
         with pytest.raises(ConfigError) as refused:
-            check_tool_names(Settings(policy=PolicyRules(approvers=approvers)), tools)
+            check_approvable(Settings(policy=PolicyRules(approvers=approvers)), tools)
         assert str(refused.value).startswith(
             "policy.approvers: deploy needs 2 approvers (approvals: 2), and only U0BOSS may"
             ' approve it: name more under deploy, tag:prod or "*", or a group'
@@ -267,13 +267,13 @@ def test_a_gated_tool_needing_more_approvers_than_the_policy_names_is_refused(
         {"tag:prod": ["channel:C0OPS"]},
     ]
     for approvers in enough:
-        check_tool_names(Settings(policy=PolicyRules(approvers=approvers)), tools)
+        check_approvable(Settings(policy=PolicyRules(approvers=approvers)), tools)
 
 
 def test_an_mcp_tool_its_server_gates_that_nobody_may_approve_is_refused() -> None:
     # The server's confirm: list gates a tool before it is listed: with nobody to approve it
     # (the chart's approvers: {}), each of its cards waited until its deadline.
-    from bot.cli.compose import check_tool_names
+    from bot.cli.compose import check_approvable
     from bot.config.settings import ConfigError, McpServerSettings, Settings
     from bot.tools.propose_plan import human_tools
     from bot.tools.toolset import ToolSet
@@ -281,17 +281,17 @@ def test_an_mcp_tool_its_server_gates_that_nobody_may_approve_is_refused() -> No
     gh = McpServerSettings(name="gh", transport="stdio", command=["gh-mcp"], confirm=["merge"])
     tools = ToolSet(human_tools())
     with pytest.raises(ConfigError) as refused:
-        check_tool_names(Settings(mcp_servers=[gh], policy=PolicyRules(approvers={})), tools)
+        check_approvable(Settings(mcp_servers=[gh], policy=PolicyRules(approvers={})), tools)
     assert str(refused.value).startswith(
         "policy.approvers: nobody may approve gh__merge, which asks for approval (confirm:"
         ' true): name who may under gh__merge, tag:mcp, tag:mcp:gh or "*"'
     ), str(refused.value)
     for key in ("gh__merge", "tag:mcp:gh", "*"):
         named = PolicyRules(approvers={key: ["U0BOSS"]})
-        check_tool_names(Settings(mcp_servers=[gh], policy=named), tools)
+        check_approvable(Settings(mcp_servers=[gh], policy=named), tools)
     odd = McpServerSettings(name="gh", transport="stdio", command=["x"], confirm=["a.b"])
     # Offered under a name of its own (a.b is no tool name): not guessed here.
-    check_tool_names(Settings(mcp_servers=[odd], policy=PolicyRules(approvers={})), tools)
+    check_approvable(Settings(mcp_servers=[odd], policy=PolicyRules(approvers={})), tools)
 
 
 def own_run_refusal(folder: Path) -> tuple[str, str, str]:
