@@ -609,8 +609,8 @@ def test_a_gated_tool_the_policy_lets_nobody_approve_is_refused(tmp_path: Path) 
     headless = kestrel(tmp_path, "run", "--json", "checkout is failing")
     assert headless.returncode == 0, headless.stderr
     run_id = json.loads(headless.stdout)["run_id"]
-    for args in (("runs", "list"), ("runs", "show", run_id)):
-        assert kestrel(tmp_path, *args).returncode == 0, args
+    for reading in (("runs", "list"), ("runs", "show", run_id)):
+        assert kestrel(tmp_path, *reading).returncode == 0, reading
     write_config(tmp_path, policy={"approvers": {"tag:prod": ["U0BOSS"]}})
     assert kestrel(tmp_path, "run", "hi").returncode == 0
 
