@@ -17,11 +17,13 @@ from bot.chat.cards import PLAN_BINDING, off_plan_words, options_shown, plan_ste
 from bot.chat.contract import (
     Actor,
     NotPermitted,
+    PolicyRules,
     ResumeRefused,
     StoreError,
     already_ended,
     answer_refusal,
     match_option,
+    requester_approves,
 )
 from bot.chat.handles import RunHandle, RunResult
 from bot.chat.service import ChatService
@@ -56,7 +58,6 @@ from bot.events import (
     ToolExitEvent,
     ToolStartedEvent,
 )
-from bot.people.policy import PolicyRules, requester_approves
 from bot.text import printable, unmask_links
 
 # Typed at any prompt, ends the chat as the end of input does (/exit as other REPLs spell it).

@@ -13,7 +13,14 @@ from bot.errors import ResumeRefused, StoreError, UnknownRun, already_ended
 from bot.journal.entries import Entry
 from bot.journal.log import JournalRecord
 from bot.options import answer_refusal, match_option
-from bot.people.policy import EVERYONE, GROUP_KINDS, Actor, NotPermitted
+from bot.people.policy import (
+    EVERYONE,
+    GROUP_KINDS,
+    Actor,
+    NotPermitted,
+    PolicyRules,
+    requester_approves,
+)
 from bot.pii.guard import WITHHELD_MESSAGE
 from bot.pii.scantext import ENTITY_TYPES
 from bot.place import Place
@@ -33,6 +40,7 @@ __all__ = [
     "NotPermitted",
     "Outbox",
     "Place",
+    "PolicyRules",
     "ResumeRefused",
     "RunRecord",
     "StoreError",
@@ -41,4 +49,5 @@ __all__ = [
     "already_ended",
     "answer_refusal",
     "match_option",
+    "requester_approves",
 ]
