@@ -22,9 +22,10 @@ import contextlib
 import functools
 import logging
 import re
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import aiohttp
 import discord
@@ -821,7 +822,7 @@ async def _pending_lines(interaction: discord.Interaction) -> list[str]:
     """This server's open requests, a line each, with who may answer and the thread's link."""
     client = _kestrel(interaction)
     listed = []
-    for item in await client.chat.pending(user=interaction_actor(interaction)):
+    for item in await client.chat.pending(user=interaction_actor(interaction, listing=True)):
         place = await client.renderer.place_of(item.request.run_id)
         if place is None or DiscordTarget.of(place.target).guild != str(interaction.guild_id):
             continue  # this server's runs only
@@ -905,8 +906,9 @@ def _session(guild: int, thread: discord.Thread) -> Session:
     )
 
 
-def interaction_actor(interaction: discord.Interaction) -> Actor:
-    """Who sent an interaction, acting from its guild, channel and thread."""
+def interaction_actor(interaction: discord.Interaction, *, listing: bool = False) -> Actor:
+    """Who sent an interaction, acting from its guild, channel and thread; ``listing``: only
+    to read what waits (``/kestrel runs``), where no lookup is bounded by the action's time."""
     channel = interaction.channel
     channel_id = str(interaction.channel_id or "")
     parent = getattr(channel, "parent_id", None) if isinstance(channel, discord.Thread) else None
@@ -916,26 +918,42 @@ def interaction_actor(interaction: discord.Interaction) -> Actor:
         str(parent or channel_id),
         channel_id if parent else "",
     )
-    return _actor(interaction.user, place, interaction.guild)
+    return _actor(interaction.user, place, interaction.guild, listing=listing)
 
 
-def _actor(user: discord.User | discord.Member, place: Place, guild: discord.Guild | None) -> Actor:
+def _actor(
+    user: discord.User | discord.Member,
+    place: Place,
+    guild: discord.Guild | None,
+    *,
+    listing: bool = False,
+) -> Actor:
     """A member with their roles in this guild as groups (``role:ID`` or ``group:ID`` in the
-    policy), acting from ``place``; from a guild other than the run's, a guest."""
+    policy), acting from ``place``; from a guild other than the run's, a guest. Their action
+    asks Discord for ``LOOKUP_SECONDS`` at most, all its lookups together (a listing: each)."""
     roles = getattr(user, "roles", ())
     groups = frozenset(str(role.id) for role in roles)
-    directory = GuildDirectory(user, guild)
+    deadline = None if listing else time.monotonic() + LOOKUP_SECONDS
+    directory = GuildDirectory(user, guild, deadline)
     return Actor(str(user.id), groups, place, directory=directory)
 
 
 class GuildDirectory:
     """What the gateway's cache tells of a member: their roles (known with the interaction)
     and which channels they can see; Discord is asked only about a thread the cache lacks (an
-    archived one) and whether they are in a private thread, each within ``LOOKUP_SECONDS``."""
+    archived one) and whether they are in a private thread, all within ``deadline`` (a click
+    is answered within Discord's 3 s however slow it is; None: each within ``LOOKUP_SECONDS``).
+    """
 
-    def __init__(self, user: discord.User | discord.Member, guild: discord.Guild | None) -> None:
+    def __init__(
+        self,
+        user: discord.User | discord.Member,
+        guild: discord.Guild | None,
+        deadline: float | None = None,
+    ) -> None:
         self._user = user
         self._guild = guild
+        self._deadline = deadline  # on ``time.monotonic``'s clock
 
     async def in_group(self, user: str, group: str) -> bool:  # noqa: ARG002
         """Roles come with the member: one not among them is not theirs."""
@@ -953,16 +971,19 @@ class GuildDirectory:
             return False
         if place.platform != "discord" or place.workspace != str(guild.id):
             return False
-        where = await _channel_or_thread(guild, place)
+        where = await _channel_or_thread(guild, place, self._deadline)
         allowed = _permissions(where, member)
         if allowed is None or not allowed.view_channel:
             return False
         if not isinstance(where, discord.Thread) or not where.is_private():
             return True
-        return allowed.manage_threads or await _in_thread(where, member)
+        return allowed.manage_threads or await _in_thread(where, member, self._deadline)
 
 
-LOOKUP_SECONDS = 2.0  # a lookup that takes longer is a no for the check at hand
+# What one person's action may spend asking Discord, all its lookups together (the thread,
+# then whether they are in it): a lookup past it is a no, and a click is still answered within
+# Discord's 3 s, with time left for the store. Each lookup of a listing gets this long.
+LOOKUP_SECONDS = 2.0
 # What a lookup that is a no may meet: Discord's errors, a time-out, and a dropped or refused
 # connection (discord.py passes those on as aiohttp's or the socket's own).
 LOOKUP_FAILED = (discord.DiscordException, aiohttp.ClientError, OSError)
@@ -970,9 +991,24 @@ LOOKUP_FAILED = (discord.DiscordException, aiohttp.ClientError, OSError)
 LOOKUPS_AT_ONCE = 4
 
 
-async def _channel_or_thread(guild: discord.Guild, place: Place) -> Any:
+T = TypeVar("T")
+
+
+async def _looked_up(ask: Callable[[], Awaitable[T]], deadline: float | None) -> T:
+    """``ask``'s answer within what is left of the action's time (``deadline``; None: within
+    ``LOOKUP_SECONDS``). Raises ``TimeoutError`` past it, or when none was left to ask in."""
+    left = LOOKUP_SECONDS if deadline is None else min(LOOKUP_SECONDS, deadline - time.monotonic())
+    if left <= 0:
+        raise TimeoutError(f"not asked: the action's {LOOKUP_SECONDS:.0f} s were spent")
+    try:
+        return await asyncio.wait_for(ask(), left)
+    except TimeoutError:
+        raise TimeoutError(f"no answer within {left:.1f} s") from None
+
+
+async def _channel_or_thread(guild: discord.Guild, place: Place, deadline: float | None) -> Any:
     """The thread of ``place`` (its channel when it names none), from the cache, else from
-    Discord (archived threads leave the cache); None when neither can tell."""
+    Discord (archived threads leave the cache) by ``deadline``; None when neither can tell."""
     ident = place.thread or place.channel
     if not ident.isdigit():
         return None
@@ -980,7 +1016,7 @@ async def _channel_or_thread(guild: discord.Guild, place: Place) -> Any:
     if found is not None or not place.thread:
         return found
     try:
-        return await asyncio.wait_for(guild.fetch_channel(int(ident)), LOOKUP_SECONDS)
+        return await _looked_up(functools.partial(guild.fetch_channel, int(ident)), deadline)
     except LOOKUP_FAILED as exc:
         log.warning("discord: thread %s could not be looked up: %s: taken as no", ident, exc)
         return None
@@ -998,11 +1034,13 @@ def _permissions(where: Any, member: discord.Member) -> discord.Permissions | No
     return permissions
 
 
-async def _in_thread(thread: discord.Thread, member: discord.Member) -> bool:
-    """Whether ``member`` is in ``thread`` (Discord says so; the gateway does not tell Kestrel
-    who is in a thread without the privileged members intent)."""
+async def _in_thread(
+    thread: discord.Thread, member: discord.Member, deadline: float | None
+) -> bool:
+    """Whether ``member`` is in ``thread`` (Discord says so by ``deadline``; the gateway does
+    not tell Kestrel who is in a thread without the privileged members intent)."""
     try:
-        await asyncio.wait_for(thread.fetch_member(member.id), LOOKUP_SECONDS)
+        await _looked_up(functools.partial(thread.fetch_member, member.id), deadline)
     except discord.NotFound:
         return False
     except LOOKUP_FAILED as exc:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from tests.fakes.discord_world import (
     REQUESTER,
     SRE_ROLE,
     DiscordWorld,
+    button_id,
     discord_world,
 )
 from tests.fakes.slack_world import restart_script
@@ -334,6 +336,38 @@ async def test_a_refusal_whose_thread_lookup_the_network_drops_is_still_said_and
             refused = await world.rt.store.list_audit(run_id=run, action="cancel_refused")
             assert [a.actor for a in refused] == [MEMBER], refused
             assert (await world.chat.recent(1))[0].status.value == "suspended"
+
+
+async def test_a_deny_from_outside_the_thread_is_refused_within_discords_3_s_however_slow_it_is(
+    tmp_path: Path,
+) -> None:
+    # Whether the clicker sees the run's archived private thread takes two lookups (the
+    # thread, then its members). Each was given 2 s of its own: a slow Discord made the
+    # refusal take up to 4 s, and Discord told the clicker "This interaction failed".
+    async with FakeDiscord() as fake:
+        private, public = _guild_with_a_private_thread(fake)
+        thread = private["id"]
+        async with discord_world(tmp_path, restart_script(), fake=fake) as world:
+            await world.mention("checkout is failing", channel=thread)
+            card = await world.card("approve")
+            await world.settled()
+            await fake.dispatch("THREAD_UPDATE", fake.archive(thread))
+            fake.delay("GET", rf"/channels/{thread}", 1.5)
+            fake.delay("GET", rf"/channels/{thread}/thread-members/\d+", 1.5)
+            click = p.interaction_button(
+                channel=public["id"],
+                user_id=MEMBER,
+                custom_id=button_id(card, "deny"),
+                message=card,
+            )
+            started = time.monotonic()
+            await fake.dispatch("INTERACTION_CREATE", click)
+            answers = await fake.wait_for(
+                lambda c: str(click["token"]) in c.path and c.route == "interaction_callback"
+            )
+            assert answers[0].at - started < 3.0, answers[0].at - started
+            assert answers[0].status == 200, answers[0]
+            assert "modal" not in json.dumps(answers[0].json or {}), answers[0].json
 
 
 async def test_a_made_up_run_is_told_in_the_words_of_a_run_one_may_not_see(
