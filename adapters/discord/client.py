@@ -335,7 +335,8 @@ class KestrelDiscord(discord.Client):
 
     async def handle_delivery(self, delivery: Delivery) -> None:
         """Handle a message held in the store (by this process, or by one that died); under a
-        rate limit longer than the client sleeps out, it is left to be taken up again."""
+        rate limit longer than the client sleeps out, or when fetching it again met a server
+        error or a dropped connection, it is left to be taken up again."""
         try:
             await self._handle_delivery(delivery)
         except discord.RateLimited as exc:
@@ -344,8 +345,23 @@ class KestrelDiscord(discord.Client):
     async def _handle_delivery(self, delivery: Delivery) -> None:
         held = self._held.get(int(delivery["message"]))
         again = held is None
+        held = held or await self._taken_up(delivery)
+        if held is None:
+            return
+        message, channel = held
+        held_as = Accepted(0, delivery)
+        if delivery.get("what") == "reply" and isinstance(channel, discord.Thread):
+            await self._answered(message, channel, held_as.answers or "")
+        elif delivery.get("what") == "mention":
+            await self._on_mention(message, channel, held_as, again)
+
+    async def _taken_up(self, delivery: Delivery) -> tuple[discord.Message, Any] | None:
+        """A held message fetched again, its author as a member now; None when it asks nothing
+        any more. Raises ``TryLater`` when Discord did not answer (a server error, a dropped
+        connection): held still, it is taken up again once its take is a lease old."""
         try:
-            message, channel = held or await self._fetch(delivery)
+            message, channel = await self._fetch(delivery)
+            return (message, channel) if await self._author_now(message) else None
         except discord.NotFound as exc:
             # Deleted since it was held (by a replica that died before handling it): it asks
             # nothing any more, and there is nothing to reply to.
@@ -354,14 +370,20 @@ class KestrelDiscord(discord.Client):
                 delivery["message"],
                 exc.text or exc.code,
             )
-            return
-        if again and not await self._author_now(message):
-            return
-        held_as = Accepted(0, delivery)
-        if delivery.get("what") == "reply" and isinstance(channel, discord.Thread):
-            await self._answered(message, channel, held_as.answers or "")
-        elif delivery.get("what") == "mention":
-            await self._on_mention(message, channel, held_as, again)
+            return None
+        except discord.RateLimited:
+            raise  # said as a wait by ``handle_delivery``
+        except UNANSWERED as exc:
+            what = f"discord: message {delivery['message']} could not be fetched again"
+            raise TryLater(f"{what}: {exc or type(exc).__name__}") from exc
+        except discord.HTTPException as exc:
+            # Refused (Kestrel lost access to its channel): asking again would be refused too.
+            log.warning(
+                "discord: message %s could not be fetched again: %s: dropped",
+                delivery["message"],
+                exc,
+            )
+            return None
 
     async def _author_now(self, message: discord.Message) -> bool:
         """Make a message fetched again carry its author as a member of its server now (with
@@ -987,6 +1009,9 @@ LOOKUP_SECONDS = 2.0
 # What a lookup that is a no may meet: Discord's errors, a time-out, and a dropped or refused
 # connection (discord.py passes those on as aiohttp's or the socket's own).
 LOOKUP_FAILED = (discord.DiscordException, aiohttp.ClientError, OSError)
+# What says Discord did not answer, not that it refused: a server error, a dropped or refused
+# connection, a time-out. What was asked may be asked again later.
+UNANSWERED = (discord.DiscordServerError, aiohttp.ClientError, OSError)
 # How many of a card's approvers are asked of Discord at once whether they see a private thread.
 LOOKUPS_AT_ONCE = 4
 

@@ -3,6 +3,7 @@ its author is judged as they are now in the run's server, as a live message's au
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 
 from bot.chat.inbound import Accepted, TryLater
 from tests.fakes import discord_payloads as p
+from tests.fakes.discord_api import Call, Reply
 from tests.fakes.discord_world import REQUESTER, DiscordWorld, discord_world
 from tests.fakes.slack_world import question_script, restart_script
 from tests.fakes.waiting import until
@@ -87,3 +89,69 @@ async def test_a_held_mention_whose_author_discord_will_not_give_yet_waits(
         (again,) = await world.rt.store.take_work(world.rt.owner, retake_after=0)
         await world.chat.inbound.settle(Accepted(again.id, again.payload))
         await world.card("approve")
+
+
+async def _dropped(call: Call) -> Reply:
+    raise asyncio.CancelledError  # the connection closes with no answer
+
+
+@pytest.mark.parametrize(
+    ("lookup", "fault"),
+    [
+        ("channel", "503"),
+        ("message", "503"),
+        ("member", "503"),
+        ("message", "dropped"),
+    ],
+)
+async def test_a_held_mention_discord_does_not_answer_for_waits_to_be_taken_up_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, lookup: str, fault: str
+) -> None:
+    # Fetched again under a server error or a dropped connection (not a "not found", not a
+    # rate limit), the mention was dropped, with a traceback: the run it asked for never ran.
+    # (A 503: discord.py tries a 500 again itself, five times, before it gives up.)
+    async with discord_world(tmp_path, restart_script()) as world:
+        world.adapter.client.drain()
+        mention = await world.mention("checkout is failing", user=REQUESTER)
+        await until(lambda: world.rt.store.take_work(world.rt.owner, retake_after=0))
+        world.adapter.client.draining = False
+        path = {
+            "channel": rf"/channels/{p.CHANNEL_ID}",
+            "message": rf"/channels/{p.CHANNEL_ID}/messages/{mention['id']}",
+            "member": rf"/guilds/{p.GUILD_ID}/members/{REQUESTER}",
+        }[lookup]
+        if fault == "dropped":
+            world.discord.set_handler("GET", path, _dropped)
+        else:
+            world.discord.fail("GET", path, status=503)
+        (held,) = await world.rt.store.take_work(world.rt.owner, retake_after=0)
+        with pytest.raises(TryLater):
+            await world.chat.inbound.settle(Accepted(held.id, held.payload))
+        assert await world.chat.recent(5) == []
+        assert "Traceback" not in caplog.text
+        # Held still, and not taken again before its take is a lease old: it does not loop.
+        assert await world.rt.store.take_work(world.rt.owner, retake_after=60) == []
+        world.discord.set_handler("GET", path, None)
+        (again,) = await world.rt.store.take_work(world.rt.owner, retake_after=0)
+        await world.chat.inbound.settle(Accepted(again.id, again.payload))
+        await world.card("approve")
+
+
+async def test_a_held_mention_discord_refuses_to_give_again_is_dropped_in_one_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Refused (Kestrel lost access to the channel), asking again every lease would be refused
+    # too: the mention is let go, said in one line rather than a traceback.
+    async with discord_world(tmp_path, restart_script()) as world:
+        world.adapter.client.drain()
+        mention = await world.mention("checkout is failing", user=REQUESTER)
+        await until(lambda: world.rt.store.take_work(world.rt.owner, retake_after=0))
+        world.adapter.client.draining = False
+        path = rf"/channels/{p.CHANNEL_ID}/messages/{mention['id']}"
+        world.discord.fail("GET", path, status=403, code=50001, message="Missing Access")
+        (held,) = await world.rt.store.take_work(world.rt.owner, retake_after=0)
+        await world.chat.inbound.settle(Accepted(held.id, held.payload))
+        assert await world.rt.store.take_work(world.rt.owner, retake_after=0) == []
+        assert await world.chat.recent(5) == []
+        assert "could not be fetched again" in caplog.text
+        assert "Traceback" not in caplog.text
