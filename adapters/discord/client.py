@@ -414,7 +414,13 @@ class KestrelDiscord(discord.Client):
         text = re.sub(rf"<@!?{self.user.id}>", "", message.content).strip()
         thread = channel if isinstance(channel, discord.Thread) else None
         if thread is None and again:
-            thread = await self._thread_started_from(message)
+            try:
+                thread = await self._thread_started_from(message)
+            except discord.HTTPException as exc:
+                # Refused: a channel with the message's id is there (else "not found"), so a
+                # thread would be refused too, and asking again would be refused again.
+                log.warning("discord: the thread of message %s: %s: dropped", message.id, exc)
+                return
         if thread is None and (not text or command_word(text) in THREAD_COMMANDS):
             # No run to act on outside a run's thread: a thread named "status" would be empty.
             await message.reply(note_text(_no_run_here(text)), mention_author=False)
@@ -461,11 +467,17 @@ class KestrelDiscord(discord.Client):
         await self._show(outcome, thread, message)
 
     async def _thread_started_from(self, message: discord.Message) -> discord.Thread | None:
-        """The thread an earlier handling of this mention started (it has the message's id)."""
+        """The thread an earlier handling of this mention started (it has the message's id);
+        None only when Discord says there is none. Raises ``TryLater`` when Discord did not
+        answer (read as "none", a second thread would be asked for, and refused), and
+        ``HTTPException`` when it refused to say."""
         try:
             found = await self.fetch_channel(message.id)
-        except discord.HTTPException:
+        except discord.NotFound:
             return None
+        except UNANSWERED as exc:
+            what = f"discord: the thread of message {message.id} could not be looked up"
+            raise TryLater(f"{what}: {exc or type(exc).__name__}") from exc
         return found if isinstance(found, discord.Thread) else None
 
     async def _start_thread(self, message: discord.Message, text: str) -> discord.Thread | None:

@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import Awaitable
 from pathlib import Path
 
+import discord
 import pytest
 
 from bot.chat.inbound import Accepted, TryLater
@@ -154,4 +155,65 @@ async def test_a_held_mention_discord_refuses_to_give_again_is_dropped_in_one_li
         assert await world.rt.store.take_work(world.rt.owner, retake_after=0) == []
         assert await world.chat.recent(5) == []
         assert "could not be fetched again" in caplog.text
+        assert "Traceback" not in caplog.text
+
+
+async def _thread_started_then_died(world: DiscordWorld) -> dict[str, object]:
+    """A mention held, its thread started by a replica that died before it started the run."""
+    world.adapter.client.drain()
+    mention = await world.mention("checkout is failing", user=REQUESTER)
+    await until(lambda: world.rt.store.take_work(world.rt.owner, retake_after=0))
+    world.adapter.client.draining = False
+    channel = await world.adapter.client.fetch_channel(int(p.CHANNEL_ID))
+    assert isinstance(channel, discord.TextChannel)
+    message = await channel.fetch_message(int(mention["id"]))
+    await message.create_thread(name="checkout is failing")
+    return mention
+
+
+@pytest.mark.parametrize("fault", ["503", "dropped"])
+async def test_a_held_mention_whose_thread_discord_does_not_show_yet_starts_no_second(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, fault: str
+) -> None:
+    # Taken up again, a mention whose thread a dead replica started looks that thread up.
+    # Under a server error that was read as "no thread": a second one was asked for, Discord
+    # refused it (a message has one thread), and the person was told threads cannot be
+    # started here. Under a dropped connection, the mention was dropped with a traceback.
+    async with discord_world(tmp_path, restart_script()) as world:
+        mention = await _thread_started_then_died(world)
+        thread = rf"/channels/{mention['id']}"
+        if fault == "dropped":
+            world.discord.set_handler("GET", thread, _dropped)
+        else:
+            world.discord.fail("GET", thread, status=503)
+        (held,) = await world.rt.store.take_work(world.rt.owner, retake_after=0)
+        with pytest.raises(TryLater):
+            await world.chat.inbound.settle(Accepted(held.id, held.payload))
+        assert world.discord.bot_messages(p.CHANNEL_ID) == []
+        assert "Traceback" not in caplog.text
+        world.discord.set_handler("GET", thread, None)
+        (again,) = await world.rt.store.take_work(world.rt.owner, retake_after=0)
+        await world.chat.inbound.settle(Accepted(again.id, again.payload))
+        await world.card("approve")
+        await world.settled()
+        starts = rf"/channels/{p.CHANNEL_ID}/messages/{mention['id']}/threads"
+        assert len(world.discord.calls_to("POST", starts)) == 1  # the dead replica's
+        assert world.discord.bot_messages(p.CHANNEL_ID) == []
+        assert len(world.discord.bot_messages(str(mention["id"]))) == 1  # the one card
+
+
+async def test_a_held_mention_whose_thread_discord_refuses_to_show_is_dropped_in_one_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Refused, the thread is there (else "not found"): a second would be refused too.
+    async with discord_world(tmp_path, restart_script()) as world:
+        mention = await _thread_started_then_died(world)
+        thread = rf"/channels/{mention['id']}"
+        world.discord.fail("GET", thread, status=403, code=50001, message="Missing Access")
+        (held,) = await world.rt.store.take_work(world.rt.owner, retake_after=0)
+        await world.chat.inbound.settle(Accepted(held.id, held.payload))
+        starts = rf"/channels/{p.CHANNEL_ID}/messages/{mention['id']}/threads"
+        assert len(world.discord.calls_to("POST", starts)) == 1
+        assert world.discord.bot_messages(p.CHANNEL_ID) == []
+        assert "Missing Access: dropped" in caplog.text
         assert "Traceback" not in caplog.text
