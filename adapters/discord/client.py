@@ -265,7 +265,7 @@ class KestrelDiscord(discord.Client):
             channel = await self._channel_of(message)
             if any(user.id == me for user in message.mentions):  # @everyone is not a mention
                 await self._mentioned(message, channel, missed)
-            elif isinstance(channel, discord.Thread):
+            elif isinstance(channel, MAYBE_A_THREAD):
                 await self._replied(message, channel, missed)
         except TryLater as exc:
             log.warning("discord: message %s left to be taken up again: %s", message.id, exc)
@@ -274,24 +274,26 @@ class KestrelDiscord(discord.Client):
 
     async def _channel_of(self, message: discord.Message) -> Any:
         # A thread discord.py has not cached (archived when the bot connected) arrives as a
-        # partial channel: ask Discord what it is.
+        # partial channel: ask Discord what it is. Unsaid (a server error, a dropped
+        # connection), it stays partial: taken as maybe a thread, and asked again when the
+        # message held is handled, not read as a plain channel (no run there).
         channel = message.channel
         if isinstance(channel, discord.PartialMessageable):
             try:
                 return await self.fetch_channel(channel.id)
-            except (discord.HTTPException, discord.RateLimited):
+            except LOOKUP_FAILED:
                 return channel
         return channel
 
     async def _mentioned(self, message: discord.Message, channel: Any, missed: bool) -> None:
         # Held with the question its thread waits on now: that is the one it may answer.
         question = None
-        if isinstance(channel, discord.Thread):
+        if isinstance(channel, MAYBE_A_THREAD):
             question = await self._question(message, channel, missed)
         await self._accept("mention", message, channel, answers=question.id if question else "")
 
     async def _question(
-        self, message: discord.Message, thread: discord.Thread, missed: bool
+        self, message: discord.Message, thread: Thread, missed: bool
     ) -> Request | None:
         """The question ``message`` may answer: the one its thread waits on now. Live, that was
         open when it was said; read back after a gap, only one asked before it was said is
@@ -344,6 +346,8 @@ class KestrelDiscord(discord.Client):
 
     async def _handle_delivery(self, delivery: Delivery) -> None:
         held = self._held.get(int(delivery["message"]))
+        if held is not None and isinstance(held[1], discord.PartialMessageable):
+            held = None  # what its channel is was unsaid when it came: asked again here
         again = held is None
         held = held or await self._taken_up(delivery)
         if held is None:
@@ -437,9 +441,7 @@ class KestrelDiscord(discord.Client):
             self.renderer.expect(outcome.running, session, actor.user)
         await self._show(outcome, thread, message)
 
-    async def _replied(
-        self, message: discord.Message, thread: discord.Thread, missed: bool
-    ) -> None:
+    async def _replied(self, message: discord.Message, thread: Thread, missed: bool) -> None:
         assert message.guild is not None
         session = _session(message.guild.id, thread)
         question = await self._question(message, thread, missed)
@@ -929,13 +931,14 @@ def _known(run_id: str) -> bool:
     return re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}", run_id) is not None
 
 
-def _session(guild: int, thread: discord.Thread) -> Session:
-    """A thread's session: it lives in the guild, in the channel the thread belongs to."""
+def _session(guild: int, thread: Thread) -> Session:
+    """A thread's session: it lives in the guild, in the channel the thread belongs to (the
+    thread itself while Discord has not said which that is)."""
     return Session(
         id=ids.thread_session_id(guild, thread.id),
         platform="discord",
         workspace=str(guild),
-        channel=str(thread.parent_id or thread.id),
+        channel=str(getattr(thread, "parent_id", None) or thread.id),
         thread=str(thread.id),
     )
 
@@ -1024,6 +1027,9 @@ LOOKUP_FAILED = (discord.DiscordException, aiohttp.ClientError, OSError)
 # What says Discord did not answer, not that it refused: a server error, a dropped or refused
 # connection, a time-out. What was asked may be asked again later.
 UNANSWERED = (discord.DiscordServerError, aiohttp.ClientError, OSError)
+# A message's channel as it may be a thread: one, or one Discord has not said what it is.
+Thread = discord.Thread | discord.PartialMessageable
+MAYBE_A_THREAD = (discord.Thread, discord.PartialMessageable)
 # How many of a card's approvers are asked of Discord at once whether they see a private thread.
 LOOKUPS_AT_ONCE = 4
 

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 
+from bot.chat.inbound import Accepted
 from tests.fakes import discord_payloads as p
-from tests.fakes.discord_api import FakeDiscord
+from tests.fakes.discord_api import Call, FakeDiscord, Reply
 from tests.fakes.discord_world import ONCALL, REQUESTER, discord_world
-from tests.fakes.slack_world import restart_script
+from tests.fakes.slack_world import question_script, restart_script
 
 VOICE = "250"
 
@@ -136,6 +138,70 @@ async def test_a_mention_in_a_thread_discord_py_has_not_cached_continues_it(
             fake.channels[thread]["thread_metadata"]["archived"] = False  # Discord reopens it
             await world.mention("status", user=REQUESTER, channel=thread)
             await world.answer_posted(thread, "suspended")
+
+
+async def _dropped(call: Call) -> Reply:
+    raise asyncio.CancelledError  # the connection closes with no answer
+
+
+@pytest.mark.parametrize("fault", ["503", "dropped"])
+async def test_a_mention_in_an_uncached_thread_discord_does_not_show_yet_waits(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, fault: str
+) -> None:
+    # Asked what an uncached channel is, Discord answered a 503: the thread was taken for a
+    # plain channel, and the person was told there is no run here (or a thread was started
+    # inside the thread, and refused); a dropped connection dropped it with a traceback.
+    # Held instead, it is answered once Discord says.
+    async with FakeDiscord() as fake, discord_world(tmp_path, restart_script(), fake=fake) as world:
+        mention = await world.mention("checkout is failing")
+        thread = await world.thread_of(mention)
+        await world.card("approve")
+        await world.settled()
+        fake.archive(thread)
+        async with discord_world(tmp_path, restart_script(), fake=fake) as world:
+            fake.channels[thread]["thread_metadata"]["archived"] = False  # Discord reopens it
+            before = len(fake.bot_messages(thread))
+            if fault == "dropped":
+                fake.set_handler("GET", rf"/channels/{thread}", _dropped)
+            else:
+                fake.fail("GET", rf"/channels/{thread}", status=503, times=None)
+            status = await world.mention("status", user=REQUESTER, channel=thread)
+            await world.quiet(status)
+            fake.clear_faults()
+            fake.set_handler("GET", rf"/channels/{thread}", None)
+            assert fake.bot_messages(thread)[before:] == []
+            assert "left to be taken up again" in caplog.text
+            (held,) = await world.rt.store.take_work(world.rt.owner, retake_after=0)
+            await world.chat.inbound.settle(Accepted(held.id, held.payload))
+            await world.answer_posted(thread, "suspended")
+            assert len(fake.bot_messages(thread)[before:]) == 1
+            assert _threads(fake) == [f"/channels/{p.CHANNEL_ID}/messages/{mention['id']}/threads"]
+            assert "Traceback" not in caplog.text
+
+
+async def test_an_answer_in_an_uncached_thread_discord_does_not_show_yet_waits(
+    tmp_path: Path,
+) -> None:
+    # A plain reply answering the question of a thread Discord did not say was a thread (a
+    # 503) was taken as said in a plain channel: ignored, the run waited on.
+    async with (
+        FakeDiscord() as fake,
+        discord_world(tmp_path, question_script(), fake=fake) as world,
+    ):
+        mention = await world.mention("drain a node")
+        thread = await world.thread_of(mention)
+        await world.card("answer")
+        await world.settled()
+        fake.archive(thread)
+        async with discord_world(tmp_path, question_script(), fake=fake) as world:
+            fake.channels[thread]["thread_metadata"]["archived"] = False  # Discord reopens it
+            fake.fail("GET", rf"/channels/{thread}", status=503, times=None)
+            reply = await world.reply("us-east", user=REQUESTER, thread=thread)
+            await world.quiet(reply)
+            fake.clear_faults()
+            (held,) = await world.rt.store.take_work(world.rt.owner, retake_after=0)
+            await world.chat.inbound.settle(Accepted(held.id, held.payload))
+            await world.answer_posted(thread, "us-east")
 
 
 INJECTION = "@everyone @here <@&300> <@1002> [docs](https://evil.example) ```unclosed"
