@@ -17,6 +17,7 @@ from bot.cli.common import (
     in_runtime,
     one_line_errors,
     plain_range,
+    service_errors,
     settings_of,
     terminal_user,
 )
@@ -190,12 +191,19 @@ async def _left_runs_ended(supervisor: Supervisor) -> None:
 @click.option(
     "--host", default="127.0.0.1", show_default=True, metavar="HOST", help="HTTP address to bind."
 )
-@one_line_errors
+@service_errors
 def serve(platforms: tuple[str, ...], port: int | None, host: str) -> None:
     """Run until stopped: take work from the store, adopt orphaned runs, fire deadlines,
     reminders and scheduled prompts, and serve the chat PLATFORMS named (slack, discord). SIGTERM or
     Ctrl-C suspends live runs and hands them back, within replica.shutdown_grace_seconds + 12 s;
-    a second one ends the stop at once, killing a command under way (exit 128+N: 143, 130)."""
+    a second one ends the stop at once, killing a command under way (exit 128+N: 143, 130).
+
+    When it cannot start, it says why in one line on stderr and exits:
+
+    \b
+      2   a mistake to mend: bad usage, configuration or secret (restarting cannot help)
+      75  the store, Slack or Discord did not answer (EX_TEMPFAIL: restart it later)
+    """
     # First: the imports below take most of a second, and a SIGTERM during them must be kept.
     hold_sigterm()  # one that comes before the event loop is kept for the stop
     import asyncio

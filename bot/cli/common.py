@@ -33,6 +33,9 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_SUSPENDED = 3
 EXIT_CANCELLED = 4
+# sysexits.h's EX_TEMPFAIL: ``serve`` found a dependency (the store) not answering at start, which
+# a later start may get past; a service manager restarts on it, and not on 2 (a mistake to fix).
+EXIT_TEMPFAIL = 75
 _EXIT_BY_STATUS = {"completed": EXIT_COMPLETED, "failed": EXIT_FAILED, "cancelled": EXIT_CANCELLED}
 
 
@@ -103,6 +106,19 @@ def usage_error(exc: click.UsageError) -> None:
 
 def one_line_errors(fn: Callable[P, R]) -> Callable[P, R]:
     """Bad configuration, stores and arguments end in one clear line, never a traceback."""
+    return _one_line(fn, unreachable_status=EXIT_USAGE)
+
+
+def service_errors(fn: Callable[P, R]) -> Callable[P, R]:
+    """``one_line_errors`` for ``serve``: a dependency that did not answer (the store, Slack,
+    Discord) exits ``EXIT_TEMPFAIL``, which a service manager retries; the rest 2, which it
+    should not (no restart mends a configuration)."""
+    return _one_line(fn, unreachable_status=EXIT_TEMPFAIL)
+
+
+def _one_line(fn: Callable[P, R], *, unreachable_status: int) -> Callable[P, R]:
+    """``fn``, its user errors said in one line: exit ``unreachable_status`` when the error is
+    a dependency not answering, else 2."""
 
     @functools.wraps(fn)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -112,9 +128,61 @@ def one_line_errors(fn: Callable[P, R]) -> Callable[P, R]:
             if not _is_user_error(exc):
                 raise
             fail(str(exc))
-            sys.exit(EXIT_USAGE)
+            sys.exit(unreachable_status if not_answering(exc) else EXIT_USAGE)
 
     return wrapper
+
+
+def not_answering(exc: BaseException) -> bool:
+    """Whether ``exc`` says a dependency did not answer (refused, reset, timed out, a name not
+    resolved now, PostgreSQL starting or full, an HTTP 5xx): what a later try may get past.
+    A refusal by one that answered (a token, a password, no such database) and a file of ours
+    that cannot be read are mistakes to mend, and say no."""
+    cause = exc.__cause__
+    if cause is None:
+        return False
+    if isinstance(cause, ConnectionError | TimeoutError):
+        return True
+    if isinstance(cause, OSError) and cause.errno in _not_answering_errnos():
+        return True  # aiohttp's connector errors carry the socket's errno; gaierror its EAI_*
+    sqlstate = getattr(cause, "sqlstate", None)  # asyncpg's, not imported here
+    if isinstance(sqlstate, str) and sqlstate.startswith(_POSTGRES_NOT_NOW):
+        return True
+    # An error reply's HTTP status: aiohttp's and discord.py's on the error, slack_sdk's on
+    # its response.
+    status = getattr(cause, "status", getattr(getattr(cause, "response", None), "status_code", 0))
+    return isinstance(status, int) and 500 <= status <= 599
+
+
+def _not_answering_errnos() -> frozenset[int]:
+    """Socket errors of a peer not reachable now, and the resolver's "no such name" (a
+    container's service name not yet in DNS reads as a typo does: restarting is the safe side).
+    Imported here: only an error needs them, and ``kestrel runs approve`` starts without."""
+    import errno
+    import socket
+
+    return frozenset(
+        {
+            errno.ECONNREFUSED,
+            errno.ECONNRESET,
+            errno.ECONNABORTED,
+            errno.ETIMEDOUT,
+            errno.ENETDOWN,
+            errno.ENETUNREACH,
+            errno.ENETRESET,
+            errno.EHOSTDOWN,
+            errno.EHOSTUNREACH,
+            errno.ENOTCONN,
+            socket.EAI_AGAIN,
+            socket.EAI_NONAME,
+        }
+    )
+
+
+# PostgreSQL's SQLSTATE classes of a server that cannot take us now: 08 connection exception,
+# 53 insufficient resources (too many connections), 57P operator intervention (starting up,
+# shutting down).
+_POSTGRES_NOT_NOW = ("08", "53", "57P")
 
 
 # The errors a user sees as one line, by module: configuration, store, resume and policy.

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from adapters.discord.settings import DiscordSettings
+from bot.cli.common import EXIT_TEMPFAIL
 from bot.config.settings import ConfigError
 from tests.fakes.discord_api import INTENT_MESSAGE_CONTENT, FakeDiscord
 from tests.fakes.discord_world import APPROVER, discord_world
@@ -87,9 +88,11 @@ def test_pings_are_on_unless_turned_off() -> None:
     assert not DiscordSettings.from_env(off).ping_approvers
 
 
-async def _fails_cleanly(tmp: Path, env: dict[str, str], named: str) -> str:
+async def _fails_cleanly(tmp: Path, env: dict[str, str], named: str, exits: int = 2) -> str:
+    """Serve ``env``: it exits ``exits`` (2, a mistake; 75, Discord not answering), at once,
+    naming what went wrong in one line, never the token."""
     code, out, took = await _serve(tmp, env)
-    assert code not in (0, -1), f"exit {code} after {took:.0f}s:\n{out}"
+    assert code == exits, f"exit {code} after {took:.0f}s:\n{out}"
     assert named in out, out
     assert "Traceback" not in out, out
     assert TOKEN not in out, "the token was printed"
@@ -108,7 +111,9 @@ async def test_serve_with_a_refused_token(tmp_path: Path) -> None:
 
 async def test_serve_with_an_unreachable_api(tmp_path: Path) -> None:
     env = {"DISCORD_TOKEN": TOKEN, "DISCORD_API_URL": "http://127.0.0.1:9/api/v10"}
-    out = await _fails_cleanly(tmp_path, env, "cannot reach http://127.0.0.1:9/api/v10: ")
+    out = await _fails_cleanly(
+        tmp_path, env, "cannot reach http://127.0.0.1:9/api/v10: ", exits=EXIT_TEMPFAIL
+    )
     assert "; check DISCORD_API_URL" in out, out
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from adapters.slack import ids
+from bot.cli.common import EXIT_TEMPFAIL
 from tests.fakes.openai_server import Canned, FakeOpenAI, chat_completion
 from tests.fakes.serving import (
     free_port,
@@ -121,7 +122,7 @@ def test_serve_slack_with_its_api_unreachable_says_what_to_check(tmp_path: Path)
     done = run_serve(
         tmp_path, serve_env(config, "http://127.0.0.1:9/api/"), "slack", "--port", str(free_port())
     )
-    assert done.returncode == 2
+    assert done.returncode == EXIT_TEMPFAIL  # not answering: worth starting again, unlike 2
     (line,) = done.stderr.strip().splitlines()[-1:]
     assert line.startswith("kestrel: slack: cannot reach http://127.0.0.1:9/api/: "), line
     assert line.endswith("; check SLACK_API_URL"), line
@@ -137,6 +138,21 @@ async def test_serve_slack_with_a_refused_token_says_so(tmp_path: Path) -> None:
         )
     assert done.returncode == 2
     assert "auth.test refused SLACK_BOT_TOKEN: invalid_auth" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+async def test_serve_slack_whose_api_answers_5xx_at_start_exits_to_be_started_again(
+    tmp_path: Path,
+) -> None:
+    # Slack down (or a proxy before it), not the token: a later start gets past it.
+    async with FakeSlackApi() as api:
+        api.fail("auth.test", error="service_unavailable", status=503, times=None)
+        config = write_config(tmp_path, "http://127.0.0.1:9/v1")
+        env = serve_env(config, api.url)
+        done = await asyncio.to_thread(
+            run_serve, tmp_path, env, "slack", "--port", str(free_port())
+        )
+    assert done.returncode == EXIT_TEMPFAIL, done.stderr
     assert "Traceback" not in done.stderr
 
 

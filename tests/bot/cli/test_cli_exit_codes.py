@@ -2,14 +2,28 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import socket
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
-from bot.cli.common import EXIT_CANCELLED, EXIT_COMPLETED, EXIT_FAILED, EXIT_SUSPENDED, exit_status
+from bot.cli.common import (
+    EXIT_CANCELLED,
+    EXIT_COMPLETED,
+    EXIT_FAILED,
+    EXIT_SUSPENDED,
+    EXIT_TEMPFAIL,
+    exit_status,
+    not_answering,
+)
+from bot.config.sources import DATABASE_VARIABLE as DATABASE
 from bot.domain import RunStatus
+from bot.errors import StoreError
 from tests.bot.cli.test_cli import kestrel, one_line_error, write_config
+from tests.fakes.serving import free_port
 
 
 def test_a_completed_run_exits_0(tmp_path: Path) -> None:
@@ -59,3 +73,68 @@ def test_the_codes_are_documented_in_help(tmp_path: Path) -> None:
     shown = kestrel(tmp_path, "run", "--help").stdout
     for line in ("0  completed", "1  failed", "2  not run", "3  suspended", "4  cancelled"):
         assert line in shown, shown
+
+
+def test_serve_with_a_bad_configuration_exits_2_which_no_restart_retries(tmp_path: Path) -> None:
+    # systemd's RestartPreventExitStatus=2: a mistake in the file stops the unit, loudly.
+    write_config(tmp_path, budgets={"max_iterations": "many"})
+    line = one_line_error(kestrel(tmp_path, "serve", "--port", "0"))
+    assert "max_iterations" in line, line
+
+
+def test_serve_whose_store_does_not_answer_exits_75_to_be_started_again(tmp_path: Path) -> None:
+    # PostgreSQL down at start (a host booting, a failover): EX_TEMPFAIL, which the unit's
+    # Restart=on-failure retries, unlike 2. Nobody listens on the port.
+    closed = f"postgresql://kestrel:secret@127.0.0.1:{free_port()}/kestrel"
+    result = kestrel(tmp_path, "serve", "--port", "0", env={DATABASE: closed})
+    assert result.returncode == EXIT_TEMPFAIL == 75, result.stderr
+    assert "Traceback" not in result.stderr and "secret" not in result.stderr
+    assert "127.0.0.1" in result.stderr.strip().splitlines()[-1], result.stderr
+
+
+def test_serve_with_a_malformed_store_address_exits_2(tmp_path: Path) -> None:
+    # The store's own settings are configuration: no restart makes a bad DSN good.
+    line = one_line_error(kestrel(tmp_path, "serve", "--port", "0", env={DATABASE: "mysql://x/y"}))
+    assert "postgresql://" in line, line
+
+
+def test_run_keeps_2_when_its_store_does_not_answer(tmp_path: Path) -> None:
+    # Documented as "2: not run" for scripts; a one-shot command has no restart policy to tell.
+    closed = f"postgresql://kestrel:pw@127.0.0.1:{free_port()}/kestrel"
+    one_line_error(kestrel(tmp_path, "run", "hi", env={DATABASE: closed}))
+
+
+@pytest.mark.parametrize(
+    ("cause", "retried"),
+    [
+        (ConnectionRefusedError(errno.ECONNREFUSED, "refused"), True),
+        (TimeoutError("no connection within 10 s"), True),
+        (socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution"), True),
+        (OSError(errno.EHOSTUNREACH, "No route to host"), True),
+        (PermissionError(errno.EACCES, "Permission denied"), False),  # a secret file of ours
+        (FileNotFoundError(errno.ENOENT, "No such file"), False),
+        (ValueError("invalid port"), False),
+    ],
+)
+def test_only_a_dependency_not_answering_is_worth_a_restart(
+    cause: Exception, retried: bool
+) -> None:
+    error = StoreError("PostgreSQL: connect failed")
+    error.__cause__ = cause
+    assert not_answering(error) is retried
+    assert not not_answering(StoreError("PostgreSQL DSN must start with postgresql://"))
+
+
+def test_serve_says_its_two_codes_in_help(tmp_path: Path) -> None:
+    shown = kestrel(tmp_path, "serve", "--help").stdout
+    assert "2   a mistake to mend" in shown and "75  the store, Slack or Discord" in shown, shown
+
+
+def test_serve_whose_postgresql_answers_no_such_database_exits_2(tmp_path: Path) -> None:
+    # The server answered: the database named does not exist, which no restart creates.
+    from tests.storage.conftest import postgres_dsn
+
+    named = urlsplit(postgres_dsn())._replace(path="/kestrel_no_such_database").geturl()
+    result = kestrel(tmp_path, "serve", "--port", "0", env={DATABASE: named})
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert "does not exist" in result.stderr.strip().splitlines()[-1], result.stderr
