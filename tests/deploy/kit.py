@@ -3,6 +3,7 @@ Helm's own engine (its Go SDK, through helm-python-sdk), the compose file."""
 
 from __future__ import annotations
 
+import configparser
 import json
 import re
 import shlex
@@ -22,6 +23,14 @@ UNIT = DEPLOY / "systemd" / "kestrel.service"
 # The least the chart renders with: the replicas' shared journal.
 DATABASE_URL = "postgresql://kestrel:pw@postgres:5432/kestrel"
 A_DATABASE: dict[str, Any] = {"secret": {"values": {"KESTREL_DATABASE_URL": DATABASE_URL}}}
+
+
+def unit_service() -> configparser.SectionProxy:
+    """The systemd unit's ``[Service]`` settings, as systemd reads their names (case kept)."""
+    unit = configparser.ConfigParser(strict=False, interpolation=None)
+    unit.optionxform = str  # type: ignore[assignment,method-assign]
+    unit.read_string(UNIT.read_text())
+    return unit["Service"]
 
 
 def dockerfile_instructions(path: Path = DOCKERFILE) -> list[tuple[str, str]]:

@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from bot import __version__
+from bot.cli.common import EXIT_TEMPFAIL, EXIT_USAGE
 from bot.config.settings import Settings, load_settings
 from bot.config.sources import SECRET_FILE_VARIABLES
 from storage.postgres import _MIGRATION_TIMEOUT
@@ -38,6 +39,7 @@ from tests.deploy.kit import (
     healthcheck_seconds,
     one,
     render_chart,
+    unit_service,
 )
 from tests.fakes.pg_password import PasswordTaker
 from tests.fakes.processes import KESTREL, ROOT, clean_env
@@ -561,3 +563,12 @@ def test_every_stop_allowance_holds_serve_s_whole_stop() -> None:
     unit = UNIT.read_text()
     (allowed,) = re.findall(r"^TimeoutStopSec=(\d+)$", unit, re.MULTILINE)
     assert float(allowed) >= whole
+
+
+def test_the_unit_restarts_on_an_outage_but_not_on_a_mistake() -> None:
+    # `kestrel serve` exits 2 for a configuration no restart mends, 75 for a store or platform
+    # not answering at start: restarting every 5 s is right for the one, a loop for the other.
+    service = unit_service()
+    assert service["Restart"] == "on-failure"
+    assert service.get("RestartPreventExitStatus", "").split() == [str(EXIT_USAGE)]
+    assert EXIT_TEMPFAIL not in {EXIT_USAGE, 0}  # on-failure restarts on any other status

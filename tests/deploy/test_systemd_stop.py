@@ -8,7 +8,6 @@ serve`` whose run is inside a command, and checks that the command may finish, a
 from __future__ import annotations
 
 import asyncio
-import configparser
 import contextlib
 import os
 import signal
@@ -21,7 +20,7 @@ import yaml
 from bot import wire
 from bot.domain import Session, new_id
 from storage.sqlite import SqliteStore
-from tests.deploy.kit import UNIT
+from tests.deploy.kit import unit_service
 from tests.fakes.processes import KESTREL, clean_env
 from tests.fakes.serving import free_port, wait_healthy
 from tests.fakes.waiting import until
@@ -40,10 +39,7 @@ SCRIPT = [{"text": "working", "calls": [{"name": "slow", "arguments": {}}]}, {"t
 
 def kill_mode() -> str:
     """The unit's ``KillMode=``, systemd's default when it says none."""
-    unit = configparser.ConfigParser(strict=False, interpolation=None)
-    unit.optionxform = str  # type: ignore[assignment,method-assign]
-    unit.read_string(UNIT.read_text())
-    return unit.get("Service", "KillMode", fallback="control-group")
+    return unit_service().get("KillMode", "control-group")
 
 
 def process_tree(pid: int) -> list[int]:
