@@ -6,18 +6,24 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import BaseModel
 
 from bot.domain import AssistantTurn, Decision, DecisionKind, RequestKind, RunStatus, StopReason
 from bot.journal.entries import AssistantTurnEntry
+from bot.journal.fold import RunState
+from bot.journal.log import JournalRecord
 from bot.llm.base import ToolSpec, UserMessage
 from bot.llm.openai_provider import OpenAIProvider
 from bot.llm.text_calls import shown, text_calls
+from bot.prompter import Prompter
 from bot.run.supervisor import Supervisor
+from bot.tools.base import Tool
 from bot.tools.python import function_tool
 from tests.fakes.openai_server import Canned, FakeOpenAI, chat_completion
 from tests.fakes.runtime import Counter, ScriptedPrompter, counting_tools, make_runtime
@@ -40,6 +46,40 @@ async def _turn(content: str, tools: list[ToolSpec] | None = None) -> AssistantT
 
 def _calls(turn: AssistantTurn) -> list[tuple[str, str]]:
     return [(call.name, call.arguments) for call in turn.calls]
+
+
+@dataclass
+class _Ran:
+    """A run over a model that said ``replies`` in turn, then "done": what a test reads of it."""
+
+    state: RunState
+    records: list[JournalRecord]
+    requests: list[dict[str, Any]]  # what the model was sent, in order
+
+
+async def _run_saying(
+    tmp_path: Path,
+    replies: list[str],
+    tools: Sequence[Tool],
+    prompt: str = "help",
+    prompter: Prompter | None = None,
+) -> _Ran:
+    """A run of ``prompt`` through the real client, the fake server saying ``replies``."""
+    canned = [Canned(status=200, body=chat_completion(said)) for said in replies]
+    async with FakeOpenAI(
+        [{"text": "unused"}] * len(replies) + [{"text": "done"}], canned=canned
+    ) as fake:
+        model = OpenAIProvider("m", api_key="k", base_url=fake.base_url)
+        rt, _ = await make_runtime(tmp_path / "k.db", model, tools)
+        try:
+            sup = Supervisor(rt)
+            live = await sup.start_turn(prompt, requested_by="U0REQ", prompter=prompter)
+            state = await sup.wait(live)
+            records = await rt.store.load(state.run_id)
+        finally:
+            await rt.store.close()
+            await model.aclose()
+    return _Ran(state, records, fake.requests)
 
 
 @pytest.mark.parametrize(
@@ -277,29 +317,19 @@ async def test_a_call_written_as_text_runs_and_the_journal_keeps_what_was_said(
     said = 'Let me echo it.\n<tool_call>\n{"name": "echo", "arguments": {"text": "a"}}\n'
     said += '</tool_call>\nAnd b:\n<tool_call>{"name": "echo", "arguments": {"text": "b"}}'
     said += "</tool_call>"
-    canned = [Canned(status=200, body=chat_completion(said))]
-    async with FakeOpenAI([{"text": "unused"}, {"text": "done"}], canned=canned) as fake:
-        model = OpenAIProvider("m", api_key="k", base_url=fake.base_url)
-        counter = Counter()
-        rt, _ = await make_runtime(tmp_path / "k.db", model, counting_tools(counter))
-        try:
-            sup = Supervisor(rt)
-            state = await sup.wait(await sup.start_turn("help", requested_by="U0REQ"))
-            records = await rt.store.load(state.run_id)
-        finally:
-            await rt.store.close()
-            await model.aclose()
+    counter = Counter()
+    ran = await _run_saying(tmp_path, [said], counting_tools(counter))
 
-    assert state.result is not None
-    assert (state.result.stop_reason, state.result.text) == (StopReason.ANSWERED, "done")
+    assert ran.state.result is not None
+    assert (ran.state.result.stop_reason, ran.state.result.text) == (StopReason.ANSWERED, "done")
     assert counter.calls == {"echo": 2}
-    first = next(r.entry.turn for r in records if isinstance(r.entry, AssistantTurnEntry))
+    first = next(r.entry.turn for r in ran.records if isinstance(r.entry, AssistantTurnEntry))
     assert first.text == said
     assert [(c.name, json.loads(c.arguments)) for c in first.calls] == [
         ("echo", {"text": "a"}),
         ("echo", {"text": "b"}),
     ]
-    second = fake.requests[1]["messages"]
+    second = ran.requests[1]["messages"]
     assistant = next(m for m in second if m["role"] == "assistant")
     assert [c["id"] for c in assistant["tool_calls"]] == [c.id for c in first.calls]
     # The calls go back once, as calls: the model's template writes their markup itself.
@@ -321,22 +351,12 @@ async def test_a_call_written_as_text_runs_and_the_journal_keeps_what_was_said(
     ],
 )
 async def test_a_gated_call_written_as_text_waits_for_approval(tmp_path: Path, said: str) -> None:
-    canned = [Canned(status=200, body=chat_completion(said))]
-    async with FakeOpenAI([{"text": "unused"}], canned=canned) as fake:
-        model = OpenAIProvider("m", api_key="k", base_url=fake.base_url)
-        counter = Counter()
-        rt, _ = await make_runtime(tmp_path / "k.db", model, counting_tools(counter))
-        prompter = ScriptedPrompter([None])  # asked, and answers later
-        try:
-            sup = Supervisor(rt)
-            live = await sup.start_turn("ship it", requested_by="U0REQ", prompter=prompter)
-            state = await sup.wait(live)
-        finally:
-            await rt.store.close()
-            await model.aclose()
+    counter = Counter()
+    prompter = ScriptedPrompter([None])  # asked, and answers later
+    ran = await _run_saying(tmp_path, [said], counting_tools(counter), "ship it", prompter)
 
-    assert state.status is RunStatus.SUSPENDED
-    assert [(r.kind, r.tool) for r in state.open_requests] == [
+    assert ran.state.status is RunStatus.SUSPENDED
+    assert [(r.kind, r.tool) for r in ran.state.open_requests] == [
         (RequestKind.WAIT_APPROVAL, "deploy")
     ]
     assert counter.calls == {}
@@ -419,22 +439,13 @@ async def test_only_the_call_after_the_reasoning_is_read(thinking: str) -> None:
 async def test_a_call_explained_in_an_answer_does_not_run(tmp_path: Path) -> None:
     # The model explained its markup to the user: the consequential, ungated tool it quoted ran.
     said = 'I would write `<tool_call>{"name": "write", "arguments": {"text": "x"}}</tool_call>`.'
-    canned = [Canned(status=200, body=chat_completion(said))]
-    async with FakeOpenAI([{"text": "unused"}], canned=canned) as fake:
-        model = OpenAIProvider("m", api_key="k", base_url=fake.base_url)
-        counter = Counter()
-        rt, _ = await make_runtime(tmp_path / "k.db", model, counting_tools(counter))
-        try:
-            sup = Supervisor(rt)
-            state = await sup.wait(await sup.start_turn("how?", requested_by="U0REQ"))
-        finally:
-            await rt.store.close()
-            await model.aclose()
+    counter = Counter()
+    ran = await _run_saying(tmp_path, [said], counting_tools(counter), "how?")
 
-    assert state.result is not None
-    assert (state.result.stop_reason, state.result.text) == (StopReason.ANSWERED, said)
+    assert ran.state.result is not None
+    assert (ran.state.result.stop_reason, ran.state.result.text) == (StopReason.ANSWERED, said)
     assert counter.calls == {}
-    assert fake.count == 1
+    assert len(ran.requests) == 1
 
 
 async def test_a_resumed_run_answers_each_text_call_by_the_id_it_was_journaled_with(
@@ -608,33 +619,25 @@ class _TailArgs(BaseModel):
 async def test_a_qwen3_coder_call_runs_and_a_value_not_of_its_type_goes_back_to_the_model(
     tmp_path: Path,
 ) -> None:
-    ran: list[tuple[str, int]] = []
+    tailed: list[tuple[str, int]] = []
 
     @function_tool(name="tail", idempotent=True)
     async def tail(args: _TailArgs) -> str:
         """Tail a service's logs."""
-        ran.append((args.service, args.lines))
+        tailed.append((args.service, args.lines))
         return "ok"
 
     replies = [
         _qwen3_coder("tail", service="checkout", lines="twenty"),
         _qwen3_coder("tail", service="checkout", lines="20"),
     ]
-    canned = [Canned(status=200, body=chat_completion(said)) for said in replies]
-    async with FakeOpenAI([{"text": "unused"}] * 2 + [{"text": "done"}], canned=canned) as fake:
-        model = OpenAIProvider("m", api_key="k", base_url=fake.base_url)
-        rt, _ = await make_runtime(tmp_path / "k.db", model, [tail])
-        try:
-            sup = Supervisor(rt)
-            state = await sup.wait(await sup.start_turn("logs?", requested_by="U0REQ"))
-        finally:
-            await rt.store.close()
-            await model.aclose()
+    ran = await _run_saying(tmp_path, replies, [tail], "logs?")
+    state = ran.state
 
     assert state.result is not None
     assert (state.result.stop_reason, state.result.text) == (StopReason.ANSWERED, "done")
-    assert ran == [("checkout", 20)]
-    messages = fake.requests[1]["messages"]
+    assert tailed == [("checkout", 20)]
+    messages = ran.requests[1]["messages"]
     (refused,) = [m["content"] for m in messages if m["role"] == "tool"]
     assert refused.startswith("invalid arguments: lines:")
     (assistant,) = [m for m in messages if m["role"] == "assistant"]
@@ -647,22 +650,14 @@ async def test_a_mistral_call_runs_and_one_whose_arguments_do_not_read_goes_back
     tmp_path: Path,
 ) -> None:
     replies = ['[TOOL_CALLS]echo[ARGS]{"text": "a"', '[TOOL_CALLS]echo[ARGS]{"text": "a"}']
-    canned = [Canned(status=200, body=chat_completion(said)) for said in replies]
-    async with FakeOpenAI([{"text": "unused"}] * 2 + [{"text": "done"}], canned=canned) as fake:
-        model = OpenAIProvider("m", api_key="k", base_url=fake.base_url)
-        counter = Counter()
-        rt, _ = await make_runtime(tmp_path / "k.db", model, counting_tools(counter))
-        try:
-            sup = Supervisor(rt)
-            state = await sup.wait(await sup.start_turn("echo a", requested_by="U0REQ"))
-        finally:
-            await rt.store.close()
-            await model.aclose()
+    counter = Counter()
+    ran = await _run_saying(tmp_path, replies, counting_tools(counter), "echo a")
+    state = ran.state
 
     assert state.result is not None
     assert (state.result.stop_reason, state.result.text) == (StopReason.ANSWERED, "done")
     assert counter.calls == {"echo": 1}
-    tools = [m["content"] for m in fake.requests[2]["messages"] if m["role"] == "tool"]
+    tools = [m["content"] for m in ran.requests[2]["messages"] if m["role"] == "tool"]
     assert tools[0].startswith("invalid arguments: arguments are not valid JSON")
     assert tools[1] == "a"
 
@@ -807,16 +802,8 @@ async def test_a_gpt_oss_answer_left_as_harmony_text_shows_only_its_final_messag
     tmp_path: Path,
 ) -> None:
     said = ANALYSIS + "<|start|>assistant<|channel|>final<|message|>Checkout is up."
-    canned = [Canned(status=200, body=chat_completion(said))]
-    async with FakeOpenAI([{"text": "unused"}], canned=canned) as fake:
-        model = OpenAIProvider("m", api_key="k", base_url=fake.base_url)
-        rt, _ = await make_runtime(tmp_path / "k.db", model, counting_tools(Counter()))
-        try:
-            sup = Supervisor(rt)
-            state = await sup.wait(await sup.start_turn("checkout?", requested_by="U0REQ"))
-        finally:
-            await rt.store.close()
-            await model.aclose()
+    ran = await _run_saying(tmp_path, [said], counting_tools(Counter()), "checkout?")
+    state = ran.state
 
     assert state.result is not None
     # Its reasoning ("Need the status; …") is its own: the journal keeps it, people never see it.
@@ -849,22 +836,14 @@ async def test_a_call_of_no_tool_of_the_run_goes_back_to_the_model_and_nothing_r
         '<tool_call>\n{"name": "echo_text", "arguments": {"text": "a"}}\n</tool_call>',
         '<tool_call>\n{"name": "echo", "arguments": {"text": "a"}}\n</tool_call>',
     ]
-    canned = [Canned(status=200, body=chat_completion(said)) for said in replies]
-    async with FakeOpenAI([{"text": "unused"}] * 2 + [{"text": "done"}], canned=canned) as fake:
-        model = OpenAIProvider("m", api_key="k", base_url=fake.base_url)
-        counter = Counter()
-        rt, _ = await make_runtime(tmp_path / "k.db", model, counting_tools(counter))
-        try:
-            sup = Supervisor(rt)
-            state = await sup.wait(await sup.start_turn("echo a", requested_by="U0REQ"))
-        finally:
-            await rt.store.close()
-            await model.aclose()
+    counter = Counter()
+    ran = await _run_saying(tmp_path, replies, counting_tools(counter), "echo a")
+    state = ran.state
 
     assert state.result is not None
     assert (state.result.stop_reason, state.result.text) == (StopReason.ANSWERED, "done")
     assert counter.calls == {"echo": 1}
-    (told,) = [m["content"] for m in fake.requests[1]["messages"] if m["role"] == "tool"]
+    (told,) = [m["content"] for m in ran.requests[1]["messages"] if m["role"] == "tool"]
     assert told == "unknown tool 'echo_text'; tools: boom, deploy, echo, slow, write"
 
 
