@@ -170,7 +170,9 @@ class ChatFront:
         except OSError as exc:  # in use, no such address, not permitted
             await self.stop()
             where = f"{self._host}:{self._port}"
-            raise ConfigError(f"cannot listen on {where}: {_unbound(exc)}") from exc
+            # Its own address is this replica's to mend, whatever the socket said (a name that
+            # does not resolve too): no cause, so serve exits 2, not 75 to be started again.
+            raise ConfigError(f"cannot listen on {where}: {_unbound(exc)}") from None
         port = self._runner.addresses[0][1] if self._runner.addresses else self._port
         self._lines.append(
             f"http: listening on {self._host}:{port} (/healthz, /readyz, /runs, /pending, /metrics)"
