@@ -185,7 +185,7 @@ def check_approvable(settings: Settings, tools: ToolSet) -> None:
     headless run refuses gated calls, and ``runs cancel`` must work under any policy."""
     from bot.people.policy import approval_keys, approvers_of
 
-    for name, approval in [*_gated_by_servers(settings), *_approvals(tools)]:
+    for name, approval in [*_gated_by_servers(settings), *_approvals(settings, tools)]:
         if not approval.confirm or approval.deny:
             continue
         who = approvers_of(settings.policy, name, approval.tags)
@@ -206,9 +206,13 @@ def check_approvable(settings: Settings, tools: ToolSet) -> None:
             )
 
 
-def _approvals(tools: ToolSet) -> list[tuple[str, ApprovalPolicy]]:
-    """Each tool's name and who must let a call of it run."""
-    return [(name, tool.flags.approval) for name, tool in tools.items()]
+def _approvals(settings: Settings, tools: ToolSet) -> list[tuple[str, ApprovalPolicy]]:
+    """Each catalog tool's name and who must let a call of it run. An MCP server's tools are
+    the server's to list (gated by its annotations or its ``confirm:``, which
+    ``_gated_by_servers`` reads): ``serve`` passes them, as it runs them, and they are left out."""
+    servers = tuple(f"{server.name}__" for server in settings.mcp_servers)
+    listed = tools.items()
+    return [(name, tool.flags.approval) for name, tool in listed if not name.startswith(servers)]
 
 
 def _gated_by_servers(settings: Settings) -> list[tuple[str, ApprovalPolicy]]:

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel
 
 from bot.domain import DecisionKind, Request, RequestKind, Session, new_id
 from bot.people.policy import Actor, Policy, PolicyRules
@@ -292,6 +293,31 @@ def test_an_mcp_tool_its_server_gates_that_nobody_may_approve_is_refused() -> No
     odd = McpServerSettings(name="gh", transport="stdio", command=["x"], confirm=["a.b"])
     # Offered under a name of its own (a.b is no tool name): not guessed here.
     check_approvable(Settings(mcp_servers=[odd], policy=PolicyRules(approvers={})), tools)
+
+
+class _Repo(BaseModel):
+    """The arguments of a server's repository tool."""
+
+    name: str
+
+
+def test_an_mcp_tool_its_annotations_gate_is_the_servers_own_to_list() -> None:
+    # chat and serve check the tools they run, MCP ones included: a destructive tool a server
+    # lists (gated by its annotation, not by confirm:) refused a replica that started before.
+    from bot.cli.compose import check_approvable
+    from bot.config.settings import McpServerSettings, Settings
+    from bot.tools.python import function_tool
+    from bot.tools.toolset import ToolSet
+
+    @function_tool(name="gh__delete_repo", confirm=True, idempotent=False)
+    async def delete_repo(args: _Repo) -> str:
+        """As a server's destructive tool is offered."""
+        return f"deleted {args.name}"
+
+    gh = McpServerSettings(name="gh", transport="stdio", command=["gh-mcp"])
+    check_approvable(
+        Settings(mcp_servers=[gh], policy=PolicyRules(approvers={})), ToolSet([delete_repo])
+    )
 
 
 def own_run_refusal(folder: Path) -> tuple[str, str, str]:
