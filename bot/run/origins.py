@@ -36,6 +36,10 @@ class Tracer(msgspec.Struct):
     ) -> tuple[ArgumentOrigin, ...]:
         """Where the arguments of call ``call_id`` (to ``tool``) came from, if from tool output."""
         outputs, human = self._sources(call_id)
+        if not outputs:
+            # No tool has answered yet (a run's first batch): no value can come from one, so
+            # the tool's catalog values and the arguments' leaves are never gathered.
+            return ()
         catalog = self._catalogs.get(tool.name)
         if catalog is None:
             catalog = self._catalogs[tool.name] = catalog_values(tool.parameters)
