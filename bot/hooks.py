@@ -16,6 +16,7 @@ from typing import Any, TypeVar, cast
 import msgspec
 
 from bot.domain import TerminalResult, ToolCall
+from bot.eager import started
 
 log = logging.getLogger("kestrel.hooks")
 
@@ -170,12 +171,19 @@ class Hooks(msgspec.Struct):
         takes the wrong arguments, raises when called, not when awaited.
         """
         limit = hook.timeout if isinstance(hook, _Bounded) else self.timeout
-        scope = asyncio.timeout(limit)
+        scope: asyncio.Timeout | None = None
         try:
+            pending = hook(*args)
+            # Its first step at once: a hook that answers without waiting (the PII guard's)
+            # arms no timer; one that waits goes on under the timeout.
+            first = started(pending)
+            if first is not None and first.done:
+                return cast(T, first.result)
+            scope = asyncio.timeout(limit)
             async with scope:
-                return await hook(*args)
+                return await (pending if first is None else first)
         except TimeoutError as exc:
-            if scope.expired():
+            if scope is not None and scope.expired():
                 raise HookFailure(f"hook {_name(hook)} timed out after {limit:g}s") from exc
             raise HookFailure(f"hook {_name(hook)} failed: TimeoutError: {exc}") from exc
         except Exception as exc:

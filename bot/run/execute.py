@@ -23,6 +23,7 @@ from bot.domain import (
     ToolOutcome,
     new_id,
 )
+from bot.eager import started
 from bot.events import (
     AdvisoryEvent,
     RequestOpenedEvent,
@@ -44,7 +45,6 @@ from bot.nesting import loads
 from bot.people.audit import Redact, origins_text
 from bot.run.arguments import parse_arguments
 from bot.run.context import RunContext
-from bot.run.eager import started
 from bot.run.gate import Gate
 from bot.run.interrupt import Interrupt, Interrupted
 from bot.run.origins import consequential

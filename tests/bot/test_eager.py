@@ -1,4 +1,4 @@
-"""A coroutine's first step taken at once (``bot.run.eager``): it must behave as awaiting the
+"""A coroutine's first step taken at once (``bot.eager``): it must behave as awaiting the
 coroutine would, whatever the coroutine does after that step."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from collections.abc import Awaitable
 
 import pytest
 
-from bot.run.eager import Started, started
+from bot.eager import Started, started
 
 
 async def _instant() -> str:

@@ -1,5 +1,6 @@
-"""A coroutine's first step taken at once, so that a tool which answers without waiting pays
-for no timer and no guard: an instant in-process tool is most of a busy run's calls."""
+"""A coroutine's first step taken at once, so that a tool or a hook which answers without
+waiting pays for no timer and no guard: an instant in-process tool is most of a busy run's
+calls, and the PII guard's hooks never wait."""
 
 from collections.abc import Awaitable, Coroutine, Generator
 from types import CoroutineType
