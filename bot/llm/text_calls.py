@@ -124,7 +124,7 @@ def text_calls(text: str, tools: Collection[str]) -> list[TextCall]:
 def read(text: str, tools: Collection[str]) -> Written:
     """``text``'s calls of ``tools`` (as ``text_calls``) and its words without them: the
     model's reasoning, what it said before its first call and between its calls."""
-    if not tools:
+    if not tools or not _marked(text):
         return Written([], text)
     start = _thought_end(text)
     if _in_final(text, start):
@@ -174,12 +174,20 @@ def words(turn: AssistantTurn) -> str:
     the model is sent back beside those calls (its template writes their markup again, so the
     markup sent too would show the model each call twice)."""
     text = turn.text or ""
-    if not turn.calls or not text:
-        return text  # a reply of calls alone, as a server parses them, is read every turn
+    if not turn.calls or not text or not _marked(text):
+        # A reply of calls alone, or of words beside the calls a server parsed (most turns
+        # that call), holds no markup to take out.
+        return text
     written = read(text, {call.name for call in turn.calls})
     if [name for name, _ in written.calls] != [call.name for call in turn.calls]:
         return text  # the server parsed the calls: the text is the model's words
     return written.words
+
+
+def _marked(text: str) -> bool:
+    """Whether ``text`` holds a character that every call's markup and every reasoning block
+    holds (a tag's ``<``, a list's ``[``, an object's ``{``): words without one hold none."""
+    return "<" in text or "{" in text or "[" in text
 
 
 def shown(turn: AssistantTurn) -> str:
@@ -191,7 +199,7 @@ def shown(turn: AssistantTurn) -> str:
 def after_reasoning(text: str) -> str:
     """What follows the reasoning a server without a reasoning parser leaves in a model's text
     (read as ``text_calls`` reads it), blanks around it dropped; the whole text without one."""
-    start = _thought_end(text)
+    start = _thought_end(text) if "<" in text else 0  # every reasoning marker opens a tag
     return text[start:].strip() if start else text
 
 
