@@ -23,7 +23,7 @@ from bot.people.audit import Redact, decision_detail, request_detail
 from bot.people.policy import Actor, Policy
 from bot.people.refusal import Refusal
 from bot.place import Place
-from bot.prompter import Prompter
+from bot.prompter import DeferringPrompter, Prompter
 from bot.store import Audited, AuditLog, Counted, Requests, RunRows, Settled
 
 if TYPE_CHECKING:
@@ -286,8 +286,11 @@ class Decisions:
                 await self.rt.store.decide(decision, RequestStatus.ANSWERED, audit)
 
     def checked(self, prompter: Prompter | None) -> Prompter | None:
-        """``prompter`` with every decision it makes checked and audited (None stays None)."""
+        """``prompter`` with every decision it makes checked and audited (None stays None, and
+        a ``DeferringPrompter`` makes none)."""
         if prompter is None or isinstance(prompter, CheckedPrompter):
+            return prompter
+        if type(prompter) is DeferringPrompter:  # exactly: a subclass might decide
             return prompter
         return CheckedPrompter(prompter, self)
 
