@@ -8,7 +8,7 @@ import functools
 import logging
 import math
 import traceback
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from datetime import UTC
 from typing import Any
 
@@ -110,6 +110,29 @@ class KeyedLocks:
                 del self._locks[key]
             else:
                 self._locks[key] = (lock, users - 1)
+
+
+class _Renewal:
+    """A run's lease renewals (``Supervisor._renew``), on a task of their own from the first
+    one due: a turn that suspends or ends before then, as most do, starts no task for them."""
+
+    __slots__ = ("_renew", "_task", "_timer")
+
+    def __init__(self, renew: Callable[[], Coroutine[Any, Any, None]], every: float) -> None:
+        self._renew = renew
+        self._task: asyncio.Task[None] | None = None
+        # The timer's callback runs in the run's context (its log lines name the run), and
+        # so does the task it starts.
+        self._timer = asyncio.get_running_loop().call_later(every, self._start)
+
+    def _start(self) -> None:
+        self._task = asyncio.create_task(self._renew())
+
+    def stop(self) -> None:
+        """No renewal from now on: the timer cancelled, or the task under way."""
+        self._timer.cancel()
+        if self._task is not None:
+            self._task.cancel()
 
 
 class Supervisor:
@@ -627,7 +650,7 @@ class Supervisor:
             advisories=self.rt.tools.drain,
             lookup_request=self.decisions.lookup,
         )
-        renewal = asyncio.create_task(self._renew(journal, live))
+        renewal = _Renewal(functools.partial(self._renew, journal, live), self.rt.renew_every)
         try:
             state = await AgentLoop(run, deps, live.signals).run(resumed)
         except Exception as exc:
@@ -639,7 +662,7 @@ class Supervisor:
                 raise
             state = journal.state  # its end is durable: announced below, as any end
         finally:
-            renewal.cancel()
+            renewal.stop()
         if state.result is not None:
             await self._finished(state, hooks)
         return state
@@ -781,11 +804,11 @@ class Supervisor:
         self.rt.events.emit(RunEndedEvent(state.run_id, state.result))
 
     async def _renew(self, journal: RunJournal, live: LiveRun) -> None:
-        """Renew the run's lease while its task drives it; and, at each renewal, look for a
-        cancel another process asked of it (``Cancels.asked_elsewhere``)."""
+        """Renew the run's lease, now and then every ``renew_every``, while its task drives it
+        (``_Renewal`` starts this once the first renewal is due); and, at each renewal, look
+        for a cancel another process asked of it (``Cancels.asked_elsewhere``)."""
         try:
             while True:
-                await asyncio.sleep(self.rt.renew_every)
                 try:
                     held = await self.rt.store.renew(
                         journal.run_id, self.rt.owner, journal.epoch, self.rt.lease_seconds
@@ -794,13 +817,14 @@ class Supervisor:
                     # A store that blinks must not cost the run its lease: a long command would
                     # be adopted, and its effect asked about, though this process drives it.
                     self._renewals.failed(journal.run_id, exc)
-                    continue
-                self._renewals.renewed(journal.run_id)
-                if not held:
-                    log.warning("run %s: lease lost", journal.run_id)
-                    return
-                journal.lease_renewed()
-                await self.cancels.asked_elsewhere(live)
+                else:
+                    self._renewals.renewed(journal.run_id)
+                    if not held:
+                        log.warning("run %s: lease lost", journal.run_id)
+                        return
+                    journal.lease_renewed()
+                    await self.cancels.asked_elsewhere(live)
+                await asyncio.sleep(self.rt.renew_every)
         finally:
             self._renewals.left(journal.run_id)
 
