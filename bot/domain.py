@@ -8,7 +8,7 @@ import json
 import os
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
@@ -105,6 +105,11 @@ class AssistantTurn(DomainModel, frozen=True, kw_only=True):
     reasoning: Reasoning | None = None
 
 
+# ``json.dumps(..., sort_keys=True)``'s text from one encoder, where that call builds one for
+# every value it writes (its options leave the shared default one).
+_SORTED: Final = json.JSONEncoder(sort_keys=True)
+
+
 def call_digest(tool: str, arguments: dict[str, Any], definition: str = "") -> str:
     """A stable digest of one exact tool invocation: the tool's name, its canonical arguments
     and, when given, the digest of its definition (``ToolSet.definition``), so that what a
@@ -112,7 +117,7 @@ def call_digest(tool: str, arguments: dict[str, Any], definition: str = "") -> s
     shape: dict[str, Any] = {"tool": tool, "arguments": arguments}
     if definition:
         shape["definition"] = definition
-    return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:32]
+    return hashlib.sha256(_SORTED.encode(shape).encode()).hexdigest()[:32]
 
 
 class ArgumentOrigin(DomainModel, frozen=True, kw_only=True):

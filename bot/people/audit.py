@@ -28,9 +28,14 @@ def unchanged(text: str) -> str:
     return text
 
 
+# ``json.dumps(..., sort_keys=True, ensure_ascii=False)``'s text from one encoder, where that
+# call builds one for every value it writes.
+_SHOWN: Final = json.JSONEncoder(sort_keys=True, ensure_ascii=False)
+
+
 def call_text(tool: str, arguments: dict[str, Any], digest: str = "") -> str:
     """``restart_service {"service": "checkout"} (digest 7cca…)``, the arguments cut if long."""
-    shown = json.dumps(arguments, sort_keys=True, ensure_ascii=False)
+    shown = _SHOWN.encode(arguments)
     if len(shown) > ARGUMENTS_SHOWN:
         shown = shown[: ARGUMENTS_SHOWN - 1] + "…"
     return f"{tool} {shown}" + (f" (digest {digest})" if digest else "")

@@ -109,7 +109,8 @@ class ToolSet(Mapping[str, Tool]):
     def _shapes(self) -> dict[str, str]:
         # Each tool's shape as JSON, written once for the set's digest and for its own.
         tools = self._tools.items()
-        return {name: json.dumps(_shape(tool), sort_keys=True) for name, tool in tools}
+        sorted_json = json.JSONEncoder(sort_keys=True).encode  # json.dumps's, built once
+        return {name: sorted_json(_shape(tool)) for name, tool in tools}
 
     @functools.cached_property
     def _digest(self) -> str:
