@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -38,6 +37,11 @@ class ToolSet(Mapping[str, Tool]):
         # listed or asked for flags compiles no schema.
         self._checks: dict[str, Callable[[dict[str, Any]], list[str]]] = {}
         self._definitions: dict[str, str] = {}
+        # Built on first use, once (the set never changes). Plain attributes, not
+        # ``functools.cached_property``, whose first read takes a lock in Python 3.11.
+        self._specs: tuple[ToolSpec, ...] | None = None
+        self._shapes: dict[str, str] | None = None
+        self._digest: str | None = None
 
     @classmethod
     def assemble(cls, *sources: Iterable[Tool]) -> ToolSet:
@@ -78,24 +82,30 @@ class ToolSet(Mapping[str, Tool]):
 
     def specs(self) -> tuple[ToolSpec, ...]:
         """What the model is told, in assembly order."""
-        return self._specs
-
-    @functools.cached_property
-    def _specs(self) -> tuple[ToolSpec, ...]:
-        # Asked before every model call: the set never changes, so built once.
-        return tuple(ToolSpec(t.name, t.description, t.parameters) for t in self._tools.values())
+        specs = self._specs
+        if specs is None:
+            # Asked before every model call: the set never changes, so built once.
+            tools = self._tools.values()
+            specs = tuple(ToolSpec(t.name, t.description, t.parameters) for t in tools)
+            self._specs = specs
+        return specs
 
     def digest(self) -> str:
         """A digest of names, schemas, flags and what each tool runs: part of a run's
         configuration fingerprint."""
-        return self._digest
+        digest = self._digest
+        if digest is None:
+            # Every run started on the set shares one computation. The text is json.dumps of
+            # the list of shapes, as fingerprints kept in journals were made.
+            digest = self._digest = _hashed("[" + ", ".join(self._shaped().values()) + "]")
+        return digest
 
     def definition(self, name: str) -> str:
         """A digest of one tool's name, schema, flags and what it runs; empty for a name the
         set does not hold."""
         found = self._definitions.get(name)
         if found is None:
-            shape = self._shapes.get(name)
+            shape = self._shaped().get(name)
             if shape is None:
                 return ""
             found = self._definitions[name] = _hashed(shape)
@@ -105,18 +115,14 @@ class ToolSet(Mapping[str, Tool]):
         """``call_digest`` of a call to tool ``name``, bound to the tool's definition here."""
         return call_digest(name, arguments, self.definition(name))
 
-    @functools.cached_property
-    def _shapes(self) -> dict[str, str]:
-        # Each tool's shape as JSON, written once for the set's digest and for its own.
-        tools = self._tools.items()
-        sorted_json = json.JSONEncoder(sort_keys=True).encode  # json.dumps's, built once
-        return {name: sorted_json(_shape(tool)) for name, tool in tools}
-
-    @functools.cached_property
-    def _digest(self) -> str:
-        # The set never changes, so every run started on it shares one computation. The text
-        # is json.dumps of the list of shapes, as fingerprints kept in journals were made.
-        return _hashed("[" + ", ".join(self._shapes.values()) + "]")
+    def _shaped(self) -> dict[str, str]:
+        """Each tool's shape as JSON, written once for the set's digest and for its own."""
+        shapes = self._shapes
+        if shapes is None:
+            sorted_json = json.JSONEncoder(sort_keys=True).encode  # json.dumps's, built once
+            tools = self._tools.items()
+            shapes = self._shapes = {name: sorted_json(_shape(tool)) for name, tool in tools}
+        return shapes
 
 
 def _hashed(text: str) -> str:
