@@ -440,7 +440,7 @@ class Supervisor:
         """
         while True:
             assert live.task is not None
-            state = await asyncio.shield(live.task)
+            state = await _ended(live.task)
             if live.next is None:
                 return state
             live = live.next
@@ -923,6 +923,22 @@ async def _screen_prompt(hooks: Hooks, prompt: str, ctx: HookContext) -> tuple[s
     if not verdict.allow:
         return f"the prompt was refused: {verdict.reason or 'policy'}", "", ""
     return "", verdict.text if verdict.text is not None else prompt, ""
+
+
+async def _ended(task: asyncio.Task[RunState]) -> RunState:
+    """What ``task`` returned (or raised) once it is done, as ``asyncio.shield`` gives it: a
+    waiter cancelled leaves the task alone. One callback and a future, where shield's take
+    three callbacks and two futures (a fresh run waits on one)."""
+    if not task.done():
+        done: asyncio.Future[None] = task.get_loop().create_future()
+
+        def wake(_task: object) -> None:
+            if not done.done():  # not cancelled with its waiter
+                done.set_result(None)
+
+        task.add_done_callback(wake)
+        await done
+    return task.result()
 
 
 def _prompter_for(state: RunState, prompter: Prompter | None) -> Prompter | None:

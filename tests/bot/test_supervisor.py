@@ -243,6 +243,29 @@ async def test_a_lease_is_still_renewed_after_one_renewal_failed(
     assert counter.calls == {"write": 1}
 
 
+async def test_a_waiter_cancelled_leaves_the_run_to_go_on(
+    tmp_path: Path, opened: list[Runtime]
+) -> None:
+    # Ctrl-C on ``kestrel run`` cancels its wait, not the run: shutdown stops that.
+    replies = [reply(call("nap", seconds=0.2)), reply(text="done")]
+    rt, _ = await make_runtime(tmp_path / "k.db", replies, [nap])
+    opened.append(rt)
+    started = asyncio.Event()
+    rt.events.add(ToolStarted(started))
+    supervisor = Supervisor(rt)
+    live = await supervisor.start_turn("rest", prompter=None)
+    waiting = asyncio.create_task(supervisor.wait(live))
+    await started.wait()
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+
+    state = await supervisor.wait(live)
+
+    assert state.result is not None and state.result.status is RunStatus.COMPLETED
+    assert state.result.text == "done"
+
+
 async def test_a_tool_still_running_after_the_grace_is_cut(tmp_path: Path) -> None:
     entries = await asyncio.wait_for(shut_down_during(tmp_path, seconds=60, grace=0.2), 10)
 
