@@ -41,6 +41,8 @@ from storage.sqlite_rows import (
     applied_version,
     checked_version,
     has_write_bits,
+    in_wal_mode,
+    no_version_table,
     path_problem,
     reader_uri,
 )
@@ -48,7 +50,6 @@ from storage.sqlite_schema import (
     APPLIED_VERSION,
     CREATE_VERSION_TABLE,
     SCHEMA_VERSION,
-    VERSION_TABLE_EXISTS,
     migration_script,
 )
 from storage.sqlite_writer import SqliteWriter
@@ -244,8 +245,11 @@ class SqliteStore(SqlStore):
             self._connection_pragmas()
             + f"PRAGMA wal_autocheckpoint = {_WAL_PAGES};PRAGMA cache_size = -{_WRITER_CACHE_KIB};"
         )
+        # WAL is the file's own setting, kept in its header: a file already in WAL mode opens
+        # in it, so only a new (or another program's) file is switched.
+        switch = _keep if in_wal_mode(self._path) else wal
         with self._errors("open"):
-            return await SqliteWriter.open(self._path, pragmas, self._busy_timeout, setup=wal)
+            return await SqliteWriter.open(self._path, pragmas, self._busy_timeout, setup=switch)
 
     def _connect_reader(self) -> SqliteReader:
         """Open the reader: autocommit, so every query sees the latest commit."""
@@ -293,20 +297,20 @@ class SqliteStore(SqlStore):
 
     async def _read_schema_version(self) -> int:
         """The applied version as the reader sees it; 0 without a version table."""
-        if not await self._read("read", VERSION_TABLE_EXISTS, ()):
-            return 0
-        rows = await self._read("read", APPLIED_VERSION, ())
+        try:
+            rows = await self._read("read", APPLIED_VERSION, ())
+        except StoreError as exc:
+            if no_version_table(exc.__cause__):
+                return 0
+            raise
         try:
             return checked_version(rows[0][0])
         except Unreadable as exc:
             raise StoreError(f"{self._label}: {exc}") from exc
 
     def _connection_pragmas(self) -> str:
-        return (
-            f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)};"
-            "PRAGMA foreign_keys = ON;"
-            f"PRAGMA synchronous = {self._synchronous};"
-        )
+        # Not the busy timeout: each connection sets its own as it connects, with no statement.
+        return f"PRAGMA foreign_keys = ON;PRAGMA synchronous = {self._synchronous};"
 
     def _refuse_no_place(self) -> None:
         """Refuse a path no journal can be at (a folder, a folder that does not exist), where
@@ -448,6 +452,10 @@ class SqliteStore(SqlStore):
         if "locked" in cause or "busy" in cause:
             cause += f" (still busy after the {self._busy_timeout:g} s busy timeout)"
         return StoreError(f"{self._label}: {action} failed: {cause}")
+
+
+def _keep(_conn: sqlite3.Connection) -> None:
+    """A connection's setup that changes nothing."""
 
 
 async def open_sqlite(

@@ -42,9 +42,12 @@ class SqliteReader:
     ) -> SqliteReader:
         """Connect to ``target`` and run the ``setup`` script (pragmas, or a whole schema for
         an in-memory database); both run inline, as neither takes a lock."""
-        conn = sqlite3.connect(target, isolation_level=None, uri=uri, check_same_thread=False)
+        # No busy timeout (set without a statement): an inline query never waits.
+        conn = sqlite3.connect(
+            target, timeout=0, isolation_level=None, uri=uri, check_same_thread=False
+        )
         try:
-            conn.executescript(setup + "PRAGMA busy_timeout = 0;")
+            conn.executescript(setup)
         except BaseException:
             conn.close()
             raise

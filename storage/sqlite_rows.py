@@ -11,13 +11,16 @@ import sqlite3
 import stat
 from datetime import datetime
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from bot.kinds import RequestStatus, RunStatus
 from storage import sql
-from storage.sqlite_schema import APPLIED_VERSION, SCHEMA_VERSION, VERSION_TABLE_EXISTS
+from storage.sqlite_schema import APPLIED_VERSION, SCHEMA_VERSION
 
 _STATUSES = frozenset(status.value for status in RunStatus)
+_NO_VERSION_TABLE: Final = "no such table: schema_version"
+# A database file's header up to its format versions (https://sqlite.org/fileformat.html).
+_HEADER_BYTES: Final = 20
 
 
 class RunRow(NamedTuple):
@@ -146,9 +149,31 @@ def _query(path: Path, statement: str, params: tuple[Any, ...]) -> list[tuple[An
 def applied_version(conn: sqlite3.Connection) -> int:
     """The newest schema version applied to ``conn``'s database, 0 before any; ``Unreadable``
     if its version table holds something else than a version."""
-    if conn.execute(VERSION_TABLE_EXISTS).fetchone() is None:
-        return 0
-    return checked_version(conn.execute(APPLIED_VERSION).fetchone()[0])
+    # One statement: the version table is asked for, not looked up in sqlite_master first
+    # (its absence, before any migration, is the rare case).
+    try:
+        version = conn.execute(APPLIED_VERSION).fetchone()[0]
+    except sqlite3.OperationalError as exc:
+        if no_version_table(exc):
+            return 0
+        raise
+    return checked_version(version)
+
+
+def no_version_table(exc: BaseException | None) -> bool:
+    """Whether ``exc`` is SQLite saying the database has no version table (no schema yet)."""
+    return isinstance(exc, sqlite3.OperationalError) and str(exc) == _NO_VERSION_TABLE
+
+
+def in_wal_mode(path: Path) -> bool:
+    """Whether the database file at ``path`` is in WAL mode, read from its header (its read
+    and write format versions, bytes 18 and 19, are 2): False for no file, or an empty one."""
+    try:
+        with path.open("rb", buffering=0) as file:
+            header = file.read(_HEADER_BYTES)
+    except OSError:
+        return False
+    return header[18:_HEADER_BYTES] == b"\x02\x02"
 
 
 def checked_version(version: object) -> int:

@@ -144,10 +144,7 @@ MIGRATIONS: tuple[str, ...] = (
 
 SCHEMA_VERSION = len(MIGRATIONS)
 
-# Whether the version table exists, and the version applied (0 before any).
-VERSION_TABLE_EXISTS = (
-    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"
-)
+# The version applied (0 before any); SQLite says there is no such table before the first.
 APPLIED_VERSION = "SELECT COALESCE(MAX(version), 0) FROM schema_version"
 
 CREATE_VERSION_TABLE = """

@@ -58,22 +58,23 @@ class SqliteWriter:
         """Connect inline, or on the writer's thread when opening must wait on another
         connection's lock (``setup`` switching to WAL, say).
 
-        ``pragmas`` (which must take no lock) and then ``setup`` run before the connection is
-        handed out.
+        ``pragmas`` (which must take no lock, nor set the busy timeout: the connection's is
+        the attempt's) and then ``setup`` run before the connection is handed out.
         """
         busy_ms = int(busy_timeout * 1000)
 
         def connect(patient: bool) -> sqlite3.Connection:
             # Autocommit mode: every transaction is an explicit BEGIN IMMEDIATE ... COMMIT.
+            # The timeout is SQLite's busy timeout, set without a statement: none when inline.
             timeout = busy_timeout if patient else 0.0
             conn = sqlite3.connect(
                 path, timeout=timeout, isolation_level=None, check_same_thread=False
             )
             try:
                 conn.executescript(pragmas)
-                conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
                 setup(conn)
-                conn.execute("PRAGMA busy_timeout = 0")  # inline attempts never wait
+                if patient:
+                    conn.execute("PRAGMA busy_timeout = 0")  # inline attempts never wait
             except BaseException:
                 conn.close()
                 raise

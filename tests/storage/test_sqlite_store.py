@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -91,3 +94,64 @@ async def test_a_current_schema_opens_while_another_process_holds_the_write_lock
         other.execute("ROLLBACK")
         other.close()
     assert version == SCHEMA_VERSION
+
+
+def tracing_connections(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every statement the connections opened from now on run, in order, as SQLite traces it."""
+    seen: list[str] = []
+    connect: Callable[..., sqlite3.Connection] = sqlite3.connect
+
+    def traced(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+        conn = connect(*args, **kwargs)
+        conn.set_trace_callback(lambda statement: seen.append(" ".join(statement.split())))
+        return conn
+
+    monkeypatch.setattr(sqlite3, "connect", traced)
+    return seen
+
+
+async def test_opening_a_migrated_store_runs_its_settings_and_one_version_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "k.db"
+    await (await open_sqlite(path)).close()
+    seen = tracing_connections(monkeypatch)
+
+    await (await open_sqlite(path)).close()
+
+    # The busy timeout is the connection's own (no statement); the file keeps WAL mode itself;
+    # the version is read without looking the version table up first.
+    assert [statement.rstrip(";") for statement in seen] == [
+        "PRAGMA foreign_keys = ON",
+        "PRAGMA synchronous = FULL",
+        "PRAGMA wal_autocheckpoint = 256",
+        "PRAGMA cache_size = -512",
+        "SELECT COALESCE(MAX(version), 0) FROM schema_version",
+    ]
+
+
+async def test_a_file_in_rollback_mode_is_switched_to_wal_and_migrated(tmp_path: Path) -> None:
+    path = tmp_path / "k.db"
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        conn.execute("CREATE TABLE unrelated (x TEXT)")  # another program's file, not WAL
+
+    store = await open_sqlite(path)
+    try:
+        found = await store._writer().transact(lambda c: _setting(c, "journal_mode"))
+        version = await store.schema_version()
+    finally:
+        await store.close()
+    assert found == "wal"
+    assert version == SCHEMA_VERSION
+
+
+async def test_a_new_file_reads_as_version_0_and_then_as_migrated(tmp_path: Path) -> None:
+    path = tmp_path / "k.db"
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        conn.execute("CREATE TABLE unrelated (x TEXT)")  # no version table yet
+
+    before = await SqliteStore(path).applied_version()
+    await (await open_sqlite(path)).close()
+    after = await SqliteStore(path).applied_version()
+
+    assert (before, after) == (0, SCHEMA_VERSION)
