@@ -181,6 +181,11 @@ class GroupCommit:
 
 def _batch_writer(batch: list[_Job], at: str) -> Callable[[sqlite3.Connection], list[object]]:
     """The transaction's body: each job in order, with what became of it."""
+    if len(batch) == 1 and isinstance(batch[0], _Write):
+        # A write alone needs no savepoint: if it raises, the whole transaction is rolled
+        # back, and the batch's failure is its own (``_fail_all`` hands it what it raised).
+        alone = batch[0].body
+        return lambda conn: [alone(conn)]
 
     def write(conn: sqlite3.Connection) -> list[object]:
         return [

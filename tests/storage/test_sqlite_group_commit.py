@@ -71,3 +71,26 @@ async def test_drain_commits_what_is_queued(group: GroupCommit, table_db: Path) 
     await group.drain()
 
     assert queued.done() and table_rows(table_db) == ["queued"]
+
+
+async def test_a_write_alone_commits_without_a_savepoint(
+    group: GroupCommit, table_db: Path
+) -> None:
+    seen: list[str] = []
+    group._writer._conn.set_trace_callback(seen.append)
+
+    await group.write(insert("alone"))
+
+    assert seen == ["BEGIN IMMEDIATE", "INSERT INTO t VALUES ('alone')", "COMMIT"]
+    assert table_rows(table_db) == ["alone"]
+
+
+async def test_a_failing_write_alone_is_undone_whole_and_the_next_one_lands(
+    group: GroupCommit, table_db: Path
+) -> None:
+    with pytest.raises(sqlite3.IntegrityError):
+        await group.write(insert("b", "b"))  # "b" again: UNIQUE fails
+
+    assert table_rows(table_db) == []  # not even its first "b"
+    assert await group.write(insert("c")) == "c"
+    assert table_rows(table_db) == ["c"]
