@@ -237,9 +237,11 @@ LOAD_RANGE: Final = """
 SELECT seq, epoch, body::text FROM journal WHERE run_id = $1 AND seq >= $2 AND seq < $3
 ORDER BY seq
 """
-# The one number a live page's "has it changed" check reads; no row for an unknown run.
+# The one number a live page's "has it changed" check reads, and the run's epoch; no row for an
+# unknown run. SQLite's appends check their fence with it (``storage.sqlite_group_commit``).
 JOURNAL_LENGTH: Final = """
-SELECT (SELECT COALESCE(MAX(seq), -1) + 1 FROM journal WHERE run_id = $1) FROM runs WHERE id = $1
+SELECT (SELECT COALESCE(MAX(seq), -1) + 1 FROM journal WHERE run_id = $1), epoch
+FROM runs WHERE id = $1
 """
 # What a run page's header adds up over seqs $2 to $3 (exclusive), by kind and tool outcome:
 # how many, tokens, the last iteration, and the seqs of the first start, the last assistant

@@ -10,7 +10,10 @@ from typing import Any
 
 import pytest
 
+from bot.domain import Session
 from bot.errors import UnknownRun
+from bot.journal.entries import UserMessageEntry
+from bot.records import RunRecord
 from storage.sqlite import SqliteStore, open_sqlite
 from storage.sqlite_schema import SCHEMA_VERSION
 
@@ -155,3 +158,29 @@ async def test_a_new_file_reads_as_version_0_and_then_as_migrated(tmp_path: Path
     after = await SqliteStore(path).applied_version()
 
     assert (before, after) == (0, SCHEMA_VERSION)
+
+
+async def test_an_append_checks_its_fence_and_inserts_as_a_new_runs_entries_are(
+    tmp_path: Path,
+) -> None:
+    store = await open_sqlite(tmp_path / "k.db")
+    seen: list[str] = []
+    try:
+        store._writer()._conn.set_trace_callback(lambda sql: seen.append(" ".join(sql.split())))
+        session = Session(id="s1", platform="console", channel="", thread="")
+        run = RunRecord(id="run_1", session_id="s1")
+        first = [UserMessageEntry(text="look", by="ann")]
+        await store.create_run(run, "w1", 60, session=session, entries=first, alone=True)
+        await store.append("run_1", 1, 1, UserMessageEntry(text="again", by="ann"))
+        loaded = await store.load("run_1")
+    finally:
+        await store.close()
+    inserts = [statement for statement in seen if statement.startswith("INSERT INTO journal")]
+    # One plain insert for both (prepared once, and no temporary table for the append's, as an
+    # INSERT ... SELECT reading the journal it writes needs), the append's after its fence read.
+    plain = "INSERT INTO journal(run_id, seq, epoch, kind, body, at) VALUES ('run_1', "
+    assert len(inserts) == 2
+    assert all(statement.startswith(plain) for statement in inserts)
+    fence = seen.index(inserts[1]) - 1
+    assert seen[fence].startswith("SELECT (SELECT COALESCE(MAX(seq), -1) + 1 FROM journal")
+    assert [record.seq for record in loaded] == [0, 1]
