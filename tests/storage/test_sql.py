@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import subprocess
+import sys
 
 import pytest
 
@@ -30,6 +32,36 @@ STATEMENTS = {
 def test_sqlite_takes_numbered_question_marks_and_no_casts() -> None:
     rendered = SQLITE.sql("SELECT body::text FROM t WHERE a = $1 AND b = $12 ORDER BY {insertion}")
     assert rendered == "SELECT body FROM t WHERE a = ?1 AND b = ?12 ORDER BY rowid"
+
+
+def test_sqlite_drops_every_cast_as_the_notation_writes_them() -> None:
+    for text in STATEMENTS.values():
+        if "{json:" in text:
+            continue
+        expected = re.sub(r"::[a-z]+", "", text.replace("$", "?"))
+        expected = expected.replace("{insertion}", "rowid").replace("{json_items}", "json_each")
+        assert SQLITE.sql(text) == expected
+
+
+# In a fresh process: whether rendering the statements a suspend runs compiles a regex.
+_COMPILES = """
+import re, sys
+from storage import sql
+from storage.sql import SQLITE
+seen = []
+compile_regex = re.compile
+re.compile = lambda *args: seen.append(args) or compile_regex(*args)
+for name in ("INSERT_ENTRY", "OPEN_REQUEST", "OWE_MESSAGE", "CREATE_RUN_ALONE", "AUDIT"):
+    SQLITE.sql(getattr(sql, name))
+print(len(seen))
+"""
+
+
+def test_a_fresh_process_renders_its_statements_without_compiling_a_regex() -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", _COMPILES], capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "0"  # a compile costs more than every statement it renders
 
 
 def test_postgres_keeps_the_notation_statements_are_written_in() -> None:
