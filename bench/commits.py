@@ -102,7 +102,10 @@ def kestrel_command() -> list[str]:
 # -- counting (in the process under measurement) ------------------------------------------------
 
 _WRITES: Final = ("INSERT", "UPDATE", "DELETE", "REPLACE", "CREATE", "DROP", "ALTER")
-_JOURNAL_VALUES: Final = re.compile(r"SELECT\s+'[^']*',\s*(\d+),\s*\d+,\s*'([^']*)'")
+# An append's values (run, seq, epoch, kind), in a plain insert or one guarded by a SELECT.
+_JOURNAL_VALUES: Final = re.compile(
+    r"(?:SELECT\s+|VALUES\s*\()'[^']*',\s*(\d+),\s*\d+,\s*'([^']*)'"
+)
 _AUDIT_VALUES: Final = re.compile(r"VALUES\s*\('[^']*',\s*'([^']*)',\s*'([^']*)'")
 _FROM: Final = re.compile(r"\bFROM\s+(\w+)", re.IGNORECASE)
 # The store call a write statement belongs to. The trace shows statements with their values
@@ -122,6 +125,10 @@ _STORE_CALLS: Final = (
     (re.compile(r"^UPDATE work SET done_at\b"), "finish_work"),
     (re.compile(r"^INSERT INTO replicas\b"), "heartbeat"),
     (re.compile(r"^CREATE TABLE IF NOT EXISTS schema_version\b"), "migrate (version table)"),
+)
+# An append's read of its fence (the journal's next seq, the run's epoch), part of the append.
+_APPEND_FENCE: Final = re.compile(
+    r"^\s*SELECT \(SELECT COALESCE\(MAX\(seq\), -1\) \+ 1 FROM journal"
 )
 # Part of an append (the run's status follows its journal) or of the transaction's machinery.
 _NOT_A_CALL: Final = re.compile(
@@ -197,7 +204,7 @@ class Tally:
                     current.calls.append(call)
                 elif call is None and head in ("SELECT", "WITH"):
                     self.reads["(in a write transaction) " + read_target(sql)] += 1
-                    if not current.calls:
+                    if not current.calls and not _APPEND_FENCE.match(sql):
                         current.calls.append("read " + read_target(sql))
             elif head in _WRITES:
                 alone = Transaction([store_call(sql) or sql[:60]], conn.total_changes)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from bench.commits import clean_environment, store_call, workspace
+from bench.commits import Tally, clean_environment, store_call, workspace
 
 # What the read-only commands must not import: the model client, the PII engine, MCP, PostgreSQL.
 NEVER_READING: tuple[str, ...] = (
@@ -122,6 +123,11 @@ def test_pending_requests_read_the_catalog_flags_without_compiling_schemas(
             "append tool_deferred (seq 3)",
         ),
         (
+            "INSERT INTO journal(run_id, seq, epoch, kind, body, at)"
+            " VALUES ('run_1', 4, 1, 'tool_process', '{}', 't')",
+            "append tool_process (seq 4)",
+        ),
+        (
             "INSERT INTO audit(at, actor, action, run_id, request_id, detail)"
             " VALUES ('t', 'alice', 'approve', 'run_1', 'req_1', '')",
             "audit approve by alice",
@@ -135,3 +141,22 @@ def test_pending_requests_read_the_catalog_flags_without_compiling_schemas(
 )
 def test_commit_counting_names_the_store_call(sql: str, call: str | None) -> None:
     assert store_call(sql) == call
+
+
+def test_an_appends_fence_read_is_part_of_its_append() -> None:
+    tally = Tally()
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    conn.executescript(
+        "CREATE TABLE runs (id, epoch); CREATE TABLE journal (run_id, seq, epoch, kind, body, at);"
+    )
+    conn.set_trace_callback(lambda sql: tally.statement(conn, sql))
+    conn.execute("BEGIN IMMEDIATE")
+    conn.execute(
+        "SELECT (SELECT COALESCE(MAX(seq), -1) + 1 FROM journal WHERE run_id = 'r'), epoch"
+        " FROM runs WHERE id = 'r'"
+    )
+    conn.execute("INSERT INTO journal VALUES ('r', 8, 1, 'tool_process', '{}', 't')")
+    conn.execute("COMMIT")
+    conn.close()
+    # Named by its append alone, as a process stamp's commit is told apart by.
+    assert tally.report()["commits"] == [["append tool_process (seq 8)"]]
