@@ -36,6 +36,7 @@ from typing import Final, NamedTuple
 
 from bot.domain import AssistantTurn
 from bot.nesting import loads
+from bot.patterns import on_use
 
 OPEN_TAG: Final = "<tool_call>"
 CLOSE_TAG: Final = "</tool_call>"
@@ -96,7 +97,7 @@ _CALL_KEYS: Final = frozenset({"name", "arguments", "parameters", "type", "id"})
 _PYTHONIC_CHARS: Final = 64 * 1024
 
 # How a bare call opens, its tool named: {"name": "…" or [{"name": "…", or [name( .
-_OPENING: Final = re.compile(
+_OPENING: Final = on_use(
     r'(?:\[\s*)?\{\s*"name"\s*:\s*"(?P<json>[^"\\]+)"|\[\s*(?P<pythonic>[A-Za-z_]\w*)\s*\('
 )
 _OPENING_CHARS: Final = 512  # far past any tool's name; the rest is never looked at
@@ -277,7 +278,7 @@ def _harmony_final(text: str) -> int:
     return 0
 
 
-_HARMONY_END: Final = re.compile("|".join(re.escape(end) for end in _HARMONY_ENDS))
+_HARMONY_END: Final = on_use("|".join(re.escape(end) for end in _HARMONY_ENDS))
 
 
 def _tagged(text: str, at: int, schemas: Mapping[str, object]) -> tuple[list[object], list[str]]:
@@ -391,7 +392,7 @@ def _pairs(text: str, key: tuple[str, str], value: tuple[str, str]) -> dict[str,
     return pairs
 
 
-_BLANKS: Final = re.compile(r"\s*")
+_BLANKS: Final = on_use(r"\s*")
 
 
 def _blanks(text: str, at: int) -> int:
