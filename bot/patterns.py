@@ -11,7 +11,7 @@ plain attributes, so a caller looks them up as fast as on ``re.Pattern``.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, AnyStr, cast
 
 _METHODS = ("finditer", "search", "match", "fullmatch", "findall", "split", "sub")
@@ -19,18 +19,20 @@ _METHODS = ("finditer", "search", "match", "fullmatch", "findall", "split", "sub
 
 class _OnUse:
     """Stands in for a compiled pattern; the first use compiles it (attributes not held yet
-    reach ``__getattr__``)."""
+    reach ``__getattr__``), its source first written then if it is given as a function."""
 
     _compiled: re.Pattern[Any] | None = None
 
-    def __init__(self, pattern: str | bytes, flags: int) -> None:
+    def __init__(self, pattern: str | bytes | Callable[[], str | bytes], flags: int) -> None:
         self._pattern = pattern
         self._flags = flags
 
     def __getattr__(self, name: str) -> Any:
         compiled = self._compiled
         if compiled is None:
-            compiled = self._compiled = re.compile(self._pattern, self._flags)
+            pattern = self._pattern
+            source = pattern() if callable(pattern) else pattern
+            compiled = self._compiled = re.compile(source, self._flags)
             for method in _METHODS:
                 setattr(self, method, getattr(compiled, method))
         return getattr(compiled, name)
@@ -39,6 +41,12 @@ class _OnUse:
 def on_use(pattern: AnyStr, flags: int = 0) -> re.Pattern[AnyStr]:
     """``re.compile(pattern, flags)``, done when the pattern is first used."""
     return cast("re.Pattern[AnyStr]", _OnUse(pattern, flags))
+
+
+def on_use_written(write: Callable[[], AnyStr], flags: int = 0) -> re.Pattern[AnyStr]:
+    """``on_use`` of the pattern ``write()`` returns, written too when it is first used: for a
+    source that takes work to write (the PII guard's number families, written as tries)."""
+    return cast("re.Pattern[AnyStr]", _OnUse(write, flags))
 
 
 def finditer_with(

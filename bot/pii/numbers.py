@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from bot.patterns import finditer_with, on_use
+from bot.patterns import finditer_with, on_use, on_use_written
 from bot.pii.checks import (
     _IBAN_LENGTHS,
     _anchored,
@@ -73,7 +73,14 @@ def _trie(words: Iterable[str], sep: str) -> str:
 
 def _family(sep: str, tails: Iterable[tuple[_Group, ...]]) -> re.Pattern[bytes]:
     """A regex for the shape of the text, anchored on the first `sep` of a number and matching
-    one of the `tails` after it.
+    one of the `tails` after it; written and compiled when first used (a text holding no
+    separated digits, as most do, needs neither).
+    """
+    return on_use_written(lambda: _family_source(sep, tails))
+
+
+def _family_source(sep: str, tails: Iterable[tuple[_Group, ...]]) -> bytes:
+    """``_family``'s regex.
 
     In the shape every digit is "0", so the regex starts with the two-character literal
     `sep` "0": the engine's prefix search skips the separators of ordinary text ("a - b",
@@ -88,13 +95,11 @@ def _family(sep: str, tails: Iterable[tuple[_Group, ...]]) -> re.Pattern[bytes]:
     # The second branch takes any other run with at least seven more digits: a card in an
     # odd grouping ("41 11 11 ...", "4111.1111.1111.1111"), judged in Python; ``glued`` when
     # its last group starts a word ("... 0004 3rd"), which Python leaves out.
-    return on_use(
-        (
-            rf"{escaped}0(?<=0{escaped}0)(?:{_trie(words, escaped)}"
-            rf"(?![0-9A-Za-z_]|{escaped}0)"
-            rf"|{f'{escaped}?0' * 6}(?P<run>0*+(?:{escaped}0++)*+)(?P<glued>(?=[A-Za-z_]))?)"
-        ).encode()
-    )
+    return (
+        rf"{escaped}0(?<=0{escaped}0)(?:{_trie(words, escaped)}"
+        rf"(?![0-9A-Za-z_]|{escaped}0)"
+        rf"|{f'{escaped}?0' * 6}(?P<run>0*+(?:{escaped}0++)*+)(?P<glued>(?=[A-Za-z_]))?)"
+    ).encode()
 
 
 _DASH = _family("-", _CARD_TAILS + _EU_TAILS + _US_TAILS + _SSN_TAILS)

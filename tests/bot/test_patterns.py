@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from bot.patterns import finditer_with, on_use
+from bot.patterns import finditer_with, on_use, on_use_written
 
 
 def test_a_pattern_is_compiled_only_when_first_used() -> None:
@@ -44,3 +44,24 @@ def test_a_text_with_a_literal_finds_what_the_pattern_finds(text: str) -> None:
     source = r"[sr]k[-_][0-9]"
     found = finditer_with(on_use(source), text, "k-", "k_")
     assert [m.span() for m in found] == [m.span() for m in re.finditer(source, text)]
+
+
+def test_a_written_pattern_is_written_only_when_first_used() -> None:
+    written: list[str] = []
+
+    def write() -> str:
+        written.append("once")
+        return r"[0-9]+"
+
+    lazy = on_use_written(write)
+    assert written == []  # built with its module, used by no text yet
+    assert [m.span() for m in lazy.finditer("a12b345")] == [(1, 3), (4, 7)]
+    assert lazy.search("x9") is not None
+    assert written == ["once"]
+
+
+def test_a_written_pattern_unused_by_a_text_without_its_literal_is_never_written() -> None:
+    def write() -> bytes:
+        raise AssertionError("written for a text that cannot hold a match")
+
+    assert list(finditer_with(on_use_written(write), b"restarted checkout", b"0-0")) == []
