@@ -17,7 +17,7 @@ import stat
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any, ClassVar, Final, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeVar
 
 from bot.domain import utcnow
 from bot.errors import StoreError
@@ -35,7 +35,6 @@ from storage.common import (
 from storage.sql import SQLITE, Step
 from storage.sql_store import Params, Row, SqlStore, migrated
 from storage.sqlite_group_commit import GroupCommit, PendingAppend
-from storage.sqlite_reader import SqliteReader
 from storage.sqlite_rows import (
     Unreadable,
     applied_version,
@@ -53,6 +52,11 @@ from storage.sqlite_schema import (
     migration_script,
 )
 from storage.sqlite_writer import SqliteWriter
+
+# The reader is opened beside the writer on first need: a command whose reads all ride the
+# writer (``kestrel runs approve``) never imports it.
+if TYPE_CHECKING:
+    from storage.sqlite_reader import SqliteReader
 
 _T = TypeVar("_T")
 
@@ -253,6 +257,8 @@ class SqliteStore(SqlStore):
 
     def _connect_reader(self) -> SqliteReader:
         """Open the reader: autocommit, so every query sees the latest commit."""
+        from storage.sqlite_reader import SqliteReader
+
         target: str | Path = reader_uri(self._path) if self._read_only else self._path
         with self._errors("open"):
             return SqliteReader.open(
@@ -286,6 +292,8 @@ class SqliteStore(SqlStore):
 
     def _connect_empty(self) -> SqliteReader:
         """An empty journal in memory, with the current schema, for a database not made yet."""
+        from storage.sqlite_reader import SqliteReader
+
         scripts = [migration_script(version) for version in range(1, SCHEMA_VERSION + 1)]
         with self._errors("open"):
             return SqliteReader.open(

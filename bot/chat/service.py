@@ -7,14 +7,13 @@ else the adapter passes. What happens in runs comes back as typed events (``subs
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol, cast
 
 import msgspec
 from msgspec.structs import replace
 
-from bot.chat.handles import RunHandle, RunResult
-from bot.chat.inbound import Accepted, Delivery, Inbound
 from bot.chat.outbox import card_key
 from bot.chat.run_summary import PAGE_ENTRIES, RunSummaries
 from bot.domain import (
@@ -41,7 +40,11 @@ from bot.records import RunRecord
 from bot.store import AuditLog, AuditRecord, OnceMarks, Outbox, Requests, RunRows, SessionPlaces
 from bot.tools.base import ToolFlags
 
-if TYPE_CHECKING:  # the read-only commands import this module without starting any run
+# The read-only commands import this module without starting any run; a command at the
+# terminal takes no chat delivery; the run handles are protocols, for the type checker.
+if TYPE_CHECKING:
+    from bot.chat.handles import RunHandle, RunResult
+    from bot.chat.inbound import Accepted, Delivery, Inbound
     from bot.run.supervisor import LiveRun, Supervisor
     from bot.tools.source import ToolSource
 
@@ -260,10 +263,17 @@ class ChatService:
         self._rt: ChatRuntime = supervisor.rt
         self._reads = RunReads(self._rt.store, self._who_may_answer, self._may_answer_phrase)
         self.duplicates_dropped = 0
-        self.inbound = Inbound(supervisor)
         # Why the model asked, by request: it never changes, so a card refreshed after a
         # decision needs no journal read (oldest forgotten first).
         self._reasons: dict[str, str] = {}
+
+    @functools.cached_property
+    def inbound(self) -> Inbound:
+        """Chat deliveries taken into the store, built the first time one comes (a command at
+        the terminal takes none, and need not import them)."""
+        from bot.chat.inbound import Inbound
+
+        return Inbound(self._supervisor)
 
     def subscribe(self, sink: EventSink) -> None:
         """Receive every event of every run this process drives."""

@@ -21,7 +21,6 @@ from urllib.parse import urlsplit
 import msgspec
 from msgspec import Meta
 
-from bot.config.cron import cron_fields, parse_cron
 from bot.config.deadlines import DeadlineSettings as DeadlineSettings
 from bot.config.sources import (
     DATABASE_VARIABLE,
@@ -176,13 +175,20 @@ def _storable_text(text: str) -> None:
 MAX_GRACE_SECONDS = 366 * 86400.0
 
 
+def _cron_checked(expression: str) -> object:
+    """``parse_cron``, its module imported only where a schedule is set."""
+    from bot.config.cron import parse_cron
+
+    return parse_cron(expression)
+
+
 class ScheduledPrompt(Section):
     """A prompt started on a cron schedule (UTC; five fields, or six with seconds first)."""
 
     # Checked on its own (bot.plain): a bad expression is reported beside a bad prompt.
     __field_checks__: ClassVar = {
         "name": _storable_text,
-        "cron": parse_cron,
+        "cron": _cron_checked,
         "prompt": _storable_text,
     }
 
@@ -211,6 +217,8 @@ def _distinct(schedules: list[ScheduledPrompt]) -> None:
                 f"the {_nth(earlier)} and {_nth(number)} schedules are both named"
                 f" {prompt.name!r}: give each its own name"
             )
+        from bot.config.cron import cron_fields  # here: no schedule set, no import
+
         earlier = texts.setdefault((cron_fields(prompt.cron), prompt.prompt), number)
         if earlier != number:
             raise ValueError(

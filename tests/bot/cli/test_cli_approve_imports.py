@@ -33,6 +33,15 @@ NOT_IMPORTED = ("aiosqlite", "getpass", "difflib", "pydantic", "yaml", "click")
 # these either: tempfile and shutil (a command that writes nothing into its HOME), glob (a
 # catalog named plainly), dataclasses (generated methods, 0.8 ms a class) and jsonschema.
 NOT_IMPORTED_BY_BENCH = ("tempfile", "shutil", "glob", "dataclasses", "jsonschema")
+# Kestrel's own parts that deciding at the terminal never calls into: chat deliveries (a
+# platform's), the run handles' protocols (types only), cron expressions (no schedule is set)
+# and the SQLite reader connection (every read of the command rides the writer's).
+KESTRELS_UNUSED = (
+    "bot.chat.inbound",
+    "bot.chat.handles",
+    "bot.config.cron",
+    "storage.sqlite_reader",
+)
 
 
 def approved_imports(folder: Path, *run: str, approver: str, env: dict[str, str]) -> dict[str, Any]:
@@ -69,3 +78,10 @@ def test_runs_approve_of_the_cold_bench_imports_no_general_purpose_extras(tmp_pa
     found = approved_imports(tmp_path, PROMPT, "--as", "bob", approver="alice", env=cache)
     imported = set(found["modules"])
     assert [name for name in NOT_IMPORTED + NOT_IMPORTED_BY_BENCH if name in imported] == []
+
+
+def test_runs_approve_of_the_cold_bench_leaves_kestrels_unused_parts(tmp_path: Path) -> None:
+    workspace(tmp_path)
+    cache = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+    found = approved_imports(tmp_path, PROMPT, "--as", "bob", approver="alice", env=cache)
+    assert [name for name in KESTRELS_UNUSED if name in found["modules"]] == []
