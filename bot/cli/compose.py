@@ -7,8 +7,10 @@ import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import msgspec
 
 from bot import install_hint
 from bot.config.settings import ConfigError
@@ -375,7 +377,7 @@ async def open_store(
     return await open_postgres(dsn, schema=schema, clock=clock, command_timeout=timeout)
 
 
-class SchemaCheck(NamedTuple):
+class SchemaCheck(msgspec.Struct, frozen=True):
     """What ``db check`` found: the schema applied, the one this Kestrel needs, and (when they
     match) how many runs and open requests the store holds."""
 

@@ -11,7 +11,6 @@ from typing import (
     ClassVar,
     Final,
     Literal,
-    NamedTuple,
     Union,
     get_args,
     get_origin,
@@ -468,7 +467,7 @@ def _check_url(url: str) -> None:
         raise ValueError(f"must be an http(s) URL with a host, not {password_masked(url, '***')!r}")
 
 
-class _Setting(NamedTuple):
+class _Setting(msgspec.Struct, frozen=True):
     """What one variable sets: the settings path, its type, and whether that is a field's (else
     the values' of a mapping: a tool's deadline, an entity type's operator)."""
 
