@@ -18,7 +18,6 @@ from bot.domain import Decision, DecisionKind, Request, RequestKind, RequestStat
 from bot.events import AdvisoryEvent, FanOut, RequestDecidedEvent, RequestExpiredEvent
 from bot.journal.fold import RunState
 from bot.kinds import TERMINAL_STATUSES, AuditAction
-from bot.options import answer_refusal, match_option, wordless
 from bot.people.audit import Redact, decision_detail, request_detail
 from bot.people.policy import Actor, Policy
 from bot.people.refusal import Refusal
@@ -102,6 +101,8 @@ class Decisions:
             # Checked here, not in ``_refusal``: opening the Answer form checks the person
             # before any words exist. A screenshot alone must not use up the question (one
             # with options takes one of them only, an empty one too).
+            from bot.options import wordless  # a question's: an approval never imports it
+
             refusal = wordless(decision.text)
         # An answer, and an approval of a request that needs more than one, is refused in its
         # own statement once the run ended (then ``_too_late``, which says so and closes it).
@@ -113,6 +114,8 @@ class Decisions:
             return Answered(False, refusal.reason)
         if request.options and decision.kind is DecisionKind.ANSWER:
             # The option as the question spells it ("Y" answers "yes"): the model reads that.
+            from bot.options import match_option
+
             picked = match_option(decision.text, request.options) or decision.text
             decision = replace(decision, text=picked)
         decision = self.as_kept(decision)
@@ -228,6 +231,8 @@ class Decisions:
         if refusal or request.kind is not RequestKind.WAIT_USER:
             return refusal
         # A question with options (ask_human_confirm, ask_human_select) takes one of them only.
+        from bot.options import answer_refusal
+
         return answer_refusal(decision.text, request.options)
 
     async def refusal(self, decision: Decision, *, run_id: str, actor: Actor) -> Refusal | None:

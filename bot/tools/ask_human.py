@@ -7,7 +7,6 @@ from typing import Any
 import msgspec
 
 from bot.domain import DecisionKind, RequestKind
-from bot.options import match_option
 from bot.tools.base import Deferral, Tool, ToolContext, ToolFlags, ToolResult, ToolTraits
 
 # Operator-paced: a tool timeout would cancel the operator's own question, not a runaway.
@@ -39,6 +38,8 @@ class AskHumanTool(msgspec.Struct, frozen=True):
             return ToolResult("no answer before the deadline")
         if not options:
             return ToolResult(decision.text or "(empty answer)")
+        from bot.options import match_option  # answered here: a person is present
+
         picked = match_option(decision.text, options)
         if picked is None:
             # A question with options takes one of them only: anything else leaves it open,
