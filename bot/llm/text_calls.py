@@ -32,7 +32,9 @@ import ast
 import json
 import re
 from collections.abc import Collection, Mapping
-from typing import Final, NamedTuple
+from typing import Final
+
+import msgspec
 
 from bot.domain import AssistantTurn
 from bot.nesting import loads
@@ -106,7 +108,7 @@ TextCall = tuple[str, str]
 """One call read from text: the tool's name and its arguments as JSON text."""
 
 
-class Written(NamedTuple):
+class Written(msgspec.Struct, frozen=True):
     """What a reply is made of: the calls it wrote (none if it wrote no call of the run's
     tools), and its words without them (the whole reply when it made none)."""
 
