@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
+import importlib
 import json
 import os
 import signal
@@ -344,10 +346,35 @@ def parser() -> argparse.ArgumentParser:
     return options
 
 
+# What a child imports on first use and nothing here does: the catalog's checks (RE2,
+# jsonschema) and what the openai client reaches on its first request. Imported once before
+# the first fork, they are a fork's copy, not every child's import (0.2 to 0.4 s a child,
+# several children a test).
+_FIRST_USE = (
+    "re2",
+    "jsonschema",
+    "jsonschema.validators",
+    "jsonschema.protocols",
+    "jiter",
+    "anyio._backends._asyncio",
+    "openai.resources.chat.completions.completions",
+)
+
+
+@functools.cache
+def preload() -> None:
+    """Import in this process what every child would import for itself: the modules above,
+    and the openai client's HTTP transport and resources (a client made and dropped)."""
+    for name in _FIRST_USE:
+        importlib.import_module(name)
+    OpenAIProvider("fake-model", api_key="test-key", base_url="http://127.0.0.1:9/v1")
+
+
 def run_child(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """Run the child in a real process forked from this one (its imports already done, so a
     child costs milliseconds, not an interpreter start); its stdout comes back as text."""
     args = parser().parse_args(argv)
+    preload()
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:
