@@ -15,6 +15,10 @@ no-break or zero-width spaces cannot hide a number; hits are mapped back to the 
 Encoded secrets (base64, hex) are found from runs of base64 characters and decoded and
 scanned again only when they read as text. Keys found by their prefix are looked for again
 behind percent-escaped separators (a URL inside another's query), in a view of the same length.
+
+Each recognizer declares what every text it finds a hit in holds (``Needs``: one of a few
+characters, or a word); a short text that holds neither is not given to it, so a chat prompt
+of plain words runs none of them, and a fresh process compiles and runs none of their code.
 """
 
 from __future__ import annotations
@@ -64,65 +68,129 @@ from bot.pii.numbers import (
     find_paren_phones,
     find_separated_numbers,
 )
-from bot.pii.scantext import ENTITY_TYPES, PiiHit, Recognizer, ScanText
+from bot.pii.scantext import (
+    CAPITALS,
+    DIGITS,
+    ENTITY_TYPES,
+    MIN_ENCODED,
+    PiiHit,
+    Recognizer,
+    ScanText,
+    needs,
+)
 from bot.pii.shapes import find_printed_secrets, find_shaped_secrets
 from bot.pii.web import find_cookies, find_query_secrets
 
+# Each with what every text it finds a hit in holds (``Needs``): the literals its patterns or
+# its gates require, read off them; test_needs.py holds each over the tests' samples.
+_ALNUM_KEY = needs("-_./" + CAPITALS)  # a vendor key's prefix, or a capital it starts with
+
 RECOGNIZERS: tuple[Recognizer, ...] = (
-    Recognizer(frozenset({"PRIVATE_KEY"}), find_private_keys),
-    Recognizer(frozenset({"AWS_SECRET_KEY"}), find_aws_secret),
+    # PEM's "-----BEGIN", PuTTY's "Private-Lines:"
+    Recognizer(frozenset({"PRIVATE_KEY"}), find_private_keys, needs("-")),
+    # after a label, "=", ":" or "=>"
+    Recognizer(frozenset({"AWS_SECRET_KEY"}), find_aws_secret, needs(":=")),
+    # AKIA..., AIza...
     Recognizer(
-        frozenset({"AWS_ACCESS_KEY", "AWS_SECRET_KEY", "GOOGLE_API_KEY"}), find_a_keys, True
+        frozenset({"AWS_ACCESS_KEY", "AWS_SECRET_KEY", "GOOGLE_API_KEY"}),
+        find_a_keys,
+        needs("A"),
+        True,
     ),
-    Recognizer(frozenset({"GITHUB_TOKEN"}), find_github, True),
-    Recognizer(frozenset({"GITLAB_TOKEN"}), find_gitlab, True),
-    Recognizer(frozenset({"SLACK_TOKEN"}), find_slack, True),
-    Recognizer(frozenset({"DISCORD_TOKEN"}), find_discord),
-    Recognizer(frozenset({"SLACK_TOKEN", "DISCORD_TOKEN"}), find_webhooks),
-    Recognizer(frozenset({"STRIPE_KEY", "OPENAI_API_KEY"}), find_k_keys, True),
+    # gh?_, github_pat_
+    Recognizer(frozenset({"GITHUB_TOKEN"}), find_github, needs("_"), True),
+    # glpat-..., GR1348941...
+    Recognizer(frozenset({"GITLAB_TOKEN"}), find_gitlab, needs("-G"), True),
+    # xoxb-..., xapp-...
+    Recognizer(frozenset({"SLACK_TOKEN"}), find_slack, needs("-"), True),
+    # found from the "." before the timestamp
+    Recognizer(frozenset({"DISCORD_TOKEN"}), find_discord, needs(".")),
+    # a URL's path
+    Recognizer(frozenset({"SLACK_TOKEN", "DISCORD_TOKEN"}), find_webhooks, needs("/")),
+    # sk-..., sk_live_..., rk_test_...
+    Recognizer(frozenset({"STRIPE_KEY", "OPENAI_API_KEY"}), find_k_keys, needs("-_"), True),
+    # npm_, pypi-, SG., hf_
     Recognizer(
         frozenset({"NPM_TOKEN", "PYPI_TOKEN", "SENDGRID_API_KEY", "HUGGINGFACE_TOKEN"}),
         find_service_tokens,
+        needs("_-."),
         True,
     ),
+    # key-, shpat_, dop_v1_, whsec_, ya29., 1//0; FwoG..., IQoJ..., eyJw..., SK..., AC...
     Recognizer(
         frozenset(
             {"TWILIO_KEY", "MAILGUN_API_KEY", "SHOPIFY_TOKEN", "DIGITALOCEAN_TOKEN"}
             | {"GOOGLE_OAUTH_TOKEN", "STRIPE_KEY", "AWS_SESSION_TOKEN"}
         ),
         find_vendor_keys,
+        _ALNUM_KEY,
         True,
     ),
-    Recognizer(frozenset({"JWT"}), find_jwt, True),
-    Recognizer(frozenset({"BEARER_TOKEN", "BASIC_AUTH"}), find_bearer_and_basic),
-    Recognizer(frozenset({"BASIC_AUTH"}), find_user_flag_passwords),
-    Recognizer(frozenset({"GENERIC_SECRET"}), find_authorization),
-    Recognizer(frozenset({"GENERIC_SECRET"}), find_env_secrets),
-    Recognizer(frozenset({"GENERIC_SECRET"}), find_named_values),
-    Recognizer(frozenset({"GENERIC_SECRET"}), find_keyed_secrets),
-    Recognizer(frozenset({"GENERIC_SECRET"}), find_secret_data),
-    Recognizer(frozenset({"GENERIC_SECRET"}), find_secure_strings),
-    Recognizer(frozenset({"GENERIC_SECRET"}), find_vault_data),
-    Recognizer(frozenset({"GENERIC_SECRET"}), find_markup_secrets),
-    Recognizer(frozenset({"GENERIC_SECRET"}), find_query_secrets),
-    Recognizer(frozenset({"GENERIC_SECRET"}), find_cookies),
-    Recognizer(frozenset({"CONNECTION_STRING_PASSWORD", "GENERIC_SECRET"}), find_url_passwords),
-    Recognizer(frozenset({"CONNECTION_STRING_PASSWORD"}), find_keyvalue_passwords),
-    Recognizer(frozenset({"CONNECTION_STRING_PASSWORD"}), find_cli_passwords),
-    Recognizer(frozenset({"CONNECTION_STRING_PASSWORD"}), find_worded_passwords),
-    Recognizer(frozenset({"CONNECTION_STRING_PASSWORD", "GENERIC_SECRET"}), find_shaped_secrets),
-    Recognizer(frozenset({"GENERIC_SECRET"}), find_printed_secrets),
+    # eyJ
+    Recognizer(frozenset({"JWT"}), find_jwt, needs("J"), True),
+    # Bearer TOKEN, Basic CREDENTIALS
+    Recognizer(
+        frozenset({"BEARER_TOKEN", "BASIC_AUTH"}),
+        find_bearer_and_basic,
+        needs("", "bearer", "basic"),
+    ),
+    # -u USER:PASSWORD
+    Recognizer(frozenset({"BASIC_AUTH"}), find_user_flag_passwords, needs("-")),
+    # Authorization: or =
+    Recognizer(frozenset({"GENERIC_SECRET"}), find_authorization, needs(":=")),
+    # SECRET, TOKEN, PASSPHRASE, CREDENTIAL, KEY, PW: in capitals
+    Recognizer(frozenset({"GENERIC_SECRET"}), find_env_secrets, needs("STPCK")),
+    # name: ... value:
+    Recognizer(frozenset({"GENERIC_SECRET"}), find_named_values, needs(":")),
+    # a value that looks generated holds a digit
+    Recognizer(frozenset({"GENERIC_SECRET"}), find_keyed_secrets, needs(DIGITS)),
+    # --from-literal, or a Secret
+    Recognizer(frozenset({"GENERIC_SECRET"}), find_secret_data, needs("-S")),
+    # JSON's and YAML's keys; a table's key1, key2
+    Recognizer(frozenset({"GENERIC_SECRET"}), find_secure_strings, needs(":" + DIGITS)),
+    # the table's "---  -----"
+    Recognizer(frozenset({"GENERIC_SECRET"}), find_vault_data, needs("-")),
+    # <element>, key="...", define(
+    Recognizer(frozenset({"GENERIC_SECRET"}), find_markup_secrets, needs("<=(")),
+    # a query
+    Recognizer(frozenset({"GENERIC_SECRET"}), find_query_secrets, needs("?")),
+    # Cookie: or Set-Cookie:
+    Recognizer(frozenset({"GENERIC_SECRET"}), find_cookies, needs(":")),
+    # user:password@host
+    Recognizer(
+        frozenset({"CONNECTION_STRING_PASSWORD", "GENERIC_SECRET"}), find_url_passwords, needs("@")
+    ),
+    # password=, "password": , password:
+    Recognizer(frozenset({"CONNECTION_STRING_PASSWORD"}), find_keyvalue_passwords, needs(":=")),
+    # -p, -a, -P, -w, -U, --user; FreeRDP's /p:
+    Recognizer(frozenset({"CONNECTION_STRING_PASSWORD"}), find_cli_passwords, needs("-/")),
+    # --password x, requirepass x, PASSWORD 'x', IDENTIFIED BY 'x', .netrc's password x
+    Recognizer(
+        frozenset({"CONNECTION_STRING_PASSWORD"}),
+        find_worded_passwords,
+        needs("", "pass", "identified"),
+    ),
+    # .pgpass's and chpasswd's ":", a hash's "$" or "{", ENV, htpasswd -b, add_user, "@"
+    Recognizer(
+        frozenset({"CONNECTION_STRING_PASSWORD", "GENERIC_SECRET"}),
+        find_shaped_secrets,
+        needs(":${-_@E"),
+    ),
+    # the printed line under the command's
+    Recognizer(frozenset({"GENERIC_SECRET"}), find_printed_secrets, needs("\n")),
     Recognizer(
         frozenset({"CREDIT_CARD", "US_SSN", "PHONE_NUMBER", "IP_ADDRESS"}),
         find_separated_numbers,
+        needs(DIGITS),
     ),
-    Recognizer(frozenset({"CREDIT_CARD"}), find_card_runs),
-    Recognizer(frozenset({"IBAN_CODE"}), find_ibans),
-    Recognizer(frozenset({"EMAIL_ADDRESS"}), find_emails),
-    Recognizer(frozenset({"EMAIL_ADDRESS"}), find_loose_emails),
-    Recognizer(frozenset({"IP_ADDRESS"}), find_ipv6),
-    Recognizer(frozenset({"PHONE_NUMBER"}), find_paren_phones),
-    Recognizer(frozenset({"PHONE_NUMBER"}), find_intl_phones),
+    Recognizer(frozenset({"CREDIT_CARD"}), find_card_runs, needs(DIGITS)),
+    Recognizer(frozenset({"IBAN_CODE"}), find_ibans, needs(DIGITS)),
+    Recognizer(frozenset({"EMAIL_ADDRESS"}), find_emails, needs("@")),
+    # "at" before a bracket or a written "dot"; %40, &#64;, \u0040
+    Recognizer(frozenset({"EMAIL_ADDRESS"}), find_loose_emails, needs("[](){}<>%&\\", "dot")),
+    Recognizer(frozenset({"IP_ADDRESS"}), find_ipv6, needs(":")),
+    Recognizer(frozenset({"PHONE_NUMBER"}), find_paren_phones, needs("(")),
+    Recognizer(frozenset({"PHONE_NUMBER"}), find_intl_phones, needs("+")),
 )
 
 
@@ -135,6 +203,13 @@ _ESCAPED_SEPARATOR = on_use(
 )
 
 
+# Up to this length a text's set of characters costs less than the calls it saves: a short
+# text (a chat prompt, a command's one line) is given only to the recognizers whose needs it
+# holds. A longer one holds nearly every character of their needs (a log's digits, colons and
+# capitals), so its set (some 65 instructions a character) would buy nothing.
+_GATED_LENGTH = 256
+
+
 class Scanner:
     """Runs the recognizers of the enabled entity types over a text."""
 
@@ -145,9 +220,12 @@ class Scanner:
             raise ValueError(f"unknown entity type(s): {', '.join(unknown)}")
         self.entities = enabled
         # Each with whether its hits need filtering: only a recognizer reporting some disabled
-        # type does (a generator per recognizer per scan is most of a short text's cost).
+        # type does (a generator per recognizer per scan is most of a short text's cost); and
+        # its needs' characters and words.
         self._recognizers = tuple(
-            (r.find, not r.entities <= enabled) for r in RECOGNIZERS if r.entities & enabled
+            (r.find, not r.entities <= enabled, frozenset(r.needs.chars), r.needs.words)
+            for r in RECOGNIZERS
+            if r.entities & enabled
         )
         self._prefixed = tuple(r.find for r in RECOGNIZERS if r.prefixed and r.entities & enabled)
 
@@ -161,16 +239,23 @@ class Scanner:
         src = ScanText(text)
         enabled = self.entities
         hits: list[PiiHit] = []
-        for find, partly in self._recognizers:
+        held = frozenset(src.text) if len(src.text) <= _GATED_LENGTH else None
+        for find, partly, chars, words in self._recognizers:
+            lacks = held is not None and held.isdisjoint(chars)
+            if lacks and not (words and any(map(src.holds, words))):
+                continue  # it would find nothing: no call, no generator, no regex compiled
             if partly:
                 hits.extend(hit for hit in find(src) if hit.entity_type in enabled)
             else:
                 hits.extend(find(src))
         if "%" in src.text and self._prefixed:
             hits.extend(hit for hit in self._behind_escapes(src) if hit.entity_type in enabled)
-        # Decoded text is scanned by the same recognizers, one level deeper each time.
-        rescan = functools.partial(self._scan, depth=depth + 1) if depth < _MAX_DEPTH else None
-        hits.extend(hit for hit in find_encoded(src, rescan) if hit.entity_type in enabled)
+        if len(src.text) >= MIN_ENCODED:  # every encoded secret is a run of at least this many
+            # Decoded text is scanned by the same recognizers, one level deeper each time.
+            rescan = functools.partial(self._scan, depth=depth + 1) if depth < _MAX_DEPTH else None
+            hits.extend(hit for hit in find_encoded(src, rescan) if hit.entity_type in enabled)
+        if not hits:
+            return hits
         return [src.original(hit) for hit in hits]
 
     def _behind_escapes(self, src: ScanText) -> Iterator[PiiHit]:

@@ -293,10 +293,34 @@ class ScanText:
 
 Finder = Callable[[ScanText], Iterator[PiiHit]]
 
+DIGITS = string.digits
+CAPITALS = string.ascii_uppercase
+
+
+class Needs(msgspec.Struct, frozen=True):
+    """What every text a recognizer finds a hit in holds, as the recognizers read it (folded,
+    escapes blanked): one of ``chars``, or one of ``words`` in lower case. A text that holds
+    neither is not given to the recognizer (test_needs.py holds each over the corpus)."""
+
+    chars: str
+    words: tuple[str, ...] = ()
+
+    def held(self, src: ScanText) -> bool:
+        """Whether ``src`` holds what the recognizer needs: a C search for each character
+        (memchr: a text holding one finds it early, one holding none is short or rare)."""
+        return any(map(src.text.__contains__, self.chars)) or any(map(src.holds, self.words))
+
+
+def needs(chars: str, *words: str) -> Needs:
+    """A recognizer's needs: one of the characters of ``chars``, or one of ``words``."""
+    return Needs(chars, words)
+
 
 class Recognizer(msgspec.Struct, frozen=True):
-    """A finder, the entity types it can report, and whether it finds keys by their prefix."""
+    """A finder, the entity types it can report, what a text it finds a hit in holds, and
+    whether it finds keys by their prefix."""
 
     entities: frozenset[str]
     find: Finder
+    needs: Needs
     prefixed: bool = False
