@@ -41,13 +41,23 @@ class SqliteReader:
         cls, target: str | Path, *, uri: bool, busy_timeout: float, setup: str
     ) -> SqliteReader:
         """Connect to ``target`` and run the ``setup`` script (pragmas, or a whole schema for
-        an in-memory database); both run inline, as neither takes a lock."""
+        an in-memory database), inline: waiting out the busy timeout only if the file is held
+        (a pragma such as ``synchronous`` reads the schema)."""
         # No busy timeout (set without a statement): an inline query never waits.
         conn = sqlite3.connect(
             target, timeout=0, isolation_level=None, uri=uri, check_same_thread=False
         )
         try:
-            conn.executescript(setup)
+            try:
+                conn.executescript(setup)
+            except sqlite3.OperationalError as exc:
+                if not busy(exc):
+                    raise
+                # Another connection holds the file (recovering the WAL, say): wait for it
+                # as the store's busy timeout says, then never again (pragmas run twice alike).
+                conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
+                conn.executescript(setup)
+                conn.execute("PRAGMA busy_timeout = 0")
         except BaseException:
             conn.close()
             raise

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -184,3 +185,28 @@ async def test_an_append_checks_its_fence_and_inserts_as_a_new_runs_entries_are(
     fence = seen.index(inserts[1]) - 1
     assert seen[fence].startswith("SELECT (SELECT COALESCE(MAX(seq), -1) + 1 FROM journal")
     assert [record.seq for record in loaded] == [0, 1]
+
+
+def holding_the_file(path: Path) -> sqlite3.Connection:
+    """Another connection holding the whole file, readers kept out: as one recovering the WAL
+    after a crash, or checkpointing it as the last to close, would for a moment."""
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    other.execute("PRAGMA locking_mode = EXCLUSIVE")
+    other.execute("BEGIN IMMEDIATE")
+    other.execute("DELETE FROM schema_version WHERE version < 0")
+    other.execute("COMMIT")  # the exclusive lock stays until the connection closes
+    return other
+
+
+async def test_a_read_only_open_waits_out_a_file_held_for_a_moment(tmp_path: Path) -> None:
+    path = tmp_path / "k.db"
+    await (await open_sqlite(path)).close()
+    other = holding_the_file(path)
+    # The open runs inline, holding the event loop as it waits: only a thread can let go.
+    threading.Timer(0.2, other.close).start()
+    store = SqliteStore(path, read_only=True)  # busy timeout: 5 s
+    try:
+        version = await store.migrate()
+    finally:
+        await store.close()
+    assert version == SCHEMA_VERSION
