@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, cast
 
@@ -171,6 +172,9 @@ class Hooks(msgspec.Struct):
         takes the wrong arguments, raises when called, not when awaited.
         """
         limit = hook.timeout if isinstance(hook, _Bounded) else self.timeout
+        # The limit counts from the call: a first step that blocks (a synchronous client) is
+        # part of the hook's time, as it was when the timer was armed before the call.
+        called_at = time.monotonic()  # for the time its first step took; cheaper than the loop's
         scope: asyncio.Timeout | None = None
         try:
             pending = hook(*args)
@@ -179,7 +183,7 @@ class Hooks(msgspec.Struct):
             first = started(pending)
             if first is not None and first.done:
                 return cast(T, first.result)
-            scope = asyncio.timeout(limit)
+            scope = asyncio.timeout(limit - (time.monotonic() - called_at))
             async with scope:
                 return await (pending if first is None else first)
         except TimeoutError as exc:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -322,6 +323,29 @@ async def test_failing_pre_tool_hook_denies_the_call(
     assert cause not in result.output
     assert cause not in k.seen_by_model()
     assert "panic" not in k.rec.kinds()
+
+
+async def _blocks_then_waits(*args: object) -> Any:
+    # A blocking call (a synchronous HTTP client, say) past the timeout: what is tested.
+    time.sleep(0.3)  # noqa: ASYNC251
+    await asyncio.sleep(0.01)
+
+
+async def test_a_pre_tool_hook_that_blocks_past_its_timeout_and_then_waits_denies_the_call(
+    kit: Build,
+) -> None:
+    # The timeout counts from the call, not from the hook's first wait: its first step,
+    # taken at once, is part of the time it took.
+    k = await kit(
+        [reply(call("write", text="x")), reply(text="ok")],
+        hooks=Hooks(pre_tool_use=[_blocks_then_waits], timeout=0.2),
+    )
+    state, records = await k.run()
+    assert state.result is not None and state.result.status is RunStatus.COMPLETED
+    (result,) = results(records)
+    assert result.outcome.value == "hook_denied"
+    assert k.counter.calls == {}
+    assert any("timed out after 0.2s" in text for text in k.advisories())
 
 
 @pytest.mark.parametrize("bad", [_raises, _hangs], ids=["raises", "times_out"])
