@@ -937,7 +937,10 @@ async def _ended(task: asyncio.Task[RunState]) -> RunState:
                 done.set_result(None)
 
         task.add_done_callback(wake)
-        await done
+        try:
+            await done
+        finally:
+            task.remove_done_callback(wake)  # a cancelled waiter leaves nothing on a long run
     return task.result()
 
 

@@ -266,6 +266,33 @@ async def test_a_waiter_cancelled_leaves_the_run_to_go_on(
     assert state.result.text == "done"
 
 
+async def test_cancelled_waiters_leave_nothing_on_the_run(
+    tmp_path: Path, opened: list[Runtime]
+) -> None:
+    # A long run waited on and given up many times (Ctrl-C on a console) must not keep a
+    # callback per waiter until it ends. ``_callbacks`` is CPython's list of a future's.
+    replies = [reply(call("nap", seconds=0.2)), reply(text="done")]
+    rt, _ = await make_runtime(tmp_path / "k.db", replies, [nap])
+    opened.append(rt)
+    started = asyncio.Event()
+    rt.events.add(ToolStarted(started))
+    supervisor = Supervisor(rt)
+    live = await supervisor.start_turn("rest", prompter=None)
+    await started.wait()
+    assert live.task is not None
+    before = len(live.task._callbacks or ())
+    for _ in range(5):
+        waiting = asyncio.create_task(supervisor.wait(live))
+        await asyncio.sleep(0)  # one pass of the loop: the waiter reaches its await
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+
+    assert len(live.task._callbacks or ()) == before
+    state = await supervisor.wait(live)
+    assert state.result is not None and state.result.status is RunStatus.COMPLETED
+
+
 async def test_a_tool_still_running_after_the_grace_is_cut(tmp_path: Path) -> None:
     entries = await asyncio.wait_for(shut_down_during(tmp_path, seconds=60, grace=0.2), 10)
 
