@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
-from bot.domain import Budgets, Decision, DecisionKind, Request
+from bot.domain import Budgets, Decision, DecisionKind, Request, utcnow
 from bot.events import Event, FanOut
 from bot.hooks import Hooks
 from bot.journal.fold import RunState
@@ -143,9 +144,11 @@ async def make_runtime(
     hooks: Hooks | None = None,
     owner: str = "test-owner",
     lease_seconds: float = 30.0,
+    clock: Callable[[], datetime] = utcnow,
 ) -> tuple[Runtime, Recorder]:
-    """A runtime on a fresh SQLite file with a recorder subscribed to its events."""
-    store = await open_sqlite(db)
+    """A runtime on a fresh SQLite file with a recorder subscribed to its events (``clock``:
+    the runtime's and the store's, which a test may move instead of sleeping)."""
+    store = await open_sqlite(db, clock=clock)
     model = (
         replies
         if not isinstance(replies, Sequence)
@@ -161,6 +164,7 @@ async def make_runtime(
         budgets=budgets or Budgets(),
         owner=owner,
         lease_seconds=lease_seconds,
+        clock=clock,
     )
     return rt, recorder
 
