@@ -199,7 +199,8 @@ class Requests(Protocol):
         lease_seconds: float,
     ) -> Settled:
         """``decide``; and when that closed its run's last open request and the run's lease is
-        free, take the lease for ``owner`` in the same transaction (the decider resumes it)."""
+        free, take the lease for ``owner`` in the same transaction (the decider resumes it).
+        A lease ``owner`` holds is never free, lapsed or not: its task may drive the run yet."""
         ...
 
     async def add_approval(

@@ -350,11 +350,14 @@ SELECT epoch FROM runs WHERE id = (SELECT run_id FROM requests WHERE id = $1) FO
 """
 # Takes the free lease of a request's run once this decision ($4 the request, $5 the
 # decision's text) closed the run's last open request; never a lease still held, ours included.
+# Ours lapsed is still held: this process's task may drive the run yet (its renewal late, the
+# process starved), and taken with the decision, the task would be fenced mid-batch, a call's
+# result it ran lost and on-call asked about it. The decider resumes it without the claim.
 CLAIM_SETTLED: Final = """
 UPDATE runs SET owner = $1, epoch = epoch + 1, lease_expires = $2, updated_at = $3
 WHERE id = (SELECT run_id FROM requests WHERE id = $4 AND decision::text = $5)
   AND status IN ('running', 'suspended')
-  AND (owner = '' OR lease_expires IS NULL OR lease_expires <= $3)
+  AND (owner = '' OR lease_expires IS NULL OR (lease_expires <= $3 AND owner <> $1))
   AND NOT EXISTS (SELECT 1 FROM requests AS r WHERE r.run_id = runs.id AND r.status = 'open')
 RETURNING epoch
 """

@@ -68,6 +68,7 @@ from bot.tools.source import ToolSource
 from bot.tools.toolset import ToolSet
 from storage.sql_store import migrated
 from storage.sqlite import SqliteStore
+from tests.fakes.clock import MovingClock
 from tests.fakes.runtime import (
     Counter,
     ScriptedPrompter,
@@ -520,6 +521,60 @@ async def test_a_request_answered_while_its_run_still_ran_lets_it_go_on(
     state = fold(await rt.store.load(run_id), run_id)
     assert state.result is not None and state.result.text == "finished"
     assert counter.calls == {"deploy": 1}
+
+
+def recording_tool(release: asyncio.Event, counter: Counter) -> Tool:
+    """``record``: an effect (not idempotent) that runs until ``release`` is set."""
+
+    @function_tool(name="record", idempotent=False, timeout=0)
+    async def record(args: Held) -> str:
+        """Record something once the test lets it."""
+        await release.wait()
+        counter.hit("record")
+        return "recorded"
+
+    return record
+
+
+async def test_an_approval_while_the_runs_own_lease_lapsed_leaves_it_to_its_task(
+    tmp_path: Path, opened: list[Runtime]
+) -> None:
+    clock, release, counter = MovingClock(), asyncio.Event(), Counter()
+    replies = [reply(call("deploy", text="v2"), call("record")), reply(text="finished")]
+    tools = [*counting_tools(counter), recording_tool(release, counter)]
+    rt, _ = await make_runtime(tmp_path / "k.db", replies, tools, clock=clock)
+    opened.append(rt)
+    sup = Supervisor(rt)
+    live = await sup.start_turn("ship it", requested_by="U0REQ", prompter=DeferringPrompter())
+    await until(lambda: has_open_requests(rt, live.run_id))
+    (request, _status, _decision) = (await rt.store.list_requests(run_id=live.run_id))[0]
+    # The card is out while ``record`` runs, and the run's lease lapses meanwhile: its renewal
+    # is late (a starved process). Nobody else took the run: its own task still drives it.
+    clock.advance(rt.lease_seconds + 1)
+
+    deciding = asyncio.ensure_future(
+        ChatService(sup).decide(
+            live.run_id, request.id, DecisionKind.APPROVE, user=Actor("U0APPROVER")
+        )
+    )
+    await until(lambda: audited(rt, live.run_id, "approve"))
+    release.set()
+    decided = await deciding
+    await sup.wait(decided.resumed or live)
+    await sup.wait(live)
+
+    state = fold(await rt.store.load(live.run_id), live.run_id)
+    # The batch's own task kept its call's result: nobody is asked whether it ran.
+    assert [r.kind for r in state.open_requests] == []
+    assert state.result is not None and state.result.text == "finished"
+    assert counter.calls == {"deploy": 1, "record": 1}
+    assert not await audited(rt, live.run_id, "taken_over")
+    assert decided.accepted
+
+
+async def audited(rt: Runtime, run_id: str, action: str) -> bool:
+    """Whether the audit holds ``action`` on the run."""
+    return action in [a.action for a in await rt.store.list_audit(run_id=run_id)]
 
 
 async def has_open_requests(rt: Runtime, run_id: str) -> bool:

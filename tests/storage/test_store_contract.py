@@ -989,6 +989,26 @@ async def test_closing_the_last_request_leaves_a_held_lease_alone(store: Store) 
         )
 
 
+@pytest.mark.parametrize(("decider", "taken"), [("w1", False), ("w2", True)])
+async def test_closing_the_last_request_takes_a_lapsed_lease_only_from_another(
+    store: Store, clock: FakeClock, decider: str, taken: bool
+) -> None:
+    run_id, epoch = await new_run(store, owner="w1")
+    request = a_request(run_id)
+    await store.open_request(request)
+    clock.advance(LEASE + 1)  # w1's renewal is late: its task may still drive the run
+    decision = Decision(request_id=request.id, kind=DecisionKind.APPROVE, by="bob", at=AT)
+
+    settled = await store.decide_and_claim(
+        decision, RequestStatus.ANSWERED, Audited("bob", AuditAction.APPROVE), decider, LEASE
+    )
+
+    # Another's lapsed lease is an owner gone; ours is our own task, never fenced by our click.
+    assert settled == Settled(True, epoch + 1 if taken else None)
+    record = await store.get_run(run_id)
+    assert (record.owner, record.epoch) == (decider if taken else "w1", epoch + taken)
+
+
 async def test_a_deferred_call_opens_its_request_with_the_entry(store: Store) -> None:
     run_id, epoch = await new_run(store)
     for seq, entry in enumerate(every_entry(run_id)[:3]):
