@@ -572,6 +572,59 @@ async def test_an_approval_while_the_runs_own_lease_lapsed_leaves_it_to_its_task
     assert decided.accepted
 
 
+class PausedLook(SqliteStore):
+    """The real store, where the run's own task (once ``armed``) waits for ``go`` at its
+    first look at a request: the look its suspend takes at what it waits on."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.armed, self.reached, self.go = "", asyncio.Event(), asyncio.Event()
+
+    async def get_request(self, request_id: str) -> tuple[Request, RequestStatus, Decision | None]:
+        """Pause the armed run's task here once, then read."""
+        task = asyncio.current_task()
+        if self.armed and task is not None and task.get_name() == self.armed:
+            self.armed = ""
+            self.reached.set()
+            await self.go.wait()
+        return await super().get_request(request_id)
+
+
+async def test_an_approval_between_the_suspend_and_its_look_resumes_the_run_once(
+    tmp_path: Path, opened: list[Runtime]
+) -> None:
+    release, counter = asyncio.Event(), Counter()
+    store = await migrated(PausedLook(tmp_path / "k.db"))
+    replies = [reply(call("deploy", text="v2"), call("hold")), reply(text="finished")]
+    model = ScriptedProvider.from_replies(replies, name="test")
+    tools = ToolSource(ToolSet([*counting_tools(counter), holding_tool(release)]))
+    rt = Runtime(store=store, model=model, tools=tools, owner="test-owner")
+    opened.append(rt)
+    sup = Supervisor(rt)
+    live = await sup.start_turn("ship it", requested_by="U0REQ", prompter=DeferringPrompter())
+    await until(lambda: has_open_requests(rt, live.run_id))
+    (request, _status, _decision) = (await rt.store.list_requests(run_id=live.run_id))[0]
+    store.armed = live.run_id
+    release.set()
+    # The run suspended (its lease given up with it) and has not looked at its card yet.
+    await store.reached.wait()
+    assert (await rt.store.get_run(live.run_id)).status is RunStatus.SUSPENDED
+
+    decided = await ChatService(sup).decide(
+        live.run_id, request.id, DecisionKind.APPROVE, user=Actor("U0APPROVER")
+    )
+    store.go.set()
+    await sup.wait(live)
+    if decided.resumed is not None:
+        await sup.wait(decided.resumed)
+
+    state = fold(await rt.store.load(live.run_id), live.run_id)
+    assert state.result is not None and state.result.text == "finished"
+    assert counter.calls == {"deploy": 1}
+    assert [r.entry.kind for r in await rt.store.load(live.run_id)].count("run_resumed") == 1
+    assert decided.accepted
+
+
 async def audited(rt: Runtime, run_id: str, action: str) -> bool:
     """Whether the audit holds ``action`` on the run."""
     return action in [a.action for a in await rt.store.list_audit(run_id=run_id)]
