@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,6 +32,7 @@ from bot.events import Event, FanOut, RequestOpenedEvent, ToolStartedEvent
 from bot.hooks import Hooks, load_hook
 from bot.journal.entries import Entry
 from bot.journal.fold import fold
+from bot.kinds import RequestKind
 from bot.llm.openai_provider import OpenAIProvider
 from bot.people.policy import Actor
 from bot.prompter import DeferringPrompter
@@ -207,8 +209,9 @@ async def adopt_when_free(sup: Supervisor, run_id: str) -> LiveRun | None:
 
 
 class ApprovesWhileLive:
-    """Someone who clicks Approve on each card as it appears, while the batch that opened it
-    still runs (the decision finds the run live; its task goes on once it suspends)."""
+    """Someone who clicks Approve on each approval card as it appears, while the batch that
+    opened it still runs (the decision finds the run live; its task goes on once it suspends).
+    Other cards (a question, an uncertain effect) stay open for the test to see."""
 
     def __init__(self, chat: ChatService) -> None:
         self.chat = chat
@@ -216,7 +219,10 @@ class ApprovesWhileLive:
 
     def emit(self, event: Event) -> None:
         """Approve the request the card shows."""
-        if isinstance(event, RequestOpenedEvent):
+        if (
+            isinstance(event, RequestOpenedEvent)
+            and event.request.kind is RequestKind.WAIT_APPROVAL
+        ):
             self.deciding.append(asyncio.ensure_future(self._approve(event)))
 
     async def _approve(self, event: RequestOpenedEvent) -> LiveRun | None:
@@ -239,6 +245,18 @@ class CancelsWhileLive:
         """Cancel the run whose tool ``tool`` started."""
         if isinstance(event, ToolStartedEvent) and event.tool == self.tool:
             self.said.append(asyncio.ensure_future(self.sup.cancel(event.run_id, by="U0ONCALL")))
+
+
+async def clicks_done(sup: Supervisor, clicker: ApprovesWhileLive) -> None:
+    """Every click's decision awaited (its failure raised), and the runs they resumed ended:
+    a resumed run may open a card that brings another click, so until none is new."""
+    awaited = 0
+    while awaited < len(clicker.deciding):
+        clicks = clicker.deciding[awaited:]
+        awaited = len(clicker.deciding)
+        for resumed in await asyncio.gather(*clicks):
+            if resumed is not None:  # the click came after the suspend: it resumed the run
+                await sup.wait(resumed)
 
 
 async def closed(store: SqlStore, servers: McpTools | None) -> None:
@@ -304,9 +322,7 @@ async def main(args: argparse.Namespace) -> None:
         Path(args.run_id_file).write_text(live.run_id)  # noqa: ASYNC240 - before any crash
     if live is not None:
         await sup.wait(live)
-    for resumed in await asyncio.gather(*clicker.deciding):
-        if resumed is not None:  # the click came after the suspend: it resumed the run
-            await sup.wait(resumed)
+    await clicks_done(sup, clicker)
     run_id = args.resume or live.run_id  # type: ignore[union-attr]
     state = fold(await store.load(run_id), run_id)
     out = {
@@ -372,28 +388,34 @@ def preload() -> None:
 
 def run_child(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """Run the child in a real process forked from this one (its imports already done, so a
-    child costs milliseconds, not an interpreter start); its stdout comes back as text."""
+    child costs milliseconds, not an interpreter start); its stdout and stderr come back as
+    text (stderr through a file: a pipe read after stdout's could fill and stall the child)."""
     args = parser().parse_args(argv)
     preload()
     read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(read_end)
-        sys.stdout = os.fdopen(write_end, "w")  # not pytest's capture, which the fork copied
-        os.environ.update(env)
-        code = 0
-        try:
-            asyncio.run(main(args))
-        except BaseException:
-            traceback.print_exc()
-            code = 1
-        sys.stdout.flush()
-        os._exit(code)
-    os.close(write_end)
-    with os.fdopen(read_end) as output:
-        out = output.read()
-    _, status = os.waitpid(pid, 0)
-    return subprocess.CompletedProcess(argv, _exit_code(status), out, "")
+    with tempfile.TemporaryFile("w+") as errors:
+        pid = os.fork()
+        if pid == 0:
+            os.close(read_end)
+            sys.stdout = os.fdopen(write_end, "w")  # not pytest's capture, which the fork copied
+            os.dup2(errors.fileno(), 2)
+            sys.stderr = errors
+            os.environ.update(env)
+            code = 0
+            try:
+                asyncio.run(main(args))
+            except BaseException:
+                traceback.print_exc()
+                code = 1
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+        os.close(write_end)
+        with os.fdopen(read_end) as output:
+            out = output.read()
+        _, status = os.waitpid(pid, 0)
+        errors.seek(0)
+        return subprocess.CompletedProcess(argv, _exit_code(status), out, errors.read())
 
 
 def _exit_code(status: int) -> int:
