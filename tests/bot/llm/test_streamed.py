@@ -5,7 +5,6 @@ make the completion they stream, and events that make none name why."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ from bot.llm.base import ModelError, ToolSpec, UserMessage
 from bot.llm.openai_provider import OpenAIProvider
 from bot.llm.streamed import assembled
 from bot.run.supervisor import Supervisor
+from tests.fakes.growth import assert_linear
 from tests.fakes.openai_server import Canned, FakeOpenAI
 from tests.fakes.runtime import Counter, counting_tools, make_runtime
 
@@ -240,36 +240,40 @@ async def test_a_streamed_calls_signature_is_kept() -> None:
     ]
 
 
+def _small_deltas(size: int) -> bytes:
+    """A stream of ``size`` bytes, each event one call's next 100 characters of arguments."""
+    delta = _chunk({"tool_calls": [{"index": 0, "function": {"arguments": "x" * 100}}]})
+    event = f"data: {json.dumps(delta)}\n\n"
+    return (event * (size // len(event)) + "data: [DONE]\n\n").encode()
+
+
 def test_a_stream_of_small_deltas_is_put_together_in_linear_time() -> None:
     # Each argument delta was added to the call's text so far, a copy of it: a 4 MiB stream
     # of short deltas held the event loop (every run of the process) for a second or more,
-    # 8 MiB four times that; read linearly, 8 MiB takes a third of a second. The bound is the
-    # adversarial tables' (2 s), which a loaded machine does not reach by chance.
-    delta = _chunk({"tool_calls": [{"index": 0, "function": {"arguments": "x" * 100}}]})
-    event = f"data: {json.dumps(delta)}\n\n"
-    body = (event * (8 * 1024 * 1024 // len(event)) + "data: [DONE]\n\n").encode()
+    # 8 MiB four times that. Read linearly, eight times the stream takes eight times as long.
+    small, large = _small_deltas(256 * 1024), _small_deltas(2 * 1024 * 1024)
+    assert_linear(assembled, small, large, k=8)
 
-    started = time.perf_counter()
-    completion = assembled(body)
-    assert time.perf_counter() - started < 2.0
-
-    (call,) = completion["choices"][0]["message"]["tool_calls"]
-    assert len(call["function"]["arguments"]) > 1_000_000
+    (call,) = assembled(large)["choices"][0]["message"]["tool_calls"]
+    assert len(call["function"]["arguments"]) > 100_000
 
 
-def test_many_streamed_calls_without_an_index_are_told_apart_in_linear_time() -> None:
-    # Each unnumbered call looked through all the calls before it for the last one: 2 MiB of
-    # them held the event loop for seconds; read linearly, they take under half a second.
+def _unnumbered_calls(count: int) -> bytes:
+    """A stream of ``count`` calls, none with an index, each told apart by its id."""
     events = [
         "data: "
         + json.dumps(_chunk({"tool_calls": [{"id": f"c{n}", "function": {"name": "echo"}}]}))
         + "\n\n"
-        for n in range(20_000)
+        for n in range(count)
     ]
-    body = ("".join(events) + "data: [DONE]\n\n").encode()
+    return ("".join(events) + "data: [DONE]\n\n").encode()
 
-    started = time.perf_counter()
-    completion = assembled(body)
-    assert time.perf_counter() - started < 2.0
 
-    assert len(completion["choices"][0]["message"]["tool_calls"]) == 20_000
+def test_many_streamed_calls_without_an_index_are_told_apart_in_linear_time() -> None:
+    # Each unnumbered call looked through all the calls before it for the last one: 2 MiB of
+    # them (20,000 calls) held the event loop for seconds; read linearly, eight times the calls
+    # take eight times as long.
+    small, large = _unnumbered_calls(500), _unnumbered_calls(4_000)
+    assert_linear(assembled, small, large, k=8)
+
+    assert len(assembled(large)["choices"][0]["message"]["tool_calls"]) == 4_000

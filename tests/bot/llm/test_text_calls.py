@@ -5,7 +5,6 @@ the run's tools, and the reply's text journaled as the model sent it."""
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ from bot.prompter import Prompter
 from bot.run.supervisor import Supervisor
 from bot.tools.base import Tool
 from bot.tools.python import function_tool
+from tests.fakes.growth import assert_linear
 from tests.fakes.openai_server import Canned, FakeOpenAI, chat_completion
 from tests.fakes.runtime import Counter, ScriptedPrompter, counting_tools, make_runtime
 
@@ -913,22 +913,22 @@ async def test_marked_arguments_that_do_not_read_are_left_for_the_loops_check(
 REPLY_CAP = 4 * 1024 * 1024  # the most a reply may hold (DEFAULT_MAX_REPLY_BYTES)
 
 
-def _runaway_words_between() -> str:
+def _runaway_words_between(size: int) -> str:
     """A model stuck repeating a call and a line of words after it."""
     unit = f"{STATUS_CALL}\nNow the logs:\n"
-    return "Looking.\n" + unit * (REPLY_CAP // len(unit))
+    return "Looking.\n" + unit * (size // len(unit))
 
 
-def _runaway_qwen3_coder_parameters() -> str:
+def _runaway_qwen3_coder_parameters(size: int) -> str:
     """Qwen3-Coder stuck writing parameters of one call, each of another name."""
-    count = REPLY_CAP // 40
+    count = size // 40
     written = "".join(f"<parameter=p{i}>\n1\n</parameter>\n" for i in range(count))
     return f"<tool_call>\n<function=service_status>\n{written}</function>\n</tool_call>"
 
 
-def _runaway_glm_arguments() -> str:
+def _runaway_glm_arguments(size: int) -> str:
     """GLM stuck writing arguments of one call, each of another name."""
-    count = REPLY_CAP // 50
+    count = size // 50
     written = "".join(f"<arg_key>p{i}</arg_key><arg_value>1</arg_value>" for i in range(count))
     return f"<tool_call>service_status\n{written}</tool_call>"
 
@@ -937,10 +937,10 @@ def _runaway_glm_arguments() -> str:
     "runaway",
     [_runaway_words_between, _runaway_qwen3_coder_parameters, _runaway_glm_arguments],
 )
-def test_a_runaway_reply_of_markup_is_read_in_linear_time(runaway: Callable[[], str]) -> None:
-    # Read quadratically, these held the event loop for seconds (15 for the words between
-    # calls, a minute for Qwen3-Coder's parameters); read linearly, each takes a fraction of one.
-    text = runaway()
-    started = time.perf_counter()
-    text_calls(text, {"service_status": {}, "tail_logs": {}})
-    assert time.perf_counter() - started < 2.0
+def test_a_runaway_reply_of_markup_is_read_in_linear_time(runaway: Callable[[int], str]) -> None:
+    # Read quadratically, a reply of REPLY_CAP held the event loop for seconds (15 for the words
+    # between calls, a minute for Qwen3-Coder's parameters): eight times the markup took near
+    # 64 times as long. Read linearly, near eight times.
+    tools: dict[str, dict[str, object]] = {"service_status": {}, "tail_logs": {}}
+    small, large = runaway(REPLY_CAP // 256), runaway(REPLY_CAP // 32)
+    assert_linear(lambda text: text_calls(text, tools), small, large, k=8)
