@@ -44,6 +44,6 @@ def growth(read: Callable[[T], object], small: T, large: T, runs: int = RUNS) ->
 def assert_linear(read: Callable[[T], object], small: T, large: T, k: float) -> None:
     """Fail if ``read``'s time grows much faster than its input, ``large`` being ``k`` times
     ``small``: the bound, ``SLACK * k``, is far below a quadratic reader's ``k * k``."""
-    assert k >= 4 * SLACK, "too few times the input to tell a quadratic reader apart"
+    assert k >= 3 * SLACK, "too few times the input to tell a quadratic reader apart"
     ratio = growth(read, small, large)
     assert ratio < SLACK * k, f"{k:g} times the input took {ratio:.1f} times as long"
