@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from bot.records import OutboxMessage
@@ -37,6 +37,11 @@ JITTER_SECONDS = (1.0, 30.0)
 # person lifts), is said in an error line: nobody in its thread can decide it.
 UNSHOWN_CARD_TRIES = 3
 UNSHOWN_CARD_WAIT_SECONDS = 600.0
+# A worker shows what it claimed only within this share of the claim's time: past it, the claim
+# may run out before the platform answers, and another replica may have claimed the message and
+# shown a later version, which an edit from this older one would undo (a decided card shown
+# open again). What is left lapses to whoever claims it next.
+HOLD_SHARE = 0.5
 
 # Fills in what a placeholder owes (puts the real messages): given what is owed ("answer" or
 # "card") and whose (the run's or the request's id).
@@ -173,6 +178,7 @@ class Deliveries:
         self._resting = asyncio.Event()  # set while ``run`` waits between rounds
         self._resting.set()
         self._stopped = False
+        self._held_until = datetime.min.replace(tzinfo=UTC)  # this batch's claims, trusted
         self._render_owed: RenderOwed | None = None
         self._say_unshown: SayUnshown | None = None
         # The cards this process weighed saying were never shown: asked of the store once
@@ -241,13 +247,22 @@ class Deliveries:
         """Deliver every message due now; return how many the platform took."""
         delivered = 0
         while True:
+            # Read before claiming: the claims run out no sooner than this.
+            held = timedelta(seconds=self._claim_seconds * HOLD_SHARE)
+            self._held_until = self._store.now() + held
             claimed = await self._store.claim_messages(
                 self._owner, self._claim_seconds, platform=self._transport.platform
             )
             if not claimed:
                 return delivered
             for message in claimed:
+                if not self._holding():
+                    break  # the rest lapse to the next claim, this worker's or another's
                 delivered += await self._deliver(message)
+
+    def _holding(self) -> bool:
+        """Whether this batch's claims are still safely this worker's to act on."""
+        return self._store.now() < self._held_until
 
     async def _deliver(self, message: OutboxMessage) -> int:
         owed = owed_of(message.body)
@@ -269,6 +284,8 @@ class Deliveries:
         except Exception as exc:  # a bug or a broken connection: the post may have landed
             log.exception("outbox: delivering %s failed", message.key)
             await self._failed(message, f"{type(exc).__name__}: {exc}", None)
+            return 0
+        if ref is None:  # the lookup outlasted the claim: left to whoever claims it next
             return 0
         await self._store.message_delivered(message.key, self._owner, message.version, ref)
         self._said_unshown.discard(message.key)
@@ -329,12 +346,16 @@ class Deliveries:
         self._wake.set()
         return 0
 
-    async def _show(self, message: OutboxMessage) -> str:
+    async def _show(self, message: OutboxMessage) -> str | None:
+        """Post or edit ``message``; its ref, or None when a lookup took longer than the claim
+        is safely held (nothing was sent)."""
         transport = self._transport
         ref = message.ref
         if not ref and message.attempts > 1:
             # An earlier attempt may have posted it without living to record so.
             ref = await transport.find(message.key, message.target, message.body) or ""
+            if not self._holding():
+                return None
         if not ref:
             return await transport.post(message.key, message.target, message.body)
         if message.delivered_version < message.version:

@@ -448,3 +448,55 @@ async def test_a_card_owed_again_after_a_post_that_may_have_landed_is_not_posted
     assert [key for key, _ in transport.posted] == ["slack:card:req_1"]
     shown = await message(store, "slack:card:req_1")
     assert (shown.ref, shown.body, shown.due) == ("ts_1", ANSWERED, False)
+
+
+# -- a claim that runs out ----------------------------------------------------------------------
+
+
+class _Thread:
+    """One thread as the platform shows it, for every worker: each post and edit, by key."""
+
+    platform = "slack"
+
+    def __init__(self) -> None:
+        self.posted: list[tuple[str, dict[str, Any]]] = []
+        self.edited: list[tuple[str, dict[str, Any]]] = []
+        self.meanwhile: list[Any] = []  # run once, as the first post is under way
+
+    async def post(self, key: str, target: dict[str, Any], body: dict[str, Any]) -> str:
+        self.posted.append((key, body))
+        while self.meanwhile:
+            await self.meanwhile.pop(0)()
+        return f"ts_{len(self.posted)}"
+
+    async def update(self, ref: str, target: dict[str, Any], body: dict[str, Any]) -> None:
+        self.edited.append((ref, body))
+
+    async def find(self, key: str, target: dict[str, Any], body: dict[str, Any]) -> str | None:
+        held = [n for n, (posted, _) in enumerate(self.posted, 1) if posted == key]
+        return f"ts_{held[0]}" if held else None
+
+
+async def test_a_worker_whose_claim_ran_out_leaves_the_rest_of_its_batch(
+    store: Store, clock: FakeClock
+) -> None:
+    # A slow platform (a loaded machine) keeps the first worker on its first message past its
+    # claim: another worker claims the card meanwhile and shows it decided. The first must not
+    # then show the card as it claimed it, open, under the decided one.
+    thread = _Thread()
+    first = Deliveries(store, thread, "w1", claim_seconds=10)
+    second = Deliveries(store, thread, "w2", claim_seconds=10)
+    await put(store, "slack:status:run_1", ANSWERED)
+    await put(store, "slack:card:req_1", CARD)
+
+    async def decided_elsewhere() -> None:
+        clock.advance(11)
+        await put(store, "slack:card:req_1", ANSWERED)
+        await second.deliver_due()
+
+    thread.meanwhile.append(decided_elsewhere)
+    await first.deliver_due()
+
+    assert [body for key, body in thread.posted if key == "slack:card:req_1"] == [ANSWERED]
+    shown = await message(store, "slack:card:req_1")
+    assert (shown.body, shown.due) == (ANSWERED, False)
