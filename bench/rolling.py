@@ -624,8 +624,12 @@ class SlackSide:
                 updates = [
                     c for c in self.api.calls_to("chat.update") if c.ok and c.args.get("ts") == ts
                 ]
-                # An edit sent again (its replica died before recording it) shows the same.
-                tally.card_updates[thread] = len({_blocks(c) for c in updates})
+                # An edit sent again (its replica died before recording it) shows the same, as
+                # does one of a post found again (its replica died before recording the post):
+                # only a change of what the card shows counts, and each body shown once.
+                tally.card_updates[thread] = changes(
+                    _blocks(cards[0]), [_blocks(c) for c in updates]
+                )
                 tally.card_edits += len(updates)
 
 
@@ -642,6 +646,18 @@ def feedback(mention: Mention, shown: list[float], tally: Tally) -> None:
         tally.feedback_ms.append((min(shown) - mention.sent_at) * 1000)
     else:
         tally.problems.append(f"no feedback in {mention.key}")
+
+
+def changes(posted: str, edits: list[str]) -> int:
+    """How many different bodies a message posted as ``posted`` was edited to show, in order:
+    an edit to what it shows already changes nothing; one back to a body it showed before
+    (a decided card shown open again) counts."""
+    shown, changed = posted, set[str]()
+    for body in edits:
+        if body != shown:
+            changed.add(body)
+        shown = body
+    return len(changed)
 
 
 def _in(call: Call, thread: str) -> bool:
