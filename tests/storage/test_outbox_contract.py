@@ -500,3 +500,44 @@ async def test_a_worker_whose_claim_ran_out_leaves_the_rest_of_its_batch(
     assert [body for key, body in thread.posted if key == "slack:card:req_1"] == [ANSWERED]
     shown = await message(store, "slack:card:req_1")
     assert (shown.body, shown.due) == (ANSWERED, False)
+
+
+class _SlowLookup(_Thread):
+    """A thread whose first post lands unanswered, and whose lookup is slow."""
+
+    async def post(self, key: str, target: dict[str, Any], body: dict[str, Any]) -> str:
+        self.posted.append((key, body))
+        if len(self.posted) == 1:
+            raise ConnectionResetError("the post landed; its answer never came")
+        return f"ts_{len(self.posted)}"
+
+    async def find(self, key: str, target: dict[str, Any], body: dict[str, Any]) -> str | None:
+        while self.meanwhile:
+            await self.meanwhile.pop(0)()
+        return await super().find(key, target, body)
+
+
+async def test_a_worker_whose_lookup_outlasted_its_claim_edits_nothing(
+    store: Store, clock: FakeClock
+) -> None:
+    # A card posted without its answer is looked up before it is tried again; the lookup
+    # outlasts the claim, and another worker shows the card decided meanwhile. The first must
+    # not then edit it back to the open card it claimed.
+    thread = _SlowLookup()
+    first = Deliveries(store, thread, "w1", claim_seconds=10)
+    second = Deliveries(store, thread, "w2", claim_seconds=10)
+    await put(store, "slack:card:req_1", CARD)
+    await first.deliver_due()  # posted; the answer lost
+    clock.advance(60)
+
+    async def decided_elsewhere() -> None:
+        clock.advance(11)
+        await put(store, "slack:card:req_1", ANSWERED)
+        await second.deliver_due()
+
+    thread.meanwhile.append(decided_elsewhere)
+    await first.deliver_due()
+
+    assert thread.edited == [("ts_1", ANSWERED)]
+    shown = await message(store, "slack:card:req_1")
+    assert (shown.ref, shown.body, shown.due) == ("ts_1", ANSWERED, False)
