@@ -60,7 +60,7 @@ from bot.records import RunRecord
 from bot.replica.schedule import Scheduler
 from bot.replica.work import WorkTaker
 from bot.run.runtime import Runtime
-from bot.run.supervisor import Supervisor, cancel_key
+from bot.run.supervisor import LiveRun, Supervisor, cancel_key
 from bot.tools.base import Tool, ToolFlags, ToolTraits
 from bot.tools.command import CommandTool
 from bot.tools.python import function_tool
@@ -244,17 +244,25 @@ async def test_a_lease_is_still_renewed_after_one_renewal_failed(
     assert counter.calls == {"write": 1}
 
 
-async def test_a_waiter_cancelled_leaves_the_run_to_go_on(
+async def _napping(
     tmp_path: Path, opened: list[Runtime]
-) -> None:
-    # Ctrl-C on ``kestrel run`` cancels its wait, not the run: shutdown stops that.
+) -> tuple[Supervisor, LiveRun, asyncio.Event]:
+    """A run started whose one tool naps 0.2 s, then answers "done"; the event is set as the
+    tool starts."""
     replies = [reply(call("nap", seconds=0.2)), reply(text="done")]
     rt, _ = await make_runtime(tmp_path / "k.db", replies, [nap])
     opened.append(rt)
     started = asyncio.Event()
     rt.events.add(ToolStarted(started))
     supervisor = Supervisor(rt)
-    live = await supervisor.start_turn("rest", prompter=None)
+    return supervisor, await supervisor.start_turn("rest", prompter=None), started
+
+
+async def test_a_waiter_cancelled_leaves_the_run_to_go_on(
+    tmp_path: Path, opened: list[Runtime]
+) -> None:
+    # Ctrl-C on ``kestrel run`` cancels its wait, not the run: shutdown stops that.
+    supervisor, live, started = await _napping(tmp_path, opened)
     waiting = asyncio.create_task(supervisor.wait(live))
     await started.wait()
     waiting.cancel()
@@ -272,13 +280,7 @@ async def test_cancelled_waiters_leave_nothing_on_the_run(
 ) -> None:
     # A long run waited on and given up many times (Ctrl-C on a console) must not keep a
     # callback per waiter until it ends. ``_callbacks`` is CPython's list of a future's.
-    replies = [reply(call("nap", seconds=0.2)), reply(text="done")]
-    rt, _ = await make_runtime(tmp_path / "k.db", replies, [nap])
-    opened.append(rt)
-    started = asyncio.Event()
-    rt.events.add(ToolStarted(started))
-    supervisor = Supervisor(rt)
-    live = await supervisor.start_turn("rest", prompter=None)
+    supervisor, live, started = await _napping(tmp_path, opened)
     await started.wait()
     assert live.task is not None
     before = len(live.task._callbacks or ())

@@ -4,6 +4,7 @@ fixtures: messages put, claimed by one claimer at a time, delivered or failed, n
 from __future__ import annotations
 
 import asyncio
+import functools
 import sqlite3
 from collections.abc import Mapping
 from datetime import timedelta
@@ -477,6 +478,13 @@ class _Thread:
         return f"ts_{held[0]}" if held else None
 
 
+async def _decided_elsewhere(store: Store, clock: FakeClock, other: Deliveries) -> None:
+    """Past the first worker's claim, the card decided and shown by ``other``."""
+    clock.advance(11)
+    await put(store, "slack:card:req_1", ANSWERED)
+    await other.deliver_due()
+
+
 async def test_a_worker_whose_claim_ran_out_leaves_the_rest_of_its_batch(
     store: Store, clock: FakeClock
 ) -> None:
@@ -488,13 +496,7 @@ async def test_a_worker_whose_claim_ran_out_leaves_the_rest_of_its_batch(
     second = Deliveries(store, thread, "w2", claim_seconds=10)
     await put(store, "slack:status:run_1", ANSWERED)
     await put(store, "slack:card:req_1", CARD)
-
-    async def decided_elsewhere() -> None:
-        clock.advance(11)
-        await put(store, "slack:card:req_1", ANSWERED)
-        await second.deliver_due()
-
-    thread.meanwhile.append(decided_elsewhere)
+    thread.meanwhile.append(functools.partial(_decided_elsewhere, store, clock, second))
     await first.deliver_due()
 
     assert [body for key, body in thread.posted if key == "slack:card:req_1"] == [ANSWERED]
@@ -529,13 +531,7 @@ async def test_a_worker_whose_lookup_outlasted_its_claim_edits_nothing(
     await put(store, "slack:card:req_1", CARD)
     await first.deliver_due()  # posted; the answer lost
     clock.advance(60)
-
-    async def decided_elsewhere() -> None:
-        clock.advance(11)
-        await put(store, "slack:card:req_1", ANSWERED)
-        await second.deliver_due()
-
-    thread.meanwhile.append(decided_elsewhere)
+    thread.meanwhile.append(functools.partial(_decided_elsewhere, store, clock, second))
     await first.deliver_due()
 
     assert thread.edited == [("ts_1", ANSWERED)]
