@@ -25,13 +25,11 @@ value, never of a line: ``$`` does not match before a trailing newline. A patter
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import copy
 import functools
 import os
-import signal
 import subprocess
-from collections.abc import Coroutine, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,9 +40,8 @@ from bot.tools.base import (
     ToolFlags,
     ToolResult,
     check_tool_name,
-    cut,
-    cut_marker,
 )
+from bot.tools.child import PIPE_GRACE, Capture, kill_group, started, within
 from bot.tools.isolation import Isolation, program_problem, ran_nothing
 from bot.tools.verdicts import SOUND_PARAMETERS, VALID_ARGUMENTS, found_clean, keep_clean
 
@@ -58,8 +55,6 @@ SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 _PLACEHOLDER = on_use(r"\{[A-Za-z_][A-Za-z0-9_-]*\}")
 _WHOLE = "a {param} must be a whole argv element"
-# After the direct child exits, a grandchild may still hold stdout open; wait this long for EOF.
-_PIPE_GRACE = 1.0
 # After killing the group, how long to collect what the killed processes already wrote.
 _DRAIN_AFTER_KILL = 0.2
 _NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
@@ -400,89 +395,6 @@ def _remove_home(folder: str) -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-class _Capture(asyncio.SubprocessProtocol):
-    """Output kept up to a cap; the rest is counted and dropped so the child never blocks.
-
-    A protocol rather than ``Process.wait()``: on Python 3.11 that waits for every pipe to
-    close, so a grandchild holding stdout would hide the direct child's exit.
-    """
-
-    def __init__(self, cap: int) -> None:
-        loop = asyncio.get_running_loop()
-        self.cap = cap
-        self.kept = bytearray()
-        self.total = 0
-        self.exited: asyncio.Future[None] = loop.create_future()
-        self.eof: asyncio.Future[None] = loop.create_future()
-
-    def pipe_data_received(self, fd: int, data: bytes | str) -> None:  # noqa: ARG002
-        """Keep what fits under the cap, count the rest."""
-        chunk = data.encode() if isinstance(data, str) else data
-        self.total += len(chunk)
-        room = self.cap - len(self.kept)
-        if room > 0:
-            self.kept += chunk[:room]
-
-    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:  # noqa: ARG002
-        """Every holder of the write end has closed it."""
-        if not self.eof.done():
-            self.eof.set_result(None)
-
-    def process_exited(self) -> None:
-        """The direct child exited (and was reaped)."""
-        if not self.exited.done():
-            self.exited.set_result(None)
-
-    def render(self, status: int) -> str:
-        """The output, a truncation marker if any, and the exit status line."""
-        cut_short = self.total > self.cap
-        kept = cut(bytes(self.kept)) if cut_short else self.kept
-        text = kept.decode("utf-8", errors="replace")
-        if text and not text.endswith("\n"):
-            text += "\n"
-        if cut_short:
-            text += cut_marker(self.total, len(kept)) + "\n"
-        return text + _status_line(status)
-
-
-def _status_line(status: int) -> str:
-    if status >= 0:
-        return f"[exit status {status}]"
-    try:
-        return f"[killed by signal {signal.Signals(-status).name}]"
-    except ValueError:
-        return f"[killed by signal {-status}]"
-
-
-def _kill_group(pgid: int) -> None:
-    # The child leads its own session, so its pid is the group id of everything it spawned.
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
-
-
-async def _started(
-    spawning: Coroutine[Any, Any, tuple[asyncio.SubprocessTransport, _Capture]],
-) -> tuple[asyncio.SubprocessTransport, _Capture]:
-    """The started process; a cancellation (a timeout, an interrupt) that lands while it
-    starts still waits for it and kills its whole group: asyncio would kill the direct child
-    only, leaving what it already spawned running unrecorded."""
-    starting = asyncio.ensure_future(spawning)
-    try:
-        return await asyncio.shield(starting)
-    except asyncio.CancelledError:
-        with contextlib.suppress(OSError):
-            transport, capture = await starting
-            _kill_group(transport.get_pid())
-            await _within(capture.exited, _PIPE_GRACE)
-            transport.close()
-        raise
-
-
-async def _within(future: asyncio.Future[None], seconds: float | None = None) -> None:
-    """Wait up to ``seconds`` (None: no limit) for the future, never cancelling it."""
-    await asyncio.wait({future}, timeout=seconds)
-
-
 def _first_problem(
     command: Sequence[str], schema: Mapping[str, Any], allow_leading_dash: Sequence[str]
 ) -> str | None:
@@ -672,7 +584,7 @@ class CommandTool:
             argv = self._isolation.wrap(argv)
         loop = asyncio.get_running_loop()
         spawning = loop.subprocess_exec(
-            lambda: _Capture(self._max_output),
+            lambda: Capture(self._max_output),
             *argv,
             start_new_session=True,
             stdin=subprocess.DEVNULL,
@@ -682,7 +594,7 @@ class CommandTool:
             cwd=cwd,
         )
         try:
-            transport, capture = await _started(spawning)
+            transport, capture = await started(spawning)
         except OSError as exc:
             cause = exc.strerror or str(exc)
             where = f" ({exc.filename})" if exc.filename else ""
@@ -693,7 +605,7 @@ class CommandTool:
             transport.close()
         return self._result(program, status, capture)
 
-    def _result(self, program: str, status: int, capture: _Capture) -> ToolResult:
+    def _result(self, program: str, status: int, capture: Capture) -> ToolResult:
         """What the command printed and how it ended; an error if the helper ran nothing (a
         program the check before could not foresee failing: a script's missing interpreter)."""
         said = None if self._isolation is None else ran_nothing(status, capture.kept, program)
@@ -703,24 +615,24 @@ class CommandTool:
 
     @staticmethod
     async def _run(
-        transport: asyncio.SubprocessTransport, capture: _Capture, ctx: ToolContext
+        transport: asyncio.SubprocessTransport, capture: Capture, ctx: ToolContext
     ) -> int:
         """The command's exit status, once its processes are gone and its output is read."""
         pgid = transport.get_pid()
         try:
             if ctx.started is not None:
                 ctx.started(pgid)
-            await _within(capture.exited)
-            await _within(capture.eof, _PIPE_GRACE)
+            await within(capture.exited)
+            await within(capture.eof, PIPE_GRACE)
         except BaseException:
             # Cancellation is how the caller's timeout arrives: leave nothing running behind,
             # then let the child be reaped before the cancellation goes on.
-            _kill_group(pgid)
-            await _within(capture.exited, _PIPE_GRACE)
+            kill_group(pgid)
+            await within(capture.exited, PIPE_GRACE)
             raise
         # The call's processes do not outlive it: background leftovers and pipe holders go too.
-        _kill_group(pgid)
-        await _within(capture.eof, _DRAIN_AFTER_KILL)
+        kill_group(pgid)
+        await within(capture.eof, _DRAIN_AFTER_KILL)
         status = transport.get_returncode()
         assert status is not None  # the child has exited
         return status
