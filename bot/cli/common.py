@@ -358,18 +358,26 @@ def settings_of(ctx: click.Context) -> Settings:
     return settings
 
 
-def with_runtime(work: Callable[[Runtime], Awaitable[R]], settings: Settings | None = None) -> R:
-    """Run ``work`` with a runtime built from ``settings`` (the command's by default)."""
+def with_runtime(
+    work: Callable[[Runtime], Awaitable[R]],
+    settings: Settings | None = None,
+    *,
+    standby: bool = False,
+) -> R:
+    """Run ``work`` with a runtime built from ``settings`` (the command's by default);
+    ``standby``: as ``compose.tool_source``'s."""
     import asyncio
 
-    return asyncio.run(in_runtime(work, settings or current_settings()))
+    return asyncio.run(in_runtime(work, settings or current_settings(), standby=standby))
 
 
-async def in_runtime(work: Callable[[Runtime], Awaitable[R]], settings: Settings) -> R:
+async def in_runtime(
+    work: Callable[[Runtime], Awaitable[R]], settings: Settings, *, standby: bool = False
+) -> R:
     """``work`` with a runtime built from ``settings``, on the running event loop."""
     from bot.cli import compose
 
-    async with compose.runtime(settings) as rt:
+    async with compose.runtime(settings, standby=standby) as rt:
         # What start-up built (modules, settings, the catalog) outlives the work: kept out
         # of the collector's passes while it runs, as ``serve`` keeps it. A gen-1 pass over
         # the last imports' objects otherwise fell in a fresh run's suspend or resume

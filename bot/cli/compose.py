@@ -430,16 +430,40 @@ async def reader(settings: Settings) -> AsyncIterator[Store]:
 
 
 @asynccontextmanager
-async def tool_source(settings: Settings, *, checked: bool = True) -> AsyncIterator[ToolSource]:
+async def tool_source(
+    settings: Settings, *, checked: bool = True, standby: bool = False
+) -> AsyncIterator[ToolSource]:
     """The tool set; with MCP servers configured, their sessions live as long as the block.
     ``checked``: isolation is tried first (``checked_isolation``), as before running a command.
-
-    The ``mcp`` package is imported only then: it is an optional extra and slow to import.
+    ``standby``: the first catalog command's helper starts now (``bot.tools.standby``), for a
+    process that is about to run one (an approval at the command line).
     """
+    isolation = checked_isolation(settings) if checked else build_isolation(settings)
+    if not standby or isolation is None:
+        async with _tool_source(settings, isolation) as source:
+            yield source
+        return
+    from bot.tools.standby import Standby
+
+    standing = Standby(isolation)
+    await standing.start()
+    try:
+        standing_by = msgspec.structs.replace(isolation, standby=standing)
+        async with _tool_source(settings, standing_by) as source:
+            yield source
+    finally:
+        await standing.close()
+
+
+@asynccontextmanager
+async def _tool_source(
+    settings: Settings, isolation: Isolation | None
+) -> AsyncIterator[ToolSource]:
+    """``tool_source`` with its isolation chosen. The ``mcp`` package is imported only with
+    MCP servers: it is an optional extra and slow to import."""
     from bot.tools.source import ToolSource
     from bot.tools.toolset import ToolCollision
 
-    isolation = checked_isolation(settings) if checked else build_isolation(settings)
     builtin = build_tools(settings, isolation)
     if not settings.mcp_servers:
         yield ToolSource(builtin)
@@ -467,23 +491,27 @@ async def tool_source(settings: Settings, *, checked: bool = True) -> AsyncItera
 
 @asynccontextmanager
 async def runtime(
-    settings: Settings, *, clock: Callable[[], datetime] | None = None
+    settings: Settings, *, clock: Callable[[], datetime] | None = None, standby: bool = False
 ) -> AsyncIterator[Runtime]:
     """A runtime for one process; its MCP sessions and store are closed on exit. ``clock``:
-    the one clock of the runtime and its store (the wall clock by default; tests move it)."""
-    from bot.events import FanOut, LogSink
-    from bot.people.policy import Policy
-    from bot.pii.hooks import pii_hooks
-    from bot.run.runtime import Runtime
+    the one clock of the runtime and its store (the wall clock by default; tests move it);
+    ``standby``: as ``tool_source``'s.
 
-    model = build_model(settings)
-    guard = build_guard(settings)
-    hooks = build_hooks(settings)
-    events = FanOut(LogSink())
-    policy = Policy(settings.policy)
-    for notice in policy.notices():
-        log.warning("%s", notice)
-    async with tool_source(settings) as tools:
+    The tools come first: a helper standing by then starts while the rest is imported and
+    built."""
+    async with tool_source(settings, standby=standby) as tools:
+        from bot.events import FanOut, LogSink
+        from bot.people.policy import Policy
+        from bot.pii.hooks import pii_hooks
+        from bot.run.runtime import Runtime
+
+        model = build_model(settings)
+        guard = build_guard(settings)
+        hooks = build_hooks(settings)
+        events = FanOut(LogSink())
+        policy = Policy(settings.policy)
+        for notice in policy.notices():
+            log.warning("%s", notice)
         store = await open_store(settings, clock=clock)
         try:
             yield Runtime(

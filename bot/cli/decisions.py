@@ -194,13 +194,16 @@ def decide(
 ) -> None:
     """Decide the request as ``user``, resume the run if it can go on, and say where it is now
     and what it waits on next."""
-    from bot.chat.service import ChatService
-    from bot.people.policy import Actor
-    from bot.run.supervisor import Supervisor
+    from bot.domain import DecisionKind
 
     checked_text(text, _TEXT_OF.get(kind, "the text"))  # before the request is touched
 
     async def work(rt: Runtime) -> str:
+        # Imported once the runtime is built: a helper standing by starts before them.
+        from bot.chat.service import ChatService
+        from bot.people.policy import Actor
+        from bot.run.supervisor import Supervisor
+
         supervisor = Supervisor(rt)
         chat = ChatService(supervisor)
         suspend_on_signals(supervisor, received)
@@ -224,7 +227,8 @@ def decide(
         return "\n".join([said, *waiting_lines(obj, actor.user, rt.policy.settings)])
 
     received: list[int] = []
-    echo(with_runtime(work, settings))
+    # An approval is about to run its command: its isolation helper starts with the runtime.
+    echo(with_runtime(work, settings, standby=kind is not DecisionKind.DENY))
     exit_if_signalled(received)
 
 

@@ -581,6 +581,26 @@ class CommandTool:
             problem = program_problem(program, env["PATH"], cwd)
             if problem:
                 return ToolResult(output=problem, is_error=True)
+        process = await self._process(argv, env, cwd)
+        if isinstance(process, ToolResult):
+            return process
+        transport, capture = process
+        try:
+            status = await self._run(transport, capture, ctx)
+        finally:
+            transport.close()
+        return self._result(program, status, capture)
+
+    async def _process(
+        self, argv: list[str], env: dict[str, str], cwd: str | Path
+    ) -> tuple[asyncio.SubprocessTransport, Capture] | ToolResult:
+        """The command's process: the helper standing by, given it, else one started for it;
+        an error result if none could start."""
+        if self._isolation is not None:
+            standby = self._isolation.standby
+            standing = standby.take(argv, env, cwd, self._max_output) if standby else None
+            if standing is not None:
+                return standing
             argv = self._isolation.wrap(argv)
         loop = asyncio.get_running_loop()
         spawning = loop.subprocess_exec(
@@ -594,16 +614,11 @@ class CommandTool:
             cwd=cwd,
         )
         try:
-            transport, capture = await started(spawning)
+            return await started(spawning)
         except OSError as exc:
             cause = exc.strerror or str(exc)
             where = f" ({exc.filename})" if exc.filename else ""
             return ToolResult(output=f"cannot start {argv[0]!r}: {cause}{where}", is_error=True)
-        try:
-            status = await self._run(transport, capture, ctx)
-        finally:
-            transport.close()
-        return self._result(program, status, capture)
 
     def _result(self, program: str, status: int, capture: Capture) -> ToolResult:
         """What the command printed and how it ended; an error if the helper ran nothing (a

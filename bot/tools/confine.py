@@ -1,7 +1,9 @@
 """Run one catalog command where Kestrel's secrets cannot be read (Linux; stdlib only).
 
 ``main(["FILE", ..., "--", "ARGV", ...])``, imported by an interpreter started with ``-I -S``
-(``bot.tools.isolation``). This
+(``bot.tools.isolation``); with no ARGV, the command comes on stdin once Kestrel has it
+(``read_command``: a helper started ahead, ``bot.tools.standby``), and stdin closed empty means
+there is none: nothing runs. This
 process (the group leader Kestrel records) enters a new mount namespace, covers each FILE with
 ``/dev/null`` there (a folder with an empty read-only file system), and starts the first
 process of a new PID namespace. That one mounts a ``/proc`` showing its namespace alone, drops
@@ -21,7 +23,6 @@ and ``collections`` was a tenth of a call.)
 import _signal as signal  # type: ignore[import-not-found]  # no stub: the numbers signal wraps
 import ctypes
 import os
-import sys
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
@@ -97,21 +98,24 @@ def confine() -> None:
     _libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
 
 
-def command(argv: list[str]) -> None:
-    """Become the command; a command that cannot start says why on one line."""
+def command(argv: list[str], env: dict[str, str] | None) -> None:
+    """Become the command (with ``env``, else this process's); one that cannot start says why
+    on one line."""
     # Python ignores these; an ignored signal stays ignored across exec (as subprocess does).
     for name in ("SIGPIPE", "SIGXFZ", "SIGXFSZ"):
         if hasattr(signal, name):
             signal.signal(getattr(signal, name), signal.SIG_DFL)
     try:
-        os.execvp(argv[0], argv)
+        if env is None:
+            os.execvp(argv[0], argv)
+        os.execvpe(argv[0], argv, env)
     except OSError as exc:
         where = f" ({exc.filename})" if exc.filename else ""
         os.write(2, f"cannot start {argv[0]!r}: {exc.strerror}{where}\n".encode())
     os._exit(CANNOT_START)
 
 
-def init(argv: list[str], report: int) -> None:
+def init(argv: list[str], env: dict[str, str] | None, report: int) -> None:
     """The namespace's first process: reap everything until the command ends, report it."""
     try:
         confine()
@@ -121,7 +125,7 @@ def init(argv: list[str], report: int) -> None:
     child = os.fork()
     if child == 0:
         os.close(report)
-        command(argv)
+        command(argv, env)
     while True:
         pid, status = os.wait()
         if pid == child:
@@ -135,24 +139,67 @@ def relay(status: int) -> None:
         number = os.WTERMSIG(status)
         signal.signal(number, signal.SIG_DFL)
         os.kill(os.getpid(), number)
-        sys.exit(128 + number)
-    sys.exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else FAILED)
+        os._exit(128 + number)
+    # No interpreter shutdown (a few ms of every call): this process buffered nothing.
+    os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else FAILED)
+
+
+def read_command() -> tuple[str, dict[str, str], list[str]] | None:
+    """The command on stdin (``bot.tools.isolation.command_message``): its folder, environment
+    and argv; None if stdin closed empty. Stdin is /dev/null then, as for any command."""
+    chunks = []
+    while chunk := os.read(0, 65536):
+        chunks.append(chunk)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    if not chunks:
+        return None
+    cwd, *fields = os.fsdecode(b"".join(chunks)).split("\0")
+    split = fields.index("")
+    env = dict(field.split("=", 1) for field in fields[:split])
+    argv = fields[split + 1 :]
+    if not argv:
+        raise ValueError("no program")
+    return cwd, env, argv
+
+
+def asked(argv: list[str]) -> tuple[list[str], dict[str, str] | None]:
+    """``argv`` as given, or (none given) the command read from stdin, in its folder; exits
+    at once if there is none, or it cannot be read or its folder entered."""
+    if argv:
+        return argv, None
+    try:
+        sent = read_command()
+    except ValueError:
+        os.write(2, f"kestrel: the command sent was unreadable{NOT_RUN}\n".encode())
+        os._exit(FAILED)
+    if sent is None:
+        os._exit(0)
+    cwd, env, argv = sent
+    try:
+        os.chdir(cwd)
+    except OSError as exc:
+        os.write(2, f"cannot start {argv[0]!r}: {exc.strerror} ({cwd})\n".encode())
+        os._exit(CANNOT_START)
+    return argv, env
 
 
 def main(args: list[str]) -> None:
-    """``FILE... -- ARGV...``."""
+    """``FILE... -- ARGV...``, or ``FILE... --`` and the command on stdin."""
     split = args.index("--")
     hidden, argv = args[:split], args[split + 1 :]
     try:
         enter(hidden)
     except (Refused, OSError) as exc:
         os.write(2, f"kestrel: {exc}{NOT_RUN}\n".encode())
-        sys.exit(FAILED)
+        os._exit(FAILED)
+    argv, env = asked(argv)
     read_end, write_end = os.pipe()
     first = os.fork()
     if first == 0:
         os.close(read_end)
-        init(argv, write_end)
+        init(argv, env, write_end)
     os.close(write_end)
     os.waitpid(first, 0)
     with os.fdopen(read_end, "rb") as reported:

@@ -22,14 +22,17 @@ import hashlib
 import os
 import subprocess
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import msgspec
 
 from bot import kept
 from bot.config.sources import names_a_setting
+
+if TYPE_CHECKING:
+    from bot.tools.standby import Standby
 
 HELPER: Final = str(Path(__file__).with_name("confine.py"))
 # Imported, not run as a script: an import reads the byte code Python keeps beside the source,
@@ -90,9 +93,12 @@ class Isolation(msgspec.Struct, frozen=True):
     """How each catalog command is started: inside the helper, with these files covered."""
 
     hidden: tuple[str, ...] = ()
+    # A helper started ahead, which the first command may take (``bot.tools.standby``).
+    standby: Standby | None = None
 
     def wrap(self, argv: Sequence[str]) -> list[str]:
-        """The argv that runs ``argv`` isolated; the helper is this process's interpreter."""
+        """The argv that runs ``argv`` isolated; the helper is this process's interpreter.
+        With no ``argv``, the helper waits for its command on stdin (``command_message``)."""
         return [sys.executable, "-I", "-S", "-c", _START_HELPER, *self.hidden, "--", *argv]
 
     def check(self) -> None:
@@ -130,6 +136,14 @@ class Isolation(msgspec.Struct, frozen=True):
             marker.touch()
         except OSError:
             pass  # a read-only home: the next start probes again
+
+
+def command_message(argv: Sequence[str], env: Mapping[str, str], cwd: str | Path) -> bytes:
+    """What a helper waiting on stdin reads as its command (``confine.read_command``): the
+    folder, each ``NAME=value``, an empty field, then argv, separated by NULs (none of them can
+    hold one: the kernel's strings cannot, and an argument with one is refused first)."""
+    fields = [str(cwd), *(f"{name}={value}" for name, value in env.items()), "", *argv]
+    return b"\0".join(os.fsencode(field) for field in fields)
 
 
 def _marker(hidden: Sequence[str]) -> Path | None:

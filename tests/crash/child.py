@@ -48,6 +48,7 @@ from bot.tools.mcp import McpSource, McpTools
 from bot.tools.propose_plan import propose_plan_tool
 from bot.tools.python import function_tool
 from bot.tools.source import ToolSource
+from bot.tools.standby import Standby
 from bot.tools.toolset import ToolSet
 from storage.postgres import PostgresStore
 from storage.sql_store import SqlStore
@@ -153,11 +154,11 @@ async def record(args: Named) -> str:
     return f"recorded {args.name}"
 
 
-def tools(catalog: str) -> list[Tool]:
+def tools(catalog: str, isolation: Isolation) -> list[Tool]:
     """Every kind of tool a run may reach execution through: catalog commands, an in-process
     function, the questions to people and ``propose_plan`` (and, with ``--mcp``, an MCP
     server's: ``mcp_tools``)."""
-    return [*load_catalog(catalog, Isolation()), record, *ask_human_tools(), propose_plan_tool()]
+    return [*load_catalog(catalog, isolation), record, *ask_human_tools(), propose_plan_tool()]
 
 
 def mcp_tools(builtin: list[Tool]) -> McpTools:
@@ -259,10 +260,11 @@ async def clicks_done(sup: Supervisor, clicker: ApprovesWhileLive) -> None:
                 await sup.wait(resumed)
 
 
-async def closed(store: SqlStore, servers: McpTools | None) -> None:
-    """Close the store and the MCP servers, if any."""
+async def closed(store: SqlStore, servers: McpTools | None, standby: Standby) -> None:
+    """Close the store, the MCP servers, if any, and the helper standing by, if not taken."""
     if servers is not None:
         await servers.close()
+    await standby.close()
     await store.close()
 
 
@@ -272,8 +274,14 @@ async def main(args: argparse.Namespace) -> None:
     store = crashing_store(args.db, args.schema)
     store.crash_after(kind, int(nth or 0))
     await store.migrate()
-    servers = mcp_tools(tools(args.catalog)) if args.mcp else None
-    tool_source = await servers.start() if servers else ToolSource(ToolSet(tools(args.catalog)))
+    # A decision then a resume is ``kestrel runs approve``: the first command's helper stands
+    # by from the start, as there (bot.tools.standby).
+    standby = Standby(Isolation())
+    if args.settle:
+        await standby.start()
+    builtin = tools(args.catalog, Isolation(standby=standby))
+    servers = mcp_tools(builtin) if args.mcp else None
+    tool_source = await servers.start() if servers else ToolSource(ToolSet(builtin))
     rt = Runtime(
         store=store,
         model=OpenAIProvider("fake-model", api_key="test-key", base_url=args.base_url),
@@ -300,12 +308,12 @@ async def main(args: argparse.Namespace) -> None:
         answered = await sup.answer(decision, run_id=args.resume)
         if not answered.accepted:  # said, for the test to judge; nothing is resumed
             print(json.dumps({"refused": answered.message}))
-            await closed(store, servers)
+            await closed(store, servers, standby)
             return
         claimed = answered.claimed  # as ChatService.decide resumes
     if args.cancel:
         print(json.dumps({"cancel": await sup.cancel(args.cancel, by="U0ONCALL")}))
-        await closed(store, servers)
+        await closed(store, servers, standby)
         return
     if args.resume and args.adopt:
         live = await adopt_when_free(sup, args.resume)
@@ -314,7 +322,7 @@ async def main(args: argparse.Namespace) -> None:
             live = await resume_when_free(sup, args.resume, claimed, args.force)
         except ResumeRefused as exc:  # said, for the test to judge; the decision stands
             print(json.dumps({"refused": str(exc)}))
-            await closed(store, servers)
+            await closed(store, servers, standby)
             return
     else:
         prompter = ApprovingPrompter() if args.approve else DeferringPrompter()
@@ -331,7 +339,7 @@ async def main(args: argparse.Namespace) -> None:
         "outcomes": state.outcomes(),
     }
     print(json.dumps(out))
-    await closed(store, servers)
+    await closed(store, servers, standby)
 
 
 def parser() -> argparse.ArgumentParser:
