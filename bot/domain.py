@@ -3,7 +3,6 @@
 # No ``from __future__ import annotations``: msgspec would evaluate every field's annotation
 # text when it first decodes these (13 ms of a fresh resume).
 
-import hashlib
 import json
 import os
 from collections.abc import Callable
@@ -11,6 +10,8 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 import msgspec
+
+from bot.digest import sha256
 
 # The vocabularies live apart, importable alone; they are the domain's names too.
 from bot.kinds import TERMINAL_STATUSES as TERMINAL_STATUSES
@@ -117,7 +118,7 @@ def call_digest(tool: str, arguments: dict[str, Any], definition: str = "") -> s
     shape: dict[str, Any] = {"tool": tool, "arguments": arguments}
     if definition:
         shape["definition"] = definition
-    return hashlib.sha256(_SORTED.encode(shape).encode()).hexdigest()[:32]
+    return sha256(_SORTED.encode(shape).encode()).hexdigest()[:32]
 
 
 class ArgumentOrigin(DomainModel, frozen=True, kw_only=True):
@@ -152,7 +153,7 @@ class PlanStep(DomainModel, frozen=True, kw_only=True):
 def plan_digest(steps: tuple[PlanStep, ...]) -> str:
     """A stable digest of a whole plan: its steps' tools and argument digests, in order."""
     canonical = json.dumps([[step.tool, step.digest] for step in steps])
-    return hashlib.sha256(canonical.encode()).hexdigest()[:32]
+    return sha256(canonical.encode()).hexdigest()[:32]
 
 
 class Request(DomainModel, frozen=True, kw_only=True):

@@ -12,7 +12,6 @@ week are removed. A folder another user could write to is never read. ``KESTREL_
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import stat
@@ -23,6 +22,7 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import Any, Final
 
+from bot.digest import sha256
 from bot.nesting import MAX_DEPTH
 
 _PACKAGE: Final = Path(__file__).resolve().parent
@@ -36,7 +36,7 @@ def name_of(*parts: Any, modules: tuple[str, ...] = ()) -> str | None:
     if not all(map(is_plain, parts)):
         return None
     text = json.dumps([_module_stamps(modules), *parts], sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()
+    return sha256(text.encode()).hexdigest()
 
 
 def is_plain(value: Any) -> bool:
@@ -204,7 +204,7 @@ def _keyed_folder() -> Path | None:
     if found is None or os.environ.get(_SWITCH, "").lower() in ("off", "0", "false", "no"):
         return None
     key = json.dumps([sys.version, *_stamps(_PACKAGE)]).encode()
-    return found / hashlib.sha256(key).hexdigest()[:24]
+    return found / sha256(key).hexdigest()[:24]
 
 
 def _stamps(folder: Path) -> list[str]:

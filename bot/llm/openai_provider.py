@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import logging
 import re
@@ -20,6 +19,7 @@ from openai.types.chat import (
     ChatCompletionMessageParam,
 )
 
+from bot.digest import sha256
 from bot.domain import AssistantTurn, Reasoning, ToolCall, Usage
 from bot.llm.base import (
     AssistantMessage,
@@ -670,7 +670,7 @@ def _reply_call_id(response_id: object, index: int = 0) -> str:
     if not isinstance(response_id, str) or not response_id:
         return ""
     key = response_id if index == 0 else f"{response_id}#{index}"
-    digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
+    digest = sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
     return f"call_{digest[:24]}"
 
 

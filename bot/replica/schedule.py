@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import hashlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from bot import wire
 from bot.config.cron import cron_fields, parse_cron
 from bot.config.deadlines import DeadlineSettings
 from bot.config.settings import ScheduledPrompt
+from bot.digest import sha256
 from bot.domain import Request, Session, new_id
 from bot.errors import StoreError
 from bot.events import Event, RequestOpenedEvent, RequestReminderEvent
@@ -242,7 +242,7 @@ class PromptIdentity:
     def of(cls, prompt: ScheduledPrompt) -> PromptIdentity:
         """``prompt``'s identity."""
         cron = cron_fields(prompt.cron)
-        digest = hashlib.sha256(f"{cron}\n{prompt.prompt}".encode()).hexdigest()[:32]
+        digest = sha256(f"{cron}\n{prompt.prompt}".encode()).hexdigest()[:32]
         return cls(prompt.name, cron, digest)
 
     def occurrence(self, at: datetime) -> tuple[str, str]:

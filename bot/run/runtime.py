@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import socket
 from collections.abc import Callable
@@ -13,6 +12,7 @@ import msgspec
 from msgspec.structs import replace
 
 from bot.config.deadlines import DeadlineSettings
+from bot.digest import sha256
 from bot.domain import Budgets, Fingerprint, Request, new_id, utcnow
 from bot.events import FanOut
 from bot.hooks import Hooks
@@ -74,7 +74,7 @@ class Runtime(msgspec.Struct):
             provider=self.model.provider,
             model=self.model.model,
             tools_digest=self.tools.current().digest(),
-            system_prompt_digest=hashlib.sha256(self.system_prompt.encode()).hexdigest()[:16],
+            system_prompt_digest=sha256(self.system_prompt.encode()).hexdigest()[:16],
         )
 
     def run_hooks(self) -> Hooks:

@@ -18,7 +18,6 @@ a host without namespaces is told.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import subprocess
 import sys
@@ -30,6 +29,7 @@ import msgspec
 
 from bot import kept
 from bot.config.sources import names_a_setting
+from bot.digest import sha256
 
 if TYPE_CHECKING:
     from bot.tools.standby import Standby
@@ -162,7 +162,7 @@ def _marker(hidden: Sequence[str]) -> Path | None:
         ]
     except OSError:
         return None
-    digest = hashlib.sha256("\0".join(conditions).encode()).hexdigest()[:32]
+    digest = sha256("\0".join(conditions).encode()).hexdigest()[:32]
     base = os.environ.get("XDG_RUNTIME_DIR") or str(Path("~/.cache").expanduser())
     return Path(base) / "kestrel" / f"isolation-{digest}"
 

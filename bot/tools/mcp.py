@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
 import logging
 import re
@@ -32,6 +31,7 @@ from mcp.client import IncomingMessage, Transport
 from mcp.client.streamable_http import streamable_http_client
 
 from bot import DISTRIBUTION, __version__
+from bot.digest import sha256
 from bot.tools.base import (
     ApprovalPolicy,
     Tool,
@@ -80,7 +80,7 @@ def tool_name(server: str, remote: str) -> str:
     name = f"{server}{SEPARATOR}{remote}"
     if len(name) <= MAX_NAME and not _INVALID.search(remote):
         return name
-    digest = hashlib.sha256(remote.encode()).hexdigest()[:8]
+    digest = sha256(remote.encode()).hexdigest()[:8]
     room = MAX_NAME - len(server) - len(SEPARATOR) - len(digest) - 1
     return f"{server}{SEPARATOR}{_INVALID.sub('_', remote)[:room]}_{digest}"
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
+from bot.digest import sha256
 from bot.domain import call_digest
 from bot.llm.base import ToolSpec
 from bot.tools.base import Tool, ToolFlags, checks_arguments, runs_something
@@ -126,7 +126,7 @@ class ToolSet(Mapping[str, Tool]):
 
 
 def _hashed(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    return sha256(text.encode()).hexdigest()[:16]
 
 
 def _shape(tool: Tool) -> list[Any]:
