@@ -14,7 +14,7 @@ from typing import Any, Final
 import msgspec
 
 from bot import wire
-from bot.chat.outbox import answer_key, card_key, owed_answer, owed_card
+from bot.chat.outbox_keys import answer_key, card_key, owed_answer, owed_card
 from bot.domain import Decision, Request, RequestStatus, RunStatus
 from bot.errors import (
     SeqConflict,

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from typing import Any, ClassVar, TypeVar
 
 from bot import wire
-from bot.chat.outbox import card_key, owed_card
+from bot.chat.outbox_keys import card_key, owed_card
 from bot.domain import Decision, Request, RequestStatus, Session
 from bot.errors import StoreError, ThreadBusy, UnknownRun
 from bot.journal.entries import Entry

@@ -14,7 +14,8 @@ from discord.http import Route
 
 from adapters.discord.look import working
 from adapters.discord.target import DiscordTarget
-from bot.chat.outbox import Deliveries, status_key
+from bot.chat.outbox import Deliveries
+from bot.chat.outbox_keys import status_key
 from bot.chat.threads import RunPlace, StepStatus
 
 log = logging.getLogger("kestrel.discord")

@@ -21,7 +21,8 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack.look import thread_of
 from adapters.slack.status import working_message
-from bot.chat.outbox import Deliveries, status_key
+from bot.chat.outbox import Deliveries
+from bot.chat.outbox_keys import status_key
 from bot.chat.threads import RunPlace, StepStatus
 from bot.text import unmask_links
 

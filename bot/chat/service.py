@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Protocol, cast
 import msgspec
 from msgspec.structs import replace
 
-from bot.chat.outbox import card_key
+from bot.chat.outbox_keys import card_key
 from bot.chat.run_summary import PAGE_ENTRIES, RunSummaries
 from bot.domain import (
     TERMINAL_STATUSES,

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, Literal, Protocol, assert_never
 
-from bot.chat.outbox import Deliveries, Target, answer_key, card_key, reminder_key
+from bot.chat.outbox import Deliveries, Target
+from bot.chat.outbox_keys import answer_key, card_key, reminder_key
 from bot.chat.service import ChatService, RequestView
 from bot.chat.words import suspended_words
 from bot.domain import RequestStatus, Session, TerminalResult, ToolOutcome

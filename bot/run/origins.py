@@ -4,7 +4,7 @@ resumed run as on the first."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -12,8 +12,13 @@ from bot.domain import ArgumentOrigin
 from bot.journal.fold import RunState
 from bot.llm.base import AssistantMessage, SystemMessage, ToolResultsMessage, UserMessage
 from bot.nesting import loads
-from bot.run.provenance import Output, catalog_values, trace
 from bot.tools.base import Tool
+
+# Matching values against outputs is needed from a run's second batch on (no output precedes
+# its first): a process that only resumes a run at its first, as ``kestrel runs approve`` on a
+# run started so, never imports it.
+if TYPE_CHECKING:
+    from bot.run.provenance import Output
 
 
 def consequential(tool: Tool) -> bool:
@@ -40,6 +45,8 @@ class Tracer(msgspec.Struct):
             # No tool has answered yet (a run's first batch): no value can come from one, so
             # the tool's catalog values and the arguments' leaves are never gathered.
             return ()
+        from bot.run.provenance import catalog_values, trace
+
         catalog = self._catalogs.get(tool.name)
         if catalog is None:
             catalog = self._catalogs[tool.name] = catalog_values(tool.parameters)
@@ -87,6 +94,8 @@ class Tracer(msgspec.Struct):
             if not _offers_options(sent.get(call_id, "")):
                 human.append(text)
         else:
+            from bot.run.provenance import Output
+
             outputs.append(Output(tool, call_id, text, sent.get(call_id, "")))
 
 

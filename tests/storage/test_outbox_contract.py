@@ -14,7 +14,8 @@ from typing import Any
 import asyncpg
 import pytest
 
-from bot.chat.outbox import Deliveries, owed_card
+from bot.chat.outbox import Deliveries
+from bot.chat.outbox_keys import owed_card
 from bot.domain import Session
 from bot.records import OutboxMessage
 from bot.store import Store
