@@ -31,16 +31,21 @@ main()
 NOT_IMPORTED = ("aiosqlite", "getpass", "difflib", "pydantic", "yaml", "click")
 # With bench.cold's catalog (one command whose arguments need no JSON Schema library), not
 # these either: tempfile and shutil (a command that writes nothing into its HOME), glob (a
-# catalog named plainly), dataclasses (generated methods, 0.8 ms a class) and jsonschema.
-NOT_IMPORTED_BY_BENCH = ("tempfile", "shutil", "glob", "dataclasses", "jsonschema")
+# catalog named plainly), dataclasses (generated methods, 0.8 ms a class) and jsonschema; nor
+# hashlib (its OpenSSL look-ups, 6 M instructions: bot.digest takes SHA-256 without it).
+NOT_IMPORTED_BY_BENCH = ("tempfile", "shutil", "glob", "dataclasses", "jsonschema", "hashlib")
 # Kestrel's own parts that deciding at the terminal never calls into: chat deliveries (a
-# platform's), the run handles' protocols (types only), cron expressions (no schedule is set)
-# and the SQLite reader connection (every read of the command rides the writer's).
+# platform's), the run handles' protocols (types only), cron expressions (no schedule is set),
+# the SQLite reader connection (every read of the command rides the writer's), the outbox's
+# delivering (the store writes only its keys) and arguments' provenance (no output precedes
+# the run's first batch, the one approved).
 KESTRELS_UNUSED = (
     "bot.chat.inbound",
     "bot.chat.handles",
     "bot.config.cron",
     "storage.sqlite_reader",
+    "bot.chat.outbox",
+    "bot.run.provenance",
 )
 
 
