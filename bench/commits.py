@@ -25,6 +25,7 @@ and whether a command as short as ``echo`` outlives one pass is chance: it is li
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import re
@@ -252,19 +253,19 @@ def install_counting() -> None:
 
 
 def counted_kestrel(report: Path, args: list[str]) -> int:
-    """Run ``kestrel ARGS`` in this process with counting on; the counts go to ``report``."""
+    """Run ``kestrel ARGS`` in this process with counting on; the counts go to ``report`` at
+    the process's exit, which ``runs approve`` takes at once (``exit_at_once``), never
+    returning here."""
     install_counting()
+    atexit.register(lambda: report.write_text(json.dumps(TALLY.report())))
     from bot.cli.main import main
 
     sys.argv = ["kestrel", *args]
-    status: int = 0
     try:
         main()
     except SystemExit as stop:
-        status = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
-    finally:
-        report.write_text(json.dumps(TALLY.report()))
-    return status
+        return stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+    return 0
 
 
 # -- the scenarios (in the parent process) -----------------------------------------------------

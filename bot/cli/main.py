@@ -12,7 +12,9 @@ def main() -> None:
     from bot.cli import decisions
 
     if decisions.answered(sys.argv[1:]):
-        return
+        from bot.cli.common import exit_at_once
+
+        exit_at_once(0)
     from bot.cli.commands import cli
 
     cli(obj={}, prog_name="kestrel")
