@@ -69,13 +69,14 @@ class RunSummaries:
         length: int,
         *,
         before: int | None = None,
-        size: int = PAGE_ENTRIES,
+        size: int | None = None,
     ) -> JournalPage:
-        """The ``size`` entries before ``before`` (the newest without it), beginning at the
-        model turn they answer, and the run's state for its header."""
+        """The ``size`` entries (``PAGE_ENTRIES`` without it) before ``before`` (the newest
+        without it), beginning at the model turn they answer, and the run's state for its
+        header."""
         run_id = record.id
         stop = length if before is None else max(0, min(before, length))
-        start = max(0, stop - size)
+        start = max(0, stop - (PAGE_ENTRIES if size is None else size))
         records = _aligned(await self._journal.load_range(run_id, start - LOOKBACK, stop), start)
         kept = await self._tallied(record, length)
         state = await self._state(record, kept, length, records)

@@ -15,7 +15,6 @@ import msgspec
 from msgspec.structs import replace
 
 from bot.chat.outbox_keys import card_key
-from bot.chat.run_summary import PAGE_ENTRIES, RunSummaries
 from bot.domain import (
     TERMINAL_STATUSES,
     Decision,
@@ -41,10 +40,12 @@ from bot.store import AuditLog, AuditRecord, OnceMarks, Outbox, Requests, RunRow
 from bot.tools.base import ToolFlags
 
 # The read-only commands import this module without starting any run; a command at the
-# terminal takes no chat delivery; the run handles are protocols, for the type checker.
+# terminal takes no chat delivery, and one that decides reads no run's page; the run handles
+# are protocols, for the type checker.
 if TYPE_CHECKING:
     from bot.chat.handles import RunHandle, RunResult
     from bot.chat.inbound import Accepted, Delivery, Inbound
+    from bot.chat.run_summary import RunSummaries
     from bot.run.supervisor import LiveRun, Supervisor
     from bot.tools.source import ToolSource
 
@@ -184,14 +185,22 @@ class RunReads:
         self._store = store
         self._who_may_answer = who_may_answer
         self._phrase_of = phrase_of
-        self._summaries = RunSummaries(store)
+
+    @functools.cached_property
+    def _summaries(self) -> RunSummaries:
+        """The pages' reader, made at the first page read: a command that only decides reads
+        none, and need not import it."""
+        from bot.chat.run_summary import RunSummaries
+
+        return RunSummaries(self._store)
 
     async def inspect(
-        self, run_id: str, *, before: int | None = None, size: int = PAGE_ENTRIES
+        self, run_id: str, *, before: int | None = None, size: int | None = None
     ) -> RunInspection:
-        """A run's record, one page of its journal (the ``size`` entries before ``before``;
-        the newest without it), its audit and its requests (``UnknownRun`` for an unknown
-        id). The whole journal is never loaded: see ``bot.chat.run_summary``."""
+        """A run's record, one page of its journal (the ``size`` entries before ``before``, a
+        page's worth without ``size``; the newest without ``before``), its audit and its
+        requests (``UnknownRun`` for an unknown id). The whole journal is never loaded: see
+        ``bot.chat.run_summary``."""
         store = self._store
         record = await store.get_run(run_id)
         length = await store.journal_length(run_id)
@@ -416,7 +425,7 @@ class ChatService:
             del self._reasons[next(iter(self._reasons))]
 
     async def inspect(
-        self, run_id: str, *, before: int | None = None, size: int = PAGE_ENTRIES
+        self, run_id: str, *, before: int | None = None, size: int | None = None
     ) -> RunInspection:
         """A run's page as ``RunReads.inspect`` reads it (``UnknownRun``)."""
         return await self._reads.inspect(run_id, before=before, size=size)

@@ -37,8 +37,8 @@ NOT_IMPORTED_BY_BENCH = ("tempfile", "shutil", "glob", "dataclasses", "jsonschem
 # Kestrel's own parts that deciding at the terminal never calls into: chat deliveries (a
 # platform's), the run handles' protocols (types only), cron expressions (no schedule is set),
 # the SQLite reader connection (every read of the command rides the writer's), the outbox's
-# delivering (the store writes only its keys) and arguments' provenance (no output precedes
-# the run's first batch, the one approved).
+# delivering (the store writes only its keys), arguments' provenance (no output precedes
+# the run's first batch, the one approved) and a run page's reader.
 KESTRELS_UNUSED = (
     "bot.chat.inbound",
     "bot.chat.handles",
@@ -46,6 +46,7 @@ KESTRELS_UNUSED = (
     "storage.sqlite_reader",
     "bot.chat.outbox",
     "bot.run.provenance",
+    "bot.chat.run_summary",
 )
 
 
