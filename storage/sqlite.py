@@ -51,6 +51,7 @@ from storage.sqlite_schema import (
     SCHEMA_VERSION,
     migration_script,
 )
+from storage.sqlite_steps import run_step
 from storage.sqlite_writer import SqliteWriter
 
 # The reader is opened beside the writer on first need: a command whose reads all ride the
@@ -417,10 +418,9 @@ class SqliteStore(SqlStore):
         self, action: str, steps: Sequence[Step], refused: Refusal | None = None
     ) -> list[list[Row]]:
         """Statements run together in the next group commit; the rows of each."""
-        rendered = [(SQLITE.sql(statement), params) for statement, params in steps]
 
         def run(conn: sqlite3.Connection) -> list[list[Row]]:
-            return [conn.execute(text, params).fetchall() for text, params in rendered]
+            return [run_step(conn, statement, params) for statement, params in steps]
 
         return await self._transact(action, run, refused)
 

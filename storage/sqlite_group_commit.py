@@ -21,6 +21,7 @@ from bot.errors import StoreError
 from storage import sql
 from storage.common import Projection, diagnose
 from storage.sql import SQLITE, Step
+from storage.sqlite_steps import run_step
 from storage.sqlite_writer import Contended, SqliteWriter
 
 # Bounds one transaction's size (and the latency of the appends queued behind it).
@@ -230,7 +231,7 @@ def _project(conn: sqlite3.Connection, item: PendingAppend, at: str) -> None:
         params = (moved.status.value, moved.stop_reason, at, item.run_id, moved.releases)
         conn.execute(_PROJECT_STATUS, params)
     for statement, values in item.beside:
-        conn.execute(SQLITE.sql(statement), values)
+        run_step(conn, statement, values)
 
 
 def _diagnose(conn: sqlite3.Connection, item: PendingAppend) -> StoreError | None:

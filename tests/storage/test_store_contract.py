@@ -14,6 +14,7 @@ import pytest
 from msgspec.structs import replace
 
 from bot import wire
+from bot.chat.outbox import owed_card
 from bot.domain import (
     AssistantTurn,
     Budgets,
@@ -1892,6 +1893,47 @@ async def test_a_chat_run_ends_with_its_answer_owed_to_its_platform(store: Store
     assert await store.put_message(owed[0].key, "slack", target, {"text": "Done."}) == 2
     shown = await store.get_message(owed[0].key)
     assert shown is not None and (shown.target, shown.body) == (target, {"text": "Done."})
+
+
+async def test_a_decision_owes_again_only_the_card_in_the_outbox(store: Store) -> None:
+    # A card is owed again where the outbox holds it: a chat run's (owed with its request),
+    # and a console run's only if a renderer put it there; a losing decision owes nothing.
+    chat_run, epoch = await new_run(store)
+    await store.ensure_session(Session(id="s2", platform="console"))
+    console_run = new_id("run")
+    await store.create_run(RunRecord(id=console_run, session_id="s2"), "w1", LEASE)
+    requests = {run_id: a_request(run_id) for run_id in (chat_run, console_run)}
+    for run_id, epoch_ in ((chat_run, epoch), (console_run, 1)):
+        request = requests[run_id]
+        await store.append(run_id, 0, epoch_, ToolDeferred(call_id="c", tool="t", request=request))
+    chat_card, console_card = (
+        f"{p}:card:{requests[r].id}" for p, r in (("slack", chat_run), ("console", console_run))
+    )
+    assert await store.get_message(console_card) is None
+
+    for request in requests.values():
+        won = Decision(request_id=request.id, kind=DecisionKind.APPROVE, by="bob", at=AT)
+        assert await store.decide(won, RequestStatus.ANSWERED)
+    assert await store.get_message(console_card) is None
+    assert (await message_version(store, chat_card)) == 2
+
+    late = a_request(console_run, call_id="call_2")
+    await store.open_request(late)
+    late_card = f"console:card:{late.id}"
+    await store.put_message(late_card, "console", {}, {"text": "Restart web?"})
+    lost = Decision(request_id=late.id, kind=DecisionKind.DENY, by="eve", at=AT)
+    won = Decision(request_id=late.id, kind=DecisionKind.APPROVE, by="bob", at=AT)
+    assert await store.decide(won, RequestStatus.ANSWERED)
+    assert not await store.decide(lost, RequestStatus.ANSWERED)
+    shown = await store.get_message(late_card)
+    assert shown is not None and (shown.version, shown.body) == (2, owed_card(late.id))
+
+
+async def message_version(store: Store, key: str) -> int:
+    """The version of message ``key``, which must be in the outbox."""
+    found = await store.get_message(key)
+    assert found is not None
+    return found.version
 
 
 async def test_the_schema_version_read_is_the_one_migrate_reached(store: Store) -> None:
