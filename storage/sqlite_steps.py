@@ -21,7 +21,8 @@ _NO_OUTBOX: Final = frozenset({"", "console"})
 _PLATFORM_OF_RUN: Final = """
 SELECT platform FROM sessions WHERE id = (SELECT session_id FROM runs WHERE id = ?1)
 """
-# The card ``sql.OWE_CARD_AGAIN`` would update (request ?1, card key ?2): one only there.
+# The outbox row ``sql.OWE_CARD_AGAIN`` would update: request ?1's card (key ?2, after the
+# platform of its run's thread). Where there is none, the update changes nothing.
 _CARD_IN_OUTBOX: Final = """
 SELECT 1 FROM outbox WHERE key = (
     SELECT platform FROM sessions WHERE id = (
@@ -29,8 +30,6 @@ SELECT 1 FROM outbox WHERE key = (
     )
 ) || ':' || ?2
 """
-
-
 # ``sql.AUDIT_DECISION``'s filter, read on its own: the run of request ?5 while it holds
 # decision ?6 and no record of actor ?2, action ?3 and detail ?4 stands on it yet. The row is
 # then written by ``sql.AUDIT``, which a resume prepares anyway (its own record).
