@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
 
 import msgspec
 from msgspec.structs import replace
@@ -70,6 +70,10 @@ class Shared(Protocol):
         """How long a lease taken with a decision lasts."""
 
 
+# How many answers closed here wait for their resume at most (one each, read at once).
+_CLOSED_HERE_KEPT: Final = 64
+
+
 class Answered(msgspec.Struct, frozen=True):
     """What became of an answer: whether it counted, why, and whether the run can go on."""
 
@@ -86,6 +90,9 @@ class Decisions:
 
     def __init__(self, runtime: Shared) -> None:
         self.rt = runtime
+        # Requests this process closed, taking their run's lease, by id: the resume it starts
+        # next reads each answer here once, not from the store again (a request closes once).
+        self._closed_here: dict[str, Decision] = {}
 
     async def answer(
         self, decision: Decision, *, run_id: str, actor: Actor | None = None, digest: str = ""
@@ -137,6 +144,7 @@ class Decisions:
             return await self._too_late(decision, actor, run_id)
         self._decided(request, decision)
         if settled.epoch is not None:
+            self._remember(request.id, decision)
             return Answered(True, "recorded", ready=True, claimed=settled.epoch)
         remaining = await self.rt.store.list_requests(run_id=run_id)
         return Answered(True, "recorded", ready=not remaining)
@@ -184,6 +192,13 @@ class Decisions:
         action = AuditAction.refused(decision.kind.value)
         await self.rt.store.audit(actor.user, action, run_id, decision.request_id, reason)
         return Answered(False, reason)
+
+    def _remember(self, request_id: str, decision: Decision) -> None:
+        """Keep the answer that closed ``request_id`` for the resume that follows; a resume
+        refused never reads it, so the oldest go past a few."""
+        if len(self._closed_here) >= _CLOSED_HERE_KEPT:
+            del self._closed_here[next(iter(self._closed_here))]
+        self._closed_here[request_id] = decision
 
     def _decided(self, request: Request, decision: Decision) -> None:
         # Told once the decision is durable: every platform's card of it refreshes from this.
@@ -301,6 +316,9 @@ class Decisions:
 
     async def lookup(self, request_id: str) -> tuple[RequestStatus, Decision | None] | None:
         """A request's status and decision; None if the store does not know it."""
+        closed_here = self._closed_here.pop(request_id, None)
+        if closed_here is not None:
+            return RequestStatus.ANSWERED, closed_here
         try:
             _request, status, decision = await self.rt.store.get_request(request_id)
         except KeyError:

@@ -458,6 +458,29 @@ async def test_a_claimed_resume_after_the_run_ended_asks_the_model_nothing(
     assert counter.calls == {"deploy": 1}
 
 
+async def test_a_resume_after_an_answer_given_here_reads_its_request_once(
+    tmp_path: Path,
+    opened: list[Runtime],
+) -> None:
+    rt, sup, counter, run_id = await waiting_for_approval(tmp_path, opened)
+    (request,) = (await sup.wait(sup.live[run_id])).open_requests
+    assert isinstance(rt.store, SqliteStore)
+    seen: list[str] = []
+    rt.store._writer()._conn.set_trace_callback(seen.append)
+
+    answered = await sup.answer(approval(request), run_id=run_id)
+    live = await sup.resume(run_id, claimed=answered.claimed)
+    assert live is not None
+    assert (await sup.wait(live)).result is not None
+
+    # The decider read it to check the decision; the resume takes the answer it closed it with.
+    read = f"SELECT id, body, status, decision FROM requests WHERE id = '{request.id}'"
+    assert seen.count(read) == 1
+    assert counter.calls == {"deploy": 1}
+    supplied = [r.entry for r in await rt.store.load(run_id) if r.entry.kind == "answer_supplied"]
+    assert [entry.decision.by for entry in supplied] == ["U0APPROVER"]
+
+
 async def test_racing_resumes_in_one_process_drive_the_run_once(
     tmp_path: Path, opened: list[Runtime]
 ) -> None:
