@@ -14,7 +14,7 @@ import pytest
 from msgspec.structs import replace
 
 from bot import wire
-from bot.chat.outbox import owed_card
+from bot.chat.outbox_keys import owed_card
 from bot.domain import (
     AssistantTurn,
     Budgets,
