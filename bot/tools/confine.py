@@ -164,11 +164,11 @@ def read_command() -> tuple[str, dict[str, str], list[str]] | None:
     return cwd, env, argv
 
 
-def asked(argv: list[str]) -> tuple[list[str], dict[str, str] | None]:
-    """``argv`` as given, or (none given) the command read from stdin, in its folder; exits
-    at once if there is none, or it cannot be read or its folder entered."""
+def asked(argv: list[str]) -> tuple[list[str], dict[str, str] | None, str | None]:
+    """``argv`` as given, or (none given) the command read from stdin, with its environment
+    and folder; exits at once if there is none, or it cannot be read."""
     if argv:
-        return argv, None
+        return argv, None, None
     try:
         sent = read_command()
     except ValueError:
@@ -177,24 +177,32 @@ def asked(argv: list[str]) -> tuple[list[str], dict[str, str] | None]:
     if sent is None:
         os._exit(0)
     cwd, env, argv = sent
+    return argv, env, cwd
+
+
+def enter_folder(cwd: str, program: str) -> None:
+    """Make ``cwd`` the folder the command starts in; exits at once if it cannot be entered."""
     try:
         os.chdir(cwd)
     except OSError as exc:
-        os.write(2, f"cannot start {argv[0]!r}: {exc.strerror} ({cwd})\n".encode())
+        os.write(2, f"cannot start {program!r}: {exc.strerror} ({cwd})\n".encode())
         os._exit(CANNOT_START)
-    return argv, env
 
 
 def main(args: list[str]) -> None:
     """``FILE... -- ARGV...``, or ``FILE... --`` and the command on stdin."""
     split = args.index("--")
-    hidden, argv = args[:split], args[split + 1 :]
+    hidden = args[:split]
+    # The command first, then the covers: a helper that waited for it covers the files as
+    # they are when it runs (one replaced, a link led elsewhere since), as one started then.
+    argv, env, cwd = asked(args[split + 1 :])
     try:
         enter(hidden)
     except (Refused, OSError) as exc:
         os.write(2, f"kestrel: {exc}{NOT_RUN}\n".encode())
         os._exit(FAILED)
-    argv, env = asked(argv)
+    if cwd is not None:
+        enter_folder(cwd, argv[0])
     read_end, write_end = os.pipe()
     first = os.fork()
     if first == 0:

@@ -2,11 +2,12 @@
 
 The helper is a fresh interpreter (``bot.tools.confine``): its start is a fifth of an approval
 at the command line, spent while the approved command waits. Started with the runtime, it
-starts on another core while Kestrel loads the run, covers the secret files in its own
-namespace, and waits on stdin. The first command takes it (``take``): the command's folder,
-environment and argv go down the pipe, and only then does anything run, at the moment a helper
-started for it would have started. A helper nothing takes is killed with the runtime; one that
-outlives a killed Kestrel reads the end of stdin and runs nothing.
+starts on another core while Kestrel loads the run, and waits on stdin. The first command takes
+it (``take``): the command's folder, environment and argv go down the pipe, and only then are
+the secret files covered (as they are then: the wait may outlast a model's turn, and a file
+replaced or a link led elsewhere meanwhile is covered as a helper started then would cover it)
+and anything run. A helper nothing takes is killed with the runtime; one that outlives a killed
+Kestrel reads the end of stdin and runs nothing.
 """
 
 from __future__ import annotations
@@ -38,8 +39,9 @@ class Standby:
         return None if self._started is None else self._started[0].get_pid()
 
     async def start(self) -> None:
-        """Start the helper (it covers the files, then waits); a failure leaves none standing,
-        and the command then starts its own helper, which says what failed."""
+        """Start the helper (it waits for its command, then covers the files); a failure
+        leaves none standing, and the command then starts its own helper, which says what
+        failed."""
         loop = asyncio.get_running_loop()
         spawning = loop.subprocess_exec(
             lambda: Capture(DEFAULT_MAX_OUTPUT),  # its own words, if it fails before a take

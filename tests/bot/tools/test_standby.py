@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import signal
 import subprocess
 import sys
@@ -19,7 +20,7 @@ from bench.commits import EXIT_SUSPENDED, workspace
 from bot.tools.base import ToolContext
 from bot.tools.command import CommandTool
 from bot.tools.confine import CANNOT_START, FAILED
-from bot.tools.isolation import Isolation, command_message
+from bot.tools.isolation import Isolation, command_message, secret_files
 from bot.tools.standby import Standby
 from tests.bot.cli.test_cli import kestrel
 from tests.bot.tools.test_isolation import gone, host_processes_with
@@ -29,6 +30,8 @@ pytestmark = pytest.mark.skipif(
     not Path("/proc/self/ns/pid").exists(), reason="needs Linux namespaces"
 )
 
+# The number of read(2) on this machine, as /proc/<pid>/syscall says it.
+_READ = {"x86_64": "0", "aarch64": "63"}.get(platform.machine(), "")
 REPORT = 'echo "pwd=$(pwd) a=$A secret=$(cat "$1")"; echo ran >> "$2"'
 
 
@@ -231,3 +234,65 @@ def test_an_approval_refused_runs_nothing_and_leaves_no_helper(tmp_path: Path) -
     assert refused.returncode != 0 and "mallory" in refused.stderr
     assert not counted.exists()
     assert gone(hidden.name)
+
+
+# --- what changes while the helper stands by ------------------------------------------------
+
+
+async def test_a_file_replaced_while_the_helper_stands_by_is_covered_as_it_is_then(
+    tmp_path: Path,
+) -> None:
+    secret = tmp_path / "secret"
+    secret.write_text("old")
+    isolation = Isolation((str(secret),))
+    standby = await standing_by(isolation)
+    renamed = tmp_path / "secret.new"  # an editor's save, a rotated password: a new file
+    renamed.write_text("new")
+    renamed.rename(secret)
+    offered = msgspec.structs.replace(isolation, standby=standby)
+    tool = CommandTool("cat", "c", ["/bin/cat", str(secret)], isolation=offered)
+
+    result = await tool.call({}, ToolContext(run_id="r", call_id="c"))
+
+    assert result.output == "[exit status 0]"
+    assert standby.pid is None  # it was the standing helper that ran it
+
+
+async def test_a_link_retargeted_while_the_helper_stands_by_is_covered_where_it_leads(
+    tmp_path: Path,
+) -> None:
+    first, second = tmp_path / "v1", tmp_path / "v2"
+    first.write_text("token one")
+    second.write_text("token two")
+    link = tmp_path / "token"  # a Kubernetes Secret's file, which leads to a new one
+    link.symlink_to(first)
+    isolation = Isolation(secret_files(None, None, [link]))
+    standby = await standing_by(isolation)
+    link.unlink()
+    link.symlink_to(second)
+    offered = msgspec.structs.replace(isolation, standby=standby)
+    tool = CommandTool("cat", "c", ["/bin/cat", str(link)], isolation=offered)
+
+    result = await tool.call({}, ToolContext(run_id="r", call_id="c"))
+
+    assert result.output == "[exit status 0]"
+    assert standby.pid is None
+
+
+async def standing_by(isolation: Isolation) -> Standby:
+    """A helper started for ``isolation``, once it has got as far as reading its stdin."""
+    standby = Standby(isolation)
+    await standby.start()
+    pid = standby.pid
+    assert pid is not None
+    await until(lambda: reads_stdin(pid), timeout=10)
+    return standby
+
+
+def reads_stdin(pid: int) -> bool:
+    """Whether ``pid`` is blocked in read(0, ...) (/proc's numbering of system calls)."""
+    try:
+        syscall = Path(f"/proc/{pid}/syscall").read_text().split()
+    except OSError:
+        return False
+    return syscall[:2] == [_READ, "0x0"]
