@@ -146,7 +146,8 @@ def relay(status: int) -> None:
 
 def read_command() -> tuple[str, dict[str, str], list[str]] | None:
     """The command on stdin (``bot.tools.isolation.command_message``): its folder, environment
-    and argv; None if stdin closed empty. Stdin is /dev/null then, as for any command."""
+    and argv; None if stdin closed empty; ValueError if what came is not all of one (Kestrel
+    died while writing it). Stdin is /dev/null then, as for any command."""
     chunks = []
     while chunk := os.read(0, 65536):
         chunks.append(chunk)
@@ -155,7 +156,10 @@ def read_command() -> tuple[str, dict[str, str], list[str]] | None:
     os.close(null)
     if not chunks:
         return None
-    cwd, *fields = os.fsdecode(b"".join(chunks)).split("\0")
+    size, _, body = b"".join(chunks).partition(b"\0")
+    if not size.isdigit() or int(size) != len(body):
+        raise ValueError("cut short")
+    cwd, *fields = os.fsdecode(body).split("\0")
     split = fields.index("")
     env = dict(field.split("=", 1) for field in fields[:split])
     argv = fields[split + 1 :]

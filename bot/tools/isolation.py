@@ -141,9 +141,11 @@ class Isolation(msgspec.Struct, frozen=True):
 def command_message(argv: Sequence[str], env: Mapping[str, str], cwd: str | Path) -> bytes:
     """What a helper waiting on stdin reads as its command (``confine.read_command``): the
     folder, each ``NAME=value``, an empty field, then argv, separated by NULs (none of them can
-    hold one: the kernel's strings cannot, and an argument with one is refused first)."""
+    hold one: the kernel's strings cannot, and an argument with one is refused first), after
+    their length: a message cut short by Kestrel's death reads as none, not as a shorter one."""
     fields = [str(cwd), *(f"{name}={value}" for name, value in env.items()), "", *argv]
-    return b"\0".join(os.fsencode(field) for field in fields)
+    body = b"\0".join(os.fsencode(field) for field in fields)
+    return b"%d\0%s" % (len(body), body)
 
 
 def _marker(hidden: Sequence[str]) -> Path | None:

@@ -7,7 +7,7 @@ it (``take``): the command's folder, environment and argv go down the pipe, and 
 the secret files covered (as they are then: the wait may outlast a model's turn, and a file
 replaced or a link led elsewhere meanwhile is covered as a helper started then would cover it)
 and anything run. A helper nothing takes is killed with the runtime; one that outlives a killed
-Kestrel reads the end of stdin and runs nothing.
+Kestrel reads the end of stdin, or part of a command, and runs nothing.
 """
 
 from __future__ import annotations

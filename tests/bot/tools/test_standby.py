@@ -153,7 +153,7 @@ def wait_until_gone(token: str) -> None:
     ("sent", "status", "said"),
     [
         (b"", 0, ""),
-        (b"/\0A=1\0/bin/true", FAILED, "kestrel: the command sent was unreadable"),
+        (command_message([], {"A": "1"}, "/"), FAILED, "kestrel: the command sent was unreadable"),
         (command_message(["/bin/true"], {}, "/nowhere"), CANNOT_START, "cannot start '/bin/true'"),
     ],
     ids=["nothing sent", "no argv", "no such folder"],
@@ -296,3 +296,19 @@ def reads_stdin(pid: int) -> bool:
     except OSError:
         return False
     return syscall[:2] == [_READ, "0x0"]
+
+
+@pytest.mark.parametrize("kept", [0.5, 0.9, 0.99])
+def test_a_command_cut_short_on_its_way_runs_nothing(tmp_path: Path, kept: float) -> None:
+    # Kestrel killed while the loop still writes a long command: the helper reads part of it,
+    # then the end of stdin. What it read is no command anyone approved.
+    counted = tmp_path / "count"
+    argv = ["/bin/sh", "-c", f'echo "$#" >> {counted}', "sh", *(["x" * 1000] * 100)]
+    message = command_message(argv, {"PATH": "/usr/bin:/bin"}, "/")
+    cut_short = message[: int(len(message) * kept)]
+
+    done = subprocess.run(Isolation().wrap([]), input=cut_short, capture_output=True, timeout=30)
+
+    assert not counted.exists()
+    assert done.returncode == FAILED
+    assert b"the command sent was unreadable" in done.stderr
