@@ -151,7 +151,7 @@ def read_command() -> tuple[str, dict[str, str], list[str]] | None:
     chunks = []
     while chunk := os.read(0, 65536):
         chunks.append(chunk)
-    null = os.open(os.devnull, os.O_RDONLY)
+    null = os.open(os.devnull, os.O_RDWR)  # as subprocess.DEVNULL opens it
     os.dup2(null, 0)
     os.close(null)
     if not chunks:

@@ -312,3 +312,14 @@ def test_a_command_cut_short_on_its_way_runs_nothing(tmp_path: Path, kept: float
     assert not counted.exists()
     assert done.returncode == FAILED
     assert b"the command sent was unreadable" in done.stderr
+
+
+async def test_the_command_in_a_standing_helper_has_stdin_as_one_started_for_it_has(
+    tmp_path: Path,
+) -> None:
+    argv = ["/bin/sh", "-c", "cat; echo to-stdin >&0 && echo stdin-writable"]
+    said = []
+    for standby in (None, await standing_by(Isolation())):
+        tool = CommandTool("io", "i", argv, isolation=Isolation(standby=standby), cwd=tmp_path)
+        said.append((await tool.call({}, ToolContext(run_id="r", call_id="c"))).output)
+    assert said == ["stdin-writable\n[exit status 0]"] * 2  # /dev/null, read and write
