@@ -42,7 +42,8 @@ from bot.tools.base import (
     check_tool_name,
 )
 from bot.tools.child import PIPE_GRACE, Capture, kill_group, started, within
-from bot.tools.isolation import Isolation, program_problem, ran_nothing
+from bot.tools.isolation import Isolation, command_message, program_problem, ran_nothing
+from bot.tools.standby import give, spawn_helper
 from bot.tools.verdicts import SOUND_PARAMETERS, VALID_ARGUMENTS, found_clean, keep_clean
 
 # RE2 and jsonschema are imported where a pattern or a schema is first compiled: slow to
@@ -594,14 +595,35 @@ class CommandTool:
     async def _process(
         self, argv: list[str], env: dict[str, str], cwd: str | Path
     ) -> tuple[asyncio.SubprocessTransport, Capture] | ToolResult:
-        """The command's process: the helper standing by, given it, else one started for it;
-        an error result if none could start."""
-        if self._isolation is not None:
-            standby = self._isolation.standby
-            standing = standby.take(argv, env, cwd, self._max_output) if standby else None
-            if standing is not None:
-                return standing
-            argv = self._isolation.wrap(argv)
+        """The command's process: isolated, the helper standing by or one started for it; an
+        error result if none could start."""
+        try:
+            if self._isolation is not None:
+                return await self._isolated(self._isolation, argv, env, cwd)
+            return await self._unisolated(argv, env, cwd)
+        except OSError as exc:
+            cause = exc.strerror or str(exc)
+            where = f" ({exc.filename})" if exc.filename else ""
+            return ToolResult(output=f"cannot start {argv[0]!r}: {cause}{where}", is_error=True)
+
+    async def _isolated(
+        self, isolation: Isolation, argv: list[str], env: dict[str, str], cwd: str | Path
+    ) -> tuple[asyncio.SubprocessTransport, Capture]:
+        """The helper that runs the command: the one standing by, else one started now. Either
+        is sent the command on stdin: the helper's own interpreter changes its environment
+        (the C locale coerced, PEP 538), and enters the folder after the covers."""
+        standby = isolation.standby
+        standing = standby.take(argv, env, cwd, self._max_output) if standby else None
+        if standing is not None:
+            return standing
+        transport, capture = await spawn_helper(isolation)
+        give(transport, capture, command_message(argv, env, cwd), self._max_output)
+        return transport, capture
+
+    async def _unisolated(
+        self, argv: list[str], env: dict[str, str], cwd: str | Path
+    ) -> tuple[asyncio.SubprocessTransport, Capture]:
+        """The command started as it is (a catalog loaded without an isolation)."""
         loop = asyncio.get_running_loop()
         spawning = loop.subprocess_exec(
             lambda: Capture(self._max_output),
@@ -613,12 +635,7 @@ class CommandTool:
             env=env,
             cwd=cwd,
         )
-        try:
-            return await started(spawning)
-        except OSError as exc:
-            cause = exc.strerror or str(exc)
-            where = f" ({exc.filename})" if exc.filename else ""
-            return ToolResult(output=f"cannot start {argv[0]!r}: {cause}{where}", is_error=True)
+        return await started(spawning)
 
     def _result(self, program: str, status: int, capture: Capture) -> ToolResult:
         """What the command printed and how it ended; an error if the helper ran nothing (a

@@ -1,11 +1,12 @@
 """Run one catalog command where Kestrel's secrets cannot be read (Linux; stdlib only).
 
-``main(["FILE", ..., "--", "ARGV", ...])``, imported by an interpreter started with ``-I -S``
-(``bot.tools.isolation``); with no ARGV, the command comes on stdin once Kestrel has it
-(``read_command``: a helper started ahead, ``bot.tools.standby``), and stdin closed empty means
-there is none: nothing runs. This
-process (the group leader Kestrel records) enters a new mount namespace, covers each FILE with
-``/dev/null`` there (a folder with an empty read-only file system), and starts the first
+``main(["FILE", ..., "--"])``, imported by an interpreter started with ``-I -S``
+(``bot.tools.isolation``): the command comes on stdin once Kestrel has it (``read_command``;
+``bot.tools.standby`` starts the helper, ahead or then), and stdin closed empty means there is
+none: nothing runs. (``FILE... -- ARGV...`` runs ARGV in this process's folder and
+environment, which its interpreter changed: the probe's ``true`` alone.) This process (the
+group leader Kestrel records) enters a new mount namespace, covers each FILE with ``/dev/null``
+there (a folder with an empty read-only file system), and starts the first
 process of a new PID namespace. That one mounts a ``/proc`` showing its namespace alone, drops
 the capabilities that could undo the covers or read another process's memory (from the
 bounding set, so nothing it starts gets them back), and forks the command, which is an
@@ -110,8 +111,9 @@ def command(argv: list[str], env: dict[str, str] | None) -> None:
             os.execvp(argv[0], argv)
         os.execvpe(argv[0], argv, env)
     except OSError as exc:
-        where = f" ({exc.filename})" if exc.filename else ""
-        os.write(2, f"cannot start {argv[0]!r}: {exc.strerror}{where}\n".encode())
+        # Only the reason: execvpe names the file that failed, execvp never did, and a
+        # command's words are the same whichever ran it.
+        os.write(2, f"cannot start {argv[0]!r}: {exc.strerror}\n".encode())
     os._exit(CANNOT_START)
 
 

@@ -97,8 +97,9 @@ class Isolation(msgspec.Struct, frozen=True):
     standby: Standby | None = None
 
     def wrap(self, argv: Sequence[str]) -> list[str]:
-        """The argv that runs ``argv`` isolated; the helper is this process's interpreter.
-        With no ``argv``, the helper waits for its command on stdin (``command_message``)."""
+        """The argv that runs ``argv`` isolated (the probe's); the helper is this process's
+        interpreter. With no ``argv``, the helper waits for its command on stdin
+        (``command_message``), as every catalog command's does."""
         return [sys.executable, "-I", "-S", "-c", _START_HELPER, *self.hidden, "--", *argv]
 
     def check(self) -> None:

@@ -1,4 +1,5 @@
-"""One isolation helper started ahead of the command it will run (``kestrel runs approve``).
+"""The isolation helper of a catalog command, started for it, or ahead of it (``Standby``:
+``kestrel runs approve``), and sent its command on stdin.
 
 The helper is a fresh interpreter (``bot.tools.confine``): its start is a fifth of an approval
 at the command line, spent while the approved command waits. Started with the runtime, it
@@ -42,18 +43,8 @@ class Standby:
         """Start the helper (it waits for its command, then covers the files); a failure
         leaves none standing, and the command then starts its own helper, which says what
         failed."""
-        loop = asyncio.get_running_loop()
-        spawning = loop.subprocess_exec(
-            lambda: Capture(DEFAULT_MAX_OUTPUT),  # its own words, if it fails before a take
-            *self._isolation.wrap([]),
-            start_new_session=True,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            env=_HELPER_ENV,
-        )
         try:
-            self._started = await started(spawning)
+            self._started = await spawn_helper(self._isolation)
         except OSError:
             self._started = None
 
@@ -62,7 +53,6 @@ class Standby:
     ) -> tuple[asyncio.SubprocessTransport, Capture] | None:
         """The helper, now running ``argv`` with ``env`` in ``cwd`` and keeping ``cap`` bytes of
         its output; None if there is none to take (taken, never started, or gone)."""
-        message = command_message(argv, env, cwd)
         standing, self._started = self._started, None
         if standing is None:
             return None
@@ -70,11 +60,7 @@ class Standby:
         if capture.exited.done() or not _running(transport.get_pid()):
             transport.close()
             return None
-        capture.cap = cap
-        stdin = transport.get_pipe_transport(0)
-        assert isinstance(stdin, asyncio.WriteTransport)  # started with stdin=PIPE
-        stdin.write(message)
-        stdin.close()
+        give(transport, capture, command_message(argv, env, cwd), cap)
         return standing
 
     async def close(self) -> None:
@@ -86,6 +72,32 @@ class Standby:
         kill_group(transport.get_pid())
         await within(capture.exited, PIPE_GRACE)
         transport.close()
+
+
+async def spawn_helper(isolation: Isolation) -> tuple[asyncio.SubprocessTransport, Capture]:
+    """A helper for ``isolation``, waiting for its command on stdin; OSError if none starts."""
+    loop = asyncio.get_running_loop()
+    spawning = loop.subprocess_exec(
+        lambda: Capture(DEFAULT_MAX_OUTPUT),  # its own words, if it fails before its command
+        *isolation.wrap([]),
+        start_new_session=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=_HELPER_ENV,
+    )
+    return await started(spawning)
+
+
+def give(
+    transport: asyncio.SubprocessTransport, capture: Capture, message: bytes, cap: int
+) -> None:
+    """Send a waiting helper its command (``command_message``); keep ``cap`` bytes of output."""
+    capture.cap = cap
+    stdin = transport.get_pipe_transport(0)
+    assert isinstance(stdin, asyncio.WriteTransport)  # started with stdin=PIPE
+    stdin.write(message)
+    stdin.close()
 
 
 def _running(pid: int) -> bool:

@@ -323,3 +323,35 @@ async def test_the_command_in_a_standing_helper_has_stdin_as_one_started_for_it_
         tool = CommandTool("io", "i", argv, isolation=Isolation(standby=standby), cwd=tmp_path)
         said.append((await tool.call({}, ToolContext(run_id="r", call_id="c"))).output)
     assert said == ["stdin-writable\n[exit status 0]"] * 2  # /dev/null, read and write
+
+
+async def test_the_command_gets_the_environment_kestrel_chose_standing_helper_or_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # LANG=C passed through: the helper's interpreter coerces the C locale into its own
+    # environment (PEP 538), which a command it becomes must not inherit.
+    monkeypatch.setenv("LANG", "C")
+    monkeypatch.delenv("LC_ALL", raising=False)
+    monkeypatch.delenv("LC_CTYPE", raising=False)
+    said = []
+    for standby in (None, await standing_by(Isolation())):
+        isolation = Isolation(standby=standby)
+        tool = CommandTool("env", "e", ["/usr/bin/env"], isolation=isolation, env=["LANG"])
+        said.append((await tool.call({}, ToolContext(run_id="r", call_id="c"))).output)
+    names = [sorted(line.split("=", 1)[0] for line in text.splitlines()[:-1]) for text in said]
+    assert names == [["HOME", "LANG", "PATH"]] * 2
+
+
+async def test_a_command_whose_folder_is_covered_starts_in_the_cover_standing_helper_or_not(
+    tmp_path: Path,
+) -> None:
+    covered = tmp_path / "covered"
+    covered.mkdir()
+    (covered / "key").write_text("s3cr3t")
+    argv = ["/bin/sh", "-c", "cat key; ls -A"]
+    said = []
+    for standby in (None, await standing_by(Isolation((str(covered),)))):
+        isolation = Isolation((str(covered),), standby=standby)
+        tool = CommandTool("ls", "l", argv, isolation=isolation, cwd=covered)
+        said.append((await tool.call({}, ToolContext(run_id="r", call_id="c"))).output)
+    assert said == ["cat: key: No such file or directory\n[exit status 0]"] * 2
