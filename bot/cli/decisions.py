@@ -37,6 +37,9 @@ if TYPE_CHECKING:
     from bot.people.policy import Actor, PolicyRules
     from bot.run.runtime import Runtime
 
+# The decisions that let the call they answer run: approvals, and a retry of an uncertain one
+# (DecisionKind's values: the enum is imported where a decision is made).
+_RUNS_THE_CALL = frozenset({"approve", "approve_always", "step_by_step", "retry"})
 # Set by a shell asking click to complete a command line.
 _COMPLETION: Final = "_KESTREL_COMPLETE"
 # Before the command: the top-level options that take a value, and its flags.
@@ -194,8 +197,6 @@ def decide(
 ) -> None:
     """Decide the request as ``user``, resume the run if it can go on, and say where it is now
     and what it waits on next."""
-    from bot.domain import DecisionKind
-
     checked_text(text, _TEXT_OF.get(kind, "the text"))  # before the request is touched
 
     async def work(rt: Runtime) -> str:
@@ -227,8 +228,10 @@ def decide(
         return "\n".join([said, *waiting_lines(obj, actor.user, rt.policy.settings)])
 
     received: list[int] = []
-    # An approval is about to run its command: its isolation helper starts with the runtime.
-    echo(with_runtime(work, settings, standby=kind is not DecisionKind.DENY))
+    # A decision that lets the call it answers run (again): the command's isolation helper
+    # starts with the runtime, on another core while the run is loaded (bot.tools.standby).
+    runs_call = kind in _RUNS_THE_CALL
+    echo(with_runtime(work, settings, standby=runs_call))
     exit_if_signalled(received)
 
 

@@ -53,6 +53,7 @@ class Standby:
     ) -> tuple[asyncio.SubprocessTransport, Capture] | None:
         """The helper, now running ``argv`` with ``env`` in ``cwd`` and keeping ``cap`` bytes of
         its output; None if there is none to take (taken, never started, or gone)."""
+        message = command_message(argv, env, cwd)  # before the take: it may raise
         standing, self._started = self._started, None
         if standing is None:
             return None
@@ -60,7 +61,7 @@ class Standby:
         if capture.exited.done() or not _running(transport.get_pid()):
             transport.close()
             return None
-        give(transport, capture, command_message(argv, env, cwd), cap)
+        give(transport, capture, message, cap)
         return standing
 
     async def close(self) -> None:
