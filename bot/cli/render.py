@@ -132,7 +132,7 @@ def _last_words(state: RunState) -> str:
     """What a run not ended last said: its last reply with text, without its reasoning or the
     calls it wrote as text (which the run shows as calls; the journal keeps them all)."""
     from bot.llm.base import AssistantMessage
-    from bot.llm.text_calls import shown
+    from bot.llm.reply_words import shown
 
     said = state.last_text
     for message in reversed(state.messages):

@@ -34,9 +34,10 @@ from bot.llm.base import (
 )
 from bot.llm.error_body import error_message
 from bot.llm.http_client import http_client
+from bot.llm.reply_words import words
 from bot.llm.retry import MAX_SERVER_WAIT, backoff, out_of_quota, retryable, server_wait
 from bot.llm.streamed import REASONING_FIELDS, NotAStream, assembled, is_stream
-from bot.llm.text_calls import text_calls, words
+from bot.llm.text_calls import text_calls
 from bot.user_agent import USER_AGENT
 
 log = logging.getLogger("kestrel.llm")

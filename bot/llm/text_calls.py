@@ -36,7 +36,7 @@ from typing import Final
 
 import msgspec
 
-from bot.domain import AssistantTurn
+from bot.llm.reply_words import may_hold_markup
 from bot.nesting import loads
 from bot.patterns import on_use
 
@@ -127,9 +127,9 @@ def text_calls(text: str, tools: Collection[str]) -> list[TextCall]:
 def read(text: str, tools: Collection[str]) -> Written:
     """``text``'s calls of ``tools`` (as ``text_calls``) and its words without them: the
     model's reasoning, what it said before its first call and between its calls."""
-    if not tools or not _marked(text):
+    if not tools or not may_hold_markup(text):
         return Written([], text)
-    start = _thought_end(text)
+    start = thought_end(text)
     if _in_final(text, start):
         return Written([], text)
     at, values, between = _markup(text[start:], tools)
@@ -172,46 +172,12 @@ def _markup(after: str, tools: Collection[str]) -> tuple[int, list[object], list
     return (0 if opening.startswith(_PREFIXES) else -1), _bare(opening.rstrip()), []
 
 
-def words(turn: AssistantTurn) -> str:
-    """The turn's text without the calls it wrote as text: what a person reads of it, and what
-    the model is sent back beside those calls (its template writes their markup again, so the
-    markup sent too would show the model each call twice)."""
-    text = turn.text or ""
-    if not turn.calls or not text or not _marked(text):
-        # A reply of calls alone, or of words beside the calls a server parsed (most turns
-        # that call), holds no markup to take out.
-        return text
-    written = read(text, {call.name for call in turn.calls})
-    if [name for name, _ in written.calls] != [call.name for call in turn.calls]:
-        return text  # the server parsed the calls: the text is the model's words
-    return written.words
-
-
-def _marked(text: str) -> bool:
-    """Whether ``text`` holds a character that every call's markup and every reasoning block
-    holds (a tag's ``<``, a list's ``[``, an object's ``{``): words without one hold none."""
-    return "<" in text or "{" in text or "[" in text
-
-
-def shown(turn: AssistantTurn) -> str:
-    """What a person reads of a reply: its words (``words``) after its reasoning, empty if
-    it said nothing but its calls and its reasoning."""
-    return after_reasoning(words(turn))
-
-
-def after_reasoning(text: str) -> str:
-    """What follows the reasoning a server without a reasoning parser leaves in a model's text
-    (read as ``text_calls`` reads it), blanks around it dropped; the whole text without one."""
-    start = _thought_end(text) if "<" in text else 0  # every reasoning marker opens a tag
-    return text[start:].strip() if start else text
-
-
 def before_cut_call(text: str, tools: Collection[str]) -> str | None:
     """The words of a reply cut at the output limit before a call it had begun to write as
     text (a ``<tool_call>`` tag as a template writes it, DeepSeek's markers out of code, a
     reply opening as Mistral's and Llama's calls do, as a bare call of one of ``tools``, or
     as gpt-oss's messages naming a function), reasoning included; None if it had begun none."""
-    start = _thought_end(text)
+    start = thought_end(text)
     if _in_final(text, start):
         return None
     after = text[start:]
@@ -245,7 +211,7 @@ def _opens_call(text: str, tools: Collection[str]) -> bool:
     return brace > 0 and text[:brace].strip() in tools
 
 
-def _thought_end(text: str) -> int:
+def thought_end(text: str) -> int:
     """Where what follows the model's reasoning starts: a reasoning model served without a
     reasoning parser writes its thinking first, which may weigh the very calls it then does
     not make. Its template may open the ``<think>`` block in the prompt, so the reply holds only

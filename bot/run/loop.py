@@ -46,7 +46,7 @@ from bot.journal.entries import (
 from bot.journal.fold import CallState, RunState
 from bot.journal.writer import TakenOver
 from bot.llm.base import AssistantMessage, ModelError, ModelProvider, ToolResultsMessage
-from bot.llm.text_calls import after_reasoning, before_cut_call, shown, words
+from bot.llm.reply_words import after_reasoning, shown, words
 from bot.nesting import loads
 from bot.run.context import RunContext
 from bot.run.execute import CallEnv, HookAbort, execute_tool, post_tool, traced_steps
@@ -653,6 +653,9 @@ def _cut(turn: AssistantTurn, tools: ToolSet) -> Stop:
     """How a reply cut at the model's output limit ends the run: failed, saying whether it was
     writing a call, its words shown without the markup of one or its reasoning (the journal
     keeps it all)."""
+    # A cut reply is rare: the parsers of calls written as text load only for one.
+    from bot.llm.text_calls import before_cut_call
+
     begun = words(turn) if turn.calls else before_cut_call(turn.text or "", tools)
     if begun is not None:
         return Stop(RunStatus.FAILED, StopReason.TRUNCATED, _CUT_CALL, after_reasoning(begun))

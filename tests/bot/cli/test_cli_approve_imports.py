@@ -38,7 +38,8 @@ NOT_IMPORTED_BY_BENCH = ("tempfile", "shutil", "glob", "dataclasses", "jsonschem
 # platform's), the run handles' protocols (types only), cron expressions (no schedule is set),
 # the SQLite reader connection (every read of the command rides the writer's), the outbox's
 # delivering (the store writes only its keys), arguments' provenance (no output precedes
-# the run's first batch, the one approved) and a run page's reader.
+# the run's first batch, the one approved), a run page's reader, and the parsers of calls
+# written as text (the model's answer holds no markup).
 KESTRELS_UNUSED = (
     "bot.chat.inbound",
     "bot.chat.handles",
@@ -47,6 +48,7 @@ KESTRELS_UNUSED = (
     "bot.chat.outbox",
     "bot.run.provenance",
     "bot.chat.run_summary",
+    "bot.llm.text_calls",
 )
 
 

@@ -19,7 +19,8 @@ from bot.journal.fold import RunState
 from bot.journal.log import JournalRecord
 from bot.llm.base import ToolSpec, UserMessage
 from bot.llm.openai_provider import OpenAIProvider
-from bot.llm.text_calls import shown, text_calls
+from bot.llm.reply_words import shown
+from bot.llm.text_calls import text_calls
 from bot.prompter import Prompter
 from bot.run.supervisor import Supervisor
 from bot.tools.base import Tool
