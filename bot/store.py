@@ -1,4 +1,8 @@
-"""The store as small roles, each handed only to the code that uses it; ``Store`` is all of them."""
+"""The store as small roles, each handed only to the code that uses it; ``Store`` is all of them.
+
+Protocols for the type checker: code on a decision's path imports them under ``TYPE_CHECKING``
+(each protocol class costs its creation in every process that imports it).
+"""
 
 from __future__ import annotations
 
@@ -6,71 +10,12 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
-import msgspec
-
 from bot.domain import Decision, Request, RequestStatus, Session
 from bot.journal.entries import Entry
 from bot.journal.log import JournalLog
 from bot.kinds import AuditAction
 from bot.records import OutboxMessage, Replica, RunRecord, WorkItem
-
-
-class Audited(msgspec.Struct, frozen=True):
-    """An audit record written with the change it describes (same run, same request)."""
-
-    actor: str
-    action: AuditAction
-    detail: str = ""
-
-
-class Settled(msgspec.Struct, frozen=True):
-    """What ``decide_and_claim`` did: whether this decision closed the request, and the new
-    epoch when it also took the run's lease (it closed the run's last open request)."""
-
-    won: bool
-    epoch: int | None = None
-
-
-class Counted(msgspec.Struct, frozen=True):
-    """What ``add_approval`` did: how many distinct people approved the request now, and
-    whether this approver was new (False: they had approved it already and counted once)."""
-
-    count: int
-    new: bool
-
-
-class AuditRecord(Protocol):
-    """One audited fact: who did what to which request or run, when."""
-
-    @property
-    def at(self) -> datetime:
-        """When."""
-        ...
-
-    @property
-    def actor(self) -> str:
-        """Who (a user id, ``deadline``, or a process)."""
-        ...
-
-    @property
-    def action(self) -> str:
-        """What: request, approve, deny, answer, expire, remind, resume, cancel, taken_over…"""
-        ...
-
-    @property
-    def run_id(self) -> str:
-        """The run concerned."""
-        ...
-
-    @property
-    def request_id(self) -> str:
-        """The request concerned, if any."""
-        ...
-
-    @property
-    def detail(self) -> str:
-        """The digest of the call, or other detail."""
-        ...
+from bot.store_values import Audited, AuditRecord, Counted, Settled
 
 
 class Admin(Protocol):

@@ -24,7 +24,7 @@ from bot.errors import StoreError, ThreadBusy, UnknownRun
 from bot.journal.entries import Entry
 from bot.journal.log import JournalRecord, JournalTally
 from bot.records import REPLICA_STOPPING, OutboxMessage, Replica, RunRecord, WorkItem
-from bot.store import Audited, AuditRecord, Counted, Settled
+from bot.store_values import Audited, AuditRecord, Counted, Settled
 from storage import sql
 from storage.common import (
     AuditEntry,

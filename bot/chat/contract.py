@@ -25,7 +25,8 @@ from bot.pii.guard import WITHHELD_MESSAGE
 from bot.pii.scantext import ENTITY_TYPES
 from bot.place import Place
 from bot.records import RunRecord
-from bot.store import AuditRecord, Outbox
+from bot.store import Outbox
+from bot.store_values import AuditRecord
 
 __all__ = [
     "ENTITY_TYPES",

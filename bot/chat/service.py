@@ -36,46 +36,48 @@ from bot.people.refusal import Refusal
 from bot.place import Place
 from bot.prompter import Prompter
 from bot.records import RunRecord
-from bot.store import AuditLog, AuditRecord, OnceMarks, Outbox, Requests, RunRows, SessionPlaces
+from bot.store_values import AuditRecord
 from bot.tools.base import ToolFlags
 
 # The read-only commands import this module without starting any run; a command at the
 # terminal takes no chat delivery, and one that decides reads no run's page; the run handles
-# are protocols, for the type checker.
+# and the store's roles are protocols, for the type checker.
 if TYPE_CHECKING:
     from bot.chat.handles import RunHandle, RunResult
     from bot.chat.inbound import Accepted, Delivery, Inbound
     from bot.chat.run_summary import RunSummaries
     from bot.run.supervisor import LiveRun, Supervisor
+    from bot.store import AuditLog, OnceMarks, Outbox, Requests, RunRows, SessionPlaces
     from bot.tools.source import ToolSource
 
+    class ChatStore(
+        RunRows, SessionPlaces, JournalLog, Requests, AuditLog, OnceMarks, Outbox, Protocol
+    ):
+        """The roles the chat service reads and writes: runs and where their sessions live,
+        journals, requests, the audit, interactions marked once, and the outbox (which message
+        shows a request's card)."""
 
-class ChatStore(
-    RunRows, SessionPlaces, JournalLog, Requests, AuditLog, OnceMarks, Outbox, Protocol
-):
-    """The roles the chat service reads and writes: runs and where their sessions live,
-    journals, requests, the audit, interactions marked once, and the outbox (which message
-    shows a request's card)."""
+    class ChatRuntime(Protocol):
+        """What the chat service uses of the runtime the runs share (``Runtime`` is one)."""
 
+        @property
+        def store(self) -> ChatStore:
+            """The roles above."""
 
-class ChatRuntime(Protocol):
-    """What the chat service uses of the runtime the runs share (``Runtime`` is one)."""
+        @property
+        def events(self) -> FanOut:
+            """Where every run's events are told."""
 
-    @property
-    def store(self) -> ChatStore:
-        """The roles above."""
+        @property
+        def policy(self) -> Policy:
+            """Who may do what."""
 
-    @property
-    def events(self) -> FanOut:
-        """Where every run's events are told."""
+        @property
+        def tools(self) -> ToolSource:
+            """The tool set, for the flags the policy weighs."""
 
-    @property
-    def policy(self) -> Policy:
-        """Who may do what."""
-
-    @property
-    def tools(self) -> ToolSource:
-        """The tool set, for the flags the policy weighs."""
+    class ReadStore(RunRows, JournalLog, Requests, AuditLog, Protocol):
+        """The roles a run's page is read through: runs, journals, requests and the audit."""
 
 
 class PendingRequest(msgspec.Struct, frozen=True):
@@ -164,10 +166,6 @@ class Decided(msgspec.Struct, frozen=True):
     accepted: bool
     message: str
     resumed: LiveRun | None = None
-
-
-class ReadStore(RunRows, JournalLog, Requests, AuditLog, Protocol):
-    """The roles a run's page is read through: runs, journals, requests and the audit."""
 
 
 class RunReads:

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from bot.kinds import RequestKind, RequestStatus
     from bot.llm.base import Message
     from bot.records import RunRecord
-    from bot.store import AuditRecord
+    from bot.store_values import AuditRecord
 
 
 # A closed request from the store: the request, its status, the decision that closed it, if

@@ -23,51 +23,51 @@ from bot.people.policy import Actor, Policy
 from bot.people.refusal import Refusal
 from bot.place import Place
 from bot.prompter import DeferringPrompter, Prompter
-from bot.store import Audited, AuditLog, Counted, Requests, RunRows, Settled
+from bot.store_values import Audited, Counted, Settled
 
 if TYPE_CHECKING:
-    # A type only: people/ asks nothing of the tools room but the flags the tool set gives.
+    # Types only: people/ asks nothing of the tools room but the flags the tool set gives,
+    # and the store's roles and the runtime's share are protocols, for the type checker.
+    from bot.store import AuditLog, Requests, RunRows
     from bot.tools.source import ToolSource
 
+    class DecisionsStore(Requests, AuditLog, RunRows, Protocol):
+        """The roles decisions use: requests and their decisions, the audit, where a run lives."""
 
-class DecisionsStore(Requests, AuditLog, RunRows, Protocol):
-    """The roles decisions use: requests and their decisions, the audit, and where a run lives."""
+    class Shared(Protocol):
+        """What decisions use of the runtime the runs share (``bot.run.runtime.Runtime`` is one)."""
 
+        @property
+        def store(self) -> DecisionsStore:
+            """Where requests, decisions and the audit are kept."""
 
-class Shared(Protocol):
-    """What decisions use of the runtime the runs share (``bot.run.runtime.Runtime`` is one)."""
+        @property
+        def tools(self) -> ToolSource:
+            """The tool set, for the flags the policy weighs."""
 
-    @property
-    def store(self) -> DecisionsStore:
-        """Where requests, decisions and the audit are kept."""
+        @property
+        def events(self) -> FanOut:
+            """Where advisories and expiries are told."""
 
-    @property
-    def tools(self) -> ToolSource:
-        """The tool set, for the flags the policy weighs."""
+        @property
+        def policy(self) -> Policy:
+            """Who may decide what."""
 
-    @property
-    def events(self) -> FanOut:
-        """Where advisories and expiries are told."""
+        @property
+        def redact(self) -> Redact:
+            """The PII guard as a function of text, for what the audit keeps."""
 
-    @property
-    def policy(self) -> Policy:
-        """Who may decide what."""
+        @property
+        def clock(self) -> Callable[[], datetime]:
+            """The one clock: whether a request's deadline has passed."""
 
-    @property
-    def redact(self) -> Redact:
-        """The PII guard as a function of text, for what the audit keeps."""
+        @property
+        def owner(self) -> str:
+            """This process as a lease owner, for a lease taken with a decision."""
 
-    @property
-    def clock(self) -> Callable[[], datetime]:
-        """The one clock: whether a request's deadline has passed."""
-
-    @property
-    def owner(self) -> str:
-        """This process as a lease owner, for a lease taken with a decision."""
-
-    @property
-    def lease_seconds(self) -> float:
-        """How long a lease taken with a decision lasts."""
+        @property
+        def lease_seconds(self) -> float:
+            """How long a lease taken with a decision lasts."""
 
 
 # How many answers closed here wait for their resume at most (one each, read at once).

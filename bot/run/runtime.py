@@ -7,6 +7,7 @@ import socket
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 from msgspec.structs import replace
@@ -20,8 +21,10 @@ from bot.kinds import Provenance
 from bot.llm.base import ModelProvider
 from bot.people.audit import Redact, unchanged
 from bot.people.policy import Policy, PolicyRules
-from bot.store import Store
 from bot.tools.source import ToolSource
+
+if TYPE_CHECKING:
+    from bot.store import Store
 
 
 def default_owner() -> str:

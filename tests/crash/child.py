@@ -39,7 +39,7 @@ from bot.prompter import DeferringPrompter
 from bot.records import RunRecord
 from bot.run.runtime import Runtime
 from bot.run.supervisor import LiveRun, Supervisor
-from bot.store import Audited, Settled
+from bot.store_values import Audited, Settled
 from bot.tools.ask_human import ask_human_tools
 from bot.tools.base import Tool
 from bot.tools.catalog import load_catalog

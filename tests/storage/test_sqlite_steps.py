@@ -14,7 +14,7 @@ import pytest
 from bot.domain import Decision, DecisionKind, RequestStatus, Session
 from bot.kinds import AuditAction
 from bot.records import RunRecord
-from bot.store import Audited
+from bot.store_values import Audited
 from bot.wire import to_json
 from storage import sql
 from storage.sql import SQLITE

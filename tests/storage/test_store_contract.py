@@ -55,7 +55,8 @@ from bot.journal.fold import fold
 from bot.journal.writer import RunJournal
 from bot.kinds import AuditAction
 from bot.records import REPLICA_STOPPING, RunRecord, WorkItem
-from bot.store import Audited, Counted, Settled, Store
+from bot.store import Store
+from bot.store_values import Audited, Counted, Settled
 from storage.sqlite import SqliteStore
 from storage.sqlite_schema import CREATE_VERSION_TABLE, SCHEMA_VERSION, migration_script
 from tests.storage.conftest import Backend, FakeClock

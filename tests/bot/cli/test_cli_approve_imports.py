@@ -38,8 +38,9 @@ NOT_IMPORTED_BY_BENCH = ("tempfile", "shutil", "glob", "dataclasses", "jsonschem
 # platform's), the run handles' protocols (types only), cron expressions (no schedule is set),
 # the SQLite reader connection (every read of the command rides the writer's), the outbox's
 # delivering (the store writes only its keys), arguments' provenance (no output precedes
-# the run's first batch, the one approved), a run page's reader, and the parsers of calls
-# written as text (the model's answer holds no markup).
+# the run's first batch, the one approved), a run page's reader, the parsers of calls
+# written as text (the model's answer holds no markup), and the store's roles (protocols,
+# for the type checker).
 KESTRELS_UNUSED = (
     "bot.chat.inbound",
     "bot.chat.handles",
@@ -49,6 +50,7 @@ KESTRELS_UNUSED = (
     "bot.run.provenance",
     "bot.chat.run_summary",
     "bot.llm.text_calls",
+    "bot.store",
 )
 
 
