@@ -217,7 +217,7 @@ def runs_cancel(run_id: str, user: str | None) -> None:
 
 # An open request as ``runs pending`` shows it: the request, who may answer it (principals,
 # and in words), and why.
-Pending = tuple[render.ShownRequest, list[str], str, str]
+Pending = tuple["render.ShownRequest", list[str], str, str]
 
 
 @runs.command("pending")

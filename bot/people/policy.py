@@ -16,10 +16,52 @@ from bot.people.refusal import Refusal
 from bot.place import Place
 from bot.plain import nearest, run_field_checks
 
-# Types only: ``kestrel runs pending`` decides who may answer without importing the models.
+# Types only: ``kestrel runs pending`` decides who may answer without importing the models;
+# what the policy reads of a request and asks of a platform are protocols, for the type checker.
 if TYPE_CHECKING:
     from bot.domain import Request
     from bot.tools.base import ToolFlags
+
+    class AskedStep(Protocol):
+        """What the policy reads of one step of a plan."""
+
+        @property
+        def tool(self) -> str: ...
+        @property
+        def gated(self) -> bool: ...
+
+    class Asked(Protocol):
+        """What the policy reads of a request to say who may answer it."""
+
+        @property
+        def kind(self) -> RequestKind: ...
+        @property
+        def tool(self) -> str: ...
+        @property
+        def requested_by(self) -> str: ...
+        @property
+        def approvals_needed(self) -> int: ...
+        @property
+        def steps(self) -> Sequence[AskedStep]: ...
+
+    class Directory(Protocol):
+        """What a platform tells about people, asked only when a check needs it; an error or a
+        time-out is a no for that check alone (never cached)."""
+
+        async def in_group(self, user: str, group: str) -> bool:
+            """Whether ``user`` belongs to the group (a Slack user group, a Discord role)."""
+            ...
+
+        async def sees(self, user: str, place: Place) -> bool:
+            """Whether ``user`` can see the channel of ``place``."""
+            ...
+
+        def untold(self) -> str:
+            """What the platform did not say when asked for this action (an error, a time-out),
+            which counted as no, in words ("Slack did not say who is in group:S0SRE"); "" when
+            it said everything asked."""
+            ...
+
 
 EVERYONE = "*"
 # How a refusal of the requester's approval of their own run begins (the two-person rule).
@@ -132,51 +174,8 @@ class PolicyRules(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
         run_field_checks(self)
 
 
-class AskedStep(Protocol):
-    """What the policy reads of one step of a plan."""
-
-    @property
-    def tool(self) -> str: ...
-    @property
-    def gated(self) -> bool: ...
-
-
-class Asked(Protocol):
-    """What the policy reads of a request to say who may answer it."""
-
-    @property
-    def kind(self) -> RequestKind: ...
-    @property
-    def tool(self) -> str: ...
-    @property
-    def requested_by(self) -> str: ...
-    @property
-    def approvals_needed(self) -> int: ...
-    @property
-    def steps(self) -> Sequence[AskedStep]: ...
-
-
 class NotPermitted(Exception):
     """The policy refuses an action; the message names who may take it."""
-
-
-class Directory(Protocol):
-    """What a platform tells about people, asked only when a check needs it; an error or a
-    time-out is a no for that check alone (never cached)."""
-
-    async def in_group(self, user: str, group: str) -> bool:
-        """Whether ``user`` belongs to the group (a Slack user group, a Discord role)."""
-        ...
-
-    async def sees(self, user: str, place: Place) -> bool:
-        """Whether ``user`` can see the channel of ``place``."""
-        ...
-
-    def untold(self) -> str:
-        """What the platform did not say when asked for this action (an error, a time-out),
-        which counted as no, in words ("Slack did not say who is in group:S0SRE"); "" when
-        it said everything asked."""
-        ...
 
 
 class Actor(msgspec.Struct, frozen=True):

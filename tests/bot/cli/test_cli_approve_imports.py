@@ -12,12 +12,14 @@ from bench.cold import PROMPT
 from bench.commits import EXIT_SUSPENDED, workspace
 from tests.bot.cli.test_cli import kestrel
 
-# The real command, which then writes the modules it imported to the file named by $MODULES.
-# And whether the collector runs again once start-up is done (bot.collector).
+# The real command, which then writes the modules it imported to the file named by $MODULES,
+# and the protocol classes it created. And whether the collector runs again once start-up is
+# done (bot.collector).
 WATCHED = """
-import atexit, gc, json, os, sys
+import atexit, gc, json, os, sys, typing
 def record():
-    found = {"modules": sorted(sys.modules), "collecting": gc.isenabled()}
+    protocols = [f"{c.__module__}.{c.__qualname__}" for c in typing.Protocol.__subclasses__()]
+    found = {"modules": sorted(sys.modules), "protocols": protocols, "collecting": gc.isenabled()}
     open(os.environ["MODULES"], "w").write(json.dumps(found))
 atexit.register(record)
 from bot.cli.main import main
@@ -51,6 +53,23 @@ KESTRELS_UNUSED = (
     "bot.chat.run_summary",
     "bot.llm.text_calls",
     "bot.store",
+)
+
+# Protocols that only annotate, for the type checker: each class costs 0.16 M instructions to
+# create (the store's roles are a module, above).
+TYPE_CHECKERS_ONLY = (
+    "bot.people.policy.Asked",
+    "bot.people.policy.AskedStep",
+    "bot.people.policy.Directory",
+    "bot.cli.render.ShownStep",
+    "bot.cli.render.ShownRequest",
+    "bot.tools.base.ChecksArguments",
+    "bot.tools.base.RunsSomething",
+    "bot.chat.service.ChatStore",
+    "bot.chat.service.ChatRuntime",
+    "bot.chat.service.ReadStore",
+    "bot.people.decisions.DecisionsStore",
+    "bot.people.decisions.Shared",
 )
 
 
@@ -95,3 +114,13 @@ def test_runs_approve_of_the_cold_bench_leaves_kestrels_unused_parts(tmp_path: P
     cache = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
     found = approved_imports(tmp_path, PROMPT, "--as", "bob", approver="alice", env=cache)
     assert [name for name in KESTRELS_UNUSED if name in found["modules"]] == []
+
+
+def test_runs_approve_of_the_cold_bench_creates_no_protocol_that_only_annotates(
+    tmp_path: Path,
+) -> None:
+    workspace(tmp_path)
+    cache = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+    found = approved_imports(tmp_path, PROMPT, "--as", "bob", approver="alice", env=cache)
+    assert "bot.llm.base.ModelProvider" in found["protocols"]  # the record sees protocols
+    assert [name for name in TYPE_CHECKERS_ONLY if name in found["protocols"]] == []
