@@ -22,8 +22,9 @@ mix of known and unknown names, or markup shown rather than written (words after
 it on its line, on a Markdown quote's line, or in a code span or block, fenced JSON included)
 leaves the whole text an answer, as it was before.
 
-Read so, a reply's words are what a person reads of it: without the calls it wrote (shown as
-the calls they are) and without its reasoning; the journal keeps the text as it was sent.
+Read so, a reply's words (``bot.llm.reply_words``) are what a person reads of it: without the
+calls it wrote (shown as the calls they are) and without its reasoning; the journal keeps the
+text as it was sent.
 """
 
 from __future__ import annotations
