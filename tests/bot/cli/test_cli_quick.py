@@ -266,7 +266,7 @@ def test_a_setting_variable_goes_the_full_way(
 
 
 def test_a_run_row_has_the_columns_the_store_selects() -> None:
-    assert RunRow._fields == tuple(c.strip() for c in RUN_COLUMNS.split(","))
+    assert RunRow.__struct_fields__ == tuple(c.strip() for c in RUN_COLUMNS.split(","))
 
 
 @pytest.mark.parametrize("request_", requests_of_every_kind("run_1"), ids=lambda r: r.kind.value)
