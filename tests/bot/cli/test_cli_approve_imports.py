@@ -34,8 +34,17 @@ NOT_IMPORTED = ("aiosqlite", "getpass", "difflib", "pydantic", "yaml", "click")
 # With bench.cold's catalog (one command whose arguments need no JSON Schema library), not
 # these either: tempfile and shutil (a command that writes nothing into its HOME), glob (a
 # catalog named plainly), dataclasses (generated methods, 0.8 ms a class) and jsonschema; nor
-# hashlib (its OpenSSL look-ups, 6 M instructions: bot.digest takes SHA-256 without it).
-NOT_IMPORTED_BY_BENCH = ("tempfile", "shutil", "glob", "dataclasses", "jsonschema", "hashlib")
+# hashlib (its OpenSSL look-ups, 6 M instructions: bot.digest takes SHA-256 without it), nor
+# copy (its failed search for Jython's module: a tool's schema is copied as JSON).
+NOT_IMPORTED_BY_BENCH = (
+    "tempfile",
+    "shutil",
+    "glob",
+    "dataclasses",
+    "jsonschema",
+    "hashlib",
+    "copy",
+)
 # Kestrel's own parts that deciding at the terminal never calls into: chat deliveries (a
 # platform's), the run handles' protocols (types only), cron expressions (no schedule is set),
 # the SQLite reader connection (every read of the command rides the writer's), the outbox's

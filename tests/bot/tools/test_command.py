@@ -68,6 +68,22 @@ async def test_non_scalar_argument_is_an_error() -> None:
     assert result.is_error
 
 
+def test_the_tool_keeps_its_own_copy_of_its_parameters() -> None:
+    given = {
+        "type": "object",
+        "properties": {"unit": {"type": "string", "enum": ["a", "b"]}, "n": {"type": "integer"}},
+        "required": ["unit"],
+        "examples": [({"unit": "a"},)],
+    }
+    tool = CommandTool("t", "d", ["/bin/echo", "{unit}"], parameters=given)
+    given["properties"]["unit"]["enum"].append("c")  # type: ignore[index]
+    given["required"].append("n")  # type: ignore[attr-defined]
+    given["examples"][0][0]["unit"] = "b"  # type: ignore[index]
+    assert tool.parameters["properties"]["unit"]["enum"] == ["a", "b"]
+    assert tool.parameters["required"] == ["unit"]
+    assert tool.parameters["examples"] == [({"unit": "a"},)]
+
+
 def test_embedded_placeholder_is_refused() -> None:
     with pytest.raises(ValueError, match="whole argv element"):
         argv_tool("--unit={unit}")
