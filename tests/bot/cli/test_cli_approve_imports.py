@@ -79,6 +79,7 @@ TYPE_CHECKERS_ONLY = (
     "bot.chat.service.ReadStore",
     "bot.people.decisions.DecisionsStore",
     "bot.people.decisions.Shared",
+    "bot.digest.Hash",
 )
 
 
