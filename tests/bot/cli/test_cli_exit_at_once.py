@@ -78,5 +78,7 @@ def test_runs_approve_ends_so_having_said_where_the_run_is(tmp_path: Path) -> No
     approved = kestrel(tmp_path, *approve, env=env, script=APPROVE)
     assert approved.returncode == 0, approved.stderr
     assert approved.stdout.endswith(f"run {ids[0]} is now completed: Checkout restarted.\n")
+    # The store was closed before the exit: its last connection checkpointed the WAL away.
+    assert [p.name for p in tmp_path.glob("kestrel.db-*")] == []
     shown = kestrel(tmp_path, "runs", "show", ids[0], "--json", env=env)
     assert json.loads(shown.stdout)["status"] == "completed", shown.stderr
