@@ -83,7 +83,8 @@ def exit_at_once(status: int) -> NoReturn:
     """Exit with ``status`` once the command is done, skipping the interpreter's teardown (every
     module and object freed one by one: 10 M instructions of a ``runs approve``, for nothing
     the store, the logs or the terminal keep). The exit functions run and the output is
-    flushed first, as at any exit; while another thread runs, an ordinary exit waits for it."""
+    flushed first, as at any exit. While another thread runs, the exit is an ordinary one, which
+    waits for a thread that is not a daemon."""
     import atexit
     import contextlib
     import os
