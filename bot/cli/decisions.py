@@ -37,9 +37,6 @@ if TYPE_CHECKING:
     from bot.people.policy import Actor, PolicyRules
     from bot.run.runtime import Runtime
 
-# The decisions that let the call they answer run: approvals, and a retry of an uncertain one
-# (DecisionKind's values: the enum is imported where a decision is made).
-_RUNS_THE_CALL = frozenset({"approve", "approve_always", "step_by_step", "retry"})
 # Set by a shell asking click to complete a command line.
 _COMPLETION: Final = "_KESTREL_COMPLETE"
 # Before the command: the top-level options that take a value, and its flags.
@@ -197,6 +194,8 @@ def decide(
 ) -> None:
     """Decide the request as ``user``, resume the run if it can go on, and say where it is now
     and what it waits on next."""
+    from bot.kinds import DecisionKind
+
     checked_text(text, _TEXT_OF.get(kind, "the text"))  # before the request is touched
 
     async def work(rt: Runtime) -> str:
@@ -228,9 +227,15 @@ def decide(
         return "\n".join([said, *waiting_lines(obj, actor.user, rt.policy.settings)])
 
     received: list[int] = []
-    # A decision that lets the call it answers run (again): the command's isolation helper
-    # starts with the runtime, on another core while the run is loaded (bot.tools.standby).
-    runs_call = kind in _RUNS_THE_CALL
+    # A decision that lets the call it answers run (an approval, a retry of an uncertain one):
+    # the command's isolation helper starts with the runtime, on another core while the run is
+    # loaded (bot.tools.standby).
+    runs_call = kind in (
+        DecisionKind.APPROVE,
+        DecisionKind.APPROVE_ALWAYS,
+        DecisionKind.STEP_BY_STEP,
+        DecisionKind.RETRY,
+    )
     echo(with_runtime(work, settings, standby=runs_call))
     exit_if_signalled(received)
 

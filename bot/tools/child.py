@@ -6,7 +6,9 @@ import asyncio
 import contextlib
 import os
 import signal
-from collections.abc import Coroutine
+import subprocess
+from collections.abc import Coroutine, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from bot.tools.base import cut, cut_marker
@@ -97,3 +99,27 @@ async def started(
 async def within(future: asyncio.Future[None], seconds: float | None = None) -> None:
     """Wait up to ``seconds`` (None: no limit) for the future, never cancelling it."""
     await asyncio.wait({future}, timeout=seconds)
+
+
+async def spawn(
+    argv: Sequence[str],
+    cap: int,
+    *,
+    env: Mapping[str, str],
+    cwd: str | Path | None = None,
+    stdin: int = subprocess.DEVNULL,
+) -> tuple[asyncio.SubprocessTransport, Capture]:
+    """``argv`` started in a session and group of its own, its output (stdout and stderr
+    together) captured up to ``cap`` bytes; OSError if it cannot start."""
+    loop = asyncio.get_running_loop()
+    spawning = loop.subprocess_exec(
+        lambda: Capture(cap),
+        *argv,
+        start_new_session=True,
+        stdin=stdin,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=env,
+        cwd=cwd,
+    )
+    return await started(spawning)

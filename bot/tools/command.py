@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
-import subprocess
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,7 +39,7 @@ from bot.tools.base import (
     ToolResult,
     check_tool_name,
 )
-from bot.tools.child import PIPE_GRACE, Capture, kill_group, started, within
+from bot.tools.child import PIPE_GRACE, Capture, kill_group, spawn, within
 from bot.tools.isolation import Isolation, command_message, program_problem, ran_nothing
 from bot.tools.standby import give, spawn_helper
 from bot.tools.verdicts import SOUND_PARAMETERS, VALID_ARGUMENTS, found_clean, keep_clean
@@ -636,18 +635,7 @@ class CommandTool:
         self, argv: list[str], env: dict[str, str], cwd: str | Path
     ) -> tuple[asyncio.SubprocessTransport, Capture]:
         """The command started as it is (a catalog loaded without an isolation)."""
-        loop = asyncio.get_running_loop()
-        spawning = loop.subprocess_exec(
-            lambda: Capture(self._max_output),
-            *argv,
-            start_new_session=True,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            env=env,
-            cwd=cwd,
-        )
-        return await started(spawning)
+        return await spawn(argv, self._max_output, env=env, cwd=cwd)
 
     def _result(self, program: str, status: int, capture: Capture) -> ToolResult:
         """What the command printed and how it ended; an error if the helper ran nothing (a

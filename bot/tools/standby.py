@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from bot.tools.base import DEFAULT_MAX_OUTPUT
-from bot.tools.child import PIPE_GRACE, Capture, kill_group, started, within
+from bot.tools.child import PIPE_GRACE, Capture, kill_group, spawn, within
 from bot.tools.isolation import Isolation, command_message
 
 # The helper's own environment: the command's is sent with the command.
@@ -76,18 +76,11 @@ class Standby:
 
 
 async def spawn_helper(isolation: Isolation) -> tuple[asyncio.SubprocessTransport, Capture]:
-    """A helper for ``isolation``, waiting for its command on stdin; OSError if none starts."""
-    loop = asyncio.get_running_loop()
-    spawning = loop.subprocess_exec(
-        lambda: Capture(DEFAULT_MAX_OUTPUT),  # its own words, if it fails before its command
-        *isolation.wrap([]),
-        start_new_session=True,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        env=_HELPER_ENV,
+    """A helper for ``isolation``, waiting for its command on stdin; OSError if none starts.
+    Its output is kept up to the default cap, its own words if it fails before its command."""
+    return await spawn(
+        isolation.wrap([]), DEFAULT_MAX_OUTPUT, env=_HELPER_ENV, stdin=subprocess.PIPE
     )
-    return await started(spawning)
 
 
 def give(
