@@ -319,9 +319,10 @@ async def test_hostile_a_card_never_shown_and_decided_at_the_terminal_is_not_sai
         api.fail("chat.postMessage", error="fatal_error", status=200, times=None)
         async with slack_world(tmp_path, restart_script(), api=api) as world:
             await world.mention("checkout is failing")
+            # The run suspends in its own task: the clock moves only once the card is owed.
+            [(request, _, _)] = await until(world.rt.store.list_requests)
             for _ in range(4):
                 await world.later(300)
-            [(request, _, _)] = await world.rt.store.list_requests()
             decided = await world.chat.decide(
                 request.run_id, request.id, DecisionKind.APPROVE, user=Actor(APPROVER)
             )
