@@ -47,7 +47,6 @@ _SECRET_LABELS = (
 _VALUE_OPENERS = frozenset("=:\"' \t")
 _HIGH_NIBBLES = "234567"  # hex of printable ASCII: every other digit is one of these
 _CONTROL = on_use(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufffd]")
-_MAX_DEPTH = 2  # base64 inside base64 is still found; deeper nesting is not worth a scan
 _B64_CONTINUATION = on_use(
     r"(?:\r?\n|\\ )[ \t]*([A-Za-z0-9+/]++=*)(?=[ \t]*(?:\r?\n|\\ |[\"',]|\Z))"
 )

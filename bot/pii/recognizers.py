@@ -19,67 +19,29 @@ behind percent-escaped separators (a URL inside another's query), in a view of t
 Each recognizer declares what every text it finds a hit in holds (``Needs``: one of a few
 characters, or a word); a short text that holds neither is not given to it, so a chat prompt
 of plain words runs none of them, and a fresh process compiles and runs none of their code.
+Each is named by its module and function: the modules that hold the finders (byte code a start
+would read and run, some 12 M instructions of ``kestrel runs approve``) are imported when a
+scan first calls one of their finders, and a text of plain words imports none.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
-from bot.patterns import on_use
-from bot.pii.credentials import (
-    PREFIX_STARTS,
-    find_a_keys,
-    find_discord,
-    find_github,
-    find_gitlab,
-    find_jwt,
-    find_k_keys,
-    find_private_keys,
-    find_service_tokens,
-    find_slack,
-    find_vendor_keys,
-    find_webhooks,
-)
-from bot.pii.emails import find_emails, find_loose_emails
-from bot.pii.encoded import _MAX_DEPTH, find_encoded
-from bot.pii.labelled import (
-    find_authorization,
-    find_aws_secret,
-    find_bearer_and_basic,
-    find_cli_passwords,
-    find_env_secrets,
-    find_keyed_secrets,
-    find_keyvalue_passwords,
-    find_markup_secrets,
-    find_named_values,
-    find_secure_strings,
-    find_url_passwords,
-    find_user_flag_passwords,
-    find_vault_data,
-    find_worded_passwords,
-)
-from bot.pii.manifests import find_secret_data
-from bot.pii.numbers import (
-    find_card_runs,
-    find_ibans,
-    find_intl_phones,
-    find_ipv6,
-    find_paren_phones,
-    find_separated_numbers,
-)
+from bot.patterns import on_use_written
 from bot.pii.scantext import (
     CAPITALS,
     DIGITS,
     ENTITY_TYPES,
     MIN_ENCODED,
+    Finder,
     PiiHit,
     Recognizer,
     ScanText,
+    load_finder,
     needs,
 )
-from bot.pii.shapes import find_printed_secrets, find_shaped_secrets
-from bot.pii.web import find_cookies, find_query_secrets
 
 # Each with what every text it finds a hit in holds (``Needs``): the literals its patterns or
 # its gates require, read off them; test_needs.py holds each over the tests' samples.
@@ -87,32 +49,36 @@ _ALNUM_KEY = needs("-_./" + CAPITALS)  # a vendor key's prefix, or a capital it 
 
 RECOGNIZERS: tuple[Recognizer, ...] = (
     # PEM's "-----BEGIN", PuTTY's "Private-Lines:"
-    Recognizer(frozenset({"PRIVATE_KEY"}), find_private_keys, needs("-")),
+    Recognizer(frozenset({"PRIVATE_KEY"}), "credentials.find_private_keys", needs("-")),
     # after a label, "=", ":" or "=>"
-    Recognizer(frozenset({"AWS_SECRET_KEY"}), find_aws_secret, needs(":=")),
+    Recognizer(frozenset({"AWS_SECRET_KEY"}), "labelled.find_aws_secret", needs(":=")),
     # AKIA..., AIza...
     Recognizer(
         frozenset({"AWS_ACCESS_KEY", "AWS_SECRET_KEY", "GOOGLE_API_KEY"}),
-        find_a_keys,
+        "credentials.find_a_keys",
         needs("A"),
         True,
     ),
     # gh?_, github_pat_
-    Recognizer(frozenset({"GITHUB_TOKEN"}), find_github, needs("_"), True),
+    Recognizer(frozenset({"GITHUB_TOKEN"}), "credentials.find_github", needs("_"), True),
     # glpat-..., GR1348941...
-    Recognizer(frozenset({"GITLAB_TOKEN"}), find_gitlab, needs("-G"), True),
+    Recognizer(frozenset({"GITLAB_TOKEN"}), "credentials.find_gitlab", needs("-G"), True),
     # xoxb-..., xapp-...
-    Recognizer(frozenset({"SLACK_TOKEN"}), find_slack, needs("-"), True),
+    Recognizer(frozenset({"SLACK_TOKEN"}), "credentials.find_slack", needs("-"), True),
     # found from the "." before the timestamp
-    Recognizer(frozenset({"DISCORD_TOKEN"}), find_discord, needs(".")),
+    Recognizer(frozenset({"DISCORD_TOKEN"}), "credentials.find_discord", needs(".")),
     # a URL's path
-    Recognizer(frozenset({"SLACK_TOKEN", "DISCORD_TOKEN"}), find_webhooks, needs("/")),
+    Recognizer(
+        frozenset({"SLACK_TOKEN", "DISCORD_TOKEN"}), "credentials.find_webhooks", needs("/")
+    ),
     # sk-..., sk_live_..., rk_test_...
-    Recognizer(frozenset({"STRIPE_KEY", "OPENAI_API_KEY"}), find_k_keys, needs("-_"), True),
+    Recognizer(
+        frozenset({"STRIPE_KEY", "OPENAI_API_KEY"}), "credentials.find_k_keys", needs("-_"), True
+    ),
     # npm_, pypi-, SG., hf_
     Recognizer(
         frozenset({"NPM_TOKEN", "PYPI_TOKEN", "SENDGRID_API_KEY", "HUGGINGFACE_TOKEN"}),
-        find_service_tokens,
+        "credentials.find_service_tokens",
         needs("_-."),
         True,
     ),
@@ -122,92 +88,126 @@ RECOGNIZERS: tuple[Recognizer, ...] = (
             {"TWILIO_KEY", "MAILGUN_API_KEY", "SHOPIFY_TOKEN", "DIGITALOCEAN_TOKEN"}
             | {"GOOGLE_OAUTH_TOKEN", "STRIPE_KEY", "AWS_SESSION_TOKEN"}
         ),
-        find_vendor_keys,
+        "credentials.find_vendor_keys",
         _ALNUM_KEY,
         True,
     ),
     # eyJ
-    Recognizer(frozenset({"JWT"}), find_jwt, needs("J"), True),
+    Recognizer(frozenset({"JWT"}), "credentials.find_jwt", needs("J"), True),
     # Bearer TOKEN, Basic CREDENTIALS
     Recognizer(
         frozenset({"BEARER_TOKEN", "BASIC_AUTH"}),
-        find_bearer_and_basic,
+        "labelled.find_bearer_and_basic",
         needs("", "bearer", "basic"),
     ),
     # -u USER:PASSWORD
-    Recognizer(frozenset({"BASIC_AUTH"}), find_user_flag_passwords, needs("-")),
+    Recognizer(frozenset({"BASIC_AUTH"}), "labelled.find_user_flag_passwords", needs("-")),
     # Authorization: or =
-    Recognizer(frozenset({"GENERIC_SECRET"}), find_authorization, needs(":=")),
+    Recognizer(frozenset({"GENERIC_SECRET"}), "labelled.find_authorization", needs(":=")),
     # SECRET, TOKEN, PASSPHRASE, CREDENTIAL, KEY, PW: in capitals
-    Recognizer(frozenset({"GENERIC_SECRET"}), find_env_secrets, needs("STPCK")),
+    Recognizer(frozenset({"GENERIC_SECRET"}), "labelled.find_env_secrets", needs("STPCK")),
     # name: ... value:
-    Recognizer(frozenset({"GENERIC_SECRET"}), find_named_values, needs(":")),
+    Recognizer(frozenset({"GENERIC_SECRET"}), "labelled.find_named_values", needs(":")),
     # a value that looks generated holds a digit
-    Recognizer(frozenset({"GENERIC_SECRET"}), find_keyed_secrets, needs(DIGITS)),
+    Recognizer(frozenset({"GENERIC_SECRET"}), "labelled.find_keyed_secrets", needs(DIGITS)),
     # --from-literal, or a Secret
-    Recognizer(frozenset({"GENERIC_SECRET"}), find_secret_data, needs("-S")),
+    Recognizer(frozenset({"GENERIC_SECRET"}), "manifests.find_secret_data", needs("-S")),
     # JSON's and YAML's keys; a table's key1, key2
-    Recognizer(frozenset({"GENERIC_SECRET"}), find_secure_strings, needs(":" + DIGITS)),
+    Recognizer(frozenset({"GENERIC_SECRET"}), "labelled.find_secure_strings", needs(":" + DIGITS)),
     # the table's "---  -----"
-    Recognizer(frozenset({"GENERIC_SECRET"}), find_vault_data, needs("-")),
+    Recognizer(frozenset({"GENERIC_SECRET"}), "labelled.find_vault_data", needs("-")),
     # <element>, key="...", define(
-    Recognizer(frozenset({"GENERIC_SECRET"}), find_markup_secrets, needs("<=(")),
+    Recognizer(frozenset({"GENERIC_SECRET"}), "labelled.find_markup_secrets", needs("<=(")),
     # a query
-    Recognizer(frozenset({"GENERIC_SECRET"}), find_query_secrets, needs("?")),
+    Recognizer(frozenset({"GENERIC_SECRET"}), "web.find_query_secrets", needs("?")),
     # Cookie: or Set-Cookie:
-    Recognizer(frozenset({"GENERIC_SECRET"}), find_cookies, needs(":")),
+    Recognizer(frozenset({"GENERIC_SECRET"}), "web.find_cookies", needs(":")),
     # user:password@host
     Recognizer(
-        frozenset({"CONNECTION_STRING_PASSWORD", "GENERIC_SECRET"}), find_url_passwords, needs("@")
+        frozenset({"CONNECTION_STRING_PASSWORD", "GENERIC_SECRET"}),
+        "labelled.find_url_passwords",
+        needs("@"),
     ),
     # password=, "password": , password:
-    Recognizer(frozenset({"CONNECTION_STRING_PASSWORD"}), find_keyvalue_passwords, needs(":=")),
+    Recognizer(
+        frozenset({"CONNECTION_STRING_PASSWORD"}), "labelled.find_keyvalue_passwords", needs(":=")
+    ),
     # -p, -a, -P, -w, -U, --user; FreeRDP's /p:
-    Recognizer(frozenset({"CONNECTION_STRING_PASSWORD"}), find_cli_passwords, needs("-/")),
+    Recognizer(
+        frozenset({"CONNECTION_STRING_PASSWORD"}), "labelled.find_cli_passwords", needs("-/")
+    ),
     # --password x, requirepass x, PASSWORD 'x', IDENTIFIED BY 'x', .netrc's password x
     Recognizer(
         frozenset({"CONNECTION_STRING_PASSWORD"}),
-        find_worded_passwords,
+        "labelled.find_worded_passwords",
         needs("", "pass", "identified"),
     ),
     # .pgpass's and chpasswd's ":", a hash's "$" or "{", ENV, htpasswd -b, add_user, "@"
     Recognizer(
         frozenset({"CONNECTION_STRING_PASSWORD", "GENERIC_SECRET"}),
-        find_shaped_secrets,
+        "shapes.find_shaped_secrets",
         needs(":${-_@E"),
     ),
     # the printed line under the command's
-    Recognizer(frozenset({"GENERIC_SECRET"}), find_printed_secrets, needs("\n")),
+    Recognizer(frozenset({"GENERIC_SECRET"}), "shapes.find_printed_secrets", needs("\n")),
     Recognizer(
         frozenset({"CREDIT_CARD", "US_SSN", "PHONE_NUMBER", "IP_ADDRESS"}),
-        find_separated_numbers,
+        "numbers.find_separated_numbers",
         needs(DIGITS),
     ),
-    Recognizer(frozenset({"CREDIT_CARD"}), find_card_runs, needs(DIGITS)),
-    Recognizer(frozenset({"IBAN_CODE"}), find_ibans, needs(DIGITS)),
-    Recognizer(frozenset({"EMAIL_ADDRESS"}), find_emails, needs("@")),
+    Recognizer(frozenset({"CREDIT_CARD"}), "numbers.find_card_runs", needs(DIGITS)),
+    Recognizer(frozenset({"IBAN_CODE"}), "numbers.find_ibans", needs(DIGITS)),
+    Recognizer(frozenset({"EMAIL_ADDRESS"}), "emails.find_emails", needs("@")),
     # "at" before a bracket or a written "dot"; %40, &#64;, \u0040
-    Recognizer(frozenset({"EMAIL_ADDRESS"}), find_loose_emails, needs("[](){}<>%&\\", "dot")),
-    Recognizer(frozenset({"IP_ADDRESS"}), find_ipv6, needs(":")),
-    Recognizer(frozenset({"PHONE_NUMBER"}), find_paren_phones, needs("(")),
-    Recognizer(frozenset({"PHONE_NUMBER"}), find_intl_phones, needs("+")),
+    Recognizer(
+        frozenset({"EMAIL_ADDRESS"}), "emails.find_loose_emails", needs("[](){}<>%&\\", "dot")
+    ),
+    Recognizer(frozenset({"IP_ADDRESS"}), "numbers.find_ipv6", needs(":")),
+    Recognizer(frozenset({"PHONE_NUMBER"}), "numbers.find_paren_phones", needs("(")),
+    Recognizer(frozenset({"PHONE_NUMBER"}), "numbers.find_intl_phones", needs("+")),
 )
 
 
-# A percent-escape of a separator (a blank, punctuation, a control character; not "_", which
-# is a word's) right before the start of a key a prefixed recognizer finds (an access log's
-# escaped paths and queries have none, and cost one search).
-_ESCAPED_SEPARATOR = on_use(
-    r"%(?:[01][0-9A-Fa-f]|2[0-9A-Fa-f]|3[A-Fa-f]|40|5[B-Eb-e]|60|7[B-Fb-f])"
-    rf"(?={'|'.join(PREFIX_STARTS)})"
-)
+def _escaped_separator() -> str:
+    """A percent-escape of a separator (a blank, punctuation, a control character; not "_",
+    which is a word's) right before the start of a key a prefixed recognizer finds (an access
+    log's escaped paths and queries have none, and cost one search)."""
+    # Written when first used, which imports the prefixed recognizers' module anyway.
+    from bot.pii.credentials import PREFIX_STARTS
 
+    return (
+        r"%(?:[01][0-9A-Fa-f]|2[0-9A-Fa-f]|3[A-Fa-f]|40|5[B-Eb-e]|60|7[B-Fb-f])"
+        rf"(?={'|'.join(PREFIX_STARTS)})"
+    )
+
+
+_ESCAPED_SEPARATOR = on_use_written(_escaped_separator)
 
 # Up to this length a text's set of characters costs less than the calls it saves: a short
 # text (a chat prompt, a command's one line) is given only to the recognizers whose needs it
 # holds. A longer one holds nearly every character of their needs (a log's digits, colons and
 # capitals), so its set (some 65 instructions a character) would buy nothing.
 _GATED_LENGTH = 256
+_MAX_DEPTH = 2  # base64 inside base64 is still found; deeper nesting is not worth a scan
+
+# A recognizer as a scanner runs it: its finder, whether its hits need filtering, its needs.
+_Entry = tuple[Finder, bool, frozenset[str], tuple[str, ...]]
+
+
+class _Unloaded:
+    """A finder in a scanner's place until a scan first calls it: that call loads the finder
+    (its module imported) and puts it in the scanner's place of this one."""
+
+    __slots__ = ("_name", "_put")
+
+    def __init__(self, name: str, put: Callable[[_Unloaded, Finder], None]) -> None:
+        self._name = name
+        self._put = put
+
+    def __call__(self, src: ScanText) -> Iterator[PiiHit]:
+        find = load_finder(self._name)
+        self._put(self, find)
+        return find(src)
 
 
 class Scanner:
@@ -219,15 +219,28 @@ class Scanner:
         if unknown:
             raise ValueError(f"unknown entity type(s): {', '.join(unknown)}")
         self.entities = enabled
+        chosen = [r for r in RECOGNIZERS if r.entities & enabled]
+        finders = [_Unloaded(r.finder, self._put) for r in chosen]
         # Each with whether its hits need filtering: only a recognizer reporting some disabled
         # type does (a generator per recognizer per scan is most of a short text's cost); and
         # its needs' characters and words.
-        self._recognizers = tuple(
-            (r.find, not r.entities <= enabled, frozenset(r.needs.chars), r.needs.words)
-            for r in RECOGNIZERS
-            if r.entities & enabled
+        self._recognizers: tuple[_Entry, ...] = tuple(
+            (find, not r.entities <= enabled, frozenset(r.needs.chars), r.needs.words)
+            for find, r in zip(finders, chosen, strict=True)
         )
-        self._prefixed = tuple(r.find for r in RECOGNIZERS if r.prefixed and r.entities & enabled)
+        self._prefixed: tuple[Finder, ...] = tuple(
+            find for find, r in zip(finders, chosen, strict=True) if r.prefixed
+        )
+
+    def _put(self, unloaded: _Unloaded, find: Finder) -> None:
+        """``find`` in the place of ``unloaded``: each tuple is replaced whole, so a scan on
+        another thread reads the old one or the new, either of them whole (and a lost swap
+        leaves a stand-in that loads the same finder again)."""
+        self._recognizers = tuple(
+            (find if old is unloaded else old, partly, chars, words)
+            for old, partly, chars, words in self._recognizers
+        )
+        self._prefixed = tuple(find if old is unloaded else old for old in self._prefixed)
 
     def __call__(self, text: str) -> list[PiiHit]:
         """Every hit of an enabled entity type, as spans of `text`; hits may overlap."""
@@ -250,7 +263,10 @@ class Scanner:
                 hits.extend(find(src))
         if "%" in src.text and self._prefixed:
             hits.extend(hit for hit in self._behind_escapes(src) if hit.entity_type in enabled)
-        if len(src.text) >= MIN_ENCODED:  # every encoded secret is a run of at least this many
+        # Every encoded secret is a run of at least MIN_ENCODED base64 characters (ScanText.runs).
+        if len(src.text) >= MIN_ENCODED and src.runs:
+            from bot.pii.encoded import find_encoded  # with the first text that holds a run
+
             # Decoded text is scanned by the same recognizers, one level deeper each time.
             rescan = functools.partial(self._scan, depth=depth + 1) if depth < _MAX_DEPTH else None
             hits.extend(hit for hit in find_encoded(src, rescan) if hit.entity_type in enabled)

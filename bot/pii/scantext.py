@@ -5,6 +5,7 @@ recognizers share (lower case, shape, base64 runs), and what a recognizer is.
 from __future__ import annotations
 
 import functools
+import importlib
 import string
 import unicodedata
 from bisect import bisect_right
@@ -316,11 +317,26 @@ def needs(chars: str, *words: str) -> Needs:
     return Needs(chars, words)
 
 
+@functools.cache
+def load_finder(name: str) -> Finder:
+    """The finder ``name`` ("module.function", a module of bot.pii), its module imported the
+    first time one of its finders is asked for: a module another thread is importing is
+    waited for (the import lock), so a half-run module is never read."""
+    module, _, function = name.rpartition(".")
+    found: Finder = getattr(importlib.import_module(f"bot.pii.{module}"), function)
+    return found
+
+
 class Recognizer(msgspec.Struct, frozen=True):
-    """A finder, the entity types it can report, what a text it finds a hit in holds, and
-    whether it finds keys by their prefix."""
+    """A finder, named by its module and function (``load_finder``), the entity types it can
+    report, what a text it finds a hit in holds, and whether it finds keys by their prefix."""
 
     entities: frozenset[str]
-    find: Finder
+    finder: str
     needs: Needs
     prefixed: bool = False
+
+    @property
+    def find(self) -> Finder:
+        """The finder, its module imported on first use."""
+        return load_finder(self.finder)

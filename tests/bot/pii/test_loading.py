@@ -1,0 +1,71 @@
+"""The recognizers' finder modules are imported the first time a scan reaches one of their
+finders: a process whose texts are plain words (a chat prompt, ``runs approve``'s tool output)
+imports none, and one whose texts hold secrets imports them and finds what it always found."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from bot.pii.guard import resolve_overlaps
+from bot.pii.recognizers import Scanner
+from tests.bot.pii.test_recognizers import TRUE_POSITIVES
+
+PII = Path(__file__).resolve().parents[3] / "bot" / "pii"
+# What the guard is built from at start-up; every other module of the package holds finders.
+START_UP = {"__init__", "guard", "hooks", "recognizers", "scantext", "settings"}
+FINDER_MODULES = sorted(
+    f"bot.pii.{path.stem}" for path in PII.glob("*.py") if path.stem not in START_UP
+)
+
+# A fresh process: the guard's hooks imported, the texts on stdin scanned as tool outputs, then
+# the finder modules it imported and the hits of each text written out.
+SCANNED = """
+import json, sys
+import bot.pii.hooks
+from bot.pii.guard import PiiGuard, PiiSettings, resolve_overlaps
+from bot.pii.recognizers import Scanner
+guard, scan, texts = PiiGuard(PiiSettings()), Scanner(), json.load(sys.stdin)
+outputs = [guard.scan_output(text).text for text in texts]
+hits = [[[h.entity_type, h.start, h.end] for h in resolve_overlaps(scan(t), len(t))] for t in texts]
+modules = [name for name in json.loads(sys.argv[1]) if name in sys.modules]
+print(json.dumps({"modules": modules, "hits": hits, "outputs": outputs}))
+"""
+
+
+def scanned_fresh(texts: list[str]) -> dict[str, list[object]]:
+    """What a fresh interpreter that scans ``texts`` imports of the finder modules, and finds."""
+    argv = [sys.executable, "-c", SCANNED, json.dumps(FINDER_MODULES)]
+    out = subprocess.run(argv, input=json.dumps(texts), capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    found: dict[str, list[object]] = json.loads(out.stdout)
+    return found
+
+
+def test_the_finder_modules_are_the_package_s_others() -> None:
+    # The check below holds something: the finders live in these modules.
+    assert {"bot.pii.credentials", "bot.pii.labelled", "bot.pii.numbers"} <= set(FINDER_MODULES)
+
+
+def test_scanning_plain_words_imports_no_finder_module() -> None:
+    texts = ["restart checkout", "restarted checkout", "restarted checkout on the second node"]
+    found = scanned_fresh(texts)
+    assert found["modules"] == []
+    assert found["outputs"] == texts
+
+
+def test_scanning_secrets_of_every_family_imports_their_modules_and_finds_them() -> None:
+    texts = sorted({sample for _entity, sample, _found in TRUE_POSITIVES})
+    found = scanned_fresh(texts)
+    assert found["modules"] == FINDER_MODULES
+    scan = Scanner()
+    expected = [
+        [[hit.entity_type, hit.start, hit.end] for hit in resolve_overlaps(scan(text), len(text))]
+        for text in texts
+    ]
+    assert found["hits"] == expected
+    # Each sample's hits name its entity type, as test_recognizers.py finds them in process.
+    named = {text: {hit[0] for hit in hits} for text, hits in zip(texts, expected, strict=True)}
+    assert [(e, text) for e, text, _ in TRUE_POSITIVES if e not in named[text]] == []
