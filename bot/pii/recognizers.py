@@ -108,12 +108,23 @@ RECOGNIZERS: tuple[Recognizer, ...] = (
     Recognizer(frozenset({"GENERIC_SECRET"}), "labelled.find_env_secrets", needs("STPCK")),
     # name: ... value:
     Recognizer(frozenset({"GENERIC_SECRET"}), "labelled.find_named_values", needs(":")),
-    # a value that looks generated holds a digit
-    Recognizer(frozenset({"GENERIC_SECRET"}), "labelled.find_keyed_secrets", needs(DIGITS)),
+    # a value that looks generated holds a digit; its key ends in one of these words
+    Recognizer(
+        frozenset({"GENERIC_SECRET"}),
+        "labelled.find_keyed_secrets",
+        needs(DIGITS, also=("secret", "token", "passphrase", "credential", "key", "auth")),
+    ),
     # --from-literal, or a Secret
     Recognizer(frozenset({"GENERIC_SECRET"}), "manifests.find_secret_data", needs("-S")),
-    # JSON's and YAML's keys; a table's key1, key2
-    Recognizer(frozenset({"GENERIC_SECRET"}), "labelled.find_secure_strings", needs(":" + DIGITS)),
+    # JSON's and YAML's keys; a table's key1, key2; and a word of each pattern's literals
+    Recognizer(
+        frozenset({"GENERIC_SECRET"}),
+        "labelled.find_secure_strings",
+        needs(
+            ":" + DIGITS,
+            also=("securestring", "sensitive", "secretstring", "keyname", "full", "read"),
+        ),
+    ),
     # the table's "---  -----"
     Recognizer(frozenset({"GENERIC_SECRET"}), "labelled.find_vault_data", needs("-")),
     # <element>, key="...", define(
@@ -148,8 +159,12 @@ RECOGNIZERS: tuple[Recognizer, ...] = (
         "shapes.find_shaped_secrets",
         needs(":${-_@E"),
     ),
-    # the printed line under the command's
-    Recognizer(frozenset({"GENERIC_SECRET"}), "shapes.find_printed_secrets", needs("\n")),
+    # the printed line under the command's, which names a secret
+    Recognizer(
+        frozenset({"GENERIC_SECRET"}),
+        "shapes.find_printed_secrets",
+        needs("\n", also=("secret", "pass", "token", "key", "credential")),
+    ),
     Recognizer(
         frozenset({"CREDIT_CARD", "US_SSN", "PHONE_NUMBER", "IP_ADDRESS"}),
         "numbers.find_separated_numbers",
@@ -191,7 +206,7 @@ _GATED_LENGTH = 256
 _MAX_DEPTH = 2  # base64 inside base64 is still found; deeper nesting is not worth a scan
 
 # A recognizer as a scanner runs it: its finder, whether its hits need filtering, its needs.
-_Entry = tuple[Finder, bool, frozenset[str], tuple[str, ...]]
+_Entry = tuple[Finder, bool, frozenset[str], tuple[str, ...], tuple[str, ...]]
 
 
 class _Unloaded:
@@ -225,7 +240,7 @@ class Scanner:
         # type does (a generator per recognizer per scan is most of a short text's cost); and
         # its needs' characters and words.
         self._recognizers: tuple[_Entry, ...] = tuple(
-            (find, not r.entities <= enabled, frozenset(r.needs.chars), r.needs.words)
+            (find, not r.entities <= enabled, frozenset(r.needs.chars), r.needs.words, r.needs.also)
             for find, r in zip(finders, chosen, strict=True)
         )
         self._prefixed: tuple[Finder, ...] = tuple(
@@ -237,8 +252,8 @@ class Scanner:
         another thread reads the old one or the new, either of them whole (and a lost swap
         leaves a stand-in that loads the same finder again)."""
         self._recognizers = tuple(
-            (find if old is unloaded else old, partly, chars, words)
-            for old, partly, chars, words in self._recognizers
+            (find if old is unloaded else old, partly, chars, words, also)
+            for old, partly, chars, words, also in self._recognizers
         )
         self._prefixed = tuple(find if old is unloaded else old for old in self._prefixed)
 
@@ -253,10 +268,11 @@ class Scanner:
         enabled = self.entities
         hits: list[PiiHit] = []
         held = frozenset(src.text) if len(src.text) <= _GATED_LENGTH else None
-        for find, partly, chars, words in self._recognizers:
-            lacks = held is not None and held.isdisjoint(chars)
-            if lacks and not (words and any(map(src.holds, words))):
-                continue  # it would find nothing: no call, no generator, no regex compiled
+        for find, partly, chars, words, also in self._recognizers:
+            if held is not None:
+                lacks = held.isdisjoint(chars) and not (words and any(map(src.holds, words)))
+                if lacks or (also and not any(map(src.holds, also))):
+                    continue  # it would find nothing: no call, no generator, no regex compiled
             if partly:
                 hits.extend(hit for hit in find(src) if hit.entity_type in enabled)
             else:

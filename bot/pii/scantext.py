@@ -300,21 +300,30 @@ CAPITALS = string.ascii_uppercase
 
 class Needs(msgspec.Struct, frozen=True):
     """What every text a recognizer finds a hit in holds, as the recognizers read it (folded,
-    escapes blanked): one of ``chars``, or one of ``words`` in lower case. A text that holds
-    neither is not given to the recognizer (test_needs.py holds each over the corpus)."""
+    escapes blanked): one of ``chars``, or one of ``words`` in lower case; and, when ``also``
+    names some, one of them in lower case too. A text that lacks them is not given to the
+    recognizer (test_needs.py holds each over the corpus)."""
 
     chars: str
     words: tuple[str, ...] = ()
+    also: tuple[str, ...] = ()
 
     def held(self, src: ScanText) -> bool:
         """Whether ``src`` holds what the recognizer needs: a C search for each character
         (memchr: a text holding one finds it early, one holding none is short or rare)."""
+        if not self.also_held(src):
+            return False
         return any(map(src.text.__contains__, self.chars)) or any(map(src.holds, self.words))
 
+    def also_held(self, src: ScanText) -> bool:
+        """Whether ``src`` holds one of the words ``also`` names, if it names any."""
+        return not self.also or any(map(src.holds, self.also))
 
-def needs(chars: str, *words: str) -> Needs:
-    """A recognizer's needs: one of the characters of ``chars``, or one of ``words``."""
-    return Needs(chars, words)
+
+def needs(chars: str, *words: str, also: tuple[str, ...] = ()) -> Needs:
+    """A recognizer's needs: one of the characters of ``chars``, or one of ``words``; and one
+    of ``also``, if given (the words a finder looks for before any pattern)."""
+    return Needs(chars, words, also)
 
 
 @functools.cache

@@ -8,9 +8,12 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from bot.pii.guard import resolve_overlaps
-from bot.pii.recognizers import Scanner
+from bot.pii.labelled import _KEYED_WORDS, _SECURE_PATTERNS
+from bot.pii.recognizers import RECOGNIZERS, Scanner
+from bot.pii.shapes import _PRINTING_COMMANDS
 from tests.bot.pii.test_recognizers import TRUE_POSITIVES
 
 PII = Path(__file__).resolve().parents[3] / "bot" / "pii"
@@ -35,12 +38,12 @@ print(json.dumps({"modules": modules, "hits": hits, "outputs": outputs}))
 """
 
 
-def scanned_fresh(texts: list[str]) -> dict[str, list[object]]:
+def scanned_fresh(texts: list[str]) -> dict[str, Any]:
     """What a fresh interpreter that scans ``texts`` imports of the finder modules, and finds."""
     argv = [sys.executable, "-c", SCANNED, json.dumps(FINDER_MODULES)]
     out = subprocess.run(argv, input=json.dumps(texts), capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    found: dict[str, list[object]] = json.loads(out.stdout)
+    found: dict[str, Any] = json.loads(out.stdout)
     return found
 
 
@@ -69,3 +72,30 @@ def test_scanning_secrets_of_every_family_imports_their_modules_and_finds_them()
     # Each sample's hits name its entity type, as test_recognizers.py finds them in process.
     named = {text: {hit[0] for hit in hits} for text, hits in zip(texts, expected, strict=True)}
     assert [(e, text) for e, text, _ in TRUE_POSITIVES if e not in named[text]] == []
+
+
+# The finders that read labels and the modules they import (some 7 M instructions to import).
+LABEL_READERS = ("credentials", "encoded", "labelled", "manifests", "shapes", "web")
+
+
+def test_a_command_s_output_with_its_exit_status_imports_no_label_reader() -> None:
+    # What ``kestrel runs approve`` scans of a catalog command: a digit and a line break, but
+    # no word a label or a printed secret is found after.
+    texts = ["restarted checkout\n[exit status 0]", "deployed 3 pods in 12s\n[exit status 1]"]
+    found = scanned_fresh(texts)
+    assert [name for name in found["modules"] if name.split(".")[-1] in LABEL_READERS] == []
+    assert found["outputs"] == texts
+
+
+def test_the_words_a_gate_also_needs_are_those_its_finder_looks_for() -> None:
+    # Each finder's own first test, read off it: a word it looks for before any pattern.
+    also = {r.finder: set(r.needs.also) for r in RECOGNIZERS}
+    assert also["labelled.find_keyed_secrets"] == set(_KEYED_WORDS)
+    assert also["shapes.find_printed_secrets"] == {
+        w for *_, gate in _PRINTING_COMMANDS for w in gate
+    }
+    literals = {literal.lower() for _, literals in _SECURE_PATTERNS for literal in literals}
+    assert all(
+        any(word in literal for word in also["labelled.find_secure_strings"])
+        for literal in literals
+    )
