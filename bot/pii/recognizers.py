@@ -36,6 +36,7 @@ from bot.pii.scantext import (
     ENTITY_TYPES,
     MIN_ENCODED,
     Finder,
+    Needs,
     PiiHit,
     Recognizer,
     ScanText,
@@ -165,13 +166,18 @@ RECOGNIZERS: tuple[Recognizer, ...] = (
         "shapes.find_printed_secrets",
         needs("\n", also=("secret", "pass", "token", "key", "credential")),
     ),
+    # a digit, its separator and a digit
     Recognizer(
         frozenset({"CREDIT_CARD", "US_SSN", "PHONE_NUMBER", "IP_ADDRESS"}),
         "numbers.find_separated_numbers",
-        needs(DIGITS),
+        needs(DIGITS, shaped=(b"0-0", b"0.0", b"0 0")),
     ),
-    Recognizer(frozenset({"CREDIT_CARD"}), "numbers.find_card_runs", needs(DIGITS)),
-    Recognizer(frozenset({"IBAN_CODE"}), "numbers.find_ibans", needs(DIGITS)),
+    # 13 digits in a row
+    Recognizer(
+        frozenset({"CREDIT_CARD"}), "numbers.find_card_runs", needs(DIGITS, shaped=(b"0" * 13,))
+    ),
+    # two capitals, two digits
+    Recognizer(frozenset({"IBAN_CODE"}), "numbers.find_ibans", needs(DIGITS, shaped=(b"AA00",))),
     Recognizer(frozenset({"EMAIL_ADDRESS"}), "emails.find_emails", needs("@")),
     # "at" before a bracket or a written "dot"; %40, &#64;, \u0040
     Recognizer(
@@ -205,8 +211,14 @@ _ESCAPED_SEPARATOR = on_use_written(_escaped_separator)
 _GATED_LENGTH = 256
 _MAX_DEPTH = 2  # base64 inside base64 is still found; deeper nesting is not worth a scan
 
-# A recognizer as a scanner runs it: its finder, whether its hits need filtering, its needs.
-_Entry = tuple[Finder, bool, frozenset[str], tuple[str, ...], tuple[str, ...]]
+# A recognizer as a scanner runs it: its finder, whether its hits need filtering, its needs'
+# characters and words, and its needs if they name more (``Needs.also_held``).
+_Entry = tuple[Finder, bool, frozenset[str], tuple[str, ...], Needs | None]
+
+
+def _more(needs: Needs) -> Needs | None:
+    """The needs, if they name more than characters and words; else None (nothing to ask)."""
+    return needs if needs.also or needs.shaped else None
 
 
 class _Unloaded:
@@ -237,10 +249,16 @@ class Scanner:
         chosen = [r for r in RECOGNIZERS if r.entities & enabled]
         finders = [_Unloaded(r.finder, self._put) for r in chosen]
         # Each with whether its hits need filtering: only a recognizer reporting some disabled
-        # type does (a generator per recognizer per scan is most of a short text's cost); and
-        # its needs' characters and words.
+        # type does (a generator per recognizer per scan is most of a short text's cost); its
+        # needs' characters and words; and its needs, where they name words or runs besides.
         self._recognizers: tuple[_Entry, ...] = tuple(
-            (find, not r.entities <= enabled, frozenset(r.needs.chars), r.needs.words, r.needs.also)
+            (
+                find,
+                not r.entities <= enabled,
+                frozenset(r.needs.chars),
+                r.needs.words,
+                _more(r.needs),
+            )
             for find, r in zip(finders, chosen, strict=True)
         )
         self._prefixed: tuple[Finder, ...] = tuple(
@@ -252,8 +270,8 @@ class Scanner:
         another thread reads the old one or the new, either of them whole (and a lost swap
         leaves a stand-in that loads the same finder again)."""
         self._recognizers = tuple(
-            (find if old is unloaded else old, partly, chars, words, also)
-            for old, partly, chars, words, also in self._recognizers
+            (find if old is unloaded else old, partly, chars, words, more)
+            for old, partly, chars, words, more in self._recognizers
         )
         self._prefixed = tuple(find if old is unloaded else old for old in self._prefixed)
 
@@ -268,10 +286,10 @@ class Scanner:
         enabled = self.entities
         hits: list[PiiHit] = []
         held = frozenset(src.text) if len(src.text) <= _GATED_LENGTH else None
-        for find, partly, chars, words, also in self._recognizers:
+        for find, partly, chars, words, more in self._recognizers:
             if held is not None:
                 lacks = held.isdisjoint(chars) and not (words and any(map(src.holds, words)))
-                if lacks or (also and not any(map(src.holds, also))):
+                if lacks or (more is not None and not more.also_held(src)):
                     continue  # it would find nothing: no call, no generator, no regex compiled
             if partly:
                 hits.extend(hit for hit in find(src) if hit.entity_type in enabled)

@@ -300,13 +300,15 @@ CAPITALS = string.ascii_uppercase
 
 class Needs(msgspec.Struct, frozen=True):
     """What every text a recognizer finds a hit in holds, as the recognizers read it (folded,
-    escapes blanked): one of ``chars``, or one of ``words`` in lower case; and, when ``also``
-    names some, one of them in lower case too. A text that lacks them is not given to the
-    recognizer (test_needs.py holds each over the corpus)."""
+    escapes blanked): one of ``chars``, or one of ``words`` in lower case; and, where given,
+    one of the words ``also`` names in lower case and one of the runs ``shaped`` names in its
+    shape. A text that lacks them is not given to the recognizer (test_needs.py holds each
+    over the corpus)."""
 
     chars: str
     words: tuple[str, ...] = ()
     also: tuple[str, ...] = ()
+    shaped: tuple[bytes, ...] = ()
 
     def held(self, src: ScanText) -> bool:
         """Whether ``src`` holds what the recognizer needs: a C search for each character
@@ -316,14 +318,19 @@ class Needs(msgspec.Struct, frozen=True):
         return any(map(src.text.__contains__, self.chars)) or any(map(src.holds, self.words))
 
     def also_held(self, src: ScanText) -> bool:
-        """Whether ``src`` holds one of the words ``also`` names, if it names any."""
-        return not self.also or any(map(src.holds, self.also))
+        """Whether ``src`` holds one of the words ``also`` names and one of the runs
+        ``shaped`` names in its shape, where either names some."""
+        if self.also and not any(map(src.holds, self.also)):
+            return False
+        return not self.shaped or any(map(src.shape.__contains__, self.shaped))
 
 
-def needs(chars: str, *words: str, also: tuple[str, ...] = ()) -> Needs:
+def needs(
+    chars: str, *words: str, also: tuple[str, ...] = (), shaped: tuple[bytes, ...] = ()
+) -> Needs:
     """A recognizer's needs: one of the characters of ``chars``, or one of ``words``; and one
-    of ``also``, if given (the words a finder looks for before any pattern)."""
-    return Needs(chars, words, also)
+    of ``also`` and of ``shaped``, where given (what a finder looks for before its patterns)."""
+    return Needs(chars, words, also, shaped)
 
 
 @functools.cache
