@@ -17,11 +17,12 @@ scanned again only when they read as text. Keys found by their prefix are looked
 behind percent-escaped separators (a URL inside another's query), in a view of the same length.
 
 Each recognizer declares what every text it finds a hit in holds (``Needs``: one of a few
-characters, or a word); a short text that holds neither is not given to it, so a chat prompt
-of plain words runs none of them, and a fresh process compiles and runs none of their code.
-Each is named by its module and function: the modules that hold the finders (byte code a start
-would read and run, some 12 M instructions of ``kestrel runs approve``) are imported when a
-scan first calls one of their finders, and a text of plain words imports none.
+characters, or a word; for some, also one of the words or the runs of the shape its finder
+looks for first); a short text that lacks them is not given to it, so a chat prompt of plain
+words runs none of them, and a fresh process compiles and runs none of their code. Each is
+named by its module and function: the modules that hold the finders (some 11 M instructions
+to import) are imported when a scan first calls one of their finders, so a text of plain
+words, or a command's output with its exit status, imports none or few of them.
 """
 
 from __future__ import annotations

@@ -50,8 +50,9 @@ NOT_IMPORTED_BY_BENCH = (
 # the SQLite reader connection (every read of the command rides the writer's), the outbox's
 # delivering (the store writes only its keys), arguments' provenance (no output precedes
 # the run's first batch, the one approved), a run page's reader, the parsers of calls
-# written as text (the model's answer holds no markup), and the store's roles (protocols,
-# for the type checker).
+# written as text (the model's answer holds no markup), the store's roles (protocols,
+# for the type checker), and the PII guard's finders that the command's output ("restarted
+# checkout", its exit status) holds nothing for: it names no secret and holds no number.
 KESTRELS_UNUSED = (
     "bot.chat.inbound",
     "bot.chat.handles",
@@ -62,6 +63,8 @@ KESTRELS_UNUSED = (
     "bot.chat.run_summary",
     "bot.llm.text_calls",
     "bot.store",
+    *("bot.pii.credentials", "bot.pii.encoded", "bot.pii.labelled", "bot.pii.manifests"),
+    *("bot.pii.numbers", "bot.pii.shapes", "bot.pii.web"),
 )
 
 # Protocols that only annotate, for the type checker: each class costs 0.16 M instructions to
