@@ -37,6 +37,24 @@ modules = [name for name in json.loads(sys.argv[1]) if name in sys.modules]
 print(json.dumps({"modules": modules, "hits": hits, "outputs": outputs}))
 """
 
+# The same texts scanned at once by several threads of a fresh process through one scanner,
+# each thread's hits written out: the first calls load the finders while others scan.
+SCANNED_AT_ONCE = """
+import json, sys, threading
+from bot.pii.guard import resolve_overlaps
+from bot.pii.recognizers import Scanner
+scan, texts, threads = Scanner(), json.load(sys.stdin), 8
+start, found = threading.Barrier(threads), [None] * threads
+def run(index):
+    start.wait()
+    hits = [resolve_overlaps(scan(text), len(text)) for text in texts]
+    found[index] = [[[h.entity_type, h.start, h.end] for h in each] for each in hits]
+workers = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
+for worker in workers: worker.start()
+for worker in workers: worker.join()
+print(json.dumps(found))
+"""
+
 
 def scanned_fresh(texts: list[str]) -> dict[str, Any]:
     """What a fresh interpreter that scans ``texts`` imports of the finder modules, and finds."""
@@ -45,6 +63,15 @@ def scanned_fresh(texts: list[str]) -> dict[str, Any]:
     assert out.returncode == 0, out.stderr
     found: dict[str, Any] = json.loads(out.stdout)
     return found
+
+
+def hits_in_process(texts: list[str]) -> list[list[list[object]]]:
+    """The hits of each text as this process finds them (every finder module imported)."""
+    scan = Scanner()
+    return [
+        [[hit.entity_type, hit.start, hit.end] for hit in resolve_overlaps(scan(text), len(text))]
+        for text in texts
+    ]
 
 
 def test_the_finder_modules_are_the_package_s_others() -> None:
@@ -63,11 +90,7 @@ def test_scanning_secrets_of_every_family_imports_their_modules_and_finds_them()
     texts = sorted({sample for _entity, sample, _found in TRUE_POSITIVES})
     found = scanned_fresh(texts)
     assert found["modules"] == FINDER_MODULES
-    scan = Scanner()
-    expected = [
-        [[hit.entity_type, hit.start, hit.end] for hit in resolve_overlaps(scan(text), len(text))]
-        for text in texts
-    ]
+    expected = hits_in_process(texts)
     assert found["hits"] == expected
     # Each sample's hits name its entity type, as test_recognizers.py finds them in process.
     named = {text: {hit[0] for hit in hits} for text, hits in zip(texts, expected, strict=True)}
@@ -101,3 +124,12 @@ def test_the_words_a_gate_also_needs_are_those_its_finder_looks_for() -> None:
         any(word in literal for word in also["labelled.find_secure_strings"])
         for literal in literals
     )
+
+
+def test_threads_that_load_the_finders_at_once_find_what_one_finds() -> None:
+    texts = sorted({sample for _entity, sample, _found in TRUE_POSITIVES})
+    argv = [sys.executable, "-c", SCANNED_AT_ONCE]
+    out = subprocess.run(argv, input=json.dumps(texts), capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    expected = hits_in_process(texts)
+    assert json.loads(out.stdout) == [expected] * 8
