@@ -90,3 +90,19 @@ def test_a_fifo_or_a_link_where_a_file_was_kept_is_nothing_kept(tmp_path: Path) 
     (folder / "documents" / "link").symlink_to(folder / "documents" / "file")
     assert kept.recall("documents", "fifo") is None
     assert kept.recall("documents", "link") is None
+
+
+def test_the_key_stamps_every_module_below_and_an_edit_changes_it(tmp_path: Path) -> None:
+    package = tmp_path / "package"
+    (package / "sub" / "__pycache__").mkdir(parents=True)
+    (package / "a.py").write_text("A = 1\n")
+    (package / "sub" / "b.py").write_text("B = 1\n")
+    (package / "sub" / "__pycache__" / "c.py").write_text("")  # compiled code: not a module
+    (package / "notes.txt").write_text("")
+    first = sorted(kept._stamps(str(package)))
+    assert [stamp.rsplit(":", 2)[0] for stamp in first] == [
+        f"{package}/a.py",
+        f"{package}/sub/b.py",
+    ]
+    (package / "sub" / "b.py").write_text("B = 22\n")  # one byte more: the size says so
+    assert sorted(kept._stamps(str(package))) != first
