@@ -128,19 +128,23 @@ def keep(subfolder: str, name: str | None, data: bytes = b"") -> None:
         return
 
 
-@cache
 def _module_stamps(modules: tuple[str, ...]) -> list[str]:
     """Size and modification time of each module, found without importing it."""
-    stamps = []
-    for module in modules:
-        spec = find_spec(module)
-        origin = spec.origin if spec is not None else None
-        try:
-            info = os.stat(origin) if origin else None
-        except OSError:
-            info = None
-        stamps.append(f"{origin}:{info.st_size}:{info.st_mtime_ns}" if info else f"{module}:?")
-    return stamps
+    return [_module_stamp(module) for module in modules]
+
+
+@cache
+def _module_stamp(module: str) -> str:
+    """``_module_stamps``' of one module, found once a process: the parser's and the checkers'
+    lists share modules (``yaml`` in two, ``jsonschema`` and ``re2`` in two), and finding one
+    not imported searches every folder of the path again."""
+    spec = find_spec(module)
+    origin = spec.origin if spec is not None else None
+    try:
+        info = os.stat(origin) if origin else None
+    except OSError:
+        info = None
+    return f"{origin}:{info.st_size}:{info.st_mtime_ns}" if info else f"{module}:?"
 
 
 def kept_folder(create: bool = False) -> Path | None:

@@ -25,6 +25,7 @@ def forget() -> None:
     """What a fresh process would know: nothing asked yet."""
     kept._keyed_folder.cache_clear()
     kept._trusted_folder.cache_clear()
+    kept._module_stamp.cache_clear()
 
 
 def test_the_folder_is_made_for_this_user_only(cache_home: Path) -> None:
@@ -106,3 +107,17 @@ def test_the_key_stamps_every_module_below_and_an_edit_changes_it(tmp_path: Path
     ]
     (package / "sub" / "b.py").write_text("B = 22\n")  # one byte more: the size says so
     assert sorted(kept._stamps(str(package))) != first
+
+
+def test_a_name_covers_the_code_of_each_module_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "kept_probe_parser.py").write_text("A = 1\n")
+    first = kept.name_of("doc", modules=("kept_probe_parser",))
+    assert kept.name_of("doc", modules=("kept_probe_parser", "json")) != first
+    assert kept.name_of("doc", modules=("kept_probe_parser",)) == first
+    (tmp_path / "kept_probe_parser.py").write_text("A = 22\n")  # an upgrade, in a new process
+    forget()
+    assert kept.name_of("doc", modules=("kept_probe_parser",)) != first
+    assert kept.name_of("doc", modules=("kept_probe_missing",)) is not None  # not installed
