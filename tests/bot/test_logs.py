@@ -362,3 +362,20 @@ def test_a_gateway_reconnecting_is_a_warning_not_an_error(form: str) -> None:
     said = _reconnect_logged(logging.WARNING, form)
     level = json.loads(said)["level"] if form == "json" else said.split()[1]
     assert level.lower() == "warning", said
+
+
+def test_a_librarys_logger_goes_through_the_one_handler_made_before_or_after() -> None:
+    before = logging.getLogger("openai")
+    own = logging.StreamHandler(io.StringIO())
+    before.addHandler(own)
+    before.setLevel(logging.DEBUG)
+    before.propagate = False
+    stream = io.StringIO()
+    logs.configure(logging.WARNING, "text", stream)
+    after = logging.getLogger("httpcore")
+    for library in (before, after):
+        assert (library.handlers, library.level, library.propagate) == ([], logging.NOTSET, True)
+        library.info("not at warning")
+        library.warning("heard")
+    assert stream.getvalue().count("heard") == 2
+    assert "not at warning" not in stream.getvalue()
