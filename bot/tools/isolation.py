@@ -154,7 +154,7 @@ def _marker(hidden: Sequence[str]) -> Path | None:
     cannot be read (no /proc): then every start probes."""
     try:
         conditions = [
-            Path("/proc/sys/kernel/random/boot_id").read_text().strip(),
+            _proc_text("/proc/sys/kernel/random/boot_id").strip(),
             f"{os.getuid()}:{os.geteuid()}:{os.getgid()}:{os.getegid()}",
             *(str(os.stat(f"/proc/self/ns/{kind}").st_ino) for kind in ("user", "mnt", "pid")),
             *_status_lines(),
@@ -171,15 +171,22 @@ def _marker(hidden: Sequence[str]) -> Path | None:
 
 
 def _status_lines() -> list[str]:
-    lines = Path("/proc/self/status").read_text().splitlines()
+    lines = _proc_text("/proc/self/status").splitlines()
     return [line for line in lines if line.startswith(_STATUS_LINES)]
 
 
 def _read(path: str) -> str:
     try:
-        return Path(path).read_text().strip()
+        return _proc_text(path).strip()
     except OSError:
         return "-"
+
+
+def _proc_text(path: str) -> str:
+    """A file of /proc, read as bytes: every start reads seven, and ``Path.read_text``'s path
+    and text layers cost 0.35 M instructions of a ``runs approve`` over them."""
+    with open(path, "rb") as file:
+        return file.read().decode()
 
 
 def _stamp(path: str) -> str:

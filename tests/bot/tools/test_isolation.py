@@ -372,3 +372,18 @@ async def test_a_secret_file_the_kubelet_updates_reads_as_empty_after_the_update
     tool = CommandTool("c", "c", argv, isolation=Isolation(hidden))
     output = (await tool.call({}, CTX)).output
     assert "secret" not in output and output.endswith("end\n[exit status 0]"), output
+
+
+def test_the_probes_marker_holds_to_its_conditions(tmp_path: Path) -> None:
+    from bot.tools.isolation import _marker, _read
+
+    if not Path("/proc/self/status").exists():
+        pytest.skip("no /proc: every start probes")
+    first = _marker(("/etc/kestrel.yaml",))
+    assert first is not None
+    assert _marker(("/etc/kestrel.yaml",)) == first
+    assert _marker(("/etc/other.yaml",)) != first  # another file covered: probed again
+    sysctl = tmp_path / "max_user_namespaces"
+    sysctl.write_text("15000\n")
+    assert _read(str(sysctl)) == "15000"
+    assert _read(str(tmp_path / "absent")) == "-"
