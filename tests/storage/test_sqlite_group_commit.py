@@ -94,3 +94,34 @@ async def test_a_failing_write_alone_is_undone_whole_and_the_next_one_lands(
     assert table_rows(table_db) == []  # not even its first "b"
     assert await group.write(insert("c")) == "c"
     assert table_rows(table_db) == ["c"]
+
+
+async def test_a_transaction_that_fails_whole_fails_every_write_and_the_next_lands(
+    group: GroupCommit, table_db: Path
+) -> None:
+    def ends_the_transaction(conn: sqlite3.Connection) -> None:
+        conn.execute("COMMIT")  # the batch's savepoint and transaction gone under it
+
+    first = group.write(insert("a"))
+    ending = group.write(ends_the_transaction)
+    results = await asyncio.gather(first, ending, return_exceptions=True)
+
+    assert all(isinstance(result, sqlite3.OperationalError) for result in results)
+    assert results[0] is results[1]  # the transaction's one failure, handed to each
+    assert await group.write(insert("c")) == "c"
+
+
+async def test_an_interrupted_transaction_abandons_every_write_and_goes_on(
+    group: GroupCommit, table_db: Path
+) -> None:
+    def interrupted(conn: sqlite3.Connection) -> None:
+        raise KeyboardInterrupt  # Ctrl-C while the batch is written
+
+    first = group.write(insert("a"))
+    cut = group.write(interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        group._commit()  # as the loop's callback does, which would end the test's loop
+    for write in (first, cut):
+        with pytest.raises(StoreError, match=r"write abandoned: KeyboardInterrupt\(\)"):
+            await write
+    assert table_rows(table_db) == []
