@@ -76,10 +76,12 @@ def recall(subfolder: str, name: str | None) -> bytes | None:
     folder = kept_folder()
     if folder is None or name is None:
         return None
+    # Joined as text: a Path's two joins a recall cost 0.18 M instructions of a start.
+    path = os.path.join(folder, subfolder, name)
     try:
         # Not blocking, not through a link: a FIFO or a device put there is no kept file, and
         # must not hang or flood the process that reads it.
-        found = os.open(folder / subfolder / name, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+        found = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
     except OSError:
         return None
     with open(found, "rb") as file:
