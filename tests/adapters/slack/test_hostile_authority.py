@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from adapters.slack import ids
+from adapters.slack.identity import LOOKUP_SECONDS
 from bot.domain import RequestStatus
 from tests.fakes.slack_api import Call, FakeSlackApi
 from tests.fakes.slack_client import block_actions, slash_command
@@ -376,7 +377,9 @@ async def test_a_group_slack_does_not_give_is_a_no_for_that_click_alone(
                 api.fail("usergroups.users.list", error=error, status=status, retry_after=30)
             began = time.monotonic()
             await world.click(card, ids.APPROVE_ONCE, user=SRE)
-            assert time.monotonic() - began < 3
+            # The lookup gives up at its budget, not after the 30 s Slack asked to wait (Slack's
+            # own 3 s is held by the test above; this one failed at 3 s on a loaded machine).
+            assert time.monotonic() - began < LOOKUP_SECONDS + 2
             note = await world.ephemeral_to(SRE)
             assert f"{SRE} may not approve restart_service" in note.args["text"]
             # Not left believing they are out of the group: Slack did not say, and why it
