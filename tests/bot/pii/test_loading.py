@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bot.pii.guard import resolve_overlaps
+from bot.pii.guard import WITHHELD_MESSAGE, resolve_overlaps
 from bot.pii.labelled import _KEYED_WORDS, _SECURE_PATTERNS
 from bot.pii.recognizers import RECOGNIZERS, Scanner
 from bot.pii.shapes import _PRINTING_COMMANDS
@@ -41,7 +41,7 @@ print(json.dumps({"modules": modules, "hits": hits, "outputs": outputs}))
 # each thread's hits written out: the first calls load the finders while others scan.
 SCANNED_AT_ONCE = """
 import json, sys, threading
-from bot.pii.guard import resolve_overlaps
+from bot.pii.guard import WITHHELD_MESSAGE, resolve_overlaps
 from bot.pii.recognizers import Scanner
 scan, texts, threads = Scanner(), json.load(sys.stdin), 8
 start, found = threading.Barrier(threads), [None] * threads
@@ -133,3 +133,41 @@ def test_threads_that_load_the_finders_at_once_find_what_one_finds() -> None:
     assert out.returncode == 0, out.stderr
     expected = hits_in_process(texts)
     assert json.loads(out.stdout) == [expected] * 8
+
+
+# A fresh process whose finder module (argv[1]) raises on import until told otherwise: each
+# text is scanned as a tool output and as a prompt under redact and reject, then once more as
+# a tool output after the module imports again.
+SCANNED_BROKEN = """
+import importlib.abc, json, sys
+class Broken(importlib.abc.MetaPathFinder):
+    armed = True
+    def find_spec(self, name, path, target=None):
+        if name == sys.argv[1] and self.armed:
+            raise RuntimeError("cannot import " + name)
+broken = Broken()
+sys.meta_path.insert(0, broken)
+from bot.pii.guard import PiiGuard, PiiMode, PiiSettings
+texts = json.load(sys.stdin)
+guards = [PiiGuard(PiiSettings(mode=mode)) for mode in (PiiMode.REDACT, PiiMode.REJECT)]
+scans = [scan for guard in guards for scan in (guard.scan_output, guard.scan_prompt)]
+failed = [[(o.allowed, o.text, o.error) for o in (scan(t) for scan in scans)] for t in texts]
+broken.armed = False
+again = [guards[0].scan_output(t).error for t in texts]
+print(json.dumps({"failed": failed, "again": again}))
+"""
+
+
+def test_a_finder_module_that_fails_to_import_withholds_the_text_and_is_tried_again() -> None:
+    # The import now happens mid-scan, not at start-up: the text that reaches the finder must
+    # never pass as it was (redact and reject withhold it), and a later scan imports again.
+    texts = ["card 4111 1111 1111 1111", "call +44 20 7946 0958", "IBAN GB82WEST12345698765432"]
+    argv = [sys.executable, "-c", SCANNED_BROKEN, "bot.pii.numbers"]
+    out = subprocess.run(argv, input=json.dumps(texts), capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    found = json.loads(out.stdout)
+    cause = "RuntimeError: cannot import bot.pii.numbers"
+    redact = [(True, WITHHELD_MESSAGE, cause)] * 2
+    reject = [(True, WITHHELD_MESSAGE, cause), (False, WITHHELD_MESSAGE, cause)]
+    assert found["failed"] == [[list(o) for o in redact + reject]] * len(texts)
+    assert found["again"] == [None] * len(texts)
