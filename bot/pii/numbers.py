@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, Final
 
 from bot.patterns import finditer_with, on_use, on_use_written
 from bot.pii.checks import (
@@ -106,6 +106,9 @@ _DASH = _family("-", _CARD_TAILS + _EU_TAILS + _US_TAILS + _SSN_TAILS)
 # Two-group dotted numbers are left out: 3.510216 and every other long decimal would match.
 _DOT = _family(".", _IPV4_TAILS + _EU_TAILS[:-1] + _US_TAILS)
 _SPACE = _family(" ", _CARD_TAILS + _EU_TAILS + _SSN_TAILS)
+# Each family with its separator: what ``find_separated_numbers`` searches, and the runs of the
+# shape (a digit, the separator, a digit) its recognizer's gate needs.
+SEPARATED: Final = ((_DASH, "-"), (_DOT, "."), (_SPACE, " "))
 _CARD_SIGNATURES = frozenset({(4, 4, 4, 4), (4, 4, 4, 4, 3), (4, 6, 5), (4, 6, 4)})
 
 
@@ -243,9 +246,8 @@ def _separated(src: ScanText, pattern: re.Pattern[bytes], sep: str) -> Iterator[
 
 def find_separated_numbers(src: ScanText) -> Iterator[PiiHit]:
     """Cards, SSNs, US/EU phones and IPv4 addresses written with - . or space separators."""
-    yield from _separated(src, _DASH, "-")
-    yield from _separated(src, _DOT, ".")
-    yield from _separated(src, _SPACE, " ")
+    for pattern, sep in SEPARATED:
+        yield from _separated(src, pattern, sep)
 
 
 _PAREN_PHONE = on_use(
@@ -283,6 +285,8 @@ def find_intl_phones(src: ScanText) -> Iterator[PiiHit]:
 # Runs without separators, searched in the shape of the text
 
 
+CARD_RUN_START: Final = b"0" * 13  # in the shape: thirteen digits, a card run's least
+IBAN_START: Final = b"AA00"  # in the shape: a country's two capitals, then two check digits
 # Written out: a repeat like 0{13} would not give the regex engine a literal prefix to skip to.
 _CARD_RUN = on_use(rb"0000000000000(?<![0-9A-Za-z_.]0000000000000)0{0,3}(?![0-9A-Za-z_])")
 
@@ -290,7 +294,7 @@ _CARD_RUN = on_use(rb"0000000000000(?<![0-9A-Za-z_.]0000000000000)0{0,3}(?![0-9A
 def find_card_runs(src: ScanText) -> Iterator[PiiHit]:
     """Card numbers written as one run of 13-16 digits."""
     text = src.text
-    for match in finditer_with(_CARD_RUN, src.shape, b"0" * 13):
+    for match in finditer_with(_CARD_RUN, src.shape, CARD_RUN_START):
         start, end = match.span()
         # Every card network starts with 2-6; the epoch milliseconds of JSON logs start with 1.
         if text[start] not in "23456":
@@ -306,7 +310,7 @@ _IBAN_RUN = on_use(rb"AA00(?<![0-9A-Za-z_]AA00)(?: ?[A0]{4}){2,7}(?: ?[A0]{1,4})
 def find_ibans(src: ScanText) -> Iterator[PiiHit]:
     """IBANs, compact or in groups of four, cut to their country's length and mod-97 checked."""
     text = src.text
-    for match in finditer_with(_IBAN_RUN, src.shape, b"AA00"):
+    for match in finditer_with(_IBAN_RUN, src.shape, IBAN_START):
         length = _IBAN_LENGTHS.get(text[match.start() : match.start() + 2])
         if length is None:
             continue

@@ -12,6 +12,7 @@ from typing import Any
 
 from bot.pii.guard import WITHHELD_MESSAGE, resolve_overlaps
 from bot.pii.labelled import _KEYED_WORDS, _SECURE_PATTERNS
+from bot.pii.numbers import CARD_RUN_START, IBAN_START, SEPARATED
 from bot.pii.recognizers import RECOGNIZERS, Scanner
 from bot.pii.shapes import _PRINTING_COMMANDS
 from tests.bot.pii.test_recognizers import TRUE_POSITIVES
@@ -41,7 +42,7 @@ print(json.dumps({"modules": modules, "hits": hits, "outputs": outputs}))
 # each thread's hits written out: the first calls load the finders while others scan.
 SCANNED_AT_ONCE = """
 import json, sys, threading
-from bot.pii.guard import WITHHELD_MESSAGE, resolve_overlaps
+from bot.pii.guard import resolve_overlaps
 from bot.pii.recognizers import Scanner
 scan, texts, threads = Scanner(), json.load(sys.stdin), 8
 start, found = threading.Barrier(threads), [None] * threads
@@ -135,6 +136,15 @@ def test_threads_that_load_the_finders_at_once_find_what_one_finds() -> None:
     assert json.loads(out.stdout) == [expected] * 8
 
 
+def test_the_runs_a_number_gate_needs_are_those_its_finder_searches() -> None:
+    # The shape's runs each number finder searches for first, read off it.
+    shaped = {r.finder: set(r.needs.shaped) for r in RECOGNIZERS}
+    separated = {f"0{sep}0".encode() for _, sep in SEPARATED}
+    assert shaped["numbers.find_separated_numbers"] == separated
+    assert shaped["numbers.find_card_runs"] == {CARD_RUN_START}
+    assert shaped["numbers.find_ibans"] == {IBAN_START}
+
+
 # A fresh process whose finder module (argv[1]) raises on import until told otherwise: each
 # text is scanned as a tool output and as a prompt under redact and reject, then once more as
 # a tool output after the module imports again.
@@ -171,3 +181,15 @@ def test_a_finder_module_that_fails_to_import_withholds_the_text_and_is_tried_ag
     reject = [(True, WITHHELD_MESSAGE, cause), (False, WITHHELD_MESSAGE, cause)]
     assert found["failed"] == [[list(o) for o in redact + reject]] * len(texts)
     assert found["again"] == [None] * len(texts)
+
+
+def test_loading_the_finders_imports_every_finder_module() -> None:
+    # What ``kestrel serve`` does at start (bot.cli.compose.load_scanner).
+    script = (
+        "import json, sys\nfrom bot.pii.recognizers import load_finders\nload_finders()\n"
+        "print(json.dumps([name for name in json.loads(sys.argv[1]) if name in sys.modules]))"
+    )
+    argv = [sys.executable, "-c", script, json.dumps(FINDER_MODULES)]
+    out = subprocess.run(argv, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == FINDER_MODULES
