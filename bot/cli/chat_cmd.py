@@ -208,7 +208,7 @@ def serve(platforms: tuple[str, ...], port: int | None, host: str) -> None:
     hold_sigterm()  # one that comes before the event loop is kept for the stop
     import asyncio
 
-    from bot.cli.compose import check_approvable
+    from bot.cli.compose import check_approvable, load_scanner
     from bot.cli.serving import ChatFront, front_settings
     from bot.cli.stopping import Stop, end_on_signals
     from bot.collector import settle_for_service
@@ -228,6 +228,7 @@ def serve(platforms: tuple[str, ...], port: int | None, host: str) -> None:
 
     async def work(rt: Runtime, stop: Stop) -> None:
         check_approvable(settings, rt.tools.current())
+        load_scanner(settings)
         stop.started()
         supervisor = Supervisor(rt)
         front = ChatFront(supervisor, checked, host=host, port=port)

@@ -287,6 +287,23 @@ def build_guard(settings: Settings, pii: PiiSettings | None = None) -> PiiGuard:
         raise ConfigError(f"pii: the scanner will not build: {exc}") from exc
 
 
+def load_scanner(settings: Settings) -> None:
+    """For ``serve``, which lives for weeks: the PII scanner's every finder imported at start
+    (``load_finders``), so a broken install stops it there in one line, not at the first text
+    that reaches the finder (that text withheld), and an upgrade installed under it is never
+    half taken up."""
+    from bot.pii.recognizers import load_finders
+    from bot.pii.settings import PiiMode
+
+    if settings.pii.mode is PiiMode.OFF:
+        return
+
+    try:
+        load_finders()
+    except Exception as exc:
+        raise ConfigError(f"pii: the scanner will not build: {type(exc).__name__}: {exc}") from exc
+
+
 def steady_operators(pii: PiiSettings) -> PiiSettings:
     """``pii`` with each ``hash`` that has no salt of its own replaced by the type's name: the
     process's random salt would make a server's tool descriptions differ between processes,

@@ -217,6 +217,15 @@ _MAX_DEPTH = 2  # base64 inside base64 is still found; deeper nesting is not wor
 _Entry = tuple[Finder, bool, frozenset[str], tuple[str, ...], Needs | None]
 
 
+def load_finders() -> None:
+    """Import every finder's module now, as a long-lived process does at start: a broken
+    install then stops it there, and one installed under it later is never mixed with the
+    modules it holds (a short-lived command imports only those its texts reach)."""
+    for recognizer in RECOGNIZERS:
+        load_finder(recognizer.finder)
+    load_finder("encoded.find_encoded")
+
+
 def _more(needs: Needs) -> Needs | None:
     """The needs, if they name more than characters and words; else None (nothing to ask)."""
     return needs if needs.also or needs.shaped else None
