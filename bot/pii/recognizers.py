@@ -180,9 +180,28 @@ RECOGNIZERS: tuple[Recognizer, ...] = (
     # two capitals, two digits
     Recognizer(frozenset({"IBAN_CODE"}), "numbers.find_ibans", needs(DIGITS, shaped=(b"AA00",))),
     Recognizer(frozenset({"EMAIL_ADDRESS"}), "emails.find_emails", needs("@")),
-    # "at" before a bracket or a written "dot"; %40, &#64;, \u0040
+    # "at" before a bracket or a written "dot"; %40, &#64;, \u0040: their starts, in also
     Recognizer(
-        frozenset({"EMAIL_ADDRESS"}), "emails.find_loose_emails", needs("[](){}<>%&\\", "dot")
+        frozenset({"EMAIL_ADDRESS"}),
+        "emails.find_loose_emails",
+        needs(
+            "[](){}<>%&\\",
+            "dot",
+            also=(
+                "at ",
+                "at\t",
+                "at]",
+                "at)",
+                "at}",
+                "at>",
+                "%40",
+                "2540",
+                "&#",
+                "&commat;",
+                "\\u0040",
+                "\\x40",
+            ),
+        ),
     ),
     Recognizer(frozenset({"IP_ADDRESS"}), "numbers.find_ipv6", needs(":")),
     Recognizer(frozenset({"PHONE_NUMBER"}), "numbers.find_paren_phones", needs("(")),

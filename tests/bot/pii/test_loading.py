@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from bot.pii.emails import LOOSE_AT_STARTS
 from bot.pii.guard import WITHHELD_MESSAGE, resolve_overlaps
 from bot.pii.labelled import _KEYED_WORDS, _SECURE_PATTERNS
 from bot.pii.numbers import CARD_RUN_START, IBAN_START, SEPARATED
@@ -99,12 +100,21 @@ def test_scanning_secrets_of_every_family_imports_their_modules_and_finds_them()
 
 
 # What a command's output with its exit status does not reach: the finders that read labels
-# and the modules they import (some 7 M instructions to import), and the numbers' (an exit
-# status is no number of theirs).
-UNREACHED = ("credentials", "encoded", "labelled", "manifests", "shapes", "web", "numbers")
+# and the modules they import (some 7 M instructions to import), the numbers' (an exit status
+# is no number of theirs) and the emails' ("status" holds "at", but no written-out "at").
+UNREACHED = (
+    "credentials",
+    "encoded",
+    "labelled",
+    "manifests",
+    "shapes",
+    "web",
+    "numbers",
+    "emails",
+)
 
 
-def test_a_command_s_output_with_its_exit_status_imports_no_label_reader_nor_numbers() -> None:
+def test_a_command_s_output_with_its_exit_status_imports_no_label_number_or_email_finder() -> None:
     # What ``kestrel runs approve`` scans of a catalog command: a digit and a line break, but
     # no word a label or a printed secret is found after, and no digits a number is made of.
     texts = ["restarted checkout\n[exit status 0]", "deployed 3 pods in 12s\n[exit status 1]"]
@@ -117,6 +127,7 @@ def test_the_words_a_gate_also_needs_are_those_its_finder_looks_for() -> None:
     # Each finder's own first test, read off it: a word it looks for before any pattern.
     also = {r.finder: set(r.needs.also) for r in RECOGNIZERS}
     assert also["labelled.find_keyed_secrets"] == set(_KEYED_WORDS)
+    assert also["emails.find_loose_emails"] == set(LOOSE_AT_STARTS)
     assert also["shapes.find_printed_secrets"] == {
         w for *_, gate in _PRINTING_COMMANDS for w in gate
     }
