@@ -1,12 +1,11 @@
-"""Kestrel's Discord client: mentions, thread replies, buttons, modals and ``/kestrel``.
+"""Kestrel's Discord client: mentions, thread replies, clicks and forms.
 
-Buttons are ``DynamicItem``s registered at start-up and matched by their custom id's
-template, so a card posted before a restart still works after it. Every interaction is
-answered within Discord's 3 s: a decision defers first; Deny and Answer open their modal at
-once (a modal must be the first response). What a message or a click means is the core's
-``Conversation``; who may is decided there, from the store and the policy. A mention, or a
-thread reply that answers a question, is held in the store (``Inbound``) before it is handled,
-so a process that dies while handling it leaves it to the next to take up.
+Every interaction is answered within Discord's 3 s: a decision defers first; Deny and Answer
+open their form at once (``buttons``). What a message or a click means is the core's
+``Conversation``; who may is decided there, from the store and the policy, with the person
+acting from where they clicked (``directory``). A mention, or a thread reply that answers a
+question, is held in the store (``Inbound``) before it is handled, so a process that dies while
+handling it leaves it to the next to take up.
 
 A replica that is stopping (``drain``) takes no new event: every other connected session got
 it too, and one of those handles it. A message is still held in the store if, a moment later,
@@ -22,50 +21,59 @@ import contextlib
 import functools
 import logging
 import re
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
-import aiohttp
 import discord
 from discord import app_commands
 
 from adapters.discord import ids
-from adapters.discord.catch_up import CatchUp, delivery_key, member_now, said_by_a_person
-from adapters.discord.look import (
-    DiscordLook,
-    arguments_messages,
-    note_text,
-    runs_listing,
-    status_text,
+from adapters.discord.buttons import (
+    FORM,
+    AnswerButton,
+    AnswerModal,
+    ApproveButton,
+    ApproveRunButton,
+    ArgumentsButton,
+    ChooseButton,
+    DenyButton,
+    EffectButton,
+    ReasonModal,
+    StepByStepButton,
+    form_text,
 )
+from adapters.discord.catch_up import CatchUp, delivery_key, member_now, said_by_a_person
+from adapters.discord.commands import kestrel_commands
+from adapters.discord.directory import (
+    LOOKUP_FAILED,
+    LOOKUP_SECONDS,
+    UNANSWERED,
+    actor_of,
+    interaction_actor,
+    not_looked_up,
+    seeing_private,
+)
+from adapters.discord.look import DiscordLook, arguments_messages, note_text, status_text
 from adapters.discord.progress import DiscordProgress
+from adapters.discord.respond import deferred, in_time, say_store_failed
 from adapters.discord.target import DiscordTarget
-from adapters.discord.transport import NEEDS_A_PERSON_SECONDS, DiscordTransport
-from bot.chat.contract import Actor, Outbox, Place, StoreError
+from adapters.discord.transport import DiscordTransport
+from bot.chat.contract import Actor, Outbox, StoreError
 from bot.chat.conversation import (
     HELP,
     THREAD_COMMANDS,
     Conversation,
     Outcome,
     command_word,
-    run_id_said,
     store_note,
 )
 from bot.chat.inbound import Accepted, Delivery, TryLater
 from bot.chat.lifecycle import PlatformLife
 from bot.chat.links import RunLink
-from bot.chat.outbox import DeliveryFailed, after_waiting
+from bot.chat.outbox import DeliveryFailed
 from bot.chat.service import ChatService
-from bot.chat.words import (
-    NOT_AN_OPTION,
-    NOT_RECORDED,
-    STORE_DOWN,
-    chosen_option,
-    thread_of,
-    unseen_run,
-)
+from bot.chat.words import NOT_RECORDED
 from bot.domain import DecisionKind, Request, Session
 from bot.user_agent import USER_AGENT
 
@@ -73,9 +81,11 @@ log = logging.getLogger("kestrel.discord")
 
 NO_PINGS = discord.AllowedMentions.none()
 THREAD_ARCHIVE_MINUTES: Literal[1440] = 1440
-EFFECTS = {"retry": DecisionKind.RETRY, "done": DecisionKind.DONE, "failed": DecisionKind.FAILED}
 # A stopping replica holds a message only if no live replica did within this long.
 STOPPING_HOLD_SECONDS = 1.0
+# A message's channel as it may be a thread: one, or one Discord has not said what it is.
+Thread = discord.Thread | discord.PartialMessageable
+MAYBE_A_THREAD = (discord.Thread, discord.PartialMessageable)
 
 
 def intents(message_content: bool) -> discord.Intents:
@@ -135,7 +145,7 @@ class KestrelDiscord(discord.Client):
         self.progress = self.life.progress
         self.renderer = self.life.renderer
         self.tree = app_commands.CommandTree(self)
-        self.tree.add_command(_kestrel_commands())
+        self.tree.add_command(kestrel_commands())
         # The messages this process accepted and handles now (others are fetched again).
         self._held: dict[int, tuple[discord.Message, Any]] = {}
         chat.inbound.handle("discord", self.handle_delivery)
@@ -172,10 +182,10 @@ class KestrelDiscord(discord.Client):
             except discord.NotFound:
                 return None
             except LOOKUP_FAILED as exc:
-                raise _not_looked_up(thread, exc) from exc
+                raise not_looked_up(thread, exc) from exc
         if not isinstance(where, discord.Thread) or not where.is_private():
             return None
-        return await _seeing_private(found, where, users)
+        return await seeing_private(found, where, users)
 
     def drain(self) -> None:
         """Take no new message or interaction from now on (this replica is stopping)."""
@@ -433,7 +443,7 @@ class KestrelDiscord(discord.Client):
         if thread is None:
             return
         session = _session(message.guild.id, thread)
-        actor = _actor(message.author, session.place, message.guild)
+        actor = actor_of(message.author, session.place, message.guild)
         outcome = await self.talk.mention(
             session, actor, text, run_id=held.run_id, answers=held.answers
         )
@@ -447,7 +457,7 @@ class KestrelDiscord(discord.Client):
         question = await self._question(message, thread, missed)
         if question is None or not message.content:
             return  # not an answer to anything (or no message content intent): ignored
-        actor = _actor(message.author, session.place, message.guild)
+        actor = actor_of(message.author, session.place, message.guild)
         kind, text = DecisionKind.ANSWER, message.content
         refusal = await self.chat.check(question.id, kind, user=actor)  # the person alone
         if not refusal and await self.chat.check(question.id, kind, user=actor, text=text):
@@ -464,7 +474,7 @@ class KestrelDiscord(discord.Client):
             return  # answered meanwhile
         # Someone who may not answer is told so in the thread (the refusal is the note), and
         # so is the author of a reply to a question answered meanwhile.
-        actor = _actor(message.author, session.place, message.guild)
+        actor = actor_of(message.author, session.place, message.guild)
         outcome = await self.talk.decide(question, DecisionKind.ANSWER, actor, text=message.content)
         await self._show(outcome, thread, message)
 
@@ -560,7 +570,7 @@ class KestrelDiscord(discord.Client):
     async def _decide(
         self, interaction: discord.Interaction, request_id: str, kind: DecisionKind, text: str
     ) -> None:
-        if not interaction.response.is_done() and not await _deferred(interaction):
+        if not interaction.response.is_done() and not await deferred(interaction):
             return  # Discord told the clicker it failed: it counts for nothing
         actor = await self.actor_for(interaction, request_id)
         if actor is None:
@@ -585,29 +595,29 @@ class KestrelDiscord(discord.Client):
             actor = await self.actor_for(interaction, request_id)
             refusal = await self.chat.check(request_id, kind, user=actor) if actor else None
         except StoreError as exc:
-            await _say_store_failed(interaction, f"{kind.value} form", exc, NOT_RECORDED)
+            await say_store_failed(interaction, f"{kind.value} form", exc, NOT_RECORDED)
             return
         if actor is None or refusal is not None:
             note = refusal.reason if refusal is not None else NOT_HERE
-            await _in_time(interaction, interaction.response.send_message(note, ephemeral=True))
+            await in_time(interaction, interaction.response.send_message(note, ephemeral=True))
             return
         form = ReasonModal if kind is DecisionKind.DENY else AnswerModal
         # A modal is found again by its custom id: one per request and person.
         modal = form(request_id, interaction.user.id)
-        await _in_time(interaction, interaction.response.send_modal(modal))
+        await in_time(interaction, interaction.response.send_modal(modal))
 
     async def show_arguments(self, interaction: discord.Interaction, request_id: str) -> None:
         """A card's Full arguments: the request's exact arguments, to the clicker alone, when
         they may read it from where they clicked (as any read, checked against the place).
         Deferred first, as a decision is: the reads may take longer than Discord waits (over
         HTTP, a response after that would be dropped)."""
-        if not interaction.response.is_done() and not await _deferred(interaction):
+        if not interaction.response.is_done() and not await deferred(interaction):
             return
         try:
             actor = await self.actor_for(interaction, request_id)
             view = await self.chat.request(request_id, user=actor) if actor else None
         except StoreError as exc:
-            await _say_store_failed(interaction, "Full arguments", exc)
+            await say_store_failed(interaction, "Full arguments", exc)
             return
         if view is None:
             note = NOT_THIS_THREAD if actor else NOT_HERE
@@ -635,300 +645,9 @@ class KestrelDiscord(discord.Client):
             return
         kind = DecisionKind.DENY if match["form"] == "deny" else DecisionKind.ANSWER
         try:
-            await self.decide(interaction, match["req"], kind, _form_text(data))
+            await self.decide(interaction, match["req"], kind, form_text(data))
         except Exception:
             log.exception("discord: handling a form failed")
-
-
-# --- the buttons ------------------------------------------------------------------------
-
-
-def _kestrel(interaction: discord.Interaction) -> KestrelDiscord:
-    client = interaction.client
-    assert isinstance(client, KestrelDiscord)
-    return client
-
-
-class _RequestButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=r"(?!)"):
-    """A button that names one request (its decision and template are the subclass's)."""
-
-    kind = DecisionKind.APPROVE
-    id_kind = "approve"  # the custom id's kind: ``kestrel:NAME:REQUEST``
-
-    def __init__(self, request_id: str) -> None:
-        super().__init__(discord.ui.Button(custom_id=ids.custom_id(self.id_kind, request_id)))
-        self.request_id = request_id
-
-    @classmethod
-    async def from_custom_id(
-        cls,
-        # discord.py fixes the signature; the request's id is all the custom id carries.
-        interaction: discord.Interaction,  # noqa: ARG003
-        item: discord.ui.Item[Any],  # noqa: ARG003
-        match: re.Match[str],
-    ) -> _RequestButton:
-        return cls(match["req"])
-
-    async def callback(self, interaction: discord.Interaction) -> None:
-        await _kestrel(interaction).decide(interaction, self.request_id, self.kind)
-
-
-class ApproveButton(_RequestButton, template=ids.APPROVE):
-    """Approve once."""
-
-    kind = DecisionKind.APPROVE
-    id_kind = "approve"
-
-
-class ApproveRunButton(_RequestButton, template=ids.APPROVE_RUN):
-    """Approve this tool for the rest of the run."""
-
-    kind = DecisionKind.APPROVE_ALWAYS
-    id_kind = "approve_run"
-
-
-class StepByStepButton(_RequestButton, template=ids.STEP_BY_STEP):
-    """A plan: approve none of it now, ask for each call."""
-
-    kind = DecisionKind.STEP_BY_STEP
-    id_kind = "step_by_step"
-
-
-class DenyButton(_RequestButton, template=ids.DENY):
-    """Deny, with an optional reason asked in a modal."""
-
-    kind = DecisionKind.DENY
-    id_kind = "deny"
-
-    async def callback(self, interaction: discord.Interaction) -> None:
-        await _kestrel(interaction).ask_first(interaction, self.request_id, self.kind)
-
-
-class AnswerButton(_RequestButton, template=ids.ANSWER):
-    """Answer a free-text question in a modal."""
-
-    kind = DecisionKind.ANSWER
-    id_kind = "answer"
-
-    async def callback(self, interaction: discord.Interaction) -> None:
-        await _kestrel(interaction).ask_first(interaction, self.request_id, self.kind)
-
-
-class ArgumentsButton(_RequestButton, template=ids.ARGUMENTS):
-    """Full arguments: what a card cut, shown whole to the clicker; decides nothing."""
-
-    id_kind = "arguments"
-
-    async def callback(self, interaction: discord.Interaction) -> None:
-        await _kestrel(interaction).show_arguments(interaction, self.request_id)
-
-
-class ChooseButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=ids.CHOOSE):
-    """One option of a question (a button ``…:N``, or a menu ``…:mN``'s chosen value)."""
-
-    def __init__(self, request_id: str, index: int | None, menu: int = 0) -> None:
-        extra = f"m{menu}" if index is None else str(index)
-        super().__init__(discord.ui.Button(custom_id=ids.custom_id("choose", request_id, extra)))
-        self.request_id = request_id
-        self.index = index
-
-    @classmethod
-    async def from_custom_id(
-        cls,
-        # discord.py fixes the signature; the request's id is all the custom id carries.
-        interaction: discord.Interaction,  # noqa: ARG003
-        item: discord.ui.Item[Any],  # noqa: ARG003
-        match: re.Match[str],
-    ) -> ChooseButton:
-        if match["n"] is not None:
-            return cls(match["req"], int(match["n"]))
-        return cls(match["req"], None, int(match["menu"]))
-
-    async def callback(self, interaction: discord.Interaction) -> None:
-        client = _kestrel(interaction)
-        index = self.index
-        if index is None:  # the select menu: the chosen value is the index
-            data: dict[str, Any] = dict(interaction.data or {})
-            values = data.get("values") or []
-            chosen = str(values[0]) if values else ""
-            index = int(chosen) if re.fullmatch(r"[0-9]{1,3}", chosen) else -1
-        # Only the option's text is read here; where the click came from is checked (and a
-        # refusal audited) as the answer is decided, as for any button of the card.
-        try:
-            view = await client.chat.request(self.request_id)
-        except StoreError as exc:
-            await _say_store_failed(interaction, "an option", exc, NOT_RECORDED)
-            return
-        option = chosen_option(view.request.options if view else (), index)
-        if option is None:
-            await _in_time(
-                interaction, interaction.response.send_message(NOT_AN_OPTION, ephemeral=True)
-            )
-            return
-        await client.decide(interaction, self.request_id, DecisionKind.ANSWER, option)
-
-
-class EffectButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=ids.EFFECT):
-    """Retry, Mark done or Mark failed on an uncertain effect."""
-
-    def __init__(self, request_id: str, verb: str) -> None:
-        custom_id = ids.custom_id("effect", request_id, verb)
-        super().__init__(discord.ui.Button(custom_id=custom_id))
-        self.request_id = request_id
-        self.verb = verb
-
-    @classmethod
-    async def from_custom_id(
-        cls,
-        # discord.py fixes the signature; the request's id is all the custom id carries.
-        interaction: discord.Interaction,  # noqa: ARG003
-        item: discord.ui.Item[Any],  # noqa: ARG003
-        match: re.Match[str],
-    ) -> EffectButton:
-        return cls(match["req"], match["verb"])
-
-    async def callback(self, interaction: discord.Interaction) -> None:
-        kind = EFFECTS[self.verb]
-        await _kestrel(interaction).decide(interaction, self.request_id, kind)
-
-
-# --- the forms --------------------------------------------------------------------------
-
-
-class ReasonModal(discord.ui.Modal, title="Deny"):
-    """Deny with an optional reason the model reads (its submission: ``on_interaction``)."""
-
-    reason: discord.ui.TextInput[Any] = discord.ui.TextInput(
-        label="Reason (optional)",
-        style=discord.TextStyle.paragraph,
-        required=False,
-        max_length=1000,
-    )
-
-    def __init__(self, request_id: str, user: int) -> None:
-        super().__init__(custom_id=f"{ids.DENY_MODAL}:{request_id}:{user}")
-        self.request_id = request_id
-
-
-class AnswerModal(discord.ui.Modal, title="Answer"):
-    """Answer a free-text question (its submission: ``on_interaction``)."""
-
-    answer: discord.ui.TextInput[Any] = discord.ui.TextInput(
-        label="Your answer", style=discord.TextStyle.paragraph, max_length=2000
-    )
-
-    def __init__(self, request_id: str, user: int) -> None:
-        super().__init__(custom_id=f"{ids.ANSWER_MODAL}:{request_id}:{user}")
-        self.request_id = request_id
-
-
-# --- /kestrel ---------------------------------------------------------------------------
-
-
-def _kestrel_commands() -> app_commands.Group:
-    group = app_commands.Group(name="kestrel", description="Kestrel's runs", guild_only=True)
-
-    @group.command(name="status", description="Where a run stands (default: this thread's)")
-    async def status(interaction: discord.Interaction, run: str | None = None) -> None:
-        await _operate(interaction, "status", run)
-
-    @group.command(name="cancel", description="Cancel a run (its requester or on-call)")
-    async def cancel(interaction: discord.Interaction, run: str | None = None) -> None:
-        await _operate(interaction, "cancel", run)
-
-    @group.command(name="resume", description="Resume a suspended run (its requester or on-call)")
-    async def resume(interaction: discord.Interaction, run: str | None = None) -> None:
-        await _operate(interaction, "resume", run)
-
-    @group.command(name="runs", description="What waits on people, with links to the threads")
-    async def runs(interaction: discord.Interaction) -> None:
-        if not await _deferred(interaction):
-            return  # Discord told them it failed
-        try:
-            lines = await _pending_lines(interaction)
-        except StoreError as exc:
-            await _say_store_failed(interaction, "/kestrel runs", exc)
-            return
-        await interaction.followup.send(runs_listing(lines), ephemeral=True)
-
-    return group
-
-
-async def _pending_lines(interaction: discord.Interaction) -> list[str]:
-    """This server's open requests, a line each, with who may answer and the thread's link."""
-    client = _kestrel(interaction)
-    listed = []
-    for item in await client.chat.pending(user=interaction_actor(interaction, listing=True)):
-        place = await client.renderer.place_of(item.request.run_id)
-        if place is None or DiscordTarget.of(place.target).guild != str(interaction.guild_id):
-            continue  # this server's runs only
-        listed.append((item, place))
-    unshown = await client.renderer.cards_unshown([item.request.id for item, _ in listed])
-    lines = []
-    for item, place in listed:
-        link = thread_of(place.session.id).url or place.session.id
-        who = ", ".join(item.may_answer) or "nobody"
-        line = f"• {item.request.kind.value} `{item.request.tool}` — may answer: {who} — {link}"
-        why = unshown.get(item.request.id)
-        if why:  # nobody in the thread can decide it: the terminal can
-            line += f" — **card not shown** ({why}): `kestrel runs pending`"
-        lines.append(line)
-    return lines
-
-
-async def _operate(interaction: discord.Interaction, verb: str, run: str | None) -> None:
-    if not await _deferred(interaction):
-        return  # Discord told them it failed: a cancel must not act unseen
-    try:
-        await _operate_deferred(interaction, verb, run)
-    except StoreError as exc:
-        await _say_store_failed(interaction, f"/kestrel {verb}", exc)
-
-
-async def _say_store_failed(
-    interaction: discord.Interaction, what: str, exc: StoreError, down: str = STORE_DOWN
-) -> None:
-    """Answer an interaction the store failed under (``down``: what to say of a store that
-    did not answer): deferred, without a follow-up the person sees "thinking…" for ever; not
-    yet, without a response Discord says "This interaction failed"."""
-    log.error("discord: %s: the store failed: %s", what, exc)
-    text = note_text(store_note(exc, down))
-    if interaction.response.is_done():
-        await interaction.followup.send(text, ephemeral=True)
-    else:
-        await _in_time(interaction, interaction.response.send_message(text, ephemeral=True))
-
-
-async def _operate_deferred(interaction: discord.Interaction, verb: str, run: str | None) -> None:
-    client = _kestrel(interaction)
-    # A run named, even by its marks alone, is the one asked about: never the thread's.
-    run_id = (run_id_said(run) or run) if run else await _thread_run(client, interaction)
-    if not run_id:
-        await interaction.followup.send(
-            "Name a run, or use this in a run's thread.", ephemeral=True
-        )
-        return
-    place = await client.renderer.place_of(run_id) if _known(run_id) else None
-    if place is None or DiscordTarget.of(place.target).guild != str(interaction.guild_id):
-        # Made up, or another server's or platform's: said as a run one may not see.
-        await interaction.followup.send(unseen_run(run_id), ephemeral=True)
-        return
-    outcome = await client.talk.operate(verb, run_id, interaction_actor(interaction))
-    text = status_text(outcome.status) if outcome.status is not None else note_text(outcome.note)
-    await interaction.followup.send(text, ephemeral=True)
-    await client.after(outcome)
-
-
-async def _thread_run(client: KestrelDiscord, interaction: discord.Interaction) -> str:
-    if interaction.guild_id is None or interaction.channel_id is None:
-        return ""
-    session_id = ids.thread_session_id(interaction.guild_id, interaction.channel_id)
-    latest = await client.chat.latest(Session(id=session_id, platform="discord"))
-    return latest.record.id if latest else ""
-
-
-def _known(run_id: str) -> bool:
-    return re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}", run_id) is not None
 
 
 def _session(guild: int, thread: Thread) -> Session:
@@ -943,260 +662,9 @@ def _session(guild: int, thread: Thread) -> Session:
     )
 
 
-def interaction_actor(interaction: discord.Interaction, *, listing: bool = False) -> Actor:
-    """Who sent an interaction, acting from its guild, channel and thread; ``listing``: only
-    to read what waits (``/kestrel runs``), where no lookup is bounded by the action's time."""
-    channel = interaction.channel
-    channel_id = str(interaction.channel_id or "")
-    parent = getattr(channel, "parent_id", None) if isinstance(channel, discord.Thread) else None
-    place = Place(
-        "discord",
-        str(interaction.guild_id or ""),
-        str(parent or channel_id),
-        channel_id if parent else "",
-    )
-    return _actor(interaction.user, place, interaction.guild, listing=listing)
-
-
-def _actor(
-    user: discord.User | discord.Member,
-    place: Place,
-    guild: discord.Guild | None,
-    *,
-    listing: bool = False,
-) -> Actor:
-    """A member with their roles in this guild as groups (``role:ID`` or ``group:ID`` in the
-    policy), acting from ``place``; from a guild other than the run's, a guest. Their action
-    asks Discord for ``LOOKUP_SECONDS`` at most, all its lookups together (a listing: each)."""
-    roles = getattr(user, "roles", ())
-    groups = frozenset(str(role.id) for role in roles)
-    deadline = None if listing else time.monotonic() + LOOKUP_SECONDS
-    directory = GuildDirectory(user, guild, deadline)
-    return Actor(str(user.id), groups, place, directory=directory)
-
-
-class GuildDirectory:
-    """What the gateway's cache tells of a member: their roles (known with the interaction)
-    and which channels they can see; Discord is asked only about a thread the cache lacks (an
-    archived one) and whether they are in a private thread, all within ``deadline`` (a click
-    is answered within Discord's 3 s however slow it is; None: each within ``LOOKUP_SECONDS``).
-    """
-
-    def __init__(
-        self,
-        user: discord.User | discord.Member,
-        guild: discord.Guild | None,
-        deadline: float | None = None,
-    ) -> None:
-        self._user = user
-        self._guild = guild
-        self._deadline = deadline  # on ``time.monotonic``'s clock
-
-    async def in_group(self, user: str, group: str) -> bool:  # noqa: ARG002
-        """Roles come with the member: one not among them is not theirs."""
-        return False
-
-    def untold(self) -> str:
-        """A lookup Discord did not answer is said in the log; nothing here."""
-        return ""
-
-    async def sees(self, user: str, place: Place) -> bool:
-        """Whether the member may view the channel of ``place`` (of their own guild), and its
-        thread: a private one only as its member or as someone who manages threads."""
-        guild, member = self._guild, self._user
-        if guild is None or not isinstance(member, discord.Member) or str(member.id) != user:
-            return False
-        if place.platform != "discord" or place.workspace != str(guild.id):
-            return False
-        where = await _channel_or_thread(guild, place, self._deadline)
-        allowed = _permissions(where, member)
-        if allowed is None or not allowed.view_channel:
-            return False
-        if not isinstance(where, discord.Thread) or not where.is_private():
-            return True
-        return allowed.manage_threads or await _in_thread(where, member, self._deadline)
-
-
-# What one person's action may spend asking Discord, all its lookups together (the thread,
-# then whether they are in it): a lookup past it is a no, and a click is still answered within
-# Discord's 3 s, with time left for the store. Each lookup of a listing gets this long.
-LOOKUP_SECONDS = 2.0
-# What a lookup that is a no may meet: Discord's errors, a time-out, and a dropped or refused
-# connection (discord.py passes those on as aiohttp's or the socket's own).
-LOOKUP_FAILED = (discord.DiscordException, aiohttp.ClientError, OSError)
-# What says Discord did not answer, not that it refused: a server error, a dropped or refused
-# connection, a time-out. What was asked may be asked again later.
-UNANSWERED = (discord.DiscordServerError, aiohttp.ClientError, OSError)
-# A message's channel as it may be a thread: one, or one Discord has not said what it is.
-Thread = discord.Thread | discord.PartialMessageable
-MAYBE_A_THREAD = (discord.Thread, discord.PartialMessageable)
-# How many of a card's approvers are asked of Discord at once whether they see a private thread.
-LOOKUPS_AT_ONCE = 4
-
-
-T = TypeVar("T")
-
-
-async def _looked_up(ask: Callable[[], Awaitable[T]], deadline: float | None) -> T:
-    """``ask``'s answer within what is left of the action's time (``deadline``; None: within
-    ``LOOKUP_SECONDS``). Raises ``TimeoutError`` past it, or when none was left to ask in."""
-    left = LOOKUP_SECONDS if deadline is None else min(LOOKUP_SECONDS, deadline - time.monotonic())
-    if left <= 0:
-        raise TimeoutError(f"not asked: the action's {LOOKUP_SECONDS:.0f} s were spent")
-    try:
-        return await asyncio.wait_for(ask(), left)
-    except TimeoutError:
-        raise TimeoutError(f"no answer within {left:.1f} s") from None
-
-
-async def _channel_or_thread(guild: discord.Guild, place: Place, deadline: float | None) -> Any:
-    """The thread of ``place`` (its channel when it names none), from the cache, else from
-    Discord (archived threads leave the cache) by ``deadline``; None when neither can tell."""
-    ident = place.thread or place.channel
-    if not ident.isdigit():
-        return None
-    found = guild.get_channel_or_thread(int(ident))
-    if found is not None or not place.thread:
-        return found
-    try:
-        return await _looked_up(functools.partial(guild.fetch_channel, int(ident)), deadline)
-    except LOOKUP_FAILED as exc:
-        log.warning("discord: thread %s could not be looked up: %s: taken as no", ident, exc)
-        return None
-
-
-def _permissions(where: Any, member: discord.Member) -> discord.Permissions | None:
-    """The member's permissions in ``where``; None for nowhere, or a thread whose channel the
-    cache lacks (discord.py cannot tell then)."""
-    if where is None:
-        return None
-    try:
-        permissions: discord.Permissions = where.permissions_for(member)
-    except discord.ClientException:
-        return None
-    return permissions
-
-
-async def _in_thread(
-    thread: discord.Thread, member: discord.Member, deadline: float | None
-) -> bool:
-    """Whether ``member`` is in ``thread`` (Discord says so by ``deadline``; the gateway does
-    not tell Kestrel who is in a thread without the privileged members intent)."""
-    try:
-        await _looked_up(functools.partial(thread.fetch_member, member.id), deadline)
-    except discord.NotFound:
-        return False
-    except LOOKUP_FAILED as exc:
-        log.warning(
-            "discord: members of thread %s could not be asked: %s: taken as no", thread.id, exc
-        )
-        return False
-    return True
-
-
-def _not_looked_up(thread: str, exc: Exception) -> DeliveryFailed:
-    """A thread Discord did not say anything of, to be asked again: when it says (a refusal of
-    access waits on a person, as a post's would; a rate limit on its end), else soon."""
-    what = f"discord: thread {thread} could not be looked up: {exc or type(exc).__name__}"
-    if isinstance(exc, discord.Forbidden):
-        return DeliveryFailed(what, NEEDS_A_PERSON_SECONDS)
-    if isinstance(exc, discord.RateLimited):
-        return DeliveryFailed(what, after_waiting(exc.retry_after))
-    return DeliveryFailed(what)
-
-
-async def _seeing_private(
-    guild: discord.Guild, thread: discord.Thread, users: list[str]
-) -> frozenset[str]:
-    """Which of ``users`` see private ``thread``, asked of Discord ``LOOKUPS_AT_ONCE`` at a
-    time (one by one, a card with many approvers waited a round trip or two for each). Once
-    Discord rate-limits a lookup, the users not yet asked are not asked: they are a no."""
-    gate = asyncio.Semaphore(LOOKUPS_AT_ONCE)
-    limited = asyncio.Event()
-
-    async def sees(user: str) -> bool:
-        async with gate:
-            if limited.is_set():
-                return False
-            try:
-                return await _sees_private(guild, thread, user)
-            except discord.RateLimited as exc:
-                limited.set()
-                log.warning("discord: members of thread %s could not be asked: %s", thread.id, exc)
-                return False
-
-    seen = await asyncio.gather(*(sees(user) for user in users))
-    return frozenset(user for user, yes in zip(users, seen, strict=True) if yes)
-
-
-async def _sees_private(guild: discord.Guild, thread: discord.Thread, user: str) -> bool:
-    """Whether ``user`` sees private ``thread``: as its member, or as someone who manages
-    threads in its channel; a lookup that fails or takes too long is a no (no ping). Raises
-    ``discord.RateLimited`` under a limit longer than the client sleeps out."""
-    if not user.isdigit():
-        return False
-    try:
-        await asyncio.wait_for(thread.fetch_member(int(user)), LOOKUP_SECONDS)
-        return True
-    except discord.NotFound:
-        pass
-    except discord.RateLimited:
-        raise
-    except LOOKUP_FAILED as exc:
-        log.warning("discord: members of thread %s could not be asked: %s", thread.id, exc)
-        return False
-    member = guild.get_member(int(user))
-    if member is None:
-        try:
-            member = await asyncio.wait_for(guild.fetch_member(int(user)), LOOKUP_SECONDS)
-        except discord.RateLimited:
-            raise
-        except LOOKUP_FAILED:
-            return False  # not in the server, or not answered: not one who sees the thread
-    allowed = _permissions(thread, member)
-    return allowed is not None and allowed.view_channel and allowed.manage_threads
-
-
 NOT_HERE = "That request is not one of a Discord run's."
 NOT_THIS_THREAD = "That request is not one of this thread's."
-FORM = re.compile(
-    r"kestrel:(?P<form>deny|answer)_modal:(?P<req>[A-Za-z0-9][A-Za-z0-9_.-]{0,79}):\d+"
-)
-
-
-def _form_text(data: dict[str, Any]) -> str:
-    """The text typed in a submitted form (action rows or labels around the text input)."""
-    for row in data.get("components") or []:
-        inner = row.get("components") or ([row["component"]] if "component" in row else [])
-        for component in inner:
-            if "value" in component:
-                return str(component["value"] or "").strip()
-    return ""
-
-
-UNKNOWN_INTERACTION = 10062
 UNKNOWN_MESSAGE = 10008
-
-
-async def _deferred(interaction: discord.Interaction) -> bool:
-    """Defer ``interaction``; False when it expired first (answered after Discord's 3 s)."""
-    return await _in_time(interaction, interaction.response.defer(ephemeral=True, thinking=True))
-
-
-async def _in_time(interaction: discord.Interaction, responding: Awaitable[object]) -> bool:
-    """Give ``interaction`` its first response; False, said in a line, when it expired first
-    (answered after Discord's 3 s, which told the person it failed)."""
-    try:
-        await responding
-    except discord.NotFound as exc:
-        if exc.code != UNKNOWN_INTERACTION:
-            raise
-        log.warning(
-            "discord: interaction %s expired before Kestrel answered it (over 3 s): ignored",
-            interaction.id,
-        )
-        return False
-    return True
 
 
 def _no_run_here(text: str) -> str:

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from adapters.discord.client import LOOKUPS_AT_ONCE
+from adapters.discord.directory import LOOKUPS_AT_ONCE
 from adapters.discord.transport import DiscordTransport
 from tests.fakes import discord_payloads as p
 from tests.fakes.discord_api import FakeDiscord
