@@ -30,15 +30,15 @@ from adapters.slack.mrkdwn import (
     TRUNCATED,
     ZWSP,
     SlackMessage,
-    _checked,
-    _code,
-    _compact,
-    _context,
-    _fit,
-    _inline,
-    _prose,
-    _section,
+    checked_blocks,
+    code_block,
+    compact_json,
+    context_block,
     escape,
+    fit_text,
+    inline_code,
+    prose,
+    section_block,
 )
 from bot.chat.words import number_words, status_words
 from bot.domain import (
@@ -54,30 +54,32 @@ def answer_message(result: TerminalResult, *, run_id: str) -> SlackMessage:
     blocks: list[dict[str, Any]] = []
     completed = result.status is RunStatus.COMPLETED
     if not completed:
-        blocks.append(_section(_status_line(result)))
+        blocks.append(section_block(_status_line(result)))
         if result.error.strip():
-            blocks.append(_section(_code(result.error.strip(), SECTION_TEXT_LIMIT)[0]))
+            blocks.append(section_block(code_block(result.error.strip(), SECTION_TEXT_LIMIT)[0]))
     chunks, _cut = _markdown_chunks(result.text)
     if chunks:
         blocks.append(MarkdownBlock(text=chunks[0]).to_dict())
     elif completed and result.payload is None:
-        blocks.append(_section("_(The run finished without an answer text.)_"))
+        blocks.append(section_block("_(The run finished without an answer text.)_"))
     if len(chunks) > 1:
-        blocks.append(_context([f"The answer goes on in the next {len(chunks) - 1} message(s)."]))
+        blocks.append(
+            context_block([f"The answer goes on in the next {len(chunks) - 1} message(s)."])
+        )
     if result.payload:
         blocks.extend(_payload_sections(result.payload))
     usage = result.usage
-    facts = [f"Run {_inline(run_id)}"]
+    facts = [f"Run {inline_code(run_id)}"]
     if usage.total:
         facts.append(f"{number_words(usage.total)} tokens")
-    blocks.append(_context(facts))
+    blocks.append(context_block(facts))
     blocks.append(_feedback(run_id))
     if completed:
         first = result.text.strip() or ("(structured answer)" if result.payload else "(no text)")
-        text = _fit(first, FALLBACK_LIMIT)
+        text = fit_text(first, FALLBACK_LIMIT)
     else:
         text = _status_line(result, bold=False)
-    return SlackMessage(text, _checked(blocks))
+    return SlackMessage(text, checked_blocks(blocks))
 
 
 def answer_continuations(result: TerminalResult) -> list[SlackMessage]:
@@ -90,9 +92,9 @@ def answer_continuations(result: TerminalResult) -> list[SlackMessage]:
         blocks = [MarkdownBlock(text=chunk).to_dict()]
         if i == len(chunks) - 1 and cut:
             blocks.append(
-                _context(["The answer was longer still: the rest is in the run's journal."])
+                context_block(["The answer was longer still: the rest is in the run's journal."])
             )
-        messages.append(SlackMessage(f"(answer, part {i + 2})", _checked(blocks)))
+        messages.append(SlackMessage(f"(answer, part {i + 2})", checked_blocks(blocks)))
     return messages
 
 
@@ -126,7 +128,7 @@ def _markdown_safe(text: str) -> str:
     """Model text for a markdown block: no link hiding its target, and Slack's own mention
     tokens (``<@U…>``, ``<!here>``, ``<#C…>``) broken with a zero-width space so that an answer
     can ping no one."""
-    return _SLACK_TOKEN.sub(f"<{ZWSP}", _prose(text)).strip()
+    return _SLACK_TOKEN.sub(f"<{ZWSP}", prose(text)).strip()
 
 
 def _markdown_chunks(text: str) -> tuple[list[str], bool]:
@@ -162,16 +164,16 @@ def _markdown_chunks(text: str) -> tuple[list[str], bool]:
 def _payload_sections(payload: Mapping[str, Any], most: int = 40) -> list[dict[str, Any]]:
     fields = []
     for key, value in list(payload.items())[:most]:
-        name = _fit(str(key), 100)
+        name = fit_text(str(key), 100)
         if isinstance(value, str):
-            shown = _fit(value, FIELD_TEXT_LIMIT - len(name) - 10) or "_(empty)_"
+            shown = fit_text(value, FIELD_TEXT_LIMIT - len(name) - 10) or "_(empty)_"
         else:
-            shown = _inline(_compact(value), FIELD_TEXT_LIMIT - len(name) - 10)
+            shown = inline_code(compact_json(value), FIELD_TEXT_LIMIT - len(name) - 10)
         fields.append(MarkdownTextObject(text=f"*{name}*\n{shown}", verbatim=True))
     sections = [
         SectionBlock(fields=fields[i : i + FIELDS_PER_SECTION]).to_dict()
         for i in range(0, len(fields), FIELDS_PER_SECTION)
     ]
     if len(payload) > most:
-        sections.append(_context([f"and {len(payload) - most} more fields"]))
+        sections.append(context_block([f"and {len(payload) - most} more fields"]))
     return sections

@@ -29,20 +29,20 @@ from adapters.slack.mrkdwn import (
     SECTION_TEXT_LIMIT,
     SELECT_OPTIONS_LIMIT,
     SlackMessage,
-    _actions,
-    _arguments_section,
-    _button,
-    _checked,
-    _code,
-    _context,
-    _fit,
-    _fit_fallback,
-    _inline,
-    _person,
-    _plain,
-    _principals,
-    _section,
+    actions_block,
+    arguments_section,
+    button_element,
+    checked_blocks,
+    code_block,
+    context_block,
     escape,
+    fit_fallback,
+    fit_text,
+    inline_code,
+    person_or,
+    plain_text,
+    principals_text,
+    section_block,
     slack_date,
 )
 from bot.chat.cards import (
@@ -101,44 +101,44 @@ def request_card(
 
 
 def _facts(request: Request, who: str, may_answer: Sequence[str], open_: bool) -> list[str]:
-    facts = [f"Requested by {_person(request.requested_by, nobody='the run')}"]
+    facts = [f"Requested by {person_or(request.requested_by, nobody='the run')}"]
     if request.deadline is not None and open_:
         facts.append(f"Expires {slack_date(request.deadline)}")
-    facts.append(f"{who}: {_principals(may_answer)}")
+    facts.append(f"{who}: {principals_text(may_answer)}")
     return facts
 
 
 def _approval_card(
     request: Request, reason: str, may_answer: Sequence[str], closed: ClosedCard | None
 ) -> SlackMessage:
-    tool = _inline(request.tool)
+    tool = inline_code(request.tool)
     title = "Approval needed" if closed is None else "Approval requested"
-    arguments, cut = _arguments_section(request.arguments)
-    blocks = [_section(f"*{title}:* {tool}"), arguments]
+    arguments, cut = arguments_section(request.arguments)
+    blocks = [section_block(f"*{title}:* {tool}"), arguments]
     if request.origins:
         blocks.append(_origins_section(request))
     if reason.strip():
-        blocks.append(_section(f"*Why:* {_fit(reason.strip(), REASON_LIMIT)}"))
+        blocks.append(section_block(f"*Why:* {fit_text(reason.strip(), REASON_LIMIT)}"))
     if request.off_plan:
-        blocks.append(_section(f":warning: {_fit(off_plan_words(request), REASON_LIMIT)}"))
+        blocks.append(section_block(f":warning: {fit_text(off_plan_words(request), REASON_LIMIT)}"))
     facts = _facts(request, "May approve", may_answer, closed is None)
     if request.approvals_needed > 1:
         facts.append(f"Needs {request.approvals_needed} approvals from different people")
-    blocks.append(_context(facts))
+    blocks.append(context_block(facts))
     if closed is None:
-        buttons = [_button("Approve once", ids.APPROVE_ONCE, request.id, "primary")]
+        buttons = [button_element("Approve once", ids.APPROVE_ONCE, request.id, "primary")]
         if request.approvals_needed <= 1:  # the policy refuses a standing grant otherwise
-            buttons.append(_button("Approve for this run", ids.APPROVE_RUN, request.id))
-        buttons.append(_button("Deny", ids.DENY, request.id, "danger"))
+            buttons.append(button_element("Approve for this run", ids.APPROVE_RUN, request.id))
+        buttons.append(button_element("Deny", ids.DENY, request.id, "danger"))
         if cut:
-            buttons.append(_button("Full arguments", ids.SHOW_ARGUMENTS, request.id))
-        blocks.append(_actions(buttons))
+            buttons.append(button_element("Full arguments", ids.SHOW_ARGUMENTS, request.id))
+        blocks.append(actions_block(buttons))
         text = f"Approval needed: {escape(request.tool)}"
     else:
         outcome = _closed_line(closed)
-        blocks.append(_context([outcome]))
+        blocks.append(context_block([outcome]))
         text = f"Approval for {escape(request.tool)}: {outcome}"
-    return SlackMessage(_fit_fallback(text), _checked(blocks))
+    return SlackMessage(fit_fallback(text), checked_blocks(blocks))
 
 
 def _origins_section(request: Request) -> dict[str, Any]:
@@ -147,7 +147,7 @@ def _origins_section(request: Request) -> dict[str, Any]:
     shown = lines[:ORIGINS_SHOWN]
     if len(lines) > len(shown):
         shown.append(f"…and {len(lines) - len(shown)} more (see the run's page)")
-    return _section(f"*{ORIGINS_TITLE}:*\n" + "\n".join(f"• {line}" for line in shown))
+    return section_block(f"*{ORIGINS_TITLE}:*\n" + "\n".join(f"• {line}" for line in shown))
 
 
 def _bold(text: str) -> str:
@@ -156,7 +156,7 @@ def _bold(text: str) -> str:
 
 def _origin_lines(origins: Sequence[Origin]) -> list[str]:
     """Where arguments came from, one line each, every piece inline code, escaped."""
-    return origin_lines(origins, lambda text: _inline(text, ORIGIN_PIECE_LIMIT), _bold)
+    return origin_lines(origins, lambda text: inline_code(text, ORIGIN_PIECE_LIMIT), _bold)
 
 
 # Each plan button's action id and style, by the decision it makes.
@@ -171,64 +171,66 @@ def _plan_card(
     request: Request, may_answer: Sequence[str], closed: ClosedCard | None
 ) -> SlackMessage:
     title = "Plan approval needed" if closed is None else "Plan approval requested"
-    summary = _fit(request.prompt.strip() or "(no summary)", PROMPT_LIMIT)
-    blocks = [_section(f"*{title}:* {summary}")]
+    summary = fit_text(request.prompt.strip() or "(no summary)", PROMPT_LIMIT)
+    blocks = [section_block(f"*{title}:* {summary}")]
     any_cut = False
     for step, planned in zip(plan_steps(request), request.steps, strict=True):
         free = " _(needs no approval)_" if not step.gated else ""
-        why = f" — {_fit(step.why, REASON_LIMIT)}" if step.why else ""
-        code, cut = _code(step.arguments, CARD_ARGUMENTS_LIMIT // 4)
+        why = f" — {fit_text(step.why, REASON_LIMIT)}" if step.why else ""
+        code, cut = code_block(step.arguments, CARD_ARGUMENTS_LIMIT // 4)
         any_cut = any_cut or cut
-        blocks.append(_section(f"*{step.number}.* {_inline(step.tool)}{free}{why}\n{code}"))
+        blocks.append(
+            section_block(f"*{step.number}.* {inline_code(step.tool)}{free}{why}\n{code}")
+        )
         if planned.origins:
             lines = _origin_lines(planned.origins)
-            blocks.append(_context(lines[:CONTEXT_ELEMENTS_LIMIT]))
+            blocks.append(context_block(lines[:CONTEXT_ELEMENTS_LIMIT]))
     facts = _facts(request, "May approve", may_answer, closed is None)
     if request.approvals_needed > 1:
         facts.append(f"Needs {request.approvals_needed} approvals from different people")
-    blocks.append(_context([*facts, escape(PLAN_BINDING)]))
+    blocks.append(context_block([*facts, escape(PLAN_BINDING)]))
     count = len(request.steps)
     if closed is None:
         buttons = [
-            _button(label, _PLAN_ACTIONS[kind][0], request.id, _PLAN_ACTIONS[kind][1])
+            button_element(label, _PLAN_ACTIONS[kind][0], request.id, _PLAN_ACTIONS[kind][1])
             for label, kind in PLAN_BUTTONS
         ]
         if any_cut:  # what the plan's approval covers must be readable whole before it
-            buttons.append(_button("Full arguments", ids.SHOW_ARGUMENTS, request.id))
-        blocks.append(_actions(buttons))
+            buttons.append(button_element("Full arguments", ids.SHOW_ARGUMENTS, request.id))
+        blocks.append(actions_block(buttons))
         text = f"Plan approval needed: {count} steps"
     else:
         outcome = _closed_line(closed)
-        blocks.append(_context([outcome]))
+        blocks.append(context_block([outcome]))
         text = f"Plan of {count} steps: {outcome}"
-    return SlackMessage(_fit_fallback(text), _checked(blocks))
+    return SlackMessage(fit_fallback(text), checked_blocks(blocks))
 
 
 def _question_card(
     request: Request, may_answer: Sequence[str], closed: ClosedCard | None
 ) -> SlackMessage:
-    question = _fit(request.prompt.strip() or "(no question text)", PROMPT_LIMIT)
-    blocks = [_section(f"*Question:* {question}")]
+    question = fit_text(request.prompt.strip() or "(no question text)", PROMPT_LIMIT)
+    blocks = [section_block(f"*Question:* {question}")]
     facts = _facts(request, "May answer", may_answer, closed is None)
     if closed is not None:
         outcome = _closed_line(closed)
-        blocks.append(_context([*facts, outcome]))
+        blocks.append(context_block([*facts, outcome]))
         return SlackMessage(
-            _fit_fallback(f"Question: {escape(request.prompt)} ({outcome})"), _checked(blocks)
+            fit_fallback(f"Question: {escape(request.prompt)} ({outcome})"), checked_blocks(blocks)
         )
-    blocks.append(_context(facts))
+    blocks.append(context_block(facts))
     options = options_shown(request)
     labels = _option_labels(options)
-    if labels != [_plain(option, OPTION_TEXT_LIMIT) for option in options]:  # some are cut
+    if labels != [plain_text(option, OPTION_TEXT_LIMIT) for option in options]:  # some are cut
         blocks.append(_options_listed(options))
     if not options:
-        blocks.append(_section("_Reply in this thread to answer, or:_"))
-        blocks.append(_actions([_button("Answer", ids.ANSWER, request.id)]))
+        blocks.append(section_block("_Reply in this thread to answer, or:_"))
+        blocks.append(actions_block([button_element("Answer", ids.ANSWER, request.id)]))
     elif len(options) <= BUTTONS_PER_ACTIONS:
         blocks.append(
-            _actions(
+            actions_block(
                 [
-                    _button(label, ids.choice_action_id(i), ids.choice_value(request.id, i))
+                    button_element(label, ids.choice_action_id(i), ids.choice_value(request.id, i))
                     for i, label in enumerate(labels)
                 ]
             )
@@ -246,17 +248,17 @@ def _question_card(
                 for i, label in enumerate(labels[: len(shown)])
             ],
         )
-        blocks.append(_actions([select]))
+        blocks.append(actions_block([select]))
         if len(options) > len(shown):
             blocks.append(
-                _context(
+                context_block(
                     [
                         f"{len(options) - len(shown)} more options do not fit the menu: reply in"
                         " this thread with the option's text."
                     ]
                 )
             )
-    return SlackMessage(_fit_fallback(f"Question: {escape(request.prompt)}"), _checked(blocks))
+    return SlackMessage(fit_fallback(f"Question: {escape(request.prompt)}"), checked_blocks(blocks))
 
 
 def _option_labels(options: Sequence[str]) -> list[str]:
@@ -264,9 +266,9 @@ def _option_labels(options: Sequence[str]) -> list[str]:
     its label, so that options alike but for their ends can be told apart (and found whole in
     the list ``_options_listed`` makes)."""
     if not any(len(printable(option).strip()) > OPTION_TEXT_LIMIT for option in options):
-        return [_plain(option, OPTION_TEXT_LIMIT) for option in options]
+        return [plain_text(option, OPTION_TEXT_LIMIT) for option in options]
     return [
-        _plain(f"{n}. {printable(option).strip() or '(blank)'}", OPTION_TEXT_LIMIT)
+        plain_text(f"{n}. {printable(option).strip() or '(blank)'}", OPTION_TEXT_LIMIT)
         for n, option in enumerate(options, 1)
     ]
 
@@ -274,26 +276,26 @@ def _option_labels(options: Sequence[str]) -> list[str]:
 def _options_listed(options: Sequence[str]) -> dict[str, Any]:
     """The options whole, numbered as their labels are."""
     lines = "\n".join(f"{n}. {option.strip() or '(blank)'}" for n, option in enumerate(options, 1))
-    return _section("*Options:*\n" + _fit(lines, SECTION_TEXT_LIMIT - 20))
+    return section_block("*Options:*\n" + fit_text(lines, SECTION_TEXT_LIMIT - 20))
 
 
 def _effect_card(
     request: Request, may_answer: Sequence[str], closed: ClosedCard | None
 ) -> SlackMessage:
-    tool = _inline(request.tool)
+    tool = inline_code(request.tool)
     verb = "is" if closed is None else "was"
-    blocks = [_section(f"*The outcome of {tool} {verb} uncertain*")]
+    blocks = [section_block(f"*The outcome of {tool} {verb} uncertain*")]
     if request.prompt.strip():
-        blocks.append(_section(_fit(request.prompt.strip(), PROMPT_LIMIT)))
-    arguments, cut = _arguments_section(request.arguments)
+        blocks.append(section_block(fit_text(request.prompt.strip(), PROMPT_LIMIT)))
+    arguments, cut = arguments_section(request.arguments)
     blocks.append(arguments)
     facts = _facts(request, "May settle", may_answer, closed is None)
-    blocks.append(_context(facts))
+    blocks.append(context_block(facts))
     if closed is None:
         retry_warning = ConfirmObject(
             title=PlainTextObject(text="Run it again?"),
             text=MarkdownTextObject(
-                text=_fit(
+                text=fit_text(
                     f"{request.tool} may already have taken effect: Retry runs it a second time.",
                     CONFIRM_TEXT_LIMIT,
                 )
@@ -302,19 +304,19 @@ def _effect_card(
             deny=PlainTextObject(text="Cancel"),
         )
         buttons = [
-            _button("Retry", ids.EFFECT_RETRY, request.id, confirm=retry_warning),
-            _button("Mark done", ids.EFFECT_DONE, request.id, "primary"),
-            _button("Mark failed", ids.EFFECT_FAILED, request.id, "danger"),
+            button_element("Retry", ids.EFFECT_RETRY, request.id, confirm=retry_warning),
+            button_element("Mark done", ids.EFFECT_DONE, request.id, "primary"),
+            button_element("Mark failed", ids.EFFECT_FAILED, request.id, "danger"),
         ]
         if cut:
-            buttons.append(_button("Full arguments", ids.SHOW_ARGUMENTS, request.id))
-        blocks.append(_actions(buttons))
+            buttons.append(button_element("Full arguments", ids.SHOW_ARGUMENTS, request.id))
+        blocks.append(actions_block(buttons))
         text = f"The outcome of {escape(request.tool)} is uncertain"
     else:
         outcome = _closed_line(closed)
-        blocks.append(_context([outcome]))
+        blocks.append(context_block([outcome]))
         text = f"The outcome of {escape(request.tool)} was uncertain: {outcome}"
-    return SlackMessage(_fit_fallback(text), _checked(blocks))
+    return SlackMessage(fit_fallback(text), checked_blocks(blocks))
 
 
 _EMOJI = {
@@ -335,9 +337,9 @@ def _closed_line(closed: ClosedCard) -> str:
     end = closing(closed.status, closed.decision, closed.approvers)
     line = f"{_EMOJI.get(end.phrase, '')} {escape(end.phrase)}".strip()
     if end.by:
-        line += f" by {listed([_person(user) for user in end.by])}"
+        line += f" by {listed([person_or(user) for user in end.by])}"
     if end.at is not None and not end.said:
         line += f" {slack_date(end.at)}"
     if end.said:
-        line += f": {_fit(end.said, DECISION_TEXT_LIMIT)}"
+        line += f": {fit_text(end.said, DECISION_TEXT_LIMIT)}"
     return line

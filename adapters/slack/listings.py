@@ -14,22 +14,22 @@ from slack_sdk.models.blocks import (
 from slack_sdk.models.views import View
 
 from adapters.slack.mrkdwn import (
-    _KIND_NAMES,
+    KIND_NAMES,
     MESSAGE_BLOCKS_LIMIT,
     SECTION_TEXT_LIMIT,
     VIEW_BLOCKS_LIMIT,
     SlackMessage,
-    _ago,
-    _checked,
-    _context,
-    _fit,
-    _inline,
-    _link,
-    _person,
-    _principals,
-    _section,
+    checked_blocks,
+    context_block,
+    fit_text,
+    inline_code,
+    link_to,
+    person_or,
     principal,
+    principals_text,
+    section_block,
     slack_date,
+    time_ago,
 )
 from bot.chat.service import PendingRequest
 from bot.domain import (
@@ -39,17 +39,19 @@ from bot.domain import (
 
 def _item_line(item: PendingRequest, *, with_run: bool, unshown: str = "") -> str:
     request = item.request
-    parts = [f"{_KIND_NAMES[request.kind]} {_inline(request.tool)}"]
+    parts = [f"{KIND_NAMES[request.kind]} {inline_code(request.tool)}"]
     if with_run:
-        parts.append(f"run {_inline(request.run_id)}")
-    parts.append(f"asked {_ago(request.created_at)}")
+        parts.append(f"run {inline_code(request.run_id)}")
+    parts.append(f"asked {time_ago(request.created_at)}")
     if request.deadline is not None:
         parts.append(f"expires {slack_date(request.deadline)}")
-    parts.append(f"may answer: {_principals(item.may_answer, most=5)}")
+    parts.append(f"may answer: {principals_text(item.may_answer, most=5)}")
     if item.note:
-        parts.append(f"_{_fit(item.note, 200)}_")
+        parts.append(f"_{fit_text(item.note, 200)}_")
     if unshown:  # nobody in the thread can decide it: the terminal can
-        parts.append(f"*card not shown* ({_inline(_fit(unshown, 200))}): `kestrel runs pending`")
+        parts.append(
+            f"*card not shown* ({inline_code(fit_text(unshown, 200))}): `kestrel runs pending`"
+        )
     return " · ".join(parts)
 
 
@@ -63,24 +65,26 @@ def runs_message(
     (``unshown``: request id → why). Post it ephemerally: it mentions people."""
     unshown = unshown or {}
     if not pending:
-        return SlackMessage("Nothing is waiting.", _checked([_section("Nothing is waiting.")]))
+        return SlackMessage(
+            "Nothing is waiting.", checked_blocks([section_block("Nothing is waiting.")])
+        )
     runs: dict[str, list[PendingRequest]] = {}
     for item in pending:
         runs.setdefault(item.request.run_id, []).append(item)
     summary = f"*Open requests:* {len(pending)} in {len(runs)} run(s)"
-    blocks = [_section(summary)]
+    blocks = [section_block(summary)]
     room = MESSAGE_BLOCKS_LIMIT - 2  # the summary, and a last line for what does not fit
     for shown, (run_id, items) in enumerate(runs.items()):
         if shown == room:
             rest = sum(len(later) for later in list(runs.values())[room:])
-            blocks.append(_context([f"and {len(runs) - room} more run(s), {rest} request(s)"]))
+            blocks.append(context_block([f"and {len(runs) - room} more run(s), {rest} request(s)"]))
             break
-        head = f"*Run* {_inline(run_id)}"
-        link = _link(links.get(run_id), "thread")
+        head = f"*Run* {inline_code(run_id)}"
+        link = link_to(links.get(run_id), "thread")
         if link:
             head += f" · {link}"
         blocks.append(
-            _section(
+            section_block(
                 _lines_within(
                     head,
                     [
@@ -91,7 +95,7 @@ def runs_message(
             )
         )
     text = f"{len(pending)} open request(s) in {len(runs)} run(s)"
-    return SlackMessage(text, _checked(blocks))
+    return SlackMessage(text, checked_blocks(blocks))
 
 
 def _lines_within(head: str, rows: Sequence[str], limit: int = SECTION_TEXT_LIMIT) -> str:
@@ -116,21 +120,21 @@ def home_view(
     ]
     if not items:
         blocks.append(
-            _section(
+            section_block(
                 f"Nothing is waiting on you, {principal(user)}. :sparkles:\nWhen a run needs"
                 " your approval or asks you a question, it shows up here with a link to its"
                 " thread."
             )
         )
         blocks.append(
-            _context(
+            context_block(
                 [
                     "Mention @Kestrel in a channel to start a run · `/kestrel runs` lists every"
                     " open request"
                 ]
             )
         )
-        return View(type="home", blocks=_checked(blocks, VIEW_BLOCKS_LIMIT)).to_dict()
+        return View(type="home", blocks=checked_blocks(blocks, VIEW_BLOCKS_LIMIT)).to_dict()
     groups = [
         (RequestKind.WAIT_APPROVAL, "Approvals you may decide"),
         (RequestKind.WAIT_USER, "Questions for you"),
@@ -142,37 +146,37 @@ def home_view(
         mine = [item for item in items if item.request.kind is kind]
         if not mine:
             continue
-        blocks.append(_section(f"*{title}* ({len(mine)})"))
+        blocks.append(section_block(f"*{title}* ({len(mine)})"))
         for n, item in enumerate(mine):
             if room <= 0:
-                blocks.append(_context([f"and {len(mine) - n} more"]))
+                blocks.append(context_block([f"and {len(mine) - n} more"]))
                 break
-            blocks.append(_section(_home_item(item, links)))
+            blocks.append(section_block(_home_item(item, links)))
             room -= 1
     blocks.append(
-        _context(
+        context_block(
             ["The card in each thread has the buttons; a question is answered by replying there."]
         )
     )
-    return View(type="home", blocks=_checked(blocks, VIEW_BLOCKS_LIMIT)).to_dict()
+    return View(type="home", blocks=checked_blocks(blocks, VIEW_BLOCKS_LIMIT)).to_dict()
 
 
 def _home_item(item: PendingRequest, links: Mapping[str, str]) -> str:
     request = item.request
-    head = (
-        f"{_inline(request.tool)} · requested by {_person(request.requested_by, nobody='the run')}"
-    )
-    link = _link(links.get(request.run_id), "open the thread")
+    by = person_or(request.requested_by, nobody="the run")
+    head = f"{inline_code(request.tool)} · requested by {by}"
+    link = link_to(links.get(request.run_id), "open the thread")
     if link:
         head += f" · {link}"
     lines = [head]
     if request.kind in (RequestKind.WAIT_USER, RequestKind.WAIT_PLAN) and request.prompt.strip():
-        lines.append(f"> {_fit(' '.join(request.prompt.split()), 500)}")
+        lines.append(f"> {fit_text(' '.join(request.prompt.split()), 500)}")
     if request.steps:
         lines.append(
-            f"{len(request.steps)} steps: " + ", ".join(_inline(s.tool) for s in request.steps[:5])
+            f"{len(request.steps)} steps: "
+            + ", ".join(inline_code(s.tool) for s in request.steps[:5])
         )
-    when = f"asked {_ago(request.created_at)}"
+    when = f"asked {time_ago(request.created_at)}"
     if request.deadline is not None:
         when += f" · expires {slack_date(request.deadline)}"
     lines.append(when)

@@ -18,16 +18,16 @@ from adapters.slack.mrkdwn import (
     PROMPT_LIMIT,
     SECTION_TEXT_LIMIT,
     VIEW_BLOCKS_LIMIT,
-    _checked,
-    _code_safe,
-    _context,
-    _entities,
-    _escaped_prefix,
-    _fit,
-    _inline,
-    _plain,
-    _section,
+    checked_blocks,
+    code_safe,
+    context_block,
     escape,
+    escape_entities,
+    escaped_prefix,
+    fit_text,
+    inline_code,
+    plain_text,
+    section_block,
 )
 from bot.chat.cards import exact, exact_calls
 from bot.domain import (
@@ -48,10 +48,10 @@ def _modal(
         type="modal",
         callback_id=callback_id,
         private_metadata=private_metadata,
-        title=PlainTextObject(text=_plain(title, MODAL_TITLE_LIMIT)),
-        submit=PlainTextObject(text=_plain(submit, MODAL_TITLE_LIMIT)) if submit else None,
-        close=PlainTextObject(text=_plain(close, MODAL_TITLE_LIMIT)),
-        blocks=_checked(blocks, VIEW_BLOCKS_LIMIT),
+        title=PlainTextObject(text=plain_text(title, MODAL_TITLE_LIMIT)),
+        submit=PlainTextObject(text=plain_text(submit, MODAL_TITLE_LIMIT)) if submit else None,
+        close=PlainTextObject(text=plain_text(close, MODAL_TITLE_LIMIT)),
+        blocks=checked_blocks(blocks, VIEW_BLOCKS_LIMIT),
     ).to_dict()
 
 
@@ -71,7 +71,7 @@ def deny_modal(request: Request, metadata: str = "") -> dict[str, Any]:
             placeholder=PlainTextObject(text="Why not?"),
         ),
     ).to_dict()
-    blocks = [_section(f"Deny {_inline(request.tool)}?"), reason]
+    blocks = [section_block(f"Deny {inline_code(request.tool)}?"), reason]
     return _modal(
         "Deny",
         blocks,
@@ -85,11 +85,11 @@ def answer_modal(request: Request, metadata: str = "") -> dict[str, Any]:
     """A free-text answer to a question; submits ``ANSWER_MODAL`` with ``metadata`` (by
     default the request id) as private_metadata and the answer at
     ``state.values["answer"]["answer"]``."""
-    question = _fit(request.prompt.strip() or "(no question text)", PROMPT_LIMIT)
+    question = fit_text(request.prompt.strip() or "(no question text)", PROMPT_LIMIT)
     hint = None
     if request.options:
         listed = ", ".join(request.options)
-        hint = PlainTextObject(text=_plain(f"Answer with one of: {listed}", 2000))
+        hint = PlainTextObject(text=plain_text(f"Answer with one of: {listed}", 2000))
     answer = InputBlock(
         block_id=ids.ANSWER_BLOCK,
         label=PlainTextObject(text="Your answer"),
@@ -98,7 +98,7 @@ def answer_modal(request: Request, metadata: str = "") -> dict[str, Any]:
     ).to_dict()
     return _modal(
         "Answer",
-        [_section(f"*Question:* {question}"), answer],
+        [section_block(f"*Question:* {question}"), answer],
         callback_id=ids.ANSWER_MODAL,
         private_metadata=metadata or request.id,
         submit="Answer",
@@ -108,14 +108,14 @@ def answer_modal(request: Request, metadata: str = "") -> dict[str, Any]:
 def arguments_modal(request: Request) -> dict[str, Any]:
     """A call's exact arguments, pretty JSON in code blocks across as many sections as the
     modal holds; says so when even they cannot hold it all."""
-    head = _section(f"{_inline(request.tool)} · request {_inline(request.id)}")
-    body = _code_safe(exact(exact_calls(request)))
+    head = section_block(f"{inline_code(request.tool)} · request {inline_code(request.id)}")
+    body = code_safe(exact(exact_calls(request)))
     room = VIEW_BLOCKS_LIMIT - 2
     pieces, rest = _split_escaped(body, SECTION_TEXT_LIMIT - 6, room)
-    blocks = [head, *(_section(f"```{piece}```") for piece in pieces)]
+    blocks = [head, *(section_block(f"```{piece}```") for piece in pieces)]
     if rest:
         blocks.append(
-            _context(
+            context_block(
                 [
                     f"Truncated: {rest:,} more characters. `kestrel runs show"
                     f" {escape(request.run_id)}` shows the whole call."
@@ -132,11 +132,11 @@ def _split_escaped(raw: str, limit: int, most: int) -> tuple[list[str], int]:
     pieces: list[str] = []
     rest = raw
     while rest and len(pieces) < most:
-        take = _escaped_prefix(rest, limit)
+        take = escaped_prefix(rest, limit)
         if take < len(rest):
             line_end = rest.rfind("\n", take // 2, take)
             if line_end > 0:
                 take = line_end
-        pieces.append(_entities(rest[:take]))
+        pieces.append(escape_entities(rest[:take]))
         rest = rest[take:].removeprefix("\n")
     return pieces, len(rest)

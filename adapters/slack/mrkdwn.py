@@ -95,24 +95,24 @@ class SlackMessage:
 def escape(text: str) -> str:
     """``text`` safe inside mrkdwn: control characters dropped, a link whose label hides its
     target shown as ``label (target)``, ``& < >`` as entities."""
-    return _entities(_prose(text))
+    return escape_entities(prose(text))
 
 
-def _prose(raw: str) -> str:
+def prose(raw: str) -> str:
     """Model, tool or person text outside code: printable, no link hiding its target."""
     return unmask_links(printable(raw))
 
 
-def _entities(clean: str) -> str:
+def escape_entities(clean: str) -> str:
     return clean.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def ephemeral_text(message: str) -> str:
     """A one-line reply (an ephemeral refusal, a command's answer) made safe and short."""
-    return _fit(message, SECTION_TEXT_LIMIT)
+    return fit_text(message, SECTION_TEXT_LIMIT)
 
 
-def _fit(raw: str, limit: int, marker: str = TRUNCATED, *, code: bool = False) -> str:
+def fit_text(raw: str, limit: int, marker: str = TRUNCATED, *, code: bool = False) -> str:
     """``raw`` escaped and within ``limit`` characters, cut (never inside an entity) and
     marked when it is longer."""
     return _fit_flag(raw, limit, marker, code=code)[0]
@@ -122,17 +122,19 @@ def _fit_flag(
     raw: str, limit: int, marker: str = TRUNCATED, *, code: bool = False
 ) -> tuple[str, bool]:
     # Code (a call's arguments, an identifier) is shown exactly: mrkdwn makes no link of it.
-    clean = printable(raw) if code else _prose(raw)
-    text = _entities(clean)
+    clean = printable(raw) if code else prose(raw)
+    text = escape_entities(clean)
     if len(text) <= limit:
         return text, False
-    return _entities(clean[: _escaped_prefix(clean, max(0, limit - len(marker)))]) + marker, True
+    return escape_entities(
+        clean[: escaped_prefix(clean, max(0, limit - len(marker)))]
+    ) + marker, True
 
 
 _ENTITY_LENGTHS: Final = {"&": 5, "<": 4, ">": 4}
 
 
-def _escaped_prefix(clean: str, limit: int) -> int:
+def escaped_prefix(clean: str, limit: int) -> int:
     """How many characters of ``clean`` (printable already) escape to ``limit`` at most."""
     size = 0
     for i, char in enumerate(clean):
@@ -142,7 +144,7 @@ def _escaped_prefix(clean: str, limit: int) -> int:
     return len(clean)
 
 
-def _plain(raw: str, limit: int, empty: str = "(blank)") -> str:
+def plain_text(raw: str, limit: int, empty: str = "(blank)") -> str:
     """Plain text (buttons, options, titles): not parsed by Slack, so only cut, never empty."""
     text = printable(raw).strip() or empty
     if len(text) <= limit:
@@ -150,23 +152,25 @@ def _plain(raw: str, limit: int, empty: str = "(blank)") -> str:
     return text[: limit - len(TRUNCATED)] + TRUNCATED
 
 
-def _code_safe(raw: str) -> str:
+def code_safe(raw: str) -> str:
     """Text that cannot close the code block around it."""
     # Every backtick of a run of three or more apart: replacing "```" alone leaves three
     # together in a run of five or more.
     return _BACKTICKS.sub(lambda run: ZWSP.join(run.group()), printable(raw))
 
 
-def _code(raw: str, limit: int, marker: str = f"\n{TRUNCATED} (truncated)") -> tuple[str, bool]:
+def code_block(
+    raw: str, limit: int, marker: str = f"\n{TRUNCATED} (truncated)"
+) -> tuple[str, bool]:
     """A ```code block``` of ``raw`` within ``limit`` characters; whether it was cut."""
-    body, cut = _fit_flag(_code_safe(raw), limit - 6, marker, code=True)
+    body, cut = _fit_flag(code_safe(raw), limit - 6, marker, code=True)
     return f"```{body}```", cut
 
 
-def _inline(raw: str, limit: int = 80) -> str:
+def inline_code(raw: str, limit: int = 80) -> str:
     """`raw` as inline code (an identifier: a tool name, an id, an unknown principal)."""
     text = printable(raw).replace("`", "\u02cb").replace("\n", " ") or " "
-    return f"`{_fit(text, limit, code=True)}`"
+    return f"`{fit_text(text, limit, code=True)}`"
 
 
 def slack_date(at: datetime, fmt: str = "{date_short_pretty} at {time}") -> str:
@@ -176,7 +180,7 @@ def slack_date(at: datetime, fmt: str = "{date_short_pretty} at {time}") -> str:
     return f"<!date^{int(moment.timestamp())}^{fmt}|{fallback}>"
 
 
-def _ago(at: datetime) -> str:
+def time_ago(at: datetime) -> str:
     return slack_date(at, "{ago}")
 
 
@@ -198,10 +202,10 @@ def principal(value: str) -> str:
         return f"<!subteam^{ident}>"
     if kind == "channel" and _CHANNEL_RE.fullmatch(ident):
         return f"<#{ident}>"
-    return _inline(value)
+    return inline_code(value)
 
 
-def _principals(values: Sequence[str], *, most: int = 15, nobody: str = "nobody") -> str:
+def principals_text(values: Sequence[str], *, most: int = 15, nobody: str = "nobody") -> str:
     unique = list(dict.fromkeys(v for v in values if v))
     if not unique:
         return nobody
@@ -210,15 +214,15 @@ def _principals(values: Sequence[str], *, most: int = 15, nobody: str = "nobody"
     return f"{shown} and {more} more" if more > 0 else shown
 
 
-def _person(user: str, *, nobody: str = "someone") -> str:
+def person_or(user: str, *, nobody: str = "someone") -> str:
     return principal(user) if user else nobody
 
 
-def _reason(value: StopReason | str) -> str:
+def reason_words(value: StopReason | str) -> str:
     return escape(stop_reason_words(value))
 
 
-_KIND_NAMES: Final[dict[RequestKind, str]] = {
+KIND_NAMES: Final[dict[RequestKind, str]] = {
     RequestKind.WAIT_APPROVAL: "approval",
     RequestKind.WAIT_USER: "question",
     RequestKind.WAIT_EFFECT: "uncertain effect",
@@ -230,7 +234,7 @@ def _safe_url(url: str) -> str | None:
     return url if _URL_RE.fullmatch(url) else None
 
 
-def _link(url: str | None, label: str) -> str:
+def link_to(url: str | None, label: str) -> str:
     """``<url|label>`` for an http(s) URL with nothing that could end the token; else empty."""
     safe = _safe_url(url) if url else None
     return f"<{safe.replace('&', '&amp;')}|{label}>" if safe else ""
@@ -240,16 +244,16 @@ def _link(url: str | None, label: str) -> str:
 # Blocks
 
 
-def _section(text: str) -> dict[str, Any]:
+def section_block(text: str) -> dict[str, Any]:
     return SectionBlock(text=MarkdownTextObject(text=text, verbatim=True)).to_dict()
 
 
-def _context(items: Sequence[str]) -> dict[str, Any]:
+def context_block(items: Sequence[str]) -> dict[str, Any]:
     elements = [MarkdownTextObject(text=item, verbatim=True) for item in items if item]
     return ContextBlock(elements=elements[:CONTEXT_ELEMENTS_LIMIT]).to_dict()
 
 
-def _button(
+def button_element(
     text: str,
     action_id: str,
     value: str,
@@ -257,7 +261,7 @@ def _button(
     confirm: ConfirmObject | None = None,
 ) -> ButtonElement:
     return ButtonElement(
-        text=PlainTextObject(text=_plain(text, BUTTON_TEXT_LIMIT), emoji=True),
+        text=PlainTextObject(text=plain_text(text, BUTTON_TEXT_LIMIT), emoji=True),
         action_id=action_id,
         value=value,
         style=style,
@@ -265,11 +269,11 @@ def _button(
     )
 
 
-def _actions(elements: Sequence[ButtonElement | StaticSelectElement]) -> dict[str, Any]:
+def actions_block(elements: Sequence[ButtonElement | StaticSelectElement]) -> dict[str, Any]:
     return ActionsBlock(elements=list(elements)).to_dict()
 
 
-def _checked(
+def checked_blocks(
     blocks: list[dict[str, Any]], limit: int = MESSAGE_BLOCKS_LIMIT
 ) -> list[dict[str, Any]]:
     """Every block re-validated by slack_sdk, and no more than ``limit`` of them."""
@@ -286,18 +290,18 @@ def _checked(
 # Arguments
 
 
-def _compact(value: Any) -> str:
+def compact_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
 
 
-def _arguments_section(arguments: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
+def arguments_section(arguments: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
     """The call's arguments as pretty JSON in a code block; whether anything was cut."""
     shortened, cut_values = shorten(dict(arguments), CARD_VALUE_LIMIT)
-    code, cut_whole = _code(exact(shortened), CARD_ARGUMENTS_LIMIT)
-    return _section(code), cut_values or cut_whole
+    code, cut_whole = code_block(exact(shortened), CARD_ARGUMENTS_LIMIT)
+    return section_block(code), cut_values or cut_whole
 
 
-def _fit_fallback(text: str) -> str:
+def fit_fallback(text: str) -> str:
     """Fallback text is built from escaped parts already; only cut it, at a safe place."""
     if len(text) <= FALLBACK_LIMIT:
         return text

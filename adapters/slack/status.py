@@ -7,20 +7,20 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from adapters.slack.mrkdwn import (
-    _KIND_NAMES,
+    KIND_NAMES,
     STEP_LIMIT,
     WORKING_LINES,
     SlackMessage,
-    _checked,
-    _code,
-    _context,
-    _fit,
-    _fit_fallback,
-    _inline,
-    _person,
-    _reason,
-    _section,
+    checked_blocks,
+    code_block,
+    context_block,
     escape,
+    fit_fallback,
+    fit_text,
+    inline_code,
+    person_or,
+    reason_words,
+    section_block,
     slack_date,
 )
 from bot.chat.service import RunView
@@ -34,19 +34,19 @@ def progress_text(step: str) -> str:
     """The one-line status while a run works, e.g. ``Working… • calling `restart_service```.
     ``step`` may use mrkdwn (backticks); it is escaped, so it can mention no one."""
     step = step.strip()
-    return f"Working… • {_fit(step, STEP_LIMIT)}" if step else "Working…"
+    return f"Working… • {fit_text(step, STEP_LIMIT)}" if step else "Working…"
 
 
 def working_message(lines: Sequence[str]) -> SlackMessage:
     """The run's single status message, updated in place: its last steps so far."""
     shown = [line.strip() for line in lines if line.strip()][-WORKING_LINES:]
     earlier = len([line for line in lines if line.strip()]) - len(shown)
-    body = "\n".join(f"• {_fit(line, STEP_LIMIT)}" for line in shown)
-    blocks = [_section("*Working…*" + (f"\n{body}" if body else ""))]
+    body = "\n".join(f"• {fit_text(line, STEP_LIMIT)}" for line in shown)
+    blocks = [section_block("*Working…*" + (f"\n{body}" if body else ""))]
     if earlier > 0:
-        blocks.append(_context([f"{earlier} earlier step(s) not shown"]))
+        blocks.append(context_block([f"{earlier} earlier step(s) not shown"]))
     text = progress_text(shown[-1]) if shown else "Working…"
-    return SlackMessage(text, _checked(blocks))
+    return SlackMessage(text, checked_blocks(blocks))
 
 
 def status_message(view: RunView) -> SlackMessage:
@@ -54,36 +54,36 @@ def status_message(view: RunView) -> SlackMessage:
     record, state = view.record, view.state
     result = state.result
     status = result.status if result is not None else record.status
-    line = f"*Run* {_inline(record.id)} · *{escape(status.value)}*"
+    line = f"*Run* {inline_code(record.id)} · *{escape(status.value)}*"
     reason: StopReason | str = result.stop_reason if result is not None else record.stop_reason
-    if reason and _reason(reason) != status.value:
-        line += f": {_reason(reason)}"
-    blocks = [_section(line)]
+    if reason and reason_words(reason) != status.value:
+        line += f": {reason_words(reason)}"
+    blocks = [section_block(line)]
     if record.prompt.strip():
-        blocks.append(_section(f"> {_fit(' '.join(record.prompt.split()), 500)}"))
+        blocks.append(section_block(f"> {fit_text(' '.join(record.prompt.split()), 500)}"))
     facts = [
-        f"Requested by {_person(record.requested_by, nobody='nobody recorded')}",
+        f"Requested by {person_or(record.requested_by, nobody='nobody recorded')}",
         f"Started {slack_date(record.created_at)}",
     ]
-    blocks.append(_context(facts))
+    blocks.append(context_block(facts))
     waiting = view.open_requests
     if waiting:
         rows = []
         for request in waiting[:20]:
-            row = f"• {_KIND_NAMES[request.kind]} {_inline(request.tool)}"
+            row = f"• {KIND_NAMES[request.kind]} {inline_code(request.tool)}"
             if request.deadline is not None:
                 row += f" · expires {slack_date(request.deadline)}"
             rows.append(row)
         if len(waiting) > 20:
             rows.append(f"• and {len(waiting) - 20} more")
-        blocks.append(_section("*Waiting on:*\n" + "\n".join(rows)))
+        blocks.append(section_block("*Waiting on:*\n" + "\n".join(rows)))
     budgets = _budgets(view.budgets_used)
     if budgets:
-        blocks.append(_context([budgets]))
+        blocks.append(context_block([budgets]))
     if result is not None and result.error.strip():
-        blocks.append(_section(_code(result.error.strip(), 1000)[0]))
+        blocks.append(section_block(code_block(result.error.strip(), 1000)[0]))
     text = f"Run {escape(record.id)}: {escape(status.value)}"
-    return SlackMessage(_fit_fallback(text), _checked(blocks))
+    return SlackMessage(fit_fallback(text), checked_blocks(blocks))
 
 
 def _budgets(used: Mapping[str, tuple[float, float]]) -> str:

@@ -8,18 +8,18 @@ import ipaddress
 import re
 from collections.abc import Iterator, Sequence
 
-from bot.pii.scantext import _WORD
+from bot.pii.scantext import WORD
 
 
-def _word_before(text: str, index: int) -> bool:
-    return index > 0 and text[index - 1] in _WORD
+def word_before(text: str, index: int) -> bool:
+    return index > 0 and text[index - 1] in WORD
 
 
-def _word_at(text: str, index: int) -> bool:
-    return index < len(text) and text[index] in _WORD
+def word_at(text: str, index: int) -> bool:
+    return index < len(text) and text[index] in WORD
 
 
-def _anchored(pattern: re.Pattern[str], text: str, anchor: str) -> Iterator[re.Match[str]]:
+def anchored_finditer(pattern: re.Pattern[str], text: str, anchor: str) -> Iterator[re.Match[str]]:
     """pattern.finditer(text) for a pattern whose every match starts with the character `anchor`.
 
     The regex engine scans for a literal prefix at about five instructions a character;
@@ -41,7 +41,7 @@ def _anchored(pattern: re.Pattern[str], text: str, anchor: str) -> Iterator[re.M
             position = find(anchor, found.end())
 
 
-def _run_start(text: str, end: int, chars: frozenset[str], longest: int) -> int:
+def run_start(text: str, end: int, chars: frozenset[str], longest: int) -> int:
     """Start of the run of `chars` ending at `end`; -1 if it is empty or longer than `longest`."""
     start = end
     floor = max(0, end - longest - 1)
@@ -95,7 +95,7 @@ def ssn_ok(area: str, group: str, serial: str) -> bool:
 
 
 # Each country's IBAN length (ISO 13616 registry).
-_IBAN_LENGTHS: dict[str, int] = {
+IBAN_LENGTHS: dict[str, int] = {
     "AD": 24, "AE": 23, "AL": 28, "AT": 20, "AZ": 28, "BA": 20, "BE": 16, "BG": 22,
     "BH": 22, "BR": 29, "BY": 28, "CH": 21, "CR": 22, "CY": 28, "CZ": 24, "DE": 22,
     "DK": 18, "DO": 28, "EE": 20, "EG": 29, "ES": 24, "FI": 18, "FO": 18, "FR": 27,
@@ -111,13 +111,13 @@ _IBAN_LENGTHS: dict[str, int] = {
 
 def iban_ok(compact: str) -> bool:
     """True if the IBAN (no spaces, capitals) has its country's length and a valid mod-97."""
-    if _IBAN_LENGTHS.get(compact[:2]) != len(compact):
+    if IBAN_LENGTHS.get(compact[:2]) != len(compact):
         return False
     rearranged = compact[4:] + compact[:4]
     return int("".join(str(int(char, 36)) for char in rearranged)) % 97 == 1
 
 
-def _ipv4_ok(octets: Sequence[str]) -> bool:
+def ipv4_ok(octets: Sequence[str]) -> bool:
     """True if the groups of 1-3 digits are an IPv4 address, as ipaddress would judge it.
 
     Access logs hold an address a line; ipaddress costs microseconds for each of them.
@@ -125,7 +125,7 @@ def _ipv4_ok(octets: Sequence[str]) -> bool:
     return all((octet[0] != "0" or octet == "0") and int(octet) <= 255 for octet in octets)
 
 
-def _ip_ok(candidate: str) -> bool:
+def ip_ok(candidate: str) -> bool:
     try:
         ipaddress.ip_address(candidate)
     except ValueError:

@@ -8,9 +8,9 @@ import string
 from collections.abc import Iterator
 
 from bot.patterns import finditer_with, on_use
-from bot.pii.checks import _anchored, _run_start
-from bot.pii.encoded import _decode_base64
-from bot.pii.scantext import _BASE64_CHARS, PiiHit, ScanText
+from bot.pii.checks import anchored_finditer, run_start
+from bot.pii.encoded import decode_base64
+from bot.pii.scantext import BASE64_CHARS, PiiHit, ScanText
 
 _A_KEYS = on_use(
     r"A(?<![0-9A-Za-z_]A)(?:"
@@ -29,7 +29,7 @@ def _aws_secrets_near(text: str, start: int, end: int) -> Iterator[PiiHit]:
     """The secret access keys within reach of the access key id at [start, end)."""
     low, high = max(0, start - _AWS_PAIR_REACH), min(len(text), end + _AWS_PAIR_REACH)
     for match in _AWS_SECRET_SHAPE.finditer(text, low, high):
-        if match.end() == high and high < len(text) and text[high] in _BASE64_CHARS:
+        if match.end() == high and high < len(text) and text[high] in BASE64_CHARS:
             continue  # a longer run cut by the window
         key = match.group()
         # Generated keys mix cases; a git sha or a hex digest of the same length does not.
@@ -40,7 +40,7 @@ def _aws_secrets_near(text: str, start: int, end: int) -> Iterator[PiiHit]:
 def find_a_keys(src: ScanText) -> Iterator[PiiHit]:
     """AWS access key ids (AKIA/ASIA...) with any secret key beside them, Google API keys."""
     text = src.text
-    for match in _anchored(_A_KEYS, text, "A"):
+    for match in anchored_finditer(_A_KEYS, text, "A"):
         if match.group("aws"):
             yield PiiHit("AWS_ACCESS_KEY", match.start(), match.end())
             yield from _aws_secrets_near(text, match.start(), match.end())
@@ -149,7 +149,7 @@ _K_KEYS = on_use(
 )
 
 
-def _looks_random(token: str) -> bool:
+def looks_random(token: str) -> bool:
     """True if the token mixes capitals, small letters and digits, as generated keys do."""
     return (
         any(char.isdigit() for char in token)
@@ -179,7 +179,7 @@ def find_k_keys(src: ScanText) -> Iterator[PiiHit]:
     for match in finditer_with(_K_KEYS, src.text, "k-", "k_"):
         if match.group("stripe"):
             yield PiiHit("STRIPE_KEY", match.start() - 1, match.end())
-        elif _looks_random(match.group("openai")) or _hex_key(match.group("openai")):
+        elif looks_random(match.group("openai")) or _hex_key(match.group("openai")):
             yield PiiHit("OPENAI_API_KEY", match.start() - 1, match.end())
 
 
@@ -241,10 +241,10 @@ def find_discord(src: ScanText) -> Iterator[PiiHit]:
     """Discord bot tokens (the HMAC is the secret part; the id before it is public)."""
     text = src.text
     for tail in finditer_with(_DISCORD_TAIL, text, "."):
-        start = _run_start(text, tail.start(), _DISCORD_CHARS, 27)
+        start = run_start(text, tail.start(), _DISCORD_CHARS, 27)
         if start < 0 or tail.start() - start < 23 or text[start] not in "MNO":
             continue
-        snowflake = _decode_base64(text[start : tail.start()], shortest=17)
+        snowflake = decode_base64(text[start : tail.start()], shortest=17)
         if snowflake is not None and snowflake.isdigit() and len(snowflake) <= 20:
             yield PiiHit("DISCORD_TOKEN", start, tail.end())
 
@@ -266,10 +266,10 @@ _JWE = on_use(
 def find_jwt(src: ScanText) -> Iterator[PiiHit]:
     """JSON Web Tokens: three base64url segments, header and payload starting with eyJ; and
     encrypted ones, five segments whose header names an "enc"."""
-    for match in _anchored(_JWT, src.text, "J"):
+    for match in anchored_finditer(_JWT, src.text, "J"):
         yield PiiHit("JWT", match.start() - 2, match.end())
-    for match in _anchored(_JWE, src.text, "J"):
-        header = _decode_base64("eyJ" + match.group("header"), shortest=2)
+    for match in anchored_finditer(_JWE, src.text, "J"):
+        header = decode_base64("eyJ" + match.group("header"), shortest=2)
         if header is not None and '"enc"' in header:
             yield PiiHit("JWT", match.start() - 2, match.end())
 
@@ -446,7 +446,7 @@ def _named_not_secret(text: str, start: int) -> bool:
         end -= 1
     if end == start:
         return False
-    key = _run_start(text, end, _KEY_CHARS, 64)
+    key = run_start(text, end, _KEY_CHARS, 64)
     return key >= 0 and text[key:end].lower().endswith(_TWILIO_NOT_SECRET_KEYS)
 
 

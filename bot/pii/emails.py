@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from typing import Final
 
 from bot.patterns import finditer_with, on_use
-from bot.pii.checks import _anchored, _word_before
+from bot.pii.checks import anchored_finditer, word_before
 from bot.pii.scantext import PiiHit, ScanText
 
 _EMAIL_DOMAIN = on_use(r"@(?=[A-Za-z0-9])[A-Za-z0-9.-]{1,253}")
@@ -58,7 +58,7 @@ def _plain_email(text: str, at: int) -> PiiHit | None:
 def find_emails(src: ScanText) -> Iterator[PiiHit]:
     """Email addresses, also with spaces around the "@" or a written-out dot after it."""
     text = src.text
-    for match in _anchored(_AT_SIGN, text, "@"):
+    for match in anchored_finditer(_AT_SIGN, text, "@"):
         hit = _plain_email(text, match.start()) or _spaced_at(src, match.start())
         if hit:
             yield hit
@@ -116,7 +116,7 @@ def _loose_email(src: ScanText, at_start: int, at_end: int, plain_dots: bool) ->
     start = at_start - local.end()
     while src.text[start] == ".":
         start += 1
-    if start == at_start or _word_before(src.text, start):
+    if start == at_start or word_before(src.text, start):
         return None
     return PiiHit("EMAIL_ADDRESS", start, domain.end())
 
@@ -152,7 +152,7 @@ def find_loose_emails(src: ScanText) -> Iterator[PiiHit]:
                 yield hit
     escapes = ((_AT_ESCAPE, "\\u0040"), (_AT_ESCAPE, "\\x40"))  # not every backslash
     for pattern, anchor in ((_AT_PERCENT, "%"), (_AT_ENTITY, "&"), *escapes):
-        for match in _anchored(pattern, lower, anchor):
+        for match in anchored_finditer(pattern, lower, anchor):
             hit = _loose_email(src, match.start(), match.end(), plain_dots=True)
             if hit:
                 yield hit

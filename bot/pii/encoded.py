@@ -10,8 +10,8 @@ import string
 from collections.abc import Callable, Iterator
 
 from bot.patterns import on_use
-from bot.pii.checks import _run_start
-from bot.pii.scantext import _HEX, _WORD, PiiHit, ScanText, priority
+from bot.pii.checks import run_start
+from bot.pii.scantext import HEX, WORD, PiiHit, ScanText, priority
 
 _TOKEN_CHARS = frozenset(string.ascii_letters + string.digits + "+/_-")
 _TOKEN_REACH = 512
@@ -54,7 +54,7 @@ _B64_CONTINUATION = on_use(
 Rescan = Callable[[str], list[PiiHit]]
 
 
-def _looks_secret(token: str) -> bool:
+def looks_secret(token: str) -> bool:
     """True if the token mixes letters and digits, as generated secrets do (words do not)."""
     return (
         any(char.isdigit() for char in token)
@@ -63,7 +63,7 @@ def _looks_secret(token: str) -> bool:
     )
 
 
-def _decode_base64(token: str, shortest: int = 6) -> str | None:
+def decode_base64(token: str, shortest: int = 6) -> str | None:
     """The token decoded from base64 (standard or URL-safe) if that gives text, else None."""
     core = token.rstrip("=")
     if "-" in core or "_" in core:
@@ -79,7 +79,7 @@ def _decode_base64(token: str, shortest: int = 6) -> str | None:
 
 def _decode_hex(token: str) -> str | None:
     """The token decoded from hex if it is the hex of text, else None."""
-    if len(token) % 2 or token[::2].strip(_HIGH_NIBBLES) or not all(c in _HEX for c in token):
+    if len(token) % 2 or token[::2].strip(_HIGH_NIBBLES) or not all(c in HEX for c in token):
         return None
     return _as_text(bytes.fromhex(token), 6)
 
@@ -117,7 +117,7 @@ _PAGE_TOKEN_BEFORE_REVERSED = on_use(
 )
 
 
-def _location(value: str) -> bool:
+def names_a_location(value: str) -> bool:
     """Whether a value says where a secret is kept: a URL (its credentials are read as a
     URL's), an ARN, or a relative path in small letters (a generated value with a slash in it
     is base64, which mixes cases)."""
@@ -126,7 +126,7 @@ def _location(value: str) -> bool:
     return "/" in value and value == value.lower() and "" not in value.split("/")
 
 
-def _page_cursor_name(name: str) -> bool:
+def page_cursor_name(name: str) -> bool:
     """Whether a key names a page's cursor: NextToken, next_page_token, ContinuationToken."""
     lower = name.lower().replace("_", "").replace("-", "")
     if not lower.endswith("token"):
@@ -135,7 +135,7 @@ def _page_cursor_name(name: str) -> bool:
     return stem.endswith(_PAGE_WORDS) or stem.removesuffix("page").endswith(_PAGE_WORDS)
 
 
-def _page_token_before(lower: str, start: int) -> bool:
+def page_token_before(lower: str, start: int) -> bool:
     """True if the value at `start` follows a page cursor's key: next_token=, "NextToken": "."""
     before = lower[max(0, start - _LABEL_REACH) : start][::-1]
     return _PAGE_TOKEN_BEFORE_REVERSED.match(before) is not None
@@ -188,10 +188,10 @@ def _decoded_hit(text: str, start: int, end: int, rescan: Rescan) -> PiiHit | No
     decoded = _decode_hex(token)
     if decoded is None and not token.islower() and not token.isupper():
         end, lines = _wrapped(text, start, end)
-        decoded = _decode_base64("".join(lines))
+        decoded = decode_base64("".join(lines))
         if decoded is None and len(lines) > 1:
             # The last "line" may be the next line of text after a block that ended full.
-            decoded = _decode_base64("".join(lines[:-1]))
+            decoded = decode_base64("".join(lines[:-1]))
     if decoded is None:
         return None
     hits = rescan(decoded)
@@ -214,7 +214,7 @@ def _vault_token(text: str, start: int, end: int) -> bool:
     prefix = start - len(_VAULT_PREFIXES[0])
     if end - start < _VAULT_BODY or not text.startswith(_VAULT_PREFIXES, prefix):
         return False
-    return prefix == 0 or text[prefix - 1] not in _WORD
+    return prefix == 0 or text[prefix - 1] not in WORD
 
 
 def find_encoded(src: ScanText, rescan: Rescan | None) -> Iterator[PiiHit]:
@@ -232,7 +232,7 @@ def find_encoded(src: ScanText, rescan: Rescan | None) -> Iterator[PiiHit]:
             continue
         before = text[start - 1] if start else ""
         if before in "-_" and before:
-            joined = _run_start(text, start, _TOKEN_CHARS, _TOKEN_REACH)
+            joined = run_start(text, start, _TOKEN_CHARS, _TOKEN_REACH)
             start = start if joined < 0 else joined
             before = text[start - 1] if start else ""
         if end < size and text[end] in "-_=":
@@ -245,9 +245,9 @@ def find_encoded(src: ScanText, rescan: Rescan | None) -> Iterator[PiiHit]:
         if (
             before in _VALUE_OPENERS
             and _secret_label_before(lower, start)
-            and _looks_secret(token)
-            and not _page_token_before(lower, start)
-            and not _location(token)
+            and looks_secret(token)
+            and not page_token_before(lower, start)
+            and not names_a_location(token)
         ):
             yield PiiHit("GENERIC_SECRET", start, end)
         elif rescan is not None and (

@@ -10,14 +10,14 @@ from bisect import bisect_right
 from collections.abc import Iterator
 
 from bot.patterns import finditer_with, on_use
-from bot.pii.checks import _run_start, _word_before
-from bot.pii.credentials import _looks_random
+from bot.pii.checks import run_start, word_before
+from bot.pii.credentials import looks_random
 from bot.pii.encoded import (
-    _decode_base64,
-    _location,
-    _looks_secret,
-    _page_cursor_name,
-    _page_token_before,
+    decode_base64,
+    looks_secret,
+    names_a_location,
+    page_cursor_name,
+    page_token_before,
 )
 from bot.pii.scantext import PiiHit, ScanText
 
@@ -35,7 +35,7 @@ def find_url_passwords(src: ScanText) -> Iterator[PiiHit]:
         return
     for match in _URL_CREDENTIALS.finditer(src.text):
         user = match.group("user")
-        if len(user) >= _URL_TOKEN_USER and _looks_secret(user):
+        if len(user) >= _URL_TOKEN_USER and looks_secret(user):
             yield PiiHit("GENERIC_SECRET", *match.span("user"))
         if match.group("password") is not None:
             yield PiiHit("CONNECTION_STRING_PASSWORD", *match.span("password"))
@@ -93,9 +93,7 @@ def find_keyvalue_passwords(src: ScanText) -> Iterator[PiiHit]:
             block = _block_scalar(text, key.start(), key.end())
             if block is not None:
                 covered = block[1]  # a key in the block is its content: each would read on
-                if not text.startswith(_PLACEHOLDER_STARTS, block[0]) and not _prose(
-                    text, block[0]
-                ):
+                if not text.startswith(PLACEHOLDER_STARTS, block[0]) and not _prose(text, block[0]):
                     yield PiiHit("CONNECTION_STRING_PASSWORD", *block)
             continue
         value = _PASSWORD_VALUE.match(text, key.end())
@@ -156,7 +154,7 @@ def _pair_value_end(text: str, key: int, end: int, *, spaced: bool) -> int:
     whose "=" has blanks before it (INI's "password = x", which no shell writes), runs to the
     line's end, a comment or the next key=. Elsewhere the value is its first word: a
     shell's command goes on after it (PGPASSWORD=x psql), a log's message."""
-    name = _run_start(text, key, _KEY_NAME_CHARS, 64)
+    name = run_start(text, key, _KEY_NAME_CHARS, 64)
     name = key if name < 0 else name
     if name > 0 and text[name - 1] == '"':
         close = text.find('"', end, end + _QUOTED_PAIR_REACH)
@@ -221,7 +219,7 @@ def _named_elsewhere(lower: str, key: int, value: str) -> bool:
         return True
     if _SHELL_VARIABLE.fullmatch(value) or _CODE_VALUE.fullmatch(value):
         return True
-    option = _run_start(lower, key, _OPTION_CHARS, 64)
+    option = run_start(lower, key, _OPTION_CHARS, 64)
     return option >= 0 and lower.startswith("--", option) and _metavar(value)
 
 
@@ -269,7 +267,7 @@ def _block_scalar(text: str, key: int, header: int) -> tuple[int, int] | None:
     """Where the content of the block scalar whose header is at ``header`` starts and ends: the
     lines after it indented deeper than its key (the password word at ``key``), which must
     start its line. None if the key does not, or the block is empty."""
-    name = _run_start(text, key, _KEY_NAME_CHARS, 64)
+    name = run_start(text, key, _KEY_NAME_CHARS, 64)
     name = key if name < 0 else name
     line = name
     while line > 0 and text[line - 1] in " \t-":
@@ -346,19 +344,19 @@ def _yaml_password(text: str, key: int, value: str, end: int, *, bare: bool) -> 
     nsswitch's "passwd: files"): a leak costs more than a word hidden from the model.
     """
     lower = value.lower()
-    if value.startswith(_PLACEHOLDER_STARTS + _YAML_NOT_VALUES) or lower in _YAML_BOOLEANS:
+    if value.startswith(PLACEHOLDER_STARTS + _YAML_NOT_VALUES) or lower in _YAML_BOOLEANS:
         return False
     if value.isdigit() and _SIZE_ONLY.match(text, end):
         return False
     if lower.rstrip(";,!?") in _TYPE_NAMES or lower.startswith(_TYPE_OPENERS):
         return False
-    name = _run_start(text, key, _KEY_NAME_CHARS, 64)
+    name = run_start(text, key, _KEY_NAME_CHARS, 64)
     name = key if name < 0 else name
     line = name
     while line > 0 and text[line - 1] in " \t-":
         line -= 1
     if not (_line_start(text, line) or _JSON_STRING_START.search(text, max(0, line - 8), line)):
-        return bare and _generated_alone(text, value, end)
+        return bare and generated_alone(text, value, end)
     return not (bare and _prose(text, end - len(value)))
 
 
@@ -367,7 +365,7 @@ _GENERATED_SHORTEST = 8
 _LINE_END = on_use(r"[ \t\r]*+(?:\n|\\ |\Z)")
 
 
-def _generated_alone(text: str, value: str, end: int) -> bool:
+def generated_alone(text: str, value: str, end: int) -> bool:
     """Whether a password value inside a line, where a colon is mostly prose, is an
     installer's generated one ("Generated root password: Xk9#mP2$vL7"): the line's last word,
     mixing three of capitals, small letters, digits and symbols. A status ("RESET_REQUIRED")
@@ -441,7 +439,7 @@ _USER_FLAG = on_use(
     r"(?:\"(?P<dq>[^\"\r\n]{1,256})\"|'(?P<sq>[^'\r\n]{1,256})'|(?P<bare>[^\s\"'`;|&)]{1,256}))"
 )
 _FLAG_OPENERS = frozenset(" \t\r\n\"'`=(")
-_PLACEHOLDER_STARTS = ("$", "<", "{{", "%")
+PLACEHOLDER_STARTS = ("$", "<", "{{", "%")
 
 
 _DASH_U = on_use(r"-u")
@@ -478,7 +476,7 @@ def find_user_flag_passwords(src: ScanText) -> Iterator[PiiHit]:
         user, colon, password = text[start:end].partition(":")
         if not colon or not password or password == user or set(password) == {"*"}:
             continue
-        if password.startswith(_PLACEHOLDER_STARTS) or (user.isdigit() and password.isdigit()):
+        if password.startswith(PLACEHOLDER_STARTS) or (user.isdigit() and password.isdigit()):
             continue
         yield PiiHit("BASIC_AUTH", start + len(user) + 1, end)
 
@@ -608,7 +606,7 @@ def find_cli_passwords(src: ScanText) -> Iterator[PiiHit]:
     for match in found:
         group = match.lastgroup or "bare"
         # "-p --authenticationDatabase admin": a -p with no value asks for the password.
-        if not match.group(group).startswith((*_PLACEHOLDER_STARTS, "-")):
+        if not match.group(group).startswith((*PLACEHOLDER_STARTS, "-")):
             yield PiiHit("CONNECTION_STRING_PASSWORD", *match.span(group))
 
 
@@ -661,7 +659,7 @@ def _help_line(lower: str, option: int) -> bool:
 def _worded_password(lower: str, word: re.Match[str], netrc: bool) -> bool:
     """Whether the password word ``word`` (with its blanks) is followed by a password."""
     start, after = word.start(), lower[word.end() : word.end() + 1]
-    option = _run_start(lower, start, _OPTION_CHARS, 64)
+    option = run_start(lower, start, _OPTION_CHARS, 64)
     if option == start - 1 and lower[option] == "-" and (option == 0 or lower[option - 1] in " \t"):
         # A single-dash long option (influx -password x), not in Go's usage text ("  -password
         # string\n    \tPassword to ...").
@@ -674,7 +672,7 @@ def _worded_password(lower: str, word: re.Match[str], netrc: bool) -> bool:
         return False  # a list's item that is no option: ["password", "x"] names two things
     if lower.endswith("require", 0, start):
         return _starts_line(lower, start - len("require"))  # redis.conf's requirepass line
-    if option >= 0 or _word_before(lower, start):
+    if option >= 0 or word_before(lower, start):
         return False  # part of a longer word: "bypass", "-password"
     if after == "'" and word.group().startswith("password"):
         return True  # SQL's PASSWORD 'x'
@@ -705,7 +703,7 @@ def find_worded_passwords(src: ScanText) -> Iterator[PiiHit]:
         start, stop = value.span(group)
         if secret.startswith("pass:"):
             start, secret = start + len("pass:"), secret[len("pass:") :]  # 'pass:two words'
-        if secret.startswith((*_PLACEHOLDER_STARTS, "-")) or _metavar(secret):
+        if secret.startswith((*PLACEHOLDER_STARTS, "-")) or _metavar(secret):
             continue  # "-" reads it from the standard input; "--port" is the next option
         if group == "bare" and secret in _PROSE_WORDS:
             continue  # an error's "--password is required", "pass --password or set X"
@@ -738,7 +736,7 @@ def find_bearer_and_basic(src: ScanText) -> Iterator[PiiHit]:
     if "bearer" not in lower and "basic" not in lower:  # str's search skips most of the text
         return
     for label in _AUTH_SCHEME.finditer(lower):
-        if _word_before(lower, label.start()):
+        if word_before(lower, label.start()):
             continue
         if lower[label.start() + 1] == "e":
             token = _BEARER_TOKEN.match(text, label.end())
@@ -749,10 +747,10 @@ def find_bearer_and_basic(src: ScanText) -> Iterator[PiiHit]:
         token = _BASIC_TOKEN.match(text, label.end())
         if token is None:
             continue
-        decoded = _decode_base64(token.group(), shortest=3)
+        decoded = decode_base64(token.group(), shortest=3)
         # "Basic authentication" is prose; credentials decode to user:password.
         if (decoded is not None and ":" in decoded) or (
-            len(token.group()) >= 12 and _looks_random(token.group())
+            len(token.group()) >= 12 and looks_random(token.group())
         ):
             yield PiiHit("BASIC_AUTH", token.start(), token.end())
 
@@ -801,7 +799,7 @@ class _AuthValue:
         return None
 
     def _looks_secret_from(self, start: int) -> bool:
-        """``_looks_secret(text[start:end])``, from where the tail's last digit and letter stand
+        """``looks_secret(text[start:end])``, from where the tail's last digit and letter stand
         and where its fifth distinct character from the end does, read once."""
         if self._tail is None:
             digit = letter = fifth = -1
@@ -865,14 +863,14 @@ _ENV_SECRET_PASS = "_PASS"
 
 # A file's path, in lower-case names of two parts or more: a generated secret with a slash in
 # it is base64, which mixes cases.
-_SECRET_PATH = on_use(r"(?:~|\.{1,2})?(?:/[a-z0-9._-]++){2,}+/?")
+SECRET_PATH = on_use(r"(?:~|\.{1,2})?(?:/[a-z0-9._-]++){2,}+/?")
 
 
 def _env_name_start(text: str, end: int) -> int:
     """Where the capitals-and-underscores name ending at ``end`` starts; -1 if it is part of a
     longer word or does not start with a letter."""
-    start = _run_start(text, end, _ENV_NAME_CHARS, 128)
-    if start < 0 or _word_before(text, start) or not text[start].isalpha():
+    start = run_start(text, end, _ENV_NAME_CHARS, 128)
+    if start < 0 or word_before(text, start) or not text[start].isalpha():
         return -1
     return start
 
@@ -932,14 +930,14 @@ def find_env_secrets(src: ScanText) -> Iterator[PiiHit]:
             continue  # a name and a value apart only in a Dockerfile's ENV NAME value
         group = "dq" if match.group("dq") else "sq" if match.group("sq") else "bare"
         value = match.group(group)
-        if value.startswith(_PLACEHOLDER_STARTS) or set(value) <= {"*", "x", "X"}:
+        if value.startswith(PLACEHOLDER_STARTS) or set(value) <= {"*", "x", "X"}:
             continue
-        if _SECRET_PATH.fullmatch(value):
+        if SECRET_PATH.fullmatch(value):
             continue  # where the secret is kept (GOOGLE_APPLICATION_CREDENTIALS=/var/...json)
         start, end = match.span(group)
         if match.group("blank") is not None and group == "bare":
             rest = _ENV_LINE_REST.match(text, end)  # ENV's value runs to the line's end
-            end = _docker_env_value_end(text, start, rest.end() if rest else end)
+            end = docker_env_value_end(text, start, rest.end() if rest else end)
         yield PiiHit("GENERIC_SECRET", start, _escape_trimmed(text, start, end))
 
 
@@ -950,7 +948,7 @@ _ENV_LINE_REST = on_use(r"[^\r\n\\]{0,256}+")
 _ENV_QUOTE_REACH = 256  # how far back on its line a JSON string's quote is looked for
 
 
-def _docker_env_value_end(text: str, start: int, end: int) -> int:
+def docker_env_value_end(text: str, start: int, end: int) -> int:
     """Where a legacy ENV's value at ``start``, read to its line's end ``end``, ends: before
     the quote that closes a JSON string holding the instruction (docker inspect's
     "CreatedBy": "... ENV NAME value"), and before blanks."""
@@ -971,7 +969,7 @@ def _docker_env_name(text: str, start: int) -> bool:
     return (
         text.startswith("ENV", keyword)
         and text[start - 1] in " \t"
-        and not (_word_before(text, keyword))
+        and not (word_before(text, keyword))
     )
 
 
@@ -989,7 +987,7 @@ _SECRET_NAME_ENDS = (
 )
 
 
-def _secret_name(name: str) -> bool:
+def secret_name(name: str) -> bool:
     """Whether an environment variable's name says its value is a secret."""
     upper = name.upper()
     if upper.endswith(_ENV_SECRET_PASS):
@@ -1003,10 +1001,10 @@ def find_named_values(src: ScanText) -> Iterator[PiiHit]:
     if "value" not in src.text:  # most outputs name things without giving values
         return
     for match in finditer_with(_NAMED_VALUE, src.text, "name"):
-        if not _secret_name(match.group("name")):
+        if not secret_name(match.group("name")):
             continue
         group = match.lastgroup or "bare"
-        if match.group(group).startswith(_PLACEHOLDER_STARTS):
+        if match.group(group).startswith(PLACEHOLDER_STARTS):
             continue
         start, end = match.span(group)
         if group == "bare" and "\n" in match.group():
@@ -1061,14 +1059,14 @@ def find_markup_secrets(src: ScanText) -> Iterator[PiiHit]:
             name = match.group("name").rpartition(":")[2]
             group = match.lastgroup or "value"
             value = match.group(group)
-            if _secret_name(name) and not _stand_in(value) and not _page_cursor_name(name):
+            if secret_name(name) and not stand_in(value) and not page_cursor_name(name):
                 yield PiiHit("GENERIC_SECRET", *match.span(group))
 
 
-def _stand_in(value: str) -> bool:
+def stand_in(value: str) -> bool:
     """Whether a value stands in for a secret in docs or a masked output: a placeholder
     ($TOKEN, <token>, {{ .token }}), an ellipsis, stars or x's, a usage text's VALUE."""
-    if value.startswith(_PLACEHOLDER_STARTS) or value.endswith("..."):
+    if value.startswith(PLACEHOLDER_STARTS) or value.endswith("..."):
         return True
     return set(value) <= {".", "*", "x", "X"} or _metavar(value.rstrip(":"))
 
@@ -1147,7 +1145,7 @@ def find_vault_data(src: ScanText) -> Iterator[PiiHit]:
             start, end = row.span("value")
             while end > start and text[end - 1] in " \t\r":
                 end -= 1  # the row's trailing blanks, trimmed here: a lazy value cost O(n²)
-            if end > start and (data or _secret_name(row.group("key"))):
+            if end > start and (data or secret_name(row.group("key"))):
                 yield PiiHit("GENERIC_SECRET", start, end)
         covered = position
 
@@ -1270,7 +1268,7 @@ def _secret_key_name(lower: str, key: int) -> bool:
     if lower.endswith(_KEYED_GLUED_WORDS, 0, key):
         return True
     end = key - 1 if key and lower[key - 1] in " _-." else key
-    start = _run_start(lower, end, _LETTERS, 24)
+    start = run_start(lower, end, _LETTERS, 24)
     return start >= 0 and lower[start:end].endswith(_KEYED_KEY_WORDS)
 
 
@@ -1282,7 +1280,7 @@ def find_keyed_secrets(src: ScanText) -> Iterator[PiiHit]:
     for label, word in _keyed_labels(src):
         if label < covered:
             continue
-        name = _run_start(lower, label, _KEYED_NAME_CHARS, 64)
+        name = run_start(lower, label, _KEYED_NAME_CHARS, 64)
         name = label if name < 0 else name  # a name longer than any key's
         match = _KEYED_VALUE.match(text, label)
         if match is None and lower.startswith("--", name):
@@ -1294,23 +1292,23 @@ def find_keyed_secrets(src: ScanText) -> Iterator[PiiHit]:
             continue  # a value that holds a key (?q=token=abc123), not a key of its own
         if any(ref in lower[name:label] for ref in _KEYED_REFERENCES):
             continue  # names a Secret object (existingSecret: db-secret-2), holds none
-        if word == "token" and _page_token_before(lower, match.start("value")):
+        if word == "token" and page_token_before(lower, match.start("value")):
             continue  # a page's cursor (next_token: ...), which the next call needs
         start, end = match.span("value")
         while end > start and text[end - 1] in ".:":
             end -= 1  # a sentence's full stop
         value = text[start:end]
-        if value.startswith(_PLACEHOLDER_STARTS) or _SECRET_PATH.fullmatch(value):
+        if value.startswith(PLACEHOLDER_STARTS) or SECRET_PATH.fullmatch(value):
             continue
-        if _location(value):
+        if names_a_location(value):
             continue  # where the secret is kept (secret: projects/p/secrets/db/versions/2)
         if _MEASURE.fullmatch(value):
             continue  # a time, a duration or a version (token: 2024-05-01T12:00:00Z, 12.5ms)
         if _names_object(lower[name:label], word) and _object_name(value):
             continue  # names a Secret (secret: my-tls-secret-v2, token: default-token-x7k2p)
         if word == "auth":
-            decoded = _decode_base64(value, shortest=3)
+            decoded = decode_base64(value, shortest=3)
             if decoded is None or ":" not in decoded:
                 continue  # a docker config's auth is user:password in base64; "auth: md5" not
-        if _looks_secret(value):
+        if looks_secret(value):
             yield PiiHit("GENERIC_SECRET", start, end)

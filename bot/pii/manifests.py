@@ -14,7 +14,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
 
 from bot.patterns import finditer_with, on_use
-from bot.pii.labelled import _stand_in
+from bot.pii.labelled import stand_in
 from bot.pii.scantext import PiiHit, ScanText
 
 _KIND_LINE = on_use(r"[ \t]*(?:-[ \t]+)?[\"']?kind[\"']?[ \t]*:[ \t]*[\"']?Secret[\"']?[ \t]*,?\r?")
@@ -273,7 +273,7 @@ def _config_map_literal(text: str, option: int) -> bool:
 def _from_literals(text: str) -> Iterator[PiiHit]:
     """The values of kubectl create secret's --from-literal options."""
     for match in finditer_with(_FROM_LITERAL, text, "--from-literal"):
-        if not _stand_in(match.group("value")) and not _config_map_literal(text, match.start()):
+        if not stand_in(match.group("value")) and not _config_map_literal(text, match.start()):
             yield PiiHit("GENERIC_SECRET", *match.span("value"))
 
 

@@ -11,19 +11,19 @@ from typing import Any, Final
 
 from bot.patterns import finditer_with, on_use, on_use_written
 from bot.pii.checks import (
-    _IBAN_LENGTHS,
-    _anchored,
-    _ip_ok,
-    _ipv4_ok,
-    _run_start,
-    _word_at,
-    _word_before,
+    IBAN_LENGTHS,
+    anchored_finditer,
     card_brand_ok,
     iban_ok,
+    ip_ok,
+    ipv4_ok,
     luhn_ok,
+    run_start,
     ssn_ok,
+    word_at,
+    word_before,
 )
-from bot.pii.scantext import _HEX, _WORD, PiiHit, ScanText
+from bot.pii.scantext import HEX, WORD, PiiHit, ScanText
 
 _Group = int | tuple[int, int]
 
@@ -144,7 +144,7 @@ def _classify(groups: Sequence[str], sep: str) -> str | None:
             return "CREDIT_CARD"
         return None
     if sep == "." and len(groups) == 4 and max(signature) <= 3:
-        return "IP_ADDRESS" if _ipv4_ok(groups) else None
+        return "IP_ADDRESS" if ipv4_ok(groups) else None
     if sep != " " and _us_phone(groups):
         return "PHONE_NUMBER"
     return "PHONE_NUMBER" if _eu_phone(groups) else None
@@ -205,7 +205,7 @@ def _separated(src: ScanText, pattern: re.Pattern[bytes], sep: str) -> Iterator[
     text, shape = src.text, src.shape
     # A word character before the leading digits, "+" (an international number) or "." or
     # the separator itself (part of a longer dotted or dashed id); a space may start a number.
-    rejected = _WORD | {"+", "."} | ({sep} - {" "})
+    rejected = WORD | {"+", "."} | ({sep} - {" "})
     # Dotted runs are versions, addresses and OIDs: no card is looked for inside them.
     inside = _cards_inside if sep != "." else None
     # Every match starts after a digit, its separator and a digit (the family's lookbehind):
@@ -227,7 +227,7 @@ def _separated(src: ScanText, pattern: re.Pattern[bytes], sep: str) -> Iterator[
             start > 0
             and (
                 text[start - 1] in rejected
-                or (text[start - 1] == "/" and _word_before(text, start - 1))  # Chrome/124.0
+                or (text[start - 1] == "/" and word_before(text, start - 1))  # Chrome/124.0
             )
         )
         if glued:
@@ -275,7 +275,7 @@ _INTL_PHONE = on_use(
 
 def find_intl_phones(src: ScanText) -> Iterator[PiiHit]:
     """International numbers: +44 20 7946 0958, +1-555-123-4567, +4915112345678."""
-    for match in _anchored(_INTL_PHONE, src.text, "+"):
+    for match in anchored_finditer(_INTL_PHONE, src.text, "+"):
         digits = sum(char.isdigit() for char in match.group()) - (1 if match.group("trunk") else 0)
         if 8 <= digits <= 15:
             yield PiiHit("PHONE_NUMBER", match.start(), match.end())
@@ -311,7 +311,7 @@ def find_ibans(src: ScanText) -> Iterator[PiiHit]:
     """IBANs, compact or in groups of four, cut to their country's length and mod-97 checked."""
     text = src.text
     for match in finditer_with(_IBAN_RUN, src.shape, IBAN_START):
-        length = _IBAN_LENGTHS.get(text[match.start() : match.start() + 2])
+        length = IBAN_LENGTHS.get(text[match.start() : match.start() + 2])
         if length is None:
             continue
         end, kept = match.start(), 0
@@ -319,7 +319,7 @@ def find_ibans(src: ScanText) -> Iterator[PiiHit]:
             kept += text[end] != " "
             end += 1
         compact = text[match.start() : end].replace(" ", "")
-        if kept == length and not _word_at(text, end) and iban_ok(compact):
+        if kept == length and not word_at(text, end) and iban_ok(compact):
             yield PiiHit("IBAN_CODE", match.start(), end)
 
 
@@ -344,13 +344,13 @@ def find_ipv6(src: ScanText) -> Iterator[PiiHit]:
     text = src.text
     pattern = _IPV6_TAIL if "::" in text else _IPV6_FULL_TAIL
     for match in finditer_with(pattern, text, ":"):
-        start = _run_start(text, match.start(), _HEX, 4)
+        start = run_start(text, match.start(), HEX, 4)
         if start < 0:
             start = match.start()
-        if start > 0 and (text[start - 1] in _WORD or text[start - 1] in ":."):
+        if start > 0 and (text[start - 1] in WORD or text[start - 1] in ":."):
             continue
         end = match.end()
-        if _ip_ok(text[start:end]):
+        if ip_ok(text[start:end]):
             yield PiiHit("IP_ADDRESS", start, end)
-        elif text[end - 1] == ":" and text[end - 2] != ":" and _ip_ok(text[start : end - 1]):
+        elif text[end - 1] == ":" and text[end - 2] != ":" and ip_ok(text[start : end - 1]):
             yield PiiHit("IP_ADDRESS", start, end - 1)

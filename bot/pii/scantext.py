@@ -71,10 +71,10 @@ class PiiHit(msgspec.Struct, frozen=True):
 _SHAPE = bytes.maketrans(
     (string.digits[1:] + string.ascii_uppercase).encode(), b"0" * 9 + b"A" * 26
 )
-_WORD = frozenset(string.ascii_letters + string.digits + "_")
-_HEX = frozenset(string.hexdigits)
+WORD = frozenset(string.ascii_letters + string.digits + "_")
+HEX = frozenset(string.hexdigits)
 _ESCAPE = on_use(r"\\[nrt]")
-_BASE64_CHARS = frozenset(string.ascii_letters + string.digits + "+/")
+BASE64_CHARS = frozenset(string.ascii_letters + string.digits + "+/")
 _BASE64_VIEW = bytes.maketrans((string.ascii_letters + string.digits + "+/").encode(), b"b" * 64)
 # A run this long of base64 characters is a candidate: long enough for "password=hunter2" in
 # base64 (24), longer than the 16-hex span ids of tracing logs, which would double the work;

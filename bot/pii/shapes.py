@@ -9,13 +9,13 @@ import re
 from collections.abc import Iterator
 
 from bot.patterns import finditer_with, on_use
-from bot.pii.checks import _anchored, _word_before
+from bot.pii.checks import anchored_finditer, word_before
 from bot.pii.labelled import (
-    _PLACEHOLDER_STARTS,
-    _SECRET_PATH,
-    _docker_env_value_end,
-    _generated_alone,
-    _secret_name,
+    PLACEHOLDER_STARTS,
+    SECRET_PATH,
+    docker_env_value_end,
+    generated_alone,
+    secret_name,
 )
 from bot.pii.scantext import PiiHit, ScanText
 
@@ -103,7 +103,7 @@ _LDAP_SCHEME_ENDS = ("SHA}", "SHA256}", "SHA384}", "SHA512}", "MD5}", "{PBKDF2")
 def _password_hashes(text: str) -> Iterator[PiiHit]:
     """Crypt-style and LDAP password hashes, whole."""
     # From each "$" (memchr: a few in most outputs, and the pattern compiled only after one).
-    for match in _anchored(_CRYPT_HASH, text, "$"):
+    for match in anchored_finditer(_CRYPT_HASH, text, "$"):
         yield PiiHit("GENERIC_SECRET", match.start(), match.end())
     if "{" in text:  # memchr before the longer search
         for match in finditer_with(_LDAP_HASH, text, *_LDAP_SCHEME_ENDS):
@@ -123,12 +123,12 @@ def _docker_env_passwords(text: str) -> Iterator[PiiHit]:
     """The value of a legacy ENV NAME value whose name is a password's."""
     for match in finditer_with(_DOCKER_ENV, text, "ENV "):
         name = match.group("name").upper().removesuffix("S")
-        if _word_before(text, match.start()) or not name.endswith(_PASSWORD_ENDS):
+        if word_before(text, match.start()) or not name.endswith(_PASSWORD_ENDS):
             continue
         start = match.start("value")
-        end = _docker_env_value_end(text, start, match.end("value"))
+        end = docker_env_value_end(text, start, match.end("value"))
         value = text[start:end]
-        if value.startswith(_PLACEHOLDER_STARTS) or _SECRET_PATH.fullmatch(value):
+        if value.startswith(PLACEHOLDER_STARTS) or SECRET_PATH.fullmatch(value):
             continue
         yield PiiHit("GENERIC_SECRET", start, end)
 
@@ -153,7 +153,7 @@ def _cmdkey_passwords(lower: str) -> Iterator[PiiHit]:
     """The password of cmdkey's /pass:, quoted or bare."""
     for match in finditer_with(_CMDKEY_PASS, lower, "/pass:"):
         group = match.lastgroup or "bare"
-        if not match.group(group).startswith(_PLACEHOLDER_STARTS):
+        if not match.group(group).startswith(PLACEHOLDER_STARTS):
             yield PiiHit("CONNECTION_STRING_PASSWORD", *match.span(group))
 
 
@@ -168,7 +168,7 @@ def _oracle_passwords(text: str, lower: str) -> Iterator[PiiHit]:
         for client in _ORACLE_CLIENTS:
             begin = lower.rfind(client, line, at)
             login = _ORACLE_LOGIN.match(lower, begin, at + 1) if begin >= 0 else None
-            if login is not None and not login.group("password").startswith(_PLACEHOLDER_STARTS):
+            if login is not None and not login.group("password").startswith(PLACEHOLDER_STARTS):
                 done = login.end()
                 yield PiiHit("CONNECTION_STRING_PASSWORD", *login.span("password"))
                 break
@@ -219,7 +219,7 @@ def _positional_passwords(text: str) -> Iterator[PiiHit]:
             yield PiiHit("CONNECTION_STRING_PASSWORD", *line.span("password"))
     for match in finditer_with(_RABBITMQ_PASSWORD, text, "change_password", "add_user"):
         group = match.lastgroup or "bare"
-        if not match.group(group).startswith(_PLACEHOLDER_STARTS):
+        if not match.group(group).startswith(PLACEHOLDER_STARTS):
             yield PiiHit("CONNECTION_STRING_PASSWORD", *match.span(group))
 
 
@@ -235,7 +235,7 @@ def _announced_passwords(text: str, lower: str) -> Iterator[PiiHit]:
     """A generated password a sentence announces, alone at its line's end."""
     for match in finditer_with(_ANNOUNCED_PASSWORD, lower, "password"):
         start, end = match.span("value")
-        if _generated_alone(text, text[start:end], end):
+        if generated_alone(text, text[start:end], end):
             yield PiiHit("CONNECTION_STRING_PASSWORD", start, end)
 
 
@@ -308,7 +308,7 @@ _PRINTING_COMMANDS: tuple[tuple[re.Pattern[str], str, tuple[str, ...], tuple[str
 # reads as "?".
 _NOT_PRINTED = (
     *("error", "warning", "usage", "no outputs", "(sensitive", "+ "),
-    *_PLACEHOLDER_STARTS,
+    *PLACEHOLDER_STARTS,
 )
 _ERROR_BOX = "?"
 
@@ -344,7 +344,7 @@ def _vault_secret_field(lower: str, match: re.Match[str]) -> bool:
     one of the others' (vault read's password, vault token create's token); True for other
     commands."""
     field = match.groupdict().get("field")
-    if field is None or _secret_name(field):
+    if field is None or secret_name(field):
         return True
     return _line_holds(lower, match.start(), ("vault kv",))
 
@@ -358,7 +358,7 @@ def find_printed_secrets(src: ScanText) -> Iterator[PiiHit]:
         for match in finditer_with(pattern, lower, literal):
             groups = match.groupdict()
             name = groups.get("name") or groups.get("quoted")
-            if name is not None and not (_secret_name(name) or _secret_name(_file_stem(name))):
+            if name is not None and not (secret_name(name) or secret_name(_file_stem(name))):
                 continue  # terraform output -raw vpc_id, cat /etc/hostname
             if pattern is _CAT_FILE and name is not None and _structured_file(name):
                 continue  # cat secrets.yaml: its first line is "apiVersion: v1"

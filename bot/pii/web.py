@@ -7,8 +7,8 @@ import string
 from collections.abc import Iterator
 
 from bot.patterns import on_use
-from bot.pii.checks import _run_start
-from bot.pii.labelled import _PLACEHOLDER_STARTS
+from bot.pii.checks import run_start
+from bot.pii.labelled import PLACEHOLDER_STARTS
 from bot.pii.scantext import PiiHit, ScanText
 from bot.text import QUERY_API_KEYS, QUERY_CREDENTIAL_ENDINGS
 
@@ -24,14 +24,14 @@ _SHORTEST = 8  # "?auth=1", "?token=none" hold nothing; a credential is longer
 
 def _credential(value: str) -> bool:
     """Whether a value can be a credential: long enough, and not a word in one case."""
-    if len(value) < _SHORTEST or value.startswith(_PLACEHOLDER_STARTS):
+    if len(value) < _SHORTEST or value.startswith(PLACEHOLDER_STARTS):
         return False
     return not (value.isalpha() and (value.islower() or value.isupper()))
 
 
 def _query_hit(text: str, lower: str, word: int, value: int) -> PiiHit | None:
     """The value of the query parameter whose name ends with the word at ``word``."""
-    name = _run_start(lower, word, _QUERY_NAME_CHARS, 64)
+    name = run_start(lower, word, _QUERY_NAME_CHARS, 64)
     name = word if name < 0 else name
     if name == 0 or lower[name - 1] not in "?&":
         return None

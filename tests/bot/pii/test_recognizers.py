@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.pii.checks import _anchored, _ipv4_ok, card_brand_ok, iban_ok, luhn_ok, ssn_ok
+from bot.pii.checks import anchored_finditer, card_brand_ok, iban_ok, ipv4_ok, luhn_ok, ssn_ok
 from bot.pii.credentials import _A_KEYS, _JWT
 from bot.pii.emails import _AT_SIGN
 from bot.pii.encoded import _SECRET_LABELS
@@ -2217,7 +2217,7 @@ def test_ipv4_check_agrees_with_ipaddress(octets: tuple[str, ...]) -> None:
         valid = True
     except ValueError:
         valid = False
-    assert _ipv4_ok(octets) is valid
+    assert ipv4_ok(octets) is valid
 
 
 @pytest.mark.parametrize(
@@ -2229,7 +2229,7 @@ def test_anchored_scan_finds_what_finditer_finds(pattern: re.Pattern[str], ancho
         "+44 20 7946 0958 ++1 555 123 4567 +1-555-0100+ AIzaSyA-1234567890abcdefghijklmnopqrstu"
     )
     expected = [match.span() for match in pattern.finditer(text)]
-    assert [match.span() for match in _anchored(pattern, text, anchor)] == expected
+    assert [match.span() for match in anchored_finditer(pattern, text, anchor)] == expected
 
 
 def test_a_lone_digit_after_a_word_compiles_no_number_family() -> None:
