@@ -351,8 +351,3 @@ class Recognizer(msgspec.Struct, frozen=True):
     finder: str
     needs: Needs
     prefixed: bool = False
-
-    @property
-    def find(self) -> Finder:
-        """The finder, its module imported on first use."""
-        return load_finder(self.finder)

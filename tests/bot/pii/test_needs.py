@@ -23,7 +23,7 @@ from bench.pii_throughput import build_corpus, split_chunks
 from bot.pii.encoded import find_encoded
 from bot.pii.guard import PiiGuard, PiiSettings
 from bot.pii.recognizers import RECOGNIZERS, Scanner
-from bot.pii.scantext import PiiHit, ScanText
+from bot.pii.scantext import PiiHit, ScanText, load_finder
 
 HERE = Path(__file__).resolve().parent
 SCAN = Scanner()
@@ -133,21 +133,21 @@ def test_every_recognizer_hit_is_in_a_text_that_holds_its_needs() -> None:
     for text in _corpus():
         src = ScanText(text)
         for recognizer in RECOGNIZERS:
-            name = recognizer.find.__name__
-            if next(iter(recognizer.find(src)), None) is None:
+            name = load_finder(recognizer.finder).__name__
+            if next(iter(load_finder(recognizer.finder)(src)), None) is None:
                 continue
             found.add(name)
             if not recognizer.needs.held(src):
                 lacking.append((name, text))
     assert lacking == []
     # The check holds something: every recognizer found a hit in the corpus.
-    assert sorted({r.find.__name__ for r in RECOGNIZERS} - found) == []
+    assert sorted({load_finder(r.finder).__name__ for r in RECOGNIZERS} - found) == []
 
 
 def test_a_plain_short_text_is_given_to_no_recognizer() -> None:
     # A chat prompt of words alone holds none of their needs: none is called, so a fresh
     # process's first scan runs none of their code (a tenth of a first suspend's scan).
-    finders = {recognizer.find.__code__ for recognizer in RECOGNIZERS}
+    finders = {load_finder(recognizer.finder).__code__ for recognizer in RECOGNIZERS}
     called: list[str] = []
 
     def profile(frame: Any, event: str, _arg: Any) -> None:

@@ -18,7 +18,7 @@ from bot.pii.encoded import _SECRET_LABELS
 from bot.pii.guard import resolve_overlaps
 from bot.pii.numbers import _INTL_PHONE
 from bot.pii.recognizers import RECOGNIZERS, Scanner
-from bot.pii.scantext import ENTITY_TYPES, ScanText
+from bot.pii.scantext import ENTITY_TYPES, ScanText, load_finder
 from tests.fakes.growth import assert_linear
 
 SCAN = Scanner()
@@ -2283,8 +2283,8 @@ def test_a_recognizer_reports_only_the_types_it_declares() -> None:
     for text in [sample for _entity, sample, _found in TRUE_POSITIVES] + constants:
         src = ScanText(text)
         for recognizer in RECOGNIZERS:
-            found = {hit.entity_type for hit in recognizer.find(src)}
-            assert found <= recognizer.entities, (recognizer.find.__name__, found, text)
+            found = {hit.entity_type for hit in load_finder(recognizer.finder)(src)}
+            assert found <= recognizer.entities, (recognizer.finder, found, text)
         for entity in {hit.entity_type for hit in SCAN(text)}:
             # Every type but the one found: a recognizer reporting it among others is filtered.
             others = [other for other in ENTITY_TYPES if other != entity]
