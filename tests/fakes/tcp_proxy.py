@@ -53,6 +53,8 @@ class TcpProxy:
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.cut()
+        # Held pipes wait for the flow, not for their sockets: woken, they find them aborted.
+        self._flowing.set()
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
@@ -86,7 +88,19 @@ class TcpProxy:
         self.up = True
         self._flowing.set()
 
+    @property
+    def tasks(self) -> frozenset[asyncio.Task[object]]:
+        """The proxy's own tasks under way (a test waiting for the others' leaves these out:
+        they end only as the proxy does)."""
+        return frozenset(self._forwarding)
+
+    def _track(self, task: asyncio.Task[object] | None) -> None:
+        if task is not None:
+            self._forwarding.add(task)
+            task.add_done_callback(self._forwarding.discard)
+
     async def _forward(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._track(asyncio.current_task())
         if not self.up:
             self.refused += 1
             writer.transport.abort()
@@ -98,15 +112,13 @@ class TcpProxy:
             writer.transport.abort()
             return
         self._open |= {writer, upstream_writer}
-        task = asyncio.current_task()
-        if task is not None:
-            self._forwarding.add(task)
-            task.add_done_callback(self._forwarding.discard)
-        await asyncio.gather(
-            self._pipe(reader, upstream_writer, sent=True, client=writer),
-            self._pipe(upstream_reader, writer, sent=False, client=writer),
-            return_exceptions=True,
-        )
+        pipes = [
+            asyncio.ensure_future(self._pipe(reader, upstream_writer, sent=True, client=writer)),
+            asyncio.ensure_future(self._pipe(upstream_reader, writer, sent=False, client=writer)),
+        ]
+        for pipe in pipes:
+            self._track(pipe)
+        await asyncio.gather(*pipes, return_exceptions=True)
         self._open -= {writer, upstream_writer}
 
     async def _pipe(
