@@ -466,14 +466,23 @@ async def test_a_caller_stopped_in_a_statement_the_server_does_not_answer_ends_a
 
 
 async def test_a_connection_that_fails_while_the_store_closes_is_no_outage(
-    dsn: str, schema: str, caplog: pytest.LogCaptureFixture
+    dsn: str, schema: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A stop against a silent server: a connection still being made when the store closed
     # failed later, and the store said "unreachable …; reconnecting in the background until
     # it answers" after the replica had said "stopped", with nothing left to reconnect.
+    import storage.postgres
+
+    connect_timeout = 1.0
+    # The close waits its bound for the stuck heartbeat: long enough for the connection being
+    # made to fail within it, not the 10 s a replica gives a real server.
+    monkeypatch.setattr(storage.postgres, "_CLOSE_TIMEOUT", 3 * connect_timeout)
     async with TcpProxy(urlsplit(dsn).port or 5432) as proxy:
         store = PostgresStore(
-            proxied(dsn, proxy), schema=schema, command_timeout=GUARD, connect_timeout=1
+            proxied(dsn, proxy),
+            schema=schema,
+            command_timeout=GUARD,
+            connect_timeout=connect_timeout,
         )
         await store.migrate()
         proxy.hold()
