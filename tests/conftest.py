@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 
@@ -25,6 +26,21 @@ def pytest_configure(config: pytest.Config) -> None:
     folder = tempfile.mkdtemp(prefix="kestrel-test-cache-")
     for name in _HOMES:
         os.environ[name] = folder
+    _bytecode_kept_in(folder)
+
+
+def _bytecode_kept_in(folder: str) -> None:
+    """With PYTHONDONTWRITEBYTECODE, every ``kestrel`` and Python process the suite starts
+    compiled Kestrel's sources again: byte code is kept in the session's folder instead, never
+    beside the sources (as ``bench.startup`` does). The xdist workers inherit the controller's
+    environment, and so share its folder."""
+    if not sys.dont_write_bytecode:
+        return
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    prefix = os.path.join(folder, "pycache")
+    os.environ["PYTHONPYCACHEPREFIX"] = prefix
+    sys.pycache_prefix = prefix
+    sys.dont_write_bytecode = False
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
