@@ -65,6 +65,7 @@ CATALOG = {
     "tools": [
         tool("effect", "effect.sh"),
         tool("slow_effect", "slow.sh", timeout=30),
+        tool("held_effect", "held.sh", timeout=60),
         tool("deploy", "deploy.sh", confirm=True),
     ]
 }
@@ -83,6 +84,14 @@ class Cluster:
         (folder / "deploy.sh").write_text('echo "deploy $1" >> "$EFFECTS_FILE"\n')
         (folder / "slow.sh").write_text(
             'echo "start $1" >> "$EFFECTS_FILE"\nsleep 3\necho "done $1" >> "$EFFECTS_FILE"\n'
+        )
+        # Under way until the test lets it finish (``release``), however slow the machine.
+        (folder / "held.sh").write_text(
+            'echo "start $1" >> "$EFFECTS_FILE"\n'
+            'i=0; while [ ! -e "$EFFECTS_FILE.go" ] && [ $i -lt 600 ]; do\n'
+            "  sleep 0.1; i=$((i + 1))\n"
+            "done\n"
+            'echo "done $1" >> "$EFFECTS_FILE"\n'
         )
         settings = {
             "database": f"{DSN}?schema={schema}",
@@ -127,6 +136,10 @@ class Cluster:
     def effects(self) -> list[str]:
         path = self.folder / "effects.txt"
         return path.read_text().splitlines() if path.exists() else []
+
+    def release(self) -> None:
+        """Let a ``held_effect`` under way finish."""
+        (self.folder / "effects.txt.go").touch()
 
     def model_positions(self) -> Counter[tuple[str, int]]:
         """How often the model was asked, per (first user text, assistant turns so far)."""
@@ -355,7 +368,7 @@ async def test_a_cancel_at_the_terminal_stops_a_run_a_replica_drives(
     cluster: Callable[..., Cluster],
 ) -> None:
     batch = [
-        {"name": "slow_effect", "arguments": {"name": "$PROMPT"}},
+        {"name": "held_effect", "arguments": {"name": "$PROMPT"}},
         {"name": "effect", "arguments": {"name": "$PROMPT"}},
     ]
     c = cluster([{"text": "two steps", "calls": batch}, {"text": "both done"}])
@@ -365,6 +378,7 @@ async def test_a_cancel_at_the_terminal_stops_a_run_a_replica_drives(
     await until(lambda: "start c0" in c.effects())
 
     cancelled = c.kestrel("runs", "cancel", run_id, "--as", "U0ONCALL")
+    c.release()  # the step under way ends only once the cancel is asked
 
     assert cancelled.returncode == 0, cancelled.stderr
     assert cancelled.stdout.startswith("cancelling:"), cancelled.stdout
