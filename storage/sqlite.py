@@ -36,9 +36,12 @@ from storage.sql import SQLITE, Step
 from storage.sql_store import Params, Row, SqlStore, migrated
 from storage.sqlite_group_commit import GroupCommit, PendingAppend
 from storage.sqlite_rows import (
+    FOREIGN_TABLES,
     Unreadable,
     applied_version,
     checked_version,
+    foreign_problem,
+    foreign_tables,
     has_write_bits,
     in_wal_mode,
     no_version_table,
@@ -175,7 +178,10 @@ class SqliteStore(SqlStore):
             return 0
         if self._rconn is None:
             self._rconn = self._connect_reader()
-        return await self._read_schema_version()
+        version = await self._read_schema_version()
+        if version == 0:
+            await self._refuse_foreign_on_reader()
+        return version
 
     async def schema_version(self) -> int:
         """The schema version applied now; a ``StoreError`` when the file at the path is no
@@ -242,6 +248,8 @@ class SqliteStore(SqlStore):
         self._refuse_read_only_file()
 
         def wal(conn: sqlite3.Connection) -> None:
+            if _unversioned(conn):  # switched, another program's would not be as it was
+                self._refuse_foreign(foreign_tables(conn))
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 raise StoreError(f"{self._label}: cannot switch to WAL mode")
@@ -282,6 +290,8 @@ class SqliteStore(SqlStore):
         except BaseException:
             await self._disconnect()
             raise
+        if version == 0:
+            await self._refuse_foreign_on_reader()
         if version != SCHEMA_VERSION:
             newer = version > SCHEMA_VERSION
             fix = "upgrade Kestrel to read it" if newer else "run `kestrel db migrate` first"
@@ -328,6 +338,16 @@ class SqliteStore(SqlStore):
         if problem:
             raise StoreError(f"{self._label}: {problem}")
 
+    async def _refuse_foreign_on_reader(self) -> None:
+        """Refuse, through the reader, a database with no schema that is another program's:
+        `kestrel db migrate` would not make it Kestrel's own."""
+        rows = await self._read("read", FOREIGN_TABLES, ())
+        self._refuse_foreign([str(name) for (name,) in rows])
+
+    def _refuse_foreign(self, tables: list[str]) -> None:
+        if tables:
+            raise StoreError(f"{self._label}: {foreign_problem(tables)}")
+
     def _refuse_read_only_file(self) -> None:
         """Refuse a file without write permission bits, even for root, whom SQLite lets write."""
         try:
@@ -344,6 +364,10 @@ class SqliteStore(SqlStore):
         if self._schema_is_current(writer):
             return SCHEMA_VERSION
         version = await self._schema_version(writer)
+        if version == 0:
+            with self._errors("migrate"):
+                tables = await writer.transact(foreign_tables)
+            self._refuse_foreign(tables)
         if version < SCHEMA_VERSION:
             with self._errors("migrate"):
                 await writer.script(CREATE_VERSION_TABLE)
@@ -460,6 +484,15 @@ class SqliteStore(SqlStore):
         if "locked" in cause or "busy" in cause:
             cause += f" (still busy after the {self._busy_timeout:g} s busy timeout)"
         return StoreError(f"{self._label}: {action} failed: {cause}")
+
+
+def _unversioned(conn: sqlite3.Connection) -> bool:
+    """Whether ``conn``'s database holds no schema version (one that is no version is refused
+    by the migrations' own read, which says what stands there)."""
+    try:
+        return applied_version(conn) == 0
+    except Unreadable:
+        return False
 
 
 def _keep(_conn: sqlite3.Connection) -> None:

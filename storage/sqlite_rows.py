@@ -21,6 +21,11 @@ from storage.sqlite_schema import APPLIED_VERSION, SCHEMA_VERSION
 
 _STATUSES = frozenset(status.value for status in RunStatus)
 _NO_VERSION_TABLE: Final = "no such table: schema_version"
+# The tables beside the version table, SQLite's own left out (a few name the database).
+FOREIGN_TABLES: Final = (
+    "SELECT name FROM sqlite_master WHERE type = 'table' AND name != 'schema_version'"
+    " AND name NOT LIKE 'sqlite^_%' ESCAPE '^' ORDER BY name LIMIT 5"
+)
 # A database file's header up to its format versions (https://sqlite.org/fileformat.html).
 _HEADER_BYTES: Final = 20
 
@@ -162,6 +167,23 @@ def applied_version(conn: sqlite3.Connection) -> int:
             return 0
         raise
     return checked_version(version)
+
+
+def foreign_tables(conn: sqlite3.Connection) -> list[str]:
+    """The tables of a database with no Kestrel schema (version 0) that are not Kestrel's: its
+    first migration makes every table together with its version row, so any table there but
+    the version table (which a failed first migration leaves) is another program's."""
+    rows = conn.execute(FOREIGN_TABLES).fetchall()
+    return [str(name) for (name,) in rows]
+
+
+def foreign_problem(tables: list[str]) -> str:
+    """Why a database holding ``tables`` (``foreign_tables``) is no journal for Kestrel."""
+    return (
+        f"holds tables that are not Kestrel's ({', '.join(tables)}): another program's"
+        " database; name a file of Kestrel's own (database:, KESTREL_DATABASE_URL);"
+        " nothing was written to it"
+    )
 
 
 def no_version_table(exc: BaseException | None) -> bool:

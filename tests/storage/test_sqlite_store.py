@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from bot.domain import Session
-from bot.errors import UnknownRun
+from bot.errors import StoreError, UnknownRun
 from bot.journal.entries import UserMessageEntry
 from bot.records import RunRecord
 from storage.sqlite import SqliteStore, open_sqlite
@@ -134,10 +134,15 @@ async def test_opening_a_migrated_store_runs_its_settings_and_one_version_read(
     ]
 
 
+def _empty_database(path: Path) -> None:
+    """A database file in rollback mode with a header and no table (a table made and dropped)."""
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        conn.executescript("CREATE TABLE scratch (x TEXT); DROP TABLE scratch;")
+
+
 async def test_a_file_in_rollback_mode_is_switched_to_wal_and_migrated(tmp_path: Path) -> None:
     path = tmp_path / "k.db"
-    with contextlib.closing(sqlite3.connect(path)) as conn:
-        conn.execute("CREATE TABLE unrelated (x TEXT)")  # another program's file, not WAL
+    _empty_database(path)
 
     store = await open_sqlite(path)
     try:
@@ -151,14 +156,63 @@ async def test_a_file_in_rollback_mode_is_switched_to_wal_and_migrated(tmp_path:
 
 async def test_a_new_file_reads_as_version_0_and_then_as_migrated(tmp_path: Path) -> None:
     path = tmp_path / "k.db"
-    with contextlib.closing(sqlite3.connect(path)) as conn:
-        conn.execute("CREATE TABLE unrelated (x TEXT)")  # no version table yet
+    _empty_database(path)  # no version table yet
 
     before = await SqliteStore(path).applied_version()
     await (await open_sqlite(path)).close()
     after = await SqliteStore(path).applied_version()
 
     assert (before, after) == (0, SCHEMA_VERSION)
+
+
+def _another_programs_database(path: Path, journal_mode: str) -> None:
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        conn.execute(f"PRAGMA journal_mode = {journal_mode}")
+        conn.executescript("CREATE TABLE users (id INTEGER); CREATE TABLE runs (id INTEGER);")
+
+
+def _tables_and_mode(path: Path) -> tuple[list[str], str]:
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        tables = conn.execute("SELECT name FROM sqlite_master ORDER BY name").fetchall()
+        return [name for (name,) in tables], str(_setting(conn, "journal_mode"))
+
+
+@pytest.mark.parametrize("journal_mode", ["delete", "wal"])
+async def test_another_programs_database_is_refused_and_left_as_it_was(
+    tmp_path: Path, journal_mode: str
+) -> None:
+    path = tmp_path / "app.db"
+    _another_programs_database(path, journal_mode)
+
+    with pytest.raises(StoreError, match="not Kestrel's \\(runs, users\\)") as refused:
+        await open_sqlite(path)
+
+    assert "kestrel db migrate" not in str(refused.value)
+    assert _tables_and_mode(path) == (["runs", "users"], journal_mode)
+
+
+async def test_a_version_that_is_no_number_is_a_store_error_before_any_switch(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "k.db"
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
+        conn.execute("CREATE TABLE schema_version (version, applied_at TEXT)")
+        conn.execute("INSERT INTO schema_version VALUES ('abc', 'then')")
+
+    with pytest.raises(StoreError, match="holds 'abc', not a version"):
+        await open_sqlite(path)
+
+
+async def test_reading_another_programs_database_says_whose_it_is(tmp_path: Path) -> None:
+    path = tmp_path / "app.db"
+    _another_programs_database(path, "delete")
+
+    with pytest.raises(StoreError, match="not Kestrel's") as read:
+        await open_sqlite(path, read_only=True)
+    with pytest.raises(StoreError, match="not Kestrel's"):
+        await SqliteStore(path).applied_version()  # kestrel db check
+
+    assert "kestrel db migrate" not in str(read.value)
 
 
 async def test_an_append_checks_its_fence_and_inserts_as_a_new_runs_entries_are(
