@@ -167,8 +167,11 @@ def config_path(explicit: str | None) -> Path | None:
         path = Path(chosen)
         if path.is_dir():
             raise ConfigError(f"config file {path} ({named_by}) is a folder, not a file")
-        if not path.is_file():
+        if not path.exists():
             raise ConfigError(f"config file {path} ({named_by}) does not exist")
+        if not path.is_file():
+            # A device or a pipe (/dev/null, <(…)): its folder would hold the relative paths.
+            raise ConfigError(f"config file {path} ({named_by}) is not a regular file")
         return path
     default = Path(DEFAULT_CONFIG_NAME)
     return default if default.is_file() else None

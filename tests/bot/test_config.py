@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -237,7 +238,10 @@ def test_a_catalog_given_as_the_configuration_is_named_as_one(tmp_path: Path) ->
 
 
 @pytest.mark.parametrize("named_by", ["--config", "KESTREL_CONFIG", ".env KESTREL_CONFIG"])
-@pytest.mark.parametrize(("name", "wrong"), [("nope.yaml", "does not exist"), (".", "is a folder")])
+@pytest.mark.parametrize(
+    ("name", "wrong"),
+    [("nope.yaml", "does not exist"), (".", "is a folder"), (os.devnull, "is not a regular file")],
+)
 def test_a_config_file_that_is_not_there_is_named_with_who_named_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, named_by: str, name: str, wrong: str
 ) -> None:
