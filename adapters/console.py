@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import codecs
 import contextlib
+import errno
 import json
 import os
 import signal
@@ -69,7 +70,7 @@ HELP = """commands:
   /quit, /exit       leave, at any prompt (Ctrl-D works too); what it asked stays open
 A message that starts with / is sent as written after a second /: //var/log is full.
 Ctrl-C while a run works stops its model call or command and suspends it; a second Ctrl-C
-leaves the chat. SIGTERM suspends the run and leaves."""
+leaves the chat. SIGTERM, or the terminal closing, suspends the run and leaves."""
 
 
 class ConsoleIO:
@@ -118,8 +119,21 @@ class ConsoleIO:
         nor, unless ``exact`` (a call's arguments, shown as they are), as a link whose label
         hides its target."""
         shown = printable(text)
-        self._stdout.write((shown if exact else unmask_links(shown)) + end)
-        self._stdout.flush()
+        try:
+            self._stdout.write((shown if exact else unmask_links(shown)) + end)
+            self._stdout.flush()
+        except OSError as exc:
+            if exc.errno != errno.EIO:
+                raise
+            # The terminal hung up (SIGHUP stops the chat): its run suspends, shown to nobody.
+            _to_nowhere(self._stdout)
+
+
+def _to_nowhere(stream: TextIO) -> None:
+    """Send the rest of ``stream`` to /dev/null: Python's last flush of what a failed write
+    left in its buffer would fail again, and end the process with status 120."""
+    with contextlib.suppress(OSError, ValueError):  # no descriptor of its own: nothing flushes
+        os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
 
 
 def _lines_of(stdin: TextIO | None) -> Iterator[str]:
@@ -138,12 +152,22 @@ def _lines_of(stdin: TextIO | None) -> Iterator[str]:
         return
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     pending = ""
-    while chunk := os.read(fd, 65536):
+    while chunk := _read(fd):
         *lines, pending = (pending + decoder.decode(chunk)).split("\n")
         yield from map(_text, lines)
     pending += decoder.decode(b"", final=True)
     if pending:
         yield _text(pending)
+
+
+def _read(fd: int) -> bytes:
+    """The next bytes typed; none once the terminal hung up (EIO), as at the end of input."""
+    try:
+        return os.read(fd, 65536)
+    except OSError as exc:
+        if exc.errno != errno.EIO:
+            raise
+        return b""
 
 
 def _text(line: str) -> str:
@@ -417,8 +441,10 @@ class ConsoleChat:
         self._live: RunHandle | None = None
         self._asking: asyncio.Future[RunHandle | None] | None = None  # a resume asking here
         self._interrupts = 0
-        self.terminated = False  # SIGTERM arrived: leave once the run under way has suspended
-        self.suspended: str | None = None  # the run under way when SIGTERM came, if any
+        # SIGTERM or SIGHUP (the terminal closed) arrived: leave once the run under way has
+        # suspended, and exit as that signal says.
+        self.terminated: signal.Signals | None = None
+        self.suspended: str | None = None  # the run under way when it came, if any
         self._leaving = False
         # Told of each signal that stops the chat (a SIGTERM, the Ctrl-C that leaves, any once
         # leaving): the command's stop deadline, which a later one ends at once.
@@ -544,7 +570,8 @@ class ConsoleChat:
         loop = asyncio.get_running_loop()
         main = asyncio.current_task()
         loop.add_signal_handler(signal.SIGINT, self._interrupt, main)
-        loop.add_signal_handler(signal.SIGTERM, self._terminate, main)
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            loop.add_signal_handler(signum, self._terminate, main, signum)
         try:
             yield
         finally:
@@ -552,11 +579,11 @@ class ConsoleChat:
             # Python's own Ctrl-C would raise in the middle of closing the journal.
             self._leaving = True
 
-    def _terminate(self, main: asyncio.Task[Any] | None) -> None:
-        self._on_stop(signal.SIGTERM)
+    def _terminate(self, main: asyncio.Task[Any] | None, signum: signal.Signals) -> None:
+        self._on_stop(signum)
         if self._leaving or self.terminated:
             return
-        self.terminated = True
+        self.terminated = signum
         self.suspended = self.under_way()
         if self._live is not None:
             self.chat.interrupt(self._live)

@@ -14,6 +14,7 @@ import click
 from bot.cli.common import (
     Failure,
     as_option,
+    echo,
     in_runtime,
     one_line_errors,
     plain_range,
@@ -51,7 +52,7 @@ def chat(user: str | None) -> None:
     user = terminal_user(user)
     log = logging.getLogger(CHAT)
 
-    async def work(rt: Runtime, stop: Stop) -> tuple[bool, str | None]:
+    async def work(rt: Runtime, stop: Stop) -> tuple[signal.Signals | None, str | None]:
         check_approvable(settings, rt.tools.current())
         supervisor = Supervisor(rt)
         banner = (
@@ -74,7 +75,7 @@ def chat(user: str | None) -> None:
             await supervisor.shutdown()
         return console.terminated, console.suspended
 
-    async def main() -> tuple[tuple[bool, str | None], Stop]:
+    async def main() -> tuple[tuple[signal.Signals | None, str | None], Stop]:
         # The stop's rule is serve's, with no grace: a command under way is killed at once.
         stop = Stop(log, STOP_MARGIN_SECONDS)
         stop.started()
@@ -88,16 +89,17 @@ def chat(user: str | None) -> None:
         sys.exit(ending_code(signal.SIGINT))
     end_on_signals(log)
     if terminated:  # after a cut short too: the stop got through, its line said what it might not
-        click.echo(_stopped(suspended), err=True)
+        echo(_stopped(terminated, suspended), err=True)  # to a terminal that may be gone
     stop.exit_if_cut()
     if terminated:
-        sys.exit(ending_code(signal.SIGTERM))
+        sys.exit(ending_code(terminated))
 
 
-def _stopped(suspended: str | None) -> str:
-    """The chat's last line after a SIGTERM: whether it suspended a run (its id is above)."""
+def _stopped(signum: signal.Signals, suspended: str | None) -> str:
+    """The chat's last line after a SIGTERM or SIGHUP: whether it suspended a run (its id is
+    above)."""
     if suspended is None:
-        return "stopped on SIGTERM: no run was under way"
+        return f"stopped on {signum.name}: no run was under way"
     return "stopped: the run under way was suspended"
 
 

@@ -63,8 +63,18 @@ def echo(text: str, *, err: bool = False) -> None:
             click.echo(line, err=err)
             return
         stream.flush()
-    except BrokenPipeError:
+    except OSError as exc:
+        if not unheard(exc):
+            raise
         unread(stream)
+
+
+def unheard(exc: OSError) -> bool:
+    """Whether a write failed because nobody reads the stream any more: its reader left
+    (``| head``: EPIPE), or its terminal hung up (closed, an ssh session dropped: EIO)."""
+    import errno
+
+    return exc.errno in (errno.EPIPE, errno.EIO)
 
 
 def unread(stream: TextIO) -> None:

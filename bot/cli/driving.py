@@ -18,6 +18,9 @@ if TYPE_CHECKING:
 
 # SIGTERMs taken by ``hold_sigterm`` before ``on_stop_signals`` took over.
 _held: list[int] = []
+# The signals that stop a command. A hang-up (the terminal closed, the ssh session dropped)
+# too: killed by it, a run stayed held until its lease ran out, its command still running.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def hold_sigterm() -> None:
@@ -28,12 +31,12 @@ def hold_sigterm() -> None:
 
 
 def on_stop_signals(handler: Callable[[int], object]) -> None:
-    """Call ``handler(signum)`` on SIGINT and SIGTERM instead of dying mid-write; at once for
-    a SIGTERM held since ``hold_sigterm``."""
+    """Call ``handler(signum)`` on SIGINT, SIGTERM and SIGHUP instead of dying mid-write; at
+    once for a SIGTERM held since ``hold_sigterm``."""
     import asyncio
 
     loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
+    for signum in STOP_SIGNALS:
         loop.add_signal_handler(signum, handler, signum)
     held, _held[:] = _held[:1], []
     for taken in held:
@@ -41,8 +44,8 @@ def on_stop_signals(handler: Callable[[int], object]) -> None:
 
 
 def suspend_on_signals(supervisor: Supervisor, received: list[int]) -> None:
-    """On SIGINT or SIGTERM, stop the runs this command drives now (their tools killed): they
-    suspend and give their leases up; ``received`` collects the signal."""
+    """On SIGINT, SIGTERM or SIGHUP, stop the runs this command drives now (their tools
+    killed): they suspend and give their leases up; ``received`` collects the signal."""
 
     def stop(signum: int) -> None:
         received.append(signum)

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import json
 import os
+import pty
 import signal
 import sqlite3
 import subprocess
 import sys
+import termios
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -128,7 +131,8 @@ def assert_suspended_and_released(folder: Path, reason: str = "interrupted") -> 
     return entries
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+# SIGHUP: the terminal closed, or the ssh session that ran the command dropped.
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_run_stops_the_command_and_suspends(folder: Path, signum: signal.Signals) -> None:
     run = start(folder, scripted(folder), "run", "do the slow thing")
     wait_until(lambda: effects(folder) == ["start"], "the command's start")
@@ -262,18 +266,44 @@ async def replicas(folder: Path) -> list[Any]:
         await store.close()
 
 
-def test_chat_stops_on_sigterm(folder: Path) -> None:
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_chat_stops_on_sigterm_and_on_a_hang_up(folder: Path, signum: signal.Signals) -> None:
     chat = start(folder, scripted(folder), "chat")
     assert chat.stdin is not None
     chat.stdin.write("do the slow thing\n")
     chat.stdin.flush()
     wait_until(lambda: effects(folder) == ["start"], "the command's start")
 
-    chat.send_signal(signal.SIGTERM)
+    chat.send_signal(signum)
     out, err = chat.communicate(timeout=10)
 
-    assert chat.returncode == 143, err
+    assert chat.returncode == 128 + signum, err
     assert "suspended" in out
+    assert err.strip().endswith("stopped: the run under way was suspended"), err
+    assert_suspended_and_released(folder)
+
+
+def test_chat_whose_terminal_closes_suspends_its_run_and_exits_as_hung_up(folder: Path) -> None:
+    # The terminal window closed, or the ssh session dropped: SIGHUP, and from then on every
+    # read and write of the terminal fails (EIO), the lines saying the run suspended included.
+    terminal, its_end = pty.openpty()
+    chat = subprocess.Popen(
+        [*KESTREL, "chat"],
+        cwd=folder,
+        env=scripted(folder),
+        stdin=its_end,
+        stdout=its_end,
+        stderr=its_end,
+        start_new_session=True,  # then the terminal becomes the session's, as a shell's is
+        preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0),
+    )
+    os.close(its_end)
+    os.write(terminal, b"do the slow thing\n")
+    wait_until(lambda: effects(folder) == ["start"], "the command's start")
+
+    os.close(terminal)
+
+    assert chat.wait(timeout=10) == 128 + signal.SIGHUP
     assert_suspended_and_released(folder)
 
 
