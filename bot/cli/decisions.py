@@ -214,6 +214,7 @@ def decide(
             if not said:
                 refused = decided.message
                 said = refused + await _own_run(chat, run_id, request_id, refused, actor)
+                said += await _asked_inline(rt, run_id, refused)
             raise Failure(said)
         if decided.resumed is not None:
             await chat.wait(decided.resumed)
@@ -275,6 +276,28 @@ async def _own_run(
     if view.request.approvals_needed <= 1:
         ways.append(f"resume the run in kestrel chat (/resume {run_id}), where you may approve it")
     return f". At this terminal, {', or '.join(ways)}" if ways else ""
+
+
+async def _asked_inline(rt: Runtime, run_id: str, refusal: str) -> str:
+    """Why a request id of a running run is not in the store: ``kestrel chat`` asks its run's
+    requests inline and writes one down for others only when it is left for later; "" for
+    other refusals, and for a run that runs nowhere now."""
+    from bot.errors import UnknownRun
+    from bot.kinds import RunStatus
+    from bot.people.decisions import NO_REQUEST
+
+    if not refusal.startswith(NO_REQUEST):
+        return ""
+    try:
+        record = await rt.store.get_run(run_id)
+    except UnknownRun:
+        return ""
+    if record.status is not RunStatus.RUNNING:
+        return ""
+    return (
+        f" here (yet): run {run_id} is running in {record.owner}; a request kestrel chat asks"
+        " there is answered there, and here only once it is left for later (l)"
+    )
 
 
 def waiting_lines(obj: dict[str, Any], reader: str, rules: PolicyRules) -> list[str]:

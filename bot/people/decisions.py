@@ -72,6 +72,8 @@ if TYPE_CHECKING:
 
 # How many answers closed here wait for their resume at most (one each, read at once).
 _CLOSED_HERE_KEPT: Final = 64
+# The refusal of a request id the store does not hold, before the id.
+NO_REQUEST: Final = "there is no request"
 
 
 class Answered(msgspec.Struct, frozen=True):
@@ -102,7 +104,7 @@ class Decisions:
         try:
             request, status, winner = await self.rt.store.get_request(decision.request_id)
         except KeyError:
-            return Answered(False, f"there is no request {decision.request_id}")
+            return Answered(False, f"{NO_REQUEST} {decision.request_id}")
         refusal = await self._refusal(request, status, decision, actor, run_id, digest, winner)
         if not refusal and request.kind is RequestKind.WAIT_USER and not request.options:
             # Checked here, not in ``_refusal``: opening the Answer form checks the person
@@ -255,7 +257,7 @@ class Decisions:
         try:
             request, status, winner = await self.rt.store.get_request(decision.request_id)
         except KeyError:
-            return Refusal(f"there is no request {decision.request_id}")
+            return Refusal(f"{NO_REQUEST} {decision.request_id}")
         return await self._refusal(request, status, decision, actor, run_id, "", winner)
 
     async def place_of(self, run_id: str) -> Place:

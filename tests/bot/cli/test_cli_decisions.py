@@ -4,11 +4,14 @@ reads the same way, and the command then does and says the same; anything else i
 from __future__ import annotations
 
 import json
+import os
 import re
+import select
 import subprocess
 import sys
+import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import click
 import pytest
@@ -16,6 +19,7 @@ import pytest
 from bot.cli.commands import cli
 from bot.cli.decisions import Decision, read
 from tests.bot.cli.test_cli import CLI, kestrel, write_config
+from tests.fakes.processes import clean_env
 
 # The command line as click reads it, without the script's own reading.
 CLICK_ONLY = "from bot.cli.commands import cli; cli(obj={}, prog_name='kestrel')"
@@ -185,3 +189,45 @@ def test_a_shell_asking_for_completions_gets_click(tmp_path: Path) -> None:
     assert "complete" in asked.stdout  # click's completion script, nothing decided
     shown = json.loads(kestrel(tmp_path, "runs", "show", run_id, "--json").stdout)
     assert shown["status"] == "suspended"
+
+
+def _read_until(stream: IO[bytes], marker: bytes) -> bytes:
+    """What ``stream`` says up to and with ``marker`` (a prompt ends with no newline)."""
+    said = b""
+    deadline = time.monotonic() + 30
+    while marker not in said:
+        assert time.monotonic() < deadline, said
+        ready, _, _ = select.select([stream], [], [], 1)
+        if ready:
+            chunk = os.read(stream.fileno(), 4096)
+            assert chunk, said  # the chat ended first
+            said += chunk
+    return said
+
+
+def test_a_request_a_chat_asks_inline_is_not_said_to_be_missing(tmp_path: Path) -> None:
+    # The chat's card shows the request's id; from another shell, `runs approve` with it said
+    # only "there is no request", as if the id were mistyped.
+    chat = subprocess.Popen(
+        [sys.executable, "-c", CLI, "chat"],
+        cwd=tmp_path,
+        env=clean_env(KESTREL_DEMO_STATE=str(tmp_path / "demo-state")),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    assert chat.stdin is not None and chat.stdout is not None
+    chat.stdin.write(b"checkout is failing, can you look?\n")
+    chat.stdin.flush()
+    card = _read_until(chat.stdout, b"[l]ater? ")
+    found = re.search(rb"request (req_\w+)", card)
+    assert found, card
+    run_id = json.loads(kestrel(tmp_path, "runs", "list", "--json").stdout)[0]["run_id"]
+
+    refused = kestrel(tmp_path, "runs", "approve", run_id, found[1].decode(), "--as", "alice")
+    chat.stdin.close()  # the end of input: the chat leaves the request open, and ends
+    chat.wait(timeout=30)
+
+    assert refused.returncode == 2
+    assert f"run {run_id} is running" in refused.stderr
+    assert "kestrel chat" in refused.stderr and "(l)" in refused.stderr
