@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from collections.abc import Sequence
@@ -159,7 +160,10 @@ def runs_export(run_id: str, html_file: Path) -> None:
         fail(f"cannot write {html_file}: {exc.strerror or exc}")
         sys.exit(EXIT_USAGE)
     finally:
-        partial.unlink(missing_ok=True)
+        # Where nothing can be made (a read-only file system, a path under a file), there is
+        # nothing to remove either, and the failure is said above.
+        with contextlib.suppress(OSError):
+            partial.unlink(missing_ok=True)
     echo(f"wrote {html_file} ({size:,} bytes)", err=True)
 
 

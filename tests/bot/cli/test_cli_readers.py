@@ -153,6 +153,19 @@ def test_pending_reads_flags_of_a_catalog_only_a_run_refuses(tmp_path: Path) -> 
     assert "linear time" in kestrel(tmp_path, "tools", "check", "ops.yaml").stderr
 
 
+def test_an_export_where_no_file_can_be_made_is_one_line(journal: tuple[Path, str]) -> None:
+    # A path under a file (or on a read-only file system): the half-written file it never
+    # made could not be removed either, and that failure was a traceback over the one line.
+    folder, run_id = journal
+    (folder / "notes.txt").write_text("a file, not a folder\n")
+
+    exported = kestrel(folder, "runs", "export", run_id, "--html", "notes.txt/incident.html")
+
+    assert exported.returncode == 2
+    said = one_line_error(exported)
+    assert said == "kestrel: cannot write notes.txt/incident.html: Not a directory"
+
+
 def test_export_reads_the_store_only_and_needs_no_model_key(journal: tuple[Path, str]) -> None:
     # A folder configured for a real provider, at a desk with no OPENAI_API_KEY, offline: the
     # export reads the journal alone, as `runs show` does, and changes nothing in it.
