@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sqlite3
 import stat
 from collections.abc import Callable, Sequence
@@ -483,6 +484,12 @@ class SqliteStore(SqlStore):
         cause = " ".join(str(exc).split()) or type(exc).__name__
         if "locked" in cause or "busy" in cause:
             cause += f" (still busy after the {self._busy_timeout:g} s busy timeout)"
+        elif "unable to open" in cause and not os.access(self._path.parent, os.W_OK):
+            # SQLite does not say why: it makes the file, its -wal and -shm in that folder.
+            cause += (
+                f" (its folder {self._path.parent} cannot be written: a read-only file system,"
+                " or another user's folder)"
+            )
         return StoreError(f"{self._label}: {action} failed: {cause}")
 
 

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import shutil
 import sqlite3
+import subprocess
+import sys
+import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -213,6 +218,38 @@ async def test_reading_another_programs_database_says_whose_it_is(tmp_path: Path
         await SqliteStore(path).applied_version()  # kestrel db check
 
     assert "kestrel db migrate" not in str(read.value)
+
+
+OPEN_AS_NOBODY = """
+import asyncio, sys
+from storage.sqlite import open_sqlite
+try:
+    asyncio.run(open_sqlite(sys.argv[1]))
+except Exception as exc:
+    print(exc)
+"""
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("setpriv") is None,
+    reason="another user's read-only folder needs root and setpriv (root may write any folder)",
+)
+def test_a_folder_the_store_may_not_write_is_named_as_the_cause() -> None:
+    # SQLite says only "unable to open database file" where it cannot make the file (or its
+    # -wal and -shm) in a folder it may not write: a read-only mount, another user's folder.
+    nobody = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"]
+    with tempfile.TemporaryDirectory() as made:  # pytest's own are root's alone (0700)
+        folder = Path(made)
+        folder.chmod(0o755)
+        said = subprocess.run(
+            [*nobody, sys.executable, "-c", OPEN_AS_NOBODY, str(folder / "k.db")],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout
+
+    assert f"its folder {folder} cannot be written" in said, said
 
 
 async def test_an_append_checks_its_fence_and_inserts_as_a_new_runs_entries_are(
