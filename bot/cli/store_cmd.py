@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -124,6 +125,17 @@ def _lease(expires: datetime | None, now: datetime, stopping: bool) -> str:
 HEALTH_URL = "http://127.0.0.1:3000/healthz"
 
 
+class _Seconds(click.FloatRange):
+    """Click's FloatRange, which takes NaN (every comparison with it is false) and then
+    the socket refused it as if the replica had."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if math.isnan(number):
+            self.fail(f"{value!r} is not a number.", param, ctx)
+        return number
+
+
 @click.command(short_help="Ask a running kestrel serve how it is (exit 0 on 200).")
 @click.option(
     "--url",
@@ -136,7 +148,7 @@ HEALTH_URL = "http://127.0.0.1:3000/healthz"
     "--timeout",
     default=5.0,
     show_default=True,
-    type=plain_range(click.FloatRange(0.1, 300)),
+    type=plain_range(_Seconds(0.1, 300)),
     metavar="SECONDS",
     help="Seconds to wait for the answer.",
 )

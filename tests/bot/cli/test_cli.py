@@ -740,6 +740,17 @@ def test_a_number_that_is_no_number_is_named_as_the_number_it_wants(tmp_path: Pa
         ), args
 
 
+@pytest.mark.parametrize("value", ["nan", "NaN", "-nan"])
+def test_health_refuses_a_timeout_that_is_no_number(tmp_path: Path, value: str) -> None:
+    # Every comparison with NaN is false, so it passed the option's range and reached the
+    # socket, which said "Invalid value NaN (not a number)" as the replica's answer (exit 1).
+    result = kestrel(tmp_path, "health", "--timeout", value)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines()[-1] == (
+        f"Error: Invalid value for '--timeout': '{value}' is not a number."
+    )
+
+
 def test_health_with_nothing_listening_says_so_in_words(tmp_path: Path) -> None:
     # It said "[Errno 111] Connection refused"; the one-line answer is read by whoever runs it.
     from tests.fakes.serving import free_port
