@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -138,6 +139,17 @@ def test_the_image_runs_kestrel_serve_as_a_user_and_finds_its_configuration() ->
     # Nothing goes into the build context unless named: never .env, a journal or .git.
     rules = [r for r in (ROOT / ".dockerignore").read_text().splitlines() if r and r[0] != "#"]
     assert rules[0] == "*" and not any(".env" in r or ".db" in r for r in rules)
+
+
+def test_the_build_stage_has_every_file_the_package_metadata_names() -> None:
+    # license-files names LICENSE, which neither the build context nor the stage's COPY let
+    # in: the wheel was built without its licence, setuptools warning that such a build stops
+    # being supported (2027-02-18).
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    named = [project["readme"], *project["license-files"]]
+    copied = " ".join(rest for word, rest in dockerfile_stages()[0] if word == "COPY").split()
+    rules = (ROOT / ".dockerignore").read_text().splitlines()
+    assert [name for name in named if name not in copied or f"!{name}" not in rules] == []
 
 
 def test_the_image_ships_bytecode_it_can_use() -> None:
