@@ -56,6 +56,7 @@ from bot.tools.command import (
     placeholder,
     template_problems,
     undeclared_required,
+    unresolved_refs,
 )
 from bot.tools.isolation import Isolation, is_kestrels_variable, unstartable
 from bot.tools.verdicts import CHECKERS, SOUND_PARAMETERS, found_clean, keep_clean
@@ -193,7 +194,8 @@ def _schema_problems(report: _Report, raw: dict[str, Any], prefix: Loc) -> None:
     before = len(report.problems)
     if parameters.get("type") != "object":
         report.at(prefix, "parameters must be a JSON Schema with type: object")
-    for path, message in [*misspelt_keywords(parameters), *pattern_problems(parameters)]:
+    found = [*misspelt_keywords(parameters), *pattern_problems(parameters)]
+    for path, message in [*found, *unresolved_refs(parameters)]:
         report.at((*prefix, *path), _tool(raw) + message)
     if len(report.problems) == before:
         keep_clean(SOUND_PARAMETERS, parameters)

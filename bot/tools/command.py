@@ -277,6 +277,48 @@ def pattern_problems(schema: Any, path: SchemaPath = ()) -> list[tuple[SchemaPat
     return problems
 
 
+def unresolved_refs(schema: Mapping[str, Any]) -> list[tuple[SchemaPath, str]]:
+    """``$ref``s of ``schema`` that point to nothing in it, as (schema path, message): the first
+    call checked against it would fail in the validator, not on its arguments. A ``$ref`` out
+    of the schema is never fetched. A schema with ``$id``s of its own below the root (each a
+    new base for the ``$ref``s under it) is left to the validator."""
+    refs = list(_refs(schema))
+    if not refs or any(where for where, _, _ in _refs(schema, "$id")):
+        return []
+    from jsonschema import Draft202012Validator
+    from jsonschema.validators import validator_for
+    from referencing import Registry
+    from referencing.exceptions import Unresolvable
+    from referencing.jsonschema import specification_with
+
+    dialect = validator_for(schema, default=Draft202012Validator).META_SCHEMA["$schema"]
+    root = specification_with(dialect).create_resource(schema)
+    resolver = Registry().resolver_with_root(root)
+    problems: list[tuple[SchemaPath, str]] = []
+    for where, key, ref in refs:
+        try:
+            resolver.lookup(ref)
+        except Unresolvable:
+            message = (
+                f"{ref!r} points to nothing in this schema (a $ref outside it is never fetched)"
+            )
+            problems.append(((*where, key), message))
+    return problems
+
+
+def _refs(
+    schema: Any, keyword: str = "$ref", path: SchemaPath = ()
+) -> Iterator[tuple[SchemaPath, str, str]]:
+    """Each string ``keyword`` (``$ref``) of ``schema`` and its subschemas, with where it is."""
+    if not isinstance(schema, Mapping):
+        return
+    value = schema.get(keyword)
+    if isinstance(value, str):
+        yield path, keyword, value
+    for where, subschema in _subschemas(schema):
+        yield from _refs(subschema, keyword, (*path, *where))
+
+
 def misspelt_keywords(schema: Any, path: SchemaPath = ()) -> list[tuple[SchemaPath, str]]:
     """Keys of ``schema`` and its subschemas that are no JSON Schema keyword but near one, as
     (schema path, message): a validator ignores them, so what they meant goes unchecked."""

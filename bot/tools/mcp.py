@@ -590,11 +590,15 @@ def schema_problem(schema: dict[str, Any]) -> str:
     from jsonschema.exceptions import SchemaError
     from jsonschema.validators import validator_for
 
+    from bot.tools.command import unresolved_refs
+
     try:
         validator_for(schema).check_schema(schema)
     except SchemaError as exc:
         where = "/".join(str(part) for part in exc.path)
         return f"{where}: {exc.message}" if where else exc.message
+    for path, message in unresolved_refs(schema)[:1]:  # a call would fail in the validator
+        return f"{'/'.join(str(part) for part in path)}: {message}"
     return ""
 
 

@@ -446,6 +446,33 @@ tools:
     ]
 
 
+def test_a_ref_that_points_to_nothing_is_a_catalog_error(tmp_path: Path) -> None:
+    # The catalog loaded and tools check passed; the first call then failed inside the
+    # validator, and the run panicked ("internal error: PointerToNowhere: ..."). A $ref out of
+    # the schema is never fetched, so it resolves to nothing either.
+    text = """\
+tools:
+  - name: deploy
+    description: x
+    command: ["echo", "{service}", "{region}", "{count}"]
+    parameters:
+      type: object
+      $defs: {svc: {type: string}}
+      properties:
+        service: {$ref: "#/$defs/svc"}
+        region: {$ref: "#/$defs/region"}
+        count: {$ref: "https://example.com/count.json"}
+"""
+    path = write(tmp_path, "ops.yaml", text)
+    assert check_catalog(path) == [
+        f"{path}:10: tools[0].parameters.properties.region.$ref: tool 'deploy': '#/$defs/region'"
+        " points to nothing in this schema (a $ref outside it is never fetched)",
+        f"{path}:11: tools[0].parameters.properties.count.$ref: tool 'deploy':"
+        " 'https://example.com/count.json' points to nothing in this schema (a $ref outside it"
+        " is never fetched)",
+    ]
+
+
 def test_a_type_json_schema_lacks_names_the_types_it_has(tmp_path: Path) -> None:
     # Python's and YAML's names for it: "'str' is not valid under any of the given schemas".
     for written, meant in (("str", "string"), ("int", "integer"), ("bool", "boolean")):

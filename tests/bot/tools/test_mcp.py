@@ -299,10 +299,17 @@ def raw_server(*tools: dict[str, Any]) -> McpSource:
     return McpSource(settings(command=[sys.executable, str(RAW_SERVER), listed]))
 
 
+@pytest.mark.parametrize(
+    "broken",
+    [
+        {"type": "object", "properties": {"x": {"type": "nonsense"}}},
+        # Valid as a schema, but its first call failed in the validator: the run panicked.
+        {"type": "object", "properties": {"x": {"$ref": "#/$defs/nowhere"}}},
+    ],
+)
 async def test_a_tool_whose_schema_is_not_json_schema_is_left_out_with_why(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, broken: dict[str, Any]
 ) -> None:
-    broken = {"type": "object", "properties": {"x": {"type": "nonsense"}}}
     tools = McpTools([], [raw_server({"name": "bad", "inputSchema": broken}, {"name": "good"})])
     await tools.start()
     try:
