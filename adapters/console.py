@@ -100,11 +100,14 @@ class ConsoleIO:
     async def readline(self, prompt: str) -> str | None:
         """Show ``prompt`` and wait for one line; None at end of input, and from ``/quit`` on,
         typed at any prompt (an approval's or a question's too: it is left open, as Ctrl-D
-        leaves it, and the chat ends)."""
+        leaves it, and the chat ends): then the prompt is not shown, nobody being there to
+        answer it."""
+        if self._ended:
+            return None
         if not self._started:
             self._start()
         self.write(prompt, end="")
-        line = None if self._ended else await self._lines.get()
+        line = await self._lines.get()
         if line is not None and self._stdin is not None and not self._stdin.isatty():
             self.write(line)
         if line is None or line.strip() in QUIT:

@@ -552,8 +552,10 @@ async def test_quit_at_any_prompt_is_the_end_of_input_for_every_prompt_after_it(
             run_id="run_1", kind=kind, call_id="c", tool="t", prompt="Why?", options=options
         )
         assert await ConsolePrompter(io_, "alice").ask(request) is None, kind
+        shown = out.getvalue()
         assert await io_.readline("you> ") is None  # the chat's own prompt ends too
-        assert "an answer" not in out.getvalue()
+        assert out.getvalue() == shown, kind  # not shown: it was the chat's last line
+        assert "an answer" not in shown
 
 
 NOTE_CATALOG = {
