@@ -132,7 +132,10 @@ def build_tools(
     from bot.tools.toolset import ToolCollision, ToolSet
 
     if settings.uses_demo_catalog():
-        os.environ.setdefault(DEMO_STATE, str(demo_state(settings)))
+        # A folder given relative is the command line's: the simulated services run in an
+        # empty folder of their own, where what they keep would be lost at once.
+        given = os.environ.get(DEMO_STATE)
+        os.environ[DEMO_STATE] = str(Path(given).resolve() if given else demo_state(settings))
     try:
         catalog = load_catalogs(settings.tool_patterns(), settings.base_dir, isolation=isolation)
         human = human_tools() if settings.human_in_the_loop else []

@@ -133,6 +133,18 @@ def test_the_demo_can_be_played_again(tmp_path: Path) -> None:
         assert "Checkout is back up." in result.stdout
 
 
+def test_a_relative_demo_state_is_the_folder_the_command_runs_in(tmp_path: Path) -> None:
+    # The simulated services run in an empty folder of their own: KESTREL_DEMO_STATE=state
+    # kept the restart there, lost at once, and the status after it never saw the restart.
+    result = kestrel(
+        tmp_path, "chat", stdin=f"{PROMPT}\na\nyes\n", env={"KESTREL_DEMO_STATE": "state"}
+    )
+
+    assert (tmp_path / "state" / "restarts.log").read_text() == "restart checkout\n"
+    assert "restarted via kestrel 1 time(s)" in result.stdout, result.stdout
+    assert "Checkout is back up." in result.stdout
+
+
 def test_another_question_gets_a_model_like_answer(tmp_path: Path) -> None:
     result = kestrel(tmp_path, "run", "what is the disk usage on db1?", "--json")
 
