@@ -573,8 +573,9 @@ class ConsoleChat:
         loop = asyncio.get_running_loop()
         main = asyncio.current_task()
         loop.add_signal_handler(signal.SIGINT, self._interrupt, main)
-        for signum in (signal.SIGTERM, signal.SIGHUP):
-            loop.add_signal_handler(signum, self._terminate, main, signum)
+        loop.add_signal_handler(signal.SIGTERM, self._terminate, main, signal.SIGTERM)
+        if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:  # nohup keeps its hang-ups
+            loop.add_signal_handler(signal.SIGHUP, self._terminate, main, signal.SIGHUP)
         try:
             yield
         finally:

@@ -18,9 +18,6 @@ if TYPE_CHECKING:
 
 # SIGTERMs taken by ``hold_sigterm`` before ``on_stop_signals`` took over.
 _held: list[int] = []
-# The signals that stop a command. A hang-up (the terminal closed, the ssh session dropped)
-# too: killed by it, a run stayed held until its lease ran out, its command still running.
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def hold_sigterm() -> None:
@@ -36,11 +33,20 @@ def on_stop_signals(handler: Callable[[int], object]) -> None:
     import asyncio
 
     loop = asyncio.get_running_loop()
-    for signum in STOP_SIGNALS:
+    for signum in stop_signals():
         loop.add_signal_handler(signum, handler, signum)
     held, _held[:] = _held[:1], []
     for taken in held:
         handler(taken)
+
+
+def stop_signals() -> tuple[signal.Signals, ...]:
+    """The signals that stop a command. A hang-up (the terminal closed, the ssh session
+    dropped) too: killed by it, a run stayed held until its lease ran out, its command still
+    running. Not when it is ignored: nohup asked for the command to outlive its terminal."""
+    if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
+        return (signal.SIGINT, signal.SIGTERM)
+    return (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def suspend_on_signals(supervisor: Supervisor, received: list[int]) -> None:

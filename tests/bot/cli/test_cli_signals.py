@@ -154,6 +154,37 @@ def test_run_stops_the_command_and_suspends(folder: Path, signum: signal.Signals
     assert effects(folder) == ["start"]
 
 
+def test_a_command_started_with_nohup_is_not_stopped_by_a_hang_up(folder: Path) -> None:
+    # nohup ignores SIGHUP so that the command outlives its terminal: the stop's own handler
+    # must not undo that.
+    run = subprocess.Popen(
+        ["nohup", *KESTREL, "run", "do the slow thing"],
+        cwd=folder,
+        env=scripted(folder),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    wait_until(lambda: effects(folder) == ["start"], "the command's start")
+    wait_until(lambda: process_recorded(folder), "the command's process record")
+
+    hang_ups_ignored = ignores_hang_ups(run.pid)  # its stop's handlers are set by now
+    run.send_signal(signal.SIGHUP)
+    run.send_signal(signal.SIGTERM)  # what stops it, the hang-up having done nothing
+    _, err = run.communicate(timeout=10)
+
+    assert hang_ups_ignored
+    assert run.returncode == 128 + signal.SIGTERM, err
+
+
+def ignores_hang_ups(pid: int) -> bool:
+    """Whether process ``pid`` ignores SIGHUP, as /proc says (SigIgn: a mask of signals)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigIgn:"):
+            return bool(int(line.split()[1], 16) >> (signal.SIGHUP - 1) & 1)
+    raise AssertionError(f"no SigIgn in /proc/{pid}/status")
+
+
 def test_a_resumed_interrupted_command_asks_on_call_instead_of_running_again(
     folder: Path,
 ) -> None:
