@@ -47,6 +47,9 @@ _SECRET_LABELS = (
 _VALUE_OPENERS = frozenset("=:\"' \t")
 _HIGH_NIBBLES = "234567"  # hex of printable ASCII: every other digit is one of these
 _CONTROL = on_use(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufffd]")
+_CONTROL_BYTE = on_use(rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_REPLACEMENT = "\ufffd".encode()  # in decoded text, as binary as a control character
+_SHORTEST_TEXT = 6  # decoded, what a base64 or hex token must read as at least
 _B64_CONTINUATION = on_use(
     r"(?:\r?\n|\\ )[ \t]*([A-Za-z0-9+/]++=*)(?=[ \t]*(?:\r?\n|\\ |[\"',]|\Z))"
 )
@@ -63,25 +66,30 @@ def looks_secret(token: str) -> bool:
     )
 
 
-def decode_base64(token: str, shortest: int = 6) -> str | None:
+def decode_base64(token: str, shortest: int = _SHORTEST_TEXT) -> str | None:
     """The token decoded from base64 (standard or URL-safe) if that gives text, else None."""
+    raw = _base64_bytes(token)
+    return None if raw is None else _as_text(raw, shortest)
+
+
+def _base64_bytes(token: str) -> bytes | None:
+    """The bytes of a base64 token (standard or URL-safe, padded or not); None if it is none."""
     core = token.rstrip("=")
     if "-" in core or "_" in core:
         core = core.replace("-", "+").replace("_", "/")
     if len(core) % 4 == 1:
         return None
     try:
-        raw = binascii.a2b_base64(core + "=" * (-len(core) % 4))
+        return binascii.a2b_base64(core + "=" * (-len(core) % 4))
     except binascii.Error:
         return None
-    return _as_text(raw, shortest)
 
 
 def _decode_hex(token: str) -> str | None:
     """The token decoded from hex if it is the hex of text, else None."""
     if len(token) % 2 or token[::2].strip(_HIGH_NIBBLES) or not all(c in HEX for c in token):
         return None
-    return _as_text(bytes.fromhex(token), 6)
+    return _as_text(bytes.fromhex(token), _SHORTEST_TEXT)
 
 
 def _as_text(raw: bytes, shortest: int) -> str | None:
@@ -156,9 +164,10 @@ def _token_end(text: str, end: int) -> int:
     return end
 
 
-def _wrapped(text: str, start: int, end: int) -> tuple[int, list[str]]:
-    """The end of a base64 block wrapped over lines (as base64(1) prints it), and its lines."""
-    lines = [text[start:end]]
+def _wrapped(text: str, start: int, end: int) -> tuple[int, list[str], list[int]]:
+    """The end of a base64 block wrapped over lines (as base64(1) prints it), its lines, and
+    where each line starts."""
+    lines, starts = [text[start:end]], [start]
     width = len(lines[0])
     # Only a full line (64 or 76 characters, no padding) is followed by more of the block.
     while width >= 60 and width % 4 == 0 and len(lines[-1]) == width and text[end - 1] != "=":
@@ -166,8 +175,43 @@ def _wrapped(text: str, start: int, end: int) -> tuple[int, list[str]]:
         if line is None or len(line.group(1)) > width:
             break
         lines.append(line.group(1))
+        starts.append(line.start(1))
         end = line.end()
-    return end, lines
+    return end, lines, starts
+
+
+def _text_tail(lines: list[str]) -> tuple[int, str] | None:
+    """The longest tail of a wrapped block that decodes to text, from a line's start, when the
+    whole block does not (binary data, then a text): which line, and its text. The block is
+    decoded once; a tail can start only after its last control byte, at a line whose first
+    byte starts a character, and a tail that is not UTF-8 says where the next may start: each
+    byte is read about once, however long the block."""
+    raw = _base64_bytes("".join(lines))
+    if raw is None:
+        return None
+    view = memoryview(raw)
+    per_line = len(lines[0]) * 3 // 4  # every line but the last is full: whole quanta
+    line = _after_last_control(raw) // per_line
+    while line * per_line < len(raw):
+        offset = line * per_line
+        if 0x80 <= raw[offset] < 0xC0:  # inside a character: the next line may start one
+            line += 1
+            continue
+        try:
+            text = str(view[offset:], "utf-8")
+        except UnicodeDecodeError as exc:
+            line = (offset + exc.start) // per_line + 1
+            continue
+        return (line, text) if len(text) >= _SHORTEST_TEXT else None
+    return None
+
+
+def _after_last_control(raw: bytes) -> int:
+    """Where the bytes after the last control byte (or replacement character) begin."""
+    control = _CONTROL_BYTE.search(raw[::-1])
+    after = 0 if control is None else len(raw) - control.start()
+    replaced = raw.rfind(_REPLACEMENT)
+    return max(after, replaced + len(_REPLACEMENT) if replaced >= 0 else 0)
 
 
 # In decoded text a colon after a password key counts too: "password: required" is prose in
@@ -182,24 +226,33 @@ def _decoded_password(decoded: str) -> bool:
     return _DECODED_PASSWORD.search(decoded.lower()) is not None
 
 
-def _decoded_hit(text: str, start: int, end: int, rescan: Rescan) -> PiiHit | None:
-    """A hit over the encoded token at [start, end) if what it decodes to has one."""
+def _decoded_hit(text: str, start: int, end: int, rescan: Rescan) -> tuple[PiiHit | None, int]:
+    """A hit over the encoded token at [start, end) if what it decodes to has one, and how far
+    the runs were read with it: a block wrapped over lines is read once, whole (its lines read
+    again one by one made a scan of a wrapped block quadratic in its length)."""
     token = text[start:end]
     decoded = _decode_hex(token)
+    read = end
     if decoded is None and not token.islower() and not token.isupper():
-        end, lines = _wrapped(text, start, end)
+        end, lines, starts = _wrapped(text, start, end)
+        # The last "line" may be the next line of text after a block that ended full: read
+        # apart, as a run of its own, unless the block's text takes it.
+        read = starts[-1] if len(lines) > 1 else end
         decoded = decode_base64("".join(lines))
         if decoded is None and len(lines) > 1:
-            # The last "line" may be the next line of text after a block that ended full.
             decoded = decode_base64("".join(lines[:-1]))
+        if decoded is None and len(lines) > 2:
+            tail = _text_tail(lines) or _text_tail(lines[:-1])
+            if tail is not None:
+                start, decoded = starts[tail[0]], tail[1]
     if decoded is None:
-        return None
+        return None, read
     hits = rescan(decoded)
     if not hits:
         if _decoded_password(decoded):
-            return PiiHit("CONNECTION_STRING_PASSWORD", start, end)
-        return None
-    return PiiHit(min((hit.entity_type for hit in hits), key=priority), start, end)
+            return PiiHit("CONNECTION_STRING_PASSWORD", start, end), end
+        return None, read
+    return PiiHit(min((hit.entity_type for hit in hits), key=priority), start, end), end
 
 
 # HashiCorp Vault's tokens since 1.10: hvs. (service), hvb. (batch), hvr. (recovery), then a
@@ -254,7 +307,6 @@ def find_encoded(src: ScanText, rescan: Rescan | None) -> Iterator[PiiHit]:
             not (token.islower() or token.isupper() or token.isdigit())
             or not token[::2].strip(_HIGH_NIBBLES)
         ):
-            hit = _decoded_hit(text, start, end, rescan)
+            hit, done = _decoded_hit(text, start, end, rescan)
             if hit:
-                done = hit.end
                 yield hit

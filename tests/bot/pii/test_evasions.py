@@ -11,6 +11,7 @@ recognizers for them (issue 9, item 4).
 from __future__ import annotations
 
 import base64
+import random
 
 import pytest
 
@@ -31,6 +32,17 @@ HEX_SECRET = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
 
 def b64(text: str) -> str:
     return base64.b64encode(text.encode()).decode()
+
+
+def wrapped(data: bytes, width: int = 76) -> str:
+    """``data`` in base64 over lines of ``width``, as base64(1) writes it."""
+    encoded = base64.b64encode(data).decode()
+    return "\n".join(encoded[i : i + width] for i in range(0, len(encoded), width))
+
+
+def binary(size: int) -> bytes:
+    """``size`` bytes that read as no text (the same on every run)."""
+    return random.Random(size).randbytes(size)
 
 
 def redacted(text: str) -> str:
@@ -391,6 +403,10 @@ def _adversarial(part: int) -> list[str]:
         "-u a:b " * n(20_000),
         "-u" * n(60_000),
         b64("password: x " * n(9_000)),
+        # A block wrapped over lines was read again from each of its lines to its end.
+        wrapped(binary(n(200_000))),
+        wrapped(("status: ok, " * n(20_000)).encode()),
+        wrapped(binary(n(100_000)) + b"password: hunter2 " * n(5_000), 64),
     ]
 
 
@@ -404,3 +420,20 @@ ADVERSARIAL = list(zip(_adversarial(32), _adversarial(4), strict=True))
 def test_adversarial_input_scans_in_linear_time(sizes: tuple[str, str]) -> None:
     small, large = sizes
     assert_linear(Scanner(), small, large, k=len(large) / len(small))
+
+
+@pytest.mark.parametrize("width", [64, 76])
+@pytest.mark.parametrize("words", ["# the settings, ", "naïve café, "], ids=["ascii", "utf-8"])
+def test_a_text_after_binary_data_in_one_wrapped_block_is_found(width: int, words: str) -> None:
+    # One block may hold binary data and then text (an archive's header, then a config): the
+    # text is read from the first line after the binary part that starts a character (with
+    # UTF-8 text, most lines start inside one).
+    head = binary(3_000)
+    block = wrapped(head + (words * 40 + "\npassword: hunter2\n").encode(), width)
+    out = redacted(f"key\n{block}\nend")
+    kept, placeholder, _ = out.partition("<CONNECTION_STRING_PASSWORD>")
+    assert placeholder and out.endswith(">\nend"), out
+    # The binary part's lines stay as they were; no line of the text does.
+    lines = kept.removeprefix("key\n").splitlines()
+    assert lines == block.splitlines()[: len(lines)]
+    assert len(head) * 4 // 3 // width - 1 <= len(lines) <= (len(head) + 200) * 4 // 3 // width
