@@ -63,8 +63,10 @@ from bot.text import printable, unmask_links
 
 # Typed at any prompt, ends the chat as the end of input does (/exit as other REPLs spell it).
 QUIT: Final = frozenset({"/quit", "/exit"})
+RUNS_LISTED: Final = 10  # what /runs lists when not told how many
+RUNS_MOST: Final = 100
 HELP = """commands:
-  /runs              recent runs
+  /runs [N]          the N most recent runs (10)
   /resume RUN        resume a suspended run here
   /cancel RUN        cancel a run
   /quit, /exit       leave, at any prompt (Ctrl-D works too); what it asked stays open
@@ -526,8 +528,7 @@ class ConsoleChat:
 
     async def _dispatch(self, name: str, arg: str) -> None:
         if name == "/runs":
-            for record in await self.chat.recent(limit=10):
-                self.io.write(f"  {record.id}  {record.status.value:<10} {record.prompt[:60]}")
+            await self._runs(arg)
         elif name == "/resume" and arg:
             live = await self._resuming(arg)
             if live is None:
@@ -546,6 +547,14 @@ class ConsoleChat:
             self.io.write(HELP)
         else:
             self.io.write(f"  ! unknown command {name}: /help lists them; //… sends a message")
+
+    async def _runs(self, count: str) -> None:
+        """The ``count`` most recent runs (10 when none is given), a line each."""
+        if count and not (count.isascii() and count.isdigit() and 1 <= int(count) <= RUNS_MOST):
+            self.io.write(f"  ! /runs lists the N most recent runs: N from 1 to {RUNS_MOST}")
+            return
+        for record in await self.chat.recent(limit=int(count or RUNS_LISTED)):
+            self.io.write(f"  {record.id}  {record.status.value:<10} {record.prompt[:60]}")
 
     async def _resuming(self, run_id: str) -> RunHandle | None:
         """Resume a run, answering here what it still waits on: a Ctrl-C at one of those

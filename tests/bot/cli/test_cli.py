@@ -72,6 +72,20 @@ def test_chat_with_piped_input_completes_the_demo(tmp_path: Path) -> None:
     assert run["status"] == "completed"
 
 
+def test_chat_lists_as_many_recent_runs_as_asked(tmp_path: Path) -> None:
+    for _ in range(3):
+        kestrel(tmp_path, "chat", stdin="checkout is failing\nl\n")
+    listed = json.loads(kestrel(tmp_path, "runs", "list", "--json").stdout)
+    newest = [run["run_id"] for run in listed]  # newest first
+
+    result = kestrel(tmp_path, "chat", stdin="/runs 2\n/runs\n/runs two\n/runs 0\n")
+
+    lines = [line.split()[0] for line in result.stdout.splitlines() if line.startswith("  run_")]
+    assert lines == newest[:2] + newest[:3]
+    refusal = "! /runs lists the N most recent runs: N from 1 to 100"
+    assert result.stdout.count(refusal) == 2, result.stdout
+
+
 def test_chat_later_suspends_and_resume_continues(tmp_path: Path) -> None:
     result = kestrel(tmp_path, "chat", stdin="checkout is failing\nl\n")
     assert "suspended" in result.stdout
