@@ -156,10 +156,15 @@ def health(url: str, timeout: float) -> None:
     """Ask a running kestrel serve how it is: exit 0 on 200, else 1 with the answer on one
     line (the container's HEALTHCHECK; a probe where HTTP probes are not available)."""
     import urllib.error
+    import urllib.parse
     import urllib.request
 
     if not url.startswith(("http://", "https://")):
         fail(f"{url}: not an http:// URL (the default is {HEALTH_URL})")
+        sys.exit(1)
+    if "@" in urllib.parse.urlsplit(url).netloc:
+        # urllib would take the user and password for a part of the host's name.
+        fail(f"{url}: a probe sends no user or password: give the URL without them")
         sys.exit(1)
     # Straight to the replica: a proxy in the environment, there for the model's and the
     # platforms' endpoints, would be asked instead, and fail the probe or answer for it.

@@ -814,6 +814,7 @@ def test_health_names_neither_a_url_without_its_scheme_nor_its_credentials(tmp_p
     url = f"http://probe:hunter22@127.0.0.1:{free_port()}/healthz"
     said = kestrel(tmp_path, "health", "--url", url)
     assert said.returncode == 1 and said.stderr.startswith("kestrel: http://probe:…@127.0.0.1:")
+    assert said.stderr.endswith(": a probe sends no user or password: give the URL without them\n")
     assert "hunter22" not in said.stderr
     said = kestrel(tmp_path, "health", "--url", f"http://127.0.0.1:{free_port()}/?token=Tk-9f8e7d")
     assert said.returncode == 1 and "/?token=… " in said.stderr, said.stderr
