@@ -55,7 +55,13 @@ RunEndHook = Callable[[TerminalResult, HookContext], Awaitable[None]]
 
 
 class HookFailure(Exception):
-    """A hook raised, timed out or answered with something unusable; the caller fails closed."""
+    """A hook raised, timed out or answered with something unusable; the caller fails closed.
+    ``hook`` names it (what a person may be told; the cause, which may quote what the hook
+    read, is for the operator)."""
+
+    def __init__(self, hook: object, what: str) -> None:
+        self.hook = _name(hook)
+        super().__init__(f"hook {self.hook} {what}")
 
 
 class _Bounded(msgspec.Struct, frozen=True):
@@ -123,7 +129,7 @@ class Hooks(msgspec.Struct):
         for hook in self.user_prompt_submit:
             verdict = await self._guarded(hook, text, ctx)
             if not isinstance(verdict, PromptVerdict) or not _optional_str(verdict.text):
-                raise HookFailure(f"hook {_name(hook)} {_misanswered(verdict, 'PromptVerdict')}")
+                raise HookFailure(hook, _misanswered(verdict, "PromptVerdict"))
             if not verdict.allow:
                 return verdict
             text = verdict.text if verdict.text is not None else text
@@ -138,7 +144,7 @@ class Hooks(msgspec.Struct):
                 and _optional_str(verdict.tool)
                 and _optional_str(verdict.arguments)
             ):
-                raise HookFailure(f"hook {_name(hook)} {_misanswered(verdict, 'ToolVerdict')}")
+                raise HookFailure(hook, _misanswered(verdict, "ToolVerdict"))
             if not verdict.allow:
                 return verdict
             call = ToolCall(
@@ -153,7 +159,7 @@ class Hooks(msgspec.Struct):
         for hook in self.post_tool_use:
             rewritten = await self._guarded(hook, call, output, ctx)
             if not _optional_str(rewritten):
-                raise HookFailure(f"hook {_name(hook)} {_misanswered(rewritten, 'str or None')}")
+                raise HookFailure(hook, _misanswered(rewritten, "str or None"))
             output = rewritten if rewritten is not None else output
         return output
 
@@ -188,10 +194,10 @@ class Hooks(msgspec.Struct):
                 return await (pending if first is None else first)
         except TimeoutError as exc:
             if scope is not None and scope.expired():
-                raise HookFailure(f"hook {_name(hook)} timed out after {limit:g}s") from exc
-            raise HookFailure(f"hook {_name(hook)} failed: TimeoutError: {exc}") from exc
+                raise HookFailure(hook, f"timed out after {limit:g}s") from exc
+            raise HookFailure(hook, f"failed: TimeoutError: {exc}") from exc
         except Exception as exc:
-            raise HookFailure(f"hook {_name(hook)} failed: {type(exc).__name__}: {exc}") from exc
+            raise HookFailure(hook, f"failed: {type(exc).__name__}: {exc}") from exc
 
 
 def _optional_str(value: object) -> bool:

@@ -919,7 +919,7 @@ async def _screen_prompt(hooks: Hooks, prompt: str, ctx: HookContext) -> tuple[s
         verdict = await hooks.on_prompt(prompt, ctx)
     except HookFailure as exc:
         log.warning("run %s: %s", ctx.run_id, exc)
-        return "the prompt could not be checked by a policy hook", "", str(exc)
+        return f"the prompt could not be checked by the policy hook {exc.hook}", "", str(exc)
     if not verdict.allow:
         return f"the prompt was refused: {verdict.reason or 'policy'}", "", ""
     return "", verdict.text if verdict.text is not None else prompt, ""

@@ -289,6 +289,7 @@ async def test_failing_prompt_hook_refuses_the_prompt(kit: Build, bad: Any) -> N
     assert state.result.status is RunStatus.FAILED
     assert state.result.stop_reason is StopReason.POLICY
     assert SECRET_CAUSE not in state.result.error
+    assert f"policy hook {bad.__qualname__}" in state.result.error  # which one, not why
     assert k.model.calls == []
     assert user_messages(records) == []
     assert len(k.ends.of(state.run_id)) == 1
