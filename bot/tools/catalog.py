@@ -520,12 +520,18 @@ def _entries(report: _Report, data: Any) -> list[tuple[int, Any]]:
     except Invalid as exc:
         # The tools alone, as the docs show one tool's entry: the key they go under.
         hint = ": the tools go under a key of their own, tools:, one item each"
-        said = exc.problems
+        # An entry's own problems (a value that is not finite) are its check's to report.
+        said = [problem for problem in exc.problems if not _in_an_entry(problem.loc)]
         if isinstance(data, list):
             said = [Problem(problem.loc, problem.message + hint) for problem in said]
         _place(report, said)
     tools = data.get("tools") if isinstance(data, dict) else None
     return list(enumerate(tools)) if isinstance(tools, list) else []
+
+
+def _in_an_entry(loc: Loc) -> bool:
+    """Whether ``loc`` lies inside one of the file's tool entries."""
+    return len(loc) > 1 and loc[0] == "tools" and isinstance(loc[1], int)
 
 
 def _valid_entries(report: _Report, data: Any, *, whole: bool) -> dict[int, ToolEntry]:

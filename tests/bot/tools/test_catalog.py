@@ -296,6 +296,19 @@ def test_duplicate_name_in_one_file(tmp_path: Path) -> None:
     assert only_problem(path) == f"{path}:19: tools[1].name: duplicate tool name (first at line 2)"
 
 
+def test_a_value_that_is_not_finite_is_said_once_at_its_line(tmp_path: Path) -> None:
+    text = """\
+    tools:
+      - name: forever
+        description: x
+        command: ["true"]
+        idempotent: true
+        timeout: .inf
+    """
+    path = write(tmp_path, "ops.yaml", text)
+    assert check_catalog(path) == [f"{path}:6: tools[0].timeout: must be a finite number"]
+
+
 def test_check_catalog_returns_every_problem(tmp_path: Path) -> None:
     text = """\
     tools:
