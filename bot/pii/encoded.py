@@ -191,7 +191,9 @@ def _text_tail(lines: list[str]) -> tuple[int, str] | None:
         return None
     view = memoryview(raw)
     per_line = len(lines[0]) * 3 // 4  # every line but the last is full: whole quanta
-    line = _after_last_control(raw) // per_line
+    # The first line that starts after the last control byte: the line it falls in holds it,
+    # and control bytes are UTF-8 (a last line that is not the block's would read as text).
+    line = -(-_after_last_control(raw) // per_line)
     while line * per_line < len(raw):
         offset = line * per_line
         if 0x80 <= raw[offset] < 0xC0:  # inside a character: the next line may start one

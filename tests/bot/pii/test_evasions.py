@@ -437,3 +437,18 @@ def test_a_text_after_binary_data_in_one_wrapped_block_is_found(width: int, word
     lines = kept.removeprefix("key\n").splitlines()
     assert lines == block.splitlines()[: len(lines)]
     assert len(head) * 4 // 3 // width - 1 <= len(lines) <= (len(head) + 200) * 4 // 3 // width
+
+
+@pytest.mark.parametrize("width", [64, 76])
+def test_a_text_after_binary_data_is_found_before_a_line_that_reads_as_control_bytes(
+    width: int,
+) -> None:
+    # A block that ends on a full line takes the next line as its last, as base64 of a
+    # colored "ok" is: its ESC is the block's last control byte, and the line it falls in
+    # is no text of the block's. The tail before it is still the config's.
+    config = ("# the settings, " * 40 + "\npassword: hunter2\n").encode()
+    data = binary(3_000) + config
+    data += b" " * (-len(data) % (width * 3 // 4))  # the block ends on a full line
+    colored_ok = b64("\x1b[32mok\x1b[0m")
+    out = redacted(f"key\n{wrapped(data, width)}\n{colored_ok}\nend")
+    assert "<CONNECTION_STRING_PASSWORD>" in out, out
