@@ -49,6 +49,7 @@ _HIGH_NIBBLES = "234567"  # hex of printable ASCII: every other digit is one of 
 _CONTROL = on_use(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufffd]")
 _CONTROL_BYTE = on_use(rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _REPLACEMENT = "\ufffd".encode()  # in decoded text, as binary as a control character
+_ESCAPED_BYTE = on_use(r"[\udc80-\udcff]")  # a byte that is not UTF-8, as surrogateescape reads it
 _SHORTEST_TEXT = 6  # decoded, what a base64 or hex token must read as at least
 _B64_CONTINUATION = on_use(
     r"(?:\r?\n|\\ )[ \t]*([A-Za-z0-9+/]++=*)(?=[ \t]*(?:\r?\n|\\ |[\"',]|\Z))"
@@ -183,37 +184,37 @@ def _wrapped(text: str, start: int, end: int) -> tuple[int, list[str], list[int]
 def _text_tail(lines: list[str]) -> tuple[int, str] | None:
     """The longest tail of a wrapped block that decodes to text, from a line's start, when the
     whole block does not (binary data, then a text): which line, and its text. The block is
-    decoded once; a tail can start only after its last control byte, at a line whose first
-    byte starts a character, and a tail that is not UTF-8 says where the next may start: each
-    byte is read about once, however long the block."""
+    decoded once: a tail can start only after its last byte that is no text's, at a line whose
+    first byte starts a character, so every byte is read a few times, however long the block
+    (a decode tried from each line read the rest of the block into each error it raised)."""
     raw = _base64_bytes("".join(lines))
     if raw is None:
         return None
-    view = memoryview(raw)
     per_line = len(lines[0]) * 3 // 4  # every line but the last is full: whole quanta
-    # The first line that starts after the last control byte: the line it falls in holds it,
-    # and control bytes are UTF-8 (a last line that is not the block's would read as text).
-    line = -(-_after_last_control(raw) // per_line)
-    while line * per_line < len(raw):
-        offset = line * per_line
-        if 0x80 <= raw[offset] < 0xC0:  # inside a character: the next line may start one
-            line += 1
-            continue
-        try:
-            text = str(view[offset:], "utf-8")
-        except UnicodeDecodeError as exc:
-            line = (offset + exc.start) // per_line + 1
-            continue
-        return (line, text) if len(text) >= _SHORTEST_TEXT else None
-    return None
+    # The first line that starts after that byte: the line it falls in holds it.
+    line = -(-_after_last_non_text(raw) // per_line)
+    while line * per_line < len(raw) and 0x80 <= raw[line * per_line] < 0xC0:
+        line += 1  # inside a character: the next line may start one
+    # From a byte that starts a character, UTF-8 reads as it does in the whole block: the
+    # tail holds no byte that is not UTF-8.
+    text = raw[line * per_line :].decode("utf-8")
+    return (line, text) if len(text) >= _SHORTEST_TEXT else None
 
 
-def _after_last_control(raw: bytes) -> int:
-    """Where the bytes after the last control byte (or replacement character) begin."""
+def _after_last_non_text(raw: bytes) -> int:
+    """Where the bytes after the last one that is no text's begin: a control byte, a
+    replacement character, or a byte that is not UTF-8."""
     control = _CONTROL_BYTE.search(raw[::-1])
     after = 0 if control is None else len(raw) - control.start()
     replaced = raw.rfind(_REPLACEMENT)
-    return max(after, replaced + len(_REPLACEMENT) if replaced >= 0 else 0)
+    after = max(after, replaced + len(_REPLACEMENT) if replaced >= 0 else 0)
+    # surrogateescape decodes each byte that is not UTF-8 as a lone surrogate of its own.
+    escaped = raw.decode("utf-8", "surrogateescape")
+    invalid = _ESCAPED_BYTE.search(escaped[::-1])
+    if invalid is None:
+        return after
+    head = escaped[: len(escaped) - invalid.start()]
+    return max(after, len(head.encode("utf-8", "surrogateescape")))
 
 
 # In decoded text a colon after a password key counts too: "password: required" is prose in

@@ -407,6 +407,9 @@ def _adversarial(part: int) -> list[str]:
         wrapped(binary(n(200_000))),
         wrapped(("status: ok, " * n(20_000)).encode()),
         wrapped(binary(n(100_000)) + b"password: hunter2 " * n(5_000), 64),
+        # Lines of text that each end on a byte that is not UTF-8: a text tail was tried from
+        # each, and each try that failed copied the rest of the block into its error.
+        wrapped((b"abc" * 14 + b"x\xff") * n(64_000), 60),
     ]
 
 
