@@ -46,10 +46,10 @@ _SECRET_LABELS = (
 )
 _VALUE_OPENERS = frozenset("=:\"' \t")
 _HIGH_NIBBLES = "234567"  # hex of printable ASCII: every other digit is one of these
-_CONTROL = on_use(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufffd]")
-_CONTROL_BYTE = on_use(rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
-_REPLACEMENT = "\ufffd".encode()  # in decoded text, as binary as a control character
-_ESCAPED_BYTE = on_use(r"[\udc80-\udcff]")  # a byte that is not UTF-8, as surrogateescape reads it
+_CONTROL_CHARS = r"\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufffd"  # in decoded text, as binary
+_CONTROL = on_use(f"[{_CONTROL_CHARS}]")
+# The same, or a byte that is not UTF-8, as surrogateescape reads one (a lone surrogate).
+_NOT_TEXT = on_use(f"[{_CONTROL_CHARS}\\udc80-\\udcff]")
 _SHORTEST_TEXT = 6  # decoded, what a base64 or hex token must read as at least
 _B64_CONTINUATION = on_use(
     r"(?:\r?\n|\\ )[ \t]*([A-Za-z0-9+/]++=*)(?=[ \t]*(?:\r?\n|\\ |[\"',]|\Z))"
@@ -203,18 +203,12 @@ def _text_tail(lines: list[str]) -> tuple[int, str] | None:
 
 def _after_last_non_text(raw: bytes) -> int:
     """Where the bytes after the last one that is no text's begin: a control byte, a
-    replacement character, or a byte that is not UTF-8."""
-    control = _CONTROL_BYTE.search(raw[::-1])
-    after = 0 if control is None else len(raw) - control.start()
-    replaced = raw.rfind(_REPLACEMENT)
-    after = max(after, replaced + len(_REPLACEMENT) if replaced >= 0 else 0)
-    # surrogateescape decodes each byte that is not UTF-8 as a lone surrogate of its own.
+    replacement character, or a byte that is not UTF-8 (one decode finds all three)."""
     escaped = raw.decode("utf-8", "surrogateescape")
-    invalid = _ESCAPED_BYTE.search(escaped[::-1])
-    if invalid is None:
-        return after
-    head = escaped[: len(escaped) - invalid.start()]
-    return max(after, len(head.encode("utf-8", "surrogateescape")))
+    last = _NOT_TEXT.search(escaped[::-1])
+    if last is None:
+        return 0
+    return len(escaped[: len(escaped) - last.start()].encode("utf-8", "surrogateescape"))
 
 
 # In decoded text a colon after a password key counts too: "password: required" is prose in
