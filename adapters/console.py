@@ -59,7 +59,6 @@ from bot.events import (
     ToolExitEvent,
     ToolStartedEvent,
 )
-from bot.terminal import stop_signals, unread
 from bot.text import printable, unmask_links
 
 # Typed at any prompt, ends the chat as the end of input does (/exit as other REPLs spell it).
@@ -132,7 +131,14 @@ class ConsoleIO:
             if exc.errno != errno.EIO:
                 raise
             # The terminal hung up (SIGHUP stops the chat): its run suspends, shown to nobody.
-            unread(self._stdout)
+            _to_nowhere(self._stdout)
+
+
+def _to_nowhere(stream: TextIO) -> None:
+    """Send the rest of ``stream`` to /dev/null: Python's last flush of what a failed write
+    left in its buffer would fail again, and end the process with status 120."""
+    with contextlib.suppress(OSError, ValueError):  # no descriptor of its own: nothing flushes
+        os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
 
 
 def _lines_of(stdin: TextIO | None) -> Iterator[str]:
@@ -576,9 +582,9 @@ class ConsoleChat:
         loop = asyncio.get_running_loop()
         main = asyncio.current_task()
         loop.add_signal_handler(signal.SIGINT, self._interrupt, main)
-        # SIGTERM, and a hang-up unless nohup ignores it: each suspends the run and leaves.
-        for signum in (other for other in stop_signals() if other is not signal.SIGINT):
-            loop.add_signal_handler(signum, self._terminate, main, signum)
+        loop.add_signal_handler(signal.SIGTERM, self._terminate, main, signal.SIGTERM)
+        if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:  # nohup keeps its hang-ups
+            loop.add_signal_handler(signal.SIGHUP, self._terminate, main, signal.SIGHUP)
         try:
             yield
         finally:

@@ -10,9 +10,8 @@ import click
 
 from bot import __version__
 from bot.cli import audit_cmd, chat_cmd, run_cmd, runs_cmd, store_cmd, tools_cmd
-from bot.cli.common import configure_logs, usage_error
+from bot.cli.common import configure_logs, unread, usage_error
 from bot.cli.placing import PlacingGroup
-from bot.terminal import unread
 
 # The subcommand modules import click and bot.cli.common alone at import time (each command
 # imports what it needs when it runs): ``kestrel --help`` stays light. bench/startup.py times it.

@@ -8,10 +8,9 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TextIO, TypeVar
 
 from bot.collector import settle_after_start_up
-from bot.terminal import unheard, unread
 from bot.text import printable, url_passwords_masked
 
 # Each command imports what it needs when it runs: ``kestrel --help`` needs click alone, and
@@ -68,6 +67,26 @@ def echo(text: str, *, err: bool = False) -> None:
         if not unheard(exc):
             raise
         unread(stream)
+
+
+def unheard(exc: OSError) -> bool:
+    """Whether a write failed because nobody reads the stream any more: its reader left
+    (``| head``: EPIPE), or its terminal hung up (closed, an ssh session dropped: EIO)."""
+    import errno
+
+    return exc.errno in (errno.EPIPE, errno.EIO)
+
+
+def unread(stream: TextIO) -> None:
+    """Send the rest of ``stream`` nowhere: its reader left (``kestrel runs list | head``).
+    That ends the output alone, quietly: the command goes on and exits with its own status,
+    and Python's last flush of the stream finds nothing to complain of."""
+    import os
+
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+    except (OSError, ValueError):  # no descriptor of its own (a test's capture): nothing to flush
+        return
 
 
 def exit_at_once(status: int) -> NoReturn:

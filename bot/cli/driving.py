@@ -9,7 +9,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from bot.cli import render
-from bot.terminal import stop_signals
 
 if TYPE_CHECKING:
     from bot.run.runtime import Runtime
@@ -39,6 +38,15 @@ def on_stop_signals(handler: Callable[[int], object]) -> None:
     held, _held[:] = _held[:1], []
     for taken in held:
         handler(taken)
+
+
+def stop_signals() -> tuple[signal.Signals, ...]:
+    """The signals that stop a command. A hang-up (the terminal closed, the ssh session
+    dropped) too: killed by it, a run stayed held until its lease ran out, its command still
+    running. Not when it is ignored: nohup asked for the command to outlive its terminal."""
+    if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
+        return (signal.SIGINT, signal.SIGTERM)
+    return (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def suspend_on_signals(supervisor: Supervisor, received: list[int]) -> None:
