@@ -43,6 +43,14 @@ from storage.sql import POSTGRES, Step
 from storage.sql_store import Params, Row, SqlStore, migrated
 
 _SCHEMA_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+# The tables of a schema (a few name it), to refuse one that is another program's.
+_FOREIGN_TABLES: Final = (
+    "SELECT tablename FROM pg_tables WHERE schemaname = $1 ORDER BY tablename LIMIT 5"
+)
+# What to name instead of another program's schema.
+_OWN_SCHEMA: Final = (
+    "name a schema of Kestrel's own (?schema=NAME on the database URL) or a database of its own"
+)
 _CLOSE_TIMEOUT: Final = 10.0
 # How long one statement, or the wait for a pooled connection, may take (the setting's default):
 # Kestrel's statements take milliseconds on a healthy server, so this bounds only a statement
@@ -271,6 +279,7 @@ class PostgresStore(SqlStore):
                     "SELECT to_regclass(quote_ident($1) || '.schema_version')", self._schema
                 )
                 if table is None:
+                    await self._refuse_foreign(conn)
                     return 0
                 return int(
                     await conn.fetchval("SELECT COALESCE(MAX(version), 0) FROM schema_version")
@@ -495,6 +504,7 @@ class PostgresStore(SqlStore):
             "SELECT to_regclass(quote_ident($1) || '.schema_version')", self._schema
         )
         if table is None:
+            await self._refuse_foreign(conn)
             await conn.execute(CREATE_VERSION_TABLE)
             return 0
         version = int(await conn.fetchval("SELECT COALESCE(MAX(version), 0) FROM schema_version"))
@@ -504,6 +514,15 @@ class PostgresStore(SqlStore):
                 f" Kestrel supports ({SCHEMA_VERSION}); upgrade Kestrel to open it"
             )
         return version
+
+    async def _refuse_foreign(self, conn: asyncpg.Connection) -> None:
+        """Refuse a schema with no version table that holds tables: the first migration makes
+        every table of Kestrel's with the version table, in one transaction, so they are
+        another program's, and migrating would write Kestrel's beside (or into) them."""
+        rows = await conn.fetch(_FOREIGN_TABLES, self._schema)
+        if rows:
+            tables = [str(row["tablename"]) for row in rows]
+            raise StoreError(f"{self._label}: {sql.foreign_problem(tables, _OWN_SCHEMA)}")
 
     # -- primitives --------------------------------------------------------------------------
 

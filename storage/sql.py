@@ -8,6 +8,7 @@ A ``Dialect``
 renders it for its database (once per statement; the result is cached). Upserts need no
 parameter: both databases spell ``ON CONFLICT (...) DO NOTHING / DO UPDATE SET ... = excluded.``
 the same way, and both take the current time from the store's clock, never from SQL.
+Both refuse alike a database that holds another program's tables and no schema of Kestrel's.
 """
 
 from __future__ import annotations
@@ -598,4 +599,13 @@ def list_audit(clause: str, limit: int) -> str:
         "SELECT at, actor, action, run_id, request_id, detail FROM ("
         f" SELECT id, at, actor, action, run_id, request_id, detail FROM audit {clause}"
         f" ORDER BY id DESC LIMIT ${limit}) AS newest ORDER BY id"
+    )
+
+
+def foreign_problem(tables: Sequence[str], remedy: str) -> str:
+    """Why a database holding ``tables`` and no Kestrel schema is no journal for Kestrel: they
+    are another program's; ``remedy`` says what to name instead."""
+    return (
+        f"holds tables that are not Kestrel's ({', '.join(tables)}): another program's;"
+        f" {remedy}; nothing was written to it"
     )

@@ -41,7 +41,6 @@ from storage.sqlite_rows import (
     Unreadable,
     applied_version,
     checked_version,
-    foreign_problem,
     foreign_tables,
     has_write_bits,
     in_wal_mode,
@@ -66,6 +65,8 @@ if TYPE_CHECKING:
 _T = TypeVar("_T")
 
 _SYNCHRONOUS_MODES: Final = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
+# What to name instead of another program's database file.
+_OWN_FILE: Final = "name a file of Kestrel's own (database:, KESTREL_DATABASE_URL)"
 # The WAL is checkpointed (and then rewritten from its start) at about 1 MiB, not SQLite's
 # 4 MiB: a commit that grows the file pays for a second sync of its size, so a process
 # reaches cheap commits after a few hundred writes instead of a few thousand.
@@ -347,7 +348,7 @@ class SqliteStore(SqlStore):
 
     def _refuse_foreign(self, tables: list[str]) -> None:
         if tables:
-            raise StoreError(f"{self._label}: {foreign_problem(tables)}")
+            raise StoreError(f"{self._label}: {sql.foreign_problem(tables, _OWN_FILE)}")
 
     def _refuse_read_only_file(self) -> None:
         """Refuse a file without write permission bits, even for root, whom SQLite lets write."""

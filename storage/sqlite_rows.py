@@ -177,15 +177,6 @@ def foreign_tables(conn: sqlite3.Connection) -> list[str]:
     return [str(name) for (name,) in rows]
 
 
-def foreign_problem(tables: list[str]) -> str:
-    """Why a database holding ``tables`` (``foreign_tables``) is no journal for Kestrel."""
-    return (
-        f"holds tables that are not Kestrel's ({', '.join(tables)}): another program's"
-        " database; name a file of Kestrel's own (database:, KESTREL_DATABASE_URL);"
-        " nothing was written to it"
-    )
-
-
 def no_version_table(exc: BaseException | None) -> bool:
     """Whether ``exc`` is SQLite saying the database has no version table (no schema yet)."""
     return isinstance(exc, sqlite3.OperationalError) and str(exc) == _NO_VERSION_TABLE

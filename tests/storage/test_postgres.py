@@ -337,6 +337,27 @@ async def test_refuses_a_newer_schema(dsn: str, schema: str) -> None:
     assert schema in str(caught.value)
 
 
+async def test_another_programs_schema_is_refused_and_left_as_it_was(dsn: str, schema: str) -> None:
+    admin = await asyncpg.connect(dsn, server_settings={"search_path": schema})
+    try:
+        await admin.execute("CREATE TABLE runs (id int); CREATE TABLE users (name text)")
+
+        store = PostgresStore(dsn, schema=schema)
+        with pytest.raises(StoreError, match="not Kestrel's \\(runs, users\\)") as refused:
+            await store.migrate()
+        with pytest.raises(StoreError, match="not Kestrel's"):
+            await store.applied_version()  # kestrel db check
+        await store.close()
+
+        tables = await admin.fetch(
+            "SELECT tablename FROM pg_tables WHERE schemaname = $1 ORDER BY 1", schema
+        )
+    finally:
+        await admin.close()
+    assert [row["tablename"] for row in tables] == ["runs", "users"]
+    assert "?schema=" in str(refused.value) and "kestrel db migrate" not in str(refused.value)
+
+
 async def test_needs_migrate_before_use(dsn: str, schema: str) -> None:
     store = PostgresStore(dsn, schema=schema)
     with pytest.raises(StoreError, match="migrate"):

@@ -13,10 +13,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import asyncpg
 import pytest
 import yaml
 
 from tests.fakes.openai_server import Canned, FakeOpenAI, chat_completion
+from tests.storage.conftest import postgres_dsn, postgres_schema
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -531,6 +533,44 @@ def test_db_migrate_needs_the_store_alone(tmp_path: Path) -> None:
     assert "schema at version" in migrated.stdout
     checked = kestrel(tmp_path, "db", "check")
     assert checked.returncode == 0 and "ok, schema version" in checked.stdout
+
+
+def test_another_programs_sqlite_file_is_refused_by_migrate_and_check(tmp_path: Path) -> None:
+    app = tmp_path / "app.db"
+    with sqlite3.connect(app) as conn:
+        conn.execute("CREATE TABLE users (name TEXT)")
+    write_config(tmp_path, database=str(app))
+    for args in (("db", "migrate"), ("db", "check")):
+        message = one_line_error(kestrel(tmp_path, *args))
+        assert "not Kestrel's (users)" in message and "nothing was written" in message, args
+    with sqlite3.connect(app) as conn:
+        assert conn.execute("SELECT name FROM sqlite_master").fetchall() == [("users",)]
+
+
+def test_another_programs_postgres_schema_is_refused_by_migrate_and_check(
+    tmp_path: Path,
+) -> None:
+    dsn = postgres_dsn()
+
+    async def scenario() -> list[str]:
+        async with postgres_schema(dsn) as schema:
+            admin = await asyncpg.connect(dsn)
+            try:
+                await admin.execute(f"CREATE TABLE {schema}.users (name text)")
+                write_config(tmp_path, database=f"{dsn}?schema={schema}")
+                for args in (("db", "migrate"), ("db", "check")):
+                    said = await asyncio.to_thread(kestrel, tmp_path, *args)
+                    message = one_line_error(said)
+                    assert "not Kestrel's (users)" in message, (args, message)
+                    assert "?schema=NAME" in message, message
+                rows = await admin.fetch(
+                    "SELECT tablename FROM pg_tables WHERE schemaname = $1", schema
+                )
+            finally:
+                await admin.close()
+        return [row["tablename"] for row in rows]
+
+    assert asyncio.run(scenario()) == ["users"]
 
 
 def test_postgres_url_without_a_server_is_one_line(tmp_path: Path) -> None:
