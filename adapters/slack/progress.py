@@ -167,8 +167,11 @@ class Progress:
             chunks=[chunk],
             task_display_mode="timeline",
         )
+        ts = reply.get("ts")
+        if not ts:  # answered, but with no message to append the next steps to
+            raise SlackApiError("chat.startStream answered without a ts", reply)  # type: ignore[no-untyped-call]
         self._stream_ok = True
-        live.stream_ts = str(reply["ts"])
+        live.stream_ts = str(ts)
 
     async def _stop_stream(self, live: _Live, note: str) -> None:
         ts, live.stream_ts = live.stream_ts, ""

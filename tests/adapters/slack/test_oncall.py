@@ -251,6 +251,28 @@ async def test_progress_falls_back_to_one_message_edited_in_place(tmp_path: Path
         assert edits or "done" in json.dumps(statuses[0].args), "the status never showed done"
 
 
+async def test_a_stream_started_without_a_ts_falls_back_to_the_status_message(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A Web API (a proxy, a fake, an older Slack) that answers chat.startStream with a bare
+    # {"ok": true}: nothing to append the next steps to, so the run's steps go to the one
+    # status message, as where streams are refused, and no rendering fails.
+    async with slack_world(tmp_path, restart_script()) as world:
+        world.api.set_handler("chat.startStream", lambda call: {"ok": True})
+        await _in_thread(world)
+        card = await world.card()
+        await world.click(card, ids.APPROVE_ONCE, user=APPROVER)
+        await world.answer_posted()
+        await world.settled()
+        statuses = [
+            c
+            for c in world.api.calls_to("chat.postMessage")
+            if "restart_service" in json.dumps(c.args) and ids.APPROVE_ONCE not in str(c.args)
+        ]
+    assert len(statuses) == 1, "the steps are shown in one status message"
+    assert "rendering" not in caplog.text and "Traceback" not in caplog.text
+
+
 async def test_messages_in_threads_without_a_question_are_ignored(tmp_path: Path) -> None:
     async with slack_world(tmp_path, restart_script()) as world:
         thread = await _in_thread(world)
