@@ -65,6 +65,7 @@ from bot.chat.conversation import (
     THREAD_COMMANDS,
     Conversation,
     Outcome,
+    asks_help,
     command_word,
     store_note,
 )
@@ -435,7 +436,7 @@ class KestrelDiscord(discord.Client):
                 # thread would be refused too, and asking again would be refused again.
                 log.warning("discord: the thread of message %s: %s: dropped", message.id, exc)
                 return
-        if thread is None and (not text or command_word(text) in THREAD_COMMANDS):
+        if thread is None and (asks_help(text) or command_word(text) in THREAD_COMMANDS):
             # No run to act on outside a run's thread: a thread named "status" would be empty.
             await message.reply(note_text(_no_run_here(text)), mention_author=False)
             return
@@ -670,9 +671,9 @@ UNKNOWN_MESSAGE = 10008
 def _no_run_here(text: str) -> str:
     """What a bare mention, or a thread command, said in a channel rather than a run's thread
     gets."""
-    word = command_word(text)
-    if not word:
+    if asks_help(text):
         return HELP
+    word = command_word(text)
     return (
         f"There is no run here: mention me with `{word}` in a run's thread,"
         f" or use `/kestrel {word} RUN`."

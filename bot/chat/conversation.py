@@ -74,6 +74,10 @@ class Conversation:
             return await self.operate(word, await self._commanded(session, latest), actor)
         if not text.strip():
             return Outcome(note=HELP)
+        if asks_help(text) and not answers and (latest is None or waiting_question(latest) is None):
+            # "help" or a lone "?" asks how to use Kestrel, not the model: a run for it would
+            # spend tokens and, in Discord, open a thread named "help".
+            return Outcome(note=HELP)
         if answers:
             # Handled late or again, it answers that question or none, never a later one.
             return await self.decide(answers, DecisionKind.ANSWER, actor, text=text)
@@ -236,6 +240,14 @@ def command_word(text: str) -> str:
     # one sees and ``strip`` keeps.
     visible = "".join(char for char in text if unicodedata.category(char) != "Cf")
     return visible.strip().strip(COMMAND_MARKS).strip().lower()
+
+
+def asks_help(text: str) -> bool:
+    """Whether a mention's ``text`` asks how to use Kestrel: nothing, ``help``, or marks alone
+    (``?``), with the punctuation and markup a thread command may carry."""
+    if not text.strip():
+        return True
+    return len(text) <= COMMAND_ROOM and command_word(text) in ("", "help")
 
 
 def _taken_as_option(word: str, option: str, run_id: str) -> str:

@@ -253,16 +253,18 @@ async def test_chatter_in_a_thread_with_options_is_not_taken_as_an_answer(
 
 async def test_a_command_or_a_bare_mention_in_a_channel_starts_no_thread(tmp_path: Path) -> None:
     """``@Kestrel status`` (or ``@Kestrel`` alone) in a channel, not in a run's thread: there
-    is no run to act on, so no empty thread named "status" is left behind; the reply says so."""
+    is no run to act on, so no empty thread named "status" is left behind; the reply says so.
+    ``@Kestrel help`` (or a lone ``?``) gets the help, not a thread named "help" and a run."""
     async with discord_world(tmp_path, restart_script()) as world:
-        for said in ("status", "cancel!", ""):
+        for said in ("status", "cancel!", "", "help", "Help?", "?"):
             await world.quiet(await world.mention(said))
         replies = world.discord.calls_to("POST", rf"/channels/{p.CHANNEL_ID}/messages")
         told = [str((call.json or {}).get("content")) for call in replies]
         assert _threads(world.discord) == [] and await world.chat.recent(5) == []
-        assert len(told) == 3, told
+        assert world.model.count == 0
+        assert len(told) == 6, told
         assert told[0].startswith("There is no run here: mention me with `status` in a run's")
-        assert told[2].startswith("Mention me with what you need")
+        assert all(said.startswith("Mention me with what you need") for said in told[2:])
 
 
 async def test_a_mention_deleted_as_it_came_gets_no_reply(

@@ -73,6 +73,26 @@ async def test_status_cancel_and_resume_in_the_thread(tmp_path: Path) -> None:
         assert again.args["text"] == f"run {run_id} already ended (cancelled): nothing to cancel"
 
 
+async def test_help_is_answered_with_the_help_not_a_run(tmp_path: Path) -> None:
+    """``@Kestrel help`` asks how to use Kestrel: it got a run of the model instead (tokens
+    spent, an answer that knows nothing of ``status``/``cancel``/``resume``), in a channel and
+    in the thread of a finished run alike. Both now get the help, only its author sees it."""
+    async with slack_world(tmp_path, [{"text": "All good."}]) as world:
+        mention = await world.mention("help")
+        note = await world.ephemeral_to(REQUESTER)
+        assert note.args["text"].startswith("Mention me with what you need")
+        await world.settled()
+        assert await world.chat.recent(5) == [] and world.model.count == 0
+
+        await world.mention("is checkout healthy?", thread_ts=str(mention["ts"]))
+        await world.answer_posted()
+        await world.mention("Help?", thread_ts=str(mention["ts"]))
+        again = await world.ephemeral_to(REQUESTER, nth=2)
+        assert again.args["text"] == note.args["text"]
+        await world.settled()
+        assert len(await world.chat.recent(5)) == 1 and world.model.count == 1
+
+
 async def test_a_resume_in_the_thread_of_a_run_asked_to_cancel_says_it_ends_cancelled(
     tmp_path: Path,
 ) -> None:
