@@ -37,7 +37,13 @@ from bot.chat.contract import GROUP_KINDS
 from bot.chat.links import RunLink
 from bot.chat.service import RequestView, RunView
 from bot.chat.threads import Body
-from bot.chat.words import ORIGINS_TITLE, budget_words, origin_lines, stop_reason_words
+from bot.chat.words import (
+    ORIGINS_TITLE,
+    budget_words,
+    origin_lines,
+    status_words,
+    stop_reason_words,
+)
 from bot.domain import (
     DecisionKind,
     Request,
@@ -140,10 +146,10 @@ class DiscordLook:
 
     def answer(self, result: TerminalResult, run_id: str, at: datetime) -> list[Body]:
         """The answer in as many messages as it takes (up to a limit), the payload as fields."""
-        text = result.text.strip() or "(no text)"
+        text = result.text.strip()
         if result.status is not RunStatus.COMPLETED:
-            cause = result.error or stop_reason_words(result.stop_reason)
-            text = f"**Run {result.status.value}: {cause}**\n\n{text}"
+            text = _ending(result) + (f"\n\n{text}" if text else "")
+        text = text or "(no text)"
         parts = _split(_shown(text), CONTENT_LIMIT - len(CUT_NOTE))
         if len(parts) > 1 + MAX_CONTINUATIONS:
             parts = [*parts[:MAX_CONTINUATIONS], parts[MAX_CONTINUATIONS] + CUT_NOTE]
@@ -195,6 +201,15 @@ class DiscordLook:
             return {}
         who = ", ".join(principal(p) for p in may_answer)
         return {"content": _cut(line.format(who=who), CONTENT_LIMIT), "allowed_mentions": allowed}
+
+
+def _ending(result: TerminalResult) -> str:
+    """How a run that did not complete ended: Kestrel's own words in bold, then its error in a
+    code block, as the error may quote a model's or a tool's text (backticks, markdown) that
+    would otherwise close the bold line and take over the message's layout."""
+    line = f"**{status_words(result.status.value, result.stop_reason)}**"
+    error = result.error.strip()
+    return f"{line}\n```\n{_fenced(error)}\n```" if error else line
 
 
 def working(lines: Sequence[str]) -> Body:
