@@ -899,10 +899,23 @@ class Supervisor:
                 log.warning("session %s: a turn left out of the history: %s", session_id, exc)
                 continue
             prompt = _own_prompt(state)
-            answer = state.result.text if state.result else ""
+            answer = _answer_of(state.result) if state.result else ""
             if prompt and answer:
                 pairs += [("user", prompt), ("assistant", answer)]
         return tuple(pairs)
+
+
+def _answer_of(result: TerminalResult) -> str:
+    """What a finished turn answered, for the history: its text, else its payload, else how
+    it ended. A turn that failed (the model down, a budget spent) stays in the history, so
+    that "try again" in its thread still says what to try; and the roles still alternate,
+    which some servers' chat templates require."""
+    if result.text:
+        return result.text
+    if result.payload:
+        return wire.to_json(result.payload)
+    status, how = result.status.value, result.stop_reason.value.replace("_", " ")
+    return f"(no answer: the run {status if how == status else f'{status}, {how}'})"
 
 
 def _own_prompt(state: RunState) -> str:

@@ -17,6 +17,7 @@ from bot.config.settings import load_settings
 from bot.domain import DecisionKind, RequestStatus, RunStatus
 from bot.people.policy import Actor
 from bot.run.supervisor import LiveRun, Supervisor
+from tests.fakes.openai_server import Canned
 from tests.fakes.slack_api import Call, FakeSlackApi
 from tests.fakes.slack_client import view_submission
 from tests.fakes.slack_world import (
@@ -258,6 +259,29 @@ async def test_a_second_mention_in_the_thread_continues_the_conversation(tmp_pat
         last = world.model.requests[-1]["messages"]
         said = json.dumps(last)
         assert "how is checkout?" in said and "Checkout is fine." in said
+
+
+async def test_try_again_after_a_failed_run_still_knows_what_was_asked(tmp_path: Path) -> None:
+    """The model's server failed the first turn (a 500): "try again" in the thread reached the
+    model alone, the request it was to try again left out of the history (only turns with an
+    answer text were kept). The failed turn is now in the history, answered by how it ended,
+    and the roles alternate as some chat templates require."""
+    # The script plays by the conversation's position: the second turn's is its second.
+    script = [{"text": "Checkout is fine."}] * 2
+    async with slack_world(tmp_path, script) as world:
+        world.model.add_canned(Canned(status=500))
+        mention = await world.mention("how is checkout?")
+        failed = await world.answer_posted()
+        assert "Run failed: model error" in json.dumps(failed.args)
+        await world.settled()
+        await world.mention("try again", thread_ts=mention["ts"])
+        await world.api.wait_for(lambda c: "Checkout is fine" in json.dumps(c.args))
+        said = [(m["role"], m["content"]) for m in world.model.requests[-1]["messages"][1:]]
+        assert said == [
+            ("user", "how is checkout?"),
+            ("assistant", "(no answer: the run failed, model error)"),
+            ("user", "try again"),
+        ]
 
 
 async def test_a_click_after_the_deadline_is_refused(tmp_path: Path) -> None:
