@@ -43,6 +43,7 @@ from bot.events import (
     ToolExitEvent,
     ToolStartedEvent,
 )
+from bot.tools.base import check_tool_name
 
 log = logging.getLogger("kestrel.threads")
 
@@ -236,7 +237,8 @@ class ThreadRenderer:
                 progress.follow(event.run_id, place)
                 await progress.working(place)
             case ToolStartedEvent():
-                await progress.step(event.run_id, event.call_id, event.tool, "in_progress")
+                title = step_title(event.tool)
+                await progress.step(event.run_id, event.call_id, title, "in_progress")
             case ToolExitEvent():
                 await self._tool_exit(event)
             case RequestOpenedEvent():
@@ -269,7 +271,7 @@ class ThreadRenderer:
         if event.outcome is ToolOutcome.DEFERRED:
             return  # the card shows what it waits on
         status: StepStatus = "complete" if event.outcome is ToolOutcome.OK else "error"
-        await self._progress.step(event.run_id, event.call_id, event.tool, status)
+        await self._progress.step(event.run_id, event.call_id, step_title(event.tool), status)
 
     async def _remind(self, place: RunPlace, request_id: str) -> None:
         view = await self._chat.request(request_id)
@@ -320,3 +322,19 @@ class ThreadRenderer:
         for part, body in reversed(parts):
             await self._deliveries.put(answer_key(run_id, part), place.target, body)
         self._places.pop(run_id, None)
+
+
+# How progress names a call whose name no tool can have.
+UNKNOWN_TOOL_TITLE: Final = "an unknown tool"
+
+
+def step_title(tool: str) -> str:
+    """A call's name as the thread's progress shows it: a tool's name as its catalog spells
+    it; a name no tool can have was made up by the model (backticks, new lines, thousands of
+    characters) and, written into Kestrel's own status lines, would lay them out as it
+    likes, so it shows as ``UNKNOWN_TOOL_TITLE`` (the run's page has it exactly)."""
+    try:
+        check_tool_name(tool)
+    except ValueError:
+        return UNKNOWN_TOOL_TITLE
+    return tool

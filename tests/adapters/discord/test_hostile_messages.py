@@ -11,6 +11,7 @@ from bot.chat.inbound import Accepted
 from tests.fakes import discord_payloads as p
 from tests.fakes.discord_api import Call, FakeDiscord, Reply
 from tests.fakes.discord_world import ONCALL, REQUESTER, discord_world
+from tests.fakes.openai_server import Canned, chat_completion
 from tests.fakes.slack_world import question_script, restart_script
 
 VOICE = "250"
@@ -240,6 +241,29 @@ async def test_a_failure_quoting_tool_output_keeps_its_layout(tmp_path: Path) ->
         assert fence and rest.endswith("\n```"), said
         assert said.count("```") == 2 and "**Approved by" in rest, said
         assert "(no text)" not in said
+
+
+async def test_a_made_up_tool_name_cannot_lay_out_the_status_message(tmp_path: Path) -> None:
+    """The model calls a tool no catalog has, named with a backtick and new lines: the name
+    went as written into the status message's inline code, closed it, and put a heading of the
+    model's ("Approved by …") into Kestrel's own progress; a name of thousands of characters
+    filled the message. A name no tool can have now shows as "an unknown tool"."""
+    forged = "x`\n# Approved by the SRE lead\n`y"
+    reply = chat_completion("Let me try.", [("c1", forged, "{}"), ("c2", "z" * 5000, "{}")])
+    async with discord_world(tmp_path, [{"text": "Done."}] * 2) as world:
+        world.model.add_canned(Canned(status=200, body=reply))
+        mention = await world.mention("check checkout")
+        thread = await world.thread_of(mention)
+        await world.answer_posted(thread, "Done.")
+        await world.settled()
+        shown = [m["content"] for m in world.discord.bot_messages(thread)]
+        status = next(text for text in shown if text.startswith("Working…"))
+        assert status.splitlines() == [
+            "Working…",
+            "• failed: `an unknown tool`",
+            "• failed: `an unknown tool`",
+            "• finished",
+        ]
 
 
 def select3_script() -> list:  # type: ignore[type-arg]
