@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import unicodedata
 from dataclasses import dataclass, replace
+from typing import Final
 
 from bot.chat.service import ChatService, RunView
 from bot.chat.words import STORE_DOWN, cancel_not_counted, unseen_run
@@ -273,8 +274,28 @@ def store_note(exc: StoreError, down: str = STORE_DOWN) -> str:
     return str(exc) if isinstance(exc, UnreadableJournal) else down
 
 
+# What a run's open request waits on, as a mention that cannot start a run is told.
+_WAITS_ON: Final = {
+    RequestKind.WAIT_APPROVAL: "an approval of `{tool}`",
+    RequestKind.WAIT_PLAN: "the approval of a plan",
+    RequestKind.WAIT_EFFECT: "on-call to settle whether `{tool}` took effect",
+    RequestKind.WAIT_USER: "an answer to its question",
+}
+
+
 def _still_going(view: RunView | RunRecord) -> str:
+    """Why a mention starts no run: the thread's run is not done. A run that waits on people
+    says on what: "suspended, wait for it" sent an approver who wrote "approve" to wait on
+    themselves, when only the card's buttons decide it."""
     record = view.record if isinstance(view, RunView) else view
+    requests = view.open_requests if isinstance(view, RunView) else []
+    if requests:
+        waits = dict.fromkeys(_WAITS_ON[r.kind].format(tool=r.tool) for r in requests)
+        return (
+            f"A run is still going in this thread: it waits on {', '.join(waits)}, decided with"
+            " the buttons of its card above. Mention me again once it has answered, or cancel"
+            " it first."
+        )
     return (
         f"A run is still going in this thread ({record.status.value})."
         " Wait for it, or cancel it first."

@@ -164,6 +164,13 @@ async def test_a_new_mention_while_a_run_waits_is_not_a_second_run(tmp_path: Pat
         note = await world.ephemeral_to(REQUESTER)
         assert "still going" in note.args["text"]
         assert len(await world.chat.recent(10)) == 1
+        # The approver who writes "approve" was told the run was "suspended" and to wait for
+        # it: it waits on them, and on a click of its card. The note says so.
+        await world.mention("approve", user=APPROVER, thread_ts=thread)
+        told = (await world.ephemeral_to(APPROVER)).args["text"]
+        assert "it waits on an approval of `restart_service`" in told, told
+        assert "buttons of its card" in told and "suspended" not in told
+        assert world.executions == []
 
 
 async def test_two_mentions_at_once_in_a_thread_start_one_run(tmp_path: Path) -> None:
