@@ -44,6 +44,7 @@ from bot.events import (
     ToolStartedEvent,
 )
 from bot.tools.base import check_tool_name
+from bot.tools.child import ended_badly
 
 log = logging.getLogger("kestrel.threads")
 
@@ -270,7 +271,10 @@ class ThreadRenderer:
     async def _tool_exit(self, event: ToolExitEvent) -> None:
         if event.outcome is ToolOutcome.DEFERRED:
             return  # the card shows what it waits on
-        status: StepStatus = "complete" if event.outcome is ToolOutcome.OK else "error"
+        # A command that exited non-zero answered the model, but did not do its work: the
+        # thread shows it failed, not done.
+        done = event.outcome is ToolOutcome.OK and not ended_badly(event.output)
+        status: StepStatus = "complete" if done else "error"
         await self._progress.step(event.run_id, event.call_id, step_title(event.tool), status)
 
     async def _remind(self, place: RunPlace, request_id: str) -> None:

@@ -71,6 +71,16 @@ def _status_line(status: int) -> str:
         return f"[killed by signal {-status}]"
 
 
+def ended_badly(output: str) -> bool:
+    """Whether a command's output, as ``render`` made it, ends saying the command failed: a
+    non-zero exit status, or a signal. The model reads it as any answer; people watching the
+    thread's progress should not see such a call as done."""
+    last = output[output.rfind("\n") + 1 :]
+    if last.startswith("[killed by signal "):
+        return True
+    return last.startswith("[exit status ") and last != _status_line(0)
+
+
 def kill_group(pgid: int) -> None:
     """SIGKILL the group ``pgid`` leads, if it is still there."""
     # The child leads its own session, so its pid is the group id of everything it spawned.

@@ -300,6 +300,29 @@ async def test_a_stream_started_without_a_ts_falls_back_to_the_status_message(
     assert "rendering" not in caplog.text and "Traceback" not in caplog.text
 
 
+async def test_a_command_that_exits_non_zero_shows_failed_not_done(tmp_path: Path) -> None:
+    """``read_log`` of a log that is not there exits 1 with Python's error on stderr: the
+    thread's task list showed it done, beside a green tick, while it did nothing. It now
+    shows failed; the model still reads the output and its exit status, as any answer."""
+    script = [
+        {"text": "Reading the log.", "calls": [{"name": "read_log", "arguments": {}}]},
+        {"text": "The log is missing."},
+    ]
+    async with slack_world(tmp_path, script) as world:
+        await world.mention("what does the log say?")
+        await world.answer_posted()
+        await world.settled()
+        chunks = [
+            chunk
+            for call in world.api.calls
+            if call.method in ("chat.startStream", "chat.appendStream")
+            for chunk in call.args.get("chunks") or []
+        ]
+        assert [chunk["status"] for chunk in chunks] == ["in_progress", "error"], chunks
+        said = world.model.requests[-1]["messages"][-1]["content"]
+        assert said.endswith("[exit status 1]") and "FileNotFoundError" in said
+
+
 async def test_messages_in_threads_without_a_question_are_ignored(tmp_path: Path) -> None:
     async with slack_world(tmp_path, restart_script()) as world:
         thread = await _in_thread(world)
