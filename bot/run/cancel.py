@@ -29,8 +29,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("kestrel.supervisor")
 
-# What a cancel recorded of a run this process drives says, the run still going.
-STOPPING_HERE: Final = "cancelling at the next loop boundary"
+# What a cancel recorded of a run this process drives says, the run still going: in words a
+# chat thread reads ("the next loop boundary" told nobody that a command under way runs on).
+STOPPING_HERE: Final = "cancelling: the run ends once the step under way is done"
 
 # Ends a run no loop drives: journals its end (giving the lease at ``epoch`` up), RunEnd.
 EndOutside = Callable[[RunState, int, RunStatus, StopReason, str], Awaitable[None]]
@@ -105,9 +106,10 @@ class Cancels:
             if await self._recorded(run_id, by):
                 return await self._stopping_here(run_id)
             return (
-                "cancelling here at the next loop boundary; but Kestrel's store did not answer,"
-                " so the cancel is not recorded yet (tried again until it is): should Kestrel"
-                f" stop first, run {run_id} goes on where it is taken up, so cancel it again then"
+                "cancelling here once the step under way is done; but Kestrel's store did not"
+                " answer, so the cancel is not recorded yet (tried again until it is): should"
+                f" Kestrel stop first, run {run_id} goes on where it is taken up, so cancel it"
+                " again then"
             )
         # A journal no process can read is said before any claim: claimed, the run would be
         # held for a lease by a process that did nothing with it.

@@ -59,6 +59,7 @@ from bot.prompter import DeferringPrompter
 from bot.records import RunRecord
 from bot.replica.schedule import Scheduler
 from bot.replica.work import WorkTaker
+from bot.run.cancel import STOPPING_HERE
 from bot.run.runtime import Runtime
 from bot.run.supervisor import LiveRun, Supervisor, cancel_key
 from bot.tools.base import Tool, ToolFlags, ToolTraits
@@ -790,7 +791,7 @@ async def test_a_cancel_taken_while_the_run_ran_ends_it_at_its_suspend(
     rt, sup, counter, run_id, request, release = await card_out_while_running(tmp_path, opened)
     chat = ChatService(sup)
     assert (await chat.decide(run_id, request.id, DecisionKind.APPROVE, user=Actor("U0A"))).accepted
-    assert await chat.cancel(run_id, user=Actor("U0REQ")) == "cancelling at the next loop boundary"
+    assert await chat.cancel(run_id, user=Actor("U0REQ")) == STOPPING_HERE
     # The batch ends in a wait before any loop boundary: the cancel still holds there.
     release.set()
 
@@ -815,7 +816,7 @@ async def test_a_cancel_taken_while_a_call_runs_starts_no_other_call_of_its_batc
     live = await sup.start_turn("ship it", requested_by="U0REQ", prompter=DeferringPrompter())
     await until(lambda: "tool_started" in seen.kinds())
     # On-call cancels while the batch's first call still runs: the calls after it are moot.
-    assert await sup.cancel(live.run_id, by="U0REQ") == "cancelling at the next loop boundary"
+    assert await sup.cancel(live.run_id, by="U0REQ") == STOPPING_HERE
     release.set()
 
     await sup.wait(live)
@@ -1782,7 +1783,7 @@ async def cancelled_as_the_store_fails(
     await until(lambda: has_open_requests(rt, live.run_id))
     (request, _status, _decision) = (await rt.store.list_requests(run_id=live.run_id))[0]
     said = await ChatService(sup).cancel(live.run_id, user=Actor("U0REQ"))
-    assert said == "cancelling at the next loop boundary"
+    assert said == STOPPING_HERE
     store_fails(tmp_path / "k.db", what)
     release.set()  # the batch ends waiting on its card: the run suspends, its cancel applied then
     await until(lambda: "malformed JSON" in caplog.text)
@@ -1838,7 +1839,7 @@ async def test_a_cancel_at_a_suspend_whose_journal_cannot_be_read_is_not_tried_a
     caplog.set_level(logging.INFO, logger="kestrel")
     rt, sup, _counter, run_id, _request, release = await card_out_while_running(tmp_path, opened)
     live = sup.live[run_id]
-    assert await sup.cancel(run_id, by="U0REQ") == "cancelling at the next loop boundary"
+    assert await sup.cancel(run_id, by="U0REQ") == STOPPING_HERE
     with sqlite3.connect(tmp_path / "k.db") as conn:  # a hand edit, under the running batch
         conn.execute("DELETE FROM journal WHERE run_id = ? AND seq = 1", (run_id,))
 
@@ -1857,7 +1858,7 @@ async def test_a_cancel_at_a_suspend_whose_card_cannot_be_read_is_not_tried_agai
     caplog.set_level(logging.INFO, logger="kestrel")
     rt, sup, _counter, run_id, request, release = await card_out_while_running(tmp_path, opened)
     live = sup.live[run_id]
-    assert await sup.cancel(run_id, by="U0REQ") == "cancelling at the next loop boundary"
+    assert await sup.cancel(run_id, by="U0REQ") == STOPPING_HERE
     with sqlite3.connect(tmp_path / "k.db") as conn:  # written by a newer version, say
         conn.execute("UPDATE requests SET body = ? WHERE id = ?", ('{"kind": "new"}', request.id))
 
@@ -1877,7 +1878,7 @@ async def test_a_cancel_at_a_suspend_whose_run_is_taken_over_as_it_ends_leaves_i
     caplog.set_level(logging.INFO, logger="kestrel")
     rt, sup, counter, run_id, _request, release = await card_out_while_running(tmp_path, opened)
     live = sup.live[run_id]
-    assert await sup.cancel(run_id, by="U0REQ") == "cancelling at the next loop boundary"
+    assert await sup.cancel(run_id, by="U0REQ") == STOPPING_HERE
     with sqlite3.connect(tmp_path / "k.db") as conn:
         # Whatever this process claims once the run is free, another takes over at once (its
         # lease ran out under a stalled store, a forced resume): the end it journals is fenced.
@@ -2340,7 +2341,7 @@ async def test_a_cancel_recorded_of_a_run_driven_here_is_not_said_uncounted_if_a
     state = await sup.wait(live)
 
     # Recorded and stopped here: said so, not that it may not have counted and may go on.
-    assert said == "cancelling at the next loop boundary"
+    assert said == STOPPING_HERE
     assert state.result is not None and state.result.status is RunStatus.CANCELLED
     assert await rt.store.marked(cancel_key(live.run_id))
 

@@ -98,7 +98,7 @@ def test_a_cancel_taken_by_the_process_that_died_driving_the_run_still_ends_it(
     catalog["tools"].append(slow)
     (folder / "catalog.yaml").write_text(yaml.safe_dump(catalog))
 
-    # Cancelled at the process that drives it ("cancelling at the next loop boundary"), which
+    # Cancelled at the process that drives it (STOPPING_HERE), which
     # dies once the command under way has finished, before that boundary.
     crashed = child(world, "--cancel-while-running", "slow", "--crash-after", "tool_result:1")
     assert crashed.returncode == -9, crashed.stderr

@@ -35,6 +35,7 @@ from bot.llm.scripted import ScriptedProvider
 from bot.people.policy import Actor
 from bot.prompter import DeferringPrompter
 from bot.records import RunRecord
+from bot.run.cancel import STOPPING_HERE
 from bot.run.runtime import Runtime
 from bot.run.supervisor import Supervisor, cancel_key
 from bot.tools.base import Tool
@@ -295,9 +296,7 @@ async def test_a_cancel_the_store_failed_at_the_suspend_is_applied_once_it_is_ba
     live = await driving.start_turn("ship it", requested_by="U0REQ", prompter=DeferringPrompter())
     store = driving.rt.store
     await until(lambda: store.list_requests(run_id=live.run_id))  # its card is out
-    assert (
-        await driving.cancel(live.run_id, by="U0ONCALL") == "cancelling at the next loop boundary"
-    )
+    assert await driving.cancel(live.run_id, by="U0ONCALL") == STOPPING_HERE
     await run_ends_fail(replicas)
     release.set()  # the batch ends waiting on its card: the run suspends, its cancel applied then
     await until(lambda: "the store is away" in caplog.text)
@@ -364,7 +363,7 @@ async def test_a_cancel_taken_as_the_run_ran_holds_against_an_approval_at_its_su
     await until(lambda: store.list_requests(run_id=live.run_id))  # its card is out
     ((request, _status, _decision),) = await store.list_requests(run_id=live.run_id)
     said = await driving.cancel(live.run_id, by="U0ONCALL")
-    assert said == "cancelling at the next loop boundary"
+    assert said == STOPPING_HERE
     approving = ApprovesElsewhereAtTheSuspend(replicas, live.run_id, request.id)
     driving.rt.events.add(approving)
 

@@ -350,6 +350,23 @@ async def test_a_long_tool_stays_visible(tmp_path: Path) -> None:
         assert len(statuses) >= 4  # the mention, the tool, and refreshes while it ran
 
 
+async def test_a_cancel_while_a_command_runs_says_the_command_finishes_first(
+    tmp_path: Path,
+) -> None:
+    """``@Kestrel cancel`` while ``drain_node`` runs: the run ends once the command is done,
+    and its author was told "cancelling at the next loop boundary", which says nothing of the
+    command running on. The note now says the run ends once the step under way is done."""
+    async with slack_world(tmp_path, drain_script(1)) as world:
+        mention = await world.mention("drain node-3")
+        await until(lambda: world.executions, timeout=10)  # the drain started
+        await world.mention("cancel", thread_ts=str(mention["ts"]))
+        note = (await world.ephemeral_to(REQUESTER)).args["text"]
+        assert note == "cancelling: the run ends once the step under way is done"
+        ended = await world.answer_posted()
+        assert "Run cancelled" in ended.args["text"]
+        assert world.executions == ["node-3"]
+
+
 async def test_an_effect_cut_by_a_restart_is_settled_from_its_card(tmp_path: Path) -> None:
     async with FakeSlackApi() as api:
         async with slack_world(tmp_path, drain_script(30), api=api) as first:
