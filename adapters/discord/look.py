@@ -62,6 +62,7 @@ FIELD_LIMIT = 1024
 DESCRIPTION_LIMIT = 4096
 VALUE_LIMIT = 200
 BUTTONS_PER_ROW = 5
+ACTION_ROWS = 5  # a message's rows of buttons or menus, at most
 SELECT_LIMIT = 25
 MAX_CONTINUATIONS = 10
 NO_PINGS: dict[str, list[str]] = {"parse": []}
@@ -171,7 +172,8 @@ class DiscordLook:
     def _linked(self, body: Body, run_id: str, issued: datetime) -> Body:
         if self._link is None:
             return body
-        button = {"type": 2, "style": LINK, "label": "View run", "url": self._link(run_id, issued)}
+        url = self._link(run_id, issued)
+        button = {"type": 2, "style": LINK, "label": "View run", "url": url}
         rows = list(body.get("components") or [])
         if (
             rows
@@ -179,8 +181,15 @@ class DiscordLook:
             and rows[-1]["components"][0]["type"] == 2
         ):
             rows[-1] = {**rows[-1], "components": [*rows[-1]["components"], button]}
-        else:
+        elif len(rows) < ACTION_ROWS:
             rows.append(_row([button]))
+        else:
+            # Rows full (25 options): a sixth row would have Discord refuse the whole card, so
+            # the embed's title links to the run's page instead.
+            embeds = list(body.get("embeds") or [])
+            if embeds:
+                embeds[0] = {**embeds[0], "url": url}
+            return {**body, "embeds": embeds} if embeds else body
         return {**body, "components": rows}
 
     def reminder(self, view: RequestView) -> Body:

@@ -3,9 +3,10 @@ REST API refuses what breaks them (``50035 Invalid Form Body``, ``BASE_TYPE_MAX_
 
 From Discord's API reference: an embed's title 256 characters, description 4,096, 25 fields of
 a 256-character name and a 1,024-character value, footer 2,048, author name 256, and 6,000
-characters over every embed of a message; five components in an action row, a button's label
-80 characters, a custom id 100; a select's 25 options of 100-character labels, values and
-descriptions, its placeholder 150; a channel's (a thread's) name 100. ``problem`` returns the
+characters over every embed of a message; five action rows in a message, five components in
+an action row, a button's label 80 characters, a custom id 100; a select's 25 options of
+100-character labels, values and descriptions, its placeholder 150; a channel's (a thread's)
+name 100. ``problem`` returns the
 path and message of the first broken limit, or None.
 """
 
@@ -23,6 +24,7 @@ FOOTER_TEXT: Final = 2048
 AUTHOR_NAME: Final = 256
 EMBEDS_TOTAL: Final = 6000
 ROW_COMPONENTS: Final = 5
+ACTION_ROWS: Final = 5
 BUTTON_LABEL: Final = 80
 CUSTOM_ID: Final = 100
 SELECT_OPTIONS: Final = 25
@@ -82,6 +84,8 @@ def _embed_size(embed: Mapping[str, Any]) -> int:
 
 
 def _components(rows: list[Any]) -> Iterator[Problem]:
+    if sum(1 for row in rows if row.get("type") == 1) > ACTION_ROWS:
+        yield "components", f"Must be {ACTION_ROWS} or fewer in length."
     for n, row in enumerate(rows):
         if row.get("type") != 1:  # only legacy action rows are checked
             continue

@@ -18,6 +18,7 @@ from discord.gateway import DiscordWebSocket
 
 from adapters.discord.app import DiscordAdapter
 from adapters.discord.settings import DiscordSettings
+from bot.chat.links import RunLink
 from bot.chat.service import ChatService
 from bot.cli import compose
 from bot.config.settings import load_settings
@@ -190,8 +191,10 @@ async def discord_world(
     *,
     fake: FakeDiscord | None = None,
     extra_policy: Mapping[str, Any] = NOTHING,
+    link: RunLink | None = None,
 ) -> AsyncIterator[DiscordWorld]:
-    """Start everything; stop it all on exit (a given ``fake`` outlives the replica)."""
+    """Start everything; stop it all on exit (a given ``fake`` outlives the replica).
+    ``link``: the run pages' links its messages carry (none by default)."""
     policy = {"approvers": {"*": [APPROVER, f"group:{SRE_ROLE}"]}, "oncall": [ONCALL]}
     policy.update(extra_policy)
     async with FakeOpenAI(list(script)) as model:
@@ -208,7 +211,7 @@ async def discord_world(
                 chat = ChatService(supervisor)
                 settings = DiscordSettings(token="test-token", api_url=discord_fake.api_url)
                 adapter = DiscordAdapter(
-                    chat, rt.store, rt.owner, settings, guild_ready_timeout=0.1
+                    chat, rt.store, rt.owner, settings, guild_ready_timeout=0.1, link=link
                 )
                 await adapter.start()
                 handled = _count_messages(adapter)

@@ -266,6 +266,28 @@ async def test_a_made_up_tool_name_cannot_lay_out_the_status_message(tmp_path: P
         ]
 
 
+async def test_a_question_of_25_options_with_run_links_is_a_card_discord_takes(
+    tmp_path: Path,
+) -> None:
+    """With run pages linked (``web.public_url``), a question of 25 options filled five rows
+    of buttons and its View run link went in a sixth: Discord takes five, so it refused the
+    card, and the question showed as words with no button to answer it. The link now goes
+    on the embed's title when the rows are full; the 25 buttons stay."""
+    options = [f"node-{n}" for n in range(25)]
+    ask = {"name": "ask_human_select", "arguments": {"question": "Which?", "options": options}}
+    script = [{"text": "One question.", "calls": [ask]}, {"text": "Thanks."}]
+
+    def link(run_id: str, _at: object) -> str:
+        return f"https://kestrel.example/runs/{run_id}?sig=x"
+
+    async with discord_world(tmp_path, script, link=link) as world:
+        await world.mention("which node?")
+        card = await world.card("choose")
+        rows = card["components"]
+        assert len(rows) == 5 and sum(len(row["components"]) for row in rows) == 25
+        assert card["embeds"][0]["url"].startswith("https://kestrel.example/runs/run_")
+
+
 def select3_script() -> list:  # type: ignore[type-arg]
     return [
         {
