@@ -14,8 +14,15 @@ from dataclasses import dataclass, replace
 from typing import Final
 
 from bot.chat.service import ChatService, RunView
-from bot.chat.words import STORE_DOWN, cancel_not_counted, unseen_run
-from bot.domain import TERMINAL_STATUSES, DecisionKind, Request, RequestKind, Session
+from bot.chat.words import STORE_DOWN, cancel_not_counted, paused_words, unseen_run
+from bot.domain import (
+    TERMINAL_STATUSES,
+    DecisionKind,
+    Request,
+    RequestKind,
+    RunStatus,
+    Session,
+)
 from bot.errors import ResumeRefused, StoreError, UnknownRun, UnreadableJournal, already_ended
 from bot.people.policy import Actor, NotPermitted
 from bot.prompter import DeferringPrompter
@@ -296,6 +303,10 @@ def _still_going(view: RunView | RunRecord) -> str:
             " the buttons of its card above. Mention me again once it has answered, or cancel"
             " it first."
         )
+    paused = paused_words(record.stop_reason) if record.status is RunStatus.SUSPENDED else ""
+    if paused:
+        # Stopped where it ran (not waiting on anyone): waiting for it would wait for ever.
+        return f"A run is still going in this thread. {paused}"
     return (
         f"A run is still going in this thread ({record.status.value})."
         " Wait for it, or cancel it first."

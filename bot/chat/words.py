@@ -80,6 +80,15 @@ def suspended_words(reason: StopReason, *, waiting: bool) -> str:
     return "Waiting on people." if waiting else _PAUSES.get(reason, "Waiting on people.")
 
 
+def paused_words(reason: StopReason | str) -> str:
+    """What a run suspended by a stop rather than a request waits for (``resume``, another
+    replica), as its thread's status says it; empty for any other reason."""
+    try:
+        return _PAUSES.get(StopReason(reason), "")
+    except ValueError:
+        return ""
+
+
 def status_words(status: str, reason: StopReason | str) -> str:
     """``Run failed: token budget exhausted``; just ``Run completed`` where the reason says
     no more than the status (or there is none)."""

@@ -13,6 +13,7 @@ import pytest
 
 from adapters.slack import ids
 from storage.sqlite import SqliteStore
+from tests.fakes.openai_server import Canned
 from tests.fakes.slack_api import FakeSlackApi
 from tests.fakes.slack_client import app_mention, event_callback, slash_command
 from tests.fakes.slack_world import (
@@ -171,6 +172,27 @@ async def test_a_new_mention_while_a_run_waits_is_not_a_second_run(tmp_path: Pat
         assert "it waits on an approval of `restart_service`" in told, told
         assert "buttons of its card" in told and "suspended" not in told
         assert world.executions == []
+
+
+async def test_a_mention_in_the_thread_of_a_run_stopped_where_it_ran_says_to_resume(
+    tmp_path: Path,
+) -> None:
+    """The replica stopped while the model was asked: the run is suspended where it ran,
+    waiting on nobody. A mention in its thread was told to "wait for it", which waits for
+    ever; it is now told what the thread's status says: mention me with `resume`."""
+    async with FakeSlackApi() as api:
+        async with slack_world(tmp_path, [{"text": "Checkout is fine."}] * 2, api=api) as first:
+            first.model.add_canned(Canned(status=None, delay=30))  # the model is slow
+            mention = await first.mention("how is checkout?")
+            await until(lambda: first.model.count == 1, timeout=10)
+        thread = str(mention["ts"])
+        async with slack_world(tmp_path, [{"text": "Checkout is fine."}] * 2, api=api) as second:
+            await second.mention("and payments?", thread_ts=thread)
+            told = (await second.ephemeral_to(REQUESTER)).args["text"]
+            assert "Mention me with `resume` to go on." in told, told
+            assert "Wait for it" not in told
+            await second.mention("resume", thread_ts=thread)
+            await second.answer_posted()
 
 
 async def test_two_mentions_at_once_in_a_thread_start_one_run(tmp_path: Path) -> None:
