@@ -594,7 +594,9 @@ class KestrelDiscord(discord.Client):
         """Deny and Answer: check, then open the form (a modal must be the first response)."""
         try:
             actor = await self.actor_for(interaction, request_id)
-            refusal = await self.chat.check(request_id, kind, user=actor) if actor else None
+            refusal = None
+            if actor is not None:  # refused and audited as the decision it would make
+                refusal = await self.chat.check(request_id, kind, user=actor, asked=True)
         except StoreError as exc:
             await say_store_failed(interaction, f"{kind.value} form", exc, NOT_RECORDED)
             return

@@ -279,7 +279,8 @@ class SlackListeners:
         # A form to decide is refused (and audited) as the decision it would make.
         refusal = None
         if found and action_id != ids.SHOW_ARGUMENTS:
-            refusal = await self._chat.check(found, MODALS[action_id][0], user=actor)
+            kind = MODALS[action_id][0]
+            refusal = await self._chat.check(found, kind, user=actor, asked=True)
         view = await self._chat.request(found, user=actor) if found and not refusal else None
         if view is None:
             note = refusal.reason if refusal else "That request is not one of this thread's."

@@ -336,10 +336,13 @@ class ChatService:
         message clicked, which must be the request's own card."""
         REQUEST_ID.set(request_id)  # this task's log lines name the request
         if card is not None and not await self._shows(user, card_key(request_id), card):
-            refusal = "this button is not on that request's card"
+            # Audited with where the click came from, as a refusal of its place is: a click
+            # off the card may come from anywhere.
+            where = f"acted from {user.place.describe()}" if user.place is not None else ""
+            refusal = Refusal("this button is not on that request's card", where)
             action = AuditAction.refused(kind.value)
-            await self._rt.store.audit(user.user, action, run_id, request_id, refusal)
-            return Decided(False, refusal)
+            await self._rt.store.audit(user.user, action, run_id, request_id, refusal.audited)
+            return Decided(False, refusal.reason)
         decision = Decision(request_id=request_id, kind=kind, text=text, by=user.user)
         answered = await self._supervisor.answer(decision, run_id=run_id, actor=user, digest=digest)
         if not answered.accepted or not answered.ready:
@@ -356,10 +359,18 @@ class ChatService:
         return Decided(True, answered.message, live)
 
     async def check(
-        self, request_id: str, kind: DecisionKind, *, user: Actor, text: str | None = None
+        self,
+        request_id: str,
+        kind: DecisionKind,
+        *,
+        user: Actor,
+        text: str | None = None,
+        asked: bool = False,
     ) -> Refusal | None:
         """Why ``user`` may not decide ``kind`` (with ``text``, when given) on the request now
-        (None: they may), before asking them for more (a reason); decides nothing."""
+        (None: they may), before asking them for more (a reason); decides nothing. ``asked``:
+        the person asked for it (a Deny or Answer form), so a refusal is audited as the
+        decision's would be; a look at whether a reply is an answer is not."""
         found = await self.request(request_id)
         if found is None:
             return Refusal(f"there is no request {request_id}")
@@ -371,7 +382,13 @@ class ChatService:
             text = found.request.options[0]  # the person, not the answer, is checked here
         decision = Decision(request_id=request_id, kind=kind, by=user.user, text=text or "")
         run_id = found.request.run_id
-        return await self._supervisor.decisions.refusal(decision, run_id=run_id, actor=user)
+        decisions = self._supervisor.decisions
+        refusal = await decisions.refusal(decision, run_id=run_id, actor=user)
+        if refusal is not None and asked:
+            detail = decisions.audited_refusal(refusal, decision)
+            action = AuditAction.refused(kind.value)
+            await self._rt.store.audit(user.user, action, run_id, request_id, detail)
+        return refusal
 
     async def run_of_request(self, request_id: str) -> str | None:
         """The run a request belongs to (None: no such request), from its row alone."""

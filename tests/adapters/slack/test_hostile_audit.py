@@ -1,0 +1,93 @@
+"""Every refusal in Slack is audited, with where it came from, and changes nothing: a form
+refused as it opens, and a click on something that is not the request's card."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from adapters.slack import ids
+from bot.domain import RequestStatus
+from tests.fakes.slack_client import block_actions
+from tests.fakes.slack_world import (
+    APPROVER,
+    SlackWorld,
+    button_value,
+    question_script,
+    restart_script,
+    slack_world,
+)
+
+STRANGER = "U0STRANGER"
+
+
+async def _refusals(world: SlackWorld) -> list[tuple[str, str, str]]:
+    run_id = (await world.chat.recent(1))[0].id
+    audit = await world.rt.store.list_audit(run_id, limit=100)
+    return [(str(r.action), r.actor, r.detail) for r in audit if str(r.action).endswith("_refused")]
+
+
+async def _statuses(world: SlackWorld) -> list[RequestStatus]:
+    run_id = (await world.chat.recent(1))[0].id
+    return [view.status for view in await world.chat.requests_of(run_id)]
+
+
+async def test_a_deny_form_refused_as_it_opens_is_audited(tmp_path: Path) -> None:
+    # Deny opens a form only for someone who may deny: anyone else is refused at the click.
+    # That refusal was said, but never audited, so a member probing who may deny a production
+    # restart left no trace, though every other refusal of a decision does.
+    async with slack_world(tmp_path, restart_script()) as world:
+        await world.mention("checkout is failing")
+        card = await world.card()
+        await world.settled()
+        await world.click(card, ids.DENY, user=STRANGER)
+        note = await world.ephemeral_to(STRANGER)
+        assert note.args["text"].startswith(f"{STRANGER} may not deny restart_service"), note.args
+        assert world.api.calls_to("views.open") == []
+        [(action, actor, detail)] = await _refusals(world)
+        assert (action, actor) == ("deny_refused", STRANGER)
+        assert detail.startswith(f"{STRANGER} may not deny restart_service"), detail
+        assert await _statuses(world) == [RequestStatus.OPEN]
+
+
+async def test_an_answer_form_refused_as_it_opens_is_audited(tmp_path: Path) -> None:
+    async with slack_world(tmp_path, question_script()) as world:
+        await world.mention("checkout is failing")
+        card = await world.card(ids.ANSWER)
+        await world.settled()
+        await world.click(card, ids.ANSWER, user=APPROVER)
+        note = await world.ephemeral_to(APPROVER)
+        assert "may not answer this question" in note.args["text"], note.args
+        [(action, actor, _detail)] = await _refusals(world)
+        assert (action, actor) == ("answer_refused", APPROVER)
+        assert await _statuses(world) == [RequestStatus.OPEN]
+
+
+async def test_a_click_off_the_requests_card_is_audited_with_where_it_came_from(
+    tmp_path: Path,
+) -> None:
+    # A click on a message that is not the request's card is refused before its place is
+    # weighed; its audit said only "not on that request's card", not from which channel and
+    # thread: an auditor could not tell a stale card in the run's thread from a click elsewhere.
+    async with slack_world(tmp_path, restart_script()) as world:
+        await world.mention("checkout is failing")
+        card = await world.card()
+        await world.settled()
+        payload = block_actions(
+            APPROVER,
+            ids.APPROVE_ONCE,
+            button_value(card, ids.APPROVE_ONCE),
+            channel="C0OTHER",
+            message_ts="1700000000.000777",
+            thread_ts="1700000000.000700",
+        )
+        assert (await world.sender.action(payload)).status == 200
+        note = await world.ephemeral_to(APPROVER)
+        assert note.args["text"] == "this button is not on that request's card", note.args
+        [(action, actor, detail)] = await _refusals(world)
+        assert (action, actor) == ("approve_refused", APPROVER)
+        assert detail == (
+            "this button is not on that request's card"
+            " (acted from slack:T0001:C0OTHER:1700000000.000700)"
+        ), detail
+        assert await _statuses(world) == [RequestStatus.OPEN]
+        assert world.executions == []
