@@ -566,6 +566,13 @@ class ChatService:
         ``UnknownRun``, as for a run that does not exist: a read tells nothing of others)."""
         record = await self._rt.store.get_run(run_id)
         if user is not None and not await self._rt.policy.may_see(user, await self._place(run_id)):
+            # Audited as a refused cancel or Full arguments is: a stranger reading runs by id
+            # from elsewhere leaves a trace, with where they read from.
+            where = f"acted from {user.place.describe()}" if user.place is not None else ""
+            refusal = Refusal(f"{user.user} may not see run {run_id}", where)
+            await self._rt.store.audit(
+                user.user, AuditAction.SHOW_REFUSED, run_id=run_id, detail=refusal.audited
+            )
             raise UnknownRun(run_id)
         state = fold(await self._rt.store.load(run_id), run_id)
         if not state.open_requests:

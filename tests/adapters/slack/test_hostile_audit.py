@@ -7,9 +7,12 @@ from pathlib import Path
 
 from adapters.slack import ids
 from bot.domain import RequestStatus
+from tests.adapters.slack.test_hostile_authority import _said
 from tests.fakes.slack_client import block_actions
 from tests.fakes.slack_world import (
     APPROVER,
+    CHANNEL,
+    REQUESTER,
     SlackWorld,
     button_value,
     question_script,
@@ -91,3 +94,27 @@ async def test_a_click_off_the_requests_card_is_audited_with_where_it_came_from(
         ), detail
         assert await _statuses(world) == [RequestStatus.OPEN]
         assert world.executions == []
+
+
+async def test_a_status_refused_from_elsewhere_is_audited_as_a_cancel_is(tmp_path: Path) -> None:
+    # /kestrel cancel and resume RUN typed elsewhere by someone who may not see the run were
+    # audited (cancel_refused, resume_refused); /kestrel status RUN, refused the same way, was
+    # not: a stranger trying run ids from another channel left no trace of reading.
+    async with slack_world(tmp_path, restart_script()) as world:
+        world.api.channel_members[CHANNEL] = [REQUESTER]
+        await world.mention("checkout is failing")
+        await world.card()
+        await world.settled()
+        run_id = (await world.chat.recent(1))[0].id
+        said = await _said(world, STRANGER, f"status {run_id}", "C0OTHER", "T0001")
+        assert said == f"There is no run {run_id} that you can see.", said
+        assert await _refusals(world) == [
+            (
+                "show_refused",
+                STRANGER,
+                f"{STRANGER} may not see run {run_id} (acted from slack:T0001:C0OTHER)",
+            )
+        ]
+        said = await _said(world, REQUESTER, f"status {run_id}", "C0OTHER", "T0001")
+        assert said == f"Run {run_id}: suspended", said
+        assert len(await _refusals(world)) == 1

@@ -269,7 +269,7 @@ async def test_a_cancel_from_elsewhere_tells_a_stranger_nothing_of_the_run(tmp_p
         assert (await world.chat.status(run_id)).record.status.value == "suspended"
         audit = await world.rt.store.list_audit(run_id, limit=100)
         refused = sorted(str(row.action) for row in audit if str(row.action).endswith("_refused"))
-        assert refused == ["cancel_refused", "cancel_refused", "resume_refused"]
+        assert refused == ["cancel_refused", "cancel_refused", "resume_refused", "show_refused"]
 
 
 async def test_feedback_from_elsewhere_on_a_run_one_may_not_see_is_answered(
