@@ -121,7 +121,7 @@ class SlackListeners:
         when it was said stands, and an old message edited would act unseen, high in a thread."""
         if event.get("edited"):
             return
-        await self._accept_mention(event, _team_of(body, event))
+        await self._accept_mention(event, self._workspace(body, event))
 
     async def _accept_mention(self, event: dict[str, Any], team: str) -> None:
         # Held with the question its thread waits on now: that is the one it may answer.
@@ -134,7 +134,7 @@ class SlackListeners:
             return  # edits, joins and bots' messages are never answers
         if event.get("user") == self._me.user:
             return
-        team = _team_of(body, event)
+        team = self._workspace(body, event)
         if self._mention.search(str(event.get("text") or "")):
             await self._accept_mention(event, team)  # the app_mention twin
         elif event.get("thread_ts") and (question := await self._question_of(event, team)):
@@ -418,7 +418,7 @@ class SlackListeners:
         """The App Home tab: what waits on this person."""
         user = str(event.get("user", ""))
         if event.get("tab", "home") == "home" and user:
-            self._spawn(self._publish_home(user, _team_of(body, event)))
+            self._spawn(self._publish_home(user, self._workspace(body, event)))
 
     async def _publish_home(self, user: str, team: str) -> None:
         actor = await self._actor(user, SlackThread(team, "", ""), "", listing=True)
@@ -503,6 +503,14 @@ class SlackListeners:
         if place is not None:
             self._progress.follow(outcome.running, place)
             await self._progress.working(place)
+
+    def _workspace(self, body: dict[str, Any], event: dict[str, Any]) -> str:
+        """The workspace an event's thread lives in: Kestrel's own, the one its token posts
+        in. Slack names one installation of the app in ``authorizations``, and in a channel
+        shared with another workspace where the app is installed too, that may be the other
+        one's: a run taken to live there could be decided from nowhere (a click on its card
+        names ours), and the same message delivered once for each was two runs."""
+        return self._me.team or _team_of(body, event)
 
     async def _actor(
         self, user: str, where: SlackThread, team: str, listing: bool = False

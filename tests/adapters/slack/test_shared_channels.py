@@ -204,3 +204,30 @@ async def test_an_org_wide_installations_token_is_refused_at_start(tmp_path: Pat
         adapter = SlackAdapter(world.chat, world.rt.store, "org-owner", settings)
         with pytest.raises(ConfigError, match="organisation-wide"):
             await adapter.start()
+
+
+async def test_a_mention_slack_names_another_installation_for_is_a_run_of_ours(
+    tmp_path: Path,
+) -> None:
+    # Where the app is installed in both workspaces of a shared channel (an org's workspaces
+    # each installing it), Slack names one installation in ``authorizations``, either one. A
+    # mention named for the other's was a run of that workspace: its card, posted by Kestrel
+    # in the channel, named ours on every click, and every click was refused as "in another
+    # workspace", so nobody could decide it; and the mention named once for each was two runs.
+    async with slack_world(tmp_path, restart_script()) as world:
+        mention = app_mention(REQUESTER, "checkout is failing", channel=SHARED, team=OURS)
+        theirs = {"team_id": THEIRS, "user_id": "U0THEIRBOT", "is_bot": True}
+        ours = {"team_id": OURS, "user_id": world.api.bot_user, "is_bot": True}
+        for authorizations in ([theirs], [ours]):
+            sent = await world.sender.event(
+                mention, team=THEIRS, authorizations=authorizations, is_ext_shared_channel=True
+            )
+            assert sent.status == 200
+        card = await world.card()
+        await world.settled()
+        [run] = await world.chat.recent(5)
+        assert run.session_id.startswith(f"slack:{OURS}:{SHARED}:"), run.session_id
+
+        await world.click(card, ids.APPROVE_ONCE, user=APPROVER)
+        await world.answer_posted()
+        assert world.executions == ["checkout"]
