@@ -327,12 +327,10 @@ class Policy:
         if actor.place.workspace != run.workspace:
             # Another workspace's people see nothing of ours, but on-call named by their id.
             return actor.user in self.settings.oncall
-        # From its channel outside its thread (a slash command), on-call for the runs of that
-        # channel (``channel:ID``) counts; from elsewhere, on-call as a person or a group. Else
-        # the platform says whether they see the thread: a private thread shows to fewer people
-        # than its channel.
-        here = run if run.holds(actor.place) else None
-        if await self.may_operate(actor, here):
+        # On-call as a person or a group; else the platform says whether they see the thread.
+        # ``channel:ID`` adds no one here: it names people acting on a run from where they see
+        # its thread, and from its channel a Discord private thread shows to fewer people.
+        if await self.may_operate(actor):
             return True
         return actor.directory is not None and await actor.directory.sees(actor.user, run)
 
@@ -369,7 +367,9 @@ class Policy:
     ) -> Refusal | None:
         """None when ``actor`` may ``verb`` (cancel, resume) the run: its requester, or
         on-call; else why not."""
-        if (requested_by and actor.user == requested_by) or await self.may_operate(actor, run):
+        if requested_by and actor.user == requested_by:
+            return None
+        if await self.may_operate(actor, await self._seeing(actor, run)):
             return None
         requester = f"its requester ({requested_by or 'none recorded'})"
         if self.settings.oncall:
@@ -381,6 +381,18 @@ class Policy:
             f"{actor.user} may not {verb} run {run_id}: only {requester} may"
             " (policy.oncall is empty)"
         )
+
+    async def _seeing(self, actor: Actor, run: Place | None) -> Place | None:
+        """``run`` when ``actor`` acts on it from its thread, or from its channel and sees the
+        thread (the platform says, and only when on-call names a channel): where ``channel:ID``
+        names them; else None. A slash command in a Discord private thread's channel, by
+        someone not in the thread, is not acting on its runs from where they are seen."""
+        if run is None or actor.place is None or run.within(actor.place):
+            return run
+        named = any(p.partition(":")[0] == "channel" for p in self.settings.oncall)
+        if not named or not run.holds(actor.place):
+            return None
+        return run if await _sees(actor, run) else None
 
     def notices(self) -> list[str]:
         """What people should know about this policy when it is loaded."""

@@ -151,7 +151,16 @@ async def test_oncall_by_channel_or_everyone_reads_no_run_from_elsewhere(platfor
     policy = Policy(PolicyRules(oncall=[f"channel:{private}", "U0ONCALL"]))
     assert not await policy.may_see(stranger, run)
     assert await policy.may_see(Actor("U0ONCALL", place=other_server), run)
-    assert await policy.may_see(Actor("U0STRANGER", place=Place(platform, workspace, private)), run)
+    # From the run's channel, the platform says who sees its thread; channel on-call is
+    # on-call there for those who do (a Discord private thread shows to fewer people).
+    member = Directory(channels={private: {"U0STRANGER"}})
+    outside = Directory(channels={private: {"U0STRANGER"}}, threads={"1.1": set()})
+    here = Place(platform, workspace, private)
+    seeing, unseeing = (Actor("U0STRANGER", place=here, directory=d) for d in (member, outside))
+    assert await policy.may_see(seeing, run)
+    assert not await policy.may_see(unseeing, run)
+    assert await policy.check_operate(seeing, "cancel", "run_1", "U0REQ", run) is None
+    assert await policy.check_operate(unseeing, "cancel", "run_1", "U0REQ", run) is not None
 
 
 async def test_a_run_in_a_thread_is_read_from_its_channel_only_by_those_who_see_the_thread() -> (
