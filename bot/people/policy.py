@@ -304,11 +304,13 @@ class Policy:
 
     def start_refusal(self, actor: Actor) -> Refusal:
         """Why ``actor`` may not start a run, naming who may."""
+        # Audited with where they asked: a refused start belongs to no run that would say it.
+        where = f"acted from {actor.place.describe()}" if actor.place is not None else ""
         if not self.settings.requesters:
-            return Refusal(f"{actor.user} may not start runs: policy.requesters is empty")
+            return Refusal(f"{actor.user} may not start runs: policy.requesters is empty", where)
         who = _either(self.settings.requesters, actor)
-        said = Refusal(f"{actor.user} may not start runs: only {who} may (policy.requesters)")
-        return _with_untold(said, actor)
+        reason = f"{actor.user} may not start runs: only {who} may (policy.requesters)"
+        return _with_untold(Refusal(reason, where), actor)
 
     async def may_operate(self, actor: Actor, run: Place | None = None) -> bool:
         """On-call for a run that lives in ``run``: may resume, cancel, settle uncertain

@@ -118,3 +118,23 @@ async def test_a_status_refused_from_elsewhere_is_audited_as_a_cancel_is(tmp_pat
         said = await _said(world, REQUESTER, f"status {run_id}", "C0OTHER", "T0001")
         assert said == f"Run {run_id}: suspended", said
         assert len(await _refusals(world)) == 1
+
+
+async def test_a_refused_start_is_audited_with_where_it_was_asked(tmp_path: Path) -> None:
+    # A refused start belongs to no run: its audit row, without the place, said who was
+    # refused but not in which channel and thread they asked.
+    policy = {"requesters": [REQUESTER]}
+    async with slack_world(tmp_path, restart_script(), extra_policy=policy) as world:
+        mention = await world.mention("restart checkout", user=STRANGER)
+        note = await world.ephemeral_to(STRANGER)
+        assert note.args["text"].startswith(f"{STRANGER} may not start runs"), note.args
+        await world.settled()
+        assert await world.chat.recent(1) == []
+        rows = await world.rt.store.list_audit(action="start_refused")
+        assert [(r.actor, r.detail) for r in rows] == [
+            (
+                STRANGER,
+                f"{STRANGER} may not start runs: only {REQUESTER} may (policy.requesters)"
+                f" (acted from slack:T0001:{CHANNEL}:{mention['ts']})",
+            )
+        ]
