@@ -312,7 +312,7 @@ def _description(view: RequestView) -> str:
         summary = _plain(request.prompt) or "(no summary)"
         return f"{summary}\n\n*{PLAN_BINDING}*"
     reason = view.reason.strip()
-    why = f"**Why:** {_plain(reason)}" if reason else ""
+    why = f"**Why:**\n{_quoted(_plain(reason))}" if reason else ""
     if request.off_plan:
         why += f"\n\n**{_plain(off_plan_words(request))}**"
     return why.strip()
@@ -325,7 +325,8 @@ def _step_fields(view: RequestView) -> tuple[list[dict[str, Any]], bool]:
     cut = False
     for step in plan_steps(view.request):
         free = " (needs no approval)" if not step.gated else ""
-        lines = [f"*{_plain(step.why)}*"] if step.why else []
+        # On one line: a line break in the model's words would start lines of the field's own.
+        lines = [f"*{_plain(' '.join(step.why.split()))}*"] if step.why else []
         planned = view.request.steps[step.number - 1]
         code, shortened = _code(planned.arguments)
         lines.append(code)
@@ -505,6 +506,12 @@ def _inline(text: str) -> str:
 
 def _compact(value: Any) -> str:
     return value if isinstance(value, str) else pretty(value)
+
+
+def _quoted(text: str) -> str:
+    """``text`` as a block quote, every line of it: the model's words set apart from the
+    card's own lines, which no line of theirs can pass for."""
+    return "\n".join(f"> {line}" for line in text.split("\n"))
 
 
 def _plain(text: str) -> str:

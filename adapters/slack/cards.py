@@ -39,9 +39,11 @@ from adapters.slack.mrkdwn import (
     fit_fallback,
     fit_text,
     inline_code,
+    one_line,
     person_or,
     plain_text,
     principals_text,
+    quoted,
     section_block,
     slack_date,
 )
@@ -118,7 +120,8 @@ def _approval_card(
     if request.origins:
         blocks.append(_origins_section(request))
     if reason.strip():
-        blocks.append(section_block(f"*Why:* {fit_text(reason.strip(), REASON_LIMIT)}"))
+        why = quoted(fit_text(reason.strip(), REASON_LIMIT))
+        blocks.append(section_block(f"*Why:*\n{why}"))
     if request.off_plan:
         blocks.append(section_block(f":warning: {fit_text(off_plan_words(request), REASON_LIMIT)}"))
     facts = _facts(request, "May approve", may_answer, closed is None)
@@ -176,7 +179,7 @@ def _plan_card(
     any_cut = False
     for step, planned in zip(plan_steps(request), request.steps, strict=True):
         free = " _(needs no approval)_" if not step.gated else ""
-        why = f" — {fit_text(step.why, REASON_LIMIT)}" if step.why else ""
+        why = f" — {fit_text(one_line(step.why), REASON_LIMIT)}" if step.why else ""
         code, cut = code_block(step.arguments, CARD_ARGUMENTS_LIMIT // 4)
         any_cut = any_cut or cut
         blocks.append(

@@ -107,6 +107,18 @@ def escape_entities(clean: str) -> str:
     return clean.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
+def quoted(text: str) -> str:
+    """Mrkdwn ``text`` as a block quote, every line of it: words of the model's set apart from
+    the card's own lines, which no line of theirs can pass for."""
+    return "\n".join(f">{line}" for line in text.split("\n"))
+
+
+def one_line(raw: str) -> str:
+    """``raw`` with its line breaks and runs of spaces made single spaces: text shown inside
+    one of the card's own lines cannot start another."""
+    return " ".join(raw.split())
+
+
 def ephemeral_text(message: str) -> str:
     """A one-line reply (an ephemeral refusal, a command's answer) made safe and short."""
     return fit_text(message, SECTION_TEXT_LIMIT)

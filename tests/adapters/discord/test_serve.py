@@ -200,7 +200,7 @@ async def test_serve_discord_shows_the_target_of_every_link_the_model_hides(
             _out, err = await asyncio.to_thread(process.communicate, timeout=30)
         assert process.returncode == 0, err
     card, question, answer = (json.dumps(call.json, ensure_ascii=False) for call in posted)
-    assert "**Why:** Pay at https://bank.example (https://evil.example); see docs" in card
+    assert "**Why:**\\n> Pay at https://bank.example (https://evil.example); see docs" in card
     assert "Pay at https://bank.example (https://evil.example)" in question
     assert "the bank (https://evil.example/b)" in answer
     assert "<https://bank.example> (https://evil.example/x)" in answer
