@@ -203,8 +203,8 @@ class ChatFront:
                 # As the pages ask: a browser that opens /metrics first asks its person too.
                 said = refusal(401, METRICS_UNAUTHORIZED)
                 return challenge(said, config)
-            await health.check()  # kestrel_ready says what /readyz would say now
-            body = await metrics.render()
+            # kestrel_ready says what /readyz would say now: checked while the store is read.
+            body = await metrics.render(alongside=health.check())
             return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
         return scrape

@@ -31,8 +31,9 @@ From the store, at each scrape (every replica reports the same figures: aggregat
 * ``kestrel_open_requests{kind}`` and ``kestrel_open_request_oldest_seconds{kind}``: open
   requests and the age of the oldest (0 when none is open), of runs that did not end;
 * ``kestrel_outbox_backlog{platform}``: chat messages not yet shown on the platform;
-* ``kestrel_store_up``: 1 when the store answered this scrape, 0 when it failed (the store's
-  figures are then left out, the event counters still shown).
+* ``kestrel_store_up``: 1 when the store answered this scrape, 0 when it failed or did not
+  answer within ``READ_SECONDS`` (the store's figures are then left out, the event counters
+  still shown).
 
 And from this process: ``kestrel_chat_duplicates_dropped_total``, inbound chat deliveries seen
 before and dropped; ``kestrel_build_info{version}``; and the standard ``process_*`` series (CPU,
@@ -44,8 +45,9 @@ Labels are bounded (statuses, kinds, exits, platforms): never a run, request or 
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final, Protocol, assert_never
@@ -91,6 +93,10 @@ log = logging.getLogger("kestrel.metrics")
 
 CONTENT_TYPE: Final = CONTENT_TYPE_LATEST
 PLATFORMS: Final = ("slack", "discord")
+# How long a scrape waits on the store's figures: a store that does not answer (a network that
+# passes nothing) is ``kestrel_store_up 0`` within a scraper's timeout (Prometheus: 10 s),
+# rather than a scrape that outlasts it and shows nothing at all.
+READ_SECONDS: Final = 3.0
 
 MODEL_BUCKETS: Final = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0, 120.0)
 TOOL_BUCKETS: Final = (0.01, 0.05, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0)
@@ -253,9 +259,14 @@ class Metrics:
 
     # -- a scrape ------------------------------------------------------------------------------
 
-    async def render(self) -> bytes:
-        """The registry in the Prometheus text format, the store's figures read just now."""
-        snapshot = await self._read_store()
+    async def render(self, *, alongside: Awaitable[object] | None = None) -> bytes:
+        """The registry in the Prometheus text format, the store's figures read just now (within
+        ``READ_SECONDS``); ``alongside`` (a readiness check, whose gauges the registry shows) is
+        awaited at the same time, so that a silent store costs one bound, not two."""
+        if alongside is None:
+            snapshot = await self._read_store()
+        else:
+            snapshot, _ = await asyncio.gather(self._read_store(), alongside)
         # No await from here on: the collector reads this scrape's snapshot, nobody else's.
         self._scraped.snapshot = snapshot
         return generate_latest(self.registry)
@@ -263,16 +274,21 @@ class Metrics:
     async def _read_store(self) -> _Snapshot:
         store = self._store
         try:
-            runs = await store.count_runs_by_status()
-            # Not one a cut-short cancel left open on its ended run: nothing waits on it.
-            requests = await store.list_requests(unfinished_runs=True)
-            backlog = {
-                platform: await store.outbox_backlog(platform) for platform in self._platforms
-            }
-        except StoreError as exc:
+            async with asyncio.timeout(READ_SECONDS):
+                runs = await store.count_runs_by_status()
+                # Not one a cut-short cancel left open on its ended run: nothing waits on it.
+                requests = await store.list_requests(unfinished_runs=True)
+                backlog = {
+                    platform: await store.outbox_backlog(platform) for platform in self._platforms
+                }
+        except (StoreError, TimeoutError) as exc:
             # Once per outage (kestrel_store_up says the rest), not at every scrape of it.
             if not self._store_failing:
-                log.warning("metrics: the store could not be read: %s", exc)
+                silent = f"no answer within {READ_SECONDS:g} s"
+                log.warning(
+                    "metrics: the store could not be read: %s",
+                    exc if isinstance(exc, StoreError) else silent,
+                )
             self._store_failing = True
             return _Snapshot(up=False)
         if self._store_failing:

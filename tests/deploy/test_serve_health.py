@@ -558,3 +558,64 @@ def _status(journal: Path, run_id: str) -> str:
     with sqlite3.connect(journal) as conn:
         row = conn.execute("SELECT status FROM runs WHERE id = ?", (run_id,)).fetchone()
     return str(row[0]) if row else ""
+
+
+# Prometheus gives up on a scrape after its scrape_timeout, 10 s unless set (the chart's
+# ServiceMonitor sets none): a scrape that outlasts it is `up 0`, its figures lost.
+SCRAPE_TIMEOUT = 10.0
+
+
+async def test_a_scrape_with_the_store_silent_answers_within_the_scraper_s_timeout(
+    tmp_path: Path,
+) -> None:
+    # A network that passes nothing: the scrape waited 3 s for readiness, then the store's
+    # reads each waited for a connection in turn (13 s), so kestrel_store_up 0 was never seen.
+    dsn = postgres_dsn()
+    config = tmp_path / "kestrel.yaml"
+    config.write_text("tools: []\n")
+    async with postgres_schema(dsn) as schema, proxied_dsn(dsn) as (proxied, proxy):
+        env = serve_env(
+            config,
+            "http://127.0.0.1:9",
+            KESTREL_DATABASE_URL=f"{proxied}?schema={schema}",
+            KESTREL_WEB_TOKEN=IN_FILES["KESTREL_WEB_TOKEN"],
+        )
+        port = free_port()
+        process = start_serve(tmp_path, port, env)
+        try:
+            await wait_healthy(port, process)
+            assert (await _scrape_within(port, SCRAPE_TIMEOUT))["kestrel_store_up"] == 1.0
+            proxy.hold()
+            said = await _scrape_within(port, SCRAPE_TIMEOUT / 2)
+            assert said["kestrel_store_up"] == 0.0 and said["kestrel_ready"] == 0.0, said
+            proxy.restore()
+            await until(lambda: _store_up_again(port), timeout=30)
+        finally:
+            proxy.restore()
+            process.send_signal(signal.SIGTERM)
+            _, err = await asyncio.to_thread(process.communicate, timeout=60)
+    told = [line for line in err.splitlines() if "metrics: the store could not be read" in line]
+    assert len(told) == 1 and "no answer within" in told[0], err
+    assert "Traceback" not in err, err
+
+
+async def _scrape_within(port: int, seconds: float) -> dict[str, float]:
+    """``kestrel_store_up`` and ``kestrel_ready`` of a scrape that must answer within
+    ``seconds``, as a scraper's timeout demands."""
+    headers = {"Authorization": f"Bearer {IN_FILES['KESTREL_WEB_TOKEN']}"}
+    async with (
+        aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=seconds)) as session,
+        session.get(f"http://127.0.0.1:{port}/metrics", headers=headers) as response,
+    ):
+        assert response.status == 200
+        text = await response.text()
+    found = {}
+    for line in text.splitlines():
+        if line.startswith(("kestrel_store_up ", "kestrel_ready ")):
+            name, value = line.split(" ")
+            found[name] = float(value)
+    return found
+
+
+async def _store_up_again(port: int) -> bool:
+    return (await _scrape_within(port, SCRAPE_TIMEOUT))["kestrel_store_up"] == 1.0
