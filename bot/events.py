@@ -219,8 +219,10 @@ class LogSink:
     """An event sink that writes each event to the ``kestrel.events`` logger."""
 
     def emit(self, event: Event) -> None:
-        """Log the event at debug level, as JSON-ready data; a run the model failed also as a
-        warning, which the operator must hear of (a key refused, a quota used up)."""
+        """Log the event at debug level, as JSON-ready data; a run's course (started, waiting,
+        suspended, ended) also at info, which the chart and the unit log at: an operator saw
+        no run in the log otherwise; a run the model failed as a warning, which the operator
+        must hear of (a key refused, a quota used up)."""
         if log.isEnabledFor(logging.DEBUG):
             log.debug("%s", to_json(event))
         if isinstance(event, RunEndedEvent) and event.result.stop_reason is StopReason.MODEL_ERROR:
@@ -228,6 +230,27 @@ class LogSink:
             log.warning(
                 "run %s %s (%s): %s", event.run_id, result.status, result.stop_reason, result.error
             )
+        elif log.isEnabledFor(logging.INFO) and (said := _course(event)):
+            log.info("%s", said)
+
+
+def _course(event: Event) -> str:
+    """What ``event`` says of the run's course, in one line naming the run; "" for the rest
+    (a model turn, a tool's start and exit: debug alone, they come many to a run)."""
+    match event:
+        case RunStartedEvent(run_id=run_id, requested_by=who):
+            return f"run {run_id} started, requested by {who}"
+        case RunResumedEvent(run_id=run_id, orphaned=orphaned):
+            how = "adopted (its replica stopped renewing its lease)" if orphaned else "resumed"
+            return f"run {run_id} {how}"
+        case RequestOpenedEvent(run_id=run_id, request=request):
+            return f"run {run_id} waits: {request.kind} {request.id} for {request.tool}"
+        case RunSuspendedEvent(run_id=run_id, reason=reason, request_ids=ids):
+            waiting = f", waiting on {', '.join(ids)}" if ids else ""
+            return f"run {run_id} suspended ({reason}){waiting}"
+        case RunEndedEvent(run_id=run_id, result=result):
+            return f"run {run_id} {result.status} ({result.stop_reason})"
+    return ""
 
 
 class FanOut:

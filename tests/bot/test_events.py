@@ -24,6 +24,8 @@ from bot.events import (
     ModelTurnEvent,
     RequestOpenedEvent,
     RunEndedEvent,
+    RunResumedEvent,
+    RunSuspendedEvent,
     to_json,
 )
 
@@ -74,7 +76,7 @@ def test_models_inside_events_become_plain_json() -> None:
     }
 
 
-def test_a_run_the_model_failed_is_a_warning_and_other_ends_stay_debug(
+def test_a_run_the_model_failed_is_a_warning_and_other_ends_are_info(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     # A model that refuses the key (401), a quota used up, a model name it does not know:
@@ -91,3 +93,23 @@ def test_a_run_the_model_failed_is_a_warning_and_other_ends_stay_debug(
     (record,) = caplog.records
     assert record.levelno == logging.WARNING
     assert record.getMessage() == f"run run_2 failed (model_error): {error}"
+
+
+def test_a_run_s_course_is_one_info_line_each_naming_the_run(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # What on-call reads at the chart's level (info): which run waits on what, and why it
+    # stopped; the model's turns and the tools' exits stay at debug (many to a run).
+    caplog.set_level(logging.INFO, logger="kestrel.events")
+    sink = LogSink()
+    sink.emit(RunResumedEvent("run_1", orphaned=True))
+    sink.emit(ModelTurnEvent("run_1", "thinking", calls=1))
+    sink.emit(RequestOpenedEvent("run_1", REQUEST))
+    sink.emit(RunSuspendedEvent("run_1", StopReason.WAITING, (REQUEST.id,)))
+    sink.emit(RunSuspendedEvent("run_1", StopReason.HANDED_BACK, ()))
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+        (logging.INFO, "run run_1 adopted (its replica stopped renewing its lease)"),
+        (logging.INFO, f"run run_1 waits: wait_approval {REQUEST.id} for deploy"),
+        (logging.INFO, f"run run_1 suspended (waiting), waiting on {REQUEST.id}"),
+        (logging.INFO, "run run_1 suspended (handed_back)"),
+    ]

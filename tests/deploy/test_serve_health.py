@@ -619,3 +619,38 @@ async def _scrape_within(port: int, seconds: float) -> dict[str, float]:
 
 async def _store_up_again(port: int) -> bool:
     return (await _scrape_within(port, SCRAPE_TIMEOUT))["kestrel_store_up"] == 1.0
+
+
+async def test_each_run_s_course_is_logged_at_the_chart_s_level(tmp_path: Path) -> None:
+    # At info, the chart's and the unit's level, a run left no line of Kestrel's own: on-call
+    # reading the log could not tell which runs started, where, and how they ended.
+    (tmp_path / "kestrel.yaml").write_text(
+        "model: {provider: openai, name: fake, max_retries: 0}\ntools: []\n"
+    )
+    async with FakeOpenAI([{"text": "all good"}]) as model:
+        env = serve_env(
+            tmp_path / "kestrel.yaml",
+            "http://127.0.0.1:9",
+            OPENAI_BASE_URL=model.base_url,
+            KESTREL_LOG_LEVEL="info",
+            KESTREL_LOG_FORMAT="json",
+        )
+        port = free_port()
+        process = start_serve(tmp_path, port, env)
+        try:
+            await wait_healthy(port, process)
+            run_id = await _start_a_run(tmp_path / "kestrel.db")
+            await until(lambda: _status(tmp_path / "kestrel.db", run_id) == "completed", timeout=20)
+        finally:
+            process.send_signal(signal.SIGTERM)
+            _, err = await asyncio.to_thread(process.communicate, timeout=40)
+    course = [
+        r
+        for r in log_records(err, "json")
+        if r["logger"] == "kestrel.events" and r["level"] == "info"
+    ]
+    assert [r["message"] for r in course] == [
+        f"run {run_id} started, requested by U0REQ",
+        f"run {run_id} completed (answered)",
+    ], err
+    assert all(r["run_id"] == run_id and r["session"] for r in course), course
