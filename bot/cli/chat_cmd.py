@@ -210,7 +210,8 @@ def serve(platforms: tuple[str, ...], port: int | None, host: str) -> None:
     hold_sigterm()  # one that comes before the event loop is kept for the stop
     import asyncio
 
-    from bot.cli.compose import check_approvable, load_scanner
+    from bot import __version__
+    from bot.cli.compose import check_approvable, load_scanner, shown_database
     from bot.cli.serving import ChatFront, front_settings
     from bot.cli.stopping import Stop, end_on_signals
     from bot.collector import settle_for_service
@@ -255,7 +256,15 @@ def serve(platforms: tuple[str, ...], port: int | None, host: str) -> None:
         taking = asyncio.create_task(taker.run())
         # Log records, not prints: with KESTREL_LOG_FORMAT=json every line on stderr is one
         # object. The policy's notices were logged as warnings when the runtime was built.
-        log.info("kestrel serving as %s", rt.owner)
+        # What on-call asks of a replica's log first: which Kestrel, serving what, on which
+        # journal (a PostgreSQL server without its password).
+        log.info(
+            "kestrel serving as %s (version %s; platforms: %s; store: %s)",
+            rt.owner,
+            __version__,
+            ", ".join(checked.platforms) or "none",
+            shown_database(settings),
+        )
         if settings.uses_demo_catalog():
             log.warning(
                 "tools: none set: serving the demo catalog's simulated services; set tools: to"

@@ -289,7 +289,8 @@ async def test_a_postgresql_outage_is_logged_once_by_readiness_and_its_end_too(
         env = serve_env(
             config,
             "http://127.0.0.1:9",
-            KESTREL_DATABASE_URL=f"{proxied}?schema={schema}",
+            # A password the server (trust) does not ask for: never in a line of the log.
+            KESTREL_DATABASE_URL=_with_password(f"{proxied}?schema={schema}"),
             KESTREL_WEB_TOKEN=token,
             KESTREL_DATABASE_TIMEOUT_SECONDS="1",
         )
@@ -314,6 +315,16 @@ async def test_a_postgresql_outage_is_logged_once_by_readiness_and_its_end_too(
     assert len([line for line in told if "not ready: store: unreachable" in line]) == 1, err
     assert len([line for line in told if "store: fine again" in line]) == 1, err
     assert "Traceback" not in err
+    assert DATABASE_PASSWORD not in err
+    started = next(line for line in err.splitlines() if "kestrel serving as" in line)
+    assert f"store: postgres@127.0.0.1:{proxy.port}/test (schema {schema}))" in started, started
+
+
+DATABASE_PASSWORD = "Db-Pa55word-7e3c"
+
+
+def _with_password(dsn: str) -> str:
+    return dsn.replace("postgresql://postgres@", f"postgresql://postgres:{DATABASE_PASSWORD}@")
 
 
 async def _detail_says(port: int, token: str, words: str) -> bool:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from adapters.slack import ids
+from bot import __version__
 from bot.cli.common import EXIT_TEMPFAIL
 from tests.fakes.openai_server import Canned, FakeOpenAI, chat_completion
 from tests.fakes.serving import (
@@ -98,7 +99,10 @@ async def test_serve_slack_writes_only_log_records_and_each_notice_once(
     serve = [
         r["message"] for r in records if (r["level"], r["logger"]) == ("info", "kestrel.serve")
     ]
-    assert serve[0].startswith("kestrel serving as ")
+    # Which Kestrel, on what, with which journal: what on-call asks of a replica's log first.
+    journal = tmp_path / "kestrel.db"
+    said = f" (version {__version__}; platforms: slack; store: {journal})"
+    assert serve[0].startswith("kestrel serving as ") and serve[0].endswith(said), serve[0]
     assert "slack: workspace T0001 as <@UBOT>, HTTP at /slack/events" in serve
     assert any(m.startswith(f"http: listening on 127.0.0.1:{port} ") for m in serve), serve
     assert serve[-1] == "stopped: live runs suspended and their leases released"
