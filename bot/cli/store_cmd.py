@@ -162,7 +162,13 @@ def health(url: str, timeout: float) -> None:
     if not url.startswith(("http://", "https://")):
         fail(f"{url}: not an http:// URL (the default is {HEALTH_URL})")
         sys.exit(1)
-    if "@" in urllib.parse.urlsplit(url).netloc:
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018 - read for its ValueError: a port that is no number
+    except ValueError as exc:  # an unclosed IPv6 bracket
+        fail(f"{url}: {exc}")
+        sys.exit(1)
+    if "@" in parts.netloc:
         # urllib would take the user and password for a part of the host's name.
         fail(f"{url}: a probe sends no user or password: give the URL without them")
         sys.exit(1)

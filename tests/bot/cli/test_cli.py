@@ -861,6 +861,15 @@ def test_health_names_neither_a_url_without_its_scheme_nor_its_credentials(tmp_p
     assert "Tk-9f8e7d" not in said.stderr
 
 
+@pytest.mark.parametrize("url", ["http://[::1/healthz", "http://[::1]:3000x/healthz"])
+def test_health_names_a_url_it_cannot_read_in_one_line(tmp_path: Path, url: str) -> None:
+    # An unclosed IPv6 bracket (a typo in a HEALTHCHECK's --url) was a traceback, ValueError
+    # at its last line, and a container that stayed "unhealthy" without a word of why.
+    said = kestrel(tmp_path, "health", "--url", url)
+    assert said.returncode == 1 and "Traceback" not in said.stderr, said.stderr
+    assert said.stderr.startswith(f"kestrel: {url}: ") and said.stderr.count("\n") == 1
+
+
 def test_tools_check_of_a_configuration_says_what_it_is_and_what_checks_it(
     tmp_path: Path,
 ) -> None:
