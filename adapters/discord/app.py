@@ -25,6 +25,10 @@ from bot.chat.service import ChatService
 log = logging.getLogger("kestrel.discord")
 
 READY_SECONDS = 30.0
+# How long the REST calls of the start (the login, the gateway's URL) may take: discord.py's
+# HTTP client has no bound of its own, and an API that took the connection and said nothing
+# held the start forever, without a line at any level (Slack's client gives up at 30 s too).
+LOGIN_SECONDS = 30.0
 STOP_SECONDS = 5.0
 
 
@@ -64,7 +68,9 @@ class DiscordAdapter:
         the mentions said while no session was connected."""
         client = self.client
         try:
-            await client.login(self.settings.token)
+            async with asyncio.timeout(LOGIN_SECONDS):
+                await client.login(self.settings.token)
+                await self._use_gateway_rest_names()
         except discord.LoginFailure as exc:
             await client.close()
             raise ConfigError(f"discord: DISCORD_TOKEN was refused: {exc}") from exc
@@ -78,7 +84,6 @@ class DiscordAdapter:
             raise ConfigError(
                 unreachable("discord", url, exc, variable="DISCORD_API_URL", moved=moved)
             ) from exc
-        await self._use_gateway_rest_names()
         connecting = asyncio.create_task(client.connect(reconnect=True), name="discord-gateway")
         ready = asyncio.create_task(client.wait_until_ready())
         done, _ = await asyncio.wait(

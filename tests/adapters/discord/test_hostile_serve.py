@@ -158,3 +158,14 @@ async def test_serve_under_a_long_rate_limit_at_login_fails_in_one_line(
         fake.fail("GET", path, retry_after=900, times=None)
         env = {"DISCORD_TOKEN": TOKEN, "DISCORD_API_URL": fake.api_url}
         await _fails_cleanly(tmp_path, env, "rate limited for 900s")
+
+
+async def test_serve_with_an_api_that_never_answers_gives_up_in_one_line(tmp_path: Path) -> None:
+    # A proxy or a network that takes the connection and passes nothing: the login waited
+    # forever, saying nothing at any level, and the startup probe killed it 650 s later.
+    async with FakeDiscord() as fake:
+        fake.delay("GET", "/users/@me", 600)
+        env = {"DISCORD_TOKEN": TOKEN, "DISCORD_API_URL": fake.api_url}
+        said = "no answer in time (timed out); check DISCORD_API_URL"
+        out = await _fails_cleanly(tmp_path, env, said, exits=EXIT_TEMPFAIL)
+        assert out.splitlines()[-1].startswith("kestrel: discord: cannot reach "), out
