@@ -25,6 +25,7 @@ from bot.cli.common import (
 from bot.cli.driving import hold_sigterm, on_stop_signals
 
 if TYPE_CHECKING:
+    from bot.cli.serving import ChatFront
     from bot.cli.stopping import Stop
     from bot.config.settings import Settings
     from bot.run.runtime import Runtime
@@ -241,7 +242,12 @@ def serve(platforms: tuple[str, ...], port: int | None, host: str) -> None:
         # A second signal kills the commands under way now, sparing none the grace.
         stop.on_second(lambda: supervisor.interrupt_all(hand_back=True))
         stop.doing = "starting the chat platforms and the listener"
-        await front.start()
+        if not await _started_unless_stopped(front, stop):
+            log.warning(
+                "stopped on %s while the chat platforms connected: nothing was served",
+                signal.Signals(stop.received[0]).name,
+            )
+            return
         # Named at the signal, not once serve resumes: a second signal read in the same pass
         # of the event loop cuts the stop short before then.
         stop.on_first(functools.partial(_name_under_way, stop, supervisor))
@@ -344,6 +350,26 @@ def serve(platforms: tuple[str, ...], port: int | None, host: str) -> None:
     stopped = asyncio.run(main())
     end_on_signals(log)
     stopped.exit_if_cut()
+
+
+async def _started_unless_stopped(front: ChatFront, stop: Stop) -> bool:
+    """Start ``front``; or, when the stop comes while it starts, give its start up at once
+    (nothing is served yet: a platform whose API does not answer held the stop for its whole
+    deadline, which then ended the process as overdue) and say so with False. A stop that came
+    before (while the schema migrated) lets it start, then stops it as usual."""
+    import asyncio
+
+    if stop.event.is_set():
+        await front.start()
+        return True
+    starting = asyncio.ensure_future(front.start())
+    stop.on_first(starting.cancel)  # at once, if the signal came already
+    await asyncio.wait({starting})
+    if not starting.cancelled():
+        starting.result()  # a token refused, a port taken: raised as before
+        return True
+    await front.stop()
+    return False
 
 
 def _name_under_way(stop: Stop, supervisor: Supervisor) -> None:

@@ -207,3 +207,31 @@ async def test_serve_discord_shows_the_target_of_every_link_the_model_hides(
     assert [c.path for c in fake.calls if masked_links(json.dumps(c.json))] == []
     # DISCORD_PING_APPROVERS=false: the approval card and the question notify nobody.
     assert [(c.json or {})["allowed_mentions"] for c in posted] == [{"parse": []}] * 3
+
+
+async def test_a_sigterm_while_discord_does_not_answer_the_login_stops_at_once(
+    tmp_path: Path,
+) -> None:
+    # Nothing served yet, but the stop waited on the login for its whole deadline (grace +
+    # 15 s), then ended as overdue: an error line and exit 143, for a rollout's routine stop.
+    config = write_config(tmp_path, "http://127.0.0.1:9/v1", extra_policy=POLICY)
+    async with FakeDiscord() as fake:
+        fake.delay("GET", "/users/@me", 600)
+        env = serve_env(
+            config, "http://127.0.0.1:9/api/", DISCORD_TOKEN="t0k3n", DISCORD_API_URL=fake.api_url
+        )
+        process = start_serve(tmp_path, free_port(), env, "discord")
+        try:
+            await fake.wait_for("GET /users/@me", timeout=20)
+            process.send_signal(signal.SIGTERM)
+            _, err = await asyncio.to_thread(process.communicate, timeout=10)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                await asyncio.to_thread(process.communicate, timeout=10)
+    assert process.returncode == 0, err
+    assert err.splitlines()[-1].endswith(
+        "WARNING kestrel.serve: stopped on SIGTERM while the chat platforms connected:"
+        " nothing was served"
+    ), err
+    assert "Traceback" not in err and "Unclosed" not in err, err
