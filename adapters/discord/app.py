@@ -17,7 +17,7 @@ from discord.gateway import DiscordWebSocket
 from adapters.discord.client import KestrelDiscord
 from adapters.discord.interactions import INTERACTIONS_PATH, InteractionEndpoint, public_key
 from adapters.discord.settings import DEFAULT_API, DiscordSettings
-from adapters.unreachable import unreachable
+from adapters.unreachable import unreachable, why
 from bot.chat.contract import ConfigError, Outbox
 from bot.chat.links import RunLink
 from bot.chat.service import ChatService
@@ -149,9 +149,18 @@ class DiscordAdapter:
             with contextlib.suppress(asyncio.CancelledError):
                 await connecting
             await self.client.close()
-            raise ConfigError(f"discord: the gateway did not say READY in {READY_SECONDS:.0f} s")
+            # Discord not answering, which a later start may get past (exit 75), no mistake.
+            silent = TimeoutError(f"no READY in {READY_SECONDS:.0f} s")
+            said = f"discord: the gateway did not say READY in {READY_SECONDS:.0f} s"
+            raise ConfigError(said) from silent
         await self.client.close()
-        error = connecting.exception()
+        # None: the gateway closed the connection cleanly before READY.
+        error = connecting.exception() or ConnectionError("closed before READY")
+        if isinstance(error, AttributeError) and error.__context__ is not None:
+            # discord.py's first connection, refused (a 503 of the gateway, a reset), tries
+            # to resume the session it never had ('NoneType' object has no attribute
+            # 'sequence'): what went wrong is the refusal.
+            error = error.__context__
         if isinstance(error, discord.PrivilegedIntentsRequired):
             raise ConfigError(
                 "discord: the Message Content intent is not enabled for this application:"
@@ -159,7 +168,8 @@ class DiscordAdapter:
                 " DISCORD_MESSAGE_CONTENT=false (thread replies then cannot answer questions;"
                 " the Answer button still can)"
             ) from error
-        raise ConfigError(f"discord: the gateway connection failed: {error}") from error
+        # Chained: a refusal that says Discord did not answer (a 5xx, a reset) exits 75.
+        raise ConfigError(f"discord: the gateway connection failed: {why(error)}") from error
 
 
 def _limited(exc: discord.RateLimited) -> ConfigError:
