@@ -29,6 +29,18 @@ from bot.chat.service import ChatService
 from bot.oneline import one_line
 from bot.user_agent import USER_AGENT
 
+# What Slack answers for an app-level token it will never accept: a mistake to mend.
+REFUSED_TOKEN = frozenset(
+    {
+        "invalid_auth",
+        "not_authed",
+        "not_allowed_token_type",
+        "account_inactive",
+        "token_revoked",
+        "token_expired",
+    }
+)
+
 log = logging.getLogger("kestrel.slack")
 
 EVENTS_PATH = "/slack/events"
@@ -114,8 +126,24 @@ class SlackAdapter:
     async def connect(self) -> None:
         """Socket Mode: connect out with the app-level token (no public URL needed)."""
         assert self.app is not None, "start() first"
+        await self._app_token_accepted()
         self._socket = GatedSocketMode(self.app, self.settings.app_token)
         await self._socket.connect_async()  # type: ignore[no-untyped-call]
+
+    async def _app_token_accepted(self) -> None:
+        """Ask once for a socket with the app-level token: one Slack refuses is a mistake to
+        mend, said in one line (exit 2), where the socket client asked again every 10 s
+        forever, while nothing listened. Anything else (Slack or the network failing) is left
+        to the socket client, which retries it."""
+        try:
+            await self.client.apps_connections_open(app_token=self.settings.app_token)
+        except SlackApiError as exc:
+            error = exc.response.get("error")
+            if error in REFUSED_TOKEN:
+                said = f"slack: apps.connections.open refused SLACK_APP_TOKEN: {error}"
+                raise ConfigError(said) from exc
+        except (OSError, aiohttp.ClientError):
+            pass  # not answering: the socket client's retries, as after the start
 
     async def connected(self) -> bool:
         """HTTP mode: auth.test passed at ``start``; Socket Mode: the websocket is open now

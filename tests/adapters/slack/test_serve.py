@@ -260,3 +260,20 @@ async def test_serve_runs_a_call_the_model_sent_twice_with_its_id_once(tmp_path:
     assert (tmp_path / "executions.txt").read_text() == "checkout\n"
     answered = [m for m in model.requests[-1]["messages"] if m["role"] == "tool"]
     assert [m["tool_call_id"] for m in answered] == ["call_0"]
+
+
+async def test_serve_slack_with_an_app_token_slack_refuses_says_so_and_exits_2(
+    tmp_path: Path,
+) -> None:
+    # A wrong SLACK_APP_TOKEN: the socket client asked again every 10 s forever, two errors a
+    # time, while nothing listened on /healthz; the unit never failed, the pod never said why.
+    config = write_config(tmp_path, "http://127.0.0.1:9/v1")
+    async with FakeSlackApi() as api:
+        api.refuse("apps.connections.open", "invalid_auth")
+        env = serve_env(config, api.url, SLACK_APP_TOKEN="xapp-wrong-4e8c2a")
+        done = await asyncio.to_thread(run_serve, tmp_path, env, "slack", "--port", "0")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines()[-1] == (
+        "kestrel: slack: apps.connections.open refused SLACK_APP_TOKEN: invalid_auth"
+    ), done.stderr
+    assert "xapp-wrong-4e8c2a" not in done.stderr and "Traceback" not in done.stderr
