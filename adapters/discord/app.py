@@ -62,6 +62,9 @@ class DiscordAdapter:
             catch_up=timedelta(minutes=settings.catch_up_minutes),
         )
         self._connecting: asyncio.Task[None] | None = None
+        self._stopping = False
+        # Why the gateway connection ended for good ("" while discord.py keeps it or tries).
+        self.gave_up = ""
 
     async def start(self) -> discord.ClientUser:
         """Log in, connect and wait until the gateway says READY; then serve, beginning with
@@ -94,6 +97,7 @@ class DiscordAdapter:
             await self._fail_connect(connecting)
         assert client.user is not None
         self._connecting = connecting
+        connecting.add_done_callback(self._ended)
         await client.life.start()
         client.serve()
         return client.user
@@ -118,8 +122,29 @@ class DiscordAdapter:
         """Take no new event from now on: the other replicas' sessions get each one too."""
         self.client.drain()
 
+    def _ended(self, connecting: asyncio.Task[None]) -> None:
+        """The gateway's task ended while serving: discord.py stopped trying (a close code it
+        takes as fatal: 4004, the token refused; 4010-4014). Said once, as an error, and kept
+        for ``/readyz``; readiness said "reconnecting" for ever, and the log nothing."""
+        if self._stopping or connecting.cancelled():
+            return
+        error = connecting.exception()
+        if isinstance(error, discord.ConnectionClosed) and error.code == 4004:
+            reason = error.reason or "Authentication failed"
+            self.gave_up = f"DISCORD_TOKEN was refused (close code 4004: {reason})"
+        elif error is not None:
+            self.gave_up = f"{type(error).__name__}: {error}"
+        else:
+            self.gave_up = "the gateway connection closed"
+        log.error(
+            "discord: the gateway connection ended and is not tried again: %s; this replica"
+            " serves Discord no more until it is restarted (with a new token, if refused)",
+            self.gave_up,
+        )
+
     async def stop(self) -> None:
         """Finish what is being handled, rendered and delivered, then close the connection."""
+        self._stopping = True
         client = self.client
         client.drain()
         # A message or a click cut by the closing connection would be taken and never shown.

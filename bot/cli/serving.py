@@ -123,7 +123,8 @@ class ChatFront:
         if self._settings.discord is not None:
             await self._start_discord(self._settings.discord, links, application)
             assert self._discord is not None
-            self.health.platform("discord", self._discord.connected)
+            discord = self._discord
+            self.health.platform("discord", discord.connected, lambda: discord.gave_up)
         await self.health.start(await self._supervisor.rt.store.schema_version())
         add_web_routes(application, self._chat, config)
         application.router.add_get("/metrics", self._metrics_route(config))

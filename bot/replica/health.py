@@ -29,6 +29,8 @@ TICK_SECONDS: Final = 0.5
 LIVENESS_DEADLINE_SECONDS: Final = 10.0
 
 Connected = Callable[[], Awaitable[bool]]
+# Why a platform's client stopped trying to connect ("" while it is connected or trying).
+GaveUp = Callable[[], str]
 
 log = logging.getLogger("kestrel.health")
 
@@ -39,6 +41,7 @@ STORE_UNREACHABLE: Final = "unreachable"
 SCHEMA_CHANGED: Final = "schema version is not this replica's"
 NOT_REGISTERED: Final = "registration is not current"
 NOT_CONNECTED: Final = "not connected (reconnecting)"
+GAVE_UP: Final = "not connected (no longer trying)"
 STOPPING: Final = "stopping: live runs are being handed back"
 
 
@@ -112,15 +115,18 @@ class Health:
         self._owner = owner
         self._alive_within = alive_within
         self._platforms: dict[str, Connected] = {}
+        self._gave_up: dict[str, GaveUp] = {}
         self._expected: int | None = None
         self.watch = LoopWatch()
         starting = "not checked yet"
         self.latest = Readiness(problems={"starting": starting}, said={"starting": starting})
         self.stopping = False
 
-    def platform(self, name: str, connected: Connected) -> None:
-        """Readiness needs ``name`` connected (``connected()`` says whether it is now)."""
+    def platform(self, name: str, connected: Connected, gave_up: GaveUp = lambda: "") -> None:
+        """Readiness needs ``name`` connected (``connected()`` says whether it is now;
+        ``gave_up()`` why its client no longer tries, if it does not)."""
         self._platforms[name] = connected
+        self._gave_up[name] = gave_up
 
     async def start(self, expected_schema: int) -> None:
         """Remember the schema version this replica was started with, and watch the loop."""
@@ -149,7 +155,10 @@ class Health:
         store, replica, *platforms = await asyncio.gather(
             _bounded(self._store_problem(), STORE_UNREACHABLE),
             _bounded(self._replica_problem(), NOT_REGISTERED),
-            *(_bounded(_connected_problem(self._platforms[n]), NOT_CONNECTED) for n in names),
+            *(
+                _bounded(_connected_problem(self._platforms[n], self._gave_up[n]), NOT_CONNECTED)
+                for n in names
+            ),
         )
         if store:
             found["store"] = store
@@ -207,9 +216,11 @@ class Health:
         return None
 
 
-async def _connected_problem(connected: Connected) -> Problem | None:
+async def _connected_problem(connected: Connected, gave_up: GaveUp) -> Problem | None:
     if await connected():
         return None
+    if gave_up():  # why: said once, as an error, by the platform as its client gave up
+        return Problem(GAVE_UP, GAVE_UP)
     return Problem(NOT_CONNECTED, NOT_CONNECTED)
 
 

@@ -28,6 +28,7 @@ from tests.fakes.slack_world import (
     restart_script,
     write_config,
 )
+from tests.fakes.waiting import until
 
 POLICY = {"approvers": {"*": [APPROVER]}, "oncall": [ONCALL]}
 
@@ -235,3 +236,45 @@ async def test_a_sigterm_while_discord_does_not_answer_the_login_stops_at_once(
         " nothing was served"
     ), err
     assert "Traceback" not in err and "Unclosed" not in err, err
+
+
+async def test_a_gateway_that_refuses_the_token_for_good_is_said_not_reconnecting(
+    tmp_path: Path,
+) -> None:
+    # The token reset in the Developer Portal: the gateway closes with 4004 and discord.py
+    # stops trying. Nothing was logged, and /readyz said "not connected (reconnecting)" for
+    # ever: on-call waited on a replica that would never serve Discord again.
+    config = write_config(tmp_path, "http://127.0.0.1:9/v1", extra_policy=POLICY)
+    async with FakeDiscord() as fake:
+        port = free_port()
+        env = serve_env(
+            config, "http://127.0.0.1:9/api/", DISCORD_TOKEN="t0k3n", DISCORD_API_URL=fake.api_url
+        )
+        process = start_serve(tmp_path, port, env, "discord")
+        try:
+            await wait_healthy(port, process)
+            await until(lambda: _readyz(port, {"discord": True}), timeout=20)
+            await fake.close_gateway(4004, "Authentication failed")
+            await until(lambda: _readyz(port, {"discord": False}), timeout=20)
+            body = await _readyz_body(port)
+            assert body["problems"] == {"discord": "not connected (no longer trying)"}, body
+        finally:
+            process.send_signal(signal.SIGTERM)
+            _, err = await asyncio.to_thread(process.communicate, timeout=30)
+    assert process.returncode == 0, err
+    said = [line for line in err.splitlines() if "4004" in line]
+    assert len(said) == 1 and " ERROR kestrel.discord: " in said[0], err
+    assert "DISCORD_TOKEN" in said[0] and "t0k3n" not in err, err
+
+
+async def _readyz_body(port: int) -> dict[str, Any]:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"http://127.0.0.1:{port}/readyz") as response,
+    ):
+        body: dict[str, Any] = await response.json()
+        return body
+
+
+async def _readyz(port: int, platforms: dict[str, bool]) -> bool:
+    return bool((await _readyz_body(port))["platforms"] == platforms)
