@@ -272,7 +272,9 @@ async def test_serve_slack_with_an_app_token_slack_refuses_says_so_and_exits_2(
         api.refuse("apps.connections.open", "invalid_auth")
         env = serve_env(config, api.url, SLACK_APP_TOKEN="xapp-wrong-4e8c2a")
         done = await asyncio.to_thread(run_serve, tmp_path, env, "slack", "--port", "0")
+        asked = api.calls_to("apps.connections.open")
     assert done.returncode == 2, done.stderr
+    assert [call.token for call in asked] == ["xapp-wrong-4e8c2a"]  # the app's, not the bot's
     assert done.stderr.splitlines()[-1] == (
         "kestrel: slack: apps.connections.open refused SLACK_APP_TOKEN: invalid_auth"
     ), done.stderr
