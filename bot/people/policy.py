@@ -352,7 +352,9 @@ class Policy:
         if run.within(here) if thread else run.holds(here):
             return None
         where = _elsewhere(run, here)
-        if (here.platform, here.workspace) != (run.platform, run.workspace):
+        if not run.platform:  # its session's row is gone from the store: it has no thread
+            reason = f"{what} has no thread Kestrel knows of: on-call can act on it at the terminal"
+        elif (here.platform, here.workspace) != (run.platform, run.workspace):
             reason = f"{what} is {where}: act on it from its run's thread there"
         elif (link := run.link()) and await _sees(actor, run):
             reason = f"{what} is {where}: act on it from its run's thread, {link}"

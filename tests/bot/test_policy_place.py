@@ -163,6 +163,19 @@ async def test_oncall_by_channel_or_everyone_reads_no_run_from_elsewhere(platfor
     assert await policy.check_operate(unseeing, "cancel", "run_1", "U0REQ", run) is not None
 
 
+@pytest.mark.parametrize("platform", sorted(PLATFORMS))
+async def test_a_run_whose_place_is_unknown_is_refused_in_words_that_say_so(platform: str) -> None:
+    # A run whose session's row the store lost has a place of no platform: the refusal said
+    # "Request R is on : act on it from its run's thread there".
+    workspace, ops, _private, _group, _user = PLATFORMS[platform]
+    actor = Actor("U0ALICE", place=Place(platform, workspace, ops, "1.1"), directory=Directory())
+    refusal = await Policy(PolicyRules()).place_refusal(actor, Place(""), "request req_1")
+    assert refusal is not None
+    assert refusal.reason == (
+        "Request req_1 has no thread Kestrel knows of: on-call can act on it at the terminal"
+    )
+
+
 async def test_a_run_in_a_thread_is_read_from_its_channel_only_by_those_who_see_the_thread() -> (
     None
 ):
