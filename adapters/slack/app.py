@@ -3,8 +3,11 @@ the progress refresher, served over HTTP (``/slack/events``) or Socket Mode."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import logging
+import random
 
 import aiohttp
 from aiohttp import web
@@ -21,7 +24,7 @@ from adapters.slack.look import SlackLook
 from adapters.slack.progress import Progress
 from adapters.slack.settings import SlackSettings
 from adapters.slack.transport import SlackTransport
-from adapters.unreachable import unreachable
+from adapters.unreachable import unreachable, why
 from bot.chat.contract import ConfigError, Outbox
 from bot.chat.lifecycle import PlatformLife
 from bot.chat.links import RunLink
@@ -46,6 +49,9 @@ log = logging.getLogger("kestrel.slack")
 EVENTS_PATH = "/slack/events"
 SLACK_API = "https://slack.com/api/"
 STOP_SECONDS = 5.0
+# Socket Mode asked again while Slack fails at start: after 0.5 s, doubling, at most 30 s apart.
+FIRST_RETRY_SECONDS = 0.5
+MAX_RETRY_SECONDS = 30.0
 # Slack's word that who is in a user group or a channel changed: what Kestrel kept of it goes.
 MEMBERSHIP_EVENTS = (
     "subteam_members_changed",
@@ -94,6 +100,9 @@ class SlackAdapter:
         self.listeners: SlackListeners | None = None
         self._identities: Identities | None = None
         self._socket: GatedSocketMode | None = None
+        self._retrying: asyncio.Task[None] | None = None
+        # Why Socket Mode is no longer tried ("" while connected or trying): the token refused.
+        self.gave_up = ""
 
     async def start(self) -> BotIdentity:
         """Check the token (``auth.test``), register the listeners, start delivering, and
@@ -124,26 +133,72 @@ class SlackAdapter:
         return application
 
     async def connect(self) -> None:
-        """Socket Mode: connect out with the app-level token (no public URL needed)."""
+        """Socket Mode: connect out with the app-level token (no public URL needed). A token
+        Slack refuses fails here (exit 2); Slack failing (an error of its own, a 5xx, no
+        answer) is tried again in the background, with backoff, while the replica serves its
+        port and ``/readyz`` says Slack is not connected."""
         assert self.app is not None, "start() first"
-        await self._app_token_accepted()
-        self._socket = GatedSocketMode(self.app, self.settings.app_token)
-        await self._socket.connect_async()  # type: ignore[no-untyped-call]
+        url, problem = await self._open_socket_url()
+        if url:
+            await self._socket_to(url)
+            return
+        log.warning(
+            "slack: Socket Mode cannot connect yet: %s; trying again, with backoff up to %.0f s"
+            " (/readyz says slack is not connected until it is)",
+            problem,
+            MAX_RETRY_SECONDS,
+        )
+        self._retrying = asyncio.create_task(self._keep_connecting(problem), name="slack-socket")
 
-    async def _app_token_accepted(self) -> None:
-        """Ask once for a socket with the app-level token: one Slack refuses is a mistake to
-        mend, said in one line (exit 2), where the socket client asked again every 10 s
-        forever, while nothing listened. Anything else (Slack or the network failing) is left
-        to the socket client, which retries it."""
+    async def _open_socket_url(self) -> tuple[str, str]:
+        """Ask Slack for a socket with the app-level token: its URL, or ("", what failed).
+        One Slack refuses is a mistake to mend, said in one line (``ConfigError``, exit 2),
+        where the socket client asked again every 10 s forever, while nothing listened."""
         try:
-            await self.client.apps_connections_open(app_token=self.settings.app_token)
+            reply = await self.client.apps_connections_open(app_token=self.settings.app_token)
         except SlackApiError as exc:
             error = exc.response.get("error")
             if error in REFUSED_TOKEN:
                 said = f"slack: apps.connections.open refused SLACK_APP_TOKEN: {error}"
                 raise ConfigError(said) from exc
-        except (OSError, aiohttp.ClientError):
-            pass  # not answering: the socket client's retries, as after the start
+            return "", f"apps.connections.open said {error or f'HTTP {exc.response.status_code}'}"
+        except (OSError, aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            return "", f"apps.connections.open failed: {why(exc)}"
+        url = reply.get("url")
+        if not isinstance(url, str) or not url:
+            return "", "apps.connections.open gave no URL"
+        return url, ""
+
+    async def _keep_connecting(self, problem: str) -> None:
+        """Ask again after a backoff until Slack hands out a socket: a new line only when what
+        fails changes (one per problem, not per try); a token refused meanwhile ends it."""
+        delay, tries = FIRST_RETRY_SECONDS, 1
+        while True:
+            # Jittered: replicas that lost Slack together do not all ask again together.
+            await asyncio.sleep(delay * (1 + random.random() / 4))
+            delay, tries = min(delay * 2, MAX_RETRY_SECONDS), tries + 1
+            try:
+                url, now = await self._open_socket_url()
+            except ConfigError as exc:
+                self.gave_up = str(exc).removeprefix("slack: ")
+                log.error("%s; this replica serves Slack no more until it is restarted", exc)
+                return
+            if url:
+                await self._socket_to(url)
+                log.warning(
+                    "slack: Socket Mode connected after %d tries (%s before)", tries, problem
+                )
+                return
+            if now != problem:
+                log.warning("slack: Socket Mode still cannot connect: %s; trying again", now)
+                problem = now
+
+    async def _socket_to(self, url: str) -> None:
+        """Open the websocket Slack handed out; the socket client keeps it (and reconnects)."""
+        assert self.app is not None, "start() first"
+        self._socket = GatedSocketMode(self.app, self.settings.app_token)
+        self._socket.client.wss_uri = url  # asked for once already: not asked for again
+        await self._socket.connect_async()  # type: ignore[no-untyped-call]
 
     async def connected(self) -> bool:
         """HTTP mode: auth.test passed at ``start``; Socket Mode: the websocket is open now
@@ -157,6 +212,10 @@ class SlackAdapter:
 
     async def stop(self) -> None:
         """Disconnect, stop delivering and refreshing (the outbox keeps what is undelivered)."""
+        if self._retrying is not None:
+            self._retrying.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._retrying
         if self._socket is not None:
             await self._socket.close_async()  # type: ignore[no-untyped-call]
         if self.listeners is not None:

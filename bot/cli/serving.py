@@ -119,7 +119,8 @@ class ChatFront:
         if self._settings.slack is not None:
             application = await self._start_slack(self._settings.slack, links)
             assert self._slack is not None
-            self.health.platform("slack", self._slack.connected)
+            slack = self._slack
+            self.health.platform("slack", slack.connected, lambda: slack.gave_up)
         if self._settings.discord is not None:
             await self._start_discord(self._settings.discord, links, application)
             assert self._discord is not None
@@ -221,6 +222,8 @@ class ChatFront:
         me = await adapter.start()
         self._slack = adapter
         if settings.socket_mode:
+            # Back at once while Slack fails (its token refused is a ConfigError): the port
+            # opens, /healthz answers and /readyz says Slack is not connected until it is.
             await adapter.connect()
             self._lines.append(f"slack: workspace {me.team} as <@{me.user}>, socket mode")
             return web.Application()

@@ -7,7 +7,9 @@ import json
 import signal
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import aiohttp
 import pytest
 
 from adapters.slack import ids
@@ -34,6 +36,7 @@ from tests.fakes.slack_world import (
     restart_script,
     write_config,
 )
+from tests.fakes.waiting import until
 
 
 def _carrying(action: str) -> Callable[[Call], bool]:
@@ -279,3 +282,82 @@ async def test_serve_slack_with_an_app_token_slack_refuses_says_so_and_exits_2(
         "kestrel: slack: apps.connections.open refused SLACK_APP_TOKEN: invalid_auth"
     ), done.stderr
     assert "xapp-wrong-4e8c2a" not in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("status", [200, 503])
+async def test_serve_slack_in_socket_mode_serves_its_port_while_slack_is_down(
+    tmp_path: Path, status: int
+) -> None:
+    # Slack down at start: serve asked for a socket for ever before it opened its port, so
+    # /healthz never answered and the startup probe killed the pod, again and again.
+    config = write_config(tmp_path, "http://127.0.0.1:9/v1")
+    async with FakeSlackApi() as api:
+        api.fail("apps.connections.open", error="internal_error", status=status, times=None)
+        port = free_port()
+        env = serve_env(config, api.url, SLACK_APP_TOKEN="xapp-1-test")
+        process = start_serve(tmp_path, port, env, "slack")
+        try:
+            await wait_healthy(port, process)
+            status, body = await _readyz(port)
+            assert status == 503 and body["problems"] == {"slack": "not connected (reconnecting)"}
+            await until(lambda: api.count("apps.connections.open") >= 3, timeout=20)
+            api.clear_faults("apps.connections.open")
+            await api.wait_for_socket(timeout=20)
+            await until(lambda: _ready(port), timeout=20)
+        finally:
+            process.send_signal(signal.SIGTERM)
+            _out, err = await asyncio.to_thread(process.communicate, timeout=30)
+    assert process.returncode == 0, err
+    # One line for the problem, however many times it was asked; one when it ends.
+    said = [line for line in err.splitlines() if "internal_error" in line]
+    assert len(said) == 2, err
+    assert "cannot connect yet" in said[0] and "Socket Mode connected after" in said[1], err
+    assert "Traceback" not in err and "xapp-1-test" not in err
+
+
+async def _readyz(port: int) -> tuple[int, dict[str, Any]]:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"http://127.0.0.1:{port}/readyz") as response,
+    ):
+        body: dict[str, Any] = await response.json()
+        return response.status, body
+
+
+async def _ready(port: int) -> bool:
+    status, _body = await _readyz(port)
+    return status == 200
+
+
+async def test_serve_slack_whose_app_token_is_revoked_while_slack_was_down_says_so(
+    tmp_path: Path,
+) -> None:
+    # Tried again in the background: a refusal then is no outage to wait out. Said once as an
+    # error, and /readyz says Slack is no longer tried (a restart with a new token mends it).
+    config = write_config(tmp_path, "http://127.0.0.1:9/v1")
+    async with FakeSlackApi() as api:
+        api.refuse("apps.connections.open", "internal_error")
+        port = free_port()
+        env = serve_env(config, api.url, SLACK_APP_TOKEN="xapp-1-revoked")
+        process = start_serve(tmp_path, port, env, "slack")
+        try:
+            await wait_healthy(port, process)
+            await until(lambda: api.count("apps.connections.open") >= 2, timeout=20)
+            api.clear_faults("apps.connections.open")
+            api.refuse("apps.connections.open", "token_revoked")
+            gave_up = {"slack": "not connected (no longer trying)"}
+            await until(lambda: _problems(port, gave_up), timeout=20)
+            asked = api.count("apps.connections.open")
+        finally:
+            process.send_signal(signal.SIGTERM)
+            _out, err = await asyncio.to_thread(process.communicate, timeout=30)
+    assert process.returncode == 0, err
+    assert api.count("apps.connections.open") == asked  # not asked again
+    said = [line for line in err.splitlines() if "token_revoked" in line]
+    assert len(said) == 1 and " ERROR kestrel.slack: " in said[0], err
+    assert "SLACK_APP_TOKEN" in said[0] and "xapp-1-revoked" not in err, err
+
+
+async def _problems(port: int, problems: dict[str, str]) -> bool:
+    _status, body = await _readyz(port)
+    return bool(body["problems"] == problems)
