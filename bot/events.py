@@ -144,6 +144,9 @@ class RunSuspendedEvent(msgspec.Struct, frozen=True):
     run_id: str
     reason: StopReason
     request_ids: tuple[str, ...]  # the requests open as it suspended, whatever stopped it
+    # The effects started with no result as it suspended: commands the stop killed, whose
+    # outcome on-call is asked to settle when the run goes on.
+    uncertain: tuple[str, ...] = ()
 
 
 class RunEndedEvent(msgspec.Struct, frozen=True):

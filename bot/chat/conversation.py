@@ -93,7 +93,7 @@ class Conversation:
             question = waiting_question(latest) if answers is None else None
             if question is not None:
                 return await self.decide(question.id, DecisionKind.ANSWER, actor, text=text)
-            return Outcome(note=_still_going(latest))
+            return Outcome(note=_still_going(latest, shared=self._chat.shared))
         try:
             # One unfinished run per thread, checked again as the run is created: a mention
             # that raced another here (or on another replica) past the look above starts none.
@@ -149,7 +149,7 @@ class Conversation:
         thread came first, or the store failed (logged where it did)."""
         unfinished = await self._chat.unfinished(session)
         if unfinished is not None:
-            return Outcome(note=_still_going(unfinished))
+            return Outcome(note=_still_going(unfinished, shared=self._chat.shared))
         return Outcome(note="I could not start a run just now; mention me again in a moment.")
 
     async def question(self, session: Session) -> Request | None:
@@ -290,7 +290,7 @@ _WAITS_ON: Final = {
 }
 
 
-def _still_going(view: RunView | RunRecord) -> str:
+def _still_going(view: RunView | RunRecord, *, shared: bool) -> str:
     """Why a mention starts no run: the thread's run is not done. A run that waits on people
     says on what: "suspended, wait for it" sent an approver who wrote "approve" to wait on
     themselves, when only the card's buttons decide it."""
@@ -303,7 +303,8 @@ def _still_going(view: RunView | RunRecord) -> str:
             " the buttons of its card above. Mention me again once it has answered, or cancel"
             " it first."
         )
-    paused = paused_words(record.stop_reason) if record.status is RunStatus.SUSPENDED else ""
+    suspended = record.status is RunStatus.SUSPENDED
+    paused = paused_words(record.stop_reason, shared=shared) if suspended else ""
     if paused:
         # Stopped where it ran (not waiting on anyone): waiting for it would wait for ever.
         return f"A run is still going in this thread. {paused}"

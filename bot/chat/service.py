@@ -76,6 +76,10 @@ if TYPE_CHECKING:
         def tools(self) -> ToolSource:
             """The tool set, for the flags the policy weighs."""
 
+        @property
+        def shared(self) -> bool:
+            """Whether other replicas share the store (and go on with a run handed back)."""
+
     class ReadStore(RunRows, JournalLog, Requests, AuditLog, Protocol):
         """The roles a run's page is read through: runs, journals, requests and the audit."""
 
@@ -270,6 +274,9 @@ class ChatService:
         self._rt: ChatRuntime = supervisor.rt
         self._reads = RunReads(self._rt.store, self._who_may_answer, self._may_answer_phrase)
         self.duplicates_dropped = 0
+        # Whether another replica goes on with a run this one hands back (PostgreSQL), or a
+        # restart does (SQLite): what a thread paused by a stop is told.
+        self.shared = self._rt.shared
         # Why the model asked, by request: it never changes, so a card refreshed after a
         # decision needs no journal read (oldest forgotten first).
         self._reasons: dict[str, str] = {}

@@ -249,7 +249,12 @@ class ThreadRenderer:
             case RequestReminderEvent():
                 await self._remind(place, event.request.id)
             case RunSuspendedEvent():
-                note = suspended_words(event.reason, waiting=bool(event.request_ids))
+                note = suspended_words(
+                    event.reason,
+                    waiting=bool(event.request_ids),
+                    shared=self._chat.shared,
+                    cut=event.uncertain,
+                )
                 await progress.stop(event.run_id, note)
             case RunEndedEvent():
                 await progress.stop(event.run_id)

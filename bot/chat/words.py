@@ -67,26 +67,47 @@ def stop_reason_words(value: StopReason | str) -> str:
         return str(value).replace("_", " ")
 
 
+# A run handed back by a stopping replica: who goes on with it depends on the store.
+HANDED_ON: Final = "Paused: the replica running it is stopping; another replica goes on with it."
+HANDED_TO_RESTART: Final = "Paused: Kestrel is stopping; it goes on when Kestrel is started again."
+
 _PAUSES: Final = {
-    StopReason.HANDED_BACK: "Paused: the replica running it is stopping; another goes on with it.",
+    StopReason.HANDED_BACK: HANDED_TO_RESTART,
     StopReason.INTERRUPTED: "Paused: stopped where it ran. Mention me with `resume` to go on.",
     StopReason.SUSPEND_REQUESTED: "Paused on request. Mention me with `resume` to go on.",
 }
 
 
-def suspended_words(reason: StopReason, *, waiting: bool) -> str:
+def suspended_words(
+    reason: StopReason, *, waiting: bool, shared: bool = False, cut: Sequence[str] = ()
+) -> str:
     """The last line of a thread's status when its run suspends: whom or what it waits for
-    (``waiting``: a request is open, whatever else stopped it)."""
-    return "Waiting on people." if waiting else _PAUSES.get(reason, "Waiting on people.")
+    (``waiting``: a request is open, whatever else stopped it); handed back, who goes on
+    with it (``shared``: other replicas share the store) and the commands the stop killed
+    (``cut``), whose outcome on-call settles."""
+    if waiting:
+        return "Waiting on people."
+    said = paused_words(reason, shared=shared) or "Waiting on people."
+    if not cut:
+        return said
+    names = " and ".join(f"`{name}`" for name in dict.fromkeys(cut))
+    return (
+        f"{said} The stop killed {names} under way: whether it took effect is uncertain,"
+        " and on-call will be asked to settle it."
+    )
 
 
-def paused_words(reason: StopReason | str) -> str:
+def paused_words(reason: StopReason | str, *, shared: bool = False) -> str:
     """What a run suspended by a stop rather than a request waits for (``resume``, another
-    replica), as its thread's status says it; empty for any other reason."""
+    replica with a ``shared`` store, a restart without one), as its thread's status says it;
+    empty for any other reason."""
     try:
-        return _PAUSES.get(StopReason(reason), "")
+        found = StopReason(reason)
     except ValueError:
         return ""
+    if found is StopReason.HANDED_BACK and shared:
+        return HANDED_ON
+    return _PAUSES.get(found, "")
 
 
 def status_words(status: str, reason: StopReason | str) -> str:

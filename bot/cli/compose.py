@@ -551,6 +551,7 @@ async def runtime(
                 deadlines=settings.deadlines,
                 provenance=settings.provenance,
                 lease_seconds=settings.replica.lease_seconds,
+                shared=sqlite_file(settings.base_dir, settings.database) is None,
             )
         finally:
             await store.close()

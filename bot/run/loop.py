@@ -595,7 +595,12 @@ class AgentLoop:
         await self.journal.append(RunSuspended(reason=pause.reason, request_ids=ids))
         # Stopped for another cause with a question open, it waits on people all the same.
         waiting = ids or tuple(r.id for r in self.state.open_requests)
-        self.run_ctx.events.emit(RunSuspendedEvent(self.run_id, pause.reason, waiting))
+        cut = tuple(
+            c.effect_tool or c.call.name
+            for c in self.state.batch
+            if c.dispatched and c.result is None
+        )
+        self.run_ctx.events.emit(RunSuspendedEvent(self.run_id, pause.reason, waiting, cut))
 
     async def _end(self, status: RunStatus, reason: StopReason, error: str, text: str) -> None:
         result = TerminalResult(

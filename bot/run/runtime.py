@@ -55,6 +55,9 @@ class Runtime(msgspec.Struct):
     # The one clock that decides expiry: the store's (leases, due messages) is the same one,
     # so a test moves time for all of them at once instead of sleeping.
     clock: Callable[[], datetime] = utcnow
+    # Whether other replicas share the store (PostgreSQL), and so go on with a run this one
+    # hands back; with SQLite there is no other: it goes on when Kestrel starts again.
+    shared: bool = False
 
     @property
     def renew_every(self) -> float:

@@ -192,9 +192,11 @@ async def discord_world(
     fake: FakeDiscord | None = None,
     extra_policy: Mapping[str, Any] = NOTHING,
     link: RunLink | None = None,
+    database: str = "",
 ) -> AsyncIterator[DiscordWorld]:
     """Start everything; stop it all on exit (a given ``fake`` outlives the replica).
-    ``link``: the run pages' links its messages carry (none by default)."""
+    ``link``: the run pages' links its messages carry (none by default); ``database``: its
+    store (a SQLite file in ``tmp`` by default)."""
     policy = {"approvers": {"*": [APPROVER, f"group:{SRE_ROLE}"]}, "oncall": [ONCALL]}
     policy.update(extra_policy)
     async with FakeOpenAI(list(script)) as model:
@@ -204,7 +206,7 @@ async def discord_world(
             await discord_fake.start()
         saved = discord.http.Route.BASE, DiscordWebSocket.DEFAULT_GATEWAY
         try:
-            config = write_config(tmp, model.base_url, extra_policy=policy)
+            config = write_config(tmp, model.base_url, extra_policy=policy, database=database)
             clock = MovingClock()
             async with compose.runtime(load_settings(str(config)), clock=clock) as rt:
                 supervisor = Supervisor(rt)

@@ -8,9 +8,14 @@ dispatch, the interaction callback's ``with_response``): pyproject pins ``discor
 from __future__ import annotations
 
 import json
+import os
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+import asyncpg
+import pytest
 
 from adapters.discord.transport import DiscordTransport
 from bot.domain import RequestStatus
@@ -37,6 +42,8 @@ from tests.fakes.slack_world import (
     restart_script,
 )
 from tests.fakes.waiting import until
+
+PG_DSN = os.environ.get("KESTREL_TEST_POSTGRES_DSN", "")
 
 
 async def test_mention_thread_card_approve_result(tmp_path: Path) -> None:
@@ -455,8 +462,70 @@ async def test_a_run_handed_back_says_so_in_its_status(tmp_path: Path) -> None:
         (status,) = [
             m for m in world.discord.bot_messages(thread) if m["content"].startswith("Working…")
         ]
-        assert status["content"].endswith("another goes on with it.")
+        # SQLite: one replica, no other to go on with it (it said "another goes on with it").
+        assert status["content"].endswith(
+            "Paused: Kestrel is stopping; it goes on when Kestrel is started again."
+        )
         assert "Waiting on people" not in status["content"]
+
+
+@pytest.mark.skipif(not PG_DSN, reason="set KESTREL_TEST_POSTGRES_DSN")
+async def test_a_run_handed_back_on_a_shared_store_says_another_replica_goes_on(
+    tmp_path: Path,
+) -> None:
+    script = [
+        {"text": "Reading the log.", "calls": [{"name": "read_log", "arguments": {}}]},
+        {"text": "Nothing in the log."},
+    ]
+    schema = f"handed_{uuid.uuid4().hex[:12]}"
+    try:
+        async with discord_world(tmp_path, script, database=f"{PG_DSN}?schema={schema}") as world:
+            world.model.add_canned(Canned(status=None), Canned(status=None, delay=60))
+            thread = await world.thread_of(await world.mention("anything in the log?"))
+            await until(lambda: world.model.count >= 2)
+            await world.supervisor.shutdown(hand_back=True)
+            await world.settled()
+            said = "Paused: the replica running it is stopping; another replica goes on with it."
+
+            def status() -> str:
+                (shown,) = [
+                    m["content"]
+                    for m in world.discord.bot_messages(thread)
+                    if m["content"].startswith("Working…")
+                ]
+                return str(shown)
+
+            # PostgreSQL's writes take longer than settled() waits for: the status's edit.
+            await until(lambda: status().endswith(said), timeout=10)
+    finally:
+        conn = await asyncpg.connect(PG_DSN)
+        try:
+            await conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        finally:
+            await conn.close()
+
+
+async def test_a_run_whose_command_the_stop_killed_says_its_outcome_is_uncertain(
+    tmp_path: Path,
+) -> None:
+    drain = {"name": "drain_node", "arguments": {"node": "node-3", "seconds": 30}}
+    script = [{"text": "Draining.", "calls": [drain]}, {"text": "Drained."}]
+    async with discord_world(tmp_path, script) as world:
+        thread = await world.thread_of(await world.mention("drain node-3"))
+        await until(lambda: "node-3" in world.executions)
+        # The stop's grace runs out with the command under way: it is killed.
+        await world.supervisor.shutdown(tool_grace=0.1, hand_back=True)
+        await world.settled()
+
+        (status,) = [
+            m for m in world.discord.bot_messages(thread) if m["content"].startswith("Working…")
+        ]
+        # It said only "another goes on with it": nothing of the command cut halfway.
+        assert status["content"].endswith(
+            "Paused: Kestrel is stopping; it goes on when Kestrel is started again. The stop"
+            " killed `drain_node` under way: whether it took effect is uncertain, and on-call"
+            " will be asked to settle it."
+        ), status["content"]
 
 
 def told_alone(world: DiscordWorld, interaction: Mapping[str, Any]) -> list[str]:
