@@ -15,6 +15,7 @@ import msgspec
 from msgspec.structs import replace
 
 from bot.chat.outbox_keys import card_key
+from bot.chat.refusals import RefusalLog
 from bot.domain import (
     TERMINAL_STATUSES,
     Decision,
@@ -43,6 +44,8 @@ from bot.tools.base import ToolFlags
 # terminal takes no chat delivery, and one that decides reads no run's page; the run handles
 # and the store's roles are protocols, for the type checker.
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from bot.chat.handles import RunHandle, RunResult
     from bot.chat.inbound import Accepted, Delivery, Inbound
     from bot.chat.run_summary import RunSummaries
@@ -79,6 +82,14 @@ if TYPE_CHECKING:
         @property
         def shared(self) -> bool:
             """Whether other replicas share the store (and go on with a run handed back)."""
+
+        @property
+        def clock(self) -> Callable[[], datetime]:
+            """The runtime's one clock (the refusals' log counts its minutes on it)."""
+
+        @property
+        def redact(self) -> Callable[[str], str]:
+            """The PII guard as a function of text."""
 
     class ReadStore(RunRows, JournalLog, Requests, AuditLog, Protocol):
         """The roles a run's page is read through: runs, journals, requests and the audit."""
@@ -277,6 +288,8 @@ class ChatService:
         # Whether another replica goes on with a run this one hands back (PostgreSQL), or a
         # restart does (SQLite): what a thread paused by a stop is told.
         self.shared = self._rt.shared
+        # Each refusal audited is said at info too, bounded: the operator's log shows it.
+        self.refusals = RefusalLog(self._rt.clock, self._rt.redact)
         # Why the model asked, by request: it never changes, so a card refreshed after a
         # decision needs no journal read (oldest forgotten first).
         self._reasons: dict[str, str] = {}
@@ -312,6 +325,7 @@ class ChatService:
             refusal = self._rt.policy.start_refusal(user)
         if refusal is not None:
             await self._rt.store.audit(user.user, AuditAction.START_REFUSED, detail=refusal.audited)
+            self.refusals.refused(user.user, "start", user.place or place, refusal.reason)
             raise NotPermitted(refusal.reason)
         return await self._supervisor.start_turn(
             text,
@@ -349,9 +363,12 @@ class ChatService:
             refusal = Refusal("this button is not on that request's card", where)
             action = AuditAction.refused(kind.value)
             await self._rt.store.audit(user.user, action, run_id, request_id, refusal.audited)
+            self._said_refused(user, kind.value, refusal.reason, run_id, request_id)
             return Decided(False, refusal.reason)
         decision = Decision(request_id=request_id, kind=kind, text=text, by=user.user)
         answered = await self._supervisor.answer(decision, run_id=run_id, actor=user, digest=digest)
+        if not answered.accepted:  # refused (and audited) by the decisions' checks
+            self._said_refused(user, kind.value, answered.message, run_id, request_id)
         if not answered.accepted or not answered.ready:
             return Decided(answered.accepted, answered.message)
         from bot.errors import ResumeRefused, UnreadableJournal
@@ -395,6 +412,7 @@ class ChatService:
             detail = decisions.audited_refusal(refusal, decision)
             action = AuditAction.refused(kind.value)
             await self._rt.store.audit(user.user, action, run_id, request_id, detail)
+            self._said_refused(user, kind.value, refusal.reason, run_id, request_id)
         return refusal
 
     async def run_of_request(self, request_id: str) -> str | None:
@@ -518,7 +536,8 @@ class ChatService:
                 raise NotPermitted(refusal.reason)
             try:
                 return await self._supervisor.cancel(run_id, actor=user)
-            except NotPermitted:
+            except NotPermitted as exc:  # audited by the cancel
+                self._said_refused(user, "cancel", str(exc), run_id)
                 await self._unseen(user, run_id)
                 raise
         except StoreError as exc:
@@ -552,6 +571,7 @@ class ChatService:
             await self._rt.store.audit(
                 user.user, AuditAction.RESUME_REFUSED, run_id=run_id, detail=refusal.audited
             )
+            self._said_refused(user, "resume", refusal.reason, run_id)
             await self._unseen(user, run_id, run)
             raise NotPermitted(refusal.reason)
         claimed = await self._supervisor.expire_overdue(run_id)
@@ -580,6 +600,7 @@ class ChatService:
             await self._rt.store.audit(
                 user.user, AuditAction.SHOW_REFUSED, run_id=run_id, detail=refusal.audited
             )
+            self._said_refused(user, "show", refusal.reason, run_id)
             raise UnknownRun(run_id)
         state = fold(await self._rt.store.load(run_id), run_id)
         if not state.open_requests:
@@ -643,9 +664,18 @@ class ChatService:
             await self._rt.store.audit(
                 user.user, AuditAction.refused(verb), run_id, request_id, refusal.audited
             )
+            self._said_refused(user, verb, refusal.reason, run_id, request_id)
             if not request_id:
                 await self._unseen(user, run_id, place)
         return refusal
+
+    def _said_refused(
+        self, user: Actor, verb: str, reason: str, run_id: str, request_id: str = ""
+    ) -> None:
+        """A refusal audited, said in the operator's log too (bounded: ``RefusalLog``)."""
+        self.refusals.refused(
+            user.user, verb, user.place, reason, run_id=run_id, request_id=request_id
+        )
 
     async def _unseen(self, user: Actor, run_id: str, place: Place | None = None) -> None:
         """``UnknownRun`` when ``user`` may not see the run they were refused (``status`` says

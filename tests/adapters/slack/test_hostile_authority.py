@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -408,3 +409,43 @@ async def test_a_requester_slack_did_not_vouch_for_is_told_so(tmp_path: Path) ->
                 "; Slack did not say who is in group:S0SRE, which counts as no here: try again"
                 " in a moment"
             ), note.args["text"]
+
+
+async def test_a_refused_click_is_one_info_line_a_minute_in_the_log(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Refused, told privately and audited, but the log (read at info) said nothing: on-call
+    # never saw someone clicking Approve on runs they may not approve, or a slash command
+    # refused from a DM. Now each is a line; the same again within a minute is counted.
+    stranger = "U0STRANGER"
+    caplog.set_level(logging.INFO, logger="kestrel.chat")
+    async with slack_world(tmp_path, restart_script()) as world:
+        world.api.channel_members[CHANNEL] = [REQUESTER]
+        await world.mention("checkout is failing")
+        card = await world.card()
+        await world.settled()
+        run_id = (await world.chat.recent(1))[0].id
+        [view] = await world.chat.requests_of(run_id)
+        for nth in (1, 2, 3):
+            await world.click(card, ids.APPROVE_ONCE, user=stranger)
+            await world.ephemeral_to(stranger, nth)
+        said = await _said(world, REQUESTER, f"cancel {run_id}", "D0REQ", "T0001")
+        assert said.startswith(f"Run {run_id} is in another "), said
+        await world.later(61)  # a minute on: the next one is said, with the count
+        await world.click(card, ids.APPROVE_ONCE, user=stranger)
+        await world.ephemeral_to(stranger, 4)
+        assert await _statuses(world) == [RequestStatus.OPEN]
+    lines = [r for r in caplog.records if r.getMessage().startswith("refused: ")]
+    assert [r.levelno for r in lines] == [logging.INFO] * 3, caplog.text
+    first, cancel, again = (r.getMessage() for r in lines)
+    assert first.startswith(
+        f"refused: {stranger} may not approve (run {run_id} request {view.request.id}),"
+        f" from slack:T0001:{CHANNEL}:"
+    ), first
+    assert f"{stranger} may not approve restart_service" in first, first
+    assert cancel.startswith(f"refused: {REQUESTER} may not cancel (run {run_id}), from slack:"), (
+        cancel
+    )
+    assert "D0REQ" in cancel, cancel
+    assert again.endswith("(2 more like it in the last minute)"), again
+    assert "checkout is failing" not in caplog.text  # never the prompt
