@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 from datetime import timedelta
+from typing import Final
 
 import aiohttp
 import discord
@@ -23,6 +25,9 @@ from bot.chat.links import RunLink
 from bot.chat.service import ChatService
 
 log = logging.getLogger("kestrel.discord")
+# discord.py's line as it tries a connection again: before the first READY a doomed try (it
+# resumes a session it never had), said once per try, where this adapter says each problem once.
+_RETRYING: Final = "Attempting a reconnect in"
 
 READY_SECONDS = 30.0
 # How long the REST calls of the start (the login, the gateway's URL) may take: discord.py's
@@ -30,6 +35,10 @@ READY_SECONDS = 30.0
 # held the start forever, without a line at any level (Slack's client gives up at 30 s too).
 LOGIN_SECONDS = 30.0
 STOP_SECONDS = 5.0
+# The gateway connected to again while Discord fails at start: after 0.5 s, doubling, at most
+# 30 s apart (as Slack's Socket Mode).
+FIRST_RETRY_SECONDS = 0.5
+MAX_RETRY_SECONDS = 30.0
 
 
 class DiscordAdapter:
@@ -62,13 +71,15 @@ class DiscordAdapter:
             catch_up=timedelta(minutes=settings.catch_up_minutes),
         )
         self._connecting: asyncio.Task[None] | None = None
+        self._retrying: asyncio.Task[None] | None = None
         self._stopping = False
         # Why the gateway connection ended for good ("" while discord.py keeps it or tries).
         self.gave_up = ""
 
     async def start(self) -> discord.ClientUser:
-        """Log in, connect and wait until the gateway says READY; then serve, beginning with
-        the mentions said while no session was connected."""
+        """Log in (a token refused or an API out of reach fails here), connect and wait until
+        the gateway says READY, then serve; Discord failing to connect (a 5xx, a reset, no
+        READY in 30 s) is tried again in the background (``connecting``) while serve goes on."""
         client = self.client
         try:
             async with asyncio.timeout(LOGIN_SECONDS):
@@ -87,6 +98,43 @@ class DiscordAdapter:
             raise ConfigError(
                 unreachable("discord", url, exc, variable="DISCORD_API_URL", moved=moved)
             ) from exc
+        discord_log = logging.getLogger("discord.client")
+        discord_log.addFilter(self._before_ready)
+        try:
+            problem = await self._connect_once()
+        except ConfigError:
+            discord_log.removeFilter(self._before_ready)
+            raise
+        if problem:
+            # Discord failing, no mistake: the port opens meanwhile (/healthz answers, /readyz
+            # says discord is not connected), where serve exited 75 to be started again.
+            log.warning(
+                "discord: the gateway cannot connect yet: %s; trying again, with backoff up to"
+                " %.0f s (/readyz says discord is not connected until it is)",
+                problem,
+                MAX_RETRY_SECONDS,
+            )
+            self._retrying = asyncio.create_task(
+                self._keep_connecting(problem), name="discord-retry"
+            )
+        assert client.user is not None  # the login read it
+        return client.user
+
+    def _before_ready(self, record: logging.LogRecord) -> bool:
+        """Drop discord.py's reconnect line until a connection says READY (its retries then
+        are real; before, ``_keep_connecting`` says what fails, once)."""
+        return not str(record.msg).startswith(_RETRYING)
+
+    @property
+    def connecting(self) -> bool:
+        """Whether the gateway is still being tried for the first time (after a failure)."""
+        return self._retrying is not None and not self._retrying.done()
+
+    async def _connect_once(self) -> str:
+        """Connect and wait until the gateway says READY, then serve, beginning with the
+        mentions said while no session was connected: "" then; else what failed, when Discord
+        failed (``ConfigError`` for a mistake to mend: an intent not enabled, the token)."""
+        client = self.client
         connecting = asyncio.create_task(client.connect(reconnect=True), name="discord-gateway")
         ready = asyncio.create_task(client.wait_until_ready())
         done, _ = await asyncio.wait(
@@ -94,13 +142,37 @@ class DiscordAdapter:
         )
         if ready not in done:
             ready.cancel()
-            await self._fail_connect(connecting)
-        assert client.user is not None
+            return await self._failed_connect(connecting)
         self._connecting = connecting
+        logging.getLogger("discord.client").removeFilter(self._before_ready)
         connecting.add_done_callback(self._ended)
         await client.life.start()
         client.serve()
-        return client.user
+        return ""
+
+    async def _keep_connecting(self, problem: str) -> None:
+        """Connect again after a backoff until READY: a new line only when what fails changes
+        (one per problem, not per try); a mistake found meanwhile (the token) ends it."""
+        delay, tries = FIRST_RETRY_SECONDS, 1
+        while True:
+            # Jittered: replicas that lost Discord together do not all connect again together.
+            await asyncio.sleep(delay * (1 + random.random() / 4))
+            delay, tries = min(delay * 2, MAX_RETRY_SECONDS), tries + 1
+            try:
+                now = await self._connect_once()
+            except ConfigError as exc:
+                logging.getLogger("discord.client").removeFilter(self._before_ready)
+                self.gave_up = str(exc).removeprefix("discord: ")
+                log.error("%s; this replica serves Discord no more until it is restarted", exc)
+                return
+            if not now:
+                log.warning(
+                    "discord: the gateway connected after %d tries (%s before)", tries, problem
+                )
+                return
+            if now != problem:
+                log.warning("discord: the gateway still cannot connect: %s; trying again", now)
+                problem = now
 
     def add_routes(self, application: web.Application) -> str:
         """Take interactions over HTTP too when the application's public key is set; where
@@ -145,6 +217,11 @@ class DiscordAdapter:
     async def stop(self) -> None:
         """Finish what is being handled, rendered and delivered, then close the connection."""
         self._stopping = True
+        logging.getLogger("discord.client").removeFilter(self._before_ready)
+        if self._retrying is not None:
+            self._retrying.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._retrying
         client = self.client
         client.drain()
         # A message or a click cut by the closing connection would be taken and never shown.
@@ -168,17 +245,15 @@ class DiscordAdapter:
             raise _limited(exc) from exc
         DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(url)
 
-    async def _fail_connect(self, connecting: asyncio.Task[None]) -> None:
+    async def _failed_connect(self, connecting: asyncio.Task[None]) -> str:
+        """What failed before READY, when Discord failed (a 5xx, a reset, no READY in time):
+        tried again. A mistake to mend (an intent not enabled, the token refused) closes the
+        client and is a ``ConfigError`` (exit 2 at start)."""
         if not connecting.done():
             connecting.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await connecting
-            await self.client.close()
-            # Discord not answering, which a later start may get past (exit 75), no mistake.
-            silent = TimeoutError(f"no READY in {READY_SECONDS:.0f} s")
-            said = f"discord: the gateway did not say READY in {READY_SECONDS:.0f} s"
-            raise ConfigError(said) from silent
-        await self.client.close()
+            return f"the gateway did not say READY in {READY_SECONDS:.0f} s"
         # None: the gateway closed the connection cleanly before READY.
         error = connecting.exception() or ConnectionError("closed before READY")
         if isinstance(error, AttributeError) and error.__context__ is not None:
@@ -187,14 +262,19 @@ class DiscordAdapter:
             # 'sequence'): what went wrong is the refusal.
             error = error.__context__
         if isinstance(error, discord.PrivilegedIntentsRequired):
+            await self.client.close()
             raise ConfigError(
                 "discord: the Message Content intent is not enabled for this application:"
                 " enable it in the Developer Portal (Bot → Privileged Gateway Intents), or set"
                 " DISCORD_MESSAGE_CONTENT=false (thread replies then cannot answer questions;"
                 " the Answer button still can)"
             ) from error
-        # Chained: a refusal that says Discord did not answer (a 5xx, a reset) exits 75.
-        raise ConfigError(f"discord: the gateway connection failed: {why(error)}") from error
+        if isinstance(error, discord.ConnectionClosed) and error.code == 4004:
+            await self.client.close()
+            reason = error.reason or "Authentication failed"
+            said = f"discord: DISCORD_TOKEN was refused (close code 4004: {reason})"
+            raise ConfigError(said) from error
+        return f"the gateway connection failed: {why(error)}"
 
 
 def _limited(exc: discord.RateLimited) -> ConfigError:

@@ -243,7 +243,8 @@ class ChatFront:
         self._discord = adapter
         endpoint = adapter.add_routes(application)
         via = f", interactions also at {endpoint}" if endpoint else ""
-        self._lines.append(f"discord: connected as {me.name} ({me.id}){via}")
+        said = "logged in as" if adapter.connecting else "connected as"
+        self._lines.append(f"discord: {said} {me.name} ({me.id}){via}")
 
     async def _alive(self, _request: web.Request) -> web.Response:
         """Liveness: the event loop answers within its deadline (nothing else restarts us)."""

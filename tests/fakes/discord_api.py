@@ -375,6 +375,7 @@ class FakeDiscord:
         self.gateway_connections = 0
         # While true, a new gateway connection is refused (503): Discord unreachable for a while.
         self.gateway_refused = False
+        self.gateway_refusals = 0  # how many were refused so
         self.gateway_queries: list[dict[str, str]] = []
         self.gateway_closes: list[int | None] = []
         self.presences: list[Any] = []
@@ -1767,6 +1768,7 @@ class FakeDiscord:
 
     async def _handle_gateway(self, request: web.Request) -> web.StreamResponse:
         if self.gateway_refused:
+            self.gateway_refusals += 1
             return web.Response(status=503, text="gateway unavailable (test)")
         ws = web.WebSocketResponse(max_msg_size=0, heartbeat=None)
         await ws.prepare(request)

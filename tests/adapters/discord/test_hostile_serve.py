@@ -169,18 +169,3 @@ async def test_serve_with_an_api_that_never_answers_gives_up_in_one_line(tmp_pat
         said = "no answer in time (timed out); check DISCORD_API_URL"
         out = await _fails_cleanly(tmp_path, env, said, exits=EXIT_TEMPFAIL)
         assert out.splitlines()[-1].startswith("kestrel: discord: cannot reach "), out
-
-
-async def test_serve_when_the_gateway_refuses_at_start_says_so_and_may_be_retried(
-    tmp_path: Path,
-) -> None:
-    # A gateway answering 503 to the first connection: discord.py tried to resume a session it
-    # never had, and serve said "'NoneType' object has no attribute 'sequence'", exit 2, which
-    # systemd's unit does not restart (a mistake to mend), for an outage of Discord's.
-    async with FakeDiscord() as fake:
-        fake.gateway_refused = True
-        env = {"DISCORD_TOKEN": TOKEN, "DISCORD_API_URL": fake.api_url}
-        out = await _fails_cleanly(
-            tmp_path, env, "discord: the gateway connection failed: ", exits=EXIT_TEMPFAIL
-        )
-    assert "503" in out.splitlines()[-1] and "NoneType" not in out, out

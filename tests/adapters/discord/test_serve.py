@@ -278,3 +278,37 @@ async def _readyz_body(port: int) -> dict[str, Any]:
 
 async def _readyz(port: int, platforms: dict[str, bool]) -> bool:
     return bool((await _readyz_body(port))["platforms"] == platforms)
+
+
+async def test_serve_discord_serves_its_port_while_the_gateway_refuses_at_start(
+    tmp_path: Path,
+) -> None:
+    # A gateway answering 503 to the first connection: serve exited 75 to be started again,
+    # its port never open (a restart loop, as Slack's Socket Mode was stuck). Now the port
+    # serves, /readyz says discord is not connected, and the gateway is tried again.
+    config = write_config(tmp_path, "http://127.0.0.1:9/v1", extra_policy=POLICY)
+    async with FakeDiscord() as fake:
+        fake.gateway_refused = True
+        port = free_port()
+        env = serve_env(
+            config, "http://127.0.0.1:9/api/", DISCORD_TOKEN="t0k3n", DISCORD_API_URL=fake.api_url
+        )
+        process = start_serve(tmp_path, port, env, "discord")
+        try:
+            await wait_healthy(port, process)
+            body = await _readyz_body(port)
+            assert body["problems"] == {"discord": "not connected (reconnecting)"}, body
+            await until(lambda: fake.gateway_refusals >= 3, timeout=20)
+            fake.gateway_refused = False
+            await until(lambda: _readyz(port, {"discord": True}), timeout=20)
+            assert (await _readyz_body(port))["ready"] is True
+        finally:
+            process.send_signal(signal.SIGTERM)
+            _, err = await asyncio.to_thread(process.communicate, timeout=30)
+    assert process.returncode == 0, err
+    # The problem said once, however many tries; and once when it ends.
+    said = [line for line in err.splitlines() if "503" in line]
+    assert len(said) == 2, err
+    assert "the gateway cannot connect yet" in said[0], err
+    assert "discord: the gateway connected after" in said[1], err
+    assert "NoneType" not in err and "Traceback" not in err and "t0k3n" not in err, err
