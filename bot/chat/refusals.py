@@ -8,9 +8,10 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Final
+
+import msgspec
 
 from bot.place import Place
 
@@ -26,8 +27,9 @@ KEPT: Final = 1024
 REASON_CHARS: Final = 300
 
 
-@dataclass
-class _Seen:
+class _Seen(msgspec.Struct):
+    """When a (person, verb, place) was last said, and how many like it came since."""
+
     since: datetime
     more: int = 0
 
