@@ -39,7 +39,7 @@ from bot.prompter import DeferringPrompter
 from bot.records import RunRecord
 from bot.run.runtime import Runtime
 from bot.run.supervisor import LiveRun, Supervisor
-from bot.store_values import Audited, Settled
+from bot.store_values import Audited, Counted, Settled
 from bot.tools.ask_human import ask_human_tools
 from bot.tools.base import Tool
 from bot.tools.catalog import load_catalog
@@ -104,6 +104,18 @@ class CrashingStore(SqlStore):
             if self._left == 0:
                 os.kill(os.getpid(), signal.SIGKILL)
         return settled
+
+    async def add_approval(
+        self, request_id: str, by: str, audit: Audited | None = None
+    ) -> Counted | None:
+        """Crash kind ``approved_partial``: killed once one approval of a request that needs
+        several is durable (the request still open, whether or not it was the last needed)."""
+        counted = await super().add_approval(request_id, by, audit)
+        if self._kind == "approved_partial":
+            self._left -= 1
+            if self._left == 0:
+                os.kill(os.getpid(), signal.SIGKILL)
+        return counted
 
     async def decide(
         self, decision: Decision, status: RequestStatus, audit: Audited | None = None
@@ -302,15 +314,18 @@ async def main(args: argparse.Namespace) -> None:
     for settle in args.settle:
         request_id, _, choice = settle.partition("=")
         kind, _, text = choice.partition(":")
-        decision = Decision(
-            request_id=request_id, kind=DecisionKind(kind), text=text, by="U0ONCALL"
-        )
+        decision = Decision(request_id=request_id, kind=DecisionKind(kind), text=text, by=args.by)
         answered = await sup.answer(decision, run_id=args.resume)
         if not answered.accepted:  # said, for the test to judge; nothing is resumed
             print(json.dumps({"refused": answered.message}))
             await closed(store, servers, standby)
             return
         claimed = answered.claimed  # as ChatService.decide resumes
+    for request_id in args.expire:
+        request, _status, _winner = await store.get_request(request_id)
+        # Its deadline passed, as a replica's sweep finds it (``Supervisor.expire``).
+        expired = await sup.decisions.expire(request)
+        claimed = expired.epoch if expired.won else claimed
     if args.cancel:
         print(json.dumps({"cancel": await sup.cancel(args.cancel, by="U0ONCALL")}))
         await closed(store, servers, standby)
@@ -352,6 +367,8 @@ def parser() -> argparse.ArgumentParser:
     options.add_argument("--crash-after", default="")
     options.add_argument("--resume", default="")
     options.add_argument("--settle", action="append", default=[], help="REQ=decision kind[:text]")
+    options.add_argument("--by", default="U0ONCALL", help="who makes the --settle decisions")
+    options.add_argument("--expire", action="append", default=[], help="expire REQ as overdue")
     options.add_argument("--force", action="store_true", help="resume past a changed config")
     options.add_argument("--mcp", action="store_true", help="add the fake MCP server's tools")
     options.add_argument("--adopt", action="store_true", help="take the run over as serve does")
