@@ -260,6 +260,21 @@ class CancelsWhileLive:
             self.said.append(asyncio.ensure_future(self.sup.cancel(event.run_id, by="U0ONCALL")))
 
 
+class StopsWhileRunning:
+    """A replica told to stop (SIGTERM to ``kestrel serve``) as tool ``tool`` starts: it hands
+    its runs back, letting a tool under way finish for ``grace`` seconds (none: it is killed)."""
+
+    def __init__(self, sup: Supervisor, tool: str, grace: float) -> None:
+        self.sup, self.tool, self.grace = sup, tool, grace
+        self.stopping: list[asyncio.Task[list[str]]] = []
+
+    def emit(self, event: Event) -> None:
+        """Stop the process the first time tool ``tool`` starts."""
+        if isinstance(event, ToolStartedEvent) and event.tool == self.tool and not self.stopping:
+            stop = self.sup.shutdown(self.grace, hand_back=True)
+            self.stopping.append(asyncio.ensure_future(stop))
+
+
 async def clicks_done(sup: Supervisor, clicker: ApprovesWhileLive) -> None:
     """Every click's decision awaited (its failure raised), and the runs they resumed ended:
     a resumed run may open a card that brings another click, so until none is new."""
@@ -310,6 +325,9 @@ async def main(args: argparse.Namespace) -> None:
         rt.events.add(clicker)
     if args.cancel_while_running:
         rt.events.add(CancelsWhileLive(sup, args.cancel_while_running))
+    stopper = StopsWhileRunning(sup, args.stop_while_running, args.stop_grace)
+    if args.stop_while_running:
+        rt.events.add(stopper)
     claimed = None
     for settle in args.settle:
         request_id, _, choice = settle.partition("=")
@@ -346,6 +364,8 @@ async def main(args: argparse.Namespace) -> None:
     if live is not None:
         await sup.wait(live)
     await clicks_done(sup, clicker)
+    for stopping in stopper.stopping:
+        await stopping
     run_id = args.resume or live.run_id  # type: ignore[union-attr]
     state = fold(await store.load(run_id), run_id)
     out = {
@@ -384,6 +404,10 @@ def parser() -> argparse.ArgumentParser:
     options.add_argument(
         "--cancel-while-running", default="", help="cancel the run as on-call as TOOL starts"
     )
+    options.add_argument(
+        "--stop-while-running", default="", help="hand the run back as TOOL starts, as serve"
+    )
+    options.add_argument("--stop-grace", type=float, default=0.0, help="for a tool under way")
     return options
 
 
