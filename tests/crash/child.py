@@ -35,7 +35,7 @@ from bot.journal.fold import fold
 from bot.kinds import RequestKind
 from bot.llm.openai_provider import OpenAIProvider
 from bot.people.policy import Actor
-from bot.prompter import DeferringPrompter
+from bot.prompter import DeferringPrompter, Prompter
 from bot.records import RunRecord
 from bot.run.runtime import Runtime
 from bot.run.supervisor import LiveRun, Supervisor
@@ -197,13 +197,18 @@ class ApprovingPrompter:
 
 
 async def resume_when_free(
-    sup: Supervisor, run_id: str, claimed: int | None = None, force: bool = False
+    sup: Supervisor,
+    run_id: str,
+    claimed: int | None = None,
+    force: bool = False,
+    prompter: Prompter | None = None,
 ) -> LiveRun | None:
-    """Resume (with the lease a decision took, if it did) once the crashed owner's has expired."""
+    """Resume (with the lease a decision took, if it did) once the crashed owner's has expired;
+    ``prompter``: someone at the console, offered what the run waits on (else nobody is)."""
     for _ in range(50):
         try:
             return await sup.resume(
-                run_id, prompter=DeferringPrompter(), claimed=claimed, force=force
+                run_id, prompter=prompter or DeferringPrompter(), claimed=claimed, force=force
             )
         except ResumeRefused as exc:
             if "--force" in str(exc):
@@ -352,7 +357,8 @@ async def main(args: argparse.Namespace) -> None:
         live = await adopt_when_free(sup, args.resume)
     elif args.resume:
         try:
-            live = await resume_when_free(sup, args.resume, claimed, args.force)
+            at_console = ApprovingPrompter() if args.approve else None
+            live = await resume_when_free(sup, args.resume, claimed, args.force, at_console)
         except ResumeRefused as exc:  # said, for the test to judge; the decision stands
             print(json.dumps({"refused": str(exc)}))
             await closed(store, servers, standby)

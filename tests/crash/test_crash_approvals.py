@@ -1,6 +1,7 @@
 """Approvals the other crash modules do not take, under SIGKILL after each kind of journal append
-and each store write of the deciding processes: a call that needs two approvers, an uncertain
-effect marked done or failed, and a plan approved step by step. No effect runs again without a
+and each store write of the deciding processes: an approval asked at the console as the run
+resumes, a call that needs two approvers, an uncertain effect marked done or failed, and a plan
+approved step by step. No effect runs again without a
 fresh decision by on-call. Real processes, a real SQLite file or PostgreSQL schema, real openai
 client (the harness of test_crash_resume)."""
 
@@ -18,6 +19,7 @@ import yaml
 from tests.crash.database import kill_points
 from tests.crash.test_crash_plans import PLAN_SCRIPT
 from tests.crash.test_crash_resume import (
+    GATED_SCRIPT,
     SCRIPT,
     assert_journal_whole,
     child,
@@ -107,38 +109,47 @@ PATHS: dict[str, tuple[list[dict[str, object]], list[str]]] = {
             "run_ended",
         ],
     ),
-    # on-call marks an uncertain effect done, or failed: nothing runs again.
-    "effect_done": (SCRIPT, ["decided", "run_resumed", "answer_supplied", "tool_result"]),
-    "effect_failed": (SCRIPT, ["decided", "run_resumed", "answer_supplied", "tool_result"]),
-    # A plan approved step by step: its calls each open a card of their own ...
-    "step_by_step": (
-        PLAN_SCRIPT,
-        ["decided", "run_resumed", "answer_supplied", "tool_deferred", "run_suspended"],
-    ),
-    # ... and those cards, approved at once, run each call once.
-    "steps_approved": (
-        PLAN_SCRIPT,
+    # Resumed at the console (``kestrel chat``, ``kestrel runs resume`` at a terminal): the
+    # approval asked there is written as the run resumes, then the call runs.
+    "at_console": (
+        GATED_SCRIPT,
         [
-            "decided:3",
+            "closed",
             "run_resumed",
             "answer_supplied",
             "tool_dispatched",
             "tool_process",
             "tool_result",
             "grant_written",
+            "run_ended",
+        ],
+    ),
+    # on-call marks an uncertain effect done, or failed: nothing runs again.
+    "effect_done": (SCRIPT, ["decided", "run_resumed", "answer_supplied", "tool_result"]),
+    "effect_failed": (SCRIPT, ["decided", "tool_result"]),
+    # A plan approved step by step: its calls each open a card of their own ...
+    "step_by_step": (PLAN_SCRIPT, ["decided", "answer_supplied", "run_suspended"]),
+    # ... and those cards, approved at once, run each call once (SQLite commits the decision's
+    # appends with the first dispatch, a step's result with the next one's dispatch).
+    "steps_approved": (
+        PLAN_SCRIPT,
+        [
+            "decided:3",
+            "tool_dispatched",
+            "tool_process",
+            "tool_result",
             "tool_dispatched:2",
-            "tool_result:2",
             "tool_dispatched:3",
             "tool_result:3",
-            "assistant_turn",
             "run_ended",
         ],
     ),
 }
 
-# Killed on PostgreSQL too, where each append is a commit of its own: two approvers' rows and
-# the decision, and on-call's settling of an uncertain effect.
+# Killed on PostgreSQL too, where each append is a commit of its own: the console's decision,
+# two approvers' rows and the decision, and on-call's settling of an uncertain effect.
 ON_POSTGRES: dict[str, list[str]] = {
+    "at_console": [],
     "first_of_two": [],
     "second_of_two": [],
     "effect_done": [],
@@ -160,6 +171,8 @@ def deciding_process(
         return child(world, "--resume", run_id, "--settle", settled, *crash_args)
     (request,) = json.loads(child(world).stdout)["requests"]
     run_id = (folder / "run_id").read_text()
+    if path == "at_console":
+        return child(world, "--resume", run_id, "--approve", *crash_args)
     if path == "first_of_two":
         return child(world, "--resume", run_id, "--settle", f"{request['id']}=approve", *crash_args)
     if path == "second_of_two":

@@ -419,6 +419,7 @@ ON_POSTGRES: dict[str, list[str]] = {
     # PostgreSQL in a deployment of several
     "retry": [],
     "adoption": [],
+    "approved_while_live": [],
 }
 
 
