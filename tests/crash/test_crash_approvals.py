@@ -71,8 +71,11 @@ def settle(
     return out
 
 
-def finish(world: dict[str, Path | str], run_id: str, retries: Counter[str]) -> dict[str, Any]:
-    """Resume after the crash, deciding every request as people would, until the run ends."""
+def finish(
+    world: dict[str, Path | str], run_id: str, retries: Counter[str], asked: list[str]
+) -> dict[str, Any]:
+    """Resume after the crash, deciding every request as people would, until the run ends;
+    ``asked`` gets the kind of each request decided."""
     resumed = child(world, "--resume", run_id)
     assert resumed.returncode == 0, resumed.stderr
     out: dict[str, Any] = json.loads(resumed.stdout)
@@ -83,6 +86,7 @@ def finish(world: dict[str, Path | str], run_id: str, retries: Counter[str]) -> 
         if not out["requests"]:  # an approval that counted, its run waiting for a later one
             out = json.loads(child(world, "--resume", run_id).stdout)
             continue
+        asked += [request["kind"] for request in out["requests"]]
         out = settle(world, run_id, out["requests"], retries)
     return out
 
@@ -127,6 +131,18 @@ PATHS: dict[str, tuple[list[dict[str, object]], list[str]]] = {
     # on-call marks an uncertain effect done, or failed: nothing runs again.
     "effect_done": (SCRIPT, ["decided", "run_resumed", "answer_supplied", "tool_result"]),
     "effect_failed": (SCRIPT, ["decided", "tool_result"]),
+    # on-call retries a plan's step killed mid-effect: it runs again on the plan's approval.
+    "plan_step_retry": (
+        PLAN_SCRIPT,
+        [
+            "decided",
+            "answer_supplied",
+            "tool_dispatched",
+            "tool_process",
+            "tool_result",
+            "assistant_turn",
+        ],
+    ),
     # A plan approved step by step: its calls each open a card of their own ...
     "step_by_step": (PLAN_SCRIPT, ["decided", "answer_supplied", "run_suspended"]),
     # ... and those cards, approved at once, run each call once (SQLite commits the decision's
@@ -171,6 +187,12 @@ def deciding_process(
         return child(world, "--resume", run_id, "--settle", settled, *crash_args)
     (request,) = json.loads(child(world).stdout)["requests"]
     run_id = (folder / "run_id").read_text()
+    if path == "plan_step_retry":
+        approving = ["--settle", f"{request['id']}=approve", "--crash-after", "tool_dispatched:2"]
+        assert child(world, "--resume", run_id, *approving).returncode == -9
+        (asked,) = json.loads(child(world, "--resume", run_id).stdout)["requests"]
+        assert asked["kind"] == "wait_effect" and asked["arguments"] == {"name": "e"}, asked
+        return child(world, "--resume", run_id, "--settle", f"{asked['id']}=retry", *crash_args)
     if path == "at_console":
         return child(world, "--resume", run_id, "--approve", *crash_args)
     if path == "first_of_two":
@@ -202,8 +224,10 @@ def test_no_effect_runs_again_without_a_fresh_decision(
     assert crashed.returncode == -9, f"no {crash} append on this path: {crashed.stderr}"
     run_id = (folder / "run_id").read_text()
 
-    retries: Counter[str] = Counter()
-    out = finish(world, run_id, retries)
+    # The deciding process's own retry, on that path, is on-call's too.
+    retries: Counter[str] = Counter({"e": 1} if path == "plan_step_retry" else {})
+    asked: list[str] = []
+    out = finish(world, run_id, retries, asked)
 
     assert out["status"] == "completed", out
     requested = positions_requested(folder)
@@ -217,6 +241,8 @@ def test_no_effect_runs_again_without_a_fresh_decision(
     assert all(runs[name] <= 1 + retries[name] for name in runs), (runs, retries)
     if path.startswith("effect_"):
         assert runs["a"] <= retries["a"], (runs, retries)
+    if path == "plan_step_retry":  # the plan approved the step: only on-call is asked again
+        assert set(asked) <= {"wait_effect"}, asked
     assert_journal_whole(world, run_id)
 
 
