@@ -364,6 +364,54 @@ async def test_concurrent_approvals_from_two_processes_one_winner(
     await store.close()
 
 
+async def test_two_approvers_at_once_from_three_processes_deploy_once(
+    cluster: Callable[..., Cluster],
+) -> None:
+    c = cluster(
+        [
+            {"text": "deploy", "calls": [{"name": "deploy2", "arguments": {"name": "$PROMPT"}}]},
+            {"text": "deployed"},
+        ],
+        policy={"approvers": {"*": ["U0APPROVER", "U0SECOND"]}, "oncall": ["U0ONCALL"]},
+    )
+    two = {**tool("deploy2", "deploy.sh", confirm=True), "approvals": 2}
+    (c.folder / "catalog.yaml").write_text(yaml.safe_dump({"tools": [*CATALOG["tools"], two]}))
+    c.start_replica()
+    store = await store_of(c.schema)
+    run_id = await submit(store, "a0")
+
+    async def waiting() -> Any:
+        return [r for r, _, _ in await store.list_requests(run_id=run_id)]
+
+    (request,) = await until(waiting)
+    approve = [*KESTREL, "runs", "approve", run_id, request.id, "--as"]
+    # Both approvers click at once, and one of them twice.
+    clicks = [[*approve, "U0APPROVER"], [*approve, "U0SECOND"], [*approve, "U0SECOND"]]
+    await asyncio.to_thread(run_each_together, c, clicks)
+
+    async def completed() -> bool:
+        return (await statuses(store, [run_id])).get(run_id) is RunStatus.COMPLETED
+
+    await until(completed)
+    assert c.effects().count("deploy a0") == 1
+    audited = [(a.action, a.actor) for a in await store.list_audit(run_id=run_id)]
+    partial = sorted(actor for action, actor in audited if action == "approve_partial")
+    assert partial == ["U0APPROVER", "U0SECOND"], audited
+    assert [action for action, _ in audited].count("approve") == 1, audited
+    await store.close()
+
+
+def run_each_together(c: Cluster, commands: list[list[str]]) -> list[int]:
+    """Start each command at once; their exit codes, in order."""
+    started = [
+        subprocess.Popen(
+            command, cwd=c.folder, env=c.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        for command in commands
+    ]
+    return [p.wait(timeout=60) for p in started]
+
+
 async def test_a_cancel_at_the_terminal_stops_a_run_a_replica_drives(
     cluster: Callable[..., Cluster],
 ) -> None:
