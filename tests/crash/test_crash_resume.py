@@ -438,6 +438,7 @@ def test_no_effect_runs_again_without_a_fresh_decision(
     assert_finished_each_effect_once(world, run_id, retries)
 
 
+@pytest.mark.parametrize("store_name", STORES)
 @pytest.mark.parametrize("world", [GATED_SCRIPT], indirect=True)
 def test_a_run_whose_decider_died_is_adopted_and_runs_once(
     world: dict[str, Path | str],
@@ -492,6 +493,7 @@ def test_an_orphaned_command_is_stopped_before_on_call_is_asked(
     assert effects(folder) == []
 
 
+@pytest.mark.parametrize("store_name", STORES)
 @pytest.mark.parametrize("world", [WHILE_LIVE_SCRIPT], indirect=True)
 def test_a_run_answered_while_live_and_killed_as_it_suspended_is_adopted(
     world: dict[str, Path | str],
