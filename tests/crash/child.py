@@ -129,6 +129,29 @@ class CrashingStore(SqlStore):
                 os.kill(os.getpid(), signal.SIGKILL)
         return won
 
+    async def claim(
+        self, run_id: str, owner: str, lease_seconds: float, *, force: bool = False
+    ) -> int | None:
+        """Crash kind ``claimed``: killed once a lease taken to resume the run is durable."""
+        epoch = await super().claim(run_id, owner, lease_seconds, force=force)
+        self._write_done("claimed")
+        return epoch
+
+    async def audit(
+        self, actor: str, action: str, run_id: str = "", request_id: str = "", detail: str = ""
+    ) -> None:
+        """Crash kind ``audited``: killed once an audit record written on its own is durable
+        (an inline decision's, before the call it allows runs)."""
+        await super().audit(actor, action, run_id, request_id, detail)
+        self._write_done("audited")
+
+    def _write_done(self, kind: str) -> None:
+        """Die if this was the ``nth`` durable write of ``kind`` asked for."""
+        if self._kind == kind:
+            self._left -= 1
+            if self._left == 0:
+                os.kill(os.getpid(), signal.SIGKILL)
+
     def _due(self, entry: Entry) -> bool:
         if entry.kind != self._kind:
             return False

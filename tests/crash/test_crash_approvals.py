@@ -119,6 +119,7 @@ PATHS: dict[str, tuple[list[dict[str, object]], list[str]]] = {
         GATED_SCRIPT,
         [
             "closed",
+            "claimed",  # the lease taken to go on with the decision
             "run_resumed",
             "answer_supplied",
             "tool_dispatched",
@@ -128,6 +129,10 @@ PATHS: dict[str, tuple[list[dict[str, object]], list[str]]] = {
             "run_ended",
         ],
     ),
+    # ``kestrel chat``: the card asked and approved at the keyboard, audited before it runs.
+    "inline_audits": (GATED_SCRIPT, ["audited", "audited:2"]),
+    # Another replica's sweep adopting an orphaned run, killed once it took the lease.
+    "adopted": (SCRIPT, ["claimed"]),
     # on-call marks an uncertain effect done, or failed: nothing runs again.
     "effect_done": (SCRIPT, ["decided", "run_resumed", "answer_supplied", "tool_result"]),
     "effect_failed": (SCRIPT, ["decided", "tool_result"]),
@@ -162,9 +167,12 @@ PATHS: dict[str, tuple[list[dict[str, object]], list[str]]] = {
     ),
 }
 
-# Killed on PostgreSQL too, where each append is a commit of its own: the console's decision,
+# Killed on PostgreSQL too, where each append is a commit of its own: the store writes about a
+# decision (its audit, the lease taken), the console's decision,
 # two approvers' rows and the decision, and on-call's settling of an uncertain effect.
 ON_POSTGRES: dict[str, list[str]] = {
+    "inline_audits": [],
+    "adopted": [],
     "at_console": [],
     "first_of_two": [],
     "second_of_two": [],
@@ -178,6 +186,12 @@ def deciding_process(
     """Bring the run to where ``path`` reaches a decision, in a process that crashes on cue."""
     folder = Path(world["dir"])
     crash_args = ["--crash-after", crash if ":" in crash else f"{crash}:1"]
+    if path == "inline_audits":
+        return child(world, "--approve", *crash_args)
+    if path == "adopted":
+        assert child(world, "--crash-after", "tool_result:1").returncode == -9
+        run_id = (folder / "run_id").read_text()
+        return child(world, "--resume", run_id, "--adopt", *crash_args)
     if path.startswith("effect_"):
         assert child(world, "--crash-after", "tool_dispatched:1").returncode == -9
         run_id = (folder / "run_id").read_text()
