@@ -103,14 +103,10 @@ PATHS: dict[str, tuple[list[dict[str, object]], list[str]]] = {
         [
             "approved_partial",
             "decided",
-            "run_resumed",
-            "answer_supplied",
-            "tool_dispatched",
+            "tool_dispatched",  # with the run's resume and the answer, on SQLite
             "tool_process",
-            "tool_result",
-            "grant_written",
-            "assistant_turn",
-            "run_ended",
+            "tool_result",  # with the grant it used
+            "run_ended",  # with the last reply
         ],
     ),
     # Resumed at the console (``kestrel chat``, ``kestrel runs resume`` at a terminal): the
@@ -120,12 +116,9 @@ PATHS: dict[str, tuple[list[dict[str, object]], list[str]]] = {
         [
             "closed",
             "claimed",  # the lease taken to go on with the decision
-            "run_resumed",
-            "answer_supplied",
             "tool_dispatched",
             "tool_process",
             "tool_result",
-            "grant_written",
             "run_ended",
         ],
     ),
@@ -134,19 +127,12 @@ PATHS: dict[str, tuple[list[dict[str, object]], list[str]]] = {
     # Another replica's sweep adopting an orphaned run, killed once it took the lease.
     "adopted": (SCRIPT, ["claimed"]),
     # on-call marks an uncertain effect done, or failed: nothing runs again.
-    "effect_done": (SCRIPT, ["decided", "run_resumed", "answer_supplied", "tool_result"]),
+    "effect_done": (SCRIPT, ["decided", "tool_result"]),
     "effect_failed": (SCRIPT, ["decided", "tool_result"]),
     # on-call retries a plan's step killed mid-effect: it runs again on the plan's approval.
     "plan_step_retry": (
         PLAN_SCRIPT,
-        [
-            "decided",
-            "answer_supplied",
-            "tool_dispatched",
-            "tool_process",
-            "tool_result",
-            "assistant_turn",
-        ],
+        ["decided", "tool_dispatched", "tool_process", "tool_result", "assistant_turn"],
     ),
     # A plan approved step by step: its calls each open a card of their own ...
     "step_by_step": (PLAN_SCRIPT, ["decided", "answer_supplied", "run_suspended"]),
@@ -167,16 +153,17 @@ PATHS: dict[str, tuple[list[dict[str, object]], list[str]]] = {
     ),
 }
 
-# Killed on PostgreSQL too, where each append is a commit of its own: the store writes about a
-# decision (its audit, the lease taken), the console's decision,
-# two approvers' rows and the decision, and on-call's settling of an uncertain effect.
+# Killed on PostgreSQL too, where each append is a commit of its own, with the appends SQLite
+# commits with a neighbour (above): the store writes about a decision (its audit, the lease
+# taken), the console's decision, two approvers' rows and the decision, and on-call's settling
+# of an uncertain effect.
 ON_POSTGRES: dict[str, list[str]] = {
     "inline_audits": [],
     "adopted": [],
-    "at_console": [],
+    "at_console": ["run_resumed", "answer_supplied", "grant_written"],
     "first_of_two": [],
-    "second_of_two": [],
-    "effect_done": [],
+    "second_of_two": ["run_resumed", "answer_supplied", "grant_written", "assistant_turn"],
+    "effect_done": ["run_resumed", "answer_supplied"],
 }
 
 
