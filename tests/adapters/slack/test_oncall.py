@@ -14,7 +14,7 @@ import pytest
 from adapters.slack import ids
 from storage.sqlite import SqliteStore
 from tests.fakes.openai_server import Canned
-from tests.fakes.slack_api import FakeSlackApi
+from tests.fakes.slack_api import Call, FakeSlackApi
 from tests.fakes.slack_client import app_mention, event_callback, slash_command
 from tests.fakes.slack_world import (
     APPROVER,
@@ -278,20 +278,27 @@ async def test_feedback_on_the_answer_is_recorded(tmp_path: Path) -> None:
         assert any(r.action == "feedback_negative" and r.actor == REQUESTER for r in audit)
 
 
+async def _status_messages_of_an_approved_restart(world: SlackWorld) -> tuple[str, list[Call]]:
+    """Start the restart in a thread, approve it, wait for the answer: the thread, and the
+    messages posted there that show the restart's step (not its card)."""
+    thread = await _in_thread(world)
+    card = await world.card()
+    await world.click(card, ids.APPROVE_ONCE, user=APPROVER)
+    await world.answer_posted()
+    await world.settled()
+    statuses = [
+        c
+        for c in world.api.calls_to("chat.postMessage")
+        if "restart_service" in json.dumps(c.args) and ids.APPROVE_ONCE not in str(c.args)
+    ]
+    return thread, statuses
+
+
 async def test_progress_falls_back_to_one_message_edited_in_place(tmp_path: Path) -> None:
     async with slack_world(tmp_path, restart_script()) as world:
         world.api.refuse("assistant.threads.setStatus", "not_allowed")
         world.api.refuse("chat.startStream", "not_allowed")
-        thread = await _in_thread(world)
-        card = await world.card()
-        await world.click(card, ids.APPROVE_ONCE, user=APPROVER)
-        await world.answer_posted()
-        await world.settled()
-        statuses = [
-            c
-            for c in world.api.calls_to("chat.postMessage")
-            if "restart_service" in json.dumps(c.args) and ids.APPROVE_ONCE not in str(c.args)
-        ]
+        thread, statuses = await _status_messages_of_an_approved_restart(world)
         assert len(statuses) == 1, "one status message, not one per step"
         assert statuses[0].args["thread_ts"] == thread
         # Its last version shows the step done: edited in place, or (when the outbox caught up
@@ -308,16 +315,7 @@ async def test_a_stream_started_without_a_ts_falls_back_to_the_status_message(
     # status message, as where streams are refused, and no rendering fails.
     async with slack_world(tmp_path, restart_script()) as world:
         world.api.set_handler("chat.startStream", lambda call: {"ok": True})
-        await _in_thread(world)
-        card = await world.card()
-        await world.click(card, ids.APPROVE_ONCE, user=APPROVER)
-        await world.answer_posted()
-        await world.settled()
-        statuses = [
-            c
-            for c in world.api.calls_to("chat.postMessage")
-            if "restart_service" in json.dumps(c.args) and ids.APPROVE_ONCE not in str(c.args)
-        ]
+        _thread, statuses = await _status_messages_of_an_approved_restart(world)
     assert len(statuses) == 1, "the steps are shown in one status message"
     assert "rendering" not in caplog.text and "Traceback" not in caplog.text
 
