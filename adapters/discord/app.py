@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 from datetime import timedelta
 from typing import Final
 
@@ -19,6 +18,7 @@ from discord.gateway import DiscordWebSocket
 from adapters.discord.client import KestrelDiscord
 from adapters.discord.interactions import INTERACTIONS_PATH, InteractionEndpoint, public_key
 from adapters.discord.settings import DEFAULT_API, DiscordSettings
+from adapters.reconnect import Reconnecting
 from adapters.unreachable import unreachable, why
 from bot.chat.contract import ConfigError, Outbox
 from bot.chat.links import RunLink
@@ -35,10 +35,6 @@ READY_SECONDS = 30.0
 # held the start forever, without a line at any level (Slack's client gives up at 30 s too).
 LOGIN_SECONDS = 30.0
 STOP_SECONDS = 5.0
-# The gateway connected to again while Discord fails at start: after 0.5 s, doubling, at most
-# 30 s apart (as Slack's Socket Mode).
-FIRST_RETRY_SECONDS = 0.5
-MAX_RETRY_SECONDS = 30.0
 
 
 class DiscordAdapter:
@@ -71,10 +67,10 @@ class DiscordAdapter:
             catch_up=timedelta(minutes=settings.catch_up_minutes),
         )
         self._connecting: asyncio.Task[None] | None = None
-        self._retrying: asyncio.Task[None] | None = None
+        self._reconnecting = Reconnecting("discord", "discord: the gateway", log)
         self._stopping = False
-        # Why the gateway connection ended for good ("" while discord.py keeps it or tries).
-        self.gave_up = ""
+        # Why the gateway connection ended for good once served ("" while discord.py keeps it).
+        self._ended_why = ""
 
     async def start(self) -> discord.ClientUser:
         """Log in (a token refused or an API out of reach fails here), connect and wait until
@@ -98,37 +94,38 @@ class DiscordAdapter:
             raise ConfigError(
                 unreachable("discord", url, exc, variable="DISCORD_API_URL", moved=moved)
             ) from exc
-        discord_log = logging.getLogger("discord.client")
-        discord_log.addFilter(self._before_ready)
+        logging.getLogger("discord.client").addFilter(self._before_ready)
         try:
             problem = await self._connect_once()
         except ConfigError:
-            discord_log.removeFilter(self._before_ready)
+            self._show_reconnect_lines()
             raise
         if problem:
             # Discord failing, no mistake: the port opens meanwhile (/healthz answers, /readyz
             # says discord is not connected), where serve exited 75 to be started again.
-            log.warning(
-                "discord: the gateway cannot connect yet: %s; trying again, with backoff up to"
-                " %.0f s (/readyz says discord is not connected until it is)",
-                problem,
-                MAX_RETRY_SECONDS,
-            )
-            self._retrying = asyncio.create_task(
-                self._keep_connecting(problem), name="discord-retry"
-            )
+            self._reconnecting.start(self._connect_once, problem, self._show_reconnect_lines)
         assert client.user is not None  # the login read it
         return client.user
 
     def _before_ready(self, record: logging.LogRecord) -> bool:
         """Drop discord.py's reconnect line until a connection says READY (its retries then
-        are real; before, ``_keep_connecting`` says what fails, once)."""
+        are real; before, ``Reconnecting`` says what fails, once)."""
         return not str(record.msg).startswith(_RETRYING)
+
+    def _show_reconnect_lines(self) -> None:
+        """Let discord.py's reconnect lines through again: a connection said READY (its
+        retries are real from now on), or none is tried any more."""
+        logging.getLogger("discord.client").removeFilter(self._before_ready)
 
     @property
     def connecting(self) -> bool:
         """Whether the gateway is still being tried for the first time (after a failure)."""
-        return self._retrying is not None and not self._retrying.done()
+        return self._reconnecting.trying
+
+    @property
+    def gave_up(self) -> str:
+        """Why the gateway connection ended for good ("" while discord.py keeps it or tries)."""
+        return self._ended_why or self._reconnecting.gave_up
 
     async def _connect_once(self) -> str:
         """Connect and wait until the gateway says READY, then serve, beginning with the
@@ -144,35 +141,11 @@ class DiscordAdapter:
             ready.cancel()
             return await self._failed_connect(connecting)
         self._connecting = connecting
-        logging.getLogger("discord.client").removeFilter(self._before_ready)
+        self._show_reconnect_lines()
         connecting.add_done_callback(self._ended)
         await client.life.start()
         client.serve()
         return ""
-
-    async def _keep_connecting(self, problem: str) -> None:
-        """Connect again after a backoff until READY: a new line only when what fails changes
-        (one per problem, not per try); a mistake found meanwhile (the token) ends it."""
-        delay, tries = FIRST_RETRY_SECONDS, 1
-        while True:
-            # Jittered: replicas that lost Discord together do not all connect again together.
-            await asyncio.sleep(delay * (1 + random.random() / 4))
-            delay, tries = min(delay * 2, MAX_RETRY_SECONDS), tries + 1
-            try:
-                now = await self._connect_once()
-            except ConfigError as exc:
-                logging.getLogger("discord.client").removeFilter(self._before_ready)
-                self.gave_up = str(exc).removeprefix("discord: ")
-                log.error("%s; this replica serves Discord no more until it is restarted", exc)
-                return
-            if not now:
-                log.warning(
-                    "discord: the gateway connected after %d tries (%s before)", tries, problem
-                )
-                return
-            if now != problem:
-                log.warning("discord: the gateway still cannot connect: %s; trying again", now)
-                problem = now
 
     def add_routes(self, application: web.Application) -> str:
         """Take interactions over HTTP too when the application's public key is set; where
@@ -203,11 +176,11 @@ class DiscordAdapter:
         error = connecting.exception()
         if isinstance(error, discord.ConnectionClosed) and error.code == 4004:
             reason = error.reason or "Authentication failed"
-            self.gave_up = f"DISCORD_TOKEN was refused (close code 4004: {reason})"
+            self._ended_why = f"DISCORD_TOKEN was refused (close code 4004: {reason})"
         elif error is not None:
-            self.gave_up = f"{type(error).__name__}: {error}"
+            self._ended_why = f"{type(error).__name__}: {error}"
         else:
-            self.gave_up = "the gateway connection closed"
+            self._ended_why = "the gateway connection closed"
         log.error(
             "discord: the gateway connection ended and is not tried again: %s; this replica"
             " serves Discord no more until it is restarted (with a new token, if refused)",
@@ -217,11 +190,8 @@ class DiscordAdapter:
     async def stop(self) -> None:
         """Finish what is being handled, rendered and delivered, then close the connection."""
         self._stopping = True
-        logging.getLogger("discord.client").removeFilter(self._before_ready)
-        if self._retrying is not None:
-            self._retrying.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._retrying
+        self._show_reconnect_lines()
+        await self._reconnecting.stop()
         client = self.client
         client.drain()
         # A message or a click cut by the closing connection would be taken and never shown.

@@ -3,11 +3,8 @@ the progress refresher, served over HTTP (``/slack/events``) or Socket Mode."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import hashlib
 import logging
-import random
 
 import aiohttp
 from aiohttp import web
@@ -16,6 +13,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
 from slack_sdk.web.async_client import AsyncWebClient
 
+from adapters.reconnect import Reconnecting
 from adapters.slack import ids
 from adapters.slack.gate import GatedSocketMode, SlackGate, on_bolt_error
 from adapters.slack.identity import Identities
@@ -49,9 +47,6 @@ log = logging.getLogger("kestrel.slack")
 EVENTS_PATH = "/slack/events"
 SLACK_API = "https://slack.com/api/"
 STOP_SECONDS = 5.0
-# Socket Mode asked again while Slack fails at start: after 0.5 s, doubling, at most 30 s apart.
-FIRST_RETRY_SECONDS = 0.5
-MAX_RETRY_SECONDS = 30.0
 # Slack's word that who is in a user group or a channel changed: what Kestrel kept of it goes.
 MEMBERSHIP_EVENTS = (
     "subteam_members_changed",
@@ -100,9 +95,7 @@ class SlackAdapter:
         self.listeners: SlackListeners | None = None
         self._identities: Identities | None = None
         self._socket: GatedSocketMode | None = None
-        self._retrying: asyncio.Task[None] | None = None
-        # Why Socket Mode is no longer tried ("" while connected or trying): the token refused.
-        self.gave_up = ""
+        self._reconnecting = Reconnecting("slack", "slack: Socket Mode", log)
 
     async def start(self) -> BotIdentity:
         """Check the token (``auth.test``), register the listeners, start delivering, and
@@ -138,17 +131,15 @@ class SlackAdapter:
         answer) is tried again in the background, with backoff, while the replica serves its
         port and ``/readyz`` says Slack is not connected."""
         assert self.app is not None, "start() first"
-        url, problem = await self._open_socket_url()
-        if url:
-            await self._socket_to(url)
-            return
-        log.warning(
-            "slack: Socket Mode cannot connect yet: %s; trying again, with backoff up to %.0f s"
-            " (/readyz says slack is not connected until it is)",
-            problem,
-            MAX_RETRY_SECONDS,
-        )
-        self._retrying = asyncio.create_task(self._keep_connecting(problem), name="slack-socket")
+        problem = await self._socket_once()
+        if problem:
+            self._reconnecting.start(self._socket_once, problem)
+
+    @property
+    def gave_up(self) -> str:
+        """Why Socket Mode is no longer tried ("" while connected or trying): the token
+        refused."""
+        return self._reconnecting.gave_up
 
     async def _open_socket_url(self) -> tuple[str, str]:
         """Ask Slack for a socket with the app-level token: its URL, or ("", what failed).
@@ -169,29 +160,12 @@ class SlackAdapter:
             return "", "apps.connections.open gave no URL"
         return url, ""
 
-    async def _keep_connecting(self, problem: str) -> None:
-        """Ask again after a backoff until Slack hands out a socket: a new line only when what
-        fails changes (one per problem, not per try); a token refused meanwhile ends it."""
-        delay, tries = FIRST_RETRY_SECONDS, 1
-        while True:
-            # Jittered: replicas that lost Slack together do not all ask again together.
-            await asyncio.sleep(delay * (1 + random.random() / 4))
-            delay, tries = min(delay * 2, MAX_RETRY_SECONDS), tries + 1
-            try:
-                url, now = await self._open_socket_url()
-            except ConfigError as exc:
-                self.gave_up = str(exc).removeprefix("slack: ")
-                log.error("%s; this replica serves Slack no more until it is restarted", exc)
-                return
-            if url:
-                await self._socket_to(url)
-                log.warning(
-                    "slack: Socket Mode connected after %d tries (%s before)", tries, problem
-                )
-                return
-            if now != problem:
-                log.warning("slack: Socket Mode still cannot connect: %s; trying again", now)
-                problem = now
+    async def _socket_once(self) -> str:
+        """One more try of Socket Mode: "" once connected, else what failed."""
+        url, problem = await self._open_socket_url()
+        if url:
+            await self._socket_to(url)
+        return problem
 
     async def _socket_to(self, url: str) -> None:
         """Open the websocket Slack handed out; the socket client keeps it (and reconnects)."""
@@ -212,10 +186,7 @@ class SlackAdapter:
 
     async def stop(self) -> None:
         """Disconnect, stop delivering and refreshing (the outbox keeps what is undelivered)."""
-        if self._retrying is not None:
-            self._retrying.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._retrying
+        await self._reconnecting.stop()
         if self._socket is not None:
             await self._socket.close_async()  # type: ignore[no-untyped-call]
         if self.listeners is not None:
