@@ -33,7 +33,7 @@ from bot.journal.log import JournalLog, JournalRecord
 from bot.kinds import AuditAction
 from bot.logs import REQUEST_ID
 from bot.people.policy import Actor, NotPermitted, Policy
-from bot.people.refusal import Refusal
+from bot.people.refusal import Refusal, acted_from
 from bot.place import Place
 from bot.prompter import Prompter
 from bot.records import RunRecord
@@ -359,8 +359,7 @@ class ChatService:
         if card is not None and not await self._shows(user, card_key(request_id), card):
             # Audited with where the click came from, as a refusal of its place is: a click
             # off the card may come from anywhere.
-            where = f"acted from {user.place.describe()}" if user.place is not None else ""
-            refusal = Refusal("this button is not on that request's card", where)
+            refusal = Refusal("this button is not on that request's card", acted_from(user.place))
             action = AuditAction.refused(kind.value)
             await self._rt.store.audit(user.user, action, run_id, request_id, refusal.audited)
             self._said_refused(user, kind.value, refusal.reason, run_id, request_id)
@@ -595,8 +594,7 @@ class ChatService:
         if user is not None and not await self._rt.policy.may_see(user, await self._place(run_id)):
             # Audited as a refused cancel or Full arguments is: a stranger reading runs by id
             # from elsewhere leaves a trace, with where they read from.
-            where = f"acted from {user.place.describe()}" if user.place is not None else ""
-            refusal = Refusal(f"{user.user} may not see run {run_id}", where)
+            refusal = Refusal(f"{user.user} may not see run {run_id}", acted_from(user.place))
             await self._rt.store.audit(
                 user.user, AuditAction.SHOW_REFUSED, run_id=run_id, detail=refusal.audited
             )

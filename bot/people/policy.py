@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 import msgspec
 
 from bot.kinds import DecisionKind, RequestKind
-from bot.people.refusal import Refusal
+from bot.people.refusal import Refusal, acted_from
 from bot.place import Place
 from bot.plain import nearest, run_field_checks
 
@@ -305,7 +305,7 @@ class Policy:
     def start_refusal(self, actor: Actor) -> Refusal:
         """Why ``actor`` may not start a run, naming who may."""
         # Audited with where they asked: a refused start belongs to no run that would say it.
-        where = f"acted from {actor.place.describe()}" if actor.place is not None else ""
+        where = acted_from(actor.place)
         if not self.settings.requesters:
             return Refusal(f"{actor.user} may not start runs: policy.requesters is empty", where)
         who = _either(self.settings.requesters, actor)
@@ -364,7 +364,7 @@ class Policy:
                 f"{what} is {where}; its thread is linked only for those {platform} says can"
                 " see it: someone in that thread, or on-call, can act on it"
             )
-        return Refusal(reason[:1].upper() + reason[1:], detail=f"acted from {here.describe()}")
+        return Refusal(reason[:1].upper() + reason[1:], detail=acted_from(here))
 
     async def check_operate(
         self, actor: Actor, verb: str, run_id: str, requested_by: str, run: Place | None = None

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import msgspec
 
+from bot.place import Place
+
 
 class Refusal(msgspec.Struct, frozen=True):
     """Why an action is refused; the callers that allow return None instead of a Refusal.
@@ -25,3 +27,8 @@ class Refusal(msgspec.Struct, frozen=True):
 def refused(reason: str) -> Refusal | None:
     """A Refusal for a non-empty reason, None for an empty one (a check's text, if any)."""
     return Refusal(reason) if reason else None
+
+
+def acted_from(place: Place | None) -> str:
+    """A refusal's ``detail``: where the person acted from ("" at the terminal)."""
+    return f"acted from {place.describe()}" if place is not None else ""
