@@ -303,8 +303,8 @@ async def _asked_inline(rt: Runtime, run_id: str, refusal: str) -> str:
 def waiting_lines(obj: dict[str, Any], reader: str, rules: PolicyRules) -> list[str]:
     """The requests a run (``run_object``) waits on now, each with its id and the command that
     answers it, as ``reader`` would give it (the requester approves as someone else, unless
-    ``rules`` let them approve their own)."""
-    from bot.kinds import how_answered
+    ``rules`` let them approve their own); of a run a person stopped, the resume it waits on."""
+    from bot.kinds import StopReason, how_answered
     from bot.people.policy import requester_approves
 
     lines = []
@@ -316,4 +316,15 @@ def waiting_lines(obj: dict[str, Any], reader: str, rules: PolicyRules) -> list[
         how = how_answered(request["kind"], *ids, requester=requester)
         lines.append(f"  waiting: {request['kind']} {request['id']} {request['tool']} {args}")
         lines.append(f"    {how}" if how else "")
+    if not obj["requests"] and obj["stop_reason"] == StopReason.INTERRUPTED:
+        lines.append(_paused_line(obj, reader))
     return [line for line in lines if line]
+
+
+def _paused_line(obj: dict[str, Any], reader: str) -> str:
+    """How a run a person stopped (Ctrl-C, SIGTERM) goes on: it waits for a resume, which only
+    its requester or on-call may give, and no replica takes it up alone."""
+    command = f"kestrel runs resume {obj['run_id']}"
+    if obj["requested_by"] == reader:
+        return f"  stopped: {command} takes it up"
+    return f"  stopped: {command} takes it up (its requester, {obj['requested_by']}, or on-call)"

@@ -220,6 +220,9 @@ def test_run_cuts_a_hanging_model_call_short(
 
     assert run.returncode == 130, err
     assert_suspended_and_released(folder)
+    # A person's pause waits for that person: the command that takes it up is named.
+    record, _ = the_run(folder)
+    assert f"kestrel runs resume {record.id}" in err
 
 
 def test_serve_suspends_a_run_waiting_on_a_hanging_model(
@@ -357,10 +360,11 @@ def test_approve_stops_the_run_it_carries_on_and_suspends(folder: Path) -> None:
     wait_until(lambda: process_recorded(folder), "the command's process record")
 
     approve.send_signal(signal.SIGTERM)
-    _, err = approve.communicate(timeout=10)
+    out, err = approve.communicate(timeout=10)
 
     assert approve.returncode == 143, err
     entries = assert_suspended_and_released(folder)
+    assert f"kestrel runs resume {run['run_id']}" in out
     (process,) = [e.process for e in entries if isinstance(e, ToolProcess)]
     wait_until(lambda: orphans.members(process) == [], "the whole group's end")
 
