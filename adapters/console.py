@@ -72,7 +72,8 @@ HELP = """commands:
   /quit, /exit       leave, at any prompt (Ctrl-D works too); what it asked stays open
 A message that starts with / is sent as written after a second /: //var/log is full.
 Ctrl-C while a run works stops its model call or command and suspends it; a second Ctrl-C
-leaves the chat. SIGTERM, or the terminal closing, suspends the run and leaves."""
+leaves the chat. At an approval or a question, Ctrl-C leaves it for later, as l does.
+SIGTERM, or the terminal closing, suspends the run and leaves."""
 
 
 class ConsoleIO:
@@ -187,12 +188,17 @@ _PLAN_WORDS: Final = {"a": "approve", "s": "step", "d": "deny", "l": "later"}
 _EFFECT_WORDS: Final = {"r": "retry", "d": "done", "f": "failed", "l": "later"}
 
 
+class _Later(Exception):
+    """Ctrl-C at a prompt: the request it asks is left for later, as ``l`` leaves it."""
+
+
 class ConsolePrompter:
     """The person at the terminal: answers approvals and questions inline, or says later."""
 
     def __init__(self, io: ConsoleIO, user: str) -> None:
         self._io = io
         self._user = user
+        self._reading: asyncio.Future[str | None] | None = None  # a prompt waiting for a line
 
     @property
     def present(self) -> bool:
@@ -200,7 +206,23 @@ class ConsolePrompter:
         return True
 
     async def ask(self, request: Request) -> Decision | None:
-        """Ask inline; None (defer, the run suspends) on "later" or at end of input."""
+        """Ask inline; None (defer, the run suspends) on "later", at end of input, or when
+        ``later`` cut the prompt short."""
+        try:
+            return await self._asked(request)
+        except _Later:
+            self._io.write("\n  (left for later)")
+            return None
+
+    def later(self) -> bool:
+        """Leave the request being asked for later (Ctrl-C at its prompt): its run suspends on
+        it, written down under the id its card showed; False when no prompt is waiting."""
+        if self._reading is None or self._reading.done():
+            return False
+        self._reading.cancel()
+        return True
+
+    async def _asked(self, request: Request) -> Decision | None:
         if request.kind is RequestKind.WAIT_APPROVAL:
             return await self._approval(request)
         if request.kind is RequestKind.WAIT_EFFECT:
@@ -208,6 +230,19 @@ class ConsolePrompter:
         if request.kind is RequestKind.WAIT_PLAN:
             return await self._plan(request)
         return await self._question(request)
+
+    async def _readline(self, prompt: str) -> str | None:
+        """The line typed at ``prompt``; raises ``_Later`` when ``later`` cut it short."""
+        reading = asyncio.ensure_future(self._io.readline(prompt))
+        self._reading = reading
+        try:
+            return await reading
+        except asyncio.CancelledError:
+            if not reading.cancelled() or asyncio.current_task().cancelling():  # type: ignore[union-attr]
+                raise  # the run itself was cancelled: not a Ctrl-C at this prompt
+            raise _Later from None
+        finally:
+            self._reading = None
 
     async def _approval(self, request: Request) -> Decision | None:
         args = json.dumps(request.arguments, sort_keys=True)
@@ -224,7 +259,7 @@ class ConsolePrompter:
         if choice in choices:
             return self._decide(request, choices[choice])
         if choice == "d":
-            reason = await self._io.readline("    reason (optional): ")
+            reason = await self._readline("    reason (optional): ")
             return self._decide(request, DecisionKind.DENY, reason or "")
         return None
 
@@ -233,7 +268,7 @@ class ConsolePrompter:
         word (``a``, ``approve``); an empty line or the end of input is later (``l``).
         Never a word's first letter: "reject" would approve for the run, "abort" approve."""
         while True:
-            line = await self._io.readline(prompt)
+            line = await self._readline(prompt)
             said = (line or "l").strip().lower() or "l"
             for letter, word in words.items():
                 if said in (letter, word):
@@ -265,7 +300,7 @@ class ConsolePrompter:
         if choice == "s":
             return self._decide(request, DecisionKind.STEP_BY_STEP)
         if choice == "d":
-            reason = await self._io.readline("    reason: ")
+            reason = await self._readline("    reason: ")
             return self._decide(request, DecisionKind.DENY, reason or "")
         return None
 
@@ -282,7 +317,7 @@ class ConsolePrompter:
         self._io.write(f"  ? {request.prompt}")
         if request.options:
             return await self._choice(request)
-        line = await self._io.readline("    answer (empty = later): ")
+        line = await self._readline("    answer (empty = later): ")
         if not line or not line.strip():
             return None
         return self._decide(request, DecisionKind.ANSWER, line.strip())
@@ -291,7 +326,7 @@ class ConsolePrompter:
         """One of the question's options, asked until given; None on later or end of input."""
         options = " / ".join(options_shown(request))
         while True:
-            line = await self._io.readline(f"    answer {options}, or [l]ater: ")
+            line = await self._readline(f"    answer {options}, or [l]ater: ")
             if line is None or not line.strip():
                 return None
             picked = match_option(line, request.options)
@@ -612,6 +647,9 @@ class ConsoleChat:
             self._asking.cancel()
             return
         if self._live is not None and self._interrupts == 1:
+            if self.prompter.later():
+                self._interrupts = 0  # not a stop: each prompt it reaches is one's own
+                return
             self.chat.interrupt(self._live)
             self.io.write("\n  (stopping: the run suspends now; Ctrl-C again leaves the chat)")
             return

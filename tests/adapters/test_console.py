@@ -163,6 +163,28 @@ def test_a_ctrl_c_at_a_resumed_runs_question_leaves_it_open(tmp_path: Path) -> N
     assert run["status"] == "suspended"
 
 
+def test_a_ctrl_c_at_a_runs_own_approval_leaves_it_for_later(tmp_path: Path) -> None:
+    # It interrupted the run instead: the request whose id the card showed was never written
+    # down, so `kestrel runs approve RUN REQ` with that id said "there is no request".
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "KESTREL_"))}
+    command = [sys.executable, "-c", "from bot.cli.main import main; main()", "chat"]
+    pipe = subprocess.PIPE
+    with subprocess.Popen(
+        command, cwd=tmp_path, env=env, stdin=pipe, stdout=pipe, stderr=pipe
+    ) as chat:
+        terminal = Terminal(chat)
+        terminal.send("checkout is failing, can you look?")
+        card = terminal.until("[l]ater? ")
+        request_id = card.rsplit("; request ", 1)[1].split()[0]
+        chat.send_signal(signal.SIGINT)
+        hint = terminal.until("(or deny)")
+        terminal.send("/quit")
+        assert chat.wait(timeout=10) == 0  # the chat went on: a second Ctrl-C would leave
+    assert f"runs approve {hint.rsplit('(run ', 1)[1].split()[0]} {request_id}" in hint
+    (run,) = runs(tmp_path)
+    assert (run["status"], run["stop_reason"]) == ("suspended", "waiting")
+
+
 def test_a_suspended_run_says_what_moves_it_on_from_another_shell(tmp_path: Path) -> None:
     # It said "resume it with /resume RUN or `kestrel runs resume`", and that resume found the
     # run still waiting on its approval: it moved nothing, whoever ran it.
