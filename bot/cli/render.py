@@ -244,6 +244,7 @@ def audit_object(entry: AuditRecord) -> dict[str, Any]:
 
 def transcript(record: RunRecord, state: RunState, closed: Sequence[ClosedRequest] = ()) -> str:
     """The conversation, what it waits on and the terminal result, for people."""
+    from bot.kinds import StopReason
     from bot.llm.base import SystemMessage
 
     lines = [f"run {record.id}  [{record.status.value}]  by {record.requested_by or '-'}"]
@@ -262,9 +263,13 @@ def transcript(record: RunRecord, state: RunState, closed: Sequence[ClosedReques
     for owner in state.takeovers:
         lines.append(f"  taken over from {owner}")
     lines += [closed_line(*item) for item in closed]
-    for request in waiting(state, closed):
+    open_now = waiting(state, closed)
+    for request in open_now:
         lines.append(f"  waiting: {request.kind.value} {request.id} for {request.tool}")
         lines += request_details(request)
+    if not open_now and record.stop_reason == StopReason.INTERRUPTED:
+        # Nothing is pending and no replica adopts it: the resume is the one way on.
+        lines.append(f"  stopped: kestrel runs resume {record.id} takes it up")
     for text in state.advisories:
         lines.append(f"  advisory: {text}")
     result = state.result

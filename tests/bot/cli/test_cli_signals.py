@@ -223,6 +223,10 @@ def test_run_cuts_a_hanging_model_call_short(
     # A person's pause waits for that person: the command that takes it up is named.
     record, _ = the_run(folder)
     assert f"kestrel runs resume {record.id}" in err
+    shown = subprocess.run(
+        [*KESTREL, "runs", "show", record.id], cwd=folder, capture_output=True, text=True
+    )
+    assert f"stopped: kestrel runs resume {record.id}" in shown.stdout, shown.stderr
 
 
 def test_serve_suspends_a_run_waiting_on_a_hanging_model(
