@@ -417,8 +417,8 @@ class AgentLoop:
             raise Stop(
                 RunStatus.FAILED,
                 StopReason.NO_PROGRESS,
-                f"the same call ({call.call.name} {call.call.arguments}) gave the same result "
-                f"{repeats} times; last result: {evidence}",
+                f"the same call ({call.call.name} {_one_line(call.call.arguments)}) gave the same"
+                f" result {repeats} times; last result: {_one_line(evidence)}",
             )
 
     async def _look_up_answers(self) -> dict[str, Decision | None]:
@@ -682,6 +682,12 @@ def _arguments(raw: str) -> dict[str, Any]:
     except ValueError:
         return {"raw": raw}
     return value if isinstance(value, dict) else {"raw": raw}
+
+
+def _one_line(text: str) -> str:
+    """``text`` on one line, its line ends shown: a run's error is said as one line (under
+    ``kestrel run``'s status, in a chat's closing message)."""
+    return " ⏎ ".join(text.splitlines())
 
 
 __all__ = ["AgentLoop", "LoopDeps", "Signals", "Stop", "Suspend", "TakenOver"]

@@ -261,6 +261,17 @@ async def test_no_progress_stops_with_evidence(tmp_path: Path) -> None:
     assert counter.calls == {"echo": 3}
 
 
+async def test_no_progress_says_its_evidence_on_one_line(tmp_path: Path) -> None:
+    # `kestrel run` prints the error as the line under the run's status: a command's output
+    # of several lines (df, a log tail) spilled over the terminal with no marker.
+    replies = [reply(call("echo", text="Filesystem Size\n/dev/vda 252G")) for _ in range(3)]
+    state, *_ = await run_once(tmp_path, replies)
+    assert state.result is not None
+    assert "\n" not in state.result.error
+    assert 'echo {"text": "Filesystem Size\\n/dev/vda 252G"}' in state.result.error
+    assert "last result: Filesystem Size ⏎ /dev/vda 252G" in state.result.error
+
+
 async def test_truncated_reply_is_never_executed(tmp_path: Path) -> None:
     replies = [reply(call("write", text="half"), finish_reason="length")]
     state, counter, _, _ = await run_once(tmp_path, replies)
