@@ -396,21 +396,27 @@ def with_runtime(
     settings: Settings | None = None,
     *,
     standby: bool = False,
+    calls_model: bool = True,
 ) -> R:
     """Run ``work`` with a runtime built from ``settings`` (the command's by default);
-    ``standby``: as ``compose.tool_source``'s."""
+    ``standby`` and ``calls_model``: as ``compose.runtime``'s."""
     import asyncio
 
-    return asyncio.run(in_runtime(work, settings or current_settings(), standby=standby))
+    settings = settings or current_settings()
+    return asyncio.run(in_runtime(work, settings, standby=standby, calls_model=calls_model))
 
 
 async def in_runtime(
-    work: Callable[[Runtime], Awaitable[R]], settings: Settings, *, standby: bool = False
+    work: Callable[[Runtime], Awaitable[R]],
+    settings: Settings,
+    *,
+    standby: bool = False,
+    calls_model: bool = True,
 ) -> R:
     """``work`` with a runtime built from ``settings``, on the running event loop."""
     from bot.cli import compose
 
-    async with compose.runtime(settings, standby=standby) as rt:
+    async with compose.runtime(settings, standby=standby, calls_model=calls_model) as rt:
         # What start-up built (modules, settings, the catalog) outlives the work: kept out
         # of the collector's passes while it runs, as ``serve`` keeps it. A gen-1 pass over
         # the last imports' objects otherwise fell in a fresh run's suspend or resume

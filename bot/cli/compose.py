@@ -79,6 +79,13 @@ def build_model(settings: Settings) -> ModelProvider:
     )
 
 
+def uncalled_model(settings: Settings) -> ModelProvider:
+    """The model of a command that calls none: named as configured, needing no key."""
+    from bot.llm.uncalled import UncalledModel
+
+    return UncalledModel(settings.provider, settings.model.name)
+
+
 def build_isolation(settings: Settings) -> Isolation | None:
     """How catalog commands are kept from Kestrel's secrets; None when the settings opt out.
 
@@ -511,11 +518,16 @@ async def _tool_source(
 
 @asynccontextmanager
 async def runtime(
-    settings: Settings, *, clock: Callable[[], datetime] | None = None, standby: bool = False
+    settings: Settings,
+    *,
+    clock: Callable[[], datetime] | None = None,
+    standby: bool = False,
+    calls_model: bool = True,
 ) -> AsyncIterator[Runtime]:
     """A runtime for one process; its MCP sessions and store are closed on exit. ``clock``:
     the one clock of the runtime and its store (the wall clock by default; tests move it);
-    ``standby``: as ``tool_source``'s.
+    ``standby``: as ``tool_source``'s; without ``calls_model`` (a cancel), the model is a
+    stand-in that needs no key.
 
     The tools come first: a helper standing by then starts while the rest is imported and
     built."""
@@ -525,7 +537,7 @@ async def runtime(
         from bot.pii.hooks import pii_hooks
         from bot.run.runtime import Runtime
 
-        model = build_model(settings)
+        model = build_model(settings) if calls_model else uncalled_model(settings)
         guard = build_guard(settings)
         hooks = build_hooks(settings)
         events = FanOut(LogSink())

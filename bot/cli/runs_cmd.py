@@ -216,7 +216,8 @@ def runs_cancel(run_id: str, user: str | None) -> None:
         actor = Actor(terminal_user(user))
         return await ChatService(Supervisor(rt)).cancel(run_id, user=actor)
 
-    echo(with_runtime(work))
+    # A cancel asks no model: on-call cancels from a shell without the model's key.
+    echo(with_runtime(work, calls_model=False))
 
 
 # An open request as ``runs pending`` shows it: the request, who may answer it (principals,

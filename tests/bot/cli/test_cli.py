@@ -502,6 +502,19 @@ def test_a_request_named_with_another_run_says_whose_it_is(tmp_path: Path) -> No
     )
 
 
+def test_a_cancel_needs_no_model_key(tmp_path: Path) -> None:
+    # On-call stops a run from a shell that holds no OPENAI_API_KEY (the replicas' secret): a
+    # cancel calls no model, yet it was refused for the key a model client would need.
+    deferred = json.loads(
+        kestrel(tmp_path, "run", "checkout is failing", "--defer", "--json", "--as", "U0REQ").stdout
+    )
+    write_config(tmp_path, model={"provider": "openai", "name": "gpt-4.1-mini"})
+    cancelled = kestrel(tmp_path, "runs", "cancel", deferred["run_id"], "--as", "U0REQ")
+    assert cancelled.returncode == 0, cancelled.stderr
+    shown = json.loads(kestrel(tmp_path, "runs", "show", deferred["run_id"], "--json").stdout)
+    assert shown["status"] == "cancelled"
+
+
 def test_a_cancelled_run_waits_on_nothing(tmp_path: Path) -> None:
     deferred = json.loads(
         kestrel(tmp_path, "run", "checkout is failing", "--defer", "--json", "--as", "U0REQ").stdout
