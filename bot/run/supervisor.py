@@ -849,8 +849,10 @@ class Supervisor:
             if old != new
         ]
         if changed and not force:
+            # The command named whole: said after `runs approve` too, whose --force is none.
             raise ResumeRefused(
                 f"the {', '.join(changed)} changed since the run started; resume with --force"
+                f" (kestrel runs resume {state.run_id} --force)"
             )
 
     async def _held_elsewhere(self, run_id: str) -> str:

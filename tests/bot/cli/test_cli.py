@@ -396,7 +396,8 @@ def test_an_approval_never_runs_a_command_changed_since_the_run_started(tmp_path
     catalog.write_text(edited)  # the same tool, name, schema and flags: another argv (that works)
     approved = kestrel(tmp_path, "runs", "approve", *ids, "--as", "U0BOSS")
     assert "tool set changed since the run started" in approved.stdout, approved.stderr
-    assert "--force" in approved.stdout
+    # The command that does it, whole: `runs approve … --force` is a usage error.
+    assert f"kestrel runs resume {ids[0]} --force" in approved.stdout
     assert not (tmp_path / "demo-state" / "restarts.log").exists()  # nothing ran
     assert "waiting" not in approved.stdout  # the request is decided: the run waits on no one
     shown = json.loads(kestrel(tmp_path, "runs", "show", ids[0], "--json").stdout)
