@@ -144,18 +144,31 @@ def runs_export(run_id: str, html_file: Path) -> None:
     def phrase_of(request: Request) -> str:
         return policy.may_answer_phrase(request, flags_of(request.tool), flags_of)
 
-    partial = html_file.with_name(f".{html_file.name}.partial")
+    # A link's target is what is written, not the link; a pipe or a device (/dev/stdout) is
+    # written to as it is: a file renamed over it would replace it.
+    through = html_file.exists() and not html_file.is_file()
+    target = html_file if through else html_file.resolve()
+    partial = target if through else target.with_name(f".{target.name}.partial")
 
     async def work(store: Store) -> int:
         # Written as it is read (bounded memory), to a file beside the target that replaces
         # it once complete: an unknown run or a failure leaves no half-written file behind.
-        with partial.open("w", encoding="utf-8") as out:
-            await write_export(RunReads(store, who_may_answer, phrase_of), run_id, out.write)
-            return out.tell()
+        size = 0
+        with partial.open("wb") as out:
+
+            def write(text: str) -> None:
+                nonlocal size
+                data = text.encode()
+                out.write(data)
+                size += len(data)
+
+            await write_export(RunReads(store, who_may_answer, phrase_of), run_id, write)
+        return size
 
     try:
         size = with_reader(work)
-        partial.replace(html_file)
+        if not through:
+            partial.replace(target)
     except OSError as exc:
         fail(f"cannot write {html_file}: {exc.strerror or exc}")
         sys.exit(EXIT_USAGE)
@@ -163,7 +176,8 @@ def runs_export(run_id: str, html_file: Path) -> None:
         # Where nothing can be made (a read-only file system, a path under a file), there is
         # nothing to remove either, and the failure is said above.
         with contextlib.suppress(OSError):
-            partial.unlink(missing_ok=True)
+            if not through:
+                partial.unlink(missing_ok=True)
     echo(f"wrote {html_file} ({size:,} bytes)", err=True)
 
 

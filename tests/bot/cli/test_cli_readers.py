@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -164,6 +165,31 @@ def test_an_export_where_no_file_can_be_made_is_one_line(journal: tuple[Path, st
     assert exported.returncode == 2
     said = one_line_error(exported)
     assert said == "kestrel: cannot write notes.txt/incident.html: Not a directory"
+
+
+def test_an_export_to_a_pipe_or_a_link_writes_through_it(journal: tuple[Path, str]) -> None:
+    # The page was written beside the path and renamed over it: a FIFO (or, as root, a device
+    # such as /dev/stdout or /dev/full) was replaced by a regular file, and a link by a copy.
+    folder, run_id = journal
+    fifo = folder / "page.fifo"
+    os.mkfifo(fifo)
+    reader = subprocess.Popen(["cat", str(fifo)], stdout=subprocess.PIPE, text=True)
+    try:
+        exported = kestrel(folder, "runs", "export", run_id, "--html", str(fifo))
+        piped, _ = reader.communicate(timeout=10)
+    finally:
+        reader.kill()
+    assert exported.returncode == 0, exported.stderr
+    assert fifo.is_fifo() and run_id in piped and piped.rstrip().endswith("</html>")
+    (folder / "pages").mkdir()
+    link = folder / "latest.html"
+    link.symlink_to(folder / "pages" / "incident.html")
+
+    linked = kestrel(folder, "runs", "export", run_id, "--html", str(link))
+
+    assert linked.returncode == 0, linked.stderr
+    assert link.is_symlink() and run_id in (folder / "pages" / "incident.html").read_text()
+    assert sorted(p.name for p in (folder / "pages").iterdir()) == ["incident.html"]
 
 
 def test_export_reads_the_store_only_and_needs_no_model_key(journal: tuple[Path, str]) -> None:
