@@ -5,6 +5,7 @@ approve`` and ``deny`` decide without it (``bot.cli.decisions``)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import sys
 from collections.abc import Awaitable, Callable
@@ -43,6 +44,11 @@ class Failure(Exception):
     """A user-facing error: printed as one line, exit status 2."""
 
 
+class OutputLost(Exception):
+    """Standard output or error could not be written (a full disk): one line, exit status 1,
+    never 2, which says nothing was done."""
+
+
 def exit_status(run_status: str) -> int:
     """The exit status for a run that stopped in ``run_status``; not ended is suspended."""
     return _EXIT_BY_STATUS.get(run_status, EXIT_SUSPENDED)
@@ -64,9 +70,10 @@ def echo(text: str, *, err: bool = False) -> None:
             return
         stream.flush()
     except OSError as exc:
+        unread(stream)  # Python's last flush would fail again, in a traceback of its own
         if not unheard(exc):
-            raise
-        unread(stream)
+            stream_name = "stderr" if err else "stdout"
+            raise OutputLost(f"cannot write to {stream_name}: {exc.strerror or exc}") from exc
 
 
 def unheard(exc: OSError) -> bool:
@@ -157,6 +164,10 @@ def _one_line(fn: Callable[P, R], *, unreachable_status: int) -> Callable[P, R]:
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return fn(*args, **kwargs)
+        except OutputLost as exc:
+            with contextlib.suppress(OutputLost):  # stderr may be as full
+                fail(str(exc))
+            sys.exit(EXIT_FAILED)
         except Exception as exc:
             if not _is_user_error(exc):
                 raise

@@ -85,3 +85,32 @@ def test_a_run_into_a_closed_pipe_keeps_its_own_exit_status(tmp_path: Path) -> N
     assert "suspended" in result.stderr and "Traceback" not in result.stderr  # its status line
     listed = json.loads(kestrel(tmp_path, "runs", "list", "--json").stdout)
     assert [run["status"] for run in listed] == ["suspended"]
+
+
+def into_a_full_disk(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run the real CLI with its stdout on a device that is always full (ENOSPC)."""
+    with open("/dev/full", "w") as full:
+        return subprocess.run(
+            [sys.executable, "-c", CLI, *args],
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=clean_env(KESTREL_DEMO_STATE=str(cwd / "demo-state")),
+            timeout=60,
+            check=False,
+        )
+
+
+@pytest.mark.skipif(not Path("/dev/full").is_char_device(), reason="needs /dev/full")
+@pytest.mark.parametrize("command", [("runs", "list"), ("run", "checkout is failing")])
+def test_output_on_a_full_disk_is_one_line(tmp_path: Path, command: tuple[str, ...]) -> None:
+    # `kestrel runs list > report.txt` on a full disk ended in a traceback of thirty lines.
+    kestrel(tmp_path, "run", "checkout is failing")
+    written = into_a_full_disk(tmp_path, *command)
+    assert written.stderr.splitlines()[-1:] == [
+        "kestrel: cannot write to stdout: No space left on device"
+    ], written.stderr
+    assert "Traceback" not in written.stderr
+    assert written.returncode == 1  # as before: not 2, which says nothing was done
