@@ -24,6 +24,7 @@ from bot.cli.common import (
     one_line_errors,
     settings_of,
     terminal_user,
+    unheard,
     with_reader,
     with_runtime,
 )
@@ -170,6 +171,8 @@ def runs_export(run_id: str, html_file: Path) -> None:
         if not through:
             partial.replace(target)
     except OSError as exc:
+        if through and unheard(exc):
+            return  # written through a pipe whose reader left (``| head``): nothing to say
         fail(f"cannot write {html_file}: {exc.strerror or exc}")
         sys.exit(EXIT_USAGE)
     finally:

@@ -14,6 +14,7 @@ import pytest
 
 from storage.sqlite import SqliteStore
 from tests.bot.cli.test_cli import ROOT, kestrel, one_line_error, write_config
+from tests.fakes.processes import KESTREL, clean_env
 
 
 @pytest.fixture
@@ -190,6 +191,22 @@ def test_an_export_to_a_pipe_or_a_link_writes_through_it(journal: tuple[Path, st
     assert linked.returncode == 0, linked.stderr
     assert link.is_symlink() and run_id in (folder / "pages" / "incident.html").read_text()
     assert sorted(p.name for p in (folder / "pages").iterdir()) == ["incident.html"]
+
+
+def test_an_export_through_a_pipe_nobody_reads_says_nothing(journal: tuple[Path, str]) -> None:
+    # ``runs export RUN --html /dev/stdout | head``: the reader left; as ``runs list | head``
+    # the command stops without a word (it said "cannot write /dev/stdout: Broken pipe").
+    folder, run_id = journal
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        argv = [*KESTREL, "runs", "export", run_id, "--html", "/dev/stdout"]
+        exported = subprocess.run(
+            argv, cwd=folder, env=clean_env(), stdout=write_end, stderr=subprocess.PIPE, text=True
+        )
+    finally:
+        os.close(write_end)
+    assert (exported.returncode, exported.stderr) == (0, "")
 
 
 def test_export_reads_the_store_only_and_needs_no_model_key(journal: tuple[Path, str]) -> None:
