@@ -90,8 +90,10 @@ def alive(pid: int) -> bool:
     return not (stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] == "Z")
 
 
-async def wait_dead(pid: int, seconds: float = 3.0) -> bool:
+async def wait_dead(pid: int, seconds: float = 30.0) -> bool:
     """Whether the pid is dead within ``seconds`` (polled: nothing tells of another's end)."""
+    # Generous for a loaded machine, yet half the life of ``grandchild_tool``'s grandchild: one
+    # left running still fails.
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if not alive(pid):

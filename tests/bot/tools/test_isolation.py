@@ -175,13 +175,13 @@ async def test_a_timeout_kills_everything_the_command_started_even_out_of_its_gr
         run_id="r", call_id="c", started=lambda pgid: stamps.append(orphans.stamp(pgid))
     )
     call = asyncio.ensure_future(sh(f"sleep {token} & setsid sleep {token} & wait").call({}, ctx))
-    await until(running(token, 2), timeout=5)
+    await until(running(token, 2))
     call.cancel()  # how the caller's timeout arrives
     with pytest.raises(asyncio.CancelledError):
         await call
     (stamp,) = stamps
     assert stamp is not None and stamp.host_key == orphans.host_key()
-    await until(lambda: gone(token), timeout=3)
+    await until(lambda: gone(token))
 
 
 async def test_an_orphaned_isolated_group_is_found_and_stopped_by_its_stamp() -> None:
@@ -191,12 +191,12 @@ async def test_an_orphaned_isolated_group_is_found_and_stopped_by_its_stamp() ->
         run_id="r", call_id="c", started=lambda pgid: stamps.append(orphans.stamp(pgid))
     )
     call = asyncio.ensure_future(sh(f"sleep {token}").call({}, ctx))
-    await until(running(token, 1), timeout=5)
+    await until(running(token, 1))
     (stamp,) = stamps
     assert stamp is not None and len(orphans.members(stamp)) >= 3  # helper, init, command
     said = await orphans.end_orphan(stamp)
     assert said.endswith("was still running and was stopped")
-    await until(lambda: gone(token), timeout=3)
+    await until(lambda: gone(token))
     assert (await call).output == "[killed by signal SIGKILL]"
 
 
