@@ -26,6 +26,9 @@ from tests.fakes.openai_server import (
 )
 
 KEY = "sk-test-very-secret-key"
+# A refused connection is answered at once: a call's timeout there only bounds a test gone
+# wrong, and must outlast a loaded machine's pause, which would make the refusal a timeout.
+REFUSAL_TIMEOUT = 30.0
 STATUS_TOOL = ToolSpec(
     name="service_status",
     description="Show a service's status.",
@@ -331,7 +334,7 @@ async def test_connection_refused_becomes_model_error() -> None:
     model = OpenAIProvider("m", api_key=KEY, base_url=f"http://127.0.0.1:{port}/v1", max_retries=0)
 
     with pytest.raises(ModelError, match=rf"cannot connect to http://127.0.0.1:{port}/v1") as e:
-        await model.complete([UserMessage("hi")], [], timeout=2)
+        await model.complete([UserMessage("hi")], [], timeout=REFUSAL_TIMEOUT)
     await model.aclose()
 
     # What to do: the usual cause is a local server not started, or a mistyped address.
@@ -349,7 +352,7 @@ async def test_openai_unreachable_says_to_check_the_network(
     model = OpenAIProvider("m", api_key=KEY, base_url=None, max_retries=0)
 
     with pytest.raises(ModelError, match=r"cannot connect to https://api\.openai\.com/v1") as e:
-        await model.complete([UserMessage("hi")], [], timeout=2)
+        await model.complete([UserMessage("hi")], [], timeout=REFUSAL_TIMEOUT)
     await model.aclose()
 
     assert str(e.value).endswith(" — check this host's network, or its proxy (HTTPS_PROXY)")
@@ -481,7 +484,7 @@ async def test_a_password_in_the_base_url_is_not_said_when_it_cannot_connect() -
     guarded = f"http://kestrel:{PROXY_PASSWORD}@127.0.0.1:{port}/v1"
     model = OpenAIProvider("m", api_key=KEY, base_url=guarded, max_retries=0)
     with pytest.raises(ModelError) as caught:
-        await model.complete([UserMessage("hi")], [], timeout=2)
+        await model.complete([UserMessage("hi")], [], timeout=REFUSAL_TIMEOUT)
     await model.aclose()
     assert PROXY_PASSWORD not in str(caught.value)
     assert f"cannot connect to http://kestrel:***@127.0.0.1:{port}/v1" in str(caught.value)
