@@ -204,39 +204,47 @@ class BlinkingStore(SqliteStore):
     """The real store, whose first lease renewal fails as a store that blinked would."""
 
     blinked = False
+    renewed = 0  # renewals that held the lease since the blink
 
     async def renew(self, run_id: str, owner: str, epoch: int, lease_seconds: float) -> bool:
         """Fail once, then renew."""
         if not self.blinked:
             self.blinked = True
             raise StoreError("the database is unreachable")
-        return await super().renew(run_id, owner, epoch, lease_seconds)
+        held = await super().renew(run_id, owner, epoch, lease_seconds)
+        self.renewed += held
+        return held
 
 
 async def test_a_lease_is_still_renewed_after_one_renewal_failed(
     tmp_path: Path, opened: list[Runtime]
 ) -> None:
-    counter = Counter()
-    replies = [reply(call("nap", seconds=1.5), call("write", text="x")), reply(text="done")]
+    # A lease of 3 s, renewed every second: the renewal after the blink has a second to land
+    # before the lease runs out. With 0.3 s it had 0.1 s, which a loaded machine's pause
+    # outlasted, and the sweep below adopted a run whose renewals were fine.
+    counter, release = Counter(), asyncio.Event()
+    replies = [reply(call("hold"), call("write", text="x")), reply(text="done")]
     store = await migrated(BlinkingStore(tmp_path / "k.db"))
-    tools = ToolSource(ToolSet([nap, *counting_tools(counter)]))
+    tools = ToolSource(ToolSet([holding_tool(release), *counting_tools(counter)]))
     model = ScriptedProvider.from_replies(replies, name="test")
-    rt = Runtime(store=store, model=model, tools=tools, owner="replica-a", lease_seconds=0.3)
+    rt = Runtime(store=store, model=model, tools=tools, owner="replica-a", lease_seconds=3)
     other, _ = await make_runtime(
-        tmp_path / "k.db", [], [nap, *counting_tools(counter)], owner="replica-b", lease_seconds=0.3
+        tmp_path / "k.db", [], counting_tools(counter), owner="replica-b", lease_seconds=3
     )
     opened += [rt, other]
     owner, sweeper = Supervisor(rt), Supervisor(other)
-    live = await owner.start_turn("rest, then write", prompter=None)
+    live = await owner.start_turn("hold, then write", prompter=None)
 
-    # Another replica sweeps for orphans all the while the nap outlasts five leases.
+    # Another replica sweeps for orphans all the while the call is held, until the lease has
+    # been renewed twice since the blink: a renewal loop that gave up would never get there.
     adopted: list[str] = []
 
     async def swept() -> bool:
         adopted.extend(await sweeper.adopt_orphans())
-        return live.left.is_set()
+        return store.renewed >= 2
 
     await until(swept)
+    release.set()
     state = await owner.wait(live)
 
     assert store.blinked
