@@ -141,13 +141,17 @@ class Terminal:
         return shown.decode()
 
 
-def test_a_ctrl_c_at_a_resumed_runs_question_leaves_it_open(tmp_path: Path) -> None:
+def chat_in_a_terminal(folder: Path) -> subprocess.Popen[bytes]:
+    """``kestrel chat`` (the demo: no model endpoint) with every stream a pipe, read through
+    ``Terminal``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "KESTREL_"))}
     command = [sys.executable, "-c", "from bot.cli.main import main; main()", "chat"]
     pipe = subprocess.PIPE
-    with subprocess.Popen(
-        command, cwd=tmp_path, env=env, stdin=pipe, stdout=pipe, stderr=pipe
-    ) as chat:
+    return subprocess.Popen(command, cwd=folder, env=env, stdin=pipe, stdout=pipe, stderr=pipe)
+
+
+def test_a_ctrl_c_at_a_resumed_runs_question_leaves_it_open(tmp_path: Path) -> None:
+    with chat_in_a_terminal(tmp_path) as chat:
         terminal = Terminal(chat)
         terminal.send("checkout is failing, can you look?")
         terminal.until("[l]ater? ")
@@ -166,12 +170,7 @@ def test_a_ctrl_c_at_a_resumed_runs_question_leaves_it_open(tmp_path: Path) -> N
 def test_a_ctrl_c_at_a_runs_own_approval_leaves_it_for_later(tmp_path: Path) -> None:
     # It interrupted the run instead: the request whose id the card showed was never written
     # down, so `kestrel runs approve RUN REQ` with that id said "there is no request".
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "KESTREL_"))}
-    command = [sys.executable, "-c", "from bot.cli.main import main; main()", "chat"]
-    pipe = subprocess.PIPE
-    with subprocess.Popen(
-        command, cwd=tmp_path, env=env, stdin=pipe, stdout=pipe, stderr=pipe
-    ) as chat:
+    with chat_in_a_terminal(tmp_path) as chat:
         terminal = Terminal(chat)
         terminal.send("checkout is failing, can you look?")
         card = terminal.until("[l]ater? ")

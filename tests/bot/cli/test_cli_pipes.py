@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -16,23 +17,28 @@ from tests.bot.cli.test_cli import CLI, kestrel
 from tests.fakes.processes import clean_env
 
 
+def writing_to(stdout: int | IO[str], cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run the real CLI with its stdout on ``stdout``, its stderr captured."""
+    return subprocess.run(
+        [sys.executable, "-c", CLI, *args],
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=clean_env(KESTREL_DEMO_STATE=str(cwd / "demo-state")),
+        timeout=60,
+        check=False,
+    )
+
+
 def into_closed_pipe(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """Run the real CLI with its stdout a pipe nobody reads any more (as ``| head`` leaves
     it once it has its lines), its stderr captured."""
     read_end, write_end = os.pipe()
     os.close(read_end)
     try:
-        return subprocess.run(
-            [sys.executable, "-c", CLI, *args],
-            cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=write_end,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=clean_env(KESTREL_DEMO_STATE=str(cwd / "demo-state")),
-            timeout=60,
-            check=False,
-        )
+        return writing_to(write_end, cwd, *args)
     finally:
         os.close(write_end)
 
@@ -90,17 +96,7 @@ def test_a_run_into_a_closed_pipe_keeps_its_own_exit_status(tmp_path: Path) -> N
 def into_a_full_disk(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """Run the real CLI with its stdout on a device that is always full (ENOSPC)."""
     with open("/dev/full", "w") as full:
-        return subprocess.run(
-            [sys.executable, "-c", CLI, *args],
-            cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=full,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=clean_env(KESTREL_DEMO_STATE=str(cwd / "demo-state")),
-            timeout=60,
-            check=False,
-        )
+        return writing_to(full, cwd, *args)
 
 
 @pytest.mark.skipif(not Path("/dev/full").is_char_device(), reason="needs /dev/full")
