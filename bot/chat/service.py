@@ -361,8 +361,7 @@ class ChatService:
             # off the card may come from anywhere.
             refusal = Refusal("this button is not on that request's card", acted_from(user.place))
             action = AuditAction.refused(kind.value)
-            await self._rt.store.audit(user.user, action, run_id, request_id, refusal.audited)
-            self._said_refused(user, kind.value, refusal.reason, run_id, request_id)
+            await self._refused(user, action, kind.value, refusal, run_id, request_id)
             return Decided(False, refusal.reason)
         decision = Decision(request_id=request_id, kind=kind, text=text, by=user.user)
         answered = await self._supervisor.answer(decision, run_id=run_id, actor=user, digest=digest)
@@ -408,10 +407,9 @@ class ChatService:
         decisions = self._supervisor.decisions
         refusal = await decisions.refusal(decision, run_id=run_id, actor=user)
         if refusal is not None and asked:
-            detail = decisions.audited_refusal(refusal, decision)
+            audited = decisions.audited_refusal(refusal, decision)
             action = AuditAction.refused(kind.value)
-            await self._rt.store.audit(user.user, action, run_id, request_id, detail)
-            self._said_refused(user, kind.value, refusal.reason, run_id, request_id)
+            await self._refused(user, action, kind.value, refusal, run_id, request_id, audited)
         return refusal
 
     async def run_of_request(self, request_id: str) -> str | None:
@@ -567,10 +565,7 @@ class ChatService:
         policy = self._rt.policy
         refusal = await policy.check_operate(user, "resume", run_id, record.requested_by, run)
         if refusal:
-            await self._rt.store.audit(
-                user.user, AuditAction.RESUME_REFUSED, run_id=run_id, detail=refusal.audited
-            )
-            self._said_refused(user, "resume", refusal.reason, run_id)
+            await self._refused(user, AuditAction.RESUME_REFUSED, "resume", refusal, run_id)
             await self._unseen(user, run_id, run)
             raise NotPermitted(refusal.reason)
         claimed = await self._supervisor.expire_overdue(run_id)
@@ -595,10 +590,7 @@ class ChatService:
             # Audited as a refused cancel or Full arguments is: a stranger reading runs by id
             # from elsewhere leaves a trace, with where they read from.
             refusal = Refusal(f"{user.user} may not see run {run_id}", acted_from(user.place))
-            await self._rt.store.audit(
-                user.user, AuditAction.SHOW_REFUSED, run_id=run_id, detail=refusal.audited
-            )
-            self._said_refused(user, "show", refusal.reason, run_id)
+            await self._refused(user, AuditAction.SHOW_REFUSED, "show", refusal, run_id)
             raise UnknownRun(run_id)
         state = fold(await self._rt.store.load(run_id), run_id)
         if not state.open_requests:
@@ -659,13 +651,26 @@ class ChatService:
         policy = self._rt.policy
         refusal = await policy.place_refusal(user, place, what, thread=bool(request_id))
         if refusal:
-            await self._rt.store.audit(
-                user.user, AuditAction.refused(verb), run_id, request_id, refusal.audited
-            )
-            self._said_refused(user, verb, refusal.reason, run_id, request_id)
+            await self._refused(user, AuditAction.refused(verb), verb, refusal, run_id, request_id)
             if not request_id:
                 await self._unseen(user, run_id, place)
         return refusal
+
+    async def _refused(
+        self,
+        user: Actor,
+        action: AuditAction,
+        verb: str,
+        refusal: Refusal,
+        run_id: str,
+        request_id: str = "",
+        audited: str | None = None,
+    ) -> None:
+        """A refusal audited as ``action`` (``audited``: its text there, by default the
+        refusal's own) and said in the operator's log too."""
+        text = refusal.audited if audited is None else audited
+        await self._rt.store.audit(user.user, action, run_id, request_id, text)
+        self._said_refused(user, verb, refusal.reason, run_id, request_id)
 
     def _said_refused(
         self, user: Actor, verb: str, reason: str, run_id: str, request_id: str = ""
