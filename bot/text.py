@@ -205,6 +205,12 @@ def not_utf8(exc: UnicodeDecodeError) -> str:
     return f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start})"
 
 
+def flattened(text: str) -> str:
+    """``text`` with its line breaks and runs of spaces made single spaces: shown inside a line
+    of Kestrel's own (a log line, a card's line), it cannot start another."""
+    return " ".join(text.split())
+
+
 def printable(text: str) -> str:
     """``text`` safe for a terminal: escape sequences, control characters (but tab and
     newline) and direction overrides removed, so model and tool text cannot retitle, clear or

@@ -53,7 +53,7 @@ from bot.domain import (
     Session,
     TerminalResult,
 )
-from bot.text import printable, unmask_links
+from bot.text import flattened, printable, unmask_links
 
 CONTENT_LIMIT = 2000
 EMBED_LIMIT = 6000
@@ -326,7 +326,7 @@ def _step_fields(view: RequestView) -> tuple[list[dict[str, Any]], bool]:
     for step in plan_steps(view.request):
         free = " (needs no approval)" if not step.gated else ""
         # On one line: a line break in the model's words would start lines of the field's own.
-        lines = [f"*{_plain(' '.join(step.why.split()))}*"] if step.why else []
+        lines = [f"*{_plain(flattened(step.why))}*"] if step.why else []
         planned = view.request.steps[step.number - 1]
         code, shortened = _code(planned.arguments)
         lines.append(code)

@@ -39,7 +39,6 @@ from adapters.slack.mrkdwn import (
     fit_fallback,
     fit_text,
     inline_code,
-    one_line,
     person_or,
     plain_text,
     principals_text,
@@ -64,7 +63,7 @@ from bot.domain import (
     RequestKind,
     RequestStatus,
 )
-from bot.text import printable
+from bot.text import flattened, printable
 
 # A section holds 3,000 characters: this many origins of pieces this long always fit.
 ORIGINS_SHOWN: Final = 5
@@ -179,7 +178,7 @@ def _plan_card(
     any_cut = False
     for step, planned in zip(plan_steps(request), request.steps, strict=True):
         free = " _(needs no approval)_" if not step.gated else ""
-        why = f" — {fit_text(one_line(step.why), REASON_LIMIT)}" if step.why else ""
+        why = f" — {fit_text(flattened(step.why), REASON_LIMIT)}" if step.why else ""
         code, cut = code_block(step.arguments, CARD_ARGUMENTS_LIMIT // 4)
         any_cut = any_cut or cut
         blocks.append(

@@ -113,12 +113,6 @@ def quoted(text: str) -> str:
     return "\n".join(f">{line}" for line in text.split("\n"))
 
 
-def one_line(raw: str) -> str:
-    """``raw`` with its line breaks and runs of spaces made single spaces: text shown inside
-    one of the card's own lines cannot start another."""
-    return " ".join(raw.split())
-
-
 def ephemeral_text(message: str) -> str:
     """A one-line reply (an ephemeral refusal, a command's answer) made safe and short."""
     return fit_text(message, SECTION_TEXT_LIMIT)

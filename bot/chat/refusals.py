@@ -14,6 +14,7 @@ from typing import Final
 import msgspec
 
 from bot.place import Place
+from bot.text import flattened
 
 log = logging.getLogger("kestrel.chat")
 
@@ -59,8 +60,8 @@ class RefusalLog:
         """Say that ``who`` was refused ``verb`` (on the run or request, if any) from
         ``place``, for ``reason``; or count it, if said within the window."""
         # Ids as the platform sent them: one line each, short, whatever they hold.
-        who = _one_line(who, 80)
-        where = _one_line(place.describe(), 200) if place is not None else "the terminal"
+        who = flattened(who)[:80]
+        where = flattened(place.describe())[:200] if place is not None else "the terminal"
         now = self._clock()
         key = (who, verb, where)
         seen = self._seen.get(key)
@@ -70,7 +71,7 @@ class RefusalLog:
         if not self._may_say(now):
             return
         self._remember(key, now)
-        said = _one_line(self._redact(reason), REASON_CHARS)
+        said = flattened(self._redact(reason))[:REASON_CHARS]
         more = f" ({seen.more} more like it in the last minute)" if seen and seen.more else ""
         on = _on(run_id, request_id)
         log.info(
@@ -115,7 +116,3 @@ def _on(run_id: str, request_id: str) -> str:
     """`` (run R request Q)``: what the refusal was on, if anything."""
     named = [f"{name} {id_}" for name, id_ in (("run", run_id), ("request", request_id)) if id_]
     return f" ({' '.join(named)})" if named else ""
-
-
-def _one_line(text: str, chars: int) -> str:
-    return " ".join(text.split())[:chars]

@@ -38,6 +38,7 @@ from bot.llm.reply_words import words
 from bot.llm.retry import MAX_SERVER_WAIT, backoff, out_of_quota, retryable, server_wait
 from bot.llm.streamed import REASONING_FIELDS, NotAStream, assembled, is_stream
 from bot.llm.text_calls import text_calls
+from bot.text import flattened
 from bot.user_agent import USER_AGENT
 
 log = logging.getLogger("kestrel.llm")
@@ -307,7 +308,7 @@ class _Unusable(Exception):
         cause: BaseException = error
         while isinstance(cause, BaseExceptionGroup) and cause.exceptions:
             cause = cause.exceptions[0]
-        super().__init__(f"{type(cause).__name__}: {_one_line(str(cause))}".rstrip(": "))
+        super().__init__(f"{type(cause).__name__}: {flattened(str(cause))}".rstrip(": "))
 
 
 _Failure = openai.OpenAIError | _Unusable
@@ -359,12 +360,12 @@ def _cause(exc: _Failure, where: str, timeout: float, secret: str) -> str:
         return f"timed out after {_seconds(timeout)} waiting for {where}"
     if isinstance(exc, openai.APIConnectionError):
         reason = exc.__cause__ or exc
-        return f"cannot connect to {where} ({type(reason).__name__}: {_one_line(str(reason))})"
+        return f"cannot connect to {where} ({type(reason).__name__}: {flattened(str(reason))})"
     if isinstance(exc, openai.APIStatusError):
         return f"{_status_line(exc.status_code)} from {where}{_server_detail(exc.body, secret)}"
     if isinstance(exc, openai.APIResponseValidationError):
-        return f"bad response from {where}: {_one_line(exc.message)}"
-    return _one_line(str(exc))
+        return f"bad response from {where}: {flattened(exc.message)}"
+    return flattened(str(exc))
 
 
 def _seconds(value: float) -> str:
@@ -384,7 +385,7 @@ def _server_detail(body: object, secret: str = "") -> str:
     message = error_message(body)
     if not message.strip():
         return ""
-    return f": {_one_line(_scrub(message, secret))[:_DETAIL_CHARS]}"
+    return f": {flattened(_scrub(message, secret))[:_DETAIL_CHARS]}"
 
 
 def _scrub(text: str, secret: str) -> str:
@@ -403,10 +404,6 @@ def _scrub_body(body: bytes, secret: str) -> bytes:
 
 def _is_secret(secret: str) -> bool:
     return len(secret) >= 4 and secret != KEYLESS_PLACEHOLDER
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
 
 
 def to_wire_messages(messages: Sequence[Message]) -> list[ChatCompletionMessageParam]:
@@ -505,7 +502,7 @@ async def read_capped(response: AsyncAPIResponse[Any], limit: int) -> bytes:
     # The body is read outside the client's retry loop, so its transport errors arrive raw, as
     # httpx or httpx2 types depending on the openai version; any of them means a broken reply.
     except Exception as exc:
-        cause = f"{type(exc).__name__}: {_one_line(str(exc))}".rstrip(": ")
+        cause = f"{type(exc).__name__}: {flattened(str(exc))}".rstrip(": ")
         raise _ReadFailed(f"broke off after {len(body)} bytes ({cause})") from exc
     return bytes(body)
 
@@ -715,9 +712,9 @@ def _preview(body: bytes) -> str:
     a captive portal's) by what it says, its markup naming no cause."""
     head = body[:_PAGE_BYTES].decode("utf-8", errors="replace")
     if head.lstrip().startswith("<"):
-        said = _one_line(error_message(head))
+        said = flattened(error_message(head))
         return f"a web page: {said[:80]!r}" if said else "a web page that says nothing"
-    text = _one_line(head[:_PREVIEW_CHARS])
+    text = flattened(head[:_PREVIEW_CHARS])
     return repr(text[:80]) if text else "an empty body"
 
 

@@ -29,7 +29,7 @@ from bot.llm.base import (
     ToolSpec,
     UserMessage,
 )
-from bot.text import not_utf8
+from bot.text import flattened, not_utf8
 
 PROVIDER = "scripted"
 EXHAUSTED = "(the script has no more replies)"
@@ -216,10 +216,6 @@ def _describe(exc: msgspec.ValidationError) -> str:
     return f"{place}: {cause}" if place else cause
 
 
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
-
-
 def reply_turn(
     script: Script, index: int, *, latest_input: str, prompt_chars: int
 ) -> AssistantTurn:
@@ -233,7 +229,7 @@ def reply_turn(
     step = script.replies[index]
     picked = step.pick(latest_input) if isinstance(step, Choice) else _single(step, latest_input)
     if picked is None:
-        preview = _one_line(latest_input)[:_PREVIEW]
+        preview = flattened(latest_input)[:_PREVIEW]
         raise ScriptMismatch(
             f"script {script.name!r} left its path at reply {index + 1}: expected "
             f"{step.expectation()} in the latest input, got {preview!r}"
