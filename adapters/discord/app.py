@@ -174,9 +174,8 @@ class DiscordAdapter:
         if self._stopping or connecting.cancelled():
             return
         error = connecting.exception()
-        if isinstance(error, discord.ConnectionClosed) and error.code == 4004:
-            reason = error.reason or "Authentication failed"
-            self._ended_why = f"DISCORD_TOKEN was refused (close code 4004: {reason})"
+        if refused := _token_refused(error):
+            self._ended_why = refused
         elif error is not None:
             self._ended_why = f"{type(error).__name__}: {error}"
         else:
@@ -239,12 +238,17 @@ class DiscordAdapter:
                 " DISCORD_MESSAGE_CONTENT=false (thread replies then cannot answer questions;"
                 " the Answer button still can)"
             ) from error
-        if isinstance(error, discord.ConnectionClosed) and error.code == 4004:
+        if refused := _token_refused(error):
             await self.client.close()
-            reason = error.reason or "Authentication failed"
-            said = f"discord: DISCORD_TOKEN was refused (close code 4004: {reason})"
-            raise ConfigError(said) from error
+            raise ConfigError(f"discord: {refused}") from error
         return f"the gateway connection failed: {why(error)}"
+
+
+def _token_refused(error: BaseException | None) -> str:
+    """What the gateway's close code 4004 (the token refused) says, "" for any other end."""
+    if not isinstance(error, discord.ConnectionClosed) or error.code != 4004:
+        return ""
+    return f"DISCORD_TOKEN was refused (close code 4004: {error.reason or 'Authentication failed'})"
 
 
 def _limited(exc: discord.RateLimited) -> ConfigError:
