@@ -114,8 +114,7 @@ class Health:
         self._store = store
         self._owner = owner
         self._alive_within = alive_within
-        self._platforms: dict[str, Connected] = {}
-        self._gave_up: dict[str, GaveUp] = {}
+        self._platforms: dict[str, tuple[Connected, GaveUp]] = {}
         self._expected: int | None = None
         self.watch = LoopWatch()
         starting = "not checked yet"
@@ -125,8 +124,7 @@ class Health:
     def platform(self, name: str, connected: Connected, gave_up: GaveUp = lambda: "") -> None:
         """Readiness needs ``name`` connected (``connected()`` says whether it is now;
         ``gave_up()`` why its client no longer tries, if it does not)."""
-        self._platforms[name] = connected
-        self._gave_up[name] = gave_up
+        self._platforms[name] = (connected, gave_up)
 
     async def start(self, expected_schema: int) -> None:
         """Remember the schema version this replica was started with, and watch the loop."""
@@ -155,10 +153,7 @@ class Health:
         store, replica, *platforms = await asyncio.gather(
             _bounded(self._store_problem(), STORE_UNREACHABLE),
             _bounded(self._replica_problem(), NOT_REGISTERED),
-            *(
-                _bounded(_connected_problem(self._platforms[n], self._gave_up[n]), NOT_CONNECTED)
-                for n in names
-            ),
+            *(_bounded(_connected_problem(*self._platforms[n]), NOT_CONNECTED) for n in names),
         )
         if store:
             found["store"] = store
