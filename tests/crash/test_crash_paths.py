@@ -1,8 +1,8 @@
 """The paths to execution test_crash_resume does not take, under SIGKILL after each kind of
 journal append: a call made after a person answered a question, a run resumed with --force past
 a changed catalog, an in-process function tool and an MCP server's tool. No effect runs again
-without a fresh decision by on-call. Real processes, real SQLite file, real openai client (the
-harness of test_crash_resume)."""
+without a fresh decision by on-call. Real processes, a real SQLite file or PostgreSQL schema,
+real openai client (the harness of test_crash_resume)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.crash.database import kill_points
 from tests.crash.test_crash_resume import (
     GATED_SCRIPT,
     assert_finished_each_effect_once,
@@ -161,11 +162,13 @@ def deciding_process(
     return child(world, "--resume", run_id, "--force", *crash_args)
 
 
+# Every path on PostgreSQL too, where a replica takes these paths in a deployment of several;
+# each append commits alone there, and every kind above is already a kill point.
+ON_POSTGRES: dict[str, list[str]] = {path: [] for path in PATHS}
+
+
 @pytest.mark.parametrize(
-    ("world", "path", "crash"),
-    [(script, path, crash) for path, (script, kinds) in PATHS.items() for crash in kinds],
-    indirect=["world"],
-    ids=[f"{path}-{crash}" for path, (_, kinds) in PATHS.items() for crash in kinds],
+    ("world", "store_name", "path", "crash"), kill_points(PATHS, ON_POSTGRES), indirect=["world"]
 )
 def test_no_effect_runs_again_without_a_fresh_decision(
     world: dict[str, Path | str], path: str, crash: str
