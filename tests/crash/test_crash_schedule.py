@@ -1,5 +1,5 @@
 """A scheduled prompt whose replica is SIGKILLed right after it claimed the occurrence: another
-replica starts the run, once. Real processes, one SQLite file."""
+replica starts the run, once. Real processes, one SQLite file or one PostgreSQL schema."""
 
 from __future__ import annotations
 
@@ -11,12 +11,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from bot.config.deadlines import DeadlineSettings
 from bot.config.settings import ScheduledPrompt
 from bot.replica.schedule import Scheduler
 from bot.replica.work import WorkTaker
 from bot.run.runtime import Runtime
 from bot.run.supervisor import Supervisor
+from storage.postgres import PostgresStore
+from tests.crash.database import STORES, crash_database
 from tests.fakes.runtime import make_runtime, reply
 from tests.fakes.waiting import until
 
@@ -24,11 +28,18 @@ PROMPTS = [ScheduledPrompt(name="nightly", cron="0 3 * * *", prompt="check the b
 AT = datetime(2026, 1, 2, 3, 0, tzinfo=UTC)
 # Whichever store call claims an occurrence for good, the process dies once it is durable.
 CLAIMS = ("mark_once", "take_once")
+# The database the replicas share, as ``crash_database`` gives it: ``db`` and ``schema``.
+Database = dict[str, str]
 
 
-async def replica(db: Path, owner: str) -> tuple[Runtime, Scheduler]:
+async def replica(db: Database, owner: str) -> tuple[Runtime, Scheduler]:
     """A replica's runtime and scheduler on ``db``, its leases short as in the crash tests."""
-    rt, _ = await make_runtime(db, [reply(text="backups fine")], owner=owner, lease_seconds=0.3)
+    store = None
+    if db["db"].startswith("postgresql://"):
+        store = PostgresStore(db["db"], schema=db["schema"])
+    path = Path(db["db"])
+    replies = [reply(text="backups fine")]
+    rt, _ = await make_runtime(path, replies, owner=owner, lease_seconds=0.3, store=store)
     await rt.store.migrate()
     return rt, Scheduler(Supervisor(rt), DeadlineSettings(), PROMPTS, store=rt.store)
 
@@ -42,7 +53,7 @@ def dying_after_claim(claim: Callable[..., Awaitable[Any]]) -> Callable[..., Awa
     return claimed
 
 
-async def fire_and_die(db: Path) -> None:
+async def fire_and_die(db: Database) -> None:
     rt, scheduler = await replica(db, "replica-a")
     for name in CLAIMS:
         if hasattr(rt.store, name):
@@ -50,7 +61,7 @@ async def fire_and_die(db: Path) -> None:
     await scheduler.fire_prompt("nightly", AT)
 
 
-def crashed_replica(db: Path) -> int:
+def crashed_replica(db: Database) -> int:
     """Fire the occurrence in a forked process killed after its claim; its exit status."""
     pid = os.fork()
     if pid == 0:
@@ -66,7 +77,7 @@ async def scheduled_runs(rt: Runtime) -> list[str]:
     return [r.id for r in await rt.store.list_runs() if r.requested_by == "schedule:nightly"]
 
 
-async def survivor_starts_it(db: Path) -> list[str]:
+async def survivor_starts_it(db: Database) -> list[str]:
     rt, scheduler = await replica(db, "replica-b")
     assert await scheduler.fire_prompt("nightly", AT) is None  # the dead replica claimed it
     taker = WorkTaker(scheduler.supervisor, rt.store, poll=0.05)
@@ -84,12 +95,13 @@ async def survivor_starts_it(db: Path) -> list[str]:
     return started
 
 
+@pytest.mark.parametrize("store_name", STORES)
 def test_a_scheduled_prompt_claimed_by_a_replica_that_died_is_started_once(
-    tmp_path: Path,
+    tmp_path: Path, store_name: str
 ) -> None:
-    db = tmp_path / "k.db"
-    assert crashed_replica(db) == -signal.SIGKILL
+    with crash_database(tmp_path, store_name) as db:
+        assert crashed_replica(db) == -signal.SIGKILL
 
-    started = asyncio.run(survivor_starts_it(db))
+        started = asyncio.run(survivor_starts_it(db))
 
     assert len(started) == 1, started

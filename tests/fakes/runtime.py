@@ -18,6 +18,7 @@ from bot.llm.base import ModelProvider
 from bot.llm.scripted import ScriptedProvider
 from bot.run.runtime import Runtime
 from bot.run.supervisor import Supervisor
+from bot.store import Store
 from bot.tools.base import Tool, ToolContext
 from bot.tools.python import function_tool
 from bot.tools.source import ToolSource
@@ -145,10 +146,12 @@ async def make_runtime(
     owner: str = "test-owner",
     lease_seconds: float = 30.0,
     clock: Callable[[], datetime] = utcnow,
+    store: Store | None = None,
 ) -> tuple[Runtime, Recorder]:
-    """A runtime on a fresh SQLite file with a recorder subscribed to its events (``clock``:
-    the runtime's and the store's, which a test may move instead of sleeping)."""
-    store = await open_sqlite(db, clock=clock)
+    """A runtime on a fresh SQLite file (or on ``store``, opened by the caller) with a
+    recorder subscribed to its events (``clock``: the runtime's and the store's, which a test
+    may move instead of sleeping)."""
+    store = store or await open_sqlite(db, clock=clock)
     model = (
         replies
         if not isinstance(replies, Sequence)
