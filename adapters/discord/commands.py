@@ -92,11 +92,15 @@ async def _operate_deferred(interaction: discord.Interaction, verb: str, run: st
         )
         return
     place = await client.renderer.place_of(run_id) if _known(run_id) else None
+    actor = interaction_actor(interaction)
     if place is None or DiscordTarget.of(place.target).guild != str(interaction.guild_id):
-        # Made up, or another server's or platform's: said as a run one may not see.
+        # Made up, or another server's or platform's: said as a run one may not see; one
+        # that exists is refused and audited, as one named from another channel is.
+        if _known(run_id):
+            await client.chat.refuse_unseen(verb, run_id, user=actor)
         await interaction.followup.send(unseen_run(run_id), ephemeral=True)
         return
-    outcome = await client.talk.operate(verb, run_id, interaction_actor(interaction))
+    outcome = await client.talk.operate(verb, run_id, actor)
     text = status_text(outcome.status) if outcome.status is not None else note_text(outcome.note)
     await interaction.followup.send(text, ephemeral=True)
     await client.after(outcome)

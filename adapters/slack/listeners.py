@@ -404,6 +404,8 @@ class SlackListeners:
         actor = await self._command_actor(command)
         place = await self._renderer.place_of(run_id) if ids.is_core_id(run_id) else None
         if place is None:  # made up, or another platform's: said as a run one may not see
+            if ids.is_core_id(run_id):  # another platform's is refused and audited, as is
+                await self._chat.refuse_unseen(verb, run_id, user=actor)  # one from elsewhere
             await respond(text=ephemeral_text(unseen_run(run_id)))
             return
         outcome = await self._talk.operate(verb, run_id, actor)

@@ -599,6 +599,24 @@ class ChatService:
         closed = _closed_ids(found)
         return RunView(record, state, closed)
 
+    async def refuse_unseen(self, verb: str, run_id: str, *, user: Actor) -> None:
+        """Audit ``verb`` (status, cancel, resume) of a run that ``user`` named where it is
+        never shown (another platform's, another Discord server's): refused as one they may
+        not see, or one acted on from elsewhere, is, with where they asked from. Nothing for
+        a run that does not exist; the adapter says ``words.unseen_run`` either way."""
+        try:
+            place = await self._place(run_id)
+        except UnknownRun:
+            return  # made up: nobody's run to keep a trace on
+        what = f"run {run_id}"
+        # Naming such a run decides nothing and shows nothing, wherever it came from.
+        seen = Refusal(f"{user.user} may not see {what}", acted_from(user.place))
+        if verb == "status":
+            await self._refused(user, AuditAction.SHOW_REFUSED, "show", seen, run_id)
+            return
+        refusal = await self._rt.policy.place_refusal(user, place, what) or seen
+        await self._refused(user, AuditAction.refused(verb), verb, refusal, run_id)
+
     async def latest(self, session: Session) -> RunView | None:
         """The newest run of a session (a thread), if it has one."""
         records = await self._rt.store.list_runs(limit=1, session_id=session.id)

@@ -191,6 +191,26 @@ async def test_cancel_and_resume_from_another_guild_that_shares_the_bot_are_refu
         assert world.executions == []
 
 
+async def test_another_guilds_run_named_by_a_command_is_refused_and_audited(
+    tmp_path: Path,
+) -> None:
+    # A stranger of another server the bot is in, trying run ids: each is told nothing of the
+    # run, and each try leaves a trace naming where it came from, as from another channel.
+    async with discord_world(tmp_path, restart_script()) as world:
+        _thread, run = await _run_with_a_card(world)
+        for verb in ("status", "cancel", "resume"):
+            said = await _command(
+                world, verb, guild=OTHER_GUILD, channel="7770", user=STRANGER, run=run
+            )
+            assert said == f"There is no run {run} that you can see.", said
+        audit = await world.rt.store.list_audit(run)
+        refused = {str(a.action): a.detail for a in audit if str(a.action).endswith("_refused")}
+        assert sorted(refused) == ["cancel_refused", "resume_refused", "show_refused"], refused
+        assert all(d.endswith(f"(acted from discord:{OTHER_GUILD}:7770)") for d in refused.values())
+        assert all(a.actor == STRANGER for a in audit if str(a.action).endswith("_refused"))
+        assert (await world.chat.status(run)).record.status.value == "suspended"
+
+
 @pytest.mark.parametrize("verb", ["runs", "status", "cancel"])
 async def test_a_command_answered_after_its_token_expired_is_one_line(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, verb: str

@@ -15,7 +15,9 @@ import pytest
 
 from adapters.slack import ids
 from adapters.slack.identity import LOOKUP_SECONDS
-from bot.domain import RequestStatus
+from bot.domain import RequestStatus, Session
+from bot.people.policy import Actor
+from bot.prompter import DeferringPrompter
 from tests.fakes.slack_api import Call, FakeSlackApi
 from tests.fakes.slack_client import block_actions, slash_command
 from tests.fakes.slack_world import (
@@ -30,6 +32,7 @@ from tests.fakes.slack_world import (
     restart_script,
     slack_world,
 )
+from tests.fakes.waiting import until
 
 SRE = "U0SRE1"
 
@@ -327,6 +330,30 @@ async def test_a_made_up_run_is_told_in_the_words_of_a_run_one_may_not_see(
             for run in (run_id, made_up):
                 said = await _said(world, "U0STRANGER", f"{verb} {run}", "C0OTHER", "T0001")
                 assert said == f"There is no run {run} that you can see.", (verb, said)
+
+
+async def test_another_platforms_run_named_by_the_slash_command_is_refused_and_audited(
+    tmp_path: Path,
+) -> None:
+    # A run that lives at the terminal (a Discord run alike) is none of Slack's: whoever names
+    # it is told nothing of it, and each try leaves a trace naming where it came from, as a
+    # Slack run named from another channel does.
+    async with slack_world(tmp_path, restart_script()) as world:
+        session = Session(id="cli:tty", platform="cli", channel="tty", thread="")
+        await world.chat.submit_turn(
+            "checkout", user=Actor("ops"), session=session, prompter=DeferringPrompter()
+        )
+        run_id = (await until(world.chat.pending, timeout=10))[0].request.run_id
+        for verb in ("status", "cancel", "resume"):
+            said = await _said(world, ONCALL, f"{verb} {run_id}", CHANNEL, "T0001")
+            assert said == f"There is no run {run_id} that you can see.", (verb, said)
+        audit = await world.rt.store.list_audit(run_id, limit=100)
+        refused = {str(a.action): a for a in audit if str(a.action).endswith("_refused")}
+        assert sorted(refused) == ["cancel_refused", "resume_refused", "show_refused"], refused
+        for row in refused.values():
+            assert row.actor == ONCALL, row
+            assert row.detail.endswith(f"(acted from slack:T0001:{CHANNEL})"), row
+        assert (await world.chat.status(run_id)).record.status.value == "suspended"
 
 
 async def test_a_member_on_a_later_page_of_a_big_channel_reads_its_run_from_elsewhere(
