@@ -573,14 +573,14 @@ class KestrelDiscord(discord.Client):
     ) -> None:
         if not interaction.response.is_done() and not await deferred(interaction):
             return  # Discord told the clicker it failed: it counts for nothing
-        actor = await self.actor_for(interaction, request_id)
-        if actor is None:
-            await interaction.followup.send(NOT_HERE, ephemeral=True)
-            return
         # A form opened from a card carries it, as a click does: one without counts nowhere.
         card = str(interaction.message.id) if interaction.message is not None else ""
         try:
-            outcome = await self.talk.decide(request_id, kind, actor, text=text, card=card)
+            actor = await self.actor_for(interaction, request_id, kind)
+            if actor is None:
+                outcome = Outcome(note=NOT_HERE)
+            else:
+                outcome = await self.talk.decide(request_id, kind, actor, text=text, card=card)
         except StoreError as exc:
             # Deferred already: without a follow-up the clicker sees "thinking…" for ever.
             log.error("discord: the store failed: %s", exc)
@@ -593,7 +593,7 @@ class KestrelDiscord(discord.Client):
     ) -> None:
         """Deny and Answer: check, then open the form (a modal must be the first response)."""
         try:
-            actor = await self.actor_for(interaction, request_id)
+            actor = await self.actor_for(interaction, request_id, kind)
             refusal = None
             if actor is not None:  # refused and audited as the decision it would make
                 refusal = await self.chat.check(request_id, kind, user=actor, asked=True)
@@ -617,7 +617,7 @@ class KestrelDiscord(discord.Client):
         if not interaction.response.is_done() and not await deferred(interaction):
             return
         try:
-            actor = await self.actor_for(interaction, request_id)
+            actor = await self.actor_for(interaction, request_id, None)
             view = await self.chat.request(request_id, user=actor) if actor else None
         except StoreError as exc:
             await say_store_failed(interaction, "Full arguments", exc)
@@ -629,13 +629,23 @@ class KestrelDiscord(discord.Client):
         for part in arguments_messages(view.request):
             await interaction.followup.send(part, ephemeral=True)
 
-    async def actor_for(self, interaction: discord.Interaction, request_id: str) -> Actor | None:
+    async def actor_for(
+        self, interaction: discord.Interaction, request_id: str, kind: DecisionKind | None
+    ) -> Actor | None:
         """Who clicked, as the policy sees them, acting from where they clicked; None when the
-        request is not one of a Discord run's."""
+        request is not one of a Discord run's, the click refused and audited as the decision
+        ``kind`` (None: a read, Full arguments) from elsewhere is."""
+        actor = interaction_actor(interaction)
         view = await self.chat.request(request_id)
-        if view is not None and await self.renderer.place_of(view.request.run_id) is None:
-            return None
-        return interaction_actor(interaction)
+        if view is None or await self.renderer.place_of(view.request.run_id) is not None:
+            return actor
+        # Another platform's run (or the terminal's) lives nowhere a Discord click comes
+        # from: the core refuses it for its place, and keeps the trace.
+        if kind is None:
+            await self.chat.request(request_id, user=actor)
+        else:
+            await self.chat.check(request_id, kind, user=actor, asked=True)
+        return None
 
     async def on_interaction(self, interaction: discord.Interaction) -> None:
         """Kestrel's forms, submitted: read from the interaction itself, so that a form opened

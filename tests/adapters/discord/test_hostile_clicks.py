@@ -256,6 +256,29 @@ async def test_a_request_of_a_run_outside_discord_cannot_be_decided_from_discord
         assert "Recorded" not in told and world.executions == [], told
 
 
+async def test_a_click_on_a_request_of_a_run_outside_discord_is_audited(tmp_path: Path) -> None:
+    # Refused as "not one of a Discord run's" before the run's place is weighed, such a click
+    # left no trace: it is audited with where it came from, as one from another server is.
+    async with discord_world(tmp_path, restart_script()) as world:
+        session = Session(id="cli:tty", platform="cli", channel="tty", thread="")
+        await world.chat.submit_turn(
+            "checkout", user=Actor("ops"), session=session, prompter=DeferringPrompter()
+        )
+        request = (await until(world.chat.pending, timeout=10))[0].request
+        for kind in ("approve", "deny", "arguments"):
+            forged = p.interaction_button(
+                custom_id=f"kestrel:{kind}:{request.id}", user_id=APPROVER
+            )
+            await world.discord.dispatch("INTERACTION_CREATE", forged)
+            assert await said(world, forged) == "That request is not one of a Discord run's."
+        audit = await world.rt.store.list_audit(request.run_id)
+        refused = sorted(str(a.action) for a in audit if a.actor == APPROVER)
+        assert refused == ["approve_refused", "deny_refused", "show_refused"], refused
+        where = f"(acted from discord:{p.GUILD_ID}:{p.CHANNEL_ID})"
+        assert all(a.detail.endswith(where) for a in audit if a.actor == APPROVER), audit
+        assert world.executions == []
+
+
 async def test_a_form_that_carries_no_card_decides_nothing(tmp_path: Path) -> None:
     # Discord sends the message a form was opened from; a submission without it (forged, or
     # from anywhere in the run's channel) is not on the request's card, whoever sends it.
