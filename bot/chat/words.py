@@ -53,9 +53,17 @@ def cancel_not_counted(run_id: str) -> str:
     )
 
 
+# The longest run id quoted back as typed: the core's are far shorter, and a platform's
+# message is not (Discord takes a command's option of 6000 characters, a message of 2000).
+RUN_ID_SHOWN = 100
+
+
 def unseen_run(run_id: str) -> str:
     """What someone told of a run that does not exist or that they may not see: the same
-    words for both, so that a refusal tells nothing of others' runs."""
+    words for both, so that a refusal tells nothing of others' runs. What was typed is cut
+    past ``RUN_ID_SHOWN`` characters, so that the answer fits any platform's message."""
+    if len(run_id) > RUN_ID_SHOWN:
+        run_id = run_id[: RUN_ID_SHOWN - 1] + "…"
     return f"There is no run {run_id} that you can see."
 
 

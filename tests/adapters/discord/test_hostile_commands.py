@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -95,6 +96,24 @@ async def test_a_run_id_pasted_with_its_markdown_is_the_run(tmp_path: Path) -> N
             world, "status", guild=p.GUILD_ID, channel="200", user=ONCALL, run=f"`{run}`:"
         )
         assert shown.startswith(f"Run `{run}`: **suspended**"), shown
+
+
+async def test_a_run_named_by_thousands_of_characters_is_answered_in_one_message(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Discord takes a command's string option of up to 6000 characters, and a message of
+    # 2000: the answer quoted the whole "run id", Discord refused it, the person saw
+    # "thinking…" for ever and the log a traceback.
+    async with discord_world(tmp_path, restart_script()) as world:
+        typed = "x" * 5000
+        args = {"guild": p.GUILD_ID, "channel": p.CHANNEL_ID, "user": STRANGER}
+        with caplog.at_level(logging.WARNING):
+            shown = await _command(world, "status", run=typed, **args)
+            assert shown.startswith("There is no run xxx") and len(shown) < 300, shown[-80:]
+            assert await _command(world, "cancel", run=typed, **args) == shown
+        answers = [c for c in world.discord.calls if "/webhooks/" in c.path]
+        assert answers and all((c.status or 0) < 400 for c in answers), answers
+        assert not [r for r in caplog.records if r.exc_info], caplog.text
 
 
 async def test_runs_the_store_fails_under_is_answered_not_left_thinking(tmp_path: Path) -> None:
