@@ -596,7 +596,10 @@ class KestrelDiscord(discord.Client):
             actor = await self.actor_for(interaction, request_id, kind)
             refusal = None
             if actor is not None:  # refused and audited as the decision it would make
-                refusal = await self.chat.check(request_id, kind, user=actor, asked=True)
+                # The form's decision counts only from the card: one opened elsewhere would
+                # take words only to refuse them.
+                card = str(interaction.message.id) if interaction.message is not None else ""
+                refusal = await self.chat.check(request_id, kind, user=actor, asked=True, card=card)
         except StoreError as exc:
             await say_store_failed(interaction, f"{kind.value} form", exc, NOT_RECORDED)
             return

@@ -280,7 +280,7 @@ class SlackListeners:
         refusal = None
         if found and action_id != ids.SHOW_ARGUMENTS:
             kind = MODALS[action_id][0]
-            refusal = await self._chat.check(found, kind, user=actor, asked=True)
+            refusal = await self._chat.check(found, kind, user=actor, asked=True, card=origin.card)
         view = await self._chat.request(found, user=actor) if found and not refusal else None
         if view is None:
             note = refusal.reason if refusal else "That request is not one of this thread's."

@@ -356,13 +356,9 @@ class ChatService:
         waits on nothing more, it resumes in this process. ``card``: the platform's id of the
         message clicked, which must be the request's own card."""
         REQUEST_ID.set(request_id)  # this task's log lines name the request
-        if card is not None and not await self._shows(user, card_key(request_id), card):
-            # Audited with where the click came from, as a refusal of its place is: a click
-            # off the card may come from anywhere.
-            refusal = Refusal("this button is not on that request's card", acted_from(user.place))
-            action = AuditAction.refused(kind.value)
-            await self._refused(user, action, kind.value, refusal, run_id, request_id)
-            return Decided(False, refusal.reason)
+        off_card = await self._off_card(user, kind, run_id, request_id, card)
+        if off_card:
+            return Decided(False, off_card.reason)
         decision = Decision(request_id=request_id, kind=kind, text=text, by=user.user)
         answered = await self._supervisor.answer(decision, run_id=run_id, actor=user, digest=digest)
         if not answered.accepted:  # refused (and audited) by the decisions' checks
@@ -388,22 +384,28 @@ class ChatService:
         user: Actor,
         text: str | None = None,
         asked: bool = False,
+        card: str | None = None,
     ) -> Refusal | None:
         """Why ``user`` may not decide ``kind`` (with ``text``, when given) on the request now
         (None: they may), before asking them for more (a reason); decides nothing. ``asked``:
         the person asked for it (a Deny or Answer form), so a refusal is audited as the
-        decision's would be; a look at whether a reply is an answer is not."""
+        decision's would be; a look at whether a reply is an answer is not. ``card``: the
+        platform's id of the message clicked, which must be the request's own card, as the
+        decision will check (a form opened elsewhere would take words only to refuse them)."""
         found = await self.request(request_id)
         if found is None:
             return Refusal(f"there is no request {request_id}")
+        run_id = found.request.run_id
         # Asked from another place: refused and audited, as a decision from there would be.
-        misplaced = await self._misplaced(user, found.request.run_id, kind.value, request_id)
+        misplaced = await self._misplaced(user, run_id, kind.value, request_id)
         if misplaced:
             return misplaced
+        off_card = await self._off_card(user, kind, run_id, request_id, card)
+        if off_card:
+            return off_card
         if text is None and kind is DecisionKind.ANSWER and found.request.options:
             text = found.request.options[0]  # the person, not the answer, is checked here
         decision = Decision(request_id=request_id, kind=kind, by=user.user, text=text or "")
-        run_id = found.request.run_id
         decisions = self._supervisor.decisions
         refusal = await decisions.refusal(decision, run_id=run_id, actor=user)
         if refusal is not None and asked:
@@ -706,6 +708,20 @@ class ChatService:
             return
         if not await self._rt.policy.may_see(user, place or await self._place(run_id)):
             raise UnknownRun(run_id)
+
+    async def _off_card(
+        self, user: Actor, kind: DecisionKind, run_id: str, request_id: str, card: str | None
+    ) -> Refusal | None:
+        """Why a click on message ``card`` does not count for the request (audited): it is
+        not the request's own card; None when it is, or when no message was clicked (a reply)."""
+        if card is None or await self._shows(user, card_key(request_id), card):
+            return None
+        # Audited with where the click came from, as a refusal of its place is: a click off
+        # the card may come from anywhere.
+        refusal = Refusal("this button is not on that request's card", acted_from(user.place))
+        action = AuditAction.refused(kind.value)
+        await self._refused(user, action, kind.value, refusal, run_id, request_id)
+        return refusal
 
     async def _shows(self, user: Actor, key: str, ref: str) -> bool:
         """Whether the platform message ``ref`` may be the one the outbox shows under ``key``:

@@ -300,6 +300,25 @@ async def test_a_form_that_carries_no_card_decides_nothing(tmp_path: Path) -> No
         assert actions.count("deny_refused") == 2
 
 
+async def test_deny_pressed_off_the_card_opens_no_form(tmp_path: Path) -> None:
+    # The form's decision counts only from the card: opened from another message of the run's
+    # thread, it would take a reason only to refuse it on submission.
+    async with discord_world(tmp_path, restart_script()) as world:
+        thread, card = await _approval_card(world)
+        request_id = _request_id(card)
+        click = p.interaction_button(
+            custom_id=f"kestrel:deny:{request_id}", channel=thread, user_id=APPROVER
+        )
+        await world.discord.dispatch("INTERACTION_CREATE", click)
+        assert await said(world, click) == "this button is not on that request's card"
+        assert world.discord.interactions[str(click["id"])]["response_type"] != 9  # a modal
+        run_id = (await world.chat.recent(1))[0].id
+        audit = await world.rt.store.list_audit(run_id)
+        refused = [a.detail for a in audit if a.action == "deny_refused"]
+        where = f"acted from discord:{p.GUILD_ID}:{p.CHANNEL_ID}:{thread}"
+        assert refused == [f"this button is not on that request's card ({where})"], refused
+
+
 async def test_an_option_chosen_in_another_channel_is_refused_as_such(tmp_path: Path) -> None:
     async with discord_world(tmp_path, select_script(3)) as world:
         mention = await world.mention("drain a node")

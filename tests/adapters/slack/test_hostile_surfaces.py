@@ -74,3 +74,29 @@ async def test_a_button_in_a_view_decides_nothing(tmp_path: Path) -> None:
         statuses, refused = await _state(world)
         assert statuses == [RequestStatus.OPEN] and world.executions == []
         assert refused == ["this button is not on that request's card (acted from slack:T0001)"]
+
+
+async def test_deny_pressed_off_the_card_opens_no_form(tmp_path: Path) -> None:
+    # The form's decision counts only from the card: opened from another message of the run's
+    # thread (here its mention), it would take a reason only to refuse it on submission.
+    async with slack_world(tmp_path, restart_script()) as world:
+        mention = await world.mention("checkout is failing")
+        card = await world.card()
+        await world.settled()
+        payload: dict[str, Any] = block_actions(
+            APPROVER,
+            ids.DENY,
+            button_value(card, ids.DENY),
+            channel=card.args["channel"],
+            message_ts=str(mention["ts"]),
+            thread_ts=str(mention["ts"]),
+        )
+        assert (await world.sender.action(payload)).status == 200
+        note = await world.ephemeral_to(APPROVER)
+        assert note.args["text"] == "this button is not on that request's card", note.args
+        assert not world.api.calls_to("views.open")
+        run_id = (await world.chat.recent(1))[0].id
+        audit = await world.rt.store.list_audit(run_id, limit=100)
+        where = f"slack:T0001:{card.args['channel']}:{mention['ts']}"
+        refused = [r.detail for r in audit if str(r.action) == "deny_refused"]
+        assert refused == [f"this button is not on that request's card (acted from {where})"]
