@@ -392,7 +392,12 @@ def _scrub(text: str, secret: str) -> str:
     """Remove the key from a message; servers sometimes echo what they were sent."""
     if not _is_secret(secret):
         return text
-    return text.replace(secret, "***")
+    # Also as the HTTP client's refusal of its header quotes it (h11's "Illegal header value
+    # b'Bearer sk-…\\n'", a key read with its line break): escaped, and without that break.
+    for form in (secret, repr(secret.encode())[2:-1], secret.strip()):
+        if _is_secret(form):
+            text = text.replace(form, "***")
+    return text
 
 
 def _scrub_body(body: bytes, secret: str) -> bytes:

@@ -488,3 +488,18 @@ async def test_a_password_in_the_base_url_is_not_said_when_it_cannot_connect() -
     await model.aclose()
     assert PROXY_PASSWORD not in str(caught.value)
     assert f"cannot connect to http://kestrel:***@127.0.0.1:{port}/v1" in str(caught.value)
+
+
+async def test_a_key_the_client_will_not_send_is_not_said_in_the_error(
+    fake: FakeOpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A key with a line break (a Secret made --from-file, read into a variable) is refused by
+    # the HTTP client itself, whose error quotes the header, the key escaped as repr escapes it.
+    model = OpenAIProvider("m", api_key=KEY + "\n", base_url=fake.base_url, max_retries=1)
+    with pytest.raises(ModelError) as caught:
+        await model.complete([UserMessage("hi")], [], timeout=REFUSAL_TIMEOUT)
+    await model.aclose()
+    assert KEY not in str(caught.value)
+    assert "Bearer ***" in str(caught.value)
+    assert "retry 1 of 1" in caplog.text  # the retry's warning says it too, scrubbed
+    assert KEY not in caplog.text
