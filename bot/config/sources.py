@@ -118,18 +118,33 @@ def links_another_service(variable: str, value: str) -> bool:
 
 
 def with_secret_files(variables: Mapping[str, str | None]) -> dict[str, str | None]:
-    """``variables`` with each secret whose ``NAME_FILE`` is set read from that file (its
-    trailing newline dropped); ``ConfigError`` in one line for a file it cannot read or that
-    holds nothing, or for a secret given both ways (a blank ``NAME`` is not given)."""
+    """``variables`` with each secret whose ``NAME_FILE`` is set read from that file, and every
+    secret without the blanks around it (a file's trailing newline); ``ConfigError`` in one
+    line for a file it cannot read, that holds nothing or more than one line, or for a secret
+    given both ways (a blank ``NAME`` is not given)."""
     found = dict(variables)
     for name in SECRET_FILE_VARIABLES:
         path = variables.get(name + FILE_SUFFIX)
-        if not path:
-            continue
-        if (variables.get(name) or "").strip():
+        given = variables.get(name)
+        if path and (given or "").strip():
             raise ConfigError(f"{name} and {name}{FILE_SUFFIX} are both set: keep one")
-        found[name] = read_secret_file(name + FILE_SUFFIX, path)
+        if path:
+            found[name] = read_secret_file(name + FILE_SUFFIX, path)
+        elif given is not None:
+            # A Secret made --from-file keeps its newline in a variable too; no key ends in one.
+            found[name] = one_line_secret(name, given.strip())
     return found
+
+
+def one_line_secret(where: str, secret: str) -> str:
+    """``secret`` if it holds no line break or other control character, which no token has
+    and no HTTP client sends in a header; else ``ConfigError`` naming ``where``, never it."""
+    if secret.isprintable():
+        return secret
+    raise ConfigError(
+        f"{where} holds a line break or another control character:"
+        " the secret alone goes in it, on one line"
+    )
 
 
 def read_secret_file(variable: str, path: str) -> str:
@@ -146,7 +161,7 @@ def read_secret_file(variable: str, path: str) -> str:
         raise ConfigError(f"{variable}: cannot read {path}: {exc.strerror or exc}") from exc
     if not text.strip():
         raise ConfigError(f"{variable}: {path} is empty: the secret goes in it")
-    return text.removesuffix("\n").removesuffix("\r")
+    return one_line_secret(f"{variable}: {path}", text.strip())
 
 
 def secret_file_paths(environ: Mapping[str, str | None]) -> list[Path]:

@@ -165,6 +165,49 @@ def test_a_secret_given_both_ways_is_refused(here: Path, monkeypatch: pytest.Mon
         environment()
 
 
+def test_a_secret_s_surrounding_blanks_are_dropped_from_a_variable_or_a_file(
+    here: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A Secret made --from-file and read into a variable keeps the file's newline; an editor
+    # may leave a blank line after the key. Sent as it was, the key was refused by the HTTP
+    # client as a header it will not send.
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-from-a-variable\n")
+    (here / "token").write_text("xoxb-from-a-file\n\n")
+    monkeypatch.setenv("SLACK_BOT_TOKEN_FILE", str(here / "token"))
+    settings = load_settings()
+    assert settings.openai_api_key is not None
+    assert settings.openai_api_key.get_secret_value() == "sk-from-a-variable"
+    assert environment()["SLACK_BOT_TOKEN"] == "xoxb-from-a-file"
+
+
+def test_serve_refuses_a_secret_file_of_two_lines_naming_the_file(here: Path) -> None:
+    # Two tokens pasted into one file: the Web API's client refused the header, and serve
+    # said "slack: cannot reach …: check SLACK_API_URL", naming the wrong thing.
+    (here / "kestrel.yaml").write_text("database: kestrel.db\ntools: []\n")
+    (here / "token").write_text("xoxb-old-5e1d7c\nxoxb-new-9a3f2b\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KESTREL_", "SLACK_"))}
+    env.update(
+        SLACK_BOT_TOKEN_FILE=str(here / "token"),
+        SLACK_SIGNING_SECRET="signing-secret",
+        SLACK_API_URL="http://127.0.0.1:9/api/",
+        PYTHONPATH=str(ROOT),
+    )
+    done = subprocess.run(
+        [*KESTREL, "serve", "slack", "--port", "0"],
+        env=env,
+        cwd=here,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr == (
+        f"kestrel: SLACK_BOT_TOKEN_FILE: {here / 'token'} holds a line break or another"
+        " control character: the secret alone goes in it, on one line\n"
+    )
+
+
 def test_runs_list_names_an_unreadable_key_file_as_the_full_way_does(here: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KESTREL_", "OPENAI_"))}
     env.update(OPENAI_API_KEY_FILE=str(here / "missing"), PYTHONPATH=str(ROOT))
