@@ -118,7 +118,12 @@ DECISION_BUCKETS: Final = (
 
 
 class MetricsStore(RunRows, Requests, Outbox, Protocol):
-    """The roles a scrape reads: runs by status, open requests, the outbox's backlog."""
+    """The roles a scrape reads: runs by status, open requests, the outbox's backlog, and the
+    schema version, whose read says when the store is gone (a SQLite file moved under it)."""
+
+    async def schema_version(self) -> int:
+        """The schema version applied now; a ``StoreError`` when the store is unusable."""
+        ...
 
 
 @dataclass
@@ -275,6 +280,9 @@ class Metrics:
         store = self._store
         try:
             async with asyncio.timeout(READ_SECONDS):
+                # As readiness reads it: a SQLite file deleted or moved still answers the
+                # queries below (its old figures), though nothing written reaches the path.
+                await store.schema_version()
                 runs = await store.count_runs_by_status()
                 # Not one a cut-short cancel left open on its ended run: nothing waits on it.
                 requests = await store.list_requests(unfinished_runs=True)

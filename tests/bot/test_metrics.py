@@ -26,6 +26,7 @@ from bot.records import RunRecord
 from bot.replica.metrics import CONTENT_TYPE, Metrics
 from bot.run.runtime import Runtime
 from bot.run.supervisor import Supervisor
+from storage.sqlite import SqliteStore
 from tests.fakes.runtime import Counter, call, counting_tools, make_runtime, reply
 
 POLICY = PolicyRules(requesters=["U0REQ"], approvers={"deploy": ["U0BOSS"]})
@@ -200,6 +201,10 @@ class _Flaky:
         if self.down:
             raise StoreError("PostgreSQL kestrel@db/kestrel: count_runs_by_status failed: gone")
 
+    async def schema_version(self) -> int:
+        self._check()
+        return await self._store.schema_version()
+
     async def count_runs_by_status(self) -> dict[str, int]:
         self._check()
         return await self._store.count_runs_by_status()
@@ -227,6 +232,25 @@ async def test_a_store_outage_is_said_once_per_outage(
     said = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "kestrel.metrics"]
     assert [level for level, _ in said] == ["WARNING", "INFO"], said
     assert "gone" in said[0][1] and "read again" in said[1][1]
+
+
+async def test_a_sqlite_journal_moved_under_the_replica_is_no_store_up(tmp_path: Path) -> None:
+    # /readyz said "store: unreachable" (every commit goes to a file no restart reads) while
+    # the scrape, reading the file still open, said kestrel_store_up 1 with its old figures.
+    path = tmp_path / "kestrel.db"
+    store = SqliteStore(path)
+    await store.migrate()
+    try:
+        metrics = Metrics(store)
+        assert (await scrape(metrics))[("kestrel_store_up", ())] == 1
+        path.rename(tmp_path / "moved.db")
+        figures = await scrape(metrics)
+        assert figures[("kestrel_store_up", ())] == 0
+        assert not any(name == "kestrel_runs" for name, _ in figures)
+        (tmp_path / "moved.db").rename(path)
+        assert (await scrape(metrics))[("kestrel_store_up", ())] == 1
+    finally:
+        await store.close()
 
 
 async def test_a_request_a_cut_short_cancel_left_open_is_not_counted_open(
