@@ -189,7 +189,7 @@ def config_path(explicit: str | None) -> Path | None:
             raise ConfigError(f"config file {path} ({named_by}) is not a regular file")
         return path
     default = Path(DEFAULT_CONFIG_NAME)
-    return default if default.is_file() else None
+    return default if _here(default) else None
 
 
 def environment() -> dict[str, str]:
@@ -199,11 +199,21 @@ def environment() -> dict[str, str]:
     return variables
 
 
+def _here(name: Path) -> bool:
+    """Whether the file ``name`` is in the current folder; not where that folder may not be
+    searched (``sudo -u kestrel kestrel runs pending`` from root's home, as deploy.md says to
+    run it): none of its files can be meant for that user, and none could be read."""
+    try:
+        return name.is_file()
+    except PermissionError:
+        return False
+
+
 def dotenv() -> dict[str, str | None]:
     """The variables of ``./.env``, which the settings read too; a line that cannot be read is
     left out, and warned of once (``unread_lines``)."""
     env_file = Path(ENV_FILE)
-    if not env_file.is_file():
+    if not _here(env_file):
         return {}
     # Only when there is a .env to read; its parser, not dotenv_values, which warns of a bad
     # line without naming the file.

@@ -205,9 +205,18 @@ def secret_files(
     candidates = [config_file, env_file, _pgpass(), kept.root(create=True), *named]
     found: list[Path] = []
     for path in candidates:
-        if path is not None and path.exists():
+        if path is not None and _visible(path):
             found += [path.resolve(), path.absolute()]
     return tuple(dict.fromkeys(str(path) for path in found))
+
+
+def _visible(path: Path) -> bool:
+    """Whether ``path`` exists; not in a folder this user may not search (``./.env`` from root's
+    home under ``sudo -u kestrel``), where no command of this user can read it either."""
+    try:
+        return path.exists()
+    except PermissionError:
+        return False
 
 
 def _pgpass() -> Path | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -206,6 +207,42 @@ def test_serve_refuses_a_secret_file_of_two_lines_naming_the_file(here: Path) ->
         f"kestrel: SLACK_BOT_TOKEN_FILE: {here / 'token'} holds a line break or another"
         " control character: the secret alone goes in it, on one line\n"
     )
+
+
+def test_on_call_s_commands_run_from_a_folder_the_user_may_not_search(tmp_path: Path) -> None:
+    # deploy.md: `sudo -u kestrel env KESTREL_CONFIG=… kestrel runs pending`, typed in root's
+    # home (0700): looking for ./.env and ./kestrel.yaml there ended in a PermissionError's
+    # traceback.
+    etc, home = tmp_path / "etc", tmp_path / "home"
+    etc.mkdir()
+    home.mkdir()
+    (etc / "kestrel.yaml").write_text(
+        "database: kestrel.db\ntools: []\nmodel: {provider: scripted}\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KESTREL_", "OPENAI_"))}
+    env.update(KESTREL_CONFIG=str(etc / "kestrel.yaml"), PYTHONPATH=str(ROOT))
+    # The folder made unsearchable from inside it; root, which searches any, loses the right.
+    shut = ["sh", "-c", 'chmod 0 . && exec "$@"', "sh"]
+    if os.geteuid() == 0:
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            pytest.skip("root, and no setpriv to drop its right to search any folder")
+        shut += [setpriv, "--bounding-set", "-dac_override,-dac_read_search", "--"]
+    try:
+        for args in (["db", "migrate"], ["run", "hello"], ["runs", "list"], ["runs", "pending"]):
+            done = subprocess.run(
+                [*shut, *KESTREL, *args],
+                env=env,
+                cwd=home,
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=60,
+            )
+            assert done.returncode == 0, (args, done.stderr[-2000:])
+            assert "Traceback" not in done.stderr, (args, done.stderr[-2000:])
+    finally:
+        home.chmod(0o700)
 
 
 def test_runs_list_names_an_unreadable_key_file_as_the_full_way_does(here: Path) -> None:
