@@ -348,6 +348,38 @@ def test_the_chart_refuses_a_scrape_with_a_token_the_secret_lacks() -> None:
         render_chart(values)
 
 
+# Each a shutdown grace given past replica.shutdownGraceSeconds, which sets it and the pod's
+# terminationGracePeriodSeconds: in extraEnv it won (the later variable of a name does) and the
+# kubelet killed the replica while it still waited for a command; in config the chart's
+# variable won, and the grace asked for was silently not the one kept.
+GRACES_PAST_THE_CHART: dict[str, dict[str, Any]] = {
+    "extraEnv": {"extraEnv": [{"name": "KESTREL_REPLICA__SHUTDOWN_GRACE_SECONDS", "value": "60"}]},
+    "extraEnv, in lower case": {
+        "extraEnv": [{"name": "kestrel_replica__shutdown_grace_seconds", "value": "60"}]
+    },
+    "extraEnv, the section as JSON": {
+        "extraEnv": [{"name": "KESTREL_REPLICA", "value": '{"shutdown_grace_seconds": 60}'}]
+    },
+    "config": {"config": "replica:\n  shutdown_grace_seconds: 60\n"},
+}
+
+
+@pytest.mark.parametrize("where", list(GRACES_PAST_THE_CHART))
+def test_the_chart_refuses_a_shutdown_grace_given_past_its_value(where: str) -> None:
+    import helm_python
+
+    values = {**A_DATABASE, **GRACES_PAST_THE_CHART[where]}
+    with pytest.raises(helm_python.HelmRenderError, match=r"set replica\.shutdownGraceSeconds"):
+        render_chart(values)
+
+
+def test_the_chart_takes_the_replica_s_other_settings_in_config() -> None:
+    pod = one(
+        render_chart({**A_DATABASE, "config": "replica:\n  lease_seconds: 10\n"}), "Deployment"
+    )
+    assert pod["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 40
+
+
 def test_the_chart_deploys_the_package_s_version() -> None:
     # The image's tag defaults to the chart's appVersion: behind the package, the chart pulls
     # an older image; and the image docs/deploy.md builds must be the one it pulls.

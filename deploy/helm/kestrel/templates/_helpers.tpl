@@ -105,3 +105,25 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The shutdown grace has one place, replica.shutdownGraceSeconds, which sets both the
+     variable and the pod's terminationGracePeriodSeconds. Given in extraEnv it won (of two
+     variables of a name the later does), and the kubelet killed a replica still waiting for a
+     command; given in config (or extraEnv's KESTREL_REPLICA) the chart's variable won, and the
+     grace asked for was silently not kept. */}}
+{{- define "kestrel.oneShutdownGrace" -}}
+{{- $where := "set replica.shutdownGraceSeconds, which sets it and the pod's terminationGracePeriodSeconds with it" -}}
+{{- $replica := get (fromYaml .Values.config) "replica" -}}
+{{- if and (kindIs "map" $replica) (hasKey $replica "shutdown_grace_seconds") -}}
+{{- fail (printf "config sets replica.shutdown_grace_seconds, which the chart's variable overrides: %s" $where) -}}
+{{- end -}}
+{{- range .Values.extraEnv -}}
+{{- $name := upper (toString .name) -}}
+{{- if eq $name "KESTREL_REPLICA__SHUTDOWN_GRACE_SECONDS" -}}
+{{- fail (printf "extraEnv %s sets the shutdown grace past the pod's terminationGracePeriodSeconds: %s" .name $where) -}}
+{{- end -}}
+{{- if and (eq $name "KESTREL_REPLICA") (contains "shutdown_grace_seconds" (toString (.value | default ""))) -}}
+{{- fail (printf "extraEnv %s sets replica.shutdown_grace_seconds, which the chart's variable overrides: %s" .name $where) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
