@@ -270,6 +270,12 @@ def transcript(record: RunRecord, state: RunState, closed: Sequence[ClosedReques
     if not open_now and record.stop_reason == StopReason.INTERRUPTED:
         # Nothing is pending and no replica adopts it: the resume is the one way on.
         lines.append(f"  stopped: kestrel runs resume {record.id} takes it up")
+    if not open_now and record.stop_reason == StopReason.HANDED_BACK:
+        # A replica adopts it, if one runs: with serve stopped, on-call may go on at the shell.
+        lines.append(
+            "  handed back at a stop: a running kestrel serve takes it up,"
+            f" or kestrel runs resume {record.id}"
+        )
     for text in state.advisories:
         lines.append(f"  advisory: {text}")
     result = state.result

@@ -253,6 +253,12 @@ def test_serve_suspends_a_run_waiting_on_a_hanging_model(
 
     assert serve.returncode == 0, err
     assert_suspended_and_released(folder, "handed_back")
+    # With serve stopped, nothing in `runs show` said how the run would go on.
+    shown = subprocess.run(
+        [*KESTREL, "runs", "show", run_id], cwd=folder, env=env, capture_output=True, text=True
+    )
+    said = "handed back at a stop: a running kestrel serve takes it up, or kestrel runs resume"
+    assert f"{said} {run_id}" in shown.stdout, shown.stderr
     # Stopped cleanly: gone from `kestrel replicas` at once, not once its heartbeat is old.
     listed = subprocess.run(
         [*KESTREL, "replicas"], cwd=folder, env=env, capture_output=True, text=True, check=False
