@@ -371,9 +371,17 @@ def shown_database(settings: Settings) -> str:
 def postgres_schema(url: str) -> tuple[str, str]:
     """Split an optional ``?schema=NAME`` (Kestrel's, not libpq's) off a PostgreSQL URL."""
     parts = urlsplit(url)  # ``check_database`` refused a URL it cannot read
-    query = [(k, v) for k, v in parse_qsl(parts.query) if k != "schema"]
-    schema = dict(parse_qsl(parts.query)).get("schema", "public")
-    return urlunsplit(parts._replace(query=urlencode(query))), schema
+    pairs = parse_qsl(parts.query)
+    query = [(k, v) for k, v in pairs if k != "schema"]
+    if len(query) == len(pairs):
+        return url, "public"
+    schema = dict(pairs).get("schema", "public")
+    rebuilt = urlunsplit(parts._replace(query=urlencode(query)))
+    if not parts.netloc:
+        # urlunsplit drops an empty host's "//" (libpq's postgresql:///DB?host=/run/postgresql
+        # for a socket), and "postgresql:/DB" is a path to URL parsers.
+        rebuilt = rebuilt.replace(f"{parts.scheme}:", f"{parts.scheme}://", 1)
+    return rebuilt, schema
 
 
 async def open_store(

@@ -418,7 +418,7 @@ def postgres_target(dsn: str, schema: str = "public") -> str:
     parts = urlsplit(f"postgresql://{rest}")
     query = parse_qs(parts.query)
     hosts = parts.netloc or query.get("host", ["localhost"])[0]
-    user = unquote(user)
+    user = unquote(user) or query.get("user", [""])[0]
     database = unquote(parts.path.lstrip("/"))
     target = f"{user}@{hosts}" if user else hosts
     if database:

@@ -245,6 +245,20 @@ def test_on_call_s_commands_run_from_a_folder_the_user_may_not_search(tmp_path: 
         home.chmod(0o700)
 
 
+def test_a_postgresql_socket_url_is_named_by_its_socket_folder(here: Path) -> None:
+    # libpq's form for a server on this host's socket (a systemd host's PostgreSQL): the URL
+    # lost its "//" on the way, and a failure named "PostgreSQL localhost", not the folder.
+    sockets = here / "no-server-here"
+    url = f"postgresql:///kestrel?host={sockets}&user=kestrel"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KESTREL_")}
+    env.update(KESTREL_DATABASE_URL=url, PYTHONPATH=str(ROOT))
+    done = subprocess.run(
+        [*KESTREL, "db", "check"], env=env, cwd=here, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"kestrel: PostgreSQL kestrel@{sockets}/kestrel: connect failed")
+
+
 def test_runs_list_names_an_unreadable_key_file_as_the_full_way_does(here: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KESTREL_", "OPENAI_"))}
     env.update(OPENAI_API_KEY_FILE=str(here / "missing"), PYTHONPATH=str(ROOT))
