@@ -140,6 +140,7 @@ class SqliteStore(SqlStore):
         self._rconn: SqliteReader | None = None
         self._group: GroupCommit | None = None
         self._file: tuple[int, int] | None = None  # (device, inode) of the file the writer has
+        self._wal: tuple[int, int] | None = None  # and of its write-ahead log
 
     @property
     def path(self) -> Path:
@@ -162,9 +163,10 @@ class SqliteStore(SqlStore):
             if self._wconn is None:
                 self._wconn = await self._connect_writer()
                 self._group = GroupCommit(self._wconn, self._now, self._append_failure)
-                found = self._path.stat()
-                self._file = (found.st_dev, found.st_ino)
+                self._file = _identity(self._path)
             version = await self._apply_migrations(self._wconn)
+            # There while a connection is open: SQLite removes it only as the last one closes.
+            self._wal = self._wal or _identity(self._wal_path())
         except BaseException:
             await self._disconnect()
             raise
@@ -189,20 +191,30 @@ class SqliteStore(SqlStore):
         """The schema version applied now; a ``StoreError`` when the file at the path is no
         longer the one this store writes (deleted, moved or replaced under it): what it commits
         then goes to a file no restart reads, and readiness must say so."""
-        if self._file is not None:
-            try:
-                found = self._path.stat()
-                moved = (found.st_dev, found.st_ino) != self._file
-            except FileNotFoundError:
-                moved = True
-            except OSError as exc:
-                raise StoreError(f"{self._label}: cannot see the file: {exc.strerror}") from exc
-            if moved:
-                raise StoreError(
-                    f"{self._label}: the file this replica writes is no longer at that path"
-                    " (deleted, moved or replaced): restart it to open the one there"
-                )
+        if self._file is not None and self._moved(self._path, self._file):
+            raise StoreError(
+                f"{self._label}: the file this replica writes is no longer at that path"
+                " (deleted, moved or replaced): restart it to open the one there"
+            )
+        wal = self._wal_path()
+        if self._wal is not None and self._moved(wal, self._wal):
+            # Its commits since go to a log no other process and no restart reads.
+            raise StoreError(
+                f"{self._label}: its write-ahead log {wal} was deleted or replaced under this"
+                " replica: what it wrote since is lost at its next start; restart it now"
+            )
         return await super().schema_version()
+
+    def _wal_path(self) -> Path:
+        """The write-ahead log SQLite keeps beside the file in WAL mode."""
+        return self._path.with_name(self._path.name + "-wal")
+
+    def _moved(self, path: Path, identity: tuple[int, int]) -> bool:
+        """Whether ``path`` is no longer the file of ``identity`` (gone, or another one)."""
+        try:
+            return _identity(path) != identity
+        except OSError as exc:
+            raise StoreError(f"{self._label}: cannot see {path}: {exc.strerror}") from exc
 
     async def _shut_down(self) -> None:
         """Write what is queued and close both connections."""
@@ -411,6 +423,7 @@ class SqliteStore(SqlStore):
     async def _disconnect(self) -> None:
         wconn, rconn = self._wconn, self._rconn
         self._wconn = self._rconn = None
+        self._wal = None  # the last connection's close may remove it; the next open makes one
         if wconn is not None:
             with contextlib.suppress(sqlite3.Error):
                 await wconn.close()
@@ -505,6 +518,15 @@ def _unversioned(conn: sqlite3.Connection) -> bool:
 
 def _keep(_conn: sqlite3.Connection) -> None:
     """A connection's setup that changes nothing."""
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """A file's (device, inode), the same file whatever its name; None when there is none."""
+    try:
+        found = path.stat()
+    except FileNotFoundError:
+        return None
+    return found.st_dev, found.st_ino
 
 
 async def open_sqlite(

@@ -375,6 +375,30 @@ async def test_a_sqlite_journal_deleted_or_replaced_under_a_replica_is_not_ready
         await store.close()
 
 
+async def test_a_sqlite_journal_s_write_ahead_log_deleted_under_a_replica_is_not_ready(
+    tmp_path: Path,
+) -> None:
+    # `rm kestrel.db-*` to tidy up, or a backup restored without it: the writer kept
+    # committing to the log it held open, which no other process and no restart reads; every
+    # mention acknowledged since was lost, while /readyz said 200.
+    path = tmp_path / "kestrel.db"
+    store = SqliteStore(path)
+    await store.migrate()
+    try:
+        health = Health(store, "replica-a", alive_within=30)
+        await health.start(await store.schema_version())
+        await store.heartbeat("replica-a")
+        assert (await health.check()).ready
+        wal = tmp_path / "kestrel.db-wal"
+        wal.unlink()
+        said = await health.check()
+        assert list(said.problems) == ["store"]
+        assert str(wal) in said.problems["store"], said.problems
+        await health.stop()
+    finally:
+        await store.close()
+
+
 class _Asked(dict[str, str]):
     """An environment that notes every name asked of it."""
 
