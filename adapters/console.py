@@ -85,6 +85,7 @@ class ConsoleIO:
         self._lines: asyncio.Queue[str | None] = asyncio.Queue()
         self._started = False
         self._ended = False  # end of input, or /quit: every prompt after it ends too
+        self.lost: OSError | None = None  # why stdout could not be written, if it could not
 
     def _start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -110,6 +111,8 @@ class ConsoleIO:
         if not self._started:
             self._start()
         self.write(prompt, end="")
+        if self._ended:  # the prompt could not be shown (``lost``): nobody is asked
+            return None
         line = await self._lines.get()
         if line is not None and self._stdin is not None and not self._stdin.isatty():
             self.write(line)
@@ -129,10 +132,15 @@ class ConsoleIO:
             self._stdout.write((shown if exact else unmask_links(shown)) + end)
             self._stdout.flush()
         except OSError as exc:
-            if exc.errno != errno.EIO:
-                raise
-            # The terminal hung up (SIGHUP stops the chat): its run suspends, shown to nobody.
+            # Nothing more can be shown: the rest goes nowhere.
             _to_nowhere(self._stdout)
+            if exc.errno == errno.EIO:
+                return  # the terminal hung up: SIGHUP stops the chat, its run suspends
+            # Its reader left (``| head``), or the disk is full: nothing more is asked either,
+            # every prompt ending as at the end of input (what it asked stays open, its run
+            # suspended), and the chat ends saying why (``lost``).
+            self.lost = exc
+            self._ended = True
 
 
 def _to_nowhere(stream: TextIO) -> None:

@@ -17,6 +17,7 @@ from bot.cli.common import (
     echo,
     in_runtime,
     one_line_errors,
+    output_failed,
     plain_range,
     service_errors,
     settings_of,
@@ -66,14 +67,17 @@ def chat(user: str | None) -> None:
         notices = _unlogged("kestrel.policy", policy_notices(settings, rt.policy))
         notices += _unlogged("kestrel.tools", program_notices(settings))
         banner += "".join(f"\nnote: {notice}" for notice in notices)
+        io = ConsoleIO()
         console = ConsoleChat(
-            ChatService(supervisor), ConsoleIO(), user, on_stop=stop.take, rules=rt.policy.settings
+            ChatService(supervisor), io, user, on_stop=stop.take, rules=rt.policy.settings
         )
         stop.on_first(lambda: _left_by(stop, console.under_way()))
         try:
             await console.run(banner)
         finally:
             await supervisor.shutdown()
+        if io.lost is not None:  # the chat ended there: a full disk says so, a reader gone not
+            output_failed(sys.stdout, io.lost, "stdout")
         return console.terminated, console.suspended
 
     async def main() -> tuple[tuple[signal.Signals | None, str | None], Stop]:

@@ -4,13 +4,22 @@ them."""
 from __future__ import annotations
 
 import sys
+from types import CodeType
 from typing import Any, NoReturn
 
 import click
 
 from bot import __version__
 from bot.cli import audit_cmd, chat_cmd, run_cmd, runs_cmd, store_cmd, tools_cmd
-from bot.cli.common import configure_logs, unread, usage_error
+from bot.cli.common import (
+    OutputLost,
+    configure_logs,
+    output_failed,
+    output_lost,
+    unheard,
+    unread,
+    usage_error,
+)
 from bot.cli.placing import PlacingGroup
 
 # The subcommand modules import click and bot.cli.common alone at import time (each command
@@ -33,8 +42,9 @@ class _Cli(PlacingGroup):
         except click.UsageError as exc:
             usage_error(exc)
             raise
-        except BrokenPipeError:
-            _output_unread()
+        except OSError as exc:
+            _written_by_click(exc)
+            raise
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -46,8 +56,38 @@ class _Cli(PlacingGroup):
         except click.UsageError as exc:
             usage_error(exc)
             raise
+        except OutputLost as exc:  # the chat's console; ``echo``'s in a command without
+            output_lost(exc)  # one_line_errors
         except BrokenPipeError:
             _output_unread()
+        except OSError as exc:
+            _written_by_click(exc)
+            raise
+
+
+def _written_by_click(exc: OSError) -> None:
+    """End the command if ``exc`` was raised by what click writes itself (``--help`` and
+    ``--version`` of every command, to stdout): quietly if its reader left (``_output_unread``),
+    else in one line (a full disk: ``OutputLost``). Any other error is left as it is: the stream
+    is known only from the frame that wrote to it."""
+    if not _raised_in(exc, click.utils.echo.__code__):
+        return
+    if unheard(exc):
+        _output_unread()
+    try:
+        output_failed(sys.stdout, exc, "stdout")
+    except OutputLost as lost:
+        output_lost(lost)
+
+
+def _raised_in(exc: BaseException, code: CodeType) -> bool:
+    """Whether ``exc`` was raised in a call of the function whose code is ``code``."""
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code is code:
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def _output_unread() -> NoReturn:

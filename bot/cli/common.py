@@ -70,10 +70,23 @@ def echo(text: str, *, err: bool = False) -> None:
             return
         stream.flush()
     except OSError as exc:
-        unread(stream)  # Python's last flush would fail again, in a traceback of its own
-        if not unheard(exc):
-            stream_name = "stderr" if err else "stdout"
-            raise OutputLost(f"cannot write to {stream_name}: {exc.strerror or exc}") from exc
+        output_failed(stream, exc, "stderr" if err else "stdout")
+
+
+def output_failed(stream: TextIO, exc: OSError, stream_name: str) -> None:
+    """After ``exc`` writing to ``stream``: the rest of its output goes nowhere (Python's last
+    flush would fail again, in a traceback of its own), and ``OutputLost`` is raised unless
+    nobody reads it any more (``unheard``: then the command goes on, saying nothing)."""
+    unread(stream)
+    if not unheard(exc):
+        raise OutputLost(f"cannot write to {stream_name}: {exc.strerror or exc}") from exc
+
+
+def output_lost(exc: OutputLost) -> NoReturn:
+    """End the command on ``exc``: its one line on stderr (which may be as full) and exit 1."""
+    with contextlib.suppress(OutputLost):
+        fail(str(exc))
+    sys.exit(EXIT_FAILED)
 
 
 def unheard(exc: OSError) -> bool:
@@ -165,9 +178,7 @@ def _one_line(fn: Callable[P, R], *, unreachable_status: int) -> Callable[P, R]:
         try:
             return fn(*args, **kwargs)
         except OutputLost as exc:
-            with contextlib.suppress(OutputLost):  # stderr may be as full
-                fail(str(exc))
-            sys.exit(EXIT_FAILED)
+            output_lost(exc)
         except Exception as exc:
             if not _is_user_error(exc):
                 raise

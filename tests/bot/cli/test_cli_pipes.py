@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -100,7 +101,18 @@ def into_a_full_disk(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.skipif(not Path("/dev/full").is_char_device(), reason="needs /dev/full")
-@pytest.mark.parametrize("command", [("runs", "list"), ("run", "checkout is failing")])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("runs", "list"),
+        ("run", "checkout is failing"),
+        # What click writes itself, and the chat's console, ended in a traceback too.
+        ("--help",),
+        ("--version",),
+        ("runs", "approve", "--help"),
+        ("chat",),
+    ],
+)
 def test_output_on_a_full_disk_is_one_line(tmp_path: Path, command: tuple[str, ...]) -> None:
     # `kestrel runs list > report.txt` on a full disk ended in a traceback of thirty lines.
     kestrel(tmp_path, "run", "checkout is failing")
@@ -110,3 +122,46 @@ def test_output_on_a_full_disk_is_one_line(tmp_path: Path, command: tuple[str, .
     ], written.stderr
     assert "Traceback" not in written.stderr
     assert written.returncode == 1  # as before: not 2, which says nothing was done
+
+
+def chat_writing_at_most(cwd: Path, limit: int, room: int) -> subprocess.CompletedProcess[str]:
+    """``kestrel chat`` asked to look at checkout, and to approve what it asks (``a``), its
+    stdout a file that takes ``room`` bytes more before it reaches the largest file a process
+    may write (``limit``): past it, a write fails as on a full disk (EFBIG)."""
+    cwd.mkdir()
+    out = cwd / "out"
+    out.write_bytes(b"." * (limit - room))
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    with out.open("a") as stdout:
+        return subprocess.run(
+            [sys.executable, "-c", CLI, "chat", "--as", "U0REQ"],
+            cwd=cwd,
+            input="checkout is failing, can you look?\na\n",
+            stdout=stdout,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=clean_env(KESTREL_DEMO_STATE=str(cwd / "demo-state")),
+            timeout=60,
+            check=False,
+            preexec_fn=limited,
+        )
+
+
+def test_a_chat_whose_output_fills_the_disk_leaves_its_run_waiting(tmp_path: Path) -> None:
+    # The approval card, unwritable, panicked the run (failed, its restart never to be
+    # approved) and printed its traceback; the chat then went on, unseen.
+    limit = 16 * 1024 * 1024  # more than the journal grows to
+    seen = chat_writing_at_most(tmp_path / "a", limit, limit)  # room for everything
+    said = (tmp_path / "a" / "out").read_bytes()
+    room = said.index(b"approval needed")  # in a folder of the same length: the same
+    result = chat_writing_at_most(tmp_path / "b", limit, room)
+    assert seen.returncode == 0, seen.stderr
+    assert result.stderr == "kestrel: cannot write to stdout: File too large\n"
+    assert result.returncode == 1
+    # Nobody saw the card: the `a` typed ahead approved nothing; the run waits, as at Ctrl-D.
+    listed = json.loads(kestrel(tmp_path / "b", "runs", "list", "--json").stdout)
+    assert [run["status"] for run in listed] == ["suspended"]
+    assert not (tmp_path / "b" / "demo-state" / "restarts.log").exists()
