@@ -447,6 +447,37 @@ async def in_runtime(
         return await work(rt)
 
 
+def known_before_the_key(settings: Settings, run_id: str, request_id: str | None = None) -> None:
+    """Without the model's key, a run (and its request) that does not exist is said first, as
+    with the key: a mistyped id is no missing key. The runtime of a command that goes on with
+    the run is refused for the key before its store is opened; with the key, nothing is read
+    twice here."""
+    import asyncio
+
+    from bot.cli import compose
+
+    if not compose.model_key_missing(settings):
+        return
+
+    async def main() -> None:
+        async with compose.reader(settings) as store:
+            if request_id is None:
+                await store.get_run(run_id)  # UnknownRun: "unknown run 'run_…'"
+                return
+            from bot.people.decisions import NO_REQUEST, other_runs
+
+            # In the order a decision checks them (bot.people.decisions, bot.cli.decisions).
+            try:
+                request, _status, _winner = await store.get_request(request_id)
+            except KeyError:
+                await store.get_run(run_id)
+                raise Failure(f"{NO_REQUEST} {request_id}") from None
+            if request.run_id != run_id:
+                raise Failure(other_runs(request, run_id))
+
+    asyncio.run(main())
+
+
 def with_reader(work: Callable[[Store], Awaitable[R]]) -> R:
     """Run ``work`` with the store opened for reading only (no migration, no write lock)."""
     import asyncio

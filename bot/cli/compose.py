@@ -67,9 +67,9 @@ def build_model(settings: Settings) -> ModelProvider:
             raise ConfigError(f"model.script: {exc}") from exc
     from bot.llm.openai_provider import MISSING_KEY, OpenAIProvider
 
-    key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
-    if key is None and not settings.openai_base_url:
+    if model_key_missing(settings):
         raise ConfigError(f"model.provider is openai but {MISSING_KEY}")
+    key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
     return OpenAIProvider(
         settings.model.name,
         api_key=key,
@@ -77,6 +77,14 @@ def build_model(settings: Settings) -> ModelProvider:
         max_retries=settings.model.max_retries,
         max_reply_bytes=settings.model.max_reply_bytes,
     )
+
+
+def model_key_missing(settings: Settings) -> bool:
+    """Whether the configured model needs a key that is not set (OpenAI's, with no
+    OPENAI_BASE_URL for a local server): ``build_model`` refuses it."""
+    if settings.provider == "scripted":
+        return False
+    return settings.openai_api_key is None and not settings.openai_base_url
 
 
 def uncalled_model(settings: Settings) -> ModelProvider:

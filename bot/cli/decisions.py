@@ -23,7 +23,9 @@ from bot.cli.common import (
     Failure,
     checked_text,
     configure_logs,
+    current_settings,
     echo,
+    known_before_the_key,
     one_line_errors,
     terminal_user,
     with_runtime,
@@ -197,6 +199,8 @@ def decide(
     from bot.kinds import DecisionKind
 
     checked_text(text, _TEXT_OF.get(kind, "the text"))  # before the request is touched
+    settings = settings or current_settings()
+    known_before_the_key(settings, run_id, request_id)
 
     async def work(rt: Runtime) -> str:
         # Imported once the runtime is built: a helper standing by starts before them.
@@ -281,17 +285,14 @@ async def _own_run(
 async def _asked_inline(rt: Runtime, run_id: str, refusal: str) -> str:
     """Why a request id of a running run is not in the store: ``kestrel chat`` asks its run's
     requests inline and writes one down for others only when it is left for later; "" for
-    other refusals, and for a run that runs nowhere now."""
-    from bot.errors import UnknownRun
+    other refusals, and for a run that runs nowhere now. A run that does not exist either is
+    said instead (``UnknownRun``), as where the run alone is named."""
     from bot.kinds import RunStatus
     from bot.people.decisions import NO_REQUEST
 
     if not refusal.startswith(NO_REQUEST):
         return ""
-    try:
-        record = await rt.store.get_run(run_id)
-    except UnknownRun:
-        return ""
+    record = await rt.store.get_run(run_id)
     if record.status is not RunStatus.RUNNING:
         return ""
     return (

@@ -20,6 +20,7 @@ from bot.cli.common import (
     echo,
     exit_status,
     fail,
+    known_before_the_key,
     limit_option,
     one_line_errors,
     settings_of,
@@ -213,7 +214,9 @@ def runs_resume(run_id: str, force: bool, as_json: bool, user: str | None) -> No
         return await run_object(rt, run_id)
 
     received: list[int] = []
-    obj = with_runtime(work)
+    settings = settings_of(click.get_current_context())
+    known_before_the_key(settings, run_id)
+    obj = with_runtime(work, settings)
     print_run(obj, as_json, terminal_user(user))
     exit_if_signalled(received)
     sys.exit(exit_status(obj["status"]))

@@ -76,6 +76,11 @@ _CLOSED_HERE_KEPT: Final = 64
 NO_REQUEST: Final = "there is no request"
 
 
+def other_runs(request: Request, run_id: str) -> str:
+    """The refusal of ``request`` named with ``run_id``, the id of a run it is not of."""
+    return f"request {request.id} is run {request.run_id}'s, not run {run_id}'s"
+
+
 class Answered(msgspec.Struct, frozen=True):
     """What became of an answer: whether it counted, why, and whether the run can go on."""
 
@@ -228,7 +233,7 @@ class Decisions:
         if misplaced:
             return misplaced
         if request.run_id != run_id:
-            return Refusal(f"request {request.id} is run {request.run_id}'s, not run {run_id}'s")
+            return Refusal(other_runs(request, run_id))
         if status is not RequestStatus.OPEN:
             return Refusal(_closed(request.id, status, winner))
         if request.deadline is not None and request.deadline <= self.rt.clock():

@@ -516,6 +516,46 @@ def test_a_cancel_needs_no_model_key(tmp_path: Path) -> None:
     assert shown["status"] == "cancelled"
 
 
+@pytest.mark.parametrize("key", [None, "sk-test"])
+@pytest.mark.parametrize(
+    "decision",
+    [
+        ("approve", "{run}", "{request}"),
+        ("deny", "{run}", "{request}", "--reason", "no"),
+        ("answer", "{run}", "{request}", "yes"),
+        ("effect", "{run}", "{request}", "done"),
+        ("resume", "{run}"),
+    ],
+)
+def test_ids_that_name_nothing_are_said_before_a_missing_model_key(
+    tmp_path: Path, key: str | None, decision: tuple[str, ...]
+) -> None:
+    # An approver's shell without OPENAI_API_KEY, a run id mistyped: they were told to set the
+    # key, then that the run does not exist. Said as with the key, whichever is set.
+    deferred = json.loads(
+        kestrel(tmp_path, "run", "checkout is failing", "--defer", "--json", "--as", "U0REQ").stdout
+    )
+    run_id, request_id = deferred["run_id"], deferred["requests"][0]["id"]
+    write_config(tmp_path, model={"provider": "openai", "name": "gpt-4.1-mini"})
+    env = {"OPENAI_API_KEY": key} if key else {}
+
+    def said(run: str, request: str) -> str:
+        argv = [part.format(run=run, request=request) for part in decision]
+        return one_line_error(kestrel(tmp_path, "runs", *argv, "--as", "U0BOSS", env=env))
+
+    assert said("run_nope", "req_nope") == "kestrel: unknown run 'run_nope'"
+    if decision[0] != "resume":
+        assert said(run_id, "req_nope") == "kestrel: there is no request req_nope"
+    if decision[0] in ("approve", "deny"):  # the request's kind: answer and effect say it first
+        assert said("run_nope", request_id) == (
+            f"kestrel: request {request_id} is run {run_id}'s, not run run_nope's"
+        )
+    if key is None:  # what would go on with the run still needs the key
+        assert "OPENAI_API_KEY is not set" in said(run_id, request_id)
+    shown = json.loads(kestrel(tmp_path, "runs", "show", run_id, "--json").stdout)
+    assert [r["id"] for r in shown["requests"]] == [request_id]  # nothing was decided
+
+
 def test_a_cancelled_run_waits_on_nothing(tmp_path: Path) -> None:
     deferred = json.loads(
         kestrel(tmp_path, "run", "checkout is failing", "--defer", "--json", "--as", "U0REQ").stdout
