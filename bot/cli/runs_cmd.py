@@ -196,6 +196,7 @@ def runs_export(run_id: str, html_file: Path) -> None:
 def runs_resume(run_id: str, force: bool, as_json: bool, user: str | None) -> None:
     """Continue a suspended run from its journal."""
     from bot.chat.service import ChatService
+    from bot.errors import already_ended
     from bot.people.policy import Actor
     from bot.run.supervisor import Supervisor
 
@@ -204,14 +205,17 @@ def runs_resume(run_id: str, force: bool, as_json: bool, user: str | None) -> No
         chat = ChatService(supervisor)
         suspend_on_signals(supervisor, received)
         live = await chat.resume(run_id, user=Actor(terminal_user(user)), force=force)
-        if live is None:
-            if not await chat.ended(run_id):
-                echo(WAITS, err=True)
-        else:
+        if live is not None:
             await chat.wait(live)
             if live.error:
                 raise Failure(live.error)
-        return await run_object(rt, run_id)
+            return await run_object(rt, run_id)
+        obj = await run_object(rt, run_id)
+        if not await chat.ended(run_id):
+            echo(WAITS, err=True)
+        else:  # shown as it ended, and exiting by it, as ``runs show``: said to be no resume
+            echo(already_ended(run_id, obj["status"], "resume"), err=True)
+        return obj
 
     received: list[int] = []
     settings = settings_of(click.get_current_context())

@@ -484,7 +484,11 @@ def test_runs_resume_exits_by_the_status_the_run_is_in_as_run_does(tmp_path: Pat
     said = "the run still waits for an approval, an answer or on-call (kestrel runs pending)"
     assert waiting.stderr.splitlines()[0] == said
     assert kestrel(tmp_path, "runs", "cancel", run_id, "--as", "U0REQ").returncode == 0
-    assert kestrel(tmp_path, "runs", "resume", run_id, "--as", "U0REQ").returncode == 4
+    ended = kestrel(tmp_path, "runs", "resume", run_id, "--as", "U0REQ")
+    assert ended.returncode == 4
+    # It said nothing: its transcript and status alone read as a resume that ran.
+    said = f"run {run_id} already ended (cancelled): nothing to resume"
+    assert ended.stderr.splitlines()[0] == said
     write_config(tmp_path, budgets={"max_iterations": 1})
     failing = json.loads(kestrel(tmp_path, "run", "checkout is failing", "--json").stdout)
     assert failing["status"] == "failed"
