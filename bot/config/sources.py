@@ -173,6 +173,10 @@ def config_path(explicit: str | None) -> Path | None:
     """``--config``, else ``KESTREL_CONFIG`` (environment or ``.env``), else ``./kestrel.yaml``.
     A file named that is not there is an error naming who named it: a variable set long ago,
     or a line of .env, is not where one looks first."""
+    if explicit is not None and not explicit.strip():
+        # A script's ``--config "$CONFIG"`` with the variable unset: ./kestrel.yaml would
+        # stand in for the file it meant, and its journal for the one it meant.
+        raise ConfigError("--config: the path is empty (leave the option out for ./kestrel.yaml)")
     chosen, named_by = explicit, "--config"
     if not chosen:
         chosen, named_by = os.environ.get(CONFIG_VARIABLE), CONFIG_VARIABLE

@@ -258,6 +258,22 @@ def test_a_config_file_that_is_not_there_is_named_with_who_named_it(
     assert str(caught.value).startswith(f"config file {name} ({named_by}) {wrong}")
 
 
+@pytest.mark.parametrize("given", ["", " "])
+def test_an_empty_config_option_is_refused_not_read_as_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, given: str
+) -> None:
+    # `kestrel --config "$CONFIG" runs approve …` with CONFIG unset read ./kestrel.yaml: the
+    # settings, and the journal, of whatever folder the script ran in.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("KESTREL_CONFIG", raising=False)
+    (tmp_path / "kestrel.yaml").write_text("database: other.db\n")
+    with pytest.raises(ConfigError) as caught:
+        load_settings(given)
+    assert str(caught.value) == (
+        "--config: the path is empty (leave the option out for ./kestrel.yaml)"
+    )
+
+
 def test_yaml_nested_past_the_parser_is_one_clear_error(tmp_path: Path) -> None:
     config = tmp_path / "kestrel.yaml"
     config.write_text("model: " + "[" * 2000 + "]" * 2000 + "\n")
