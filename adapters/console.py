@@ -267,9 +267,16 @@ class ConsolePrompter:
         if choice in choices:
             return self._decide(request, choices[choice])
         if choice == "d":
-            reason = await self._readline("    reason (optional): ")
-            return self._decide(request, DecisionKind.DENY, reason or "")
+            return await self._denied(request, "    reason (optional): ")
         return None
+
+    async def _denied(self, request: Request, prompt: str) -> Decision | None:
+        """A denial, with the reason typed at ``prompt``; None (later) on ``/quit`` or the end
+        of input there, which leave what was asked open, at this prompt as at every other."""
+        reason = await self._readline(prompt)
+        if reason is None:
+            return None
+        return self._decide(request, DecisionKind.DENY, reason)
 
     async def _chosen(self, prompt: str, words: Mapping[str, str]) -> str:
         """The letter of the choice typed at ``prompt``, asked until one is: its letter or its
@@ -308,8 +315,7 @@ class ConsolePrompter:
         if choice == "s":
             return self._decide(request, DecisionKind.STEP_BY_STEP)
         if choice == "d":
-            reason = await self._readline("    reason: ")
-            return self._decide(request, DecisionKind.DENY, reason or "")
+            return await self._denied(request, "    reason: ")
         return None
 
     async def _effect(self, request: Request) -> Decision | None:

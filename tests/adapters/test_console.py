@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.bot.cli.test_cli import kestrel
@@ -543,6 +544,22 @@ def test_quit_at_a_question_ends_the_chat_and_leaves_the_question_open(tmp_path:
     assert shown["status"] == "suspended"
     (question,) = shown["requests"]  # still open, for /resume or kestrel runs answer
     assert question["kind"] == "wait_user" and shown["closed_requests"] == []
+
+
+@pytest.mark.parametrize("left", ["/quit\n", ""])
+def test_leaving_at_the_reason_of_a_denial_leaves_the_approval_open(
+    tmp_path: Path, left: str
+) -> None:
+    # `d`, then /quit (or Ctrl-D) at "reason (optional):" denied the restart as the chat ended,
+    # though /quit and Ctrl-D leave what was asked open at every prompt (/help says so).
+    result = kestrel(tmp_path, "chat", "--as", "U0ME", stdin=f"checkout is failing\nd\n{left}")
+    assert result.returncode == 0, result.stderr
+    assert "suspended: waiting for approval of restart_service" in result.stdout
+    (run,) = runs(tmp_path)
+    shown = json.loads(kestrel(tmp_path, "runs", "show", str(run["run_id"]), "--json").stdout)
+    assert shown["status"] == "suspended" and shown["closed_requests"] == []
+    (approval,) = shown["requests"]
+    assert approval["kind"] == "wait_approval" and approval["tool"] == "restart_service"
 
 
 def test_exit_leaves_the_chat_as_quit_does(tmp_path: Path) -> None:
