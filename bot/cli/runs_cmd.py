@@ -123,8 +123,8 @@ def runs_show(run_id: str, as_json: bool) -> None:
     "--html",
     "html_file",
     required=True,
-    type=click.Path(dir_okay=False, writable=True, path_type=Path),
-    help="The file to write.",
+    type=click.Path(dir_okay=False, writable=True, allow_dash=True, path_type=Path),
+    help="The file to write; - for stdout.",
 )
 @one_line_errors
 def runs_export(run_id: str, html_file: Path) -> None:
@@ -134,6 +134,8 @@ def runs_export(run_id: str, html_file: Path) -> None:
     from bot.cli import compose
     from bot.people.policy import Policy
 
+    if str(html_file) == "-":  # stdout, as ``run -`` reads stdin: not a file named "-"
+        html_file = Path("/dev/stdout")
     settings = settings_of(click.get_current_context())
     # The store alone, read only, as `runs show` reads it: no model (nor its key), no tool.
     flags_of = compose.tool_flags(settings)  # the catalog's flags (tags) pick approvers

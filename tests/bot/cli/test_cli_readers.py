@@ -193,6 +193,16 @@ def test_an_export_to_a_pipe_or_a_link_writes_through_it(journal: tuple[Path, st
     assert sorted(p.name for p in (folder / "pages").iterdir()) == ["incident.html"]
 
 
+def test_an_export_to_a_dash_writes_to_stdout(journal: tuple[Path, str]) -> None:
+    # `--html -` wrote a file named "-" into the folder and said "wrote -": `run -` reads
+    # stdin, and a newcomer reads a dash as stdout here too.
+    folder, run_id = journal
+    exported = kestrel(folder, "runs", "export", run_id, "--html", "-")
+    assert exported.returncode == 0, exported.stderr
+    assert run_id in exported.stdout and exported.stdout.rstrip().endswith("</html>")
+    assert not (folder / "-").exists()
+
+
 def test_an_export_through_a_pipe_nobody_reads_says_nothing(journal: tuple[Path, str]) -> None:
     # ``runs export RUN --html /dev/stdout | head``: the reader left; as ``runs list | head``
     # the command stops without a word (it said "cannot write /dev/stdout: Broken pipe").
