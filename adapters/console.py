@@ -34,6 +34,7 @@ from bot.domain import (
     DecisionKind,
     Request,
     RequestKind,
+    RequestStatus,
     RunStatus,
     Session,
     ToolOutcome,
@@ -455,16 +456,16 @@ def _waiting_for(request: Request) -> str:
     return f"{what} ({request.id})"
 
 
-def _elsewhere(state: RunResult, user: str, rules: PolicyRules) -> str:
+def _elsewhere(run_id: str, open_requests: list[Request], user: str, rules: PolicyRules) -> str:
     """How a suspended run is moved on from another shell by ``user`` (an approval of their own
     run: as someone else, unless ``rules`` let them approve it): the command answering each
     request it waits on (a resume would find it still waiting), else ``kestrel runs resume``."""
     hows = [
         how_answered(r.kind, r.run_id, r.id, r.options, requester=_as_someone_else(r, user, rules))
-        for r in state.open_requests
+        for r in open_requests
     ]
     if not hows:
-        return f", or `kestrel runs resume {state.run_id}`"
+        return f", or `kestrel runs resume {run_id}`"
     return ", or from another shell: " + "; ".join(hows)
 
 
@@ -554,18 +555,20 @@ class ConsoleChat:
     def _report(self, state: RunResult) -> None:
         result = state.result
         if result is None:
-            waiting = "; ".join(_waiting_for(request) for request in state.open_requests)
-            self.io.write(
-                f"kestrel> (run {state.run_id} suspended{': ' + waiting if waiting else ''})"
-            )
-            elsewhere = _elsewhere(state, self.user, self.rules)
-            self.io.write(f"         resume it with /resume {state.run_id}{elsewhere}")
+            self._suspended(state.run_id, state.open_requests)
             return
         if result.status is RunStatus.COMPLETED:
             self.io.write(f"kestrel> {result.text}")
             return
         reason = stop_reason_words(result.stop_reason)
         self.io.write(f"kestrel> (the run {result.status.value}: {reason}) {result.error}")
+
+    def _suspended(self, run_id: str, open_requests: list[Request]) -> None:
+        """Say that run ``run_id`` is suspended, what it waits on, and how it goes on."""
+        waiting = "; ".join(_waiting_for(request) for request in open_requests)
+        self.io.write(f"kestrel> (run {run_id} suspended{': ' + waiting if waiting else ''})")
+        elsewhere = _elsewhere(run_id, open_requests, self.user, self.rules)
+        self.io.write(f"         resume it with /resume {run_id}{elsewhere}")
 
     async def _command(self, line: str) -> None:
         name, _, arg = line.partition(" ")
@@ -584,8 +587,10 @@ class ConsoleChat:
                 status = await self.chat.ended_as(arg)
                 if status is not None:
                     self.io.write(f"  ! {already_ended(arg, status, 'resume')}")
-                else:
-                    self.io.write("  nothing to resume: the run still waits on someone")
+                else:  # left for later here, or someone else's to answer: as it suspended
+                    views = await self.chat.requests_of(arg)
+                    opened = [v.request for v in views if v.status is RequestStatus.OPEN]
+                    self._suspended(arg, opened)
                 return
             await self._follow(live)
         elif name == "/cancel" and arg:

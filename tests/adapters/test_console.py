@@ -204,6 +204,23 @@ def test_a_suspended_run_says_what_moves_it_on_from_another_shell(tmp_path: Path
     assert [run["status"] for run in runs(tmp_path)] == ["completed"]
 
 
+def test_a_resumed_run_left_for_later_again_says_what_it_waits_on(tmp_path: Path) -> None:
+    # `/resume RUN`, then `l` at its approval, said "nothing to resume: the run still waits on
+    # someone": as if the resume had found nothing, its request's id and command unsaid.
+    kestrel(tmp_path, "chat", stdin="checkout is failing, can you look?\nl\n")
+    (run,) = runs(tmp_path)
+    again = kestrel(tmp_path, "chat", stdin=f"/resume {run['run_id']}\nl\n")
+    assert again.returncode == 0, again.stderr
+    assert "nothing to resume" not in again.stdout
+    shown = json.loads(kestrel(tmp_path, "runs", "show", str(run["run_id"]), "--json").stdout)
+    (request,) = shown["requests"]
+    assert (
+        f"(run {run['run_id']} suspended: waiting for approval of restart_service"
+        f" ({request['id']}))" in again.stdout
+    )
+    assert f"kestrel runs approve {run['run_id']} {request['id']}" in again.stdout
+
+
 def test_a_requester_who_may_approve_their_run_is_told_to_approve_it(tmp_path: Path) -> None:
     # self_approval: true lets the requester approve from another shell as themselves: the
     # hint said --as NAME, someone else, all the same.
