@@ -70,11 +70,12 @@ def reader_uri(path: Path) -> str:
     A WAL reader needs the -shm file; ``mode=ro`` creates it (and an empty -wal) when it is
     missing, with the database's permissions, which would leave a read-only -shm behind next to
     a read-only file. Without a -wal no writer is at work (the last one to close removes it) and
-    nobody may write the file, so it is read as it stands.
+    we may not write the file, or make the -shm in its folder (another user's), so it is read
+    as it stands.
     """
     uri = path.resolve().as_uri()
     wal = path.with_name(path.name + "-wal")
-    if not writable(path) and not wal.exists():
+    if not wal.exists() and not (writable(path) and os.access(path.parent, os.W_OK)):
         return uri + "?immutable=1"
     return uri + "?mode=ro"
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 from collections.abc import Iterator
@@ -79,6 +80,40 @@ def test_readers_work_on_a_read_only_file_in_a_read_only_folder(
             read_everything(folder, run_id)
         finally:
             folder.chmod(0o755)
+
+
+SETPRIV = shutil.which("setpriv")
+# Root without what lets it pass file permissions: it reads the journal as another user would.
+_DROPPED = "-dac_override,-dac_read_search,-fowner"
+needs_setpriv = pytest.mark.skipif(
+    os.geteuid() != 0 or SETPRIV is None,
+    reason="needs root and setpriv (util-linux) to drop the capabilities that pass permissions",
+)
+
+
+def as_another_user(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``kestrel`` in ``folder`` without the capabilities that pass file permissions."""
+    assert SETPRIV is not None
+    drop = [SETPRIV, f"--inh-caps={_DROPPED}", f"--bounding-set={_DROPPED}"]
+    return subprocess.run(
+        [*drop, *KESTREL, *args], cwd=folder, env=clean_env(), capture_output=True, text=True
+    )
+
+
+@needs_setpriv
+def test_readers_work_in_a_folder_they_cannot_write(journal: tuple[Path, str]) -> None:
+    # A journal file they may write in a folder they may not (the service's folder): every
+    # reader said "attempt to write a readonly database", making the -shm it does not need.
+    folder, run_id = journal
+    folder.chmod(0o555)
+    try:
+        listed = as_another_user(folder, "runs", "list", "--json")
+        shown = as_another_user(folder, "runs", "show", run_id, "--json")
+    finally:
+        folder.chmod(0o755)
+    assert listed.returncode == 0, listed.stderr
+    assert [r["status"] for r in json.loads(listed.stdout)] == ["completed", "suspended"]
+    assert shown.returncode == 0 and json.loads(shown.stdout)["status"] == "suspended"
 
 
 def test_readers_do_not_need_the_write_lock(journal: tuple[Path, str]) -> None:
