@@ -71,6 +71,8 @@ _OWN_FILE: Final = "name a file of Kestrel's own (database:, KESTREL_DATABASE_UR
 # 4 MiB: a commit that grows the file pays for a second sync of its size, so a process
 # reaches cheap commits after a few hundred writes instead of a few thousand.
 _WAL_PAGES: Final = 256
+# A file mode's read permission bits, for its owner, group and others.
+_READ_BITS: Final = stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH
 # The writer mostly appends: the pages it reads again are the few a new row's index path
 # crosses, so a quarter of SQLite's 2 MiB default costs it no work (bench.instructions) and
 # leaves a process up to 1.5 MiB less resident. The reader keeps the default.
@@ -371,7 +373,11 @@ class SqliteStore(SqlStore):
         except OSError as exc:
             raise StoreError(f"{self._label}: cannot open: {exc.strerror}") from exc
         if stat.S_ISREG(mode) and not has_write_bits(mode):
-            raise StoreError(f"{self._label}: cannot open: the file is read-only")
+            # A file nobody may read either (0000) is not "read-only": the mode says which.
+            what = "read-only" if mode & _READ_BITS else "neither readable nor writable"
+            raise StoreError(
+                f"{self._label}: cannot open: the file is {what} (mode {stat.S_IMODE(mode):04o})"
+            )
 
     async def _apply_migrations(self, writer: SqliteWriter) -> int:
         """Apply the missing migrations, one transaction each; refuse a newer schema."""
@@ -498,13 +504,32 @@ class SqliteStore(SqlStore):
         cause = " ".join(str(exc).split()) or type(exc).__name__
         if "locked" in cause or "busy" in cause:
             cause += f" (still busy after the {self._busy_timeout:g} s busy timeout)"
-        elif "unable to open" in cause and not os.access(self._path.parent, os.W_OK):
+        elif _cannot_open(cause) and not os.access(self._path.parent, os.W_OK):
             # SQLite does not say why: it makes the file, its -wal and -shm in that folder.
             cause += (
                 f" (its folder {self._path.parent} cannot be written: a read-only file system,"
                 " or another user's folder)"
             )
+        elif _cannot_open(cause) and self._path.exists() and not os.access(self._path, os.R_OK):
+            # Nor here: another user's file (kestrel serve's, mode 0600), read from on-call's shell.
+            cause += f" (the file cannot be read as {_user()}: another user's file, or its mode)"
         return StoreError(f"{self._label}: {action} failed: {cause}")
+
+
+def _cannot_open(cause: str) -> bool:
+    """Whether SQLite's ``cause`` says it could not open (or make) the file or its -wal."""
+    return "unable to open" in cause or "readonly database" in cause
+
+
+def _user() -> str:
+    """Who this process is, as a person reads it: the login name, else the uid."""
+    import pwd
+
+    uid = os.geteuid()
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
 
 
 def _unversioned(conn: sqlite3.Connection) -> bool:

@@ -109,11 +109,39 @@ def test_readers_work_in_a_folder_they_cannot_write(journal: tuple[Path, str]) -
     try:
         listed = as_another_user(folder, "runs", "list", "--json")
         shown = as_another_user(folder, "runs", "show", run_id, "--json")
+        written = as_another_user(folder, "run", "again")
     finally:
         folder.chmod(0o755)
     assert listed.returncode == 0, listed.stderr
     assert [r["status"] for r in json.loads(listed.stdout)] == ["completed", "suspended"]
     assert shown.returncode == 0 and json.loads(shown.stdout)["status"] == "suspended"
+    # A writer makes its -wal there: it cannot, and says why.
+    assert one_line_error(written).endswith(
+        f"(its folder {folder} cannot be written: a read-only file system, or another user's"
+        " folder)"
+    )
+
+
+@needs_setpriv
+def test_a_journal_that_cannot_be_read_says_why(journal: tuple[Path, str]) -> None:
+    # kestrel serve's journal (mode 0600, its own user's) read from on-call's shell said
+    # "unable to open database file", and a file of mode 0000 "the file is read-only".
+    folder, _run_id = journal
+    db = folder / "kestrel.db"
+    os.chown(db, 65534, 65534)
+    db.chmod(0o600)
+    listed = as_another_user(folder, "runs", "list")
+    db.chmod(0o000)
+    written = as_another_user(folder, "run", "again")
+    os.chown(db, 0, 0)
+    db.chmod(0o644)
+    assert one_line_error(listed).endswith(
+        "open failed: unable to open database file (the file cannot be read as root: another"
+        " user's file, or its mode)"
+    )
+    assert one_line_error(written).endswith(
+        "cannot open: the file is neither readable nor writable (mode 0000)"
+    )
 
 
 def test_readers_do_not_need_the_write_lock(journal: tuple[Path, str]) -> None:
