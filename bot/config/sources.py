@@ -183,17 +183,30 @@ def config_path(explicit: str | None) -> Path | None:
     if not chosen:
         chosen, named_by = dotenv().get(CONFIG_VARIABLE), f"{ENV_FILE} {CONFIG_VARIABLE}"
     if chosen:
-        path = Path(chosen)
-        if path.is_dir():
-            raise ConfigError(f"config file {path} ({named_by}) is a folder, not a file")
-        if not path.exists():
-            raise ConfigError(f"config file {path} ({named_by}) does not exist")
-        if not path.is_file():
-            # A device or a pipe (/dev/null, <(…)): its folder would hold the relative paths.
-            raise ConfigError(f"config file {path} ({named_by}) is not a regular file")
-        return path
+        return _config_file(Path(chosen), named_by)
     default = Path(DEFAULT_CONFIG_NAME)
-    return default if _here(default) else None
+    # Not there also where the folder may not be searched (``sudo -u kestrel`` from root's
+    # home): none of its files can be meant for that user (``_here``).
+    if not os.path.lexists(default):
+        return None
+    # There, but perhaps no file (a folder a container's bind mount made for a file that was
+    # missing, a dangling link): never the defaults, the demo's model among them, in its stead.
+    return _config_file(default, "read by default")
+
+
+def _config_file(path: Path, named_by: str) -> Path:
+    """``path`` if it is a regular file to read; else ``ConfigError`` saying what it is."""
+    if path.is_dir():
+        raise ConfigError(f"config file {path} ({named_by}) is a folder, not a file")
+    if path.is_symlink() and not path.exists():
+        missing = os.readlink(path)
+        raise ConfigError(f"config file {path} ({named_by}) links to {missing}: no such file")
+    if not path.exists():
+        raise ConfigError(f"config file {path} ({named_by}) does not exist")
+    if not path.is_file():
+        # A device or a pipe (/dev/null, <(…)): its folder would hold the relative paths.
+        raise ConfigError(f"config file {path} ({named_by}) is not a regular file")
+    return path
 
 
 def environment() -> dict[str, str]:

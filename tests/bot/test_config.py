@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import msgspec
@@ -256,6 +256,27 @@ def test_a_config_file_that_is_not_there_is_named_with_who_named_it(
     with pytest.raises(ConfigError) as caught:
         load_settings(name if named_by == "--config" else None)
     assert str(caught.value).startswith(f"config file {name} ({named_by}) {wrong}")
+
+
+@pytest.mark.parametrize(
+    ("make", "wrong"),
+    [
+        (Path.mkdir, "is a folder, not a file"),
+        (lambda path: path.symlink_to("gone.yaml"), "links to gone.yaml: no such file"),
+        (os.mkfifo, "is not a regular file"),
+    ],
+)
+def test_a_kestrel_yaml_that_is_no_file_is_refused_not_passed_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, make: Callable[[Path], object], wrong: str
+) -> None:
+    # A container's bind mount of a kestrel.yaml missing on the host makes a folder there:
+    # it was passed over, and Kestrel ran on the defaults (the demo's model and tools).
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("KESTREL_CONFIG", raising=False)
+    make(tmp_path / "kestrel.yaml")
+    with pytest.raises(ConfigError) as caught:
+        load_settings()
+    assert str(caught.value) == f"config file kestrel.yaml (read by default) {wrong}"
 
 
 @pytest.mark.parametrize("given", ["", " "])
