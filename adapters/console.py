@@ -60,7 +60,7 @@ from bot.events import (
     ToolExitEvent,
     ToolStartedEvent,
 )
-from bot.text import printable, unmask_links
+from bot.text import flattened, printable, unmask_links
 
 # Typed at any prompt, ends the chat as the end of input does (/exit as other REPLs spell it).
 QUIT: Final = frozenset({"/quit", "/exit"})
@@ -608,7 +608,8 @@ class ConsoleChat:
             self.io.write(f"  ! /runs lists the N most recent runs: N from 1 to {RUNS_MOST}")
             return
         for record in await self.chat.recent(limit=int(count or RUNS_LISTED)):
-            self.io.write(f"  {record.id}  {record.status.value:<10} {record.prompt[:60]}")
+            prompt = flattened(record.prompt)[:60]  # a prompt of several lines, on one
+            self.io.write(f"  {record.id}  {record.status.value:<10} {prompt}")
 
     async def _resuming(self, run_id: str) -> RunHandle | None:
         """Resume a run, answering here what it still waits on: a Ctrl-C at one of those

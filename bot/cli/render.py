@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
+from bot.text import flattened  # loaded with bot.cli.common, by every command
+
 # Types only: every command imports this module, ``--help`` included, and must not pull in the
 # domain models; what it shows of a step and a request are protocols, for the type checker.
 if TYPE_CHECKING:
@@ -80,7 +82,8 @@ RUNS_HEADER = f"{'RUN':<20}  {'CREATED (UTC)':<19}  {'STATUS':<10} {'STOP REASON
 def run_line(run_id: str, created: datetime, status: str, stop_reason: str, prompt: str) -> str:
     """One line of ``runs list``, under ``RUNS_HEADER``."""
     when = f"{created.astimezone(UTC):%Y-%m-%d %H:%M:%S}"
-    return f"{run_id:<20}  {when}  {status:<10} {stop_reason or '-':<16} {prompt[:60]}"
+    # A prompt of several lines on one: its next lines would read as rows of their own.
+    return f"{run_id:<20}  {when}  {status:<10} {stop_reason or '-':<16} {flattened(prompt)[:60]}"
 
 
 def stamp(moment: datetime | None) -> str | None:

@@ -88,6 +88,18 @@ def test_chat_lists_as_many_recent_runs_as_asked(tmp_path: Path) -> None:
     assert result.stdout.count(refusal) == 2, result.stdout
 
 
+def test_a_prompt_of_several_lines_is_listed_on_one(tmp_path: Path) -> None:
+    # `kestrel run - < incident.txt`: each further line of the prompt printed as a row of its
+    # own under the table's header, and in the chat's /runs; a script read them as runs.
+    assert kestrel(tmp_path, "run", "-", stdin="checkout is failing\nsince 09:41\n").returncode == 0
+    listed = kestrel(tmp_path, "runs", "list").stdout.splitlines()
+    assert len(listed) == 2 and listed[1].endswith("checkout is failing since 09:41"), listed
+    chat = kestrel(tmp_path, "chat", stdin="/runs\n").stdout
+    (row,) = [line for line in chat.splitlines() if line.startswith("  run_")]
+    assert row.endswith("checkout is failing since 09:41")
+    assert "\nsince" not in chat
+
+
 def test_chat_later_suspends_and_resume_continues(tmp_path: Path) -> None:
     result = kestrel(tmp_path, "chat", stdin="checkout is failing\nl\n")
     assert "suspended" in result.stdout
