@@ -25,6 +25,26 @@ class PlacingGroup(click.Group):
         except click.NoSuchOption as exc:
             raise _command_option_placed(exc, self, args) from None
 
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        # ``kestrel help`` was answered "Did you mean 'health'?": a command of other tools
+        # (git, go) is an option here.
+        word = args[0] if args else ""
+        option = _AS_OPTIONS.get(word)
+        if option is not None and self.get_command(ctx, word) is None and option in _options(ctx):
+            ctx.fail(f"No such command '{word}': it is an option here, {ctx.command_path} {option}")
+        return super().resolve_command(ctx, args)
+
+
+# Commands of other tools that are options here.
+_AS_OPTIONS = {"help": "--help", "version": "--version"}
+
+
+def _options(ctx: click.Context) -> set[str]:
+    """The options ``ctx``'s command takes, ``--help`` among them."""
+    return {name for param in ctx.command.get_params(ctx) for name in param.opts}
+
 
 def _command_option_placed(
     exc: click.NoSuchOption, group: click.Group, args: list[str]

@@ -350,3 +350,20 @@ def test_the_help_says_the_log_level_each_command_starts_at(tmp_path: Path) -> N
     assert shown.returncode == 0, shown.stderr
     said = " ".join(shown.stdout.split())
     assert "[KESTREL_LOG_LEVEL, else warning for serve, error for the rest]" in said, said
+
+
+@pytest.mark.parametrize(
+    ("typed", "said"),
+    [
+        (("help",), "No such command 'help': it is an option here, kestrel --help"),
+        (("version",), "No such command 'version': it is an option here, kestrel --version"),
+        (("runs", "help"), "No such command 'help': it is an option here, kestrel runs --help"),
+    ],
+)
+def test_help_typed_as_a_command_points_to_the_option(
+    tmp_path: Path, typed: tuple[str, ...], said: str
+) -> None:
+    # `kestrel help`, as git and go spell it, was answered "Did you mean 'health'?".
+    result = kestrel(tmp_path, *typed)
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1] == f"Error: {said}"
