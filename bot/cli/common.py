@@ -182,7 +182,8 @@ def _one_line(fn: Callable[P, R], *, unreachable_status: int) -> Callable[P, R]:
         except Exception as exc:
             if not _is_user_error(exc):
                 raise
-            fail(str(exc))
+            with contextlib.suppress(OutputLost):  # a full stderr: the status still says it
+                fail(str(exc))
             sys.exit(unreachable_status if not_answering(exc) else EXIT_USAGE)
 
     return wrapper

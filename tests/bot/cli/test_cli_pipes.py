@@ -165,3 +165,21 @@ def test_a_chat_whose_output_fills_the_disk_leaves_its_run_waiting(tmp_path: Pat
     listed = json.loads(kestrel(tmp_path / "b", "runs", "list", "--json").stdout)
     assert [run["status"] for run in listed] == ["suspended"]
     assert not (tmp_path / "b" / "demo-state" / "restarts.log").exists()
+
+
+@pytest.mark.skipif(not Path("/dev/full").is_char_device(), reason="needs /dev/full")
+def test_an_error_with_stderr_on_a_full_disk_keeps_its_exit_status(tmp_path: Path) -> None:
+    # Its one line could not be written, and that failure's traceback (as unwritable) turned
+    # the status of an unknown run (2: nothing was done) into 1.
+    with open("/dev/full", "w") as full:
+        result = subprocess.run(
+            [sys.executable, "-c", CLI, "runs", "show", "run_nope"],
+            cwd=tmp_path,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=full,
+            env=clean_env(),
+            timeout=60,
+            check=False,
+        )
+    assert result.returncode == 2
