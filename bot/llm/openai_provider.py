@@ -525,7 +525,11 @@ def decode_body(body: bytes) -> object:
         except NotAStream as exc:
             raise _BadShape(f"the server streamed its reply, and {exc}") from None
     try:
-        return json.loads(body)
+        # Leniently: a server may cut a character's bytes between tokens (invalid UTF-8) or
+        # leave a control character unescaped, in a completion that is otherwise whole; the
+        # answer keeps U+FFFD there rather than the run failing as if no API were there.
+        text = body.decode(json.detect_encoding(body), errors="replace")
+        return json.loads(text, strict=False)
     # RecursionError: deeply nested arrays, which json gives up on rather than parse.
     except (ValueError, RecursionError):
         raise _BadShape(

@@ -38,7 +38,7 @@ def assembled(body: bytes) -> dict[str, Any]:
         if data.strip() == _DONE:
             return completion.whole()
         try:
-            chunk = json.loads(data)
+            chunk = json.loads(data, strict=False)  # a control character left unescaped
         except (ValueError, RecursionError):
             raise NotAStream(f"an event of it is no JSON: {data[:80]!r}") from None
         if not isinstance(chunk, dict):  # json's objects: dicts, cheaper checked than Mapping

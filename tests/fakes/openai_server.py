@@ -36,18 +36,18 @@ HOST = "127.0.0.1"
 class Canned:
     """An answer that takes precedence over the script for one request.
 
-    Waits ``delay`` seconds, then answers ``status`` with ``body`` (JSON) or ``raw`` (text, sent
-    as ``content_type``); with ``status`` None it answers the scripted reply after the delay (a
-    slow server). ``chunked`` sends the body without a Content-Length, in pieces; with
-    ``cut_after`` it drops the connection after that many bytes of it; ``pad`` bytes of
-    spaces follow the body (JSON still), made as they are sent; ``gzip`` compresses it as it
-    is sent (a proxy's ``Content-Encoding: gzip``).
+    Waits ``delay`` seconds, then answers ``status`` with ``body`` (JSON) or ``raw`` (text, or
+    bytes sent as they are, invalid UTF-8 included; as ``content_type``); with ``status`` None
+    it answers the scripted reply after the delay (a slow server). ``chunked`` sends the body
+    without a Content-Length, in pieces; with ``cut_after`` it drops the connection after that
+    many bytes of it; ``pad`` bytes of spaces follow the body (JSON still), made as they are
+    sent; ``gzip`` compresses it as it is sent (a proxy's ``Content-Encoding: gzip``).
     """
 
     status: int | None = 500
     delay: float = 0.0
     body: Any = None
-    raw: str | None = None
+    raw: str | bytes | None = None
     content_type: str = "text/plain"
     chunked: bool = False
     cut_after: int | None = None
@@ -294,9 +294,11 @@ async def _canned_response(
     if canned.chunked:
         return await _chunked(canned, request, sent)
     if canned.raw is not None:
+        text, raw = (None, canned.raw) if isinstance(canned.raw, bytes) else (canned.raw, None)
         return web.Response(
             status=canned.status,
-            text=canned.raw,
+            text=text,
+            body=raw,
             content_type=canned.content_type,
             headers=dict(canned.headers),
         )
@@ -310,7 +312,8 @@ _CHUNK = 64 * 1024
 async def _chunked(canned: Canned, request: web.Request, sent: list[int]) -> web.StreamResponse:
     """The body in pieces with no Content-Length, so a client cannot know its size up front."""
     assert canned.status is not None
-    data = (canned.raw if canned.raw is not None else json.dumps(canned.body)).encode()
+    raw = canned.raw if canned.raw is not None else json.dumps(canned.body)
+    data = raw if isinstance(raw, bytes) else raw.encode()
     response = web.StreamResponse(status=canned.status, headers=dict(canned.headers))
     response.content_type = "application/json" if canned.raw is None else canned.content_type
     response.enable_chunked_encoding()

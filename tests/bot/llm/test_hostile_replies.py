@@ -612,3 +612,30 @@ async def test_a_reply_cut_in_its_reasoning_says_so(
     )
     assert state.result.text == ""
     assert counter.calls == {}
+
+
+def _raw_bytes_completion(content: bytes) -> Canned:
+    """A 200 whose answer holds ``content`` as it is, between the quotes of a JSON string."""
+    head = b'{"choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant",'
+    body = head + b' "content": "' + content + b'"}}]}'
+    return Canned(status=200, raw=body, content_type="application/json")
+
+
+async def test_a_character_cut_between_tokens_is_replaced_not_a_failed_run(
+    tmp_path: Path,
+) -> None:
+    # A server that cuts a character's bytes between two tokens (€ is E2 82 AC) sends
+    # invalid UTF-8 in an otherwise whole completion: the answer is had, not "no API there".
+    state, _, _ = await _run_canned(tmp_path, [_raw_bytes_completion(b"costs 5 \xe2\x82 now")])
+
+    assert _ended(state) == (RunStatus.COMPLETED, StopReason.ANSWERED)
+    assert state.result is not None and state.result.text == "costs 5 \ufffd now"
+
+
+async def test_a_control_character_left_unescaped_is_kept_not_a_failed_run(
+    tmp_path: Path,
+) -> None:
+    state, _, _ = await _run_canned(tmp_path, [_raw_bytes_completion(b"col1\tcol2")])
+
+    assert _ended(state) == (RunStatus.COMPLETED, StopReason.ANSWERED)
+    assert state.result is not None and state.result.text == "col1\tcol2"

@@ -89,6 +89,14 @@ async def test_text_holding_unicode_line_separators_streams_whole() -> None:
     assert turn.text == said
 
 
+async def test_a_control_character_left_unescaped_streams_whole() -> None:
+    # Every other chunk was fine: one tab left raw in a delta failed the whole reply.
+    raw = json.dumps(_chunk({"content": "col1\tcol2"}, "stop")).replace("\\t", "\t")
+    turn = await _complete(_stream(raw))
+
+    assert turn.text == "col1\tcol2"
+
+
 async def test_a_streamed_tool_call_runs(tmp_path: Path) -> None:
     call = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "echo"}}
     canned = _stream(
