@@ -200,6 +200,10 @@ class OpenAIProvider:
             try:
                 # At least a moment: the whole call's bound (asyncio.timeout) is what ends it.
                 return await self._post(wire_messages, wire_tools, max(deadline - clock(), 0.001))
+            except _BrokeOff as exc:
+                # The connection dropped mid-reply, as it may before one: nothing of it was
+                # kept, so asking again asks nothing twice.
+                failed.append(exc)
             except _ReadFailed:
                 raise
             except openai.APITimeoutError:
@@ -225,7 +229,7 @@ class OpenAIProvider:
 
     def _retry_wait(self, exc: _Failure, retry: int, left: float) -> float:
         """How long to wait before retry ``retry``; ``_GaveUp`` when there is to be none."""
-        again = isinstance(exc, _Unusable) or retryable(exc)
+        again = isinstance(exc, _Unusable | _BrokeOff) or retryable(exc)
         if not again or retry > self._max_retries:
             raise _GaveUp(exc, retry - 1)
         asked = server_wait(exc) if isinstance(exc, openai.OpenAIError) else None
@@ -311,9 +315,6 @@ class _Unusable(Exception):
         super().__init__(f"{type(cause).__name__}: {flattened(str(cause))}".rstrip(": "))
 
 
-_Failure = openai.OpenAIError | _Unusable
-
-
 class _GaveUp(Exception):
     """The last failed attempt, after ``retries`` retries; ``asked``: the wait the server asked
     for, when it was too long to wait for with ``left`` seconds of the call's time."""
@@ -356,6 +357,8 @@ def _retries(count: int) -> str:
 def _cause(exc: _Failure, where: str, timeout: float, secret: str) -> str:
     if isinstance(exc, _Unusable):
         return f"no usable reply from {where} ({exc})"
+    if isinstance(exc, _BrokeOff):
+        return f"the reply from {where} {exc}"
     if isinstance(exc, openai.APITimeoutError):
         return f"timed out after {_seconds(timeout)} waiting for {where}"
     if isinstance(exc, openai.APIConnectionError):
@@ -490,6 +493,14 @@ class _ReadFailed(Exception):
     """The 200's body could not be had whole: over the cap, or the connection broke."""
 
 
+class _BrokeOff(_ReadFailed):
+    """The connection broke before the 200's body was all read: an attempt worth repeating."""
+
+
+# What one failed attempt left: the client's error, one it left unwrapped, or a reply cut off.
+_Failure = openai.OpenAIError | _Unusable | _BrokeOff
+
+
 async def read_capped(response: AsyncAPIResponse[Any], limit: int) -> bytes:
     """The whole body, or ``_ReadFailed`` as soon as it is known to exceed ``limit`` bytes."""
     declared = response.headers.get("content-length", "")
@@ -508,7 +519,7 @@ async def read_capped(response: AsyncAPIResponse[Any], limit: int) -> bytes:
     # httpx or httpx2 types depending on the openai version; any of them means a broken reply.
     except Exception as exc:
         cause = f"{type(exc).__name__}: {flattened(str(exc))}".rstrip(": ")
-        raise _ReadFailed(f"broke off after {len(body)} bytes ({cause})") from exc
+        raise _BrokeOff(f"broke off after {len(body)} bytes ({cause})") from exc
     return bytes(body)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import time
 from types import SimpleNamespace
 from typing import Any
@@ -466,13 +467,33 @@ async def test_a_reply_under_the_cap_is_parsed() -> None:
     assert turn.text == "x" * 32 * 1024
 
 
-async def test_a_body_cut_off_midway_is_a_model_error() -> None:
-    canned = Canned(status=200, body=chat_completion(text="x" * 1000), chunked=True, cut_after=100)
-    async with FakeOpenAI([{"text": "unused"}], canned=[canned]) as fake:
+def _cut_reply() -> Canned:
+    return Canned(status=200, body=chat_completion(text="x" * 1000), chunked=True, cut_after=100)
+
+
+async def test_a_body_cut_off_midway_is_asked_for_again() -> None:
+    # The connection dropped mid-reply (a proxy's idle timeout, a server restarted), as it
+    # may before one: nothing was kept, so the reply is asked for again, not the run failed.
+    async with FakeOpenAI([{"text": "whole"}], canned=[_cut_reply()]) as fake:
         model = _provider(fake)
-        with pytest.raises(ModelError, match=r"the reply from .* broke off after \d+ bytes"):
+        turn = await model.complete(HI, [], timeout=5)
+        await model.aclose()
+
+    assert turn.text == "whole"
+    assert fake.count == 2
+
+
+async def test_a_body_cut_off_every_time_is_a_model_error_naming_the_retries() -> None:
+    async with FakeOpenAI([{"text": "unused"}], canned=[_cut_reply(), _cut_reply()]) as fake:
+        model = _provider(fake, max_retries=1)
+        with pytest.raises(ModelError) as caught:
             await model.complete(HI, [], timeout=5)
         await model.aclose()
+
+    said = str(caught.value)
+    assert re.search(r"the reply from .* broke off after \d+ bytes", said), said
+    assert "(gave up after 1 retry)" in said
+    assert fake.count == 2
 
 
 def test_the_cap_must_fit_a_completion() -> None:
