@@ -560,7 +560,8 @@ def parse_completion(data: object, tools: Collection[str] = ()) -> AssistantTurn
         error = data.get("error")
         if error:
             raise _BadShape(f"the server answered 200 with an error{_server_detail(error)}")
-        raise _BadShape("the completion has no choices", not_the_api=True)
+        # An empty list is a completion with nothing in it, not another service's page.
+        raise _BadShape("the completion has no choices", not_the_api="choices" not in data)
     choice = choices[0] if isinstance(choices[0], Mapping) else {}
     message = choice.get("message")
     if not isinstance(message, Mapping):

@@ -429,6 +429,19 @@ async def test_a_completion_with_a_broken_message_is_the_model_servers_not_the_u
     assert str(caught.value).endswith("the first choice has no message")
 
 
+async def test_a_completion_with_no_choices_is_the_model_servers_not_the_url(
+    fake: FakeOpenAI, provider: OpenAIProvider
+) -> None:
+    # A chat completion whose choices came back empty (a gateway that dropped a filtered
+    # one): the server is the API, and pointing OPENAI_BASE_URL elsewhere mends nothing.
+    fake.add_canned(Canned(status=200, body={"object": "chat.completion", "choices": []}))
+
+    with pytest.raises(ModelError) as caught:
+        await provider.complete([UserMessage("hi")], [], timeout=5)
+
+    assert str(caught.value).endswith("the completion has no choices")
+
+
 def test_missing_key_fails_at_construction() -> None:
     with pytest.raises(ModelError, match="OPENAI_API_KEY is not set"):
         OpenAIProvider("gpt-test", api_key=None, base_url=None)
