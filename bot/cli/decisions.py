@@ -226,8 +226,10 @@ def decide(
             obj = await run_object(rt, run_id)
             return "\n".join([decided.message, *waiting_lines(obj, actor.user, rt.policy.settings)])
         obj = await run_object(rt, run_id)
+        # A run that failed has no text: its error is why (the model gone, a budget spent).
+        ended = obj["text"] or obj["error"]
         said = f"{decided.message}; run {run_id} is now {obj['status']}" + (
-            f": {obj['text']}" if obj["text"] else ""
+            f": {ended}" if ended else ""
         )
         return "\n".join([said, *waiting_lines(obj, actor.user, rt.policy.settings)])
 

@@ -19,7 +19,7 @@ import pytest
 from bot.cli.commands import cli
 from bot.cli.decisions import Decision, read
 from tests.bot.cli.test_cli import CLI, kestrel, write_config
-from tests.fakes.processes import clean_env
+from tests.fakes.processes import FakeOpenAIProcess, clean_env
 
 # The command line as click reads it, without the script's own reading.
 CLICK_ONLY = "from bot.cli.commands import cli; cli(obj={}, prog_name='kestrel')"
@@ -231,3 +231,28 @@ def test_a_request_a_chat_asks_inline_is_not_said_to_be_missing(tmp_path: Path) 
     assert refused.returncode == 2
     assert f"run {run_id} is running" in refused.stderr
     assert "kestrel chat" in refused.stderr and "(l)" in refused.stderr
+
+
+def test_an_approval_whose_run_then_fails_says_why(tmp_path: Path) -> None:
+    # The model server went away while the approval waited: `runs approve` said only "run …
+    # is now failed", and why took a `runs show`.
+    restart = {"name": "restart_service", "arguments": {"service": "checkout"}}
+    server = FakeOpenAIProcess(tmp_path, [{"text": "restarting", "calls": [restart]}])
+    write_config(tmp_path, model={"provider": "openai", "name": "fake", "max_retries": 0})
+    env = {"OPENAI_BASE_URL": server.base_url, "OPENAI_API_KEY": "test"}
+    try:
+        deferred = kestrel(tmp_path, "run", "--defer", "--json", "restart checkout", env=env)
+    finally:
+        server.stop()
+    assert deferred.returncode == 3, deferred.stderr
+    run = json.loads(deferred.stdout)
+    (request,) = run["requests"]
+
+    approved = kestrel(
+        tmp_path, "runs", "approve", run["run_id"], request["id"], "--as", "bob", env=env
+    )
+
+    assert approved.returncode == 0, approved.stderr
+    said = approved.stdout.strip()
+    assert said.startswith(f"recorded; run {run['run_id']} is now failed: "), said
+    assert f"model call failed: cannot connect to {server.base_url}" in said
