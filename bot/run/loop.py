@@ -273,7 +273,9 @@ class AgentLoop:
             raise Suspend(StopReason.SUSPEND_REQUESTED)
         if self.state.iteration >= self.budgets.max_iterations:
             limit = self.budgets.max_iterations
-            raise Stop(RunStatus.FAILED, StopReason.ITERATION_LIMIT, f"{limit} iterations used")
+            # Named by its setting: a looping model's stop tells whoever reads it what to raise.
+            used = f"all {limit} model turns used (budgets.max_iterations)"
+            raise Stop(RunStatus.FAILED, StopReason.ITERATION_LIMIT, used)
         self._check_deadline()
         if self.state.iteration > 0:
             self._check_tokens()
@@ -292,13 +294,16 @@ class AgentLoop:
             raise Stop(
                 RunStatus.FAILED,
                 StopReason.TOOL_CALL_LIMIT,
-                f"the next batch would exceed {limit} tool calls",
+                f"the model asked for {calls} tool call{'' if calls == 1 else 's'}, past the"
+                f" run's {limit} (budgets.max_tool_calls; {self.state.tool_calls} made so far);"
+                " none of them was run",
             )
 
     def _check_tokens(self) -> None:
         used, limit = self.state.usage.total, self.budgets.max_tokens
         if limit and used >= limit:
-            raise Stop(RunStatus.FAILED, StopReason.TOKEN_BUDGET, f"{used} of {limit} tokens used")
+            spent = f"{used} of {limit} tokens used (budgets.max_tokens)"
+            raise Stop(RunStatus.FAILED, StopReason.TOKEN_BUDGET, spent)
 
     def _remaining(self) -> float | None:
         if self._deadline_at is None:

@@ -194,6 +194,8 @@ async def test_iteration_limit(tmp_path: Path) -> None:
     assert state.result.stop_reason is StopReason.ITERATION_LIMIT
     assert state.result.status is RunStatus.FAILED
     assert counter.calls == {"echo": 3}
+    # Said with the setting to raise: a looping model's stop is read by whoever set it.
+    assert state.result.error == "all 3 model turns used (budgets.max_iterations)"
 
 
 async def test_tool_call_limit_stops_before_the_batch(tmp_path: Path) -> None:
@@ -204,6 +206,10 @@ async def test_tool_call_limit_stops_before_the_batch(tmp_path: Path) -> None:
     state, counter, _, _ = await run_once(tmp_path, replies, budgets=Budgets(max_tool_calls=3))
     assert state.result is not None and state.result.stop_reason is StopReason.TOOL_CALL_LIMIT
     assert counter.calls == {"echo": 2}
+    assert state.result.error == (
+        "the model asked for 2 tool calls, past the run's 3 (budgets.max_tool_calls; 2 made so"
+        " far); none of them was run"
+    )
 
 
 async def test_token_budget_checked_before_a_batch(tmp_path: Path) -> None:
@@ -212,6 +218,7 @@ async def test_token_budget_checked_before_a_batch(tmp_path: Path) -> None:
     state, counter, _, _ = await run_once(tmp_path, replies, budgets=Budgets(max_tokens=500))
     assert state.result is not None and state.result.stop_reason is StopReason.TOKEN_BUDGET
     assert counter.calls == {}
+    assert state.result.error == "610 of 500 tokens used (budgets.max_tokens)"
 
 
 async def test_the_run_deadline_stops_the_run_at_the_next_boundary(tmp_path: Path) -> None:
