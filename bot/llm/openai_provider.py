@@ -165,23 +165,26 @@ class OpenAIProvider:
             # The client's own timeout is per attempt; this bounds retries and backoff as well,
             # so the loop's min(model timeout, time left) really is the most the call takes.
             async with asyncio.timeout(timeout):
-                body = await self._post_retrying(messages, tools, timeout, failed, notice)
+                turn = await self._post_retrying(messages, tools, timeout, failed, notice)
         except TimeoutError:
             raise ModelError(self._timed_out(timeout, failed)) from None
         except _GaveUp as exc:
             raise ModelError(self._describe(exc, timeout)) from exc.error
         except _ReadFailed as exc:
             raise ModelError(f"model call failed: the reply from {self.base_url} {exc}") from None
-        try:
-            # Scrubbed before any of it is quoted: a preview cut mid-key would keep part of it.
-            data = decode_body(_scrub_body(body, self._client.api_key))
-            turn = parse_completion(data, {tool.name: tool.parameters for tool in tools})
         except _BadShape as exc:
             hint = f" — {NOT_THE_API}" if exc.not_the_api else ""
             raise ModelError(
                 f"model call failed: bad response from {self.base_url}: {exc}{hint}"
             ) from None
         return self._with_unique_ids(turn, messages)
+
+    def _turn(self, body: bytes, tools: Sequence[ToolSpec]) -> AssistantTurn:
+        """The reply a 200's body holds; ``_BadShape`` if it holds none, ``_FailedReply`` if
+        the server says the model failed while it wrote it."""
+        # Scrubbed before any of it is quoted: a preview cut mid-key would keep part of it.
+        data = decode_body(_scrub_body(body, self._client.api_key))
+        return parse_completion(data, {tool.name: tool.parameters for tool in tools})
 
     async def _post_retrying(
         self,
@@ -190,8 +193,8 @@ class OpenAIProvider:
         timeout: float,
         failed: list[_Failure],
         notice: Notice | None,
-    ) -> bytes:
-        """The 200 body, trying again as the server allows and the time left does; each failed
+    ) -> AssistantTurn:
+        """The reply, trying again as the server allows and the time left does; each failed
         attempt is added to ``failed``, and the last one raised as ``_GaveUp``."""
         wire_messages, wire_tools = to_wire_messages(messages), to_wire_tools(tools)
         clock = asyncio.get_running_loop().time
@@ -199,7 +202,7 @@ class OpenAIProvider:
         while True:
             try:
                 # At least a moment: the whole call's bound (asyncio.timeout) is what ends it.
-                return await self._post(wire_messages, wire_tools, max(deadline - clock(), 0.001))
+                body = await self._post(wire_messages, wire_tools, max(deadline - clock(), 0.001))
             except _BrokeOff as exc:
                 # The connection dropped mid-reply, as it may before one: nothing of it was
                 # kept, so asking again asks nothing twice.
@@ -216,6 +219,11 @@ class OpenAIProvider:
             # socket it cannot open, comes out raw; a failed attempt all the same, never a panic.
             except Exception as exc:
                 failed.append(_Unusable(exc))
+            else:
+                try:
+                    return self._turn(body, tools)
+                except _FailedReply as exc:  # the model failed while it wrote it: as a cut one
+                    failed.append(exc)
             wait = self._retry_wait(failed[-1], len(failed), deadline - clock())
             said = self._retrying(failed[-1], len(failed), wait, timeout)
             log.warning("%s", said)
@@ -229,7 +237,7 @@ class OpenAIProvider:
 
     def _retry_wait(self, exc: _Failure, retry: int, left: float) -> float:
         """How long to wait before retry ``retry``; ``_GaveUp`` when there is to be none."""
-        again = isinstance(exc, _Unusable | _BrokeOff) or retryable(exc)
+        again = isinstance(exc, _Unusable | _BrokeOff | _FailedReply) or retryable(exc)
         if not again or retry > self._max_retries:
             raise _GaveUp(exc, retry - 1)
         asked = server_wait(exc) if isinstance(exc, openai.OpenAIError) else None
@@ -357,7 +365,7 @@ def _retries(count: int) -> str:
 def _cause(exc: _Failure, where: str, timeout: float, secret: str) -> str:
     if isinstance(exc, _Unusable):
         return f"no usable reply from {where} ({exc})"
-    if isinstance(exc, _BrokeOff):
+    if isinstance(exc, _BrokeOff | _FailedReply):
         return f"the reply from {where} {exc}"
     if isinstance(exc, openai.APITimeoutError):
         return f"timed out after {_seconds(timeout)} waiting for {where}"
@@ -497,8 +505,13 @@ class _BrokeOff(_ReadFailed):
     """The connection broke before the 200's body was all read: an attempt worth repeating."""
 
 
-# What one failed attempt left: the client's error, one it left unwrapped, or a reply cut off.
-_Failure = openai.OpenAIError | _Unusable | _BrokeOff
+class _FailedReply(Exception):
+    """A 200 whose reply the server says the model failed to finish (its finish reason)."""
+
+
+# What one failed attempt left: the client's error, one it left unwrapped, a reply cut off, or
+# one that failed.
+_Failure = openai.OpenAIError | _Unusable | _BrokeOff | _FailedReply
 
 
 async def read_capped(response: AsyncAPIResponse[Any], limit: int) -> bytes:
@@ -576,6 +589,12 @@ def parse_completion(data: object, tools: Collection[str] = ()) -> AssistantTurn
         raise _BadShape("the message's tool_calls is not a list")
     calls = tuple(_tool_call(raw) for raw in raw_calls)
     finish = choice.get("finish_reason")
+    if finish in _FAILED_MID_REPLY:
+        # Its words stop where the model failed, and its calls may be cut: no answer, no call.
+        detail = _server_detail(choice.get("error") or data.get("error"))
+        raise _FailedReply(
+            f"ended with finish_reason {finish!r}: the model failed mid-reply{detail}"
+        )
     legacy = message.get("function_call")  # the one look a reply without it costs
     if legacy and not calls:
         calls, finish = _function_call(legacy, data.get("id"), finish)
@@ -679,6 +698,9 @@ def _written_calls(
 
 # The loop runs no call of a reply that ended so, whatever it was read from.
 _CUT_SHORT = frozenset({"length", "content_filter"})
+# A reply the model failed to finish: OpenRouter's "error" (its provider failed mid-reply) and
+# vLLM's "abort" (the engine dropped the request).
+_FAILED_MID_REPLY = frozenset({"error", "abort"})
 
 
 def _reply_call_id(response_id: object, index: int = 0) -> str:

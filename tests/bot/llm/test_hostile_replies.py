@@ -639,3 +639,39 @@ async def test_a_control_character_left_unescaped_is_kept_not_a_failed_run(
 
     assert _ended(state) == (RunStatus.COMPLETED, StopReason.ANSWERED)
     assert state.result is not None and state.result.text == "col1\tcol2"
+
+
+def _failed_mid_reply(finish: str, *calls: tuple[str | None, str, str]) -> dict[str, Any]:
+    body = chat_completion("The checkout service is", calls=calls)
+    body["choices"][0]["finish_reason"] = finish
+    return body
+
+
+@pytest.mark.parametrize("finish", ["error", "abort"])
+async def test_a_reply_the_model_failed_mid_way_is_no_answer_and_runs_no_call(
+    tmp_path: Path, finish: str
+) -> None:
+    # OpenRouter ends a reply whose provider failed mid-way with "error", vLLM one its engine
+    # dropped with "abort": the run completed with half a sentence as its answer, or ran the
+    # calls of a reply nobody finished.
+    body = _failed_mid_reply(finish, ("c1", "echo", '{"text": "x"}'))
+    state, counter, rec = await _run(tmp_path, body)
+
+    assert _ended(state) == (RunStatus.FAILED, StopReason.MODEL_ERROR)
+    assert state.result is not None
+    assert f"ended with finish_reason {finish!r}: the model failed mid-reply" in state.result.error
+    assert counter.calls == {}
+    assert "panic" not in rec.kinds()
+
+
+async def test_a_reply_the_model_failed_mid_way_is_asked_for_again() -> None:
+    failed = Canned(status=200, body=_failed_mid_reply("error"))
+    async with FakeOpenAI([{"text": "the whole answer"}], canned=[failed]) as fake:
+        model = OpenAIProvider("m", api_key=KEY, base_url=fake.base_url, max_retries=1)
+        try:
+            turn = await model.complete([UserMessage("hi")], [], timeout=10)
+        finally:
+            await model.aclose()
+
+    assert turn.text == "the whole answer"
+    assert fake.count == 2
