@@ -36,7 +36,7 @@ from bot.llm.error_body import error_message
 from bot.llm.http_client import http_client
 from bot.llm.reply_words import words
 from bot.llm.retry import MAX_SERVER_WAIT, backoff, out_of_quota, retryable, server_wait
-from bot.llm.streamed import REASONING_FIELDS, NotAStream, assembled, is_stream
+from bot.llm.streamed import REASONING_FIELDS, EndedEarly, NotAStream, assembled, is_stream
 from bot.llm.text_calls import text_calls
 from bot.text import flattened
 from bot.user_agent import USER_AGENT
@@ -506,7 +506,8 @@ class _BrokeOff(_ReadFailed):
 
 
 class _FailedReply(Exception):
-    """A 200 whose reply the server says the model failed to finish (its finish reason)."""
+    """A 200 whose reply was not finished: the server says the model failed (its finish
+    reason), or its stream stopped before the reply did."""
 
 
 # What one failed attempt left: the client's error, one it left unwrapped, a reply cut off, or
@@ -546,6 +547,8 @@ def decode_body(body: bytes) -> object:
     if is_stream(body):
         try:
             return assembled(body)
+        except EndedEarly as exc:  # the server's stream stopped mid-reply: as a cut body
+            raise _FailedReply(f"was streamed, and {exc}") from None
         except NotAStream as exc:
             raise _BadShape(f"the server streamed its reply, and {exc}") from None
     try:

@@ -20,6 +20,10 @@ class NotAStream(ValueError):
     """Events that do not make a completion; the message names why (of "it", the reply)."""
 
 
+class EndedEarly(NotAStream):
+    """Events that stopped before the reply did: what came is not all the model said."""
+
+
 def is_stream(body: bytes) -> bool:
     """Whether ``body`` is server-sent events rather than one JSON value."""
     start = body.lstrip()[:16]
@@ -51,7 +55,7 @@ def assembled(body: bytes) -> dict[str, Any]:
     if completion.chunks and completion.finish is None:
         # The connection closed mid-reply: what came is not all the model said, and a call
         # of it may be one of several (a reply cut so runs none, as one cut by its limit).
-        raise NotAStream("it ended before the reply did (no finish reason, no [DONE])")
+        raise EndedEarly("it ended before the reply did (no finish reason, no [DONE])")
     return completion.whole()
 
 

@@ -127,6 +127,21 @@ async def test_a_streamed_tool_call_runs(tmp_path: Path) -> None:
     assert assistant["tool_calls"][0]["function"] == {"name": "echo", "arguments": '{"text": "a"}'}
 
 
+async def test_a_stream_that_stopped_before_the_reply_did_is_asked_for_again() -> None:
+    # The server's stream closed cleanly mid-reply (a worker that died behind a proxy): what
+    # came is not all the model said, and nothing of it was kept, so it is asked for again.
+    cut = _stream(_chunk({"content": "Checkout is"}), done=False)
+    async with FakeOpenAI([{"text": "Checkout is down."}], canned=[cut]) as fake:
+        model = OpenAIProvider("m", api_key="k", base_url=fake.base_url, max_retries=1)
+        try:
+            turn = await model.complete([UserMessage("hi")], [ECHO], timeout=5)
+        finally:
+            await model.aclose()
+
+    assert turn.text == "Checkout is down."
+    assert fake.count == 2
+
+
 @pytest.mark.parametrize(
     ("canned", "said"),
     [
@@ -148,7 +163,7 @@ async def test_a_streamed_tool_call_runs(tmp_path: Path) -> None:
         # the answer, and no call of it runs.
         (
             _stream(_chunk({"content": "Checkout is"}), done=False),
-            "the server streamed its reply, and it ended before the reply did",
+            "was streamed, and it ended before the reply did",
         ),
         # Older llama.cpp sends its error as an event field of its own, "error: {…}".
         (
