@@ -749,8 +749,15 @@ def _usage(usage: object) -> Usage:
 
 
 def _count(value: object) -> int:
-    # JSON true is an int to Python, and a negative count would lower the run's spend.
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+    # JSON true is an int to Python, and a negative count would lower the run's spend; one
+    # past JSON's exact integers is no count either, and would overflow the store's 64-bit
+    # sums (a PostgreSQL run page, `runs export`, failed on it).
+    if isinstance(value, bool) or not isinstance(value, int):
+        return 0
+    return value if 0 < value <= _MAX_COUNT else 0
+
+
+_MAX_COUNT = 2**53
 
 
 def _preview(body: bytes) -> str:

@@ -231,6 +231,21 @@ async def test_missing_usage_is_zero(fake: FakeOpenAI, provider: OpenAIProvider)
     assert turn.usage.total == 0
 
 
+async def test_a_count_past_jsons_exact_integers_is_no_count(
+    fake: FakeOpenAI, provider: OpenAIProvider
+) -> None:
+    # Journaled as sent, 10**20 tokens overflowed PostgreSQL's bigint where a run page sums a
+    # suspended run's usage: its page and `kestrel runs export` failed ("out of range").
+    body = chat_completion(text="ok")
+    body["usage"] = {"prompt_tokens": 10**20, "completion_tokens": 2**53 + 1}
+    fake.add_canned(Canned(status=200, body=body))
+
+    turn = await provider.complete([UserMessage("hi")], [], timeout=5)
+
+    assert turn.text == "ok"
+    assert turn.usage.total == 0
+
+
 async def test_401_names_the_cause_without_the_key(
     fake: FakeOpenAI, provider: OpenAIProvider
 ) -> None:
