@@ -301,6 +301,9 @@ class OpenAIProvider:
         unreachable = not isinstance(exc, openai.APITimeoutError)
         if isinstance(exc, openai.APIConnectionError) and unreachable:
             return UNREACHABLE_OPENAI if self.base_url == OPENAI_API else UNREACHABLE
+        moved = _redirected_to(exc)
+        if moved:
+            return moved
         status = getattr(exc, "status_code", 0)
         if status == HTTPStatus.NOT_FOUND and urlsplit(self.base_url).path in ("", "/"):
             return (
@@ -310,6 +313,27 @@ class OpenAIProvider:
         if self._keyless and status in (HTTPStatus.UNAUTHORIZED, HTTPStatus.FORBIDDEN):
             return NO_KEY_SENT
         return _HINTS.get(status, "").format(model=self._model)
+
+
+def _redirected_to(exc: _Failure) -> str:
+    """Where the server sent the request, when it redirected it (an http:// address a proxy
+    moves to https://): what answered there is not what the address names, and a POST
+    redirected so arrives as a GET; "" when it was not redirected."""
+    response = exc.response if isinstance(exc, openai.APIStatusError) else None
+    if response is None or not response.history:
+        return ""
+    url = response.request.url
+    if url.password:
+        url = url.copy_with(password="***")
+    where = str(url)
+    said = f"the server redirected the request to {where}"
+    base = where.removesuffix(_COMPLETIONS)
+    if base != where:
+        said += f": set OPENAI_BASE_URL to {base}"
+    return said
+
+
+_COMPLETIONS = "/chat/completions"
 
 
 class _Unusable(Exception):

@@ -457,6 +457,23 @@ async def test_a_completion_with_no_choices_is_the_model_servers_not_the_url(
     assert str(caught.value).endswith("the completion has no choices")
 
 
+async def test_a_redirected_request_says_where_it_went(
+    fake: FakeOpenAI, provider: OpenAIProvider
+) -> None:
+    # A proxy moves http:// to https:// (here: another path): the client follows, the POST
+    # arrives as a GET, and the run failed blaming the model's name or the address's API.
+    moved = f"http://127.0.0.1:{fake.port}/v2/chat/completions"
+    fake.add_canned(Canned(status=301, raw="", headers={"Location": moved}))
+
+    with pytest.raises(ModelError) as caught:
+        await provider.complete([UserMessage("hi")], [], timeout=5)
+
+    assert str(caught.value).endswith(
+        f" — the server redirected the request to {moved}: set OPENAI_BASE_URL to"
+        f" http://127.0.0.1:{fake.port}/v2"
+    )
+
+
 def test_missing_key_fails_at_construction() -> None:
     with pytest.raises(ModelError, match="OPENAI_API_KEY is not set"):
         OpenAIProvider("gpt-test", api_key=None, base_url=None)
