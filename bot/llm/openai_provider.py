@@ -8,7 +8,7 @@ import logging
 import re
 from collections.abc import Collection, Mapping, Sequence
 from http import HTTPStatus
-from typing import Any, cast
+from typing import Any, Final, cast
 from urllib.parse import urlsplit
 
 import openai
@@ -593,7 +593,8 @@ def parse_completion(data: object, tools: Collection[str] = ()) -> AssistantTurn
     Calls the model wrote as text, each naming one of ``tools``, are its calls (``text_calls``;
     ``tools`` may map each name to its parameters' schema, as ``text_calls`` reads them)."""
     if not isinstance(data, Mapping):
-        raise _BadShape(f"expected a chat completion, got {type(data).__name__}", not_the_api=True)
+        got = _JSON_KINDS.get(type(data), "no JSON object")
+        raise _BadShape(f"expected a chat completion, got {got}", not_the_api=True)
     choices = data.get("choices")
     if not isinstance(choices, list) or not choices:
         # Some compatible servers report failures as a 200 with an OpenAI-style error body.
@@ -635,6 +636,17 @@ def parse_completion(data: object, tools: Collection[str] = ()) -> AssistantTurn
         usage=_usage(data.get("usage")),
         reasoning=_reasoning(message),
     )
+
+
+# What a decoded body that is no object was, in JSON's words rather than Python's ("NoneType").
+_JSON_KINDS: Final = {
+    type(None): "JSON null",
+    bool: "JSON true or false",
+    int: "a JSON number",
+    float: "a JSON number",
+    str: "a JSON string",
+    list: "a JSON array",
+}
 
 
 def _reasoning(message: Mapping[str, Any]) -> Reasoning | None:

@@ -417,6 +417,22 @@ async def test_a_reply_that_is_no_chat_api_says_to_check_the_base_url(
     assert str(caught.value).endswith(NOT_THE_API)
 
 
+@pytest.mark.parametrize(
+    ("raw", "said"),
+    [("null", "JSON null"), ('"ok"', "a JSON string"), ("[1, 2]", "a JSON array")],
+)
+async def test_a_reply_that_is_no_object_is_named_in_jsons_words(
+    fake: FakeOpenAI, provider: OpenAIProvider, raw: str, said: str
+) -> None:
+    # It was named by Python's type: "got NoneType", "got str".
+    fake.add_canned(Canned(status=200, raw=raw, content_type="application/json"))
+
+    with pytest.raises(ModelError) as caught:
+        await provider.complete([UserMessage("hi")], [], timeout=5)
+
+    assert f"expected a chat completion, got {said} — " in str(caught.value)
+
+
 @pytest.mark.parametrize("status", [405, 501])
 async def test_a_server_that_takes_no_post_says_to_check_the_base_url(
     fake: FakeOpenAI, provider: OpenAIProvider, status: int
