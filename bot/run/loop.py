@@ -43,7 +43,7 @@ from bot.journal.entries import (
     ToolDeferred,
     ToolResultEntry,
 )
-from bot.journal.fold import CallState, RunState
+from bot.journal.fold import CallState, RunState, call_signature
 from bot.journal.writer import TakenOver
 from bot.llm.base import AssistantMessage, ModelError, ModelProvider, ToolResultsMessage
 from bot.llm.reply_words import after_reasoning, shown, words
@@ -377,6 +377,7 @@ class AgentLoop:
         for call_state in list(self.state.batch):
             if call_state.call.id not in held:
                 await self._execute(call_state, env)
+                self._stop_if_stuck()
         self._after_batch()
 
     async def _plan_batch(self, env: CallEnv) -> set[str]:
@@ -415,16 +416,35 @@ class AgentLoop:
         """Suspend on open requests, or stop when the same call keeps giving the same result."""
         if self.state.open_requests:
             raise Suspend(StopReason.WAITING, self.state.open_requests)
+        self._stop_if_stuck()
+
+    def _stop_if_stuck(self) -> None:
+        """Stop when the same call gave the same result ``no_progress_repeats`` times, as soon
+        as it did: a reply repeating one read hundreds of times runs it no more. A batch with a
+        request open goes on to its suspend, the check made again when it is answered."""
         repeats = self.budgets.no_progress_repeats
-        if repeats and self.state.most_repeated >= repeats:
-            call = self.state.batch[-1]
-            evidence = call.result.output[:500] if call.result else ""
-            raise Stop(
-                RunStatus.FAILED,
-                StopReason.NO_PROGRESS,
-                f"the same call ({call.call.name} {_one_line(call.call.arguments)}) gave the same"
-                f" result {repeats} times; last result: {_one_line(evidence)}",
-            )
+        if not repeats or self.state.most_repeated < repeats or self.state.open_requests:
+            return
+        call = self._repeated(repeats)
+        evidence = call.result.output[:500] if call.result else ""
+        raise Stop(
+            RunStatus.FAILED,
+            StopReason.NO_PROGRESS,
+            f"the same call ({call.call.name} {_one_line(call.call.arguments)}) gave the same"
+            f" result {repeats} times; last result: {_one_line(evidence)}",
+        )
+
+    def _repeated(self, repeats: int) -> CallState:
+        """The call of the batch that gave its result ``repeats`` times (the batch's last if
+        none did here: the count was reached before, under another setting)."""
+        for call_state in self.state.batch:
+            result = call_state.result
+            if result is None:
+                continue
+            signature = call_signature(result.tool, call_state.call.arguments, result.output)
+            if self.state.signatures[signature] >= repeats:
+                return call_state
+        return self.state.batch[-1]
 
     async def _look_up_answers(self) -> dict[str, Decision | None]:
         """The decision (``Decisions``) for each request the open batch waits on (None while
@@ -472,6 +492,7 @@ class AgentLoop:
         for call_state in list(self.state.batch):
             if call_state.result is None and call_state.call.id not in held:
                 await self._finish_call(call_state, env)
+                self._stop_if_stuck()
         self._after_batch()
 
     async def _finish_call(self, call_state: CallState, env: CallEnv) -> None:

@@ -279,6 +279,21 @@ async def test_no_progress_says_its_evidence_on_one_line(tmp_path: Path) -> None
     assert "last result: Filesystem Size ⏎ /dev/vda 252G" in state.result.error
 
 
+async def test_no_progress_within_one_reply_stops_there_naming_the_repeated_call(
+    tmp_path: Path,
+) -> None:
+    # A looping model sent the same read 250 times in one reply: every one ran (a process
+    # each) before the run stopped, and the stop named the batch's last call, another one.
+    same = [call("echo", text="same") for _ in range(250)]
+    replies = [reply(*same, call("write", text="other")), reply(text="never asked")]
+    budgets = Budgets(max_tool_calls=1000)
+    state, counter, _, _ = await run_once(tmp_path, replies, budgets=budgets)
+    assert state.result is not None
+    assert state.result.stop_reason is StopReason.NO_PROGRESS
+    assert state.result.error.startswith('the same call (echo {"text": "same"}) gave the same')
+    assert counter.calls == {"echo": 3}
+
+
 async def test_truncated_reply_is_never_executed(tmp_path: Path) -> None:
     replies = [reply(call("write", text="half"), finish_reason="length")]
     state, counter, _, _ = await run_once(tmp_path, replies)
