@@ -312,7 +312,9 @@ class AgentLoop:
 
     def _check_deadline(self) -> None:
         if self._deadline_at is not None and self.deps.clock() >= self._deadline_at:
-            raise Stop(RunStatus.FAILED, StopReason.DEADLINE, "the run's deadline passed")
+            seconds = f"{self.budgets.deadline_seconds:g}s"
+            passed = f"the run's deadline passed ({seconds} of work, budgets.deadline_seconds)"
+            raise Stop(RunStatus.FAILED, StopReason.DEADLINE, passed)
 
     async def _drain_advisories(self) -> None:
         for said in self.deps.advisories():

@@ -237,6 +237,9 @@ async def test_the_run_deadline_stops_the_run_at_the_next_boundary(tmp_path: Pat
     assert state.result is not None
     assert state.result.stop_reason is StopReason.DEADLINE
     assert state.result.outcomes == {"ok": 1}  # the second call was never made
+    assert state.result.error == (
+        "the run's deadline passed (0.1s of work, budgets.deadline_seconds)"
+    )
     await rt.store.close()
 
 
