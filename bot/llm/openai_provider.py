@@ -617,6 +617,8 @@ def parse_completion(data: object, tools: Collection[str] = ()) -> AssistantTurn
         raise _BadShape("the message's tool_calls is not a list")
     calls = tuple(_tool_call(raw) for raw in raw_calls)
     finish = choice.get("finish_reason")
+    # Any other JSON there is no reason (and a list or an object cannot be looked up in a set).
+    finish = finish if isinstance(finish, str) else None
     if finish in _FAILED_MID_REPLY:
         # Its words stop where the model failed, and its calls may be cut: no answer, no call.
         detail = _server_detail(choice.get("error") or data.get("error"))

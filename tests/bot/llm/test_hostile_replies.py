@@ -675,3 +675,19 @@ async def test_a_reply_the_model_failed_mid_way_is_asked_for_again() -> None:
 
     assert turn.text == "the whole answer"
     assert fake.count == 2
+
+
+@pytest.mark.parametrize("finish", [["stop"], {"type": "stop"}])
+async def test_a_finish_reason_that_is_no_text_is_none_not_a_panic(
+    tmp_path: Path, finish: object
+) -> None:
+    # A call written as text, in a reply whose finish_reason is a list or an object: looked
+    # up among the reasons that cut a reply short, it raised TypeError (a panic).
+    text = '<tool_call>\n{"name": "echo", "arguments": {"text": "x"}}\n</tool_call>'
+    body = chat_completion(text)
+    body["choices"][0]["finish_reason"] = finish
+    state, counter, rec = await _run(tmp_path, body)
+
+    assert _ended(state) == (RunStatus.COMPLETED, StopReason.ANSWERED)
+    assert counter.calls == {"echo": 1}
+    assert "panic" not in rec.kinds()
