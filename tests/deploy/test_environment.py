@@ -8,6 +8,8 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -348,12 +350,10 @@ async def test_readiness_answers_within_one_check_s_bound_when_the_store_is_slow
     assert took < CHECK_SECONDS + 0.5, took
 
 
-async def test_a_sqlite_journal_deleted_or_replaced_under_a_replica_is_not_ready(
-    tmp_path: Path,
-) -> None:
-    # The writer holds the file open: once it is deleted (or another file put in its place)
-    # every commit goes to a file no restart will read, yet /readyz said 200.
-    path = tmp_path / "kestrel.db"
+@asynccontextmanager
+async def ready_sqlite_replica(path: Path) -> AsyncIterator[Health]:
+    """The health of a replica writing the SQLite file ``path``, ready (checked), stopped and
+    its store closed afterwards."""
     store = SqliteStore(path)
     await store.migrate()
     try:
@@ -361,6 +361,19 @@ async def test_a_sqlite_journal_deleted_or_replaced_under_a_replica_is_not_ready
         await health.start(await store.schema_version())
         await store.heartbeat("replica-a")
         assert (await health.check()).ready
+        yield health
+        await health.stop()
+    finally:
+        await store.close()
+
+
+async def test_a_sqlite_journal_deleted_or_replaced_under_a_replica_is_not_ready(
+    tmp_path: Path,
+) -> None:
+    # The writer holds the file open: once it is deleted (or another file put in its place)
+    # every commit goes to a file no restart will read, yet /readyz said 200.
+    path = tmp_path / "kestrel.db"
+    async with ready_sqlite_replica(path) as health:
         path.rename(tmp_path / "moved.db")
         said = await health.check()
         assert list(said.problems) == ["store"]
@@ -370,9 +383,6 @@ async def test_a_sqlite_journal_deleted_or_replaced_under_a_replica_is_not_ready
         path.unlink()
         path.write_bytes(b"")  # another file at the path
         assert "no longer" in (await health.check()).problems["store"]
-        await health.stop()
-    finally:
-        await store.close()
 
 
 async def test_a_sqlite_journal_s_write_ahead_log_deleted_under_a_replica_is_not_ready(
@@ -381,22 +391,12 @@ async def test_a_sqlite_journal_s_write_ahead_log_deleted_under_a_replica_is_not
     # `rm kestrel.db-*` to tidy up, or a backup restored without it: the writer kept
     # committing to the log it held open, which no other process and no restart reads; every
     # mention acknowledged since was lost, while /readyz said 200.
-    path = tmp_path / "kestrel.db"
-    store = SqliteStore(path)
-    await store.migrate()
-    try:
-        health = Health(store, "replica-a", alive_within=30)
-        await health.start(await store.schema_version())
-        await store.heartbeat("replica-a")
-        assert (await health.check()).ready
+    async with ready_sqlite_replica(tmp_path / "kestrel.db") as health:
         wal = tmp_path / "kestrel.db-wal"
         wal.unlink()
         said = await health.check()
         assert list(said.problems) == ["store"]
         assert str(wal) in said.problems["store"], said.problems
-        await health.stop()
-    finally:
-        await store.close()
 
 
 class _Asked(dict[str, str]):

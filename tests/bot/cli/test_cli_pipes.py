@@ -8,6 +8,7 @@ import os
 import resource
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
@@ -18,18 +19,27 @@ from tests.bot.cli.test_cli import CLI, kestrel
 from tests.fakes.processes import clean_env
 
 
-def writing_to(stdout: int | IO[str], cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """Run the real CLI with its stdout on ``stdout``, its stderr captured."""
+def writing_to(
+    stdout: int | IO[str],
+    cwd: Path,
+    *args: str,
+    typed: str | None = None,
+    before: Callable[[], None] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run the real CLI with its stdout on ``stdout``, its stderr captured, ``typed`` on its
+    stdin (none by default), ``before`` run in the child before it starts."""
     return subprocess.run(
         [sys.executable, "-c", CLI, *args],
         cwd=cwd,
-        stdin=subprocess.DEVNULL,
+        input=typed,
+        stdin=subprocess.DEVNULL if typed is None else None,
         stdout=stdout,
         stderr=subprocess.PIPE,
         text=True,
         env=clean_env(KESTREL_DEMO_STATE=str(cwd / "demo-state")),
         timeout=60,
         check=False,
+        preexec_fn=before,
     )
 
 
@@ -135,19 +145,9 @@ def chat_writing_at_most(cwd: Path, limit: int, room: int) -> subprocess.Complet
     def limited() -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
+    typed = "checkout is failing, can you look?\na\n"
     with out.open("a") as stdout:
-        return subprocess.run(
-            [sys.executable, "-c", CLI, "chat", "--as", "U0REQ"],
-            cwd=cwd,
-            input="checkout is failing, can you look?\na\n",
-            stdout=stdout,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=clean_env(KESTREL_DEMO_STATE=str(cwd / "demo-state")),
-            timeout=60,
-            check=False,
-            preexec_fn=limited,
-        )
+        return writing_to(stdout, cwd, "chat", "--as", "U0REQ", typed=typed, before=limited)
 
 
 def test_a_chat_whose_output_fills_the_disk_leaves_its_run_waiting(tmp_path: Path) -> None:
