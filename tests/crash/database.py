@@ -24,11 +24,15 @@ Script = list[dict[str, object]]
 
 
 def kill_points(
-    paths: dict[str, tuple[Script, list[str]]], on_postgres: dict[str, list[str]]
+    paths: dict[str, tuple[Script, list[str]]],
+    on_postgres: dict[str, list[str]],
+    *,
+    exactly: bool = False,
 ) -> list[Any]:
     """``(world, store_name, path, crash)`` for each path's kill points on SQLite, and for each
     path of ``on_postgres`` on PostgreSQL too, with the kinds it adds there: PostgreSQL commits
-    each append on its own, so an append SQLite lands with its neighbour is a kill point."""
+    each append on its own, so an append SQLite lands with its neighbour is a kill point.
+    ``exactly``: on PostgreSQL, only the kinds ``on_postgres`` names."""
     points = [
         pytest.param(script, "sqlite", path, crash, id=f"{path}-{crash}")
         for path, (script, kinds) in paths.items()
@@ -38,7 +42,7 @@ def kill_points(
         pytest.param(script, "postgres", path, crash, id=f"{path}-{crash}-postgres")
         for path, more in on_postgres.items()
         for script, kinds in [paths[path]]
-        for crash in kinds + more
+        for crash in (more if exactly else kinds + more)
     ]
 
 

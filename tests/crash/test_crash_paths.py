@@ -162,15 +162,22 @@ def deciding_process(
     return child(world, "--resume", run_id, "--force", *crash_args)
 
 
-# The paths on PostgreSQL too, where a replica takes them in a deployment of several; each
-# append commits alone there, and every kind above is already a kill point. An MCP server's
-# call journals what a function's does (no process entry), so its transport, slow to start,
-# is killed on SQLite alone.
-ON_POSTGRES: dict[str, list[str]] = {path: [] for path in PATHS if path != "mcp_tool"}
+# The paths on PostgreSQL too, where a replica takes them in a deployment of several, killed
+# where a call's fate is decided: as the decision lands, as its effect starts, runs and ends
+# (every kind above is killed on SQLite). An MCP server's call journals what a function's
+# does, so its transport, slow to start, is killed on SQLite alone.
+ON_POSTGRES: dict[str, list[str]] = {
+    "answered_question": ["answer_supplied", "tool_dispatched", "tool_process", "tool_result:2"],
+    "forced": ["answer_supplied", "tool_dispatched", "tool_process", "tool_result"],
+    "forced_tool_changed": ["answer_supplied", "tool_deferred"],
+    "function_tool": ["tool_dispatched", "tool_result", "tool_dispatched:3", "tool_result:3"],
+}
 
 
 @pytest.mark.parametrize(
-    ("world", "store_name", "path", "crash"), kill_points(PATHS, ON_POSTGRES), indirect=["world"]
+    ("world", "store_name", "path", "crash"),
+    kill_points(PATHS, ON_POSTGRES, exactly=True),
+    indirect=["world"],
 )
 def test_no_effect_runs_again_without_a_fresh_decision(
     world: dict[str, Path | str], path: str, crash: str
