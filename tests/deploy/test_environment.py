@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import time
 from collections.abc import AsyncIterator
@@ -21,7 +20,7 @@ from bot.replica.health import CHECK_SECONDS, Health
 from storage.postgres import PostgresStore
 from storage.sqlite import SqliteStore
 from tests.deploy.kit import A_DATABASE, one, render_chart
-from tests.fakes.processes import KESTREL, ROOT
+from tests.fakes.processes import KESTREL, ROOT, SETPRIV, unprivileged
 from tests.fakes.tcp_proxy import proxied_dsn
 from tests.storage.conftest import postgres_dsn, postgres_schema
 
@@ -224,12 +223,9 @@ def test_on_call_s_commands_run_from_a_folder_the_user_may_not_search(tmp_path: 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KESTREL_", "OPENAI_"))}
     env.update(KESTREL_CONFIG=str(etc / "kestrel.yaml"), PYTHONPATH=str(ROOT))
     # The folder made unsearchable from inside it; root, which searches any, loses the right.
-    shut = ["sh", "-c", 'chmod 0 . && exec "$@"', "sh"]
-    if os.geteuid() == 0:
-        setpriv = shutil.which("setpriv")
-        if setpriv is None:
-            pytest.skip("root, and no setpriv to drop its right to search any folder")
-        shut += [setpriv, "--bounding-set", "-dac_override,-dac_read_search", "--"]
+    if os.geteuid() == 0 and SETPRIV is None:
+        pytest.skip("root, and no setpriv to drop its right to search any folder")
+    shut = ["sh", "-c", 'chmod 0 . && exec "$@"', "sh", *unprivileged()]
     try:
         for args in (["db", "migrate"], ["run", "hello"], ["runs", "list"], ["runs", "pending"]):
             done = subprocess.run(

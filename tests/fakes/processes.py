@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,6 +20,9 @@ from bot.tools.command import CommandTool
 
 ROOT = Path(__file__).resolve().parents[2]
 KESTREL = [sys.executable, "-c", "from bot.cli.main import main; main()"]
+SETPRIV = shutil.which("setpriv")
+# What lets root pass file permissions: without them, root reads and writes as another user.
+_PERMISSION_CAPS = "-dac_override,-dac_read_search,-fowner"
 
 
 class FakeOpenAIProcess:
@@ -78,6 +82,16 @@ def clean_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "KESTREL_"))}
     env.update(extra)
     return env
+
+
+def unprivileged() -> list[str]:
+    """The command-line prefix that runs a command as root without the capabilities that pass
+    file permissions (``setpriv``, util-linux), so that they hold for it as for another user;
+    nothing when not root. The caller makes sure setpriv is there when root."""
+    if os.geteuid() != 0:
+        return []
+    assert SETPRIV is not None
+    return [SETPRIV, f"--inh-caps={_PERMISSION_CAPS}", f"--bounding-set={_PERMISSION_CAPS}", "--"]
 
 
 def alive(pid: int) -> bool:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sqlite3
 import subprocess
 from collections.abc import Iterator
@@ -15,7 +14,7 @@ import pytest
 
 from storage.sqlite import SqliteStore
 from tests.bot.cli.test_cli import ROOT, kestrel, one_line_error, write_config
-from tests.fakes.processes import KESTREL, clean_env
+from tests.fakes.processes import KESTREL, SETPRIV, clean_env, unprivileged
 
 
 @pytest.fixture
@@ -82,9 +81,6 @@ def test_readers_work_on_a_read_only_file_in_a_read_only_folder(
             folder.chmod(0o755)
 
 
-SETPRIV = shutil.which("setpriv")
-# Root without what lets it pass file permissions: it reads the journal as another user would.
-_DROPPED = "-dac_override,-dac_read_search,-fowner"
 needs_setpriv = pytest.mark.skipif(
     os.geteuid() != 0 or SETPRIV is None,
     reason="needs root and setpriv (util-linux) to drop the capabilities that pass permissions",
@@ -92,11 +88,13 @@ needs_setpriv = pytest.mark.skipif(
 
 
 def as_another_user(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """``kestrel`` in ``folder`` without the capabilities that pass file permissions."""
-    assert SETPRIV is not None
-    drop = [SETPRIV, f"--inh-caps={_DROPPED}", f"--bounding-set={_DROPPED}"]
+    """``kestrel`` in ``folder`` as root reads the journal as another user would."""
     return subprocess.run(
-        [*drop, *KESTREL, *args], cwd=folder, env=clean_env(), capture_output=True, text=True
+        [*unprivileged(), *KESTREL, *args],
+        cwd=folder,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
     )
 
 
