@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -22,12 +21,12 @@ from tests.crash.database import STORES
 from tests.crash.test_crash_paths import QUESTION_SCRIPT
 from tests.crash.test_crash_resume import (
     GATED_SCRIPT,
-    ROOT,
     assert_journal_whole,
     effects,
     positions_requested,
 )
-from tests.fakes.processes import KESTREL, clean_env
+from tests.fakes import warm_cli
+from tests.fakes.processes import clean_env
 
 # The approver, the answerer and on-call, as the policy names them.
 POLICY = {"approvers": {"*": ["alice"]}, "oncall": ["carol"]}
@@ -57,14 +56,7 @@ def kestrel(
     world: dict[str, Path | str], *args: str, crash: str = ""
 ) -> subprocess.CompletedProcess[str]:
     """``kestrel ARGS`` in the world, its store killed after ``crash`` (``kind:N``) if given."""
-    env = configure(world)
-    command = [*KESTREL, *args]
-    if crash:
-        env |= {"CRASH_AFTER": crash, "PYTHONPATH": str(ROOT)}  # run from the world's folder
-        command = [sys.executable, "-m", "tests.crash.cli_crashing", *args]
-    return subprocess.run(
-        command, cwd=world["dir"], env=env, capture_output=True, text=True, timeout=60
-    )
+    return warm_cli.kestrel(list(args), cwd=Path(world["dir"]), env=configure(world), crash=crash)
 
 
 def waiting(world: dict[str, Path | str]) -> tuple[str, dict[str, Any]]:
@@ -84,7 +76,7 @@ def taken_up(world: dict[str, Path | str], run_id: str) -> dict[str, Any]:
         if resumed.stdout.startswith("{"):
             out: dict[str, Any] = json.loads(resumed.stdout)
             return out
-        assert "is held by" in resumed.stderr, resumed.stderr
+        assert "held by" in resumed.stderr, resumed.stderr
     raise AssertionError(f"run {run_id} was never taken up: {resumed.stderr}")
 
 
@@ -187,7 +179,7 @@ def test_runs_resume_of_a_dead_approvers_run_killed_at_each_step_deploys_once(
         resumed = kestrel(world, *resuming, crash=f"{crash}:1")
         if resumed.returncode == -9:
             break
-        assert "is held by" in resumed.stderr, resumed.stderr
+        assert "held by" in resumed.stderr, resumed.stderr
     assert resumed.returncode == -9, resumed.stderr
 
     assert_once_each(world, run_id)

@@ -17,6 +17,7 @@ import asyncpg
 import pytest
 import yaml
 
+from tests.fakes import warm_cli
 from tests.fakes.openai_server import Canned, FakeOpenAI, chat_completion
 from tests.storage.conftest import postgres_dsn, postgres_schema
 
@@ -34,6 +35,8 @@ def kestrel(
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "KESTREL_"))}
     clean["KESTREL_DEMO_STATE"] = str(cwd / "demo-state")
     clean.update(env or {})
+    if script == CLI and warm_cli.forkable(clean):
+        return warm_cli.kestrel(list(args), cwd=cwd, env=clean, stdin=stdin)
     command = [sys.executable, "-c", script, *args]
     return subprocess.run(
         command,
