@@ -239,15 +239,21 @@ def write_config(
 
 
 def free_ports(count: int) -> list[int]:
-    """``count`` ports nobody listens on right now."""
+    """``count`` ports nobody listens on right now, below the kernel's ephemeral range: a
+    replica restarts on its port, and in between a socket bound to port 0 anywhere on the
+    machine could otherwise be handed it."""
     import socket
 
-    sockets = [socket.socket() for _ in range(count)]
-    for sock in sockets:
-        sock.bind(("127.0.0.1", 0))
-    ports = [int(sock.getsockname()[1]) for sock in sockets]
-    for sock in sockets:
-        sock.close()
+    ports: list[int] = []
+    while len(ports) < count:
+        port = random.randrange(20_000, 32_768)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        if port not in ports:
+            ports.append(port)
     return ports
 
 
