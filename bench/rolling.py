@@ -60,6 +60,7 @@ from tests.fakes import discord_payloads as dp
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.discord_http import InteractionPoster
 from tests.fakes.processes import KESTREL, ROOT
+from tests.fakes.serving import free_port
 from tests.fakes.slack_api import Call, FakeSlackApi
 from tests.fakes.slack_client import SlackSender, app_mention, block_actions
 from tests.fakes.slack_world import APPROVER, REQUESTER, SECRET, button_value, posted_ts
@@ -239,19 +240,10 @@ def write_config(
 
 
 def free_ports(count: int) -> list[int]:
-    """``count`` ports nobody listens on right now, below the kernel's ephemeral range: a
-    replica restarts on its port, and in between a socket bound to port 0 anywhere on the
-    machine could otherwise be handed it."""
-    import socket
-
+    """``count`` different ports nobody listens on right now (``free_port``'s)."""
     ports: list[int] = []
     while len(ports) < count:
-        port = random.randrange(20_000, 32_768)
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
+        port = free_port()
         if port not in ports:
             ports.append(port)
     return ports

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
 import re
 import socket
 import subprocess
@@ -23,10 +24,17 @@ _RECORD_KEYS = {"ts", "level", "logger", "message"}
 
 
 def free_port() -> int:
-    """A port nobody listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A port nobody listens on right now, below the kernel's ephemeral range: a server is
+    started on it a moment later (and may restart on it), and in between a socket bound to
+    port 0 anywhere on the machine could otherwise be handed it."""
+    while True:
+        port = random.randrange(20_000, 32_768)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
 
 
 def serve_env(config: Path, slack_api_url: str, **extra: str) -> dict[str, str]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import subprocess
 import urllib.error
 import urllib.request
@@ -22,19 +21,13 @@ from bot.run.supervisor import Supervisor
 from storage.postgres import PostgresStore
 from tests.fakes.processes import KESTREL
 from tests.fakes.runtime import make_runtime
+from tests.fakes.serving import free_port
 from tests.fakes.tcp_proxy import proxied_dsn
 from tests.fakes.waiting import until
 from tests.replicas.test_replicas import DSN, ONE_EFFECT, Cluster, statuses, store_of, submit
 from tests.replicas.test_replicas import cluster as cluster  # the fixtures
 from tests.replicas.test_replicas import pytestmark as pytestmark
 from tests.replicas.test_replicas import schema as schema
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
 
 # The operators' token: with it, /readyz says what exactly is wrong.
 TOKEN = "operator-token-3f9a1c7e5b"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import socket
 import ssl
 import time
 import uuid
@@ -29,6 +28,7 @@ from bot.journal.entries import ToolResultEntry, UserMessageEntry
 from bot.records import RunRecord
 from storage.postgres import PostgresStore, _cause, _migration_lock_key, open_postgres
 from storage.postgres_schema import CREATE_VERSION_TABLE, SCHEMA_VERSION, migration_script
+from tests.fakes.serving import free_port
 from tests.fakes.tcp_proxy import TcpProxy
 from tests.fakes.waiting import until
 from tests.storage.conftest import postgres_dsn, postgres_schema
@@ -81,13 +81,6 @@ def with_credentials(dsn: str, userinfo: str) -> str:
     return (
         f"postgresql://{userinfo}@{parts.hostname or 'localhost'}:{parts.port or 5432}{parts.path}"
     )
-
-
-def free_port() -> int:
-    """A local TCP port nobody listens on."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 # -- races --------------------------------------------------------------------------------------

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import socket
 import sys
 from pathlib import Path
 
@@ -17,16 +16,11 @@ from bot.cli.common import EXIT_TEMPFAIL
 from bot.config.settings import ConfigError
 from tests.fakes.discord_api import INTENT_MESSAGE_CONTENT, FakeDiscord
 from tests.fakes.discord_world import APPROVER, discord_world
+from tests.fakes.serving import free_port
 from tests.fakes.slack_world import restart_script, write_config
 
 TOKEN = "MTIzNDU2Nzg5MDEyMzQ1Njc4.Gabcde.s3cr3t-t0ken-value-xyz"
 KESTREL = str(Path(sys.executable).with_name("kestrel"))
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 async def _serve(tmp: Path, env: dict[str, str], timeout: float = 45.0) -> tuple[int, str, float]:
@@ -41,7 +35,7 @@ async def _serve(tmp: Path, env: dict[str, str], timeout: float = 45.0) -> tuple
         "serve",
         "discord",
         "--port",
-        str(_free_port()),
+        str(free_port()),
         cwd=tmp,
         env={**base, **env},
         stdout=asyncio.subprocess.PIPE,
