@@ -464,8 +464,8 @@ class SlackListeners:
         # org (whose bot user is the same), is Kestrel's, and says nothing of Kestrel's token.
         team = str(body.get("team_id") or _team_of(body, event))
         if event.get("type") == "tokens_revoked":
-            bots = (event.get("tokens") or {}).get("bot") or []
-            if self._me.user not in bots:
+            bots = _dict(event.get("tokens")).get("bot")
+            if not isinstance(bots, list) or self._me.user not in bots:
                 log.info("slack: a token of workspace %s was revoked (not Kestrel's)", team)
                 return
             what = "Kestrel's bot token was revoked"

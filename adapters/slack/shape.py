@@ -25,6 +25,22 @@ _ID_FIELDS: Final = ("team", "user", "channel", "enterprise")
 _INNER_OBJECTS: Final = ("event", "message", "previous_message", "item", "assistant_thread")
 # Fields the interactivity listeners read as objects (``body["channel"]["id"]``...).
 _ACTION_OBJECTS: Final = ("user", "team", "channel", "container", "message")
+# Fields the listeners read as text where present, by the object they are in ("": the body):
+# a number or an object there would be taken for an id, a card or a reason in its ``str``.
+_CLICK_TEXTS: Final = {
+    "": ("trigger_id",),
+    "user": ("id", "team_id"),
+    "team": ("id",),
+    "channel": ("id",),
+    "container": ("channel_id", "message_ts", "thread_ts"),
+    "message": ("ts", "thread_ts"),
+}
+_VIEW_TEXTS: Final = {"": ("trigger_id",), "user": ("id", "team_id"), "view": ("private_metadata",)}
+_EVENT_TEXTS: Final = {
+    "event": ("user", "channel", "ts", "thread_ts", "text", "subtype", "bot_id", "user_team", "tab")
+}
+# The events whose fields the listeners read as text (``_EVENT_TEXTS``).
+_PEOPLES_EVENTS: Final = frozenset({"app_mention", "message", "app_home_opened"})
 
 
 class Unreadable(ValueError):
@@ -60,8 +76,9 @@ def problem(body: object) -> str | None:
         return "the body is not a JSON object"
     if "type" not in body:
         # A slash command's form, or the SSL check Slack makes on a command's URL.
-        fit = isinstance(body.get("command"), str) or "ssl_check" in body
-        return None if fit else "no type and no command"
+        if isinstance(body.get("command"), str):
+            return _command_problem(body)
+        return None if "ssl_check" in body else "no type and no command"
     kind = body["type"]
     if not isinstance(kind, str):
         return "type is not a string"
@@ -103,7 +120,20 @@ def _event_callback(body: Mapping[str, Any]) -> str | None:
         return "event is not an object"
     if not isinstance(event.get("type"), str):
         return "event.type is not a string"
-    return None
+    return _texts_problem(body, _EVENT_TEXTS) if event["type"] in _PEOPLES_EVENTS else None
+
+
+def _command_problem(body: Mapping[str, Any]) -> str | None:
+    # A form's fields are all text; a JSON body claiming to be a command must be so too.
+    for name, value in body.items():
+        if not isinstance(value, str):
+            return f"a command's {_short(name)} is not a string"
+    # What a command is answered through: bolt's ``respond`` fails without it.
+    return None if body.get("response_url") else "a command has no response_url"
+
+
+def _short(name: object) -> str:
+    return " ".join(str(name).split())[:40]
 
 
 def _actions_problem(body: Mapping[str, Any]) -> str | None:
@@ -120,9 +150,35 @@ def _block_actions(body: Mapping[str, Any]) -> str | None:
     if found:
         return found
     for action in body["actions"]:
-        if not isinstance(action.get("action_id"), str):
-            return "an action's action_id is not a string"
-    return _objects_or_absent(body, _ACTION_OBJECTS)
+        found = _action_problem(action)
+        if found:
+            return found
+    return _objects_or_absent(body, _ACTION_OBJECTS) or _texts_problem(body, _CLICK_TEXTS)
+
+
+def _action_problem(action: Mapping[str, Any]) -> str | None:
+    if not isinstance(action.get("action_id"), str):
+        return "an action's action_id is not a string"
+    if "value" in action and not isinstance(action["value"], str):
+        return "an action's value is not a string"
+    option = action.get("selected_option")  # a menu's; null when nothing is chosen
+    chosen = option.get("value") if isinstance(option, dict) else None
+    if option is not None and not isinstance(chosen, str):
+        return "an action's selected_option is not an object with a string value"
+    return None
+
+
+def _texts_problem(body: Mapping[str, Any], fields: Mapping[str, tuple[str, ...]]) -> str | None:
+    """The first of ``fields`` present and not a string, named; objects absent or null are
+    checked (or allowed) as objects elsewhere."""
+    for where, names in fields.items():
+        inner = body.get(where) if where else body
+        if not isinstance(inner, dict):
+            continue
+        for name in names:
+            if name in inner and not isinstance(inner[name], str):
+                return f"{where}{'.' if where else ''}{name} is not a string"
+    return None
 
 
 def _view_payload(body: Mapping[str, Any]) -> str | None:
@@ -138,7 +194,11 @@ def _view_payload(body: Mapping[str, Any]) -> str | None:
         for block in values.values()
     ):
         return "view.state.values is not an object of objects"
-    return _objects_or_absent(body, ("user", "team"))
+    # A text input's value: null when left empty, else what was typed.
+    inputs = (state for block in values.values() for state in block.values())
+    if not all(isinstance(state.get("value"), str | None) for state in inputs):
+        return "a value in view.state.values is not a string"
+    return _objects_or_absent(body, ("user", "team")) or _texts_problem(body, _VIEW_TEXTS)
 
 
 def _objects_or_absent(body: Mapping[str, Any], names: tuple[str, ...]) -> str | None:
