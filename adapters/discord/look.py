@@ -64,6 +64,10 @@ VALUE_LIMIT = 200
 BUTTONS_PER_ROW = 5
 ACTION_ROWS = 5  # a message's rows of buttons or menus, at most
 SELECT_LIMIT = 25
+# Options five menus hold; past that, four menus hold the first ``IN_MENUS`` and the fifth
+# row is the Answer form, where any option can be typed (a sixth row has the card refused).
+MENU_ROOM = SELECT_LIMIT * ACTION_ROWS
+IN_MENUS = SELECT_LIMIT * (ACTION_ROWS - 1)
 MAX_CONTINUATIONS = 10
 NO_PINGS: dict[str, list[str]] = {"parse": []}
 MORE_NOT_SHOWN = "{dropped} more not shown"
@@ -300,14 +304,7 @@ def when(moment: datetime) -> str:
 def _description(view: RequestView) -> str:
     request = view.request
     if request.kind is RequestKind.WAIT_USER:
-        question = _plain(request.prompt) or "(no question text)"
-        options = options_shown(request)
-        if not _numbered(options):
-            return question
-        listed = "\n".join(
-            f"{n}. {_plain(o.strip()) or '(empty)'}" for n, o in enumerate(options, 1)
-        )
-        return f"{question}\n\n**Options:**\n{listed}"
+        return _question(view)
     if request.kind is RequestKind.WAIT_PLAN:
         summary = _plain(request.prompt) or "(no summary)"
         return f"{summary}\n\n*{PLAN_BINDING}*"
@@ -316,6 +313,28 @@ def _description(view: RequestView) -> str:
     if request.off_plan:
         why += f"\n\n**{_plain(off_plan_words(request))}**"
     return why.strip()
+
+
+def _question(view: RequestView) -> str:
+    """A question, and the options its buttons or menus do not show whole: all of them when
+    one is too long for its label, those past the menus when there are more than they hold.
+    How to give one of those is said before the list, which Discord's limit may cut."""
+    question = _plain(view.request.prompt) or "(no question text)"
+    options = options_shown(view.request)
+    past_menus = len(options) > MENU_ROOM and view.status is RequestStatus.OPEN
+    first = 0 if _numbered(options) else IN_MENUS if past_menus else len(options)
+    if first == len(options):
+        return question
+    how = (
+        f"Options {IN_MENUS + 1} to {len(options)} are in no menu: press **Answer** and type"
+        " one, or reply in the thread.\n"
+        if past_menus
+        else ""
+    )
+    listed = "\n".join(
+        f"{n}. {_plain(o.strip()) or '(empty)'}" for n, o in enumerate(options[first:], first + 1)
+    )
+    return f"{question}\n\n{how}**Options:**\n{listed}"
 
 
 def _step_fields(view: RequestView) -> tuple[list[dict[str, Any]], bool]:
@@ -392,14 +411,21 @@ def _question_components(view: RequestView) -> list[dict[str, Any]]:
             for i, label in enumerate(labels)
         ]
         return [_row(buttons[i : i + BUTTONS_PER_ROW]) for i in range(0, len(buttons), 5)]
-    options = _option_labels(options)
-    menus = [options[i : i + SELECT_LIMIT] for i in range(0, len(options), SELECT_LIMIT)][:5]
+    labels = _option_labels(options)
+    if len(labels) <= MENU_ROOM:
+        return _menus(request.id, labels)
+    answer = _button("Answer", ids.custom_id("answer", request.id), PRIMARY)
+    return [*_menus(request.id, labels[:IN_MENUS]), _row([answer])]
+
+
+def _menus(request_id: str, labels: Sequence[str]) -> list[dict[str, Any]]:
+    """A row with a menu for each ``SELECT_LIMIT`` options; an item's value is its index."""
     rows = []
-    for m, chunk in enumerate(menus):
-        first = m * SELECT_LIMIT
+    for m, first in enumerate(range(0, len(labels), SELECT_LIMIT)):
+        chunk = labels[first : first + SELECT_LIMIT]
         select = {
             "type": 3,
-            "custom_id": ids.custom_id("choose", request.id, f"m{m}"),
+            "custom_id": ids.custom_id("choose", request_id, f"m{m}"),
             "placeholder": f"Choose an answer ({first + 1} to {first + len(chunk)})",
             "options": [
                 {"label": _label(option, 100), "value": str(first + i)}

@@ -171,6 +171,32 @@ def test_a_select_with_more_than_25_options_offers_them_all() -> None:
     assert "node-39" in card, "options 26-40 cannot be chosen on the card (nor is it said)"
 
 
+def test_a_question_past_five_menus_offers_the_rest_through_its_answer_form() -> None:
+    """Five menus hold 125 options: options 126 to 130 were on no menu, and the card said
+    nothing of them. Four menus now hold the first 100, the fifth row is the Answer form, and
+    the card lists the others and says how to give one."""
+    options = tuple(f"node-{i}" for i in range(130))
+    request = Request(
+        run_id="run_1",
+        kind=RequestKind.WAIT_USER,
+        call_id="c",
+        tool="ask_human_select",
+        prompt="Which node?",
+        options=options,
+    )
+    card = DiscordLook(lambda run_id, _at: f"https://k.example/runs/{run_id}").card(_view(request))
+    assert refusals(card) == []
+    rows = card["components"]
+    menus = [c for row in rows for c in row["components"] if c["type"] == 3]
+    assert [o["label"] for menu in menus for o in menu["options"]] == list(options[:100])
+    last = [c.get("custom_id") or c.get("url") for c in rows[-1]["components"]]
+    assert last == ["kestrel:answer:" + request.id, "https://k.example/runs/run_1"]
+    description = card["embeds"][0]["description"]
+    assert "Options 101 to 130 are in no menu: press **Answer** and type one" in description
+    assert "101. node-100" in description and "130. node-129" in description
+    assert "100. node-99" not in description  # in a menu: not listed again
+
+
 def test_mentions_in_a_question_and_a_reason_are_defused() -> None:
     request = Request(
         run_id="run_1",

@@ -288,6 +288,38 @@ async def test_a_question_of_25_options_with_run_links_is_a_card_discord_takes(
         assert card["embeds"][0]["url"].startswith("https://kestrel.example/runs/run_")
 
 
+async def test_an_option_past_the_menus_of_a_question_is_given_through_its_form(
+    tmp_path: Path,
+) -> None:
+    """A question of 130 options: Discord holds five menus of 25, so the card offers four
+    and its Answer form, where an option no menu holds is typed, and answers the question."""
+    options = [f"node-{n}" for n in range(130)]
+    ask = {"name": "ask_human_select", "arguments": {"question": "Which?", "options": options}}
+    picked = {"match": "(?P<answer>node-[0-9]+)", "text": "Looking at {answer}."}
+    script = [{"text": "One question.", "calls": [ask]}, {"one_of": [picked]}]
+    async with discord_world(tmp_path, script) as world:
+        mention = await world.mention("which node?")
+        thread = await world.thread_of(mention)
+        card = await world.card("choose")
+        assert "Options 101 to 130 are in no menu" in card["embeds"][0]["description"]
+        await world.click(card, "answer", user=REQUESTER)
+        await world.discord.wait_for(
+            lambda c: "callback" in c.path and (c.json or {}).get("type") == 9
+        )
+        modal = world.discord.modals[-1]
+        field = modal["components"][0]["components"][0]["custom_id"]
+        submit = p.interaction_modal_submit(
+            custom_id=modal["custom_id"],
+            message=card,
+            components={field: "node-127"},
+            guild=p.GUILD_ID,
+            channel=thread,
+            user_id=REQUESTER,
+        )
+        await world.discord.dispatch("INTERACTION_CREATE", submit)
+        await world.answer_posted(thread, "Looking at node-127.")
+
+
 def select3_script() -> list:  # type: ignore[type-arg]
     return [
         {
