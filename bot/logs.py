@@ -61,10 +61,18 @@ SERVICE: Final = "kestrel.serve"
 CONFIG: Final = "kestrel.config"
 # What ``kestrel chat`` says of its stop on stderr: what a stop cut short left.
 CHAT: Final = "kestrel.chat"
+# What a command that drives runs says on stderr as they go (a model call's wait), as a record
+# when the logs are JSON lines.
+PROGRESS: Final = "kestrel.progress"
 # Loggers heard at a level whatever the level: an operator needs serve's own lines at the
 # default (warning) too, and they are a few lines at start and one at stop; a line of .env
 # skipped is a setting not given, which a one-shot command (at error by default) says too.
-LOUDER: Final = {SERVICE: logging.INFO, CONFIG: logging.WARNING, CHAT: logging.WARNING}
+LOUDER: Final = {
+    SERVICE: logging.INFO,
+    CONFIG: logging.WARNING,
+    CHAT: logging.WARNING,
+    PROGRESS: logging.WARNING,
+}
 # discord.py's warnings about voice support a text bot never uses.
 _VOICE_NOTICE: Final = "voice will NOT be supported"
 # discord.py's line as its gateway drops and it connects again.

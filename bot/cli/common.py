@@ -144,6 +144,19 @@ def fail(message: str) -> None:
     echo("kestrel: " + text, err=True)
 
 
+def progress(message: str) -> None:
+    """A line on stderr while a command works, ``kestrel: …``: a warning record instead when
+    the logs are JSON lines, which every line on stderr then is."""
+    text = url_passwords_masked(" ".join(message.split()))
+    logs = sys.modules.get("bot.logs")  # not imported yet: no logs were configured
+    if logs is not None and logs.json_lines():
+        import logging
+
+        logging.getLogger(logs.PROGRESS).warning("%s", text)
+        return
+    echo("kestrel: " + text, err=True)
+
+
 def usage_error(exc: click.UsageError) -> None:
     """With JSON logs (configured, or asked for by ``KESTREL_LOG_FORMAT`` before they were), a
     usage error ends as one error record naming it, and exit status 2; else nothing: click

@@ -30,7 +30,7 @@ from bot.cli.common import (
     terminal_user,
     with_runtime,
 )
-from bot.cli.driving import exit_if_signalled, run_object, suspend_on_signals
+from bot.cli.driving import exit_if_signalled, run_object, say_model_waits, suspend_on_signals
 
 if TYPE_CHECKING:
     from bot.chat.service import ChatService
@@ -208,6 +208,7 @@ def decide(
         from bot.people.policy import Actor
         from bot.run.supervisor import Supervisor
 
+        say_model_waits(rt)
         supervisor = Supervisor(rt)
         chat = ChatService(supervisor)
         suspend_on_signals(supervisor, received)

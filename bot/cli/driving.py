@@ -9,8 +9,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from bot.cli import render
+from bot.cli.common import progress
 
 if TYPE_CHECKING:
+    from bot.events import Event
     from bot.run.runtime import Runtime
     from bot.run.supervisor import Supervisor
     from bot.store import Store
@@ -58,6 +60,28 @@ def suspend_on_signals(supervisor: Supervisor, received: list[int]) -> None:
         supervisor.interrupt_all()
 
     on_stop_signals(stop)
+
+
+def say_model_waits(rt: Runtime) -> None:
+    """Say on stderr each wait before a model call is tried again (a rate limit's can hold a
+    run a minute, the terminal silent meanwhile as if the command hung), unless the log says
+    it already: the provider logs each wait at warning (``-v``, ``KESTREL_LOG_LEVEL``)."""
+    import logging
+
+    if logging.getLogger("kestrel.llm").isEnabledFor(logging.WARNING):
+        return
+    rt.events.add(_ModelWaits())
+
+
+class _ModelWaits:
+    """An event sink saying the model's advisories (its waits) as the command's progress."""
+
+    def emit(self, event: Event) -> None:
+        """Say a model's advisory; nothing else."""
+        from bot.events import AdvisoryEvent
+
+        if isinstance(event, AdvisoryEvent) and event.source == "model":
+            progress(event.text)
 
 
 def exit_if_signalled(received: list[int]) -> None:

@@ -20,7 +20,7 @@ from bot.cli.common import (
     with_runtime,
 )
 from bot.cli.decisions import waiting_lines
-from bot.cli.driving import exit_if_signalled, run_object, suspend_on_signals
+from bot.cli.driving import exit_if_signalled, run_object, say_model_waits, suspend_on_signals
 
 if TYPE_CHECKING:
     from bot.run.runtime import Runtime
@@ -69,6 +69,7 @@ def run(prompt: str, as_json: bool, defer: bool, user: str | None) -> None:
     async def work(rt: Runtime) -> dict[str, Any]:
         if defer:
             check_approvable(current_settings(), rt.tools.current())
+        say_model_waits(rt)
         supervisor = Supervisor(rt)
         prompter = DeferringPrompter() if defer else None
         chat = ChatService(supervisor)

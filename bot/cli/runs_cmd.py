@@ -30,7 +30,13 @@ from bot.cli.common import (
     with_runtime,
 )
 from bot.cli.decisions import approval, decide
-from bot.cli.driving import closed_requests, exit_if_signalled, run_object, suspend_on_signals
+from bot.cli.driving import (
+    closed_requests,
+    exit_if_signalled,
+    run_object,
+    say_model_waits,
+    suspend_on_signals,
+)
 from bot.cli.placing import PlacingGroup
 from bot.cli.run_cmd import print_run
 
@@ -203,6 +209,7 @@ def runs_resume(run_id: str, force: bool, as_json: bool, user: str | None) -> No
     from bot.run.supervisor import Supervisor
 
     async def work(rt: Runtime) -> dict[str, Any]:
+        say_model_waits(rt)
         supervisor = Supervisor(rt)
         chat = ChatService(supervisor)
         suspend_on_signals(supervisor, received)

@@ -1128,3 +1128,40 @@ def test_a_cancel_of_an_ended_run_is_refused_as_ended_when_its_audit_fails(
     # The run ended: it is said so, not that it may go on and must be cancelled again.
     assert "may go on" not in cancelled.stderr, cancelled.stderr
     assert f"run {run_id} already ended (completed)" in one_line_error(cancelled)
+
+
+async def test_run_says_each_wait_of_a_rate_limited_model_on_stderr(tmp_path: Path) -> None:
+    # The run waited out each Retry-After in silence, as if the command hung.
+    write_config(tmp_path, model={"provider": "openai", "name": "m"})
+    limited = Canned(status=429, headers={"retry-after": "0.05"})
+    async with FakeOpenAI([{"text": "done"}], canned=[limited, limited]) as fake:
+        url = fake.base_url.replace("http://", "http://proxyuser:proxypass@")
+        env = {"OPENAI_BASE_URL": url, "OPENAI_API_KEY": "sk-secret-key-1234"}
+        done = await asyncio.to_thread(kestrel, tmp_path, "run", "--json", "hi", env=env)
+
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["text"] == "done"  # stdout stays one JSON object
+    waits = [line for line in done.stderr.splitlines() if "trying again" in line]
+    assert [line.startswith("kestrel: model call: 429 Too Many Requests") for line in waits] == [
+        True,
+        True,
+    ], done.stderr
+    assert waits[1].endswith("trying again in 0.05s (retry 2 of 2)"), waits
+    for secret in ("sk-secret-key-1234", "proxypass"):
+        assert secret not in done.stderr + done.stdout
+
+
+async def test_a_rate_limited_runs_waits_are_json_records_when_the_logs_are(
+    tmp_path: Path,
+) -> None:
+    write_config(tmp_path, model={"provider": "openai", "name": "m"})
+    limited = Canned(status=429, headers={"retry-after": "0.05"})
+    async with FakeOpenAI([{"text": "done"}], canned=[limited]) as fake:
+        env = {"OPENAI_BASE_URL": fake.base_url, "OPENAI_API_KEY": "k"}
+        env["KESTREL_LOG_FORMAT"] = "json"
+        done = await asyncio.to_thread(kestrel, tmp_path, "run", "hi", env=env)
+
+    assert done.returncode == 0, done.stderr
+    records = [json.loads(line) for line in done.stderr.splitlines()[:-1]]  # the last: its status
+    (wait,) = [r for r in records if "trying again" in r["message"]]
+    assert wait["level"] == "warning" and wait["message"].startswith("model call: 429"), wait
