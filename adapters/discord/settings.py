@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from bot.config.settings import ConfigError, checked_url
+from bot.config.sources import ascii_secret
 
 DEFAULT_API = "https://discord.com/api/v10"
 # How far back a fresh gateway session reads for mentions it missed (minutes; 0: not at all).
@@ -41,6 +42,8 @@ class DiscordSettings:
             )
         if token.lower().startswith("bot "):
             raise ConfigError("DISCORD_TOKEN is the token alone, without the 'Bot ' prefix")
+        # Sent in a header: Discord took a pasted quote for "Improper token has been passed".
+        ascii_secret("DISCORD_TOKEN", token)
         api_url = checked_url("DISCORD_API_URL", api_url)
         content = _flag(environ, "DISCORD_MESSAGE_CONTENT")
         pings = _flag(environ, "DISCORD_PING_APPROVERS")

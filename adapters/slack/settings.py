@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from bot.config.settings import ConfigError, checked_url
+from bot.config.sources import ascii_secret
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,14 @@ class SlackSettings:
                 " (Basic Information → App Credentials → Signing Secret), or set SLACK_APP_TOKEN"
                 " for Socket Mode"
             )
+        # Each goes in a header or keys a signature: a pasted quote would be refused by
+        # Slack (invalid_auth) or refuse every request Slack signs.
+        for name, value in (
+            ("SLACK_BOT_TOKEN", bot_token),
+            ("SLACK_APP_TOKEN", app_token),
+            ("SLACK_SIGNING_SECRET", secret),
+        ):
+            ascii_secret(name, value)
         if api_url:
             api_url = checked_url("SLACK_API_URL", api_url)
             api_url += "" if api_url.endswith("/") else "/"

@@ -16,6 +16,7 @@ from bot import install_hint
 from bot.config.settings import ConfigError
 from bot.config.sources import (
     ENV_FILE,
+    ascii_secret,
     dotenv,
     postgres_target,
     secret_file_paths,
@@ -70,8 +71,8 @@ def build_model(settings: Settings) -> ModelProvider:
     if model_key_missing(settings):
         raise ConfigError(f"model.provider is openai but {MISSING_KEY}")
     key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
-    if key is not None and not key.isascii():
-        raise ConfigError(_not_ascii_key(key))
+    if key is not None:
+        ascii_secret("OPENAI_API_KEY", key)
     return OpenAIProvider(
         settings.model.name,
         api_key=key,
@@ -87,16 +88,6 @@ def model_key_missing(settings: Settings) -> bool:
     if settings.provider == "scripted":
         return False
     return settings.openai_api_key is None and not settings.openai_base_url
-
-
-def _not_ascii_key(key: str) -> str:
-    """Why a key that is not ASCII is refused, naming its first such character (not the key):
-    it goes in a header, which takes ASCII alone, and no provider's key holds another."""
-    at, char = next((i, c) for i, c in enumerate(key) if not c.isascii())
-    return (
-        f"OPENAI_API_KEY holds a character that is not ASCII (U+{ord(char):04X}, character"
-        f" {at + 1} of {len(key)}), which no key has: was it pasted with quotes or an ellipsis?"
-    )
 
 
 def uncalled_model(settings: Settings) -> ModelProvider:

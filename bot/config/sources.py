@@ -141,9 +141,29 @@ def one_line_secret(where: str, secret: str) -> str:
     and no HTTP client sends in a header; else ``ConfigError`` naming ``where``, never it."""
     if secret.isprintable():
         return secret
+    if next(c for c in secret if not c.isprintable()).isascii():
+        raise ConfigError(
+            f"{where} holds a line break or another control character:"
+            " the secret alone goes in it, on one line"
+        )
+    # A space pasted from a document (no-break, zero-width) is no control character.
+    return ascii_secret(where, secret)
+
+
+def ascii_secret(where: str, secret: str) -> str:
+    """``secret`` if it is ASCII, as every key and token is (each goes in an HTTP header,
+    which takes ASCII alone); else ``ConfigError`` naming ``where`` and the first character
+    that is not, never the secret."""
+    if secret.isascii():
+        return secret
+    import unicodedata  # only for the error: a light start
+
+    at, char = next((i, c) for i, c in enumerate(secret) if not c.isascii())
+    named = f"U+{ord(char):04X} {unicodedata.name(char, '')}".rstrip()
     raise ConfigError(
-        f"{where} holds a line break or another control character:"
-        " the secret alone goes in it, on one line"
+        f"{where} holds a character that is not ASCII ({named}, character {at + 1} of"
+        f" {len(secret)}), which no key or token has: was it pasted with quotes, an ellipsis"
+        " or a no-break space? paste it again"
     )
 
 

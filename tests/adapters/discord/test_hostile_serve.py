@@ -103,6 +103,15 @@ async def test_serve_with_a_refused_token(tmp_path: Path) -> None:
         await _fails_cleanly(tmp_path, env, "DISCORD_TOKEN was refused")
 
 
+async def test_serve_with_a_token_pasted_with_a_quote(tmp_path: Path) -> None:
+    # Sent as it was, the token was refused as "Improper token has been passed".
+    async with FakeDiscord(token=TOKEN) as fake:
+        env = {"DISCORD_TOKEN": f"{TOKEN}\u201d", "DISCORD_API_URL": fake.api_url}
+        out = await _fails_cleanly(tmp_path, env, "DISCORD_TOKEN holds a character that is not")
+    assert "(U+201D RIGHT DOUBLE QUOTATION MARK, character 55 of 55)" in out, out
+    assert "refused" not in out, out
+
+
 async def test_serve_with_an_unreachable_api(tmp_path: Path) -> None:
     env = {"DISCORD_TOKEN": TOKEN, "DISCORD_API_URL": "http://127.0.0.1:9/api/v10"}
     out = await _fails_cleanly(

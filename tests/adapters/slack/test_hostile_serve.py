@@ -49,3 +49,36 @@ async def test_hostile_port_in_use(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr, done.stderr[-600:]
     assert done.returncode == 2
     assert str(port) in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("variable", "pasted", "named"),
+    [
+        # Inside the token, where no strip reaches: said to be a line break or a control character.
+        ("SLACK_BOT_TOKEN", "xoxb-1-2-\u00a0zq9tok", "U+00A0 NO-BREAK SPACE, character 10 of 16"),
+        # Serve started, and would have refused every request Slack signed.
+        (
+            "SLACK_SIGNING_SECRET",
+            "0123abcd\u201d",
+            "U+201D RIGHT DOUBLE QUOTATION MARK, character 9 of 9",
+        ),
+        (
+            "SLACK_APP_TOKEN",
+            "xapp-1-zq9toke\u2026",
+            "U+2026 HORIZONTAL ELLIPSIS, character 15 of 15",
+        ),
+    ],
+)
+async def test_hostile_token_pasted_with_a_character_that_is_not_ascii(
+    tmp_path: Path, variable: str, pasted: str, named: str
+) -> None:
+    async with FakeSlackApi() as api:
+        config = write_config(tmp_path, "http://127.0.0.1:9/v1")
+        env = {**serve_env(config, api.url), variable: pasted}
+        done = await _serve(tmp_path, env, "--port", str(free_port()))
+    assert done.returncode == 2, done.stderr[-600:]
+    assert done.stderr == (
+        f"kestrel: {variable} holds a character that is not ASCII ({named}), which no key or"
+        " token has: was it pasted with quotes, an ellipsis or a no-break space? paste it again\n"
+    )
+    assert "zq9tok" not in done.stderr and "0123abcd" not in done.stderr

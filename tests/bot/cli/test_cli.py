@@ -278,7 +278,15 @@ def test_missing_api_key_is_one_line(tmp_path: Path) -> None:
     )
 
 
-@pytest.mark.parametrize("key", ["\u201csk-pasted-0123456789\u201d", "sk-pasted-0123456789\u2026"])
+@pytest.mark.parametrize(
+    "key",
+    [
+        "\u201csk-pasted-0123456789\u201d",
+        "sk-pasted-0123456789\u2026",
+        # Said to be a line break or another control character, which it is not.
+        "sk-pasted-01234\u00a056789",
+    ],
+)
 def test_an_api_key_pasted_with_quotes_or_an_ellipsis_is_one_line(tmp_path: Path, key: str) -> None:
     # Copied from a chat or a document, a key brings its curly quotes or its ellipsis along:
     # every run failed with "no usable reply from … (UnicodeEncodeError: 'ascii' codec …)",
@@ -288,7 +296,7 @@ def test_an_api_key_pasted_with_quotes_or_an_ellipsis_is_one_line(tmp_path: Path
     said = one_line_error(kestrel(tmp_path, "run", "hi", env=env))
 
     assert said.startswith("kestrel: OPENAI_API_KEY holds a character that is not ASCII"), said
-    assert "sk-pasted" not in said
+    assert "sk-pasted" not in said and "56789" not in said
 
 
 def test_malformed_catalog_reports_file_and_line(tmp_path: Path) -> None:
