@@ -131,7 +131,8 @@ def _own_option_placed(exc: click.NoSuchOption) -> click.NoSuchOption:
 def cli(ctx: click.Context, config: str | None, verbose: bool, log_level: str | None) -> None:
     """Kestrel: a chat-ops agent with people in the loop."""
     ctx.ensure_object(dict)["config"] = config
-    configure_logs(log_level, verbose, serving=ctx.invoked_subcommand == "serve")
+    command = ctx.invoked_subcommand
+    configure_logs(log_level, verbose, serving=command == "serve", probing=command == "health")
 
 
 for _command in (

@@ -326,8 +326,12 @@ def checked_text(text: str, what: str) -> str:
     return text
 
 
-def configure_logs(log_level: str | None, verbose: bool, serving: bool) -> None:
-    """Log as ``--log-level`` (or ``-v``) and the environment say; a bad value ends in one line.
+def configure_logs(
+    log_level: str | None, verbose: bool, serving: bool, *, probing: bool = False
+) -> None:
+    """Log as ``--log-level`` (or ``-v``) and the environment say; a bad value ends in one line,
+    and exit 2 unless ``probing`` (``kestrel health``): a probe's status says how the server
+    is, never how its own environment is (Docker reserves 2), so it goes on as if unset.
 
     A service's log shows warnings; a one-shot command's answer stays its one line."""
     import os
@@ -338,9 +342,14 @@ def configure_logs(log_level: str | None, verbose: bool, serving: bool) -> None:
     try:
         level, form = logs.chosen(log_level or ("info" if verbose else None), os.environ, default)
     except logs.LogSetupError as exc:
-        _json_errors_if_asked()  # a bad level with JSON asked: its one line is JSON too
-        fail(str(exc))
-        sys.exit(EXIT_USAGE)
+        json_asked = _json_errors_if_asked()  # a bad level with JSON asked: its line is JSON too
+        if not probing:
+            fail(str(exc))
+            sys.exit(EXIT_USAGE)
+        fail(f"{exc} (ignored: the probe goes on)")
+        if json_asked:
+            return  # configured for errors, as JSON lines, by the check above
+        level, form = logs.LEVELS[default], "text"
     logs.configure(level, form)
 
 

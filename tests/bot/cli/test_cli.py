@@ -936,6 +936,43 @@ async def test_health_asks_the_replica_itself_whatever_proxy_the_environment_nam
         process.communicate(timeout=60)
 
 
+@pytest.mark.parametrize(
+    ("variable", "value", "said"),
+    [
+        ("KESTREL_LOG_FORMAT", "xml", "KESTREL_LOG_FORMAT must be text or json, not 'xml'"),
+        ("KESTREL_LOG_LEVEL", "verbose", "KESTREL_LOG_LEVEL must be one of debug, info, warning,"),
+    ],
+)
+async def test_health_answers_the_probe_whatever_the_log_variables_say(
+    tmp_path: Path, variable: str, value: str, said: str
+) -> None:
+    # The container's environment is the probe's: it exited 2 (which Docker reserves) on a
+    # log variable it had no use for, and a replica serving with --log-level was unhealthy.
+    from aiohttp import web
+
+    from tests.fakes.serving import free_port
+
+    async def alive(_request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_get("/healthz", alive)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        url = f"http://127.0.0.1:{port}/healthz"
+        env = {variable: value}
+        result = await asyncio.to_thread(kestrel, tmp_path, "health", "--url", url, env=env)
+    finally:
+        await runner.cleanup()
+
+    assert (result.returncode, result.stdout) == (0, "200 ok\n"), result.stderr
+    assert result.stderr.startswith(f"kestrel: {said}"), result.stderr
+    assert result.stderr.endswith("(ignored: the probe goes on)\n"), result.stderr
+
+
 def test_health_names_neither_a_url_without_its_scheme_nor_its_credentials(tmp_path: Path) -> None:
     # "unknown url type: localhost" for --url localhost:3000; a URL's password was shown as is.
     said = kestrel(tmp_path, "health", "--url", "localhost:3000")
