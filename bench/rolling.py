@@ -120,6 +120,9 @@ class Mention:
     sent_at: float = 0.0
     deliveries: int = 0
     clicks: int = 0
+    # Retries on-call chose: each asks for approval again on a card of its own (the approval
+    # was used up by the start whose outcome was lost), which the approver approves.
+    retried: int = 0
 
     @property
     def answer(self) -> str:
@@ -134,8 +137,9 @@ class Tally:
     mentions: int = 0
     answers: Counter[str] = field(default_factory=Counter)
     executions: Counter[str] = field(default_factory=Counter)
+    # Per thread: its approval cards, less those a Retry asked again (``Mention.retried``).
     cards: Counter[str] = field(default_factory=Counter)
-    card_updates: Counter[str] = field(default_factory=Counter)  # distinct bodies shown
+    card_updates: Counter[str] = field(default_factory=Counter)  # per card: bodies shown
     card_edits: int = 0  # chat.update calls on cards, repeats included
     duplicate_posts: int = 0
     feedback_ms: list[float] = field(default_factory=list)
@@ -158,6 +162,7 @@ class Tally:
         ran = sum(1 for n in self.executions.values() if n == 1)
         updated = sum(1 for n in self.card_updates.values() if n == 1)
         gated = len(self.cards)
+        asked = len(self.card_updates)
         feedback = sorted(self.feedback_ms)
         return [
             f"Rolling restarts, {platform}: {plan.replicas} `kestrel serve {platform}` on"
@@ -169,7 +174,7 @@ class Tally:
             f"  uncertain effects on-call decided: {self.uncertain}",
             f"  answered exactly once:   {once}/{self.mentions}",
             f"  approved run once:       {ran}/{gated}",
-            f"  cards updated once:      {updated}/{gated} ({self.card_edits} edits sent)",
+            f"  cards updated once:      {updated}/{asked} ({self.card_edits} edits sent)",
             f"  duplicate posts:         {self.duplicate_posts}",
             f"  mention -> first feedback: p50 {percentile(feedback, 50):.0f} ms,"
             f" p99 {percentile(feedback, 99):.0f} ms, max {max(feedback, default=0):.0f} ms",
@@ -448,6 +453,14 @@ class Side(Protocol):
         """Once its card is out, approve it until the card shows the decision."""
         ...
 
+    def approval_cards(self, mention: Mention) -> list[str]:
+        """The approval cards shown in ``mention``'s thread, in order (an id each)."""
+        ...
+
+    async def approve_card(self, mention: Mention, card: str, tally: Tally) -> None:
+        """Click the approval card's Approve until it shows the decision."""
+        ...
+
     def effect_cards(self, mention: Mention) -> list[str]:
         """The uncertain-effect cards shown in ``mention``'s thread (an id each)."""
         ...
@@ -549,6 +562,13 @@ class SlackSide:
         cards = await self.api.wait_for(lambda c: _card_in(c, thread), timeout=120)
         await self._click(cards[0], ids.APPROVE_ONCE, mention, tally)
 
+    def approval_cards(self, mention: Mention) -> list[str]:
+        posted = self.api.calls_to("chat.postMessage")
+        return [posted_ts(self.api, c) for c in posted if _card_in(c, mention.key)]
+
+    async def approve_card(self, mention: Mention, card: str, tally: Tally) -> None:
+        await self._click(self._posted(card), ids.APPROVE_ONCE, mention, tally)
+
     def effect_cards(self, mention: Mention) -> list[str]:
         posted = self.api.calls_to("chat.postMessage")
         return [
@@ -558,12 +578,17 @@ class SlackSide:
         ]
 
     async def settle_effect(self, mention: Mention, card: str, ran: bool, tally: Tally) -> None:
+        action = ids.EFFECT_DONE if ran else ids.EFFECT_RETRY
+        await self._click(self._posted(card), action, mention, tally)
+
+    def _posted(self, card: str) -> Call:
+        """The post that showed ``card`` (its ts)."""
         (shown,) = [
             c
             for c in self.api.calls_to("chat.postMessage")
             if c.ok and posted_ts(self.api, c) == card
         ]
-        await self._click(shown, ids.EFFECT_DONE if ran else ids.EFFECT_RETRY, mention, tally)
+        return shown
 
     async def _click(self, card: Call, action: str, mention: Mention, tally: Tally) -> None:
         """Click the card's button ``action`` until a replica says 200 and the card shows it."""
@@ -616,18 +641,16 @@ class SlackSide:
             if not mention.gated:
                 continue
             cards = [c for c in ok_posts if _card_in(c, thread)]
-            tally.cards[thread] = len(cards)
-            if cards:
-                ts = posted_ts(self.api, cards[0])
+            tally.cards[thread] = len(cards) - mention.retried
+            for card in cards:
+                ts = posted_ts(self.api, card)
                 updates = [
                     c for c in self.api.calls_to("chat.update") if c.ok and c.args.get("ts") == ts
                 ]
                 # An edit sent again (its replica died before recording it) shows the same, as
                 # does one of a post found again (its replica died before recording the post):
                 # only a change of what the card shows counts, and each body shown once.
-                tally.card_updates[thread] = changes(
-                    _blocks(cards[0]), [_blocks(c) for c in updates]
-                )
+                tally.card_updates[ts] = changes(_blocks(card), [_blocks(c) for c in updates])
                 tally.card_edits += len(updates)
 
 
@@ -737,6 +760,15 @@ class DiscordSide:
             return
         await self._click(thread, dict(posted()[0].response), APPROVE_ID, mention, tally)
 
+    def approval_cards(self, mention: Mention) -> list[str]:
+        thread = mention.key
+        # A post sent again with its nonce returns the message the first made: one id each.
+        shown = [str(c.response["id"]) for c in self.fake.calls if _discord_card(c, thread)]
+        return list(dict.fromkeys(shown))
+
+    async def approve_card(self, mention: Mention, card: str, tally: Tally) -> None:
+        await self._click(mention.key, self._shown(mention, card), APPROVE_ID, mention, tally)
+
     def effect_cards(self, mention: Mention) -> list[str]:
         thread = mention.key
         return [
@@ -746,14 +778,16 @@ class DiscordSide:
         ]
 
     async def settle_effect(self, mention: Mention, card: str, ran: bool, tally: Tally) -> None:
-        thread = mention.key
-        (shown,) = [
+        verb = EFFECT_DONE_ID if ran else EFFECT_RETRY_ID
+        await self._click(mention.key, self._shown(mention, card), verb, mention, tally)
+
+    def _shown(self, mention: Mention, card: str) -> dict[str, Any]:
+        """The message ``card`` (its id) as its first post showed it."""
+        return next(
             dict(c.response)
             for c in self.fake.calls
-            if _posted_in(c, thread) and str(c.response["id"]) == card
-        ]
-        verb = EFFECT_DONE_ID if ran else EFFECT_RETRY_ID
-        await self._click(thread, shown, verb, mention, tally)
+            if _posted_in(c, mention.key) and str(c.response["id"]) == card
+        )
 
     async def _click(
         self, thread: str, card: dict[str, Any], prefix: str, mention: Mention, tally: Tally
@@ -801,7 +835,12 @@ class DiscordSide:
         for mention in mentions:
             thread = mention.key
             shown = self.fake.bot_messages(thread)
-            looks = Counter(_look(m) for m in shown)
+            # A card asked again after a Retry (an approval; an effect cut once more) looks, once
+            # decided, as the thread's first does (its title, no buttons), though it is another
+            # request's: it is left out here, and an approval card posted twice shows in
+            # ``Tally.cards``.
+            again = {*self.approval_cards(mention)[1:], *self.effect_cards(mention)[1:]}
+            looks = Counter(_look(m) for m in shown if m["id"] not in again)
             tally.duplicate_posts += sum(n - 1 for n in looks.values() if n > 1)
             tally.answers[thread] = sum(1 for m in shown if m["content"] == mention.answer)
             started = self.fake.calls_to("POST", rf"/channels/\d+/messages/{thread}/threads")
@@ -814,13 +853,14 @@ class DiscordSide:
             feedback(mention, firsts, tally)
             self._unexpected(mention, shown, tally)
             if mention.gated:
-                self._card(thread, shown, tally)
+                self._card(mention, shown, tally)
         for click in self.clicks:
             answers = self.fake.interactions.get(click, {}).get("responses", [])
             if len(answers) > 1:
                 tally.problems.append(f"interaction {click} answered {len(answers)} times")
 
-    def _card(self, thread: str, shown: list[dict[str, Any]], tally: Tally) -> None:
+    def _card(self, mention: Mention, shown: list[dict[str, Any]], tally: Tally) -> None:
+        thread = mention.key
         posted = {
             str(c.response["id"])
             for c in self.fake.calls_to("POST", rf"/channels/{thread}/messages")
@@ -828,16 +868,16 @@ class DiscordSide:
         }
         # A post sent again with its nonce returns the message the first made: count what shows.
         cards = [m for m in shown if m["id"] in posted]
-        tally.cards[thread] = len(cards)
-        if not cards:
-            return
-        edits = [
-            c
-            for c in self.fake.calls_to("PATCH", rf"/channels/{thread}/messages/{cards[0]['id']}")
-            if c.status == 200
-        ]
-        tally.card_updates[thread] = len({json.dumps(c.json, sort_keys=True) for c in edits})
-        tally.card_edits += len(edits)
+        tally.cards[thread] = len(cards) - mention.retried
+        for card in cards:
+            edits = [
+                c
+                for c in self.fake.calls_to("PATCH", rf"/channels/{thread}/messages/{card['id']}")
+                if c.status == 200
+            ]
+            bodies = {json.dumps(c.json, sort_keys=True) for c in edits}
+            tally.card_updates[card["id"]] = len(bodies)
+            tally.card_edits += len(edits)
 
     def _unexpected(self, mention: Mention, shown: list[dict[str, Any]], tally: Tally) -> None:
         """Messages that are neither the card, the status line nor the answer."""
@@ -914,7 +954,8 @@ async def on_call(side: Side, mentions: list[Mention], executions: Path, tally: 
     """On-call, until cancelled: the card of an uncertain effect (its replica died between
     starting the command and recording its end, and Kestrel will not run it again unasked) is
     decided as a person would, by what the command itself left: Mark done if it ran, else
-    Retry."""
+    Retry. A retry asks for approval again, on a new card, which the approver approves as they
+    did the first."""
     seen: set[str] = set()
     settling: list[asyncio.Task[None]] = []
     try:
@@ -925,8 +966,17 @@ async def on_call(side: Side, mentions: list[Mention], executions: Path, tally: 
                     if card not in seen:
                         seen.add(card)
                         tally.uncertain += 1
-                        settle = side.settle_effect(mention, card, mention.text in ran, tally)
+                        done = mention.text in ran
+                        if not done:
+                            mention.retried += 1
+                        settle = side.settle_effect(mention, card, done, tally)
                         settling.append(asyncio.create_task(settle))
+                # The first is the one ``Side.approve`` clicked.
+                for card in side.approval_cards(mention)[1:]:
+                    if card not in seen:
+                        seen.add(card)
+                        again = side.approve_card(mention, card, tally)
+                        settling.append(asyncio.create_task(again))
             await asyncio.sleep(0.2)
     finally:
         for task in settling:
