@@ -22,8 +22,9 @@ ALLOWED = {
     "bot.user_agent",
 }
 
-# An adapter's own settings file reads its environment with the shared settings helpers.
-SETTINGS_ONLY = {"bot.config.settings"}
+# An adapter's own settings file reads its environment with the shared settings helpers, and
+# checks its tokens as the model key is checked (``ascii_secret``).
+SETTINGS_ONLY = {"bot.config.settings", "bot.config.sources"}
 
 
 def in_chat_room(module: str) -> bool:
