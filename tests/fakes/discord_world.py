@@ -117,6 +117,27 @@ class DiscordWorld:
         await self.discord.dispatch("INTERACTION_CREATE", data)
         return data
 
+    async def fill_form(
+        self, card: Mapping[str, Any], kind: str, text: str, *, user: str, channel: str
+    ) -> dict[str, Any]:
+        """Click the card's ``kind`` button (Deny, Answer) as ``user``, then submit the form it
+        opens with ``text`` in its one field, from ``channel``; the submission sent."""
+        await self.click(card, kind, user=user)
+        await self.discord.wait_for(
+            lambda c: "callback" in c.path and (c.json or {}).get("type") == 9
+        )
+        modal = self.discord.modals[-1]
+        submit = p.interaction_modal_submit(
+            custom_id=modal["custom_id"],
+            message=card,  # a form opened from a card carries it
+            components={modal["components"][0]["components"][0]["custom_id"]: text},
+            guild=p.GUILD_ID,
+            channel=channel,
+            user_id=user,
+        )
+        await self.discord.dispatch("INTERACTION_CREATE", submit)
+        return submit
+
     async def answered(self, interaction: Mapping[str, Any], timeout: float = 10.0) -> str:
         """What the clicker alone was told (the follow-up or the message response)."""
         token = str(interaction["token"])

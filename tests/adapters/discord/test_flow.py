@@ -119,20 +119,7 @@ async def test_deny_with_a_reason_from_the_modal(tmp_path: Path) -> None:
         mention = await world.mention("checkout is failing")
         thread = await world.thread_of(mention)
         card = await world.card("approve")
-        await world.click(card, "deny", user=APPROVER)
-        await world.discord.wait_for(
-            lambda c: "callback" in c.path and (c.json or {}).get("type") == 9
-        )
-        modal = world.discord.modals[-1]
-        submit = p.interaction_modal_submit(
-            custom_id=modal["custom_id"],
-            message=card,  # a form opened from a card carries it
-            components={modal["components"][0]["components"][0]["custom_id"]: "peak hours"},
-            guild=p.GUILD_ID,
-            channel=thread,
-            user_id=APPROVER,
-        )
-        await world.discord.dispatch("INTERACTION_CREATE", submit)
+        await world.fill_form(card, "deny", "peak hours", user=APPROVER, channel=thread)
         await world.answer_posted(thread, "denied")
         assert world.executions == []
         run_id = (await world.chat.recent(1))[0].id
@@ -145,21 +132,7 @@ async def test_a_question_answered_through_its_modal(tmp_path: Path) -> None:
         mention = await world.mention("look at the latency")
         thread = await world.thread_of(mention)
         card = await world.card("answer")
-        await world.click(card, "answer", user=REQUESTER)
-        await world.discord.wait_for(
-            lambda c: "callback" in c.path and (c.json or {}).get("type") == 9
-        )
-        modal = world.discord.modals[-1]
-        field = modal["components"][0]["components"][0]["custom_id"]
-        submit = p.interaction_modal_submit(
-            custom_id=modal["custom_id"],
-            message=card,  # a form opened from a card carries it
-            components={field: "eu-west"},
-            guild=p.GUILD_ID,
-            channel=thread,
-            user_id=REQUESTER,
-        )
-        await world.discord.dispatch("INTERACTION_CREATE", submit)
+        await world.fill_form(card, "answer", "eu-west", user=REQUESTER, channel=thread)
         await world.answer_posted(thread, "looking at eu-west")
 
 
@@ -579,20 +552,6 @@ async def test_a_run_in_a_forum_post_is_decided_in_the_post_not_from_the_forum(
             )
             await world.discord.dispatch("INTERACTION_CREATE", outside)
             assert "in a thread of this channel" in await world.answered(outside)
-            await world.click(card, "deny", user=APPROVER)
-            await world.discord.wait_for(
-                lambda c: "callback" in c.path and (c.json or {}).get("type") == 9
-            )
-            modal = world.discord.modals[-1]
-            field = modal["components"][0]["components"][0]["custom_id"]
-            submit = p.interaction_modal_submit(
-                custom_id=modal["custom_id"],
-                message=card,
-                components={field: "peak hours"},
-                guild=p.GUILD_ID,
-                channel=post,
-                user_id=APPROVER,
-            )
-            await world.discord.dispatch("INTERACTION_CREATE", submit)
+            await world.fill_form(card, "deny", "peak hours", user=APPROVER, channel=post)
             await world.answer_posted(post, "denied")
             assert world.executions == []

@@ -302,21 +302,7 @@ async def test_an_option_past_the_menus_of_a_question_is_given_through_its_form(
         thread = await world.thread_of(mention)
         card = await world.card("choose")
         assert "Options 101 to 130 are in no menu" in card["embeds"][0]["description"]
-        await world.click(card, "answer", user=REQUESTER)
-        await world.discord.wait_for(
-            lambda c: "callback" in c.path and (c.json or {}).get("type") == 9
-        )
-        modal = world.discord.modals[-1]
-        field = modal["components"][0]["components"][0]["custom_id"]
-        submit = p.interaction_modal_submit(
-            custom_id=modal["custom_id"],
-            message=card,
-            components={field: "node-127"},
-            guild=p.GUILD_ID,
-            channel=thread,
-            user_id=REQUESTER,
-        )
-        await world.discord.dispatch("INTERACTION_CREATE", submit)
+        await world.fill_form(card, "answer", "node-127", user=REQUESTER, channel=thread)
         await world.answer_posted(thread, "Looking at node-127.")
 
 
