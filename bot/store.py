@@ -294,6 +294,11 @@ class Outbox(Protocol):
         """How many messages wait for delivery (version > delivered_version)."""
         ...
 
+    async def held_refs(self, platform: str, refs: Sequence[str]) -> set[str]:
+        """Which of ``refs`` (the platform's message ids) some message of ``platform`` is
+        recorded as (``ref``), read at once."""
+        ...
+
 
 class AuditLog(Protocol):
     """Who requested, decided, answered, expired and resumed what."""

@@ -549,6 +549,12 @@ GET_MESSAGES: Final = (
     f"SELECT {_OUTBOX_COLUMNS} FROM outbox"
     " WHERE key IN (SELECT value FROM {json_items}($1::json))"
 )
+# Which of the ids $2 (a JSON array) a message of platform $1 is recorded as; ``ref <> ''``
+# lets the partial index ``outbox_by_ref`` answer it.
+HELD_REFS: Final = (
+    "SELECT ref FROM outbox WHERE ref <> '' AND platform = $1"
+    " AND ref IN (SELECT value FROM {json_items}($2::json))"
+)
 # Written with a run's end (its answer) or a request's opening (its card): what is owed to run
 # $1's thread, as message $2 (prefixed by the session's platform) showing the platform-neutral
 # body $3 until a renderer of that platform replaces it (at $4); a message already there (a

@@ -561,6 +561,13 @@ class SqlStore(ABC):
         rows = await self._read("get_messages", sql.GET_MESSAGES, (json.dumps(list(keys)),))
         return [outbox_from_row(row, self._dialect.moment) for row in rows]
 
+    async def held_refs(self, platform: str, refs: Sequence[str]) -> set[str]:
+        """Which of ``refs`` a message of ``platform`` is recorded as, in one query."""
+        if not refs:
+            return set()
+        params = (platform, json.dumps(list(refs)))
+        return {str(row[0]) for row in await self._read("held_refs", sql.HELD_REFS, params)}
+
     async def outbox_backlog(self, platform: str | None = None) -> int:
         """How many messages (of one platform, if given) the platform does not show yet."""
         filters, params = sql.equal(platform=platform)

@@ -140,6 +140,11 @@ MIGRATIONS: tuple[str, ...] = (
     """
     SELECT 1;
     """,
+    # The messages recorded as one of some platform ids: what a post of unknown outcome must
+    # not take for its own when it is looked up (``held_refs``).
+    """
+    CREATE INDEX outbox_by_ref ON outbox(ref) WHERE ref <> '';
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -68,6 +68,19 @@ async def test_messages_are_read_by_their_keys_at_once(store: Store) -> None:
     assert await store.get_messages([]) == []
 
 
+async def test_the_ids_messages_are_recorded_as_are_told_by_platform(store: Store) -> None:
+    for key, ref in (("slack:a", "111"), ("slack:b", "222"), ("slack:c", "")):
+        await put(store, key)
+        await store.claim_messages("w1", LEASE, key=key)
+        await store.message_delivered(key, "w1", 1, ref)
+    await put(store, "discord:a", platform="discord")
+    await store.claim_messages("w1", LEASE, key="discord:a")
+    await store.message_delivered("discord:a", "w1", 1, "333")
+    assert await store.held_refs("slack", ["333", "222", "", "999", "111"]) == {"111", "222"}
+    assert await store.held_refs("discord", ["111", "333"]) == {"333"}
+    assert await store.held_refs("slack", []) == set()
+
+
 async def test_a_message_is_put_claimed_and_delivered(store: Store, clock: FakeClock) -> None:
     assert await put(store, "slack:card:req_1") == 1
     put_at = clock.now
