@@ -135,7 +135,7 @@ class KestrelDiscord(discord.Client):
         self.life = PlatformLife(
             chat,
             outbox,
-            DiscordTransport(http, self.seeing),
+            DiscordTransport(http, self.seeing, outbox.held_refs),
             owner,
             DiscordLook(link, pings=pings),
             lambda deliveries: DiscordProgress(http, deliveries),

@@ -4,8 +4,11 @@ API with the bot token (never an interaction token, which lasts 15 minutes).
 Discord has no message metadata to search by, so each post carries a nonce made from its
 outbox key and body, with ``enforce_nonce``: a post sent again within minutes of an unknown
 outcome returns the message the first one created instead of creating a second; later, the
-thread's latest messages are searched for the bot's message showing the same body. A thread
-that auto-archived is unarchived before the post is sent again.
+thread's latest messages are searched for the bot's message showing the same body. Two messages
+may show the same (two answers of the same words, two decided cards of one tool): a message the
+outbox already records as another one's is never taken for it, or it would be edited into this
+one, and lost from the thread. A thread that auto-archived is unarchived before the post is sent
+again.
 
 A body Discord refuses as such (50035 Invalid Form Body: a card over one of its limits) is
 refused the same way every time: it is sent once more as its words alone (a card's, with what
@@ -71,6 +74,9 @@ _DECIDING = tuple(
 )
 
 
+# Which of some message ids (platform, ids) the outbox records as a message's already: those
+# are not the message a post of unknown outcome made (``Outbox.held_refs``).
+Held = Callable[[str, list[str]], Awaitable[set[str]]]
 # Which of some users already see a thread (guild, thread, users); None when it is not a
 # private thread, which shows to everyone who sees its channel. It raises DeliveryFailed when
 # Discord does not say what the thread is: the message waits rather than notify blind.
@@ -110,9 +116,15 @@ class DiscordTransport:
 
     platform = "discord"
 
-    def __init__(self, http: discord.http.HTTPClient, seeing: Seeing | None = None) -> None:
+    def __init__(
+        self,
+        http: discord.http.HTTPClient,
+        seeing: Seeing | None = None,
+        held: Held | None = None,
+    ) -> None:
         self._http = http
         self._seeing = seeing
+        self._held = held
 
     async def post(self, key: str, target: dict[str, Any], body: dict[str, Any]) -> str:
         """Post into the thread, once per key; return the message id."""
@@ -148,7 +160,8 @@ class DiscordTransport:
     async def find(self, key: str, target: dict[str, Any], body: dict[str, Any]) -> str | None:  # noqa: ARG002
         """A post whose outcome is unknown, among the thread's latest messages: a bot's message
         showing ``body`` (Discord returns no nonce there; within minutes the nonce dedupes),
-        whomever it names as not notified (who sees a private thread may have changed since)."""
+        whomever it names as not notified (who sees a private thread may have changed since),
+        that the outbox records as no other message's."""
         channel = DiscordTarget.from_json(target).channel
         route = Route("GET", "/channels/{channel_id}/messages", channel_id=channel)
         try:
@@ -158,12 +171,16 @@ class DiscordTransport:
         except discord.RateLimited as exc:
             raise _limited(exc) from exc
         instead = words_instead(body, REFUSED_AS)  # what a post refused as a body showed
-        for message in messages:
-            if not (message.get("author") or {}).get("bot"):
-                continue
-            if _shows(message, body) or (instead and _shows(message, instead)):
-                return str(message["id"])
-        return None
+        found = [
+            str(message["id"])
+            for message in messages
+            if (message.get("author") or {}).get("bot")
+            and (_shows(message, body) or (instead and _shows(message, instead)))
+        ]
+        if found and self._held is not None:
+            taken = await self._held(self.platform, found)
+            found = [ref for ref in found if ref not in taken]
+        return found[0] if found else None
 
     async def _for_thread(self, target: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
         """``body`` as it may be shown in the thread: in a private one, notifying only those

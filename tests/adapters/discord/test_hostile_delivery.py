@@ -412,3 +412,55 @@ async def test_a_mention_deleted_before_it_was_taken_up_again_is_let_go_quietly(
         loud = [r for r in ours if r.levelno >= logging.WARNING]
         assert not loud, [r.getMessage() for r in loud]
         assert any(f"message {message} was deleted" in r.getMessage() for r in ours)
+
+
+def _answer(restarted: str) -> dict[str, Any]:
+    """An answer as the renderer shows it: its words, and the run's payload as fields."""
+    fields = [{"name": "restarted", "value": restarted, "inline": True}]
+    return {
+        "content": "Done.",
+        "embeds": [{"title": "Result", "color": 0x2ECC71, "fields": fields}],
+        "allowed_mentions": {"parse": []},
+    }
+
+
+@pytest.mark.parametrize("landed", [True, False], ids=["landed", "refused"])
+async def test_a_post_of_unknown_outcome_never_takes_another_message_for_its_own(
+    tmp_path: Path, landed: bool
+) -> None:
+    # Two answers in one thread that say the same words, with other fields. The first one's
+    # post failed (after Discord made it, or before), the second was posted: the first one's
+    # lookup took the second for it and edited it into the first, and the second answer was
+    # lost from the thread.
+    async with FakeDiscord() as fake, discord_world(tmp_path, restart_script(), fake=fake) as world:
+        thread = await world.thread_of(await world.mention("checkout is failing"))
+        await world.card("approve")
+        await world.settled()
+        deliveries = world.adapter.client.deliveries
+        where = DiscordTarget(p.GUILD_ID, thread)
+        posts = rf"/channels/{thread}/messages"
+        failed: list[Any] = []
+
+        async def fails(call: Any) -> tuple[int, Any]:
+            if landed and not failed:
+                await fake._r_create_message(call, thread)
+            failed.append(call)
+            return 503, {"message": "upstream unavailable", "code": 0}
+
+        fake.set_handler("POST", posts, fails)
+        await deliveries.put("test:first", where, _answer("ledger-7"))
+        await until(lambda: failed, timeout=10)
+        await world.settled()
+        fake.set_handler("POST", posts, None)
+        await deliveries.put("test:second", where, _answer("ledger-8"))
+        await world.settled()
+
+        def showing(what: str) -> list[dict[str, Any]]:
+            return [m for m in fake.bot_messages(thread) if what in json.dumps(m["embeds"])]
+
+        [second] = showing("ledger-8")
+        await world.later(60)  # past the backoff: the first is looked up, then posted
+        assert [m["id"] for m in showing("ledger-8")] == [second["id"]]
+        [first] = showing("ledger-7")
+        stored = await world.rt.store.get_message("discord:test:first")
+        assert stored is not None and stored.ref == first["id"] and not stored.due
