@@ -39,6 +39,17 @@ _VIEW_TEXTS: Final = {"": ("trigger_id",), "user": ("id", "team_id"), "view": ("
 _EVENT_TEXTS: Final = {
     "event": ("user", "channel", "ts", "thread_ts", "text", "subtype", "bot_id", "user_team", "tab")
 }
+# A slash command's fields its listener reads as text.
+_COMMAND_TEXTS: Final = (
+    "command",
+    "text",
+    "team_id",
+    "channel_id",
+    "user_id",
+    "user_team_id",
+    "response_url",
+    "trigger_id",
+)
 # The events whose fields the listeners read as text (``_EVENT_TEXTS``).
 _PEOPLES_EVENTS: Final = frozenset({"app_mention", "message", "app_home_opened"})
 
@@ -124,16 +135,13 @@ def _event_callback(body: Mapping[str, Any]) -> str | None:
 
 
 def _command_problem(body: Mapping[str, Any]) -> str | None:
-    # A form's fields are all text; a JSON body claiming to be a command must be so too.
-    for name, value in body.items():
-        if not isinstance(value, str):
-            return f"a command's {_short(name)} is not a string"
+    # The fields the command's listener reads (a form's are all text); others (Socket Mode's
+    # JSON may carry more, of other types) are not Kestrel's to refuse.
+    for name in _COMMAND_TEXTS:
+        if name in body and not isinstance(body[name], str):
+            return f"a command's {name} is not a string"
     # What a command is answered through: bolt's ``respond`` fails without it.
     return None if body.get("response_url") else "a command has no response_url"
-
-
-def _short(name: object) -> str:
-    return " ".join(str(name).split())[:40]
 
 
 def _actions_problem(body: Mapping[str, Any]) -> str | None:

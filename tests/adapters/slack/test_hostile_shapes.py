@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from adapters.slack import ids
-from bot.domain import RequestStatus
+from bot.domain import RequestStatus, RunStatus
 from tests.fakes.slack_client import (
     app_mention,
     block_actions,
@@ -200,3 +200,21 @@ async def test_a_payload_of_the_wrong_shape_is_answered_in_one_warning_and_decid
     if bad.said:
         said = [r.getMessage() for r in records if r.levelno == logging.WARNING]
         assert [line for line in said if REFUSED in line and bad.said in line], said
+
+
+async def test_a_command_s_fields_it_does_not_read_may_be_of_any_type(tmp_path: Path) -> None:
+    """Socket Mode hands a command over as JSON, which may carry fields Kestrel never reads
+    (``is_enterprise_install`` a boolean, ``enterprise_id`` null): the command is taken."""
+    async with slack_world(tmp_path, restart_script()) as world:
+        mention = await world.mention("checkout is failing")
+        card = await world.card()
+        await world.settled()
+        body = await _body(world, "command", card, str(mention["ts"]))
+        body |= {"is_enterprise_install": False, "enterprise_id": None, "token": 1}
+        assert await _send(world, "command", body) == 200
+        cancelled = RunStatus.CANCELLED
+
+        async def ended() -> bool:
+            return (await world.chat.recent(1))[0].status is cancelled
+
+        await until(ended, timeout=10)
