@@ -119,28 +119,26 @@ def _view(request: Request, may: tuple[str, ...] = ("1002",), reason: str = "") 
     return RequestView(request, RequestStatus.OPEN, None, may, reason)
 
 
-def test_a_select_with_an_empty_option_is_a_card_discord_takes() -> None:
-    options = ("", *[f"opt{i}" for i in range(30)])
-    request = Request(
+def _question(options: tuple[str, ...], prompt: str = "Which?") -> Request:
+    """An open question of ``options`` (``ask_human_select``'s)."""
+    return Request(
         run_id="run_1",
         kind=RequestKind.WAIT_USER,
         call_id="c",
         tool="ask_human_select",
-        prompt="Which?",
+        prompt=prompt,
         options=options,
     )
+
+
+def test_a_select_with_an_empty_option_is_a_card_discord_takes() -> None:
+    options = ("", *[f"opt{i}" for i in range(30)])
+    request = _question(options)
     assert refusals(DiscordLook().card(_view(request))) == []
 
 
 def test_buttons_with_an_empty_option_are_a_card_discord_takes() -> None:
-    request = Request(
-        run_id="run_1",
-        kind=RequestKind.WAIT_USER,
-        call_id="c",
-        tool="ask_human_select",
-        prompt="Which?",
-        options=("", "eu-west"),
-    )
+    request = _question(("", "eu-west"))
     assert refusals(DiscordLook().card(_view(request))) == []
 
 
@@ -159,14 +157,7 @@ def test_a_long_why_and_long_arguments_make_a_card_discord_takes() -> None:
 
 def test_a_select_with_more_than_25_options_offers_them_all() -> None:
     options = tuple(f"node-{i}" for i in range(40))
-    request = Request(
-        run_id="run_1",
-        kind=RequestKind.WAIT_USER,
-        call_id="c",
-        tool="ask_human_select",
-        prompt="Which node?",
-        options=options,
-    )
+    request = _question(options, "Which node?")
     card = json.dumps(DiscordLook().card(_view(request)))
     assert "node-39" in card, "options 26-40 cannot be chosen on the card (nor is it said)"
 
@@ -176,14 +167,7 @@ def test_a_question_past_five_menus_offers_the_rest_through_its_answer_form() ->
     nothing of them. Four menus now hold the first 100, the fifth row is the Answer form, and
     the card lists the others and says how to give one."""
     options = tuple(f"node-{i}" for i in range(130))
-    request = Request(
-        run_id="run_1",
-        kind=RequestKind.WAIT_USER,
-        call_id="c",
-        tool="ask_human_select",
-        prompt="Which node?",
-        options=options,
-    )
+    request = _question(options, "Which node?")
     card = DiscordLook(lambda run_id, _at: f"https://k.example/runs/{run_id}").card(_view(request))
     assert refusals(card) == []
     rows = card["components"]
@@ -438,17 +422,6 @@ def _labels(body: dict[str, Any]) -> list[str]:
     return found
 
 
-def _question(options: tuple[str, ...]) -> Request:
-    return Request(
-        run_id="run_1",
-        kind=RequestKind.WAIT_USER,
-        call_id="q",
-        tool="ask_user",
-        prompt="Which one?",
-        options=options,
-    )
-
-
 def test_options_alike_but_for_their_ends_can_be_told_apart() -> None:
     for count in (2, 30):  # buttons, then menus
         options = tuple(f"{ALIKE}{'x' * 30} {n}" for n in range(count))
@@ -464,7 +437,7 @@ def test_options_alike_but_for_their_ends_can_be_told_apart() -> None:
 def test_short_options_are_shown_as_written() -> None:
     body = DiscordLook().card(_view(_question(("Yes", "No"))))
     assert _labels(body) == ["Yes", "No"]
-    assert body["embeds"][0]["description"] == "Which one?"
+    assert body["embeds"][0]["description"] == "Which?"
 
 
 def _approval(arguments: dict[str, str]) -> Request:
