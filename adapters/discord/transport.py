@@ -4,7 +4,9 @@ API with the bot token (never an interaction token, which lasts 15 minutes).
 Discord has no message metadata to search by, so each post carries a nonce made from its
 outbox key and body, with ``enforce_nonce``: a post sent again within minutes of an unknown
 outcome returns the message the first one created instead of creating a second; later, the
-thread's latest messages are searched for the bot's message showing the same body. Two messages
+thread's latest messages are searched for the bot's message showing the same body. A card is
+also the message whose buttons name its request, whatever it shows: decided meanwhile, it is
+edited closed, not posted beside its open self, whose buttons would still ask. Two messages
 may show the same (two answers of the same words, two decided cards of one tool): a message the
 outbox already records as another one's is never taken for it, or it would be edited into this
 one, and lost from the thread. A thread that auto-archived is unarchived before the post is sent
@@ -42,6 +44,7 @@ from discord.http import Route
 from adapters.discord import ids
 from adapters.discord.target import DiscordTarget
 from bot.chat.outbox import DeliveryFailed, MessageGone, Undeliverable, after_waiting
+from bot.chat.outbox_keys import card_request
 
 log = logging.getLogger("kestrel.discord")
 T = TypeVar("T")
@@ -157,11 +160,12 @@ class DiscordTransport:
 
         await _sent(send, ref, body)
 
-    async def find(self, key: str, target: dict[str, Any], body: dict[str, Any]) -> str | None:  # noqa: ARG002
+    async def find(self, key: str, target: dict[str, Any], body: dict[str, Any]) -> str | None:
         """A post whose outcome is unknown, among the thread's latest messages: a bot's message
         showing ``body`` (Discord returns no nonce there; within minutes the nonce dedupes),
         whomever it names as not notified (who sees a private thread may have changed since),
-        that the outbox records as no other message's."""
+        or for a card, whose buttons name its request (an earlier version of it), that the
+        outbox records as no other message's."""
         channel = DiscordTarget.from_json(target).channel
         route = Route("GET", "/channels/{channel_id}/messages", channel_id=channel)
         try:
@@ -171,11 +175,17 @@ class DiscordTransport:
         except discord.RateLimited as exc:
             raise _limited(exc) from exc
         instead = words_instead(body, REFUSED_AS)  # what a post refused as a body showed
+        # The outbox's keys carry the platform first (``discord:card:REQ``).
+        request = card_request(key.removeprefix(f"{self.platform}:"))
         found = [
             str(message["id"])
             for message in messages
             if (message.get("author") or {}).get("bot")
-            and (_shows(message, body) or (instead and _shows(message, instead)))
+            and (
+                _shows(message, body)
+                or (instead and _shows(message, instead))
+                or (request is not None and _requests(message) == {request})
+            )
         ]
         if found and self._held is not None:
             taken = await self._held(self.platform, found)
@@ -322,6 +332,11 @@ def _deciding(body: dict[str, Any]) -> list[re.Match[str]]:
             if match is not None:
                 found.append(match)
     return found
+
+
+def _requests(body: dict[str, Any]) -> set[str]:
+    """The requests the components of ``body`` decide (none: not a card open to decide)."""
+    return {match["req"] for match in _deciding(body)}
 
 
 def _buttons_lost(body: dict[str, Any], refusal: str) -> str:

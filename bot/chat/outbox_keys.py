@@ -38,6 +38,12 @@ def card_key(request_id: str) -> str:
     return f"card:{request_id}"
 
 
+def card_request(key: str) -> str | None:
+    """The request whose card ``key`` is (what ``card_key`` was given); None for another key."""
+    kind, _, request_id = key.partition(":")
+    return request_id if kind == "card" and request_id else None
+
+
 def status_key(run_id: str) -> str:
     """The outbox key of a run's status message, edited in place as it progresses."""
     return f"status:{run_id}"

@@ -319,7 +319,11 @@ async def test_a_post_of_unknown_outcome_is_found_by_what_it_shows(tmp_path: Pat
         transport = DiscordTransport(world.adapter.client.http)
         assert await transport.find(stored.key, stored.target, stored.body) == card["id"]
         other = {**stored.body, "content": "something else"}
-        assert await transport.find(stored.key, {"channel": thread}, other) is None
+        assert await transport.find("discord:test:other", {"channel": thread}, other) is None
+        # A card is also the message whose buttons name its request, whatever it shows.
+        assert await transport.find(stored.key, {"channel": thread}, other) == card["id"]
+        another = "discord:card:req_another"
+        assert await transport.find(another, {"channel": thread}, other) is None
 
 
 async def test_an_effect_following_a_log_waits_on_a_card_naming_the_log(tmp_path: Path) -> None:

@@ -464,3 +464,52 @@ async def test_a_post_of_unknown_outcome_never_takes_another_message_for_its_own
         [first] = showing("ledger-7")
         stored = await world.rt.store.get_message("discord:test:first")
         assert stored is not None and stored.ref == first["id"] and not stored.due
+
+
+async def test_a_card_of_unknown_outcome_decided_before_its_retry_is_edited_not_posted_again(
+    tmp_path: Path,
+) -> None:
+    # The open card reached Discord, but its answer was lost; the request was decided before
+    # the retry, which sent the closed card: nothing in the thread showed it, so it was posted
+    # beside the open one, whose buttons still asked for a decision made already.
+    async with FakeDiscord() as fake, discord_world(tmp_path, restart_script(), fake=fake) as world:
+        posts = r"/channels/\d+/messages"
+        created: list[dict[str, Any]] = []
+        down = [True]  # Discord answers nothing in threads until the decision is made
+
+        async def post(call: Any) -> Any:
+            channel = call.path.split("/")[2]
+            if not created and '"kestrel:approve:' in json.dumps(call.json or {}):
+                created.append((await fake._r_create_message(call, channel))[1])
+            if created and down[0]:
+                return 503, {"message": "upstream unavailable", "code": 0}
+            return await fake._r_create_message(call, channel)
+
+        async def listing(call: Any) -> Any:
+            if created and down[0]:
+                return 503, {"message": "upstream unavailable", "code": 0}
+            return await fake._r_list_messages(call, call.path.split("/")[2])
+
+        fake.set_handler("POST", posts, post)
+        fake.set_handler("GET", posts, listing)
+        thread = await world.thread_of(await world.mention("checkout is failing"))
+        await until(lambda: created, timeout=10)
+        [opened] = created
+        [(request, _, _)] = await world.rt.store.list_requests()
+        click = await world.click(opened, "approve", user=APPROVER)
+        assert "Recorded" in await world.answered(click)
+
+        async def closed() -> bool:
+            stored = await world.rt.store.get_message(f"discord:card:{request.id}")
+            return stored is not None and not stored.body.get("components")
+
+        await until(closed, timeout=10)
+        down[0] = False
+        for _ in range(3):
+            await world.later(60)  # past each of the outbox's backoffs
+        cards = _cards(fake, thread)
+        assert [c["id"] for c in cards] == [opened["id"]], "the closed card was posted again"
+        [card] = cards
+        assert card["components"] == [] and "requested" in card["embeds"][0]["title"]
+        stored = await world.rt.store.get_message(f"discord:card:{request.id}")
+        assert stored is not None and stored.ref == opened["id"] and not stored.due
