@@ -38,7 +38,7 @@ from bot.llm.reply_words import words
 from bot.llm.retry import MAX_SERVER_WAIT, backoff, out_of_quota, retryable, server_wait
 from bot.llm.streamed import REASONING_FIELDS, EndedEarly, NotAStream, assembled, is_stream
 from bot.llm.text_calls import text_calls
-from bot.text import flattened
+from bot.text import flattened, password_masked
 from bot.user_agent import USER_AGENT
 
 log = logging.getLogger("kestrel.llm")
@@ -137,10 +137,7 @@ class OpenAIProvider:
         """Where requests go, without the trailing slash, as messages name it: a password in
         it (a proxy's basic auth) shows as ``***``, since a run's error quotes this URL to its
         thread, its page and the journal."""
-        url = self._client.base_url
-        if url.password:
-            url = url.copy_with(username=url.username, password="***")
-        return str(url).rstrip("/")
+        return password_masked(str(self._client.base_url), "***").rstrip("/")
 
     async def aclose(self) -> None:
         """Close the HTTP connections the client holds."""
@@ -322,10 +319,7 @@ def _redirected_to(exc: _Failure) -> str:
     response = exc.response if isinstance(exc, openai.APIStatusError) else None
     if response is None or not response.history:
         return ""
-    url = response.request.url
-    if url.password:
-        url = url.copy_with(password="***")
-    where = str(url)
+    where = password_masked(str(response.request.url), "***")
     said = f"the server redirected the request to {where}"
     base = where.removesuffix(_COMPLETIONS)
     if base != where:
