@@ -30,7 +30,7 @@ from bot.cli.common import (
     terminal_user,
     with_runtime,
 )
-from bot.cli.driving import exit_if_signalled, run_object, say_model_waits, suspend_on_signals
+from bot.cli.driving import driving_chat, exit_if_signalled, run_object
 
 if TYPE_CHECKING:
     from bot.chat.service import ChatService
@@ -204,14 +204,9 @@ def decide(
 
     async def work(rt: Runtime) -> str:
         # Imported once the runtime is built: a helper standing by starts before them.
-        from bot.chat.service import ChatService
         from bot.people.policy import Actor
-        from bot.run.supervisor import Supervisor
 
-        say_model_waits(rt)
-        supervisor = Supervisor(rt)
-        chat = ChatService(supervisor)
-        suspend_on_signals(supervisor, received)
+        chat = driving_chat(rt, received)
         actor = Actor(terminal_user(user))
         decided = await chat.decide(run_id, request_id, kind, user=actor, text=text)
         if not decided.accepted:

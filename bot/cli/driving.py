@@ -12,6 +12,7 @@ from bot.cli import render
 from bot.cli.common import progress
 
 if TYPE_CHECKING:
+    from bot.chat.service import ChatService
     from bot.events import Event
     from bot.run.runtime import Runtime
     from bot.run.supervisor import Supervisor
@@ -60,6 +61,20 @@ def suspend_on_signals(supervisor: Supervisor, received: list[int]) -> None:
         supervisor.interrupt_all()
 
     on_stop_signals(stop)
+
+
+def driving_chat(rt: Runtime, received: list[int]) -> ChatService:
+    """The chat service this command drives runs through: over a supervisor of ``rt`` whose
+    runs suspend on a stop signal (``suspend_on_signals``), each model wait said on stderr
+    (``say_model_waits``)."""
+    # Imported once the runtime is built: a helper standing by starts before them.
+    from bot.chat.service import ChatService
+    from bot.run.supervisor import Supervisor
+
+    say_model_waits(rt)
+    supervisor = Supervisor(rt)
+    suspend_on_signals(supervisor, received)
+    return ChatService(supervisor)
 
 
 def say_model_waits(rt: Runtime) -> None:

@@ -30,13 +30,7 @@ from bot.cli.common import (
     with_runtime,
 )
 from bot.cli.decisions import approval, decide
-from bot.cli.driving import (
-    closed_requests,
-    exit_if_signalled,
-    run_object,
-    say_model_waits,
-    suspend_on_signals,
-)
+from bot.cli.driving import closed_requests, driving_chat, exit_if_signalled, run_object
 from bot.cli.placing import PlacingGroup
 from bot.cli.run_cmd import print_run
 
@@ -203,16 +197,11 @@ def runs_export(run_id: str, html_file: Path) -> None:
 @one_line_errors
 def runs_resume(run_id: str, force: bool, as_json: bool, user: str | None) -> None:
     """Continue a suspended run from its journal."""
-    from bot.chat.service import ChatService
     from bot.errors import already_ended
     from bot.people.policy import Actor
-    from bot.run.supervisor import Supervisor
 
     async def work(rt: Runtime) -> dict[str, Any]:
-        say_model_waits(rt)
-        supervisor = Supervisor(rt)
-        chat = ChatService(supervisor)
-        suspend_on_signals(supervisor, received)
+        chat = driving_chat(rt, received)
         live = await chat.resume(run_id, user=Actor(terminal_user(user)), force=force)
         if live is not None:
             await chat.wait(live)
