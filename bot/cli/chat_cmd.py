@@ -280,6 +280,13 @@ def serve(platforms: tuple[str, ...], port: int | None, host: str) -> None:
                 "tools: none set: serving the demo catalog's simulated services; set tools: to"
                 " your catalogs (tools: [] for none)"
             )
+        if settings.plays_demo_model():
+            # A forgotten secret in a deployment: every mention answered by the demo's script.
+            log.warning(
+                "model: neither OPENAI_API_KEY nor OPENAI_BASE_URL is set: the offline demo"
+                " model answers every mention; set one (model.provider: scripted with"
+                " model.script plays a script of your own)"
+            )
         for line in front.describe():
             log.info("%s", printable(line))  # the names in it come from Slack and Discord
         await stop.event.wait()

@@ -361,6 +361,10 @@ class Settings(Section):
         has_endpoint = bool(self.openai_api_key) or bool(self.openai_base_url)
         return "openai" if has_endpoint else "scripted"
 
+    def plays_demo_model(self) -> bool:
+        """Whether the demo's script answers because no endpoint is set (no provider named)."""
+        return self.model.provider is None and self.provider == "scripted"
+
     def resolve(self, path: str) -> Path:
         """A path from the config file, relative to the file's folder."""
         return resolved(self.base_dir, path)

@@ -166,6 +166,8 @@ def test_an_expired_approval_is_explained(tmp_path: Path) -> None:
     assert_answered(run, "the approval request expired before anyone answered")
     # No tools set: serve says its tools are the demo's simulated ones.
     assert "tools: none set: serving the demo catalog's simulated services" in err
+    # No model endpoint either: the operator is told who answers the mentions.
+    assert "neither OPENAI_API_KEY nor OPENAI_BASE_URL is set: the offline demo model" in err
     audit = kestrel(tmp_path, "audit", "--run", run_id).stdout
     assert "deadline" in audit and "expire" in audit
 

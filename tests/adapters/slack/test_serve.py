@@ -112,6 +112,7 @@ async def test_serve_slack_writes_only_log_records_and_each_notice_once(
     oncall = [r for r in records if "policy.oncall is empty" in r["message"]]
     assert [r["level"] for r in oncall] == ["warning"], err
     assert [r for r in records if "will be unused" in r["message"]] == []
+    assert [r for r in records if "offline demo model" in r["message"]] == []
 
 
 def test_serve_slack_without_a_token_says_which_variable(tmp_path: Path) -> None:
