@@ -22,11 +22,11 @@ from msgspec import Meta
 
 from bot.config.deadlines import DeadlineSettings as DeadlineSettings
 from bot.config.sources import (
-    DATABASE_VARIABLE,
     DERIVED_SETTINGS,
     ENV_FILE,
     ENV_PREFIX,
     OPERATOR_VARIABLES,
+    SETTING_VARIABLES,
     base_dir_of,
     check_database,
     config_path,
@@ -36,6 +36,7 @@ from bot.config.sources import (
     names_a_setting,
     read_yaml,
     resolved,
+    setting_variable,
     with_secret_files,
 )
 from bot.config.sources import ConfigError as ConfigError
@@ -47,14 +48,8 @@ from bot.plain import Invalid, Problem, fields_of, is_struct, run_field_checks
 from bot.plain import convert as convert_plain
 from bot.text import password_masked
 
-# Settings whose variable is not KESTREL_<NAME>: the variable's name, by setting.
-_VARIABLE_OF: Final = {
-    "database": DATABASE_VARIABLE,
-    "openai_api_key": "OPENAI_API_KEY",
-    "openai_base_url": "OPENAI_BASE_URL",
-}
-# The setting each of those variables sets.
-_SETTING_OF: Final = {variable: setting for setting, variable in _VARIABLE_OF.items()}
+# The setting each variable not named KESTREL_<KEY> sets.
+_SETTING_OF: Final = {variable: setting for setting, variable in SETTING_VARIABLES.items()}
 # The model endpoint's variables, which a blank value unsets (``OPENAI_API_KEY=`` in .env or a
 # compose file): the demo plays without either, and a blank key is no key to send.
 _UNSET_WHEN_BLANK: Final = frozenset({"OPENAI_API_KEY", "OPENAI_BASE_URL"})
@@ -524,9 +519,9 @@ def _setting_of(name: str, source: str) -> _Setting:
             f"{source} {name}: {parts[0]} is not a setting (paths are relative to the folder"
             " of the configuration file)"
         )
-    found = None if parts[0] in _VARIABLE_OF else _type_of(Settings, parts)
+    found = None if parts[0] in SETTING_VARIABLES else _type_of(Settings, parts)
     if found is None:
-        near = _VARIABLE_OF.get(parts[0]) or _near_variable(parts)
+        near = SETTING_VARIABLES.get(parts[0]) or _near_variable(parts)
         hint = f" (did you mean {near}?)" if near else ""
         raise ConfigError(
             f"{source} {name}: unknown variable{hint}; settings are {ENV_PREFIX}<KEY>,"
@@ -545,7 +540,7 @@ def _near_variable(parts: tuple[str, ...]) -> str | None:
 
     nested = _as_nested(parts) or _near_key(parts)
     if nested is not None:
-        return _variable_of(nested)
+        return setting_variable(nested)
     if len(parts) > 1:
         return None
     # Closer than a setting's key must be: these names share words (web_, log_) that alone
@@ -574,13 +569,6 @@ def _as_nested(parts: tuple[str, ...], start: int = 0) -> tuple[str, ...] | None
             if all(split) and (found := _as_nested(split, depth + 1)) is not None:
                 return found
     return None
-
-
-def _variable_of(parts: tuple[str, ...]) -> str:
-    """The variable that sets the setting ``parts`` names (``database``: KESTREL_DATABASE_URL)."""
-    if len(parts) == 1 and parts[0] in _VARIABLE_OF:
-        return _VARIABLE_OF[parts[0]]
-    return ENV_PREFIX + "__".join(parts).upper()
 
 
 def _near_key(parts: tuple[str, ...]) -> tuple[str, ...] | None:

@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from bot.patterns import on_use
+
 DEFAULT_CONFIG_NAME = "kestrel.yaml"
 # The variable naming the configuration file, when --config does not.
 CONFIG_VARIABLE: Final = "KESTREL_CONFIG"
@@ -24,6 +26,17 @@ DATABASE_TIMEOUT_SETTING: Final = "database_timeout_seconds"
 POSTGRES_SCHEMES: Final = ("postgres://", "postgresql://")
 # Settings derived from where the configuration file is, so never read from it or a variable.
 DERIVED_SETTINGS: Final = frozenset({"base_dir", "config_file"})
+# A value written whole as a shell variable (``${NAME}``, ``${NAME:-x}``, ``$NAME``). The file is
+# read as written: such a value was its own text (a journal file named ``${DATABASE_URL}`` beside
+# the file, where the team meant its PostgreSQL).
+_VARIABLE_ONLY: Final = on_use(r"\$(?:\{[A-Za-z_]\w*(?:[-:?+=][^}]*)?\}|[A-Za-z_]\w*)")
+_SETTING_NAME: Final = on_use(r"[a-z_][a-z0-9_]*")
+# Settings whose variable is not KESTREL_<KEY>: the variable's name, by setting.
+SETTING_VARIABLES: Final = {
+    "database": DATABASE_VARIABLE,
+    "openai_api_key": "OPENAI_API_KEY",
+    "openai_base_url": "OPENAI_BASE_URL",
+}
 # Variables read from the process's environment alone, never from ``.env``: who acts and how it
 # logs are known before ``.env`` is read. Given there, each is warned of (``unread_lines``).
 ENVIRONMENT_ONLY: Final = frozenset(
@@ -344,7 +357,53 @@ def read_yaml(path: Path) -> dict[str, Any]:
             raise ConfigError(
                 f"{path}: {key}: not a setting (paths are relative to this file's folder)"
             )
+    _refuse_unexpanded(path, data)
     return data
+
+
+def _refuse_unexpanded(path: Path, data: dict[str, Any]) -> None:
+    """A ``ConfigError`` naming the first value written as a shell variable, and the variable
+    that sets it instead."""
+    found = _unexpanded_variable(data, ())
+    if found is None:
+        return
+    key, value = found
+    raise ConfigError(
+        f"{path}: {'.'.join(key)}: {value!r} is a variable, which {path.name} does not expand:"
+        f" write the value itself, or set {setting_variable(key)} in the environment or {ENV_FILE}"
+        " (it overrides the file)"
+    )
+
+
+def _unexpanded_variable(value: Any, key: tuple[str, ...]) -> tuple[tuple[str, ...], str] | None:
+    """The key and text of the first value under ``value`` written as a shell variable."""
+    if isinstance(value, str):
+        written = "$" in value and _VARIABLE_ONLY.fullmatch(value.strip())
+        return (key, value) if written else None
+    if isinstance(value, Mapping):
+        items: Any = value.items()
+    elif isinstance(value, list):
+        items = enumerate(value)
+    else:
+        return None
+    for name, inner in items:
+        found = _unexpanded_variable(inner, (*key, str(name)))
+        if found is not None:
+            return found
+    return None
+
+
+def setting_variable(key: tuple[str, ...]) -> str:
+    """The variable that sets the setting at ``key`` (``database``: KESTREL_DATABASE_URL), or
+    the nearest section holding it (a list or a mapping of tool names is set whole, as JSON)."""
+    names: list[str] = []
+    for part in key:
+        if not _SETTING_NAME.fullmatch(part):
+            break
+        names.append(part)
+    if len(names) == 1 and names[0] in SETTING_VARIABLES:
+        return SETTING_VARIABLES[names[0]]
+    return ENV_PREFIX + "__".join(names).upper()
 
 
 def _is_catalog(data: Mapping[Any, Any]) -> bool:

@@ -224,6 +224,43 @@ def test_bad_configuration_names_the_cause(tmp_path: Path, text: str, message: s
     assert "\n" not in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    ("text", "key", "variable"),
+    [
+        ("database: ${DATABASE_URL}\n", "database: '${DATABASE_URL}'", "KESTREL_DATABASE_URL"),
+        ("database: $DATABASE_URL\n", "database: '$DATABASE_URL'", "KESTREL_DATABASE_URL"),
+        ("model: {name: '${MODEL:-gpt-4o}'}\n", "model.name", "KESTREL_MODEL__NAME"),
+        ("openai_api_key: ' ${KEY} '\n", "openai_api_key", "OPENAI_API_KEY"),
+        (
+            "policy: {approvers: {'*': [alice, '${ONCALL}']}}\n",
+            "policy.approvers.*.1: '${ONCALL}'",
+            "KESTREL_POLICY__APPROVERS",
+        ),
+    ],
+)
+def test_a_value_written_as_a_variable_is_refused_naming_the_one_that_sets_it(
+    tmp_path: Path, text: str, key: str, variable: str
+) -> None:
+    # Read as its own text, ${DATABASE_URL} was a SQLite journal of that name beside the file.
+    path = tmp_path / "kestrel.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        load_settings(str(path))
+    said = str(caught.value)
+    assert f"kestrel.yaml: {key}" in said and "does not expand" in said, said
+    assert f"set {variable} in the environment or .env" in said, said
+    assert list(tmp_path.iterdir()) == [path]
+
+
+@pytest.mark.parametrize(
+    "text", ["model: {name: gpt-$4}\n", "database: 'kestrel-$(date).db'\n", "database: $\n"]
+)
+def test_a_dollar_inside_a_value_is_its_own_text(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "kestrel.yaml"
+    path.write_text(text)
+    load_settings(str(path))
+
+
 def test_a_catalog_given_as_the_configuration_is_named_as_one(tmp_path: Path) -> None:
     # It said "tools.0: expected a string, got a mapping: …" once for each of its tools.
     tools = "".join(f"  - {{name: t{n}, description: x, command: [x]}}\n" for n in range(3))

@@ -353,6 +353,13 @@ def test_a_key_no_setting_has_is_named_by_runs_list(journal: Path) -> None:
     assert "databse: unknown key" in one_line_error(kestrel(journal, "runs", "list"))
 
 
+def test_a_journal_written_as_a_variable_is_refused_by_runs_list(journal: Path) -> None:
+    (journal / "kestrel.yaml").write_text("database: ${DATABASE_URL}\n")
+    said = one_line_error(kestrel(journal, "runs", "list"))
+    assert "database: '${DATABASE_URL}' is a variable" in said, said
+    assert not (journal / "${DATABASE_URL}").exists()
+
+
 @pytest.mark.parametrize(
     ("column", "value"),
     [
