@@ -26,6 +26,8 @@ _REORDERING: Final = on_use("[\u202a-\u202e\u2066-\u2069]")
 # Halves of a UTF-16 pair alone (a JSON or YAML escape can make one): no terminal can be sent
 # them as UTF-8, so each is shown as the replacement character.
 _SURROGATES: Final = on_use("[\ud800-\udfff]")
+# A shell's variable written whole: $NAME, ${NAME}, or ${NAME} with a default or a check.
+_SHELL_VARIABLE: Final = on_use(r"\$(?:\{[A-Za-z_]\w*(?:[-:?+=][^}]*)?\}|[A-Za-z_]\w*)")
 
 
 # A URL's scheme, in a line of text: the run of a scheme's characters before "://", read whole
@@ -197,6 +199,12 @@ def url_passwords_masked(text: str) -> str:
     if any(mark in text for mark in _AUTHORIZATION_MARKS):
         text = _BEARER.sub(_credential_masked, _AUTHORIZATION.sub(_credential_masked, text))
     return text
+
+
+def shell_variable(text: str) -> bool:
+    """Whether ``text`` is written whole as a shell variable (``$NAME``, ``${NAME}``,
+    ``${NAME:-default}``), which nothing here expands."""
+    return "$" in text and _SHELL_VARIABLE.fullmatch(text.strip()) is not None
 
 
 def not_utf8(exc: UnicodeDecodeError) -> str:

@@ -13,6 +13,7 @@ from typing import Any, Final
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from bot.patterns import on_use
+from bot.text import shell_variable
 
 DEFAULT_CONFIG_NAME = "kestrel.yaml"
 # The variable naming the configuration file, when --config does not.
@@ -26,10 +27,6 @@ DATABASE_TIMEOUT_SETTING: Final = "database_timeout_seconds"
 POSTGRES_SCHEMES: Final = ("postgres://", "postgresql://")
 # Settings derived from where the configuration file is, so never read from it or a variable.
 DERIVED_SETTINGS: Final = frozenset({"base_dir", "config_file"})
-# A value written whole as a shell variable (``${NAME}``, ``${NAME:-x}``, ``$NAME``). The file is
-# read as written: such a value was its own text (a journal file named ``${DATABASE_URL}`` beside
-# the file, where the team meant its PostgreSQL).
-_VARIABLE_ONLY: Final = on_use(r"\$(?:\{[A-Za-z_]\w*(?:[-:?+=][^}]*)?\}|[A-Za-z_]\w*)")
 _SETTING_NAME: Final = on_use(r"[a-z_][a-z0-9_]*")
 # Settings whose variable is not KESTREL_<KEY>: the variable's name, by setting.
 SETTING_VARIABLES: Final = {
@@ -378,8 +375,9 @@ def _refuse_unexpanded(path: Path, data: dict[str, Any]) -> None:
 def _unexpanded_variable(value: Any, key: tuple[str, ...]) -> tuple[tuple[str, ...], str] | None:
     """The key and text of the first value under ``value`` written as a shell variable."""
     if isinstance(value, str):
-        written = "$" in value and _VARIABLE_ONLY.fullmatch(value.strip())
-        return (key, value) if written else None
+        # The file is read as written: such a value was its own text (a journal file named
+        # ``${DATABASE_URL}`` beside the file, where the team meant its PostgreSQL).
+        return (key, value) if shell_variable(value) else None
     if isinstance(value, Mapping):
         items: Any = value.items()
     elif isinstance(value, list):

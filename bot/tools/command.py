@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bot.patterns import on_use
+from bot.text import shell_variable
 from bot.tools.base import (
     DEFAULT_MAX_OUTPUT,
     ToolContext,
@@ -183,6 +184,11 @@ def _literal_problem(element: str) -> str | None:
     without its pair (``{unit``, a placeholder mistyped, would reach the program as it is).
     Paired braces stay literal: ``{}`` for find, ``{print $1}`` for awk, ``{.items}`` for
     kubectl."""
+    if shell_variable(element):
+        return (
+            f"{element!r} is a shell variable, which no shell expands here (commands run from"
+            " argv): write its value, or a {param} the model fills"
+        )
     if "{" in element and _PLACEHOLDER.search(element):
         return f"{element!r} embeds a placeholder in other text; {_WHOLE}"
     if _unpaired(element):

@@ -255,6 +255,22 @@ def test_embedded_placeholder_is_refused(tmp_path: Path) -> None:
     assert "tools[0].command[2]: '--unit={unit}' embeds a placeholder" in only_problem(path)
 
 
+@pytest.mark.parametrize("element", ["$KUBE_CONTEXT", "${KUBE_CONTEXT}", "${KUBE_CONTEXT:-prod}"])
+def test_a_shell_variable_as_an_element_is_refused(tmp_path: Path, element: str) -> None:
+    # No shell runs the command: it reached the program as written ("$KUBE_CONTEXT").
+    path = write(tmp_path, "ops.yaml", GOOD.replace('"{unit}"]', f'"--context", "{element}"]'))
+    assert only_problem(path) == (
+        f"{path}:4: tools[0].command[3]: {element!r} is a shell variable, which no shell expands"
+        " here (commands run from argv): write its value, or a {param} the model fills"
+    )
+
+
+@pytest.mark.parametrize("element", ["{print $1}", "price-$5", "$HOME/x", "$"])
+def test_a_dollar_in_other_text_stays_literal(tmp_path: Path, element: str) -> None:
+    path = write(tmp_path, "ops.yaml", GOOD.replace('"{unit}"]', f'"{element}", "{{unit}}"]'))
+    assert check_catalog(path) == []
+
+
 def test_a_placeholder_without_its_closing_brace_is_refused(tmp_path: Path) -> None:
     path = write(tmp_path, "ops.yaml", GOOD.replace('"{unit}"]', '"{unit"]'))
     assert only_problem(path) == (
