@@ -39,8 +39,15 @@ REFUSED_TOKEN = frozenset(
         "account_inactive",
         "token_revoked",
         "token_expired",
+        # Created without ``connections:write``: no socket until a token that has it.
+        "missing_scope",
     }
 )
+# What a refusal of the app-level token adds: how to mend it, where it is not the token itself.
+REFUSED_HINT = {
+    "missing_scope": " (an app-level token needs the connections:write scope: Basic Information"
+    " → App-Level Tokens)",
+}
 
 log = logging.getLogger("kestrel.slack")
 
@@ -151,6 +158,7 @@ class SlackAdapter:
             error = exc.response.get("error")
             if error in REFUSED_TOKEN:
                 said = f"slack: apps.connections.open refused SLACK_APP_TOKEN: {error}"
+                said += REFUSED_HINT.get(error, "")
                 raise ConfigError(said) from exc
             return "", f"apps.connections.open said {error or f'HTTP {exc.response.status_code}'}"
         except (OSError, aiohttp.ClientError, TimeoutError, ValueError) as exc:

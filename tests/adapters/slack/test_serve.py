@@ -266,22 +266,29 @@ async def test_serve_runs_a_call_the_model_sent_twice_with_its_id_once(tmp_path:
     assert [m["tool_call_id"] for m in answered] == ["call_0"]
 
 
+@pytest.mark.parametrize(
+    ("error", "hint"),
+    [
+        ("invalid_auth", ""),
+        # An app-level token created without the scope: it was "Slack failing", tried for ever.
+        ("missing_scope", " (an app-level token needs the connections:write scope: "),
+    ],
+)
 async def test_serve_slack_with_an_app_token_slack_refuses_says_so_and_exits_2(
-    tmp_path: Path,
+    tmp_path: Path, error: str, hint: str
 ) -> None:
     # A wrong SLACK_APP_TOKEN: the socket client asked again every 10 s forever, two errors a
     # time, while nothing listened on /healthz; the unit never failed, the pod never said why.
     config = write_config(tmp_path, "http://127.0.0.1:9/v1")
     async with FakeSlackApi() as api:
-        api.refuse("apps.connections.open", "invalid_auth")
+        api.refuse("apps.connections.open", error)
         env = serve_env(config, api.url, SLACK_APP_TOKEN="xapp-wrong-4e8c2a")
         done = await asyncio.to_thread(run_serve, tmp_path, env, "slack", "--port", "0")
         asked = api.calls_to("apps.connections.open")
     assert done.returncode == 2, done.stderr
     assert [call.token for call in asked] == ["xapp-wrong-4e8c2a"]  # the app's, not the bot's
-    assert done.stderr.splitlines()[-1] == (
-        "kestrel: slack: apps.connections.open refused SLACK_APP_TOKEN: invalid_auth"
-    ), done.stderr
+    said = f"kestrel: slack: apps.connections.open refused SLACK_APP_TOKEN: {error}{hint}"
+    assert done.stderr.splitlines()[-1].startswith(said), done.stderr
     assert "xapp-wrong-4e8c2a" not in done.stderr and "Traceback" not in done.stderr
 
 
