@@ -3,8 +3,10 @@ the progress refresher, served over HTTP (``/slack/events``) or Socket Mode."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
+from urllib.parse import urlsplit
 
 import aiohttp
 from aiohttp import web
@@ -54,6 +56,9 @@ log = logging.getLogger("kestrel.slack")
 EVENTS_PATH = "/slack/events"
 SLACK_API = "https://slack.com/api/"
 STOP_SECONDS = 5.0
+# How long the socket Slack handed out may take to open: well under a second where it can (the
+# socket client would try one that cannot every 10 s for ever, and hold serve's start with it).
+OPEN_SECONDS = 10.0
 # Slack's word that who is in a user group or a channel changed: what Kestrel kept of it goes.
 MEMBERSHIP_EVENTS = (
     "subteam_members_changed",
@@ -171,16 +176,24 @@ class SlackAdapter:
     async def _socket_once(self) -> str:
         """One more try of Socket Mode: "" once connected, else what failed."""
         url, problem = await self._open_socket_url()
-        if url:
-            await self._socket_to(url)
-        return problem
+        return await self._socket_to(url) if url else problem
 
-    async def _socket_to(self, url: str) -> None:
-        """Open the websocket Slack handed out; the socket client keeps it (and reconnects)."""
+    async def _socket_to(self, url: str) -> str:
+        """Open the websocket Slack handed out: "" once open (the socket client keeps it, and
+        reconnects), else why not (a firewall or a proxy that lets the Web API through and not
+        the socket's host): the next try asks Slack for a new one."""
         assert self.app is not None, "start() first"
         self._socket = GatedSocketMode(self.app, self.settings.app_token)
         self._socket.client.wss_uri = url  # asked for once already: not asked for again
-        await self._socket.connect_async()  # type: ignore[no-untyped-call]
+        opening = self._socket.connect_async()  # type: ignore[no-untyped-call]
+        try:
+            await asyncio.wait_for(opening, OPEN_SECONDS)
+        except TimeoutError:
+            socket, self._socket = self._socket, None
+            await socket.close_async()  # type: ignore[no-untyped-call]
+            host = urlsplit(url).hostname  # never the URL: its query is a ticket to the socket
+            return f"the socket at {host} did not open within {OPEN_SECONDS:.0f} s"
+        return ""
 
     async def connected(self) -> bool:
         """HTTP mode: auth.test passed at ``start``; Socket Mode: the websocket is open now

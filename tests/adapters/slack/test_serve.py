@@ -323,6 +323,45 @@ async def test_serve_slack_in_socket_mode_serves_its_port_while_slack_is_down(
     assert "Traceback" not in err and "xapp-1-test" not in err
 
 
+async def test_serve_slack_in_socket_mode_serves_its_port_while_its_socket_cannot_open(
+    tmp_path: Path,
+) -> None:
+    # Behind a firewall that lets the Web API through and not the socket's host: the socket
+    # client tried the URL every 10 s for ever inside serve's start, whose port never opened.
+    config = write_config(tmp_path, "http://127.0.0.1:9/v1")
+    async with FakeSlackApi() as api:
+        closed = f"ws://127.0.0.1:{free_port()}/socket?ticket=TICKET-7f3a"
+        api.set_handler("apps.connections.open", lambda call: {"ok": True, "url": closed})
+        port = free_port()
+        env = serve_env(config, api.url, SLACK_APP_TOKEN="xapp-1-test")
+        process = start_serve(tmp_path, port, env, "slack")
+        try:
+            await until(lambda: _readyz_status(port, process), timeout=60)
+            status, body = await _readyz(port)
+            assert status == 503 and body["problems"] == {"slack": "not connected (reconnecting)"}
+            api.set_handler("apps.connections.open", None)  # a new socket, which opens
+            await api.wait_for_socket(timeout=60)
+            await until(lambda: _ready(port), timeout=20)
+        finally:
+            process.send_signal(signal.SIGTERM)
+            _out, err = await asyncio.to_thread(process.communicate, timeout=30)
+    assert process.returncode == 0, err
+    said = [line for line in err.splitlines() if "did not open" in line]
+    assert len(said) == 2, err
+    assert "cannot connect yet: the socket at 127.0.0.1 did not open within 10 s" in said[0]
+    assert "Socket Mode connected after" in said[1], err
+    assert "Traceback" not in err and "TICKET-7f3a" not in err
+
+
+async def _readyz_status(port: int, process: Any) -> int:
+    """``/readyz``'s status once the port answers (0 before); fails if serve ended."""
+    assert process.poll() is None, process.communicate()[1]
+    try:
+        return (await _readyz(port))[0]
+    except aiohttp.ClientError:
+        return 0
+
+
 async def _readyz(port: int) -> tuple[int, dict[str, Any]]:
     async with (
         aiohttp.ClientSession() as session,
