@@ -62,6 +62,16 @@ class Reconnecting:
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
 
+    def refused(self, exc: ConfigError) -> None:
+        """The platform refused for good (its token), as it started or later: said once, and
+        ``gave_up`` says why."""
+        self.gave_up = str(exc).removeprefix(f"{self._platform}: ")
+        self._log.error(
+            "%s; this replica serves %s no more until it is restarted",
+            exc,
+            self._platform.capitalize(),
+        )
+
     async def _keep_trying(
         self, attempt: Attempt, problem: str, on_refused: Callable[[], None]
     ) -> None:
@@ -73,12 +83,7 @@ class Reconnecting:
                 now = await attempt()
             except ConfigError as exc:
                 on_refused()
-                self.gave_up = str(exc).removeprefix(f"{self._platform}: ")
-                self._log.error(
-                    "%s; this replica serves %s no more until it is restarted",
-                    exc,
-                    self._platform.capitalize(),
-                )
+                self.refused(exc)
                 return
             if not now:
                 self._log.warning(

@@ -4,6 +4,7 @@ the progress refresher, served over HTTP (``/slack/events``) or Socket Mode."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import logging
 from urllib.parse import urlsplit
@@ -13,6 +14,7 @@ from aiohttp import web
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
+from slack_sdk.socket_mode.aiohttp import SocketModeClient
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.reconnect import Reconnecting
@@ -184,7 +186,12 @@ class SlackAdapter:
         the socket's host): the next try asks Slack for a new one."""
         assert self.app is not None, "start() first"
         self._socket = GatedSocketMode(self.app, self.settings.app_token)
-        self._socket.client.wss_uri = url  # asked for once already: not asked for again
+        client = self._socket.client
+        client.wss_uri = url  # asked for once already: not asked for again
+        # Each later socket (Slack replaces one after hours; one drops) is asked for as this
+        # one was, so that a token refused then ends the tries as it does at start.
+        again = functools.partial(self._socket_url_again, client)
+        client.issue_new_wss_url = again  # type: ignore[method-assign]
         opening = self._socket.connect_async()  # type: ignore[no-untyped-call]
         try:
             await asyncio.wait_for(opening, OPEN_SECONDS)
@@ -194,6 +201,23 @@ class SlackAdapter:
             host = urlsplit(url).hostname  # never the URL: its query is a ticket to the socket
             return f"the socket at {host} did not open within {OPEN_SECONDS:.0f} s"
         return ""
+
+    async def _socket_url_again(self, client: SocketModeClient) -> str:
+        """A new socket's URL as the socket client connects again. A token Slack refuses now
+        is one error line naming it and the client's last try, where it asked every 10 s for
+        ever, two errors a time, and ``/readyz`` said it was reconnecting; anything else fails
+        for the client to try again."""
+        try:
+            url, problem = await self._open_socket_url()
+        except ConfigError as exc:
+            client.closed = True  # its loops end: nothing lets it connect again
+            client.auto_reconnect_enabled = client.default_auto_reconnect_enabled = False
+            await client.disconnect()  # type: ignore[no-untyped-call]
+            self._reconnecting.refused(exc)
+            raise
+        if not url:
+            raise ConnectionError(f"slack: {problem}")
+        return url
 
     async def connected(self) -> bool:
         """HTTP mode: auth.test passed at ``start``; Socket Mode: the websocket is open now

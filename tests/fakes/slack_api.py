@@ -598,6 +598,11 @@ class FakeSlackApi:
             ),
         )
 
+    @property
+    def open_sockets(self) -> int:
+        """How many Socket Mode connections are open now."""
+        return len(self._sockets)
+
     async def socket_send(self, envelope: Mapping[str, Any], timeout: float = 5.0) -> str:
         """Send ``envelope`` on the newest open connection (waiting for one); return its
         ``envelope_id`` (or "")."""

@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from adapters.slack import ids
 from adapters.slack.app import SlackAdapter
 from adapters.slack.settings import SlackSettings
@@ -234,6 +236,42 @@ async def test_socket_mode_takes_a_retried_envelope_once(tmp_path: Path) -> None
             assert await _runs(world) == 1
         finally:
             await adapter.stop()
+
+
+@pytest.mark.parametrize("lost", ["dropped", "refresh_requested"])
+async def test_socket_mode_whose_token_is_refused_at_reconnect_says_so_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, lost: str
+) -> None:
+    # The app-level token revoked while connected: at the next socket (Slack's refresh, or one
+    # dropped) the socket client asked again every 10 s for ever, two errors a time, neither
+    # naming SLACK_APP_TOKEN, and /readyz said it was reconnecting.
+    async with FakeSlackApi() as api, slack_world(tmp_path, restart_script(), api=api) as world:
+        settings = SlackSettings(
+            bot_token="xoxb-test", signing_secret="", app_token="xapp-1-revoked", api_url=api.url
+        )
+        adapter = SlackAdapter(world.chat, world.rt.store, "socket-owner", settings)
+        await adapter.start()
+        await adapter.connect()
+        try:
+            await api.wait_for_socket()
+            api.refuse("apps.connections.open", "invalid_auth")
+            if lost == "dropped":
+                await api.close_sockets()
+            else:
+                await api.socket_disconnect(lost)
+            await until(lambda: adapter.gave_up, timeout=20)
+            assert adapter.gave_up == "apps.connections.open refused SLACK_APP_TOKEN: invalid_auth"
+            assert not await adapter.connected()
+            await until(lambda: not api.open_sockets, timeout=20)  # this replica hangs up
+        finally:
+            await adapter.stop()
+    said = [r.getMessage() for r in caplog.records if r.name == "kestrel.slack"]
+    assert said == [
+        "slack: apps.connections.open refused SLACK_APP_TOKEN: invalid_auth; this replica"
+        " serves Slack no more until it is restarted"
+    ]
+    assert api.count("apps.connections.open") == 2  # the first socket's, and the refused one
+    assert "xapp-1-revoked" not in caplog.text
 
 
 async def test_a_guests_mention_in_a_shared_channel_is_a_run_of_our_workspace(
