@@ -90,12 +90,14 @@ class SlackAdapter:
         self._chat = chat
         client = _web_client(settings, rate_limit_retries)
         self.client = client
+        # A client that waits out no rate limit: serve's start asks for its socket with it.
+        self._unwaiting = _web_client(settings, 0)
         self.life = PlatformLife(
             chat,
             outbox,
-            # Its own client, which waits out no rate limit: the outbox puts a limited message
-            # off by its Retry-After and goes on with the others (another channel's card).
-            SlackTransport(_web_client(settings, 0)),
+            # That client too: the outbox puts a limited message off by its Retry-After and
+            # goes on with the others (another channel's card).
+            SlackTransport(self._unwaiting),
             owner,
             SlackLook(link),
             lambda deliveries: Progress(client, deliveries, refresh_seconds=refresh_seconds),
@@ -145,7 +147,9 @@ class SlackAdapter:
         answer) is tried again in the background, with backoff, while the replica serves its
         port and ``/readyz`` says Slack is not connected."""
         assert self.app is not None, "start() first"
-        problem = await self._socket_once()
+        # Asked once, not waiting out a rate limit (Slack's Retry-After for this Tier 1 method,
+        # twice, held the port shut past a startup probe): the background tries wait it out.
+        problem = await self._socket_once(self._unwaiting)
         if problem:
             self._reconnecting.start(self._socket_once, problem)
 
@@ -155,12 +159,14 @@ class SlackAdapter:
         refused."""
         return self._reconnecting.gave_up
 
-    async def _open_socket_url(self) -> tuple[str, str]:
-        """Ask Slack for a socket with the app-level token: its URL, or ("", what failed).
-        One Slack refuses is a mistake to mend, said in one line (``ConfigError``, exit 2),
-        where the socket client asked again every 10 s forever, while nothing listened."""
+    async def _open_socket_url(self, client: AsyncWebClient | None = None) -> tuple[str, str]:
+        """Ask Slack for a socket with the app-level token (through ``client``, else the
+        adapter's): its URL, or ("", what failed). One Slack refuses is a mistake to mend, said
+        in one line (``ConfigError``, exit 2), where the socket client asked again every 10 s
+        forever, while nothing listened."""
+        asking = client or self.client
         try:
-            reply = await self.client.apps_connections_open(app_token=self.settings.app_token)
+            reply = await asking.apps_connections_open(app_token=self.settings.app_token)
         except SlackApiError as exc:
             error = exc.response.get("error")
             if error in REFUSED_TOKEN:
@@ -175,9 +181,9 @@ class SlackAdapter:
             return "", "apps.connections.open gave no URL"
         return url, ""
 
-    async def _socket_once(self) -> str:
+    async def _socket_once(self, client: AsyncWebClient | None = None) -> str:
         """One more try of Socket Mode: "" once connected, else what failed."""
-        url, problem = await self._open_socket_url()
+        url, problem = await self._open_socket_url(client)
         return await self._socket_to(url) if url else problem
 
     async def _socket_to(self, url: str) -> str:

@@ -323,6 +323,30 @@ async def test_serve_slack_in_socket_mode_serves_its_port_while_slack_is_down(
     assert "Traceback" not in err and "xapp-1-test" not in err
 
 
+async def test_serve_slack_in_socket_mode_serves_its_port_while_slack_limits_it(
+    tmp_path: Path,
+) -> None:
+    # Replicas started together, or one restarted in a loop: apps.connections.open is Tier 1.
+    # Serve waited out Slack's Retry-After twice before its port opened (a minute for 30 s),
+    # and the startup probe killed it first, which asked again, and was limited again.
+    config = write_config(tmp_path, "http://127.0.0.1:9/v1")
+    async with FakeSlackApi() as api:
+        api.fail("apps.connections.open", retry_after=30, times=None)  # 429, ratelimited
+        port = free_port()
+        env = serve_env(config, api.url, SLACK_APP_TOKEN="xapp-1-test")
+        process = start_serve(tmp_path, port, env, "slack")
+        try:
+            await wait_healthy(port, process)
+            status, body = await _readyz(port)
+            assert status == 503 and body["problems"] == {"slack": "not connected (reconnecting)"}
+        finally:
+            process.send_signal(signal.SIGTERM)
+            _out, err = await asyncio.to_thread(process.communicate, timeout=30)
+    assert process.returncode == 0, err
+    assert "cannot connect yet: apps.connections.open said ratelimited" in err, err
+    assert "Traceback" not in err
+
+
 async def test_serve_slack_in_socket_mode_serves_its_port_while_its_socket_cannot_open(
     tmp_path: Path,
 ) -> None:
