@@ -35,6 +35,16 @@ class SlackSettings:
                 "SLACK_BOT_TOKEN is not set: the app's bot token, xoxb-… (OAuth & Permissions →"
                 " Bot User OAuth Token; docs/slack.md)"
             )
+        # Each goes in a header or keys a signature: a pasted quote would be refused by
+        # Slack (invalid_auth) or refuse every request Slack signs. Checked before the kind
+        # of token, which a quote before it would misname.
+        for name, value in (
+            ("SLACK_BOT_TOKEN", bot_token),
+            ("SLACK_APP_TOKEN", app_token),
+            ("SLACK_SIGNING_SECRET", secret),
+        ):
+            ascii_secret(name, value)
+            _unquoted(name, value)
         if not bot_token.startswith("xoxb-"):
             raise ConfigError("SLACK_BOT_TOKEN must be a bot token (it starts with xoxb-)")
         if app_token and not app_token.startswith("xapp-"):
@@ -45,15 +55,17 @@ class SlackSettings:
                 " (Basic Information → App Credentials → Signing Secret), or set SLACK_APP_TOKEN"
                 " for Socket Mode"
             )
-        # Each goes in a header or keys a signature: a pasted quote would be refused by
-        # Slack (invalid_auth) or refuse every request Slack signs.
-        for name, value in (
-            ("SLACK_BOT_TOKEN", bot_token),
-            ("SLACK_APP_TOKEN", app_token),
-            ("SLACK_SIGNING_SECRET", secret),
-        ):
-            ascii_secret(name, value)
         if api_url:
             api_url = checked_url("SLACK_API_URL", api_url)
             api_url += "" if api_url.endswith("/") else "/"
         return cls(bot_token, secret, app_token, api_url)
+
+
+def _unquoted(name: str, value: str) -> None:
+    """A value in quotes (an env file read by ``docker run --env-file`` keeps them) is refused
+    as such, never quoted: no token or secret of Slack's has one."""
+    if value[:1] in ("'", '"') or value[-1:] in ("'", '"'):
+        raise ConfigError(
+            f"{name} is in quotes, which are not part of it: remove them (an env file read by"
+            " docker run --env-file keeps them)"
+        )

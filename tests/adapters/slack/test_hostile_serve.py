@@ -52,8 +52,36 @@ async def test_hostile_port_in_use(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
+    ("variable", "pasted"),
+    [
+        # Kept by docker run --env-file: a token was said to be of the wrong kind, and serve
+        # started with the secret, to refuse every request Slack signs.
+        ("SLACK_APP_TOKEN", '"xapp-1-zq9tok"'),
+        ("SLACK_BOT_TOKEN", "'xoxb-1-2-zq9tok'"),
+        ("SLACK_SIGNING_SECRET", '"0123abcd"'),
+    ],
+)
+async def test_hostile_token_in_quotes(tmp_path: Path, variable: str, pasted: str) -> None:
+    async with FakeSlackApi() as api:
+        config = write_config(tmp_path, "http://127.0.0.1:9/v1")
+        env = {**serve_env(config, api.url), variable: pasted}
+        done = await _serve(tmp_path, env, "--port", str(free_port()))
+    assert done.returncode == 2, done.stderr[-600:]
+    assert done.stderr == (
+        f"kestrel: {variable} is in quotes, which are not part of it: remove them (an env file"
+        " read by docker run --env-file keeps them)\n"
+    )
+
+
+@pytest.mark.parametrize(
     ("variable", "pasted", "named"),
     [
+        # Before the token, it was said to be the wrong kind of token.
+        (
+            "SLACK_APP_TOKEN",
+            "\u201cxapp-1-zq9tok",
+            "U+201C LEFT DOUBLE QUOTATION MARK, character 1 of 14",
+        ),
         # Inside the token, where no strip reaches: said to be a line break or a control character.
         ("SLACK_BOT_TOKEN", "xoxb-1-2-\u00a0zq9tok", "U+00A0 NO-BREAK SPACE, character 10 of 16"),
         # Serve started, and would have refused every request Slack signed.
