@@ -201,6 +201,7 @@ class PostgresStore(SqlStore):
         max_size: int = 10,
         connect_timeout: float = 10.0,
         command_timeout: float = COMMAND_TIMEOUT,
+        read_only: bool = False,
     ) -> None:
         unreadable = postgres_url_problem(dsn)
         if unreadable is not None:
@@ -232,6 +233,11 @@ class PostgresStore(SqlStore):
         # The server stops a statement we stopped waiting for (asyncpg's cancel request may
         # not reach it, and the statement would go on holding its locks).
         self._server_timeout = {"statement_timeout": _milliseconds(command_timeout)}
+        # A reader (``runs list``, ``audit``) neither migrates nor writes: a store shared with
+        # replicas of an older Kestrel, migrated, would take every one of them out of service.
+        self._read_only = read_only
+        if read_only:
+            self._server_timeout["default_transaction_read_only"] = "on"
         self._secrets = _secrets(dsn)
         self._outage = Outage(self._label, lambda exc: self._scrub(_cause(exc)))
         self._pool: asyncpg.Pool | None = None
@@ -251,7 +257,9 @@ class PostgresStore(SqlStore):
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def migrate(self) -> int:
-        """Open the pool if needed and bring the schema to the current version."""
+        """Open the pool if needed and bring the schema to the current version.
+
+        Read-only, check the schema instead: nothing is created or migrated."""
         if self._closed:
             raise self._closed_error()
         try:
@@ -259,6 +267,8 @@ class PostgresStore(SqlStore):
                 self._pool = await self._connect()
             if self._server_offset is None:
                 self._server_offset = await self._measure_offset(self._pool)
+            if self._read_only:
+                return await self._readable_version(self._pool)
             return await self._apply_migrations(self._pool)
         except BaseException:
             pool, self._pool = self._pool, None
@@ -273,8 +283,19 @@ class PostgresStore(SqlStore):
             raise self._closed_error()
         if self._pool is None:
             self._pool = await self._connect()
-        with self._errors("check"):
-            async with self._acquire(self._pool) as conn:
+        return await self._read_version(self._pool, "check")
+
+    async def _readable_version(self, pool: asyncpg.Pool) -> int:
+        """The applied version, which must be this Kestrel's: a reader migrates nothing."""
+        version = await self._read_version(pool, "open")
+        if version != SCHEMA_VERSION:
+            raise StoreError(f"{self._label}: {sql.version_problem(version, SCHEMA_VERSION)}")
+        return version
+
+    async def _read_version(self, pool: asyncpg.Pool, action: str) -> int:
+        """The applied version, read without creating anything (0 before any)."""
+        with self._errors(action):
+            async with self._acquire(pool) as conn:
                 table = await conn.fetchval(
                     "SELECT to_regclass(quote_ident($1) || '.schema_version')", self._schema
                 )
@@ -600,9 +621,13 @@ async def open_postgres(
     schema: str = "public",
     clock: Callable[[], datetime] | None = None,
     command_timeout: float = COMMAND_TIMEOUT,
+    read_only: bool = False,
 ) -> PostgresStore:
-    """Open the PostgreSQL store at ``dsn`` and bring its schema up to date."""
-    store = PostgresStore(dsn, schema=schema, clock=clock, command_timeout=command_timeout)
+    """Open the PostgreSQL store at ``dsn`` and bring its schema up to date (``read_only``:
+    check that it is, and write nothing)."""
+    store = PostgresStore(
+        dsn, schema=schema, clock=clock, command_timeout=command_timeout, read_only=read_only
+    )
     return await migrated(store)
 
 

@@ -608,6 +608,14 @@ def list_audit(clause: str, limit: int) -> str:
     )
 
 
+def version_problem(version: int, current: int) -> str:
+    """Why a store opened for reading refuses schema ``version`` (this Kestrel's is
+    ``current``), and what to do: a reader migrates nothing, so an older replica still
+    serving the store goes on unhindered."""
+    fix = "upgrade Kestrel to read it" if version > current else "run `kestrel db migrate` first"
+    return f"schema version {version}, this Kestrel reads {current}; {fix}"
+
+
 def foreign_problem(tables: Sequence[str], remedy: str) -> str:
     """Why a database holding ``tables`` and no Kestrel schema is no journal for Kestrel: they
     are another program's; ``remedy`` says what to name instead."""

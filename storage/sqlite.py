@@ -309,12 +309,7 @@ class SqliteStore(SqlStore):
         if version == 0:
             await self._refuse_foreign_on_reader()
         if version != SCHEMA_VERSION:
-            newer = version > SCHEMA_VERSION
-            fix = "upgrade Kestrel to read it" if newer else "run `kestrel db migrate` first"
-            raise StoreError(
-                f"{self._label}: schema version {version}, this Kestrel reads"
-                f" {SCHEMA_VERSION}; {fix}"
-            )
+            raise StoreError(f"{self._label}: {sql.version_problem(version, SCHEMA_VERSION)}")
         return version
 
     def _connect_empty(self) -> SqliteReader:

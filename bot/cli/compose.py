@@ -400,8 +400,8 @@ async def open_store(
 ) -> Store:
     """The store named by ``database``: a SQLite file, or a PostgreSQL URL.
 
-    ``read_only`` (SQLite): no migration, no write access and no write lock needed. ``clock``:
-    the runtime's (the store's own, the wall clock, by default).
+    ``read_only``: no migration and no write (SQLite: no write access and no write lock
+    needed either). ``clock``: the runtime's (the store's own, the wall clock, by default).
     """
     path = sqlite_file(settings.base_dir, settings.database)
     if path is not None:
@@ -419,8 +419,10 @@ async def open_store(
     dsn, schema = postgres_schema(settings.database)
     timeout = settings.database_timeout_seconds
     if clock is None:
-        return await open_postgres(dsn, schema=schema, command_timeout=timeout)
-    return await open_postgres(dsn, schema=schema, clock=clock, command_timeout=timeout)
+        return await open_postgres(dsn, schema=schema, command_timeout=timeout, read_only=read_only)
+    return await open_postgres(
+        dsn, schema=schema, clock=clock, command_timeout=timeout, read_only=read_only
+    )
 
 
 class SchemaCheck(msgspec.Struct, frozen=True):
@@ -462,7 +464,8 @@ def _unopened_store(settings: Settings) -> SqliteStore | PostgresStore:
             f"database: PostgreSQL needs asyncpg: {install_hint('postgres')}"
         ) from exc
     dsn, schema = postgres_schema(settings.database)
-    return PostgresStore(dsn, schema=schema, command_timeout=settings.database_timeout_seconds)
+    timeout = settings.database_timeout_seconds
+    return PostgresStore(dsn, schema=schema, command_timeout=timeout, read_only=True)
 
 
 @asynccontextmanager

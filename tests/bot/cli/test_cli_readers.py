@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sqlite3
@@ -10,11 +11,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import asyncpg
 import pytest
 
+from storage.postgres_schema import CREATE_VERSION_TABLE, SCHEMA_VERSION, migration_script
 from storage.sqlite import SqliteStore
 from tests.bot.cli.test_cli import ROOT, kestrel, one_line_error, write_config
 from tests.fakes.processes import KESTREL, SETPRIV, clean_env, unprivileged
+from tests.storage.conftest import postgres_dsn, postgres_schema
 
 
 @pytest.fixture
@@ -177,6 +181,40 @@ def test_a_reader_does_not_migrate_an_older_schema(tmp_path: Path) -> None:
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT MAX(version) FROM schema_version").fetchone() == (1,)
     conn.close()
+
+
+def test_a_reader_does_not_migrate_an_older_postgres_schema(tmp_path: Path) -> None:
+    # A store shared with replicas of the release before, which a migration takes out of
+    # service (their /readyz answers 503): reading it with the new release must not migrate.
+    dsn = postgres_dsn()
+    previous = SCHEMA_VERSION - 1
+
+    async def scenario() -> tuple[list[str], int, str]:
+        async with postgres_schema(dsn) as schema:
+            admin = await asyncpg.connect(dsn, server_settings={"search_path": schema})
+            try:
+                await admin.execute(CREATE_VERSION_TABLE)
+                for version in range(1, previous + 1):
+                    await admin.execute(migration_script(version))
+                    await admin.execute("INSERT INTO schema_version(version) VALUES ($1)", version)
+                write_config(tmp_path, database=f"{dsn}?schema={schema}")
+                said = []
+                for args in (("runs", "list"), ("runs", "pending"), ("audit",), ("replicas",)):
+                    result = await asyncio.to_thread(kestrel, tmp_path, *args)
+                    said.append(one_line_error(result))
+                applied = await admin.fetchval("SELECT MAX(version) FROM schema_version")
+                await asyncio.to_thread(kestrel, tmp_path, "db", "migrate")
+                listed = (await asyncio.to_thread(kestrel, tmp_path, "runs", "list")).stdout
+            finally:
+                await admin.close()
+        return said, applied, listed
+
+    said, applied, listed = asyncio.run(scenario())
+    for message in said:
+        assert f"schema version {previous}, this Kestrel reads" in message, message
+        assert "run `kestrel db migrate` first" in message, message
+    assert applied == previous
+    assert listed == "no runs\n"
 
 
 async def test_a_read_only_store_refuses_writes(journal: tuple[Path, str]) -> None:
