@@ -12,6 +12,11 @@ in 0.2.0: waiting on on-call), ``in_flight`` (the same, never resumed: running, 
 lapsed, its command's dispatch journaled and no result), ``chat`` (an approval left for later
 at ``kestrel chat``), ``finished`` and ``cancelled``. The demo runs replay the offline demo;
 the others the fixture's own catalog (``own.kestrel.yaml``).
+
+A run goes on only with the tool set it started with (its fingerprint): a change to what that
+holds (a built-in tool added, a demo tool's description) fails here, as a decision then says
+"not resumed here: the tool set changed" and waits for ``runs resume --force``. Such a change
+says so to teams under "Upgrading" in the CHANGELOG, and this test with it.
 """
 
 from __future__ import annotations
