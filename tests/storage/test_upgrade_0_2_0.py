@@ -3,8 +3,10 @@ resumes and ends as it would have in 0.2.0, and nothing in its journal or audit 
 rewritten.
 
 The stores are ``fixtures/store_0_2_0/``, made by commit 00ed9c65 (the last whose
-``__version__`` is 0.2.0; schema version 7) with its own ``kestrel``, by ``make.py`` there (its
-docstring says how): ``kestrel.db`` (SQLite) and ``postgres.json`` (the same runs made on
+``__version__`` is 0.2.0, which a clone installed then called itself; schema version 7, past
+the release's 6, whose runs with a catalog command wait for ``--force`` after an upgrade: the
+CHANGELOG's "Upgrading") with its own ``kestrel``, by ``make.py`` there (its docstring says
+how): ``kestrel.db`` (SQLite) and ``postgres.json`` (the same runs made on
 PostgreSQL, every table's rows). They hold, by name (``runs.json``): ``approve`` (waiting on an
 approval), ``question`` (on ``ask_human_confirm``), ``cancel`` (an approval, to be cancelled),
 ``plan`` (a plan of two deploys), ``effect`` (a migration whose process was SIGKILLed, resumed
