@@ -27,6 +27,7 @@ DATABASE_TIMEOUT_SETTING: Final = "database_timeout_seconds"
 POSTGRES_SCHEMES: Final = ("postgres://", "postgresql://")
 # Settings derived from where the configuration file is, so never read from it or a variable.
 DERIVED_SETTINGS: Final = frozenset({"base_dir", "config_file"})
+# A key a variable can name (``KESTREL_A__B``): not an index, a tool's name nor ``*``.
 _SETTING_NAME: Final = on_use(r"[a-z_][a-z0-9_]*")
 # Settings whose variable is not KESTREL_<KEY>: the variable's name, by setting.
 SETTING_VARIABLES: Final = {
@@ -365,10 +366,11 @@ def _refuse_unexpanded(path: Path, data: dict[str, Any]) -> None:
     if found is None:
         return
     key, value = found
+    variable = setting_variable(key)
+    instead = f", or set {variable} in the environment or {ENV_FILE} (it overrides the file)"
     raise ConfigError(
         f"{path}: {'.'.join(key)}: {value!r} is a variable, which {path.name} does not expand:"
-        f" write the value itself, or set {setting_variable(key)} in the environment or {ENV_FILE}"
-        " (it overrides the file)"
+        f" write the value itself{instead if variable else ''}"
     )
 
 
@@ -393,12 +395,15 @@ def _unexpanded_variable(value: Any, key: tuple[str, ...]) -> tuple[tuple[str, .
 
 def setting_variable(key: tuple[str, ...]) -> str:
     """The variable that sets the setting at ``key`` (``database``: KESTREL_DATABASE_URL), or
-    the nearest section holding it (a list or a mapping of tool names is set whole, as JSON)."""
+    the nearest section holding it (a list or a mapping of tool names is set whole, as JSON);
+    "" for a key no variable can name."""
     names: list[str] = []
     for part in key:
         if not _SETTING_NAME.fullmatch(part):
             break
         names.append(part)
+    if not names:
+        return ""
     if len(names) == 1 and names[0] in SETTING_VARIABLES:
         return SETTING_VARIABLES[names[0]]
     return ENV_PREFIX + "__".join(names).upper()

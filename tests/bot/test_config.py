@@ -252,6 +252,17 @@ def test_a_value_written_as_a_variable_is_refused_naming_the_one_that_sets_it(
     assert list(tmp_path.iterdir()) == [path]
 
 
+def test_a_variable_under_a_key_no_variable_names_is_refused_as_such(tmp_path: Path) -> None:
+    path = tmp_path / "kestrel.yaml"
+    path.write_text("'Model': {name: $MODEL}\n")
+    with pytest.raises(ConfigError) as caught:
+        load_settings(str(path))
+    assert str(caught.value).endswith(
+        "kestrel.yaml: Model.name: '$MODEL' is a variable, which kestrel.yaml does not expand:"
+        " write the value itself"
+    )
+
+
 @pytest.mark.parametrize(
     "text", ["model: {name: gpt-$4}\n", "database: 'kestrel-$(date).db'\n", "database: $\n"]
 )
