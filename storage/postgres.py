@@ -142,7 +142,8 @@ class _AppendQueue:
 
 class _Acquired:
     """``async with`` a pooled connection, as asyncpg's own acquire; a wait for one that
-    runs out while every connection is in use says so, not that the server was silent."""
+    runs out while every connection is in use says so, not that the server was silent; a
+    release that fails fails no statement."""
 
     __slots__ = ("_conn", "_pool", "_timeout")
 
@@ -175,7 +176,13 @@ class _Acquired:
             # Stopped: the release goes on by itself. Waited for, a silent server held the
             # stop a statement's whole timeout, and its failure then replaced the cancel.
             return
-        await asyncio.shield(releasing)
+        try:
+            await asyncio.shield(releasing)
+        except _DRIVER_ERRORS:
+            # The statements ended before it, and what they did (or the error they raised) is
+            # the caller's answer: a connection the server closed as it answered fails the
+            # release ("a free connection holder"), and one asyncpg cannot take back it drops.
+            return
 
 
 class SchemaNameError(StoreError, ValueError):

@@ -6,8 +6,11 @@ until ``restore()``; ``hold()`` keeps every connection open but passes no byte e
 stalled network, a half-open connection) until ``restore()``; ``lose_commit_reply(marker)``
 lets the next transaction whose statements carry ``marker`` commit, then drops the server's
 answer to its ``COMMIT`` and the connection with it (the commit landed; the client never learns),
-and with ``then_cut`` cuts every connection as it does; ``slow(seconds)`` holds each chunk of
-the server's answers that long before passing it on (a store that answers, slowly).
+and with ``then_cut`` cuts every connection as it does; ``close_after_reply(marker)`` passes
+the server's answer to the next statement carrying ``marker``, then closes that connection (a
+backend terminated as it answered: ``pg_terminate_backend``, a pooler restarting);
+``slow(seconds)`` holds each chunk of the server's answers that long before passing it on (a
+store that answers, slowly).
 """
 
 from __future__ import annotations
@@ -42,6 +45,10 @@ class TcpProxy:
         self._losing: asyncio.StreamWriter | None = None
         self._cut_after_loss = False
         self.replies_lost = 0
+        # ``close_after_reply``: the marker looked for, and the connection that sent it.
+        self._close_marker = b""
+        self._closing: asyncio.StreamWriter | None = None
+        self.closed_after_reply = 0
         self.latency = 0.0  # ``slow``: seconds each chunk of the server's answers is held
 
     async def __aenter__(self) -> TcpProxy:
@@ -78,6 +85,11 @@ class TcpProxy:
         store gone as it committed)."""
         self._marker = marker
         self._cut_after_loss = then_cut
+
+    def close_after_reply(self, marker: bytes) -> None:
+        """Pass the answer to the next statement sent carrying ``marker``, then close that
+        connection (once, then forward as before)."""
+        self._close_marker = marker
 
     def slow(self, seconds: float) -> None:
         """Hold each chunk the server sends ``seconds`` before passing it on (0: at once)."""
@@ -139,6 +151,10 @@ class TcpProxy:
                 await self._flowing.wait()
                 if sent:
                     self._watch_for_commit(data, client)
+                    self._watch_for_close(data, client)
+                elif self._closing is client:
+                    await self._close_after(data, client)
+                    return
                 elif self._losing is client:
                     self._lose(client)
                     return
@@ -158,6 +174,19 @@ class TcpProxy:
             self._marked = client
         if self._marked is client and b"COMMIT" in data:
             self._marker, self._marked, self._losing = b"", None, client
+
+    def _watch_for_close(self, data: bytes, client: asyncio.StreamWriter) -> None:
+        """``close_after_reply``: note the connection that sent the marker."""
+        if self._close_marker and self._close_marker in data:
+            self._close_marker, self._closing = b"", client
+
+    async def _close_after(self, data: bytes, client: asyncio.StreamWriter) -> None:
+        """Pass the server's answer, then close the connection as the server would."""
+        self._closing = None
+        self.closed_after_reply += 1
+        client.write(data)
+        await client.drain()
+        client.close()
 
     def _lose(self, client: asyncio.StreamWriter) -> None:
         """The server answered the COMMIT: drop the answer and the connection (its server side

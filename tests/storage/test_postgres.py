@@ -720,3 +720,27 @@ async def test_refused_login_names_the_host_and_user_not_the_password(dsn: str) 
     assert (urlsplit(dsn).hostname or "localhost") in message
     assert SECRET not in message
     assert "\n" not in message
+
+
+async def test_an_append_the_server_answered_as_it_closed_the_connection_landed(
+    dsn: str, schema: str
+) -> None:
+    # pg_terminate_backend (a failover, a pooler restarting) right after a statement: its
+    # answer arrives, then the connection closes before asyncpg's pool takes it back, and the
+    # release failed ("called on a free connection holder"). The append had committed, and was
+    # said to have failed: a run stopped as if its journal could not be written, and a command
+    # whose dispatch record had landed was taken for one of unknown outcome.
+    async with TcpProxy(urlsplit(dsn).port or 5432) as proxy:
+        store = PostgresStore(proxied(dsn, proxy), schema=schema, command_timeout=GUARD)
+        await store.migrate()
+        try:
+            await store.ensure_session(Session(id="s1"))
+            epoch = await store.create_run(RunRecord(id="run_1", session_id="s1"), "w1", 30)
+            proxy.close_after_reply(b"answered-then-closed")
+            entry = UserMessageEntry(text="answered-then-closed")
+            await store.append("run_1", 0, epoch, entry)
+
+            assert proxy.closed_after_reply == 1
+            assert [record.entry for record in await store.load("run_1")] == [entry]
+        finally:
+            await store.close()
