@@ -68,6 +68,17 @@ _DRIVER_ERRORS: Final = (
     TimeoutError,
 )
 
+# What a statement raises when its connection was lost under it: the server closed it (a
+# backend terminated, a pooler restarting), closed it while it sat in the pool (asyncpg then
+# fails the next statement on it), or a transaction's end found it closed. The server may
+# answer on another connection at once.
+_LOST: Final = (
+    asyncpg.PostgresConnectionError,
+    asyncpg.AdminShutdownError,
+    asyncpg.InterfaceError,
+    asyncpg.exceptions.InternalClientError,
+)
+
 # One statement, so one round trip and one implicit transaction: the row lands only if the
 # epoch is the run's current one and the seq is the next free one, and the run's status moves
 # with it. The row lock on ``runs`` orders the append against a concurrent ``claim``: whichever
@@ -365,17 +376,32 @@ class PostgresStore(SqlStore):
         params = (run_id, seq, epoch, entry.kind, body, at, status, reason, releases)
         beside = beside_entry(run_id, entry, lambda: at, self._stamp)
         with self._errors("append"):
-            async with self._acquire(pool) as conn:
-                if beside:
-                    landed = await _append_with(conn, params, beside)
-                else:
-                    landed = await conn.fetchval(_APPEND, *params)
-                if landed:
-                    return
-                row = await conn.fetchrow(_DIAGNOSE_APPEND, run_id, seq)
+            try:
+                landed, row = await self._append_once(pool, params, beside)
+            except _LOST:
+                # Its connection was lost under it (a backend terminated, a pooler restarting),
+                # committed or not: the same entry at the same seq is the same append (landed,
+                # the diagnosis finds it there), and a claim since fences it. Once more, then,
+                # on another connection, rather than stopping the run for a lease.
+                landed, row = await self._append_once(pool, params, beside)
+        if landed:
+            return
         error = diagnose(run_id, seq, epoch, body, row)
         if error is not None:
             raise error
+
+    async def _append_once(
+        self, pool: asyncpg.Pool, params: Sequence[Any], beside: Sequence[Step]
+    ) -> tuple[bool, Any]:
+        """One try of an append: whether it landed, and if not the row that says why."""
+        async with self._acquire(pool) as conn:
+            if beside:
+                landed = await _append_with(conn, params, beside)
+            else:
+                landed = bool(await conn.fetchval(_APPEND, *params))
+            if landed:
+                return True, None
+            return False, await conn.fetchrow(_DIAGNOSE_APPEND, params[0], params[1])
 
     # -- work: wake-ups ----------------------------------------------------------------------
 

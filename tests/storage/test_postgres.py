@@ -20,11 +20,14 @@ from bot.domain import (
     Request,
     RequestKind,
     RequestStatus,
+    RunStatus,
     Session,
+    StopReason,
+    TerminalResult,
     ToolOutcome,
 )
 from bot.errors import StaleEpoch, StoreError, UnknownRun
-from bot.journal.entries import ToolResultEntry, UserMessageEntry
+from bot.journal.entries import RunEnded, ToolResultEntry, UserMessageEntry
 from bot.records import RunRecord
 from storage.postgres import PostgresStore, _cause, _migration_lock_key, open_postgres
 from storage.postgres_schema import CREATE_VERSION_TABLE, SCHEMA_VERSION, migration_script
@@ -742,5 +745,70 @@ async def test_an_append_the_server_answered_as_it_closed_the_connection_landed(
 
             assert proxy.closed_after_reply == 1
             assert [record.entry for record in await store.load("run_1")] == [entry]
+        finally:
+            await store.close()
+
+
+async def test_an_append_whose_backend_was_terminated_under_it_lands_once(
+    dsn: str, schema: str
+) -> None:
+    # pg_terminate_backend (a failover, a pooler restarting, an operator) while an append ran:
+    # the store said the append failed, and the run's task stopped, to be adopted a lease later,
+    # with the command whose result it was writing left for on-call as one of unknown outcome.
+    # The server answers on a new connection, and the same entry at the same seq is the same
+    # append, landed or not: it is written again, once.
+    app = f"kt_terminated_{uuid.uuid4().hex[:8]}"
+    store = PostgresStore(f"{dsn}?application_name={app}", schema=schema, command_timeout=GUARD)
+    await store.migrate()
+    admin = await asyncpg.connect(dsn, server_settings={"search_path": schema})
+    key = int.from_bytes(uuid.uuid4().bytes[:7], "big")  # advisory locks are database-wide
+    try:
+        await store.ensure_session(Session(id="s1"))
+        epoch = await store.create_run(RunRecord(id="run_1", session_id="s1"), "w1", 30)
+        # The append waits, in the server, on a lock the test holds: the moment to end it.
+        await admin.execute(f"""
+            CREATE FUNCTION held() RETURNS trigger AS $$
+            BEGIN PERFORM pg_advisory_xact_lock({key}); RETURN NEW; END $$ LANGUAGE plpgsql;
+            CREATE TRIGGER held BEFORE INSERT ON journal FOR EACH ROW EXECUTE FUNCTION held();
+            SELECT pg_advisory_lock({key});
+        """)
+        entry = UserMessageEntry(text="under way")
+        appending = asyncio.ensure_future(store.append("run_1", 0, epoch, entry))
+        waiting = (
+            "SELECT pid FROM pg_locks JOIN pg_stat_activity USING (pid) WHERE NOT granted"
+            " AND locktype = 'advisory' AND application_name = $1"
+        )
+        pid = await until(lambda: admin.fetchval(waiting, app), timeout=GUARD)
+        assert await admin.fetchval("SELECT pg_terminate_backend($1)", pid)
+        await admin.execute(f"SELECT pg_advisory_unlock({key})")
+
+        await asyncio.wait_for(appending, GUARD)
+
+        assert [record.entry for record in await store.load("run_1")] == [entry]
+    finally:
+        await admin.close()
+        await store.close()
+
+
+async def test_an_append_whose_commit_answer_was_lost_is_found_landed_not_written_twice(
+    dsn: str, schema: str
+) -> None:
+    # The other side of writing an append again: its first try had committed.
+    async with TcpProxy(urlsplit(dsn).port or 5432) as proxy:
+        store = PostgresStore(proxied(dsn, proxy), schema=schema, command_timeout=GUARD)
+        await store.migrate()
+        try:
+            await store.ensure_session(Session(id="s1"))
+            epoch = await store.create_run(RunRecord(id="run_1", session_id="s1"), "w1", 30)
+            await store.append("run_1", 0, epoch, UserMessageEntry(text="hello"))
+            ended = RunEnded(
+                result=TerminalResult(status=RunStatus.COMPLETED, stop_reason=StopReason.ANSWERED)
+            )
+            proxy.lose_commit_reply(b"run_ended")
+
+            await store.append("run_1", 1, epoch, ended)
+
+            assert proxy.replies_lost == 1
+            assert [record.entry for record in await store.load("run_1")][1:] == [ended]
         finally:
             await store.close()
