@@ -218,6 +218,14 @@ def decide(
             raise Failure(said)
         if decided.resumed is not None:
             await chat.wait(decided.resumed)
+            if decided.resumed.error:
+                # Its task stopped on the store: the run is no longer "running" anywhere, and
+                # the decision, recorded, is not undone by this failure.
+                raise Failure(
+                    f"{decided.message}; run {run_id} stopped here: {decided.resumed.error};"
+                    f" it goes on from its journal when resumed (kestrel runs resume {run_id})"
+                    " or adopted by a replica"
+                )
         elif not await chat.ended(run_id):
             obj = await run_object(rt, run_id)
             return "\n".join([decided.message, *waiting_lines(obj, actor.user, rt.policy.settings)])

@@ -11,6 +11,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+import asyncpg
 import msgspec
 import pytest
 
@@ -220,3 +221,46 @@ async def test_a_work_taker_stopped_while_the_store_is_silent_says_nothing_of_tr
             await store.close()
             await unused.close()
     assert "trying again" not in caplog.text, caplog.text
+
+
+DEPLOY = [
+    {"text": "deploying", "calls": [{"name": "deploy", "arguments": {"name": "$PROMPT"}}]},
+    {"text": "deployed"},
+]
+
+
+async def test_an_approval_whose_run_the_store_then_stops_says_so(
+    cluster: Callable[..., Cluster],
+) -> None:
+    # The decision landed, then the run's next append failed (a disk full on the server): the
+    # run's task stopped, and `runs approve` said "recorded; run … is now running: deploying",
+    # exit 0, of a run nothing drove any more.
+    c = cluster(DEPLOY)
+    deferred = await asyncio.to_thread(c.kestrel, "run", "--defer", "--json", "a0")
+    assert deferred.returncode == 3, deferred.stderr
+    run = json.loads(deferred.stdout)
+    (request,) = run["requests"]
+    conn = await asyncpg.connect(DSN, server_settings={"search_path": c.schema})
+    try:
+        await conn.execute("""
+            CREATE FUNCTION no_space() RETURNS trigger AS $$ BEGIN
+              RAISE EXCEPTION USING ERRCODE = 'disk_full',
+                MESSAGE = 'could not extend file: No space left on device';
+            END $$ LANGUAGE plpgsql;
+            CREATE TRIGGER no_space BEFORE INSERT ON journal FOR EACH ROW
+              WHEN (NEW.kind = 'answer_supplied') EXECUTE FUNCTION no_space();
+        """)
+    finally:
+        await conn.close()
+
+    approved = await asyncio.to_thread(
+        c.kestrel, "runs", "approve", run["run_id"], request["id"], "--as", "U0APPROVER"
+    )
+
+    assert approved.returncode == 2, approved.stdout
+    said = approved.stderr.strip()
+    assert said.startswith(f"kestrel: recorded; run {run['run_id']} stopped here: "), said
+    assert "append failed: could not extend file: No space left on device" in said
+    assert f"kestrel runs resume {run['run_id']}" in said
+    assert approved.stdout == ""
+    assert c.effects() == []
