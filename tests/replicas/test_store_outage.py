@@ -8,6 +8,7 @@ import json
 import subprocess
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -264,3 +265,46 @@ async def test_an_approval_whose_run_the_store_then_stops_says_so(
     assert f"kestrel runs resume {run['run_id']}" in said
     assert approved.stdout == ""
     assert c.effects() == []
+
+
+async def test_a_backend_terminated_as_a_command_is_dispatched_costs_the_run_nothing(
+    cluster: Callable[..., Cluster], schema: str
+) -> None:
+    # pg_terminate_backend (a failover, PgBouncer restarting) as the replica journaled that it
+    # runs the command: the run stopped ("append failed: connection was closed in the middle
+    # of operation"), waited to be adopted, and went on under a new claim.
+    app = f"kr_terminated_{uuid.uuid4().hex[:8]}"
+    c = cluster(ONE_EFFECT, database=f"{DSN}?application_name={app}&schema={schema}")
+    c.start_replica()
+    store = await store_of(c.schema)
+    admin = await asyncpg.connect(DSN, server_settings={"search_path": c.schema})
+    key = int.from_bytes(uuid.uuid4().bytes[:7], "big")  # advisory locks are database-wide
+    try:
+        # The dispatch record waits, in the server, on a lock the test holds.
+        await admin.execute(f"""
+            CREATE FUNCTION held() RETURNS trigger AS $$
+            BEGIN PERFORM pg_advisory_xact_lock({key}); RETURN NEW; END $$ LANGUAGE plpgsql;
+            CREATE TRIGGER held BEFORE INSERT ON journal FOR EACH ROW
+              WHEN (NEW.kind = 'tool_dispatched') EXECUTE FUNCTION held();
+            SELECT pg_advisory_lock({key});
+        """)
+        run_id = await submit(store, "d0")
+        waiting = (
+            "SELECT pid FROM pg_locks JOIN pg_stat_activity USING (pid) WHERE NOT granted"
+            " AND locktype = 'advisory' AND application_name = $1"
+        )
+        pid = await until(lambda: admin.fetchval(waiting, app))
+        assert await admin.fetchval("SELECT pg_terminate_backend($1)", pid)
+        await admin.execute(f"SELECT pg_advisory_unlock({key})")
+
+        async def completed() -> bool:
+            return (await statuses(store, [run_id])).get(run_id) is RunStatus.COMPLETED
+
+        await until(completed)
+        assert c.effects() == ["effect d0"]
+        records = await store.load(run_id)
+        assert [r.seq for r in records] == list(range(len(records)))
+        assert {r.epoch for r in records} == {1}  # never stopped, never adopted
+    finally:
+        await admin.close()
+        await store.close()
