@@ -21,6 +21,7 @@ from bot.journal.fold import fold
 from bot.replica.work import WorkTaker
 from bot.run.supervisor import Supervisor
 from storage.postgres import PostgresStore
+from tests.fakes.held_backend import HeldBackend
 from tests.fakes.processes import KESTREL
 from tests.fakes.runtime import make_runtime
 from tests.fakes.serving import free_port
@@ -278,24 +279,11 @@ async def test_a_backend_terminated_as_a_command_is_dispatched_costs_the_run_not
     c.start_replica()
     store = await store_of(c.schema)
     admin = await asyncpg.connect(DSN, server_settings={"search_path": c.schema})
-    key = int.from_bytes(uuid.uuid4().bytes[:7], "big")  # advisory locks are database-wide
     try:
-        # The dispatch record waits, in the server, on a lock the test holds.
-        await admin.execute(f"""
-            CREATE FUNCTION held() RETURNS trigger AS $$
-            BEGIN PERFORM pg_advisory_xact_lock({key}); RETURN NEW; END $$ LANGUAGE plpgsql;
-            CREATE TRIGGER held BEFORE INSERT ON journal FOR EACH ROW
-              WHEN (NEW.kind = 'tool_dispatched') EXECUTE FUNCTION held();
-            SELECT pg_advisory_lock({key});
-        """)
+        held = HeldBackend(admin, app)
+        await held.hold("journal", "NEW.kind = 'tool_dispatched'")
         run_id = await submit(store, "d0")
-        waiting = (
-            "SELECT pid FROM pg_locks JOIN pg_stat_activity USING (pid) WHERE NOT granted"
-            " AND locktype = 'advisory' AND application_name = $1"
-        )
-        pid = await until(lambda: admin.fetchval(waiting, app))
-        assert await admin.fetchval("SELECT pg_terminate_backend($1)", pid)
-        await admin.execute(f"SELECT pg_advisory_unlock({key})")
+        await held.terminate()
 
         async def completed() -> bool:
             return (await statuses(store, [run_id])).get(run_id) is RunStatus.COMPLETED

@@ -31,6 +31,7 @@ from bot.journal.entries import RunEnded, ToolResultEntry, UserMessageEntry
 from bot.records import RunRecord
 from storage.postgres import PostgresStore, _cause, _migration_lock_key, open_postgres
 from storage.postgres_schema import CREATE_VERSION_TABLE, SCHEMA_VERSION, migration_script
+from tests.fakes.held_backend import HeldBackend
 from tests.fakes.serving import free_port
 from tests.fakes.tcp_proxy import TcpProxy
 from tests.fakes.waiting import until
@@ -761,26 +762,14 @@ async def test_an_append_whose_backend_was_terminated_under_it_lands_once(
     store = PostgresStore(f"{dsn}?application_name={app}", schema=schema, command_timeout=GUARD)
     await store.migrate()
     admin = await asyncpg.connect(dsn, server_settings={"search_path": schema})
-    key = int.from_bytes(uuid.uuid4().bytes[:7], "big")  # advisory locks are database-wide
     try:
         await store.ensure_session(Session(id="s1"))
         epoch = await store.create_run(RunRecord(id="run_1", session_id="s1"), "w1", 30)
-        # The append waits, in the server, on a lock the test holds: the moment to end it.
-        await admin.execute(f"""
-            CREATE FUNCTION held() RETURNS trigger AS $$
-            BEGIN PERFORM pg_advisory_xact_lock({key}); RETURN NEW; END $$ LANGUAGE plpgsql;
-            CREATE TRIGGER held BEFORE INSERT ON journal FOR EACH ROW EXECUTE FUNCTION held();
-            SELECT pg_advisory_lock({key});
-        """)
+        held = HeldBackend(admin, app)
+        await held.hold("journal")
         entry = UserMessageEntry(text="under way")
         appending = asyncio.ensure_future(store.append("run_1", 0, epoch, entry))
-        waiting = (
-            "SELECT pid FROM pg_locks JOIN pg_stat_activity USING (pid) WHERE NOT granted"
-            " AND locktype = 'advisory' AND application_name = $1"
-        )
-        pid = await until(lambda: admin.fetchval(waiting, app), timeout=GUARD)
-        assert await admin.fetchval("SELECT pg_terminate_backend($1)", pid)
-        await admin.execute(f"SELECT pg_advisory_unlock({key})")
+        await held.terminate()
 
         await asyncio.wait_for(appending, GUARD)
 
