@@ -615,6 +615,7 @@ class PostgresStore(SqlStore):
 
     def _failure(self, action: str, exc: Exception) -> StoreError:
         """A driver error as a ``StoreError`` naming the server, the action and the cause."""
+        exc = _first_failure(exc)
         if isinstance(exc, TimeoutError) and not str(exc):
             # A statement, or a connection being opened for it, ran out of time.
             return StoreError(self._message(action, self._timed_out(action)))
@@ -753,6 +754,16 @@ def _secrets(dsn: str) -> frozenset[str]:
     found = {password, *parse_qs(urlsplit(f"postgresql://{rest}").query).get("password", [])}
     found |= {unquote(secret) for secret in found}
     return frozenset(secret for secret in found if secret)
+
+
+def _first_failure(exc: Exception) -> Exception:
+    """The failure ``exc`` met again: a transaction's end on a connection lost under it says
+    only that the connection is closed (asyncpg's ``Transaction.__aexit__``), the loss itself,
+    why it closed, being what it was raised in."""
+    context = exc.__context__
+    if isinstance(exc, asyncpg.InterfaceError) and isinstance(context, _DRIVER_ERRORS):
+        return context
+    return exc
 
 
 def _cause(exc: BaseException) -> str:

@@ -801,3 +801,31 @@ async def test_an_append_whose_commit_answer_was_lost_is_found_landed_not_writte
             assert [record.entry for record in await store.load("run_1")][1:] == [ended]
         finally:
             await store.close()
+
+
+async def test_a_transaction_whose_backend_was_terminated_says_why(dsn: str, schema: str) -> None:
+    # Its end found the connection closed, and asyncpg's words for that replaced the cause:
+    # "create_run failed: cannot call Transaction.__aexit__(): the underlying connection is
+    # closed", which reads as a bug of Kestrel's, not as an operator ending the session.
+    app = f"kt_terminated_{uuid.uuid4().hex[:8]}"
+    store = PostgresStore(f"{dsn}?application_name={app}", schema=schema, command_timeout=GUARD)
+    await store.migrate()
+    admin = await asyncpg.connect(dsn, server_settings={"search_path": schema})
+    try:
+        await store.ensure_session(Session(id="s1"))
+        held = HeldBackend(admin, app)
+        await held.hold("runs")
+        creating = asyncio.ensure_future(
+            store.create_run(RunRecord(id="run_1", session_id="s1"), "w1", 30)
+        )
+        await held.terminate()
+
+        with pytest.raises(StoreError) as caught:
+            await asyncio.wait_for(creating, GUARD)
+
+        said = str(caught.value)
+        assert "create_run failed: " in said
+        assert "terminating connection due to administrator command" in said, said
+    finally:
+        await admin.close()
+        await store.close()
