@@ -75,7 +75,8 @@ class WorkTaker:
                     await asyncio.wait_for(self._stopping.wait(), self.poll)
                 continue
             if unreachable:
-                log.info("work: the store answers again")
+                # At the failure's level: a blip (a connection ended) shows no other line.
+                log.warning("work: the store answers again")
                 unreachable = False
             if not items:
                 with contextlib.suppress(StoreError):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import subprocess
 import urllib.error
 import urllib.request
@@ -223,6 +224,39 @@ async def test_a_work_taker_stopped_while_the_store_is_silent_says_nothing_of_tr
             await store.close()
             await unused.close()
     assert "trying again" not in caplog.text, caplog.text
+
+
+async def test_a_work_taker_whose_heartbeat_was_cut_says_when_the_store_answers_again(
+    schema: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A backend terminated under the heartbeat (a failover, PgBouncer restarting): the taker
+    # warned "the store failed, trying again every poll", and said the store answered again
+    # at info, which `serve` (at warning) never shows: the failure read as never mended.
+    caplog.set_level(logging.WARNING)
+    app = f"kr_terminated_{uuid.uuid4().hex[:8]}"
+    store = PostgresStore(f"{DSN}?application_name={app}", schema=schema)
+    await store.migrate()
+    admin = await asyncpg.connect(DSN, server_settings={"search_path": schema})
+    rt, _ = await make_runtime(tmp_path / "kestrel.db", [])
+    unused, rt = rt.store, msgspec.structs.replace(rt, store=store)
+    taker = WorkTaker(Supervisor(rt), store, poll=0.05)
+    taking = None
+    try:
+        held = HeldBackend(admin, app)
+        await held.hold("replicas")
+        taking = asyncio.ensure_future(taker.run())
+        await held.terminate()
+
+        await until(lambda: "work: the store answers again" in caplog.text, timeout=10)
+
+        assert caplog.text.count("work: the store failed, trying again every poll") == 1
+    finally:
+        taker.stop()
+        if taking is not None:
+            await asyncio.wait({taking}, timeout=15)
+        await admin.close()
+        await store.close()
+        await unused.close()
 
 
 DEPLOY = [
