@@ -318,7 +318,8 @@ def _job(work: Callable[..., Awaitable[object]]) -> Callable[..., Awaitable[None
             failing = True
             return
         if failing:
-            log.info("scheduler: %s works again", name)
+            # At the failure's level: a blip (a connection ended) shows no other line.
+            log.warning("scheduler: %s works again", name)
         failing = False
 
     return job

@@ -565,6 +565,28 @@ async def test_a_job_under_way_at_shutdown_stops_without_a_traceback(
     assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
 
 
+async def test_a_job_the_store_failed_says_at_the_same_level_when_it_works_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A sweep on a connection a failover ended: "sweep failed, trying again at its next time"
+    # was a warning and "works again" info, which `serve` (at warning) never shows.
+    caplog.set_level(logging.WARNING)
+    tries: list[int] = []
+
+    async def sweep() -> None:
+        tries.append(len(tries))
+        if len(tries) == 1:
+            raise StoreError("PostgreSQL …: list_requests failed: connection was closed")
+
+    job = _job(sweep)
+    await job()
+    await job()
+
+    said = [record.getMessage() for record in caplog.records]
+    assert said[0].startswith("scheduler: sweep failed, trying again at its next time: ")
+    assert said[1:] == ["scheduler: sweep works again"]
+
+
 async def test_a_partial_approval_that_lands_as_a_cancel_ends_the_run_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
