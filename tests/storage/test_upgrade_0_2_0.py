@@ -5,11 +5,12 @@ rewritten.
 The stores are ``fixtures/store_0_2_0/``, made by commit 00ed9c65 (the last whose
 ``__version__`` is 0.2.0, which a clone installed then called itself; schema version 7, past
 the release's 6, whose runs with a catalog command wait for ``--force`` after an upgrade: the
-CHANGELOG's "Upgrading") with its own ``kestrel``, by ``make.py`` there (its docstring says
-how): ``kestrel.db`` (SQLite) and ``postgres.json`` (the same runs made on
-PostgreSQL, every table's rows). They hold, by name (``runs.json``): ``approve`` (waiting on an
-approval), ``question`` (on ``ask_human_confirm``), ``cancel`` (an approval, to be cancelled),
-``plan`` (a plan of two deploys), ``effect`` (a migration whose process was SIGKILLed, resumed
+CHANGELOG's "Upgrading", which ``test_upgrade_0_2_0_release.py`` pins) with its own
+``kestrel``, by ``make.py`` there (its docstring says how): ``kestrel.db`` (SQLite) and
+``postgres.json`` (the same runs made on PostgreSQL, every table's rows). They hold, by name
+(``runs.json``): ``approve`` (waiting on an approval), ``question`` (on
+``ask_human_confirm``), ``cancel`` (an approval, to be cancelled), ``plan`` (a plan of two
+deploys), ``effect`` (a migration whose process was SIGKILLed, resumed
 in 0.2.0: waiting on on-call), ``in_flight`` (the same, never resumed: running, its lease
 lapsed, its command's dispatch journaled and no result), ``chat`` (an approval left for later
 at ``kestrel chat``), ``finished`` and ``cancelled``. The demo runs replay the offline demo;
@@ -36,7 +37,8 @@ from typing import Any
 import asyncpg
 import pytest
 
-from storage.postgres_schema import CREATE_VERSION_TABLE, migration_script
+from storage import sqlite_schema
+from storage.postgres_schema import CREATE_VERSION_TABLE, SCHEMA_VERSION, migration_script
 from tests.bot.cli.test_cli import kestrel, one_line_error
 from tests.storage.conftest import postgres_dsn, postgres_schema
 
@@ -56,6 +58,8 @@ class Upgrade:
     folder: Path
     runs: dict[str, list[str]]
     rows: Callable[[str], Rows]
+    made_at: int  # the schema version the store was made at
+    current: int  # the one this release migrates it to
 
     def run(self, *args: str, stdin: str = "") -> Any:
         """This release's ``kestrel`` in the folder."""
@@ -73,10 +77,11 @@ class Upgrade:
         return [row[3] for row in self.rows("journal") if row[0] == run_id]
 
 
-def configured(folder: Path, database: str | None = None) -> None:
-    """The fixture's configuration in ``folder`` (naming ``database`` if given)."""
+def configured(folder: Path, database: str | None = None, fixture: Path = FIXTURE) -> None:
+    """The fixture's configuration in ``folder`` (naming ``database`` if given): ``fixture``'s
+    own files, and ``FIXTURE``'s where it has none."""
     for name in CONFIGS:
-        shutil.copy(FIXTURE / name, folder / name)
+        shutil.copy(fixture / name if (fixture / name).exists() else FIXTURE / name, folder / name)
     if database is None:
         return
     for name in ("kestrel.yaml", "own.kestrel.yaml"):
@@ -86,9 +91,11 @@ def configured(folder: Path, database: str | None = None) -> None:
 
 
 @asynccontextmanager
-async def sqlite_upgrade(tmp_path: Path) -> AsyncIterator[Upgrade]:
-    configured(tmp_path)
-    shutil.copy(FIXTURE / "kestrel.db", tmp_path / "kestrel.db")
+async def sqlite_upgrade(
+    tmp_path: Path, fixture: Path = FIXTURE, made_at: int = MADE_AT
+) -> AsyncIterator[Upgrade]:
+    configured(tmp_path, fixture=fixture)
+    shutil.copy(fixture / "kestrel.db", tmp_path / "kestrel.db")
 
     def rows(table: str) -> Rows:
         with sqlite3.connect(tmp_path / "kestrel.db") as conn:
@@ -96,18 +103,21 @@ async def sqlite_upgrade(tmp_path: Path) -> AsyncIterator[Upgrade]:
         conn.close()
         return found
 
-    yield Upgrade(tmp_path, json.loads((FIXTURE / "runs.json").read_text()), rows)
+    runs = json.loads((fixture / "runs.json").read_text())
+    yield Upgrade(tmp_path, runs, rows, made_at, sqlite_schema.SCHEMA_VERSION)
 
 
 @asynccontextmanager
-async def postgres_upgrade(tmp_path: Path) -> AsyncIterator[Upgrade]:
+async def postgres_upgrade(
+    tmp_path: Path, fixture: Path = FIXTURE, made_at: int = MADE_AT
+) -> AsyncIterator[Upgrade]:
     dsn = postgres_dsn()
-    made = json.loads((FIXTURE / "postgres.json").read_text())
+    made = json.loads((fixture / "postgres.json").read_text())
     async with postgres_schema(dsn) as schema:
         admin = await asyncpg.connect(dsn, server_settings={"search_path": schema})
         try:
-            await restored(admin, made["rows"])
-            configured(tmp_path, f"{dsn}?schema={schema}")
+            await restored(admin, made["rows"], made_at)
+            configured(tmp_path, f"{dsn}?schema={schema}", fixture)
             loop = asyncio.get_running_loop()
 
             def rows(table: str) -> Rows:
@@ -115,16 +125,18 @@ async def postgres_upgrade(tmp_path: Path) -> AsyncIterator[Upgrade]:
                 fetched = asyncio.run_coroutine_threadsafe(admin.fetch(query), loop).result()
                 return [tuple(row) for row in fetched]
 
-            yield Upgrade(tmp_path, made["runs"], rows)
+            yield Upgrade(tmp_path, made["runs"], rows, made_at, SCHEMA_VERSION)
         finally:
             await admin.close()
 
 
-async def restored(conn: asyncpg.Connection, tables: dict[str, list[dict[str, Any]]]) -> None:
-    """0.2.0's schema (migrations 1 to 7, which this release keeps as they were) holding the
-    rows 0.2.0 wrote, its identity columns going on after them."""
+async def restored(
+    conn: asyncpg.Connection, tables: dict[str, list[dict[str, Any]]], made_at: int
+) -> None:
+    """0.2.0's schema (migrations 1 to ``made_at``, which this release keeps as they were)
+    holding the rows 0.2.0 wrote, its identity columns going on after them."""
     await conn.execute(CREATE_VERSION_TABLE)
-    for version in range(1, MADE_AT + 1):
+    for version in range(1, made_at + 1):
         await conn.execute(migration_script(version))
         await conn.execute("INSERT INTO schema_version(version) VALUES ($1)", version)
     for table, rows in tables.items():  # in the order their foreign keys allow
@@ -159,14 +171,7 @@ async def test_a_0_2_0_store_is_read_after_db_migrate_as_0_2_0_left_it(upgrade: 
 
 def read_as_left(upgrade: Upgrade) -> None:
     journal, audit = upgrade.rows("journal"), upgrade.rows("audit")
-    # A reader migrates nothing: it says what to do, and the store stays 0.2.0's.
-    message = one_line_error(upgrade.run("runs", "list"))
-    assert f"schema version {MADE_AT}, this Kestrel reads" in message, message
-    assert "run `kestrel db migrate` first" in message, message
-    assert upgrade.rows("schema_version")[-1][0] == MADE_AT
-
-    migrated = upgrade.run("db", "migrate")
-    assert migrated.returncode == 0, migrated.stderr
+    migrated(upgrade)
     assert upgrade.statuses() == {
         "approve": "suspended",
         "question": "suspended",
@@ -258,6 +263,24 @@ def resumed_to_the_end(upgrade: Upgrade) -> None:
         assert upgrade.kinds(name)[-1] == "run_ended", name
     flight = upgrade.kinds("in_flight")
     assert flight.count("tool_dispatched") == 2 and flight.count("tool_result") == 1
+
+
+def migrated(upgrade: Upgrade) -> None:
+    """Each reading command refuses the store in one line, migrating nothing (the store stays
+    0.2.0's); ``db migrate`` then brings it to this release's schema, every journal and audit
+    row as it was."""
+    journal, audit = upgrade.rows("journal"), upgrade.rows("audit")
+    run_id = upgrade.runs["approve"][0]
+    for reader in (("runs", "list"), ("runs", "pending"), ("runs", "show", run_id), ("audit",)):
+        message = one_line_error(upgrade.run(*reader))
+        said = f"schema version {upgrade.made_at}, this Kestrel reads {upgrade.current};"
+        assert said in message, (reader, message)
+        assert message.endswith("run `kestrel db migrate` first"), (reader, message)
+    assert upgrade.rows("schema_version")[-1][0] == upgrade.made_at
+    done = upgrade.run("db", "migrate")
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert upgrade.rows("schema_version")[-1][0] == upgrade.current
+    assert upgrade.rows("journal") == journal and upgrade.rows("audit") == audit
 
 
 def pending(upgrade: Upgrade) -> list[dict[str, Any]]:
