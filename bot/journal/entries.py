@@ -139,6 +139,9 @@ class RunResumed(JournalEntry, frozen=True, kw_only=True, tag="run_resumed"):
     taken_over_from: str = ""
     # Who resumed it (a person, ``deadline``); empty: the owner, on its own (adoption, work).
     by: str = ""
+    # What a forced resume went on with: later resumes compare with it, not with the start's
+    # (the change was accepted once; each decision since was asked under it).
+    fingerprint: Fingerprint | None = None
 
 
 class AdvisoryEntry(JournalEntry, frozen=True, kw_only=True, tag="advisory"):

@@ -11,6 +11,7 @@ import msgspec
 from bot.domain import (
     AssistantTurn,
     Decision,
+    Fingerprint,
     Grant,
     GrantKind,
     ProcessStamp,
@@ -62,6 +63,8 @@ class RunState(msgspec.Struct):
 
     run_id: str
     started: RunStarted | None = None
+    # What a resume compares with: the start's, or the last forced resume's.
+    fingerprint: Fingerprint | None = None
     next_seq: int = 0
     messages: list[Message] = msgspec.field(default_factory=list)
     iteration: int = 0
@@ -171,6 +174,7 @@ def apply(state: RunState, entry: Entry) -> None:
 
 def _started(state: RunState, entry: RunStarted) -> None:
     state.started = entry
+    state.fingerprint = entry.fingerprint
     state.run_id = entry.run_id
     if entry.system_prompt:
         state.messages.append(SystemMessage(entry.system_prompt))
@@ -254,6 +258,8 @@ def _resumed(state: RunState, entry: RunResumed) -> None:
     state.status = RunStatus.RUNNING
     if entry.taken_over_from:
         state.takeovers.append(entry.taken_over_from)
+    if entry.fingerprint is not None:
+        state.fingerprint = entry.fingerprint
 
 
 def _ended(state: RunState, entry: RunEnded) -> None:

@@ -341,7 +341,14 @@ class Supervisor:
         # Who asked, for whoever resumed it: the run ends cancelled instead (``_resume``).
         live = LiveRun(run_id, epoch, cancelled_by=asker(asked) if asked is not None else "")
         previous = owner if owner != self.rt.owner else ""
-        resumed = RunResumed(owner=self.rt.owner, forced=force, taken_over_from=previous, by=by)
+        accepted = self.rt.fingerprint() if force else None
+        resumed = RunResumed(
+            owner=self.rt.owner,
+            forced=force,
+            taken_over_from=previous,
+            by=by,
+            fingerprint=accepted,
+        )
         work = self._resume(live, epoch, state, prompter, resumed, asked)
         self._drive_on_task(live, work, state.started.session_id if state.started else "")
         return live
@@ -831,9 +838,11 @@ class Supervisor:
     # --- helpers ------------------------------------------------------------------------
 
     def _check_fingerprint(self, state: RunState, force: bool) -> None:
-        if state.started is None:
+        """``ResumeRefused`` unless the run goes on as it started, or as a forced resume since
+        accepted; the provider never changes."""
+        if state.started is None or state.fingerprint is None:
             return
-        before, now = state.started.fingerprint, self.rt.fingerprint()
+        before, now = state.fingerprint, self.rt.fingerprint()
         if before.provider != now.provider:
             raise ResumeRefused(
                 f"run was started with provider {before.provider!r}, now {now.provider!r}; "

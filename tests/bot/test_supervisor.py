@@ -42,6 +42,7 @@ from bot.journal.entries import (
     AssistantTurnEntry,
     Entry,
     RunEnded,
+    RunResumed,
     RunStarted,
     RunSuspended,
     ToolDeferred,
@@ -1434,6 +1435,56 @@ async def test_a_handed_back_run_no_replica_may_resume_is_left_to_a_person(
     live = await other.resume(run_id, force=True)  # a person still may
     assert live is not None
     assert (await other.wait(live)).status is RunStatus.COMPLETED
+
+
+async def test_a_forced_resume_is_what_later_resumes_compare_with(
+    tmp_path: Path, opened: list[Runtime]
+) -> None:
+    # Each step a process of its own, as commands and replicas are. An upgrade changed what the
+    # run started with: one --force accepts it, and a decision on a request asked since resumes
+    # the run as any would (each needed its own --force); a change after the accepted one
+    # needs one again.
+    counter = Counter()
+    calls = [reply(call("deploy", text=f"v{n}")) for n in (2, 3, 4)]
+
+    async def process(system_prompt: str = "") -> Supervisor:
+        rt, _ = await make_runtime(
+            tmp_path / "k.db", [*calls, reply(text="done")], counting_tools(counter)
+        )
+        opened.append(rt)
+        rt.system_prompt = system_prompt or rt.system_prompt
+        return Supervisor(rt)
+
+    async def decided(sup: Supervisor, run_id: str) -> LiveRun | None:
+        ((request, _, _),) = await sup.rt.store.list_requests(run_id=run_id)
+        answered = await sup.answer(approval(request), run_id=run_id)
+        return await sup.resume(run_id, claimed=answered.claimed)
+
+    first = await process()
+    live = await first.start_turn("ship it", requested_by="U0REQ", prompter=DeferringPrompter())
+    run_id = live.run_id
+    await first.wait(live)
+
+    upgraded = await process("an upgrade's prompt")
+    with pytest.raises(ResumeRefused, match="resume with --force"):
+        await decided(upgraded, run_id)
+    forced = await upgraded.resume(run_id, force=True)
+    assert forced is not None and (await upgraded.wait(forced)).open_requests
+    again = await process("an upgrade's prompt")
+    resumed = await decided(again, run_id)  # asked since the --force: no --force again
+    assert resumed is not None and (await again.wait(resumed)).open_requests
+    assert counter.calls == {"deploy": 2}
+
+    next_upgrade = await process("the next upgrade's prompt")
+    with pytest.raises(ResumeRefused, match="resume with --force"):
+        await decided(next_upgrade, run_id)
+    last = await next_upgrade.resume(run_id, force=True)
+    assert last is not None
+    assert (await next_upgrade.wait(last)).status is RunStatus.COMPLETED
+    assert counter.calls == {"deploy": 3}
+    entries = [r.entry for r in await next_upgrade.rt.store.load(run_id)]
+    forced_with = [e.fingerprint for e in entries if isinstance(e, RunResumed) and e.forced]
+    assert forced_with == [again.rt.fingerprint(), next_upgrade.rt.fingerprint()]
 
 
 async def test_a_decision_taken_by_a_stopping_replica_is_resumed_once_its_lease_expires(

@@ -2,10 +2,11 @@
 store from schema version 6 to this release's, every journal and audit row as it was, and
 every run it left waiting ends by the steps the CHANGELOG's "Upgrading" and docs/deploy.md
 give. Those runs started with a tool set this release fingerprints otherwise (what each
-catalog command runs is part of it now), so each decision is recorded and the run waits for
-``kestrel runs resume RUN --force`` (each resume compares with the run's start), which asks
-an approval again: no command runs on an approval given before the upgrade, each runs once
-per approval given after it, and a command killed midway is asked about, never run again.
+catalog command runs is part of it now), so the first decision after the upgrade is recorded
+and the run waits for ``kestrel runs resume RUN --force``, which accepts the new tool set
+(later resumes compare with it) and asks an approval given before it again: no command runs
+on an approval given before the upgrade, each runs once per approval given after it, and a
+command killed midway is asked about, never run again.
 
 The stores are ``fixtures/store_0_2_0_release/``, made by ``fixtures/store_0_2_0/make.py``
 (its docstring says how) with the release's own ``kestrel`` (97baca8e^): the same runs as
@@ -128,12 +129,11 @@ def restarted(upgrade: Upgrade, run_id: str) -> None:
     (again,) = forced(upgrade, run_id)
     assert (again["kind"], again["tool"]) == ("wait_approval", "restart_service")
     assert again["id"] != asked["id"] and ran(upgrade, "demo-state/restarts.log") == []
-    recorded(upgrade, "runs", "approve", run_id, again["id"], "--as", "alice")
-    assert ran(upgrade, "demo-state/restarts.log") == []  # recorded, not run, until forced
-    (question,) = forced(upgrade, run_id)
+    went_on(upgrade, "runs", "approve", run_id, again["id"], "--as", "alice")
     assert ran(upgrade, "demo-state/restarts.log") == ["restart checkout"]
-    recorded(upgrade, "runs", "answer", run_id, question["id"], "yes", "--as", "bob")
-    assert forced(upgrade, run_id) == []
+    (question,) = open_requests(upgrade, run_id)
+    went_on(upgrade, "runs", "answer", run_id, question["id"], "yes", "--as", "bob")
+    assert open_requests(upgrade, run_id) == []
 
 
 def deployed(upgrade: Upgrade, run_id: str) -> None:
@@ -145,9 +145,9 @@ def deployed(upgrade: Upgrade, run_id: str) -> None:
     asked = forced(upgrade, run_id, *OWN)
     assert [r["arguments"] for r in asked] == [{"service": "web"}, {"service": "api"}]
     assert ran(upgrade, "executions.log") == []
-    upgrade.run(*OWN, "runs", "approve", run_id, asked[0]["id"], "--as", "alice")
-    recorded(upgrade, *OWN, "runs", "approve", run_id, asked[1]["id"], "--as", "alice")
-    assert forced(upgrade, run_id, *OWN) == []
+    went_on(upgrade, *OWN, "runs", "approve", run_id, asked[0]["id"], "--as", "alice")
+    went_on(upgrade, *OWN, "runs", "approve", run_id, asked[1]["id"], "--as", "alice")
+    assert open_requests(upgrade, run_id) == []
     assert ran(upgrade, "executions.log") == ["deploy web", "deploy api"]
 
 
@@ -159,12 +159,11 @@ def retried(upgrade: Upgrade, run_id: str) -> None:
     assert refused.endswith(f"resume with --force (kestrel runs resume {run_id} --force)")
     (effect,) = forced(upgrade, run_id, *OWN)
     assert effect["kind"] == "wait_effect" and ran(upgrade, "executions.log") == before
-    recorded(upgrade, *OWN, "runs", "effect", run_id, effect["id"], "retry", "--as", "bob")
-    (again,) = forced(upgrade, run_id, *OWN)
+    went_on(upgrade, *OWN, "runs", "effect", run_id, effect["id"], "retry", "--as", "bob")
+    (again,) = open_requests(upgrade, run_id)
     assert again["kind"] == "wait_approval" and ran(upgrade, "executions.log") == before
-    recorded(upgrade, *OWN, "runs", "approve", run_id, again["id"], "--as", "alice")
-    assert ran(upgrade, "executions.log") == before
-    assert forced(upgrade, run_id, *OWN) == []
+    went_on(upgrade, *OWN, "runs", "approve", run_id, again["id"], "--as", "alice")
+    assert open_requests(upgrade, run_id) == []
     assert ran(upgrade, "executions.log") == [*before, "migrate billing"]
 
 
@@ -175,17 +174,19 @@ def chatted(upgrade: Upgrade, run_id: str) -> None:
     said = upgrade.run("chat", "--as", "carol", stdin=console)
     assert said.returncode == 0, said.stderr
     assert f"resume with --force (kestrel runs resume {run_id} --force)" in said.stdout
+    # Forced while it waits on people, it has nothing to do: it takes nothing up, and so
+    # accepts no tool set yet; the decision after it is recorded and waits for the next.
     (card,) = forced(upgrade, run_id, by="carol")
     assert card["id"] == upgrade.runs["chat"][1]
     recorded(upgrade, "runs", "approve", run_id, card["id"], "--as", "alice")
-    (again,) = forced(upgrade, run_id, by="carol")
+    (again,) = forced(upgrade, run_id, by="carol")  # 0.2.0's card's approval asked again
     assert again["id"] != card["id"] and ran(upgrade, "demo-state/restarts.log") == [
         "restart checkout"
     ]
-    recorded(upgrade, "runs", "approve", run_id, again["id"], "--as", "alice")
-    (question,) = forced(upgrade, run_id, by="carol")
-    recorded(upgrade, "runs", "answer", run_id, question["id"], "yes", "--as", "carol")
-    assert forced(upgrade, run_id, by="carol") == []
+    went_on(upgrade, "runs", "approve", run_id, again["id"], "--as", "alice")
+    (question,) = open_requests(upgrade, run_id)
+    went_on(upgrade, "runs", "answer", run_id, question["id"], "yes", "--as", "carol")
+    assert open_requests(upgrade, run_id) == []
 
 
 def recorded(upgrade: Upgrade, *args: str) -> str:
@@ -200,6 +201,13 @@ def recorded(upgrade: Upgrade, *args: str) -> str:
     )
     assert said in done.stdout, (args, done.stdout)
     return run_id
+
+
+def went_on(upgrade: Upgrade, *args: str) -> None:
+    """A decision on a run forced since the upgrade: recorded, and the run goes on here."""
+    done = upgrade.run(*args)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, (args, done.stderr)
+    assert "not resumed here" not in done.stdout, (args, done.stdout)
 
 
 def forced(upgrade: Upgrade, run_id: str, *config: str, by: str = "bob") -> list[dict[str, Any]]:

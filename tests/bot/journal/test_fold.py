@@ -422,6 +422,16 @@ def test_status_moves_through_suspend_resume_and_end() -> None:
     assert done.result is not None and done.result.text == "restarted"
 
 
+def test_a_forced_resume_s_fingerprint_is_the_one_later_resumes_compare_with() -> None:
+    accepted = replace(FINGERPRINT, system_prompt_digest="after-an-upgrade")
+    entries: list[Entry] = [started(), RunSuspended(reason=StopReason.WAITING)]
+    assert folded(*entries).fingerprint == FINGERPRINT
+    entries += [RunResumed(owner="w2", forced=True, fingerprint=accepted)]
+    assert folded(*entries).fingerprint == accepted
+    entries += [RunSuspended(reason=StopReason.WAITING), RunResumed(owner="w3")]
+    assert folded(*entries).fingerprint == accepted  # a plain resume accepts nothing
+
+
 def test_a_run_can_end_failed_or_cancelled_while_suspended() -> None:
     suspended = RunSuspended(reason=StopReason.WAITING)
     for status in (RunStatus.FAILED, RunStatus.CANCELLED):
