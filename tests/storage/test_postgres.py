@@ -67,9 +67,14 @@ async def opened(dsn: str, schema: str) -> PostgresStore:
     return store
 
 
-async def requests_of_one_run(store: PostgresStore, count: int) -> list[str]:
+async def run_1(store: PostgresStore) -> int:
+    """Session s1's run ``run_1``, created by w1 with a 30 s lease: its epoch."""
     await store.ensure_session(Session(id="s1"))
-    await store.create_run(RunRecord(id="run_1", session_id="s1"), "w1", 30)
+    return await store.create_run(RunRecord(id="run_1", session_id="s1"), "w1", 30)
+
+
+async def requests_of_one_run(store: PostgresStore, count: int) -> list[str]:
+    await run_1(store)
     requests = [
         Request(run_id="run_1", kind=RequestKind.WAIT_APPROVAL, call_id=f"call_{i}", tool="t")
         for i in range(count)
@@ -140,8 +145,7 @@ async def test_stale_append_waits_for_a_claim_in_flight_and_is_refused(
     store = await opened(dsn, schema)
     admin = await asyncpg.connect(dsn, server_settings={"search_path": schema})
     try:
-        await store.ensure_session(Session(id="s1"))
-        epoch = await store.create_run(RunRecord(id="run_1", session_id="s1"), "w1", 30)
+        epoch = await run_1(store)
         claim = admin.transaction()
         await claim.start()
         await admin.execute("UPDATE runs SET owner = 'w2', epoch = epoch + 1 WHERE id = 'run_1'")
@@ -188,8 +192,7 @@ async def test_a_hundred_writers_land_every_append_in_order(dsn: str, schema: st
 async def test_submitted_appends_land_in_submission_order(dsn: str, schema: str) -> None:
     store = await opened(dsn, schema)
     try:
-        await store.ensure_session(Session(id="s1"))
-        epoch = await store.create_run(RunRecord(id="run_1", session_id="s1"), "w1", 30)
+        epoch = await run_1(store)
 
         futures = [
             store.submit("run_1", seq, epoch, UserMessageEntry(text=str(seq))) for seq in range(5)
@@ -206,8 +209,7 @@ async def test_submitted_appends_land_in_submission_order(dsn: str, schema: str)
 async def test_nul_characters_round_trip(dsn: str, schema: str) -> None:
     store = await opened(dsn, schema)
     try:
-        await store.ensure_session(Session(id="s1"))
-        epoch = await store.create_run(RunRecord(id="run_1", session_id="s1"), "w1", 30)
+        epoch = await run_1(store)
         output = ToolResultEntry(call_id="c1", tool="cat", outcome=ToolOutcome.OK, output="a\x00b")
 
         await store.append("run_1", 0, epoch, output)
@@ -384,8 +386,7 @@ async def test_an_append_stuck_behind_a_lock_fails_within_the_timeout(
     await store.migrate()
     admin = await asyncpg.connect(dsn, server_settings={"search_path": schema})
     try:
-        await store.ensure_session(Session(id="s1"))
-        epoch = await store.create_run(RunRecord(id="run_1", session_id="s1"), "w1", 30)
+        epoch = await run_1(store)
         lock = admin.transaction()
         await lock.start()
         await admin.execute("SELECT 1 FROM runs WHERE id = 'run_1' FOR UPDATE")
@@ -738,8 +739,7 @@ async def test_an_append_the_server_answered_as_it_closed_the_connection_landed(
         store = PostgresStore(proxied(dsn, proxy), schema=schema, command_timeout=GUARD)
         await store.migrate()
         try:
-            await store.ensure_session(Session(id="s1"))
-            epoch = await store.create_run(RunRecord(id="run_1", session_id="s1"), "w1", 30)
+            epoch = await run_1(store)
             proxy.close_after_reply(b"answered-then-closed")
             entry = UserMessageEntry(text="answered-then-closed")
             await store.append("run_1", 0, epoch, entry)
@@ -763,8 +763,7 @@ async def test_an_append_whose_backend_was_terminated_under_it_lands_once(
     await store.migrate()
     admin = await asyncpg.connect(dsn, server_settings={"search_path": schema})
     try:
-        await store.ensure_session(Session(id="s1"))
-        epoch = await store.create_run(RunRecord(id="run_1", session_id="s1"), "w1", 30)
+        epoch = await run_1(store)
         held = HeldBackend(admin, app)
         await held.hold("journal")
         entry = UserMessageEntry(text="under way")
@@ -787,8 +786,7 @@ async def test_an_append_whose_commit_answer_was_lost_is_found_landed_not_writte
         store = PostgresStore(proxied(dsn, proxy), schema=schema, command_timeout=GUARD)
         await store.migrate()
         try:
-            await store.ensure_session(Session(id="s1"))
-            epoch = await store.create_run(RunRecord(id="run_1", session_id="s1"), "w1", 30)
+            epoch = await run_1(store)
             await store.append("run_1", 0, epoch, UserMessageEntry(text="hello"))
             ended = RunEnded(
                 result=TerminalResult(status=RunStatus.COMPLETED, stop_reason=StopReason.ANSWERED)

@@ -47,6 +47,18 @@ CONFIGS = ("kestrel.yaml", "own.kestrel.yaml", "own.tools.yaml", "own.script.yam
 OWN = ("--config", "own.kestrel.yaml")
 # The schema version 0.2.0 (00ed9c65) made its stores at.
 MADE_AT = 7
+# Each named run's status as the fixture's store left it.
+AS_LEFT = {
+    "approve": "suspended",
+    "question": "suspended",
+    "cancel": "suspended",
+    "plan": "suspended",
+    "effect": "suspended",
+    "in_flight": "running",
+    "chat": "suspended",
+    "finished": "completed",
+    "cancelled": "cancelled",
+}
 # A journal or audit row as the test compares them: every column, as the driver reads it.
 Rows = list[tuple[Any, ...]]
 
@@ -172,17 +184,7 @@ async def test_a_0_2_0_store_is_read_after_db_migrate_as_0_2_0_left_it(upgrade: 
 def read_as_left(upgrade: Upgrade) -> None:
     journal, audit = upgrade.rows("journal"), upgrade.rows("audit")
     migrated(upgrade)
-    assert upgrade.statuses() == {
-        "approve": "suspended",
-        "question": "suspended",
-        "cancel": "suspended",
-        "plan": "suspended",
-        "effect": "suspended",
-        "in_flight": "running",
-        "chat": "suspended",
-        "finished": "completed",
-        "cancelled": "cancelled",
-    }
+    assert upgrade.statuses() == AS_LEFT
     pending = json.loads(upgrade.run("runs", "pending", "--json").stdout)
     waiting = {(r["run_id"], r["id"]): r["kind"] for r in pending}
     runs = upgrade.runs

@@ -25,7 +25,7 @@ import pytest
 
 from tests.bot.cli.test_cli import one_line_error
 from tests.storage.test_schema import SCHEMA_0_2_0
-from tests.storage.test_upgrade_0_2_0 import OWN, UPGRADES, Upgrade, migrated, pending
+from tests.storage.test_upgrade_0_2_0 import AS_LEFT, OWN, UPGRADES, Upgrade, migrated, pending
 
 RELEASE = Path(__file__).parent / "fixtures" / "store_0_2_0_release"
 
@@ -43,17 +43,7 @@ async def test_a_0_2_0_release_store_is_migrated_as_it_was(upgrade: Upgrade) -> 
 def read_as_left(upgrade: Upgrade) -> None:
     journal, audit = upgrade.rows("journal"), upgrade.rows("audit")
     migrated(upgrade)
-    assert upgrade.statuses() == {
-        "approve": "suspended",
-        "question": "suspended",
-        "cancel": "suspended",
-        "plan": "suspended",
-        "effect": "suspended",
-        "in_flight": "running",
-        "chat": "suspended",
-        "finished": "completed",
-        "cancelled": "cancelled",
-    }
+    assert upgrade.statuses() == AS_LEFT
     waiting = sorted((name, r["kind"], r["tool"]) for name, r in named(upgrade))
     assert waiting == [
         ("approve", "wait_approval", "restart_service"),
