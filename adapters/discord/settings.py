@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from bot.config.settings import ConfigError, checked_url
-from bot.config.sources import ascii_secret
+from bot.config.sources import pasted_token
 
 DEFAULT_API = "https://discord.com/api/v10"
 # How far back a fresh gateway session reads for mentions it missed (minutes; 0: not at all).
@@ -43,7 +43,7 @@ class DiscordSettings:
         if token.lower().startswith("bot "):
             raise ConfigError("DISCORD_TOKEN is the token alone, without the 'Bot ' prefix")
         # Sent in a header: Discord took a pasted quote for "Improper token has been passed".
-        ascii_secret("DISCORD_TOKEN", token)
+        pasted_token("DISCORD_TOKEN", token)
         api_url = checked_url("DISCORD_API_URL", api_url)
         content = _flag(environ, "DISCORD_MESSAGE_CONTENT")
         pings = _flag(environ, "DISCORD_PING_APPROVERS")

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from bot.config.settings import ConfigError, checked_url
-from bot.config.sources import ascii_secret
+from bot.config.sources import pasted_token
 
 
 @dataclass(frozen=True)
@@ -43,8 +43,7 @@ class SlackSettings:
             ("SLACK_APP_TOKEN", app_token),
             ("SLACK_SIGNING_SECRET", secret),
         ):
-            ascii_secret(name, value)
-            _unquoted(name, value)
+            pasted_token(name, value)
         if not bot_token.startswith("xoxb-"):
             raise ConfigError("SLACK_BOT_TOKEN must be a bot token (it starts with xoxb-)")
         if app_token and not app_token.startswith("xapp-"):
@@ -59,13 +58,3 @@ class SlackSettings:
             api_url = checked_url("SLACK_API_URL", api_url)
             api_url += "" if api_url.endswith("/") else "/"
         return cls(bot_token, secret, app_token, api_url)
-
-
-def _unquoted(name: str, value: str) -> None:
-    """A value in quotes (an env file read by ``docker run --env-file`` keeps them) is refused
-    as such, never quoted: no token or secret of Slack's has one."""
-    if value[:1] in ("'", '"') or value[-1:] in ("'", '"'):
-        raise ConfigError(
-            f"{name} is in quotes, which are not part of it: remove them (an env file read by"
-            " docker run --env-file keeps them)"
-        )

@@ -16,8 +16,8 @@ from bot import install_hint
 from bot.config.settings import ConfigError
 from bot.config.sources import (
     ENV_FILE,
-    ascii_secret,
     dotenv,
+    pasted_token,
     postgres_target,
     secret_file_paths,
     sqlite_file,
@@ -72,7 +72,7 @@ def build_model(settings: Settings) -> ModelProvider:
         raise ConfigError(f"model.provider is openai but {MISSING_KEY}")
     key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
     if key is not None:
-        ascii_secret("OPENAI_API_KEY", key)
+        pasted_token("OPENAI_API_KEY", key)
     return OpenAIProvider(
         settings.model.name,
         api_key=key,

@@ -161,6 +161,19 @@ def one_line_secret(where: str, secret: str) -> str:
     return ascii_secret(where, secret)
 
 
+def pasted_token(where: str, secret: str) -> str:
+    """``secret``, a platform's key or token, if it is ASCII and not in quotes (an env file read
+    by ``docker run --env-file`` keeps them), as none has them; else ``ConfigError`` naming
+    ``where``, never the secret."""
+    ascii_secret(where, secret)
+    if secret[:1] in ("'", '"') or secret[-1:] in ("'", '"'):
+        raise ConfigError(
+            f"{where} is in quotes, which are not part of it: remove them (an env file read by"
+            " docker run --env-file keeps them)"
+        )
+    return secret
+
+
 def ascii_secret(where: str, secret: str) -> str:
     """``secret`` if it is ASCII, as every key and token is (each goes in an HTTP header,
     which takes ASCII alone); else ``ConfigError`` naming ``where`` and the first character

@@ -23,7 +23,7 @@ ALLOWED = {
 }
 
 # An adapter's own settings file reads its environment with the shared settings helpers, and
-# checks its tokens as the model key is checked (``ascii_secret``).
+# checks its tokens as the model key is checked (``pasted_token``).
 SETTINGS_ONLY = {"bot.config.settings", "bot.config.sources"}
 
 

@@ -55,6 +55,8 @@ async def _serve(tmp: Path, env: dict[str, str], timeout: float = 45.0) -> tuple
     [
         ({}, "DISCORD_TOKEN is not set"),
         ({"DISCORD_TOKEN": f"Bot {TOKEN}"}, "without the 'Bot ' prefix"),
+        # Kept by docker run --env-file: Discord said only "Improper token has been passed".
+        ({"DISCORD_TOKEN": f'"{TOKEN}"'}, "DISCORD_TOKEN is in quotes"),
         ({"DISCORD_TOKEN": TOKEN, "DISCORD_API_URL": "discord.com/api"}, "DISCORD_API_URL"),
         ({"DISCORD_TOKEN": TOKEN, "DISCORD_API_URL": "http://h:99999/api"}, "DISCORD_API_URL"),
         ({"DISCORD_TOKEN": TOKEN, "DISCORD_MESSAGE_CONTENT": "maybe"}, "DISCORD_MESSAGE_CONTENT"),

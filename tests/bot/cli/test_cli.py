@@ -299,6 +299,17 @@ def test_an_api_key_pasted_with_quotes_or_an_ellipsis_is_one_line(tmp_path: Path
     assert "sk-pasted" not in said and "56789" not in said
 
 
+@pytest.mark.parametrize("key", ['"sk-quoted-0123456789"', "'sk-quoted-0123456789'"])
+def test_an_api_key_in_quotes_is_one_line(tmp_path: Path, key: str) -> None:
+    # Kept by docker run --env-file: every run failed with the server's 401 for a bad key.
+    write_config(tmp_path, model={"provider": "openai", "name": "m"})
+    env = {"OPENAI_API_KEY": key, "OPENAI_BASE_URL": "http://127.0.0.1:9/v1"}
+    said = one_line_error(kestrel(tmp_path, "run", "hi", env=env))
+
+    assert said.startswith("kestrel: OPENAI_API_KEY is in quotes, which are not part of it"), said
+    assert "sk-quoted" not in said
+
+
 def test_malformed_catalog_reports_file_and_line(tmp_path: Path) -> None:
     catalog = tmp_path / "bad.yaml"
     catalog.write_text(
