@@ -412,7 +412,9 @@ def setting_variable(key: tuple[str, ...]) -> str:
     "" for a key no variable can name."""
     names: list[str] = []
     for part in key:
-        if not _SETTING_NAME.fullmatch(part):
+        # "__" nests in a variable's name: a key holding it (an MCP tool's SERVER__TOOL under
+        # per_tool) is set with its section, whole.
+        if not _SETTING_NAME.fullmatch(part) or "__" in part:
             break
         names.append(part)
     if not names:

@@ -264,6 +264,37 @@ def test_a_variable_under_a_key_no_variable_names_is_refused_as_such(tmp_path: P
 
 
 @pytest.mark.parametrize(
+    ("text", "variable", "value"),
+    [
+        (
+            "deadlines: {per_tool: {ops__drain: $T}}\n",
+            "KESTREL_DEADLINES__PER_TOOL",
+            '{"ops__drain": 60}',
+        ),
+        (
+            "policy: {approvers: {ops__drain: [$U]}}\n",
+            "KESTREL_POLICY__APPROVERS",
+            '{"ops__drain": ["U1"]}',
+        ),
+    ],
+)
+def test_a_variable_under_an_mcp_tool_names_the_section_that_sets_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, variable: str, value: str
+) -> None:
+    # An MCP tool is SERVER__TOOL: KESTREL_DEADLINES__PER_TOOL__OPS__DRAIN was named, and an
+    # unknown variable once set ("__" nests).
+    path = tmp_path / "kestrel.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        load_settings(str(path))
+    assert f"set {variable} in the environment" in str(caught.value), caught.value
+    path.write_text("{}\n")
+    monkeypatch.setenv(variable, value)
+    settings = load_settings(str(path))
+    assert "ops__drain" in (settings.deadlines.per_tool | settings.policy.approvers)
+
+
+@pytest.mark.parametrize(
     "text", ["model: {name: gpt-$4}\n", "database: 'kestrel-$(date).db'\n", "database: $\n"]
 )
 def test_a_dollar_inside_a_value_is_its_own_text(tmp_path: Path, text: str) -> None:
