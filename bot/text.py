@@ -201,10 +201,14 @@ def url_passwords_masked(text: str) -> str:
     return text
 
 
-def shell_variable(text: str) -> bool:
+def shell_variable(text: str, *, argv: bool = False) -> bool:
     """Whether ``text`` is written whole as a shell variable (``$NAME``, ``${NAME}``,
-    ``${NAME:-default}``), which nothing here expands."""
-    return "$" in text and _SHELL_VARIABLE.fullmatch(text.strip()) is not None
+    ``${NAME:-default}``), which nothing here expands. ``argv``: ``$name`` not in capitals is
+    a program's own text (sed's ``$p``, the last line; jq's ``$svc``, an ``--arg``)."""
+    written = text.strip()
+    if "$" not in text or _SHELL_VARIABLE.fullmatch(written) is None:
+        return False
+    return not argv or written.startswith("${") or written[1:].isupper()
 
 
 def not_utf8(exc: UnicodeDecodeError) -> str:

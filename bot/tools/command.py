@@ -184,7 +184,7 @@ def _literal_problem(element: str) -> str | None:
     without its pair (``{unit``, a placeholder mistyped, would reach the program as it is).
     Paired braces stay literal: ``{}`` for find, ``{print $1}`` for awk, ``{.items}`` for
     kubectl."""
-    if shell_variable(element):
+    if shell_variable(element, argv=True):
         return (
             f"{element!r} is a shell variable, which no shell expands here (commands run from"
             " argv): write its value, or a {param} the model fills"
