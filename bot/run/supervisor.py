@@ -858,9 +858,12 @@ class Supervisor:
             if old != new
         ]
         if changed and not force:
+            # Since a forced resume, a process configured as the run started differs too: "since
+            # the run started" sent its operator looking for a change that is none.
+            since = "the run started" if before == state.started.fingerprint else "it was forced on"
             # The command named whole: said after `runs approve` too, whose --force is none.
             raise ResumeRefused(
-                f"the {', '.join(changed)} changed since the run started; resume with --force"
+                f"the {', '.join(changed)} changed since {since}; resume with --force"
                 f" (kestrel runs resume {state.run_id} --force)"
             )
 

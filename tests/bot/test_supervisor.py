@@ -1487,6 +1487,39 @@ async def test_a_forced_resume_is_what_later_resumes_compare_with(
     assert forced_with == [again.rt.fingerprint(), next_upgrade.rt.fingerprint()]
 
 
+async def test_a_resume_refused_after_a_forced_one_says_what_it_compared_with(
+    tmp_path: Path, opened: list[Runtime]
+) -> None:
+    # Forced on by a process configured otherwise (an operator's checkout), the run is then
+    # refused by one configured as it started (a serving replica): "changed since the run
+    # started" was said of a configuration that had not.
+    calls = [reply(call("deploy", text=f"v{n}")) for n in (2, 3)]
+
+    async def process(system_prompt: str = "") -> Supervisor:
+        rt, _ = await make_runtime(
+            tmp_path / "k.db", [*calls, reply(text="done")], counting_tools(Counter())
+        )
+        opened.append(rt)
+        rt.system_prompt = system_prompt or rt.system_prompt
+        return Supervisor(rt)
+
+    async def decided(sup: Supervisor, run_id: str, force: bool = False) -> LiveRun | None:
+        ((request, _, _),) = await sup.rt.store.list_requests(run_id=run_id)
+        answered = await sup.answer(approval(request), run_id=run_id)
+        return await sup.resume(run_id, claimed=answered.claimed, force=force)
+
+    first = await process()
+    live = await first.start_turn("ship it", requested_by="U0REQ", prompter=DeferringPrompter())
+    await first.wait(live)
+    operator = await process("the operator's prompt")
+    forced = await decided(operator, live.run_id, force=True)
+    assert forced is not None and (await operator.wait(forced)).open_requests
+    replica = await process()
+    said = "the system prompt changed since it was forced on; resume with --force"
+    with pytest.raises(ResumeRefused, match=said):
+        await decided(replica, live.run_id)
+
+
 async def test_a_decision_taken_by_a_stopping_replica_is_resumed_once_its_lease_expires(
     tmp_path: Path, opened: list[Runtime]
 ) -> None:
