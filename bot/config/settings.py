@@ -499,7 +499,7 @@ def _setting_variables(
         variable = f"{source} {name}"
         found[setting.path] = variable
         raw = environ[name]
-        if upper in _UNSET_WHEN_BLANK and raw is not None and not raw.strip():
+        if upper in _UNSET_WHEN_BLANK and raw is not None and _blank(raw):
             raw = None
         # A bare NAME line in .env is a null: refused where a value is needed, not ignored.
         value = None if raw is None else _decoded(raw, setting, name, variable)
@@ -509,6 +509,15 @@ def _setting_variables(
     for path, value in sorted(values, key=lambda item: len(item[0])):
         _assign(nested, path, value)
     return nested, found
+
+
+def _blank(raw: str) -> bool:
+    """Whether a variable's value is blank, or empty quotes: ``OPENAI_API_KEY=""`` in an env file
+    that keeps them (``docker run --env-file``) is written empty, as for a keyless server."""
+    text = raw.strip()
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        text = text[1:-1].strip()
+    return not text
 
 
 def _setting_of(name: str, source: str) -> _Setting:

@@ -299,6 +299,20 @@ def test_an_api_key_pasted_with_quotes_or_an_ellipsis_is_one_line(tmp_path: Path
     assert "sk-pasted" not in said and "56789" not in said
 
 
+@pytest.mark.parametrize("key", ['""', "''", '" "'])
+def test_an_api_key_of_empty_quotes_is_no_key(tmp_path: Path, key: str) -> None:
+    # OPENAI_API_KEY="" in an env file that keeps quotes is written empty, as for a local
+    # server that needs no key: it was refused as a key in quotes, and serve did not start.
+    write_config(tmp_path, model={"provider": "openai", "name": "m"})
+    env = {"OPENAI_API_KEY": key, "OPENAI_BASE_URL": "http://127.0.0.1:9/v1"}
+    ran = kestrel(tmp_path, "run", "hi", env=env)
+    assert ran.returncode == 1 and "in quotes" not in ran.stderr, ran.stderr
+    assert "cannot connect to http://127.0.0.1:9/v1" in ran.stderr, ran.stderr
+    del env["OPENAI_BASE_URL"]
+    said = one_line_error(kestrel(tmp_path, "run", "hi", env=env))
+    assert said.startswith("kestrel: model.provider is openai but OPENAI_API_KEY is not set"), said
+
+
 @pytest.mark.parametrize("key", ['"sk-quoted-0123456789"', "'sk-quoted-0123456789'"])
 def test_an_api_key_in_quotes_is_one_line(tmp_path: Path, key: str) -> None:
     # Kept by docker run --env-file: every run failed with the server's 401 for a bad key.
