@@ -118,10 +118,9 @@ PATHS: dict[str, tuple[list[dict[str, object]], list[str]]] = {
     ),
 }
 
-# What every process of a path is given: past a changed catalog, only --force; the MCP server.
+# What every process of a path is given: the MCP server. Past a changed catalog, none is given
+# --force after the crashed one: a forced resume's run_resumed accepts the change for them.
 LATER: dict[str, tuple[str, ...]] = {
-    "forced": ("--force",),
-    "forced_tool_changed": ("--force",),
     "mcp_tool": ("--mcp",),
 }
 
