@@ -462,8 +462,13 @@ def _check_url(url: str) -> None:
         parts.port  # noqa: B018 - raises for a port out of range
     except ValueError:
         valid = False
+    shown = password_masked(url, "***")
     if not valid:
-        raise ValueError(f"must be an http(s) URL with a host, not {password_masked(url, '***')!r}")
+        raise ValueError(f"must be an http(s) URL with a host, not {shown!r}")
+    if "$" in (parts.hostname or ""):
+        # https://${HOST}, a Compose habit: no host holds a $, and nothing here expands it (as
+        # web.public_url, every "View run" link went there, and nothing said so).
+        raise ValueError(f"{shown!r}: its host is a variable, which nothing expands: write it")
 
 
 class _Setting(msgspec.Struct, frozen=True):

@@ -177,6 +177,12 @@ def test_environment_overrides_nested_keys(tmp_path: Path, monkeypatch: pytest.M
             "web: {public_url: kestrel.example.com}\n",
             "web.public_url: must be an http(s) URL with a host, not 'kestrel.example.com'",
         ),
+        # Taken as written: every "View run" link went to a host named ${HOST}.
+        (
+            "web: {public_url: 'https://${HOST}/kestrel'}\n",
+            "web.public_url: 'https://${HOST}/kestrel': its host is a variable, which nothing"
+            " expands: write it",
+        ),
         # One schedule where a list of them goes: made an item of a list.
         (
             "schedules: {name: daily, cron: '0 9 * * *', prompt: hi}\n",
