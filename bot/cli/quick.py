@@ -31,6 +31,7 @@ from bot.config.sources import (
     names_a_setting,
     read_yaml,
     sqlite_file,
+    unexpanded_variable,
 )
 from bot.kinds import RequestKind
 from bot.nesting import MAX_DEPTH, deeper_than
@@ -247,8 +248,9 @@ def read_settings(explicit: str | None) -> ReadSettings | None:
     """The journal and policy as ``load_settings`` would give them; None where only it can."""
     path = config_path(explicit)
     data = read_yaml(path) if path else {}
-    if not data.keys() <= SETTINGS:
-        return None  # a key no setting has: the full way names it
+    if not data.keys() <= SETTINGS or unexpanded_variable(data) is not None:
+        # A key no setting has, or a value written as a variable: the full way names it.
+        return None
     database = data.get("database", "kestrel.db")
     for variables in (dotenv(), os.environ):
         if variables.get(OPENAI_KEY_FILE):

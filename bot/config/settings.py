@@ -35,6 +35,7 @@ from bot.config.sources import (
     merged,
     names_a_setting,
     read_yaml,
+    refuse_unexpanded,
     resolved,
     setting_variable,
     with_secret_files,
@@ -399,6 +400,8 @@ def load_settings_sparing(explicit: str | None, *, spared: str) -> tuple[Setting
     was wrong with it ("" when nothing was)."""
     path = config_path(explicit)
     data = read_yaml(path) if path else {}
+    if path:
+        refuse_unexpanded(path, data, lambda names: _type_of(Settings, names) is not None)
     file_values, file_sources = _setting_variables(with_secret_files(dotenv()), ENV_FILE)
     env_values, env_sources = _setting_variables(with_secret_files(os.environ), "environment")
     variables = {**file_sources, **env_sources}

@@ -7,7 +7,7 @@ from __future__ import annotations
 import io
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -368,18 +368,22 @@ def read_yaml(path: Path) -> dict[str, Any]:
             raise ConfigError(
                 f"{path}: {key}: not a setting (paths are relative to this file's folder)"
             )
-    _refuse_unexpanded(path, data)
     return data
 
 
-def _refuse_unexpanded(path: Path, data: dict[str, Any]) -> None:
+def refuse_unexpanded(
+    path: Path, data: dict[str, Any], is_setting: Callable[[tuple[str, ...]], bool]
+) -> None:
     """A ``ConfigError`` naming the first value written as a shell variable, and the variable
-    that sets it instead."""
-    found = _unexpanded_variable(data, ())
+    that sets it instead; none under a key that is no setting (``is_setting``), which the
+    settings' conversion names (a variable named after a misspelt key would set nothing)."""
+    found = unexpanded_variable(data)
     if found is None:
         return
     key, value = found
     variable = setting_variable(key)
+    if variable and not is_setting(_setting_names(key)):
+        return
     instead = f", or set {variable} in the environment or {ENV_FILE} (it overrides the file)"
     raise ConfigError(
         f"{path}: {'.'.join(key)}: {value!r} is a variable, which {path.name} does not expand:"
@@ -387,7 +391,9 @@ def _refuse_unexpanded(path: Path, data: dict[str, Any]) -> None:
     )
 
 
-def _unexpanded_variable(value: Any, key: tuple[str, ...]) -> tuple[tuple[str, ...], str] | None:
+def unexpanded_variable(
+    value: Any, key: tuple[str, ...] = ()
+) -> tuple[tuple[str, ...], str] | None:
     """The key and text of the first value under ``value`` written as a shell variable."""
     if isinstance(value, str):
         # The file is read as written: such a value was its own text (a journal file named
@@ -400,7 +406,7 @@ def _unexpanded_variable(value: Any, key: tuple[str, ...]) -> tuple[tuple[str, .
     else:
         return None
     for name, inner in items:
-        found = _unexpanded_variable(inner, (*key, str(name)))
+        found = unexpanded_variable(inner, (*key, str(name)))
         if found is not None:
             return found
     return None
@@ -410,6 +416,16 @@ def setting_variable(key: tuple[str, ...]) -> str:
     """The variable that sets the setting at ``key`` (``database``: KESTREL_DATABASE_URL), or
     the nearest section holding it (a list or a mapping of tool names is set whole, as JSON);
     "" for a key no variable can name."""
+    names = _setting_names(key)
+    if not names:
+        return ""
+    if len(names) == 1 and names[0] in SETTING_VARIABLES:
+        return SETTING_VARIABLES[names[0]]
+    return ENV_PREFIX + "__".join(names).upper()
+
+
+def _setting_names(key: tuple[str, ...]) -> tuple[str, ...]:
+    """The leading parts of ``key`` a variable's name can hold."""
     names: list[str] = []
     for part in key:
         # "__" nests in a variable's name: a key holding it (an MCP tool's SERVER__TOOL under
@@ -417,11 +433,7 @@ def setting_variable(key: tuple[str, ...]) -> str:
         if not _SETTING_NAME.fullmatch(part) or "__" in part:
             break
         names.append(part)
-    if not names:
-        return ""
-    if len(names) == 1 and names[0] in SETTING_VARIABLES:
-        return SETTING_VARIABLES[names[0]]
-    return ENV_PREFIX + "__".join(names).upper()
+    return tuple(names)
 
 
 def _is_catalog(data: Mapping[Any, Any]) -> bool:

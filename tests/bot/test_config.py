@@ -258,6 +258,24 @@ def test_a_value_written_as_a_variable_is_refused_naming_the_one_that_sets_it(
     assert list(tmp_path.iterdir()) == [path]
 
 
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("databse: ${DATABASE_URL}\n", "databse: unknown key (did you mean database?)"),
+        ("model: {nmae: $MODEL}\n", "model.nmae: unknown key (did you mean name?)"),
+    ],
+)
+def test_a_variable_under_a_misspelt_key_is_told_of_the_key(
+    tmp_path: Path, text: str, said: str
+) -> None:
+    # It was told to set KESTREL_DATABSE, which sets nothing (an unknown variable, then).
+    path = tmp_path / "kestrel.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        load_settings(str(path))
+    assert said in str(caught.value) and "KESTREL_" not in str(caught.value), caught.value
+
+
 def test_a_variable_under_a_key_no_variable_names_is_refused_as_such(tmp_path: Path) -> None:
     path = tmp_path / "kestrel.yaml"
     path.write_text("'Model': {name: $MODEL}\n")
