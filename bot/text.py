@@ -203,12 +203,14 @@ def url_passwords_masked(text: str) -> str:
 
 def shell_variable(text: str, *, argv: bool = False) -> bool:
     """Whether ``text`` is written whole as a shell variable (``$NAME``, ``${NAME}``,
-    ``${NAME:-default}``), which nothing here expands. ``argv``: ``$name`` not in capitals is
-    a program's own text (sed's ``$p``, the last line; jq's ``$svc``, an ``--arg``)."""
+    ``${NAME:-default}``), which nothing here expands. ``argv``: ``$name`` not in capitals, or
+    of one letter, is a program's own text (sed's ``$p`` and ``$G``, on the last line; jq's
+    ``$svc``, an ``--arg``)."""
     written = text.strip()
     if "$" not in text or _SHELL_VARIABLE.fullmatch(written) is None:
         return False
-    return not argv or written.startswith("${") or written[1:].isupper()
+    name = written[1:]
+    return not argv or written.startswith("${") or (name.isupper() and len(name) > 1)
 
 
 def not_utf8(exc: UnicodeDecodeError) -> str:

@@ -266,11 +266,12 @@ def test_a_shell_variable_as_an_element_is_refused(tmp_path: Path, element: str)
 
 
 @pytest.mark.parametrize(
-    "element", ["{print $1}", "price-$5", "$HOME/x", "$", "$p", "$d", "$svc", "$__loc__"]
+    "element", ["{print $1}", "price-$5", "$HOME/x", "$", "$p", "$G", "$svc", "$__loc__"]
 )
 def test_a_dollar_in_other_text_stays_literal(tmp_path: Path, element: str) -> None:
-    # $name not in capitals is a program's own: sed -n '$p' prints the last line, and jq
-    # reads $svc from --arg svc (both were refused as shell variables).
+    # $name not in capitals (or of one letter) is a program's own: sed -n '$p' prints the last
+    # line, sed '$G' adds a blank one after it, and jq reads $svc from --arg svc (each was
+    # refused as a shell variable).
     path = write(tmp_path, "ops.yaml", GOOD.replace('"{unit}"]', f'"{element}", "{{unit}}"]'))
     assert check_catalog(path) == []
 
