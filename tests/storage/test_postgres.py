@@ -8,6 +8,7 @@ import ssl
 import time
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -379,6 +380,21 @@ def proxied(dsn: str, proxy: TcpProxy) -> str:
     return dsn.replace(target.netloc, f"{target.username}@127.0.0.1:{proxy.port}", 1)
 
 
+@asynccontextmanager
+async def proxied_store(
+    dsn: str, schema: str, timeout: float
+) -> AsyncIterator[tuple[TcpProxy, PostgresStore]]:
+    """A migrated store connecting through a proxy of the test server (each statement bounded
+    by ``timeout``), closed at the end."""
+    async with TcpProxy(urlsplit(dsn).port or 5432) as proxy:
+        store = PostgresStore(proxied(dsn, proxy), schema=schema, command_timeout=timeout)
+        await store.migrate()
+        try:
+            yield proxy, store
+        finally:
+            await store.close()
+
+
 async def test_an_append_stuck_behind_a_lock_fails_within_the_timeout(
     dsn: str, schema: str
 ) -> None:
@@ -412,21 +428,16 @@ async def test_an_append_stuck_behind_a_lock_fails_within_the_timeout(
 async def test_a_statement_on_a_connection_that_stopped_answering_fails_within_the_timeout(
     dsn: str, schema: str
 ) -> None:
-    async with TcpProxy(urlsplit(dsn).port or 5432) as proxy:
-        store = PostgresStore(proxied(dsn, proxy), schema=schema, command_timeout=BOUND)
-        await store.migrate()
-        try:
-            proxy.hold()  # open, but nothing comes back: a half-open connection
-            started = time.monotonic()
-            with pytest.raises(StoreError, match=r"no answer within 0\.5 s"):
-                await asyncio.wait_for(store.get_session("s1"), GUARD)
-            assert time.monotonic() - started < GUARD / 2
+    async with proxied_store(dsn, schema, BOUND) as (proxy, store):
+        proxy.hold()  # open, but nothing comes back: a half-open connection
+        started = time.monotonic()
+        with pytest.raises(StoreError, match=r"no answer within 0\.5 s"):
+            await asyncio.wait_for(store.get_session("s1"), GUARD)
+        assert time.monotonic() - started < GUARD / 2
 
-            proxy.restore()
-            # The stuck connection was dropped: the next statement gets a working one.
-            await until(lambda: answers(store), timeout=GUARD)
-        finally:
-            await store.close()
+        proxy.restore()
+        # The stuck connection was dropped: the next statement gets a working one.
+        await until(lambda: answers(store), timeout=GUARD)
 
 
 async def test_a_caller_stopped_while_its_connection_is_released_leaves_no_error_unretrieved(
@@ -735,19 +746,14 @@ async def test_an_append_the_server_answered_as_it_closed_the_connection_landed(
     # release failed ("called on a free connection holder"). The append had committed, and was
     # said to have failed: a run stopped as if its journal could not be written, and a command
     # whose dispatch record had landed was taken for one of unknown outcome.
-    async with TcpProxy(urlsplit(dsn).port or 5432) as proxy:
-        store = PostgresStore(proxied(dsn, proxy), schema=schema, command_timeout=GUARD)
-        await store.migrate()
-        try:
-            epoch = await run_1(store)
-            proxy.close_after_reply(b"answered-then-closed")
-            entry = UserMessageEntry(text="answered-then-closed")
-            await store.append("run_1", 0, epoch, entry)
+    async with proxied_store(dsn, schema, GUARD) as (proxy, store):
+        epoch = await run_1(store)
+        proxy.close_after_reply(b"answered-then-closed")
+        entry = UserMessageEntry(text="answered-then-closed")
+        await store.append("run_1", 0, epoch, entry)
 
-            assert proxy.closed_after_reply == 1
-            assert [record.entry for record in await store.load("run_1")] == [entry]
-        finally:
-            await store.close()
+        assert proxy.closed_after_reply == 1
+        assert [record.entry for record in await store.load("run_1")] == [entry]
 
 
 async def test_an_append_whose_backend_was_terminated_under_it_lands_once(
@@ -782,23 +788,18 @@ async def test_an_append_whose_commit_answer_was_lost_is_found_landed_not_writte
     dsn: str, schema: str
 ) -> None:
     # The other side of writing an append again: its first try had committed.
-    async with TcpProxy(urlsplit(dsn).port or 5432) as proxy:
-        store = PostgresStore(proxied(dsn, proxy), schema=schema, command_timeout=GUARD)
-        await store.migrate()
-        try:
-            epoch = await run_1(store)
-            await store.append("run_1", 0, epoch, UserMessageEntry(text="hello"))
-            ended = RunEnded(
-                result=TerminalResult(status=RunStatus.COMPLETED, stop_reason=StopReason.ANSWERED)
-            )
-            proxy.lose_commit_reply(b"run_ended")
+    async with proxied_store(dsn, schema, GUARD) as (proxy, store):
+        epoch = await run_1(store)
+        await store.append("run_1", 0, epoch, UserMessageEntry(text="hello"))
+        ended = RunEnded(
+            result=TerminalResult(status=RunStatus.COMPLETED, stop_reason=StopReason.ANSWERED)
+        )
+        proxy.lose_commit_reply(b"run_ended")
 
-            await store.append("run_1", 1, epoch, ended)
+        await store.append("run_1", 1, epoch, ended)
 
-            assert proxy.replies_lost == 1
-            assert [record.entry for record in await store.load("run_1")][1:] == [ended]
-        finally:
-            await store.close()
+        assert proxy.replies_lost == 1
+        assert [record.entry for record in await store.load("run_1")][1:] == [ended]
 
 
 async def test_a_transaction_whose_backend_was_terminated_says_why(dsn: str, schema: str) -> None:
