@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -301,21 +301,12 @@ async def test_serve_slack_in_socket_mode_serves_its_port_while_slack_is_down(
     config = write_config(tmp_path, "http://127.0.0.1:9/v1")
     async with FakeSlackApi() as api:
         api.fail("apps.connections.open", error="internal_error", status=status, times=None)
-        port = free_port()
-        env = serve_env(config, api.url, SLACK_APP_TOKEN="xapp-1-test")
-        process = start_serve(tmp_path, port, env, "slack")
-        try:
-            await wait_healthy(port, process)
-            status, body = await _readyz(port)
-            assert status == 503 and body["problems"] == {"slack": "not connected (reconnecting)"}
+
+        async def heal() -> None:
             await until(lambda: api.count("apps.connections.open") >= 3, timeout=20)
             api.clear_faults("apps.connections.open")
-            await api.wait_for_socket(timeout=20)
-            await until(lambda: _ready(port), timeout=20)
-        finally:
-            process.send_signal(signal.SIGTERM)
-            _out, err = await asyncio.to_thread(process.communicate, timeout=30)
-    assert process.returncode == 0, err
+
+        err = await _socket_mode_unready(tmp_path, config, api, heal)
     # One line for the problem, however many times it was asked; one when it ends.
     said = [line for line in err.splitlines() if "internal_error" in line]
     assert len(said) == 2, err
@@ -332,17 +323,7 @@ async def test_serve_slack_in_socket_mode_serves_its_port_while_slack_limits_it(
     config = write_config(tmp_path, "http://127.0.0.1:9/v1")
     async with FakeSlackApi() as api:
         api.fail("apps.connections.open", retry_after=30, times=None)  # 429, ratelimited
-        port = free_port()
-        env = serve_env(config, api.url, SLACK_APP_TOKEN="xapp-1-test")
-        process = start_serve(tmp_path, port, env, "slack")
-        try:
-            await wait_healthy(port, process)
-            status, body = await _readyz(port)
-            assert status == 503 and body["problems"] == {"slack": "not connected (reconnecting)"}
-        finally:
-            process.send_signal(signal.SIGTERM)
-            _out, err = await asyncio.to_thread(process.communicate, timeout=30)
-    assert process.returncode == 0, err
+        err = await _socket_mode_unready(tmp_path, config, api)
     assert "cannot connect yet: apps.connections.open said ratelimited" in err, err
     assert "Traceback" not in err
 
@@ -356,25 +337,43 @@ async def test_serve_slack_in_socket_mode_serves_its_port_while_its_socket_canno
     async with FakeSlackApi() as api:
         closed = f"ws://127.0.0.1:{free_port()}/socket?ticket=TICKET-7f3a"
         api.set_handler("apps.connections.open", lambda call: {"ok": True, "url": closed})
-        port = free_port()
-        env = serve_env(config, api.url, SLACK_APP_TOKEN="xapp-1-test")
-        process = start_serve(tmp_path, port, env, "slack")
-        try:
-            await until(lambda: _readyz_status(port, process), timeout=60)
-            status, body = await _readyz(port)
-            assert status == 503 and body["problems"] == {"slack": "not connected (reconnecting)"}
+
+        async def heal() -> None:
             api.set_handler("apps.connections.open", None)  # a new socket, which opens
-            await api.wait_for_socket(timeout=60)
-            await until(lambda: _ready(port), timeout=20)
-        finally:
-            process.send_signal(signal.SIGTERM)
-            _out, err = await asyncio.to_thread(process.communicate, timeout=30)
-    assert process.returncode == 0, err
+
+        err = await _socket_mode_unready(tmp_path, config, api, heal)
     said = [line for line in err.splitlines() if "did not open" in line]
     assert len(said) == 2, err
     assert "cannot connect yet: the socket at 127.0.0.1 did not open within 10 s" in said[0]
     assert "Socket Mode connected after" in said[1], err
     assert "Traceback" not in err and "TICKET-7f3a" not in err
+
+
+async def _socket_mode_unready(
+    tmp_path: Path,
+    config: Path,
+    api: FakeSlackApi,
+    heal: Callable[[], Awaitable[None]] | None = None,
+) -> str:
+    """``kestrel serve slack`` in Socket Mode while ``api`` gives it no socket: its port
+    answers (the first try may take the socket's 10 s) and ``/readyz`` says Slack reconnects;
+    after ``heal``, given, a socket opens and it is ready. What it said, stopped with 0."""
+    port = free_port()
+    env = serve_env(config, api.url, SLACK_APP_TOKEN="xapp-1-test")
+    process = start_serve(tmp_path, port, env, "slack")
+    try:
+        await until(lambda: _readyz_status(port, process), timeout=60)
+        status, body = await _readyz(port)
+        assert status == 503 and body["problems"] == {"slack": "not connected (reconnecting)"}
+        if heal is not None:
+            await heal()
+            await api.wait_for_socket(timeout=60)
+            await until(lambda: _ready(port), timeout=20)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _out, err = await asyncio.to_thread(process.communicate, timeout=30)
+    assert process.returncode == 0, err
+    return err
 
 
 async def _readyz_status(port: int, process: Any) -> int:
