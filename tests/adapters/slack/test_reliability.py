@@ -4,6 +4,8 @@ guests from other workspaces, stale cards, and Socket Mode."""
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -214,28 +216,41 @@ async def test_a_click_on_a_cancelled_runs_card_is_refused(tmp_path: Path) -> No
 
 
 async def test_socket_mode_takes_a_retried_envelope_once(tmp_path: Path) -> None:
-    async with FakeSlackApi() as api, slack_world(tmp_path, restart_script(), api=api) as world:
-        settings = SlackSettings(
-            bot_token="xoxb-test", signing_secret="", app_token="xapp-1", api_url=api.url
+    async with (
+        FakeSlackApi() as api,
+        slack_world(tmp_path, restart_script(), api=api) as world,
+        socket_mode(world, api, "xapp-1") as adapter,
+    ):
+        await api.wait_for_socket()
+        body = event_callback(app_mention(REQUESTER, "checkout is failing"), event_id="EvS1")
+        first = await api.socket_send(events_api_envelope(body))
+        await api.wait_for_ack(first)
+        await world.card()
+        retry = await api.socket_send(
+            events_api_envelope(body, retry_attempt=1, retry_reason="timeout")
         )
-        adapter = SlackAdapter(world.chat, world.rt.store, "socket-owner", settings)
-        await adapter.start()
-        await adapter.connect()
-        try:
-            await api.wait_for_socket()
-            body = event_callback(app_mention(REQUESTER, "checkout is failing"), event_id="EvS1")
-            first = await api.socket_send(events_api_envelope(body))
-            await api.wait_for_ack(first)
-            await world.card()
-            retry = await api.socket_send(
-                events_api_envelope(body, retry_attempt=1, retry_reason="timeout")
-            )
-            await api.wait_for_ack(retry)
-            assert adapter.listeners is not None
-            await adapter.listeners.idle()
-            assert await _runs(world) == 1
-        finally:
-            await adapter.stop()
+        await api.wait_for_ack(retry)
+        assert adapter.listeners is not None
+        await adapter.listeners.idle()
+        assert await _runs(world) == 1
+
+
+@asynccontextmanager
+async def socket_mode(
+    world: SlackWorld, api: FakeSlackApi, app_token: str
+) -> AsyncIterator[SlackAdapter]:
+    """A Slack adapter of ``world`` connected in Socket Mode to ``api`` with ``app_token``,
+    stopped at the end."""
+    settings = SlackSettings(
+        bot_token="xoxb-test", signing_secret="", app_token=app_token, api_url=api.url
+    )
+    adapter = SlackAdapter(world.chat, world.rt.store, "socket-owner", settings)
+    await adapter.start()
+    await adapter.connect()
+    try:
+        yield adapter
+    finally:
+        await adapter.stop()
 
 
 @pytest.mark.parametrize("lost", ["dropped", "refresh_requested"])
@@ -245,26 +260,21 @@ async def test_socket_mode_whose_token_is_refused_at_reconnect_says_so_once(
     # The app-level token revoked while connected: at the next socket (Slack's refresh, or one
     # dropped) the socket client asked again every 10 s for ever, two errors a time, neither
     # naming SLACK_APP_TOKEN, and /readyz said it was reconnecting.
-    async with FakeSlackApi() as api, slack_world(tmp_path, restart_script(), api=api) as world:
-        settings = SlackSettings(
-            bot_token="xoxb-test", signing_secret="", app_token="xapp-1-revoked", api_url=api.url
-        )
-        adapter = SlackAdapter(world.chat, world.rt.store, "socket-owner", settings)
-        await adapter.start()
-        await adapter.connect()
-        try:
-            await api.wait_for_socket()
-            api.refuse("apps.connections.open", "invalid_auth")
-            if lost == "dropped":
-                await api.close_sockets()
-            else:
-                await api.socket_disconnect(lost)
-            await until(lambda: adapter.gave_up, timeout=20)
-            assert adapter.gave_up == "apps.connections.open refused SLACK_APP_TOKEN: invalid_auth"
-            assert not await adapter.connected()
-            await until(lambda: not api.open_sockets, timeout=20)  # this replica hangs up
-        finally:
-            await adapter.stop()
+    async with (
+        FakeSlackApi() as api,
+        slack_world(tmp_path, restart_script(), api=api) as world,
+        socket_mode(world, api, "xapp-1-revoked") as adapter,
+    ):
+        await api.wait_for_socket()
+        api.refuse("apps.connections.open", "invalid_auth")
+        if lost == "dropped":
+            await api.close_sockets()
+        else:
+            await api.socket_disconnect(lost)
+        await until(lambda: adapter.gave_up, timeout=20)
+        assert adapter.gave_up == "apps.connections.open refused SLACK_APP_TOKEN: invalid_auth"
+        assert not await adapter.connected()
+        await until(lambda: not api.open_sockets, timeout=20)  # this replica hangs up
     said = [r.getMessage() for r in caplog.records if r.name == "kestrel.slack"]
     assert said == [
         "slack: apps.connections.open refused SLACK_APP_TOKEN: invalid_auth; this replica"
