@@ -337,7 +337,12 @@ class SqlStore(ABC):
     ) -> bool:
         """Close an open request; True only for the one caller whose update changed it (who
         alone records ``audit``, in the same transaction)."""
-        rows = await self._transaction("decide", self._decide_steps(decision, status, audit))
+        try:
+            rows = await self._transaction("decide", self._decide_steps(decision, status, audit))
+        except StoreError:
+            if await self._recorded(decision):
+                return True
+            raise
         if rows[0]:  # the DECIDE step's
             return True
         await self.get_request(decision.request_id)  # unknown ids raise KeyError, not False
@@ -353,18 +358,44 @@ class SqlStore(ABC):
     ) -> Settled:
         """``decide``, and take the run's free lease if that closed its last open request."""
         steps = self._decide_steps(decision, status, audit)
-        params = (owner, self._lease_until(lease_seconds), self._now(), decision.request_id)
+        until = self._clock() + timedelta(seconds=lease_seconds)
+        params = (owner, self._stamp(until), self._now(), decision.request_id)
         steps.append((sql.CLAIM_SETTLED, (*params, wire.to_json(decision))))
         locks = 0
         if self._dialect.row_locks:
             steps.insert(0, (sql.LOCK_RUN_OF_REQUEST, (decision.request_id,)))
             locks = 1
-        rows = await self._transaction("decide", steps)
+        try:
+            rows = await self._transaction("decide", steps)
+        except StoreError:
+            if await self._recorded(decision):
+                return await self._settled_by(decision, owner, until)
+            raise
         decided, claimed = rows[locks], rows[-1]  # the DECIDE step's and the CLAIM_SETTLED's
         if not decided:
             await self.get_request(decision.request_id)  # unknown ids raise KeyError
             return Settled(False)
         return Settled(True, int(claimed[0][0]) if claimed else None)
+
+    async def _recorded(self, decision: Decision) -> bool:
+        """Whether ``decision`` is the one its request holds, after its transaction failed:
+        one whose COMMIT landed while its answer was lost (the connection dropped) stands, and
+        only that transaction can have written it (its time and decider with it). False when
+        the store cannot say."""
+        try:
+            _, _, recorded = await self.get_request(decision.request_id)
+        except (StoreError, KeyError):
+            return False
+        return recorded == decision
+
+    async def _settled_by(self, decision: Decision, owner: str, until: datetime) -> Settled:
+        """What a ``decide_and_claim`` found recorded did: its claim landed with it when the
+        run's lease is ``owner``'s until the very moment that claim set (a lease ``owner`` held
+        before, its task driving the run, was not taken again)."""
+        request, _, _ = await self.get_request(decision.request_id)
+        run = await self.get_run(request.run_id)
+        claimed = run.owner == owner and run.lease_expires == until
+        return Settled(True, run.epoch if claimed else None)
 
     def _decide_steps(
         self, decision: Decision, status: RequestStatus, audit: Audited | None

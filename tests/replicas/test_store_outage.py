@@ -330,3 +330,34 @@ async def test_a_backend_terminated_as_a_command_is_dispatched_costs_the_run_not
     finally:
         await admin.close()
         await store.close()
+
+
+async def test_an_approval_whose_commit_answer_was_lost_stands_and_runs_once(
+    cluster: Callable[..., Cluster], schema: str
+) -> None:
+    # The decision and its claim of the run committed, and the connection dropped before
+    # COMMIT's answer came back: `runs approve` said "decide failed: connection was closed in
+    # the middle of operation", exit 2, of a decision that stood, with the run claimed by it.
+    async with proxied_dsn(DSN) as (proxied, proxy):
+        c = cluster(DEPLOY, database=f"{proxied}?schema={schema}")
+        deferred = await asyncio.to_thread(c.kestrel, "run", "--defer", "--json", "a0")
+        assert deferred.returncode == 3, deferred.stderr
+        run = json.loads(deferred.stdout)
+        (request,) = run["requests"]
+        proxy.lose_commit_reply(b'"kind":"approve"')
+
+        approved = await asyncio.to_thread(
+            c.kestrel, "runs", "approve", run["run_id"], request["id"], "--as", "U0APPROVER"
+        )
+
+    assert proxy.replies_lost == 1
+    assert approved.returncode == 0, approved.stderr
+    assert f"run {run['run_id']} is now completed: deployed" in approved.stdout
+    assert c.effects() == ["deploy a0"]
+    store = await store_of(c.schema)
+    try:
+        records = await store.load(run["run_id"])
+        assert [r.seq for r in records] == list(range(len(records)))
+        assert [r.entry.kind for r in records].count("tool_dispatched") == 1
+    finally:
+        await store.close()

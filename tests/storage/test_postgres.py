@@ -29,7 +29,9 @@ from bot.domain import (
 )
 from bot.errors import StaleEpoch, StoreError, UnknownRun
 from bot.journal.entries import RunEnded, ToolResultEntry, UserMessageEntry
+from bot.kinds import AuditAction
 from bot.records import RunRecord
+from bot.store_values import Audited, Settled
 from storage.postgres import PostgresStore, _cause, _migration_lock_key, open_postgres
 from storage.postgres_schema import CREATE_VERSION_TABLE, SCHEMA_VERSION, migration_script
 from tests.fakes.held_backend import HeldBackend
@@ -800,6 +802,48 @@ async def test_an_append_whose_commit_answer_was_lost_is_found_landed_not_writte
 
         assert proxy.replies_lost == 1
         assert [record.entry for record in await store.load("run_1")][1:] == [ended]
+
+
+@pytest.mark.parametrize(
+    ("lease", "decider", "claimed"),
+    [(0.0, "w2", True), (30.0, "w1", False)],
+    ids=["lapsed-lease-taken", "own-live-lease-not-taken-again"],
+)
+async def test_a_decision_whose_commit_answer_was_lost_is_found_recorded(
+    dsn: str, schema: str, lease: float, decider: str, claimed: bool
+) -> None:
+    # It stands, and so does the claim that came with it, and only that claim: w1, whose task
+    # holds the run's live lease, does not take it again (a second driver) for a lease it had.
+    async with proxied_store(dsn, schema, GUARD) as (proxy, store):
+        await store.ensure_session(Session(id="s1"))
+        epoch = await store.create_run(RunRecord(id="run_1", session_id="s1"), "w1", lease)
+        request = Request(run_id="run_1", kind=RequestKind.WAIT_APPROVAL, call_id="c1", tool="t")
+        await store.open_request(request)
+        decision = Decision(request_id=request.id, kind=DecisionKind.APPROVE, by="bob")
+        proxy.lose_commit_reply(b'"kind":"approve"')
+
+        settled = await store.decide_and_claim(
+            decision, RequestStatus.ANSWERED, Audited("bob", AuditAction.APPROVE), decider, 30
+        )
+
+        assert proxy.replies_lost == 1
+        assert settled == Settled(True, epoch + 1 if claimed else None)
+        assert (await store.get_request(request.id))[2] == decision
+        record = await store.get_run("run_1")
+        assert (record.owner, record.epoch) == (decider, epoch + 1 if claimed else epoch)
+
+
+async def test_a_decision_that_failed_unrecorded_still_fails(dsn: str, schema: str) -> None:
+    async with proxied_store(dsn, schema, GUARD) as (proxy, store):
+        (request_id,) = await requests_of_one_run(store, 1)
+        decision = Decision(request_id=request_id, kind=DecisionKind.APPROVE, by="bob")
+        proxy.cut()
+
+        with pytest.raises(StoreError, match="decide failed"):
+            await store.decide(decision, RequestStatus.ANSWERED)
+
+        proxy.restore()
+        assert (await store.get_request(request_id))[1] is RequestStatus.OPEN
 
 
 async def test_a_transaction_whose_backend_was_terminated_says_why(dsn: str, schema: str) -> None:
