@@ -213,6 +213,15 @@ def shell_variable(text: str, *, argv: bool = False) -> bool:
     return not argv or written.startswith("${") or (name.isupper() and len(name) > 1)
 
 
+def shell_variable_within(text: str) -> str | None:
+    """The first shell variable written anywhere in ``text`` (``$HOME/ops``: ``$HOME``), or
+    None: for a value that is a path, where a ``$`` is never the directory's own name."""
+    if "$" not in text:
+        return None
+    found = _SHELL_VARIABLE.search(text)
+    return None if found is None else found.group()
+
+
 def not_utf8(exc: UnicodeDecodeError) -> str:
     """Why a file's bytes are not text, for people: the first byte that is not UTF-8, and where
     it is (an offset alone read as the byte's value)."""

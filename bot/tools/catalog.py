@@ -51,6 +51,7 @@ from bot.tools.base import (
 from bot.tools.command import (
     SAFE_PATH,
     CommandTool,
+    check_cwd,
     misspelt_keywords,
     pattern_problems,
     placeholder,
@@ -91,7 +92,7 @@ class ToolEntry(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only
     ``"30"`` no timeout): a config value of the wrong type is an error, not silently coerced."""
 
     # Checked on its own (bot.plain): the model APIs' rule, said in words, not as a regex.
-    __field_checks__: ClassVar = {"name": check_tool_name}
+    __field_checks__: ClassVar = {"name": check_tool_name, "cwd": check_cwd}
 
     name: str
     description: Annotated[str, Meta(min_length=1)]
@@ -404,13 +405,27 @@ def _program_problems(files: Iterable["_Parsed"]) -> list[str]:
     for parsed in files:
         folder = parsed.path.resolve().parent
         for entry in parsed.entries:
+            where = f"{parsed.path}:{parsed.lines[entry.name]}"
+            missing = _missing_cwd(entry, folder)
+            if missing is not None:
+                problems.append(f"{where}: tool {entry.name!r}: {missing}")
+                continue
             reason = _unstartable(entry, folder)
             if reason is not None:
-                where = f"{parsed.path}:{parsed.lines[entry.name]}"
                 problems.append(
                     f"{where}: tool {entry.name!r}: program {entry.command[0]!r} {reason}"
                 )
     return problems
+
+
+def _missing_cwd(entry: ToolEntry, folder: Path) -> str | None:
+    """Why the entry's ``cwd`` cannot be a call's working folder on this host; None if it can."""
+    if not entry.cwd:
+        return None
+    cwd = folder / entry.cwd
+    if cwd.is_dir():
+        return None
+    return f"cwd {entry.cwd!r} is not a folder here ({cwd}): no call can start in it"
 
 
 def _unstartable(entry: ToolEntry, folder: Path) -> str | None:

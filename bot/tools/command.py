@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bot.patterns import on_use
-from bot.text import shell_variable
+from bot.text import shell_variable, shell_variable_within
 from bot.tools.base import (
     DEFAULT_MAX_OUTPUT,
     ToolContext,
@@ -194,6 +194,26 @@ def _literal_problem(element: str) -> str | None:
     if _unpaired(element):
         return f"{element!r} has a brace without its pair; {_WHOLE}"
     return None
+
+
+def check_cwd(cwd: str | None) -> None:
+    """Refuse a ``cwd`` a shell would have expanded (``ValueError``): commands start from argv,
+    so ``~/ops`` or ``$HOME/ops`` is a folder of that name beside the catalog, and every call
+    would fail to start."""
+    if cwd is None:
+        return
+    if cwd.startswith("~"):
+        raise ValueError(
+            f"{cwd!r} starts with ~, which no shell expands here (commands run from argv):"
+            " write the whole path, or one relative to the catalog's folder"
+        )
+    variable = shell_variable_within(cwd)
+    if variable is not None:
+        raise ValueError(
+            f"{cwd!r} holds the shell variable {variable}, which no shell expands here"
+            " (commands run from argv): write the whole path, or one relative to the catalog's"
+            " folder"
+        )
 
 
 def _unpaired(element: str) -> bool:

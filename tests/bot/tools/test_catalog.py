@@ -266,6 +266,25 @@ def test_a_shell_variable_as_an_element_is_refused(tmp_path: Path, element: str)
 
 
 @pytest.mark.parametrize(
+    ("cwd", "why"),
+    [
+        ("$HOME/ops", "holds the shell variable $HOME"),
+        ("${OPS_DIR}", "holds the shell variable ${OPS_DIR}"),
+        ("/srv/$env/ops", "holds the shell variable $env"),
+        ("~/ops", "starts with ~"),
+    ],
+)
+def test_a_cwd_a_shell_would_have_expanded_is_refused(tmp_path: Path, cwd: str, why: str) -> None:
+    # It was a folder of that name beside the catalog: tools check passed, and every call
+    # failed to start.
+    path = write(tmp_path, "ops.yaml", GOOD.replace("cwd: /var/tmp", f'cwd: "{cwd}"'))
+    assert only_problem(path) == (
+        f"{path}:17: tools[0].cwd: {cwd!r} {why}, which no shell expands here (commands run"
+        " from argv): write the whole path, or one relative to the catalog's folder"
+    )
+
+
+@pytest.mark.parametrize(
     "element", ["{print $1}", "price-$5", "$HOME/x", "$", "$p", "$G", "$svc", "$__loc__"]
 )
 def test_a_dollar_in_other_text_stays_literal(tmp_path: Path, element: str) -> None:
@@ -386,6 +405,7 @@ tools:
   - {name: there, description: x, command: [./there.sh]}
   - {name: found, description: x, command: ["true"]}
   - {name: inside, description: x, command: [bin/tool], cwd: work}
+  - {name: nowhere, description: x, command: ["true"], cwd: ops}
 """
 
 
@@ -408,6 +428,9 @@ def test_a_program_that_cannot_start_here_is_a_problem_of_the_check(tmp_path: Pa
         f"({tmp_path}/plain.txt)",
         f"{path}:6: tool 'loose': program 'bin/tool' cannot start: it is relative to the call's "
         "new, empty HOME (./ is the catalog's folder)",
+        # It passed, and each call failed to start in it.
+        f"{path}:10: tool 'nowhere': cwd 'ops' is not a folder here ({tmp_path}/ops): no call"
+        " can start in it",
     ]
 
 
