@@ -96,7 +96,8 @@ def tally_from_rows(rows: Sequence[Sequence[Any]], stop: int) -> JournalTally:
     started: list[int] = []
     turns: list[int] = []
     texts: list[int] = []
-    for kind, outcome, count, inputs, outputs, iteration, first, turn, text in rows:
+    changes: list[int] = []
+    for kind, outcome, count, inputs, outputs, iteration, first, turn, text, changed in rows:
         kinds[kind] = kinds.get(kind, 0) + int(count)
         if outcome is not None:
             outcomes[str(outcome)] = outcomes.get(str(outcome), 0) + int(count)
@@ -107,6 +108,7 @@ def tally_from_rows(rows: Sequence[Sequence[Any]], stop: int) -> JournalTally:
         started.extend(int(seq) for seq in (first,) if seq is not None)
         turns.extend(int(seq) for seq in (turn,) if seq is not None)
         texts.extend(int(seq) for seq in (text,) if seq is not None)
+        changes.extend(int(seq) for seq in (changed,) if seq is not None)
     return JournalTally(
         stop=stop,
         kinds=kinds,
@@ -117,6 +119,7 @@ def tally_from_rows(rows: Sequence[Sequence[Any]], stop: int) -> JournalTally:
         started_seq=min(started, default=None),
         last_turn_seq=max(turns, default=None),
         last_text_seq=max(texts, default=None),
+        changed_seq=max(changes, default=None),
     )
 
 

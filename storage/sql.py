@@ -258,7 +258,8 @@ JOURNAL_TALLY: Final = """
 SELECT kind, outcome, COUNT(*), SUM(input_tokens), SUM(output_tokens), MAX(iteration),
        MIN(CASE WHEN kind = 'run_started' THEN seq END),
        MAX(CASE WHEN kind = 'assistant_turn' THEN seq END),
-       MAX(CASE WHEN kind = 'assistant_turn' AND turn_text <> '' THEN seq END)
+       MAX(CASE WHEN kind = 'assistant_turn' AND turn_text <> '' THEN seq END),
+       MAX(CASE WHEN kind = 'run_resumed' AND changed IS NOT NULL THEN seq END)
 FROM (
     SELECT seq, kind,
            CASE WHEN kind = 'tool_result' THEN {json:body:outcome} END AS outcome,
@@ -267,14 +268,17 @@ FROM (
            CASE WHEN kind = 'assistant_turn'
                 THEN {json:body:turn.usage.output_tokens}::bigint END AS output_tokens,
            CASE WHEN kind = 'assistant_turn' THEN {json:body:iteration}::bigint END AS iteration,
-           CASE WHEN kind = 'assistant_turn' THEN {json:body:turn.text} END AS turn_text
+           CASE WHEN kind = 'assistant_turn' THEN {json:body:turn.text} END AS turn_text,
+           CASE WHEN kind = 'run_resumed' THEN {json:body:fingerprint.model} END AS changed
     FROM journal WHERE run_id = $1 AND seq >= $2 AND seq < $3
 ) AS entries
 GROUP BY kind, outcome
 """
 # The seqs a finished run's header reads itself, before $2: the first start, the last assistant
-# turn and the last one with text. Each walks the primary key from its end and stops at the
-# first match, so an ended run's page reads a few rows, not its whole journal.
+# turn, the last one with text and the last forced resume that went on with a new fingerprint.
+# Each walks the primary key from its end and stops at the first match, so an ended run's page
+# reads a few rows, not its whole journal; the last walks only a run that was forced on (its
+# audit says so: rare), and then the rows back to that resume.
 JOURNAL_LANDMARKS: Final = """
 SELECT
     (SELECT seq FROM journal WHERE run_id = $1 AND seq < $2 AND kind = 'run_started'
@@ -283,7 +287,13 @@ SELECT
      ORDER BY seq DESC LIMIT 1),
     (SELECT seq FROM journal WHERE run_id = $1 AND seq < $2 AND kind = 'assistant_turn'
          AND {json:body:turn.text} <> ''
-     ORDER BY seq DESC LIMIT 1)
+     ORDER BY seq DESC LIMIT 1),
+    CASE WHEN EXISTS (SELECT 1 FROM audit WHERE run_id = $1 AND action = 'resume'
+                      AND detail LIKE '%forced%')
+    THEN (SELECT seq FROM journal WHERE run_id = $1 AND seq < $2 AND kind = 'run_resumed'
+              AND {json:body:fingerprint.model} IS NOT NULL
+          ORDER BY seq DESC LIMIT 1)
+    END
 """
 # A new run's first entries, written with its row: nobody else can hold the run yet.
 INSERT_ENTRY: Final = """

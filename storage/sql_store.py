@@ -290,12 +290,16 @@ class SqlStore(ABC):
         return tally_from_rows(rows, stop)
 
     async def journal_landmarks(self, run_id: str, stop: int) -> JournalTally:
-        """The seqs of the first start, the last assistant turn and the last with text before
-        ``stop``, with no sums; read from the ends of the journal."""
+        """The seqs of the first start, the last assistant turn, the last with text and the
+        last forced resume with a new fingerprint before ``stop``, with no sums; read from the
+        ends of the journal."""
         rows = await self._read("load", sql.JOURNAL_LANDMARKS, (run_id, stop))
-        started, turn, text = rows[0]
+        started, turn, text, changed = rows[0]
         return JournalTally(
-            started_seq=_seq(started), last_turn_seq=_seq(turn), last_text_seq=_seq(text)
+            started_seq=_seq(started),
+            last_turn_seq=_seq(turn),
+            last_text_seq=_seq(text),
+            changed_seq=_seq(changed),
         )
 
     # -- requests ----------------------------------------------------------------------------

@@ -225,6 +225,7 @@ class Resumed:
     owner: str
     forced: bool
     taken_over_from: str
+    model: str = ""  # a forced resume's: the model the run went on with
 
 
 @dataclass(frozen=True, slots=True)
@@ -375,6 +376,8 @@ def build_run_page(
         _results_later(items, {call.call.id for call in state.batch if call.result is None})
     first_seq = items[0].seq if items else (journal[0].seq if journal else stop)
     started = state.started
+    # What the run goes on with: a forced resume's model and provider, else the start's.
+    fingerprint = state.fingerprint
     budgets = tuple(Budget(name, used, limit) for name, (used, limit) in view.budgets_used.items())
     result = state.result
     stop_reason = result.stop_reason.value if result else record.stop_reason
@@ -382,8 +385,8 @@ def build_run_page(
     return RunPage(
         record=record,
         thread=thread_of(record.session_id),
-        provider=started.fingerprint.provider if started else "",
-        model=started.fingerprint.model if started else "",
+        provider=fingerprint.provider if fingerprint else "",
+        model=fingerprint.model if fingerprint else "",
         stop_reason=stop_reason,
         budgets=budgets,
         deadline_seconds=started.budgets.deadline_seconds if started else 0,
@@ -536,7 +539,8 @@ class TimelineWalk:
             case "run_suspended":
                 return Suspended(seq, entry.reason.value, entry.request_ids)
             case "run_resumed":
-                return Resumed(seq, entry.owner, entry.forced, entry.taken_over_from)
+                model = entry.fingerprint.model if entry.fingerprint else ""
+                return Resumed(seq, entry.owner, entry.forced, entry.taken_over_from, model)
             case "run_ended":
                 result = entry.restored(self._last_text)
                 payload = pretty_json(result.payload) if result.payload is not None else None

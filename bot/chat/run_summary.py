@@ -16,8 +16,8 @@ from typing import Final, Protocol
 import msgspec
 from msgspec.structs import replace
 
-from bot.domain import TERMINAL_STATUSES, Usage
-from bot.journal.entries import AssistantTurnEntry, RunEnded, RunStarted
+from bot.domain import TERMINAL_STATUSES, Fingerprint, Usage
+from bot.journal.entries import AssistantTurnEntry, RunEnded, RunResumed, RunStarted
 from bot.journal.fold import RunState, fold
 from bot.journal.log import JournalRecord, JournalTally
 from bot.records import RunRecord
@@ -54,6 +54,9 @@ class JournalPage(msgspec.Struct, frozen=True):
 class _Kept(msgspec.Struct):
     tally: JournalTally
     started: RunStarted | None
+    # What a forced resume went on with (``changed_seq``'s entry), read once.
+    changed: Fingerprint | None = None
+    changed_seq: int | None = None
 
 
 class RunSummaries:
@@ -94,6 +97,11 @@ class RunSummaries:
         if kept.started is None and kept.tally.started_seq is not None:
             entry = (await self._one(run_id, kept.tally.started_seq, [])).entry
             kept.started = entry if isinstance(entry, RunStarted) else None
+        changed = kept.tally.changed_seq
+        if changed is not None and changed != kept.changed_seq:
+            kept.changed_seq = changed
+            entry = (await self._one(run_id, changed, [])).entry
+            kept.changed = entry.fingerprint if isinstance(entry, RunResumed) else None
         self._kept[run_id] = kept
         while len(self._kept) > KEPT_TALLIES:
             self._kept.popitem(last=False)
@@ -140,6 +148,7 @@ class RunSummaries:
         return RunState(
             run_id=record.id,
             started=kept.started,
+            fingerprint=kept.changed or (kept.started.fingerprint if kept.started else None),
             next_seq=length,
             messages=current.messages,
             iteration=tally.iterations,

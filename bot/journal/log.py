@@ -34,6 +34,7 @@ class JournalTally(msgspec.Struct, frozen=True):
     started_seq: int | None = None  # the first run_started
     last_turn_seq: int | None = None  # the last assistant turn
     last_text_seq: int | None = None  # the last assistant turn with text
+    changed_seq: int | None = None  # the last forced resume that went on with a new fingerprint
 
     def __add__(self, later: JournalTally) -> JournalTally:
         return JournalTally(
@@ -46,6 +47,7 @@ class JournalTally(msgspec.Struct, frozen=True):
             started_seq=self.started_seq if self.started_seq is not None else later.started_seq,
             last_turn_seq=_later(self.last_turn_seq, later.last_turn_seq),
             last_text_seq=_later(self.last_text_seq, later.last_text_seq),
+            changed_seq=_later(self.changed_seq, later.changed_seq),
         )
 
 

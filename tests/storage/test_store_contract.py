@@ -255,6 +255,30 @@ async def test_a_journal_tally_adds_up_in_the_database(store: Store) -> None:
     assert (await store.journal_landmarks(run_id, 0)).started_seq is None
 
 
+async def test_a_tally_finds_the_forced_resume_that_changed_the_runs_fingerprint(
+    store: Store,
+) -> None:
+    # A run page names the model a forced resume went on with: the seq of the last such
+    # resume, added up and read from the journal's end alike; a later resume that changed
+    # nothing does not hide it, and a forced one that changed nothing is none.
+    run_id, epoch = await new_run(store)
+    changed = replace(FINGERPRINT, model="gpt-new")
+    entries = [
+        *every_entry(run_id)[:2],
+        RunResumed(owner="w2", forced=True),
+        RunResumed(owner="w2", forced=True, fingerprint=changed),
+        message("more"),
+        RunResumed(owner="w3"),
+    ]
+    for seq, entry in enumerate(entries):
+        await store.append(run_id, seq, epoch, entry)
+
+    assert (await store.journal_tally(run_id, 0, len(entries))).changed_seq == 3
+    assert (await store.journal_landmarks(run_id, len(entries))).changed_seq == 3
+    assert (await store.journal_landmarks(run_id, 3)).changed_seq is None
+    assert (await store.journal_tally(run_id, 0, 3)).changed_seq is None
+
+
 async def test_identical_record_at_existing_seq_is_a_no_op(store: Store) -> None:
     run_id, epoch = await new_run(store)
     await store.append(run_id, 0, epoch, message("hi"))

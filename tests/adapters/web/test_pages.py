@@ -40,6 +40,7 @@ from bot.journal.entries import (
     AssistantTurnEntry,
     Entry,
     RunEnded,
+    RunResumed,
     RunStarted,
     ToolDispatched,
     ToolResultEntry,
@@ -587,3 +588,21 @@ def test_an_older_page_does_not_promise_a_result_the_run_never_had() -> None:
     call = re.search(rf'<li class="call[^"]*" data-call="{first.id}"[^>]*>', html)
     assert call is not None and 'data-outcome="dispatched"' in call.group(0), call
     assert "effect started, no result" in html
+
+
+def test_a_forced_resume_shows_the_model_the_run_went_on_with() -> None:
+    # The header named the start's model for the rest of the run, after on-call had forced it
+    # on to another one.
+    view, records = big_run(12)
+    then = Fingerprint(
+        provider="openai", model="gpt-new", tools_digest="t", system_prompt_digest="s"
+    )
+    resumed = RunResumed(owner="w2", forced=True, by="U0ONCALL", fingerprint=then)
+    records.insert(2, JournalRecord(run_id=view.record.id, seq=2, epoch=2, entry=resumed))
+    records = [replace(r, seq=n) for n, r in enumerate(records)]
+    view = RunView(view.record, fold(records, view.record.id))
+
+    html = render_run_page(build_run_page(view, records, [], []), now=view.record.created_at)
+
+    assert '<dd id="model">gpt-new <span class="muted">(openai)</span></dd>' in html
+    assert "(forced, with model gpt-new)" in html
