@@ -66,12 +66,12 @@ class Runtime(msgspec.Struct):
         return max(self.lease_seconds / 3, 0.05)
 
     def stamp(self, request: Request) -> Request:
-        """Give a new request its deadline: per tool if configured, else per kind."""
+        """Give a new request its deadline: per tool, tag or ``*`` if configured, else per kind."""
         if request.deadline is not None:
             return request
-        seconds = self.deadlines.per_tool.get(request.tool) or getattr(
-            self.deadlines, request.kind.value
-        )
+        flags = self.tools.current().flags_of(request.tool)
+        tags = flags.approval.tags if flags is not None else ()
+        seconds = self.deadlines.seconds_for(request.kind.value, request.tool, tags)
         return replace(request, deadline=request.created_at + timedelta(seconds=seconds))
 
     def fingerprint(self) -> Fingerprint:

@@ -11,6 +11,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import asyncpg
@@ -754,6 +755,30 @@ def test_a_policy_or_deadline_naming_no_tool_is_refused_with_the_nearest(tmp_pat
         deadlines={"per_tool": {"restart_service": 60}},
     )
     assert kestrel(tmp_path, "run", "checkout is failing").returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("per_tool", "seconds"),
+    [
+        ({"restart_service": 60}, 60),
+        ({"tag:prod": 120}, 120),
+        ({"*": 180}, 180),
+        # The tool's own entry outranks its tag's, and a tag's outranks every tool's.
+        ({"*": 30, "tag:prod": 240, "restart_service": 300}, 300),
+        ({"*": 30, "tag:prod": 240}, 240),
+    ],
+)
+def test_a_deadline_set_per_tool_tag_or_every_tool_is_the_requests(
+    tmp_path: Path, per_tool: dict[str, int], seconds: int
+) -> None:
+    # A tag's and "*"'s entries were accepted (tools check too) and then ignored: restarts
+    # tagged prod stayed open the hour of deadlines.wait_approval, not the 2 minutes set.
+    write_config(tmp_path, deadlines={"per_tool": per_tool})
+    deferred = kestrel(tmp_path, "run", "checkout is failing", "--defer", "--json", "--as", "U0R")
+    (request,) = json.loads(deferred.stdout)["requests"]
+    assert request["tool"] == "restart_service"
+    opened = datetime.fromisoformat(request["created_at"])
+    assert datetime.fromisoformat(request["deadline"]) - opened == timedelta(seconds=seconds)
 
 
 def test_a_gated_tool_the_policy_lets_nobody_approve_is_refused(tmp_path: Path) -> None:
