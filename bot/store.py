@@ -173,6 +173,12 @@ class OnceMarks(Protocol):
         """Whether ``key`` was claimed (a cancel asked of the replica that drives a run)."""
         ...
 
+    async def remind_once(self, request: Request, actor: str) -> bool:
+        """Claim ``request``'s reminder, owe it to its run's thread (a placeholder in the
+        outbox that a renderer of the thread's platform fills in) and audit it as ``actor``'s,
+        in one commit; True only for the first caller, across processes and replicas."""
+        ...
+
     async def first_marked(self, keys: Sequence[str], at: datetime) -> dict[str, datetime]:
         """Mark each of ``keys`` as made at ``at`` unless it was marked before, in one commit;
         when each was first marked (the first caller's ``at``, read alike by every caller:

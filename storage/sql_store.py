@@ -17,11 +17,12 @@ from datetime import datetime, timedelta
 from typing import Any, ClassVar, TypeVar
 
 from bot import wire
-from bot.chat.outbox_keys import card_key, owed_card
+from bot.chat.outbox_keys import card_key, owed_card, owed_reminder, reminder_key
 from bot.domain import Decision, Request, RequestStatus, Session
 from bot.errors import StoreError, ThreadBusy, UnknownRun
 from bot.journal.entries import Entry
 from bot.journal.log import JournalRecord, JournalTally
+from bot.kinds import AuditAction
 from bot.records import REPLICA_STOPPING, OutboxMessage, Replica, RunRecord, WorkItem
 from bot.store_values import Audited, AuditRecord, Counted, Settled
 from storage import sql
@@ -457,6 +458,30 @@ class SqlStore(ABC):
     async def marked(self, key: str) -> bool:
         """Whether ``key`` was claimed."""
         return bool(await self._read("marked", sql.MARKED, (key,)))
+
+    async def remind_once(self, request: Request, actor: str) -> bool:
+        """Claim ``request``'s reminder, owe it to its run's thread and audit it, in one
+        transaction; True only for the first caller. Owed, not left to the reminding process
+        to render: one with no renderer of the thread's platform, or one that died after the
+        claim, would have claimed the reminder and shown it nowhere."""
+        key = reminder_key(request.id)
+
+        def repeat(violation: Violation) -> StoreError:  # noqa: ARG001
+            return _Repeat(key)
+
+        now = self._now()
+        owed = outbox_json(owed_reminder(request.id))
+        audited = (now, actor, AuditAction.REMIND.value, request.run_id, request.id, "")
+        steps: list[Step] = [
+            (sql.MARK_DELIVERY, (key, now)),
+            (sql.OWE_MESSAGE, (request.run_id, key, owed, now)),
+            (sql.AUDIT, audited),
+        ]
+        try:
+            await self._transaction("remind_once", steps, repeat)
+        except _Repeat:
+            return False
+        return True
 
     async def first_marked(self, keys: Sequence[str], at: datetime) -> dict[str, datetime]:
         """Mark each of ``keys`` at ``at`` unless it is marked, in one transaction whatever

@@ -11,7 +11,8 @@ answer is owed (``owed_answer``): the worker that claims it has the platform's r
 it in from the run's journal, so an answer is shown even when the process that ended the run
 died before rendering it. A request's opening owes its card the same way (``owed_card``): a
 run driven by a process with no renderer of the thread's platform (``kestrel runs approve``
-at the terminal) still shows its next card in the thread.
+at the terminal) still shows its next card in the thread, and a reminder is owed as it is
+claimed (``owed_reminder``): a replica serving no platform of the thread's may claim it.
 """
 
 from __future__ import annotations
@@ -44,8 +45,8 @@ UNSHOWN_CARD_WAIT_SECONDS = 600.0
 # open again). What is left lapses to whoever claims it next.
 HOLD_SHARE = 0.5
 
-# Fills in what a placeholder owes (puts the real messages): given what is owed ("answer" or
-# "card") and whose (the run's or the request's id).
+# Fills in what a placeholder owes (puts the real messages): given what is owed ("answer",
+# "card" or "reminder") and whose (the run's or the request's id).
 RenderOwed = Callable[[str, str], Awaitable[None]]
 # Whether to say now that a request's card (by the request's id) was never shown: it still
 # waits on a decision, and nobody said so before (in this process, another, or before a restart).
@@ -288,7 +289,7 @@ class Deliveries:
             return True
 
     async def _fill_in(self, message: OutboxMessage, kind: str, owner: str) -> int:
-        """Render the answer or card ``owner`` (a run, a request) owes in place of the
+        """Render the answer, card or reminder ``owner`` (a run, a request) owes in place of the
         placeholder; nothing is posted yet (the rendered body is the message's next version,
         due at once)."""
         if self._render_owed is None:  # never posted as it is: the platform's renderer fills it

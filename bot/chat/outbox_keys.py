@@ -22,14 +22,20 @@ def owed_card(request_id: str) -> dict[str, Any]:
     return {"owed": "card", "request_id": request_id}
 
 
+def owed_reminder(request_id: str) -> dict[str, Any]:
+    """The platform-neutral body a request's reminder writes at its key: the reminder is owed
+    (whichever replica reminded, one serving no platform of the thread's too)."""
+    return {"owed": "reminder", "request_id": request_id}
+
+
 def owed_of(body: dict[str, Any]) -> tuple[str, str] | None:
-    """What ``body`` says is owed ("answer" and the run's id, or "card" and the request's);
-    None for a body to show as it is."""
+    """What ``body`` says is owed ("answer" and the run's id, or "card" or "reminder" and the
+    request's); None for a body to show as it is."""
     kind = body.get("owed")
     if kind == "answer":
         return "answer", str(body.get("run_id") or "")
-    if kind == "card":
-        return "card", str(body.get("request_id") or "")
+    if kind in ("card", "reminder"):
+        return str(kind), str(body.get("request_id") or "")
     return None
 
 

@@ -284,16 +284,34 @@ class ThreadRenderer:
 
     async def _remind(self, place: RunPlace, request_id: str) -> None:
         view = await self._chat.request(request_id)
-        if view is not None and view.status is RequestStatus.OPEN:
+        if view is not None:
+            await self._show_reminder(place, view)
+
+    async def _show_reminder(self, place: RunPlace, view: RequestView) -> None:
+        """Put the request's reminder in its thread, unless it no longer waits."""
+        if view.status is RequestStatus.OPEN:
             body = self._look.reminder(view)
-            await self._deliveries.put(reminder_key(request_id), place.target, body)
+            await self._deliveries.put(reminder_key(view.request.id), place.target, body)
 
     async def render_owed(self, kind: str, owner: str) -> None:
-        """Fill in what the outbox holds as owed: a run's answer, or a request's card."""
+        """Fill in what the outbox holds as owed: a run's answer, a request's card or its
+        reminder."""
         if kind == "card":
             await self.render_owed_card(owner)
+        elif kind == "reminder":
+            await self.render_owed_reminder(owner)
         else:
             await self.render_owed_answer(owner)
+
+    async def render_owed_reminder(self, request_id: str) -> None:
+        """Fill in the reminder a replica owed to the request's thread (one serving no platform
+        of it, or one that died after reminding): shown only while the request still waits."""
+        view = await self._chat.request(request_id)
+        if view is None:
+            return
+        place = await self.place_of(view.request.run_id)
+        if place is not None:
+            await self._show_reminder(place, view)
 
     async def render_owed_card(self, request_id: str) -> None:
         """Fill in the card a request's opening left owed (whichever process drove its run:

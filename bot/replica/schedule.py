@@ -36,7 +36,6 @@ from bot.digest import sha256
 from bot.domain import Request, Session, new_id
 from bot.errors import StoreError
 from bot.events import Event, RequestOpenedEvent, RequestReminderEvent
-from bot.kinds import AuditAction
 from bot.replica.work import until_created
 from bot.run.supervisor import LiveRun, Supervisor
 from bot.store import AuditLog, OnceMarks, Requests, WorkQueue
@@ -187,10 +186,11 @@ class Scheduler:
             )
 
     async def _remind(self, request: Request) -> bool:
-        if not await self.store.mark_once(f"remind:{request.id}"):
+        # Claimed, owed to the thread and audited in one commit: the thread's renderer, here or
+        # in any replica, shows it (this one may serve no platform of the thread's, or die now).
+        if not await self.store.remind_once(request, "deadline"):
             return False
         self.supervisor.rt.events.emit(RequestReminderEvent(request.run_id, request))
-        await self.store.audit("deadline", AuditAction.REMIND, request.run_id, request.id)
         return True
 
     def _remind_before(self) -> timedelta:

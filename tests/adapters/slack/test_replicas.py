@@ -3,11 +3,19 @@ resumes a run the other started; the card and the answer land once."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+from datetime import timedelta
 from pathlib import Path
 
+import pytest
+
 from adapters.slack import ids
-from tests.fakes.slack_api import FakeSlackApi
+from bot.cli import compose
+from bot.config.settings import load_settings
+from bot.replica.schedule import Scheduler
+from bot.run.supervisor import Supervisor
+from tests.fakes.slack_api import Call, FakeSlackApi
 from tests.fakes.slack_client import slash_command
 from tests.fakes.slack_world import APPROVER, ONCALL, posted_ts, restart_script, slack_world
 from tests.fakes.tcp_proxy import proxied_dsn
@@ -91,3 +99,45 @@ async def test_a_slash_command_the_store_could_not_serve_is_answered(tmp_path: P
                 " counted, and the run may go on. Cancel it again in a moment.",
                 "Kestrel's store did not answer: try again in a moment.",
             ]
+
+
+def _is_reminder(call: Call) -> bool:
+    return call.method == "chat.postMessage" and "Reminder:" in json.dumps(call.args)
+
+
+@pytest.mark.parametrize("store", ["sqlite", "postgres"])
+async def test_a_reminder_a_replica_serving_no_slack_claimed_reaches_the_thread_once(
+    tmp_path: Path, store: str
+) -> None:
+    # A replica that serves no platform of the thread's (`kestrel serve` alone, or `serve
+    # discord`) swept first: it claimed the reminder and rendered it nowhere, and the Slack
+    # replica's sweep found it claimed. On-call was never reminded.
+    async with contextlib.AsyncExitStack() as stack:
+        database = ""
+        if store == "postgres":
+            dsn = postgres_dsn()
+            database = f"{dsn}?schema={await stack.enter_async_context(postgres_schema(dsn))}"
+        world = await stack.enter_async_context(
+            slack_world(tmp_path, restart_script(), database=database)
+        )
+        await world.mention("checkout is failing")
+        await world.card()
+        await world.settled()
+        run_id = (await world.chat.recent(1))[0].id
+        (view,) = await world.chat.requests_of(run_id)
+        assert view.request.deadline is not None
+        soon = view.request.deadline - timedelta(seconds=60)
+        settings = load_settings(str(tmp_path / "kestrel.yaml"))
+        async with compose.runtime(settings, clock=world.clock) as bare:
+            elsewhere = Scheduler(Supervisor(bare), settings.deadlines, [], store=bare.store)
+            assert (await elsewhere.sweep(soon))[1] == [view.request.id]
+        here = Scheduler(Supervisor(world.rt), settings.deadlines, [], store=world.rt.store)
+        assert (await here.sweep(soon))[1] == []
+        await world.settled()
+        (reminder,) = await world.api.wait_for(_is_reminder)
+        assert reminder.args["thread_ts"] == (await world.card()).args["thread_ts"]
+        assert "restart_service" in reminder.args["text"]
+        await world.later(1)
+        assert len([c for c in world.api.calls if _is_reminder(c)]) == 1
+        audited = await world.rt.store.list_audit(run_id=run_id, action="remind")
+        assert [(a.actor, a.request_id) for a in audited] == [("deadline", view.request.id)]
