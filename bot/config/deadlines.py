@@ -5,7 +5,13 @@ from typing import Annotated
 
 import msgspec
 
-Seconds = Annotated[float, msgspec.Meta(gt=0)]
+# At most a century: a request's deadline is its opening plus one of these, and its reminder
+# that deadline less ``remind_before``; much longer fell past the last date there is, and the
+# first gated call of every run failed with an internal error (or every sweep did, expiring
+# nothing). A century still reads as "never" to anyone who means it.
+MAX_WAIT_SECONDS = 100 * 365.25 * 86400
+
+Seconds = Annotated[float, msgspec.Meta(gt=0, le=MAX_WAIT_SECONDS)]
 
 # ``per_tool``'s key for every tool (as ``policy.approvers``'s).
 EVERY_TOOL = "*"
@@ -19,7 +25,7 @@ class DeadlineSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     wait_effect: Seconds = 86400
     wait_plan: Seconds = 3600
     per_tool: dict[str, Seconds] = {}
-    remind_before: Annotated[float, msgspec.Meta(ge=0)] = 600
+    remind_before: Annotated[float, msgspec.Meta(ge=0, le=MAX_WAIT_SECONDS)] = 600
 
     def seconds_for(self, kind: str, tool: str, tags: Sequence[str] = ()) -> float:
         """How long a request of ``kind`` about ``tool`` (carrying ``tags``) stays open: the

@@ -97,6 +97,11 @@ def test_environment_overrides_nested_keys(tmp_path: Path, monkeypatch: pytest.M
         ("budgets: {max_iterations: 0}\n", "budgets.max_iterations"),
         ("deadlines: {per_tool: {deploy: -5}}\n", "deadlines.per_tool.deploy"),
         ("deadlines: {per_tool: {deploy: 0}}\n", "deadlines.per_tool.deploy"),
+        # Past the last date there is: the first gated call of every run failed with an internal
+        # error (a deadline), or every sweep did and nothing expired (a reminder).
+        ("deadlines: {wait_approval: 1e12}\n", "deadlines.wait_approval: must be a number <="),
+        ("deadlines: {per_tool: {deploy: 1e12}}\n", "deadlines.per_tool.deploy: must be a"),
+        ("deadlines: {remind_before: 1e11}\n", "deadlines.remind_before: must be a number <="),
         ("schedules: [{name: a, cron: 'not a cron', prompt: p}]\n", "cron 'not a cron'"),
         # A cron expression is checked on its own, whatever else is wrong with the schedule.
         ("schedules: [{name: a, cron: 'not a cron', prompt: 1}]\n", "schedules.0.cron: cron"),

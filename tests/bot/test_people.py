@@ -14,6 +14,7 @@ import pytest
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from msgspec.structs import replace
 
+from bot.config.deadlines import MAX_WAIT_SECONDS
 from bot.config.settings import DeadlineSettings, ScheduledPrompt
 from bot.domain import (
     AssistantTurn,
@@ -428,6 +429,32 @@ async def test_reminder_fires_once_before_the_deadline(tmp_path: Path) -> None:
     )
     assert (await scheduler.sweep())[1] == [request.id]
     assert (await scheduler.sweep())[1] == []
+    await rt.store.close()
+
+
+async def test_the_longest_deadline_and_reminder_allowed_are_kept_and_fire(tmp_path: Path) -> None:
+    # Longer ones are refused by the configuration: they fell past the last date there is.
+    longest = DeadlineSettings(wait_approval=MAX_WAIT_SECONDS, remind_before=MAX_WAIT_SECONDS)
+    rt, _ = await make_runtime(
+        tmp_path / "k.db",
+        [reply(call("deploy", text="v2")), reply(text="done")],
+        counting_tools(Counter()),
+    )
+    rt.deadlines = longest
+    sup = Supervisor(rt)
+    live = await sup.start_turn("ship it", requested_by="U0REQ", prompter=DeferringPrompter())
+    (request,) = (await sup.wait(live)).open_requests
+    assert request.deadline == request.created_at + timedelta(seconds=MAX_WAIT_SECONDS)
+    scheduler = Scheduler(sup, longest, [], store=rt.store)
+    assert await scheduler.sweep() == ([], [request.id])  # reminded a century before
+    await scheduler.start()  # its jobs scheduled, a century on
+    try:
+        past = request.deadline + timedelta(seconds=1)
+        assert await scheduler.sweep(past) == ([request.id], [])
+    finally:
+        await scheduler.stop()
+    for running in list(sup.live.values()):
+        await sup.wait(running)
     await rt.store.close()
 
 
