@@ -101,16 +101,25 @@ class Scheduler:
     async def sweep(self, now: datetime | None = None) -> tuple[list[str], list[str]]:
         """Expire every request past its deadline and remind those close to it, as of ``now``."""
         now = now or self.clock()
-        expired, reminded = [], []
+        expired, near = [], []
         for request, _status, _decision in await self.store.list_requests():
             if request.deadline is None:
                 continue
             if request.deadline <= now:
                 if await self.supervisor.expire(request):
                     expired.append(request.id)
-            elif request.deadline - self._remind_before() <= now and await self._remind(request):
-                reminded.append(request.id)
-        return expired, reminded
+            elif request.deadline - self._remind_before() <= now:
+                near.append(request)
+        return expired, await self._remind_waiting(near)
+
+    async def _remind_waiting(self, near: list[Request]) -> list[str]:
+        """Remind those of ``near`` whose run still waits on them: not one a cancel cut short
+        left open on its ended run, whose thread would be told that it still waits (its
+        deadline still closes it, and its card with it). Read only when one is near."""
+        if not near:
+            return []
+        waiting = {r.id for r, _, _ in await self.store.list_requests(unfinished_runs=True)}
+        return [r.id for r in near if r.id in waiting and await self._remind(r)]
 
     async def fire_prompt(self, name: str, at: datetime) -> LiveRun | None:
         """Start the scheduled prompt for the occurrence ``at``, once across all processes.

@@ -432,6 +432,32 @@ async def test_reminder_fires_once_before_the_deadline(tmp_path: Path) -> None:
     await rt.store.close()
 
 
+async def test_a_request_a_cut_short_cancel_left_open_is_not_reminded_but_still_closes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Reminded, its thread was told the request of a cancelled run still waited on an approver.
+    rt, sup, counter, run_id, request = await suspended_on_approval(tmp_path)
+    assert request.deadline is not None
+
+    async def killed(_run_id: str, _by: str) -> None:
+        raise SystemExit  # the process dies after the run's end, before closing its requests
+
+    monkeypatch.setattr(sup.decisions, "close_requests", killed)
+    with pytest.raises(SystemExit):
+        await sup.cancel(run_id, by="U0REQ")
+    monkeypatch.undo()
+    assert await rt.store.list_requests()  # left open on its cancelled run
+    scheduler = Scheduler(sup, DeadlineSettings(), [], store=rt.store)
+
+    assert await scheduler.sweep(request.deadline - timedelta(seconds=60)) == ([], [])
+    # Its deadline still closes it, and its card stops offering a decision.
+    assert await scheduler.sweep(request.deadline) == ([request.id], [])
+    actions = [a.action for a in await rt.store.list_audit(run_id=run_id)]
+    assert "remind" not in actions and actions.count("expire") == 1
+    assert counter.calls == {}
+    await rt.store.close()
+
+
 async def test_the_longest_deadline_and_reminder_allowed_are_kept_and_fire(tmp_path: Path) -> None:
     # Longer ones are refused by the configuration: they fell past the last date there is.
     longest = DeadlineSettings(wait_approval=MAX_WAIT_SECONDS, remind_before=MAX_WAIT_SECONDS)
