@@ -105,9 +105,10 @@ def _is_reminder(call: Call) -> bool:
     return call.method == "chat.postMessage" and "Reminder:" in json.dumps(call.args)
 
 
+@pytest.mark.parametrize("first", ["bare", "slack"])
 @pytest.mark.parametrize("store", ["sqlite", "postgres"])
-async def test_a_reminder_a_replica_serving_no_slack_claimed_reaches_the_thread_once(
-    tmp_path: Path, store: str
+async def test_a_reminder_reaches_the_thread_once_whichever_replica_claims_it(
+    tmp_path: Path, store: str, first: str
 ) -> None:
     # A replica that serves no platform of the thread's (`kestrel serve` alone, or `serve
     # discord`) swept first: it claimed the reminder and rendered it nowhere, and the Slack
@@ -128,11 +129,12 @@ async def test_a_reminder_a_replica_serving_no_slack_claimed_reaches_the_thread_
         assert view.request.deadline is not None
         soon = view.request.deadline - timedelta(seconds=60)
         settings = load_settings(str(tmp_path / "kestrel.yaml"))
+        here = Scheduler(Supervisor(world.rt), settings.deadlines, [], store=world.rt.store)
         async with compose.runtime(settings, clock=world.clock) as bare:
             elsewhere = Scheduler(Supervisor(bare), settings.deadlines, [], store=bare.store)
-            assert (await elsewhere.sweep(soon))[1] == [view.request.id]
-        here = Scheduler(Supervisor(world.rt), settings.deadlines, [], store=world.rt.store)
-        assert (await here.sweep(soon))[1] == []
+            sweeps = [elsewhere, here] if first == "bare" else [here, elsewhere]
+            claimed = [(await scheduler.sweep(soon))[1] for scheduler in sweeps]
+        assert claimed == [[view.request.id], []]
         await world.settled()
         (reminder,) = await world.api.wait_for(_is_reminder)
         assert reminder.args["thread_ts"] == (await world.card()).args["thread_ts"]
