@@ -300,6 +300,8 @@ class ConsolePrompter:
 
     async def _plan(self, request: Request) -> Decision | None:
         self._io.write(f"  ┌ plan approval needed: {request.prompt}")
+        if request.off_plan:
+            self._io.write(f"  │ {off_plan_words(request)}")
         for step in plan_steps(request):
             self._io.write(f"  │ {step.headline}", exact=True)
             if step.why:

@@ -60,6 +60,8 @@ EMBED_LIMIT = 6000
 CUT_NOTE = "\n…(the rest is cut: `kestrel runs show` or the run's page has it all)"
 FIELD_LIMIT = 1024
 DESCRIPTION_LIMIT = 4096
+# How much of how a plan differs from the approved one its card shows (the run's page, all).
+OFF_PLAN_LIMIT = 1500
 VALUE_LIMIT = 200
 BUTTONS_PER_ROW = 5
 ACTION_ROWS = 5  # a message's rows of buttons or menus, at most
@@ -307,7 +309,10 @@ def _description(view: RequestView) -> str:
         return _question(view)
     if request.kind is RequestKind.WAIT_PLAN:
         summary = _plain(request.prompt) or "(no summary)"
-        return f"{summary}\n\n*{PLAN_BINDING}*"
+        # Cut so that what its approval binds, below, always shows.
+        off = _cut(_plain(off_plan_words(request)), OFF_PLAN_LIMIT) if request.off_plan else ""
+        off = f"\n\n**{off}**" if off else ""
+        return f"{summary}{off}\n\n*{PLAN_BINDING}*"
     reason = view.reason.strip()
     why = f"**Why:**\n{_quoted(_plain(reason))}" if reason else ""
     if request.off_plan:

@@ -175,6 +175,8 @@ def _plan_card(
     title = "Plan approval needed" if closed is None else "Plan approval requested"
     summary = fit_text(request.prompt.strip() or "(no summary)", PROMPT_LIMIT)
     blocks = [section_block(f"*{title}:* {summary}")]
+    if request.off_plan:
+        blocks.append(section_block(f":warning: {fit_text(off_plan_words(request), REASON_LIMIT)}"))
     any_cut = False
     for step, planned in zip(plan_steps(request), request.steps, strict=True):
         free = " _(needs no approval)_" if not step.gated else ""

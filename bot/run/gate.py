@@ -172,20 +172,10 @@ class Gate:
         standing = self._standing.get(tool) == self._definition(tool) and not must_see
         return standing or (call_id, digest) in self._one_shot
 
-    def trial(self) -> Callable[[str, str, str], bool]:
-        """Whether each call of a reply, tried in order, would be let run by a grant or an
-        approved plan's step (used up as it is tried; this gate's steps are not)."""
-        book = self._plans.copy()
-
-        def covered(call_id: str, tool: str, digest: str) -> bool:
-            if self.covers(call_id, tool, digest):
-                return True
-            step = book.cover(tool, digest)
-            if step is not None:
-                book.honour(replace(step, kind=GrantKind.ONE_SHOT))
-            return step is not None
-
-        return covered
+    def trial(self) -> Trial:
+        """The calls of a reply, tried in order against the grants and the approved plans'
+        steps (used up as they are tried; this gate's steps are not)."""
+        return Trial(self.covers, self._plans.copy())
 
     async def ask(self, request: Request) -> Decision | None:
         """Ask the prompter about ``request`` now; None when it is answered later (or nobody
@@ -295,3 +285,25 @@ class Gate:
             self._standing[grant.tool] = grant.digest
         elif grant.kind is GrantKind.ONE_SHOT:
             self._one_shot.add((grant.call_id, grant.digest))
+
+
+class Trial:
+    """Whether each call of a reply, tried in order, would be let run by a grant or an approved
+    plan's step; and, for each that would not, how it differs from the steps left then."""
+
+    def __init__(self, covers: Callable[[str, str, str], bool], book: PlanBook) -> None:
+        self._covers = covers
+        self._book = book
+        # Each call no grant covers, by id: ``PlanBook.departure`` as it was tried.
+        self.departures: dict[str, tuple[str, str] | None] = {}
+
+    def covered(self, call_id: str, tool: str, arguments: dict[str, Any], digest: str) -> bool:
+        """Whether this call would run without asking (a step that covers it is used up)."""
+        if self._covers(call_id, tool, digest):
+            return True
+        step = self._book.cover(tool, digest)
+        if step is None:
+            self.departures[call_id] = self._book.departure(tool, arguments, digest)
+            return False
+        self._book.honour(replace(step, kind=GrantKind.ONE_SHOT))
+        return True

@@ -53,7 +53,7 @@ from bot.run.execute import CallEnv, HookAbort, execute_tool, post_tool, traced_
 from bot.run.gate import Gate
 from bot.run.interrupt import Interrupt, Interrupted
 from bot.run.origins import Tracer
-from bot.run.plan import needing_approval, plan_answer, plan_request
+from bot.run.plan import needing_approval, plan_answer, plan_off_plan, plan_request
 from bot.run.telemetry import span
 from bot.tools import orphans
 from bot.tools.propose_plan import MAX_STEPS
@@ -387,14 +387,17 @@ class AgentLoop:
         calls it holds until it is decided (none if it was decided at once)."""
         if not env.gate.present or len(self.state.batch) < 2:
             return set()  # a plan takes two calls: one call of a reply asks on its own
-        found = needing_approval((c.call for c in self.state.batch), env.tools, env.gate.trial())
+        trial = env.gate.trial()
+        found = needing_approval((c.call for c in self.state.batch), env.tools, trial.covered)
         steps = found[:MAX_STEPS]  # a card shows so many; the calls past them ask on their own
         if len(steps) < 2:
             return set()
         first = steps[0].call_id
         steps = traced_steps(steps, first, env)
         summary = self.state.reason_for(first) or f"{len(steps)} calls that need approval"
-        request = plan_request(self.run_ctx.request, first, summary, steps, env.tools)
+        # Calls off an approved plan are asked together, and the card says how each differs.
+        off_plan = plan_off_plan([trial.departures.get(step.call_id) for step in steps])
+        request = plan_request(self.run_ctx.request, first, summary, steps, env.tools, off_plan)
         async with self.run_ctx.interrupt.guard():  # a plan asked inline waits on a person
             decision = await env.gate.ask(request)
         if decision is not None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import unicodedata
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final
 
 from bot.domain import (
@@ -28,6 +28,8 @@ from bot.tools.toolset import ToolSet
 # An argument value longer than this is cut where a card says how a call differs: a changed
 # one around where it differs from the plan's.
 VALUE_SHOWN: Final = 60
+# How every card of a call (or a plan) that an approved plan does not cover begins.
+OFF_PLAN: Final = "off the approved plan"
 
 
 class PlanBook:
@@ -66,27 +68,38 @@ class PlanBook:
     def difference(self, tool: str, arguments: dict[str, Any], digest: str) -> str:
         """How a call that no step covers differs from the nearest step left; empty when the
         run has no approved plan."""
-        if not self._steps:
+        found = self.departure(tool, arguments, digest)
+        if found is None:
             return ""
+        where, how = found
+        return f"{OFF_PLAN} ({where}): {how}" if where else f"{OFF_PLAN}: {how}"
+
+    def departure(
+        self, tool: str, arguments: dict[str, Any], digest: str
+    ) -> tuple[str, str] | None:
+        """``difference`` in its two parts: the step it is held against (``step 2 of T``, or
+        "" when none is) and how it differs; None when the run has no approved plan."""
+        if not self._steps:
+            return None
         left = [g for g in self._all_steps() if (g.plan, g.step) not in self._used]
         if not left:
-            return "off the approved plan: every step of it has run; this call is one more"
+            return "", "every step of it has run; this call is one more"
         nearest = min(left, key=lambda g: _distance(g, tool, arguments))
         where = f"step {nearest.step + 1}"
         if nearest.tool != tool:
             shown = _shown(nearest.arguments)
             return (
-                f"off the approved plan: no step left calls {tool}; the nearest, {where},"
-                f" calls {nearest.tool} {shown}"
+                "",
+                f"no step left calls {tool}; the nearest, {where}, calls {nearest.tool} {shown}",
             )
         changes = _changes(nearest.arguments, arguments)
         if changes:
-            return f"off the approved plan ({where} of {nearest.tool}): " + "; ".join(changes)
+            return f"{where} of {nearest.tool}", "; ".join(changes)
         if nearest.digest != digest:
-            return f"off the approved plan: {where} was approved for {tool} as it was then"
+            return "", f"{where} was approved for {tool} as it was then"
         first = next(g for g in self._next_steps() if g.plan == nearest.plan)
-        return (
-            f"off the approved plan: this is {where}, but the plan's steps run in order and"
+        return "", (
+            f"this is {where}, but the plan's steps run in order and"
             f" step {first.step + 1} ({first.tool}) has not run yet"
         )
 
@@ -102,9 +115,16 @@ class PlanBook:
         return found
 
 
-def _distance(step: Grant, tool: str, arguments: dict[str, Any]) -> tuple[int, int, int]:
-    """Nearest first: the same tool, then the fewest arguments changed, then the earliest."""
-    return (step.tool != tool, len(_changes(step.arguments, arguments)), step.step)
+def _distance(step: Grant, tool: str, arguments: dict[str, Any]) -> tuple[int, int, int, int]:
+    """Nearest first: the same tool, then the fewest arguments changed, then the values that
+    start most alike (`payments-dbx` is nearer `payments-db` than `payments-api`), then the
+    earliest."""
+    changes = len(_changes(step.arguments, arguments))
+    alike = sum(
+        _first_difference(_canonical(step.arguments[key]), _canonical(arguments[key]))
+        for key in step.arguments.keys() & arguments.keys()
+    )
+    return (step.tool != tool, changes, -alike, step.step)
 
 
 def _changes(planned: dict[str, Any], called: dict[str, Any]) -> list[str]:
@@ -179,12 +199,27 @@ def _shown(arguments: dict[str, Any]) -> str:
     return _value(json.dumps(arguments, sort_keys=True, ensure_ascii=False))
 
 
+def plan_off_plan(departures: Sequence[tuple[str, str] | None]) -> str:
+    """What the card of a plan says of its steps that differ from an approved plan (each its
+    ``PlanBook.departure``, None for one that does not): a reply of several calls no approved
+    step covers is asked as a plan, whose card says how each differs, as a call's card would."""
+    said = []
+    for number, found in enumerate(departures, 1):
+        if found is not None:
+            where, how = found
+            against = f" (against the approved {where})" if where else ""
+            said.append(f"this plan's step {number}{against}: {how}")
+    return f"{OFF_PLAN}: " + "; ".join(said) if said else ""
+
+
 def needing_approval(
-    calls: Iterable[ToolCall], tools: ToolSet, covered: Callable[[str, str, str], bool]
+    calls: Iterable[ToolCall],
+    tools: ToolSet,
+    covered: Callable[[str, str, dict[str, Any], str], bool],
 ) -> list[PlanStep]:
     """The calls of a reply that will ask a person: gated, valid, not refused by policy
-    outright, and not ``covered`` (call id, tool, digest; asked in the reply's order) by a
-    grant."""
+    outright, and not ``covered`` (call id, tool, arguments, digest; asked in the reply's
+    order) by a grant."""
     steps = []
     for call in calls:
         tool = tools.get(call.name)
@@ -194,7 +229,7 @@ def needing_approval(
         if problems or tools.validate(call.name, arguments):
             continue
         digest = tools.call_digest(call.name, arguments)
-        if not covered(call.id, call.name, digest):
+        if not covered(call.id, call.name, arguments, digest):
             steps.append(
                 PlanStep(tool=call.name, arguments=arguments, digest=digest, call_id=call.id)
             )
@@ -233,10 +268,16 @@ def proposed_steps(arguments: dict[str, Any], tools: ToolSet) -> tuple[list[Plan
 
 
 def plan_request(
-    new_request: RequestMaker, call_id: str, summary: str, steps: list[PlanStep], tools: ToolSet
+    new_request: RequestMaker,
+    call_id: str,
+    summary: str,
+    steps: list[PlanStep],
+    tools: ToolSet,
+    off_plan: str = "",
 ) -> Request:
     """The ``wait_plan`` request for ``steps``, bound to the call that asked (``propose_plan``,
-    or a reply's first gated call); two approvers if any step needs two."""
+    or a reply's first gated call); two approvers if any step needs two; ``off_plan``: how its
+    steps differ from an approved plan's (``plan_off_plan``)."""
     needed = [tools[step.tool].flags.approval.approvals for step in steps if step.gated]
     return new_request(
         RequestKind.WAIT_PLAN,
@@ -247,6 +288,7 @@ def plan_request(
         prompt=summary,
         steps=tuple(steps),
         approvals_needed=max([1, *needed]),
+        off_plan=off_plan,
     )
 
 

@@ -377,6 +377,23 @@ def test_a_plan_at_the_terminal_is_approved_once_for_every_step(tmp_path: Path) 
     assert log.read_text().split() == ["payments-api", "payments-db"]
 
 
+def test_calls_off_a_plan_approved_at_the_terminal_are_asked_saying_how_they_differ(
+    tmp_path: Path,
+) -> None:
+    from tests.bot.cli.test_cli import kestrel
+    from tests.bot.cli.test_cli_plans import OFF_PLAN, off_plan_world
+
+    log = off_plan_world(tmp_path)
+
+    chat = kestrel(tmp_path, "chat", stdin="restart payments\na\nd\nnot those\n")
+
+    assert chat.returncode == 0, chat.stderr
+    lines = chat.stdout.splitlines()
+    asked = lines.index("  ┌ plan approval needed: as approved")
+    assert lines[asked + 1] == f"  │ {OFF_PLAN[:1].upper()}{OFF_PLAN[1:]}"
+    assert not log.exists()
+
+
 def test_a_plan_denied_at_the_terminal_runs_nothing(tmp_path: Path) -> None:
     from tests.bot.cli.test_cli import kestrel
     from tests.bot.cli.test_cli_plans import plan_world

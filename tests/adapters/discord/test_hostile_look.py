@@ -360,6 +360,29 @@ def test_a_plan_of_twenty_long_steps_is_a_card_discord_takes() -> None:
     assert labels == ["Approve step by step", "Deny", "Full arguments"]
 
 
+def test_a_plan_of_calls_off_an_approved_plan_says_how_they_differ_above_its_binding() -> None:
+    note = "off the approved plan: " + "; ".join(
+        f"this plan's step {n} (against the approved step {n} of restart_unit): changed"
+        f" argument `unit`: `u{n}x` vs plan `u{n}`"
+        for n in range(1, 21)
+    )
+    request = Request(
+        run_id="run_1",
+        kind=RequestKind.WAIT_PLAN,
+        call_id="c",
+        tool="propose_plan",
+        prompt="restart twenty",
+        steps=tuple(PlanStep(tool="restart_unit", arguments={"unit": f"u{n}x"}) for n in range(20)),
+        off_plan=note,
+    )
+    body = DiscordLook().card(_view(request))
+
+    assert refusals(body) == []
+    description = body["embeds"][0]["description"]
+    assert "**Off the approved plan: this plan's step 1 (against the approved step 1" in description
+    assert description.endswith("in this order; any other call asks again.*")
+
+
 def test_a_plan_whose_steps_all_show_can_be_approved_whole() -> None:
     body = _plan_card({})
 

@@ -290,6 +290,17 @@ def test_an_off_plan_approval_says_how_it_differs() -> None:
     assert "Off the approved plan (step 2 of restart_unit): changed argument" in text
 
 
+def test_a_plan_of_calls_off_an_approved_plan_says_how_they_differ() -> None:
+    note = "off the approved plan: this plan's step 1 (against the approved step 2 of x): y"
+    card = cards.request_card(plan(20, off_plan=note), reason="", may_answer=["U0APPROVER"])
+
+    assert_valid(card.blocks)
+    texts = mrkdwn_texts(card.blocks)
+    assert texts[1] == (
+        ":warning: Off the approved plan: this plan's step 1 (against the approved step 2 of x): y"
+    )
+
+
 def test_an_empty_reason_and_no_deadline_are_left_out() -> None:
     card = cards.request_card(approval(deadline=None), reason="  ", may_answer=[])
     text = "\n".join(mrkdwn_texts(card.blocks))

@@ -139,3 +139,53 @@ def test_invisible_characters_in_a_plan_are_named_where_the_terminal_shows_it(
     for shown in (pending, transcript, audit):
         assert "payments-db[U+200B][U+E0041]" in shown, shown
         assert "\u200b" not in shown and "\U000e0041" not in shown
+
+
+def off_plan_world(folder: Path) -> Path:
+    """A script that proposes restarting payments-api then payments-db, and once that is
+    approved calls both with a changed unit in one reply; the log the restarts go to."""
+    log = folder / "restarts.log"
+    planned = [
+        {"tool": "restart_unit", "arguments": {"unit": unit, "log": str(log)}}
+        for unit in ("payments-api", "payments-db")
+    ]
+    changed = [
+        {"name": "restart_unit", "arguments": {"unit": unit, "log": str(log)}}
+        for unit in ("payments-apix", "payments-dbx")
+    ]
+    proposed = {"name": "propose_plan", "arguments": {"summary": "restart", "steps": planned}}
+    script = [
+        {"text": "the plan", "calls": [proposed]},
+        {"text": "as approved", "calls": changed},  # both calls off the plan, in one reply
+        {"text": "done"},
+    ]
+    (folder / "script.yaml").write_text(yaml.safe_dump(script))
+    (folder / "tools.yaml").write_text(yaml.safe_dump({"tools": [RESTART]}))
+    write_config(
+        folder, model={"provider": "scripted", "script": "script.yaml"}, tools=["tools.yaml"]
+    )
+    return log
+
+
+OFF_PLAN = (
+    "off the approved plan: this plan's step 1 (against the approved step 1 of restart_unit):"
+    " changed argument `unit`: `payments-apix` vs plan `payments-api`; this plan's step 2"
+    " (against the approved step 2 of restart_unit): changed argument `unit`: `payments-dbx`"
+    " vs plan `payments-db`"
+)
+
+
+def test_several_calls_off_an_approved_plan_are_asked_saying_how_each_differs(
+    tmp_path: Path,
+) -> None:
+    log = off_plan_world(tmp_path)
+    run_id, plan = deferred_plan(tmp_path)
+    kestrel(tmp_path, "runs", "approve", run_id, plan["id"], "--as", "U0BOSS")
+
+    shown = json.loads(kestrel(tmp_path, "runs", "show", run_id, "--json").stdout)
+    (asked,) = shown["requests"]
+    assert asked["kind"] == "wait_plan"
+    assert asked["off_plan"] == OFF_PLAN
+    pending = kestrel(tmp_path, "runs", "pending").stdout
+    assert f"    {OFF_PLAN}\n    step 1: restart_unit" in pending
+    assert not log.exists()
