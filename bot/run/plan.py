@@ -84,6 +84,13 @@ class PlanBook:
         left = [g for g in self._all_steps() if (g.plan, g.step) not in self._used]
         if not left:
             return "", "every step of it has run; this call is one more"
+        ran = self._ran(tool, digest)
+        if ran is not None and not any((g.tool, g.digest) == (tool, digest) for g in left):
+            # A step once more, not a step changed: the nearest step left would be no answer.
+            return "", (
+                f"this is step {ran.step + 1} ({tool}) once more; it has run, and a step"
+                " covers one call"
+            )
         nearest = min(left, key=lambda g: _distance(g, tool, arguments))
         where = f"step {nearest.step + 1}"
         if nearest.tool != tool:
@@ -102,6 +109,11 @@ class PlanBook:
             f"this is {where}, but the plan's steps run in order and"
             f" step {first.step + 1} ({first.tool}) has not run yet"
         )
+
+    def _ran(self, tool: str, digest: str) -> Grant | None:
+        """The latest step used up that is exactly this call, if any."""
+        ran = [g for g in self._all_steps() if (g.plan, g.step) in self._used]
+        return next((g for g in reversed(ran) if (g.tool, g.digest) == (tool, digest)), None)
 
     def _all_steps(self) -> list[Grant]:
         return [g for steps in self._steps.values() for _, g in sorted(steps.items())]

@@ -124,8 +124,12 @@ async def test_the_plan_itself_runs_under_one_decision(tmp_path: Path) -> None:
         (Variant("reordered", 0, "restart_unit", {"unit": "payments-api"}), "run in order"),
         (Variant("after", 4, "drain_node", {"unit": "node-1"}), "every step of it has run"),
         (Variant("other", 1, "drain_node", {"unit": "node-2"}), "no step left calls drain_node"),
+        (
+            Variant("repeated", 2, "restart_unit", {"unit": "payments-api"}),
+            "this is step 2 (restart_unit) once more; it has run",
+        ),
     ],
-    ids=["changed", "reordered", "after", "other"],
+    ids=["changed", "reordered", "after", "other", "repeated"],
 )
 async def test_the_card_says_how_the_call_differs(
     tmp_path: Path, variant: Variant, words: str

@@ -189,3 +189,33 @@ def test_several_calls_off_an_approved_plan_are_asked_saying_how_each_differs(
     pending = kestrel(tmp_path, "runs", "pending").stdout
     assert f"    {OFF_PLAN}\n    step 1: restart_unit" in pending
     assert not log.exists()
+
+
+def test_a_step_called_twice_runs_once_and_its_card_says_it_has_run(tmp_path: Path) -> None:
+    log = tmp_path / "restarts.log"
+    planned = [
+        {"tool": "restart_unit", "arguments": {"unit": unit, "log": str(log)}}
+        for unit in ("payments-api", "payments-db")
+    ]
+    again = {"name": "restart_unit", "arguments": {"unit": "payments-api", "log": str(log)}}
+    proposed = {"name": "propose_plan", "arguments": {"summary": "restart", "steps": planned}}
+    script = [
+        {"text": "the plan", "calls": [proposed]},
+        {"text": "step 1, twice", "calls": [again, again]},
+        {"text": "done"},
+    ]
+    (tmp_path / "script.yaml").write_text(yaml.safe_dump(script))
+    (tmp_path / "tools.yaml").write_text(yaml.safe_dump({"tools": [RESTART]}))
+    write_config(
+        tmp_path, model={"provider": "scripted", "script": "script.yaml"}, tools=["tools.yaml"]
+    )
+    run_id, plan = deferred_plan(tmp_path)
+
+    kestrel(tmp_path, "runs", "approve", run_id, plan["id"], "--as", "U0BOSS")
+
+    assert log.read_text().split() == ["payments-api"]
+    pending = kestrel(tmp_path, "runs", "pending").stdout
+    assert pending.splitlines()[1] == (
+        "    off the approved plan: this is step 1 (restart_unit) once more; it has run, and a"
+        " step covers one call"
+    )
