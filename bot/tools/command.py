@@ -42,6 +42,7 @@ from bot.tools.base import (
 )
 from bot.tools.child import PIPE_GRACE, Capture, kill_group, spawn, within
 from bot.tools.isolation import Isolation, command_message, program_problem, ran_nothing
+from bot.tools.schema_words import problem_line
 from bot.tools.standby import give, spawn_helper
 from bot.tools.verdicts import SOUND_PARAMETERS, VALID_ARGUMENTS, found_clean, keep_clean
 
@@ -604,7 +605,7 @@ class CommandTool:
     def argument_errors(self, arguments: dict[str, Any]) -> list[str]:
         """Every way ``arguments`` are invalid: the schema (patterns on RE2), then argv rules."""
         errors = self._schema_errors(arguments)
-        problems = [_error_line(error.absolute_path, error.message) for error in errors]
+        problems = [problem_line(error) for error in errors]
         # One line per argument: one the schema already refused is not judged again.
         refused = {error.absolute_path[0] for error in errors if error.absolute_path}
         for name in self._placeholders:

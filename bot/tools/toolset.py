@@ -11,6 +11,7 @@ from bot.digest import sha256
 from bot.domain import call_digest
 from bot.llm.base import ToolSpec
 from bot.tools.base import Tool, ToolFlags, checks_arguments, runs_something
+from bot.tools.schema_words import problem_line
 
 if TYPE_CHECKING:
     from jsonschema.protocols import Validator
@@ -153,12 +154,6 @@ def _check(tool: Tool) -> Callable[[dict[str, Any]], list[str]]:
     )
 
     def check(arguments: dict[str, Any]) -> list[str]:
-        errors = validator.iter_errors(arguments)
-        return [_describe(error.absolute_path, error.message) for error in errors]
+        return [problem_line(error) for error in validator.iter_errors(arguments)]
 
     return check
-
-
-def _describe(path: Iterable[object], message: str) -> str:
-    where = ".".join(str(part) for part in path)
-    return f"{where}: {message}" if where else message

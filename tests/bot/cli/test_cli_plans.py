@@ -219,3 +219,30 @@ def test_a_step_called_twice_runs_once_and_its_card_says_it_has_run(tmp_path: Pa
         "    off the approved plan: this is step 1 (restart_unit) once more; it has run, and a"
         " step covers one call"
     )
+
+
+def test_a_plan_of_too_many_steps_is_refused_saying_how_many_are_allowed(tmp_path: Path) -> None:
+    log = tmp_path / "restarts.log"
+    steps = [
+        {"tool": "restart_unit", "arguments": {"unit": f"unit-{n:03d}", "log": str(log)}}
+        for n in range(200)
+    ]
+    proposed = {"name": "propose_plan", "arguments": {"summary": "all", "steps": steps}}
+    script = [{"text": "the plan", "calls": [proposed]}, {"text": "too many"}]
+    (tmp_path / "script.yaml").write_text(yaml.safe_dump(script))
+    (tmp_path / "tools.yaml").write_text(yaml.safe_dump({"tools": [RESTART]}))
+    write_config(
+        tmp_path, model={"provider": "scripted", "script": "script.yaml"}, tools=["tools.yaml"]
+    )
+
+    started = kestrel(tmp_path, "run", "restart everything", "--defer", "--json", "--as", "U0REQ")
+
+    assert started.returncode == 0, started.stderr
+    run_id = json.loads(started.stdout)["run_id"]
+    transcript = kestrel(tmp_path, "runs", "show", run_id).stdout
+    (result,) = [line for line in transcript.splitlines() if "result call_1" in line]
+    # What the model reads: the limit, not two hundred steps quoted back at it.
+    assert (
+        result == "  result call_1: invalid arguments: steps: 200 items, more than the 20 allowed"
+    )
+    assert not log.exists()

@@ -154,6 +154,17 @@ def test_argument_errors_give_one_line_per_argument() -> None:
     ]
 
 
+def test_a_long_argument_refused_is_quoted_only_so_far() -> None:
+    schema = {
+        "type": "object",
+        "properties": {"unit": {"type": "string", "maxLength": 64, "pattern": "^[a-z-]+$"}},
+    }
+    tool = CommandTool("x", "x", ["true", "{unit}"], parameters=schema)
+    problems = tool.argument_errors({"unit": "payments-db;" + "x" * 100_000})
+    assert problems[0] == "unit: 100012 characters, more than the 64 allowed"
+    assert problems[1] == "unit: 'payments-db;" + "x" * 66 + "… does not match '^[a-z-]+$'"
+
+
 def test_a_pattern_re2_cannot_run_or_pattern_properties_is_refused() -> None:
     backreference = {"type": "object", "properties": {"unit": {"pattern": r"(a)\1"}}}
     with pytest.raises(ValueError, match=r"parameters.properties.unit.pattern: .* linear time"):
