@@ -6,7 +6,6 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 import msgspec
-from msgspec.structs import replace
 
 from bot.domain import (
     ArgumentOrigin,
@@ -115,25 +114,27 @@ class Gate:
             if unseen:
                 step, again = None, unseen
         if step is not None:
-            # Used up by this call, journaled before its effect starts: a step never covers a
-            # second call, even when the first one's outcome is lost in a crash.
-            used = Grant(
-                kind=GrantKind.ONE_SHOT,
-                tool=tool.name,
-                call_id=call_id,
-                digest=digest,
-                by=step.by,
-                plan=step.plan,
-                step=step.step,
-            )
-            self._honour(used)
-            self._used.append(used)
+            self._use(step, call_id, digest)
             return GateVerdict(True)
         request = self._request(call_id, tool, arguments, digest, origins, again)
         decision = answer if answer is not None else await self.ask(request)
         if decision is None:
             return GateVerdict(False, "waiting for approval", request)
-        return self._decide(decision, tool.name, call_id, digest)
+        verdict = self._decide(decision, tool.name, call_id, digest)
+        exact = self._plans.step_of(call_id, tool.name, digest) if verdict.allowed else None
+        if exact is not None:
+            # Approved on its own card (out of order, say), it is that step run: the plan
+            # covers each step once in all, so no later call runs as it unasked.
+            self._use(exact, call_id, digest)
+        return verdict
+
+    def _use(self, step: Grant, call_id: str, digest: str) -> None:
+        """Use ``step`` up by this call (``PlanBook.use``), journaled before its effect starts
+        (``used``): a step never covers a second call, even when the first one's outcome is
+        lost in a crash."""
+        for used in self._plans.use(step, call_id, digest):
+            self._honour(used)
+            self._used.append(used)
 
     def _answer(self, call_id: str, tool: str, digest: str) -> tuple[Decision | None, str]:
         """The decision on this call, if it answers the call as it would run now; else why the
@@ -305,5 +306,5 @@ class Trial:
         if step is None:
             self.departures[call_id] = self._book.departure(tool, arguments, digest)
             return False
-        self._book.honour(replace(step, kind=GrantKind.ONE_SHOT))
+        self._book.use(step, call_id, digest)
         return True

@@ -42,6 +42,8 @@ class PlanBook:
     def __init__(self) -> None:
         self._steps: dict[str, dict[int, Grant]] = {}
         self._used: set[tuple[str, int]] = set()
+        # Each plan, with each call that used one of its steps up: one step a plan, at most.
+        self._users: set[tuple[str, str]] = set()
 
     def honour(self, grant: Grant) -> None:
         """Learn a plan step's grant, or that a one-shot grant used one up."""
@@ -49,13 +51,44 @@ class PlanBook:
             self._steps.setdefault(grant.plan, {})[grant.step] = grant
         elif grant.plan:
             self._used.add((grant.plan, grant.step))
+            self._users.add((grant.plan, grant.call_id))
 
     def copy(self) -> PlanBook:
         """A book to try calls against without using anything up in this one."""
         book = PlanBook()
         book._steps = {plan: dict(steps) for plan, steps in self._steps.items()}
         book._used = set(self._used)
+        book._users = set(self._users)
         return book
+
+    def step_of(self, call_id: str, tool: str, digest: str) -> Grant | None:
+        """The first step not used up, in any order, that is exactly this call, of a plan none
+        of whose steps this call used up; None if there is none."""
+        left = (g for g in self._all_steps() if (g.plan, g.step) not in self._used)
+        exact = (g for g in left if (g.tool, g.digest) == (tool, digest))
+        return next((g for g in exact if (g.plan, call_id) not in self._users), None)
+
+    def use(self, step: Grant, call_id: str, digest: str) -> list[Grant]:
+        """Use ``step`` up by this call, and in each other approved plan the first step left
+        that is exactly it: a call that runs once is each plan's step once, so two plans that
+        hold it (one proposed again, one approved to run a card's call) never let it run twice
+        unasked. The one-shot grants that say so, to journal before its effect starts."""
+        used: list[Grant] = []
+        found: Grant | None = step
+        while found is not None:
+            grant = Grant(
+                kind=GrantKind.ONE_SHOT,
+                tool=found.tool,
+                call_id=call_id,
+                digest=digest,
+                by=found.by,
+                plan=found.plan,
+                step=found.step,
+            )
+            self.honour(grant)
+            used.append(grant)
+            found = self.step_of(call_id, found.tool, digest)
+        return used
 
     def knows(self, plan: str, step: int) -> bool:
         """Whether step ``step`` of ``plan`` was granted already."""
@@ -107,7 +140,8 @@ class PlanBook:
         first = next(g for g in self._next_steps() if g.plan == nearest.plan)
         return "", (
             f"this is {where}, but the plan's steps run in order and"
-            f" step {first.step + 1} ({first.tool}) has not run yet"
+            f" step {first.step + 1} ({first.tool}) has not run yet; approved here, it uses"
+            f" {where} up"
         )
 
     def _ran(self, tool: str, digest: str) -> Grant | None:

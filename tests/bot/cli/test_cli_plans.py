@@ -141,6 +141,28 @@ def test_invisible_characters_in_a_plan_are_named_where_the_terminal_shows_it(
         assert "\u200b" not in shown and "\U000e0041" not in shown
 
 
+def scripted(folder: Path, script: list[dict[str, Any]]) -> Path:
+    """A world of ``script``'s replies with the catalog's restart_unit; the log it writes."""
+    (folder / "script.yaml").write_text(yaml.safe_dump(script))
+    (folder / "tools.yaml").write_text(yaml.safe_dump({"tools": [RESTART]}))
+    write_config(
+        folder, model={"provider": "scripted", "script": "script.yaml"}, tools=["tools.yaml"]
+    )
+    return folder / "restarts.log"
+
+
+def proposing(log: Path, summary: str, *units: str) -> dict[str, Any]:
+    """A ``propose_plan`` call restarting ``units`` in order."""
+    steps = [{"tool": "restart_unit", "arguments": {"unit": u, "log": str(log)}} for u in units]
+    return {"name": "propose_plan", "arguments": {"summary": summary, "steps": steps}}
+
+
+def restarting(log: Path, *units: str) -> dict[str, Any]:
+    """A reply restarting ``units``, one call each."""
+    calls = [{"name": "restart_unit", "arguments": {"unit": u, "log": str(log)}} for u in units]
+    return {"text": f"restart {' '.join(units)}", "calls": calls}
+
+
 def off_plan_world(folder: Path) -> Path:
     """A script that proposes restarting payments-api then payments-db, and once that is
     approved calls both with a changed unit in one reply; the log the restarts go to."""
@@ -246,3 +268,57 @@ def test_a_plan_of_too_many_steps_is_refused_saying_how_many_are_allowed(tmp_pat
         result == "  result call_1: invalid arguments: steps: 200 items, more than the 20 allowed"
     )
     assert not log.exists()
+
+
+def test_a_step_approved_on_its_own_card_is_used_up(tmp_path: Path) -> None:
+    log = tmp_path / "restarts.log"
+    scripted(
+        tmp_path,
+        [
+            {"text": "the plan", "calls": [proposing(log, "three", "aaaa", "bbbb", "cccc")]},
+            restarting(log, "aaaa"),
+            restarting(log, "cccc"),  # step 3 before step 2: a card of its own
+            restarting(log, "bbbb"),
+            restarting(log, "cccc"),  # step 3 again: it ran, approved on its card
+            {"text": "done"},
+        ],
+    )
+    run_id, plan = deferred_plan(tmp_path)
+    approved = kestrel(tmp_path, "runs", "approve", run_id, plan["id"], "--as", "U0BOSS")
+    (early,) = json.loads(kestrel(tmp_path, "runs", "show", run_id, "--json").stdout)["requests"]
+
+    kestrel(tmp_path, "runs", "approve", run_id, early["id"], "--as", "U0BOSS")
+
+    assert approved.returncode == 0, approved.stderr
+    assert log.read_text().split() == ["aaaa", "cccc", "bbbb"]
+    assert early["off_plan"].endswith("has not run yet; approved here, it uses step 3 up")
+    (again,) = json.loads(kestrel(tmp_path, "runs", "show", run_id, "--json").stdout)["requests"]
+    assert (again["kind"], again["arguments"]["unit"]) == ("wait_approval", "cccc")
+    assert (
+        again["off_plan"]
+        == "off the approved plan: every step of it has run; this call is one more"
+    )
+
+
+def test_steps_proposed_again_run_once_in_all(tmp_path: Path) -> None:
+    log = tmp_path / "restarts.log"
+    scripted(
+        tmp_path,
+        [
+            {"text": "the plan", "calls": [proposing(log, "three", "aaaa", "bbbb", "cccc")]},
+            restarting(log, "aaaa"),
+            {"text": "again", "calls": [proposing(log, "the rest", "bbbb", "cccc")]},
+            restarting(log, "bbbb", "cccc"),
+            restarting(log, "bbbb", "cccc"),  # both plans approved them once: not twice
+            {"text": "done"},
+        ],
+    )
+    run_id, plan = deferred_plan(tmp_path)
+    kestrel(tmp_path, "runs", "approve", run_id, plan["id"], "--as", "U0BOSS")
+    (rest,) = json.loads(kestrel(tmp_path, "runs", "show", run_id, "--json").stdout)["requests"]
+
+    kestrel(tmp_path, "runs", "approve", run_id, rest["id"], "--as", "U0BOSS")
+
+    assert log.read_text().split() == ["aaaa", "bbbb", "cccc"]
+    (asked,) = json.loads(kestrel(tmp_path, "runs", "show", run_id, "--json").stdout)["requests"]
+    assert asked["kind"] == "wait_plan" and asked["off_plan"].startswith("off the approved plan")
