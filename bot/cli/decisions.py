@@ -311,6 +311,7 @@ def waiting_lines(obj: dict[str, Any], reader: str, rules: PolicyRules) -> list[
     """The requests a run (``run_object``) waits on now, each with its id and the command that
     answers it, as ``reader`` would give it (the requester approves as someone else, unless
     ``rules`` let them approve their own); of a run a person stopped, the resume it waits on."""
+    from bot.cli.render import object_details
     from bot.kinds import StopReason, how_answered
     from bot.people.policy import requester_approves
 
@@ -322,6 +323,9 @@ def waiting_lines(obj: dict[str, Any], reader: str, rules: PolicyRules) -> list[
         requester = own and not requester_approves(rules, request["approvals_needed"])
         how = how_answered(request["kind"], *ids, requester=requester)
         lines.append(f"  waiting: {request['kind']} {request['id']} {request['tool']} {args}")
+        # As `runs pending` shows it: the command below approves a plan's steps, a call off
+        # the approved plan, values taken from tool output; none of it unseen.
+        lines += object_details(request)
         lines.append(f"    {how}" if how else "")
     if not obj["requests"] and obj["stop_reason"] == StopReason.INTERRUPTED:
         lines.append(_paused_line(obj, reader))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -353,12 +353,41 @@ def request_details(request: ShownRequest) -> list[str]:
     """The lines under a request's: where its arguments came from, a plan's steps (with where
     their values came from), or how a call differs from the approved plan; invisible
     characters in them named."""
+    return _details(request.origins, request.off_plan, request.steps)
+
+
+def object_details(request: Mapping[str, Any]) -> list[str]:
+    """``request_details`` of a request as ``request_object`` wrote it (the run object of
+    ``run`` and of a decision's command): what its next command approves is shown above it."""
+    import msgspec
+
+    from bot.domain import ArgumentOrigin, PlanStep
+
+    def origins(items: Sequence[Mapping[str, Any]]) -> tuple[ArgumentOrigin, ...]:
+        return tuple(msgspec.convert(item, ArgumentOrigin) for item in items)
+
+    steps = [
+        PlanStep(
+            tool=step["tool"],
+            arguments=step["arguments"],
+            why=step["why"],
+            gated=step["needs_approval"],
+            origins=origins(step["origins"]),
+        )
+        for step in request["steps"]
+    ]
+    return _details(origins(request["origins"]), request["off_plan"], steps)
+
+
+def _details(
+    origins: Sequence[ShownOrigin], off_plan: str, steps: Sequence[ShownStep]
+) -> list[str]:
     from bot.text import invisibles_named
 
-    lines = origin_lines(request.origins)
-    if request.off_plan:
-        lines.append(f"    {invisibles_named(request.off_plan)}")
-    for number, step in enumerate(request.steps, 1):
+    lines = origin_lines(origins)
+    if off_plan:
+        lines.append(f"    {invisibles_named(off_plan)}")
+    for number, step in enumerate(steps, 1):
         args = invisibles_named(json.dumps(step.arguments, sort_keys=True, ensure_ascii=False))
         why = f"  ({step.why})" if step.why else ""
         free = "  [needs no approval]" if not step.gated else ""

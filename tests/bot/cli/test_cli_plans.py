@@ -202,12 +202,24 @@ def test_several_calls_off_an_approved_plan_are_asked_saying_how_each_differs(
 ) -> None:
     log = off_plan_world(tmp_path)
     run_id, plan = deferred_plan(tmp_path)
-    kestrel(tmp_path, "runs", "approve", run_id, plan["id"], "--as", "U0BOSS")
+    approved = kestrel(tmp_path, "runs", "approve", run_id, plan["id"], "--as", "U0BOSS")
 
     shown = json.loads(kestrel(tmp_path, "runs", "show", run_id, "--json").stdout)
     (asked,) = shown["requests"]
     assert asked["kind"] == "wait_plan"
     assert asked["off_plan"] == OFF_PLAN
+    # The approval names what the run waits on next, and the command that approves it: what
+    # that command would approve is shown above it, as `runs pending` shows it.
+    said = approved.stdout.splitlines()
+    assert (
+        said[1] == f'  waiting: wait_plan {asked["id"]} propose_plan {{"summary": "as approved"}}'
+    )
+    assert said[2:5] == [
+        f"    {OFF_PLAN}",
+        f'    step 1: restart_unit {{"log": "{log}", "unit": "payments-apix"}}',
+        f'    step 2: restart_unit {{"log": "{log}", "unit": "payments-dbx"}}',
+    ]
+    assert said[5].startswith(f"    kestrel runs approve {run_id} {asked['id']}")
     pending = kestrel(tmp_path, "runs", "pending").stdout
     assert f"    {OFF_PLAN}\n    step 1: restart_unit" in pending
     assert not log.exists()

@@ -63,6 +63,20 @@ def test_run_pending_show_and_approve(tmp_path: Path) -> None:
     )
 
 
+def test_the_run_says_where_the_value_came_from_above_the_command_that_approves_it(
+    tmp_path: Path,
+) -> None:
+    write_folder(tmp_path)
+
+    deferred = kestrel(tmp_path, "run", "the api is slow", "--defer", "--as", "U0REQ")
+
+    said = deferred.stderr.splitlines()
+    waiting = next(n for n, line in enumerate(said) if line.startswith("  waiting: "))
+    assert said[waiting + 1] == f"    {ORIGIN} ⚠ its output holds instruction-like text"
+    assert said[waiting + 2].startswith("    kestrel runs approve ")
+    assert executions(tmp_path) == []
+
+
 def test_a_value_from_the_prompt_asks_nothing(tmp_path: Path) -> None:
     write_folder(tmp_path)
     ran = json.loads(kestrel(tmp_path, "run", "restart payments-db", "--json").stdout)
