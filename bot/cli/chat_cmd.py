@@ -209,7 +209,8 @@ def serve(platforms: tuple[str, ...], port: int | None, host: str) -> None:
 
     \b
       2   a mistake to mend: bad usage, configuration or secret (restarting cannot help)
-      75  the store, Slack or Discord did not answer (EX_TEMPFAIL: restart it later)
+      75  the store, Slack, Discord or an MCP server did not answer (EX_TEMPFAIL: restart
+          it later)
     """
     # First: the imports below take most of a second, and a SIGTERM during them must be kept.
     hold_sigterm()  # one that comes before the event loop is kept for the stop

@@ -210,6 +210,9 @@ def not_answering(exc: BaseException) -> bool:
     cause = exc.__cause__
     if cause is None:
         return False
+    # An error that knows it (an MCP server that did not answer at start: ``McpStartError``).
+    if getattr(cause, "not_answering", False) is True:
+        return True
     if isinstance(cause, ConnectionError | TimeoutError):
         return True
     if isinstance(cause, OSError) and cause.errno in _not_answering_errnos():

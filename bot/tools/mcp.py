@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import httpx2
 import mcp_types as types
 from mcp import ClientSession, MCPError, StdioServerParameters, stdio_client
 from mcp.client import IncomingMessage, Transport
@@ -66,13 +67,24 @@ RECONNECT_SECONDS = (1.0, 2.0, 5.0, 15.0, 30.0)
 # soon after each start keeps failing, though each start succeeded.
 STEADY_SECONDS = RECONNECT_SECONDS[-1]
 MAX_PAGES = 100
+# The SDK's own client's: a server may hold a response stream open for minutes.
+HTTP_TIMEOUT = httpx2.Timeout(30.0, read=300.0)
 BUILTIN_OWNER = "the built-in tools (catalog and ask_human)"
 
 _INVALID = re.compile(r"[^a-zA-Z0-9_-]")
 
 
 class McpStartError(Exception):
-    """The servers cannot be started as configured; the message names the server and why."""
+    """The servers cannot be started as configured; the message names the server and why.
+
+    ``not_answering``: the server did not answer (no answer in time, its address refused or
+    unreachable, an HTTP 5xx), which a later start may get past, unlike a command that is not
+    there or a server that refused us: ``kestrel serve`` exits 75 then, to be started again.
+    """
+
+    def __init__(self, message: str, *, not_answering: bool = False) -> None:
+        super().__init__(message)
+        self.not_answering = not_answering
 
 
 def tool_name(server: str, remote: str) -> str:
@@ -126,10 +138,28 @@ def _render_block(block: types.ContentBlock) -> str:
 
 def _reason(exc: BaseException) -> str:
     """One line for an error; anyio wraps a lone failure in a group, which says nothing."""
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
+    exc = _unwrapped(exc)
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _unwrapped(exc: BaseException) -> BaseException:
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _not_answering(exc: BaseException) -> bool:
+    """Whether a failed start is the server not answering: its address refused, unreachable or
+    timing out, or the first request unanswered in time (not a missing command, a crash, or a
+    refusal by a server that answered)."""
+    exc = _unwrapped(exc)
+    if isinstance(exc, MCPError):
+        return exc.code == types.REQUEST_TIMEOUT
+    # A stdio command that is not there is an OSError too: a mistake, however often retried.
+    if isinstance(exc, FileNotFoundError | PermissionError):
+        return False
+    return isinstance(exc, httpx2.TransportError | ConnectionError | TimeoutError)
 
 
 @dataclass(frozen=True)
@@ -189,6 +219,7 @@ class McpSource:
         self._on_change: Callable[[McpSource], None] = lambda _source: None
         self._on_error: Callable[[McpSource, str], None] = lambda _source, _reason: None
         self._stderr: ServerStderr | None = None
+        self._http_status = 0
 
     @property
     def name(self) -> str:
@@ -220,7 +251,8 @@ class McpSource:
         except TimeoutError:
             await self._abort()
             raise McpStartError(
-                f"MCP server {self.name}: no answer within {self.settings.timeout:g}s"
+                f"MCP server {self.name}: no answer within {self.settings.timeout:g}s",
+                not_answering=True,
             ) from None
         except BaseException:
             await self._abort()
@@ -297,10 +329,7 @@ class McpSource:
                 said = self._stderr.last if self._stderr is not None else ""
                 said = f" (its stderr: {said})" if said else ""
                 if not ready.done():
-                    reason = f"{_reason(exc)}{said}"
-                    ready.set_exception(
-                        McpStartError(f"MCP server {self.name}: cannot start: {reason}")
-                    )
+                    ready.set_exception(self._start_error(exc, said))
                     return
                 if connected is not None and time.monotonic() - connected >= STEADY_SECONDS:
                     failures = 0
@@ -317,6 +346,16 @@ class McpSource:
                 self._session = None
             if await _set_within(self._stop, wait):
                 return
+
+    def _start_error(self, exc: Exception, said: str) -> McpStartError:
+        """Why the first start failed, with the HTTP status the SDK's error leaves out."""
+        # The SDK answers a request whose POST got an error status with an MCPError.
+        status = self._http_status if isinstance(_unwrapped(exc), MCPError) else 0
+        http = f" (HTTP {status})" if status else ""
+        return McpStartError(
+            f"MCP server {self.name}: cannot start: {_reason(exc)}{http}{said}",
+            not_answering=status >= 500 or _not_answering(exc),
+        )
 
     async def _stopped_or_lost(self, session: ClientSession | None) -> bool:
         """Wait until ``close()`` (True) or the session is lost (False): a call failed, or a
@@ -339,7 +378,7 @@ class McpSource:
                 stderr = None
 
     async def _connect(self, stack: AsyncExitStack, again: bool = False) -> None:
-        transport = self._transport()
+        transport = await self._transport(stack)
         stderr = self._stderr
         if stderr is not None:
             # Closed after the process ends (the stack unwinds in reverse): its last words land.
@@ -365,12 +404,19 @@ class McpSource:
             log.warning("MCP server %s: connected again", self.name)
             self._on_change(self)  # the server may list other tools now
 
-    def _transport(self) -> Transport:
+    async def _transport(self, stack: AsyncExitStack) -> Transport:
         settings = self.settings
         self._stderr = None
+        self._http_status = 0
         if settings.transport == "http":
             assert settings.url is not None, "config validation requires url for http"
-            return streamable_http_client(settings.url)
+            # Our own client, to read each answer's status: the SDK turns every error status
+            # but 404 into one "error response", which cannot tell a 401 from a 503.
+            client = httpx2.AsyncClient(
+                timeout=HTTP_TIMEOUT, event_hooks={"response": [self._note_status]}
+            )
+            await stack.enter_async_context(client)
+            return streamable_http_client(settings.url, http_client=client)
         command, *args = settings.command
         # The stdio client passes only a safe subset of our environment, plus ``env``.
         params = StdioServerParameters(
@@ -378,6 +424,12 @@ class McpSource:
         )
         self._stderr = ServerStderr(self.name, self._redact)
         return stdio_client(params, errlog=self._stderr.writer())
+
+    async def _note_status(self, response: httpx2.Response) -> None:
+        """Keep the last error status of a request's POST, to say why a start failed (the GET
+        of the notification stream may be refused, as a server that offers none does)."""
+        if response.status_code >= 400 and response.request.method == "POST":
+            self._http_status = response.status_code
 
     async def _list(self, session: ClientSession) -> tuple[McpTool, ...]:
         listed: list[types.Tool] = []

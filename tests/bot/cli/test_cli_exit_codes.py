@@ -5,6 +5,11 @@ from __future__ import annotations
 import errno
 import json
 import socket
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -92,6 +97,77 @@ def test_serve_whose_store_does_not_answer_exits_75_to_be_started_again(tmp_path
     assert "127.0.0.1" in result.stderr.strip().splitlines()[-1], result.stderr
 
 
+@contextmanager
+def http_status_server(status: int) -> Iterator[str]:
+    """An HTTP server that answers every request with ``status`` (a gateway before an MCP
+    server down, or refusing a token); yields its URL."""
+
+    class Answer(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.send_response(status)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        do_GET = do_DELETE = do_POST
+
+        def log_message(self, *_args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/mcp"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def serve_with_mcp(folder: Path, server: dict[str, object]) -> tuple[int, str]:
+    """``kestrel serve`` with ``server`` its one MCP server: its exit status and its last line."""
+    write_config(folder, tools=[], mcp_servers=[{"name": "ops", "timeout": 2, **server}])
+    result = kestrel(folder, "serve", "--port", "0")
+    assert "Traceback" not in result.stderr, result.stderr
+    return result.returncode, result.stderr.strip().splitlines()[-1]
+
+
+def test_serve_whose_mcp_server_does_not_answer_exits_75_to_be_started_again(
+    tmp_path: Path,
+) -> None:
+    # An MCP server is a dependency like the store: one that is not up yet when the host boots
+    # must not leave the unit failed for good (RestartPreventExitStatus=2).
+    closed = f"http://127.0.0.1:{free_port()}/mcp"
+    code, line = serve_with_mcp(tmp_path, {"transport": "http", "url": closed})
+    assert code == EXIT_TEMPFAIL, line
+    assert line.startswith("kestrel: mcp_servers: MCP server ops: cannot start:"), line
+    with http_status_server(503) as down:
+        code, line = serve_with_mcp(tmp_path, {"transport": "http", "url": down})
+    assert (code, line) == (
+        EXIT_TEMPFAIL,
+        "kestrel: mcp_servers: MCP server ops: cannot start: MCPError: Server returned an error"
+        " response (HTTP 503)",
+    )
+    silent = [sys.executable, "-c", "import time; time.sleep(60)"]
+    code, line = serve_with_mcp(tmp_path, {"transport": "stdio", "command": silent})
+    assert code == EXIT_TEMPFAIL, line
+    assert line == "kestrel: mcp_servers: MCP server ops: no answer within 2s"
+
+
+def test_serve_whose_mcp_server_refuses_or_is_missing_exits_2(tmp_path: Path) -> None:
+    # A server that answered "no" (a token refused), or a command that is not there: no
+    # restart mends either. The status the server gave is said, not only "an error response".
+    with http_status_server(401) as refusing:
+        code, line = serve_with_mcp(tmp_path, {"transport": "http", "url": refusing})
+    assert (code, line) == (
+        2,
+        "kestrel: mcp_servers: MCP server ops: cannot start: MCPError: Server returned an error"
+        " response (HTTP 401)",
+    )
+    missing = [str(tmp_path / "no-such-server")]
+    code, line = serve_with_mcp(tmp_path, {"transport": "stdio", "command": missing})
+    assert code == 2 and "FileNotFoundError" in line, line
+
+
 def test_serve_with_a_malformed_store_address_exits_2(tmp_path: Path) -> None:
     # The store's own settings are configuration: no restart makes a bad DSN good.
     line = one_line_error(kestrel(tmp_path, "serve", "--port", "0", env={DATABASE: "mysql://x/y"}))
@@ -127,7 +203,8 @@ def test_only_a_dependency_not_answering_is_worth_a_restart(
 
 def test_serve_says_its_two_codes_in_help(tmp_path: Path) -> None:
     shown = kestrel(tmp_path, "serve", "--help").stdout
-    assert "2   a mistake to mend" in shown and "75  the store, Slack or Discord" in shown, shown
+    assert "2   a mistake to mend" in shown, shown
+    assert "75  the store, Slack, Discord or an MCP" in shown, shown
 
 
 def test_serve_whose_postgresql_answers_no_such_database_exits_2(tmp_path: Path) -> None:
