@@ -30,6 +30,7 @@ import mcp_types as types
 from mcp import ClientSession, MCPError, StdioServerParameters, stdio_client
 from mcp.client import IncomingMessage, Transport
 from mcp.client.streamable_http import streamable_http_client
+from pydantic import ValidationError
 
 from bot import DISTRIBUTION, __version__
 from bot.digest import sha256
@@ -43,7 +44,7 @@ from bot.tools.base import (
     capped,
     mcp_tags,
 )
-from bot.tools.mcp_stderr import Redact, ServerStderr, unchanged
+from bot.tools.mcp_stderr import MAX_LINE, Redact, ServerStderr, unchanged
 from bot.tools.source import ToolSource
 from bot.tools.toolset import ToolCollision, ToolSet
 
@@ -72,6 +73,19 @@ HTTP_TIMEOUT = httpx2.Timeout(30.0, read=300.0)
 BUILTIN_OWNER = "the built-in tools (catalog and ask_human)"
 
 _INVALID = re.compile(r"[^a-zA-Z0-9_-]")
+
+# What the SDK logs, as an error of its own, of each line a stdio server writes on its stdout
+# that is no JSON-RPC message: raw (a key or an address it holds included), a traceback with
+# it, and no server named. ``McpSource`` says it instead, named and through the PII guard.
+_STRAY_SAID = "Failed to parse JSONRPC message from server"
+
+
+class _StrayLinesSaidByUs(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(_STRAY_SAID)
+
+
+logging.getLogger("mcp.client.stdio").addFilter(_StrayLinesSaidByUs())
 
 
 class McpStartError(Exception):
@@ -220,6 +234,7 @@ class McpSource:
         self._on_error: Callable[[McpSource, str], None] = lambda _source, _reason: None
         self._stderr: ServerStderr | None = None
         self._http_status = 0
+        self._strays = 0  # lines of stdout that were no message, this session
 
     @property
     def name(self) -> str:
@@ -386,6 +401,7 @@ class McpSource:
         read, write = await stack.enter_async_context(transport)
         if stderr is not None:
             await stderr.started()
+        self._strays = 0
         session = ClientSession(
             read,
             write,
@@ -482,7 +498,11 @@ class McpSource:
     async def _on_message(self, message: IncomingMessage) -> None:
         """Runs on the session's own task; only a tool-list change matters here."""
         if isinstance(message, Exception):
-            log.warning("MCP server %s: transport error: %s", self.name, _reason(message))
+            line = _stray_line(message)
+            if line is None:
+                log.warning("MCP server %s: transport error: %s", self.name, _reason(message))
+            else:
+                self._stray(line)
             return
         if not isinstance(message, types.ToolListChangedNotification):
             return
@@ -495,6 +515,22 @@ class McpSource:
             self._relisting -= 1
             if not self._relisting:
                 self._settled.set()
+
+    def _stray(self, line: str) -> None:
+        """A line of stdout that is no message: the first of a session a warning (the server
+        logs on the wrong stream), the rest info, as its stderr's lines are."""
+        # Cut before the guard reads it (a line may be megabytes), and well past what is kept.
+        text = self._redact(line[: 2 * MAX_LINE])[:MAX_LINE].rstrip()
+        self._strays += 1
+        if self._strays > 1:
+            log.info("MCP server %s: on stdout: %s", self.name, text)
+            return
+        log.warning(
+            "MCP server %s wrote a line on its stdout that is no JSON-RPC message (its own"
+            " logs belong on stderr); it is dropped, as each such line, logged at info: %s",
+            self.name,
+            text,
+        )
 
     async def _relist(self) -> None:
         session = self._session
@@ -662,6 +698,17 @@ def _check_listed_once(listed: Sequence[types.Tool]) -> None:
         if tool.name in seen:
             raise ToolCollision(f"the server lists the tool {tool.name!r} twice")
         seen.add(tool.name)
+
+
+def _stray_line(exc: Exception) -> str | None:
+    """The line of stdout ``exc`` says is no JSON-RPC message; None for another error."""
+    if not isinstance(exc, ValidationError):
+        return None
+    errors = exc.errors()
+    if not errors:
+        return None
+    said = errors[0].get("input")
+    return said if isinstance(said, str) else json.dumps(said, default=str)
 
 
 async def _first(waits: list[Awaitable[object]]) -> None:

@@ -1,7 +1,8 @@
 """A bare MCP server over stdio, written without the SDK so it can list what the SDK's own
-server would refuse to: ``python raw_mcp_server.py TOOLS_JSON``, where TOOLS_JSON is the
-``tools/list`` result's list of tools. A call answers ``ok NAME``, or its ``text`` argument
-repeated ``times`` times."""
+server would refuse to: ``python raw_mcp_server.py TOOLS_JSON [LINE]``, where TOOLS_JSON is
+the ``tools/list`` result's list of tools. A call answers ``ok NAME``, or its ``text`` argument
+repeated ``times`` times. LINE, if given, is written on stdout before each answer, as a server
+that logs to the wrong stream does."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ def _send(message: dict[str, object]) -> None:
 def main() -> None:
     """Answer initialize, tools/list and tools/call until stdin closes."""
     tools = json.loads(sys.argv[1])
+    stray = sys.argv[2] if len(sys.argv) > 2 else None
     for line in sys.stdin:
         message = json.loads(line)
         method, request_id = message.get("method"), message.get("id")
@@ -36,6 +38,8 @@ def main() -> None:
             arguments = params.get("arguments") or {}
             text = arguments.get("text", f"ok {params['name']}") * arguments.get("times", 1)
             result = {"content": [{"type": "text", "text": text}], "isError": False}
+        if stray is not None:
+            sys.stdout.write(stray + "\n")
         _send({"jsonrpc": "2.0", "id": request_id, "result": result})
 
 

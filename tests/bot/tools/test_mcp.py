@@ -329,6 +329,46 @@ async def test_a_server_listing_one_name_twice_fails_start_saying_so() -> None:
         await McpTools([], [twice]).start()
 
 
+def test_a_server_s_stray_stdout_lines_are_said_once_named_and_guarded(tmp_path: Path) -> None:
+    # A server that logs on stdout: the SDK printed an error of its own for each such line,
+    # even at a one-shot command's level (error), naming no server, and with what the line
+    # held (an address, a key) as the PII guard never read it.
+    from tests.bot.cli.test_cli import kestrel, write_config
+
+    peek = {"name": "peek", "inputSchema": {"type": "object"}, "annotations": READ_ONLY_HINTS}
+    tools = json.dumps([peek])
+    stray = "handled by oncall.lead@example.com"
+    command = [sys.executable, str(RAW_SERVER), tools, stray]
+    (tmp_path / "script.yaml").write_text(
+        json.dumps([{"text": "looking", "calls": [{"name": "srv__peek"}]}, {"text": "done"}])
+    )
+    write_config(
+        tmp_path,
+        tools=[],
+        model={"provider": "scripted", "script": "script.yaml"},
+        mcp_servers=[{"name": "srv", "transport": "stdio", "command": command}],
+    )
+
+    quiet = kestrel(tmp_path, "run", "go")
+    assert quiet.returncode == 0, quiet.stderr
+    assert quiet.stdout == "done\n"
+    assert "example.com" not in quiet.stderr and "JSONRPC" not in quiet.stderr, quiet.stderr
+
+    heard = kestrel(tmp_path, "--log-level", "info", "run", "go")
+    said = [line for line in heard.stderr.splitlines() if "example.com" in line or "stdout" in line]
+    assert "example.com" not in heard.stderr and "Traceback" not in heard.stderr, heard.stderr
+    assert said[0].split(" ", 1)[1] == (
+        "WARNING kestrel.mcp: MCP server srv wrote a line on its stdout that is no JSON-RPC"
+        " message (its own logs belong on stderr); it is dropped, as each such line, logged at"
+        " info: handled by <EMAIL_ADDRESS>"
+    ), said
+    # One per answer (initialize, the listing, the call): the first a warning, the rest info.
+    assert [line.split(" ", 2)[1] for line in said] == ["WARNING", "INFO", "INFO"], said
+    assert said[1].endswith(
+        "INFO kestrel.mcp: MCP server srv: on stdout: handled by <EMAIL_ADDRESS>"
+    )
+
+
 async def test_a_huge_result_is_cut_to_the_output_cap_with_a_marker() -> None:
     tools = McpTools([], [raw_server({"name": "big", "annotations": READ_ONLY_HINTS})])
     await tools.start()
