@@ -77,8 +77,15 @@ def _check_names(settings: Settings, toolset: ToolSet) -> None:
 
 
 async def _listed(settings: Settings) -> ToolSet:
-    """The whole tool set, with each MCP server started for its listing and closed."""
+    """The whole tool set, with each MCP server started for its listing and closed. Its
+    warnings are heard at a one-shot command's level too: a tool a server lists and the
+    listing leaves out (its schema invalid or too large) is said, not silently missing."""
+    import logging
+
     from bot.cli import compose
+
+    mcp_log = logging.getLogger("kestrel.mcp")
+    mcp_log.setLevel(min(mcp_log.getEffectiveLevel(), logging.WARNING))
 
     async with compose.tool_source(settings, checked=False) as source:
         return source.current()

@@ -70,6 +70,10 @@ STEADY_SECONDS = RECONNECT_SECONDS[-1]
 MAX_PAGES = 100
 # The SDK's own client's: a server may hold a response stream open for minutes.
 HTTP_TIMEOUT = httpx2.Timeout(30.0, read=300.0)
+# The most characters of a tool's description and input schema (as JSON) taken from a server:
+# each request to the model carries every tool's, a run's token budget pays for them at every
+# turn, and checking a schema of megabytes held the event loop for seconds (3 MB: 20 s).
+MAX_DEFINITION = 32 * 1024
 BUILTIN_OWNER = "the built-in tools (catalog and ask_human)"
 
 _INVALID = re.compile(r"[^a-zA-Z0-9_-]")
@@ -461,9 +465,20 @@ class McpSource:
         return tuple(self._tool(tool) for tool in listed if self._usable(tool))
 
     def _usable(self, tool: types.Tool) -> bool:
-        """Whether the tool's input schema is JSON Schema; a tool whose is not is left out,
-        with why: the model's API would refuse every request offering it, and its calls could
-        not be checked."""
+        """Whether the tool's definition fits (``MAX_DEFINITION``) and its input schema is JSON
+        Schema; a tool that fails either is left out, with why: the model's API would refuse
+        every request offering it, and its calls could not be checked."""
+        size = definition_size(tool)
+        if size > MAX_DEFINITION:
+            log.warning(
+                "MCP server %s: tool %r left out: its description and inputSchema are %d"
+                " characters, over %d (every request to the model would carry them)",
+                self.name,
+                tool.name,
+                size,
+                MAX_DEFINITION,
+            )
+            return False
         problem = schema_problem(tool.input_schema)
         if problem:
             log.warning(
@@ -670,6 +685,12 @@ def _guarded_strings(value: Any, redact: Redact) -> Any:
     if isinstance(value, list):
         return [_guarded_strings(item, redact) for item in value]
     return value
+
+
+def definition_size(tool: types.Tool) -> int:
+    """How many characters of the tool's definition would reach the model."""
+    said = (tool.description or "") + (tool.title or "")
+    return len(said) + len(json.dumps(tool.input_schema))
 
 
 def schema_problem(schema: dict[str, Any]) -> str:

@@ -369,6 +369,47 @@ def test_a_server_s_stray_stdout_lines_are_said_once_named_and_guarded(tmp_path:
     )
 
 
+def test_tools_list_says_which_tools_a_server_lists_are_left_out_and_why(
+    tmp_path: Path,
+) -> None:
+    # A tool of megabytes went to the model with every request, and checking its schema held
+    # the event loop for seconds; one left out (too large, or its schema invalid) was silently
+    # missing from `tools list`, at a one-shot command's level (error).
+    from tests.bot.cli.test_cli import kestrel, write_config
+
+    words = {f"p{i}": {"type": "string", "description": "x" * 40} for i in range(1000)}
+    tools = [
+        {"name": "fine", "inputSchema": {"type": "object"}},
+        {"name": "chatty", "description": "d" * 40_000, "inputSchema": {"type": "object"}},
+        {"name": "sprawling", "inputSchema": {"type": "object", "properties": words}},
+        {"name": "bad", "inputSchema": {"type": "object", "properties": {"x": {"type": "no"}}}},
+    ]
+    command = [sys.executable, str(RAW_SERVER), json.dumps(tools)]
+    write_config(
+        tmp_path, tools=[], mcp_servers=[{"name": "srv", "transport": "stdio", "command": command}]
+    )
+
+    listed = kestrel(tmp_path, "tools", "list")
+
+    assert listed.returncode == 0, listed.stderr
+    names = [line.split()[0] for line in listed.stdout.splitlines()]
+    assert [name for name in names if name.startswith("srv__")] == ["srv__fine"], names
+    said = [line.split(" ", 1)[1] for line in listed.stderr.splitlines()]
+    sprawling = len(json.dumps(tools[2]["inputSchema"]))
+    assert said[:2] == [
+        "WARNING kestrel.mcp: MCP server srv: tool 'chatty' left out: its description and"
+        " inputSchema are 40018 characters, over 32768 (every request to the model would carry"
+        " them)",
+        f"WARNING kestrel.mcp: MCP server srv: tool 'sprawling' left out: its description and"
+        f" inputSchema are {sprawling} characters, over 32768 (every request to the model would"
+        " carry them)",
+    ], listed.stderr
+    assert said[2].startswith(
+        "WARNING kestrel.mcp: MCP server srv: tool 'bad' left out: its inputSchema is not valid"
+    ), listed.stderr
+    assert len(said) == 3, listed.stderr
+
+
 async def test_a_huge_result_is_cut_to_the_output_cap_with_a_marker() -> None:
     tools = McpTools([], [raw_server({"name": "big", "annotations": READ_ONLY_HINTS})])
     await tools.start()
