@@ -131,7 +131,7 @@ def tools_check(files: tuple[str, ...]) -> None:
         settings = settings_of(click.get_current_context())
         patterns = settings.tool_patterns()
         checked, problems = check_configured(patterns, settings.base_dir, reserved=builtin)
-        problems = problems or _named_problems(settings)
+        problems = (problems or _named_problems(settings)) + mcp_problems(settings)
         demo = f" ({DEMO_NOTE})" if settings.uses_demo_catalog() else ""
     for problem in problems:
         echo(problem, err=True)
@@ -157,6 +157,35 @@ def _named_problems(settings: Settings) -> list[str]:
     except ConfigError as exc:
         return [str(exc)]
     return []
+
+
+def mcp_problems(settings: Settings) -> list[str]:
+    """Each stdio MCP server whose command cannot start on this host (as ``run``, ``chat`` and
+    ``serve`` would start it: on its ``env``'s PATH, else ours, from its ``cwd``, else ours),
+    which every one of them refuses to start with. No server is started: ``tools list`` does."""
+    import os
+
+    from bot.tools.isolation import unstartable
+
+    problems: list[str] = []
+    for server in settings.mcp_servers:
+        if server.transport != "stdio":
+            continue
+        where = f"mcp_servers: MCP server {server.name}"
+        cwd = settings.resolve(server.cwd) if server.cwd else Path.cwd()
+        if not cwd.is_dir():
+            problems.append(f"{where}: cwd {server.cwd!r} is not a folder here ({cwd})")
+            continue
+        program = server.command[0]
+        path = server.env.get("PATH", os.environ.get("PATH", os.defpath))
+        reason = unstartable(program, path, cwd)
+        if reason is None:
+            continue
+        if "/" not in program:
+            problems.append(f"{where}: command {program!r} is not on its PATH")
+        else:
+            problems.append(f"{where}: command {program!r} cannot start: {reason} (from {cwd})")
+    return problems
 
 
 def _is_configuration(path: Path) -> bool:

@@ -299,6 +299,32 @@ def test_tools_list_shows_the_mcp_servers_tools_too(tmp_path: Path) -> None:
     assert "ask_human_input" in rows
 
 
+def test_tools_check_says_an_mcp_server_whose_command_cannot_start(tmp_path: Path) -> None:
+    # Passed as "nothing to check", then run, chat and serve all refused to start: the
+    # server's command is checked as a catalog program is, without starting the server.
+    (tmp_path / "srv").mkdir()
+    server = Path(__file__).resolve().parents[2] / "fakes" / "mcp_server.py"
+    servers = [
+        {"name": "fine", "transport": "stdio", "command": [sys.executable, str(server)]},
+        {"name": "typo", "transport": "stdio", "command": ["no-such-mcp-server", "--stdio"]},
+        {"name": "near", "transport": "stdio", "command": ["./serve.sh"], "cwd": "srv"},
+        {"name": "http", "transport": "http", "url": "http://127.0.0.1:9/mcp"},
+    ]
+    write_config(tmp_path, tools=[], mcp_servers=servers)
+
+    checked = kestrel(tmp_path, "tools", "check")
+
+    assert checked.returncode == 1, checked.stderr
+    assert checked.stderr.splitlines() == [
+        "mcp_servers: MCP server typo: command 'no-such-mcp-server' is not on its PATH",
+        "mcp_servers: MCP server near: command './serve.sh' cannot start: No such file or"
+        f" directory (from {tmp_path / 'srv'})",
+    ]
+    assert checked.stdout == ""
+    write_config(tmp_path, tools=[], mcp_servers=servers[:1])
+    assert kestrel(tmp_path, "tools", "check").returncode == 0
+
+
 def test_tools_check_with_no_catalog_says_so(tmp_path: Path) -> None:
     write_config(tmp_path, tools=[])
     checked = kestrel(tmp_path, "tools", "check")
