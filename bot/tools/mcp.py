@@ -308,10 +308,9 @@ class McpSource:
         try:
             result = await session.call_tool(remote, arguments)
         except Exception as exc:
-            closed = isinstance(exc, MCPError) and exc.code == types.CONNECTION_CLOSED
             if session is self._session:  # not a session already replaced
                 self._doubt.set()
-            if closed:
+            if await _closed(session, exc, self.settings.timeout):
                 # The server may have died doing it, as a timeout may cut a call: not undone.
                 said = "the connection closed before it answered; what it did, if anything, stands"
                 return ToolResult(f"MCP server {self.name}: {remote}: {said}", is_error=True)
@@ -740,6 +739,15 @@ async def _first(waits: list[Awaitable[object]]) -> None:
     finally:
         for task in tasks:
             task.cancel()
+
+
+async def _closed(session: ClientSession, exc: Exception, within: float) -> bool:
+    """Whether a call failed as its connection closed. The SDK says so with the code
+    ``CONNECTION_CLOSED``, -32000: the first of the codes JSON-RPC leaves to servers, which
+    many answer a failed call with. A server that answered that way answers a ping too."""
+    if not isinstance(exc, MCPError) or exc.code != types.CONNECTION_CLOSED:
+        return False
+    return not await _answers(session, within)
 
 
 async def _answers(session: ClientSession | None, within: float) -> bool:

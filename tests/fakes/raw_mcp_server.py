@@ -1,8 +1,9 @@
 """A bare MCP server over stdio, written without the SDK so it can list what the SDK's own
 server would refuse to: ``python raw_mcp_server.py TOOLS_JSON [LINE]``, where TOOLS_JSON is
 the ``tools/list`` result's list of tools. A call answers ``ok NAME``, or its ``text`` argument
-repeated ``times`` times. LINE, if given, is written on stdout before each answer, as a server
-that logs to the wrong stream does."""
+repeated ``times`` times; one given ``error`` (and ``code``, -32000 by default) answers that
+JSON-RPC error. LINE, if given, is written on stdout before each answer, as a server that
+logs to the wrong stream does."""
 
 from __future__ import annotations
 
@@ -25,6 +26,11 @@ def main() -> None:
         if request_id is None:
             continue  # a notification
         result: dict[str, object] = {}
+        arguments = (message.get("params") or {}).get("arguments") or {}
+        if method == "tools/call" and "error" in arguments:
+            error = {"code": arguments.get("code", -32000), "message": arguments["error"]}
+            _send({"jsonrpc": "2.0", "id": request_id, "error": error})
+            continue
         if method == "initialize":
             result = {
                 "protocolVersion": message["params"]["protocolVersion"],

@@ -369,6 +369,35 @@ def test_a_server_s_stray_stdout_lines_are_said_once_named_and_guarded(tmp_path:
     )
 
 
+def test_a_server_s_own_error_reaches_the_model_not_taken_for_a_closed_connection(
+    tmp_path: Path,
+) -> None:
+    # -32000 is the SDK's code for a connection closed and the first of JSON-RPC's codes for a
+    # server's own errors: a server's "rate limited" under it reached the model as "the
+    # connection closed before it answered", its own words lost.
+    from tests.bot.cli.test_cli import kestrel, write_config
+
+    peek = {"name": "peek", "inputSchema": {"type": "object"}, "annotations": READ_ONLY_HINTS}
+    command = [sys.executable, str(RAW_SERVER), json.dumps([peek])]
+    call = {"name": "srv__peek", "arguments": {"error": "rate limited: retry in 60 s"}}
+    (tmp_path / "script.yaml").write_text(
+        json.dumps([{"text": "looking", "calls": [call]}, {"text": "done"}])
+    )
+    write_config(
+        tmp_path,
+        tools=[],
+        model={"provider": "scripted", "script": "script.yaml"},
+        mcp_servers=[{"name": "srv", "transport": "stdio", "command": command}],
+    )
+
+    ran = kestrel(tmp_path, "run", "go", "--json")
+
+    assert ran.returncode == 0, ran.stderr
+    shown = kestrel(tmp_path, "runs", "show", json.loads(ran.stdout)["run_id"]).stdout
+    (result,) = [line.strip() for line in shown.splitlines() if "result call_1" in line]
+    assert result == "result call_1: MCP server srv: peek: MCPError: rate limited: retry in 60 s"
+
+
 def test_tools_list_says_which_tools_a_server_lists_are_left_out_and_why(
     tmp_path: Path,
 ) -> None:
