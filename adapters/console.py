@@ -38,6 +38,7 @@ from bot.domain import (
     RunStatus,
     Session,
     ToolOutcome,
+    as_flag,
     how_answered,
     new_id,
 )
@@ -458,16 +459,26 @@ def _waiting_for(request: Request) -> str:
     return f"{what} ({request.id})"
 
 
-def _elsewhere(run_id: str, open_requests: list[Request], user: str, rules: PolicyRules) -> str:
+def _elsewhere(
+    run_id: str, open_requests: list[Request], user: str, rules: PolicyRules, acting_as: str
+) -> str:
     """How a suspended run is moved on from another shell by ``user`` (an approval of their own
     run: as someone else, unless ``rules`` let them approve it): the command answering each
-    request it waits on (a resume would find it still waiting), else ``kestrel runs resume``."""
+    request it waits on (a resume would find it still waiting), else ``kestrel runs resume``.
+    ``acting_as``: ``user``, when a bare command there would act as someone else."""
     hows = [
-        how_answered(r.kind, r.run_id, r.id, r.options, requester=_as_someone_else(r, user, rules))
+        how_answered(
+            r.kind,
+            r.run_id,
+            r.id,
+            r.options,
+            requester=_as_someone_else(r, user, rules),
+            acting_as=acting_as,
+        )
         for r in open_requests
     ]
     if not hows:
-        return f", or `kestrel runs resume {run_id}`"
+        return f", or `kestrel runs resume {run_id}{as_flag(acting_as)}`"
     return ", or from another shell: " + "; ".join(hows)
 
 
@@ -486,10 +497,14 @@ class ConsoleChat:
         user: str = "console",
         on_stop: Callable[[int], object] | None = None,
         rules: PolicyRules | None = None,
+        acting_as: str = "",
     ) -> None:
         self.chat = chat
         self.io = io
         self.user = user
+        # The user, when a command pasted in another shell would act as someone else (they
+        # gave --as): the commands the chat prints name them.
+        self.acting_as = acting_as
         # The policy's rules: whether the user may approve their own run from another shell.
         self.rules = rules or PolicyRules()
         self.actor = Actor(user)
@@ -569,7 +584,7 @@ class ConsoleChat:
         """Say that run ``run_id`` is suspended, what it waits on, and how it goes on."""
         waiting = "; ".join(_waiting_for(request) for request in open_requests)
         self.io.write(f"kestrel> (run {run_id} suspended{': ' + waiting if waiting else ''})")
-        elsewhere = _elsewhere(run_id, open_requests, self.user, self.rules)
+        elsewhere = _elsewhere(run_id, open_requests, self.user, self.rules, self.acting_as)
         self.io.write(f"         resume it with /resume {run_id}{elsewhere}")
 
     async def _command(self, line: str) -> None:

@@ -22,6 +22,7 @@ from bot.kinds import RequestStatus as RequestStatus
 from bot.kinds import RunStatus as RunStatus
 from bot.kinds import StopReason as StopReason
 from bot.kinds import ToolOutcome as ToolOutcome
+from bot.kinds import as_flag as as_flag
 from bot.kinds import how_answered as how_answered
 from bot.nesting import loads, too_deep
 from bot.place import Place

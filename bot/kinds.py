@@ -75,8 +75,8 @@ class RequestKind(StrEnum):
 # How each kind of request is answered from a shell: ``how_answered`` fills in the names.
 _ANSWER_WITH: Final[Mapping[str, str]] = {
     RequestKind.WAIT_APPROVAL: "kestrel runs approve {run} {id}{someone} (or deny)",
-    RequestKind.WAIT_USER: "kestrel runs answer {run} {id} {text}",
-    RequestKind.WAIT_EFFECT: "kestrel runs effect {run} {id} retry|done|failed",
+    RequestKind.WAIT_USER: "kestrel runs answer {run} {id} {text}{someone}",
+    RequestKind.WAIT_EFFECT: "kestrel runs effect {run} {id} retry|done|failed{someone}",
     RequestKind.WAIT_PLAN: (
         "kestrel runs approve {run} {id}{someone} [--step-by-step] (or deny --reason TEXT)"
     ),
@@ -84,15 +84,40 @@ _ANSWER_WITH: Final[Mapping[str, str]] = {
 
 
 def how_answered(
-    kind: str, run_id: str, request_id: str, options: Sequence[str], *, requester: bool = False
+    kind: str,
+    run_id: str,
+    request_id: str,
+    options: Sequence[str],
+    *,
+    requester: bool = False,
+    acting_as: str = "",
 ) -> str:
     """The command that answers a request of ``kind`` ("" for a kind no command answers).
 
     ``requester``: said to the run's requester, whose own approval ``runs approve`` refuses
-    (the two-person rule): the approval is given ``--as`` someone else."""
+    (the two-person rule): the approval is given ``--as`` someone else. ``acting_as``: the
+    person it is said to, when a bare command would act as someone else (they gave ``--as``
+    themselves): it names them, so that the command pasted as printed acts as them."""
     text = "|".join(options) or "TEXT"
-    someone = " --as NAME" if requester else ""
+    someone = _someone(kind, requester, acting_as)
     return _ANSWER_WITH.get(kind, "").format(run=run_id, id=request_id, text=text, someone=someone)
+
+
+def as_flag(acting_as: str) -> str:
+    """`` --as NAME`` for a command printed for ``acting_as`` ("" for nobody), quoted for a
+    shell: a name may hold a space (a login name as ``Ann Lee``)."""
+    if not acting_as:
+        return ""
+    import shlex  # only for a name to quote: most commands print no hint
+
+    return f" --as {shlex.quote(acting_as)}"
+
+
+def _someone(kind: str, requester: bool, acting_as: str) -> str:
+    """Who a printed command acts as: someone else, for a requester's own approval."""
+    if requester and kind in (RequestKind.WAIT_APPROVAL, RequestKind.WAIT_PLAN):
+        return " --as NAME"
+    return as_flag(acting_as)
 
 
 class RequestStatus(StrEnum):

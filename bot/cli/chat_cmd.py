@@ -16,6 +16,7 @@ from bot.cli.common import (
     as_option,
     echo,
     in_runtime,
+    named_in_commands,
     one_line_errors,
     output_failed,
     plain_range,
@@ -69,7 +70,12 @@ def chat(user: str | None) -> None:
         banner += "".join(f"\nnote: {notice}" for notice in notices)
         io = ConsoleIO()
         console = ConsoleChat(
-            ChatService(supervisor), io, user, on_stop=stop.take, rules=rt.policy.settings
+            ChatService(supervisor),
+            io,
+            user,
+            on_stop=stop.take,
+            rules=rt.policy.settings,
+            acting_as=named_in_commands(user),
         )
         stop.on_first(lambda: _left_by(stop, console.under_way()))
         try:

@@ -297,6 +297,17 @@ def terminal_user(given: str | None = None) -> str:
         return "terminal"  # no login name at all (a container without one): still one name
 
 
+def named_in_commands(user: str) -> str:
+    """``user`` when a command printed for them to run must say ``--as`` them: a bare one acts
+    as ``KESTREL_USER`` or the login name, and they gave ``--as`` someone else; "" when a bare
+    command acts as them already."""
+    try:
+        default = terminal_user()
+    except Failure:  # no usable default (a KESTREL_USER of "*"): only --as names them
+        return user
+    return "" if default == user else user
+
+
 def checked_user(name: str) -> str:
     """``name`` if it can only be read as one person: no control or format characters (it is
     printed in one line of the audit), not ``*`` nor ``group:``, ``role:`` or ``channel:``

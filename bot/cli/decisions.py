@@ -26,6 +26,7 @@ from bot.cli.common import (
     current_settings,
     echo,
     known_before_the_key,
+    named_in_commands,
     one_line_errors,
     terminal_user,
     with_runtime,
@@ -50,6 +51,9 @@ _VALUES: Final = {"approve": frozenset({"--as"}), "deny": frozenset({"--as", "--
 _FLAGS: Final = {"approve": frozenset({"--always", "--step-by-step"}), "deny": frozenset()}
 # The text a decision of each kind carries, as its option or argument names it.
 _TEXT_OF: Final = {"answer": "the answer", "deny": "the reason", "done": "the output"}
+# The requests an approver decides (RequestKind's values: this module imports bot.kinds only
+# when it acts, for a fast `runs approve`).
+_DECIDED: Final = frozenset({"wait_approval", "wait_plan"})
 # Each kind of request, as a person calls it.
 _NOUNS: Final = {
     "wait_approval": "an approval",
@@ -210,7 +214,7 @@ def decide(
         actor = Actor(terminal_user(user))
         decided = await chat.decide(run_id, request_id, kind, user=actor, text=text)
         if not decided.accepted:
-            said = await _misfit(chat, request_id, kind)
+            said = await _misfit(chat, request_id, kind, actor.user)
             if not said:
                 refused = decided.message
                 said = refused + await _own_run(chat, run_id, request_id, refused, actor)
@@ -251,10 +255,11 @@ def decide(
     exit_if_signalled(received)
 
 
-async def _misfit(chat: ChatService, request_id: str, kind: DecisionKind) -> str:
+async def _misfit(chat: ChatService, request_id: str, kind: DecisionKind, user: str) -> str:
     """What ``kind`` is for and the command that answers the request instead, in the command
-    line's words, when ``kind`` cannot answer a request of its kind at all (the policy's refusal
-    says so in the journal's names); "" when the refusal was for another reason."""
+    line's words (as ``user`` would give it), when ``kind`` cannot answer a request of its kind
+    at all (the policy's refusal says so in the journal's names); "" when the refusal was for
+    another reason."""
     from bot.kinds import RequestKind, RequestStatus, how_answered
     from bot.people.policy import fits
 
@@ -263,7 +268,13 @@ async def _misfit(chat: ChatService, request_id: str, kind: DecisionKind) -> str
         return ""
     request = view.request
     meant = " or ".join(f"{_NOUNS[k]} ({k})" for k in RequestKind if fits(kind, k))
-    how = how_answered(request.kind, request.run_id, request.id, request.options)
+    how = how_answered(
+        request.kind,
+        request.run_id,
+        request.id,
+        request.options,
+        acting_as=named_in_commands(user),
+    )
     return f"{_SPELLED[kind]} is for {meant}; this is {_NOUNS[request.kind]}: {how}"
 
 
@@ -310,32 +321,46 @@ async def _asked_inline(rt: Runtime, run_id: str, refusal: str) -> str:
 def waiting_lines(obj: dict[str, Any], reader: str, rules: PolicyRules) -> list[str]:
     """The requests a run (``run_object``) waits on now, each with its id and the command that
     answers it, as ``reader`` would give it (the requester approves as someone else, unless
-    ``rules`` let them approve their own); of a run a person stopped, the resume it waits on."""
+    ``rules`` let them approve their own); of a run a person stopped, the resume it waits on.
+    A reader who gave ``--as`` is named in the commands that are theirs to give (an approval;
+    of their own run, an answer too), so that one pasted as printed acts as them."""
     from bot.cli.render import object_details
     from bot.kinds import StopReason, how_answered
     from bot.people.policy import requester_approves
 
+    paused = not obj["requests"] and obj["stop_reason"] == StopReason.INTERRUPTED
+    if not obj["requests"] and not paused:
+        return []  # a run that ended: no command to print
+    own = obj["requested_by"] == reader
+    # A question of someone else's run is its requester's to answer, not the approver's; the
+    # login name (getpass, without $USER) is looked up only for a command that names them.
+    named = own or any(request["kind"] in _DECIDED for request in obj["requests"])
+    acting_as = named_in_commands(reader) if named else ""
     lines = []
     for request in obj["requests"]:
         args = json.dumps(request["arguments"], sort_keys=True)
         ids = (obj["run_id"], request["id"], request["options"])
-        own = obj["requested_by"] == reader
         requester = own and not requester_approves(rules, request["approvals_needed"])
-        how = how_answered(request["kind"], *ids, requester=requester)
+        theirs = own or request["kind"] in _DECIDED
+        how = how_answered(
+            request["kind"], *ids, requester=requester, acting_as=acting_as if theirs else ""
+        )
         lines.append(f"  waiting: {request['kind']} {request['id']} {request['tool']} {args}")
         # As `runs pending` shows it: the command below approves a plan's steps, a call off
         # the approved plan, values taken from tool output; none of it unseen.
         lines += object_details(request)
         lines.append(f"    {how}" if how else "")
-    if not obj["requests"] and obj["stop_reason"] == StopReason.INTERRUPTED:
-        lines.append(_paused_line(obj, reader))
+    if paused:
+        lines.append(_paused_line(obj, reader, acting_as if own else ""))
     return [line for line in lines if line]
 
 
-def _paused_line(obj: dict[str, Any], reader: str) -> str:
+def _paused_line(obj: dict[str, Any], reader: str, acting_as: str) -> str:
     """How a run a person stopped (Ctrl-C, SIGTERM) goes on: it waits for a resume, which only
     its requester or on-call may give, and no replica takes it up alone."""
-    command = f"kestrel runs resume {obj['run_id']}"
+    from bot.kinds import as_flag
+
+    command = f"kestrel runs resume {obj['run_id']}{as_flag(acting_as)}"
     if obj["requested_by"] == reader:
         return f"  stopped: {command} takes it up"
     return f"  stopped: {command} takes it up (its requester, {obj['requested_by']}, or on-call)"

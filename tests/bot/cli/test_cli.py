@@ -217,7 +217,8 @@ def test_a_decision_of_the_wrong_kind_says_what_answers_the_request(tmp_path: Pa
         kestrel(tmp_path, "run", "checkout is failing", "--defer", "--json", "--as", "U0REQ").stdout
     )
     ids = [deferred["run_id"], deferred["requests"][0]["id"]]
-    how = f"this is an approval: kestrel runs approve {' '.join(ids)} (or deny)"
+    # Named as the person who gave --as: the command, pasted, acts as them.
+    how = f"this is an approval: kestrel runs approve {' '.join(ids)} --as U0B (or deny)"
     step_by_step = kestrel(tmp_path, "runs", "approve", *ids, "--step-by-step", "--as", "U0B")
     said = one_line_error(step_by_step)
     assert said == f"kestrel: --step-by-step is for a plan (wait_plan); {how}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.bot.cli.test_cli import CLI, kestrel, one_line_error, write_config
+from tests.bot.cli.test_cli_plans import deferred_plan, plan_world
 
 
 def test_the_demos_banner_says_nothing_of_oncall(tmp_path: Path) -> None:
@@ -149,15 +151,67 @@ def test_a_deferred_run_says_the_command_that_moves_it_on(tmp_path: Path) -> Non
 
 def test_a_deferred_run_of_a_requester_who_may_approve_it_says_so(tmp_path: Path) -> None:
     # self_approval: true lets the requester approve their own run with runs approve: the
-    # command said to them took --as NAME, someone else, whom they need not be.
+    # command said to them took --as NAME, someone else, whom they need not be. They gave
+    # --as at a terminal whose login is another's: the command names them.
     write_config(tmp_path, policy={"self_approval": True})
-    done = kestrel(tmp_path, "run", "checkout is failing", "--defer", "--as", "U0REQ")
+    done = kestrel(tmp_path, "run", "checkout is failing", "--defer", "--as", "U0REQ", env=ERIN)
     assert done.returncode == 3, done.stderr
     (request,) = json.loads(kestrel(tmp_path, "runs", "pending", "--json").stdout)
-    command = f"kestrel runs approve {request['run_id']} {request['id']}"
+    command = f"kestrel runs approve {request['run_id']} {request['id']} --as U0REQ"
     assert f"    {command} (or deny)" in done.stderr.splitlines(), done.stderr
-    approved = kestrel(tmp_path, *command.split()[1:], "--as", "U0REQ")
+    approved = kestrel(tmp_path, *command.split()[1:], env=ERIN)
     assert approved.returncode == 0, approved.stderr
+
+
+# A terminal whose login name is someone other than the person acting (--as).
+ERIN = {"USER": "erin"}
+
+
+def pasted(result: subprocess.CompletedProcess[str], start: str) -> list[list[str]]:
+    """The commands starting with ``start`` that ``result`` printed, as a shell would split
+    them, their "(or deny)" left out."""
+    lines = (result.stdout + result.stderr).replace("; ", "\n").splitlines()
+    found = [line[line.index(start) :] for line in lines if start in line]
+    return [shlex.split(line.removesuffix(" (or deny)")) for line in found]
+
+
+def test_the_next_cards_commands_name_the_approver_who_gave_as(tmp_path: Path) -> None:
+    # Approving a plan step by step as U0BOSS at erin's terminal printed each card's command
+    # bare: pasted as printed, it acted as erin, and an approver other than erin was refused.
+    log = plan_world(tmp_path, ["payments-api", "payments-db"])
+    run_id, plan = deferred_plan(tmp_path)  # requested by U0REQ
+    split = kestrel(
+        tmp_path, "runs", "approve", run_id, plan["id"], "--step-by-step", "--as", "U0BOSS"
+    )
+    assert split.returncode == 0, split.stderr
+    commands = pasted(split, "kestrel runs approve")
+    assert len(commands) == 2 and all(c[-2:] == ["--as", "U0BOSS"] for c in commands), commands
+
+    write_config(
+        tmp_path,
+        model={"provider": "scripted", "script": "script.yaml"},
+        tools=["tools.yaml"],
+        policy={"approvers": {"*": ["U0BOSS"]}},  # erin may not approve: only U0BOSS may
+    )
+    for command in commands:
+        approved = kestrel(tmp_path, *command[1:], env=ERIN)
+        assert approved.returncode == 0, approved.stderr
+    assert log.read_text().split() == ["payments-api", "payments-db"]
+
+
+def test_the_chats_commands_for_another_shell_name_who_chats(tmp_path: Path) -> None:
+    # kestrel chat --as U0REQ at erin's terminal: the question left for later, the command
+    # for another shell answered as erin, whom the policy lets answer nothing of U0REQ's run.
+    chat = "checkout is failing, can you look?\na\nl\n"
+    chatted = kestrel(tmp_path, "chat", "--as", "U0REQ", stdin=chat, env=ERIN)
+    assert chatted.returncode == 0, chatted.stderr
+    (command,) = pasted(chatted, "kestrel runs answer")
+    assert command[-2:] == ["--as", "U0REQ"], command
+
+    answered = kestrel(tmp_path, *[w.replace("yes|no", "yes") for w in command[1:]], env=ERIN)
+    assert answered.returncode == 0, answered.stderr
+    (run,) = json.loads(kestrel(tmp_path, "runs", "list", "--json").stdout)
+    assert run["status"] == "completed" and run["requested_by"] == "U0REQ"
 
 
 def test_serve_on_a_port_in_use_says_so_once_and_what_to_do(tmp_path: Path) -> None:

@@ -122,7 +122,8 @@ def test_always_is_no_answer_to_a_plan(tmp_path: Path) -> None:
 
     assert one_line_error(refused) == (
         "kestrel: --always is for an approval (wait_approval); this is a plan:"
-        f" kestrel runs approve {run_id} {plan['id']} [--step-by-step] (or deny --reason TEXT)"
+        f" kestrel runs approve {run_id} {plan['id']} --as U0B [--step-by-step]"
+        " (or deny --reason TEXT)"
     )
 
 
