@@ -25,7 +25,7 @@ def audit(run_id: str | None, limit: int, as_json: bool) -> None:
 
     async def work(store: Store) -> list[Any]:
         found = list(await store.list_audit(run_id=run_id, limit=limit))
-        if run_id and not found:
+        if run_id is not None and not found:  # "" too: a script's --run "$RUN" unset
             await store.get_run(run_id)  # a run with no audit yet, or none: says which
         return found
 

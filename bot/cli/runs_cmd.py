@@ -121,21 +121,24 @@ def runs_show(run_id: str, as_json: bool) -> None:
 @click.argument("run_id")
 @click.option(
     "--html",
-    "html_file",
+    "html_name",
     required=True,
-    type=click.Path(dir_okay=False, writable=True, allow_dash=True, path_type=Path),
+    # Kept as written: a Path of "" is ".", and an empty name would be said as the folder.
+    type=click.Path(dir_okay=False, writable=True, allow_dash=True),
     help="The file to write; - for stdout.",
 )
 @one_line_errors
-def runs_export(run_id: str, html_file: Path) -> None:
+def runs_export(run_id: str, html_name: str) -> None:
     """A run's page as one self-contained HTML file, for an incident report."""
     from adapters.web.export import write_export
     from bot.chat.service import RunReads
     from bot.cli import compose
     from bot.people.policy import Policy
 
-    if str(html_file) == "-":  # stdout, as ``run -`` reads stdin: not a file named "-"
-        html_file = Path("/dev/stdout")
+    if not html_name.strip():  # a script's --html "$OUT" with the variable unset
+        raise Failure("--html: the path is empty: name the file to write, or - for stdout")
+    # stdout, as ``run -`` reads stdin: not a file named "-"
+    html_file = Path("/dev/stdout" if html_name == "-" else html_name)
     settings = settings_of(click.get_current_context())
     # The store alone, read only, as `runs show` reads it: no model (nor its key), no tool.
     flags_of = compose.tool_flags(settings)  # the catalog's flags (tags) pick approvers

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from bot.cli.common import config_option, echo, one_line_errors, settings_of
+from bot.cli.common import Failure, config_option, echo, one_line_errors, settings_of
 from bot.cli.placing import PlacingGroup
 
 if TYPE_CHECKING:
@@ -118,6 +118,10 @@ def tools_check(files: tuple[str, ...]) -> None:
     builtin = [tool.name for tool in human_tools()]
     demo = ""
     if files:
+        if not all(f.strip() for f in files):  # a script's "$CATALOG" unset: Path("") is "."
+            raise Failure(
+                "tools check: a FILE is empty: name catalog files, or none for the configured ones"
+            )
         checked = [Path(f) for f in files]
         settings_files = [path for path in checked if _is_configuration(path)]
         problems = [

@@ -421,3 +421,26 @@ def test_help_typed_as_a_command_points_to_the_option(
     result = kestrel(tmp_path, *typed)
     assert result.returncode == 2
     assert result.stderr.splitlines()[-1] == f"Error: {said}"
+
+
+def test_an_empty_path_or_run_a_script_passed_is_said(tmp_path: Path) -> None:
+    # A script's "$OUT", "$CATALOG" or "$RUN" with the variable unset: --html "" was read as
+    # "." ("cannot write .: Is a directory"), tools check "" checked the current folder ("a
+    # folder, not a file"), and audit --run "" said "no audit entries" of a journal of them.
+    deferred = json.loads(
+        kestrel(tmp_path, "run", "checkout is failing", "--defer", "--json").stdout
+    )
+    run_id, request_id = deferred["run_id"], deferred["requests"][0]["id"]
+
+    exported = kestrel(tmp_path, "runs", "export", run_id, "--html", "")
+    assert one_line_error(exported) == (
+        "kestrel: --html: the path is empty: name the file to write, or - for stdout"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir() if p.suffix == ".html") == []
+    checked = kestrel(tmp_path, "tools", "check", "")
+    said = "a FILE is empty: name catalog files, or none for the configured ones"
+    assert one_line_error(checked) == f"kestrel: tools check: {said}"
+    assert one_line_error(kestrel(tmp_path, "audit", "--run", "")) == "kestrel: unknown run ''"
+    # The run's own entries are there, named.
+    audited = kestrel(tmp_path, "audit", "--run", run_id).stdout
+    assert f"request        {request_id}" in audited
