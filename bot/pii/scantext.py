@@ -109,6 +109,12 @@ _DROPPED_CATEGORIES = frozenset({"Cf", "Mn", "Me", "Cc"})
 # Word-like spaces NFKC leaves alone: the Hangul fillers render as nothing.
 _DROPPED_CHARS = frozenset("\u115f\u1160\u3164\uffa0")
 _FULL_STOPS = frozenset("\u3002\uff61\u2024\ufe52")
+# A terminal's escape sequence, which it shows as nothing: a control sequence (colours, as
+# ``grep --color=always``, ``jq -C`` or an application's log print them between a key's name
+# and its value, or inside a token), or ESC with its intermediate and final bytes (``ESC(B``,
+# as ``tput sgr0`` writes it). Only ESC and ``]`` of a string's start are dropped, so a
+# hyperlink's target (``ESC]8;;URL``) is still read.
+_TERMINAL_ESCAPE = on_use(rb"\x1b(?:\[[0-?]*+[ -/]*+[@-~]|[ -/]{0,2}[0-~])?")
 
 
 def _fold_one(char: str) -> str:
@@ -173,13 +179,13 @@ class _Resizes(msgspec.Struct, frozen=True):
 
 
 def fold(text: str) -> tuple[str, _Resizes | None]:
-    """The text as detection reads it (ASCII, "?" for the rest) and where its length changed."""
+    """The text as detection reads it (ASCII, "?" for the rest, a terminal's escape sequences
+    dropped) and where its length changed."""
     table = _fold_table()
     # Encoding makes every non-ASCII character one "?"; memchr finds them, so text with a few
     # of them costs little more than ASCII (str.translate with a dict costs a lookup per char).
     data = bytearray(text.encode("ascii", "replace"))
-    origins: list[int] = []
-    replacements: list[str] = []
+    resized: dict[int, str] = {}  # each character that reads as none or as several
     position = data.find(b"?")
     while position >= 0:
         folded = table.get(text[position])
@@ -187,12 +193,16 @@ def fold(text: str) -> tuple[str, _Resizes | None]:
             if len(folded) == 1:
                 data[position] = ord(folded)
             else:
-                origins.append(position)
-                replacements.append(folded)
+                resized[position] = folded
         position = data.find(b"?", position + 1)
+    if b"\x1b" in data:
+        for sequence in _TERMINAL_ESCAPE.finditer(data):
+            resized.update(dict.fromkeys(range(sequence.start(), sequence.end()), ""))
     ascii_text = data.decode("ascii")
-    if not origins:
+    if not resized:
         return ascii_text, None
+    origins = sorted(resized)
+    replacements = [resized[origin] for origin in origins]
     pieces: list[str] = []
     folded_at: list[int] = []
     done = shift = 0
@@ -214,10 +224,11 @@ class ScanText:
 
     def __init__(self, text: str) -> None:
         self._resizes: _Resizes | None = None
-        if not text.isascii():
+        if not text.isascii() or "\x1b" in text:
             # Folded, full-width digits, no-break and zero-width spaces read as what they show;
             # every other non-ASCII character becomes one "?", so lower() and translate()
-            # below keep the length and take CPython's ASCII paths.
+            # below keep the length and take CPython's ASCII paths. Colours read as nothing,
+            # as a terminal shows them: "db_ESC[1mpassword" is "db_password".
             text, self._resizes = fold(text)
         if "\\" in text:
             # The escapes of JSON strings separate words like the characters they stand for:

@@ -234,6 +234,33 @@ EVASIONS: list[tuple[str, str, str]] = [
         '{"user": "app", "password": "hunter2"}',
         '{"user": "app", "password": "<CONNECTION_STRING_PASSWORD>"}',
     ),
+    # Colours read as a terminal shows them: grep --color=always between a key's name and its
+    # value, an application's coloured log inside a key; tput's ESC(B; a hyperlink's target.
+    (
+        "colour-in-name",
+        "db_\x1b[01;31m\x1b[Kpassword\x1b[m\x1b[K=hunter2hunter2",
+        "db_\x1b[01;31m\x1b[Kpassword\x1b[m\x1b[K=<CONNECTION_STRING_PASSWORD>",
+    ),
+    (
+        "colour-in-key",
+        f"key \x1b[1m{AWS_ID[:8]}\x1b[0m{AWS_ID[8:]} ok",
+        "key \x1b[1m<AWS_ACCESS_KEY> ok",
+    ),
+    (
+        "colour-after-prefix",
+        "api_token=\x1b[01;31m\x1b[Kghp_\x1b[m\x1b[KaBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789",
+        "api_token=\x1b[01;31m\x1b[K<GITHUB_TOKEN>",
+    ),
+    (
+        "charset-reset-in-name",
+        "x\x1b(B\x1b[mpassword\x1b(B\x1b[m=hunter2hunter2 ok",
+        "x\x1b(B\x1b[mpassword\x1b(B\x1b[m=<CONNECTION_STRING_PASSWORD> ok",
+    ),
+    (
+        "hyperlink-target",
+        "see \x1b]8;;https://app:hunter2@db/x\x1b\\db\x1b]8;;\x1b\\ ok",
+        "see \x1b]8;;https://app:<CONNECTION_STRING_PASSWORD>@db/x\x1b\\db\x1b]8;;\x1b\\ ok",
+    ),
 ]
 
 
@@ -310,6 +337,8 @@ OPS_OUTPUT: list[tuple[str, str]] = [
     ("terraform-outputs", "$ terraform output -raw vpc_id\nvpc-0abc123def4567890"),
     ("password-prose", "password: the same one as before\nPassword: it has been changed"),
     ("env-listing", "HOME=/root\nPATH=/usr/bin:/bin\nLANG=C.UTF-8"),
+    ("coloured-ls", "\x1b[0m\x1b[01;34mbin\x1b[0m  \x1b[01;32mrun.sh\x1b[0m  notes.txt"),
+    ("coloured-log", "\x1b[36m12:00:01\x1b[0m \x1b[1;33mWARN\x1b[0m pool 9/10 \x1b[?25h"),
 ]
 
 
@@ -328,6 +357,10 @@ def test_ops_output_passes_untouched(text: str) -> None:
         ("abc", "abc"),
         ("４\u200b２", "42"),
         ("a\u00a0b", "a b"),
+        ("a\x1b[01;31m\x1b[Kb\x1b[m", "ab"),
+        ("a\x1b(Bb\x1b", "ab"),
+        ("\x1b]8;;u\x1b\\", "8;;u"),
+        ("４\x1b[1mé", "4?"),
         ("x½y", "x1?2y"),
         ("Grüße", "Gr??e"),
         ("e\u0301", "e"),
@@ -397,6 +430,8 @@ def _adversarial(part: int) -> list[str]:
         "\u200b" * n(100_000),
         "４" * n(100_000),
         "½" * n(100_000),
+        "\x1b[1mx" * n(50_000),
+        "\x1b[" + "1;" * n(50_000),
         "AKIAIOSFODNN7EXAMPLE " * n(5_000),
         "4111 " * n(30_000),
         "1 4111 1111 1111 1111 " * n(6_000),
