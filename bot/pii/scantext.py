@@ -109,12 +109,26 @@ _DROPPED_CATEGORIES = frozenset({"Cf", "Mn", "Me", "Cc"})
 # Word-like spaces NFKC leaves alone: the Hangul fillers render as nothing.
 _DROPPED_CHARS = frozenset("\u115f\u1160\u3164\uffa0")
 _FULL_STOPS = frozenset("\u3002\uff61\u2024\ufe52")
-# A terminal's escape sequence, which it shows as nothing: a control sequence (colours, as
+# What a terminal shows as nothing. An escape sequence: a control sequence (colours, as
 # ``grep --color=always``, ``jq -C`` or an application's log print them between a key's name
 # and its value, or inside a token), or ESC with its intermediate and final bytes (``ESC(B``,
-# as ``tput sgr0`` writes it). Only ESC and ``]`` of a string's start are dropped, so a
-# hyperlink's target (``ESC]8;;URL``) is still read.
-_TERMINAL_ESCAPE = on_use(rb"\x1b(?:\[[0-?]*+[ -/]*+[@-~]|[ -/]{0,2}[0-~])?")
+# as ``tput sgr0`` writes it); only ESC and ``]`` of a string's start are dropped, so a
+# hyperlink's target (``ESC]8;;URL``) is still read. And the other controls but NUL and the
+# blanks (tab, line feed, vertical tab, form feed, carriage return).
+_UNSHOWN = on_use(
+    rb"\x1b(?:\[[0-?]*+[ -/]*+[@-~]|[ -/]{0,2}[0-~])?|[\x01-\x08\x0e-\x1a\x1c-\x1f\x7f]++"
+)
+# UTF-16 text as cat prints it (a file a Windows tool wrote): a NUL beside each ASCII
+# character, "p\0a\0s\0s\0". Its NULs are nothing; a NUL elsewhere separates values
+# (/proc/PID/environ, find -print0), and stays.
+_UTF16 = on_use(rb"(?:[^\x00]\x00){4,}")
+# Every byte an ASCII text shows: what holds none but these folds only as it is.
+_SHOWN = bytes(range(0x20, 0x7F)) + b"\t\n\x0b\x0c\r"
+
+
+def _holds_controls(text: str) -> bool:
+    """Whether an ASCII text holds a control (ESC, NUL, BEL…): two C loops, no regex."""
+    return not text.isprintable() and bool(text.encode("ascii").translate(None, _SHOWN))
 
 
 def _fold_one(char: str) -> str:
@@ -180,7 +194,7 @@ class _Resizes(msgspec.Struct, frozen=True):
 
 def fold(text: str) -> tuple[str, _Resizes | None]:
     """The text as detection reads it (ASCII, "?" for the rest, a terminal's escape sequences
-    dropped) and where its length changed."""
+    and the controls it shows as nothing dropped) and where its length changed."""
     table = _fold_table()
     # Encoding makes every non-ASCII character one "?"; memchr finds them, so text with a few
     # of them costs little more than ASCII (str.translate with a dict costs a lookup per char).
@@ -195,9 +209,11 @@ def fold(text: str) -> tuple[str, _Resizes | None]:
             else:
                 resized[position] = folded
         position = data.find(b"?", position + 1)
-    if b"\x1b" in data:
-        for sequence in _TERMINAL_ESCAPE.finditer(data):
-            resized.update(dict.fromkeys(range(sequence.start(), sequence.end()), ""))
+    for unshown in _UNSHOWN.finditer(data):
+        resized.update(dict.fromkeys(range(unshown.start(), unshown.end()), ""))
+    if b"\x00" in data:
+        for wide in _UTF16.finditer(data):
+            resized.update(dict.fromkeys(range(wide.start() + 1, wide.end(), 2), ""))
     ascii_text = data.decode("ascii")
     if not resized:
         return ascii_text, None
@@ -224,11 +240,11 @@ class ScanText:
 
     def __init__(self, text: str) -> None:
         self._resizes: _Resizes | None = None
-        if not text.isascii() or "\x1b" in text:
+        if not text.isascii() or _holds_controls(text):
             # Folded, full-width digits, no-break and zero-width spaces read as what they show;
             # every other non-ASCII character becomes one "?", so lower() and translate()
-            # below keep the length and take CPython's ASCII paths. Colours read as nothing,
-            # as a terminal shows them: "db_ESC[1mpassword" is "db_password".
+            # below keep the length and take CPython's ASCII paths. Colours and controls read
+            # as nothing, as a terminal shows them: "db_ESC[1mpassword" is "db_password".
             text, self._resizes = fold(text)
         if "\\" in text:
             # The escapes of JSON strings separate words like the characters they stand for:

@@ -256,6 +256,19 @@ EVASIONS: list[tuple[str, str, str]] = [
         "x\x1b(B\x1b[mpassword\x1b(B\x1b[m=hunter2hunter2 ok",
         "x\x1b(B\x1b[mpassword\x1b(B\x1b[m=<CONNECTION_STRING_PASSWORD> ok",
     ),
+    # UTF-16 text as cat prints it (a NUL after each ASCII character), and other controls a
+    # terminal shows as nothing.
+    (
+        "utf-16",
+        "k\x00e\x00y\x00 \x00" + "\x00".join(AWS_ID) + "\x00\n\x00",
+        "k\x00e\x00y\x00 \x00<AWS_ACCESS_KEY>\x00\n\x00",
+    ),
+    (
+        "utf-16-password",
+        "\x00".join("password=hunter2hunter2") + "\x00",
+        "\x00".join("password=") + "\x00<CONNECTION_STRING_PASSWORD>\x00",
+    ),
+    ("bell-in-key", f"{AWS_ID[:6]}\x07\x7f{AWS_ID[6:]}", "<AWS_ACCESS_KEY>"),
     (
         "hyperlink-target",
         "see \x1b]8;;https://app:hunter2@db/x\x1b\\db\x1b]8;;\x1b\\ ok",
@@ -360,6 +373,9 @@ def test_ops_output_passes_untouched(text: str) -> None:
         ("a\x1b[01;31m\x1b[Kb\x1b[m", "ab"),
         ("a\x1b(Bb\x1b", "ab"),
         ("\x1b]8;;u\x1b\\", "8;;u"),
+        ("a\x00b\x01\x1fc\x7f\td\r\n\x0b\x0c", "a\x00bc\td\r\n\x0b\x0c"),
+        ("x=\x00a\x00b\x00c\x00d\x00", "x=abcd"),  # UTF-16's NULs are nothing
+        ("A=1\x00B=2\x00", "A=1\x00B=2\x00"),  # environ's separate values
         ("４\x1b[1mé", "4?"),
         ("x½y", "x1?2y"),
         ("Grüße", "Gr??e"),
@@ -431,6 +447,7 @@ def _adversarial(part: int) -> list[str]:
         "４" * n(100_000),
         "½" * n(100_000),
         "\x1b[1mx" * n(50_000),
+        "x\x00" * n(50_000),
         "\x1b[" + "1;" * n(50_000),
         "AKIAIOSFODNN7EXAMPLE " * n(5_000),
         "4111 " * n(30_000),
