@@ -310,11 +310,18 @@ def _putty_private_keys(text: str) -> Iterator[PiiHit]:
         yield PiiHit("PRIVATE_KEY", start, end)
 
 
+# An age identity (the key SOPS and Flux decrypt with: keys.txt, a Secret's age.agekey), or a
+# plugin's (a YubiKey's): Bech32 after "-1", in capitals as age writes it.
+_AGE_IDENTITY = on_use(r"AGE-(?:SECRET-KEY|PLUGIN-[A-Z0-9._+-]{1,64}?)-1[02-9AC-HJ-NP-Z]{20,}+")
+
+
 def find_private_keys(src: ScanText) -> Iterator[PiiHit]:
-    """PEM and PGP private key blocks, BEGIN through END (or through the key material), and a
-    PuTTY key file's private lines."""
+    """PEM and PGP private key blocks, BEGIN through END (or through the key material), a
+    PuTTY key file's private lines, and an age identity."""
     text = src.text
     yield from _putty_private_keys(text)
+    for match in finditer_with(_AGE_IDENTITY, text, "AGE-"):
+        yield PiiHit("PRIVATE_KEY", match.start(), match.end())
     if "PRIVATE KEY" not in text:  # a long literal: str's search skips most of the text
         return
     begins = list(_PEM_BEGIN.finditer(text))

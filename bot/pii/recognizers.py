@@ -50,7 +50,7 @@ from bot.pii.scantext import (
 _ALNUM_KEY = needs("-_./" + CAPITALS)  # a vendor key's prefix, or a capital it starts with
 
 RECOGNIZERS: tuple[Recognizer, ...] = (
-    # PEM's "-----BEGIN", PuTTY's "Private-Lines:"
+    # PEM's "-----BEGIN", PuTTY's "Private-Lines:", age's "AGE-SECRET-KEY-1"
     Recognizer(frozenset({"PRIVATE_KEY"}), "credentials.find_private_keys", needs("-")),
     # after a label, "=", ":" or "=>"
     Recognizer(frozenset({"AWS_SECRET_KEY"}), "labelled.find_aws_secret", needs(":=")),

@@ -53,6 +53,7 @@ HUGGING_FACE = "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"
 TWILIO_SK = "SK33dbf550cbd9cf909cf615cb5856614c"
 TWILIO_SID = "AC08b895cac62890c4ee2290b41c3d72e8"
 TWILIO_AUTH = "71045e4563e0ae3bad9db4466f005d61"
+AGE_KEY = "AGE-SECRET-KEY-1GFPYYSJZGFPYYSJZGFPYYSJZGFPYYSJZGFPYYSJZGFPYYSJZGFPYYSJZGFPQ4EGAEX"
 MAILGUN = "key-aeb30712cf79d734c1b2e0db8bddca41"
 SHOPIFY = "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"
 DIGITALOCEAN = "dop_v1_580aa856a81b34caf5f2fbf61751960e528995ed05ddff5877ebb1b52266e840"
@@ -350,6 +351,17 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
         "PRIVATE_KEY",
         "Private-Lines: 1\r\nAAAAIDF3G9Vr0pLx8sWcY1uNd4HfJbKe7gAo2iQv5R1234\r\n",
         "AAAAIDF3G9Vr0pLx8sWcY1uNd4HfJbKe7gAo2iQv5R1234",
+    ),
+    # An age identity (SOPS, Flux), as keys.txt or SOPS_AGE_KEY holds it, and a plugin's.
+    (
+        "PRIVATE_KEY",
+        f"export SOPS_AGE_KEY={AGE_KEY}",
+        AGE_KEY,
+    ),
+    (
+        "PRIVATE_KEY",
+        "#    Recipient: age1yubikey1qwt50d05\nAGE-PLUGIN-YUBIKEY-1XQJ2WSQYZYE3Q5CLX2X6N",
+        "AGE-PLUGIN-YUBIKEY-1XQJ2WSQYZYE3Q5CLX2X6N",
     ),
     # Rails's secret_key_base, as an env or credentials dump shows it
     ("GENERIC_SECRET", '"SECRET_KEY_BASE=3f2c9a1e4b5d", "TZ=UTC"', "3f2c9a1e4b5d"),
@@ -1484,6 +1496,9 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     ("GENERIC_SECRET", "oc create cm app \\\n  --from-literal=PORT=8080 \\\n  --from-literal=A=b1"),
     ("GENERIC_SECRET", '<add key="ApiKey" value="..."/><password>****</password>'),
     ("PRIVATE_KEY", "Private-Lines: 3\nthe key has three private lines"),
+    # An age recipient is public; a placeholder for an identity holds no key.
+    ("PRIVATE_KEY", "# public key: age1ql3z7hjy54pw3hyww5ayyfg7zqgvc7w3j2elw8zmrj2kg5sfn9aqmcac8p"),
+    ("PRIVATE_KEY", "SOPS_AGE_KEY=AGE-SECRET-KEY-1... (from keys.txt); AGE-SECRET-KEY-1<key>"),
     ("AWS_SESSION_TOKEN", f"FwoGZXIvYXdz IQoJb3JpZ2luX2Vj x{AWS_SESSION}"),
     # BEARER_TOKEN
     ("BEARER_TOKEN", "Bearer authentication is required"),
@@ -2048,6 +2063,8 @@ def _adversarial(part: int) -> list[str]:
         '"SecretString": "' + "\\" * n(100_000),
         "PuTTY-User-Key-File-2: x\nPrivate-Lines: 64\n" * n(5_000),
         "Private-Lines: 9" * n(10_000),
+        "AGE-PLUGIN-" * n(10_000),
+        "AGE-PLUGIN-X" + "-1Q" * n(10_000),
         "eyJwYXlsb2FkIjoi" * n(10_000),
         "A_PW=" * n(20_000),
         "kind: Secret\n" * n(20_000),

@@ -1,10 +1,12 @@
-"""A command's output is redacted as a terminal would show it: a colour code between a key's
-name and its value or inside a token (``grep --color=always``, an application's coloured log),
-or the NUL after each character of UTF-16 text, hides nothing from the guard. A real ``kestrel
-run``, real grep and cat, the real openai client against the fake server."""
+"""Secrets as real commands print them reach neither the model nor ``runs show``: redacted as
+a terminal would show them (a colour code between a key's name and its value or inside a token,
+as ``grep --color=always`` prints it; the NUL after each character of UTF-16 text), and an age
+identity, plain or in a Kubernetes Secret's base64. A real ``kestrel run``, real grep and cat,
+the real openai client against the fake server."""
 
 from __future__ import annotations
 
+import base64
 import json
 import shutil
 import subprocess
@@ -86,3 +88,29 @@ def test_secrets_in_a_utf16_file_reach_neither_the_model_nor_runs_show(tmp_path:
     assert "\x00" in output
     assert_redacted(output)
     assert_redacted(shown)
+
+
+# An age identity (SOPS's and Flux's key) as age-keygen writes it; its public key is no secret.
+AGE_KEY = "AGE-SECRET-KEY-1GFPYYSJZGFPYYSJZGFPYYSJZGFPYYSJZGFPYYSJZGFPYYSJZGFPYYSJZGFPQ4EGAEX"
+AGE_FILE = (
+    "# created: 2024-05-01T12:00:00Z\n"
+    "# public key: age1ql3z7hjy54pw3hyww5ayyfg7zqgvc7w3j2elw8zmrj2kg5sfn9aqmcac8p\n"
+    f"{AGE_KEY}\n"
+)
+
+
+def test_an_age_key_plain_or_in_a_secret_reaches_neither_the_model_nor_runs_show(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "keys.txt").write_text(AGE_FILE)
+    # Flux's decryption Secret, as kubectl get secret sops-age -o yaml prints it.
+    encoded = base64.b64encode(AGE_FILE.encode()).decode()
+    (tmp_path / "secret.yaml").write_text(
+        f"apiVersion: v1\ndata:\n  age.agekey: {encoded}\nkind: Secret\n"
+    )
+    files = [str(tmp_path / "keys.txt"), str(tmp_path / "secret.yaml")]
+    output, shown = run_tool(tmp_path, ["cat", *files])
+    for text in (output, shown):
+        assert AGE_KEY not in text and encoded not in text, text
+        assert text.count("<PRIVATE_KEY>") == 2, text
+        assert "# public key: age1ql3z7" in text  # the public key is left as it is
