@@ -4,10 +4,11 @@ a JSON line says of where it came from (the run, the request, the replica, the p
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextvars import Context, ContextVar, copy_context
 from datetime import UTC, datetime
 from typing import Final, TextIO
@@ -214,11 +215,11 @@ class TextLines(logging.Formatter):
         # URLs' passwords masked whoever logs them: OPENAI_BASE_URL may carry a proxy's, and
         # the HTTP client logs each request's URL at info.
         if not record.exc_info:
-            return url_passwords_masked(line)
+            return _masked(line, record)
         if _tracebacks_shown():
-            return url_passwords_masked(line + "\n" + self.formatException(record.exc_info))
+            return _masked(line + "\n" + self.formatException(record.exc_info), record)
         # Above debug, a line stays a line: the exception named, no traceback.
-        return url_passwords_masked(f"{line}: {_named(record.exc_info[1])}")
+        return _masked(f"{line}: {_named(record.exc_info[1])}", record)
 
 
 class JsonLines(logging.Formatter):
@@ -241,8 +242,31 @@ class JsonLines(logging.Formatter):
         # Masked before they are JSON strings: a payload's quotes are then still quotes.
         for key in ("message", "exception"):
             if key in obj:
-                obj[key] = url_passwords_masked(obj[key])
+                obj[key] = _masked(obj[key], record)
         return json.dumps(obj, ensure_ascii=False)
+
+
+def _masked(text: str, record: logging.LogRecord) -> str:
+    """``text`` with URLs' passwords and credentials masked, and at debug every secret the PII
+    guard knows redacted too: there the libraries print whole payloads (discord.py's gateway
+    events, Slack's Socket Mode messages: what a person typed, a pasted key with it), and
+    kestrel.events a tool's output whatever ``pii.mode`` says."""
+    text = url_passwords_masked(text)
+    if record.levelno > logging.DEBUG:
+        return text
+    return _debug_redactor()(text)
+
+
+@functools.cache
+def _debug_redactor() -> Callable[[str], str]:
+    """The PII guard over the secrets' types alone (keys, tokens, passwords: not addresses or
+    numbers, which debugging reads), built when a debug line is first written."""
+    from bot.pii.guard import PiiGuard, PiiSettings
+    from bot.pii.scantext import ENTITY_TYPES
+
+    secrets = list(ENTITY_TYPES[: ENTITY_TYPES.index("CREDIT_CARD")])
+    guard = PiiGuard(PiiSettings(entities=secrets))
+    return lambda text: guard.scan_output(text).text
 
 
 def _tracebacks_shown() -> bool:

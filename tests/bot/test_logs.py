@@ -5,10 +5,15 @@ from __future__ import annotations
 import io
 import json
 import logging
+import subprocess
+from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from bot import logs
+from tests.fakes.processes import KESTREL, FakeOpenAIProcess, clean_env
 
 
 @pytest.mark.parametrize("level", [logging.WARNING, logging.ERROR])
@@ -317,7 +322,8 @@ def test_an_authorization_headers_credentials_are_masked_in_a_log_line(
     # carries most of them: a token in a tool's output reached the log whole.
     record = logging.LogRecord("kestrel.events", logging.DEBUG, __file__, 1, message, args, None)
     text = logs.TextLines().format(record)
-    assert secret not in text and "…" in text, text
+    # Masked ("…"), or at debug redacted by the PII guard after that ("<GENERIC_SECRET>").
+    assert secret not in text and ("…" in text or "<GENERIC_SECRET>" in text), text
     assert secret not in logs.JsonLines().format(record)
 
 
@@ -379,3 +385,86 @@ def test_a_librarys_logger_goes_through_the_one_handler_made_before_or_after() -
         library.warning("heard")
     assert stream.getvalue().count("heard") == 2
     assert "not at warning" not in stream.getvalue()
+
+
+# Secrets as a catalog command prints them, each of a kind the PII guard knows.
+PRINTED_SECRETS = {
+    "AWS_ACCESS_KEY": "AKIAZ4XQ7PLM3RT5VW2N",
+    "GITHUB_TOKEN": "ghp_aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789",
+    "SLACK_TOKEN": "xoxb-123456789012-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx",
+    "CONNECTION_STRING_PASSWORD": "Sup3rS3cretPw",
+}
+PRINTING = (
+    f"echo key {PRINTED_SECRETS['AWS_ACCESS_KEY']} {PRINTED_SECRETS['GITHUB_TOKEN']}; "
+    f"echo {PRINTED_SECRETS['SLACK_TOKEN']}; "
+    f"echo postgresql://app:{PRINTED_SECRETS['CONNECTION_STRING_PASSWORD']}@db/x; "
+    "echo owner alice@example.com"
+)
+
+
+@pytest.mark.parametrize("form", ["text", "json"])
+def test_a_debug_log_prints_no_secret_of_a_tools_output_under_pii_off(
+    tmp_path: Path, form: str
+) -> None:
+    # kestrel.events logs each tool's exit at debug with its output: with pii.mode off nothing
+    # redacted it, and the log printed the command's keys and tokens whole.
+    tool = {"name": "show_env", "description": "x", "command": ["sh", "-c", PRINTING]}
+    (tmp_path / "tools.yaml").write_text(yaml.safe_dump({"tools": [{**tool, "idempotent": True}]}))
+    config = {
+        "model": {"provider": "openai", "name": "fake", "max_retries": 0},
+        "tools": ["tools.yaml"],
+        "pii": {"mode": "off"},
+        "tool_isolation": {"mode": "none"},
+    }
+    (tmp_path / "kestrel.yaml").write_text(yaml.safe_dump(config))
+    script: list[dict[str, Any]] = [
+        {"text": "looking", "calls": [{"name": "show_env"}]},
+        {"text": "done"},
+    ]
+    server = FakeOpenAIProcess(tmp_path, script, forked=True)
+    try:
+        env = clean_env(
+            OPENAI_API_KEY="sk-test", OPENAI_BASE_URL=server.base_url, KESTREL_LOG_FORMAT=form
+        )
+        run = subprocess.run(
+            [*KESTREL, "--log-level", "debug", "run", "go"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        server.stop()
+    assert run.returncode == 0, run.stderr
+    (exit_line,) = [line for line in run.stderr.splitlines() if "'tool_exit'" in line]
+    assert [secret for secret in PRINTED_SECRETS.values() if secret in run.stderr] == []
+    for kind in PRINTED_SECRETS:
+        assert f"<{kind}>" in exit_line, exit_line
+    assert "alice@example.com" in exit_line  # personal data, not a secret: debugging reads it
+    # The model read the output as pii.mode off leaves it: the log's redaction is the log's.
+    model_read = server.log.read_text()
+    assert all(secret in model_read for secret in PRINTED_SECRETS.values())
+
+
+def test_a_persons_message_in_a_platforms_debug_payload_has_its_secrets_redacted() -> None:
+    # discord.py logs each gateway event at debug, a message's content as typed: a key pasted
+    # into a mention reached the log whole (the PII guard reads it only on the way to the model).
+    content = f"<@1> deploy with {PRINTED_SECRETS['GITHUB_TOKEN']} from alice@example.com"
+    event = {"t": "MESSAGE_CREATE", "d": {"content": content}}
+    args = (None, event)
+    record = logging.LogRecord(
+        "discord.gateway",
+        logging.DEBUG,
+        __file__,
+        1,
+        "For Shard ID %s: WebSocket Event: %s",
+        args,
+        None,
+    )
+    for line in (logs.TextLines().format(record), logs.JsonLines().format(record)):
+        assert PRINTED_SECRETS["GITHUB_TOKEN"] not in line and "<GITHUB_TOKEN>" in line, line
+        assert "alice@example.com" in line
+    # Above debug, a line is left as its loggers wrote it (they print no payloads there).
+    record.levelno, record.levelname = logging.INFO, "INFO"
+    assert PRINTED_SECRETS["GITHUB_TOKEN"] in logs.TextLines().format(record)
