@@ -247,25 +247,28 @@ class JsonLines(logging.Formatter):
 
 
 def _masked(text: str, record: logging.LogRecord) -> str:
-    """``text`` with URLs' passwords and credentials masked, and at debug every secret the PII
-    guard knows redacted too: there the libraries print whole payloads (discord.py's gateway
-    events, Slack's Socket Mode messages: what a person typed, a pasted key with it), and
-    kestrel.events a tool's output whatever ``pii.mode`` says."""
+    """``text`` with URLs' passwords and credentials masked, and at debug every secret and
+    card or account number the PII guard knows redacted too: there the libraries print whole
+    payloads (discord.py's gateway events, Slack's Socket Mode messages: what a person typed, a
+    pasted key with it), and kestrel.events a tool's output whatever ``pii.mode`` says."""
     text = url_passwords_masked(text)
     if record.levelno > logging.DEBUG:
         return text
     return _debug_redactor()(text)
 
 
+# What a debug line keeps of what the PII guard finds: who and where, which debugging reads.
+_DEBUGGED: Final = frozenset({"EMAIL_ADDRESS", "IP_ADDRESS", "PHONE_NUMBER"})
+
+
 @functools.cache
 def _debug_redactor() -> Callable[[str], str]:
-    """The PII guard over the secrets' types alone (keys, tokens, passwords: not addresses or
-    numbers, which debugging reads), built when a debug line is first written."""
+    """The PII guard over every type but addresses and numbers (keys, tokens, passwords, card
+    and account numbers), built when a debug line is first written."""
     from bot.pii.guard import PiiGuard, PiiSettings
     from bot.pii.scantext import ENTITY_TYPES
 
-    secrets = list(ENTITY_TYPES[: ENTITY_TYPES.index("CREDIT_CARD")])
-    guard = PiiGuard(PiiSettings(entities=secrets))
+    guard = PiiGuard(PiiSettings(entities=[t for t in ENTITY_TYPES if t not in _DEBUGGED]))
     return lambda text: guard.scan_output(text).text
 
 

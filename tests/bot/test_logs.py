@@ -447,24 +447,31 @@ def test_a_debug_log_prints_no_secret_of_a_tools_output_under_pii_off(
     assert all(secret in model_read for secret in PRINTED_SECRETS.values())
 
 
-def test_a_persons_message_in_a_platforms_debug_payload_has_its_secrets_redacted() -> None:
+@pytest.mark.parametrize(
+    ("pasted", "placeholder"),
+    [
+        (PRINTED_SECRETS["GITHUB_TOKEN"], "<GITHUB_TOKEN>"),
+        ("4111 1111 1111 1111", "<CREDIT_CARD>"),  # nor a card or account number
+    ],
+)
+def test_a_persons_message_in_a_platforms_debug_payload_has_its_secrets_redacted(
+    pasted: str, placeholder: str
+) -> None:
     # discord.py logs each gateway event at debug, a message's content as typed: a key pasted
     # into a mention reached the log whole (the PII guard reads it only on the way to the model).
-    content = f"<@1> deploy with {PRINTED_SECRETS['GITHUB_TOKEN']} from alice@example.com"
-    event = {"t": "MESSAGE_CREATE", "d": {"content": content}}
-    args = (None, event)
+    event = {"t": "MESSAGE_CREATE", "d": {"content": f"<@1> use {pasted} from alice@example.com"}}
     record = logging.LogRecord(
         "discord.gateway",
         logging.DEBUG,
         __file__,
         1,
         "For Shard ID %s: WebSocket Event: %s",
-        args,
+        (None, event),
         None,
     )
     for line in (logs.TextLines().format(record), logs.JsonLines().format(record)):
-        assert PRINTED_SECRETS["GITHUB_TOKEN"] not in line and "<GITHUB_TOKEN>" in line, line
-        assert "alice@example.com" in line
+        assert pasted not in line and placeholder in line, line
+        assert "alice@example.com" in line  # who and where: debugging reads them
     # Above debug, a line is left as its loggers wrote it (they print no payloads there).
     record.levelno, record.levelname = logging.INFO, "INFO"
-    assert PRINTED_SECRETS["GITHUB_TOKEN"] in logs.TextLines().format(record)
+    assert pasted in logs.TextLines().format(record)
