@@ -313,10 +313,13 @@ def test_a_link_in_model_text_shows_its_target_on_answers_and_cards() -> None:
     _assert_unmasked(note_text(DISGUISED))
 
 
-def _plan_card(arguments: dict[str, str], why: str = "") -> dict[str, Any]:
-    """The card of a plan of twenty restarts, each with ``arguments`` besides its unit."""
+def _plan_card(
+    arguments: dict[str, str], why: str = "", unit: str = "u{}", off_plan: str = ""
+) -> dict[str, Any]:
+    """The card of a plan of twenty restarts of ``unit`` (numbered), each with ``arguments``
+    besides its unit; ``off_plan``: how the plan differs from an approved one."""
     steps = tuple(
-        PlanStep(tool="restart_unit", arguments={"unit": f"u{n}"} | arguments, why=why)
+        PlanStep(tool="restart_unit", arguments={"unit": unit.format(n)} | arguments, why=why)
         for n in range(20)
     )
     request = Request(
@@ -326,6 +329,7 @@ def _plan_card(arguments: dict[str, str], why: str = "") -> dict[str, Any]:
         tool="propose_plan",
         prompt="restart twenty",
         steps=steps,
+        off_plan=off_plan,
     )
     return DiscordLook().card(_view(request))
 
@@ -366,16 +370,7 @@ def test_a_plan_of_calls_off_an_approved_plan_says_how_they_differ_above_its_bin
         f" argument `unit`: `u{n}x` vs plan `u{n}`"
         for n in range(1, 21)
     )
-    request = Request(
-        run_id="run_1",
-        kind=RequestKind.WAIT_PLAN,
-        call_id="c",
-        tool="propose_plan",
-        prompt="restart twenty",
-        steps=tuple(PlanStep(tool="restart_unit", arguments={"unit": f"u{n}x"}) for n in range(20)),
-        off_plan=note,
-    )
-    body = DiscordLook().card(_view(request))
+    body = _plan_card({}, unit="u{}x", off_plan=note)
 
     assert refusals(body) == []
     description = body["embeds"][0]["description"]
